@@ -1,0 +1,43 @@
+/**
+ * The one module of metric names and dimensions. Imported by the constructs (alarms, `metric*`
+ * methods) and by the handlers (Embedded Metric Format). Dependency-free on purpose.
+ */
+export const METRICS_NAMESPACE = 'CdcPlatform';
+
+export const MetricName = {
+  /** Source commit → sink commit, measured on heartbeat events. Milliseconds. Dims: Sink, Source. */
+  END_TO_END_LAG: 'EndToEndLag',
+  /** Source commit → normalizer publish. Milliseconds. Dims: Source. */
+  CAPTURE_LAG: 'CaptureLag',
+  /** Events published to the change log by the normalizer. Count. Dims: Source. */
+  EVENTS_PUBLISHED: 'EventsPublished',
+  /** Events applied by a sink (written or recognised as already applied). Count. Dims: Sink, Source. */
+  EVENTS_APPLIED: 'EventsApplied',
+  /** Events of a paused table held back by a sink. Count. Dims: Sink, Source. */
+  EVENTS_HELD: 'EventsHeld',
+  /** Records sent to a dead-letter destination. Count. Dims: Stage (normalizer or sink id), Source. */
+  DEAD_LETTERS: 'DeadLetters',
+  /** Batches that failed to apply (retried). Count. Dims: Sink. */
+  APPLY_ERRORS: 'ApplyErrors',
+  /** Schema versions registered. Count. Dims: Source. */
+  SCHEMA_CHANGES: 'SchemaChanges',
+  /** Tables paused by a change the normalizer could not classify as compatible. Count. Dims: Source. */
+  TABLES_PAUSED: 'TablesPaused',
+  /** Bytes of WAL retained by the capture slot. Dims: Source. */
+  SLOT_RETAINED_BYTES: 'SlotRetainedBytes',
+  /** Bytes left before the slot's retention limit. Dims: Source. */
+  SLOT_HEADROOM_BYTES: 'SlotHeadroomBytes',
+  /** Heartbeats written to the source. Count. Dims: Source. */
+  HEARTBEATS_WRITTEN: 'HeartbeatsWritten',
+} as const;
+export type MetricNameValue = (typeof MetricName)[keyof typeof MetricName];
+
+export const MetricDimension = {
+  SINK: 'Sink',
+  SOURCE: 'Source',
+  STAGE: 'Stage',
+  TABLE: 'Table',
+} as const;
+
+/** The Stage dimension value used by the normalizer (sinks use their sink id). */
+export const NORMALIZER_STAGE = 'normalizer';

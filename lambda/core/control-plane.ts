@@ -1,0 +1,96 @@
+/**
+ * The control plane as the runtime sees it (DESIGN §5.3): a port. The DynamoDB adapter
+ * (lambda/adapters/control-plane-dynamodb.ts) implements it; core logic only knows this interface.
+ *
+ * Every state change commits together with its audit entry. Reads that decide are strongly consistent.
+ */
+import type { Position } from './position.ts';
+
+export type TableState = 'active' | 'paused' | 'needs-resnapshot' | 'degraded';
+export type DeleteMode = 'soft' | 'hard';
+/** What the source supplies as the before image of an update: nothing, the key, or the full row. */
+export type PreImage = 'none' | 'key' | 'full';
+
+export interface ColumnDef {
+  name: string;
+  /** Source type name where known (`integer`, `text`, `INT32`, …); null when the capture did not say. */
+  type: string | null;
+  nullable: boolean;
+}
+
+export interface SchemaVersion {
+  source: string;
+  table: string;
+  version: number;
+  columns: ColumnDef[];
+  /** Primary-key column names, in key order. */
+  key: string[];
+  /** First position read with this version. */
+  effectivePosition: Position;
+  registeredAt: string;
+}
+
+export interface TableRecord {
+  source: string;
+  table: string;
+  state: TableState;
+  currentVersion: number;
+  deleteMode: DeleteMode;
+  preImage: PreImage;
+  /** Why the table is not active (named error code and message), if it is not. */
+  stateReason: string | null;
+  updatedAt: string;
+}
+
+export interface SinkTableProgress {
+  sink: string;
+  source: string;
+  table: string;
+  /** Highest position this sink has durably applied for the table (high-water mark), or null. */
+  appliedPosition: Position | null;
+  /** First position the sink held back because the table was paused; a resume replays from here. */
+  heldFrom: Position | null;
+}
+
+export interface AuditEntry {
+  at: string;
+  /** Who did it: a handler name (`normalizer`, `applier:<sink>`) or an operator id. */
+  actor: string;
+  action: string;
+  source: string | null;
+  table: string | null;
+  /** Whether the action was carried out (refused operator actions are audited too). */
+  outcome: 'done' | 'refused';
+  detail: Record<string, unknown>;
+}
+
+export interface ControlPlane {
+  getTable(source: string, table: string): Promise<TableRecord | null>;
+  listTables(source?: string): Promise<TableRecord[]>;
+  getSchemaVersion(source: string, table: string, version: number): Promise<SchemaVersion | null>;
+  listSchemaVersions(source: string, table: string): Promise<SchemaVersion[]>;
+  /**
+   * Registers a table on first sight together with its first schema version, atomically and
+   * with an audit entry. Returns false (and changes nothing) if the table already exists.
+   */
+  registerTable(table: TableRecord, schema: SchemaVersion, audit: AuditEntry): Promise<boolean>;
+  /**
+   * Adds schema version `schema.version` and makes it current, conditional on the table's
+   * current version being `schema.version - 1`. Returns false if another writer got there first.
+   */
+  addSchemaVersion(schema: SchemaVersion, audit: AuditEntry): Promise<boolean>;
+  /** Changes a table's state with its audit entry in one transaction. */
+  setTableState(source: string, table: string, state: TableState, reason: string | null, audit: AuditEntry): Promise<void>;
+  getSinkProgress(sink: string, source: string, table: string): Promise<SinkTableProgress | null>;
+  /** Raises the applied high-water mark (never lowers it). */
+  advanceSinkProgress(sink: string, source: string, table: string, appliedPosition: Position): Promise<void>;
+  /** Records the first held position, keeping the lowest one ever recorded until cleared. */
+  holdSinkTable(sink: string, source: string, table: string, fromPosition: Position): Promise<void>;
+  /** Clears the held position (on resume), with its audit entry. */
+  releaseSinkTable(sink: string, source: string, table: string, audit: AuditEntry): Promise<void>;
+  /** Consumer checkpoints of the local event-source poller (one per consumer and shard). */
+  getCheckpoint(consumer: string, shardId: string): Promise<string | null>;
+  putCheckpoint(consumer: string, shardId: string, sequenceNumber: string): Promise<void>;
+  appendAudit(entry: AuditEntry): Promise<void>;
+  listAudit(source?: string, table?: string): Promise<AuditEntry[]>;
+}

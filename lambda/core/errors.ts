@@ -1,0 +1,44 @@
+/**
+ * Named errors. Every error the platform raises on purpose has a stable `name` and a `code`,
+ * so logs, dead letters and operator tooling can match on them without parsing messages.
+ */
+export class CdcError extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+/** A record or event that does not have the documented shape. `field` names what was wrong. */
+export class InvalidRecordError extends CdcError {
+  constructor(
+    readonly field: string,
+    message: string,
+  ) {
+    super('INVALID_RECORD', `${field}: ${message}`);
+  }
+}
+
+/** An operation the decoder does not know. Refused by name, never guessed. */
+export class UnknownOperationError extends CdcError {
+  constructor(readonly operation: string, where: string) {
+    super('UNKNOWN_OPERATION', `unknown operation '${operation}' in ${where}`);
+  }
+}
+
+/** A table or column name that is not a plain identifier, or not known to the registry. */
+export class UnsafeIdentifierError extends CdcError {
+  constructor(readonly identifier: string, readonly reason: string) {
+    super('UNSAFE_IDENTIFIER', `refused identifier ${JSON.stringify(identifier)}: ${reason}`);
+  }
+}
+
+/** History cannot be supplied (slot gone, position discontinuity, retention exceeded): the table needs a re-snapshot. */
+export class HistoryGapError extends CdcError {
+  constructor(message: string, readonly hint: string) {
+    super('HISTORY_GAP', `${message}. ${hint}`);
+  }
+}
