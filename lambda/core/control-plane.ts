@@ -64,6 +64,23 @@ export interface AuditEntry {
   detail: Record<string, unknown>;
 }
 
+/** A record that could not be decoded or applied, kept with its reason (invariant 12). */
+export interface DeadLetter {
+  at: string;
+  /** `normalizer` or the sink id. */
+  stage: string;
+  source: string | null;
+  table: string | null;
+  /** Named error code (`INVALID_RECORD`, `UNSAFE_IDENTIFIER`, …) and message. */
+  code: string;
+  reason: string;
+  /** Where the record was read (stream name + shard + sequence number, or a file line). */
+  origin: string;
+  /** The record as received (text; cut at 300 KB with `truncated` set, to fit one item). */
+  record: string;
+  truncated: boolean;
+}
+
 export interface ControlPlane {
   getTable(source: string, table: string): Promise<TableRecord | null>;
   listTables(source?: string): Promise<TableRecord[]>;
@@ -92,5 +109,8 @@ export interface ControlPlane {
   getCheckpoint(consumer: string, shardId: string): Promise<string | null>;
   putCheckpoint(consumer: string, shardId: string, sequenceNumber: string): Promise<void>;
   appendAudit(entry: AuditEntry): Promise<void>;
+  /** Stores a dead letter. A table that gets one is marked `degraded` if it was `active` (with an audit entry). */
+  putDeadLetter(letter: DeadLetter): Promise<void>;
+  listDeadLetters(stage?: string): Promise<DeadLetter[]>;
   listAudit(source?: string, table?: string): Promise<AuditEntry[]>;
 }
