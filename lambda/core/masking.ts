@@ -1,0 +1,74 @@
+/**
+ * Column rules applied at capture (invariant 4): a column declared `exclude` never enters the log,
+ * a column declared `mask` enters it only as a deterministic hash. Every capture path (the
+ * normalizer for DMS and slot records, the snapshot worker) calls `applyColumnRules`, so the
+ * same value gives byte-identical output on every path and reconciliation can compare masked values.
+ *
+ * A masked value is the lower-case hex SHA-256 of the value's text: strings as they are, numbers
+ * via `String()`, booleans as `true`/`false`, arrays and objects via `JSON.stringify`; null stays
+ * null (a null carries nothing to hide, and masking it would invent a value). The hash is not
+ * keyed: a low-entropy value (a short code, a phone number) can be recovered by hashing
+ * candidates, so `exclude` is the rule for values that must not be recoverable at all.
+ *
+ * Paths must deliver a value in the same text to hash the same: numbers as numbers or as their
+ * decimal text (`5` and `"5"` both hash `"5"`), JSON columns as the source's text.
+ */
+import { createHash } from 'node:crypto';
+import { InvalidRecordError } from './errors.ts';
+import type { JsonValue, Row } from './event.ts';
+import type { DecodedChange } from './decoded.ts';
+
+/** The rules of one table: columns to mask and columns to leave out. */
+export interface ColumnRules {
+  mask: readonly string[];
+  exclude: readonly string[];
+}
+
+export const NO_COLUMN_RULES: ColumnRules = Object.freeze({ mask: Object.freeze([]), exclude: Object.freeze([]) });
+
+/** The text a value is hashed from (see the module comment). */
+function maskText(value: Exclude<JsonValue, null>): string {
+  if (typeof value === 'string') return value;
+  if (typeof value === 'number' || typeof value === 'boolean') return String(value);
+  return JSON.stringify(value);
+}
+
+/** Masks one value: lower-case hex SHA-256 of its text; null stays null. */
+export function maskValue(value: JsonValue): string | null {
+  if (value === null) return null;
+  return createHash('sha256').update(maskText(value), 'utf8').digest('hex');
+}
+
+/**
+ * Returns a new row with excluded columns absent and masked columns replaced by `maskValue`.
+ * Columns the row does not hold stay absent (absent is not null). The input is not changed.
+ */
+export function applyColumnRules(row: Row, rules: ColumnRules): Row {
+  if (rules.mask.length === 0 && rules.exclude.length === 0) return { ...row };
+  const out: Row = {};
+  for (const [name, value] of Object.entries(row)) {
+    if (rules.exclude.includes(name)) continue;
+    out[name] = rules.mask.includes(name) ? maskValue(value) : value;
+  }
+  return out;
+}
+
+/**
+ * Applies the rules to every image of a decoded change (`after`, `before`) and drops excluded
+ * columns from `missing`. A rule on a primary-key column is refused (`InvalidRecordError` naming
+ * the column): keys are never masked or excluded, the table configuration refuses it up front.
+ */
+export function applyColumnRulesToChange<T extends Pick<DecodedChange, 'table' | 'key' | 'after' | 'before' | 'missing'>>(change: T, rules: ColumnRules): T {
+  if (rules.mask.length === 0 && rules.exclude.length === 0) return change;
+  for (const k of Object.keys(change.key)) {
+    if (rules.mask.includes(k) || rules.exclude.includes(k)) {
+      throw new InvalidRecordError(`key.${k}`, `primary-key column of ${change.table} is declared mask or exclude; keys are never masked`);
+    }
+  }
+  return {
+    ...change,
+    after: change.after === null ? null : applyColumnRules(change.after, rules),
+    before: change.before === null ? null : applyColumnRules(change.before, rules),
+    missing: change.missing.filter((m) => !rules.exclude.includes(m)),
+  };
+}

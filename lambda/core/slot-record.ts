@@ -1,0 +1,204 @@
+/**
+ * The raw record format of the built-in slot capture (the local stand-in for DMS).
+ *
+ * The slot capture reads a logical replication slot (plugin `test_decoding`), groups the output
+ * into committed transactions (`test-decoding.ts` parses the text) and publishes one JSON record
+ * per row change to the raw stream, exactly where DMS would publish its records on AWS. The
+ * normalizer (and `cdc decode`) read these records with `slot-decoder.ts`.
+ *
+ * ```json
+ * { "format": "cdc-slot/1", "source": "orders", "xid": "754",
+ *   "commitLsn": "0/1752928", "commitTs": "2026-11-29T13:05:21.188736Z", "index": 0,
+ *   "table": "public.t1", "op": "update", "key": ["id"],
+ *   "columns": [{ "name": "id", "type": "integer", "value": 2 }, { "name": "v", "type": "text", "value": "z" }],
+ *   "oldKey": [{ "name": "id", "type": "integer", "value": 1 }],
+ *   "unchanged": ["big"] }
+ * ```
+ *
+ * Fields:
+ * - `format`: always `cdc-slot/1` (this is how a reader tells slot records from DMS records).
+ * - `source`: source id of the capturing `CdcSource`.
+ * - `xid`: source transaction id, as text.
+ * - `commitLsn`: commit LSN of the transaction in PostgreSQL's text form (`X/Y`). Together with
+ *   `index` it is the record's position (`makePosition(commitLsn, index)`).
+ * - `commitTs`: commit time, ISO-8601 in UTC.
+ * - `index`: index of the record within its transaction, from 0.
+ * - `table`: `schema.table` as named in the source (unquoted; neither part may contain a dot).
+ * - `op`: `insert`, `update`, `delete` or `truncate`.
+ * - `key`: primary-key column names in key order (empty only for `truncate`).
+ * - `columns`: the new tuple's delivered columns in table order (insert, update); `null` for
+ *   delete and truncate.
+ * - `oldKey`: the old key (or the whole old row under `REPLICA IDENTITY FULL`) for updates that
+ *   changed the replica identity and for deletes; otherwise `null`.
+ * - `unchanged`: columns whose value was not delivered because it is an unchanged TOAST value
+ *   (they are absent from `columns`; absent is not null).
+ */
+import { InvalidRecordError } from './errors.ts';
+import { isSourceId, type JsonValue } from './event.ts';
+import { parseLsn } from './position.ts';
+
+export const SLOT_RECORD_FORMAT = 'cdc-slot/1';
+
+export type SlotOp = 'insert' | 'update' | 'delete' | 'truncate';
+export const SLOT_OPS: readonly SlotOp[] = ['insert', 'update', 'delete', 'truncate'];
+
+/** One column of a tuple: name, source type name (as PostgreSQL prints it) and JSON value. */
+export interface SlotColumn {
+  name: string;
+  type: string;
+  value: JsonValue;
+}
+
+/** One raw record of the slot capture (see the module comment for the meaning of each field). */
+export interface SlotRecord {
+  format: typeof SLOT_RECORD_FORMAT;
+  source: string;
+  xid: string;
+  commitLsn: string;
+  commitTs: string;
+  index: number;
+  table: string;
+  op: SlotOp;
+  key: string[];
+  columns: SlotColumn[] | null;
+  oldKey: SlotColumn[] | null;
+  unchanged: string[];
+}
+
+const TABLE_ID = /^[^.]+\.[^.]+$/;
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function describe(v: unknown): string {
+  if (v === null) return 'null';
+  if (v === undefined) return 'nothing';
+  if (Array.isArray(v)) return 'an array';
+  return typeof v === 'string' ? JSON.stringify(v.length > 40 ? `${v.slice(0, 40)}…` : v) : typeof v;
+}
+
+function isJsonValue(v: unknown): v is JsonValue {
+  if (v === null || typeof v === 'string' || typeof v === 'boolean') return true;
+  if (typeof v === 'number') return Number.isFinite(v);
+  if (Array.isArray(v)) return v.every(isJsonValue);
+  if (isPlainObject(v)) return Object.values(v).every(isJsonValue);
+  return false;
+}
+
+function names(v: unknown, field: string, allowEmpty: boolean): string[] {
+  if (!Array.isArray(v)) throw new InvalidRecordError(field, `expected an array of column names, got ${describe(v)}`);
+  v.forEach((n, i) => {
+    if (typeof n !== 'string' || n === '') throw new InvalidRecordError(`${field}[${i}]`, `expected a column name, got ${describe(n)}`);
+  });
+  if (!allowEmpty && v.length === 0) throw new InvalidRecordError(field, 'expected at least one column name');
+  if (new Set(v).size !== v.length) throw new InvalidRecordError(field, 'a column is named twice');
+  return v as string[];
+}
+
+function tuple(v: unknown, field: string): SlotColumn[] | null {
+  if (v === null || v === undefined) return null;
+  if (!Array.isArray(v)) throw new InvalidRecordError(field, `expected an array of columns or null, got ${describe(v)}`);
+  const seen = new Set<string>();
+  return v.map((c, i) => {
+    const at = `${field}[${i}]`;
+    if (!isPlainObject(c)) throw new InvalidRecordError(at, `expected {name, type, value}, got ${describe(c)}`);
+    if (typeof c.name !== 'string' || c.name === '') throw new InvalidRecordError(`${at}.name`, `expected a column name, got ${describe(c.name)}`);
+    if (seen.has(c.name)) throw new InvalidRecordError(`${at}.name`, `column ${JSON.stringify(c.name)} appears twice`);
+    seen.add(c.name);
+    if (typeof c.type !== 'string' || c.type === '') throw new InvalidRecordError(`${at}.type`, `expected a type name, got ${describe(c.type)}`);
+    if (!('value' in c) || !isJsonValue(c.value)) throw new InvalidRecordError(`${at}.value`, `expected a JSON value, got ${describe(c.value)}`);
+    return { name: c.name, type: c.type, value: c.value };
+  });
+}
+
+/**
+ * Checks that `value` is a well-formed slot record and returns it typed. Throws
+ * `InvalidRecordError` naming the first field that is wrong (`commitLsn`, `columns[2].type`, …).
+ */
+export function validateSlotRecord(value: unknown): SlotRecord {
+  if (!isPlainObject(value)) throw new InvalidRecordError('record', `expected a JSON object, got ${describe(value)}`);
+  const r = value;
+  if (r.format !== SLOT_RECORD_FORMAT) throw new InvalidRecordError('format', `expected ${JSON.stringify(SLOT_RECORD_FORMAT)}, got ${describe(r.format)}`);
+  if (!isSourceId(r.source)) throw new InvalidRecordError('source', `expected a lower-case identifier, got ${describe(r.source)}`);
+  if (typeof r.xid !== 'string' || !/^[0-9]+$/.test(r.xid)) throw new InvalidRecordError('xid', `expected a transaction id as decimal text, got ${describe(r.xid)}`);
+  if (typeof r.commitLsn !== 'string') throw new InvalidRecordError('commitLsn', `expected an LSN like '0/1752928', got ${describe(r.commitLsn)}`);
+  parseLsn(r.commitLsn, 'commitLsn');
+  if (typeof r.commitTs !== 'string' || Number.isNaN(Date.parse(r.commitTs))) throw new InvalidRecordError('commitTs', `expected an ISO-8601 timestamp, got ${describe(r.commitTs)}`);
+  if (typeof r.index !== 'number' || !Number.isInteger(r.index) || r.index < 0 || r.index > 0xffffffff) {
+    throw new InvalidRecordError('index', `expected the record's index within its transaction (an integer from 0), got ${describe(r.index)}`);
+  }
+  if (typeof r.table !== 'string' || !TABLE_ID.test(r.table)) throw new InvalidRecordError('table', `expected 'schema.table', got ${describe(r.table)}`);
+  if (typeof r.op !== 'string' || !(SLOT_OPS as readonly string[]).includes(r.op)) {
+    throw new InvalidRecordError('op', `expected one of ${SLOT_OPS.join(', ')}, got ${describe(r.op)}`);
+  }
+  const op = r.op as SlotOp;
+  const key = names(r.key, 'key', op === 'truncate');
+  const columns = tuple(r.columns, 'columns');
+  const oldKey = tuple(r.oldKey, 'oldKey');
+  const unchanged = names(r.unchanged ?? [], 'unchanged', true);
+  if ((op === 'insert' || op === 'update') && columns === null) throw new InvalidRecordError('columns', `an ${op} carries the new tuple`);
+  if ((op === 'delete' || op === 'truncate') && columns !== null) throw new InvalidRecordError('columns', `a ${op} carries no new tuple`);
+  if (op === 'delete' && oldKey === null) throw new InvalidRecordError('oldKey', 'a delete carries the old key (the table has no replica identity?)');
+  if ((op === 'insert' || op === 'truncate') && oldKey !== null) throw new InvalidRecordError('oldKey', `an ${op} carries no old key`);
+  if (op !== 'update' && unchanged.length > 0) throw new InvalidRecordError('unchanged', `only an update can leave columns undelivered, not a ${op}`);
+  for (const u of unchanged) {
+    if (columns?.some((c) => c.name === u)) throw new InvalidRecordError('unchanged', `column ${JSON.stringify(u)} is both delivered and unchanged`);
+  }
+  return {
+    format: SLOT_RECORD_FORMAT,
+    source: r.source,
+    xid: r.xid,
+    commitLsn: r.commitLsn,
+    commitTs: r.commitTs,
+    index: r.index,
+    table: r.table,
+    op,
+    key,
+    columns,
+    oldKey,
+    unchanged,
+  };
+}
+
+/** The transaction a record belongs to, as the capture knows it from the `COMMIT` line. */
+export interface SlotTransaction {
+  source: string;
+  xid: string;
+  /** Commit LSN (`X/Y`): the LSN the slot reports for the transaction's `COMMIT`. */
+  commitLsn: string;
+  /** Commit time, ISO-8601. */
+  commitTs: string;
+}
+
+/** One row change as the capture parsed it (shape of `TestDecodingChange` from test-decoding.ts). */
+export interface SlotChange {
+  /** `schema.table` */
+  table: string;
+  op: SlotOp;
+  columns: SlotColumn[] | null;
+  oldKey: SlotColumn[] | null;
+  unchanged: string[];
+}
+
+/**
+ * Builds a validated slot record from the transaction it belongs to, the record's index in that
+ * transaction, the parsed change and the table's primary-key columns. Used by the slot capture;
+ * throws `InvalidRecordError` naming the field if the result would not be a valid record.
+ */
+export function buildSlotRecord(tx: SlotTransaction, index: number, change: SlotChange, key: readonly string[]): SlotRecord {
+  return validateSlotRecord({
+    format: SLOT_RECORD_FORMAT,
+    source: tx.source,
+    xid: tx.xid,
+    commitLsn: tx.commitLsn,
+    commitTs: tx.commitTs,
+    index,
+    table: change.table,
+    op: change.op,
+    key: change.op === 'truncate' ? [] : [...key],
+    columns: change.columns,
+    oldKey: change.oldKey,
+    unchanged: change.unchanged,
+  });
+}

@@ -1,0 +1,149 @@
+/**
+ * Captured-table settings: what the constructs pass to the handlers in the environment variable
+ * `CDC_TABLE_CONFIG` (`EnvName.TABLE_CONFIG`), a JSON array with one entry per captured table:
+ *
+ * ```json
+ * [{ "table": "public.customers", "key": ["id"], "deleteMode": "soft", "mask": ["email"], "exclude": ["ssn"] }]
+ * ```
+ *
+ * - `table`: `schema.table` as named in the source.
+ * - `key`: primary-key columns, in key order, when declared (DMS records do not name the key).
+ * - `deleteMode`: `soft` (default, invariant 7) or `hard`.
+ * - `mask`, `exclude`: column rules applied at capture (`masking.ts`); default empty.
+ *
+ * The parser refuses, naming the array index and field: a malformed entry, an unknown field (a
+ * misspelt `mask` must not silently switch masking off), a table listed twice, a column that is
+ * both masked and excluded, and a key column that is masked or excluded.
+ */
+import { CdcError } from './errors.ts';
+import type { DeleteMode } from './control-plane.ts';
+import { NO_COLUMN_RULES, type ColumnRules } from './masking.ts';
+
+export interface TableConfig {
+  table: string;
+  key?: string[];
+  deleteMode: DeleteMode;
+  mask: string[];
+  exclude: string[];
+}
+
+/** A table configuration that cannot be used. `field` names the entry and field (`CDC_TABLE_CONFIG[2].mask[0]`). */
+export class TableConfigError extends CdcError {
+  constructor(
+    readonly field: string,
+    message: string,
+  ) {
+    super('INVALID_TABLE_CONFIG', `${field}: ${message}`);
+  }
+}
+
+const TABLE_ID = /^[^.\s]+\.[^.\s]+$/;
+const FIELDS = new Set(['table', 'key', 'deleteMode', 'mask', 'exclude']);
+const DELETE_MODES: readonly DeleteMode[] = ['soft', 'hard'];
+
+function describe(v: unknown): string {
+  if (v === null) return 'null';
+  if (v === undefined) return 'nothing';
+  if (Array.isArray(v)) return 'an array';
+  return typeof v === 'string' ? JSON.stringify(v) : typeof v;
+}
+
+function columnList(v: unknown, field: string): string[] {
+  if (!Array.isArray(v)) throw new TableConfigError(field, `expected an array of column names, got ${describe(v)}`);
+  v.forEach((c, i) => {
+    if (typeof c !== 'string' || c === '') throw new TableConfigError(`${field}[${i}]`, `expected a column name, got ${describe(c)}`);
+  });
+  const dup = v.find((c, i) => v.indexOf(c) !== i);
+  if (dup !== undefined) throw new TableConfigError(field, `column ${JSON.stringify(dup)} is listed twice`);
+  return [...(v as string[])];
+}
+
+/** Refuses a key column that is masked or excluded (keys are never masked: they identify rows in every sink). */
+export function checkKeyAgainstRules(table: string, key: readonly string[], rules: ColumnRules, field = 'key'): void {
+  for (const k of key) {
+    if (rules.mask.includes(k)) throw new TableConfigError(field, `key column ${JSON.stringify(k)} of ${table} cannot be masked`);
+    if (rules.exclude.includes(k)) throw new TableConfigError(field, `key column ${JSON.stringify(k)} of ${table} cannot be excluded`);
+  }
+}
+
+/** Validates an already parsed configuration. `origin` prefixes field names in errors. */
+export function validateTableConfig(value: unknown, origin = 'CDC_TABLE_CONFIG'): TableConfig[] {
+  if (!Array.isArray(value)) throw new TableConfigError(origin, `expected a JSON array of table settings, got ${describe(value)}`);
+  const seen = new Map<string, number>();
+  return value.map((entry, i): TableConfig => {
+    const at = `${origin}[${i}]`;
+    if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) throw new TableConfigError(at, `expected an object, got ${describe(entry)}`);
+    const e = entry as Record<string, unknown>;
+    for (const f of Object.keys(e)) {
+      if (!FIELDS.has(f)) throw new TableConfigError(`${at}.${f}`, `unknown field (known: ${[...FIELDS].join(', ')})`);
+    }
+    if (typeof e.table !== 'string' || !TABLE_ID.test(e.table)) throw new TableConfigError(`${at}.table`, `expected 'schema.table', got ${describe(e.table)}`);
+    const earlier = seen.get(e.table);
+    if (earlier !== undefined) throw new TableConfigError(`${at}.table`, `${e.table} is configured twice (also at index ${earlier})`);
+    seen.set(e.table, i);
+    const deleteMode = e.deleteMode ?? 'soft';
+    if (typeof deleteMode !== 'string' || !(DELETE_MODES as readonly string[]).includes(deleteMode)) {
+      throw new TableConfigError(`${at}.deleteMode`, `expected 'soft' or 'hard', got ${describe(deleteMode)}`);
+    }
+    const mask = e.mask === undefined ? [] : columnList(e.mask, `${at}.mask`);
+    const exclude = e.exclude === undefined ? [] : columnList(e.exclude, `${at}.exclude`);
+    const both = mask.find((m) => exclude.includes(m));
+    if (both !== undefined) throw new TableConfigError(`${at}.exclude`, `column ${JSON.stringify(both)} is both masked and excluded; choose one`);
+    const config: TableConfig = { table: e.table, deleteMode: deleteMode as DeleteMode, mask, exclude };
+    if (e.key !== undefined) {
+      const key = columnList(e.key, `${at}.key`);
+      if (key.length === 0) throw new TableConfigError(`${at}.key`, 'a declared key names at least one column');
+      checkKeyAgainstRules(e.table, key, config, `${at}.key`);
+      config.key = key;
+    }
+    return config;
+  });
+}
+
+/** Parses the JSON text of `CDC_TABLE_CONFIG`. An unset variable is an error: masking must never be off by accident. */
+export function parseTableConfig(text: string | undefined, origin = 'CDC_TABLE_CONFIG'): TableConfig[] {
+  if (text === undefined || text.trim() === '') throw new TableConfigError(origin, 'not set (expected a JSON array of table settings; [] for none)');
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    throw new TableConfigError(origin, `not valid JSON: ${(e as Error).message}`);
+  }
+  return validateTableConfig(value, origin);
+}
+
+/** Lookups over a validated configuration. A table that is not configured has no key, no rules and soft deletes. */
+export class TableConfigIndex {
+  private readonly byTable: ReadonlyMap<string, TableConfig>;
+
+  constructor(readonly configs: readonly TableConfig[]) {
+    this.byTable = new Map(configs.map((c) => [c.table, c]));
+  }
+
+  get(table: string): TableConfig | undefined {
+    return this.byTable.get(table);
+  }
+
+  has(table: string): boolean {
+    return this.byTable.has(table);
+  }
+
+  tables(): string[] {
+    return [...this.byTable.keys()];
+  }
+
+  /** Declared primary-key columns, or null when the configuration does not declare them. */
+  keyColumns(table: string): string[] | null {
+    const key = this.byTable.get(table)?.key;
+    return key ? [...key] : null;
+  }
+
+  columnRules(table: string): ColumnRules {
+    const c = this.byTable.get(table);
+    return c ? { mask: c.mask, exclude: c.exclude } : NO_COLUMN_RULES;
+  }
+
+  deleteMode(table: string): DeleteMode {
+    return this.byTable.get(table)?.deleteMode ?? 'soft';
+  }
+}
