@@ -7,7 +7,8 @@
  * ```
  *
  * - `table`: `schema.table` as named in the source.
- * - `key`: primary-key columns, in key order, when declared (DMS records do not name the key).
+ * - `key`: primary-key columns, in key order, when declared (DMS records do not name the key);
+ *   absent, null or `[]` means not declared.
  * - `deleteMode`: `soft` (default, invariant 7) or `hard`.
  * - `mask`, `exclude`: column rules applied at capture (`masking.ts`); default empty.
  *
@@ -90,11 +91,10 @@ export function validateTableConfig(value: unknown, origin = 'CDC_TABLE_CONFIG')
     const both = mask.find((m) => exclude.includes(m));
     if (both !== undefined) throw new TableConfigError(`${at}.exclude`, `column ${JSON.stringify(both)} is both masked and excluded; choose one`);
     const config: TableConfig = { table: e.table, deleteMode: deleteMode as DeleteMode, mask, exclude };
-    if (e.key !== undefined) {
+    if (e.key !== undefined && e.key !== null) {
       const key = columnList(e.key, `${at}.key`);
-      if (key.length === 0) throw new TableConfigError(`${at}.key`, 'a declared key names at least one column');
       checkKeyAgainstRules(e.table, key, config, `${at}.key`);
-      config.key = key;
+      if (key.length > 0) config.key = key; // [] = not declared
     }
     return config;
   });

@@ -45,7 +45,7 @@ describe('table configuration', () => {
     [[{ table: 'public.a', mask: ['email', ''] }], 'CDC_TABLE_CONFIG[0].mask[1]', /column name/],
     [[{ table: 'public.a', exclude: ['x', 'x'] }], 'CDC_TABLE_CONFIG[0].exclude', /listed twice/],
     [[{ table: 'public.a', mask: ['x'], exclude: ['x'] }], 'CDC_TABLE_CONFIG[0].exclude', /both masked and excluded/],
-    [[{ table: 'public.a', key: [] }], 'CDC_TABLE_CONFIG[0].key', /at least one column/],
+    [[{ table: 'public.a', key: ['id', 7] }], 'CDC_TABLE_CONFIG[0].key[1]', /column name/],
     [[{ table: 'public.a' }, { table: 'public.b', key: ['id'], mask: ['id'] }], 'CDC_TABLE_CONFIG[1].key', /key column "id" of public\.b cannot be masked/],
     [[{ table: 'public.b', key: ['id', 'x'], exclude: ['x'] }], 'CDC_TABLE_CONFIG[0].key', /cannot be excluded/],
   ] as [unknown, string, RegExp][])('refuses %j at %s', (value, field, message) => {
@@ -59,6 +59,13 @@ describe('table configuration', () => {
       return;
     }
     throw new Error('expected an error');
+  });
+
+  it('an empty or null key is not declared', () => {
+    const [a, b] = validateTableConfig([{ table: 'public.a', key: [] }, { table: 'public.b', key: null }]);
+    expect(a).not.toHaveProperty('key');
+    expect(b).not.toHaveProperty('key');
+    expect(new TableConfigIndex([a!]).keyColumns('public.a')).toBeNull();
   });
 
   it('checks a key learned later against the rules', () => {
