@@ -23,6 +23,8 @@ export const EnvName = {
   SOURCE_URL: 'CDC_SOURCE_URL',
   /** Schema of the heartbeat table on the source. */
   HEARTBEAT_SCHEMA: 'CDC_HEARTBEAT_SCHEMA',
+  /** Heartbeats the writer sends per invocation, 10 s apart (the schedule starts it every minute). */
+  HEARTBEAT_BEATS: 'CDC_HEARTBEAT_BEATS',
   /** Endpoint override for AWS clients (local stand-ins). */
   AWS_ENDPOINT: 'CDC_AWS_ENDPOINT',
   POWERTOOLS_SERVICE_NAME: 'POWERTOOLS_SERVICE_NAME',
