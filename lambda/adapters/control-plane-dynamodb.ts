@@ -1,0 +1,625 @@
+/**
+ * The control plane on DynamoDB (DESIGN §5.3): one table, partition key `pk` (S) and sort key
+ * `sk` (S), implementing the `ControlPlane` port.
+ *
+ * Items (`<…>` are values; a source or sink id never contains `#`, so the first `#`-separated
+ * field after the prefix is the source or sink and the rest is the table id):
+ *
+ * | pk                          | sk                        | item                                                  |
+ * |-----------------------------|---------------------------|-------------------------------------------------------|
+ * | `SOURCES`                   | `SOURCE#<source>`         | a source that has tables (so all tables can be listed) |
+ * | `SOURCE#<source>`           | `TABLE#<table>`           | table record: state, current version, delete mode, …  |
+ * | `SCHEMA#<source>#<table>`   | `V#<version, 9 digits>`   | schema version: columns, key, effective position       |
+ * | `SINK#<sink>`               | `TABLE#<source>#<table>`  | sink progress: applied high-water mark, held-from      |
+ * | `CHECKPOINT#<consumer>`     | `SHARD#<shard id>`        | local event-source poller checkpoint                   |
+ * | `AUDIT`                     | `<ISO time>#<uuid>`       | append-only audit entry (detail as JSON text)          |
+ * | `DEADLETTER#<stage>`        | `<ISO time>#<uuid>`       | dead letter with reason, origin and the record text    |
+ * | `DEADLETTERS`               | `STAGE#<stage>`           | a stage that has dead letters (so all can be listed)   |
+ *
+ * The audit log is one partition, read in time order: it holds state changes, schema versions
+ * and operator actions (never per-event traffic), far below one partition's write capacity.
+ *
+ * Rules kept here:
+ * - Every state change and its audit entry are one `TransactWriteItems` (registerTable,
+ *   addSchemaVersion, setTableState, releaseSinkTable, a dead letter that degrades its table).
+ * - registerTable and addSchemaVersion are conditional (`attribute_not_exists`, `currentVersion
+ *   = :previous`), so of two racing writers exactly one wins and the other gets `false`.
+ * - advanceSinkProgress never lowers the high-water mark and holdSinkTable keeps the lowest
+ *   held position: both are condition expressions on the item, not read-then-write.
+ * - Every read is strongly consistent (`ConsistentRead: true`); every Query follows
+ *   `LastEvaluatedKey` to the end.
+ * - A transaction cancelled by a conflicting concurrent transaction is retried (bounded).
+ */
+import { randomUUID } from 'node:crypto';
+import {
+  ConditionalCheckFailedException,
+  CreateTableCommand,
+  DescribeTableCommand,
+  GetItemCommand,
+  PutItemCommand,
+  QueryCommand,
+  ResourceInUseException,
+  TransactionCanceledException,
+  TransactWriteItemsCommand,
+  UpdateItemCommand,
+  waitUntilTableExists,
+  type AttributeValue,
+  type DynamoDBClient,
+  type QueryCommandInput,
+  type TransactWriteItem,
+} from '@aws-sdk/client-dynamodb';
+import { marshall, unmarshall } from '@aws-sdk/util-dynamodb';
+import { CdcError } from '../core/errors.ts';
+import { assertPosition, type Position } from '../core/position.ts';
+import type {
+  AuditEntry,
+  ControlPlane,
+  DeadLetter,
+  SchemaVersion,
+  SinkTableProgress,
+  TableRecord,
+  TableState,
+} from '../core/control-plane.ts';
+
+type Item = Record<string, AttributeValue>;
+type Plain = Record<string, unknown>;
+
+const TABLE_STATES: readonly TableState[] = ['active', 'paused', 'needs-resnapshot', 'degraded'];
+/** The record text of a dead letter is cut here (UTF-8 bytes) so the item stays under DynamoDB's 400 KB. */
+const DEAD_LETTER_RECORD_BYTES = 300 * 1024;
+const DEAD_LETTER_REASON_BYTES = 16 * 1024;
+const MAX_VERSION = 999_999_999;
+const TRANSACTION_ATTEMPTS = 6;
+
+const key = {
+  sources: () => ({ pk: 'SOURCES' }),
+  source: (source: string) => ({ pk: 'SOURCES', sk: `SOURCE#${source}` }),
+  table: (source: string, table: string) => ({ pk: `SOURCE#${source}`, sk: `TABLE#${table}` }),
+  schema: (source: string, table: string, version: number) => ({ pk: `SCHEMA#${source}#${table}`, sk: `V#${String(version).padStart(9, '0')}` }),
+  sink: (sink: string, source: string, table: string) => ({ pk: `SINK#${sink}`, sk: `TABLE#${source}#${table}` }),
+  checkpoint: (consumer: string, shardId: string) => ({ pk: `CHECKPOINT#${consumer}`, sk: `SHARD#${shardId}` }),
+  audit: (at: string) => ({ pk: 'AUDIT', sk: `${sortableTime(at)}#${randomUUID()}` }),
+  deadLetter: (stage: string, at: string) => ({ pk: `DEADLETTER#${stage}`, sk: `${sortableTime(at)}#${randomUUID()}` }),
+  deadLetterStage: (stage: string) => ({ pk: 'DEADLETTERS', sk: `STAGE#${stage}` }),
+};
+
+/** ISO-8601 in UTC with milliseconds, so that string order is time order whatever form the caller used. */
+function sortableTime(at: string): string {
+  const t = Date.parse(at);
+  if (Number.isNaN(t)) throw new CdcError('INVALID_ARGUMENT', `expected an ISO-8601 time, got ${JSON.stringify(at)}`);
+  return new Date(t).toISOString();
+}
+
+function toItem(value: Plain): Item {
+  return marshall(value, { removeUndefinedValues: true });
+}
+
+function cutUtf8(text: string, maxBytes: number): { text: string; cut: boolean } {
+  const bytes = Buffer.from(text, 'utf8');
+  if (bytes.length <= maxBytes) return { text, cut: false };
+  // A cut inside a multi-byte character decodes to U+FFFD: drop it.
+  return { text: bytes.subarray(0, maxBytes).toString('utf8').replace(/\uFFFD+$/, ''), cut: true };
+}
+
+function nonEmpty(value: string, what: string): string {
+  if (typeof value !== 'string' || value === '') throw new CdcError('INVALID_ARGUMENT', `${what} must be a non-empty string, got ${JSON.stringify(value)}`);
+  return value;
+}
+
+function notRegistered(source: string, table: string): CdcError {
+  return new CdcError('TABLE_NOT_REGISTERED', `table ${table} of source ${source} is not registered in the control plane`);
+}
+
+type TransactOutcome = { ok: true } | { ok: false; reasons: string[] };
+
+/** Creates the control table (pk/sk strings, on-demand) if it does not exist, and waits until it is active. */
+export async function createControlTable(client: DynamoDBClient, name: string): Promise<void> {
+  try {
+    await client.send(
+      new CreateTableCommand({
+        TableName: name,
+        BillingMode: 'PAY_PER_REQUEST',
+        AttributeDefinitions: [
+          { AttributeName: 'pk', AttributeType: 'S' },
+          { AttributeName: 'sk', AttributeType: 'S' },
+        ],
+        KeySchema: [
+          { AttributeName: 'pk', KeyType: 'HASH' },
+          { AttributeName: 'sk', KeyType: 'RANGE' },
+        ],
+      }),
+    );
+  } catch (e) {
+    if (!(e instanceof ResourceInUseException)) throw e;
+    const described = await client.send(new DescribeTableCommand({ TableName: name }));
+    const schema = described.Table?.KeySchema ?? [];
+    const ok = schema.length === 2 && schema.some((k) => k.AttributeName === 'pk' && k.KeyType === 'HASH') && schema.some((k) => k.AttributeName === 'sk' && k.KeyType === 'RANGE');
+    if (!ok) throw new CdcError('INVALID_CONTROL_TABLE', `table ${name} exists but its key is not pk (HASH) + sk (RANGE): ${JSON.stringify(schema)}`);
+  }
+  await waitUntilTableExists({ client, maxWaitTime: 120, minDelay: 1, maxDelay: 5 }, { TableName: name });
+}
+
+/** The `ControlPlane` port on one DynamoDB table (see the module comment for the item layout). */
+export class DynamoDbControlPlane implements ControlPlane {
+  constructor(
+    private readonly client: DynamoDBClient,
+    private readonly tableName: string,
+  ) {}
+
+  // -------------------------------------------------------------------------------------------
+  // Tables and schema versions
+
+  async getTable(source: string, table: string): Promise<TableRecord | null> {
+    const item = await this.get(key.table(source, table));
+    return item ? tableFromItem(item) : null;
+  }
+
+  async listTables(source?: string): Promise<TableRecord[]> {
+    if (source !== undefined) {
+      const items = await this.query({ pk: `SOURCE#${source}`, skPrefix: 'TABLE#' });
+      return items.map(tableFromItem).sort((a, b) => (a.table < b.table ? -1 : a.table > b.table ? 1 : 0));
+    }
+    const sources = (await this.query({ pk: key.sources().pk, skPrefix: 'SOURCE#' })).map((i) => String(i.source)).sort();
+    const out: TableRecord[] = [];
+    for (const s of sources) out.push(...(await this.listTables(s)));
+    return out;
+  }
+
+  async getSchemaVersion(source: string, table: string, version: number): Promise<SchemaVersion | null> {
+    if (!Number.isInteger(version) || version < 1 || version > MAX_VERSION) return null;
+    const item = await this.get(key.schema(source, table, version));
+    return item ? schemaFromItem(item) : null;
+  }
+
+  async listSchemaVersions(source: string, table: string): Promise<SchemaVersion[]> {
+    const items = await this.query({ pk: `SCHEMA#${source}#${table}`, skPrefix: 'V#' });
+    return items.map(schemaFromItem);
+  }
+
+  async registerTable(table: TableRecord, schema: SchemaVersion, audit: AuditEntry): Promise<boolean> {
+    nonEmpty(table.source, 'table.source');
+    nonEmpty(table.table, 'table.table');
+    if (schema.source !== table.source || schema.table !== table.table) {
+      throw new CdcError('INVALID_ARGUMENT', `schema version is for ${schema.source}/${schema.table}, table record for ${table.source}/${table.table}`);
+    }
+    if (schema.version !== table.currentVersion) {
+      throw new CdcError('INVALID_ARGUMENT', `table record names current version ${table.currentVersion} but the schema version is ${schema.version}`);
+    }
+    checkState(table.state);
+    checkSchema(schema);
+    const outcome = await this.transact([
+      { Put: { TableName: this.tableName, Item: tableToItem(table), ConditionExpression: 'attribute_not_exists(pk)' } },
+      { Put: { TableName: this.tableName, Item: schemaToItem(schema), ConditionExpression: 'attribute_not_exists(pk)' } },
+      {
+        Update: {
+          TableName: this.tableName,
+          Key: toItem(key.source(table.source)),
+          UpdateExpression: 'SET #kind = :kind, #source = :source, #first = if_not_exists(#first, :now)',
+          ExpressionAttributeNames: { '#kind': 'kind', '#source': 'source', '#first': 'firstSeenAt' },
+          ExpressionAttributeValues: toItem({ ':kind': 'source', ':source': table.source, ':now': new Date().toISOString() }),
+        },
+      },
+      this.auditPut(audit),
+    ]);
+    if (outcome.ok) return true;
+    if (outcome.reasons[0] === 'ConditionalCheckFailed') return false;
+    if (outcome.reasons[1] === 'ConditionalCheckFailed') {
+      throw new CdcError('CONTROL_PLANE_INCONSISTENT', `schema version ${schema.version} of ${table.source}/${table.table} exists but the table record does not`);
+    }
+    throw transactionFailed('registerTable', outcome.reasons);
+  }
+
+  async addSchemaVersion(schema: SchemaVersion, audit: AuditEntry): Promise<boolean> {
+    checkSchema(schema);
+    if (schema.version < 2) throw new CdcError('INVALID_ARGUMENT', `addSchemaVersion adds version 2 or later (version 1 comes with registerTable), got ${schema.version}`);
+    const now = new Date().toISOString();
+    const outcome = await this.transact([
+      {
+        Update: {
+          TableName: this.tableName,
+          Key: toItem(key.table(schema.source, schema.table)),
+          UpdateExpression: 'SET #cv = :v, #updated = :now',
+          ConditionExpression: '#cv = :previous',
+          ExpressionAttributeNames: { '#cv': 'currentVersion', '#updated': 'updatedAt' },
+          ExpressionAttributeValues: toItem({ ':v': schema.version, ':previous': schema.version - 1, ':now': now }),
+        },
+      },
+      { Put: { TableName: this.tableName, Item: schemaToItem(schema), ConditionExpression: 'attribute_not_exists(pk)' } },
+      this.auditPut(audit),
+    ]);
+    if (outcome.ok) return true;
+    if (outcome.reasons[0] === 'ConditionalCheckFailed') {
+      if ((await this.getTable(schema.source, schema.table)) === null) throw notRegistered(schema.source, schema.table);
+      return false;
+    }
+    if (outcome.reasons[1] === 'ConditionalCheckFailed') {
+      throw new CdcError('CONTROL_PLANE_INCONSISTENT', `schema version ${schema.version} of ${schema.source}/${schema.table} exists although the table's current version is ${schema.version - 1}`);
+    }
+    throw transactionFailed('addSchemaVersion', outcome.reasons);
+  }
+
+  async setTableState(source: string, table: string, state: TableState, reason: string | null, audit: AuditEntry): Promise<void> {
+    checkState(state);
+    const outcome = await this.transact([
+      {
+        Update: {
+          TableName: this.tableName,
+          Key: toItem(key.table(source, table)),
+          UpdateExpression: 'SET #state = :state, #reason = :reason, #updated = :now',
+          ConditionExpression: 'attribute_exists(pk)',
+          ExpressionAttributeNames: { '#state': 'state', '#reason': 'stateReason', '#updated': 'updatedAt' },
+          ExpressionAttributeValues: toItem({ ':state': state, ':reason': reason, ':now': new Date().toISOString() }),
+        },
+      },
+      this.auditPut(audit),
+    ]);
+    if (outcome.ok) return;
+    if (outcome.reasons[0] === 'ConditionalCheckFailed') throw notRegistered(source, table);
+    throw transactionFailed('setTableState', outcome.reasons);
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // Sink progress
+
+  async getSinkProgress(sink: string, source: string, table: string): Promise<SinkTableProgress | null> {
+    const item = await this.get(key.sink(sink, source, table));
+    if (!item) return null;
+    return {
+      sink: String(item.sink),
+      source: String(item.source),
+      table: String(item.table),
+      appliedPosition: typeof item.appliedPosition === 'string' ? item.appliedPosition : null,
+      heldFrom: typeof item.heldFrom === 'string' ? item.heldFrom : null,
+    };
+  }
+
+  async advanceSinkProgress(sink: string, source: string, table: string, appliedPosition: Position): Promise<void> {
+    assertPosition(appliedPosition, 'appliedPosition');
+    await this.conditionalUpdate(
+      key.sink(sink, source, table),
+      'SET #applied = :p, #sink = :sink, #source = :source, #table = :table, #kind = :kind, #updated = :now',
+      'attribute_not_exists(#applied) OR #applied < :p',
+      { '#applied': 'appliedPosition' },
+      { ':p': appliedPosition, ...this.sinkValues(sink, source, table) },
+    );
+  }
+
+  async holdSinkTable(sink: string, source: string, table: string, fromPosition: Position): Promise<void> {
+    assertPosition(fromPosition, 'fromPosition');
+    await this.conditionalUpdate(
+      key.sink(sink, source, table),
+      'SET #held = :p, #sink = :sink, #source = :source, #table = :table, #kind = :kind, #updated = :now',
+      'attribute_not_exists(#held) OR #held > :p',
+      { '#held': 'heldFrom' },
+      { ':p': fromPosition, ...this.sinkValues(sink, source, table) },
+    );
+  }
+
+  async releaseSinkTable(sink: string, source: string, table: string, audit: AuditEntry): Promise<void> {
+    const outcome = await this.transact([
+      {
+        Update: {
+          TableName: this.tableName,
+          Key: toItem(key.sink(sink, source, table)),
+          UpdateExpression: 'SET #sink = :sink, #source = :source, #table = :table, #kind = :kind, #updated = :now REMOVE #held',
+          ExpressionAttributeNames: { ...SINK_NAMES, '#held': 'heldFrom' },
+          ExpressionAttributeValues: toItem(this.sinkValues(sink, source, table)),
+        },
+      },
+      this.auditPut(audit),
+    ]);
+    if (!outcome.ok) throw transactionFailed('releaseSinkTable', outcome.reasons);
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // Checkpoints of the local poller
+
+  async getCheckpoint(consumer: string, shardId: string): Promise<string | null> {
+    const item = await this.get(key.checkpoint(consumer, shardId));
+    return item && typeof item.sequenceNumber === 'string' ? item.sequenceNumber : null;
+  }
+
+  async putCheckpoint(consumer: string, shardId: string, sequenceNumber: string): Promise<void> {
+    nonEmpty(sequenceNumber, 'sequenceNumber');
+    await this.client.send(
+      new PutItemCommand({
+        TableName: this.tableName,
+        Item: toItem({ ...key.checkpoint(consumer, shardId), kind: 'checkpoint', consumer, shardId, sequenceNumber, updatedAt: new Date().toISOString() }),
+      }),
+    );
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // Audit and dead letters
+
+  async appendAudit(entry: AuditEntry): Promise<void> {
+    const put = this.auditPut(entry).Put!;
+    await this.client.send(new PutItemCommand({ TableName: put.TableName, Item: put.Item, ConditionExpression: put.ConditionExpression }));
+  }
+
+  async listAudit(source?: string, table?: string): Promise<AuditEntry[]> {
+    const filters: string[] = [];
+    const names: Record<string, string> = {};
+    const values: Plain = {};
+    if (source !== undefined) {
+      filters.push('#source = :source');
+      names['#source'] = 'source';
+      values[':source'] = source;
+    }
+    if (table !== undefined) {
+      filters.push('#table = :table');
+      names['#table'] = 'table';
+      values[':table'] = table;
+    }
+    const items = await this.query({ pk: 'AUDIT', filter: filters.length ? { expression: filters.join(' AND '), names, values } : undefined });
+    return items.map(auditFromItem);
+  }
+
+  async putDeadLetter(letter: DeadLetter): Promise<void> {
+    nonEmpty(letter.stage, 'letter.stage');
+    nonEmpty(letter.code, 'letter.code');
+    const record = cutUtf8(letter.record ?? '', DEAD_LETTER_RECORD_BYTES);
+    const reason = cutUtf8(letter.reason ?? '', DEAD_LETTER_REASON_BYTES);
+    const item = toItem({
+      ...key.deadLetter(letter.stage, letter.at),
+      kind: 'dead-letter',
+      at: letter.at,
+      stage: letter.stage,
+      source: letter.source,
+      table: letter.table,
+      code: letter.code,
+      reason: reason.text,
+      origin: letter.origin,
+      record: record.text,
+      truncated: letter.truncated || record.cut,
+    });
+    const writes: TransactWriteItem[] = [
+      { Put: { TableName: this.tableName, Item: item, ConditionExpression: 'attribute_not_exists(pk)' } },
+      { Put: { TableName: this.tableName, Item: toItem({ ...key.deadLetterStage(letter.stage), kind: 'dead-letter-stage', stage: letter.stage }) } },
+    ];
+    for (let attempt = 1; ; attempt++) {
+      const current = letter.source !== null && letter.table !== null ? await this.getTable(letter.source, letter.table) : null;
+      if (current === null || current.state !== 'active' || attempt > TRANSACTION_ATTEMPTS) {
+        const outcome = await this.transact(writes);
+        if (!outcome.ok) throw transactionFailed('putDeadLetter', outcome.reasons);
+        return;
+      }
+      const stateReason = `${letter.code}: ${cutUtf8(letter.reason ?? '', 1024).text}`;
+      const outcome = await this.transact([
+        ...writes,
+        {
+          Update: {
+            TableName: this.tableName,
+            Key: toItem(key.table(current.source, current.table)),
+            UpdateExpression: 'SET #state = :degraded, #reason = :reason, #updated = :now',
+            ConditionExpression: '#state = :active',
+            ExpressionAttributeNames: { '#state': 'state', '#reason': 'stateReason', '#updated': 'updatedAt' },
+            ExpressionAttributeValues: toItem({ ':degraded': 'degraded', ':active': 'active', ':reason': stateReason, ':now': new Date().toISOString() }),
+          },
+        },
+        this.auditPut({
+          at: letter.at,
+          actor: letter.stage === 'normalizer' ? 'normalizer' : `applier:${letter.stage}`,
+          action: 'degrade-table',
+          source: current.source,
+          table: current.table,
+          outcome: 'done',
+          detail: { from: 'active', to: 'degraded', code: letter.code, reason: reason.text, origin: letter.origin, stage: letter.stage },
+        }),
+      ]);
+      if (outcome.ok) return;
+      // The table left `active` meanwhile: read it again and store the letter without degrading.
+      if (outcome.reasons[2] !== 'ConditionalCheckFailed') throw transactionFailed('putDeadLetter', outcome.reasons);
+    }
+  }
+
+  async listDeadLetters(stage?: string): Promise<DeadLetter[]> {
+    const stages = stage !== undefined ? [stage] : (await this.query({ pk: 'DEADLETTERS', skPrefix: 'STAGE#' })).map((i) => String(i.stage));
+    const items: Plain[] = [];
+    for (const s of stages) items.push(...(await this.query({ pk: `DEADLETTER#${s}` })));
+    items.sort((a, b) => (String(a.sk) < String(b.sk) ? -1 : String(a.sk) > String(b.sk) ? 1 : 0));
+    return items.map((i) => ({
+      at: String(i.at),
+      stage: String(i.stage),
+      source: typeof i.source === 'string' ? i.source : null,
+      table: typeof i.table === 'string' ? i.table : null,
+      code: String(i.code),
+      reason: String(i.reason),
+      origin: String(i.origin),
+      record: String(i.record),
+      truncated: i.truncated === true,
+    }));
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // DynamoDB plumbing
+
+  private sinkValues(sink: string, source: string, table: string): Plain {
+    return { ':sink': sink, ':source': source, ':table': table, ':kind': 'sink-progress', ':now': new Date().toISOString() };
+  }
+
+  private auditPut(entry: AuditEntry): TransactWriteItem {
+    if (entry.outcome !== 'done' && entry.outcome !== 'refused') throw new CdcError('INVALID_ARGUMENT', `audit outcome must be 'done' or 'refused', got ${JSON.stringify(entry.outcome)}`);
+    nonEmpty(entry.actor, 'audit.actor');
+    nonEmpty(entry.action, 'audit.action');
+    return {
+      Put: {
+        TableName: this.tableName,
+        Item: toItem({
+          ...key.audit(entry.at),
+          kind: 'audit',
+          at: entry.at,
+          actor: entry.actor,
+          action: entry.action,
+          source: entry.source,
+          table: entry.table,
+          outcome: entry.outcome,
+          detail: JSON.stringify(entry.detail ?? {}),
+        }),
+        ConditionExpression: 'attribute_not_exists(pk)',
+      },
+    };
+  }
+
+  private async get(k: { pk: string; sk: string }): Promise<Plain | null> {
+    const out = await this.client.send(new GetItemCommand({ TableName: this.tableName, Key: toItem(k), ConsistentRead: true }));
+    return out.Item ? unmarshall(out.Item) : null;
+  }
+
+  private async query(q: { pk: string; skPrefix?: string; filter?: { expression: string; names: Record<string, string>; values: Plain } | undefined }): Promise<Plain[]> {
+    const names: Record<string, string> = { '#pk': 'pk', ...(q.filter?.names ?? {}) };
+    const values: Plain = { ':pk': q.pk, ...(q.filter?.values ?? {}) };
+    let condition = '#pk = :pk';
+    if (q.skPrefix !== undefined) {
+      names['#sk'] = 'sk';
+      values[':prefix'] = q.skPrefix;
+      condition += ' AND begins_with(#sk, :prefix)';
+    }
+    const input: QueryCommandInput = {
+      TableName: this.tableName,
+      KeyConditionExpression: condition,
+      ExpressionAttributeNames: names,
+      ExpressionAttributeValues: toItem(values),
+      ConsistentRead: true,
+      ...(q.filter ? { FilterExpression: q.filter.expression } : {}),
+    };
+    const out: Plain[] = [];
+    let start: Item | undefined;
+    do {
+      const page = await this.client.send(new QueryCommand({ ...input, ...(start ? { ExclusiveStartKey: start } : {}) }));
+      for (const i of page.Items ?? []) out.push(unmarshall(i));
+      start = page.LastEvaluatedKey;
+    } while (start);
+    return out;
+  }
+
+  /** An UpdateItem whose failed condition means "nothing to do" (the stored value already wins). */
+  private async conditionalUpdate(k: { pk: string; sk: string }, update: string, condition: string, names: Record<string, string>, values: Plain): Promise<void> {
+    try {
+      await this.client.send(
+        new UpdateItemCommand({
+          TableName: this.tableName,
+          Key: toItem(k),
+          UpdateExpression: update,
+          ConditionExpression: condition,
+          ExpressionAttributeNames: { ...SINK_NAMES, ...names },
+          ExpressionAttributeValues: toItem(values),
+        }),
+      );
+    } catch (e) {
+      if (e instanceof ConditionalCheckFailedException) return;
+      throw e;
+    }
+  }
+
+  /**
+   * Runs one transaction. A failed condition comes back as the per-item cancellation reasons;
+   * a cancellation caused by a concurrent transaction on the same items is retried.
+   */
+  private async transact(items: TransactWriteItem[]): Promise<TransactOutcome> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.client.send(new TransactWriteItemsCommand({ TransactItems: items }));
+        return { ok: true };
+      } catch (e) {
+        if (!(e instanceof TransactionCanceledException)) throw e;
+        const reasons = (e.CancellationReasons ?? []).map((r) => r.Code ?? 'None');
+        const retryable = reasons.some((r) => r === 'TransactionConflict' || r === 'ThrottlingError' || r === 'ProvisionedThroughputExceeded');
+        if (reasons.includes('ConditionalCheckFailed') || !retryable || attempt >= TRANSACTION_ATTEMPTS) return { ok: false, reasons };
+        await new Promise((r) => setTimeout(r, 25 * 2 ** attempt * (0.5 + Math.random())));
+      }
+    }
+  }
+}
+
+const SINK_NAMES = { '#sink': 'sink', '#source': 'source', '#table': 'table', '#kind': 'kind', '#updated': 'updatedAt' };
+
+function transactionFailed(operation: string, reasons: string[]): CdcError {
+  return new CdcError('CONTROL_PLANE_TRANSACTION_FAILED', `${operation}: DynamoDB cancelled the transaction (reasons per item: ${reasons.join(', ') || 'none given'})`);
+}
+
+function checkState(state: TableState): void {
+  if (!TABLE_STATES.includes(state)) throw new CdcError('INVALID_ARGUMENT', `table state must be one of ${TABLE_STATES.join(', ')}, got ${JSON.stringify(state)}`);
+}
+
+function checkSchema(schema: SchemaVersion): void {
+  nonEmpty(schema.source, 'schema.source');
+  nonEmpty(schema.table, 'schema.table');
+  if (!Number.isInteger(schema.version) || schema.version < 1 || schema.version > MAX_VERSION) {
+    throw new CdcError('INVALID_ARGUMENT', `schema version must be an integer from 1 to ${MAX_VERSION}, got ${JSON.stringify(schema.version)}`);
+  }
+  assertPosition(schema.effectivePosition, 'effectivePosition');
+}
+
+function tableToItem(t: TableRecord): Item {
+  return toItem({
+    ...key.table(t.source, t.table),
+    kind: 'table',
+    source: t.source,
+    table: t.table,
+    state: t.state,
+    currentVersion: t.currentVersion,
+    deleteMode: t.deleteMode,
+    preImage: t.preImage,
+    stateReason: t.stateReason,
+    updatedAt: t.updatedAt,
+  });
+}
+
+function tableFromItem(i: Plain): TableRecord {
+  return {
+    source: String(i.source),
+    table: String(i.table),
+    state: i.state as TableState,
+    currentVersion: Number(i.currentVersion),
+    deleteMode: i.deleteMode as TableRecord['deleteMode'],
+    preImage: i.preImage as TableRecord['preImage'],
+    stateReason: typeof i.stateReason === 'string' ? i.stateReason : null,
+    updatedAt: String(i.updatedAt),
+  };
+}
+
+function schemaToItem(s: SchemaVersion): Item {
+  return toItem({
+    ...key.schema(s.source, s.table, s.version),
+    kind: 'schema-version',
+    source: s.source,
+    table: s.table,
+    version: s.version,
+    columns: s.columns.map((c) => ({ name: c.name, type: c.type, nullable: c.nullable })),
+    key: [...s.key],
+    effectivePosition: s.effectivePosition,
+    registeredAt: s.registeredAt,
+  });
+}
+
+function schemaFromItem(i: Plain): SchemaVersion {
+  const columns = Array.isArray(i.columns) ? (i.columns as Plain[]) : [];
+  return {
+    source: String(i.source),
+    table: String(i.table),
+    version: Number(i.version),
+    columns: columns.map((c) => ({ name: String(c.name), type: typeof c.type === 'string' ? c.type : null, nullable: c.nullable !== false })),
+    key: Array.isArray(i.key) ? (i.key as unknown[]).map(String) : [],
+    effectivePosition: String(i.effectivePosition),
+    registeredAt: String(i.registeredAt),
+  };
+}
+
+function auditFromItem(i: Plain): AuditEntry {
+  let detail: Record<string, unknown> = {};
+  try {
+    detail = JSON.parse(String(i.detail)) as Record<string, unknown>;
+  } catch {
+    detail = { unreadable: String(i.detail) };
+  }
+  return {
+    at: String(i.at),
+    actor: String(i.actor),
+    action: String(i.action),
+    source: typeof i.source === 'string' ? i.source : null,
+    table: typeof i.table === 'string' ? i.table : null,
+    outcome: i.outcome === 'refused' ? 'refused' : 'done',
+    detail,
+  };
+}
