@@ -20,6 +20,8 @@ export interface DynamoDbLocalOptions {
 export interface DynamoDbLocal {
   readonly endpoint: string;
   readonly port: number;
+  /** OS process id of the Java process (to clean up after a parent that was killed). */
+  readonly pid: number | undefined;
   stop(): Promise<void>;
 }
 
@@ -79,6 +81,7 @@ export async function startDynamoDbLocal(options: DynamoDbLocalOptions = {}): Pr
   return {
     endpoint: `http://127.0.0.1:${port}`,
     port,
+    pid: child.pid,
     async stop(): Promise<void> {
       if (child.exitCode !== null || child.signalCode !== null) return;
       const exited = new Promise<void>((r) => child.once('exit', () => r()));

@@ -1,0 +1,414 @@
+/**
+ * The built-in slot capture: the local stand-in for DMS. It reads a logical replication slot
+ * (`test_decoding`) and publishes one raw record (`cdc-slot/1`, lambda/core/slot-record.ts) per
+ * row change to the raw stream, where DMS would publish on AWS.
+ *
+ * Peek → publish → ack:
+ * 1. peek whole committed transactions (bounded; a transaction over the caps stops the capture
+ *    with `TransactionTooLargeError` before memory runs out);
+ * 2. apply the column rules (mask, exclude) with the one shared function, build and validate the
+ *    records, publish them and wait until every one was accepted;
+ * 3. record the capture checkpoint (commit LSN of the last published transaction) in the control
+ *    plane, then advance the slot to it. A transaction is never split across an acknowledgement.
+ *
+ * Loud stop, never a silent gap (invariant 3). The checkpoint is written before the slot moves,
+ * so the slot's confirmed position is never ahead of it in normal operation. On start, and
+ * whenever a peek fails: if the slot we recorded is gone, invalidated, or confirmed ahead of our
+ * checkpoint, history since the checkpoint cannot be supplied: the capture marks its tables
+ * `needs-resnapshot` (with audit entries) and stops with `HistoryGapError`. It never re-creates a
+ * slot it recorded as its own. On the very first start it creates the slot (on its own, apart
+ * from any DDL) and records it.
+ */
+import { createHash } from 'node:crypto';
+import pg from 'pg';
+import type { KinesisClient } from '@aws-sdk/client-kinesis';
+import { KinesisChangeLog } from '../lambda/adapters/change-log-kinesis.ts';
+import { CdcError, HistoryGapError } from '../lambda/core/errors.ts';
+import { applyColumnRules } from '../lambda/core/masking.ts';
+import { buildSlotRecord, type SlotColumn, type SlotRecord } from '../lambda/core/slot-record.ts';
+import type { DecodedTransaction } from '../lambda/core/test-decoding.ts';
+import type { TableConfigIndex } from '../lambda/core/table-config.ts';
+import type { ControlPlane, AuditEntry } from '../lambda/core/control-plane.ts';
+import { partitionKeyOf, type Row } from '../lambda/core/event.ts';
+import { splitTableId } from '../lambda/core/identifiers.ts';
+import { advanceSlot, checkSourceReady, compareLsn, createSlot, peekTransactions, readSlot, slotInvalidated, type SlotStatus } from './slot.ts';
+import { SlotInUseError, SourceNotReadyError, TransactionTooLargeError } from './errors.ts';
+import { primaryKeyOf } from './catalog.ts';
+
+/** One record for the raw stream. */
+export interface RawRecord {
+  partitionKey: string;
+  data: string;
+  /** `source/table@commitLsn#index`, for error messages. */
+  label: string;
+}
+
+/** Publishes records in order and resolves only when every one was accepted (retrying throttled ones). */
+export type RawPublisher = (records: RawRecord[]) => Promise<void>;
+
+/**
+ * The raw-stream publisher on Kinesis: the same ordered, retrying PutRecords publisher the
+ * normalizer uses for the change log (a record over 1 MiB is refused before anything is sent).
+ */
+export function kinesisRawPublisher(kinesis: KinesisClient, stream: string): RawPublisher {
+  const log = new KinesisChangeLog(kinesis, stream);
+  return (records) => log.publishEncoded(records.map((r) => ({ partitionKey: r.partitionKey, data: Buffer.from(r.data, 'utf8'), label: r.label })));
+}
+
+export interface CaptureOptions {
+  /** Source id. */
+  source: string;
+  sourceUrl: string;
+  /** Slot name. @default `cdc_<source>` */
+  slot?: string;
+  /** Captured tables (including the heartbeat table) with their column rules and keys. */
+  tables: TableConfigIndex;
+  control: ControlPlane;
+  publish: RawPublisher;
+  /** Caps on one transaction. @default 1 000 000 rows, 1 GiB */
+  maxTxRows?: number;
+  maxTxBytes?: number;
+  /** Rows decoded per peek (whole transactions). @default 5000 */
+  peekChanges?: number;
+  /** Wait when the slot has nothing new, ms. @default 100 */
+  idleMs?: number;
+  /** Transient errors (connection lost, …) the capture retries. */
+  onError?: (err: unknown) => void;
+}
+
+export interface CaptureStats {
+  state: 'starting' | 'running' | 'stopped' | 'failed';
+  transactions: number;
+  records: number;
+  /** Commit LSN of the last acknowledged transaction. */
+  lastCommitLsn: string | null;
+  lastCommitTs: string | null;
+  slotRetainedBytes: number | null;
+  error: Error | null;
+}
+
+/** Checkpoint owner name in the control plane. */
+export function captureCheckpointName(source: string): string {
+  return `capture:${source}`;
+}
+
+/** Checkpoint value while the slot is being created (a crash then leaves a slot we may adopt). */
+const CREATING = 'creating';
+const ACTOR = 'capture';
+
+function sha256(s: string): string {
+  return createHash('sha256').update(s).digest('hex');
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+/** Applies a table's column rules to a tuple, keeping column order and types; excluded columns disappear. */
+function ruled(columns: SlotColumn[] | null, rules: { mask: readonly string[]; exclude: readonly string[] }): SlotColumn[] | null {
+  if (columns === null) return null;
+  if (rules.mask.length === 0 && rules.exclude.length === 0) return columns;
+  const row: Row = {};
+  for (const c of columns) row[c.name] = c.value;
+  const out = applyColumnRules(row, rules);
+  return columns.filter((c) => c.name in out).map((c) => ({ name: c.name, type: c.type, value: out[c.name]! }));
+}
+
+/**
+ * Turns decoded transactions into raw records for the captured tables (masking applied). The
+ * index of a record is the change's index in its transaction, so positions do not depend on
+ * which tables are captured.
+ */
+export function transactionsToRecords(source: string, transactions: readonly DecodedTransaction[], tables: TableConfigIndex, keys: ReadonlyMap<string, string[]>): SlotRecord[] {
+  const out: SlotRecord[] = [];
+  for (const tx of transactions) {
+    tx.changes.forEach((change, index) => {
+      if (!tables.has(change.table)) return;
+      const rules = tables.columnRules(change.table);
+      const key = keys.get(change.table) ?? [];
+      out.push(
+        buildSlotRecord(
+          { source, xid: tx.xid, commitLsn: tx.commitLsn, commitTs: tx.commitTs },
+          index,
+          {
+            table: change.table,
+            op: change.op,
+            columns: ruled(change.columns, rules),
+            oldKey: ruled(change.oldKey, rules),
+            unchanged: change.unchanged.filter((u) => !rules.exclude.includes(u)),
+          },
+          key,
+        ),
+      );
+    });
+  }
+  return out;
+}
+
+/** The raw stream partition key of a record: source + table + (new, or for deletes old) key. */
+export function rawPartitionKey(r: SlotRecord): string {
+  const tuple = r.op === 'delete' ? r.oldKey : r.columns;
+  const key: Row = {};
+  for (const k of r.key) {
+    const c = tuple?.find((x) => x.name === k);
+    if (c) key[k] = c.value;
+  }
+  return partitionKeyOf({ source: r.source, table: r.table, key }, sha256);
+}
+
+/** A running slot capture. `start()` prepares (and may throw a named error); `done` settles when it stops. */
+export class SlotCapture {
+  readonly slot: string;
+  readonly stats: CaptureStats = { state: 'starting', transactions: 0, records: 0, lastCommitLsn: null, lastCommitTs: null, slotRetainedBytes: null, error: null };
+  private client: pg.Client | null = null;
+  private stopping = false;
+  private keys = new Map<string, string[]>();
+  private checkpoint: string | null = null;
+  private loop: Promise<void> | null = null;
+  private readonly o: Required<Omit<CaptureOptions, 'slot' | 'onError'>> & Pick<CaptureOptions, 'onError'>;
+
+  constructor(options: CaptureOptions) {
+    this.slot = options.slot ?? `cdc_${options.source}`;
+    this.o = {
+      source: options.source,
+      sourceUrl: options.sourceUrl,
+      tables: options.tables,
+      control: options.control,
+      publish: options.publish,
+      maxTxRows: options.maxTxRows ?? 1_000_000,
+      maxTxBytes: options.maxTxBytes ?? 1024 ** 3,
+      peekChanges: options.peekChanges ?? 5000,
+      idleMs: options.idleMs ?? 100,
+      onError: options.onError,
+    };
+  }
+
+  /** Resolves when the capture stopped (after `stop()`); rejects with the named error of a loud stop. */
+  get done(): Promise<void> {
+    return this.loop ?? Promise.resolve();
+  }
+
+  private async connect(): Promise<pg.Client> {
+    const client = new pg.Client({ connectionString: this.o.sourceUrl, application_name: `cdc-local-capture-${this.o.source}` });
+    client.on('error', (err) => this.o.onError?.(err));
+    await client.connect();
+    return client;
+  }
+
+  private audit(action: string, table: string | null, detail: Record<string, unknown>): AuditEntry {
+    return { at: new Date().toISOString(), actor: ACTOR, action, source: this.o.source, table, outcome: 'done', detail: { slot: this.slot, ...detail } };
+  }
+
+  /** Looks up each captured table's key (declared, else the primary key) and checks deletes will carry it. */
+  private async resolveKeys(client: pg.Client): Promise<void> {
+    for (const table of this.o.tables.tables()) {
+      const { schema, table: name } = splitTableId(table);
+      const rel = (
+        await client.query(
+          `SELECT c.relreplident AS ident FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`,
+          [schema, name],
+        )
+      ).rows[0] as { ident: string } | undefined;
+      if (!rel) throw new SourceNotReadyError(`captured table ${table} does not exist in the source database`);
+      const declared = this.o.tables.keyColumns(table);
+      const pk = await primaryKeyOf(client, schema, name);
+      const key = declared ?? pk;
+      if (key.length === 0) {
+        throw new SourceNotReadyError(`captured table ${table} has no primary key: add one (ALTER TABLE ${table} ADD PRIMARY KEY (...)), or declare its key and set REPLICA IDENTITY FULL`);
+      }
+      if (rel.ident === 'n' || (rel.ident === 'd' && pk.length === 0)) {
+        throw new SourceNotReadyError(`deletes on ${table} would not carry its key (replica identity ${rel.ident === 'n' ? 'NOTHING' : 'DEFAULT without a primary key'}): ALTER TABLE ${table} REPLICA IDENTITY FULL`);
+      }
+      this.keys.set(table, key);
+    }
+  }
+
+  /** Marks every registered captured table for re-snapshot (with audit entries) and returns the error to stop with. */
+  private async historyGap(message: string, detail: Record<string, unknown>): Promise<HistoryGapError> {
+    const hint =
+      `Changes since the capture's last checkpoint (${this.checkpoint ?? 'none'}) cannot be read any more, so every captured table needs a re-snapshot. ` +
+      `The capture does not re-create the slot on its own: that would anchor at "now" and skip the gap silently. ` +
+      `To start over, re-snapshot the tables (for the local demo: remove the state folder) and run again`;
+    const error = new HistoryGapError(message, hint);
+    const reason = `${error.code}: ${message}`;
+    for (const table of this.o.tables.tables()) {
+      try {
+        const record = await this.o.control.getTable(this.o.source, table);
+        if (record && record.state !== 'needs-resnapshot') {
+          await this.o.control.setTableState(this.o.source, table, 'needs-resnapshot', reason, this.audit('needs-resnapshot', table, { ...detail, reason }));
+        } else if (!record) {
+          await this.o.control.appendAudit(this.audit('needs-resnapshot', table, { ...detail, reason, registered: false }));
+        }
+      } catch (err) {
+        this.o.onError?.(err);
+      }
+    }
+    await this.o.control.appendAudit(this.audit('capture-stopped', null, { ...detail, code: error.code, message })).catch((err) => this.o.onError?.(err));
+    return error;
+  }
+
+  /** Explains a slot that cannot be read from: gone, invalidated, or moved by someone else. Null if it looks fine. */
+  private async diagnose(status: SlotStatus | null): Promise<Error | null> {
+    if (status === null) {
+      return this.historyGap(`replication slot ${JSON.stringify(this.slot)} of source ${this.o.source} is gone (dropped?)`, { problem: 'slot-missing' });
+    }
+    if (slotInvalidated(status)) {
+      return this.historyGap(
+        `replication slot ${JSON.stringify(this.slot)} of source ${this.o.source} was invalidated (wal_status ${status.walStatus ?? '-'}, reason ${status.invalidationReason ?? '-'}): the WAL it needed is gone`,
+        { problem: 'slot-invalidated', walStatus: status.walStatus, invalidationReason: status.invalidationReason },
+      );
+    }
+    if (this.checkpoint && status.confirmedFlushLsn && compareLsn(status.confirmedFlushLsn, this.checkpoint) > 0) {
+      return this.historyGap(
+        `replication slot ${JSON.stringify(this.slot)} was acknowledged up to ${status.confirmedFlushLsn}, past the capture's checkpoint ${this.checkpoint}: another consumer took changes this capture never published`,
+        { problem: 'slot-ahead', confirmedFlushLsn: status.confirmedFlushLsn, checkpoint: this.checkpoint },
+      );
+    }
+    if (status.active && status.activePid !== null) {
+      const own = this.client ? ((await this.client.query('SELECT pg_backend_pid() AS pid')).rows[0]?.pid as number) : null;
+      if (status.activePid !== own) return new SlotInUseError(this.slot, status.activePid);
+    }
+    return null;
+  }
+
+  /**
+   * Prepares the capture: checks the source, finds the keys, creates the slot on the first
+   * start (recording it) or verifies the recorded one, then starts the loop. Throws
+   * `SourceNotReadyError`, `HistoryGapError` or `SlotInUseError` instead of starting.
+   */
+  async start(): Promise<void> {
+    const client = await this.connect();
+    this.client = client;
+    try {
+      const name = captureCheckpointName(this.o.source);
+      let checkpoint = await this.o.control.getCheckpoint(name, this.slot);
+      await checkSourceReady(client, { needFreeSlot: checkpoint === null || checkpoint === CREATING });
+      await this.resolveKeys(client);
+      let status = await readSlot(client, this.slot);
+      if (checkpoint === null && status !== null) {
+        throw new SourceNotReadyError(
+          `a replication slot named ${JSON.stringify(this.slot)} already exists, but this capture has no record of creating it (another tool's slot, or lost control state). ` +
+            `Choose another slot name, or drop it (SELECT pg_drop_replication_slot('${this.slot}')) and re-snapshot`,
+        );
+      }
+      if (checkpoint === CREATING && status !== null) {
+        // We crashed after creating the slot and before recording its position: adopt it.
+        checkpoint = status.confirmedFlushLsn;
+        await this.o.control.putCheckpoint(name, this.slot, checkpoint!);
+        await this.o.control.appendAudit(this.audit('capture-slot-adopted', null, { lsn: checkpoint }));
+      } else if (checkpoint === null || checkpoint === CREATING) {
+        await this.o.control.putCheckpoint(name, this.slot, CREATING);
+        const lsn = await createSlot(client, this.slot);
+        await this.o.control.putCheckpoint(name, this.slot, lsn);
+        await this.o.control.appendAudit(this.audit('capture-slot-created', null, { lsn }));
+        checkpoint = lsn;
+        status = await readSlot(client, this.slot);
+      }
+      this.checkpoint = checkpoint;
+      const problem = await this.diagnose(status);
+      if (problem) throw problem;
+      // After a crash between recording the checkpoint and moving the slot, the slot is behind:
+      // those transactions were published already, so move past them.
+      if (status!.confirmedFlushLsn && compareLsn(status!.confirmedFlushLsn, checkpoint!) < 0) await advanceSlot(client, this.slot, checkpoint!);
+      this.stats.lastCommitLsn = checkpoint;
+      this.stats.slotRetainedBytes = status!.retainedBytes;
+    } catch (err) {
+      this.client = null;
+      await client.end().catch(() => undefined);
+      this.stats.state = 'failed';
+      this.stats.error = err as Error;
+      throw err;
+    }
+    this.stats.state = 'running';
+    this.loop = this.run().then(
+      () => {
+        this.stats.state = 'stopped';
+      },
+      (err: Error) => {
+        this.stats.state = 'failed';
+        this.stats.error = err;
+        throw err;
+      },
+    );
+    // The loop's failure is reported through `done`; keep Node from calling it unhandled meanwhile.
+    this.loop.catch(() => undefined);
+  }
+
+  /** Stops after the batch in flight (published batches are acknowledged; an unpublished one is re-read next run). */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    await this.loop?.catch(() => undefined);
+  }
+
+  private async run(): Promise<void> {
+    let backoff = 200;
+    let lastSlotCheck = 0;
+    try {
+      while (!this.stopping) {
+        try {
+          if (!this.client) this.client = await this.connect();
+          const moved = await this.once(this.client);
+          backoff = 200;
+          if (Date.now() - lastSlotCheck > 5_000) {
+            lastSlotCheck = Date.now();
+            const status = await readSlot(this.client, this.slot);
+            const problem = await this.diagnose(status);
+            if (problem) throw problem;
+            this.stats.slotRetainedBytes = status!.retainedBytes;
+          }
+          if (!moved) await sleep(this.o.idleMs);
+        } catch (err) {
+          // Loud stops: history is gone, a transaction is over the caps, another capture holds the
+          // slot, or a record can never be published (over the stream's record size limit).
+          if (err instanceof HistoryGapError || err instanceof TransactionTooLargeError || err instanceof SlotInUseError) throw err;
+          if (err instanceof CdcError && err.code === 'RECORD_TOO_LARGE') throw err;
+          // A failed peek: is the slot the problem? Otherwise it is transient (connection lost, …).
+          let problem: Error | null = null;
+          try {
+            if (!this.client) this.client = await this.connect();
+            problem = await this.diagnose(await readSlot(this.client, this.slot));
+          } catch {
+            // could not even look: treat as transient
+          }
+          if (problem) throw problem;
+          this.o.onError?.(err);
+          await this.client?.end().catch(() => undefined);
+          this.client = null;
+          if (this.stopping) break;
+          await sleep(backoff);
+          backoff = Math.min(backoff * 2, 5_000);
+        }
+      }
+    } finally {
+      await this.client?.end().catch(() => undefined);
+      this.client = null;
+    }
+  }
+
+  /** One peek → publish → ack round. Returns whether anything was acknowledged. */
+  private async once(client: pg.Client): Promise<boolean> {
+    let peek = await peekTransactions(client, this.slot, { maxChanges: this.o.peekChanges, maxTxRows: this.o.maxTxRows, maxTxBytes: this.o.maxTxBytes });
+    if (peek.transactions.length === 0 && peek.leftover > 0) {
+      // A transaction's end was not in the bounded peek: read again without the bound (the caps still hold).
+      peek = await peekTransactions(client, this.slot, { maxChanges: 0, maxTxRows: this.o.maxTxRows, maxTxBytes: this.o.maxTxBytes });
+    }
+    if (peek.transactions.length === 0) return false;
+    for (const table of new Set(peek.transactions.flatMap((t) => t.changes.map((c) => c.table)))) {
+      if (this.o.tables.has(table) && !this.keys.has(table)) await this.resolveKeys(client);
+    }
+    const records = transactionsToRecords(this.o.source, peek.transactions, this.o.tables, this.keys);
+    if (records.length > 0) {
+      await this.o.publish(records.map((r) => ({ partitionKey: rawPartitionKey(r), data: JSON.stringify(r), label: `${r.source}/${r.table}@${r.commitLsn}#${r.index}` })));
+    }
+    const last = peek.transactions[peek.transactions.length - 1]!;
+    // Checkpoint first, then the slot: the slot is never confirmed ahead of the checkpoint.
+    await this.o.control.putCheckpoint(captureCheckpointName(this.o.source), this.slot, last.commitLsn);
+    this.checkpoint = last.commitLsn;
+    await advanceSlot(client, this.slot, last.commitLsn);
+    this.stats.transactions += peek.transactions.length;
+    this.stats.records += records.length;
+    this.stats.lastCommitLsn = last.commitLsn;
+    this.stats.lastCommitTs = last.commitTs;
+    return true;
+  }
+}

@@ -1,0 +1,392 @@
+/**
+ * The local stand-in for Lambda's Kinesis event source mapping: one poller per consumer
+ * (normalizer, each sink, the archive copier), each with its own checkpoints in the control plane.
+ *
+ * Semantics (as on AWS):
+ * - Per shard, records are read from the checkpoint (`AFTER_SEQUENCE_NUMBER`), or from
+ *   `TRIM_HORIZON`/`LATEST` the first time; one batch per shard is in flight at a time, so a
+ *   shard's records reach the handler in order.
+ * - A batch holds up to `batchSize` records; with a batching window the poller waits up to that
+ *   long for a full batch. The payload stays under Lambda's 6 MB invocation limit.
+ * - The handler gets a `KinesisStreamEvent` (built by lambda/adapters/kinesis-event.ts).
+ * - Success: checkpoint after the last record. The checkpoint only moves after success.
+ * - Partial batch failure (`batchItemFailures`): checkpoint before the lowest failed sequence
+ *   number and retry from it. An unknown or empty item identifier fails the whole batch.
+ * - Thrown error: with bisect on, the batch is split in two and each half is retried on its own
+ *   (a split does not count as a retry); otherwise, and for a single record, the batch is retried.
+ * - Retries are bounded (`maxRetries`, with exponential backoff); when they run out, every record
+ *   of the failing batch goes to the dead letters with the last error, the checkpoint moves past
+ *   it and the shard goes on.
+ * - A closed shard (after a split or merge) is read to its end and checkpointed as `SHARD_END`;
+ *   a child shard starts only after its parents ended.
+ */
+import {
+  GetRecordsCommand,
+  GetShardIteratorCommand,
+  ListShardsCommand,
+  DescribeStreamSummaryCommand,
+  type KinesisClient,
+  type Shard,
+  type _Record,
+  type GetShardIteratorCommandInput,
+} from '@aws-sdk/client-kinesis';
+import type { KinesisStreamBatchResponse, KinesisStreamEvent } from 'aws-lambda';
+import type { ControlPlane, DeadLetter } from '../lambda/core/control-plane.ts';
+import { toKinesisStreamEvent } from '../lambda/adapters/kinesis-event.ts';
+
+/** Checkpoint value of a shard that was read to its end. */
+export const SHARD_END = 'SHARD_END';
+
+/** What a Lambda handler for Kinesis returns. */
+export type StreamHandler = (event: KinesisStreamEvent) => Promise<KinesisStreamBatchResponse | void | undefined>;
+
+export interface PollerOptions {
+  /** Consumer name: the checkpoint owner and the dead letters' stage (`normalizer`, a sink id, `archive`). */
+  consumer: string;
+  kinesis: KinesisClient;
+  streamName: string;
+  control: Pick<ControlPlane, 'getCheckpoint' | 'putCheckpoint' | 'putDeadLetter'>;
+  handler: StreamHandler;
+  /** Records per invocation (1–10000). @default 100 */
+  batchSize?: number;
+  /** Longest wait for a full batch, in ms (MaximumBatchingWindowInSeconds). @default 0 */
+  batchWindowMs?: number;
+  /** Retries of a failing batch before its records go to the dead letters. @default 5 */
+  maxRetries?: number;
+  /** Split a batch in two when the handler throws. @default true */
+  bisectOnError?: boolean;
+  /** Where to start on a shard without checkpoint. @default TRIM_HORIZON */
+  startingPosition?: 'TRIM_HORIZON' | 'LATEST';
+  /** Wait between polls of an idle shard, in ms (Lambda polls about once a second). @default 200 */
+  idleMs?: number;
+  /** First retry backoff, doubled per retry up to 5 s. @default 100 */
+  retryBackoffMs?: number;
+  /** How often the shard list is re-read (to follow splits and merges), in ms. @default 10000 */
+  shardRefreshMs?: number;
+  /** Called for errors the poller recovers from (read errors, handler errors before a retry). */
+  onError?: (err: unknown, where: string) => void;
+}
+
+/** Counters of one poller, for the live status. */
+export interface PollerStats {
+  consumer: string;
+  /** Records handed to the handler and acknowledged (including those that went to dead letters). */
+  recordsDone: number;
+  batches: number;
+  retries: number;
+  deadLetters: number;
+  /** Per shard: how far behind the stream's tip the last read was (ms), as Lambda's IteratorAge. */
+  millisBehind: Record<string, number>;
+  /** When the last batch was acknowledged (epoch ms), or null. */
+  lastAckAt: number | null;
+}
+
+/** Lambda's invocation payload limit is 6 MB; records are base64 inside JSON. */
+const MAX_PAYLOAD_BYTES = 5_500_000;
+const DEAD_LETTER_RECORD_LIMIT = 300_000;
+
+class StopRequested extends Error {}
+
+type InvokeOutcome = { kind: 'ok' } | { kind: 'partial'; index: number; reason: string } | { kind: 'error'; reason: string };
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+function describeError(err: unknown): string {
+  if (err instanceof Error) return `${err.name}: ${err.message}`;
+  return String(err);
+}
+
+/** Best effort: the source and table a raw or change record is about (both formats carry them). */
+function aboutRecord(text: string): { source: string | null; table: string | null } {
+  try {
+    const v = JSON.parse(text) as Record<string, unknown>;
+    return {
+      source: typeof v.source === 'string' ? v.source : null,
+      table: typeof v.table === 'string' ? v.table : null,
+    };
+  } catch {
+    return { source: null, table: null };
+  }
+}
+
+/** One event source mapping: call `start()`, later `stop()` (lets the batch in flight finish). */
+export class Poller {
+  private readonly o: Required<Omit<PollerOptions, 'onError'>> & Pick<PollerOptions, 'onError'>;
+  private stopping = false;
+  private streamArn = '';
+  private readonly running = new Map<string, Promise<void>>();
+  private readonly ended = new Set<string>();
+  private refresher: Promise<void> | null = null;
+  private wake: (() => void) | null = null;
+  private failure: unknown = null;
+  readonly stats: PollerStats;
+
+  constructor(options: PollerOptions) {
+    const batchSize = options.batchSize ?? 100;
+    if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > 10_000) throw new RangeError(`batchSize must be an integer in [1, 10000], got ${batchSize}`);
+    this.o = {
+      batchSize,
+      batchWindowMs: options.batchWindowMs ?? 0,
+      maxRetries: options.maxRetries ?? 5,
+      bisectOnError: options.bisectOnError ?? true,
+      startingPosition: options.startingPosition ?? 'TRIM_HORIZON',
+      idleMs: options.idleMs ?? 200,
+      retryBackoffMs: options.retryBackoffMs ?? 100,
+      shardRefreshMs: options.shardRefreshMs ?? 10_000,
+      consumer: options.consumer,
+      kinesis: options.kinesis,
+      streamName: options.streamName,
+      control: options.control,
+      handler: options.handler,
+      onError: options.onError,
+    };
+    this.stats = { consumer: options.consumer, recordsDone: 0, batches: 0, retries: 0, deadLetters: 0, millisBehind: {}, lastAckAt: null };
+  }
+
+  /** Starts polling every shard of the stream. Resolves once polling has begun. */
+  async start(): Promise<void> {
+    const summary = await this.o.kinesis.send(new DescribeStreamSummaryCommand({ StreamName: this.o.streamName }));
+    this.streamArn = summary.StreamDescriptionSummary?.StreamARN ?? `arn:aws:kinesis:local:000000000000:stream/${this.o.streamName}`;
+    await this.refreshShards();
+    this.refresher = this.refreshLoop();
+  }
+
+  /**
+   * Stops: no new batch starts; a batch in flight finishes (or, if it is failing, is left
+   * unacknowledged for the next run). Resolves when every shard loop has returned.
+   */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    this.wake?.();
+    await this.refresher;
+    await Promise.all([...this.running.values()]);
+  }
+
+  /** The first unrecoverable error (checkpoint store unreachable while acknowledging, …), if any. */
+  get error(): unknown {
+    return this.failure;
+  }
+
+  private async refreshLoop(): Promise<void> {
+    while (!this.stopping) {
+      await new Promise<void>((r) => {
+        const t = setTimeout(r, this.o.shardRefreshMs);
+        this.wake = () => {
+          clearTimeout(t);
+          r();
+        };
+      });
+      if (this.stopping) return;
+      try {
+        await this.refreshShards();
+      } catch (err) {
+        this.o.onError?.(err, `listing shards of ${this.o.streamName}`);
+      }
+    }
+  }
+
+  private async refreshShards(): Promise<void> {
+    const shards: Shard[] = [];
+    let token: string | undefined;
+    do {
+      const out = await this.o.kinesis.send(new ListShardsCommand(token ? { NextToken: token } : { StreamName: this.o.streamName }));
+      shards.push(...(out.Shards ?? []));
+      token = out.NextToken;
+    } while (token);
+    const known = new Set(shards.map((s) => s.ShardId!));
+    for (const shard of shards) {
+      const id = shard.ShardId!;
+      if (this.running.has(id) || this.stopping) continue;
+      // A child starts after its parents ended (or were trimmed away).
+      const parents = [shard.ParentShardId, shard.AdjacentParentShardId].filter((p): p is string => !!p && known.has(p));
+      const waiting = await Promise.all(parents.map(async (p) => this.ended.has(p) || (await this.o.control.getCheckpoint(this.o.consumer, p)) === SHARD_END));
+      if (waiting.some((done) => !done)) continue;
+      this.running.set(
+        id,
+        this.runShard(id).catch((err) => {
+          this.failure ??= err;
+          this.o.onError?.(err, `shard ${id}`);
+        }),
+      );
+    }
+  }
+
+  private async iterator(shardId: string, after: string | null): Promise<string | undefined> {
+    const input: GetShardIteratorCommandInput = after
+      ? { StreamName: this.o.streamName, ShardId: shardId, ShardIteratorType: 'AFTER_SEQUENCE_NUMBER', StartingSequenceNumber: after }
+      : { StreamName: this.o.streamName, ShardId: shardId, ShardIteratorType: this.o.startingPosition };
+    return (await this.o.kinesis.send(new GetShardIteratorCommand(input))).ShardIterator;
+  }
+
+  private async runShard(shardId: string): Promise<void> {
+    const checkpoint = await this.o.control.getCheckpoint(this.o.consumer, shardId);
+    if (checkpoint === SHARD_END) {
+      this.ended.add(shardId);
+      return;
+    }
+    let lastRead: string | null = checkpoint;
+    let it: string | undefined = await this.iterator(shardId, lastRead);
+    const buffer: _Record[] = [];
+    let readBackoff = this.o.retryBackoffMs;
+    while (!this.stopping) {
+      const windowEnds = Date.now() + this.o.batchWindowMs;
+      // Gather a batch: full, or the window is over, or (window 0) anything at all.
+      while (it && buffer.length < this.o.batchSize && !this.stopping) {
+        let out;
+        try {
+          out = await this.o.kinesis.send(new GetRecordsCommand({ ShardIterator: it, Limit: this.o.batchSize - buffer.length }));
+          readBackoff = this.o.retryBackoffMs;
+        } catch (err) {
+          if ((err as { name?: string }).name === 'ExpiredIteratorException') {
+            it = await this.iterator(shardId, lastRead);
+            continue;
+          }
+          this.o.onError?.(err, `reading ${this.o.streamName}/${shardId}`);
+          await sleep(readBackoff);
+          readBackoff = Math.min(readBackoff * 2, 5_000);
+          continue;
+        }
+        it = out.NextShardIterator;
+        this.stats.millisBehind[shardId] = out.MillisBehindLatest ?? 0;
+        const records = out.Records ?? [];
+        if (records.length > 0) {
+          buffer.push(...records);
+          lastRead = records[records.length - 1]!.SequenceNumber!;
+        }
+        if (buffer.length > 0 && Date.now() >= windowEnds) break;
+        if (records.length === 0) {
+          if (buffer.length > 0 && this.o.batchWindowMs === 0) break;
+          await sleep(Math.min(this.o.idleMs, buffer.length > 0 ? Math.max(0, windowEnds - Date.now()) : this.o.idleMs));
+        }
+      }
+      if (this.stopping) return;
+      if (buffer.length === 0) {
+        if (!it) {
+          await this.o.control.putCheckpoint(this.o.consumer, shardId, SHARD_END);
+          this.ended.add(shardId);
+          return;
+        }
+        continue;
+      }
+      const batch = this.takeBatch(buffer);
+      try {
+        await this.deliver(shardId, batch, 0);
+      } catch (err) {
+        if (err instanceof StopRequested) return;
+        throw err;
+      }
+    }
+  }
+
+  /** Takes up to batchSize records from the front of the buffer, keeping the payload under Lambda's limit. */
+  private takeBatch(buffer: _Record[]): _Record[] {
+    let bytes = 0;
+    let n = 0;
+    while (n < buffer.length && n < this.o.batchSize) {
+      const size = Math.ceil(((buffer[n]!.Data?.length ?? 0) * 4) / 3) + 600;
+      if (n > 0 && bytes + size > MAX_PAYLOAD_BYTES) break;
+      bytes += size;
+      n++;
+    }
+    return buffer.splice(0, n);
+  }
+
+  private async invoke(shardId: string, records: _Record[]): Promise<InvokeOutcome> {
+    let response: KinesisStreamBatchResponse | void | undefined;
+    try {
+      response = await this.o.handler(toKinesisStreamEvent(records, { streamArn: this.streamArn, shardId }));
+    } catch (err) {
+      return { kind: 'error', reason: describeError(err) };
+    }
+    const failures = response?.batchItemFailures ?? [];
+    if (failures.length === 0) return { kind: 'ok' };
+    let lowest = Infinity;
+    for (const f of failures) {
+      const id = f?.itemIdentifier;
+      const index = typeof id === 'string' && id !== '' ? records.findIndex((r) => r.SequenceNumber === id) : -1;
+      if (index < 0) return { kind: 'error', reason: `the handler reported a failure with an unknown item identifier ${JSON.stringify(id)}; the whole batch counts as failed` };
+      lowest = Math.min(lowest, index);
+    }
+    return { kind: 'partial', index: lowest, reason: `the handler reported ${failures.length} failed record(s), the first at sequence number ${records[lowest]!.SequenceNumber}` };
+  }
+
+  /** Delivers records until they are acknowledged (or dead-lettered); throws StopRequested if stopped while failing. */
+  private async deliver(shardId: string, records: _Record[], retriesSoFar: number): Promise<void> {
+    let rest = records;
+    let retries = retriesSoFar;
+    for (;;) {
+      const outcome = await this.invoke(shardId, rest);
+      if (outcome.kind === 'ok') {
+        await this.ack(shardId, rest);
+        return;
+      }
+      if (outcome.kind === 'partial') {
+        if (outcome.index > 0) {
+          await this.ack(shardId, rest.slice(0, outcome.index));
+          rest = rest.slice(outcome.index);
+          retries = 0; // progress: retries count per failing record
+        }
+      } else if (this.o.bisectOnError && rest.length > 1) {
+        this.o.onError?.(new Error(outcome.reason), `${this.o.consumer} on ${shardId}: splitting a batch of ${rest.length}`);
+        const half = Math.ceil(rest.length / 2);
+        await this.deliver(shardId, rest.slice(0, half), retries);
+        await this.deliver(shardId, rest.slice(half), retries);
+        return;
+      }
+      retries++;
+      if (retries > this.o.maxRetries) {
+        await this.deadLetter(shardId, rest, outcome.reason, retries);
+        await this.ack(shardId, rest);
+        return;
+      }
+      this.stats.retries++;
+      this.o.onError?.(new Error(outcome.reason), `${this.o.consumer} on ${shardId}: retry ${retries} of ${this.o.maxRetries}`);
+      if (this.stopping) throw new StopRequested();
+      await sleep(Math.min(this.o.retryBackoffMs * 2 ** (retries - 1), 5_000));
+      if (this.stopping) throw new StopRequested();
+    }
+  }
+
+  /** Records the checkpoint, retrying while the control plane is unreachable (if stopped meanwhile, the batch is re-read next run). */
+  private async ack(shardId: string, records: _Record[]): Promise<void> {
+    if (records.length === 0) return;
+    let backoff = this.o.retryBackoffMs;
+    for (;;) {
+      try {
+        await this.o.control.putCheckpoint(this.o.consumer, shardId, records[records.length - 1]!.SequenceNumber!);
+        break;
+      } catch (err) {
+        this.o.onError?.(err, `${this.o.consumer}: checkpoint of ${shardId}`);
+        if (this.stopping) throw new StopRequested();
+        await sleep(backoff);
+        backoff = Math.min(backoff * 2, 5_000);
+      }
+    }
+    this.stats.recordsDone += records.length;
+    this.stats.batches++;
+    this.stats.lastAckAt = Date.now();
+  }
+
+  private async deadLetter(shardId: string, records: _Record[], reason: string, attempts: number): Promise<void> {
+    for (const r of records) {
+      const text = Buffer.from(r.Data ?? new Uint8Array()).toString('utf8');
+      const truncated = text.length > DEAD_LETTER_RECORD_LIMIT;
+      const about = aboutRecord(text);
+      const letter: DeadLetter = {
+        at: new Date().toISOString(),
+        stage: this.o.consumer,
+        source: about.source,
+        table: about.table,
+        code: 'RETRIES_EXHAUSTED',
+        reason: `gave up after ${attempts} attempts: ${reason}`,
+        origin: `${this.o.streamName}/${shardId}/${r.SequenceNumber}`,
+        record: truncated ? text.slice(0, DEAD_LETTER_RECORD_LIMIT) : text,
+        truncated,
+      };
+      await this.o.control.putDeadLetter(letter);
+      this.stats.deadLetters++;
+    }
+  }
+}

@@ -1,0 +1,211 @@
+/**
+ * Logical replication slot I/O over plain SQL (the local capture's side of PostgreSQL):
+ * readiness checks with errors that say what to change, slot status, creation, a bounded peek
+ * that returns whole committed transactions, and the acknowledgement (`pg_replication_slot_advance`).
+ *
+ * The text of `test_decoding` is parsed by lambda/core/test-decoding.ts; this module only moves rows.
+ */
+import type pg from 'pg';
+import { groupTransactions, type DecodedTransaction, type SlotRow } from '../lambda/core/test-decoding.ts';
+import { SourceNotReadyError, TransactionTooLargeError } from './errors.ts';
+
+/** The output plugin the local capture reads (what DMS uses on a PostgreSQL source without pglogical). */
+export const SLOT_PLUGIN = 'test_decoding';
+
+/** What PostgreSQL reports about a slot. */
+export interface SlotStatus {
+  name: string;
+  plugin: string;
+  database: string | null;
+  /** Where the slot's consumer has acknowledged up to (`X/Y`). */
+  confirmedFlushLsn: string | null;
+  restartLsn: string | null;
+  /** `reserved`, `extended`, `unreserved` or `lost` (lost: the WAL is gone). */
+  walStatus: string | null;
+  /** PostgreSQL 17+: why the slot was invalidated (`wal_removed`, `rows_removed`, …), else null. */
+  invalidationReason: string | null;
+  active: boolean;
+  activePid: number | null;
+  /** WAL the slot keeps from being recycled, in bytes. */
+  retainedBytes: number | null;
+}
+
+/** True when PostgreSQL can no longer supply the slot's history. */
+export function slotInvalidated(s: SlotStatus): boolean {
+  return s.walStatus === 'lost' || s.invalidationReason !== null || (s.restartLsn === null && s.confirmedFlushLsn === null);
+}
+
+type Queryable = Pick<pg.ClientBase, 'query'>;
+
+/**
+ * Checks that the connected database can be captured: `wal_level = logical`, a user with the
+ * replication privilege (or superuser, or RDS's `rds_replication` role), and a free slot.
+ * Throws `SourceNotReadyError` saying exactly what to change.
+ */
+export async function checkSourceReady(client: Queryable, opts: { needFreeSlot: boolean }): Promise<void> {
+  const walLevel = String((await client.query('SHOW wal_level')).rows[0]?.wal_level);
+  if (walLevel !== 'logical') {
+    throw new SourceNotReadyError(
+      `the source has wal_level = '${walLevel}', but logical decoding needs wal_level = logical. ` +
+        'Set it in postgresql.conf (ALTER SYSTEM SET wal_level = logical; on RDS/Aurora set rds.logical_replication = 1 in the parameter group) and restart the server.',
+    );
+  }
+  const role = (
+    await client.query(
+      `SELECT current_user AS name, r.rolsuper AS super, r.rolreplication AS replication,
+              EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'rds_replication') AND pg_has_role(current_user, 'rds_replication', 'member') AS rds
+         FROM pg_roles r WHERE r.rolname = current_user`,
+    )
+  ).rows[0] as { name: string; super: boolean; replication: boolean; rds: boolean } | undefined;
+  if (!role || !(role.super || role.replication || role.rds)) {
+    const name = role?.name ?? 'the connecting user';
+    throw new SourceNotReadyError(
+      `user ${JSON.stringify(name)} lacks the replication privilege that reading a logical slot needs. ` +
+        `Grant it: ALTER ROLE ${JSON.stringify(name)} WITH REPLICATION; (on RDS/Aurora: GRANT rds_replication TO ${JSON.stringify(name)};)`,
+    );
+  }
+  if (opts.needFreeSlot) {
+    const slots = (
+      await client.query(`SELECT current_setting('max_replication_slots')::int AS max, (SELECT count(*)::int FROM pg_replication_slots) AS used`)
+    ).rows[0] as { max: number; used: number };
+    if (slots.used >= slots.max) {
+      throw new SourceNotReadyError(
+        `the source has no free replication slot (max_replication_slots = ${slots.max}, all in use). Drop an abandoned slot (SELECT pg_drop_replication_slot('name')) or raise max_replication_slots and restart.`,
+      );
+    }
+  }
+}
+
+/** Reads a slot's status, or null when there is no slot of that name. */
+export async function readSlot(client: Queryable, name: string): Promise<SlotStatus | null> {
+  // to_jsonb keeps this working across versions (invalidation_reason exists from PostgreSQL 17).
+  const res = await client.query(
+    `SELECT to_jsonb(s) AS j,
+            CASE WHEN s.restart_lsn IS NULL THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::text END AS retained
+       FROM pg_replication_slots s WHERE s.slot_name = $1`,
+    [name],
+  );
+  const row = res.rows[0] as { j: Record<string, unknown>; retained: string | null } | undefined;
+  if (!row) return null;
+  const j = row.j;
+  const str = (v: unknown): string | null => (typeof v === 'string' ? v : null);
+  return {
+    name,
+    plugin: String(j.plugin),
+    database: str(j.database),
+    confirmedFlushLsn: str(j.confirmed_flush_lsn),
+    restartLsn: str(j.restart_lsn),
+    walStatus: str(j.wal_status),
+    invalidationReason: str(j.invalidation_reason),
+    active: j.active === true,
+    activePid: typeof j.active_pid === 'number' ? j.active_pid : null,
+    retainedBytes: row.retained === null ? null : Number(row.retained),
+  };
+}
+
+/**
+ * Creates a logical slot with `test_decoding` and returns its consistent point (`X/Y`). Must run
+ * outside any transaction that has written (PostgreSQL refuses otherwise): call it on its own.
+ */
+export async function createSlot(client: Queryable, name: string): Promise<string> {
+  const res = await client.query('SELECT lsn::text AS lsn FROM pg_create_logical_replication_slot($1, $2)', [name, SLOT_PLUGIN]);
+  return String(res.rows[0].lsn);
+}
+
+/** Acknowledges everything up to `lsn` (the end of the last fully published transaction). Returns the slot's new position. */
+export async function advanceSlot(client: Queryable, name: string, lsn: string): Promise<string> {
+  const res = await client.query('SELECT end_lsn::text AS lsn FROM pg_replication_slot_advance($1, $2::pg_lsn)', [name, lsn]);
+  return String(res.rows[0].lsn);
+}
+
+/** Compares two LSNs in text form (`X/Y`): negative, zero or positive. */
+export function compareLsn(a: string, b: string): number {
+  const v = (s: string): bigint => {
+    const m = /^([0-9A-Fa-f]{1,8})\/([0-9A-Fa-f]{1,8})$/.exec(s);
+    if (!m) throw new Error(`not an LSN: ${JSON.stringify(s)}`);
+    return (BigInt(`0x${m[1]}`) << 32n) | BigInt(`0x${m[2]}`);
+  };
+  const x = v(a);
+  const y = v(b);
+  return x < y ? -1 : x > y ? 1 : 0;
+}
+
+export interface PeekOptions {
+  /** Stop decoding after about this many rows (PostgreSQL finishes the transaction it is in). */
+  maxChanges: number;
+  /** Rows per FETCH from the server-side cursor. @default 1000 */
+  fetchRows?: number;
+  /** A single transaction with more row changes than this stops the capture. */
+  maxTxRows: number;
+  /** A single transaction with more bytes of decoded text than this stops the capture. */
+  maxTxBytes: number;
+}
+
+export interface PeekResult {
+  /** Whole committed transactions, in commit order. */
+  transactions: DecodedTransaction[];
+  /** Rows read (including BEGIN/COMMIT lines). */
+  rows: number;
+  /** Rows after the last COMMIT (a transaction whose end was not in this peek); not returned, re-read next time. */
+  leftover: number;
+}
+
+/**
+ * Peeks the slot without consuming it (`pg_logical_slot_peek_changes` with xids and commit
+ * timestamps), reading through a cursor so that memory stays bounded: rows are grouped into
+ * whole transactions as they arrive, and a transaction that grows past `maxTxRows` or
+ * `maxTxBytes` throws `TransactionTooLargeError` before more of it is read. Nothing is acked here.
+ */
+export async function peekTransactions(client: pg.ClientBase, slot: string, opts: PeekOptions): Promise<PeekResult> {
+  const fetchRows = opts.fetchRows ?? 1000;
+  const transactions: DecodedTransaction[] = [];
+  let rows = 0;
+  // Rows of the transaction still open at the end of the last fetch, and the open transaction's size.
+  let open: SlotRow[] = [];
+  let txXid: string | null = null;
+  let txRows = 0;
+  let txBytes = 0;
+  const caps = { maxTxRows: opts.maxTxRows, maxTxBytes: opts.maxTxBytes };
+  await client.query('BEGIN READ ONLY');
+  try {
+    await client.query(
+      `DECLARE cdc_peek NO SCROLL CURSOR FOR
+         SELECT lsn::text AS lsn, xid::text AS xid, data
+           FROM pg_logical_slot_peek_changes($1, NULL, $2, 'include-xids', '1', 'include-timestamp', '1', 'skip-empty-xacts', '1')`,
+      [slot, opts.maxChanges > 0 ? opts.maxChanges : null],
+    );
+    for (;;) {
+      const res = await client.query(`FETCH ${fetchRows} FROM cdc_peek`);
+      const fetched = res.rows as SlotRow[];
+      if (fetched.length === 0) break;
+      rows += fetched.length;
+      let lastCommit = -1;
+      for (let i = 0; i < fetched.length; i++) {
+        const row = fetched[i]!;
+        if (row.data.startsWith('BEGIN')) {
+          txXid = row.xid;
+          txRows = 0;
+          txBytes = 0;
+        } else if (row.data.startsWith('COMMIT')) {
+          lastCommit = i;
+        } else {
+          txRows++;
+          txBytes += Buffer.byteLength(row.data);
+          if (txRows > opts.maxTxRows || txBytes > opts.maxTxBytes) throw new TransactionTooLargeError(txXid ?? row.xid, txRows, txBytes, caps);
+        }
+      }
+      if (lastCommit >= 0) {
+        transactions.push(...groupTransactions(open.concat(fetched.slice(0, lastCommit + 1))).transactions);
+        open = fetched.slice(lastCommit + 1);
+      } else {
+        for (const r of fetched) open.push(r);
+      }
+    }
+    await client.query('CLOSE cdc_peek');
+    await client.query('COMMIT');
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw err;
+  }
+  return { transactions, rows, leftover: open.length };
+}
