@@ -1,0 +1,159 @@
+/**
+ * Normalizer Lambda: raw capture stream (DMS or slot capture) → change log. The work is done by
+ * `Normalizer` (lambda/core/normalize.ts); this module wires it to Kinesis, DynamoDB and
+ * Powertools.
+ *
+ * Ordering. Records are processed one after another (`processInParallel: false`). With partial
+ * batch responses Lambda checkpoints at the lowest failed sequence number and retries from
+ * there, so once a record fails (an infrastructure error: control plane or change log
+ * unavailable) every following record of the batch is failed too, and so is every earlier record
+ * whose events were still buffered: no later event of a key is ever published before an
+ * earlier one that failed. A record that cannot be decoded is NOT a failure: it is dead-lettered
+ * and counts as processed.
+ *
+ * Configuration (environment): `CDC_CONTROL_TABLE`, `CDC_SOURCE_ID`, `CDC_TABLE_CONFIG`,
+ * `CDC_CHANGE_LOG_STREAM`; `CDC_AWS_ENDPOINT` points the clients at local stand-ins.
+ */
+import { BatchProcessor, EventType, processPartialResponse } from '@aws-lambda-powertools/batch';
+import { Logger } from '@aws-lambda-powertools/logger';
+import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
+import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent, KinesisStreamRecord } from 'aws-lambda';
+import { EnvName } from '../../contracts/env.ts';
+import { MetricDimension, METRICS_NAMESPACE } from '../../contracts/metrics.ts';
+import { dynamoDbClient, kinesisClient } from '../adapters/aws-clients.ts';
+import { KinesisChangeLog } from '../adapters/change-log-kinesis.ts';
+import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
+import { kinesisRecordData } from '../adapters/kinesis-event.ts';
+import type { ControlPlane } from '../core/control-plane.ts';
+import { CdcError } from '../core/errors.ts';
+import { isSourceId } from '../core/event.ts';
+import { Normalizer, type ChangeLogWriter, type NormalizerMetrics } from '../core/normalize.ts';
+import { parseTableConfig, TableConfigIndex, type TableConfig } from '../core/table-config.ts';
+
+const SERVICE = 'cdc-normalizer';
+
+/** What the handler needs; the Lambda builds it from the environment, the local pipeline and tests from local clients. */
+export interface NormalizerDeps<E> {
+  source: string;
+  tables: readonly TableConfig[];
+  control: ControlPlane;
+  changeLog: ChangeLogWriter<E>;
+  /** @default a Powertools Logger for the normalizer service */
+  logger?: Logger;
+  /** @default Powertools Metrics in the platform namespace with the Source dimension */
+  metrics?: Metrics;
+  now?: () => Date;
+  /** @default 1000 */
+  flushEvents?: number;
+}
+
+export type NormalizerHandler = (event: KinesisStreamEvent, context?: Context) => Promise<KinesisStreamBatchResponse>;
+
+/** A record was not processed because an earlier record of the same batch failed (it is retried after it). */
+export class PrecedingRecordFailedError extends CdcError {
+  constructor(sequenceNumber: string, failedSequenceNumber: string) {
+    super('PRECEDING_RECORD_FAILED', `record ${sequenceNumber} not processed: record ${failedSequenceNumber} earlier in the batch failed, and order per key must hold`);
+  }
+}
+
+function metricsAdapter(metrics: Metrics): NormalizerMetrics {
+  return {
+    count(name, value, dimensions) {
+      if (dimensions && Object.keys(dimensions).length > 0) {
+        const single = metrics.singleMetric();
+        for (const [k, v] of Object.entries(dimensions)) single.addDimension(k, v);
+        single.addMetric(name, MetricUnit.Count, value);
+        return;
+      }
+      metrics.addMetric(name, MetricUnit.Count, value);
+    },
+    milliseconds(name, value) {
+      metrics.addMetric(name, MetricUnit.Milliseconds, value);
+    },
+  };
+}
+
+/** `<stream>/<shard>/<sequence number>` of a Lambda Kinesis record. */
+function originOf(record: KinesisStreamRecord): string {
+  const stream = record.eventSourceARN?.split('/').slice(1).join('/') || record.eventSourceARN || 'stream';
+  const shard = record.eventID?.split(':')[0] || 'shard';
+  return `${stream}/${shard}/${record.kinesis.sequenceNumber}`;
+}
+
+/** Builds the normalizer handler from explicit dependencies. */
+export function createNormalizerHandler<E>(deps: NormalizerDeps<E>): NormalizerHandler {
+  if (!isSourceId(deps.source)) throw new CdcError('INVALID_CONFIG', `${EnvName.SOURCE_ID}: expected a lower-case source id, got ${JSON.stringify(deps.source)}`);
+  const logger = deps.logger ?? new Logger({ serviceName: SERVICE, persistentKeys: { source: deps.source } });
+  const metrics = deps.metrics ?? new Metrics({ namespace: METRICS_NAMESPACE, serviceName: SERVICE, defaultDimensions: { [MetricDimension.SOURCE]: deps.source } });
+  const normalizer = new Normalizer<E>({
+    source: deps.source,
+    tables: new TableConfigIndex(deps.tables),
+    control: deps.control,
+    changeLog: deps.changeLog,
+    metrics: metricsAdapter(metrics),
+    logger,
+    ...(deps.now ? { now: deps.now } : {}),
+    ...(deps.flushEvents ? { flushEvents: deps.flushEvents } : {}),
+  });
+  const processor = new BatchProcessor(EventType.KinesisDataStreams);
+
+  return async (event, context) => {
+    if (context) logger.addContext(context);
+    const records = event.Records ?? [];
+    const index = new Map(records.map((r, i) => [r.kinesis.sequenceNumber, i]));
+    const last = records.length - 1;
+    const batch = normalizer.startBatch();
+    let failedAt: number | null = null;
+    let failedFrom: number | null = null;
+
+    const recordHandler = async (record: KinesisStreamRecord): Promise<void> => {
+      const i = index.get(record.kinesis.sequenceNumber);
+      if (i === undefined) throw new CdcError('INTERNAL', `record ${record.kinesis.sequenceNumber} is not in the batch`);
+      if (failedAt !== null) throw new PrecedingRecordFailedError(record.kinesis.sequenceNumber, records[failedAt]!.kinesis.sequenceNumber);
+      try {
+        await batch.add({ text: kinesisRecordData(record).toString('utf8'), origin: originOf(record) });
+        if (i === last) await batch.flush();
+      } catch (e) {
+        failedAt = i;
+        failedFrom = batch.firstUnpublished ?? i;
+        logger.error('Record failed; it and every later record of the batch will be retried', {
+          sequenceNumber: record.kinesis.sequenceNumber,
+          retryFromSequenceNumber: records[failedFrom]?.kinesis.sequenceNumber,
+          error: e instanceof Error ? { name: e.name, message: e.message } : String(e),
+        });
+        throw e;
+      }
+    };
+
+    try {
+      const response = await processPartialResponse(event, recordHandler, processor, { context, processInParallel: false });
+      if (failedFrom === null) return response;
+      // Earlier records whose events were still buffered are retried too; Lambda resumes at the lowest.
+      return { batchItemFailures: records.slice(failedFrom).map((r) => ({ itemIdentifier: r.kinesis.sequenceNumber })) };
+    } finally {
+      if (metrics.hasStoredMetrics()) metrics.publishStoredMetrics();
+    }
+  };
+}
+
+function requiredEnv(name: string): string {
+  const v = process.env[name];
+  if (v === undefined || v.trim() === '') throw new CdcError('INVALID_CONFIG', `environment variable ${name} is not set`);
+  return v;
+}
+
+// Module scope: created once per execution environment.
+const kinesis = kinesisClient();
+const dynamodb = dynamoDbClient();
+let fromEnv: NormalizerHandler | undefined;
+
+/** The Lambda entry point, configured from the environment (built on the first invocation). */
+export const handler: NormalizerHandler = async (event, context) => {
+  fromEnv ??= createNormalizerHandler({
+    source: requiredEnv(EnvName.SOURCE_ID),
+    tables: parseTableConfig(process.env[EnvName.TABLE_CONFIG]),
+    control: new DynamoDbControlPlane(dynamodb, requiredEnv(EnvName.CONTROL_TABLE)),
+    changeLog: new KinesisChangeLog(kinesis, requiredEnv(EnvName.CHANGE_LOG_STREAM)),
+  });
+  return fromEnv(event, context);
+};
