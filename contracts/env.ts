@@ -33,4 +33,6 @@ export const EnvName = {
 
 /** The heartbeat table the platform writes on every source (one row per source id). */
 export const HEARTBEAT_TABLE = 'cdc_heartbeat';
+/** The heartbeat table's primary-key column (the source id); the normalizer's table config names it. */
+export const HEARTBEAT_KEY_COLUMN = 'source_id';
 export const DEFAULT_HEARTBEAT_SCHEMA = 'public';
