@@ -47,7 +47,7 @@ export interface HeartbeatWriterOptions {
   connection: pg.ClientConfig | (() => Promise<pg.ClientConfig>);
 }
 
-/** Writes the heartbeat row of one source over one connection (reconnecting after an error). */
+/** Writes the heartbeat row of one source over one connection (reconnecting after an error). The local pipeline uses it directly. */
 export class HeartbeatWriter {
   readonly source: string;
   readonly table: string;
@@ -60,15 +60,11 @@ export class HeartbeatWriter {
     this.table = `${quoteIdent(schema)}.${quoteIdent(HEARTBEAT_TABLE)}`;
   }
 
-  /** Upserts `(source_id, beat_at = now())`, creating the table if it is missing. Returns the beat time the source recorded. */
-  async beat(): Promise<Date> {
+  /** Upserts `(source_id, beat_at = now())`, creating the table if it is missing. */
+  async beat(): Promise<void> {
     const client = await this.connect();
     try {
-      const r = await client.query<{ beat_at: Date }>(
-        `INSERT INTO ${this.table} (source_id, beat_at) VALUES ($1, now()) ON CONFLICT (source_id) DO UPDATE SET beat_at = now() RETURNING beat_at`,
-        [this.source],
-      );
-      return r.rows[0]!.beat_at;
+      await client.query(`INSERT INTO ${this.table} (source_id, beat_at) VALUES ($1, now()) ON CONFLICT (source_id) DO UPDATE SET beat_at = now()`, [this.source]);
     } catch (e) {
       await this.close();
       throw e;
@@ -142,10 +138,10 @@ export function createHeartbeatHandler(deps: HeartbeatHandlerDeps): HeartbeatHan
       for (let i = 0; i < beats; i++) {
         const started = Date.now();
         try {
-          const at = await writer.beat();
+          await writer.beat();
           written++;
           metrics.addMetric(MetricName.HEARTBEATS_WRITTEN, MetricUnit.Count, 1);
-          logger.debug('Heartbeat written', { beatAt: at.toISOString(), beat: i + 1 });
+          logger.debug('Heartbeat written', { beat: i + 1 });
         } catch (e) {
           failed++;
           lastError = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
