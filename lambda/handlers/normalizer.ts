@@ -95,9 +95,12 @@ export function createNormalizerHandler<E>(deps: NormalizerDeps<E>): NormalizerH
     ...(deps.now ? { now: deps.now } : {}),
     ...(deps.flushEvents ? { flushEvents: deps.flushEvents } : {}),
   });
-  const processor = new BatchProcessor(EventType.KinesisDataStreams);
 
   return async (event, context) => {
+    // A processor holds the state of one batch. Lambda runs one invocation at a time per
+    // environment, but the local event-source poller runs one batch per shard concurrently
+    // through the same handler, so each invocation gets its own.
+    const processor = new BatchProcessor(EventType.KinesisDataStreams);
     if (context) logger.addContext(context);
     const records = event.Records ?? [];
     const index = new Map(records.map((r, i) => [r.kinesis.sequenceNumber, i]));

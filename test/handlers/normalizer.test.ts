@@ -423,15 +423,17 @@ describe('normalizer handler: bad input and failures', () => {
     ]);
   });
 
-  it('two normalizers racing on a new table register it once and stamp the same version', async () => {
+  it('normalizers racing on a new table register it once and stamp the same version', async () => {
     const p = await pipeline();
     const other = p.build();
     const a = await rawEvent(p, [slot({ lsn: 1, table: 'public.race', columns: [['id', 'integer', 1], ['v', 'text', 'x']] })]);
     const b = await rawEvent(p, [slot({ lsn: 2, table: 'public.race', columns: [['id', 'integer', 2], ['v', 'text', 'y']] })]);
-    const results = await Promise.all([p.handler(a), other(b)]);
-    expect(results).toEqual([{ batchItemFailures: [] }, { batchItemFailures: [] }]);
+    const c = await rawEvent(p, [slot({ lsn: 3, table: 'public.race', columns: [['id', 'integer', 3], ['v', 'text', 'z']] })]);
+    // Two batches through the same handler at once (the local poller runs one per shard), and one through another normalizer.
+    const results = await Promise.all([p.handler(a), p.handler(b), other(c)]);
+    expect(results).toEqual([{ batchItemFailures: [] }, { batchItemFailures: [] }, { batchItemFailures: [] }]);
     expect(await p.control.listSchemaVersions('shop', 'public.race')).toHaveLength(1);
     expect((await p.control.listAudit('shop', 'public.race')).map((x) => x.action)).toEqual(['register-table']);
-    expect((await published(p)).map((e) => e.schemaVersion)).toEqual([1, 1]);
+    expect((await published(p)).map((e) => [e.key.id, e.schemaVersion])).toEqual([[1, 1], [2, 1], [3, 1]]);
   });
 });
