@@ -127,7 +127,10 @@ export function createHeartbeatHandler(deps: HeartbeatHandlerDeps): HeartbeatHan
   const sleep = deps.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
   const { writer } = deps;
   const logger = deps.logger ?? new Logger({ serviceName: SERVICE, persistentKeys: { source: writer.source } });
-  const metrics = deps.metrics ?? new Metrics({ namespace: METRICS_NAMESPACE, serviceName: SERVICE, defaultDimensions: { [MetricDimension.SOURCE]: writer.source } });
+  // Powertools adds a `service` dimension; the platform's metrics carry exactly the dimensions of contracts/metrics.ts.
+  const metrics = deps.metrics ?? new Metrics({ namespace: METRICS_NAMESPACE, serviceName: SERVICE });
+  metrics.clearDefaultDimensions();
+  metrics.setDefaultDimensions({ [MetricDimension.SOURCE]: writer.source });
 
   return async (_event, context) => {
     if (context) logger.addContext(context);

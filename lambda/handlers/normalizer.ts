@@ -40,7 +40,7 @@ export interface NormalizerDeps<E> {
   changeLog: ChangeLogWriter<E>;
   /** @default a Powertools Logger for the normalizer service */
   logger?: Logger;
-  /** @default Powertools Metrics in the platform namespace with the Source dimension */
+  /** @default Powertools Metrics in the platform namespace; its default dimensions become exactly Source */
   metrics?: Metrics;
   now?: () => Date;
   /** @default 1000 */
@@ -56,11 +56,21 @@ export class PrecedingRecordFailedError extends CdcError {
   }
 }
 
-function metricsAdapter(metrics: Metrics): NormalizerMetrics {
+/**
+ * Powertools adds a `service` dimension to every metric; the platform's metrics carry exactly the
+ * dimensions of contracts/metrics.ts (the constructs' alarms name those), so it is replaced.
+ */
+function onlyDimensions(metrics: Metrics, dimensions: Record<string, string>): Metrics {
+  metrics.clearDefaultDimensions();
+  metrics.setDefaultDimensions(dimensions);
+  return metrics;
+}
+
+function metricsAdapter(metrics: Metrics, source: string): NormalizerMetrics {
   return {
     count(name, value, dimensions) {
       if (dimensions && Object.keys(dimensions).length > 0) {
-        const single = metrics.singleMetric();
+        const single = onlyDimensions(metrics.singleMetric(), { [MetricDimension.SOURCE]: source });
         for (const [k, v] of Object.entries(dimensions)) single.addDimension(k, v);
         single.addMetric(name, MetricUnit.Count, value);
         return;
@@ -84,13 +94,13 @@ function originOf(record: KinesisStreamRecord): string {
 export function createNormalizerHandler<E>(deps: NormalizerDeps<E>): NormalizerHandler {
   if (!isSourceId(deps.source)) throw new CdcError('INVALID_CONFIG', `${EnvName.SOURCE_ID}: expected a lower-case source id, got ${JSON.stringify(deps.source)}`);
   const logger = deps.logger ?? new Logger({ serviceName: SERVICE, persistentKeys: { source: deps.source } });
-  const metrics = deps.metrics ?? new Metrics({ namespace: METRICS_NAMESPACE, serviceName: SERVICE, defaultDimensions: { [MetricDimension.SOURCE]: deps.source } });
+  const metrics = onlyDimensions(deps.metrics ?? new Metrics({ namespace: METRICS_NAMESPACE, serviceName: SERVICE }), { [MetricDimension.SOURCE]: deps.source });
   const normalizer = new Normalizer<E>({
     source: deps.source,
     tables: new TableConfigIndex(deps.tables),
     control: deps.control,
     changeLog: deps.changeLog,
-    metrics: metricsAdapter(metrics),
+    metrics: metricsAdapter(metrics, deps.source),
     logger,
     ...(deps.now ? { now: deps.now } : {}),
     ...(deps.flushEvents ? { flushEvents: deps.flushEvents } : {}),

@@ -92,7 +92,7 @@ describe('heartbeat writer', () => {
     const emf = lines.filter((l) => typeof l._aws === 'object');
     const total = emf.reduce((n, l) => n + (Array.isArray(l.HeartbeatsWritten) ? (l.HeartbeatsWritten as number[]).reduce((a, b) => a + b, 0) : Number(l.HeartbeatsWritten ?? 0)), 0);
     expect(total).toBe(3);
-    expect(emf[0]).toMatchObject({ Source: 'shop', _aws: { CloudWatchMetrics: [{ Namespace: 'CdcPlatform' }] } });
+    expect(emf[0]).toMatchObject({ Source: 'shop', _aws: { CloudWatchMetrics: [{ Namespace: 'CdcPlatform', Dimensions: [['Source']] }] } });
     // The connection is closed at the end of the invocation.
     const open = await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'cdc-heartbeat-writer'");
     expect(open.rows[0].n).toBe(0);

@@ -221,6 +221,8 @@ describe('normalizer handler: DMS records', () => {
     expect(metricSum('EventsPublished', { Source: 'shop' })).toBe(4);
     expect(metricSum('SchemaChanges', { Source: 'shop' })).toBe(1);
     expect(emf().some((r) => r._aws.CloudWatchMetrics[0]!.Metrics.some((m) => m.Name === 'CaptureLag' && m.Unit === 'Milliseconds'))).toBe(true);
+    // Exactly the dimensions of contracts/metrics.ts (the constructs' alarms name those), no Powertools `service`.
+    for (const r of emf()) expect(r._aws.CloudWatchMetrics[0]!.Dimensions).toEqual([['Source']]);
   });
 
   it('a new column is a compatible version 2; a record that leaves columns out is not a drop', async () => {
@@ -366,6 +368,8 @@ describe('normalizer handler: bad input and failures', () => {
     expect(letters[2]!.reason).toMatch(/primary key of public.nokey is unknown/);
     expect(JSON.parse(letters[3]!.record)).toMatchObject({ source: 'other' });
     expect(metricSum('DeadLetters', { Stage: 'normalizer', Source: 'shop' })).toBe(4);
+    const deadLetterRecords = emf().filter((r) => r._aws.CloudWatchMetrics[0]!.Metrics.some((m) => m.Name === 'DeadLetters'));
+    for (const r of deadLetterRecords) expect(r._aws.CloudWatchMetrics[0]!.Dimensions.map((d) => [...d].sort())).toEqual([['Source', 'Stage']]);
     // The active table a dead letter names is marked degraded (items was registered by the first record).
     expect((await p.control.getTable('shop', 'public.items'))?.state).toBe('degraded');
   });
