@@ -1,0 +1,642 @@
+import { createHash } from 'node:crypto';
+import { Aws, CustomResource, Duration, Fn, RemovalPolicy, Size, SizeRoundingBehavior, Token, Validations } from 'aws-cdk-lib';
+import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import * as dms from 'aws-cdk-lib/aws-dms';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as events from 'aws-cdk-lib/aws-events';
+import * as targets from 'aws-cdk-lib/aws-events-targets';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as kinesis from 'aws-cdk-lib/aws-kinesis';
+import type * as kms from 'aws-cdk-lib/aws-kms';
+import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import type * as sqs from 'aws-cdk-lib/aws-sqs';
+import { Construct, type IConstruct } from 'constructs';
+import { DEFAULT_HEARTBEAT_SCHEMA, EnvName } from '../contracts/env.ts';
+import { METRICS_NAMESPACE, MetricDimension, MetricName, NORMALIZER_STAGE } from '../contracts/metrics.ts';
+import type { CapturedTable } from './captured-table.ts';
+import type { IChangeLog } from './change-log.ts';
+import type { IControlPlane } from './control-plane.ts';
+import { createAlarm, iteratorAgeMetric } from './private/alarms.ts';
+import { CdcFunction } from './private/cdc-function.ts';
+import { dmsIdentifier } from './private/physical-name.ts';
+import { consumeStream } from './private/stream-consumer.ts';
+import { compileTableMappings, findTableProblem, tableConfigEntries } from './private/table-mappings.ts';
+import { taskSettings } from './private/task-settings.ts';
+import { checkIntegerRange, checkKinesisRetention, checkLowerIdent, fail, halfOf, idFromConstructId } from './private/validate.ts';
+import type { SourceDatabase } from './source-database.ts';
+
+/** Which columns DMS puts in the before image of an update. */
+export enum BeforeImage {
+  /** Primary-key columns only (what PostgreSQL logs without `REPLICA IDENTITY FULL`). */
+  PRIMARY_KEY = 'pk-only',
+  /** Every column; needs `REPLICA IDENTITY FULL` on the captured tables. */
+  ALL_COLUMNS = 'all',
+}
+
+/** A captured source as sinks see it. */
+export interface ICdcSource extends IConstruct {
+  /** The source id (lower-case identifier) in events, metrics and the control plane. */
+  readonly sourceId: string;
+  /** The change log the source publishes to. */
+  readonly changeLog: IChangeLog;
+  /** The captured tables. */
+  readonly tables: CapturedTable[];
+  /** Schema of the source's heartbeat table. */
+  readonly heartbeatSchema: string;
+}
+
+/** Properties of a `CdcSource`. */
+export interface CdcSourceProps {
+  /** The control plane the normalizer records schema versions and table states in. */
+  readonly control: IControlPlane;
+  /** The change log the normalizer publishes to. */
+  readonly log: IChangeLog;
+  /** VPC of the replication instance and of the functions that reach the database. */
+  readonly vpc: ec2.IVpc;
+  /**
+   * Subnets of the replication instance and the database-facing functions. They need a route to
+   * the database and to the Kinesis, Secrets Manager and DMS APIs (NAT or VPC endpoints).
+   * @default - the VPC's private subnets with egress
+   */
+  readonly vpcSubnets?: ec2.SubnetSelection;
+  /** The database to capture. */
+  readonly database: SourceDatabase;
+  /** The tables to capture, with their column rules. */
+  readonly tables: CapturedTable[];
+  /**
+   * The source id: a lower-case identifier, unique per change log.
+   * @default - derived from the construct id (`OrdersDb` → `orders_db`)
+   */
+  readonly sourceId?: string;
+  /**
+   * Name of the logical replication slot (plugin `test_decoding`). The slot is created before the
+   * replication task if it does not exist, and the task starts from its position.
+   * @default - `cdc_<sourceId>`
+   */
+  readonly slotName?: string;
+  /**
+   * What happens to the replication slot when this source leaves the stack. A retained slot keeps
+   * WAL on the source until it is dropped (see docs/deploy.md).
+   * @default RemovalPolicy.RETAIN
+   */
+  readonly slotRemovalPolicy?: RemovalPolicy;
+  /**
+   * Whether DMS installs its DDL capture artifacts (an event trigger) on the source, so table
+   * changes reach the change log as control records.
+   * @default true
+   */
+  readonly captureDdls?: boolean;
+  /**
+   * Columns in the before image of updates.
+   * @default BeforeImage.PRIMARY_KEY
+   */
+  readonly beforeImage?: BeforeImage;
+  /**
+   * Schema of the heartbeat table (`<schema>.cdc_heartbeat`) on the source.
+   * @default 'public'
+   */
+  readonly heartbeatSchema?: string;
+  /**
+   * DMS replication instance class.
+   * @default 'dms.c5.large'
+   */
+  readonly replicationInstanceClass?: string;
+  /**
+   * DMS engine version (3.5.4 or later: data masking needs it).
+   * @default '3.5.4'
+   */
+  readonly replicationEngineVersion?: string;
+  /**
+   * Storage of the replication instance (changes spill there while a transaction is open).
+   * @default Size.gibibytes(50)
+   */
+  readonly replicationStorage?: Size;
+  /**
+   * Whether the replication instance has a standby in a second availability zone.
+   * @default false
+   */
+  readonly multiAz?: boolean;
+  /**
+   * Largest LOB value (`text`, `json`, `bytea` columns) delivered; a longer value stops the task
+   * rather than arriving truncated. At most 1 MiB (Kinesis target limit).
+   * @default Size.kibibytes(64)
+   */
+  readonly maxLobSize?: Size;
+  /**
+   * Customer-managed key for the raw stream and the replication instance storage.
+   * @default - AWS managed keys (`alias/aws/kinesis`, `alias/aws/dms`)
+   */
+  readonly encryptionKey?: kms.IKey;
+  /**
+   * Retention of the raw stream between DMS and the normalizer.
+   * @default - the change log's retention
+   */
+  readonly rawStreamRetention?: Duration;
+  /**
+   * Provisioned shard count of the raw stream.
+   * @default - on-demand capacity mode
+   */
+  readonly rawStreamShardCount?: number;
+  /**
+   * Whether to create the recommended alarms.
+   * @default true
+   */
+  readonly alarmsEnabled?: boolean;
+  /**
+   * Actions for the alarms' ALARM and OK transitions.
+   * @default - no actions
+   */
+  readonly alarmActions?: cloudwatch.IAlarmAction[];
+  /**
+   * DMS `CDCLatencySource` / `CDCLatencyTarget` above which the latency alarms fire.
+   * @default Duration.minutes(5)
+   */
+  readonly alarmCdcLatencyThreshold?: Duration;
+  /**
+   * Normalizer iterator age above which its alarm fires.
+   * @default - half the normalizer's maximum record age (a quarter of the raw stream retention)
+   */
+  readonly alarmIteratorAgeThreshold?: Duration;
+}
+
+/** Heartbeats per writer invocation: one every 10 s across the one-minute schedule. */
+const HEARTBEAT_BEATS = 6;
+const SLOT_NAME = /^[a-z0-9_]{1,63}$/;
+
+/**
+ * Captures one PostgreSQL database with AWS DMS into the change log: a replication subnet group,
+ * instance and CDC task (`test_decoding` slot, table mappings compiled from the captured tables,
+ * settings that stop rather than drop), a raw stream, the normalizer that turns DMS records into
+ * change events, the heartbeat writer (every 10 s), a lifecycle resource that prepares the slot
+ * and starts, resumes and stops the task around deployments, and alarms.
+ */
+export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable {
+  readonly sourceId: string;
+  readonly changeLog: IChangeLog;
+  readonly tables: CapturedTable[];
+  readonly heartbeatSchema: string;
+  /** The logical replication slot name. */
+  readonly slotName: string;
+  /** The security group of the replication instance and database-facing functions: allow it on the database port. */
+  readonly connections: ec2.Connections;
+  /** The stream DMS writes to and the normalizer reads. */
+  readonly rawStream: kinesis.IStream;
+  /** The normalizer function. */
+  readonly normalizer: lambda.IFunction;
+  /** The heartbeat writer function. */
+  readonly heartbeatWriter: lambda.IFunction;
+  /** Records the normalizer gave up on (shard id and sequence numbers). */
+  readonly deadLetterQueue: sqs.IQueue;
+  /**
+   * Identifier of the DMS replication instance.
+   * @attribute
+   */
+  readonly replicationInstanceIdentifier: string;
+  /**
+   * Identifier (name) of the DMS replication task.
+   * @attribute
+   */
+  readonly replicationTaskIdentifier: string;
+  /**
+   * ARN of the DMS replication task.
+   * @attribute
+   */
+  readonly replicationTaskArn: string;
+  /** The alarms this construct created (empty when `alarmsEnabled` is false). */
+  readonly alarms: cloudwatch.IAlarm[] = [];
+
+  constructor(scope: Construct, id: string, props: CdcSourceProps) {
+    super(scope, id);
+    this.sourceId = checkLowerIdent(this, 'sourceId', props.sourceId ?? idFromConstructId(id));
+    this.changeLog = props.log;
+    this.tables = [...props.tables];
+    this.heartbeatSchema = props.heartbeatSchema ?? DEFAULT_HEARTBEAT_SCHEMA;
+    this.slotName = props.slotName ?? `cdc_${this.sourceId}`;
+    const problem = findTableProblem(this.tables, this.heartbeatSchema);
+    if (problem) fail(this, problem);
+    if (!SLOT_NAME.test(this.slotName)) fail(this, `slotName must match ${SLOT_NAME.source} (postgresql slot names), got ${JSON.stringify(this.slotName)}`);
+    const engineVersion = props.replicationEngineVersion ?? '3.5.4';
+    if (this.tables.some((t) => t.mask.length > 0) && compareVersions(engineVersion, '3.5.4') < 0) {
+      fail(this, `masked columns need dms engine 3.5.4 or later (data masking), got replicationEngineVersion ${engineVersion}`);
+    }
+    const rawRetention = props.rawStreamRetention ?? props.log.retention;
+    checkKinesisRetention(this, 'rawStreamRetention', rawRetention);
+    checkIntegerRange(this, 'rawStreamShardCount', props.rawStreamShardCount, 1, 100_000);
+    const maxLobSize = props.maxLobSize ?? Size.kibibytes(64);
+    const lobKb = maxLobSize.toKibibytes({ rounding: SizeRoundingBehavior.FLOOR });
+    if (!Token.isUnresolved(lobKb) && (lobKb < 1 || lobKb > 1024)) fail(this, `maxLobSize must be between 1 KiB and 1 MiB (kinesis target limit), got ${lobKb} KiB`);
+    const storage = props.replicationStorage ?? Size.gibibytes(50);
+    const storageGiB = storage.toGibibytes({ rounding: SizeRoundingBehavior.FLOOR });
+    checkIntegerRange(this, 'replicationStorage (GiB)', storageGiB, 5, 6144);
+
+    const subnets = props.vpc.selectSubnets(props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS });
+    const securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
+      vpc: props.vpc,
+      description: `CDC source ${this.sourceId}: DMS replication instance and database-facing functions (${this.node.path})`,
+      allowAllOutbound: true,
+    });
+    this.connections = new ec2.Connections({ securityGroups: [securityGroup] });
+
+    // Raw stream: DMS output, read only by the normalizer.
+    const rawStream = new kinesis.Stream(this, 'RawStream', {
+      retentionPeriod: rawRetention,
+      streamMode: props.rawStreamShardCount === undefined ? kinesis.StreamMode.ON_DEMAND : kinesis.StreamMode.PROVISIONED,
+      shardCount: props.rawStreamShardCount,
+      encryption: props.encryptionKey ? kinesis.StreamEncryption.KMS : kinesis.StreamEncryption.MANAGED,
+      encryptionKey: props.encryptionKey,
+      // The raw stream is a buffer, not a record (the change log is): it goes with the source.
+      removalPolicy: RemovalPolicy.DESTROY,
+    });
+    if (props.encryptionKey) {
+      Validations.of(rawStream).acknowledge({ id: 'AwsSolutions-KDS3', reason: 'a customer-managed key was asked for explicitly (encryptionKey)' });
+    }
+    this.rawStream = rawStream;
+
+    // --- DMS: roles, subnet group, instance, endpoints, task ---
+    const targetRole = new iam.Role(this, 'DmsTargetRole', {
+      assumedBy: new iam.ServicePrincipal('dms.amazonaws.com'),
+      description: `DMS writes the raw stream of ${this.node.path}`,
+    });
+    rawStream.grantWrite(targetRole);
+    rawStream.grant(targetRole, 'kinesis:DescribeStream');
+    const secretsRole = new iam.Role(this, 'DmsSecretsRole', {
+      // DMS assumes Secrets Manager access roles through its regional principal.
+      assumedBy: new iam.CompositePrincipal(new iam.ServicePrincipal(`dms.${Aws.REGION}.amazonaws.com`), new iam.ServicePrincipal('dms.amazonaws.com')),
+      description: `DMS reads the source credentials of ${this.node.path}`,
+    });
+    props.database.secret.grantRead(secretsRole);
+
+    const subnetGroup = new dms.CfnReplicationSubnetGroup(this, 'SubnetGroup', {
+      replicationSubnetGroupDescription: `CDC source ${this.sourceId} (${this.node.path})`,
+      subnetIds: subnets.subnetIds,
+    });
+    this.replicationInstanceIdentifier = dmsIdentifier(this, `${this.sourceId}-instance`, 63);
+    const instance = new dms.CfnReplicationInstance(this, 'ReplicationInstance', {
+      replicationInstanceIdentifier: this.replicationInstanceIdentifier,
+      replicationInstanceClass: props.replicationInstanceClass ?? 'dms.c5.large',
+      engineVersion,
+      allocatedStorage: storageGiB,
+      multiAz: props.multiAz ?? false,
+      publiclyAccessible: false,
+      kmsKeyId: props.encryptionKey?.keyArn,
+      replicationSubnetGroupIdentifier: subnetGroup.ref,
+      vpcSecurityGroupIds: [securityGroup.securityGroupId],
+    });
+
+    const sourceEndpoint = new dms.CfnEndpoint(this, 'SourceEndpoint', {
+      endpointType: 'source',
+      engineName: 'postgres',
+      databaseName: props.database.databaseName,
+      sslMode: 'require',
+      postgreSqlSettings: {
+        secretsManagerSecretId: props.database.secret.secretArn,
+        secretsManagerAccessRoleArn: secretsRole.roleArn,
+        pluginName: 'test-decoding',
+        slotName: this.slotName,
+        captureDdls: props.captureDdls ?? true,
+        // A LOB longer than maxLobSize fails the task instead of being delivered cut short.
+        failTasksOnLobTruncation: true,
+        // The platform's own heartbeat (every 10 s) keeps the slot moving; DMS's is not needed.
+        heartbeatEnable: false,
+      },
+    });
+    sourceEndpoint.node.addDependency(secretsRole);
+    const targetEndpoint = new dms.CfnEndpoint(this, 'TargetEndpoint', {
+      endpointType: 'target',
+      engineName: 'kinesis',
+      kinesisSettings: {
+        streamArn: rawStream.streamArn,
+        serviceAccessRoleArn: targetRole.roleArn,
+        // One JSON document per record, no pretty-printing.
+        messageFormat: 'json-unformatted',
+        // Commit timestamp, stream position, transaction ids: the normalizer builds positions from them.
+        includeTransactionDetails: true,
+        // Table definitions and DDL as control records: schema drift comes from the stream.
+        includeControlDetails: true,
+        includeTableAlterOperations: true,
+        // Null columns are present as null, so an absent column means "not delivered".
+        includeNullAndEmpty: true,
+        partitionIncludeSchemaTable: true,
+      },
+    });
+    targetEndpoint.node.addDependency(targetRole);
+
+    const mappings = compileTableMappings(this.tables, this.heartbeatSchema);
+    const settings = taskSettings({ beforeImageColumns: props.beforeImage ?? BeforeImage.PRIMARY_KEY, lobMaxSizeKb: lobKb });
+    const tableMappingsJson = JSON.stringify(mappings);
+    const settingsJson = JSON.stringify(settings);
+    const configHash = createHash('sha256').update(tableMappingsJson).update('\n').update(settingsJson).digest('hex').slice(0, 16);
+    this.replicationTaskIdentifier = dmsIdentifier(this, `${this.sourceId}-cdc`, 63);
+
+    // --- Lifecycle: slot before the task, start/resume/stop after it ---
+    const lifecycle = new CdcFunction(this, 'TaskLifecycle', {
+      handlerName: 'dms-task-starter',
+      description: `Prepares the replication slot and starts, resumes and stops the DMS task of ${this.node.path}`,
+      serviceName: 'cdc-dms-task-lifecycle',
+      environment: {},
+      memorySize: Size.mebibytes(256),
+      timeout: Duration.minutes(15),
+      vpc: props.vpc,
+      vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
+      securityGroups: [securityGroup],
+      retryAttempts: 0,
+    });
+    props.database.secret.grantRead(lifecycle.fn);
+    const taskArnPattern = `arn:${Aws.PARTITION}:dms:${Aws.REGION}:${Aws.ACCOUNT_ID}:task:*`;
+    const lifecyclePolicy = new iam.Policy(this, 'TaskLifecyclePolicy', {
+      statements: [
+        // DescribeReplicationTasks supports no resource-level permissions.
+        new iam.PolicyStatement({ actions: ['dms:DescribeReplicationTasks'], resources: ['*'] }),
+        // The task's ARN ends in an id DMS assigns at creation; the slot step runs before the
+        // task exists, so the statement names the account's tasks and the handler finds this
+        // one by its identifier.
+        new iam.PolicyStatement({ actions: ['dms:StartReplicationTask', 'dms:StopReplicationTask'], resources: [taskArnPattern] }),
+      ],
+    });
+    lifecycle.role.attachInlinePolicy(lifecyclePolicy);
+    Validations.of(lifecyclePolicy).acknowledge(
+      { id: 'AwsSolutions-IAM5[Resource::*]', reason: 'dms:DescribeReplicationTasks supports no resource-level permissions' },
+      {
+        id: 'AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:dms:<AWS::Region>:<AWS::AccountId>:task:*]',
+        reason: 'the task ARN is assigned by DMS at creation and the slot step runs before the task exists; the handler acts only on the task it finds by identifier',
+      },
+    );
+
+    const slot = new CustomResource(this, 'ReplicationSlot', {
+      resourceType: 'Custom::CdcReplicationSlot',
+      serviceToken: lifecycle.fn.functionArn,
+      serviceTimeout: Duration.minutes(16),
+      properties: {
+        Action: 'prepare-slot',
+        SecretArn: props.database.secret.secretArn,
+        DatabaseName: props.database.databaseName,
+        SlotName: this.slotName,
+        Ssl: 'require',
+        TaskIdentifier: this.replicationTaskIdentifier,
+        ConfigHash: configHash,
+        RemoveSlotOnDelete: (props.slotRemovalPolicy ?? RemovalPolicy.RETAIN) === RemovalPolicy.DESTROY ? 'true' : 'false',
+      },
+    });
+    slot.node.addDependency(lifecyclePolicy);
+    if (props.database.securityGroup) {
+      checkIntegerRange(this, 'database port', props.database.port, 1, 65535);
+      const ingress = new ec2.CfnSecurityGroupIngress(this, 'DatabaseIngress', {
+        groupId: props.database.securityGroup.securityGroupId,
+        sourceSecurityGroupId: securityGroup.securityGroupId,
+        ipProtocol: 'tcp',
+        fromPort: props.database.port,
+        toPort: props.database.port,
+        description: `CDC source ${this.sourceId}: DMS and the database-facing functions`,
+      });
+      slot.node.addDependency(ingress);
+    }
+    slot.node.addDependency(subnets.internetConnectivityEstablished);
+
+    const task = new dms.CfnReplicationTask(this, 'ReplicationTask', {
+      replicationTaskIdentifier: this.replicationTaskIdentifier,
+      migrationType: 'cdc',
+      replicationInstanceArn: instance.ref,
+      sourceEndpointArn: sourceEndpoint.ref,
+      targetEndpointArn: targetEndpoint.ref,
+      tableMappings: tableMappingsJson,
+      replicationTaskSettings: settingsJson,
+      // The slot's position when it was created (or found): DMS starts there, natively.
+      cdcStartPosition: slot.getAttString('StartPosition'),
+    });
+    this.replicationTaskArn = task.ref;
+
+    const starter = new CustomResource(this, 'TaskStarter', {
+      resourceType: 'Custom::CdcReplicationTaskStarter',
+      serviceToken: lifecycle.fn.functionArn,
+      serviceTimeout: Duration.minutes(16),
+      properties: {
+        Action: 'start-task',
+        TaskArn: task.ref,
+        TaskIdentifier: this.replicationTaskIdentifier,
+        ConfigHash: configHash,
+      },
+    });
+    starter.node.addDependency(lifecyclePolicy);
+
+    // --- Normalizer: raw stream → change log ---
+    const tableConfig = JSON.stringify(tableConfigEntries(this.tables, this.heartbeatSchema));
+    const normalizer = new CdcFunction(this, 'Normalizer', {
+      handlerName: 'normalizer',
+      description: `Turns DMS records of source ${this.sourceId} into change events (${this.node.path})`,
+      serviceName: 'cdc-normalizer',
+      environment: {
+        [EnvName.SOURCE_ID]: this.sourceId,
+        [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName,
+        [EnvName.CHANGE_LOG_STREAM]: props.log.changeLogStreamName,
+        [EnvName.TABLE_CONFIG]: tableConfig,
+        [EnvName.HEARTBEAT_SCHEMA]: this.heartbeatSchema,
+      },
+      memorySize: Size.mebibytes(1024),
+      timeout: Duration.minutes(2),
+    });
+    this.normalizer = normalizer.fn;
+    props.log.grantWrite(normalizer.fn);
+    props.log.grant(normalizer.fn, 'kinesis:DescribeStreamSummary');
+    props.control.grantReadWriteData(normalizer.fn);
+    const consumer = consumeStream(normalizer, normalizer.fn, {
+      stream: rawStream,
+      streamRetention: rawRetention,
+      batchSize: 500,
+      maxBatchingWindow: Duration.seconds(0),
+      retryAttempts: 500,
+      parallelizationFactor: 1,
+    });
+    this.deadLetterQueue = consumer.deadLetterQueue;
+
+    // --- Heartbeat writer: one beat every 10 s ---
+    const heartbeat = new CdcFunction(this, 'HeartbeatWriter', {
+      handlerName: 'heartbeat-writer',
+      description: `Writes the heartbeat row of source ${this.sourceId} every 10 seconds (${this.node.path})`,
+      serviceName: 'cdc-heartbeat-writer',
+      environment: {
+        [EnvName.SOURCE_ID]: this.sourceId,
+        [EnvName.SOURCE_SECRET_ARN]: props.database.heartbeatSecret.secretArn,
+        [EnvName.HEARTBEAT_SCHEMA]: this.heartbeatSchema,
+        [EnvName.HEARTBEAT_BEATS]: String(HEARTBEAT_BEATS),
+      },
+      memorySize: Size.mebibytes(256),
+      // Six beats 10 s apart take 50 s plus connection time; the next invocation starts a minute later.
+      timeout: Duration.seconds(80),
+      vpc: props.vpc,
+      vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
+      securityGroups: [securityGroup],
+      // A missed minute is replaced by the next one; a late retry would only crowd it.
+      retryAttempts: 0,
+    });
+    this.heartbeatWriter = heartbeat.fn;
+    props.database.heartbeatSecret.grantRead(heartbeat.fn);
+    new events.Rule(this, 'HeartbeatSchedule', {
+      description: `Starts the heartbeat writer of source ${this.sourceId} every minute`,
+      schedule: events.Schedule.rate(Duration.minutes(1)),
+      targets: [new targets.LambdaFunction(heartbeat.fn, { retryAttempts: 0, maxEventAge: Duration.minutes(1) })],
+    });
+
+    this.acknowledgeGrantWildcards([normalizer, heartbeat, lifecycle], targetRole, secretsRole);
+
+    // --- Alarms ---
+    if (props.alarmsEnabled ?? true) {
+      const actions = props.alarmActions;
+      const latency = props.alarmCdcLatencyThreshold ?? Duration.minutes(5);
+      for (const [alarmId, metric, kind] of [
+        ['CdcLatencySourceAlarm', this.metricCdcLatencySource(), 'source'],
+        ['CdcLatencyTargetAlarm', this.metricCdcLatencyTarget(), 'target'],
+      ] as const) {
+        this.alarms.push(
+          createAlarm(this, alarmId, {
+            nameSuffix: `${this.sourceId}-cdc-latency-${kind}`,
+            description:
+              `DMS CDCLatency${kind === 'source' ? 'Source' : 'Target'} of source ${this.sourceId} is above ${latency.toHumanString()} for 10 minutes (${this.node.path}). ` +
+              (kind === 'source'
+                ? 'DMS is behind reading the WAL: a long transaction, an undersized instance or a source problem; the slot retains WAL meanwhile.'
+                : 'DMS is behind writing the raw stream: throttling on the raw stream or an undersized instance.'),
+            metric,
+            threshold: latency.toSeconds(),
+            evaluationPeriods: 2,
+            datapointsToAlarm: 2,
+            // DMS reports task metrics only while the task runs; a stopped task is caught by the
+            // sinks' end-to-end lag alarms, which treat silence as breaching.
+            treatMissingData: cloudwatch.TreatMissingData.MISSING,
+            actions,
+          }),
+        );
+      }
+      const iteratorThreshold = props.alarmIteratorAgeThreshold ?? halfOf(consumer.maxRecordAge);
+      this.alarms.push(
+        createAlarm(this, 'NormalizerIteratorAgeAlarm', {
+          nameSuffix: `${this.sourceId}-normalizer-iterator-age`,
+          description:
+            `The normalizer of source ${this.sourceId} reads raw records older than ${iteratorThreshold.toHumanString()} (${this.node.path}). ` +
+            `Records older than ${consumer.maxRecordAge.toHumanString()} go to the dead-letter queue; raw records expire after ${rawRetention.toHumanString()}.`,
+          metric: iteratorAgeMetric(normalizer.fn),
+          threshold: iteratorThreshold.toMilliseconds(),
+          evaluationPeriods: 5,
+          datapointsToAlarm: 5,
+          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+          actions,
+        }),
+        createAlarm(this, 'NormalizerDeadLetterQueueAlarm', {
+          nameSuffix: `${this.sourceId}-normalizer-dead-letter-queue`,
+          description:
+            `Raw records of source ${this.sourceId} were given up by the normalizer's event source mapping (${this.node.path}). ` +
+            'Each message names the shard and sequence numbers; re-drive them from the raw stream while it still holds them.',
+          metric: consumer.deadLetterQueue.metricApproximateNumberOfMessagesVisible({ statistic: cloudwatch.Stats.MAXIMUM, period: Duration.minutes(5) }),
+          threshold: 0,
+          evaluationPeriods: 1,
+          datapointsToAlarm: 1,
+          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+          actions,
+        }),
+        createAlarm(this, 'NormalizerDeadLettersAlarm', {
+          nameSuffix: `${this.sourceId}-normalizer-dead-letters`,
+          description: `The normalizer of source ${this.sourceId} dead-lettered records it could not decode; their tables are marked degraded (${this.node.path}).`,
+          metric: this.metricDeadLetters(),
+          threshold: 0,
+          evaluationPeriods: 1,
+          datapointsToAlarm: 1,
+          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+          actions,
+        }),
+        createAlarm(this, 'TablesPausedAlarm', {
+          nameSuffix: `${this.sourceId}-tables-paused`,
+          description: `A table of source ${this.sourceId} was paused by a schema change that needs an operator (${this.node.path}).`,
+          metric: this.metricTablesPaused(),
+          threshold: 0,
+          evaluationPeriods: 1,
+          datapointsToAlarm: 1,
+          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+          actions,
+        }),
+        createAlarm(this, 'HeartbeatErrorsAlarm', {
+          nameSuffix: `${this.sourceId}-heartbeat-errors`,
+          description:
+            `The heartbeat writer of source ${this.sourceId} has failed for 5 minutes (${this.node.path}). ` +
+            'Without heartbeats the end-to-end lag alarms fire although changes may still flow: check the source connection first.',
+          metric: heartbeat.fn.metricErrors({ statistic: cloudwatch.Stats.SUM, period: Duration.minutes(1) }),
+          threshold: 0,
+          evaluationPeriods: 5,
+          datapointsToAlarm: 5,
+          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+          actions,
+        }),
+      );
+    }
+  }
+
+  /** A DMS task metric (namespace `AWS/DMS`, dimensions instance and task). */
+  metricReplicationTask(metricName: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return new cloudwatch.Metric({
+      namespace: 'AWS/DMS',
+      metricName,
+      dimensionsMap: {
+        ReplicationInstanceIdentifier: this.replicationInstanceIdentifier,
+        // DMS names a task in CloudWatch by the resource id that ends its ARN.
+        ReplicationTaskIdentifier: Fn.select(6, Fn.split(':', this.replicationTaskArn)),
+      },
+      statistic: cloudwatch.Stats.MAXIMUM,
+      period: Duration.minutes(5),
+      ...props,
+    }).attachTo(this);
+  }
+
+  /** Seconds between a change's commit and DMS reading it; maximum over 5 minutes by default. */
+  metricCdcLatencySource(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return this.metricReplicationTask('CDCLatencySource', props);
+  }
+
+  /** Seconds between a change's commit and DMS writing it to the raw stream; maximum over 5 minutes by default. */
+  metricCdcLatencyTarget(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return this.metricReplicationTask('CDCLatencyTarget', props);
+  }
+
+  /** Records the normalizer dead-lettered (`DeadLetters`, Stage=normalizer); sum per minute by default. */
+  metricDeadLetters(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return this.platformMetric(MetricName.DEAD_LETTERS, { [MetricDimension.STAGE]: NORMALIZER_STAGE, [MetricDimension.SOURCE]: this.sourceId }, props);
+  }
+
+  /** Tables paused by the normalizer (`TablesPaused`); sum per minute by default. */
+  metricTablesPaused(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return this.platformMetric(MetricName.TABLES_PAUSED, { [MetricDimension.SOURCE]: this.sourceId }, props);
+  }
+
+  /** Source commit → change-log publish, milliseconds (`CaptureLag`); maximum per minute by default. */
+  metricCaptureLag(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return this.platformMetric(MetricName.CAPTURE_LAG, { [MetricDimension.SOURCE]: this.sourceId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
+  }
+
+  private platformMetric(metricName: string, dimensionsMap: Record<string, string>, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return new cloudwatch.Metric({
+      namespace: METRICS_NAMESPACE,
+      metricName,
+      dimensionsMap,
+      statistic: cloudwatch.Stats.SUM,
+      period: Duration.minutes(1),
+      ...props,
+    }).attachTo(this);
+  }
+
+  /** Wildcards that CDK grants generate (Kinesis, KMS and secret grants), acknowledged with their scope. */
+  private acknowledgeGrantWildcards(functions: CdcFunction[], ...roles: iam.Role[]): void {
+    const kmsAcks = [
+      { id: 'AwsSolutions-IAM5[Action::kms:GenerateDataKey*]', reason: 'CDK key grant; scoped to the one key that encrypts the stream or secret' },
+      { id: 'AwsSolutions-IAM5[Action::kms:ReEncrypt*]', reason: 'CDK key grant; scoped to the one key that encrypts the stream or secret' },
+    ];
+    for (const f of functions) Validations.of(f).acknowledge(...kmsAcks);
+    for (const r of roles) Validations.of(r).acknowledge(...kmsAcks);
+  }
+}
+
+/** Compares dotted version strings numerically. */
+function compareVersions(a: string, b: string): number {
+  const pa = a.split('.').map((x) => Number.parseInt(x, 10) || 0);
+  const pb = b.split('.').map((x) => Number.parseInt(x, 10) || 0);
+  for (let i = 0; i < Math.max(pa.length, pb.length); i++) {
+    const d = (pa[i] ?? 0) - (pb[i] ?? 0);
+    if (d !== 0) return d;
+  }
+  return 0;
+}

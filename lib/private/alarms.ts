@@ -1,0 +1,48 @@
+/**
+ * Alarm creation shared by the constructs: a deterministic name and a description, explicit
+ * missing-data semantics, injected actions, and the evaluation-window check.
+ */
+import { Duration, Stack } from 'aws-cdk-lib';
+import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import type { Construct } from 'constructs';
+import { fail } from './validate.ts';
+
+export interface CdcAlarmProps {
+  /** Name suffix after the stack name, e.g. `orders-cdc-latency-source`. */
+  readonly nameSuffix: string;
+  readonly description: string;
+  readonly metric: cloudwatch.IMetric;
+  readonly threshold: number;
+  readonly comparisonOperator?: cloudwatch.ComparisonOperator;
+  readonly evaluationPeriods: number;
+  readonly datapointsToAlarm: number;
+  readonly treatMissingData: cloudwatch.TreatMissingData;
+  readonly actions?: cloudwatch.IAlarmAction[];
+}
+
+/** Creates the alarm `id` under `scope` and wires the injected actions to ALARM and OK. */
+export function createAlarm(scope: Construct, id: string, props: CdcAlarmProps): cloudwatch.Alarm {
+  if (props.evaluationPeriods < props.datapointsToAlarm) {
+    fail(scope, `alarm ${id}: evaluationPeriods (${props.evaluationPeriods}) must be greater than or equal to datapointsToAlarm (${props.datapointsToAlarm})`);
+  }
+  const alarm = new cloudwatch.Alarm(scope, id, {
+    alarmName: `${Stack.of(scope).stackName}-${props.nameSuffix}`.slice(0, 255),
+    alarmDescription: props.description,
+    metric: props.metric,
+    threshold: props.threshold,
+    comparisonOperator: props.comparisonOperator ?? cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+    evaluationPeriods: props.evaluationPeriods,
+    datapointsToAlarm: props.datapointsToAlarm,
+    treatMissingData: props.treatMissingData,
+  });
+  for (const action of props.actions ?? []) {
+    alarm.addAlarmAction(action);
+    alarm.addOkAction(action);
+  }
+  return alarm;
+}
+
+/** `Lambda IteratorAge` of a stream-consuming function: maximum per minute, milliseconds. */
+export function iteratorAgeMetric(fn: { metric(name: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric }): cloudwatch.Metric {
+  return fn.metric('IteratorAge', { statistic: cloudwatch.Stats.MAXIMUM, period: Duration.minutes(1) });
+}

@@ -1,0 +1,133 @@
+/**
+ * Compiles `CapturedTable`s into DMS table mappings, the handlers' `CDC_TABLE_CONFIG`, and checks
+ * them. Pure functions; the construct supplies the path for error messages.
+ *
+ * Rules, in order (rule ids are sequential, rule names say what they do):
+ * 1. one `selection` / `include` per captured table, then one for the heartbeat table;
+ * 2. per excluded column, a `remove-column` transformation: the column never leaves DMS;
+ * 3. per masked column, a `change-data-type` to `wstring(4000)` followed (higher rule id, as DMS
+ *    requires) by a `data-masking-hash-mask`: the SHA-256 hash is 64 characters, wider than many
+ *    masked columns, and the wide-string type keeps non-ASCII text intact before hashing.
+ */
+import { HEARTBEAT_KEY_COLUMN, HEARTBEAT_TABLE } from '../../contracts/env.ts';
+import type { CapturedTable } from '../captured-table.ts';
+import { PLAIN_IDENT } from './validate.ts';
+
+/** Length masked columns are widened to before hashing (values longer than this are refused by DMS). */
+export const MASK_WIDEN_LENGTH = 4000;
+
+/** One DMS table-mapping rule (the subset of fields this library emits). */
+export interface DmsRule {
+  'rule-type': 'selection' | 'transformation';
+  'rule-id': string;
+  'rule-name': string;
+  'object-locator': { 'schema-name': string; 'table-name': string; 'column-name'?: string };
+  'rule-action': string;
+  'rule-target'?: 'column';
+  'data-type'?: { type: string; length: number };
+}
+
+/** One entry of `CDC_TABLE_CONFIG` (parsed by `lambda/core/table-config.ts`). */
+export interface TableConfigEntry {
+  table: string;
+  key: string[];
+  deleteMode: string;
+  mask: string[];
+  exclude: string[];
+}
+
+/** Returns the first problem with the captured tables, or undefined. Lower-case, no period. */
+export function findTableProblem(tables: readonly CapturedTable[], heartbeatSchema: string): string | undefined {
+  if (tables.length === 0) return 'tables must not be empty; capture at least one table';
+  if (!PLAIN_IDENT.test(heartbeatSchema)) return `heartbeatSchema must be a plain identifier (${PLAIN_IDENT.source}), got ${JSON.stringify(heartbeatSchema)}`;
+  const seen = new Set<string>();
+  for (const t of tables) {
+    const parts = t.tableId.split('.');
+    if (parts.length !== 2 || !parts.every((p) => PLAIN_IDENT.test(p))) {
+      return `table id ${JSON.stringify(t.tableId)} must be 'schema.table' with plain identifiers (${PLAIN_IDENT.source})`;
+    }
+    if (seen.has(t.tableId)) return `table ${t.tableId} is captured twice`;
+    seen.add(t.tableId);
+    if (t.tableId === `${heartbeatSchema}.${HEARTBEAT_TABLE}`) {
+      return `table ${t.tableId} is the platform's heartbeat table; it is captured automatically and cannot be declared`;
+    }
+    for (const [what, cols] of [
+      ['mask', t.mask],
+      ['exclude', t.exclude],
+      ['primaryKey', t.primaryKey],
+    ] as const) {
+      for (const c of cols) {
+        if (!PLAIN_IDENT.test(c)) return `table ${t.tableId}: ${what} column ${JSON.stringify(c)} must be a plain identifier (${PLAIN_IDENT.source})`;
+      }
+      const dup = cols.find((c, i) => cols.indexOf(c) !== i);
+      if (dup !== undefined) return `table ${t.tableId}: ${what} lists column ${dup} twice`;
+    }
+    if (t.primaryKey.length === 0) return `table ${t.tableId}: primaryKey must name at least one column`;
+    const both = t.mask.find((c) => t.exclude.includes(c));
+    if (both !== undefined) return `table ${t.tableId}: column ${both} is both masked and excluded; choose one`;
+    for (const k of t.primaryKey) {
+      if (t.mask.includes(k)) return `table ${t.tableId}: key column ${k} cannot be masked (keys identify rows in every sink)`;
+      if (t.exclude.includes(k)) return `table ${t.tableId}: key column ${k} cannot be excluded (keys identify rows in every sink)`;
+    }
+  }
+  return undefined;
+}
+
+function locator(schema: string, table: string, column?: string): DmsRule['object-locator'] {
+  return column === undefined ? { 'schema-name': schema, 'table-name': table } : { 'schema-name': schema, 'table-name': table, 'column-name': column };
+}
+
+/** The DMS table mappings (`{ rules: [...] }`) for the tables plus the heartbeat table. */
+export function compileTableMappings(tables: readonly CapturedTable[], heartbeatSchema: string): { rules: DmsRule[] } {
+  const rules: DmsRule[] = [];
+  const add = (rule: Omit<DmsRule, 'rule-id'>): void => {
+    const { 'rule-type': ruleType, ...rest } = rule;
+    rules.push({ 'rule-type': ruleType, 'rule-id': String(rules.length + 1), ...rest });
+  };
+  const nameOf = (...parts: string[]): string => parts.join('-');
+  for (const t of tables) {
+    add({ 'rule-type': 'selection', 'rule-name': nameOf('include', t.schemaName, t.tableName), 'object-locator': locator(t.schemaName, t.tableName), 'rule-action': 'include' });
+  }
+  add({ 'rule-type': 'selection', 'rule-name': nameOf('include', heartbeatSchema, HEARTBEAT_TABLE), 'object-locator': locator(heartbeatSchema, HEARTBEAT_TABLE), 'rule-action': 'include' });
+  for (const t of tables) {
+    for (const c of t.exclude) {
+      add({
+        'rule-type': 'transformation',
+        'rule-name': nameOf('exclude', t.schemaName, t.tableName, c),
+        'rule-target': 'column',
+        'object-locator': locator(t.schemaName, t.tableName, c),
+        'rule-action': 'remove-column',
+      });
+    }
+    for (const c of t.mask) {
+      add({
+        'rule-type': 'transformation',
+        'rule-name': nameOf('widen', t.schemaName, t.tableName, c),
+        'rule-target': 'column',
+        'object-locator': locator(t.schemaName, t.tableName, c),
+        'rule-action': 'change-data-type',
+        'data-type': { type: 'wstring', length: MASK_WIDEN_LENGTH },
+      });
+      add({
+        'rule-type': 'transformation',
+        'rule-name': nameOf('mask', t.schemaName, t.tableName, c),
+        'rule-target': 'column',
+        'object-locator': locator(t.schemaName, t.tableName, c),
+        'rule-action': 'data-masking-hash-mask',
+      });
+    }
+  }
+  return { rules };
+}
+
+/**
+ * `CDC_TABLE_CONFIG` entries, in declaration order. With `heartbeatSchema`, the heartbeat table is
+ * appended with its key, so the normalizer never has to guess it (DMS records do not name keys).
+ */
+export function tableConfigEntries(tables: readonly CapturedTable[], heartbeatSchema?: string): TableConfigEntry[] {
+  const entries = tables.map((t) => ({ table: t.tableId, key: [...t.primaryKey], deleteMode: t.deletes as string, mask: [...t.mask], exclude: [...t.exclude] }));
+  if (heartbeatSchema !== undefined) {
+    entries.push({ table: `${heartbeatSchema}.${HEARTBEAT_TABLE}`, key: [HEARTBEAT_KEY_COLUMN], deleteMode: 'soft', mask: [], exclude: [] });
+  }
+  return entries;
+}

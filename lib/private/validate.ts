@@ -1,0 +1,62 @@
+/**
+ * Validation helpers shared by the constructs. Every message starts with the construct path, is
+ * lower-case after it and does not end in a period (aws-cdk design guidelines).
+ */
+import { Duration, Token } from 'aws-cdk-lib';
+import type { IConstruct } from 'constructs';
+
+/** Source and sink ids: the same rule as `isSourceId` in the runtime (lower-case identifier). */
+export const LOWER_IDENT = /^[a-z][a-z0-9_]{0,62}$/;
+/** A plain SQL identifier (schema, table, column), the rule the runtime applies to names from events. */
+export const PLAIN_IDENT = /^[A-Za-z_][A-Za-z0-9_$]{0,62}$/;
+
+/** Throws an `Error` whose message names the construct path. */
+export function fail(scope: IConstruct, message: string): never {
+  throw new Error(`${scope.node.path}: ${message}`);
+}
+
+/** Derives a lower-case identifier from a construct id: `OrdersDb` → `orders_db`. */
+export function idFromConstructId(id: string): string {
+  const snake = id
+    .replace(/([a-z0-9])([A-Z])/g, '$1_$2')
+    .replace(/[^A-Za-z0-9]+/g, '_')
+    .replace(/^_+|_+$/g, '')
+    .toLowerCase();
+  const withLetter = /^[a-z]/.test(snake) ? snake : `x_${snake}`;
+  return withLetter.slice(0, 63);
+}
+
+/** Validates a source or sink id (`what` is `sourceId` or `sinkId`). */
+export function checkLowerIdent(scope: IConstruct, what: string, value: string): string {
+  if (!LOWER_IDENT.test(value)) {
+    fail(scope, `${what} must match ${LOWER_IDENT.source} (a lower-case identifier), got ${JSON.stringify(value)}`);
+  }
+  return value;
+}
+
+/** Kinesis retention limits: 24 hours to 365 days. */
+export function checkKinesisRetention(scope: IConstruct, what: string, retention: Duration): void {
+  if (Token.isUnresolved(retention.toString())) return;
+  const hours = retention.toHours({ integral: false });
+  if (hours < 24 || hours > 8760) {
+    fail(scope, `${what} must be between 24 hours and 8760 hours (365 days), the limits of a kinesis stream, got ${retention.toHumanString()}`);
+  }
+}
+
+/** An integer within [min, max] unless it is a token. */
+export function checkIntegerRange(scope: IConstruct, what: string, value: number | undefined, min: number, max: number): void {
+  if (value === undefined || Token.isUnresolved(value)) return;
+  if (!Number.isInteger(value) || value < min || value > max) {
+    fail(scope, `${what} must be an integer from ${min} to ${max}, got ${value}`);
+  }
+}
+
+/** The smaller of two durations. */
+export function minDuration(a: Duration, b: Duration): Duration {
+  return a.toMilliseconds() <= b.toMilliseconds() ? a : b;
+}
+
+/** Half a duration, rounded down to whole seconds. */
+export function halfOf(d: Duration): Duration {
+  return Duration.seconds(Math.floor(d.toSeconds() / 2));
+}

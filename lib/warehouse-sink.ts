@@ -1,0 +1,296 @@
+import { Duration, Size, Validations } from 'aws-cdk-lib';
+import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import type * as sqs from 'aws-cdk-lib/aws-sqs';
+import { Construct } from 'constructs';
+import { EnvName } from '../contracts/env.ts';
+import { METRICS_NAMESPACE, MetricDimension, MetricName } from '../contracts/metrics.ts';
+import type { ICdcSource } from './cdc-source.ts';
+import type { IChangeLog } from './change-log.ts';
+import type { IControlPlane } from './control-plane.ts';
+import { createAlarm, iteratorAgeMetric } from './private/alarms.ts';
+import { CdcFunction } from './private/cdc-function.ts';
+import { consumeStream } from './private/stream-consumer.ts';
+import { tableConfigEntries, type TableConfigEntry } from './private/table-mappings.ts';
+import { checkIntegerRange, checkLowerIdent, fail, halfOf, idFromConstructId } from './private/validate.ts';
+import type { WarehouseConnection } from './warehouse-connection.ts';
+
+/** Properties of a `WarehouseSink`. */
+export interface WarehouseSinkProps {
+  /** The control plane holding this sink's offsets and table states. */
+  readonly control: IControlPlane;
+  /** The change log the sink reads. */
+  readonly log: IChangeLog;
+  /** The sources whose tables this sink mirrors; each must publish to `log`. */
+  readonly sources: ICdcSource[];
+  /** How to reach the warehouse. */
+  readonly connection: WarehouseConnection;
+  /** VPC from which the applier reaches the warehouse. */
+  readonly vpc: ec2.IVpc;
+  /**
+   * Subnets of the applier; they need a route to the warehouse and to the Kinesis, DynamoDB and
+   * Secrets Manager APIs.
+   * @default - the VPC's private subnets with egress
+   */
+  readonly vpcSubnets?: ec2.SubnetSelection;
+  /**
+   * The sink id: a lower-case identifier, unique per change log.
+   * @default - derived from the construct id (`Warehouse` → `warehouse`)
+   */
+  readonly sinkId?: string;
+  /**
+   * The end-to-end lag objective: source commit to warehouse commit, measured on heartbeats.
+   * The lag alarm of each source fires when five consecutive minutes exceed it.
+   * @default Duration.minutes(5)
+   */
+  readonly freshnessTarget?: Duration;
+  /**
+   * Records per applier invocation (1 to 10,000); bigger batches mean fewer warehouse commits.
+   * @default 1000
+   */
+  readonly batchSize?: number;
+  /**
+   * How long Lambda gathers records before invoking the applier (0 to 5 minutes).
+   * @default Duration.seconds(5)
+   */
+  readonly maxBatchingWindow?: Duration;
+  /**
+   * Retries of a failing batch before its records go to the dead-letter queue (0 to 10,000).
+   * @default 500
+   */
+  readonly retryAttempts?: number;
+  /**
+   * Age after which a record that still fails goes to the dead-letter queue (60 s to 7 days,
+   * shorter than the change-log retention).
+   * @default - half the change-log retention, at most 7 days
+   */
+  readonly maxRecordAge?: Duration;
+  /**
+   * Concurrent batches per shard (1 to 10); order per key is kept either way.
+   * @default 1
+   */
+  readonly parallelizationFactor?: number;
+  /**
+   * Memory of the applier.
+   * @default Size.mebibytes(1024)
+   */
+  readonly memorySize?: Size;
+  /**
+   * Timeout of one applier invocation.
+   * @default Duration.minutes(5)
+   */
+  readonly timeout?: Duration;
+  /**
+   * Whether to create the recommended alarms.
+   * @default true
+   */
+  readonly alarmsEnabled?: boolean;
+  /**
+   * Actions for the alarms' ALARM and OK transitions.
+   * @default - no actions
+   */
+  readonly alarmActions?: cloudwatch.IAlarmAction[];
+  /**
+   * Applier iterator age above which its alarm fires.
+   * @default - half of `maxRecordAge`
+   */
+  readonly alarmIteratorAgeThreshold?: Duration;
+}
+
+/**
+ * Mirrors the captured tables into a warehouse (Redshift or PostgreSQL): the applier function in
+ * the VPC with CDC-safe stream settings and a dead-letter queue, and the alarms that say whether
+ * the warehouse is fresh: end-to-end lag per source against `freshnessTarget`, dead letters,
+ * persistent apply errors, iterator age.
+ */
+export class WarehouseSink extends Construct implements ec2.IConnectable {
+  /** The sink id. */
+  readonly sinkId: string;
+  /** The end-to-end lag objective. */
+  readonly freshnessTarget: Duration;
+  /** The applier function. */
+  readonly applier: lambda.IFunction;
+  /** Records the applier's event source mapping gave up on (shard id and sequence numbers). */
+  readonly deadLetterQueue: sqs.IQueue;
+  /** The applier's security group: allow it on the warehouse port. */
+  readonly connections: ec2.Connections;
+  /** The alarms this construct created (empty when `alarmsEnabled` is false). */
+  readonly alarms: cloudwatch.IAlarm[] = [];
+  private readonly sourceIds: string[];
+
+  constructor(scope: Construct, id: string, props: WarehouseSinkProps) {
+    super(scope, id);
+    this.sinkId = checkLowerIdent(this, 'sinkId', props.sinkId ?? idFromConstructId(id));
+    this.freshnessTarget = props.freshnessTarget ?? Duration.minutes(5);
+    if (props.sources.length === 0) fail(this, 'sources must not be empty; a sink mirrors the tables of at least one source');
+    const sourceIds = new Set<string>();
+    const owner = new Map<string, string>();
+    const entries: TableConfigEntry[] = [];
+    for (const source of props.sources) {
+      if (source.changeLog !== props.log) fail(this, `source ${source.sourceId} (${source.node.path}) publishes to a different change log than this sink reads`);
+      if (sourceIds.has(source.sourceId)) fail(this, `source ${source.sourceId} is listed twice`);
+      sourceIds.add(source.sourceId);
+      for (const entry of tableConfigEntries(source.tables)) {
+        const other = owner.get(entry.table);
+        if (other !== undefined) {
+          fail(this, `table ${entry.table} is captured by both source ${other} and source ${source.sourceId}; one warehouse sink needs distinct table ids`);
+        }
+        owner.set(entry.table, source.sourceId);
+        entries.push(entry);
+      }
+    }
+    this.sourceIds = [...sourceIds];
+    const freshnessSeconds = this.freshnessTarget.toSeconds();
+    if (freshnessSeconds < 30) fail(this, `freshnessTarget must be at least 30 seconds (heartbeats are 10 seconds apart), got ${this.freshnessTarget.toHumanString()}`);
+    if (freshnessSeconds >= props.log.retention.toSeconds()) {
+      fail(this, `freshnessTarget (${this.freshnessTarget.toHumanString()}) must be shorter than the change-log retention (${props.log.retention.toHumanString()})`);
+    }
+    checkIntegerRange(this, 'batchSize', props.batchSize, 1, 10_000);
+    checkIntegerRange(this, 'retryAttempts', props.retryAttempts, 0, 10_000);
+    checkIntegerRange(this, 'parallelizationFactor', props.parallelizationFactor, 1, 10);
+    const maxBatchingWindow = props.maxBatchingWindow ?? Duration.seconds(5);
+    if (maxBatchingWindow.toSeconds() > 300) fail(this, `maxBatchingWindow must be at most 5 minutes, got ${maxBatchingWindow.toHumanString()}`);
+
+    const securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
+      vpc: props.vpc,
+      description: `Warehouse sink ${this.sinkId}: the applier (${this.node.path})`,
+      allowAllOutbound: true,
+    });
+    this.connections = new ec2.Connections({ securityGroups: [securityGroup] });
+
+    const applier = new CdcFunction(this, 'Applier', {
+      handlerName: 'warehouse-applier',
+      description: `Applies change events to warehouse sink ${this.sinkId} (${this.node.path})`,
+      serviceName: 'cdc-warehouse-applier',
+      environment: {
+        [EnvName.SINK_ID]: this.sinkId,
+        [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName,
+        [EnvName.WAREHOUSE_SECRET_ARN]: props.connection.secret.secretArn,
+        [EnvName.TABLE_CONFIG]: JSON.stringify(entries),
+      },
+      memorySize: props.memorySize ?? Size.mebibytes(1024),
+      timeout: props.timeout ?? Duration.minutes(5),
+      vpc: props.vpc,
+      vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
+      securityGroups: [securityGroup],
+    });
+    this.applier = applier.fn;
+    props.connection.secret.grantRead(applier.fn);
+    props.control.grantReadWriteData(applier.fn);
+    const consumer = consumeStream(this, applier.fn, {
+      stream: props.log.stream,
+      streamRetention: props.log.retention,
+      batchSize: props.batchSize ?? 1000,
+      maxBatchingWindow,
+      retryAttempts: props.retryAttempts ?? 500,
+      maxRecordAge: props.maxRecordAge,
+      parallelizationFactor: props.parallelizationFactor ?? 1,
+    });
+    this.deadLetterQueue = consumer.deadLetterQueue;
+    Validations.of(applier).acknowledge(
+      { id: 'AwsSolutions-IAM5[Action::kms:GenerateDataKey*]', reason: 'CDK key grant; scoped to the one key that encrypts the control plane, change log or secret' },
+      { id: 'AwsSolutions-IAM5[Action::kms:ReEncrypt*]', reason: 'CDK key grant; scoped to the one key that encrypts the control plane, change log or secret' },
+    );
+
+    if (props.alarmsEnabled ?? true) {
+      const actions = props.alarmActions;
+      for (const sourceId of this.sourceIds) {
+        this.alarms.push(
+          createAlarm(this, `EndToEndLagAlarm-${sourceId}`, {
+            nameSuffix: `${this.sinkId}-end-to-end-lag-${sourceId}`,
+            description:
+              `Warehouse sink ${this.sinkId} is more than ${this.freshnessTarget.toHumanString()} behind source ${sourceId}, or has had no heartbeat from it, for 5 minutes (${this.node.path}). ` +
+              'Silence counts as breaching: heartbeats arrive every 10 seconds, so a minute without one means capture, the log or the applier has stopped.',
+            metric: this.metricEndToEndLag(sourceId),
+            threshold: this.freshnessTarget.toMilliseconds(),
+            evaluationPeriods: 5,
+            datapointsToAlarm: 5,
+            // A silent pipeline is a broken one: every minute carries six heartbeats, so a minute
+            // without a lag datapoint means no change reached this sink from the source.
+            treatMissingData: cloudwatch.TreatMissingData.BREACHING,
+            actions,
+          }),
+          createAlarm(this, `DeadLettersAlarm-${sourceId}`, {
+            nameSuffix: `${this.sinkId}-dead-letters-${sourceId}`,
+            description: `Warehouse sink ${this.sinkId} dead-lettered events of source ${sourceId}; their tables are marked degraded (${this.node.path}).`,
+            metric: this.metricDeadLetters(sourceId),
+            threshold: 0,
+            evaluationPeriods: 1,
+            datapointsToAlarm: 1,
+            treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+            actions,
+          }),
+        );
+      }
+      const iteratorThreshold = props.alarmIteratorAgeThreshold ?? halfOf(consumer.maxRecordAge);
+      this.alarms.push(
+        createAlarm(this, 'ApplyErrorsAlarm', {
+          nameSuffix: `${this.sinkId}-apply-errors`,
+          description: `Warehouse sink ${this.sinkId} has failed to apply batches in each of the last 5 minutes (${this.node.path}); batches are retried, the warehouse may be unreachable.`,
+          metric: this.metricApplyErrors(),
+          threshold: 0,
+          evaluationPeriods: 5,
+          datapointsToAlarm: 5,
+          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+          actions,
+        }),
+        createAlarm(this, 'DeadLetterQueueAlarm', {
+          nameSuffix: `${this.sinkId}-dead-letter-queue`,
+          description:
+            `Change-log records were given up by the event source mapping of warehouse sink ${this.sinkId} (${this.node.path}). ` +
+            'Each message names the shard and sequence numbers; re-drive them from the change log or its archive.',
+          metric: consumer.deadLetterQueue.metricApproximateNumberOfMessagesVisible({ statistic: cloudwatch.Stats.MAXIMUM, period: Duration.minutes(5) }),
+          threshold: 0,
+          evaluationPeriods: 1,
+          datapointsToAlarm: 1,
+          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+          actions,
+        }),
+        createAlarm(this, 'IteratorAgeAlarm', {
+          nameSuffix: `${this.sinkId}-iterator-age`,
+          description:
+            `The applier of warehouse sink ${this.sinkId} reads records older than ${iteratorThreshold.toHumanString()} (${this.node.path}). ` +
+            `Records older than ${consumer.maxRecordAge.toHumanString()} go to the dead-letter queue.`,
+          metric: iteratorAgeMetric(applier.fn),
+          threshold: iteratorThreshold.toMilliseconds(),
+          evaluationPeriods: 5,
+          datapointsToAlarm: 5,
+          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+          actions,
+        }),
+      );
+    }
+  }
+
+  /** Source commit → warehouse commit for one source, milliseconds (`EndToEndLag`); maximum per minute by default. */
+  metricEndToEndLag(sourceId: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return this.platformMetric(MetricName.END_TO_END_LAG, { [MetricDimension.SINK]: this.sinkId, [MetricDimension.SOURCE]: sourceId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
+  }
+
+  /** Events of one source this sink dead-lettered (`DeadLetters`, Stage=sink id); sum per minute by default. */
+  metricDeadLetters(sourceId: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return this.platformMetric(MetricName.DEAD_LETTERS, { [MetricDimension.STAGE]: this.sinkId, [MetricDimension.SOURCE]: sourceId }, props);
+  }
+
+  /** Batches that failed to apply and were retried (`ApplyErrors`); sum per minute by default. */
+  metricApplyErrors(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return this.platformMetric(MetricName.APPLY_ERRORS, { [MetricDimension.SINK]: this.sinkId }, props);
+  }
+
+  /** Events of one source applied (`EventsApplied`); sum per minute by default. */
+  metricEventsApplied(sourceId: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return this.platformMetric(MetricName.EVENTS_APPLIED, { [MetricDimension.SINK]: this.sinkId, [MetricDimension.SOURCE]: sourceId }, props);
+  }
+
+  private platformMetric(metricName: string, dimensionsMap: Record<string, string>, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return new cloudwatch.Metric({
+      namespace: METRICS_NAMESPACE,
+      metricName,
+      dimensionsMap,
+      statistic: cloudwatch.Stats.SUM,
+      period: Duration.minutes(1),
+      ...props,
+    }).attachTo(this);
+  }
+}
