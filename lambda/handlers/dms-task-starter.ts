@@ -1,0 +1,421 @@
+/**
+ * Lifecycle of a `CdcSource`'s DMS replication task, as two CloudFormation custom resources that
+ * share this function (invoked directly by CloudFormation; the response goes to the pre-signed
+ * `ResponseURL`, whatever happens).
+ *
+ * `Custom::CdcReplicationSlot` (`Action: prepare-slot`), ordered BEFORE the task:
+ * - Create: makes sure the logical replication slot exists in the captured database (creating it
+ *   with `test_decoding` when missing) and returns its position as `StartPosition`; the task is
+ *   created with that native CDC start point, so DMS starts exactly where the slot is.
+ * - Update: a slot that has disappeared fails the deployment (history since then is gone: loud
+ *   stop, invariant 3). When the task's table mappings or settings change (`ConfigHash`), the
+ *   running task is stopped first: DMS refuses to modify a running task.
+ * - Delete: drops the slot only when `RemoveSlotOnDelete` is `true`; otherwise it stays (and keeps
+ *   WAL) for a successor to resume from.
+ *
+ * `Custom::CdcReplicationTaskStarter` (`Action: start-task`), ordered AFTER the task:
+ * - Create: waits for the new task to be ready and starts it (`start-replication`, from the
+ *   task's start position), then waits until it runs.
+ * - Update: a stopped task is resumed (`resume-processing`). When its configuration changed, it is
+ *   restarted instead from its recovery checkpoint (`start-replication` + `CdcStartPosition`):
+ *   DMS applies changed transformation rules (masking) only on a restart, and restarting from the
+ *   checkpoint loses nothing; events between the checkpoint and the stop come again and sinks
+ *   ignore them (positions). A failed task is left for an operator; a running one is left alone.
+ * - Delete: stops the task and waits, because CloudFormation cannot delete a running task.
+ */
+import {
+  DatabaseMigrationServiceClient,
+  DescribeReplicationTasksCommand,
+  StartReplicationTaskCommand,
+  StopReplicationTaskCommand,
+  type ReplicationTask,
+} from '@aws-sdk/client-database-migration-service';
+import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import type { CloudFormationCustomResourceEvent, Context } from 'aws-lambda';
+import pg from 'pg';
+import { CdcError } from '../core/errors.ts';
+import { assertPlainIdentifier } from '../core/identifiers.ts';
+import { parseSourceSecret } from '../adapters/source-postgres.ts';
+
+/** The replication task as this handler needs it. */
+export interface TaskState {
+  arn: string;
+  identifier: string;
+  status: string;
+  recoveryCheckpoint?: string;
+  lastFailureMessage?: string;
+  stopReason?: string;
+}
+
+/** The DMS calls this handler makes. */
+export interface DmsPort {
+  findTask(by: { arn?: string; identifier?: string }): Promise<TaskState | undefined>;
+  startTask(arn: string, type: 'start-replication' | 'resume-processing', cdcStartPosition?: string): Promise<void>;
+  stopTask(arn: string): Promise<void>;
+}
+
+/** Slot operations on the captured database. */
+export interface SlotPort {
+  /** The slot's `confirmed_flush_lsn` (or creation LSN), creating it with `test_decoding` when missing. */
+  ensureSlot(slotName: string): Promise<{ position: string; created: boolean }>;
+  /** Whether the slot exists, and its plugin. */
+  describeSlot(slotName: string): Promise<{ plugin: string; active: boolean } | undefined>;
+  /** Drops the slot; false when it did not exist. */
+  dropSlot(slotName: string): Promise<boolean>;
+  close(): Promise<void>;
+}
+
+export interface LifecycleDeps {
+  dms: DmsPort;
+  /** Opens the slot port for a database, with the credentials in the secret. */
+  openSlots(secretArn: string, databaseName: string, ssl: string): Promise<SlotPort>;
+  sleep(ms: number): Promise<void>;
+  /** Milliseconds left before the function must respond. */
+  remainingMs(): number;
+  /** Between two polls of the task status. @default 15000 */
+  pollMs?: number;
+  log?(message: string, fields?: Record<string, unknown>): void;
+}
+
+export interface LifecycleResult {
+  physicalResourceId: string;
+  data?: Record<string, string>;
+}
+
+/** A lifecycle step that cannot complete; the message goes to CloudFormation as the reason. */
+export class TaskLifecycleError extends CdcError {
+  constructor(message: string) {
+    super('DMS_TASK_LIFECYCLE', message);
+  }
+}
+
+/** Task states that change only by an action (everything else is on its way somewhere). */
+const SETTLED = new Set(['ready', 'running', 'stopped', 'failed', 'failed-move']);
+/** Physical id of a slot resource whose creation failed before the slot was touched. */
+const NOTHING_CREATED = 'cdc-slot-not-created';
+/** Time kept back to send the response after the last poll. */
+const RESPONSE_MARGIN_MS = 30_000;
+/** `<database>/<slot>@<position>` */
+const SLOT_ID = /^([^/@]+)\/([^/@]+)@(.+)$/;
+
+type Props = Record<string, string | undefined>;
+
+function prop(props: Props, name: string): string {
+  const v = props[name];
+  if (v === undefined || v === '') throw new TaskLifecycleError(`resource property ${name} is missing`);
+  return v;
+}
+
+function describeTask(t: TaskState): string {
+  const why = [t.lastFailureMessage, t.stopReason].filter(Boolean).join('; ');
+  return `task ${t.identifier} is ${t.status}${why ? ` (${why})` : ''}`;
+}
+
+/** Polls until `done(task)` holds, failing with the task's own reason when `failed(task)` does or time runs out. */
+async function waitFor(
+  deps: LifecycleDeps,
+  by: { arn?: string; identifier?: string },
+  what: string,
+  done: (t: TaskState) => boolean,
+  failed: (t: TaskState) => boolean = () => false,
+): Promise<TaskState> {
+  const pollMs = deps.pollMs ?? 15_000;
+  for (;;) {
+    const task = await deps.dms.findTask(by);
+    if (!task) throw new TaskLifecycleError(`replication task ${by.identifier ?? by.arn} not found while waiting until it is ${what}`);
+    if (done(task)) return task;
+    if (failed(task)) {
+      throw new TaskLifecycleError(
+        `${describeTask(task)} instead of ${what}; see the task's CloudWatch logs, fix the cause, then resume it with: aws dms start-replication-task --start-replication-task-type resume-processing --replication-task-arn ${task.arn}`,
+      );
+    }
+    if (deps.remainingMs() - pollMs < RESPONSE_MARGIN_MS) throw new TaskLifecycleError(`timed out waiting until the task is ${what}: ${describeTask(task)}`);
+    await deps.sleep(pollMs);
+  }
+}
+
+/** The start action for a settled task on update (pure: decides, does not call). */
+export function planStart(task: TaskState, configChanged: boolean): { action: 'none' } | { action: 'start'; type: 'start-replication' | 'resume-processing'; cdcStartPosition?: string } {
+  switch (task.status) {
+    case 'ready':
+      return { action: 'start', type: 'start-replication' };
+    case 'stopped':
+      if (configChanged && task.recoveryCheckpoint) return { action: 'start', type: 'start-replication', cdcStartPosition: task.recoveryCheckpoint };
+      return { action: 'start', type: 'resume-processing' };
+    default:
+      // running: nothing to do; failed: left for an operator (the alarms are firing).
+      return { action: 'none' };
+  }
+}
+
+async function startAndWait(deps: LifecycleDeps, task: TaskState, plan: ReturnType<typeof planStart>): Promise<void> {
+  if (plan.action === 'none') {
+    deps.log?.('task left as it is', { task: task.identifier, status: task.status });
+    return;
+  }
+  deps.log?.('starting task', { task: task.identifier, type: plan.type, from: plan.cdcStartPosition ?? 'task start position or last stop' });
+  await deps.dms.startTask(task.arn, plan.type, plan.cdcStartPosition);
+  await waitFor(deps, { arn: task.arn }, 'running', (t) => t.status === 'running', (t) => t.status === 'failed' || t.status === 'stopped');
+}
+
+/** Stops the task if it runs (or is about to) and waits until it has stopped; no task, nothing to do. */
+async function stopAndWait(deps: LifecycleDeps, by: { arn?: string; identifier?: string }): Promise<void> {
+  const found = await deps.dms.findTask(by);
+  if (!found) return;
+  const task = await waitFor(deps, { arn: found.arn }, 'settled', (t) => SETTLED.has(t.status) || t.status === 'stopping');
+  if (task.status === 'running') {
+    deps.log?.('stopping task', { task: task.identifier });
+    await deps.dms.stopTask(task.arn);
+  }
+  if (task.status === 'running' || task.status === 'stopping') {
+    await waitFor(deps, { arn: task.arn }, 'stopped', (t) => t.status !== 'running' && t.status !== 'stopping');
+  }
+}
+
+async function prepareSlot(event: CloudFormationCustomResourceEvent, deps: LifecycleDeps): Promise<LifecycleResult> {
+  const props = event.ResourceProperties as unknown as Props;
+  if (event.RequestType === 'Delete') {
+    const m = SLOT_ID.exec(event.PhysicalResourceId);
+    if (!m || props.RemoveSlotOnDelete !== 'true') return { physicalResourceId: event.PhysicalResourceId };
+    const [, database, slotName] = m as unknown as [string, string, string];
+    const slots = await deps.openSlots(prop(props, 'SecretArn'), database, props.Ssl ?? 'require');
+    try {
+      for (;;) {
+        const slot = await slots.describeSlot(slotName);
+        if (!slot) break;
+        if (!slot.active) {
+          await slots.dropSlot(slotName);
+          deps.log?.('replication slot dropped', { database, slot: slotName });
+          break;
+        }
+        if (deps.remainingMs() - (deps.pollMs ?? 15_000) < RESPONSE_MARGIN_MS) throw new TaskLifecycleError(`replication slot ${slotName} in ${database} is still in use; stop its consumer and drop it with: SELECT pg_drop_replication_slot('${slotName}')`);
+        await deps.sleep(deps.pollMs ?? 15_000);
+      }
+    } finally {
+      await slots.close();
+    }
+    return { physicalResourceId: event.PhysicalResourceId };
+  }
+
+  const database = prop(props, 'DatabaseName');
+  const slotName = assertPlainIdentifier(prop(props, 'SlotName'), 'slot name');
+  const slots = await deps.openSlots(prop(props, 'SecretArn'), database, props.Ssl ?? 'require');
+  try {
+    if (event.RequestType === 'Update') {
+      const m = SLOT_ID.exec(event.PhysicalResourceId);
+      const sameSlot = m !== null && m[1] === database && m[2] === slotName;
+      const old = event.OldResourceProperties as unknown as Props;
+      if (old.ConfigHash !== props.ConfigHash || !sameSlot) {
+        // DMS refuses to modify a running task: stop it before CloudFormation updates it.
+        await stopAndWait(deps, { identifier: prop(props, 'TaskIdentifier') });
+      }
+      if (sameSlot) {
+        const slot = await slots.describeSlot(slotName);
+        if (!slot) {
+          throw new TaskLifecycleError(
+            `replication slot ${slotName} in ${database} no longer exists: changes since it was dropped are not in the change log. Re-snapshot the source's tables, or give the source a new slotName to start a new capture`,
+          );
+        }
+        return { physicalResourceId: event.PhysicalResourceId, data: { StartPosition: m[3]! } };
+      }
+    }
+    const existing = await slots.describeSlot(slotName);
+    if (existing && existing.plugin !== 'test_decoding') {
+      throw new TaskLifecycleError(`replication slot ${slotName} in ${database} uses the plugin ${existing.plugin}; DMS here needs test_decoding. Drop it or choose another slotName`);
+    }
+    const { position, created } = await slots.ensureSlot(slotName);
+    deps.log?.(created ? 'replication slot created' : 'replication slot found', { database, slot: slotName, position });
+    return { physicalResourceId: `${database}/${slotName}@${position}`, data: { StartPosition: position } };
+  } finally {
+    await slots.close();
+  }
+}
+
+async function startTask(event: CloudFormationCustomResourceEvent, deps: LifecycleDeps): Promise<LifecycleResult> {
+  const props = event.ResourceProperties as unknown as Props;
+  const arn = prop(props, 'TaskArn');
+  if (event.RequestType === 'Delete') {
+    await stopAndWait(deps, { arn });
+    return { physicalResourceId: event.PhysicalResourceId };
+  }
+  const task = await waitFor(deps, { arn }, 'ready to start', (t) => SETTLED.has(t.status));
+  if (event.RequestType === 'Create') {
+    if (task.status === 'failed') throw new TaskLifecycleError(`${describeTask(task)}; it cannot be started`);
+    await startAndWait(deps, task, task.status === 'running' ? { action: 'none' } : { action: 'start', type: task.status === 'ready' ? 'start-replication' : 'resume-processing' });
+    return { physicalResourceId: arn };
+  }
+  const old = event.OldResourceProperties as unknown as Props;
+  await startAndWait(deps, task, planStart(task, old.ConfigHash !== props.ConfigHash));
+  return { physicalResourceId: arn };
+}
+
+/** Runs one custom-resource request (no response sending). */
+export async function runLifecycle(event: CloudFormationCustomResourceEvent, deps: LifecycleDeps): Promise<LifecycleResult> {
+  const action = (event.ResourceProperties as unknown as Props).Action;
+  if (action === 'prepare-slot') return prepareSlot(event, deps);
+  if (action === 'start-task') return startTask(event, deps);
+  throw new TaskLifecycleError(`unknown Action ${JSON.stringify(action)} (expected prepare-slot or start-task)`);
+}
+
+/** The CloudFormation response document. */
+export function responseBody(event: CloudFormationCustomResourceEvent, outcome: { ok: true; result: LifecycleResult } | { ok: false; reason: string }): string {
+  const fallbackId = event.RequestType === 'Create' ? NOTHING_CREATED : event.PhysicalResourceId;
+  return JSON.stringify({
+    Status: outcome.ok ? 'SUCCESS' : 'FAILED',
+    Reason: outcome.ok ? 'done' : outcome.reason.slice(0, 3500),
+    PhysicalResourceId: outcome.ok ? outcome.result.physicalResourceId : fallbackId,
+    StackId: event.StackId,
+    RequestId: event.RequestId,
+    LogicalResourceId: event.LogicalResourceId,
+    NoEcho: false,
+    Data: outcome.ok ? (outcome.result.data ?? {}) : {},
+  });
+}
+
+/** Sends the response to the pre-signed URL (an S3 PUT with no content type). */
+export async function sendResponse(url: string, body: string): Promise<void> {
+  let lastError: unknown;
+  for (let attempt = 0; attempt < 5; attempt++) {
+    try {
+      const res = await fetch(url, { method: 'PUT', body, headers: { 'content-type': '', 'content-length': String(Buffer.byteLength(body)) } });
+      if (res.ok) return;
+      lastError = new Error(`HTTP ${res.status} ${await res.text().catch(() => '')}`);
+    } catch (e) {
+      lastError = e;
+    }
+    await new Promise((r) => setTimeout(r, 1000 * (attempt + 1)));
+  }
+  throw new TaskLifecycleError(`could not send the CloudFormation response: ${(lastError as Error)?.message ?? String(lastError)}`);
+}
+
+/** Runs the request and always answers CloudFormation. */
+export function createTaskLifecycleHandler(deps: LifecycleDeps): (event: CloudFormationCustomResourceEvent) => Promise<void> {
+  return async (event) => {
+    let body: string;
+    try {
+      const result = await runLifecycle(event, deps);
+      body = responseBody(event, { ok: true, result });
+      deps.log?.('lifecycle step done', { request: event.RequestType, resource: event.LogicalResourceId, physicalResourceId: result.physicalResourceId });
+    } catch (e) {
+      const reason = e instanceof Error ? e.message : String(e);
+      deps.log?.('lifecycle step failed', { request: event.RequestType, resource: event.LogicalResourceId, reason });
+      body = responseBody(event, { ok: false, reason });
+    }
+    await sendResponse(event.ResponseURL, body);
+  };
+}
+
+// --- AWS wiring ---
+
+function toState(t: ReplicationTask): TaskState {
+  return {
+    arn: t.ReplicationTaskArn ?? '',
+    identifier: t.ReplicationTaskIdentifier ?? '',
+    status: t.Status ?? 'unknown',
+    recoveryCheckpoint: t.RecoveryCheckpoint || undefined,
+    lastFailureMessage: t.LastFailureMessage || undefined,
+    stopReason: t.StopReason || undefined,
+  };
+}
+
+/** `DmsPort` over the DMS API. */
+export class AwsDms implements DmsPort {
+  constructor(private readonly client: DatabaseMigrationServiceClient) {}
+
+  async findTask(by: { arn?: string; identifier?: string }): Promise<TaskState | undefined> {
+    const filter = by.arn ? { Name: 'replication-task-arn', Values: [by.arn] } : { Name: 'replication-task-id', Values: [by.identifier ?? ''] };
+    try {
+      const out = await this.client.send(new DescribeReplicationTasksCommand({ Filters: [filter], WithoutSettings: true }));
+      const t = out.ReplicationTasks?.[0];
+      return t ? toState(t) : undefined;
+    } catch (e) {
+      if ((e as { name?: string }).name === 'ResourceNotFoundFault') return undefined;
+      throw e;
+    }
+  }
+
+  async startTask(arn: string, type: 'start-replication' | 'resume-processing', cdcStartPosition?: string): Promise<void> {
+    await this.client.send(new StartReplicationTaskCommand({ ReplicationTaskArn: arn, StartReplicationTaskType: type, CdcStartPosition: cdcStartPosition }));
+  }
+
+  async stopTask(arn: string): Promise<void> {
+    await this.client.send(new StopReplicationTaskCommand({ ReplicationTaskArn: arn }));
+  }
+}
+
+/** `SlotPort` over one PostgreSQL connection. */
+export class PgSlots implements SlotPort {
+  private constructor(private readonly client: pg.Client) {}
+
+  static async connect(config: pg.ClientConfig): Promise<PgSlots> {
+    const client = new pg.Client({ ...config, connectionTimeoutMillis: 20_000, application_name: 'cdc-dms-task-lifecycle' });
+    try {
+      await client.connect();
+    } catch (e) {
+      throw new TaskLifecycleError(
+        `cannot connect to the source ${config.host ?? ''}:${config.port ?? ''}/${config.database ?? ''}: ${(e as Error).message}. The source's security group must admit the CdcSource's security group`,
+      );
+    }
+    return new PgSlots(client);
+  }
+
+  /** Slot names are unique in the whole cluster: a slot of another database is refused, not ignored. */
+  async describeSlot(slotName: string): Promise<{ plugin: string; active: boolean } | undefined> {
+    const r = await this.client.query<{ plugin: string | null; active: boolean; database: string | null; mine: boolean }>(
+      'SELECT plugin, active, database, database = current_database() AS mine FROM pg_replication_slots WHERE slot_name = $1',
+      [slotName],
+    );
+    const row = r.rows[0];
+    if (!row) return undefined;
+    if (!row.mine) throw new TaskLifecycleError(`replication slot ${slotName} exists for ${row.database ? `database ${row.database}` : 'physical replication'}, not for the captured database; choose another slotName`);
+    return { plugin: row.plugin ?? '', active: row.active };
+  }
+
+  async ensureSlot(slotName: string): Promise<{ position: string; created: boolean }> {
+    const found = await this.client.query<{ lsn: string | null }>(
+      'SELECT coalesce(confirmed_flush_lsn, restart_lsn)::text AS lsn FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()',
+      [slotName],
+    );
+    const lsn = found.rows[0]?.lsn;
+    if (lsn) return { position: lsn, created: false };
+    try {
+      const made = await this.client.query<{ lsn: string }>("SELECT lsn::text AS lsn FROM pg_create_logical_replication_slot($1, 'test_decoding')", [slotName]);
+      return { position: made.rows[0]!.lsn, created: true };
+    } catch (e) {
+      throw new TaskLifecycleError(`cannot create replication slot ${slotName}: ${(e as Error).message}. The capture user needs the replication privilege (rds_replication on RDS) and wal_level=logical`);
+    }
+  }
+
+  async dropSlot(slotName: string): Promise<boolean> {
+    const r = await this.client.query('SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()', [slotName]);
+    return (r.rowCount ?? 0) > 0;
+  }
+
+  async close(): Promise<void> {
+    await this.client.end().catch(() => undefined);
+  }
+}
+
+// Module scope: created once per execution environment.
+const dmsClient = new DatabaseMigrationServiceClient({});
+const secretsClient = new SecretsManagerClient({});
+
+async function openSlotsFromSecret(secretArn: string, databaseName: string, ssl: string): Promise<SlotPort> {
+  const out = await secretsClient.send(new GetSecretValueCommand({ SecretId: secretArn }));
+  if (typeof out.SecretString !== 'string') throw new TaskLifecycleError(`${secretArn}: the secret has no string value`);
+  const config = parseSourceSecret(out.SecretString, secretArn);
+  // The slot belongs to the captured database, whatever database the secret names.
+  return PgSlots.connect({ ...config, database: databaseName, ...(ssl === 'disable' ? { ssl: false } : {}) });
+}
+
+/** Lambda entry point (a CloudFormation custom resource provider). */
+export const handler = async (event: CloudFormationCustomResourceEvent, context: Context): Promise<void> => {
+  const run = createTaskLifecycleHandler({
+    dms: new AwsDms(dmsClient),
+    openSlots: openSlotsFromSecret,
+    sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
+    remainingMs: () => context.getRemainingTimeInMillis(),
+    log: (message, fields) => console.log(JSON.stringify({ level: 'INFO', message, ...fields })),
+  });
+  await run(event);
+};
