@@ -1,0 +1,85 @@
+/**
+ * Shared fixtures of the construct tests: an app without the built-in CloudFormation validation
+ * (slow; the example-app test runs it once), a stack with a VPC, secrets, a control plane and a
+ * change log, and template helpers.
+ */
+import { App, Stack } from 'aws-cdk-lib';
+import { Template } from 'aws-cdk-lib/assertions';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
+import { CapturedTable, CdcSource, ChangeLog, ControlPlane, SourceDatabase, type CdcSourceProps } from '../../lib/index.ts';
+
+export function newApp(): App {
+  return new App({ builtinCloudFormationValidation: false });
+}
+
+export interface Fixture {
+  app: App;
+  stack: Stack;
+  vpc: ec2.IVpc;
+  control: ControlPlane;
+  log: ChangeLog;
+  sourceSecret: secretsmanager.ISecret;
+  warehouseSecret: secretsmanager.ISecret;
+}
+
+export function fixture(): Fixture {
+  const app = newApp();
+  const stack = new Stack(app, 'Test');
+  const vpc = new ec2.Vpc(stack, 'Vpc', { maxAzs: 2, natGateways: 1 });
+  const control = new ControlPlane(stack, 'Control');
+  const log = new ChangeLog(stack, 'Log');
+  const sourceSecret = secretsmanager.Secret.fromSecretNameV2(stack, 'SourceSecret', 'source');
+  const warehouseSecret = secretsmanager.Secret.fromSecretNameV2(stack, 'WarehouseSecret', 'warehouse');
+  return { app, stack, vpc, control, log, sourceSecret, warehouseSecret };
+}
+
+/** A `CdcSource` named `Orders` in the fixture with sensible tables, overridable. */
+export function ordersSource(f: Fixture, overrides: Partial<CdcSourceProps> = {}, id = 'Orders'): CdcSource {
+  return new CdcSource(f.stack, id, {
+    control: f.control,
+    log: f.log,
+    vpc: f.vpc,
+    database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret }),
+    tables: [
+      CapturedTable.of('public.customers', { mask: ['email'], exclude: ['ssn'] }),
+      CapturedTable.of('public.orders'),
+    ],
+    ...overrides,
+  });
+}
+
+/** Resources of one type as `[logicalId, resource]` pairs. */
+export function resourcesOf(template: Template, type: string): Array<[string, { Properties: Record<string, unknown> } & Record<string, unknown>]> {
+  return Object.entries(template.findResources(type)) as Array<[string, { Properties: Record<string, unknown> } & Record<string, unknown>]>;
+}
+
+/** The single resource of a type whose logical id starts with `prefix`. */
+export function onlyResource(template: Template, type: string, prefix = ''): { Properties: Record<string, unknown> } & Record<string, unknown> {
+  const found = resourcesOf(template, type).filter(([id]) => id.startsWith(prefix));
+  if (found.length !== 1) throw new Error(`expected one ${type} with prefix ${prefix}, found ${found.map(([id]) => id).join(', ') || 'none'}`);
+  return found[0]![1];
+}
+
+/** Every policy document in the template: identity policies, inline role policies, resource policies, key policies. */
+export function policyDocuments(template: Template): Array<{ where: string; doc: { Statement: Array<Record<string, unknown>> } }> {
+  const docs: Array<{ where: string; doc: { Statement: Array<Record<string, unknown>> } }> = [];
+  const resources = template.toJSON().Resources as Record<string, { Type: string; Properties?: Record<string, unknown> }>;
+  for (const [id, r] of Object.entries(resources)) {
+    const p = r.Properties ?? {};
+    if (r.Type === 'AWS::IAM::Role') {
+      for (const pol of (p.Policies as Array<{ PolicyDocument: never }> | undefined) ?? []) docs.push({ where: id, doc: pol.PolicyDocument });
+    } else if (r.Type === 'AWS::KMS::Key') {
+      docs.push({ where: id, doc: p.KeyPolicy as never });
+    } else if (p.PolicyDocument) {
+      docs.push({ where: id, doc: p.PolicyDocument as never });
+    }
+  }
+  return docs;
+}
+
+/** Parses a JSON string property. */
+export function parseJsonProperty(value: unknown): unknown {
+  if (typeof value !== 'string') throw new Error(`expected a JSON string, got ${JSON.stringify(value)?.slice(0, 80)}`);
+  return JSON.parse(value);
+}

@@ -1,0 +1,178 @@
+import { Duration } from 'aws-cdk-lib';
+import { Match, Template } from 'aws-cdk-lib/assertions';
+import * as cloudwatchActions from 'aws-cdk-lib/aws-cloudwatch-actions';
+import * as sns from 'aws-cdk-lib/aws-sns';
+import { describe, expect, test } from 'vitest';
+import { CapturedTable, ChangeLog, DeleteMode, WarehouseConnection, WarehouseSink, type WarehouseSinkProps } from '../../lib/index.ts';
+import { fixture, onlyResource, ordersSource, parseJsonProperty, resourcesOf, type Fixture } from './helpers.ts';
+
+function sink(f: Fixture, overrides: Partial<WarehouseSinkProps> = {}): WarehouseSink {
+  const orders = ordersSource(f);
+  return new WarehouseSink(f.stack, 'Warehouse', {
+    control: f.control,
+    log: f.log,
+    sources: [orders],
+    connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }),
+    vpc: f.vpc,
+    ...overrides,
+  });
+}
+
+describe('WarehouseSink', () => {
+  test('applier mapping: CDC-safe defaults and an on-failure destination', () => {
+    const f = fixture();
+    const s = sink(f);
+    const t = Template.fromStack(f.stack);
+    const mapping = resourcesOf(t, 'AWS::Lambda::EventSourceMapping').find(([id]) => id.startsWith('WarehouseApplier'))![1];
+    expect(mapping.Properties).toMatchObject({
+      EventSourceArn: f.stack.resolve(f.log.stream.streamArn),
+      FunctionResponseTypes: ['ReportBatchItemFailures'],
+      BisectBatchOnFunctionError: true,
+      MaximumRetryAttempts: 500,
+      MaximumRecordAgeInSeconds: Duration.days(7).toSeconds() / 2,
+      ParallelizationFactor: 1,
+      StartingPosition: 'TRIM_HORIZON',
+      BatchSize: 1000,
+      MaximumBatchingWindowInSeconds: 5,
+      DestinationConfig: { OnFailure: { Destination: f.stack.resolve(s.deadLetterQueue.queueArn) } },
+    });
+  });
+
+  test('mapping settings can be tuned', () => {
+    const f = fixture();
+    sink(f, { batchSize: 200, maxBatchingWindow: Duration.seconds(0), retryAttempts: 20, maxRecordAge: Duration.hours(6), parallelizationFactor: 4 });
+    Template.fromStack(f.stack).hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+      FunctionName: { Ref: Match.stringLikeRegexp('^WarehouseApplier') },
+      BatchSize: 200,
+      MaximumRetryAttempts: 20,
+      MaximumRecordAgeInSeconds: 6 * 3600,
+      ParallelizationFactor: 4,
+    });
+  });
+
+  test('applier: in the VPC, reads the warehouse secret, gets the sink id and the merged table config', () => {
+    const f = fixture();
+    sink(f);
+    const t = Template.fromStack(f.stack);
+    const fn = resourcesOf(t, 'AWS::Lambda::Function').find(([id]) => id.startsWith('WarehouseApplier'))![1];
+    expect(fn.Properties.VpcConfig).toMatchObject({ SecurityGroupIds: [{ 'Fn::GetAtt': [expect.stringMatching(/^WarehouseSecurityGroup/), 'GroupId'] }] });
+    const env = (fn.Properties.Environment as { Variables: Record<string, unknown> }).Variables;
+    expect(env).toMatchObject({ CDC_SINK_ID: 'warehouse', CDC_WAREHOUSE_SECRET_ARN: f.stack.resolve(f.warehouseSecret.secretArn) });
+    expect(parseJsonProperty(env.CDC_TABLE_CONFIG)).toEqual([
+      { table: 'public.customers', key: ['id'], deleteMode: 'soft', mask: ['email'], exclude: ['ssn'] },
+      { table: 'public.orders', key: ['id'], deleteMode: 'soft', mask: [], exclude: [] },
+    ]);
+    t.hasResourceProperties('AWS::IAM::Policy', {
+      Roles: [{ Ref: Match.stringLikeRegexp('^WarehouseApplierServiceRole') }],
+      PolicyDocument: {
+        Statement: Match.arrayWith([Match.objectLike({ Action: Match.arrayWith(['secretsmanager:GetSecretValue']) })]),
+      },
+    });
+  });
+
+  test('freshnessTarget drives the end-to-end lag alarm of each source; silence is breaching', () => {
+    const f = fixture();
+    const orders = ordersSource(f);
+    const billing = ordersSource(f, { tables: [CapturedTable.of('billing.invoices', { deletes: DeleteMode.HARD })] }, 'Billing');
+    const topic = new sns.Topic(f.stack, 'Topic');
+    const s = new WarehouseSink(f.stack, 'Warehouse', {
+      control: f.control,
+      log: f.log,
+      sources: [orders, billing],
+      connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
+      vpc: f.vpc,
+      freshnessTarget: Duration.seconds(90),
+      alarmActions: [new cloudwatchActions.SnsAction(topic)],
+    });
+    const t = Template.fromStack(f.stack);
+    for (const source of ['orders', 'billing']) {
+      t.hasResourceProperties('AWS::CloudWatch::Alarm', {
+        Namespace: 'CdcPlatform',
+        MetricName: 'EndToEndLag',
+        Dimensions: Match.arrayWith([
+          { Name: 'Sink', Value: 'warehouse' },
+          { Name: 'Source', Value: source },
+        ]),
+        Statistic: 'Maximum',
+        Period: 60,
+        Threshold: 90_000,
+        EvaluationPeriods: 5,
+        DatapointsToAlarm: 5,
+        ComparisonOperator: 'GreaterThanThreshold',
+        TreatMissingData: 'breaching',
+        AlarmActions: [{ Ref: Match.stringLikeRegexp('^Topic') }],
+        OKActions: [{ Ref: Match.stringLikeRegexp('^Topic') }],
+        AlarmName: `Test-warehouse-end-to-end-lag-${source}`,
+      });
+    }
+    // Per source: lag and dead letters; per sink: apply errors, dead-letter queue, iterator age.
+    expect(s.alarms).toHaveLength(2 * 2 + 3);
+    const applierEnv = (resourcesOf(t, 'AWS::Lambda::Function').find(([id]) => id.startsWith('WarehouseApplier'))![1].Properties.Environment as { Variables: Record<string, unknown> }).Variables;
+    expect((parseJsonProperty(applierEnv.CDC_TABLE_CONFIG) as Array<{ table: string; deleteMode: string }>).map((e) => `${e.table}:${e.deleteMode}`)).toEqual([
+      'public.customers:soft',
+      'public.orders:soft',
+      'billing.invoices:hard',
+    ]);
+  });
+
+  test('alarms can be switched off', () => {
+    const f = fixture();
+    const s = sink(f, { alarmsEnabled: false });
+    expect(s.alarms).toHaveLength(0);
+    const alarms = resourcesOf(Template.fromStack(f.stack), 'AWS::CloudWatch::Alarm').filter(([id]) => id.startsWith('Warehouse'));
+    expect(alarms).toHaveLength(0);
+  });
+
+  test('the dead-letter queue is encrypted and alarmed', () => {
+    const f = fixture();
+    const s = sink(f);
+    const t = Template.fromStack(f.stack);
+    expect(onlyResource(t, 'AWS::SQS::Queue', 'WarehouseDeadLetterQueue').Properties).toMatchObject({ SqsManagedSseEnabled: true });
+    t.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      Namespace: 'AWS/SQS',
+      MetricName: 'ApproximateNumberOfMessagesVisible',
+      Dimensions: [{ Name: 'QueueName', Value: f.stack.resolve(s.deadLetterQueue.queueName) }],
+      Threshold: 0,
+    });
+  });
+
+  describe('fails', () => {
+    test('fails with no sources', () => {
+      expect(() => sink(fixture(), { sources: [] })).toThrow(/^Test\/Warehouse: sources must not be empty/);
+    });
+
+    test('fails on a source that publishes to another change log', () => {
+      const f = fixture();
+      const other = new ChangeLog(f.stack, 'OtherLog');
+      expect(() => sink(f, { log: other })).toThrow(/^Test\/Warehouse: source orders \(Test\/Orders\) publishes to a different change log than this sink reads$/);
+    });
+
+    test('fails on the same table id from two sources', () => {
+      const f = fixture();
+      const a = ordersSource(f);
+      const b = ordersSource(f, {}, 'OrdersCopy');
+      expect(
+        () =>
+          new WarehouseSink(f.stack, 'Warehouse', {
+            control: f.control,
+            log: f.log,
+            sources: [a, b],
+            connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }),
+            vpc: f.vpc,
+          }),
+      ).toThrow(/Test\/Warehouse: table public.customers is captured by both source orders and source orders_copy/);
+    });
+
+    test('fails on a freshness target below the heartbeat resolution or beyond the log', () => {
+      expect(() => sink(fixture(), { freshnessTarget: Duration.seconds(10) })).toThrow(/Test\/Warehouse: freshnessTarget must be at least 30 seconds/);
+      expect(() => sink(fixture(), { freshnessTarget: Duration.days(8) })).toThrow(/Test\/Warehouse: freshnessTarget \(8 days\) must be shorter than the change-log retention \(7 days\)/);
+    });
+
+    test('fails on a record age the stream would not keep, and on out-of-range settings', () => {
+      expect(() => sink(fixture(), { maxRecordAge: Duration.days(7) })).toThrow(/Test\/Warehouse: maxRecordAge \(7 days\) must be shorter than the stream retention \(7 days\)/);
+      expect(() => sink(fixture(), { batchSize: 20_000 })).toThrow(/Test\/Warehouse: batchSize must be an integer from 1 to 10000/);
+      expect(() => sink(fixture(), { parallelizationFactor: 11 })).toThrow(/Test\/Warehouse: parallelizationFactor must be an integer from 1 to 10/);
+      expect(() => sink(fixture(), { sinkId: 'warehouse-1' })).toThrow(/Test\/Warehouse: sinkId must match/);
+    });
+  });
+});
