@@ -165,6 +165,8 @@ export class SlotCapture {
   private keys = new Map<string, string[]>();
   private checkpoint: string | null = null;
   private loop: Promise<void> | null = null;
+  /** When the last peek that found nothing new started (epoch ms). */
+  private emptyPeekAt = 0;
   private readonly o: Required<Omit<CaptureOptions, 'slot' | 'onError'>> & Pick<CaptureOptions, 'onError'>;
 
   constructor(options: CaptureOptions) {
@@ -334,6 +336,11 @@ export class SlotCapture {
     this.loop.catch(() => undefined);
   }
 
+  /** Whether every transaction committed before `time` (epoch ms) has been published and acknowledged. */
+  caughtUpSince(time: number): boolean {
+    return this.stats.state === 'running' && this.emptyPeekAt >= time;
+  }
+
   /** Stops after the batch in flight (published batches are acknowledged; an unpublished one is re-read next run). */
   async stop(): Promise<void> {
     this.stopping = true;
@@ -387,12 +394,16 @@ export class SlotCapture {
 
   /** One peek → publish → ack round. Returns whether anything was acknowledged. */
   private async once(client: pg.Client): Promise<boolean> {
+    const started = Date.now();
     let peek = await peekTransactions(client, this.slot, { maxChanges: this.o.peekChanges, maxTxRows: this.o.maxTxRows, maxTxBytes: this.o.maxTxBytes });
     if (peek.transactions.length === 0 && peek.leftover > 0) {
       // A transaction's end was not in the bounded peek: read again without the bound (the caps still hold).
       peek = await peekTransactions(client, this.slot, { maxChanges: 0, maxTxRows: this.o.maxTxRows, maxTxBytes: this.o.maxTxBytes });
     }
-    if (peek.transactions.length === 0) return false;
+    if (peek.transactions.length === 0) {
+      if (peek.leftover === 0) this.emptyPeekAt = started;
+      return false;
+    }
     for (const table of new Set(peek.transactions.flatMap((t) => t.changes.map((c) => c.table)))) {
       if (this.o.tables.has(table) && !this.keys.has(table)) await this.resolveKeys(client);
     }

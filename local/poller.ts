@@ -46,7 +46,12 @@ export interface PollerOptions {
   kinesis: KinesisClient;
   streamName: string;
   control: Pick<ControlPlane, 'getCheckpoint' | 'putCheckpoint' | 'putDeadLetter'>;
-  handler: StreamHandler;
+  /**
+   * The handler, or a function that builds one per shard. On AWS every concurrent invocation has
+   * its own execution environment (module state, Powertools' BatchProcessor, metrics buffer);
+   * shards are polled concurrently here, so a handler with such state must be built per shard.
+   */
+  handler: StreamHandler | { perShard: (shardId: string) => StreamHandler };
   /** Records per invocation (1–10000). @default 100 */
   batchSize?: number;
   /** Longest wait for a full batch, in ms (MaximumBatchingWindowInSeconds). @default 0 */
@@ -121,6 +126,9 @@ export class Poller {
   private refresher: Promise<void> | null = null;
   private wake: (() => void) | null = null;
   private failure: unknown = null;
+  /** Per shard: when the last read that found nothing (with nothing buffered or in flight) started. */
+  private readonly emptyReadAt = new Map<string, number>();
+  private readonly handlers = new Map<string, StreamHandler>();
   readonly stats: PollerStats;
 
   constructor(options: PollerOptions) {
@@ -162,6 +170,20 @@ export class Poller {
     this.wake?.();
     await this.refresher;
     await Promise.all([...this.running.values()]);
+  }
+
+  /**
+   * Whether every record put on the stream before `time` (epoch ms) has been handled and
+   * acknowledged: each open shard had a read that started after `time`, found nothing, and had
+   * nothing buffered or in flight.
+   */
+  caughtUpSince(time: number): boolean {
+    if (this.running.size === 0) return false;
+    for (const shardId of this.running.keys()) {
+      if (this.ended.has(shardId)) continue;
+      if ((this.emptyReadAt.get(shardId) ?? 0) < time) return false;
+    }
+    return true;
   }
 
   /** The first unrecoverable error (checkpoint store unreachable while acknowledging, …), if any. */
@@ -235,6 +257,7 @@ export class Poller {
       // Gather a batch: full, or the window is over, or (window 0) anything at all.
       while (it && buffer.length < this.o.batchSize && !this.stopping) {
         let out;
+        const readStarted = Date.now();
         try {
           out = await this.o.kinesis.send(new GetRecordsCommand({ ShardIterator: it, Limit: this.o.batchSize - buffer.length }));
           readBackoff = this.o.retryBackoffMs;
@@ -251,6 +274,7 @@ export class Poller {
         it = out.NextShardIterator;
         this.stats.millisBehind[shardId] = out.MillisBehindLatest ?? 0;
         const records = out.Records ?? [];
+        if (records.length === 0 && buffer.length === 0) this.emptyReadAt.set(shardId, readStarted);
         if (records.length > 0) {
           buffer.push(...records);
           lastRead = records[records.length - 1]!.SequenceNumber!;
@@ -293,10 +317,21 @@ export class Poller {
     return buffer.splice(0, n);
   }
 
+  private handlerOf(shardId: string): StreamHandler {
+    const h = this.o.handler;
+    if (typeof h === 'function') return h;
+    let built = this.handlers.get(shardId);
+    if (!built) {
+      built = h.perShard(shardId);
+      this.handlers.set(shardId, built);
+    }
+    return built;
+  }
+
   private async invoke(shardId: string, records: _Record[]): Promise<InvokeOutcome> {
     let response: KinesisStreamBatchResponse | void | undefined;
     try {
-      response = await this.o.handler(toKinesisStreamEvent(records, { streamArn: this.streamArn, shardId }));
+      response = await this.handlerOf(shardId)(toKinesisStreamEvent(records, { streamArn: this.streamArn, shardId }));
     } catch (err) {
       return { kind: 'error', reason: describeError(err) };
     }

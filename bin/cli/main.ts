@@ -6,6 +6,7 @@
  */
 import { EXIT_OK, EXIT_USAGE, UsageError, type CliIo, type Command } from './command.ts';
 import { decodeCommand } from './decode.ts';
+import { localCommand } from './local.ts';
 
 export type { CliIo, Command } from './command.ts';
 
@@ -16,7 +17,7 @@ export type { CliIo, Command } from './command.ts';
  */
 export const COMMANDS: readonly Command[] = [
   decodeCommand,
-  // local: the one-machine pipeline registers here.
+  localCommand,
 ];
 
 function usage(): string {

@@ -1,0 +1,342 @@
+/**
+ * `cdc local`: the whole pipeline on one machine (see docs/local.md). Starts the embedded stack
+ * (local/stack.ts), wires the real handlers (local/pipeline.ts), shows a live status, and for a
+ * bounded run compares source and warehouse at the end (local/verdict.ts).
+ */
+import { readFile } from 'node:fs/promises';
+import { MetricName } from '../../contracts/metrics.ts';
+import { CdcError } from '../../lambda/core/errors.ts';
+import { isSourceId } from '../../lambda/core/event.ts';
+import { validateTableConfig, type TableConfig } from '../../lambda/core/table-config.ts';
+import { createDemoSchema, DEMO_TABLES } from '../../local/demo.ts';
+import { captureStdout, MetricsCollector, percentile } from '../../local/metrics.ts';
+import { LocalPipeline, HEARTBEAT_TABLE_ID } from '../../local/pipeline.ts';
+import { DEFAULT_STATE_DIR, startLocalStack, type LocalStack } from '../../local/stack.ts';
+import { formatMs, StatusWriter } from '../../local/status.ts';
+import { compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts';
+import { EXIT_FAILED, EXIT_OK, UsageError, write, type CliIo, type Command } from './command.ts';
+
+const HELP = `Usage: cdc local (--demo | --source URL --tables LIST) [options]
+
+Runs the whole CDC pipeline on this machine with the real handlers and local stand-ins for the
+AWS services: embedded PostgreSQL (source and warehouse), a slot capture in place of DMS,
+kinesalite in place of Kinesis, DynamoDB Local for the control plane, a local event-source
+poller in place of Lambda's, and a folder in place of the S3 archive. State is kept in the
+state folder, so running again resumes from the checkpoints. Ctrl-C stops cleanly.
+
+What to capture:
+  --demo                     create a demo schema in the embedded source and run a steady
+                             workload (customers with a masked email and an excluded ssn,
+                             orders with a foreign key, documents with large unchanged text)
+  --source URL               capture an existing PostgreSQL (needs wal_level = logical and a
+                             user with the REPLICATION privilege; the capture creates a logical
+                             slot and a heartbeat table ${HEARTBEAT_TABLE_ID})
+  --tables LIST              with --source: tables to capture, comma separated (schema.table)
+  --table-config FILE        captured-table settings, a JSON array like
+                             [{"table":"public.users","mask":["email"],"exclude":["ssn"]}]
+                             (tables listed there are captured; --tables adds plain ones)
+
+Where to write:
+  --warehouse URL            write the mirror to an existing PostgreSQL instead of the embedded one
+
+Run:
+  --duration TIME            run for TIME (60s, 5m, 1h), then stop the workload, wait until the
+                             sinks caught up, compare every captured table of source and warehouse
+                             row by row and print the verdict; exit 0 only when they match
+  --rate N                   demo transactions per second [default: 20]
+  --state-dir DIR            state folder [default: ${DEFAULT_STATE_DIR}]
+  --source-id ID             source id [default: demo with --demo, local with --source]
+  --sink-id ID               warehouse sink id [default: warehouse]
+  --slot NAME                replication slot name [default: cdc_<source id>]
+  --max-tx-rows N            stop loudly on a source transaction with more rows [default: 1000000]
+  --max-tx-bytes N           ... or more bytes of decoded changes [default: 1073741824]
+  --heartbeat-ms N           heartbeat interval [default: 1000]
+  --fast                     run the embedded PostgreSQL without fsync (tests, benchmarks)
+  -h, --help                 this text
+
+Exit code: 0 on a clean stop or a matching verdict; 1 when the verdict does not match or the
+pipeline stopped on an error (a named error says what to do); 2 for a usage error.
+`;
+
+export interface LocalOptions {
+  demo: boolean;
+  sourceUrl: string | null;
+  tables: string[];
+  tableConfig: string | null;
+  warehouseUrl: string | null;
+  durationMs: number | null;
+  rate: number;
+  stateDir: string;
+  sourceId: string | null;
+  sinkId: string;
+  slot: string | null;
+  maxTxRows: number | null;
+  maxTxBytes: number | null;
+  heartbeatMs: number;
+  fast: boolean;
+  help: boolean;
+}
+
+/** Parses `60s`, `5m`, `1h`, `1500ms` or plain seconds. */
+export function parseDuration(text: string): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(text.trim());
+  if (!m) throw new UsageError(`--duration expects a time like 60s, 5m or 1h, got '${text}'`);
+  const n = Number(m[1]);
+  const unit = m[2] ?? 's';
+  const ms = unit === 'ms' ? n : unit === 's' ? n * 1000 : unit === 'm' ? n * 60_000 : n * 3_600_000;
+  if (!(ms > 0)) throw new UsageError(`--duration must be positive, got '${text}'`);
+  return ms;
+}
+
+function positiveInt(flag: string, text: string): number {
+  const n = Number(text);
+  if (!Number.isInteger(n) || n <= 0) throw new UsageError(`${flag} expects a positive integer, got '${text}'`);
+  return n;
+}
+
+export function parseLocalArgs(args: readonly string[]): LocalOptions {
+  const o: LocalOptions = {
+    demo: false,
+    sourceUrl: null,
+    tables: [],
+    tableConfig: null,
+    warehouseUrl: null,
+    durationMs: null,
+    rate: 20,
+    stateDir: DEFAULT_STATE_DIR,
+    sourceId: null,
+    sinkId: 'warehouse',
+    slot: null,
+    maxTxRows: null,
+    maxTxBytes: null,
+    heartbeatMs: 1000,
+    fast: false,
+    help: false,
+  };
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    const value = (): string => {
+      const v = args[++i];
+      if (v === undefined || v.startsWith('--')) throw new UsageError(`${a} needs a value`);
+      return v;
+    };
+    switch (a) {
+      case '-h':
+      case '--help':
+        o.help = true;
+        break;
+      case '--demo':
+        o.demo = true;
+        break;
+      case '--source':
+        o.sourceUrl = value();
+        break;
+      case '--tables':
+        o.tables = value()
+          .split(',')
+          .map((t) => t.trim())
+          .filter((t) => t !== '');
+        for (const t of o.tables) if (!/^[^.\s]+\.[^.\s]+$/.test(t)) throw new UsageError(`--tables expects schema.table names, got '${t}'`);
+        break;
+      case '--table-config':
+        o.tableConfig = value();
+        break;
+      case '--warehouse':
+        o.warehouseUrl = value();
+        break;
+      case '--duration':
+        o.durationMs = parseDuration(value());
+        break;
+      case '--rate':
+        o.rate = positiveInt(a, value());
+        break;
+      case '--state-dir':
+        o.stateDir = value();
+        break;
+      case '--source-id':
+        o.sourceId = value();
+        if (!isSourceId(o.sourceId)) throw new UsageError(`--source-id expects a lower-case identifier, got '${o.sourceId}'`);
+        break;
+      case '--sink-id':
+        o.sinkId = value();
+        if (!isSourceId(o.sinkId)) throw new UsageError(`--sink-id expects a lower-case identifier, got '${o.sinkId}'`);
+        break;
+      case '--slot':
+        o.slot = value();
+        if (!/^[a-z0-9_]{1,63}$/.test(o.slot)) throw new UsageError(`--slot expects lower-case letters, digits and _, got '${o.slot}'`);
+        break;
+      case '--max-tx-rows':
+        o.maxTxRows = positiveInt(a, value());
+        break;
+      case '--max-tx-bytes':
+        o.maxTxBytes = positiveInt(a, value());
+        break;
+      case '--heartbeat-ms':
+        o.heartbeatMs = positiveInt(a, value());
+        break;
+      case '--fast':
+        o.fast = true;
+        break;
+      default:
+        throw new UsageError(`unknown option '${a}'`);
+    }
+  }
+  if (o.help) return o;
+  if (o.demo && o.sourceUrl) throw new UsageError('--demo and --source exclude each other: the demo runs on the embedded source');
+  if (!o.demo && !o.sourceUrl) throw new UsageError('choose --demo (embedded demo source) or --source URL (your PostgreSQL)');
+  if (o.sourceUrl && o.tables.length === 0 && o.tableConfig === null) throw new UsageError('--source needs --tables (or --table-config) naming the tables to capture');
+  if (o.demo && (o.tables.length > 0 || o.tableConfig)) throw new UsageError('--tables and --table-config are for --source; the demo captures its own tables');
+  return o;
+}
+
+async function capturedTables(o: LocalOptions): Promise<TableConfig[]> {
+  if (o.demo) return DEMO_TABLES.map((t) => ({ ...t }));
+  let configs: TableConfig[] = [];
+  if (o.tableConfig) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(await readFile(o.tableConfig, 'utf8'));
+    } catch (err) {
+      throw new UsageError(`--table-config ${o.tableConfig}: ${(err as Error).message}`);
+    }
+    configs = validateTableConfig(parsed, o.tableConfig);
+  }
+  for (const t of o.tables) if (!configs.some((c) => c.table === t)) configs.push({ table: t, deleteMode: 'soft', mask: [], exclude: [] });
+  return configs;
+}
+
+function describeError(err: unknown): string {
+  if (err instanceof CdcError) return `${err.name} (${err.code}): ${err.message}`;
+  return err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+}
+
+async function run(o: LocalOptions, io: CliIo): Promise<number> {
+  const started = Date.now();
+  const source = o.sourceId ?? (o.demo ? 'demo' : 'local');
+  const tables = await capturedTables(o);
+  const out = (text: string): Promise<void> => write(io.stdout, text);
+  const err = (text: string): Promise<void> => write(io.stderr, text);
+
+  await out(`cdc local: starting (state in ${o.stateDir})\n`);
+  let stack: LocalStack;
+  try {
+    stack = await startLocalStack({
+      stateDir: o.stateDir,
+      source,
+      ...(o.sourceUrl ? { sourceUrl: o.sourceUrl } : {}),
+      ...(o.warehouseUrl ? { warehouseUrl: o.warehouseUrl } : {}),
+      fast: o.fast,
+      log: (line) => void out(`  ${line}\n`),
+    });
+  } catch (e) {
+    await err(`cdc local: ${describeError(e)}\n`);
+    return EXIT_FAILED;
+  }
+
+  const collector = new MetricsCollector();
+  const captured = captureStdout(collector, { emfFile: stack.files.emf, logFile: stack.files.handlerLog });
+  const print = (text: string): void => captured.write(text);
+  const writer = new StatusWriter(print, io.stdout === process.stdout && process.stdout.isTTY === true);
+  let pipeline: LocalPipeline | null = null;
+  let code = EXIT_OK;
+  let stopRequested: (() => void) | null = null;
+  const stopped = new Promise<'signal'>((resolve) => (stopRequested = () => resolve('signal')));
+  let signals = 0;
+  const onSignal = (): void => {
+    signals++;
+    if (signals > 1) {
+      captured.write('\ncdc local: second interrupt, exiting without a clean stop\n');
+      process.exit(130);
+    }
+    stopRequested?.();
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  let statusTimer: NodeJS.Timeout | null = null;
+  try {
+    if (o.demo) await createDemoSchema(stack.sourceUrl);
+    pipeline = new LocalPipeline({
+      stack,
+      source,
+      tables,
+      sinkId: o.sinkId,
+      collector,
+      heartbeatMs: o.heartbeatMs,
+      workloadRate: o.demo ? o.rate : 0,
+      capture: {
+        ...(o.maxTxRows ? { maxTxRows: o.maxTxRows } : {}),
+        ...(o.maxTxBytes ? { maxTxBytes: o.maxTxBytes } : {}),
+        ...(o.slot ? { slot: o.slot } : {}),
+      },
+      onError: (where, e) => void err(`cdc local: ${where}: ${describeError(e)} (retrying)\n`).catch(() => undefined),
+    });
+    await pipeline.start();
+    print(`cdc local: ${stack.resumed ? 'resumed' : 'started'} in ${formatMs(Date.now() - started)}; ${o.durationMs ? `running for ${formatMs(o.durationMs)}` : 'Ctrl-C to stop'}\n`);
+    const p = pipeline;
+    const hint = o.durationMs ? null : 'Ctrl-C to stop (state is kept; run again to resume)';
+    const tick = async (): Promise<void> => {
+      await p.refreshControl();
+      writer.update(p.snapshot(hint));
+    };
+    statusTimer = setInterval(() => void tick().catch(() => undefined), 1000);
+    const timeUp = o.durationMs ? new Promise<'time'>((r) => setTimeout(() => r('time'), o.durationMs!)) : new Promise<'time'>(() => undefined);
+    const outcome = await Promise.race([timeUp, stopped, p.captureFailure()]);
+    clearInterval(statusTimer);
+    statusTimer = null;
+    await p.refreshControl(true);
+    writer.update(p.snapshot(null), true);
+    writer.release();
+    if (outcome instanceof Error) {
+      print(`\ncdc local: the capture stopped: ${describeError(outcome)}\n`);
+      code = EXIT_FAILED;
+    } else if (outcome === 'time') {
+      print('\ncdc local: time is up; stopping the workload and waiting for the sinks to catch up\n');
+      await p.stopWorkload();
+      await p.stopHeartbeat();
+      await p.waitCaughtUp(180_000);
+      const runMs = Date.now() - p.startedAt;
+      const lags = p.lagSamples(p.startedAt);
+      const applied = collector.total(MetricName.EVENTS_APPLIED, { Sink: o.sinkId });
+      print(
+        `measured: first change in the warehouse ${p.firstAppliedAt ? `${formatMs(p.firstAppliedAt - started)} after start` : 'never'}; ` +
+          `captured ${p.capture.stats.records} records (${(p.capture.stats.records / (runMs / 1000)).toFixed(1)}/s); ` +
+          `applied ${applied} events (${(applied / (runMs / 1000)).toFixed(1)}/s); ` +
+          `end-to-end lag p50 ${formatMs(percentile(lags, 50))}, p99 ${formatMs(percentile(lags, 99))} over ${lags.length} heartbeats\n`,
+      );
+      const verdict = await compareSourceAndWarehouse({
+        sourceUrl: stack.sourceUrl,
+        warehouseUrl: stack.warehouseUrl,
+        source,
+        tables: [...tables, ...pipeline.tables.filter((t) => !tables.some((u) => u.table === t.table))],
+      });
+      print(`${formatVerdict(verdict).join('\n')}\n`);
+      code = verdict.match ? EXIT_OK : EXIT_FAILED;
+    } else {
+      print('\ncdc local: stopping (state is kept; run again to resume)\n');
+    }
+  } catch (e) {
+    print(`\ncdc local: ${describeError(e)}\n`);
+    code = EXIT_FAILED;
+  } finally {
+    if (statusTimer) clearInterval(statusTimer);
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    await pipeline?.stop().catch((e) => print(`cdc local: while stopping: ${describeError(e)}\n`));
+    await captured.restore();
+    await stack.stop();
+  }
+  return code;
+}
+
+export const localCommand: Command = {
+  name: 'local',
+  summary: 'run the whole pipeline on this machine (demo, or your own PostgreSQL)',
+  async run(args: string[], io: CliIo): Promise<number> {
+    const o = parseLocalArgs(args);
+    if (o.help) {
+      await write(io.stdout, HELP);
+      return EXIT_OK;
+    }
+    return run(o, io);
+  },
+};

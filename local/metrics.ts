@@ -1,0 +1,181 @@
+/**
+ * The local stand-in for CloudWatch metrics: handlers publish Embedded Metric Format (EMF) lines
+ * on stdout exactly as in Lambda; `cdc local` takes those lines off its stdout (so they do not
+ * scribble over the live status), keeps them in a file, and summarises them here: per metric and
+ * dimensions, counts, sums and recent values for rates and percentiles.
+ */
+import { createWriteStream, type WriteStream } from 'node:fs';
+
+/** One metric series: a metric name and the dimension values it was published with. */
+export interface Series {
+  name: string;
+  dimensions: Record<string, string>;
+  count: number;
+  sum: number;
+  last: number | null;
+  lastAt: number | null;
+  /** Recent (time ms, value) samples, oldest first, at most `MAX_SAMPLES`. */
+  samples: Array<[number, number]>;
+}
+
+const MAX_SAMPLES = 20_000;
+
+function seriesKey(name: string, dims: Record<string, string>): string {
+  return `${name}|${Object.keys(dims)
+    .sort()
+    .map((k) => `${k}=${dims[k]}`)
+    .join(',')}`;
+}
+
+/** Percentile (0–100) of a list of numbers, nearest-rank; null for an empty list. */
+export function percentile(values: readonly number[], p: number): number | null {
+  if (values.length === 0) return null;
+  const sorted = [...values].sort((a, b) => a - b);
+  const rank = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[rank]!;
+}
+
+interface EmfDirective {
+  Namespace?: string;
+  Dimensions?: string[][];
+  Metrics?: Array<{ Name?: string; Unit?: string }>;
+}
+
+/** Collects metric samples (from EMF lines or recorded directly) and answers summary questions. */
+export class MetricsCollector {
+  private readonly series = new Map<string, Series>();
+
+  /** Records one value of a metric. */
+  record(name: string, dimensions: Record<string, string>, value: number, at = Date.now()): void {
+    const key = seriesKey(name, dimensions);
+    let s = this.series.get(key);
+    if (!s) {
+      s = { name, dimensions: { ...dimensions }, count: 0, sum: 0, last: null, lastAt: null, samples: [] };
+      this.series.set(key, s);
+    }
+    s.count++;
+    s.sum += value;
+    s.last = value;
+    s.lastAt = at;
+    s.samples.push([at, value]);
+    if (s.samples.length > MAX_SAMPLES) s.samples.splice(0, s.samples.length - MAX_SAMPLES);
+  }
+
+  /**
+   * Reads one EMF document (already parsed). Returns false if it is not EMF. Values may be a
+   * number or an array of numbers (Powertools aggregates repeated values of one metric).
+   */
+  ingestEmf(doc: unknown): boolean {
+    if (typeof doc !== 'object' || doc === null) return false;
+    const d = doc as Record<string, unknown>;
+    const aws = d._aws as { Timestamp?: number; CloudWatchMetrics?: EmfDirective[] } | undefined;
+    if (!aws || !Array.isArray(aws.CloudWatchMetrics)) return false;
+    const at = typeof aws.Timestamp === 'number' ? aws.Timestamp : Date.now();
+    for (const directive of aws.CloudWatchMetrics) {
+      const dimSets = directive.Dimensions && directive.Dimensions.length > 0 ? directive.Dimensions : [[]];
+      for (const metric of directive.Metrics ?? []) {
+        if (!metric.Name) continue;
+        const raw = d[metric.Name];
+        const values = Array.isArray(raw) ? raw : [raw];
+        for (const dimNames of dimSets) {
+          const dims: Record<string, string> = {};
+          for (const n of dimNames) if (typeof d[n] === 'string') dims[n] = d[n] as string;
+          for (const v of values) if (typeof v === 'number' && Number.isFinite(v)) this.record(metric.Name, dims, v, at);
+        }
+      }
+    }
+    return true;
+  }
+
+  /** Every series of a metric whose dimensions include `match`. */
+  find(name: string, match: Record<string, string> = {}): Series[] {
+    return [...this.series.values()].filter((s) => s.name === name && Object.entries(match).every(([k, v]) => s.dimensions[k] === v));
+  }
+
+  /** Sum of values over all matching series. */
+  total(name: string, match: Record<string, string> = {}): number {
+    return this.find(name, match).reduce((a, s) => a + s.sum, 0);
+  }
+
+  /** Values of matching series recorded since `since` (epoch ms). */
+  valuesSince(name: string, match: Record<string, string>, since: number): number[] {
+    const out: number[] = [];
+    for (const s of this.find(name, match)) for (const [t, v] of s.samples) if (t >= since) out.push(v);
+    return out;
+  }
+
+  /** Sum of matching values per second over the last `windowMs`. */
+  ratePerSecond(name: string, match: Record<string, string>, windowMs: number, now = Date.now()): number {
+    const vs = this.valuesSince(name, match, now - windowMs);
+    return vs.reduce((a, v) => a + v, 0) / (windowMs / 1000);
+  }
+
+  /** The most recent value among matching series, or null. */
+  latest(name: string, match: Record<string, string> = {}): { value: number; at: number } | null {
+    let best: { value: number; at: number } | null = null;
+    for (const s of this.find(name, match)) if (s.lastAt !== null && s.last !== null && (!best || s.lastAt > best.at)) best = { value: s.last, at: s.lastAt };
+    return best;
+  }
+
+  /** Distinct values of one dimension among a metric's series (e.g. every Sink that reported lag). */
+  dimensionValues(name: string, dimension: string): string[] {
+    return [...new Set(this.find(name).map((s) => s.dimensions[dimension]).filter((v): v is string => v !== undefined))].sort();
+  }
+}
+
+/** A handle on stdout taken over by `captureStdout`. */
+export interface CapturedStdout {
+  /** Writes to the real stdout (the live status, the verdict). */
+  write(text: string): void;
+  /** Gives stdout back (flushing a partial line to the log). */
+  restore(): Promise<void>;
+}
+
+/**
+ * Takes over `process.stdout.write`: EMF lines go to the collector (and to `emfFile`), other
+ * output of in-process handlers (Powertools logs) goes to `logFile`. The caller writes its own
+ * output through the returned `write`.
+ */
+export function captureStdout(collector: MetricsCollector, files: { emfFile: string; logFile: string }): CapturedStdout {
+  const stdout = process.stdout;
+  const original = stdout.write.bind(stdout) as (chunk: string | Uint8Array) => boolean;
+  const emf: WriteStream = createWriteStream(files.emfFile, { flags: 'a' });
+  const log: WriteStream = createWriteStream(files.logFile, { flags: 'a' });
+  let partial = '';
+  const line = (text: string): void => {
+    if (text.startsWith('{') && text.includes('"_aws"')) {
+      try {
+        if (collector.ingestEmf(JSON.parse(text))) {
+          emf.write(`${text}\n`);
+          return;
+        }
+      } catch {
+        // not JSON after all: keep it as a log line
+      }
+    }
+    log.write(`${text}\n`);
+  };
+  const patched = (chunk: string | Uint8Array, encodingOrCb?: unknown, cb?: unknown): boolean => {
+    partial += typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8');
+    let nl: number;
+    while ((nl = partial.indexOf('\n')) >= 0) {
+      line(partial.slice(0, nl));
+      partial = partial.slice(nl + 1);
+    }
+    const done = typeof encodingOrCb === 'function' ? encodingOrCb : cb;
+    if (typeof done === 'function') process.nextTick(done as () => void);
+    return true;
+  };
+  stdout.write = patched as typeof stdout.write;
+  return {
+    write: (text: string) => {
+      original(text);
+    },
+    async restore(): Promise<void> {
+      stdout.write = original as typeof stdout.write;
+      if (partial) line(partial);
+      partial = '';
+      await Promise.all([new Promise<void>((r) => emf.end(() => r())), new Promise<void>((r) => log.end(() => r()))]);
+    },
+  };
+}

@@ -1,0 +1,302 @@
+/**
+ * The whole pipeline on one machine, wired from the real handlers:
+ *
+ *     source PostgreSQL ──slot capture──► raw stream ──poller "normalizer"──► normalizer handler
+ *        ▲ heartbeat writer (1 s)                                                │
+ *        └ demo workload                              change log ◄───────────────┘
+ *                                                        ├──poller "<sink id>"──► warehouse applier ──► warehouse
+ *                                                        └──poller "archive"────► archive copier ──► archive
+ *
+ * Each poller has its own checkpoints in the control plane, as each event source mapping has on
+ * AWS. Handler logs and EMF metrics go to stdout, where `cdc local` collects them.
+ */
+import pg from 'pg';
+import { Logger } from '@aws-lambda-powertools/logger';
+import { Metrics } from '@aws-lambda-powertools/metrics';
+import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_TABLE } from '../contracts/env.ts';
+import { METRICS_NAMESPACE, MetricName } from '../contracts/metrics.ts';
+import { KinesisChangeLog } from '../lambda/adapters/change-log-kinesis.ts';
+import { createNormalizerHandler } from '../lambda/handlers/normalizer.ts';
+import { createWarehouseApplier } from '../lambda/handlers/warehouse-applier.ts';
+import { createHeartbeatHandler, HeartbeatWriter, type HeartbeatHandler } from '../lambda/handlers/heartbeat-writer.ts';
+import { TableConfigIndex, type TableConfig } from '../lambda/core/table-config.ts';
+import type { TableRecord } from '../lambda/core/control-plane.ts';
+import { SlotCapture, kinesisRawPublisher } from './capture.ts';
+import { Poller } from './poller.ts';
+import { createArchiveCopier } from './archive.ts';
+import { startWorkload, type Workload } from './demo.ts';
+import { MetricsCollector, percentile } from './metrics.ts';
+import type { LocalStack } from './stack.ts';
+import type { StatusSnapshot } from './status.ts';
+import { redactUrl } from './stack.ts';
+
+export interface PipelineOptions {
+  stack: LocalStack;
+  source: string;
+  /** The captured tables (the heartbeat table is added). */
+  tables: TableConfig[];
+  sinkId: string;
+  collector: MetricsCollector;
+  /** How often the heartbeat writer runs (10 s on AWS; faster locally so lag is visible). @default 1000 */
+  heartbeatMs?: number;
+  /** Run the demo workload at this many transactions per second (0: none). */
+  workloadRate?: number;
+  workloadSeed?: number;
+  capture?: { maxTxRows?: number; maxTxBytes?: number; slot?: string };
+  poller?: { batchSize?: number; maxRetries?: number };
+  /** Errors the pipeline recovers from (retries), for the log. */
+  onError?: (where: string, err: unknown) => void;
+}
+
+/** The heartbeat table's id as the capture and the applier name it. */
+export const HEARTBEAT_TABLE_ID = `${DEFAULT_HEARTBEAT_SCHEMA}.${HEARTBEAT_TABLE}`;
+
+const LAG_WINDOW_MS = 60_000;
+const RATE_WINDOW_MS = 10_000;
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+/** A running local pipeline. */
+export class LocalPipeline {
+  readonly capture: SlotCapture;
+  readonly pollers: { normalizer: Poller; sink: Poller; archive: Poller };
+  readonly tables: TableConfig[];
+  readonly startedAt = Date.now();
+  /** When the first change reached the warehouse (epoch ms), or null. */
+  firstAppliedAt: number | null = null;
+  private workload: Workload | null = null;
+  private heartbeatLoop: Promise<void> | null = null;
+  private heartbeatStop = false;
+  private readonly pools: pg.Pool[] = [];
+  private readonly heartbeat: HeartbeatHandler;
+  private tableStates: TableRecord[] = [];
+  private deadLetterCount = 0;
+  private lastControlRead = 0;
+  private readonly counters = new Map<string, Array<[number, number]>>();
+
+  constructor(private readonly o: PipelineOptions) {
+    const { stack } = o;
+    const err = (where: string) => (e: unknown) => o.onError?.(where, e);
+    const heartbeatConfig: TableConfig = { table: HEARTBEAT_TABLE_ID, deleteMode: 'soft', mask: [], exclude: [] };
+    this.tables = o.tables.some((t) => t.table === HEARTBEAT_TABLE_ID) ? [...o.tables] : [...o.tables, heartbeatConfig];
+    this.capture = new SlotCapture({
+      source: o.source,
+      sourceUrl: stack.sourceUrl,
+      slot: o.capture?.slot,
+      tables: new TableConfigIndex(this.tables),
+      control: stack.control,
+      publish: kinesisRawPublisher(stack.kinesis, stack.streams.raw),
+      maxTxRows: o.capture?.maxTxRows,
+      maxTxBytes: o.capture?.maxTxBytes,
+      onError: err('capture'),
+    });
+    // One beat per invocation, invoked every heartbeatMs: the local schedule.
+    this.heartbeat = createHeartbeatHandler({ writer: new HeartbeatWriter({ source: o.source, connection: { connectionString: stack.sourceUrl } }), beats: 1 });
+    // One handler instance per shard: each stands for a Lambda execution environment.
+    const normalizer = {
+      perShard: () =>
+        createNormalizerHandler({
+          source: o.source,
+          tables: this.tables,
+          control: stack.control,
+          changeLog: new KinesisChangeLog(stack.kinesis, stack.streams.changeLog),
+        }),
+    };
+    const applier = {
+      perShard: () => {
+        // Its own pool too, as a Lambda environment has (the applier keeps per-connection stage tables).
+        const pool = new pg.Pool({ connectionString: stack.warehouseUrl, max: 2, application_name: `cdc-local-${o.sinkId}` });
+        pool.on('error', err('warehouse pool'));
+        this.pools.push(pool);
+        const a = createWarehouseApplier({
+          controlPlane: stack.control,
+          pool,
+          sinkId: o.sinkId,
+          metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
+          logger: new Logger({ serviceName: 'warehouse-applier' }),
+        });
+        return (e: Parameters<typeof a.handler>[0]) => a.handler(e);
+      },
+    };
+    const common = { kinesis: stack.kinesis, control: stack.control, batchSize: o.poller?.batchSize ?? 200, maxRetries: o.poller?.maxRetries ?? 10 };
+    this.pollers = {
+      normalizer: new Poller({ ...common, consumer: 'normalizer', streamName: stack.streams.raw, handler: normalizer, onError: err('normalizer poller') }),
+      sink: new Poller({ ...common, consumer: o.sinkId, streamName: stack.streams.changeLog, handler: applier, onError: err(`${o.sinkId} poller`) }),
+      // Firehose buffers: a batching window gives fewer, larger archive objects.
+      archive: new Poller({
+        ...common,
+        batchSize: 2000,
+        batchWindowMs: 2000,
+        consumer: 'archive',
+        streamName: stack.streams.changeLog,
+        handler: createArchiveCopier({ archive: stack.archive }),
+        onError: err('archive poller'),
+      }),
+    };
+  }
+
+  /** Starts capture, pollers, heartbeat and (if asked) the workload. Throws the capture's named errors. */
+  async start(): Promise<void> {
+    // The first beat creates the heartbeat table, which the capture must find.
+    await this.heartbeat();
+    await this.capture.start();
+    await Promise.all([this.pollers.normalizer.start(), this.pollers.sink.start(), this.pollers.archive.start()]);
+    const every = this.o.heartbeatMs ?? 1000;
+    this.heartbeatLoop = (async () => {
+      while (!this.heartbeatStop) {
+        await sleep(every);
+        if (this.heartbeatStop) break;
+        try {
+          await this.heartbeat();
+        } catch (e) {
+          this.o.onError?.('heartbeat', e);
+        }
+      }
+    })();
+    if ((this.o.workloadRate ?? 0) > 0) {
+      this.workload = await startWorkload({
+        sourceUrl: this.o.stack.sourceUrl,
+        rate: this.o.workloadRate!,
+        seed: this.o.workloadSeed,
+        onError: (e) => this.o.onError?.('workload', e),
+      });
+    }
+  }
+
+  /** Stops the demo workload (the rest keeps running). */
+  async stopWorkload(): Promise<void> {
+    await this.workload?.stop();
+  }
+
+  /** Stops writing heartbeats. */
+  async stopHeartbeat(): Promise<void> {
+    this.heartbeatStop = true;
+    await this.heartbeatLoop;
+  }
+
+  /** The capture's loud stop, if it stopped: resolves never otherwise. */
+  captureFailure(): Promise<Error> {
+    return this.capture.done.then(
+      () => new Promise<Error>(() => undefined),
+      (e: Error) => e,
+    );
+  }
+
+  /**
+   * Waits until everything committed on the source so far has reached the warehouse and the
+   * archive: the capture found nothing new in a peek that started after now, then the normalizer
+   * found nothing new on the raw stream after that, then the sink and the archive copier found
+   * nothing new on the change log after that. Throws after `timeoutMs` naming the stage that lags.
+   */
+  async waitCaughtUp(timeoutMs = 120_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    const stage = async (name: string, done: (t: number) => boolean, since: number): Promise<number> => {
+      while (!done(since)) {
+        if (this.capture.stats.state === 'failed') throw this.capture.stats.error ?? new Error('capture failed');
+        if (Date.now() > deadline) throw new Error(`the ${name} did not catch up within ${Math.round(timeoutMs / 1000)} s`);
+        await sleep(50);
+      }
+      return Date.now();
+    };
+    const t0 = Date.now();
+    const t1 = await stage('capture', (t) => this.capture.caughtUpSince(t), t0);
+    const t2 = await stage('normalizer', (t) => this.pollers.normalizer.caughtUpSince(t), t1);
+    await Promise.all([stage(`${this.o.sinkId} applier`, (t) => this.pollers.sink.caughtUpSince(t), t2), stage('archive copier', (t) => this.pollers.archive.caughtUpSince(t), t2)]);
+  }
+
+  /** Stops everything in order: workload, heartbeat, capture, then the pollers (each finishes its batch). */
+  async stop(): Promise<void> {
+    await this.stopWorkload();
+    await this.stopHeartbeat();
+    await this.capture.stop();
+    await this.pollers.normalizer.stop();
+    await Promise.all([this.pollers.sink.stop(), this.pollers.archive.stop()]);
+    await Promise.all(this.pools.map((p) => p.end().catch(() => undefined)));
+  }
+
+  /** Reads table states and dead letters from the control plane (at most every 2 s). */
+  async refreshControl(force = false): Promise<void> {
+    if (!force && Date.now() - this.lastControlRead < 2_000) return;
+    this.lastControlRead = Date.now();
+    try {
+      this.tableStates = await this.o.stack.control.listTables(this.o.source);
+      this.deadLetterCount = (await this.o.stack.control.listDeadLetters()).length;
+    } catch (e) {
+      this.o.onError?.('control plane', e);
+    }
+  }
+
+  /** End-to-end lag samples (ms) of the sink since `since`. */
+  lagSamples(since = 0): number[] {
+    return this.o.collector.valuesSince(MetricName.END_TO_END_LAG, { Sink: this.o.sinkId }, since);
+  }
+
+  /** Per-second rate of a growing counter over the last RATE_WINDOW_MS of snapshots. */
+  private rate(name: string, value: number, now: number): number {
+    const seen = this.counters.get(name) ?? [];
+    seen.push([now, value]);
+    while (seen.length > 2 && seen[0]![0] < now - RATE_WINDOW_MS) seen.shift();
+    this.counters.set(name, seen);
+    const [t0, v0] = seen[0]!;
+    return now > t0 ? ((value - v0) * 1000) / (now - t0) : 0;
+  }
+
+  /** What the live status shows. */
+  snapshot(hint: string | null = null): StatusSnapshot {
+    const now = Date.now();
+    const c = this.o.collector;
+    const cap = this.capture.stats;
+    const captureRate = this.rate('capture', cap.records, now);
+    const sinkDims = { Sink: this.o.sinkId };
+    const lag = c.latest(MetricName.END_TO_END_LAG, sinkDims);
+    const lags = c.valuesSince(MetricName.END_TO_END_LAG, sinkDims, now - LAG_WINDOW_MS);
+    if (this.firstAppliedAt === null && c.total(MetricName.EVENTS_APPLIED, sinkDims) > 0) this.firstAppliedAt = now;
+    const pollerStatus = (p: Poller) => ({
+      consumer: p.stats.consumer,
+      recordsPerSecond: this.rate(p.stats.consumer, p.stats.recordsDone, now),
+      behindMs: Math.max(0, ...Object.values(p.stats.millisBehind)),
+      retries: p.stats.retries,
+      deadLetters: p.stats.deadLetters,
+    });
+    const consumers = [this.pollers.normalizer, this.pollers.sink, this.pollers.archive].map(pollerStatus);
+    const w = this.workload?.stats;
+    return {
+      now,
+      startedAt: this.startedAt,
+      source: this.o.source,
+      where: [
+        `state     ${this.o.stack.stateDir}`,
+        `source    ${redactUrl(this.o.stack.sourceUrl)}`,
+        `warehouse ${redactUrl(this.o.stack.warehouseUrl)} (schema ${this.o.source}_<schema>)`,
+        `archive   ${this.o.stack.archive.location}`,
+      ],
+      capture: {
+        state: cap.state,
+        transactions: cap.transactions,
+        records: cap.records,
+        recordsPerSecond: captureRate,
+        lastCommitLsn: cap.lastCommitLsn,
+        slotRetainedBytes: cap.slotRetainedBytes,
+        error: cap.error ? `${cap.error.name}: ${cap.error.message}` : null,
+      },
+      workload: w ? { transactions: w.transactions, transactionsPerSecond: this.rate('workload', w.transactions, now), errors: w.errors } : null,
+      consumers,
+      sinks: [
+        {
+          sink: this.o.sinkId,
+          lagMs: lag?.value ?? null,
+          lagAt: lag?.at ?? null,
+          lagP50Ms: percentile(lags, 50),
+          lagP99Ms: percentile(lags, 99),
+          eventsPerSecond: c.ratePerSecond(MetricName.EVENTS_APPLIED, sinkDims, RATE_WINDOW_MS, now),
+          deadLetters: this.pollers.sink.stats.deadLetters,
+        },
+      ],
+      tables: this.tableStates.map((t) => ({ table: t.table, state: t.state, reason: t.stateReason })),
+      deadLetters: this.deadLetterCount,
+      hint,
+    };
+  }
+}

@@ -1,0 +1,318 @@
+/**
+ * The embedded stack of `cdc local`, started and stopped as one: PostgreSQL (source and/or
+ * warehouse databases), DynamoDB Local (control plane), kinesalite (raw stream and change log)
+ * and the archive folder.
+ *
+ * State lives in a project-local folder (`.cdc-local/` by default) so that a second run resumes:
+ *
+ *     .cdc-local/
+ *       state.json     what was created and where: PostgreSQL data folder, ports of the last run, stream names
+ *       lock           pid of the run using the folder
+ *       dynamodb/      DynamoDB Local's database file (control plane: checkpoints, tables, audit, dead letters)
+ *       kinesis/       kinesalite's LevelDB (records not yet consumed survive a restart)
+ *       archive/       the change-log archive (Firehose layout)
+ *       logs/          handler logs, EMF metrics, PostgreSQL log
+ *
+ * PostgreSQL's data folder is under the OS temp folder (the server runs as the `postgres` OS user,
+ * which may not reach the project folder), named after a hash of the state folder's path.
+ * Ports are chosen free on every run and written to state.json.
+ */
+import { createHash } from 'node:crypto';
+import { existsSync, promises as fs, readFileSync, realpathSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import os from 'node:os';
+import path from 'node:path';
+import { CreateStreamCommand, DescribeStreamSummaryCommand, ResourceInUseException, type KinesisClient } from '@aws-sdk/client-kinesis';
+import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { dynamoDbClient, kinesisClient } from '../lambda/adapters/aws-clients.ts';
+import { createControlTable, DynamoDbControlPlane } from '../lambda/adapters/control-plane-dynamodb.ts';
+import { startPostgres, type PostgresCluster } from './postgres.ts';
+import { startDynamoDbLocal, type DynamoDbLocal } from './dynamodb.ts';
+import { startKinesalite, type Kinesalite } from './kinesis.ts';
+import { FolderArchive, type Archive } from './archive.ts';
+import { LocalConfigError } from './errors.ts';
+
+export const DEFAULT_STATE_DIR = '.cdc-local';
+export const CONTROL_TABLE = 'cdc-control';
+export const SOURCE_DATABASE = 'source';
+export const WAREHOUSE_DATABASE = 'warehouse';
+
+/** What state.json records. */
+export interface LocalState {
+  version: 1;
+  createdAt: string;
+  /** Embedded PostgreSQL data folder (null when source and warehouse are both external). */
+  postgresDataDir: string | null;
+  /** Whether the embedded PostgreSQL holds the source database (demo) or only the warehouse. */
+  embeddedSource: boolean;
+  ports: { postgres: number | null; dynamodb: number; kinesis: number };
+  /** Pids of child processes of the last run (to clean up after a run that was killed). */
+  pids: { dynamodb: number | null };
+  streams: { raw: string; changeLog: string };
+  /** The source URL of the last run (password removed), to refuse a silent switch of source. */
+  source: string | null;
+}
+
+export interface StackOptions {
+  stateDir: string;
+  /** External source database; default: a database in the embedded PostgreSQL. */
+  sourceUrl?: string;
+  /** External warehouse database; default: a database in the embedded PostgreSQL. */
+  warehouseUrl?: string;
+  /** Source id (names the raw stream). */
+  source: string;
+  /** PostgreSQL without fsync (tests). @default false */
+  fast?: boolean;
+  /** Shards of the raw stream and of the change log (kinesalite has no on-demand mode). */
+  rawShards?: number;
+  changeLogShards?: number;
+  /** Progress lines while starting. */
+  log?: (line: string) => void;
+}
+
+export interface LocalStack {
+  readonly stateDir: string;
+  readonly state: LocalState;
+  readonly postgres: PostgresCluster | null;
+  readonly sourceUrl: string;
+  readonly warehouseUrl: string;
+  readonly dynamodb: DynamoDbLocal;
+  readonly kinesalite: Kinesalite;
+  readonly kinesis: KinesisClient;
+  readonly dynamo: DynamoDBClient;
+  readonly control: DynamoDbControlPlane;
+  readonly controlTable: string;
+  readonly archive: Archive;
+  readonly streams: { raw: string; changeLog: string };
+  /** Whether this run created the state folder's contents (first run) or resumed. */
+  readonly resumed: boolean;
+  /** Files for logs and metrics. */
+  readonly files: { emf: string; handlerLog: string; postgresLog: string };
+  stop(): Promise<void>;
+}
+
+/** Hides the password of a connection URL. */
+export function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return '(unparsable URL)';
+  }
+}
+
+/** The embedded PostgreSQL data folder for a state folder: under the OS temp folder, named after the state folder. */
+export function postgresDataDirFor(stateDir: string): string {
+  const hash = createHash('sha256').update(realpathSync(stateDir)).digest('hex').slice(0, 16);
+  return path.join(os.tmpdir(), `cdc-local-pg-${hash}`);
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Takes the state folder's lock, or explains who holds it. */
+async function takeLock(stateDir: string): Promise<() => Promise<void>> {
+  const file = path.join(stateDir, 'lock');
+  if (existsSync(file)) {
+    const pid = Number(readFileSync(file, 'utf8').trim());
+    if (Number.isInteger(pid) && pid > 0 && pid !== process.pid && alive(pid)) {
+      throw new LocalConfigError(`another cdc local (pid ${pid}) is using ${stateDir}; stop it first, or pass a different --state-dir`);
+    }
+  }
+  await fs.writeFile(file, `${process.pid}\n`);
+  return async () => {
+    try {
+      if (readFileSync(file, 'utf8').trim() === String(process.pid)) await fs.rm(file, { force: true });
+    } catch {
+      // already gone
+    }
+  };
+}
+
+/** Stops a DynamoDB Local left running by a run that was killed (checked by its command line, then by pid). */
+async function stopLeftoverDynamoDb(pid: number | null): Promise<void> {
+  if (!pid || !alive(pid)) return;
+  let command = '';
+  try {
+    command = execFileSync('ps', ['-p', String(pid), '-o', 'command='], { encoding: 'utf8' });
+  } catch {
+    return;
+  }
+  if (!command.includes('DynamoDBLocal.jar')) return;
+  process.kill(pid, 'SIGTERM');
+  const deadline = Date.now() + 10_000;
+  while (alive(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  if (alive(pid)) process.kill(pid, 'SIGKILL');
+}
+
+/** Stops a server still running on a data folder (fast shutdown) and removes the folder. */
+async function removePostgresDataDir(dataDir: string): Promise<void> {
+  const pidFile = path.join(dataDir, 'postmaster.pid');
+  if (existsSync(pidFile)) {
+    const pid = Number(readFileSync(pidFile, 'utf8').split('\n')[0]);
+    if (Number.isInteger(pid) && pid > 0 && alive(pid)) {
+      process.kill(pid, 'SIGINT');
+      const deadline = Date.now() + 30_000;
+      while (alive(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+  await fs.rm(dataDir, { recursive: true, force: true });
+}
+
+async function ensureStream(kinesis: KinesisClient, name: string, shards: number): Promise<void> {
+  try {
+    await kinesis.send(new CreateStreamCommand({ StreamName: name, ShardCount: shards }));
+  } catch (err) {
+    if (!(err instanceof ResourceInUseException) && (err as { name?: string }).name !== 'ResourceInUseException') throw err;
+  }
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const s = await kinesis.send(new DescribeStreamSummaryCommand({ StreamName: name }));
+    if (s.StreamDescriptionSummary?.StreamStatus === 'ACTIVE') return;
+    if (Date.now() > deadline) throw new Error(`stream ${name} did not become ACTIVE within 30 s`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+function readState(file: string): LocalState | null {
+  if (!existsSync(file)) return null;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(readFileSync(file, 'utf8'));
+  } catch (err) {
+    throw new LocalConfigError(`${file} is not valid JSON (${(err as Error).message}); remove the state folder to start over`);
+  }
+  const s = parsed as Partial<LocalState>;
+  if (s.version !== 1 || !s.streams || !s.ports) throw new LocalConfigError(`${file} is not a state file this version understands; remove the state folder to start over`);
+  return s as LocalState;
+}
+
+/** Starts (or resumes) the embedded stack in `stateDir`. */
+export async function startLocalStack(options: StackOptions): Promise<LocalStack> {
+  const log = options.log ?? (() => undefined);
+  const stateDir = path.resolve(options.stateDir);
+  await fs.mkdir(path.join(stateDir, 'logs'), { recursive: true });
+  const releaseLock = await takeLock(stateDir);
+  const stateFile = path.join(stateDir, 'state.json');
+  const started: Array<() => Promise<void>> = [releaseLock];
+  const stopAll = async (): Promise<void> => {
+    for (const stop of started.splice(0).reverse()) await stop().catch(() => undefined);
+  };
+  try {
+    const previous = readState(stateFile);
+    const resumed = previous !== null;
+    const sourceLabel = options.sourceUrl ? redactUrl(options.sourceUrl) : null;
+    if (previous && previous.source !== sourceLabel) {
+      throw new LocalConfigError(
+        `${stateDir} holds the state of a run against ${previous.source ?? 'the embedded demo source'}, not ${sourceLabel ?? 'the embedded demo source'}; use another --state-dir (or remove this one to start over)`,
+      );
+    }
+    const needPostgres = !options.sourceUrl || !options.warehouseUrl;
+    const files = {
+      emf: path.join(stateDir, 'logs', 'metrics.emf.jsonl'),
+      handlerLog: path.join(stateDir, 'logs', 'handlers.log'),
+      postgresLog: path.join(stateDir, 'logs', 'postgres.log'),
+    };
+
+    const dataDir = needPostgres ? (previous?.postgresDataDir ?? postgresDataDirFor(stateDir)) : null;
+    if (dataDir && !previous && existsSync(dataDir)) {
+      // A first run in this folder (no state.json): a data folder left from an earlier state
+      // folder of the same path (removed to start over) is stale, and so is its slot.
+      log(`removing a stale embedded PostgreSQL data folder (${dataDir})`);
+      await removePostgresDataDir(dataDir);
+    }
+    if (dataDir && previous?.postgresDataDir && !existsSync(path.join(previous.postgresDataDir, 'PG_VERSION'))) {
+      throw new LocalConfigError(
+        `the embedded PostgreSQL data folder of ${stateDir} (${previous.postgresDataDir}) is gone (the OS temp folder was cleaned?), ` +
+          `but the control state still expects its replication slot. Remove ${stateDir} to start over.`,
+      );
+    }
+    await stopLeftoverDynamoDb(previous?.pids.dynamodb ?? null);
+    log(`starting ${dataDir ? 'embedded PostgreSQL, ' : ''}DynamoDB Local and kinesalite`);
+    // All three at once; whatever started is stopped again if another one fails.
+    const startPg = async (): Promise<PostgresCluster | null> => {
+      if (!dataDir) return null;
+      const pgLog = await fs.open(files.postgresLog, 'a');
+      const cluster = await startPostgres({ dataDir, persistent: true, fast: options.fast ?? false, onLog: (line) => void pgLog.write(line).catch(() => undefined) }).catch(async (err) => {
+        await pgLog.close();
+        throw err;
+      });
+      started.push(async () => {
+        await cluster.stop();
+        await pgLog.close();
+      });
+      if (!options.sourceUrl) await cluster.createDatabase(SOURCE_DATABASE);
+      if (!options.warehouseUrl) await cluster.createDatabase(WAREHOUSE_DATABASE);
+      return cluster;
+    };
+    const startDdb = async (): Promise<DynamoDbLocal> => {
+      const d = await startDynamoDbLocal({ dbPath: path.join(stateDir, 'dynamodb') });
+      started.push(() => d.stop());
+      return d;
+    };
+    const startKin = async (): Promise<Kinesalite> => {
+      const k = await startKinesalite({ path: path.join(stateDir, 'kinesis') });
+      started.push(() => k.stop());
+      return k;
+    };
+    const [pgResult, ddbResult, kinResult] = await Promise.allSettled([startPg(), startDdb(), startKin()]);
+    for (const r of [pgResult, ddbResult, kinResult]) if (r.status === 'rejected') throw r.reason;
+    const postgres = (pgResult as PromiseFulfilledResult<PostgresCluster | null>).value;
+    const dynamodb = (ddbResult as PromiseFulfilledResult<DynamoDbLocal>).value;
+    const kinesalite = (kinResult as PromiseFulfilledResult<Kinesalite>).value;
+
+    const streams = previous?.streams ?? { raw: `cdc-raw-${options.source}`, changeLog: 'cdc-change-log' };
+    const state: LocalState = {
+      version: 1,
+      createdAt: previous?.createdAt ?? new Date().toISOString(),
+      postgresDataDir: dataDir,
+      embeddedSource: !options.sourceUrl,
+      ports: { postgres: postgres?.port ?? null, dynamodb: dynamodb.port, kinesis: kinesalite.port },
+      pids: { dynamodb: dynamodb.pid ?? null },
+      streams,
+      source: sourceLabel,
+    };
+    await fs.writeFile(`${stateFile}.tmp`, `${JSON.stringify(state, null, 2)}\n`);
+    await fs.rename(`${stateFile}.tmp`, stateFile);
+
+    const kinesis = kinesisClient(kinesalite.endpoint);
+    const dynamo = dynamoDbClient(dynamodb.endpoint);
+    await createControlTable(dynamo, CONTROL_TABLE);
+    await ensureStream(kinesis, streams.raw, options.rawShards ?? 2);
+    await ensureStream(kinesis, streams.changeLog, options.changeLogShards ?? 2);
+    const archive = new FolderArchive(path.join(stateDir, 'archive'));
+
+    return {
+      stateDir,
+      state,
+      postgres,
+      sourceUrl: options.sourceUrl ?? postgres!.url(SOURCE_DATABASE),
+      warehouseUrl: options.warehouseUrl ?? postgres!.url(WAREHOUSE_DATABASE),
+      dynamodb,
+      kinesalite,
+      kinesis,
+      dynamo,
+      control: new DynamoDbControlPlane(dynamo, CONTROL_TABLE),
+      controlTable: CONTROL_TABLE,
+      archive,
+      streams,
+      resumed,
+      files,
+      async stop(): Promise<void> {
+        kinesis.destroy();
+        dynamo.destroy();
+        await stopAll();
+      },
+    };
+  } catch (err) {
+    await stopAll();
+    throw err;
+  }
+}

@@ -1,0 +1,185 @@
+/**
+ * The live status of `cdc local`: a pure function from what the pipeline collected to lines of
+ * text, and a small writer that redraws them in place on a terminal and prints plain periodic
+ * lines otherwise (CI logs, pipes).
+ */
+
+export interface SinkStatus {
+  sink: string;
+  /** End-to-end lag measured on the latest heartbeat (source commit → sink commit), ms. */
+  lagMs: number | null;
+  /** When the latest heartbeat lag was measured (epoch ms). */
+  lagAt: number | null;
+  lagP50Ms: number | null;
+  lagP99Ms: number | null;
+  eventsPerSecond: number;
+  deadLetters: number;
+}
+
+export interface ConsumerStatus {
+  consumer: string;
+  recordsPerSecond: number;
+  /** Largest MillisBehindLatest across shards (Lambda's IteratorAge). */
+  behindMs: number;
+  retries: number;
+  deadLetters: number;
+}
+
+export interface TableStatus {
+  table: string;
+  state: string;
+  reason: string | null;
+}
+
+export interface StatusSnapshot {
+  now: number;
+  startedAt: number;
+  source: string;
+  /** Where things are (state folder, warehouse URL without password, archive location). */
+  where: string[];
+  capture: {
+    state: 'starting' | 'running' | 'stopped' | 'failed';
+    transactions: number;
+    records: number;
+    recordsPerSecond: number;
+    lastCommitLsn: string | null;
+    slotRetainedBytes: number | null;
+    error: string | null;
+  };
+  workload: { transactions: number; transactionsPerSecond: number; errors: number } | null;
+  consumers: ConsumerStatus[];
+  sinks: SinkStatus[];
+  tables: TableStatus[];
+  deadLetters: number;
+  /** A line to show at the bottom (what to do next, e.g. "Ctrl-C to stop"). */
+  hint: string | null;
+}
+
+function duration(ms: number): string {
+  const s = Math.floor(ms / 1000);
+  const m = Math.floor(s / 60);
+  const h = Math.floor(m / 60);
+  if (h > 0) return `${h}h${String(m % 60).padStart(2, '0')}m`;
+  if (m > 0) return `${m}m${String(s % 60).padStart(2, '0')}s`;
+  return `${s}s`;
+}
+
+/** Milliseconds as a short human text (`850 ms`, `2.4 s`, `3m05s`); `-` for none. */
+export function formatMs(ms: number | null): string {
+  if (ms === null || !Number.isFinite(ms)) return '-';
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 60_000) return `${(ms / 1000).toFixed(1)} s`;
+  return duration(ms);
+}
+
+function bytes(n: number | null): string {
+  if (n === null) return '-';
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MiB`;
+}
+
+function rate(n: number): string {
+  return n >= 100 ? n.toFixed(0) : n.toFixed(1);
+}
+
+function table(rows: string[][]): string[] {
+  const widths: number[] = [];
+  for (const r of rows) r.forEach((c, i) => (widths[i] = Math.max(widths[i] ?? 0, c.length)));
+  return rows.map((r) => `  ${r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join('  ')}`.trimEnd());
+}
+
+/** Renders the full status as lines (no colours, no control characters). */
+export function renderStatus(s: StatusSnapshot): string[] {
+  const lines: string[] = [];
+  lines.push(`cdc local — source ${s.source} — up ${duration(s.now - s.startedAt)}`);
+  for (const w of s.where) lines.push(`  ${w}`);
+  lines.push('');
+  const c = s.capture;
+  lines.push(
+    `capture  ${c.state}  ${c.transactions} tx, ${c.records} records (${rate(c.recordsPerSecond)}/s)  acked ${c.lastCommitLsn ?? '-'}  slot retains ${bytes(c.slotRetainedBytes)}`,
+  );
+  if (c.error) lines.push(`  ERROR ${c.error}`);
+  if (s.workload) lines.push(`workload ${s.workload.transactions} tx (${rate(s.workload.transactionsPerSecond)}/s)${s.workload.errors ? `, ${s.workload.errors} errors` : ''}`);
+  lines.push('');
+  if (s.sinks.length > 0) {
+    lines.push('sinks (end-to-end lag from the heartbeat)');
+    lines.push(
+      ...table([
+        ['sink', 'lag now', 'p50', 'p99', 'events/s', 'dead letters'],
+        ...s.sinks.map((k) => [
+          k.sink,
+          k.lagMs === null ? 'waiting for heartbeat' : `${formatMs(k.lagMs)}${k.lagAt !== null && s.now - k.lagAt > 15_000 ? ` (stale ${formatMs(s.now - k.lagAt)})` : ''}`,
+          formatMs(k.lagP50Ms),
+          formatMs(k.lagP99Ms),
+          rate(k.eventsPerSecond),
+          String(k.deadLetters),
+        ]),
+      ]),
+    );
+    lines.push('');
+  }
+  if (s.consumers.length > 0) {
+    lines.push('pollers');
+    lines.push(
+      ...table([
+        ['consumer', 'records/s', 'behind', 'retries', 'dead letters'],
+        ...s.consumers.map((p) => [p.consumer, rate(p.recordsPerSecond), formatMs(p.behindMs), String(p.retries), String(p.deadLetters)]),
+      ]),
+    );
+    lines.push('');
+  }
+  if (s.tables.length > 0) {
+    lines.push('tables');
+    lines.push(...table(s.tables.map((t) => [t.table, t.state, t.reason ?? ''])));
+    lines.push('');
+  }
+  lines.push(`dead letters: ${s.deadLetters}`);
+  if (s.hint) lines.push(s.hint);
+  return lines;
+}
+
+/** One line for logs that are not a terminal. */
+export function renderStatusLine(s: StatusSnapshot): string {
+  const sinks = s.sinks.map((k) => `${k.sink} lag ${formatMs(k.lagMs)} (p99 ${formatMs(k.lagP99Ms)}) ${rate(k.eventsPerSecond)} ev/s`).join('; ');
+  const states = new Map<string, number>();
+  for (const t of s.tables) states.set(t.state, (states.get(t.state) ?? 0) + 1);
+  const tables = [...states].map(([k, n]) => `${n} ${k}`).join(', ');
+  return (
+    `[${duration(s.now - s.startedAt)}] capture ${s.capture.state} ${s.capture.records} records (${rate(s.capture.recordsPerSecond)}/s)` +
+    (s.workload ? `; workload ${s.workload.transactions} tx` : '') +
+    (sinks ? `; ${sinks}` : '') +
+    `; tables ${tables || 'none yet'}; dead letters ${s.deadLetters}` +
+    (s.capture.error ? `; ERROR ${s.capture.error}` : '')
+  );
+}
+
+/** Writes the status: redrawn in place on a terminal, a plain line every `plainEveryMs` otherwise. */
+export class StatusWriter {
+  private drawn = 0;
+  private lastPlain = 0;
+
+  constructor(
+    private readonly write: (text: string) => void,
+    private readonly tty: boolean,
+    private readonly plainEveryMs = 10_000,
+  ) {}
+
+  update(s: StatusSnapshot, force = false): void {
+    if (this.tty) {
+      const lines = renderStatus(s);
+      // Up to the first line drawn last time, clear to the end of the screen, draw again.
+      const up = this.drawn > 0 ? `\x1b[${this.drawn}F\x1b[J` : '';
+      this.write(`${up}${lines.join('\n')}\n`);
+      this.drawn = lines.length;
+    } else if (force || s.now - this.lastPlain >= this.plainEveryMs) {
+      this.lastPlain = s.now;
+      this.write(`${renderStatusLine(s)}\n`);
+    }
+  }
+
+  /** Text written after this is not overwritten by the next update. */
+  release(): void {
+    this.drawn = 0;
+  }
+}

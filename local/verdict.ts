@@ -1,0 +1,202 @@
+/**
+ * The verdict of a bounded run: every captured table of the source compared with its warehouse
+ * view row by row. Masked columns are compared masked (the source value through the same
+ * `maskValue` the capture uses), excluded columns must be absent from the warehouse, and every
+ * key must be present exactly once on both sides.
+ *
+ * Warehouse names come from lambda/core/warehouse-sql.ts (`warehouseTable`): schema
+ * `<source>_<schema>`, the view named after the table, `<table>_mirror`.
+ *
+ * Values are compared by their PostgreSQL text (both sessions in UTC, ISO dates), so a column
+ * typed differently in the warehouse still compares by value: numbers compare numerically
+ * (`12.5` = `12.50`) and JSON by structure.
+ */
+import pg from 'pg';
+import { maskValue } from '../lambda/core/masking.ts';
+import { quoteIdent, splitTableId } from '../lambda/core/identifiers.ts';
+import { warehouseTable } from '../lambda/core/warehouse-sql.ts';
+import type { TableConfig } from '../lambda/core/table-config.ts';
+import { columnsOf, primaryKeyOf } from './catalog.ts';
+
+export interface TableVerdict {
+  table: string;
+  sourceRows: number;
+  warehouseRows: number;
+  /** Keys in the source but not in the warehouse. */
+  missing: number;
+  /** Keys in the warehouse but not in the source. */
+  extra: number;
+  /** Keys on both sides with a differing value. */
+  different: number;
+  /** Keys that appear more than once in the warehouse view. */
+  duplicates: number;
+  /** Structural problems (no warehouse view, an excluded column present, …). */
+  problems: string[];
+  /** A few examples of differences, for humans. */
+  examples: string[];
+  match: boolean;
+}
+
+export interface Verdict {
+  match: boolean;
+  tables: TableVerdict[];
+}
+
+export interface CompareOptions {
+  sourceUrl: string;
+  warehouseUrl: string;
+  /** Source id (the warehouse schema is `<source>_<schema>`). */
+  source: string;
+  tables: readonly TableConfig[];
+  /** How many example differences to keep per table. @default 5 */
+  examples?: number;
+}
+
+async function session(url: string): Promise<pg.Client> {
+  const client = new pg.Client({ connectionString: url, application_name: 'cdc-local-verdict' });
+  await client.connect();
+  await client.query("SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'iso_8601'; SET extra_float_digits = 1");
+  return client;
+}
+
+function numeric(s: string): number | null {
+  if (!/^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$/.test(s)) return null;
+  return Number(s);
+}
+
+/** Whether two PostgreSQL texts denote the same value (see the module comment). */
+export function sameValue(a: string | null, b: string | null): boolean {
+  if (a === b) return true;
+  if (a === null || b === null) return false;
+  const na = numeric(a);
+  const nb = numeric(b);
+  if (na !== null && nb !== null) return na === nb;
+  if ((a.startsWith('{') || a.startsWith('[')) && (b.startsWith('{') || b.startsWith('['))) {
+    try {
+      return JSON.stringify(JSON.parse(a)) === JSON.stringify(JSON.parse(b));
+    } catch {
+      return false;
+    }
+  }
+  return false;
+}
+
+type Rows = Map<string, Record<string, string | null>>;
+
+async function readRows(client: pg.Client, schema: string, table: string, columns: string[], key: string[]): Promise<{ rows: Rows; duplicates: number }> {
+  const select = columns.map((c) => `${quoteIdent(c)}::text AS ${quoteIdent(c)}`).join(', ');
+  const res = await client.query({ text: `SELECT ${select} FROM ${quoteIdent(schema)}.${quoteIdent(table)}`, rowMode: 'array' });
+  const rows: Rows = new Map();
+  let duplicates = 0;
+  const keyIdx = key.map((k) => columns.indexOf(k));
+  for (const raw of res.rows as (string | null)[][]) {
+    const k = JSON.stringify(keyIdx.map((i) => raw[i]));
+    if (rows.has(k)) duplicates++;
+    const row: Record<string, string | null> = {};
+    columns.forEach((c, i) => (row[c] = raw[i] ?? null));
+    rows.set(k, row);
+  }
+  return { rows, duplicates };
+}
+
+function short(v: string | null): string {
+  if (v === null) return 'null';
+  return JSON.stringify(v.length > 40 ? `${v.slice(0, 40)}…` : v);
+}
+
+/** Compares every captured table (see the module comment). */
+export async function compareSourceAndWarehouse(options: CompareOptions): Promise<Verdict> {
+  const maxExamples = options.examples ?? 5;
+  const src = await session(options.sourceUrl);
+  const wh = await session(options.warehouseUrl);
+  try {
+    const tables: TableVerdict[] = [];
+    for (const config of options.tables) {
+      const { schema, table } = splitTableId(config.table);
+      const names = warehouseTable(options.source, config.table);
+      const whSchema = names.schema;
+      const v: TableVerdict = { table: config.table, sourceRows: 0, warehouseRows: 0, missing: 0, extra: 0, different: 0, duplicates: 0, problems: [], examples: [], match: false };
+      tables.push(v);
+      const srcColumns = await columnsOf(src, schema, table);
+      if (srcColumns.length === 0) {
+        v.problems.push(`source table ${config.table} does not exist`);
+        continue;
+      }
+      const key = config.key ?? (await primaryKeyOf(src, schema, table));
+      if (key.length === 0) {
+        v.problems.push(`source table ${config.table} has no primary key (declare one with the table's key setting)`);
+        continue;
+      }
+      const whColumns = await columnsOf(wh, whSchema, names.view);
+      if (whColumns.length === 0) {
+        v.problems.push(`warehouse view ${whSchema}.${names.view} does not exist`);
+        continue;
+      }
+      const mirrorColumns = await columnsOf(wh, whSchema, names.mirror);
+      for (const ex of config.exclude) {
+        if (whColumns.includes(ex) || mirrorColumns.includes(ex)) v.problems.push(`excluded column ${ex} is present in the warehouse`);
+      }
+      const compared = srcColumns.filter((c) => !config.exclude.includes(c));
+      const absent = compared.filter((c) => !whColumns.includes(c));
+      if (absent.length > 0) v.problems.push(`warehouse view ${whSchema}.${names.view} lacks column(s) ${absent.join(', ')}`);
+      const columns = compared.filter((c) => whColumns.includes(c));
+      const source = await readRows(src, schema, table, columns, key);
+      const warehouse = await readRows(wh, whSchema, names.view, columns, key);
+      v.sourceRows = source.rows.size;
+      v.warehouseRows = warehouse.rows.size + warehouse.duplicates;
+      v.duplicates = warehouse.duplicates;
+      if (warehouse.duplicates > 0) v.examples.push(`${warehouse.duplicates} key(s) appear more than once in the warehouse view`);
+      if (mirrorColumns.length > 0 && key.every((k) => mirrorColumns.includes(k))) {
+        // Tombstones included: the mirror keeps exactly one row per key ever seen.
+        const keyList = key.map(quoteIdent).join(', ');
+        const dup = await wh.query(
+          `SELECT count(*)::int AS n FROM (SELECT 1 FROM ${quoteIdent(whSchema)}.${quoteIdent(names.mirror)} GROUP BY ${keyList} HAVING count(*) > 1) d`,
+        );
+        const n = Number(dup.rows[0]?.n ?? 0);
+        if (n > 0) {
+          v.duplicates += n;
+          v.examples.push(`${n} key(s) have more than one row in ${whSchema}.${names.mirror}`);
+        }
+      }
+      for (const [k, row] of source.rows) {
+        const other = warehouse.rows.get(k);
+        if (!other) {
+          v.missing++;
+          if (v.examples.length < maxExamples) v.examples.push(`key ${k}: missing in the warehouse`);
+          continue;
+        }
+        for (const c of columns) {
+          const expected = config.mask.includes(c) ? maskValue(row[c] ?? null) : (row[c] ?? null);
+          if (!sameValue(expected, other[c] ?? null)) {
+            v.different++;
+            if (v.examples.length < maxExamples) v.examples.push(`key ${k}: ${c} is ${short(other[c] ?? null)} in the warehouse, expected ${short(expected)}`);
+            break;
+          }
+        }
+      }
+      for (const k of warehouse.rows.keys()) {
+        if (!source.rows.has(k)) {
+          v.extra++;
+          if (v.examples.length < maxExamples) v.examples.push(`key ${k}: in the warehouse but not in the source`);
+        }
+      }
+      v.match = v.problems.length === 0 && v.missing === 0 && v.extra === 0 && v.different === 0 && v.duplicates === 0;
+    }
+    return { match: tables.length > 0 && tables.every((t) => t.match), tables };
+  } finally {
+    await src.end();
+    await wh.end();
+  }
+}
+
+/** The verdict as lines for a terminal or a CI log. */
+export function formatVerdict(verdict: Verdict): string[] {
+  const lines = [`verdict: ${verdict.match ? 'MATCH' : 'MISMATCH'}`];
+  for (const t of verdict.tables) {
+    const counts = `source ${t.sourceRows} rows, warehouse ${t.warehouseRows} rows`;
+    lines.push(`  ${t.match ? 'ok  ' : 'FAIL'} ${t.table}: ${counts}${t.match ? '' : `; missing ${t.missing}, extra ${t.extra}, different ${t.different}, duplicate keys ${t.duplicates}`}`);
+    for (const p of t.problems) lines.push(`       ${p}`);
+    for (const e of t.examples) lines.push(`       ${e}`);
+  }
+  return lines;
+}
