@@ -414,6 +414,7 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
         TaskArn: task.ref,
         TaskIdentifier: this.replicationTaskIdentifier,
         ConfigHash: configHash,
+        StartPosition: slot.getAttString('StartPosition'),
       },
     });
     starter.node.addDependency(lifecyclePolicy);

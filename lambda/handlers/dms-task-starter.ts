@@ -17,7 +17,8 @@
  * - Create: waits for the new task to be ready and starts it (`start-replication`, from the
  *   task's start position), then waits until it runs.
  * - Update: a stopped task is resumed (`resume-processing`). When its configuration changed, it is
- *   restarted instead from its recovery checkpoint (`start-replication` + `CdcStartPosition`):
+ *   restarted instead from its recovery checkpoint (`start-replication` + `CdcStartPosition`), or
+ *   from the new slot's position when the source moved to another slot:
  *   DMS applies changed transformation rules (masking) only on a restart, and restarting from the
  *   checkpoint loses nothing; events between the checkpoint and the stop come again and sinks
  *   ignore them (positions). A failed task is left for an operator; a running one is left alone.
@@ -134,12 +135,21 @@ async function waitFor(
   }
 }
 
-/** The start action for a settled task on update (pure: decides, does not call). */
-export function planStart(task: TaskState, configChanged: boolean): { action: 'none' } | { action: 'start'; type: 'start-replication' | 'resume-processing'; cdcStartPosition?: string } {
+/**
+ * The start action for a settled task on update (pure: decides, does not call). `newSlotPosition`
+ * is set when the source moved to another slot: its checkpoints mean nothing there, so the task
+ * restarts at the new slot's position.
+ */
+export function planStart(
+  task: TaskState,
+  configChanged: boolean,
+  newSlotPosition?: string,
+): { action: 'none' } | { action: 'start'; type: 'start-replication' | 'resume-processing'; cdcStartPosition?: string } {
   switch (task.status) {
     case 'ready':
-      return { action: 'start', type: 'start-replication' };
+      return { action: 'start', type: 'start-replication', ...(newSlotPosition ? { cdcStartPosition: newSlotPosition } : {}) };
     case 'stopped':
+      if (newSlotPosition) return { action: 'start', type: 'start-replication', cdcStartPosition: newSlotPosition };
       if (configChanged && task.recoveryCheckpoint) return { action: 'start', type: 'start-replication', cdcStartPosition: task.recoveryCheckpoint };
       return { action: 'start', type: 'resume-processing' };
     default:
@@ -245,7 +255,8 @@ async function startTask(event: CloudFormationCustomResourceEvent, deps: Lifecyc
     return { physicalResourceId: arn };
   }
   const old = event.OldResourceProperties as unknown as Props;
-  await startAndWait(deps, task, planStart(task, old.ConfigHash !== props.ConfigHash));
+  const slotMoved = props.StartPosition !== undefined && old.StartPosition !== props.StartPosition;
+  await startAndWait(deps, task, planStart(task, old.ConfigHash !== props.ConfigHash, slotMoved ? props.StartPosition : undefined));
   return { physicalResourceId: arn };
 }
 

@@ -214,6 +214,10 @@ describe('start-task', () => {
     await runLifecycle(event('Update', taskProps({ ConfigHash: 'bbbb' }), { physicalResourceId: TASK_ARN, oldProps: taskProps() }), deps(restarted));
     expect(restarted.calls).toEqual(['start start-replication from checkpoint:V1#1#0/1#0#0#*#0#0']);
 
+    const moved = new FakeDms(task('stopped', { recoveryCheckpoint: 'checkpoint:V1#1#0/1#0#0#*#0#0' }));
+    await runLifecycle(event('Update', taskProps({ StartPosition: '0/5000' }), { physicalResourceId: TASK_ARN, oldProps: taskProps({ StartPosition: '0/1000' }) }), deps(moved));
+    expect(moved.calls).toEqual(['start start-replication from 0/5000']);
+
     for (const status of ['failed', 'running']) {
       const untouched = new FakeDms(task(status));
       await runLifecycle(event('Update', taskProps({ ConfigHash: 'bbbb' }), { physicalResourceId: TASK_ARN, oldProps: taskProps() }), deps(untouched));
@@ -226,6 +230,8 @@ describe('start-task', () => {
     expect(planStart(task('stopped'), true)).toEqual({ action: 'start', type: 'resume-processing' });
     expect(planStart(task('stopped', { recoveryCheckpoint: 'c' }), true)).toEqual({ action: 'start', type: 'start-replication', cdcStartPosition: 'c' });
     expect(planStart(task('failed'), true)).toEqual({ action: 'none' });
+    // Another slot: the old checkpoint means nothing there, the task starts at the new slot's position.
+    expect(planStart(task('stopped', { recoveryCheckpoint: 'c' }), false, '0/ABC')).toEqual({ action: 'start', type: 'start-replication', cdcStartPosition: '0/ABC' });
   });
 
   test('delete: stops a running task and waits; a missing task is fine', async () => {
