@@ -230,7 +230,7 @@ export class SlotCapture {
     const hint =
       `Changes since the capture's last checkpoint (${this.checkpoint ?? 'none'}) cannot be read any more, so every captured table needs a re-snapshot. ` +
       `The capture does not re-create the slot on its own: that would anchor at "now" and skip the gap silently. ` +
-      `To start over, re-snapshot the tables (for the local demo: remove the state folder) and run again`;
+      `To start over, re-snapshot the tables (for the local demo: cdc local --reset, then run again)`;
     const error = new HistoryGapError(message, hint);
     const reason = `${error.code}: ${message}`;
     for (const table of this.o.tables.tables()) {

@@ -194,6 +194,32 @@ function readState(file: string): LocalState | null {
   return s as LocalState;
 }
 
+/**
+ * Removes a state folder and everything it stands for: stops a PostgreSQL or DynamoDB Local left
+ * running by a run that was killed, deletes the embedded PostgreSQL data folder, then the state
+ * folder. Refuses while a run holds the folder's lock. Returns what it removed.
+ */
+export async function resetLocalState(stateDirOption: string): Promise<string[]> {
+  const stateDir = path.resolve(stateDirOption);
+  if (!existsSync(stateDir)) return [];
+  const release = await takeLock(stateDir);
+  const removed: string[] = [];
+  try {
+    const state = readState(path.join(stateDir, 'state.json'));
+    await stopLeftoverDynamoDb(state?.pids.dynamodb ?? null);
+    const dataDir = state?.postgresDataDir ?? postgresDataDirFor(stateDir);
+    if (existsSync(dataDir)) {
+      await removePostgresDataDir(dataDir);
+      removed.push(dataDir);
+    }
+  } finally {
+    await release();
+  }
+  await fs.rm(stateDir, { recursive: true, force: true });
+  removed.push(stateDir);
+  return removed;
+}
+
 /** Starts (or resumes) the embedded stack in `stateDir`. */
 export async function startLocalStack(options: StackOptions): Promise<LocalStack> {
   const log = options.log ?? (() => undefined);
@@ -231,7 +257,7 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
     if (dataDir && previous?.postgresDataDir && !existsSync(path.join(previous.postgresDataDir, 'PG_VERSION'))) {
       throw new LocalConfigError(
         `the embedded PostgreSQL data folder of ${stateDir} (${previous.postgresDataDir}) is gone (the OS temp folder was cleaned?), ` +
-          `but the control state still expects its replication slot. Remove ${stateDir} to start over.`,
+          `but the control state still expects its replication slot. Run cdc local --reset --state-dir ${stateDir} to start over.`,
       );
     }
     await stopLeftoverDynamoDb(previous?.pids.dynamodb ?? null);

@@ -11,12 +11,13 @@ import { validateTableConfig, type TableConfig } from '../../lambda/core/table-c
 import { createDemoSchema, DEMO_TABLES } from '../../local/demo.ts';
 import { captureStdout, MetricsCollector, percentile } from '../../local/metrics.ts';
 import { LocalPipeline, HEARTBEAT_TABLE_ID } from '../../local/pipeline.ts';
-import { DEFAULT_STATE_DIR, startLocalStack, type LocalStack } from '../../local/stack.ts';
+import { DEFAULT_STATE_DIR, resetLocalState, startLocalStack, type LocalStack } from '../../local/stack.ts';
 import { formatMs, StatusWriter } from '../../local/status.ts';
 import { compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts';
 import { EXIT_FAILED, EXIT_OK, UsageError, write, type CliIo, type Command } from './command.ts';
 
 const HELP = `Usage: cdc local (--demo | --source URL --tables LIST) [options]
+       cdc local --reset [--state-dir DIR]
 
 Runs the whole CDC pipeline on this machine with the real handlers and local stand-ins for the
 AWS services: embedded PostgreSQL (source and warehouse), a slot capture in place of DMS,
@@ -52,6 +53,8 @@ Run:
   --max-tx-bytes N           ... or more bytes of decoded changes [default: 1073741824]
   --heartbeat-ms N           heartbeat interval [default: 1000]
   --fast                     run the embedded PostgreSQL without fsync (tests, benchmarks)
+  --reset                    remove the state folder and the embedded PostgreSQL data (stopping
+                             what a killed run left running), then exit: the next run starts over
   -h, --help                 this text
 
 Exit code: 0 on a clean stop or a matching verdict; 1 when the verdict does not match or the
@@ -74,6 +77,7 @@ export interface LocalOptions {
   maxTxBytes: number | null;
   heartbeatMs: number;
   fast: boolean;
+  reset: boolean;
   help: boolean;
 }
 
@@ -111,6 +115,7 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
     maxTxBytes: null,
     heartbeatMs: 1000,
     fast: false,
+    reset: false,
     help: false,
   };
   for (let i = 0; i < args.length; i++) {
@@ -177,11 +182,18 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
       case '--fast':
         o.fast = true;
         break;
+      case '--reset':
+        o.reset = true;
+        break;
       default:
         throw new UsageError(`unknown option '${a}'`);
     }
   }
   if (o.help) return o;
+  if (o.reset) {
+    if (o.demo || o.sourceUrl || o.durationMs) throw new UsageError('--reset takes only --state-dir');
+    return o;
+  }
   if (o.demo && o.sourceUrl) throw new UsageError('--demo and --source exclude each other: the demo runs on the embedded source');
   if (!o.demo && !o.sourceUrl) throw new UsageError('choose --demo (embedded demo source) or --source URL (your PostgreSQL)');
   if (o.sourceUrl && o.tables.length === 0 && o.tableConfig === null) throw new UsageError('--source needs --tables (or --table-config) naming the tables to capture');
@@ -336,6 +348,16 @@ export const localCommand: Command = {
     if (o.help) {
       await write(io.stdout, HELP);
       return EXIT_OK;
+    }
+    if (o.reset) {
+      try {
+        const removed = await resetLocalState(o.stateDir);
+        await write(io.stdout, removed.length ? `cdc local: removed ${removed.join(', ')}\n` : `cdc local: nothing to remove at ${o.stateDir}\n`);
+        return EXIT_OK;
+      } catch (e) {
+        await write(io.stderr, `cdc local: ${describeError(e)}\n`);
+        return EXIT_FAILED;
+      }
     }
     return run(o, io);
   },
