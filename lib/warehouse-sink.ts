@@ -12,7 +12,6 @@ import type { IControlPlane } from './control-plane.ts';
 import { createAlarm, iteratorAgeMetric } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
 import { consumeStream } from './private/stream-consumer.ts';
-import { tableConfigEntries, type TableConfigEntry } from './private/table-mappings.ts';
 import { checkIntegerRange, checkLowerIdent, fail, halfOf, idFromConstructId } from './private/validate.ts';
 import type { WarehouseConnection } from './warehouse-connection.ts';
 
@@ -125,20 +124,10 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
     this.freshnessTarget = props.freshnessTarget ?? Duration.minutes(5);
     if (props.sources.length === 0) fail(this, 'sources must not be empty; a sink mirrors the tables of at least one source');
     const sourceIds = new Set<string>();
-    const owner = new Map<string, string>();
-    const entries: TableConfigEntry[] = [];
     for (const source of props.sources) {
       if (source.changeLog !== props.log) fail(this, `source ${source.sourceId} (${source.node.path}) publishes to a different change log than this sink reads`);
       if (sourceIds.has(source.sourceId)) fail(this, `source ${source.sourceId} is listed twice`);
       sourceIds.add(source.sourceId);
-      for (const entry of tableConfigEntries(source.tables)) {
-        const other = owner.get(entry.table);
-        if (other !== undefined) {
-          fail(this, `table ${entry.table} is captured by both source ${other} and source ${source.sourceId}; one warehouse sink needs distinct table ids`);
-        }
-        owner.set(entry.table, source.sourceId);
-        entries.push(entry);
-      }
     }
     this.sourceIds = [...sourceIds];
     const freshnessSeconds = this.freshnessTarget.toSeconds();
@@ -167,7 +156,6 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
         [EnvName.SINK_ID]: this.sinkId,
         [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName,
         [EnvName.WAREHOUSE_SECRET_ARN]: props.connection.secret.secretArn,
-        [EnvName.TABLE_CONFIG]: JSON.stringify(entries),
       },
       memorySize: props.memorySize ?? Size.mebibytes(1024),
       timeout: props.timeout ?? Duration.minutes(5),
