@@ -66,6 +66,20 @@ export class KeyUnknownError extends CdcError {
   }
 }
 
+/**
+ * A before image that lacks a declared key column: the declared key is not the table's primary
+ * key (DMS puts the real key columns in a pk-only before image). Keying changes on the wrong
+ * columns would merge different rows silently, so the record is refused instead.
+ */
+export class KeyMismatchError extends CdcError {
+  constructor(readonly table: string, declared: readonly string[], before: readonly string[]) {
+    super(
+      'KEY_MISMATCH',
+      `declared primary key of ${table} is (${declared.join(', ')}) but the DMS before image carries (${before.join(', ')}): fix the captured table's key setting, then re-snapshot the table`,
+    );
+  }
+}
+
 /** The field DMS writes the before image to (`BeforeImageSettings.FieldName`, set by the constructs). */
 export const DMS_BEFORE_IMAGE_FIELD = 'before-image';
 
@@ -219,6 +233,8 @@ export function decodeDmsRecord(record: unknown, ctx: DecodeContext): DecodeResu
 
   const keyColumns = ctx.keyColumns(table) ?? (before !== null ? Object.keys(before) : null);
   if (keyColumns === null || keyColumns.length === 0) throw new KeyUnknownError(table);
+  // A non-empty before image always holds the key (pk-only) or every column (all).
+  if (before !== null && !keyColumns.every((k) => k in before)) throw new KeyMismatchError(table, keyColumns, Object.keys(before));
 
   const isLoad = operation === 'load';
   const position = isLoad ? POSITION_ZERO : positionOf(meta);
@@ -260,7 +276,7 @@ export function decodeDmsRecord(record: unknown, ctx: DecodeContext): DecodeResu
       const known = ctx.columns?.(table) ?? null;
       const missing = known === null ? [] : known.filter((c) => !(c in data));
       const after = { ...data };
-      if (before !== null && keyColumns.every((k) => k in before)) {
+      if (before !== null) {
         const oldKey = keyFrom(before, keyColumns, DMS_BEFORE_IMAGE_FIELD);
         if (keyColumns.some((k) => JSON.stringify(oldKey[k]) !== JSON.stringify(key[k]))) {
           return result([

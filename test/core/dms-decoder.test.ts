@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { decodeDmsRecord, KeyUnknownError, type DecodeContext } from '../../lambda/core/dms-decoder.ts';
+import { decodeDmsRecord, KeyMismatchError, KeyUnknownError, type DecodeContext } from '../../lambda/core/dms-decoder.ts';
 import type { DecodeResult, DecodedChange } from '../../lambda/core/decoded.ts';
 import { InvalidRecordError, UnknownOperationError } from '../../lambda/core/errors.ts';
 import { validateChangeEvent } from '../../lambda/core/event.ts';
@@ -65,6 +65,11 @@ describe('DMS decoder on the documented PostgreSQL records', () => {
     const result = decodeDmsRecord(updatePk, ctx());
     expect(result.kind === 'changes' && result.keyColumns).toEqual(['id']);
     expect(changes(result).map((c) => c.op)).toEqual(['delete', 'insert']);
+  });
+
+  it('refuses a declared key that the pk-only before image contradicts, instead of keying on the wrong columns', () => {
+    expect(() => decodeDmsRecord(updatePk, ctx({ 'public.foo': ['name'] }))).toThrow(KeyMismatchError);
+    expect(() => decodeDmsRecord(updatePk, ctx({ 'public.foo': ['name'] }))).toThrow(/KEY_MISMATCH|declared primary key of public.foo is \(name\) but the DMS before image carries \(id\)/);
   });
 
   it('decodes a delete to its key: the nulls of the other columns are not values', () => {
