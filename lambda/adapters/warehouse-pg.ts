@@ -1,0 +1,509 @@
+/**
+ * The warehouse over the PostgreSQL wire protocol (`pg`): PostgreSQL, or Amazon Redshift with the
+ * same SQL (see `lambda/core/warehouse-sql.ts` for the layout and the portable subset).
+ *
+ * `applyTable` applies one table's events of one batch:
+ * 1. DDL, when the sink is not in shape yet, in its own short transaction first: create what is
+ *    missing (schema, changelog, mirror, view; the deleted-keys table in hard-delete mode), and
+ *    `ALTER TABLE … ADD COLUMN` (changelog and mirror) for columns of the batch's schema versions
+ *    that the sink lacks, then the view again. The DDL is additive and idempotent, the stage
+ *    tables are made from its result, and the data transaction then holds no catalog locks. A
+ *    column whose warehouse type cannot take the new version's type is refused
+ *    (`SinkTypeConflictError`) instead of being silently rounded.
+ * 2. ONE data transaction: stage the distinct events, append those the changelog lacks, read
+ *    what the mirror (and deleted-keys table) holds for their keys; collapse in TypeScript
+ *    (`planTable`: one write per key, newer than what is stored); stage the writes,
+ *    `UPDATE … FROM` stage where the stored position is lower (one statement per column set, so
+ *    absent columns stay untouched), `INSERT … SELECT` the absent keys, and in hard mode delete
+ *    tombstoned rows and remember their keys; `COMMIT`.
+ * 3. The commit time reported is `Date.now()` right after COMMIT returned: the client's clock,
+ *    NTP-synced like the source's commit timestamps, with no extra round trip and no clock
+ *    function (they differ between PostgreSQL and Redshift).
+ *
+ * Round trips per table and batch (PostgreSQL): load events, `BEGIN` + append + read state,
+ * load writes, write + `COMMIT`. Values always travel as text parameters and are cast by the
+ * target column types.
+ *
+ * Staging goes through one small interface (`StageLoader`). The default is the portable
+ * multi-row parameterised INSERT, because Redshift has no `COPY FROM STDIN` and the path tested
+ * on PostgreSQL must be the path that runs on Redshift (DESIGN §5.4). `copyStageLoader` (COPY
+ * FROM STDIN through `pg-copy-streams`) is the PostgreSQL-only fast path for benchmarks and
+ * PostgreSQL sinks that want it.
+ *
+ * What the sink's tables look like is read from `information_schema` once per process and table
+ * and kept; it is forgotten when an apply fails.
+ */
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import type pg from 'pg';
+import { from as copyFrom } from 'pg-copy-streams';
+import { CdcError } from '../core/errors.ts';
+import type { ChangeEvent, Row } from '../core/event.ts';
+import { keyText } from '../core/event.ts';
+import type { DeleteMode, SchemaVersion } from '../core/control-plane.ts';
+import { distinctEvents, oldKeysNeeded, planTable, setSignature, toParam, type StoredRow, type StoredState, type TablePlan } from '../core/apply-plan.ts';
+import {
+  CdcColumn,
+  addColumnSql,
+  appendChangelogSql,
+  applyStageSql,
+  catalogSql,
+  catalogType,
+  createChangelogSql,
+  createDeletedKeysSql,
+  clearStagesSql,
+  createMirrorSql,
+  createSchemaSql,
+  createStagesSql,
+  createViewSql,
+  dropStagesSql,
+  insertValuesSql,
+  mirrorRowsSql,
+  rowsPerStatement,
+  sinkType,
+  storedStateSql,
+  stageNames,
+  warehouseTable,
+  type CatalogColumn,
+  type StageNames,
+  type SinkColumn,
+  type UpdateSet,
+  type WarehouseTable,
+} from '../core/warehouse-sql.ts';
+import { quoteIdent } from '../core/identifiers.ts';
+
+/** A sink column already has a type that the table's schema version cannot be written into without a type change (which Redshift cannot do). */
+export class SinkTypeConflictError extends CdcError {
+  constructor(
+    readonly table: string,
+    readonly column: string,
+    readonly sinkColumnType: string,
+    readonly wantedType: string,
+  ) {
+    super(
+      'SINK_TYPE_CONFLICT',
+      `column ${column} of ${table} is ${sinkColumnType} in the warehouse but schema version needs ${wantedType}; ` +
+        'change the warehouse column (or rebuild the table into a shadow and swap), then release the held table',
+    );
+  }
+}
+
+/** The warehouse refused a value (SQLSTATE class 22 data exception, or 54 program limit): retrying will not help. */
+export class ValueRejectedError extends CdcError {
+  constructor(
+    readonly sqlState: string,
+    message: string,
+  ) {
+    super('VALUE_REJECTED', `the warehouse refused a value (SQLSTATE ${sqlState}): ${message}`);
+  }
+}
+
+/** True for errors that are about the data (not the connection or a conflict), so that isolating the record is the remedy. */
+export function isValueRejection(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && /^(22|54)[0-9A-Z]{3}$/.test(code);
+}
+
+/** Loads text rows into a session temp table inside the current transaction. */
+export interface StageLoader {
+  readonly name: string;
+  /** `table` is a quoted identifier; `rows[i][j]` is the text value of `columns[j]` or null. */
+  load(client: pg.ClientBase, table: string, columns: readonly string[], rows: readonly (readonly (string | null)[])[]): Promise<void>;
+}
+
+/** Multi-row parameterised INSERT, chunked under the parameter limit: works on PostgreSQL and Redshift. */
+export const insertStageLoader: StageLoader = {
+  name: 'insert',
+  async load(client, table, columns, rows) {
+    const per = rowsPerStatement(columns.length);
+    for (let i = 0; i < rows.length; i += per) {
+      const chunk = rows.slice(i, i + per);
+      await client.query(insertValuesSql(table, columns, chunk.length), chunk.flat());
+    }
+  },
+};
+
+function copyText(v: string | null): string {
+  if (v === null) return '\\N';
+  return v.replace(/\\/g, '\\\\').replace(/\t/g, '\\t').replace(/\n/g, '\\n').replace(/\r/g, '\\r');
+}
+
+/** COPY FROM STDIN (text format) through pg-copy-streams: PostgreSQL only (Redshift's COPY reads from S3). */
+export const copyStageLoader: StageLoader = {
+  name: 'copy',
+  async load(client, table, columns, rows) {
+    if (rows.length === 0) return;
+    const sql = `COPY ${table} (${columns.map(quoteIdent).join(', ')}) FROM STDIN`;
+    const lines = function* (): Generator<string> {
+      let buf = '';
+      for (const r of rows) {
+        buf += `${r.map(copyText).join('\t')}\n`;
+        if (buf.length > 1 << 16) {
+          yield buf;
+          buf = '';
+        }
+      }
+      if (buf) yield buf;
+    };
+    await pipeline(Readable.from(lines()), client.query(copyFrom(sql)));
+  },
+};
+
+/** One table's events of one batch, already validated against the registry. */
+export interface TableBatch {
+  source: string;
+  /** Table id `schema.table`. */
+  table: string;
+  deleteMode: DeleteMode;
+  /** The schema versions the events were read with, by version number. */
+  schemas: ReadonlyMap<number, SchemaVersion>;
+  events: readonly ChangeEvent[];
+  /** Stamped as `_cdc_applied_at`. */
+  appliedAt: Date;
+}
+
+export interface TableApplyResult {
+  plan: TablePlan;
+  /** `Date.now()` right after COMMIT returned. */
+  committedAt: number;
+  /** DDL statements this apply ran (empty when the sink was already in shape). */
+  ddl: string[];
+}
+
+/** What the sink's tables look like (columns in table order). */
+interface SinkShape {
+  mirror: string[];
+  mirrorTypes: Map<string, string>;
+  changelog: string[];
+  deletedKeys: boolean;
+  view: boolean;
+}
+
+const RAW_TEXT = { getTypeParser: () => (value: string) => value } as unknown as pg.CustomTypesConfig;
+
+const isTrue = (v: unknown): boolean => v === true || v === 't' || v === 'true';
+
+/**
+ * How stage tables live:
+ * - `session` (PostgreSQL default): created once per connection and table shape, loaded with the
+ *   batch's events just before BEGIN and emptied with TRUNCATE before COMMIT (fresh storage, so
+ *   no dead rows pile up in temp tables that autovacuum never visits); a connection that saw any
+ *   error is destroyed, so its temp tables cannot carry rows over. Saves the catalog churn of
+ *   creating and dropping two tables per batch (milliseconds each on PostgreSQL) and one round
+ *   trip.
+ * - `transaction` (Redshift default): created inside the apply transaction and dropped before its
+ *   COMMIT, so nothing is committed outside the one transaction (Redshift commits are costly and
+ *   serialised). Valid on PostgreSQL too, and tested there.
+ * The statements that stage, compare and write are the same in both.
+ */
+export type StageLifecycle = 'session' | 'transaction';
+
+export interface PgWarehouseOptions {
+  /** @default insertStageLoader (portable) */
+  loader?: StageLoader;
+  /** @default `transaction` when the server says it is Redshift, else `session` */
+  stages?: StageLifecycle;
+}
+
+/** The warehouse sink over `pg`. One instance per process; one apply at a time per table. */
+export class PgWarehouse {
+  private readonly shapes = new Map<string, SinkShape>();
+  private readonly loader: StageLoader;
+  private lifecycle: StageLifecycle | undefined;
+  /** Session stage tables that exist, per connection. */
+  private readonly sessionStages = new WeakMap<pg.ClientBase, Set<string>>();
+
+  constructor(
+    private readonly pool: pg.Pool,
+    options: PgWarehouseOptions = {},
+  ) {
+    this.loader = options.loader ?? insertStageLoader;
+    this.lifecycle = options.stages;
+  }
+
+  /** Forgets what this process knows about the sink tables (after someone else changed them). */
+  forgetShapes(): void {
+    this.shapes.clear();
+  }
+
+  /** Applies one table's batch (see the module comment). */
+  async applyTable(batch: TableBatch): Promise<TableApplyResult> {
+    const t = warehouseTable(batch.source, batch.table);
+    const cacheKey = `${t.schema}.${t.view}`;
+    const { key, data } = wantedColumns(batch);
+    const events = distinctEvents(batch.events);
+    const client = await this.pool.connect();
+    let inTransaction = false;
+    let destroy = false;
+    try {
+      const lifecycle = (this.lifecycle ??= await detectLifecycle(client));
+      // Bring the sink into shape first, in its own short transaction: the DDL is additive and
+      // idempotent, the stage tables are made from the resulting shape, and the data transaction
+      // then holds no catalog locks.
+      const known = this.shapes.get(cacheKey) ?? (await readShape(client, t));
+      const ddl = planDdl(t, known, key, data, batch.deleteMode === 'hard');
+      if (ddl.statements.length > 0) {
+        try {
+          await client.query(`BEGIN; ${ddl.statements.join('; ')}; COMMIT`);
+        } catch (err) {
+          await client.query('ROLLBACK').catch(() => undefined);
+          throw err;
+        }
+      }
+      this.shapes.set(cacheKey, ddl.shape);
+      const shape = ddl.shape;
+      const stages = stageNames(t, shape.mirror, shape.changelog);
+      const keyNames = key.map((k) => k.name);
+      const appliedAt = batch.appliedAt.toISOString();
+      const eventRows = events.map((e, i) => [...changelogRow(e, shape.changelog, appliedAt), String(i)]);
+      const eventCols = [...shape.changelog, CdcColumn.IDX];
+
+      let begin: string;
+      let end: string;
+      if (lifecycle === 'session') {
+        destroy = true; // from here on, an error may leave the session's stage tables half made or holding rows: drop the connection
+        const made = this.sessionStages.get(client) ?? new Set<string>();
+        this.sessionStages.set(client, made);
+        if (!made.has(stages.events)) {
+          await client.query(createStagesSql(t, stages));
+          made.add(stages.events);
+        }
+        await this.loader.load(client, quoteIdent(stages.events), eventCols, eventRows);
+        begin = 'BEGIN; ';
+        end = `${clearStagesSql(stages)}; COMMIT`;
+      } else {
+        inTransaction = true;
+        await client.query(`BEGIN; ${createStagesSql(t, stages)}`);
+        await this.loader.load(client, quoteIdent(stages.events), eventCols, eventRows);
+        begin = '';
+        end = `${dropStagesSql(stages)}; COMMIT`;
+      }
+      inTransaction = true;
+      const plan = await this.applyStaged(client, t, shape, keyNames, events, stages, begin, end, batch, appliedAt);
+      const committedAt = Date.now();
+      inTransaction = false;
+      destroy = false;
+      return { plan, committedAt, ddl: ddl.statements };
+    } catch (err) {
+      this.shapes.delete(cacheKey);
+      if (inTransaction && !destroy) {
+        try {
+          await client.query('ROLLBACK');
+        } catch {
+          destroy = true;
+        }
+      }
+      if (!(err instanceof CdcError) && typeof (err as { code?: unknown } | null)?.code !== 'string') destroy = true; // not a server error: the connection may be broken
+      if (isValueRejection(err)) {
+        const e = err as { code: string; message: string; column?: string };
+        throw new ValueRejectedError(e.code, e.column ? `${e.message} (column ${e.column})` : e.message);
+      }
+      throw err;
+    } finally {
+      client.release(destroy);
+    }
+  }
+
+  private async applyStaged(
+    client: pg.ClientBase,
+    t: WarehouseTable,
+    shape: SinkShape,
+    key: string[],
+    events: ChangeEvent[],
+    stages: StageNames,
+    begin: string,
+    end: string,
+    batch: TableBatch,
+    appliedAt: string,
+  ): Promise<TablePlan> {
+    const hard = batch.deleteMode === 'hard';
+    const dataCols = shape.mirror.filter((c) => !key.includes(c) && !c.startsWith('_cdc_'));
+
+    // Append the events the changelog lacks and read what the sink holds for their keys.
+    const results = (await client.query({
+      text: `${begin}${appendChangelogSql(t, key, shape.changelog, stages)}; ${storedStateSql(t, key, shape.deletedKeys, stages)}`,
+      types: RAW_TEXT,
+    })) as unknown as pg.QueryResult[];
+    const stateRows = results[results.length - 1]!.rows as { _cdc_idx: string; _cdc_position: string; _cdc_deleted: unknown }[];
+    const stored = new Map<string, StoredState>();
+    for (const r of stateRows) {
+      const ev = events[Number(r._cdc_idx)];
+      if (!ev) continue;
+      const k = keyText(ev.key);
+      const prev = stored.get(k);
+      if (!prev || r._cdc_position > prev.position) stored.set(k, { position: r._cdc_position, deleted: isTrue(r._cdc_deleted) });
+    }
+
+    // Full rows of the old keys of primary-key changes with undelivered columns (rare).
+    const oldKeys = oldKeysNeeded(events, key);
+    const storedRows = new Map<string, StoredRow>();
+    if (oldKeys.length > 0) {
+      const res = await client.query({ text: mirrorRowsSql(t, key, oldKeys.length), values: oldKeys.flatMap((k) => key.map((c) => toParam(k[c]))), types: RAW_TEXT });
+      for (const r of res.rows as Record<string, string | null>[]) {
+        const old = oldKeys[Number(r._cdc_idx)];
+        if (!old) continue;
+        const values: Row = {};
+        for (const c of dataCols) values[c] = r[c] ?? null;
+        storedRows.set(keyText(old), { position: String(r._cdc_position), deleted: isTrue(r._cdc_deleted), values });
+      }
+    }
+
+    const plan = planTable({ events, keyColumns: key, stored, storedRows });
+
+    // Stage the writes (one per key) and apply them, then COMMIT.
+    const sets = new Map<string, UpdateSet>();
+    const stageRows: (string | null)[][] = [];
+    for (const w of plan.writes) {
+      const sig = setSignature(w);
+      let set = sets.get(sig);
+      if (!set) {
+        set = { id: sets.size, columns: w.full ? dataCols : dataCols.filter((c) => c in w.values) };
+        sets.set(sig, set);
+      }
+      const row: (string | null)[] = [];
+      for (const c of shape.mirror) {
+        if (key.includes(c)) row.push(toParam(w.key[c]));
+        else if (c === CdcColumn.POSITION) row.push(w.position);
+        else if (c === CdcColumn.DELETED) row.push(w.deleted ? 'true' : 'false');
+        else if (c === CdcColumn.DELETED_AT) row.push(w.deleted ? w.deletedAt : null);
+        else if (c === CdcColumn.APPLIED_AT) row.push(appliedAt);
+        else row.push(toParam(w.values[c]));
+      }
+      row.push(String(set.id));
+      stageRows.push(row);
+    }
+    let tail = end;
+    if (stageRows.length > 0) {
+      await this.loader.load(client, quoteIdent(stages.writes), [...shape.mirror, CdcColumn.SET], stageRows);
+      const statements = applyStageSql(t, { stages, key, mirrorColumns: shape.mirror, sets: [...sets.values()], hard, deletedKeys: shape.deletedKeys });
+      tail = `${statements.join('; ')}; ${end}`;
+    }
+    await client.query(tail);
+    return plan;
+  }
+}
+
+/** `transaction` stages on Redshift (its version string says so), `session` stages elsewhere. */
+async function detectLifecycle(client: pg.ClientBase): Promise<StageLifecycle> {
+  const res = await client.query<{ version: string }>('SELECT version() AS version');
+  return /redshift/i.test(res.rows[0]?.version ?? '') ? 'transaction' : 'session';
+}
+
+/** Key and data columns the batch needs: union over its schema versions, type from the newest version that has the column. */
+function wantedColumns(batch: TableBatch): { key: SinkColumn[]; data: SinkColumn[] } {
+  const versions = [...batch.schemas.values()].sort((a, b) => a.version - b.version);
+  const newest = versions[versions.length - 1];
+  if (!newest) throw new CdcError('INVALID_ARGUMENT', `no schema version for ${batch.source}/${batch.table}`);
+  const types = new Map<string, string>();
+  const order: string[] = [];
+  for (const v of versions) {
+    for (const c of v.columns) {
+      if (!types.has(c.name)) order.push(c.name);
+      types.set(c.name, sinkType(c.type));
+    }
+  }
+  const key = newest.key.map((k) => ({ name: k, type: types.get(k) ?? sinkType(null) }));
+  const data = order.filter((c) => !newest.key.includes(c)).map((c) => ({ name: c, type: types.get(c)! }));
+  return { key, data };
+}
+
+async function readShape(client: pg.ClientBase, t: WarehouseTable): Promise<SinkShape> {
+  const q = catalogSql(t);
+  const res = await client.query<CatalogColumn>(q.text, q.values);
+  const shape: SinkShape = { mirror: [], mirrorTypes: new Map(), changelog: [], deletedKeys: false, view: false };
+  for (const r of res.rows) {
+    if (r.table_name === t.mirror) {
+      shape.mirror.push(r.column_name);
+      shape.mirrorTypes.set(r.column_name, catalogType(r));
+    } else if (r.table_name === t.changelog) shape.changelog.push(r.column_name);
+    else if (r.table_name === t.deletedKeys) shape.deletedKeys = true;
+    else if (r.table_name === t.view) shape.view = true;
+  }
+  return shape;
+}
+
+/** The DDL that brings the sink to the wanted shape, and the shape after it. Throws SinkTypeConflictError. */
+function planDdl(t: WarehouseTable, known: SinkShape, key: SinkColumn[], data: SinkColumn[], hard: boolean): { statements: string[]; shape: SinkShape } {
+  const statements: string[] = [];
+  const shape: SinkShape = { mirror: [...known.mirror], mirrorTypes: new Map(known.mirrorTypes), changelog: [...known.changelog], deletedKeys: known.deletedKeys, view: known.view };
+  const creating = shape.mirror.length === 0 || shape.changelog.length === 0 || (hard && !shape.deletedKeys);
+  if (creating) statements.push(createSchemaSql(t));
+  if (shape.changelog.length === 0) {
+    statements.push(createChangelogSql(t, key, data));
+    shape.changelog = [...CHANGELOG_NAMES, ...key.map((c) => c.name), ...data.map((c) => c.name)];
+  }
+  let viewNeeded = !shape.view;
+  if (shape.mirror.length === 0) {
+    statements.push(createMirrorSql(t, key, data));
+    shape.mirror = [...key.map((c) => c.name), ...data.map((c) => c.name), ...MIRROR_NAMES];
+    for (const c of [...key, ...data]) shape.mirrorTypes.set(c.name, c.type);
+    viewNeeded = true;
+  }
+  for (const k of key) {
+    if (!shape.mirror.includes(k.name)) throw new SinkTypeConflictError(t.tableId, k.name, 'missing', `${k.type} (primary-key column)`);
+  }
+  for (const c of [...key, ...data]) {
+    const have = shape.mirrorTypes.get(c.name);
+    if (have !== undefined && have !== c.type) throw new SinkTypeConflictError(t.tableId, c.name, have, c.type);
+  }
+  for (const c of data) {
+    if (!shape.mirror.includes(c.name)) {
+      statements.push(addColumnSql(t.schema, t.mirror, c));
+      shape.mirror.push(c.name);
+      shape.mirrorTypes.set(c.name, c.type);
+      viewNeeded = true;
+    }
+    if (!shape.changelog.includes(c.name)) {
+      statements.push(addColumnSql(t.schema, t.changelog, c));
+      shape.changelog.push(c.name);
+    }
+  }
+  if (hard && !shape.deletedKeys) {
+    statements.push(createDeletedKeysSql(t, key));
+    shape.deletedKeys = true;
+  }
+  if (viewNeeded) {
+    statements.push(createViewSql(t, shape.mirror));
+    shape.view = true;
+  }
+  return { statements, shape };
+}
+
+const CHANGELOG_NAMES = [
+  CdcColumn.POSITION,
+  CdcColumn.OP,
+  CdcColumn.COMMIT_TS,
+  CdcColumn.SCHEMA_VERSION,
+  CdcColumn.TX_ID,
+  CdcColumn.SYNTHETIC,
+  CdcColumn.MISSING,
+  CdcColumn.APPLIED_AT,
+];
+const MIRROR_NAMES = [CdcColumn.POSITION, CdcColumn.DELETED, CdcColumn.DELETED_AT, CdcColumn.APPLIED_AT];
+
+/** The changelog row of an event, as text values in `columns` order. */
+function changelogRow(e: ChangeEvent, columns: readonly string[], appliedAt: string): (string | null)[] {
+  return columns.map((c) => {
+    switch (c) {
+      case CdcColumn.POSITION:
+        return e.position;
+      case CdcColumn.OP:
+        return e.op;
+      case CdcColumn.COMMIT_TS:
+        return e.commitTs;
+      case CdcColumn.SCHEMA_VERSION:
+        return String(e.schemaVersion);
+      case CdcColumn.TX_ID:
+        return e.txId;
+      case CdcColumn.SYNTHETIC:
+        return e.synthetic ? 'true' : 'false';
+      case CdcColumn.MISSING:
+        return e.missing.length > 0 ? JSON.stringify(e.missing) : null;
+      case CdcColumn.APPLIED_AT:
+        return appliedAt;
+      default:
+        if (c in e.key) return toParam(e.key[c]);
+        return e.after && c in e.after ? toParam(e.after[c]) : null;
+    }
+  });
+}

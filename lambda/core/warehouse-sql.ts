@@ -1,0 +1,457 @@
+/**
+ * Warehouse layout and SQL text for the warehouse applier (DESIGN §5.4). Pure: builds names, types
+ * and statements; the pg adapter (`lambda/adapters/warehouse-pg.ts`) runs them.
+ *
+ * Layout per captured table (source id `s`, source table `sch.tbl`), in the warehouse schema
+ * `s_sch` (e.g. `demo_public`):
+ * - `tbl_changelog`: append-only, one row per delivered event (deduplicated on position + key):
+ *   `_cdc_position`, `_cdc_op`, `_cdc_commit_ts`, `_cdc_schema_version`, `_cdc_tx_id`,
+ *   `_cdc_synthetic`, `_cdc_missing` (JSON array of the columns that were not delivered, or
+ *   NULL), `_cdc_applied_at`, then the key columns and the data columns as typed columns. Typed
+ *   columns rather than one JSON text column: the history can be queried like the table itself,
+ *   Redshift's 64 KB VARCHAR limit applies per column instead of to the whole row image, and
+ *   absent-versus-null stays exact through `_cdc_missing` (a delivered NULL is a NULL with the
+ *   column not listed there). The before image is not copied: the change log and its archive
+ *   keep it (invariant 1), and a primary-key change shows in the changelog as the delete of the
+ *   old key and the insert of the new one at the same position.
+ * - `tbl_mirror`: one row per key: key and data columns, `_cdc_position`, `_cdc_deleted`,
+ *   `_cdc_deleted_at`, `_cdc_applied_at`. A soft delete keeps the row as a tombstone with its last
+ *   values.
+ * - view `tbl`: the mirror without tombstones and without the `_cdc_deleted*` columns.
+ * - `tbl_deleted_keys` (hard-delete mode): key, `_cdc_position`, `_cdc_deleted_at`,
+ *   `_cdc_applied_at` of keys whose mirror row was deleted, so a late older event cannot
+ *   resurrect the row (invariant 7). Once it exists it guards inserts in either mode.
+ *
+ * Only SQL that PostgreSQL and Amazon Redshift both accept: no `ON CONFLICT`, no `MERGE`, no
+ * `DISTINCT ON`, no `RETURNING`, no `ON COMMIT` clauses, no `VALUES` lists in `FROM`, no
+ * `IF NOT EXISTS` on `ADD COLUMN`, no `::` casts, no clock functions (times are parameters).
+ * Stage tables are session temp tables made with `CREATE TEMP TABLE … AS SELECT … WHERE 1 = 0`.
+ * The one PostgreSQL-only statement is `clearStagesSql` (TRUNCATE, used by the PostgreSQL stage
+ * lifecycle; see `lambda/adapters/warehouse-pg.ts`). PRIMARY KEY constraints are declared on every
+ * table: PostgreSQL enforces them and uses their indexes; Redshift accepts them as planner hints.
+ *
+ * Identifiers are always checked (`assertPlainIdentifier`, and the applier checks them against the
+ * registry first) and double-quoted; values are always parameters (`$n`).
+ */
+import { UnsafeIdentifierError } from './errors.ts';
+import { assertPlainIdentifier, quoteIdent, splitTableId } from './identifiers.ts';
+
+/** PostgreSQL's identifier limit in bytes (Redshift allows 127); longer derived names are shortened with a hash. */
+export const MAX_IDENTIFIER_LENGTH = 63;
+/** Source columns may not use this prefix: the platform's own columns do. */
+export const RESERVED_PREFIX = '_cdc_';
+/** The text type both warehouses accept for any text (Redshift's VARCHAR maximum, in bytes). */
+export const TEXT_TYPE = 'varchar(65535)';
+/** Bind parameters per statement are kept at or below this (PostgreSQL allows 65,535; stay well inside both). */
+export const MAX_PARAMETERS = 32_767;
+/** Rows per multi-row INSERT statement, at most. */
+export const MAX_ROWS_PER_STATEMENT = 1_000;
+
+/** The platform's own columns. */
+export const CdcColumn = {
+  POSITION: '_cdc_position',
+  OP: '_cdc_op',
+  COMMIT_TS: '_cdc_commit_ts',
+  SCHEMA_VERSION: '_cdc_schema_version',
+  TX_ID: '_cdc_tx_id',
+  SYNTHETIC: '_cdc_synthetic',
+  MISSING: '_cdc_missing',
+  APPLIED_AT: '_cdc_applied_at',
+  DELETED: '_cdc_deleted',
+  DELETED_AT: '_cdc_deleted_at',
+  /** Stage only: which column set an UPDATE writes for the row. */
+  SET: '_cdc_set',
+  /** Event stage only: index of the event in the applier's batch. */
+  IDX: '_cdc_idx',
+} as const;
+
+/** The two session temp tables one table's apply stages into (names from `stageNames`). */
+export interface StageNames {
+  /** Events of the batch, shaped like the changelog plus `_cdc_idx`. */
+  events: string;
+  /** One collapsed write per key, shaped like the mirror plus `_cdc_set`. */
+  writes: string;
+}
+
+/**
+ * Stage table names for a table and the sink's current columns: a new shape (an added column)
+ * gets new stage tables, so a stage created earlier in the session never has stale columns.
+ */
+export function stageNames(t: WarehouseTable, mirrorColumns: readonly string[], changelogColumns: readonly string[]): StageNames {
+  const h = fnv1a(`${t.schema}.${t.view}|${mirrorColumns.join(',')}|${changelogColumns.join(',')}`);
+  return { events: `cdc_events_${h}`, writes: `cdc_writes_${h}` };
+}
+
+/** A sink column: name and warehouse type (one of the strings `sinkType` returns). */
+export interface SinkColumn {
+  name: string;
+  type: string;
+}
+
+/** The warehouse objects of one captured table (unquoted names). */
+export interface WarehouseTable {
+  source: string;
+  /** Source table id `schema.table`. */
+  tableId: string;
+  schema: string;
+  changelog: string;
+  mirror: string;
+  deletedKeys: string;
+  view: string;
+}
+
+/** FNV-1a 32-bit, as 8 hex digits: a stable, dependency-free hash for shortened names. */
+function fnv1a(text: string): string {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) {
+    h ^= text.charCodeAt(i);
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return h.toString(16).padStart(8, '0');
+}
+
+/** `base + suffix`, shortened to the identifier limit with a hash of `base` when too long (PostgreSQL would silently truncate). */
+export function fitIdentifier(base: string, suffix = ''): string {
+  const whole = base + suffix;
+  if (whole.length <= MAX_IDENTIFIER_LENGTH) return assertPlainIdentifier(whole, 'warehouse name');
+  const keep = MAX_IDENTIFIER_LENGTH - suffix.length - 9;
+  return assertPlainIdentifier(`${base.slice(0, keep)}_${fnv1a(base)}${suffix}`, 'warehouse name');
+}
+
+/**
+ * The warehouse objects for source `source` and table id `schema.table`. Throws
+ * `UnsafeIdentifierError` when a part is not a plain identifier.
+ */
+export function warehouseTable(source: string, tableId: string): WarehouseTable {
+  assertPlainIdentifier(source, 'source id');
+  const { schema, table } = splitTableId(tableId);
+  return {
+    source,
+    tableId,
+    schema: fitIdentifier(`${source}_${schema}`),
+    changelog: fitIdentifier(table, '_changelog'),
+    mirror: fitIdentifier(table, '_mirror'),
+    deletedKeys: fitIdentifier(table, '_deleted_keys'),
+    view: assertPlainIdentifier(table, 'table name'),
+  };
+}
+
+/** Checks a source column name for use in the warehouse: plain identifier, not a platform column. */
+export function assertSourceColumn(name: string, tableId: string): string {
+  assertPlainIdentifier(name, `column name of ${tableId}`);
+  if (name.toLowerCase().startsWith(RESERVED_PREFIX)) {
+    throw new UnsafeIdentifierError(name, `column names starting with ${RESERVED_PREFIX} are reserved for the platform (table ${tableId})`);
+  }
+  return name;
+}
+
+/** `"schema"."name"` */
+export function qualified(schema: string, name: string): string {
+  return `${quoteIdent(schema)}.${quoteIdent(name)}`;
+}
+
+const INTEGER_TYPES = new Set([
+  'smallint', 'int2', 'integer', 'int', 'int4', 'bigint', 'int8', 'smallserial', 'serial2', 'serial', 'serial4', 'bigserial', 'serial8',
+  // DMS type names
+  'int1', 'int16', 'int32', 'int64', 'uint1', 'uint2', 'uint4', 'byte',
+]);
+const FLOAT_TYPES = new Set(['real', 'float4', 'double precision', 'float8', 'float', 'real4', 'real8', 'double']);
+const BOOLEAN_TYPES = new Set(['boolean', 'bool']);
+const TIMESTAMP_TYPES = new Set(['timestamp', 'timestamp without time zone', 'datetime']);
+const TIMESTAMPTZ_TYPES = new Set(['timestamptz', 'timestamp with time zone']);
+
+/**
+ * Maps a source type name (PostgreSQL's, as test_decoding prints it, or DMS's) to a type that
+ * PostgreSQL and Redshift both accept. Chosen so that every change the schema registry calls
+ * compatible (widening, invariant 8) needs no column-type change on the sink, which Redshift
+ * cannot do except for VARCHAR length:
+ * - any integer type → `bigint` (absorbs smallint → integer → bigint);
+ * - real / double precision → `double precision`;
+ * - `numeric(p,s)` with p ≤ 38 → `numeric(38,s)` (absorbs precision widening; a wider scale is a
+ *   type conflict the applier refuses loudly instead of rounding); unbounded `numeric`, p > 38,
+ *   `money` → `varchar(65535)` (lossless);
+ * - boolean → `boolean`; date → `date`; timestamp → `timestamp`; timestamptz → `timestamptz`;
+ *   DMS `DATETIME` → `timestamp` (as DMS's own Redshift target does);
+ * - everything else (text, varchar(n), char(n), uuid, json, jsonb, bytea, time, interval,
+ *   arrays, enums, unknown) → `varchar(65535)`.
+ */
+export function sinkType(sourceType: string | null): string {
+  if (sourceType === null) return TEXT_TYPE;
+  const t = sourceType.trim().toLowerCase().replace(/"/g, '').replace(/\s+/g, ' ');
+  if (t.endsWith('[]')) return TEXT_TYPE;
+  if (INTEGER_TYPES.has(t)) return 'bigint';
+  if (FLOAT_TYPES.has(t) || /^float\(\d+\)$/.test(t)) return 'double precision';
+  if (BOOLEAN_TYPES.has(t)) return 'boolean';
+  if (t === 'date') return 'date';
+  const ts = /^timestamp(?:\(\d+\))?( with(?:out)? time zone)?$/.exec(t);
+  if (ts) return ts[1] === ' with time zone' ? 'timestamptz' : 'timestamp';
+  if (TIMESTAMP_TYPES.has(t)) return 'timestamp';
+  if (TIMESTAMPTZ_TYPES.has(t) || /^timestamptz\(\d+\)$/.test(t)) return 'timestamptz';
+  const num = /^(?:numeric|decimal)\((\d+)(?:,\s*(\d+))?\)$/.exec(t);
+  if (num) {
+    const p = Number(num[1]);
+    const s = Number(num[2] ?? '0');
+    if (p >= 1 && p <= 38 && s >= 0 && s <= p) return `numeric(38,${s})`;
+    return TEXT_TYPE;
+  }
+  return TEXT_TYPE;
+}
+
+/** A column as `information_schema.columns` describes it. */
+export interface CatalogColumn {
+  table_name: string;
+  column_name: string;
+  data_type: string;
+  character_maximum_length: string | number | null;
+  numeric_precision: string | number | null;
+  numeric_scale: string | number | null;
+}
+
+/** The type string `sinkType` would produce for a column as the catalog describes it (for conflict checks). */
+export function catalogType(c: CatalogColumn): string {
+  const t = c.data_type.toLowerCase();
+  switch (t) {
+    case 'bigint':
+    case 'integer':
+    case 'smallint':
+    case 'boolean':
+    case 'date':
+    case 'double precision':
+    case 'real':
+      return t;
+    case 'timestamp without time zone':
+      return 'timestamp';
+    case 'timestamp with time zone':
+      return 'timestamptz';
+    case 'numeric':
+      return c.numeric_precision === null ? 'numeric' : `numeric(${Number(c.numeric_precision)},${Number(c.numeric_scale ?? 0)})`;
+    case 'character varying':
+      return c.character_maximum_length === null ? 'varchar' : `varchar(${Number(c.character_maximum_length)})`;
+    default:
+      return t;
+  }
+}
+
+/** Reads the columns of the table's warehouse objects (one round trip; works on both warehouses). */
+export function catalogSql(t: WarehouseTable): { text: string; values: string[] } {
+  return {
+    text:
+      'SELECT table_name, column_name, data_type, character_maximum_length, numeric_precision, numeric_scale ' +
+      'FROM information_schema.columns WHERE table_schema = $1 AND table_name IN ($2, $3, $4, $5) ORDER BY table_name, ordinal_position',
+    values: [t.schema, t.changelog, t.mirror, t.deletedKeys, t.view],
+  };
+}
+
+const cols = (names: readonly string[], prefix = ''): string => names.map((n) => prefix + quoteIdent(n)).join(', ');
+const defs = (columns: readonly SinkColumn[], notNull = false): string[] =>
+  columns.map((c) => `${quoteIdent(c.name)} ${c.type}${notNull ? ' NOT NULL' : ''}`);
+
+export function createSchemaSql(t: WarehouseTable): string {
+  return `CREATE SCHEMA IF NOT EXISTS ${quoteIdent(t.schema)}`;
+}
+
+/** The changelog's platform columns, in table order. */
+export const CHANGELOG_CDC_COLUMNS: readonly SinkColumn[] = [
+  { name: CdcColumn.POSITION, type: 'varchar(24) NOT NULL' },
+  { name: CdcColumn.OP, type: 'varchar(8) NOT NULL' },
+  { name: CdcColumn.COMMIT_TS, type: 'timestamptz NOT NULL' },
+  { name: CdcColumn.SCHEMA_VERSION, type: 'integer NOT NULL' },
+  { name: CdcColumn.TX_ID, type: 'varchar(256)' },
+  { name: CdcColumn.SYNTHETIC, type: 'boolean NOT NULL' },
+  { name: CdcColumn.MISSING, type: TEXT_TYPE },
+  { name: CdcColumn.APPLIED_AT, type: 'timestamptz NOT NULL' },
+];
+
+/** The mirror's platform columns, after the data columns. */
+export const MIRROR_CDC_COLUMNS: readonly SinkColumn[] = [
+  { name: CdcColumn.POSITION, type: 'varchar(24) NOT NULL' },
+  { name: CdcColumn.DELETED, type: 'boolean NOT NULL' },
+  { name: CdcColumn.DELETED_AT, type: 'timestamptz' },
+  { name: CdcColumn.APPLIED_AT, type: 'timestamptz NOT NULL' },
+];
+
+export function createChangelogSql(t: WarehouseTable, key: readonly SinkColumn[], data: readonly SinkColumn[]): string {
+  const body = [...defs(CHANGELOG_CDC_COLUMNS), ...defs(key, true), ...defs(data), `PRIMARY KEY (${cols([CdcColumn.POSITION, ...key.map((k) => k.name)])})`];
+  return `CREATE TABLE IF NOT EXISTS ${qualified(t.schema, t.changelog)} (${body.join(', ')})`;
+}
+
+export function createMirrorSql(t: WarehouseTable, key: readonly SinkColumn[], data: readonly SinkColumn[]): string {
+  const body = [...defs(key, true), ...defs(data), ...defs(MIRROR_CDC_COLUMNS), `PRIMARY KEY (${cols(key.map((k) => k.name))})`];
+  return `CREATE TABLE IF NOT EXISTS ${qualified(t.schema, t.mirror)} (${body.join(', ')})`;
+}
+
+export function createDeletedKeysSql(t: WarehouseTable, key: readonly SinkColumn[]): string {
+  const body = [
+    ...defs(key, true),
+    `${quoteIdent(CdcColumn.POSITION)} varchar(24) NOT NULL`,
+    `${quoteIdent(CdcColumn.DELETED_AT)} timestamptz`,
+    `${quoteIdent(CdcColumn.APPLIED_AT)} timestamptz NOT NULL`,
+    `PRIMARY KEY (${cols(key.map((k) => k.name))})`,
+  ];
+  return `CREATE TABLE IF NOT EXISTS ${qualified(t.schema, t.deletedKeys)} (${body.join(', ')})`;
+}
+
+/**
+ * The view named after the table: the mirror's columns in the mirror's physical order, minus the
+ * tombstone columns, without tombstones. Keeping the mirror's order means an added column is
+ * appended at the end, which `CREATE OR REPLACE VIEW` allows on PostgreSQL.
+ */
+export function createViewSql(t: WarehouseTable, mirrorColumns: readonly string[]): string {
+  const visible = mirrorColumns.filter((c) => c !== CdcColumn.DELETED && c !== CdcColumn.DELETED_AT);
+  return `CREATE OR REPLACE VIEW ${qualified(t.schema, t.view)} AS SELECT ${cols(visible)} FROM ${qualified(t.schema, t.mirror)} WHERE NOT ${quoteIdent(CdcColumn.DELETED)}`;
+}
+
+/** One column per statement (Redshift adds one column per ALTER TABLE). */
+export function addColumnSql(schema: string, table: string, column: SinkColumn): string {
+  return `ALTER TABLE ${qualified(schema, table)} ADD COLUMN ${quoteIdent(column.name)} ${column.type}`;
+}
+
+/** Rows per INSERT statement for a row of `columnCount` parameters. */
+export function rowsPerStatement(columnCount: number): number {
+  return Math.max(1, Math.min(MAX_ROWS_PER_STATEMENT, Math.floor(MAX_PARAMETERS / Math.max(1, columnCount))));
+}
+
+/** `INSERT INTO <table> (cols) VALUES ($1, …), (…)` for `rowCount` rows. `table` is already quoted. */
+export function insertValuesSql(table: string, columns: readonly string[], rowCount: number): string {
+  const n = columns.length;
+  if (n * rowCount > MAX_PARAMETERS) throw new RangeError(`${n * rowCount} parameters in one statement (limit ${MAX_PARAMETERS})`);
+  const rows: string[] = [];
+  for (let r = 0; r < rowCount; r++) {
+    const ps: string[] = [];
+    for (let c = 1; c <= n; c++) ps.push(`$${r * n + c}`);
+    rows.push(`(${ps.join(', ')})`);
+  }
+  return `INSERT INTO ${table} (${cols(columns)}) VALUES ${rows.join(', ')}`;
+}
+
+const keyMatch = (key: readonly string[], left: string, right: string): string =>
+  key.map((k) => `${left}.${quoteIdent(k)} = ${right}.${quoteIdent(k)}`).join(' AND ');
+
+/** Creates both stage tables (session temp tables) from the sink tables' current shape. */
+export function createStagesSql(t: WarehouseTable, stages: StageNames): string {
+  return (
+    `CREATE TEMP TABLE ${quoteIdent(stages.events)} AS SELECT c.*, CAST(0 AS integer) AS ${quoteIdent(CdcColumn.IDX)} FROM ${qualified(t.schema, t.changelog)} c WHERE 1 = 0; ` +
+    `CREATE TEMP TABLE ${quoteIdent(stages.writes)} AS SELECT m.*, CAST(0 AS integer) AS ${quoteIdent(CdcColumn.SET)} FROM ${qualified(t.schema, t.mirror)} m WHERE 1 = 0`
+  );
+}
+
+/**
+ * Empties both stage tables inside the apply transaction, before COMMIT: PostgreSQL only (the
+ * session stage lifecycle). TRUNCATE gives the temp tables fresh storage, which DELETE would not:
+ * autovacuum never visits temp tables, so deleted rows would pile up, every scan of the stage
+ * would read them and the planner, sizing the unanalysed stage by its pages, would expect far
+ * more rows than a batch has. (On Redshift TRUNCATE commits the transaction; its lifecycle drops
+ * the stages instead.)
+ */
+export function clearStagesSql(stages: StageNames): string {
+  return `TRUNCATE ${quoteIdent(stages.events)}, ${quoteIdent(stages.writes)}`;
+}
+
+export function dropStagesSql(stages: StageNames): string {
+  return `DROP TABLE ${quoteIdent(stages.events)}; DROP TABLE ${quoteIdent(stages.writes)}`;
+}
+
+/** Appends the staged events that the changelog does not hold yet (dedupe on position + key). */
+export function appendChangelogSql(t: WarehouseTable, key: readonly string[], changelogColumns: readonly string[], stages: StageNames): string {
+  const cl = qualified(t.schema, t.changelog);
+  return (
+    `INSERT INTO ${cl} (${cols(changelogColumns)}) SELECT ${cols(changelogColumns, 'e.')} FROM ${quoteIdent(stages.events)} e ` +
+    `WHERE NOT EXISTS (SELECT 1 FROM ${cl} c WHERE c.${quoteIdent(CdcColumn.POSITION)} = e.${quoteIdent(CdcColumn.POSITION)} AND ${keyMatch(key, 'c', 'e')})`
+  );
+}
+
+/**
+ * What the sink holds for the staged events' keys: `(_cdc_idx, _cdc_position, _cdc_deleted)`
+ * from the mirror and, with `deletedKeys`, from the deleted-keys table (as deleted).
+ */
+export function storedStateSql(t: WarehouseTable, key: readonly string[], deletedKeys: boolean, stages: StageNames): string {
+  const [idx, pos, del] = [CdcColumn.IDX, CdcColumn.POSITION, CdcColumn.DELETED].map(quoteIdent) as [string, string, string];
+  let sql = `SELECT e.${idx}, m.${pos}, m.${del} FROM ${quoteIdent(stages.events)} e JOIN ${qualified(t.schema, t.mirror)} m ON ${keyMatch(key, 'm', 'e')}`;
+  if (deletedKeys) {
+    sql += ` UNION ALL SELECT e.${idx}, d.${pos}, true FROM ${quoteIdent(stages.events)} e JOIN ${qualified(t.schema, t.deletedKeys)} d ON ${keyMatch(key, 'd', 'e')}`;
+  }
+  return sql;
+}
+
+/**
+ * Full mirror rows of `count` keys given as parameters (key values in key order per row), each
+ * tagged with its index: `SELECT 0 AS _cdc_idx, m.* … WHERE key = ($1…) UNION ALL …`.
+ */
+export function mirrorRowsSql(t: WarehouseTable, key: readonly string[], count: number): string {
+  const parts: string[] = [];
+  for (let i = 0; i < count; i++) {
+    const cond = key.map((k, j) => `m.${quoteIdent(k)} = $${i * key.length + j + 1}`).join(' AND ');
+    parts.push(`SELECT ${i} AS ${quoteIdent(CdcColumn.IDX)}, m.* FROM ${qualified(t.schema, t.mirror)} m WHERE ${cond}`);
+  }
+  return parts.join(' UNION ALL ');
+}
+
+/** A column set that one UPDATE writes: `id` as staged in `_cdc_set`, and the data columns it sets. */
+export interface UpdateSet {
+  id: number;
+  columns: readonly string[];
+}
+
+export interface ApplyStageOptions {
+  stages: StageNames;
+  key: readonly string[];
+  /** Mirror columns, in table order, excluding nothing (key, data and platform columns). */
+  mirrorColumns: readonly string[];
+  sets: readonly UpdateSet[];
+  /** Hard-delete mode: tombstones delete the mirror row and are remembered in the deleted-keys table. */
+  hard: boolean;
+  /** The deleted-keys table exists (always true in hard mode): inserts are guarded by it. */
+  deletedKeys: boolean;
+}
+
+/**
+ * The statements that apply the mirror stage (one row per key, collapsed to its highest
+ * position), in order. Each write is guarded by position, so a stored row with an equal or
+ * higher position is never changed (invariant 2):
+ * 1. one `UPDATE … FROM stage` per column set, where the stored position is lower;
+ * 2. `INSERT … SELECT` of keys the mirror does not have (and, with a deleted-keys table, that are
+ *    not remembered as deleted at an equal or higher position);
+ * 3. hard mode: tombstones delete the mirror row and are recorded in the deleted-keys table; a
+ *    live write removes the key's older deleted-keys entry.
+ */
+export function applyStageSql(t: WarehouseTable, o: ApplyStageOptions): string[] {
+  const mirror = qualified(t.schema, t.mirror);
+  const mirrorRef = quoteIdent(t.mirror);
+  const dk = qualified(t.schema, t.deletedKeys);
+  const dkRef = quoteIdent(t.deletedKeys);
+  const stage = `${quoteIdent(o.stages.writes)} stg`;
+  const q = quoteIdent;
+  const pos = q(CdcColumn.POSITION);
+  const del = q(CdcColumn.DELETED);
+  const always = [CdcColumn.POSITION, CdcColumn.DELETED, CdcColumn.DELETED_AT, CdcColumn.APPLIED_AT];
+  const liveOnly = o.hard ? ` AND NOT stg.${del}` : '';
+  const out: string[] = [];
+  for (const set of o.sets) {
+    const assign = [...set.columns, ...always].map((c) => `${q(c)} = stg.${q(c)}`).join(', ');
+    out.push(
+      `UPDATE ${mirror} SET ${assign} FROM ${stage} WHERE ${keyMatch(o.key, mirrorRef, 'stg')} AND ${mirrorRef}.${pos} < stg.${pos} AND stg.${q(CdcColumn.SET)} = ${set.id}${liveOnly}`,
+    );
+  }
+  const dkGuard = o.deletedKeys ? ` AND NOT EXISTS (SELECT 1 FROM ${dk} d WHERE ${keyMatch(o.key, 'd', 'stg')} AND d.${pos} >= stg.${pos})` : '';
+  out.push(
+    `INSERT INTO ${mirror} (${cols(o.mirrorColumns)}) SELECT ${cols(o.mirrorColumns, 'stg.')} FROM ${stage} ` +
+      `WHERE NOT EXISTS (SELECT 1 FROM ${mirror} m WHERE ${keyMatch(o.key, 'm', 'stg')})${dkGuard}${liveOnly}`,
+  );
+  if (o.deletedKeys) {
+    out.push(`DELETE FROM ${dk} USING ${stage} WHERE ${keyMatch(o.key, dkRef, 'stg')} AND NOT stg.${del} AND ${dkRef}.${pos} < stg.${pos}`);
+  }
+  if (o.hard) {
+    const dkCols = [...o.key, CdcColumn.POSITION, CdcColumn.DELETED_AT, CdcColumn.APPLIED_AT];
+    out.push(`DELETE FROM ${mirror} USING ${stage} WHERE ${keyMatch(o.key, mirrorRef, 'stg')} AND stg.${del} AND ${mirrorRef}.${pos} < stg.${pos}`);
+    out.push(
+      `UPDATE ${dk} SET ${[CdcColumn.POSITION, CdcColumn.DELETED_AT, CdcColumn.APPLIED_AT].map((c) => `${q(c)} = stg.${q(c)}`).join(', ')} FROM ${stage} ` +
+        `WHERE ${keyMatch(o.key, dkRef, 'stg')} AND stg.${del} AND ${dkRef}.${pos} < stg.${pos}`,
+    );
+    out.push(
+      `INSERT INTO ${dk} (${cols(dkCols)}) SELECT ${cols(dkCols, 'stg.')} FROM ${stage} WHERE stg.${del} ` +
+        `AND NOT EXISTS (SELECT 1 FROM ${dk} d WHERE ${keyMatch(o.key, 'd', 'stg')}) ` +
+        `AND NOT EXISTS (SELECT 1 FROM ${mirror} m WHERE ${keyMatch(o.key, 'm', 'stg')} AND m.${pos} >= stg.${pos})`,
+    );
+  }
+  return out;
+}

@@ -1,0 +1,442 @@
+/**
+ * Warehouse applier: change log (Kinesis) → a PostgreSQL-wire warehouse (PostgreSQL or Redshift).
+ *
+ * Per batch (DESIGN §5.4; invariants 2, 7, 10, 11, 12):
+ * - each record is decoded and validated (`validateChangeEvent`); a record that fails goes to the
+ *   dead letters with its reason and counts as processed;
+ * - records are grouped by (source, table). Per table: the table and its schema versions are
+ *   read from the control plane; a table or column name that is not a plain identifier or not in
+ *   the registry's schema version is refused (`UnsafeIdentifierError`) and its records are dead
+ *   letters, while other tables of the batch still apply;
+ * - a table that is paused or needs a re-snapshot, or that this sink already holds, is not
+ *   applied: the sink records the first held position (`holdSinkTable`) so a resume can replay
+ *   from it, counts `EventsHeld`, and treats the records as processed. Holding goes on until the
+ *   hold is released, because applying newer events first would make the replayed older ones
+ *   look stale (the position guard would drop them);
+ * - the table's events are applied in ONE warehouse transaction (`PgWarehouse.applyTable`), and
+ *   only after COMMIT is its high-water mark advanced and its records reported as done;
+ * - heartbeat events (table `<schema>.cdc_heartbeat`) are applied like any table and also give
+ *   `EndToEndLag` = commit time of the sink transaction − source commit time;
+ * - a database error fails the table's records; the response then fails every record at or
+ *   after the first failed one in sequence order (Kinesis retries from the lowest anyway, and
+ *   per-key order is kept). A value the warehouse refuses (data exception) is isolated by
+ *   applying that table's events one at a time; the refused event is a dead letter.
+ *
+ * Why not a per-record handler: one transaction per batch and table means the whole batch must
+ * be processed before any record's outcome is known. The handler therefore applies the batch
+ * first, then hands Powertools' `BatchProcessor` a record handler that only reports each record's
+ * known outcome (throws for the failed ones). Powertools still builds `batchItemFailures` and
+ * raises `FullBatchFailureError` when every record failed, exactly as for per-record processing.
+ *
+ * Metrics (EMF via Powertools, names from contracts/metrics.ts) carry exactly the dimensions the
+ * contract names (Sink + Source, Stage + Source, or Sink): Powertools' default `service`
+ * dimension is cleared so the constructs' alarms match.
+ *
+ * `createWarehouseApplier` builds the same applier from explicit dependencies for the local
+ * pipeline and the tests; `handler` builds it once per container from the environment.
+ */
+import { BatchProcessor, EventType, processPartialResponse } from '@aws-lambda-powertools/batch';
+import { Logger } from '@aws-lambda-powertools/logger';
+import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
+import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent, KinesisStreamRecord } from 'aws-lambda';
+import pg from 'pg';
+import { EnvName, HEARTBEAT_TABLE } from '../../contracts/env.ts';
+import { METRICS_NAMESPACE, MetricDimension, MetricName } from '../../contracts/metrics.ts';
+import { failuresFrom, UnsupportedOperationError } from '../core/apply-plan.ts';
+import type { ControlPlane, SchemaVersion } from '../core/control-plane.ts';
+import { CdcError, InvalidRecordError, UnsafeIdentifierError } from '../core/errors.ts';
+import { validateChangeEvent, type ChangeEvent } from '../core/event.ts';
+import { assertPlainIdentifier, splitTableId } from '../core/identifiers.ts';
+import { assertSourceColumn } from '../core/warehouse-sql.ts';
+import { dynamoDbClient } from '../adapters/aws-clients.ts';
+import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
+import { PgWarehouse, SinkTypeConflictError, ValueRejectedError, type PgWarehouseOptions } from '../adapters/warehouse-pg.ts';
+
+/** One change-log record as the applier sees it. */
+export interface ChangeRecord {
+  /** Kinesis sequence number (the batch-failure identifier). */
+  sequenceNumber: string;
+  /** Where it was read: `<stream>/<shard>/<sequence number>` (kept with a dead letter). */
+  origin: string;
+  /** The record's payload text (a JSON change event). */
+  text: string;
+}
+
+export interface WarehouseApplierDeps {
+  controlPlane: ControlPlane;
+  pool: pg.Pool;
+  /** Sink id: offsets, holds, dead-letter stage and metric dimension. */
+  sinkId: string;
+  metrics: Metrics;
+  logger: Logger;
+  /** Stage loader and stage-table lifecycle. @default portable INSERT loader; lifecycle by server (see PgWarehouse) */
+  warehouse?: PgWarehouseOptions;
+  /** Clock for `_cdc_applied_at` and dead-letter times. @default () => new Date() */
+  now?: () => Date;
+}
+
+/** What happened to a batch. */
+export interface BatchOutcome {
+  /** Sequence numbers to report as failed: every record at or after the first one that failed. */
+  failed: string[];
+  /** Why each record failed (records after the first failure say so). */
+  reasons: Map<string, string>;
+  /** Valid events of applied tables (written, or recognised as already applied). */
+  applied: number;
+  held: number;
+  deadLettered: number;
+}
+
+export interface WarehouseApplier {
+  /** Applies a batch of change-log records (the handler's work, without the Lambda shapes). */
+  applyRecords(records: readonly ChangeRecord[]): Promise<BatchOutcome>;
+  /** The Lambda handler for a Kinesis event source mapping with `ReportBatchItemFailures`. */
+  handler(event: KinesisStreamEvent, context?: Context): Promise<KinesisStreamBatchResponse>;
+  readonly warehouse: PgWarehouse;
+}
+
+/** A record reported as failed in the batch response. */
+export class RecordNotAppliedError extends CdcError {
+  constructor(sequenceNumber: string, reason: string) {
+    super('NOT_APPLIED', `record ${sequenceNumber} was not applied: ${reason}`);
+  }
+}
+
+/** A required setting is missing from the environment. */
+export class ConfigurationError extends CdcError {
+  constructor(message: string) {
+    super('CONFIGURATION', message);
+  }
+}
+
+interface Item {
+  record: ChangeRecord;
+  event: ChangeEvent;
+}
+
+const describeError = (err: unknown): string => (err instanceof Error ? `${err.name}: ${err.message}` : String(err));
+const codeOf = (err: unknown): string => (err instanceof CdcError ? err.code : 'APPLY_FAILED');
+const minPosition = (items: readonly Item[]): string => items.reduce((m, i) => (i.event.position < m ? i.event.position : m), items[0]!.event.position);
+const maxPosition = (items: readonly Item[]): string => items.reduce((m, i) => (i.event.position > m ? i.event.position : m), items[0]!.event.position);
+
+/** The record a Lambda Kinesis event carries, as the applier sees it. */
+export function changeRecordOf(r: KinesisStreamRecord): ChangeRecord {
+  const stream = r.eventSourceARN?.split(':stream/')[1] ?? 'stream';
+  const shard = r.eventID?.split(':')[0] ?? 'shard';
+  return { sequenceNumber: r.kinesis.sequenceNumber, origin: `${stream}/${shard}/${r.kinesis.sequenceNumber}`, text: Buffer.from(r.kinesis.data, 'base64').toString('utf8') };
+}
+
+/** Builds the warehouse applier from explicit dependencies (local pipeline, tests, and the Lambda handler below). */
+export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApplier {
+  const { controlPlane: cp, sinkId, metrics, logger } = deps;
+  assertPlainIdentifier(sinkId, 'sink id');
+  const now = deps.now ?? (() => new Date());
+  const warehouse = new PgWarehouse(deps.pool, deps.warehouse);
+  const schemaCache = new Map<string, SchemaVersion>();
+  const processor = new BatchProcessor(EventType.KinesisDataStreams);
+
+  async function schemaOf(source: string, table: string, version: number): Promise<SchemaVersion> {
+    const k = `${source}\u0000${table}\u0000${version}`;
+    const hit = schemaCache.get(k);
+    if (hit) return hit;
+    const v = await cp.getSchemaVersion(source, table, version);
+    if (!v) throw new InvalidRecordError('schemaVersion', `version ${version} of ${source}/${table} is not registered`);
+    for (const c of v.columns) assertSourceColumn(c.name, table);
+    schemaCache.set(k, v);
+    return v;
+  }
+
+  /** Refuses names that are not plain identifiers or not columns of the event's schema version. */
+  function checkColumns(e: ChangeEvent, schema: SchemaVersion): void {
+    const known = new Set(schema.columns.map((c) => c.name));
+    const check = (name: string, where: string): void => {
+      assertSourceColumn(name, e.table);
+      if (!known.has(name)) throw new UnsafeIdentifierError(name, `${where} names a column that is not in schema version ${schema.version} of ${e.source}/${e.table}`);
+    };
+    for (const k of Object.keys(e.key)) check(k, 'key');
+    for (const c of Object.keys(e.after ?? {})) check(c, 'after');
+    for (const c of e.missing) check(c, 'missing');
+    const keyCols = Object.keys(e.key).sort();
+    const want = [...schema.key].sort();
+    if (keyCols.length !== want.length || keyCols.some((k, i) => k !== want[i])) {
+      throw new InvalidRecordError('key', `expected the primary key (${want.join(', ')}) of ${e.table} schema version ${schema.version}, got (${keyCols.join(', ')})`);
+    }
+  }
+
+  async function applyRecords(records: readonly ChangeRecord[]): Promise<BatchOutcome> {
+    const appliedAt = now();
+    const failed = new Map<string, string>();
+    const counts = new Map<string, { applied: number; held: number; dead: number; lag: number[] }>();
+    const countFor = (source: string | null) => {
+      const k = source ?? 'unknown';
+      let c = counts.get(k);
+      if (!c) counts.set(k, (c = { applied: 0, held: 0, dead: 0, lag: [] }));
+      return c;
+    };
+    let applyErrors = 0;
+
+    const deadLetter = async (record: ChangeRecord, source: string | null, table: string | null, err: unknown): Promise<void> => {
+      try {
+        await cp.putDeadLetter({
+          at: now().toISOString(),
+          stage: sinkId,
+          source,
+          table,
+          code: codeOf(err),
+          reason: describeError(err),
+          origin: record.origin,
+          record: record.text,
+          truncated: false,
+        });
+        countFor(source).dead++;
+        logger.warn('record sent to dead letters', { origin: record.origin, source, table, code: codeOf(err), reason: describeError(err) });
+      } catch (dlErr) {
+        failed.set(record.sequenceNumber, `dead letter could not be stored: ${describeError(dlErr)}`);
+      }
+    };
+
+    // Decode and validate; group by (source, table) in order of first appearance.
+    const groups = new Map<string, Item[]>();
+    for (const record of records) {
+      let event: ChangeEvent;
+      try {
+        let parsed: unknown;
+        try {
+          parsed = JSON.parse(record.text);
+        } catch (e) {
+          throw new InvalidRecordError('event', `not JSON: ${(e as Error).message}`);
+        }
+        event = validateChangeEvent(parsed);
+      } catch (err) {
+        const about = aboutRecord(record.text);
+        await deadLetter(record, about.source, about.table, err);
+        continue;
+      }
+      const k = `${event.source}\u0000${event.table}`;
+      const list = groups.get(k);
+      if (list) list.push({ record, event });
+      else groups.set(k, [{ record, event }]);
+    }
+
+    for (const items of groups.values()) {
+      const { source, table } = items[0]!.event;
+      try {
+        await applyGroup(source, table, items);
+      } catch (err) {
+        applyErrors++;
+        logger.error('table batch not applied; its records will be retried', { source, table, error: describeError(err) });
+        for (const i of items) if (!failed.has(i.record.sequenceNumber)) failed.set(i.record.sequenceNumber, describeError(err));
+      }
+    }
+
+    async function applyGroup(source: string, table: string, items: Item[]): Promise<void> {
+      try {
+        assertPlainIdentifier(source, 'source id');
+        splitTableId(table);
+      } catch (err) {
+        for (const i of items) await deadLetter(i.record, source, table, err);
+        return;
+      }
+      const rec = await cp.getTable(source, table);
+      if (!rec) {
+        const err = new UnsafeIdentifierError(table, `not a registered table of source ${source}`);
+        for (const i of items) await deadLetter(i.record, source, table, err);
+        return;
+      }
+      const progress = await cp.getSinkProgress(sinkId, source, table);
+      if (rec.state === 'paused' || rec.state === 'needs-resnapshot' || (progress?.heldFrom ?? null) !== null) {
+        await hold(source, table, items, progress?.heldFrom ? `held since ${progress.heldFrom}` : `table is ${rec.state}`);
+        return;
+      }
+      const valid: Item[] = [];
+      const schemas = new Map<number, SchemaVersion>();
+      for (const i of items) {
+        try {
+          if (i.event.op === 'truncate') {
+            throw new UnsupportedOperationError('truncate', `warehouse sink ${sinkId}`, `re-snapshot ${source}/${table} into the warehouse`);
+          }
+          const schema = await schemaOf(source, table, i.event.schemaVersion);
+          checkColumns(i.event, schema);
+          schemas.set(schema.version, schema);
+          valid.push(i);
+        } catch (err) {
+          if (!(err instanceof CdcError)) throw err;
+          await deadLetter(i.record, source, table, err);
+        }
+      }
+      if (valid.length === 0) return;
+      try {
+        await applyItems(source, table, rec.deleteMode, schemas, valid);
+      } catch (err) {
+        if (err instanceof SinkTypeConflictError) {
+          logger.error('warehouse column type conflict; table held for this sink', { source, table, error: err.message });
+          await hold(source, table, valid, err.message);
+        } else if (err instanceof ValueRejectedError) {
+          await isolate(source, table, rec.deleteMode, schemas, valid);
+        } else {
+          throw err;
+        }
+      }
+    }
+
+    async function hold(source: string, table: string, items: Item[], why: string): Promise<void> {
+      await cp.holdSinkTable(sinkId, source, table, minPosition(items));
+      countFor(source).held += items.length;
+      logger.info('events held', { source, table, count: items.length, from: minPosition(items), why });
+    }
+
+    async function applyItems(source: string, table: string, deleteMode: 'soft' | 'hard', schemas: Map<number, SchemaVersion>, items: Item[]): Promise<void> {
+      const result = await warehouse.applyTable({ source, table, deleteMode, schemas, events: items.map((i) => i.event), appliedAt });
+      await cp.advanceSinkProgress(sinkId, source, table, maxPosition(items));
+      const c = countFor(source);
+      c.applied += items.length;
+      if (splitTableId(table).table === HEARTBEAT_TABLE) {
+        for (const e of result.plan.fresh) c.lag.push(Math.max(0, result.committedAt - Date.parse(e.commitTs)));
+      }
+      for (const u of result.plan.unresolved) {
+        logger.warn('primary-key change: undelivered columns could not be taken from the old key and were written as NULL', {
+          source,
+          table,
+          position: u.event.position,
+          key: u.event.key,
+          columns: u.columns,
+        });
+      }
+      if (result.ddl.length > 0) logger.info('warehouse DDL applied', { source, table, statements: result.ddl });
+    }
+
+    /** Applies the table's events one at a time, so that the one the warehouse refuses becomes a dead letter. */
+    async function isolate(source: string, table: string, deleteMode: 'soft' | 'hard', schemas: Map<number, SchemaVersion>, items: Item[]): Promise<void> {
+      const ordered = [...items].sort((a, b) => (a.event.position < b.event.position ? -1 : a.event.position > b.event.position ? 1 : 0));
+      for (let n = 0; n < ordered.length; n++) {
+        const i = ordered[n]!;
+        try {
+          await applyItems(source, table, deleteMode, schemas, [i]);
+        } catch (err) {
+          if (err instanceof ValueRejectedError) {
+            await deadLetter(i.record, source, table, err);
+            continue;
+          }
+          applyErrors++;
+          for (const rest of ordered.slice(n)) failed.set(rest.record.sequenceNumber, describeError(err));
+          logger.error('table batch not applied; its records will be retried', { source, table, error: describeError(err) });
+          return;
+        }
+      }
+    }
+
+    // Metrics, with exactly the contract's dimensions.
+    for (const [source, c] of counts) {
+      if (c.applied > 0) emit(MetricName.EVENTS_APPLIED, MetricUnit.Count, [c.applied], { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
+      if (c.held > 0) emit(MetricName.EVENTS_HELD, MetricUnit.Count, [c.held], { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
+      if (c.dead > 0) emit(MetricName.DEAD_LETTERS, MetricUnit.Count, [c.dead], { [MetricDimension.STAGE]: sinkId, [MetricDimension.SOURCE]: source });
+      if (c.lag.length > 0) emit(MetricName.END_TO_END_LAG, MetricUnit.Milliseconds, c.lag, { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
+    }
+    if (applyErrors > 0) emit(MetricName.APPLY_ERRORS, MetricUnit.Count, [applyErrors], { [MetricDimension.SINK]: sinkId });
+
+    const seqs = records.map((r) => r.sequenceNumber);
+    const reported = failuresFrom(seqs, new Set(failed.keys()));
+    const reasons = new Map<string, string>();
+    const first = reported[0];
+    for (const s of reported) reasons.set(s, failed.get(s) ?? `comes after ${first}, which failed`);
+    let total = { applied: 0, held: 0, dead: 0 };
+    for (const c of counts.values()) total = { applied: total.applied + c.applied, held: total.held + c.held, dead: total.dead + c.dead };
+    return { failed: reported, reasons, applied: total.applied, held: total.held, deadLettered: total.dead };
+  }
+
+  function emit(name: string, unit: (typeof MetricUnit)[keyof typeof MetricUnit], values: number[], dimensions: Record<string, string>): void {
+    for (const v of values) {
+      const m = metrics.singleMetric();
+      m.clearDefaultDimensions();
+      m.addDimensions(dimensions);
+      m.addMetric(name, unit, v);
+    }
+  }
+
+  async function handler(event: KinesisStreamEvent, context?: Context): Promise<KinesisStreamBatchResponse> {
+    const outcome = await applyRecords(event.Records.map(changeRecordOf));
+    const failed = new Set(outcome.failed);
+    return processPartialResponse(
+      event,
+      async (r: KinesisStreamRecord) => {
+        const seq = r.kinesis.sequenceNumber;
+        if (failed.has(seq)) throw new RecordNotAppliedError(seq, outcome.reasons.get(seq) ?? 'failed');
+      },
+      processor,
+      { context, processInParallel: false },
+    );
+  }
+
+  return { applyRecords, handler, warehouse };
+}
+
+/** Best effort: the source and table a record that failed validation is about. */
+function aboutRecord(text: string): { source: string | null; table: string | null } {
+  try {
+    const v = JSON.parse(text) as Record<string, unknown>;
+    return { source: typeof v.source === 'string' ? v.source : null, table: typeof v.table === 'string' ? v.table : null };
+  } catch {
+    return { source: null, table: null };
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Lambda handler: module-scope clients, built once per container from the environment.
+
+const logger = new Logger({ serviceName: process.env[EnvName.POWERTOOLS_SERVICE_NAME] ?? 'warehouse-applier' });
+const metrics = new Metrics({ namespace: process.env[EnvName.POWERTOOLS_METRICS_NAMESPACE] ?? METRICS_NAMESPACE });
+let applier: Promise<WarehouseApplier> | undefined;
+
+/** Connection settings in the warehouse secret (the shape RDS and Redshift secrets use). */
+interface WarehouseSecret {
+  host: string;
+  port?: number | string;
+  username: string;
+  password: string;
+  dbname?: string;
+  /** `disable`, `require` (encrypt, do not verify) or `verify-full` (default). */
+  sslmode?: string;
+}
+
+async function poolFromEnvironment(): Promise<pg.Pool> {
+  const url = process.env[EnvName.WAREHOUSE_URL];
+  const common = { max: 2, connectionTimeoutMillis: 10_000, idleTimeoutMillis: 60_000 };
+  if (url) return new pg.Pool({ connectionString: url, ...common });
+  const arn = process.env[EnvName.WAREHOUSE_SECRET_ARN];
+  if (!arn) throw new ConfigurationError(`set ${EnvName.WAREHOUSE_URL} or ${EnvName.WAREHOUSE_SECRET_ARN}`);
+  const out = await new SecretsManagerClient({}).send(new GetSecretValueCommand({ SecretId: arn }));
+  let s: WarehouseSecret;
+  try {
+    s = JSON.parse(out.SecretString ?? '') as WarehouseSecret;
+  } catch {
+    throw new ConfigurationError(`secret ${arn} is not JSON with host, port, username, password, dbname`);
+  }
+  if (!s.host || !s.username) throw new ConfigurationError(`secret ${arn} lacks host or username`);
+  const ssl = s.sslmode === 'disable' ? false : s.sslmode === 'require' ? { rejectUnauthorized: false } : true;
+  return new pg.Pool({ host: s.host, port: Number(s.port ?? 5439), user: s.username, password: s.password, database: s.dbname, ssl, ...common });
+}
+
+async function fromEnvironment(): Promise<WarehouseApplier> {
+  const table = process.env[EnvName.CONTROL_TABLE];
+  const sinkId = process.env[EnvName.SINK_ID];
+  if (!table) throw new ConfigurationError(`${EnvName.CONTROL_TABLE} is not set`);
+  if (!sinkId) throw new ConfigurationError(`${EnvName.SINK_ID} is not set`);
+  const pool = await poolFromEnvironment();
+  pool.on('error', (err) => logger.warn('idle warehouse connection failed', { error: describeError(err) }));
+  return createWarehouseApplier({ controlPlane: new DynamoDbControlPlane(dynamoDbClient(), table), pool, sinkId, metrics, logger });
+}
+
+/** Lambda entry point (Kinesis event source mapping with `ReportBatchItemFailures`). */
+export const handler = async (event: KinesisStreamEvent, context: Context): Promise<KinesisStreamBatchResponse> => {
+  logger.addContext(context);
+  applier ??= fromEnvironment();
+  let built: WarehouseApplier;
+  try {
+    built = await applier;
+  } catch (err) {
+    applier = undefined;
+    throw err;
+  }
+  return built.handler(event, context);
+};

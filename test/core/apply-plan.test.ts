@@ -1,0 +1,167 @@
+import { describe, expect, it } from 'vitest';
+import {
+  compareSequenceNumbers,
+  distinctEvents,
+  failuresFrom,
+  oldKeysNeeded,
+  planTable,
+  setSignature,
+  toParam,
+  type StoredRow,
+  type StoredState,
+} from '../../lambda/core/apply-plan.ts';
+import { ENVELOPE_VERSION, keyText, type ChangeEvent, type Row } from '../../lambda/core/event.ts';
+import { makePosition } from '../../lambda/core/position.ts';
+
+const pos = (n: number, i = 0): string => makePosition(BigInt(n) * 0x100n, i);
+
+function ev(op: ChangeEvent['op'], n: number, key: Row, after: Row | null, extra: Partial<ChangeEvent> = {}): ChangeEvent {
+  return {
+    v: ENVELOPE_VERSION,
+    source: 'demo',
+    table: 'public.t',
+    op,
+    key,
+    after,
+    before: null,
+    missing: [],
+    position: pos(n),
+    commitTs: new Date(Date.UTC(2026, 0, 1, 0, 0, n)).toISOString(),
+    txId: String(n),
+    schemaVersion: 1,
+    capture: 'slot',
+    synthetic: false,
+    ...extra,
+  };
+}
+
+const K1 = { id: 1 };
+const K2 = { id: 2 };
+const stored = (entries: [Row, StoredState][]): Map<string, StoredState> => new Map(entries.map(([k, s]) => [keyText(k), s]));
+
+describe('distinctEvents', () => {
+  it('keeps the first delivery of each position + key, in position order', () => {
+    const a = ev('insert', 2, K1, { id: 1, v: 'a' });
+    const dup = { ...a, after: { id: 1, v: 'other' } };
+    const b = ev('insert', 1, K2, { id: 2 });
+    expect(distinctEvents([a, b, dup]).map((e) => [e.position, e.after])).toEqual([
+      [pos(1), { id: 2 }],
+      [pos(2), { id: 1, v: 'a' }],
+    ]);
+  });
+
+  it('keeps the two halves of a primary-key change (same position, different keys)', () => {
+    const del = ev('delete', 3, K1, null);
+    const ins = ev('insert', 3, K2, { id: 2 }, { before: { id: 1 } });
+    expect(distinctEvents([ins, del, ins])).toHaveLength(2);
+  });
+});
+
+describe('planTable', () => {
+  it('drops events at or below the stored position (replays change nothing)', () => {
+    const plan = planTable({ events: [ev('update', 3, K1, { id: 1, v: 'old' }), ev('update', 5, K1, { id: 1, v: 'same' })], keyColumns: ['id'], stored: stored([[K1, { position: pos(5), deleted: false }]]) });
+    expect(plan.writes).toEqual([]);
+    expect(plan.fresh).toEqual([]);
+    expect(plan.events).toHaveLength(2);
+    expect(plan.maxPosition).toBe(pos(5));
+  });
+
+  it('merges an update onto a stored live row with only the delivered columns (absent is not null)', () => {
+    const plan = planTable({
+      events: [ev('update', 6, K1, { id: 1, a: 2 }, { missing: ['b'] }), ev('update', 7, K1, { id: 1, c: null })],
+      keyColumns: ['id'],
+      stored: stored([[K1, { position: pos(5), deleted: false }]]),
+    });
+    expect(plan.writes).toEqual([{ key: K1, keyText: keyText(K1), position: pos(7), deleted: false, deletedAt: null, full: false, values: { id: 1, a: 2, c: null } }]);
+    expect(setSignature(plan.writes[0]!)).toBe('a,c,id');
+  });
+
+  it('does not let a stale update overwrite a newer one in the same batch', () => {
+    const plan = planTable({ events: [ev('update', 9, K1, { id: 1, a: 9 }), ev('update', 4, K1, { id: 1, a: 4 }), ev('update', 6, K1, { id: 1, b: 'x' })], keyColumns: ['id'], stored: stored([[K1, { position: pos(5), deleted: false }]]) });
+    expect(plan.writes[0]!.values).toEqual({ id: 1, a: 9, b: 'x' });
+    expect(plan.writes[0]!.position).toBe(pos(9));
+    expect(plan.fresh.map((e) => e.position)).toEqual([pos(6), pos(9)]);
+  });
+
+  it('treats an insert as a full image: absent columns become NULL, later updates merge into it', () => {
+    const plan = planTable({ events: [ev('insert', 1, K1, { id: 1, a: 1 }), ev('update', 2, K1, { id: 1, b: 'x' }, { missing: ['c'] })], keyColumns: ['id'], stored: new Map() });
+    expect(plan.writes[0]).toMatchObject({ full: true, deleted: false, values: { id: 1, a: 1, b: 'x' } });
+    expect(setSignature(plan.writes[0]!)).toBe('*');
+  });
+
+  it('writes a full image for an update with nothing live underneath (absent, or deleted)', () => {
+    const none = planTable({ events: [ev('update', 2, K1, { id: 1, a: 2 })], keyColumns: ['id'], stored: new Map() });
+    expect(none.writes[0]).toMatchObject({ full: true, values: { id: 1, a: 2 } });
+    const tomb = planTable({ events: [ev('update', 6, K1, { id: 1, a: 6 })], keyColumns: ['id'], stored: stored([[K1, { position: pos(5), deleted: true }]]) });
+    expect(tomb.writes[0]).toMatchObject({ full: true, deleted: false, values: { id: 1, a: 6 } });
+    const inBatch = planTable({ events: [ev('delete', 6, K1, null), ev('update', 7, K1, { id: 1, a: 7 })], keyColumns: ['id'], stored: stored([[K1, { position: pos(5), deleted: false }]]) });
+    expect(inBatch.writes[0]).toMatchObject({ full: true, deleted: false, values: { id: 1, a: 7 } });
+  });
+
+  it('makes a delete a tombstone that keeps the values it had', () => {
+    const live = planTable({ events: [ev('update', 6, K1, { id: 1, a: 6 }), ev('delete', 7, K1, null)], keyColumns: ['id'], stored: stored([[K1, { position: pos(5), deleted: false }]]) });
+    expect(live.writes[0]).toEqual({ key: K1, keyText: keyText(K1), position: pos(7), deleted: true, deletedAt: '2026-01-01T00:00:07.000Z', full: false, values: { id: 1, a: 6 } });
+    const unknown = planTable({ events: [ev('delete', 3, K1, null)], keyColumns: ['id'], stored: new Map() });
+    expect(unknown.writes[0]).toMatchObject({ deleted: true, full: false, values: {} });
+    const revived = planTable({ events: [ev('delete', 3, K1, null), ev('insert', 4, K1, { id: 1, a: 4 })], keyColumns: ['id'], stored: new Map() });
+    expect(revived.writes[0]).toMatchObject({ deleted: false, deletedAt: null, full: true, values: { id: 1, a: 4 } });
+  });
+
+  describe('primary-key change with undelivered columns', () => {
+    // k1 → k2 at position 10; column `big` was not delivered (unchanged TOAST value).
+    const del = ev('delete', 10, K1, null, { before: { id: 1 } });
+    const ins = ev('insert', 10, K2, { id: 2, a: 5 }, { before: { id: 1 }, missing: ['big'] });
+
+    it('names the old keys whose stored rows it needs', () => {
+      expect(oldKeysNeeded([del, ins, ev('insert', 11, { id: 3 }, { id: 3 })], ['id'])).toEqual([K1]);
+    });
+
+    it('takes the value from the old key when its delete is in the batch (stored row + earlier events of the batch)', () => {
+      const rows = new Map<string, StoredRow>([[keyText(K1), { position: pos(5), deleted: false, values: { a: '1', big: 'stored' } }]]);
+      const plan = planTable({ events: [ins, del], keyColumns: ['id'], stored: stored([[K1, { position: pos(5), deleted: false }]]), storedRows: rows });
+      expect(plan.writes.find((w) => w.keyText === keyText(K2))!.values).toEqual({ id: 2, a: 5, big: 'stored' });
+      expect(plan.unresolved).toEqual([]);
+      const updated = planTable({ events: [ins, del, ev('update', 8, K1, { id: 1, big: 'newer' })], keyColumns: ['id'], stored: stored([[K1, { position: pos(5), deleted: false }]]), storedRows: rows });
+      expect(updated.writes.find((w) => w.keyText === keyText(K2))!.values.big).toBe('newer');
+    });
+
+    it('takes the value from a tombstone of the old key at exactly that position', () => {
+      const rows = new Map<string, StoredRow>([[keyText(K1), { position: pos(10), deleted: true, values: { a: '1', big: 'kept' } }]]);
+      const plan = planTable({ events: [ins], keyColumns: ['id'], stored: stored([[K1, { position: pos(10), deleted: true }]]), storedRows: rows });
+      expect(plan.writes[0]!.values).toEqual({ id: 2, a: 5, big: 'kept' });
+    });
+
+    it('reports the columns as unresolved (NULL) when the old row at that position is not known', () => {
+      const later = new Map<string, StoredRow>([[keyText(K1), { position: pos(12), deleted: false, values: { a: '1', big: 'later' } }]]);
+      const plan = planTable({ events: [ins], keyColumns: ['id'], stored: stored([[K1, { position: pos(12), deleted: false }]]), storedRows: later });
+      expect(plan.writes[0]!.values).toEqual({ id: 2, a: 5 });
+      expect(plan.unresolved).toEqual([{ event: ins, columns: ['big'] }]);
+      const notYet = planTable({ events: [ins], keyColumns: ['id'], stored: stored([[K1, { position: pos(5), deleted: false }]]), storedRows: new Map([[keyText(K1), { position: pos(5), deleted: false, values: { big: 'maybe stale' } }]]) });
+      expect(notYet.unresolved).toHaveLength(1);
+    });
+
+    it('only knows what the old key delivered when it had no full row underneath', () => {
+      const plan = planTable({ events: [ev('update', 8, K1, { id: 1, a: 8 }), del, ins], keyColumns: ['id'], stored: new Map() });
+      expect(plan.unresolved).toEqual([{ event: ins, columns: ['big'] }]);
+    });
+  });
+});
+
+describe('sequence numbers and failures', () => {
+  it('compares sequence numbers numerically', () => {
+    expect(compareSequenceNumbers('9', '10')).toBeLessThan(0);
+    expect(compareSequenceNumbers('49590338271490256608559692538361571095921575989136588898', '49590338271490256608559692540925702759324208523137515618')).toBeLessThan(0);
+    expect(compareSequenceNumbers('5', '5')).toBe(0);
+  });
+
+  it('fails every record at or after the first failed one', () => {
+    expect(failuresFrom(['8', '9', '10', '11'], new Set(['11', '10']))).toEqual(['10', '11']);
+    expect(failuresFrom(['8', '9', '10'], new Set())).toEqual([]);
+  });
+});
+
+describe('toParam', () => {
+  it('turns JSON values into text parameters', () => {
+    expect([toParam(null), toParam(undefined), toParam('a'), toParam(1.5), toParam(false), toParam({ x: [1] }), toParam([1, 2])]).toEqual([null, null, 'a', '1.5', 'false', '{"x":[1]}', '[1,2]']);
+  });
+});

@@ -1,0 +1,202 @@
+import { describe, expect, it } from 'vitest';
+import { UnsafeIdentifierError } from '../../lambda/core/errors.ts';
+import {
+  addColumnSql,
+  appendChangelogSql,
+  applyStageSql,
+  assertSourceColumn,
+  catalogType,
+  clearStagesSql,
+  createChangelogSql,
+  createDeletedKeysSql,
+  createMirrorSql,
+  createSchemaSql,
+  createStagesSql,
+  createViewSql,
+  dropStagesSql,
+  fitIdentifier,
+  insertValuesSql,
+  mirrorRowsSql,
+  rowsPerStatement,
+  sinkType,
+  stageNames,
+  storedStateSql,
+  warehouseTable,
+  MAX_IDENTIFIER_LENGTH,
+  MAX_PARAMETERS,
+  TEXT_TYPE,
+} from '../../lambda/core/warehouse-sql.ts';
+
+describe('sinkType', () => {
+  it.each([
+    ['integer', 'bigint'],
+    ['smallint', 'bigint'],
+    ['bigint', 'bigint'],
+    ['INT4', 'bigint'],
+    ['INT8', 'bigint'],
+    ['real', 'double precision'],
+    ['double precision', 'double precision'],
+    ['REAL8', 'double precision'],
+    ['float(24)', 'double precision'],
+    ['numeric(12,2)', 'numeric(38,2)'],
+    ['numeric(10)', 'numeric(38,0)'],
+    ['DECIMAL(5, 3)', 'numeric(38,3)'],
+    ['numeric', TEXT_TYPE],
+    ['numeric(60,2)', TEXT_TYPE],
+    ['boolean', 'boolean'],
+    ['BOOLEAN', 'boolean'],
+    ['date', 'date'],
+    ['timestamp without time zone', 'timestamp'],
+    ['timestamp(3) without time zone', 'timestamp'],
+    ['timestamp with time zone', 'timestamptz'],
+    ['timestamptz', 'timestamptz'],
+    ['DATETIME', 'timestamp'],
+    ['text', TEXT_TYPE],
+    ['character varying(20)', TEXT_TYPE],
+    ['character(3)', TEXT_TYPE],
+    ['jsonb', TEXT_TYPE],
+    ['uuid', TEXT_TYPE],
+    ['integer[]', TEXT_TYPE],
+    ['time without time zone', TEXT_TYPE],
+    ['WSTRING', TEXT_TYPE],
+    ['NCLOB', TEXT_TYPE],
+    ['UINT8', TEXT_TYPE],
+  ])('%s → %s', (source, sink) => {
+    expect(sinkType(source)).toBe(sink);
+  });
+
+  it('maps an unknown type to text', () => {
+    expect(sinkType(null)).toBe(TEXT_TYPE);
+  });
+
+  it('absorbs every integer widening without a column-type change', () => {
+    expect(new Set(['smallint', 'integer', 'bigint'].map(sinkType)).size).toBe(1);
+  });
+
+  it('reads catalog types back in the same spelling', () => {
+    const col = (data_type: string, extra: Partial<Parameters<typeof catalogType>[0]> = {}) => catalogType({ table_name: 't', column_name: 'c', data_type, character_maximum_length: null, numeric_precision: null, numeric_scale: null, ...extra });
+    expect(col('bigint')).toBe(sinkType('integer'));
+    expect(col('numeric', { numeric_precision: 38, numeric_scale: '2' })).toBe(sinkType('numeric(12,2)'));
+    expect(col('character varying', { character_maximum_length: '65535' })).toBe(sinkType('text'));
+    expect(col('timestamp with time zone')).toBe(sinkType('timestamptz'));
+    expect(col('timestamp without time zone')).toBe(sinkType('timestamp'));
+  });
+});
+
+describe('warehouse names', () => {
+  it('derives the schema and table names', () => {
+    expect(warehouseTable('demo', 'public.orders')).toEqual({
+      source: 'demo',
+      tableId: 'public.orders',
+      schema: 'demo_public',
+      changelog: 'orders_changelog',
+      mirror: 'orders_mirror',
+      deletedKeys: 'orders_deleted_keys',
+      view: 'orders',
+    });
+  });
+
+  it('shortens long names with a stable hash instead of letting PostgreSQL truncate them', () => {
+    const long = 'a'.repeat(60);
+    const t = warehouseTable('demo', `public.${long}`);
+    for (const n of [t.changelog, t.mirror, t.deletedKeys]) expect(n.length).toBeLessThanOrEqual(MAX_IDENTIFIER_LENGTH);
+    expect(t.deletedKeys.endsWith('_deleted_keys')).toBe(true);
+    expect(warehouseTable('demo', `public.${long}`)).toEqual(t);
+    expect(fitIdentifier(`${long}x`, '_mirror')).not.toBe(fitIdentifier(`${long}y`, '_mirror'));
+  });
+
+  it.each(['public.t"; DROP TABLE x; --', 'public.t x', 'a.b.c', 'public.', "public.o'neil"])('refuses table id %j', (id) => {
+    expect(() => warehouseTable('demo', id)).toThrow(UnsafeIdentifierError);
+  });
+
+  it('refuses column names that are not plain or that use the platform prefix', () => {
+    expect(assertSourceColumn('amount', 'public.t')).toBe('amount');
+    expect(() => assertSourceColumn('a"b', 'public.t')).toThrow(UnsafeIdentifierError);
+    expect(() => assertSourceColumn('_cdc_position', 'public.t')).toThrow(/reserved/);
+    expect(() => assertSourceColumn('_CDC_deleted', 'public.t')).toThrow(/reserved/);
+  });
+
+  it('gives each sink-table shape its own stage tables', () => {
+    const t = warehouseTable('demo', 'public.t');
+    const a = stageNames(t, ['id', 'a'], ['id', 'a']);
+    expect(stageNames(t, ['id', 'a'], ['id', 'a'])).toEqual(a);
+    expect(stageNames(t, ['id', 'a', 'b'], ['id', 'a', 'b']).events).not.toBe(a.events);
+  });
+});
+
+describe('SQL text', () => {
+  const t = warehouseTable('demo', 'public.orders');
+  const key = [{ name: 'id', type: 'bigint' }];
+  const data = [
+    { name: 'status', type: TEXT_TYPE },
+    { name: 'amount', type: 'numeric(38,2)' },
+  ];
+  const mirrorColumns = ['id', 'status', 'amount', '_cdc_position', '_cdc_deleted', '_cdc_deleted_at', '_cdc_applied_at'];
+  const stages = stageNames(t, mirrorColumns, ['_cdc_position', 'id', 'status', 'amount']);
+  const sets = [
+    { id: 0, columns: ['status', 'amount'] },
+    { id: 1, columns: ['status'] },
+  ];
+  const everything = (hard: boolean): string[] => [
+    createSchemaSql(t),
+    createChangelogSql(t, key, data),
+    createMirrorSql(t, key, data),
+    createDeletedKeysSql(t, key),
+    createViewSql(t, mirrorColumns),
+    addColumnSql(t.schema, t.mirror, { name: 'note', type: TEXT_TYPE }),
+    createStagesSql(t, stages),
+    clearStagesSql(stages),
+    dropStagesSql(stages),
+    insertValuesSql('"x"', ['a', 'b'], 3),
+    appendChangelogSql(t, ['id'], ['_cdc_position', 'id', 'status'], stages),
+    storedStateSql(t, ['id'], hard, stages),
+    mirrorRowsSql(t, ['id'], 2),
+    ...applyStageSql(t, { stages, key: ['id'], mirrorColumns, sets, hard, deletedKeys: hard }),
+  ];
+
+  it('uses only what PostgreSQL and Redshift both accept (except the PostgreSQL-only stage TRUNCATE)', () => {
+    expect(clearStagesSql(stages)).toMatch(/^TRUNCATE "cdc_events_[0-9a-f]{8}", "cdc_writes_[0-9a-f]{8}"$/);
+    for (const sql of [...everything(false), ...everything(true)].filter((x) => x !== clearStagesSql(stages))) {
+      expect(sql).not.toMatch(/ON CONFLICT|\bMERGE\b|DISTINCT ON|RETURNING|ON COMMIT|TRUNCATE|\bnow\(\)|CURRENT_TIMESTAMP|\bVALUES\s*\(.*\)\s+AS\b|ADD COLUMN IF NOT EXISTS|::/i);
+    }
+  });
+
+  it('quotes every identifier', () => {
+    expect(createMirrorSql(t, key, data)).toBe(
+      'CREATE TABLE IF NOT EXISTS "demo_public"."orders_mirror" ("id" bigint NOT NULL, "status" varchar(65535), "amount" numeric(38,2), ' +
+        '"_cdc_position" varchar(24) NOT NULL, "_cdc_deleted" boolean NOT NULL, "_cdc_deleted_at" timestamptz, "_cdc_applied_at" timestamptz NOT NULL, PRIMARY KEY ("id"))',
+    );
+    expect(createChangelogSql(t, key, data)).toContain('PRIMARY KEY ("_cdc_position", "id")');
+  });
+
+  it('builds a view that hides tombstones and the tombstone columns', () => {
+    expect(createViewSql(t, mirrorColumns)).toBe(
+      'CREATE OR REPLACE VIEW "demo_public"."orders" AS SELECT "id", "status", "amount", "_cdc_position", "_cdc_applied_at" FROM "demo_public"."orders_mirror" WHERE NOT "_cdc_deleted"',
+    );
+  });
+
+  it('numbers parameters row by row and keeps statements under the parameter limit', () => {
+    expect(insertValuesSql('"s"', ['a', 'b'], 2)).toBe('INSERT INTO "s" ("a", "b") VALUES ($1, $2), ($3, $4)');
+    expect(rowsPerStatement(40) * 40).toBeLessThanOrEqual(MAX_PARAMETERS);
+    expect(rowsPerStatement(100_000)).toBe(1);
+    expect(() => insertValuesSql('"s"', ['a', 'b'], MAX_PARAMETERS)).toThrow(RangeError);
+  });
+
+  it('guards every mirror write by position', () => {
+    const soft = applyStageSql(t, { stages, key: ['id'], mirrorColumns, sets, hard: false, deletedKeys: false });
+    expect(soft).toHaveLength(3); // two UPDATEs (one per column set) and one INSERT
+    expect(soft[0]).toContain('"status" = stg."status", "amount" = stg."amount", "_cdc_position" = stg."_cdc_position"');
+    expect(soft[1]).toContain('SET "status" = stg."status", "_cdc_position"');
+    expect(soft[1]).not.toContain('"amount" =');
+    for (const u of soft.slice(0, 2)) expect(u).toContain('"orders_mirror"."_cdc_position" < stg."_cdc_position"');
+    expect(soft[2]).toMatch(/^INSERT INTO "demo_public"."orders_mirror" .* WHERE NOT EXISTS \(SELECT 1 FROM "demo_public"."orders_mirror" m WHERE m."id" = stg."id"\)$/);
+  });
+
+  it('in hard-delete mode deletes tombstoned rows and remembers their keys', () => {
+    const hard = applyStageSql(t, { stages, key: ['id'], mirrorColumns, sets, hard: true, deletedKeys: true }).join(';\n');
+    expect(hard).toContain('DELETE FROM "demo_public"."orders_mirror" USING');
+    expect(hard).toContain('INSERT INTO "demo_public"."orders_deleted_keys"');
+    expect(hard).toContain('AND NOT EXISTS (SELECT 1 FROM "demo_public"."orders_deleted_keys" d WHERE d."id" = stg."id" AND d."_cdc_position" >= stg."_cdc_position")');
+    expect(storedStateSql(t, ['id'], true, stages)).toContain('UNION ALL');
+  });
+});

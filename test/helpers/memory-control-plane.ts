@@ -1,0 +1,186 @@
+/**
+ * An in-memory `ControlPlane` for fast tests.
+ *
+ * This is a test double of a COLLABORATOR (the control plane), never of the thing under test: the
+ * warehouse applier's property test runs ten thousand histories, and a DynamoDB round trip per
+ * registry read would dominate. It keeps the port's documented rules, the same ones the DynamoDB
+ * adapter (`lambda/adapters/control-plane-dynamodb.ts`) enforces with condition expressions:
+ * registerTable and addSchemaVersion are conditional, state changes are audited, the sink
+ * high-water mark never goes down, the held position keeps the lowest value until released, and a
+ * dead letter degrades an active table (with an audit entry). The applier is also tested against
+ * the real DynamoDB adapter on DynamoDB Local (test/handlers/warehouse-applier.test.ts).
+ *
+ * Every returned object is a copy, so callers cannot change the stored state by accident.
+ */
+import type {
+  AuditEntry,
+  ControlPlane,
+  DeadLetter,
+  SchemaVersion,
+  SinkTableProgress,
+  TableRecord,
+  TableState,
+} from '../../lambda/core/control-plane.ts';
+import { CdcError } from '../../lambda/core/errors.ts';
+import { assertPosition, type Position } from '../../lambda/core/position.ts';
+
+const copy = <T>(v: T): T => structuredClone(v);
+const tableKey = (source: string, table: string): string => `${source}\u0000${table}`;
+
+export class MemoryControlPlane implements ControlPlane {
+  private readonly tables = new Map<string, TableRecord>();
+  private readonly schemas = new Map<string, Map<number, SchemaVersion>>();
+  private readonly progress = new Map<string, SinkTableProgress>();
+  private readonly checkpoints = new Map<string, string>();
+  private readonly audit: AuditEntry[] = [];
+  private readonly deadLetters: DeadLetter[] = [];
+  /** Calls per method name, for tests that care how often the applier asks. */
+  readonly calls = new Map<string, number>();
+
+  private count(name: string): void {
+    this.calls.set(name, (this.calls.get(name) ?? 0) + 1);
+  }
+
+  async getTable(source: string, table: string): Promise<TableRecord | null> {
+    this.count('getTable');
+    const t = this.tables.get(tableKey(source, table));
+    return t ? copy(t) : null;
+  }
+
+  async listTables(source?: string): Promise<TableRecord[]> {
+    return [...this.tables.values()]
+      .filter((t) => source === undefined || t.source === source)
+      .sort((a, b) => (a.source + a.table < b.source + b.table ? -1 : 1))
+      .map(copy);
+  }
+
+  async getSchemaVersion(source: string, table: string, version: number): Promise<SchemaVersion | null> {
+    this.count('getSchemaVersion');
+    const v = this.schemas.get(tableKey(source, table))?.get(version);
+    return v ? copy(v) : null;
+  }
+
+  async listSchemaVersions(source: string, table: string): Promise<SchemaVersion[]> {
+    return [...(this.schemas.get(tableKey(source, table))?.values() ?? [])].sort((a, b) => a.version - b.version).map(copy);
+  }
+
+  async registerTable(table: TableRecord, schema: SchemaVersion, audit: AuditEntry): Promise<boolean> {
+    if (schema.source !== table.source || schema.table !== table.table || schema.version !== table.currentVersion) {
+      throw new CdcError('INVALID_ARGUMENT', 'schema version does not belong to the table record');
+    }
+    const k = tableKey(table.source, table.table);
+    if (this.tables.has(k)) return false;
+    this.tables.set(k, copy(table));
+    this.schemas.set(k, new Map([[schema.version, copy(schema)]]));
+    this.audit.push(copy(audit));
+    return true;
+  }
+
+  async addSchemaVersion(schema: SchemaVersion, audit: AuditEntry): Promise<boolean> {
+    const k = tableKey(schema.source, schema.table);
+    const t = this.tables.get(k);
+    if (!t) throw new CdcError('TABLE_NOT_REGISTERED', `table ${schema.table} of source ${schema.source} is not registered in the control plane`);
+    if (t.currentVersion !== schema.version - 1) return false;
+    t.currentVersion = schema.version;
+    t.updatedAt = new Date().toISOString();
+    this.schemas.get(k)!.set(schema.version, copy(schema));
+    this.audit.push(copy(audit));
+    return true;
+  }
+
+  async setTableState(source: string, table: string, state: TableState, reason: string | null, audit: AuditEntry): Promise<void> {
+    const t = this.tables.get(tableKey(source, table));
+    if (!t) throw new CdcError('TABLE_NOT_REGISTERED', `table ${table} of source ${source} is not registered in the control plane`);
+    t.state = state;
+    t.stateReason = reason;
+    t.updatedAt = new Date().toISOString();
+    this.audit.push(copy(audit));
+  }
+
+  /** Test convenience: changes a table's delete mode (what an operator would do through the constructs). */
+  setDeleteMode(source: string, table: string, mode: TableRecord['deleteMode']): void {
+    const t = this.tables.get(tableKey(source, table));
+    if (!t) throw new CdcError('TABLE_NOT_REGISTERED', `table ${table} of source ${source} is not registered`);
+    t.deleteMode = mode;
+  }
+
+  async getSinkProgress(sink: string, source: string, table: string): Promise<SinkTableProgress | null> {
+    this.count('getSinkProgress');
+    const p = this.progress.get(`${sink}\u0000${tableKey(source, table)}`);
+    return p ? copy(p) : null;
+  }
+
+  private sinkEntry(sink: string, source: string, table: string): SinkTableProgress {
+    const k = `${sink}\u0000${tableKey(source, table)}`;
+    let p = this.progress.get(k);
+    if (!p) {
+      p = { sink, source, table, appliedPosition: null, heldFrom: null };
+      this.progress.set(k, p);
+    }
+    return p;
+  }
+
+  async advanceSinkProgress(sink: string, source: string, table: string, appliedPosition: Position): Promise<void> {
+    this.count('advanceSinkProgress');
+    assertPosition(appliedPosition, 'appliedPosition');
+    const p = this.sinkEntry(sink, source, table);
+    if (p.appliedPosition === null || p.appliedPosition < appliedPosition) p.appliedPosition = appliedPosition;
+  }
+
+  async holdSinkTable(sink: string, source: string, table: string, fromPosition: Position): Promise<void> {
+    this.count('holdSinkTable');
+    assertPosition(fromPosition, 'fromPosition');
+    const p = this.sinkEntry(sink, source, table);
+    if (p.heldFrom === null || p.heldFrom > fromPosition) p.heldFrom = fromPosition;
+  }
+
+  async releaseSinkTable(sink: string, source: string, table: string, audit: AuditEntry): Promise<void> {
+    this.sinkEntry(sink, source, table).heldFrom = null;
+    this.audit.push(copy(audit));
+  }
+
+  /** Test convenience: forgets every sink's progress (between property-test histories). */
+  resetSinkProgress(): void {
+    this.progress.clear();
+  }
+
+  async getCheckpoint(consumer: string, shardId: string): Promise<string | null> {
+    return this.checkpoints.get(`${consumer}\u0000${shardId}`) ?? null;
+  }
+
+  async putCheckpoint(consumer: string, shardId: string, sequenceNumber: string): Promise<void> {
+    this.checkpoints.set(`${consumer}\u0000${shardId}`, sequenceNumber);
+  }
+
+  async appendAudit(entry: AuditEntry): Promise<void> {
+    this.audit.push(copy(entry));
+  }
+
+  async putDeadLetter(letter: DeadLetter): Promise<void> {
+    this.count('putDeadLetter');
+    this.deadLetters.push(copy(letter));
+    if (letter.source === null || letter.table === null) return;
+    const t = this.tables.get(tableKey(letter.source, letter.table));
+    if (t && t.state === 'active') {
+      t.state = 'degraded';
+      t.stateReason = `${letter.code}: ${letter.reason.slice(0, 1024)}`;
+      this.audit.push({
+        at: letter.at,
+        actor: letter.stage === 'normalizer' ? 'normalizer' : `applier:${letter.stage}`,
+        action: 'degrade-table',
+        source: t.source,
+        table: t.table,
+        outcome: 'done',
+        detail: { from: 'active', to: 'degraded', code: letter.code, reason: letter.reason, origin: letter.origin, stage: letter.stage },
+      });
+    }
+  }
+
+  async listDeadLetters(stage?: string): Promise<DeadLetter[]> {
+    return this.deadLetters.filter((d) => stage === undefined || d.stage === stage).map(copy);
+  }
+
+  async listAudit(source?: string, table?: string): Promise<AuditEntry[]> {
+    return this.audit.filter((a) => (source === undefined || a.source === source) && (table === undefined || a.table === table)).map(copy);
+  }
+}

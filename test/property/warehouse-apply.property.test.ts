@@ -1,0 +1,164 @@
+/**
+ * Property: whatever the delivery (duplicates, reordering, replays, random batch boundaries, a
+ * batch delivered again after its commit), the warehouse ends equal to the source.
+ *
+ * Each history (a few keys of one or two tables; inserts, updates with and without the TOAST
+ * column, deletes, primary-key changes) is simulated on a model source, delivered in batches
+ * through the real applier (`createWarehouseApplier(...).applyRecords`, the function the Lambda
+ * handler calls) into a real PostgreSQL, and then checked:
+ * - the view named after the table equals the source's final rows (every column, and
+ *   `_cdc_position` = the key's last position);
+ * - soft mode: the mirror holds a tombstone at the delete's position for every key that is gone;
+ *   hard mode: the mirror holds only live rows and the deleted-keys table remembers every gone
+ *   key at its last position;
+ * - the changelog holds every delivered event exactly once (position, op, key, delivered values,
+ *   undelivered columns).
+ *
+ * The control plane is the in-memory double (a collaborator; see its doc). Run count and seed:
+ * `CDC_PROPERTY_RUNS` (default 10,000, split evenly over the two delete modes) and
+ * `CDC_PROPERTY_SEED` (default random); both are printed so a failure can be replayed.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import fc from 'fast-check';
+import pg from 'pg';
+import { Logger } from '@aws-lambda-powertools/logger';
+import { Metrics } from '@aws-lambda-powertools/metrics';
+import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
+import { createWarehouseApplier, type ChangeRecord, type WarehouseApplier } from '../../lambda/handlers/warehouse-applier.ts';
+import { keyText, type ChangeEvent, type JsonValue, type Row } from '../../lambda/core/event.ts';
+import type { DeleteMode } from '../../lambda/core/control-plane.ts';
+import { warehouseTable, qualified } from '../../lambda/core/warehouse-sql.ts';
+import { quoteIdent } from '../../lambda/core/identifiers.ts';
+import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
+import { deliveries, historyArb, MODEL_TABLES, simulate, type ModelTable } from '../helpers/histories.ts';
+
+const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 10_000);
+const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
+const SINK = 'wh';
+/** Generous: 10,000 histories take a few minutes on two idle cores, far longer on a loaded machine. */
+const TIMEOUT_MS = 60 * 60_000;
+const RAW = { getTypeParser: () => (v: string) => v } as unknown as pg.CustomTypesConfig;
+
+const text = (v: JsonValue | undefined): string | null => (v === null || v === undefined ? null : typeof v === 'string' ? v : typeof v === 'object' ? JSON.stringify(v) : String(v));
+const dataCols = (t: ModelTable): string[] => t.columns.map((c) => c.name).filter((c) => !t.key.includes(c));
+const sortRows = <T>(rows: T[]): T[] => rows.map((r) => [JSON.stringify(r), r] as const).sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)).map((x) => x[1]);
+
+describe('warehouse applier: random histories into PostgreSQL', () => {
+  let cluster: PostgresCluster;
+  let pool: pg.Pool;
+  const started = Date.now();
+  let histories = 0;
+
+  beforeAll(async () => {
+    process.env.POWERTOOLS_METRICS_DISABLED = 'true';
+    cluster = await startPostgres({ fast: true });
+    await cluster.createDatabase('wh');
+    pool = new pg.Pool({ connectionString: cluster.url('wh'), max: 4 });
+    pool.on('error', () => undefined); // the server stops before idle clients notice
+    console.log(`property: ${RUNS} histories, seed ${SEED} (replay with CDC_PROPERTY_SEED=${SEED} CDC_PROPERTY_RUNS=${RUNS})`);
+  });
+
+  afterAll(async () => {
+    await pool?.end();
+    await cluster?.stop();
+    const secs = (Date.now() - started) / 1000;
+    console.log(`property: ${histories} histories applied and checked in ${secs.toFixed(1)} s (${(histories / secs).toFixed(0)}/s), seed ${SEED}`);
+  });
+
+  for (const mode of ['soft', 'hard'] as const satisfies readonly DeleteMode[]) {
+    // The two modes run concurrently (separate sources, so separate warehouse schemas): while one
+    // waits for PostgreSQL the other computes, which roughly doubles throughput on two cores.
+    it.concurrent(`${mode} delete: the view equals the source and the changelog holds every delivered event`, async () => {
+      const source = `${mode}src`;
+      const cp = new MemoryControlPlane();
+      const at = new Date().toISOString();
+      for (const t of MODEL_TABLES) {
+        await cp.registerTable(
+          { source, table: t.table, state: 'active', currentVersion: 1, deleteMode: mode, preImage: 'key', stateReason: null, updatedAt: at },
+          { source, table: t.table, version: 1, columns: t.columns, key: t.key, effectivePosition: '0'.repeat(24), registeredAt: at },
+          { at, actor: 'test', action: 'register-table', source, table: t.table, outcome: 'done', detail: {} },
+        );
+      }
+      const applier = createWarehouseApplier({ controlPlane: cp, pool, sinkId: SINK, metrics: new Metrics({ namespace: 'test' }), logger: new Logger({ logLevel: 'ERROR' }) });
+
+      // Create the warehouse tables once (the first apply creates them); each history then starts from empty tables.
+      const warm = simulate({ twoTables: true, absentColumns: false, transactions: [[{ t: 'insert', tbl: 0, k: 0, vals: [1, 'x', null], omitNulls: false }, { t: 'insert', tbl: 1, k: 0, vals: [1, 'x', null], omitNulls: false }]], choices: [] }, source);
+      await apply(applier, warm.events, 0);
+      if (mode === 'hard') {
+        const gone = simulate({ twoTables: true, absentColumns: false, transactions: [[{ t: 'insert', tbl: 0, k: 1, vals: [1, 'x', null], omitNulls: false }, { t: 'insert', tbl: 1, k: 1, vals: [1, 'x', null], omitNulls: false }], [{ t: 'delete', tbl: 0, k: 1 }, { t: 'delete', tbl: 1, k: 1 }]], choices: [] }, source, 0x2_0000_0000n);
+        await apply(applier, gone.events, 1000);
+      }
+      const names = MODEL_TABLES.map((t) => warehouseTable(source, t.table));
+      const reset = names
+        .flatMap((n) => [n.changelog, n.mirror, ...(mode === 'hard' ? [n.deletedKeys] : [])].map((x) => `DELETE FROM ${qualified(n.schema, x)}`))
+        .join('; ');
+
+      let seq = 0;
+      const t0 = Date.now();
+      let runs = 0;
+      await fc.assert(
+        fc.asyncProperty(historyArb, async (h) => {
+          await pool.query(reset);
+          cp.resetSinkProgress();
+          const sim = simulate(h, source);
+          const batches = deliveries(sim.events, h);
+          const delivered = new Map<string, ChangeEvent>();
+          for (const b of batches) {
+            for (let n = 0; n < (b.redeliver ? 2 : 1); n++) {
+              const outcome = await apply(applier, b.events, (seq += 100));
+              if (outcome.failed.length > 0 || outcome.deadLettered > 0) throw new Error(`batch not applied: ${JSON.stringify([...outcome.reasons])}`);
+            }
+            for (const e of b.events) delivered.set(`${e.table}|${e.position}|${keyText(e.key)}`, e);
+          }
+          for (const t of sim.tables) await check(source, mode, t, sim.final.get(t.table)!, sim.lastPosition.get(t.table)!, [...delivered.values()].filter((e) => e.table === t.table));
+          histories++;
+          runs++;
+        }),
+        { numRuns: Math.ceil(RUNS / 2), seed: SEED, endOnFailure: false },
+      );
+      console.log(`property (${mode} delete): ${runs} histories in ${((Date.now() - t0) / 1000).toFixed(1)} s, seed ${SEED}`);
+    }, TIMEOUT_MS);
+  }
+
+  async function apply(applier: WarehouseApplier, events: readonly ChangeEvent[], base: number) {
+    const records: ChangeRecord[] = events.map((e, i) => ({ sequenceNumber: String(base + i + 1), origin: `test/shard-0/${base + i + 1}`, text: JSON.stringify(e) }));
+    return applier.applyRecords(records);
+  }
+
+  async function check(source: string, mode: DeleteMode, t: ModelTable, final: Map<string, Row>, last: Map<string, string>, delivered: ChangeEvent[]): Promise<void> {
+    const n = warehouseTable(source, t.table);
+    const data = dataCols(t);
+    const all = [...t.key, ...data];
+    const sel = (cols: string[], from: string) => `SELECT ${cols.map(quoteIdent).join(', ')} FROM ${qualified(n.schema, from)}`;
+    const statements = [
+      sel([...all, '_cdc_position'], n.view),
+      sel([...t.key, '_cdc_position', '_cdc_deleted'], n.mirror),
+      sel(['_cdc_position', '_cdc_op', ...all, '_cdc_missing'], n.changelog),
+      ...(mode === 'hard' ? [sel([...t.key, '_cdc_position'], n.deletedKeys)] : []),
+    ];
+    const res = (await pool.query({ text: statements.join('; '), types: RAW })) as unknown as pg.QueryResult<Record<string, string | null>>[];
+    const [view, mirror, changelog, deletedKeys] = res.map((r) => r.rows);
+
+    const expectedView = [...final.entries()].map(([k, row]) => ({ ...Object.fromEntries(all.map((c) => [c, text(row[c])])), _cdc_position: last.get(k)! }));
+    expect(sortRows(view!), `view of ${t.table}`).toEqual(sortRows(expectedView));
+
+    const keyRow = (k: string) => Object.fromEntries((JSON.parse(k) as [string, JsonValue][]).map(([c, v]) => [c, text(v)]));
+    const gone = [...last.keys()].filter((k) => !final.has(k));
+    if (mode === 'soft') {
+      const expectedMirror = [...last.entries()].map(([k, p]) => ({ ...keyRow(k), _cdc_position: p, _cdc_deleted: final.has(k) ? 'f' : 't' }));
+      expect(sortRows(mirror!), `mirror of ${t.table}`).toEqual(sortRows(expectedMirror));
+    } else {
+      const expectedMirror = [...final.keys()].map((k) => ({ ...keyRow(k), _cdc_position: last.get(k)!, _cdc_deleted: 'f' }));
+      expect(sortRows(mirror!), `mirror of ${t.table}`).toEqual(sortRows(expectedMirror));
+      expect(sortRows(deletedKeys!), `deleted keys of ${t.table}`).toEqual(sortRows(gone.map((k) => ({ ...keyRow(k), _cdc_position: last.get(k)! }))));
+    }
+
+    const expectedChangelog = delivered.map((e) => ({
+      _cdc_position: e.position,
+      _cdc_op: e.op,
+      ...Object.fromEntries(all.map((c) => [c, c in e.key ? text(e.key[c]) : text(e.after?.[c])])),
+      _cdc_missing: e.missing.length > 0 ? JSON.stringify(e.missing) : null,
+    }));
+    expect(sortRows(changelog!), `changelog of ${t.table}`).toEqual(sortRows(expectedChangelog));
+  }
+});
