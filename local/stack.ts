@@ -311,7 +311,7 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
     const kinesis = kinesisClient(kinesalite.endpoint);
     const dynamo = dynamoDbClient(dynamodb.endpoint);
     await createControlTable(dynamo, CONTROL_TABLE);
-    await ensureStream(kinesis, streams.raw, options.rawShards ?? 2);
+    await ensureStream(kinesis, streams.raw, options.rawShards ?? 1);
     await ensureStream(kinesis, streams.changeLog, options.changeLogShards ?? 2);
     const archive = new FolderArchive(path.join(stateDir, 'archive'));
 

@@ -4,6 +4,7 @@
  * bounded run compares source and warehouse at the end (local/verdict.ts).
  */
 import { readFile } from 'node:fs/promises';
+import pg from 'pg';
 import { MetricName } from '../../contracts/metrics.ts';
 import { CdcError } from '../../lambda/core/errors.ts';
 import { isSourceId } from '../../lambda/core/event.ts';
@@ -11,7 +12,8 @@ import { validateTableConfig, type TableConfig } from '../../lambda/core/table-c
 import { createDemoSchema, DEMO_TABLES } from '../../local/demo.ts';
 import { captureStdout, MetricsCollector, percentile } from '../../local/metrics.ts';
 import { LocalPipeline, HEARTBEAT_TABLE_ID } from '../../local/pipeline.ts';
-import { DEFAULT_STATE_DIR, resetLocalState, startLocalStack, type LocalStack } from '../../local/stack.ts';
+import { DEFAULT_STATE_DIR, redactUrl, resetLocalState, startLocalStack, type LocalStack } from '../../local/stack.ts';
+import { checkSourceReady } from '../../local/slot.ts';
 import { formatMs, StatusWriter } from '../../local/status.ts';
 import { compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts';
 import { EXIT_FAILED, EXIT_OK, UsageError, write, type CliIo, type Command } from './command.ts';
@@ -229,6 +231,19 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
   const out = (text: string): Promise<void> => write(io.stdout, text);
   const err = (text: string): Promise<void> => write(io.stderr, text);
 
+  if (o.sourceUrl) {
+    // Say what the source lacks before starting anything else.
+    const client = new pg.Client({ connectionString: o.sourceUrl, application_name: 'cdc-local-check', connectionTimeoutMillis: 10_000 });
+    try {
+      await client.connect();
+      await checkSourceReady(client, { needFreeSlot: false });
+    } catch (e) {
+      await err(`cdc local: ${e instanceof CdcError ? describeError(e) : `cannot use the source ${redactUrl(o.sourceUrl)}: ${describeError(e)}`}\n`);
+      return EXIT_FAILED;
+    } finally {
+      await client.end().catch(() => undefined);
+    }
+  }
   await out(`cdc local: starting (state in ${o.stateDir})\n`);
   let stack: LocalStack;
   try {
