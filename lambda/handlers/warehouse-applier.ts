@@ -12,9 +12,11 @@
  *   applied: the sink records the first held position (`holdSinkTable`) so a resume can replay
  *   from it, counts `EventsHeld`, and treats the records as processed. Holding goes on until the
  *   hold is released, because applying newer events first would make the replayed older ones
- *   look stale (the position guard would drop them);
- * - the table's events are applied in ONE warehouse transaction (`PgWarehouse.applyTable`), and
- *   only after COMMIT is its high-water mark advanced and its records reported as done;
+ *   look stale (the position guard would drop them); the resume replay applies the held range
+ *   with `applyRecords(records, { replayHeld: true })` while the live path keeps holding;
+ * - the table's events are applied in ONE warehouse transaction (`PgWarehouse.applyTable`; any
+ *   additive DDL runs just before it), and only after COMMIT is its high-water mark advanced and
+ *   its records reported as done;
  * - heartbeat events (table `<schema>.cdc_heartbeat`) are applied like any table and also give
  *   `EndToEndLag` = commit time of the sink transaction − source commit time;
  * - a database error fails the table's records; the response then fails every record at or
@@ -88,9 +90,19 @@ export interface BatchOutcome {
   deadLettered: number;
 }
 
+/** Options of one `applyRecords` call. */
+export interface ApplyOptions {
+  /**
+   * Apply tables that this sink holds (its `heldFrom` is set) as long as the table itself is
+   * active: for the resume replay, which re-applies the held range from the log while the live
+   * path keeps holding, and releases the hold when it has caught up. @default false
+   */
+  replayHeld?: boolean;
+}
+
 export interface WarehouseApplier {
   /** Applies a batch of change-log records (the handler's work, without the Lambda shapes). */
-  applyRecords(records: readonly ChangeRecord[]): Promise<BatchOutcome>;
+  applyRecords(records: readonly ChangeRecord[], options?: ApplyOptions): Promise<BatchOutcome>;
   /** The Lambda handler for a Kinesis event source mapping with `ReportBatchItemFailures`. */
   handler(event: KinesisStreamEvent, context?: Context): Promise<KinesisStreamBatchResponse>;
   readonly warehouse: PgWarehouse;
@@ -164,7 +176,7 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
     }
   }
 
-  async function applyRecords(records: readonly ChangeRecord[]): Promise<BatchOutcome> {
+  async function applyRecords(records: readonly ChangeRecord[], options: ApplyOptions = {}): Promise<BatchOutcome> {
     const appliedAt = now();
     const failed = new Map<string, string>();
     const counts = new Map<string, { applied: number; held: number; dead: number; lag: number[] }>();
@@ -244,7 +256,7 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
         for (const i of items) await deadLetter(i.record, source, table, err);
         return;
       }
-      const progress = await cp.getSinkProgress(sinkId, source, table);
+      const progress = options.replayHeld ? null : await cp.getSinkProgress(sinkId, source, table);
       if (rec.state === 'paused' || rec.state === 'needs-resnapshot' || (progress?.heldFrom ?? null) !== null) {
         await hold(source, table, items, progress?.heldFrom ? `held since ${progress.heldFrom}` : `table is ${rec.state}`);
         return;

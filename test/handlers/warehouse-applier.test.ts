@@ -260,9 +260,17 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     await a.handler(kinesisEvent([ev('hold', 'public.orders', 'insert', 9, { id: 3 }, { id: 3 }), ev('hold', 'public.orders', 'insert', 1, { id: 4 }, { id: 4 })]));
     expect(await cp.getSinkProgress(SINK, 'hold', 'public.orders')).toMatchObject({ heldFrom: pos(1) });
 
+    // The resume replay bypasses this sink's hold (not a table pause) and applies the held range.
+    const toRecords = (e: KinesisStreamEvent) => e.Records.map((r) => ({ sequenceNumber: r.kinesis.sequenceNumber, origin: 'replay', text: Buffer.from(r.kinesis.data, 'base64').toString('utf8') }));
+    const replayed = await a.applyRecords(toRecords(kinesisEvent([ev('hold', 'public.orders', 'insert', 3, { id: 2 }, { id: 2 })])), { replayHeld: true });
+    expect(replayed).toMatchObject({ failed: [], applied: 1, held: 0 });
+    expect(await rows(`SELECT id FROM ${names('hold', 'public.orders').view} ORDER BY id`)).toEqual([{ id: '2' }]);
+
     await cp.releaseSinkTable(SINK, 'hold', 'public.orders', { at: new Date().toISOString(), actor: 'test', action: 'release', source: 'hold', table: 'public.orders', outcome: 'done', detail: {} });
     const replay = await a.handler(kinesisEvent([ev('hold', 'public.orders', 'insert', 1, { id: 4 }, { id: 4 }), ev('hold', 'public.orders', 'insert', 3, { id: 2 }, { id: 2 })]));
     expect(replay.batchItemFailures).toEqual([]);
+    const paused = await register(cp, 'hold', 'public.paused', ORDERS, ['id'], { state: 'paused' }).then(() => a.applyRecords(toRecords(kinesisEvent([ev('hold', 'public.paused', 'insert', 2, { id: 1 }, { id: 1 })])), { replayHeld: true }));
+    expect(paused).toMatchObject({ applied: 0, held: 1 });
     expect(await rows(`SELECT id FROM ${names('hold', 'public.orders').view} ORDER BY id`)).toEqual([{ id: '2' }, { id: '4' }]);
   });
 
