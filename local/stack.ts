@@ -27,7 +27,7 @@ import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { dynamoDbClient, kinesisClient } from '../lambda/adapters/aws-clients.ts';
 import { createControlTable, DynamoDbControlPlane } from '../lambda/adapters/control-plane-dynamodb.ts';
 import { startPostgres, type PostgresCluster } from './postgres.ts';
-import { startDynamoDbLocal, type DynamoDbLocal } from './dynamodb.ts';
+import { QUICK_START_JVM_OPTIONS, startDynamoDbLocal, type DynamoDbLocal } from './dynamodb.ts';
 import { startKinesalite, type Kinesalite } from './kinesis.ts';
 import { FolderArchive, type Archive } from './archive.ts';
 import { LocalConfigError } from './errors.ts';
@@ -279,7 +279,7 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
       return cluster;
     };
     const startDdb = async (): Promise<DynamoDbLocal> => {
-      const d = await startDynamoDbLocal({ dbPath: path.join(stateDir, 'dynamodb') });
+      const d = await startDynamoDbLocal({ dbPath: path.join(stateDir, 'dynamodb'), jvmOptions: QUICK_START_JVM_OPTIONS });
       started.push(() => d.stop());
       return d;
     };

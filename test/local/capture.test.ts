@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import type { KinesisClient } from '@aws-sdk/client-kinesis';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
-import { startDynamoDbLocal, type DynamoDbLocal } from '../../local/dynamodb.ts';
+import { QUICK_START_JVM_OPTIONS, startDynamoDbLocal, type DynamoDbLocal } from '../../local/dynamodb.ts';
 import { startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
 import { dynamoDbClient, kinesisClient } from '../../lambda/adapters/aws-clients.ts';
 import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
@@ -30,7 +30,7 @@ let control: DynamoDbControlPlane;
 let n = 0;
 
 beforeAll(async () => {
-  [cluster, ddb, kin] = await Promise.all([startPostgres({ fast: true }), startDynamoDbLocal(), startKinesalite()]);
+  [cluster, ddb, kin] = await Promise.all([startPostgres({ fast: true }), startDynamoDbLocal({ jvmOptions: QUICK_START_JVM_OPTIONS }), startKinesalite()]);
   kinesis = kinesisClient(kin.endpoint);
   const dynamo = dynamoDbClient(ddb.endpoint);
   await createControlTable(dynamo, 'control');

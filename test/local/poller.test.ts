@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CreateStreamCommand, PutRecordsCommand, type KinesisClient } from '@aws-sdk/client-kinesis';
 import type { KinesisStreamEvent } from 'aws-lambda';
-import { startDynamoDbLocal, type DynamoDbLocal } from '../../local/dynamodb.ts';
+import { QUICK_START_JVM_OPTIONS, startDynamoDbLocal, type DynamoDbLocal } from '../../local/dynamodb.ts';
 import { startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
 import { dynamoDbClient, kinesisClient } from '../../lambda/adapters/aws-clients.ts';
 import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
@@ -19,7 +19,7 @@ let control: DynamoDbControlPlane;
 let streamNo = 0;
 
 beforeAll(async () => {
-  [ddb, kin] = await Promise.all([startDynamoDbLocal(), startKinesalite()]);
+  [ddb, kin] = await Promise.all([startDynamoDbLocal({ jvmOptions: QUICK_START_JVM_OPTIONS }), startKinesalite()]);
   kinesis = kinesisClient(kin.endpoint);
   const dynamo = dynamoDbClient(ddb.endpoint);
   await createControlTable(dynamo, 'control');
