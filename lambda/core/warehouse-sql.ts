@@ -26,8 +26,8 @@
  * `DISTINCT ON`, no `RETURNING`, no `ON COMMIT` clauses, no `VALUES` lists in `FROM`, no
  * `IF NOT EXISTS` on `ADD COLUMN`, no `::` casts, no clock functions (times are parameters).
  * Stage tables are session temp tables made with `CREATE TEMP TABLE … AS SELECT … WHERE 1 = 0`.
- * The one PostgreSQL-only statement is `clearStagesSql` (TRUNCATE, used by the PostgreSQL stage
- * lifecycle; see `lambda/adapters/warehouse-pg.ts`). PRIMARY KEY constraints are declared on every
+ * The one PostgreSQL-only statement is the occasional TRUNCATE of `clearStagesSql` (used by the
+ * PostgreSQL stage lifecycle; see `lambda/adapters/warehouse-pg.ts`). PRIMARY KEY constraints are declared on every
  * table: PostgreSQL enforces them and uses their indexes; Redshift accepts them as planner hints.
  *
  * Identifiers are always checked (`assertPlainIdentifier`, and the applier checks them against the
@@ -336,16 +336,22 @@ export function createStagesSql(t: WarehouseTable, stages: StageNames): string {
 }
 
 /**
- * Empties both stage tables inside the apply transaction, before COMMIT: PostgreSQL only (the
- * session stage lifecycle). TRUNCATE gives the temp tables fresh storage, which DELETE would not:
- * autovacuum never visits temp tables, so deleted rows would pile up, every scan of the stage
- * would read them and the planner, sizing the unanalysed stage by its pages, would expect far
- * more rows than a batch has. (On Redshift TRUNCATE commits the transaction; its lifecycle drops
- * the stages instead.)
+ * Empties both stage tables inside the apply transaction, before COMMIT (the PostgreSQL session
+ * stage lifecycle). Usually with DELETE, which is cheap. But autovacuum never visits temp tables,
+ * so deleted rows pile up: every scan of the stage reads them, and the planner, sizing an
+ * unanalysed table by its pages, expects far more rows than a batch has (and may then prefer a
+ * hash join that reads the whole mirror). So with `truncate` (the adapter asks for it once about
+ * `STAGE_TRUNCATE_ROWS` rows have passed through the stage) it is TRUNCATE, which gives the temp
+ * tables fresh storage: transactional on PostgreSQL, but costly (new files), hence not every time.
+ * PostgreSQL only: on Redshift TRUNCATE commits the transaction; its lifecycle drops the stages.
  */
-export function clearStagesSql(stages: StageNames): string {
-  return `TRUNCATE ${quoteIdent(stages.events)}, ${quoteIdent(stages.writes)}`;
+export function clearStagesSql(stages: StageNames, truncate: boolean): string {
+  if (truncate) return `TRUNCATE ${quoteIdent(stages.events)}, ${quoteIdent(stages.writes)}`;
+  return `DELETE FROM ${quoteIdent(stages.events)}; DELETE FROM ${quoteIdent(stages.writes)}`;
 }
+
+/** Rows through a session stage after which it is truncated rather than deleted from (see `clearStagesSql`). */
+export const STAGE_TRUNCATE_ROWS = 1_000;
 
 export function dropStagesSql(stages: StageNames): string {
   return `DROP TABLE ${quoteIdent(stages.events)}; DROP TABLE ${quoteIdent(stages.writes)}`;
