@@ -44,6 +44,18 @@ interface EmfDirective {
 /** Collects metric samples (from EMF lines or recorded directly) and answers summary questions. */
 export class MetricsCollector {
   private readonly series = new Map<string, Series>();
+  private readonly problems: Array<{ at: number; text: string }> = [];
+
+  /** Remembers an error worth showing (handler ERROR logs, retried failures); keeps the last 5. */
+  noteProblem(text: string, at = Date.now()): void {
+    this.problems.push({ at, text });
+    if (this.problems.length > 5) this.problems.shift();
+  }
+
+  /** Problems noted since `since` (epoch ms), oldest first. */
+  problemsSince(since: number): Array<{ at: number; text: string }> {
+    return this.problems.filter((p) => p.at >= since);
+  }
 
   /** Records one value of a metric. */
   record(name: string, dimensions: Record<string, string>, value: number, at = Date.now()): void {
@@ -123,26 +135,84 @@ export class MetricsCollector {
   }
 }
 
-/** A handle on stdout taken over by `captureStdout`. */
+/** A handle on the process output taken over by `captureStdout`. */
 export interface CapturedStdout {
   /** Writes to the real stdout (the live status, the verdict). */
   write(text: string): void;
-  /** Gives stdout back (flushing a partial line to the log). */
+  /** Gives stdout and stderr back (flushing partial lines to the log). */
   restore(): Promise<void>;
 }
 
+type Write = (chunk: string | Uint8Array, encodingOrCb?: unknown, cb?: unknown) => boolean;
+
+/** Replaces a stream's write with a line splitter; returns the original write and a flush. */
+function splitLines(stream: NodeJS.WriteStream, line: (text: string, original: (t: string) => void) => void): { original: (t: string) => void; flush: () => void; restore: () => void } {
+  const saved = stream.write;
+  const bound = saved.bind(stream) as (chunk: string | Uint8Array) => boolean;
+  const original = (t: string): void => {
+    bound(t);
+  };
+  let partial = '';
+  const patched: Write = (chunk, encodingOrCb, cb) => {
+    partial += typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8');
+    let nl: number;
+    while ((nl = partial.indexOf('\n')) >= 0) {
+      line(partial.slice(0, nl), original);
+      partial = partial.slice(nl + 1);
+    }
+    const done = typeof encodingOrCb === 'function' ? encodingOrCb : cb;
+    if (typeof done === 'function') process.nextTick(done as () => void);
+    return true;
+  };
+  stream.write = patched as typeof stream.write;
+  return {
+    original,
+    flush: () => {
+      if (partial) line(partial, original);
+      partial = '';
+    },
+    restore: () => {
+      stream.write = saved;
+    },
+  };
+}
+
+function logLevelOf(text: string): string | null {
+  if (!text.startsWith('{') || !text.includes('"level"')) return null;
+  try {
+    const v = JSON.parse(text) as { level?: unknown };
+    return typeof v.level === 'string' ? v.level : null;
+  } catch {
+    return null;
+  }
+}
+
 /**
- * Takes over `process.stdout.write`: EMF lines go to the collector (and to `emfFile`), other
- * output of in-process handlers (Powertools logs) goes to `logFile`. The caller writes its own
- * output through the returned `write`.
+ * Takes over stdout and stderr of the process, as CloudWatch collects a Lambda's output: EMF
+ * lines go to the collector (and to `emfFile`); structured log lines of in-process handlers
+ * (Powertools JSON, on stdout or stderr) go to `logFile`, and their errors are noted as problems
+ * for the status. Anything else on stderr passes through. The caller writes its own output
+ * through the returned `write`.
  */
 export function captureStdout(collector: MetricsCollector, files: { emfFile: string; logFile: string }): CapturedStdout {
-  const stdout = process.stdout;
-  const original = stdout.write.bind(stdout) as (chunk: string | Uint8Array) => boolean;
   const emf: WriteStream = createWriteStream(files.emfFile, { flags: 'a' });
   const log: WriteStream = createWriteStream(files.logFile, { flags: 'a' });
-  let partial = '';
-  const line = (text: string): void => {
+  const structured = (text: string): boolean => {
+    const level = logLevelOf(text);
+    if (level === null) return false;
+    log.write(`${text}\n`);
+    if (level === 'ERROR' || level === 'CRITICAL') {
+      try {
+        const v = JSON.parse(text) as { message?: unknown; service?: unknown; error?: unknown };
+        const error = typeof v.error === 'string' ? v.error : v.error ? JSON.stringify(v.error) : '';
+        collector.noteProblem(`${String(v.service ?? 'handler')}: ${String(v.message ?? '')}${error ? ` (${error})` : ''}`);
+      } catch {
+        collector.noteProblem(text);
+      }
+    }
+    return true;
+  };
+  const out = splitLines(process.stdout, (text) => {
     if (text.startsWith('{') && text.includes('"_aws"')) {
       try {
         if (collector.ingestEmf(JSON.parse(text))) {
@@ -153,28 +223,18 @@ export function captureStdout(collector: MetricsCollector, files: { emfFile: str
         // not JSON after all: keep it as a log line
       }
     }
-    log.write(`${text}\n`);
-  };
-  const patched = (chunk: string | Uint8Array, encodingOrCb?: unknown, cb?: unknown): boolean => {
-    partial += typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8');
-    let nl: number;
-    while ((nl = partial.indexOf('\n')) >= 0) {
-      line(partial.slice(0, nl));
-      partial = partial.slice(nl + 1);
-    }
-    const done = typeof encodingOrCb === 'function' ? encodingOrCb : cb;
-    if (typeof done === 'function') process.nextTick(done as () => void);
-    return true;
-  };
-  stdout.write = patched as typeof stdout.write;
+    if (!structured(text)) log.write(`${text}\n`);
+  });
+  const err = splitLines(process.stderr, (text, original) => {
+    if (!structured(text)) original(`${text}\n`);
+  });
   return {
-    write: (text: string) => {
-      original(text);
-    },
+    write: out.original,
     async restore(): Promise<void> {
-      stdout.write = original as typeof stdout.write;
-      if (partial) line(partial);
-      partial = '';
+      out.flush();
+      err.flush();
+      out.restore();
+      err.restore();
       await Promise.all([new Promise<void>((r) => emf.end(() => r())), new Promise<void>((r) => log.end(() => r()))]);
     },
   };

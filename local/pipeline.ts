@@ -296,6 +296,7 @@ export class LocalPipeline {
       ],
       tables: this.tableStates.map((t) => ({ table: t.table, state: t.state, reason: t.stateReason })),
       deadLetters: this.deadLetterCount,
+      problems: c.problemsSince(now - 60_000),
       hint,
     };
   }

@@ -186,7 +186,7 @@ export class Poller {
     return true;
   }
 
-  /** The first unrecoverable error (checkpoint store unreachable while acknowledging, …), if any. */
+  /** The last error that made a shard restart from its checkpoint, if any. */
   get error(): unknown {
     return this.failure;
   }
@@ -225,13 +225,7 @@ export class Poller {
       const parents = [shard.ParentShardId, shard.AdjacentParentShardId].filter((p): p is string => !!p && known.has(p));
       const waiting = await Promise.all(parents.map(async (p) => this.ended.has(p) || (await this.o.control.getCheckpoint(this.o.consumer, p)) === SHARD_END));
       if (waiting.some((done) => !done)) continue;
-      this.running.set(
-        id,
-        this.runShard(id).catch((err) => {
-          this.failure ??= err;
-          this.o.onError?.(err, `shard ${id}`);
-        }),
-      );
+      this.running.set(id, this.superviseShard(id));
     }
   }
 
@@ -240,6 +234,26 @@ export class Poller {
       ? { StreamName: this.o.streamName, ShardId: shardId, ShardIteratorType: 'AFTER_SEQUENCE_NUMBER', StartingSequenceNumber: after }
       : { StreamName: this.o.streamName, ShardId: shardId, ShardIteratorType: this.o.startingPosition };
     return (await this.o.kinesis.send(new GetShardIteratorCommand(input))).ShardIterator;
+  }
+
+  /**
+   * Runs a shard until the poller stops or the shard ended. An unexpected error (the control
+   * plane or the stream unreachable while starting the shard, …) restarts the shard from its
+   * checkpoint after a backoff: records read but not acknowledged are simply read again.
+   */
+  private async superviseShard(shardId: string): Promise<void> {
+    let backoff = this.o.retryBackoffMs;
+    while (!this.stopping) {
+      try {
+        await this.runShard(shardId);
+        return;
+      } catch (err) {
+        this.failure = err;
+        this.o.onError?.(err, `${this.o.consumer} on ${shardId} (restarting from its checkpoint)`);
+        await sleep(backoff);
+        backoff = Math.min(backoff * 2, 5_000);
+      }
+    }
   }
 
   private async runShard(shardId: string): Promise<void> {
@@ -301,6 +315,7 @@ export class Poller {
         if (err instanceof StopRequested) return;
         throw err;
       }
+      this.failure = null;
     }
   }
 

@@ -51,6 +51,8 @@ export interface StatusSnapshot {
   sinks: SinkStatus[];
   tables: TableStatus[];
   deadLetters: number;
+  /** Recent problems (retried errors, handler error logs), newest last, with their time. */
+  problems: Array<{ at: number; text: string }>;
   /** A line to show at the bottom (what to do next, e.g. "Ctrl-C to stop"). */
   hint: string | null;
 }
@@ -135,6 +137,10 @@ export function renderStatus(s: StatusSnapshot): string[] {
     lines.push('');
   }
   lines.push(`dead letters: ${s.deadLetters}`);
+  if (s.problems.length > 0) {
+    lines.push('', 'recent problems (details in logs/handlers.log)');
+    for (const p of s.problems) lines.push(`  ${formatMs(s.now - p.at)} ago  ${p.text}`);
+  }
   if (s.hint) lines.push(s.hint);
   return lines;
 }
@@ -150,6 +156,7 @@ export function renderStatusLine(s: StatusSnapshot): string {
     (s.workload ? `; workload ${s.workload.transactions} tx` : '') +
     (sinks ? `; ${sinks}` : '') +
     `; tables ${tables || 'none yet'}; dead letters ${s.deadLetters}` +
+    (s.problems.length > 0 ? `; ${s.problems.length} recent problem(s), last: ${s.problems[s.problems.length - 1]!.text}` : '') +
     (s.capture.error ? `; ERROR ${s.capture.error}` : '')
   );
 }
@@ -163,11 +170,14 @@ export class StatusWriter {
     private readonly write: (text: string) => void,
     private readonly tty: boolean,
     private readonly plainEveryMs = 10_000,
+    /** Terminal width: longer lines are cut, so that a wrapped line cannot break the redraw. */
+    private readonly columns: () => number | undefined = () => undefined,
   ) {}
 
   update(s: StatusSnapshot, force = false): void {
     if (this.tty) {
-      const lines = renderStatus(s);
+      const width = this.columns();
+      const lines = renderStatus(s).map((l) => (width && l.length >= width ? `${l.slice(0, Math.max(1, width - 2))}…` : l));
       // Up to the first line drawn last time, clear to the end of the screen, draw again.
       const up = this.drawn > 0 ? `\x1b[${this.drawn}F\x1b[J` : '';
       this.write(`${up}${lines.join('\n')}\n`);

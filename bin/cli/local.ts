@@ -263,7 +263,8 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
   const collector = new MetricsCollector();
   const captured = captureStdout(collector, { emfFile: stack.files.emf, logFile: stack.files.handlerLog });
   const print = (text: string): void => captured.write(text);
-  const writer = new StatusWriter(print, io.stdout === process.stdout && process.stdout.isTTY === true);
+  const tty = io.stdout === process.stdout && process.stdout.isTTY === true;
+  const writer = new StatusWriter(print, tty, 10_000, () => process.stdout.columns);
   let pipeline: LocalPipeline | null = null;
   let code = EXIT_OK;
   let stopRequested: (() => void) | null = null;
@@ -295,7 +296,11 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
         ...(o.maxTxBytes ? { maxTxBytes: o.maxTxBytes } : {}),
         ...(o.slot ? { slot: o.slot } : {}),
       },
-      onError: (where, e) => void err(`cdc local: ${where}: ${describeError(e)} (retrying)\n`).catch(() => undefined),
+      // On a terminal, problems show in the status (a line printed in between would break the redraw).
+      onError: (where, e) => {
+        if (tty) collector.noteProblem(`${where}: ${describeError(e)}`);
+        else void err(`cdc local: ${where}: ${describeError(e)} (retrying)\n`).catch(() => undefined);
+      },
     });
     await pipeline.start();
     print(`cdc local: ${stack.resumed ? 'resumed' : 'started'} in ${formatMs(Date.now() - started)}; ${o.durationMs ? `running for ${formatMs(o.durationMs)}` : 'Ctrl-C to stop'}\n`);

@@ -26,6 +26,7 @@ function snapshot(over: Partial<StatusSnapshot> = {}): StatusSnapshot {
       { table: 'public.orders', state: 'needs-resnapshot', reason: 'HISTORY_GAP: slot gone' },
     ],
     deadLetters: 3,
+    problems: [],
     hint: 'Ctrl-C to stop',
     ...over,
   };
@@ -47,6 +48,19 @@ describe('live status', () => {
       'waiting for heartbeat',
     );
     expect(renderStatus(snapshot({ now: 300_000 })).join('\n')).toMatch(/850 ms \(stale 1m41s\)/);
+  });
+
+  it('lists recent problems with their age', () => {
+    const text = renderStatus(snapshot({ problems: [{ at: 195_000, text: 'warehouse-applier: table batch not applied' }] })).join('\n');
+    expect(text).toContain('recent problems');
+    expect(text).toContain('5.0 s ago  warehouse-applier: table batch not applied');
+  });
+
+  it('cuts lines to the terminal width so that the redraw stays aligned', () => {
+    const out: string[] = [];
+    const w = new StatusWriter((t) => out.push(t), true, 10_000, () => 30);
+    w.update(snapshot());
+    expect(out[0]!.split('\n').every((l) => l.length <= 30)).toBe(true);
   });
 
   it('shows a capture error', () => {
@@ -107,6 +121,29 @@ describe('metrics collector', () => {
     expect(percentile([5, 1, 4, 2, 3], 50)).toBe(3);
     expect(percentile([5, 1, 4, 2, 3], 99)).toBe(5);
     expect(percentile([], 50)).toBeNull();
+  });
+
+  it('takes handler logs off stderr, noting their errors, and passes other stderr text through', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'cdc-metrics-'));
+    const seen: string[] = [];
+    const real = process.stderr.write;
+    process.stderr.write = ((chunk: string) => {
+      seen.push(String(chunk));
+      return true;
+    }) as typeof process.stderr.write;
+    try {
+      const c = new MetricsCollector();
+      const cap = captureStdout(c, { emfFile: path.join(dir, 'emf'), logFile: path.join(dir, 'log') });
+      process.stderr.write('{"level":"ERROR","message":"table batch not applied","service":"warehouse-applier","error":"boom"}\n');
+      process.stderr.write('plain warning\n');
+      await cap.restore();
+      expect(seen).toEqual(['plain warning\n']);
+      expect(c.problemsSince(0).map((p) => p.text)).toEqual(['warehouse-applier: table batch not applied (boom)']);
+      expect(await readFile(path.join(dir, 'log'), 'utf8')).toContain('table batch not applied');
+    } finally {
+      process.stderr.write = real;
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   it('takes EMF and handler logs off stdout into files, and gives stdout back', async () => {
