@@ -263,6 +263,8 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
     await stopLeftoverDynamoDb(previous?.pids.dynamodb ?? null);
     log(`starting ${dataDir ? 'embedded PostgreSQL, ' : ''}DynamoDB Local and kinesalite`);
     // All three at once; whatever started is stopped again if another one fails.
+    const t0 = Date.now();
+    const took = (): string => `${((Date.now() - t0) / 1000).toFixed(1)} s`;
     const startPg = async (): Promise<PostgresCluster | null> => {
       if (!dataDir) return null;
       const pgLog = await fs.open(files.postgresLog, 'a');
@@ -276,16 +278,19 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
       });
       if (!options.sourceUrl) await cluster.createDatabase(SOURCE_DATABASE);
       if (!options.warehouseUrl) await cluster.createDatabase(WAREHOUSE_DATABASE);
+      log(`PostgreSQL ready on port ${cluster.port} (${took()})`);
       return cluster;
     };
     const startDdb = async (): Promise<DynamoDbLocal> => {
       const d = await startDynamoDbLocal({ dbPath: path.join(stateDir, 'dynamodb'), jvmOptions: QUICK_START_JVM_OPTIONS });
       started.push(() => d.stop());
+      log(`DynamoDB Local ready on port ${d.port} (${took()})`);
       return d;
     };
     const startKin = async (): Promise<Kinesalite> => {
       const k = await startKinesalite({ path: path.join(stateDir, 'kinesis') });
       started.push(() => k.stop());
+      log(`kinesalite ready on port ${k.port} (${took()})`);
       return k;
     };
     const [pgResult, ddbResult, kinResult] = await Promise.allSettled([startPg(), startDdb(), startKin()]);
