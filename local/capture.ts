@@ -194,6 +194,10 @@ export class SlotCapture {
     const client = new pg.Client({ connectionString: this.o.sourceUrl, application_name: `cdc-local-capture-${this.o.source}` });
     client.on('error', (err) => this.o.onError?.(err));
     await client.connect();
+    // test_decoding prints values with this session's settings: make the text canonical (UTC,
+    // ISO dates, shortest exact floats) whatever the server's defaults, so that a value, and the
+    // hash of a masked one, is the same on every run and every path.
+    await client.query("SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 1");
     return client;
   }
 

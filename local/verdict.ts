@@ -55,7 +55,7 @@ export interface CompareOptions {
 async function session(url: string): Promise<pg.Client> {
   const client = new pg.Client({ connectionString: url, application_name: 'cdc-local-verdict' });
   await client.connect();
-  await client.query("SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'iso_8601'; SET extra_float_digits = 1");
+  await client.query("SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 1");
   return client;
 }
 

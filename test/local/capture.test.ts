@@ -268,6 +268,20 @@ describe('slot capture', () => {
     await e.sql.end();
   });
 
+  it('prints values canonically (UTC timestamps) whatever the server or database time zone', async () => {
+    const e = await env('CREATE TABLE customers (id int PRIMARY KEY, name text, email text, ssn text); CREATE TABLE docs (id int PRIMARY KEY, title text, body text);');
+    await e.sql.query(`ALTER DATABASE ${e.source} SET TimeZone = 'America/New_York'`);
+    await e.sql.query('ALTER TABLE docs ADD COLUMN at timestamptz');
+    const c = capture(e);
+    await c.start();
+    await e.sql.query("INSERT INTO docs (id, title, body, at) VALUES (1, 't', 'b', '2026-06-01 12:00:00+02')");
+    await until('record', async () => (await rawRecords(e.stream)).records.length >= 1);
+    await c.stop();
+    const [r] = (await rawRecords(e.stream)).records;
+    expect(r!.columns!.find((col) => col.name === 'at')!.value).toBe('2026-06-01 10:00:00+00');
+    await e.sql.end();
+  });
+
   it('refuses a slot of the same name that it did not create', async () => {
     const e = await env();
     await e.sql.query("SELECT pg_create_logical_replication_slot('cdc_' || $1, 'test_decoding')", [e.source]);
