@@ -73,6 +73,20 @@ import {
 } from '../core/warehouse-sql.ts';
 import { quoteIdent } from '../core/identifiers.ts';
 
+const DDL_ATTEMPTS = 3;
+
+/**
+ * SQLSTATEs of a DDL that lost a race with the same DDL in another session: unique violation on
+ * a catalog index, duplicate schema, duplicate table, duplicate column, serialization failure,
+ * deadlock.
+ */
+const CONCURRENT_DDL_CODES = new Set(['23505', '42P06', '42P07', '42701', '40001', '40P01']);
+
+function isConcurrentDdlClash(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && CONCURRENT_DDL_CODES.has(code);
+}
+
 /** A sink column already has a type that the table's schema version cannot be written into without a type change (which Redshift cannot do). */
 export class SinkTypeConflictError extends CdcError {
   constructor(
@@ -241,14 +255,20 @@ export class PgWarehouse {
       // Bring the sink into shape first, in its own short transaction: the DDL is additive and
       // idempotent, the stage tables are made from the resulting shape, and the data transaction
       // then holds no catalog locks.
-      const known = this.shapes.get(cacheKey) ?? (await readShape(client, t));
-      const ddl = planDdl(t, known, key, data, batch.deleteMode === 'hard');
-      if (ddl.statements.length > 0) {
+      let known = this.shapes.get(cacheKey) ?? (await readShape(client, t));
+      let ddl = planDdl(t, known, key, data, batch.deleteMode === 'hard');
+      // Appliers of other shards may create the same schema, table or column at the same moment
+      // (`IF NOT EXISTS` is not race-free in PostgreSQL): on such a clash, read the shape again and
+      // re-plan, so what the other applier created is simply used.
+      for (let attempt = 1; ddl.statements.length > 0; attempt++) {
         try {
           await client.query(`BEGIN; ${ddl.statements.join('; ')}; COMMIT`);
+          break;
         } catch (err) {
           await client.query('ROLLBACK').catch(() => undefined);
-          throw err;
+          if (attempt >= DDL_ATTEMPTS || !isConcurrentDdlClash(err)) throw err;
+          known = await readShape(client, t);
+          ddl = planDdl(t, known, key, data, batch.deleteMode === 'hard');
         }
       }
       this.shapes.set(cacheKey, ddl.shape);

@@ -174,6 +174,23 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     expect(emf.lines[0]!._aws.CloudWatchMetrics[0]!.Namespace).toBe(METRICS_NAMESPACE);
   });
 
+  it('appliers of two shards creating the same warehouse schema at once both apply (the DDL race is retried)', async () => {
+    for (let round = 0; round < 4; round++) {
+      const source = `race${round}`;
+      const cp = new MemoryControlPlane();
+      await register(cp, source, 'public.a', ORDERS, ['id']);
+      await register(cp, source, 'public.b', ORDERS, ['id']);
+      // Two appliers = two Lambda environments (one per shard), each with its own shape cache.
+      const [ra, rb] = await Promise.all([
+        applier(cp).handler(kinesisEvent([ev(source, 'public.a', 'insert', 1, { id: 1 }, { id: 1, status: 'a', amount: null, note: null })])),
+        applier(cp).handler(kinesisEvent([ev(source, 'public.b', 'insert', 2, { id: 1 }, { id: 1, status: 'b', amount: null, note: null })])),
+      ]);
+      expect([ra.batchItemFailures, rb.batchItemFailures]).toEqual([[], []]);
+      expect(await rows(`SELECT status FROM ${names(source, 'public.a').view}`)).toEqual([{ status: 'a' }]);
+      expect(await rows(`SELECT status FROM ${names(source, 'public.b').view}`)).toEqual([{ status: 'b' }]);
+    }
+  });
+
   it('refuses table and column names shaped like SQL injection with a named error, dead-letters them, and still applies the other tables', async () => {
     const cp = new MemoryControlPlane();
     await register(cp, 'inj', 'public.orders', ORDERS, ['id']);
