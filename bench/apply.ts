@@ -1,0 +1,506 @@
+/**
+ * Benchmark 1, warehouse apply: a seeded history of 200,000 change events (70 % updates, 20 %
+ * inserts, 10 % deletes, ~120-byte rows, 100,000 keys) through the REAL warehouse applier (its
+ * Lambda handler, fed Kinesis events exactly as the event source mapping delivers them) into
+ * PostgreSQL, against two references measured in the same run on the same clusters:
+ *
+ * - `COPY` of the same final rows into an empty table: the machine's limit for writing them;
+ * - PostgreSQL's own logical replication (publication → subscription between two local
+ *   clusters) applying the same change history: live (workload start → subscriber caught up) and
+ *   as catch-up of a backlog (subscription disabled during the workload, timed from ENABLE).
+ *
+ * Also per-batch latency at batch sizes 100, 1,000 and 10,000, the share of each SQL phase
+ * (client wall time per statement and the server's own time from pg_stat_statements), a CPU
+ * profile of the applier's process, and the control plane's share on DynamoDB Local.
+ *
+ * Durability is the default on every cluster (fsync on, synchronous_commit on), as in the
+ * performance anchors. The control plane of the timed runs is the in-memory test double
+ * (`test/helpers/memory-control-plane.ts`); its share on the real DynamoDB adapter is measured
+ * separately and reported as its own row.
+ *
+ *     npm run bench:apply [-- --events 200000 --quick]
+ */
+import { Logger } from '@aws-lambda-powertools/logger';
+import { Metrics } from '@aws-lambda-powertools/metrics';
+import type { KinesisStreamEvent } from 'aws-lambda';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { METRICS_NAMESPACE } from '../contracts/metrics.ts';
+import { toKinesisStreamEvent } from '../lambda/adapters/kinesis-event.ts';
+import { copyStageLoader, insertStageLoader, type StageLifecycle, type StageLoader } from '../lambda/adapters/warehouse-pg.ts';
+import { dynamoDbClient } from '../lambda/adapters/aws-clients.ts';
+import { createControlTable, DynamoDbControlPlane } from '../lambda/adapters/control-plane-dynamodb.ts';
+import type { ControlPlane } from '../lambda/core/control-plane.ts';
+import type { ChangeEvent } from '../lambda/core/event.ts';
+import { createWarehouseApplier } from '../lambda/handlers/warehouse-applier.ts';
+import { startDynamoDbLocal } from '../local/dynamodb.ts';
+import { captureStdout, MetricsCollector } from '../local/metrics.ts';
+import { startPostgres, type PostgresCluster } from '../local/postgres.ts';
+import { MemoryControlPlane } from '../test/helpers/memory-control-plane.ts';
+import {
+  BENCH_SOURCE,
+  BENCH_TABLE,
+  DEFAULT_HISTORY,
+  copyLine,
+  fingerprintSql,
+  generateHistory,
+  historyEvents,
+  itemsTableSql,
+  registryEntries,
+  snapshotEvents,
+  type History,
+} from './lib/history.ts';
+import { copyLines, exec, one, serverVersion, waitFor, withClient } from './lib/pg.ts';
+import { createItems, prepareReplay, replay } from './lib/replay.ts';
+import { cpuProfile, resetStatementStats, SqlTimer, statementStats, Tally, timedControlPlane, type ProfileSummary } from './lib/profile.ts';
+import { argValue, isMain, median, nowMs, numberArg, percentile, rateRow, Recorder, timeRow, type BenchResult } from './lib/report.ts';
+import { SetApplier } from './lib/set-apply.ts';
+import { truncateCopyAnalyzeStageLoader } from './lib/stage-loaders.ts';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const SINK = 'warehouse';
+const STREAM_ARN = 'arn:aws:kinesis:us-east-1:000000000000:stream/cdc-change-log';
+const SHARD = 'shardId-000000000000';
+const MIRROR_VIEW = `${BENCH_SOURCE}_public.items`;
+
+let print: (text: string) => void = (t) => process.stdout.write(t);
+const say = (text: string): void => print(`[apply] ${text}\n`);
+
+// ---------------------------------------------------------------------------------------------
+// References
+
+/** COPY of the final rows into an empty table with its primary key; rows/s per run. */
+async function copyReference(url: string, h: History, runs: number): Promise<number[]> {
+  const rates: number[] = [];
+  await withClient(url, async (c) => {
+    for (let i = 0; i < runs; i++) {
+      await c.query(`DROP TABLE IF EXISTS expected; ${itemsTableSql('expected')}; CHECKPOINT`);
+      const t0 = nowMs();
+      await copyLines(c, 'expected', h.finalRows.map(copyLine));
+      rates.push(h.finalRows.length / ((nowMs() - t0) / 1000));
+    }
+    await c.query('ANALYZE expected');
+  });
+  return rates;
+}
+
+interface LogrepRun {
+  mode: 'live' | 'catch-up';
+  /** CALL replay(...) on the publisher: the source workload alone (the subscription applies in parallel when live). */
+  sourceSeconds: number;
+  /** live: workload start → marker visible; catch-up: ENABLE → marker visible. */
+  seconds: number;
+  changesPerSecond: number;
+  lagAfterWorkloadSeconds: number | null;
+  verified: boolean;
+}
+
+/**
+ * PostgreSQL's logical replication applying the history: publisher `src` on one cluster,
+ * subscriber `sub` on the other. The history is replayed on the publisher by a PL/pgSQL
+ * procedure (one statement per change, COMMIT every `txSize` changes) from an unlogged,
+ * unpublished table, so the client is not the limit.
+ */
+async function logicalReplication(pub: PostgresCluster, subCluster: PostgresCluster, h: History, mode: 'live' | 'catch-up', run: number): Promise<LogrepRun> {
+  const pubUrl = pub.url('src');
+  const subUrl = subCluster.url('sub');
+  await exec(subUrl, 'DROP SUBSCRIPTION IF EXISTS bench_sub');
+  await exec(pubUrl, 'DROP PUBLICATION IF EXISTS bench_pub; DROP TABLE IF EXISTS mk; CREATE TABLE mk (id int PRIMARY KEY)');
+  await createItems(pubUrl, h);
+  await exec(pubUrl, 'CREATE PUBLICATION bench_pub FOR TABLE items, mk');
+  await exec(subUrl, `DROP TABLE IF EXISTS items, mk; ${itemsTableSql('items')}; CREATE TABLE mk (id int PRIMARY KEY)`);
+  await exec(subUrl, `CREATE SUBSCRIPTION bench_sub CONNECTION 'host=127.0.0.1 port=${pub.port} user=postgres dbname=src' PUBLICATION bench_pub`);
+  await withClient(subUrl, async (c) => {
+    await waitFor('the initial table sync', async () => {
+      const r = await c.query(`SELECT count(*) FILTER (WHERE srsubstate <> 'r')::int AS pending, count(*)::int AS n FROM pg_subscription_rel`);
+      return r.rows[0].n === 2 && r.rows[0].pending === 0;
+    }, 120_000, 50);
+  });
+  // A marker round trip: the subscription is streaming and caught up.
+  await exec(pubUrl, 'INSERT INTO mk VALUES (0)');
+  await withClient(subUrl, (c) => waitFor('the first marker', async () => (await c.query('SELECT 1 FROM mk WHERE id = 0')).rowCount === 1, 60_000));
+  await exec(subUrl, 'VACUUM ANALYZE items');
+  if (mode === 'catch-up') {
+    await exec(subUrl, 'ALTER SUBSCRIPTION bench_sub DISABLE');
+    await withClient(subUrl, (c) => waitFor('the apply worker to stop', async () => (await c.query(`SELECT 1 FROM pg_stat_subscription WHERE subname = 'bench_sub' AND pid IS NOT NULL`)).rowCount === 0, 30_000, 20));
+  }
+  await prepareReplay(pubUrl, h);
+  await exec(pubUrl, 'CHECKPOINT');
+  await exec(subUrl, 'CHECKPOINT');
+
+  const marker = run + 1;
+  const sub = new pg.Client({ connectionString: subUrl });
+  await sub.connect();
+  try {
+    const t0 = nowMs();
+    await replay(pubUrl, h);
+    const t1 = nowMs();
+    await exec(pubUrl, `INSERT INTO mk VALUES (${marker})`);
+    let tStart = t0;
+    if (mode === 'catch-up') {
+      tStart = nowMs();
+      await sub.query('ALTER SUBSCRIPTION bench_sub ENABLE');
+    }
+    await waitFor('the subscriber to apply the history', async () => (await sub.query('SELECT 1 FROM mk WHERE id = $1', [marker])).rowCount === 1, 600_000, 5);
+    const t2 = nowMs();
+    const seconds = (t2 - tStart) / 1000;
+    const got = (await sub.query(fingerprintSql('items'))).rows[0] as { n: number; md5: string };
+    const want = await one<{ n: number; md5: string }>(pubUrl, fingerprintSql('items'));
+    return {
+      mode,
+      sourceSeconds: (t1 - t0) / 1000,
+      seconds,
+      changesPerSecond: h.changes.length / seconds,
+      lagAfterWorkloadSeconds: mode === 'live' ? (t2 - t1) / 1000 : null,
+      verified: got.n === want.n && got.md5 === want.md5,
+    };
+  } finally {
+    await sub.end();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The applier
+
+interface ApplierRunOptions {
+  label: string;
+  batch: number;
+  loader: StageLoader;
+  /** Stage-table lifecycle. @default the adapter's choice (`session` on PostgreSQL) */
+  stages?: StageLifecycle;
+  /** Apply only the first `limit` history events. */
+  limit?: number;
+  /** Use this control plane instead of the in-memory one (it must be empty). */
+  controlPlane?: ControlPlane;
+  /** Take a CPU profile of the timed section. */
+  profile?: boolean;
+  /** Read pg_stat_statements for the timed section. */
+  statements?: boolean;
+  /** Apply the timed part with the set-based experiment (bench/lib/set-apply.ts) instead of the applier. */
+  setBased?: boolean;
+}
+
+interface ApplierRun {
+  label: string;
+  loader: string;
+  batch: number;
+  events: number;
+  batches: number;
+  seconds: number;
+  eventsPerSecond: number;
+  batchMs: { p50: number; p90: number; p99: number; max: number };
+  /** Client-side wall time per applier SQL phase (ms), and what is left for the handler's own code. */
+  phases: Array<{ label: string; ms: number; calls: number }>;
+  controlPlane: { kind: string; ms: number; calls: Array<{ label: string; ms: number; calls: number }> };
+  nodeMs: number;
+  server?: Awaited<ReturnType<typeof statementStats>>;
+  profile?: ProfileSummary;
+  verified: boolean | null;
+  rowsInView: number;
+}
+
+/** Encodes events as Lambda Kinesis events of `batch` records (done before timing). */
+function kinesisBatches(events: readonly ChangeEvent[], batch: number, firstSeq: bigint): KinesisStreamEvent[] {
+  const out: KinesisStreamEvent[] = [];
+  for (let i = 0; i < events.length; i += batch) {
+    const slice = events.slice(i, i + batch);
+    out.push(
+      toKinesisStreamEvent(
+        slice.map((e, j) => ({
+          SequenceNumber: String(firstSeq + BigInt(i + j)),
+          PartitionKey: `${e.source}/${e.table}/${JSON.stringify(e.key)}`,
+          Data: Buffer.from(JSON.stringify(e), 'utf8'),
+          ApproximateArrivalTimestamp: new Date(),
+        })),
+        { streamArn: STREAM_ARN, shardId: SHARD },
+      ),
+    );
+  }
+  return out;
+}
+
+let runNo = 0;
+
+async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent[], history: ChangeEvent[], o: ApplierRunOptions, expected: { n: number; md5: string }): Promise<ApplierRun> {
+  const db = `wh_${++runNo}`;
+  await wh.createDatabase(db);
+  const url = wh.url(db);
+  if (o.statements) await exec(url, 'CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
+  let pool = new pg.Pool({ connectionString: url, max: 2 });
+  const cpTally = new Tally();
+  const inner = o.controlPlane ?? new MemoryControlPlane();
+  const reg = registryEntries();
+  await inner.registerTable(reg.table, reg.schema, { at: reg.table.updatedAt, actor: 'bench', action: 'register', source: BENCH_SOURCE, table: BENCH_TABLE, outcome: 'done', detail: {} });
+  const newApplier = (p: pg.Pool) =>
+    createWarehouseApplier({
+      controlPlane: timedControlPlane(inner, cpTally),
+      pool: p,
+      sinkId: SINK,
+      metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
+      logger: new Logger({ serviceName: 'warehouse-applier', logLevel: 'WARN' }),
+      warehouse: { loader: o.loader, ...(o.stages ? { stages: o.stages } : {}) },
+    });
+  let applier = newApplier(pool);
+  const events = o.limit ? history.slice(0, o.limit) : history;
+  try {
+    // Untimed: the rows that exist before the history, as snapshot events.
+    for (const ev of kinesisBatches(snapshot, 10_000, 10n ** 20n)) {
+      const r = await applier.handler(ev);
+      if (r.batchItemFailures.length > 0) throw new Error(`preload: ${r.batchItemFailures.length} records failed`);
+    }
+    await exec(url, `VACUUM ANALYZE ${BENCH_SOURCE}_public.items_mirror`);
+    await exec(url, `VACUUM ANALYZE ${BENCH_SOURCE}_public.items_changelog`);
+    await exec(url, 'CHECKPOINT');
+    // Fresh connections (and applier) for the timed part: session stage tables start empty, as in
+    // a new Lambda container; the preload's 10,000-row batches would otherwise have left them large.
+    await pool.end();
+    pool = new pg.Pool({ connectionString: url, max: 2 });
+    const timer = new SqlTimer(pool);
+    applier = newApplier(pool);
+    const batches = kinesisBatches(events, o.batch, 2n * 10n ** 20n);
+    timer.tally.reset();
+    cpTally.reset();
+    if (o.statements) await withClient(url, resetStatementStats);
+    const times: number[] = [];
+    const setClient = o.setBased ? await pool.connect() : null;
+    const setApplier = setClient ? new SetApplier(setClient, `${BENCH_SOURCE}_public`) : null;
+    const timed = async (): Promise<number> => {
+      const t0 = nowMs();
+      for (const ev of batches) {
+        const b0 = nowMs();
+        if (setApplier) {
+          await setApplier.apply(ev);
+          times.push(nowMs() - b0);
+          continue;
+        }
+        const r = await applier.handler(ev);
+        times.push(nowMs() - b0);
+        if (r.batchItemFailures.length > 0) throw new Error(`${o.label}: ${r.batchItemFailures.length} records failed in a batch`);
+      }
+      return nowMs() - t0;
+    };
+    let wallMs: number;
+    let profile: ProfileSummary | undefined;
+    if (o.profile) {
+      const p = await cpuProfile(ROOT, timed);
+      wallMs = p.result;
+      profile = p.profile;
+    } else {
+      wallMs = await timed();
+    }
+    setClient?.release();
+    const server = o.statements ? await withClient(url, statementStats) : undefined;
+    const sqlMs = timer.tally.total();
+    const cpMs = cpTally.total();
+    const view = await one<{ n: number; md5: string }>(url, fingerprintSql(MIRROR_VIEW));
+    const expectedRows = o.limit ? liveAfter(h, o.limit) : expected.n;
+    return {
+      label: o.label,
+      loader: o.setBased ? 'set-based experiment (COPY)' : o.loader.name,
+      batch: o.batch,
+      events: events.length,
+      batches: batches.length,
+      seconds: wallMs / 1000,
+      eventsPerSecond: events.length / (wallMs / 1000),
+      batchMs: { p50: percentile(times, 50), p90: percentile(times, 90), p99: percentile(times, 99), max: Math.max(...times) },
+      phases: timer.tally.entries(),
+      controlPlane: { kind: o.controlPlane ? 'DynamoDB Local' : 'in-memory', ms: Math.round(cpMs), calls: cpTally.entries() },
+      nodeMs: Math.round(wallMs - sqlMs - cpMs),
+      ...(server ? { server } : {}),
+      ...(profile ? { profile } : {}),
+      verified: o.limit ? view.n === expectedRows : view.n === expected.n && view.md5 === expected.md5,
+      rowsInView: view.n,
+    };
+  } finally {
+    await pool.end();
+    await exec(wh.url('postgres'), `DROP DATABASE ${db} WITH (FORCE)`).catch(() => undefined);
+  }
+}
+
+/** Live rows after the first `n` history changes. */
+function liveAfter(h: History, n: number): number {
+  let live = h.initialRows.length;
+  for (let i = 0; i < n; i++) {
+    const op = h.changes[i]!.op;
+    if (op === 'insert') live++;
+    else if (op === 'delete') live--;
+  }
+  return live;
+}
+
+function describeRun(r: ApplierRun): string {
+  return (
+    `${r.label}: ${r.events} events in ${r.seconds.toFixed(2)} s = ${Math.round(r.eventsPerSecond)} events/s; batch p50 ${r.batchMs.p50.toFixed(1)} ms, p99 ${r.batchMs.p99.toFixed(1)} ms; ` +
+    `node ${r.nodeMs} ms, control plane ${r.controlPlane.ms} ms; ${r.verified ? 'warehouse matches' : 'WAREHOUSE DOES NOT MATCH'}`
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
+
+export async function runApplyBench(): Promise<BenchResult> {
+  const quick = argValue('quick') !== undefined;
+  const opts = { ...DEFAULT_HISTORY, events: numberArg('events', quick ? 40_000 : DEFAULT_HISTORY.events) };
+  const copyRuns = quick ? 2 : 5;
+  const logrepRuns = argValue('logrep-runs') === '0' ? 0 : numberArg('logrep-runs', quick ? 1 : 2);
+  const only = argValue('variants');
+  const extras = argValue('no-extras') === undefined;
+  const batchSizes = [10_000, 1_000, 100];
+  /** The apply paths measured: the default, the adapter's PostgreSQL fast path, and two experiments (bench/lib/stage-loaders.ts). */
+  const variants: Array<{ name: string; loader: StageLoader; stages?: StageLifecycle; batches?: number[]; setBased?: boolean }> = [
+    { name: 'default (INSERT stage, session stage tables)', loader: insertStageLoader },
+    { name: 'COPY stage loader', loader: copyStageLoader },
+    { name: 'experiment: COPY, per-transaction stage tables', loader: copyStageLoader, stages: 'transaction', batches: [10_000, 1_000, 100] },
+    { name: 'experiment: TRUNCATE + COPY + ANALYZE stage', loader: truncateCopyAnalyzeStageLoader, batches: [10_000, 1_000, 100] },
+    { name: 'experiment: set-based SQL apply, one COPY + one round trip', loader: copyStageLoader, setBased: true, batches: [10_000, 1_000, 100] },
+  ];
+  /** Batch 100 runs over a prefix of the history (2,000 batches of the full history would take most of the time budget). */
+  const smallBatchEvents = Math.min(opts.events, quick ? 10_000 : 20_000);
+  const rec = new Recorder('apply', { history: opts, copyRuns, logrepRuns, batchSizes, smallBatchEvents, variants: variants.map((v) => ({ name: v.name, loader: v.loader.name, stages: v.stages ?? 'session' })), durability: 'fsync on, synchronous_commit on (defaults)' });
+
+  const workDir = mkdtempSync(path.join(os.tmpdir(), 'cdc-bench-apply-'));
+  const collector = new MetricsCollector();
+  const captured = captureStdout(collector, { emfFile: path.join(workDir, 'metrics.emf.jsonl'), logFile: path.join(workDir, 'handlers.log') });
+  print = (t) => captured.write(t);
+  const clusters: PostgresCluster[] = [];
+  try {
+    say(`generating the history (${opts.events} events, seed ${opts.seed})`);
+    const h = generateHistory(opts);
+    const snapshot = snapshotEvents(h);
+    const history = historyEvents(h);
+    const bytesPerRow = h.finalRows.reduce((a, r) => a + copyLine(r).length, 0) / h.finalRows.length;
+    const eventBytes = history.slice(0, 1000).reduce((a, e) => a + JSON.stringify(e).length, 0) / 1000;
+    rec.details.history = { counts: h.counts, initialRows: h.initialRows.length, finalRows: h.finalRows.length, keysTouched: h.keysTouched, copyBytesPerRow: Math.round(bytesPerRow * 10) / 10, eventJsonBytes: Math.round(eventBytes) };
+    say(`history: ${JSON.stringify(rec.details.history)}`);
+
+    say('starting two PostgreSQL clusters (fsync on)');
+    const [wh, src] = await Promise.all([
+      startPostgres({ settings: { shared_preload_libraries: 'pg_stat_statements', 'pg_stat_statements.track': 'all' } }),
+      startPostgres(),
+    ]);
+    clusters.push(wh, src);
+    await Promise.all([wh.createDatabase('ref'), wh.createDatabase('sub'), src.createDatabase('src')]);
+    rec.settings.postgres = await serverVersion(wh.url('postgres'));
+
+    // 1. COPY of the final rows.
+    const copyRates = await copyReference(wh.url('ref'), h, copyRuns);
+    const copyRate = median(copyRates);
+    const expected = await one<{ n: number; md5: string }>(wh.url('ref'), fingerprintSql('expected'));
+    rec.details.copy = { rowsPerSecond: copyRates.map(Math.round), rows: h.finalRows.length };
+    say(`COPY of ${h.finalRows.length} final rows: median ${Math.round(copyRate)} rows/s (${copyRates.map(Math.round).join(', ')})`);
+
+    // 2. Native logical replication, live and catch-up.
+    const logrep: LogrepRun[] = [];
+    for (let i = 0; i < logrepRuns; i++) {
+      for (const mode of ['live', 'catch-up'] as const) {
+        const r = await logicalReplication(src, wh, h, mode, logrep.length);
+        logrep.push(r);
+        say(`logical replication ${mode}: ${r.seconds.toFixed(2)} s = ${Math.round(r.changesPerSecond)} changes/s (source alone ${r.sourceSeconds.toFixed(2)} s)${r.verified ? '' : ' SUBSCRIBER DOES NOT MATCH'}`);
+      }
+    }
+    await exec(wh.url('sub'), 'DROP SUBSCRIPTION IF EXISTS bench_sub');
+    const live = logrep.length === 0 ? Number.NaN : median(logrep.filter((r) => r.mode === 'live').map((r) => r.changesPerSecond));
+    const catchUp = median(logrep.filter((r) => r.mode === 'catch-up').map((r) => r.changesPerSecond));
+    const sourceAlone = median(logrep.filter((r) => r.mode === 'catch-up').map((r) => h.changes.length / r.sourceSeconds));
+    rec.details.logicalReplication = logrep;
+
+    // 3. The applier: each variant at each batch size, then a CPU profile and the control plane on DynamoDB Local.
+    const runs: ApplierRun[] = [];
+    const run = async (o: ApplierRunOptions): Promise<ApplierRun> => {
+      const r = await applierRun(wh, h, snapshot, history, o, expected);
+      runs.push(r);
+      say(describeRun(r));
+      return r;
+    };
+    const byVariant = new Map<string, ApplierRun[]>();
+    const chosen = only ? variants.filter((v) => only.split(',').some((w) => v.name.includes(w))) : variants;
+    for (const v of chosen) {
+      const list: ApplierRun[] = [];
+      for (const batch of v.batches ?? batchSizes) {
+        list.push(await run({ label: `${v.name}, batch ${batch}`, batch, loader: v.loader, ...(v.stages ? { stages: v.stages } : {}), ...(v.setBased ? { setBased: true } : {}), limit: batch < 1000 ? smallBatchEvents : undefined, statements: batch === 1000 }));
+      }
+      byVariant.set(v.name, list);
+    }
+    // CPU profile of the applier's process on the default path (separate pass: the profiler costs a few per cent).
+    const profiled = !extras ? null : await run({ label: 'profile: default path, batch 1000', batch: 1000, loader: insertStageLoader, limit: Math.min(opts.events, 50_000), profile: true });
+
+    // Control plane on DynamoDB Local: its share of a batch.
+    let dynamo: ApplierRun | null = null;
+    if (extras) {
+      try {
+        const ddb = await startDynamoDbLocal({});
+        try {
+          const client = dynamoDbClient(ddb.endpoint);
+          await createControlTable(client, 'bench-control');
+          dynamo = await run({ label: 'default path, batch 1000, DynamoDB Local control plane', batch: 1000, loader: insertStageLoader, limit: Math.min(opts.events, 50_000), controlPlane: new DynamoDbControlPlane(client, 'bench-control') });
+          client.destroy();
+        } finally {
+          await ddb.stop();
+        }
+      } catch (err) {
+        say(`DynamoDB Local run skipped: ${(err as Error).message}`);
+        rec.details.dynamoDbSkipped = (err as Error).message;
+      }
+    }
+    rec.details.applier = runs;
+
+    // Rows.
+    const full = (r: ApplierRun): boolean => r.events === h.changes.length;
+    rec.add(rateRow('COPY of the final rows into an empty table', copyRate, 'rows/s', null, null, { note: `${h.finalRows.length} rows, median of ${copyRuns}` }));
+    rec.add(rateRow('native logical replication, live (workload start → caught up)', live, 'changes/s', copyRate, 'COPY rows/s'));
+    rec.add(rateRow('native logical replication, catch-up of the backlog', catchUp, 'changes/s', copyRate, 'COPY rows/s'));
+    rec.add(rateRow('source alone: the history replayed on the publisher', sourceAlone, 'changes/s', null, null, { note: `${h.options.txSize} changes per transaction` }));
+    for (const v of chosen) {
+      for (const r of byVariant.get(v.name)!) {
+        const notes = [`${(r.eventsPerSecond / copyRate).toFixed(2)}× COPY`];
+        if (!full(r)) notes.push(`first ${r.events} events`);
+        if (!r.verified) notes.push('warehouse did NOT match the expected rows');
+        rec.add(
+          rateRow(`applier: ${r.label}`, r.eventsPerSecond, 'events/s', catchUp, 'logrep catch-up', {
+            target: '≥ 1× logrep and ≥ 0.5× COPY',
+            met: r.eventsPerSecond >= catchUp && r.eventsPerSecond >= 0.5 * copyRate,
+            note: notes.join('; '),
+          }),
+        );
+      }
+    }
+    for (const v of chosen.filter((x) => !x.batches)) {
+      for (const r of byVariant.get(v.name)!) {
+        rec.add(timeRow(`per-batch latency p50, ${r.label}`, r.batchMs.p50, 'ms', null, null, { note: `p90 ${r.batchMs.p90.toFixed(1)} ms, p99 ${r.batchMs.p99.toFixed(1)} ms, max ${r.batchMs.max.toFixed(1)} ms` }));
+      }
+    }
+    const defaultAt1000 = byVariant.get(variants[0]!.name)?.find((r) => r.batch === 1000);
+    if (dynamo && defaultAt1000) {
+      const mem = defaultAt1000;
+      rec.add(rateRow('default path, batch 1000, DynamoDB Local control plane', dynamo.eventsPerSecond, 'events/s', mem.eventsPerSecond, 'same, in-memory control plane', { note: `control plane ${((dynamo.controlPlane.ms / (dynamo.seconds * 1000)) * 100).toFixed(1)} % of the time, ${(dynamo.controlPlane.ms / dynamo.batches).toFixed(1)} ms per batch` }));
+    }
+    const fullRuns = runs.filter(full);
+    const best = fullRuns.reduce((a, b) => (b.eventsPerSecond > a.eventsPerSecond ? b : a));
+    rec.details.summary = {
+      copyRowsPerSecond: Math.round(copyRate),
+      logrepLive: Math.round(live),
+      logrepCatchUp: Math.round(catchUp),
+      sourceAlone: Math.round(sourceAlone),
+      applierBest: { label: best.label, eventsPerSecond: Math.round(best.eventsPerSecond) },
+      profiled: profiled ? { label: profiled.label, phases: profiled.phases, nodeMs: profiled.nodeMs, profile: profiled.profile } : null,
+    };
+  } finally {
+    for (const c of clusters) await c.stop().catch(() => undefined);
+    await captured.restore();
+    print = (t) => process.stdout.write(t);
+    rmSync(workDir, { recursive: true, force: true });
+  }
+  return rec.finish();
+}
+
+if (isMain(import.meta.url)) {
+  runApplyBench().then(
+    () => process.exit(0),
+    (err: unknown) => {
+      console.error(err);
+      process.exit(1);
+    },
+  );
+}

@@ -1,0 +1,198 @@
+/**
+ * Benchmark 3, capture: how fast the local slot capture (`local/capture.ts`: peek whole
+ * transactions from a `test_decoding` slot, parse, apply column rules, build and validate raw
+ * records, publish, checkpoint, advance the slot) reads a backlog, against PostgreSQL decoding the
+ * same changes alone: `pg_logical_slot_get_changes` on a second slot, counting rows and bytes.
+ *
+ * Both slots exist before the workload, so both decode exactly the same WAL. The workload is the
+ * apply benchmark's seeded history (updates, inserts and deletes in transactions of 100),
+ * replayed server side. The first slot read after the workload is slower than the second (the
+ * WAL is then in the page cache), so the order alternates between runs and medians are reported.
+ *
+ * The capture publishes to a counting publisher (no Kinesis): the figure is the capture's own
+ * rate. One more run publishes to kinesalite, the raw stream of `cdc local`, to show what the
+ * stand-in costs. The control plane is the in-memory test double (one checkpoint write per peek).
+ *
+ *     npm run bench:capture [-- --events 200000 --runs 2]
+ */
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { CreateStreamCommand, DescribeStreamSummaryCommand } from '@aws-sdk/client-kinesis';
+import { kinesisClient } from '../lambda/adapters/aws-clients.ts';
+import { TableConfigIndex } from '../lambda/core/table-config.ts';
+import { kinesisRawPublisher, SlotCapture, type RawPublisher } from '../local/capture.ts';
+import { startKinesalite } from '../local/kinesis.ts';
+import { startPostgres, type PostgresCluster } from '../local/postgres.ts';
+import { MemoryControlPlane } from '../test/helpers/memory-control-plane.ts';
+import { BENCH_TABLE, DEFAULT_HISTORY, generateHistory, type History } from './lib/history.ts';
+import { exec, one, serverVersion } from './lib/pg.ts';
+import { cpuProfile, type ProfileSummary } from './lib/profile.ts';
+import { createItems, prepareReplay, replay } from './lib/replay.ts';
+import { isMain, median, numberArg, rateRow, Recorder, sleep, type BenchResult } from './lib/report.ts';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const say = (text: string): void => void process.stdout.write(`[capture] ${text}\n`);
+const SOURCE = 'bench';
+const REF_SLOT = 'bench_ref';
+const SLOT = 'bench_capture';
+
+interface CaptureRun {
+  order: 'reference first' | 'capture first';
+  changes: number;
+  reference: { seconds: number; rows: number; bytes: number; changesPerSecond: number };
+  capture: { seconds: number; records: number; bytes: number; recordsPerSecond: number; publisher: string; profile?: ProfileSummary };
+}
+
+/** Decodes the reference slot alone: rows and bytes of test_decoding output, with the capture's options. */
+async function referenceRead(url: string): Promise<{ seconds: number; rows: number; bytes: number }> {
+  const t0 = performance.now();
+  const r = await one<{ n: string; bytes: string | null }>(
+    url,
+    `SELECT count(*)::text AS n, sum(octet_length(data))::text AS bytes
+       FROM pg_logical_slot_get_changes($1, NULL, NULL, 'include-xids', '1', 'include-timestamp', '1', 'skip-empty-xacts', '1')`,
+    [REF_SLOT],
+  );
+  return { seconds: (performance.now() - t0) / 1000, rows: Number(r.n), bytes: Number(r.bytes ?? 0) };
+}
+
+/** Runs the capture until it has read everything committed so far; returns its figures. */
+function newCapture(url: string, control: MemoryControlPlane, publish: RawPublisher): SlotCapture {
+  return new SlotCapture({
+    source: SOURCE,
+    sourceUrl: url,
+    slot: SLOT,
+    tables: new TableConfigIndex([{ table: BENCH_TABLE, deleteMode: 'soft', mask: [], exclude: [] }]),
+    control,
+    publish,
+    idleMs: 5,
+  });
+}
+
+async function captureRead(url: string, control: MemoryControlPlane, publish: RawPublisher, counter: { records: number; bytes: number }, profile: boolean): Promise<{ seconds: number; profile?: ProfileSummary }> {
+  const capture = newCapture(url, control, publish);
+  const run = async (): Promise<number> => {
+    const t0 = performance.now();
+    const since = Date.now();
+    await capture.start();
+    while (!capture.caughtUpSince(since)) {
+      if (capture.stats.state === 'failed') throw capture.stats.error ?? new Error('capture failed');
+      await sleep(2);
+    }
+    const seconds = (performance.now() - t0) / 1000;
+    await capture.stop();
+    return seconds;
+  };
+  counter.records = 0;
+  counter.bytes = 0;
+  if (profile) {
+    const p = await cpuProfile(ROOT, run);
+    return { seconds: p.result, profile: p.profile };
+  }
+  return { seconds: await run() };
+}
+
+async function oneRun(pgc: PostgresCluster, h: History, first: 'reference' | 'capture', publish: RawPublisher, counter: { records: number; bytes: number }, publisher: string, profile: boolean): Promise<CaptureRun> {
+  const url = pgc.url('src');
+  await exec(url, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name IN ('${REF_SLOT}', '${SLOT}')`);
+  await createItems(url, h);
+  await prepareReplay(url, h);
+  // Both slots before the workload: the capture creates (and records) its own on its first start.
+  const control = new MemoryControlPlane();
+  const primer = newCapture(url, control, publish);
+  await primer.start();
+  await primer.stop();
+  await exec(url, `SELECT pg_create_logical_replication_slot('${REF_SLOT}', 'test_decoding')`);
+  const seconds = await replay(url, h);
+  say(`workload: ${h.changes.length} changes replayed in ${seconds.toFixed(2)} s`);
+  await exec(url, 'CHECKPOINT');
+  let ref: { seconds: number; rows: number; bytes: number } | null = null;
+  let cap: { seconds: number; profile?: ProfileSummary } | null = null;
+  if (first === 'reference') {
+    ref = await referenceRead(url);
+    cap = await captureRead(url, control, publish, counter, profile);
+  } else {
+    cap = await captureRead(url, control, publish, counter, profile);
+    ref = await referenceRead(url);
+  }
+  await exec(url, `SELECT pg_drop_replication_slot('${REF_SLOT}')`);
+  // test_decoding prints BEGIN and COMMIT rows too; count the row changes.
+  const changes = h.changes.length;
+  return {
+    order: first === 'reference' ? 'reference first' : 'capture first',
+    changes,
+    reference: { ...ref, changesPerSecond: changes / ref.seconds },
+    capture: { seconds: cap.seconds, records: counter.records, bytes: counter.bytes, recordsPerSecond: counter.records / cap.seconds, publisher, ...(cap.profile ? { profile: cap.profile } : {}) },
+  };
+}
+
+export async function runCaptureBench(): Promise<BenchResult> {
+  const events = numberArg('events', DEFAULT_HISTORY.events);
+  const runs = numberArg('runs', 2);
+  const kinesisEvents = numberArg('kinesis-events', 50_000);
+  const opts = { ...DEFAULT_HISTORY, events, seed: DEFAULT_HISTORY.seed + 1 };
+  const rec = new Recorder('capture', { history: opts, runs, kinesisEvents, plugin: 'test_decoding', peekChanges: 5000, durability: 'fsync on' });
+  const h = generateHistory(opts);
+  const pgc = await startPostgres();
+  try {
+    await pgc.createDatabase('src');
+    rec.settings.postgres = await serverVersion(pgc.url('postgres'));
+    const counter = { records: 0, bytes: 0 };
+    const counting: RawPublisher = async (records) => {
+      counter.records += records.length;
+      for (const r of records) counter.bytes += r.data.length;
+    };
+    const results: CaptureRun[] = [];
+    for (let i = 0; i < runs; i++) {
+      const r = await oneRun(pgc, h, i % 2 === 0 ? 'reference' : 'capture', counting, counter, 'counting', i === runs - 1);
+      results.push(r);
+      say(`${r.order}: get_changes ${Math.round(r.reference.changesPerSecond)} changes/s (${r.reference.seconds.toFixed(2)} s); capture ${Math.round(r.capture.recordsPerSecond)} records/s (${r.capture.seconds.toFixed(2)} s, ${r.capture.records} records)`);
+      if (r.capture.records !== r.changes) throw new Error(`the capture published ${r.capture.records} records for ${r.changes} changes`);
+    }
+    const ref = median(results.map((r) => r.reference.changesPerSecond));
+    const cap = median(results.map((r) => r.capture.recordsPerSecond));
+    rec.add(rateRow('pg_logical_slot_get_changes alone (test_decoding, counted in SQL)', ref, 'changes/s', null, null));
+    rec.add(rateRow('slot capture → counting publisher', cap, 'records/s', ref, 'get_changes alone', { note: `median of ${runs}, order alternated` }));
+
+    // The capture into kinesalite (the raw stream of cdc local), on a smaller history.
+    const kin = await startKinesalite();
+    try {
+      const client = kinesisClient(kin.endpoint);
+      await client.send(new CreateStreamCommand({ StreamName: 'bench-raw', ShardCount: 2 }));
+      for (;;) {
+        const s = await client.send(new DescribeStreamSummaryCommand({ StreamName: 'bench-raw' }));
+        if (s.StreamDescriptionSummary?.StreamStatus === 'ACTIVE') break;
+        await sleep(20);
+      }
+      const publish = kinesisRawPublisher(client, 'bench-raw');
+      const kcounter = { records: 0, bytes: 0 };
+      const kpublish: RawPublisher = async (records) => {
+        await publish(records);
+        kcounter.records += records.length;
+        for (const r of records) kcounter.bytes += r.data.length;
+      };
+      const small = generateHistory({ ...opts, events: Math.min(events, kinesisEvents) });
+      const r = await oneRun(pgc, small, 'reference', kpublish, kcounter, 'kinesalite (2 shards)', false);
+      say(`capture → kinesalite: ${Math.round(r.capture.recordsPerSecond)} records/s (${r.capture.seconds.toFixed(2)} s)`);
+      results.push(r);
+      rec.add(rateRow('slot capture → kinesalite raw stream (cdc local)', r.capture.recordsPerSecond, 'records/s', r.reference.changesPerSecond, 'get_changes alone', { note: `${r.changes} changes` }));
+      client.destroy();
+    } finally {
+      await kin.stop();
+    }
+    rec.details.runs = results;
+    rec.details.recordBytes = Math.round(results[0]!.capture.bytes / Math.max(1, results[0]!.capture.records));
+  } finally {
+    await pgc.stop();
+  }
+  return rec.finish();
+}
+
+if (isMain(import.meta.url)) {
+  runCaptureBench().then(
+    () => process.exit(0),
+    (err: unknown) => {
+      console.error(err);
+      process.exit(1);
+    },
+  );
+}

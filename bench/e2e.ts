@@ -1,0 +1,182 @@
+/**
+ * Benchmark 2, end to end: the `cdc local` pipeline (slot capture → raw stream → normalizer →
+ * change log → warehouse applier and archive copier, each behind its own poller, with the
+ * heartbeat writer) under a sustained write load on the source, driven through the pipeline's
+ * programmatic API (`local/stack.ts`, `local/pipeline.ts`) exactly as `cdc local` wires it.
+ *
+ * Measured: end-to-end lag from source commit to warehouse commit, read on the heartbeat rows
+ * (p50 / p99 / max over the load), the changes applied per second, and the backlog when the load
+ * stops (how far each stage is behind, and how long it takes to drain). Reference, measured in
+ * the same run: the same workload's commit rate on the source alone (unthrottled, no capture).
+ * At the end source and warehouse are compared row by row (the same verdict `cdc local` prints).
+ *
+ *     npm run bench:e2e [-- --rate 1000 --seconds 60 --tx-size 10 --profile]
+ *
+ * `--profile` takes a CPU profile of this process (capture, pollers, normalizer, applier, archive
+ * copier: everything but PostgreSQL and DynamoDB Local) during the load.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { MetricName } from '../contracts/metrics.ts';
+import type { TableConfig } from '../lambda/core/table-config.ts';
+import { captureStdout, MetricsCollector } from '../local/metrics.ts';
+import { LocalPipeline } from '../local/pipeline.ts';
+import { startLocalStack } from '../local/stack.ts';
+import { compareSourceAndWarehouse } from '../local/verdict.ts';
+import { cpuProfile } from './lib/profile.ts';
+import { runWorkload } from './lib/workload.ts';
+import { exec, one } from './lib/pg.ts';
+import { argValue, isMain, numberArg, percentile, rateRow, Recorder, sleep, timeRow, type BenchResult } from './lib/report.ts';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+let print: (text: string) => void = (t) => process.stdout.write(t);
+const say = (text: string): void => print(`[e2e] ${text}\n`);
+
+const SOURCE = 'bench';
+const SINK = 'warehouse';
+const TABLE = 'public.orders';
+const INITIAL_ROWS = 20_000;
+
+const TABLE_SQL = (name: string): string =>
+  `CREATE TABLE IF NOT EXISTS ${name} (id bigint PRIMARY KEY, customer_id bigint NOT NULL, status text NOT NULL, amount numeric(12,2) NOT NULL, note text, updated_at timestamptz NOT NULL DEFAULT now())`;
+
+export async function runE2eBench(): Promise<BenchResult> {
+  const rate = numberArg('rate', 1000);
+  const seconds = numberArg('seconds', 60);
+  const txSize = numberArg('tx-size', 10);
+  const heartbeatMs = numberArg('heartbeat-ms', 250);
+  const refSeconds = numberArg('reference-seconds', 10);
+  const profileLoad = argValue('profile') !== undefined;
+  const rec = new Recorder('e2e', {
+    rate,
+    seconds,
+    txSize,
+    heartbeatMs,
+    referenceSeconds: refSeconds,
+    initialRows: INITIAL_ROWS,
+    mix: '70 % updates, 20 % inserts, 10 % deletes',
+    durability: 'fsync on (the embedded PostgreSQL defaults of cdc local)',
+    pipeline: 'cdc local: one embedded PostgreSQL (source and warehouse databases), DynamoDB Local, kinesalite (2 + 2 shards), pollers with batch size 200',
+  });
+  const stateDir = mkdtempSync(path.join(os.tmpdir(), 'cdc-bench-e2e-'));
+  const say0 = (t: string): void => void process.stdout.write(`[e2e] ${t}\n`);
+  say0(`starting the local stack in ${stateDir}`);
+  const stack = await startLocalStack({ stateDir, source: SOURCE, log: (l) => say0(l) });
+  const collector = new MetricsCollector();
+  const captured = captureStdout(collector, { emfFile: stack.files.emf, logFile: stack.files.handlerLog });
+  print = (t) => captured.write(t);
+  let pipeline: LocalPipeline | null = null;
+  const errors: string[] = [];
+  try {
+    // Reference: the workload alone on the source, unthrottled, on an uncaptured copy of the table.
+    await exec(stack.sourceUrl, `${TABLE_SQL('public.orders_ref')}; ${TABLE_SQL(TABLE)}`);
+    await exec(stack.sourceUrl, `INSERT INTO public.orders_ref (id, customer_id, status, amount, note) SELECT g, g % 1000, 'placed', 1, md5(g::text) FROM generate_series(1, ${INITIAL_ROWS}) g`);
+    await exec(stack.sourceUrl, 'VACUUM ANALYZE public.orders_ref');
+    say(`reference: the workload alone on the source, unthrottled, ${refSeconds} s`);
+    const ref = await runWorkload({ url: stack.sourceUrl, table: 'public.orders_ref', rate: 0, txSize, seed: 7, initialIds: INITIAL_ROWS, seconds: refSeconds }).done;
+    const sourceAlone = ref.changesPerSecond;
+    await exec(stack.sourceUrl, 'DROP TABLE public.orders_ref');
+    say(`source alone: ${Math.round(sourceAlone)} changes/s (${Math.round(sourceAlone / txSize)} transactions/s), commit p50 ${ref.commitMs.p50.toFixed(2)} ms`);
+
+    // The pipeline.
+    const tables: TableConfig[] = [{ table: TABLE, deleteMode: 'soft', mask: [], exclude: [] }];
+    pipeline = new LocalPipeline({
+      stack,
+      source: SOURCE,
+      tables,
+      sinkId: SINK,
+      collector,
+      heartbeatMs,
+      workloadRate: 0,
+      onError: (where, e) => errors.push(`${where}: ${e instanceof Error ? e.message : String(e)}`),
+    });
+    await pipeline.start();
+    // Initial rows go through the pipeline too, so the warehouse starts equal to the source.
+    await exec(stack.sourceUrl, `INSERT INTO ${TABLE} (id, customer_id, status, amount, note) SELECT g, g % 1000, 'placed', 1, md5(g::text) FROM generate_series(1, ${INITIAL_ROWS}) g`);
+    const c0 = performance.now();
+    await pipeline.waitCaughtUp(300_000);
+    say(`pipeline started; ${INITIAL_ROWS} initial rows captured and applied in ${((performance.now() - c0) / 1000).toFixed(1)} s`);
+    await sleep(2 * heartbeatMs);
+
+    const appliedBefore = collector.total(MetricName.EVENTS_APPLIED, { Sink: SINK });
+    const capturedBefore = pipeline.capture.stats.records;
+    const done0 = { normalizer: pipeline.pollers.normalizer.stats.recordsDone, sink: pipeline.pollers.sink.stats.recordsDone, archive: pipeline.pollers.archive.stats.recordsDone };
+    const t0 = Date.now();
+    say(`load: ${rate} changes/s in transactions of ${txSize} for ${seconds} s`);
+    const workload = runWorkload({ url: stack.sourceUrl, table: TABLE, rate, txSize, seed: 11, initialIds: INITIAL_ROWS, seconds });
+    const p = pipeline;
+    const progress = setInterval(() => {
+      const lags = p.lagSamples(Date.now() - 10_000);
+      say(`  t+${Math.round((Date.now() - t0) / 1000)} s: lag (last 10 s) p50 ${Math.round(percentile(lags, 50))} ms, max ${Math.round(Math.max(0, ...lags))} ms; captured ${p.capture.stats.records - capturedBefore}`);
+    }, 10_000);
+    const load = profileLoad ? await cpuProfile(ROOT, () => workload.done).then((r) => ((rec.details.profile = r.profile), r.result)) : await workload.done;
+    clearInterval(progress);
+    const t1 = Date.now();
+    const committedRate = load.changesPerSecond;
+
+    // Backlog when the load stops.
+    const slot = await one<{ lag: string | null }>(stack.sourceUrl, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint::text AS lag FROM pg_replication_slots WHERE slot_name = $1`, [pipeline.capture.slot]);
+    const capturedAtStop = pipeline.capture.stats.records - capturedBefore;
+    const appliedAtStop = collector.total(MetricName.EVENTS_APPLIED, { Sink: SINK }) - appliedBefore;
+    // Records each stage has handled since the load started; the differences are the backlog per stage.
+    const stages = {
+      committed: load.changes,
+      captured: capturedAtStop,
+      normalized: pipeline.pollers.normalizer.stats.recordsDone - done0.normalizer,
+      applied: pipeline.pollers.sink.stats.recordsDone - done0.sink,
+      archived: pipeline.pollers.archive.stats.recordsDone - done0.archive,
+    };
+    const lagDuring = collector.find(MetricName.END_TO_END_LAG, { Sink: SINK }).flatMap((s) => s.samples.filter(([t]) => t >= t0 && t <= t1 + 1000).map(([, v]) => v));
+    const d0 = performance.now();
+    await pipeline.stopHeartbeat();
+    await pipeline.waitCaughtUp(600_000);
+    const drainSeconds = (performance.now() - d0) / 1000;
+    const appliedTotal = collector.total(MetricName.EVENTS_APPLIED, { Sink: SINK }) - appliedBefore;
+    const verdict = await compareSourceAndWarehouse({ sourceUrl: stack.sourceUrl, warehouseUrl: stack.warehouseUrl, source: SOURCE, tables });
+    const p50 = percentile(lagDuring, 50);
+    const p99 = percentile(lagDuring, 99);
+    const max = Math.max(...lagDuring);
+    say(`lag over ${lagDuring.length} heartbeats: p50 ${Math.round(p50)} ms, p99 ${Math.round(p99)} ms, max ${Math.round(max)} ms; drained in ${drainSeconds.toFixed(1)} s; verdict ${verdict.match ? 'match' : 'MISMATCH'}`);
+
+    rec.add(rateRow('source commit rate under the pipeline', committedRate, 'changes/s', rate, 'target rate'));
+    rec.add(rateRow('source alone: the same workload unthrottled', sourceAlone, 'changes/s', null, null, { note: `${txSize} changes per transaction` }));
+    rec.add(rateRow('load as a share of the source-alone rate', rate, 'changes/s', sourceAlone, 'source alone'));
+    rec.add(rateRow('warehouse applied during the load', appliedAtStop / ((t1 - t0) / 1000), 'events/s', committedRate, 'source commit rate'));
+    rec.add(timeRow(`end-to-end lag p50 (sink ${SINK})`, p50, 'ms', 1000, '1 s target'));
+    rec.add(timeRow(`end-to-end lag p99 (sink ${SINK})`, p99, 'ms', 1000, '1 s target', { target: '< 1 s', met: p99 < 1000 }));
+    rec.add(timeRow(`end-to-end lag max (sink ${SINK})`, max, 'ms', 1000, '1 s target'));
+    rec.add(timeRow('backlog at the end: time to drain after the load stopped', drainSeconds * 1000, 'ms', null, null, { note: `at stop: ${stages.committed} committed, ${stages.captured} captured, ${stages.normalized} normalized, ${stages.applied} applied, ${stages.archived} archived; slot ${slot.lag ?? '?'} bytes behind` }));
+    Object.assign(rec.details, {
+      heartbeats: lagDuring.length,
+      lagMs: { p50, p90: percentile(lagDuring, 90), p99, max },
+      load,
+      sourceAlone: ref,
+      capturedDuringLoad: capturedAtStop,
+      appliedDuringLoad: appliedAtStop,
+      appliedTotal,
+      backlogAtStop: { slotBytes: slot.lag === null ? null : Number(slot.lag), recordsSinceLoadStart: stages, drainSeconds },
+      verdict: { match: verdict.match, tables: verdict.tables.map((t) => ({ ...t })) },
+      recoveredErrors: errors.slice(0, 20),
+    });
+  } finally {
+    await pipeline?.stop().catch(() => undefined);
+    await captured.restore();
+    print = (t) => process.stdout.write(t);
+    await stack.stop();
+    rmSync(stateDir, { recursive: true, force: true });
+    if (stack.state.postgresDataDir) rmSync(stack.state.postgresDataDir, { recursive: true, force: true });
+  }
+  return rec.finish();
+}
+
+if (isMain(import.meta.url)) {
+  runE2eBench().then(
+    () => process.exit(0),
+    (err: unknown) => {
+      console.error(err);
+      process.exit(1);
+    },
+  );
+}
