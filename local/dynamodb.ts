@@ -17,7 +17,7 @@ export interface DynamoDbLocalOptions {
   dbPath?: string;
   /**
    * Extra JVM options. `QUICK_START_JVM_OPTIONS` (C1 compiler only, serial GC) roughly halves
-   * start-up on a busy two-core machine and is not slower for this workload. @default none
+   * start-up on a busy two-core machine and is not slower for this workload. @default QUICK_START_JVM_OPTIONS
    */
   jvmOptions?: readonly string[];
 }
@@ -64,7 +64,7 @@ export async function startDynamoDbLocal(options: DynamoDbLocalOptions = {}): Pr
   assertJava();
   const dir = jarDir();
   const port = options.port ?? (await freePort());
-  const args = [`-Djava.library.path=${path.join(dir, 'DynamoDBLocal_lib')}`, ...(options.jvmOptions ?? []), '-Xmx512m', '-jar', path.join(dir, 'DynamoDBLocal.jar'), '-port', String(port), '-sharedDb'];
+  const args = [`-Djava.library.path=${path.join(dir, 'DynamoDBLocal_lib')}`, ...(options.jvmOptions ?? QUICK_START_JVM_OPTIONS), '-Xmx512m', '-jar', path.join(dir, 'DynamoDBLocal.jar'), '-port', String(port), '-sharedDb'];
   if (options.dbPath) {
     await fs.mkdir(options.dbPath, { recursive: true });
     args.push('-dbPath', options.dbPath);
