@@ -1,8 +1,13 @@
 /**
  * Column rules applied at capture (invariant 4): a column declared `exclude` never enters the log,
- * a column declared `mask` enters it only as a deterministic hash. Every capture path (the
- * normalizer for DMS and slot records, the snapshot worker) calls `applyColumnRules`, so the
- * same value gives byte-identical output on every path and reconciliation can compare masked values.
+ * a column declared `mask` enters it only as a deterministic hash. Every capture path that
+ * the platform runs itself (the local slot capture, before it publishes; the snapshot worker)
+ * calls `applyColumnRules`, so the same value gives the same output on each of them and
+ * reconciliation can compare masked values. On AWS, DMS applies the rules itself (the task's
+ * `remove-column` and `data-masking-hash-mask` table mappings), so the normalizer never masks:
+ * masking an already-masked value again would hash it twice. Whether DMS's hash text is
+ * byte-identical to this one (lower-case hex SHA-256 of the value's text) is not documented by
+ * AWS; reconciling masked columns across a DMS source and a local capture assumes it is.
  *
  * A masked value is the lower-case hex SHA-256 of the value's text: strings as they are, numbers
  * via `String()`, booleans as `true`/`false`, arrays and objects via `JSON.stringify`; null stays
