@@ -45,6 +45,7 @@ import { ENVELOPE_VERSION, type JsonValue, type Row } from './event.ts';
 import type { ColumnDef } from './control-plane.ts';
 import type { DecodeResult, DecodedChange } from './decoded.ts';
 import { makePosition, POSITION_ZERO, type Position } from './position.ts';
+import { describeValue as describe, isPlainObject } from './json-shape.ts';
 
 /** What a decoder may ask about the tables of the source. */
 export interface DecodeContext {
@@ -98,16 +99,7 @@ export const DMS_CONTROL_OPERATIONS = [
 /** Prefix of the tables DMS creates for itself (`awsdms_apply_exceptions`, `awsdms_ddl_audit`, …). */
 export const DMS_OWN_TABLE_PREFIX = 'awsdms_';
 
-function isPlainObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
 
-function describe(v: unknown): string {
-  if (v === null) return 'null';
-  if (v === undefined) return 'nothing';
-  if (Array.isArray(v)) return 'an array';
-  return typeof v === 'string' ? JSON.stringify(v.length > 40 ? `${v.slice(0, 40)}…` : v) : typeof v;
-}
 
 function optionalString(meta: Record<string, unknown>, field: string): string {
   const v = meta[field];

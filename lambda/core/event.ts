@@ -7,6 +7,7 @@
  */
 import { InvalidRecordError } from './errors.ts';
 import { assertPosition, type Position } from './position.ts';
+import { describeValue as describe, isPlainObject } from './json-shape.ts';
 
 export const ENVELOPE_VERSION = 1;
 
@@ -55,20 +56,12 @@ export function isSourceId(value: unknown): value is string {
   return typeof value === 'string' && IDENT.test(value);
 }
 
-function isPlainObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
 
 function assertRow(v: unknown, field: string): Row {
   if (!isPlainObject(v)) throw new InvalidRecordError(field, `expected an object of column values, got ${describe(v)}`);
   return v as Row;
 }
 
-function describe(v: unknown): string {
-  if (v === null) return 'null';
-  if (Array.isArray(v)) return 'an array';
-  return typeof v === 'string' ? JSON.stringify(v.length > 40 ? `${v.slice(0, 40)}…` : v) : typeof v;
-}
 
 /**
  * Checks that `value` is a well-formed change event and returns it typed. Throws

@@ -36,6 +36,7 @@
 import { InvalidRecordError } from './errors.ts';
 import { isSourceId, type JsonValue } from './event.ts';
 import { parseLsn } from './position.ts';
+import { describeValue as describe, isPlainObject } from './json-shape.ts';
 
 export const SLOT_RECORD_FORMAT = 'cdc-slot/1';
 
@@ -67,16 +68,7 @@ export interface SlotRecord {
 
 const TABLE_ID = /^[^.]+\.[^.]+$/;
 
-function isPlainObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
 
-function describe(v: unknown): string {
-  if (v === null) return 'null';
-  if (v === undefined) return 'nothing';
-  if (Array.isArray(v)) return 'an array';
-  return typeof v === 'string' ? JSON.stringify(v.length > 40 ? `${v.slice(0, 40)}…` : v) : typeof v;
-}
 
 function isJsonValue(v: unknown): v is JsonValue {
   if (v === null || typeof v === 'string' || typeof v === 'boolean') return true;

@@ -19,6 +19,7 @@
 import { CdcError } from './errors.ts';
 import type { DeleteMode } from './control-plane.ts';
 import { NO_COLUMN_RULES, type ColumnRules } from './masking.ts';
+import { describeValue as describe } from './json-shape.ts';
 
 export interface TableConfig {
   table: string;
@@ -42,12 +43,6 @@ const TABLE_ID = /^[^.\s]+\.[^.\s]+$/;
 const FIELDS = new Set(['table', 'key', 'deleteMode', 'mask', 'exclude']);
 const DELETE_MODES: readonly DeleteMode[] = ['soft', 'hard'];
 
-function describe(v: unknown): string {
-  if (v === null) return 'null';
-  if (v === undefined) return 'nothing';
-  if (Array.isArray(v)) return 'an array';
-  return typeof v === 'string' ? JSON.stringify(v) : typeof v;
-}
 
 function columnList(v: unknown, field: string): string[] {
   if (!Array.isArray(v)) throw new TableConfigError(field, `expected an array of column names, got ${describe(v)}`);
