@@ -12,7 +12,7 @@ import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct, type IConstruct } from 'constructs';
 import { DEFAULT_HEARTBEAT_SCHEMA, EnvName } from '../contracts/env.ts';
-import { METRICS_NAMESPACE, MetricDimension, MetricName, NORMALIZER_STAGE } from '../contracts/metrics.ts';
+import { MetricDimension, MetricName, NORMALIZER_STAGE } from '../contracts/metrics.ts';
 import type { CapturedTable } from './captured-table.ts';
 import type { IChangeLog } from './change-log.ts';
 import type { IControlPlane } from './control-plane.ts';
@@ -24,6 +24,7 @@ import { compileTableMappings, findTableProblem, tableConfigEntries } from './pr
 import { taskSettings } from './private/task-settings.ts';
 import { checkIntegerRange, checkKinesisRetention, checkLowerIdent, fail, halfOf, idFromConstructId } from './private/validate.ts';
 import type { SourceDatabase } from './source-database.ts';
+import { platformMetric } from './private/platform-metric.ts';
 
 /** Which columns DMS puts in the before image of an update. */
 export enum BeforeImage {
@@ -596,29 +597,19 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
 
   /** Records the normalizer dead-lettered (`DeadLetters`, Stage=normalizer); sum per minute by default. */
   metricDeadLetters(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return this.platformMetric(MetricName.DEAD_LETTERS, { [MetricDimension.STAGE]: NORMALIZER_STAGE, [MetricDimension.SOURCE]: this.sourceId }, props);
+    return platformMetric(this, MetricName.DEAD_LETTERS, { [MetricDimension.STAGE]: NORMALIZER_STAGE, [MetricDimension.SOURCE]: this.sourceId }, props);
   }
 
   /** Tables paused by the normalizer (`TablesPaused`); sum per minute by default. */
   metricTablesPaused(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return this.platformMetric(MetricName.TABLES_PAUSED, { [MetricDimension.SOURCE]: this.sourceId }, props);
+    return platformMetric(this, MetricName.TABLES_PAUSED, { [MetricDimension.SOURCE]: this.sourceId }, props);
   }
 
   /** Source commit → change-log publish, milliseconds (`CaptureLag`); maximum per minute by default. */
   metricCaptureLag(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return this.platformMetric(MetricName.CAPTURE_LAG, { [MetricDimension.SOURCE]: this.sourceId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
+    return platformMetric(this, MetricName.CAPTURE_LAG, { [MetricDimension.SOURCE]: this.sourceId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
   }
 
-  private platformMetric(metricName: string, dimensionsMap: Record<string, string>, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return new cloudwatch.Metric({
-      namespace: METRICS_NAMESPACE,
-      metricName,
-      dimensionsMap,
-      statistic: cloudwatch.Stats.SUM,
-      period: Duration.minutes(1),
-      ...props,
-    }).attachTo(this);
-  }
 
   /** Wildcards that CDK grants generate (Kinesis, KMS and secret grants), acknowledged with their scope. */
   private acknowledgeGrantWildcards(functions: CdcFunction[], ...roles: iam.Role[]): void {

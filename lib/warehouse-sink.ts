@@ -5,7 +5,7 @@ import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import { EnvName } from '../contracts/env.ts';
-import { METRICS_NAMESPACE, MetricDimension, MetricName } from '../contracts/metrics.ts';
+import { MetricDimension, MetricName } from '../contracts/metrics.ts';
 import type { ICdcSource } from './cdc-source.ts';
 import type { IChangeLog } from './change-log.ts';
 import type { IControlPlane } from './control-plane.ts';
@@ -14,6 +14,7 @@ import { CdcFunction } from './private/cdc-function.ts';
 import { consumeStream } from './private/stream-consumer.ts';
 import { checkIntegerRange, checkLowerIdent, fail, halfOf, idFromConstructId } from './private/validate.ts';
 import type { WarehouseConnection } from './warehouse-connection.ts';
+import { platformMetric } from './private/platform-metric.ts';
 
 /** Properties of a `WarehouseSink`. */
 export interface WarehouseSinkProps {
@@ -253,32 +254,22 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
 
   /** Source commit → warehouse commit for one source, milliseconds (`EndToEndLag`); maximum per minute by default. */
   metricEndToEndLag(sourceId: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return this.platformMetric(MetricName.END_TO_END_LAG, { [MetricDimension.SINK]: this.sinkId, [MetricDimension.SOURCE]: sourceId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
+    return platformMetric(this, MetricName.END_TO_END_LAG, { [MetricDimension.SINK]: this.sinkId, [MetricDimension.SOURCE]: sourceId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
   }
 
   /** Events of one source this sink dead-lettered (`DeadLetters`, Stage=sink id); sum per minute by default. */
   metricDeadLetters(sourceId: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return this.platformMetric(MetricName.DEAD_LETTERS, { [MetricDimension.STAGE]: this.sinkId, [MetricDimension.SOURCE]: sourceId }, props);
+    return platformMetric(this, MetricName.DEAD_LETTERS, { [MetricDimension.STAGE]: this.sinkId, [MetricDimension.SOURCE]: sourceId }, props);
   }
 
   /** Batches that failed to apply and were retried (`ApplyErrors`); sum per minute by default. */
   metricApplyErrors(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return this.platformMetric(MetricName.APPLY_ERRORS, { [MetricDimension.SINK]: this.sinkId }, props);
+    return platformMetric(this, MetricName.APPLY_ERRORS, { [MetricDimension.SINK]: this.sinkId }, props);
   }
 
   /** Events of one source applied (`EventsApplied`); sum per minute by default. */
   metricEventsApplied(sourceId: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return this.platformMetric(MetricName.EVENTS_APPLIED, { [MetricDimension.SINK]: this.sinkId, [MetricDimension.SOURCE]: sourceId }, props);
+    return platformMetric(this, MetricName.EVENTS_APPLIED, { [MetricDimension.SINK]: this.sinkId, [MetricDimension.SOURCE]: sourceId }, props);
   }
 
-  private platformMetric(metricName: string, dimensionsMap: Record<string, string>, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return new cloudwatch.Metric({
-      namespace: METRICS_NAMESPACE,
-      metricName,
-      dimensionsMap,
-      statistic: cloudwatch.Stats.SUM,
-      period: Duration.minutes(1),
-      ...props,
-    }).attachTo(this);
-  }
 }
