@@ -66,6 +66,8 @@ async function env(schema = SCHEMA): Promise<Env> {
   await cluster.createDatabase(source);
   const url = cluster.url(source);
   const sql = new pg.Client({ connectionString: url });
+  // A test that fails before closing its client must not turn the server's shutdown into an uncaught error.
+  sql.on('error', () => undefined);
   await sql.connect();
   await sql.query(schema);
   const stream = `raw-${source}`;
@@ -170,8 +172,11 @@ describe('slot capture', () => {
     const e = await env();
     const c = capture(e, { maxTxRows: 20 });
     await c.start();
+    const initial = (await readSlot(e.sql, c.slot))!.confirmedFlushLsn;
     await e.sql.query("INSERT INTO customers VALUES (1, 'small', 's@x', NULL)");
     await until('small tx', async () => (await rawRecords(e.stream)).records.length >= 1);
+    // The record is published before the slot is advanced (peek, publish, checkpoint, ack): wait for the ack.
+    await until('small tx acked', async () => (await readSlot(e.sql, c.slot))!.confirmedFlushLsn !== initial);
     const acked = (await readSlot(e.sql, c.slot))!.confirmedFlushLsn;
     await e.sql.query("INSERT INTO customers SELECT g, 'n', 'e', NULL FROM generate_series(100, 129) g");
     const error = await c.done.then(
