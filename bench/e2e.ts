@@ -103,6 +103,7 @@ export async function runE2eBench(): Promise<BenchResult> {
     const appliedBefore = collector.total(MetricName.EVENTS_APPLIED, { Sink: SINK });
     const capturedBefore = pipeline.capture.stats.records;
     const done0 = { normalizer: pipeline.pollers.normalizer.stats.recordsDone, sink: pipeline.pollers.sink.stats.recordsDone, archive: pipeline.pollers.archive.stats.recordsDone };
+    const batches0 = { normalizer: pipeline.pollers.normalizer.stats.batches, sink: pipeline.pollers.sink.stats.batches, archive: pipeline.pollers.archive.stats.batches };
     const t0 = Date.now();
     say(`load: ${rate} changes/s in transactions of ${txSize} for ${seconds} s`);
     const workload = runWorkload({ url: stack.sourceUrl, table: TABLE, rate, txSize, seed: 11, initialIds: INITIAL_ROWS, seconds });
@@ -127,6 +128,12 @@ export async function runE2eBench(): Promise<BenchResult> {
       normalized: pipeline.pollers.normalizer.stats.recordsDone - done0.normalizer,
       applied: pipeline.pollers.sink.stats.recordsDone - done0.sink,
       archived: pipeline.pollers.archive.stats.recordsDone - done0.archive,
+    };
+    // Batches each consumer ran during the load: with a saturated stage, load time ÷ batches is its time per batch.
+    const batches = {
+      normalizer: pipeline.pollers.normalizer.stats.batches - batches0.normalizer,
+      sink: pipeline.pollers.sink.stats.batches - batches0.sink,
+      archive: pipeline.pollers.archive.stats.batches - batches0.archive,
     };
     const lagDuring = collector.find(MetricName.END_TO_END_LAG, { Sink: SINK }).flatMap((s) => s.samples.filter(([t]) => t >= t0 && t <= t1 + 1000).map(([, v]) => v));
     const d0 = performance.now();
@@ -157,6 +164,7 @@ export async function runE2eBench(): Promise<BenchResult> {
       appliedDuringLoad: appliedAtStop,
       appliedTotal,
       backlogAtStop: { slotBytes: slot.lag === null ? null : Number(slot.lag), recordsSinceLoadStart: stages, drainSeconds },
+      batchesDuringLoad: batches,
       verdict: { match: verdict.match, tables: verdict.tables.map((t) => ({ ...t })) },
       recoveredErrors: errors.slice(0, 20),
     });
