@@ -13,18 +13,11 @@
 import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/event.ts';
 import { makePosition } from '../../lambda/core/position.ts';
 import type { ColumnDef, SchemaVersion, TableRecord } from '../../lambda/core/control-plane.ts';
+import { seededRandom } from '../../local/demo.ts';
 
-/** mulberry32: a small seeded PRNG, so a history can be regenerated bit for bit. */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** The demo's seeded PRNG (mulberry32), so a history can be regenerated bit for bit. */
+export { seededRandom };
+
 
 export const BENCH_SOURCE = 'bench';
 export const BENCH_TABLE = 'public.items';
