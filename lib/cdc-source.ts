@@ -16,7 +16,7 @@ import { MetricDimension, MetricName, NORMALIZER_STAGE } from '../contracts/metr
 import type { CapturedTable } from './captured-table.ts';
 import type { IChangeLog } from './change-log.ts';
 import type { IControlPlane } from './control-plane.ts';
-import { createAlarm, iteratorAgeMetric } from './private/alarms.ts';
+import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
 import { dmsIdentifier } from './private/physical-name.ts';
 import { consumeStream } from './private/stream-consumer.ts';
@@ -521,16 +521,12 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
           treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
           actions,
         }),
-        createAlarm(this, 'NormalizerDeadLetterQueueAlarm', {
+        onFailureQueueAlarm(this, 'NormalizerDeadLetterQueueAlarm', {
           nameSuffix: `${this.sourceId}-normalizer-dead-letter-queue`,
           description:
             `Raw records of source ${this.sourceId} were given up by the normalizer's event source mapping (${this.node.path}). ` +
             'Each message names the shard and sequence numbers; re-drive them from the raw stream while it still holds them.',
-          metric: consumer.deadLetterQueue.metricApproximateNumberOfMessagesVisible({ statistic: cloudwatch.Stats.MAXIMUM, period: Duration.minutes(5) }),
-          threshold: 0,
-          evaluationPeriods: 1,
-          datapointsToAlarm: 1,
-          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+          queue: consumer.deadLetterQueue,
           actions,
         }),
         createAlarm(this, 'NormalizerDeadLettersAlarm', {

@@ -9,7 +9,7 @@ import { MetricDimension, MetricName } from '../contracts/metrics.ts';
 import type { ICdcSource } from './cdc-source.ts';
 import type { IChangeLog } from './change-log.ts';
 import type { IControlPlane } from './control-plane.ts';
-import { createAlarm, iteratorAgeMetric } from './private/alarms.ts';
+import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
 import { consumeStream } from './private/stream-consumer.ts';
 import { checkIntegerRange, checkLowerIdent, fail, halfOf, idFromConstructId } from './private/validate.ts';
@@ -224,16 +224,12 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
           treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
           actions,
         }),
-        createAlarm(this, 'DeadLetterQueueAlarm', {
+        onFailureQueueAlarm(this, 'DeadLetterQueueAlarm', {
           nameSuffix: `${this.sinkId}-dead-letter-queue`,
           description:
             `Change-log records were given up by the event source mapping of warehouse sink ${this.sinkId} (${this.node.path}). ` +
             'Each message names the shard and sequence numbers; re-drive them from the change log or its archive.',
-          metric: consumer.deadLetterQueue.metricApproximateNumberOfMessagesVisible({ statistic: cloudwatch.Stats.MAXIMUM, period: Duration.minutes(5) }),
-          threshold: 0,
-          evaluationPeriods: 1,
-          datapointsToAlarm: 1,
-          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+          queue: consumer.deadLetterQueue,
           actions,
         }),
         createAlarm(this, 'IteratorAgeAlarm', {

@@ -46,3 +46,20 @@ export function createAlarm(scope: Construct, id: string, props: CdcAlarmProps):
 export function iteratorAgeMetric(fn: { metric(name: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric }): cloudwatch.Metric {
   return fn.metric('IteratorAge', { statistic: cloudwatch.Stats.MAXIMUM, period: Duration.minutes(1) });
 }
+
+/**
+ * The alarm on an event source mapping's on-failure queue: any message there is a batch the
+ * mapping gave up on, so one visible message is enough.
+ */
+export function onFailureQueueAlarm(scope: Construct, id: string, props: { nameSuffix: string; description: string; queue: { metricApproximateNumberOfMessagesVisible(props?: cloudwatch.MetricOptions): cloudwatch.Metric }; actions?: cloudwatch.IAlarmAction[] }): cloudwatch.Alarm {
+  return createAlarm(scope, id, {
+    nameSuffix: props.nameSuffix,
+    description: props.description,
+    metric: props.queue.metricApproximateNumberOfMessagesVisible({ statistic: cloudwatch.Stats.MAXIMUM, period: Duration.minutes(5) }),
+    threshold: 0,
+    evaluationPeriods: 1,
+    datapointsToAlarm: 1,
+    treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+    actions: props.actions,
+  });
+}
