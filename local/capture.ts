@@ -24,7 +24,7 @@ import pg from 'pg';
 import type { KinesisClient } from '@aws-sdk/client-kinesis';
 import { KinesisChangeLog } from '../lambda/adapters/change-log-kinesis.ts';
 import { CdcError, HistoryGapError } from '../lambda/core/errors.ts';
-import { applyColumnRules } from '../lambda/core/masking.ts';
+import { applyColumnRules, applyColumnRulesToColumns, type ColumnRules } from '../lambda/core/masking.ts';
 import { buildSlotRecord, type SlotColumn, type SlotRecord } from '../lambda/core/slot-record.ts';
 import type { DecodedTransaction } from '../lambda/core/test-decoding.ts';
 import type { TableConfigIndex } from '../lambda/core/table-config.ts';
@@ -33,7 +33,7 @@ import { partitionKeyOf, type Row } from '../lambda/core/event.ts';
 import { splitTableId } from '../lambda/core/identifiers.ts';
 import { advanceSlot, checkSourceReady, compareLsn, createSlot, peekTransactions, readSlot, slotInvalidated, type SlotStatus } from './slot.ts';
 import { SlotInUseError, SourceNotReadyError, TransactionTooLargeError } from './errors.ts';
-import { primaryKeyOf } from './catalog.ts';
+import { columnTypesOf, primaryKeyOf, type CatalogType } from './catalog.ts';
 
 /** One record for the raw stream. */
 export interface RawRecord {
@@ -104,14 +104,30 @@ function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
 
-/** Applies a table's column rules to a tuple, keeping column order and types; excluded columns disappear. */
-function ruled(columns: SlotColumn[] | null, rules: { mask: readonly string[]; exclude: readonly string[] }): SlotColumn[] | null {
+/**
+ * Applies a table's column rules to a tuple, keeping column order; excluded columns disappear,
+ * masked columns carry the hash and the masked type (`applyColumnRulesToColumns`), so the
+ * registry and every sink see a text column, as on the DMS path. `types` holds the catalog's
+ * full type names (with modifiers) of the table's columns, where known.
+ */
+function ruled(columns: SlotColumn[] | null, rules: ColumnRules, types: ReadonlyMap<string, CatalogType> | undefined): SlotColumn[] | null {
   if (columns === null) return null;
-  if (rules.mask.length === 0 && rules.exclude.length === 0) return columns;
+  const typed = types ? columns.map((c) => ({ ...c, type: fullType(c, types.get(c.name)) })) : columns;
+  if (rules.mask.length === 0 && rules.exclude.length === 0) return typed;
   const row: Row = {};
-  for (const c of columns) row[c.name] = c.value;
+  for (const c of typed) row[c.name] = c.value;
   const out = applyColumnRules(row, rules);
-  return columns.filter((c) => c.name in out).map((c) => ({ name: c.name, type: c.type, value: out[c.name]! }));
+  return applyColumnRulesToColumns(typed, rules).map((c) => ({ name: c.name, type: c.type, value: out[c.name]! }));
+}
+
+/**
+ * The type name of a column with its modifier (`character varying(20)`, `numeric(12,2)`): the
+ * catalog's, when the base type the catalog has now is the one test_decoding printed for the
+ * change (test_decoding prints no modifiers); otherwise the printed one (the column changed type
+ * after this change was written, and the catalog no longer describes it).
+ */
+function fullType(c: SlotColumn, catalog: CatalogType | undefined): string {
+  return catalog !== undefined && catalog.base === c.type ? catalog.full : c.type;
 }
 
 /**
@@ -119,7 +135,13 @@ function ruled(columns: SlotColumn[] | null, rules: { mask: readonly string[]; e
  * index of a record is the change's index in its transaction, so positions do not depend on
  * which tables are captured.
  */
-export function transactionsToRecords(source: string, transactions: readonly DecodedTransaction[], tables: TableConfigIndex, keys: ReadonlyMap<string, string[]>): SlotRecord[] {
+export function transactionsToRecords(
+  source: string,
+  transactions: readonly DecodedTransaction[],
+  tables: TableConfigIndex,
+  keys: ReadonlyMap<string, string[]>,
+  types?: ReadonlyMap<string, ReadonlyMap<string, CatalogType>>,
+): SlotRecord[] {
   const out: SlotRecord[] = [];
   for (const tx of transactions) {
     tx.changes.forEach((change, index) => {
@@ -133,8 +155,8 @@ export function transactionsToRecords(source: string, transactions: readonly Dec
           {
             table: change.table,
             op: change.op,
-            columns: ruled(change.columns, rules),
-            oldKey: ruled(change.oldKey, rules),
+            columns: ruled(change.columns, rules, types?.get(change.table)),
+            oldKey: ruled(change.oldKey, rules, types?.get(change.table)),
             unchanged: change.unchanged.filter((u) => !rules.exclude.includes(u)),
           },
           key,
@@ -411,7 +433,10 @@ export class SlotCapture {
     for (const table of new Set(peek.transactions.flatMap((t) => t.changes.map((c) => c.table)))) {
       if (this.o.tables.has(table) && !this.keys.has(table)) await this.resolveKeys(client);
     }
-    const records = transactionsToRecords(this.o.source, peek.transactions, this.o.tables, this.keys);
+    // test_decoding prints types without modifiers: read them from the catalog (docs/schema-drift.md).
+    const captured = [...new Set(peek.transactions.flatMap((t) => t.changes.map((c) => c.table)))].filter((t) => this.o.tables.has(t));
+    const types = await columnTypesOf(client, captured);
+    const records = transactionsToRecords(this.o.source, peek.transactions, this.o.tables, this.keys, types);
     if (records.length > 0) {
       await this.o.publish(records.map((r) => ({ partitionKey: rawPartitionKey(r), data: JSON.stringify(r), label: `${r.source}/${r.table}@${r.commitLsn}#${r.index}` })));
     }

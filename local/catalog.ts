@@ -28,3 +28,33 @@ export async function primaryKeyOf(client: Pick<pg.ClientBase, 'query'>, schema:
   );
   return res.rows.map((r) => String(r.name));
 }
+
+/** A column's type as the catalog has it now: without modifier (as test_decoding prints it) and with it. */
+export interface CatalogType {
+  base: string;
+  full: string;
+}
+
+/**
+ * Types of the columns of tables (`schema.table` → column → type), with their modifiers
+ * (`format_type(atttypid, atttypmod)`: `character varying(20)`, `numeric(12,2)`), in one round
+ * trip. Tables that do not exist are absent.
+ */
+export async function columnTypesOf(client: Queryable, tables: readonly string[]): Promise<Map<string, Map<string, CatalogType>>> {
+  const out = new Map<string, Map<string, CatalogType>>();
+  if (tables.length === 0) return out;
+  const res = await client.query(
+    `SELECT n.nspname || '.' || c.relname AS tbl, a.attname AS name,
+            format_type(a.atttypid, NULL) AS base, format_type(a.atttypid, a.atttypmod) AS full
+       FROM pg_attribute a
+       JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+      WHERE n.nspname || '.' || c.relname = ANY($1::text[]) AND a.attnum > 0 AND NOT a.attisdropped`,
+    [tables],
+  );
+  for (const r of res.rows as { tbl: string; name: string; base: string; full: string }[]) {
+    let m = out.get(r.tbl);
+    if (!m) out.set(r.tbl, (m = new Map()));
+    m.set(r.name, { base: r.base, full: r.full });
+  }
+  return out;
+}

@@ -12,6 +12,7 @@
  * (`12.5` = `12.50`) and JSON by structure.
  */
 import pg from 'pg';
+import { sameDecimal } from '../lambda/core/json-exact.ts';
 import { maskValue } from '../lambda/core/masking.ts';
 import { quoteIdent, splitTableId } from '../lambda/core/identifiers.ts';
 import { warehouseTable } from '../lambda/core/warehouse-sql.ts';
@@ -59,18 +60,13 @@ async function session(url: string): Promise<pg.Client> {
   return client;
 }
 
-function numeric(s: string): number | null {
-  if (!/^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$/.test(s)) return null;
-  return Number(s);
-}
-
 /** Whether two PostgreSQL texts denote the same value (see the module comment). */
 export function sameValue(a: string | null, b: string | null): boolean {
   if (a === b) return true;
   if (a === null || b === null) return false;
-  const na = numeric(a);
-  const nb = numeric(b);
-  if (na !== null && nb !== null) return na === nb;
+  // Exactly, digit by digit: 9007199254740993 is not 9007199254740992 (docs/exact-numbers.md).
+  const decimal = sameDecimal(a, b);
+  if (decimal !== null) return decimal;
   if ((a.startsWith('{') || a.startsWith('[')) && (b.startsWith('{') || b.startsWith('['))) {
     try {
       return JSON.stringify(JSON.parse(a)) === JSON.stringify(JSON.parse(b));

@@ -10,6 +10,7 @@ import { decodeRawRecord, type DecodeContext } from '../../lambda/core/decode.ts
 import type { DecodedChange } from '../../lambda/core/decoded.ts';
 import { isSourceId } from '../../lambda/core/event.ts';
 import { applyColumnRulesToChange } from '../../lambda/core/masking.ts';
+import { parseJsonExact } from '../../lambda/core/json-exact.ts';
 import { comparePositions } from '../../lambda/core/position.ts';
 import { parseTableConfig, TableConfigIndex } from '../../lambda/core/table-config.ts';
 import { EXIT_FAILED, EXIT_OK, UsageError, write, type CliIo, type Command } from './command.ts';
@@ -188,9 +189,9 @@ async function run(args: string[], io: CliIo): Promise<number> {
     try {
       let record: unknown;
       try {
-        record = JSON.parse(line);
+        record = parseJsonExact(line);
       } catch (e) {
-        throw new NotJsonError(`not JSON: ${(e as Error).message}`);
+        throw new NotJsonError(`not JSON: ${(e as Error).message.replace(/^record: not valid JSON: /, '')}`);
       }
       const result = decodeRawRecord(record, ctx);
       if (result.kind === 'ignored') {

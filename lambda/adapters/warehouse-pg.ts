@@ -61,6 +61,7 @@ import {
   mirrorRowsSql,
   rowsPerStatement,
   sinkType,
+  sinkTypeRefusal,
   storedStateSql,
   stageNames,
   warehouseTable,
@@ -94,11 +95,33 @@ export class SinkTypeConflictError extends CdcError {
     readonly column: string,
     readonly sinkColumnType: string,
     readonly wantedType: string,
+    code = 'SINK_TYPE_CONFLICT',
+    message?: string,
   ) {
     super(
-      'SINK_TYPE_CONFLICT',
-      `column ${column} of ${table} is ${sinkColumnType} in the warehouse but schema version needs ${wantedType}; ` +
-        'change the warehouse column (or rebuild the table into a shadow and swap), then release the held table',
+      code,
+      message ??
+        `column ${column} of ${table} is ${sinkColumnType} in the warehouse but schema version needs ${wantedType}; ` +
+          'change the warehouse column (or rebuild the table into a shadow and swap), then release the held table',
+    );
+  }
+}
+
+/**
+ * A column whose source type the warehouse cannot carry faithfully (`sinkTypeRefusal`, e.g.
+ * `numeric(50,2)` beyond Redshift's 38 digits): refused when the sink table is made, never
+ * coerced. A kind of type conflict, so the applier holds the table the same way.
+ */
+export class UnsupportedSinkTypeError extends SinkTypeConflictError {
+  constructor(table: string, column: string, sourceType: string, reason: string) {
+    super(
+      table,
+      column,
+      'none',
+      sourceType,
+      'SINK_TYPE_UNSUPPORTED',
+      `column ${column} of ${table} has source type ${sourceType}, which the warehouse cannot carry faithfully (${reason}); ` +
+        'refused rather than coerced: exclude the column, or change its source type to one the warehouse carries, then release the held table',
     );
   }
 }
@@ -422,6 +445,8 @@ function wantedColumns(batch: TableBatch): { key: SinkColumn[]; data: SinkColumn
   const order: string[] = [];
   for (const v of versions) {
     for (const c of v.columns) {
+      const refusal = sinkTypeRefusal(c.type);
+      if (refusal !== null) throw new UnsupportedSinkTypeError(`${batch.source}/${batch.table}`, c.name, c.type!, refusal);
       if (!types.has(c.name)) order.push(c.name);
       types.set(c.name, sinkType(c.type));
     }

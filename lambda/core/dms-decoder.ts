@@ -153,6 +153,20 @@ function rowOf(v: unknown, field: string): Row {
   return v as Row;
 }
 
+/**
+ * A DMS column type with its length or precision and scale, as the registry compares them
+ * (docs/schema-drift.md): `{"type":"WSTRING","length":20}` → `WSTRING(20)`,
+ * `{"type":"NUMERIC","precision":12,"scale":2}` → `NUMERIC(12,2)`; other types as they are.
+ */
+function typeWithModifier(c: Record<string, unknown>): string | null {
+  const type = c.type as string | undefined;
+  if (type === undefined) return null;
+  const t = type.toUpperCase();
+  if ((t === 'STRING' || t === 'WSTRING') && typeof c.length === 'number' && c.length > 0) return `${type}(${c.length})`;
+  if (t === 'NUMERIC' && typeof c.precision === 'number' && c.precision > 0) return `${type}(${c.precision},${typeof c.scale === 'number' ? c.scale : 0})`;
+  return type;
+}
+
 function tableDef(control: Record<string, unknown>): { columns: ColumnDef[]; key: string[] | null } | null {
   const def = control['table-def'];
   if (def === undefined || def === null) return null;
@@ -163,7 +177,11 @@ function tableDef(control: Record<string, unknown>): { columns: ColumnDef[]; key
     if (!isPlainObject(c)) throw new InvalidRecordError(at, `expected {type, nullable}, got ${describe(c)}`);
     if (c.type !== undefined && typeof c.type !== 'string') throw new InvalidRecordError(`${at}.type`, `expected a type name, got ${describe(c.type)}`);
     if (c.nullable !== undefined && typeof c.nullable !== 'boolean') throw new InvalidRecordError(`${at}.nullable`, `expected a boolean, got ${describe(c.nullable)}`);
-    return { name, type: (c.type as string | undefined) ?? null, nullable: (c.nullable as boolean | undefined) ?? true };
+    for (const f of ['length', 'precision', 'scale'] as const) {
+      const v = c[f];
+      if (v !== undefined && v !== null && (typeof v !== 'number' || !Number.isInteger(v))) throw new InvalidRecordError(`${at}.${f}`, `expected an integer, got ${describe(v)}`);
+    }
+    return { name, type: typeWithModifier(c), nullable: (c.nullable as boolean | undefined) ?? true };
   });
   let key: string[] | null = null;
   const pk = def['primary-key'];

@@ -42,3 +42,22 @@ export class HistoryGapError extends CdcError {
     super('HISTORY_GAP', `${message}. ${hint}`);
   }
 }
+
+/**
+ * A position that goes backwards for one key of one table on one shard of the capture stream,
+ * although the record committed later than the one seen before: the capture's positions do not
+ * follow commit order there, so a sink would keep the older value silently. General on purpose
+ * (any capture, any cause of a discontinuity in positions); docs/positions.md.
+ */
+export class PositionRegressionError extends CdcError {
+  constructor(
+    readonly table: string,
+    readonly key: string,
+    readonly where: string,
+    readonly position: string,
+    readonly previous: string,
+    hint: string,
+  ) {
+    super('POSITION_REGRESSION', `position ${position} of ${table} key ${key} on ${where} is lower than position ${previous} seen before for the same key. ${hint}`);
+  }
+}

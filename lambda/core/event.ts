@@ -8,6 +8,7 @@
 import { InvalidRecordError } from './errors.ts';
 import { assertPosition, type Position } from './position.ts';
 import { describeValue as describe, isPlainObject } from './json-shape.ts';
+import { keyValueText } from './json-exact.ts';
 
 export const ENVELOPE_VERSION = 1;
 
@@ -59,6 +60,12 @@ export function isSourceId(value: unknown): value is string {
 
 function assertRow(v: unknown, field: string): Row {
   if (!isPlainObject(v)) throw new InvalidRecordError(field, `expected an object of column values, got ${describe(v)}`);
+  for (const [c, cv] of Object.entries(v)) {
+    // An integer beyond 2^53 as a number has lost digits already (docs/exact-numbers.md).
+    if (typeof cv === 'number' && Number.isInteger(cv) && !Number.isSafeInteger(cv)) {
+      throw new InvalidRecordError(`${field}.${c}`, `integer ${cv} is beyond 2^53 and cannot be exact as a JSON number: carry it as its decimal text`);
+    }
+  }
   return v as Row;
 }
 
@@ -118,9 +125,21 @@ export function validateChangeEvent(value: unknown): ChangeEvent {
   };
 }
 
-/** Stable text of a primary key: columns in name order, values JSON-encoded. Used for partition keys and grouping. */
+/**
+ * Stable text of a primary key: columns in name order, each value by its text as the sinks
+ * receive it (`keyValueText`: `5` and `"5"` are the same key, as they are in SQL), JSON-encoded.
+ * Used for partition keys and grouping. Distinct exact values always give distinct texts
+ * (docs/exact-numbers.md).
+ */
 export function keyText(key: Row): string {
-  return JSON.stringify(Object.keys(key).sort().map((k) => [k, key[k]]));
+  return JSON.stringify(
+    Object.keys(key)
+      .sort()
+      .map((k) => {
+        const v = key[k];
+        return [k, v === null || typeof v === 'object' || v === undefined ? v : keyValueText(v)];
+      }),
+  );
 }
 
 /** Kinesis partition key of an event: source + table + primary key (hashed to stay under 256 chars). */

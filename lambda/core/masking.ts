@@ -16,7 +16,16 @@
  * candidates, so `exclude` is the rule for values that must not be recoverable at all.
  *
  * Paths must deliver a value in the same text to hash the same: numbers as numbers or as their
- * decimal text (`5` and `"5"` both hash `"5"`), JSON columns as the source's text.
+ * decimal text (`5` and `"5"` both hash `"5"`), JSON columns as the source's text, dates and
+ * times in ISO form (the local capture's session uses `DateStyle = ISO`).
+ *
+ * Types. A masked column holds a 64-character hash whatever its source type, so it is registered
+ * and delivered as `MASKED_COLUMN_TYPE` (text) on every path: `applyColumnRulesToColumns`
+ * decides the registered columns of a table under its rules, and every path calls it (the local
+ * capture for the types of its records, the normalizer for every observed shape, so DMS records
+ * and snapshot rows register the same type; DMS itself widens masked columns to a string with a
+ * `change-data-type` rule, see lib/private/table-mappings.ts). An `int` or `date` column that
+ * is masked is therefore a text column in every sink (docs/masking.md).
  */
 import { createHash } from 'node:crypto';
 import { InvalidRecordError } from './errors.ts';
@@ -30,6 +39,19 @@ export interface ColumnRules {
 }
 
 export const NO_COLUMN_RULES: ColumnRules = Object.freeze({ mask: Object.freeze([]), exclude: Object.freeze([]) });
+
+/** The type every masked column is registered and delivered with, on every path. */
+export const MASKED_COLUMN_TYPE = 'text';
+
+/**
+ * The columns of a table as they exist downstream under its rules: excluded columns removed,
+ * masked columns typed `MASKED_COLUMN_TYPE`, the rest unchanged (order kept). Idempotent, so a
+ * path that sees already-ruled columns (DMS records) gets the same result. The input is not changed.
+ */
+export function applyColumnRulesToColumns<C extends { name: string; type: string | null }>(columns: readonly C[], rules: ColumnRules): C[] {
+  if (rules.mask.length === 0 && rules.exclude.length === 0) return [...columns];
+  return columns.filter((c) => !rules.exclude.includes(c.name)).map((c) => (rules.mask.includes(c.name) ? { ...c, type: MASKED_COLUMN_TYPE } : c));
+}
 
 /** The text a value is hashed from (see the module comment). */
 function maskText(value: Exclude<JsonValue, null>): string {

@@ -34,12 +34,14 @@
  * Races: two normalizers (two shards) that register the same table or version race on a
  * conditional write; the loser reloads the registry and classifies again.
  */
-import { CdcError } from './errors.ts';
+import { CdcError, PositionRegressionError } from './errors.ts';
 import type { ChangeEvent } from './event.ts';
-import { validateChangeEvent } from './event.ts';
+import { keyText, validateChangeEvent } from './event.ts';
 import type { AuditEntry, ColumnDef, ControlPlane, PreImage, SchemaVersion, TableRecord } from './control-plane.ts';
 import type { DecodeResult, DecodedChange, DecodedControl } from './decoded.ts';
 import { decodeRawRecord, type DecodeContext } from './decode.ts';
+import { parseJsonExact } from './json-exact.ts';
+import { applyColumnRulesToColumns } from './masking.ts';
 import { maxPosition, POSITION_ZERO, type Position } from './position.ts';
 import { classifyControl, classifySchema, type Classification, type ObservedColumn, type ObservedShape } from './schema-evolution.ts';
 import type { TableConfigIndex } from './table-config.ts';
@@ -109,16 +111,68 @@ interface Registry {
 const REGISTRATION_ATTEMPTS = 5;
 const DECODE_PASSES = 2;
 
+/** What the normalizer last saw of one key on one shard (per-key monotonicity, docs/positions.md). */
+interface KeySeen {
+  position: Position;
+  commitTs: string;
+}
+
+/** How many keys per shard the monotonicity check remembers (the oldest are forgotten first). @default */
+const KEYS_REMEMBERED = 100_000;
+
 /** Decodes, registers and publishes raw records of one source. Create once; call `startBatch()` per invocation. */
 export class Normalizer<E> {
   private readonly now: () => Date;
   private readonly flushEvents: number;
   /** Highest position seen for the source by this instance (effective position of DMS control records). */
   private lastPosition: Position | null = null;
+  /** Per shard (`<stream>/<shard>`): table + key text → what was last accepted for it. */
+  private readonly seen = new Map<string, Map<string, KeySeen>>();
 
   constructor(private readonly o: NormalizerOptions<E>) {
     this.now = o.now ?? (() => new Date());
     this.flushEvents = o.flushEvents ?? 1000;
+  }
+
+  /**
+   * @internal Checks that `changes` do not go backwards for their keys on the shard of `origin`
+   * and remembers them; returns the first regression, or null. A lower position that committed
+   * no later than the one seen is a replay or duplicate (a DMS task resumed from its checkpoint,
+   * a retried batch): sinks ignore it, so it passes. A lower position that committed LATER is
+   * a regression: positions disagree with commit order (for one key, commit order is the order
+   * of its changes, since each waits for the row lock of the one before).
+   */
+  checkMonotonic(origin: string, changes: readonly DecodedChange[]): PositionRegressionError | null {
+    const shard = origin.includes('/') ? origin.slice(0, origin.lastIndexOf('/')) : origin;
+    let keys = this.seen.get(shard);
+    if (!keys) this.seen.set(shard, (keys = new Map()));
+    const updates: [string, KeySeen][] = [];
+    for (const c of changes) {
+      if (c.position === POSITION_ZERO || c.op === 'truncate') continue; // load rows order before every change
+      const id = `${c.table}|${keyText(c.key)}`;
+      const last = keys.get(id);
+      if (last && c.position < last.position) {
+        if (Date.parse(c.commitTs) > Date.parse(last.commitTs)) {
+          return new PositionRegressionError(
+            c.table,
+            keyText(c.key),
+            shard,
+            c.position,
+            last.position,
+            `It committed at ${c.commitTs}, after the change at ${last.position} (committed ${last.commitTs}): the capture's positions do not follow commit order here, and a sink would keep the older value. ` +
+              `The record is dead-lettered and the table marked for re-snapshot (docs/positions.md)`,
+          );
+        }
+        continue; // a replay: nothing new to remember
+      }
+      updates.push([id, { position: c.position, commitTs: c.commitTs }]);
+    }
+    for (const [id, s] of updates) {
+      keys.delete(id); // re-insert: the Map's order is then the order of last use
+      keys.set(id, s);
+    }
+    while (keys.size > KEYS_REMEMBERED) keys.delete(keys.keys().next().value!);
+    return null;
   }
 
   /** Starts a batch: a fresh registry cache, an empty buffer. */
@@ -193,9 +247,10 @@ export class NormalizerBatch<E> {
   private async process(raw: RawRecord): Promise<RecordOutcome> {
     let parsed: unknown;
     try {
-      parsed = JSON.parse(raw.text);
+      // Exact numbers: an int8 beyond 2^53 or a numeric keeps every digit (docs/exact-numbers.md).
+      parsed = parseJsonExact(raw.text);
     } catch (e) {
-      await this.deadLetter(raw, null, 'INVALID_RECORD', `record: not valid JSON (${(e as Error).message})`);
+      await this.deadLetter(raw, null, 'INVALID_RECORD', (e as Error).message);
       return 'dead-lettered';
     }
     let result: DecodeResult;
@@ -275,7 +330,16 @@ export class NormalizerBatch<E> {
       await this.deadLetter(raw, parsed, e instanceof CdcError ? e.code : 'INVALID_RECORD', (e as Error).message);
       return 'dead-lettered';
     }
-    const version = await this.resolveVersion(first.table, observe(result), first.position, preImageOf(changes, result.keyColumns));
+    const regression = this.parent.checkMonotonic(raw.origin, changes);
+    if (regression) {
+      await this.deadLetter(raw, parsed, regression.code, regression.message);
+      await this.resnapshot(first.table, regression);
+      return 'dead-lettered';
+    }
+    const observed = observe(result);
+    // Masked columns are registered as text on every path (lambda/core/masking.ts).
+    const ruled: ObservedShape = { ...observed, columns: applyColumnRulesToColumns(observed.columns, this.o.tables.columnRules(first.table)) };
+    const version = await this.resolveVersion(first.table, ruled, first.position, preImageOf(changes, result.keyColumns));
     const stamped: Buffered<E>[] = [];
     try {
       for (const c of changes) {
@@ -297,7 +361,8 @@ export class NormalizerBatch<E> {
     for (let attempt = 1; attempt <= REGISTRATION_ATTEMPTS; attempt++) {
       const reg = await this.registry(table);
       const latest = reg.versions.at(-1) ?? null;
-      const columns: ObservedColumn[] | null = control.columns?.map((c) => ({ name: c.name, type: c.type, nullable: c.nullable })) ?? null;
+      const observed: ObservedColumn[] | null = control.columns?.map((c) => ({ name: c.name, type: c.type, nullable: c.nullable })) ?? null;
+      const columns = observed === null ? null : applyColumnRulesToColumns(observed, this.o.tables.columnRules(table));
       const c = classifyControl(latest, { operation: control.operation, columns, key: control.key ?? this.o.tables.keyColumns(table) });
       this.o.logger.info('Control record', { table, operation: control.operation, classification: c.kind, reason: c.reason });
       if (c.kind === 'same') return;
@@ -412,6 +477,17 @@ export class NormalizerBatch<E> {
     this.o.metrics.count(MetricName.TABLES_PAUSED, 1);
   }
 
+  /** Marks a registered table for re-snapshot after a loud stop (invariant 3), with its audit entry. */
+  private async resnapshot(table: string, err: CdcError): Promise<void> {
+    const reg = await this.registry(table);
+    const state = reg.table?.state;
+    if (!reg.table || state === 'needs-resnapshot') return;
+    const reason = `${err.code}: ${err.message}`;
+    this.o.logger.error('Table needs a re-snapshot', { source: this.o.source, table, code: err.code, reason: err.message, previousState: state });
+    await this.o.control.setTableState(this.o.source, table, 'needs-resnapshot', reason, this.audit('needs-resnapshot', table, this.now().toISOString(), { from: state, to: 'needs-resnapshot', code: err.code, reason: err.message }));
+    reg.table = { ...reg.table, state: 'needs-resnapshot', stateReason: reason };
+  }
+
   private async registry(table: string): Promise<Registry> {
     const cached = this.cache.get(table);
     if (cached) return cached;
@@ -471,8 +547,11 @@ export function observe(result: Extract<DecodeResult, { kind: 'changes' }>): Obs
     return { columns: result.columns.map((c) => ({ name: c.name, type: c.type, nullable: slot ? null : c.nullable })), key, complete: slot };
   }
   if (image) {
-    const names = [...Object.keys(image.after!), ...image.missing.filter((m) => !(m in image.after!))];
-    return { columns: names.map((name) => ({ name, type: null, nullable: null })), key, complete: image.capture === 'slot' };
+    // A slot image names its undelivered columns; a DMS decoder fills `missing` from the registry
+    // itself, which tells nothing about the record (and would hide a rename seen in the data).
+    const slot = image.capture === 'slot';
+    const names = [...Object.keys(image.after!), ...(slot ? image.missing.filter((m) => !(m in image.after!)) : [])];
+    return { columns: names.map((name) => ({ name, type: null, nullable: null })), key, complete: slot };
   }
   const keyNames = key ?? [];
   return { columns: keyNames.map((name) => ({ name, type: null, nullable: null })), key, complete: false };

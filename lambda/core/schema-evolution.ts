@@ -3,12 +3,19 @@
  * version and classifies the difference (invariant 8).
  *
  * - `same`: nothing new; the event is read with the current version.
- * - `compatible`: a new table; new nullable column(s); a widened type (smallint → integer →
- *   bigint, any integer → numeric wide enough, numeric(p,s) → numeric with at least as many
- *   integer and fraction digits or unbounded, varchar(n) → varchar(m ≥ n) or text,
- *   char(n) → char(m ≥ n), real → double precision); a type or key learned where it was
- *   unknown; a nullability change of an existing column. A new version is registered and
- *   propagates by itself.
+ * - `compatible`: a new table; new nullable column(s); a widened type that every sink applies
+ *   without a column-type change (smallint → integer → bigint, numeric(p,s) → numeric(q ≥ p,s)
+ *   with q ≤ 38, varchar(n) → varchar(m ≥ n) or text, char(n) → char(m ≥ n), real → double
+ *   precision, timestamp(p) → timestamp(q ≥ p)); a type or key learned where it was unknown; a
+ *   nullability change of an existing column. A new version is registered and propagates by
+ *   itself.
+ *
+ *   A widening is compatible only when the warehouse keeps the column's type
+ *   (`sinkType(from) === sinkType(to)`, lambda/core/warehouse-sql.ts): Redshift cannot change a
+ *   column's type (except VARCHAR length), so a widening the warehouse would have to apply with
+ *   ALTER COLUMN TYPE (integer → numeric, a larger numeric scale, numeric(p,s) → unbounded
+ *   numeric, anything beyond 38 digits) is classified breaking here, and the table pauses
+ *   instead of being held by every warehouse with `SinkTypeConflictError` (docs/schema-drift.md).
  * - `breaking`: a dropped or renamed column, a narrowed or otherwise changed type, a primary-key
  *   change, a new NOT NULL column (existing rows got a value the stream never carried), a
  *   dropped or renamed table. The table pauses until an operator decides.
@@ -23,6 +30,7 @@
  * Pure: no I/O. The normalizer turns records into observations and registers the result.
  */
 import type { ColumnDef, SchemaVersion } from './control-plane.ts';
+import { sinkType, sinkTypeRefusal } from './warehouse-sql.ts';
 
 /** A column as a record shows it. `type` and `nullable` are null when the record does not say. */
 export interface ObservedColumn {
@@ -96,6 +104,7 @@ type TypeInfo =
   | { family: 'float'; bytes: 4 | 8 }
   | { family: 'string'; length: number | null }
   | { family: 'char'; length: number }
+  | { family: 'temporal'; name: string; precision: number }
   | { family: 'other'; name: string };
 
 /** Decimal digits an integer of this many bytes can need. */
@@ -134,12 +143,18 @@ function typeInfo(type: string): TypeInfo {
   if (t === 'text' || t === 'varchar' || t === 'character varying' || t === 'string' || t === 'wstring' || t === 'clob' || t === 'nclob') {
     return { family: 'string', length: null };
   }
-  m = /^(?:varchar|character varying)\((\d+)\)$/.exec(t);
+  // DMS control records give string lengths separately; the decoder writes them as STRING(n).
+  m = /^(?:varchar|character varying|string|wstring)\((\d+)\)$/.exec(t);
   if (m) return { family: 'string', length: Number(m[1]) };
   if (t === 'char' || t === 'character') return { family: 'char', length: 1 };
   m = /^(?:char|character|bpchar)\((\d+)\)$/.exec(t);
   if (m) return { family: 'char', length: Number(m[1]) };
-  return { family: 'other', name: SYNONYMS[t] ?? t };
+  // Fractional-second precision: `timestamp(3) with time zone`; no modifier means 6.
+  m = /^(timestamp|time)(?:\((\d)\))?( with(?:out)? time zone)?$/.exec(t);
+  if (m) return { family: 'temporal', name: `${m[1]}${m[3] ?? ' without time zone'}`, precision: m[2] === undefined ? 6 : Number(m[2]) };
+  const synonym = SYNONYMS[t];
+  if (synonym !== undefined && synonym !== t) return typeInfo(synonym);
+  return { family: 'other', name: t };
 }
 
 function sameType(a: TypeInfo, b: TypeInfo): boolean {
@@ -161,18 +176,26 @@ function widens(from: TypeInfo, to: TypeInfo): boolean {
   if (from.family === 'float' && to.family === 'float') return to.bytes >= from.bytes;
   if (from.family === 'string' && to.family === 'string') return to.length === null || (from.length !== null && to.length >= from.length);
   if (from.family === 'char' && to.family === 'char') return to.length >= from.length;
+  if (from.family === 'temporal' && to.family === 'temporal') return from.name === to.name && to.precision >= from.precision;
   return false;
+}
+
+/** The warehouse type of a source type, or null when the warehouse refuses it. */
+function warehouseType(type: string): string | null {
+  return sinkTypeRefusal(type) === null ? sinkType(type) : null;
 }
 
 /**
  * Compares two type names: `same` (equal or synonyms), `widened` (every old value fits the new
- * type unchanged) or `changed`.
+ * type unchanged, and every sink keeps the column's type) or `changed`.
  */
 export function compareTypes(from: string, to: string): 'same' | 'widened' | 'changed' {
   const a = typeInfo(from);
   const b = typeInfo(to);
   if (sameType(a, b)) return 'same';
-  return widens(a, b) ? 'widened' : 'changed';
+  if (!widens(a, b)) return 'changed';
+  const sinkFrom = warehouseType(from);
+  return sinkFrom !== null && sinkFrom === warehouseType(to) ? 'widened' : 'changed';
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -293,8 +316,15 @@ export function classifySchema(current: SchemaVersion | null, observed: Observed
   // Dropped columns: only an observation of the whole table can show one.
   const dropped = observed.complete ? current.columns.filter((c) => !observedByName.has(c.name)) : [];
 
+  // A partial observation (a DMS data record) cannot show a drop, but a record that names a new
+  // column while lacking a registered one is what a rename looks like from the data: a column
+  // that disappears from the image as another appears. That is never let through as a new
+  // nullable column (docs/schema-drift.md).
+  const vanished = observed.complete ? [] : current.columns.filter((c) => !observedByName.has(c.name));
   if (dropped.length === 1 && added.length === 1) {
     changes.push({ kind: 'rename-column', from: dropped[0]!.name, to: added[0]!.name });
+  } else if (vanished.length > 0 && added.length > 0) {
+    for (const a of added) changes.push({ kind: 'rename-column', from: vanished.map((v) => v.name).join(' or '), to: a.name });
   } else {
     for (const d of dropped) changes.push({ kind: 'drop-column', column: d.name });
     for (const a of added) {

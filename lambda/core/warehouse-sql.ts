@@ -197,6 +197,30 @@ export function sinkType(sourceType: string | null): string {
   return TEXT_TYPE;
 }
 
+/** Redshift's largest numeric precision (and the precision the warehouse's numeric columns get). */
+export const MAX_NUMERIC_PRECISION = 38;
+
+/**
+ * Why the warehouse cannot carry a source type faithfully, or null when it can. The applier
+ * refuses such a column by name (`UnsupportedSinkTypeError`) instead of coercing it
+ * (docs/exact-numbers.md):
+ * - `numeric(p,s)` with p > 38 (Redshift's limit): the declared precision asks for a number
+ *   column that no portable warehouse type can hold;
+ * - `numeric(p,s)` with a negative scale or a scale larger than p (PostgreSQL 15+).
+ * Unbounded `numeric` is carried as its exact decimal text in a `varchar(65535)` column.
+ */
+export function sinkTypeRefusal(sourceType: string | null): string | null {
+  if (sourceType === null) return null;
+  const t = sourceType.trim().toLowerCase().replace(/"/g, '').replace(/\s+/g, ' ');
+  const num = /^(?:numeric|decimal)\((\d+)(?:,\s*(-?\d+))?\)$/.exec(t);
+  if (!num) return null;
+  const p = Number(num[1]);
+  const s = Number(num[2] ?? '0');
+  if (p > MAX_NUMERIC_PRECISION) return `precision ${p} is beyond the warehouse's ${MAX_NUMERIC_PRECISION} digits`;
+  if (s < 0 || s > p) return `scale ${s} is outside 0..${p}, which the warehouse's numeric type cannot express`;
+  return null;
+}
+
 /** A column as `information_schema.columns` describes it. */
 export interface CatalogColumn {
   table_name: string;

@@ -122,6 +122,22 @@ describe('cdc decode', () => {
     expect(out[1]!.after).toEqual({ age: 31, id: 46, name: maskValue('Jane') });
   });
 
+  it('keeps integers beyond 2^53 and numerics exact: two distinct keys never collapse (docs/exact-numbers.md)', async () => {
+    const rec = (id: string, amount: string, lsn: string): string =>
+      `{"data":{"id":${id},"amount":${amount}},"metadata":{"timestamp":"2026-12-01T00:00:01.000000Z","record-type":"data","operation":"insert",` +
+      `"partition-key-type":"schema-table","schema-name":"public","table-name":"big","commit-timestamp":"2026-12-01T00:00:00.000000Z",` +
+      `"stream-position":"00000002/${lsn}.1.00000002/${lsn}","transaction-id":7,"transaction-record-id":1}}`;
+    const input = `${rec('9007199254740993', '12.30', '7C000100')}\n${rec('9007199254740992', '123456789012345678901234567890.5', '7C000200')}\n`;
+    const r = await cdc(['decode', '--key', 'public.big=id', '--quiet'], input);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    const out = events(r.stdout);
+    expect(out.map((e) => e.key)).toEqual([{ id: '9007199254740993' }, { id: '9007199254740992' }]);
+    expect(out.map((e) => (e.after as Record<string, unknown>).amount)).toEqual(['12.30', '123456789012345678901234567890.5']);
+    // the printed text itself carries every digit
+    expect(r.stdout).toContain('"key":{"id":"9007199254740993"}');
+  });
+
   it('usage errors exit 2', async () => {
     expect((await cdc(['decode', '--bogus'])).code).toBe(2);
     expect((await cdc(['decode', '--key', 'nodot=id'])).stderr).toMatch(/--key expects schema\.table=col1,col2/);

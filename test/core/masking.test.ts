@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import type { DecodedChange } from '../../lambda/core/decoded.ts';
-import { applyColumnRules, applyColumnRulesToChange, maskValue } from '../../lambda/core/masking.ts';
+import { applyColumnRules, applyColumnRulesToChange, applyColumnRulesToColumns, maskValue, MASKED_COLUMN_TYPE } from '../../lambda/core/masking.ts';
 
 const sha = (s: string): string => createHash('sha256').update(s, 'utf8').digest('hex');
 
@@ -86,5 +86,61 @@ describe('applyColumnRulesToChange', () => {
   it('refuses rules on a key column', () => {
     expect(() => applyColumnRulesToChange(change, { mask: ['id'], exclude: [] })).toThrow(/^key\.id: primary-key column of public\.customers/);
     expect(() => applyColumnRulesToChange(change, { mask: [], exclude: ['id'] })).toThrow(/key\.id/);
+  });
+});
+
+/**
+ * DMS's `data-masking-hash-mask` is documented as SHA256 with an output of 64 characters (the
+ * hex digest). These answers are fixed values computed by an independent SHA-256
+ * implementation, not by the code under test: the local capture's masked bytes must be exactly
+ * these (lower-case hex of the SHA-256 of the value's UTF-8 text). docs/masking.md.
+ */
+describe('masked bytes pinned to the DMS hash mask (SHA256, 64 hex characters)', () => {
+  const known: [unknown, string][] = [
+    ['abc', 'ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad'], // FIPS 180-2 example
+    ['', 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855'],
+    ['C6BGJ566669K', '7cb06784764c9030ccc41e25c15339feb293ffe9b329a72b5fed564e99900c75'], // the DMS guide's sample value
+    ['héllo', '3c48591d8d098a4538f5e013dfcf406e948eac4d3277b10bf614e295d6068179'],
+    // an int column (DMS casts it to a string first; the slot path delivers the number)
+    [1234, '03ac674216f3e15c761ee1a5e255f067953623c8b388b4459e13f978d7c846f4'],
+    ['1234', '03ac674216f3e15c761ee1a5e255f067953623c8b388b4459e13f978d7c846f4'],
+    // a date column in ISO form
+    ['1980-05-17', '4e9e1dbdc3fb8743bb7cc9bd3deee19a80644d2cb5e2d70167d2298ce23df2aa'],
+    // an int8 beyond 2^53, carried as its exact text
+    ['9007199254740993', 'a1c367c29158357e62a3ff5d3e800fb7698a22396439dbc0a9d4929322afd35d'],
+  ];
+  it.each(known)('%j → %s', (value, hex) => {
+    expect(maskValue(value as string)).toBe(hex);
+    expect(hex).toHaveLength(64);
+  });
+});
+
+describe('applyColumnRulesToColumns: the registered type of a masked column', () => {
+  const cols = [
+    { name: 'id', type: 'integer', nullable: false },
+    { name: 'pin', type: 'integer', nullable: true },
+    { name: 'born', type: 'date', nullable: true },
+    { name: 'doc', type: 'jsonb', nullable: true },
+    { name: 'ssn', type: 'text', nullable: true },
+    { name: 'u', type: null, nullable: true },
+  ];
+  const rules = { mask: ['pin', 'born', 'doc', 'u'], exclude: ['ssn'] };
+
+  it('types every masked column as text, whatever its source type, and drops excluded ones', () => {
+    expect(applyColumnRulesToColumns(cols, rules)).toEqual([
+      { name: 'id', type: 'integer', nullable: false },
+      { name: 'pin', type: MASKED_COLUMN_TYPE, nullable: true },
+      { name: 'born', type: MASKED_COLUMN_TYPE, nullable: true },
+      { name: 'doc', type: MASKED_COLUMN_TYPE, nullable: true },
+      { name: 'u', type: MASKED_COLUMN_TYPE, nullable: true },
+    ]);
+    expect(MASKED_COLUMN_TYPE).toBe('text');
+  });
+
+  it('is idempotent (DMS records arrive already masked and widened) and leaves its input alone', () => {
+    const once = applyColumnRulesToColumns(cols, rules);
+    expect(applyColumnRulesToColumns(once, rules)).toEqual(once);
+    expect(cols[1]!.type).toBe('integer');
+    expect(applyColumnRulesToColumns(cols, { mask: [], exclude: [] })).toEqual(cols);
   });
 });

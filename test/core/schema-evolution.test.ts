@@ -8,6 +8,7 @@ import {
   type ObservedColumn,
   type ObservedShape,
 } from '../../lambda/core/schema-evolution.ts';
+import { sinkType } from '../../lambda/core/warehouse-sql.ts';
 
 function version(columns: ColumnDef[], key: string[] = ['id']): SchemaVersion {
   return {
@@ -58,15 +59,14 @@ describe('compareTypes', () => {
     ['integer', 'bigint'],
     ['smallint', 'bigint'],
     ['INT1', 'smallint'],
-    ['integer', 'numeric'],
-    ['bigint', 'numeric'],
-    ['integer', 'numeric(10,0)'],
-    ['integer', 'numeric(12,2)'],
-    ['smallint', 'numeric(5)'],
     ['numeric(10,2)', 'numeric(12,2)'],
-    ['numeric(10,2)', 'numeric(11,3)'],
-    ['numeric(10,2)', 'numeric'],
+    ['numeric(10,2)', 'numeric(38,2)'],
+    ['NUMERIC(10,2)', 'numeric(12,2)'],
     ['real', 'double precision'],
+    ['timestamp(3)', 'timestamp'],
+    ['timestamp(0) with time zone', 'timestamptz'],
+    ['WSTRING(10)', 'WSTRING(20)'],
+    ['STRING(10)', 'text'],
     ['float(10)', 'float(40)'],
     ['varchar(10)', 'varchar(20)'],
     ['character varying(10)', 'text'],
@@ -97,6 +97,20 @@ describe('compareTypes', () => {
     ['date', 'timestamp'],
     ['json', 'jsonb'],
     ['integer[]', 'bigint[]'],
+    ['WSTRING(20)', 'WSTRING(10)'],
+    ['character varying(20)', 'character varying(5)'],
+    ['numeric(12,2)', 'numeric(10,2)'],
+    ['timestamp', 'timestamp(3)'],
+    ['timestamptz', 'timestamp(6)'],
+    // widenings the warehouse could only apply with ALTER COLUMN TYPE (Redshift cannot): breaking
+    ['integer', 'numeric'],
+    ['bigint', 'numeric'],
+    ['integer', 'numeric(10,0)'],
+    ['integer', 'numeric(12,2)'],
+    ['smallint', 'numeric(5)'],
+    ['numeric(10,2)', 'numeric(11,3)'],
+    ['numeric(10,2)', 'numeric'],
+    ['numeric(10,2)', 'numeric(40,2)'],
   ])('%s → %s is a change, not a widening', (a, b) => {
     expect(compareTypes(a, b)).toBe('changed');
   });
@@ -172,15 +186,23 @@ describe('classifySchema: compatible', () => {
     expect(c.columns[3]).toEqual(col('note', 'text', true));
   });
 
-  it('a new column in a DMS record is compatible even when other columns are absent', () => {
-    const c = classifySchema(base, dms(['id', 'note']));
+  it('a new column in a DMS record that also lacks a registered column is a rename seen in data: breaking, not a new nullable column', () => {
+    const c = classifySchema(base, dms(['id', 'qty', 'note']));
+    expect(c.kind).toBe('breaking');
+    expect(c.changes).toEqual([{ kind: 'rename-column', from: 'name', to: 'note' }]);
+    expect(c.reason).toBe('column name was dropped or renamed (to note?)');
+    expect(classifySchema(base, dms(['id', 'note'])).changes).toEqual([{ kind: 'rename-column', from: 'name or qty', to: 'note' }]);
+  });
+
+  it('a new column in a DMS record that names every registered column is compatible', () => {
+    const c = classifySchema(base, dms(['id', 'name', 'qty', 'note']));
     expect(c.kind).toBe('compatible');
     expect(c.changes).toEqual([{ kind: 'add-column', column: 'note', type: null }]);
     expect(c.columns).toEqual([...base.columns, col('note', null)]);
   });
 
   it('several new columns are one compatible change', () => {
-    const c = classifySchema(base, dms(['id', 'a', 'b']));
+    const c = classifySchema(base, dms(['id', 'name', 'qty', 'a', 'b']));
     expect(c.kind).toBe('compatible');
     expect(c.changes).toHaveLength(2);
     expect(c.reason).toBe('new nullable column a; new nullable column b');
@@ -194,7 +216,6 @@ describe('classifySchema: compatible', () => {
   it.each([
     ['qty', 'smallint', 'integer'],
     ['qty', 'smallint', 'bigint'],
-    ['qty', 'smallint', 'numeric'],
     ['name', 'text', 'text'],
   ])('widening %s from %s to %s', (column, from, to) => {
     const cols = base.columns.map((c) => (c.name === column ? seen(c.name, to) : seen(c.name, c.type)));
@@ -206,6 +227,35 @@ describe('classifySchema: compatible', () => {
     expect(c.kind).toBe('compatible');
     expect(c.changes).toEqual([{ kind: 'widen-type', column, from, to }]);
     expect(c.columns.find((x) => x.name === column)?.type).toBe(to);
+  });
+
+  it('every widening the registry calls compatible keeps the warehouse column type (no SinkTypeConflictError later)', () => {
+    const types = [
+      'smallint', 'integer', 'bigint', 'INT8', 'numeric', 'numeric(5)', 'numeric(10,2)', 'numeric(12,2)', 'numeric(11,3)', 'numeric(38,2)', 'numeric(40,2)',
+      'real', 'double precision', 'float(10)', 'text', 'varchar(10)', 'varchar(20)', 'character varying', 'WSTRING(20)', 'char(3)', 'char(5)',
+      'timestamp', 'timestamp(3)', 'timestamptz', 'date', 'boolean', 'uuid', 'jsonb',
+    ];
+    let widenings = 0;
+    for (const from of types) {
+      for (const to of types) {
+        if (compareTypes(from, to) !== 'widened') continue;
+        widenings++;
+        expect(sinkType(to), `${from} → ${to}`).toBe(sinkType(from));
+      }
+    }
+    expect(widenings).toBeGreaterThanOrEqual(20);
+  });
+
+  it('integer → numeric is breaking: the warehouse (bigint) could not take it without a column-type change', () => {
+    const c = classifySchema(base, slot(base.columns.map((x) => (x.name === 'qty' ? seen('qty', 'numeric(12,2)') : seen(x.name, x.type)))));
+    expect(c.kind).toBe('breaking');
+    expect(c.changes).toEqual([{ kind: 'change-type', column: 'qty', from: 'smallint', to: 'numeric(12,2)' }]);
+  });
+
+  it('varchar(n) narrowing is breaking, widening compatible', () => {
+    const v = version([col('id', 'integer'), col('s', 'character varying(20)')]);
+    expect(classifySchema(v, slot([seen('id', 'integer'), seen('s', 'character varying(10)')])).kind).toBe('breaking');
+    expect(classifySchema(v, slot([seen('id', 'integer'), seen('s', 'character varying(30)')])).kind).toBe('compatible');
   });
 
   it('varchar(n) → text and real → double precision are compatible', () => {

@@ -335,7 +335,7 @@ describe('normalizer handler: slot-capture records', () => {
     ]);
     const byTable = await readJson<ChangeEvent>(kinesis, p.log);
     const keys = [...byTable.values()].flat().map((r) => r.partitionKey).sort();
-    expect(keys).toEqual(['shop/public.cdc_heartbeat/[["source_id","shop"]]', 'shop/public.lines/[["line",1],["order_id",7]]']);
+    expect(keys).toEqual(['shop/public.cdc_heartbeat/[["source_id","shop"]]', 'shop/public.lines/[["line","1"],["order_id","7"]]']); // values by their text (keyText)
     expect((await p.control.listTables('shop')).map((t) => t.table)).toEqual(['public.cdc_heartbeat', 'public.lines']);
   });
 });

@@ -1,0 +1,219 @@
+/**
+ * Capture → normalizer → warehouse on real PostgreSQL (embedded), without the stream stand-ins:
+ * the slot capture reads a real logical slot, its records go through the normalizer (in-memory
+ * control plane, a collaborator double; see its doc) and the change log's JSON, and the
+ * warehouse adapter applies them to a second database. DMS records (which have no local
+ * producer) are fed to the same normalizer as text.
+ *
+ * - exact numbers: int8 keys beyond 2^53 and numerics from DMS JSON land exactly, two keys
+ *   never collapse; numeric precision beyond 38 is refused by name (docs/exact-numbers.md);
+ * - schema drift with type modifiers on the slot path: varchar(n)/numeric(p,s) narrowing pauses
+ *   the table, widening does not (docs/schema-drift.md).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
+import { SlotCapture, type RawRecord } from '../../local/capture.ts';
+import { Normalizer, type ChangeLogWriter, type NormalizerLogger } from '../../lambda/core/normalize.ts';
+import { validateChangeEvent, type ChangeEvent } from '../../lambda/core/event.ts';
+import { TableConfigIndex, type TableConfig } from '../../lambda/core/table-config.ts';
+import type { SchemaVersion } from '../../lambda/core/control-plane.ts';
+import { PgWarehouse, SinkTypeConflictError, UnsupportedSinkTypeError } from '../../lambda/adapters/warehouse-pg.ts';
+import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
+import { until } from '../local/helpers.ts';
+
+let cluster: PostgresCluster;
+let pool: pg.Pool;
+let n = 0;
+
+beforeAll(async () => {
+  cluster = await startPostgres({ fast: true });
+  await cluster.createDatabase('dw');
+  pool = new pg.Pool({ connectionString: cluster.url('dw'), max: 2 });
+}, 120_000);
+afterAll(async () => {
+  await pool?.end();
+  await cluster?.stop();
+});
+
+const quiet: NormalizerLogger = { debug() {}, info() {}, warn() {}, error() {} };
+
+function pipeline(source: string, tables: TableConfig[]) {
+  const control = new MemoryControlPlane();
+  const log: ChangeEvent[] = [];
+  const changeLog: ChangeLogWriter<string> = {
+    encode: (e) => JSON.stringify(e),
+    async publishEncoded(records) {
+      for (const r of records) log.push(validateChangeEvent(JSON.parse(r)));
+    },
+  };
+  const normalizer = new Normalizer({ source, tables: new TableConfigIndex(tables), control, changeLog, metrics: { count() {}, milliseconds() {} }, logger: quiet });
+  const warehouse = new PgWarehouse(pool);
+  let seq = 0;
+  let applied = 0;
+  return {
+    control,
+    log,
+    async normalize(texts: readonly string[]): Promise<void> {
+      const batch = normalizer.startBatch();
+      for (const text of texts) await batch.add({ text, origin: `raw/shardId-000000000000/${++seq}` });
+      await batch.flush();
+    },
+    /** Applies the change log's events not applied yet, per table, with their schema versions. */
+    async apply(): Promise<void> {
+      const fresh = log.slice(applied);
+      applied = log.length;
+      const byTable = new Map<string, ChangeEvent[]>();
+      for (const e of fresh) byTable.set(e.table, [...(byTable.get(e.table) ?? []), e]);
+      for (const [table, events] of byTable) {
+        const schemas = new Map<number, SchemaVersion>((await control.listSchemaVersions(source, table)).map((v) => [v.version, v]));
+        await warehouse.applyTable({ source, table, deleteMode: 'soft', schemas, events, appliedAt: new Date() });
+      }
+    },
+  };
+}
+
+function dmsInsert(table: string, data: string, lsn: number): string {
+  const [schema, name] = table.split('.');
+  const pos = `00000002/${lsn.toString(16).toUpperCase().padStart(8, '0')}`;
+  return (
+    `{"data":${data},"metadata":{"timestamp":"2026-12-01T00:00:01.000000Z","record-type":"data","operation":"insert","partition-key-type":"schema-table",` +
+    `"schema-name":"${schema}","table-name":"${name}","commit-timestamp":"2026-12-01T00:00:00.000000Z","stream-position":"${pos}.1.${pos}","transaction-id":${lsn},"transaction-record-id":1}}`
+  );
+}
+
+function dmsCreate(table: string, columns: Record<string, unknown>): string {
+  const [schema, name] = table.split('.');
+  return JSON.stringify({
+    control: { 'table-def': { columns, 'primary-key': ['id'] } },
+    metadata: { timestamp: '2026-12-01T00:00:00.000000Z', 'record-type': 'control', operation: 'create-table', 'partition-key-type': 'task-id', 'schema-name': schema, 'table-name': name },
+  });
+}
+
+describe('DMS JSON → normalizer → warehouse (PostgreSQL): exact numbers', () => {
+  it('int8 keys 9007199254740993 and 9007199254740992 stay two rows; numerics keep every digit', async () => {
+    const source = `dms${++n}`;
+    const p = pipeline(source, [{ table: 'public.big', key: ['id'], deleteMode: 'soft', mask: [], exclude: [] }]);
+    await p.normalize([
+      dmsCreate('public.big', { id: { type: 'INT8', nullable: false }, amount: { type: 'NUMERIC', precision: 30, scale: 2, nullable: true }, f: { type: 'REAL8', nullable: true } }),
+      dmsInsert('public.big', '{"id":9007199254740993,"amount":1234567890123456789012345678.10,"f":0.1}', 0x100),
+      dmsInsert('public.big', '{"id":9007199254740992,"amount":12.30,"f":1.5}', 0x200),
+      dmsInsert('public.big', '{"id":-9223372036854775808,"amount":-0.01,"f":-2.25}', 0x300),
+    ]);
+    expect(await p.control.listDeadLetters()).toEqual([]);
+    await p.apply();
+    const rows = await pool.query(`SELECT id::text AS id, amount::text AS amount, f FROM ${source}_public.big ORDER BY id`);
+    expect(rows.rows).toEqual([
+      { id: '-9223372036854775808', amount: '-0.01', f: -2.25 },
+      { id: '9007199254740992', amount: '12.30', f: 1.5 },
+      { id: '9007199254740993', amount: '1234567890123456789012345678.10', f: 0.1 },
+    ]);
+    const types = await pool.query(`SELECT column_name, data_type, numeric_precision FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'big_mirror' AND column_name IN ('id', 'amount') ORDER BY column_name`, [`${source}_public`]);
+    expect(types.rows).toEqual([
+      { column_name: 'amount', data_type: 'numeric', numeric_precision: 38 },
+      { column_name: 'id', data_type: 'bigint', numeric_precision: 64 },
+    ]);
+  });
+
+  it('a numeric precision beyond 38 is refused by name when the sink table is made, never coerced', async () => {
+    const source = `dms${++n}`;
+    const p = pipeline(source, [{ table: 'public.wide', key: ['id'], deleteMode: 'soft', mask: [], exclude: [] }]);
+    await p.normalize([
+      dmsCreate('public.wide', { id: { type: 'INT4', nullable: false }, x: { type: 'NUMERIC', precision: 50, scale: 2, nullable: true } }),
+      dmsInsert('public.wide', '{"id":1,"x":123456789012345678901234567890123456789012345678.25}', 0x100),
+    ]);
+    const err = await p.apply().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(UnsupportedSinkTypeError);
+    expect(err).toBeInstanceOf(SinkTypeConflictError); // so the applier holds the table
+    expect((err as UnsupportedSinkTypeError).code).toBe('SINK_TYPE_UNSUPPORTED');
+    expect((err as Error).message).toMatch(/column x of dms\d+\/public\.wide has source type NUMERIC\(50,2\), which the warehouse cannot carry faithfully \(precision 50 is beyond the warehouse's 38 digits\)/);
+    expect((await pool.query('SELECT to_regclass($1) AS t', [`${source}_public.wide_mirror`])).rows[0].t).toBeNull();
+  });
+});
+
+describe('slot capture → normalizer → warehouse (PostgreSQL): type modifiers', () => {
+  async function sourceDb(schema: string) {
+    const source = `slot${++n}`;
+    await cluster.createDatabase(source);
+    const sql = new pg.Client({ connectionString: cluster.url(source) });
+    sql.on('error', () => undefined);
+    await sql.connect();
+    await sql.query(schema);
+    return { source, sql };
+  }
+
+  function capture(source: string, tables: TableConfig[], control: MemoryControlPlane, out: RawRecord[]): SlotCapture {
+    return new SlotCapture({
+      source,
+      sourceUrl: cluster.url(source),
+      tables: new TableConfigIndex(tables),
+      control,
+      publish: async (records) => void out.push(...records),
+      idleMs: 20,
+    });
+  }
+
+  it('registers varchar(n) and numeric(p,s); narrowing pauses the table, widening registers a compatible version', async () => {
+    const { source, sql } = await sourceDb('CREATE TABLE t (id int PRIMARY KEY, name varchar(20), amount numeric(10,2), at timestamp(3))');
+    const tables: TableConfig[] = [{ table: 'public.t', deleteMode: 'soft', mask: [], exclude: [] }];
+    const p = pipeline(source, tables);
+    const raw: RawRecord[] = [];
+    const c = capture(source, tables, p.control, raw);
+    await c.start();
+    try {
+      const step = async (statement: string): Promise<void> => {
+        const before = raw.length;
+        await sql.query(statement);
+        await until('capture', () => raw.length > before);
+        await p.normalize(raw.slice(before).map((r) => r.data));
+        await p.apply();
+      };
+      await step("INSERT INTO t VALUES (1, 'a', 1.50, '2026-01-01 00:00:00.123')");
+      const v1 = (await p.control.listSchemaVersions(source, 'public.t'))[0]!;
+      expect(v1.columns.map((x) => x.type)).toEqual(['integer', 'character varying(20)', 'numeric(10,2)', 'timestamp(3) without time zone']);
+
+      // widening: compatible, the table stays active and the warehouse keeps its types
+      await step("ALTER TABLE t ALTER COLUMN name TYPE varchar(40), ALTER COLUMN amount TYPE numeric(12,2); INSERT INTO t VALUES (2, 'b', 2.25, NULL)");
+      const versions = await p.control.listSchemaVersions(source, 'public.t');
+      expect(versions.at(-1)!.columns.map((x) => x.type)).toEqual(['integer', 'character varying(40)', 'numeric(12,2)', 'timestamp(3) without time zone']);
+      expect((await p.control.getTable(source, 'public.t'))!.state).toBe('active');
+      expect((await pool.query(`SELECT id, name, amount::text FROM ${source}_public.t ORDER BY id`)).rows).toEqual([
+        { id: '1', name: 'a', amount: '1.50' },
+        { id: '2', name: 'b', amount: '2.25' },
+      ]);
+
+      // narrowing (test_decoding alone would print `character varying` both times): breaking
+      await step("ALTER TABLE t ALTER COLUMN name TYPE varchar(5); INSERT INTO t VALUES (3, 'c', 3, NULL)");
+      const t = await p.control.getTable(source, 'public.t');
+      expect(t!.state).toBe('paused');
+      expect(t!.stateReason).toMatch(/column name changed type from character varying\(40\) to character varying\(5\), which is not a widening/);
+    } finally {
+      await c.stop();
+      await sql.query(`SELECT pg_drop_replication_slot('${c.slot}')`).catch(() => undefined);
+      await sql.end();
+    }
+  }, 120_000);
+
+  it('integer → numeric is breaking (the warehouse could not change its bigint column), not held forever as a type conflict', async () => {
+    const { source, sql } = await sourceDb('CREATE TABLE q (id int PRIMARY KEY, qty int)');
+    const tables: TableConfig[] = [{ table: 'public.q', deleteMode: 'soft', mask: [], exclude: [] }];
+    const p = pipeline(source, tables);
+    const raw: RawRecord[] = [];
+    const c = capture(source, tables, p.control, raw);
+    await c.start();
+    try {
+      await sql.query('INSERT INTO q VALUES (1, 5)');
+      await until('capture', () => raw.length >= 1);
+      await sql.query('ALTER TABLE q ALTER COLUMN qty TYPE numeric(12,2); INSERT INTO q VALUES (2, 2.5)');
+      await until('capture', () => raw.length >= 2);
+      await p.normalize(raw.map((r) => r.data));
+      const t = await p.control.getTable(source, 'public.q');
+      expect(t!.state).toBe('paused');
+      expect(t!.stateReason).toMatch(/column qty changed type from integer to numeric\(12,2\)/);
+    } finally {
+      await c.stop();
+      await sql.query(`SELECT pg_drop_replication_slot('${c.slot}')`).catch(() => undefined);
+      await sql.end();
+    }
+  }, 120_000);
+});
