@@ -43,7 +43,12 @@ export const SLOT_RECORD_FORMAT = 'cdc-slot/1';
 export type SlotOp = 'insert' | 'update' | 'delete' | 'truncate';
 export const SLOT_OPS: readonly SlotOp[] = ['insert', 'update', 'delete', 'truncate'];
 
-/** One column of a tuple: name, source type name (as PostgreSQL prints it) and JSON value. */
+/**
+ * One column of a tuple: name, source type name and JSON value. The type is PostgreSQL's
+ * `format_type` with the modifier (`character varying(20)`, `numeric(12,2)`) where the capture
+ * could read it from the catalog, else as test_decoding prints it; `text` for a masked column
+ * (docs/schema-drift.md, docs/masking.md).
+ */
 export interface SlotColumn {
   name: string;
   type: string;

@@ -16,7 +16,8 @@
  *     COMMIT 754 (at 2026-11-29 12:00:00.123456+00)
  *
  * Names are printed with `quote_identifier` (`public."Odd Name"`, `"x y"[text]`); type names are
- * `format_type_be` output (`integer`, `integer[]`, `timestamp with time zone`, no type modifier).
+ * `format_type_be` output (`integer`, `integer[]`, `timestamp with time zone`, no type modifier;
+ * the capture adds modifiers from the catalog, docs/schema-drift.md).
  *
  * Values become JSON:
  * - `null` → null; `unchanged-toast-datum` → not a value: the column is listed in `unchanged`.
