@@ -111,9 +111,11 @@ interface Registry {
 const REGISTRATION_ATTEMPTS = 5;
 const DECODE_PASSES = 2;
 
-/** What the normalizer last saw of one key on one shard (per-key monotonicity, docs/positions.md). */
+/** What the normalizer saw of one key on one shard (per-key monotonicity, docs/positions.md). */
 interface KeySeen {
+  /** Highest position accepted. */
   position: Position;
+  /** Latest commit time seen. */
   commitTs: string;
 }
 
@@ -152,6 +154,8 @@ export class Normalizer<E> {
       const id = `${c.table}|${keyText(c.key)}`;
       const last = keys.get(id);
       if (last && c.position < last.position) {
+        // Against the latest commit time seen for the key, so a replay after a backward step of
+        // the source's clock is still a replay.
         if (Date.parse(c.commitTs) > Date.parse(last.commitTs)) {
           return new PositionRegressionError(
             c.table,
@@ -165,7 +169,8 @@ export class Normalizer<E> {
         }
         continue; // a replay: nothing new to remember
       }
-      updates.push([id, { position: c.position, commitTs: c.commitTs }]);
+      const latest = last && Date.parse(last.commitTs) > Date.parse(c.commitTs) ? last.commitTs : c.commitTs;
+      updates.push([id, { position: c.position, commitTs: latest }]);
     }
     for (const [id, s] of updates) {
       keys.delete(id); // re-insert: the Map's order is then the order of last use

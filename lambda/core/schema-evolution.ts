@@ -190,6 +190,9 @@ function warehouseType(type: string): string | null {
  * type unchanged, and every sink keeps the column's type) or `changed`.
  */
 export function compareTypes(from: string, to: string): 'same' | 'widened' | 'changed' {
+  // A DMS string registered from a table definition read without its length (before lengths
+  // were kept): the length is learned, not narrowed, and the warehouse column is text either way.
+  if (/^\s*w?string\s*$/i.test(from) && /^\s*w?string\s*\(\s*\d+\s*\)\s*$/i.test(to)) return 'widened';
   const a = typeInfo(from);
   const b = typeInfo(to);
   if (sameType(a, b)) return 'same';

@@ -67,6 +67,7 @@ describe('compareTypes', () => {
     ['timestamp(0) with time zone', 'timestamptz'],
     ['WSTRING(10)', 'WSTRING(20)'],
     ['STRING(10)', 'text'],
+    ['WSTRING', 'WSTRING(20)'], // a DMS length learned (registered before lengths were read)
     ['float(10)', 'float(40)'],
     ['varchar(10)', 'varchar(20)'],
     ['character varying(10)', 'text'],
