@@ -53,23 +53,21 @@ class Parser {
   value(depth: number): JsonValue {
     if (depth > 512) this.fail('nesting deeper than 512');
     this.ws();
-    const c = this.text[this.pos];
-    switch (c) {
-      case '{':
+    switch (this.text.charCodeAt(this.pos)) {
+      case 0x7b: // {
         return this.object(depth);
-      case '[':
+      case 0x5b: // [
         return this.array(depth);
-      case '"':
+      case 0x22: // "
         return this.string();
-      case 't':
+      case 0x74: // t
         return this.literal('true', true);
-      case 'f':
+      case 0x66: // f
         return this.literal('false', false);
-      case 'n':
+      case 0x6e: // n
         return this.literal('null', null);
-      case undefined:
-        return this.fail('unexpected end of input');
       default:
+        if (this.pos >= this.text.length) this.fail('unexpected end of input');
         return this.number();
     }
   }
@@ -81,11 +79,31 @@ class Parser {
   }
 
   number(): number | string {
-    NUMBER.lastIndex = this.pos;
-    const m = NUMBER.exec(this.text);
-    if (!m) this.fail('unexpected token');
-    this.pos += m[0].length;
-    return exactNumber(m[0]);
+    const t = this.text;
+    const start = this.pos;
+    let i = start;
+    let plain = true; // only digits (and a leading minus): an integer literal
+    if (t.charCodeAt(i) === 0x2d) i++;
+    const digits = i;
+    while (i < t.length) {
+      const c = t.charCodeAt(i);
+      if (c >= 0x30 && c <= 0x39) i++;
+      else if (c === 0x2e || c === 0x65 || c === 0x45 || c === 0x2b || c === 0x2d) {
+        plain = false;
+        i++;
+      } else break;
+    }
+    const literal = t.slice(start, i);
+    // Fast path for the common small integer; everything else is checked against the grammar.
+    if (plain && i > digits && i - digits <= 15 && (t.charCodeAt(digits) !== 0x30 || i - digits === 1)) {
+      this.pos = i;
+      return Number(literal);
+    }
+    NUMBER.lastIndex = start;
+    const m = NUMBER.exec(t);
+    if (!m || m[0].length !== literal.length) this.fail('unexpected token');
+    this.pos = i;
+    return exactNumber(literal);
   }
 
   string(): string {
@@ -153,7 +171,8 @@ class Parser {
       this.pos++;
       const v = this.value(depth + 1);
       // Same semantics as JSON.parse for "__proto__": an own property, never the prototype.
-      Object.defineProperty(out, k, { value: v, enumerable: true, writable: true, configurable: true });
+      if (k === '__proto__') Object.defineProperty(out, k, { value: v, enumerable: true, writable: true, configurable: true });
+      else out[k] = v;
       this.ws();
       const c = this.text[this.pos++];
       if (c === '}') return out;
