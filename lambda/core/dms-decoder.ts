@@ -8,7 +8,13 @@
  * → `00000002/7C007178`). AWS does not document the parts of a PostgreSQL stream position; we
  * treat the first one as the commit position of the transaction (DMS emits transactions in
  * commit order) and the transaction record id as the order within it. The task must set
- * `IncludeTransactionDetails`, otherwise change records carry no position and are refused.
+ * `IncludeTransactionDetails`, otherwise change records carry no position and are refused. The
+ * normalizer checks this assumption on every record (`POSITION_REGRESSION`, docs/positions.md).
+ *
+ * Numbers. The record must be parsed with `parseJsonExact` (lambda/core/json-exact.ts), not
+ * `JSON.parse`: an `int8` beyond 2^53 or a numeric then arrives here as its exact decimal text
+ * (docs/exact-numbers.md). Table definitions keep a column's length, precision and scale in its
+ * type (`WSTRING(20)`, `NUMERIC(12,2)`; docs/schema-drift.md).
  *
  * Full load. `load` records carry no transaction details. They decode to op `snapshot` at
  * `POSITION_ZERO`, which orders before every captured change: a load row applies only where the
