@@ -5,7 +5,8 @@
  * calls `applyColumnRules`, so the same value gives the same output on each of them and
  * reconciliation can compare masked values. On AWS, DMS applies the rules itself (the task's
  * `remove-column` and `data-masking-hash-mask` table mappings), so the normalizer never masks:
- * masking an already-masked value again would hash it twice. Whether DMS's hash text is
+ * masking an already-masked value again would hash it twice. It does remove excluded columns
+ * again (idempotent), in case a rule did not take effect. Whether DMS's hash text is
  * byte-identical to this one (lower-case hex SHA-256 of the value's text) is not documented by
  * AWS; reconciling masked columns across a DMS source and a local capture assumes it is.
  *

@@ -41,7 +41,7 @@ import type { AuditEntry, ColumnDef, ControlPlane, PreImage, SchemaVersion, Tabl
 import type { DecodeResult, DecodedChange, DecodedControl } from './decoded.ts';
 import { decodeRawRecord, type DecodeContext } from './decode.ts';
 import { parseJsonExact } from './json-exact.ts';
-import { applyColumnRulesToColumns } from './masking.ts';
+import { applyColumnRulesToChange, applyColumnRulesToColumns } from './masking.ts';
 import { maxPosition, POSITION_ZERO, type Position } from './position.ts';
 import { classifyControl, classifySchema, type Classification, type ObservedColumn, type ObservedShape } from './schema-evolution.ts';
 import type { TableConfigIndex } from './table-config.ts';
@@ -320,14 +320,28 @@ export class NormalizerBatch<E> {
     }
   }
 
-  private async changes(raw: RawRecord, parsed: unknown, result: Extract<DecodeResult, { kind: 'changes' }>): Promise<RecordOutcome> {
-    const { changes } = result;
-    if (changes.length === 0) return 'ignored';
-    const first = changes[0]!;
-    if (first.source !== this.o.source) {
-      await this.deadLetter(raw, parsed, 'SOURCE_MISMATCH', `source: the record names source ${JSON.stringify(first.source)} but this normalizer serves ${JSON.stringify(this.o.source)}`);
+  private async changes(raw: RawRecord, parsed: unknown, decoded: Extract<DecodeResult, { kind: 'changes' }>): Promise<RecordOutcome> {
+    if (decoded.changes.length === 0) return 'ignored';
+    if (decoded.changes[0]!.source !== this.o.source) {
+      await this.deadLetter(raw, parsed, 'SOURCE_MISMATCH', `source: the record names source ${JSON.stringify(decoded.changes[0]!.source)} but this normalizer serves ${JSON.stringify(this.o.source)}`);
       return 'dead-lettered';
     }
+    // Excluded columns never enter the change log, even if the capture delivered them (DMS's
+    // remove-column on a Kinesis target is not documented). Idempotent; masking is never redone:
+    // a masked value hashed twice would differ from every other path (docs/masking.md).
+    const exclude = this.o.tables.columnRules(decoded.changes[0]!.table).exclude;
+    let result = decoded;
+    if (exclude.length > 0) {
+      try {
+        result = { ...decoded, changes: decoded.changes.map((c) => applyColumnRulesToChange(c, { mask: [], exclude })) };
+      } catch (e) {
+        if (!(e instanceof CdcError)) throw e;
+        await this.deadLetter(raw, parsed, e.code, e.message);
+        return 'dead-lettered';
+      }
+    }
+    const { changes } = result;
+    const first = changes[0]!;
     // Shape check before touching the registry (the version is stamped below).
     try {
       for (const c of changes) validateChangeEvent({ ...c, schemaVersion: 1 });

@@ -113,6 +113,16 @@ describe('normalizer over DMS records: masked columns', () => {
   });
 });
 
+describe('normalizer over DMS records: excluded columns', () => {
+  it('drops an excluded column a DMS record still carries, from the event and from the registry', async () => {
+    const env = setup([{ table: 'public.people', key: ['id'], deleteMode: 'soft', mask: ['pin'], exclude: ['ssn'] }]);
+    await env.run([dmsText('insert', 'public.people', `{"id":1,"pin":"${maskValue('1234')}","ssn":"123-45-6789"}`, { lsn: 0x100 })]);
+    expect(env.published[0]!.after).toEqual({ id: 1, pin: maskValue('1234') }); // masked once, not twice
+    expect(JSON.stringify(env.published)).not.toContain('123-45-6789');
+    expect((await env.control.listSchemaVersions('shop', 'public.people'))[0]!.columns.map((c) => c.name)).toEqual(['id', 'pin']);
+  });
+});
+
 describe('normalizer over DMS records: schema drift', () => {
   const TABLES: TableConfig[] = [{ table: 'public.t', key: ['id'], deleteMode: 'soft', mask: [], exclude: [] }];
 
