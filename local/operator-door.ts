@@ -112,6 +112,8 @@ export async function openLocalOperator(stateDirOption: string): Promise<Operato
     const handler = createOperatorHandler({
       control: new DynamoDbControlPlane(dynamo, CONTROL_TABLE),
       env: { [EnvName.CHANGE_LOG_RETENTION_MS]: String(hours * 3_600_000), [EnvName.PAUSE_BUDGETS]: process.env[EnvName.PAUSE_BUDGETS] },
+      // The command prints the outcome itself (stdout stays clean for --json); the audit log keeps it.
+      logger: { info: () => undefined, warn: () => undefined },
     });
     return {
       running,

@@ -52,13 +52,14 @@ export function operatorSettingsFrom(env: NodeJS.ProcessEnv): { settings: Operat
 }
 
 /** The handler over explicit dependencies (tests invoke it in process with the CLI's payloads). */
-export function createOperatorHandler(deps: { control: ControlPlane; env: NodeJS.ProcessEnv }): (payload: unknown) => Promise<OperatorResponse> {
+export function createOperatorHandler(deps: { control: ControlPlane; env: NodeJS.ProcessEnv; logger?: Pick<Logger, 'info' | 'warn'> }): (payload: unknown) => Promise<OperatorResponse> {
   const { settings, allowed } = operatorSettingsFrom(deps.env);
+  const log = deps.logger ?? logger;
   const operator = new Operator({ control: deps.control, settings, snapshots: stateOnlySnapshots });
   return async (payload) => {
     const response = await serveOperator(operator, payload, allowed);
-    if (response.ok && 'outcome' in response.result) logger.info('operator action', { outcome: response.result.outcome, action: response.result.action, table: response.result.table });
-    else if (!response.ok) logger.warn('operator request refused as malformed', { error: response.error });
+    if (response.ok && 'outcome' in response.result) log.info('operator action', { outcome: response.result.outcome, action: response.result.action, table: response.result.table });
+    else if (!response.ok) log.warn('operator request refused as malformed', { error: response.error });
     return response;
   };
 }
