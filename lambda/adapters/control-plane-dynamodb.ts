@@ -440,8 +440,9 @@ export class DynamoDbControlPlane implements ControlPlane {
   // -------------------------------------------------------------------------------------------
   // Operator actions (docs/operations.md)
 
-  async listSinkProgress(): Promise<SinkTableProgress[]> {
-    // Sink progress items are few (one per sink and table); the operator status reads them all.
+  async listSinkProgress(sink?: string): Promise<SinkTableProgress[]> {
+    if (sink !== undefined) return (await this.query({ pk: `SINK#${sink}`, skPrefix: 'TABLE#' })).map(sinkProgressFromItem);
+    // All sinks (the operator status, on demand): sink ids are not listed anywhere, so a scan for the kind.
     const out: SinkTableProgress[] = [];
     let start: Item | undefined;
     do {

@@ -122,8 +122,8 @@ export interface ControlPlane {
   listDeadLetters(stage?: string): Promise<DeadLetter[]>;
   listAudit(source?: string, table?: string): Promise<AuditEntry[]>;
   // ---- Operator actions (docs/operations.md) ----
-  /** Every sink's progress for every table (operator status and resume). */
-  listSinkProgress(): Promise<SinkTableProgress[]>;
+  /** Every sink's progress for every table (operator status), or one sink's (its resume replay). */
+  listSinkProgress(sink?: string): Promise<SinkTableProgress[]>;
   /**
    * Commits an operator action on one table: its new state, the release requests of its held
    * sinks and its audit entry, in one transaction, conditional on the table (state and

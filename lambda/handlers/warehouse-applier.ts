@@ -39,7 +39,9 @@
  * dimension is cleared so the constructs' alarms match.
  *
  * `createWarehouseApplier` builds the same applier from explicit dependencies for the local
- * pipeline and the tests; `handler` builds it once per container from the environment.
+ * pipeline and the tests; `handler` builds it once per container from the environment. On the
+ * schedule's `{ cdcReplay: true }` event the handler runs the resume replay of released holds
+ * (lambda/handlers/warehouse-replay.ts) on the change log `CDC_CHANGE_LOG_STREAM`.
  */
 import { BatchProcessor, EventType, processPartialResponse } from '@aws-lambda-powertools/batch';
 import { Logger } from '@aws-lambda-powertools/logger';
@@ -56,7 +58,9 @@ import { CdcError, InvalidRecordError, UnsafeIdentifierError } from '../core/err
 import { validateChangeEvent, type ChangeEvent } from '../core/event.ts';
 import { assertPlainIdentifier, splitTableId } from '../core/identifiers.ts';
 import { assertSourceColumn } from '../core/warehouse-sql.ts';
-import { dynamoDbClient } from '../adapters/aws-clients.ts';
+import { dynamoDbClient, kinesisClient } from '../adapters/aws-clients.ts';
+import { readChangeLog } from '../adapters/change-log-reader.ts';
+import { createHeldRangeReplayer, type ReplayOutcome } from './warehouse-replay.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { PgWarehouse, SinkTypeConflictError, ValueRejectedError, type PgWarehouseOptions } from '../adapters/warehouse-pg.ts';
 import { persistentTableErrorCode } from '../adapters/warehouse-pg-errors.ts';
@@ -471,8 +475,15 @@ async function fromEnvironment(): Promise<WarehouseApplier> {
   return createWarehouseApplier({ controlPlane: new DynamoDbControlPlane(dynamoDbClient(), table), pool, sinkId, metrics, logger });
 }
 
-/** Lambda entry point (Kinesis event source mapping with `ReportBatchItemFailures`). */
-export const handler = async (event: KinesisStreamEvent, context: Context): Promise<KinesisStreamBatchResponse> => {
+/** The scheduled event (lib/warehouse-sink.ts) on which the function runs the resume replay of released holds. */
+export interface ReplayEvent {
+  cdcReplay: true;
+}
+
+const isReplayEvent = (e: unknown): e is ReplayEvent => typeof e === 'object' && e !== null && (e as { cdcReplay?: unknown }).cdcReplay === true;
+
+/** Lambda entry point (Kinesis event source mapping with `ReportBatchItemFailures`; the schedule's replay event). */
+export const handler = async (event: KinesisStreamEvent | ReplayEvent, context: Context): Promise<KinesisStreamBatchResponse | { replayed: ReplayOutcome[] }> => {
   logger.addContext(context);
   applier ??= fromEnvironment();
   let built: WarehouseApplier;
@@ -482,5 +493,22 @@ export const handler = async (event: KinesisStreamEvent, context: Context): Prom
     applier = undefined;
     throw err;
   }
+  if (isReplayEvent(event)) return { replayed: await replayFromEnvironment(built) };
   return built.handler(event, context);
 };
+
+/** The resume replay (lambda/handlers/warehouse-replay.ts) of this sink, on the change log named in the environment. */
+async function replayFromEnvironment(built: WarehouseApplier): Promise<ReplayOutcome[]> {
+  const stream = process.env[EnvName.CHANGE_LOG_STREAM];
+  if (!stream) throw new ConfigurationError(`${EnvName.CHANGE_LOG_STREAM} is not set (the resume replay reads the change log)`);
+  const kinesis = (replayKinesis ??= kinesisClient());
+  const replayer = createHeldRangeReplayer({
+    controlPlane: new DynamoDbControlPlane(dynamoDbClient(), process.env[EnvName.CONTROL_TABLE]!),
+    sinkId: process.env[EnvName.SINK_ID]!,
+    applier: built,
+    readLog: () => readChangeLog(kinesis, stream),
+    log: (message, detail) => logger.info(message, detail),
+  });
+  return replayer.replayPending();
+}
+let replayKinesis: ReturnType<typeof kinesisClient> | undefined;

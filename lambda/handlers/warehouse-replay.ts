@@ -57,7 +57,7 @@ export function createHeldRangeReplayer(deps: ReplayDeps): { replayPending(): Pr
   const settleMs = deps.settleMs ?? 30_000;
 
   async function marked() {
-    return (await cp.listSinkProgress()).filter((p) => p.sink === sinkId && (p.releaseRequested ?? null) !== null);
+    return (await cp.listSinkProgress(sinkId)).filter((p) => p.sink === sinkId && (p.releaseRequested ?? null) !== null);
   }
 
   async function replayOne(source: string, table: string): Promise<ReplayOutcome | null> {

@@ -191,8 +191,8 @@ export class MemoryControlPlane implements ControlPlane {
 
   // ---- Operator actions: the same conditions as the DynamoDB adapter's transactions ----
 
-  async listSinkProgress(): Promise<SinkTableProgress[]> {
-    return [...this.progress.values()].sort((a, b) => (a.sink + a.source + a.table < b.sink + b.source + b.table ? -1 : 1)).map(copy);
+  async listSinkProgress(sink?: string): Promise<SinkTableProgress[]> {
+    return [...this.progress.values()].filter((p) => sink === undefined || p.sink === sink).sort((a, b) => (a.sink + a.source + a.table < b.sink + b.source + b.table ? -1 : 1)).map(copy);
   }
 
   async commitTableAction(action: TableAction): Promise<boolean> {
