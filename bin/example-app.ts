@@ -68,9 +68,10 @@ export class CdcExampleStack extends Stack {
     });
     const alarmActions = [new cloudwatchActions.SnsAction(topic)];
 
-    const control = new ControlPlane(this, 'Control');
+    const retention = Duration.days(7);
+    const control = new ControlPlane(this, 'Control', { changeLogRetention: retention, alarmActions });
     const log = new ChangeLog(this, 'Log', {
-      retention: Duration.days(7),
+      retention,
       archiveRetention: Duration.days(395),
       alarmActions,
     });

@@ -27,6 +27,12 @@ export const EnvName = {
   HEARTBEAT_BEATS: 'CDC_HEARTBEAT_BEATS',
   /** Endpoint override for AWS clients (local stand-ins). */
   AWS_ENDPOINT: 'CDC_AWS_ENDPOINT',
+  /** Operator function: the actions it serves, comma separated (the status-only function: `status,audit`). */
+  OPERATOR_ACTIONS: 'CDC_OPERATOR_ACTIONS',
+  /** Operator function: the change log's retention in ms (a pause must not outlive it). */
+  CHANGE_LOG_RETENTION_MS: 'CDC_CHANGE_LOG_RETENTION_MS',
+  /** Operator function: JSON object of source id → longest pause its slot/WAL budget allows, in ms. */
+  PAUSE_BUDGETS: 'CDC_PAUSE_BUDGETS',
   POWERTOOLS_SERVICE_NAME: 'POWERTOOLS_SERVICE_NAME',
   POWERTOOLS_METRICS_NAMESPACE: 'POWERTOOLS_METRICS_NAMESPACE',
 } as const;

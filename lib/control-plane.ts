@@ -1,8 +1,11 @@
-import { RemovalPolicy, Resource, type IResource } from 'aws-cdk-lib';
+import { Duration, RemovalPolicy, Resource, type IResource } from 'aws-cdk-lib';
+import type * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import type * as iam from 'aws-cdk-lib/aws-iam';
 import * as kms from 'aws-cdk-lib/aws-kms';
+import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type { Construct } from 'constructs';
+import { OperatorFunctions } from './private/operator-function.ts';
 
 /**
  * The control plane: one DynamoDB table holding offsets, schema versions, table states, snapshot
@@ -40,6 +43,27 @@ export interface ControlPlaneProps {
    * @default RemovalPolicy.RETAIN
    */
   readonly removalPolicy?: RemovalPolicy;
+  /**
+   * The change log's retention, which the operator API checks a pause against (a pause must end
+   * while its held events are still in the log). Pass the ChangeLog's `retention`.
+   * @default Duration.hours(24) - Kinesis' default retention (the conservative choice)
+   */
+  readonly changeLogRetention?: Duration;
+  /**
+   * Per source id, the longest pause its declared slot/WAL budget allows; longer pauses are refused.
+   * @default - no budget declared
+   */
+  readonly pauseBudgets?: Record<string, Duration>;
+  /**
+   * Whether to create the recommended alarms (errors of the operator functions).
+   * @default true
+   */
+  readonly alarmsEnabled?: boolean;
+  /**
+   * Actions for the alarms' ALARM and OK transitions.
+   * @default - none
+   */
+  readonly alarmActions?: cloudwatch.IAlarmAction[];
 }
 
 /** Attributes of an existing control plane, for `ControlPlane.fromControlPlaneAttributes`. */
@@ -93,6 +117,12 @@ export class ControlPlane extends ControlPlaneBase {
   readonly table: dynamodb.ITable;
   /** The key that encrypts the table. */
   readonly encryptionKey: kms.IKey;
+  /** The operator API (every action), invoked through IAM only: `grantOperate`. */
+  readonly operatorFunction: lambda.IFunction;
+  /** The read-only operator API (status, audit), invoked through IAM only: `grantReadStatus`. */
+  readonly statusFunction: lambda.IFunction;
+  /** The alarms this construct created (empty when `alarmsEnabled` is false). */
+  readonly alarms: cloudwatch.IAlarm[];
 
   constructor(scope: Construct, id: string, props: ControlPlaneProps = {}) {
     super(scope, id);
@@ -114,5 +144,25 @@ export class ControlPlane extends ControlPlaneBase {
       removalPolicy,
     });
     this.table = table;
+    const operator = new OperatorFunctions(this, 'OperatorApi', {
+      table,
+      changeLogRetention: props.changeLogRetention ?? Duration.hours(24),
+      pauseBudgets: props.pauseBudgets,
+      alarmsEnabled: props.alarmsEnabled ?? true,
+      alarmActions: props.alarmActions,
+    });
+    this.operatorFunction = operator.operator.fn;
+    this.statusFunction = operator.status.fn;
+    this.alarms = operator.alarms;
+  }
+
+  /** Lets `grantee` call every operator action (status, pause, resume, resnapshot, audit): lambda:InvokeFunction on the operator function. */
+  grantOperate(grantee: iam.IGrantable): iam.Grant {
+    return this.operatorFunction.grantInvoke(grantee);
+  }
+
+  /** Lets `grantee` read status and the audit log only: lambda:InvokeFunction on the read-only function, whose role cannot write. */
+  grantReadStatus(grantee: iam.IGrantable): iam.Grant {
+    return this.statusFunction.grantInvoke(grantee);
   }
 }

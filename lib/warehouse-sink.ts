@@ -1,6 +1,8 @@
 import { Duration, Size, Validations } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as events from 'aws-cdk-lib/aws-events';
+import * as targets from 'aws-cdk-lib/aws-events-targets';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
@@ -157,6 +159,8 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
         [EnvName.SINK_ID]: this.sinkId,
         [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName,
         [EnvName.WAREHOUSE_SECRET_ARN]: props.connection.secret.secretArn,
+        // The resume replay reads the held range from the change log (docs/operations.md).
+        [EnvName.CHANGE_LOG_STREAM]: props.log.stream.streamName,
       },
       memorySize: props.memorySize ?? Size.mebibytes(1024),
       timeout: props.timeout ?? Duration.minutes(5),
@@ -177,6 +181,13 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
       parallelizationFactor: props.parallelizationFactor ?? 1,
     });
     this.deadLetterQueue = consumer.deadLetterQueue;
+    // Every minute the applier replays the holds an operator resume released (docs/operations.md);
+    // with nothing released it is one query of this sink's progress items.
+    new events.Rule(this, 'ReplaySchedule', {
+      description: `Runs the resume replay of warehouse sink ${this.sinkId} (${this.node.path})`,
+      schedule: events.Schedule.rate(Duration.minutes(1)),
+      targets: [new targets.LambdaFunction(applier.fn, { event: events.RuleTargetInput.fromObject({ cdcReplay: true }), retryAttempts: 0 })],
+    });
     Validations.of(applier).acknowledge(
       { id: 'AwsSolutions-IAM5[Action::kms:GenerateDataKey*]', reason: 'CDK key grant; scoped to the one key that encrypts the control plane, change log or secret' },
       { id: 'AwsSolutions-IAM5[Action::kms:ReEncrypt*]', reason: 'CDK key grant; scoped to the one key that encrypts the control plane, change log or secret' },

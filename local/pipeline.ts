@@ -18,6 +18,8 @@ import { METRICS_NAMESPACE, MetricName } from '../contracts/metrics.ts';
 import { KinesisChangeLog } from '../lambda/adapters/change-log-kinesis.ts';
 import { createNormalizerHandler } from '../lambda/handlers/normalizer.ts';
 import { createWarehouseApplier } from '../lambda/handlers/warehouse-applier.ts';
+import { createHeldRangeReplayer } from '../lambda/handlers/warehouse-replay.ts';
+import { readChangeLog } from '../lambda/adapters/change-log-reader.ts';
 import { createHeartbeatHandler, HeartbeatWriter, type HeartbeatHandler } from '../lambda/handlers/heartbeat-writer.ts';
 import { TableConfigIndex, type TableConfig } from '../lambda/core/table-config.ts';
 import type { TableRecord } from '../lambda/core/control-plane.ts';
@@ -75,6 +77,10 @@ export class LocalPipeline {
   private deadLetterCount = 0;
   private lastControlRead = 0;
   private readonly counters = new Map<string, Array<[number, number]>>();
+  /** The sink's resume replay (docs/operations.md): runs when an operator resume releases a hold. */
+  readonly replayer: ReturnType<typeof createHeldRangeReplayer>;
+  private replayLoop: Promise<void> | null = null;
+  private replayStop = false;
 
   constructor(private readonly o: PipelineOptions) {
     const { stack } = o;
@@ -120,6 +126,19 @@ export class LocalPipeline {
         return (e: Parameters<typeof a.handler>[0]) => a.handler(e);
       },
     };
+    {
+      const pool = new pg.Pool({ connectionString: stack.warehouseUrl, max: 2, application_name: `cdc-local-${o.sinkId}-replay` });
+      pool.on('error', err('warehouse pool'));
+      this.pools.push(pool);
+      const replayApplier = createWarehouseApplier({
+        controlPlane: stack.control,
+        pool,
+        sinkId: o.sinkId,
+        metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
+        logger: new Logger({ serviceName: 'warehouse-replay' }),
+      });
+      this.replayer = createHeldRangeReplayer({ controlPlane: stack.control, sinkId: o.sinkId, applier: replayApplier, readLog: () => readChangeLog(stack.kinesis, stack.streams.changeLog) });
+    }
     const common = { kinesis: stack.kinesis, control: stack.control, batchSize: o.poller?.batchSize ?? 200, maxRetries: o.poller?.maxRetries ?? 10 };
     this.pollers = {
       normalizer: new Poller({ ...common, consumer: 'normalizer', streamName: stack.streams.raw, handler: normalizer, onError: err('normalizer poller') }),
@@ -153,6 +172,16 @@ export class LocalPipeline {
         } catch (e) {
           this.o.onError?.('heartbeat', e);
         }
+      }
+    })();
+    this.replayLoop = (async () => {
+      while (!this.replayStop) {
+        try {
+          await this.replayer.replayPending();
+        } catch (e) {
+          this.o.onError?.('resume replay', e);
+        }
+        await sleep(500);
       }
     })();
     if ((this.o.workloadRate ?? 0) > 0) {
@@ -204,6 +233,11 @@ export class LocalPipeline {
     const t1 = await stage('capture', (t) => this.capture.caughtUpSince(t), t0);
     const t2 = await stage('normalizer', (t) => this.pollers.normalizer.caughtUpSince(t), t1);
     await Promise.all([stage(`${this.o.sinkId} applier`, (t) => this.pollers.sink.caughtUpSince(t), t2), stage('archive copier', (t) => this.pollers.archive.caughtUpSince(t), t2)]);
+    // A resumed table is caught up once its held range is replayed.
+    while ((await this.replayer.pending()) > 0) {
+      if (Date.now() > deadline) throw new Error(`the ${this.o.sinkId} resume replay did not finish within ${Math.round(timeoutMs / 1000)} s`);
+      await sleep(200);
+    }
   }
 
   /** Stops everything in order: workload, heartbeat, capture, then the pollers (each finishes its batch). */
@@ -211,6 +245,8 @@ export class LocalPipeline {
     await this.stopWorkload();
     await this.stopHeartbeat();
     await this.capture.stop();
+    this.replayStop = true;
+    await this.replayLoop;
     await this.pollers.normalizer.stop();
     await Promise.all([this.pollers.sink.stop(), this.pollers.archive.stop()]);
     await Promise.all(this.pools.map((p) => p.end().catch(() => undefined)));

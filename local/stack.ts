@@ -118,7 +118,7 @@ function alive(pid: number): boolean {
 }
 
 /** Takes the state folder's lock, or explains who holds it. */
-async function takeLock(stateDir: string): Promise<() => Promise<void>> {
+export async function takeLock(stateDir: string): Promise<() => Promise<void>> {
   const file = path.join(stateDir, 'lock');
   if (existsSync(file)) {
     const pid = Number(readFileSync(file, 'utf8').trim());
@@ -181,7 +181,7 @@ async function ensureStream(kinesis: KinesisClient, name: string, shards: number
   }
 }
 
-function readState(file: string): LocalState | null {
+export function readState(file: string): LocalState | null {
   if (!existsSync(file)) return null;
   let parsed: unknown;
   try {

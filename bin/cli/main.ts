@@ -2,11 +2,13 @@
  * The `cdc` command line: a router over subcommands. Each subcommand is a module exporting a
  * `Command` (name, one-line summary, `run(args, io)` returning the exit code).
  *
- * Exit codes: 0 success, 1 the command ran but something it processed failed, 2 usage error.
+ * Exit codes: 0 success, 1 the command ran but something it processed failed, 2 usage error,
+ * 3 refused (operator actions; the reason on stderr).
  */
 import { EXIT_OK, EXIT_USAGE, UsageError, type CliIo, type Command } from './command.ts';
 import { decodeCommand } from './decode.ts';
 import { localCommand } from './local.ts';
+import { auditCommand, pauseCommand, resnapshotCommand, resumeCommand, statusCommand } from './operator.ts';
 
 export type { CliIo, Command } from './command.ts';
 
@@ -18,6 +20,11 @@ export type { CliIo, Command } from './command.ts';
 export const COMMANDS: readonly Command[] = [
   decodeCommand,
   localCommand,
+  statusCommand,
+  pauseCommand,
+  resumeCommand,
+  resnapshotCommand,
+  auditCommand,
 ];
 
 function usage(): string {

@@ -38,6 +38,7 @@ import {
   GetItemCommand,
   PutItemCommand,
   QueryCommand,
+  ScanCommand,
   ResourceInUseException,
   TransactionCanceledException,
   TransactWriteItemsCommand,
@@ -57,6 +58,7 @@ import type {
   DeadLetter,
   SchemaVersion,
   SinkTableProgress,
+  TableAction,
   TableRecord,
   TableState,
 } from '../core/control-plane.ts';
@@ -263,14 +265,7 @@ export class DynamoDbControlPlane implements ControlPlane {
 
   async getSinkProgress(sink: string, source: string, table: string): Promise<SinkTableProgress | null> {
     const item = await this.get(key.sink(sink, source, table));
-    if (!item) return null;
-    return {
-      sink: String(item.sink),
-      source: String(item.source),
-      table: String(item.table),
-      appliedPosition: typeof item.appliedPosition === 'string' ? item.appliedPosition : null,
-      heldFrom: typeof item.heldFrom === 'string' ? item.heldFrom : null,
-    };
+    return item ? sinkProgressFromItem(item) : null;
   }
 
   async advanceSinkProgress(sink: string, source: string, table: string, appliedPosition: Position): Promise<void> {
@@ -293,6 +288,17 @@ export class DynamoDbControlPlane implements ControlPlane {
       { '#held': 'heldFrom' },
       { ':p': fromPosition, ...this.sinkValues(sink, source, table) },
     );
+    // After the held position (the resume replay reads both at once and releases only if the
+    // count did not move, so a hold recorded during a replay is never released unreplayed).
+    await this.client.send(
+      new UpdateItemCommand({
+        TableName: this.tableName,
+        Key: toItem(key.sink(sink, source, table)),
+        UpdateExpression: 'SET #heldAt = if_not_exists(#heldAt, :now) ADD #holds :one',
+        ExpressionAttributeNames: { '#heldAt': 'heldAt', '#holds': 'holdCount' },
+        ExpressionAttributeValues: toItem({ ':now': new Date().toISOString(), ':one': 1 }),
+      }),
+    );
   }
 
   async releaseSinkTable(sink: string, source: string, table: string, audit: AuditEntry): Promise<void> {
@@ -301,8 +307,8 @@ export class DynamoDbControlPlane implements ControlPlane {
         Update: {
           TableName: this.tableName,
           Key: toItem(key.sink(sink, source, table)),
-          UpdateExpression: 'SET #sink = :sink, #source = :source, #table = :table, #kind = :kind, #updated = :now REMOVE #held',
-          ExpressionAttributeNames: { ...SINK_NAMES, '#held': 'heldFrom' },
+          UpdateExpression: 'SET #sink = :sink, #source = :source, #table = :table, #kind = :kind, #updated = :now REMOVE #held, #heldAt',
+          ExpressionAttributeNames: { ...SINK_NAMES, '#held': 'heldFrom', '#heldAt': 'heldAt' },
           ExpressionAttributeValues: toItem(this.sinkValues(sink, source, table)),
         },
       },
@@ -429,6 +435,107 @@ export class DynamoDbControlPlane implements ControlPlane {
       record: String(i.record),
       truncated: i.truncated === true,
     }));
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // Operator actions (docs/operations.md)
+
+  async listSinkProgress(sink?: string): Promise<SinkTableProgress[]> {
+    if (sink !== undefined) return (await this.query({ pk: `SINK#${sink}`, skPrefix: 'TABLE#' })).map(sinkProgressFromItem);
+    // All sinks (the operator status, on demand): sink ids are not listed anywhere, so a scan for the kind.
+    const out: SinkTableProgress[] = [];
+    let start: Item | undefined;
+    do {
+      const page = await this.client.send(
+        new ScanCommand({
+          TableName: this.tableName,
+          ConsistentRead: true,
+          FilterExpression: '#kind = :kind',
+          ExpressionAttributeNames: { '#kind': 'kind' },
+          ExpressionAttributeValues: toItem({ ':kind': 'sink-progress' }),
+          ...(start ? { ExclusiveStartKey: start } : {}),
+        }),
+      );
+      for (const i of page.Items ?? []) out.push(sinkProgressFromItem(unmarshall(i)));
+      start = page.LastEvaluatedKey;
+    } while (start);
+    return out.sort((a, b) => (a.sink + a.source + a.table < b.sink + b.source + b.table ? -1 : 1));
+  }
+
+  async commitTableAction(action: TableAction): Promise<boolean> {
+    checkState(action.next.state);
+    const items: TransactWriteItem[] = [
+      {
+        Update: {
+          TableName: this.tableName,
+          Key: toItem(key.table(action.source, action.table)),
+          UpdateExpression: 'SET #state = :state, #reason = :reason, #updated = :now',
+          ConditionExpression: '#state = :expectedState AND #updated = :expectedUpdated',
+          ExpressionAttributeNames: { '#state': 'state', '#reason': 'stateReason', '#updated': 'updatedAt' },
+          ExpressionAttributeValues: toItem({
+            ':state': action.next.state,
+            ':reason': action.next.stateReason,
+            ':now': action.next.updatedAt,
+            ':expectedState': action.expected.state,
+            ':expectedUpdated': action.expected.updatedAt,
+          }),
+        },
+      },
+      ...(action.releaseSinks ?? []).map(
+        (r): TransactWriteItem => ({
+          Update: {
+            TableName: this.tableName,
+            Key: toItem(key.sink(r.sink, action.source, action.table)),
+            UpdateExpression: 'SET #release = :at',
+            ConditionExpression: '#held = :held',
+            ExpressionAttributeNames: { '#release': 'releaseRequested', '#held': 'heldFrom' },
+            ExpressionAttributeValues: toItem({ ':at': action.audit.at, ':held': r.heldFrom }),
+          },
+        }),
+      ),
+      this.auditPut(action.audit),
+    ];
+    const outcome = await this.transact(items);
+    if (outcome.ok) return true;
+    if (outcome.reasons.includes('ConditionalCheckFailed')) return false;
+    throw transactionFailed('commitTableAction', outcome.reasons);
+  }
+
+  async completeSinkRelease(sink: string, source: string, table: string, expected: { heldFrom: Position; holdCount: number }, audit: AuditEntry): Promise<boolean> {
+    const outcome = await this.transact([
+      {
+        Update: {
+          TableName: this.tableName,
+          Key: toItem(key.sink(sink, source, table)),
+          UpdateExpression: 'SET #released = :now, #updated = :now REMOVE #held, #heldAt',
+          ConditionExpression: expected.holdCount > 0 ? '#held = :held AND #holds = :holds' : '#held = :held AND attribute_not_exists(#holds)',
+          ExpressionAttributeNames: { '#released': 'releasedAt', '#updated': 'updatedAt', '#held': 'heldFrom', '#heldAt': 'heldAt', '#holds': 'holdCount' },
+          ExpressionAttributeValues: toItem({ ':now': new Date().toISOString(), ':held': expected.heldFrom, ...(expected.holdCount > 0 ? { ':holds': expected.holdCount } : {}) }),
+        },
+      },
+      this.auditPut(audit),
+    ]);
+    if (outcome.ok) return true;
+    if (outcome.reasons[0] === 'ConditionalCheckFailed') return false;
+    throw transactionFailed('completeSinkRelease', outcome.reasons);
+  }
+
+  async clearReleaseRequest(sink: string, source: string, table: string): Promise<boolean> {
+    try {
+      await this.client.send(
+        new UpdateItemCommand({
+          TableName: this.tableName,
+          Key: toItem(key.sink(sink, source, table)),
+          UpdateExpression: 'REMOVE #release',
+          ConditionExpression: 'attribute_exists(pk) AND attribute_not_exists(#held)',
+          ExpressionAttributeNames: { '#release': 'releaseRequested', '#held': 'heldFrom' },
+        }),
+      );
+      return true;
+    } catch (e) {
+      if (e instanceof ConditionalCheckFailedException) return false;
+      throw e;
+    }
   }
 
   // -------------------------------------------------------------------------------------------
@@ -621,5 +728,19 @@ function auditFromItem(i: Plain): AuditEntry {
     table: typeof i.table === 'string' ? i.table : null,
     outcome: i.outcome === 'refused' ? 'refused' : 'done',
     detail,
+  };
+}
+
+function sinkProgressFromItem(item: Plain): SinkTableProgress {
+  return {
+    sink: String(item.sink),
+    source: String(item.source),
+    table: String(item.table),
+    appliedPosition: typeof item.appliedPosition === 'string' ? item.appliedPosition : null,
+    heldFrom: typeof item.heldFrom === 'string' ? item.heldFrom : null,
+    heldAt: typeof item.heldAt === 'string' ? item.heldAt : null,
+    holdCount: typeof item.holdCount === 'number' ? item.holdCount : 0,
+    releaseRequested: typeof item.releaseRequested === 'string' ? item.releaseRequested : null,
+    releasedAt: typeof item.releasedAt === 'string' ? item.releasedAt : null,
   };
 }

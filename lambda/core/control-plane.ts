@@ -50,6 +50,14 @@ export interface SinkTableProgress {
   appliedPosition: Position | null;
   /** First position the sink held back because the table was paused; a resume replays from here. */
   heldFrom: Position | null;
+  /** When this sink first held the table (since the last release), or null. */
+  heldAt?: string | null;
+  /** How many times the sink recorded a hold: the resume replay releases only if it did not change meanwhile. */
+  holdCount?: number;
+  /** Set by an operator resume: the sink replays its held range and then releases it (docs/operations.md). */
+  releaseRequested?: string | null;
+  /** When the last replay released the hold, or null. */
+  releasedAt?: string | null;
 }
 
 export interface AuditEntry {
@@ -113,4 +121,34 @@ export interface ControlPlane {
   putDeadLetter(letter: DeadLetter): Promise<void>;
   listDeadLetters(stage?: string): Promise<DeadLetter[]>;
   listAudit(source?: string, table?: string): Promise<AuditEntry[]>;
+  // ---- Operator actions (docs/operations.md) ----
+  /** Every sink's progress for every table (operator status), or one sink's (its resume replay). */
+  listSinkProgress(sink?: string): Promise<SinkTableProgress[]>;
+  /**
+   * Commits an operator action on one table: its new state, the release requests of its held
+   * sinks and its audit entry, in one transaction, conditional on the table (state and
+   * updatedAt) and each sink's held position being what the action read. Returns false (and
+   * changes nothing) when any of them changed meanwhile.
+   */
+  commitTableAction(action: TableAction): Promise<boolean>;
+  /**
+   * Ends a sink's resume replay: clears its held position, conditional on the held position and
+   * the hold count being the ones the replay read, with its audit entry. Returns false if the
+   * sink held again meanwhile (the replay then goes again).
+   */
+  completeSinkRelease(sink: string, source: string, table: string, expected: { heldFrom: Position; holdCount: number }, audit: AuditEntry): Promise<boolean>;
+  /** Clears a release request that has nothing left to replay (conditional on no hold being recorded). */
+  clearReleaseRequest(sink: string, source: string, table: string): Promise<boolean>;
+}
+
+/** An operator action's change to one table (see `ControlPlane.commitTableAction`). */
+export interface TableAction {
+  source: string;
+  table: string;
+  /** The table as the action read it. */
+  expected: { state: TableState; updatedAt: string };
+  next: { state: TableState; stateReason: string | null; updatedAt: string };
+  /** Sinks whose hold a resume releases: each is marked `releaseRequested` (conditional on `heldFrom`). */
+  releaseSinks?: Array<{ sink: string; heldFrom: Position | null }>;
+  audit: AuditEntry;
 }

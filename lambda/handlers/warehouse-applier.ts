@@ -19,10 +19,14 @@
  *   its records reported as done;
  * - heartbeat events (table `<schema>.cdc_heartbeat`) are applied like any table and also give
  *   `EndToEndLag` = commit time of the sink transaction − source commit time;
- * - a database error fails the table's records; the response then fails every record at or
- *   after the first failed one in sequence order (Kinesis retries from the lowest anyway, and
- *   per-key order is kept). A value the warehouse refuses (data exception) is isolated by
- *   applying that table's events one at a time; the refused event is a dead letter.
+ * - a database error fails the table's records; the response fails that table's records at or
+ *   after its first failed one in sequence order (per-key order is kept), and no record of
+ *   another table (they applied; a re-delivery from the lowest failed one is harmless). A value
+ *   the warehouse refuses (data exception) is isolated by applying that table's events one at a
+ *   time; the refused event is a dead letter. An error about the table that a retry will not fix
+ *   (`persistentTableErrorCode`: a constraint, a missing object, a revoked privilege) holds the
+ *   table for this sink with an audit entry, so the shard moves on and the other tables keep
+ *   flowing; `cdc resume` replays the held range once the cause is fixed (docs/operations.md).
  *
  * Why not a per-record handler: one transaction per batch and table means the whole batch must
  * be processed before any record's outcome is known. The handler therefore applies the batch
@@ -35,7 +39,9 @@
  * dimension is cleared so the constructs' alarms match.
  *
  * `createWarehouseApplier` builds the same applier from explicit dependencies for the local
- * pipeline and the tests; `handler` builds it once per container from the environment.
+ * pipeline and the tests; `handler` builds it once per container from the environment. On the
+ * schedule's `{ cdcReplay: true }` event the handler runs the resume replay of released holds
+ * (lambda/handlers/warehouse-replay.ts) on the change log `CDC_CHANGE_LOG_STREAM`.
  */
 import { BatchProcessor, EventType, processPartialResponse } from '@aws-lambda-powertools/batch';
 import { Logger } from '@aws-lambda-powertools/logger';
@@ -45,15 +51,19 @@ import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent, KinesisSt
 import pg from 'pg';
 import { EnvName, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { METRICS_NAMESPACE, MetricDimension, MetricName } from '../../contracts/metrics.ts';
-import { failuresFrom, UnsupportedOperationError } from '../core/apply-plan.ts';
+import { UnsupportedOperationError } from '../core/apply-plan.ts';
+import { failuresPerTable } from '../core/batch-failures.ts';
 import type { ControlPlane, SchemaVersion } from '../core/control-plane.ts';
 import { CdcError, InvalidRecordError, UnsafeIdentifierError } from '../core/errors.ts';
 import { validateChangeEvent, type ChangeEvent } from '../core/event.ts';
 import { assertPlainIdentifier, splitTableId } from '../core/identifiers.ts';
 import { assertSourceColumn } from '../core/warehouse-sql.ts';
-import { dynamoDbClient } from '../adapters/aws-clients.ts';
+import { dynamoDbClient, kinesisClient } from '../adapters/aws-clients.ts';
+import { readChangeLog } from '../adapters/change-log-reader.ts';
+import { createHeldRangeReplayer, type ReplayOutcome } from './warehouse-replay.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { PgWarehouse, SinkTypeConflictError, ValueRejectedError, type PgWarehouseOptions } from '../adapters/warehouse-pg.ts';
+import { persistentTableErrorCode } from '../adapters/warehouse-pg-errors.ts';
 
 /** One change-log record as the applier sees it. */
 export interface ChangeRecord {
@@ -80,7 +90,7 @@ export interface WarehouseApplierDeps {
 
 /** What happened to a batch. */
 export interface BatchOutcome {
-  /** Sequence numbers to report as failed: every record at or after the first one that failed. */
+  /** Sequence numbers to report as failed: each failed table's records at or after its first failed one. */
   failed: string[];
   /** Why each record failed (records after the first failure say so). */
   reasons: Map<string, string>;
@@ -210,6 +220,7 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
 
     // Decode and validate; group by (source, table) in order of first appearance.
     const groups = new Map<string, Item[]>();
+    const tableOf = new Map<string, string>();
     for (const record of records) {
       let event: ChangeEvent;
       try {
@@ -226,6 +237,7 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
         continue;
       }
       const k = `${event.source}\u0000${event.table}`;
+      tableOf.set(record.sequenceNumber, k);
       const list = groups.get(k);
       if (list) list.push({ record, event });
       else groups.set(k, [{ record, event }]);
@@ -286,6 +298,8 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
           await hold(source, table, valid, err.message);
         } else if (err instanceof ValueRejectedError) {
           await isolate(source, table, rec.deleteMode, schemas, valid);
+        } else if (persistentTableErrorCode(err) !== null) {
+          await holdOnError(source, table, valid, err);
         } else {
           throw err;
         }
@@ -296,6 +310,23 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
       await cp.holdSinkTable(sinkId, source, table, minPosition(items));
       countFor(source).held += items.length;
       logger.info('events held', { source, table, count: items.length, from: minPosition(items), why });
+    }
+
+    /** Holds a table this sink cannot write (an error a retry will not fix), audited, so the shard moves on. */
+    async function holdOnError(source: string, table: string, items: Item[], err: unknown): Promise<void> {
+      const code = persistentTableErrorCode(err);
+      applyErrors++;
+      logger.error('warehouse refuses writes to this table; table held for this sink (fix it, then cdc resume)', { source, table, sqlState: code, error: describeError(err) });
+      await hold(source, table, items, describeError(err));
+      await cp.appendAudit({
+        at: now().toISOString(),
+        actor: `applier:${sinkId}`,
+        action: 'hold-table',
+        source,
+        table,
+        outcome: 'done',
+        detail: { sink: sinkId, heldFrom: minPosition(items), sqlState: code, reason: describeError(err), hint: `fix the warehouse table, then cdc resume ${table}` },
+      });
     }
 
     async function applyItems(source: string, table: string, deleteMode: 'soft' | 'hard', schemas: Map<number, SchemaVersion>, items: Item[]): Promise<void> {
@@ -330,6 +361,10 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
             await deadLetter(i.record, source, table, err);
             continue;
           }
+          if (persistentTableErrorCode(err) !== null) {
+            await holdOnError(source, table, ordered.slice(n), err);
+            return;
+          }
           applyErrors++;
           for (const rest of ordered.slice(n)) failed.set(rest.record.sequenceNumber, describeError(err));
           logger.error('table batch not applied; its records will be retried', { source, table, error: describeError(err) });
@@ -347,11 +382,12 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
     }
     if (applyErrors > 0) emit(MetricName.APPLY_ERRORS, MetricUnit.Count, [applyErrors], { [MetricDimension.SINK]: sinkId });
 
-    const seqs = records.map((r) => r.sequenceNumber);
-    const reported = failuresFrom(seqs, new Set(failed.keys()));
+    const reported = failuresPerTable(
+      records.map((r) => ({ sequenceNumber: r.sequenceNumber, table: tableOf.get(r.sequenceNumber) ?? null })),
+      new Set(failed.keys()),
+    );
     const reasons = new Map<string, string>();
-    const first = reported[0];
-    for (const s of reported) reasons.set(s, failed.get(s) ?? `comes after ${first}, which failed`);
+    for (const s of reported) reasons.set(s, failed.get(s) ?? 'comes after a failed record of its table');
     let total = { applied: 0, held: 0, dead: 0 };
     for (const c of counts.values()) total = { applied: total.applied + c.applied, held: total.held + c.held, dead: total.dead + c.dead };
     return { failed: reported, reasons, applied: total.applied, held: total.held, deadLettered: total.dead };
@@ -439,8 +475,15 @@ async function fromEnvironment(): Promise<WarehouseApplier> {
   return createWarehouseApplier({ controlPlane: new DynamoDbControlPlane(dynamoDbClient(), table), pool, sinkId, metrics, logger });
 }
 
-/** Lambda entry point (Kinesis event source mapping with `ReportBatchItemFailures`). */
-export const handler = async (event: KinesisStreamEvent, context: Context): Promise<KinesisStreamBatchResponse> => {
+/** The scheduled event (lib/warehouse-sink.ts) on which the function runs the resume replay of released holds. */
+export interface ReplayEvent {
+  cdcReplay: true;
+}
+
+const isReplayEvent = (e: unknown): e is ReplayEvent => typeof e === 'object' && e !== null && (e as { cdcReplay?: unknown }).cdcReplay === true;
+
+/** Lambda entry point (Kinesis event source mapping with `ReportBatchItemFailures`; the schedule's replay event). */
+export const handler = async (event: KinesisStreamEvent | ReplayEvent, context: Context): Promise<KinesisStreamBatchResponse | { replayed: ReplayOutcome[] }> => {
   logger.addContext(context);
   applier ??= fromEnvironment();
   let built: WarehouseApplier;
@@ -450,5 +493,22 @@ export const handler = async (event: KinesisStreamEvent, context: Context): Prom
     applier = undefined;
     throw err;
   }
+  if (isReplayEvent(event)) return { replayed: await replayFromEnvironment(built) };
   return built.handler(event, context);
 };
+
+/** The resume replay (lambda/handlers/warehouse-replay.ts) of this sink, on the change log named in the environment. */
+async function replayFromEnvironment(built: WarehouseApplier): Promise<ReplayOutcome[]> {
+  const stream = process.env[EnvName.CHANGE_LOG_STREAM];
+  if (!stream) throw new ConfigurationError(`${EnvName.CHANGE_LOG_STREAM} is not set (the resume replay reads the change log)`);
+  const kinesis = (replayKinesis ??= kinesisClient());
+  const replayer = createHeldRangeReplayer({
+    controlPlane: new DynamoDbControlPlane(dynamoDbClient(), process.env[EnvName.CONTROL_TABLE]!),
+    sinkId: process.env[EnvName.SINK_ID]!,
+    applier: built,
+    readLog: () => readChangeLog(kinesis, stream),
+    log: (message, detail) => logger.info(message, detail),
+  });
+  return replayer.replayPending();
+}
+let replayKinesis: ReturnType<typeof kinesisClient> | undefined;

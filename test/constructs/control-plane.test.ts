@@ -1,4 +1,6 @@
-import { RemovalPolicy, Stack } from 'aws-cdk-lib';
+import { Duration, RemovalPolicy, Stack } from 'aws-cdk-lib';
+import * as cloudwatchActions from 'aws-cdk-lib/aws-cloudwatch-actions';
+import * as sns from 'aws-cdk-lib/aws-sns';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as kms from 'aws-cdk-lib/aws-kms';
@@ -69,5 +71,78 @@ describe('ControlPlane', () => {
     Template.fromStack(stack).hasResourceProperties('AWS::IAM::Policy', {
       PolicyDocument: { Statement: Match.arrayWith([Match.objectLike({ Resource: Match.arrayWith(['arn:aws:dynamodb:eu-west-1:111111111111:table/cdc-control']) })]) },
     });
+  });
+});
+
+describe('ControlPlane operator API', () => {
+  const policiesOf = (t: Template, rolePrefix: string) =>
+    Object.values(t.findResources('AWS::IAM::Policy')).filter((p) => JSON.stringify((p as { Properties: { Roles: unknown } }).Properties.Roles).includes(rolePrefix)) as Array<{ Properties: { PolicyDocument: { Statement: Array<{ Action: string | string[]; Condition?: unknown; Resource: unknown }> } } }>;
+  const actionsOf = (policies: ReturnType<typeof policiesOf>) => policies.flatMap((p) => p.Properties.PolicyDocument.Statement.flatMap((s) => (Array.isArray(s.Action) ? s.Action : [s.Action])));
+
+  test('two functions invoked through IAM only (no URL, no resource policy), configured with the retention and budgets', () => {
+    const stack = new Stack(newApp(), 'S');
+    new ControlPlane(stack, 'Control', { changeLogRetention: Duration.days(7), pauseBudgets: { orders: Duration.hours(6) } });
+    const t = Template.fromStack(stack);
+    t.resourceCountIs('AWS::Lambda::Function', 2);
+    t.resourceCountIs('AWS::Lambda::Url', 0);
+    t.resourceCountIs('AWS::Lambda::Permission', 0);
+    t.resourceCountIs('AWS::ApiGateway::RestApi', 0);
+    t.resourceCountIs('AWS::ApiGatewayV2::Api', 0);
+    t.hasResourceProperties('AWS::Lambda::Function', {
+      Environment: { Variables: Match.objectLike({ CDC_OPERATOR_ACTIONS: 'status,pause,resume,resnapshot,audit', CDC_CHANGE_LOG_RETENTION_MS: String(7 * 86_400_000), CDC_PAUSE_BUDGETS: JSON.stringify({ orders: 6 * 3_600_000 }) }) },
+    });
+    t.hasResourceProperties('AWS::Lambda::Function', { Environment: { Variables: Match.objectLike({ CDC_OPERATOR_ACTIONS: 'status,audit' }) } });
+    const outputs = Object.keys(t.findOutputs('*'));
+    expect(outputs.filter((o) => o.includes('OperatorFunctionName'))).toHaveLength(1);
+    expect(outputs.filter((o) => o.includes('StatusFunctionName'))).toHaveLength(1);
+  });
+
+  test('least privilege: the operator writes only table, sink and audit items; the status function cannot write at all', () => {
+    const stack = new Stack(newApp(), 'S');
+    new ControlPlane(stack, 'Control');
+    const t = Template.fromStack(stack);
+    const operator = policiesOf(t, 'ControlOperatorApiOperatorServiceRole');
+    const status = policiesOf(t, 'ControlOperatorApiStatusServiceRole');
+    expect(operator.length).toBeGreaterThan(0);
+    expect(status.length).toBeGreaterThan(0);
+    const write = operator.flatMap((p) => p.Properties.PolicyDocument.Statement).find((s) => JSON.stringify(s.Action).includes('dynamodb:UpdateItem'))!;
+    expect(write.Condition).toEqual({ 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['SOURCE#*', 'SINK#*', 'AUDIT'] } });
+    for (const forbidden of ['dynamodb:DeleteItem', 'dynamodb:BatchWriteItem', 'dynamodb:*']) expect(actionsOf(operator)).not.toContain(forbidden);
+    const statusActions = actionsOf(status);
+    for (const a of statusActions) expect(a, a).not.toMatch(/^dynamodb:(PutItem|UpdateItem|DeleteItem|BatchWriteItem|ConditionCheckItem)$|^kms:(Encrypt|GenerateDataKey)/);
+    expect(statusActions).toEqual(expect.arrayContaining(['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:Scan', 'kms:Decrypt']));
+  });
+
+  test('grantOperate and grantReadStatus grant lambda:InvokeFunction on different functions', () => {
+    const stack = new Stack(newApp(), 'S');
+    const control = new ControlPlane(stack, 'Control');
+    const oncall = new iam.Role(stack, 'Oncall', { assumedBy: new iam.AccountRootPrincipal() });
+    const viewer = new iam.Role(stack, 'Viewer', { assumedBy: new iam.AccountRootPrincipal() });
+    control.grantOperate(oncall);
+    control.grantReadStatus(viewer);
+    const t = Template.fromStack(stack);
+    const invokeTargets = (role: string) =>
+      policiesOf(t, role)
+        .flatMap((p) => p.Properties.PolicyDocument.Statement)
+        .filter((s) => JSON.stringify(s.Action).includes('lambda:InvokeFunction'))
+        .map((s) => JSON.stringify(s.Resource));
+    const op = stack.resolve(control.operatorFunction.functionArn) as { 'Fn::GetAtt': [string, string] };
+    const st = stack.resolve(control.statusFunction.functionArn) as { 'Fn::GetAtt': [string, string] };
+    expect(invokeTargets('Oncall').join()).toContain(op['Fn::GetAtt'][0]);
+    expect(invokeTargets('Oncall').join()).not.toContain(st['Fn::GetAtt'][0]);
+    expect(invokeTargets('Viewer').join()).toContain(st['Fn::GetAtt'][0]);
+    expect(invokeTargets('Viewer').join()).not.toContain(op['Fn::GetAtt'][0]);
+  });
+
+  test('an errors alarm per function with the injected actions, none when alarms are off', () => {
+    const stack = new Stack(newApp(), 'S');
+    const topic = new sns.Topic(stack, 'Topic');
+    const control = new ControlPlane(stack, 'Control', { alarmActions: [new cloudwatchActions.SnsAction(topic)] });
+    expect(control.alarms).toHaveLength(2);
+    const t = Template.fromStack(stack);
+    t.resourcePropertiesCountIs('AWS::CloudWatch::Alarm', { MetricName: 'Errors', Namespace: 'AWS/Lambda', Threshold: 0, AlarmActions: [stack.resolve(topic.topicArn)] }, 2);
+    const quiet = new Stack(newApp(), 'Q');
+    new ControlPlane(quiet, 'Control', { alarmsEnabled: false });
+    Template.fromStack(quiet).resourceCountIs('AWS::CloudWatch::Alarm', 0);
   });
 });

@@ -165,3 +165,18 @@ describe('WarehouseSink', () => {
     });
   });
 });
+
+describe('WarehouseSink resume replay', () => {
+  test('the applier knows the change log and a schedule runs its resume replay every minute', () => {
+    const f = fixture();
+    const s = sink(f);
+    const t = Template.fromStack(f.stack);
+    t.hasResourceProperties('AWS::Lambda::Function', {
+      Environment: { Variables: Match.objectLike({ CDC_SINK_ID: s.sinkId, CDC_CHANGE_LOG_STREAM: f.stack.resolve(f.log.stream.streamName) }) },
+    });
+    t.hasResourceProperties('AWS::Events::Rule', {
+      ScheduleExpression: 'rate(1 minute)',
+      Targets: [Match.objectLike({ Arn: f.stack.resolve(s.applier.functionArn), Input: JSON.stringify({ cdcReplay: true }), RetryPolicy: { MaximumRetryAttempts: 0 } })],
+    });
+  });
+});

@@ -18,6 +18,7 @@ import type {
   DeadLetter,
   SchemaVersion,
   SinkTableProgress,
+  TableAction,
   TableRecord,
   TableState,
 } from '../../lambda/core/control-plane.ts';
@@ -132,10 +133,14 @@ export class MemoryControlPlane implements ControlPlane {
     assertPosition(fromPosition, 'fromPosition');
     const p = this.sinkEntry(sink, source, table);
     if (p.heldFrom === null || p.heldFrom > fromPosition) p.heldFrom = fromPosition;
+    p.heldAt ??= new Date().toISOString();
+    p.holdCount = (p.holdCount ?? 0) + 1;
   }
 
   async releaseSinkTable(sink: string, source: string, table: string, audit: AuditEntry): Promise<void> {
-    this.sinkEntry(sink, source, table).heldFrom = null;
+    const p = this.sinkEntry(sink, source, table);
+    p.heldFrom = null;
+    p.heldAt = null;
     this.audit.push(copy(audit));
   }
 
@@ -182,5 +187,41 @@ export class MemoryControlPlane implements ControlPlane {
 
   async listAudit(source?: string, table?: string): Promise<AuditEntry[]> {
     return this.audit.filter((a) => (source === undefined || a.source === source) && (table === undefined || a.table === table)).map(copy);
+  }
+
+  // ---- Operator actions: the same conditions as the DynamoDB adapter's transactions ----
+
+  async listSinkProgress(sink?: string): Promise<SinkTableProgress[]> {
+    return [...this.progress.values()].filter((p) => sink === undefined || p.sink === sink).sort((a, b) => (a.sink + a.source + a.table < b.sink + b.source + b.table ? -1 : 1)).map(copy);
+  }
+
+  async commitTableAction(action: TableAction): Promise<boolean> {
+    const t = this.tables.get(tableKey(action.source, action.table));
+    if (!t || t.state !== action.expected.state || t.updatedAt !== action.expected.updatedAt) return false;
+    const sinks = (action.releaseSinks ?? []).map((r) => ({ r, p: this.progress.get(`${r.sink}\u0000${tableKey(action.source, action.table)}`) }));
+    if (sinks.some(({ r, p }) => !p || p.heldFrom !== r.heldFrom)) return false;
+    t.state = action.next.state;
+    t.stateReason = action.next.stateReason;
+    t.updatedAt = action.next.updatedAt;
+    for (const { p } of sinks) p!.releaseRequested = action.audit.at;
+    this.audit.push(copy(action.audit));
+    return true;
+  }
+
+  async completeSinkRelease(sink: string, source: string, table: string, expected: { heldFrom: Position; holdCount: number }, audit: AuditEntry): Promise<boolean> {
+    const p = this.progress.get(`${sink}\u0000${tableKey(source, table)}`);
+    if (!p || p.heldFrom !== expected.heldFrom || (p.holdCount ?? 0) !== expected.holdCount) return false;
+    p.heldFrom = null;
+    p.heldAt = null;
+    p.releasedAt = new Date().toISOString();
+    this.audit.push(copy(audit));
+    return true;
+  }
+
+  async clearReleaseRequest(sink: string, source: string, table: string): Promise<boolean> {
+    const p = this.progress.get(`${sink}\u0000${tableKey(source, table)}`);
+    if (!p || p.heldFrom !== null) return false;
+    p.releaseRequested = null;
+    return true;
   }
 }

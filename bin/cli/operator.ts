@@ -1,0 +1,326 @@
+/**
+ * `cdc status`, `cdc pause`, `cdc resume`, `cdc resnapshot`, `cdc audit`: the operator actions
+ * (docs/operations.md). One request/response shape (lambda/core/operator.ts) through two doors:
+ * a `cdc local` state folder (local/operator-door.ts), or the operator Lambda on AWS, invoked
+ * with the caller's own credentials (`--function ARN|name`, or `--stack NAME` to find it from the
+ * stack's outputs).
+ *
+ * Exit codes: 0 done, 1 error, 2 usage, 3 refused (the reason and what to do on stderr).
+ */
+import os from 'node:os';
+import { CloudFormationClient, DescribeStacksCommand } from '@aws-sdk/client-cloudformation';
+import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
+import type { AuditEntry } from '../../lambda/core/control-plane.ts';
+import { formatDuration, parseDurationText } from '../../lambda/core/operator-decisions.ts';
+import type { ActionResult, OperatorRequest, OperatorResponse, StatusReport } from '../../lambda/core/operator.ts';
+import { openLocalOperator, type OperatorDoor } from '../../local/operator-door.ts';
+import { DEFAULT_STATE_DIR } from '../../local/stack.ts';
+import { EXIT_FAILED, EXIT_OK, UsageError, write, type CliIo, type Command } from './command.ts';
+
+/** The action was refused; the reason is on stderr. */
+export const EXIT_REFUSED = 3;
+
+/** The stack output naming the operator function (all actions) and the status-only one (lib/private/operator-function.ts). */
+export const OPERATOR_OUTPUT = 'OperatorFunctionName';
+export const STATUS_OUTPUT = 'StatusFunctionName';
+
+const DOOR_HELP = `Where:
+  --state-dir DIR            a cdc local state folder [default: ${DEFAULT_STATE_DIR}]; works whether or
+                             not cdc local is running there (if not, DynamoDB Local is started on
+                             the folder's data for the duration of the command)
+  --stack NAME               on AWS: the stack whose ControlPlane deploys the operator function
+  --function ARN|NAME        on AWS: the operator function itself
+  --region REGION            on AWS: the region [default: the SDK's]
+  --source ID                the source of the table, when a table id is in several sources
+  --actor NAME               who you are, for the audit log [default: user@host]
+  --json                     machine output on stdout
+  -h, --help                 this text
+
+Exit code: 0 done, 1 error, 2 usage error, 3 refused (the reason and what to do on stderr).`;
+
+interface DoorOptions {
+  stateDir: string;
+  stack: string | null;
+  functionName: string | null;
+  region: string | null;
+  source: string | null;
+  actor: string;
+  json: boolean;
+  help: boolean;
+}
+
+interface Parsed {
+  door: DoorOptions;
+  positional: string[];
+  flags: Map<string, string | true>;
+}
+
+/** Parses the door options plus the command's own flags (`valued` take a value, `switches` do not). */
+function parseArgs(command: string, args: readonly string[], valued: readonly string[], switches: readonly string[]): Parsed {
+  const door: DoorOptions = { stateDir: DEFAULT_STATE_DIR, stack: null, functionName: null, region: null, source: null, actor: `${os.userInfo().username}@${os.hostname()}`, json: false, help: false };
+  const positional: string[] = [];
+  const flags = new Map<string, string | true>();
+  const doorValued: Record<string, (v: string) => void> = {
+    '--state-dir': (v) => (door.stateDir = v),
+    '--stack': (v) => (door.stack = v),
+    '--function': (v) => (door.functionName = v),
+    '--region': (v) => (door.region = v),
+    '--source': (v) => (door.source = v),
+    '--actor': (v) => (door.actor = v),
+  };
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    const eq = a.startsWith('--') ? a.indexOf('=') : -1;
+    const name = eq > 0 ? a.slice(0, eq) : a;
+    const inline = eq > 0 ? a.slice(eq + 1) : undefined;
+    const value = (): string => {
+      const v = inline ?? args[++i];
+      if (v === undefined || (inline === undefined && v.startsWith('--'))) throw new UsageError(`${name} needs a value`);
+      if (v === '') throw new UsageError(`${name} must not be empty`);
+      return v;
+    };
+    if (name === '-h' || name === '--help') door.help = true;
+    else if (name === '--json') door.json = true;
+    else if (name in doorValued) doorValued[name]!(value());
+    else if (valued.includes(name)) flags.set(name, value());
+    else if (switches.includes(name)) flags.set(name, true);
+    else if (a.startsWith('-')) throw new UsageError(`unknown option ${a} for cdc ${command}`);
+    else positional.push(a);
+  }
+  if (door.stack && door.functionName) throw new UsageError('give --stack or --function, not both');
+  return { door, positional, flags };
+}
+
+/** The operator Lambda through the caller's credentials. */
+async function awsDoor(door: DoorOptions, readOnly: boolean): Promise<OperatorDoor> {
+  const region = door.region ?? undefined;
+  let fn = door.functionName;
+  if (!fn) {
+    const cfn = new CloudFormationClient({ region });
+    try {
+      const out = await cfn.send(new DescribeStacksCommand({ StackName: door.stack! }));
+      const outputs = out.Stacks?.[0]?.Outputs ?? [];
+      // The status-only function serves status and audit; fall back to the full one if only it is granted.
+      const want = readOnly ? [STATUS_OUTPUT, OPERATOR_OUTPUT] : [OPERATOR_OUTPUT];
+      for (const name of want) {
+        const found = outputs.filter((o) => (o.OutputKey ?? '').includes(name));
+        if (found.length > 1) throw new OperatorCliError(`stack ${door.stack} has several ${name} outputs (${found.map((o) => o.OutputKey).join(', ')}): pass --function`);
+        if (found.length === 1) {
+          fn = found[0]!.OutputValue ?? null;
+          break;
+        }
+      }
+      if (!fn) throw new OperatorCliError(`stack ${door.stack} has no ${want.join(' or ')} output (does it deploy a ControlPlane of this version?): pass --function`);
+    } finally {
+      cfn.destroy();
+    }
+  }
+  const lambda = new LambdaClient({ region });
+  return {
+    running: true,
+    async invoke(payload: unknown): Promise<OperatorResponse> {
+      const out = await lambda.send(new InvokeCommand({ FunctionName: fn!, InvocationType: 'RequestResponse', Payload: Buffer.from(JSON.stringify(payload)) }));
+      const text = out.Payload ? Buffer.from(out.Payload).toString('utf8') : '';
+      if (out.FunctionError) throw new OperatorCliError(`the operator function ${fn} failed (${out.FunctionError}): ${text}`);
+      return JSON.parse(text) as OperatorResponse;
+    },
+    async close(): Promise<void> {
+      lambda.destroy();
+    },
+  };
+}
+
+/** An error the operator CLI reports with exit code 1. */
+export class OperatorCliError extends Error {
+  override name = 'OperatorCliError';
+}
+
+/** Opens the door the options name. Exported for tests (which pass a door of their own). */
+export type DoorOpener = (door: DoorOptions, readOnly: boolean) => Promise<OperatorDoor>;
+export const defaultDoor: DoorOpener = (door, readOnly) => (door.stack || door.functionName ? awsDoor(door, readOnly) : openLocalOperator(door.stateDir));
+let opener: DoorOpener = defaultDoor;
+/** Replaces how doors are opened (tests: the operator handler in process, as the Lambda would run it). */
+export function setDoorOpener(next: DoorOpener | null): void {
+  opener = next ?? defaultDoor;
+}
+
+const pad = (rows: string[][]): string => {
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? '').length)));
+  return rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join('  ').trimEnd()).join('\n') + '\n';
+};
+
+export function formatStatus(report: StatusReport): string {
+  const rows: string[][] = [['SOURCE', 'TABLE', 'STATE', 'VERSION', 'SINK', 'APPLIED', 'HELD FROM', 'HEADROOM', 'DEAD', 'SNAPSHOT', 'REASON']];
+  for (const t of report.tables) {
+    const sinks = t.sinks.length > 0 ? t.sinks : [{ sink: '-', appliedPosition: null, heldFrom: null, heldAt: null, releasePending: false }];
+    for (const s of sinks) {
+      rows.push([
+        t.source,
+        t.table,
+        t.state,
+        String(t.schemaVersion),
+        s.sink,
+        s.appliedPosition ?? '-',
+        s.heldFrom ? `${s.heldFrom}${s.releasePending ? ' (replaying)' : ''}` : '-',
+        t.retentionHeadroomMs === null ? '-' : formatDuration(t.retentionHeadroomMs),
+        String(t.deadLetters),
+        // Snapshot progress comes from the snapshot worker's entry point when one is wired.
+        t.snapshot ? `${t.snapshot.state}${t.snapshot.chunksDone !== undefined ? ` ${t.snapshot.chunksDone}/${t.snapshot.chunksTotal ?? '?'}` : ''}${t.snapshot.eta ? ` eta ${t.snapshot.eta}` : ''}` : '-',
+        t.stateReason ?? '',
+      ]);
+    }
+  }
+  const lag = report.endToEndLag.length > 0 ? report.endToEndLag.map((l) => `end-to-end lag ${l.sink}: ${formatDuration(l.lagMs)} (${l.lagMs} ms at ${l.at})`).join('\n') + '\n' : 'end-to-end lag: unknown\n';
+  return `${report.tables.length === 0 ? 'no registered tables\n' : pad(rows)}change log retention: ${formatDuration(report.changeLogRetentionMs)}\n${lag}`;
+}
+
+export function formatAudit(entries: AuditEntry[]): string {
+  if (entries.length === 0) return 'no audit entries\n';
+  const rows: string[][] = [['AT', 'ACTOR', 'ACTION', 'TABLE', 'OUTCOME', 'DETAIL']];
+  for (const e of entries) {
+    const d = e.detail;
+    const what = e.outcome === 'refused' ? `${String(d.code ?? '')}: ${String(d.reason ?? '')}` : typeof d.reason === 'string' ? d.reason : JSON.stringify(d);
+    rows.push([e.at, e.actor, e.action, e.table ? `${e.source}/${e.table}` : '-', e.outcome, what.length > 160 ? `${what.slice(0, 157)}...` : what]);
+  }
+  return pad(rows);
+}
+
+async function runRequest(command: string, parsed: Parsed, io: CliIo, request: OperatorRequest, readOnly: boolean): Promise<number> {
+  let door: OperatorDoor;
+  try {
+    door = await opener(parsed.door, readOnly);
+  } catch (e) {
+    io.stderr.write(`cdc ${command}: ${e instanceof Error ? `${e.name}: ${e.message}` : String(e)}\n`);
+    return EXIT_FAILED;
+  }
+  try {
+    const response = await door.invoke({ request, actor: parsed.door.actor });
+    if (!response.ok) {
+      io.stderr.write(`cdc ${command}: ${response.error.code}: ${response.error.message}\n`);
+      return EXIT_FAILED;
+    }
+    const result = response.result;
+    if (parsed.door.json) await write(io.stdout, `${JSON.stringify(result, null, 2)}\n`);
+    if (Array.isArray(result)) {
+      if (!parsed.door.json) await write(io.stdout, formatAudit(result));
+      return EXIT_OK;
+    }
+    if ('tables' in result) {
+      if (!parsed.door.json) await write(io.stdout, formatStatus(result));
+      return EXIT_OK;
+    }
+    const r = result as ActionResult;
+    if (r.outcome === 'refused') {
+      io.stderr.write(`cdc ${command}: refused (${r.code}): ${r.reason}\n  what to do: ${r.hint}\n`);
+      return EXIT_REFUSED;
+    }
+    if (!parsed.door.json) await write(io.stdout, `${r.message}\n`);
+    return EXIT_OK;
+  } catch (e) {
+    io.stderr.write(`cdc ${command}: ${e instanceof Error ? `${e.name}: ${e.message}` : String(e)}\n`);
+    return EXIT_FAILED;
+  } finally {
+    await door.close();
+  }
+}
+
+function oneTable(command: string, positional: string[]): string {
+  if (positional.length !== 1) throw new UsageError(`cdc ${command} takes one table (schema.table), got ${positional.length === 0 ? 'none' : positional.join(' ')}`);
+  return positional[0]!;
+}
+
+const src = (p: Parsed): { source?: string } => (p.door.source ? { source: p.door.source } : {});
+
+export const statusCommand: Command = {
+  name: 'status',
+  summary: 'per source and table: state, schema version, sink positions and holds, lag, dead letters, retention headroom',
+  async run(args, io) {
+    const p = parseArgs('status', args, [], []);
+    if (p.door.help) {
+      await write(io.stdout, `Usage: cdc status [TABLE] [options]\n\nShows every registered table (or one): its state, schema version, each sink's applied and\nheld-from positions, how long the oldest held event stays in the change log, dead letters,\nsnapshot progress where a snapshot worker reports it, and the end-to-end lag where known.\n\n${DOOR_HELP}\n`);
+      return EXIT_OK;
+    }
+    if (p.positional.length > 1) throw new UsageError(`cdc status takes at most one table, got ${p.positional.join(' ')}`);
+    return runRequest('status', p, io, { action: 'status', ...src(p), ...(p.positional[0] ? { table: p.positional[0] } : {}) }, true);
+  },
+};
+
+export const pauseCommand: Command = {
+  name: 'pause',
+  summary: "hold one table in every sink for a while (its events keep entering the change log)",
+  async run(args, io) {
+    const p = parseArgs('pause', args, ['--for', '--reason'], []);
+    if (p.door.help) {
+      await write(
+        io.stdout,
+        `Usage: cdc pause TABLE --for DURATION --reason TEXT [options]\n\nPauses one table: its events keep entering the change log and every sink holds them from the\nfirst held position; the other tables keep flowing. Refused when DURATION would outlive the\nchange log's retention (or the source's declared budget), or while a snapshot of the table runs.\n\n  --for DURATION             how long you expect to pause: 90s, 10m, 2h, 7d, 1h30m\n  --reason TEXT              why (kept in the audit log)\n\n${DOOR_HELP}\n`,
+      );
+      return EXIT_OK;
+    }
+    const table = oneTable('pause', p.positional);
+    const forText = p.flags.get('--for');
+    const reason = p.flags.get('--reason');
+    if (typeof forText !== 'string') throw new UsageError('--for DURATION is required (e.g. --for 10m)');
+    if (typeof reason !== 'string') throw new UsageError('--reason TEXT is required');
+    const durationMs = parseDurationText(forText);
+    if (durationMs === null) throw new UsageError(`--for expects a duration like 90s, 10m, 2h or 7d, got '${forText}'`);
+    return runRequest('pause', p, io, { action: 'pause', ...src(p), table, durationMs, reason }, false);
+  },
+};
+
+export const resumeCommand: Command = {
+  name: 'resume',
+  summary: 'make a paused or held table active: each sink replays its held range in order, then applies live',
+  async run(args, io) {
+    const p = parseArgs('resume', args, [], ['--accept-schema']);
+    if (p.door.help) {
+      await write(
+        io.stdout,
+        `Usage: cdc resume TABLE [--accept-schema] [options]\n\nMakes the table active; every sink that holds it replays the held range from the change log in\nposition order and then applies live (cdc status shows "(replaying)" until it is done).\n\n  --accept-schema            for a table paused by a breaking schema change: continue with the\n                             new schema version (docs/operations.md says what each sink keeps of\n                             a dropped or renamed column); without it the command refuses\n\n${DOOR_HELP}\n`,
+      );
+      return EXIT_OK;
+    }
+    const table = oneTable('resume', p.positional);
+    return runRequest('resume', p, io, { action: 'resume', ...src(p), table, acceptSchema: p.flags.get('--accept-schema') === true }, false);
+  },
+};
+
+export const resnapshotCommand: Command = {
+  name: 'resnapshot',
+  summary: 'mark a table for a re-snapshot and request it from the snapshot worker',
+  async run(args, io) {
+    const p = parseArgs('resnapshot', args, ['--reason'], []);
+    if (p.door.help) {
+      await write(io.stdout, `Usage: cdc resnapshot TABLE [--reason TEXT] [options]\n\nMarks the table needs-resnapshot and requests a snapshot. Refused while a snapshot of the table\nis queued or running, or when the source's snapshot budget says no.\n\n  --reason TEXT              why (kept in the audit log)\n\n${DOOR_HELP}\n`);
+      return EXIT_OK;
+    }
+    const table = oneTable('resnapshot', p.positional);
+    const reason = p.flags.get('--reason');
+    return runRequest('resnapshot', p, io, { action: 'resnapshot', ...src(p), table, ...(typeof reason === 'string' ? { reason } : {}) }, false);
+  },
+};
+
+export const auditCommand: Command = {
+  name: 'audit',
+  summary: 'the append-only audit log (state changes, operator actions, refusals)',
+  async run(args, io) {
+    const p = parseArgs('audit', args, ['--table', '--since'], []);
+    if (p.door.help) {
+      await write(io.stdout, `Usage: cdc audit [--table TABLE] [--since TIME] [options]\n\nLists the audit log in time order: who did what, when, and why, refused attempts included.\n\n  --table TABLE              only this table's entries\n  --since TIME               only entries at or after TIME (ISO 8601, e.g. 2026-12-01T08:00:00Z,\n                             or a duration back from now: 30m, 2h, 7d)\n\n${DOOR_HELP}\n`);
+      return EXIT_OK;
+    }
+    if (p.positional.length > 0) throw new UsageError(`cdc audit takes no positional arguments (use --table), got ${p.positional.join(' ')}`);
+    const table = p.flags.get('--table');
+    const sinceText = p.flags.get('--since');
+    let since: string | undefined;
+    if (typeof sinceText === 'string') {
+      const back = parseDurationText(sinceText);
+      if (back !== null) since = new Date(Date.now() - back).toISOString();
+      else if (!Number.isNaN(Date.parse(sinceText))) since = new Date(Date.parse(sinceText)).toISOString();
+      else throw new UsageError(`--since expects an ISO-8601 time or a duration back from now (30m, 2h), got '${sinceText}'`);
+    }
+    return runRequest('audit', p, io, { action: 'audit', ...src(p), ...(typeof table === 'string' ? { table } : {}), ...(since ? { since } : {}) }, true);
+  },
+};
+
+export const OPERATOR_COMMANDS: readonly Command[] = [statusCommand, pauseCommand, resumeCommand, resnapshotCommand, auditCommand];

@@ -1,0 +1,62 @@
+/**
+ * Reads a change-log stream (Kinesis) from the trim horizon to its tip, shard by shard, in each
+ * shard's order: the resume replay's source of the held range (docs/operations.md). Parent
+ * shards are read before their children, so one key's events (one partition key, one shard at a
+ * time) come in stream order.
+ */
+import { GetRecordsCommand, GetShardIteratorCommand, ListShardsCommand, type KinesisClient, type Shard } from '@aws-sdk/client-kinesis';
+
+export interface LogRecord {
+  shardId: string;
+  sequenceNumber: string;
+  /** When Kinesis received the record. */
+  arrivedAt: Date | null;
+  text: string;
+}
+
+/** The shards of a stream, parents before children. */
+async function shardsInOrder(kinesis: KinesisClient, streamName: string): Promise<Shard[]> {
+  const shards: Shard[] = [];
+  let token: string | undefined;
+  do {
+    const page = await kinesis.send(new ListShardsCommand(token ? { NextToken: token } : { StreamName: streamName }));
+    shards.push(...(page.Shards ?? []));
+    token = page.NextToken;
+  } while (token);
+  const ids = new Set(shards.map((s) => s.ShardId));
+  const done = new Set<string>();
+  const out: Shard[] = [];
+  while (out.length < shards.length) {
+    const before = out.length;
+    for (const s of shards) {
+      if (done.has(s.ShardId!)) continue;
+      const parents = [s.ParentShardId, s.AdjacentParentShardId].filter((p): p is string => !!p && ids.has(p));
+      if (parents.every((p) => done.has(p))) {
+        out.push(s);
+        done.add(s.ShardId!);
+      }
+    }
+    if (out.length === before) break;
+  }
+  return out;
+}
+
+/** Every record of the stream now, in pages of at most `pageSize`, shard by shard (parents first). */
+export async function* readChangeLog(kinesis: KinesisClient, streamName: string, options: { pageSize?: number } = {}): AsyncGenerator<LogRecord[]> {
+  for (const shard of await shardsInOrder(kinesis, streamName)) {
+    const start = await kinesis.send(new GetShardIteratorCommand({ StreamName: streamName, ShardId: shard.ShardId!, ShardIteratorType: 'TRIM_HORIZON' }));
+    let iterator = start.ShardIterator;
+    let empty = 0;
+    while (iterator) {
+      const page = await kinesis.send(new GetRecordsCommand({ ShardIterator: iterator, Limit: options.pageSize ?? 1000 }));
+      const records = page.Records ?? [];
+      if (records.length > 0) {
+        empty = 0;
+        yield records.map((r) => ({ shardId: shard.ShardId!, sequenceNumber: r.SequenceNumber!, arrivedAt: r.ApproximateArrivalTimestamp ?? null, text: Buffer.from(r.Data ?? new Uint8Array()).toString('utf8') }));
+      } else if ((page.MillisBehindLatest ?? 0) === 0 || ++empty > 100) {
+        break; // at the tip of an open shard
+      }
+      iterator = page.NextShardIterator;
+    }
+  }
+}

@@ -1,0 +1,343 @@
+/**
+ * The operator core (DESIGN §5.6, docs/operations.md): status, pause, resume, resnapshot and
+ * audit, behind two doors (the `cdc` CLI on a `cdc local` state folder, the operator Lambda on
+ * AWS). Each action reads what it depends on strongly consistently (the control-plane port's
+ * reads are), decides with lambda/core/operator-decisions.ts, and commits the state change with
+ * its audit entry in one transaction that is conditional on the state it read; a refused attempt
+ * is audited too (who, what, when, why). Of two concurrent actions on one table exactly one
+ * wins: the other's condition fails and it is refused (`CONCURRENT_CHANGE`) and audited.
+ */
+import type { AuditEntry, ControlPlane, DeadLetter, SinkTableProgress, TableRecord, TableState } from './control-plane.ts';
+import {
+  decidePause,
+  decideResnapshot,
+  decideResume,
+  formatDuration,
+  retentionHeadroomMs,
+  type OperatorSettings,
+  type Refusal,
+  type SnapshotScheduler,
+  type SnapshotStatus,
+} from './operator-decisions.ts';
+
+export type OperatorActionName = 'status' | 'pause' | 'resume' | 'resnapshot' | 'audit';
+/** Actions that only read (what `grantReadStatus` allows). */
+export const READ_ONLY_ACTIONS: readonly OperatorActionName[] = ['status', 'audit'];
+export const OPERATOR_ACTIONS: readonly OperatorActionName[] = ['status', 'pause', 'resume', 'resnapshot', 'audit'];
+
+/** A table as `cdc status` shows it. */
+export interface TableStatus {
+  source: string;
+  table: string;
+  state: TableState;
+  stateReason: string | null;
+  schemaVersion: number;
+  updatedAt: string;
+  sinks: Array<{ sink: string; appliedPosition: string | null; heldFrom: string | null; heldAt: string | null; releasePending: boolean }>;
+  deadLetters: number;
+  /** How long the oldest held event stays in the change log (ms); null when nothing is held. */
+  retentionHeadroomMs: number | null;
+  /**
+   * The table's snapshot, from the snapshot worker's entry point (`SnapshotScheduler.status`):
+   * null when none was requested or no worker is wired.
+   */
+  snapshot: SnapshotStatus | null;
+}
+
+export interface StatusReport {
+  at: string;
+  changeLogRetentionMs: number;
+  /** End-to-end lag per sink (ms) where the door knows it (locally: the last heartbeat measurement), else absent. */
+  endToEndLag: Array<{ sink: string; lagMs: number; at: string }>;
+  tables: TableStatus[];
+}
+
+export type ActionResult =
+  | { outcome: 'done'; action: OperatorActionName; source: string; table: string; message: string; detail: Record<string, unknown> }
+  | ({ outcome: 'refused'; action: OperatorActionName; source: string | null; table: string | null } & Refusal);
+
+/** A request to the operator (the CLI's arguments, the operator Lambda's payload). */
+export type OperatorRequest =
+  | { action: 'status'; source?: string; table?: string }
+  | { action: 'pause'; source?: string; table: string; durationMs: number; reason: string }
+  | { action: 'resume'; source?: string; table: string; acceptSchema?: boolean }
+  | { action: 'resnapshot'; source?: string; table: string; reason?: string }
+  | { action: 'audit'; source?: string; table?: string; since?: string };
+
+export interface OperatorDeps {
+  control: ControlPlane;
+  settings: OperatorSettings;
+  snapshots: SnapshotScheduler;
+  /** @default () => new Date() */
+  now?: () => Date;
+}
+
+/**
+ * The snapshot entry point while no snapshot worker is wired: no snapshot is known to run, the
+ * budget allows, and a request IS the committed `needs-resnapshot` state (with its audit entry),
+ * which the snapshot worker picks up when it lands (docs/operations.md).
+ */
+export const stateOnlySnapshots: SnapshotScheduler = {
+  status: async () => null,
+  budget: async () => ({ allowed: true, reason: null }),
+  request: async () => undefined,
+};
+
+export class Operator {
+  private readonly cp: ControlPlane;
+  private readonly now: () => Date;
+
+  constructor(private readonly deps: OperatorDeps) {
+    this.cp = deps.control;
+    this.now = deps.now ?? (() => new Date());
+  }
+
+  /** Runs one request for `actor` (who: an operator id). */
+  async run(request: OperatorRequest, actor: string): Promise<ActionResult | StatusReport | AuditEntry[]> {
+    switch (request.action) {
+      case 'status':
+        return this.status(request.source, request.table);
+      case 'audit':
+        return this.audit({ source: request.source, table: request.table, since: request.since });
+      case 'pause':
+        return this.pause(actor, request);
+      case 'resume':
+        return this.resume(actor, request);
+      case 'resnapshot':
+        return this.resnapshot(actor, request);
+    }
+  }
+
+  async status(source?: string, table?: string): Promise<StatusReport> {
+    const now = this.now();
+    const tables = (await this.cp.listTables(source)).filter((t) => table === undefined || t.table === table);
+    const progress = await this.cp.listSinkProgress();
+    const letters = await this.cp.listDeadLetters();
+    const out: TableStatus[] = [];
+    for (const t of tables) {
+      const sinks = progress.filter((p) => p.source === t.source && p.table === t.table);
+      out.push({
+        source: t.source,
+        table: t.table,
+        state: t.state,
+        stateReason: t.stateReason,
+        schemaVersion: t.currentVersion,
+        updatedAt: t.updatedAt,
+        sinks: sinks.map((s) => ({ sink: s.sink, appliedPosition: s.appliedPosition, heldFrom: s.heldFrom, heldAt: s.heldAt ?? null, releasePending: (s.releaseRequested ?? null) !== null && s.heldFrom !== null })),
+        deadLetters: letters.filter((d: DeadLetter) => d.source === t.source && d.table === t.table).length,
+        retentionHeadroomMs: retentionHeadroomMs(sinks, now, this.deps.settings),
+        snapshot: await this.deps.snapshots.status(t.source, t.table),
+      });
+    }
+    return { at: now.toISOString(), changeLogRetentionMs: this.deps.settings.changeLogRetentionMs, endToEndLag: [], tables: out };
+  }
+
+  async audit(filter: { source?: string; table?: string; since?: string }): Promise<AuditEntry[]> {
+    const entries = await this.cp.listAudit(filter.source, filter.table);
+    if (filter.since === undefined) return entries;
+    const since = Date.parse(filter.since);
+    return entries.filter((e) => Date.parse(e.at) >= since);
+  }
+
+  async pause(actor: string, r: { source?: string; table: string; durationMs: number; reason: string }): Promise<ActionResult> {
+    const found = await this.find(actor, 'pause', r.source, r.table, { durationMs: r.durationMs, reason: r.reason });
+    if ('refused' in found) return found.refused;
+    const { table } = found;
+    const now = this.now();
+    const sinks = await this.sinksOf(table);
+    const snapshot = await this.deps.snapshots.status(table.source, table.table);
+    const d = decidePause({ table, sinks, durationMs: r.durationMs, reason: r.reason, actor, now, settings: this.deps.settings, snapshot });
+    const detail = { for: formatDuration(r.durationMs), durationMs: r.durationMs, reason: r.reason, from: table.state };
+    if (!d.accept) return this.refuse(actor, 'pause', table.source, table.table, d.refusal, detail);
+    const committed = await this.commit(actor, 'pause', table, d.change.state, d.change.stateReason, [], { ...detail, to: 'paused', until: d.change.until });
+    if (committed) return committed;
+    return { outcome: 'done', action: 'pause', source: table.source, table: table.table, message: `${table.source}/${table.table} paused until ${d.change.until}: its events keep entering the change log and every sink holds them`, detail: { ...detail, until: d.change.until } };
+  }
+
+  async resume(actor: string, r: { source?: string; table: string; acceptSchema?: boolean }): Promise<ActionResult> {
+    const acceptSchema = r.acceptSchema === true;
+    const found = await this.find(actor, 'resume', r.source, r.table, { acceptSchema });
+    if ('refused' in found) return found.refused;
+    const { table } = found;
+    const now = this.now();
+    const sinks = await this.sinksOf(table);
+    const d = decideResume({ table, sinks, acceptSchema, now, settings: this.deps.settings });
+    const detail: Record<string, unknown> = { acceptSchema, from: table.state, stateReason: table.stateReason };
+    if (!d.accept) return this.refuse(actor, 'resume', table.source, table.table, d.refusal, detail);
+    const release = d.change.release.map((s) => ({ sink: s.sink, heldFrom: s.heldFrom! }));
+    const full = {
+      ...detail,
+      to: 'active',
+      release: release.map((s) => ({ sink: s.sink, heldFrom: s.heldFrom })),
+      ...(d.change.acceptedVersion !== null ? { decision: `continue with schema version ${d.change.acceptedVersion}`, acceptedVersion: d.change.acceptedVersion } : {}),
+    };
+    const committed = await this.commit(actor, 'resume', table, 'active', null, release, full);
+    if (committed) return committed;
+    const replay = release.length > 0 ? `; ${release.map((s) => `sink ${s.sink} replays from ${s.heldFrom}`).join(', ')}, then applies live` : '';
+    return { outcome: 'done', action: 'resume', source: table.source, table: table.table, message: `${table.source}/${table.table} is active${replay}`, detail: full };
+  }
+
+  async resnapshot(actor: string, r: { source?: string; table: string; reason?: string }): Promise<ActionResult> {
+    const reason = r.reason ?? 'requested by an operator';
+    const found = await this.find(actor, 'resnapshot', r.source, r.table, { reason });
+    if ('refused' in found) return found.refused;
+    const { table } = found;
+    const snapshot = await this.deps.snapshots.status(table.source, table.table);
+    const budget = await this.deps.snapshots.budget(table.source);
+    const d = decideResnapshot({ table, snapshot, budget });
+    const detail = { reason, from: table.state };
+    if (!d.accept) return this.refuse(actor, 'resnapshot', table.source, table.table, d.refusal, detail);
+    const stateReason = `RESNAPSHOT_REQUESTED: ${reason} (by ${actor})`;
+    const committed = await this.commit(actor, 'resnapshot', table, d.change.state, stateReason, [], { ...detail, to: d.change.state });
+    if (committed) return committed;
+    await this.deps.snapshots.request(table.source, table.table, { reason, requestedBy: actor, at: this.now().toISOString() });
+    return { outcome: 'done', action: 'resnapshot', source: table.source, table: table.table, message: `${table.source}/${table.table} marked needs-resnapshot; the snapshot is requested`, detail };
+  }
+
+  // ---------------------------------------------------------------------------------------------
+
+  /** Finds the table (by id, within `source` if given): a missing or ambiguous one is a refusal, audited. */
+  private async find(actor: string, action: OperatorActionName, source: string | undefined, table: string, detail: Record<string, unknown>): Promise<{ table: TableRecord } | { refused: ActionResult }> {
+    const candidates = (await this.cp.listTables(source)).filter((t) => t.table === table);
+    if (candidates.length === 1) {
+      // The list may be a query page; read the one item strongly consistently to decide on it.
+      const fresh = await this.cp.getTable(candidates[0]!.source, table);
+      if (fresh) return { table: fresh };
+    }
+    const refusal: Refusal =
+      candidates.length === 0
+        ? { code: 'TABLE_NOT_FOUND', reason: `no table ${table}${source ? ` in source ${source}` : ''} is registered in the control plane`, hint: 'cdc status lists the registered tables (a table is registered when its first event is captured)' }
+        : { code: 'AMBIGUOUS_TABLE', reason: `${table} is registered in several sources (${candidates.map((c) => c.source).join(', ')})`, hint: 'name the source with --source' };
+    return { refused: await this.refuse(actor, action, source ?? null, table, refusal, detail) };
+  }
+
+  private async sinksOf(table: TableRecord): Promise<SinkTableProgress[]> {
+    return (await this.cp.listSinkProgress()).filter((p) => p.source === table.source && p.table === table.table);
+  }
+
+  private async refuse(actor: string, action: OperatorActionName, source: string | null, table: string | null, refusal: Refusal, detail: Record<string, unknown>): Promise<ActionResult> {
+    await this.cp.appendAudit({ at: this.now().toISOString(), actor, action, source, table, outcome: 'refused', detail: { ...detail, code: refusal.code, reason: refusal.reason, hint: refusal.hint } });
+    return { outcome: 'refused', action, source, table, ...refusal };
+  }
+
+  /** Commits the change with its audit entry; returns a refusal (audited) if the table changed since it was read. */
+  private async commit(actor: string, action: OperatorActionName, table: TableRecord, state: TableState, stateReason: string | null, release: Array<{ sink: string; heldFrom: string }>, detail: Record<string, unknown>): Promise<ActionResult | null> {
+    const at = this.now();
+    // Strictly later than the read updatedAt, so the next action's condition sees a change.
+    const updatedAt = new Date(Math.max(at.getTime(), Date.parse(table.updatedAt) + 1)).toISOString();
+    const ok = await this.cp.commitTableAction({
+      source: table.source,
+      table: table.table,
+      expected: { state: table.state, updatedAt: table.updatedAt },
+      next: { state, stateReason, updatedAt },
+      releaseSinks: release,
+      audit: { at: at.toISOString(), actor, action, source: table.source, table: table.table, outcome: 'done', detail },
+    });
+    if (ok) return null;
+    return this.refuse(actor, action, table.source, table.table, {
+      code: 'CONCURRENT_CHANGE',
+      reason: `${table.source}/${table.table} changed while the ${action} was being decided (another action or the pipeline got there first)`,
+      hint: 'check cdc status and cdc audit, then try again if it still applies',
+    }, detail);
+  }
+}
+
+/** What the operator API answers (the operator Lambda's response; the CLI prints it). */
+export type OperatorResponse =
+  | { ok: true; result: ActionResult | StatusReport | AuditEntry[] }
+  | { ok: false; error: { code: string; message: string } };
+
+/** The operator Lambda's payload: the request and who asks (as the caller names itself; CloudTrail records the IAM principal). */
+export interface OperatorPayload {
+  request: OperatorRequest;
+  actor: string;
+}
+
+/** A request that does not have the documented shape; the message names the field. */
+export class InvalidOperatorRequestError extends Error {
+  readonly code = 'INVALID_REQUEST';
+  override name = 'InvalidOperatorRequestError';
+}
+
+function field(o: Record<string, unknown>, name: string, kind: 'string' | 'number' | 'boolean', required: boolean): unknown {
+  const v = o[name];
+  if (v === undefined || v === null) {
+    if (required) throw new InvalidOperatorRequestError(`request.${name} is required`);
+    return undefined;
+  }
+  if (typeof v !== kind) throw new InvalidOperatorRequestError(`request.${name} must be a ${kind}, got ${JSON.stringify(v)}`);
+  if (kind === 'string' && v === '') throw new InvalidOperatorRequestError(`request.${name} must not be empty`);
+  return v;
+}
+
+/** Checks an operator payload (from the Lambda event or the CLI) and returns it typed. */
+export function parseOperatorPayload(value: unknown): OperatorPayload {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new InvalidOperatorRequestError(`the payload must be an object with request and actor, got ${JSON.stringify(value)}`);
+  const p = value as Record<string, unknown>;
+  const actor = typeof p.actor === 'string' && p.actor !== '' ? p.actor : null;
+  if (!actor) throw new InvalidOperatorRequestError('actor must be a non-empty string (who asks)');
+  const r = p.request;
+  if (typeof r !== 'object' || r === null || Array.isArray(r)) throw new InvalidOperatorRequestError('request must be an object with an action');
+  const o = r as Record<string, unknown>;
+  const action = o.action;
+  if (typeof action !== 'string' || !(OPERATOR_ACTIONS as readonly string[]).includes(action)) {
+    throw new InvalidOperatorRequestError(`request.action must be one of ${OPERATOR_ACTIONS.join(', ')}, got ${JSON.stringify(action)}`);
+  }
+  const source = field(o, 'source', 'string', false) as string | undefined;
+  let request: OperatorRequest;
+  switch (action as OperatorActionName) {
+    case 'status':
+      request = { action: 'status', source, table: field(o, 'table', 'string', false) as string | undefined };
+      break;
+    case 'audit': {
+      const since = field(o, 'since', 'string', false) as string | undefined;
+      if (since !== undefined && Number.isNaN(Date.parse(since))) throw new InvalidOperatorRequestError(`request.since must be an ISO-8601 time, got ${JSON.stringify(since)}`);
+      request = { action: 'audit', source, table: field(o, 'table', 'string', false) as string | undefined, since };
+      break;
+    }
+    case 'pause': {
+      const durationMs = field(o, 'durationMs', 'number', true) as number;
+      if (!Number.isFinite(durationMs) || durationMs <= 0) throw new InvalidOperatorRequestError(`request.durationMs must be a positive number of milliseconds, got ${durationMs}`);
+      request = { action: 'pause', source, table: field(o, 'table', 'string', true) as string, durationMs, reason: field(o, 'reason', 'string', true) as string };
+      break;
+    }
+    case 'resume':
+      request = { action: 'resume', source, table: field(o, 'table', 'string', true) as string, acceptSchema: (field(o, 'acceptSchema', 'boolean', false) as boolean | undefined) ?? false };
+      break;
+    case 'resnapshot':
+      request = { action: 'resnapshot', source, table: field(o, 'table', 'string', true) as string, reason: field(o, 'reason', 'string', false) as string | undefined };
+      break;
+  }
+  return { request, actor };
+}
+
+/**
+ * Serves one payload: checks it, refuses an action this door does not serve (the status-only
+ * function serves `status` and `audit`), runs it. Bad input is an error response naming the field.
+ */
+export async function serveOperator(operator: Operator, payload: unknown, allowed: readonly OperatorActionName[] = OPERATOR_ACTIONS): Promise<OperatorResponse> {
+  let parsed: OperatorPayload;
+  try {
+    parsed = parseOperatorPayload(payload);
+  } catch (e) {
+    if (e instanceof InvalidOperatorRequestError) return { ok: false, error: { code: e.code, message: e.message } };
+    throw e;
+  }
+  const { request, actor } = parsed;
+  if (!allowed.includes(request.action)) {
+    // Not audited: this door has no write access to the control plane (IAM keeps it read-only).
+    return {
+      ok: true,
+      result: {
+        outcome: 'refused',
+        action: request.action,
+        source: request.source ?? null,
+        table: 'table' in request ? (request.table ?? null) : null,
+        code: 'ACTION_NOT_ALLOWED',
+        reason: `this operator function serves only ${allowed.join(', ')}`,
+        hint: 'call the operator function that serves every action (granted with grantOperate)',
+      },
+    };
+  }
+  return { ok: true, result: await operator.run(request, actor) };
+}

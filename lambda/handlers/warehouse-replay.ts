@@ -1,0 +1,126 @@
+/**
+ * The resume replay of a warehouse sink (docs/operations.md, "How a resume replays"): the sink
+ * itself replays the held range when an operator resume marks its hold `releaseRequested`.
+ *
+ * One pass, per table marked for release (and active again):
+ * 1. read the hold (held-from position H and hold count c) strongly consistently;
+ * 2. read the change log from its trim horizon to its tip, shard by shard in stream order, and
+ *    apply the table's events at or after H through the applier's own code
+ *    (`applyRecords(…, { replayHeld: true })`: same plan, same position guard) — one key's events
+ *    are in one shard, so each key's events apply in position order;
+ * 3. release the hold in one transaction with its audit entry, conditional on H and c unchanged.
+ *    The live path keeps holding the table until then. A hold recorded during the pass (a live
+ *    batch that read the hold) moves c, so the release fails and the pass runs again: no held
+ *    event is released without being replayed, and no live event of the table is applied before
+ *    the held ones (the live path applies only after the release).
+ * A live batch that read the hold just before the release and holds after it sets the hold again;
+ * the release request stays set until the hold has been clear for `settleMs`, so the replay
+ * picks that up too.
+ */
+import type { ControlPlane } from '../core/control-plane.ts';
+import type { LogRecord } from '../adapters/change-log-reader.ts';
+import type { ChangeRecord, WarehouseApplier } from './warehouse-applier.ts';
+import { CdcError } from '../core/errors.ts';
+
+export interface ReplayDeps {
+  controlPlane: ControlPlane;
+  sinkId: string;
+  applier: Pick<WarehouseApplier, 'applyRecords'>;
+  /** Reads the whole change log now (lambda/adapters/change-log-reader.ts `readChangeLog`). */
+  readLog: () => AsyncIterable<LogRecord[]>;
+  /** How long a released hold must stay clear before the release request is dropped. @default 30000 */
+  settleMs?: number;
+  log?: (message: string, detail: Record<string, unknown>) => void;
+  now?: () => Date;
+}
+
+export interface ReplayOutcome {
+  source: string;
+  table: string;
+  replayed: number;
+  released: boolean;
+}
+
+/** A replay pass could not apply the held range (it is tried again on the next pass). */
+export class ReplayIncompleteError extends CdcError {
+  constructor(source: string, table: string, why: string) {
+    super('REPLAY_INCOMPLETE', `the resume replay of ${source}/${table} did not complete: ${why}`);
+  }
+}
+
+const PASSES = 5;
+const CHUNK = 500;
+
+export function createHeldRangeReplayer(deps: ReplayDeps): { replayPending(): Promise<ReplayOutcome[]>; pending(): Promise<number> } {
+  const { controlPlane: cp, sinkId } = deps;
+  const now = deps.now ?? (() => new Date());
+  const settleMs = deps.settleMs ?? 30_000;
+
+  async function marked() {
+    return (await cp.listSinkProgress(sinkId)).filter((p) => p.sink === sinkId && (p.releaseRequested ?? null) !== null);
+  }
+
+  async function replayOne(source: string, table: string): Promise<ReplayOutcome | null> {
+    for (let pass = 1; pass <= PASSES; pass++) {
+      const t = await cp.getTable(source, table);
+      if (!t || t.state !== 'active') return null; // paused again (or gone): the live path keeps holding
+      const hold = await cp.getSinkProgress(sinkId, source, table);
+      if (!hold || hold.heldFrom === null) {
+        const releasedAt = hold?.releasedAt ? Date.parse(hold.releasedAt) : 0;
+        if (now().getTime() - releasedAt >= settleMs) await cp.clearReleaseRequest(sinkId, source, table);
+        return null;
+      }
+      const from = hold.heldFrom;
+      const count = hold.holdCount ?? 0;
+      let replayed = 0;
+      for await (const page of deps.readLog()) {
+        const mine: ChangeRecord[] = [];
+        for (const r of page) {
+          let e: { source?: unknown; table?: unknown; position?: unknown };
+          try {
+            e = JSON.parse(r.text) as typeof e;
+          } catch {
+            continue; // the live path dead-lettered it already
+          }
+          if (e.source === source && e.table === table && typeof e.position === 'string' && e.position >= from) {
+            mine.push({ sequenceNumber: r.sequenceNumber, origin: `replay/${r.shardId}/${r.sequenceNumber}`, text: r.text });
+          }
+        }
+        for (let i = 0; i < mine.length; i += CHUNK) {
+          const outcome = await deps.applier.applyRecords(mine.slice(i, i + CHUNK), { replayHeld: true });
+          if (outcome.failed.length > 0) throw new ReplayIncompleteError(source, table, outcome.reasons.get(outcome.failed[0]!) ?? 'records failed');
+          if (outcome.held > 0) throw new ReplayIncompleteError(source, table, `the sink held ${outcome.held} events again (cdc status says why)`);
+          replayed += outcome.applied;
+        }
+      }
+      const released = await cp.completeSinkRelease(sinkId, source, table, { heldFrom: from, holdCount: count }, {
+        at: now().toISOString(),
+        actor: `applier:${sinkId}`,
+        action: 'replay-held',
+        source,
+        table,
+        outcome: 'done',
+        detail: { heldFrom: from, holdCount: count, replayed, pass },
+      });
+      deps.log?.('held range replayed', { source, table, from, replayed, released, pass });
+      if (released) return { source, table, replayed, released };
+    }
+    return { source, table, replayed: 0, released: false };
+  }
+
+  return {
+    /** One pass over every table whose hold an operator released. */
+    async replayPending(): Promise<ReplayOutcome[]> {
+      const out: ReplayOutcome[] = [];
+      for (const p of await marked()) {
+        const r = await replayOne(p.source, p.table);
+        if (r) out.push(r);
+      }
+      return out;
+    },
+    /** Tables marked for release that this sink still holds. */
+    async pending(): Promise<number> {
+      return (await marked()).filter((p) => p.heldFrom !== null).length;
+    },
+  };
+}

@@ -1,0 +1,131 @@
+/**
+ * The local door of the operator (docs/operations.md): the operator handler
+ * (lambda/handlers/operator.ts) on the control plane of a `cdc local` state folder, whether or
+ * not `cdc local` is running.
+ *
+ * - Running (the folder's lock names a live process): the command talks to that run's DynamoDB
+ *   Local and kinesalite, on the ports state.json records.
+ * - Not running: the command takes the folder's lock (a `cdc local` started meanwhile says the
+ *   folder is in use), starts DynamoDB Local on the folder's database file and kinesalite on its
+ *   LevelDB for the duration of the command, then stops them and releases the lock.
+ *
+ * The change log's retention is read from kinesalite (DescribeStreamSummary), as the operator
+ * function on AWS gets the ChangeLog's retention. Pause budgets: `CDC_PAUSE_BUDGETS`, as on AWS.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { open } from 'node:fs/promises';
+import path from 'node:path';
+import { DescribeStreamSummaryCommand } from '@aws-sdk/client-kinesis';
+import { EnvName } from '../contracts/env.ts';
+import { MetricName } from '../contracts/metrics.ts';
+import { dynamoDbClient, kinesisClient } from '../lambda/adapters/aws-clients.ts';
+import { DynamoDbControlPlane } from '../lambda/adapters/control-plane-dynamodb.ts';
+import type { OperatorResponse } from '../lambda/core/operator.ts';
+import { createOperatorHandler } from '../lambda/handlers/operator.ts';
+import { startDynamoDbLocal, QUICK_START_JVM_OPTIONS } from './dynamodb.ts';
+import { LocalConfigError } from './errors.ts';
+import { startKinesalite } from './kinesis.ts';
+import { MetricsCollector } from './metrics.ts';
+import { CONTROL_TABLE, readState, takeLock } from './stack.ts';
+
+export interface OperatorDoor {
+  /** Sends one operator payload; answers what the operator Lambda would. */
+  invoke(payload: unknown): Promise<OperatorResponse>;
+  /** Whether `cdc local` was running on the folder. */
+  readonly running: boolean;
+  close(): Promise<void>;
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The pid of a live `cdc local` using the folder, or null. */
+export function runningPid(stateDir: string): number | null {
+  const file = path.join(stateDir, 'lock');
+  if (!existsSync(file)) return null;
+  const pid = Number(readFileSync(file, 'utf8').trim());
+  return Number.isInteger(pid) && pid > 0 && pid !== process.pid && alive(pid) ? pid : null;
+}
+
+/** The last end-to-end lag per sink that the local run measured (its EMF file), newest first. */
+async function localLag(stateDir: string): Promise<Array<{ sink: string; lagMs: number; at: string }>> {
+  const file = path.join(stateDir, 'logs', 'metrics.emf.jsonl');
+  if (!existsSync(file)) return [];
+  const fh = await open(file, 'r');
+  try {
+    const { size } = await fh.stat();
+    const length = Math.min(size, 2 * 1024 * 1024);
+    const buf = Buffer.alloc(length);
+    await fh.read(buf, 0, length, size - length);
+    const collector = new MetricsCollector();
+    for (const line of buf.toString('utf8').split('\n')) {
+      if (!line.startsWith('{')) continue;
+      try {
+        collector.ingestEmf(JSON.parse(line));
+      } catch {
+        // a line cut by the tail window
+      }
+    }
+    return collector.dimensionValues(MetricName.END_TO_END_LAG, 'Sink').flatMap((sink) => {
+      const l = collector.latest(MetricName.END_TO_END_LAG, { Sink: sink });
+      return l ? [{ sink, lagMs: l.value, at: new Date(l.at).toISOString() }] : [];
+    });
+  } finally {
+    await fh.close();
+  }
+}
+
+/** Opens the operator on a state folder (see the module comment). */
+export async function openLocalOperator(stateDirOption: string): Promise<OperatorDoor> {
+  const stateDir = path.resolve(stateDirOption);
+  const state = readState(path.join(stateDir, 'state.json'));
+  if (!state) throw new LocalConfigError(`${stateDir} holds no cdc local state (no state.json): run cdc local there first, or pass --state-dir`);
+  const cleanups: Array<() => Promise<void>> = [];
+  const close = async (): Promise<void> => {
+    for (const c of cleanups.splice(0).reverse()) await c().catch(() => undefined);
+  };
+  try {
+    const running = runningPid(stateDir) !== null;
+    let ddbEndpoint = `http://127.0.0.1:${state.ports.dynamodb}`;
+    let kinEndpoint = `http://127.0.0.1:${state.ports.kinesis}`;
+    if (!running) {
+      cleanups.push(await takeLock(stateDir));
+      const [d, k] = await Promise.all([
+        startDynamoDbLocal({ dbPath: path.join(stateDir, 'dynamodb'), jvmOptions: QUICK_START_JVM_OPTIONS }),
+        startKinesalite({ path: path.join(stateDir, 'kinesis') }),
+      ]);
+      cleanups.push(() => d.stop(), () => k.stop());
+      ddbEndpoint = d.endpoint;
+      kinEndpoint = k.endpoint;
+    }
+    const dynamo = dynamoDbClient(ddbEndpoint);
+    const kinesis = kinesisClient(kinEndpoint);
+    cleanups.push(async () => dynamo.destroy(), async () => kinesis.destroy());
+    const summary = await kinesis.send(new DescribeStreamSummaryCommand({ StreamName: state.streams.changeLog }));
+    const hours = summary.StreamDescriptionSummary?.RetentionPeriodHours ?? 24;
+    const handler = createOperatorHandler({
+      control: new DynamoDbControlPlane(dynamo, CONTROL_TABLE),
+      env: { [EnvName.CHANGE_LOG_RETENTION_MS]: String(hours * 3_600_000), [EnvName.PAUSE_BUDGETS]: process.env[EnvName.PAUSE_BUDGETS] },
+      // The command prints the outcome itself (stdout stays clean for --json); the audit log keeps it.
+      logger: { info: () => undefined, warn: () => undefined },
+    });
+    return {
+      running,
+      async invoke(payload: unknown): Promise<OperatorResponse> {
+        const response = await handler(payload);
+        if (response.ok && !Array.isArray(response.result) && 'tables' in response.result) response.result.endToEndLag = await localLag(stateDir);
+        return response;
+      },
+      close,
+    };
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}

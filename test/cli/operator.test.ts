@@ -1,0 +1,176 @@
+/**
+ * The operator commands (`cdc status|pause|resume|resnapshot|audit`):
+ * - the CLI → operator API path: the operator Lambda's handler invoked in process through the
+ *   same JSON request/response the Lambda Invoke carries, on DynamoDB Local; the status-only
+ *   function refuses changes; a malformed payload is an error naming the field;
+ * - the local door on a `cdc local` state folder when `cdc local` is NOT running: the command
+ *   starts DynamoDB Local and kinesalite on the folder's data, holds the folder's lock meanwhile,
+ *   and reads the change log's retention from kinesalite;
+ * - usage errors (exit 2), refusals (exit 3, reason on stderr), `--json`.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { existsSync } from 'node:fs';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { PassThrough } from 'node:stream';
+import { CreateStreamCommand, IncreaseStreamRetentionPeriodCommand } from '@aws-sdk/client-kinesis';
+import { main } from '../../bin/cli/main.ts';
+import { setDoorOpener } from '../../bin/cli/operator.ts';
+import { dynamoDbClient, kinesisClient } from '../../lambda/adapters/aws-clients.ts';
+import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
+import type { AuditEntry, TableRecord } from '../../lambda/core/control-plane.ts';
+import type { StatusReport } from '../../lambda/core/operator.ts';
+import { makePosition } from '../../lambda/core/position.ts';
+import { createOperatorHandler } from '../../lambda/handlers/operator.ts';
+import { EnvName } from '../../contracts/env.ts';
+import { startDynamoDbLocal, type DynamoDbLocal } from '../../local/dynamodb.ts';
+import { startKinesalite } from '../../local/kinesis.ts';
+import { CONTROL_TABLE, type LocalState } from '../../local/stack.ts';
+
+let dir: string;
+let ddb: DynamoDbLocal;
+let cp: DynamoDbControlPlane;
+const quiet = { info: () => undefined, warn: () => undefined };
+
+async function run(...args: string[]): Promise<{ code: number; out: string; err: string }> {
+  const stdout = new PassThrough();
+  const stderr = new PassThrough();
+  let out = '';
+  let err = '';
+  stdout.on('data', (d: Buffer) => (out += d.toString()));
+  stderr.on('data', (d: Buffer) => (err += d.toString()));
+  const code = await main([...args, '--actor', 'tester'], { stdin: new PassThrough(), stdout, stderr });
+  return { code, out, err };
+}
+
+async function register(table: string): Promise<void> {
+  const at = new Date(Date.now() - 60_000).toISOString();
+  const rec: TableRecord = { source: 'shop', table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at };
+  await cp.registerTable(rec, { source: 'shop', table, version: 1, columns: [{ name: 'id', type: 'integer', nullable: false }], key: ['id'], effectivePosition: makePosition(1n, 0), registeredAt: at }, { at, actor: 'test', action: 'register', source: 'shop', table, outcome: 'done', detail: {} });
+}
+
+beforeAll(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'cdc-cli-operator-'));
+  // A cdc local state folder as a stopped run leaves it: state.json, the DynamoDB Local database
+  // file, kinesalite's LevelDB with the change-log stream.
+  const state: LocalState = {
+    version: 1,
+    createdAt: new Date().toISOString(),
+    postgresDataDir: null,
+    embeddedSource: false,
+    ports: { postgres: null, dynamodb: 1, kinesis: 1 },
+    pids: { dynamodb: null },
+    streams: { raw: 'cdc-raw-shop', changeLog: 'cdc-change-log' },
+    source: null,
+  };
+  await writeFile(path.join(dir, 'state.json'), JSON.stringify(state));
+  const k = await startKinesalite({ path: path.join(dir, 'kinesis') });
+  const kin = kinesisClient(k.endpoint);
+  await kin.send(new CreateStreamCommand({ StreamName: 'cdc-change-log', ShardCount: 1 }));
+  await new Promise((r) => setTimeout(r, 100));
+  await kin.send(new IncreaseStreamRetentionPeriodCommand({ StreamName: 'cdc-change-log', RetentionPeriodHours: 48 }));
+  kin.destroy();
+  await k.stop();
+  ddb = await startDynamoDbLocal({ dbPath: path.join(dir, 'dynamodb') });
+  const client = dynamoDbClient(ddb.endpoint);
+  await createControlTable(client, CONTROL_TABLE);
+  cp = new DynamoDbControlPlane(client, CONTROL_TABLE);
+  await register('public.orders');
+  await register('public.items');
+}, 120_000);
+
+afterAll(async () => {
+  setDoorOpener(null);
+  await ddb?.stop();
+  await rm(dir, { recursive: true, force: true });
+});
+
+describe('the CLI → operator API path (the Lambda handler in process, JSON in and out)', () => {
+  const door = (actions?: string) => {
+    const handler = createOperatorHandler({ control: cp, env: { [EnvName.CHANGE_LOG_RETENTION_MS]: String(24 * 3_600_000), ...(actions ? { [EnvName.OPERATOR_ACTIONS]: actions } : {}) }, logger: quiet });
+    return async () => ({
+      running: true,
+      // Exactly what Lambda's Invoke carries: a JSON payload in, a JSON response out.
+      invoke: async (payload: unknown) => JSON.parse(JSON.stringify(await handler(JSON.parse(JSON.stringify(payload))))),
+      close: async () => undefined,
+    });
+  };
+
+  it('pauses, refuses with exit 3 and the reason on stderr, and lists the audit', async () => {
+    setDoorOpener(door());
+    const ok = await run('pause', 'public.orders', '--for', '10m', '--reason', 'maintenance', '--function', 'cdc-operator');
+    expect(ok).toMatchObject({ code: 0, err: '' });
+    expect(ok.out).toMatch(/^shop\/public\.orders paused until \S+: its events keep entering the change log/);
+    const refused = await run('pause', 'public.items', '--for', '400d', '--reason', 'too long', '--function', 'cdc-operator', '--json');
+    expect(refused.code).toBe(3);
+    expect(refused.err).toMatch(/^cdc pause: refused \(PAUSE_OUTLIVES_RETENTION\): a pause of 400d would outlive the change log's retention \(1d\).*\n  what to do: pause for less than 1d/);
+    expect(JSON.parse(refused.out)).toMatchObject({ outcome: 'refused', code: 'PAUSE_OUTLIVES_RETENTION' });
+    const resnap = await run('resnapshot', 'public.items', '--reason', 'gap', '--function', 'cdc-operator');
+    expect(resnap.code, resnap.err).toBe(0);
+    const status = await run('status', '--function', 'cdc-operator');
+    expect(status.out).toMatch(/SOURCE +TABLE +STATE +VERSION/);
+    expect(status.out).toMatch(/shop +public\.items +needs-resnapshot +1 +- +- +- +- +0 +- +RESNAPSHOT_REQUESTED: gap \(by tester\)/);
+    expect(status.out).toMatch(/shop +public\.orders +paused/);
+    expect(status.out).toContain('end-to-end lag: unknown');
+    const audit = await run('audit', '--json', '--function', 'cdc-operator');
+    const entries = (JSON.parse(audit.out) as AuditEntry[]).filter((e) => e.actor === 'tester');
+    expect(entries.map((e) => [e.action, e.table, e.outcome])).toEqual([
+      ['pause', 'public.orders', 'done'],
+      ['pause', 'public.items', 'refused'],
+      ['resnapshot', 'public.items', 'done'],
+    ]);
+    const one = await run('audit', '--table', 'public.items', '--function', 'cdc-operator');
+    expect(one.out).toMatch(/tester +pause +shop\/public\.items +refused +PAUSE_OUTLIVES_RETENTION: a pause of 400d/);
+    expect(await run('resume', 'public.orders', '--function', 'cdc-operator')).toMatchObject({ code: 0 });
+    expect((await run('resume', 'public.orders', '--function', 'cdc-operator')).err).toMatch(/refused \(NOTHING_TO_RESUME\)/);
+  });
+
+  it('the status-only function serves status and audit and refuses changes', async () => {
+    setDoorOpener(door('status,audit'));
+    expect((await run('status', 'public.orders', '--json', '--function', 'cdc-status')).code).toBe(0);
+    const pause = await run('pause', 'public.orders', '--for', '1m', '--reason', 'x', '--function', 'cdc-status');
+    expect(pause.code).toBe(3);
+    expect(pause.err).toMatch(/refused \(ACTION_NOT_ALLOWED\): this operator function serves only status, audit/);
+  });
+
+  it('answers a malformed payload with an error naming the field', async () => {
+    const handler = createOperatorHandler({ control: cp, env: { [EnvName.CHANGE_LOG_RETENTION_MS]: '1000' }, logger: quiet });
+    expect(await handler({ actor: 'x', request: { action: 'pause', table: 'public.orders', durationMs: -5, reason: 'r' } })).toEqual({ ok: false, error: { code: 'INVALID_REQUEST', message: 'request.durationMs must be a positive number of milliseconds, got -5' } });
+    expect(await handler({ actor: 'x', request: { action: 'drop' } })).toMatchObject({ ok: false, error: { message: expect.stringContaining('request.action must be one of status, pause, resume, resnapshot, audit') } });
+    expect(await handler({ request: { action: 'status' } })).toMatchObject({ ok: false, error: { message: expect.stringContaining('actor') } });
+    expect(() => createOperatorHandler({ control: cp, env: {} })).toThrow(/CDC_CHANGE_LOG_RETENTION_MS must be a positive number/);
+    expect(() => createOperatorHandler({ control: cp, env: { [EnvName.CHANGE_LOG_RETENTION_MS]: '1', [EnvName.PAUSE_BUDGETS]: '{"a":-1}' } })).toThrow(/CDC_PAUSE_BUDGETS must be a JSON object/);
+  });
+
+  it('says what is wrong with a command line (exit 2)', async () => {
+    setDoorOpener(door());
+    expect((await run('pause', 'public.orders', '--reason', 'x')).err).toContain('--for DURATION is required');
+    expect((await run('pause', 'public.orders', '--for', '10x', '--reason', 'x')).code).toBe(2);
+    expect((await run('resume')).err).toMatch(/takes one table/);
+    expect((await run('audit', '--since', 'yesterday')).code).toBe(2);
+    expect((await run('status', '--stack', 's', '--function', 'f')).code).toBe(2);
+    const help = await run('resume', '--help');
+    expect(help.code).toBe(0);
+    expect(help.out).toContain('--accept-schema');
+  });
+});
+
+describe('the local door when cdc local is not running', () => {
+  it('starts DynamoDB Local and kinesalite on the state folder for the command, under the folder lock', async () => {
+    setDoorOpener(null);
+    await ddb.stop(); // the folder's data now belongs to nobody, as after cdc local stopped
+    const status = await run('status', '--json', '--state-dir', dir);
+    expect(status.code, status.err).toBe(0);
+    const report = JSON.parse(status.out) as StatusReport;
+    expect(report.changeLogRetentionMs).toBe(48 * 3_600_000);
+    expect(report.tables.map((t) => [t.table, t.state])).toEqual([
+      ['public.items', 'needs-resnapshot'],
+      ['public.orders', 'active'],
+    ]);
+    expect(existsSync(path.join(dir, 'lock'))).toBe(false);
+    const missing = await run('status', '--state-dir', path.join(dir, 'nope'));
+    expect(missing.code).toBe(1);
+    expect(missing.err).toMatch(/holds no cdc local state \(no state\.json\): run cdc local there first/);
+  }, 120_000);
+});
