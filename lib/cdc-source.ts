@@ -19,10 +19,10 @@ import type { IControlPlane } from './control-plane.ts';
 import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
 import { dmsIdentifier } from './private/physical-name.ts';
-import { consumeStream } from './private/stream-consumer.ts';
+import { consumeStream, defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
 import { compileTableMappings, findTableProblem, tableConfigEntries } from './private/table-mappings.ts';
 import { taskSettings } from './private/task-settings.ts';
-import { checkIntegerRange, checkKinesisRetention, checkLowerIdent, fail, halfOf, idFromConstructId } from './private/validate.ts';
+import { checkIntegerRange, checkKinesisRetention, checkLowerIdent, fail, idFromConstructId } from './private/validate.ts';
 import type { SourceDatabase } from './source-database.ts';
 import { platformMetric } from './private/platform-metric.ts';
 
@@ -124,8 +124,9 @@ export interface CdcSourceProps {
    */
   readonly maxLobSize?: Size;
   /**
-   * Customer-managed key for the raw stream and the replication instance storage.
-   * @default - AWS managed keys (`alias/aws/kinesis`, `alias/aws/dms`)
+   * Customer-managed key for the raw stream, the replication instance storage and the
+   * normalizer's dead-letter queue.
+   * @default - AWS managed keys (`alias/aws/kinesis`, `alias/aws/dms`) and SQS-managed encryption
    */
   readonly encryptionKey?: kms.IKey;
   /**
@@ -154,8 +155,8 @@ export interface CdcSourceProps {
    */
   readonly alarmCdcLatencyThreshold?: Duration;
   /**
-   * Normalizer iterator age above which its alarm fires.
-   * @default - half the normalizer's maximum record age (a quarter of the raw stream retention)
+   * Normalizer iterator age above which its alarm fires: the signal that the normalizer is stuck.
+   * @default - a quarter of the raw stream retention
    */
   readonly alarmIteratorAgeThreshold?: Duration;
 }
@@ -445,8 +446,10 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
       streamRetention: rawRetention,
       batchSize: 500,
       maxBatchingWindow: Duration.seconds(0),
-      retryAttempts: 500,
+      // No retry or age limit: an outage of the control plane or the change log delays the
+      // normalizer and never skips raw records (docs/deploy.md, "Outages").
       parallelizationFactor: 1,
+      deadLetterQueueEncryptionKey: props.encryptionKey,
     });
     this.deadLetterQueue = consumer.deadLetterQueue;
 
@@ -507,13 +510,13 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
           }),
         );
       }
-      const iteratorThreshold = props.alarmIteratorAgeThreshold ?? halfOf(consumer.maxRecordAge);
+      const iteratorThreshold = props.alarmIteratorAgeThreshold ?? defaultIteratorAgeThreshold(rawRetention, consumer.maxRecordAge);
       this.alarms.push(
         createAlarm(this, 'NormalizerIteratorAgeAlarm', {
           nameSuffix: `${this.sourceId}-normalizer-iterator-age`,
           description:
-            `The normalizer of source ${this.sourceId} reads raw records older than ${iteratorThreshold.toHumanString()} (${this.node.path}). ` +
-            `Records older than ${consumer.maxRecordAge.toHumanString()} go to the dead-letter queue; raw records expire after ${rawRetention.toHumanString()}.`,
+            `The normalizer of source ${this.sourceId} reads raw records older than ${iteratorThreshold.toHumanString()} (${this.node.path}): it is stuck or behind. ` +
+            `Failing batches are retried without limit; raw records expire unread after ${rawRetention.toHumanString()}.`,
           metric: iteratorAgeMetric(normalizer.fn),
           threshold: iteratorThreshold.toMilliseconds(),
           evaluationPeriods: 5,
@@ -525,7 +528,7 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
           nameSuffix: `${this.sourceId}-normalizer-dead-letter-queue`,
           description:
             `Raw records of source ${this.sourceId} were given up by the normalizer's event source mapping (${this.node.path}). ` +
-            'Each message names the shard and sequence numbers; re-drive them from the raw stream while it still holds them.',
+            'The mapping has no retry or age limit, so this means records expired unread; each message names the shard and sequence numbers.',
           queue: consumer.deadLetterQueue,
           actions,
         }),

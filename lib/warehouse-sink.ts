@@ -1,6 +1,7 @@
 import { Duration, Size, Validations } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import type * as kms from 'aws-cdk-lib/aws-kms';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
@@ -11,8 +12,8 @@ import type { IChangeLog } from './change-log.ts';
 import type { IControlPlane } from './control-plane.ts';
 import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
-import { consumeStream } from './private/stream-consumer.ts';
-import { checkIntegerRange, checkLowerIdent, fail, halfOf, idFromConstructId } from './private/validate.ts';
+import { consumeStream, defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
+import { checkIntegerRange, checkLowerIdent, fail, idFromConstructId } from './private/validate.ts';
 import type { WarehouseConnection } from './warehouse-connection.ts';
 import { platformMetric } from './private/platform-metric.ts';
 
@@ -56,14 +57,18 @@ export interface WarehouseSinkProps {
    */
   readonly maxBatchingWindow?: Duration;
   /**
-   * Retries of a failing batch before its records go to the dead-letter queue (0 to 10,000).
-   * @default 500
+   * Retries of a failing batch before its records are given up to the dead-letter queue (0 to
+   * 10,000, or -1 for no limit). A limit turns an outage longer than the retries into skipped
+   * mirror writes: the applier dead-letters bad input itself and fails only on infrastructure
+   * errors (see docs/deploy.md, "Outages").
+   * @default -1 (no limit: an outage delays, it never skips)
    */
   readonly retryAttempts?: number;
   /**
-   * Age after which a record that still fails goes to the dead-letter queue (60 s to 7 days,
-   * shorter than the change-log retention).
-   * @default - half the change-log retention, at most 7 days
+   * Age after which a record that still fails is given up to the dead-letter queue (60 s to 7
+   * days, shorter than the change-log retention). Like `retryAttempts`, a limit lets an outage
+   * skip records.
+   * @default - no limit (an outage delays, it never skips)
    */
   readonly maxRecordAge?: Duration;
   /**
@@ -92,10 +97,15 @@ export interface WarehouseSinkProps {
    */
   readonly alarmActions?: cloudwatch.IAlarmAction[];
   /**
-   * Applier iterator age above which its alarm fires.
-   * @default - half of `maxRecordAge`
+   * Applier iterator age above which its alarm fires: the signal that the sink is stuck.
+   * @default - a quarter of the change-log retention (half of `maxRecordAge` when that is set)
    */
   readonly alarmIteratorAgeThreshold?: Duration;
+  /**
+   * Customer-managed key for the dead-letter queue of the applier's event source mapping.
+   * @default - SQS-managed encryption
+   */
+  readonly deadLetterQueueEncryptionKey?: kms.IKey;
 }
 
 /**
@@ -137,7 +147,7 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
       fail(this, `freshnessTarget (${this.freshnessTarget.toHumanString()}) must be shorter than the change-log retention (${props.log.retention.toHumanString()})`);
     }
     checkIntegerRange(this, 'batchSize', props.batchSize, 1, 10_000);
-    checkIntegerRange(this, 'retryAttempts', props.retryAttempts, 0, 10_000);
+    checkIntegerRange(this, 'retryAttempts', props.retryAttempts, -1, 10_000);
     checkIntegerRange(this, 'parallelizationFactor', props.parallelizationFactor, 1, 10);
     const maxBatchingWindow = props.maxBatchingWindow ?? Duration.seconds(5);
     if (maxBatchingWindow.toSeconds() > 300) fail(this, `maxBatchingWindow must be at most 5 minutes, got ${maxBatchingWindow.toHumanString()}`);
@@ -172,9 +182,10 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
       streamRetention: props.log.retention,
       batchSize: props.batchSize ?? 1000,
       maxBatchingWindow,
-      retryAttempts: props.retryAttempts ?? 500,
+      retryAttempts: props.retryAttempts,
       maxRecordAge: props.maxRecordAge,
       parallelizationFactor: props.parallelizationFactor ?? 1,
+      deadLetterQueueEncryptionKey: props.deadLetterQueueEncryptionKey,
     });
     this.deadLetterQueue = consumer.deadLetterQueue;
     Validations.of(applier).acknowledge(
@@ -212,7 +223,7 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
           }),
         );
       }
-      const iteratorThreshold = props.alarmIteratorAgeThreshold ?? halfOf(consumer.maxRecordAge);
+      const iteratorThreshold = props.alarmIteratorAgeThreshold ?? defaultIteratorAgeThreshold(props.log.retention, consumer.maxRecordAge);
       this.alarms.push(
         createAlarm(this, 'ApplyErrorsAlarm', {
           nameSuffix: `${this.sinkId}-apply-errors`,
@@ -228,15 +239,17 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
           nameSuffix: `${this.sinkId}-dead-letter-queue`,
           description:
             `Change-log records were given up by the event source mapping of warehouse sink ${this.sinkId} (${this.node.path}). ` +
-            'Each message names the shard and sequence numbers; re-drive them from the change log or its archive.',
+            'Each message names the shard and sequence numbers; re-drive them from the change log or its archive. With the default settings (no retry or age limit) nothing is given up, so a message here means a limit was configured or a record expired unread.',
           queue: consumer.deadLetterQueue,
           actions,
         }),
         createAlarm(this, 'IteratorAgeAlarm', {
           nameSuffix: `${this.sinkId}-iterator-age`,
           description:
-            `The applier of warehouse sink ${this.sinkId} reads records older than ${iteratorThreshold.toHumanString()} (${this.node.path}). ` +
-            `Records older than ${consumer.maxRecordAge.toHumanString()} go to the dead-letter queue.`,
+            `The applier of warehouse sink ${this.sinkId} reads records older than ${iteratorThreshold.toHumanString()} (${this.node.path}): the sink is stuck or behind. ` +
+            (consumer.maxRecordAge
+              ? `Records older than ${consumer.maxRecordAge.toHumanString()} go to the dead-letter queue.`
+              : `Failing batches are retried without limit; records expire unread from the change log after ${props.log.retention.toHumanString()}.`),
           metric: iteratorAgeMetric(applier.fn),
           threshold: iteratorThreshold.toMilliseconds(),
           evaluationPeriods: 5,

@@ -153,8 +153,9 @@ describe('CdcSource', () => {
       EventSourceArn: f.stack.resolve(source.rawStream.streamArn),
       FunctionResponseTypes: ['ReportBatchItemFailures'],
       BisectBatchOnFunctionError: true,
-      MaximumRetryAttempts: 500,
-      MaximumRecordAgeInSeconds: Duration.days(7).toSeconds() / 2,
+      // Outages delay, they never skip: no retry or record-age limit (-1 is CloudFormation's "infinite").
+      MaximumRetryAttempts: -1,
+      MaximumRecordAgeInSeconds: -1,
       ParallelizationFactor: 1,
       StartingPosition: 'TRIM_HORIZON',
       DestinationConfig: { OnFailure: { Destination: { 'Fn::GetAtt': [Match.stringLikeRegexp('^OrdersNormalizerDeadLetterQueue'), 'Arn'] } } },
