@@ -7,6 +7,7 @@ import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import { EnvName } from '../contracts/env.ts';
 import { MetricDimension, MetricName } from '../contracts/metrics.ts';
+import { AwsApiEgress } from './aws-api-egress.ts';
 import type { ICdcSource } from './cdc-source.ts';
 import type { IChangeLog } from './change-log.ts';
 import type { IControlPlane } from './control-plane.ts';
@@ -29,6 +30,12 @@ export interface WarehouseSinkProps {
   readonly connection: WarehouseConnection;
   /** VPC from which the applier reaches the warehouse. */
   readonly vpc: ec2.IVpc;
+  /**
+   * How the applier reaches AWS APIs (Secrets Manager, DynamoDB) over HTTPS; its security group
+   * allows nothing else outbound but the warehouse port.
+   * @default AwsApiEgress.vpcEndpoints() (HTTPS to the VPC's CIDR block only)
+   */
+  readonly awsApiEgress?: AwsApiEgress;
   /**
    * Subnets of the applier; they need a route to the warehouse and to the Kinesis, DynamoDB and
    * Secrets Manager APIs.
@@ -155,9 +162,31 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
     const securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
       vpc: props.vpc,
       description: `Warehouse sink ${this.sinkId}: the applier (${this.node.path})`,
-      allowAllOutbound: true,
+      // Outbound only to the warehouse port and HTTPS to AWS APIs.
+      allowAllOutbound: false,
     });
+    (props.awsApiEgress ?? AwsApiEgress.vpcEndpoints()).applyTo(securityGroup, props.vpc);
     this.connections = new ec2.Connections({ securityGroups: [securityGroup] });
+    if (props.connection.securityGroup) {
+      const port = props.connection.port;
+      checkIntegerRange(this, 'warehouse port', port, 1, 65535);
+      new ec2.CfnSecurityGroupIngress(this, 'WarehouseIngress', {
+        groupId: props.connection.securityGroup.securityGroupId,
+        sourceSecurityGroupId: securityGroup.securityGroupId,
+        ipProtocol: 'tcp',
+        fromPort: port,
+        toPort: port,
+        description: `Warehouse sink ${this.sinkId}: the applier`,
+      });
+      new ec2.CfnSecurityGroupEgress(this, 'WarehouseEgress', {
+        groupId: securityGroup.securityGroupId,
+        destinationSecurityGroupId: props.connection.securityGroup.securityGroupId,
+        ipProtocol: 'tcp',
+        fromPort: port,
+        toPort: port,
+        description: `Warehouse sink ${this.sinkId}: to the warehouse`,
+      });
+    }
 
     const applier = new CdcFunction(this, 'Applier', {
       handlerName: 'warehouse-applier',
@@ -167,6 +196,7 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
         [EnvName.SINK_ID]: this.sinkId,
         [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName,
         [EnvName.WAREHOUSE_SECRET_ARN]: props.connection.secret.secretArn,
+        [EnvName.WAREHOUSE_SSL_MODE]: props.connection.sslMode,
       },
       memorySize: props.memorySize ?? Size.mebibytes(1024),
       timeout: props.timeout ?? Duration.minutes(5),
@@ -176,7 +206,7 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
     });
     this.applier = applier.fn;
     props.connection.secret.grantRead(applier.fn);
-    props.control.grantReadWriteData(applier.fn);
+    props.control.grantSinkApplier(applier.fn, this.sinkId, this.sourceIds);
     const consumer = consumeStream(this, applier.fn, {
       stream: props.log.stream,
       streamRetention: props.log.retention,

@@ -53,6 +53,7 @@ import { assertPlainIdentifier, splitTableId } from '../core/identifiers.ts';
 import { assertSourceColumn } from '../core/warehouse-sql.ts';
 import { dynamoDbClient } from '../adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
+import { DEFAULT_SSL_MODE, parseSslMode, pgSsl } from '../adapters/tls.ts';
 import { PgWarehouse, SinkTypeConflictError, ValueRejectedError, type PgWarehouseOptions } from '../adapters/warehouse-pg.ts';
 
 /** One change-log record as the applier sees it. */
@@ -407,7 +408,7 @@ interface WarehouseSecret {
   username: string;
   password: string;
   dbname?: string;
-  /** `disable`, `require` (encrypt, do not verify) or `verify-full` (default). */
+  /** `disable`, `require` (encrypt, do not verify) or `verify-full` (default); `CDC_WAREHOUSE_SSL_MODE` wins. */
   sslmode?: string;
 }
 
@@ -425,7 +426,9 @@ async function poolFromEnvironment(): Promise<pg.Pool> {
     throw new ConfigurationError(`secret ${arn} is not JSON with host, port, username, password, dbname`);
   }
   if (!s.host || !s.username) throw new ConfigurationError(`secret ${arn} lacks host or username`);
-  const ssl = s.sslmode === 'disable' ? false : s.sslmode === 'require' ? { rejectUnauthorized: false } : true;
+  // verify-full by default: Node's trusted CAs (Redshift) plus the Amazon RDS CAs (lambda/adapters/tls.ts).
+  const envMode = process.env[EnvName.WAREHOUSE_SSL_MODE];
+  const ssl = pgSsl(parseSslMode(envMode || s.sslmode || DEFAULT_SSL_MODE, envMode ? EnvName.WAREHOUSE_SSL_MODE : `secret ${arn}: field 'sslmode'`));
   return new pg.Pool({ host: s.host, port: Number(s.port ?? 5439), user: s.username, password: s.password, database: s.dbname, ssl, ...common });
 }
 
