@@ -39,6 +39,20 @@ describe('WarehouseSink', () => {
     });
   });
 
+  test('a stuck sink is alarmed by default: iterator age at a quarter of the log retention, end-to-end lag with silence breaching', () => {
+    const f = fixture();
+    const s = sink(f);
+    const t = Template.fromStack(f.stack);
+    t.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      Namespace: 'AWS/Lambda',
+      MetricName: 'IteratorAge',
+      Threshold: Duration.days(7).toMilliseconds() / 4,
+      Dimensions: [{ Name: 'FunctionName', Value: f.stack.resolve(s.applier.functionName) }],
+      AlarmDescription: Match.stringLikeRegexp('retried without limit'),
+    });
+    t.hasResourceProperties('AWS::CloudWatch::Alarm', { MetricName: 'EndToEndLag', TreatMissingData: 'breaching' });
+  });
+
   test('mapping settings can be tuned', () => {
     const f = fixture();
     sink(f, { batchSize: 200, maxBatchingWindow: Duration.seconds(0), retryAttempts: 20, maxRecordAge: Duration.hours(6), parallelizationFactor: 4 });
