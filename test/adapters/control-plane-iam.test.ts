@@ -71,12 +71,16 @@ function allowed(statements: Statement[], r: Request): boolean {
 }
 
 /** The DynamoDB statements of the role whose logical id starts with `prefix`, from a synthesized stack with one source and one sink. */
+let template: Template | undefined;
 function roleStatements(prefix: string): Statement[] {
-  const f = fixture();
-  const source = ordersSource(f);
-  new WarehouseSink(f.stack, 'Warehouse', { control: f.control, log: f.log, sources: [source], connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }), vpc: f.vpc });
+  if (!template) {
+    const f = fixture();
+    const source = ordersSource(f);
+    new WarehouseSink(f.stack, 'Warehouse', { control: f.control, log: f.log, sources: [source], connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }), vpc: f.vpc });
+    template = Template.fromStack(f.stack);
+  }
   const out: Statement[] = [];
-  for (const [, p] of resourcesOf(Template.fromStack(f.stack), 'AWS::IAM::Policy')) {
+  for (const [, p] of resourcesOf(template, 'AWS::IAM::Policy')) {
     if (!((p.Properties.Roles as Array<{ Ref: string }>) ?? []).some((r) => r.Ref.startsWith(prefix))) continue;
     out.push(...(p.Properties.PolicyDocument as { Statement: Statement[] }).Statement.filter((s) => actionsOf(s).some((a) => a.startsWith('dynamodb:'))));
   }
