@@ -69,7 +69,11 @@ export function buildScaleApp(app: App, o: ScaleOptions): Stack[] {
       control,
       log,
       vpc,
-      database: SourceDatabase.postgres({ databaseName: `db${s}`, secret: secretsmanager.Secret.fromSecretNameV2(scope, `Source${s}Secret`, `cdc/source${s}/capture`) }),
+      database: SourceDatabase.postgres({
+        databaseName: `db${s}`,
+        secret: secretsmanager.Secret.fromSecretNameV2(scope, `Source${s}Secret`, `cdc/source${s}/capture`),
+        heartbeatSecret: secretsmanager.Secret.fromSecretNameV2(scope, `Source${s}HeartbeatSecret`, `cdc/source${s}/heartbeat`),
+      }),
       tables,
     });
     source.node.addDependency(roles);

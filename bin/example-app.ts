@@ -27,6 +27,7 @@ import {
   ControlPlane,
   DeleteMode,
   DmsServiceRoles,
+  AwsApiEgress,
   SourceDatabase,
   WarehouseConnection,
   WarehouseSink,
@@ -90,6 +91,8 @@ export class CdcExampleStack extends Stack {
         CapturedTable.of('public.orders'),
         CapturedTable.of('public.order_items', { deletes: DeleteMode.HARD, primaryKey: ['order_id', 'line_no'] }),
       ],
+      // The example's private subnets reach AWS APIs through its NAT gateway: HTTPS only.
+      awsApiEgress: AwsApiEgress.natGateway(),
       alarmActions,
     });
 
@@ -100,11 +103,13 @@ export class CdcExampleStack extends Stack {
       database: SourceDatabase.postgres({
         databaseName: 'billing',
         secret: secretsmanager.Secret.fromSecretNameV2(this, 'BillingSecret', 'cdc/billing/capture'),
+        heartbeatSecret: secretsmanager.Secret.fromSecretNameV2(this, 'BillingHeartbeatSecret', 'cdc/billing/heartbeat'),
       }),
       tables: [
         CapturedTable.of('billing.invoices', { mask: ['customer_email'], exclude: ['card_number'], primaryKey: ['invoice_id'] }),
         CapturedTable.of('billing.payments', { primaryKey: ['payment_id'] }),
       ],
+      awsApiEgress: AwsApiEgress.natGateway(),
       alarmActions,
     });
 
@@ -122,6 +127,7 @@ export class CdcExampleStack extends Stack {
         secret: secretsmanager.Secret.fromSecretNameV2(this, 'WarehouseSecret', 'cdc/warehouse/applier'),
       }),
       vpc,
+      awsApiEgress: AwsApiEgress.natGateway(),
       freshnessTarget: Duration.minutes(2),
       alarmActions,
     });

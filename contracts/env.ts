@@ -25,6 +25,12 @@ export const EnvName = {
   HEARTBEAT_SCHEMA: 'CDC_HEARTBEAT_SCHEMA',
   /** Heartbeats the writer sends per invocation, 10 s apart (the schedule starts it every minute). */
   HEARTBEAT_BEATS: 'CDC_HEARTBEAT_BEATS',
+  /** TLS to the source (`verify-full`, the default, or `require`): the heartbeat writer and the DMS task lifecycle. */
+  SOURCE_SSL_MODE: 'CDC_SOURCE_SSL_MODE',
+  /** PEM of the CA(s) of the source's certificate, when not the Amazon RDS CAs. */
+  SOURCE_CA_PEM: 'CDC_SOURCE_CA_PEM',
+  /** TLS to the warehouse (`verify-full`, the default, or `require`). */
+  WAREHOUSE_SSL_MODE: 'CDC_WAREHOUSE_SSL_MODE',
   /** Endpoint override for AWS clients (local stand-ins). */
   AWS_ENDPOINT: 'CDC_AWS_ENDPOINT',
   /** Operator function: the actions it serves, comma separated (the status-only function: `status,audit`). */

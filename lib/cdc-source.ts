@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { Aws, CustomResource, Duration, Fn, RemovalPolicy, Size, SizeRoundingBehavior, Token, Validations } from 'aws-cdk-lib';
+import { Annotations, Aws, CustomResource, Duration, Fn, RemovalPolicy, Size, SizeRoundingBehavior, Token, Validations } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as dms from 'aws-cdk-lib/aws-dms';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
@@ -13,17 +13,19 @@ import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct, type IConstruct } from 'constructs';
 import { DEFAULT_HEARTBEAT_SCHEMA, EnvName } from '../contracts/env.ts';
 import { MetricDimension, MetricName, NORMALIZER_STAGE } from '../contracts/metrics.ts';
+import { AwsApiEgress } from './aws-api-egress.ts';
 import type { CapturedTable } from './captured-table.ts';
 import type { IChangeLog } from './change-log.ts';
 import type { IControlPlane } from './control-plane.ts';
 import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
 import { dmsIdentifier } from './private/physical-name.ts';
-import { consumeStream } from './private/stream-consumer.ts';
+import { consumeStream, defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
 import { compileTableMappings, findTableProblem, tableConfigEntries } from './private/table-mappings.ts';
 import { taskSettings } from './private/task-settings.ts';
-import { checkIntegerRange, checkKinesisRetention, checkLowerIdent, fail, halfOf, idFromConstructId } from './private/validate.ts';
-import type { SourceDatabase } from './source-database.ts';
+import { checkIntegerRange, checkKinesisRetention, checkLowerIdent, fail, idFromConstructId } from './private/validate.ts';
+import { SslMode, type SourceDatabase } from './source-database.ts';
+import { rdsCaCertificate } from './private/rds-ca.ts';
 import { platformMetric } from './private/platform-metric.ts';
 
 /** Which columns DMS puts in the before image of an update. */
@@ -62,6 +64,12 @@ export interface CdcSourceProps {
   readonly vpcSubnets?: ec2.SubnetSelection;
   /** The database to capture. */
   readonly database: SourceDatabase;
+  /**
+   * How the replication instance and the database-facing functions reach AWS APIs over HTTPS;
+   * their security group allows nothing else outbound but the database port.
+   * @default AwsApiEgress.vpcEndpoints() (HTTPS to the VPC's CIDR block only)
+   */
+  readonly awsApiEgress?: AwsApiEgress;
   /** The tables to capture, with their column rules. */
   readonly tables: CapturedTable[];
   /**
@@ -124,8 +132,9 @@ export interface CdcSourceProps {
    */
   readonly maxLobSize?: Size;
   /**
-   * Customer-managed key for the raw stream and the replication instance storage.
-   * @default - AWS managed keys (`alias/aws/kinesis`, `alias/aws/dms`)
+   * Customer-managed key for the raw stream, the replication instance storage and the
+   * normalizer's dead-letter queue.
+   * @default - AWS managed keys (`alias/aws/kinesis`, `alias/aws/dms`) and SQS-managed encryption
    */
   readonly encryptionKey?: kms.IKey;
   /**
@@ -154,12 +163,14 @@ export interface CdcSourceProps {
    */
   readonly alarmCdcLatencyThreshold?: Duration;
   /**
-   * Normalizer iterator age above which its alarm fires.
-   * @default - half the normalizer's maximum record age (a quarter of the raw stream retention)
+   * Normalizer iterator age above which its alarm fires: the signal that the normalizer is stuck.
+   * @default - a quarter of the raw stream retention
    */
   readonly alarmIteratorAgeThreshold?: Duration;
 }
 
+/** Tag on the replication task naming it (its identifier), for the lifecycle's stop permission. */
+const TASK_TAG = 'cdc-platform:task';
 /** Heartbeats per writer invocation: one every 10 s across the one-minute schedule. */
 const HEARTBEAT_BEATS = 6;
 const SLOT_NAME = /^[a-z0-9_]{1,63}$/;
@@ -234,8 +245,10 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
     const securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
       vpc: props.vpc,
       description: `CDC source ${this.sourceId}: DMS replication instance and database-facing functions (${this.node.path})`,
-      allowAllOutbound: true,
+      // Outbound only to what they need: the database port and HTTPS to AWS APIs.
+      allowAllOutbound: false,
     });
+    (props.awsApiEgress ?? AwsApiEgress.vpcEndpoints()).applyTo(securityGroup, props.vpc);
     this.connections = new ec2.Connections({ securityGroups: [securityGroup] });
 
     // Raw stream: DMS output, read only by the normalizer.
@@ -284,11 +297,27 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
       vpcSecurityGroupIds: [securityGroup.securityGroupId],
     });
 
+    const certificate =
+      props.database.sslMode !== SslMode.VERIFY_FULL
+        ? undefined
+        : props.database.caCertificatePem
+          ? new dms.CfnCertificate(this, 'CaCertificate', { certificatePem: props.database.caCertificatePem })
+          : rdsCaCertificate(this);
+    if (props.database.sslMode !== SslMode.VERIFY_FULL) {
+      Annotations.of(this).addWarningV2('@cdc-platform/CdcSource:tlsNotVerified', `TLS to source ${this.sourceId} is encrypted but the server certificate is not verified (sslMode ${props.database.sslMode}); use it only for self-signed test servers`);
+    }
+    const sourceTlsEnvironment: Record<string, string> = {
+      [EnvName.SOURCE_SSL_MODE]: props.database.sslMode,
+      ...(props.database.caCertificatePem ? { [EnvName.SOURCE_CA_PEM]: props.database.caCertificatePem } : {}),
+    };
     const sourceEndpoint = new dms.CfnEndpoint(this, 'SourceEndpoint', {
       endpointType: 'source',
       engineName: 'postgres',
       databaseName: props.database.databaseName,
-      sslMode: 'require',
+      // TLS verified by default: the certificate chain against the RDS CAs (or the database's own
+      // CA PEM) and the host name. REQUIRE (encrypted, unverified) is an explicit opt-out.
+      sslMode: props.database.sslMode,
+      certificateArn: certificate?.ref,
       postgreSqlSettings: {
         secretsManagerSecretId: props.database.secret.secretArn,
         secretsManagerAccessRoleArn: secretsRole.roleArn,
@@ -334,7 +363,7 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
       handlerName: 'dms-task-starter',
       description: `Prepares the replication slot and starts, resumes and stops the DMS task of ${this.node.path}`,
       serviceName: 'cdc-dms-task-lifecycle',
-      environment: {},
+      environment: { ...sourceTlsEnvironment },
       memorySize: Size.mebibytes(256),
       timeout: Duration.minutes(15),
       vpc: props.vpc,
@@ -343,15 +372,21 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
       retryAttempts: 0,
     });
     props.database.secret.grantRead(lifecycle.fn);
+    // The slot step runs before the task exists (the task starts at the slot's position), so its
+    // policy cannot name the task's ARN (DMS assigns it at creation); on an update it stops the
+    // task before CloudFormation modifies it. It may stop only a task carrying this source's tag
+    // (`aws:ResourceTag`, a condition key of the DMS task resource type); the start/stop steps
+    // after the task are scoped to the task's ARN (TaskControlPolicy below).
     const taskArnPattern = `arn:${Aws.PARTITION}:dms:${Aws.REGION}:${Aws.ACCOUNT_ID}:task:*`;
     const lifecyclePolicy = new iam.Policy(this, 'TaskLifecyclePolicy', {
       statements: [
         // DescribeReplicationTasks supports no resource-level permissions.
         new iam.PolicyStatement({ actions: ['dms:DescribeReplicationTasks'], resources: ['*'] }),
-        // The task's ARN ends in an id DMS assigns at creation; the slot step runs before the
-        // task exists, so the statement names the account's tasks and the handler finds this
-        // one by its identifier.
-        new iam.PolicyStatement({ actions: ['dms:StartReplicationTask', 'dms:StopReplicationTask'], resources: [taskArnPattern] }),
+        new iam.PolicyStatement({
+          actions: ['dms:StopReplicationTask'],
+          resources: [taskArnPattern],
+          conditions: { StringEquals: { [`aws:ResourceTag/${TASK_TAG}`]: this.replicationTaskIdentifier } },
+        }),
       ],
     });
     lifecycle.role.attachInlinePolicy(lifecyclePolicy);
@@ -359,7 +394,7 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
       { id: 'AwsSolutions-IAM5[Resource::*]', reason: 'dms:DescribeReplicationTasks supports no resource-level permissions' },
       {
         id: 'AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:dms:<AWS::Region>:<AWS::AccountId>:task:*]',
-        reason: 'the task ARN is assigned by DMS at creation and the slot step runs before the task exists; the handler acts only on the task it finds by identifier',
+        reason: `stop only, and only a task tagged ${TASK_TAG} = this source's task identifier: the slot step runs before the task exists, so it cannot name the ARN DMS assigns`,
       },
     );
 
@@ -372,7 +407,7 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
         SecretArn: props.database.secret.secretArn,
         DatabaseName: props.database.databaseName,
         SlotName: this.slotName,
-        Ssl: 'require',
+        Ssl: props.database.sslMode,
         TaskIdentifier: this.replicationTaskIdentifier,
         ConfigHash: configHash,
         RemoveSlotOnDelete: (props.slotRemovalPolicy ?? RemovalPolicy.RETAIN) === RemovalPolicy.DESTROY ? 'true' : 'false',
@@ -389,7 +424,15 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
         toPort: props.database.port,
         description: `CDC source ${this.sourceId}: DMS and the database-facing functions`,
       });
-      slot.node.addDependency(ingress);
+      const egress = new ec2.CfnSecurityGroupEgress(this, 'DatabaseEgress', {
+        groupId: securityGroup.securityGroupId,
+        destinationSecurityGroupId: props.database.securityGroup.securityGroupId,
+        ipProtocol: 'tcp',
+        fromPort: props.database.port,
+        toPort: props.database.port,
+        description: `CDC source ${this.sourceId}: to the database`,
+      });
+      slot.node.addDependency(ingress, egress);
     }
     slot.node.addDependency(subnets.internetConnectivityEstablished);
 
@@ -403,8 +446,13 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
       replicationTaskSettings: settingsJson,
       // The slot's position when it was created (or found): DMS starts there, natively.
       cdcStartPosition: slot.getAttString('StartPosition'),
+      tags: [{ key: TASK_TAG, value: this.replicationTaskIdentifier }],
     });
     this.replicationTaskArn = task.ref;
+    const taskControlPolicy = new iam.Policy(this, 'TaskControlPolicy', {
+      statements: [new iam.PolicyStatement({ actions: ['dms:StartReplicationTask', 'dms:StopReplicationTask'], resources: [task.ref] })],
+    });
+    lifecycle.role.attachInlinePolicy(taskControlPolicy);
 
     const starter = new CustomResource(this, 'TaskStarter', {
       resourceType: 'Custom::CdcReplicationTaskStarter',
@@ -418,7 +466,7 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
         StartPosition: slot.getAttString('StartPosition'),
       },
     });
-    starter.node.addDependency(lifecyclePolicy);
+    starter.node.addDependency(lifecyclePolicy, taskControlPolicy);
 
     // --- Normalizer: raw stream → change log ---
     const tableConfig = JSON.stringify(tableConfigEntries(this.tables, this.heartbeatSchema));
@@ -439,14 +487,16 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
     this.normalizer = normalizer.fn;
     props.log.grantWrite(normalizer.fn);
     props.log.grant(normalizer.fn, 'kinesis:DescribeStreamSummary');
-    props.control.grantReadWriteData(normalizer.fn);
+    props.control.grantNormalizer(normalizer.fn, this.sourceId);
     const consumer = consumeStream(normalizer, normalizer.fn, {
       stream: rawStream,
       streamRetention: rawRetention,
       batchSize: 500,
       maxBatchingWindow: Duration.seconds(0),
-      retryAttempts: 500,
+      // No retry or age limit: an outage of the control plane or the change log delays the
+      // normalizer and never skips raw records (docs/deploy.md, "Outages").
       parallelizationFactor: 1,
+      deadLetterQueueEncryptionKey: props.encryptionKey,
     });
     this.deadLetterQueue = consumer.deadLetterQueue;
 
@@ -460,6 +510,7 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
         [EnvName.SOURCE_SECRET_ARN]: props.database.heartbeatSecret.secretArn,
         [EnvName.HEARTBEAT_SCHEMA]: this.heartbeatSchema,
         [EnvName.HEARTBEAT_BEATS]: String(HEARTBEAT_BEATS),
+        ...sourceTlsEnvironment,
       },
       memorySize: Size.mebibytes(256),
       // Six beats 10 s apart take 50 s plus connection time; the next invocation starts a minute later.
@@ -507,13 +558,13 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
           }),
         );
       }
-      const iteratorThreshold = props.alarmIteratorAgeThreshold ?? halfOf(consumer.maxRecordAge);
+      const iteratorThreshold = props.alarmIteratorAgeThreshold ?? defaultIteratorAgeThreshold(rawRetention, consumer.maxRecordAge);
       this.alarms.push(
         createAlarm(this, 'NormalizerIteratorAgeAlarm', {
           nameSuffix: `${this.sourceId}-normalizer-iterator-age`,
           description:
-            `The normalizer of source ${this.sourceId} reads raw records older than ${iteratorThreshold.toHumanString()} (${this.node.path}). ` +
-            `Records older than ${consumer.maxRecordAge.toHumanString()} go to the dead-letter queue; raw records expire after ${rawRetention.toHumanString()}.`,
+            `The normalizer of source ${this.sourceId} reads raw records older than ${iteratorThreshold.toHumanString()} (${this.node.path}): it is stuck or behind. ` +
+            `Failing batches are retried without limit; raw records expire unread after ${rawRetention.toHumanString()}.`,
           metric: iteratorAgeMetric(normalizer.fn),
           threshold: iteratorThreshold.toMilliseconds(),
           evaluationPeriods: 5,
@@ -525,7 +576,7 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
           nameSuffix: `${this.sourceId}-normalizer-dead-letter-queue`,
           description:
             `Raw records of source ${this.sourceId} were given up by the normalizer's event source mapping (${this.node.path}). ` +
-            'Each message names the shard and sequence numbers; re-drive them from the raw stream while it still holds them.',
+            'The mapping has no retry or age limit, so this means records expired unread; each message names the shard and sequence numbers.',
           queue: consumer.deadLetterQueue,
           actions,
         }),

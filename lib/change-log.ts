@@ -1,9 +1,10 @@
 import { Duration, RemovalPolicy, Resource, Size, Stack, Token, Validations, type IResource } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
-import type * as iam from 'aws-cdk-lib/aws-iam';
+import * as iam from 'aws-cdk-lib/aws-iam';
 import * as kinesis from 'aws-cdk-lib/aws-kinesis';
 import * as firehose from 'aws-cdk-lib/aws-kinesisfirehose';
 import * as kms from 'aws-cdk-lib/aws-kms';
+import type * as logs from 'aws-cdk-lib/aws-logs';
 import * as s3 from 'aws-cdk-lib/aws-s3';
 import { S3_SERVER_ACCESS_LOGS_USE_BUCKET_POLICY } from 'aws-cdk-lib/cx-api';
 import type { Construct } from 'constructs';
@@ -99,6 +100,13 @@ export interface ChangeLogProps {
    * @default - no replication
    */
   readonly archiveReplicaEncryptionKey?: kms.IKey;
+  /**
+   * Roles that may delete archive objects and their versions (break glass). The archive's bucket
+   * policy denies `s3:DeleteObject` and `s3:DeleteObjectVersion` to every other principal, the
+   * delivery role included; objects leave only through the lifecycle rule.
+   * @default - no principal may delete archive objects
+   */
+  readonly archiveBreakGlassRoles?: iam.IRole[];
   /**
    * What happens to the stream, the archive bucket and the keys this construct creates when they
    * leave the stack.
@@ -214,6 +222,8 @@ export class ChangeLog extends ChangeLogBase {
   readonly archiveEncryptionKey: kms.IKey;
   /** The Firehose delivery stream that writes the archive. */
   readonly archiveDeliveryStream: firehose.IDeliveryStream;
+  /** The role Firehose writes the archive with: put and read objects, never delete. */
+  readonly archiveDeliveryRole: iam.IRole;
   /** The alarms this construct created (empty when `alarmsEnabled` is false). */
   readonly alarms: cloudwatch.IAlarm[] = [];
 
@@ -288,9 +298,11 @@ export class ChangeLog extends ChangeLogBase {
         {
           id: 'expire-at-archive-retention',
           expiration: this.archiveRetention,
-          // Versioning exists for replication and against accidental overwrites; an expired
-          // version is removed a day later so the archive does not outlive archiveRetention.
-          noncurrentVersionExpiration: Duration.days(1),
+          // Versioning exists for replication and against accidental overwrites and deletes: a
+          // version made noncurrent (overwritten, or hidden by a delete marker) is kept for
+          // another archiveRetention, so whatever happened can be undone for that long
+          // (docs/deploy.md, "The archive").
+          noncurrentVersionExpiration: this.archiveRetention,
           abortIncompleteMultipartUploadAfter: Duration.days(7),
         },
         { id: 'remove-expired-delete-markers', expiredObjectDeleteMarker: true },
@@ -310,10 +322,32 @@ export class ChangeLog extends ChangeLogBase {
       removalPolicy,
     });
     this.archiveBucket = archive;
+    // The archive is the record of truth beyond the stream: nobody deletes from it but the
+    // lifecycle rule (which bucket policies do not govern) and the break-glass roles.
+    const breakGlass = props.archiveBreakGlassRoles ?? [];
+    archive.addToResourcePolicy(
+      new iam.PolicyStatement({
+        sid: 'DenyArchiveDeletes',
+        effect: iam.Effect.DENY,
+        principals: [new iam.AnyPrincipal()],
+        actions: ['s3:DeleteObject', 's3:DeleteObjectVersion'],
+        resources: [archive.arnForObjects('*')],
+        ...(breakGlass.length > 0 ? { conditions: { ArnNotEquals: { 'aws:PrincipalArn': breakGlass.map((r) => r.roleArn) } } } : {}),
+      }),
+    );
+
+    // Firehose's own role, with exactly what an S3 destination needs (no delete): the destination
+    // is given an immutable view of it, so the L2's read-write grant adds nothing.
+    const deliveryRole = new iam.Role(this, 'ArchiveDeliveryRole', {
+      assumedBy: new iam.ServicePrincipal('firehose.amazonaws.com'),
+      description: `Firehose writes the archive of ${this.node.path}: put and read objects, never delete`,
+    });
+    this.archiveDeliveryRole = deliveryRole;
 
     const delivery = new firehose.DeliveryStream(this, 'ArchiveDelivery', {
       source: new firehose.KinesisStreamSource(stream),
       destination: new firehose.S3Bucket(archive, {
+        role: deliveryRole.withoutPolicyUpdates(),
         encryptionKey: this.archiveEncryptionKey,
         compression: firehose.Compression.GZIP,
         bufferingInterval,
@@ -325,6 +359,21 @@ export class ChangeLog extends ChangeLogBase {
       }),
     });
     this.archiveDeliveryStream = delivery;
+    const deliveryLogGroup = delivery.node.tryFindChild('LogGroup') as logs.ILogGroup | undefined;
+    const deliveryPolicy = new iam.Policy(this, 'ArchiveDeliveryPolicy', {
+      roles: [deliveryRole],
+      statements: [
+        // The S3 destination permissions Firehose documents, without s3:DeleteObject*.
+        new iam.PolicyStatement({
+          actions: ['s3:AbortMultipartUpload', 's3:GetBucketLocation', 's3:GetObject', 's3:ListBucket', 's3:ListBucketMultipartUploads', 's3:PutObject'],
+          resources: [archive.bucketArn, archive.arnForObjects('*')],
+        }),
+        new iam.PolicyStatement({ actions: ['kms:Decrypt', 'kms:GenerateDataKey'], resources: [this.archiveEncryptionKey.keyArn] }),
+        ...(deliveryLogGroup ? [new iam.PolicyStatement({ actions: ['logs:CreateLogStream', 'logs:PutLogEvents'], resources: [deliveryLogGroup.logGroupArn] })] : []),
+      ],
+    });
+    // Only the delivery stream itself waits for the policy (its log group is referenced by it).
+    delivery.node.findChild('Resource').node.addDependency(deliveryPolicy);
     Validations.of(delivery).acknowledge({
       id: 'AwsSolutions-KDF1',
       reason: 'a delivery stream whose source is a kinesis stream cannot have its own server-side encryption; records are encrypted in the source stream and, with kms, in the archive bucket',
@@ -373,19 +422,13 @@ export class ChangeLog extends ChangeLogBase {
     return bucket;
   }
 
-  /** The grant-generated wildcards of the Firehose role (S3 object keys, KMS data-key actions). */
+  /** The object-key wildcard of the delivery policy (Firehose writes generated keys). */
   private acknowledgeGrantWildcards(): void {
     const stack = Stack.of(this);
-    const acks = [
-      { id: 'AwsSolutions-IAM5[Action::s3:Abort*]', reason: 'CDK grantReadWrite on the archive bucket for Firehose; scoped to the archive bucket' },
-      { id: 'AwsSolutions-IAM5[Action::s3:DeleteObject*]', reason: 'CDK grantReadWrite on the archive bucket for Firehose; scoped to the archive bucket' },
-      { id: 'AwsSolutions-IAM5[Action::s3:GetBucket*]', reason: 'CDK grantReadWrite on the archive bucket for Firehose; scoped to the archive bucket' },
-      { id: 'AwsSolutions-IAM5[Action::s3:GetObject*]', reason: 'CDK grantReadWrite on the archive bucket for Firehose; scoped to the archive bucket' },
-      { id: 'AwsSolutions-IAM5[Action::s3:List*]', reason: 'CDK grantReadWrite on the archive bucket for Firehose; scoped to the archive bucket' },
-      { id: `AwsSolutions-IAM5[Resource::<${stack.getLogicalId(this.archiveBucket.node.defaultChild as s3.CfnBucket)}.Arn>/*]`, reason: 'Firehose writes objects under generated keys in the archive bucket' },
-      { id: 'AwsSolutions-IAM5[Action::kms:GenerateDataKey*]', reason: 'CDK key grant for encrypting archive objects; scoped to the archive key' },
-      { id: 'AwsSolutions-IAM5[Action::kms:ReEncrypt*]', reason: 'CDK key grant for encrypting archive objects; scoped to the archive key' },
-    ];
-    Validations.of(this.archiveDeliveryStream).acknowledge(...acks);
+    const policy = this.node.findChild('ArchiveDeliveryPolicy');
+    Validations.of(policy).acknowledge({
+      id: `AwsSolutions-IAM5[Resource::<${stack.getLogicalId(this.archiveBucket.node.defaultChild as s3.CfnBucket)}.Arn>/*]`,
+      reason: 'Firehose writes objects under generated keys in the archive bucket (put and read only; deletes are denied by the bucket policy)',
+    });
   }
 }

@@ -1,11 +1,39 @@
 import { Duration, RemovalPolicy, Resource, type IResource } from 'aws-cdk-lib';
 import type * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
-import type * as iam from 'aws-cdk-lib/aws-iam';
+import * as iam from 'aws-cdk-lib/aws-iam';
 import * as kms from 'aws-cdk-lib/aws-kms';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type { Construct } from 'constructs';
 import { OperatorFunctions } from './private/operator-function.ts';
+import { ControlPartition } from '../contracts/control-plane-keys.ts';
+import { NORMALIZER_STAGE } from '../contracts/metrics.ts';
+
+/**
+ * Partitions of the control table one function may touch, as partition-key values
+ * (`ControlPartition` in contracts/control-plane-keys.ts); a trailing `*` matches a prefix. Each
+ * list becomes one statement conditioned on `dynamodb:LeadingKeys`.
+ */
+export interface ControlPlaneItemAccess {
+  /**
+   * Partitions the grantee may read (`GetItem`, `Query`).
+   * @default - none
+   */
+  readonly read?: string[];
+  /**
+   * Partitions the grantee may put items into (`PutItem`, also inside `TransactWriteItems`).
+   * @default - none
+   */
+  readonly put?: string[];
+  /**
+   * Partitions whose items the grantee may update (`UpdateItem`, also inside `TransactWriteItems`).
+   * @default - none
+   */
+  readonly update?: string[];
+}
+
+/** Writes to the audit partition that IAM denies to every function of the platform: the audit log is append-only. */
+const AUDIT_DENIED_ACTIONS = ['dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:BatchWriteItem', 'dynamodb:PartiQLUpdate', 'dynamodb:PartiQLDelete'];
 
 /**
  * The control plane: one DynamoDB table holding offsets, schema versions, table states, snapshot
@@ -29,6 +57,24 @@ export interface IControlPlane extends IResource {
   grantReadWriteData(grantee: iam.IGrantable): iam.Grant;
   /** Read items (and decrypt with the table's key). */
   grantReadData(grantee: iam.IGrantable): iam.Grant;
+  /**
+   * Only the given partitions (`dynamodb:LeadingKeys`), only `GetItem`/`Query`/`PutItem`/
+   * `UpdateItem`, never `DeleteItem`, `Scan` or `BatchWriteItem`; and an explicit deny of
+   * updates and deletes in the audit partition, so that the grantee can only append to it.
+   */
+  grantItems(grantee: iam.IGrantable, access: ControlPlaneItemAccess): iam.Grant;
+  /**
+   * What a source's normalizer needs: its own table records and schema versions (read, put,
+   * update), its `SOURCES` entry (update), audit entries and the normalizers' dead letters
+   * (append).
+   */
+  grantNormalizer(grantee: iam.IGrantable, sourceId: string): iam.Grant;
+  /**
+   * What a sink's applier needs: its own progress (read, update); the table records and schema
+   * versions of the sources it mirrors (read, and update of the table record, to mark a table
+   * `degraded` with a dead letter); audit entries and its own dead letters (append).
+   */
+  grantSinkApplier(grantee: iam.IGrantable, sinkId: string, sourceIds: string[]): iam.Grant;
 }
 
 /** Properties of a `ControlPlane`. */
@@ -94,6 +140,59 @@ abstract class ControlPlaneBase extends Resource implements IControlPlane {
 
   grantReadData(grantee: iam.IGrantable): iam.Grant {
     return this.table.grantReadData(grantee);
+  }
+
+  grantItems(grantee: iam.IGrantable, access: ControlPlaneItemAccess): iam.Grant {
+    const statements: Array<[string[], string[]]> = [
+      [['dynamodb:GetItem', 'dynamodb:Query'], access.read ?? []],
+      [['dynamodb:PutItem'], access.put ?? []],
+      [['dynamodb:UpdateItem'], access.update ?? []],
+    ];
+    let grant: iam.Grant | undefined;
+    for (const [actions, partitions] of statements) {
+      if (partitions.length === 0) continue;
+      const g = iam.Grant.addToPrincipal({
+        grantee,
+        actions,
+        resourceArns: [this.table.tableArn],
+        // ForAllValues: every partition key the request touches is one of these (Scan, which has
+        // none, is not granted at all).
+        conditions: { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [...new Set(partitions)].sort() } },
+      });
+      grant = grant ? grant.combine(g) : g;
+    }
+    grantee.grantPrincipal.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        effect: iam.Effect.DENY,
+        actions: AUDIT_DENIED_ACTIONS,
+        resources: [this.table.tableArn],
+        conditions: { 'ForAnyValue:StringEquals': { 'dynamodb:LeadingKeys': [ControlPartition.AUDIT] } },
+      }),
+    );
+    const writes = (access.put?.length ?? 0) + (access.update?.length ?? 0) > 0;
+    const key = this.table.encryptionKey;
+    if (key) {
+      const k = writes ? key.grantEncryptDecrypt(grantee) : key.grantDecrypt(grantee);
+      grant = grant ? grant.combine(k) : k;
+    }
+    return grant ?? iam.Grant.drop(grantee, 'no control-plane partitions');
+  }
+
+  grantNormalizer(grantee: iam.IGrantable, sourceId: string): iam.Grant {
+    const own = [ControlPartition.source(sourceId), ControlPartition.schemasOf(sourceId)];
+    return this.grantItems(grantee, {
+      read: own,
+      put: [...own, ControlPartition.AUDIT, ControlPartition.deadLetters(NORMALIZER_STAGE), ControlPartition.DEAD_LETTER_STAGES],
+      update: [ControlPartition.source(sourceId), ControlPartition.SOURCES],
+    });
+  }
+
+  grantSinkApplier(grantee: iam.IGrantable, sinkId: string, sourceIds: string[]): iam.Grant {
+    return this.grantItems(grantee, {
+      read: [ControlPartition.sink(sinkId), ...sourceIds.flatMap((s) => [ControlPartition.source(s), ControlPartition.schemasOf(s)])],
+      put: [ControlPartition.AUDIT, ControlPartition.deadLetters(sinkId), ControlPartition.DEAD_LETTER_STAGES],
+      update: [ControlPartition.sink(sinkId), ...sourceIds.map((s) => ControlPartition.source(s))],
+    });
   }
 }
 

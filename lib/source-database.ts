@@ -12,11 +12,26 @@ export interface PostgresSourceOptions {
    */
   readonly secret: secretsmanager.ISecret;
   /**
-   * Credentials the heartbeat writer uses: the same shape, for a user that may only write the
-   * heartbeat table.
-   * @default - the capture secret
+   * Credentials the heartbeat writer uses: the same shape, for its own user that may only write
+   * the heartbeat table (see docs/deploy.md). Required, and never the capture secret: the
+   * heartbeat writer runs every minute and must not hold the replication identity.
    */
-  readonly heartbeatSecret?: secretsmanager.ISecret;
+  readonly heartbeatSecret: secretsmanager.ISecret;
+  /**
+   * How DMS and the functions verify the server's TLS certificate. `VERIFY_FULL` checks the
+   * chain against `caCertificatePem` (DMS) or Node's trusted CAs plus the Amazon RDS CAs (the
+   * functions) and the host name; `REQUIRE` encrypts without verifying, an explicit opt-out for
+   * self-signed test servers.
+   * @default SslMode.VERIFY_FULL
+   */
+  readonly sslMode?: SslMode;
+  /**
+   * PEM of the CA certificate(s) that sign the server's certificate, imported as a DMS
+   * certificate for `verify-full` and given to the slot preparation and heartbeat functions.
+   * Set it for a self-managed server with a private CA.
+   * @default - the Amazon RDS root CAs of every region (RDS and Aurora)
+   */
+  readonly caCertificatePem?: string;
   /**
    * The database's security group. When given, the `CdcSource` admits its own security group on
    * `port` and prepares the replication slot only after that rule exists.
@@ -28,6 +43,14 @@ export interface PostgresSourceOptions {
    * @default 5432
    */
   readonly port?: number;
+}
+
+/** TLS to a database: how the server certificate is checked. */
+export enum SslMode {
+  /** Encrypted; the certificate chain and the host name are verified (DMS `verify-full`). */
+  VERIFY_FULL = 'verify-full',
+  /** Encrypted, the certificate not verified: an explicit opt-out for self-signed test servers. */
+  REQUIRE = 'require',
 }
 
 /** Supported source engines. */
@@ -49,8 +72,12 @@ export class SourceDatabase {
   readonly databaseName: string;
   /** Capture credentials and address. */
   readonly secret: secretsmanager.ISecret;
-  /** Heartbeat-writer credentials and address. */
+  /** Heartbeat-writer credentials and address (its own user, never the capture user). */
   readonly heartbeatSecret: secretsmanager.ISecret;
+  /** How the server's TLS certificate is checked. */
+  readonly sslMode: SslMode;
+  /** The CA bundle for `verify-full`, when not the Amazon RDS CAs. */
+  readonly caCertificatePem?: string;
   /** The database's security group, when the source should admit itself. */
   readonly securityGroup?: ec2.ISecurityGroup;
   /** The database port. */
@@ -60,7 +87,16 @@ export class SourceDatabase {
     this.engine = engine;
     this.databaseName = options.databaseName;
     this.secret = options.secret;
-    this.heartbeatSecret = options.heartbeatSecret ?? options.secret;
+    if (!options.heartbeatSecret) throw new Error('SourceDatabase.postgres: heartbeatSecret is required (the heartbeat writer has its own user; see docs/deploy.md, section 2.2)');
+    if (options.heartbeatSecret === options.secret) {
+      throw new Error('SourceDatabase.postgres: heartbeatSecret must not be the capture secret; give the heartbeat writer its own user that may only write the heartbeat table (docs/deploy.md, section 2.2)');
+    }
+    this.heartbeatSecret = options.heartbeatSecret;
+    this.sslMode = options.sslMode ?? SslMode.VERIFY_FULL;
+    if (options.caCertificatePem !== undefined && !options.caCertificatePem.includes('-----BEGIN CERTIFICATE-----')) {
+      throw new Error('SourceDatabase.postgres: caCertificatePem must be PEM text with at least one -----BEGIN CERTIFICATE----- block');
+    }
+    this.caCertificatePem = options.caCertificatePem;
     this.securityGroup = options.securityGroup;
     this.port = options.port ?? 5432;
   }

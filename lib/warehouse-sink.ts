@@ -3,18 +3,20 @@ import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as targets from 'aws-cdk-lib/aws-events-targets';
+import type * as kms from 'aws-cdk-lib/aws-kms';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import { EnvName } from '../contracts/env.ts';
 import { MetricDimension, MetricName } from '../contracts/metrics.ts';
+import { AwsApiEgress } from './aws-api-egress.ts';
 import type { ICdcSource } from './cdc-source.ts';
 import type { IChangeLog } from './change-log.ts';
 import type { IControlPlane } from './control-plane.ts';
 import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
-import { consumeStream } from './private/stream-consumer.ts';
-import { checkIntegerRange, checkLowerIdent, fail, halfOf, idFromConstructId } from './private/validate.ts';
+import { consumeStream, defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
+import { checkIntegerRange, checkLowerIdent, fail, idFromConstructId } from './private/validate.ts';
 import type { WarehouseConnection } from './warehouse-connection.ts';
 import { platformMetric } from './private/platform-metric.ts';
 
@@ -30,6 +32,12 @@ export interface WarehouseSinkProps {
   readonly connection: WarehouseConnection;
   /** VPC from which the applier reaches the warehouse. */
   readonly vpc: ec2.IVpc;
+  /**
+   * How the applier reaches AWS APIs (Secrets Manager, DynamoDB) over HTTPS; its security group
+   * allows nothing else outbound but the warehouse port.
+   * @default AwsApiEgress.vpcEndpoints() (HTTPS to the VPC's CIDR block only)
+   */
+  readonly awsApiEgress?: AwsApiEgress;
   /**
    * Subnets of the applier; they need a route to the warehouse and to the Kinesis, DynamoDB and
    * Secrets Manager APIs.
@@ -58,14 +66,18 @@ export interface WarehouseSinkProps {
    */
   readonly maxBatchingWindow?: Duration;
   /**
-   * Retries of a failing batch before its records go to the dead-letter queue (0 to 10,000).
-   * @default 500
+   * Retries of a failing batch before its records are given up to the dead-letter queue (0 to
+   * 10,000, or -1 for no limit). A limit turns an outage longer than the retries into skipped
+   * mirror writes: the applier dead-letters bad input itself and fails only on infrastructure
+   * errors (see docs/deploy.md, "Outages").
+   * @default -1 (no limit: an outage delays, it never skips)
    */
   readonly retryAttempts?: number;
   /**
-   * Age after which a record that still fails goes to the dead-letter queue (60 s to 7 days,
-   * shorter than the change-log retention).
-   * @default - half the change-log retention, at most 7 days
+   * Age after which a record that still fails is given up to the dead-letter queue (60 s to 7
+   * days, shorter than the change-log retention). Like `retryAttempts`, a limit lets an outage
+   * skip records.
+   * @default - no limit (an outage delays, it never skips)
    */
   readonly maxRecordAge?: Duration;
   /**
@@ -94,10 +106,15 @@ export interface WarehouseSinkProps {
    */
   readonly alarmActions?: cloudwatch.IAlarmAction[];
   /**
-   * Applier iterator age above which its alarm fires.
-   * @default - half of `maxRecordAge`
+   * Applier iterator age above which its alarm fires: the signal that the sink is stuck.
+   * @default - a quarter of the change-log retention (half of `maxRecordAge` when that is set)
    */
   readonly alarmIteratorAgeThreshold?: Duration;
+  /**
+   * Customer-managed key for the dead-letter queue of the applier's event source mapping.
+   * @default - SQS-managed encryption
+   */
+  readonly deadLetterQueueEncryptionKey?: kms.IKey;
 }
 
 /**
@@ -139,7 +156,7 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
       fail(this, `freshnessTarget (${this.freshnessTarget.toHumanString()}) must be shorter than the change-log retention (${props.log.retention.toHumanString()})`);
     }
     checkIntegerRange(this, 'batchSize', props.batchSize, 1, 10_000);
-    checkIntegerRange(this, 'retryAttempts', props.retryAttempts, 0, 10_000);
+    checkIntegerRange(this, 'retryAttempts', props.retryAttempts, -1, 10_000);
     checkIntegerRange(this, 'parallelizationFactor', props.parallelizationFactor, 1, 10);
     const maxBatchingWindow = props.maxBatchingWindow ?? Duration.seconds(5);
     if (maxBatchingWindow.toSeconds() > 300) fail(this, `maxBatchingWindow must be at most 5 minutes, got ${maxBatchingWindow.toHumanString()}`);
@@ -147,9 +164,31 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
     const securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
       vpc: props.vpc,
       description: `Warehouse sink ${this.sinkId}: the applier (${this.node.path})`,
-      allowAllOutbound: true,
+      // Outbound only to the warehouse port and HTTPS to AWS APIs.
+      allowAllOutbound: false,
     });
+    (props.awsApiEgress ?? AwsApiEgress.vpcEndpoints()).applyTo(securityGroup, props.vpc);
     this.connections = new ec2.Connections({ securityGroups: [securityGroup] });
+    if (props.connection.securityGroup) {
+      const port = props.connection.port;
+      checkIntegerRange(this, 'warehouse port', port, 1, 65535);
+      new ec2.CfnSecurityGroupIngress(this, 'WarehouseIngress', {
+        groupId: props.connection.securityGroup.securityGroupId,
+        sourceSecurityGroupId: securityGroup.securityGroupId,
+        ipProtocol: 'tcp',
+        fromPort: port,
+        toPort: port,
+        description: `Warehouse sink ${this.sinkId}: the applier`,
+      });
+      new ec2.CfnSecurityGroupEgress(this, 'WarehouseEgress', {
+        groupId: securityGroup.securityGroupId,
+        destinationSecurityGroupId: props.connection.securityGroup.securityGroupId,
+        ipProtocol: 'tcp',
+        fromPort: port,
+        toPort: port,
+        description: `Warehouse sink ${this.sinkId}: to the warehouse`,
+      });
+    }
 
     const applier = new CdcFunction(this, 'Applier', {
       handlerName: 'warehouse-applier',
@@ -161,6 +200,7 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
         [EnvName.WAREHOUSE_SECRET_ARN]: props.connection.secret.secretArn,
         // The resume replay reads the held range from the change log (docs/operations.md).
         [EnvName.CHANGE_LOG_STREAM]: props.log.stream.streamName,
+        [EnvName.WAREHOUSE_SSL_MODE]: props.connection.sslMode,
       },
       memorySize: props.memorySize ?? Size.mebibytes(1024),
       timeout: props.timeout ?? Duration.minutes(5),
@@ -170,15 +210,16 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
     });
     this.applier = applier.fn;
     props.connection.secret.grantRead(applier.fn);
-    props.control.grantReadWriteData(applier.fn);
+    props.control.grantSinkApplier(applier.fn, this.sinkId, this.sourceIds);
     const consumer = consumeStream(this, applier.fn, {
       stream: props.log.stream,
       streamRetention: props.log.retention,
       batchSize: props.batchSize ?? 1000,
       maxBatchingWindow,
-      retryAttempts: props.retryAttempts ?? 500,
+      retryAttempts: props.retryAttempts,
       maxRecordAge: props.maxRecordAge,
       parallelizationFactor: props.parallelizationFactor ?? 1,
+      deadLetterQueueEncryptionKey: props.deadLetterQueueEncryptionKey,
     });
     this.deadLetterQueue = consumer.deadLetterQueue;
     // Every minute the applier replays the holds an operator resume released (docs/operations.md);
@@ -223,7 +264,7 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
           }),
         );
       }
-      const iteratorThreshold = props.alarmIteratorAgeThreshold ?? halfOf(consumer.maxRecordAge);
+      const iteratorThreshold = props.alarmIteratorAgeThreshold ?? defaultIteratorAgeThreshold(props.log.retention, consumer.maxRecordAge);
       this.alarms.push(
         createAlarm(this, 'ApplyErrorsAlarm', {
           nameSuffix: `${this.sinkId}-apply-errors`,
@@ -239,15 +280,17 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
           nameSuffix: `${this.sinkId}-dead-letter-queue`,
           description:
             `Change-log records were given up by the event source mapping of warehouse sink ${this.sinkId} (${this.node.path}). ` +
-            'Each message names the shard and sequence numbers; re-drive them from the change log or its archive.',
+            'Each message names the shard and sequence numbers; re-drive them from the change log or its archive. With the default settings (no retry or age limit) nothing is given up, so a message here means a limit was configured or a record expired unread.',
           queue: consumer.deadLetterQueue,
           actions,
         }),
         createAlarm(this, 'IteratorAgeAlarm', {
           nameSuffix: `${this.sinkId}-iterator-age`,
           description:
-            `The applier of warehouse sink ${this.sinkId} reads records older than ${iteratorThreshold.toHumanString()} (${this.node.path}). ` +
-            `Records older than ${consumer.maxRecordAge.toHumanString()} go to the dead-letter queue.`,
+            `The applier of warehouse sink ${this.sinkId} reads records older than ${iteratorThreshold.toHumanString()} (${this.node.path}): the sink is stuck or behind. ` +
+            (consumer.maxRecordAge
+              ? `Records older than ${consumer.maxRecordAge.toHumanString()} go to the dead-letter queue.`
+              : `Failing batches are retried without limit; records expire unread from the change log after ${props.log.retention.toHumanString()}.`),
           metric: iteratorAgeMetric(applier.fn),
           threshold: iteratorThreshold.toMilliseconds(),
           evaluationPeriods: 5,

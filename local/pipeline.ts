@@ -45,7 +45,8 @@ export interface PipelineOptions {
   workloadRate?: number;
   workloadSeed?: number;
   capture?: { maxTxRows?: number; maxTxBytes?: number; slot?: string };
-  poller?: { batchSize?: number; maxRetries?: number };
+  /** Poller settings; `maxRetries` applies to bad input only, infrastructure errors are retried without limit (backoff up to `maxBackoffMs`). */
+  poller?: { batchSize?: number; maxRetries?: number; maxBackoffMs?: number };
   /** Errors the pipeline recovers from (retries), for the log. */
   onError?: (where: string, err: unknown) => void;
 }
@@ -139,7 +140,13 @@ export class LocalPipeline {
       });
       this.replayer = createHeldRangeReplayer({ controlPlane: stack.control, sinkId: o.sinkId, applier: replayApplier, readLog: () => readChangeLog(stack.kinesis, stack.streams.changeLog) });
     }
-    const common = { kinesis: stack.kinesis, control: stack.control, batchSize: o.poller?.batchSize ?? 200, maxRetries: o.poller?.maxRetries ?? 10 };
+    const common = {
+      kinesis: stack.kinesis,
+      control: stack.control,
+      batchSize: o.poller?.batchSize ?? 200,
+      ...(o.poller?.maxRetries !== undefined ? { maxRetries: o.poller.maxRetries } : {}),
+      ...(o.poller?.maxBackoffMs !== undefined ? { maxBackoffMs: o.poller.maxBackoffMs } : {}),
+    };
     this.pollers = {
       normalizer: new Poller({ ...common, consumer: 'normalizer', streamName: stack.streams.raw, handler: normalizer, onError: err('normalizer poller') }),
       sink: new Poller({ ...common, consumer: o.sinkId, streamName: stack.streams.changeLog, handler: applier, onError: err(`${o.sinkId} poller`) }),
@@ -295,6 +302,8 @@ export class LocalPipeline {
       behindMs: Math.max(0, ...Object.values(p.stats.millisBehind)),
       retries: p.stats.retries,
       deadLetters: p.stats.deadLetters,
+      stalledMs: p.stats.stalledSince === null ? null : now - p.stats.stalledSince,
+      lastError: p.stats.lastError,
     });
     const consumers = [this.pollers.normalizer, this.pollers.sink, this.pollers.archive].map(pollerStatus);
     const w = this.workload?.stats;

@@ -14,9 +14,15 @@
  *   number and retry from it. An unknown or empty item identifier fails the whole batch.
  * - Thrown error: with bisect on, the batch is split in two and each half is retried on its own
  *   (a split does not count as a retry); otherwise, and for a single record, the batch is retried.
- * - Retries are bounded (`maxRetries`, with exponential backoff); when they run out, every record
- *   of the failing batch goes to the dead letters with the last error, the checkpoint moves past
- *   it and the shard goes on.
+ * - Outages delay, they never skip (docs/local.md, "Outages"). A failure is either bad input or
+ *   an infrastructure error. The handlers dead-letter records they cannot decode or apply
+ *   themselves, so what reaches the poller as a reported batch item failure or a thrown error is
+ *   an infrastructure error (the warehouse, DynamoDB or Kinesis unreachable, throttled, timing
+ *   out): it is retried without limit, with exponential backoff up to `maxBackoffMs`, and the
+ *   stall shows in `stats` (`stalledSince`, `lastError`) for the live status. Only a thrown
+ *   bad-input error (`isBadInput`: the platform's named invalid-record errors) is retried
+ *   `maxRetries` times on the record bisect isolated, then dead-lettered with its own code and
+ *   the checkpoint moves past it.
  * - A closed shard (after a split or merge) is read to its end and checkpointed as `SHARD_END`;
  *   a child shard starts only after its parents ended.
  */
@@ -32,6 +38,7 @@ import {
 } from '@aws-sdk/client-kinesis';
 import type { KinesisStreamBatchResponse, KinesisStreamEvent } from 'aws-lambda';
 import type { ControlPlane, DeadLetter } from '../lambda/core/control-plane.ts';
+import { CdcError, InvalidRecordError, UnknownOperationError, UnsafeIdentifierError } from '../lambda/core/errors.ts';
 import { toKinesisStreamEvent } from '../lambda/adapters/kinesis-event.ts';
 
 /** Checkpoint value of a shard that was read to its end. */
@@ -56,15 +63,19 @@ export interface PollerOptions {
   batchSize?: number;
   /** Longest wait for a full batch, in ms (MaximumBatchingWindowInSeconds). @default 0 */
   batchWindowMs?: number;
-  /** Retries of a failing batch before its records go to the dead letters. @default 5 */
+  /** Retries of a record that fails as bad input (see `isBadInput`) before it goes to the dead letters; infrastructure errors are retried without limit. @default 2 */
   maxRetries?: number;
+  /** Whether a thrown error means bad input rather than an infrastructure error. @default isBadInputError */
+  isBadInput?: (err: unknown) => boolean;
+  /** Longest backoff between retries of an infrastructure error, in ms. @default 5000 */
+  maxBackoffMs?: number;
   /** Split a batch in two when the handler throws. @default true */
   bisectOnError?: boolean;
   /** Where to start on a shard without checkpoint. @default TRIM_HORIZON */
   startingPosition?: 'TRIM_HORIZON' | 'LATEST';
   /** Wait between polls of an idle shard, in ms (Lambda polls about once a second). @default 200 */
   idleMs?: number;
-  /** First retry backoff, doubled per retry up to 5 s. @default 100 */
+  /** First retry backoff, doubled per retry up to `maxBackoffMs`. @default 100 */
   retryBackoffMs?: number;
   /** How often the shard list is re-read (to follow splits and merges), in ms. @default 10000 */
   shardRefreshMs?: number;
@@ -84,6 +95,23 @@ export interface PollerStats {
   millisBehind: Record<string, number>;
   /** When the last batch was acknowledged (epoch ms), or null. */
   lastAckAt: number | null;
+  /** Since when a batch has been failing with an infrastructure error and retried (epoch ms), or null when nothing is stalled. */
+  stalledSince: number | null;
+  /** The last infrastructure error, while stalled. */
+  lastError: string | null;
+}
+
+/**
+ * Whether an error a handler threw means bad input: one of the platform's named errors for a
+ * record that does not have the documented shape, or a Powertools full-batch failure whose
+ * record errors all are. Anything else (a database, DynamoDB or Kinesis error, a timeout) is an
+ * infrastructure error and is retried without limit.
+ */
+export function isBadInputError(err: unknown): boolean {
+  const bad = (e: unknown): boolean => e instanceof InvalidRecordError || e instanceof UnknownOperationError || e instanceof UnsafeIdentifierError;
+  if (bad(err)) return true;
+  const children = (err as { name?: string; recordErrors?: unknown[] } | null)?.recordErrors;
+  return (err as { name?: string } | null)?.name === 'FullBatchFailureError' && Array.isArray(children) && children.length > 0 && children.every(bad);
 }
 
 /** Lambda's invocation payload limit is 6 MB; records are base64 inside JSON. */
@@ -92,7 +120,7 @@ const DEAD_LETTER_RECORD_LIMIT = 300_000;
 
 class StopRequested extends Error {}
 
-type InvokeOutcome = { kind: 'ok' } | { kind: 'partial'; index: number; reason: string } | { kind: 'error'; reason: string };
+type InvokeOutcome = { kind: 'ok' } | { kind: 'partial'; index: number; reason: string } | { kind: 'error'; reason: string; badInput: boolean; code: string };
 
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
@@ -119,6 +147,8 @@ function aboutRecord(text: string): { source: string | null; table: string | nul
 /** One event source mapping: call `start()`, later `stop()` (lets the batch in flight finish). */
 export class Poller {
   private readonly o: Required<Omit<PollerOptions, 'onError'>> & Pick<PollerOptions, 'onError'>;
+  /** In-flight deliveries currently failing with an infrastructure error (bisect can run two in turn). */
+  private stalled = 0;
   private stopping = false;
   private streamArn = '';
   private readonly running = new Map<string, Promise<void>>();
@@ -137,7 +167,9 @@ export class Poller {
     this.o = {
       batchSize,
       batchWindowMs: options.batchWindowMs ?? 0,
-      maxRetries: options.maxRetries ?? 5,
+      maxRetries: options.maxRetries ?? 2,
+      isBadInput: options.isBadInput ?? isBadInputError,
+      maxBackoffMs: options.maxBackoffMs ?? 5_000,
       bisectOnError: options.bisectOnError ?? true,
       startingPosition: options.startingPosition ?? 'TRIM_HORIZON',
       idleMs: options.idleMs ?? 200,
@@ -150,7 +182,7 @@ export class Poller {
       handler: options.handler,
       onError: options.onError,
     };
-    this.stats = { consumer: options.consumer, recordsDone: 0, batches: 0, retries: 0, deadLetters: 0, millisBehind: {}, lastAckAt: null };
+    this.stats = { consumer: options.consumer, recordsDone: 0, batches: 0, retries: 0, deadLetters: 0, millisBehind: {}, lastAckAt: null, stalledSince: null, lastError: null };
   }
 
   /** Starts polling every shard of the stream. Resolves once polling has begun. */
@@ -348,7 +380,7 @@ export class Poller {
     try {
       response = await this.handlerOf(shardId)(toKinesisStreamEvent(records, { streamArn: this.streamArn, shardId }));
     } catch (err) {
-      return { kind: 'error', reason: describeError(err) };
+      return { kind: 'error', reason: describeError(err), badInput: this.o.isBadInput(err), code: err instanceof CdcError ? err.code : 'BAD_INPUT' };
     }
     const failures = response?.batchItemFailures ?? [];
     if (failures.length === 0) return { kind: 'ok' };
@@ -356,46 +388,75 @@ export class Poller {
     for (const f of failures) {
       const id = f?.itemIdentifier;
       const index = typeof id === 'string' && id !== '' ? records.findIndex((r) => r.SequenceNumber === id) : -1;
-      if (index < 0) return { kind: 'error', reason: `the handler reported a failure with an unknown item identifier ${JSON.stringify(id)}; the whole batch counts as failed` };
+      if (index < 0) return { kind: 'error', reason: `the handler reported a failure with an unknown item identifier ${JSON.stringify(id)}; the whole batch counts as failed`, badInput: false, code: 'INVALID_RESPONSE' };
       lowest = Math.min(lowest, index);
     }
     return { kind: 'partial', index: lowest, reason: `the handler reported ${failures.length} failed record(s), the first at sequence number ${records[lowest]!.SequenceNumber}` };
   }
 
-  /** Delivers records until they are acknowledged (or dead-lettered); throws StopRequested if stopped while failing. */
+  /**
+   * Delivers records until they are acknowledged, or (bad input only) dead-lettered; throws
+   * StopRequested if stopped while failing. Infrastructure errors are retried without limit.
+   */
   private async deliver(shardId: string, records: _Record[], retriesSoFar: number): Promise<void> {
     let rest = records;
     let retries = retriesSoFar;
-    for (;;) {
-      const outcome = await this.invoke(shardId, rest);
-      if (outcome.kind === 'ok') {
-        await this.ack(shardId, rest);
-        return;
-      }
-      if (outcome.kind === 'partial') {
-        if (outcome.index > 0) {
-          await this.ack(shardId, rest.slice(0, outcome.index));
-          rest = rest.slice(outcome.index);
-          retries = 0; // progress: retries count per failing record
+    let failures = 0;
+    let stalledHere = false;
+    try {
+      for (;;) {
+        const outcome = await this.invoke(shardId, rest);
+        if (outcome.kind === 'ok') {
+          await this.ack(shardId, rest);
+          return;
         }
-      } else if (this.o.bisectOnError && rest.length > 1) {
-        this.o.onError?.(new Error(outcome.reason), `${this.o.consumer} on ${shardId}: splitting a batch of ${rest.length}`);
-        const half = Math.ceil(rest.length / 2);
-        await this.deliver(shardId, rest.slice(0, half), retries);
-        await this.deliver(shardId, rest.slice(half), retries);
-        return;
+        if (outcome.kind === 'partial') {
+          if (outcome.index > 0) {
+            await this.ack(shardId, rest.slice(0, outcome.index));
+            rest = rest.slice(outcome.index);
+            retries = 0; // progress: retries count per failing record
+            failures = 0;
+          }
+        } else if (this.o.bisectOnError && rest.length > 1) {
+          this.o.onError?.(new Error(outcome.reason), `${this.o.consumer} on ${shardId}: splitting a batch of ${rest.length}`);
+          const half = Math.ceil(rest.length / 2);
+          await this.deliver(shardId, rest.slice(0, half), retries);
+          await this.deliver(shardId, rest.slice(half), retries);
+          return;
+        }
+        if (outcome.kind === 'error' && outcome.badInput) {
+          retries++;
+          if (retries > this.o.maxRetries) {
+            await this.deadLetter(shardId, rest, outcome.code, `bad input, refused ${retries} times: ${outcome.reason}`);
+            await this.ack(shardId, rest);
+            return;
+          }
+        } else {
+          // An infrastructure error: wait and retry, however long the outage lasts.
+          if (!stalledHere) {
+            stalledHere = true;
+            this.stalled++;
+          }
+          this.stats.stalledSince ??= Date.now();
+          this.stats.lastError = outcome.reason;
+        }
+        failures++;
+        this.stats.retries++;
+        this.o.onError?.(new Error(outcome.reason), `${this.o.consumer} on ${shardId}: retry ${failures}`);
+        if (this.stopping) throw new StopRequested();
+        await sleep(Math.min(this.o.retryBackoffMs * 2 ** Math.min(failures - 1, 30), this.o.maxBackoffMs));
+        if (this.stopping) throw new StopRequested();
       }
-      retries++;
-      if (retries > this.o.maxRetries) {
-        await this.deadLetter(shardId, rest, outcome.reason, retries);
-        await this.ack(shardId, rest);
-        return;
-      }
-      this.stats.retries++;
-      this.o.onError?.(new Error(outcome.reason), `${this.o.consumer} on ${shardId}: retry ${retries} of ${this.o.maxRetries}`);
-      if (this.stopping) throw new StopRequested();
-      await sleep(Math.min(this.o.retryBackoffMs * 2 ** (retries - 1), 5_000));
-      if (this.stopping) throw new StopRequested();
+    } finally {
+      if (stalledHere) this.unstall();
+    }
+  }
+
+  private unstall(): void {
+    this.stalled = Math.max(0, this.stalled - 1);
+    if (this.stalled === 0) {
+      this.stats.stalledSince = null;
+      this.stats.lastError = null;
     }
   }
 
@@ -419,7 +480,7 @@ export class Poller {
     this.stats.lastAckAt = Date.now();
   }
 
-  private async deadLetter(shardId: string, records: _Record[], reason: string, attempts: number): Promise<void> {
+  private async deadLetter(shardId: string, records: _Record[], code: string, reason: string): Promise<void> {
     for (const r of records) {
       const text = Buffer.from(r.Data ?? new Uint8Array()).toString('utf8');
       const truncated = text.length > DEAD_LETTER_RECORD_LIMIT;
@@ -429,8 +490,8 @@ export class Poller {
         stage: this.o.consumer,
         source: about.source,
         table: about.table,
-        code: 'RETRIES_EXHAUSTED',
-        reason: `gave up after ${attempts} attempts: ${reason}`,
+        code,
+        reason,
         origin: `${this.o.streamName}/${shardId}/${r.SequenceNumber}`,
         record: truncated ? text.slice(0, DEAD_LETTER_RECORD_LIMIT) : text,
         truncated,

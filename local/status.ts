@@ -23,6 +23,10 @@ export interface ConsumerStatus {
   behindMs: number;
   retries: number;
   deadLetters: number;
+  /** How long a batch has been failing with an infrastructure error and retried (ms), or null: outages delay, they never skip. */
+  stalledMs?: number | null;
+  /** The last infrastructure error while stalled. */
+  lastError?: string | null;
 }
 
 export interface TableStatus {
@@ -129,6 +133,9 @@ export function renderStatus(s: StatusSnapshot): string[] {
         ...s.consumers.map((p) => [p.consumer, rate(p.recordsPerSecond), formatMs(p.behindMs), String(p.retries), String(p.deadLetters)]),
       ]),
     );
+    for (const p of s.consumers) {
+      if (p.stalledMs != null) lines.push(`  ${p.consumer} STALLED for ${formatMs(p.stalledMs)}, retrying without limit (nothing is skipped): ${p.lastError ?? ''}`);
+    }
     lines.push('');
   }
   if (s.tables.length > 0) {
@@ -156,6 +163,7 @@ export function renderStatusLine(s: StatusSnapshot): string {
     (s.workload ? `; workload ${s.workload.transactions} tx` : '') +
     (sinks ? `; ${sinks}` : '') +
     `; tables ${tables || 'none yet'}; dead letters ${s.deadLetters}` +
+    s.consumers.filter((p) => p.stalledMs != null).map((p) => `; ${p.consumer} STALLED for ${formatMs(p.stalledMs ?? 0)}`).join('') +
     (s.problems.length > 0 ? `; ${s.problems.length} recent problem(s), last: ${s.problems[s.problems.length - 1]!.text}` : '') +
     (s.capture.error ? `; ERROR ${s.capture.error}` : '')
   );

@@ -50,6 +50,7 @@ import {
   type TransactWriteItem,
 } from '@aws-sdk/client-dynamodb';
 import { marshall, unmarshall } from '@aws-sdk/util-dynamodb';
+import { ControlPartition } from '../../contracts/control-plane-keys.ts';
 import { CdcError } from '../core/errors.ts';
 import { assertPosition, type Position } from '../core/position.ts';
 import type {
@@ -74,15 +75,15 @@ const MAX_VERSION = 999_999_999;
 const TRANSACTION_ATTEMPTS = 6;
 
 const key = {
-  sources: () => ({ pk: 'SOURCES' }),
-  source: (source: string) => ({ pk: 'SOURCES', sk: `SOURCE#${source}` }),
-  table: (source: string, table: string) => ({ pk: `SOURCE#${source}`, sk: `TABLE#${table}` }),
-  schema: (source: string, table: string, version: number) => ({ pk: `SCHEMA#${source}#${table}`, sk: `V#${String(version).padStart(9, '0')}` }),
-  sink: (sink: string, source: string, table: string) => ({ pk: `SINK#${sink}`, sk: `TABLE#${source}#${table}` }),
-  checkpoint: (consumer: string, shardId: string) => ({ pk: `CHECKPOINT#${consumer}`, sk: `SHARD#${shardId}` }),
-  audit: (at: string) => ({ pk: 'AUDIT', sk: `${sortableTime(at)}#${randomUUID()}` }),
-  deadLetter: (stage: string, at: string) => ({ pk: `DEADLETTER#${stage}`, sk: `${sortableTime(at)}#${randomUUID()}` }),
-  deadLetterStage: (stage: string) => ({ pk: 'DEADLETTERS', sk: `STAGE#${stage}` }),
+  sources: () => ({ pk: ControlPartition.SOURCES }),
+  source: (source: string) => ({ pk: ControlPartition.SOURCES, sk: `SOURCE#${source}` }),
+  table: (source: string, table: string) => ({ pk: ControlPartition.source(source), sk: `TABLE#${table}` }),
+  schema: (source: string, table: string, version: number) => ({ pk: ControlPartition.schema(source, table), sk: `V#${String(version).padStart(9, '0')}` }),
+  sink: (sink: string, source: string, table: string) => ({ pk: ControlPartition.sink(sink), sk: `TABLE#${source}#${table}` }),
+  checkpoint: (consumer: string, shardId: string) => ({ pk: ControlPartition.checkpoint(consumer), sk: `SHARD#${shardId}` }),
+  audit: (at: string) => ({ pk: ControlPartition.AUDIT, sk: `${sortableTime(at)}#${randomUUID()}` }),
+  deadLetter: (stage: string, at: string) => ({ pk: ControlPartition.deadLetters(stage), sk: `${sortableTime(at)}#${randomUUID()}` }),
+  deadLetterStage: (stage: string) => ({ pk: ControlPartition.DEAD_LETTER_STAGES, sk: `STAGE#${stage}` }),
 };
 
 /** ISO-8601 in UTC with milliseconds, so that string order is time order whatever form the caller used. */
@@ -158,7 +159,7 @@ export class DynamoDbControlPlane implements ControlPlane {
 
   async listTables(source?: string): Promise<TableRecord[]> {
     if (source !== undefined) {
-      const items = await this.query({ pk: `SOURCE#${source}`, skPrefix: 'TABLE#' });
+      const items = await this.query({ pk: ControlPartition.source(source), skPrefix: 'TABLE#' });
       return items.map(tableFromItem).sort((a, b) => (a.table < b.table ? -1 : a.table > b.table ? 1 : 0));
     }
     const sources = (await this.query({ pk: key.sources().pk, skPrefix: 'SOURCE#' })).map((i) => String(i.source)).sort();
@@ -174,7 +175,7 @@ export class DynamoDbControlPlane implements ControlPlane {
   }
 
   async listSchemaVersions(source: string, table: string): Promise<SchemaVersion[]> {
-    const items = await this.query({ pk: `SCHEMA#${source}#${table}`, skPrefix: 'V#' });
+    const items = await this.query({ pk: ControlPartition.schema(source, table), skPrefix: 'V#' });
     return items.map(schemaFromItem);
   }
 
@@ -357,7 +358,7 @@ export class DynamoDbControlPlane implements ControlPlane {
       names['#table'] = 'table';
       values[':table'] = table;
     }
-    const items = await this.query({ pk: 'AUDIT', filter: filters.length ? { expression: filters.join(' AND '), names, values } : undefined });
+    const items = await this.query({ pk: ControlPartition.AUDIT, filter: filters.length ? { expression: filters.join(' AND '), names, values } : undefined });
     return items.map(auditFromItem);
   }
 
@@ -420,9 +421,9 @@ export class DynamoDbControlPlane implements ControlPlane {
   }
 
   async listDeadLetters(stage?: string): Promise<DeadLetter[]> {
-    const stages = stage !== undefined ? [stage] : (await this.query({ pk: 'DEADLETTERS', skPrefix: 'STAGE#' })).map((i) => String(i.stage));
+    const stages = stage !== undefined ? [stage] : (await this.query({ pk: ControlPartition.DEAD_LETTER_STAGES, skPrefix: 'STAGE#' })).map((i) => String(i.stage));
     const items: Plain[] = [];
-    for (const s of stages) items.push(...(await this.query({ pk: `DEADLETTER#${s}` })));
+    for (const s of stages) items.push(...(await this.query({ pk: ControlPartition.deadLetters(s) })));
     items.sort((a, b) => (String(a.sk) < String(b.sk) ? -1 : String(a.sk) > String(b.sk) ? 1 : 0));
     return items.map((i) => ({
       at: String(i.at),

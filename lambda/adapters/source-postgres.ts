@@ -3,14 +3,18 @@
  * secret holding `host`, `port`, `username`, `password`, `dbname` (the shape RDS writes), read
  * once per execution environment.
  *
- * TLS with a secret: `sslmode` in the secret picks it, like libpq: `require` (the default:
- * encrypted, server certificate not verified — RDS certificates are not in Node's trust store
- * unless a CA bundle is shipped), `verify-full` (encrypted and verified against the trusted
- * CAs), or `disable`.
+ * TLS with a secret (lambda/adapters/tls.ts): `verify-full` by default — the certificate chain
+ * and host name are verified against Node's trusted CAs plus the Amazon RDS CAs (or the CA PEM
+ * the deployment names). The mode the construct sets (`CDC_SOURCE_SSL_MODE`) wins over an
+ * `sslmode` field in the secret; `require` (encrypted, not verified) is the explicit opt-out for
+ * self-signed test servers, `disable` plain TCP. A `postgres://` URL keeps its own `sslmode`
+ * (none: plain TCP, as the local pipeline uses with its embedded PostgreSQL).
  */
 import { GetSecretValueCommand, type SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type pg from 'pg';
+import { EnvName } from '../../contracts/env.ts';
 import { CdcError } from '../core/errors.ts';
+import { DEFAULT_SSL_MODE, parseSslMode, pgSsl, type SslMode } from './tls.ts';
 
 /** The source connection cannot be worked out from the configuration. */
 export class SourceConnectionError extends CdcError {
@@ -19,10 +23,15 @@ export class SourceConnectionError extends CdcError {
   }
 }
 
-const SSL_MODES = ['disable', 'require', 'verify-full'] as const;
+/** TLS the deployment chose (it wins over the secret's `sslmode`). */
+export interface SourceTlsOptions {
+  sslMode?: SslMode | undefined;
+  /** PEM of the CA(s) of the server certificate, instead of the Amazon RDS CAs. */
+  caPem?: string | undefined;
+}
 
 /** Parses the JSON text of a source secret into pg connection settings. `where` names the secret in errors. */
-export function parseSourceSecret(text: string, where: string): pg.ClientConfig {
+export function parseSourceSecret(text: string, where: string, tlsOptions: SourceTlsOptions = {}): pg.ClientConfig {
   let v: unknown;
   try {
     v = JSON.parse(text);
@@ -42,24 +51,34 @@ export function parseSourceSecret(text: string, where: string): pg.ClientConfig 
   };
   const port = s.port === undefined ? 5432 : Number(s.port);
   if (!Number.isInteger(port) || port <= 0 || port > 65535) throw new SourceConnectionError(`${where}: field 'port' must be a TCP port, got ${JSON.stringify(s.port)}`);
-  const sslmode = str('sslmode', false) ?? 'require';
-  if (!(SSL_MODES as readonly string[]).includes(sslmode)) throw new SourceConnectionError(`${where}: field 'sslmode' must be one of ${SSL_MODES.join(', ')}, got ${JSON.stringify(sslmode)}`);
+  let sslmode: SslMode;
+  try {
+    sslmode = tlsOptions.sslMode ?? parseSslMode(str('sslmode', false) ?? DEFAULT_SSL_MODE, `${where}: field 'sslmode'`);
+  } catch (e) {
+    throw new SourceConnectionError((e as Error).message);
+  }
   return {
     host: str('host'),
     port,
     user: str('username'),
     password: str('password'),
     database: str('dbname'),
-    ssl: sslmode === 'disable' ? false : { rejectUnauthorized: sslmode === 'verify-full' },
+    ssl: pgSsl(sslmode, tlsOptions.caPem),
   };
 }
 
 /** Connection settings from a URL, or else from a Secrets Manager secret. */
-export async function sourceConnectionConfig(o: { url?: string | undefined; secretArn?: string | undefined; secrets?: SecretsManagerClient | undefined; applicationName: string }): Promise<pg.ClientConfig> {
+export async function sourceConnectionConfig(o: { url?: string | undefined; secretArn?: string | undefined; secrets?: SecretsManagerClient | undefined; applicationName: string; tls?: SourceTlsOptions }): Promise<pg.ClientConfig> {
   if (o.url) return { connectionString: o.url, application_name: o.applicationName };
   if (!o.secretArn) throw new SourceConnectionError('neither a source URL nor a source secret ARN is configured');
   if (!o.secrets) throw new SourceConnectionError('a source secret ARN is configured but no Secrets Manager client was given');
   const out = await o.secrets.send(new GetSecretValueCommand({ SecretId: o.secretArn }));
   if (typeof out.SecretString !== 'string') throw new SourceConnectionError(`${o.secretArn}: the secret has no string value`);
-  return { ...parseSourceSecret(out.SecretString, o.secretArn), application_name: o.applicationName };
+  return { ...parseSourceSecret(out.SecretString, o.secretArn, o.tls), application_name: o.applicationName };
+}
+
+/** The source TLS the construct set in the environment (`CDC_SOURCE_SSL_MODE`, `CDC_SOURCE_CA_PEM`). */
+export function sourceTlsFromEnvironment(env: NodeJS.ProcessEnv = process.env): SourceTlsOptions {
+  const mode = env[EnvName.SOURCE_SSL_MODE];
+  return { sslMode: mode ? parseSslMode(mode, EnvName.SOURCE_SSL_MODE) : undefined, caPem: env[EnvName.SOURCE_CA_PEM] || undefined };
 }

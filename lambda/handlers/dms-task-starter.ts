@@ -36,7 +36,8 @@ import type { CloudFormationCustomResourceEvent, Context } from 'aws-lambda';
 import pg from 'pg';
 import { CdcError } from '../core/errors.ts';
 import { assertPlainIdentifier } from '../core/identifiers.ts';
-import { parseSourceSecret } from '../adapters/source-postgres.ts';
+import { parseSourceSecret, sourceTlsFromEnvironment } from '../adapters/source-postgres.ts';
+import { DEFAULT_SSL_MODE, parseSslMode } from '../adapters/tls.ts';
 
 /** The replication task as this handler needs it. */
 export interface TaskState {
@@ -188,7 +189,7 @@ async function prepareSlot(event: CloudFormationCustomResourceEvent, deps: Lifec
     const m = SLOT_ID.exec(event.PhysicalResourceId);
     if (!m || props.RemoveSlotOnDelete !== 'true') return { physicalResourceId: event.PhysicalResourceId };
     const [, database, slotName] = m as unknown as [string, string, string];
-    const slots = await deps.openSlots(prop(props, 'SecretArn'), database, props.Ssl ?? 'require');
+    const slots = await deps.openSlots(prop(props, 'SecretArn'), database, props.Ssl ?? DEFAULT_SSL_MODE);
     try {
       for (;;) {
         const slot = await slots.describeSlot(slotName);
@@ -209,7 +210,7 @@ async function prepareSlot(event: CloudFormationCustomResourceEvent, deps: Lifec
 
   const database = prop(props, 'DatabaseName');
   const slotName = assertPlainIdentifier(prop(props, 'SlotName'), 'slot name');
-  const slots = await deps.openSlots(prop(props, 'SecretArn'), database, props.Ssl ?? 'require');
+  const slots = await deps.openSlots(prop(props, 'SecretArn'), database, props.Ssl ?? DEFAULT_SSL_MODE);
   try {
     if (event.RequestType === 'Update') {
       const m = SLOT_ID.exec(event.PhysicalResourceId);
@@ -414,9 +415,11 @@ const secretsClient = new SecretsManagerClient({});
 async function openSlotsFromSecret(secretArn: string, databaseName: string, ssl: string): Promise<SlotPort> {
   const out = await secretsClient.send(new GetSecretValueCommand({ SecretId: secretArn }));
   if (typeof out.SecretString !== 'string') throw new TaskLifecycleError(`${secretArn}: the secret has no string value`);
-  const config = parseSourceSecret(out.SecretString, secretArn);
+  // TLS: the custom resource's `Ssl` (the construct's sslMode, verify-full by default) wins over
+  // the secret's sslmode; the CA PEM comes from the environment when the deployment named one.
+  const config = parseSourceSecret(out.SecretString, secretArn, { sslMode: parseSslMode(ssl, 'Ssl'), caPem: sourceTlsFromEnvironment().caPem });
   // The slot belongs to the captured database, whatever database the secret names.
-  return PgSlots.connect({ ...config, database: databaseName, ...(ssl === 'disable' ? { ssl: false } : {}) });
+  return PgSlots.connect({ ...config, database: databaseName });
 }
 
 /** Lambda entry point (a CloudFormation custom resource provider). */

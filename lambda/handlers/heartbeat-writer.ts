@@ -19,7 +19,7 @@ import type { Context } from 'aws-lambda';
 import pg from 'pg';
 import { DEFAULT_HEARTBEAT_SCHEMA, EnvName, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { MetricDimension, MetricName, METRICS_NAMESPACE } from '../../contracts/metrics.ts';
-import { sourceConnectionConfig } from '../adapters/source-postgres.ts';
+import { sourceConnectionConfig, sourceTlsFromEnvironment } from '../adapters/source-postgres.ts';
 import { CdcError } from '../core/errors.ts';
 import { isSourceId } from '../core/event.ts';
 import { assertPlainIdentifier, quoteIdent } from '../core/identifiers.ts';
@@ -182,7 +182,7 @@ export const handler: HeartbeatHandler = async (event, context) => {
       source,
       schema: process.env[EnvName.HEARTBEAT_SCHEMA] || DEFAULT_HEARTBEAT_SCHEMA,
       connection: () =>
-        sourceConnectionConfig({ url: process.env[EnvName.SOURCE_URL], secretArn: process.env[EnvName.SOURCE_SECRET_ARN], secrets, applicationName: SERVICE }),
+        sourceConnectionConfig({ url: process.env[EnvName.SOURCE_URL], secretArn: process.env[EnvName.SOURCE_SECRET_ARN], secrets, applicationName: SERVICE, tls: sourceTlsFromEnvironment() }),
     });
     fromEnv = createHeartbeatHandler({ writer, beats: beatsFromEnv() });
   }

@@ -62,6 +62,7 @@ import { dynamoDbClient, kinesisClient } from '../adapters/aws-clients.ts';
 import { readChangeLog } from '../adapters/change-log-reader.ts';
 import { createHeldRangeReplayer, type ReplayOutcome } from './warehouse-replay.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
+import { DEFAULT_SSL_MODE, parseSslMode, pgSsl } from '../adapters/tls.ts';
 import { PgWarehouse, SinkTypeConflictError, ValueRejectedError, type PgWarehouseOptions } from '../adapters/warehouse-pg.ts';
 import { persistentTableErrorCode } from '../adapters/warehouse-pg-errors.ts';
 
@@ -443,7 +444,7 @@ interface WarehouseSecret {
   username: string;
   password: string;
   dbname?: string;
-  /** `disable`, `require` (encrypt, do not verify) or `verify-full` (default). */
+  /** `disable`, `require` (encrypt, do not verify) or `verify-full` (default); `CDC_WAREHOUSE_SSL_MODE` wins. */
   sslmode?: string;
 }
 
@@ -461,7 +462,9 @@ async function poolFromEnvironment(): Promise<pg.Pool> {
     throw new ConfigurationError(`secret ${arn} is not JSON with host, port, username, password, dbname`);
   }
   if (!s.host || !s.username) throw new ConfigurationError(`secret ${arn} lacks host or username`);
-  const ssl = s.sslmode === 'disable' ? false : s.sslmode === 'require' ? { rejectUnauthorized: false } : true;
+  // verify-full by default: Node's trusted CAs (Redshift) plus the Amazon RDS CAs (lambda/adapters/tls.ts).
+  const envMode = process.env[EnvName.WAREHOUSE_SSL_MODE];
+  const ssl = pgSsl(parseSslMode(envMode || s.sslmode || DEFAULT_SSL_MODE, envMode ? EnvName.WAREHOUSE_SSL_MODE : `secret ${arn}: field 'sslmode'`));
   return new pg.Pool({ host: s.host, port: Number(s.port ?? 5439), user: s.username, password: s.password, database: s.dbname, ssl, ...common });
 }
 

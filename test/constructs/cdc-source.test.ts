@@ -91,7 +91,9 @@ describe('CdcSource', () => {
       EndpointType: 'source',
       EngineName: 'postgres',
       DatabaseName: 'orders',
-      SslMode: 'require',
+      // TLS verified by default, against the stack's certificate of RDS CAs.
+      SslMode: 'verify-full',
+      CertificateArn: { Ref: Match.stringLikeRegexp('^CdcRdsCaCertificate') },
       ServerName: Match.absent(),
       Username: Match.absent(),
       Password: Match.absent(),
@@ -153,8 +155,9 @@ describe('CdcSource', () => {
       EventSourceArn: f.stack.resolve(source.rawStream.streamArn),
       FunctionResponseTypes: ['ReportBatchItemFailures'],
       BisectBatchOnFunctionError: true,
-      MaximumRetryAttempts: 500,
-      MaximumRecordAgeInSeconds: Duration.days(7).toSeconds() / 2,
+      // Outages delay, they never skip: no retry or record-age limit (-1 is CloudFormation's "infinite").
+      MaximumRetryAttempts: -1,
+      MaximumRecordAgeInSeconds: -1,
       ParallelizationFactor: 1,
       StartingPosition: 'TRIM_HORIZON',
       DestinationConfig: { OnFailure: { Destination: { 'Fn::GetAtt': [Match.stringLikeRegexp('^OrdersNormalizerDeadLetterQueue'), 'Arn'] } } },
@@ -184,7 +187,7 @@ describe('CdcSource', () => {
       Targets: [Match.objectLike({ Arn: { 'Fn::GetAtt': [Match.stringLikeRegexp('^OrdersHeartbeatWriter'), 'Arn'] }, RetryPolicy: { MaximumRetryAttempts: 0, MaximumEventAgeInSeconds: 60 } })],
     });
     const fn = resourcesOf(t, 'AWS::Lambda::Function').find(([id]) => id.startsWith('OrdersHeartbeatWriter'))![1];
-    expect((fn.Properties.Environment as { Variables: Record<string, unknown> }).Variables).toMatchObject({ CDC_HEARTBEAT_BEATS: '6', CDC_SOURCE_ID: 'orders', CDC_SOURCE_SECRET_ARN: f.stack.resolve(f.sourceSecret.secretArn) });
+    expect((fn.Properties.Environment as { Variables: Record<string, unknown> }).Variables).toMatchObject({ CDC_HEARTBEAT_BEATS: '6', CDC_SOURCE_ID: 'orders', CDC_SOURCE_SECRET_ARN: f.stack.resolve(f.heartbeatSecret.secretArn), CDC_SOURCE_SSL_MODE: 'verify-full' });
     expect(fn.Properties.VpcConfig).toMatchObject({ SecurityGroupIds: [{ 'Fn::GetAtt': [expect.stringMatching(/^OrdersSecurityGroup/), 'GroupId'] }] });
     expect(fn.Properties.Timeout).toBe(80);
   });
@@ -203,9 +206,12 @@ describe('CdcSource', () => {
       PolicyDocument: {
         Statement: Match.arrayWith([
           Match.objectLike({ Action: 'dms:DescribeReplicationTasks', Resource: '*' }),
-          Match.objectLike({ Action: ['dms:StartReplicationTask', 'dms:StopReplicationTask'] }),
+          Match.objectLike({ Action: 'dms:StopReplicationTask', Condition: { StringEquals: { 'aws:ResourceTag/cdc-platform:task': Match.anyValue() } } }),
         ]),
       },
+    });
+    t.hasResourceProperties('AWS::IAM::Policy', {
+      PolicyDocument: { Statement: [Match.objectLike({ Action: ['dms:StartReplicationTask', 'dms:StopReplicationTask'], Resource: { Ref: Match.stringLikeRegexp('^OrdersReplicationTask') } })] },
     });
   });
 
@@ -229,7 +235,7 @@ describe('CdcSource', () => {
   test('with the database security group, the source admits itself before preparing the slot', () => {
     const f = fixture();
     const dbSg = new ec2.SecurityGroup(f.stack, 'DbSg', { vpc: f.vpc });
-    ordersSource(f, { database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, securityGroup: dbSg, port: 5433 }) });
+    ordersSource(f, { database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, securityGroup: dbSg, port: 5433 }) });
     const t = Template.fromStack(f.stack);
     t.hasResourceProperties('AWS::EC2::SecurityGroupIngress', {
       GroupId: f.stack.resolve(dbSg.securityGroupId),

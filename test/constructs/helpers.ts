@@ -20,6 +20,7 @@ export interface Fixture {
   control: ControlPlane;
   log: ChangeLog;
   sourceSecret: secretsmanager.ISecret;
+  heartbeatSecret: secretsmanager.ISecret;
   warehouseSecret: secretsmanager.ISecret;
 }
 
@@ -30,8 +31,9 @@ export function fixture(): Fixture {
   const control = new ControlPlane(stack, 'Control');
   const log = new ChangeLog(stack, 'Log');
   const sourceSecret = secretsmanager.Secret.fromSecretNameV2(stack, 'SourceSecret', 'source');
+  const heartbeatSecret = secretsmanager.Secret.fromSecretNameV2(stack, 'HeartbeatSecret', 'heartbeat');
   const warehouseSecret = secretsmanager.Secret.fromSecretNameV2(stack, 'WarehouseSecret', 'warehouse');
-  return { app, stack, vpc, control, log, sourceSecret, warehouseSecret };
+  return { app, stack, vpc, control, log, sourceSecret, heartbeatSecret, warehouseSecret };
 }
 
 /** A `CdcSource` named `Orders` in the fixture with sensible tables, overridable. */
@@ -40,7 +42,7 @@ export function ordersSource(f: Fixture, overrides: Partial<CdcSourceProps> = {}
     control: f.control,
     log: f.log,
     vpc: f.vpc,
-    database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret }),
+    database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret }),
     tables: [
       CapturedTable.of('public.customers', { mask: ['email'], exclude: ['ssn'] }),
       CapturedTable.of('public.orders'),

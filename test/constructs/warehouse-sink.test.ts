@@ -28,14 +28,29 @@ describe('WarehouseSink', () => {
       EventSourceArn: f.stack.resolve(f.log.stream.streamArn),
       FunctionResponseTypes: ['ReportBatchItemFailures'],
       BisectBatchOnFunctionError: true,
-      MaximumRetryAttempts: 500,
-      MaximumRecordAgeInSeconds: Duration.days(7).toSeconds() / 2,
+      // Outages delay, they never skip: no retry or record-age limit (-1 is CloudFormation's "infinite").
+      MaximumRetryAttempts: -1,
+      MaximumRecordAgeInSeconds: -1,
       ParallelizationFactor: 1,
       StartingPosition: 'TRIM_HORIZON',
       BatchSize: 1000,
       MaximumBatchingWindowInSeconds: 5,
       DestinationConfig: { OnFailure: { Destination: f.stack.resolve(s.deadLetterQueue.queueArn) } },
     });
+  });
+
+  test('a stuck sink is alarmed by default: iterator age at a quarter of the log retention, end-to-end lag with silence breaching', () => {
+    const f = fixture();
+    const s = sink(f);
+    const t = Template.fromStack(f.stack);
+    t.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      Namespace: 'AWS/Lambda',
+      MetricName: 'IteratorAge',
+      Threshold: Duration.days(7).toMilliseconds() / 4,
+      Dimensions: [{ Name: 'FunctionName', Value: f.stack.resolve(s.applier.functionName) }],
+      AlarmDescription: Match.stringLikeRegexp('retried without limit'),
+    });
+    t.hasResourceProperties('AWS::CloudWatch::Alarm', { MetricName: 'EndToEndLag', TreatMissingData: 'breaching' });
   });
 
   test('mapping settings can be tuned', () => {
@@ -159,6 +174,7 @@ describe('WarehouseSink', () => {
 
     test('fails on a record age the stream would not keep, and on out-of-range settings', () => {
       expect(() => sink(fixture(), { maxRecordAge: Duration.days(7) })).toThrow(/Test\/Warehouse: maxRecordAge \(7 days\) must be shorter than the stream retention \(7 days\)/);
+      expect(() => sink(fixture(), { retryAttempts: -2 })).toThrow(/Test\/Warehouse: retryAttempts must be an integer from -1 to 10000/);
       expect(() => sink(fixture(), { batchSize: 20_000 })).toThrow(/Test\/Warehouse: batchSize must be an integer from 1 to 10000/);
       expect(() => sink(fixture(), { parallelizationFactor: 11 })).toThrow(/Test\/Warehouse: parallelizationFactor must be an integer from 1 to 10/);
       expect(() => sink(fixture(), { sinkId: 'warehouse-1' })).toThrow(/Test\/Warehouse: sinkId must match/);

@@ -8,7 +8,9 @@ import pg from 'pg';
 import { GetSecretValueCommand, type SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { createHeartbeatHandler, HeartbeatFailedError, HeartbeatWriter } from '../../lambda/handlers/heartbeat-writer.ts';
-import { parseSourceSecret, sourceConnectionConfig } from '../../lambda/adapters/source-postgres.ts';
+import tls from 'node:tls';
+import { parseSourceSecret, sourceConnectionConfig, sourceTlsFromEnvironment } from '../../lambda/adapters/source-postgres.ts';
+import { RDS_CA_CERTIFICATES } from '../../lambda/adapters/tls.ts';
 
 let cluster: PostgresCluster;
 let db = 0;
@@ -174,11 +176,24 @@ describe('heartbeat writer', () => {
 
 describe('source connection settings', () => {
   it('reads a secret in the RDS shape', () => {
-    expect(parseSourceSecret(JSON.stringify({ host: 'db', port: 5433, username: 'u', password: 'p', dbname: 'd' }), 'S')).toEqual({
-      host: 'db', port: 5433, user: 'u', password: 'p', database: 'd', ssl: { rejectUnauthorized: false },
-    });
-    expect(parseSourceSecret(JSON.stringify({ host: 'db', port: '5432', username: 'u', password: 'p', dbname: 'd', sslmode: 'verify-full' }), 'S')).toMatchObject({ port: 5432, ssl: { rejectUnauthorized: true } });
+    // verify-full by default: Node's trusted CAs plus the Amazon RDS CAs.
+    const verified = parseSourceSecret(JSON.stringify({ host: 'db', port: 5433, username: 'u', password: 'p', dbname: 'd' }), 'S');
+    expect(verified).toMatchObject({ host: 'db', port: 5433, user: 'u', password: 'p', database: 'd', ssl: { rejectUnauthorized: true } });
+    const ca = (verified.ssl as { ca: string[] }).ca;
+    expect(ca).toEqual(expect.arrayContaining([...RDS_CA_CERTIFICATES, ...tls.rootCertificates]));
+    expect(parseSourceSecret(JSON.stringify({ host: 'db', port: '5432', username: 'u', password: 'p', dbname: 'd', sslmode: 'require' }), 'S')).toMatchObject({ port: 5432, ssl: { rejectUnauthorized: false } });
     expect(parseSourceSecret(JSON.stringify({ host: 'db', username: 'u', password: 'p', dbname: 'd', sslmode: 'disable' }), 'S')).toMatchObject({ port: 5432, ssl: false });
+  });
+
+  it('the TLS mode of the deployment wins over the secret, and a named CA replaces the RDS CAs', () => {
+    const text = JSON.stringify({ host: 'db', username: 'u', password: 'p', dbname: 'd', sslmode: 'disable' });
+    expect(parseSourceSecret(text, 'S', { sslMode: 'verify-full' }).ssl).toMatchObject({ rejectUnauthorized: true });
+    const pem = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n';
+    const ca = (parseSourceSecret(text, 'S', { sslMode: 'verify-full', caPem: pem }).ssl as { ca: string[] }).ca;
+    expect(ca).toContain(pem);
+    expect(ca).not.toContain(RDS_CA_CERTIFICATES[0]);
+    expect(sourceTlsFromEnvironment({ CDC_SOURCE_SSL_MODE: 'require' })).toEqual({ sslMode: 'require', caPem: undefined });
+    expect(() => sourceTlsFromEnvironment({ CDC_SOURCE_SSL_MODE: 'prefer' })).toThrow(/CDC_SOURCE_SSL_MODE must be one of disable, require, verify-full/);
   });
 
   it.each([

@@ -10,7 +10,7 @@ import pg from 'pg';
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
 import type { KinesisStreamEvent } from 'aws-lambda';
-import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
+import { freePort, startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { startDynamoDbLocal, type DynamoDbLocal } from '../../local/dynamodb.ts';
 import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
 import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
@@ -172,6 +172,30 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     expect(await cp.getSinkProgress(SINK, 'shop', 'public.orders')).toMatchObject({ appliedPosition: pos(4), heldFrom: null });
     expect(emf.metric(MetricName.EVENTS_APPLIED)).toEqual([{ value: 4, dims: { Sink: SINK, Source: 'shop' }, dimNames: ['Sink', 'Source'] }]);
     expect(emf.lines[0]!._aws.CloudWatchMetrics[0]!.Namespace).toBe(METRICS_NAMESPACE);
+  });
+
+  it('an unreachable warehouse is an infrastructure failure: its records are reported for retry, never dead-lettered; bad input in the same batch is', async () => {
+    const cp = new MemoryControlPlane();
+    await register(cp, 'shop', 'public.orders', ORDERS, ['id']);
+    // Nothing listens on this port: connecting fails as when the warehouse is down.
+    const down = new pg.Pool({ host: '127.0.0.1', port: await freePort(), user: 'postgres', database: 'wh', connectionTimeoutMillis: 2000 });
+    down.on('error', () => undefined);
+    try {
+      const a = createWarehouseApplier({ controlPlane: cp, pool: down, sinkId: SINK, metrics: new Metrics({ namespace: METRICS_NAMESPACE, serviceName: 'test' }), logger: new Logger({ logLevel: 'SILENT' }) });
+      const event = kinesisEvent([
+        'not json at all',
+        ev('shop', 'public.orders', 'insert', 1, { id: 1 }, { id: 1, status: 'new', amount: '1.00', note: null }),
+        ev('shop', 'public.orders', 'insert', 2, { id: 2 }, { id: 2, status: 'new', amount: '2.00', note: null }),
+      ]);
+      const res = await a.handler(event);
+      // The two good records are failed for a retry (the mapping has no retry limit); the bad one is done.
+      expect(res.batchItemFailures.map((f) => f.itemIdentifier)).toEqual(event.Records.slice(1).map((r) => r.kinesis.sequenceNumber));
+      const letters = await cp.listDeadLetters(SINK);
+      expect(letters.map((l) => l.code)).toEqual(['INVALID_RECORD']);
+      expect(await cp.getSinkProgress(SINK, 'shop', 'public.orders')).toBeNull();
+    } finally {
+      await down.end();
+    }
   });
 
   it('appliers of two shards creating the same warehouse schema at once both apply (the DDL race is retried)', async () => {

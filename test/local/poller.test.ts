@@ -9,7 +9,8 @@ import { QUICK_START_JVM_OPTIONS, startDynamoDbLocal, type DynamoDbLocal } from 
 import { startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
 import { dynamoDbClient, kinesisClient } from '../../lambda/adapters/aws-clients.ts';
 import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
-import { Poller, type StreamHandler } from '../../local/poller.ts';
+import { isBadInputError, Poller, type StreamHandler } from '../../local/poller.ts';
+import { InvalidRecordError } from '../../lambda/core/errors.ts';
 import { until } from './helpers.ts';
 
 let ddb: DynamoDbLocal;
@@ -119,14 +120,14 @@ describe('local event-source poller', () => {
     expect(p.stats.deadLetters).toBe(0);
   });
 
-  it('bisects a failing batch, dead-letters only the record that keeps failing, and moves on', async () => {
+  it('bisects a failing batch, dead-letters only the record that fails as bad input, and moves on', async () => {
     const name = await stream();
     const input = Array.from({ length: 16 }, (_, i) => (i === 11 ? JSON.stringify({ source: 'demo', table: 'public.poison', v: 11 }) : `ok${i}`));
     await put(name, input);
     const delivered = new Set<string>();
     const p = poller(name, 'c3', async (event) => {
       const vs = values(event);
-      if (vs.some((v) => v.includes('poison'))) throw new Error('cannot apply the poison record');
+      if (vs.some((v) => v.includes('poison'))) throw new InvalidRecordError('after.v', 'cannot apply the poison record');
       for (const v of vs) delivered.add(v);
     }, { batchSize: 16, maxRetries: 2 });
     await p.start();
@@ -135,7 +136,7 @@ describe('local event-source poller', () => {
     expect([...delivered].sort()).toEqual(input.filter((_, i) => i !== 11).sort());
     const letters = await control.listDeadLetters('c3');
     expect(letters).toHaveLength(1);
-    expect(letters[0]!.code).toBe('RETRIES_EXHAUSTED');
+    expect(letters[0]!.code).toBe('INVALID_RECORD');
     expect(letters[0]!.reason).toContain('cannot apply the poison record');
     expect(letters[0]!.record).toBe(input[11]);
     expect(letters[0]!.source).toBe('demo');
@@ -154,20 +155,56 @@ describe('local event-source poller', () => {
     expect(later).toEqual(['after']);
   });
 
-  it('without bisect, retries the whole batch a bounded number of times, then dead-letters all of it', async () => {
+  it('retries an infrastructure error without limit (far past maxRetries), reports the stall, and dead-letters nothing', async () => {
     const name = await stream();
     await put(name, ['x1', 'x2', 'x3']);
     let calls = 0;
-    const p = poller(name, 'c4', async () => {
+    let down = true;
+    const got: string[] = [];
+    const p = poller(name, 'c4', async (event) => {
       calls++;
-      throw new Error('sink down');
-    }, { bisectOnError: false, maxRetries: 3 });
+      if (down) throw new Error('connect ECONNREFUSED 127.0.0.1:5432 (sink down)');
+      got.push(...values(event));
+    }, { bisectOnError: false, maxRetries: 3, retryBackoffMs: 2, maxBackoffMs: 10 });
     await p.start();
-    await until('dead letters', () => p.stats.deadLetters >= 3);
+    await until('many retries', () => calls >= 40);
+    expect(p.stats.deadLetters).toBe(0);
+    expect(p.stats.stalledSince).not.toBeNull();
+    expect(p.stats.lastError).toContain('sink down');
+    down = false;
+    await until('delivery after the outage', () => got.length >= 3);
+    await until('stall cleared', () => p.stats.stalledSince === null);
     await p.stop();
-    expect(calls).toBe(4);
-    const letters = await control.listDeadLetters('c4');
-    expect(letters.map((l) => l.record).sort()).toEqual(['x1', 'x2', 'x3']);
+    expect(got).toEqual(['x1', 'x2', 'x3']);
+    expect(p.stats.lastError).toBeNull();
+    expect(await control.listDeadLetters('c4')).toEqual([]);
+  });
+
+  it('a reported batch item failure (the handlers report only infrastructure errors so) is retried without limit too', async () => {
+    const name = await stream();
+    await put(name, ['y1', 'y2']);
+    let calls = 0;
+    const got: string[] = [];
+    const p = poller(name, 'c4b', async (event) => {
+      calls++;
+      if (calls <= 30) return { batchItemFailures: [{ itemIdentifier: event.Records[0]!.kinesis.sequenceNumber }] };
+      got.push(...values(event));
+      return { batchItemFailures: [] };
+    }, { maxRetries: 1, retryBackoffMs: 1, maxBackoffMs: 5 });
+    await p.start();
+    await until('delivery', () => got.length >= 2);
+    await p.stop();
+    expect(got).toEqual(['y1', 'y2']);
+    expect(p.stats.deadLetters).toBe(0);
+  });
+
+  it('isBadInputError: named invalid-record errors and full-batch failures made only of them', () => {
+    expect(isBadInputError(new InvalidRecordError('x', 'y'))).toBe(true);
+    expect(isBadInputError(new Error('ECONNREFUSED'))).toBe(false);
+    const full = Object.assign(new Error('All records failed processing'), { name: 'FullBatchFailureError', recordErrors: [new InvalidRecordError('a', 'b')] });
+    expect(isBadInputError(full)).toBe(true);
+    const mixed = Object.assign(new Error('All records failed processing'), { name: 'FullBatchFailureError', recordErrors: [new InvalidRecordError('a', 'b'), new Error('timeout')] });
+    expect(isBadInputError(mixed)).toBe(false);
   });
 
   it('a batch that is still failing when the poller stops is not acknowledged: the next run gets it again', async () => {

@@ -50,6 +50,13 @@ describe('live status', () => {
     expect(renderStatus(snapshot({ now: 300_000 })).join('\n')).toMatch(/850 ms \(stale 1m41s\)/);
   });
 
+  it('shows a poller stalled on an infrastructure error, in the status and the plain line', () => {
+    const stalled = snapshot({ consumers: [{ consumer: 'warehouse', recordsPerSecond: 0, behindMs: 0, retries: 12, deadLetters: 0, stalledMs: 42_000, lastError: 'Error: connect ECONNREFUSED 127.0.0.1:5432' }] });
+    expect(renderStatus(stalled).join('\n')).toMatch(/warehouse STALLED for 42\.0 s, retrying without limit \(nothing is skipped\): Error: connect ECONNREFUSED/);
+    expect(renderStatusLine(stalled)).toContain('warehouse STALLED for 42.0 s');
+    expect(renderStatus(snapshot()).join('\n')).not.toContain('STALLED');
+  });
+
   it('lists recent problems with their age', () => {
     const text = renderStatus(snapshot({ problems: [{ at: 195_000, text: 'warehouse-applier: table batch not applied' }] })).join('\n');
     expect(text).toContain('recent problems');

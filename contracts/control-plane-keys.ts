@@ -1,0 +1,27 @@
+/**
+ * Partition-key values of the control-plane table (DESIGN §5.3). The DynamoDB adapter builds its
+ * item keys from them (lambda/adapters/control-plane-dynamodb.ts has the whole layout) and the
+ * constructs scope each function's IAM policy with `dynamodb:LeadingKeys` on the same values
+ * (docs/deploy.md, "What each function may do"), so the two cannot drift. Source and sink ids
+ * never contain `#`.
+ */
+export const ControlPartition = {
+  /** One item per source that has tables (sort key `SOURCE#<source>`). */
+  SOURCES: 'SOURCES',
+  /** The table records of one source. */
+  source: (source: string): string => `SOURCE#${source}`,
+  /** The schema versions of one table. */
+  schema: (source: string, table: string): string => `SCHEMA#${source}#${table}`,
+  /** Every schema-version partition of one source, as an IAM `StringLike` pattern. */
+  schemasOf: (source: string): string => `SCHEMA#${source}#*`,
+  /** One sink's progress per table. */
+  sink: (sink: string): string => `SINK#${sink}`,
+  /** The local poller's checkpoints of one consumer. */
+  checkpoint: (consumer: string): string => `CHECKPOINT#${consumer}`,
+  /** The append-only audit log. */
+  AUDIT: 'AUDIT',
+  /** The dead letters of one stage (`normalizer` or a sink id). */
+  deadLetters: (stage: string): string => `DEADLETTER#${stage}`,
+  /** One item per stage that has dead letters (sort key `STAGE#<stage>`). */
+  DEAD_LETTER_STAGES: 'DEADLETTERS',
+} as const;

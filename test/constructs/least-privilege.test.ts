@@ -1,0 +1,266 @@
+/**
+ * Least privilege and secure transport in the synthesized template (docs/deploy.md, "What each
+ * function may do", "TLS", "Network"): the archive cannot be deleted by its delivery role or by
+ * anyone but a break-glass role; the DMS lifecycle acts on this source's task only; each handler
+ * reaches only its own control-plane partitions and can only append to the audit log; the
+ * heartbeat writer has its own identity; TLS is verified by default; security groups have no
+ * open egress; customer-managed keys can encrypt every queue and stream.
+ */
+import { Duration, Stack } from 'aws-cdk-lib';
+import { Annotations, Match, Template } from 'aws-cdk-lib/assertions';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as kms from 'aws-cdk-lib/aws-kms';
+import { describe, expect, test } from 'vitest';
+import { AwsApiEgress, ChangeLog, SourceDatabase, SslMode, WarehouseConnection, WarehouseSink } from '../../lib/index.ts';
+import { fixture, newApp, onlyResource, ordersSource, resourcesOf, type Fixture } from './helpers.ts';
+
+type Statement = { Effect: string; Action: string | string[]; Resource: unknown; Condition?: Record<string, Record<string, unknown>> };
+
+const actionsOf = (s: Statement): string[] => (Array.isArray(s.Action) ? s.Action : [s.Action]);
+
+/** Every statement of the identity policies attached to the role whose logical id starts with `rolePrefix`. */
+function roleStatements(t: Template, rolePrefix: string): Statement[] {
+  const out: Statement[] = [];
+  for (const [, p] of resourcesOf(t, 'AWS::IAM::Policy')) {
+    const roles = (p.Properties.Roles as Array<{ Ref: string }> | undefined) ?? [];
+    if (roles.some((r) => r.Ref.startsWith(rolePrefix))) out.push(...(p.Properties.PolicyDocument as { Statement: Statement[] }).Statement);
+  }
+  return out;
+}
+
+function sink(f: Fixture, source = ordersSource(f)): WarehouseSink {
+  return new WarehouseSink(f.stack, 'Warehouse', { control: f.control, log: f.log, sources: [source], connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }), vpc: f.vpc });
+}
+
+/** The partitions a statement's `dynamodb:LeadingKeys` condition admits. */
+function leadingKeys(s: Statement): string[] {
+  return (s.Condition?.['ForAllValues:StringLike']?.['dynamodb:LeadingKeys'] as string[] | undefined) ?? [];
+}
+
+describe('archive: no deletes', () => {
+  test('the Firehose role has put and read on the archive, never s3:DeleteObject*, and the delivery depends on it', () => {
+    const stack = new Stack(newApp(), 'S');
+    new ChangeLog(stack, 'Log');
+    const t = Template.fromStack(stack);
+    const statements = roleStatements(t, 'LogArchiveDeliveryRole');
+    const s3Actions = statements.flatMap(actionsOf).filter((a) => a.startsWith('s3:'));
+    expect(s3Actions.sort()).toEqual(['s3:AbortMultipartUpload', 's3:GetBucketLocation', 's3:GetObject', 's3:ListBucket', 's3:ListBucketMultipartUploads', 's3:PutObject']);
+    // No policy anywhere in the template gives a delete on the archive to anyone.
+    for (const [id, p] of resourcesOf(t, 'AWS::IAM::Policy')) {
+      for (const s of (p.Properties.PolicyDocument as { Statement: Statement[] }).Statement) {
+        if (s.Effect === 'Allow') expect(actionsOf(s).filter((a) => /^s3:(Delete|\*)/.test(a)), id).toEqual([]);
+      }
+    }
+    const delivery = onlyResource(t, 'AWS::KinesisFirehose::DeliveryStream');
+    expect(delivery.DependsOn).toEqual(expect.arrayContaining([expect.stringMatching(/^LogArchiveDeliveryPolicy/)]));
+    expect((delivery.Properties.ExtendedS3DestinationConfiguration as { RoleARN: unknown }).RoleARN).toEqual({ 'Fn::GetAtt': [expect.stringMatching(/^LogArchiveDeliveryRole/), 'Arn'] });
+    // CDK's default destination role is gone.
+    expect(resourcesOf(t, 'AWS::IAM::Role').filter(([id]) => id.includes('S3DestinationRole'))).toEqual([]);
+  });
+
+  test('the bucket policy denies object and version deletes to every principal; noncurrent versions live as long as the archive', () => {
+    const stack = new Stack(newApp(), 'S');
+    new ChangeLog(stack, 'Log', { archiveRetention: Duration.days(400) });
+    const t = Template.fromStack(stack);
+    t.hasResourceProperties('AWS::S3::BucketPolicy', {
+      Bucket: { Ref: Match.stringLikeRegexp('^LogArchive') },
+      PolicyDocument: {
+        Statement: Match.arrayWith([
+          Match.objectLike({ Sid: 'DenyArchiveDeletes', Effect: 'Deny', Principal: { AWS: '*' }, Action: ['s3:DeleteObject', 's3:DeleteObjectVersion'], Condition: Match.absent() }),
+        ]),
+      },
+    });
+    const archive = onlyResource(t, 'AWS::S3::Bucket', 'LogArchive');
+    const rules = (archive.Properties.LifecycleConfiguration as { Rules: Array<Record<string, unknown>> }).Rules;
+    expect(rules).toContainEqual(expect.objectContaining({ Id: 'expire-at-archive-retention', ExpirationInDays: 400, NoncurrentVersionExpiration: { NoncurrentDays: 400 } }));
+  });
+
+  test('break-glass roles are the only exception to the deny', () => {
+    const stack = new Stack(newApp(), 'S');
+    const breakGlass = new iam.Role(stack, 'BreakGlass', { assumedBy: new iam.AccountRootPrincipal() });
+    new ChangeLog(stack, 'Log', { archiveBreakGlassRoles: [breakGlass] });
+    Template.fromStack(stack).hasResourceProperties('AWS::S3::BucketPolicy', {
+      PolicyDocument: {
+        Statement: Match.arrayWith([
+          Match.objectLike({ Sid: 'DenyArchiveDeletes', Effect: 'Deny', Condition: { ArnNotEquals: { 'aws:PrincipalArn': [stack.resolve(breakGlass.roleArn)] } } }),
+        ]),
+      },
+    });
+  });
+});
+
+describe('DMS lifecycle: this source task only', () => {
+  test('start and stop name the task ARN; the slot step may only stop a task tagged as this one; no task:* without a condition', () => {
+    const f = fixture();
+    const source = ordersSource(f);
+    const t = Template.fromStack(f.stack);
+    const statements = roleStatements(t, 'OrdersTaskLifecycleServiceRole');
+    const dms = statements.filter((s) => actionsOf(s).some((a) => a.startsWith('dms:')));
+    for (const s of dms) {
+      const actions = actionsOf(s);
+      if (actions.includes('dms:StartReplicationTask')) expect(s.Resource).toEqual(f.stack.resolve(source.replicationTaskArn));
+      if (JSON.stringify(s.Resource).includes(':task:*')) {
+        expect(actions).toEqual(['dms:StopReplicationTask']);
+        expect(s.Condition).toEqual({ StringEquals: { 'aws:ResourceTag/cdc-platform:task': source.replicationTaskIdentifier } });
+      }
+      expect(actions.filter((a) => a.includes('*') || a === 'dms:ModifyReplicationTask' || a.startsWith('dms:Delete'))).toEqual([]);
+    }
+    expect(dms.flatMap(actionsOf).sort()).toEqual(['dms:DescribeReplicationTasks', 'dms:StartReplicationTask', 'dms:StopReplicationTask', 'dms:StopReplicationTask']);
+    const task = onlyResource(t, 'AWS::DMS::ReplicationTask');
+    expect(task.Properties.Tags).toEqual([{ Key: 'cdc-platform:task', Value: source.replicationTaskIdentifier }]);
+  });
+});
+
+describe('control plane: own partitions, append-only audit', () => {
+  test('the normalizer: LeadingKeys on its own source, no DeleteItem, Scan or BatchWriteItem, audit updates denied', () => {
+    const f = fixture();
+    ordersSource(f);
+    const t = Template.fromStack(f.stack);
+    const ddb = roleStatements(t, 'OrdersNormalizerServiceRole').filter((s) => actionsOf(s).some((a) => a.startsWith('dynamodb:')));
+    const allow = ddb.filter((s) => s.Effect === 'Allow');
+    const by = (action: string) => allow.filter((s) => actionsOf(s).includes(action)).flatMap(leadingKeys).sort();
+    expect(by('dynamodb:GetItem')).toEqual(['SCHEMA#orders#*', 'SOURCE#orders']);
+    expect(by('dynamodb:PutItem')).toEqual(['AUDIT', 'DEADLETTER#normalizer', 'DEADLETTERS', 'SCHEMA#orders#*', 'SOURCE#orders']);
+    expect(by('dynamodb:UpdateItem')).toEqual(['SOURCE#orders', 'SOURCES']);
+    for (const s of allow) {
+      expect(leadingKeys(s).length, JSON.stringify(s)).toBeGreaterThan(0);
+      expect(actionsOf(s).filter((a) => ['dynamodb:DeleteItem', 'dynamodb:Scan', 'dynamodb:BatchWriteItem', 'dynamodb:*'].includes(a))).toEqual([]);
+      expect(s.Resource).toEqual(f.stack.resolve(f.control.controlPlaneTableArn));
+    }
+    expect(ddb).toContainEqual(
+      expect.objectContaining({
+        Effect: 'Deny',
+        Action: expect.arrayContaining(['dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:BatchWriteItem']),
+        Condition: { 'ForAnyValue:StringEquals': { 'dynamodb:LeadingKeys': ['AUDIT'] } },
+      }),
+    );
+    // No read of the audit log: a handler cannot learn an entry's key to overwrite it.
+    expect(by('dynamodb:Query')).not.toContain('AUDIT');
+  });
+
+  test('the applier: its own sink, the tables of its sources (read, degrade), its own dead letters; audit append-only', () => {
+    const f = fixture();
+    sink(f);
+    const t = Template.fromStack(f.stack);
+    const ddb = roleStatements(t, 'WarehouseApplierServiceRole').filter((s) => actionsOf(s).some((a) => a.startsWith('dynamodb:')));
+    const allow = ddb.filter((s) => s.Effect === 'Allow');
+    const by = (action: string) => allow.filter((s) => actionsOf(s).includes(action)).flatMap(leadingKeys).sort();
+    expect(by('dynamodb:Query')).toEqual(['SCHEMA#orders#*', 'SINK#warehouse', 'SOURCE#orders']);
+    expect(by('dynamodb:PutItem')).toEqual(['AUDIT', 'DEADLETTER#warehouse', 'DEADLETTERS']);
+    expect(by('dynamodb:UpdateItem')).toEqual(['SINK#warehouse', 'SOURCE#orders']);
+    expect(allow.flatMap(actionsOf).filter((a) => ['dynamodb:DeleteItem', 'dynamodb:Scan', 'dynamodb:BatchWriteItem'].includes(a))).toEqual([]);
+    expect(ddb.some((s) => s.Effect === 'Deny' && JSON.stringify(s.Condition).includes('AUDIT'))).toBe(true);
+  });
+});
+
+describe('identities and TLS', () => {
+  test('the heartbeat writer has its own secret, never the capture secret', () => {
+    const f = fixture();
+    expect(() => SourceDatabase.postgres({ databaseName: 'd', secret: f.sourceSecret, heartbeatSecret: f.sourceSecret })).toThrow(/heartbeatSecret must not be the capture secret/);
+    expect(() => SourceDatabase.postgres({ databaseName: 'd', secret: f.sourceSecret } as never)).toThrow(/heartbeatSecret is required/);
+    ordersSource(f);
+    const t = Template.fromStack(f.stack);
+    const reads = roleStatements(t, 'OrdersHeartbeatWriterServiceRole').filter((s) => actionsOf(s).includes('secretsmanager:GetSecretValue'));
+    expect(reads).toHaveLength(1);
+    expect(JSON.stringify(reads[0]!.Resource)).toContain(':secret:heartbeat');
+    expect(JSON.stringify(reads[0]!.Resource)).not.toContain(':secret:source');
+  });
+
+  test('DMS verifies the source certificate with the RDS CAs by default (one certificate per stack), the functions get verify-full', () => {
+    const f = fixture();
+    ordersSource(f);
+    ordersSource(f, {}, 'Billing');
+    const t = Template.fromStack(f.stack);
+    const certs = resourcesOf(t, 'AWS::DMS::Certificate');
+    expect(certs).toHaveLength(1);
+    const pem = certs[0]![1].Properties.CertificatePem as string;
+    expect(pem.match(/-----BEGIN CERTIFICATE-----/g)!.length).toBeGreaterThan(50);
+    expect(pem).toContain('-----END CERTIFICATE-----');
+    t.allResourcesProperties('AWS::DMS::Endpoint', { EngineName: Match.anyValue() });
+    for (const [, e] of resourcesOf(t, 'AWS::DMS::Endpoint').filter(([, e]) => e.Properties.EndpointType === 'source')) {
+      expect(e.Properties).toMatchObject({ SslMode: 'verify-full', CertificateArn: { Ref: certs[0]![0] } });
+    }
+    for (const slot of resourcesOf(t, 'Custom::CdcReplicationSlot')) expect(slot[1].Properties.Ssl).toBe('verify-full');
+  });
+
+  test('a private CA and the explicit opt-out', () => {
+    const f = fixture();
+    const pem = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n';
+    const a = ordersSource(f, { database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, caCertificatePem: pem }) });
+    const b = ordersSource(f, { database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, sslMode: SslMode.REQUIRE }) }, 'Test');
+    const t = Template.fromStack(f.stack);
+    t.hasResourceProperties('AWS::DMS::Certificate', { CertificatePem: pem });
+    const endpoints = resourcesOf(t, 'AWS::DMS::Endpoint').filter(([, e]) => e.Properties.EndpointType === 'source');
+    expect(endpoints.find(([id]) => id.startsWith('OrdersSource'))![1].Properties).toMatchObject({ SslMode: 'verify-full', CertificateArn: { Ref: expect.stringMatching(/^OrdersCaCertificate/) } });
+    const optOut = endpoints.find(([id]) => id.startsWith('TestSource'))![1].Properties;
+    expect(optOut.SslMode).toBe('require');
+    expect(optOut.CertificateArn).toBeUndefined();
+    const heartbeat = resourcesOf(t, 'AWS::Lambda::Function').find(([id]) => id.startsWith('OrdersHeartbeatWriter'))![1];
+    expect((heartbeat.Properties.Environment as { Variables: Record<string, string> }).Variables).toMatchObject({ CDC_SOURCE_SSL_MODE: 'verify-full', CDC_SOURCE_CA_PEM: pem });
+    Annotations.fromStack(f.stack).hasWarning(`/${b.node.path}`, Match.stringLikeRegexp('server certificate is not verified'));
+    expect(a.node.path).toBe('Test/Orders');
+    expect(() => SourceDatabase.postgres({ databaseName: 'd', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, caCertificatePem: 'nope' })).toThrow(/caCertificatePem must be PEM/);
+  });
+
+  test('the applier gets the warehouse TLS mode (verify-full by default)', () => {
+    const f = fixture();
+    sink(f);
+    const fn = resourcesOf(Template.fromStack(f.stack), 'AWS::Lambda::Function').find(([id]) => id.startsWith('WarehouseApplier'))![1];
+    expect((fn.Properties.Environment as { Variables: Record<string, string> }).Variables.CDC_WAREHOUSE_SSL_MODE).toBe('verify-full');
+  });
+});
+
+describe('network: no open egress', () => {
+  test('by default every security group of the platform sends only HTTPS to the VPC (endpoints) and the database or warehouse port; nothing to 0.0.0.0/0', () => {
+    const f = fixture();
+    // The test's own database groups send nothing either, so any 0.0.0.0/0 would be the platform's.
+    const dbSg = new ec2.SecurityGroup(f.stack, 'DbSg', { vpc: f.vpc, allowAllOutbound: false });
+    const whSg = new ec2.SecurityGroup(f.stack, 'WhSg', { vpc: f.vpc, allowAllOutbound: false });
+    const source = ordersSource(f, { database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, securityGroup: dbSg, port: 5432 }) });
+    new WarehouseSink(f.stack, 'Warehouse', {
+      control: f.control,
+      log: f.log,
+      sources: [source],
+      connection: WarehouseConnection.redshift({ secret: f.warehouseSecret, securityGroup: whSg }),
+      vpc: f.vpc,
+    });
+    const t = Template.fromStack(f.stack);
+    // No security group (or separate egress rule) in the template sends to 0.0.0.0/0.
+    for (const type of ['AWS::EC2::SecurityGroup', 'AWS::EC2::SecurityGroupEgress']) {
+      for (const [id, r] of resourcesOf(t, type)) expect(JSON.stringify(r.Properties), id).not.toContain('0.0.0.0/0');
+    }
+    const vpcCidr = f.stack.resolve(f.vpc.vpcCidrBlock);
+    for (const prefix of ['OrdersSecurityGroup', 'WarehouseSecurityGroup']) {
+      const sg = onlyResource(t, 'AWS::EC2::SecurityGroup', prefix);
+      const egress = sg.Properties.SecurityGroupEgress as Array<Record<string, unknown>>;
+      expect(egress).toEqual([expect.objectContaining({ IpProtocol: 'tcp', FromPort: 443, ToPort: 443, CidrIp: vpcCidr })]);
+    }
+    t.hasResourceProperties('AWS::EC2::SecurityGroupEgress', { GroupId: { 'Fn::GetAtt': [Match.stringLikeRegexp('^OrdersSecurityGroup'), 'GroupId'] }, DestinationSecurityGroupId: f.stack.resolve(dbSg.securityGroupId), FromPort: 5432, ToPort: 5432 });
+    t.hasResourceProperties('AWS::EC2::SecurityGroupEgress', { GroupId: { 'Fn::GetAtt': [Match.stringLikeRegexp('^WarehouseSecurityGroup'), 'GroupId'] }, DestinationSecurityGroupId: f.stack.resolve(whSg.securityGroupId), FromPort: 5439, ToPort: 5439 });
+    t.hasResourceProperties('AWS::EC2::SecurityGroupIngress', { GroupId: f.stack.resolve(whSg.securityGroupId), FromPort: 5439 });
+  });
+
+  test('through a NAT gateway: HTTPS only, to any address', () => {
+    const f = fixture();
+    ordersSource(f, { awsApiEgress: AwsApiEgress.natGateway() });
+    const sg = onlyResource(Template.fromStack(f.stack), 'AWS::EC2::SecurityGroup', 'OrdersSecurityGroup');
+    expect(sg.Properties.SecurityGroupEgress).toEqual([expect.objectContaining({ IpProtocol: 'tcp', FromPort: 443, ToPort: 443, CidrIp: '0.0.0.0/0' })]);
+  });
+});
+
+describe('customer-managed keys wherever data rests', () => {
+  test('raw stream and normalizer dead-letter queue with the source key; applier dead-letter queue with its own; change log and control plane take theirs', () => {
+    const f = fixture();
+    const key = new kms.Key(f.stack, 'SourceKey', { enableKeyRotation: true });
+    const dlqKey = new kms.Key(f.stack, 'DlqKey', { enableKeyRotation: true });
+    const source = ordersSource(f, { encryptionKey: key });
+    new WarehouseSink(f.stack, 'Warehouse', { control: f.control, log: f.log, sources: [source], connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }), vpc: f.vpc, deadLetterQueueEncryptionKey: dlqKey });
+    const t = Template.fromStack(f.stack);
+    expect(onlyResource(t, 'AWS::Kinesis::Stream', 'OrdersRawStream').Properties.StreamEncryption).toEqual({ EncryptionType: 'KMS', KeyId: f.stack.resolve(key.keyArn) });
+    expect(onlyResource(t, 'AWS::SQS::Queue', 'OrdersNormalizerDeadLetterQueue').Properties.KmsMasterKeyId).toEqual(f.stack.resolve(key.keyArn));
+    expect(onlyResource(t, 'AWS::SQS::Queue', 'WarehouseDeadLetterQueue').Properties.KmsMasterKeyId).toEqual(f.stack.resolve(dlqKey.keyArn));
+    // The control table is always on a customer-managed key.
+    expect(onlyResource(t, 'AWS::DynamoDB::Table').Properties.SSESpecification).toMatchObject({ SSEEnabled: true, SSEType: 'KMS' });
+  });
+});
