@@ -25,6 +25,14 @@ export const EnvName = {
   HEARTBEAT_SCHEMA: 'CDC_HEARTBEAT_SCHEMA',
   /** Heartbeats the writer sends per invocation, 10 s apart (the schedule starts it every minute). */
   HEARTBEAT_BEATS: 'CDC_HEARTBEAT_BEATS',
+  /** Search sink: the OpenSearch endpoint (`https://…` of the domain; requests are SigV4-signed for `AWS_REGION`). */
+  SEARCH_ENDPOINT: 'CDC_SEARCH_ENDPOINT',
+  /** Search sink: JSON array of the tables it serves, `[{"source","table","deleteMode"}]` (see lambda/core/search-plan.ts). */
+  SEARCH_TABLES: 'CDC_SEARCH_TABLES',
+  /** Search sink: prefix of its index and alias names (default `cdc`). */
+  SEARCH_INDEX_PREFIX: 'CDC_SEARCH_INDEX_PREFIX',
+  /** The region Lambda runs in (set by Lambda itself); the search sink signs its requests for it. */
+  AWS_REGION: 'AWS_REGION',
   /** Endpoint override for AWS clients (local stand-ins). */
   AWS_ENDPOINT: 'CDC_AWS_ENDPOINT',
   POWERTOOLS_SERVICE_NAME: 'POWERTOOLS_SERVICE_NAME',
