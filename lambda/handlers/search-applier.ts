@@ -314,13 +314,26 @@ export function createSearchApplier(deps: SearchApplierDeps): SearchApplier {
       if (ok) await cp.advanceSinkProgress(sinkId, source, table, maxPosition(valid));
     }
 
+    /** Runs a request, retrying it with backoff while OpenSearch is throttling or unavailable. */
+    async function retrying<T>(source: string, table: string, f: () => Promise<T>): Promise<T> {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await f();
+        } catch (err) {
+          if (!(err instanceof SearchUnavailableError) || attempt >= attempts) throw err;
+          logger.warn('search unavailable; retrying', { source, table, attempt, error: err.message });
+          await sleep(backoffMs * 2 ** (attempt - 1));
+        }
+      }
+    }
+
     /** Reads, plans and writes one table's events; returns whether every record was acknowledged. */
     async function writeBatch(source: string, table: string, names: SearchNames, state: IndexState, deleteMode: DeleteMode, keyColumns: readonly string[], items: Item[], synthetic: boolean): Promise<boolean> {
       const keys = keysToRead(items.map((i) => i.event));
       const idToKey = new Map(keys.map((k) => [documentId(k), keyText(k)]));
       const ids = [...idToKey.keys()];
-      const docs = await search.readStored(names.all, ids);
-      const tombs = deleteMode === 'hard' ? await search.readStored(names.deleted, ids) : new Map<string, unknown>();
+      const docs = await retrying(source, table, () => search.readStored(names.all, ids));
+      const tombs = deleteMode === 'hard' ? await retrying(source, table, () => search.readStored(names.deleted, ids)) : new Map<string, unknown>();
       const stored = new Map<string, { doc?: StoredDoc; tombstone?: StoredDoc }>();
       for (const [id, kt] of idToKey) {
         const d = docs.get(id);

@@ -158,7 +158,7 @@ describe('search stand-in', () => {
     const client = new Client({ node: url });
     await client.indices.create({ index: 'cl', body: { mappings: { properties: { n: { type: 'long' } } } } });
     expect((await client.indices.exists({ index: 'cl' })).body).toBe(true);
-    const res = await client.bulk({ body: `${idx('q', 3, 'external', 'cl')}\n{"n":1}\n` });
+    const res = await client.bulk({ body: `${idx("q", 3, "external", "cl")}\n{"n":1}\n` as never });
     expect(res.body.items[0]!.index!.status).toBe(201);
     const m = await client.mget({ index: 'cl', body: { ids: ['q'] } });
     expect((m.body.docs[0] as any)._source).toEqual({ n: 1 });
