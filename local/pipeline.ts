@@ -5,6 +5,7 @@
  *        ▲ heartbeat writer (1 s)                                                │
  *        └ demo workload                              change log ◄───────────────┘
  *                                                        ├──poller "<sink id>"──► warehouse applier ──► warehouse
+ *                                                        ├──poller "<search id>"─► search applier ──► search index (stand-in or OpenSearch)
  *                                                        └──poller "archive"────► archive copier ──► archive
  *
  * Each poller has its own checkpoints in the control plane, as each event source mapping has on
@@ -18,6 +19,8 @@ import { METRICS_NAMESPACE, MetricName } from '../contracts/metrics.ts';
 import { KinesisChangeLog } from '../lambda/adapters/change-log-kinesis.ts';
 import { createNormalizerHandler } from '../lambda/handlers/normalizer.ts';
 import { createWarehouseApplier } from '../lambda/handlers/warehouse-applier.ts';
+import { createSearchApplier } from '../lambda/handlers/search-applier.ts';
+import { OpenSearchIndex, searchClient } from '../lambda/adapters/search-opensearch.ts';
 import { createHeartbeatHandler, HeartbeatWriter, type HeartbeatHandler } from '../lambda/handlers/heartbeat-writer.ts';
 import { TableConfigIndex, type TableConfig } from '../lambda/core/table-config.ts';
 import type { TableRecord } from '../lambda/core/control-plane.ts';
@@ -46,6 +49,8 @@ export interface PipelineOptions {
   poller?: { batchSize?: number; maxRetries?: number };
   /** Errors the pipeline recovers from (retries), for the log. */
   onError?: (where: string, err: unknown) => void;
+  /** The search sink: its id and the OpenSearch (or stand-in) URL; every captured table is indexed. @default no search sink */
+  search?: { sinkId: string; url: string };
 }
 
 /** The heartbeat table's id as the capture and the applier name it. */
@@ -61,7 +66,9 @@ function sleep(ms: number): Promise<void> {
 /** A running local pipeline. */
 export class LocalPipeline {
   readonly capture: SlotCapture;
-  readonly pollers: { normalizer: Poller; sink: Poller; archive: Poller };
+  readonly pollers: { normalizer: Poller; sink: Poller; archive: Poller; search?: Poller };
+  /** The search sink's index adapter (for the verdict), when there is a search sink. */
+  readonly searchIndex: OpenSearchIndex | null = null;
   readonly tables: TableConfig[];
   readonly startedAt = Date.now();
   /** When the first change reached the warehouse (epoch ms), or null. */
@@ -121,6 +128,26 @@ export class LocalPipeline {
       },
     };
     const common = { kinesis: stack.kinesis, control: stack.control, batchSize: o.poller?.batchSize ?? 200, maxRetries: o.poller?.maxRetries ?? 10 };
+    let searchPoller: Poller | undefined;
+    if (o.search) {
+      const search = o.search;
+      this.searchIndex = new OpenSearchIndex(searchClient({ node: search.url }));
+      const served = this.tables.map((t) => ({ source: o.source, table: t.table, deleteMode: t.deleteMode }));
+      const searchApplier = {
+        perShard: () => {
+          const a = createSearchApplier({
+            controlPlane: stack.control,
+            search: new OpenSearchIndex(searchClient({ node: search.url })),
+            sinkId: search.sinkId,
+            tables: served,
+            metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
+            logger: new Logger({ serviceName: 'search-applier' }),
+          });
+          return (e: Parameters<typeof a.handler>[0]) => a.handler(e);
+        },
+      };
+      searchPoller = new Poller({ ...common, consumer: search.sinkId, streamName: stack.streams.changeLog, handler: searchApplier, onError: err(`${search.sinkId} poller`) });
+    }
     this.pollers = {
       normalizer: new Poller({ ...common, consumer: 'normalizer', streamName: stack.streams.raw, handler: normalizer, onError: err('normalizer poller') }),
       sink: new Poller({ ...common, consumer: o.sinkId, streamName: stack.streams.changeLog, handler: applier, onError: err(`${o.sinkId} poller`) }),
@@ -134,6 +161,7 @@ export class LocalPipeline {
         handler: createArchiveCopier({ archive: stack.archive }),
         onError: err('archive poller'),
       }),
+      ...(searchPoller ? { search: searchPoller } : {}),
     };
   }
 
@@ -142,7 +170,7 @@ export class LocalPipeline {
     // The first beat creates the heartbeat table, which the capture must find.
     await this.heartbeat();
     await this.capture.start();
-    await Promise.all([this.pollers.normalizer.start(), this.pollers.sink.start(), this.pollers.archive.start()]);
+    await Promise.all([this.pollers.normalizer.start(), this.pollers.sink.start(), this.pollers.archive.start(), this.pollers.search?.start()]);
     const every = this.o.heartbeatMs ?? 1000;
     this.heartbeatLoop = (async () => {
       while (!this.heartbeatStop) {
@@ -203,7 +231,12 @@ export class LocalPipeline {
     const t0 = Date.now();
     const t1 = await stage('capture', (t) => this.capture.caughtUpSince(t), t0);
     const t2 = await stage('normalizer', (t) => this.pollers.normalizer.caughtUpSince(t), t1);
-    await Promise.all([stage(`${this.o.sinkId} applier`, (t) => this.pollers.sink.caughtUpSince(t), t2), stage('archive copier', (t) => this.pollers.archive.caughtUpSince(t), t2)]);
+    const search = this.pollers.search;
+    await Promise.all([
+      stage(`${this.o.sinkId} applier`, (t) => this.pollers.sink.caughtUpSince(t), t2),
+      stage('archive copier', (t) => this.pollers.archive.caughtUpSince(t), t2),
+      ...(search ? [stage(`${search.stats.consumer} applier`, (t) => search.caughtUpSince(t), t2)] : []),
+    ]);
   }
 
   /** Stops everything in order: workload, heartbeat, capture, then the pollers (each finishes its batch). */
@@ -212,8 +245,9 @@ export class LocalPipeline {
     await this.stopHeartbeat();
     await this.capture.stop();
     await this.pollers.normalizer.stop();
-    await Promise.all([this.pollers.sink.stop(), this.pollers.archive.stop()]);
+    await Promise.all([this.pollers.sink.stop(), this.pollers.archive.stop(), this.pollers.search?.stop()]);
     await Promise.all(this.pools.map((p) => p.end().catch(() => undefined)));
+    this.searchIndex?.client.close();
   }
 
   /** Reads table states and dead letters from the control plane (at most every 2 s). */
@@ -228,9 +262,9 @@ export class LocalPipeline {
     }
   }
 
-  /** End-to-end lag samples (ms) of the sink since `since`. */
-  lagSamples(since = 0): number[] {
-    return this.o.collector.valuesSince(MetricName.END_TO_END_LAG, { Sink: this.o.sinkId }, since);
+  /** End-to-end lag samples (ms) of the sink (the warehouse by default) since `since`. */
+  lagSamples(since = 0, sinkId = this.o.sinkId): number[] {
+    return this.o.collector.valuesSince(MetricName.END_TO_END_LAG, { Sink: sinkId }, since);
   }
 
   /** Per-second rate of a growing counter over the last RATE_WINDOW_MS of snapshots. */
@@ -260,7 +294,13 @@ export class LocalPipeline {
       retries: p.stats.retries,
       deadLetters: p.stats.deadLetters,
     });
-    const consumers = [this.pollers.normalizer, this.pollers.sink, this.pollers.archive].map(pollerStatus);
+    const consumers = [this.pollers.normalizer, this.pollers.sink, this.pollers.archive, ...(this.pollers.search ? [this.pollers.search] : [])].map(pollerStatus);
+    const searchStatus = (p: Poller, sink: string) => {
+      const dims = { Sink: sink };
+      const l = c.latest(MetricName.END_TO_END_LAG, dims);
+      const ls = c.valuesSince(MetricName.END_TO_END_LAG, dims, now - LAG_WINDOW_MS);
+      return { sink, lagMs: l?.value ?? null, lagAt: l?.at ?? null, lagP50Ms: percentile(ls, 50), lagP99Ms: percentile(ls, 99), eventsPerSecond: c.ratePerSecond(MetricName.EVENTS_APPLIED, dims, RATE_WINDOW_MS, now), deadLetters: p.stats.deadLetters };
+    };
     const w = this.workload?.stats;
     return {
       now,
@@ -271,6 +311,7 @@ export class LocalPipeline {
         `source    ${redactUrl(this.o.stack.sourceUrl)}`,
         `warehouse ${redactUrl(this.o.stack.warehouseUrl)} (schema ${this.o.source}_<schema>)`,
         `archive   ${this.o.stack.archive.location}`,
+        ...(this.o.search ? [`search    ${redactUrl(this.o.search.url)} (aliases cdc.${this.o.source}.<schema>.<table>)`] : []),
       ],
       capture: {
         state: cap.state,
@@ -293,6 +334,7 @@ export class LocalPipeline {
           eventsPerSecond: c.ratePerSecond(MetricName.EVENTS_APPLIED, sinkDims, RATE_WINDOW_MS, now),
           deadLetters: this.pollers.sink.stats.deadLetters,
         },
+        ...(this.pollers.search && this.o.search ? [searchStatus(this.pollers.search, this.o.search.sinkId)] : []),
       ],
       tables: this.tableStates.map((t) => ({ table: t.table, state: t.state, reason: t.stateReason })),
       deadLetters: this.deadLetterCount,

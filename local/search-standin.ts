@@ -35,6 +35,7 @@
  * For tests, `inject` makes the next requests or bulk items fail with a status (429 throttling,
  * 503 unavailable) without applying them, and the clock is injectable (`now`).
  */
+import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { once } from 'node:events';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -76,6 +77,19 @@ export interface SearchStandInOptions {
   defaultGcDeletesMs?: number;
   /** Clock (epoch ms) for tombstone horizons. @default Date.now */
   now?: () => number;
+  /**
+   * Keep the state in this file: loaded at start, rewritten (atomically) before answering every
+   * request that changed something, so that a resumed `cdc local` finds the index its checkpoints
+   * describe. @default in memory only
+   */
+  dataFile?: string;
+}
+
+interface SavedState {
+  version: 1;
+  indices: Array<{ name: string; uuid: string; gcDeletesMs: number; settings: Obj; mappings: Index['mappings']; seqNo: number; docs: Array<[string, Obj, string, number]>; tombstones: Array<[string, string, number]> }>;
+  aliases: Array<[string, Array<[string, AliasSpec]>]>;
+  uuidSeq: number;
 }
 
 /** A request-level or item-level failure the stand-in will answer instead of applying. */
@@ -249,8 +263,9 @@ export class SearchStandIn {
     this.now = options.now ?? Date.now;
   }
 
-  /** Starts listening on 127.0.0.1; returns the base URL. */
+  /** Starts listening on 127.0.0.1 (after loading `dataFile`); returns the base URL. */
   async start(): Promise<string> {
+    if (this.options.dataFile && existsSync(this.options.dataFile)) this.load(this.options.dataFile);
     const server = http.createServer((req, res) => void this.handle(req, res));
     server.keepAliveTimeout = 60_000;
     server.listen(this.options.port ?? 0, '127.0.0.1');
@@ -270,6 +285,50 @@ export class SearchStandIn {
     if (!s) return;
     s.closeAllConnections();
     await new Promise<void>((r) => s.close(() => r()));
+  }
+
+  private load(file: string): void {
+    let saved: SavedState;
+    try {
+      saved = JSON.parse(readFileSync(file, 'utf8')) as SavedState;
+    } catch (e) {
+      throw new Error(`search stand-in state ${file} is not readable JSON (${(e as Error).message}); remove it to start with an empty index`);
+    }
+    if (saved.version !== 1) throw new Error(`search stand-in state ${file} has an unknown version; remove it to start with an empty index`);
+    for (const i of saved.indices) {
+      this.indices.set(i.name, {
+        name: i.name,
+        uuid: i.uuid,
+        gcDeletesMs: i.gcDeletesMs,
+        settings: i.settings,
+        mappings: i.mappings,
+        seqNo: i.seqNo,
+        docs: new Map(i.docs.map(([id, source, version, seqNo]) => [id, { source, version: BigInt(version), seqNo }])),
+        tombstones: new Map(i.tombstones.map(([id, version, at]) => [id, { version: BigInt(version), at }])),
+      });
+    }
+    for (const [alias, entries] of saved.aliases) this.aliases.set(alias, new Map(entries));
+    this.uuidSeq = saved.uuidSeq;
+  }
+
+  private save(file: string): void {
+    const state: SavedState = {
+      version: 1,
+      indices: [...this.indices.values()].map((i) => ({
+        name: i.name,
+        uuid: i.uuid,
+        gcDeletesMs: i.gcDeletesMs,
+        settings: i.settings,
+        mappings: i.mappings,
+        seqNo: i.seqNo,
+        docs: [...i.docs].map(([id, d]) => [id, d.source, d.version.toString(), d.seqNo] as [string, Obj, string, number]),
+        tombstones: [...i.tombstones].map(([id, t]) => [id, t.version.toString(), t.at] as [string, string, number]),
+      })),
+      aliases: [...this.aliases].map(([a, m]) => [a, [...m]]),
+      uuidSeq: this.uuidSeq,
+    };
+    writeFileSync(`${file}.tmp`, JSON.stringify(state));
+    renameSync(`${file}.tmp`, file);
   }
 
   /** Makes the next requests or bulk items fail (see `Injection`). */
@@ -300,6 +359,9 @@ export class SearchStandIn {
         throw new HttpError(injected, injected === 429 ? 'es_rejected_execution_exception' : 'unavailable_shards_exception', `injected failure ${injected}`);
       }
       [status, out] = this.route(req.method ?? 'GET', url, body);
+      const method = req.method ?? 'GET';
+      const changes = method === 'PUT' || method === 'DELETE' || (method === 'POST' && /\/(_bulk|_aliases|_mapping)$/.test(url.pathname));
+      if (changes && this.options.dataFile) this.save(this.options.dataFile);
     } catch (err) {
       if (err instanceof HttpError) {
         status = err.status;
