@@ -6,3 +6,4 @@ export * from './dms-service-roles.ts';
 export * from './source-database.ts';
 export * from './warehouse-connection.ts';
 export * from './warehouse-sink.ts';
+export * from './search-sink.ts';
