@@ -792,3 +792,19 @@ export async function startSearchStandIn(options: SearchStandInOptions = {}): Pr
   await s.start();
   return s;
 }
+
+/**
+ * Run on its own (`tsx local/search-standin.ts [--port N] [--gc-deletes-ms N]`): prints
+ * `listening <url>` and serves until stopped (the benchmark runs it in its own process).
+ */
+if (process.argv[1] !== undefined && import.meta.url === new URL(`file://${process.argv[1]}`).href) {
+  const arg = (name: string): string | undefined => {
+    const i = process.argv.indexOf(`--${name}`);
+    return i >= 0 ? process.argv[i + 1] : undefined;
+  };
+  const s = new SearchStandIn({ port: Number(arg('port') ?? 0), defaultGcDeletesMs: Number(arg('gc-deletes-ms') ?? 60_000) });
+  void s.start().then((url) => process.stdout.write(`listening ${url}\n`));
+  const stop = (): void => void s.stop().then(() => process.exit(0));
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+}
