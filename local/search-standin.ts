@@ -336,6 +336,11 @@ export class SearchStandIn {
     this.injections.push({ ...injection });
   }
 
+  /** Forgets injections not used up yet. */
+  clearInjections(): void {
+    this.injections.length = 0;
+  }
+
   private takeInjection(scope: Injection['scope']): number | null {
     const i = this.injections.find((x) => x.scope === scope && x.times > 0);
     if (!i) return null;

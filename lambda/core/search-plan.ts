@@ -376,7 +376,22 @@ export function planSearchWrites(input: SearchPlanInput): SearchPlan {
       ops.push({ action: 'index', target: 'all', id, version, document: { ...values, ...w.key, [META_FIELD]: meta as unknown as JsonValue }, keyText: w.keyText, position: w.position });
     }
   }
+  // Hard mode: a tombstone above a still-live document means an earlier bulk recorded the
+  // tombstone but not the delete (one of the two items failed and was retried): finish it.
+  if (input.deleteMode === 'hard') {
+    const planned = new Set(ops.map((o) => o.keyText));
+    for (const [k, s] of input.stored) {
+      if (planned.has(k) || !s.doc || !s.tombstone || s.doc.deleted || s.tombstone.position <= s.doc.position) continue;
+      const key = keyOfText(k);
+      ops.push({ action: 'delete', target: 'all', id: documentId(key), version: encodeVersion(s.tombstone.position, input.meta.baseLsn), document: null, keyText: k, position: s.tombstone.position });
+    }
+  }
   return { ops, table };
+}
+
+/** The key of a key text (`keyText`'s inverse). */
+function keyOfText(text: string): Row {
+  return Object.fromEntries(JSON.parse(text) as Array<[string, JsonValue]>);
 }
 
 /**

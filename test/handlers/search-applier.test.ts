@@ -185,7 +185,7 @@ describe('search applier on the search stand-in', () => {
       expect(emf.metric(MetricName.APPLY_ERRORS)).toEqual([{ value: 1, dims: { Sink: 'search' } }]);
       expect((await cp.getSinkProgress('search', 'src', table))?.appliedPosition ?? null).toBeNull();
     } finally {
-      (standin as unknown as { injections: unknown[] }).injections.length = 0;
+      standin.clearInjections();
     }
   });
 
@@ -294,7 +294,7 @@ describe('search applier on the search stand-in', () => {
       const e = toEvent([{ ...beat, position: pos(6) }]);
       expect(await a.handler(e).catch((err: Error) => err.name)).toBe('FullBatchFailureError');
     } finally {
-      (standin as unknown as { injections: unknown[] }).injections.length = 0;
+      standin.clearInjections();
     }
   });
 });
