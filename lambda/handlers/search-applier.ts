@@ -50,7 +50,6 @@ import {
   documentId,
   keysToRead,
   mappingDiff,
-  META_FIELD,
   planSearchWrites,
   SearchDocumentRejectedError,
   SearchMappingConflictError,
@@ -463,9 +462,6 @@ function aboutRecord(text: string): { source: string | null; table: string | nul
     return { source: null, table: null };
   }
 }
-
-/** The META_FIELD name, re-exported for readers of the documents. */
-export { META_FIELD };
 
 // ---------------------------------------------------------------------------------------------
 // The Lambda handler: module-scope clients, built once per container from the environment.
