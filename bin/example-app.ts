@@ -1,6 +1,6 @@
 /**
  * The example CDK app that `cdk.json` runs: two PostgreSQL sources (masked and excluded columns,
- * a hard-delete table), one change log, one warehouse sink, alarms to an SNS topic.
+ * a hard-delete table), one change log, one warehouse sink, one search sink, alarms to an SNS topic.
  *
  * Synthesizes offline with no AWS credentials (`npx cdk synth`). Before deploying, read
  * docs/deploy.md: the secrets named below must exist, the source databases need logical
@@ -17,6 +17,7 @@ import * as cloudwatchActions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as kms from 'aws-cdk-lib/aws-kms';
 import * as logs from 'aws-cdk-lib/aws-logs';
+import * as opensearch from 'aws-cdk-lib/aws-opensearchservice';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import * as sns from 'aws-cdk-lib/aws-sns';
 import type { Construct } from 'constructs';
@@ -28,6 +29,7 @@ import {
   DeleteMode,
   DmsServiceRoles,
   AwsApiEgress,
+  SearchSink,
   SourceDatabase,
   WarehouseConnection,
   WarehouseSink,
@@ -129,6 +131,20 @@ export class CdcExampleStack extends Stack {
       vpc,
       awsApiEgress: AwsApiEgress.natGateway(),
       freshnessTarget: Duration.minutes(2),
+      alarmActions,
+    });
+
+    // The search index of the customers and orders (an existing OpenSearch Service domain in the
+    // VPC; its access policy must admit the applier's role, see docs/search.md).
+    new SearchSink(this, 'Search', {
+      control,
+      log,
+      sources: [orders],
+      domain: opensearch.Domain.fromDomainEndpoint(this, 'SearchDomain', 'https://vpc-cdc-example-abcdefghijklmnop.eu-west-1.es.amazonaws.com'),
+      tables: [{ table: 'public.customers' }, { table: 'public.orders', deletes: DeleteMode.HARD }],
+      vpc,
+      awsApiEgress: AwsApiEgress.natGateway(),
+      freshnessTarget: Duration.minutes(1),
       alarmActions,
     });
   }

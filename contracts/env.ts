@@ -31,6 +31,14 @@ export const EnvName = {
   SOURCE_CA_PEM: 'CDC_SOURCE_CA_PEM',
   /** TLS to the warehouse (`verify-full`, the default, or `require`). */
   WAREHOUSE_SSL_MODE: 'CDC_WAREHOUSE_SSL_MODE',
+  /** Search sink: the OpenSearch endpoint (`https://…` of the domain; requests are SigV4-signed for `AWS_REGION`). */
+  SEARCH_ENDPOINT: 'CDC_SEARCH_ENDPOINT',
+  /** Search sink: JSON array of the tables it serves, `[{"source","table","deleteMode"}]` (see lambda/core/search-plan.ts). */
+  SEARCH_TABLES: 'CDC_SEARCH_TABLES',
+  /** Search sink: prefix of its index and alias names (default `cdc`). */
+  SEARCH_INDEX_PREFIX: 'CDC_SEARCH_INDEX_PREFIX',
+  /** The region Lambda runs in (set by Lambda itself); the search sink signs its requests for it. */
+  AWS_REGION: 'AWS_REGION',
   /** Endpoint override for AWS clients (local stand-ins). */
   AWS_ENDPOINT: 'CDC_AWS_ENDPOINT',
   /** Operator function: the actions it serves, comma separated (the status-only function: `status,audit`). */

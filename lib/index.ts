@@ -7,3 +7,4 @@ export * from './source-database.ts';
 export * from './warehouse-connection.ts';
 export * from './warehouse-sink.ts';
 export * from './aws-api-egress.ts';
+export * from './search-sink.ts';

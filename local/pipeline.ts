@@ -5,6 +5,7 @@
  *        ▲ heartbeat writer (1 s)                                                │
  *        └ demo workload                              change log ◄───────────────┘
  *                                                        ├──poller "<sink id>"──► warehouse applier ──► warehouse
+ *                                                        ├──poller "<search id>"─► search applier ──► search index (stand-in or OpenSearch)
  *                                                        └──poller "archive"────► archive copier ──► archive
  *
  * Each poller has its own checkpoints in the control plane, as each event source mapping has on
@@ -20,6 +21,8 @@ import { createNormalizerHandler } from '../lambda/handlers/normalizer.ts';
 import { createWarehouseApplier } from '../lambda/handlers/warehouse-applier.ts';
 import { createHeldRangeReplayer } from '../lambda/handlers/warehouse-replay.ts';
 import { readChangeLog } from '../lambda/adapters/change-log-reader.ts';
+import { createSearchApplier } from '../lambda/handlers/search-applier.ts';
+import { OpenSearchIndex, searchClient } from '../lambda/adapters/search-opensearch.ts';
 import { createHeartbeatHandler, HeartbeatWriter, type HeartbeatHandler } from '../lambda/handlers/heartbeat-writer.ts';
 import { TableConfigIndex, type TableConfig } from '../lambda/core/table-config.ts';
 import type { TableRecord } from '../lambda/core/control-plane.ts';
@@ -49,6 +52,8 @@ export interface PipelineOptions {
   poller?: { batchSize?: number; maxRetries?: number; maxBackoffMs?: number };
   /** Errors the pipeline recovers from (retries), for the log. */
   onError?: (where: string, err: unknown) => void;
+  /** The search sink: its id and the OpenSearch (or stand-in) URL; every captured table is indexed. @default no search sink */
+  search?: { sinkId: string; url: string };
 }
 
 /** The heartbeat table's id as the capture and the applier name it. */
@@ -64,7 +69,9 @@ function sleep(ms: number): Promise<void> {
 /** A running local pipeline. */
 export class LocalPipeline {
   readonly capture: SlotCapture;
-  readonly pollers: { normalizer: Poller; sink: Poller; archive: Poller };
+  readonly pollers: { normalizer: Poller; sink: Poller; archive: Poller; search?: Poller };
+  /** The search sink's index adapter (for the verdict), when there is a search sink. */
+  readonly searchIndex: OpenSearchIndex | null = null;
   readonly tables: TableConfig[];
   readonly startedAt = Date.now();
   /** When the first change reached the warehouse (epoch ms), or null. */
@@ -78,8 +85,8 @@ export class LocalPipeline {
   private deadLetterCount = 0;
   private lastControlRead = 0;
   private readonly counters = new Map<string, Array<[number, number]>>();
-  /** The sink's resume replay (docs/operations.md): runs when an operator resume releases a hold. */
-  readonly replayer: ReturnType<typeof createHeldRangeReplayer>;
+  /** Each sink's resume replay (docs/operations.md): runs when an operator resume releases a hold. */
+  readonly replayers: Array<ReturnType<typeof createHeldRangeReplayer>> = [];
   private replayLoop: Promise<void> | null = null;
   private replayStop = false;
 
@@ -138,7 +145,7 @@ export class LocalPipeline {
         metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
         logger: new Logger({ serviceName: 'warehouse-replay' }),
       });
-      this.replayer = createHeldRangeReplayer({ controlPlane: stack.control, sinkId: o.sinkId, applier: replayApplier, readLog: () => readChangeLog(stack.kinesis, stack.streams.changeLog) });
+      this.replayers.push(createHeldRangeReplayer({ controlPlane: stack.control, sinkId: o.sinkId, applier: replayApplier, readLog: () => readChangeLog(stack.kinesis, stack.streams.changeLog) }));
     }
     const common = {
       kinesis: stack.kinesis,
@@ -147,6 +154,36 @@ export class LocalPipeline {
       ...(o.poller?.maxRetries !== undefined ? { maxRetries: o.poller.maxRetries } : {}),
       ...(o.poller?.maxBackoffMs !== undefined ? { maxBackoffMs: o.poller.maxBackoffMs } : {}),
     };
+    let searchPoller: Poller | undefined;
+    if (o.search) {
+      const search = o.search;
+      this.searchIndex = new OpenSearchIndex(searchClient({ node: search.url }));
+      const served = this.tables.map((t) => ({ source: o.source, table: t.table, deleteMode: t.deleteMode }));
+      const searchApplier = {
+        perShard: () => {
+          const a = createSearchApplier({
+            controlPlane: stack.control,
+            search: new OpenSearchIndex(searchClient({ node: search.url })),
+            sinkId: search.sinkId,
+            tables: served,
+            metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
+            logger: new Logger({ serviceName: 'search-applier' }),
+          });
+          return (e: Parameters<typeof a.handler>[0]) => a.handler(e);
+        },
+      };
+      searchPoller = new Poller({ ...common, consumer: search.sinkId, streamName: stack.streams.changeLog, handler: searchApplier, onError: err(`${search.sinkId} poller`) });
+      // The search sink holds paused tables like the warehouse; a resume replays its held range through the same applier code.
+      const searchReplayApplier = createSearchApplier({
+        controlPlane: stack.control,
+        search: new OpenSearchIndex(searchClient({ node: search.url })),
+        sinkId: search.sinkId,
+        tables: served,
+        metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
+        logger: new Logger({ serviceName: 'search-replay' }),
+      });
+      this.replayers.push(createHeldRangeReplayer({ controlPlane: stack.control, sinkId: search.sinkId, applier: searchReplayApplier, readLog: () => readChangeLog(stack.kinesis, stack.streams.changeLog) }));
+    }
     this.pollers = {
       normalizer: new Poller({ ...common, consumer: 'normalizer', streamName: stack.streams.raw, handler: normalizer, onError: err('normalizer poller') }),
       sink: new Poller({ ...common, consumer: o.sinkId, streamName: stack.streams.changeLog, handler: applier, onError: err(`${o.sinkId} poller`) }),
@@ -160,6 +197,7 @@ export class LocalPipeline {
         handler: createArchiveCopier({ archive: stack.archive }),
         onError: err('archive poller'),
       }),
+      ...(searchPoller ? { search: searchPoller } : {}),
     };
   }
 
@@ -168,7 +206,7 @@ export class LocalPipeline {
     // The first beat creates the heartbeat table, which the capture must find.
     await this.heartbeat();
     await this.capture.start();
-    await Promise.all([this.pollers.normalizer.start(), this.pollers.sink.start(), this.pollers.archive.start()]);
+    await Promise.all([this.pollers.normalizer.start(), this.pollers.sink.start(), this.pollers.archive.start(), this.pollers.search?.start()]);
     const every = this.o.heartbeatMs ?? 1000;
     this.heartbeatLoop = (async () => {
       while (!this.heartbeatStop) {
@@ -184,7 +222,7 @@ export class LocalPipeline {
     this.replayLoop = (async () => {
       while (!this.replayStop) {
         try {
-          await this.replayer.replayPending();
+          for (const r of this.replayers) await r.replayPending();
         } catch (e) {
           this.o.onError?.('resume replay', e);
         }
@@ -239,10 +277,15 @@ export class LocalPipeline {
     const t0 = Date.now();
     const t1 = await stage('capture', (t) => this.capture.caughtUpSince(t), t0);
     const t2 = await stage('normalizer', (t) => this.pollers.normalizer.caughtUpSince(t), t1);
-    await Promise.all([stage(`${this.o.sinkId} applier`, (t) => this.pollers.sink.caughtUpSince(t), t2), stage('archive copier', (t) => this.pollers.archive.caughtUpSince(t), t2)]);
+    const search = this.pollers.search;
+    await Promise.all([
+      stage(`${this.o.sinkId} applier`, (t) => this.pollers.sink.caughtUpSince(t), t2),
+      stage('archive copier', (t) => this.pollers.archive.caughtUpSince(t), t2),
+      ...(search ? [stage(`${search.stats.consumer} applier`, (t) => search.caughtUpSince(t), t2)] : []),
+    ]);
     // A resumed table is caught up once its held range is replayed.
-    while ((await this.replayer.pending()) > 0) {
-      if (Date.now() > deadline) throw new Error(`the ${this.o.sinkId} resume replay did not finish within ${Math.round(timeoutMs / 1000)} s`);
+    while ((await Promise.all(this.replayers.map((r) => r.pending()))).some((n) => n > 0)) {
+      if (Date.now() > deadline) throw new Error(`the resume replay did not finish within ${Math.round(timeoutMs / 1000)} s`);
       await sleep(200);
     }
   }
@@ -255,8 +298,9 @@ export class LocalPipeline {
     this.replayStop = true;
     await this.replayLoop;
     await this.pollers.normalizer.stop();
-    await Promise.all([this.pollers.sink.stop(), this.pollers.archive.stop()]);
+    await Promise.all([this.pollers.sink.stop(), this.pollers.archive.stop(), this.pollers.search?.stop()]);
     await Promise.all(this.pools.map((p) => p.end().catch(() => undefined)));
+    this.searchIndex?.client.close();
   }
 
   /** Reads table states and dead letters from the control plane (at most every 2 s). */
@@ -271,9 +315,9 @@ export class LocalPipeline {
     }
   }
 
-  /** End-to-end lag samples (ms) of the sink since `since`. */
-  lagSamples(since = 0): number[] {
-    return this.o.collector.valuesSince(MetricName.END_TO_END_LAG, { Sink: this.o.sinkId }, since);
+  /** End-to-end lag samples (ms) of the sink (the warehouse by default) since `since`. */
+  lagSamples(since = 0, sinkId = this.o.sinkId): number[] {
+    return this.o.collector.valuesSince(MetricName.END_TO_END_LAG, { Sink: sinkId }, since);
   }
 
   /** Per-second rate of a growing counter over the last RATE_WINDOW_MS of snapshots. */
@@ -305,7 +349,13 @@ export class LocalPipeline {
       stalledMs: p.stats.stalledSince === null ? null : now - p.stats.stalledSince,
       lastError: p.stats.lastError,
     });
-    const consumers = [this.pollers.normalizer, this.pollers.sink, this.pollers.archive].map(pollerStatus);
+    const consumers = [this.pollers.normalizer, this.pollers.sink, this.pollers.archive, ...(this.pollers.search ? [this.pollers.search] : [])].map(pollerStatus);
+    const searchStatus = (p: Poller, sink: string) => {
+      const dims = { Sink: sink };
+      const l = c.latest(MetricName.END_TO_END_LAG, dims);
+      const ls = c.valuesSince(MetricName.END_TO_END_LAG, dims, now - LAG_WINDOW_MS);
+      return { sink, lagMs: l?.value ?? null, lagAt: l?.at ?? null, lagP50Ms: percentile(ls, 50), lagP99Ms: percentile(ls, 99), eventsPerSecond: c.ratePerSecond(MetricName.EVENTS_APPLIED, dims, RATE_WINDOW_MS, now), deadLetters: p.stats.deadLetters };
+    };
     const w = this.workload?.stats;
     return {
       now,
@@ -316,6 +366,7 @@ export class LocalPipeline {
         `source    ${redactUrl(this.o.stack.sourceUrl)}`,
         `warehouse ${redactUrl(this.o.stack.warehouseUrl)} (schema ${this.o.source}_<schema>)`,
         `archive   ${this.o.stack.archive.location}`,
+        ...(this.o.search ? [`search    ${redactUrl(this.o.search.url)} (aliases cdc.${this.o.source}.<schema>.<table>)`] : []),
       ],
       capture: {
         state: cap.state,
@@ -338,6 +389,7 @@ export class LocalPipeline {
           eventsPerSecond: c.ratePerSecond(MetricName.EVENTS_APPLIED, sinkDims, RATE_WINDOW_MS, now),
           deadLetters: this.pollers.sink.stats.deadLetters,
         },
+        ...(this.pollers.search && this.o.search ? [searchStatus(this.pollers.search, this.o.search.sinkId)] : []),
       ],
       tables: this.tableStates.map((t) => ({ table: t.table, state: t.state, reason: t.stateReason })),
       deadLetters: this.deadLetterCount,

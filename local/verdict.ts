@@ -1,6 +1,6 @@
 /**
  * The verdict of a bounded run: every captured table of the source compared with its warehouse
- * view row by row. Masked columns are compared masked (the source value through the same
+ * view row by row (and, with `compareSourceAndSearch`, with its search index document by document). Masked columns are compared masked (the source value through the same
  * `maskValue` the capture uses), excluded columns must be absent from the warehouse, and every
  * key must be present exactly once on both sides.
  *
@@ -18,6 +18,9 @@ import { quoteIdent, splitTableId } from '../lambda/core/identifiers.ts';
 import { warehouseTable } from '../lambda/core/warehouse-sql.ts';
 import type { TableConfig } from '../lambda/core/table-config.ts';
 import { columnsOf, primaryKeyOf } from './catalog.ts';
+import type { JsonValue } from '../lambda/core/event.ts';
+import { DEFAULT_INDEX_PREFIX, searchNames } from '../lambda/core/search-plan.ts';
+import type { OpenSearchIndex } from '../lambda/adapters/search-opensearch.ts';
 
 export interface TableVerdict {
   table: string;
@@ -41,6 +44,8 @@ export interface TableVerdict {
 export interface Verdict {
   match: boolean;
   tables: TableVerdict[];
+  /** What the source was compared with (`warehouse` when absent; `search index` for the search sink). */
+  sink?: string;
 }
 
 export interface CompareOptions {
@@ -187,12 +192,105 @@ export async function compareSourceAndWarehouse(options: CompareOptions): Promis
 
 /** The verdict as lines for a terminal or a CI log. */
 export function formatVerdict(verdict: Verdict): string[] {
-  const lines = [`verdict: ${verdict.match ? 'MATCH' : 'MISMATCH'}`];
+  const sink = verdict.sink ?? 'warehouse';
+  const lines = [`verdict${verdict.sink ? ` (${sink})` : ''}: ${verdict.match ? 'MATCH' : 'MISMATCH'}`];
   for (const t of verdict.tables) {
-    const counts = `source ${t.sourceRows} rows, warehouse ${t.warehouseRows} rows`;
+    const counts = `source ${t.sourceRows} rows, ${sink} ${t.warehouseRows} ${verdict.sink ? 'documents' : 'rows'}`;
     lines.push(`  ${t.match ? 'ok  ' : 'FAIL'} ${t.table}: ${counts}${t.match ? '' : `; missing ${t.missing}, extra ${t.extra}, different ${t.different}, duplicate keys ${t.duplicates}`}`);
     for (const p of t.problems) lines.push(`       ${p}`);
     for (const e of t.examples) lines.push(`       ${e}`);
   }
   return lines;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The search index (docs/search.md, "The verdict")
+
+export interface CompareSearchOptions {
+  sourceUrl: string;
+  /** The search sink's index adapter (stand-in or a real OpenSearch). */
+  search: OpenSearchIndex;
+  source: string;
+  tables: readonly TableConfig[];
+  /** Index name prefix. @default 'cdc' */
+  prefix?: string;
+  examples?: number;
+}
+
+function jsonText(v: JsonValue | undefined): string | null {
+  if (v === undefined || v === null) return null;
+  if (typeof v === 'string') return v;
+  if (typeof v === 'number' || typeof v === 'boolean') return String(v);
+  return JSON.stringify(v);
+}
+
+/**
+ * Compares every captured table of the source with its search index: the live documents (the
+ * readers' alias, so tombstones are not counted) against the source rows, key by key and column
+ * by column, masked columns compared masked, excluded columns absent from every document. A
+ * document's absent field counts as null. Each side's values are compared as text (see `sameValue`).
+ */
+export async function compareSourceAndSearch(options: CompareSearchOptions): Promise<Verdict> {
+  const maxExamples = options.examples ?? 5;
+  const src = await session(options.sourceUrl);
+  try {
+    const tables: TableVerdict[] = [];
+    for (const config of options.tables) {
+      const { schema, table } = splitTableId(config.table);
+      const v: TableVerdict = { table: config.table, sourceRows: 0, warehouseRows: 0, missing: 0, extra: 0, different: 0, duplicates: 0, problems: [], examples: [], match: false };
+      tables.push(v);
+      const srcColumns = await columnsOf(src, schema, table);
+      if (srcColumns.length === 0) {
+        v.problems.push(`source table ${config.table} does not exist`);
+        continue;
+      }
+      const key = config.key ?? (await primaryKeyOf(src, schema, table));
+      if (key.length === 0) {
+        v.problems.push(`source table ${config.table} has no primary key (declare one with the table's key setting)`);
+        continue;
+      }
+      const columns = srcColumns.filter((c) => !config.exclude.includes(c));
+      const source = await readRows(src, schema, table, columns, key);
+      v.sourceRows = source.rows.size;
+      const names = searchNames(options.prefix ?? DEFAULT_INDEX_PREFIX, options.source, config.table);
+      const docs: Rows = new Map();
+      if (await options.search.exists(names)) {
+        for await (const d of options.search.listDocuments(names)) {
+          v.warehouseRows++;
+          for (const ex of config.exclude) if (ex in d.values && v.problems.length < maxExamples) v.problems.push(`excluded column ${ex} is present in document ${d.id}`);
+          const k = JSON.stringify(key.map((c) => jsonText(d.values[c])));
+          if (docs.has(k)) v.duplicates++;
+          docs.set(k, Object.fromEntries(columns.map((c) => [c, jsonText(d.values[c])])));
+        }
+      } else if (v.sourceRows > 0) {
+        v.problems.push(`search index ${names.alias} does not exist`);
+      }
+      for (const [k, row] of source.rows) {
+        const other = docs.get(k);
+        if (!other) {
+          v.missing++;
+          if (v.examples.length < maxExamples) v.examples.push(`key ${k}: missing in the search index`);
+          continue;
+        }
+        for (const c of columns) {
+          const expected = config.mask.includes(c) ? maskValue(row[c] ?? null) : (row[c] ?? null);
+          if (!sameValue(expected, other[c] ?? null)) {
+            v.different++;
+            if (v.examples.length < maxExamples) v.examples.push(`key ${k}: ${c} is ${short(other[c] ?? null)} in the search index, expected ${short(expected)}`);
+            break;
+          }
+        }
+      }
+      for (const k of docs.keys()) {
+        if (!source.rows.has(k)) {
+          v.extra++;
+          if (v.examples.length < maxExamples) v.examples.push(`key ${k}: in the search index but not in the source`);
+        }
+      }
+      v.match = v.problems.length === 0 && v.missing === 0 && v.extra === 0 && v.different === 0 && v.duplicates === 0;
+    }
+    return { match: tables.length > 0 && tables.every((t) => t.match), tables, sink: 'search index' };
+  } finally {
+    await src.end();
+  }
 }

@@ -3,7 +3,8 @@
  * (local/stack.ts), wires the real handlers (local/pipeline.ts), shows a live status, and for a
  * bounded run compares source and warehouse at the end (local/verdict.ts).
  */
-import { readFile } from 'node:fs/promises';
+import { mkdir, readFile } from 'node:fs/promises';
+import path from 'node:path';
 import pg from 'pg';
 import { MetricName } from '../../contracts/metrics.ts';
 import { CdcError } from '../../lambda/core/errors.ts';
@@ -15,7 +16,8 @@ import { LocalPipeline, HEARTBEAT_TABLE_ID } from '../../local/pipeline.ts';
 import { DEFAULT_STATE_DIR, redactUrl, resetLocalState, startLocalStack, type LocalStack } from '../../local/stack.ts';
 import { checkSourceReady } from '../../local/slot.ts';
 import { formatMs, StatusWriter } from '../../local/status.ts';
-import { compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts';
+import { compareSourceAndSearch, compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts';
+import { SearchStandIn } from '../../local/search-standin.ts';
 import { EXIT_FAILED, EXIT_OK, UsageError, write, type CliIo, type Command } from './command.ts';
 
 const HELP = `Usage: cdc local (--demo | --source URL --tables LIST) [options]
@@ -41,11 +43,17 @@ What to capture:
 
 Where to write:
   --warehouse URL            write the mirror to an existing PostgreSQL instead of the embedded one
+  --search URL               index into this OpenSearch or Elasticsearch (http://host:9200) instead
+                             of the built-in search stand-in (a stand-in on 127.0.0.1 that speaks
+                             the part of the OpenSearch API the search sink uses; not OpenSearch)
+  --no-search                run without the search sink
+  --search-id ID             search sink id [default: search]
 
 Run:
   --duration TIME            run for TIME (60s, 5m, 1h), then stop the workload, wait until the
                              sinks caught up, compare every captured table of source and warehouse
-                             row by row and print the verdict; exit 0 only when they match
+                             row by row (and of source and search index, document by document) and
+                             print the verdicts; exit 0 only when they all match
   --rate N                   demo transactions per second [default: 20]
   --state-dir DIR            state folder [default: ${DEFAULT_STATE_DIR}]
   --source-id ID             source id [default: demo with --demo, local with --source]
@@ -69,6 +77,10 @@ export interface LocalOptions {
   tables: string[];
   tableConfig: string | null;
   warehouseUrl: string | null;
+  /** A real OpenSearch/Elasticsearch URL; null: the built-in stand-in. */
+  searchUrl: string | null;
+  search: boolean;
+  searchId: string;
   durationMs: number | null;
   rate: number;
   stateDir: string;
@@ -107,6 +119,9 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
     tables: [],
     tableConfig: null,
     warehouseUrl: null,
+    searchUrl: null,
+    search: true,
+    searchId: 'search',
     durationMs: null,
     rate: 20,
     stateDir: DEFAULT_STATE_DIR,
@@ -150,6 +165,19 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
         break;
       case '--warehouse':
         o.warehouseUrl = value();
+        break;
+      case '--search': {
+        const u = value();
+        if (!/^https?:\/\/[^\s/]+/.test(u)) throw new UsageError(`--search expects an http(s) URL like http://localhost:9200, got '${u}'`);
+        o.searchUrl = u;
+        break;
+      }
+      case '--no-search':
+        o.search = false;
+        break;
+      case '--search-id':
+        o.searchId = value();
+        if (!isSourceId(o.searchId)) throw new UsageError(`--search-id expects a lower-case identifier, got '${o.searchId}'`);
         break;
       case '--duration':
         o.durationMs = parseDuration(value());
@@ -200,6 +228,8 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
   if (!o.demo && !o.sourceUrl) throw new UsageError('choose --demo (embedded demo source) or --source URL (your PostgreSQL)');
   if (o.sourceUrl && o.tables.length === 0 && o.tableConfig === null) throw new UsageError('--source needs --tables (or --table-config) naming the tables to capture');
   if (o.demo && (o.tables.length > 0 || o.tableConfig)) throw new UsageError('--tables and --table-config are for --source; the demo captures its own tables');
+  if (!o.search && o.searchUrl) throw new UsageError('--search and --no-search exclude each other');
+  if (o.search && o.searchId === o.sinkId) throw new UsageError(`--search-id and --sink-id must differ (both are '${o.sinkId}')`);
   return o;
 }
 
@@ -260,6 +290,20 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
     return EXIT_FAILED;
   }
 
+  let standin: SearchStandIn | null = null;
+  let searchUrl: string | null = o.search ? o.searchUrl : null;
+  if (o.search && !o.searchUrl) {
+    try {
+      await mkdir(path.join(stack.stateDir, 'search'), { recursive: true });
+      standin = new SearchStandIn({ dataFile: path.join(stack.stateDir, 'search', 'standin.json') });
+      searchUrl = await standin.start();
+      await out(`  search stand-in (not OpenSearch) ready on ${searchUrl}\n`);
+    } catch (e) {
+      await err(`cdc local: the search stand-in did not start: ${describeError(e)}\n`);
+      await stack.stop();
+      return EXIT_FAILED;
+    }
+  }
   const collector = new MetricsCollector();
   const captured = captureStdout(collector, { emfFile: stack.files.emf, logFile: stack.files.handlerLog });
   const print = (text: string): void => captured.write(text);
@@ -291,6 +335,7 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
       collector,
       heartbeatMs: o.heartbeatMs,
       workloadRate: o.demo ? o.rate : 0,
+      ...(searchUrl ? { search: { sinkId: o.searchId, url: searchUrl } } : {}),
       capture: {
         ...(o.maxTxRows ? { maxTxRows: o.maxTxRows } : {}),
         ...(o.maxTxBytes ? { maxTxBytes: o.maxTxBytes } : {}),
@@ -343,6 +388,18 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
       });
       print(`${formatVerdict(verdict).join('\n')}\n`);
       code = verdict.match ? EXIT_OK : EXIT_FAILED;
+      if (pipeline.searchIndex) {
+        const searchLags = p.lagSamples(p.startedAt, o.searchId);
+        print(`measured: search sink ${o.searchId} end-to-end lag p50 ${formatMs(percentile(searchLags, 50))}, p99 ${formatMs(percentile(searchLags, 99))} over ${searchLags.length} heartbeats\n`);
+        const searchVerdict = await compareSourceAndSearch({
+          sourceUrl: stack.sourceUrl,
+          search: pipeline.searchIndex,
+          source,
+          tables: [...tables, ...pipeline.tables.filter((t) => !tables.some((u) => u.table === t.table))],
+        });
+        print(`${formatVerdict(searchVerdict).join('\n')}\n`);
+        if (!searchVerdict.match) code = EXIT_FAILED;
+      }
     } else {
       print('\ncdc local: stopping (state is kept; run again to resume)\n');
     }
@@ -355,6 +412,7 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
     process.off('SIGTERM', onSignal);
     await pipeline?.stop().catch((e) => print(`cdc local: while stopping: ${describeError(e)}\n`));
     await captured.restore();
+    await standin?.stop();
     await stack.stop();
   }
   return code;

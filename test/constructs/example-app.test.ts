@@ -97,7 +97,9 @@ describe('example app', () => {
 
   test('every event source mapping reports batch item failures, bisects and has an on-failure destination', () => {
     const mappings = resourcesOf(template, 'AWS::Lambda::EventSourceMapping');
-    expect(mappings).toHaveLength(3);
+    // Two normalizers, the warehouse applier and the search applier.
+    expect(mappings).toHaveLength(4);
+    expect(mappings.filter(([id]) => id.startsWith('SearchApplier'))).toHaveLength(1);
     for (const [id, m] of mappings) {
       expect(m.Properties.FunctionResponseTypes, id).toEqual(['ReportBatchItemFailures']);
       expect(m.Properties.BisectBatchOnFunctionError, id).toBe(true);
@@ -106,6 +108,15 @@ describe('example app', () => {
       expect(m.Properties.MaximumRetryAttempts, id).toBe(-1);
       expect(m.Properties.MaximumRecordAgeInSeconds, id).toBe(-1);
     }
+  });
+
+  test('the search sink: its applier, its own mapping on the change log, and its alarms', () => {
+    const fn = resourcesOf(template, 'AWS::Lambda::Function').filter(([id]) => id.startsWith('SearchApplier'));
+    expect(fn).toHaveLength(1);
+    const [, mapping] = resourcesOf(template, 'AWS::Lambda::EventSourceMapping').find(([id]) => id.startsWith('SearchApplier'))!;
+    expect(mapping.Properties.FunctionName).toEqual({ Ref: fn[0]![0] });
+    const searchAlarms = resourcesOf(template, 'AWS::CloudWatch::Alarm').filter(([id]) => id.startsWith('Search'));
+    expect(searchAlarms.map(([, a]) => a.Properties.MetricName).sort()).toEqual(['ApplyErrors', 'ApproximateNumberOfMessagesVisible', 'DeadLetters', 'EndToEndLag', 'IteratorAge']);
   });
 
   test('alarms of the four required kinds exist: end-to-end lag, dead letters and apply errors, iterator age, DMS CDC latency', () => {

@@ -7,7 +7,8 @@ import { AwsSolutionsChecks } from 'cdk-nag';
 import type { IConstruct } from 'constructs';
 import { describe, expect, test } from 'vitest';
 import { buildExampleApp } from '../../bin/example-app.ts';
-import { WarehouseConnection, WarehouseSink } from '../../lib/index.ts';
+import * as opensearch from 'aws-cdk-lib/aws-opensearchservice';
+import { SearchSink, WarehouseConnection, WarehouseSink } from '../../lib/index.ts';
 import { fixture, newApp, ordersSource } from './helpers.ts';
 
 function violationsOf(app: App, scope: IConstruct): string[] {
@@ -40,6 +41,7 @@ describe('cdk-nag AwsSolutions', () => {
     const f = fixture();
     const orders = ordersSource(f);
     new WarehouseSink(f.stack, 'Warehouse', { control: f.control, log: f.log, sources: [orders], connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }), vpc: f.vpc });
+    new SearchSink(f.stack, 'Search', { control: f.control, log: f.log, sources: [orders], domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://search-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com') });
     // The fixture's VPC is test scaffolding, not part of the library.
     Validations.of(f.vpc).acknowledge({ id: 'AwsSolutions-VPC7', reason: 'test fixture vpc; flow logs are the application’s choice' });
     expect(violationsOf(f.app, f.stack)).toEqual([]);

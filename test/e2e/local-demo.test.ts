@@ -96,6 +96,7 @@ describe('cdc local --demo, end to end', () => {
     const out = second.output();
     expect(out, out).toContain('resumed');
     expect(out, out).toContain('verdict: MATCH');
+    expect(out, out).toContain('verdict (search index): MATCH');
     for (const t of ['public.customers', 'public.orders', 'public.documents', 'public.cdc_heartbeat']) expect(out).toMatch(new RegExp(`ok +${t.replace('.', '\\.')}:`));
     expect(code, out).toBe(0);
 

@@ -74,6 +74,7 @@ describe('cdc local --source / --warehouse', () => {
     const code = await run.exited;
     const out = run.output();
     expect(out, out).toContain('verdict: MATCH');
+    expect(out, out).toContain('verdict (search index): MATCH');
     expect(out).toMatch(/ok +public\.items:/);
     expect(out).toMatch(/ok +public\.tags:/);
     expect(out).toMatch(/ok +public\.people:/);

@@ -240,6 +240,23 @@ describe('cdc local flags', () => {
     bad(['--demo', '--state-dir'], /needs a value/);
   });
 
+  it('runs the search sink by default against the stand-in; --search URL points at a real one; --no-search turns it off', () => {
+    expect(parseLocalArgs(['--demo'])).toMatchObject({ search: true, searchUrl: null, searchId: 'search' });
+    expect(parseLocalArgs(['--demo', '--search', 'http://localhost:9200', '--search-id', 'idx'])).toMatchObject({ search: true, searchUrl: 'http://localhost:9200', searchId: 'idx' });
+    expect(parseLocalArgs(['--demo', '--no-search'])).toMatchObject({ search: false });
+    expect(() => parseLocalArgs(['--demo', '--search', 'localhost:9200'])).toThrow(/http\(s\) URL/);
+    expect(() => parseLocalArgs(['--demo', '--search', 'http://x:9200', '--no-search'])).toThrow(/exclude each other/);
+    expect(() => parseLocalArgs(['--demo', '--search-id', 'warehouse'])).toThrow(/must differ/);
+  });
+
+  it('the live status shows the search sink beside the warehouse', () => {
+    const s = snapshot({ sinks: [...snapshot().sinks, { sink: 'search', lagMs: 1200, lagAt: 199_000, lagP50Ms: 900, lagP99Ms: 3000, eventsPerSecond: 5, deadLetters: 0 }] });
+    const text = renderStatus(s).join('\n');
+    expect(text).toMatch(/warehouse +850 ms/);
+    expect(text).toMatch(/search +1\.2 s +900 ms +3\.0 s/);
+    expect(renderStatusLine(s)).toMatch(/warehouse lag 850 ms .*; search lag 1\.2 s/);
+  });
+
   it('reads durations', () => {
     expect(parseDuration('90')).toBe(90_000);
     expect(parseDuration('1500ms')).toBe(1_500);

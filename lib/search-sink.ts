@@ -1,0 +1,403 @@
+import { Duration, Resource, Size, Stack, Validations, type IResource } from 'aws-cdk-lib';
+import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import type * as opensearch from 'aws-cdk-lib/aws-opensearchservice';
+import type * as sqs from 'aws-cdk-lib/aws-sqs';
+import type { Construct } from 'constructs';
+import { EnvName, HEARTBEAT_TABLE } from '../contracts/env.ts';
+import { MetricDimension, MetricName } from '../contracts/metrics.ts';
+import { DeleteMode } from './captured-table.ts';
+import type { ICdcSource } from './cdc-source.ts';
+import type { IChangeLog } from './change-log.ts';
+import type { IControlPlane } from './control-plane.ts';
+import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './private/alarms.ts';
+import { CdcFunction } from './private/cdc-function.ts';
+import { platformMetric } from './private/platform-metric.ts';
+import { AwsApiEgress } from './aws-api-egress.ts';
+import { consumeStream, defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
+import { checkIntegerRange, checkLowerIdent, fail, idFromConstructId } from './private/validate.ts';
+
+/** One table a `SearchSink` indexes. */
+export interface SearchSinkTable {
+  /** `schema.table` as captured by the source. */
+  readonly table: string;
+  /**
+   * The source that captures it.
+   * @default - the one source of the sink that captures a table of this name (an error if several do)
+   */
+  readonly source?: ICdcSource;
+  /**
+   * What the index does with a deleted row. `SOFT` keeps a versioned tombstone document that the
+   * readers' alias hides; `HARD` deletes the document and keeps a versioned tombstone in the
+   * table's side index, so a late older event cannot bring it back (docs/search.md).
+   * @default - the table's delete mode at capture
+   */
+  readonly deletes?: DeleteMode;
+}
+
+/** A search sink. */
+export interface ISearchSink extends IResource {
+  /** The sink id. */
+  readonly sinkId: string;
+  /** The end-to-end lag objective. */
+  readonly freshnessTarget: Duration;
+  /** Source commit → index write for one source (`EndToEndLag`); maximum per minute by default. */
+  metricEndToEndLag(sourceId: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+  /** Events of one source this sink dead-lettered (`DeadLetters`); sum per minute by default. */
+  metricDeadLetters(sourceId: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+  /** Batches that failed to apply and were retried (`ApplyErrors`); sum per minute by default. */
+  metricApplyErrors(props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+  /** Events of one source applied (`EventsApplied`); sum per minute by default. */
+  metricEventsApplied(sourceId: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+}
+
+/** Properties of a `SearchSink`. */
+export interface SearchSinkProps {
+  /** The control plane holding this sink's offsets, holds and table states. */
+  readonly control: IControlPlane;
+  /** The change log the sink reads. */
+  readonly log: IChangeLog;
+  /** The sources whose tables this sink indexes; each must publish to `log`. */
+  readonly sources: ICdcSource[];
+  /** The OpenSearch Service domain (a `Domain`, or one imported with `Domain.fromDomainEndpoint`). */
+  readonly domain: opensearch.IDomain;
+  /**
+   * The tables to index, with their delete mode.
+   * @default - every captured table of `sources`, with its capture delete mode
+   */
+  readonly tables?: SearchSinkTable[];
+  /**
+   * VPC of the applier, for a domain inside a VPC (allow `connections` on the domain's port 443).
+   * @default - the applier runs outside a VPC (a domain with a public endpoint)
+   */
+  readonly vpc?: ec2.IVpc;
+  /**
+   * With `vpc`: how the applier reaches AWS APIs and the domain over HTTPS; its security group
+   * allows nothing else outbound (a VPC domain is inside the VPC's CIDR block).
+   * @default AwsApiEgress.vpcEndpoints() (HTTPS to the VPC's CIDR block only)
+   */
+  readonly awsApiEgress?: AwsApiEgress;
+  /**
+   * Subnets of the applier; they need a route to the domain and to the Kinesis and DynamoDB APIs.
+   * @default - the VPC's private subnets with egress
+   */
+  readonly vpcSubnets?: ec2.SubnetSelection;
+  /**
+   * The sink id: a lower-case identifier, unique per change log.
+   * @default - derived from the construct id (`Search` → `search`)
+   */
+  readonly sinkId?: string;
+  /**
+   * Prefix of the sink's index and alias names (`<prefix>.<source>.<schema>.<table>`).
+   * @default 'cdc'
+   */
+  readonly indexPrefix?: string;
+  /**
+   * The end-to-end lag objective: source commit to index write, measured on heartbeats. The lag
+   * alarm of each source fires when five consecutive minutes exceed it.
+   * @default Duration.minutes(5)
+   */
+  readonly freshnessTarget?: Duration;
+  /**
+   * Records per applier invocation (1 to 10,000): one `_bulk` request per table and batch.
+   * @default 1000
+   */
+  readonly batchSize?: number;
+  /**
+   * How long Lambda gathers records before invoking the applier (0 to 5 minutes).
+   * @default Duration.seconds(2)
+   */
+  readonly maxBatchingWindow?: Duration;
+  /**
+   * Retries of a failing batch before its records go to the dead-letter queue (0 to 10,000, or
+   * -1 for no limit). A limit turns an outage longer than the retries into skipped documents: the
+   * applier dead-letters bad input itself and fails only on infrastructure errors (see
+   * docs/deploy.md, "Outages").
+   * @default -1 (no limit: an outage delays, it never skips)
+   */
+  readonly retryAttempts?: number;
+  /**
+   * Age after which a record that still fails is given up to the dead-letter queue (60 s to 7
+   * days, shorter than the change-log retention). Like `retryAttempts`, a limit lets an outage
+   * skip records.
+   * @default - no limit (an outage delays, it never skips)
+   */
+  readonly maxRecordAge?: Duration;
+  /**
+   * Concurrent batches per shard (1 to 10); order per key is kept either way.
+   * @default 1
+   */
+  readonly parallelizationFactor?: number;
+  /**
+   * Memory of the applier.
+   * @default Size.mebibytes(512)
+   */
+  readonly memorySize?: Size;
+  /**
+   * Timeout of one applier invocation.
+   * @default Duration.minutes(2)
+   */
+  readonly timeout?: Duration;
+  /**
+   * Whether to create the recommended alarms.
+   * @default true
+   */
+  readonly alarmsEnabled?: boolean;
+  /**
+   * Actions for the alarms' ALARM and OK transitions.
+   * @default - no actions
+   */
+  readonly alarmActions?: cloudwatch.IAlarmAction[];
+  /**
+   * Applier iterator age above which its alarm fires.
+   * @default - a quarter of the change-log retention (half of `maxRecordAge` when that is set)
+   */
+  readonly alarmIteratorAgeThreshold?: Duration;
+}
+
+/** A resolved CloudFormation value as cdk-nag names it in a finding (`<Logical.Arn>`, `<AWS::Region>`). */
+function nagText(v: unknown): string {
+  if (typeof v === 'string') return v;
+  if (typeof v === 'object' && v !== null) {
+    const o = v as Record<string, unknown>;
+    if (typeof o.Ref === 'string') return `<${o.Ref}>`;
+    const att = o['Fn::GetAtt'];
+    if (Array.isArray(att)) return `<${att.join('.')}>`;
+    const join = o['Fn::Join'];
+    if (Array.isArray(join) && typeof join[0] === 'string' && Array.isArray(join[1])) return (join[1] as unknown[]).map(nagText).join(join[0]);
+  }
+  return JSON.stringify(v);
+}
+
+/** The index path prefix of one table, as the applier names it (lambda/core/search-plan.ts `searchNames`). */
+function aliasOf(prefix: string, sourceId: string, table: string): string {
+  return `${prefix}.${sourceId}.${table}`;
+}
+
+/**
+ * Indexes the captured tables into an OpenSearch Service domain, one index per table behind an
+ * alias, versioned by the event position (docs/search.md): the applier function with its own
+ * event source mapping (its own offset, partial batch failures, bisect, an on-failure queue),
+ * `es:ESHttp*` on the tables' index paths only, and the alarms that say whether the index is
+ * fresh: end-to-end lag per source against `freshnessTarget`, dead letters, persistent apply
+ * errors, the on-failure queue and iterator age.
+ */
+export class SearchSink extends Resource implements ISearchSink, ec2.IConnectable {
+  /** The sink id. */
+  readonly sinkId: string;
+  /** The end-to-end lag objective. */
+  readonly freshnessTarget: Duration;
+  /** The applier function. */
+  readonly applier: lambda.IFunction;
+  /** Records the applier's event source mapping gave up on (shard id and sequence numbers). */
+  readonly deadLetterQueue: sqs.IQueue;
+  /** The applier's security group (empty outside a VPC): allow it on the domain's port 443. */
+  readonly connections: ec2.Connections;
+  /** The alarms this construct created (empty when `alarmsEnabled` is false). */
+  readonly alarms: cloudwatch.IAlarm[] = [];
+  /** The index path prefixes this sink writes (`<prefix>.<source>.<schema>.<table>`), heartbeat tables included. */
+  readonly indexPaths: string[];
+  private readonly sourceIds: string[];
+
+  constructor(scope: Construct, id: string, props: SearchSinkProps) {
+    super(scope, id);
+    this.sinkId = checkLowerIdent(this, 'sinkId', props.sinkId ?? idFromConstructId(id));
+    this.freshnessTarget = props.freshnessTarget ?? Duration.minutes(5);
+    const prefix = props.indexPrefix ?? 'cdc';
+    if (!/^[a-z][a-z0-9_-]{0,31}$/.test(prefix)) fail(this, `indexPrefix must be lower case letters, digits, _ or - (at most 32), starting with a letter, got '${prefix}'`);
+    if (props.sources.length === 0) fail(this, 'sources must not be empty; a sink indexes the tables of at least one source');
+    const sourceIds = new Set<string>();
+    for (const source of props.sources) {
+      if (source.changeLog !== props.log) fail(this, `source ${source.sourceId} (${source.node.path}) publishes to a different change log than this sink reads`);
+      if (sourceIds.has(source.sourceId)) fail(this, `source ${source.sourceId} is listed twice`);
+      sourceIds.add(source.sourceId);
+    }
+    this.sourceIds = [...sourceIds];
+    const freshnessSeconds = this.freshnessTarget.toSeconds();
+    if (freshnessSeconds < 30) fail(this, `freshnessTarget must be at least 30 seconds (heartbeats are 10 seconds apart), got ${this.freshnessTarget.toHumanString()}`);
+    if (freshnessSeconds >= props.log.retention.toSeconds()) {
+      fail(this, `freshnessTarget (${this.freshnessTarget.toHumanString()}) must be shorter than the change-log retention (${props.log.retention.toHumanString()})`);
+    }
+    checkIntegerRange(this, 'batchSize', props.batchSize, 1, 10_000);
+    checkIntegerRange(this, 'retryAttempts', props.retryAttempts, -1, 10_000);
+    checkIntegerRange(this, 'parallelizationFactor', props.parallelizationFactor, 1, 10);
+    const maxBatchingWindow = props.maxBatchingWindow ?? Duration.seconds(2);
+    if (maxBatchingWindow.toSeconds() > 300) fail(this, `maxBatchingWindow must be at most 5 minutes, got ${maxBatchingWindow.toHumanString()}`);
+    if (props.vpcSubnets && !props.vpc) fail(this, 'vpcSubnets needs vpc');
+
+    // The served tables, resolved against what the sources capture.
+    const served: Array<{ source: string; table: string; deleteMode: 'soft' | 'hard' }> = [];
+    const seen = new Set<string>();
+    const add = (source: ICdcSource, table: string, deletes: DeleteMode): void => {
+      const k = `${source.sourceId}/${table}`;
+      if (seen.has(k)) fail(this, `table ${table} of source ${source.sourceId} is listed twice`);
+      seen.add(k);
+      served.push({ source: source.sourceId, table, deleteMode: deletes === DeleteMode.HARD ? 'hard' : 'soft' });
+    };
+    if (props.tables) {
+      if (props.tables.length === 0) fail(this, 'tables must not be empty (omit it to index every captured table)');
+      for (const t of props.tables) {
+        const candidates = t.source ? [t.source] : props.sources.filter((s) => s.tables.some((c) => c.tableId === t.table));
+        if (t.source && !props.sources.includes(t.source)) fail(this, `table ${t.table}: its source ${t.source.sourceId} is not one of this sink's sources`);
+        if (candidates.length === 0) fail(this, `table ${t.table} is not captured by any source of this sink (${this.sourceIds.join(', ')})`);
+        if (candidates.length > 1) fail(this, `table ${t.table} is captured by several sources (${candidates.map((s) => s.sourceId).join(', ')}); name its source`);
+        const captured = candidates[0]!.tables.find((c) => c.tableId === t.table);
+        if (!captured) fail(this, `table ${t.table} is not captured by source ${candidates[0]!.sourceId}`);
+        add(candidates[0]!, t.table, t.deletes ?? captured.deletes);
+      }
+    } else {
+      for (const s of props.sources) for (const c of s.tables) add(s, c.tableId, c.deletes);
+    }
+    for (const t of served) {
+      if (!/^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$/.test(t.table)) fail(this, `table ${t.table} cannot name a search index: OpenSearch index names are lower case (letters, digits, _)`);
+    }
+    this.indexPaths = [
+      ...served.map((t) => aliasOf(prefix, t.source, t.table)),
+      ...props.sources.map((s) => aliasOf(prefix, s.sourceId, `${s.heartbeatSchema}.${HEARTBEAT_TABLE}`)),
+    ];
+
+    let securityGroups: ec2.ISecurityGroup[] | undefined;
+    if (props.vpc) {
+      const securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
+        vpc: props.vpc,
+        description: `Search sink ${this.sinkId}: the applier (${this.node.path})`,
+        allowAllOutbound: false,
+      });
+      (props.awsApiEgress ?? AwsApiEgress.vpcEndpoints()).applyTo(securityGroup, props.vpc);
+      securityGroups = [securityGroup];
+    }
+    this.connections = new ec2.Connections({ securityGroups, defaultPort: ec2.Port.tcp(443) });
+
+    const applier = new CdcFunction(this, 'Applier', {
+      handlerName: 'search-applier',
+      description: `Applies change events to search sink ${this.sinkId} (${this.node.path})`,
+      serviceName: 'cdc-search-applier',
+      environment: {
+        [EnvName.SINK_ID]: this.sinkId,
+        [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName,
+        [EnvName.SEARCH_ENDPOINT]: props.domain.domainEndpoint,
+        [EnvName.SEARCH_TABLES]: JSON.stringify(served),
+        [EnvName.SEARCH_INDEX_PREFIX]: prefix,
+      },
+      memorySize: props.memorySize ?? Size.mebibytes(512),
+      timeout: props.timeout ?? Duration.minutes(2),
+      ...(props.vpc ? { vpc: props.vpc, vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS }, securityGroups } : {}),
+    });
+    this.applier = applier.fn;
+    props.control.grantSinkApplier(applier.fn, this.sinkId, this.sourceIds);
+    // Least privilege on the domain: HTTP verbs the applier uses, on its tables' index paths only
+    // (each table's aliases, generations `.v…`, tombstone index `.deleted`, and their sub-paths).
+    applier.role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        actions: ['es:ESHttpGet', 'es:ESHttpHead', 'es:ESHttpPost', 'es:ESHttpPut'],
+        resources: this.indexPaths.flatMap((p) => [`${props.domain.domainArn}/${p}`, `${props.domain.domainArn}/${p}/*`, `${props.domain.domainArn}/${p}.*`]),
+      }),
+    );
+    const consumer = consumeStream(this, applier.fn, {
+      stream: props.log.stream,
+      streamRetention: props.log.retention,
+      batchSize: props.batchSize ?? 1000,
+      maxBatchingWindow,
+      ...(props.retryAttempts !== undefined ? { retryAttempts: props.retryAttempts } : {}),
+      maxRecordAge: props.maxRecordAge,
+      parallelizationFactor: props.parallelizationFactor ?? 1,
+    });
+    this.deadLetterQueue = consumer.deadLetterQueue;
+    Validations.of(applier).acknowledge(
+      { id: 'AwsSolutions-IAM5[Action::kms:GenerateDataKey*]', reason: 'CDK key grant; scoped to the one key that encrypts the control plane or change log' },
+      { id: 'AwsSolutions-IAM5[Action::kms:ReEncrypt*]', reason: 'CDK key grant; scoped to the one key that encrypts the control plane or change log' },
+    );
+    const domainArnText = nagText(Stack.of(this).resolve(props.domain.domainArn));
+    for (const p of this.indexPaths) {
+      for (const suffix of ['/*', '.*']) {
+        Validations.of(applier).acknowledge({
+          id: `AwsSolutions-IAM5[Resource::${domainArnText}/${p}${suffix}]`,
+          reason: `index paths of one table only: its aliases, index generations, tombstone index and their sub-paths (${p}${suffix})`,
+        });
+      }
+    }
+
+    if (props.alarmsEnabled ?? true) {
+      const actions = props.alarmActions;
+      for (const sourceId of this.sourceIds) {
+        this.alarms.push(
+          createAlarm(this, `EndToEndLagAlarm-${sourceId}`, {
+            nameSuffix: `${this.sinkId}-end-to-end-lag-${sourceId}`,
+            description:
+              `Search sink ${this.sinkId} is more than ${this.freshnessTarget.toHumanString()} behind source ${sourceId}, or has had no heartbeat from it, for 5 minutes (${this.node.path}). ` +
+              'Silence counts as breaching: heartbeats arrive every 10 seconds, so a minute without one means capture, the log or the applier has stopped.',
+            metric: this.metricEndToEndLag(sourceId),
+            threshold: this.freshnessTarget.toMilliseconds(),
+            evaluationPeriods: 5,
+            datapointsToAlarm: 5,
+            treatMissingData: cloudwatch.TreatMissingData.BREACHING,
+            actions,
+          }),
+          createAlarm(this, `DeadLettersAlarm-${sourceId}`, {
+            nameSuffix: `${this.sinkId}-dead-letters-${sourceId}`,
+            description: `Search sink ${this.sinkId} dead-lettered events of source ${sourceId} that OpenSearch refused; their tables are marked degraded (${this.node.path}).`,
+            metric: this.metricDeadLetters(sourceId),
+            threshold: 0,
+            evaluationPeriods: 1,
+            datapointsToAlarm: 1,
+            treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+            actions,
+          }),
+        );
+      }
+      const iteratorThreshold = props.alarmIteratorAgeThreshold ?? defaultIteratorAgeThreshold(props.log.retention, consumer.maxRecordAge);
+      this.alarms.push(
+        createAlarm(this, 'ApplyErrorsAlarm', {
+          nameSuffix: `${this.sinkId}-apply-errors`,
+          description: `Search sink ${this.sinkId} has failed to apply batches in each of the last 5 minutes (${this.node.path}); batches are retried, the domain may be throttling or unreachable.`,
+          metric: this.metricApplyErrors(),
+          threshold: 0,
+          evaluationPeriods: 5,
+          datapointsToAlarm: 5,
+          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+          actions,
+        }),
+        onFailureQueueAlarm(this, 'DeadLetterQueueAlarm', {
+          nameSuffix: `${this.sinkId}-dead-letter-queue`,
+          description:
+            `Change-log records were given up by the event source mapping of search sink ${this.sinkId} (${this.node.path}). ` +
+            'Each message names the shard and sequence numbers; re-drive them from the change log or its archive.',
+          queue: consumer.deadLetterQueue,
+          actions,
+        }),
+        createAlarm(this, 'IteratorAgeAlarm', {
+          nameSuffix: `${this.sinkId}-iterator-age`,
+          description:
+            `The applier of search sink ${this.sinkId} reads records older than ${iteratorThreshold.toHumanString()} (${this.node.path}). ` +
+            (consumer.maxRecordAge
+              ? `Records older than ${consumer.maxRecordAge.toHumanString()} go to the dead-letter queue.`
+              : `Failing batches are retried without limit; records expire unread from the change log after ${props.log.retention.toHumanString()}.`),
+          metric: iteratorAgeMetric(applier.fn),
+          threshold: iteratorThreshold.toMilliseconds(),
+          evaluationPeriods: 5,
+          datapointsToAlarm: 5,
+          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+          actions,
+        }),
+      );
+    }
+  }
+
+  metricEndToEndLag(sourceId: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return platformMetric(this, MetricName.END_TO_END_LAG, { [MetricDimension.SINK]: this.sinkId, [MetricDimension.SOURCE]: sourceId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
+  }
+
+  metricDeadLetters(sourceId: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return platformMetric(this, MetricName.DEAD_LETTERS, { [MetricDimension.STAGE]: this.sinkId, [MetricDimension.SOURCE]: sourceId }, props);
+  }
+
+  metricApplyErrors(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return platformMetric(this, MetricName.APPLY_ERRORS, { [MetricDimension.SINK]: this.sinkId }, props);
+  }
+
+  metricEventsApplied(sourceId: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return platformMetric(this, MetricName.EVENTS_APPLIED, { [MetricDimension.SINK]: this.sinkId, [MetricDimension.SOURCE]: sourceId }, props);
+  }
+}
