@@ -25,6 +25,10 @@ export const EnvName = {
   HEARTBEAT_SCHEMA: 'CDC_HEARTBEAT_SCHEMA',
   /** Heartbeats the writer sends per invocation, 10 s apart (the schedule starts it every minute). */
   HEARTBEAT_BEATS: 'CDC_HEARTBEAT_BEATS',
+  /** Name of the capture's logical replication slot (slot monitor). */
+  SLOT_NAME: 'CDC_SLOT_NAME',
+  /** The source's declared WAL budget in bytes: headroom is measured against it (slot monitor). */
+  SLOT_WAL_BUDGET_BYTES: 'CDC_SLOT_WAL_BUDGET_BYTES',
   /** Endpoint override for AWS clients (local stand-ins). */
   AWS_ENDPOINT: 'CDC_AWS_ENDPOINT',
   POWERTOOLS_SERVICE_NAME: 'POWERTOOLS_SERVICE_NAME',

@@ -27,6 +27,8 @@ export const MetricName = {
   SLOT_RETAINED_BYTES: 'SlotRetainedBytes',
   /** Bytes left before the slot's retention limit. Dims: Source. */
   SLOT_HEADROOM_BYTES: 'SlotHeadroomBytes',
+  /** Bytes of WAL pinned by inactive replication slots that are not the capture's (other tools'). Dims: Source. */
+  SLOT_FOREIGN_INACTIVE_BYTES: 'SlotForeignInactiveBytes',
   /** Heartbeats written to the source. Count. Dims: Source. */
   HEARTBEATS_WRITTEN: 'HeartbeatsWritten',
 } as const;

@@ -7,6 +7,7 @@
 import { EXIT_OK, EXIT_USAGE, UsageError, type CliIo, type Command } from './command.ts';
 import { decodeCommand } from './decode.ts';
 import { localCommand } from './local.ts';
+import { doctorCommand } from './doctor.ts';
 
 export type { CliIo, Command } from './command.ts';
 
@@ -18,6 +19,7 @@ export type { CliIo, Command } from './command.ts';
 export const COMMANDS: readonly Command[] = [
   decodeCommand,
   localCommand,
+  doctorCommand,
 ];
 
 function usage(): string {
