@@ -25,6 +25,7 @@ import { taskSettings } from './private/task-settings.ts';
 import { checkIntegerRange, checkKinesisRetention, checkLowerIdent, fail, halfOf, idFromConstructId } from './private/validate.ts';
 import type { SourceDatabase } from './source-database.ts';
 import { platformMetric } from './private/platform-metric.ts';
+import { SlotMonitor } from './private/slot-monitor.ts';
 
 /** Which columns DMS puts in the before image of an update. */
 export enum BeforeImage {
@@ -97,6 +98,13 @@ export interface CdcSourceProps {
    * @default 'public'
    */
   readonly heartbeatSchema?: string;
+  /**
+   * The WAL the source's owners agree the capture slot may hold back. The slot monitor measures
+   * headroom against it (and against `max_slot_wal_keep_size`, whichever is smaller) and alarms
+   * when 80% of it is retained. Keep it below `max_slot_wal_keep_size` and the free disk.
+   * @default Size.gibibytes(10)
+   */
+  readonly slotWalBudget?: Size;
   /**
    * DMS replication instance class.
    * @default 'dms.c5.large'
@@ -186,6 +194,9 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
   readonly normalizer: lambda.IFunction;
   /** The heartbeat writer function. */
   readonly heartbeatWriter: lambda.IFunction;
+  /** The slot monitor function (every minute, read-only monitoring identity). */
+  readonly slotMonitor: lambda.IFunction;
+  private readonly slotMonitorMetrics: SlotMonitor;
   /** Records the normalizer gave up on (shard id and sequence numbers). */
   readonly deadLetterQueue: sqs.IQueue;
   /**
@@ -478,7 +489,22 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
       targets: [new targets.LambdaFunction(heartbeat.fn, { retryAttempts: 0, maxEventAge: Duration.minutes(1) })],
     });
 
-    this.acknowledgeGrantWildcards([normalizer, heartbeat, lifecycle], targetRole, secretsRole);
+    const slotMonitor = new SlotMonitor(this, 'SlotMonitor', {
+      sourceId: this.sourceId,
+      slotName: this.slotName,
+      vpc: props.vpc,
+      vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
+      securityGroup,
+      secret: props.database.monitoringSecret,
+      walBudget: props.slotWalBudget ?? Size.gibibytes(10),
+      alarmsEnabled: props.alarmsEnabled ?? true,
+      alarmActions: props.alarmActions,
+    });
+    this.slotMonitor = slotMonitor.function.fn;
+    this.slotMonitorMetrics = slotMonitor;
+    this.alarms.push(...slotMonitor.alarms);
+
+    this.acknowledgeGrantWildcards([normalizer, heartbeat, lifecycle, slotMonitor.function], targetRole, secretsRole);
 
     // --- Alarms ---
     if (props.alarmsEnabled ?? true) {
@@ -599,6 +625,16 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
   /** Tables paused by the normalizer (`TablesPaused`); sum per minute by default. */
   metricTablesPaused(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
     return platformMetric(this, MetricName.TABLES_PAUSED, { [MetricDimension.SOURCE]: this.sourceId }, props);
+  }
+
+  /** Bytes of WAL the capture slot retains (`SlotRetainedBytes`, from the slot monitor); maximum per minute by default. */
+  metricSlotRetainedBytes(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return this.slotMonitorMetrics.metricRetainedBytes(props);
+  }
+
+  /** Bytes left before the WAL budget or max_slot_wal_keep_size (`SlotHeadroomBytes`); minimum per minute by default. */
+  metricSlotHeadroomBytes(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return this.slotMonitorMetrics.metricHeadroomBytes(props);
   }
 
   /** Source commit → change-log publish, milliseconds (`CaptureLag`); maximum per minute by default. */

@@ -18,6 +18,12 @@ export interface PostgresSourceOptions {
    */
   readonly heartbeatSecret?: secretsmanager.ISecret;
   /**
+   * Credentials the slot monitor uses: the same shape, for a read-only user (member of
+   * `pg_monitor`, or any user: `pg_replication_slots` is readable by all) that can write nothing.
+   * @default - the capture secret
+   */
+  readonly monitoringSecret?: secretsmanager.ISecret;
+  /**
    * The database's security group. When given, the `CdcSource` admits its own security group on
    * `port` and prepares the replication slot only after that rule exists.
    * @default - none: admit `source.connections` on the database port yourself
@@ -51,6 +57,8 @@ export class SourceDatabase {
   readonly secret: secretsmanager.ISecret;
   /** Heartbeat-writer credentials and address. */
   readonly heartbeatSecret: secretsmanager.ISecret;
+  /** Slot-monitor credentials and address. */
+  readonly monitoringSecret: secretsmanager.ISecret;
   /** The database's security group, when the source should admit itself. */
   readonly securityGroup?: ec2.ISecurityGroup;
   /** The database port. */
@@ -61,6 +69,7 @@ export class SourceDatabase {
     this.databaseName = options.databaseName;
     this.secret = options.secret;
     this.heartbeatSecret = options.heartbeatSecret ?? options.secret;
+    this.monitoringSecret = options.monitoringSecret ?? options.secret;
     this.securityGroup = options.securityGroup;
     this.port = options.port ?? 5432;
   }
