@@ -9,8 +9,9 @@
  */
 import type pg from 'pg';
 import type { AuditEntry, ControlPlane } from '../lambda/core/control-plane.ts';
-import { formatIdentity, identityProblem, parseIdentity, slotResume, type SourceIdentity } from '../lambda/core/continuity.ts';
+import { formatIdentity, identityProblem, parseIdentity, slotResume } from '../lambda/core/continuity.ts';
 import { compareLsn } from './slot.ts';
+import { readSourceIdentity } from '../lambda/adapters/source-facts-pg.ts';
 
 /** The control-plane shard holding where the capture last moved the slot. */
 export function ackedShard(slot: string): string {
@@ -25,19 +26,6 @@ export async function recordAcked(ctx: Pick<ContinuityContext, 'control' | 'chec
 /** Where a source's identity is recorded (consumer, shard). */
 export function identityCheckpoint(source: string): [string, string] {
   return [`source-identity:${source}`, 'identity'];
-}
-
-/**
- * The source's system identifier and timeline, or null when this user may not read them
- * (`pg_control_system()` and `pg_control_checkpoint()`; superuser or `pg_monitor` on some servers).
- */
-export async function readSourceIdentity(client: Pick<pg.ClientBase, 'query'>): Promise<SourceIdentity | null> {
-  try {
-    const row = (await client.query('SELECT (SELECT system_identifier::text FROM pg_control_system()) AS sysid, (SELECT timeline_id FROM pg_control_checkpoint()) AS tli')).rows[0] as { sysid: string; tli: number };
-    return { systemIdentifier: row.sysid, timeline: Number(row.tli) };
-  } catch {
-    return null;
-  }
 }
 
 export interface ContinuityContext {

@@ -6,6 +6,7 @@
  */
 import type pg from 'pg';
 import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_TABLE } from '../../contracts/env.ts';
+import type { SourceIdentity } from '../core/continuity.ts';
 import type { SlotFact, SourceFacts, TableFact } from '../core/doctor.ts';
 import { splitTableId } from '../core/identifiers.ts';
 
@@ -33,6 +34,20 @@ function num(v: unknown): number {
 
 function str(v: unknown): string | null {
   return typeof v === 'string' ? v : null;
+}
+
+/**
+ * The source's system identifier and timeline (lambda/core/continuity.ts), or null when this user
+ * may not read them (`pg_control_system()`, `pg_control_checkpoint()`: superuser or `pg_monitor`
+ * on some servers).
+ */
+export async function readSourceIdentity(client: Queryable): Promise<SourceIdentity | null> {
+  try {
+    const row = (await client.query('SELECT (SELECT system_identifier::text FROM pg_control_system()) AS sysid, (SELECT timeline_id FROM pg_control_checkpoint()) AS tli')).rows[0] as { sysid: string; tli: number };
+    return { systemIdentifier: row.sysid, timeline: Number(row.tli) };
+  } catch {
+    return null;
+  }
 }
 
 /** `max_slot_wal_keep_size` in bytes, or null when unlimited (-1) or unknown to the server (before 13). */

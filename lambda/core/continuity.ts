@@ -20,6 +20,7 @@
  *   goes back means the history was rewound or replayed from another copy.
  */
 import { CdcError } from './errors.ts';
+import type { ControlPlane } from './control-plane.ts';
 
 /** Who a source is: its cluster and its timeline. */
 export interface SourceIdentity {
@@ -123,4 +124,86 @@ export function checkBeatSequence(last: Beat | null, seen: Beat): BeatVerdict {
     return { ok: false, problem: 'heartbeat-regressed', message: `heartbeat ${seen.seq} was written at ${seen.beatAt}, after heartbeat ${last.seq} (${last.beatAt}): the source's history was rewound (a restore) or another copy is writing` };
   }
   return { ok: true, advance: false };
+}
+
+/** The heartbeat table's columns that carry continuity (lambda/handlers/heartbeat-writer.ts writes them). */
+export const HEARTBEAT_SEQ_COLUMN = 'seq';
+export const HEARTBEAT_SYSTEM_IDENTIFIER_COLUMN = 'system_identifier';
+export const HEARTBEAT_TIMELINE_COLUMN = 'timeline';
+
+/** Where the normalizer keeps the last accepted heartbeat of a source (consumer, shard). */
+export function lastBeatCheckpoint(source: string): [string, string] {
+  return [`heartbeat:${source}`, 'last'];
+}
+
+interface StoredBeat extends Beat {
+  systemIdentifier: string | null;
+  timeline: number | null;
+}
+
+export interface HeartbeatContinuityDeps {
+  source: string;
+  control: ControlPlane;
+  now: () => Date;
+  actor: string;
+  /** Counts a discontinuity (metric `SourceDiscontinuities`). */
+  count: () => void;
+  /** Logs the named error at error level. */
+  log: (error: DiscontinuityError, extra: Record<string, unknown>) => void;
+}
+
+function intOf(v: unknown): number | null {
+  const n = typeof v === 'number' ? v : typeof v === 'string' && /^[0-9]+$/.test(v) ? Number(v) : NaN;
+  return Number.isSafeInteger(n) ? n : null;
+}
+
+/**
+ * The normalizer's gap check on the heartbeat (both capture paths; the only one the DMS path has):
+ * for a heartbeat event, compares its sequence number, the source's system identifier and its
+ * timeline with the last accepted beat. On a missed or regressed beat or a changed identity or
+ * timeline, every registered table of the source is marked `needs-resnapshot` (with its audit
+ * entry; sinks then hold its events), the named `DiscontinuityError` is logged and counted, and
+ * the error returned. Beats without a sequence number (a heartbeat table not migrated yet) are
+ * not checked. Returns null when history is continuous.
+ */
+export async function checkHeartbeatContinuity(d: HeartbeatContinuityDeps, after: Record<string, unknown> | null): Promise<DiscontinuityError | null> {
+  if (!after) return null;
+  const seq = intOf(after[HEARTBEAT_SEQ_COLUMN]);
+  const beatAtRaw = after.beat_at;
+  if (seq === null || typeof beatAtRaw !== 'string' || Number.isNaN(Date.parse(beatAtRaw))) return null;
+  const sysid = after[HEARTBEAT_SYSTEM_IDENTIFIER_COLUMN];
+  const seen: StoredBeat = { seq, beatAt: beatAtRaw, systemIdentifier: typeof sysid === 'string' && sysid !== '' ? sysid : null, timeline: intOf(after[HEARTBEAT_TIMELINE_COLUMN]) };
+  const [consumer, shard] = lastBeatCheckpoint(d.source);
+  const text = await d.control.getCheckpoint(consumer, shard);
+  const last = text === null ? null : (JSON.parse(text) as StoredBeat);
+  let problem: { problem: DiscontinuityProblem; message: string } | null = null;
+  if (last && last.systemIdentifier && seen.systemIdentifier && last.timeline !== null && seen.timeline !== null) {
+    problem = identityProblem({ systemIdentifier: last.systemIdentifier, timeline: last.timeline }, { systemIdentifier: seen.systemIdentifier, timeline: seen.timeline });
+  }
+  let advance = true;
+  if (!problem) {
+    const v = checkBeatSequence(last, seen);
+    if (!v.ok) problem = v;
+    else advance = v.advance;
+  }
+  if (advance) await d.control.putCheckpoint(consumer, shard, JSON.stringify(seen));
+  if (!problem) return null;
+  const error = new DiscontinuityError(problem.problem, `source ${d.source}: ${problem.message}. Every captured table of the source needs a re-snapshot (docs/failures.md)`);
+  const at = d.now().toISOString();
+  const reason = `${error.code}: ${problem.problem}: ${problem.message}`.slice(0, 1024);
+  for (const t of await d.control.listTables(d.source)) {
+    if (t.state === 'needs-resnapshot') continue;
+    await d.control.setTableState(d.source, t.table, 'needs-resnapshot', reason, {
+      at,
+      actor: d.actor,
+      action: 'needs-resnapshot',
+      source: d.source,
+      table: t.table,
+      outcome: 'done',
+      detail: { from: t.state, to: 'needs-resnapshot', problem: problem.problem, last, seen },
+    });
+  }
+  d.count();
+  d.log(error, { problem: problem.problem, last, seen });
+  return error;
 }
