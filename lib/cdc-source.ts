@@ -345,7 +345,8 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
       handlerName: 'dms-task-starter',
       description: `Prepares the replication slot and starts, resumes and stops the DMS task of ${this.node.path}`,
       serviceName: 'cdc-dms-task-lifecycle',
-      environment: {},
+      // The control plane: a slot that replaces another marks the source's tables needs-resnapshot.
+      environment: { [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName },
       memorySize: Size.mebibytes(256),
       timeout: Duration.minutes(15),
       vpc: props.vpc,
@@ -354,6 +355,7 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
       retryAttempts: 0,
     });
     props.database.secret.grantRead(lifecycle.fn);
+    props.control.grantReadWriteData(lifecycle.fn);
     const taskArnPattern = `arn:${Aws.PARTITION}:dms:${Aws.REGION}:${Aws.ACCOUNT_ID}:task:*`;
     const lifecyclePolicy = new iam.Policy(this, 'TaskLifecyclePolicy', {
       statements: [
@@ -387,6 +389,7 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
         TaskIdentifier: this.replicationTaskIdentifier,
         ConfigHash: configHash,
         RemoveSlotOnDelete: (props.slotRemovalPolicy ?? RemovalPolicy.RETAIN) === RemovalPolicy.DESTROY ? 'true' : 'false',
+        SourceId: this.sourceId,
       },
     });
     slot.node.addDependency(lifecyclePolicy);
@@ -503,6 +506,22 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
     this.slotMonitor = slotMonitor.function.fn;
     this.slotMonitorMetrics = slotMonitor;
     this.alarms.push(...slotMonitor.alarms);
+    if (props.alarmsEnabled ?? true) {
+      this.alarms.push(
+        createAlarm(this, 'SourceDiscontinuityAlarm', {
+          nameSuffix: `${this.sourceId}-source-discontinuity`,
+          description:
+            `The history of source ${this.sourceId} is not continuous: a heartbeat was missed or went back, or the source's system identifier or timeline changed (${this.node.path}). ` +
+            "The source's tables were marked needs-resnapshot and sinks hold their events; see docs/failures.md.",
+          metric: platformMetric(this, MetricName.SOURCE_DISCONTINUITIES, { [MetricDimension.SOURCE]: this.sourceId }),
+          threshold: 0,
+          evaluationPeriods: 1,
+          datapointsToAlarm: 1,
+          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+          actions: props.alarmActions,
+        }),
+      );
+    }
 
     this.acknowledgeGrantWildcards([normalizer, heartbeat, lifecycle, slotMonitor.function], targetRole, secretsRole);
 

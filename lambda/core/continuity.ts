@@ -189,21 +189,35 @@ export async function checkHeartbeatContinuity(d: HeartbeatContinuityDeps, after
   if (advance) await d.control.putCheckpoint(consumer, shard, JSON.stringify(seen));
   if (!problem) return null;
   const error = new DiscontinuityError(problem.problem, `source ${d.source}: ${problem.message}. Every captured table of the source needs a re-snapshot (docs/failures.md)`);
-  const at = d.now().toISOString();
-  const reason = `${error.code}: ${problem.problem}: ${problem.message}`.slice(0, 1024);
-  for (const t of await d.control.listTables(d.source)) {
-    if (t.state === 'needs-resnapshot') continue;
-    await d.control.setTableState(d.source, t.table, 'needs-resnapshot', reason, {
-      at,
-      actor: d.actor,
-      action: 'needs-resnapshot',
-      source: d.source,
-      table: t.table,
-      outcome: 'done',
-      detail: { from: t.state, to: 'needs-resnapshot', problem: problem.problem, last, seen },
-    });
-  }
+  await markSourceForResnapshot(d.control, { source: d.source, actor: d.actor, at: d.now().toISOString(), code: error.code, problem: problem.problem, message: problem.message, detail: { last, seen } });
   d.count();
   d.log(error, { problem: problem.problem, last, seen });
   return error;
+}
+
+/**
+ * Marks every registered table of a source `needs-resnapshot`, each with its audit entry (sinks
+ * then hold its events, warehouse-applier). Tables already marked are left as they are. Returns
+ * how many tables were marked.
+ */
+export async function markSourceForResnapshot(
+  control: ControlPlane,
+  o: { source: string; actor: string; at: string; code: string; problem: string; message: string; detail: Record<string, unknown> },
+): Promise<number> {
+  const reason = `${o.code}: ${o.problem}: ${o.message}`.slice(0, 1024);
+  let marked = 0;
+  for (const t of await control.listTables(o.source)) {
+    if (t.state === 'needs-resnapshot') continue;
+    await control.setTableState(o.source, t.table, 'needs-resnapshot', reason, {
+      at: o.at,
+      actor: o.actor,
+      action: 'needs-resnapshot',
+      source: o.source,
+      table: t.table,
+      outcome: 'done',
+      detail: { from: t.state, to: 'needs-resnapshot', problem: o.problem, ...o.detail },
+    });
+    marked++;
+  }
+  return marked;
 }

@@ -62,6 +62,11 @@ describe('CdcSource slot monitor', () => {
       Threshold: 16 * MIB,
       AlarmActions: [topicRef],
     });
+    t.hasResourceProperties('AWS::CloudWatch::Alarm', { AlarmName: 'Test-orders-source-discontinuity', MetricName: 'SourceDiscontinuities', Threshold: 0, AlarmActions: [topicRef] });
+    // The lifecycle function records a slot that replaces another in the control plane.
+    const lifecycle = resourcesOf(t, 'AWS::Lambda::Function').find(([k]) => k.startsWith('OrdersTaskLifecycle'))![1];
+    expect((lifecycle.Properties.Environment as { Variables: Record<string, unknown> }).Variables.CDC_CONTROL_TABLE).toEqual(f.stack.resolve(f.control.controlPlaneTableName));
+    t.hasResourceProperties('Custom::CdcReplicationSlot', { SourceId: 'orders' });
     expect(f.stack.resolve((source.metricSlotRetainedBytes() as cloudwatch.Metric).metricName)).toBe('SlotRetainedBytes');
     expect(source.metricSlotHeadroomBytes().statistic).toBe('Minimum');
   });
