@@ -382,6 +382,9 @@ export class SlotCapture {
             const status = await readSlot(this.client, this.slot);
             const problem = await this.diagnose(status);
             if (problem) throw problem;
+            // A failover while running: another timeline or cluster is a loud stop (local/capture-continuity.ts).
+            const identity = await checkIdentity(this.client, this.continuityContext());
+            if (identity && 'stop' in identity) throw await this.historyGap(identity.stop.message, { problem: identity.stop.problem, ...identity.stop.detail });
             this.stats.slotRetainedBytes = status!.retainedBytes;
           }
           if (!moved) await sleep(this.o.idleMs);

@@ -16,6 +16,7 @@ import { createSlotMonitorHandler } from '../../lambda/handlers/slot-monitor.ts'
 import { SlotCapture } from '../../local/capture.ts';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
+import { renderStatus, renderStatusLine, type StatusSnapshot } from '../../local/status.ts';
 
 let cluster: PostgresCluster;
 let admin: pg.Client;
@@ -210,5 +211,35 @@ describe('slot invalidated by max_slot_wal_keep_size', () => {
       await admin.query("SELECT pg_drop_replication_slot('cdc_inv')").catch(() => undefined);
       await db.end();
     }
+  });
+});
+
+describe("cdc local's status", () => {
+  it('shows every slot with retained WAL and headroom, and the capture slot in the plain line', () => {
+    const snapshot: StatusSnapshot = {
+      now: 10_000,
+      startedAt: 0,
+      source: 'demo',
+      where: [],
+      capture: { state: 'running', transactions: 1, records: 1, recordsPerSecond: 0, lastCommitLsn: '0/1', slotRetainedBytes: 2 * 1024 * 1024, error: null },
+      workload: null,
+      consumers: [],
+      sinks: [],
+      tables: [],
+      slots: [
+        { slot: 'cdc_demo', ours: true, active: true, walStatus: 'reserved', retainedBytes: 2 * 1024 * 1024, headroomBytes: 1022 * 1024 * 1024, level: 'ok' },
+        { slot: 'old_tool', ours: false, active: false, walStatus: 'extended', retainedBytes: 40 * 1024 * 1024, headroomBytes: 984 * 1024 * 1024, level: 'warn' },
+      ],
+      deadLetters: 0,
+      problems: [],
+      hint: null,
+    };
+    const text = renderStatus(snapshot).join('\n');
+    expect(text).toMatch(/slots \(retained WAL, headroom/);
+    expect(text).toMatch(/cdc_demo +capture +yes +reserved +2\.0 MiB +1022\.0 MiB +ok/);
+    expect(text).toMatch(/old_tool +other +no +extended +40\.0 MiB +984\.0 MiB +warn/);
+    const line = renderStatusLine(snapshot);
+    expect(line).toContain('slot retains 2.0 MiB, headroom 1022.0 MiB');
+    expect(line).toContain('SLOT old_tool warn');
   });
 });
