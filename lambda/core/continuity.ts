@@ -20,6 +20,7 @@
  *   goes back means the history was rewound or replayed from another copy.
  */
 import { CdcError } from './errors.ts';
+import { HEARTBEAT_KEY_COLUMN } from '../../contracts/env.ts';
 import type { ControlPlane } from './control-plane.ts';
 
 /** Who a source is: its cluster and its timeline. */
@@ -167,7 +168,8 @@ function intOf(v: unknown): number | null {
  * not checked. Returns null when history is continuous.
  */
 export async function checkHeartbeatContinuity(d: HeartbeatContinuityDeps, after: Record<string, unknown> | null): Promise<DiscontinuityError | null> {
-  if (!after) return null;
+  // The heartbeat table may hold rows of other sources reading the same database: only this source's count.
+  if (!after || after[HEARTBEAT_KEY_COLUMN] !== d.source) return null;
   const seq = intOf(after[HEARTBEAT_SEQ_COLUMN]);
   const beatAtRaw = after.beat_at;
   if (seq === null || typeof beatAtRaw !== 'string' || Number.isNaN(Date.parse(beatAtRaw))) return null;

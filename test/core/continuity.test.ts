@@ -133,6 +133,8 @@ describe("the normalizer's gap check on DMS heartbeats", () => {
     const n = normalizer(control);
     await n.run([beat(1, 0), dms('public.orders', { id: 1, v: 'a' }), beat(2, 10)]);
     await n.run([beat(2, 10), beat(3, 20)]); // a replay of beat 2
+    // A row of another source in the same heartbeat table has its own numbers: not this source's gap.
+    await n.run([dms('public.cdc_heartbeat', { source_id: 'crm', beat_at: '2026-12-01 10:00:25+00', seq: 77, system_identifier: '7312345678901234567', timeline: 1 })]);
     expect((await control.listTables('shop')).map((t) => t.state)).toEqual(['active', 'active']);
     expect(n.metrics).not.toContain('SourceDiscontinuities');
     await n.run([beat(5, 40)]);
