@@ -149,12 +149,14 @@ export async function deadLetterChanges(ctx: PoisonContext, poison: readonly Poi
  * and the named error to stop with. Errors while recording are reported, never hidden behind.
  */
 export async function undecodable(ctx: PoisonContext, err: InvalidRecordError): Promise<CaptureUndecodableError> {
-  const error = new CaptureUndecodableError(ctx.slot, err.message);
   const line = (err as { line?: unknown }).line;
+  const offset = (err as { offset?: unknown }).offset;
   const table = typeof line === 'string' ? (/^table ([^:]+?):/.exec(line)?.[1] ?? null) : null;
-  // Unparsed text cannot be masked: keep it only for a captured table without column rules.
+  // Unparsed text cannot be masked: keep it (and the parser's message, which quotes it) only for a captured table without column rules.
   const rules = table && ctx.tables.has(table) ? ctx.tables.columnRules(table) : null;
-  const keep = typeof line === 'string' && rules !== null && rules.mask.length === 0 && rules.exclude.length === 0;
+  const keep = typeof line !== 'string' || (rules !== null && rules.mask.length === 0 && rules.exclude.length === 0);
+  const reason = keep ? err.message : `test_decoding output could not be parsed at offset ${String(offset)} (the line is withheld: its table is unknown or has masked or excluded columns)`;
+  const error = new CaptureUndecodableError(ctx.slot, reason);
   try {
     await ctx.control.putDeadLetter({
       at: new Date().toISOString(),
@@ -162,12 +164,12 @@ export async function undecodable(ctx: PoisonContext, err: InvalidRecordError): 
       source: ctx.source,
       table: table && ctx.tables.has(table) ? table : null,
       code: error.code,
-      reason: err.message,
+      reason,
       origin: `slot ${ctx.slot}`,
-      record: keep ? line.slice(0, RECORD_LIMIT) : '(the output line is withheld: its table is unknown or has masked or excluded columns)',
-      truncated: keep && line.length > RECORD_LIMIT,
+      record: typeof line !== 'string' ? err.message : keep ? line.slice(0, RECORD_LIMIT) : '(the output line is withheld: its table is unknown or has masked or excluded columns)',
+      truncated: typeof line === 'string' && keep && line.length > RECORD_LIMIT,
     });
-    await ctx.control.appendAudit(audit(ctx, 'capture-stopped', null, { code: error.code, reason: err.message }));
+    await ctx.control.appendAudit(audit(ctx, 'capture-stopped', null, { code: error.code, reason }));
   } catch (e) {
     ctx.onError?.(e);
   }

@@ -140,6 +140,8 @@ describe('poison in the capture', () => {
     expect(first).toMatchObject({ table: 'public.plain', code: 'CAPTURE_UNDECODABLE', record: 'table public.plain: INSERT: id[integer]:1 x[mystery]:??' });
     expect(second!.table).toBe('public.secret');
     expect(second!.record).not.toContain('a@b.c');
+    expect(second!.reason).not.toContain('a@b.c');
+    expect(JSON.stringify(await control.listAudit('p'))).not.toContain('a@b.c');
     expect((await control.listAudit('p')).filter((a) => a.action === 'capture-stopped')).toHaveLength(2);
   });
 });
