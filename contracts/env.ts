@@ -39,6 +39,10 @@ export const EnvName = {
   SEARCH_INDEX_PREFIX: 'CDC_SEARCH_INDEX_PREFIX',
   /** The region Lambda runs in (set by Lambda itself); the search sink signs its requests for it. */
   AWS_REGION: 'AWS_REGION',
+  /** Name of the capture's logical replication slot (slot monitor). */
+  SLOT_NAME: 'CDC_SLOT_NAME',
+  /** The source's declared WAL budget in bytes: headroom is measured against it (slot monitor). */
+  SLOT_WAL_BUDGET_BYTES: 'CDC_SLOT_WAL_BUDGET_BYTES',
   /** Endpoint override for AWS clients (local stand-ins). */
   AWS_ENDPOINT: 'CDC_AWS_ENDPOINT',
   /** Operator function: the actions it serves, comma separated (the status-only function: `status,audit`). */

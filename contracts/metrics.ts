@@ -27,6 +27,10 @@ export const MetricName = {
   SLOT_RETAINED_BYTES: 'SlotRetainedBytes',
   /** Bytes left before the slot's retention limit. Dims: Source. */
   SLOT_HEADROOM_BYTES: 'SlotHeadroomBytes',
+  /** Bytes of WAL pinned by inactive replication slots that are not the capture's (other tools'). Dims: Source. */
+  SLOT_FOREIGN_INACTIVE_BYTES: 'SlotForeignInactiveBytes',
+  /** Discontinuities in a source's history (missed or regressed heartbeat, changed system identifier or timeline). Count. Dims: Source. */
+  SOURCE_DISCONTINUITIES: 'SourceDiscontinuities',
   /** Heartbeats written to the source. Count. Dims: Source. */
   HEARTBEATS_WRITTEN: 'HeartbeatsWritten',
 } as const;

@@ -12,6 +12,7 @@ import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct, type IConstruct } from 'constructs';
 import { DEFAULT_HEARTBEAT_SCHEMA, EnvName } from '../contracts/env.ts';
+import { ControlPartition } from '../contracts/control-plane-keys.ts';
 import { MetricDimension, MetricName, NORMALIZER_STAGE } from '../contracts/metrics.ts';
 import { AwsApiEgress } from './aws-api-egress.ts';
 import type { CapturedTable } from './captured-table.ts';
@@ -27,6 +28,7 @@ import { checkIntegerRange, checkKinesisRetention, checkLowerIdent, fail, idFrom
 import { SslMode, type SourceDatabase } from './source-database.ts';
 import { rdsCaCertificate } from './private/rds-ca.ts';
 import { platformMetric } from './private/platform-metric.ts';
+import { SlotMonitor } from './private/slot-monitor.ts';
 
 /** Which columns DMS puts in the before image of an update. */
 export enum BeforeImage {
@@ -105,6 +107,13 @@ export interface CdcSourceProps {
    * @default 'public'
    */
   readonly heartbeatSchema?: string;
+  /**
+   * The WAL the source's owners agree the capture slot may hold back. The slot monitor measures
+   * headroom against it (and against `max_slot_wal_keep_size`, whichever is smaller) and alarms
+   * when 80% of it is retained. Keep it below `max_slot_wal_keep_size` and the free disk.
+   * @default Size.gibibytes(10)
+   */
+  readonly slotWalBudget?: Size;
   /**
    * DMS replication instance class.
    * @default 'dms.c5.large'
@@ -197,6 +206,9 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
   readonly normalizer: lambda.IFunction;
   /** The heartbeat writer function. */
   readonly heartbeatWriter: lambda.IFunction;
+  /** The slot monitor function (every minute, read-only monitoring identity). */
+  readonly slotMonitor: lambda.IFunction;
+  private readonly slotMonitorMetrics: SlotMonitor;
   /** Records the normalizer gave up on (shard id and sequence numbers). */
   readonly deadLetterQueue: sqs.IQueue;
   /**
@@ -363,7 +375,8 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
       handlerName: 'dms-task-starter',
       description: `Prepares the replication slot and starts, resumes and stops the DMS task of ${this.node.path}`,
       serviceName: 'cdc-dms-task-lifecycle',
-      environment: { ...sourceTlsEnvironment },
+      // The control plane: a slot that replaces another marks the source's tables needs-resnapshot.
+      environment: { ...sourceTlsEnvironment, [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName },
       memorySize: Size.mebibytes(256),
       timeout: Duration.minutes(15),
       vpc: props.vpc,
@@ -377,6 +390,12 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
     // task before CloudFormation modifies it. It may stop only a task carrying this source's tag
     // (`aws:ResourceTag`, a condition key of the DMS task resource type); the start/stop steps
     // after the task are scoped to the task's ARN (TaskControlPolicy below).
+    // A slot that replaces another marks this source's tables needs-resnapshot, with an audit entry.
+    props.control.grantItems(lifecycle.fn, {
+      read: [ControlPartition.source(this.sourceId)],
+      put: [ControlPartition.AUDIT],
+      update: [ControlPartition.source(this.sourceId)],
+    });
     const taskArnPattern = `arn:${Aws.PARTITION}:dms:${Aws.REGION}:${Aws.ACCOUNT_ID}:task:*`;
     const lifecyclePolicy = new iam.Policy(this, 'TaskLifecyclePolicy', {
       statements: [
@@ -411,6 +430,7 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
         TaskIdentifier: this.replicationTaskIdentifier,
         ConfigHash: configHash,
         RemoveSlotOnDelete: (props.slotRemovalPolicy ?? RemovalPolicy.RETAIN) === RemovalPolicy.DESTROY ? 'true' : 'false',
+        SourceId: this.sourceId,
       },
     });
     slot.node.addDependency(lifecyclePolicy);
@@ -529,7 +549,38 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
       targets: [new targets.LambdaFunction(heartbeat.fn, { retryAttempts: 0, maxEventAge: Duration.minutes(1) })],
     });
 
-    this.acknowledgeGrantWildcards([normalizer, heartbeat, lifecycle], targetRole, secretsRole);
+    const slotMonitor = new SlotMonitor(this, 'SlotMonitor', {
+      sourceId: this.sourceId,
+      slotName: this.slotName,
+      vpc: props.vpc,
+      vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
+      securityGroup,
+      secret: props.database.monitoringSecret,
+      walBudget: props.slotWalBudget ?? Size.gibibytes(10),
+      alarmsEnabled: props.alarmsEnabled ?? true,
+      alarmActions: props.alarmActions,
+    });
+    this.slotMonitor = slotMonitor.function.fn;
+    this.slotMonitorMetrics = slotMonitor;
+    this.alarms.push(...slotMonitor.alarms);
+    if (props.alarmsEnabled ?? true) {
+      this.alarms.push(
+        createAlarm(this, 'SourceDiscontinuityAlarm', {
+          nameSuffix: `${this.sourceId}-source-discontinuity`,
+          description:
+            `The history of source ${this.sourceId} is not continuous: a heartbeat was missed or went back, or the source's system identifier or timeline changed (${this.node.path}). ` +
+            "The source's tables were marked needs-resnapshot and sinks hold their events; see docs/failures.md.",
+          metric: platformMetric(this, MetricName.SOURCE_DISCONTINUITIES, { [MetricDimension.SOURCE]: this.sourceId }),
+          threshold: 0,
+          evaluationPeriods: 1,
+          datapointsToAlarm: 1,
+          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+          actions: props.alarmActions,
+        }),
+      );
+    }
+
+    this.acknowledgeGrantWildcards([normalizer, heartbeat, lifecycle, slotMonitor.function], targetRole, secretsRole);
 
     // --- Alarms ---
     if (props.alarmsEnabled ?? true) {
@@ -650,6 +701,16 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
   /** Tables paused by the normalizer (`TablesPaused`); sum per minute by default. */
   metricTablesPaused(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
     return platformMetric(this, MetricName.TABLES_PAUSED, { [MetricDimension.SOURCE]: this.sourceId }, props);
+  }
+
+  /** Bytes of WAL the capture slot retains (`SlotRetainedBytes`, from the slot monitor); maximum per minute by default. */
+  metricSlotRetainedBytes(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return this.slotMonitorMetrics.metricRetainedBytes(props);
+  }
+
+  /** Bytes left before the WAL budget or max_slot_wal_keep_size (`SlotHeadroomBytes`); minimum per minute by default. */
+  metricSlotHeadroomBytes(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return this.slotMonitorMetrics.metricHeadroomBytes(props);
   }
 
   /** Source commit → change-log publish, milliseconds (`CaptureLag`); maximum per minute by default. */

@@ -180,9 +180,11 @@ abstract class ControlPlaneBase extends Resource implements IControlPlane {
 
   grantNormalizer(grantee: iam.IGrantable, sourceId: string): iam.Grant {
     const own = [ControlPartition.source(sourceId), ControlPartition.schemasOf(sourceId)];
+    // The last accepted heartbeat of the source (continuity check: missed or regressed beats, identity, timeline).
+    const beat = ControlPartition.checkpoint(`heartbeat:${sourceId}`);
     return this.grantItems(grantee, {
-      read: own,
-      put: [...own, ControlPartition.AUDIT, ControlPartition.deadLetters(NORMALIZER_STAGE), ControlPartition.DEAD_LETTER_STAGES],
+      read: [...own, beat],
+      put: [...own, beat, ControlPartition.AUDIT, ControlPartition.deadLetters(NORMALIZER_STAGE), ControlPartition.DEAD_LETTER_STAGES],
       update: [ControlPartition.source(sourceId), ControlPartition.SOURCES],
     });
   }

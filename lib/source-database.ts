@@ -33,6 +33,12 @@ export interface PostgresSourceOptions {
    */
   readonly caCertificatePem?: string;
   /**
+   * Credentials the slot monitor uses: the same shape, for a read-only user (member of
+   * `pg_monitor`, or any user: `pg_replication_slots` is readable by all) that can write nothing.
+   * @default - the capture secret
+   */
+  readonly monitoringSecret?: secretsmanager.ISecret;
+  /**
    * The database's security group. When given, the `CdcSource` admits its own security group on
    * `port` and prepares the replication slot only after that rule exists.
    * @default - none: admit `source.connections` on the database port yourself
@@ -78,6 +84,8 @@ export class SourceDatabase {
   readonly sslMode: SslMode;
   /** The CA bundle for `verify-full`, when not the Amazon RDS CAs. */
   readonly caCertificatePem?: string;
+  /** Slot-monitor credentials and address. */
+  readonly monitoringSecret: secretsmanager.ISecret;
   /** The database's security group, when the source should admit itself. */
   readonly securityGroup?: ec2.ISecurityGroup;
   /** The database port. */
@@ -97,6 +105,7 @@ export class SourceDatabase {
       throw new Error('SourceDatabase.postgres: caCertificatePem must be PEM text with at least one -----BEGIN CERTIFICATE----- block');
     }
     this.caCertificatePem = options.caCertificatePem;
+    this.monitoringSecret = options.monitoringSecret ?? options.secret;
     this.securityGroup = options.securityGroup;
     this.port = options.port ?? 5432;
   }

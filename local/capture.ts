@@ -23,8 +23,10 @@ import { createHash } from 'node:crypto';
 import pg from 'pg';
 import type { KinesisClient } from '@aws-sdk/client-kinesis';
 import { KinesisChangeLog } from '../lambda/adapters/change-log-kinesis.ts';
-import { CdcError, HistoryGapError } from '../lambda/core/errors.ts';
+import { CdcError, HistoryGapError, InvalidRecordError } from '../lambda/core/errors.ts';
 import { applyColumnRules, applyColumnRulesToColumns, type ColumnRules } from '../lambda/core/masking.ts';
+import { checkIdentity, checkSlotResume, recordAcked, type ContinuityContext } from './capture-continuity.ts';
+import { deadLetterChanges, pushOrReport, refreshKeys, undecodable, type PoisonChange, type PoisonContext } from './capture-poison.ts';
 import { buildSlotRecord, type SlotColumn, type SlotRecord } from '../lambda/core/slot-record.ts';
 import type { DecodedTransaction } from '../lambda/core/test-decoding.ts';
 import type { TableConfigIndex } from '../lambda/core/table-config.ts';
@@ -110,7 +112,7 @@ function sleep(ms: number): Promise<void> {
  * registry and every sink see a text column, as on the DMS path. `types` holds the catalog's
  * full type names (with modifiers) of the table's columns, where known.
  */
-function ruled(columns: SlotColumn[] | null, rules: ColumnRules, types: ReadonlyMap<string, CatalogType> | undefined): SlotColumn[] | null {
+export function ruled(columns: SlotColumn[] | null, rules: ColumnRules, types: ReadonlyMap<string, CatalogType> | undefined): SlotColumn[] | null {
   if (columns === null) return null;
   const typed = types ? columns.map((c) => ({ ...c, type: fullType(c, types.get(c.name)) })) : columns;
   if (rules.mask.length === 0 && rules.exclude.length === 0) return typed;
@@ -141,6 +143,7 @@ export function transactionsToRecords(
   tables: TableConfigIndex,
   keys: ReadonlyMap<string, string[]>,
   types?: ReadonlyMap<string, ReadonlyMap<string, CatalogType>>,
+  onInvalid?: (p: PoisonChange) => void,
 ): SlotRecord[] {
   const out: SlotRecord[] = [];
   for (const tx of transactions) {
@@ -148,7 +151,8 @@ export function transactionsToRecords(
       if (!tables.has(change.table)) return;
       const rules = tables.columnRules(change.table);
       const key = keys.get(change.table) ?? [];
-      out.push(
+      // A change that cannot be built goes to `onInvalid` (a dead letter: local/capture-poison.ts) when it is given.
+      pushOrReport(out, onInvalid, tx, index, change, () =>
         buildSlotRecord(
           { source, xid: tx.xid, commitLsn: tx.commitLsn, commitTs: tx.commitTs },
           index,
@@ -225,6 +229,14 @@ export class SlotCapture {
 
   private audit(action: string, table: string | null, detail: Record<string, unknown>): AuditEntry {
     return { at: new Date().toISOString(), actor: ACTOR, action, source: this.o.source, table, outcome: 'done', detail: { slot: this.slot, ...detail } };
+  }
+
+  private continuityContext(): ContinuityContext {
+    return { source: this.o.source, checkpointName: captureCheckpointName(this.o.source), slot: this.slot, control: this.o.control, audit: (a, t, d) => this.audit(a, t, d) };
+  }
+
+  private poisonContext(): PoisonContext {
+    return { source: this.o.source, slot: this.slot, tables: this.o.tables, keys: this.keys, control: this.o.control, onError: this.o.onError };
   }
 
   /** Looks up each captured table's key (declared, else the primary key) and checks deletes will carry it. */
@@ -333,11 +345,17 @@ export class SlotCapture {
         status = await readSlot(client, this.slot);
       }
       this.checkpoint = checkpoint;
+      // Still the same cluster and timeline? (local/capture-continuity.ts)
+      const identity = await checkIdentity(client, this.continuityContext());
+      if (identity && 'stop' in identity) throw await this.historyGap(identity.stop.message, { problem: identity.stop.problem, ...identity.stop.detail });
       const problem = await this.diagnose(status);
       if (problem) throw problem;
-      // After a crash between recording the checkpoint and moving the slot, the slot is behind:
-      // those transactions were published already, so move past them.
-      if (status!.confirmedFlushLsn && compareLsn(status!.confirmedFlushLsn, checkpoint!) < 0) await advanceSlot(client, this.slot, checkpoint!);
+      // The slot moves forward only from exactly the previous checkpoint (a crash between recording
+      // the checkpoint and moving the slot: published already); behind anywhere else is a restore.
+      const resume = status!.confirmedFlushLsn ? await checkSlotResume(this.continuityContext(), status!.confirmedFlushLsn, checkpoint!) : { advanceTo: null };
+      if ('stop' in resume) throw await this.historyGap(resume.stop.message, { problem: resume.stop.problem, ...resume.stop.detail });
+      if (resume.advanceTo) await advanceSlot(client, this.slot, resume.advanceTo);
+      await recordAcked(this.continuityContext(), checkpoint!);
       this.stats.lastCommitLsn = checkpoint;
       this.stats.slotRetainedBytes = status!.retainedBytes;
     } catch (err) {
@@ -387,6 +405,9 @@ export class SlotCapture {
             const status = await readSlot(this.client, this.slot);
             const problem = await this.diagnose(status);
             if (problem) throw problem;
+            // A failover while running: another timeline or cluster is a loud stop (local/capture-continuity.ts).
+            const identity = await checkIdentity(this.client, this.continuityContext());
+            if (identity && 'stop' in identity) throw await this.historyGap(identity.stop.message, { problem: identity.stop.problem, ...identity.stop.detail });
             this.stats.slotRetainedBytes = status!.retainedBytes;
           }
           if (!moved) await sleep(this.o.idleMs);
@@ -395,6 +416,8 @@ export class SlotCapture {
           // slot, or a record can never be published (over the stream's record size limit).
           if (err instanceof HistoryGapError || err instanceof TransactionTooLargeError || err instanceof SlotInUseError) throw err;
           if (err instanceof CdcError && err.code === 'RECORD_TOO_LARGE') throw err;
+          // Output the capture cannot parse: a loud, named stop (local/capture-poison.ts), never a silent retry.
+          if (err instanceof InvalidRecordError) throw await undecodable(this.poisonContext(), err);
           // A failed peek: is the slot the problem? Otherwise it is transient (connection lost, …).
           let problem: Error | null = null;
           try {
@@ -433,18 +456,22 @@ export class SlotCapture {
     for (const table of new Set(peek.transactions.flatMap((t) => t.changes.map((c) => c.table)))) {
       if (this.o.tables.has(table) && !this.keys.has(table)) await this.resolveKeys(client);
     }
+    await refreshKeys(client, this.poisonContext(), peek.transactions);
     // test_decoding prints types without modifiers: read them from the catalog (docs/schema-drift.md).
     const captured = [...new Set(peek.transactions.flatMap((t) => t.changes.map((c) => c.table)))].filter((t) => this.o.tables.has(t));
     const types = await columnTypesOf(client, captured);
-    const records = transactionsToRecords(this.o.source, peek.transactions, this.o.tables, this.keys, types);
+    const poison: PoisonChange[] = [];
+    const records = transactionsToRecords(this.o.source, peek.transactions, this.o.tables, this.keys, types, (p) => poison.push(p));
     if (records.length > 0) {
       await this.o.publish(records.map((r) => ({ partitionKey: rawPartitionKey(r), data: JSON.stringify(r), label: `${r.source}/${r.table}@${r.commitLsn}#${r.index}` })));
     }
+    await deadLetterChanges(this.poisonContext(), poison);
     const last = peek.transactions[peek.transactions.length - 1]!;
     // Checkpoint first, then the slot: the slot is never confirmed ahead of the checkpoint.
     await this.o.control.putCheckpoint(captureCheckpointName(this.o.source), this.slot, last.commitLsn);
     this.checkpoint = last.commitLsn;
     await advanceSlot(client, this.slot, last.commitLsn);
+    await recordAcked(this.continuityContext(), last.commitLsn); // where the slot is now (local/capture-continuity.ts)
     this.stats.transactions += peek.transactions.length;
     this.stats.records += records.length;
     this.stats.lastCommitLsn = last.commitLsn;

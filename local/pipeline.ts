@@ -24,6 +24,8 @@ import { readChangeLog } from '../lambda/adapters/change-log-reader.ts';
 import { createSearchApplier } from '../lambda/handlers/search-applier.ts';
 import { OpenSearchIndex, searchClient } from '../lambda/adapters/search-opensearch.ts';
 import { createHeartbeatHandler, HeartbeatWriter, type HeartbeatHandler } from '../lambda/handlers/heartbeat-writer.ts';
+import { createSlotMonitorHandler, type SlotMonitorHandler } from '../lambda/handlers/slot-monitor.ts';
+import type { SlotReport } from '../lambda/core/slot-monitor.ts';
 import { TableConfigIndex, type TableConfig } from '../lambda/core/table-config.ts';
 import type { TableRecord } from '../lambda/core/control-plane.ts';
 import { SlotCapture, kinesisRawPublisher } from './capture.ts';
@@ -50,6 +52,10 @@ export interface PipelineOptions {
   capture?: { maxTxRows?: number; maxTxBytes?: number; slot?: string };
   /** Poller settings; `maxRetries` applies to bad input only, infrastructure errors are retried without limit (backoff up to `maxBackoffMs`). */
   poller?: { batchSize?: number; maxRetries?: number; maxBackoffMs?: number };
+  /** The source's WAL budget: slot headroom is measured against it and max_slot_wal_keep_size. @default 1 GiB */
+  slotWalBudgetBytes?: number;
+  /** How often the slot monitor runs. @default 5000 */
+  slotMonitorMs?: number;
   /** Errors the pipeline recovers from (retries), for the log. */
   onError?: (where: string, err: unknown) => void;
   /** The search sink: its id and the OpenSearch (or stand-in) URL; every captured table is indexed. @default no search sink */
@@ -81,6 +87,10 @@ export class LocalPipeline {
   private heartbeatStop = false;
   private readonly pools: pg.Pool[] = [];
   private readonly heartbeat: HeartbeatHandler;
+  private readonly slotMonitor: SlotMonitorHandler;
+  private slotMonitorLoop: Promise<void> | null = null;
+  /** The slot monitor's latest report (every slot of the source, retained WAL and headroom), or null before its first run. */
+  slotReport: SlotReport | null = null;
   private tableStates: TableRecord[] = [];
   private deadLetterCount = 0;
   private lastControlRead = 0;
@@ -108,6 +118,8 @@ export class LocalPipeline {
     });
     // One beat per invocation, invoked every heartbeatMs: the local schedule.
     this.heartbeat = createHeartbeatHandler({ writer: new HeartbeatWriter({ source: o.source, connection: { connectionString: stack.sourceUrl } }), beats: 1 });
+    // The slot monitor as it runs on AWS (its EMF metrics reach the collector through stdout).
+    this.slotMonitor = createSlotMonitorHandler({ source: o.source, slot: this.capture.slot, walBudgetBytes: o.slotWalBudgetBytes ?? 1024 ** 3, connection: { connectionString: stack.sourceUrl } });
     // One handler instance per shard: each stands for a Lambda execution environment.
     const normalizer = {
       perShard: () =>
@@ -229,6 +241,17 @@ export class LocalPipeline {
         await sleep(500);
       }
     })();
+    this.slotMonitorLoop = (async () => {
+      while (!this.heartbeatStop) {
+        try {
+          this.slotReport = await this.slotMonitor();
+        } catch (e) {
+          this.o.onError?.('slot monitor', e);
+        }
+        const until = Date.now() + (this.o.slotMonitorMs ?? 5000);
+        while (!this.heartbeatStop && Date.now() < until) await sleep(Math.min(200, until - Date.now()));
+      }
+    })();
     if ((this.o.workloadRate ?? 0) > 0) {
       this.workload = await startWorkload({
         sourceUrl: this.o.stack.sourceUrl,
@@ -248,6 +271,7 @@ export class LocalPipeline {
   async stopHeartbeat(): Promise<void> {
     this.heartbeatStop = true;
     await this.heartbeatLoop;
+    await this.slotMonitorLoop;
   }
 
   /** The capture's loud stop, if it stopped: resolves never otherwise. */
@@ -392,6 +416,7 @@ export class LocalPipeline {
         ...(this.pollers.search && this.o.search ? [searchStatus(this.pollers.search, this.o.search.sinkId)] : []),
       ],
       tables: this.tableStates.map((t) => ({ table: t.table, state: t.state, reason: t.stateReason })),
+      slots: this.slotReport?.slots.map((r) => ({ slot: r.slot, ours: r.ours, active: r.active, walStatus: r.walStatus, retainedBytes: r.retainedBytes, headroomBytes: r.headroomBytes, level: r.level })) ?? [],
       deadLetters: this.deadLetterCount,
       problems: c.problemsSince(now - 60_000),
       hint,

@@ -8,6 +8,8 @@
 import type pg from 'pg';
 import { groupTransactions, type DecodedTransaction, type SlotRow } from '../lambda/core/test-decoding.ts';
 import { SourceNotReadyError, TransactionTooLargeError } from './errors.ts';
+import { gatherSourceFacts } from '../lambda/adapters/source-facts-pg.ts';
+import { CheckId, runChecks, type CheckResult } from '../lambda/core/doctor.ts';
 
 /** The output plugin the local capture reads (what DMS uses on a PostgreSQL source without pglogical). */
 export const SLOT_PLUGIN = 'test_decoding';
@@ -39,41 +41,19 @@ type Queryable = Pick<pg.ClientBase, 'query'>;
 
 /**
  * Checks that the connected database can be captured: `wal_level = logical`, a user with the
- * replication privilege (or superuser, or RDS's `rds_replication` role), and a free slot.
+ * replication privilege (or superuser, or RDS's `rds_replication` role), and a free slot. These
+ * are the server-level checks of `cdc doctor` (lambda/core/doctor.ts), run on the same facts.
  * Throws `SourceNotReadyError` saying exactly what to change.
  */
 export async function checkSourceReady(client: Queryable, opts: { needFreeSlot: boolean }): Promise<void> {
-  const walLevel = String((await client.query('SHOW wal_level')).rows[0]?.wal_level);
-  if (walLevel !== 'logical') {
-    throw new SourceNotReadyError(
-      `the source has wal_level = '${walLevel}', but logical decoding needs wal_level = logical. ` +
-        'Set it in postgresql.conf (ALTER SYSTEM SET wal_level = logical; on RDS/Aurora set rds.logical_replication = 1 in the parameter group) and restart the server.',
-    );
-  }
-  const role = (
-    await client.query(
-      `SELECT current_user AS name, r.rolsuper AS super, r.rolreplication AS replication,
-              EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'rds_replication') AND pg_has_role(current_user, 'rds_replication', 'member') AS rds
-         FROM pg_roles r WHERE r.rolname = current_user`,
-    )
-  ).rows[0] as { name: string; super: boolean; replication: boolean; rds: boolean } | undefined;
-  if (!role || !(role.super || role.replication || role.rds)) {
-    const name = role?.name ?? 'the connecting user';
-    throw new SourceNotReadyError(
-      `user ${JSON.stringify(name)} lacks the replication privilege that reading a logical slot needs. ` +
-        `Grant it: ALTER ROLE ${JSON.stringify(name)} WITH REPLICATION; (on RDS/Aurora: GRANT rds_replication TO ${JSON.stringify(name)};)`,
-    );
-  }
-  if (opts.needFreeSlot) {
-    const slots = (
-      await client.query(`SELECT current_setting('max_replication_slots')::int AS max, (SELECT count(*)::int FROM pg_replication_slots) AS used`)
-    ).rows[0] as { max: number; used: number };
-    if (slots.used >= slots.max) {
-      throw new SourceNotReadyError(
-        `the source has no free replication slot (max_replication_slots = ${slots.max}, all in use). Drop an abandoned slot (SELECT pg_drop_replication_slot('name')) or raise max_replication_slots and restart.`,
-      );
-    }
-  }
+  const wanted = new Set<string>([CheckId.WAL_LEVEL, CheckId.REPLICATION_GRANT, ...(opts.needFreeSlot ? [CheckId.REPLICATION_SLOTS] : [])]);
+  const failed = runChecks(await gatherSourceFacts(client, { tables: [] })).filter((r) => r.status === 'FAIL' && wanted.has(r.check));
+  if (failed.length > 0) throw sourceNotReady(failed);
+}
+
+/** The named error for failed pre-flight checks: each check's finding with its fix. */
+export function sourceNotReady(failed: readonly CheckResult[]): SourceNotReadyError {
+  return new SourceNotReadyError(failed.map((r) => `${r.subject ? `${r.subject}: ` : ''}${r.message}. Fix: ${r.fix}`).join('; '));
 }
 
 /** Reads a slot's status, or null when there is no slot of that name. */

@@ -35,6 +35,17 @@ export interface TableStatus {
   reason: string | null;
 }
 
+/** One replication slot of the source as the slot monitor saw it (lambda/core/slot-monitor.ts). */
+export interface SlotStatusLine {
+  slot: string;
+  ours: boolean;
+  active: boolean;
+  walStatus: string | null;
+  retainedBytes: number | null;
+  headroomBytes: number | null;
+  level: string;
+}
+
 export interface StatusSnapshot {
   now: number;
   startedAt: number;
@@ -54,6 +65,8 @@ export interface StatusSnapshot {
   consumers: ConsumerStatus[];
   sinks: SinkStatus[];
   tables: TableStatus[];
+  /** Every replication slot of the source (the capture's first), from the slot monitor. */
+  slots?: SlotStatusLine[];
   deadLetters: number;
   /** Recent problems (retried errors, handler error logs), newest last, with their time. */
   problems: Array<{ at: number; text: string }>;
@@ -138,6 +151,16 @@ export function renderStatus(s: StatusSnapshot): string[] {
     }
     lines.push('');
   }
+  if (s.slots && s.slots.length > 0) {
+    lines.push('slots (retained WAL, headroom before max_slot_wal_keep_size or the WAL budget)');
+    lines.push(
+      ...table([
+        ['slot', 'owner', 'active', 'wal_status', 'retained', 'headroom', 'level'],
+        ...s.slots.map((k) => [k.slot, k.ours ? 'capture' : 'other', k.active ? 'yes' : 'no', k.walStatus ?? '-', bytes(k.retainedBytes), bytes(k.headroomBytes), k.level]),
+      ]),
+    );
+    lines.push('');
+  }
   if (s.tables.length > 0) {
     lines.push('tables');
     lines.push(...table(s.tables.map((t) => [t.table, t.state, t.reason ?? ''])));
@@ -164,6 +187,8 @@ export function renderStatusLine(s: StatusSnapshot): string {
     (sinks ? `; ${sinks}` : '') +
     `; tables ${tables || 'none yet'}; dead letters ${s.deadLetters}` +
     s.consumers.filter((p) => p.stalledMs != null).map((p) => `; ${p.consumer} STALLED for ${formatMs(p.stalledMs ?? 0)}`).join('') +
+    (s.slots?.some((k) => k.ours) ? `; slot retains ${bytes(s.slots.find((k) => k.ours)!.retainedBytes)}, headroom ${bytes(s.slots.find((k) => k.ours)!.headroomBytes)}` : '') +
+    (s.slots?.some((k) => k.level !== 'ok') ? `; SLOT ${s.slots.filter((k) => k.level !== 'ok').map((k) => `${k.slot} ${k.level}`).join(', ')}` : '') +
     (s.problems.length > 0 ? `; ${s.problems.length} recent problem(s), last: ${s.problems[s.problems.length - 1]!.text}` : '') +
     (s.capture.error ? `; ERROR ${s.capture.error}` : '')
   );

@@ -9,6 +9,7 @@ import { EXIT_OK, EXIT_USAGE, UsageError, type CliIo, type Command } from './com
 import { decodeCommand } from './decode.ts';
 import { localCommand } from './local.ts';
 import { auditCommand, pauseCommand, resnapshotCommand, resumeCommand, statusCommand } from './operator.ts';
+import { doctorCommand } from './doctor.ts';
 
 export type { CliIo, Command } from './command.ts';
 
@@ -25,6 +26,7 @@ export const COMMANDS: readonly Command[] = [
   resumeCommand,
   resnapshotCommand,
   auditCommand,
+  doctorCommand,
 ];
 
 function usage(): string {

@@ -46,6 +46,9 @@ import { maxPosition, POSITION_ZERO, type Position } from './position.ts';
 import { classifyControl, classifySchema, type Classification, type ObservedColumn, type ObservedShape } from './schema-evolution.ts';
 import type { TableConfigIndex } from './table-config.ts';
 import { MetricDimension, MetricName, NORMALIZER_STAGE, type MetricNameValue } from '../../contracts/metrics.ts';
+import { HEARTBEAT_TABLE } from '../../contracts/env.ts';
+import { checkHeartbeatContinuity, type HeartbeatContinuityDeps } from './continuity.ts';
+import { splitTableId } from './identifiers.ts';
 
 /** Where events go: encode checks one event (throws a `CdcError` for bad input), publish sends them in order. */
 export interface ChangeLogWriter<E> {
@@ -371,6 +374,8 @@ export class NormalizerBatch<E> {
       return 'dead-lettered';
     }
     for (const c of changes) this.parent.notePosition(c.position);
+    // Gap check on the heartbeat: a missed or regressed beat, another identity or timeline (lambda/core/continuity.ts).
+    if (splitTableId(first.table).table === HEARTBEAT_TABLE) for (const c of changes) await checkHeartbeatContinuity(this.continuityDeps(), c.after);
     this.buffer.push(...stamped);
     return 'buffered';
   }
@@ -514,6 +519,17 @@ export class NormalizerBatch<E> {
     const reg: Registry = { table: record, versions: [...versions].sort((a, b) => a.version - b.version) };
     this.cache.set(table, reg);
     return reg;
+  }
+
+  private continuityDeps(): HeartbeatContinuityDeps {
+    return {
+      source: this.o.source,
+      control: this.o.control,
+      now: this.now,
+      actor: NORMALIZER_STAGE,
+      count: () => this.o.metrics.count(MetricName.SOURCE_DISCONTINUITIES, 1),
+      log: (error, extra) => this.o.logger.error('Source history is not continuous: tables marked for re-snapshot', { source: this.o.source, code: error.code, error: error.message, ...extra }),
+    };
   }
 
   private audit(action: string, table: string, at: string, detail: Record<string, unknown>): AuditEntry {

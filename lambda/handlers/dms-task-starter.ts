@@ -35,6 +35,11 @@ import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-sec
 import type { CloudFormationCustomResourceEvent, Context } from 'aws-lambda';
 import pg from 'pg';
 import { CdcError } from '../core/errors.ts';
+import { markSourceForResnapshot } from '../core/continuity.ts';
+import type { ControlPlane } from '../core/control-plane.ts';
+import { dynamoDbClient } from '../adapters/aws-clients.ts';
+import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
+import { EnvName } from '../../contracts/env.ts';
 import { assertPlainIdentifier } from '../core/identifiers.ts';
 import { parseSourceSecret, sourceTlsFromEnvironment } from '../adapters/source-postgres.ts';
 import { DEFAULT_SSL_MODE, parseSslMode } from '../adapters/tls.ts';
@@ -77,6 +82,8 @@ export interface LifecycleDeps {
   /** Between two polls of the task status. @default 15000 */
   pollMs?: number;
   log?(message: string, fields?: Record<string, unknown>): void;
+  /** The control plane: a slot that replaces another marks the source's tables needs-resnapshot there. */
+  control?: ControlPlane;
 }
 
 export interface LifecycleResult {
@@ -236,10 +243,26 @@ async function prepareSlot(event: CloudFormationCustomResourceEvent, deps: Lifec
     }
     const { position, created } = await slots.ensureSlot(slotName);
     deps.log?.(created ? 'replication slot created' : 'replication slot found', { database, slot: slotName, position });
+    // Another slot under a capture that had one: history between the two is not in the change log (docs/failures.md).
+    const previous = event.RequestType === 'Update' ? SLOT_ID.exec(event.PhysicalResourceId) : null;
+    if (previous) await slotReplaced(deps, props, { from: `${previous[1]}/${previous[2]}@${previous[3]}`, to: `${database}/${slotName}@${position}` });
     return { physicalResourceId: `${database}/${slotName}@${position}`, data: { StartPosition: position } };
   } finally {
     await slots.close();
   }
+}
+
+/** Marks the source's tables needs-resnapshot when its capture moves to another slot; refuses when it cannot record that. */
+async function slotReplaced(deps: LifecycleDeps, props: Props, o: { from: string; to: string }): Promise<void> {
+  const source = props.SourceId;
+  if (!deps.control || !source) {
+    throw new TaskLifecycleError(`the capture moves from slot ${o.from} to ${o.to}, which skips the changes in between, and there is no control plane to mark its tables for re-snapshot`);
+  }
+  const at = new Date().toISOString();
+  const message = `the capture moved from replication slot ${o.from} to ${o.to}: changes between the two are not in the change log`;
+  const marked = await markSourceForResnapshot(deps.control, { source, actor: 'dms-task-lifecycle', at, code: 'HISTORY_GAP', problem: 'slot-replaced', message, detail: o });
+  await deps.control.appendAudit({ at, actor: 'dms-task-lifecycle', action: 'capture-slot-replaced', source, table: null, outcome: 'done', detail: { ...o, tablesMarked: marked } });
+  deps.log?.('capture moved to another slot: tables marked needs-resnapshot', { source, ...o, tablesMarked: marked });
 }
 
 async function startTask(event: CloudFormationCustomResourceEvent, deps: LifecycleDeps): Promise<LifecycleResult> {
@@ -423,6 +446,8 @@ async function openSlotsFromSecret(secretArn: string, databaseName: string, ssl:
 }
 
 /** Lambda entry point (a CloudFormation custom resource provider). */
+const dynamodb = dynamoDbClient();
+
 export const handler = async (event: CloudFormationCustomResourceEvent, context: Context): Promise<void> => {
   const run = createTaskLifecycleHandler({
     dms: new AwsDms(dmsClient),
@@ -430,6 +455,7 @@ export const handler = async (event: CloudFormationCustomResourceEvent, context:
     sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
     remainingMs: () => context.getRemainingTimeInMillis(),
     log: (message, fields) => console.log(JSON.stringify({ level: 'INFO', message, ...fields })),
+    ...(process.env[EnvName.CONTROL_TABLE] ? { control: new DynamoDbControlPlane(dynamodb, process.env[EnvName.CONTROL_TABLE]!) } : {}),
   });
   await run(event);
 };

@@ -20,6 +20,7 @@ import pg from 'pg';
 import { DEFAULT_HEARTBEAT_SCHEMA, EnvName, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { MetricDimension, MetricName, METRICS_NAMESPACE } from '../../contracts/metrics.ts';
 import { sourceConnectionConfig, sourceTlsFromEnvironment } from '../adapters/source-postgres.ts';
+import { readSourceIdentity } from '../adapters/source-facts-pg.ts';
 import { CdcError } from '../core/errors.ts';
 import { isSourceId } from '../core/event.ts';
 import { assertPlainIdentifier, quoteIdent } from '../core/identifiers.ts';
@@ -52,6 +53,7 @@ export class HeartbeatWriter {
   readonly source: string;
   readonly table: string;
   private client: pg.Client | null = null;
+  private identity: { systemIdentifier: string; timeline: number } | null = null;
 
   constructor(private readonly o: HeartbeatWriterOptions) {
     if (!isSourceId(o.source)) throw new CdcError('INVALID_CONFIG', `source id must be a lower-case identifier, got ${JSON.stringify(o.source)}`);
@@ -64,7 +66,12 @@ export class HeartbeatWriter {
   async beat(): Promise<void> {
     const client = await this.connect();
     try {
-      await client.query(`INSERT INTO ${this.table} (source_id, beat_at) VALUES ($1, now()) ON CONFLICT (source_id) DO UPDATE SET beat_at = now()`, [this.source]);
+      // Each beat carries the next sequence number and who the source is (lambda/core/continuity.ts checks them).
+      await client.query(
+        `INSERT INTO ${this.table} AS h (source_id, beat_at, seq, system_identifier, timeline) VALUES ($1, now(), 1, $2, $3)
+           ON CONFLICT (source_id) DO UPDATE SET beat_at = now(), seq = h.seq + 1, system_identifier = EXCLUDED.system_identifier, timeline = EXCLUDED.timeline`,
+        [this.source, this.identity?.systemIdentifier ?? null, this.identity?.timeline ?? null],
+      );
     } catch (e) {
       await this.close();
       throw e;
@@ -90,8 +97,13 @@ export class HeartbeatWriter {
     try {
       const exists = await client.query<{ t: string | null }>('SELECT to_regclass($1)::text AS t', [this.table]);
       if (exists.rows[0]?.t === null || exists.rows[0]?.t === undefined) {
-        await client.query(`CREATE TABLE IF NOT EXISTS ${this.table} (source_id text PRIMARY KEY, beat_at timestamptz NOT NULL)`);
+        await client.query(`CREATE TABLE IF NOT EXISTS ${this.table} (source_id text PRIMARY KEY, beat_at timestamptz NOT NULL, seq bigint NOT NULL DEFAULT 0, system_identifier text, timeline integer)`);
+      } else if ((await client.query(`SELECT 1 FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'seq' AND NOT attisdropped`, [this.table])).rowCount === 0) {
+        // A table from before the sequence number: migrate it once (the existing row continues from 0).
+        await client.query(`ALTER TABLE ${this.table} ADD COLUMN IF NOT EXISTS seq bigint NOT NULL DEFAULT 0, ADD COLUMN IF NOT EXISTS system_identifier text, ADD COLUMN IF NOT EXISTS timeline integer`);
       }
+      // Who the source is; null where this user may not read the control data (the check is then skipped).
+      this.identity = await readSourceIdentity(client);
     } catch (e) {
       await client.end().catch(() => undefined);
       throw e;

@@ -14,6 +14,8 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createTaskLifecycleHandler, PgSlots, planStart, runLifecycle, type DmsPort, type LifecycleDeps, type TaskState } from '../../lambda/handlers/dms-task-starter.ts';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
+import { POSITION_ZERO } from '../../lambda/core/position.ts';
+import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 
 /** Stands in for the DMS API (no local stand-in exists): statuses advance one step per poll. */
 class FakeDms implements DmsPort {
@@ -174,6 +176,29 @@ describe('prepare-slot', () => {
     await expect(runLifecycle(event('Update', slotProps(db), { physicalResourceId: created.physicalResourceId }), deps(new FakeDms(task('running'))))).rejects.toThrow(
       /replication slot cdc_slots\d+ in slots\d+ no longer exists: changes since it was dropped are not in the change log/,
     );
+  });
+
+  test('a new slot under a capture that had one marks its tables needs-resnapshot (never a silent re-anchor); without a control plane it refuses', async () => {
+    const db = await newDatabase();
+    const created = await runLifecycle(event('Create', slotProps(db, { SourceId: 'shop' })), deps(new FakeDms(undefined)));
+    const control = new MemoryControlPlane();
+    const at = new Date().toISOString();
+    await control.registerTable(
+      { source: 'shop', table: 'public.orders', state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at },
+      { source: 'shop', table: 'public.orders', version: 1, columns: [], key: ['id'], effectivePosition: POSITION_ZERO, registeredAt: at },
+      { at, actor: 'test', action: 'register', source: 'shop', table: 'public.orders', outcome: 'done', detail: {} },
+    );
+    const moved = slotProps(db, { SourceId: 'shop', SlotName: `cdc_${db}_b` });
+    await expect(runLifecycle(event('Update', moved, { physicalResourceId: created.physicalResourceId, oldProps: slotProps(db, { SourceId: 'shop' }) }), deps(new FakeDms(task('stopped'))))).rejects.toThrow(
+      /skips the changes in between, and there is no control plane to mark its tables for re-snapshot/,
+    );
+    const updated = await runLifecycle(event('Update', moved, { physicalResourceId: created.physicalResourceId, oldProps: slotProps(db, { SourceId: 'shop' }) }), { ...deps(new FakeDms(task('stopped'))), control });
+    expect(updated.physicalResourceId).toMatch(new RegExp(`^${db}/cdc_${db}_b@`));
+    const t = (await control.getTable('shop', 'public.orders'))!;
+    expect(t.state).toBe('needs-resnapshot');
+    expect(t.stateReason).toMatch(/^HISTORY_GAP: slot-replaced: the capture moved from replication slot/);
+    expect((await control.listAudit('shop')).map((a) => a.action)).toEqual(['register', 'needs-resnapshot', 'capture-slot-replaced']);
+    await query(db, 'SELECT pg_drop_replication_slot($1)', [`cdc_${db}_b`]);
   });
 
   test('keeps the slot on delete unless told to remove it', async () => {

@@ -120,8 +120,9 @@ describe('control plane: own partitions, append-only audit', () => {
     const ddb = roleStatements(t, 'OrdersNormalizerServiceRole').filter((s) => actionsOf(s).some((a) => a.startsWith('dynamodb:')));
     const allow = ddb.filter((s) => s.Effect === 'Allow');
     const by = (action: string) => allow.filter((s) => actionsOf(s).includes(action)).flatMap(leadingKeys).sort();
-    expect(by('dynamodb:GetItem')).toEqual(['SCHEMA#orders#*', 'SOURCE#orders']);
-    expect(by('dynamodb:PutItem')).toEqual(['AUDIT', 'DEADLETTER#normalizer', 'DEADLETTERS', 'SCHEMA#orders#*', 'SOURCE#orders']);
+    // CHECKPOINT#heartbeat:orders: the last accepted heartbeat, for the continuity check (docs/failures.md).
+    expect(by('dynamodb:GetItem')).toEqual(['CHECKPOINT#heartbeat:orders', 'SCHEMA#orders#*', 'SOURCE#orders']);
+    expect(by('dynamodb:PutItem')).toEqual(['AUDIT', 'CHECKPOINT#heartbeat:orders', 'DEADLETTER#normalizer', 'DEADLETTERS', 'SCHEMA#orders#*', 'SOURCE#orders']);
     expect(by('dynamodb:UpdateItem')).toEqual(['SOURCE#orders', 'SOURCES']);
     for (const s of allow) {
       expect(leadingKeys(s).length, JSON.stringify(s)).toBeGreaterThan(0);

@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn } from 'node:child_process';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -79,6 +79,11 @@ describe('cdc local --source / --warehouse', () => {
     expect(out).toMatch(/ok +public\.tags:/);
     expect(out).toMatch(/ok +public\.people:/);
     expect(code, out).toBe(0);
+    // The slot monitor ran: the capture slot's retained WAL and headroom in the status and as metrics.
+    expect(out).toMatch(/slot retains [\d.]+ (B|KiB|MiB), headroom [\d.]+ (KiB|MiB)/);
+    const emf = (await readFile(path.join(dir, 'state', 'logs', 'metrics.emf.jsonl'), 'utf8')).split('\n').filter((l) => l.includes('SlotHeadroomBytes'));
+    expect(emf.length).toBeGreaterThan(0);
+    expect(JSON.parse(emf[0]!)).toMatchObject({ Source: 'app', SlotRetainedBytes: expect.any(Number), SlotHeadroomBytes: expect.any(Number) });
 
     // In the user's database: our slot and the heartbeat table; in the warehouse: masked names, no secret.
     expect((await app.query("SELECT slot_name FROM pg_replication_slots WHERE slot_name = 'cdc_app'")).rowCount).toBe(1);

@@ -90,7 +90,14 @@ describe('heartbeat writer', () => {
     expect(cols).toEqual([
       { column_name: 'source_id', data_type: 'text', is_nullable: 'NO' },
       { column_name: 'beat_at', data_type: 'timestamp with time zone', is_nullable: 'NO' },
+      { column_name: 'seq', data_type: 'bigint', is_nullable: 'NO' },
+      { column_name: 'system_identifier', data_type: 'text', is_nullable: 'YES' },
+      { column_name: 'timeline', data_type: 'integer', is_nullable: 'YES' },
     ]);
+    // Each beat carries the next sequence number and the source's identity (lambda/core/continuity.ts).
+    const beat = (await admin.query("SELECT seq::int AS seq, system_identifier, timeline FROM public.cdc_heartbeat WHERE source_id = 'shop'")).rows[0];
+    const control = (await admin.query('SELECT system_identifier::text AS s, (SELECT timeline_id FROM pg_control_checkpoint()) AS t FROM pg_control_system()')).rows[0];
+    expect(beat).toEqual({ seq: 3, system_identifier: control.s, timeline: control.t });
     const emf = lines.filter((l) => typeof l._aws === 'object');
     const total = emf.reduce((n, l) => n + (Array.isArray(l.HeartbeatsWritten) ? (l.HeartbeatsWritten as number[]).reduce((a, b) => a + b, 0) : Number(l.HeartbeatsWritten ?? 0)), 0);
     expect(total).toBe(3);
@@ -113,6 +120,9 @@ describe('heartbeat writer', () => {
     expect(r.map((x) => x.source_id)).toEqual(['crm', 'other', 'shop']);
     expect(r.find((x) => x.source_id === 'other')!.beat_at.toISOString()).toBe('2000-01-01T00:00:00.000Z');
     expect(Date.now() - r.find((x) => x.source_id === 'shop')!.beat_at.getTime()).toBeLessThan(60_000);
+    // The table from before the sequence number was migrated: the existing row keeps 0, beats count on.
+    const seqs = (await admin.query('SELECT source_id, seq::int AS seq FROM cdc.cdc_heartbeat ORDER BY source_id')).rows;
+    expect(seqs).toEqual([{ source_id: 'crm', seq: 1 }, { source_id: 'other', seq: 0 }, { source_id: 'shop', seq: 2 }]);
   });
 
   it('reconnects after the connection is killed between beats', async () => {

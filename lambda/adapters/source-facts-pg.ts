@@ -1,0 +1,181 @@
+/**
+ * Reads what the source pre-flight (lambda/core/doctor.ts) and the slot monitor
+ * (lambda/core/slot-monitor.ts) decide on, from PostgreSQL's catalogs and statistics views, over
+ * one connection. Read-only: nothing here writes to the source. Works on PostgreSQL 10 and later
+ * (columns that came later are read through `to_jsonb`, so an older server just lacks them).
+ */
+import type pg from 'pg';
+import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_TABLE } from '../../contracts/env.ts';
+import type { SourceIdentity } from '../core/continuity.ts';
+import type { SlotFact, SourceFacts, TableFact } from '../core/doctor.ts';
+import { splitTableId } from '../core/identifiers.ts';
+
+type Queryable = Pick<pg.ClientBase, 'query'>;
+
+/** A captured table to check: its id and the key the configuration declares, if any. */
+export interface TableToCheck {
+  table: string;
+  key?: string[] | null;
+}
+
+export interface GatherOptions {
+  tables: readonly TableToCheck[];
+  /** Schema of the heartbeat table. @default public */
+  heartbeatSchema?: string;
+  /** The role that writes the heartbeat. @default the connected user */
+  heartbeatWriter?: string;
+}
+
+const MIB = 1024 * 1024;
+
+function num(v: unknown): number {
+  return typeof v === 'number' ? v : Number(v);
+}
+
+function str(v: unknown): string | null {
+  return typeof v === 'string' ? v : null;
+}
+
+/**
+ * The source's system identifier and timeline (lambda/core/continuity.ts), or null when this user
+ * may not read them (`pg_control_system()`, `pg_control_checkpoint()`: superuser or `pg_monitor`
+ * on some servers).
+ */
+export async function readSourceIdentity(client: Queryable): Promise<SourceIdentity | null> {
+  try {
+    const row = (await client.query('SELECT (SELECT system_identifier::text FROM pg_control_system()) AS sysid, (SELECT timeline_id FROM pg_control_checkpoint()) AS tli')).rows[0] as { sysid: string; tli: number };
+    return { systemIdentifier: row.sysid, timeline: Number(row.tli) };
+  } catch {
+    return null;
+  }
+}
+
+/** `max_slot_wal_keep_size` in bytes, or null when unlimited (-1) or unknown to the server (before 13). */
+export async function readMaxSlotWalKeepSize(client: Queryable): Promise<number | null> {
+  const row = (await client.query(`SELECT setting, unit FROM pg_settings WHERE name = 'max_slot_wal_keep_size'`)).rows[0] as { setting: string; unit: string | null } | undefined;
+  if (!row) return null;
+  const n = Number(row.setting);
+  if (!Number.isFinite(n) || n < 0) return null;
+  // The setting is reported in MB (unit 'MB'); be exact about other units should a server report one.
+  const unit = row.unit ?? 'MB';
+  const factor = unit === 'kB' ? 1024 : unit === 'MB' ? MIB : unit === 'GB' ? 1024 * MIB : unit === '8kB' ? 8192 : MIB;
+  return n * factor;
+}
+
+/** Every replication slot of the server (ours and anyone else's) with the WAL it retains. */
+export async function readSlotFacts(client: Queryable): Promise<SlotFact[]> {
+  // to_jsonb keeps this working across versions (wal_status/safe_wal_size from 13, invalidation_reason from 17).
+  const res = await client.query(
+    `SELECT to_jsonb(s) AS j,
+            CASE WHEN s.restart_lsn IS NULL OR pg_is_in_recovery() THEN NULL
+                 ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::text END AS retained
+       FROM pg_replication_slots s ORDER BY s.slot_name`,
+  );
+  return res.rows.map((row: { j: Record<string, unknown>; retained: string | null }) => {
+    const j = row.j;
+    const safe = j.safe_wal_size;
+    return {
+      name: String(j.slot_name),
+      slotType: String(j.slot_type),
+      plugin: str(j.plugin),
+      database: str(j.database),
+      active: j.active === true,
+      walStatus: str(j.wal_status),
+      invalidationReason: str(j.invalidation_reason),
+      restartLsn: str(j.restart_lsn),
+      confirmedFlushLsn: str(j.confirmed_flush_lsn),
+      retainedBytes: row.retained === null ? null : Number(row.retained),
+      safeWalBytes: safe === null || safe === undefined ? null : num(safe),
+    };
+  });
+}
+
+async function tableFact(client: Queryable, t: TableToCheck): Promise<TableFact> {
+  const { schema, table } = splitTableId(t.table);
+  const declaredKey = t.key && t.key.length > 0 ? [...t.key] : null;
+  const rel = (
+    await client.query(
+      `SELECT c.oid::int AS oid, c.relreplident AS ident, has_table_privilege(c.oid, 'SELECT') AS sel
+         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`,
+      [schema, table],
+    )
+  ).rows[0] as { oid: number; ident: string; sel: boolean } | undefined;
+  if (!rel) return { table: t.table, exists: false, primaryKey: [], declaredKey, replicaIdentity: null, identityIndexColumns: null, selectGranted: false, columns: [] };
+  const indexColumns = async (flag: 'indisprimary' | 'indisreplident'): Promise<string[]> =>
+    (
+      await client.query(
+        `SELECT a.attname AS name FROM pg_index i
+           JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true
+           JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+          WHERE i.indrelid = $1 AND i.${flag} ORDER BY k.ord`,
+        [rel.oid],
+      )
+    ).rows.map((r) => String(r.name));
+  const columns = (
+    await client.query(`SELECT attname AS name, format_type(atttypid, NULL) AS type FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, [rel.oid])
+  ).rows.map((r) => ({ name: String(r.name), type: String(r.type) }));
+  const ident = rel.ident as TableFact['replicaIdentity'];
+  return {
+    table: t.table,
+    exists: true,
+    primaryKey: await indexColumns('indisprimary'),
+    declaredKey,
+    replicaIdentity: ident,
+    identityIndexColumns: ident === 'i' ? await indexColumns('indisreplident') : null,
+    selectGranted: rel.sel,
+    columns,
+  };
+}
+
+/** Gathers every fact the doctor checks, read-only. */
+export async function gatherSourceFacts(client: Queryable, o: GatherOptions): Promise<SourceFacts> {
+  const server = (
+    await client.query(
+      `SELECT current_setting('server_version_num')::int AS version, current_setting('wal_level') AS wal_level,
+              current_setting('max_replication_slots')::int AS max_slots, (SELECT count(*)::int FROM pg_replication_slots) AS used_slots,
+              current_setting('max_wal_senders')::int AS max_senders, (SELECT count(*)::int FROM pg_stat_replication) AS used_senders,
+              COALESCE((SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()), false) AS ssl,
+              (inet_server_addr() IS NULL OR inet_server_addr() <<= '127.0.0.0/8'::inet OR inet_server_addr() = '::1'::inet) AS loopback`,
+    )
+  ).rows[0] as { version: number; wal_level: string; max_slots: number; used_slots: number; max_senders: number; used_senders: number; ssl: boolean; loopback: boolean };
+  const user = (
+    await client.query(
+      `SELECT current_user AS name, r.rolsuper AS super, r.rolreplication AS replication,
+              EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'rds_replication') AND pg_has_role(current_user, 'rds_replication', 'member') AS rds
+         FROM pg_roles r WHERE r.rolname = current_user`,
+    )
+  ).rows[0] as { name: string; super: boolean; replication: boolean; rds: boolean };
+  const schema = o.heartbeatSchema ?? DEFAULT_HEARTBEAT_SCHEMA;
+  const writer = o.heartbeatWriter ?? user.name;
+  const hb = (
+    await client.query(
+      `WITH w AS (SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $3) AS ok),
+            t AS (SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2)
+       SELECT (SELECT ok FROM w) AS writer_exists,
+              EXISTS (SELECT 1 FROM t) AS exists,
+              CASE WHEN (SELECT ok FROM w) AND EXISTS (SELECT 1 FROM t)
+                   THEN has_table_privilege($3, (SELECT oid FROM t), 'INSERT') AND has_table_privilege($3, (SELECT oid FROM t), 'UPDATE') ELSE false END AS writable,
+              CASE WHEN (SELECT ok FROM w) AND EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)
+                   THEN has_schema_privilege($3, $1, 'CREATE') ELSE false END AS can_create`,
+      [schema, HEARTBEAT_TABLE, writer],
+    )
+  ).rows[0] as { writer_exists: boolean; exists: boolean; writable: boolean; can_create: boolean };
+  const tables: TableFact[] = [];
+  for (const t of o.tables) tables.push(await tableFact(client, t));
+  return {
+    serverVersionNum: server.version,
+    walLevel: server.wal_level,
+    maxReplicationSlots: server.max_slots,
+    usedReplicationSlots: server.used_slots,
+    maxWalSenders: server.max_senders,
+    usedWalSenders: server.used_senders,
+    maxSlotWalKeepSizeBytes: await readMaxSlotWalKeepSize(client),
+    user: { name: user.name, superuser: user.super, replication: user.replication, rdsReplication: user.rds },
+    ssl: server.ssl,
+    loopback: server.loopback,
+    heartbeat: { table: `${schema}.${HEARTBEAT_TABLE}`, exists: hb.exists, writer, writerExists: hb.writer_exists, writable: hb.writable, canCreate: hb.can_create },
+    slots: await readSlotFacts(client),
+    tables,
+  };
+}
