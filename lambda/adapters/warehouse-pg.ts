@@ -55,7 +55,12 @@ import {
   createMirrorSql,
   createSchemaSql,
   createStagesSql,
+  createTruncationsSql,
   createViewSql,
+  lockMirrorSql,
+  recordTruncationSql,
+  storedTruncationSql,
+  truncateMirrorSql,
   dropStagesSql,
   insertValuesSql,
   mirrorRowsSql,
@@ -191,6 +196,7 @@ interface SinkShape {
   mirrorTypes: Map<string, string>;
   changelog: string[];
   deletedKeys: boolean;
+  truncations: boolean;
   view: boolean;
 }
 
@@ -246,7 +252,10 @@ export class PgWarehouse {
     const t = warehouseTable(batch.source, batch.table);
     const cacheKey = `${t.schema}.${t.view}`;
     const { key, data } = wantedColumns(batch);
-    const events = distinctEvents(batch.events);
+    const all = distinctEvents(batch.events);
+    // Row events are staged (changelog, mirror); truncates are table-level (see applyStaged).
+    const events = all.filter((e) => e.op !== 'truncate');
+    const truncates = all.filter((e) => e.op === 'truncate');
     const client = await this.pool.connect();
     let inTransaction = false;
     let destroy = false;
@@ -256,7 +265,7 @@ export class PgWarehouse {
       // idempotent, the stage tables are made from the resulting shape, and the data transaction
       // then holds no catalog locks.
       let known = this.shapes.get(cacheKey) ?? (await readShape(client, t));
-      let ddl = planDdl(t, known, key, data, batch.deleteMode === 'hard');
+      let ddl = planDdl(t, known, key, data, batch.deleteMode === 'hard', truncates.length > 0);
       // Appliers of other shards may create the same schema, table or column at the same moment
       // (`IF NOT EXISTS` is not race-free in PostgreSQL): on such a clash, read the shape again and
       // re-plan, so what the other applier created is simply used.
@@ -268,7 +277,7 @@ export class PgWarehouse {
           await client.query('ROLLBACK').catch(() => undefined);
           if (attempt >= DDL_ATTEMPTS || !isConcurrentDdlClash(err)) throw err;
           known = await readShape(client, t);
-          ddl = planDdl(t, known, key, data, batch.deleteMode === 'hard');
+          ddl = planDdl(t, known, key, data, batch.deleteMode === 'hard', truncates.length > 0);
         }
       }
       this.shapes.set(cacheKey, ddl.shape);
@@ -303,7 +312,7 @@ export class PgWarehouse {
         end = `${dropStagesSql(stages)}; COMMIT`;
       }
       inTransaction = true;
-      const plan = await this.applyStaged(client, t, shape, keyNames, events, stages, begin, end, batch, appliedAt);
+      const plan = await this.applyStaged(client, t, shape, keyNames, events, truncates, stages, begin, end, batch, appliedAt);
       const committedAt = Date.now();
       inTransaction = false;
       destroy = false;
@@ -334,6 +343,7 @@ export class PgWarehouse {
     shape: SinkShape,
     key: string[],
     events: ChangeEvent[],
+    truncates: ChangeEvent[],
     stages: StageNames,
     begin: string,
     end: string,
@@ -343,12 +353,18 @@ export class PgWarehouse {
     const hard = batch.deleteMode === 'hard';
     const dataCols = shape.mirror.filter((c) => !key.includes(c) && !c.startsWith('_cdc_'));
 
-    // Append the events the changelog lacks and read what the sink holds for their keys.
+    // Append the events the changelog lacks and read what the sink holds for their keys, then the
+    // table's truncate position. A batch with a truncate locks the mirror first; the others read
+    // the mirror (a conflicting lock, held to COMMIT) before the truncate guard, so a truncate of
+    // another shard's applier is either wholly visible to this apply or waits for its COMMIT.
+    const lock = truncates.length > 0 ? `${lockMirrorSql(t)}; ` : '';
+    const readTruncation = shape.truncations ? `; ${storedTruncationSql(t)}` : '';
     const results = (await client.query({
-      text: `${begin}${appendChangelogSql(t, key, shape.changelog, stages)}; ${storedStateSql(t, key, shape.deletedKeys, stages)}`,
+      text: `${begin}${lock}${appendChangelogSql(t, key, shape.changelog, stages)}; ${storedStateSql(t, key, shape.deletedKeys, stages)}${readTruncation}`,
       types: RAW_TEXT,
     })) as unknown as pg.QueryResult[];
-    const stateRows = results[results.length - 1]!.rows as { _cdc_idx: string; _cdc_position: string; _cdc_deleted: unknown }[];
+    const truncatedAt = shape.truncations ? ((results[results.length - 1]!.rows[0] as { _cdc_position: string | null } | undefined)?._cdc_position ?? null) : null;
+    const stateRows = results[results.length - (shape.truncations ? 2 : 1)]!.rows as { _cdc_idx: string; _cdc_position: string; _cdc_deleted: unknown }[];
     const stored = new Map<string, StoredState>();
     for (const r of stateRows) {
       const ev = events[Number(r._cdc_idx)];
@@ -372,7 +388,15 @@ export class PgWarehouse {
       }
     }
 
-    const plan = planTable({ events, keyColumns: key, stored, storedRows });
+    const plan = planTable({ events: [...events, ...truncates], keyColumns: key, stored, storedRows, truncatedAt });
+
+    // Truncates first: record every one (idempotent), and empty the mirror at the newest when it is above the stored one.
+    for (const e of plan.truncates) {
+      await client.query(recordTruncationSql(t), [e.position, e.commitTs, e.txId, String(e.schemaVersion), appliedAt]);
+    }
+    if (plan.truncate) {
+      for (const sql of truncateMirrorSql(t, { hard, deletedKeys: shape.deletedKeys })) await client.query(sql, hard ? [plan.truncate.position] : [plan.truncate.position, plan.truncate.commitTs, appliedAt]);
+    }
 
     // Stage the writes (one per key) and apply them, then COMMIT.
     const sets = new Map<string, UpdateSet>();
@@ -399,7 +423,7 @@ export class PgWarehouse {
     let tail = end;
     if (stageRows.length > 0) {
       await this.loader.load(client, quoteIdent(stages.writes), [...shape.mirror, CdcColumn.SET], stageRows);
-      const statements = applyStageSql(t, { stages, key, mirrorColumns: shape.mirror, sets: [...sets.values()], hard, deletedKeys: shape.deletedKeys });
+      const statements = applyStageSql(t, { stages, key, mirrorColumns: shape.mirror, sets: [...sets.values()], hard, deletedKeys: shape.deletedKeys, truncations: shape.truncations });
       tail = `${statements.join('; ')}; ${end}`;
     }
     await client.query(tail);
@@ -434,23 +458,24 @@ function wantedColumns(batch: TableBatch): { key: SinkColumn[]; data: SinkColumn
 async function readShape(client: pg.ClientBase, t: WarehouseTable): Promise<SinkShape> {
   const q = catalogSql(t);
   const res = await client.query<CatalogColumn>(q.text, q.values);
-  const shape: SinkShape = { mirror: [], mirrorTypes: new Map(), changelog: [], deletedKeys: false, view: false };
+  const shape: SinkShape = { mirror: [], mirrorTypes: new Map(), changelog: [], deletedKeys: false, truncations: false, view: false };
   for (const r of res.rows) {
     if (r.table_name === t.mirror) {
       shape.mirror.push(r.column_name);
       shape.mirrorTypes.set(r.column_name, catalogType(r));
     } else if (r.table_name === t.changelog) shape.changelog.push(r.column_name);
     else if (r.table_name === t.deletedKeys) shape.deletedKeys = true;
+    else if (r.table_name === t.truncations) shape.truncations = true;
     else if (r.table_name === t.view) shape.view = true;
   }
   return shape;
 }
 
 /** The DDL that brings the sink to the wanted shape, and the shape after it. Throws SinkTypeConflictError. */
-function planDdl(t: WarehouseTable, known: SinkShape, key: SinkColumn[], data: SinkColumn[], hard: boolean): { statements: string[]; shape: SinkShape } {
+function planDdl(t: WarehouseTable, known: SinkShape, key: SinkColumn[], data: SinkColumn[], hard: boolean, truncate: boolean): { statements: string[]; shape: SinkShape } {
   const statements: string[] = [];
-  const shape: SinkShape = { mirror: [...known.mirror], mirrorTypes: new Map(known.mirrorTypes), changelog: [...known.changelog], deletedKeys: known.deletedKeys, view: known.view };
-  const creating = shape.mirror.length === 0 || shape.changelog.length === 0 || (hard && !shape.deletedKeys);
+  const shape: SinkShape = { mirror: [...known.mirror], mirrorTypes: new Map(known.mirrorTypes), changelog: [...known.changelog], deletedKeys: known.deletedKeys, truncations: known.truncations, view: known.view };
+  const creating = shape.mirror.length === 0 || shape.changelog.length === 0 || (hard && !shape.deletedKeys) || (truncate && !shape.truncations);
   if (creating) statements.push(createSchemaSql(t));
   if (shape.changelog.length === 0) {
     statements.push(createChangelogSql(t, key, data));
@@ -485,6 +510,10 @@ function planDdl(t: WarehouseTable, known: SinkShape, key: SinkColumn[], data: S
   if (hard && !shape.deletedKeys) {
     statements.push(createDeletedKeysSql(t, key));
     shape.deletedKeys = true;
+  }
+  if (truncate && !shape.truncations) {
+    statements.push(createTruncationsSql(t));
+    shape.truncations = true;
   }
   if (viewNeeded) {
     statements.push(createViewSql(t, shape.mirror));

@@ -19,6 +19,12 @@
  *   untouched (invariant 11). With no live row underneath (absent, deleted, or deleted earlier in
  *   the batch) there is nothing to merge onto, and the update becomes a full image.
  * - `delete`: a tombstone that keeps the values it had.
+ * - `truncate` (table level, empty key): every row of the table below its position is gone
+ *   (the SQL tombstones or removes them before the row writes run). The table's truncate
+ *   position T is the highest of the stored one (`truncatedAt`) and the batch's truncates; per
+ *   key, only events above max(stored position, T) apply, and a key whose stored row is below T
+ *   starts from nothing (its row was truncated). So a late older event never resurrects a
+ *   truncated row, and a later insert applies.
  *
  * A write is `full` (every data column is written, NULL where not in `values`) or a merge (only
  * the columns in `values`). The SQL runs one UPDATE per distinct column set.
@@ -61,8 +67,12 @@ export interface Unresolved {
 }
 
 export interface TablePlan {
-  /** Distinct events (by position + key), in position order: what the changelog must hold. */
+  /** Distinct row events (by position + key), in position order: what the changelog must hold. */
   events: ChangeEvent[];
+  /** Distinct truncate events of the batch, in position order (recorded in the truncations table). */
+  truncates: ChangeEvent[];
+  /** The newest truncate of the batch when it is above the stored truncate position: the SQL empties the mirror at it first. */
+  truncate: ChangeEvent | null;
   /** One write per key that has events above its stored position. */
   writes: MirrorWrite[];
   /** Events above their key's stored position: newly reflected by this apply. */
@@ -151,12 +161,29 @@ export interface PlanInput {
   stored: ReadonlyMap<string, StoredState>;
   /** Full stored rows per key text for the keys `oldKeysNeeded` named (absent = no row). */
   storedRows?: ReadonlyMap<string, StoredRow>;
+  /** The highest truncate position the sink holds for the table (null: never truncated). */
+  truncatedAt?: Position | null;
 }
 
 /** Plans one table's batch. See the module comment for the rules. */
 export function planTable(input: PlanInput): TablePlan {
-  const events = distinctEvents(input.events);
-  const storedRows = input.storedRows ?? new Map<string, StoredRow>();
+  const all = distinctEvents(input.events);
+  const events = all.filter((e) => e.op !== 'truncate');
+  const truncates = all.filter((e) => e.op === 'truncate');
+  const storedTruncate = input.truncatedAt ?? null;
+  const newest = truncates.length > 0 ? truncates[truncates.length - 1]! : null;
+  const truncate = newest && (storedTruncate === null || newest.position > storedTruncate) ? newest : null;
+  /** The table's truncate position after this batch (null: none). */
+  const floor: Position | null = truncate ? truncate.position : storedTruncate;
+  // A stored row below the truncate position is gone (tombstoned or removed by the truncate).
+  const storedFor = (k: string): StoredState | undefined => {
+    const s = input.stored.get(k);
+    if (floor === null) return s;
+    if (!s || s.position < floor) return { position: floor, deleted: true };
+    return s;
+  };
+  const storedRows = new Map<string, StoredRow>();
+  for (const [k, r] of input.storedRows ?? new Map<string, StoredRow>()) if (floor === null || r.position > floor) storedRows.set(k, r);
   const perKey = new Map<string, ChangeEvent[]>();
   for (const e of events) {
     const k = keyText(e.key);
@@ -169,7 +196,7 @@ export function planTable(input: PlanInput): TablePlan {
   /** The old key's values just before position `p`, and which columns are known for certain. */
   const valuesBefore = (oldKey: string, p: Position): { values: Row; known: (c: string) => boolean } | null => {
     const row = storedRows.get(oldKey);
-    const stored = input.stored.get(oldKey);
+    const stored = storedFor(oldKey);
     if (row && row.position === p && row.deleted) return { values: row.values, known: () => true };
     const storedPos = [row?.position, stored?.position].reduce<Position | null>((m, x) => (x !== undefined && (m === null || x > m) ? x : m), null);
     if (storedPos !== null && storedPos >= p) return null;
@@ -233,7 +260,7 @@ export function planTable(input: PlanInput): TablePlan {
   const writes: MirrorWrite[] = [];
   const fresh: ChangeEvent[] = [];
   for (const [k, list] of perKey) {
-    const stored = input.stored.get(k);
+    const stored = storedFor(k);
     const todo = stored ? list.filter((e) => e.position > stored.position) : list;
     if (todo.length === 0) continue;
     const s: FoldState = { live: stored ? !stored.deleted : false, deleted: stored?.deleted ?? false, deletedAt: null, full: false, values: {} };
@@ -244,8 +271,9 @@ export function planTable(input: PlanInput): TablePlan {
     const last = todo[todo.length - 1]!;
     writes.push({ key: last.key, keyText: k, position: last.position, deleted: s.deleted, deletedAt: s.deleted ? s.deletedAt : null, full: s.full, values: s.values });
   }
+  for (const t of truncates) if (storedTruncate === null || t.position > storedTruncate) fresh.push(t);
   fresh.sort(byPosition);
-  return { events, writes, fresh, unresolved, maxPosition: events.length > 0 ? events[events.length - 1]!.position : null };
+  return { events, truncates, truncate, writes, fresh, unresolved, maxPosition: all.length > 0 ? all[all.length - 1]!.position : null };
 }
 
 /** Column-set signature of a write: `*` for full writes, else its sorted column names. */

@@ -21,6 +21,15 @@
  * - `tbl_deleted_keys` (hard-delete mode): key, `_cdc_position`, `_cdc_deleted_at`,
  *   `_cdc_applied_at` of keys whose mirror row was deleted, so a late older event cannot
  *   resurrect the row (invariant 7). Once it exists it guards inserts in either mode.
+ * - `tbl_truncations`: one row per captured TRUNCATE of the table (`_cdc_position`,
+ *   `_cdc_commit_ts`, `_cdc_tx_id`, `_cdc_schema_version`, `_cdc_applied_at`), made on the
+ *   first truncate. It is the table-level position guard: once it exists, a mirror write applies
+ *   only if its position is above both the key's stored position and every truncate's position
+ *   (so a late older event can never resurrect a truncated row), and it is the record of the
+ *   truncates (the changelog holds row events, which have a key; a truncate has none). A
+ *   truncate at position P tombstones every live mirror row below P (soft mode: at P, with
+ *   `_cdc_deleted_at` = the truncate's commit time) or removes them (hard mode; deleted-keys
+ *   entries below P are dropped too, the truncate guards them). See docs/truncate.md.
  *
  * Only SQL that PostgreSQL and Amazon Redshift both accept: no `ON CONFLICT`, no `MERGE`, no
  * `DISTINCT ON`, no `RETURNING`, no `ON COMMIT` clauses, no `VALUES` lists in `FROM`, no
@@ -97,6 +106,8 @@ export interface WarehouseTable {
   changelog: string;
   mirror: string;
   deletedKeys: string;
+  /** Per-table truncate positions (the table-level guard). */
+  truncations: string;
   view: string;
 }
 
@@ -132,6 +143,7 @@ export function warehouseTable(source: string, tableId: string): WarehouseTable 
     changelog: fitIdentifier(table, '_changelog'),
     mirror: fitIdentifier(table, '_mirror'),
     deletedKeys: fitIdentifier(table, '_deleted_keys'),
+    truncations: fitIdentifier(table, '_truncations'),
     view: assertPlainIdentifier(table, 'table name'),
   };
 }
@@ -237,8 +249,8 @@ export function catalogSql(t: WarehouseTable): { text: string; values: string[] 
   return {
     text:
       'SELECT table_name, column_name, data_type, character_maximum_length, numeric_precision, numeric_scale ' +
-      'FROM information_schema.columns WHERE table_schema = $1 AND table_name IN ($2, $3, $4, $5) ORDER BY table_name, ordinal_position',
-    values: [t.schema, t.changelog, t.mirror, t.deletedKeys, t.view],
+      'FROM information_schema.columns WHERE table_schema = $1 AND table_name IN ($2, $3, $4, $5, $6) ORDER BY table_name, ordinal_position',
+    values: [t.schema, t.changelog, t.mirror, t.deletedKeys, t.view, t.truncations],
   };
 }
 
@@ -289,6 +301,70 @@ export function createDeletedKeysSql(t: WarehouseTable, key: readonly SinkColumn
     `PRIMARY KEY (${cols(key.map((k) => k.name))})`,
   ];
   return `CREATE TABLE IF NOT EXISTS ${qualified(t.schema, t.deletedKeys)} (${body.join(', ')})`;
+}
+
+export function createTruncationsSql(t: WarehouseTable): string {
+  const body = [
+    `${quoteIdent(CdcColumn.POSITION)} varchar(24) NOT NULL`,
+    `${quoteIdent(CdcColumn.COMMIT_TS)} timestamptz NOT NULL`,
+    `${quoteIdent(CdcColumn.TX_ID)} varchar(256)`,
+    `${quoteIdent(CdcColumn.SCHEMA_VERSION)} integer NOT NULL`,
+    `${quoteIdent(CdcColumn.APPLIED_AT)} timestamptz NOT NULL`,
+    `PRIMARY KEY (${quoteIdent(CdcColumn.POSITION)})`,
+  ];
+  return `CREATE TABLE IF NOT EXISTS ${qualified(t.schema, t.truncations)} (${body.join(', ')})`;
+}
+
+/**
+ * Takes the table lock a truncate needs: appliers of other shards write the same table's mirror
+ * concurrently, and a truncate must see (and empty) everything committed before it while no row
+ * write slips in between reading the guard and writing. `LOCK TABLE` without a mode takes
+ * ACCESS EXCLUSIVE on PostgreSQL and is the only mode Redshift has. Row applies read the mirror
+ * (which takes a lock that conflicts) before they read the truncate guard.
+ */
+export function lockMirrorSql(t: WarehouseTable): string {
+  return `LOCK TABLE ${qualified(t.schema, t.mirror)}`;
+}
+
+/** The highest truncate position stored (`_cdc_position`, NULL when none). */
+export function storedTruncationSql(t: WarehouseTable): string {
+  return `SELECT MAX(${quoteIdent(CdcColumn.POSITION)}) AS ${quoteIdent(CdcColumn.POSITION)} FROM ${qualified(t.schema, t.truncations)}`;
+}
+
+/**
+ * Records one truncate unless it is recorded already. Parameters: `$1` position, `$2` commit
+ * time, `$3` transaction id, `$4` schema version, `$5` applied-at.
+ */
+export function recordTruncationSql(t: WarehouseTable): string {
+  const tr = qualified(t.schema, t.truncations);
+  const pos = quoteIdent(CdcColumn.POSITION);
+  const names = [CdcColumn.POSITION, CdcColumn.COMMIT_TS, CdcColumn.TX_ID, CdcColumn.SCHEMA_VERSION, CdcColumn.APPLIED_AT];
+  return (
+    `INSERT INTO ${tr} (${cols(names)}) SELECT CAST($1 AS varchar(24)), CAST($2 AS timestamptz), CAST($3 AS varchar(256)), CAST($4 AS integer), CAST($5 AS timestamptz) ` +
+    `WHERE NOT EXISTS (SELECT 1 FROM ${tr} x WHERE x.${pos} = CAST($1 AS varchar(24)))`
+  );
+}
+
+/**
+ * Empties the mirror at a truncate's position: every live row below it becomes a tombstone at
+ * that position (soft mode), or is removed with the deleted-keys entries below it (hard mode).
+ * Rows above it (later events another shard applied first) stay. Parameters: `$1` position,
+ * `$2` commit time (soft mode: the deleted-at), `$3` applied-at.
+ */
+export function truncateMirrorSql(t: WarehouseTable, o: { hard: boolean; deletedKeys: boolean }): string[] {
+  const mirror = qualified(t.schema, t.mirror);
+  const q = quoteIdent;
+  const pos = q(CdcColumn.POSITION);
+  const p = 'CAST($1 AS varchar(24))';
+  if (!o.hard) {
+    return [
+      `UPDATE ${mirror} SET ${q(CdcColumn.DELETED)} = true, ${q(CdcColumn.DELETED_AT)} = CAST($2 AS timestamptz), ${pos} = ${p}, ${q(CdcColumn.APPLIED_AT)} = CAST($3 AS timestamptz) ` +
+        `WHERE ${pos} < ${p} AND NOT ${q(CdcColumn.DELETED)}`,
+    ];
+  }
+  const out = [`DELETE FROM ${mirror} WHERE ${pos} < ${p}`];
+  if (o.deletedKeys) out.push(`DELETE FROM ${qualified(t.schema, t.deletedKeys)} WHERE ${pos} < ${p}`);
+  return out;
 }
 
 /**
@@ -408,6 +484,8 @@ export interface ApplyStageOptions {
   hard: boolean;
   /** The deleted-keys table exists (always true in hard mode): inserts are guarded by it. */
   deletedKeys: boolean;
+  /** The truncations table exists: every write is guarded by it (a write at or below a truncate changes nothing). */
+  truncations?: boolean;
 }
 
 /**
@@ -431,24 +509,26 @@ export function applyStageSql(t: WarehouseTable, o: ApplyStageOptions): string[]
   const del = q(CdcColumn.DELETED);
   const always = [CdcColumn.POSITION, CdcColumn.DELETED, CdcColumn.DELETED_AT, CdcColumn.APPLIED_AT];
   const liveOnly = o.hard ? ` AND NOT stg.${del}` : '';
+  // The table-level guard: nothing at or below a truncate's position is written.
+  const trGuard = o.truncations ? ` AND NOT EXISTS (SELECT 1 FROM ${qualified(t.schema, t.truncations)} x WHERE x.${pos} >= stg.${pos})` : '';
   const out: string[] = [];
   for (const set of o.sets) {
     const assign = [...set.columns, ...always].map((c) => `${q(c)} = stg.${q(c)}`).join(', ');
     out.push(
-      `UPDATE ${mirror} SET ${assign} FROM ${stage} WHERE ${keyMatch(o.key, mirrorRef, 'stg')} AND ${mirrorRef}.${pos} < stg.${pos} AND stg.${q(CdcColumn.SET)} = ${set.id}${liveOnly}`,
+      `UPDATE ${mirror} SET ${assign} FROM ${stage} WHERE ${keyMatch(o.key, mirrorRef, 'stg')} AND ${mirrorRef}.${pos} < stg.${pos} AND stg.${q(CdcColumn.SET)} = ${set.id}${liveOnly}${trGuard}`,
     );
   }
   const dkGuard = o.deletedKeys ? ` AND NOT EXISTS (SELECT 1 FROM ${dk} d WHERE ${keyMatch(o.key, 'd', 'stg')} AND d.${pos} >= stg.${pos})` : '';
   out.push(
     `INSERT INTO ${mirror} (${cols(o.mirrorColumns)}) SELECT ${cols(o.mirrorColumns, 'stg.')} FROM ${stage} ` +
-      `WHERE NOT EXISTS (SELECT 1 FROM ${mirror} m WHERE ${keyMatch(o.key, 'm', 'stg')})${dkGuard}${liveOnly}`,
+      `WHERE NOT EXISTS (SELECT 1 FROM ${mirror} m WHERE ${keyMatch(o.key, 'm', 'stg')})${dkGuard}${liveOnly}${trGuard}`,
   );
   if (o.deletedKeys) {
     out.push(`DELETE FROM ${dk} USING ${stage} WHERE ${keyMatch(o.key, dkRef, 'stg')} AND NOT stg.${del} AND ${dkRef}.${pos} < stg.${pos}`);
   }
   if (o.hard) {
     const dkCols = [...o.key, CdcColumn.POSITION, CdcColumn.DELETED_AT, CdcColumn.APPLIED_AT];
-    out.push(`DELETE FROM ${mirror} USING ${stage} WHERE ${keyMatch(o.key, mirrorRef, 'stg')} AND stg.${del} AND ${mirrorRef}.${pos} < stg.${pos}`);
+    out.push(`DELETE FROM ${mirror} USING ${stage} WHERE ${keyMatch(o.key, mirrorRef, 'stg')} AND stg.${del} AND ${mirrorRef}.${pos} < stg.${pos}${trGuard}`);
     out.push(
       `UPDATE ${dk} SET ${[CdcColumn.POSITION, CdcColumn.DELETED_AT, CdcColumn.APPLIED_AT].map((c) => `${q(c)} = stg.${q(c)}`).join(', ')} FROM ${stage} ` +
         `WHERE ${keyMatch(o.key, dkRef, 'stg')} AND stg.${del} AND ${dkRef}.${pos} < stg.${pos}`,
@@ -456,7 +536,7 @@ export function applyStageSql(t: WarehouseTable, o: ApplyStageOptions): string[]
     out.push(
       `INSERT INTO ${dk} (${cols(dkCols)}) SELECT ${cols(dkCols, 'stg.')} FROM ${stage} WHERE stg.${del} ` +
         `AND NOT EXISTS (SELECT 1 FROM ${dk} d WHERE ${keyMatch(o.key, 'd', 'stg')}) ` +
-        `AND NOT EXISTS (SELECT 1 FROM ${mirror} m WHERE ${keyMatch(o.key, 'm', 'stg')} AND m.${pos} >= stg.${pos})`,
+        `AND NOT EXISTS (SELECT 1 FROM ${mirror} m WHERE ${keyMatch(o.key, 'm', 'stg')} AND m.${pos} >= stg.${pos})${trGuard}`,
     );
   }
   return out;

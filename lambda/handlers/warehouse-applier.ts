@@ -19,6 +19,8 @@
  *   its records reported as done;
  * - heartbeat events (table `<schema>.cdc_heartbeat`) are applied like any table and also give
  *   `EndToEndLag` = commit time of the sink transaction − source commit time;
+ * - a `truncate` (table level) empties the table's mirror at its position, and a table-level
+ *   guard keeps every later-applied older event out (docs/truncate.md);
  * - a database error fails the table's records; the response then fails every record at or
  *   after the first failed one in sequence order (Kinesis retries from the lowest anyway, and
  *   per-key order is kept). A value the warehouse refuses (data exception) is isolated by
@@ -45,7 +47,7 @@ import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent, KinesisSt
 import pg from 'pg';
 import { EnvName, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { METRICS_NAMESPACE, MetricDimension, MetricName } from '../../contracts/metrics.ts';
-import { failuresFrom, UnsupportedOperationError } from '../core/apply-plan.ts';
+import { failuresFrom } from '../core/apply-plan.ts';
 import type { ControlPlane, SchemaVersion } from '../core/control-plane.ts';
 import { CdcError, InvalidRecordError, UnsafeIdentifierError } from '../core/errors.ts';
 import { validateChangeEvent, type ChangeEvent } from '../core/event.ts';
@@ -169,6 +171,11 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
     for (const k of Object.keys(e.key)) check(k, 'key');
     for (const c of Object.keys(e.after ?? {})) check(c, 'after');
     for (const c of e.missing) check(c, 'missing');
+    if (e.op === 'truncate') {
+      // A truncate is table-level: no key, no images (docs/truncate.md).
+      if (Object.keys(e.key).length > 0 || e.before !== null) throw new InvalidRecordError('key', `a truncate of ${e.table} carries no key and no before image`);
+      return;
+    }
     const keyCols = Object.keys(e.key).sort();
     const want = [...schema.key].sort();
     if (keyCols.length !== want.length || keyCols.some((k, i) => k !== want[i])) {
@@ -265,9 +272,6 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
       const schemas = new Map<number, SchemaVersion>();
       for (const i of items) {
         try {
-          if (i.event.op === 'truncate') {
-            throw new UnsupportedOperationError('truncate', `warehouse sink ${sinkId}`, `re-snapshot ${source}/${table} into the warehouse`);
-          }
           const schema = await schemaOf(source, table, i.event.schemaVersion);
           checkColumns(i.event, schema);
           schemas.set(schema.version, schema);

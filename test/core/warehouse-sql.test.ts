@@ -12,7 +12,12 @@ import {
   createMirrorSql,
   createSchemaSql,
   createStagesSql,
+  createTruncationsSql,
   createViewSql,
+  lockMirrorSql,
+  recordTruncationSql,
+  storedTruncationSql,
+  truncateMirrorSql,
   dropStagesSql,
   fitIdentifier,
   insertValuesSql,
@@ -92,6 +97,7 @@ describe('warehouse names', () => {
       changelog: 'orders_changelog',
       mirror: 'orders_mirror',
       deletedKeys: 'orders_deleted_keys',
+      truncations: 'orders_truncations',
       view: 'orders',
     });
   });
@@ -152,13 +158,19 @@ describe('SQL text', () => {
     storedStateSql(t, ['id'], hard, stages),
     mirrorRowsSql(t, ['id'], 2),
     ...applyStageSql(t, { stages, key: ['id'], mirrorColumns, sets, hard, deletedKeys: hard }),
+    ...applyStageSql(t, { stages, key: ['id'], mirrorColumns, sets, hard, deletedKeys: hard, truncations: true }),
+    createTruncationsSql(t),
+    lockMirrorSql(t),
+    storedTruncationSql(t),
+    recordTruncationSql(t),
+    ...truncateMirrorSql(t, { hard, deletedKeys: hard }),
   ];
 
   it('uses only what PostgreSQL and Redshift both accept (except the PostgreSQL-only occasional stage TRUNCATE)', () => {
     expect(clearStagesSql(stages, true)).toMatch(/^TRUNCATE "cdc_events_[0-9a-f]{8}", "cdc_writes_[0-9a-f]{8}"$/);
     expect(clearStagesSql(stages, false)).toMatch(/^DELETE FROM "cdc_events_[0-9a-f]{8}"; DELETE FROM "cdc_writes_[0-9a-f]{8}"$/);
     for (const sql of [...everything(false), ...everything(true)]) {
-      expect(sql).not.toMatch(/ON CONFLICT|\bMERGE\b|DISTINCT ON|RETURNING|ON COMMIT|TRUNCATE|\bnow\(\)|CURRENT_TIMESTAMP|\bVALUES\s*\(.*\)\s+AS\b|ADD COLUMN IF NOT EXISTS|::/i);
+      expect(sql).not.toMatch(/ON CONFLICT|\bMERGE\b|DISTINCT ON|RETURNING|ON COMMIT|\bTRUNCATE\b|\bnow\(\)|CURRENT_TIMESTAMP|\bVALUES\s*\(.*\)\s+AS\b|ADD COLUMN IF NOT EXISTS|::/i);
     }
   });
 
