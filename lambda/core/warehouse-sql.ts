@@ -72,6 +72,11 @@ export const CdcColumn = {
   SET: '_cdc_set',
   /** Event stage only: index of the event in the applier's batch. */
   IDX: '_cdc_idx',
+  /** Handover table: `donor` or `event`, the key (as `keyText`), the column and its value as text. */
+  KIND: '_cdc_kind',
+  KEY: '_cdc_key',
+  COLUMN: '_cdc_column',
+  VALUE: '_cdc_value',
 } as const;
 
 /** The two session temp tables one table's apply stages into (names from `stageNames`). */
@@ -108,6 +113,8 @@ export interface WarehouseTable {
   deletedKeys: string;
   /** Per-table truncate positions (the table-level guard). */
   truncations: string;
+  /** Primary-key changes in flight: handed-over values and held events (see `createHandoverSql`). */
+  handover: string;
   view: string;
 }
 
@@ -144,6 +151,7 @@ export function warehouseTable(source: string, tableId: string): WarehouseTable 
     mirror: fitIdentifier(table, '_mirror'),
     deletedKeys: fitIdentifier(table, '_deleted_keys'),
     truncations: fitIdentifier(table, '_truncations'),
+    handover: fitIdentifier(table, '_handover'),
     view: assertPlainIdentifier(table, 'table name'),
   };
 }
@@ -249,8 +257,8 @@ export function catalogSql(t: WarehouseTable): { text: string; values: string[] 
   return {
     text:
       'SELECT table_name, column_name, data_type, character_maximum_length, numeric_precision, numeric_scale ' +
-      'FROM information_schema.columns WHERE table_schema = $1 AND table_name IN ($2, $3, $4, $5, $6) ORDER BY table_name, ordinal_position',
-    values: [t.schema, t.changelog, t.mirror, t.deletedKeys, t.view, t.truncations],
+      'FROM information_schema.columns WHERE table_schema = $1 AND table_name IN ($2, $3, $4, $5, $6, $7) ORDER BY table_name, ordinal_position',
+    values: [t.schema, t.changelog, t.mirror, t.deletedKeys, t.view, t.truncations, t.handover],
   };
 }
 
@@ -313,6 +321,48 @@ export function createTruncationsSql(t: WarehouseTable): string {
     `PRIMARY KEY (${quoteIdent(CdcColumn.POSITION)})`,
   ];
   return `CREATE TABLE IF NOT EXISTS ${qualified(t.schema, t.truncations)} (${body.join(', ')})`;
+}
+
+/**
+ * `tbl_handover`: primary-key changes in flight whose insert lacks columns (an unchanged TOAST
+ * value), one row per value: `donor` rows hold the old key's values of those columns just
+ * before the change (`_cdc_key` = the old key as `keyText`, `_cdc_position`, `_cdc_column`,
+ * `_cdc_value` as text, NULL for NULL); `event` rows hold the events of a new key that wait for
+ * them (`_cdc_column` '' carries the event's envelope as JSON, the others its delivered values).
+ * Rows live only until the insert is applied, so the table stays small; it has no PRIMARY KEY
+ * because a key text can exceed what a PostgreSQL index entry holds. Every apply that touches it
+ * holds `lockHandoverSql` and rewrites it whole (see docs/primary-key-changes.md).
+ */
+export function createHandoverSql(t: WarehouseTable): string {
+  const body = [
+    `${quoteIdent(CdcColumn.KIND)} varchar(8) NOT NULL`,
+    `${quoteIdent(CdcColumn.KEY)} ${TEXT_TYPE} NOT NULL`,
+    `${quoteIdent(CdcColumn.POSITION)} varchar(24) NOT NULL`,
+    `${quoteIdent(CdcColumn.COLUMN)} varchar(256) NOT NULL`,
+    `${quoteIdent(CdcColumn.VALUE)} ${TEXT_TYPE}`,
+    `${quoteIdent(CdcColumn.APPLIED_AT)} timestamptz NOT NULL`,
+  ];
+  return `CREATE TABLE IF NOT EXISTS ${qualified(t.schema, t.handover)} (${body.join(', ')})`;
+}
+
+/** The handover table's columns, in table order (for `insertValuesSql`). */
+export const HANDOVER_COLUMNS: readonly string[] = [CdcColumn.KIND, CdcColumn.KEY, CdcColumn.POSITION, CdcColumn.COLUMN, CdcColumn.VALUE, CdcColumn.APPLIED_AT];
+
+/** Serialises the applies of one table that touch handovers (whichever shard they run on). */
+export function lockHandoverSql(t: WarehouseTable): string {
+  return `LOCK TABLE ${qualified(t.schema, t.handover)}`;
+}
+
+export function countHandoverSql(t: WarehouseTable): string {
+  return `SELECT COUNT(*) AS n FROM ${qualified(t.schema, t.handover)}`;
+}
+
+export function readHandoverSql(t: WarehouseTable): string {
+  return `SELECT ${cols(HANDOVER_COLUMNS.slice(0, 5))} FROM ${qualified(t.schema, t.handover)}`;
+}
+
+export function clearHandoverSql(t: WarehouseTable): string {
+  return `DELETE FROM ${qualified(t.schema, t.handover)}`;
 }
 
 /**

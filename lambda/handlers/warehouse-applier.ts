@@ -310,13 +310,15 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
       if (splitTableId(table).table === HEARTBEAT_TABLE) {
         for (const e of result.plan.fresh) c.lag.push(Math.max(0, result.committedAt - Date.parse(e.commitTs)));
       }
-      for (const u of result.plan.unresolved) {
-        logger.warn('primary-key change: undelivered columns could not be taken from the old key and were written as NULL', {
+      if (result.plan.held.length > 0 || result.plan.donors.length > 0) {
+        // A primary-key change whose insert lacks columns (an unchanged TOAST value) waits for the
+        // old key's row, applied on another shard; nothing is written as NULL meanwhile.
+        logger.info('primary-key change in flight: events held until the old key\'s values are known', {
           source,
           table,
-          position: u.event.position,
-          key: u.event.key,
-          columns: u.columns,
+          heldEvents: result.plan.held.length,
+          heldKeys: new Set(result.plan.held.map((e) => JSON.stringify(e.key))).size,
+          handedOver: result.plan.donors.length,
         });
       }
       if (result.ddl.length > 0) logger.info('warehouse DDL applied', { source, table, statements: result.ddl });

@@ -13,6 +13,11 @@ import {
   createSchemaSql,
   createStagesSql,
   createTruncationsSql,
+  createHandoverSql,
+  lockHandoverSql,
+  countHandoverSql,
+  readHandoverSql,
+  clearHandoverSql,
   createViewSql,
   lockMirrorSql,
   recordTruncationSql,
@@ -98,6 +103,7 @@ describe('warehouse names', () => {
       mirror: 'orders_mirror',
       deletedKeys: 'orders_deleted_keys',
       truncations: 'orders_truncations',
+      handover: 'orders_handover',
       view: 'orders',
     });
   });
@@ -164,6 +170,11 @@ describe('SQL text', () => {
     storedTruncationSql(t),
     recordTruncationSql(t),
     ...truncateMirrorSql(t, { hard, deletedKeys: hard }),
+    createHandoverSql(t),
+    lockHandoverSql(t),
+    countHandoverSql(t),
+    readHandoverSql(t),
+    clearHandoverSql(t),
   ];
 
   it('uses only what PostgreSQL and Redshift both accept (except the PostgreSQL-only occasional stage TRUNCATE)', () => {

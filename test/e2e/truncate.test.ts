@@ -2,7 +2,7 @@
  * TRUNCATE end to end on the slot path: a real source (embedded PostgreSQL) read by the built-in
  * slot capture, the normalizer, and the warehouse applier into a second embedded database. The
  * capture's publisher and the change log are in-process hand-offs (the Kinesis hops are tested
- * elsewhere); the control plane is the in-memory double of the port.
+ * elsewhere); the control plane is the in-memory double of the port (see `slot-pipeline.ts`).
  *
  * A captured TRUNCATE (plain, CASCADE through a foreign key, and of several tables at once)
  * empties the table in the warehouse at its position, in both delete modes, and a later insert
@@ -10,20 +10,11 @@
  * through another shard) never resurrects a truncated row.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import pg from 'pg';
-import { Logger } from '@aws-lambda-powertools/logger';
-import { Metrics } from '@aws-lambda-powertools/metrics';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
-import { SlotCapture, type RawRecord } from '../../local/capture.ts';
-import { TableConfigIndex, type TableConfig } from '../../lambda/core/table-config.ts';
-import { Normalizer } from '../../lambda/core/normalize.ts';
-import { validateChangeEvent, type ChangeEvent } from '../../lambda/core/event.ts';
-import { createWarehouseApplier, type ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
-import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
-import { until } from '../local/helpers.ts';
+import type { TableConfig } from '../../lambda/core/table-config.ts';
+import { slotPipeline } from './slot-pipeline.ts';
 
 let cluster: PostgresCluster;
-let n = 0;
 
 beforeAll(async () => {
   process.env.POWERTOOLS_METRICS_DISABLED = 'true';
@@ -34,62 +25,7 @@ afterAll(async () => {
   await cluster?.stop();
 });
 
-const quiet = { debug: () => undefined, info: () => undefined, warn: () => undefined, error: () => undefined };
-
-/** One source database, its capture, a normalizer and an applier into a fresh warehouse database. */
-async function pipeline(schema: string, tables: TableConfig[]) {
-  const id = `trunc${++n}`;
-  await cluster.createDatabase(id);
-  await cluster.createDatabase(`${id}_dw`);
-  const src = new pg.Client({ connectionString: cluster.url(id) });
-  src.on('error', () => undefined);
-  await src.connect();
-  await src.query(schema);
-  const dw = new pg.Pool({ connectionString: cluster.url(`${id}_dw`), max: 2 });
-  dw.on('error', () => undefined);
-  const control = new MemoryControlPlane();
-  const raw: RawRecord[] = [];
-  const capture = new SlotCapture({ source: id, sourceUrl: cluster.url(id), tables: new TableConfigIndex(tables), control, publish: async (r) => void raw.push(...r), idleMs: 20 });
-  const log: ChangeEvent[] = [];
-  const normalizer = new Normalizer<string>({
-    source: id,
-    tables: new TableConfigIndex(tables),
-    control,
-    changeLog: { encode: (e) => JSON.stringify(e), publishEncoded: async (records) => void log.push(...records.map((t) => validateChangeEvent(JSON.parse(t)))) },
-    metrics: { count: () => undefined, milliseconds: () => undefined },
-    logger: quiet,
-  });
-  const applier = createWarehouseApplier({ controlPlane: control, pool: dw, sinkId: 'wh', metrics: new Metrics({ namespace: 'test' }), logger: new Logger({ logLevel: 'ERROR' }) });
-  let seq = 0;
-  let normalized = 0;
-  await capture.start();
-  /** Waits until the capture has published everything committed so far, normalizes it and returns the new events. */
-  const drain = async (): Promise<ChangeEvent[]> => {
-    const since = Date.now();
-    await until('the capture to catch up', () => capture.caughtUpSince(since), 30_000);
-    const batch = normalizer.startBatch();
-    const fresh = raw.slice(normalized);
-    normalized = raw.length;
-    const before = log.length;
-    for (const r of fresh) await batch.add({ text: r.data, origin: r.label });
-    await batch.flush();
-    return log.slice(before);
-  };
-  const apply = async (events: readonly ChangeEvent[]) => {
-    const records: ChangeRecord[] = events.map((e) => ({ sequenceNumber: String(++seq), origin: `log/shard-0/${seq}`, text: JSON.stringify(e) }));
-    const out = await applier.applyRecords(records);
-    expect(out.failed, JSON.stringify([...out.reasons])).toEqual([]);
-    expect(await control.listDeadLetters(), 'dead letters').toEqual([]);
-    return out;
-  };
-  const rows = async (sql: string) => (await dw.query(sql)).rows;
-  const close = async () => {
-    await capture.stop();
-    await src.end();
-    await dw.end();
-  };
-  return { id, src, drain, apply, rows, close };
-}
+const pipeline = (schema: string, tables: TableConfig[]) => slotPipeline(cluster, schema, tables, 'trunc');
 
 describe('TRUNCATE on the slot path, into the warehouse', () => {
   for (const mode of ['soft', 'hard'] as const) {
