@@ -25,6 +25,10 @@ export const EnvName = {
   HEARTBEAT_SCHEMA: 'CDC_HEARTBEAT_SCHEMA',
   /** Heartbeats the writer sends per invocation, 10 s apart (the schedule starts it every minute). */
   HEARTBEAT_BEATS: 'CDC_HEARTBEAT_BEATS',
+  /** S3 bucket of the payload store: dead letters' whole records and events stored out of line (docs/large-records.md). */
+  PAYLOAD_BUCKET: 'CDC_PAYLOAD_BUCKET',
+  /** KMS key ARN the payload store encrypts objects with. */
+  PAYLOAD_KMS_KEY_ARN: 'CDC_PAYLOAD_KMS_KEY_ARN',
   /** Endpoint override for AWS clients (local stand-ins). */
   AWS_ENDPOINT: 'CDC_AWS_ENDPOINT',
   POWERTOOLS_SERVICE_NAME: 'POWERTOOLS_SERVICE_NAME',

@@ -15,6 +15,7 @@ import { consumeStream } from './private/stream-consumer.ts';
 import { checkIntegerRange, checkLowerIdent, fail, halfOf, idFromConstructId } from './private/validate.ts';
 import type { WarehouseConnection } from './warehouse-connection.ts';
 import { platformMetric } from './private/platform-metric.ts';
+import { payloadEnvironment } from './private/payloads.ts';
 
 /** Properties of a `WarehouseSink`. */
 export interface WarehouseSinkProps {
@@ -157,6 +158,7 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
         [EnvName.SINK_ID]: this.sinkId,
         [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName,
         [EnvName.WAREHOUSE_SECRET_ARN]: props.connection.secret.secretArn,
+        ...payloadEnvironment(props.control),
       },
       memorySize: props.memorySize ?? Size.mebibytes(1024),
       timeout: props.timeout ?? Duration.minutes(5),
@@ -167,6 +169,9 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
     this.applier = applier.fn;
     props.connection.secret.grantRead(applier.fn);
     props.control.grantReadWriteData(applier.fn);
+    // Its own dead letters' whole records, and every source's events stored out of line (docs/large-records.md).
+    props.control.grantPayloadWrite(applier.fn, `dead-letters/${this.sinkId}/`);
+    props.control.grantPayloadRead(applier.fn, 'claims/');
     const consumer = consumeStream(this, applier.fn, {
       stream: props.log.stream,
       streamRetention: props.log.retention,

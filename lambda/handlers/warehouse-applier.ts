@@ -56,6 +56,9 @@ import { assertSourceColumn } from '../core/warehouse-sql.ts';
 import { dynamoDbClient } from '../adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { PgWarehouse, SinkTypeConflictError, ValueRejectedError, type PgWarehouseOptions } from '../adapters/warehouse-pg.ts';
+import { S3PayloadStore } from '../adapters/payload-store-s3.ts';
+import { isClaimCheck, PayloadRefError, resolveClaim, validateClaimCheck, type PayloadStore } from '../core/payload-store.ts';
+import { S3Client } from '@aws-sdk/client-s3';
 
 /** One change-log record as the applier sees it. */
 export interface ChangeRecord {
@@ -78,6 +81,8 @@ export interface WarehouseApplierDeps {
   warehouse?: PgWarehouseOptions;
   /** Clock for `_cdc_applied_at` and dead-letter times. @default () => new Date() */
   now?: () => Date;
+  /** Where events stored out of line are read back from (claim checks on the change log; docs/large-records.md). */
+  payloads?: PayloadStore;
 }
 
 /** What happened to a batch. */
@@ -226,8 +231,20 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
         } catch (e) {
           throw new InvalidRecordError('event', `not JSON: ${(e as Error).message}`);
         }
+        if (isClaimCheck(parsed)) {
+          // An event stored out of line: read it back whole (a store outage is thrown: retried, not dead-lettered).
+          const claim = validateClaimCheck(parsed);
+          if (!deps.payloads) throw new PayloadRefError(claim.claim.ref, `cannot be read: sink ${sinkId} has no payload store configured`);
+          const text = await resolveClaim(deps.payloads, claim);
+          try {
+            parsed = JSON.parse(text);
+          } catch (e) {
+            throw new InvalidRecordError('claim', `the stored event ${claim.claim.ref} is not JSON: ${(e as Error).message}`);
+          }
+        }
         event = validateChangeEvent(parsed);
       } catch (err) {
+        if (!(err instanceof CdcError)) throw err;
         const about = aboutRecord(record.text);
         await deadLetter(record, about.source, about.table, err);
         continue;
@@ -442,7 +459,14 @@ async function fromEnvironment(): Promise<WarehouseApplier> {
   if (!sinkId) throw new ConfigurationError(`${EnvName.SINK_ID} is not set`);
   const pool = await poolFromEnvironment();
   pool.on('error', (err) => logger.warn('idle warehouse connection failed', { error: describeError(err) }));
-  return createWarehouseApplier({ controlPlane: new DynamoDbControlPlane(dynamoDbClient(), table), pool, sinkId, metrics, logger });
+  const payloads = payloadStoreFromEnvironment();
+  return createWarehouseApplier({ controlPlane: new DynamoDbControlPlane(dynamoDbClient(), table, payloads), pool, sinkId, metrics, logger, ...(payloads ? { payloads } : {}) });
+}
+
+/** The payload bucket the construct grants this function (dead letters' whole records, events stored out of line). */
+function payloadStoreFromEnvironment(): PayloadStore | undefined {
+  const bucket = process.env[EnvName.PAYLOAD_BUCKET];
+  return bucket ? new S3PayloadStore(new S3Client({}), bucket, '', process.env[EnvName.PAYLOAD_KMS_KEY_ARN] || undefined) : undefined;
 }
 
 /** Lambda entry point (Kinesis event source mapping with `ReportBatchItemFailures`). */
