@@ -10,11 +10,13 @@
  * - `insert` / `snapshot`: a full image; columns absent from it are NULL. A primary-key change
  *   arrives as a `delete` of the old key and an `insert` of the new key at the same position;
  *   when that insert lists `missing` columns (an unchanged TOAST value under the default replica
- *   identity), their values are taken from the old key's row when it is known for certain: the
- *   old key's delete at that position is in this batch (its state just before is the stored row
- *   plus this batch's earlier events), or the sink holds the old key as a tombstone at exactly
- *   that position (soft delete keeps the last values). Otherwise they stay NULL and are reported
- *   in `unresolved` so the applier can say so.
+ *   identity), their values are taken from the old key's row when it is known for certain: a
+ *   value the sink keeps for it (`donors`, written when the old key's delete, marked
+ *   `handover`, was applied first), the old key's delete at that position in this batch (its
+ *   state just before is the stored row plus this batch's earlier events), or a tombstone of the
+ *   old key at exactly that position. Otherwise the insert and every later event of its key are
+ *   `held` (never written with a NULL) and planned again with later batches until the values are
+ *   known (docs/primary-key-changes.md).
  * - `update`: the delivered columns merged onto the row; columns absent from `after` are left
  *   untouched (invariant 11). With no live row underneath (absent, deleted, or deleted earlier in
  *   the batch) there is nothing to merge onto, and the update becomes a full image.
