@@ -274,6 +274,10 @@ export class PgWarehouse {
       // idempotent, the stage tables are made from the resulting shape, and the data transaction
       // then holds no catalog locks.
       let known = this.shapes.get(cacheKey) ?? (await readShape(client, t));
+      // Another process may have made the handover table since this one cached the shape: an
+      // update that lacks columns must see it, or it could be applied onto a key that is held
+      // (docs/primary-key-changes.md). So such a batch reads the catalog again until the table exists.
+      if (!known.handover && events.some((e) => e.op === 'update' && e.missing.length > 0) && this.shapes.has(cacheKey)) known = await readShape(client, t);
       const wants = { hard: batch.deleteMode === 'hard', truncate: truncates.length > 0, handover: needsHandover(events) };
       let ddl = planDdl(t, known, key, data, wants);
       // Appliers of other shards may create the same schema, table or column at the same moment
@@ -381,10 +385,13 @@ export class PgWarehouse {
     const results = (await client.query({ text: `${begin}${statements.join('; ')}`, types: RAW_TEXT })) as unknown as pg.QueryResult[];
     const offset = results.length - statements.length;
     const truncatedAt = at.truncation >= 0 ? ((results[offset + at.truncation]!.rows[0] as { _cdc_position: string | null } | undefined)?._cdc_position ?? null) : null;
-    const stateRows = results[offset + at.state]!.rows as { _cdc_idx: string; _cdc_position: string; _cdc_deleted: unknown }[];
+    let stateRows = results[offset + at.state]!.rows as { _cdc_idx: string; _cdc_position: string; _cdc_deleted: unknown }[];
     let locked = shape.handover && (needs || truncates.length > 0);
     if (at.count >= 0 && Number((results[offset + at.count]!.rows[0] as { n: string }).n) > 0) {
-      await client.query(lockHandoverSql(t));
+      // Lock, then read the keys' stored state again: an apply that held the lock meanwhile may
+      // have completed a held key of this batch (written its mirror row).
+      const again = (await client.query({ text: `${lockHandoverSql(t)}; ${storedStateSql(t, key, shape.deletedKeys, stages)}`, types: RAW_TEXT })) as unknown as pg.QueryResult[];
+      stateRows = again[again.length - 1]!.rows as typeof stateRows;
       locked = true;
     }
     const stored = new Map<string, StoredState>();
