@@ -379,9 +379,12 @@ export class PgWarehouse {
     if (shape.handover && (needs || truncates.length > 0)) statements.push(lockHandoverSql(t));
     if (truncates.length > 0) statements.push(lockMirrorSql(t));
     statements.push(appendChangelogSql(t, key, shape.changelog, stages));
-    const at = { state: statements.push(storedStateSql(t, key, shape.deletedKeys, stages)) - 1, truncation: -1, count: -1 };
-    if (shape.truncations) at.truncation = statements.push(storedTruncationSql(t)) - 1;
+    const at = { state: -1, truncation: -1, count: -1 };
+    // The look at the handover table comes before the stored state: if an apply of another shard
+    // completes a held key of this batch in between, the stored state read after sees its row.
     if (shape.handover && !needs && truncates.length === 0) at.count = statements.push(countHandoverSql(t)) - 1;
+    at.state = statements.push(storedStateSql(t, key, shape.deletedKeys, stages)) - 1;
+    if (shape.truncations) at.truncation = statements.push(storedTruncationSql(t)) - 1;
     const results = (await client.query({ text: `${begin}${statements.join('; ')}`, types: RAW_TEXT })) as unknown as pg.QueryResult[];
     const offset = results.length - statements.length;
     const truncatedAt = at.truncation >= 0 ? ((results[offset + at.truncation]!.rows[0] as { _cdc_position: string | null } | undefined)?._cdc_position ?? null) : null;
