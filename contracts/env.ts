@@ -43,6 +43,10 @@ export const EnvName = {
   SLOT_NAME: 'CDC_SLOT_NAME',
   /** The source's declared WAL budget in bytes: headroom is measured against it (slot monitor). */
   SLOT_WAL_BUDGET_BYTES: 'CDC_SLOT_WAL_BUDGET_BYTES',
+  /** S3 bucket of the payload store: dead letters' whole records and events stored out of line (docs/large-records.md). */
+  PAYLOAD_BUCKET: 'CDC_PAYLOAD_BUCKET',
+  /** KMS key ARN the payload store encrypts objects with. */
+  PAYLOAD_KMS_KEY_ARN: 'CDC_PAYLOAD_KMS_KEY_ARN',
   /** Endpoint override for AWS clients (local stand-ins). */
   AWS_ENDPOINT: 'CDC_AWS_ENDPOINT',
   /** Operator function: the actions it serves, comma separated (the status-only function: `status,audit`). */

@@ -18,6 +18,7 @@ import { AwsApiEgress } from './aws-api-egress.ts';
 import type { CapturedTable } from './captured-table.ts';
 import type { IChangeLog } from './change-log.ts';
 import type { IControlPlane } from './control-plane.ts';
+import { payloadEnvironment } from './private/payloads.ts';
 import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
 import { dmsIdentifier } from './private/physical-name.ts';
@@ -500,6 +501,7 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
         [EnvName.CHANGE_LOG_STREAM]: props.log.changeLogStreamName,
         [EnvName.TABLE_CONFIG]: tableConfig,
         [EnvName.HEARTBEAT_SCHEMA]: this.heartbeatSchema,
+        ...payloadEnvironment(props.control),
       },
       memorySize: Size.mebibytes(1024),
       timeout: Duration.minutes(2),
@@ -508,6 +510,9 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
     props.log.grantWrite(normalizer.fn);
     props.log.grant(normalizer.fn, 'kinesis:DescribeStreamSummary');
     props.control.grantNormalizer(normalizer.fn, this.sourceId);
+    // Its own dead letters' whole records, and its source's events stored out of line (docs/large-records.md).
+    props.control.grantPayloadWrite(normalizer.fn, 'dead-letters/normalizer/');
+    props.control.grantPayloadWrite(normalizer.fn, `claims/${this.sourceId}/`);
     const consumer = consumeStream(normalizer, normalizer.fn, {
       stream: rawStream,
       streamRetention: rawRetention,
@@ -740,3 +745,4 @@ function compareVersions(a: string, b: string): number {
   }
   return 0;
 }
+

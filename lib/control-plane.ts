@@ -1,10 +1,12 @@
-import { Duration, RemovalPolicy, Resource, type IResource } from 'aws-cdk-lib';
+import { Duration, RemovalPolicy, Resource, Stack, Validations, type IResource } from 'aws-cdk-lib';
 import type * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as kms from 'aws-cdk-lib/aws-kms';
+import * as s3 from 'aws-cdk-lib/aws-s3';
+import { S3_SERVER_ACCESS_LOGS_USE_BUCKET_POLICY } from 'aws-cdk-lib/cx-api';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
-import type { Construct } from 'constructs';
+import { Construct } from 'constructs';
 import { OperatorFunctions } from './private/operator-function.ts';
 import { ControlPartition } from '../contracts/control-plane-keys.ts';
 import { NORMALIZER_STAGE } from '../contracts/metrics.ts';
@@ -75,6 +77,20 @@ export interface IControlPlane extends IResource {
    * `degraded` with a dead letter); audit entries and its own dead letters (append).
    */
   grantSinkApplier(grantee: iam.IGrantable, sinkId: string, sourceIds: string[]): iam.Grant;
+  /**
+   * The payload bucket: dead letters' whole records and change events too large for one stream
+   * record (docs/large-records.md). Undefined for an imported control plane without one.
+   */
+  readonly payloadBucket?: s3.IBucket;
+  /** The key that encrypts the payload bucket's objects. */
+  readonly payloadEncryptionKey?: kms.IKey;
+  /**
+   * Write payloads under one key prefix of the payload bucket (`s3:PutObject` on `<prefix>*` only,
+   * and encrypt with its key). No-op without a payload bucket.
+   */
+  grantPayloadWrite(grantee: iam.IGrantable, prefix: string): void;
+  /** Read payloads under one key prefix of the payload bucket (`s3:GetObject` on `<prefix>*` only, and decrypt). */
+  grantPayloadRead(grantee: iam.IGrantable, prefix: string): void;
 }
 
 /** Properties of a `ControlPlane`. */
@@ -110,6 +126,13 @@ export interface ControlPlaneProps {
    * @default - none
    */
   readonly alarmActions?: cloudwatch.IAlarmAction[];
+  /**
+   * How long the payload bucket keeps dead letters' whole records and out-of-line change events.
+   * Keep it at least as long as the change log's archive retention, so a replay from the archive
+   * can still resolve its claim checks.
+   * @default Duration.days(400)
+   */
+  readonly payloadRetention?: Duration;
 }
 
 /** Attributes of an existing control plane, for `ControlPlane.fromControlPlaneAttributes`. */
@@ -121,6 +144,16 @@ export interface ControlPlaneAttributes {
    * @default - grants do not cover a key
    */
   readonly encryptionKey?: kms.IKey;
+  /**
+   * The payload bucket's name.
+   * @default - no payload bucket: large dead letters are cut, large events dead-lettered
+   */
+  readonly payloadBucketName?: string;
+  /**
+   * The payload bucket's key.
+   * @default - grants do not cover a key
+   */
+  readonly payloadEncryptionKey?: kms.IKey;
 }
 
 abstract class ControlPlaneBase extends Resource implements IControlPlane {
@@ -196,6 +229,35 @@ abstract class ControlPlaneBase extends Resource implements IControlPlane {
       update: [ControlPartition.sink(sinkId), ...sourceIds.map((s) => ControlPartition.source(s))],
     });
   }
+
+  abstract readonly payloadBucket?: s3.IBucket;
+  abstract readonly payloadEncryptionKey?: kms.IKey;
+
+  grantPayloadWrite(grantee: iam.IGrantable, prefix: string): void {
+    if (!this.payloadBucket) return;
+    iam.Grant.addToPrincipal({ grantee, actions: ['s3:PutObject'], resourceArns: [this.payloadBucket.arnForObjects(`${prefix}*`)] });
+    this.payloadEncryptionKey?.grantEncrypt(grantee);
+    this.acknowledgePrefix(grantee, prefix);
+  }
+
+  grantPayloadRead(grantee: iam.IGrantable, prefix: string): void {
+    if (!this.payloadBucket) return;
+    iam.Grant.addToPrincipal({ grantee, actions: ['s3:GetObject'], resourceArns: [this.payloadBucket.arnForObjects(`${prefix}*`)] });
+    this.payloadEncryptionKey?.grantDecrypt(grantee);
+    this.acknowledgePrefix(grantee, prefix);
+  }
+
+  /** The object wildcard of a prefix grant is the narrowest there is: object keys are generated per payload. */
+  private acknowledgePrefix(grantee: iam.IGrantable, prefix: string): void {
+    // The finding is on the policy of the principal (a function's role may live outside the function's subtree).
+    const scope = grantee.grantPrincipal instanceof Construct ? grantee.grantPrincipal : grantee instanceof Construct ? grantee : null;
+    if (!scope || !(this.payloadBucket instanceof s3.Bucket)) return;
+    const id = Stack.of(this.payloadBucket).getLogicalId(this.payloadBucket.node.defaultChild as s3.CfnBucket);
+    Validations.of(scope).acknowledge({
+      id: `AwsSolutions-IAM5[Resource::<${id}.Arn>/${prefix}*]`,
+      reason: `objects under ${prefix} of the payload bucket only; their keys are generated per dead letter or event (docs/large-records.md)`,
+    });
+  }
 }
 
 /**
@@ -207,16 +269,20 @@ export class ControlPlane extends ControlPlaneBase {
   static fromControlPlaneAttributes(scope: Construct, id: string, attrs: ControlPlaneAttributes): IControlPlane {
     class Import extends ControlPlaneBase {
       readonly table: dynamodb.ITable;
+      readonly payloadBucket?: s3.IBucket;
+      readonly payloadEncryptionKey?: kms.IKey;
       constructor() {
         super(scope, id);
         this.table = dynamodb.Table.fromTableAttributes(this, 'Table', { tableArn: attrs.tableArn, encryptionKey: attrs.encryptionKey });
+        if (attrs.payloadBucketName) this.payloadBucket = s3.Bucket.fromBucketName(this, 'Payloads', attrs.payloadBucketName);
+        this.payloadEncryptionKey = attrs.payloadEncryptionKey;
       }
     }
     return new Import();
   }
 
   readonly table: dynamodb.ITable;
-  /** The key that encrypts the table. */
+  /** The key that encrypts the table (and the payload bucket). */
   readonly encryptionKey: kms.IKey;
   /** The operator API (every action), invoked through IAM only: `grantOperate`. */
   readonly operatorFunction: lambda.IFunction;
@@ -224,9 +290,13 @@ export class ControlPlane extends ControlPlaneBase {
   readonly statusFunction: lambda.IFunction;
   /** The alarms this construct created (empty when `alarmsEnabled` is false). */
   readonly alarms: cloudwatch.IAlarm[];
+  readonly payloadBucket: s3.IBucket;
+  readonly payloadEncryptionKey: kms.IKey;
 
   constructor(scope: Construct, id: string, props: ControlPlaneProps = {}) {
     super(scope, id);
+    // Server access logs are delivered through a bucket policy (not the log-delivery ACL), as in ChangeLog.
+    this.node.setContext(S3_SERVER_ACCESS_LOGS_USE_BUCKET_POLICY, true);
     const removalPolicy = props.removalPolicy ?? RemovalPolicy.RETAIN;
     this.encryptionKey =
       props.encryptionKey ??
@@ -245,6 +315,44 @@ export class ControlPlane extends ControlPlaneBase {
       removalPolicy,
     });
     this.table = table;
+    // Payloads too large for their carrier (docs/large-records.md): encrypted with the same key,
+    // private, TLS only, versioned, access-logged, kept for `payloadRetention`.
+    const accessLogs = new s3.Bucket(this, 'PayloadAccessLogs', {
+      encryption: s3.BucketEncryption.S3_MANAGED,
+      blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
+      enforceSSL: true,
+      minimumTLSVersion: 1.2,
+      objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+      lifecycleRules: [{ id: 'expire-access-logs', expiration: props.payloadRetention ?? Duration.days(400) }],
+      removalPolicy,
+    });
+    Validations.of(accessLogs).acknowledge({
+      id: 'AwsSolutions-S1',
+      reason: 'this bucket is the server-access-log destination of the payload bucket; logging it into itself would loop',
+    });
+    this.payloadEncryptionKey = this.encryptionKey;
+    this.payloadBucket = new s3.Bucket(this, 'Payloads', {
+      encryption: s3.BucketEncryption.KMS,
+      encryptionKey: this.encryptionKey,
+      bucketKeyEnabled: true,
+      blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
+      enforceSSL: true,
+      minimumTLSVersion: 1.2,
+      objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+      versioned: true,
+      serverAccessLogsBucket: accessLogs,
+      serverAccessLogsPrefix: 'payloads/',
+      lifecycleRules: [
+        {
+          id: 'expire-at-payload-retention',
+          expiration: props.payloadRetention ?? Duration.days(400),
+          noncurrentVersionExpiration: Duration.days(30),
+          abortIncompleteMultipartUploadAfter: Duration.days(7),
+        },
+      ],
+      removalPolicy,
+    });
+
     const operator = new OperatorFunctions(this, 'OperatorApi', {
       table,
       changeLogRetention: props.changeLogRetention ?? Duration.hours(24),

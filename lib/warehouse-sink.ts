@@ -19,6 +19,7 @@ import { consumeStream, defaultIteratorAgeThreshold } from './private/stream-con
 import { checkIntegerRange, checkLowerIdent, fail, idFromConstructId } from './private/validate.ts';
 import type { WarehouseConnection } from './warehouse-connection.ts';
 import { platformMetric } from './private/platform-metric.ts';
+import { payloadEnvironment } from './private/payloads.ts';
 
 /** Properties of a `WarehouseSink`. */
 export interface WarehouseSinkProps {
@@ -201,6 +202,7 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
         // The resume replay reads the held range from the change log (docs/operations.md).
         [EnvName.CHANGE_LOG_STREAM]: props.log.stream.streamName,
         [EnvName.WAREHOUSE_SSL_MODE]: props.connection.sslMode,
+        ...payloadEnvironment(props.control),
       },
       memorySize: props.memorySize ?? Size.mebibytes(1024),
       timeout: props.timeout ?? Duration.minutes(5),
@@ -211,6 +213,9 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
     this.applier = applier.fn;
     props.connection.secret.grantRead(applier.fn);
     props.control.grantSinkApplier(applier.fn, this.sinkId, this.sourceIds);
+    // Its own dead letters' whole records, and every source's events stored out of line (docs/large-records.md).
+    props.control.grantPayloadWrite(applier.fn, `dead-letters/${this.sinkId}/`);
+    props.control.grantPayloadRead(applier.fn, 'claims/');
     const consumer = consumeStream(this, applier.fn, {
       stream: props.log.stream,
       streamRetention: props.log.retention,

@@ -12,6 +12,7 @@ import path from 'node:path';
 import { GetObjectCommand, ListObjectsV2Command, PutObjectCommand, CreateBucketCommand, HeadBucketCommand, type S3Client } from '@aws-sdk/client-s3';
 import type { KinesisStreamEvent } from 'aws-lambda';
 import { LocalConfigError } from './errors.ts';
+import { PayloadRefError, type PayloadStore } from '../lambda/core/payload-store.ts';
 
 /** Where archived change-log objects are kept. */
 export interface Archive {
@@ -123,6 +124,24 @@ export class S3Archive implements Archive {
     } while (token);
     return keys.sort();
   }
+}
+
+/**
+ * The payload store (dead letters' whole records, events stored out of line; docs/large-records.md)
+ * through the archive interface: a folder or s3rver locally, under `payloads/`. References are
+ * `archive:<key>`.
+ */
+export function archivePayloadStore(archive: Archive, prefix = 'payloads/'): PayloadStore {
+  return {
+    async put(key, body) {
+      await archive.put(prefix + key, body);
+      return `archive:${prefix}${key}`;
+    },
+    async get(ref) {
+      if (!ref.startsWith(`archive:${prefix}`)) throw new PayloadRefError(ref, `is not an archive:${prefix} reference`);
+      return archive.get(ref.slice('archive:'.length));
+    },
+  };
 }
 
 function pad(n: number, w = 2): string {

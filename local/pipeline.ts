@@ -128,6 +128,7 @@ export class LocalPipeline {
           tables: this.tables,
           control: stack.control,
           changeLog: new KinesisChangeLog(stack.kinesis, stack.streams.changeLog),
+          payloads: stack.payloads,
         }),
     };
     const applier = {
@@ -142,6 +143,7 @@ export class LocalPipeline {
           sinkId: o.sinkId,
           metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
           logger: new Logger({ serviceName: 'warehouse-applier' }),
+          payloads: stack.payloads,
         });
         return (e: Parameters<typeof a.handler>[0]) => a.handler(e);
       },

@@ -116,7 +116,6 @@ export function isBadInputError(err: unknown): boolean {
 
 /** Lambda's invocation payload limit is 6 MB; records are base64 inside JSON. */
 const MAX_PAYLOAD_BYTES = 5_500_000;
-const DEAD_LETTER_RECORD_LIMIT = 300_000;
 
 class StopRequested extends Error {}
 
@@ -483,7 +482,6 @@ export class Poller {
   private async deadLetter(shardId: string, records: _Record[], code: string, reason: string): Promise<void> {
     for (const r of records) {
       const text = Buffer.from(r.Data ?? new Uint8Array()).toString('utf8');
-      const truncated = text.length > DEAD_LETTER_RECORD_LIMIT;
       const about = aboutRecord(text);
       const letter: DeadLetter = {
         at: new Date().toISOString(),
@@ -493,8 +491,9 @@ export class Poller {
         code,
         reason,
         origin: `${this.o.streamName}/${shardId}/${r.SequenceNumber}`,
-        record: truncated ? text.slice(0, DEAD_LETTER_RECORD_LIMIT) : text,
-        truncated,
+        // Whole: the control plane keeps a large record in its payload store (docs/large-records.md).
+        record: text,
+        truncated: false,
       };
       await this.o.control.putDeadLetter(letter);
       this.stats.deadLetters++;

@@ -29,7 +29,8 @@ import { createControlTable, DynamoDbControlPlane } from '../lambda/adapters/con
 import { startPostgres, type PostgresCluster } from './postgres.ts';
 import { QUICK_START_JVM_OPTIONS, startDynamoDbLocal, type DynamoDbLocal } from './dynamodb.ts';
 import { startKinesalite, type Kinesalite } from './kinesis.ts';
-import { FolderArchive, type Archive } from './archive.ts';
+import { archivePayloadStore, FolderArchive, type Archive } from './archive.ts';
+import type { PayloadStore } from '../lambda/core/payload-store.ts';
 import { LocalConfigError } from './errors.ts';
 
 export const DEFAULT_STATE_DIR = '.cdc-local';
@@ -83,6 +84,8 @@ export interface LocalStack {
   readonly control: DynamoDbControlPlane;
   readonly controlTable: string;
   readonly archive: Archive;
+  /** The payload store (under the archive's `payloads/`): dead letters' whole records, events stored out of line. */
+  readonly payloads: PayloadStore;
   readonly streams: { raw: string; changeLog: string };
   /** Whether this run created the state folder's contents (first run) or resumed. */
   readonly resumed: boolean;
@@ -319,6 +322,8 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
     await ensureStream(kinesis, streams.raw, options.rawShards ?? 1);
     await ensureStream(kinesis, streams.changeLog, options.changeLogShards ?? 2);
     const archive = new FolderArchive(path.join(stateDir, 'archive'));
+    // Dead letters' whole records and events over the record limit, through the archive interface (docs/large-records.md).
+    const payloads = archivePayloadStore(archive);
 
     return {
       stateDir,
@@ -330,9 +335,10 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
       kinesalite,
       kinesis,
       dynamo,
-      control: new DynamoDbControlPlane(dynamo, CONTROL_TABLE),
+      control: new DynamoDbControlPlane(dynamo, CONTROL_TABLE, payloads),
       controlTable: CONTROL_TABLE,
       archive,
+      payloads,
       streams,
       resumed,
       files,

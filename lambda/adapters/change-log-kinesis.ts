@@ -20,6 +20,7 @@ import { createHash } from 'node:crypto';
 import { PutRecordsCommand, type KinesisClient, type PutRecordsRequestEntry } from '@aws-sdk/client-kinesis';
 import { CdcError } from '../core/errors.ts';
 import { partitionKeyOf, type ChangeEvent } from '../core/event.ts';
+import type { ClaimCheck } from '../core/payload-store.ts';
 
 export const PUT_RECORDS_MAX_ENTRIES = 500;
 export const PUT_RECORDS_MAX_BYTES = 5 * 1024 * 1024;
@@ -71,6 +72,16 @@ export function encodeChangeEvent(event: ChangeEvent, maxRecordBytes = MAX_RECOR
   return { partitionKey, data, label };
 }
 
+/** Encodes the claim check of an event stored out of line: the event's partition key, the small pointer as data. */
+export function encodeClaimCheck(claim: ClaimCheck, maxRecordBytes = MAX_RECORD_BYTES): EncodedEvent {
+  const partitionKey = partitionKeyOf(claim, sha256Hex);
+  const data = Buffer.from(JSON.stringify(claim), 'utf8');
+  const label = `${claim.source}/${claim.table}@${claim.position} (claim check)`;
+  const bytes = recordBytes({ partitionKey, data });
+  if (bytes > maxRecordBytes) throw new ChangeLogRecordTooLargeError(label, bytes, maxRecordBytes);
+  return { partitionKey, data, label };
+}
+
 function recordBytes(r: { partitionKey: string; data: Uint8Array }): number {
   return r.data.byteLength + Buffer.byteLength(r.partitionKey, 'utf8');
 }
@@ -112,6 +123,11 @@ export class KinesisChangeLog {
   /** Encodes an event for this stream (see `encodeChangeEvent`). */
   encode(event: ChangeEvent): EncodedEvent {
     return encodeChangeEvent(event, this.maxRecordBytes);
+  }
+
+  /** Encodes a claim check for this stream (see `encodeClaimCheck`). */
+  encodeClaim(claim: ClaimCheck): EncodedEvent {
+    return encodeClaimCheck(claim, this.maxRecordBytes);
   }
 
   /** Publishes events in order. Throws `ChangeLogRecordTooLargeError` before sending anything if one does not fit. */

@@ -29,6 +29,10 @@
  * - Every read is strongly consistent (`ConsistentRead: true`); every Query follows
  *   `LastEvaluatedKey` to the end.
  * - A transaction cancelled by a conflicting concurrent transaction is retried (bounded).
+ * - A dead letter's record is kept whole: when it is over what one item holds
+ *   (`DEAD_LETTER_RECORD_BYTES`), it goes to the payload store (encrypted S3 on AWS) and the item
+ *   keeps a preview, the reference, its size and SHA-256; `listDeadLetters` reads it back whole
+ *   (docs/large-records.md). Without a payload store it is cut, and `truncated` says so.
  */
 import { randomUUID } from 'node:crypto';
 import {
@@ -53,6 +57,7 @@ import { marshall, unmarshall } from '@aws-sdk/util-dynamodb';
 import { ControlPartition } from '../../contracts/control-plane-keys.ts';
 import { CdcError } from '../core/errors.ts';
 import { assertPosition, type Position } from '../core/position.ts';
+import { deadLetterKey, PayloadMismatchError, sha256, type PayloadStore } from '../core/payload-store.ts';
 import type {
   AuditEntry,
   ControlPlane,
@@ -147,6 +152,8 @@ export class DynamoDbControlPlane implements ControlPlane {
   constructor(
     private readonly client: DynamoDBClient,
     private readonly tableName: string,
+    /** Where dead letters' records too large for an item are kept whole. */
+    private readonly payloads?: PayloadStore,
   ) {}
 
   // -------------------------------------------------------------------------------------------
@@ -365,8 +372,14 @@ export class DynamoDbControlPlane implements ControlPlane {
   async putDeadLetter(letter: DeadLetter): Promise<void> {
     nonEmpty(letter.stage, 'letter.stage');
     nonEmpty(letter.code, 'letter.code');
-    const record = cutUtf8(letter.record ?? '', DEAD_LETTER_RECORD_BYTES);
+    const whole = letter.record ?? '';
+    const record = cutUtf8(whole, DEAD_LETTER_RECORD_BYTES);
     const reason = cutUtf8(letter.reason ?? '', DEAD_LETTER_REASON_BYTES);
+    let stored: { recordRef: string; recordBytes: number; recordSha256: string } | null = null;
+    if (record.cut && this.payloads) {
+      const body = Buffer.from(whole, 'utf8');
+      stored = { recordRef: await this.payloads.put(deadLetterKey(letter.stage, letter.at, randomUUID()), body), recordBytes: body.byteLength, recordSha256: sha256(body) };
+    }
     const item = toItem({
       ...key.deadLetter(letter.stage, letter.at),
       kind: 'dead-letter',
@@ -378,7 +391,8 @@ export class DynamoDbControlPlane implements ControlPlane {
       reason: reason.text,
       origin: letter.origin,
       record: record.text,
-      truncated: letter.truncated || record.cut,
+      ...(stored ?? {}),
+      truncated: letter.truncated || (record.cut && stored === null),
     });
     const writes: TransactWriteItem[] = [
       { Put: { TableName: this.tableName, Item: item, ConditionExpression: 'attribute_not_exists(pk)' } },
@@ -425,17 +439,32 @@ export class DynamoDbControlPlane implements ControlPlane {
     const items: Plain[] = [];
     for (const s of stages) items.push(...(await this.query({ pk: ControlPartition.deadLetters(s) })));
     items.sort((a, b) => (String(a.sk) < String(b.sk) ? -1 : String(a.sk) > String(b.sk) ? 1 : 0));
-    return items.map((i) => ({
-      at: String(i.at),
-      stage: String(i.stage),
-      source: typeof i.source === 'string' ? i.source : null,
-      table: typeof i.table === 'string' ? i.table : null,
-      code: String(i.code),
-      reason: String(i.reason),
-      origin: String(i.origin),
-      record: String(i.record),
-      truncated: i.truncated === true,
-    }));
+    const out: DeadLetter[] = [];
+    for (const i of items) {
+      const letter: DeadLetter = {
+        at: String(i.at),
+        stage: String(i.stage),
+        source: typeof i.source === 'string' ? i.source : null,
+        table: typeof i.table === 'string' ? i.table : null,
+        code: String(i.code),
+        reason: String(i.reason),
+        origin: String(i.origin),
+        record: String(i.record),
+        truncated: i.truncated === true,
+      };
+      if (typeof i.recordRef === 'string') {
+        letter.recordRef = i.recordRef;
+        if (this.payloads) {
+          const body = await this.payloads.get(i.recordRef);
+          if (body.byteLength !== Number(i.recordBytes) || sha256(body) !== i.recordSha256) throw new PayloadMismatchError(i.recordRef, `is not the record dead letter ${String(i.sk)} stored`);
+          letter.record = body.toString('utf8');
+        } else {
+          letter.truncated = true; // only the preview: this reader has no payload store
+        }
+      }
+      out.push(letter);
+    }
+    return out;
   }
 
   // -------------------------------------------------------------------------------------------

@@ -41,7 +41,8 @@ import { CdcError } from '../core/errors.ts';
 import type { ChangeEvent, Row } from '../core/event.ts';
 import { keyText } from '../core/event.ts';
 import type { DeleteMode, SchemaVersion } from '../core/control-plane.ts';
-import { distinctEvents, oldKeysNeeded, planTable, setSignature, toParam, type StoredRow, type StoredState, type TablePlan } from '../core/apply-plan.ts';
+import { distinctEvents, handoverId, needsHandover, oldKeysNeeded, planTable, setSignature, toParam, type Donor, type StoredRow, type StoredState, type TablePlan } from '../core/apply-plan.ts';
+import { ENVELOPE_VERSION, type CaptureMethod, type ChangeOp, type JsonValue } from '../core/event.ts';
 import {
   CdcColumn,
   addColumnSql,
@@ -55,10 +56,22 @@ import {
   createMirrorSql,
   createSchemaSql,
   createStagesSql,
+  createHandoverSql,
+  createTruncationsSql,
+  clearHandoverSql,
+  countHandoverSql,
+  lockHandoverSql,
+  readHandoverSql,
+  HANDOVER_COLUMNS,
   createViewSql,
+  lockMirrorSql,
+  recordTruncationSql,
+  storedTruncationSql,
+  truncateMirrorSql,
   dropStagesSql,
   insertValuesSql,
   mirrorRowsSql,
+  qualified,
   rowsPerStatement,
   sinkType,
   sinkTypeRefusal,
@@ -214,6 +227,8 @@ interface SinkShape {
   mirrorTypes: Map<string, string>;
   changelog: string[];
   deletedKeys: boolean;
+  truncations: boolean;
+  handover: boolean;
   view: boolean;
 }
 
@@ -269,7 +284,10 @@ export class PgWarehouse {
     const t = warehouseTable(batch.source, batch.table);
     const cacheKey = `${t.schema}.${t.view}`;
     const { key, data } = wantedColumns(batch);
-    const events = distinctEvents(batch.events);
+    const all = distinctEvents(batch.events);
+    // Row events are staged (changelog, mirror); truncates are table-level (see applyStaged).
+    const events = all.filter((e) => e.op !== 'truncate');
+    const truncates = all.filter((e) => e.op === 'truncate');
     const client = await this.pool.connect();
     let inTransaction = false;
     let destroy = false;
@@ -279,7 +297,12 @@ export class PgWarehouse {
       // idempotent, the stage tables are made from the resulting shape, and the data transaction
       // then holds no catalog locks.
       let known = this.shapes.get(cacheKey) ?? (await readShape(client, t));
-      let ddl = planDdl(t, known, key, data, batch.deleteMode === 'hard');
+      // Another process may have made the handover table since this one cached the shape: an
+      // update that lacks columns must see it, or it could be applied onto a key that is held
+      // (docs/primary-key-changes.md). So such a batch reads the catalog again until the table exists.
+      if (!known.handover && events.some((e) => e.op === 'update' && e.missing.length > 0) && this.shapes.has(cacheKey)) known = await readShape(client, t);
+      const wants = { hard: batch.deleteMode === 'hard', truncate: truncates.length > 0, handover: needsHandover(events) };
+      let ddl = planDdl(t, known, key, data, wants);
       // Appliers of other shards may create the same schema, table or column at the same moment
       // (`IF NOT EXISTS` is not race-free in PostgreSQL): on such a clash, read the shape again and
       // re-plan, so what the other applier created is simply used.
@@ -291,7 +314,7 @@ export class PgWarehouse {
           await client.query('ROLLBACK').catch(() => undefined);
           if (attempt >= DDL_ATTEMPTS || !isConcurrentDdlClash(err)) throw err;
           known = await readShape(client, t);
-          ddl = planDdl(t, known, key, data, batch.deleteMode === 'hard');
+          ddl = planDdl(t, known, key, data, wants);
         }
       }
       this.shapes.set(cacheKey, ddl.shape);
@@ -326,7 +349,7 @@ export class PgWarehouse {
         end = `${dropStagesSql(stages)}; COMMIT`;
       }
       inTransaction = true;
-      const plan = await this.applyStaged(client, t, shape, keyNames, events, stages, begin, end, batch, appliedAt);
+      const plan = await this.applyStaged(client, t, shape, keyNames, events, truncates, stages, begin, end, batch, appliedAt);
       const committedAt = Date.now();
       inTransaction = false;
       destroy = false;
@@ -357,6 +380,7 @@ export class PgWarehouse {
     shape: SinkShape,
     key: string[],
     events: ChangeEvent[],
+    truncates: ChangeEvent[],
     stages: StageNames,
     begin: string,
     end: string,
@@ -366,12 +390,36 @@ export class PgWarehouse {
     const hard = batch.deleteMode === 'hard';
     const dataCols = shape.mirror.filter((c) => !key.includes(c) && !c.startsWith('_cdc_'));
 
-    // Append the events the changelog lacks and read what the sink holds for their keys.
-    const results = (await client.query({
-      text: `${begin}${appendChangelogSql(t, key, shape.changelog, stages)}; ${storedStateSql(t, key, shape.deletedKeys, stages)}`,
-      types: RAW_TEXT,
-    })) as unknown as pg.QueryResult[];
-    const stateRows = results[results.length - 1]!.rows as { _cdc_idx: string; _cdc_position: string; _cdc_deleted: unknown }[];
+    // Append the events the changelog lacks and read what the sink holds for their keys, then the
+    // table's truncate position. A batch with a truncate locks the mirror first; the others read
+    // the mirror (a conflicting lock, held to COMMIT) before the truncate guard, so a truncate of
+    // another shard's applier is either wholly visible to this apply or waits for its COMMIT.
+    // Handovers (primary-key changes whose insert lacks columns): an apply that brings one, or
+    // that truncates, locks the handover table first; the others look whether it holds anything
+    // and lock it then (what it holds for their keys was written by their own shard, earlier).
+    const needs = needsHandover(events);
+    const statements: string[] = [];
+    if (shape.handover && (needs || truncates.length > 0)) statements.push(lockHandoverSql(t));
+    if (truncates.length > 0) statements.push(lockMirrorSql(t));
+    statements.push(appendChangelogSql(t, key, shape.changelog, stages));
+    const at = { state: -1, truncation: -1, count: -1 };
+    // The look at the handover table comes before the stored state: if an apply of another shard
+    // completes a held key of this batch in between, the stored state read after sees its row.
+    if (shape.handover && !needs && truncates.length === 0) at.count = statements.push(countHandoverSql(t)) - 1;
+    at.state = statements.push(storedStateSql(t, key, shape.deletedKeys, stages)) - 1;
+    if (shape.truncations) at.truncation = statements.push(storedTruncationSql(t)) - 1;
+    const results = (await client.query({ text: `${begin}${statements.join('; ')}`, types: RAW_TEXT })) as unknown as pg.QueryResult[];
+    const offset = results.length - statements.length;
+    const truncatedAt = at.truncation >= 0 ? ((results[offset + at.truncation]!.rows[0] as { _cdc_position: string | null } | undefined)?._cdc_position ?? null) : null;
+    let stateRows = results[offset + at.state]!.rows as { _cdc_idx: string; _cdc_position: string; _cdc_deleted: unknown }[];
+    let locked = shape.handover && (needs || truncates.length > 0);
+    if (at.count >= 0 && Number((results[offset + at.count]!.rows[0] as { n: string }).n) > 0) {
+      // Lock, then read the keys' stored state again: an apply that held the lock meanwhile may
+      // have completed a held key of this batch (written its mirror row).
+      const again = (await client.query({ text: `${lockHandoverSql(t)}; ${storedStateSql(t, key, shape.deletedKeys, stages)}`, types: RAW_TEXT })) as unknown as pg.QueryResult[];
+      stateRows = again[again.length - 1]!.rows as typeof stateRows;
+      locked = true;
+    }
     const stored = new Map<string, StoredState>();
     for (const r of stateRows) {
       const ev = events[Number(r._cdc_idx)];
@@ -380,9 +428,13 @@ export class PgWarehouse {
       const prev = stored.get(k);
       if (!prev || r._cdc_position > prev.position) stored.set(k, { position: r._cdc_position, deleted: isTrue(r._cdc_deleted) });
     }
+    const handover = locked ? readHandover((await client.query({ text: readHandoverSql(t), types: RAW_TEXT })).rows as HandoverRow[], batch) : { donors: new Map<string, Row>(), held: [] };
 
-    // Full rows of the old keys of primary-key changes with undelivered columns (rare).
-    const oldKeys = oldKeysNeeded(events, key);
+    // Full rows of the old keys of primary-key changes with undelivered columns and of the keys
+    // of held events (rare); a held key's row also gives its stored state.
+    const heldKeys = new Map(handover.held.map((e) => [keyText(e.key), e.key]));
+    const wanted = new Map<string, Row>([...oldKeysNeeded([...events, ...handover.held], key).map((k) => [keyText(k), k] as const), ...heldKeys]);
+    const oldKeys = [...wanted.values()];
     const storedRows = new Map<string, StoredRow>();
     if (oldKeys.length > 0) {
       const res = await client.query({ text: mirrorRowsSql(t, key, oldKeys.length), values: oldKeys.flatMap((k) => key.map((c) => toParam(k[c]))), types: RAW_TEXT });
@@ -391,11 +443,26 @@ export class PgWarehouse {
         if (!old) continue;
         const values: Row = {};
         for (const c of dataCols) values[c] = r[c] ?? null;
-        storedRows.set(keyText(old), { position: String(r._cdc_position), deleted: isTrue(r._cdc_deleted), values });
+        const row = { position: String(r._cdc_position), deleted: isTrue(r._cdc_deleted), values };
+        storedRows.set(keyText(old), row);
+        if (heldKeys.has(keyText(old)) && !stored.has(keyText(old))) stored.set(keyText(old), { position: row.position, deleted: row.deleted });
       }
     }
 
-    const plan = planTable({ events, keyColumns: key, stored, storedRows });
+    const plan = planTable({ events: [...events, ...truncates], keyColumns: key, stored, storedRows, truncatedAt, donors: handover.donors, held: handover.held });
+    if (locked) {
+      await client.query(clearHandoverSql(t));
+      const rows = handoverRows(plan.held, plan.donors, key, appliedAt);
+      if (rows.length > 0) await insertStageLoader.load(client, qualified(t.schema, t.handover), HANDOVER_COLUMNS, rows);
+    }
+
+    // Truncates first: record every one (idempotent), and empty the mirror at the newest when it is above the stored one.
+    for (const e of plan.truncates) {
+      await client.query(recordTruncationSql(t), [e.position, e.commitTs, e.txId, String(e.schemaVersion), appliedAt]);
+    }
+    if (plan.truncate) {
+      for (const sql of truncateMirrorSql(t, { hard, deletedKeys: shape.deletedKeys })) await client.query(sql, hard ? [plan.truncate.position] : [plan.truncate.position, plan.truncate.commitTs, appliedAt]);
+    }
 
     // Stage the writes (one per key) and apply them, then COMMIT.
     const sets = new Map<string, UpdateSet>();
@@ -422,7 +489,7 @@ export class PgWarehouse {
     let tail = end;
     if (stageRows.length > 0) {
       await this.loader.load(client, quoteIdent(stages.writes), [...shape.mirror, CdcColumn.SET], stageRows);
-      const statements = applyStageSql(t, { stages, key, mirrorColumns: shape.mirror, sets: [...sets.values()], hard, deletedKeys: shape.deletedKeys });
+      const statements = applyStageSql(t, { stages, key, mirrorColumns: shape.mirror, sets: [...sets.values()], hard, deletedKeys: shape.deletedKeys, truncations: shape.truncations });
       tail = `${statements.join('; ')}; ${end}`;
     }
     await client.query(tail);
@@ -459,23 +526,32 @@ function wantedColumns(batch: TableBatch): { key: SinkColumn[]; data: SinkColumn
 async function readShape(client: pg.ClientBase, t: WarehouseTable): Promise<SinkShape> {
   const q = catalogSql(t);
   const res = await client.query<CatalogColumn>(q.text, q.values);
-  const shape: SinkShape = { mirror: [], mirrorTypes: new Map(), changelog: [], deletedKeys: false, view: false };
+  const shape: SinkShape = { mirror: [], mirrorTypes: new Map(), changelog: [], deletedKeys: false, truncations: false, handover: false, view: false };
   for (const r of res.rows) {
     if (r.table_name === t.mirror) {
       shape.mirror.push(r.column_name);
       shape.mirrorTypes.set(r.column_name, catalogType(r));
     } else if (r.table_name === t.changelog) shape.changelog.push(r.column_name);
     else if (r.table_name === t.deletedKeys) shape.deletedKeys = true;
+    else if (r.table_name === t.truncations) shape.truncations = true;
+    else if (r.table_name === t.handover) shape.handover = true;
     else if (r.table_name === t.view) shape.view = true;
   }
   return shape;
 }
 
 /** The DDL that brings the sink to the wanted shape, and the shape after it. Throws SinkTypeConflictError. */
-function planDdl(t: WarehouseTable, known: SinkShape, key: SinkColumn[], data: SinkColumn[], hard: boolean): { statements: string[]; shape: SinkShape } {
+function planDdl(
+  t: WarehouseTable,
+  known: SinkShape,
+  key: SinkColumn[],
+  data: SinkColumn[],
+  wants: { hard: boolean; truncate: boolean; handover: boolean },
+): { statements: string[]; shape: SinkShape } {
+  const { hard, truncate } = wants;
   const statements: string[] = [];
-  const shape: SinkShape = { mirror: [...known.mirror], mirrorTypes: new Map(known.mirrorTypes), changelog: [...known.changelog], deletedKeys: known.deletedKeys, view: known.view };
-  const creating = shape.mirror.length === 0 || shape.changelog.length === 0 || (hard && !shape.deletedKeys);
+  const shape: SinkShape = { ...known, mirror: [...known.mirror], mirrorTypes: new Map(known.mirrorTypes), changelog: [...known.changelog] };
+  const creating = shape.mirror.length === 0 || shape.changelog.length === 0 || (hard && !shape.deletedKeys) || (truncate && !shape.truncations) || (wants.handover && !shape.handover);
   if (creating) statements.push(createSchemaSql(t));
   if (shape.changelog.length === 0) {
     statements.push(createChangelogSql(t, key, data));
@@ -510,6 +586,14 @@ function planDdl(t: WarehouseTable, known: SinkShape, key: SinkColumn[], data: S
   if (hard && !shape.deletedKeys) {
     statements.push(createDeletedKeysSql(t, key));
     shape.deletedKeys = true;
+  }
+  if (truncate && !shape.truncations) {
+    statements.push(createTruncationsSql(t));
+    shape.truncations = true;
+  }
+  if (wants.handover && !shape.handover) {
+    statements.push(createHandoverSql(t));
+    shape.handover = true;
   }
   if (viewNeeded) {
     statements.push(createViewSql(t, shape.mirror));
@@ -555,4 +639,90 @@ function changelogRow(e: ChangeEvent, columns: readonly string[], appliedAt: str
         return e.after && c in e.after ? toParam(e.after[c]) : null;
     }
   });
+}
+
+/** A row of the handover table as read (text). */
+interface HandoverRow {
+  _cdc_kind: string;
+  _cdc_key: string;
+  _cdc_position: string;
+  _cdc_column: string;
+  _cdc_value: string | null;
+}
+
+/** The envelope of a held event, kept in its `_cdc_column` '' row. */
+interface HeldEnvelope {
+  op: ChangeOp;
+  before: Row | null;
+  missing: string[];
+  handover?: string[];
+  commitTs: string;
+  txId: string | null;
+  schemaVersion: number;
+  capture: CaptureMethod;
+  synthetic: boolean;
+}
+
+const keyOfText = (text: string): Row => Object.fromEntries(JSON.parse(text) as [string, JsonValue][]);
+
+/** The donors and held events the handover table holds (see `createHandoverSql`). */
+function readHandover(rows: readonly HandoverRow[], batch: TableBatch): { donors: Map<string, Row>; held: ChangeEvent[] } {
+  const donors = new Map<string, Row>();
+  const held = new Map<string, { key: Row; position: string; envelope: HeldEnvelope | null; after: Row }>();
+  for (const r of rows) {
+    if (r._cdc_kind === 'donor') {
+      const id = handoverId(keyOfText(r._cdc_key), r._cdc_position);
+      const d = donors.get(id) ?? {};
+      d[r._cdc_column] = r._cdc_value;
+      donors.set(id, d);
+    } else if (r._cdc_kind === 'event') {
+      const id = `${r._cdc_key}\u0000${r._cdc_position}`;
+      let h = held.get(id);
+      if (!h) held.set(id, (h = { key: keyOfText(r._cdc_key), position: r._cdc_position, envelope: null, after: {} }));
+      if (r._cdc_column === '') h.envelope = JSON.parse(r._cdc_value ?? 'null') as HeldEnvelope;
+      else h.after[r._cdc_column] = r._cdc_value;
+    } else {
+      throw new CdcError('INVALID_STATE', `the handover table of ${batch.source}/${batch.table} holds a row of unknown kind ${JSON.stringify(r._cdc_kind)}`);
+    }
+  }
+  const events: ChangeEvent[] = [];
+  for (const h of held.values()) {
+    const env = h.envelope;
+    if (!env) throw new CdcError('INVALID_STATE', `the handover table of ${batch.source}/${batch.table} holds values of an event at ${h.position} without its envelope`);
+    const e: ChangeEvent = {
+      v: ENVELOPE_VERSION,
+      source: batch.source,
+      table: batch.table,
+      op: env.op,
+      key: h.key,
+      after: env.op === 'delete' || env.op === 'truncate' ? null : { ...h.key, ...h.after },
+      before: env.before,
+      missing: env.missing,
+      position: h.position,
+      commitTs: env.commitTs,
+      txId: env.txId,
+      schemaVersion: env.schemaVersion,
+      capture: env.capture,
+      synthetic: env.synthetic,
+    };
+    if (env.handover && env.handover.length > 0) e.handover = env.handover;
+    events.push(e);
+  }
+  return { donors, held: events };
+}
+
+/** The handover table's rows after an apply: the events still held and the donors still waiting. */
+function handoverRows(held: readonly ChangeEvent[], donors: readonly Donor[], keyColumns: readonly string[], appliedAt: string): (string | null)[][] {
+  const rows: (string | null)[][] = [];
+  for (const e of held) {
+    const k = keyText(e.key);
+    // Only the key of the before image is kept: it names the old key of a primary-key change.
+    const before = e.before === null ? null : Object.fromEntries(keyColumns.filter((c) => c in e.before!).map((c) => [c, e.before![c]!]));
+    const envelope: HeldEnvelope = { op: e.op, before, missing: e.missing, commitTs: e.commitTs, txId: e.txId, schemaVersion: e.schemaVersion, capture: e.capture, synthetic: e.synthetic };
+    if (e.handover && e.handover.length > 0) envelope.handover = e.handover;
+    rows.push(['event', k, e.position, '', JSON.stringify(envelope), appliedAt]);
+    for (const [c, v] of Object.entries(e.after ?? {})) if (!(c in e.key)) rows.push(['event', k, e.position, c, toParam(v), appliedAt]);
+  }
+  for (const d of donors) for (const [c, v] of Object.entries(d.values)) rows.push(['donor', keyText(d.key), d.position, c, toParam(v), appliedAt]);
+  return rows;
 }

@@ -10,15 +10,23 @@
  * - `insert` / `snapshot`: a full image; columns absent from it are NULL. A primary-key change
  *   arrives as a `delete` of the old key and an `insert` of the new key at the same position;
  *   when that insert lists `missing` columns (an unchanged TOAST value under the default replica
- *   identity), their values are taken from the old key's row when it is known for certain: the
- *   old key's delete at that position is in this batch (its state just before is the stored row
- *   plus this batch's earlier events), or the sink holds the old key as a tombstone at exactly
- *   that position (soft delete keeps the last values). Otherwise they stay NULL and are reported
- *   in `unresolved` so the applier can say so.
+ *   identity), their values are taken from the old key's row when it is known for certain: a
+ *   value the sink keeps for it (`donors`, written when the old key's delete, marked
+ *   `handover`, was applied first), the old key's delete at that position in this batch (its
+ *   state just before is the stored row plus this batch's earlier events), or a tombstone of the
+ *   old key at exactly that position. Otherwise the insert and every later event of its key are
+ *   `held` (never written with a NULL) and planned again with later batches until the values are
+ *   known (docs/primary-key-changes.md).
  * - `update`: the delivered columns merged onto the row; columns absent from `after` are left
  *   untouched (invariant 11). With no live row underneath (absent, deleted, or deleted earlier in
  *   the batch) there is nothing to merge onto, and the update becomes a full image.
  * - `delete`: a tombstone that keeps the values it had.
+ * - `truncate` (table level, empty key): every row of the table below its position is gone
+ *   (the SQL tombstones or removes them before the row writes run). The table's truncate
+ *   position T is the highest of the stored one (`truncatedAt`) and the batch's truncates; per
+ *   key, only events above max(stored position, T) apply, and a key whose stored row is below T
+ *   starts from nothing (its row was truncated). So a late older event never resurrects a
+ *   truncated row, and a later insert applies.
  *
  * A write is `full` (every data column is written, NULL where not in `values`) or a merge (only
  * the columns in `values`). The SQL runs one UPDATE per distinct column set.
@@ -54,20 +62,24 @@ export interface MirrorWrite {
   values: Row;
 }
 
-/** Columns of a primary-key change's insert that could not be recovered from the old key. */
-export interface Unresolved {
-  event: ChangeEvent;
-  columns: string[];
-}
-
 export interface TablePlan {
-  /** Distinct events (by position + key), in position order: what the changelog must hold. */
+  /** Distinct row events (by position + key), in position order: what the changelog must hold. */
   events: ChangeEvent[];
+  /** Distinct truncate events of the batch, in position order (recorded in the truncations table). */
+  truncates: ChangeEvent[];
+  /** The newest truncate of the batch when it is above the stored truncate position: the SQL empties the mirror at it first. */
+  truncate: ChangeEvent | null;
   /** One write per key that has events above its stored position. */
   writes: MirrorWrite[];
   /** Events above their key's stored position: newly reflected by this apply. */
   fresh: ChangeEvent[];
-  unresolved: Unresolved[];
+  /**
+   * Events the sink must keep holding: a primary-key change's insert whose undelivered columns
+   * are not known yet, and every later event of that key (applied once they are known).
+   */
+  held: ChangeEvent[];
+  /** Handed-over values the sink must keep (after this apply) for inserts not applied yet. */
+  donors: Donor[];
   /** Highest position among `events` (null when empty). */
   maxPosition: Position | null;
 }
@@ -94,15 +106,24 @@ export function oldKeyOf(e: ChangeEvent, keyColumns: readonly string[]): Row | n
   return keyText(old) === keyText(e.key) ? null : old;
 }
 
-/** Old keys whose full stored rows the plan needs: those of primary-key-change inserts with missing columns. */
+/**
+ * Keys whose full stored rows the plan needs: the old keys of primary-key-change inserts with
+ * missing columns, and the keys of deletes that hand columns over.
+ */
 export function oldKeysNeeded(events: readonly ChangeEvent[], keyColumns: readonly string[]): Row[] {
   const out = new Map<string, Row>();
   for (const e of events) {
+    if (e.op === 'delete' && (e.handover?.length ?? 0) > 0) out.set(keyText(e.key), e.key);
     if (e.missing.length === 0) continue;
     const old = oldKeyOf(e, keyColumns);
     if (old) out.set(keyText(old), old);
   }
   return [...out.values()];
+}
+
+/** Whether applying these events involves handovers (a delete that hands columns over, or an insert that lacks columns). */
+export function needsHandover(events: readonly ChangeEvent[]): boolean {
+  return events.some((e) => (e.op === 'delete' && (e.handover?.length ?? 0) > 0) || ((e.op === 'insert' || e.op === 'snapshot') && e.missing.length > 0));
 }
 
 interface FoldState {
@@ -151,12 +172,51 @@ export interface PlanInput {
   stored: ReadonlyMap<string, StoredState>;
   /** Full stored rows per key text for the keys `oldKeysNeeded` named (absent = no row). */
   storedRows?: ReadonlyMap<string, StoredRow>;
+  /** The highest truncate position the sink holds for the table (null: never truncated). */
+  truncatedAt?: Position | null;
+  /** Handed-over values the sink keeps, by `handoverId(old key, position)` (see `Donor`). */
+  donors?: ReadonlyMap<string, Row>;
+  /** Events the sink holds (not yet applied) because an insert before them lacked columns; planned again with the batch. */
+  held?: readonly ChangeEvent[];
+}
+
+/**
+ * Values of the old key of a primary-key change just before the change, for the columns its
+ * insert did not deliver: kept by the sink until that insert (on another shard) takes them.
+ */
+export interface Donor {
+  /** The old key. */
+  key: Row;
+  position: Position;
+  values: Row;
+}
+
+/** The id of a handover: old key + position of the primary-key change. */
+export function handoverId(oldKey: Row, position: Position): string {
+  return `${keyText(oldKey)}\u0000${position}`;
 }
 
 /** Plans one table's batch. See the module comment for the rules. */
 export function planTable(input: PlanInput): TablePlan {
-  const events = distinctEvents(input.events);
-  const storedRows = input.storedRows ?? new Map<string, StoredRow>();
+  const all = distinctEvents([...input.events, ...(input.held ?? [])]);
+  const events = all.filter((e) => e.op !== 'truncate');
+  const truncates = all.filter((e) => e.op === 'truncate');
+  const storedTruncate = input.truncatedAt ?? null;
+  const newest = truncates.length > 0 ? truncates[truncates.length - 1]! : null;
+  const truncate = newest && (storedTruncate === null || newest.position > storedTruncate) ? newest : null;
+  /** The table's truncate position after this batch (null: none). */
+  const floor: Position | null = truncate ? truncate.position : storedTruncate;
+  // A stored row below the truncate position is gone (tombstoned or removed by the truncate).
+  const storedFor = (k: string): StoredState | undefined => {
+    const s = input.stored.get(k);
+    if (floor === null) return s;
+    if (!s || s.position < floor) return { position: floor, deleted: true };
+    return s;
+  };
+  const storedRows = new Map<string, StoredRow>();
+  for (const [k, r] of input.storedRows ?? new Map<string, StoredRow>()) if (floor === null || r.position > floor) storedRows.set(k, r);
+  const donorsIn = new Map<string, Row>();
+  for (const [id, v] of input.donors ?? new Map<string, Row>()) if (floor === null || id.slice(-24) > floor) donorsIn.set(id, v);
   const perKey = new Map<string, ChangeEvent[]>();
   for (const e of events) {
     const k = keyText(e.key);
@@ -164,12 +224,17 @@ export function planTable(input: PlanInput): TablePlan {
     if (list) list.push(e);
     else perKey.set(k, [e]);
   }
-  const unresolved: Unresolved[] = [];
+  /** Handovers this plan used (from the sink's donors or from the old key's events in this batch). */
+  const consumed = new Set<string>();
 
-  /** The old key's values just before position `p`, and which columns are known for certain. */
+  /**
+   * The old key's values just before position `p`, and which columns are known for certain:
+   * from the stored row and the old key's events of this batch below `p` (an insert among them
+   * that lacked columns contributes what `resolve` recovered for it).
+   */
   const valuesBefore = (oldKey: string, p: Position): { values: Row; known: (c: string) => boolean } | null => {
     const row = storedRows.get(oldKey);
-    const stored = input.stored.get(oldKey);
+    const stored = storedFor(oldKey);
     if (row && row.position === p && row.deleted) return { values: row.values, known: () => true };
     const storedPos = [row?.position, stored?.position].reduce<Position | null>((m, x) => (x !== undefined && (m === null || x > m) ? x : m), null);
     if (storedPos !== null && storedPos >= p) return null;
@@ -191,11 +256,12 @@ export function planTable(input: PlanInput): TablePlan {
       if (storedPos !== null && x.position <= storedPos) continue;
       const after = x.after ?? {};
       if (x.op === 'insert' || x.op === 'snapshot') {
+        const got = x.missing.length > 0 ? resolve(x) : {};
         live = true;
-        values = { ...after };
+        values = { ...(got ?? {}), ...after };
         knownAll = true;
         unknown.clear();
-        for (const c of x.missing) unknown.add(c);
+        if (got === null) for (const c of x.missing) unknown.add(c);
       } else if (x.op === 'update') {
         if (!live) {
           live = true;
@@ -216,36 +282,81 @@ export function planTable(input: PlanInput): TablePlan {
     return { values, known: (c) => (knownAll ? !unknown.has(c) : known.has(c)) };
   };
 
-  const fill = (e: ChangeEvent): Row => {
-    if (e.missing.length === 0) return {};
+  /**
+   * The undelivered columns of an insert, recovered: from a donor the sink keeps, or from its
+   * old key's row just before it; null when they are not known yet (the insert is then held).
+   */
+  const resolved = new Map<string, Row | null>();
+  const resolving = new Set<string>();
+  function resolve(e: ChangeEvent): Row | null {
+    const id = eventId(e);
+    if (resolved.has(id)) return resolved.get(id)!;
+    if (resolving.has(id)) return null;
+    resolving.add(id);
+    let out: Row | null = null;
     const old = oldKeyOf(e, input.keyColumns);
-    const before = old ? valuesBefore(keyText(old), e.position) : null;
-    const out: Row = {};
-    const lost: string[] = [];
-    for (const c of e.missing) {
-      if (before && before.known(c)) out[c] = before.values[c] ?? null;
-      else lost.push(c);
+    if (old) {
+      const hid = handoverId(old, e.position);
+      const donor = donorsIn.get(hid);
+      if (donor && e.missing.every((c) => c in donor)) {
+        out = Object.fromEntries(e.missing.map((c) => [c, donor[c]!]));
+        consumed.add(hid);
+      } else {
+        const before = valuesBefore(keyText(old), e.position);
+        if (before && e.missing.every((c) => before.known(c))) {
+          out = Object.fromEntries(e.missing.map((c) => [c, before.values[c] ?? null]));
+          consumed.add(hid);
+        }
+      }
     }
-    if (lost.length > 0) unresolved.push({ event: e, columns: lost });
+    resolving.delete(id);
+    resolved.set(id, out);
     return out;
-  };
+  }
 
   const writes: MirrorWrite[] = [];
   const fresh: ChangeEvent[] = [];
+  const held: ChangeEvent[] = [];
+  const handing: ChangeEvent[] = [];
   for (const [k, list] of perKey) {
-    const stored = input.stored.get(k);
+    const stored = storedFor(k);
     const todo = stored ? list.filter((e) => e.position > stored.position) : list;
     if (todo.length === 0) continue;
     const s: FoldState = { live: stored ? !stored.deleted : false, deleted: stored?.deleted ?? false, deletedAt: null, full: false, values: {} };
+    let last: ChangeEvent | null = null;
     for (const e of todo) {
-      step(s, e, fill);
+      if (held.length > 0 && keyText(held[held.length - 1]!.key) === k) {
+        held.push(e); // the key is held from an earlier event: everything after it waits too
+        continue;
+      }
+      if ((e.op === 'insert' || e.op === 'snapshot') && e.missing.length > 0 && resolve(e) === null) {
+        held.push(e);
+        continue;
+      }
+      step(s, e, (x) => (x.missing.length > 0 ? (resolve(x) ?? {}) : {}));
       fresh.push(e);
+      last = e;
+      if (e.op === 'delete' && (e.handover?.length ?? 0) > 0) handing.push(e);
     }
-    const last = todo[todo.length - 1]!;
-    writes.push({ key: last.key, keyText: k, position: last.position, deleted: s.deleted, deletedAt: s.deleted ? s.deletedAt : null, full: s.full, values: s.values });
+    if (last) writes.push({ key: last.key, keyText: k, position: last.position, deleted: s.deleted, deletedAt: s.deleted ? s.deletedAt : null, full: s.full, values: s.values });
   }
+  // Handovers to keep: the sink's that nothing used, and those of this batch's applied deletes whose insert was not planned here.
+  const donors: Donor[] = [];
+  for (const [hid, values] of donorsIn) {
+    if (consumed.has(hid)) continue;
+    const sep = hid.lastIndexOf('\u0000');
+    donors.push({ key: Object.fromEntries(JSON.parse(hid.slice(0, sep)) as [string, Row[string]][]), position: hid.slice(sep + 1), values });
+  }
+  for (const d of handing) {
+    const hid = handoverId(d.key, d.position);
+    if (consumed.has(hid) || donorsIn.has(hid)) continue;
+    const before = valuesBefore(keyText(d.key), d.position);
+    if (!before || !d.handover!.every((c) => before.known(c))) continue; // the old row is not known: its insert stays held (docs/primary-key-changes.md)
+    donors.push({ key: d.key, position: d.position, values: Object.fromEntries(d.handover!.map((c) => [c, before.values[c] ?? null])) });
+  }
+  for (const t of truncates) if (storedTruncate === null || t.position > storedTruncate) fresh.push(t);
   fresh.sort(byPosition);
-  return { events, writes, fresh, unresolved, maxPosition: events.length > 0 ? events[events.length - 1]!.position : null };
+  return { events, truncates, truncate, writes, fresh, held, donors, maxPosition: all.length > 0 ? all[all.length - 1]!.position : null };
 }
 
 /** Column-set signature of a write: `*` for full writes, else its sorted column names. */

@@ -84,9 +84,14 @@ export interface DeadLetter {
   reason: string;
   /** Where the record was read (stream name + shard + sequence number, or a file line). */
   origin: string;
-  /** The record as received (text; cut at 300 KB with `truncated` set, to fit one item). */
+  /**
+   * The record as received, whole. A store may keep a large one out of line (`recordRef`) and
+   * reads it back whole; `truncated` is set only when a store could not keep it whole.
+   */
   record: string;
   truncated: boolean;
+  /** Where the whole record is kept when it was too large for the store's item (docs/large-records.md). */
+  recordRef?: string;
 }
 
 export interface ControlPlane {

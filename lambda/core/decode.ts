@@ -10,6 +10,7 @@ import type { DecodeResult } from './decoded.ts';
 import { decodeDmsRecord, type DecodeContext } from './dms-decoder.ts';
 import { decodeSlotRecord } from './slot-decoder.ts';
 import { SLOT_RECORD_FORMAT } from './slot-record.ts';
+import { linkKeyChanges } from './event.ts';
 
 export type { DecodeContext } from './dms-decoder.ts';
 
@@ -27,7 +28,11 @@ export function detectRecordFormat(record: unknown): 'slot' | 'dms' {
   throw new InvalidRecordError('record', `neither a slot-capture record (no "format") nor a DMS record (no "metadata")`);
 }
 
-/** Decodes a raw record of either format (see the module comment). */
+/**
+ * Decodes a raw record of either format (see the module comment). The delete half of a
+ * primary-key change whose insert half lacks columns is marked with them (`linkKeyChanges`).
+ */
 export function decodeRawRecord(record: unknown, ctx: DecodeContext): DecodeResult {
-  return detectRecordFormat(record) === 'slot' ? decodeSlotRecord(record) : decodeDmsRecord(record, ctx);
+  const result = detectRecordFormat(record) === 'slot' ? decodeSlotRecord(record) : decodeDmsRecord(record, ctx);
+  return result.kind === 'changes' && result.changes.length > 1 ? { ...result, changes: linkKeyChanges(result.changes) } : result;
 }

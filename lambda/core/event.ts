@@ -50,6 +50,14 @@ export interface ChangeEvent {
   capture: CaptureMethod;
   /** True for platform-generated events (cascade deletes), false for captured ones. */
   synthetic: boolean;
+  /**
+   * On the `delete` half of a primary-key change whose `insert` half lists `missing` columns
+   * (an unchanged TOAST value under the default replica identity): those columns. The two halves
+   * have different partition keys, so they may be applied in either order; a sink keeps the old
+   * row's values of these columns until the new key's insert takes them (docs/primary-key-changes.md).
+   * Absent (or empty) on every other event.
+   */
+  handover?: string[];
 }
 
 const IDENT = /^[a-z][a-z0-9_]{0,62}$/;
@@ -107,7 +115,10 @@ export function validateChangeEvent(value: unknown): ChangeEvent {
   if (typeof e.capture !== 'string' || !(CAPTURE_METHODS as readonly string[]).includes(e.capture)) throw new InvalidRecordError('capture', `expected one of ${CAPTURE_METHODS.join(', ')}, got ${describe(e.capture)}`);
   const synthetic = e.synthetic === undefined ? false : e.synthetic;
   if (typeof synthetic !== 'boolean') throw new InvalidRecordError('synthetic', `expected a boolean, got ${describe(synthetic)}`);
-  return {
+  const handover = e.handover === undefined || e.handover === null ? [] : e.handover;
+  if (!Array.isArray(handover) || handover.some((m) => typeof m !== 'string')) throw new InvalidRecordError('handover', 'expected an array of column names');
+  if (handover.length > 0 && op !== 'delete') throw new InvalidRecordError('handover', `only the delete half of a primary-key change hands columns over, not a ${op}`);
+  const event: ChangeEvent = {
     v: ENVELOPE_VERSION,
     source: e.source,
     table: e.table,
@@ -123,6 +134,28 @@ export function validateChangeEvent(value: unknown): ChangeEvent {
     capture: e.capture as CaptureMethod,
     synthetic,
   };
+  if (handover.length > 0) event.handover = [...(handover as string[])];
+  return event;
+}
+
+/**
+ * Marks the delete half of each primary-key change among one record's changes with the columns
+ * its insert half did not deliver (`handover`), so a sink can keep the old row's values for the
+ * insert, which may be applied first or later on another shard. Pure; returns new objects.
+ */
+export function linkKeyChanges<T extends Pick<ChangeEvent, 'op' | 'key' | 'before' | 'missing' | 'position' | 'handover'>>(changes: readonly T[]): T[] {
+  return changes.map((d) => {
+    if (d.op !== 'delete') return d;
+    const k = keyText(d.key);
+    const ins = changes.find((i) => (i.op === 'insert' || i.op === 'snapshot') && i.position === d.position && i.missing.length > 0 && i.before !== null && keyText(pick(i.before, Object.keys(d.key))) === k && keyText(i.key) !== k);
+    return ins ? { ...d, handover: [...ins.missing] } : d;
+  });
+}
+
+function pick(row: Row, columns: readonly string[]): Row {
+  const out: Row = {};
+  for (const c of columns) if (c in row) out[c] = row[c]!;
+  return out;
 }
 
 /**

@@ -45,6 +45,7 @@ import { applyColumnRulesToChange, applyColumnRulesToColumns } from './masking.t
 import { maxPosition, POSITION_ZERO, type Position } from './position.ts';
 import { classifyControl, classifySchema, type Classification, type ObservedColumn, type ObservedShape } from './schema-evolution.ts';
 import type { TableConfigIndex } from './table-config.ts';
+import { claimKey, sha256, type ClaimCheck, type PayloadStore } from './payload-store.ts';
 import { MetricDimension, MetricName, NORMALIZER_STAGE, type MetricNameValue } from '../../contracts/metrics.ts';
 import { HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { checkHeartbeatContinuity, type HeartbeatContinuityDeps } from './continuity.ts';
@@ -54,7 +55,12 @@ import { splitTableId } from './identifiers.ts';
 export interface ChangeLogWriter<E> {
   encode(event: ChangeEvent): E;
   publishEncoded(records: readonly E[]): Promise<void>;
+  /** Encodes the claim check of an event stored out of line (same partition key as the event). */
+  encodeClaim?(claim: ClaimCheck): E;
 }
+
+/** The `CdcError` code of an event too large for one change-log record. */
+export const RECORD_TOO_LARGE = 'RECORD_TOO_LARGE';
 
 /** Metric sink. Every metric carries the Source dimension; `dimensions` adds more (its own EMF record). */
 export interface NormalizerMetrics {
@@ -91,6 +97,11 @@ export interface NormalizerOptions<E> {
   now?: () => Date;
   /** Publish once this many events are buffered. @default 1000 */
   flushEvents?: number;
+  /**
+   * Where an event over the change log's record limit is stored whole; the log then carries its
+   * claim check (docs/large-records.md). Without it such an event is dead-lettered.
+   */
+  payloads?: PayloadStore;
 }
 
 /** The recovery hint logged and audited with a pause. */
@@ -366,7 +377,7 @@ export class NormalizerBatch<E> {
     try {
       for (const c of changes) {
         const event = validateChangeEvent({ ...c, schemaVersion: version });
-        stamped.push({ event, encoded: this.o.changeLog.encode(event) });
+        stamped.push({ event, encoded: await this.encode(event) });
       }
     } catch (e) {
       if (!(e instanceof CdcError)) throw e;
@@ -378,6 +389,21 @@ export class NormalizerBatch<E> {
     if (splitTableId(first.table).table === HEARTBEAT_TABLE) for (const c of changes) await checkHeartbeatContinuity(this.continuityDeps(), c.after);
     this.buffer.push(...stamped);
     return 'buffered';
+  }
+
+  /** Encodes an event; one over the record limit is stored whole and its claim check encoded instead. */
+  private async encode(event: ChangeEvent): Promise<E> {
+    try {
+      return this.o.changeLog.encode(event);
+    } catch (e) {
+      const { payloads } = this.o;
+      if (!(e instanceof CdcError) || e.code !== RECORD_TOO_LARGE || !payloads || !this.o.changeLog.encodeClaim) throw e;
+      const body = Buffer.from(JSON.stringify(event), 'utf8');
+      const digest = sha256(body);
+      const ref = await payloads.put(claimKey(event.source, event.table, event.position, digest), body);
+      this.o.logger.info('Event stored out of line (claim check on the change log)', { table: event.table, position: event.position, bytes: body.byteLength, ref });
+      return this.o.changeLog.encodeClaim({ v: 1, claim: { ref, bytes: body.byteLength, sha256: digest }, source: event.source, table: event.table, key: event.key as ClaimCheck['key'], position: event.position });
+    }
   }
 
   private async control(control: DecodedControl): Promise<void> {

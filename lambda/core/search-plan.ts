@@ -316,8 +316,15 @@ export interface SearchPlanInput {
 
 export interface SearchPlan {
   ops: SearchOp[];
-  /** The underlying per-key plan (fresh events, unresolved key-change columns). */
+  /** The underlying per-key plan (fresh events). */
   table: TablePlan;
+  /**
+   * Key-change inserts whose undelivered columns neither the batch nor the index knew: the search
+   * sink keeps no handover donors (the warehouse does, docs/primary-key-changes.md), so they are
+   * indexed with their delivered columns only and the undelivered ones are absent from the
+   * document (never null). Reconciliation reports such documents.
+   */
+  incomplete: ChangeEvent[];
 }
 
 /** The keys whose stored documents the plan needs: every key of the batch, and the old keys of key-change inserts. */
@@ -360,7 +367,14 @@ export function planSearchWrites(input: SearchPlanInput): SearchPlan {
     if (top) stored.set(k, { position: top.position, deleted: top.deleted });
     if (d) storedRows.set(k, { position: d.position, deleted: d.deleted, values: d.values });
   }
-  const table = planTable({ events, keyColumns: input.keyColumns, stored, storedRows });
+  let table = planTable({ events, keyColumns: input.keyColumns, stored, storedRows });
+  const incomplete = table.held.filter((e) => e.missing.length > 0 && (e.op === 'insert' || e.op === 'snapshot'));
+  if (incomplete.length > 0) {
+    // planTable holds such an insert until its values are known; this sink cannot wait for them.
+    const ids = new Set(incomplete.map((e) => `${e.position}|${keyText(e.key)}`));
+    const relaxed = events.map((e) => (ids.has(`${e.position}|${keyText(e.key)}`) ? { ...e, missing: [] } : e));
+    table = planTable({ events: relaxed, keyColumns: input.keyColumns, stored, storedRows });
+  }
   const appliedAt = input.appliedAt.toISOString();
   const ops: SearchOp[] = [];
   for (const w of table.writes) {
@@ -386,7 +400,7 @@ export function planSearchWrites(input: SearchPlanInput): SearchPlan {
       ops.push({ action: 'delete', target: 'all', id: documentId(key), version: encodeVersion(s.tombstone.position, input.meta.baseLsn), document: null, keyText: k, position: s.tombstone.position });
     }
   }
-  return { ops, table };
+  return { ops, table, incomplete };
 }
 
 /** The key of a key text (`keyText`'s inverse). */

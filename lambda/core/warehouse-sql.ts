@@ -21,6 +21,15 @@
  * - `tbl_deleted_keys` (hard-delete mode): key, `_cdc_position`, `_cdc_deleted_at`,
  *   `_cdc_applied_at` of keys whose mirror row was deleted, so a late older event cannot
  *   resurrect the row (invariant 7). Once it exists it guards inserts in either mode.
+ * - `tbl_truncations`: one row per captured TRUNCATE of the table (`_cdc_position`,
+ *   `_cdc_commit_ts`, `_cdc_tx_id`, `_cdc_schema_version`, `_cdc_applied_at`), made on the
+ *   first truncate. It is the table-level position guard: once it exists, a mirror write applies
+ *   only if its position is above both the key's stored position and every truncate's position
+ *   (so a late older event can never resurrect a truncated row), and it is the record of the
+ *   truncates (the changelog holds row events, which have a key; a truncate has none). A
+ *   truncate at position P tombstones every live mirror row below P (soft mode: at P, with
+ *   `_cdc_deleted_at` = the truncate's commit time) or removes them (hard mode; deleted-keys
+ *   entries below P are dropped too, the truncate guards them). See docs/truncate.md.
  *
  * Only SQL that PostgreSQL and Amazon Redshift both accept: no `ON CONFLICT`, no `MERGE`, no
  * `DISTINCT ON`, no `RETURNING`, no `ON COMMIT` clauses, no `VALUES` lists in `FROM`, no
@@ -63,6 +72,11 @@ export const CdcColumn = {
   SET: '_cdc_set',
   /** Event stage only: index of the event in the applier's batch. */
   IDX: '_cdc_idx',
+  /** Handover table: `donor` or `event`, the key (as `keyText`), the column and its value as text. */
+  KIND: '_cdc_kind',
+  KEY: '_cdc_key',
+  COLUMN: '_cdc_column',
+  VALUE: '_cdc_value',
 } as const;
 
 /** The two session temp tables one table's apply stages into (names from `stageNames`). */
@@ -97,6 +111,10 @@ export interface WarehouseTable {
   changelog: string;
   mirror: string;
   deletedKeys: string;
+  /** Per-table truncate positions (the table-level guard). */
+  truncations: string;
+  /** Primary-key changes in flight: handed-over values and held events (see `createHandoverSql`). */
+  handover: string;
   view: string;
 }
 
@@ -132,6 +150,8 @@ export function warehouseTable(source: string, tableId: string): WarehouseTable 
     changelog: fitIdentifier(table, '_changelog'),
     mirror: fitIdentifier(table, '_mirror'),
     deletedKeys: fitIdentifier(table, '_deleted_keys'),
+    truncations: fitIdentifier(table, '_truncations'),
+    handover: fitIdentifier(table, '_handover'),
     view: assertPlainIdentifier(table, 'table name'),
   };
 }
@@ -261,8 +281,8 @@ export function catalogSql(t: WarehouseTable): { text: string; values: string[] 
   return {
     text:
       'SELECT table_name, column_name, data_type, character_maximum_length, numeric_precision, numeric_scale ' +
-      'FROM information_schema.columns WHERE table_schema = $1 AND table_name IN ($2, $3, $4, $5) ORDER BY table_name, ordinal_position',
-    values: [t.schema, t.changelog, t.mirror, t.deletedKeys, t.view],
+      'FROM information_schema.columns WHERE table_schema = $1 AND table_name IN ($2, $3, $4, $5, $6, $7) ORDER BY table_name, ordinal_position',
+    values: [t.schema, t.changelog, t.mirror, t.deletedKeys, t.view, t.truncations, t.handover],
   };
 }
 
@@ -313,6 +333,112 @@ export function createDeletedKeysSql(t: WarehouseTable, key: readonly SinkColumn
     `PRIMARY KEY (${cols(key.map((k) => k.name))})`,
   ];
   return `CREATE TABLE IF NOT EXISTS ${qualified(t.schema, t.deletedKeys)} (${body.join(', ')})`;
+}
+
+export function createTruncationsSql(t: WarehouseTable): string {
+  const body = [
+    `${quoteIdent(CdcColumn.POSITION)} varchar(24) NOT NULL`,
+    `${quoteIdent(CdcColumn.COMMIT_TS)} timestamptz NOT NULL`,
+    `${quoteIdent(CdcColumn.TX_ID)} varchar(256)`,
+    `${quoteIdent(CdcColumn.SCHEMA_VERSION)} integer NOT NULL`,
+    `${quoteIdent(CdcColumn.APPLIED_AT)} timestamptz NOT NULL`,
+    `PRIMARY KEY (${quoteIdent(CdcColumn.POSITION)})`,
+  ];
+  return `CREATE TABLE IF NOT EXISTS ${qualified(t.schema, t.truncations)} (${body.join(', ')})`;
+}
+
+/**
+ * `tbl_handover`: primary-key changes in flight whose insert lacks columns (an unchanged TOAST
+ * value), one row per value: `donor` rows hold the old key's values of those columns just
+ * before the change (`_cdc_key` = the old key as `keyText`, `_cdc_position`, `_cdc_column`,
+ * `_cdc_value` as text, NULL for NULL); `event` rows hold the events of a new key that wait for
+ * them (`_cdc_column` '' carries the event's envelope as JSON, the others its delivered values).
+ * Rows live only until the insert is applied, so the table stays small; it has no PRIMARY KEY
+ * because a key text can exceed what a PostgreSQL index entry holds. Every apply that touches it
+ * holds `lockHandoverSql` and rewrites it whole (see docs/primary-key-changes.md).
+ */
+export function createHandoverSql(t: WarehouseTable): string {
+  const body = [
+    `${quoteIdent(CdcColumn.KIND)} varchar(8) NOT NULL`,
+    `${quoteIdent(CdcColumn.KEY)} ${TEXT_TYPE} NOT NULL`,
+    `${quoteIdent(CdcColumn.POSITION)} varchar(24) NOT NULL`,
+    `${quoteIdent(CdcColumn.COLUMN)} varchar(256) NOT NULL`,
+    `${quoteIdent(CdcColumn.VALUE)} ${TEXT_TYPE}`,
+    `${quoteIdent(CdcColumn.APPLIED_AT)} timestamptz NOT NULL`,
+  ];
+  return `CREATE TABLE IF NOT EXISTS ${qualified(t.schema, t.handover)} (${body.join(', ')})`;
+}
+
+/** The handover table's columns, in table order (for `insertValuesSql`). */
+export const HANDOVER_COLUMNS: readonly string[] = [CdcColumn.KIND, CdcColumn.KEY, CdcColumn.POSITION, CdcColumn.COLUMN, CdcColumn.VALUE, CdcColumn.APPLIED_AT];
+
+/** Serialises the applies of one table that touch handovers (whichever shard they run on). */
+export function lockHandoverSql(t: WarehouseTable): string {
+  return `LOCK TABLE ${qualified(t.schema, t.handover)}`;
+}
+
+export function countHandoverSql(t: WarehouseTable): string {
+  return `SELECT COUNT(*) AS n FROM ${qualified(t.schema, t.handover)}`;
+}
+
+export function readHandoverSql(t: WarehouseTable): string {
+  return `SELECT ${cols(HANDOVER_COLUMNS.slice(0, 5))} FROM ${qualified(t.schema, t.handover)}`;
+}
+
+export function clearHandoverSql(t: WarehouseTable): string {
+  return `DELETE FROM ${qualified(t.schema, t.handover)}`;
+}
+
+/**
+ * Takes the table lock a truncate needs: appliers of other shards write the same table's mirror
+ * concurrently, and a truncate must see (and empty) everything committed before it while no row
+ * write slips in between reading the guard and writing. `LOCK TABLE` without a mode takes
+ * ACCESS EXCLUSIVE on PostgreSQL and is the only mode Redshift has. Row applies read the mirror
+ * (which takes a lock that conflicts) before they read the truncate guard.
+ */
+export function lockMirrorSql(t: WarehouseTable): string {
+  return `LOCK TABLE ${qualified(t.schema, t.mirror)}`;
+}
+
+/** The highest truncate position stored (`_cdc_position`, NULL when none). */
+export function storedTruncationSql(t: WarehouseTable): string {
+  return `SELECT MAX(${quoteIdent(CdcColumn.POSITION)}) AS ${quoteIdent(CdcColumn.POSITION)} FROM ${qualified(t.schema, t.truncations)}`;
+}
+
+/**
+ * Records one truncate unless it is recorded already. Parameters: `$1` position, `$2` commit
+ * time, `$3` transaction id, `$4` schema version, `$5` applied-at.
+ */
+export function recordTruncationSql(t: WarehouseTable): string {
+  const tr = qualified(t.schema, t.truncations);
+  const pos = quoteIdent(CdcColumn.POSITION);
+  const names = [CdcColumn.POSITION, CdcColumn.COMMIT_TS, CdcColumn.TX_ID, CdcColumn.SCHEMA_VERSION, CdcColumn.APPLIED_AT];
+  return (
+    `INSERT INTO ${tr} (${cols(names)}) SELECT CAST($1 AS varchar(24)), CAST($2 AS timestamptz), CAST($3 AS varchar(256)), CAST($4 AS integer), CAST($5 AS timestamptz) ` +
+    `WHERE NOT EXISTS (SELECT 1 FROM ${tr} x WHERE x.${pos} = CAST($1 AS varchar(24)))`
+  );
+}
+
+/**
+ * Empties the mirror at a truncate's position: every live row below it becomes a tombstone at
+ * that position (soft mode), or is removed with the deleted-keys entries below it (hard mode).
+ * Rows above it (later events another shard applied first) stay. Parameters: `$1` position,
+ * `$2` commit time (soft mode: the deleted-at), `$3` applied-at.
+ */
+export function truncateMirrorSql(t: WarehouseTable, o: { hard: boolean; deletedKeys: boolean }): string[] {
+  const mirror = qualified(t.schema, t.mirror);
+  const q = quoteIdent;
+  const pos = q(CdcColumn.POSITION);
+  const p = 'CAST($1 AS varchar(24))';
+  if (!o.hard) {
+    return [
+      `UPDATE ${mirror} SET ${q(CdcColumn.DELETED)} = true, ${q(CdcColumn.DELETED_AT)} = CAST($2 AS timestamptz), ${pos} = ${p}, ${q(CdcColumn.APPLIED_AT)} = CAST($3 AS timestamptz) ` +
+        `WHERE ${pos} < ${p} AND NOT ${q(CdcColumn.DELETED)}`,
+    ];
+  }
+  const out = [`DELETE FROM ${mirror} WHERE ${pos} < ${p}`];
+  if (o.deletedKeys) out.push(`DELETE FROM ${qualified(t.schema, t.deletedKeys)} WHERE ${pos} < ${p}`);
+  return out;
 }
 
 /**
@@ -432,6 +558,8 @@ export interface ApplyStageOptions {
   hard: boolean;
   /** The deleted-keys table exists (always true in hard mode): inserts are guarded by it. */
   deletedKeys: boolean;
+  /** The truncations table exists: every write is guarded by it (a write at or below a truncate changes nothing). */
+  truncations?: boolean;
 }
 
 /**
@@ -455,24 +583,26 @@ export function applyStageSql(t: WarehouseTable, o: ApplyStageOptions): string[]
   const del = q(CdcColumn.DELETED);
   const always = [CdcColumn.POSITION, CdcColumn.DELETED, CdcColumn.DELETED_AT, CdcColumn.APPLIED_AT];
   const liveOnly = o.hard ? ` AND NOT stg.${del}` : '';
+  // The table-level guard: nothing at or below a truncate's position is written.
+  const trGuard = o.truncations ? ` AND NOT EXISTS (SELECT 1 FROM ${qualified(t.schema, t.truncations)} x WHERE x.${pos} >= stg.${pos})` : '';
   const out: string[] = [];
   for (const set of o.sets) {
     const assign = [...set.columns, ...always].map((c) => `${q(c)} = stg.${q(c)}`).join(', ');
     out.push(
-      `UPDATE ${mirror} SET ${assign} FROM ${stage} WHERE ${keyMatch(o.key, mirrorRef, 'stg')} AND ${mirrorRef}.${pos} < stg.${pos} AND stg.${q(CdcColumn.SET)} = ${set.id}${liveOnly}`,
+      `UPDATE ${mirror} SET ${assign} FROM ${stage} WHERE ${keyMatch(o.key, mirrorRef, 'stg')} AND ${mirrorRef}.${pos} < stg.${pos} AND stg.${q(CdcColumn.SET)} = ${set.id}${liveOnly}${trGuard}`,
     );
   }
   const dkGuard = o.deletedKeys ? ` AND NOT EXISTS (SELECT 1 FROM ${dk} d WHERE ${keyMatch(o.key, 'd', 'stg')} AND d.${pos} >= stg.${pos})` : '';
   out.push(
     `INSERT INTO ${mirror} (${cols(o.mirrorColumns)}) SELECT ${cols(o.mirrorColumns, 'stg.')} FROM ${stage} ` +
-      `WHERE NOT EXISTS (SELECT 1 FROM ${mirror} m WHERE ${keyMatch(o.key, 'm', 'stg')})${dkGuard}${liveOnly}`,
+      `WHERE NOT EXISTS (SELECT 1 FROM ${mirror} m WHERE ${keyMatch(o.key, 'm', 'stg')})${dkGuard}${liveOnly}${trGuard}`,
   );
   if (o.deletedKeys) {
     out.push(`DELETE FROM ${dk} USING ${stage} WHERE ${keyMatch(o.key, dkRef, 'stg')} AND NOT stg.${del} AND ${dkRef}.${pos} < stg.${pos}`);
   }
   if (o.hard) {
     const dkCols = [...o.key, CdcColumn.POSITION, CdcColumn.DELETED_AT, CdcColumn.APPLIED_AT];
-    out.push(`DELETE FROM ${mirror} USING ${stage} WHERE ${keyMatch(o.key, mirrorRef, 'stg')} AND stg.${del} AND ${mirrorRef}.${pos} < stg.${pos}`);
+    out.push(`DELETE FROM ${mirror} USING ${stage} WHERE ${keyMatch(o.key, mirrorRef, 'stg')} AND stg.${del} AND ${mirrorRef}.${pos} < stg.${pos}${trGuard}`);
     out.push(
       `UPDATE ${dk} SET ${[CdcColumn.POSITION, CdcColumn.DELETED_AT, CdcColumn.APPLIED_AT].map((c) => `${q(c)} = stg.${q(c)}`).join(', ')} FROM ${stage} ` +
         `WHERE ${keyMatch(o.key, dkRef, 'stg')} AND stg.${del} AND ${dkRef}.${pos} < stg.${pos}`,
@@ -480,7 +610,7 @@ export function applyStageSql(t: WarehouseTable, o: ApplyStageOptions): string[]
     out.push(
       `INSERT INTO ${dk} (${cols(dkCols)}) SELECT ${cols(dkCols, 'stg.')} FROM ${stage} WHERE stg.${del} ` +
         `AND NOT EXISTS (SELECT 1 FROM ${dk} d WHERE ${keyMatch(o.key, 'd', 'stg')}) ` +
-        `AND NOT EXISTS (SELECT 1 FROM ${mirror} m WHERE ${keyMatch(o.key, 'm', 'stg')} AND m.${pos} >= stg.${pos})`,
+        `AND NOT EXISTS (SELECT 1 FROM ${mirror} m WHERE ${keyMatch(o.key, 'm', 'stg')} AND m.${pos} >= stg.${pos})${trGuard}`,
     );
   }
   return out;

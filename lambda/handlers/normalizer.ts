@@ -22,6 +22,9 @@ import { EnvName } from '../../contracts/env.ts';
 import { MetricDimension, METRICS_NAMESPACE } from '../../contracts/metrics.ts';
 import { dynamoDbClient, kinesisClient } from '../adapters/aws-clients.ts';
 import { KinesisChangeLog } from '../adapters/change-log-kinesis.ts';
+import { S3Client } from '@aws-sdk/client-s3';
+import { S3PayloadStore } from '../adapters/payload-store-s3.ts';
+import type { PayloadStore } from '../core/payload-store.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { kinesisRecordData } from '../adapters/kinesis-event.ts';
 import type { ControlPlane } from '../core/control-plane.ts';
@@ -45,6 +48,8 @@ export interface NormalizerDeps<E> {
   now?: () => Date;
   /** @default 1000 */
   flushEvents?: number;
+  /** Where an event over the change log's record limit is stored whole (docs/large-records.md). */
+  payloads?: PayloadStore;
 }
 
 export type NormalizerHandler = (event: KinesisStreamEvent, context?: Context) => Promise<KinesisStreamBatchResponse>;
@@ -104,6 +109,7 @@ export function createNormalizerHandler<E>(deps: NormalizerDeps<E>): NormalizerH
     logger,
     ...(deps.now ? { now: deps.now } : {}),
     ...(deps.flushEvents ? { flushEvents: deps.flushEvents } : {}),
+    ...(deps.payloads ? { payloads: deps.payloads } : {}),
   });
 
   return async (event, context) => {
@@ -158,6 +164,8 @@ function requiredEnv(name: string): string {
 // Module scope: created once per execution environment.
 const kinesis = kinesisClient();
 const dynamodb = dynamoDbClient();
+const payloadBucket = process.env[EnvName.PAYLOAD_BUCKET];
+const payloads = payloadBucket ? new S3PayloadStore(new S3Client({}), payloadBucket, '', process.env[EnvName.PAYLOAD_KMS_KEY_ARN] || undefined) : undefined;
 let fromEnv: NormalizerHandler | undefined;
 
 /** The Lambda entry point, configured from the environment (built on the first invocation). */
@@ -165,8 +173,9 @@ export const handler: NormalizerHandler = async (event, context) => {
   fromEnv ??= createNormalizerHandler({
     source: requiredEnv(EnvName.SOURCE_ID),
     tables: parseTableConfig(process.env[EnvName.TABLE_CONFIG]),
-    control: new DynamoDbControlPlane(dynamodb, requiredEnv(EnvName.CONTROL_TABLE)),
+    control: new DynamoDbControlPlane(dynamodb, requiredEnv(EnvName.CONTROL_TABLE), payloads),
     changeLog: new KinesisChangeLog(kinesis, requiredEnv(EnvName.CHANGE_LOG_STREAM)),
+    ...(payloads ? { payloads } : {}),
   });
   return fromEnv(event, context);
 };

@@ -341,8 +341,8 @@ export function createSearchApplier(deps: SearchApplierDeps): SearchApplier {
         stored.set(kt, { ...(d !== undefined ? { doc: storedDocOf(id, d) } : {}), ...(t !== undefined ? { tombstone: storedDocOf(id, t) } : {}) });
       }
       const plan = planSearchWrites({ events: items.map((i) => i.event), keyColumns, deleteMode, stored, meta: state.meta, appliedAt: now() });
-      for (const u of plan.table.unresolved) {
-        logger.warn('primary-key change: undelivered columns could not be taken from the old key and are absent from the document', { source, table, position: u.event.position, key: u.event.key, columns: u.columns });
+      for (const e of plan.incomplete) {
+        logger.warn('primary-key change: undelivered columns could not be taken from the old key and are absent from the document', { source, table, position: e.position, key: e.key, columns: e.missing });
       }
       // Bulk, retrying throttled / unavailable items (only those) with backoff.
       let pending: SearchOp[] = plan.ops;

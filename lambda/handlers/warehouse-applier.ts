@@ -19,6 +19,8 @@
  *   its records reported as done;
  * - heartbeat events (table `<schema>.cdc_heartbeat`) are applied like any table and also give
  *   `EndToEndLag` = commit time of the sink transaction − source commit time;
+ * - a `truncate` (table level) empties the table's mirror at its position, and a table-level
+ *   guard keeps every later-applied older event out (docs/truncate.md);
  * - a database error fails the table's records; the response fails that table's records at or
  *   after its first failed one in sequence order (per-key order is kept), and no record of
  *   another table (they applied; a re-delivery from the lowest failed one is harmless). A value
@@ -51,7 +53,6 @@ import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent, KinesisSt
 import pg from 'pg';
 import { EnvName, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { METRICS_NAMESPACE, MetricDimension, MetricName } from '../../contracts/metrics.ts';
-import { UnsupportedOperationError } from '../core/apply-plan.ts';
 import { failuresPerTable } from '../core/batch-failures.ts';
 import type { ControlPlane, SchemaVersion } from '../core/control-plane.ts';
 import { CdcError, InvalidRecordError, UnsafeIdentifierError } from '../core/errors.ts';
@@ -65,6 +66,9 @@ import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { DEFAULT_SSL_MODE, parseSslMode, pgSsl } from '../adapters/tls.ts';
 import { PgWarehouse, SinkTypeConflictError, ValueRejectedError, type PgWarehouseOptions } from '../adapters/warehouse-pg.ts';
 import { persistentTableErrorCode } from '../adapters/warehouse-pg-errors.ts';
+import { S3PayloadStore } from '../adapters/payload-store-s3.ts';
+import { isClaimCheck, PayloadRefError, resolveClaim, validateClaimCheck, type PayloadStore } from '../core/payload-store.ts';
+import { S3Client } from '@aws-sdk/client-s3';
 
 /** One change-log record as the applier sees it. */
 export interface ChangeRecord {
@@ -87,6 +91,8 @@ export interface WarehouseApplierDeps {
   warehouse?: PgWarehouseOptions;
   /** Clock for `_cdc_applied_at` and dead-letter times. @default () => new Date() */
   now?: () => Date;
+  /** Where events stored out of line are read back from (claim checks on the change log; docs/large-records.md). */
+  payloads?: PayloadStore;
 }
 
 /** What happened to a batch. */
@@ -180,6 +186,11 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
     for (const k of Object.keys(e.key)) check(k, 'key');
     for (const c of Object.keys(e.after ?? {})) check(c, 'after');
     for (const c of e.missing) check(c, 'missing');
+    if (e.op === 'truncate') {
+      // A truncate is table-level: no key, no images (docs/truncate.md).
+      if (Object.keys(e.key).length > 0 || e.before !== null) throw new InvalidRecordError('key', `a truncate of ${e.table} carries no key and no before image`);
+      return;
+    }
     const keyCols = Object.keys(e.key).sort();
     const want = [...schema.key].sort();
     if (keyCols.length !== want.length || keyCols.some((k, i) => k !== want[i])) {
@@ -231,8 +242,20 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
         } catch (e) {
           throw new InvalidRecordError('event', `not JSON: ${(e as Error).message}`);
         }
+        if (isClaimCheck(parsed)) {
+          // An event stored out of line: read it back whole (a store outage is thrown: retried, not dead-lettered).
+          const claim = validateClaimCheck(parsed);
+          if (!deps.payloads) throw new PayloadRefError(claim.claim.ref, `cannot be read: sink ${sinkId} has no payload store configured`);
+          const text = await resolveClaim(deps.payloads, claim);
+          try {
+            parsed = JSON.parse(text);
+          } catch (e) {
+            throw new InvalidRecordError('claim', `the stored event ${claim.claim.ref} is not JSON: ${(e as Error).message}`);
+          }
+        }
         event = validateChangeEvent(parsed);
       } catch (err) {
+        if (!(err instanceof CdcError)) throw err;
         const about = aboutRecord(record.text);
         await deadLetter(record, about.source, about.table, err);
         continue;
@@ -278,9 +301,6 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
       const schemas = new Map<number, SchemaVersion>();
       for (const i of items) {
         try {
-          if (i.event.op === 'truncate') {
-            throw new UnsupportedOperationError('truncate', `warehouse sink ${sinkId}`, `re-snapshot ${source}/${table} into the warehouse`);
-          }
           const schema = await schemaOf(source, table, i.event.schemaVersion);
           checkColumns(i.event, schema);
           schemas.set(schema.version, schema);
@@ -338,13 +358,15 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
       if (splitTableId(table).table === HEARTBEAT_TABLE) {
         for (const e of result.plan.fresh) c.lag.push(Math.max(0, result.committedAt - Date.parse(e.commitTs)));
       }
-      for (const u of result.plan.unresolved) {
-        logger.warn('primary-key change: undelivered columns could not be taken from the old key and were written as NULL', {
+      if (result.plan.held.length > 0 || result.plan.donors.length > 0) {
+        // A primary-key change whose insert lacks columns (an unchanged TOAST value) waits for the
+        // old key's row, applied on another shard; nothing is written as NULL meanwhile.
+        logger.info('primary-key change in flight: events held until the old key\'s values are known', {
           source,
           table,
-          position: u.event.position,
-          key: u.event.key,
-          columns: u.columns,
+          heldEvents: result.plan.held.length,
+          heldKeys: new Set(result.plan.held.map((e) => JSON.stringify(e.key))).size,
+          handedOver: result.plan.donors.length,
         });
       }
       if (result.ddl.length > 0) logger.info('warehouse DDL applied', { source, table, statements: result.ddl });
@@ -475,7 +497,14 @@ async function fromEnvironment(): Promise<WarehouseApplier> {
   if (!sinkId) throw new ConfigurationError(`${EnvName.SINK_ID} is not set`);
   const pool = await poolFromEnvironment();
   pool.on('error', (err) => logger.warn('idle warehouse connection failed', { error: describeError(err) }));
-  return createWarehouseApplier({ controlPlane: new DynamoDbControlPlane(dynamoDbClient(), table), pool, sinkId, metrics, logger });
+  const payloads = payloadStoreFromEnvironment();
+  return createWarehouseApplier({ controlPlane: new DynamoDbControlPlane(dynamoDbClient(), table, payloads), pool, sinkId, metrics, logger, ...(payloads ? { payloads } : {}) });
+}
+
+/** The payload bucket the construct grants this function (dead letters' whole records, events stored out of line). */
+function payloadStoreFromEnvironment(): PayloadStore | undefined {
+  const bucket = process.env[EnvName.PAYLOAD_BUCKET];
+  return bucket ? new S3PayloadStore(new S3Client({}), bucket, '', process.env[EnvName.PAYLOAD_KMS_KEY_ARN] || undefined) : undefined;
 }
 
 /** The scheduled event (lib/warehouse-sink.ts) on which the function runs the resume replay of released holds. */

@@ -3,6 +3,7 @@ import {
   compareSequenceNumbers,
   distinctEvents,
   failuresFrom,
+  handoverId,
   oldKeysNeeded,
   planTable,
   setSignature,
@@ -120,7 +121,8 @@ describe('planTable', () => {
       const rows = new Map<string, StoredRow>([[keyText(K1), { position: pos(5), deleted: false, values: { a: '1', big: 'stored' } }]]);
       const plan = planTable({ events: [ins, del], keyColumns: ['id'], stored: stored([[K1, { position: pos(5), deleted: false }]]), storedRows: rows });
       expect(plan.writes.find((w) => w.keyText === keyText(K2))!.values).toEqual({ id: 2, a: 5, big: 'stored' });
-      expect(plan.unresolved).toEqual([]);
+      expect(plan.held).toEqual([]);
+      expect(plan.donors).toEqual([]);
       const updated = planTable({ events: [ins, del, ev('update', 8, K1, { id: 1, big: 'newer' })], keyColumns: ['id'], stored: stored([[K1, { position: pos(5), deleted: false }]]), storedRows: rows });
       expect(updated.writes.find((w) => w.keyText === keyText(K2))!.values.big).toBe('newer');
     });
@@ -131,18 +133,60 @@ describe('planTable', () => {
       expect(plan.writes[0]!.values).toEqual({ id: 2, a: 5, big: 'kept' });
     });
 
-    it('reports the columns as unresolved (NULL) when the old row at that position is not known', () => {
+    it('holds the insert (and every later event of its key) when the old row at that position is not known: never a NULL', () => {
       const later = new Map<string, StoredRow>([[keyText(K1), { position: pos(12), deleted: false, values: { a: '1', big: 'later' } }]]);
-      const plan = planTable({ events: [ins], keyColumns: ['id'], stored: stored([[K1, { position: pos(12), deleted: false }]]), storedRows: later });
-      expect(plan.writes[0]!.values).toEqual({ id: 2, a: 5 });
-      expect(plan.unresolved).toEqual([{ event: ins, columns: ['big'] }]);
+      const upd = ev('update', 11, K2, { id: 2, a: 6 });
+      const plan = planTable({ events: [ins, upd], keyColumns: ['id'], stored: stored([[K1, { position: pos(12), deleted: false }]]), storedRows: later });
+      expect(plan.writes).toEqual([]);
+      expect(plan.held).toEqual([ins, upd]);
       const notYet = planTable({ events: [ins], keyColumns: ['id'], stored: stored([[K1, { position: pos(5), deleted: false }]]), storedRows: new Map([[keyText(K1), { position: pos(5), deleted: false, values: { big: 'maybe stale' } }]]) });
-      expect(notYet.unresolved).toHaveLength(1);
+      expect(notYet.held).toEqual([ins]);
+      expect(notYet.writes).toEqual([]);
     });
 
     it('only knows what the old key delivered when it had no full row underneath', () => {
       const plan = planTable({ events: [ev('update', 8, K1, { id: 1, a: 8 }), del, ins], keyColumns: ['id'], stored: new Map() });
-      expect(plan.unresolved).toEqual([{ event: ins, columns: ['big'] }]);
+      expect(plan.held).toEqual([ins]);
+    });
+
+    it('a delete that hands columns over keeps the old values for an insert not planned yet, and that insert takes them later', () => {
+      const marked = { ...del, handover: ['big'] };
+      const rows = new Map<string, StoredRow>([[keyText(K1), { position: pos(5), deleted: false, values: { a: '1', big: 'stored' } }]]);
+      const first = planTable({ events: [ev('update', 8, K1, { id: 1, big: 'newer' }), marked], keyColumns: ['id'], stored: stored([[K1, { position: pos(5), deleted: false }]]), storedRows: rows });
+      expect(first.donors).toEqual([{ key: K1, position: pos(10), values: { big: 'newer' } }]);
+      const donors = new Map(first.donors.map((d) => [handoverId(d.key, d.position), d.values]));
+      const second = planTable({ events: [ins], keyColumns: ['id'], stored: new Map(), donors });
+      expect(second.writes[0]!.values).toEqual({ id: 2, a: 5, big: 'newer' });
+      expect(second.donors).toEqual([]);
+    });
+
+    it('a held insert is applied when the old key\'s delete comes (held events planned again with the batch)', () => {
+      const marked = { ...del, handover: ['big'] };
+      const upd = ev('update', 11, K2, { id: 2, a: 6 });
+      const rows = new Map<string, StoredRow>([[keyText(K1), { position: pos(5), deleted: false, values: { a: '1', big: 'stored' } }]]);
+      const plan = planTable({ events: [marked], held: [ins, upd], keyColumns: ['id'], stored: stored([[K1, { position: pos(5), deleted: false }]]), storedRows: rows });
+      expect(plan.held).toEqual([]);
+      expect(plan.donors).toEqual([]);
+      expect(plan.writes.find((w) => w.keyText === keyText(K2))).toMatchObject({ position: pos(11), full: true, values: { id: 2, a: 6, big: 'stored' } });
+    });
+  });
+
+  describe('truncate', () => {
+    const tr = ev('truncate', 10, {}, null);
+    it('drops every row event at or below the truncate position and starts keys below it from nothing', () => {
+      const plan = planTable({
+        events: [ev('insert', 9, K1, { id: 1, a: 9 }), tr, ev('update', 11, K2, { id: 2, a: 11 })],
+        keyColumns: ['id'],
+        stored: stored([[K2, { position: pos(5), deleted: false }]]),
+      });
+      expect(plan.truncate).toBe(tr);
+      expect(plan.writes).toEqual([expect.objectContaining({ keyText: keyText(K2), full: true, values: { id: 2, a: 11 } })]);
+      const late = planTable({ events: [ev('insert', 9, K1, { id: 1, a: 9 })], keyColumns: ['id'], stored: new Map(), truncatedAt: pos(10) });
+      expect(late.writes).toEqual([]);
+      expect(late.truncate).toBeNull();
+      const again = planTable({ events: [tr], keyColumns: ['id'], stored: new Map(), truncatedAt: pos(10) });
+      expect(again.truncate).toBeNull();
+      expect(again.truncates).toEqual([tr]);
     });
   });
 });

@@ -12,7 +12,17 @@ import {
   createMirrorSql,
   createSchemaSql,
   createStagesSql,
+  createTruncationsSql,
+  createHandoverSql,
+  lockHandoverSql,
+  countHandoverSql,
+  readHandoverSql,
+  clearHandoverSql,
   createViewSql,
+  lockMirrorSql,
+  recordTruncationSql,
+  storedTruncationSql,
+  truncateMirrorSql,
   dropStagesSql,
   fitIdentifier,
   insertValuesSql,
@@ -92,6 +102,8 @@ describe('warehouse names', () => {
       changelog: 'orders_changelog',
       mirror: 'orders_mirror',
       deletedKeys: 'orders_deleted_keys',
+      truncations: 'orders_truncations',
+      handover: 'orders_handover',
       view: 'orders',
     });
   });
@@ -152,13 +164,24 @@ describe('SQL text', () => {
     storedStateSql(t, ['id'], hard, stages),
     mirrorRowsSql(t, ['id'], 2),
     ...applyStageSql(t, { stages, key: ['id'], mirrorColumns, sets, hard, deletedKeys: hard }),
+    ...applyStageSql(t, { stages, key: ['id'], mirrorColumns, sets, hard, deletedKeys: hard, truncations: true }),
+    createTruncationsSql(t),
+    lockMirrorSql(t),
+    storedTruncationSql(t),
+    recordTruncationSql(t),
+    ...truncateMirrorSql(t, { hard, deletedKeys: hard }),
+    createHandoverSql(t),
+    lockHandoverSql(t),
+    countHandoverSql(t),
+    readHandoverSql(t),
+    clearHandoverSql(t),
   ];
 
   it('uses only what PostgreSQL and Redshift both accept (except the PostgreSQL-only occasional stage TRUNCATE)', () => {
     expect(clearStagesSql(stages, true)).toMatch(/^TRUNCATE "cdc_events_[0-9a-f]{8}", "cdc_writes_[0-9a-f]{8}"$/);
     expect(clearStagesSql(stages, false)).toMatch(/^DELETE FROM "cdc_events_[0-9a-f]{8}"; DELETE FROM "cdc_writes_[0-9a-f]{8}"$/);
     for (const sql of [...everything(false), ...everything(true)]) {
-      expect(sql).not.toMatch(/ON CONFLICT|\bMERGE\b|DISTINCT ON|RETURNING|ON COMMIT|TRUNCATE|\bnow\(\)|CURRENT_TIMESTAMP|\bVALUES\s*\(.*\)\s+AS\b|ADD COLUMN IF NOT EXISTS|::/i);
+      expect(sql).not.toMatch(/ON CONFLICT|\bMERGE\b|DISTINCT ON|RETURNING|ON COMMIT|\bTRUNCATE\b|\bnow\(\)|CURRENT_TIMESTAMP|\bVALUES\s*\(.*\)\s+AS\b|ADD COLUMN IF NOT EXISTS|::/i);
     }
   });
 

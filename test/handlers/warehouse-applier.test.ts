@@ -248,7 +248,7 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     expect(emf.metric(MetricName.DEAD_LETTERS)).toEqual([{ value: 3, dims: { Stage: SINK, Source: 'inj' }, dimNames: ['Stage', 'Source'] }]);
   });
 
-  it('sends malformed records, unknown schema versions, wrong keys and truncates to the dead letters with named errors', async () => {
+  it('sends malformed records, unknown schema versions, wrong keys and a truncate that names a key to the dead letters with named errors', async () => {
     const cp = new MemoryControlPlane();
     await register(cp, 'bad', 'public.orders', ORDERS, ['id']);
     const res = await applier(cp).handler(
@@ -257,19 +257,19 @@ describe('warehouse applier on embedded PostgreSQL', () => {
         JSON.stringify({ ...ev('bad', 'public.orders', 'insert', 1, { id: 1 }, { id: 1 }), position: 'nope' }),
         ev('bad', 'public.orders', 'insert', 2, { id: 1 }, { id: 1 }, { schemaVersion: 7 }),
         ev('bad', 'public.orders', 'insert', 3, { status: 'x' }, { status: 'x' }),
-        ev('bad', 'public.orders', 'truncate', 4, {}, null),
+        ev('bad', 'public.orders', 'truncate', 4, { id: 1 }, null),
         ev('bad', 'public.orders', 'insert', 5, { id: 5 }, { id: 5, status: 'ok' }),
       ]),
     );
     expect(res.batchItemFailures).toEqual([]);
     const letters = await cp.listDeadLetters(SINK);
-    expect(letters.map((l) => l.code)).toEqual(['INVALID_RECORD', 'INVALID_RECORD', 'INVALID_RECORD', 'INVALID_RECORD', 'UNSUPPORTED_OPERATION']);
+    expect(letters.map((l) => l.code)).toEqual(['INVALID_RECORD', 'INVALID_RECORD', 'INVALID_RECORD', 'INVALID_RECORD', 'INVALID_RECORD']);
     expect(letters.map((l) => l.reason)).toEqual([
       expect.stringContaining('event: not JSON'),
       expect.stringContaining('position: expected 24 lower-case hex digits'),
       expect.stringContaining('schemaVersion: version 7 of bad/public.orders is not registered'),
       expect.stringContaining('key: expected the primary key (id) of public.orders schema version 1, got (status)'),
-      expect.stringContaining('truncate is not applied by warehouse sink warehouse'),
+      expect.stringContaining('key: a truncate of public.orders carries no key and no before image'),
     ]);
     expect(letters[0]!).toMatchObject({ source: null, table: null, record: 'not json' });
     expect(await rows(`SELECT id FROM ${names('bad', 'public.orders').view}`)).toEqual([{ id: '5' }]);

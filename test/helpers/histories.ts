@@ -8,10 +8,16 @@
  * one position per row change (commit LSN + index in the transaction), a primary-key change as a
  * `delete` of the old key and an `insert` of the new key at the same position, and an update that
  * leaves the TOAST-able column `b` unchanged without it (absent from `after`, listed in
- * `missing`), when the history allows absent columns.
+ * `missing`), when the history allows absent columns. A primary-key change that leaves `b`
+ * unchanged then does the same on its insert half (the value exists only under the old key, as
+ * with test_decoding under the default replica identity), and its delete half names `b` in
+ * `handover` (as the decoders mark it). A `truncate` empties a table (one event, empty key).
  *
- * Delivery then models a Kinesis shard read by an event source mapping: first deliveries keep
- * per-key (partition key) order but interleave keys arbitrarily (for histories with full images
+ * Delivery then models the shards of a Kinesis stream read by event source mappings: first
+ * deliveries keep per-key (partition key) order but interleave keys arbitrarily, so the two
+ * halves of a primary-key change (different partition keys, so different shards) and a
+ * truncate (its own partition key) arrive in either order relative to each other and to the
+ * other keys' events (for histories with full images
  * only, the order of first deliveries is arbitrary, per key too); duplicates and replays of
  * already delivered events appear at any later point; batch boundaries are random; and a batch
  * can be delivered again right after it was applied (a crash between sink commit and ack).
@@ -69,7 +75,8 @@ export type Action =
   | { t: 'insert'; tbl: number; k: number; vals: JsonValue[]; omitNulls: boolean }
   | { t: 'update'; tbl: number; k: number; vals: JsonValue[]; change: boolean[]; keepB: boolean }
   | { t: 'delete'; tbl: number; k: number }
-  | { t: 'pk'; tbl: number; k: number; k2: number; vals: JsonValue[]; change: boolean[] };
+  | { t: 'pk'; tbl: number; k: number; k2: number; vals: JsonValue[]; change: boolean[]; keepB: boolean }
+  | { t: 'truncate'; tbl: number };
 
 export interface History {
   /** Use the second table too. */
@@ -98,7 +105,8 @@ export const actionArb: fc.Arbitrary<Action> = fc.oneof(
   { weight: 3, arbitrary: fc.record({ t: fc.constant('insert' as const), tbl: tblArb, k: slot, vals: valsArb, omitNulls: fc.boolean() }) },
   { weight: 5, arbitrary: fc.record({ t: fc.constant('update' as const), tbl: tblArb, k: slot, vals: valsArb, change: changeArb, keepB: fc.boolean() }) },
   { weight: 2, arbitrary: fc.record({ t: fc.constant('delete' as const), tbl: tblArb, k: slot }) },
-  { weight: 1, arbitrary: fc.record({ t: fc.constant('pk' as const), tbl: tblArb, k: slot, k2: slot, vals: valsArb, change: changeArb }) },
+  { weight: 3, arbitrary: fc.record({ t: fc.constant('pk' as const), tbl: tblArb, k: slot, k2: fc.integer({ min: 0, max: 3 }), vals: valsArb, change: changeArb, keepB: fc.boolean() }) },
+  { weight: 1, arbitrary: fc.record({ t: fc.constant('truncate' as const), tbl: tblArb }) },
 );
 
 export const historyArb: fc.Arbitrary<History> = fc.record({
@@ -115,16 +123,29 @@ export interface Simulated {
   final: Map<string, Map<string, Row>>;
   /** Per table id and key text: the position of the last event of the key. */
   lastPosition: Map<string, Map<string, string>>;
+  /** Per table id: the position of its last truncate (absent: never truncated). */
+  truncatedAt: Map<string, string>;
   tables: ModelTable[];
 }
 
 const dataColumns = (t: ModelTable): string[] => t.columns.map((c) => c.name).filter((c) => !t.key.includes(c));
 
 /** Runs the history on a simulated source and returns the events it publishes, in source order. */
-export function simulate(h: History, source: string, startLsn = 0x1_0000_0000n): Simulated {
+export interface SimulateOptions {
+  /**
+   * Whether a primary-key change may leave `b` undelivered on its insert half (the sink must
+   * carry it over from the old key, docs/primary-key-changes.md). @default true
+   */
+  keyChangeHandover?: boolean;
+  /** Whether `truncate` actions are simulated (when false they are skipped). @default true */
+  truncates?: boolean;
+}
+
+export function simulate(h: History, source: string, startLsn = 0x1_0000_0000n, options: SimulateOptions = {}): Simulated {
   const tables = h.twoTables ? [...MODEL_TABLES] : [MODEL_TABLES[0]!];
   const state = new Map<string, Map<string, Row>>(tables.map((t) => [t.table, new Map()]));
   const lastPosition = new Map<string, Map<string, string>>(tables.map((t) => [t.table, new Map()]));
+  const truncatedAt = new Map<string, string>();
   const events: ChangeEvent[] = [];
   let lsn = startLsn;
   let xid = 1000;
@@ -135,7 +156,7 @@ export function simulate(h: History, source: string, startLsn = 0x1_0000_0000n):
     clock += 1000;
     let index = 0;
     const commitTs = new Date(clock).toISOString();
-    const emit = (t: ModelTable, e: Pick<ChangeEvent, 'op' | 'key' | 'after' | 'before' | 'missing'>, idx: number): void => {
+    const emit = (t: ModelTable, e: Pick<ChangeEvent, 'op' | 'key' | 'after' | 'before' | 'missing' | 'handover'>, idx: number): void => {
       const position = makePosition(lsn, idx);
       events.push({ v: ENVELOPE_VERSION, source, table: t.table, ...e, position, commitTs, txId: String(xid), schemaVersion: 1, capture: 'slot', synthetic: false });
       lastPosition.get(t.table)!.set(keyText(e.key), position);
@@ -143,6 +164,14 @@ export function simulate(h: History, source: string, startLsn = 0x1_0000_0000n):
     for (const a of tx) {
       const t = tables[a.tbl % tables.length]!;
       const rows = state.get(t.table)!;
+      if (a.t === 'truncate') {
+        if (options.truncates === false) continue;
+        rows.clear();
+        const position = makePosition(lsn, index++);
+        events.push({ v: ENVELOPE_VERSION, source, table: t.table, op: 'truncate', key: {}, after: null, before: null, missing: [], position, commitTs, txId: String(xid), schemaVersion: 1, capture: 'slot', synthetic: false });
+        truncatedAt.set(t.table, position);
+        continue;
+      }
       const key = t.keys[a.k]!;
       const kt = keyText(key);
       const cur = rows.get(kt);
@@ -163,7 +192,8 @@ export function simulate(h: History, source: string, startLsn = 0x1_0000_0000n):
         emit(t, { op: 'delete', key, after: null, before: { ...key }, missing: [] }, index++);
         continue;
       }
-      const change = a.t === 'insert' ? data.map(() => true) : a.change;
+      // A key change with `keepB` leaves the TOAST column unchanged (the case that needs the old key's value).
+      const change = a.t === 'insert' ? data.map(() => true) : a.t === 'pk' && a.keepB ? a.change.map((c, i) => c && data[i] !== TOAST_COLUMN) : a.change;
       const next: Row = { ...cur };
       data.forEach((c, i) => {
         if (change[i]) next[c] = a.vals[i] ?? null;
@@ -191,11 +221,17 @@ export function simulate(h: History, source: string, startLsn = 0x1_0000_0000n):
       const moved: Row = { ...next, ...key2 };
       rows.set(kt2, moved);
       const idx = index++;
-      emit(t, { op: 'delete', key, after: null, before: { ...key }, missing: [] }, idx);
-      emit(t, { op: 'insert', key: key2, after: { ...moved }, before: { ...key }, missing: [] }, idx);
+      const after: Row = { ...moved };
+      const missing: string[] = [];
+      if (h.absentColumns && (options.keyChangeHandover ?? true) && !change[data.indexOf(TOAST_COLUMN)]) {
+        delete after[TOAST_COLUMN];
+        missing.push(TOAST_COLUMN);
+      }
+      emit(t, { op: 'delete', key, after: null, before: { ...key }, missing: [], ...(missing.length > 0 ? { handover: [...missing] } : {}) }, idx);
+      emit(t, { op: 'insert', key: key2, after, before: { ...key }, missing }, idx);
     }
   }
-  return { events, final: state, lastPosition, tables };
+  return { events, final: state, lastPosition, truncatedAt, tables };
 }
 
 /** A stream of choices with a default of 0 when exhausted (0 means "the simplest option"). */

@@ -3,14 +3,18 @@
  * batch delivered again after its commit), the warehouse ends equal to the source.
  *
  * Each history (a few keys of one or two tables; inserts, updates with and without the TOAST
- * column, deletes, primary-key changes) is simulated on a model source, delivered in batches
+ * column, deletes, primary-key changes with and without it, truncates) is simulated on a model source, delivered in batches
  * through the real applier (`createWarehouseApplier(...).applyRecords`, the function the Lambda
  * handler calls) into a real PostgreSQL, and then checked:
  * - the view named after the table equals the source's final rows (every column, and
  *   `_cdc_position` = the key's last position);
- * - soft mode: the mirror holds a tombstone at the delete's position for every key that is gone;
- *   hard mode: the mirror holds only live rows and the deleted-keys table remembers every gone
- *   key at its last position;
+ * - soft mode: the mirror holds a tombstone at the delete's position for every key that is gone
+ *   after the table's last truncate, and for a key whose last event is below it at most a
+ *   tombstone at or below the truncate's position; hard mode: the mirror holds only live rows
+ *   and the deleted-keys table remembers every key gone after the last truncate at its last
+ *   position;
+ * - the truncations table holds every truncate, and nothing is left in the handover table
+ *   (every primary-key change whose insert lacked a column was completed, none with a NULL);
  * - the changelog holds every delivered event exactly once (position, op, key, delivered values,
  *   undelivered columns).
  *
@@ -88,9 +92,13 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
         const gone = simulate({ twoTables: true, absentColumns: false, transactions: [[{ t: 'insert', tbl: 0, k: 1, vals: [1, 'x', null], omitNulls: false }, { t: 'insert', tbl: 1, k: 1, vals: [1, 'x', null], omitNulls: false }], [{ t: 'delete', tbl: 0, k: 1 }, { t: 'delete', tbl: 1, k: 1 }]], choices: [] }, source, 0x2_0000_0000n);
         await apply(applier, gone.events, 1000);
       }
+      // A primary-key change that lacks a column and a truncate make the handover and truncations tables.
+      const pkc = (tbl: number) => ({ t: 'pk' as const, tbl, k: 2, k2: 3, vals: [1, 'x', null], change: [true, false, true], keepB: true });
+      const made = simulate({ twoTables: true, absentColumns: true, transactions: [[{ t: 'insert', tbl: 0, k: 2, vals: [1, 'x', null], omitNulls: false }, { t: 'insert', tbl: 1, k: 2, vals: [1, 'x', null], omitNulls: false }], [pkc(0), pkc(1)], [{ t: 'truncate', tbl: 0 }, { t: 'truncate', tbl: 1 }]], choices: [] }, source, 0x3_0000_0000n);
+      await apply(applier, made.events, 2000);
       const names = MODEL_TABLES.map((t) => warehouseTable(source, t.table));
       const reset = names
-        .flatMap((n) => [n.changelog, n.mirror, ...(mode === 'hard' ? [n.deletedKeys] : [])].map((x) => `DELETE FROM ${qualified(n.schema, x)}`))
+        .flatMap((n) => [n.changelog, n.mirror, n.truncations, n.handover, ...(mode === 'hard' ? [n.deletedKeys] : [])].map((x) => `DELETE FROM ${qualified(n.schema, x)}`))
         .join('; ');
 
       let seq = 0;
@@ -110,7 +118,7 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
             }
             for (const e of b.events) delivered.set(`${e.table}|${e.position}|${keyText(e.key)}`, e);
           }
-          for (const t of sim.tables) await check(source, mode, t, sim.final.get(t.table)!, sim.lastPosition.get(t.table)!, [...delivered.values()].filter((e) => e.table === t.table));
+          for (const t of sim.tables) await check(source, mode, t, sim.final.get(t.table)!, sim.lastPosition.get(t.table)!, sim.truncatedAt.get(t.table) ?? null, [...delivered.values()].filter((e) => e.table === t.table));
           histories++;
           runs++;
         }),
@@ -125,7 +133,7 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
     return applier.applyRecords(records);
   }
 
-  async function check(source: string, mode: DeleteMode, t: ModelTable, final: Map<string, Row>, last: Map<string, string>, delivered: ChangeEvent[]): Promise<void> {
+  async function check(source: string, mode: DeleteMode, t: ModelTable, final: Map<string, Row>, last: Map<string, string>, truncatedAt: string | null, delivered: ChangeEvent[]): Promise<void> {
     const n = warehouseTable(source, t.table);
     const data = dataCols(t);
     const all = [...t.key, ...data];
@@ -134,26 +142,39 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
       sel([...all, '_cdc_position'], n.view),
       sel([...t.key, '_cdc_position', '_cdc_deleted'], n.mirror),
       sel(['_cdc_position', '_cdc_op', ...all, '_cdc_missing'], n.changelog),
+      sel(['_cdc_position'], n.truncations),
+      `SELECT * FROM ${qualified(n.schema, n.handover)}`,
       ...(mode === 'hard' ? [sel([...t.key, '_cdc_position'], n.deletedKeys)] : []),
     ];
     const res = (await pool.query({ text: statements.join('; '), types: RAW })) as unknown as pg.QueryResult<Record<string, string | null>>[];
-    const [view, mirror, changelog, deletedKeys] = res.map((r) => r.rows);
+    const [view, mirror, changelog, truncations, handover, deletedKeys] = res.map((r) => r.rows);
+    expect(sortRows(truncations!), `truncations of ${t.table}`).toEqual(sortRows(delivered.filter((e) => e.op === 'truncate').map((e) => ({ _cdc_position: e.position }))));
+    expect(handover, `handover rows left for ${t.table}`).toEqual([]);
+    /** Keys whose last event is above the table's last truncate: their mirror rows are exact. */
+    const afterTruncate = (k: string): boolean => truncatedAt === null || last.get(k)! > truncatedAt;
 
     const expectedView = [...final.entries()].map(([k, row]) => ({ ...Object.fromEntries(all.map((c) => [c, text(row[c])])), _cdc_position: last.get(k)! }));
     expect(sortRows(view!), `view of ${t.table}`).toEqual(sortRows(expectedView));
 
     const keyRow = (k: string) => Object.fromEntries((JSON.parse(k) as [string, JsonValue][]).map(([c, v]) => [c, text(v)]));
-    const gone = [...last.keys()].filter((k) => !final.has(k));
+    const gone = [...last.keys()].filter((k) => !final.has(k) && afterTruncate(k));
     if (mode === 'soft') {
-      const expectedMirror = [...last.entries()].map(([k, p]) => ({ ...keyRow(k), _cdc_position: p, _cdc_deleted: final.has(k) ? 'f' : 't' }));
-      expect(sortRows(mirror!), `mirror of ${t.table}`).toEqual(sortRows(expectedMirror));
+      const expectedMirror = [...last.entries()].filter(([k]) => afterTruncate(k)).map(([k, p]) => ({ ...keyRow(k), _cdc_position: p, _cdc_deleted: final.has(k) ? 'f' : 't' }));
+      const exact = new Set(expectedMirror.map((r) => JSON.stringify(Object.fromEntries(t.key.map((c) => [c, (r as Record<string, string | null>)[c]])))));
+      const isExact = (r: Record<string, string | null>) => exact.has(JSON.stringify(Object.fromEntries(t.key.map((c) => [c, r[c]]))));
+      expect(sortRows(mirror!.filter(isExact)), `mirror of ${t.table}`).toEqual(sortRows(expectedMirror));
+      // Keys truncated with no later event: at most a tombstone at or below the truncate.
+      for (const r of mirror!.filter((x) => !isExact(x))) {
+        expect(r._cdc_deleted, `truncated key ${JSON.stringify(r)} of ${t.table}`).toBe('t');
+        expect(truncatedAt !== null && r._cdc_position! <= truncatedAt, `truncated key ${JSON.stringify(r)} of ${t.table} at or below ${truncatedAt}`).toBe(true);
+      }
     } else {
       const expectedMirror = [...final.keys()].map((k) => ({ ...keyRow(k), _cdc_position: last.get(k)!, _cdc_deleted: 'f' }));
       expect(sortRows(mirror!), `mirror of ${t.table}`).toEqual(sortRows(expectedMirror));
       expect(sortRows(deletedKeys!), `deleted keys of ${t.table}`).toEqual(sortRows(gone.map((k) => ({ ...keyRow(k), _cdc_position: last.get(k)! }))));
     }
 
-    const expectedChangelog = delivered.map((e) => ({
+    const expectedChangelog = delivered.filter((e) => e.op !== 'truncate').map((e) => ({
       _cdc_position: e.position,
       _cdc_op: e.op,
       ...Object.fromEntries(all.map((c) => [c, c in e.key ? text(e.key[c]) : text(e.after?.[c])])),
