@@ -5,6 +5,7 @@
  * Every state change commits together with its audit entry. Reads that decide are strongly consistent.
  */
 import type { Position } from './position.ts';
+import type { SnapshotChunkRecord, SnapshotState } from './snapshot.ts';
 
 export type TableState = 'active' | 'paused' | 'needs-resnapshot' | 'degraded';
 export type DeleteMode = 'soft' | 'hard';
@@ -113,4 +114,17 @@ export interface ControlPlane {
   putDeadLetter(letter: DeadLetter): Promise<void>;
   listDeadLetters(stage?: string): Promise<DeadLetter[]>;
   listAudit(source?: string, table?: string): Promise<AuditEntry[]>;
+  /** A table's current snapshot run (docs/snapshot.md), or null. */
+  getSnapshot(source: string, table: string): Promise<SnapshotState | null>;
+  listSnapshots(source: string): Promise<SnapshotState[]>;
+  /**
+   * Writes a snapshot state if the stored one has version `expectedVersion` (null: none stored),
+   * with `audit` in the same transaction when given. Returns false (and changes nothing) if
+   * another writer got there first: two requests or two workers cannot both win.
+   */
+  putSnapshot(state: SnapshotState, expectedVersion: number | null, audit: AuditEntry | null): Promise<boolean>;
+  /** Records a completed chunk and the state after it in one transaction, conditional like `putSnapshot`. */
+  completeSnapshotChunk(chunk: SnapshotChunkRecord, state: SnapshotState, expectedVersion: number): Promise<boolean>;
+  /** The completed chunks of one run, in chunk order. */
+  listSnapshotChunks(source: string, table: string, run: string): Promise<SnapshotChunkRecord[]>;
 }
