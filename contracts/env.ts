@@ -25,6 +25,14 @@ export const EnvName = {
   HEARTBEAT_SCHEMA: 'CDC_HEARTBEAT_SCHEMA',
   /** Heartbeats the writer sends per invocation, 10 s apart (the schedule starts it every minute). */
   HEARTBEAT_BEATS: 'CDC_HEARTBEAT_BEATS',
+  /** Raw stream name (the snapshot worker publishes its chunk rows to it, like the capture). */
+  RAW_STREAM: 'CDC_RAW_STREAM',
+  /** JSON budget of the snapshot worker: `{"writeLatencyPct": 10, "cpuPct": 5}` (docs/snapshot.md). */
+  SNAPSHOT_BUDGET: 'CDC_SNAPSHOT_BUDGET',
+  /** Secrets Manager ARN of a read replica the snapshot worker reads chunks from (optional). */
+  SNAPSHOT_REPLICA_SECRET_ARN: 'CDC_SNAPSHOT_REPLICA_SECRET_ARN',
+  /** RDS DB instance identifier whose CloudWatch metrics (WriteLatency, CPUUtilization) pace the snapshot (optional). */
+  SNAPSHOT_DB_INSTANCE: 'CDC_SNAPSHOT_DB_INSTANCE',
   /** Endpoint override for AWS clients (local stand-ins). */
   AWS_ENDPOINT: 'CDC_AWS_ENDPOINT',
   POWERTOOLS_SERVICE_NAME: 'POWERTOOLS_SERVICE_NAME',

@@ -157,10 +157,16 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
       updatedAt: t.toISOString(),
       version: state!.version + 1,
     };
-    const audit: AuditEntry | null =
-      state!.status === 'requested' || state!.owner !== o.owner
-        ? { at: t.toISOString(), actor: `snapshot:${o.owner}`, action: state!.status === 'requested' ? 'start-snapshot' : 'resume-snapshot', source: o.source, table: o.table, outcome: 'done', detail: { run: state!.run, cursor: state!.cursor, chunksDone: state!.chunksDone } }
-        : null;
+    // Every claim is audited: a start, or a resume (after a crash, a stop, or a lease taken over).
+    const audit: AuditEntry = {
+      at: t.toISOString(),
+      actor: `snapshot:${o.owner}`,
+      action: state!.status === 'requested' ? 'start-snapshot' : 'resume-snapshot',
+      source: o.source,
+      table: o.table,
+      outcome: 'done',
+      detail: { run: state!.run, cursor: state!.cursor, chunksDone: state!.chunksDone, rowsDone: state!.rowsDone, previousOwner: state!.owner },
+    };
     if (!(await o.control.putSnapshot(claimed, state!.version, audit))) return 'busy';
     state = claimed;
     o.onState?.(state);
@@ -242,4 +248,50 @@ async function writeThrottle(o: RunTableSnapshotOptions, state: SnapshotState, t
   if (!(await o.control.putSnapshot(next, state.version, null))) return null;
   o.onState?.(next);
   return next;
+}
+
+/**
+ * Requests a first snapshot for every configured table that has none yet (opt-out per table
+ * with `snapshot: false`), so a table added to a running source gets one without touching the
+ * others. Returns the tables requested.
+ */
+export async function planSnapshots(control: ControlPlane, source: string, configured: readonly { table: string; snapshot?: boolean }[], actor: string, now = new Date()): Promise<string[]> {
+  const runs = await control.listSnapshots(source);
+  const registered = await control.listTables(source);
+  const out: string[] = [];
+  for (const t of tablesToSnapshot(configured, runs, registered)) {
+    const r = await requestSnapshot(control, { source, table: t.table, reason: t.reason, actor, now });
+    if (r.outcome === 'requested') out.push(t.table);
+  }
+  return out;
+}
+
+export interface RunPendingOptions extends Omit<RunTableSnapshotOptions, 'table' | 'rules' | 'pacer'> {
+  rulesOf: (table: string) => ColumnRules;
+  /** A fresh pacer per run (the budget's baseline is per run). */
+  pacerFor: (table: string) => Pacer;
+  /** Called before a run starts (e.g. to take the pressure baseline). */
+  beforeRun?: (table: string) => Promise<void>;
+}
+
+/**
+ * Works through the source's pending runs one table at a time (so a new table's snapshot never
+ * competes with another's for the budget). Returns the outcome per table that was touched.
+ */
+export async function runPendingSnapshots(o: RunPendingOptions): Promise<Map<string, RunOutcome>> {
+  const outcomes = new Map<string, RunOutcome>();
+  const pending = (await o.control.listSnapshots(o.source)).filter(snapshotPending);
+  for (const run of pending) {
+    if (o.shouldStop?.()) break;
+    await o.beforeRun?.(run.table);
+    const outcome = await runTableSnapshot({ ...o, table: run.table, rules: o.rulesOf(run.table), pacer: o.pacerFor(run.table) });
+    outcomes.set(run.table, outcome);
+    if (outcome === 'more' || outcome === 'stopped') break;
+  }
+  return outcomes;
+}
+
+/** The runs still to do. */
+export function snapshotPendingRuns(runs: readonly SnapshotState[]): SnapshotState[] {
+  return runs.filter(snapshotPending);
 }

@@ -18,7 +18,7 @@
  * same on the local slot capture and on DMS.
  */
 import { CdcError } from './errors.ts';
-import type { Row } from './event.ts';
+import { partitionKeyOf, type Row } from './event.ts';
 import { quoteIdent, splitTableId } from './identifiers.ts';
 import { applyColumnRules, type ColumnRules } from './masking.ts';
 import { formatLsn, makePosition, parseLsn, type Position } from './position.ts';
@@ -209,6 +209,19 @@ export function chunkRecords(source: string, shape: SnapshotTableShape, read: Pi
   return read.rows.map((texts) =>
     buildSlotRecord(tx, index, { table: shape.table, op: 'snapshot', columns: ruleColumns(rowToColumns(shape, texts), rules), oldKey: null, unchanged: [] }, shape.key),
   );
+}
+
+/**
+ * The raw-stream partition key of a snapshot record: source + table + key, like every record
+ * (which shard a snapshot row travels on does not matter: positions order it, not arrival).
+ */
+export function snapshotPartitionKey(r: SlotRecord, hash: (s: string) => string): string {
+  const key: Row = {};
+  for (const k of r.key) {
+    const c = r.columns?.find((x) => x.name === k);
+    if (c) key[k] = c.value;
+  }
+  return partitionKeyOf({ source: r.source, table: r.table, key }, hash);
 }
 
 // ---------------------------------------------------------------------------------------------
