@@ -53,6 +53,21 @@ export class SnapshotRefusedError extends CdcError {
   }
 }
 
+/** A bootstrap from a trusted copy is refused: the log does not reach back to the copy's position. */
+export class BootstrapGapError extends CdcError {
+  constructor(
+    readonly table: string,
+    readonly copyPosition: string,
+    readonly logStart: string,
+  ) {
+    super(
+      'BOOTSTRAP_GAP',
+      `${table}: the copy represents the source at ${copyPosition}, but the change log starts at ${logStart}; changes between them exist in neither the copy nor the log. ` +
+        'Take a newer copy (at or after the log start) or snapshot the table instead.',
+    );
+  }
+}
+
 /** The table cannot be snapshotted as configured (no primary key, unsupported key type, …). */
 export class SnapshotTableError extends CdcError {
   constructor(
@@ -228,7 +243,7 @@ export function snapshotPartitionKey(r: SlotRecord, hash: (s: string) => string)
 // Control-plane records
 
 /** Why a snapshot runs. */
-export type SnapshotReason = 'initial' | 'added' | 'resnapshot';
+export type SnapshotReason = 'initial' | 'added' | 'resnapshot' | 'bootstrap';
 /** `requested` waits for a worker; `running` has one; `done` finished; `failed` stopped with `error`. */
 export type SnapshotStatus = 'requested' | 'running' | 'done' | 'failed';
 /** What the pacer is doing to the reads (see snapshot-pacer.ts). */
