@@ -4,10 +4,9 @@
  *
  * 1. on the primary, in one short transaction: `pg_current_wal_insert_lsn()` (the low watermark
  *    L0), then `pg_current_xact_id()` (a transaction id X assigned after L0 was read); commit;
- * 2. on the read endpoint (the primary or a replica): wait until
- *    `pg_snapshot_xmin(pg_current_snapshot()) > X` (every transaction with an id ≤ X has
- *    finished, so every transaction whose commit record precedes L0 is visible) and, on a
- *    replica, until it has replayed past L0;
+ * 2. on the read endpoint (the primary or a replica): wait until no transaction with an id ≤ X
+ *    that may have written this database is still running (every transaction whose commit
+ *    record precedes L0 is then visible) and, on a replica, until it has replayed past L0;
  * 3. read the chunk in a REPEATABLE READ READ ONLY transaction (one statement: the snapshot is
  *    taken after step 2), keyset query from lambda/core/snapshot.ts, values as the types'
  *    output text (no client-side parsing), in the capture's canonical session settings.
@@ -130,20 +129,32 @@ export class PostgresSnapshotReader implements SnapshotReader {
     }
   }
 
-  /** Step 2: waits until every transaction with an id ≤ `xid` has finished (and a replica has replayed past L0). */
+  /**
+   * Step 2: waits until every transaction with an id ≤ `xid` that could have written this
+   * database has finished (and a replica has replayed past L0). After the fence's commit every
+   * still-running id ≤ X is in the xip list of a fresh `pg_current_snapshot()`; an id whose
+   * backend is connected to another database cannot have changed a table of this one, so it is
+   * not waited for (the embedded `cdc local` keeps source and warehouse in one server). An id
+   * without a visible backend (another user's session without pg_read_all_stats, a prepared
+   * transaction) is waited for.
+   */
   async awaitFence(table: string, fence: { lowWatermark: string; xid: string }): Promise<number> {
     const { read } = await this.clients();
     const t0 = Date.now();
     const timeout = this.o.fenceTimeoutMs ?? 600_000;
     for (;;) {
-      const r = await read.query<{ ok: boolean; xmin: string }>(
-        `SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::xid8
-                AND (NOT pg_is_in_recovery() OR pg_last_wal_replay_lsn() >= $2::pg_lsn) AS ok,
-                pg_snapshot_xmin(pg_current_snapshot())::text AS xmin`,
+      const r = await read.query<{ waiting: number; oldest: string | null; replayed: boolean }>(
+        `SELECT count(*)::int AS waiting, min(x)::text AS oldest,
+                (NOT pg_is_in_recovery() OR pg_last_wal_replay_lsn() >= $2::pg_lsn) AS replayed
+           FROM (SELECT x FROM pg_snapshot_xip(pg_current_snapshot()) AS x
+                  WHERE x <= $1::xid8
+                    AND x::xid NOT IN (SELECT backend_xid FROM pg_stat_activity
+                                        WHERE backend_xid IS NOT NULL AND datid IS DISTINCT FROM (SELECT oid FROM pg_database WHERE datname = current_database()))) AS running`,
         [fence.xid, fence.lowWatermark],
       );
-      if (r.rows[0]!.ok) return Date.now() - t0;
-      if (Date.now() - t0 > timeout) throw new SnapshotFenceTimeoutError(table, r.rows[0]!.xmin, Date.now() - t0);
+      const row = r.rows[0]!;
+      if (row.waiting === 0 && row.replayed) return Date.now() - t0;
+      if (Date.now() - t0 > timeout) throw new SnapshotFenceTimeoutError(table, row.oldest, Date.now() - t0);
       await sleep(this.o.fencePollMs ?? 10);
     }
   }

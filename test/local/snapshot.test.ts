@@ -97,4 +97,32 @@ describe('snapshot reader (real PostgreSQL)', () => {
       await reader.close();
     }
   }, 60_000);
+
+  it('the fence waits for an older writing transaction of this database, not for one of another database', async () => {
+    await cluster.createDatabase('elsewhere');
+    const other = new pg.Client({ connectionString: cluster.url('elsewhere') });
+    const same = new pg.Client({ connectionString: url });
+    await Promise.all([other.connect(), same.connect()]);
+    await sql.query('CREATE TABLE public.f (id int PRIMARY KEY)');
+    const reader = new PostgresSnapshotReader({ primary: { connectionString: url }, fencePollMs: 5 });
+    try {
+      const shape = await reader.describe('public.f');
+      await other.query('BEGIN');
+      await other.query('SELECT pg_current_xact_id()');
+      await reader.readChunk(shape, null, 10); // does not wait for the other database's open transaction
+      await same.query('BEGIN');
+      await same.query('INSERT INTO public.f VALUES (1)');
+      let settled = false;
+      const reading = reader.readChunk(shape, null, 10).finally(() => (settled = true));
+      await new Promise((r) => setTimeout(r, 300));
+      expect(settled, 'waits for the open transaction of this database').toBe(false);
+      await same.query('COMMIT');
+      const read = await reading;
+      expect(read.rows).toEqual([['1']]);
+    } finally {
+      await other.query('ROLLBACK').catch(() => undefined);
+      await reader.close();
+      await Promise.all([other.end(), same.end()]);
+    }
+  }, 60_000);
 });
