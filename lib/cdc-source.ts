@@ -25,6 +25,7 @@ import { taskSettings } from './private/task-settings.ts';
 import { checkIntegerRange, checkKinesisRetention, checkLowerIdent, fail, halfOf, idFromConstructId } from './private/validate.ts';
 import type { SourceDatabase } from './source-database.ts';
 import { platformMetric } from './private/platform-metric.ts';
+import { addSnapshotWorker } from './private/snapshot-worker.ts';
 
 /** Which columns DMS puts in the before image of an update. */
 export enum BeforeImage {
@@ -158,6 +159,12 @@ export interface CdcSourceProps {
    * @default - half the normalizer's maximum record age (a quarter of the raw stream retention)
    */
   readonly alarmIteratorAgeThreshold?: Duration;
+  /**
+   * A running snapshot that completes no chunk for this long raises the snapshot-stalled alarm
+   * (docs/snapshot.md).
+   * @default Duration.minutes(30)
+   */
+  readonly alarmSnapshotStallThreshold?: Duration;
 }
 
 /** Heartbeats per writer invocation: one every 10 s across the one-minute schedule. */
@@ -186,6 +193,8 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
   readonly normalizer: lambda.IFunction;
   /** The heartbeat writer function. */
   readonly heartbeatWriter: lambda.IFunction;
+  /** The snapshot worker function (copies existing rows in paced chunks; docs/snapshot.md). */
+  readonly snapshotWorker: lambda.IFunction;
   /** Records the normalizer gave up on (shard id and sequence numbers). */
   readonly deadLetterQueue: sqs.IQueue;
   /**
@@ -478,7 +487,25 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
       targets: [new targets.LambdaFunction(heartbeat.fn, { retryAttempts: 0, maxEventAge: Duration.minutes(1) })],
     });
 
-    this.acknowledgeGrantWildcards([normalizer, heartbeat, lifecycle], targetRole, secretsRole);
+    // --- Snapshot worker: existing rows, in paced chunks (docs/snapshot.md) ---
+    const snapshot = addSnapshotWorker(this, {
+      sourceId: this.sourceId,
+      control: props.control,
+      rawStream,
+      database: props.database,
+      tableConfig,
+      heartbeatSchema: this.heartbeatSchema,
+      vpc: props.vpc,
+      vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
+      securityGroup,
+      alarmsEnabled: props.alarmsEnabled ?? true,
+      alarmActions: props.alarmActions,
+      stallThreshold: props.alarmSnapshotStallThreshold ?? Duration.minutes(30),
+    });
+    this.snapshotWorker = snapshot.fn;
+    this.alarms.push(...snapshot.alarms);
+
+    this.acknowledgeGrantWildcards([normalizer, heartbeat, lifecycle, snapshot.worker], targetRole, secretsRole);
 
     // --- Alarms ---
     if (props.alarmsEnabled ?? true) {

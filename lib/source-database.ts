@@ -28,6 +28,25 @@ export interface PostgresSourceOptions {
    * @default 5432
    */
   readonly port?: number;
+  /**
+   * How much the snapshot worker may add to this database's load (docs/snapshot.md "The budget").
+   * @default - at most 10 % added p99 write latency and 5 percentage points of added CPU
+   */
+  readonly snapshotBudget?: SnapshotBudget;
+  /**
+   * Credentials and address of a read replica the snapshot worker reads chunks from (the fence
+   * still runs on the primary). Same secret shape as `secret`.
+   * @default - chunks are read from the primary
+   */
+  readonly readReplicaSecret?: secretsmanager.ISecret;
+}
+
+/** A source's snapshot budget, in percent over the load measured before the snapshot started. */
+export interface SnapshotBudget {
+  /** Added p99 write latency, percent. @default 10 */
+  readonly writeLatencyPercent?: number;
+  /** Added CPU, percentage points. @default 5 */
+  readonly cpuPercent?: number;
 }
 
 /** Supported source engines. */
@@ -55,6 +74,10 @@ export class SourceDatabase {
   readonly securityGroup?: ec2.ISecurityGroup;
   /** The database port. */
   readonly port: number;
+  /** The snapshot budget (undefined: the defaults). */
+  readonly snapshotBudget?: SnapshotBudget;
+  /** The read replica the snapshot reads from, if any. */
+  readonly readReplicaSecret?: secretsmanager.ISecret;
 
   private constructor(engine: SourceEngine, options: PostgresSourceOptions) {
     this.engine = engine;
@@ -63,5 +86,7 @@ export class SourceDatabase {
     this.heartbeatSecret = options.heartbeatSecret ?? options.secret;
     this.securityGroup = options.securityGroup;
     this.port = options.port ?? 5432;
+    this.snapshotBudget = options.snapshotBudget;
+    this.readReplicaSecret = options.readReplicaSecret;
   }
 }

@@ -304,7 +304,7 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
   process.on('SIGTERM', onSignal);
   let statusTimer: NodeJS.Timeout | null = null;
   try {
-    if (o.demo) await createDemoSchema(stack.sourceUrl);
+    if (o.demo) await createDemoSchema(stack.sourceUrl, { seed: o.snapshot });
     pipeline = new LocalPipeline({
       stack,
       source,

@@ -19,7 +19,7 @@ import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type { Context } from 'aws-lambda';
 import pg from 'pg';
-import { EnvName } from '../../contracts/env.ts';
+import { DEFAULT_HEARTBEAT_SCHEMA, EnvName, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { MetricDimension, MetricName, METRICS_NAMESPACE } from '../../contracts/metrics.ts';
 import { dynamoDbClient, kinesisClient } from '../adapters/aws-clients.ts';
 import { KinesisChangeLog } from '../adapters/change-log-kinesis.ts';
@@ -151,7 +151,8 @@ export async function handler(_event: unknown, context: Context): Promise<Record
     const sha = (s: string) => createHash('sha256').update(s).digest('hex');
     fromEnv = createSnapshotWorker({
       source,
-      tables: parseTableConfig(process.env[EnvName.TABLE_CONFIG]),
+      // The heartbeat table is the platform's own: nothing to onboard.
+      tables: parseTableConfig(process.env[EnvName.TABLE_CONFIG]).filter((t) => t.table !== `${process.env[EnvName.HEARTBEAT_SCHEMA] || DEFAULT_HEARTBEAT_SCHEMA}.${HEARTBEAT_TABLE}`),
       control: new DynamoDbControlPlane(dynamoDbClient(endpoint), env(EnvName.CONTROL_TABLE)),
       reader,
       publish: (records) => log.publishEncoded(records.map((r) => ({ partitionKey: snapshotPartitionKey(r, sha), data: Buffer.from(JSON.stringify(r), 'utf8'), label: `${r.source}/${r.table}@snapshot` }))),

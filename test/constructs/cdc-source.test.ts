@@ -256,7 +256,7 @@ describe('CdcSource', () => {
     const f = fixture();
     const source = ordersSource(f, { alarmCdcLatencyThreshold: Duration.minutes(2) });
     const t = Template.fromStack(f.stack);
-    expect(source.alarms).toHaveLength(7);
+    expect(source.alarms).toHaveLength(9); // + snapshot worker errors and stall (test/constructs/snapshot-worker.test.ts)
     t.hasResourceProperties('AWS::CloudWatch::Alarm', {
       Namespace: 'AWS/DMS',
       MetricName: 'CDCLatencySource',
