@@ -170,16 +170,34 @@ function literal(column: SnapshotColumn, text: string | null): string {
 
 /**
  * Turns a row as PostgreSQL printed it (each value its type's output text, or null) into the
- * columns the slot capture would have published for the same row: the row is written the way
- * test_decoding prints an INSERT and parsed by the capture's own parser, so a value (and the
- * hash of a masked one) is the same on both paths by construction.
+ * columns the slot capture would have published for the same row. The value of a type that
+ * test_decoding prints quoted is its text, unchanged (the capture's parser undoes exactly the
+ * quoting), a boolean is `t`/`f`, a bit string its bits; the types it prints unquoted (integers,
+ * floats, numeric) are written the way test_decoding prints them and converted by the capture's
+ * own parser. So a value, and the hash of a masked one, is the same on both paths by
+ * construction (`test/local/snapshot.test.ts` compares the two paths on a real PostgreSQL).
  */
 export function rowToColumns(shape: SnapshotTableShape, texts: readonly (string | null)[]): SlotColumn[] {
   if (texts.length !== shape.columns.length) throw new CdcError('INVALID_ARGUMENT', `${shape.table}: row has ${texts.length} values for ${shape.columns.length} columns`);
-  const parts = shape.columns.map((c, i) => ` "${c.name.replaceAll('"', '""')}"[${c.type}]:${literal(c, texts[i]!)}`);
-  const parsed = parseTestDecodingLine(`table "s"."t": INSERT:${parts.join('')}`);
-  if (parsed.kind !== 'change' || parsed.change.columns === null) throw new CdcError('INTERNAL', 'snapshot row did not parse as an insert');
-  return parsed.change.columns;
+  const out: SlotColumn[] = new Array(shape.columns.length);
+  let parts = '';
+  const numeric: number[] = [];
+  for (let i = 0; i < shape.columns.length; i++) {
+    const c = shape.columns[i]!;
+    const text = texts[i]!;
+    if (text === null) out[i] = { name: c.name, type: c.type, value: null };
+    else if (UNQUOTED.has(c.typeOid)) {
+      parts += ` "${c.name.replaceAll('"', '""')}"[${c.type}]:${literal(c, text)}`;
+      numeric.push(i);
+    } else if (c.typeOid === BOOL) out[i] = { name: c.name, type: c.type, value: text === 't' };
+    else out[i] = { name: c.name, type: c.type, value: text };
+  }
+  if (numeric.length > 0) {
+    const parsed = parseTestDecodingLine(`table "s"."t": INSERT:${parts}`);
+    if (parsed.kind !== 'change' || parsed.change.columns === null || parsed.change.columns.length !== numeric.length) throw new CdcError('INTERNAL', 'snapshot row did not parse as an insert');
+    numeric.forEach((at, j) => (out[at] = parsed.change.columns![j]!));
+  }
+  return out;
 }
 
 /** Applies a table's column rules to a tuple, keeping column order and types (excluded columns disappear). */
