@@ -11,7 +11,9 @@
  *
  * Configuration (environment): `CDC_SOURCE_ID`, `CDC_TABLE_CONFIG`, `CDC_CONTROL_TABLE`,
  * `CDC_RAW_STREAM`, `CDC_SOURCE_URL` or `CDC_SOURCE_SECRET_ARN`, optional
- * `CDC_SNAPSHOT_REPLICA_SECRET_ARN`, `CDC_SNAPSHOT_BUDGET`.
+ * `CDC_SNAPSHOT_REPLICA_SECRET_ARN`, `CDC_SNAPSHOT_BUDGET`, `CDC_SNAPSHOT_DB_INSTANCE` (the RDS
+ * instance whose CloudWatch metrics join the pressure probe; the role then needs
+ * `cloudwatch:GetMetricData`).
  */
 import { createHash } from 'node:crypto';
 import { Logger } from '@aws-lambda-powertools/logger';
@@ -25,6 +27,8 @@ import { dynamoDbClient, kinesisClient } from '../adapters/aws-clients.ts';
 import { KinesisChangeLog } from '../adapters/change-log-kinesis.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { PostgresPressureProbe, PostgresSnapshotReader } from '../adapters/snapshot-postgres.ts';
+import { CloudWatchPressureProbe, cloudWatchGetMetricData, combinePressure } from '../adapters/snapshot-cloudwatch.ts';
+import { CloudWatchClient } from '@aws-sdk/client-cloudwatch';
 import { sourceConnectionConfig } from '../adapters/source-postgres.ts';
 import type { ControlPlane } from '../core/control-plane.ts';
 import { CdcError } from '../core/errors.ts';
@@ -149,6 +153,13 @@ export async function handler(_event: unknown, context: Context): Promise<Record
       return probeClient;
     });
     const sha = (s: string) => createHash('sha256').update(s).digest('hex');
+    // With the RDS instance named, its CloudWatch WriteLatency and CPUUtilization join the probe.
+    const instance = process.env[EnvName.SNAPSHOT_DB_INSTANCE];
+    const cw = instance ? new CloudWatchPressureProbe(cloudWatchGetMetricData(new CloudWatchClient({})), instance) : null;
+    const pgProbe = probe;
+    const pressure = cw
+      ? { calibrate: async () => void (await Promise.all([pgProbe.calibrate(), cw.calibrate()])), read: async () => combinePressure(await pgProbe.read(), await cw.read()) }
+      : pgProbe;
     fromEnv = createSnapshotWorker({
       source,
       // The heartbeat table is the platform's own: nothing to onboard.
@@ -157,7 +168,7 @@ export async function handler(_event: unknown, context: Context): Promise<Record
       reader,
       publish: (records) => log.publishEncoded(records.map((r) => ({ partitionKey: snapshotPartitionKey(r, sha), data: Buffer.from(JSON.stringify(r), 'utf8'), label: `${r.source}/${r.table}@snapshot` }))),
       budget: parseBudget(process.env[EnvName.SNAPSHOT_BUDGET]),
-      pressure: probe,
+      pressure,
       metrics: new Metrics({ namespace: process.env[EnvName.POWERTOOLS_METRICS_NAMESPACE] ?? METRICS_NAMESPACE, serviceName: SERVICE }),
       logger: new Logger({ serviceName: SERVICE }),
       owner: `lambda:${context.logStreamName ?? 'unknown'}`,
