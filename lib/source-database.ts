@@ -39,6 +39,12 @@ export interface PostgresSourceOptions {
    * @default - chunks are read from the primary
    */
   readonly readReplicaSecret?: secretsmanager.ISecret;
+  /**
+   * The RDS DB instance identifier of the database: its CloudWatch `WriteLatency` and
+   * `CPUUtilization` then join the snapshot's pressure probe (the CPU half of the budget needs it).
+   * @default - the snapshot paces on probe writes only
+   */
+  readonly instanceIdentifier?: string;
 }
 
 /** A source's snapshot budget, in percent over the load measured before the snapshot started. */
@@ -78,6 +84,8 @@ export class SourceDatabase {
   readonly snapshotBudget?: SnapshotBudget;
   /** The read replica the snapshot reads from, if any. */
   readonly readReplicaSecret?: secretsmanager.ISecret;
+  /** The RDS instance whose CloudWatch metrics pace the snapshot, if named. */
+  readonly instanceIdentifier?: string;
 
   private constructor(engine: SourceEngine, options: PostgresSourceOptions) {
     this.engine = engine;
@@ -88,5 +96,6 @@ export class SourceDatabase {
     this.port = options.port ?? 5432;
     this.snapshotBudget = options.snapshotBudget;
     this.readReplicaSecret = options.readReplicaSecret;
+    this.instanceIdentifier = options.instanceIdentifier;
   }
 }

@@ -10,6 +10,8 @@ import { Duration, Size } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import type * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import { Validations } from 'aws-cdk-lib';
 import * as targets from 'aws-cdk-lib/aws-events-targets';
 import type * as kinesis from 'aws-cdk-lib/aws-kinesis';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
@@ -51,6 +53,7 @@ export function addSnapshotWorker(scope: Construct, props: SnapshotWorkerProps):
       [EnvName.HEARTBEAT_SCHEMA]: props.heartbeatSchema,
       [EnvName.SOURCE_SECRET_ARN]: props.database.secret.secretArn,
       ...(props.database.readReplicaSecret ? { [EnvName.SNAPSHOT_REPLICA_SECRET_ARN]: props.database.readReplicaSecret.secretArn } : {}),
+      ...(props.database.instanceIdentifier ? { [EnvName.SNAPSHOT_DB_INSTANCE]: props.database.instanceIdentifier } : {}),
       ...(budget ? { [EnvName.SNAPSHOT_BUDGET]: JSON.stringify({ writeLatencyPct: budget.writeLatencyPercent ?? 10, cpuPct: budget.cpuPercent ?? 5 }) } : {}),
     },
     memorySize: Size.mebibytes(1024),
@@ -69,6 +72,11 @@ export function addSnapshotWorker(scope: Construct, props: SnapshotWorkerProps):
   props.rawStream.grantWrite(fn);
   props.database.secret.grantRead(fn);
   props.database.readReplicaSecret?.grantRead(fn);
+  if (props.database.instanceIdentifier) {
+    // GetMetricData supports no resource-level permissions.
+    worker.role.addToPrincipalPolicy(new iam.PolicyStatement({ actions: ['cloudwatch:GetMetricData'], resources: ['*'] }));
+    Validations.of(worker).acknowledge({ id: 'AwsSolutions-IAM5[Resource::*]', reason: 'cloudwatch:GetMetricData has no resource-level permissions; read-only metrics for the snapshot pacer' });
+  }
   new events.Rule(scope, 'SnapshotSchedule', {
     description: `Starts the snapshot worker of source ${props.sourceId} every minute (it returns at once when nothing is pending)`,
     schedule: events.Schedule.rate(Duration.minutes(1)),

@@ -6,6 +6,8 @@
 import { Duration } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
+import { Validations } from 'aws-cdk-lib';
+import { AwsSolutionsChecks } from 'cdk-nag';
 import { describe, expect, test } from 'vitest';
 import { parseTableConfig } from '../../lambda/core/table-config.ts';
 import { parseBudget } from '../../lambda/handlers/snapshot-worker.ts';
@@ -81,5 +83,19 @@ describe('CdcSource snapshot worker', () => {
     expect(() => parseBudget('{"writeLatencyPct": -1}')).toThrow(/CDC_SNAPSHOT_BUDGET\.writeLatencyPct: expected a positive number/);
     expect(() => parseBudget('nope')).toThrow(/CDC_SNAPSHOT_BUDGET: not valid JSON/);
     expect(parseBudget(undefined)).toEqual({ writeLatencyPct: 10, cpuPct: 5 });
+  });
+
+  test('with the RDS instance named: its CloudWatch metrics pace the snapshot (GetMetricData only), no unacknowledged cdk-nag finding', () => {
+    const f = fixture();
+    ordersSource(f, { database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, instanceIdentifier: 'orders-db' }) });
+    const t = Template.fromStack(f.stack);
+    const env = (workerOf(t).props.Environment as { Variables: Record<string, string> }).Variables;
+    expect(env.CDC_SNAPSHOT_DB_INSTANCE).toBe('orders-db');
+    const docs = policyDocuments(t).filter((d) => d.where.startsWith('OrdersSnapshotWorker'));
+    const cw = docs.flatMap((d) => d.doc.Statement).filter((s) => [s.Action].flat().some((a) => String(a).startsWith('cloudwatch:')));
+    expect(cw.map((s) => s.Action)).toEqual(['cloudwatch:GetMetricData']);
+    Validations.of(f.vpc).acknowledge({ id: 'AwsSolutions-VPC7', reason: 'test fixture vpc; flow logs are the application’s choice' });
+    const report = new AwsSolutionsChecks(f.app).validateScope(f.stack);
+    expect(report.violations.map((v) => `${v.ruleName}: ${v.violatingResources.map((r) => r.constructPath).join(', ')}`)).toEqual([]);
   });
 });
