@@ -18,6 +18,10 @@ export const ControlPartition = {
   sink: (sink: string): string => `SINK#${sink}`,
   /** The local poller's checkpoints of one consumer. */
   checkpoint: (consumer: string): string => `CHECKPOINT#${consumer}`,
+  /** The completed chunks of one table's snapshot runs (the run's state is an item of `source(…)`). */
+  snapshotChunks: (source: string, table: string): string => `SNAPSHOT#${source}#${table}`,
+  /** Every snapshot-chunk partition of one source, as an IAM `StringLike` pattern. */
+  snapshotChunksOf: (source: string): string => `SNAPSHOT#${source}#*`,
   /** The append-only audit log. */
   AUDIT: 'AUDIT',
   /** The dead letters of one stage (`normalizer` or a sink id). */

@@ -47,6 +47,14 @@ export const EnvName = {
   PAYLOAD_BUCKET: 'CDC_PAYLOAD_BUCKET',
   /** KMS key ARN the payload store encrypts objects with. */
   PAYLOAD_KMS_KEY_ARN: 'CDC_PAYLOAD_KMS_KEY_ARN',
+  /** Raw stream name (the snapshot worker publishes its chunk rows to it, like the capture). */
+  RAW_STREAM: 'CDC_RAW_STREAM',
+  /** JSON budget of the snapshot worker: `{"writeLatencyPct": 10, "cpuPct": 5}` (docs/snapshot.md). */
+  SNAPSHOT_BUDGET: 'CDC_SNAPSHOT_BUDGET',
+  /** Secrets Manager ARN of a read replica the snapshot worker reads chunks from (optional). */
+  SNAPSHOT_REPLICA_SECRET_ARN: 'CDC_SNAPSHOT_REPLICA_SECRET_ARN',
+  /** RDS DB instance identifier whose CloudWatch metrics (WriteLatency, CPUUtilization) pace the snapshot (optional). */
+  SNAPSHOT_DB_INSTANCE: 'CDC_SNAPSHOT_DB_INSTANCE',
   /** Endpoint override for AWS clients (local stand-ins). */
   AWS_ENDPOINT: 'CDC_AWS_ENDPOINT',
   /** Operator function: the actions it serves, comma separated (the status-only function: `status,audit`). */

@@ -33,6 +33,18 @@ export const MetricName = {
   SOURCE_DISCONTINUITIES: 'SourceDiscontinuities',
   /** Heartbeats written to the source. Count. Dims: Source. */
   HEARTBEATS_WRITTEN: 'HeartbeatsWritten',
+  /** Snapshot rows published, per chunk. Count. Dims: Source, Table (docs/snapshot.md). */
+  SNAPSHOT_ROWS: 'SnapshotRows',
+  /** Snapshot rows done so far in the current run. Count. Dims: Source, Table. */
+  SNAPSHOT_ROWS_DONE: 'SnapshotRowsDone',
+  /** Estimated time left of a running snapshot. Seconds. Dims: Source, Table. */
+  SNAPSHOT_ETA: 'SnapshotEta',
+  /** Snapshot read rate (smoothed over chunks). Count/Second. Dims: Source, Table. */
+  SNAPSHOT_RATE: 'SnapshotRate',
+  /** Chunks the pacer slowed or paused for the source budget (1 per such chunk). Count. Dims: Source, Table. */
+  SNAPSHOT_THROTTLED: 'SnapshotThrottled',
+  /** Seconds since a running snapshot last completed a chunk (the stall alarm's metric). Seconds. Dims: Source. */
+  SNAPSHOT_STALL_AGE: 'SnapshotStallAge',
 } as const;
 export type MetricNameValue = (typeof MetricName)[keyof typeof MetricName];
 

@@ -31,6 +31,12 @@ export interface CapturedTableOptions {
    * @default ['id']
    */
   readonly primaryKey?: string[];
+  /**
+   * Copy the rows the table already holds when it is first captured (a lock-free, chunked
+   * snapshot stitched with the stream, paced against the source's budget; docs/snapshot.md).
+   * @default true
+   */
+  readonly snapshot?: boolean;
 }
 
 /**
@@ -57,6 +63,8 @@ export class CapturedTable {
   readonly deletes: DeleteMode;
   /** Primary-key columns. */
   readonly primaryKey: string[];
+  /** Whether existing rows are snapshotted when the table is first captured. */
+  readonly snapshot: boolean;
 
   private constructor(tableId: string, options: CapturedTableOptions) {
     this.tableId = tableId;
@@ -64,6 +72,7 @@ export class CapturedTable {
     this.exclude = [...(options.exclude ?? [])];
     this.deletes = options.deletes ?? DeleteMode.SOFT;
     this.primaryKey = [...(options.primaryKey ?? ['id'])];
+    this.snapshot = options.snapshot ?? true;
   }
 
   /** The schema part of the table id. */

@@ -30,6 +30,7 @@ import { SslMode, type SourceDatabase } from './source-database.ts';
 import { rdsCaCertificate } from './private/rds-ca.ts';
 import { platformMetric } from './private/platform-metric.ts';
 import { SlotMonitor } from './private/slot-monitor.ts';
+import { addSnapshotWorker } from './private/snapshot-worker.ts';
 
 /** Which columns DMS puts in the before image of an update. */
 export enum BeforeImage {
@@ -177,6 +178,12 @@ export interface CdcSourceProps {
    * @default - a quarter of the raw stream retention
    */
   readonly alarmIteratorAgeThreshold?: Duration;
+  /**
+   * A running snapshot that completes no chunk for this long raises the snapshot-stalled alarm
+   * (docs/snapshot.md).
+   * @default Duration.minutes(30)
+   */
+  readonly alarmSnapshotStallThreshold?: Duration;
 }
 
 /** Tag on the replication task naming it (its identifier), for the lifecycle's stop permission. */
@@ -210,6 +217,8 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
   /** The slot monitor function (every minute, read-only monitoring identity). */
   readonly slotMonitor: lambda.IFunction;
   private readonly slotMonitorMetrics: SlotMonitor;
+  /** The snapshot worker function (copies existing rows in paced chunks; docs/snapshot.md). */
+  readonly snapshotWorker: lambda.IFunction;
   /** Records the normalizer gave up on (shard id and sequence numbers). */
   readonly deadLetterQueue: sqs.IQueue;
   /**
@@ -585,7 +594,25 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
       );
     }
 
-    this.acknowledgeGrantWildcards([normalizer, heartbeat, lifecycle, slotMonitor.function], targetRole, secretsRole);
+    // --- Snapshot worker: existing rows, in paced chunks (docs/snapshot.md) ---
+    const snapshot = addSnapshotWorker(this, {
+      sourceId: this.sourceId,
+      control: props.control,
+      rawStream,
+      database: props.database,
+      tableConfig,
+      heartbeatSchema: this.heartbeatSchema,
+      vpc: props.vpc,
+      vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
+      securityGroup,
+      alarmsEnabled: props.alarmsEnabled ?? true,
+      alarmActions: props.alarmActions,
+      stallThreshold: props.alarmSnapshotStallThreshold ?? Duration.minutes(30),
+    });
+    this.snapshotWorker = snapshot.fn;
+    this.alarms.push(...snapshot.alarms);
+
+    this.acknowledgeGrantWildcards([normalizer, heartbeat, lifecycle, slotMonitor.function, snapshot.worker], targetRole, secretsRole);
 
     // --- Alarms ---
     if (props.alarmsEnabled ?? true) {

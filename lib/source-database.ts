@@ -49,6 +49,31 @@ export interface PostgresSourceOptions {
    * @default 5432
    */
   readonly port?: number;
+  /**
+   * How much the snapshot worker may add to this database's load (docs/snapshot.md "The budget").
+   * @default - at most 10 % added p99 write latency and 5 percentage points of added CPU
+   */
+  readonly snapshotBudget?: SnapshotBudget;
+  /**
+   * Credentials and address of a read replica the snapshot worker reads chunks from (the fence
+   * still runs on the primary). Same secret shape as `secret`.
+   * @default - chunks are read from the primary
+   */
+  readonly readReplicaSecret?: secretsmanager.ISecret;
+  /**
+   * The RDS DB instance identifier of the database: its CloudWatch `WriteLatency` and
+   * `CPUUtilization` then join the snapshot's pressure probe (the CPU half of the budget needs it).
+   * @default - the snapshot paces on probe writes only
+   */
+  readonly instanceIdentifier?: string;
+}
+
+/** A source's snapshot budget, in percent over the load measured before the snapshot started. */
+export interface SnapshotBudget {
+  /** Added p99 write latency, percent. @default 10 */
+  readonly writeLatencyPercent?: number;
+  /** Added CPU, percentage points. @default 5 */
+  readonly cpuPercent?: number;
 }
 
 /** TLS to a database: how the server certificate is checked. */
@@ -90,6 +115,12 @@ export class SourceDatabase {
   readonly securityGroup?: ec2.ISecurityGroup;
   /** The database port. */
   readonly port: number;
+  /** The snapshot budget (undefined: the defaults). */
+  readonly snapshotBudget?: SnapshotBudget;
+  /** The read replica the snapshot reads from, if any. */
+  readonly readReplicaSecret?: secretsmanager.ISecret;
+  /** The RDS instance whose CloudWatch metrics pace the snapshot, if named. */
+  readonly instanceIdentifier?: string;
 
   private constructor(engine: SourceEngine, options: PostgresSourceOptions) {
     this.engine = engine;
@@ -108,5 +139,8 @@ export class SourceDatabase {
     this.monitoringSecret = options.monitoringSecret ?? options.secret;
     this.securityGroup = options.securityGroup;
     this.port = options.port ?? 5432;
+    this.snapshotBudget = options.snapshotBudget;
+    this.readReplicaSecret = options.readReplicaSecret;
+    this.instanceIdentifier = options.instanceIdentifier;
   }
 }

@@ -8,6 +8,9 @@
  * - `public.documents`: `body` holds more than 2 KB of text stored out of line (TOAST), and most
  *   updates leave it unchanged, so the capture reports it as not delivered (absent is not null).
  *
+ * `cdc local --demo` starts from a schema that already holds rows (`DEMO_SEED_ROWS`): the snapshot
+ * copies them (with progress and ETA in the live status) while the stream and the workload run.
+ *
  * The workload runs short transactions mixing inserts, updates, deletes and primary-key changes
  * at a target rate. It is seeded, and on a restart it reloads the ids it can touch from the tables.
  */
@@ -47,12 +50,38 @@ CREATE TABLE IF NOT EXISTS public.documents (
 ALTER TABLE public.documents ALTER COLUMN body SET STORAGE EXTERNAL;
 `;
 
-/** Creates the demo schema (no rows: the capture sees every row from its first insert). */
-export async function createDemoSchema(sourceUrl: string): Promise<void> {
+/** Rows the demo schema starts with (so `npm start` shows a snapshot, docs/snapshot.md). */
+export const DEMO_SEED_ROWS = { customers: 5_000, orders: 10_000, documents: 100 };
+
+/**
+ * Creates the demo schema. With `seed` (the default for `cdc local --demo`), an empty schema is
+ * first filled with rows that exist before the capture starts, which the snapshot then copies
+ * while the workload runs; without it the tables start empty.
+ */
+export async function createDemoSchema(sourceUrl: string, options: { seed?: boolean } = {}): Promise<void> {
   const client = new pg.Client({ connectionString: sourceUrl });
   await client.connect();
   try {
     await client.query(DEMO_SCHEMA_SQL);
+    if (options.seed) {
+      const n = DEMO_SEED_ROWS;
+      const empty = (await client.query('SELECT NOT EXISTS (SELECT 1 FROM public.customers) AS e')).rows[0].e as boolean;
+      if (empty) {
+        await client.query(`
+          INSERT INTO public.customers (id, name, email, ssn, tier)
+            SELECT g, 'Seeded Customer ' || g, 'seeded.' || g || '@example.com',
+                   lpad((100 + g % 899)::text, 3, '0') || '-' || lpad((10 + g % 89)::text, 2, '0') || '-' || lpad((1000 + g % 8999)::text, 4, '0'),
+                   CASE WHEN g % 5 = 0 THEN 'gold' ELSE 'standard' END
+              FROM generate_series(1, ${n.customers}) g;
+          INSERT INTO public.orders (id, customer_id, amount, status)
+            SELECT g, 1 + g % ${n.customers}, (g % 50000) / 100.0, (ARRAY['placed','paid','packed','shipped','delivered'])[1 + g % 5]
+              FROM generate_series(1, ${n.orders}) g;
+          INSERT INTO public.documents (id, title, body)
+            SELECT g, 'Seeded document ' || g, (SELECT string_agg(md5(g::text || i::text), ' ') FROM generate_series(1, 80) i)
+              FROM generate_series(1, ${n.documents}) g;
+          ANALYZE public.customers; ANALYZE public.orders; ANALYZE public.documents;`);
+      }
+    }
   } finally {
     await client.end();
   }

@@ -35,6 +35,8 @@ import { startWorkload, type Workload } from './demo.ts';
 import { MetricsCollector, percentile } from './metrics.ts';
 import type { LocalStack } from './stack.ts';
 import type { StatusSnapshot } from './status.ts';
+import { LocalSnapshots } from './snapshot.ts';
+import type { SourceBudget } from '../lambda/core/snapshot-pacer.ts';
 import { redactUrl } from './stack.ts';
 
 export interface PipelineOptions {
@@ -60,6 +62,8 @@ export interface PipelineOptions {
   onError?: (where: string, err: unknown) => void;
   /** The search sink: its id and the OpenSearch (or stand-in) URL; every captured table is indexed. @default no search sink */
   search?: { sinkId: string; url: string };
+  /** Snapshots of existing rows (docs/snapshot.md): off, or budget / fixed chunk size / read replica. @default on, default budget */
+  snapshot?: false | { budget?: SourceBudget; fixedChunk?: number; replicaUrl?: string };
 }
 
 /** The heartbeat table's id as the capture and the applier name it. */
@@ -79,6 +83,8 @@ export class LocalPipeline {
   /** The search sink's index adapter (for the verdict), when there is a search sink. */
   readonly searchIndex: OpenSearchIndex | null = null;
   readonly tables: TableConfig[];
+  /** The snapshot worker, or null when snapshots are off. */
+  readonly snapshots: LocalSnapshots | null;
   readonly startedAt = Date.now();
   /** When the first change reached the warehouse (epoch ms), or null. */
   firstAppliedAt: number | null = null;
@@ -116,6 +122,20 @@ export class LocalPipeline {
       maxTxBytes: o.capture?.maxTxBytes,
       onError: err('capture'),
     });
+    this.snapshots =
+      o.snapshot === false
+        ? null
+        : new LocalSnapshots({
+            source: o.source,
+            sourceUrl: stack.sourceUrl,
+            ...(o.snapshot?.replicaUrl ? { replicaUrl: o.snapshot.replicaUrl } : {}),
+            tables: o.tables.filter((t) => t.table !== HEARTBEAT_TABLE_ID),
+            control: stack.control,
+            publish: kinesisRawPublisher(stack.kinesis, stack.streams.raw),
+            ...(o.snapshot?.budget ? { budget: o.snapshot.budget } : {}),
+            ...(o.snapshot?.fixedChunk ? { fixedChunk: o.snapshot.fixedChunk } : {}),
+            onError: err('snapshot'),
+          });
     // One beat per invocation, invoked every heartbeatMs: the local schedule.
     this.heartbeat = createHeartbeatHandler({ writer: new HeartbeatWriter({ source: o.source, connection: { connectionString: stack.sourceUrl } }), beats: 1 });
     // The slot monitor as it runs on AWS (its EMF metrics reach the collector through stdout).
@@ -221,6 +241,8 @@ export class LocalPipeline {
     await this.heartbeat();
     await this.capture.start();
     await Promise.all([this.pollers.normalizer.start(), this.pollers.sink.start(), this.pollers.archive.start(), this.pollers.search?.start()]);
+    // Stream first: the slot exists before the first chunk's watermark is taken.
+    await this.snapshots?.start();
     const every = this.o.heartbeatMs ?? 1000;
     this.heartbeatLoop = (async () => {
       while (!this.heartbeatStop) {
@@ -300,6 +322,7 @@ export class LocalPipeline {
       }
       return Date.now();
     };
+    await this.snapshots?.waitIdle(timeoutMs);
     const t0 = Date.now();
     const t1 = await stage('capture', (t) => this.capture.caughtUpSince(t), t0);
     const t2 = await stage('normalizer', (t) => this.pollers.normalizer.caughtUpSince(t), t1);
@@ -320,6 +343,7 @@ export class LocalPipeline {
   async stop(): Promise<void> {
     await this.stopWorkload();
     await this.stopHeartbeat();
+    await this.snapshots?.stop();
     await this.capture.stop();
     this.replayStop = true;
     await this.replayLoop;
@@ -419,6 +443,7 @@ export class LocalPipeline {
       ],
       tables: this.tableStates.map((t) => ({ table: t.table, state: t.state, reason: t.stateReason })),
       slots: this.slotReport?.slots.map((r) => ({ slot: r.slot, ours: r.ours, active: r.active, walStatus: r.walStatus, retainedBytes: r.retainedBytes, headroomBytes: r.headroomBytes, level: r.level })) ?? [],
+      ...(this.snapshots ? { snapshots: this.snapshots.lines(now) } : {}),
       deadLetters: this.deadLetterCount,
       problems: c.problemsSince(now - 60_000),
       hint,

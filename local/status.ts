@@ -46,6 +46,21 @@ export interface SlotStatusLine {
   level: string;
 }
 
+/** One table's snapshot run (docs/snapshot.md "Reading the progress"). */
+export interface SnapshotStatusLine {
+  table: string;
+  status: string;
+  rowsDone: number;
+  estimatedRows: number;
+  rowsPerSecond: number;
+  etaSeconds: number | null;
+  throttle: string;
+  chunkSize: number;
+  /** Milliseconds since the run last wrote progress. */
+  sinceUpdateMs: number;
+  error: string | null;
+}
+
 export interface StatusSnapshot {
   now: number;
   startedAt: number;
@@ -67,6 +82,8 @@ export interface StatusSnapshot {
   tables: TableStatus[];
   /** Every replication slot of the source (the capture's first), from the slot monitor. */
   slots?: SlotStatusLine[];
+  /** Snapshot runs that are requested, running, or finished recently. @default none */
+  snapshots?: SnapshotStatusLine[];
   deadLetters: number;
   /** Recent problems (retried errors, handler error logs), newest last, with their time. */
   problems: Array<{ at: number; text: string }>;
@@ -161,6 +178,11 @@ export function renderStatus(s: StatusSnapshot): string[] {
     );
     lines.push('');
   }
+  if (s.snapshots && s.snapshots.length > 0) {
+    lines.push('snapshots (rows done / estimated, rate, ETA, throttle)');
+    lines.push(...table(s.snapshots.map(snapshotCells)));
+    lines.push('');
+  }
   if (s.tables.length > 0) {
     lines.push('tables');
     lines.push(...table(s.tables.map((t) => [t.table, t.state, t.reason ?? ''])));
@@ -173,6 +195,23 @@ export function renderStatus(s: StatusSnapshot): string[] {
   }
   if (s.hint) lines.push(s.hint);
   return lines;
+}
+
+function eta(seconds: number | null): string {
+  return seconds === null || !Number.isFinite(seconds) ? 'ETA unknown' : `ETA ${formatMs(seconds * 1000)}`;
+}
+
+function snapshotCells(x: SnapshotStatusLine): string[] {
+  const pct = x.estimatedRows > 0 ? ` (${Math.min(100, (100 * x.rowsDone) / x.estimatedRows).toFixed(0)}%)` : '';
+  return [
+    x.table,
+    x.status,
+    `${x.rowsDone}/${x.estimatedRows}${pct}`,
+    `${rate(x.rowsPerSecond)} rows/s`,
+    x.status === 'running' ? eta(x.etaSeconds) : x.status === 'done' ? 'done' : '-',
+    `${x.throttle}${x.chunkSize ? ` (chunk ${x.chunkSize})` : ''}`,
+    x.error ? `ERROR ${x.error}` : x.status === 'running' && x.sinceUpdateMs > 30_000 ? `no progress for ${formatMs(x.sinceUpdateMs)}` : '',
+  ];
 }
 
 /** One line for logs that are not a terminal. */
@@ -189,6 +228,10 @@ export function renderStatusLine(s: StatusSnapshot): string {
     s.consumers.filter((p) => p.stalledMs != null).map((p) => `; ${p.consumer} STALLED for ${formatMs(p.stalledMs ?? 0)}`).join('') +
     (s.slots?.some((k) => k.ours) ? `; slot retains ${bytes(s.slots.find((k) => k.ours)!.retainedBytes)}, headroom ${bytes(s.slots.find((k) => k.ours)!.headroomBytes)}` : '') +
     (s.slots?.some((k) => k.level !== 'ok') ? `; SLOT ${s.slots.filter((k) => k.level !== 'ok').map((k) => `${k.slot} ${k.level}`).join(', ')}` : '') +
+    (s.snapshots ?? [])
+      .filter((x) => x.status === 'running' || x.status === 'requested')
+      .map((x) => `; snapshot ${x.table} ${x.rowsDone}/${x.estimatedRows} rows ${rate(x.rowsPerSecond)}/s ${eta(x.etaSeconds)} ${x.throttle}`)
+      .join('') +
     (s.problems.length > 0 ? `; ${s.problems.length} recent problem(s), last: ${s.problems[s.problems.length - 1]!.text}` : '') +
     (s.capture.error ? `; ERROR ${s.capture.error}` : '')
   );

@@ -64,6 +64,12 @@ Run:
   --max-tx-bytes N           ... or more bytes of decoded changes [default: 1073741824]
   --heartbeat-ms N           heartbeat interval [default: 1000]
   --fast                     run the embedded PostgreSQL without fsync (tests, benchmarks)
+  --no-snapshot              do not copy rows that existed before capture started (a table
+                             opts out alone with "snapshot": false in --table-config); see
+                             docs/snapshot.md
+  --snapshot-chunk N         read snapshot chunks of N rows instead of pacing them against the
+                             source budget (tests, benchmarks)
+  --snapshot-replica URL     read snapshot chunks from this read replica of the source
   --reset                    remove the state folder and the embedded PostgreSQL data (stopping
                              what a killed run left running), then exit: the next run starts over
   -h, --help                 this text
@@ -92,6 +98,10 @@ export interface LocalOptions {
   maxTxBytes: number | null;
   heartbeatMs: number;
   fast: boolean;
+  /** Snapshots of existing rows: on (default), off, or a fixed chunk size. */
+  snapshot: boolean;
+  snapshotChunk: number | null;
+  snapshotReplica: string | null;
   reset: boolean;
   help: boolean;
 }
@@ -133,6 +143,9 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
     maxTxBytes: null,
     heartbeatMs: 1000,
     fast: false,
+    snapshot: true,
+    snapshotChunk: null,
+    snapshotReplica: null,
     reset: false,
     help: false,
   };
@@ -212,6 +225,15 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
         break;
       case '--fast':
         o.fast = true;
+        break;
+      case '--no-snapshot':
+        o.snapshot = false;
+        break;
+      case '--snapshot-chunk':
+        o.snapshotChunk = positiveInt(a, value());
+        break;
+      case '--snapshot-replica':
+        o.snapshotReplica = value();
         break;
       case '--reset':
         o.reset = true;
@@ -337,7 +359,7 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
   process.on('SIGTERM', onSignal);
   let statusTimer: NodeJS.Timeout | null = null;
   try {
-    if (o.demo) await createDemoSchema(stack.sourceUrl);
+    if (o.demo) await createDemoSchema(stack.sourceUrl, { seed: o.snapshot });
     pipeline = new LocalPipeline({
       stack,
       source,
@@ -345,6 +367,7 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
       sinkId: o.sinkId,
       collector,
       heartbeatMs: o.heartbeatMs,
+      snapshot: o.snapshot ? { ...(o.snapshotChunk ? { fixedChunk: o.snapshotChunk } : {}), ...(o.snapshotReplica ? { replicaUrl: o.snapshotReplica } : {}) } : false,
       workloadRate: o.demo ? o.rate : 0,
       ...(searchUrl ? { search: { sinkId: o.searchId, url: searchUrl } } : {}),
       capture: {

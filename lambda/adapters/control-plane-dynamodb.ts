@@ -15,6 +15,8 @@
  * | `AUDIT`                     | `<ISO time>#<uuid>`       | append-only audit entry (detail as JSON text)          |
  * | `DEADLETTER#<stage>`        | `<ISO time>#<uuid>`       | dead letter with reason, origin and the record text    |
  * | `DEADLETTERS`               | `STAGE#<stage>`           | a stage that has dead letters (so all can be listed)   |
+ * | `SOURCE#<source>`           | `SNAPSHOT#<table>`        | the table's snapshot run (state as JSON, `version`)    |
+ * | `SNAPSHOT#<source>#<table>` | `RUN#<run>#C#<9 digits>`  | a completed snapshot chunk (docs/snapshot.md)          |
  *
  * The audit log is one partition, read in time order: it holds state changes, schema versions
  * and operator actions (never per-event traffic), far below one partition's write capacity.
@@ -58,6 +60,7 @@ import { ControlPartition } from '../../contracts/control-plane-keys.ts';
 import { CdcError } from '../core/errors.ts';
 import { assertPosition, type Position } from '../core/position.ts';
 import { deadLetterKey, PayloadMismatchError, sha256, type PayloadStore } from '../core/payload-store.ts';
+import type { SnapshotChunkRecord, SnapshotState } from '../core/snapshot.ts';
 import type {
   AuditEntry,
   ControlPlane,
@@ -89,6 +92,8 @@ const key = {
   audit: (at: string) => ({ pk: ControlPartition.AUDIT, sk: `${sortableTime(at)}#${randomUUID()}` }),
   deadLetter: (stage: string, at: string) => ({ pk: ControlPartition.deadLetters(stage), sk: `${sortableTime(at)}#${randomUUID()}` }),
   deadLetterStage: (stage: string) => ({ pk: ControlPartition.DEAD_LETTER_STAGES, sk: `STAGE#${stage}` }),
+  snapshot: (source: string, table: string) => ({ pk: ControlPartition.source(source), sk: `SNAPSHOT#${table}` }),
+  snapshotChunk: (source: string, table: string, run: string, index: number) => ({ pk: ControlPartition.snapshotChunks(source, table), sk: `RUN#${run}#C#${String(index).padStart(9, '0')}` }),
 };
 
 /** ISO-8601 in UTC with milliseconds, so that string order is time order whatever form the caller used. */
@@ -596,6 +601,60 @@ export class DynamoDbControlPlane implements ControlPlane {
         ConditionExpression: 'attribute_not_exists(pk)',
       },
     };
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // Snapshots (docs/snapshot.md): the state is one item, JSON in `body`, guarded by `version`.
+
+  async getSnapshot(source: string, table: string): Promise<SnapshotState | null> {
+    const item = await this.get(key.snapshot(source, table));
+    return item ? (JSON.parse(String(item.body)) as SnapshotState) : null;
+  }
+
+  async listSnapshots(source: string): Promise<SnapshotState[]> {
+    const items = await this.query({ pk: `SOURCE#${source}`, skPrefix: 'SNAPSHOT#' });
+    return items.map((i) => JSON.parse(String(i.body)) as SnapshotState).sort((a, b) => (a.table < b.table ? -1 : a.table > b.table ? 1 : 0));
+  }
+
+  private snapshotPut(state: SnapshotState, expectedVersion: number | null): TransactWriteItem {
+    nonEmpty(state.source, 'snapshot.source');
+    nonEmpty(state.table, 'snapshot.table');
+    if (!Number.isInteger(state.version) || (expectedVersion !== null && state.version <= expectedVersion)) {
+      throw new CdcError('INVALID_ARGUMENT', `snapshot state version must be an integer above the expected ${expectedVersion}, got ${state.version}`);
+    }
+    return {
+      Put: {
+        TableName: this.tableName,
+        Item: toItem({ ...key.snapshot(state.source, state.table), kind: 'snapshot', source: state.source, table: state.table, version: state.version, status: state.status, body: JSON.stringify(state) }),
+        ConditionExpression: expectedVersion === null ? 'attribute_not_exists(pk)' : '#ver = :expected',
+        ...(expectedVersion === null ? {} : { ExpressionAttributeNames: { '#ver': 'version' }, ExpressionAttributeValues: toItem({ ':expected': expectedVersion }) }),
+      },
+    };
+  }
+
+  async putSnapshot(state: SnapshotState, expectedVersion: number | null, audit: AuditEntry | null): Promise<boolean> {
+    const outcome = await this.transact(audit ? [this.snapshotPut(state, expectedVersion), this.auditPut(audit)] : [this.snapshotPut(state, expectedVersion)]);
+    if (outcome.ok) return true;
+    if (outcome.reasons[0] === 'ConditionalCheckFailed') return false;
+    throw transactionFailed('putSnapshot', outcome.reasons);
+  }
+
+  async completeSnapshotChunk(chunk: SnapshotChunkRecord, state: SnapshotState, expectedVersion: number): Promise<boolean> {
+    if (chunk.source !== state.source || chunk.table !== state.table || chunk.run !== state.run) {
+      throw new CdcError('INVALID_ARGUMENT', `chunk ${chunk.source}/${chunk.table} run ${chunk.run} does not belong to the snapshot state of ${state.source}/${state.table} run ${state.run}`);
+    }
+    const outcome = await this.transact([
+      this.snapshotPut(state, expectedVersion),
+      { Put: { TableName: this.tableName, Item: toItem({ ...key.snapshotChunk(chunk.source, chunk.table, chunk.run, chunk.index), kind: 'snapshot-chunk', body: JSON.stringify(chunk) }) } },
+    ]);
+    if (outcome.ok) return true;
+    if (outcome.reasons[0] === 'ConditionalCheckFailed') return false;
+    throw transactionFailed('completeSnapshotChunk', outcome.reasons);
+  }
+
+  async listSnapshotChunks(source: string, table: string, run: string): Promise<SnapshotChunkRecord[]> {
+    const items = await this.query({ pk: `SNAPSHOT#${source}#${table}`, skPrefix: `RUN#${run}#C#` });
+    return items.map((i) => JSON.parse(String(i.body)) as SnapshotChunkRecord);
   }
 
   private async get(k: { pk: string; sk: string }): Promise<Plain | null> {

@@ -5,6 +5,7 @@
  * Every state change commits together with its audit entry. Reads that decide are strongly consistent.
  */
 import type { Position } from './position.ts';
+import type { SnapshotChunkRecord, SnapshotState } from './snapshot.ts';
 
 export type TableState = 'active' | 'paused' | 'needs-resnapshot' | 'degraded';
 export type DeleteMode = 'soft' | 'hard';
@@ -144,6 +145,20 @@ export interface ControlPlane {
   completeSinkRelease(sink: string, source: string, table: string, expected: { heldFrom: Position; holdCount: number }, audit: AuditEntry): Promise<boolean>;
   /** Clears a release request that has nothing left to replay (conditional on no hold being recorded). */
   clearReleaseRequest(sink: string, source: string, table: string): Promise<boolean>;
+  // ---- Snapshots (docs/snapshot.md) ----
+  /** A table's current snapshot run (docs/snapshot.md), or null. */
+  getSnapshot(source: string, table: string): Promise<SnapshotState | null>;
+  listSnapshots(source: string): Promise<SnapshotState[]>;
+  /**
+   * Writes a snapshot state if the stored one has version `expectedVersion` (null: none stored),
+   * with `audit` in the same transaction when given. Returns false (and changes nothing) if
+   * another writer got there first: two requests or two workers cannot both win.
+   */
+  putSnapshot(state: SnapshotState, expectedVersion: number | null, audit: AuditEntry | null): Promise<boolean>;
+  /** Records a completed chunk and the state after it in one transaction, conditional like `putSnapshot`. */
+  completeSnapshotChunk(chunk: SnapshotChunkRecord, state: SnapshotState, expectedVersion: number): Promise<boolean>;
+  /** The completed chunks of one run, in chunk order. */
+  listSnapshotChunks(source: string, table: string, run: string): Promise<SnapshotChunkRecord[]>;
 }
 
 /** An operator action's change to one table (see `ControlPlane.commitTableAction`). */

@@ -65,8 +65,8 @@ export function decodeSlotRecord(record: unknown): DecodeResult {
     table: r.table,
     position,
     commitTs: r.commitTs,
-    txId: r.xid,
-    capture: 'slot' as const,
+    txId: r.op === 'snapshot' ? null : r.xid,
+    capture: r.op === 'snapshot' ? ('snapshot' as const) : ('slot' as const),
     synthetic: false,
   };
   const change = (fields: Pick<DecodedChange, 'op' | 'key' | 'after' | 'before' | 'missing'>): DecodedChange => ({
@@ -100,8 +100,8 @@ export function decodeSlotRecord(record: unknown): DecodeResult {
 
   const after = toRow(r.columns!);
   const key = keyOf(r.columns!, r.key, 'columns');
-  if (r.op === 'insert') {
-    return result([change({ op: 'insert', key, after, before: null, missing: [] })]);
+  if (r.op === 'insert' || r.op === 'snapshot') {
+    return result([change({ op: r.op, key, after, before: null, missing: [] })]);
   }
 
   // update

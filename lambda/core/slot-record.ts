@@ -24,7 +24,10 @@
  * - `commitTs`: commit time, ISO-8601 in UTC.
  * - `index`: index of the record within its transaction, from 0.
  * - `table`: `schema.table` as named in the source (unquoted; neither part may contain a dot).
- * - `op`: `insert`, `update`, `delete` or `truncate`.
+ * - `op`: `insert`, `update`, `delete` or `truncate`; `snapshot` for a row the snapshot worker
+ *   read (lambda/core/snapshot.ts, docs/snapshot.md): the whole row in `columns`, no `oldKey`,
+ *   `xid` `"0"` (a chunk read has no transaction of its own), `commitLsn` + `index` the position
+ *   the stitching algorithm assigned, `commitTs` the time of the read.
  * - `key`: primary-key column names in key order (empty only for `truncate`).
  * - `columns`: the new tuple's delivered columns in table order (insert, update); `null` for
  *   delete and truncate.
@@ -40,8 +43,8 @@ import { describeValue as describe, isPlainObject } from './json-shape.ts';
 
 export const SLOT_RECORD_FORMAT = 'cdc-slot/1';
 
-export type SlotOp = 'insert' | 'update' | 'delete' | 'truncate';
-export const SLOT_OPS: readonly SlotOp[] = ['insert', 'update', 'delete', 'truncate'];
+export type SlotOp = 'insert' | 'update' | 'delete' | 'truncate' | 'snapshot';
+export const SLOT_OPS: readonly SlotOp[] = ['insert', 'update', 'delete', 'truncate', 'snapshot'];
 
 /**
  * One column of a tuple: name, source type name and JSON value. The type is PostgreSQL's
@@ -134,10 +137,10 @@ export function validateSlotRecord(value: unknown): SlotRecord {
   const columns = tuple(r.columns, 'columns');
   const oldKey = tuple(r.oldKey, 'oldKey');
   const unchanged = names(r.unchanged ?? [], 'unchanged', true);
-  if ((op === 'insert' || op === 'update') && columns === null) throw new InvalidRecordError('columns', `an ${op} carries the new tuple`);
+  if ((op === 'insert' || op === 'update' || op === 'snapshot') && columns === null) throw new InvalidRecordError('columns', `an ${op} carries the new tuple`);
   if ((op === 'delete' || op === 'truncate') && columns !== null) throw new InvalidRecordError('columns', `a ${op} carries no new tuple`);
   if (op === 'delete' && oldKey === null) throw new InvalidRecordError('oldKey', 'a delete carries the old key (the table has no replica identity?)');
-  if ((op === 'insert' || op === 'truncate') && oldKey !== null) throw new InvalidRecordError('oldKey', `an ${op} carries no old key`);
+  if ((op === 'insert' || op === 'truncate' || op === 'snapshot') && oldKey !== null) throw new InvalidRecordError('oldKey', `an ${op} carries no old key`);
   if (op !== 'update' && unchanged.length > 0) throw new InvalidRecordError('unchanged', `only an update can leave columns undelivered, not a ${op}`);
   for (const u of unchanged) {
     if (columns?.some((c) => c.name === u)) throw new InvalidRecordError('unchanged', `column ${JSON.stringify(u)} is both delivered and unchanged`);

@@ -27,6 +27,8 @@ export interface TableConfig {
   deleteMode: DeleteMode;
   mask: string[];
   exclude: string[];
+  /** Snapshot the table's existing rows when it is first captured (docs/snapshot.md). @default true */
+  snapshot?: boolean;
 }
 
 /** A table configuration that cannot be used. `field` names the entry and field (`CDC_TABLE_CONFIG[2].mask[0]`). */
@@ -40,7 +42,7 @@ export class TableConfigError extends CdcError {
 }
 
 const TABLE_ID = /^[^.\s]+\.[^.\s]+$/;
-const FIELDS = new Set(['table', 'key', 'deleteMode', 'mask', 'exclude']);
+const FIELDS = new Set(['table', 'key', 'deleteMode', 'mask', 'exclude', 'snapshot']);
 const DELETE_MODES: readonly DeleteMode[] = ['soft', 'hard'];
 
 
@@ -90,6 +92,10 @@ export function validateTableConfig(value: unknown, origin = 'CDC_TABLE_CONFIG')
       const key = columnList(e.key, `${at}.key`);
       checkKeyAgainstRules(e.table, key, config, `${at}.key`);
       if (key.length > 0) config.key = key; // [] = not declared
+    }
+    if (e.snapshot !== undefined) {
+      if (typeof e.snapshot !== 'boolean') throw new TableConfigError(`${at}.snapshot`, `expected true or false, got ${describe(e.snapshot)}`);
+      config.snapshot = e.snapshot;
     }
     return config;
   });

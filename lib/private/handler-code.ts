@@ -29,7 +29,7 @@ import { fileURLToPath } from 'node:url';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 
 /** The handlers the constructs deploy (file names under `lambda/handlers/`, without `.ts`). */
-export const HANDLER_NAMES = ['normalizer', 'warehouse-applier', 'heartbeat-writer', 'dms-task-starter', 'operator', 'search-applier', 'slot-monitor'] as const;
+export const HANDLER_NAMES = ['normalizer', 'warehouse-applier', 'heartbeat-writer', 'dms-task-starter', 'operator', 'search-applier', 'slot-monitor', 'snapshot-worker'] as const;
 
 /** One of `HANDLER_NAMES` (internal type, not part of the construct API). */
 export type HandlerName = (typeof HANDLER_NAMES)[number];

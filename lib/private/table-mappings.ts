@@ -34,6 +34,8 @@ export interface TableConfigEntry {
   deleteMode: string;
   mask: string[];
   exclude: string[];
+  /** Present (false) only for a table that opted out of its first snapshot. */
+  snapshot?: boolean;
 }
 
 /** Returns the first problem with the captured tables, or undefined. Lower-case, no period. */
@@ -125,7 +127,7 @@ export function compileTableMappings(tables: readonly CapturedTable[], heartbeat
  * appended with its key, so the normalizer never has to guess it (DMS records do not name keys).
  */
 export function tableConfigEntries(tables: readonly CapturedTable[], heartbeatSchema?: string): TableConfigEntry[] {
-  const entries = tables.map((t) => ({ table: t.tableId, key: [...t.primaryKey], deleteMode: t.deletes as string, mask: [...t.mask], exclude: [...t.exclude] }));
+  const entries: TableConfigEntry[] = tables.map((t) => ({ table: t.tableId, key: [...t.primaryKey], deleteMode: t.deletes as string, mask: [...t.mask], exclude: [...t.exclude], ...(t.snapshot ? {} : { snapshot: false }) }));
   if (heartbeatSchema !== undefined) {
     entries.push({ table: `${heartbeatSchema}.${HEARTBEAT_TABLE}`, key: [HEARTBEAT_KEY_COLUMN], deleteMode: 'soft', mask: [], exclude: [] });
   }

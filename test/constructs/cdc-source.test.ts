@@ -262,7 +262,7 @@ describe('CdcSource', () => {
     const f = fixture();
     const source = ordersSource(f, { alarmCdcLatencyThreshold: Duration.minutes(2) });
     const t = Template.fromStack(f.stack);
-    expect(source.alarms).toHaveLength(10);
+    expect(source.alarms).toHaveLength(12); // + slot monitor (3) and snapshot worker errors and stall (2)
     t.hasResourceProperties('AWS::CloudWatch::Alarm', {
       Namespace: 'AWS/DMS',
       MetricName: 'CDCLatencySource',

@@ -23,6 +23,7 @@ import type {
   TableState,
 } from '../../lambda/core/control-plane.ts';
 import { CdcError } from '../../lambda/core/errors.ts';
+import type { SnapshotChunkRecord, SnapshotState } from '../../lambda/core/snapshot.ts';
 import { assertPosition, type Position } from '../../lambda/core/position.ts';
 
 const copy = <T>(v: T): T => structuredClone(v);
@@ -35,6 +36,8 @@ export class MemoryControlPlane implements ControlPlane {
   private readonly checkpoints = new Map<string, string>();
   private readonly audit: AuditEntry[] = [];
   private readonly deadLetters: DeadLetter[] = [];
+  private readonly snapshots = new Map<string, SnapshotState>();
+  private readonly snapshotChunks = new Map<string, SnapshotChunkRecord>();
   /** Calls per method name, for tests that care how often the applier asks. */
   readonly calls = new Map<string, number>();
 
@@ -223,5 +226,37 @@ export class MemoryControlPlane implements ControlPlane {
     if (!p || p.heldFrom !== null) return false;
     p.releaseRequested = null;
     return true;
+  }
+
+  // ---- Snapshots ----
+
+  async getSnapshot(source: string, table: string): Promise<SnapshotState | null> {
+    const s = this.snapshots.get(tableKey(source, table));
+    return s ? copy(s) : null;
+  }
+
+  async listSnapshots(source: string): Promise<SnapshotState[]> {
+    return [...this.snapshots.values()].filter((s) => s.source === source).sort((a, b) => (a.table < b.table ? -1 : 1)).map(copy);
+  }
+
+  async putSnapshot(state: SnapshotState, expectedVersion: number | null, audit: AuditEntry | null): Promise<boolean> {
+    const k = tableKey(state.source, state.table);
+    const stored = this.snapshots.get(k);
+    if ((stored?.version ?? null) !== expectedVersion) return false;
+    this.snapshots.set(k, copy(state));
+    if (audit) this.audit.push(copy(audit));
+    return true;
+  }
+
+  async completeSnapshotChunk(chunk: SnapshotChunkRecord, state: SnapshotState, expectedVersion: number): Promise<boolean> {
+    const k = tableKey(state.source, state.table);
+    if (this.snapshots.get(k)?.version !== expectedVersion) return false;
+    this.snapshots.set(k, copy(state));
+    this.snapshotChunks.set(`${k}\u0000${chunk.run}\u0000${String(chunk.index).padStart(9, '0')}`, copy(chunk));
+    return true;
+  }
+
+  async listSnapshotChunks(source: string, table: string, run: string): Promise<SnapshotChunkRecord[]> {
+    return [...this.snapshotChunks.values()].filter((c) => c.source === source && c.table === table && c.run === run).sort((a, b) => a.index - b.index).map(copy);
   }
 }

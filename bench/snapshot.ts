@@ -1,0 +1,186 @@
+/**
+ * Benchmark: the snapshot (docs/snapshot.md).
+ *
+ * 1. Read rate, unthrottled: the snapshot reader (`PostgresSnapshotReader`, visibility fence per
+ *    chunk, keyset chunks of 10,000 rows) plus `chunkRecords` (the records the worker publishes,
+ *    JSON-encoded; no stream) over a table, against `COPY (SELECT … ORDER BY key) TO STDOUT` of
+ *    the same table in the same run. Goal ≥ 0.5× COPY.
+ * 2. The source's p99 write latency under a fixed workload (single-row updates, each its own
+ *    commit, at a fixed rate) without a snapshot and with a throttled snapshot (the adaptive
+ *    pacer against the default budget, fed by the probe) running over the same table. Goal
+ *    ≤ +10 %.
+ *
+ *     npm run bench:snapshot [-- --rows 200000 --seconds 20 --rate 200]
+ */
+import pg from 'pg';
+import { to as copyTo } from 'pg-copy-streams';
+import { PostgresPressureProbe, PostgresSnapshotReader } from '../lambda/adapters/snapshot-postgres.ts';
+import { chunkRecords, cursorAfter, type KeyCursor } from '../lambda/core/snapshot.ts';
+import { AdaptivePacer } from '../lambda/core/snapshot-pacer.ts';
+import { NO_COLUMN_RULES } from '../lambda/core/masking.ts';
+import { startPostgres } from '../local/postgres.ts';
+import { exec, serverVersion } from './lib/pg.ts';
+import { isMain, median, numberArg, percentile, rateRow, Recorder, sleep, timeRow, type BenchResult } from './lib/report.ts';
+
+const say = (text: string): void => void process.stdout.write(`[snapshot] ${text}\n`);
+const TABLE = 'public.snap';
+
+async function copyReference(url: string): Promise<{ seconds: number; bytes: number }> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    const t0 = performance.now();
+    const stream = c.query(copyTo(`COPY (SELECT * FROM ${TABLE} ORDER BY id) TO STDOUT`));
+    let bytes = 0;
+    for await (const chunk of stream) bytes += (chunk as Buffer).length;
+    return { seconds: (performance.now() - t0) / 1000, bytes };
+  } finally {
+    await c.end();
+  }
+}
+
+async function snapshotRead(url: string, chunk: number): Promise<{ seconds: number; rows: number; bytes: number; chunks: number }> {
+  const reader = new PostgresSnapshotReader({ primary: { connectionString: url }, fencePollMs: 1 });
+  try {
+    const shape = await reader.describe(TABLE);
+    const t0 = performance.now();
+    let cursor: KeyCursor | null = null;
+    let rows = 0;
+    let bytes = 0;
+    let chunks = 0;
+    for (;;) {
+      const read = await reader.readChunk(shape, cursor, chunk);
+      chunks++;
+      for (const r of chunkRecords('bench', shape, read, NO_COLUMN_RULES)) bytes += JSON.stringify(r).length;
+      rows += read.rows.length;
+      cursor = cursorAfter(shape, read.rows) ?? cursor;
+      if (read.rows.length < chunk) break;
+    }
+    return { seconds: (performance.now() - t0) / 1000, rows, bytes, chunks };
+  } finally {
+    await reader.close();
+  }
+}
+
+/** Single-row updates at `rate` per second for `seconds`; returns each commit's latency (ms). */
+async function writeWorkload(url: string, rows: number, rate: number, seconds: number): Promise<number[]> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  const latencies: number[] = [];
+  try {
+    const end = Date.now() + seconds * 1000;
+    let next = Date.now();
+    let i = 0;
+    while (Date.now() < end) {
+      const t0 = performance.now();
+      await c.query('UPDATE public.snap SET a = a + 1 WHERE id = $1', [1 + ((i++ * 7919) % rows)]);
+      latencies.push(performance.now() - t0);
+      next += 1000 / rate;
+      const wait = next - Date.now();
+      if (wait > 0) await sleep(wait);
+    }
+  } finally {
+    await c.end();
+  }
+  return latencies;
+}
+
+/** The throttled snapshot, over and over, until `stop`: the worker's reader, pacer and probe. */
+async function throttledSnapshot(url: string, stop: () => boolean): Promise<{ rows: number; states: Record<string, number> }> {
+  let probeClient: pg.Client | null = null;
+  const probe = new PostgresPressureProbe(async () => {
+    if (!probeClient) {
+      probeClient = new pg.Client({ connectionString: url });
+      await probeClient.connect();
+    }
+    return probeClient;
+  });
+  const reader = new PostgresSnapshotReader({ primary: { connectionString: url }, onProbe: (ms) => probe.sample(ms) });
+  const states: Record<string, number> = {};
+  let rows = 0;
+  try {
+    const shape = await reader.describe(TABLE);
+    await probe.calibrate(20);
+    const pacer = new AdaptivePacer();
+    let cursor: KeyCursor | null = null;
+    while (!stop()) {
+      const d = pacer.next();
+      states[d.state] = (states[d.state] ?? 0) + 1;
+      if (d.pauseMs > 0) await sleep(d.pauseMs);
+      const read = await reader.readChunk(shape, cursor, d.chunkSize);
+      for (const r of chunkRecords('bench', shape, read, NO_COLUMN_RULES)) JSON.stringify(r);
+      rows += read.rows.length;
+      cursor = read.rows.length < d.chunkSize ? null : cursorAfter(shape, read.rows);
+      pacer.record({ rows: read.rows.length, readMs: read.readMs, pressure: await probe.read(1) });
+    }
+  } finally {
+    await reader.close();
+    await (probeClient as pg.Client | null)?.end();
+  }
+  return { rows, states };
+}
+
+export async function runSnapshotBench(): Promise<BenchResult> {
+  const rowsN = numberArg('rows', 200_000);
+  const seconds = numberArg('seconds', 20);
+  const rate = numberArg('rate', 200);
+  const runs = numberArg('runs', 3);
+  const rec = new Recorder('snapshot', { rows: rowsN, seconds, rate, runs, chunk: 10_000, durability: 'fsync on' });
+  const pgc = await startPostgres();
+  try {
+    await pgc.createDatabase('src');
+    const url = pgc.url('src');
+    rec.settings.postgres = await serverVersion(url);
+    await exec(url, `CREATE TABLE ${TABLE} (id bigint PRIMARY KEY, a int NOT NULL, b text, c numeric(12,2), d timestamptz NOT NULL DEFAULT now());
+      INSERT INTO ${TABLE} SELECT g, g % 1000, md5(g::text), g / 7.0, now() - g * interval '1 second' FROM generate_series(1, ${rowsN}) g; ANALYZE ${TABLE};`);
+    // Warm the cache once, then alternate the order.
+    await copyReference(url);
+    const copyRates: number[] = [];
+    const snapRates: number[] = [];
+    for (let i = 0; i < runs; i++) {
+      const order = i % 2 === 0 ? ['copy', 'snap'] : ['snap', 'copy'];
+      for (const o of order) {
+        if (o === 'copy') {
+          const r = await copyReference(url);
+          copyRates.push(rowsN / r.seconds);
+          say(`COPY: ${Math.round(rowsN / r.seconds)} rows/s (${r.seconds.toFixed(2)} s, ${r.bytes} bytes)`);
+        } else {
+          const r = await snapshotRead(url, 10_000);
+          if (r.rows !== rowsN) throw new Error(`snapshot read ${r.rows} rows of ${rowsN}`);
+          snapRates.push(r.rows / r.seconds);
+          say(`snapshot: ${Math.round(r.rows / r.seconds)} rows/s (${r.seconds.toFixed(2)} s, ${r.chunks} chunks)`);
+        }
+      }
+    }
+    rec.add(rateRow('snapshot read, unthrottled (fence + keyset chunks of 10,000 + records)', median(snapRates), 'rows/s', median(copyRates), 'COPY (SELECT … ORDER BY id) TO STDOUT', { target: '≥ 0.5× COPY', met: median(snapRates) >= 0.5 * median(copyRates) }));
+
+    say(`write workload without a snapshot: ${rate}/s for ${seconds} s`);
+    const base = await writeWorkload(url, rowsN, rate, seconds);
+    say(`write workload with a throttled snapshot running`);
+    let stop = false;
+    const snap = throttledSnapshot(url, () => stop);
+    const withSnap = await writeWorkload(url, rowsN, rate, seconds);
+    stop = true;
+    const s = await snap;
+    const p99Base = percentile(base, 99);
+    const p99With = percentile(withSnap, 99);
+    say(`p99 write latency: ${p99Base.toFixed(2)} ms without, ${p99With.toFixed(2)} ms with (snapshot read ${s.rows} rows; pacer states ${JSON.stringify(s.states)})`);
+    rec.add(timeRow('source p99 write latency with a throttled snapshot running', p99With, 'ms', p99Base, 'same workload, no snapshot', { target: '≤ +10 %', met: p99With <= 1.1 * p99Base, note: `${rate} updates/s for ${seconds} s; snapshot read ${s.rows} rows meanwhile; pacer ${JSON.stringify(s.states)}` }));
+    rec.details.copyRates = copyRates;
+    rec.details.snapshotRates = snapRates;
+    rec.details.writeLatency = { base: { p50: percentile(base, 50), p99: p99Base, n: base.length }, withSnapshot: { p50: percentile(withSnap, 50), p99: p99With, n: withSnap.length }, pacer: s.states };
+  } finally {
+    await pgc.stop();
+  }
+  return rec.finish();
+}
+
+if (isMain(import.meta.url)) {
+  runSnapshotBench().then(
+    () => process.exit(0),
+    (err: unknown) => {
+      console.error(err);
+      process.exit(1);
+    },
+  );
+}

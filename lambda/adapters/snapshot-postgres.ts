@@ -1,0 +1,240 @@
+/**
+ * The snapshot reader on PostgreSQL (docs/snapshot.md): table shape from the catalog, a row
+ * estimate from planner statistics, and one chunk per call with the visibility fence:
+ *
+ * 1. on the primary, in one short transaction: `pg_current_wal_insert_lsn()` (the low watermark
+ *    L0), then `pg_current_xact_id()` (a transaction id X assigned after L0 was read); commit;
+ * 2. on the read endpoint (the primary or a replica): wait until no transaction with an id ≤ X
+ *    that may have written this database is still running (every transaction whose commit
+ *    record precedes L0 is then visible) and, on a replica, until it has replayed past L0;
+ * 3. read the chunk in a REPEATABLE READ READ ONLY transaction (one statement: the snapshot is
+ *    taken after step 2), keyset query from lambda/core/snapshot.ts, values as the types'
+ *    output text (no client-side parsing), in the capture's canonical session settings.
+ *
+ * Never a lock stronger than the ACCESS SHARE of a plain SELECT; no transaction spans more than
+ * one chunk. The fence's commit is also the pressure probe's write (`PostgresPressureProbe`).
+ */
+import pg from 'pg';
+import { chunkQuery, SnapshotFenceTimeoutError, SnapshotTableError, type ChunkRead, type KeyCursor, type SnapshotColumn, type SnapshotTableShape } from '../core/snapshot.ts';
+import type { PressureReading } from '../core/snapshot-pacer.ts';
+import { splitTableId } from '../core/identifiers.ts';
+import type { SnapshotReader } from '../core/snapshot-worker.ts';
+
+/** Values as PostgreSQL printed them: the type's output function text, never parsed by the client. */
+const RAW_TEXT = { getTypeParser: () => (v: string) => v };
+
+/** The capture's canonical session settings (local/capture.ts): the same text for the same value on both paths. */
+export const CANONICAL_SESSION = "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 1";
+
+export interface PostgresSnapshotReaderOptions {
+  /** The primary (fence and catalog). */
+  primary: pg.ClientConfig;
+  /** A read replica to read chunks from. @default the primary */
+  replica?: pg.ClientConfig;
+  /** Give up a chunk after waiting this long for older transactions. @default 600000 (10 min) */
+  fenceTimeoutMs?: number;
+  /** @default 10 */
+  fencePollMs?: number;
+  /** Called with each fence commit's latency (ms): the pressure probe's samples. */
+  onProbe?: (ms: number) => void;
+  applicationName?: string;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+export class PostgresSnapshotReader implements SnapshotReader {
+  private primary: pg.Client | null = null;
+  private replica: pg.Client | null = null;
+
+  constructor(private readonly o: PostgresSnapshotReaderOptions) {}
+
+  private async connect(config: pg.ClientConfig, role: string): Promise<pg.Client> {
+    const c = new pg.Client({ ...config, application_name: this.o.applicationName ?? `cdc-snapshot-${role}` });
+    c.on('error', () => undefined); // a dead connection surfaces on the next query, which is retried with a new one
+    await c.connect();
+    await c.query(CANONICAL_SESSION);
+    return c;
+  }
+
+  private async clients(): Promise<{ primary: pg.Client; read: pg.Client }> {
+    this.primary ??= await this.connect(this.o.primary, 'primary');
+    if (this.o.replica) this.replica ??= await this.connect(this.o.replica, 'replica');
+    return { primary: this.primary, read: this.replica ?? this.primary };
+  }
+
+  /** Drops the connections (after an error, so the next call reconnects). */
+  async close(): Promise<void> {
+    const cs = [this.primary, this.replica];
+    this.primary = null;
+    this.replica = null;
+    await Promise.all(cs.map((c) => c?.end().catch(() => undefined)));
+  }
+
+  async describe(tableId: string): Promise<SnapshotTableShape> {
+    const { primary } = await this.clients();
+    const { schema, table } = splitTableId(tableId);
+    const cols = await primary.query<{ name: string; type: string; oid: number }>(
+      `SELECT a.attname AS name, format_type(a.atttypid, NULL) AS type, a.atttypid::int AS oid
+         FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
+      [schema, table],
+    );
+    if (cols.rows.length === 0) throw new SnapshotTableError(tableId, 'does not exist in the source');
+    const key = await primary.query<{ name: string }>(
+      `SELECT a.attname AS name FROM pg_index i
+         JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+         CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+         JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+        WHERE n.nspname = $1 AND c.relname = $2 AND i.indisprimary ORDER BY k.ord`,
+      [schema, table],
+    );
+    if (key.rows.length === 0) throw new SnapshotTableError(tableId, 'has no primary key; a snapshot reads in primary-key order');
+    const columns: SnapshotColumn[] = cols.rows.map((r) => ({ name: r.name, type: r.type, typeOid: Number(r.oid) }));
+    return { table: tableId, columns, key: key.rows.map((r) => r.name) };
+  }
+
+  async estimateRows(tableId: string): Promise<number> {
+    const { primary } = await this.clients();
+    const { schema, table } = splitTableId(tableId);
+    const r = await primary.query<{ reltuples: string; relpages: string }>(
+      `SELECT c.reltuples::bigint::text AS reltuples, c.relpages::text AS relpages FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
+      [schema, table],
+    );
+    const row = r.rows[0];
+    if (!row) throw new SnapshotTableError(tableId, 'does not exist in the source');
+    const tuples = Number(row.reltuples);
+    if (tuples >= 0 && Number(row.relpages) > 0) return tuples;
+    // Never analysed: count, unless the table is large (then the estimate grows as rows are read).
+    if (Number(row.relpages) > 10_000) return 0;
+    const n = await primary.query<{ n: string }>(`SELECT count(*)::text AS n FROM "${schema}"."${table}"`);
+    return Number(n.rows[0]!.n);
+  }
+
+  /** Step 1 of the fence: L0 then X, in one committed transaction. Its commit latency is a probe write. */
+  async fence(): Promise<{ lowWatermark: string; xid: string }> {
+    const { primary } = await this.clients();
+    const t0 = performance.now();
+    await primary.query('BEGIN');
+    try {
+      const l0 = await primary.query<{ l0: string }>('SELECT pg_current_wal_insert_lsn()::text AS l0');
+      const x = await primary.query<{ x: string }>('SELECT pg_current_xact_id()::text AS x');
+      await primary.query('COMMIT');
+      this.o.onProbe?.(performance.now() - t0);
+      return { lowWatermark: l0.rows[0]!.l0, xid: x.rows[0]!.x };
+    } catch (e) {
+      await primary.query('ROLLBACK').catch(() => undefined);
+      throw e;
+    }
+  }
+
+  /**
+   * Step 2: waits until every transaction with an id ≤ `xid` that could have written this
+   * database has finished (and a replica has replayed past L0). After the fence's commit every
+   * still-running id ≤ X is in the xip list of a fresh `pg_current_snapshot()`; an id whose
+   * backend is connected to another database cannot have changed a table of this one, so it is
+   * not waited for (the embedded `cdc local` keeps source and warehouse in one server). An id
+   * without a visible backend (another user's session without pg_read_all_stats, a prepared
+   * transaction) is waited for.
+   */
+  async awaitFence(table: string, fence: { lowWatermark: string; xid: string }): Promise<number> {
+    const { read } = await this.clients();
+    const t0 = Date.now();
+    const timeout = this.o.fenceTimeoutMs ?? 600_000;
+    for (;;) {
+      const r = await read.query<{ waiting: number; oldest: string | null; replayed: boolean }>(
+        `SELECT count(*)::int AS waiting, min(x)::text AS oldest,
+                (NOT pg_is_in_recovery() OR pg_last_wal_replay_lsn() >= $2::pg_lsn) AS replayed
+           FROM (SELECT x FROM pg_snapshot_xip(pg_current_snapshot()) AS x
+                  WHERE x <= $1::xid8
+                    AND x::xid NOT IN (SELECT backend_xid FROM pg_stat_activity
+                                        WHERE backend_xid IS NOT NULL AND datid IS DISTINCT FROM (SELECT oid FROM pg_database WHERE datname = current_database()))) AS running`,
+        [fence.xid, fence.lowWatermark],
+      );
+      const row = r.rows[0]!;
+      if (row.waiting === 0 && row.replayed) return Date.now() - t0;
+      if (Date.now() - t0 > timeout) throw new SnapshotFenceTimeoutError(table, row.oldest, Date.now() - t0);
+      await sleep(this.o.fencePollMs ?? 10);
+    }
+  }
+
+  async readChunk(shape: SnapshotTableShape, startAfter: KeyCursor | null, limit: number): Promise<ChunkRead> {
+    const f = await this.fence();
+    const fenceWaitMs = await this.awaitFence(shape.table, f);
+    const { read } = await this.clients();
+    const q = chunkQuery(shape, startAfter, limit);
+    const t0 = performance.now();
+    await read.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+    try {
+      const rows = await read.query({ text: q.text, values: q.values, rowMode: 'array', types: RAW_TEXT });
+      const at = await read.query<{ at: string; replica: boolean }>({ text: `SELECT to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at, pg_is_in_recovery() AS replica` });
+      await read.query('COMMIT');
+      return {
+        lowWatermark: f.lowWatermark,
+        fenceXid: f.xid,
+        rows: rows.rows as (string | null)[][],
+        readAt: at.rows[0]!.at,
+        fenceWaitMs,
+        readMs: performance.now() - t0,
+        fromReplica: Boolean(at.rows[0]!.replica),
+      };
+    } catch (e) {
+      await read.query('ROLLBACK').catch(() => undefined);
+      throw e;
+    }
+  }
+}
+
+/**
+ * Source pressure on PostgreSQL: the p99 of recent probe writes (the fence commits, and extra
+ * probes when asked) against the p99 of a baseline taken before the snapshot, plus the number
+ * of active sessions. CPU is not visible from SQL: locally `addedCpuPct` is null (on AWS the
+ * CloudWatch probe supplies it).
+ */
+export class PostgresPressureProbe {
+  private baseline: number | null = null;
+  private readonly recent: number[] = [];
+
+  constructor(
+    private readonly client: () => Promise<pg.Client>,
+    private readonly window = 50,
+  ) {}
+
+  private async probeOnce(c: pg.Client): Promise<number> {
+    const t0 = performance.now();
+    await c.query('BEGIN');
+    await c.query('SELECT pg_current_xact_id()');
+    await c.query('COMMIT');
+    return performance.now() - t0;
+  }
+
+  /** Takes the baseline: `samples` probe writes before the snapshot starts. */
+  async calibrate(samples = 30): Promise<number> {
+    const c = await this.client();
+    const xs: number[] = [];
+    for (let i = 0; i < samples; i++) xs.push(await this.probeOnce(c));
+    this.baseline = p99(xs);
+    return this.baseline;
+  }
+
+  /** Adds a probe sample measured elsewhere (a fence commit). */
+  sample(ms: number): void {
+    this.recent.push(ms);
+    while (this.recent.length > this.window) this.recent.shift();
+  }
+
+  async read(extraProbes = 2): Promise<PressureReading> {
+    const c = await this.client();
+    for (let i = 0; i < extraProbes; i++) this.sample(await this.probeOnce(c));
+    const active = await c.query<{ n: string }>(`SELECT count(*)::text AS n FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid() AND backend_type = 'client backend'`);
+    const now = this.recent.length > 0 ? p99(this.recent) : null;
+    const added = this.baseline !== null && this.baseline > 0 && now !== null ? Math.max(0, ((now - this.baseline) / this.baseline) * 100) : null;
+    return { addedWriteLatencyPct: added, addedCpuPct: null, activeSessions: Number(active.rows[0]!.n) - 1 };
+  }
+}
+
+function p99(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.ceil(0.99 * s.length) - 1)]!;
+}

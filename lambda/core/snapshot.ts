@@ -1,0 +1,400 @@
+/**
+ * Snapshot: onboarding rows that existed before capture started (docs/snapshot.md). Pure logic:
+ * chunk planning by keyset pagination, the position a chunk row gets (the stitching rule),
+ * snapshot records with the same column rules as the stream path, the snapshot's control-plane
+ * records, and progress (rows, rate, ETA).
+ *
+ * Stitching in one paragraph (the argument is in docs/snapshot.md): before each chunk the reader
+ * takes a *low watermark* L0 (`pg_current_wal_insert_lsn()`), then assigns itself a transaction
+ * id X (`pg_current_xact_id()`), commits, and waits until no transaction with an id ≤ X is still
+ * running (`pg_snapshot_xmin(pg_current_snapshot()) > X`); only then does it read the chunk in a
+ * fresh REPEATABLE READ snapshot S. Every transaction whose commit record lies before L0 in the
+ * WAL had its id before X and has therefore finished: it is visible to S. Every transaction not
+ * visible to S has a commit record after L0. A chunk row gets the position just below L0
+ * (`snapshotPosition`), so it sorts after every change before L0 (all visible to the read) and
+ * loses to every change after L0 (which includes every change the read did not see); the sinks'
+ * position guard (invariant 2) does the rest, whatever the order records arrive in and whatever
+ * shard they travel on. No watermark has to travel through the stream, so the method works the
+ * same on the local slot capture and on DMS.
+ */
+import { CdcError } from './errors.ts';
+import { partitionKeyOf, type Row } from './event.ts';
+import { quoteIdent, splitTableId } from './identifiers.ts';
+import { applyColumnRules, applyColumnRulesToColumns, type ColumnRules } from './masking.ts';
+import { formatLsn, makePosition, parseLsn, type Position } from './position.ts';
+import { buildSlotRecord, type SlotColumn, type SlotRecord } from './slot-record.ts';
+import { parseTestDecodingLine } from './test-decoding.ts';
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+/** A chunk could not be read because older transactions kept running past the fence timeout. */
+export class SnapshotFenceTimeoutError extends CdcError {
+  constructor(
+    readonly table: string,
+    readonly oldestXid: string | null,
+    waitedMs: number,
+  ) {
+    super(
+      'SNAPSHOT_FENCE_TIMEOUT',
+      `${table}: a chunk waited ${Math.round(waitedMs / 1000)} s for transactions older than its fence to finish (oldest still running: ${oldestXid ?? 'unknown'}); ` +
+        'the chunk was not read and will be retried. Find long-running transactions in pg_stat_activity (backend_xid) and end them, or raise the fence timeout.',
+    );
+  }
+}
+
+/** A snapshot request that is refused (another one is running, the table is unknown, …). */
+export class SnapshotRefusedError extends CdcError {
+  constructor(
+    readonly table: string,
+    reason: string,
+  ) {
+    super('SNAPSHOT_REFUSED', `${table}: ${reason}`);
+  }
+}
+
+/** A bootstrap from a trusted copy is refused: the log does not reach back to the copy's position. */
+export class BootstrapGapError extends CdcError {
+  constructor(
+    readonly table: string,
+    readonly copyPosition: string,
+    readonly logStart: string,
+  ) {
+    super(
+      'BOOTSTRAP_GAP',
+      `${table}: the copy represents the source at ${copyPosition}, but the change log starts at ${logStart}; changes between them exist in neither the copy nor the log. ` +
+        'Take a newer copy (at or after the log start) or snapshot the table instead.',
+    );
+  }
+}
+
+/** The table cannot be snapshotted as configured (no primary key, unsupported key type, …). */
+export class SnapshotTableError extends CdcError {
+  constructor(
+    readonly table: string,
+    reason: string,
+  ) {
+    super('SNAPSHOT_TABLE_UNSUPPORTED', `${table}: ${reason}`);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Table shape and chunk planning
+
+/** One column as the chunk reader sees it: name, type as test_decoding prints it (`format_type(oid, NULL)`), type oid. */
+export interface SnapshotColumn {
+  name: string;
+  type: string;
+  typeOid: number;
+}
+
+export interface SnapshotTableShape {
+  /** `schema.table` */
+  table: string;
+  /** Columns in table order. */
+  columns: SnapshotColumn[];
+  /** Primary-key columns in key order. */
+  key: string[];
+}
+
+/** A keyset cursor: the primary-key values of the last row read, as PostgreSQL printed them (text), in key order. */
+export type KeyCursor = string[];
+
+/**
+ * The chunk query: the next `limit` rows in primary-key order strictly after `startAfter`
+ * (keyset pagination, composite keys as a row comparison, which the primary-key index serves).
+ * Key values are parameters in their printed text, so they round-trip exactly through the
+ * column's input function (numerics, timestamps, text under any collation: `>` and `ORDER BY`
+ * use the same collation).
+ */
+export function chunkQuery(shape: SnapshotTableShape, startAfter: KeyCursor | null, limit: number): { text: string; values: string[] } {
+  if (shape.key.length === 0) throw new SnapshotTableError(shape.table, 'has no primary key; a snapshot reads in primary-key order');
+  if (!Number.isInteger(limit) || limit < 1) throw new CdcError('INVALID_ARGUMENT', `chunk limit must be a positive integer, got ${limit}`);
+  if (startAfter !== null && startAfter.length !== shape.key.length) {
+    throw new CdcError('INVALID_ARGUMENT', `${shape.table}: cursor has ${startAfter.length} values, the key has ${shape.key.length} columns`);
+  }
+  const { schema, table } = splitTableId(shape.table);
+  const cols = shape.columns.map((c) => quoteIdent(c.name)).join(', ');
+  const key = shape.key.map(quoteIdent);
+  const keyTuple = key.length === 1 ? key[0]! : `(${key.join(', ')})`;
+  const params = shape.key.map((_, i) => `$${i + 1}`);
+  const paramTuple = params.length === 1 ? params[0]! : `(${params.join(', ')})`;
+  const where = startAfter === null ? '' : ` WHERE ${keyTuple} > ${paramTuple}`;
+  return {
+    text: `SELECT ${cols} FROM ${quoteIdent(schema)}.${quoteIdent(table)}${where} ORDER BY ${key.join(', ')} LIMIT ${limit}`,
+    values: startAfter ?? [],
+  };
+}
+
+/** The cursor after a chunk: the key of its last row (null for an empty chunk: nothing moved). */
+export function cursorAfter(shape: SnapshotTableShape, rows: readonly (string | null)[][]): KeyCursor | null {
+  const last = rows[rows.length - 1];
+  if (!last) return null;
+  return shape.key.map((k) => {
+    const i = shape.columns.findIndex((c) => c.name === k);
+    const v = last[i];
+    if (v === null || v === undefined) throw new SnapshotTableError(shape.table, `primary-key column ${k} is null in a chunk row`);
+    return v;
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Positions
+
+/**
+ * The position of every row of a chunk whose low watermark is `lowWatermark` (`X/Y`): the
+ * highest position whose commit LSN is below the watermark. A change whose commit record starts
+ * at or after the watermark has a commit LSN ≥ the watermark (whether a capture reports the
+ * start or the end of the commit record), so it compares greater and wins over the chunk row.
+ */
+export function snapshotPosition(lowWatermark: string): Position {
+  const l0 = parseLsn(lowWatermark, 'lowWatermark');
+  return l0 === 0n ? makePosition(0n, 0) : makePosition(l0 - 1n, 0xffffffff);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rows to records
+
+const UNQUOTED = new Set([20, 21, 23, 26, 700, 701, 1700]); // int8, int2, int4, oid, float4, float8, numeric
+const BOOL = 16;
+const BITS = new Set([1560, 1562]); // bit, varbit
+
+/** How test_decoding prints a value of this type (see `print_literal` in PostgreSQL's test_decoding). */
+function literal(column: SnapshotColumn, text: string | null): string {
+  if (text === null) return 'null';
+  if (UNQUOTED.has(column.typeOid)) return text;
+  if (column.typeOid === BOOL) return text === 't' ? 'true' : 'false';
+  if (BITS.has(column.typeOid)) return `B'${text}'`;
+  return `'${text.replaceAll("'", "''")}'`;
+}
+
+/**
+ * Turns a row as PostgreSQL printed it (each value its type's output text, or null) into the
+ * columns the slot capture would have published for the same row. The value of a type that
+ * test_decoding prints quoted is its text, unchanged (the capture's parser undoes exactly the
+ * quoting), a boolean is `t`/`f`, a bit string its bits; the types it prints unquoted (integers,
+ * floats, numeric) are written the way test_decoding prints them and converted by the capture's
+ * own parser. So a value, and the hash of a masked one, is the same on both paths by
+ * construction (`test/local/snapshot.test.ts` compares the two paths on a real PostgreSQL).
+ */
+export function rowToColumns(shape: SnapshotTableShape, texts: readonly (string | null)[]): SlotColumn[] {
+  if (texts.length !== shape.columns.length) throw new CdcError('INVALID_ARGUMENT', `${shape.table}: row has ${texts.length} values for ${shape.columns.length} columns`);
+  const out: SlotColumn[] = new Array(shape.columns.length);
+  let parts = '';
+  const numeric: number[] = [];
+  for (let i = 0; i < shape.columns.length; i++) {
+    const c = shape.columns[i]!;
+    const text = texts[i]!;
+    if (text === null) out[i] = { name: c.name, type: c.type, value: null };
+    else if (UNQUOTED.has(c.typeOid)) {
+      parts += ` "${c.name.replaceAll('"', '""')}"[${c.type}]:${literal(c, text)}`;
+      numeric.push(i);
+    } else if (c.typeOid === BOOL) out[i] = { name: c.name, type: c.type, value: text === 't' };
+    else out[i] = { name: c.name, type: c.type, value: text };
+  }
+  if (numeric.length > 0) {
+    const parsed = parseTestDecodingLine(`table "s"."t": INSERT:${parts}`);
+    if (parsed.kind !== 'change' || parsed.change.columns === null || parsed.change.columns.length !== numeric.length) throw new CdcError('INTERNAL', 'snapshot row did not parse as an insert');
+    numeric.forEach((at, j) => (out[at] = parsed.change.columns![j]!));
+  }
+  return out;
+}
+
+/**
+ * Applies a table's column rules to a tuple, keeping column order: excluded columns disappear,
+ * masked columns carry the hash and the masked type (`applyColumnRulesToColumns`), as on the
+ * capture path, so both register the same schema.
+ */
+export function ruleColumns(columns: SlotColumn[], rules: ColumnRules): SlotColumn[] {
+  if (rules.mask.length === 0 && rules.exclude.length === 0) return columns;
+  const row: Row = {};
+  for (const c of columns) row[c.name] = c.value;
+  const out = applyColumnRules(row, rules);
+  return applyColumnRulesToColumns(columns, rules).map((c) => ({ ...c, value: out[c.name]! }));
+}
+
+/** What one chunk read returned (see `SnapshotReader.readChunk`). */
+export interface ChunkRead {
+  /** Low watermark `X/Y`, taken before the fence. */
+  lowWatermark: string;
+  /** The fence's transaction id (decimal text). */
+  fenceXid: string;
+  /** Rows in key order; each value the type's output text, or null. */
+  rows: (string | null)[][];
+  /** When the chunk's snapshot was taken (ISO-8601, from the source). */
+  readAt: string;
+  /** Time spent waiting for older transactions, and reading, ms. */
+  fenceWaitMs: number;
+  readMs: number;
+  /** True when the rows were read from a read replica. */
+  fromReplica: boolean;
+}
+
+/**
+ * The raw records of a chunk (format `cdc-slot/1`, op `snapshot`), masked and excluded with the
+ * table's column rules, all at the chunk's position. The normalizer turns them into change
+ * events with `op: "snapshot"`, `capture: "snapshot"` and the table's current schema version.
+ */
+export function chunkRecords(source: string, shape: SnapshotTableShape, read: Pick<ChunkRead, 'lowWatermark' | 'rows' | 'readAt'>, rules: ColumnRules): SlotRecord[] {
+  for (const k of shape.key) {
+    if (rules.mask.includes(k) || rules.exclude.includes(k)) throw new SnapshotTableError(shape.table, `primary-key column ${k} is declared mask or exclude; keys are never masked`);
+  }
+  const position = snapshotPosition(read.lowWatermark);
+  const commitLsn = formatLsn(BigInt(`0x${position.slice(0, 16)}`));
+  const index = Number.parseInt(position.slice(16), 16);
+  const tx = { source, xid: '0', commitLsn, commitTs: read.readAt };
+  return read.rows.map((texts) =>
+    buildSlotRecord(tx, index, { table: shape.table, op: 'snapshot', columns: ruleColumns(rowToColumns(shape, texts), rules), oldKey: null, unchanged: [] }, shape.key),
+  );
+}
+
+/**
+ * The raw-stream partition key of a snapshot record: source + table + key, like every record
+ * (which shard a snapshot row travels on does not matter: positions order it, not arrival).
+ */
+export function snapshotPartitionKey(r: SlotRecord, hash: (s: string) => string): string {
+  const key: Row = {};
+  for (const k of r.key) {
+    const c = r.columns?.find((x) => x.name === k);
+    if (c) key[k] = c.value;
+  }
+  return partitionKeyOf({ source: r.source, table: r.table, key }, hash);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Control-plane records
+
+/** Why a snapshot runs. */
+export type SnapshotReason = 'initial' | 'added' | 'resnapshot' | 'bootstrap';
+/** `requested` waits for a worker; `running` has one; `done` finished; `failed` stopped with `error`. */
+export type SnapshotStatus = 'requested' | 'running' | 'done' | 'failed';
+/** What the pacer is doing to the reads (see snapshot-pacer.ts). */
+export type ThrottleState = 'full-speed' | 'slowed' | 'paused' | 'fenced' | 'idle';
+
+/** One table's snapshot, as the control plane keeps it (DESIGN §5.3). `version` guards every write. */
+export interface SnapshotState {
+  source: string;
+  table: string;
+  /** Id of this run (a new request starts a new run). */
+  run: string;
+  reason: SnapshotReason;
+  status: SnapshotStatus;
+  requestedBy: string;
+  requestedAt: string;
+  startedAt: string | null;
+  finishedAt: string | null;
+  updatedAt: string;
+  /** Cursor after the last completed chunk (null: start of the table). */
+  cursor: KeyCursor | null;
+  chunksDone: number;
+  rowsDone: number;
+  /** Estimated rows of the table (planner statistics at start), at least `rowsDone`. */
+  estimatedRows: number;
+  /** Rows per second over the recent chunks, and the estimated seconds left (null: not known yet). */
+  rowsPerSecond: number;
+  etaSeconds: number | null;
+  throttle: ThrottleState;
+  chunkSize: number;
+  /** Low watermark of the first chunk: the run's epoch start. */
+  firstLowWatermark: string | null;
+  /** The worker that holds the run and until when (epoch ms); another worker may take over after. */
+  owner: string | null;
+  leaseUntil: number;
+  error: string | null;
+  /** Optimistic-concurrency counter: every write is conditional on the stored value. */
+  version: number;
+}
+
+/** One completed chunk (published to the raw stream in full before it is recorded). */
+export interface SnapshotChunkRecord {
+  source: string;
+  table: string;
+  run: string;
+  /** 0-based chunk number within the run. */
+  index: number;
+  /** Key range: strictly after `startAfter` (null: the start), up to and including `endKey`. */
+  startAfter: KeyCursor | null;
+  endKey: KeyCursor | null;
+  rows: number;
+  lowWatermark: string;
+  fenceXid: string;
+  position: Position;
+  readAt: string;
+  readMs: number;
+  fenceWaitMs: number;
+  fromReplica: boolean;
+  status: 'published';
+  completedAt: string;
+}
+
+/** A new requested run. */
+export function newSnapshotState(source: string, table: string, reason: SnapshotReason, by: string, now: Date, previous: SnapshotState | null): SnapshotState {
+  const at = now.toISOString();
+  return {
+    source,
+    table,
+    run: at.replace(/[-:.]/g, ''),
+    reason,
+    status: 'requested',
+    requestedBy: by,
+    requestedAt: at,
+    startedAt: null,
+    finishedAt: null,
+    updatedAt: at,
+    cursor: null,
+    chunksDone: 0,
+    rowsDone: 0,
+    estimatedRows: 0,
+    rowsPerSecond: 0,
+    etaSeconds: null,
+    throttle: 'idle',
+    chunkSize: 0,
+    firstLowWatermark: null,
+    owner: null,
+    leaseUntil: 0,
+    error: null,
+    version: (previous?.version ?? 0) + 1,
+  };
+}
+
+/** Whether a run is still to do (requested, or running with any owner). */
+export function snapshotPending(s: SnapshotState | null): boolean {
+  return s !== null && (s.status === 'requested' || s.status === 'running');
+}
+
+/** Smoothing of the rate: the weight of the newest chunk (an exponentially weighted moving average). */
+const RATE_WEIGHT = 0.3;
+
+/**
+ * The state after one completed chunk: cursor, counts, rate (EWMA over chunks, counting the time
+ * since the previous update so pauses slow the rate), ETA from the estimate.
+ */
+export function afterChunk(s: SnapshotState, chunk: SnapshotChunkRecord, elapsedMs: number, now: Date, leaseMs: number): SnapshotState {
+  const rowsDone = s.rowsDone + chunk.rows;
+  const estimatedRows = Math.max(s.estimatedRows, rowsDone);
+  const instant = elapsedMs > 0 ? (chunk.rows * 1000) / elapsedMs : 0;
+  const rowsPerSecond = s.chunksDone === 0 ? instant : RATE_WEIGHT * instant + (1 - RATE_WEIGHT) * s.rowsPerSecond;
+  const left = estimatedRows - rowsDone;
+  return {
+    ...s,
+    cursor: chunk.endKey ?? s.cursor,
+    chunksDone: s.chunksDone + 1,
+    rowsDone,
+    estimatedRows,
+    rowsPerSecond,
+    etaSeconds: rowsPerSecond > 0 ? left / rowsPerSecond : null,
+    firstLowWatermark: s.firstLowWatermark ?? chunk.lowWatermark,
+    updatedAt: now.toISOString(),
+    leaseUntil: now.getTime() + leaseMs,
+    version: s.version + 1,
+  };
+}
+
+/** Formats an ETA for people: `42 s`, `3 min 10 s`, `2 h 05 min`, or `unknown`. */
+export function formatEta(seconds: number | null): string {
+  if (seconds === null || !Number.isFinite(seconds)) return 'unknown';
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${String(s % 60).padStart(2, '0')} s`;
+  return `${Math.floor(s / 3600)} h ${String(Math.floor((s % 3600) / 60)).padStart(2, '0')} min`;
+}

@@ -1,0 +1,178 @@
+/**
+ * Snapshot worker (docs/snapshot.md): requests a first snapshot for every configured table that
+ * has none, then works through the source's pending runs chunk by chunk until the invocation's
+ * time is nearly up. A schedule starts it every minute; the run's cursor and lease live in the
+ * control plane, so the next invocation resumes at the first incomplete chunk (a snapshot runs
+ * as long as it needs, in Lambda-sized pieces, and a crashed invocation loses at most the chunk
+ * it was reading).
+ *
+ * Chunk rows go to the raw stream as `cdc-slot/1` records with op `snapshot`; the normalizer
+ * registers, versions and validates them like every other record.
+ *
+ * Configuration (environment): `CDC_SOURCE_ID`, `CDC_TABLE_CONFIG`, `CDC_CONTROL_TABLE`,
+ * `CDC_RAW_STREAM`, `CDC_SOURCE_URL` or `CDC_SOURCE_SECRET_ARN`, optional
+ * `CDC_SNAPSHOT_REPLICA_SECRET_ARN`, `CDC_SNAPSHOT_BUDGET`, `CDC_SNAPSHOT_DB_INSTANCE` (the RDS
+ * instance whose CloudWatch metrics join the pressure probe; the role then needs
+ * `cloudwatch:GetMetricData`).
+ */
+import { createHash } from 'node:crypto';
+import { Logger } from '@aws-lambda-powertools/logger';
+import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
+import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import type { Context } from 'aws-lambda';
+import pg from 'pg';
+import { DEFAULT_HEARTBEAT_SCHEMA, EnvName, HEARTBEAT_TABLE } from '../../contracts/env.ts';
+import { MetricDimension, MetricName, METRICS_NAMESPACE } from '../../contracts/metrics.ts';
+import { dynamoDbClient, kinesisClient } from '../adapters/aws-clients.ts';
+import { KinesisChangeLog } from '../adapters/change-log-kinesis.ts';
+import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
+import { PostgresPressureProbe, PostgresSnapshotReader } from '../adapters/snapshot-postgres.ts';
+import { CloudWatchPressureProbe, cloudWatchGetMetricData, combinePressure } from '../adapters/snapshot-cloudwatch.ts';
+import { CloudWatchClient } from '@aws-sdk/client-cloudwatch';
+import { sourceConnectionConfig } from '../adapters/source-postgres.ts';
+import type { ControlPlane } from '../core/control-plane.ts';
+import { CdcError } from '../core/errors.ts';
+import { snapshotPartitionKey, type SnapshotState } from '../core/snapshot.ts';
+import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, type PressureReading, type SourceBudget } from '../core/snapshot-pacer.ts';
+import { planSnapshots, runPendingSnapshots, type RunOutcome, type SnapshotMetrics, type SnapshotReader } from '../core/snapshot-worker.ts';
+import type { SlotRecord } from '../core/slot-record.ts';
+import { parseTableConfig, TableConfigIndex, type TableConfig } from '../core/table-config.ts';
+
+const SERVICE = 'cdc-snapshot-worker';
+
+/** Snapshot progress as EMF metrics (names in contracts/metrics.ts), one record per chunk. */
+export function emfSnapshotMetrics(metrics: Metrics): SnapshotMetrics {
+  return {
+    progress(s: SnapshotState): void {
+      const m = metrics.singleMetric();
+      m.clearDefaultDimensions();
+      m.addDimensions({ [MetricDimension.SOURCE]: s.source, [MetricDimension.TABLE]: s.table });
+      m.addMetric(MetricName.SNAPSHOT_ROWS_DONE, MetricUnit.Count, s.rowsDone);
+      m.addMetric(MetricName.SNAPSHOT_RATE, MetricUnit.CountPerSecond, s.rowsPerSecond);
+      if (s.etaSeconds !== null) m.addMetric(MetricName.SNAPSHOT_ETA, MetricUnit.Seconds, s.etaSeconds);
+      if (s.throttle === 'slowed' || s.throttle === 'paused') m.addMetric(MetricName.SNAPSHOT_THROTTLED, MetricUnit.Count, 1);
+    },
+  };
+}
+
+/** Seconds since the oldest running snapshot of the source last completed a chunk (0 when none runs): the stall alarm's metric. */
+export function stallAgeSeconds(runs: readonly SnapshotState[], now: number): number {
+  const running = runs.filter((r) => r.status === 'running' || r.status === 'requested');
+  if (running.length === 0) return 0;
+  return Math.max(...running.map((r) => (now - Date.parse(r.updatedAt)) / 1000));
+}
+
+/** Parses `CDC_SNAPSHOT_BUDGET`; unset means the defaults (≤ 10 % added p99 write latency, ≤ 5 % added CPU). */
+export function parseBudget(text: string | undefined): SourceBudget {
+  if (text === undefined || text.trim() === '') return DEFAULT_SOURCE_BUDGET;
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (e) {
+    throw new CdcError('INVALID_CONFIG', `${EnvName.SNAPSHOT_BUDGET}: not valid JSON: ${(e as Error).message}`);
+  }
+  const o = v as Record<string, unknown>;
+  const num = (k: 'writeLatencyPct' | 'cpuPct'): number => {
+    const x = o?.[k] ?? DEFAULT_SOURCE_BUDGET[k];
+    if (typeof x !== 'number' || !(x > 0)) throw new CdcError('INVALID_CONFIG', `${EnvName.SNAPSHOT_BUDGET}.${k}: expected a positive number, got ${JSON.stringify(x)}`);
+    return x;
+  };
+  return { writeLatencyPct: num('writeLatencyPct'), cpuPct: num('cpuPct') };
+}
+
+export interface SnapshotWorkerDeps {
+  source: string;
+  tables: TableConfig[];
+  control: ControlPlane;
+  reader: SnapshotReader;
+  publish: (records: SlotRecord[]) => Promise<void>;
+  budget: SourceBudget;
+  pressure?: { calibrate(): Promise<unknown>; read(): Promise<PressureReading> };
+  metrics: Metrics;
+  logger: Logger;
+  owner: string;
+}
+
+/** One invocation: plan, then run pending chunks while `timeLeftMs()` stays above `reserveMs`. */
+export function createSnapshotWorker(d: SnapshotWorkerDeps): (timeLeftMs: () => number, reserveMs?: number) => Promise<Record<string, RunOutcome>> {
+  const index = new TableConfigIndex(d.tables);
+  return async (timeLeftMs, reserveMs = 90_000) => {
+    const requested = await planSnapshots(d.control, d.source, d.tables, 'snapshot-planner');
+    if (requested.length > 0) d.logger.info('Requested first snapshots', { tables: requested });
+    const outcomes = await runPendingSnapshots({
+      control: d.control,
+      reader: d.reader,
+      publish: d.publish,
+      source: d.source,
+      owner: d.owner,
+      rulesOf: (t) => index.columnRules(t),
+      pacerFor: () => new AdaptivePacer({ budget: d.budget }),
+      beforeRun: async () => {
+        await d.pressure?.calibrate();
+      },
+      ...(d.pressure ? { pressure: () => d.pressure!.read() } : {}),
+      metrics: emfSnapshotMetrics(d.metrics),
+      shouldStop: () => timeLeftMs() < reserveMs,
+      onState: (s) => d.logger.debug('Snapshot progress', { table: s.table, rowsDone: s.rowsDone, estimatedRows: s.estimatedRows, etaSeconds: s.etaSeconds, throttle: s.throttle }),
+    });
+    const m = d.metrics.singleMetric();
+    m.clearDefaultDimensions();
+    m.addDimensions({ [MetricDimension.SOURCE]: d.source });
+    m.addMetric(MetricName.SNAPSHOT_STALL_AGE, MetricUnit.Seconds, stallAgeSeconds(await d.control.listSnapshots(d.source), Date.now()));
+    return Object.fromEntries(outcomes);
+  };
+}
+
+// Module scope: created once per execution environment.
+const secrets = new SecretsManagerClient({});
+let fromEnv: ReturnType<typeof createSnapshotWorker> | undefined;
+
+function env(name: string): string {
+  const v = process.env[name];
+  if (!v) throw new CdcError('INVALID_CONFIG', `environment variable ${name} is not set`);
+  return v;
+}
+
+/** The Lambda entry point (scheduled). */
+export async function handler(_event: unknown, context: Context): Promise<Record<string, RunOutcome>> {
+  if (!fromEnv) {
+    const source = env(EnvName.SOURCE_ID);
+    const endpoint = process.env[EnvName.AWS_ENDPOINT];
+    const log = new KinesisChangeLog(kinesisClient(endpoint), env(EnvName.RAW_STREAM));
+    const primary = await sourceConnectionConfig({ url: process.env[EnvName.SOURCE_URL], secretArn: process.env[EnvName.SOURCE_SECRET_ARN], secrets, applicationName: SERVICE });
+    const replicaArn = process.env[EnvName.SNAPSHOT_REPLICA_SECRET_ARN];
+    const replica = replicaArn ? await sourceConnectionConfig({ secretArn: replicaArn, secrets, applicationName: `${SERVICE}-replica` }) : undefined;
+    let probe: PostgresPressureProbe | null = null;
+    const reader = new PostgresSnapshotReader({ primary, ...(replica ? { replica } : {}), onProbe: (ms) => probe?.sample(ms) });
+    let probeClient: pg.Client | null = null;
+    probe = new PostgresPressureProbe(async () => {
+      if (!probeClient) {
+        probeClient = new pg.Client(primary);
+        await probeClient.connect();
+      }
+      return probeClient;
+    });
+    const sha = (s: string) => createHash('sha256').update(s).digest('hex');
+    // With the RDS instance named, its CloudWatch WriteLatency and CPUUtilization join the probe.
+    const instance = process.env[EnvName.SNAPSHOT_DB_INSTANCE];
+    const cw = instance ? new CloudWatchPressureProbe(cloudWatchGetMetricData(new CloudWatchClient({})), instance) : null;
+    const pgProbe = probe;
+    const pressure = cw
+      ? { calibrate: async () => void (await Promise.all([pgProbe.calibrate(), cw.calibrate()])), read: async () => combinePressure(await pgProbe.read(), await cw.read()) }
+      : pgProbe;
+    fromEnv = createSnapshotWorker({
+      source,
+      // The heartbeat table is the platform's own: nothing to onboard.
+      tables: parseTableConfig(process.env[EnvName.TABLE_CONFIG]).filter((t) => t.table !== `${process.env[EnvName.HEARTBEAT_SCHEMA] || DEFAULT_HEARTBEAT_SCHEMA}.${HEARTBEAT_TABLE}`),
+      control: new DynamoDbControlPlane(dynamoDbClient(endpoint), env(EnvName.CONTROL_TABLE)),
+      reader,
+      publish: (records) => log.publishEncoded(records.map((r) => ({ partitionKey: snapshotPartitionKey(r, sha), data: Buffer.from(JSON.stringify(r), 'utf8'), label: `${r.source}/${r.table}@snapshot` }))),
+      budget: parseBudget(process.env[EnvName.SNAPSHOT_BUDGET]),
+      pressure,
+      metrics: new Metrics({ namespace: process.env[EnvName.POWERTOOLS_METRICS_NAMESPACE] ?? METRICS_NAMESPACE, serviceName: SERVICE }),
+      logger: new Logger({ serviceName: SERVICE }),
+      owner: `lambda:${context.logStreamName ?? 'unknown'}`,
+    });
+  }
+  return fromEnv(() => context.getRemainingTimeInMillis());
+}

@@ -1,0 +1,120 @@
+/**
+ * The snapshot worker of a `CdcSource` (docs/snapshot.md): a function in the VPC started every
+ * minute by a schedule; each invocation works on pending snapshot chunks for up to ~13 minutes
+ * and leaves its cursor and lease in the control plane, so a snapshot runs as long as it needs
+ * in Lambda-sized pieces. One at a time (reserved concurrency 1; the lease guards anyway).
+ * Least privilege: read/write the control table, write the raw stream, read the source secrets.
+ * Alarms: errors for 15 minutes, and no snapshot progress for `stallThreshold`.
+ */
+import { Duration, Size } from 'aws-cdk-lib';
+import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import type * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as events from 'aws-cdk-lib/aws-events';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import { Validations } from 'aws-cdk-lib';
+import * as targets from 'aws-cdk-lib/aws-events-targets';
+import type * as kinesis from 'aws-cdk-lib/aws-kinesis';
+import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import type { Construct } from 'constructs';
+import { ControlPartition } from '../../contracts/control-plane-keys.ts';
+import { EnvName } from '../../contracts/env.ts';
+import { MetricDimension, MetricName } from '../../contracts/metrics.ts';
+import type { IControlPlane } from '../control-plane.ts';
+import type { SourceDatabase } from '../source-database.ts';
+import { createAlarm } from './alarms.ts';
+import { CdcFunction } from './cdc-function.ts';
+import { platformMetric } from './platform-metric.ts';
+
+export interface SnapshotWorkerProps {
+  readonly sourceId: string;
+  readonly control: IControlPlane;
+  readonly rawStream: kinesis.IStream;
+  readonly database: SourceDatabase;
+  readonly tableConfig: string;
+  readonly heartbeatSchema: string;
+  readonly vpc: ec2.IVpc;
+  readonly vpcSubnets: ec2.SubnetSelection;
+  readonly securityGroup: ec2.ISecurityGroup;
+  readonly alarmsEnabled: boolean;
+  readonly alarmActions?: cloudwatch.IAlarmAction[];
+  readonly stallThreshold: Duration;
+}
+
+export function addSnapshotWorker(scope: Construct, props: SnapshotWorkerProps): { fn: lambda.Function; worker: CdcFunction; alarms: cloudwatch.Alarm[] } {
+  const budget = props.database.snapshotBudget;
+  const worker = new CdcFunction(scope, 'SnapshotWorker', {
+    handlerName: 'snapshot-worker',
+    description: `Snapshots the existing rows of the tables of source ${props.sourceId} in paced chunks (${scope.node.path})`,
+    serviceName: 'cdc-snapshot-worker',
+    environment: {
+      [EnvName.SOURCE_ID]: props.sourceId,
+      [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName,
+      [EnvName.RAW_STREAM]: props.rawStream.streamName,
+      [EnvName.TABLE_CONFIG]: props.tableConfig,
+      [EnvName.HEARTBEAT_SCHEMA]: props.heartbeatSchema,
+      [EnvName.SOURCE_SECRET_ARN]: props.database.secret.secretArn,
+      ...(props.database.readReplicaSecret ? { [EnvName.SNAPSHOT_REPLICA_SECRET_ARN]: props.database.readReplicaSecret.secretArn } : {}),
+      ...(props.database.instanceIdentifier ? { [EnvName.SNAPSHOT_DB_INSTANCE]: props.database.instanceIdentifier } : {}),
+      ...(budget ? { [EnvName.SNAPSHOT_BUDGET]: JSON.stringify({ writeLatencyPct: budget.writeLatencyPercent ?? 10, cpuPct: budget.cpuPercent ?? 5 }) } : {}),
+    },
+    memorySize: Size.mebibytes(1024),
+    // The handler stops taking chunks 90 s before its time is up.
+    timeout: Duration.minutes(15),
+    vpc: props.vpc,
+    vpcSubnets: props.vpcSubnets,
+    securityGroups: [props.securityGroup],
+    // The schedule is the retry: a failed invocation's chunk is read again by the next one.
+    retryAttempts: 0,
+  });
+  const fn = worker.fn;
+  // One worker per source at a time.
+  (fn.node.defaultChild as lambda.CfnFunction).reservedConcurrentExecutions = 1;
+  // Its source's table records and snapshot states (SOURCE#), schema versions, chunk records; audit appends.
+  props.control.grantItems(fn, {
+    read: [ControlPartition.source(props.sourceId), ControlPartition.schemasOf(props.sourceId), ControlPartition.snapshotChunksOf(props.sourceId)],
+    put: [ControlPartition.source(props.sourceId), ControlPartition.snapshotChunksOf(props.sourceId), ControlPartition.AUDIT],
+    update: [ControlPartition.source(props.sourceId)],
+  });
+  props.rawStream.grantWrite(fn);
+  props.database.secret.grantRead(fn);
+  props.database.readReplicaSecret?.grantRead(fn);
+  if (props.database.instanceIdentifier) {
+    // GetMetricData supports no resource-level permissions.
+    worker.role.addToPrincipalPolicy(new iam.PolicyStatement({ actions: ['cloudwatch:GetMetricData'], resources: ['*'] }));
+    Validations.of(worker).acknowledge({ id: 'AwsSolutions-IAM5[Resource::*]', reason: 'cloudwatch:GetMetricData has no resource-level permissions; read-only metrics for the snapshot pacer' });
+  }
+  new events.Rule(scope, 'SnapshotSchedule', {
+    description: `Starts the snapshot worker of source ${props.sourceId} every minute (it returns at once when nothing is pending)`,
+    schedule: events.Schedule.rate(Duration.minutes(1)),
+    targets: [new targets.LambdaFunction(fn, { retryAttempts: 0, maxEventAge: Duration.minutes(1) })],
+  });
+
+  const alarms: cloudwatch.Alarm[] = [];
+  if (props.alarmsEnabled) {
+    alarms.push(
+      createAlarm(scope, 'SnapshotErrorsAlarm', {
+        nameSuffix: `${props.sourceId}-snapshot-errors`,
+        description: `The snapshot worker of source ${props.sourceId} has failed for 15 minutes (${scope.node.path}). Its cursor does not move meanwhile; see its log for the named error (docs/snapshot.md).`,
+        metric: fn.metricErrors({ statistic: cloudwatch.Stats.SUM, period: Duration.minutes(1) }),
+        threshold: 0,
+        evaluationPeriods: 15,
+        datapointsToAlarm: 15,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+        actions: props.alarmActions,
+      }),
+      createAlarm(scope, 'SnapshotStalledAlarm', {
+        nameSuffix: `${props.sourceId}-snapshot-stalled`,
+        description:
+          `A snapshot of source ${props.sourceId} has completed no chunk for ${props.stallThreshold.toHumanString()} (${scope.node.path}). ` +
+          'Look for a long-running transaction holding the fence (throttle "fenced"), a source over budget (throttle "paused"), or worker errors (docs/snapshot.md).',
+        metric: platformMetric(scope, MetricName.SNAPSHOT_STALL_AGE, { [MetricDimension.SOURCE]: props.sourceId }, { statistic: cloudwatch.Stats.MAXIMUM, period: Duration.minutes(1) }),
+        threshold: props.stallThreshold.toSeconds(),
+        evaluationPeriods: 3,
+        datapointsToAlarm: 3,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+        actions: props.alarmActions,
+      }),
+    );
+  }
+  return { fn, worker, alarms };
+}

@@ -1,0 +1,155 @@
+/**
+ * The snapshot worker in `cdc local` (docs/snapshot.md): the same core and reader as the Lambda
+ * (lambda/handlers/snapshot-worker.ts), run as a loop next to the capture. It starts after the
+ * capture (stream first), requests a first snapshot for every configured table that has none,
+ * then keeps working through pending runs, so a re-snapshot requested while `cdc local` runs
+ * (`requestSnapshot`, lambda/core/snapshot-worker.ts) is picked up within a second.
+ *
+ * The owner id is fixed (`cdc-local`): one `cdc local` runs per state folder, so after a crash
+ * (kill -9) the restarted pipeline takes its own lease back at once and resumes at the first
+ * incomplete chunk.
+ */
+import { createHash } from 'node:crypto';
+import pg from 'pg';
+import { Metrics } from '@aws-lambda-powertools/metrics';
+import { METRICS_NAMESPACE } from '../contracts/metrics.ts';
+import { PostgresPressureProbe, PostgresSnapshotReader } from '../lambda/adapters/snapshot-postgres.ts';
+import type { ControlPlane } from '../lambda/core/control-plane.ts';
+import { snapshotPartitionKey, type SnapshotState } from '../lambda/core/snapshot.ts';
+import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, FixedPacer, type SourceBudget } from '../lambda/core/snapshot-pacer.ts';
+import { planSnapshots, runPendingSnapshots, snapshotPendingRuns } from '../lambda/core/snapshot-worker.ts';
+import { TableConfigIndex, type TableConfig } from '../lambda/core/table-config.ts';
+import { emfSnapshotMetrics } from '../lambda/handlers/snapshot-worker.ts';
+import type { RawPublisher } from './capture.ts';
+import type { SnapshotStatusLine } from './status.ts';
+
+export interface LocalSnapshotsOptions {
+  source: string;
+  sourceUrl: string;
+  /** A read replica to read chunks from. @default the source */
+  replicaUrl?: string;
+  tables: TableConfig[];
+  control: ControlPlane;
+  publish: RawPublisher;
+  budget?: SourceBudget;
+  /** A fixed chunk size instead of the adaptive pacer (tests, benchmarks). */
+  fixedChunk?: number;
+  /** How often to look for new requests when idle, ms. @default 1000 */
+  pollMs?: number;
+  onError?: (err: unknown) => void;
+}
+
+const OWNER = 'cdc-local';
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const sha256 = (s: string) => createHash('sha256').update(s).digest('hex');
+
+export class LocalSnapshots {
+  /** Latest state per table (for the live status). */
+  readonly states = new Map<string, SnapshotState>();
+  private stopping = false;
+  private loop: Promise<void> | null = null;
+  private reader: PostgresSnapshotReader;
+  private probe: PostgresPressureProbe;
+  private probeClient: pg.Client | null = null;
+  private busy = false;
+
+  constructor(private readonly o: LocalSnapshotsOptions) {
+    this.reader = new PostgresSnapshotReader({
+      primary: { connectionString: o.sourceUrl },
+      ...(o.replicaUrl ? { replica: { connectionString: o.replicaUrl } } : {}),
+      applicationName: `cdc-local-snapshot-${o.source}`,
+      onProbe: (ms) => this.probe.sample(ms),
+    });
+    this.probe = new PostgresPressureProbe(async () => {
+      if (!this.probeClient) {
+        const c = new pg.Client({ connectionString: o.sourceUrl, application_name: `cdc-local-snapshot-probe-${o.source}` });
+        c.on('error', () => undefined);
+        await c.connect();
+        this.probeClient = c;
+      }
+      return this.probeClient;
+    });
+  }
+
+  /** Requests first snapshots and starts the loop. Call after the capture started. */
+  async start(): Promise<void> {
+    for (const s of await this.o.control.listSnapshots(this.o.source)) this.states.set(s.table, s);
+    this.loop = this.run();
+  }
+
+  private async run(): Promise<void> {
+    const index = new TableConfigIndex(this.o.tables);
+    const metrics = emfSnapshotMetrics(new Metrics({ namespace: METRICS_NAMESPACE, serviceName: 'cdc-snapshot-worker' }));
+    while (!this.stopping) {
+      try {
+        await planSnapshots(this.o.control, this.o.source, this.o.tables, 'snapshot-planner');
+        const runs = await this.o.control.listSnapshots(this.o.source);
+        for (const s of runs) this.states.set(s.table, s);
+        if (snapshotPendingRuns(runs).length === 0) {
+          this.busy = false;
+          await sleep(this.o.pollMs ?? 1000);
+          continue;
+        }
+        this.busy = true;
+        await runPendingSnapshots({
+          control: this.o.control,
+          reader: this.reader,
+          publish: (records) => this.o.publish(records.map((r) => ({ partitionKey: snapshotPartitionKey(r, sha256), data: JSON.stringify(r), label: `${r.source}/${r.table}@snapshot` }))),
+          source: this.o.source,
+          owner: OWNER,
+          rulesOf: (t) => index.columnRules(t),
+          pacerFor: () => (this.o.fixedChunk ? new FixedPacer(this.o.fixedChunk) : new AdaptivePacer({ budget: this.o.budget ?? DEFAULT_SOURCE_BUDGET })),
+          beforeRun: async () => {
+            if (!this.o.fixedChunk) await this.probe.calibrate(20);
+          },
+          ...(this.o.fixedChunk ? {} : { pressure: () => this.probe.read(1) }),
+          metrics,
+          shouldStop: () => this.stopping,
+          onState: (s) => this.states.set(s.table, s),
+        });
+      } catch (e) {
+        this.o.onError?.(e);
+        await this.reader.close();
+        if (!this.stopping) await sleep(1000);
+      }
+    }
+  }
+
+  /** True when no run is requested or running (as last read). */
+  idle(): boolean {
+    return !this.busy && snapshotPendingRuns([...this.states.values()]).length === 0;
+  }
+
+  /** Waits until every run is done (throws after `timeoutMs`). */
+  async waitIdle(timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const runs = await this.o.control.listSnapshots(this.o.source);
+      if (snapshotPendingRuns(runs).length === 0 && !this.busy) return;
+      if (Date.now() > deadline) throw new Error(`the snapshot did not finish within ${Math.round(timeoutMs / 1000)} s (${snapshotPendingRuns(runs).map((r) => `${r.table} ${r.rowsDone}/${r.estimatedRows}`).join(', ')})`);
+      await sleep(100);
+    }
+  }
+
+  lines(now: number): SnapshotStatusLine[] {
+    return [...this.states.values()].map((s) => ({
+      table: s.table,
+      status: s.status,
+      rowsDone: s.rowsDone,
+      estimatedRows: s.estimatedRows,
+      rowsPerSecond: s.rowsPerSecond,
+      etaSeconds: s.etaSeconds,
+      throttle: s.throttle,
+      chunkSize: s.chunkSize,
+      sinceUpdateMs: now - Date.parse(s.updatedAt),
+      error: s.error,
+    }));
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    await this.loop;
+    await this.reader.close();
+    await this.probeClient?.end().catch(() => undefined);
+  }
+}
