@@ -25,7 +25,7 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { buildExampleApp } from '../bin/example-app.ts';
 import { CapturedTable, CdcSource, ChangeLog, ControlPlane, DmsServiceRoles, SourceDatabase, WarehouseConnection, WarehouseSink } from '../lib/index.ts';
-import { HANDLER_NAMES, isFresh } from '../lib/private/handler-code.ts';
+import { handlerNames, isFresh } from '../lib/private/handler-code.ts';
 import { argValue, isMain, median, numberArg, rateRow, Recorder, timeRow, type BenchResult } from './lib/report.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -156,7 +156,7 @@ export async function runSynthBench(): Promise<BenchResult> {
   const runs = numberArg('runs', 3);
   const withCli = argValue('cli') !== undefined;
   const rec = new Recorder('synth', { ...o, sinks: 2, runs, cli: withCli });
-  const stale = HANDLER_NAMES.filter((n) => !isFresh(n));
+  const stale = handlerNames().filter((n) => !isFresh(n));
   rec.details.bundlesRebuilt = stale;
   // Warm-up: builds stale handler bundles and runs each app once (module loading, JIT). The
   // first synth of the scale app in this process is what a one-off `cdk synth` pays.
