@@ -49,8 +49,8 @@ export function buildScaleApp(app: App, o: ScaleOptions): Stack[] {
   const shared = new Stack(app, o.layout === 'single' ? 'CdcScale' : 'CdcScaleShared');
   ack(shared);
   const vpc = new ec2.Vpc(shared, 'Vpc', { maxAzs: 2, natGateways: 1 });
-  const control = new ControlPlane(shared, 'Control');
-  const log = new ChangeLog(shared, 'Log', { retention: Duration.days(7), archiveRetention: Duration.days(395) });
+  const controlPlane = new ControlPlane(shared, 'Control');
+  const changeLog = new ChangeLog(shared, 'Log', { retention: Duration.days(7), archiveRetention: Duration.days(395) });
   const roles = new DmsServiceRoles(shared, 'DmsServiceRoles');
   const stacks = [shared];
   const sources: CdcSource[] = [];
@@ -66,8 +66,8 @@ export function buildScaleApp(app: App, o: ScaleOptions): Stack[] {
       tables.push(t % 5 === 0 ? CapturedTable.of(`public.table_${t}`, { mask: ['email'], exclude: ['ssn'] }) : CapturedTable.of(`public.table_${t}`));
     }
     const source = new CdcSource(scope, `Source${s}`, {
-      control,
-      log,
+      controlPlane,
+      changeLog,
       vpc,
       database: SourceDatabase.postgres({ databaseName: `db${s}`, secret: secretsmanager.Secret.fromSecretNameV2(scope, `Source${s}Secret`, `cdc/source${s}/capture`) }),
       tables,
@@ -82,15 +82,15 @@ export function buildScaleApp(app: App, o: ScaleOptions): Stack[] {
     stacks.push(sinkScope);
   }
   new WarehouseSink(sinkScope, 'Redshift', {
-    control,
-    log,
+    controlPlane,
+    changeLog,
     sources,
     vpc,
     connection: WarehouseConnection.redshift({ secret: secretsmanager.Secret.fromSecretNameV2(sinkScope, 'RedshiftSecret', 'cdc/warehouse/redshift') }),
   });
   new WarehouseSink(sinkScope, 'Postgres', {
-    control,
-    log,
+    controlPlane,
+    changeLog,
     sources,
     vpc,
     connection: WarehouseConnection.postgres({ secret: secretsmanager.Secret.fromSecretNameV2(sinkScope, 'PostgresSecret', 'cdc/warehouse/postgres') }),

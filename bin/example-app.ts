@@ -68,16 +68,16 @@ export class CdcExampleStack extends Stack {
     });
     const alarmActions = [new cloudwatchActions.SnsAction(topic)];
 
-    const control = new ControlPlane(this, 'Control');
-    const log = new ChangeLog(this, 'Log', {
+    const controlPlane = new ControlPlane(this, 'Control');
+    const changeLog = new ChangeLog(this, 'Log', {
       retention: Duration.days(7),
       archiveRetention: Duration.days(395),
       alarmActions,
     });
 
     const orders = new CdcSource(this, 'Orders', {
-      control,
-      log,
+      controlPlane,
+      changeLog,
       vpc,
       database: SourceDatabase.postgres({
         databaseName: 'orders',
@@ -93,8 +93,8 @@ export class CdcExampleStack extends Stack {
     });
 
     const billing = new CdcSource(this, 'Billing', {
-      control,
-      log,
+      controlPlane,
+      changeLog,
       vpc,
       database: SourceDatabase.postgres({
         databaseName: 'billing',
@@ -114,8 +114,8 @@ export class CdcExampleStack extends Stack {
     }
 
     new WarehouseSink(this, 'Warehouse', {
-      control,
-      log,
+      controlPlane,
+      changeLog,
       sources: [orders, billing],
       connection: WarehouseConnection.redshift({
         secret: secretsmanager.Secret.fromSecretNameV2(this, 'WarehouseSecret', 'cdc/warehouse/applier'),

@@ -49,9 +49,9 @@ export interface ICdcSource extends IConstruct {
 /** Properties of a `CdcSource`. */
 export interface CdcSourceProps {
   /** The control plane the normalizer records schema versions and table states in. */
-  readonly control: IControlPlane;
+  readonly controlPlane: IControlPlane;
   /** The change log the normalizer publishes to. */
-  readonly log: IChangeLog;
+  readonly changeLog: IChangeLog;
   /** VPC of the replication instance and of the functions that reach the database. */
   readonly vpc: ec2.IVpc;
   /**
@@ -209,7 +209,7 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
   constructor(scope: Construct, id: string, props: CdcSourceProps) {
     super(scope, id);
     this.sourceId = checkLowerIdent(this, 'sourceId', props.sourceId ?? idFromConstructId(id));
-    this.changeLog = props.log;
+    this.changeLog = props.changeLog;
     this.tables = [...props.tables];
     this.heartbeatSchema = props.heartbeatSchema ?? DEFAULT_HEARTBEAT_SCHEMA;
     this.slotName = props.slotName ?? `cdc_${this.sourceId}`;
@@ -220,7 +220,7 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
     if (this.tables.some((t) => t.mask.length > 0) && compareVersions(engineVersion, '3.5.4') < 0) {
       fail(this, `masked columns need dms engine 3.5.4 or later (data masking), got replicationEngineVersion ${engineVersion}`);
     }
-    const rawRetention = props.rawStreamRetention ?? props.log.retention;
+    const rawRetention = props.rawStreamRetention ?? props.changeLog.retention;
     checkKinesisRetention(this, 'rawStreamRetention', rawRetention);
     checkIntegerRange(this, 'rawStreamShardCount', props.rawStreamShardCount, 1, 100_000);
     const maxLobSize = props.maxLobSize ?? Size.kibibytes(64);
@@ -428,8 +428,8 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
       serviceName: 'cdc-normalizer',
       environment: {
         [EnvName.SOURCE_ID]: this.sourceId,
-        [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName,
-        [EnvName.CHANGE_LOG_STREAM]: props.log.changeLogStreamName,
+        [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName,
+        [EnvName.CHANGE_LOG_STREAM]: props.changeLog.changeLogStreamName,
         [EnvName.TABLE_CONFIG]: tableConfig,
         [EnvName.HEARTBEAT_SCHEMA]: this.heartbeatSchema,
       },
@@ -437,9 +437,9 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
       timeout: Duration.minutes(2),
     });
     this.normalizer = normalizer.fn;
-    props.log.grantWrite(normalizer.fn);
-    props.log.grant(normalizer.fn, 'kinesis:DescribeStreamSummary');
-    props.control.grantReadWriteData(normalizer.fn);
+    props.changeLog.grantWrite(normalizer.fn);
+    props.changeLog.grant(normalizer.fn, 'kinesis:DescribeStreamSummary');
+    props.controlPlane.grantReadWriteData(normalizer.fn);
     const consumer = consumeStream(normalizer, normalizer.fn, {
       stream: rawStream,
       streamRetention: rawRetention,

@@ -19,10 +19,10 @@ import { platformMetric } from './private/platform-metric.ts';
 /** Properties of a `WarehouseSink`. */
 export interface WarehouseSinkProps {
   /** The control plane holding this sink's offsets and table states. */
-  readonly control: IControlPlane;
+  readonly controlPlane: IControlPlane;
   /** The change log the sink reads. */
-  readonly log: IChangeLog;
-  /** The sources whose tables this sink mirrors; each must publish to `log`. */
+  readonly changeLog: IChangeLog;
+  /** The sources whose tables this sink mirrors; each must publish to `changeLog`. */
   readonly sources: ICdcSource[];
   /** How to reach the warehouse. */
   readonly connection: WarehouseConnection;
@@ -126,15 +126,15 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
     if (props.sources.length === 0) fail(this, 'sources must not be empty; a sink mirrors the tables of at least one source');
     const sourceIds = new Set<string>();
     for (const source of props.sources) {
-      if (source.changeLog !== props.log) fail(this, `source ${source.sourceId} (${source.node.path}) publishes to a different change log than this sink reads`);
+      if (source.changeLog !== props.changeLog) fail(this, `source ${source.sourceId} (${source.node.path}) publishes to a different change log than this sink reads`);
       if (sourceIds.has(source.sourceId)) fail(this, `source ${source.sourceId} is listed twice`);
       sourceIds.add(source.sourceId);
     }
     this.sourceIds = [...sourceIds];
     const freshnessSeconds = this.freshnessTarget.toSeconds();
     if (freshnessSeconds < 30) fail(this, `freshnessTarget must be at least 30 seconds (heartbeats are 10 seconds apart), got ${this.freshnessTarget.toHumanString()}`);
-    if (freshnessSeconds >= props.log.retention.toSeconds()) {
-      fail(this, `freshnessTarget (${this.freshnessTarget.toHumanString()}) must be shorter than the change-log retention (${props.log.retention.toHumanString()})`);
+    if (freshnessSeconds >= props.changeLog.retention.toSeconds()) {
+      fail(this, `freshnessTarget (${this.freshnessTarget.toHumanString()}) must be shorter than the change-log retention (${props.changeLog.retention.toHumanString()})`);
     }
     checkIntegerRange(this, 'batchSize', props.batchSize, 1, 10_000);
     checkIntegerRange(this, 'retryAttempts', props.retryAttempts, 0, 10_000);
@@ -155,7 +155,7 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
       serviceName: 'cdc-warehouse-applier',
       environment: {
         [EnvName.SINK_ID]: this.sinkId,
-        [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName,
+        [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName,
         [EnvName.WAREHOUSE_SECRET_ARN]: props.connection.secret.secretArn,
       },
       memorySize: props.memorySize ?? Size.mebibytes(1024),
@@ -166,10 +166,10 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
     });
     this.applier = applier.fn;
     props.connection.secret.grantRead(applier.fn);
-    props.control.grantReadWriteData(applier.fn);
+    props.controlPlane.grantReadWriteData(applier.fn);
     const consumer = consumeStream(this, applier.fn, {
-      stream: props.log.stream,
-      streamRetention: props.log.retention,
+      stream: props.changeLog.stream,
+      streamRetention: props.changeLog.retention,
       batchSize: props.batchSize ?? 1000,
       maxBatchingWindow,
       retryAttempts: props.retryAttempts ?? 500,

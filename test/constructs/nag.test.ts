@@ -39,7 +39,7 @@ describe('cdk-nag AwsSolutions', () => {
   test('every construct at its defaults has no unacknowledged findings', () => {
     const f = fixture();
     const orders = ordersSource(f);
-    new WarehouseSink(f.stack, 'Warehouse', { control: f.control, log: f.log, sources: [orders], connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }), vpc: f.vpc });
+    new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: f.log, sources: [orders], connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }), vpc: f.vpc });
     // The fixture's VPC is test scaffolding, not part of the library.
     Validations.of(f.vpc).acknowledge({ id: 'AwsSolutions-VPC7', reason: 'test fixture vpc; flow logs are the application’s choice' });
     expect(violationsOf(f.app, f.stack)).toEqual([]);
