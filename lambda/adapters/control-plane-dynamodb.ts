@@ -1,5 +1,5 @@
 /**
- * The control plane on DynamoDB (DESIGN §5.3): one table, partition key `pk` (S) and sort key
+ * The control plane on DynamoDB (docs/architecture.md §5.3): one table, partition key `pk` (S) and sort key
  * `sk` (S), implementing the `ControlPlane` port.
  *
  * Items (`<…>` are values; a source or sink id never contains `#`, so the first `#`-separated

@@ -1,5 +1,5 @@
 /**
- * The control plane as the runtime sees it (DESIGN §5.3): a port. The DynamoDB adapter
+ * The control plane as the runtime sees it (docs/architecture.md §5.3): a port. The DynamoDB adapter
  * (lambda/adapters/control-plane-dynamodb.ts) implements it; core logic only knows this interface.
  *
  * Every state change commits together with its audit entry. Reads that decide are strongly consistent.

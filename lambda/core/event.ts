@@ -1,5 +1,5 @@
 /**
- * The change event: one record of the change log (DESIGN §5.1).
+ * The change event: one record of the change log (docs/architecture.md §5.1).
  *
  * JSON, one event per Kinesis record, partition key = source + table + primary key
  * (`partitionKeyOf`). Producers: the normalizer (from DMS or slot records) and, later, the

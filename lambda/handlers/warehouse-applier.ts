@@ -1,7 +1,7 @@
 /**
  * Warehouse applier: change log (Kinesis) → a PostgreSQL-wire warehouse (PostgreSQL or Redshift).
  *
- * Per batch (DESIGN §5.4; invariants 2, 7, 10, 11, 12):
+ * Per batch (docs/architecture.md §5.4; invariants 2, 7, 10, 11, 12):
  * - each record is decoded and validated (`validateChangeEvent`); a record that fails goes to the
  *   dead letters with its reason and counts as processed;
  * - records are grouped by (source, table). Per table: the table and its schema versions are
