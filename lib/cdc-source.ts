@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { Aws, CustomResource, Duration, Fn, RemovalPolicy, Size, SizeRoundingBehavior, Token, Validations } from 'aws-cdk-lib';
+import { Aws, CustomResource, Duration, Fn, RemovalPolicy, Resource, Size, SizeRoundingBehavior, Token, Validations, type IResource } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as dms from 'aws-cdk-lib/aws-dms';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
@@ -10,7 +10,7 @@ import * as kinesis from 'aws-cdk-lib/aws-kinesis';
 import type * as kms from 'aws-cdk-lib/aws-kms';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
-import { Construct, type IConstruct } from 'constructs';
+import type { Construct } from 'constructs';
 import { DEFAULT_HEARTBEAT_SCHEMA, EnvName } from '../contracts/env.ts';
 import { MetricDimension, MetricName, NORMALIZER_STAGE } from '../contracts/metrics.ts';
 import type { CapturedTable } from './captured-table.ts';
@@ -22,7 +22,7 @@ import { dmsIdentifier } from './private/physical-name.ts';
 import { consumeStream } from './private/stream-consumer.ts';
 import { compileTableMappings, findTableProblem, tableConfigEntries } from './private/table-mappings.ts';
 import { taskSettings } from './private/task-settings.ts';
-import { checkIntegerRange, checkKinesisRetention, checkLowerIdent, fail, halfOf, idFromConstructId } from './private/validate.ts';
+import { checkIntegerRange, checkKinesisRetention, checkLowerIdent, checkRequiredProps, fail, halfOf, idFromConstructId } from './private/validate.ts';
 import type { SourceDatabase } from './source-database.ts';
 import { platformMetric } from './private/platform-metric.ts';
 
@@ -34,8 +34,8 @@ export enum BeforeImage {
   ALL_COLUMNS = 'all',
 }
 
-/** A captured source as sinks see it. */
-export interface ICdcSource extends IConstruct {
+/** A captured source as sinks see it: a `CdcSource`, or one imported with `CdcSource.fromCdcSourceAttributes`. */
+export interface ICdcSource extends IResource {
   /** The source id (lower-case identifier) in events, metrics and the control plane. */
   readonly sourceId: string;
   /** The change log the source publishes to. */
@@ -44,6 +44,27 @@ export interface ICdcSource extends IConstruct {
   readonly tables: CapturedTable[];
   /** Schema of the source's heartbeat table. */
   readonly heartbeatSchema: string;
+}
+
+/** Attributes of a source deployed elsewhere, for `CdcSource.fromCdcSourceAttributes`. */
+export interface CdcSourceAttributes {
+  /** The source id (as the source's `sourceId`). */
+  readonly sourceId: string;
+  /** The change log the source publishes to. */
+  readonly changeLog: IChangeLog;
+  /** The captured tables (as declared on the source). */
+  readonly tables: CapturedTable[];
+  /**
+   * Schema of the source's heartbeat table.
+   * @default 'public'
+   */
+  readonly heartbeatSchema?: string;
+  /**
+   * ARN of the source's DMS replication task; when given, the imported source has its account and
+   * region.
+   * @default - the account and region of the stack the source is imported into
+   */
+  readonly replicationTaskArn?: string;
 }
 
 /** Properties of a `CdcSource`. */
@@ -171,7 +192,28 @@ const SLOT_NAME = /^[a-z0-9_]{1,63}$/;
  * change events, the heartbeat writer (every 10 s), a lifecycle resource that prepares the slot
  * and starts, resumes and stops the task around deployments, and alarms.
  */
-export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable {
+export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable {
+  /** Refers to a source deployed elsewhere (another stack, account or region), for sinks there. */
+  static fromCdcSourceAttributes(scope: Construct, id: string, attrs: CdcSourceAttributes): ICdcSource {
+    class Import extends Resource implements ICdcSource {
+      readonly sourceId: string;
+      readonly changeLog: IChangeLog;
+      readonly tables: CapturedTable[];
+      readonly heartbeatSchema: string;
+      constructor() {
+        super(scope, id, attrs?.replicationTaskArn ? { environmentFromArn: attrs.replicationTaskArn } : {});
+        checkRequiredProps(this, 'CdcSource.fromCdcSourceAttributes', attrs, ['sourceId', 'changeLog', 'tables']);
+        this.sourceId = checkLowerIdent(this, 'sourceId', attrs.sourceId);
+        this.changeLog = attrs.changeLog;
+        this.tables = [...attrs.tables];
+        this.heartbeatSchema = attrs.heartbeatSchema ?? DEFAULT_HEARTBEAT_SCHEMA;
+        const problem = findTableProblem(this.tables, this.heartbeatSchema);
+        if (problem) fail(this, problem);
+      }
+    }
+    return new Import();
+  }
+
   readonly sourceId: string;
   readonly changeLog: IChangeLog;
   readonly tables: CapturedTable[];
@@ -208,6 +250,7 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
 
   constructor(scope: Construct, id: string, props: CdcSourceProps) {
     super(scope, id);
+    checkRequiredProps(this, 'CdcSource', props, ['controlPlane', 'changeLog', 'vpc', 'database', 'tables']);
     this.sourceId = checkLowerIdent(this, 'sourceId', props.sourceId ?? idFromConstructId(id));
     this.changeLog = props.changeLog;
     this.tables = [...props.tables];
@@ -508,6 +551,7 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
         );
       }
       const iteratorThreshold = props.alarmIteratorAgeThreshold ?? halfOf(consumer.maxRecordAge);
+      if (iteratorThreshold === undefined) fail(this, 'alarmIteratorAgeThreshold is required when the raw stream retention is a token (half the record age is not known at synth time)');
       this.alarms.push(
         createAlarm(this, 'NormalizerIteratorAgeAlarm', {
           nameSuffix: `${this.sourceId}-normalizer-iterator-age`,

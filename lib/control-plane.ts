@@ -3,10 +3,11 @@ import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import type * as iam from 'aws-cdk-lib/aws-iam';
 import * as kms from 'aws-cdk-lib/aws-kms';
 import type { Construct } from 'constructs';
+import { checkRequiredProps } from './private/validate.ts';
 
 /**
  * The control plane: one DynamoDB table holding offsets, schema versions, table states, snapshot
- * progress, verdicts and the audit log (DESIGN §5.3). Partition key `pk`, sort key `sk`, both
+ * progress, verdicts and the audit log (docs/architecture.md §5.3). Partition key `pk`, sort key `sk`, both
  * strings.
  */
 export interface IControlPlane extends IResource {
@@ -78,12 +79,16 @@ abstract class ControlPlaneBase extends Resource implements IControlPlane {
  * customer-managed key, retained by default.
  */
 export class ControlPlane extends ControlPlaneBase {
-  /** Refers to a control plane deployed elsewhere. */
+  /**
+   * Refers to a control plane deployed elsewhere (another stack, account or region). Its account
+   * and region come from `tableArn`.
+   */
   static fromControlPlaneAttributes(scope: Construct, id: string, attrs: ControlPlaneAttributes): IControlPlane {
     class Import extends ControlPlaneBase {
       readonly table: dynamodb.ITable;
       constructor() {
-        super(scope, id);
+        super(scope, id, { environmentFromArn: attrs.tableArn });
+        checkRequiredProps(this, 'ControlPlane.fromControlPlaneAttributes', attrs, ['tableArn']);
         this.table = dynamodb.Table.fromTableAttributes(this, 'Table', { tableArn: attrs.tableArn, encryptionKey: attrs.encryptionKey });
       }
     }

@@ -18,7 +18,7 @@ import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as sources from 'aws-cdk-lib/aws-lambda-event-sources';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
-import { fail, halfOf, minDuration } from './validate.ts';
+import { fail, halfOf, isKnownDuration, minDuration } from './validate.ts';
 
 /** The event-source-mapping limit on `maxRecordAge`. */
 export const MAX_RECORD_AGE_LIMIT = Duration.days(7);
@@ -39,18 +39,22 @@ export interface StreamConsumer {
   readonly eventSource: sources.KinesisEventSource;
 }
 
-/** The default `maxRecordAge`: half the stream retention, at most the 7-day mapping limit. */
-export function defaultMaxRecordAge(streamRetention: Duration): Duration {
-  return minDuration(halfOf(streamRetention), MAX_RECORD_AGE_LIMIT);
+/** The default `maxRecordAge`: half the stream retention, at most the 7-day mapping limit; unknown for a token retention. */
+export function defaultMaxRecordAge(streamRetention: Duration): Duration | undefined {
+  const half = halfOf(streamRetention);
+  return half && minDuration(half, MAX_RECORD_AGE_LIMIT);
 }
 
 /** Creates `scope/DeadLetterQueue` and the mapping from `opts.stream` to `fn`. */
 export function consumeStream(scope: Construct, fn: lambda.Function, opts: StreamConsumerOptions): StreamConsumer {
   const maxRecordAge = opts.maxRecordAge ?? defaultMaxRecordAge(opts.streamRetention);
-  if (maxRecordAge.toSeconds() < 60 || maxRecordAge.toSeconds() > MAX_RECORD_AGE_LIMIT.toSeconds()) {
+  if (maxRecordAge === undefined) {
+    fail(scope, 'maxRecordAge cannot be derived from a stream retention that is a token (half of it is not known at synth time); give the retention as a known duration or set maxRecordAge');
+  }
+  if (isKnownDuration(maxRecordAge) && (maxRecordAge.toSeconds() < 60 || maxRecordAge.toSeconds() > MAX_RECORD_AGE_LIMIT.toSeconds())) {
     fail(scope, `maxRecordAge must be between 60 seconds and 7 days, got ${maxRecordAge.toHumanString()}`);
   }
-  if (maxRecordAge.toSeconds() >= opts.streamRetention.toSeconds()) {
+  if (isKnownDuration(maxRecordAge) && isKnownDuration(opts.streamRetention) && maxRecordAge.toSeconds() >= opts.streamRetention.toSeconds()) {
     fail(
       scope,
       `maxRecordAge (${maxRecordAge.toHumanString()}) must be shorter than the stream retention (${opts.streamRetention.toHumanString()}); otherwise a record can expire from the stream before it is dead-lettered`,
