@@ -7,7 +7,9 @@
 import type { Position } from './position.ts';
 
 export type TableState = 'active' | 'paused' | 'needs-resnapshot' | 'degraded';
-export type DeleteMode = 'soft' | 'hard';
+/** How a sink applies deletes; defined once for constructs and runtime in contracts/table-config.ts. */
+export type { DeleteModeValue as DeleteMode } from '../../contracts/table-config.ts';
+import type { DeleteModeValue as DeleteMode } from '../../contracts/table-config.ts';
 /** What the source supplies as the before image of an update: nothing, the key, or the full row. */
 export type PreImage = 'none' | 'key' | 'full';
 
