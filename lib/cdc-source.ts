@@ -22,7 +22,7 @@ import { dmsIdentifier } from './private/physical-name.ts';
 import { consumeStream } from './private/stream-consumer.ts';
 import { compileTableMappings, findTableProblem, tableConfigEntries } from './private/table-mappings.ts';
 import { taskSettings } from './private/task-settings.ts';
-import { checkIntegerRange, checkKinesisRetention, checkLowerIdent, checkRequiredProps, fail, halfOf, idFromConstructId } from './private/validate.ts';
+import { checkIntegerRange, checkKinesisRetention, checkLowerIdent, checkRequiredProps, fail, halfOf, idFromConstructId, SLOT_NAME } from './private/validate.ts';
 import type { SourceDatabase } from './source-database.ts';
 import { platformMetric } from './private/platform-metric.ts';
 
@@ -183,7 +183,6 @@ export interface CdcSourceProps {
 
 /** Heartbeats per writer invocation: one every 10 s across the one-minute schedule. */
 const HEARTBEAT_BEATS = 6;
-const SLOT_NAME = /^[a-z0-9_]{1,63}$/;
 
 /**
  * Captures one PostgreSQL database with AWS DMS into the change log: a replication subnet group,

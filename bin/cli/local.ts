@@ -5,6 +5,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import pg from 'pg';
+import { SLOT_NAME } from '../../contracts/identifiers.ts';
 import { MetricName } from '../../contracts/metrics.ts';
 import { CdcError } from '../../lambda/core/errors.ts';
 import { isSourceId } from '../../lambda/core/event.ts';
@@ -173,7 +174,7 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
         break;
       case '--slot':
         o.slot = value();
-        if (!/^[a-z0-9_]{1,63}$/.test(o.slot)) throw new UsageError(`--slot expects lower-case letters, digits and _, got '${o.slot}'`);
+        if (!SLOT_NAME.test(o.slot)) throw new UsageError(`--slot expects lower-case letters, digits and _, got '${o.slot}'`);
         break;
       case '--max-tx-rows':
         o.maxTxRows = positiveInt(a, value());

@@ -5,10 +5,10 @@
 import { Duration, Token } from 'aws-cdk-lib';
 import type { IConstruct } from 'constructs';
 
-/** Source and sink ids: the same rule as `isSourceId` in the runtime (lower-case identifier). */
-export const LOWER_IDENT = /^[a-z][a-z0-9_]{0,62}$/;
-/** A plain SQL identifier (schema, table, column), the rule the runtime applies to names from events. */
-export const PLAIN_IDENT = /^[A-Za-z_][A-Za-z0-9_$]{0,62}$/;
+import { LOWER_IDENT } from '../../contracts/identifiers.ts';
+
+/** The naming rules, defined once for constructs and runtime in contracts/identifiers.ts. */
+export { LOWER_IDENT, PLAIN_IDENT, SLOT_NAME } from '../../contracts/identifiers.ts';
 
 /** Throws an `Error` whose message names the construct path. */
 export function fail(scope: IConstruct, message: string): never {
