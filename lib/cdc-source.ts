@@ -11,7 +11,7 @@ import type * as kms from 'aws-cdk-lib/aws-kms';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
-import { DEFAULT_HEARTBEAT_SCHEMA, EnvName } from '../contracts/env.ts';
+import { DEFAULT_HEARTBEAT_SCHEMA, EnvName, ServiceName } from '../contracts/env.ts';
 import { MetricDimension, MetricName, NORMALIZER_STAGE } from '../contracts/metrics.ts';
 import type { CapturedTable } from './captured-table.ts';
 import type { IChangeLog } from './change-log.ts';
@@ -375,7 +375,7 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
     const lifecycle = new CdcFunction(this, 'TaskLifecycle', {
       handlerName: 'dms-task-starter',
       description: `Prepares the replication slot and starts, resumes and stops the DMS task of ${this.node.path}`,
-      serviceName: 'cdc-dms-task-lifecycle',
+      serviceName: ServiceName.DMS_TASK_LIFECYCLE,
       environment: {},
       memorySize: Size.mebibytes(256),
       timeout: Duration.minutes(15),
@@ -467,7 +467,7 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
     const normalizer = new CdcFunction(this, 'Normalizer', {
       handlerName: 'normalizer',
       description: `Turns DMS records of source ${this.sourceId} into change events (${this.node.path})`,
-      serviceName: 'cdc-normalizer',
+      serviceName: ServiceName.NORMALIZER,
       environment: {
         [EnvName.SOURCE_ID]: this.sourceId,
         [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName,
@@ -496,7 +496,7 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
     const heartbeat = new CdcFunction(this, 'HeartbeatWriter', {
       handlerName: 'heartbeat-writer',
       description: `Writes the heartbeat row of source ${this.sourceId} every 10 seconds (${this.node.path})`,
-      serviceName: 'cdc-heartbeat-writer',
+      serviceName: ServiceName.HEARTBEAT_WRITER,
       environment: {
         [EnvName.SOURCE_ID]: this.sourceId,
         [EnvName.SOURCE_SECRET_ARN]: props.database.heartbeatSecret.secretArn,

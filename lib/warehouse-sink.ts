@@ -4,7 +4,7 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
-import { EnvName } from '../contracts/env.ts';
+import { EnvName, ServiceName } from '../contracts/env.ts';
 import { MetricDimension, MetricName } from '../contracts/metrics.ts';
 import type { ICdcSource } from './cdc-source.ts';
 import type { IChangeLog } from './change-log.ts';
@@ -238,7 +238,7 @@ export class WarehouseSink extends WarehouseSinkBase implements ec2.IConnectable
     const applier = new CdcFunction(this, 'Applier', {
       handlerName: 'warehouse-applier',
       description: `Applies change events to warehouse sink ${this.sinkId} (${this.node.path})`,
-      serviceName: 'cdc-warehouse-applier',
+      serviceName: ServiceName.WAREHOUSE_APPLIER,
       environment: {
         [EnvName.SINK_ID]: this.sinkId,
         [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName,

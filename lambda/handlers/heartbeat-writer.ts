@@ -17,14 +17,14 @@ import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type { Context } from 'aws-lambda';
 import pg from 'pg';
-import { DEFAULT_HEARTBEAT_SCHEMA, EnvName, HEARTBEAT_TABLE } from '../../contracts/env.ts';
+import { DEFAULT_HEARTBEAT_SCHEMA, EnvName, HEARTBEAT_TABLE, ServiceName } from '../../contracts/env.ts';
 import { MetricDimension, MetricName, METRICS_NAMESPACE } from '../../contracts/metrics.ts';
 import { sourceConnectionConfig } from '../adapters/source-postgres.ts';
 import { CdcError } from '../core/errors.ts';
 import { isSourceId } from '../core/event.ts';
 import { assertPlainIdentifier, quoteIdent } from '../core/identifiers.ts';
 
-const SERVICE = 'cdc-heartbeat-writer';
+const SERVICE = ServiceName.HEARTBEAT_WRITER;
 export const DEFAULT_HEARTBEAT_BEATS = 6;
 export const DEFAULT_HEARTBEAT_INTERVAL_MS = 10_000;
 

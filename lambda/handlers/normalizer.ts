@@ -18,7 +18,7 @@ import { BatchProcessor, EventType, processPartialResponse } from '@aws-lambda-p
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent, KinesisStreamRecord } from 'aws-lambda';
-import { EnvName } from '../../contracts/env.ts';
+import { EnvName, ServiceName } from '../../contracts/env.ts';
 import { MetricDimension, METRICS_NAMESPACE } from '../../contracts/metrics.ts';
 import { dynamoDbClient, kinesisClient } from '../adapters/aws-clients.ts';
 import { KinesisChangeLog } from '../adapters/change-log-kinesis.ts';
@@ -30,7 +30,7 @@ import { isSourceId } from '../core/event.ts';
 import { Normalizer, type ChangeLogWriter, type NormalizerMetrics } from '../core/normalize.ts';
 import { parseTableConfig, TableConfigIndex, type TableConfig } from '../core/table-config.ts';
 
-const SERVICE = 'cdc-normalizer';
+const SERVICE = ServiceName.NORMALIZER;
 
 /** What the handler needs; the Lambda builds it from the environment, the local pipeline and tests from local clients. */
 export interface NormalizerDeps<E> {

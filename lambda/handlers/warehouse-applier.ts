@@ -43,7 +43,7 @@ import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent, KinesisStreamRecord } from 'aws-lambda';
 import pg from 'pg';
-import { EnvName, HEARTBEAT_TABLE } from '../../contracts/env.ts';
+import { EnvName, HEARTBEAT_TABLE, ServiceName } from '../../contracts/env.ts';
 import { METRICS_NAMESPACE, MetricDimension, MetricName } from '../../contracts/metrics.ts';
 import { failuresFrom, UnsupportedOperationError } from '../core/apply-plan.ts';
 import type { ControlPlane, SchemaVersion } from '../core/control-plane.ts';
@@ -396,7 +396,7 @@ function aboutRecord(text: string): { source: string | null; table: string | nul
 // ---------------------------------------------------------------------------------------------
 // The Lambda handler: module-scope clients, built once per container from the environment.
 
-const logger = new Logger({ serviceName: process.env[EnvName.POWERTOOLS_SERVICE_NAME] ?? 'warehouse-applier' });
+const logger = new Logger({ serviceName: process.env[EnvName.POWERTOOLS_SERVICE_NAME] ?? ServiceName.WAREHOUSE_APPLIER });
 const metrics = new Metrics({ namespace: process.env[EnvName.POWERTOOLS_METRICS_NAMESPACE] ?? METRICS_NAMESPACE });
 let applier: Promise<WarehouseApplier> | undefined;
 
