@@ -42,3 +42,10 @@ export class HistoryGapError extends CdcError {
     super('HISTORY_GAP', `${message}. ${hint}`);
   }
 }
+
+/** A handler's configuration (environment, secret) cannot be used: one error and one code for every handler. */
+export class ConfigurationError extends CdcError {
+  constructor(message: string) {
+    super('INVALID_CONFIG', message);
+  }
+}

@@ -20,7 +20,7 @@ import pg from 'pg';
 import { DEFAULT_HEARTBEAT_SCHEMA, EnvName, HEARTBEAT_TABLE, ServiceName } from '../../contracts/env.ts';
 import { MetricDimension, MetricName, METRICS_NAMESPACE } from '../../contracts/metrics.ts';
 import { sourceConnectionConfig } from '../adapters/source-postgres.ts';
-import { CdcError } from '../core/errors.ts';
+import { CdcError, ConfigurationError } from '../core/errors.ts';
 import { isSourceId } from '../core/event.ts';
 import { assertPlainIdentifier, quoteIdent } from '../core/identifiers.ts';
 
@@ -54,7 +54,7 @@ export class HeartbeatWriter {
   private client: pg.Client | null = null;
 
   constructor(private readonly o: HeartbeatWriterOptions) {
-    if (!isSourceId(o.source)) throw new CdcError('INVALID_CONFIG', `source id must be a lower-case identifier, got ${JSON.stringify(o.source)}`);
+    if (!isSourceId(o.source)) throw new ConfigurationError(`source id must be a lower-case identifier, got ${JSON.stringify(o.source)}`);
     const schema = assertPlainIdentifier(o.schema ?? DEFAULT_HEARTBEAT_SCHEMA, 'heartbeat schema');
     this.source = o.source;
     this.table = `${quoteIdent(schema)}.${quoteIdent(HEARTBEAT_TABLE)}`;
@@ -122,7 +122,7 @@ export type HeartbeatHandler = (event?: unknown, context?: Context) => Promise<H
 /** Builds the heartbeat handler from explicit dependencies (the local pipeline and tests use it). */
 export function createHeartbeatHandler(deps: HeartbeatHandlerDeps): HeartbeatHandler {
   const beats = deps.beats ?? DEFAULT_HEARTBEAT_BEATS;
-  if (!Number.isInteger(beats) || beats < 1) throw new CdcError('INVALID_CONFIG', `${EnvName.HEARTBEAT_BEATS}: expected a positive integer, got ${JSON.stringify(deps.beats)}`);
+  if (!Number.isInteger(beats) || beats < 1) throw new ConfigurationError(`${EnvName.HEARTBEAT_BEATS}: expected a positive integer, got ${JSON.stringify(deps.beats)}`);
   const interval = deps.intervalMs ?? DEFAULT_HEARTBEAT_INTERVAL_MS;
   const sleep = deps.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
   const { writer } = deps;
@@ -165,7 +165,7 @@ function beatsFromEnv(): number {
   const raw = process.env[EnvName.HEARTBEAT_BEATS];
   if (raw === undefined || raw.trim() === '') return DEFAULT_HEARTBEAT_BEATS;
   const n = Number(raw);
-  if (!Number.isInteger(n) || n < 1) throw new CdcError('INVALID_CONFIG', `${EnvName.HEARTBEAT_BEATS}: expected a positive integer, got ${JSON.stringify(raw)}`);
+  if (!Number.isInteger(n) || n < 1) throw new ConfigurationError(`${EnvName.HEARTBEAT_BEATS}: expected a positive integer, got ${JSON.stringify(raw)}`);
   return n;
 }
 
@@ -177,7 +177,7 @@ let fromEnv: HeartbeatHandler | undefined;
 export const handler: HeartbeatHandler = async (event, context) => {
   if (!fromEnv) {
     const source = process.env[EnvName.SOURCE_ID];
-    if (!source) throw new CdcError('INVALID_CONFIG', `environment variable ${EnvName.SOURCE_ID} is not set`);
+    if (!source) throw new ConfigurationError(`environment variable ${EnvName.SOURCE_ID} is not set`);
     const writer = new HeartbeatWriter({
       source,
       schema: process.env[EnvName.HEARTBEAT_SCHEMA] || DEFAULT_HEARTBEAT_SCHEMA,

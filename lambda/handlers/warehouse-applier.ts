@@ -47,7 +47,7 @@ import { EnvName, HEARTBEAT_TABLE, ServiceName } from '../../contracts/env.ts';
 import { METRICS_NAMESPACE, MetricDimension, MetricName } from '../../contracts/metrics.ts';
 import { failuresFrom, UnsupportedOperationError } from '../core/apply-plan.ts';
 import type { ControlPlane, SchemaVersion } from '../core/control-plane.ts';
-import { CdcError, InvalidRecordError, UnsafeIdentifierError } from '../core/errors.ts';
+import { CdcError, ConfigurationError, InvalidRecordError, UnsafeIdentifierError } from '../core/errors.ts';
 import { validateChangeEvent, type ChangeEvent } from '../core/event.ts';
 import { assertPlainIdentifier, splitTableId } from '../core/identifiers.ts';
 import { assertSourceColumn } from '../core/warehouse-sql.ts';
@@ -115,12 +115,8 @@ export class RecordNotAppliedError extends CdcError {
   }
 }
 
-/** A required setting is missing from the environment. */
-export class ConfigurationError extends CdcError {
-  constructor(message: string) {
-    super('CONFIGURATION', message);
-  }
-}
+/** A required setting is missing from the environment (defined once for every handler in lambda/core/errors.ts). */
+export { ConfigurationError } from '../core/errors.ts';
 
 interface Item {
   record: ChangeRecord;
