@@ -31,7 +31,7 @@ import {
   type GetShardIteratorCommandInput,
 } from '@aws-sdk/client-kinesis';
 import type { KinesisStreamBatchResponse, KinesisStreamEvent } from 'aws-lambda';
-import type { ControlPlane, DeadLetter } from '../lambda/core/control-plane.ts';
+import { cutUtf8, DEAD_LETTER_RECORD_MAX_BYTES, type ControlPlane, type DeadLetter } from '../lambda/core/control-plane.ts';
 import { toKinesisStreamEvent } from '../lambda/adapters/kinesis-event.ts';
 
 /** Checkpoint value of a shard that was read to its end. */
@@ -88,7 +88,6 @@ export interface PollerStats {
 
 /** Lambda's invocation payload limit is 6 MB; records are base64 inside JSON. */
 const MAX_PAYLOAD_BYTES = 5_500_000;
-const DEAD_LETTER_RECORD_LIMIT = 300_000;
 
 class StopRequested extends Error {}
 
@@ -422,7 +421,7 @@ export class Poller {
   private async deadLetter(shardId: string, records: _Record[], reason: string, attempts: number): Promise<void> {
     for (const r of records) {
       const text = Buffer.from(r.Data ?? new Uint8Array()).toString('utf8');
-      const truncated = text.length > DEAD_LETTER_RECORD_LIMIT;
+      const kept = cutUtf8(text, DEAD_LETTER_RECORD_MAX_BYTES);
       const about = aboutRecord(text);
       const letter: DeadLetter = {
         at: new Date().toISOString(),
@@ -432,8 +431,8 @@ export class Poller {
         code: 'RETRIES_EXHAUSTED',
         reason: `gave up after ${attempts} attempts: ${reason}`,
         origin: `${this.o.streamName}/${shardId}/${r.SequenceNumber}`,
-        record: truncated ? text.slice(0, DEAD_LETTER_RECORD_LIMIT) : text,
-        truncated,
+        record: kept.text,
+        truncated: kept.cut,
       };
       await this.o.control.putDeadLetter(letter);
       this.stats.deadLetters++;

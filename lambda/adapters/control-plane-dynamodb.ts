@@ -60,13 +60,12 @@ import type {
   TableRecord,
   TableState,
 } from '../core/control-plane.ts';
+import { cutUtf8, DEAD_LETTER_RECORD_MAX_BYTES } from '../core/control-plane.ts';
 
 type Item = Record<string, AttributeValue>;
 type Plain = Record<string, unknown>;
 
 const TABLE_STATES: readonly TableState[] = ['active', 'paused', 'needs-resnapshot', 'degraded'];
-/** The record text of a dead letter is cut here (UTF-8 bytes) so the item stays under DynamoDB's 400 KB. */
-const DEAD_LETTER_RECORD_BYTES = 300 * 1024;
 const DEAD_LETTER_REASON_BYTES = 16 * 1024;
 const MAX_VERSION = 999_999_999;
 const TRANSACTION_ATTEMPTS = 6;
@@ -92,13 +91,6 @@ function sortableTime(at: string): string {
 
 function toItem(value: Plain): Item {
   return marshall(value, { removeUndefinedValues: true });
-}
-
-function cutUtf8(text: string, maxBytes: number): { text: string; cut: boolean } {
-  const bytes = Buffer.from(text, 'utf8');
-  if (bytes.length <= maxBytes) return { text, cut: false };
-  // A cut inside a multi-byte character decodes to U+FFFD: drop it.
-  return { text: bytes.subarray(0, maxBytes).toString('utf8').replace(/\uFFFD+$/, ''), cut: true };
 }
 
 function nonEmpty(value: string, what: string): string {
@@ -358,7 +350,7 @@ export class DynamoDbControlPlane implements ControlPlane {
   async putDeadLetter(letter: DeadLetter): Promise<void> {
     nonEmpty(letter.stage, 'letter.stage');
     nonEmpty(letter.code, 'letter.code');
-    const record = cutUtf8(letter.record ?? '', DEAD_LETTER_RECORD_BYTES);
+    const record = cutUtf8(letter.record ?? '', DEAD_LETTER_RECORD_MAX_BYTES);
     const reason = cutUtf8(letter.reason ?? '', DEAD_LETTER_REASON_BYTES);
     const item = toItem({
       ...key.deadLetter(letter.stage, letter.at),

@@ -66,6 +66,20 @@ export interface AuditEntry {
   detail: Record<string, unknown>;
 }
 
+/**
+ * The most of a dead letter's record text that is kept, in UTF-8 bytes, so a dead letter fits one
+ * DynamoDB item (400 KB) with its reason. Every path that writes dead letters cuts here.
+ */
+export const DEAD_LETTER_RECORD_MAX_BYTES = 300 * 1024;
+
+/** Cuts `text` to at most `maxBytes` UTF-8 bytes without splitting a character. */
+export function cutUtf8(text: string, maxBytes: number): { text: string; cut: boolean } {
+  const bytes = Buffer.from(text, 'utf8');
+  if (bytes.length <= maxBytes) return { text, cut: false };
+  // A cut inside a multi-byte character decodes to U+FFFD: drop it.
+  return { text: bytes.subarray(0, maxBytes).toString('utf8').replace(/\uFFFD+$/, ''), cut: true };
+}
+
 /** A record that could not be decoded or applied, kept with its reason (invariant 12). */
 export interface DeadLetter {
   at: string;
@@ -78,7 +92,7 @@ export interface DeadLetter {
   reason: string;
   /** Where the record was read (stream name + shard + sequence number, or a file line). */
   origin: string;
-  /** The record as received (text; cut at 300 KB with `truncated` set, to fit one item). */
+  /** The record as received (text; cut at `DEAD_LETTER_RECORD_MAX_BYTES` with `truncated` set, to fit one item). */
   record: string;
   truncated: boolean;
 }
