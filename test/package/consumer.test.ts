@@ -365,6 +365,16 @@ test('under exactOptionalPropertyTypes, erasableSyntaxOnly, verbatimModuleSyntax
   expect(strictDiagnostics).toMatch(/node_modules\/aws-cdk-lib\/.*error TS/);
 });
 
+test('jsii compiled the construct library: the assembly has the public API with the L2 shape', () => {
+  const assembly = JSON.parse(fs.readFileSync(path.join(REPO, '.jsii'), 'utf8')) as { name: string; types: Record<string, { kind: string; base?: string; interfaces?: string[] }> };
+  expect(assembly.name).toBe(pkg.name);
+  const type = (n: string) => assembly.types[`${pkg.name}.${n}`];
+  for (const n of ['ControlPlane', 'ChangeLog', 'CdcSource', 'WarehouseSink', 'DmsServiceRoles']) expect(type(n)?.kind).toBe('class');
+  for (const n of ['IControlPlane', 'IChangeLog', 'ICdcSource', 'IWarehouseSink']) expect(type(n)?.interfaces).toContain('aws-cdk-lib.IResource');
+  expect(type('CdcSource')?.base).toBe('aws-cdk-lib.Resource');
+  expect(type('DeleteMode')?.kind).toBe('enum');
+});
+
 describe.each(['cdk-init', 'classic', 'esm'])('the %s app', (name) => {
   test('synthesizes the README stack: capture, change log, control plane, sink, with the prebuilt handlers', () => {
     const { template } = apps.get(name)!;
