@@ -1,7 +1,7 @@
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['node_modules/**', 'cdk.out/**', 'assets/**', '.cdc-local/**', 'bench/results/**', 'coverage/**'] },
+  { ignores: ['node_modules/**', 'cdk.out/**', 'assets/**', 'dist/**', '.cdc-local/**', 'bench/results/**', 'coverage/**'] },
   ...tseslint.configs.recommended,
   {
     rules: {

@@ -28,6 +28,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import { ServiceName } from '../contracts/env.ts';
 import { METRICS_NAMESPACE } from '../contracts/metrics.ts';
 import { toKinesisStreamEvent } from '../lambda/adapters/kinesis-event.ts';
 import { copyStageLoader, insertStageLoader, type StageLifecycle, type StageLoader } from '../lambda/adapters/warehouse-pg.ts';
@@ -240,7 +241,7 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
       pool: p,
       sinkId: SINK,
       metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
-      logger: new Logger({ serviceName: 'warehouse-applier', logLevel: 'WARN' }),
+      logger: new Logger({ serviceName: ServiceName.WAREHOUSE_APPLIER, logLevel: 'WARN' }),
       warehouse: { loader: o.loader, ...(o.stages ? { stages: o.stages } : {}) },
     });
   let applier = newApplier(pool);

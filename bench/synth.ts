@@ -25,7 +25,7 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { buildExampleApp } from '../bin/example-app.ts';
 import { CapturedTable, CdcSource, ChangeLog, ControlPlane, DmsServiceRoles, SourceDatabase, WarehouseConnection, WarehouseSink } from '../lib/index.ts';
-import { HANDLER_NAMES, isFresh } from '../lib/private/handler-code.ts';
+import { handlerNames, isFresh } from '../lib/private/handler-code.ts';
 import { argValue, isMain, median, numberArg, rateRow, Recorder, timeRow, type BenchResult } from './lib/report.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -49,8 +49,8 @@ export function buildScaleApp(app: App, o: ScaleOptions): Stack[] {
   const shared = new Stack(app, o.layout === 'single' ? 'CdcScale' : 'CdcScaleShared');
   ack(shared);
   const vpc = new ec2.Vpc(shared, 'Vpc', { maxAzs: 2, natGateways: 1 });
-  const control = new ControlPlane(shared, 'Control');
-  const log = new ChangeLog(shared, 'Log', { retention: Duration.days(7), archiveRetention: Duration.days(395) });
+  const controlPlane = new ControlPlane(shared, 'Control');
+  const changeLog = new ChangeLog(shared, 'Log', { retention: Duration.days(7), archiveRetention: Duration.days(395) });
   const roles = new DmsServiceRoles(shared, 'DmsServiceRoles');
   const stacks = [shared];
   const sources: CdcSource[] = [];
@@ -66,8 +66,8 @@ export function buildScaleApp(app: App, o: ScaleOptions): Stack[] {
       tables.push(t % 5 === 0 ? CapturedTable.of(`public.table_${t}`, { mask: ['email'], exclude: ['ssn'] }) : CapturedTable.of(`public.table_${t}`));
     }
     const source = new CdcSource(scope, `Source${s}`, {
-      control,
-      log,
+      controlPlane,
+      changeLog,
       vpc,
       database: SourceDatabase.postgres({
         databaseName: `db${s}`,
@@ -86,15 +86,15 @@ export function buildScaleApp(app: App, o: ScaleOptions): Stack[] {
     stacks.push(sinkScope);
   }
   new WarehouseSink(sinkScope, 'Redshift', {
-    control,
-    log,
+    controlPlane,
+    changeLog,
     sources,
     vpc,
     connection: WarehouseConnection.redshift({ secret: secretsmanager.Secret.fromSecretNameV2(sinkScope, 'RedshiftSecret', 'cdc/warehouse/redshift') }),
   });
   new WarehouseSink(sinkScope, 'Postgres', {
-    control,
-    log,
+    controlPlane,
+    changeLog,
     sources,
     vpc,
     connection: WarehouseConnection.postgres({ secret: secretsmanager.Secret.fromSecretNameV2(sinkScope, 'PostgresSecret', 'cdc/warehouse/postgres') }),
@@ -160,7 +160,7 @@ export async function runSynthBench(): Promise<BenchResult> {
   const runs = numberArg('runs', 3);
   const withCli = argValue('cli') !== undefined;
   const rec = new Recorder('synth', { ...o, sinks: 2, runs, cli: withCli });
-  const stale = HANDLER_NAMES.filter((n) => !isFresh(n));
+  const stale = handlerNames().filter((n) => !isFresh(n));
   rec.details.bundlesRebuilt = stale;
   // Warm-up: builds stale handler bundles and runs each app once (module loading, JIT). The
   // first synth of the scale app in this process is what a one-off `cdk synth` pays.

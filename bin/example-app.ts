@@ -72,16 +72,16 @@ export class CdcExampleStack extends Stack {
     const alarmActions = [new cloudwatchActions.SnsAction(topic)];
 
     const retention = Duration.days(7);
-    const control = new ControlPlane(this, 'Control', { changeLogRetention: retention, alarmActions });
-    const log = new ChangeLog(this, 'Log', {
+    const controlPlane = new ControlPlane(this, 'Control', { changeLogRetention: retention, alarmActions });
+    const changeLog = new ChangeLog(this, 'Log', {
       retention,
       archiveRetention: Duration.days(395),
       alarmActions,
     });
 
     const orders = new CdcSource(this, 'Orders', {
-      control,
-      log,
+      controlPlane,
+      changeLog,
       vpc,
       database: SourceDatabase.postgres({
         databaseName: 'orders',
@@ -99,8 +99,8 @@ export class CdcExampleStack extends Stack {
     });
 
     const billing = new CdcSource(this, 'Billing', {
-      control,
-      log,
+      controlPlane,
+      changeLog,
       vpc,
       database: SourceDatabase.postgres({
         databaseName: 'billing',
@@ -122,8 +122,8 @@ export class CdcExampleStack extends Stack {
     }
 
     new WarehouseSink(this, 'Warehouse', {
-      control,
-      log,
+      controlPlane,
+      changeLog,
       sources: [orders, billing],
       connection: WarehouseConnection.redshift({
         secret: secretsmanager.Secret.fromSecretNameV2(this, 'WarehouseSecret', 'cdc/warehouse/applier'),
@@ -137,8 +137,8 @@ export class CdcExampleStack extends Stack {
     // The search index of the customers and orders (an existing OpenSearch Service domain in the
     // VPC; its access policy must admit the applier's role, see docs/search.md).
     new SearchSink(this, 'Search', {
-      control,
-      log,
+      controlPlane,
+      changeLog,
       sources: [orders],
       domain: opensearch.Domain.fromDomainEndpoint(this, 'SearchDomain', 'https://vpc-cdc-example-abcdefghijklmnop.eu-west-1.es.amazonaws.com'),
       tables: [{ table: 'public.customers' }, { table: 'public.orders', deletes: DeleteMode.HARD }],

@@ -72,3 +72,14 @@ export const HEARTBEAT_TABLE = 'cdc_heartbeat';
 /** The heartbeat table's primary-key column (the source id); the normalizer's table config names it. */
 export const HEARTBEAT_KEY_COLUMN = 'source_id';
 export const DEFAULT_HEARTBEAT_SCHEMA = 'public';
+
+/**
+ * The service name (`POWERTOOLS_SERVICE_NAME`, in every log line and metric) of each platform
+ * function: the constructs set it, the handlers and `cdc local` default to it.
+ */
+export const ServiceName = {
+  NORMALIZER: 'cdc-normalizer',
+  HEARTBEAT_WRITER: 'cdc-heartbeat-writer',
+  WAREHOUSE_APPLIER: 'cdc-warehouse-applier',
+  DMS_TASK_LIFECYCLE: 'cdc-dms-task-lifecycle',
+} as const;

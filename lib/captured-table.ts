@@ -50,6 +50,7 @@ export class CapturedTable {
    * @example CapturedTable.of('public.customers', { mask: ['email'], exclude: ['ssn'] })
    */
   static of(tableId: string, options: CapturedTableOptions = {}): CapturedTable {
+    if (typeof tableId !== 'string') throw new Error(`CapturedTable.of needs a table id 'schema.table' (a string), got ${tableId === undefined ? 'undefined' : typeof tableId}`);
     return new CapturedTable(tableId, options);
   }
 

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { Annotations, Aws, CustomResource, Duration, Fn, RemovalPolicy, Size, SizeRoundingBehavior, Token, Validations } from 'aws-cdk-lib';
+import { Annotations, Aws, CustomResource, Duration, Fn, RemovalPolicy, Resource, Size, SizeRoundingBehavior, Token, Validations, type IResource } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as dms from 'aws-cdk-lib/aws-dms';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
@@ -10,8 +10,8 @@ import * as kinesis from 'aws-cdk-lib/aws-kinesis';
 import type * as kms from 'aws-cdk-lib/aws-kms';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
-import { Construct, type IConstruct } from 'constructs';
-import { DEFAULT_HEARTBEAT_SCHEMA, EnvName } from '../contracts/env.ts';
+import { Construct } from 'constructs';
+import { DEFAULT_HEARTBEAT_SCHEMA, EnvName, ServiceName } from '../contracts/env.ts';
 import { ControlPartition } from '../contracts/control-plane-keys.ts';
 import { MetricDimension, MetricName, NORMALIZER_STAGE } from '../contracts/metrics.ts';
 import { AwsApiEgress } from './aws-api-egress.ts';
@@ -25,7 +25,7 @@ import { dmsIdentifier } from './private/physical-name.ts';
 import { consumeStream, defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
 import { compileTableMappings, findTableProblem, tableConfigEntries } from './private/table-mappings.ts';
 import { taskSettings } from './private/task-settings.ts';
-import { checkIntegerRange, checkKinesisRetention, checkLowerIdent, fail, idFromConstructId } from './private/validate.ts';
+import { checkIntegerRange, checkKinesisRetention, checkLowerIdent, checkRequiredProps, fail, idFromConstructId, SLOT_NAME } from './private/validate.ts';
 import { SslMode, type SourceDatabase } from './source-database.ts';
 import { rdsCaCertificate } from './private/rds-ca.ts';
 import { platformMetric } from './private/platform-metric.ts';
@@ -40,8 +40,8 @@ export enum BeforeImage {
   ALL_COLUMNS = 'all',
 }
 
-/** A captured source as sinks see it. */
-export interface ICdcSource extends IConstruct {
+/** A captured source as sinks see it: a `CdcSource`, or one imported with `CdcSource.fromCdcSourceAttributes`. */
+export interface ICdcSource extends IResource {
   /** The source id (lower-case identifier) in events, metrics and the control plane. */
   readonly sourceId: string;
   /** The change log the source publishes to. */
@@ -52,12 +52,33 @@ export interface ICdcSource extends IConstruct {
   readonly heartbeatSchema: string;
 }
 
+/** Attributes of a source deployed elsewhere, for `CdcSource.fromCdcSourceAttributes`. */
+export interface CdcSourceAttributes {
+  /** The source id (as the source's `sourceId`). */
+  readonly sourceId: string;
+  /** The change log the source publishes to. */
+  readonly changeLog: IChangeLog;
+  /** The captured tables (as declared on the source). */
+  readonly tables: CapturedTable[];
+  /**
+   * Schema of the source's heartbeat table.
+   * @default 'public'
+   */
+  readonly heartbeatSchema?: string;
+  /**
+   * ARN of the source's DMS replication task; when given, the imported source has its account and
+   * region.
+   * @default - the account and region of the stack the source is imported into
+   */
+  readonly replicationTaskArn?: string;
+}
+
 /** Properties of a `CdcSource`. */
 export interface CdcSourceProps {
   /** The control plane the normalizer records schema versions and table states in. */
-  readonly control: IControlPlane;
+  readonly controlPlane: IControlPlane;
   /** The change log the normalizer publishes to. */
-  readonly log: IChangeLog;
+  readonly changeLog: IChangeLog;
   /** VPC of the replication instance and of the functions that reach the database. */
   readonly vpc: ec2.IVpc;
   /**
@@ -190,7 +211,6 @@ export interface CdcSourceProps {
 const TASK_TAG = 'cdc-platform:task';
 /** Heartbeats per writer invocation: one every 10 s across the one-minute schedule. */
 const HEARTBEAT_BEATS = 6;
-const SLOT_NAME = /^[a-z0-9_]{1,63}$/;
 
 /**
  * Captures one PostgreSQL database with AWS DMS into the change log: a replication subnet group,
@@ -199,7 +219,28 @@ const SLOT_NAME = /^[a-z0-9_]{1,63}$/;
  * change events, the heartbeat writer (every 10 s), a lifecycle resource that prepares the slot
  * and starts, resumes and stops the task around deployments, and alarms.
  */
-export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable {
+export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable {
+  /** Refers to a source deployed elsewhere (another stack, account or region), for sinks there. */
+  static fromCdcSourceAttributes(scope: Construct, id: string, attrs: CdcSourceAttributes): ICdcSource {
+    class Import extends Resource implements ICdcSource {
+      readonly sourceId: string;
+      readonly changeLog: IChangeLog;
+      readonly tables: CapturedTable[];
+      readonly heartbeatSchema: string;
+      constructor() {
+        super(scope, id, attrs?.replicationTaskArn ? { environmentFromArn: attrs.replicationTaskArn } : {});
+        checkRequiredProps(this, 'CdcSource.fromCdcSourceAttributes', attrs, ['sourceId', 'changeLog', 'tables']);
+        this.sourceId = checkLowerIdent(this, 'sourceId', attrs.sourceId);
+        this.changeLog = attrs.changeLog;
+        this.tables = [...attrs.tables];
+        this.heartbeatSchema = attrs.heartbeatSchema ?? DEFAULT_HEARTBEAT_SCHEMA;
+        const problem = findTableProblem(this.tables, this.heartbeatSchema);
+        if (problem) fail(this, problem);
+      }
+    }
+    return new Import();
+  }
+
   readonly sourceId: string;
   readonly changeLog: IChangeLog;
   readonly tables: CapturedTable[];
@@ -241,8 +282,9 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
 
   constructor(scope: Construct, id: string, props: CdcSourceProps) {
     super(scope, id);
+    checkRequiredProps(this, 'CdcSource', props, ['controlPlane', 'changeLog', 'vpc', 'database', 'tables']);
     this.sourceId = checkLowerIdent(this, 'sourceId', props.sourceId ?? idFromConstructId(id));
-    this.changeLog = props.log;
+    this.changeLog = props.changeLog;
     this.tables = [...props.tables];
     this.heartbeatSchema = props.heartbeatSchema ?? DEFAULT_HEARTBEAT_SCHEMA;
     this.slotName = props.slotName ?? `cdc_${this.sourceId}`;
@@ -253,7 +295,7 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
     if (this.tables.some((t) => t.mask.length > 0) && compareVersions(engineVersion, '3.5.4') < 0) {
       fail(this, `masked columns need dms engine 3.5.4 or later (data masking), got replicationEngineVersion ${engineVersion}`);
     }
-    const rawRetention = props.rawStreamRetention ?? props.log.retention;
+    const rawRetention = props.rawStreamRetention ?? props.changeLog.retention;
     checkKinesisRetention(this, 'rawStreamRetention', rawRetention);
     checkIntegerRange(this, 'rawStreamShardCount', props.rawStreamShardCount, 1, 100_000);
     const maxLobSize = props.maxLobSize ?? Size.kibibytes(64);
@@ -384,9 +426,9 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
     const lifecycle = new CdcFunction(this, 'TaskLifecycle', {
       handlerName: 'dms-task-starter',
       description: `Prepares the replication slot and starts, resumes and stops the DMS task of ${this.node.path}`,
-      serviceName: 'cdc-dms-task-lifecycle',
+      serviceName: ServiceName.DMS_TASK_LIFECYCLE,
       // The control plane: a slot that replaces another marks the source's tables needs-resnapshot.
-      environment: { ...sourceTlsEnvironment, [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName },
+      environment: { ...sourceTlsEnvironment, [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName },
       memorySize: Size.mebibytes(256),
       timeout: Duration.minutes(15),
       vpc: props.vpc,
@@ -401,7 +443,7 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
     // (`aws:ResourceTag`, a condition key of the DMS task resource type); the start/stop steps
     // after the task are scoped to the task's ARN (TaskControlPolicy below).
     // A slot that replaces another marks this source's tables needs-resnapshot, with an audit entry.
-    props.control.grantItems(lifecycle.fn, {
+    props.controlPlane.grantItems(lifecycle.fn, {
       read: [ControlPartition.source(this.sourceId)],
       put: [ControlPartition.AUDIT],
       update: [ControlPartition.source(this.sourceId)],
@@ -503,25 +545,25 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
     const normalizer = new CdcFunction(this, 'Normalizer', {
       handlerName: 'normalizer',
       description: `Turns DMS records of source ${this.sourceId} into change events (${this.node.path})`,
-      serviceName: 'cdc-normalizer',
+      serviceName: ServiceName.NORMALIZER,
       environment: {
         [EnvName.SOURCE_ID]: this.sourceId,
-        [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName,
-        [EnvName.CHANGE_LOG_STREAM]: props.log.changeLogStreamName,
+        [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName,
+        [EnvName.CHANGE_LOG_STREAM]: props.changeLog.changeLogStreamName,
         [EnvName.TABLE_CONFIG]: tableConfig,
         [EnvName.HEARTBEAT_SCHEMA]: this.heartbeatSchema,
-        ...payloadEnvironment(props.control),
+        ...payloadEnvironment(props.controlPlane),
       },
       memorySize: Size.mebibytes(1024),
       timeout: Duration.minutes(2),
     });
     this.normalizer = normalizer.fn;
-    props.log.grantWrite(normalizer.fn);
-    props.log.grant(normalizer.fn, 'kinesis:DescribeStreamSummary');
-    props.control.grantNormalizer(normalizer.fn, this.sourceId);
+    props.changeLog.grantWrite(normalizer.fn);
+    props.changeLog.grant(normalizer.fn, 'kinesis:DescribeStreamSummary');
+    props.controlPlane.grantNormalizer(normalizer.fn, this.sourceId);
     // Its own dead letters' whole records, and its source's events stored out of line (docs/large-records.md).
-    props.control.grantPayloadWrite(normalizer.fn, 'dead-letters/normalizer/');
-    props.control.grantPayloadWrite(normalizer.fn, `claims/${this.sourceId}/`);
+    props.controlPlane.grantPayloadWrite(normalizer.fn, 'dead-letters/normalizer/');
+    props.controlPlane.grantPayloadWrite(normalizer.fn, `claims/${this.sourceId}/`);
     const consumer = consumeStream(normalizer, normalizer.fn, {
       stream: rawStream,
       streamRetention: rawRetention,
@@ -538,7 +580,7 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
     const heartbeat = new CdcFunction(this, 'HeartbeatWriter', {
       handlerName: 'heartbeat-writer',
       description: `Writes the heartbeat row of source ${this.sourceId} every 10 seconds (${this.node.path})`,
-      serviceName: 'cdc-heartbeat-writer',
+      serviceName: ServiceName.HEARTBEAT_WRITER,
       environment: {
         [EnvName.SOURCE_ID]: this.sourceId,
         [EnvName.SOURCE_SECRET_ARN]: props.database.heartbeatSecret.secretArn,
@@ -597,7 +639,7 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
     // --- Snapshot worker: existing rows, in paced chunks (docs/snapshot.md) ---
     const snapshot = addSnapshotWorker(this, {
       sourceId: this.sourceId,
-      control: props.control,
+      control: props.controlPlane,
       rawStream,
       database: props.database,
       tableConfig,
@@ -642,6 +684,7 @@ export class CdcSource extends Construct implements ICdcSource, ec2.IConnectable
         );
       }
       const iteratorThreshold = props.alarmIteratorAgeThreshold ?? defaultIteratorAgeThreshold(rawRetention, consumer.maxRecordAge);
+      if (iteratorThreshold === undefined) fail(this, 'alarmIteratorAgeThreshold is required when the raw stream retention is a token (a quarter of it is not known at synth time)');
       this.alarms.push(
         createAlarm(this, 'NormalizerIteratorAgeAlarm', {
           nameSuffix: `${this.sourceId}-normalizer-iterator-age`,

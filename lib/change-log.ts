@@ -1,4 +1,4 @@
-import { Duration, RemovalPolicy, Resource, Size, Stack, Token, Validations, type IResource } from 'aws-cdk-lib';
+import { Duration, RemovalPolicy, Resource, Size, Stack, Validations, type IResource } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as kinesis from 'aws-cdk-lib/aws-kinesis';
@@ -9,7 +9,7 @@ import * as s3 from 'aws-cdk-lib/aws-s3';
 import { S3_SERVER_ACCESS_LOGS_USE_BUCKET_POLICY } from 'aws-cdk-lib/cx-api';
 import type { Construct } from 'constructs';
 import { createAlarm } from './private/alarms.ts';
-import { checkIntegerRange, checkKinesisRetention, fail } from './private/validate.ts';
+import { checkIntegerRange, checkKinesisRetention, checkRequiredProps, fail, isKnownDuration } from './private/validate.ts';
 
 /**
  * The change log: the Kinesis stream every sink reads (the system of record for change,
@@ -199,13 +199,17 @@ abstract class ChangeLogBase extends Resource implements IChangeLog {
  * `archiveRetention`), optionally replicated to a second region.
  */
 export class ChangeLog extends ChangeLogBase {
-  /** Refers to a change log deployed elsewhere. */
+  /**
+   * Refers to a change log deployed elsewhere (another stack, account or region). Its account and
+   * region come from `streamArn`.
+   */
   static fromChangeLogAttributes(scope: Construct, id: string, attrs: ChangeLogAttributes): IChangeLog {
     class Import extends ChangeLogBase {
       readonly stream: kinesis.IStream;
       readonly retention = attrs.retention;
       constructor() {
-        super(scope, id);
+        super(scope, id, { environmentFromArn: attrs.streamArn });
+        checkRequiredProps(this, 'ChangeLog.fromChangeLogAttributes', attrs, ['streamArn', 'retention']);
         this.stream = kinesis.Stream.fromStreamAttributes(this, 'Stream', { streamArn: attrs.streamArn, encryptionKey: attrs.encryptionKey });
       }
     }
@@ -237,7 +241,7 @@ export class ChangeLog extends ChangeLogBase {
     this.archiveRetention = props.archiveRetention ?? Duration.days(365);
     checkKinesisRetention(this, 'retention', this.retention);
     checkIntegerRange(this, 'shardCount', props.shardCount, 1, 100_000);
-    if (!Token.isUnresolved(this.archiveRetention.toString())) {
+    if (isKnownDuration(this.archiveRetention) && isKnownDuration(this.retention)) {
       if (this.archiveRetention.toDays({ integral: false }) !== Math.floor(this.archiveRetention.toDays({ integral: false }))) {
         fail(this, `archiveRetention must be a whole number of days (s3 lifecycle rules count days), got ${this.archiveRetention.toHumanString()}`);
       }
@@ -249,7 +253,7 @@ export class ChangeLog extends ChangeLogBase {
       }
     }
     const bufferingInterval = props.archiveBufferingInterval ?? Duration.minutes(5);
-    if (bufferingInterval.toSeconds() > 900) {
+    if (isKnownDuration(bufferingInterval) && bufferingInterval.toSeconds() > 900) {
       fail(this, `archiveBufferingInterval must be at most 15 minutes, got ${bufferingInterval.toHumanString()}`);
     }
     if (props.archiveReplicaBucket && !props.archiveReplicaEncryptionKey) {

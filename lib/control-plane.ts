@@ -10,6 +10,7 @@ import { Construct } from 'constructs';
 import { OperatorFunctions } from './private/operator-function.ts';
 import { ControlPartition } from '../contracts/control-plane-keys.ts';
 import { NORMALIZER_STAGE } from '../contracts/metrics.ts';
+import { checkRequiredProps } from './private/validate.ts';
 
 /**
  * Partitions of the control table one function may touch, as partition-key values
@@ -39,7 +40,7 @@ const AUDIT_DENIED_ACTIONS = ['dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dyn
 
 /**
  * The control plane: one DynamoDB table holding offsets, schema versions, table states, snapshot
- * progress, verdicts and the audit log (DESIGN §5.3). Partition key `pk`, sort key `sk`, both
+ * progress, verdicts and the audit log (docs/architecture.md §5.3). Partition key `pk`, sort key `sk`, both
  * strings.
  */
 export interface IControlPlane extends IResource {
@@ -265,14 +266,18 @@ abstract class ControlPlaneBase extends Resource implements IControlPlane {
  * customer-managed key, retained by default.
  */
 export class ControlPlane extends ControlPlaneBase {
-  /** Refers to a control plane deployed elsewhere. */
+  /**
+   * Refers to a control plane deployed elsewhere (another stack, account or region). Its account
+   * and region come from `tableArn`.
+   */
   static fromControlPlaneAttributes(scope: Construct, id: string, attrs: ControlPlaneAttributes): IControlPlane {
     class Import extends ControlPlaneBase {
       readonly table: dynamodb.ITable;
       readonly payloadBucket?: s3.IBucket;
       readonly payloadEncryptionKey?: kms.IKey;
       constructor() {
-        super(scope, id);
+        super(scope, id, { environmentFromArn: attrs.tableArn });
+        checkRequiredProps(this, 'ControlPlane.fromControlPlaneAttributes', attrs, ['tableArn']);
         this.table = dynamodb.Table.fromTableAttributes(this, 'Table', { tableArn: attrs.tableArn, encryptionKey: attrs.encryptionKey });
         if (attrs.payloadBucketName) this.payloadBucket = s3.Bucket.fromBucketName(this, 'Payloads', attrs.payloadBucketName);
         this.payloadEncryptionKey = attrs.payloadEncryptionKey;
@@ -290,8 +295,8 @@ export class ControlPlane extends ControlPlaneBase {
   readonly statusFunction: lambda.IFunction;
   /** The alarms this construct created (empty when `alarmsEnabled` is false). */
   readonly alarms: cloudwatch.IAlarm[];
-  readonly payloadBucket: s3.IBucket;
-  readonly payloadEncryptionKey: kms.IKey;
+  readonly payloadBucket?: s3.IBucket;
+  readonly payloadEncryptionKey?: kms.IKey;
 
   constructor(scope: Construct, id: string, props: ControlPlaneProps = {}) {
     super(scope, id);

@@ -16,6 +16,7 @@ import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './private/a
 import { CdcFunction } from './private/cdc-function.ts';
 import { platformMetric } from './private/platform-metric.ts';
 import { AwsApiEgress } from './aws-api-egress.ts';
+import { sameChangeLog } from './private/same-change-log.ts';
 import { consumeStream, defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
 import { checkIntegerRange, checkLowerIdent, fail, idFromConstructId } from './private/validate.ts';
 
@@ -56,10 +57,10 @@ export interface ISearchSink extends IResource {
 /** Properties of a `SearchSink`. */
 export interface SearchSinkProps {
   /** The control plane holding this sink's offsets, holds and table states. */
-  readonly control: IControlPlane;
+  readonly controlPlane: IControlPlane;
   /** The change log the sink reads. */
-  readonly log: IChangeLog;
-  /** The sources whose tables this sink indexes; each must publish to `log`. */
+  readonly changeLog: IChangeLog;
+  /** The sources whose tables this sink indexes; each must publish to `changeLog`. */
   readonly sources: ICdcSource[];
   /** The OpenSearch Service domain (a `Domain`, or one imported with `Domain.fromDomainEndpoint`). */
   readonly domain: opensearch.IDomain;
@@ -210,15 +211,15 @@ export class SearchSink extends Resource implements ISearchSink, ec2.IConnectabl
     if (props.sources.length === 0) fail(this, 'sources must not be empty; a sink indexes the tables of at least one source');
     const sourceIds = new Set<string>();
     for (const source of props.sources) {
-      if (source.changeLog !== props.log) fail(this, `source ${source.sourceId} (${source.node.path}) publishes to a different change log than this sink reads`);
+      if (sameChangeLog(source.changeLog, props.changeLog) === false) fail(this, `source ${source.sourceId} (${source.node.path}) publishes to a different change log than this sink reads`);
       if (sourceIds.has(source.sourceId)) fail(this, `source ${source.sourceId} is listed twice`);
       sourceIds.add(source.sourceId);
     }
     this.sourceIds = [...sourceIds];
     const freshnessSeconds = this.freshnessTarget.toSeconds();
     if (freshnessSeconds < 30) fail(this, `freshnessTarget must be at least 30 seconds (heartbeats are 10 seconds apart), got ${this.freshnessTarget.toHumanString()}`);
-    if (freshnessSeconds >= props.log.retention.toSeconds()) {
-      fail(this, `freshnessTarget (${this.freshnessTarget.toHumanString()}) must be shorter than the change-log retention (${props.log.retention.toHumanString()})`);
+    if (freshnessSeconds >= props.changeLog.retention.toSeconds()) {
+      fail(this, `freshnessTarget (${this.freshnessTarget.toHumanString()}) must be shorter than the change-log retention (${props.changeLog.retention.toHumanString()})`);
     }
     checkIntegerRange(this, 'batchSize', props.batchSize, 1, 10_000);
     checkIntegerRange(this, 'retryAttempts', props.retryAttempts, -1, 10_000);
@@ -276,7 +277,7 @@ export class SearchSink extends Resource implements ISearchSink, ec2.IConnectabl
       serviceName: 'cdc-search-applier',
       environment: {
         [EnvName.SINK_ID]: this.sinkId,
-        [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName,
+        [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName,
         [EnvName.SEARCH_ENDPOINT]: props.domain.domainEndpoint,
         [EnvName.SEARCH_TABLES]: JSON.stringify(served),
         [EnvName.SEARCH_INDEX_PREFIX]: prefix,
@@ -286,7 +287,7 @@ export class SearchSink extends Resource implements ISearchSink, ec2.IConnectabl
       ...(props.vpc ? { vpc: props.vpc, vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS }, securityGroups } : {}),
     });
     this.applier = applier.fn;
-    props.control.grantSinkApplier(applier.fn, this.sinkId, this.sourceIds);
+    props.controlPlane.grantSinkApplier(applier.fn, this.sinkId, this.sourceIds);
     // Least privilege on the domain: HTTP verbs the applier uses, on its tables' index paths only
     // (each table's aliases, generations `.v…`, tombstone index `.deleted`, and their sub-paths).
     applier.role.addToPrincipalPolicy(
@@ -296,8 +297,8 @@ export class SearchSink extends Resource implements ISearchSink, ec2.IConnectabl
       }),
     );
     const consumer = consumeStream(this, applier.fn, {
-      stream: props.log.stream,
-      streamRetention: props.log.retention,
+      stream: props.changeLog.stream,
+      streamRetention: props.changeLog.retention,
       batchSize: props.batchSize ?? 1000,
       maxBatchingWindow,
       ...(props.retryAttempts !== undefined ? { retryAttempts: props.retryAttempts } : {}),
@@ -347,7 +348,8 @@ export class SearchSink extends Resource implements ISearchSink, ec2.IConnectabl
           }),
         );
       }
-      const iteratorThreshold = props.alarmIteratorAgeThreshold ?? defaultIteratorAgeThreshold(props.log.retention, consumer.maxRecordAge);
+      const iteratorThreshold = props.alarmIteratorAgeThreshold ?? defaultIteratorAgeThreshold(props.changeLog.retention, consumer.maxRecordAge);
+      if (iteratorThreshold === undefined) fail(this, 'alarmIteratorAgeThreshold is required when the change-log retention is a token (a quarter of it is not known at synth time)');
       this.alarms.push(
         createAlarm(this, 'ApplyErrorsAlarm', {
           nameSuffix: `${this.sinkId}-apply-errors`,
@@ -373,7 +375,7 @@ export class SearchSink extends Resource implements ISearchSink, ec2.IConnectabl
             `The applier of search sink ${this.sinkId} reads records older than ${iteratorThreshold.toHumanString()} (${this.node.path}). ` +
             (consumer.maxRecordAge
               ? `Records older than ${consumer.maxRecordAge.toHumanString()} go to the dead-letter queue.`
-              : `Failing batches are retried without limit; records expire unread from the change log after ${props.log.retention.toHumanString()}.`),
+              : `Failing batches are retried without limit; records expire unread from the change log after ${props.changeLog.retention.toHumanString()}.`),
           metric: iteratorAgeMetric(applier.fn),
           threshold: iteratorThreshold.toMilliseconds(),
           evaluationPeriods: 5,

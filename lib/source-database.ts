@@ -1,5 +1,6 @@
 import type * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
+import { requireOptions } from './private/validate.ts';
 
 /** Options of `SourceDatabase.postgres`. */
 export interface PostgresSourceOptions {
@@ -94,6 +95,7 @@ export enum SourceEngine {
 export class SourceDatabase {
   /** A PostgreSQL database, captured through a logical replication slot. */
   static postgres(options: PostgresSourceOptions): SourceDatabase {
+    requireOptions('SourceDatabase.postgres', options, ['databaseName', 'secret']);
     return new SourceDatabase(SourceEngine.POSTGRES, options);
   }
 

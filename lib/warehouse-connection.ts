@@ -1,6 +1,7 @@
 import type * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { SslMode } from './source-database.ts';
+import { requireOptions } from './private/validate.ts';
 
 /** Options of `WarehouseConnection.redshift` and `WarehouseConnection.postgres`. */
 export interface WarehouseConnectionOptions {
@@ -41,11 +42,13 @@ export enum WarehouseEngine {
 export class WarehouseConnection {
   /** An Amazon Redshift database. */
   static redshift(options: WarehouseConnectionOptions): WarehouseConnection {
+    requireOptions('WarehouseConnection.redshift', options, ['secret']);
     return new WarehouseConnection(WarehouseEngine.REDSHIFT, options);
   }
 
   /** A PostgreSQL database. */
   static postgres(options: WarehouseConnectionOptions): WarehouseConnection {
+    requireOptions('WarehouseConnection.postgres', options, ['secret']);
     return new WarehouseConnection(WarehouseEngine.POSTGRES, options);
   }
 

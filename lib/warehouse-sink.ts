@@ -1,4 +1,4 @@
-import { Duration, Size, Validations } from 'aws-cdk-lib';
+import { Duration, Resource, Size, Validations, type IResource } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
@@ -6,8 +6,8 @@ import * as targets from 'aws-cdk-lib/aws-events-targets';
 import type * as kms from 'aws-cdk-lib/aws-kms';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
-import { Construct } from 'constructs';
-import { EnvName } from '../contracts/env.ts';
+import type { Construct } from 'constructs';
+import { EnvName, ServiceName } from '../contracts/env.ts';
 import { MetricDimension, MetricName } from '../contracts/metrics.ts';
 import { AwsApiEgress } from './aws-api-egress.ts';
 import type { ICdcSource } from './cdc-source.ts';
@@ -15,19 +15,70 @@ import type { IChangeLog } from './change-log.ts';
 import type { IControlPlane } from './control-plane.ts';
 import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
+import { sameChangeLog } from './private/same-change-log.ts';
 import { consumeStream, defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
-import { checkIntegerRange, checkLowerIdent, fail, idFromConstructId } from './private/validate.ts';
+import { checkIntegerRange, checkLowerIdent, checkRequiredProps, fail, idFromConstructId, isKnownDuration } from './private/validate.ts';
 import type { WarehouseConnection } from './warehouse-connection.ts';
 import { platformMetric } from './private/platform-metric.ts';
 import { payloadEnvironment } from './private/payloads.ts';
 
+/** A warehouse sink: a `WarehouseSink`, or one imported with `WarehouseSink.fromWarehouseSinkAttributes`. */
+export interface IWarehouseSink extends IResource {
+  /**
+   * The sink id (lower-case identifier) in metrics and the control plane.
+   * @attribute
+   */
+  readonly sinkId: string;
+  /** Source commit → warehouse commit for one source, milliseconds (`EndToEndLag`); maximum per minute by default. */
+  metricEndToEndLag(source: ICdcSource, props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+  /** Events of one source this sink dead-lettered (`DeadLetters`, Stage=sink id); sum per minute by default. */
+  metricDeadLetters(source: ICdcSource, props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+  /** Events of one source applied (`EventsApplied`); sum per minute by default. */
+  metricEventsApplied(source: ICdcSource, props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+  /** Batches that failed to apply and were retried (`ApplyErrors`); sum per minute by default. */
+  metricApplyErrors(props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+}
+
+/** Attributes of a sink deployed elsewhere, for `WarehouseSink.fromWarehouseSinkAttributes`. */
+export interface WarehouseSinkAttributes {
+  /** The sink id (as the sink's `sinkId`). */
+  readonly sinkId: string;
+  /**
+   * ARN of the sink's applier function; when given, the imported sink (and its metrics) has its
+   * account and region.
+   * @default - the account and region of the stack the sink is imported into
+   */
+  readonly applierFunctionArn?: string;
+}
+
+abstract class WarehouseSinkBase extends Resource implements IWarehouseSink {
+  abstract readonly sinkId: string;
+
+  metricEndToEndLag(source: ICdcSource, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return platformMetric(this, MetricName.END_TO_END_LAG, { [MetricDimension.SINK]: this.sinkId, [MetricDimension.SOURCE]: source.sourceId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
+  }
+
+  metricDeadLetters(source: ICdcSource, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return platformMetric(this, MetricName.DEAD_LETTERS, { [MetricDimension.STAGE]: this.sinkId, [MetricDimension.SOURCE]: source.sourceId }, props);
+  }
+
+  metricApplyErrors(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return platformMetric(this, MetricName.APPLY_ERRORS, { [MetricDimension.SINK]: this.sinkId }, props);
+  }
+
+  metricEventsApplied(source: ICdcSource, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return platformMetric(this, MetricName.EVENTS_APPLIED, { [MetricDimension.SINK]: this.sinkId, [MetricDimension.SOURCE]: source.sourceId }, props);
+  }
+}
+
+
 /** Properties of a `WarehouseSink`. */
 export interface WarehouseSinkProps {
   /** The control plane holding this sink's offsets and table states. */
-  readonly control: IControlPlane;
+  readonly controlPlane: IControlPlane;
   /** The change log the sink reads. */
-  readonly log: IChangeLog;
-  /** The sources whose tables this sink mirrors; each must publish to `log`. */
+  readonly changeLog: IChangeLog;
+  /** The sources whose tables this sink mirrors; each must publish to `changeLog`. */
   readonly sources: ICdcSource[];
   /** How to reach the warehouse. */
   readonly connection: WarehouseConnection;
@@ -124,7 +175,20 @@ export interface WarehouseSinkProps {
  * the warehouse is fresh: end-to-end lag per source against `freshnessTarget`, dead letters,
  * persistent apply errors, iterator age.
  */
-export class WarehouseSink extends Construct implements ec2.IConnectable {
+export class WarehouseSink extends WarehouseSinkBase implements ec2.IConnectable {
+  /** Refers to a sink deployed elsewhere (another stack, account or region), for its metrics and dashboards. */
+  static fromWarehouseSinkAttributes(scope: Construct, id: string, attrs: WarehouseSinkAttributes): IWarehouseSink {
+    class Import extends WarehouseSinkBase {
+      readonly sinkId: string;
+      constructor() {
+        super(scope, id, attrs?.applierFunctionArn ? { environmentFromArn: attrs.applierFunctionArn } : {});
+        checkRequiredProps(this, 'WarehouseSink.fromWarehouseSinkAttributes', attrs, ['sinkId']);
+        this.sinkId = checkLowerIdent(this, 'sinkId', attrs.sinkId);
+      }
+    }
+    return new Import();
+  }
+
   /** The sink id. */
   readonly sinkId: string;
   /** The end-to-end lag objective. */
@@ -137,30 +201,36 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
   readonly connections: ec2.Connections;
   /** The alarms this construct created (empty when `alarmsEnabled` is false). */
   readonly alarms: cloudwatch.IAlarm[] = [];
-  private readonly sourceIds: string[];
+  /** The sources this sink mirrors. */
+  readonly sources: ICdcSource[];
 
   constructor(scope: Construct, id: string, props: WarehouseSinkProps) {
     super(scope, id);
+    checkRequiredProps(this, 'WarehouseSink', props, ['controlPlane', 'changeLog', 'sources', 'connection', 'vpc']);
     this.sinkId = checkLowerIdent(this, 'sinkId', props.sinkId ?? idFromConstructId(id));
     this.freshnessTarget = props.freshnessTarget ?? Duration.minutes(5);
     if (props.sources.length === 0) fail(this, 'sources must not be empty; a sink mirrors the tables of at least one source');
     const sourceIds = new Set<string>();
     for (const source of props.sources) {
-      if (source.changeLog !== props.log) fail(this, `source ${source.sourceId} (${source.node.path}) publishes to a different change log than this sink reads`);
+      if (sameChangeLog(source.changeLog, props.changeLog) === false) {
+        fail(this, `source ${source.sourceId} (${source.node.path}) publishes to a different change log than this sink reads`);
+      }
       if (sourceIds.has(source.sourceId)) fail(this, `source ${source.sourceId} is listed twice`);
       sourceIds.add(source.sourceId);
     }
-    this.sourceIds = [...sourceIds];
-    const freshnessSeconds = this.freshnessTarget.toSeconds();
-    if (freshnessSeconds < 30) fail(this, `freshnessTarget must be at least 30 seconds (heartbeats are 10 seconds apart), got ${this.freshnessTarget.toHumanString()}`);
-    if (freshnessSeconds >= props.log.retention.toSeconds()) {
-      fail(this, `freshnessTarget (${this.freshnessTarget.toHumanString()}) must be shorter than the change-log retention (${props.log.retention.toHumanString()})`);
+    this.sources = [...props.sources];
+    if (isKnownDuration(this.freshnessTarget)) {
+      const freshnessSeconds = this.freshnessTarget.toSeconds();
+      if (freshnessSeconds < 30) fail(this, `freshnessTarget must be at least 30 seconds (heartbeats are 10 seconds apart), got ${this.freshnessTarget.toHumanString()}`);
+      if (isKnownDuration(props.changeLog.retention) && freshnessSeconds >= props.changeLog.retention.toSeconds()) {
+        fail(this, `freshnessTarget (${this.freshnessTarget.toHumanString()}) must be shorter than the change-log retention (${props.changeLog.retention.toHumanString()})`);
+      }
     }
     checkIntegerRange(this, 'batchSize', props.batchSize, 1, 10_000);
     checkIntegerRange(this, 'retryAttempts', props.retryAttempts, -1, 10_000);
     checkIntegerRange(this, 'parallelizationFactor', props.parallelizationFactor, 1, 10);
     const maxBatchingWindow = props.maxBatchingWindow ?? Duration.seconds(5);
-    if (maxBatchingWindow.toSeconds() > 300) fail(this, `maxBatchingWindow must be at most 5 minutes, got ${maxBatchingWindow.toHumanString()}`);
+    if (isKnownDuration(maxBatchingWindow) && maxBatchingWindow.toSeconds() > 300) fail(this, `maxBatchingWindow must be at most 5 minutes, got ${maxBatchingWindow.toHumanString()}`);
 
     const securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
       vpc: props.vpc,
@@ -194,15 +264,15 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
     const applier = new CdcFunction(this, 'Applier', {
       handlerName: 'warehouse-applier',
       description: `Applies change events to warehouse sink ${this.sinkId} (${this.node.path})`,
-      serviceName: 'cdc-warehouse-applier',
+      serviceName: ServiceName.WAREHOUSE_APPLIER,
       environment: {
         [EnvName.SINK_ID]: this.sinkId,
-        [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName,
+        [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName,
         [EnvName.WAREHOUSE_SECRET_ARN]: props.connection.secret.secretArn,
         // The resume replay reads the held range from the change log (docs/operations.md).
-        [EnvName.CHANGE_LOG_STREAM]: props.log.stream.streamName,
+        [EnvName.CHANGE_LOG_STREAM]: props.changeLog.stream.streamName,
         [EnvName.WAREHOUSE_SSL_MODE]: props.connection.sslMode,
-        ...payloadEnvironment(props.control),
+        ...payloadEnvironment(props.controlPlane),
       },
       memorySize: props.memorySize ?? Size.mebibytes(1024),
       timeout: props.timeout ?? Duration.minutes(5),
@@ -212,13 +282,13 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
     });
     this.applier = applier.fn;
     props.connection.secret.grantRead(applier.fn);
-    props.control.grantSinkApplier(applier.fn, this.sinkId, this.sourceIds);
+    props.controlPlane.grantSinkApplier(applier.fn, this.sinkId, this.sources.map((s) => s.sourceId));
     // Its own dead letters' whole records, and every source's events stored out of line (docs/large-records.md).
-    props.control.grantPayloadWrite(applier.fn, `dead-letters/${this.sinkId}/`);
-    props.control.grantPayloadRead(applier.fn, 'claims/');
+    props.controlPlane.grantPayloadWrite(applier.fn, `dead-letters/${this.sinkId}/`);
+    props.controlPlane.grantPayloadRead(applier.fn, 'claims/');
     const consumer = consumeStream(this, applier.fn, {
-      stream: props.log.stream,
-      streamRetention: props.log.retention,
+      stream: props.changeLog.stream,
+      streamRetention: props.changeLog.retention,
       batchSize: props.batchSize ?? 1000,
       maxBatchingWindow,
       retryAttempts: props.retryAttempts,
@@ -241,14 +311,15 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
 
     if (props.alarmsEnabled ?? true) {
       const actions = props.alarmActions;
-      for (const sourceId of this.sourceIds) {
+      for (const source of this.sources) {
+        const sourceId = source.sourceId;
         this.alarms.push(
           createAlarm(this, `EndToEndLagAlarm-${sourceId}`, {
             nameSuffix: `${this.sinkId}-end-to-end-lag-${sourceId}`,
             description:
               `Warehouse sink ${this.sinkId} is more than ${this.freshnessTarget.toHumanString()} behind source ${sourceId}, or has had no heartbeat from it, for 5 minutes (${this.node.path}). ` +
               'Silence counts as breaching: heartbeats arrive every 10 seconds, so a minute without one means capture, the log or the applier has stopped.',
-            metric: this.metricEndToEndLag(sourceId),
+            metric: this.metricEndToEndLag(source),
             threshold: this.freshnessTarget.toMilliseconds(),
             evaluationPeriods: 5,
             datapointsToAlarm: 5,
@@ -260,7 +331,7 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
           createAlarm(this, `DeadLettersAlarm-${sourceId}`, {
             nameSuffix: `${this.sinkId}-dead-letters-${sourceId}`,
             description: `Warehouse sink ${this.sinkId} dead-lettered events of source ${sourceId}; their tables are marked degraded (${this.node.path}).`,
-            metric: this.metricDeadLetters(sourceId),
+            metric: this.metricDeadLetters(source),
             threshold: 0,
             evaluationPeriods: 1,
             datapointsToAlarm: 1,
@@ -269,7 +340,8 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
           }),
         );
       }
-      const iteratorThreshold = props.alarmIteratorAgeThreshold ?? defaultIteratorAgeThreshold(props.log.retention, consumer.maxRecordAge);
+      const iteratorThreshold = props.alarmIteratorAgeThreshold ?? defaultIteratorAgeThreshold(props.changeLog.retention, consumer.maxRecordAge);
+      if (iteratorThreshold === undefined) fail(this, 'alarmIteratorAgeThreshold is required when the change-log retention is a token (a quarter of it is not known at synth time)');
       this.alarms.push(
         createAlarm(this, 'ApplyErrorsAlarm', {
           nameSuffix: `${this.sinkId}-apply-errors`,
@@ -295,7 +367,7 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
             `The applier of warehouse sink ${this.sinkId} reads records older than ${iteratorThreshold.toHumanString()} (${this.node.path}): the sink is stuck or behind. ` +
             (consumer.maxRecordAge
               ? `Records older than ${consumer.maxRecordAge.toHumanString()} go to the dead-letter queue.`
-              : `Failing batches are retried without limit; records expire unread from the change log after ${props.log.retention.toHumanString()}.`),
+              : `Failing batches are retried without limit; records expire unread from the change log after ${props.changeLog.retention.toHumanString()}.`),
           metric: iteratorAgeMetric(applier.fn),
           threshold: iteratorThreshold.toMilliseconds(),
           evaluationPeriods: 5,
@@ -306,25 +378,4 @@ export class WarehouseSink extends Construct implements ec2.IConnectable {
       );
     }
   }
-
-  /** Source commit → warehouse commit for one source, milliseconds (`EndToEndLag`); maximum per minute by default. */
-  metricEndToEndLag(sourceId: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return platformMetric(this, MetricName.END_TO_END_LAG, { [MetricDimension.SINK]: this.sinkId, [MetricDimension.SOURCE]: sourceId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
-  }
-
-  /** Events of one source this sink dead-lettered (`DeadLetters`, Stage=sink id); sum per minute by default. */
-  metricDeadLetters(sourceId: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return platformMetric(this, MetricName.DEAD_LETTERS, { [MetricDimension.STAGE]: this.sinkId, [MetricDimension.SOURCE]: sourceId }, props);
-  }
-
-  /** Batches that failed to apply and were retried (`ApplyErrors`); sum per minute by default. */
-  metricApplyErrors(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return platformMetric(this, MetricName.APPLY_ERRORS, { [MetricDimension.SINK]: this.sinkId }, props);
-  }
-
-  /** Events of one source applied (`EventsApplied`); sum per minute by default. */
-  metricEventsApplied(sourceId: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return platformMetric(this, MetricName.EVENTS_APPLIED, { [MetricDimension.SINK]: this.sinkId, [MetricDimension.SOURCE]: sourceId }, props);
-  }
-
 }

@@ -14,7 +14,7 @@
 import pg from 'pg';
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
-import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_TABLE } from '../contracts/env.ts';
+import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_TABLE, ServiceName } from '../contracts/env.ts';
 import { METRICS_NAMESPACE, MetricName } from '../contracts/metrics.ts';
 import { KinesisChangeLog } from '../lambda/adapters/change-log-kinesis.ts';
 import { createNormalizerHandler } from '../lambda/handlers/normalizer.ts';
@@ -162,7 +162,7 @@ export class LocalPipeline {
           pool,
           sinkId: o.sinkId,
           metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
-          logger: new Logger({ serviceName: 'warehouse-applier' }),
+          logger: new Logger({ serviceName: ServiceName.WAREHOUSE_APPLIER }),
           payloads: stack.payloads,
         });
         return (e: Parameters<typeof a.handler>[0]) => a.handler(e);

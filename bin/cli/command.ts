@@ -30,6 +30,8 @@ export const EXIT_OK = 0;
 export const EXIT_FAILED = 1;
 /** The command line was wrong. */
 export const EXIT_USAGE = 2;
+/** The command refused to run (the reason is on stderr); nothing was started or changed. */
+export const EXIT_REFUSED = 3;
 
 /** Writes text, waiting for the stream to drain when it asks to (large outputs into pipes). */
 export async function write(stream: Writable, text: string): Promise<void> {

@@ -24,7 +24,7 @@ events they stand for as JSON lines on stdout. Each line may be a DMS Kinesis re
 slot-capture record ("format": "cdc-slot/1"); the format is detected per line.
 
 Options:
-  --source ID                 source id stamped on events decoded from DMS records
+  --source-id ID              source id stamped on events decoded from DMS records
                               (slot records name their own source) [default: ${DEFAULT_SOURCE}]
   --key schema.table=c1,c2    primary-key columns of a table (repeatable). DMS records do not
                               name the key; without --key it is learned from create-table
@@ -80,10 +80,13 @@ export function parseDecodeArgs(args: readonly string[]): DecodeOptions {
       case '--help':
         o.help = true;
         break;
-      case '--source':
+      // `--source-id`, as in `cdc local`, where `--source` is the source database URL.
+      case '--source-id':
         o.source = value();
-        if (!isSourceId(o.source)) throw new UsageError(`--source must be a lower-case identifier, got '${o.source}'`);
+        if (!isSourceId(o.source)) throw new UsageError(`--source-id expects a lower-case identifier, got '${o.source}'`);
         break;
+      case '--source':
+        throw new UsageError("--source is cdc local's source database URL; cdc decode takes the source id as --source-id");
       case '--key': {
         const [table, cols] = parseKey(value());
         o.keys.set(table, cols);

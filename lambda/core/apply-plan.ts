@@ -1,5 +1,5 @@
 /**
- * Collapse of one table's micro-batch into sink writes (DESIGN §5.4, invariants 2, 7 and 11). Pure.
+ * Collapse of one table's micro-batch into sink writes (docs/architecture.md §5.4, invariants 2, 7 and 11). Pure.
  *
  * Input: the table's events of one batch (any order, duplicates allowed) and what the sink holds
  * for their keys (position and deleted flag, read inside the apply transaction). Output: the

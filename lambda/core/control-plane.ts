@@ -1,5 +1,5 @@
 /**
- * The control plane as the runtime sees it (DESIGN §5.3): a port. The DynamoDB adapter
+ * The control plane as the runtime sees it (docs/architecture.md §5.3): a port. The DynamoDB adapter
  * (lambda/adapters/control-plane-dynamodb.ts) implements it; core logic only knows this interface.
  *
  * Every state change commits together with its audit entry. Reads that decide are strongly consistent.
@@ -8,7 +8,9 @@ import type { Position } from './position.ts';
 import type { SnapshotChunkRecord, SnapshotState } from './snapshot.ts';
 
 export type TableState = 'active' | 'paused' | 'needs-resnapshot' | 'degraded';
-export type DeleteMode = 'soft' | 'hard';
+/** How a sink applies deletes; defined once for constructs and runtime in contracts/table-config.ts. */
+export type { DeleteModeValue as DeleteMode } from '../../contracts/table-config.ts';
+import type { DeleteModeValue as DeleteMode } from '../../contracts/table-config.ts';
 /** What the source supplies as the before image of an update: nothing, the key, or the full row. */
 export type PreImage = 'none' | 'key' | 'full';
 
@@ -71,6 +73,20 @@ export interface AuditEntry {
   /** Whether the action was carried out (refused operator actions are audited too). */
   outcome: 'done' | 'refused';
   detail: Record<string, unknown>;
+}
+
+/**
+ * The most of a dead letter's record text that is kept, in UTF-8 bytes, so a dead letter fits one
+ * DynamoDB item (400 KB) with its reason. Every path that writes dead letters cuts here.
+ */
+export const DEAD_LETTER_RECORD_MAX_BYTES = 300 * 1024;
+
+/** Cuts `text` to at most `maxBytes` UTF-8 bytes without splitting a character. */
+export function cutUtf8(text: string, maxBytes: number): { text: string; cut: boolean } {
+  const bytes = Buffer.from(text, 'utf8');
+  if (bytes.length <= maxBytes) return { text, cut: false };
+  // A cut inside a multi-byte character decodes to U+FFFD: drop it.
+  return { text: bytes.subarray(0, maxBytes).toString('utf8').replace(/\uFFFD+$/, ''), cut: true };
 }
 
 /** A record that could not be decoded or applied, kept with its reason (invariant 12). */

@@ -61,3 +61,10 @@ export class PositionRegressionError extends CdcError {
     super('POSITION_REGRESSION', `position ${position} of ${table} key ${key} on ${where} is lower than position ${previous} seen before for the same key. ${hint}`);
   }
 }
+
+/** A handler's configuration (environment, secret) cannot be used: one error and one code for every handler. */
+export class ConfigurationError extends CdcError {
+  constructor(message: string) {
+    super('INVALID_CONFIG', message);
+  }
+}

@@ -1,10 +1,11 @@
 /**
- * The change event: one record of the change log (DESIGN §5.1).
+ * The change event: one record of the change log (docs/architecture.md §5.1).
  *
  * JSON, one event per Kinesis record, partition key = source + table + primary key
  * (`partitionKeyOf`). Producers: the normalizer (from DMS or slot records) and, later, the
  * snapshot worker. Consumers: every sink applier. Validation names the field that is wrong.
  */
+import { LOWER_IDENT } from '../../contracts/identifiers.ts';
 import { InvalidRecordError } from './errors.ts';
 import { assertPosition, type Position } from './position.ts';
 import { describeValue as describe, isPlainObject } from './json-shape.ts';
@@ -60,9 +61,9 @@ export interface ChangeEvent {
   handover?: string[];
 }
 
-const IDENT = /^[a-z][a-z0-9_]{0,62}$/;
+/** A source (or sink) id: `LOWER_IDENT` of contracts/identifiers.ts, the rule the constructs apply too. */
 export function isSourceId(value: unknown): value is string {
-  return typeof value === 'string' && IDENT.test(value);
+  return typeof value === 'string' && LOWER_IDENT.test(value);
 }
 
 

@@ -3,10 +3,11 @@
  * AND the schema registry knows it; it is then always double-quoted. Values are never spliced
  * into SQL: they are parameters.
  */
+import { PLAIN_IDENT } from '../../contracts/identifiers.ts';
 import { UnsafeIdentifierError } from './errors.ts';
 
-/** Letters, digits, `_` and `$`, not starting with a digit or `$`; at most 63 bytes (PostgreSQL's limit, below Redshift's 127). */
-const PLAIN = /^[A-Za-z_][A-Za-z0-9_$]{0,62}$/;
+/** Letters, digits, `_` and `$`, not starting with a digit or `$`; at most 63 bytes (contracts/identifiers.ts). */
+const PLAIN = PLAIN_IDENT;
 
 /** Throws `UnsafeIdentifierError` unless `name` is a plain identifier. */
 export function assertPlainIdentifier(name: string, what = 'identifier'): string {

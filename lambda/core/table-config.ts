@@ -17,19 +17,13 @@
  * both masked and excluded, and a key column that is masked or excluded.
  */
 import { CdcError } from './errors.ts';
+import { DELETE_MODES, type TableConfig } from '../../contracts/table-config.ts';
 import type { DeleteMode } from './control-plane.ts';
 import { NO_COLUMN_RULES, type ColumnRules } from './masking.ts';
 import { describeValue as describe } from './json-shape.ts';
 
-export interface TableConfig {
-  table: string;
-  key?: string[];
-  deleteMode: DeleteMode;
-  mask: string[];
-  exclude: string[];
-  /** Snapshot the table's existing rows when it is first captured (docs/snapshot.md). @default true */
-  snapshot?: boolean;
-}
+/** One entry of `CDC_TABLE_CONFIG`: the shape the constructs write, defined once in contracts/table-config.ts. */
+export type { TableConfig } from '../../contracts/table-config.ts';
 
 /** A table configuration that cannot be used. `field` names the entry and field (`CDC_TABLE_CONFIG[2].mask[0]`). */
 export class TableConfigError extends CdcError {
@@ -43,7 +37,6 @@ export class TableConfigError extends CdcError {
 
 const TABLE_ID = /^[^.\s]+\.[^.\s]+$/;
 const FIELDS = new Set(['table', 'key', 'deleteMode', 'mask', 'exclude', 'snapshot']);
-const DELETE_MODES: readonly DeleteMode[] = ['soft', 'hard'];
 
 
 function columnList(v: unknown, field: string): string[] {

@@ -1,5 +1,5 @@
 /**
- * Warehouse layout and SQL text for the warehouse applier (DESIGN §5.4). Pure: builds names, types
+ * Warehouse layout and SQL text for the warehouse applier (docs/architecture.md §5.4). Pure: builds names, types
  * and statements; the pg adapter (`lambda/adapters/warehouse-pg.ts`) runs them.
  *
  * Layout per captured table (source id `s`, source table `sch.tbl`), in the warehouse schema

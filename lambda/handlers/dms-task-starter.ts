@@ -34,6 +34,7 @@ import {
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type { CloudFormationCustomResourceEvent, Context } from 'aws-lambda';
 import pg from 'pg';
+import { ServiceName } from '../../contracts/env.ts';
 import { CdcError } from '../core/errors.ts';
 import { markSourceForResnapshot } from '../core/continuity.ts';
 import type { ControlPlane } from '../core/control-plane.ts';
@@ -383,7 +384,7 @@ export class PgSlots implements SlotPort {
   private constructor(private readonly client: pg.Client) {}
 
   static async connect(config: pg.ClientConfig): Promise<PgSlots> {
-    const client = new pg.Client({ ...config, connectionTimeoutMillis: 20_000, application_name: 'cdc-dms-task-lifecycle' });
+    const client = new pg.Client({ ...config, connectionTimeoutMillis: 20_000, application_name: ServiceName.DMS_TASK_LIFECYCLE });
     try {
       await client.connect();
     } catch (e) {

@@ -17,15 +17,15 @@ import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type { Context } from 'aws-lambda';
 import pg from 'pg';
-import { DEFAULT_HEARTBEAT_SCHEMA, EnvName, HEARTBEAT_TABLE } from '../../contracts/env.ts';
+import { DEFAULT_HEARTBEAT_SCHEMA, EnvName, HEARTBEAT_TABLE, ServiceName } from '../../contracts/env.ts';
 import { MetricDimension, MetricName, METRICS_NAMESPACE } from '../../contracts/metrics.ts';
 import { sourceConnectionConfig, sourceTlsFromEnvironment } from '../adapters/source-postgres.ts';
 import { readSourceIdentity } from '../adapters/source-facts-pg.ts';
-import { CdcError } from '../core/errors.ts';
+import { CdcError, ConfigurationError } from '../core/errors.ts';
 import { isSourceId } from '../core/event.ts';
 import { assertPlainIdentifier, quoteIdent } from '../core/identifiers.ts';
 
-const SERVICE = 'cdc-heartbeat-writer';
+const SERVICE = ServiceName.HEARTBEAT_WRITER;
 export const DEFAULT_HEARTBEAT_BEATS = 6;
 export const DEFAULT_HEARTBEAT_INTERVAL_MS = 10_000;
 
@@ -56,7 +56,7 @@ export class HeartbeatWriter {
   private identity: { systemIdentifier: string; timeline: number } | null = null;
 
   constructor(private readonly o: HeartbeatWriterOptions) {
-    if (!isSourceId(o.source)) throw new CdcError('INVALID_CONFIG', `source id must be a lower-case identifier, got ${JSON.stringify(o.source)}`);
+    if (!isSourceId(o.source)) throw new ConfigurationError(`source id must be a lower-case identifier, got ${JSON.stringify(o.source)}`);
     const schema = assertPlainIdentifier(o.schema ?? DEFAULT_HEARTBEAT_SCHEMA, 'heartbeat schema');
     this.source = o.source;
     this.table = `${quoteIdent(schema)}.${quoteIdent(HEARTBEAT_TABLE)}`;
@@ -134,7 +134,7 @@ export type HeartbeatHandler = (event?: unknown, context?: Context) => Promise<H
 /** Builds the heartbeat handler from explicit dependencies (the local pipeline and tests use it). */
 export function createHeartbeatHandler(deps: HeartbeatHandlerDeps): HeartbeatHandler {
   const beats = deps.beats ?? DEFAULT_HEARTBEAT_BEATS;
-  if (!Number.isInteger(beats) || beats < 1) throw new CdcError('INVALID_CONFIG', `${EnvName.HEARTBEAT_BEATS}: expected a positive integer, got ${JSON.stringify(deps.beats)}`);
+  if (!Number.isInteger(beats) || beats < 1) throw new ConfigurationError(`${EnvName.HEARTBEAT_BEATS}: expected a positive integer, got ${JSON.stringify(deps.beats)}`);
   const interval = deps.intervalMs ?? DEFAULT_HEARTBEAT_INTERVAL_MS;
   const sleep = deps.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
   const { writer } = deps;
@@ -177,7 +177,7 @@ function beatsFromEnv(): number {
   const raw = process.env[EnvName.HEARTBEAT_BEATS];
   if (raw === undefined || raw.trim() === '') return DEFAULT_HEARTBEAT_BEATS;
   const n = Number(raw);
-  if (!Number.isInteger(n) || n < 1) throw new CdcError('INVALID_CONFIG', `${EnvName.HEARTBEAT_BEATS}: expected a positive integer, got ${JSON.stringify(raw)}`);
+  if (!Number.isInteger(n) || n < 1) throw new ConfigurationError(`${EnvName.HEARTBEAT_BEATS}: expected a positive integer, got ${JSON.stringify(raw)}`);
   return n;
 }
 
@@ -189,7 +189,7 @@ let fromEnv: HeartbeatHandler | undefined;
 export const handler: HeartbeatHandler = async (event, context) => {
   if (!fromEnv) {
     const source = process.env[EnvName.SOURCE_ID];
-    if (!source) throw new CdcError('INVALID_CONFIG', `environment variable ${EnvName.SOURCE_ID} is not set`);
+    if (!source) throw new ConfigurationError(`environment variable ${EnvName.SOURCE_ID} is not set`);
     const writer = new HeartbeatWriter({
       source,
       schema: process.env[EnvName.HEARTBEAT_SCHEMA] || DEFAULT_HEARTBEAT_SCHEMA,

@@ -18,7 +18,7 @@ import { BatchProcessor, EventType, processPartialResponse } from '@aws-lambda-p
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent, KinesisStreamRecord } from 'aws-lambda';
-import { EnvName } from '../../contracts/env.ts';
+import { EnvName, ServiceName } from '../../contracts/env.ts';
 import { MetricDimension, METRICS_NAMESPACE } from '../../contracts/metrics.ts';
 import { dynamoDbClient, kinesisClient } from '../adapters/aws-clients.ts';
 import { KinesisChangeLog } from '../adapters/change-log-kinesis.ts';
@@ -28,12 +28,12 @@ import type { PayloadStore } from '../core/payload-store.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { kinesisRecordData } from '../adapters/kinesis-event.ts';
 import type { ControlPlane } from '../core/control-plane.ts';
-import { CdcError } from '../core/errors.ts';
+import { CdcError, ConfigurationError } from '../core/errors.ts';
 import { isSourceId } from '../core/event.ts';
 import { Normalizer, type ChangeLogWriter, type NormalizerMetrics } from '../core/normalize.ts';
 import { parseTableConfig, TableConfigIndex, type TableConfig } from '../core/table-config.ts';
 
-const SERVICE = 'cdc-normalizer';
+const SERVICE = ServiceName.NORMALIZER;
 
 /** What the handler needs; the Lambda builds it from the environment, the local pipeline and tests from local clients. */
 export interface NormalizerDeps<E> {
@@ -97,7 +97,7 @@ function originOf(record: KinesisStreamRecord): string {
 
 /** Builds the normalizer handler from explicit dependencies. */
 export function createNormalizerHandler<E>(deps: NormalizerDeps<E>): NormalizerHandler {
-  if (!isSourceId(deps.source)) throw new CdcError('INVALID_CONFIG', `${EnvName.SOURCE_ID}: expected a lower-case source id, got ${JSON.stringify(deps.source)}`);
+  if (!isSourceId(deps.source)) throw new ConfigurationError(`${EnvName.SOURCE_ID}: expected a lower-case source id, got ${JSON.stringify(deps.source)}`);
   const logger = deps.logger ?? new Logger({ serviceName: SERVICE, persistentKeys: { source: deps.source } });
   const metrics = onlyDimensions(deps.metrics ?? new Metrics({ namespace: METRICS_NAMESPACE, serviceName: SERVICE }), { [MetricDimension.SOURCE]: deps.source });
   const normalizer = new Normalizer<E>({
@@ -157,7 +157,7 @@ export function createNormalizerHandler<E>(deps: NormalizerDeps<E>): NormalizerH
 
 function requiredEnv(name: string): string {
   const v = process.env[name];
-  if (v === undefined || v.trim() === '') throw new CdcError('INVALID_CONFIG', `environment variable ${name} is not set`);
+  if (v === undefined || v.trim() === '') throw new ConfigurationError(`environment variable ${name} is not set`);
   return v;
 }
 

@@ -1,7 +1,7 @@
 /**
  * Warehouse applier: change log (Kinesis) → a PostgreSQL-wire warehouse (PostgreSQL or Redshift).
  *
- * Per batch (DESIGN §5.4; invariants 2, 7, 10, 11, 12):
+ * Per batch (docs/architecture.md §5.4; invariants 2, 7, 10, 11, 12):
  * - each record is decoded and validated (`validateChangeEvent`); a record that fails goes to the
  *   dead letters with its reason and counts as processed;
  * - records are grouped by (source, table). Per table: the table and its schema versions are
@@ -51,11 +51,11 @@ import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent, KinesisStreamRecord } from 'aws-lambda';
 import pg from 'pg';
-import { EnvName, HEARTBEAT_TABLE } from '../../contracts/env.ts';
+import { EnvName, HEARTBEAT_TABLE, ServiceName } from '../../contracts/env.ts';
 import { METRICS_NAMESPACE, MetricDimension, MetricName } from '../../contracts/metrics.ts';
 import { failuresPerTable } from '../core/batch-failures.ts';
 import type { ControlPlane, SchemaVersion } from '../core/control-plane.ts';
-import { CdcError, InvalidRecordError, UnsafeIdentifierError } from '../core/errors.ts';
+import { CdcError, ConfigurationError, InvalidRecordError, UnsafeIdentifierError } from '../core/errors.ts';
 import { validateChangeEvent, type ChangeEvent } from '../core/event.ts';
 import { assertPlainIdentifier, splitTableId } from '../core/identifiers.ts';
 import { assertSourceColumn } from '../core/warehouse-sql.ts';
@@ -132,12 +132,8 @@ export class RecordNotAppliedError extends CdcError {
   }
 }
 
-/** A required setting is missing from the environment. */
-export class ConfigurationError extends CdcError {
-  constructor(message: string) {
-    super('CONFIGURATION', message);
-  }
-}
+/** A required setting is missing from the environment (defined once for every handler in lambda/core/errors.ts). */
+export { ConfigurationError } from '../core/errors.ts';
 
 interface Item {
   record: ChangeRecord;
@@ -455,7 +451,7 @@ function aboutRecord(text: string): { source: string | null; table: string | nul
 // ---------------------------------------------------------------------------------------------
 // The Lambda handler: module-scope clients, built once per container from the environment.
 
-const logger = new Logger({ serviceName: process.env[EnvName.POWERTOOLS_SERVICE_NAME] ?? 'warehouse-applier' });
+const logger = new Logger({ serviceName: process.env[EnvName.POWERTOOLS_SERVICE_NAME] ?? ServiceName.WAREHOUSE_APPLIER });
 const metrics = new Metrics({ namespace: process.env[EnvName.POWERTOOLS_METRICS_NAMESPACE] ?? METRICS_NAMESPACE });
 let applier: Promise<WarehouseApplier> | undefined;
 

@@ -1,26 +1,34 @@
 /**
- * Lambda code for the platform's handlers, bundled by the local esbuild and loaded as assets.
+ * Lambda code for the platform's handlers: prebuilt assets loaded with `Code.fromAsset`.
  *
- * `lib/` never imports runtime code: a handler is known here only by its path,
- * `lambda/handlers/<name>.ts`. Its bundle lives in `assets/<name>/index.mjs` and is (re)built
- * when missing or stale, so `cdk synth` on a fresh clone works without a build step, and
- * `npm run build:assets` prebuilds every handler. Never Docker.
+ * `lib/` never imports runtime code: a handler is known here only by its name, the file name of
+ * `lambda/handlers/<name>.ts`. Every file in that folder is a handler; nothing lists them by hand.
+ *
+ * Two layouts, told apart by whether the handler sources sit beside this library:
+ * - **Published package** (`dist/lib/private/handler-code.js`, no `lambda/` beside `dist/`): the
+ *   bundles were built when the package was packed and ship in `dist/assets/<name>/index.mjs`.
+ *   Synth only reads them; it never runs esbuild and never writes into `node_modules`. The asset
+ *   hash is the hash of the bundle's bytes, so it does not depend on where the package is installed.
+ * - **Repository** (`lib/private/handler-code.ts`, `lambda/handlers/` present): the bundle lives in
+ *   `assets/<name>/index.mjs` and is (re)built with the local esbuild when missing or stale, so
+ *   `cdk synth` and the tests on a fresh clone work without a build step; `npm run build:assets`
+ *   prebuilds every handler. Never Docker.
  *
  * Bundle choices:
  * - ESM (`index.mjs`, `handler: index.handler`), Node 20 syntax target, one file, not minified
  *   (readable stack traces), no source maps (keeps the asset byte-identical across machines).
- * - `@aws-sdk/*` is bundled, not taken from the Lambda runtime: the SDK versions pinned in
- *   package.json are the ones the tests ran against, so the code under test is the code that
- *   deploys; the runtime's SDK moves on its own schedule. The cost is a larger bundle (a few
- *   hundred kB per client) and a slightly slower cold start.
+ * - Every runtime package (`@aws-sdk/*`, Powertools, pg) is bundled, not taken from the Lambda
+ *   runtime or installed into the user's app: the versions pinned in package.json are the ones the
+ *   tests ran against, so the code under test is the code that deploys. The cost is a larger bundle
+ *   (a few hundred kB per client) and a slightly slower cold start.
  * - CommonJS dependencies (pg) get a `require` through `createRequire` in a banner.
  * - `pg-native` (an optional native binding pg never needs here) and `cloudflare:sockets`
  *   (pg's Cloudflare Workers path) are left external: neither is reachable on Lambda.
  *
- * Staleness: a manifest beside the assets (`assets/.manifest/<name>.json`, outside the asset
- * folder so it does not change the asset hash) records every input file with its size and
- * modification time; any difference rebuilds. Builds write to a temporary file and rename it
- * into place, so two processes synthesizing at once never see a half-written bundle.
+ * Staleness (repository only): a manifest beside the assets (`assets/.manifest/<name>.json`,
+ * outside the asset folder so it does not change the asset hash) records every input file with its
+ * size and modification time; any difference rebuilds. Builds write to a temporary file and rename
+ * it into place, so two processes synthesizing at once never see a half-written bundle.
  */
 import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
@@ -28,14 +36,33 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 
-/** The handlers the constructs deploy (file names under `lambda/handlers/`, without `.ts`). */
-export const HANDLER_NAMES = ['normalizer', 'warehouse-applier', 'heartbeat-writer', 'dms-task-starter', 'operator', 'search-applier', 'slot-monitor', 'snapshot-worker'] as const;
+/** A handler's name: the file name of `lambda/handlers/<name>.ts` without `.ts` (internal, not part of the construct API). */
+export type HandlerName = string;
 
-/** One of `HANDLER_NAMES` (internal type, not part of the construct API). */
-export type HandlerName = (typeof HANDLER_NAMES)[number];
+/** The file every asset folder holds. */
+export const BUNDLE_FILE = 'index.mjs';
 
-const PROJECT_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const BUNDLE_FILE = 'index.mjs';
+/**
+ * The folder of this module. The published build is CommonJS (`__dirname`, which vitest also
+ * provides); under an ESM loader such as tsx, the V8 call site names the module's URL.
+ */
+function moduleDir(): string {
+  if (typeof __dirname === 'string') return __dirname;
+  const original = Error.prepareStackTrace;
+  let file: string | undefined;
+  try {
+    Error.prepareStackTrace = (_error, frames) => frames;
+    const frames = new Error().stack as unknown as NodeJS.CallSite[];
+    file = frames[0]?.getFileName() ?? undefined;
+  } finally {
+    Error.prepareStackTrace = original;
+  }
+  if (!file) throw new Error('cannot tell where the cdc-platform library is loaded from (no __dirname and no call-site file name)');
+  return path.dirname(file.startsWith('file:') ? fileURLToPath(file) : file);
+}
+
+/** The repository root, or `dist/` of the published package (`lib/private` is two folders down in both). */
+export const PROJECT_ROOT = path.resolve(moduleDir(), '..', '..');
 
 interface Manifest {
   entry: string;
@@ -53,6 +80,21 @@ function manifestPath(name: string, root: string): string {
 
 function entryPath(name: string, root: string): string {
   return path.join(root, 'lambda', 'handlers', `${name}.ts`);
+}
+
+/** True when the handler sources are beside the library (the repository), false in the published package. */
+export function hasHandlerSources(root = PROJECT_ROOT): boolean {
+  return fs.existsSync(path.join(root, 'lambda', 'handlers'));
+}
+
+/** Every handler: the `.ts` files of `lambda/handlers/`, sorted (a new file there is a new handler). */
+export function handlerNames(root = PROJECT_ROOT): string[] {
+  const dir = path.join(root, 'lambda', 'handlers');
+  return fs
+    .readdirSync(dir, { withFileTypes: true })
+    .filter((e) => e.isFile() && e.name.endsWith('.ts') && !e.name.endsWith('.d.ts'))
+    .map((e) => e.name.slice(0, -'.ts'.length))
+    .sort();
 }
 
 /** True when the bundle exists and none of the files it was built from changed. */
@@ -152,15 +194,31 @@ export function ensureHandlerAsset(name: string, root = PROJECT_ROOT): string {
   return isFresh(name, root) ? assetDir(name, root) : buildHandler(name, root);
 }
 
+/**
+ * The asset folder of `name` in the published package: prebuilt, only read. Throws naming the
+ * handler and the folder when the bundle is not there (an incomplete package).
+ */
+export function prebuiltHandlerAsset(name: string, root = PROJECT_ROOT): string {
+  const dir = assetDir(name, root);
+  if (!fs.existsSync(path.join(dir, BUNDLE_FILE))) {
+    throw new Error(`the prebuilt lambda handler ${name} is missing (${path.join(dir, BUNDLE_FILE)} does not exist); the cdc-platform package is incomplete: reinstall it`);
+  }
+  return dir;
+}
+
 /** Asset folders already checked in this process (a synth checks each handler once). */
 const checked = new Map<string, string>();
 
-/** `lambda.Code` for one of the platform's handlers (handler export: `index.handler`). */
-export function handlerCode(name: HandlerName): lambda.Code {
-  let dir = checked.get(name);
+/**
+ * `lambda.Code` for one of the platform's handlers (handler export: `index.handler`): the prebuilt
+ * bundle in the published package, or the repository's bundle, rebuilt first when stale.
+ */
+export function handlerCode(name: HandlerName, root = PROJECT_ROOT): lambda.Code {
+  const key = `${root}\0${name}`;
+  let dir = checked.get(key);
   if (dir === undefined) {
-    dir = ensureHandlerAsset(name);
-    checked.set(name, dir);
+    dir = hasHandlerSources(root) ? ensureHandlerAsset(name, root) : prebuiltHandlerAsset(name, root);
+    checked.set(key, dir);
   }
   return lambda.Code.fromAsset(dir);
 }

@@ -26,7 +26,7 @@ import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as sources from 'aws-cdk-lib/aws-lambda-event-sources';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
-import { fail, halfOf, minDuration } from './validate.ts';
+import { fail, halfOf, isKnownDuration, minDuration } from './validate.ts';
 
 /** The event-source-mapping limit on `maxRecordAge`. */
 export const MAX_RECORD_AGE_LIMIT = Duration.days(7);
@@ -57,21 +57,23 @@ export interface StreamConsumer {
 /**
  * The default iterator-age alarm threshold: a quarter of the stream retention (at most 7 days),
  * so an operator hears of a stuck consumer while three quarters of the retention are left before
- * its oldest unread record would expire from the stream.
+ * its oldest unread record would expire from the stream. Unknown for a token retention.
  */
-export function defaultIteratorAgeThreshold(streamRetention: Duration, maxRecordAge?: Duration): Duration {
+export function defaultIteratorAgeThreshold(streamRetention: Duration, maxRecordAge?: Duration): Duration | undefined {
   if (maxRecordAge) return halfOf(maxRecordAge);
-  return minDuration(halfOf(halfOf(streamRetention)), MAX_RECORD_AGE_LIMIT);
+  const half = halfOf(streamRetention);
+  const quarter = half && halfOf(half);
+  return quarter && minDuration(quarter, MAX_RECORD_AGE_LIMIT);
 }
 
 /** Creates `scope/DeadLetterQueue` and the mapping from `opts.stream` to `fn`. */
 export function consumeStream(scope: Construct, fn: lambda.Function, opts: StreamConsumerOptions): StreamConsumer {
   const maxRecordAge = opts.maxRecordAge;
   const retryAttempts = opts.retryAttempts ?? UNLIMITED;
-  if (maxRecordAge && (maxRecordAge.toSeconds() < 60 || maxRecordAge.toSeconds() > MAX_RECORD_AGE_LIMIT.toSeconds())) {
+  if (maxRecordAge && isKnownDuration(maxRecordAge) && (maxRecordAge.toSeconds() < 60 || maxRecordAge.toSeconds() > MAX_RECORD_AGE_LIMIT.toSeconds())) {
     fail(scope, `maxRecordAge must be between 60 seconds and 7 days, got ${maxRecordAge.toHumanString()}`);
   }
-  if (maxRecordAge && maxRecordAge.toSeconds() >= opts.streamRetention.toSeconds()) {
+  if (maxRecordAge && isKnownDuration(maxRecordAge) && isKnownDuration(opts.streamRetention) && maxRecordAge.toSeconds() >= opts.streamRetention.toSeconds()) {
     fail(
       scope,
       `maxRecordAge (${maxRecordAge.toHumanString()}) must be shorter than the stream retention (${opts.streamRetention.toHumanString()}); otherwise a record can expire from the stream before it is dead-lettered`,

@@ -10,7 +10,8 @@
  *    masked columns, and the wide-string type keeps non-ASCII text intact before hashing.
  */
 import { HEARTBEAT_KEY_COLUMN, HEARTBEAT_TABLE } from '../../contracts/env.ts';
-import type { CapturedTable } from '../captured-table.ts';
+import type { DeleteModeValue, TableConfig } from '../../contracts/table-config.ts';
+import { DeleteMode, type CapturedTable } from '../captured-table.ts';
 import { PLAIN_IDENT } from './validate.ts';
 
 /** Length masked columns are widened to before hashing (values longer than this are refused by DMS). */
@@ -27,16 +28,8 @@ export interface DmsRule {
   'data-type'?: { type: string; length: number };
 }
 
-/** One entry of `CDC_TABLE_CONFIG` (parsed by `lambda/core/table-config.ts`). */
-export interface TableConfigEntry {
-  table: string;
-  key: string[];
-  deleteMode: string;
-  mask: string[];
-  exclude: string[];
-  /** Present (false) only for a table that opted out of its first snapshot. */
-  snapshot?: boolean;
-}
+/** The `CDC_TABLE_CONFIG` value of each `DeleteMode` (checked by the compiler against contracts/table-config.ts). */
+const DELETE_MODE_VALUE: Record<DeleteMode, DeleteModeValue> = { [DeleteMode.SOFT]: 'soft', [DeleteMode.HARD]: 'hard' };
 
 /** Returns the first problem with the captured tables, or undefined. Lower-case, no period. */
 export function findTableProblem(tables: readonly CapturedTable[], heartbeatSchema: string): string | undefined {
@@ -126,8 +119,8 @@ export function compileTableMappings(tables: readonly CapturedTable[], heartbeat
  * `CDC_TABLE_CONFIG` entries, in declaration order. With `heartbeatSchema`, the heartbeat table is
  * appended with its key, so the normalizer never has to guess it (DMS records do not name keys).
  */
-export function tableConfigEntries(tables: readonly CapturedTable[], heartbeatSchema?: string): TableConfigEntry[] {
-  const entries: TableConfigEntry[] = tables.map((t) => ({ table: t.tableId, key: [...t.primaryKey], deleteMode: t.deletes as string, mask: [...t.mask], exclude: [...t.exclude], ...(t.snapshot ? {} : { snapshot: false }) }));
+export function tableConfigEntries(tables: readonly CapturedTable[], heartbeatSchema?: string): TableConfig[] {
+  const entries: TableConfig[] = tables.map((t) => ({ table: t.tableId, key: [...t.primaryKey], deleteMode: DELETE_MODE_VALUE[t.deletes], mask: [...t.mask], exclude: [...t.exclude], ...(t.snapshot ? {} : { snapshot: false }) }));
   if (heartbeatSchema !== undefined) {
     entries.push({ table: `${heartbeatSchema}.${HEARTBEAT_TABLE}`, key: [HEARTBEAT_KEY_COLUMN], deleteMode: 'soft', mask: [], exclude: [] });
   }

@@ -5,10 +5,10 @@
 import { Duration, Token } from 'aws-cdk-lib';
 import type { IConstruct } from 'constructs';
 
-/** Source and sink ids: the same rule as `isSourceId` in the runtime (lower-case identifier). */
-export const LOWER_IDENT = /^[a-z][a-z0-9_]{0,62}$/;
-/** A plain SQL identifier (schema, table, column), the rule the runtime applies to names from events. */
-export const PLAIN_IDENT = /^[A-Za-z_][A-Za-z0-9_$]{0,62}$/;
+import { LOWER_IDENT } from '../../contracts/identifiers.ts';
+
+/** The naming rules, defined once for constructs and runtime in contracts/identifiers.ts. */
+export { LOWER_IDENT, PLAIN_IDENT, SLOT_NAME } from '../../contracts/identifiers.ts';
 
 /** Throws an `Error` whose message names the construct path. */
 export function fail(scope: IConstruct, message: string): never {
@@ -36,7 +36,7 @@ export function checkLowerIdent(scope: IConstruct, what: string, value: string):
 
 /** Kinesis retention limits: 24 hours to 365 days. */
 export function checkKinesisRetention(scope: IConstruct, what: string, retention: Duration): void {
-  if (Token.isUnresolved(retention.toString())) return;
+  if (!isKnownDuration(retention)) return;
   const hours = retention.toHours({ integral: false });
   if (hours < 24 || hours > 8760) {
     fail(scope, `${what} must be between 24 hours and 8760 hours (365 days), the limits of a kinesis stream, got ${retention.toHumanString()}`);
@@ -51,12 +51,41 @@ export function checkIntegerRange(scope: IConstruct, what: string, value: number
   }
 }
 
-/** The smaller of two durations. */
+/** The smaller of two durations (the known one when the other is a token; `a` when both are). */
 export function minDuration(a: Duration, b: Duration): Duration {
+  if (!isKnownDuration(a)) return isKnownDuration(b) ? b : a;
+  if (!isKnownDuration(b)) return a;
   return a.toMilliseconds() <= b.toMilliseconds() ? a : b;
 }
 
-/** Half a duration, rounded down to whole seconds. */
-export function halfOf(d: Duration): Duration {
+/** Half a duration, rounded down to whole seconds; `undefined` for a token duration (its half is not known at synth time). */
+export function halfOf(d: Duration): Duration | undefined {
+  if (!isKnownDuration(d)) return undefined;
   return Duration.seconds(Math.floor(d.toSeconds() / 2));
+}
+
+/** True when `d` has a known value at synth time (a token duration cannot be compared or converted). */
+export function isKnownDuration(d: Duration): boolean {
+  return !d.isUnresolved();
+}
+
+/**
+ * Runtime guard for callers without the type checker (JavaScript, or TypeScript through `any`):
+ * every named prop must be present, otherwise a clear error instead of `Cannot read properties of
+ * undefined` deep inside the construct.
+ */
+export function checkRequiredProps<T extends object>(scope: IConstruct, what: string, props: T | undefined, required: ReadonlyArray<keyof T & string>): T {
+  if (props === undefined || props === null || typeof props !== 'object') {
+    fail(scope, `${what} props are required (${required.join(', ')})`);
+  }
+  const missing = required.filter((k) => props[k] === undefined || props[k] === null);
+  if (missing.length > 0) fail(scope, `${what} needs ${missing.map((k) => `\`${k}\``).join(', ')}; ${missing.length === 1 ? 'it is' : 'they are'} required`);
+  return props;
+}
+
+/** The same guard for a static factory's options (no construct yet): the error names the factory. */
+export function requireOptions<T extends object>(factory: string, options: T | undefined, required: ReadonlyArray<keyof T & string>): void {
+  if (options === undefined || options === null || typeof options !== 'object') throw new Error(`${factory} needs options (${required.join(', ')})`);
+  const missing = required.filter((k) => options[k] === undefined || options[k] === null);
+  if (missing.length > 0) throw new Error(`${factory} needs ${missing.map((k) => `\`${k}\``).join(', ')}; ${missing.length === 1 ? 'it is' : 'they are'} required`);
 }

@@ -212,7 +212,7 @@ describe('KinesisChangeLog', () => {
 describe('encodeChangeEvent', () => {
   it('uses the event partition key, hashing keys that are too long', () => {
     const short = encodeChangeEvent(event(0, 7));
-    expect(short.partitionKey).toBe('shop/public.orders/[["id",7]]');
+    expect(short.partitionKey).toBe('shop/public.orders/[["id","7"]]');
     expect(JSON.parse(Buffer.from(short.data).toString('utf8'))).toEqual(event(0, 7));
     const long = { ...event(0, 7), key: { id: 'k'.repeat(300) } };
     const encoded = encodeChangeEvent(long);

@@ -5,7 +5,7 @@ import { CreateTableCommand, DeleteItemCommand, PutItemCommand, type DynamoDBCli
 import { startDynamoDbLocal, type DynamoDbLocal } from '../../local/dynamodb.ts';
 import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
 import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
-import type { AuditEntry, DeadLetter, SchemaVersion, TableRecord } from '../../lambda/core/control-plane.ts';
+import { DEAD_LETTER_RECORD_MAX_BYTES, type AuditEntry, type DeadLetter, type SchemaVersion, type TableRecord } from '../../lambda/core/control-plane.ts';
 import { makePosition } from '../../lambda/core/position.ts';
 
 let ddb: DynamoDbLocal;
@@ -334,8 +334,8 @@ describe('dead letters', () => {
     expect(letters.map((l) => l.origin)).toEqual(['o0', 'o1', 'o2', 'o3', 'o4']);
     for (const l of letters) {
       expect(l.truncated).toBe(true);
-      expect(Buffer.byteLength(l.record, 'utf8')).toBeLessThanOrEqual(300 * 1024);
-      expect(Buffer.byteLength(l.record, 'utf8')).toBeGreaterThan(300 * 1024 - 4);
+      expect(Buffer.byteLength(l.record, 'utf8')).toBeLessThanOrEqual(DEAD_LETTER_RECORD_MAX_BYTES);
+      expect(Buffer.byteLength(l.record, 'utf8')).toBeGreaterThan(DEAD_LETTER_RECORD_MAX_BYTES - 4);
       expect(l.record.endsWith('é')).toBe(true);
       expect(big.startsWith(l.record)).toBe(true);
     }

@@ -76,7 +76,7 @@ function roleStatements(prefix: string): Statement[] {
   if (!template) {
     const f = fixture();
     const source = ordersSource(f);
-    new WarehouseSink(f.stack, 'Warehouse', { control: f.control, log: f.log, sources: [source], connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }), vpc: f.vpc });
+    new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: f.log, sources: [source], connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }), vpc: f.vpc });
     template = Template.fromStack(f.stack);
   }
   const out: Statement[] = [];

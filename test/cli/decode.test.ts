@@ -79,10 +79,10 @@ describe('cdc decode', () => {
     ]);
   });
 
-  it('reads stdin, takes --key and --source, and exits 0 when every line decodes', async () => {
+  it('reads stdin, takes --key and --source-id, and exits 0 when every line decodes', async () => {
     const lines = readFileSync(input, 'utf8').split('\n');
     const good = lines.filter((_, i) => ![5, 9].includes(i)).join('\n'); // drop lines 6 and 10
-    const r = await cdc(['decode', '--key', 'public.demo=id', '--source', 'orders', '--quiet'], good);
+    const r = await cdc(['decode', '--key', 'public.demo=id', '--source-id', 'orders', '--quiet'], good);
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
     const out = events(r.stdout);
@@ -100,6 +100,15 @@ describe('cdc decode', () => {
     const alone = await cdc(['decode'], `${del}\n`);
     expect(alone.code).toBe(1);
     expect(alone.stderr).toMatch(/^line 1: KeyUnknownError/m);
+  });
+
+  it('--source-id means what it means in cdc local; --source (the source URL there) is refused with the right flag named', async () => {
+    const wrong = await cdc(['decode', '--source', 'orders'], '');
+    expect(wrong.code).toBe(2);
+    expect(wrong.stderr).toMatch(/^cdc decode: --source is cdc local's source database URL; cdc decode takes the source id as --source-id$/m);
+    const bad = await cdc(['decode', '--source-id', 'Orders'], '');
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/^cdc decode: --source-id expects a lower-case identifier, got 'Orders'$/m);
   });
 
   it('--sort orders by position; --table-config masks and excludes', async () => {

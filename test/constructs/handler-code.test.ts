@@ -1,14 +1,18 @@
 /**
  * Handler bundling with the local esbuild, in a scratch project root (a handler, a module it
  * imports, the real node_modules linked in): the bundle builds, runs, is reused while fresh and
- * rebuilt when an input changes; a missing or broken handler fails naming its file.
+ * rebuilt when an input changes; a missing or broken handler fails naming its file. Every file of
+ * lambda/handlers/ is a handler. In the published layout (no handler sources) the prebuilt bundle
+ * is only read, and a missing one fails naming it.
  */
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { assetDir, buildHandler, ensureHandlerAsset, isFresh } from '../../lib/private/handler-code.ts';
+import { App, Stack } from 'aws-cdk-lib';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
+import { assetDir, buildHandler, ensureHandlerAsset, handlerCode, handlerNames, hasHandlerSources, isFresh } from '../../lib/private/handler-code.ts';
 
 const projectRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 let root: string;
@@ -85,5 +89,52 @@ describe('handler bundling', () => {
   test('fails naming the file and line of a handler that does not build', () => {
     write('lambda/handlers/broken.ts', "import { missing } from './not-there.ts';\nexport const handler = missing;\n");
     expect(() => buildHandler('broken', root)).toThrow(/^bundling lambda handler lambda\/handlers\/broken\.ts failed: lambda\/handlers\/broken\.ts:1: Could not resolve/);
+  });
+
+  test('every .ts file of lambda/handlers is a handler, and the repository has the four the constructs use', () => {
+    expect(handlerNames(root)).toEqual(['broken', 'sample']);
+    expect(handlerNames()).toEqual(expect.arrayContaining(['dms-task-starter', 'heartbeat-writer', 'normalizer', 'warehouse-applier']));
+  });
+});
+
+describe('published layout (no handler sources beside the library)', () => {
+  let pkg: string;
+  beforeAll(() => {
+    pkg = fs.mkdtempSync(path.join(os.tmpdir(), 'cdc-prebuilt-'));
+    fs.mkdirSync(path.join(pkg, 'assets', 'sample'), { recursive: true });
+    fs.writeFileSync(path.join(pkg, 'assets', 'sample', 'index.mjs'), 'export const handler = async () => 1;\n');
+  });
+  afterAll(() => fs.rmSync(pkg, { recursive: true, force: true }));
+
+  test('loads the prebuilt bundle as it is: no build, no manifest, nothing written', () => {
+    expect(hasHandlerSources(pkg)).toBe(false);
+    const before = fs.statSync(path.join(pkg, 'assets', 'sample', 'index.mjs')).mtimeMs;
+    const stack = new Stack(new App(), 'S');
+    const code = handlerCode('sample', pkg);
+    new lambda.Function(stack, 'Fn', { code, handler: 'index.handler', runtime: lambda.Runtime.NODEJS_24_X });
+    expect(fs.statSync(path.join(pkg, 'assets', 'sample', 'index.mjs')).mtimeMs).toBe(before);
+    expect(fs.readdirSync(pkg)).toEqual(['assets']);
+    expect(fs.readdirSync(path.join(pkg, 'assets'))).toEqual(['sample']);
+  });
+
+  test('the asset hash depends on the bundle, not on where the package is installed', () => {
+    const elsewhere = fs.mkdtempSync(path.join(os.tmpdir(), 'cdc-prebuilt-elsewhere-'));
+    try {
+      fs.cpSync(path.join(pkg, 'assets'), path.join(elsewhere, 'assets'), { recursive: true });
+      const hashOf = (root: string): string => {
+        const stack = new Stack(new App(), 'S');
+        const code = handlerCode('sample', root);
+        new lambda.Function(stack, 'Fn', { code, handler: 'index.handler', runtime: lambda.Runtime.NODEJS_24_X });
+        const bound = code.bind(stack);
+        return bound.s3Location!.objectKey;
+      };
+      expect(hashOf(elsewhere)).toBe(hashOf(pkg));
+    } finally {
+      fs.rmSync(elsewhere, { recursive: true, force: true });
+    }
+  });
+
+  test('fails naming a prebuilt handler that is missing', () => {
+    expect(() => handlerCode('nope', pkg)).toThrow(/^the prebuilt lambda handler nope is missing \(.*assets\/nope\/index\.mjs does not exist\); the cdc-platform package is incomplete: reinstall it$/);
   });
 });

@@ -39,8 +39,8 @@ export function fixture(): Fixture {
 /** A `CdcSource` named `Orders` in the fixture with sensible tables, overridable. */
 export function ordersSource(f: Fixture, overrides: Partial<CdcSourceProps> = {}, id = 'Orders'): CdcSource {
   return new CdcSource(f.stack, id, {
-    control: f.control,
-    log: f.log,
+    controlPlane: f.control,
+    changeLog: f.log,
     vpc: f.vpc,
     database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret }),
     tables: [

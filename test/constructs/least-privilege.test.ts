@@ -30,7 +30,7 @@ function roleStatements(t: Template, rolePrefix: string): Statement[] {
 }
 
 function sink(f: Fixture, source = ordersSource(f)): WarehouseSink {
-  return new WarehouseSink(f.stack, 'Warehouse', { control: f.control, log: f.log, sources: [source], connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }), vpc: f.vpc });
+  return new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: f.log, sources: [source], connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }), vpc: f.vpc });
 }
 
 /** The partitions a statement's `dynamodb:LeadingKeys` condition admits. */
@@ -220,8 +220,8 @@ describe('network: no open egress', () => {
     const whSg = new ec2.SecurityGroup(f.stack, 'WhSg', { vpc: f.vpc, allowAllOutbound: false });
     const source = ordersSource(f, { database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, securityGroup: dbSg, port: 5432 }) });
     new WarehouseSink(f.stack, 'Warehouse', {
-      control: f.control,
-      log: f.log,
+      controlPlane: f.control,
+      changeLog: f.log,
       sources: [source],
       connection: WarehouseConnection.redshift({ secret: f.warehouseSecret, securityGroup: whSg }),
       vpc: f.vpc,
@@ -256,7 +256,7 @@ describe('customer-managed keys wherever data rests', () => {
     const key = new kms.Key(f.stack, 'SourceKey', { enableKeyRotation: true });
     const dlqKey = new kms.Key(f.stack, 'DlqKey', { enableKeyRotation: true });
     const source = ordersSource(f, { encryptionKey: key });
-    new WarehouseSink(f.stack, 'Warehouse', { control: f.control, log: f.log, sources: [source], connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }), vpc: f.vpc, deadLetterQueueEncryptionKey: dlqKey });
+    new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: f.log, sources: [source], connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }), vpc: f.vpc, deadLetterQueueEncryptionKey: dlqKey });
     const t = Template.fromStack(f.stack);
     expect(onlyResource(t, 'AWS::Kinesis::Stream', 'OrdersRawStream').Properties.StreamEncryption).toEqual({ EncryptionType: 'KMS', KeyId: f.stack.resolve(key.keyArn) });
     expect(onlyResource(t, 'AWS::SQS::Queue', 'OrdersNormalizerDeadLetterQueue').Properties.KmsMasterKeyId).toEqual(f.stack.resolve(key.keyArn));

@@ -14,9 +14,9 @@ import { fixture, ordersSource, resourcesOf } from './helpers.ts';
 function build() {
   const f = fixture();
   const orders = ordersSource(f);
-  new WarehouseSink(f.stack, 'Warehouse', { control: f.control, log: f.log, vpc: f.vpc, sources: [orders], connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }) });
+  new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: f.log, vpc: f.vpc, sources: [orders], connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }) });
   const t = Template.fromStack(f.stack);
-  const bucketId = f.stack.getLogicalId(f.control.payloadBucket.node.defaultChild as never);
+  const bucketId = f.stack.getLogicalId(f.control.payloadBucket!.node.defaultChild as never);
   const keyId = f.stack.getLogicalId(f.control.encryptionKey.node.defaultChild as never);
   return { f, t, bucketId, keyId };
 }

@@ -12,8 +12,8 @@ const ENDPOINT = 'https://vpc-search-abcdefghijklmnop.eu-west-1.es.amazonaws.com
 function sink(f: Fixture, overrides: Partial<SearchSinkProps> = {}): SearchSink {
   const orders = ordersSource(f);
   return new SearchSink(f.stack, 'Search', {
-    control: f.control,
-    log: f.log,
+    controlPlane: f.control,
+    changeLog: f.log,
     sources: [orders],
     domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', ENDPOINT),
     ...overrides,

@@ -9,8 +9,8 @@ import { fixture, onlyResource, ordersSource, resourcesOf, type Fixture } from '
 function sink(f: Fixture, overrides: Partial<WarehouseSinkProps> = {}): WarehouseSink {
   const orders = ordersSource(f);
   return new WarehouseSink(f.stack, 'Warehouse', {
-    control: f.control,
-    log: f.log,
+    controlPlane: f.control,
+    changeLog: f.log,
     sources: [orders],
     connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }),
     vpc: f.vpc,
@@ -88,8 +88,8 @@ describe('WarehouseSink', () => {
     const billing = ordersSource(f, { tables: [CapturedTable.of('billing.invoices', { deletes: DeleteMode.HARD })] }, 'Billing');
     const topic = new sns.Topic(f.stack, 'Topic');
     const s = new WarehouseSink(f.stack, 'Warehouse', {
-      control: f.control,
-      log: f.log,
+      controlPlane: f.control,
+      changeLog: f.log,
       sources: [orders, billing],
       connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
       vpc: f.vpc,
@@ -150,7 +150,7 @@ describe('WarehouseSink', () => {
     test('fails on a source that publishes to another change log', () => {
       const f = fixture();
       const other = new ChangeLog(f.stack, 'OtherLog');
-      expect(() => sink(f, { log: other })).toThrow(/^Test\/Warehouse: source orders \(Test\/Orders\) publishes to a different change log than this sink reads$/);
+      expect(() => sink(f, { changeLog: other })).toThrow(/^Test\/Warehouse: source orders \(Test\/Orders\) publishes to a different change log than this sink reads$/);
     });
 
     test('accepts the same table id from two sources (each source has its own warehouse schema)', () => {
@@ -158,8 +158,8 @@ describe('WarehouseSink', () => {
       const a = ordersSource(f);
       const b = ordersSource(f, {}, 'OrdersCopy');
       const s = new WarehouseSink(f.stack, 'Warehouse', {
-        control: f.control,
-        log: f.log,
+        controlPlane: f.control,
+        changeLog: f.log,
         sources: [a, b],
         connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }),
         vpc: f.vpc,
