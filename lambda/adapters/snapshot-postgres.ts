@@ -75,8 +75,8 @@ export class PostgresSnapshotReader implements SnapshotReader {
   async describe(tableId: string): Promise<SnapshotTableShape> {
     const { primary } = await this.clients();
     const { schema, table } = splitTableId(tableId);
-    const cols = await primary.query<{ name: string; type: string; oid: number }>(
-      `SELECT a.attname AS name, format_type(a.atttypid, NULL) AS type, a.atttypid::int AS oid
+    const cols = await primary.query<{ name: string; type: string; full_type: string; oid: number }>(
+      `SELECT a.attname AS name, format_type(a.atttypid, NULL) AS type, format_type(a.atttypid, a.atttypmod) AS full_type, a.atttypid::int AS oid
          FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
       [schema, table],
@@ -91,7 +91,7 @@ export class PostgresSnapshotReader implements SnapshotReader {
       [schema, table],
     );
     if (key.rows.length === 0) throw new SnapshotTableError(tableId, 'has no primary key; a snapshot reads in primary-key order');
-    const columns: SnapshotColumn[] = cols.rows.map((r) => ({ name: r.name, type: r.type, typeOid: Number(r.oid) }));
+    const columns: SnapshotColumn[] = cols.rows.map((r) => ({ name: r.name, type: r.type, typeOid: Number(r.oid), fullType: r.full_type }));
     return { table: tableId, columns, key: key.rows.map((r) => r.name) };
   }
 

@@ -86,6 +86,11 @@ export interface SnapshotColumn {
   name: string;
   type: string;
   typeOid: number;
+  /**
+   * The type with its modifiers (`format_type(oid, typmod)`: `character varying(40)`), as the
+   * capture registers it (docs/schema-drift.md); the records carry this one. @default type
+   */
+  fullType?: string;
 }
 
 export interface SnapshotTableShape {
@@ -185,17 +190,17 @@ export function rowToColumns(shape: SnapshotTableShape, texts: readonly (string 
   for (let i = 0; i < shape.columns.length; i++) {
     const c = shape.columns[i]!;
     const text = texts[i]!;
-    if (text === null) out[i] = { name: c.name, type: c.type, value: null };
+    if (text === null) out[i] = { name: c.name, type: c.fullType ?? c.type, value: null };
     else if (UNQUOTED.has(c.typeOid)) {
       parts += ` "${c.name.replaceAll('"', '""')}"[${c.type}]:${literal(c, text)}`;
       numeric.push(i);
-    } else if (c.typeOid === BOOL) out[i] = { name: c.name, type: c.type, value: text === 't' };
-    else out[i] = { name: c.name, type: c.type, value: text };
+    } else if (c.typeOid === BOOL) out[i] = { name: c.name, type: c.fullType ?? c.type, value: text === 't' };
+    else out[i] = { name: c.name, type: c.fullType ?? c.type, value: text };
   }
   if (numeric.length > 0) {
     const parsed = parseTestDecodingLine(`table "s"."t": INSERT:${parts}`);
     if (parsed.kind !== 'change' || parsed.change.columns === null || parsed.change.columns.length !== numeric.length) throw new CdcError('INTERNAL', 'snapshot row did not parse as an insert');
-    numeric.forEach((at, j) => (out[at] = parsed.change.columns![j]!));
+    numeric.forEach((at, j) => (out[at] = { ...parsed.change.columns![j]!, type: shape.columns[at]!.fullType ?? shape.columns[at]!.type }));
   }
   return out;
 }

@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { transactionsToRecords } from '../../local/capture.ts';
+import { columnTypesOf } from '../../local/catalog.ts';
 import { groupTransactions, type SlotRow } from '../../lambda/core/test-decoding.ts';
 import { TableConfigIndex } from '../../lambda/core/table-config.ts';
 import { chunkRecords, cursorAfter, type KeyCursor } from '../../lambda/core/snapshot.ts';
@@ -53,8 +54,10 @@ describe('snapshot reader (real PostgreSQL)', () => {
     await cap.connect();
     await cap.query("SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 1");
     const peek = await cap.query<SlotRow>(`SELECT lsn::text AS lsn, xid::text AS xid, data FROM pg_logical_slot_get_changes('kinds', NULL, NULL, 'include-xids', '1', 'include-timestamp', '1', 'skip-empty-xacts', '1')`);
+    // The catalog's full type names (with modifiers), as the capture reads them for every peek.
+    const types = await columnTypesOf(cap, ['public.kinds']);
     await cap.end();
-    const captured = transactionsToRecords('src', groupTransactions(peek.rows).transactions, tables, new Map([['public.kinds', ['id']]]));
+    const captured = transactionsToRecords('src', groupTransactions(peek.rows).transactions, tables, new Map([['public.kinds', ['id']]]), types);
     expect(captured).toHaveLength(2);
 
     // Snapshot path.
