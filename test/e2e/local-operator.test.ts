@@ -113,7 +113,7 @@ describe('cdc pause / resume / audit against a running cdc local', () => {
       // Resume: the sink replays the held range, then the table is level.
       const resume = await cdc('resume', 'public.held');
       expect(resume.code, resume.err).toBe(0);
-      expect(resume.out).toMatch(/app\/public\.held is active; sink warehouse replays from/);
+      expect(resume.out).toMatch(/app\/public\.held is active; (sink search replays from \S+, )?sink warehouse replays from/);
       await until('the resumed table to be level', () => level('held'), 60_000);
       await app.query("UPDATE held SET v = 'h2' WHERE id <= 5");
       await until('the resumed table to apply live', () => level('held'), 30_000);
