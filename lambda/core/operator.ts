@@ -8,6 +8,8 @@
  * wins: the other's condition fails and it is refused (`CONCURRENT_CHANGE`) and audited.
  */
 import type { AuditEntry, ControlPlane, DeadLetter, SinkTableProgress, TableRecord, TableState } from './control-plane.ts';
+import { requestSnapshot } from './snapshot-worker.ts';
+import { CdcError } from './errors.ts';
 import {
   decidePause,
   decideResnapshot,
@@ -73,15 +75,37 @@ export interface OperatorDeps {
 }
 
 /**
- * The snapshot entry point while no snapshot worker is wired: no snapshot is known to run, the
- * budget allows, and a request IS the committed `needs-resnapshot` state (with its audit entry),
- * which the snapshot worker picks up when it lands (docs/operations.md).
+ * A snapshot entry point that knows of no snapshot (tests of the operator alone): no snapshot is
+ * known to run, the budget allows, and a request is only the committed `needs-resnapshot` state.
  */
 export const stateOnlySnapshots: SnapshotScheduler = {
   status: async () => null,
   budget: async () => ({ allowed: true, reason: null }),
   request: async () => undefined,
 };
+
+/**
+ * The snapshot worker's entry point (lambda/core/snapshot-worker.ts `requestSnapshot`) as the
+ * operator sees it: the table's snapshot run in the control plane, and a request that the worker
+ * picks up (on AWS its next scheduled invocation; locally the next `cdc local` start,
+ * docs/snapshot.md). The budget is the worker's: it paces every chunk against the source's
+ * declared budget, so a request is always accepted and then yields to the source.
+ */
+export function controlPlaneSnapshots(control: ControlPlane): SnapshotScheduler {
+  return {
+    async status(source, table) {
+      const s = await control.getSnapshot(source, table);
+      if (!s) return null;
+      const state = s.status === 'requested' ? 'queued' : s.status;
+      return { state, chunksDone: s.chunksDone, chunksTotal: null, rows: s.rowsDone, eta: s.etaSeconds === null ? null : `${Math.ceil(s.etaSeconds)} s`, detail: `${s.rowsDone}/${s.estimatedRows} rows, ${s.throttle}` };
+    },
+    budget: async () => ({ allowed: true, reason: null }),
+    async request(source, table, r) {
+      const out = await requestSnapshot(control, { source, table, reason: 'resnapshot', actor: r.requestedBy, now: new Date(r.at) });
+      if (out.outcome === 'refused') throw new CdcError('SNAPSHOT_REQUEST_REFUSED', `the snapshot of ${source}/${table} was not requested: ${out.reason}`);
+    },
+  };
+}
 
 export class Operator {
   private readonly cp: ControlPlane;

@@ -16,7 +16,7 @@ import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import type { ControlPlane } from '../core/control-plane.ts';
 import { CdcError } from '../core/errors.ts';
 import type { OperatorSettings } from '../core/operator-decisions.ts';
-import { Operator, OPERATOR_ACTIONS, serveOperator, stateOnlySnapshots, type OperatorActionName, type OperatorResponse } from '../core/operator.ts';
+import { controlPlaneSnapshots, Operator, OPERATOR_ACTIONS, serveOperator, type OperatorActionName, type OperatorResponse } from '../core/operator.ts';
 
 const logger = new Logger({ serviceName: process.env[EnvName.POWERTOOLS_SERVICE_NAME] ?? 'cdc-operator' });
 
@@ -55,7 +55,7 @@ export function operatorSettingsFrom(env: NodeJS.ProcessEnv): { settings: Operat
 export function createOperatorHandler(deps: { control: ControlPlane; env: NodeJS.ProcessEnv; logger?: Pick<Logger, 'info' | 'warn'> }): (payload: unknown) => Promise<OperatorResponse> {
   const { settings, allowed } = operatorSettingsFrom(deps.env);
   const log = deps.logger ?? logger;
-  const operator = new Operator({ control: deps.control, settings, snapshots: stateOnlySnapshots });
+  const operator = new Operator({ control: deps.control, settings, snapshots: controlPlaneSnapshots(deps.control) });
   return async (payload) => {
     const response = await serveOperator(operator, payload, allowed);
     if (response.ok && 'outcome' in response.result) log.info('operator action', { outcome: response.result.outcome, action: response.result.action, table: response.result.table });

@@ -12,7 +12,7 @@ import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
 import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
 import type { ControlPlane, TableRecord, TableAction } from '../../lambda/core/control-plane.ts';
 import { makePosition } from '../../lambda/core/position.ts';
-import { Operator, stateOnlySnapshots, type ActionResult } from '../../lambda/core/operator.ts';
+import { controlPlaneSnapshots, Operator, stateOnlySnapshots, type ActionResult } from '../../lambda/core/operator.ts';
 import { parseDurationText, type SnapshotScheduler } from '../../lambda/core/operator-decisions.ts';
 import { createHeldRangeReplayer } from '../../lambda/handlers/warehouse-replay.ts';
 import type { LogRecord } from '../../lambda/adapters/change-log-reader.ts';
@@ -275,5 +275,25 @@ describe('the resume replay', () => {
     await operator().pause('alice', { table: 'public.orders', durationMs: 60_000, reason: 'again' });
     expect(await failing.replayPending()).toEqual([]);
     expect((await cp.getSinkProgress('warehouse', 'shop', 'public.orders'))!.heldFrom).toBe(pos(10));
+  });
+});
+
+describe('resnapshot through the snapshot worker\'s entry point', () => {
+  it('records a snapshot request the worker picks up, and refuses a second one while it is queued (both audited)', async () => {
+    await register('public.gapped', 'resnap');
+    const op = operator({ snapshots: controlPlaneSnapshots(cp) });
+    const first = await op.resnapshot('carol', { source: 'resnap', table: 'public.gapped', reason: 'history gap' });
+    expect(first).toMatchObject({ outcome: 'done', action: 'resnapshot' });
+    expect((await cp.getTable('resnap', 'public.gapped'))?.state).toBe('needs-resnapshot');
+    const run = await cp.getSnapshot('resnap', 'public.gapped');
+    expect(run).toMatchObject({ status: 'requested', reason: 'resnapshot', requestedBy: 'carol' });
+    const second = await op.resnapshot('dave', { source: 'resnap', table: 'public.gapped', reason: 'again' });
+    expect(refused(second)).toBe('SNAPSHOT_RUNNING');
+    const audit = await cp.listAudit('resnap', 'public.gapped');
+    expect(audit.map((a) => [a.actor, a.action, a.outcome])).toEqual(expect.arrayContaining([
+      ['carol', 'resnapshot', 'done'],
+      ['carol', 'request-snapshot', 'done'],
+      ['dave', 'resnapshot', 'refused'],
+    ]));
   });
 });
