@@ -110,7 +110,7 @@ describe('the CLI → operator API path (the Lambda handler in process, JSON in 
     expect(resnap.code, resnap.err).toBe(0);
     const status = await run('status', '--function', 'cdc-operator');
     expect(status.out).toMatch(/SOURCE +TABLE +STATE +VERSION/);
-    expect(status.out).toMatch(/shop +public\.items +needs-resnapshot +1 +- +- +- +- +0 +- +RESNAPSHOT_REQUESTED: gap \(by tester\)/);
+    expect(status.out).toMatch(/shop +public\.items +needs-resnapshot +1 +- +- +- +- +0 +queued 0\/\? +RESNAPSHOT_REQUESTED: gap \(by tester\)/);
     expect(status.out).toMatch(/shop +public\.orders +paused/);
     expect(status.out).toContain('end-to-end lag: unknown');
     const audit = await run('audit', '--json', '--function', 'cdc-operator');
@@ -119,6 +119,7 @@ describe('the CLI → operator API path (the Lambda handler in process, JSON in 
       ['pause', 'public.orders', 'done'],
       ['pause', 'public.items', 'refused'],
       ['resnapshot', 'public.items', 'done'],
+      ['request-snapshot', 'public.items', 'done'],
     ]);
     const one = await run('audit', '--table', 'public.items', '--function', 'cdc-operator');
     expect(one.out).toMatch(/tester +pause +shop\/public\.items +refused +PAUSE_OUTLIVES_RETENTION: a pause of 400d/);
