@@ -30,10 +30,10 @@
  * `createSearchApplier` builds the applier from explicit dependencies (local pipeline, tests);
  * `handler` builds it once per container from the environment (SigV4-signed client).
  */
-import { BatchProcessor, EventType, processPartialResponse } from '@aws-lambda-powertools/batch';
+import { BatchProcessor, EventType } from '@aws-lambda-powertools/batch';
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
-import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent, KinesisStreamRecord } from 'aws-lambda';
+import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent } from 'aws-lambda';
 import { EnvName, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { METRICS_NAMESPACE, MetricDimension, MetricName } from '../../contracts/metrics.ts';
 import { failuresFrom } from '../core/apply-plan.ts';
@@ -66,7 +66,7 @@ import { encodeVersion, PositionNotEncodableError, searchBaseLsn } from '../core
 import { OpenSearchIndex, SearchRequestRejectedError, SearchUnavailableError, searchClient } from '../adapters/search-opensearch.ts';
 import { dynamoDbClient } from '../adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
-import { changeRecordOf, ConfigurationError, RecordNotAppliedError, type ApplyOptions, type BatchOutcome, type ChangeRecord } from './warehouse-applier.ts';
+import { changeRecordOf, ConfigurationError, emitSingleMetrics, partialBatchResponse, type ApplyOptions, type BatchOutcome, type ChangeRecord } from './warehouse-applier.ts';
 
 export interface SearchApplierDeps {
   controlPlane: ControlPlane;
@@ -428,27 +428,11 @@ export function createSearchApplier(deps: SearchApplierDeps): SearchApplier {
     return { failed: reported, reasons, applied: total.applied, held: total.held, deadLettered: total.dead };
   }
 
-  function emit(name: string, unit: (typeof MetricUnit)[keyof typeof MetricUnit], values: number[], dimensions: Record<string, string>): void {
-    for (const v of values) {
-      const m = metrics.singleMetric();
-      m.clearDefaultDimensions();
-      m.addDimensions(dimensions);
-      m.addMetric(name, unit, v);
-    }
-  }
+  const emit = (name: string, unit: (typeof MetricUnit)[keyof typeof MetricUnit], values: number[], dimensions: Record<string, string>): void =>
+    emitSingleMetrics(metrics, name, unit, values, dimensions);
 
   async function handler(event: KinesisStreamEvent, context?: Context): Promise<KinesisStreamBatchResponse> {
-    const outcome = await applyRecords(event.Records.map(changeRecordOf));
-    const failedSet = new Set(outcome.failed);
-    return processPartialResponse(
-      event,
-      async (r: KinesisStreamRecord) => {
-        const seq = r.kinesis.sequenceNumber;
-        if (failedSet.has(seq)) throw new RecordNotAppliedError(seq, outcome.reasons.get(seq) ?? 'failed');
-      },
-      processor,
-      { context, processInParallel: false },
-    );
+    return partialBatchResponse(event, await applyRecords(event.Records.map(changeRecordOf)), processor, context);
   }
 
   return { applyRecords, handler, clearCache: () => indexCache.clear() };

@@ -412,27 +412,11 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
     return { failed: reported, reasons, applied: total.applied, held: total.held, deadLettered: total.dead };
   }
 
-  function emit(name: string, unit: (typeof MetricUnit)[keyof typeof MetricUnit], values: number[], dimensions: Record<string, string>): void {
-    for (const v of values) {
-      const m = metrics.singleMetric();
-      m.clearDefaultDimensions();
-      m.addDimensions(dimensions);
-      m.addMetric(name, unit, v);
-    }
-  }
+  const emit = (name: string, unit: (typeof MetricUnit)[keyof typeof MetricUnit], values: number[], dimensions: Record<string, string>): void =>
+    emitSingleMetrics(metrics, name, unit, values, dimensions);
 
   async function handler(event: KinesisStreamEvent, context?: Context): Promise<KinesisStreamBatchResponse> {
-    const outcome = await applyRecords(event.Records.map(changeRecordOf));
-    const failed = new Set(outcome.failed);
-    return processPartialResponse(
-      event,
-      async (r: KinesisStreamRecord) => {
-        const seq = r.kinesis.sequenceNumber;
-        if (failed.has(seq)) throw new RecordNotAppliedError(seq, outcome.reasons.get(seq) ?? 'failed');
-      },
-      processor,
-      { context, processInParallel: false },
-    );
+    return partialBatchResponse(event, await applyRecords(event.Records.map(changeRecordOf)), processor, context);
   }
 
   return { applyRecords, handler, warehouse };
@@ -540,3 +524,27 @@ async function replayFromEnvironment(built: WarehouseApplier): Promise<ReplayOut
   return replayer.replayPending();
 }
 let replayKinesis: ReturnType<typeof kinesisClient> | undefined;
+
+/** Emits each value as its own EMF metric with exactly `dimensions` (no default dimensions): both sink appliers. */
+export function emitSingleMetrics(metrics: Metrics, name: string, unit: (typeof MetricUnit)[keyof typeof MetricUnit], values: number[], dimensions: Record<string, string>): void {
+  for (const v of values) {
+    const m = metrics.singleMetric();
+    m.clearDefaultDimensions();
+    m.addDimensions(dimensions);
+    m.addMetric(name, unit, v);
+  }
+}
+
+/** The Lambda partial-batch response of a sink applier: the records `outcome` reports failed, with their reasons. */
+export function partialBatchResponse(event: KinesisStreamEvent, outcome: BatchOutcome, processor: BatchProcessor, context?: Context): Promise<KinesisStreamBatchResponse> {
+  const failed = new Set(outcome.failed);
+  return processPartialResponse(
+    event,
+    async (r: KinesisStreamRecord) => {
+      const seq = r.kinesis.sequenceNumber;
+      if (failed.has(seq)) throw new RecordNotAppliedError(seq, outcome.reasons.get(seq) ?? 'failed');
+    },
+    processor,
+    { context, processInParallel: false },
+  );
+}
