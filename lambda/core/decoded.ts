@@ -27,6 +27,17 @@ export interface DecodedControl {
 }
 
 export type DecodeResult =
-  | { kind: 'changes'; changes: DecodedChange[]; columns: ColumnDef[] | null; keyColumns: string[] | null }
+  | {
+      kind: 'changes';
+      changes: DecodedChange[];
+      columns: ColumnDef[] | null;
+      keyColumns: string[] | null;
+      /**
+       * Types of the columns the record shows, when `columns` is null because the record is not
+       * the whole table (a delete's old key, an update with unchanged TOAST columns). Absent
+       * when the capture carries no types (DMS data records).
+       */
+      types?: Record<string, string>;
+    }
   | DecodedControl
   | { kind: 'ignored'; reason: string };

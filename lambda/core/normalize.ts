@@ -612,10 +612,10 @@ export function observe(result: Extract<DecodeResult, { kind: 'changes' }>): Obs
     // itself, which tells nothing about the record (and would hide a rename seen in the data).
     const slot = image.capture === 'slot';
     const names = [...Object.keys(image.after!), ...(slot ? image.missing.filter((m) => !(m in image.after!)) : [])];
-    return { columns: names.map((name) => ({ name, type: null, nullable: null })), key, complete: slot };
+    return { columns: names.map((name) => ({ name, type: result.types?.[name] ?? null, nullable: null })), key, complete: slot };
   }
   const keyNames = key ?? [];
-  return { columns: keyNames.map((name) => ({ name, type: null, nullable: null })), key, complete: false };
+  return { columns: keyNames.map((name) => ({ name, type: result.types?.[name] ?? null, nullable: null })), key, complete: false };
 }
 
 /** What the source supplies as a before image, as far as one record shows: the full row or (at least) the key. */

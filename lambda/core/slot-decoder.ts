@@ -91,7 +91,12 @@ export function decodeSlotRecord(record: unknown): DecodeResult {
 
   const complete = r.columns !== null && r.unchanged.length === 0;
   const columns: ColumnDef[] | null = complete ? r.columns!.map((c) => ({ name: c.name, type: c.type, nullable: true })) : null;
-  const result = (changes: DecodedChange[]): DecodeResult => ({ kind: 'changes', changes, columns, keyColumns: [...r.key] });
+  // A partial image still shows the types of what it carries: a table first seen through a
+  // delete or a TOAST update must not be registered with unknown types (the sinks would create
+  // the columns as text and then hold the table when the real type arrives).
+  const types: Record<string, string> = {};
+  for (const c of [...(r.oldKey ?? []), ...(r.columns ?? [])]) if (c.type) types[c.name] = c.type;
+  const result = (changes: DecodedChange[]): DecodeResult => ({ kind: 'changes', changes, columns, keyColumns: [...r.key], ...(columns === null ? { types } : {}) });
 
   if (r.op === 'delete') {
     const oldKey = r.oldKey!;

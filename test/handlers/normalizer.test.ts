@@ -322,6 +322,25 @@ describe('normalizer handler: slot-capture records', () => {
     ]);
   });
 
+  it('a table first seen through a delete or a TOAST update is registered with the types the record shows, not as unknown', async () => {
+    // Unknown types become text columns in the sinks, and the real type arriving later holds the
+    // table in every sink (a column type cannot change in place): the first record must say what it knows.
+    const p = await pipeline();
+    await p.handler(await rawEvent(p, [
+      slot({ lsn: 1, table: 'public.gone', op: 'delete', columns: null, oldKey: [['id', 'bigint', 7]] }),
+      slot({ lsn: 2, table: 'public.docs', op: 'update', columns: [['id', 'bigint', 1], ['tag', 'text', 'u']], unchanged: ['body'] }),
+    ]));
+    expect((await p.control.getSchemaVersion('shop', 'public.gone', 1))?.columns).toMatchObject([{ name: 'id', type: 'bigint' }]);
+    const docs = (await p.control.getSchemaVersion('shop', 'public.docs', 1))?.columns;
+    expect(docs?.find((c) => c.name === 'id')?.type).toBe('bigint');
+    expect(docs?.find((c) => c.name === 'tag')?.type).toBe('text');
+    expect(docs?.find((c) => c.name === 'body')?.type).toBeNull();
+    // The full image that follows is then no change of the key's type at all.
+    await p.handler(await rawEvent(p, [slot({ lsn: 3, table: 'public.gone', columns: [['id', 'bigint', 8], ['v', 'text', 'x']] })]));
+    const v2 = await p.control.getSchemaVersion('shop', 'public.gone', 2);
+    expect(v2?.columns.find((c) => c.name === 'id')?.type).toBe('bigint');
+  });
+
   it('heartbeat rows are ordinary events; keys of several columns make the partition key', async () => {
     const p = await pipeline();
     await p.handler(await rawEvent(p, [
