@@ -310,31 +310,44 @@ export class LocalPipeline {
    * Waits until everything committed on the source so far has reached the warehouse and the
    * archive: the capture found nothing new in a peek that started after now, then the normalizer
    * found nothing new on the raw stream after that, then the sink and the archive copier found
-   * nothing new on the change log after that. Throws after `timeoutMs` naming the stage that lags.
+   * nothing new on the change log after that. Throws when a stage made no progress for
+   * `stallMs`, naming the stage that lags: a slow machine still finishes, a stuck stage does not
+   * wait forever.
    */
-  async waitCaughtUp(timeoutMs = 120_000): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
-    const stage = async (name: string, done: (t: number) => boolean, since: number): Promise<number> => {
+  async waitCaughtUp(stallMs = 120_000): Promise<void> {
+    const stalled = (name: string) => new Error(`the ${name} did not catch up: no progress for ${Math.round(stallMs / 1000)} s`);
+    const stage = async (name: string, done: (t: number) => boolean, progress: () => number, since: number): Promise<number> => {
+      let seen = progress();
+      let deadline = Date.now() + stallMs;
       while (!done(since)) {
         if (this.capture.stats.state === 'failed') throw this.capture.stats.error ?? new Error('capture failed');
-        if (Date.now() > deadline) throw new Error(`the ${name} did not catch up within ${Math.round(timeoutMs / 1000)} s`);
+        const now = progress();
+        if (now !== seen) [seen, deadline] = [now, Date.now() + stallMs];
+        if (Date.now() > deadline) throw stalled(name);
         await sleep(50);
       }
       return Date.now();
     };
-    await this.snapshots?.waitIdle(timeoutMs);
+    await this.snapshots?.waitIdle(stallMs);
     const t0 = Date.now();
-    const t1 = await stage('capture', (t) => this.capture.caughtUpSince(t), t0);
-    const t2 = await stage('normalizer', (t) => this.pollers.normalizer.caughtUpSince(t), t1);
+    const t1 = await stage('capture', (t) => this.capture.caughtUpSince(t), () => this.capture.stats.records, t0);
+    const normalizer = this.pollers.normalizer;
+    const t2 = await stage('normalizer', (t) => normalizer.caughtUpSince(t), () => normalizer.stats.recordsDone, t1);
     const search = this.pollers.search;
+    const { sink, archive } = this.pollers;
     await Promise.all([
-      stage(`${this.o.sinkId} applier`, (t) => this.pollers.sink.caughtUpSince(t), t2),
-      stage('archive copier', (t) => this.pollers.archive.caughtUpSince(t), t2),
-      ...(search ? [stage(`${search.stats.consumer} applier`, (t) => search.caughtUpSince(t), t2)] : []),
+      stage(`${this.o.sinkId} applier`, (t) => sink.caughtUpSince(t), () => sink.stats.recordsDone, t2),
+      stage('archive copier', (t) => archive.caughtUpSince(t), () => archive.stats.recordsDone, t2),
+      ...(search ? [stage(`${search.stats.consumer} applier`, (t) => search.caughtUpSince(t), () => search.stats.recordsDone, t2)] : []),
     ]);
     // A resumed table is caught up once its held range is replayed.
-    while ((await Promise.all(this.replayers.map((r) => r.pending()))).some((n) => n > 0)) {
-      if (Date.now() > deadline) throw new Error(`the resume replay did not finish within ${Math.round(timeoutMs / 1000)} s`);
+    let pending = Infinity;
+    let deadline = Date.now() + stallMs;
+    for (;;) {
+      const now = (await Promise.all(this.replayers.map((r) => r.pending()))).reduce((a, b) => a + b, 0);
+      if (now === 0) return;
+      if (now < pending) [pending, deadline] = [now, Date.now() + stallMs];
+      if (Date.now() > deadline) throw stalled('resume replay');
       await sleep(200);
     }
   }

@@ -121,12 +121,17 @@ export class LocalSnapshots {
   }
 
   /** Waits until every run is done (throws after `timeoutMs`). */
-  async waitIdle(timeoutMs: number): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
+  /** Waits until no snapshot run is pending; throws when the runs made no progress for `stallMs`. */
+  async waitIdle(stallMs: number): Promise<void> {
+    let seen = -1;
+    let deadline = Date.now() + stallMs;
     for (;;) {
       const runs = await this.o.control.listSnapshots(this.o.source);
-      if (snapshotPendingRuns(runs).length === 0 && !this.busy) return;
-      if (Date.now() > deadline) throw new Error(`the snapshot did not finish within ${Math.round(timeoutMs / 1000)} s (${snapshotPendingRuns(runs).map((r) => `${r.table} ${r.rowsDone}/${r.estimatedRows}`).join(', ')})`);
+      const pending = snapshotPendingRuns(runs);
+      if (pending.length === 0 && !this.busy) return;
+      const progress = runs.reduce((n, r) => n + r.rowsDone, 0);
+      if (progress !== seen) [seen, deadline] = [progress, Date.now() + stallMs];
+      if (Date.now() > deadline) throw new Error(`the snapshot made no progress for ${Math.round(stallMs / 1000)} s (${pending.map((r) => `${r.table} ${r.rowsDone}/${r.estimatedRows}`).join(', ')})`);
       await sleep(100);
     }
   }
