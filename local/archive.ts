@@ -210,7 +210,8 @@ export function createArchiveCopier(options: ArchiveCopierOptions): (event: Kine
     let prev: string | null = null;
     for (const k of await options.archive.list(`${prefix}${MARKER_FOLDER}${shardId}/`)) {
       const m = parseMarker(k.slice(prefix.length));
-      if (m && compareSequenceNumbers(m.firstSeq, firstSeq) < 0 && (prev === null || compareSequenceNumbers(m.lastSeq, prev) > 0)) prev = m.lastSeq;
+      // The last batch that ended before this one starts (a batch copied again with more records overlaps; it does not count).
+      if (m && compareSequenceNumbers(m.lastSeq, firstSeq) < 0 && (prev === null || compareSequenceNumbers(m.lastSeq, prev) > 0)) prev = m.lastSeq;
     }
     return prev;
   };

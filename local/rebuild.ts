@@ -77,9 +77,25 @@ export interface RebuildReport {
 
 /** A rebuild could not complete; the live table is untouched. */
 export class RebuildFailedError extends CdcError {
-  constructor(source: string, table: string, why: string) {
-    super('REBUILD_FAILED', `the rebuild of ${source}/${table} did not complete (the live table is untouched): ${why}`);
+  constructor(source: string, table: string, why: string, swapped = false) {
+    super(
+      'REBUILD_FAILED',
+      swapped
+        ? `the rebuild of ${source}/${table} swapped the rebuilt table in, then failed (its diff or the cleanup of the retired table is missing; a rerun cleans up): ${why}`
+        : `the rebuild of ${source}/${table} did not complete (the live table is untouched): ${why}`,
+    );
   }
+}
+
+/**
+ * One `PgWarehouse` per pool: it remembers the session stage tables of the pool's connections
+ * (lambda/adapters/warehouse-pg.ts), so two instances on one pool would make the same ones twice.
+ */
+const warehouses = new WeakMap<pg.Pool, PgWarehouse>();
+function warehouseFor(pool: pg.Pool, options: PgWarehouseOptions | undefined): PgWarehouse {
+  let w = warehouses.get(pool);
+  if (!w) warehouses.set(pool, (w = new PgWarehouse(pool, options)));
+  return w;
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -127,7 +143,8 @@ export class Rebuilder {
     const id = `${started.toISOString().replace(/[-:.]/g, '')}-${randomUUID().slice(0, 8)}`;
     const live = warehouseTable(r.source, r.table);
     const target = new PgRebuildTarget(this.deps.pool, live);
-    const warehouse = new PgWarehouse(this.deps.pool, this.deps.warehouse);
+    const warehouse = warehouseFor(this.deps.pool, this.deps.warehouse);
+    warehouse.forgetShapes(); // the shadow's objects were dropped and are made again
     const from = r.from ?? POSITION_ZERO;
     const range: ReplayRange = { source: r.source, table: r.table, from, to: POSITION_MAX };
     const step = async (name: string): Promise<void> => this.deps.step?.(name);
@@ -191,6 +208,7 @@ export class Rebuilder {
     let diff: DiffResult = { rows: [], missing: 0, extra: 0, changed: 0 };
     let caughtUpTo: Position | null = null;
     let diffTable = '';
+    let swapped = false;
     try {
       await step('drop-leftovers');
       await target.dropLeftovers();
@@ -227,6 +245,7 @@ export class Rebuilder {
           await applyToShadow(last.events, false);
           await step('swap-renames');
         });
+        swapped = true;
         caughtUpTo = maxPos(shadowTo, p);
         await step('diff');
         // Both sides are frozen now: the retired table as it was at the swap, the new one at the same position.
@@ -242,7 +261,7 @@ export class Rebuilder {
         .recordRebuild(failed, { at: finished.toISOString(), actor: r.actor, action: 'rebuild', source: r.source, table: r.table, outcome: 'done', detail: { sink: r.sink, mode: failed.mode, result: 'failed', error: failed.error, id } })
         .catch(() => undefined);
       if (err instanceof CdcError) throw err;
-      throw new RebuildFailedError(r.source, r.table, err instanceof Error ? err.message : String(err));
+      throw new RebuildFailedError(r.source, r.table, err instanceof Error ? err.message : String(err), swapped);
     }
     const finished = this.now();
     const run = this.runRecord(id, r, started, finished, from, caughtUpTo, events, stats, diff, null);

@@ -16,7 +16,7 @@
  */
 import { gunzipSync } from 'node:zlib';
 import type { KinesisClient } from '@aws-sdk/client-kinesis';
-import { readShard, shardsInOrder } from '../lambda/adapters/change-log-reader.ts';
+import { readShard, shardsInOrder, type LogRecord } from '../lambda/adapters/change-log-reader.ts';
 import { compareSequenceNumbers } from '../lambda/core/apply-plan.ts';
 import { CdcError } from '../lambda/core/errors.ts';
 import { validateChangeEvent, type ChangeEvent } from '../lambda/core/event.ts';
@@ -161,7 +161,9 @@ export class ReplayReader {
       let n = 0;
       let lastSeen = at;
       const closed = shard.SequenceNumberRange?.EndingSequenceNumber !== undefined;
-      for await (const page of readShard(this.o.kinesis, this.o.stream, id, at)) {
+      let pages: AsyncIterable<LogRecord[]> = readShard(this.o.kinesis, this.o.stream, id, at);
+      if (at !== null) pages = junctionSafe(pages, () => checkStreamJunction(id, at, null, closed));
+      for await (const page of pages) {
         for (const r of page) {
           if (first && at !== null) checkStreamJunction(id, at, r.sequenceNumber, closed);
           first = false;
@@ -207,4 +209,23 @@ export class ReplayReader {
       throw err;
     }
   }
+}
+
+/**
+ * A stream that refuses the start sequence number (`InvalidArgumentException`: it is not a
+ * record of this shard, e.g. the stream was re-created) no longer holds the archive's last
+ * record: `onMissing` names the hole.
+ */
+async function* junctionSafe(pages: AsyncIterable<LogRecord[]>, onMissing: () => void): AsyncGenerator<LogRecord[]> {
+  const it = pages[Symbol.asyncIterator]();
+  let first: IteratorResult<LogRecord[]>;
+  try {
+    first = await it.next();
+  } catch (err) {
+    if ((err as { name?: unknown }).name === 'InvalidArgumentException') onMissing();
+    throw err;
+  }
+  if (first.done) return;
+  yield first.value;
+  for (let r = await it.next(); !r.done; r = await it.next()) yield r.value;
 }

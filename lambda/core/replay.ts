@@ -74,7 +74,7 @@ export interface BatchMarker {
 
 const NAME_TAIL = /-(\d{4})-(\d{2})-(\d{2})-(\d{2})-(\d{2})-(\d{2})-(.+)-(\d+)-(\d+)$/;
 const LEGACY = /^\d{4}\/\d{2}\/\d{2}\/\d{2}\/[^/]+$/;
-const TABLE_OBJECT = /^tables\/[^/]+\/[^/]+\/\d{4}\/\d{2}\/\d{2}\/\d{2}\/[^/]+$/;
+const TABLE_OBJECT = /^tables\/(?:_other|[^/]+\/[^/]+)\/\d{4}\/\d{2}\/\d{2}\/\d{2}\/[^/]+$/;
 const MARKER = /^batches\/([^/]+)\/(\d+)-(\d+)-(\d+|origin)$/;
 
 const unpad = (s: string): string => s.replace(/^0+(?=\d)/, '');
@@ -136,6 +136,11 @@ export function checkMarkerChain(markers: readonly BatchMarker[]): Map<string, S
     const first = list[0]!;
     let covered = first.lastSeq;
     for (const m of list.slice(1)) {
+      if (m.prevSeq === null && m.firstSeq === first.firstSeq) {
+        // The first batch copied again (after a crash, maybe with more records).
+        if (compareSequenceNumbers(m.lastSeq, covered) > 0) covered = m.lastSeq;
+        continue;
+      }
       if (m.prevSeq === null) {
         // A copier that found no marker of the shard started again from the origin: only valid if nothing was archived before.
         throw new ReplayHoleError(shard, covered, m.firstSeq, `batch ${m.key} says it is the shard's first, but batches up to ${covered} were archived before it (the archive's markers were lost or written by another stream)`);
