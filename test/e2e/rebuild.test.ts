@@ -93,6 +93,12 @@ describe('cdc rebuild against a running cdc local', () => {
       await app.query(`UPDATE fixme SET v = 'w' || id WHERE id % 3 = 0`);
       await app.query(`DELETE FROM fixme WHERE id > ${ROWS - 10}; INSERT INTO fixme SELECT g, 'late' || g, 1 FROM generate_series(${ROWS + 1}, ${ROWS + 20}) g`);
       await until('both tables in the warehouse', async () => (await level('busy')) && (await level('fixme')), 90_000);
+      // The initial snapshot's rows would repair a corrupted row on their own: let it finish first.
+      await until('the initial snapshots to be done', async () => {
+        const s = JSON.parse((await cdc('status', '--json')).out) as { tables: Array<{ snapshot: { state: string } | null }> };
+        return s.tables.length >= 2 && s.tables.every((t) => t.snapshot === null || t.snapshot.state === 'done');
+      }, 120_000);
+      await until('both tables in the warehouse after the snapshot', async () => (await level('busy')) && (await level('fixme')), 90_000);
       const expected = ROWS - 10 + 20;
       // The archive copier (2 s batching window) has archived the history once its markers cover it.
       await until('the archive to hold the table', async () => (await readdir(path.join(state, 'archive', 'change-log', 'tables', 'app', 'public.fixme'), { recursive: true }).catch(() => [])).length > 0, 60_000);
