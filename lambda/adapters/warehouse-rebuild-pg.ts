@@ -14,6 +14,7 @@ import {
   dropTableSetSql,
   existingTablesSql,
   lockLiveSql,
+  lockViewSql,
   maxPositionSql,
   physicalTables,
   retiredTable,
@@ -159,6 +160,9 @@ export class PgRebuildTarget {
       if (liveHas.has(this.live.mirror) && liveHas.has(this.live.changelog)) await client.query(lockLiveSql(this.live));
       const p = liveHas.has(this.live.changelog) ? ((await client.query<{ p: string | null }>(maxPositionSql(this.live.schema, this.live.changelog))).rows[0]?.p ?? null) : null;
       await catchUp(p);
+      // The view before the tables, the order in which a reader of the view takes them: a reader
+      // that holds the view and waits for the mirror would otherwise deadlock with the renames.
+      if (liveHas.has(this.live.view)) await client.query(lockViewSql(this.live));
       const shadowHas = await existing(client, this.shadow);
       if (!shadowHas.has(this.shadow.mirror)) throw new Error(`the shadow ${this.shadow.schema}.${this.shadow.mirror} does not exist: nothing was rebuilt`);
       const both = new Set([...liveHas, ...shadowHas]);

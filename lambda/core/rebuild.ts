@@ -84,6 +84,15 @@ export function lockLiveSql(t: WarehouseTable): string {
   return `LOCK TABLE ${qualified(t.schema, t.changelog)}, ${qualified(t.schema, t.mirror)} IN EXCLUSIVE MODE`;
 }
 
+/**
+ * Locks the live view (and, through it, the mirror) for the renames: readers of the view wait
+ * for the commit and then read the new table. Taken after the catch-up, so readers wait only for
+ * the renames.
+ */
+export function lockViewSql(t: WarehouseTable): string {
+  return `LOCK TABLE ${qualified(t.schema, t.view)} IN ACCESS EXCLUSIVE MODE`;
+}
+
 /** The highest position a changelog holds (null when empty). */
 export function maxPositionSql(schema: string, changelog: string): string {
   return `SELECT MAX(${quoteIdent(CdcColumn.POSITION)}) AS p FROM ${qualified(schema, changelog)}`;

@@ -134,17 +134,21 @@ describe('cdc rebuild against a running cdc local', () => {
       const correctDigest = (await app.query(`SELECT md5(string_agg(id || ':' || coalesce(v, '') || ':' || coalesce(amount::text, ''), ',' ORDER BY id)) AS d FROM public.fixme`)).rows[0].d as string;
       let reading = true;
       const seen = new Map<string, number>();
+      let readError: unknown = null;
       const reads = (async () => {
-        while (reading) {
+        while (reading && readError === null) {
           const r = await reader.query(`SELECT count(*)::int AS n, md5(string_agg(id || ':' || coalesce(v, '') || ':' || coalesce(amount::text, ''), ',' ORDER BY id)) AS d FROM app_public.fixme`);
           const key = `${r.rows[0].n}/${r.rows[0].d === corruptDigest ? 'corrupt' : r.rows[0].d === correctDigest ? 'correct' : r.rows[0].d}`;
           seen.set(key, (seen.get(key) ?? 0) + 1);
         }
-      })();
+      })().catch((e: unknown) => {
+        readError = e;
+      });
       const before = JSON.parse((await cdc('status', 'public.fixme', '--json')).out) as { tables: Array<{ sinks: Array<{ sink: string; appliedPosition: string }> }> };
       const rebuilt = await cdc('rebuild', 'public.fixme', '--sink', 'warehouse', '--json', '--warehouse', cluster.url('dw'));
       reading = false;
       await reads;
+      expect(readError, 'a reader of the view failed during the swap').toBeNull();
       expect(rebuilt.code, rebuilt.err).toBe(0);
       const r2 = JSON.parse(rebuilt.out) as { detail: { run: RebuildRun; diffTable: string } };
       expect(r2.detail.run.mode).toBe('swap');
