@@ -28,4 +28,6 @@ export const ControlPartition = {
   deadLetters: (stage: string): string => `DEADLETTER#${stage}`,
   /** One item per stage that has dead letters (sort key `STAGE#<stage>`). */
   DEAD_LETTER_STAGES: 'DEADLETTERS',
+  /** One sink's rebuild runs (docs/rebuild.md; sort key `<source>#<table>#<started at>#<id>`). */
+  rebuilds: (sink: string): string => `REBUILD#${sink}`,
 } as const;

@@ -13,6 +13,8 @@ import { GetObjectCommand, ListObjectsV2Command, PutObjectCommand, CreateBucketC
 import type { KinesisStreamEvent } from 'aws-lambda';
 import { LocalConfigError } from './errors.ts';
 import { PayloadRefError, type PayloadStore } from '../lambda/core/payload-store.ts';
+import { MARKER_FOLDER, OTHER_FOLDER, markerKey, parseMarker, tableFolder, type ArchiveLayout } from '../lambda/core/replay.ts';
+import { compareSequenceNumbers } from '../lambda/core/apply-plan.ts';
 
 /** Where archived change-log objects are kept. */
 export interface Archive {
@@ -167,6 +169,26 @@ export interface ArchiveCopierOptions {
   prefix?: string;
   /** Object name part, like Firehose's delivery stream name. @default 'change-log' */
   name?: string;
+  /**
+   * `batch`: one object per batch (Firehose's default layout). `by-table`: one object per table
+   * of the batch plus a batch marker written last (lambda/core/replay.ts; docs/rebuild.md), so a
+   * per-table replay reads only its table's objects and can prove no batch is missing.
+   * @default 'batch'
+   */
+  layout?: ArchiveLayout;
+}
+
+const SAFE_PART = /^[A-Za-z0-9_.]+$/;
+
+/** The by-table folder a record goes to: its table's, or `_other` when it names none (not JSON, no source or table). */
+function folderOf(text: string): string {
+  try {
+    const v = JSON.parse(text) as { source?: unknown; table?: unknown };
+    if (typeof v.source === 'string' && typeof v.table === 'string' && SAFE_PART.test(v.source) && SAFE_PART.test(v.table)) return tableFolder(v.source, v.table);
+  } catch {
+    // not JSON: kept under _other
+  }
+  return OTHER_FOLDER;
 }
 
 /**
@@ -178,15 +200,48 @@ export interface ArchiveCopierOptions {
 export function createArchiveCopier(options: ArchiveCopierOptions): (event: KinesisStreamEvent) => Promise<{ batchItemFailures: [] }> {
   const prefix = options.prefix ?? 'change-log/';
   const name = options.name ?? 'change-log';
+  const layout = options.layout ?? 'batch';
+  /** Per shard: the last sequence number archived by this copier (by-table layout's chain). */
+  const last = new Map<string, string | null>();
+  /** The last batch archived before `firstSeq` in the shard, from the markers (after a restart), or null. */
+  const previous = async (shardId: string, firstSeq: string): Promise<string | null> => {
+    const known = last.get(shardId);
+    if (known !== undefined && (known === null || compareSequenceNumbers(known, firstSeq) < 0)) return known;
+    let prev: string | null = null;
+    for (const k of await options.archive.list(`${prefix}${MARKER_FOLDER}${shardId}/`)) {
+      const m = parseMarker(k.slice(prefix.length));
+      // The last batch that ended before this one starts (a batch copied again with more records overlaps; it does not count).
+      if (m && compareSequenceNumbers(m.lastSeq, firstSeq) < 0 && (prev === null || compareSequenceNumbers(m.lastSeq, prev) > 0)) prev = m.lastSeq;
+    }
+    return prev;
+  };
   return async (event) => {
     const records = event.Records;
     if (records.length === 0) return { batchItemFailures: [] };
     const first = records[0]!;
-    const last = records[records.length - 1]!;
+    const lastRecord = records[records.length - 1]!;
     const shardId = first.eventID.split(':')[0] ?? 'shard';
-    const body = records.map((r) => `${Buffer.from(r.kinesis.data, 'base64').toString('utf8')}\n`).join('');
     const at = new Date(first.kinesis.approximateArrivalTimestamp * 1000);
-    await options.archive.put(archiveKey(prefix, name, at, shardId, first.kinesis.sequenceNumber, last.kinesis.sequenceNumber), body);
+    const texts = records.map((r) => Buffer.from(r.kinesis.data, 'base64').toString('utf8'));
+    const firstSeq = first.kinesis.sequenceNumber;
+    const lastSeq = lastRecord.kinesis.sequenceNumber;
+    if (layout === 'batch') {
+      await options.archive.put(archiveKey(prefix, name, at, shardId, firstSeq, lastSeq), texts.map((t) => `${t}\n`).join(''));
+      return { batchItemFailures: [] };
+    }
+    const groups = new Map<string, string[]>();
+    for (const t of texts) {
+      const f = folderOf(t);
+      const g = groups.get(f);
+      if (g) g.push(`${t}\n`);
+      else groups.set(f, [`${t}\n`]);
+    }
+    const prev = await previous(shardId, firstSeq);
+    // Table objects first, the marker last: a marker proves its batch's table objects are stored.
+    await Promise.all([...groups].map(([folder, lines]) => options.archive.put(archiveKey(`${prefix}${folder}`, name, at, shardId, firstSeq, lastSeq), lines.join(''))));
+    const tables = Object.fromEntries([...groups].map(([folder, lines]) => [folder, lines.length]));
+    await options.archive.put(`${prefix}${markerKey(shardId, firstSeq, lastSeq, prev)}`, JSON.stringify({ shard: shardId, firstSeq, lastSeq, prevSeq: prev, records: records.length, tables }));
+    last.set(shardId, lastSeq);
     return { batchItemFailures: [] };
   };
 }

@@ -26,7 +26,14 @@ import { startDynamoDbLocal, QUICK_START_JVM_OPTIONS } from './dynamodb.ts';
 import { LocalConfigError } from './errors.ts';
 import { startKinesalite } from './kinesis.ts';
 import { MetricsCollector } from './metrics.ts';
-import { CONTROL_TABLE, readState, takeLock } from './stack.ts';
+import { CONTROL_TABLE, WAREHOUSE_DATABASE, readState, takeLock } from './stack.ts';
+import pg from 'pg';
+import type { KinesisClient } from '@aws-sdk/client-kinesis';
+import type { ControlPlane } from '../lambda/core/control-plane.ts';
+import type { RebuildScheduler } from '../lambda/core/operator.ts';
+import { archivePayloadStore, FolderArchive } from './archive.ts';
+import { ReplayReader } from './replay.ts';
+import { Rebuilder } from './rebuild.ts';
 
 export interface OperatorDoor {
   /** Sends one operator payload; answers what the operator Lambda would. */
@@ -81,8 +88,47 @@ async function localLag(stateDir: string): Promise<Array<{ sink: string; lagMs: 
   }
 }
 
-/** Opens the operator on a state folder (see the module comment). */
-export async function openLocalOperator(stateDirOption: string): Promise<OperatorDoor> {
+/**
+ * The rebuild worker of a state folder (docs/rebuild.md): the folder's archive, its change log
+ * and the warehouse at `warehouseUrl`. The warehouse pool is opened on first use.
+ */
+export function localRebuilds(o: { control: ControlPlane; kinesis: KinesisClient; stream: string; archiveDir: string; warehouseUrl: string | null }): RebuildScheduler & { close(): Promise<void> } {
+  let pool: pg.Pool | undefined;
+  let rebuilder: Rebuilder | undefined;
+  const get = (): Rebuilder => {
+    if (!o.warehouseUrl) throw new LocalConfigError('cdc rebuild needs the warehouse: pass --warehouse URL (or run it while cdc local runs with its embedded warehouse)');
+    pool ??= new pg.Pool({ connectionString: o.warehouseUrl, max: 4 });
+    const archive = new FolderArchive(o.archiveDir);
+    return (rebuilder ??= new Rebuilder({ control: o.control, pool, reader: new ReplayReader({ archive, kinesis: o.kinesis, stream: o.stream, payloads: archivePayloadStore(archive) }) }));
+  };
+  const histories = new Map<string, Awaited<ReturnType<Rebuilder['check']>>>();
+  return {
+    async check(r) {
+      const out = await get().check(r);
+      histories.set(`${r.sink}|${r.source}|${r.table}`, out);
+      return { refusal: out.refusal };
+    },
+    async run(r) {
+      const checked = histories.get(`${r.sink}|${r.source}|${r.table}`) ?? (await get().check(r));
+      if (checked.refusal !== null) throw new LocalConfigError(`the rebuild of ${r.source}/${r.table} was not checked first: ${checked.refusal.reason}`);
+      const report = await get().run(r, checked.history);
+      const d = report.run.diff;
+      const what = r.rehearse ? 'rehearsal (not swapped)' : 'rebuilt and swapped in';
+      return {
+        message:
+          `${r.source}/${r.table} ${what} for sink ${r.sink}: ${report.run.events} events replayed (${report.run.archiveRecords} archive records, ${report.run.streamRecords} stream records read) in ${(report.run.durationMs / 1000).toFixed(1)} s, ` +
+          `caught up to ${report.run.caughtUpTo ?? '-'}; diff: ${d.missing} missing, ${d.extra} extra, ${d.changed} changed (kept in ${report.diffTable})`,
+        detail: { run: report.run, diffTable: report.diffTable, diff: report.diff.slice(0, 100), stats: report.stats, skipped: report.skipped, applyMs: report.applyMs, sleptMs: report.sleptMs },
+      };
+    },
+    async close() {
+      await pool?.end();
+    },
+  };
+}
+
+/** Opens the operator on a state folder (see the module comment). `warehouseUrl`: the sink's warehouse, for a rebuild. */
+export async function openLocalOperator(stateDirOption: string, options: { warehouseUrl?: string | null } = {}): Promise<OperatorDoor> {
   const stateDir = path.resolve(stateDirOption);
   const state = readState(path.join(stateDir, 'state.json'));
   if (!state) throw new LocalConfigError(`${stateDir} holds no cdc local state (no state.json): run cdc local there first, or pass --state-dir`);
@@ -109,8 +155,13 @@ export async function openLocalOperator(stateDirOption: string): Promise<Operato
     cleanups.push(async () => dynamo.destroy(), async () => kinesis.destroy());
     const summary = await kinesis.send(new DescribeStreamSummaryCommand({ StreamName: state.streams.changeLog }));
     const hours = summary.StreamDescriptionSummary?.RetentionPeriodHours ?? 24;
+    const control = new DynamoDbControlPlane(dynamo, CONTROL_TABLE);
+    const warehouseUrl = options.warehouseUrl ?? (running && state.ports.postgres ? `postgresql://postgres@127.0.0.1:${state.ports.postgres}/${WAREHOUSE_DATABASE}` : null);
+    const rebuilds = localRebuilds({ control, kinesis, stream: state.streams.changeLog, archiveDir: path.join(stateDir, 'archive'), warehouseUrl });
+    cleanups.push(() => rebuilds.close());
     const handler = createOperatorHandler({
-      control: new DynamoDbControlPlane(dynamo, CONTROL_TABLE),
+      control,
+      rebuilds,
       env: { [EnvName.CHANGE_LOG_RETENTION_MS]: String(hours * 3_600_000), [EnvName.PAUSE_BUDGETS]: process.env[EnvName.PAUSE_BUDGETS] },
       // The command prints the outcome itself (stdout stays clean for --json); the audit log keeps it.
       logger: { info: () => undefined, warn: () => undefined },

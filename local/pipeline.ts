@@ -228,7 +228,7 @@ export class LocalPipeline {
         batchWindowMs: 2000,
         consumer: 'archive',
         streamName: stack.streams.changeLog,
-        handler: createArchiveCopier({ archive: stack.archive }),
+        handler: createArchiveCopier({ archive: stack.archive, layout: 'by-table' }),
         onError: err('archive poller'),
       }),
       ...(searchPoller ? { search: searchPoller } : {}),

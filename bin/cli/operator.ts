@@ -40,6 +40,8 @@ Exit code: 0 done, 1 error, 2 usage error, 3 refused (the reason and what to do 
 
 interface DoorOptions {
   stateDir: string;
+  /** The sink's warehouse (cdc rebuild on a local state folder). */
+  warehouse?: string | null;
   stack: string | null;
   functionName: string | null;
   region: string | null;
@@ -137,7 +139,7 @@ export class OperatorCliError extends Error {
 
 /** Opens the door the options name. Exported for tests (which pass a door of their own). */
 export type DoorOpener = (door: DoorOptions, readOnly: boolean) => Promise<OperatorDoor>;
-export const defaultDoor: DoorOpener = (door, readOnly) => (door.stack || door.functionName ? awsDoor(door, readOnly) : openLocalOperator(door.stateDir));
+export const defaultDoor: DoorOpener = (door, readOnly) => (door.stack || door.functionName ? awsDoor(door, readOnly) : openLocalOperator(door.stateDir, { warehouseUrl: door.warehouse ?? null }));
 let opener: DoorOpener = defaultDoor;
 /** Replaces how doors are opened (tests: the operator handler in process, as the Lambda would run it). */
 export function setDoorOpener(next: DoorOpener | null): void {
@@ -320,6 +322,29 @@ export const auditCommand: Command = {
       else throw new UsageError(`--since expects an ISO-8601 time or a duration back from now (30m, 2h), got '${sinceText}'`);
     }
     return runRequest('audit', p, io, { action: 'audit', ...src(p), ...(typeof table === 'string' ? { table } : {}), ...(since ? { since } : {}) }, true);
+  },
+};
+
+export const rebuildCommand: Command = {
+  name: 'rebuild',
+  summary: 'rebuild one table of a sink from the archive and the change log into a shadow, diff it, swap it in',
+  async run(args, io) {
+    const p = parseArgs('rebuild', args, ['--sink', '--from', '--warehouse'], ['--rehearse']);
+    if (p.door.help) {
+      await write(
+        io.stdout,
+        `Usage: cdc rebuild TABLE [--sink ID] [--from POSITION] [--rehearse] [options]\n\nRebuilds the sink's changelog and mirror of TABLE into shadow objects by replaying the table's\nhistory (the archive first, then the change log) through the same apply code as live, catches\nup to the live position, diffs shadow against live (the diff is printed and kept in\n<schema>._cdc_rb_<table>_diff), then swaps the shadow in atomically: readers of the view see the\nold table or the new one, never a partial one. Other tables keep flowing. Refused when the history\nneeded is no longer complete (docs/rebuild.md lists the reasons).\n\n  --sink ID                  the sink to rebuild [default: the only sink that applies TABLE]\n  --from POSITION            replay from this position (24 hex digits) [default: the beginning]\n  --rehearse                 build and diff, do not swap; records the rebuild's duration\n  --warehouse URL            the sink's warehouse [default: cdc local's embedded one, while it runs]\n\n${DOOR_HELP}\n`,
+      );
+      return EXIT_OK;
+    }
+    const table = oneTable('rebuild', p.positional);
+    const sink = p.flags.get('--sink');
+    const from = p.flags.get('--from');
+    const warehouse = p.flags.get('--warehouse');
+    if (typeof from === 'string' && !/^[0-9a-f]{24}$/.test(from)) throw new UsageError(`--from expects a position of 24 lower-case hex digits, got '${from}'`);
+    if (typeof warehouse === 'string') p.door.warehouse = warehouse;
+    const request: OperatorRequest = { action: 'rebuild', ...src(p), table, ...(typeof sink === 'string' ? { sink } : {}), ...(typeof from === 'string' ? { from } : {}), rehearse: p.flags.get('--rehearse') === true };
+    return runRequest('rebuild', p, io, request, false);
   },
 };
 

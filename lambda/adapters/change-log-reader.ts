@@ -15,7 +15,7 @@ export interface LogRecord {
 }
 
 /** The shards of a stream, parents before children. */
-async function shardsInOrder(kinesis: KinesisClient, streamName: string): Promise<Shard[]> {
+export async function shardsInOrder(kinesis: KinesisClient, streamName: string): Promise<Shard[]> {
   const shards: Shard[] = [];
   let token: string | undefined;
   do {
@@ -58,5 +58,29 @@ export async function* readChangeLog(kinesis: KinesisClient, streamName: string,
       }
       iterator = page.NextShardIterator;
     }
+  }
+}
+
+/**
+ * One shard's records from a start onward, in pages, to the shard's tip (the replay reader's
+ * stream part, docs/rebuild.md): `at` reads from that sequence number (the record itself first,
+ * if the stream still holds it), `null` from the trim horizon.
+ */
+export async function* readShard(kinesis: KinesisClient, streamName: string, shardId: string, at: string | null, options: { pageSize?: number } = {}): AsyncGenerator<LogRecord[]> {
+  const start = await kinesis.send(
+    new GetShardIteratorCommand(at === null ? { StreamName: streamName, ShardId: shardId, ShardIteratorType: 'TRIM_HORIZON' } : { StreamName: streamName, ShardId: shardId, ShardIteratorType: 'AT_SEQUENCE_NUMBER', StartingSequenceNumber: at }),
+  );
+  let iterator = start.ShardIterator;
+  let empty = 0;
+  while (iterator) {
+    const page = await kinesis.send(new GetRecordsCommand({ ShardIterator: iterator, Limit: options.pageSize ?? 1000 }));
+    const records = page.Records ?? [];
+    if (records.length > 0) {
+      empty = 0;
+      yield records.map((r) => ({ shardId, sequenceNumber: r.SequenceNumber!, arrivedAt: r.ApproximateArrivalTimestamp ?? null, text: Buffer.from(r.Data ?? new Uint8Array()).toString('utf8') }));
+    } else if ((page.MillisBehindLatest ?? 0) === 0 || ++empty > 100) {
+      break; // at the tip of an open shard
+    }
+    iterator = page.NextShardIterator;
   }
 }

@@ -17,6 +17,7 @@
  * | `DEADLETTERS`               | `STAGE#<stage>`           | a stage that has dead letters (so all can be listed)   |
  * | `SOURCE#<source>`           | `SNAPSHOT#<table>`        | the table's snapshot run (state as JSON, `version`)    |
  * | `SNAPSHOT#<source>#<table>` | `RUN#<run>#C#<9 digits>`  | a completed snapshot chunk (docs/snapshot.md)          |
+ * | `REBUILD#<sink>`            | `<source>#<table>#<ISO time>#<id>` | a rebuild run (docs/rebuild.md; JSON in `body`) |
  *
  * The audit log is one partition, read in time order: it holds state changes, schema versions
  * and operator actions (never per-event traffic), far below one partition's write capacity.
@@ -72,6 +73,7 @@ import type {
   TableState,
 } from '../core/control-plane.ts';
 import { cutUtf8, DEAD_LETTER_RECORD_MAX_BYTES } from '../core/control-plane.ts';
+import type { RebuildRun } from '../core/control-plane.ts';
 
 type Item = Record<string, AttributeValue>;
 type Plain = Record<string, unknown>;
@@ -93,6 +95,7 @@ const key = {
   deadLetterStage: (stage: string) => ({ pk: ControlPartition.DEAD_LETTER_STAGES, sk: `STAGE#${stage}` }),
   snapshot: (source: string, table: string) => ({ pk: ControlPartition.source(source), sk: `SNAPSHOT#${table}` }),
   snapshotChunk: (source: string, table: string, run: string, index: number) => ({ pk: ControlPartition.snapshotChunks(source, table), sk: `RUN#${run}#C#${String(index).padStart(9, '0')}` }),
+  rebuild: (sink: string, source: string, table: string, at: string, id: string) => ({ pk: ControlPartition.rebuilds(sink), sk: `${source}#${table}#${sortableTime(at)}#${id}` }),
 };
 
 /** ISO-8601 in UTC with milliseconds, so that string order is time order whatever form the caller used. */
@@ -647,6 +650,25 @@ export class DynamoDbControlPlane implements ControlPlane {
   async listSnapshotChunks(source: string, table: string, run: string): Promise<SnapshotChunkRecord[]> {
     const items = await this.query({ pk: `SNAPSHOT#${source}#${table}`, skPrefix: `RUN#${run}#C#` });
     return items.map((i) => JSON.parse(String(i.body)) as SnapshotChunkRecord);
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // Rebuilds (docs/rebuild.md): one item per run, JSON in `body`, written with its audit entry.
+
+  async recordRebuild(run: RebuildRun, audit: AuditEntry): Promise<void> {
+    nonEmpty(run.sink, 'rebuild.sink');
+    nonEmpty(run.id, 'rebuild.id');
+    const outcome = await this.transact([
+      { Put: { TableName: this.tableName, Item: toItem({ ...key.rebuild(run.sink, run.source, run.table, run.startedAt, run.id), kind: 'rebuild', source: run.source, table: run.table, body: JSON.stringify(run) }), ConditionExpression: 'attribute_not_exists(pk)' } },
+      this.auditPut(audit),
+    ]);
+    if (!outcome.ok) throw transactionFailed('recordRebuild', outcome.reasons);
+  }
+
+  async listRebuilds(sink: string, source?: string, table?: string): Promise<RebuildRun[]> {
+    const prefix = source === undefined ? undefined : table === undefined ? `${source}#` : `${source}#${table}#`;
+    const items = await this.query({ pk: ControlPartition.rebuilds(sink), ...(prefix ? { skPrefix: prefix } : {}) });
+    return items.map((i) => JSON.parse(String(i.body)) as RebuildRun).sort((a, b) => (a.startedAt < b.startedAt ? -1 : a.startedAt > b.startedAt ? 1 : 0));
   }
 
   private async get(k: { pk: string; sk: string }): Promise<Plain | null> {

@@ -211,6 +211,12 @@ export interface TableBatch {
   events: readonly ChangeEvent[];
   /** Stamped as `_cdc_applied_at`. */
   appliedAt: Date;
+  /**
+   * The warehouse objects to write: the table's own (`warehouseTable(source, table)`) when
+   * absent; a rebuild's shadow objects (lambda/core/rebuild.ts `shadowTable`) to build them with
+   * this same code (docs/rebuild.md).
+   */
+  target?: WarehouseTable;
 }
 
 export interface TableApplyResult {
@@ -281,7 +287,7 @@ export class PgWarehouse {
 
   /** Applies one table's batch (see the module comment). */
   async applyTable(batch: TableBatch): Promise<TableApplyResult> {
-    const t = warehouseTable(batch.source, batch.table);
+    const t = batch.target ?? warehouseTable(batch.source, batch.table);
     const cacheKey = `${t.schema}.${t.view}`;
     const { key, data } = wantedColumns(batch);
     const all = distinctEvents(batch.events);

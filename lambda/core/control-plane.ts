@@ -175,6 +175,38 @@ export interface ControlPlane {
   completeSnapshotChunk(chunk: SnapshotChunkRecord, state: SnapshotState, expectedVersion: number): Promise<boolean>;
   /** The completed chunks of one run, in chunk order. */
   listSnapshotChunks(source: string, table: string, run: string): Promise<SnapshotChunkRecord[]>;
+  // ---- Rebuilds (docs/rebuild.md) ----
+  /** Records a rebuild run (rehearsal or swap: its duration, counts and diff summary) with its audit entry, in one transaction. */
+  recordRebuild(run: RebuildRun, audit: AuditEntry): Promise<void>;
+  /** One sink's rebuild runs, oldest first (of one table when given). */
+  listRebuilds(sink: string, source?: string, table?: string): Promise<RebuildRun[]>;
+}
+
+/** One rebuild of one table of one sink (docs/rebuild.md): what a rehearsal measures, what a swap did. */
+export interface RebuildRun {
+  /** Unique id (also in the diff table's `_cdc_rebuild` column). */
+  id: string;
+  sink: string;
+  source: string;
+  table: string;
+  /** `rehearsal` builds and diffs without swapping; `swap` replaces the live table. */
+  mode: 'rehearsal' | 'swap';
+  outcome: 'done' | 'failed';
+  startedAt: string;
+  finishedAt: string;
+  /** Wall time of the whole rebuild (ms), the number a rehearsal exists to measure. */
+  durationMs: number;
+  /** The history replayed: from (inclusive) and the position the shadow was caught up to. */
+  from: Position;
+  caughtUpTo: Position | null;
+  /** Events replayed into the shadow, and how many came from the archive and the stream. */
+  events: number;
+  archiveRecords: number;
+  streamRecords: number;
+  /** Differing keys between live and shadow by kind, and up to 20 sample keys (JSON text). */
+  diff: { missing: number; extra: number; changed: number; samples: string[] };
+  /** Why it failed, when it did. */
+  error: string | null;
 }
 
 /** An operator action's change to one table (see `ControlPlane.commitTableAction`). */

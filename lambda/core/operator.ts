@@ -22,10 +22,10 @@ import {
   type SnapshotStatus,
 } from './operator-decisions.ts';
 
-export type OperatorActionName = 'status' | 'pause' | 'resume' | 'resnapshot' | 'audit';
+export type OperatorActionName = 'status' | 'pause' | 'resume' | 'resnapshot' | 'audit' | 'rebuild';
 /** Actions that only read (what `grantReadStatus` allows). */
 export const READ_ONLY_ACTIONS: readonly OperatorActionName[] = ['status', 'audit'];
-export const OPERATOR_ACTIONS: readonly OperatorActionName[] = ['status', 'pause', 'resume', 'resnapshot', 'audit'];
+export const OPERATOR_ACTIONS: readonly OperatorActionName[] = ['status', 'pause', 'resume', 'resnapshot', 'audit', 'rebuild'];
 
 /** A table as `cdc status` shows it. */
 export interface TableStatus {
@@ -64,12 +64,25 @@ export type OperatorRequest =
   | { action: 'pause'; source?: string; table: string; durationMs: number; reason: string }
   | { action: 'resume'; source?: string; table: string; acceptSchema?: boolean }
   | { action: 'resnapshot'; source?: string; table: string; reason?: string }
-  | { action: 'audit'; source?: string; table?: string; since?: string };
+  | { action: 'audit'; source?: string; table?: string; since?: string }
+  | { action: 'rebuild'; source?: string; table: string; sink?: string; from?: string; rehearse?: boolean };
+
+/**
+ * The rebuild's entry point as the operator sees it (docs/rebuild.md; the `cdc local` door wires
+ * local/rebuild.ts). `check` decides whether the history needed is complete (a refusal is
+ * audited by the operator); `run` rebuilds and records the run with its own audit entry.
+ */
+export interface RebuildScheduler {
+  check(r: { source: string; table: string; sink: string; from?: string }): Promise<{ refusal: Refusal | null }>;
+  run(r: { source: string; table: string; sink: string; from?: string; rehearse: boolean; actor: string }): Promise<{ message: string; detail: Record<string, unknown> }>;
+}
 
 export interface OperatorDeps {
   control: ControlPlane;
   settings: OperatorSettings;
   snapshots: SnapshotScheduler;
+  /** The rebuild's entry point; without it a rebuild is refused (`REBUILD_NOT_AVAILABLE`), audited. */
+  rebuilds?: RebuildScheduler;
   /** @default () => new Date() */
   now?: () => Date;
 }
@@ -129,6 +142,8 @@ export class Operator {
         return this.resume(actor, request);
       case 'resnapshot':
         return this.resnapshot(actor, request);
+      case 'rebuild':
+        return this.rebuild(actor, request);
     }
   }
 
@@ -216,6 +231,41 @@ export class Operator {
     if (committed) return committed;
     await this.deps.snapshots.request(table.source, table.table, { reason, requestedBy: actor, at: this.now().toISOString() });
     return { outcome: 'done', action: 'resnapshot', source: table.source, table: table.table, message: `${table.source}/${table.table} marked needs-resnapshot; the snapshot is requested`, detail };
+  }
+
+  /**
+   * Rebuilds one table of one sink from the log into a shadow and swaps it in (or, rehearsing,
+   * only builds and diffs): docs/rebuild.md. Refused, audited, when the table is unknown, the
+   * sink is not named and the table has several, no rebuild entry point is wired, or the
+   * history needed is not complete.
+   */
+  async rebuild(actor: string, r: { source?: string; table: string; sink?: string; from?: string; rehearse?: boolean }): Promise<ActionResult> {
+    const rehearse = r.rehearse === true;
+    const detail: Record<string, unknown> = { sink: r.sink ?? null, from: r.from ?? null, rehearse };
+    const found = await this.find(actor, 'rebuild', r.source, r.table, detail);
+    if ('refused' in found) return found.refused;
+    const { table } = found;
+    const sinks = (await this.sinksOf(table)).map((p) => p.sink);
+    let sink = r.sink;
+    if (sink === undefined) {
+      if (sinks.length !== 1) {
+        return this.refuse(actor, 'rebuild', table.source, table.table, {
+          code: sinks.length === 0 ? 'NO_SINK_PROGRESS' : 'AMBIGUOUS_SINK',
+          reason: sinks.length === 0 ? `no sink has applied ${table.source}/${table.table}` : `${table.source}/${table.table} is applied by several sinks (${sinks.join(', ')})`,
+          hint: sinks.length === 0 ? 'a sink must have applied the table before it can be rebuilt' : 'name the sink with --sink',
+        }, detail);
+      }
+      sink = sinks[0]!;
+    }
+    detail.sink = sink;
+    if (!this.deps.rebuilds) {
+      return this.refuse(actor, 'rebuild', table.source, table.table, { code: 'REBUILD_NOT_AVAILABLE', reason: 'this operator door has no rebuild worker wired', hint: 'run cdc rebuild against the cdc local state folder (docs/rebuild.md)' }, detail);
+    }
+    const ask = { source: table.source, table: table.table, sink, ...(r.from !== undefined ? { from: r.from } : {}) };
+    const checked = await this.deps.rebuilds.check(ask);
+    if (checked.refusal) return this.refuse(actor, 'rebuild', table.source, table.table, checked.refusal, detail);
+    const done = await this.deps.rebuilds.run({ ...ask, rehearse, actor });
+    return { outcome: 'done', action: 'rebuild', source: table.source, table: table.table, message: done.message, detail: { ...detail, ...done.detail } };
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -331,6 +381,13 @@ export function parseOperatorPayload(value: unknown): OperatorPayload {
     case 'resnapshot':
       request = { action: 'resnapshot', source, table: field(o, 'table', 'string', true) as string, reason: field(o, 'reason', 'string', false) as string | undefined };
       break;
+    case 'rebuild': {
+      const sink = field(o, 'sink', 'string', false) as string | undefined;
+      const from = field(o, 'from', 'string', false) as string | undefined;
+      const rehearse = (field(o, 'rehearse', 'boolean', false) as boolean | undefined) ?? false;
+      request = { action: 'rebuild', source, table: field(o, 'table', 'string', true) as string, ...(sink !== undefined ? { sink } : {}), ...(from !== undefined ? { from } : {}), rehearse };
+      break;
+    }
   }
   return { request, actor };
 }

@@ -16,7 +16,7 @@ import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import type { ControlPlane } from '../core/control-plane.ts';
 import { CdcError } from '../core/errors.ts';
 import type { OperatorSettings } from '../core/operator-decisions.ts';
-import { controlPlaneSnapshots, Operator, OPERATOR_ACTIONS, serveOperator, type OperatorActionName, type OperatorResponse } from '../core/operator.ts';
+import { controlPlaneSnapshots, Operator, OPERATOR_ACTIONS, serveOperator, type OperatorActionName, type OperatorResponse, type RebuildScheduler } from '../core/operator.ts';
 
 const logger = new Logger({ serviceName: process.env[EnvName.POWERTOOLS_SERVICE_NAME] ?? 'cdc-operator' });
 
@@ -52,10 +52,11 @@ export function operatorSettingsFrom(env: NodeJS.ProcessEnv): { settings: Operat
 }
 
 /** The handler over explicit dependencies (tests invoke it in process with the CLI's payloads). */
-export function createOperatorHandler(deps: { control: ControlPlane; env: NodeJS.ProcessEnv; logger?: Pick<Logger, 'info' | 'warn'> }): (payload: unknown) => Promise<OperatorResponse> {
+export function createOperatorHandler(deps: { control: ControlPlane; env: NodeJS.ProcessEnv; logger?: Pick<Logger, 'info' | 'warn'>; rebuilds?: RebuildScheduler }): (payload: unknown) => Promise<OperatorResponse> {
   const { settings, allowed } = operatorSettingsFrom(deps.env);
   const log = deps.logger ?? logger;
-  const operator = new Operator({ control: deps.control, settings, snapshots: controlPlaneSnapshots(deps.control) });
+  // A rebuild needs the warehouse and the archive: the cdc local door wires it (docs/rebuild.md); without it a rebuild is refused, audited.
+  const operator = new Operator({ control: deps.control, settings, snapshots: controlPlaneSnapshots(deps.control), ...(deps.rebuilds ? { rebuilds: deps.rebuilds } : {}) });
   return async (payload) => {
     const response = await serveOperator(operator, payload, allowed);
     if (response.ok && 'outcome' in response.result) log.info('operator action', { outcome: response.result.outcome, action: response.result.action, table: response.result.table });

@@ -172,27 +172,7 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
     return v;
   }
 
-  /** Refuses names that are not plain identifiers or not columns of the event's schema version. */
-  function checkColumns(e: ChangeEvent, schema: SchemaVersion): void {
-    const known = new Set(schema.columns.map((c) => c.name));
-    const check = (name: string, where: string): void => {
-      assertSourceColumn(name, e.table);
-      if (!known.has(name)) throw new UnsafeIdentifierError(name, `${where} names a column that is not in schema version ${schema.version} of ${e.source}/${e.table}`);
-    };
-    for (const k of Object.keys(e.key)) check(k, 'key');
-    for (const c of Object.keys(e.after ?? {})) check(c, 'after');
-    for (const c of e.missing) check(c, 'missing');
-    if (e.op === 'truncate') {
-      // A truncate is table-level: no key, no images (docs/truncate.md).
-      if (Object.keys(e.key).length > 0 || e.before !== null) throw new InvalidRecordError('key', `a truncate of ${e.table} carries no key and no before image`);
-      return;
-    }
-    const keyCols = Object.keys(e.key).sort();
-    const want = [...schema.key].sort();
-    if (keyCols.length !== want.length || keyCols.some((k, i) => k !== want[i])) {
-      throw new InvalidRecordError('key', `expected the primary key (${want.join(', ')}) of ${e.table} schema version ${schema.version}, got (${keyCols.join(', ')})`);
-    }
-  }
+  const checkColumns = checkEventColumns;
 
   async function applyRecords(records: readonly ChangeRecord[], options: ApplyOptions = {}): Promise<BatchOutcome> {
     const appliedAt = now();
@@ -420,6 +400,31 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
   }
 
   return { applyRecords, handler, warehouse };
+}
+
+/**
+ * Refuses names that are not plain identifiers or not columns of the event's schema version
+ * (the applier's check of every event; the rebuild checks replayed events with it too).
+ */
+export function checkEventColumns(e: ChangeEvent, schema: SchemaVersion): void {
+  const known = new Set(schema.columns.map((c) => c.name));
+  const check = (name: string, where: string): void => {
+    assertSourceColumn(name, e.table);
+    if (!known.has(name)) throw new UnsafeIdentifierError(name, `${where} names a column that is not in schema version ${schema.version} of ${e.source}/${e.table}`);
+  };
+  for (const k of Object.keys(e.key)) check(k, 'key');
+  for (const c of Object.keys(e.after ?? {})) check(c, 'after');
+  for (const c of e.missing) check(c, 'missing');
+  if (e.op === 'truncate') {
+    // A truncate is table-level: no key, no images (docs/truncate.md).
+    if (Object.keys(e.key).length > 0 || e.before !== null) throw new InvalidRecordError('key', `a truncate of ${e.table} carries no key and no before image`);
+    return;
+  }
+  const keyCols = Object.keys(e.key).sort();
+  const want = [...schema.key].sort();
+  if (keyCols.length !== want.length || keyCols.some((k, i) => k !== want[i])) {
+    throw new InvalidRecordError('key', `expected the primary key (${want.join(', ')}) of ${e.table} schema version ${schema.version}, got (${keyCols.join(', ')})`);
+  }
 }
 
 /** Best effort: the source and table a record that failed validation is about. */

@@ -135,6 +135,19 @@ describe('the CLI → operator API path (the Lambda handler in process, JSON in 
     expect(pause.err).toMatch(/refused \(ACTION_NOT_ALLOWED\): this operator function serves only status, audit/);
   });
 
+  it('cdc rebuild through a door without a rebuild worker (the operator Lambda): refused with exit 3 and audited; bad --from is a usage error', async () => {
+    setDoorOpener(door());
+    const refused = await run('rebuild', 'public.orders', '--sink', 'warehouse', '--function', 'cdc-operator', '--json');
+    expect(refused.code).toBe(3);
+    expect(refused.err).toMatch(/^cdc rebuild: refused \(REBUILD_NOT_AVAILABLE\): this operator door has no rebuild worker wired/);
+    expect(JSON.parse(refused.out)).toMatchObject({ outcome: 'refused', action: 'rebuild', code: 'REBUILD_NOT_AVAILABLE' });
+    const audit = (JSON.parse((await run('audit', '--json', '--function', 'cdc-operator')).out) as AuditEntry[]).filter((e) => e.action === 'rebuild');
+    expect(audit.at(-1)).toMatchObject({ table: 'public.orders', outcome: 'refused', detail: { code: 'REBUILD_NOT_AVAILABLE', sink: 'warehouse', rehearse: false } });
+    expect((await run('rebuild', 'public.orders', '--from', 'yesterday', '--function', 'cdc-operator')).code).toBe(2);
+    const help = await run('rebuild', '--help');
+    expect(help.out).toMatch(/^Usage: cdc rebuild TABLE \[--sink ID\] \[--from POSITION\] \[--rehearse\]/);
+  });
+
   it('answers a malformed payload with an error naming the field', async () => {
     const handler = createOperatorHandler({ control: cp, env: { [EnvName.CHANGE_LOG_RETENTION_MS]: '1000' }, logger: quiet });
     expect(await handler({ actor: 'x', request: { action: 'pause', table: 'public.orders', durationMs: -5, reason: 'r' } })).toEqual({ ok: false, error: { code: 'INVALID_REQUEST', message: 'request.durationMs must be a positive number of milliseconds, got -5' } });

@@ -22,6 +22,7 @@ import type {
   TableRecord,
   TableState,
 } from '../../lambda/core/control-plane.ts';
+import type { RebuildRun } from '../../lambda/core/control-plane.ts';
 import { CdcError } from '../../lambda/core/errors.ts';
 import type { SnapshotChunkRecord, SnapshotState } from '../../lambda/core/snapshot.ts';
 import { assertPosition, type Position } from '../../lambda/core/position.ts';
@@ -38,6 +39,7 @@ export class MemoryControlPlane implements ControlPlane {
   private readonly deadLetters: DeadLetter[] = [];
   private readonly snapshots = new Map<string, SnapshotState>();
   private readonly snapshotChunks = new Map<string, SnapshotChunkRecord>();
+  private readonly rebuilds: RebuildRun[] = [];
   /** Calls per method name, for tests that care how often the applier asks. */
   readonly calls = new Map<string, number>();
 
@@ -258,5 +260,18 @@ export class MemoryControlPlane implements ControlPlane {
 
   async listSnapshotChunks(source: string, table: string, run: string): Promise<SnapshotChunkRecord[]> {
     return [...this.snapshotChunks.values()].filter((c) => c.source === source && c.table === table && c.run === run).sort((a, b) => a.index - b.index).map(copy);
+  }
+
+  async recordRebuild(run: RebuildRun, audit: AuditEntry): Promise<void> {
+    if (this.rebuilds.some((r) => r.sink === run.sink && r.id === run.id)) throw new CdcError('INVALID_ARGUMENT', `rebuild ${run.id} of sink ${run.sink} is already recorded`);
+    this.rebuilds.push(copy(run));
+    this.audit.push(copy(audit));
+  }
+
+  async listRebuilds(sink: string, source?: string, table?: string): Promise<RebuildRun[]> {
+    return this.rebuilds
+      .filter((r) => r.sink === sink && (source === undefined || r.source === source) && (table === undefined || r.table === table))
+      .sort((a, b) => (a.startedAt < b.startedAt ? -1 : a.startedAt > b.startedAt ? 1 : 0))
+      .map(copy);
   }
 }

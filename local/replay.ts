@@ -1,0 +1,231 @@
+/**
+ * The replay reader (docs/rebuild.md): one table's change events from a position onward, from
+ * the archive first (through the one archive interface: a folder or S3) and then from the
+ * change-log stream, in position order, each event once, up to a target position. Decisions
+ * (layouts, continuity, merge) are in lambda/core/replay.ts; this module only reads.
+ *
+ * What it reads for table T of source S:
+ * - by-table layout: the keys of `tables/S/T/`, `tables/_other/` and `batches/` (names only),
+ *   then the objects of `tables/S/T/` and `tables/_other/`; other tables' objects are never read;
+ * - batch layout (archives written before the by-table layout, and Firehose's default): every
+ *   object, filtered to T;
+ * - the stream: per shard from the archive's last archived record of that shard
+ *   (`AT_SEQUENCE_NUMBER`, which also proves there is no hole between them), or from the trim
+ *   horizon when nothing of the shard is archived.
+ * Objects written by Firehose are gzip: a body that starts with gzip's magic bytes is unzipped.
+ */
+import { gunzipSync } from 'node:zlib';
+import type { KinesisClient } from '@aws-sdk/client-kinesis';
+import { readShard, shardsInOrder, type LogRecord } from '../lambda/adapters/change-log-reader.ts';
+import { compareSequenceNumbers } from '../lambda/core/apply-plan.ts';
+import { CdcError } from '../lambda/core/errors.ts';
+import { validateChangeEvent, type ChangeEvent } from '../lambda/core/event.ts';
+import { isClaimCheck, resolveClaim, validateClaimCheck, type PayloadStore } from '../lambda/core/payload-store.ts';
+import {
+  MARKER_FOLDER,
+  OTHER_FOLDER,
+  checkMarkerChain,
+  checkStreamJunction,
+  historyGaps,
+  mergeReplay,
+  parseArchivedObject,
+  parseMarker,
+  tableFolder,
+  type ArchivedObject,
+  type ReplayRange,
+  type ShardCoverage,
+} from '../lambda/core/replay.ts';
+import type { Archive } from './archive.ts';
+
+export interface ReplayReaderOptions {
+  archive: Archive;
+  /** The archive copier's key prefix. @default 'change-log/' */
+  prefix?: string;
+  kinesis: KinesisClient;
+  /** The change-log stream. */
+  stream: string;
+  /** Where events stored out of line are read back (claim checks; docs/large-records.md). */
+  payloads?: PayloadStore;
+}
+
+/** What a replay read, for the report and the bench. */
+export interface ReplayStats {
+  /** Archive objects read (GET) and their bytes. */
+  objectsRead: number;
+  bytesRead: number;
+  /** Archive keys listed (names only). */
+  keysListed: number;
+  /** Batch-layout objects read whole because the archive predates the by-table layout. */
+  legacyObjects: number;
+  /** Records read from the archive and from the stream, and the table's events among them. */
+  archiveRecords: number;
+  streamRecords: number;
+  /** Events of the range after deduplication. */
+  events: number;
+  /** Lines that are not valid change events (already dead letters when they were live): skipped. */
+  invalid: number;
+  /** Per shard, where the stream was read from: the archive's last record, or the trim horizon. */
+  shards: Array<{ shard: string; archivedThrough: string | null; streamRecords: number }>;
+}
+
+/** What the archive proves about the table's history (before any object is read). */
+export interface HistoryCheck {
+  coverage: Map<string, ShardCoverage>;
+  /** Why the history from the table's beginning is not complete (empty: it is). */
+  gaps: string[];
+  /** Data objects of the table (by-table and `_other`) and the batch-layout objects. */
+  objects: ArchivedObject[];
+  keysListed: number;
+}
+
+function parseLines(body: Buffer): string[] {
+  const text = (body.length > 2 && body[0] === 0x1f && body[1] === 0x8b ? gunzipSync(body) : body).toString('utf8');
+  return text.split('\n').filter((l) => l.length > 0);
+}
+
+export class ReplayReader {
+  private readonly prefix: string;
+
+  constructor(private readonly o: ReplayReaderOptions) {
+    this.prefix = o.prefix ?? 'change-log/';
+  }
+
+  /** Lists what the archive holds for the table and checks its chain (throws `ReplayHoleError`). */
+  async checkHistory(source: string, table: string): Promise<HistoryCheck> {
+    const rel = (k: string): string => k.slice(this.prefix.length);
+    const [mine, other, markers, years] = await Promise.all([
+      this.o.archive.list(this.prefix + tableFolder(source, table)),
+      this.o.archive.list(this.prefix + OTHER_FOLDER),
+      this.o.archive.list(this.prefix + MARKER_FOLDER),
+      // Batch-layout objects live under year folders (2xxx/…).
+      this.o.archive.list(`${this.prefix}2`),
+    ]);
+    const objects: ArchivedObject[] = [];
+    for (const k of [...mine, ...other, ...years]) {
+      const obj = parseArchivedObject(rel(k));
+      if (obj) objects.push(obj);
+    }
+    const parsed = markers.map((k) => parseMarker(rel(k))).filter((m) => m !== null);
+    const coverage = checkMarkerChain(parsed);
+    return { coverage, gaps: historyGaps(coverage), objects, keysListed: mine.length + other.length + markers.length + years.length };
+  }
+
+  /**
+   * Reads the range (see the module comment). Throws `ReplayHoleError` when the archive and the
+   * stream do not join up.
+   */
+  async read(range: ReplayRange, history?: HistoryCheck): Promise<{ events: ChangeEvent[]; stats: ReplayStats; resume: Map<string, string | null> }> {
+    const h = history ?? (await this.checkHistory(range.source, range.table));
+    const stats: ReplayStats = { objectsRead: 0, bytesRead: 0, keysListed: h.keysListed, legacyObjects: 0, archiveRecords: 0, streamRecords: 0, events: 0, invalid: 0, shards: [] };
+    const fromArchive: ChangeEvent[] = [];
+    // Highest archived sequence number per shard: markers prove the by-table layout's; batch-layout objects name theirs.
+    const archivedLast = new Map<string, string>();
+    for (const [shard, c] of h.coverage) archivedLast.set(shard, c.lastSeq);
+    for (const obj of h.objects) {
+      if (obj.layout !== 'batch') continue;
+      stats.legacyObjects++;
+      const had = archivedLast.get(obj.shard);
+      if (had === undefined || compareSequenceNumbers(obj.lastSeq, had) > 0) archivedLast.set(obj.shard, obj.lastSeq);
+    }
+    for (const obj of h.objects) {
+      const body = await this.o.archive.get(this.prefix + obj.key);
+      stats.objectsRead++;
+      stats.bytesRead += body.length;
+      for (const line of parseLines(body)) {
+        stats.archiveRecords++;
+        const e = await this.event(line, range);
+        if (e === 'invalid') stats.invalid++;
+        else if (e) fromArchive.push(e);
+      }
+    }
+    const start = new Map<string, string | null>();
+    for (const shard of await shardsInOrder(this.o.kinesis, this.o.stream)) start.set(shard.ShardId!, archivedLast.get(shard.ShardId!) ?? null);
+    const tail = await this.readStream(range, start, stats);
+    const events = mergeReplay([fromArchive, tail.events], range);
+    stats.events = events.length;
+    return { events, stats, resume: tail.resume };
+  }
+
+  /**
+   * The stream part: per shard from `start` (a sequence number the stream must still hold: the
+   * junction is checked; null: the trim horizon) to the shard's tip. Returns the range's events
+   * and where each shard ended (the next call's `start`, for a catch-up).
+   */
+  async readStream(range: ReplayRange, start: ReadonlyMap<string, string | null>, stats?: ReplayStats): Promise<{ events: ChangeEvent[]; resume: Map<string, string | null> }> {
+    const out: ChangeEvent[] = [];
+    const resume = new Map<string, string | null>();
+    for (const shard of await shardsInOrder(this.o.kinesis, this.o.stream)) {
+      const id = shard.ShardId!;
+      const at = start.get(id) ?? null;
+      let first = true;
+      let n = 0;
+      let lastSeen = at;
+      const closed = shard.SequenceNumberRange?.EndingSequenceNumber !== undefined;
+      let pages: AsyncIterable<LogRecord[]> = readShard(this.o.kinesis, this.o.stream, id, at);
+      if (at !== null) pages = junctionSafe(pages, () => checkStreamJunction(id, at, null, closed));
+      for await (const page of pages) {
+        for (const r of page) {
+          if (first && at !== null) checkStreamJunction(id, at, r.sequenceNumber, closed);
+          first = false;
+          lastSeen = r.sequenceNumber;
+          if (at !== null && compareSequenceNumbers(r.sequenceNumber, at) <= 0) continue;
+          n++;
+          const e = await this.event(r.text, range);
+          if (e === 'invalid') {
+            if (stats) stats.invalid++;
+          } else if (e) out.push(e);
+        }
+      }
+      if (first && at !== null) checkStreamJunction(id, at, null, closed);
+      resume.set(id, lastSeen);
+      if (stats) {
+        stats.streamRecords += n;
+        stats.shards.push({ shard: id, archivedThrough: at, streamRecords: n });
+      }
+    }
+    return { events: mergeReplay([out], range), resume };
+  }
+
+  /** The line's event if it belongs to the range's table (null if another table's, 'invalid' if not an event). */
+  private async event(line: string, range: ReplayRange): Promise<ChangeEvent | null | 'invalid'> {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(line);
+    } catch {
+      return 'invalid';
+    }
+    const about = parsed as { source?: unknown; table?: unknown };
+    if (about === null || typeof about !== 'object' || about.source !== range.source || about.table !== range.table) return null;
+    if (isClaimCheck(parsed)) {
+      // An event stored out of line: read back whole; a store that cannot give it stops the replay (never skipped).
+      const claim = validateClaimCheck(parsed);
+      if (!this.o.payloads) throw new CdcError('PAYLOAD_STORE_MISSING', `the replay of ${range.source}/${range.table} needs the payload store to read ${claim.claim.ref}`);
+      parsed = JSON.parse(await resolveClaim(this.o.payloads, claim));
+    }
+    try {
+      return validateChangeEvent(parsed);
+    } catch (err) {
+      if (err instanceof CdcError) return 'invalid';
+      throw err;
+    }
+  }
+}
+
+/**
+ * A stream that refuses the start sequence number (`InvalidArgumentException`: it is not a
+ * record of this shard, e.g. the stream was re-created) no longer holds the archive's last
+ * record: `onMissing` names the hole.
+ */
+async function* junctionSafe(pages: AsyncIterable<LogRecord[]>, onMissing: () => void): AsyncGenerator<LogRecord[]> {
+  const it = pages[Symbol.asyncIterator]();
+  let first: IteratorResult<LogRecord[]>;
+  try {
+    first = await it.next();
+  } catch (err) {
+    if ((err as { name?: unknown }).name === 'InvalidArgumentException') onMissing();
+    throw err;
+  }
+  if (first.done) return;
+  yield first.value;
+  for (let r = await it.next(); !r.done; r = await it.next()) yield r.value;
+}
