@@ -25,6 +25,7 @@ import {
   snapshotPending,
   snapshotPosition,
   SnapshotRefusedError,
+  sweepRecord,
   BootstrapGapError,
   type ChunkRead,
   type KeyCursor,
@@ -217,6 +218,10 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
         ahead = { after: keyOf(endKey), limit: decision.chunkSize, read: r };
       }
       const records = chunkRecords(o.source, shape, read, o.rules);
+      // A re-snapshot's last chunk carries the sweep (docs/snapshot.md, "Re-snapshot"), published
+      // with it before the run is recorded done: a crash before that publishes it again, at the
+      // same position (a replayed truncate changes nothing).
+      if (finished && state!.reason === 'resnapshot') records.push(sweepRecord(o.source, o.table, state!.firstLowWatermark ?? read.lowWatermark, read.readAt));
       if (records.length > 0) await o.publish(records);
       const at = now();
       const chunk: SnapshotChunkRecord = {

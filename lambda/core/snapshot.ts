@@ -213,6 +213,34 @@ export function snapshotPosition(lowWatermark: string): Position {
   return l0 === 0n ? makePosition(0n, 0) : makePosition(l0 - 1n, 0xffffffff);
 }
 
+/**
+ * The position of a re-snapshot's sweep (docs/snapshot.md, "Re-snapshot"): just below the
+ * position of the run's first chunk rows (`snapshotPosition(firstLowWatermark)`), so it sorts
+ * above every change committed before the run's first low watermark and below every row and
+ * change the run or the stream delivers after it.
+ */
+export function sweepPosition(firstLowWatermark: string): Position {
+  const l0 = parseLsn(firstLowWatermark, 'firstLowWatermark');
+  if (l0 === 0n) throw new CdcError('INVALID_ARGUMENT', 'a sweep needs a low watermark above 0/0');
+  return makePosition(l0 - 1n, 0xfffffffe);
+}
+
+/**
+ * The record that closes a re-snapshot: a `truncate` of the table at `sweepPosition`, with xid
+ * `"0"` like every record the snapshot worker writes (the decoder marks it `capture: "snapshot"`).
+ * The sinks already apply a truncate by position (docs/truncate.md): every key they hold below
+ * the sweep becomes a tombstone (or is removed in hard-delete mode), and nothing below it writes
+ * again. Every key the re-snapshot read, and every change after its first low watermark, is
+ * above the sweep and stays. What goes is exactly what the sink still holds from before the
+ * run and the source no longer has: keys deleted while history was lost.
+ */
+export function sweepRecord(source: string, table: string, firstLowWatermark: string, at: string): SlotRecord {
+  const position = sweepPosition(firstLowWatermark);
+  const commitLsn = formatLsn(BigInt(`0x${position.slice(0, 16)}`));
+  const index = Number.parseInt(position.slice(16), 16);
+  return buildSlotRecord({ source, xid: '0', commitLsn, commitTs: at }, index, { table, op: 'truncate', columns: null, oldKey: null, unchanged: [] }, []);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Rows to records
 

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { chunkCopyQuery, chunkQuery, chunkRecords, cursorAfter, encodeChunkRecords, formatEta, parseCopyText, rowToColumns, snapshotPosition, SnapshotTableError, type ChunkRead, type SnapshotTableShape } from '../../lambda/core/snapshot.ts';
 import { AdaptivePacer, budgetRatio, DEFAULT_SOURCE_BUDGET, FixedPacer } from '../../lambda/core/snapshot-pacer.ts';
 import { bootstrapFromCopy, planSnapshots, requestSnapshot, runTableSnapshot, type SnapshotReader } from '../../lambda/core/snapshot-worker.ts';
-import { BootstrapGapError } from '../../lambda/core/snapshot.ts';
+import { BootstrapGapError, sweepPosition } from '../../lambda/core/snapshot.ts';
 import { makePosition } from '../../lambda/core/position.ts';
 import { maskValue, NO_COLUMN_RULES } from '../../lambda/core/masking.ts';
 import { decodeSlotRecord } from '../../lambda/core/slot-decoder.ts';
@@ -292,8 +292,41 @@ describe('requests, runs and resume', () => {
       { at: new Date().toISOString(), actor: 't', action: 'register', source: 's', table: 'public.t', outcome: 'done', detail: {} },
     );
     await requestSnapshot(control, { source: 's', table: 'public.t', reason: 'resnapshot', actor: 'op' });
-    expect(await runTableSnapshot({ control, reader: memoryReader(rows), publish: async () => undefined, pacer: fixed, source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w' })).toBe('done');
+    // The last chunk fails once after its records were published: the retry publishes the sweep again, at the same position.
+    const published: SlotRecord[][] = [];
+    let failOnce = true;
+    const publish = async (recs: SlotRecord[]) => {
+      published.push(recs);
+      if (recs.some((r) => r.op === 'truncate') && failOnce) {
+        failOnce = false;
+        throw new Error('stream unavailable');
+      }
+    };
+    await expect(runTableSnapshot({ control, reader: memoryReader(rows), publish, pacer: fixed, source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w' })).rejects.toThrow('stream unavailable');
+    expect(await runTableSnapshot({ control, reader: memoryReader(rows), publish, pacer: fixed, source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w' })).toBe('done');
     expect((await control.getTable('s', 'public.t'))!.state).toBe('active');
+    const run = (await control.getSnapshot('s', 'public.t'))!;
+    const sweeps = published.flat().filter((r) => r.op === 'truncate');
+    expect(sweeps).toHaveLength(2);
+    for (const sw of sweeps) {
+      expect(makePosition(sw.commitLsn, sw.index)).toBe(sweepPosition(run.firstLowWatermark!));
+      expect(sw.xid).toBe('0');
+      const d = decodeSlotRecord(JSON.parse(JSON.stringify(sw)));
+      expect(d.kind === 'changes' && d.changes[0]).toMatchObject({ op: 'truncate', capture: 'snapshot', txId: null });
+    }
+    // The sweep is the last record of the last chunk; every chunk row sorts above it.
+    expect(published.at(-1)!.at(-1)!.op).toBe('truncate');
+    const chunkRows = published.flat().filter((r) => r.op === 'snapshot');
+    expect(chunkRows.every((r) => makePosition(r.commitLsn, r.index) > sweepPosition(run.firstLowWatermark!))).toBe(true);
+  });
+
+  it('a first snapshot publishes no sweep (only a re-snapshot has stale keys to remove)', async () => {
+    const control = new MemoryControlPlane();
+    await requestSnapshot(control, { source: 's', table: 'public.t', reason: 'initial', actor: 'planner' });
+    const published: SlotRecord[] = [];
+    expect(await runTableSnapshot({ control, reader: memoryReader(rows), publish: async (recs) => void published.push(...recs), pacer: fixed, source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w' })).toBe('done');
+    expect(published.filter((r) => r.op !== 'snapshot')).toEqual([]);
+    expect(published).toHaveLength(23);
   });
 
   it('bootstrap from a trusted copy: accepted when the log reaches back to the copy, refused with a named error otherwise', async () => {
