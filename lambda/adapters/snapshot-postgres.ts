@@ -167,7 +167,11 @@ export class PostgresSnapshotReader implements SnapshotReader {
     await read.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
     try {
       // The transaction's snapshot is taken by its first statement: this one, after the fence.
-      const at = await read.query<{ at: string; replica: boolean }>({ text: `SELECT to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at, pg_is_in_recovery() AS replica` });
+      const at = await read.query<{ at: string; replica: boolean; replay: string | null; lag: string | null }>({
+        text: `SELECT to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at, pg_is_in_recovery() AS replica,
+                      pg_last_wal_replay_lsn()::text AS replay,
+                      CASE WHEN pg_is_in_recovery() THEN round(extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1000)::text END AS lag`,
+      });
       const parts: Buffer[] = [];
       for await (const part of read.query(copyTo(sql))) parts.push(part as Buffer);
       await read.query('COMMIT');
@@ -179,6 +183,8 @@ export class PostgresSnapshotReader implements SnapshotReader {
         fenceWaitMs,
         readMs: performance.now() - t0,
         fromReplica: Boolean(at.rows[0]!.replica),
+        replayLsn: at.rows[0]!.replica ? at.rows[0]!.replay : null,
+        replicaLagMs: at.rows[0]!.replica && at.rows[0]!.lag !== null ? Math.max(0, Number(at.rows[0]!.lag)) : null,
       };
     } catch (e) {
       await read.query('ROLLBACK').catch(() => undefined);

@@ -239,11 +239,12 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
         readMs: Math.round(read.readMs),
         fenceWaitMs: Math.round(read.fenceWaitMs),
         fromReplica: read.fromReplica,
+        ...(read.fromReplica ? { replayLsn: read.replayLsn ?? null, replicaLagMs: read.replicaLagMs ?? null } : {}),
         status: 'published',
         completedAt: at.toISOString(),
       };
       const throttle: ThrottleState = read.fenceWaitMs > 1000 ? 'fenced' : decision.state;
-      let next: SnapshotState = { ...afterChunk(state!, chunk, at.getTime() - last, at, leaseMs), throttle, chunkSize: limit };
+      let next: SnapshotState = { ...afterChunk(state!, chunk, at.getTime() - last, at, leaseMs), throttle, chunkSize: limit, readFrom: read.fromReplica ? 'replica' : 'primary', replicaLagMs: read.fromReplica ? (read.replicaLagMs ?? null) : null };
       last = at.getTime();
       if (finished) next = { ...next, status: 'done', finishedAt: at.toISOString(), etaSeconds: 0, estimatedRows: next.rowsDone, throttle: 'idle', owner: null, leaseUntil: 0 };
       if (!(await o.control.completeSnapshotChunk(chunk, next, state!.version))) return 'lost-lease';

@@ -304,6 +304,14 @@ export interface ChunkRead {
   readMs: number;
   /** True when the rows were read from a read replica. */
   fromReplica: boolean;
+  /**
+   * On a replica: how far it had replayed when the chunk's snapshot was taken (`X/Y`, at or past
+   * the low watermark: the fence waited for that) and its replay lag as PostgreSQL estimates it
+   * (`now() − pg_last_xact_replay_timestamp()`, ms; it grows while the primary is idle). Null on
+   * the primary. @default null
+   */
+  replayLsn?: string | null;
+  replicaLagMs?: number | null;
 }
 
 /**
@@ -432,6 +440,9 @@ export interface SnapshotState {
   chunkSize: number;
   /** Low watermark of the first chunk: the run's epoch start. */
   firstLowWatermark: string | null;
+  /** Where the last chunk was read (`replica`: a read replica) and, there, the replica's replay lag, ms. @default primary */
+  readFrom?: 'primary' | 'replica';
+  replicaLagMs?: number | null;
   /** The worker that holds the run and until when (epoch ms); another worker may take over after. */
   owner: string | null;
   leaseUntil: number;
@@ -458,6 +469,9 @@ export interface SnapshotChunkRecord {
   readMs: number;
   fenceWaitMs: number;
   fromReplica: boolean;
+  /** On a replica, its replay position and lag when the chunk was read (see `ChunkRead`). */
+  replayLsn?: string | null;
+  replicaLagMs?: number | null;
   status: 'published';
   completedAt: string;
 }
