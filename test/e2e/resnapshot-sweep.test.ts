@@ -115,8 +115,8 @@ describe('re-snapshot after a gap, into the warehouse', () => {
 
         // Late redeliveries (the pre-gap load, the chunk rows, the sweep again) change nothing.
         // They go through the applier that applied the sweep: an applier that cached the table's
-        // sink shape before the truncations table existed does not see its guard yet (reported
-        // to the warehouse apply path's owners; the same holds for a captured TRUNCATE).
+        // sink shape before the truncations table existed does not apply its guard yet (a limit
+        // of the warehouse applier's shape cache that a captured TRUNCATE shares).
         await p.apply(preGap.slice(0, 30), 1);
         await p.apply([...sweep, ...preGap.slice(30), ...snapshotted.slice(0, 10)], 1);
         expect(await sink()).toEqual(await source());
