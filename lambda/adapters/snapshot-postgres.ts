@@ -7,21 +7,20 @@
  * 2. on the read endpoint (the primary or a replica): wait until no transaction with an id ≤ X
  *    that may have written this database is still running (every transaction whose commit
  *    record precedes L0 is then visible) and, on a replica, until it has replayed past L0;
- * 3. read the chunk in a REPEATABLE READ READ ONLY transaction (one statement: the snapshot is
- *    taken after step 2), keyset query from lambda/core/snapshot.ts, values as the types'
- *    output text (no client-side parsing), in the capture's canonical session settings.
+ * 3. read the chunk in a REPEATABLE READ READ ONLY transaction (its snapshot is taken by its
+ *    first statement, after step 2): the keyset query from lambda/core/snapshot.ts streamed as
+ *    `COPY (…) TO STDOUT` (text format: each value its type's output text, the same text a
+ *    SELECT returns), in the capture's canonical session settings.
  *
  * Never a lock stronger than the ACCESS SHARE of a plain SELECT; no transaction spans more than
  * one chunk. The fence's commit is also the pressure probe's write (`PostgresPressureProbe`).
  */
 import pg from 'pg';
-import { chunkQuery, SnapshotFenceTimeoutError, SnapshotTableError, type ChunkRead, type KeyCursor, type SnapshotColumn, type SnapshotTableShape } from '../core/snapshot.ts';
+import { to as copyTo } from 'pg-copy-streams';
+import { chunkCopyQuery, parseCopyText, SnapshotFenceTimeoutError, SnapshotTableError, type ChunkRead, type KeyCursor, type SnapshotColumn, type SnapshotTableShape } from '../core/snapshot.ts';
 import type { PressureReading } from '../core/snapshot-pacer.ts';
 import { splitTableId } from '../core/identifiers.ts';
 import type { SnapshotReader } from '../core/snapshot-worker.ts';
-
-/** Values as PostgreSQL printed them: the type's output function text, never parsed by the client. */
-const RAW_TEXT = { getTypeParser: () => (v: string) => v };
 
 /** The capture's canonical session settings (local/capture.ts): the same text for the same value on both paths. */
 export const CANONICAL_SESSION = "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 1";
@@ -163,21 +162,29 @@ export class PostgresSnapshotReader implements SnapshotReader {
     const f = await this.fence();
     const fenceWaitMs = await this.awaitFence(shape.table, f);
     const { read } = await this.clients();
-    const q = chunkQuery(shape, startAfter, limit);
+    const sql = chunkCopyQuery(shape, startAfter, limit);
     const t0 = performance.now();
     await read.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
     try {
-      const rows = await read.query({ text: q.text, values: q.values, rowMode: 'array', types: RAW_TEXT });
-      const at = await read.query<{ at: string; replica: boolean }>({ text: `SELECT to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at, pg_is_in_recovery() AS replica` });
+      // The transaction's snapshot is taken by its first statement: this one, after the fence.
+      const at = await read.query<{ at: string; replica: boolean; replay: string | null; lag: string | null }>({
+        text: `SELECT to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at, pg_is_in_recovery() AS replica,
+                      pg_last_wal_replay_lsn()::text AS replay,
+                      CASE WHEN pg_is_in_recovery() THEN round(extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1000)::text END AS lag`,
+      });
+      const parts: Buffer[] = [];
+      for await (const part of read.query(copyTo(sql))) parts.push(part as Buffer);
       await read.query('COMMIT');
       return {
         lowWatermark: f.lowWatermark,
         fenceXid: f.xid,
-        rows: rows.rows as (string | null)[][],
+        rows: parseCopyText(Buffer.concat(parts).toString('utf8'), shape.columns.length, `${shape.table} chunk`),
         readAt: at.rows[0]!.at,
         fenceWaitMs,
         readMs: performance.now() - t0,
         fromReplica: Boolean(at.rows[0]!.replica),
+        replayLsn: at.rows[0]!.replica ? at.rows[0]!.replay : null,
+        replicaLagMs: at.rows[0]!.replica && at.rows[0]!.lag !== null ? Math.max(0, Number(at.rows[0]!.lag)) : null,
       };
     } catch (e) {
       await read.query('ROLLBACK').catch(() => undefined);

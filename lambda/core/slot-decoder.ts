@@ -59,14 +59,16 @@ function sameKey(a: Row, b: Row): boolean {
 export function decodeSlotRecord(record: unknown): DecodeResult {
   const r: SlotRecord = validateSlotRecord(record);
   const position = makePosition(r.commitLsn, r.index);
+  // The snapshot worker's records: its rows, and the sweep that closes a re-snapshot (a truncate with xid 0; docs/snapshot.md).
+  const fromSnapshot = r.op === 'snapshot' || (r.op === 'truncate' && r.xid === '0');
   const base = {
     v: ENVELOPE_VERSION,
     source: r.source,
     table: r.table,
     position,
     commitTs: r.commitTs,
-    txId: r.op === 'snapshot' ? null : r.xid,
-    capture: r.op === 'snapshot' ? ('snapshot' as const) : ('slot' as const),
+    txId: fromSnapshot ? null : r.xid,
+    capture: fromSnapshot ? ('snapshot' as const) : ('slot' as const),
     synthetic: false,
   };
   const change = (fields: Pick<DecodedChange, 'op' | 'key' | 'after' | 'before' | 'missing'>): DecodedChange => ({

@@ -27,7 +27,8 @@
  * - `op`: `insert`, `update`, `delete` or `truncate`; `snapshot` for a row the snapshot worker
  *   read (lambda/core/snapshot.ts, docs/snapshot.md): the whole row in `columns`, no `oldKey`,
  *   `xid` `"0"` (a chunk read has no transaction of its own), `commitLsn` + `index` the position
- *   the stitching algorithm assigned, `commitTs` the time of the read.
+ *   the stitching algorithm assigned, `commitTs` the time of the read. A `truncate` with `xid`
+ *   `"0"` is the sweep that closes a re-snapshot (docs/snapshot.md, "Re-snapshot").
  * - `key`: primary-key column names in key order (empty only for `truncate`).
  * - `columns`: the new tuple's delivered columns in table order (insert, update); `null` for
  *   delete and truncate.

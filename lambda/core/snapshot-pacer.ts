@@ -1,16 +1,23 @@
 /**
- * The snapshot pacer: how big the next chunk is and whether to wait first (invariant 9, "the
- * backfill yields"; docs/snapshot.md "Budget"). Pure: the worker asks `next()` before each chunk
- * and `record()`s what the chunk cost and what the source-pressure probe measured.
+ * The snapshot pacer: how big the next chunk is, how long to wait before it, and whether the
+ * next chunk may be read while this one is published (invariant 9, "the backfill yields";
+ * docs/snapshot.md "The budget"). Pure: the worker asks `next()` before each chunk and
+ * `record()`s what the chunk cost and what the source-pressure probe measured.
  *
- * `AdaptivePacer` is additive-increase / multiplicative-decrease around a target chunk time,
- * against a per-source budget:
- * - pressure at or above `hardPauseFactor` × budget (added p99 write latency or added CPU):
- *   pause `pauseMs` before the next chunk and halve the chunk size (state `paused`);
- * - pressure over budget: chunk size × `decrease` (state `slowed`);
- * - a chunk slower than 1.5 × target: scale the size to hit the target (never up);
- * - otherwise: + `increaseRows`, up to the size the last chunk's rate says fits the target and
- *   at most `maxChunk` (state `full-speed`).
+ * `AdaptivePacer` runs two loops:
+ * - **chunk size follows the target chunk time** (no pressure involved): a full chunk faster
+ *   than the target grows by `increaseRows`, up to what its rate says fits the target and at
+ *   most `maxChunk`; a chunk slower than 1.5 × the target shrinks to fit it. Bigger chunks mean
+ *   fewer fences and control-plane writes per row.
+ * - **the delay between chunks follows the source's pressure**, a duty cycle driven by the
+ *   measured added latency (smoothed over chunks, `pressureWeight`): over budget, the rest
+ *   ratio (delay ÷ the last chunk's busy time) doubles (at least `minRestRatio`, at most
+ *   `maxRestRatio`): multiplicative decrease of the snapshot's share of the source; under
+ *   `relaxBelow` × budget it halves and falls to zero below `minRestRatio` / 4: the snapshot
+ *   gets its share back step by step; in between it holds. State `slowed` while resting.
+ * - at `hardPauseFactor` × budget or more: pause `pauseMs`, halve the chunk (a long read holds
+ *   the most), and rest at least 1 × the busy time afterwards (state `paused`).
+ * The next chunk is read ahead (while the current one is published) only at full speed.
  */
 
 /** A source's budget: how much the snapshot may add to the source's load (percent over the baseline). */
@@ -37,6 +44,8 @@ export interface PacerSample {
   rows: number;
   /** Time the chunk's read took (fence wait not included), ms. */
   readMs: number;
+  /** Time the chunk kept the worker busy (read + publish + record), ms. @default readMs */
+  busyMs?: number;
   pressure: PressureReading | null;
 }
 
@@ -45,6 +54,8 @@ export interface PacerDecision {
   /** Wait this long before reading (0: read now). */
   pauseMs: number;
   state: 'full-speed' | 'slowed' | 'paused';
+  /** Read the next chunk while this one is published (one read ahead). @default false */
+  readAhead?: boolean;
 }
 
 /** The worker's pacer. */
@@ -60,7 +71,7 @@ export class FixedPacer implements Pacer {
     private readonly pauseMs = 0,
   ) {}
   next(): PacerDecision {
-    return { chunkSize: this.chunkSize, pauseMs: this.pauseMs, state: 'full-speed' };
+    return { chunkSize: this.chunkSize, pauseMs: this.pauseMs, state: 'full-speed', readAhead: this.pauseMs === 0 };
   }
   record(): void {}
 }
@@ -73,16 +84,24 @@ export interface AdaptivePacerOptions {
   initialChunk?: number;
   /** @default 50 */
   minChunk?: number;
-  /** @default 20000 */
+  /** @default 50000 */
   maxChunk?: number;
-  /** Additive increase per fast chunk, rows. @default 500 */
+  /** Additive increase per fast chunk, rows. @default 2000 */
   increaseRows?: number;
-  /** Multiplicative decrease over budget. @default 0.5 */
+  /** Chunk size factor at the hard threshold. @default 0.5 */
   decrease?: number;
   /** Pause when pressure reaches this multiple of the budget. @default 2 */
   hardPauseFactor?: number;
   /** @default 2000 */
   pauseMs?: number;
+  /** Smallest rest ratio (delay ÷ busy time) once over budget. @default 0.25 */
+  minRestRatio?: number;
+  /** Largest rest ratio: the snapshot keeps at least 1 / (1 + this) of its time. @default 32 */
+  maxRestRatio?: number;
+  /** Below this multiple of the budget the rest ratio halves. @default 0.5 */
+  relaxBelow?: number;
+  /** Weight of the newest pressure reading in the smoothed ratio. @default 0.5 */
+  pressureWeight?: number;
 }
 
 /** How far over budget a reading is: the larger of the two ratios (1 = exactly at budget); 0 without data. */
@@ -97,6 +116,9 @@ export class AdaptivePacer implements Pacer {
   readonly o: Required<AdaptivePacerOptions>;
   private size: number;
   private pause = 0;
+  private rest = 0;
+  private busyMs = 0;
+  private ratio: number | null = null;
   private state: PacerDecision['state'] = 'full-speed';
 
   constructor(options: AdaptivePacerOptions = {}) {
@@ -105,14 +127,20 @@ export class AdaptivePacer implements Pacer {
       targetChunkMs: options.targetChunkMs ?? 500,
       initialChunk: options.initialChunk ?? 1000,
       minChunk: options.minChunk ?? 50,
-      maxChunk: options.maxChunk ?? 20_000,
-      increaseRows: options.increaseRows ?? 500,
+      maxChunk: options.maxChunk ?? 50_000,
+      increaseRows: options.increaseRows ?? 2000,
       decrease: options.decrease ?? 0.5,
       hardPauseFactor: options.hardPauseFactor ?? 2,
       pauseMs: options.pauseMs ?? 2000,
+      minRestRatio: options.minRestRatio ?? 0.25,
+      maxRestRatio: options.maxRestRatio ?? 32,
+      relaxBelow: options.relaxBelow ?? 0.5,
+      pressureWeight: options.pressureWeight ?? 0.5,
     };
     if (!(this.o.decrease > 0 && this.o.decrease < 1)) throw new RangeError(`decrease must be in (0, 1), got ${this.o.decrease}`);
     if (this.o.minChunk < 1 || this.o.maxChunk < this.o.minChunk) throw new RangeError(`need 1 ≤ minChunk ≤ maxChunk, got ${this.o.minChunk}, ${this.o.maxChunk}`);
+    if (!(this.o.minRestRatio > 0 && this.o.maxRestRatio >= this.o.minRestRatio)) throw new RangeError(`need 0 < minRestRatio ≤ maxRestRatio, got ${this.o.minRestRatio}, ${this.o.maxRestRatio}`);
+    if (!(this.o.pressureWeight > 0 && this.o.pressureWeight <= 1)) throw new RangeError(`pressureWeight must be in (0, 1], got ${this.o.pressureWeight}`);
     this.size = this.clamp(this.o.initialChunk);
   }
 
@@ -120,31 +148,38 @@ export class AdaptivePacer implements Pacer {
     return Math.max(this.o.minChunk, Math.min(this.o.maxChunk, Math.round(n)));
   }
 
+  /** The current rest ratio (delay ÷ busy time): 0 at full speed. */
+  restRatio(): number {
+    return this.rest;
+  }
+
   next(): PacerDecision {
-    return { chunkSize: this.size, pauseMs: this.pause, state: this.state };
+    const pauseMs = this.pause + Math.round(this.rest * this.busyMs);
+    return { chunkSize: this.size, pauseMs, state: this.state, readAhead: this.state === 'full-speed' && pauseMs === 0 };
   }
 
   record(sample: PacerSample): void {
-    const ratio = budgetRatio(sample.pressure, this.o.budget);
-    if (ratio >= this.o.hardPauseFactor) {
+    this.busyMs = sample.busyMs ?? sample.readMs;
+    const reading = budgetRatio(sample.pressure, this.o.budget);
+    // A reading at the hard threshold acts at once; otherwise the smoothed ratio drives the rest.
+    this.ratio = this.ratio === null ? reading : this.o.pressureWeight * reading + (1 - this.o.pressureWeight) * this.ratio;
+    this.pause = 0;
+    if (reading >= this.o.hardPauseFactor) {
       this.state = 'paused';
       this.pause = this.o.pauseMs;
+      this.rest = Math.min(this.o.maxRestRatio, Math.max(1, this.rest * 2));
       this.size = this.clamp(this.size * this.o.decrease);
       return;
     }
-    this.pause = 0;
-    if (ratio > 1) {
-      this.state = 'slowed';
-      this.size = this.clamp(this.size * this.o.decrease);
-      return;
-    }
+    if (this.ratio > 1) this.rest = Math.min(this.o.maxRestRatio, Math.max(this.o.minRestRatio, this.rest * 2));
+    else if (this.ratio < this.o.relaxBelow) this.rest = this.rest / 2 < this.o.minRestRatio / 4 ? 0 : this.rest / 2;
+    this.state = this.rest > 0 ? 'slowed' : 'full-speed';
+
     const target = this.o.targetChunkMs;
     if (sample.rows > 0 && sample.readMs > 1.5 * target) {
-      this.state = 'slowed';
       this.size = this.clamp(Math.min(this.size, (sample.rows * target) / sample.readMs));
       return;
     }
-    this.state = 'full-speed';
     // Only grow when the chunk was full: a short last chunk says nothing about the rate.
     if (sample.rows >= this.size) {
       const fits = sample.readMs > 0 ? (sample.rows * target) / sample.readMs : Number.POSITIVE_INFINITY;

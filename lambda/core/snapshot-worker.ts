@@ -25,6 +25,7 @@ import {
   snapshotPending,
   snapshotPosition,
   SnapshotRefusedError,
+  sweepRecord,
   BootstrapGapError,
   type ChunkRead,
   type KeyCursor,
@@ -177,55 +178,90 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
 
   let chunks = 0;
   let last = now().getTime();
-  for (;;) {
-    if (o.shouldStop?.()) return 'stopped';
-    if (o.maxChunks !== undefined && chunks >= o.maxChunks) return 'more';
-    const decision = o.pacer.next();
-    if (decision.pauseMs > 0) {
-      state = await writeThrottle(o, state!, 'paused', now(), leaseMs);
-      if (!state) return 'lost-lease';
-      await sleep(decision.pauseMs);
+  // At most one read ahead: the next chunk, read while this one is published and recorded. It is
+  // used only if the cursor it started after is still the run's cursor; it is never recorded
+  // before the chunk before it, so resumption is unchanged (a crash loses it like any unrecorded
+  // chunk). Each chunk has its own fence, so reading it early changes nothing in the stitching.
+  let ahead: { after: string; limit: number; read: Promise<ChunkRead> } | null = null;
+  const keyOf = (c: KeyCursor | null) => JSON.stringify(c);
+  const settle = async () => {
+    if (ahead) await ahead.read.catch(() => undefined);
+    ahead = null;
+  };
+  try {
+    for (;;) {
       if (o.shouldStop?.()) return 'stopped';
+      if (o.maxChunks !== undefined && chunks >= o.maxChunks) return 'more';
+      const decision = o.pacer.next();
+      if (decision.pauseMs > 0) {
+        state = await writeThrottle(o, state!, decision.state === 'full-speed' ? 'slowed' : decision.state, now(), leaseMs);
+        if (!state) return 'lost-lease';
+        await sleep(decision.pauseMs);
+        if (o.shouldStop?.()) return 'stopped';
+      }
+      const started = performance.now();
+      let limit = decision.chunkSize;
+      let read: ChunkRead;
+      if (ahead !== null && ahead.after === keyOf(state!.cursor)) {
+        limit = ahead.limit;
+        read = await ahead.read;
+      } else {
+        await settle();
+        read = await o.reader.readChunk(shape, state!.cursor, limit);
+      }
+      ahead = null;
+      const finished = read.rows.length < limit;
+      const endKey = cursorAfter(shape, read.rows);
+      if (!finished && decision.readAhead && (o.maxChunks === undefined || chunks + 1 < o.maxChunks)) {
+        const r = o.reader.readChunk(shape, endKey, decision.chunkSize);
+        r.catch(() => undefined); // awaited (and its error thrown) when used
+        ahead = { after: keyOf(endKey), limit: decision.chunkSize, read: r };
+      }
+      const records = chunkRecords(o.source, shape, read, o.rules);
+      // A re-snapshot's last chunk carries the sweep (docs/snapshot.md, "Re-snapshot"), published
+      // with it before the run is recorded done: a crash before that publishes it again, at the
+      // same position (a replayed truncate changes nothing).
+      if (finished && state!.reason === 'resnapshot') records.push(sweepRecord(o.source, o.table, state!.firstLowWatermark ?? read.lowWatermark, read.readAt));
+      if (records.length > 0) await o.publish(records);
+      const at = now();
+      const chunk: SnapshotChunkRecord = {
+        source: o.source,
+        table: o.table,
+        run: state!.run,
+        index: state!.chunksDone,
+        startAfter: state!.cursor,
+        endKey,
+        rows: read.rows.length,
+        lowWatermark: read.lowWatermark,
+        fenceXid: read.fenceXid,
+        position: snapshotPosition(read.lowWatermark),
+        readAt: read.readAt,
+        readMs: Math.round(read.readMs),
+        fenceWaitMs: Math.round(read.fenceWaitMs),
+        fromReplica: read.fromReplica,
+        ...(read.fromReplica ? { replayLsn: read.replayLsn ?? null, replicaLagMs: read.replicaLagMs ?? null } : {}),
+        status: 'published',
+        completedAt: at.toISOString(),
+      };
+      const throttle: ThrottleState = read.fenceWaitMs > 1000 ? 'fenced' : decision.state;
+      let next: SnapshotState = { ...afterChunk(state!, chunk, at.getTime() - last, at, leaseMs), throttle, chunkSize: limit, readFrom: read.fromReplica ? 'replica' : 'primary', replicaLagMs: read.fromReplica ? (read.replicaLagMs ?? null) : null };
+      last = at.getTime();
+      if (finished) next = { ...next, status: 'done', finishedAt: at.toISOString(), etaSeconds: 0, estimatedRows: next.rowsDone, throttle: 'idle', owner: null, leaseUntil: 0 };
+      if (!(await o.control.completeSnapshotChunk(chunk, next, state!.version))) return 'lost-lease';
+      state = next;
+      chunks++;
+      o.onState?.(state);
+      o.metrics?.progress(state);
+      if (finished) {
+        await o.control.appendAudit({ at: at.toISOString(), actor: `snapshot:${o.owner}`, action: 'finish-snapshot', source: o.source, table: o.table, outcome: 'done', detail: { run: state.run, rows: state.rowsDone, chunks: state.chunksDone } });
+        await reactivateAfterResnapshot(o, state, at);
+        return 'done';
+      }
+      const pressure = o.pressure ? await o.pressure() : null;
+      o.pacer.record({ rows: read.rows.length, readMs: read.readMs, busyMs: performance.now() - started, pressure });
     }
-    const read = await o.reader.readChunk(shape, state!.cursor, decision.chunkSize);
-    const records = chunkRecords(o.source, shape, read, o.rules);
-    if (records.length > 0) await o.publish(records);
-    const at = now();
-    const chunk: SnapshotChunkRecord = {
-      source: o.source,
-      table: o.table,
-      run: state!.run,
-      index: state!.chunksDone,
-      startAfter: state!.cursor,
-      endKey: cursorAfter(shape, read.rows),
-      rows: read.rows.length,
-      lowWatermark: read.lowWatermark,
-      fenceXid: read.fenceXid,
-      position: snapshotPosition(read.lowWatermark),
-      readAt: read.readAt,
-      readMs: Math.round(read.readMs),
-      fenceWaitMs: Math.round(read.fenceWaitMs),
-      fromReplica: read.fromReplica,
-      status: 'published',
-      completedAt: at.toISOString(),
-    };
-    const throttle: ThrottleState = read.fenceWaitMs > 1000 ? 'fenced' : decision.state;
-    let next: SnapshotState = { ...afterChunk(state!, chunk, at.getTime() - last, at, leaseMs), throttle, chunkSize: decision.chunkSize };
-    last = at.getTime();
-    const finished = read.rows.length < decision.chunkSize;
-    if (finished) next = { ...next, status: 'done', finishedAt: at.toISOString(), etaSeconds: 0, estimatedRows: next.rowsDone, throttle: 'idle', owner: null, leaseUntil: 0 };
-    if (!(await o.control.completeSnapshotChunk(chunk, next, state!.version))) return 'lost-lease';
-    state = next;
-    chunks++;
-    o.onState?.(state);
-    o.metrics?.progress(state);
-    if (finished) {
-      await o.control.appendAudit({ at: at.toISOString(), actor: `snapshot:${o.owner}`, action: 'finish-snapshot', source: o.source, table: o.table, outcome: 'done', detail: { run: state.run, rows: state.rowsDone, chunks: state.chunksDone } });
-      await reactivateAfterResnapshot(o, state, at);
-      return 'done';
-    }
-    const pressure = o.pressure ? await o.pressure() : null;
-    o.pacer.record({ rows: read.rows.length, readMs: read.readMs, pressure });
+  } finally {
+    await settle();
   }
 }
 

@@ -23,7 +23,7 @@ import { quoteIdent, splitTableId } from './identifiers.ts';
 import { applyColumnRules, applyColumnRulesToColumns, type ColumnRules } from './masking.ts';
 import { formatLsn, makePosition, parseLsn, type Position } from './position.ts';
 import { buildSlotRecord, type SlotColumn, type SlotRecord } from './slot-record.ts';
-import { parseTestDecodingLine } from './test-decoding.ts';
+import { unquotedLiteralValue } from './test-decoding.ts';
 
 // ---------------------------------------------------------------------------------------------
 // Errors
@@ -113,6 +113,10 @@ export type KeyCursor = string[];
  * use the same collation).
  */
 export function chunkQuery(shape: SnapshotTableShape, startAfter: KeyCursor | null, limit: number): { text: string; values: string[] } {
+  return { text: chunkSelect(shape, startAfter, limit, (i) => `$${i + 1}`), values: startAfter ?? [] };
+}
+
+function chunkSelect(shape: SnapshotTableShape, startAfter: KeyCursor | null, limit: number, param: (i: number) => string): string {
   if (shape.key.length === 0) throw new SnapshotTableError(shape.table, 'has no primary key; a snapshot reads in primary-key order');
   if (!Number.isInteger(limit) || limit < 1) throw new CdcError('INVALID_ARGUMENT', `chunk limit must be a positive integer, got ${limit}`);
   if (startAfter !== null && startAfter.length !== shape.key.length) {
@@ -122,13 +126,65 @@ export function chunkQuery(shape: SnapshotTableShape, startAfter: KeyCursor | nu
   const cols = shape.columns.map((c) => quoteIdent(c.name)).join(', ');
   const key = shape.key.map(quoteIdent);
   const keyTuple = key.length === 1 ? key[0]! : `(${key.join(', ')})`;
-  const params = shape.key.map((_, i) => `$${i + 1}`);
-  const paramTuple = params.length === 1 ? params[0]! : `(${params.join(', ')})`;
-  const where = startAfter === null ? '' : ` WHERE ${keyTuple} > ${paramTuple}`;
-  return {
-    text: `SELECT ${cols} FROM ${quoteIdent(schema)}.${quoteIdent(table)}${where} ORDER BY ${key.join(', ')} LIMIT ${limit}`,
-    values: startAfter ?? [],
-  };
+  let where = '';
+  if (startAfter !== null) {
+    const params = shape.key.map((_, i) => param(i));
+    where = ` WHERE ${keyTuple} > ${params.length === 1 ? params[0]! : `(${params.join(', ')})`}`;
+  }
+  return `SELECT ${cols} FROM ${quoteIdent(schema)}.${quoteIdent(table)}${where} ORDER BY ${key.join(', ')} LIMIT ${limit}`;
+}
+
+/** A key value as a string literal that reads the same whatever `standard_conforming_strings` is (`E'…'`, quotes and backslashes doubled). */
+function keyLiteral(text: string): string {
+  return `E'${text.replaceAll('\\', '\\\\').replaceAll("'", "''")}'`;
+}
+
+/**
+ * The chunk query as one `COPY (…) TO STDOUT` statement (text format): the same keyset query as
+ * `chunkQuery`, with the cursor's key values inlined as string literals (COPY takes no
+ * parameters; an untyped literal resolves to the key column's type and goes through its input
+ * function, exactly like a text parameter). The reader streams the chunk this way: the server
+ * writes each value's output text once and the client splits lines instead of decoding one
+ * protocol message per row (docs/snapshot.md, "Speed").
+ */
+export function chunkCopyQuery(shape: SnapshotTableShape, startAfter: KeyCursor | null, limit: number): string {
+  return `COPY (${chunkSelect(shape, startAfter, limit, (i) => keyLiteral(startAfter![i]!))}) TO STDOUT`;
+}
+
+const COPY_ESCAPES: Record<string, string> = { b: '\b', f: '\f', n: '\n', r: '\r', t: '\t', v: '\v' };
+
+/**
+ * Undoes COPY's text-format escaping of one field: `\\b \\f \\n \\r \\t \\v`, and a backslash before
+ * any other character stands for that character (`\\\\`). COPY TO never writes octal or hex
+ * escapes (PostgreSQL's COPY documentation, "Text Format").
+ */
+function copyUnescape(field: string): string {
+  return field.replace(/\\(.)/gs, (_, ch: string) => COPY_ESCAPES[ch] ?? ch);
+}
+
+/**
+ * Parses `COPY … TO STDOUT` text-format output (rows end with a newline, fields separated by
+ * tabs, `\N` for null, backslash escapes) into rows of `columns` values, each the type's output
+ * text or null: the same values a text-mode SELECT returns. Throws naming the row when a row has
+ * another number of fields.
+ */
+export function parseCopyText(text: string, columns: number, what = 'COPY output'): (string | null)[][] {
+  if (text === '') return [];
+  if (!text.endsWith('\n')) throw new CdcError('INVALID_ARGUMENT', `${what}: does not end with a newline (truncated?)`);
+  const lines = text.split('\n');
+  lines.pop();
+  const out: (string | null)[][] = new Array(lines.length);
+  for (let i = 0; i < lines.length; i++) {
+    const fields: (string | null)[] = lines[i]!.split('\t');
+    if (fields.length !== columns) throw new CdcError('INVALID_ARGUMENT', `${what}: row ${i + 1} has ${fields.length} fields, expected ${columns}`);
+    for (let j = 0; j < fields.length; j++) {
+      const f = fields[j] as string;
+      if (f === '\\N') fields[j] = null;
+      else if (f.includes('\\')) fields[j] = copyUnescape(f);
+    }
+    out[i] = fields;
+  }
+  return out;
 }
 
 /** The cursor after a chunk: the key of its last row (null for an empty chunk: nothing moved). */
@@ -157,52 +213,67 @@ export function snapshotPosition(lowWatermark: string): Position {
   return l0 === 0n ? makePosition(0n, 0) : makePosition(l0 - 1n, 0xffffffff);
 }
 
+/**
+ * The position of a re-snapshot's sweep (docs/snapshot.md, "Re-snapshot"): just below the
+ * position of the run's first chunk rows (`snapshotPosition(firstLowWatermark)`), so it sorts
+ * above every change committed before the run's first low watermark and below every row and
+ * change the run or the stream delivers after it.
+ */
+export function sweepPosition(firstLowWatermark: string): Position {
+  const l0 = parseLsn(firstLowWatermark, 'firstLowWatermark');
+  if (l0 === 0n) throw new CdcError('INVALID_ARGUMENT', 'a sweep needs a low watermark above 0/0');
+  return makePosition(l0 - 1n, 0xfffffffe);
+}
+
+/**
+ * The record that closes a re-snapshot: a `truncate` of the table at `sweepPosition`, with xid
+ * `"0"` like every record the snapshot worker writes (the decoder marks it `capture: "snapshot"`).
+ * The sinks already apply a truncate by position (docs/truncate.md): every key they hold below
+ * the sweep becomes a tombstone (or is removed in hard-delete mode), and nothing below it writes
+ * again. Every key the re-snapshot read, and every change after its first low watermark, is
+ * above the sweep and stays. What goes is exactly what the sink still holds from before the
+ * run and the source no longer has: keys deleted while history was lost.
+ */
+export function sweepRecord(source: string, table: string, firstLowWatermark: string, at: string): SlotRecord {
+  const position = sweepPosition(firstLowWatermark);
+  const commitLsn = formatLsn(BigInt(`0x${position.slice(0, 16)}`));
+  const index = Number.parseInt(position.slice(16), 16);
+  return buildSlotRecord({ source, xid: '0', commitLsn, commitTs: at }, index, { table, op: 'truncate', columns: null, oldKey: null, unchanged: [] }, []);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Rows to records
 
 const UNQUOTED = new Set([20, 21, 23, 26, 700, 701, 1700]); // int8, int2, int4, oid, float4, float8, numeric
 const BOOL = 16;
-const BITS = new Set([1560, 1562]); // bit, varbit
-
-/** How test_decoding prints a value of this type (see `print_literal` in PostgreSQL's test_decoding). */
-function literal(column: SnapshotColumn, text: string | null): string {
-  if (text === null) return 'null';
-  if (UNQUOTED.has(column.typeOid)) return text;
-  if (column.typeOid === BOOL) return text === 't' ? 'true' : 'false';
-  if (BITS.has(column.typeOid)) return `B'${text}'`;
-  return `'${text.replaceAll("'", "''")}'`;
-}
 
 /**
  * Turns a row as PostgreSQL printed it (each value its type's output text, or null) into the
  * columns the slot capture would have published for the same row. The value of a type that
  * test_decoding prints quoted is its text, unchanged (the capture's parser undoes exactly the
  * quoting), a boolean is `t`/`f`, a bit string its bits; the types it prints unquoted (integers,
- * floats, numeric) are written the way test_decoding prints them and converted by the capture's
- * own parser. So a value, and the hash of a masked one, is the same on both paths by
+ * floats, numeric) are converted by the capture's own conversion (`unquotedLiteralValue`). So a value, and the hash of a masked one, is the same on both paths by
  * construction (`test/local/snapshot.test.ts` compares the two paths on a real PostgreSQL).
  */
 export function rowToColumns(shape: SnapshotTableShape, texts: readonly (string | null)[]): SlotColumn[] {
   if (texts.length !== shape.columns.length) throw new CdcError('INVALID_ARGUMENT', `${shape.table}: row has ${texts.length} values for ${shape.columns.length} columns`);
   const out: SlotColumn[] = new Array(shape.columns.length);
-  let parts = '';
-  const numeric: number[] = [];
   for (let i = 0; i < shape.columns.length; i++) {
     const c = shape.columns[i]!;
     const text = texts[i]!;
-    if (text === null) out[i] = { name: c.name, type: c.fullType ?? c.type, value: null };
+    const type = c.fullType ?? c.type;
+    if (text === null) out[i] = { name: c.name, type, value: null };
     else if (UNQUOTED.has(c.typeOid)) {
-      parts += ` "${c.name.replaceAll('"', '""')}"[${c.type}]:${literal(c, text)}`;
-      numeric.push(i);
-    } else if (c.typeOid === BOOL) out[i] = { name: c.name, type: c.fullType ?? c.type, value: text === 't' };
-    else out[i] = { name: c.name, type: c.fullType ?? c.type, value: text };
-  }
-  if (numeric.length > 0) {
-    const parsed = parseTestDecodingLine(`table "s"."t": INSERT:${parts}`);
-    if (parsed.kind !== 'change' || parsed.change.columns === null || parsed.change.columns.length !== numeric.length) throw new CdcError('INTERNAL', 'snapshot row did not parse as an insert');
-    numeric.forEach((at, j) => (out[at] = { ...parsed.change.columns![j]!, type: shape.columns[at]!.fullType ?? shape.columns[at]!.type }));
+      // The capture's own conversion of an unquoted test_decoding literal, by the type name test_decoding prints.
+      out[i] = { name: c.name, type, value: unquotedLiteralValue(text, c.type, (reason) => badValue(shape, c, reason)) };
+    } else if (c.typeOid === BOOL) out[i] = { name: c.name, type, value: text === 't' };
+    else out[i] = { name: c.name, type, value: text };
   }
   return out;
+}
+
+function badValue(shape: SnapshotTableShape, column: SnapshotColumn, reason: string): never {
+  throw new SnapshotTableError(shape.table, `column ${column.name} (${column.type}): ${reason}`);
 }
 
 /**
@@ -233,6 +304,14 @@ export interface ChunkRead {
   readMs: number;
   /** True when the rows were read from a read replica. */
   fromReplica: boolean;
+  /**
+   * On a replica: how far it had replayed when the chunk's snapshot was taken (`X/Y`, at or past
+   * the low watermark: the fence waited for that) and its replay lag as PostgreSQL estimates it
+   * (`now() − pg_last_xact_replay_timestamp()`, ms; it grows while the primary is idle). Null on
+   * the primary. @default null
+   */
+  replayLsn?: string | null;
+  replicaLagMs?: number | null;
 }
 
 /**
@@ -248,9 +327,68 @@ export function chunkRecords(source: string, shape: SnapshotTableShape, read: Pi
   const commitLsn = formatLsn(BigInt(`0x${position.slice(0, 16)}`));
   const index = Number.parseInt(position.slice(16), 16);
   const tx = { source, xid: '0', commitLsn, commitTs: read.readAt };
-  return read.rows.map((texts) =>
-    buildSlotRecord(tx, index, { table: shape.table, op: 'snapshot', columns: ruleColumns(rowToColumns(shape, texts), rules), oldKey: null, unchanged: [] }, shape.key),
-  );
+  if (read.rows.length === 0) return [];
+  // The first record is built and validated like every capture record (`buildSlotRecord`); the
+  // others share its fields and differ only in values, which `rowToColumns` produces as JSON by
+  // construction, so they are built directly (validating each one cost more than reading it).
+  const first = buildSlotRecord(tx, index, { table: shape.table, op: 'snapshot', columns: ruleColumns(rowToColumns(shape, read.rows[0]!), rules), oldKey: null, unchanged: [] }, shape.key);
+  const out: SlotRecord[] = new Array(read.rows.length);
+  out[0] = first;
+  for (let i = 1; i < read.rows.length; i++) {
+    out[i] = {
+      format: first.format,
+      source: first.source,
+      xid: first.xid,
+      commitLsn: first.commitLsn,
+      commitTs: first.commitTs,
+      index: first.index,
+      table: first.table,
+      op: 'snapshot',
+      key: first.key,
+      columns: ruleColumns(rowToColumns(shape, read.rows[i]!), rules),
+      oldKey: null,
+      unchanged: [],
+    };
+  }
+  return out;
+}
+
+/**
+ * The JSON text of each record of a chunk, byte for byte what `JSON.stringify(record)` gives
+ * (the records' field order is fixed by `chunkRecords`), built from a per-chunk template: the
+ * fields every record of the chunk shares, and per column its name and type, are encoded once;
+ * per record only the values are. A record that does not fit the template (other columns, or
+ * other shared fields) is encoded by `JSON.stringify` itself. Encoding every record whole was
+ * the largest cost of a snapshot read (docs/performance.md §6).
+ */
+export function encodeChunkRecords(records: readonly SlotRecord[]): string[] {
+  const first = records[0];
+  if (!first || first.columns === null) return records.map((r) => JSON.stringify(r));
+  const head = JSON.stringify({ format: first.format, source: first.source, xid: first.xid, commitLsn: first.commitLsn, commitTs: first.commitTs, index: first.index, table: first.table, op: first.op, key: first.key }).slice(0, -1);
+  const columnHeads = first.columns.map((c, i) => `${i === 0 ? '' : ','}${JSON.stringify({ name: c.name, type: c.type }).slice(0, -1)},"value":`);
+  const tail = `],"oldKey":null,"unchanged":[]}`;
+  const fits = (r: SlotRecord): boolean =>
+    r.columns !== null &&
+    r.columns.length === first.columns!.length &&
+    r.oldKey === null &&
+    r.unchanged.length === 0 &&
+    r.key === first.key &&
+    r.format === first.format &&
+    r.source === first.source &&
+    r.xid === first.xid &&
+    r.commitLsn === first.commitLsn &&
+    r.commitTs === first.commitTs &&
+    r.index === first.index &&
+    r.table === first.table &&
+    r.op === first.op &&
+    r.columns.every((c, i) => c.name === first.columns![i]!.name && c.type === first.columns![i]!.type && Object.keys(c).length === 3);
+  return records.map((r) => {
+    if (!fits(r)) return JSON.stringify(r);
+    let out = `${head},"columns":[`;
+    const cols = r.columns!;
+    for (let i = 0; i < cols.length; i++) out += `${columnHeads[i]}${JSON.stringify(cols[i]!.value)}}`;
+    return out + tail;
+  });
 }
 
 /**
@@ -302,6 +440,9 @@ export interface SnapshotState {
   chunkSize: number;
   /** Low watermark of the first chunk: the run's epoch start. */
   firstLowWatermark: string | null;
+  /** Where the last chunk was read (`replica`: a read replica) and, there, the replica's replay lag, ms. @default primary */
+  readFrom?: 'primary' | 'replica';
+  replicaLagMs?: number | null;
   /** The worker that holds the run and until when (epoch ms); another worker may take over after. */
   owner: string | null;
   leaseUntil: number;
@@ -328,6 +469,9 @@ export interface SnapshotChunkRecord {
   readMs: number;
   fenceWaitMs: number;
   fromReplica: boolean;
+  /** On a replica, its replay position and lag when the chunk was read (see `ChunkRead`). */
+  replayLsn?: string | null;
+  replicaLagMs?: number | null;
   status: 'published';
   completedAt: string;
 }

@@ -134,6 +134,18 @@ const SAFE_INTEGER = /^-?[0-9]+$/;
 
 /** Maps an unquoted literal (numbers, booleans) of a given type to JSON. */
 function unquotedValue(c: Cursor, raw: string, type: string): JsonValue {
+  return unquotedLiteralValue(raw, type, (reason) => c.fail(reason));
+}
+
+/**
+ * The JSON value of a literal test_decoding prints unquoted (integers, floats, numeric, booleans),
+ * given the type name it prints in brackets (`bigint`, `numeric`, …); `fail` is called with the
+ * reason when the text is not such a literal of that type. The one conversion of these values:
+ * the capture's parser and the snapshot's rows (lambda/core/snapshot.ts) both use it, so a value
+ * is the same on both paths (docs/snapshot.md).
+ */
+export function unquotedLiteralValue(raw: string, type: string, fail: (reason: string) => never): JsonValue {
+  const c = { fail };
   if (raw === 'true' || raw === 'false') {
     if (type !== 'boolean') c.fail(`boolean literal for a column of type ${type}`);
     return raw === 'true';

@@ -32,7 +32,7 @@ import { CloudWatchClient } from '@aws-sdk/client-cloudwatch';
 import { sourceConnectionConfig } from '../adapters/source-postgres.ts';
 import type { ControlPlane } from '../core/control-plane.ts';
 import { CdcError } from '../core/errors.ts';
-import { snapshotPartitionKey, type SnapshotState } from '../core/snapshot.ts';
+import { encodeChunkRecords, snapshotPartitionKey, type SnapshotState } from '../core/snapshot.ts';
 import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, type PressureReading, type SourceBudget } from '../core/snapshot-pacer.ts';
 import { planSnapshots, runPendingSnapshots, type RunOutcome, type SnapshotMetrics, type SnapshotReader } from '../core/snapshot-worker.ts';
 import type { SlotRecord } from '../core/slot-record.ts';
@@ -166,7 +166,10 @@ export async function handler(_event: unknown, context: Context): Promise<Record
       tables: parseTableConfig(process.env[EnvName.TABLE_CONFIG]).filter((t) => t.table !== `${process.env[EnvName.HEARTBEAT_SCHEMA] || DEFAULT_HEARTBEAT_SCHEMA}.${HEARTBEAT_TABLE}`),
       control: new DynamoDbControlPlane(dynamoDbClient(endpoint), env(EnvName.CONTROL_TABLE)),
       reader,
-      publish: (records) => log.publishEncoded(records.map((r) => ({ partitionKey: snapshotPartitionKey(r, sha), data: Buffer.from(JSON.stringify(r), 'utf8'), label: `${r.source}/${r.table}@snapshot` }))),
+      publish: (records) => {
+        const data = encodeChunkRecords(records);
+        return log.publishEncoded(records.map((r, i) => ({ partitionKey: snapshotPartitionKey(r, sha), data: Buffer.from(data[i]!, 'utf8'), label: `${r.source}/${r.table}@snapshot` })));
+      },
       budget: parseBudget(process.env[EnvName.SNAPSHOT_BUDGET]),
       pressure,
       metrics: new Metrics({ namespace: process.env[EnvName.POWERTOOLS_METRICS_NAMESPACE] ?? METRICS_NAMESPACE, serviceName: SERVICE }),

@@ -4,10 +4,10 @@
  * (a collaborator double; the DynamoDB adapter is tested in test/adapters/control-plane-dynamodb.test.ts).
  */
 import { describe, expect, it } from 'vitest';
-import { chunkQuery, chunkRecords, cursorAfter, formatEta, rowToColumns, snapshotPosition, SnapshotTableError, type ChunkRead, type SnapshotTableShape } from '../../lambda/core/snapshot.ts';
-import { AdaptivePacer, budgetRatio, DEFAULT_SOURCE_BUDGET } from '../../lambda/core/snapshot-pacer.ts';
+import { chunkCopyQuery, chunkQuery, chunkRecords, cursorAfter, encodeChunkRecords, formatEta, parseCopyText, rowToColumns, snapshotPosition, SnapshotTableError, type ChunkRead, type SnapshotTableShape } from '../../lambda/core/snapshot.ts';
+import { AdaptivePacer, budgetRatio, DEFAULT_SOURCE_BUDGET, FixedPacer } from '../../lambda/core/snapshot-pacer.ts';
 import { bootstrapFromCopy, planSnapshots, requestSnapshot, runTableSnapshot, type SnapshotReader } from '../../lambda/core/snapshot-worker.ts';
-import { BootstrapGapError } from '../../lambda/core/snapshot.ts';
+import { BootstrapGapError, sweepPosition } from '../../lambda/core/snapshot.ts';
 import { makePosition } from '../../lambda/core/position.ts';
 import { maskValue, NO_COLUMN_RULES } from '../../lambda/core/masking.ts';
 import { decodeSlotRecord } from '../../lambda/core/slot-decoder.ts';
@@ -41,6 +41,21 @@ describe('chunk planning', () => {
     expect(() => chunkQuery({ ...SHAPE, table: 'public.t; drop' }, null, 1)).toThrow(/table name/);
   });
 
+  it('the COPY form inlines the cursor as escaped string literals; COPY text output parses back to the values', () => {
+    expect(chunkCopyQuery(SHAPE, null, 100)).toBe('COPY (SELECT "a", "b", "ok", "n", "bits", "email" FROM "public"."t" ORDER BY "a", "b" LIMIT 100) TO STDOUT');
+    expect(chunkCopyQuery(SHAPE, ['3', "it's a \\ $1"], 10)).toBe(`COPY (SELECT "a", "b", "ok", "n", "bits", "email" FROM "public"."t" WHERE ("a", "b") > (E'3', E'it''s a \\\\ $1') ORDER BY "a", "b" LIMIT 10) TO STDOUT`);
+    expect(() => chunkCopyQuery(SHAPE, ['1'], 1)).toThrow(/cursor has 1 values, the key has 2/);
+    expect(parseCopyText('', 2)).toEqual([]);
+    expect(parseCopyText('1\ta\\tb\\nc\\\\d\n2\t\\N\n3\t\n', 2)).toEqual([
+      ['1', 'a\tb\nc\\d'],
+      ['2', null],
+      ['3', ''],
+    ]);
+    expect(parseCopyText('x\\by\\fz\\rw\\vq\\.\n', 1)).toEqual([['x\by\fz\rw\vq.']]);
+    expect(() => parseCopyText('1\t2\n3\n', 2, 'public.t chunk')).toThrow(/public\.t chunk: row 2 has 1 fields, expected 2/);
+    expect(() => parseCopyText('1\t2', 2)).toThrow(/does not end with a newline/);
+  });
+
   it('the cursor is the last row key, in key order', () => {
     expect(cursorAfter(SHAPE, [['1', 'x', 't', '1', '1', null], ['2', 'y', 'f', '2', '0', null]])).toEqual(['2', 'y']);
     expect(cursorAfter(SHAPE, [])).toBeNull();
@@ -69,6 +84,30 @@ describe('positions and records', () => {
     expect(() => chunkRecords('src', SHAPE, read, { mask: ['a'], exclude: [] })).toThrow(/keys are never masked/);
   });
 
+  it('the chunk encoder writes exactly what JSON.stringify writes, over many random rows (seeded)', () => {
+    const seed = Number(process.env.CDC_PROPERTY_SEED ?? Math.floor(Math.random() * 2 ** 31));
+    const count = Number(process.env.CDC_ENCODER_COUNT ?? 300);
+    let x = seed;
+    const rand = () => ((x = (Math.imul(x, 1103515245) + 12345) >>> 0) / 2 ** 32);
+    const pieces = ['a', "'", '"', '\\', '\n', '\t', '\u0001', 'é', '😀', '\u2028', ' ', '</script>', '0'];
+    const str = () => Array.from({ length: Math.floor(rand() * 8) }, () => pieces[Math.floor(rand() * pieces.length)]).join('');
+    const rows = Array.from({ length: count }, (_, i) => [String(i - 150), str(), rand() < 0.3 ? null : rand() < 0.5 ? 't' : 'f', rand() < 0.3 ? null : (rand() * 1e6 - 5e5).toFixed(3), rand() < 0.5 ? '1010' : null, rand() < 0.3 ? null : str()]);
+    for (const rules of [NO_COLUMN_RULES, { mask: ['email'], exclude: ['bits'] }]) {
+      const recs = chunkRecords('src', SHAPE, { lowWatermark: '0/16B3748', rows, readAt: '2026-12-01T00:00:00.000000Z' }, rules);
+      const fast = encodeChunkRecords(recs);
+      recs.forEach((r, i) => expect(fast[i], `seed ${seed} row ${i}`).toBe(JSON.stringify(r)));
+    }
+    // A record that does not fit the chunk's template is encoded by JSON.stringify itself.
+    const recs = chunkRecords('src', SHAPE, { lowWatermark: '0/16B3748', rows: rows.slice(0, 3), readAt: '2026-12-01T00:00:00.000000Z' }, NO_COLUMN_RULES);
+    const odd = [recs[0]!, { ...recs[1]!, columns: recs[1]!.columns!.slice(1) }, { ...recs[2]!, table: 'public.u' }];
+    expect(encodeChunkRecords(odd)).toEqual(odd.map((r) => JSON.stringify(r)));
+    console.log(`chunk encoder: ${count} rows × 2 rule sets, seed ${seed} (CDC_PROPERTY_SEED, CDC_ENCODER_COUNT)`);
+  });
+
+  it('a value that is not its type\'s output text is refused naming the table and column', () => {
+    expect(() => rowToColumns(SHAPE, ['x1', 'b', null, null, null, null])).toThrow(/public\.t: column a \(integer\): expected an integer/);
+  });
+
   it('formats an ETA', () => {
     expect([formatEta(null), formatEta(42), formatEta(190), formatEta(7500)]).toEqual(['unknown', '42 s', '3 min 10 s', '2 h 05 min']);
   });
@@ -81,33 +120,65 @@ describe('positions and records', () => {
 
 describe('adaptive pacer', () => {
   const calm = { addedWriteLatencyPct: 2, addedCpuPct: null, activeSessions: 1 };
-  it('grows additively while under budget and fast, never past the target rate or the maximum', () => {
+  const over = { addedWriteLatencyPct: 15, addedCpuPct: null, activeSessions: 0 };
+  it('chunk size follows the target chunk time: grows additively while fast, never past the target rate or the maximum', () => {
     const p = new AdaptivePacer({ initialChunk: 1000, increaseRows: 500, maxChunk: 2500 });
     p.record({ rows: 1000, readMs: 50, pressure: calm });
-    expect(p.next()).toEqual({ chunkSize: 1500, pauseMs: 0, state: 'full-speed' });
+    expect(p.next()).toEqual({ chunkSize: 1500, pauseMs: 0, state: 'full-speed', readAhead: true });
     p.record({ rows: 1500, readMs: 50, pressure: calm });
     p.record({ rows: 2000, readMs: 50, pressure: calm });
     p.record({ rows: 2500, readMs: 50, pressure: calm });
     expect(p.next().chunkSize).toBe(2500);
     const q = new AdaptivePacer({ initialChunk: 1000, targetChunkMs: 500 });
     q.record({ rows: 1000, readMs: 450, pressure: null });
-    expect(q.next().chunkSize).toBe(1111); // the rate says ~1111 rows fit 500 ms: less than +500
+    expect(q.next().chunkSize).toBe(1111); // the rate says ~1111 rows fit 500 ms: less than the increase
+    const r = new AdaptivePacer({ initialChunk: 1000, targetChunkMs: 500 });
+    r.record({ rows: 1000, readMs: 2000, pressure: null });
+    expect(r.next()).toMatchObject({ chunkSize: 250, state: 'full-speed' }); // a slow chunk shrinks to the target time
   });
 
-  it('decreases multiplicatively over budget and pauses at the hard threshold', () => {
-    const p = new AdaptivePacer({ initialChunk: 1000, pauseMs: 1234 });
-    p.record({ rows: 1000, readMs: 10, pressure: { addedWriteLatencyPct: 15, addedCpuPct: null, activeSessions: 0 } });
-    expect(p.next()).toEqual({ chunkSize: 500, pauseMs: 0, state: 'slowed' });
-    p.record({ rows: 500, readMs: 10, pressure: { addedWriteLatencyPct: 1, addedCpuPct: 12, activeSessions: 0 } });
-    expect(p.next()).toEqual({ chunkSize: 250, pauseMs: 1234, state: 'paused' });
-    p.record({ rows: 250, readMs: 10, pressure: calm });
-    expect(p.next().pauseMs).toBe(0);
+  it('pressure drives the delay between chunks: the rest ratio doubles over budget, holds near it, halves to zero under it', () => {
+    const p = new AdaptivePacer({ initialChunk: 1000, increaseRows: 0, pressureWeight: 1 });
+    p.record({ rows: 1000, readMs: 80, busyMs: 100, pressure: over });
+    expect(p.next()).toEqual({ chunkSize: 1000, pauseMs: 25, state: 'slowed', readAhead: false }); // 0.25 × 100 ms; the chunk size is not cut
+    p.record({ rows: 1000, readMs: 80, busyMs: 100, pressure: over });
+    expect([p.restRatio(), p.next().pauseMs]).toEqual([0.5, 50]);
+    for (let i = 0; i < 10; i++) p.record({ rows: 1000, readMs: 80, busyMs: 100, pressure: over });
+    expect([p.restRatio(), p.next().pauseMs]).toEqual([32, 3200]); // capped: the snapshot keeps 1/33 of its time
+    p.record({ rows: 1000, readMs: 80, busyMs: 100, pressure: { ...calm, addedWriteLatencyPct: 7 } });
+    expect(p.restRatio()).toBe(32); // between relaxBelow and the budget: hold
+    const ratios: number[] = [];
+    for (let i = 0; i < 12; i++) {
+      p.record({ rows: 1000, readMs: 80, busyMs: 100, pressure: calm });
+      ratios.push(p.restRatio());
+    }
+    expect(ratios.slice(0, 4)).toEqual([16, 8, 4, 2]);
+    expect(ratios.at(-1)).toBe(0);
+    expect(p.next()).toEqual({ chunkSize: 1000, pauseMs: 0, state: 'full-speed', readAhead: true });
   });
 
-  it('a slow chunk shrinks to the target time', () => {
-    const p = new AdaptivePacer({ initialChunk: 1000, targetChunkMs: 500 });
-    p.record({ rows: 1000, readMs: 2000, pressure: null });
-    expect(p.next()).toMatchObject({ chunkSize: 250, state: 'slowed' });
+  it('smooths the pressure: one high reading under the hard threshold does not slow a calm snapshot', () => {
+    const p = new AdaptivePacer({ initialChunk: 1000 });
+    p.record({ rows: 1000, readMs: 10, pressure: calm });
+    p.record({ rows: 1000, readMs: 10, pressure: { ...calm, addedWriteLatencyPct: 17 } }); // smoothed: (2 + 17) / 2 / 10 < 1
+    expect(p.next().state).toBe('full-speed');
+  });
+
+  it('pauses at the hard threshold, halves the chunk and rests afterwards', () => {
+    const p = new AdaptivePacer({ initialChunk: 1000, pauseMs: 1234, increaseRows: 0 });
+    p.record({ rows: 1000, readMs: 10, busyMs: 100, pressure: { addedWriteLatencyPct: 1, addedCpuPct: 12, activeSessions: 0 } });
+    expect(p.next()).toEqual({ chunkSize: 500, pauseMs: 1234 + 100, state: 'paused', readAhead: false });
+    p.record({ rows: 500, readMs: 10, busyMs: 100, pressure: calm });
+    // The smoothed ratio is still over budget ((0.2 + 2.4) / 2): the rest doubles once more, then relaxes.
+    expect(p.next()).toMatchObject({ pauseMs: 200, state: 'slowed' });
+    p.record({ rows: 500, readMs: 10, busyMs: 100, pressure: calm }); // smoothed 0.75: hold
+    p.record({ rows: 500, readMs: 10, busyMs: 100, pressure: calm }); // smoothed < 0.5: halve
+    expect(p.next()).toMatchObject({ pauseMs: 100, state: 'slowed' });
+  });
+
+  it('a fixed pacer reads ahead unless it pauses', () => {
+    expect(new FixedPacer(10).next()).toEqual({ chunkSize: 10, pauseMs: 0, state: 'full-speed', readAhead: true });
+    expect(new FixedPacer(10, 5).next().readAhead).toBe(false);
   });
 
   it('budget ratio is the worse of latency and CPU', () => {
@@ -180,6 +251,39 @@ describe('requests, runs and resume', () => {
     expect((await control.listAudit('s', 'public.t')).map((a) => a.action)).toEqual(['request-snapshot', 'start-snapshot', 'resume-snapshot', 'finish-snapshot']);
   });
 
+  it('with one chunk read ahead: the next read starts before the chunk is published, chunks are still recorded in order, and a crash resumes the same way', async () => {
+    const control = new MemoryControlPlane();
+    await requestSnapshot(control, { source: 's', table: 'public.t', reason: 'initial', actor: 'planner' });
+    const events: string[] = [];
+    const traced = (r: SnapshotReader & { reads: number }): SnapshotReader => ({
+      ...r,
+      readChunk: async (shape, after, limit) => {
+        events.push(`read after ${after?.[0] ?? '-'}`);
+        return r.readChunk(shape, after, limit);
+      },
+    });
+    const run = (r: SnapshotReader) =>
+      runTableSnapshot({ control, reader: r, publish: async (recs) => void events.push(`publish ${recs[0]!.columns![0]!.value}`), pacer: new FixedPacer(5), source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w1' });
+    await expect(run(traced(memoryReader(rows, 3)))).rejects.toThrow('connection lost');
+    expect(events).toEqual(['read after -', 'read after 5', 'publish 1', 'read after 10', 'publish 6']);
+    let s = (await control.getSnapshot('s', 'public.t'))!;
+    expect([s.status, s.chunksDone, s.rowsDone, s.cursor]).toEqual(['running', 2, 10, ['10']]);
+    events.length = 0;
+    expect(await run(traced(memoryReader(rows)))).toBe('done');
+    s = (await control.getSnapshot('s', 'public.t'))!;
+    expect([s.status, s.rowsDone, s.chunksDone]).toEqual(['done', 23, 5]);
+    const chunks = await control.listSnapshotChunks('s', 'public.t', s.run);
+    expect(chunks.map((c) => [c.index, c.startAfter, c.endKey, c.rows])).toEqual([
+      [0, null, ['5'], 5],
+      [1, ['5'], ['10'], 5],
+      [2, ['10'], ['15'], 5],
+      [3, ['15'], ['20'], 5],
+      [4, ['20'], ['23'], 3],
+    ]);
+    // The last chunk (3 rows of 5) reads nothing ahead.
+    expect(events.filter((e) => e.startsWith('read'))).toEqual(['read after 10', 'read after 15', 'read after 20']);
+  });
+
   it('a finished re-snapshot brings a needs-resnapshot table back to active', async () => {
     const control = new MemoryControlPlane();
     await control.registerTable(
@@ -188,8 +292,41 @@ describe('requests, runs and resume', () => {
       { at: new Date().toISOString(), actor: 't', action: 'register', source: 's', table: 'public.t', outcome: 'done', detail: {} },
     );
     await requestSnapshot(control, { source: 's', table: 'public.t', reason: 'resnapshot', actor: 'op' });
-    expect(await runTableSnapshot({ control, reader: memoryReader(rows), publish: async () => undefined, pacer: fixed, source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w' })).toBe('done');
+    // The last chunk fails once after its records were published: the retry publishes the sweep again, at the same position.
+    const published: SlotRecord[][] = [];
+    let failOnce = true;
+    const publish = async (recs: SlotRecord[]) => {
+      published.push(recs);
+      if (recs.some((r) => r.op === 'truncate') && failOnce) {
+        failOnce = false;
+        throw new Error('stream unavailable');
+      }
+    };
+    await expect(runTableSnapshot({ control, reader: memoryReader(rows), publish, pacer: fixed, source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w' })).rejects.toThrow('stream unavailable');
+    expect(await runTableSnapshot({ control, reader: memoryReader(rows), publish, pacer: fixed, source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w' })).toBe('done');
     expect((await control.getTable('s', 'public.t'))!.state).toBe('active');
+    const run = (await control.getSnapshot('s', 'public.t'))!;
+    const sweeps = published.flat().filter((r) => r.op === 'truncate');
+    expect(sweeps).toHaveLength(2);
+    for (const sw of sweeps) {
+      expect(makePosition(sw.commitLsn, sw.index)).toBe(sweepPosition(run.firstLowWatermark!));
+      expect(sw.xid).toBe('0');
+      const d = decodeSlotRecord(JSON.parse(JSON.stringify(sw)));
+      expect(d.kind === 'changes' && d.changes[0]).toMatchObject({ op: 'truncate', capture: 'snapshot', txId: null });
+    }
+    // The sweep is the last record of the last chunk; every chunk row sorts above it.
+    expect(published.at(-1)!.at(-1)!.op).toBe('truncate');
+    const chunkRows = published.flat().filter((r) => r.op === 'snapshot');
+    expect(chunkRows.every((r) => makePosition(r.commitLsn, r.index) > sweepPosition(run.firstLowWatermark!))).toBe(true);
+  });
+
+  it('a first snapshot publishes no sweep (only a re-snapshot has stale keys to remove)', async () => {
+    const control = new MemoryControlPlane();
+    await requestSnapshot(control, { source: 's', table: 'public.t', reason: 'initial', actor: 'planner' });
+    const published: SlotRecord[] = [];
+    expect(await runTableSnapshot({ control, reader: memoryReader(rows), publish: async (recs) => void published.push(...recs), pacer: fixed, source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w' })).toBe('done');
+    expect(published.filter((r) => r.op !== 'snapshot')).toEqual([]);
+    expect(published).toHaveLength(23);
   });
 
   it('bootstrap from a trusted copy: accepted when the log reaches back to the copy, refused with a named error otherwise', async () => {

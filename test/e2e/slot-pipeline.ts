@@ -80,6 +80,8 @@ export async function slotPipeline(cluster: PostgresCluster, schema: string, tab
     await dw.end();
     for (const pool of pools) await pool.end();
   };
-  return { id, src, drain, apply, rows, close };
+  /** Hands records to the raw stream next to the capture's (the snapshot worker's publisher). */
+  const publishRaw = async (records: readonly RawRecord[]) => void raw.push(...records);
+  return { id, src, drain, apply, rows, close, control, publishRaw };
 }
 

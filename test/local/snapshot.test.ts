@@ -101,6 +101,29 @@ describe('snapshot reader (real PostgreSQL)', () => {
     }
   }, 60_000);
 
+  it('chunks are streamed with COPY: keys and values with quotes, backslashes, tabs, newlines and \\N read back exactly, one chunk per key', async () => {
+    await sql.query('CREATE TABLE public.esc (k text PRIMARY KEY, v text)');
+    const nasty = ["it's", 'back\\slash', 'tab\there', 'new\nline', '\\N', 'E\'x\'', '$1', 'cr\rx', 'ü😀', ''];
+    for (const [i, k] of nasty.entries()) await sql.query('INSERT INTO public.esc VALUES ($1, $2)', [k, i % 3 === 0 ? null : `${k}|${i}`]);
+    const expected = (await sql.query({ text: 'SELECT k, v FROM public.esc ORDER BY k', rowMode: 'array' })).rows;
+    const reader = new PostgresSnapshotReader({ primary: { connectionString: url } });
+    try {
+      const shape = await reader.describe('public.esc');
+      const seen: unknown[] = [];
+      let cursor: KeyCursor | null = null;
+      for (;;) {
+        const read = await reader.readChunk(shape, cursor, 1);
+        seen.push(...read.rows);
+        cursor = cursorAfter(shape, read.rows) ?? cursor;
+        if (read.rows.length < 1) break;
+      }
+      expect(seen).toEqual(expected);
+      expect(seen).toHaveLength(nasty.length);
+    } finally {
+      await reader.close();
+    }
+  }, 60_000);
+
   it('the fence waits for an older writing transaction of this database, not for one of another database', async () => {
     await cluster.createDatabase('elsewhere');
     const other = new pg.Client({ connectionString: cluster.url('elsewhere') });

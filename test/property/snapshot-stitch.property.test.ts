@@ -13,6 +13,12 @@
  * key changes nothing; deletes leave a tombstone at their position). The sink must equal the
  * source row by row.
  *
+ * Half of the runs are a **re-snapshot after a gap** (docs/snapshot.md, "Re-snapshot"): the sink
+ * starts from the table's pre-gap history, then random changes are lost (their stream dropped),
+ * and the snapshot's last chunk carries the sweep (`sweepRecord`); the sink keeps the truncate
+ * rule, and some pre-gap events are delivered again, late, in the shuffled mix. Keys deleted in
+ * the gap must be gone, everything else equal to the source.
+ *
  * Count and seed: `CDC_SNAPSHOT_PROPERTY_RUNS` (default 200) and `CDC_PROPERTY_SEED` (default
  * random), both printed. The deterministic test of the commit/visibility trap is below the property.
  */
@@ -25,7 +31,7 @@ import { groupTransactions, type SlotRow } from '../../lambda/core/test-decoding
 import { TableConfigIndex } from '../../lambda/core/table-config.ts';
 import { decodeSlotRecord } from '../../lambda/core/slot-decoder.ts';
 import { keyText, type Row } from '../../lambda/core/event.ts';
-import { chunkRecords, cursorAfter, type KeyCursor } from '../../lambda/core/snapshot.ts';
+import { chunkRecords, cursorAfter, sweepRecord, type KeyCursor } from '../../lambda/core/snapshot.ts';
 import { NO_COLUMN_RULES } from '../../lambda/core/masking.ts';
 import { PostgresSnapshotReader } from '../../lambda/adapters/snapshot-postgres.ts';
 import type { SlotRecord } from '../../lambda/core/slot-record.ts';
@@ -85,10 +91,20 @@ function decodeEvents(rec: SlotRecord): DecodedChange[] {
   return d.changes;
 }
 
-/** Invariant 2's rule on a map: the highest position per key wins; a delete leaves a tombstone. */
-function applyAll(events: DecodedChange[]): Map<string, { position: string; row: Row | null }> {
-  const sink = new Map<string, { position: string; row: Row | null }>();
+/**
+ * Invariant 2's rule on a map: the highest position per key wins; a delete leaves a tombstone.
+ * A truncate at P (docs/truncate.md) makes every key stored below P a tombstone at P, and no
+ * write at or below the highest truncate applies afterwards.
+ */
+function applyAll(events: DecodedChange[], sink = new Map<string, { position: string; row: Row | null }>()): Map<string, { position: string; row: Row | null }> {
+  let horizon = '';
   for (const e of events) {
+    if (e.op === 'truncate') {
+      for (const [k, v] of sink) if (v.position < e.position) sink.set(k, { position: e.position, row: null });
+      if (e.position > horizon) horizon = e.position;
+      continue;
+    }
+    if (e.position <= horizon) continue;
     const k = keyText(e.key);
     const stored = sink.get(k);
     if (stored && stored.position >= e.position) continue;
@@ -147,6 +163,7 @@ describe('snapshot stitching (real PostgreSQL)', () => {
     const reader = new PostgresSnapshotReader({ primary: { connectionString: url, options: '-c synchronous_commit=local' }, fencePollMs: 1 });
     let traps = 0;
     let chunksRead = 0;
+    let gapRuns = 0;
     try {
       for (let run = 0; run < RUNS; run++) {
         const seed = SEED + run;
@@ -160,7 +177,21 @@ describe('snapshot stitching (real PostgreSQL)', () => {
           await check.query(`INSERT INTO ${table} VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`, [k.a, k.b, i]);
         }
         // Stream first: everything before this point is the "existing rows"; drop its stream.
-        await drainStream(table);
+        // In a re-snapshot run it is the sink's pre-gap state, and a gap of lost changes follows.
+        const resnapshot = rand() < 0.5;
+        const preGap = await drainStream(table);
+        if (resnapshot) {
+          const lost = 1 + Math.floor(rand() * 8);
+          for (let i = 0; i < lost; i++) {
+            const k = keyOf();
+            const r = rand();
+            if (r < 0.5) await check.query(`DELETE FROM ${table} WHERE a = $1 AND b = $2`, [k.a, k.b]);
+            else if (r < 0.75) await check.query(`UPDATE ${table} SET v = -1 WHERE a = $1 AND b = $2`, [k.a, k.b]);
+            else await check.query(`INSERT INTO ${table} VALUES ($1, $2, -2) ON CONFLICT DO NOTHING`, [k.a, k.b]);
+          }
+          await drainStream(table);
+          gapRuns++;
+        }
 
         let stop = false;
         let counter = 1000;
@@ -209,13 +240,18 @@ describe('snapshot stitching (real PostgreSQL)', () => {
         const shape = await reader.describe(table);
         const snapshotEvents: DecodedChange[] = [];
         let cursor: KeyCursor | null = null;
+        let firstLowWatermark: string | null = null;
         for (;;) {
           const limit = 1 + Math.floor(rand() * 7);
           const read = await reader.readChunk(shape, cursor, limit);
           chunksRead++;
+          firstLowWatermark ??= read.lowWatermark;
           for (const rec of chunkRecords(SOURCE, shape, read, NO_COLUMN_RULES)) snapshotEvents.push(...decodeEvents(rec));
           cursor = cursorAfter(shape, read.rows) ?? cursor;
-          if (read.rows.length < limit) break;
+          if (read.rows.length < limit) {
+            if (resnapshot) snapshotEvents.push(...decodeEvents(sweepRecord(SOURCE, table, firstLowWatermark, read.readAt)));
+            break;
+          }
           if (rand() < 0.5) await sleep(Math.floor(rand() * 3));
         }
         await sleep(Math.floor(rand() * 5));
@@ -224,14 +260,15 @@ describe('snapshot stitching (real PostgreSQL)', () => {
         await trap;
 
         const stream = await drainStream(table);
-        const events = shuffle([...stream, ...snapshotEvents], rand);
-        const sink = live(applyAll(events));
+        const late = resnapshot ? preGap.filter(() => rand() < 0.3) : [];
+        const events = shuffle([...stream, ...snapshotEvents, ...late], rand);
+        const sink = live(applyAll(events, resnapshot ? applyAll(preGap) : undefined));
         const expected = await sourceRows(check, table);
-        const context = `run ${run} (CDC_PROPERTY_SEED=${seed} CDC_SNAPSHOT_PROPERTY_RUNS=1): ${stream.length} stream events, ${snapshotEvents.length} snapshot rows`;
+        const context = `run ${run} (CDC_PROPERTY_SEED=${seed} CDC_SNAPSHOT_PROPERTY_RUNS=1): ${resnapshot ? 're-snapshot after a gap, ' : ''}${stream.length} stream events, ${snapshotEvents.length} snapshot rows`;
         expect([...sink.entries()].sort(), context).toEqual([...expected.entries()].sort());
         await check.query(`DROP TABLE ${table}`);
       }
-      console.log(`snapshot stitching property: ${RUNS} runs converged (${chunksRead} chunks, ${traps} with a transaction held in the commit/visibility gap), seed ${SEED}`);
+      console.log(`snapshot stitching property: ${RUNS} runs converged (${chunksRead} chunks, ${traps} with a transaction held in the commit/visibility gap, ${gapRuns} re-snapshots after a gap with the sweep), seed ${SEED}`);
     } finally {
       await reader.close();
       await Promise.all([...workers, trapClient, check].map((c) => c.end().catch(() => undefined)));
