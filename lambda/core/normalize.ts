@@ -656,14 +656,14 @@ export function observe(result: Extract<DecodeResult, { kind: 'changes' }>): Obs
   const key = result.keyColumns && result.keyColumns.length > 0 ? [...result.keyColumns] : null;
   const image = [...result.changes].reverse().find((c) => c.after !== null);
   if (result.columns) {
-    const slot = result.changes[0]?.capture === 'slot';
+    const slot = result.changes[0]?.capture === 'slot' || result.changes[0]?.capture === 'poll'; // both name every column (a polled row is the whole row)
     // test_decoding does not carry nullability: the slot decoder reports `true`, which means "unknown".
     return { columns: result.columns.map((c) => ({ name: c.name, type: c.type, nullable: slot ? null : c.nullable })), key, complete: slot };
   }
   if (image) {
     // A slot image names its undelivered columns; a DMS decoder fills `missing` from the registry
     // itself, which tells nothing about the record (and would hide a rename seen in the data).
-    const slot = image.capture === 'slot';
+    const slot = image.capture === 'slot' || image.capture === 'poll';
     const names = [...Object.keys(image.after!), ...(slot ? image.missing.filter((m) => !(m in image.after!)) : [])];
     return { columns: names.map((name) => ({ name, type: null, nullable: null })), key, complete: slot };
   }

@@ -65,8 +65,8 @@ export function decodeSlotRecord(record: unknown): DecodeResult {
     table: r.table,
     position,
     commitTs: r.commitTs,
-    txId: r.op === 'snapshot' ? null : r.xid,
-    capture: r.op === 'snapshot' ? ('snapshot' as const) : ('slot' as const),
+    txId: r.op === 'snapshot' || r.capture === 'poll' ? null : r.xid,
+    capture: r.op === 'snapshot' ? ('snapshot' as const) : r.capture === 'poll' ? ('poll' as const) : ('slot' as const),
     synthetic: false,
   };
   const change = (fields: Pick<DecodedChange, 'op' | 'key' | 'after' | 'before' | 'missing'>): DecodedChange => ({

@@ -20,10 +20,10 @@ import { CdcError } from './errors.ts';
 import { DELETE_MODES, type TableConfig } from '../../contracts/table-config.ts';
 import type { DeleteMode } from './control-plane.ts';
 import { NO_COLUMN_RULES, type ColumnRules } from './masking.ts';
-import { describeValue as describe, isPlainObject } from './json-shape.ts';
+import { describeValue as describe } from './json-shape.ts';
 import { PLAIN_IDENT } from '../../contracts/identifiers.ts';
-import { TABLE_CAPTURE_MODES, type TableCaptureMode, type TableTransforms } from '../../contracts/table-config.ts';
-import { isCoerceType, NO_TRANSFORMS } from './transforms.ts';
+import { checkTransforms, TABLE_CAPTURE_MODES, type TableCaptureMode, type TableTransforms } from '../../contracts/table-config.ts';
+import { NO_TRANSFORMS } from './transforms.ts';
 
 /** One entry of `CDC_TABLE_CONFIG`: the shape the constructs write, defined once in contracts/table-config.ts. */
 export type { TableConfig } from '../../contracts/table-config.ts';
@@ -40,7 +40,6 @@ export class TableConfigError extends CdcError {
 
 const TABLE_ID = /^[^.\s]+\.[^.\s]+$/;
 const FIELDS = new Set(['table', 'key', 'deleteMode', 'mask', 'exclude', 'snapshot', 'transforms', 'capture', 'pollColumn']);
-const TRANSFORM_FIELDS = new Set(['coerce', 'rename', 'tenant']);
 
 
 function columnList(v: unknown, field: string): string[] {
@@ -112,57 +111,14 @@ export function validateTableConfig(value: unknown, origin = 'CDC_TABLE_CONFIG')
   });
 }
 
-function nameMap(v: unknown, field: string, valueOk: (x: string) => boolean, expected: string): Record<string, string> {
-  if (!isPlainObject(v)) throw new TableConfigError(field, `expected an object of column → ${expected}, got ${describe(v)}`);
-  const out: Record<string, string> = {};
-  for (const [k, x] of Object.entries(v)) {
-    if (typeof x !== 'string' || !valueOk(x)) throw new TableConfigError(`${field}.${k}`, `expected ${expected}, got ${describe(x)}`);
-    out[k] = x;
-  }
-  return out;
-}
-
 /**
- * Validates a table's `transforms` (docs/transforms.md) against its column rules: an excluded
- * column cannot be coerced or renamed (it never arrives), a masked column can only be coerced to
- * `text` (it is a hash), two columns cannot be renamed to one name, and the tenant column cannot
- * be a rename target.
+ * Validates a table's `transforms` (docs/transforms.md) against its column rules, with the one
+ * definition the constructs use too (`checkTransforms`, contracts/table-config.ts).
  */
 export function validateTransforms(v: unknown, rules: ColumnRules, field: string): TableTransforms {
-  if (!isPlainObject(v)) throw new TableConfigError(field, `expected an object with coerce, rename and tenant, got ${describe(v)}`);
-  for (const f of Object.keys(v)) if (!TRANSFORM_FIELDS.has(f)) throw new TableConfigError(`${field}.${f}`, `unknown field (known: ${[...TRANSFORM_FIELDS].join(', ')})`);
-  const out: TableTransforms = {};
-  if (v.coerce !== undefined) {
-    const coerce = nameMap(v.coerce, `${field}.coerce`, isCoerceType, "a sink type (text, bigint, double precision, boolean, date, timestamptz, numeric(p,s) with p ≤ 38)");
-    for (const [c, type] of Object.entries(coerce)) {
-      if (rules.exclude.includes(c)) throw new TableConfigError(`${field}.coerce.${c}`, 'the column is excluded; it never arrives to be coerced');
-      if (rules.mask.includes(c) && type !== 'text') throw new TableConfigError(`${field}.coerce.${c}`, `the column is masked (a 64-character hash, docs/masking.md) and can only be text, not ${type}`);
-    }
-    if (Object.keys(coerce).length > 0) out.coerce = coerce;
-  }
-  if (v.rename !== undefined) {
-    const rename = nameMap(v.rename, `${field}.rename`, (x) => PLAIN_IDENT.test(x), 'a plain column name');
-    const targets = new Map<string, string>();
-    for (const [from, to] of Object.entries(rename)) {
-      if (rules.exclude.includes(from)) throw new TableConfigError(`${field}.rename.${from}`, 'the column is excluded; it never arrives to be renamed');
-      const other = targets.get(to);
-      if (other !== undefined) throw new TableConfigError(`${field}.rename.${from}`, `${JSON.stringify(other)} is renamed to ${JSON.stringify(to)} as well`);
-      targets.set(to, from);
-    }
-    if (Object.keys(rename).length > 0) out.rename = rename;
-  }
-  if (v.tenant !== undefined) {
-    const t = v.tenant;
-    if (!isPlainObject(t)) throw new TableConfigError(`${field}.tenant`, `expected { column, value }, got ${describe(t)}`);
-    for (const f of Object.keys(t)) if (f !== 'column' && f !== 'value') throw new TableConfigError(`${field}.tenant.${f}`, 'unknown field (known: column, value)');
-    if (typeof t.column !== 'string' || !PLAIN_IDENT.test(t.column)) throw new TableConfigError(`${field}.tenant.column`, `expected a plain column name, got ${describe(t.column)}`);
-    if (typeof t.value !== 'string' || t.value === '') throw new TableConfigError(`${field}.tenant.value`, `expected a constant or a template with {source}, {schema}, {table}, {tableId}, got ${describe(t.value)}`);
-    const unknown = /\{(?!source\}|schema\}|table\}|tableId\})[^}]*\}/.exec(t.value);
-    if (unknown) throw new TableConfigError(`${field}.tenant.value`, `unknown placeholder ${unknown[0]} (known: {source}, {schema}, {table}, {tableId})`);
-    if (out.rename && Object.values(out.rename).includes(t.column)) throw new TableConfigError(`${field}.tenant.column`, `${JSON.stringify(t.column)} is also a rename target`);
-    out.tenant = { column: t.column, value: t.value };
-  }
-  return out;
+  const r = checkTransforms(v, rules, field);
+  if ('problem' in r) throw new TableConfigError(r.field, r.problem);
+  return r.transforms;
 }
 
 /** Parses the JSON text of `CDC_TABLE_CONFIG`. An unset variable is an error: masking must never be off by accident. */

@@ -51,14 +51,7 @@ export interface TransformContext {
 const NUMERIC_RE = /^numeric\((\d+),(\d+)\)$/;
 
 /** True when `type` is a sink type a column may be coerced to (docs/transforms.md). */
-export function isCoerceType(type: string): boolean {
-  if (['text', 'bigint', 'double precision', 'boolean', 'date', 'timestamptz'].includes(type)) return true;
-  const m = NUMERIC_RE.exec(type);
-  if (!m) return false;
-  const p = Number(m[1]);
-  const s = Number(m[2]);
-  return p >= 1 && p <= 38 && s <= p;
-}
+export { isCoerceType } from '../../contracts/table-config.ts';
 
 /** True when the transforms change nothing. */
 export function isIdentity(t: TableTransforms | undefined): boolean {
