@@ -29,3 +29,6 @@ export const ControlPartition = {
   /** One item per stage that has dead letters (sort key `STAGE#<stage>`). */
   DEAD_LETTER_STAGES: 'DEADLETTERS',
 } as const;
+
+/** The checkpoint consumer id under which a source's poll worker keeps its cursors, one per polled table (docs/polling.md). */
+export const pollConsumerId = (source: string): string => `poll-${source}`;

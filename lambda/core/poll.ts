@@ -147,14 +147,13 @@ export interface PollCursorStore {
   put(table: string, cursor: PollCursor): Promise<void>;
 }
 
-/** The checkpoint consumer id of a source's poller. */
-export function pollConsumer(source: string): string {
-  return `poll-${source}`;
-}
+/** The checkpoint consumer id of a source's poller (one definition with the constructs' IAM scope). */
+export { pollConsumerId as pollConsumer } from '../../contracts/control-plane-keys.ts';
+import { pollConsumerId } from '../../contracts/control-plane-keys.ts';
 
 /** A cursor store over the control plane's checkpoints (one item per polled table). */
 export function checkpointCursorStore(control: { getCheckpoint(consumer: string, shardId: string): Promise<string | null>; putCheckpoint(consumer: string, shardId: string, value: string): Promise<void> }, source: string): PollCursorStore {
-  const consumer = pollConsumer(source);
+  const consumer = pollConsumerId(source);
   return {
     async get(table) {
       const text = await control.getCheckpoint(consumer, table);
