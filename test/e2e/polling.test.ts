@@ -138,6 +138,9 @@ describe('polling fallback', () => {
     expect(cols.rows.map((c) => `${c.column_name} ${c.data_type}`)).toEqual(['id bigint', 'amount numeric', 'code bigint', 'tenant character varying']);
     const orders = await dw.query<{ id: string; amount: string; code: string; tenant: string }>('SELECT id::text, amount::text, code::text, tenant FROM demo_public.orders ORDER BY id');
     expect(orders.rows).toEqual([0, 1, 2, 3, 4].map((i) => ({ id: String(i), amount: `${i}.50`, code: String(100 + i), tenant: 'demo:orders' })));
+    // The registry keeps the transforms with the version (read back from DynamoDB Local every batch): one version, no spurious change.
+    const versions = await stack!.control.listSchemaVersions('demo', 'public.orders');
+    expect(versions.map((v) => v.transforms)).toEqual([SHAPED[0]!.transforms]);
     expect(errors.filter((e) => !/heartbeat|slot monitor/.test(e))).toEqual([]);
   }, 400_000);
 });
