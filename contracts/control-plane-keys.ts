@@ -31,3 +31,6 @@ export const ControlPartition = {
   /** One sink's rebuild runs (docs/rebuild.md; sort key `<source>#<table>#<started at>#<id>`). */
   rebuilds: (sink: string): string => `REBUILD#${sink}`,
 } as const;
+
+/** The checkpoint consumer id under which a source's poll worker keeps its cursors, one per polled table (docs/polling.md). */
+export const pollConsumerId = (source: string): string => `poll-${source}`;

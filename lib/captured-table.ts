@@ -6,6 +6,45 @@ export enum DeleteMode {
   HARD = 'hard',
 }
 
+/** How a table is captured (docs/polling.md). */
+export enum CaptureMode {
+  /** From the source's log (DMS on AWS, the slot capture locally). */
+  LOG = 'log',
+  /**
+   * By polling a monotonic modified-at (timestamp) or version (integer) column, for a table
+   * without log access. Deletes are not observable and ordering is the column's.
+   */
+  POLL = 'poll',
+}
+
+/** A tenant column stamped into every row (docs/transforms.md). */
+export interface TenantStamp {
+  /** The column written into every row image (text). */
+  readonly column: string;
+  /** A constant, or a template with `{source}`, `{schema}`, `{table}`, `{tableId}`. */
+  readonly value: string;
+}
+
+/** Per-event transforms of one table (docs/transforms.md), applied in this order: coerce, rename, tenant. */
+export interface TableTransforms {
+  /**
+   * Source column → sink type: `text`, `bigint`, `double precision`, `boolean`, `date`,
+   * `timestamptz` or `numeric(p,s)` (p ≤ 38). A value that does not coerce is dead-lettered with its reason.
+   * @default - none
+   */
+  readonly coerce?: { [column: string]: string };
+  /**
+   * Source column → the name it has in the change log and every sink.
+   * @default - none
+   */
+  readonly rename?: { [column: string]: string };
+  /**
+   * A tenant column stamped into every row.
+   * @default - none
+   */
+  readonly tenant?: TenantStamp;
+}
+
 /** Options of `CapturedTable.of`. */
 export interface CapturedTableOptions {
   /**
@@ -37,6 +76,25 @@ export interface CapturedTableOptions {
    * @default true
    */
   readonly snapshot?: boolean;
+  /**
+   * Per-event transforms: renames, coercions to a sink type, a tenant column (docs/transforms.md).
+   * Changing them on a live table applies from the next position on; rows already in the sinks
+   * keep the old shape until the table is re-snapshotted and the sinks rebuilt (`cdc rebuild`).
+   * @default - none
+   */
+  readonly transforms?: TableTransforms;
+  /**
+   * How the table is captured. `CaptureMode.POLL` reads it by `pollColumn` with a scheduled function
+   * in the VPC instead of DMS; its deletes are not observable (docs/polling.md).
+   * @default CaptureMode.LOG
+   */
+  readonly capture?: CaptureMode;
+  /**
+   * The monotonic modified-at (timestamp) or version (integer) column a polled table is read by.
+   * Required with `CaptureMode.POLL`.
+   * @default - none
+   */
+  readonly pollColumn?: string;
 }
 
 /**
@@ -66,6 +124,12 @@ export class CapturedTable {
   readonly primaryKey: string[];
   /** Whether existing rows are snapshotted when the table is first captured. */
   readonly snapshot: boolean;
+  /** Per-event transforms, if any. */
+  readonly transforms?: TableTransforms;
+  /** How the table is captured. */
+  readonly capture: CaptureMode;
+  /** The poll column of a polled table. */
+  readonly pollColumn?: string;
 
   private constructor(tableId: string, options: CapturedTableOptions) {
     this.tableId = tableId;
@@ -74,6 +138,9 @@ export class CapturedTable {
     this.deletes = options.deletes ?? DeleteMode.SOFT;
     this.primaryKey = [...(options.primaryKey ?? ['id'])];
     this.snapshot = options.snapshot ?? true;
+    if (options.transforms) this.transforms = options.transforms;
+    this.capture = options.capture ?? CaptureMode.LOG;
+    if (options.pollColumn !== undefined) this.pollColumn = options.pollColumn;
   }
 
   /** The schema part of the table id. */

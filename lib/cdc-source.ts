@@ -15,7 +15,7 @@ import { DEFAULT_HEARTBEAT_SCHEMA, EnvName, ServiceName } from '../contracts/env
 import { ControlPartition } from '../contracts/control-plane-keys.ts';
 import { MetricDimension, MetricName, NORMALIZER_STAGE } from '../contracts/metrics.ts';
 import { AwsApiEgress } from './aws-api-egress.ts';
-import type { CapturedTable } from './captured-table.ts';
+import { CaptureMode, type CapturedTable } from './captured-table.ts';
 import type { IChangeLog } from './change-log.ts';
 import type { IControlPlane } from './control-plane.ts';
 import { payloadEnvironment } from './private/payloads.ts';
@@ -31,6 +31,7 @@ import { rdsCaCertificate } from './private/rds-ca.ts';
 import { platformMetric } from './private/platform-metric.ts';
 import { SlotMonitor } from './private/slot-monitor.ts';
 import { addSnapshotWorker } from './private/snapshot-worker.ts';
+import { addPollWorker } from './private/poll-worker.ts';
 
 /** Which columns DMS puts in the before image of an update. */
 export enum BeforeImage {
@@ -260,6 +261,8 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
   private readonly slotMonitorMetrics: SlotMonitor;
   /** The snapshot worker function (copies existing rows in paced chunks; docs/snapshot.md). */
   readonly snapshotWorker: lambda.IFunction;
+  /** The poll worker function, when a table is captured with `CaptureMode.POLL` (docs/polling.md). */
+  readonly pollWorker?: lambda.IFunction;
   /** Records the normalizer gave up on (shard id and sequence numbers). */
   readonly deadLetterQueue: sqs.IQueue;
   /**
@@ -654,7 +657,30 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
     this.snapshotWorker = snapshot.fn;
     this.alarms.push(...snapshot.alarms);
 
-    this.acknowledgeGrantWildcards([normalizer, heartbeat, lifecycle, slotMonitor.function, snapshot.worker], targetRole, secretsRole);
+    // --- Poll worker: tables without log access, by their modified-at or version column (docs/polling.md) ---
+    const polled = this.tables.filter((t) => t.capture === CaptureMode.POLL).map((t) => t.tableId);
+    const poll =
+      polled.length === 0
+        ? null
+        : addPollWorker(this, {
+            sourceId: this.sourceId,
+            control: props.controlPlane,
+            rawStream,
+            database: props.database,
+            tableConfig,
+            polledTables: polled,
+            vpc: props.vpc,
+            vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
+            securityGroup,
+            alarmsEnabled: props.alarmsEnabled ?? true,
+            alarmActions: props.alarmActions,
+          });
+    if (poll) {
+      this.pollWorker = poll.fn;
+      this.alarms.push(...poll.alarms);
+    }
+
+    this.acknowledgeGrantWildcards([normalizer, heartbeat, lifecycle, slotMonitor.function, snapshot.worker, ...(poll ? [poll.worker] : [])], targetRole, secretsRole);
 
     // --- Alarms ---
     if (props.alarmsEnabled ?? true) {

@@ -36,6 +36,7 @@ import { MetricsCollector, percentile } from './metrics.ts';
 import type { LocalStack } from './stack.ts';
 import type { StatusSnapshot } from './status.ts';
 import { LocalSnapshots } from './snapshot.ts';
+import { LocalPolls } from './poll.ts';
 import type { SourceBudget } from '../lambda/core/snapshot-pacer.ts';
 import { redactUrl } from './stack.ts';
 
@@ -64,6 +65,8 @@ export interface PipelineOptions {
   search?: { sinkId: string; url: string };
   /** Snapshots of existing rows (docs/snapshot.md): off, or budget / fixed chunk size / read replica. @default on, default budget */
   snapshot?: false | { budget?: SourceBudget; fixedChunk?: number; replicaUrl?: string };
+  /** Time between poll passes over the tables configured `capture: 'poll'` (docs/polling.md). @default 1000 */
+  pollIntervalMs?: number;
 }
 
 /** The heartbeat table's id as the capture and the applier name it. */
@@ -85,6 +88,8 @@ export class LocalPipeline {
   readonly tables: TableConfig[];
   /** The snapshot worker, or null when snapshots are off. */
   readonly snapshots: LocalSnapshots | null;
+  /** The poller of the tables configured `capture: 'poll'` (docs/polling.md), or null when there are none. */
+  readonly polls: LocalPolls | null;
   readonly startedAt = Date.now();
   /** When the first change reached the warehouse (epoch ms), or null. */
   firstAppliedAt: number | null = null;
@@ -115,7 +120,8 @@ export class LocalPipeline {
       source: o.source,
       sourceUrl: stack.sourceUrl,
       slot: o.capture?.slot,
-      tables: new TableConfigIndex(this.tables),
+      // A polled table is not read from the log (docs/polling.md).
+      tables: new TableConfigIndex(this.tables.filter((t) => t.capture !== 'poll')),
       control: stack.control,
       publish: kinesisRawPublisher(stack.kinesis, stack.streams.raw),
       maxTxRows: o.capture?.maxTxRows,
@@ -135,6 +141,21 @@ export class LocalPipeline {
             ...(o.snapshot?.budget ? { budget: o.snapshot.budget } : {}),
             ...(o.snapshot?.fixedChunk ? { fixedChunk: o.snapshot.fixedChunk } : {}),
             onError: err('snapshot'),
+          });
+    const polled = o.tables.filter((t) => t.capture === 'poll');
+    this.polls =
+      polled.length === 0
+        ? null
+        : new LocalPolls({
+            source: o.source,
+            sourceUrl: stack.sourceUrl,
+            tables: polled,
+            control: stack.control,
+            publish: kinesisRawPublisher(stack.kinesis, stack.streams.raw),
+            ...(o.snapshot && o.snapshot.budget ? { budget: o.snapshot.budget } : {}),
+            ...(o.snapshot && o.snapshot.fixedChunk ? { fixedPage: o.snapshot.fixedChunk } : {}),
+            ...(o.pollIntervalMs !== undefined ? { intervalMs: o.pollIntervalMs } : {}),
+            onError: err('poll'),
           });
     // One beat per invocation, invoked every heartbeatMs: the local schedule.
     this.heartbeat = createHeartbeatHandler({ writer: new HeartbeatWriter({ source: o.source, connection: { connectionString: stack.sourceUrl } }), beats: 1 });
@@ -243,6 +264,7 @@ export class LocalPipeline {
     await Promise.all([this.pollers.normalizer.start(), this.pollers.sink.start(), this.pollers.archive.start(), this.pollers.search?.start()]);
     // Stream first: the slot exists before the first chunk's watermark is taken.
     await this.snapshots?.start();
+    this.polls?.start();
     const every = this.o.heartbeatMs ?? 1000;
     this.heartbeatLoop = (async () => {
       while (!this.heartbeatStop) {
@@ -330,6 +352,8 @@ export class LocalPipeline {
     };
     await this.snapshots?.waitIdle(stallMs);
     const t0 = Date.now();
+    // Polled tables: a whole poll pass that started after now (docs/polling.md).
+    if (this.polls) await stage('poller', (t) => this.polls!.passedSince(t), () => this.polls!.lines().reduce((n, l) => n + l.rows, 0), t0);
     const t1 = await stage('capture', (t) => this.capture.caughtUpSince(t), () => this.capture.stats.records, t0);
     const normalizer = this.pollers.normalizer;
     const t2 = await stage('normalizer', (t) => normalizer.caughtUpSince(t), () => normalizer.stats.recordsDone, t1);
@@ -357,6 +381,7 @@ export class LocalPipeline {
     await this.stopWorkload();
     await this.stopHeartbeat();
     await this.snapshots?.stop();
+    await this.polls?.stop();
     await this.capture.stop();
     this.replayStop = true;
     await this.replayLoop;
@@ -454,7 +479,7 @@ export class LocalPipeline {
         },
         ...(this.pollers.search && this.o.search ? [searchStatus(this.pollers.search, this.o.search.sinkId)] : []),
       ],
-      tables: this.tableStates.map((t) => ({ table: t.table, state: t.state, reason: t.stateReason })),
+      tables: this.tableStates.map((t) => ({ table: t.table, state: t.state, reason: t.stateReason, ...(t.capture === 'poll' ? { capture: 'poll' as const } : {}) })),
       slots: this.slotReport?.slots.map((r) => ({ slot: r.slot, ours: r.ours, active: r.active, walStatus: r.walStatus, retainedBytes: r.retainedBytes, headroomBytes: r.headroomBytes, level: r.level })) ?? [],
       ...(this.snapshots ? { snapshots: this.snapshots.lines(now) } : {}),
       deadLetters: this.deadLetterCount,

@@ -3,6 +3,7 @@
  * text, and a small writer that redraws them in place on a terminal and prints plain periodic
  * lines otherwise (CI logs, pipes).
  */
+import { POLL_DELETES_INVISIBLE } from '../lambda/core/poll.ts';
 
 export interface SinkStatus {
   sink: string;
@@ -33,6 +34,8 @@ export interface TableStatus {
   table: string;
   state: string;
   reason: string | null;
+  /** `poll` for a polled table: its deletes are not observable (docs/polling.md). */
+  capture?: 'poll';
 }
 
 /** One replication slot of the source as the slot monitor saw it (lambda/core/slot-monitor.ts). */
@@ -185,7 +188,7 @@ export function renderStatus(s: StatusSnapshot): string[] {
   }
   if (s.tables.length > 0) {
     lines.push('tables');
-    lines.push(...table(s.tables.map((t) => [t.table, t.state, t.reason ?? ''])));
+    lines.push(...table(s.tables.map((t) => [t.table, t.state, [t.reason, t.capture === 'poll' ? `capture poll: ${POLL_DELETES_INVISIBLE}` : null].filter((x) => x).join('; ')])));
     lines.push('');
   }
   lines.push(`dead letters: ${s.deadLetters}`);

@@ -7,6 +7,7 @@
  *
  * Exit codes: 0 done, 1 error, 2 usage, 3 refused (the reason and what to do on stderr).
  */
+import { POLL_DELETES_INVISIBLE } from '../../lambda/core/poll.ts';
 import os from 'node:os';
 import { CloudFormationClient, DescribeStacksCommand } from '@aws-sdk/client-cloudformation';
 import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
@@ -168,7 +169,7 @@ export function formatStatus(report: StatusReport): string {
         String(t.deadLetters),
         // Snapshot progress comes from the snapshot worker's entry point when one is wired.
         t.snapshot ? `${t.snapshot.state}${t.snapshot.chunksDone !== undefined ? ` ${t.snapshot.chunksDone}/${t.snapshot.chunksTotal ?? '?'}` : ''}${t.snapshot.eta ? ` eta ${t.snapshot.eta}` : ''}` : '-',
-        t.stateReason ?? '',
+        [t.stateReason, t.capture === 'poll' ? `capture poll: ${POLL_DELETES_INVISIBLE}` : null].filter((x) => x).join('; '),
       ]);
     }
   }

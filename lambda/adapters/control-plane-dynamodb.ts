@@ -773,6 +773,7 @@ function tableToItem(t: TableRecord): Item {
     preImage: t.preImage,
     stateReason: t.stateReason,
     updatedAt: t.updatedAt,
+    ...(t.capture ? { capture: t.capture } : {}),
   });
 }
 
@@ -786,6 +787,7 @@ function tableFromItem(i: Plain): TableRecord {
     preImage: i.preImage as TableRecord['preImage'],
     stateReason: typeof i.stateReason === 'string' ? i.stateReason : null,
     updatedAt: String(i.updatedAt),
+    ...(i.capture === 'poll' || i.capture === 'log' ? { capture: i.capture } : {}),
   };
 }
 
@@ -800,6 +802,7 @@ function schemaToItem(s: SchemaVersion): Item {
     key: [...s.key],
     effectivePosition: s.effectivePosition,
     registeredAt: s.registeredAt,
+    ...(s.transforms ? { transforms: JSON.stringify(s.transforms) } : {}),
   });
 }
 
@@ -813,6 +816,7 @@ function schemaFromItem(i: Plain): SchemaVersion {
     key: Array.isArray(i.key) ? (i.key as unknown[]).map(String) : [],
     effectivePosition: String(i.effectivePosition),
     registeredAt: String(i.registeredAt),
+    ...(typeof i.transforms === 'string' ? { transforms: JSON.parse(i.transforms) as SchemaVersion['transforms'] } : {}),
   };
 }
 

@@ -21,6 +21,7 @@ import { chunkCopyQuery, parseCopyText, SnapshotFenceTimeoutError, SnapshotTable
 import type { PressureReading } from '../core/snapshot-pacer.ts';
 import { splitTableId } from '../core/identifiers.ts';
 import type { SnapshotReader } from '../core/snapshot-worker.ts';
+import { pollQuery, type PollCursor, type PollPage, type PollReader } from '../core/poll.ts';
 
 /** The capture's canonical session settings (local/capture.ts): the same text for the same value on both paths. */
 export const CANONICAL_SESSION = "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 1";
@@ -43,7 +44,7 @@ function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
 
-export class PostgresSnapshotReader implements SnapshotReader {
+export class PostgresSnapshotReader implements SnapshotReader, PollReader {
   private primary: pg.Client | null = null;
   private replica: pg.Client | null = null;
 
@@ -109,6 +110,26 @@ export class PostgresSnapshotReader implements SnapshotReader {
     if (Number(row.relpages) > 10_000) return 0;
     const n = await primary.query<{ n: string }>(`SELECT count(*)::text AS n FROM "${schema}"."${table}"`);
     return Number(n.rows[0]!.n);
+  }
+
+  /**
+   * One page of a polled table (docs/polling.md, lambda/core/poll.ts): the rows after the cursor in
+   * (poll column, key) order, read in one `REPEATABLE READ READ ONLY` transaction from the read
+   * endpoint, values as their output text. No fence: a polled table has no log to stitch with.
+   */
+  async readPollPage(shape: SnapshotTableShape, pollColumn: string, cursor: PollCursor | null, limit: number): Promise<PollPage> {
+    const { read } = await this.clients();
+    const q = pollQuery(shape, pollColumn, cursor, limit);
+    const t0 = performance.now();
+    await read.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+    try {
+      const rows = await read.query({ text: q.text, values: q.values, rowMode: 'array', types: RAW_TEXT });
+      await read.query('COMMIT');
+      return { rows: rows.rows as (string | null)[][], readMs: performance.now() - t0 };
+    } catch (e) {
+      await read.query('ROLLBACK').catch(() => undefined);
+      throw e;
+    }
   }
 
   /** Step 1 of the fence: L0 then X, in one committed transaction. Its commit latency is a probe write. */

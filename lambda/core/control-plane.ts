@@ -11,6 +11,7 @@ export type TableState = 'active' | 'paused' | 'needs-resnapshot' | 'degraded';
 /** How a sink applies deletes; defined once for constructs and runtime in contracts/table-config.ts. */
 export type { DeleteModeValue as DeleteMode } from '../../contracts/table-config.ts';
 import type { DeleteModeValue as DeleteMode } from '../../contracts/table-config.ts';
+import type { TableCaptureMode, TableTransforms } from '../../contracts/table-config.ts';
 /** What the source supplies as the before image of an update: nothing, the key, or the full row. */
 export type PreImage = 'none' | 'key' | 'full';
 
@@ -31,6 +32,8 @@ export interface SchemaVersion {
   /** First position read with this version. */
   effectivePosition: Position;
   registeredAt: string;
+  /** The per-event transforms its events were shaped with, from `effectivePosition` on (docs/transforms.md). Absent: none. */
+  transforms?: TableTransforms;
 }
 
 export interface TableRecord {
@@ -43,6 +46,8 @@ export interface TableRecord {
   /** Why the table is not active (named error code and message), if it is not. */
   stateReason: string | null;
   updatedAt: string;
+  /** How the table is captured (docs/polling.md): `poll` means its deletes are not observable. Absent: `log`. */
+  capture?: TableCaptureMode;
 }
 
 export interface SinkTableProgress {

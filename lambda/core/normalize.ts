@@ -50,6 +50,7 @@ import { MetricDimension, MetricName, NORMALIZER_STAGE, type MetricNameValue } f
 import { HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { checkHeartbeatContinuity, type HeartbeatContinuityDeps } from './continuity.ts';
 import { splitTableId } from './identifiers.ts';
+import { isIdentity, sameTransforms, transformChange, transformChangeNotice, transformColumns, transformKeyColumns, transformsText, type TableTransforms } from './transforms.ts';
 
 /** Where events go: encode checks one event (throws a `CdcError` for bad input), publish sends them in order. */
 export interface ChangeLogWriter<E> {
@@ -354,6 +355,21 @@ export class NormalizerBatch<E> {
         return 'dead-lettered';
       }
     }
+    // Per-event transforms (lambda/core/transforms.ts, docs/transforms.md), the ones registered for
+    // this position: a replayed record is shaped as it was the first time. A value that does not
+    // coerce dead-letters the record with its reason.
+    const table = decoded.changes[0]!.table;
+    const spec = transformsAt(await this.registry(table), decoded.changes[0]!.position, this.o.tables.transforms(table));
+    const untransformed = result;
+    if (!isIdentity(spec)) {
+      try {
+        result = { ...result, changes: result.changes.map((c) => transformChange(c, spec)) };
+      } catch (e) {
+        if (!(e instanceof CdcError)) throw e;
+        await this.deadLetter(raw, parsed, e.code, e.message);
+        return 'dead-lettered';
+      }
+    }
     const { changes } = result;
     const first = changes[0]!;
     // Shape check before touching the registry (the version is stamped below).
@@ -369,10 +385,14 @@ export class NormalizerBatch<E> {
       await this.resnapshot(first.table, regression);
       return 'dead-lettered';
     }
-    const observed = observe(result);
-    // Masked columns are registered as text on every path (lambda/core/masking.ts).
-    const ruled: ObservedShape = { ...observed, columns: applyColumnRulesToColumns(observed.columns, this.o.tables.columnRules(first.table)) };
-    const version = await this.resolveVersion(first.table, ruled, first.position, preImageOf(changes, result.keyColumns));
+    const observed = observe(untransformed);
+    // Masked columns are registered as text on every path (lambda/core/masking.ts), then shaped by the transforms.
+    const ruled: ObservedShape = {
+      ...observed,
+      columns: transformColumns(applyColumnRulesToColumns(observed.columns, this.o.tables.columnRules(first.table)), spec, (name) => ({ name, type: TENANT_COLUMN_TYPE, nullable: null })),
+      key: observed.key === null ? null : transformKeyColumns(observed.key, spec),
+    };
+    const version = await this.resolveVersion(first.table, ruled, first.position, preImageOf(changes, ruled.key), spec);
     const stamped: Buffered<E>[] = [];
     try {
       for (const c of changes) {
@@ -412,29 +432,34 @@ export class NormalizerBatch<E> {
       const reg = await this.registry(table);
       const latest = reg.versions.at(-1) ?? null;
       const observed: ObservedColumn[] | null = control.columns?.map((c) => ({ name: c.name, type: c.type, nullable: c.nullable })) ?? null;
-      const columns = observed === null ? null : applyColumnRulesToColumns(observed, this.o.tables.columnRules(table));
-      const c = classifyControl(latest, { operation: control.operation, columns, key: control.key ?? this.o.tables.keyColumns(table) });
+      const spec = this.o.tables.transforms(table);
+      const columns = observed === null ? null : transformColumns(applyColumnRulesToColumns(observed, this.o.tables.columnRules(table)), spec, (name) => ({ name, type: TENANT_COLUMN_TYPE, nullable: true }));
+      const key = control.key ?? this.o.tables.keyColumns(table);
+      const c = classifyControl(latest, { operation: control.operation, columns, key: key === null ? null : transformKeyColumns(key, spec) });
       this.o.logger.info('Control record', { table, operation: control.operation, classification: c.kind, reason: c.reason });
       if (c.kind === 'same') return;
       const effective = control.position ?? maxPosition(this.parent.highestPosition ?? POSITION_ZERO, latest?.effectivePosition ?? POSITION_ZERO);
-      if ((await this.evolve(table, reg, latest, c, effective, 'key', `control record ${control.operation}`)) !== null) return;
+      if ((await this.evolve(table, reg, latest, c, effective, 'key', `control record ${control.operation}`, spec)) !== null) return;
     }
     throw new SchemaRegistrationContendedError(this.o.source, table, REGISTRATION_ATTEMPTS);
   }
 
   /** The schema version an event at `position` is read with, registering or evolving as needed. */
-  private async resolveVersion(table: string, observed: ObservedShape, position: Position, preImage: PreImage): Promise<number> {
+  private async resolveVersion(table: string, observed: ObservedShape, position: Position, preImage: PreImage, transforms: TableTransforms): Promise<number> {
     for (let attempt = 1; attempt <= REGISTRATION_ATTEMPTS; attempt++) {
       const reg = await this.registry(table);
       const latest = reg.versions.at(-1) ?? null;
-      if (latest && position < latest.effectivePosition) {
+      if (latest && position <= latest.effectivePosition) {
         const era = [...reg.versions].reverse().find((v) => v.effectivePosition <= position) ?? reg.versions[0]!;
-        if (classifySchema(era, observed).kind === 'same') return era.version;
+        if (sameTransforms(era.transforms, transforms) && classifySchema(era, observed).kind === 'same') return era.version;
       }
-      const c = classifySchema(latest, observed);
-      if (c.kind === 'same') return latest!.version;
+      let c = classifySchema(latest, observed);
+      const transformsChanged = latest !== null && !sameTransforms(latest.transforms, transforms);
+      if (c.kind === 'same' && !transformsChanged) return latest!.version;
+      // Same shape, other transforms (a new tenant value): still a new version, so the position from which they apply is registered.
+      if (c.kind === 'same') c = { ...c, kind: 'compatible', reason: 'the transforms changed' };
       const effective = latest ? maxPosition(position, latest.effectivePosition) : position;
-      const version = await this.evolve(table, reg, latest, c, effective, preImage, 'data record');
+      const version = await this.evolve(table, reg, latest, c, effective, preImage, 'data record', transforms);
       if (version !== null) return version;
     }
     throw new SchemaRegistrationContendedError(this.o.source, table, REGISTRATION_ATTEMPTS);
@@ -446,13 +471,15 @@ export class NormalizerBatch<E> {
    * Returns the version the table now has, or null when another writer got there first (the
    * registry cache of the table is dropped; the caller classifies again).
    */
-  private async evolve(table: string, reg: Registry, latest: SchemaVersion | null, c: Classification, effective: Position, preImage: PreImage, trigger: string): Promise<number | null> {
+  private async evolve(table: string, reg: Registry, latest: SchemaVersion | null, c: Classification, effective: Position, preImage: PreImage, trigger: string, transforms: TableTransforms): Promise<number | null> {
     const { source } = this.o;
     const at = this.now().toISOString();
+    const shaped = isIdentity(transforms) ? {} : { transforms };
     if (latest === null) {
       // Only a new table is classified against nothing (a drop of a table never seen is `same`).
       if (c.kind !== 'compatible') throw new CdcError('INTERNAL', `unexpected ${c.kind} classification of unregistered table ${table}: ${c.reason}`);
-      const schema: SchemaVersion = { source, table, version: 1, columns: c.columns, key: c.key, effectivePosition: effective, registeredAt: at };
+      const schema: SchemaVersion = { source, table, version: 1, columns: c.columns, key: c.key, effectivePosition: effective, registeredAt: at, ...shaped };
+      const polled = this.o.tables.captureMode(table) === 'poll';
       const record: TableRecord = {
         source,
         table,
@@ -462,8 +489,11 @@ export class NormalizerBatch<E> {
         preImage,
         stateReason: null,
         updatedAt: at,
+        ...(polled ? { capture: 'poll' as const } : {}),
       };
       const ok = await this.o.control.registerTable(record, schema, this.audit('register-table', table, at, {
+        ...(isIdentity(transforms) ? {} : { transforms }),
+        ...(polled ? { capture: 'poll', deletesObservable: false } : {}),
         version: 1,
         columns: c.columns,
         key: c.key,
@@ -482,10 +512,16 @@ export class NormalizerBatch<E> {
       return 1;
     }
 
+    const transformsChanged = !sameTransforms(latest.transforms, transforms);
+    if (transformsChanged) {
+      const notice = transformChangeNotice(table, latest.transforms, transforms, effective);
+      this.o.logger.warn('Table transforms changed: rows already in the sinks keep the old shape', { source, table, from: transformsText(latest.transforms), to: transformsText(transforms), effectivePosition: effective, notice });
+      c = { ...c, reason: `${notice} ${c.reason}` };
+    }
     if (c.kind === 'breaking') await this.pause(table, reg, c, latest.version + 1);
-    if (!differs(latest, c.columns, c.key)) return latest.version; // e.g. a dropped table: paused, nothing new to register
+    if (!differs(latest, c.columns, c.key) && !transformsChanged) return latest.version; // e.g. a dropped table: paused, nothing new to register
     const registeredAt = this.now().toISOString();
-    const schema: SchemaVersion = { source, table, version: latest.version + 1, columns: c.columns, key: c.key, effectivePosition: effective, registeredAt };
+    const schema: SchemaVersion = { source, table, version: latest.version + 1, columns: c.columns, key: c.key, effectivePosition: effective, registeredAt, ...shaped };
     const ok = await this.o.control.addSchemaVersion(schema, this.audit('add-schema-version', table, registeredAt, {
       version: schema.version,
       previousVersion: latest.version,
@@ -494,6 +530,7 @@ export class NormalizerBatch<E> {
       changes: c.changes,
       effectivePosition: effective,
       trigger,
+      ...(transformsChanged ? { transforms, previousTransforms: latest.transforms ?? {}, rebuild: 'rows already in the sinks keep the old shape: re-snapshot the table and run `cdc rebuild` for each sink' } : {}),
     }));
     if (!ok) {
       this.cache.delete(table);
@@ -590,6 +627,22 @@ class DecodeFailure extends Error {
   }
 }
 
+/** The type of a stamped tenant column (docs/transforms.md). */
+export const TENANT_COLUMN_TYPE = 'text';
+
+/**
+ * The transforms an event at `position` is shaped with: those of the schema version in effect at
+ * that position when it is not newer than the latest version's effective position (a replay, or
+ * another row of the snapshot chunk that registered it), else the configured ones (a difference
+ * from the latest version's registers a new version, effective at this position).
+ */
+export function transformsAt(reg: { versions: readonly SchemaVersion[] }, position: Position, configured: TableTransforms): TableTransforms {
+  const latest = reg.versions.at(-1);
+  if (!latest || position > latest.effectivePosition) return configured;
+  const era = [...reg.versions].reverse().find((v) => v.effectivePosition <= position) ?? reg.versions[0]!;
+  return era.transforms ?? {};
+}
+
 function differs(v: SchemaVersion, columns: ColumnDef[], key: string[]): boolean {
   return JSON.stringify([v.columns, v.key]) !== JSON.stringify([columns, key]);
 }
@@ -603,14 +656,14 @@ export function observe(result: Extract<DecodeResult, { kind: 'changes' }>): Obs
   const key = result.keyColumns && result.keyColumns.length > 0 ? [...result.keyColumns] : null;
   const image = [...result.changes].reverse().find((c) => c.after !== null);
   if (result.columns) {
-    const slot = result.changes[0]?.capture === 'slot';
+    const slot = result.changes[0]?.capture === 'slot' || result.changes[0]?.capture === 'poll'; // both name every column (a polled row is the whole row)
     // test_decoding does not carry nullability: the slot decoder reports `true`, which means "unknown".
     return { columns: result.columns.map((c) => ({ name: c.name, type: c.type, nullable: slot ? null : c.nullable })), key, complete: slot };
   }
   if (image) {
     // A slot image names its undelivered columns; a DMS decoder fills `missing` from the registry
     // itself, which tells nothing about the record (and would hide a rename seen in the data).
-    const slot = image.capture === 'slot';
+    const slot = image.capture === 'slot' || image.capture === 'poll';
     const names = [...Object.keys(image.after!), ...(slot ? image.missing.filter((m) => !(m in image.after!)) : [])];
     return { columns: names.map((name) => ({ name, type: result.types?.[name] ?? null, nullable: null })), key, complete: slot };
   }

@@ -44,6 +44,10 @@ export interface TableStatus {
    * null when none was requested or no worker is wired.
    */
   snapshot: SnapshotStatus | null;
+  /** `poll` for a polled table (docs/polling.md); absent for a table captured from the log. */
+  capture?: 'poll';
+  /** False for a polled table: its deletes are not observable (docs/polling.md). Absent: true. */
+  deletesObservable?: false;
 }
 
 export interface StatusReport {
@@ -166,6 +170,7 @@ export class Operator {
         deadLetters: letters.filter((d: DeadLetter) => d.source === t.source && d.table === t.table).length,
         retentionHeadroomMs: retentionHeadroomMs(sinks, now, this.deps.settings),
         snapshot: await this.deps.snapshots.status(t.source, t.table),
+        ...(t.capture === 'poll' ? { capture: 'poll' as const, deletesObservable: false as const } : {}),
       });
     }
     return { at: now.toISOString(), changeLogRetentionMs: this.deps.settings.changeLogRetentionMs, endToEndLag: [], tables: out };

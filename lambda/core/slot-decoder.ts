@@ -67,8 +67,8 @@ export function decodeSlotRecord(record: unknown): DecodeResult {
     table: r.table,
     position,
     commitTs: r.commitTs,
-    txId: fromSnapshot ? null : r.xid,
-    capture: fromSnapshot ? ('snapshot' as const) : ('slot' as const),
+    txId: fromSnapshot || r.capture === 'poll' ? null : r.xid,
+    capture: fromSnapshot ? ('snapshot' as const) : r.capture === 'poll' ? ('poll' as const) : ('slot' as const),
     synthetic: false,
   };
   const change = (fields: Pick<DecodedChange, 'op' | 'key' | 'after' | 'before' | 'missing'>): DecodedChange => ({

@@ -36,6 +36,9 @@
  *   changed the replica identity and for deletes; otherwise `null`.
  * - `unchanged`: columns whose value was not delivered because it is an unchanged TOAST value
  *   (they are absent from `columns`; absent is not null).
+ * - `capture` (optional): `"poll"` for a row the poller read (lambda/core/poll.ts,
+ *   docs/polling.md): op `update`, the whole row, no `oldKey`, `xid` `"0"`, `commitLsn` + `index`
+ *   the position its poll column gives, `commitTs` the poll column's time (or the read time).
  */
 import { InvalidRecordError } from './errors.ts';
 import { isSourceId, type JsonValue } from './event.ts';
@@ -73,6 +76,8 @@ export interface SlotRecord {
   columns: SlotColumn[] | null;
   oldKey: SlotColumn[] | null;
   unchanged: string[];
+  /** `poll` for a polled row (see the module comment); absent for the slot capture and snapshots. */
+  capture?: 'poll';
 }
 
 const TABLE_ID = /^[^.]+\.[^.]+$/;
@@ -146,7 +151,12 @@ export function validateSlotRecord(value: unknown): SlotRecord {
   for (const u of unchanged) {
     if (columns?.some((c) => c.name === u)) throw new InvalidRecordError('unchanged', `column ${JSON.stringify(u)} is both delivered and unchanged`);
   }
+  if (r.capture !== undefined) {
+    if (r.capture !== 'poll') throw new InvalidRecordError('capture', `expected "poll" or no capture field, got ${describe(r.capture)}`);
+    if (op !== 'update' || oldKey !== null || unchanged.length > 0) throw new InvalidRecordError('capture', 'a polled row is an update with the whole row and no old key');
+  }
   return {
+    ...(r.capture === 'poll' ? { capture: 'poll' as const } : {}),
     format: SLOT_RECORD_FORMAT,
     source: r.source,
     xid: r.xid,

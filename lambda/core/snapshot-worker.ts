@@ -98,10 +98,11 @@ export async function requestSnapshot(control: ControlPlane, input: RequestSnaps
  * reasons to request them with; tables already known get `added`, tables of a new source
  * `initial`.
  */
-export function tablesToSnapshot(configured: readonly { table: string; snapshot?: boolean }[], runs: readonly SnapshotState[], registered: readonly TableRecord[]): { table: string; reason: SnapshotReason }[] {
+export function tablesToSnapshot(configured: readonly { table: string; snapshot?: boolean; capture?: string }[], runs: readonly SnapshotState[], registered: readonly TableRecord[]): { table: string; reason: SnapshotReason }[] {
   const withRun = new Set(runs.map((r) => r.table));
   const anyRun = runs.length > 0 || registered.length > 0;
-  return configured.filter((t) => t.snapshot !== false && !withRun.has(t.table)).map((t) => ({ table: t.table, reason: anyRun ? 'added' : 'initial' }));
+  // A polled table's first poll pass reads every row (docs/polling.md): no snapshot.
+  return configured.filter((t) => t.snapshot !== false && t.capture !== 'poll' && !withRun.has(t.table)).map((t) => ({ table: t.table, reason: anyRun ? 'added' : 'initial' }));
 }
 
 export interface RunTableSnapshotOptions {
@@ -294,7 +295,7 @@ async function writeThrottle(o: RunTableSnapshotOptions, state: SnapshotState, t
  * with `snapshot: false`), so a table added to a running source gets one without touching the
  * others. Returns the tables requested.
  */
-export async function planSnapshots(control: ControlPlane, source: string, configured: readonly { table: string; snapshot?: boolean }[], actor: string, now = new Date()): Promise<string[]> {
+export async function planSnapshots(control: ControlPlane, source: string, configured: readonly { table: string; snapshot?: boolean; capture?: string }[], actor: string, now = new Date()): Promise<string[]> {
   const runs = await control.listSnapshots(source);
   const registered = await control.listTables(source);
   const out: string[] = [];

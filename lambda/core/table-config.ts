@@ -21,6 +21,9 @@ import { DELETE_MODES, type TableConfig } from '../../contracts/table-config.ts'
 import type { DeleteMode } from './control-plane.ts';
 import { NO_COLUMN_RULES, type ColumnRules } from './masking.ts';
 import { describeValue as describe } from './json-shape.ts';
+import { PLAIN_IDENT } from '../../contracts/identifiers.ts';
+import { checkTransforms, TABLE_CAPTURE_MODES, type TableCaptureMode, type TableTransforms } from '../../contracts/table-config.ts';
+import { NO_TRANSFORMS } from './transforms.ts';
 
 /** One entry of `CDC_TABLE_CONFIG`: the shape the constructs write, defined once in contracts/table-config.ts. */
 export type { TableConfig } from '../../contracts/table-config.ts';
@@ -36,7 +39,7 @@ export class TableConfigError extends CdcError {
 }
 
 const TABLE_ID = /^[^.\s]+\.[^.\s]+$/;
-const FIELDS = new Set(['table', 'key', 'deleteMode', 'mask', 'exclude', 'snapshot']);
+const FIELDS = new Set(['table', 'key', 'deleteMode', 'mask', 'exclude', 'snapshot', 'transforms', 'capture', 'pollColumn']);
 
 
 function columnList(v: unknown, field: string): string[] {
@@ -90,8 +93,32 @@ export function validateTableConfig(value: unknown, origin = 'CDC_TABLE_CONFIG')
       if (typeof e.snapshot !== 'boolean') throw new TableConfigError(`${at}.snapshot`, `expected true or false, got ${describe(e.snapshot)}`);
       config.snapshot = e.snapshot;
     }
+    if (e.transforms !== undefined) config.transforms = validateTransforms(e.transforms, config, `${at}.transforms`);
+    if (e.capture !== undefined) {
+      if (typeof e.capture !== 'string' || !(TABLE_CAPTURE_MODES as readonly string[]).includes(e.capture)) throw new TableConfigError(`${at}.capture`, `expected 'log' or 'poll', got ${describe(e.capture)}`);
+      config.capture = e.capture as TableCaptureMode;
+    }
+    if (e.pollColumn !== undefined) {
+      if (typeof e.pollColumn !== 'string' || !PLAIN_IDENT.test(e.pollColumn)) throw new TableConfigError(`${at}.pollColumn`, `expected a column name, got ${describe(e.pollColumn)}`);
+      if (config.capture !== 'poll') throw new TableConfigError(`${at}.pollColumn`, "only a table with capture 'poll' is read by a poll column");
+      if (mask.includes(e.pollColumn) || exclude.includes(e.pollColumn)) throw new TableConfigError(`${at}.pollColumn`, `the poll column ${JSON.stringify(e.pollColumn)} cannot be masked or excluded (the poller orders by it)`);
+      config.pollColumn = e.pollColumn;
+    }
+    if (config.capture === 'poll' && config.pollColumn === undefined) {
+      throw new TableConfigError(`${at}.pollColumn`, "a table with capture 'poll' needs its monotonic modified-at or version column (docs/polling.md)");
+    }
     return config;
   });
+}
+
+/**
+ * Validates a table's `transforms` (docs/transforms.md) against its column rules, with the one
+ * definition the constructs use too (`checkTransforms`, contracts/table-config.ts).
+ */
+export function validateTransforms(v: unknown, rules: ColumnRules, field: string): TableTransforms {
+  const r = checkTransforms(v, rules, field);
+  if ('problem' in r) throw new TableConfigError(r.field, r.problem);
+  return r.transforms;
 }
 
 /** Parses the JSON text of `CDC_TABLE_CONFIG`. An unset variable is an error: masking must never be off by accident. */
@@ -139,5 +166,20 @@ export class TableConfigIndex {
 
   deleteMode(table: string): DeleteMode {
     return this.byTable.get(table)?.deleteMode ?? 'soft';
+  }
+
+  /** The table's per-event transforms (docs/transforms.md); none when not configured. */
+  transforms(table: string): TableTransforms {
+    return this.byTable.get(table)?.transforms ?? NO_TRANSFORMS;
+  }
+
+  /** How the table is captured (docs/polling.md): `log` unless configured `poll`. */
+  captureMode(table: string): TableCaptureMode {
+    return this.byTable.get(table)?.capture ?? 'log';
+  }
+
+  /** The polled tables. */
+  polled(): TableConfig[] {
+    return this.configs.filter((c) => c.capture === 'poll');
   }
 }

@@ -11,7 +11,8 @@
  */
 import { HEARTBEAT_KEY_COLUMN, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import type { DeleteModeValue, TableConfig } from '../../contracts/table-config.ts';
-import { DeleteMode, type CapturedTable } from '../captured-table.ts';
+import { CaptureMode, DeleteMode, type CapturedTable } from '../captured-table.ts';
+import { checkTransforms } from '../../contracts/table-config.ts';
 import { PLAIN_IDENT } from './validate.ts';
 
 /** Length masked columns are widened to before hashing (values longer than this are refused by DMS). */
@@ -58,6 +59,15 @@ export function findTableProblem(tables: readonly CapturedTable[], heartbeatSche
       if (dup !== undefined) return `table ${t.tableId}: ${what} lists column ${dup} twice`;
     }
     if (t.primaryKey.length === 0) return `table ${t.tableId}: primaryKey must name at least one column`;
+    if (t.transforms !== undefined) {
+      const r = checkTransforms(t.transforms, t, 'transforms');
+      if ('problem' in r) return `table ${t.tableId}: ${r.field}: ${r.problem}`;
+    }
+    if (t.capture === CaptureMode.POLL) {
+      if (t.pollColumn === undefined) return `table ${t.tableId}: a polled table needs pollColumn, its monotonic modified-at or version column (docs/polling.md)`;
+      if (!PLAIN_IDENT.test(t.pollColumn)) return `table ${t.tableId}: pollColumn ${JSON.stringify(t.pollColumn)} must be a plain identifier (${PLAIN_IDENT.source})`;
+      if (t.mask.includes(t.pollColumn) || t.exclude.includes(t.pollColumn)) return `table ${t.tableId}: the poll column ${t.pollColumn} cannot be masked or excluded`;
+    } else if (t.pollColumn !== undefined) return `table ${t.tableId}: pollColumn is only for capture: CaptureMode.POLL`;
     const both = t.mask.find((c) => t.exclude.includes(c));
     if (both !== undefined) return `table ${t.tableId}: column ${both} is both masked and excluded; choose one`;
     for (const k of t.primaryKey) {
@@ -80,6 +90,8 @@ export function compileTableMappings(tables: readonly CapturedTable[], heartbeat
     rules.push({ 'rule-type': ruleType, 'rule-id': String(rules.length + 1), ...rest });
   };
   const nameOf = (...parts: string[]): string => parts.join('-');
+  // A polled table is not read by DMS (docs/polling.md): no rules for it at all.
+  tables = tables.filter((t) => t.capture !== CaptureMode.POLL);
   for (const t of tables) {
     add({ 'rule-type': 'selection', 'rule-name': nameOf('include', t.schemaName, t.tableName), 'object-locator': locator(t.schemaName, t.tableName), 'rule-action': 'include' });
   }
@@ -120,7 +132,16 @@ export function compileTableMappings(tables: readonly CapturedTable[], heartbeat
  * appended with its key, so the normalizer never has to guess it (DMS records do not name keys).
  */
 export function tableConfigEntries(tables: readonly CapturedTable[], heartbeatSchema?: string): TableConfig[] {
-  const entries: TableConfig[] = tables.map((t) => ({ table: t.tableId, key: [...t.primaryKey], deleteMode: DELETE_MODE_VALUE[t.deletes], mask: [...t.mask], exclude: [...t.exclude], ...(t.snapshot ? {} : { snapshot: false }) }));
+  const entries: TableConfig[] = tables.map((t) => ({
+    table: t.tableId,
+    key: [...t.primaryKey],
+    deleteMode: DELETE_MODE_VALUE[t.deletes],
+    mask: [...t.mask],
+    exclude: [...t.exclude],
+    ...(t.snapshot ? {} : { snapshot: false }),
+    ...(t.transforms ? { transforms: JSON.parse(JSON.stringify(t.transforms)) as TableConfig['transforms'] } : {}),
+    ...(t.capture === CaptureMode.POLL ? { capture: 'poll' as const, pollColumn: t.pollColumn! } : {}),
+  }));
   if (heartbeatSchema !== undefined) {
     entries.push({ table: `${heartbeatSchema}.${HEARTBEAT_TABLE}`, key: [HEARTBEAT_KEY_COLUMN], deleteMode: 'soft', mask: [], exclude: [] });
   }

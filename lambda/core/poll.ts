@@ -1,0 +1,227 @@
+/**
+ * The polling fallback (docs/polling.md): capture for a table without log access, by reading it in
+ * (poll column, primary key) order past a cursor. Pure logic: the page query, the position and
+ * commit time of a polled row, the raw records, and one pass over the polled tables through
+ * injected ports (reader, publish, cursor store, the snapshot worker's pacer).
+ *
+ * What polling can and cannot see (seed 000's capture decision, and why it is only a fallback):
+ * - a polled row is the row's current state when it was read: an `update` with every column
+ *   (`capture: "poll"`, no transaction id, no before image). Intermediate versions between two
+ *   reads are not seen;
+ * - **deletes are not observable**: a deleted row is simply not returned again. The table record
+ *   carries `capture: 'poll'` and status says "deletes not observable" (close the gap in the source
+ *   schema with a soft-delete column);
+ * - ordering is the poll column's, not the log's: the position of a polled row is derived from its
+ *   poll column (microseconds since the epoch for a timestamp, the value for an integer version),
+ *   so a later version of a row always has a higher position as long as the column increases on
+ *   every update. Positions of a polled table are not comparable with the log positions of other
+ *   tables; sinks only compare positions per key (invariant 2), which is what they need.
+ *
+ * A pass reads each polled table page by page; each page's size and pauses come from the
+ * snapshot worker's pacer (`AdaptivePacer`, lambda/core/snapshot-pacer.ts) against the same source
+ * budget. Per page: read → publish every record and wait until the stream accepted them → store the
+ * cursor after the page. A crash before the cursor is stored reads the page again (the same rows at
+ * the same positions, or newer ones: harmless to every sink).
+ */
+import { CdcError } from './errors.ts';
+import { quoteIdent, splitTableId } from './identifiers.ts';
+import type { ColumnRules } from './masking.ts';
+import { formatLsn, makePosition, type Position } from './position.ts';
+import type { Pacer, PressureReading } from './snapshot-pacer.ts';
+import { rowToColumns, ruleColumns, type SnapshotTableShape } from './snapshot.ts';
+import { buildSlotRecord, validateSlotRecord, type SlotRecord } from './slot-record.ts';
+
+/** A table that cannot be polled as configured (no such poll column, an unsupported type). */
+export class PollTableError extends CdcError {
+  constructor(
+    readonly table: string,
+    reason: string,
+  ) {
+    super('POLL_TABLE_UNSUPPORTED', `${table}: ${reason}`);
+  }
+}
+
+/** The message status and docs give for every polled table. */
+export const POLL_DELETES_INVISIBLE = 'deletes not observable (polled table: a deleted row is not seen; use a soft-delete column in the source)';
+
+const TIMESTAMP_OIDS = new Set([1114, 1184]); // timestamp, timestamptz
+const INTEGER_OIDS = new Set([20, 21, 23]); // int8, int2, int4
+
+/** How the poll column orders rows: a timestamp (modified-at) or an integer version. */
+export type PollColumnKind = 'timestamp' | 'version';
+
+/** The poll column's kind, or a `PollTableError` naming why it cannot order the table. */
+export function pollColumnKind(shape: SnapshotTableShape, pollColumn: string): PollColumnKind {
+  const c = shape.columns.find((x) => x.name === pollColumn);
+  if (!c) throw new PollTableError(shape.table, `has no column ${JSON.stringify(pollColumn)} to poll by`);
+  if (TIMESTAMP_OIDS.has(c.typeOid)) return 'timestamp';
+  if (INTEGER_OIDS.has(c.typeOid)) return 'version';
+  throw new PollTableError(shape.table, `poll column ${pollColumn} is ${c.type}; a modified-at column must be a timestamp or timestamptz, a version column an integer`);
+}
+
+/** The cursor after a page: the poll column's text, then the key values' texts (as PostgreSQL printed them). */
+export type PollCursor = string[];
+
+/**
+ * The page query: rows whose (poll column, key) is after the cursor, in that order, at most
+ * `limit`. Rows whose poll column is NULL are never read (docs/polling.md). Besides the table's
+ * columns it selects the row's position number (`pos`: epoch microseconds or the version) and
+ * commit time (`ts`: the poll column in ISO-8601 UTC for a timestamp, the read time for a version).
+ */
+export function pollQuery(shape: SnapshotTableShape, pollColumn: string, cursor: PollCursor | null, limit: number): { text: string; values: string[] } {
+  if (shape.key.length === 0) throw new PollTableError(shape.table, 'has no primary key; a polled table is read in (poll column, key) order');
+  if (!Number.isInteger(limit) || limit < 1) throw new CdcError('INVALID_ARGUMENT', `page limit must be a positive integer, got ${limit}`);
+  const kind = pollColumnKind(shape, pollColumn);
+  const order = [pollColumn, ...shape.key].map(quoteIdent);
+  if (cursor !== null && cursor.length !== order.length) throw new CdcError('INVALID_ARGUMENT', `${shape.table}: poll cursor has ${cursor.length} values, expected ${order.length}`);
+  const { schema, table } = splitTableId(shape.table);
+  const pc = quoteIdent(pollColumn);
+  const isTz = shape.columns.find((c) => c.name === pollColumn)!.typeOid === 1184;
+  const pos = kind === 'timestamp' ? `floor(extract(epoch FROM ${pc}) * 1000000)::bigint::text` : `${pc}::bigint::text`;
+  const ts =
+    kind === 'timestamp'
+      ? `to_char(${isTz ? `${pc} AT TIME ZONE 'UTC'` : pc}, 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`
+      : `to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
+  const where = cursor === null ? `${pc} IS NOT NULL` : `${pc} IS NOT NULL AND (${order.join(', ')}) > (${order.map((_, i) => `$${i + 1}`).join(', ')})`;
+  return {
+    // Output names of the two computed columns cannot clash with the table's (ORDER BY would be ambiguous).
+    text: `SELECT ${shape.columns.map((c) => quoteIdent(c.name)).join(', ')}, ${pos} AS "?cdc_poll_position", ${ts} AS "?cdc_poll_time" FROM ${quoteIdent(schema)}.${quoteIdent(table)} WHERE ${where} ORDER BY ${order.join(', ')} LIMIT ${limit}`,
+    values: cursor ?? [],
+  };
+}
+
+/** What one page read returned: each row the table's column texts, then `pos` and `ts` (see `pollQuery`). */
+export interface PollPage {
+  rows: (string | null)[][];
+  /** Read time, ms. */
+  readMs: number;
+}
+
+/** The position of a polled row from its position number (epoch microseconds or version). */
+export function pollPosition(pos: string, table: string): Position {
+  const n = BigInt(pos);
+  if (n < 0n) throw new PollTableError(table, `poll column value ${pos} is negative; positions of a polled table come from it and cannot be negative`);
+  return makePosition(n, 0);
+}
+
+/**
+ * The raw records of a page (format `cdc-slot/1`, op `update`, `capture: "poll"`), masked and
+ * excluded with the table's column rules by the snapshot path's own functions, so a value is the
+ * same bytes as on the log and snapshot paths.
+ */
+export function pollRecords(source: string, shape: SnapshotTableShape, page: Pick<PollPage, 'rows'>, rules: ColumnRules): SlotRecord[] {
+  const n = shape.columns.length;
+  return page.rows.map((r) => {
+    const pos = r[n];
+    const ts = r[n + 1];
+    if (pos === null || pos === undefined || ts === null || ts === undefined) throw new CdcError('INTERNAL', `${shape.table}: a polled row without its position or time`);
+    const position = pollPosition(pos, shape.table);
+    const tx = { source, xid: '0', commitLsn: formatLsn(BigInt(`0x${position.slice(0, 16)}`)), commitTs: ts };
+    const record = buildSlotRecord(tx, 0, { table: shape.table, op: 'update', columns: ruleColumns(rowToColumns(shape, r.slice(0, n)), rules), oldKey: null, unchanged: [] }, shape.key);
+    return validateSlotRecord({ ...record, capture: 'poll' });
+  });
+}
+
+/** The cursor after a page's last row, or the given one for an empty page. */
+export function pollCursorAfter(shape: SnapshotTableShape, pollColumn: string, page: Pick<PollPage, 'rows'>, previous: PollCursor | null): PollCursor | null {
+  const last = page.rows.at(-1);
+  if (!last) return previous;
+  const at = (name: string) => {
+    const i = shape.columns.findIndex((c) => c.name === name);
+    const v = last[i];
+    if (v === null || v === undefined) throw new CdcError('INTERNAL', `${shape.table}: ${name} is null in a polled row`);
+    return v;
+  };
+  return [at(pollColumn), ...shape.key.map(at)];
+}
+
+/** Reads pages of a polled table (lambda/adapters/snapshot-postgres.ts `PostgresSnapshotReader`). */
+export interface PollReader {
+  describe(table: string): Promise<SnapshotTableShape>;
+  readPollPage(shape: SnapshotTableShape, pollColumn: string, cursor: PollCursor | null, limit: number): Promise<PollPage>;
+}
+
+/** Where a polled table's cursor is kept (the control plane's checkpoints, consumer `pollConsumer(source)`). */
+export interface PollCursorStore {
+  get(table: string): Promise<PollCursor | null>;
+  put(table: string, cursor: PollCursor): Promise<void>;
+}
+
+/** The checkpoint consumer id of a source's poller (one definition with the constructs' IAM scope). */
+export { pollConsumerId as pollConsumer } from '../../contracts/control-plane-keys.ts';
+import { pollConsumerId } from '../../contracts/control-plane-keys.ts';
+
+/** A cursor store over the control plane's checkpoints (one item per polled table). */
+export function checkpointCursorStore(control: { getCheckpoint(consumer: string, shardId: string): Promise<string | null>; putCheckpoint(consumer: string, shardId: string, value: string): Promise<void> }, source: string): PollCursorStore {
+  const consumer = pollConsumerId(source);
+  return {
+    async get(table) {
+      const text = await control.getCheckpoint(consumer, table);
+      if (text === null) return null;
+      const v: unknown = JSON.parse(text);
+      if (!Array.isArray(v) || v.some((x) => typeof x !== 'string')) throw new CdcError('INVALID_STATE', `poll cursor of ${source}/${table} is not a list of texts: ${text}`);
+      return v as string[];
+    },
+    put: (table, cursor) => control.putCheckpoint(consumer, table, JSON.stringify(cursor)),
+  };
+}
+
+export interface PollPassOptions {
+  source: string;
+  tables: readonly { table: string; pollColumn: string; rules: ColumnRules }[];
+  reader: PollReader;
+  cursors: PollCursorStore;
+  /** Publishes records in order and resolves when every one was accepted. */
+  publish: (records: SlotRecord[]) => Promise<void>;
+  /** The snapshot worker's pacer, one per table and pass (lambda/core/snapshot-pacer.ts). */
+  pacerFor: (table: string) => Pacer;
+  pressure?: () => Promise<PressureReading | null>;
+  shouldStop?: () => boolean;
+  sleep?: (ms: number) => Promise<void>;
+  /** Called after each page with the table's progress (status). */
+  onPage?: (table: string, progress: PollProgress) => void;
+}
+
+export interface PollProgress {
+  rows: number;
+  pages: number;
+  cursor: PollCursor | null;
+  throttle: 'full-speed' | 'slowed' | 'paused';
+}
+
+const defaultSleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** One pass over the polled tables: every table read up to its end (or until `shouldStop`). Returns rows read per table. */
+export async function pollPass(o: PollPassOptions): Promise<Map<string, number>> {
+  const sleep = o.sleep ?? defaultSleep;
+  const out = new Map<string, number>();
+  for (const t of o.tables) {
+    if (o.shouldStop?.()) break;
+    const shape = await o.reader.describe(t.table);
+    pollColumnKind(shape, t.pollColumn);
+    const pacer = o.pacerFor(t.table);
+    let cursor = await o.cursors.get(t.table);
+    const progress: PollProgress = { rows: 0, pages: 0, cursor, throttle: 'full-speed' };
+    for (;;) {
+      if (o.shouldStop?.()) break;
+      const decision = pacer.next();
+      if (decision.pauseMs > 0) await sleep(decision.pauseMs);
+      const page = await o.reader.readPollPage(shape, t.pollColumn, cursor, decision.chunkSize);
+      const records = pollRecords(o.source, shape, page, t.rules);
+      if (records.length > 0) {
+        await o.publish(records);
+        cursor = pollCursorAfter(shape, t.pollColumn, page, cursor);
+        await o.cursors.put(t.table, cursor!);
+      }
+      progress.rows += page.rows.length;
+      progress.pages++;
+      progress.cursor = cursor;
+      progress.throttle = decision.state;
+      o.onPage?.(t.table, { ...progress });
+      if (page.rows.length < decision.chunkSize) break;
+      pacer.record({ rows: page.rows.length, readMs: page.readMs, pressure: o.pressure ? await o.pressure() : null });
+    }
+    out.set(t.table, progress.rows);
+  }
+  return out;
+}

@@ -1,0 +1,124 @@
+/**
+ * The polling fallback in `cdc local` (docs/polling.md): the same core (lambda/core/poll.ts) and
+ * reader as the Lambda (lambda/handlers/poll-worker.ts), run as a loop next to the capture for the
+ * tables configured `"capture": "poll"`. Each pass reads every polled table from its cursor to its
+ * end, paced by the snapshot worker's pacer against the same source budget, then waits `intervalMs`.
+ */
+import { createHash } from 'node:crypto';
+import pg from 'pg';
+import { PostgresPressureProbe, PostgresSnapshotReader } from '../lambda/adapters/snapshot-postgres.ts';
+import type { ControlPlane } from '../lambda/core/control-plane.ts';
+import { checkpointCursorStore, pollPass, type PollProgress } from '../lambda/core/poll.ts';
+import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, FixedPacer, type SourceBudget } from '../lambda/core/snapshot-pacer.ts';
+import { snapshotPartitionKey } from '../lambda/core/snapshot.ts';
+import type { TableConfig } from '../lambda/core/table-config.ts';
+import type { RawPublisher } from './capture.ts';
+
+export interface LocalPollsOptions {
+  source: string;
+  sourceUrl: string;
+  /** The polled tables (`capture: 'poll'`, with `pollColumn`). */
+  tables: TableConfig[];
+  control: ControlPlane;
+  publish: RawPublisher;
+  budget?: SourceBudget;
+  /** A fixed page size instead of the adaptive pacer (tests). */
+  fixedPage?: number;
+  /** Time between passes, ms. @default 1000 */
+  intervalMs?: number;
+  onError?: (err: unknown) => void;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const sha256 = (s: string) => createHash('sha256').update(s).digest('hex');
+
+/** One polled table as the status shows it. */
+export interface PollStatusLine {
+  table: string;
+  pollColumn: string;
+  rows: number;
+  lastPassAt: number | null;
+  throttle: PollProgress['throttle'];
+}
+
+export class LocalPolls {
+  private stopping = false;
+  private loop: Promise<void> | null = null;
+  private readonly reader: PostgresSnapshotReader;
+  private readonly probe: PostgresPressureProbe;
+  private probeClient: pg.Client | null = null;
+  private readonly status = new Map<string, PollStatusLine>();
+  /** Start time of the last pass that completed (epoch ms). */
+  private passStartedDone = 0;
+
+  constructor(private readonly o: LocalPollsOptions) {
+    this.reader = new PostgresSnapshotReader({ primary: { connectionString: o.sourceUrl }, applicationName: `cdc-local-poll-${o.source}` });
+    this.probe = new PostgresPressureProbe(async () => {
+      if (!this.probeClient) {
+        const c = new pg.Client({ connectionString: o.sourceUrl, application_name: `cdc-local-poll-probe-${o.source}` });
+        c.on('error', () => undefined);
+        await c.connect();
+        this.probeClient = c;
+      }
+      return this.probeClient;
+    });
+    for (const t of o.tables) this.status.set(t.table, { table: t.table, pollColumn: t.pollColumn!, rows: 0, lastPassAt: null, throttle: 'full-speed' });
+  }
+
+  start(): void {
+    this.loop = this.run();
+  }
+
+  private async run(): Promise<void> {
+    const cursors = checkpointCursorStore(this.o.control, this.o.source);
+    let calibrated = false;
+    while (!this.stopping) {
+      const started = Date.now();
+      try {
+        if (!this.o.fixedPage && !calibrated) {
+          await this.probe.calibrate(20);
+          calibrated = true;
+        }
+        await pollPass({
+          source: this.o.source,
+          tables: this.o.tables.map((t) => ({ table: t.table, pollColumn: t.pollColumn!, rules: { mask: t.mask, exclude: t.exclude } })),
+          reader: this.reader,
+          cursors,
+          publish: (records) => this.o.publish(records.map((r) => ({ partitionKey: snapshotPartitionKey(r, sha256), data: JSON.stringify(r), label: `${r.source}/${r.table}@poll` }))),
+          pacerFor: () => (this.o.fixedPage ? new FixedPacer(this.o.fixedPage) : new AdaptivePacer({ budget: this.o.budget ?? DEFAULT_SOURCE_BUDGET })),
+          ...(this.o.fixedPage ? {} : { pressure: () => this.probe.read(1) }),
+          shouldStop: () => this.stopping,
+          onPage: (table, p) => this.status.set(table, { ...this.status.get(table)!, throttle: p.throttle }),
+        }).then((rows) => {
+          const at = Date.now();
+          for (const [table, n] of rows) {
+            const s = this.status.get(table)!;
+            this.status.set(table, { ...s, rows: s.rows + n, lastPassAt: at });
+          }
+        });
+        if (!this.stopping) this.passStartedDone = started;
+      } catch (e) {
+        this.o.onError?.(e);
+        await this.reader.close();
+      }
+      const until = Date.now() + (this.o.intervalMs ?? 1000);
+      while (!this.stopping && Date.now() < until) await sleep(Math.min(100, until - Date.now()));
+    }
+  }
+
+  /** True when a pass that started at or after `t` has completed. */
+  passedSince(t: number): boolean {
+    return this.passStartedDone >= t;
+  }
+
+  lines(): PollStatusLine[] {
+    return [...this.status.values()];
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    await this.loop;
+    await this.reader.close();
+    await this.probeClient?.end().catch(() => undefined);
+  }
+}
