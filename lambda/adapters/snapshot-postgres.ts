@@ -23,6 +23,9 @@ import { splitTableId } from '../core/identifiers.ts';
 import type { SnapshotReader } from '../core/snapshot-worker.ts';
 import { pollQuery, type PollCursor, type PollPage, type PollReader } from '../core/poll.ts';
 
+/** Every column as PostgreSQL's output text (the poll page converts values itself, lambda/core/poll.ts). */
+const RAW_TEXT = { getTypeParser: () => (v: string) => v };
+
 /** The capture's canonical session settings (local/capture.ts): the same text for the same value on both paths. */
 export const CANONICAL_SESSION = "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 1";
 
