@@ -28,7 +28,7 @@ import { dynamoDbClient, kinesisClient } from '../lambda/adapters/aws-clients.ts
 import { createControlTable, DynamoDbControlPlane } from '../lambda/adapters/control-plane-dynamodb.ts';
 import { startPostgres, type PostgresCluster } from './postgres.ts';
 import { QUICK_START_JVM_OPTIONS, startDynamoDbLocal, type DynamoDbLocal } from './dynamodb.ts';
-import { startKinesalite, type Kinesalite } from './kinesis.ts';
+import { startKinesaliteProcess, type Kinesalite } from './kinesis.ts';
 import { archivePayloadStore, FolderArchive, type Archive } from './archive.ts';
 import type { PayloadStore } from '../lambda/core/payload-store.ts';
 import { LocalConfigError } from './errors.ts';
@@ -64,7 +64,11 @@ export interface StackOptions {
   source: string;
   /** PostgreSQL without fsync (tests). @default false */
   fast?: boolean;
-  /** Shards of the raw stream and of the change log (kinesalite has no on-demand mode). */
+  /**
+   * Shards of the raw stream and of the change log (kinesalite has no on-demand mode). Both are
+   * partitioned by table and key, so per-key order holds on any shard count; each shard is one
+   * batch at a time, shards run concurrently (docs/performance.md, section 2). @default 2 and 2
+   */
   rawShards?: number;
   changeLogShards?: number;
   /** Progress lines while starting. */
@@ -291,7 +295,7 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
       return d;
     };
     const startKin = async (): Promise<Kinesalite> => {
-      const k = await startKinesalite({ path: path.join(stateDir, 'kinesis') });
+      const k = await startKinesaliteProcess({ path: path.join(stateDir, 'kinesis') });
       started.push(() => k.stop());
       log(`kinesalite ready on port ${k.port} (${took()})`);
       return k;
@@ -319,7 +323,7 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
     const kinesis = kinesisClient(kinesalite.endpoint);
     const dynamo = dynamoDbClient(dynamodb.endpoint);
     await createControlTable(dynamo, CONTROL_TABLE);
-    await ensureStream(kinesis, streams.raw, options.rawShards ?? 1);
+    await ensureStream(kinesis, streams.raw, options.rawShards ?? 2);
     await ensureStream(kinesis, streams.changeLog, options.changeLogShards ?? 2);
     const archive = new FolderArchive(path.join(stateDir, 'archive'));
     // Dead letters' whole records and events over the record limit, through the archive interface (docs/large-records.md).
