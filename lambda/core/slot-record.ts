@@ -195,7 +195,6 @@ function checkShape(r: SlotRecord): void {
   const op = r.op;
   if (!(SLOT_OPS as readonly string[]).includes(op)) throw new InvalidRecordError('op', `expected one of ${SLOT_OPS.join(', ')}, got ${describe(op)}`);
   names(r.key, 'key', op === 'truncate');
-  names(r.unchanged, 'unchanged', true);
   for (const [field, cols] of [['columns', r.columns], ['oldKey', r.oldKey]] as const) {
     if (cols === null) continue;
     const seen = new Set<string>();
@@ -207,6 +206,7 @@ function checkShape(r: SlotRecord): void {
       if (c.type === '') throw new InvalidRecordError(`${field}[${i}].type`, `expected a type name, got ${describe(c.type)}`);
     }
   }
+  names(r.unchanged, 'unchanged', true);
   if ((op === 'insert' || op === 'update' || op === 'snapshot') && r.columns === null) throw new InvalidRecordError('columns', `an ${op} carries the new tuple`);
   if ((op === 'delete' || op === 'truncate') && r.columns !== null) throw new InvalidRecordError('columns', `a ${op} carries no new tuple`);
   if (op === 'delete' && r.oldKey === null) throw new InvalidRecordError('oldKey', 'a delete carries the old key (the table has no replica identity?)');
