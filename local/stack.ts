@@ -67,7 +67,10 @@ export interface StackOptions {
   /**
    * Shards of the raw stream and of the change log (kinesalite has no on-demand mode). Both are
    * partitioned by table and key, so per-key order holds on any shard count; each shard is one
-   * batch at a time, shards run concurrently (docs/performance.md, section 2). @default 2 and 2
+   * batch at a time, shards run concurrently. The raw stream keeps 1 shard: with 2, a table whose
+   * first record on one shard is a delete (key only, no types) registers a version without
+   * types, and the warehouse holds the table when the typed version follows (docs/performance.md,
+   * section 2.1). @default 1 and 2
    */
   rawShards?: number;
   changeLogShards?: number;
@@ -323,7 +326,7 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
     const kinesis = kinesisClient(kinesalite.endpoint);
     const dynamo = dynamoDbClient(dynamodb.endpoint);
     await createControlTable(dynamo, CONTROL_TABLE);
-    await ensureStream(kinesis, streams.raw, options.rawShards ?? 2);
+    await ensureStream(kinesis, streams.raw, options.rawShards ?? 1);
     await ensureStream(kinesis, streams.changeLog, options.changeLogShards ?? 2);
     const archive = new FolderArchive(path.join(stateDir, 'archive'));
     // Dead letters' whole records and events over the record limit, through the archive interface (docs/large-records.md).
