@@ -10,7 +10,7 @@
  * WAL is then in the page cache), so the order alternates between runs and medians are reported.
  *
  * The capture publishes to a counting publisher (no Kinesis): the figure is the capture's own
- * rate. One more run publishes to kinesalite, the raw stream of `cdc local`, to show what the
+ * rate. One more run publishes to kinesalite (in its own process, as `cdc local` runs it), to show what the
  * stand-in costs. The control plane is the in-memory test double (one checkpoint write per peek).
  *
  *     npm run bench:capture [-- --events 200000 --runs 2]
@@ -21,7 +21,7 @@ import { CreateStreamCommand, DescribeStreamSummaryCommand } from '@aws-sdk/clie
 import { kinesisClient } from '../lambda/adapters/aws-clients.ts';
 import { TableConfigIndex } from '../lambda/core/table-config.ts';
 import { kinesisRawPublisher, SlotCapture, type RawPublisher } from '../local/capture.ts';
-import { startKinesalite } from '../local/kinesis.ts';
+import { startKinesaliteProcess } from '../local/kinesis.ts';
 import { startPostgres, type PostgresCluster } from '../local/postgres.ts';
 import { MemoryControlPlane } from '../test/helpers/memory-control-plane.ts';
 import { BENCH_TABLE, DEFAULT_HISTORY, generateHistory, type History } from './lib/history.ts';
@@ -154,7 +154,7 @@ export async function runCaptureBench(): Promise<BenchResult> {
     rec.add(rateRow('slot capture → counting publisher', cap, 'records/s', ref, 'get_changes alone', { note: `median of ${runs}, order alternated` }));
 
     // The capture into kinesalite (the raw stream of cdc local), on a smaller history.
-    const kin = await startKinesalite();
+    const kin = await startKinesaliteProcess();
     try {
       const client = kinesisClient(kin.endpoint);
       await client.send(new CreateStreamCommand({ StreamName: 'bench-raw', ShardCount: 2 }));
@@ -171,7 +171,7 @@ export async function runCaptureBench(): Promise<BenchResult> {
         for (const r of records) kcounter.bytes += r.data.length;
       };
       const small = generateHistory({ ...opts, events: Math.min(events, kinesisEvents) });
-      const r = await oneRun(pgc, small, 'reference', kpublish, kcounter, 'kinesalite (2 shards)', false);
+      const r = await oneRun(pgc, small, 'reference', kpublish, kcounter, 'kinesalite in its own process (2 shards)', false);
       say(`capture → kinesalite: ${Math.round(r.capture.recordsPerSecond)} records/s (${r.capture.seconds.toFixed(2)} s)`);
       results.push(r);
       rec.add(rateRow('slot capture → kinesalite raw stream (cdc local)', r.capture.recordsPerSecond, 'records/s', r.reference.changesPerSecond, 'get_changes alone', { note: `${r.changes} changes` }));

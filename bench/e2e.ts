@@ -10,7 +10,11 @@
  * the same run: the same workload's commit rate on the source alone (unthrottled, no capture).
  * At the end source and warehouse are compared row by row (the same verdict `cdc local` prints).
  *
- *     npm run bench:e2e [-- --rate 1000 --seconds 60 --tx-size 10 --profile]
+ *     npm run bench:e2e [-- --rate 1000 --seconds 60 --tx-size 10 --profile --search-seconds 30 --search-steps 0.1,0.2,0.3]
+ *
+ * After the fixed-rate run, a search for the highest sustained rate: steps at growing shares of
+ * the source-alone rate (`--search-steps`, each `--search-seconds` long) until one fails (lag p99
+ * over 1 s, the backlog not drained within 5 s, or the source not reaching the rate).
  *
  * `--profile` takes a CPU profile of this process (capture, pollers, normalizer, applier, archive
  * copier: everything but PostgreSQL and DynamoDB Local) during the load.
@@ -49,16 +53,21 @@ export async function runE2eBench(): Promise<BenchResult> {
   const heartbeatMs = numberArg('heartbeat-ms', 250);
   const refSeconds = numberArg('reference-seconds', 10);
   const profileLoad = argValue('profile') !== undefined;
+  // The search for the highest sustained rate (after the fixed-rate run): steps of this many seconds, at these shares of the source-alone rate.
+  const searchSeconds = numberArg('search-seconds', 30);
+  const searchSteps = (argValue('search-steps') ?? '0.1,0.2,0.3,0.4,0.5,0.7,1').split(',').map(Number).filter((x) => x > 0);
   const rec = new Recorder('e2e', {
     rate,
     seconds,
     txSize,
     heartbeatMs,
     referenceSeconds: refSeconds,
+    searchSeconds,
+    searchSteps,
     initialRows: INITIAL_ROWS,
     mix: '70 % updates, 20 % inserts, 10 % deletes',
     durability: 'fsync on (the embedded PostgreSQL defaults of cdc local)',
-    pipeline: 'cdc local: one embedded PostgreSQL (source and warehouse databases), DynamoDB Local, kinesalite (2 + 2 shards), pollers with batch size 200',
+    pipeline: 'cdc local: one embedded PostgreSQL (source and warehouse databases), DynamoDB Local, kinesalite in its own process (raw stream 2 shards, change log 2), pollers with batch size up to 1,000 (no window)',
   });
   const stateDir = mkdtempSync(path.join(os.tmpdir(), 'cdc-bench-e2e-'));
   const say0 = (t: string): void => void process.stdout.write(`[e2e] ${t}\n`);
@@ -90,13 +99,17 @@ export async function runE2eBench(): Promise<BenchResult> {
       collector,
       heartbeatMs,
       workloadRate: 0,
+      // The initial rows go through the stream (below); a snapshot would re-read them, paced by the source's load.
+      snapshot: false,
       onError: (where, e) => errors.push(`${where}: ${e instanceof Error ? e.message : String(e)}`),
     });
     await pipeline.start();
     // Initial rows go through the pipeline too, so the warehouse starts equal to the source.
     await exec(stack.sourceUrl, `INSERT INTO ${TABLE} (id, customer_id, status, amount, note) SELECT g, g % 1000, 'placed', 1, md5(g::text) FROM generate_series(1, ${INITIAL_ROWS}) g`);
     const c0 = performance.now();
-    await pipeline.waitCaughtUp(300_000);
+    // Caught up: a heartbeat written after the insert reached the warehouse (the capture never
+    // finds the slot empty while beats come faster than one of its rounds on a loaded machine).
+    await heartbeatCaughtUp(collector, Date.now(), 300_000);
     say(`pipeline started; ${INITIAL_ROWS} initial rows captured and applied in ${((performance.now() - c0) / 1000).toFixed(1)} s`);
     await sleep(2 * heartbeatMs);
 
@@ -136,11 +149,31 @@ export async function runE2eBench(): Promise<BenchResult> {
       archive: pipeline.pollers.archive.stats.batches - batches0.archive,
     };
     const lagDuring = collector.find(MetricName.END_TO_END_LAG, { Sink: SINK }).flatMap((s) => s.samples.filter(([t]) => t >= t0 && t <= t1 + 1000).map(([, v]) => v));
-    const d0 = performance.now();
+    // Drained: a heartbeat written after the load stopped reached the warehouse.
+    const drainSeconds = (await heartbeatCaughtUp(collector, t1, 600_000)) / 1000;
+    const appliedTotal = collector.total(MetricName.EVENTS_APPLIED, { Sink: SINK }) - appliedBefore;
+
+    // The highest sustained rate: steps at growing shares of the source-alone rate until one fails.
+    // A step passes when the source commits the rate (≥ 95 %), lag p99 < 1 s, and the backlog at
+    // the end drains within 5 s (lag is bounded, not growing).
+    const steps: StepResult[] = [];
+    let searchRow: ReturnType<typeof rateRow> | null = null;
+    if (searchSteps.length > 0 && searchSeconds > 0) {
+      for (const share of searchSteps) {
+        const target = Math.max(txSize, Math.round((share * sourceAlone) / txSize) * txSize);
+        const r = await step(stack.sourceUrl, collector, target, searchSeconds, txSize, 100 + steps.length);
+        steps.push({ share, ...r });
+        say(`search: ${target} changes/s (${share}× source alone): committed ${Math.round(r.committed)}/s, lag p50 ${Math.round(r.p50)} ms, p99 ${Math.round(r.p99)} ms, max ${Math.round(r.max)} ms, drained in ${r.drainSeconds.toFixed(1)} s → ${r.pass ? 'sustained' : 'NOT sustained'}`);
+        if (!r.pass) break;
+      }
+      const best = [...steps].reverse().find((x) => x.pass) ?? null;
+      searchRow = rateRow('highest sustained rate (lag bounded, p99 < 1 s)', best?.committed ?? 0, 'changes/s', sourceAlone, 'source alone', { target: '≥ 0.3× source alone', met: best !== null && best.committed >= 0.3 * sourceAlone, note: `steps of ${searchSeconds} s at ${searchSteps.join(', ')}× source alone; first failing step: ${steps.find((x) => !x.pass) ? `${Math.round(steps.find((x) => !x.pass)!.target)}/s` : 'none'}` });
+      rec.details.search = steps;
+    }
+
+    // Everything (the search's load too) through, then the row-by-row verdict.
     await pipeline.stopHeartbeat();
     await pipeline.waitCaughtUp(600_000);
-    const drainSeconds = (performance.now() - d0) / 1000;
-    const appliedTotal = collector.total(MetricName.EVENTS_APPLIED, { Sink: SINK }) - appliedBefore;
     const verdict = await compareSourceAndWarehouse({ sourceUrl: stack.sourceUrl, warehouseUrl: stack.warehouseUrl, source: SOURCE, tables });
     const p50 = percentile(lagDuring, 50);
     const p99 = percentile(lagDuring, 99);
@@ -155,6 +188,7 @@ export async function runE2eBench(): Promise<BenchResult> {
     rec.add(timeRow(`end-to-end lag p99 (sink ${SINK})`, p99, 'ms', 1000, '1 s target', { target: '< 1 s', met: p99 < 1000 }));
     rec.add(timeRow(`end-to-end lag max (sink ${SINK})`, max, 'ms', 1000, '1 s target'));
     rec.add(timeRow('backlog at the end: time to drain after the load stopped', drainSeconds * 1000, 'ms', null, null, { note: `at stop: ${stages.committed} committed, ${stages.captured} captured, ${stages.normalized} normalized, ${stages.applied} applied, ${stages.archived} archived; slot ${slot.lag ?? '?'} bytes behind` }));
+    if (searchRow) rec.add(searchRow);
     Object.assign(rec.details, {
       heartbeats: lagDuring.length,
       lagMs: { p50, p90: percentile(lagDuring, 90), p99, max },
@@ -177,6 +211,54 @@ export async function runE2eBench(): Promise<BenchResult> {
     if (stack.state.postgresDataDir) rmSync(stack.state.postgresDataDir, { recursive: true, force: true });
   }
   return rec.finish();
+}
+
+interface StepResult {
+  share: number;
+  target: number;
+  committed: number;
+  p50: number;
+  p99: number;
+  max: number;
+  drainSeconds: number;
+  pass: boolean;
+}
+
+/**
+ * Waits until a heartbeat written after `since` (epoch ms) has reached the warehouse, and returns
+ * how long after `since` that was (ms): the backlog at `since` has drained. A lag sample taken at
+ * apply time `t` with lag `v` is a beat written at `t - v`.
+ */
+async function heartbeatCaughtUp(collector: MetricsCollector, since: number, timeoutMs: number): Promise<number> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    for (const series of collector.find(MetricName.END_TO_END_LAG, { Sink: SINK })) {
+      const hit = series.samples.find(([t, v]) => t - v >= since);
+      if (hit) return hit[0] - since;
+    }
+    if (Date.now() > deadline) throw new Error(`no heartbeat written after the load reached the warehouse within ${Math.round(timeoutMs / 1000)} s`);
+    await sleep(50);
+  }
+}
+
+/** One step of the search: the load at `rate` for `seconds`, then the drain; lag read on the heartbeats of the load. */
+async function step(url: string, collector: MetricsCollector, rate: number, seconds: number, txSize: number, seed: number): Promise<Omit<StepResult, 'share'>> {
+  const ids = (await one<{ ids: number[] | null; next: string | null }>(url, `SELECT array_agg(id ORDER BY id) AS ids, (coalesce(max(id), 0) + 1)::text AS next FROM ${TABLE}`)) ?? { ids: [], next: '1' };
+  const t0 = Date.now();
+  const load = await runWorkload({ url, table: TABLE, rate, txSize, seed, initialIds: 0, liveIds: { ids: (ids.ids ?? []).map(Number), next: Number(ids.next ?? 1) }, seconds }).done;
+  const t1 = Date.now();
+  const drainSeconds = (await heartbeatCaughtUp(collector, t1, 600_000)) / 1000;
+  const lags = collector.find(MetricName.END_TO_END_LAG, { Sink: SINK }).flatMap((s) => s.samples.filter(([t]) => t >= t0 && t <= t1 + 1000).map(([, v]) => v));
+  const p99 = percentile(lags, 99);
+  return {
+    target: rate,
+    committed: load.changesPerSecond,
+    p50: percentile(lags, 50),
+    p99,
+    max: Math.max(0, ...lags),
+    drainSeconds,
+    pass: lags.length > 0 && load.changesPerSecond >= 0.95 * rate && p99 < 1000 && drainSeconds < 5,
+  };
 }
 
 if (isMain(import.meta.url)) {

@@ -1,7 +1,15 @@
 /**
- * kinesalite: a Kinesis Data Streams stand-in, run in-process. Clients must use the HTTP/1.1
- * handler (see lambda/adapters/aws-clients.ts). It has no ON_DEMAND mode: give a shard count.
+ * kinesalite: a Kinesis Data Streams stand-in. Clients must use the HTTP/1.1 handler (see
+ * lambda/adapters/aws-clients.ts). It has no ON_DEMAND mode: give a shard count.
+ *
+ * Two ways to run it: in this process (`startKinesalite`, what tests use), or in a child process
+ * of its own (`startKinesaliteProcess`, what `cdc local` uses). kinesalite is single-threaded and
+ * spends most of its time on sequence-number arithmetic and LevelDB encoding; in this process it
+ * competes with every handler for one event loop (docs/performance.md, section 2), in its own it
+ * gets a core of its own. The child exits when its parent does (the IPC channel closes), so a
+ * parent killed with SIGKILL leaves no kinesalite behind holding the LevelDB lock.
  */
+import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import type { Server } from 'node:http';
 
@@ -15,21 +23,22 @@ export interface KinesaliteOptions {
 export interface Kinesalite {
   readonly endpoint: string;
   readonly port: number;
+  /** OS process id of the child process (`startKinesaliteProcess`); undefined when in process. */
+  readonly pid?: number | undefined;
   stop(): Promise<void>;
 }
 
 type KinesaliteFactory = (opts: Record<string, unknown>) => Server;
 
+/** kinesalite's settings in both modes: streams become ACTIVE at once, room for resharding. */
+function kinesaliteSettings(options: KinesaliteOptions): Record<string, unknown> {
+  return { createStreamMs: 0, deleteStreamMs: 0, updateStreamMs: 0, shardLimit: 100, ...(options.path ? { path: options.path } : {}) };
+}
+
 export async function startKinesalite(options: KinesaliteOptions = {}): Promise<Kinesalite> {
   const require = createRequire(import.meta.url);
   const kinesalite = require('kinesalite') as KinesaliteFactory;
-  const server = kinesalite({
-    createStreamMs: 0,
-    deleteStreamMs: 0,
-    updateStreamMs: 0,
-    shardLimit: 100,
-    ...(options.path ? { path: options.path } : {}),
-  });
+  const server = kinesalite(kinesaliteSettings(options));
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(options.port ?? 0, '127.0.0.1', () => resolve());
@@ -43,4 +52,102 @@ export async function startKinesalite(options: KinesaliteOptions = {}): Promise<
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };
+}
+
+/**
+ * The child's program (CommonJS, run with `node -e`, so it needs no file of its own in the
+ * package): it loads kinesalite from the path the parent resolved, listens, reports its port over
+ * IPC, closes its server on `stop`, and exits when the parent goes away.
+ */
+const CHILD_PROGRAM = `
+const kinesalite = require(process.env.CDC_KINESALITE_MODULE);
+const settings = JSON.parse(process.env.CDC_KINESALITE_SETTINGS);
+const server = kinesalite(settings);
+const bye = (code) => server.close(() => process.exit(code));
+server.on('error', (err) => { process.send({ error: String(err && err.message || err) }); process.exit(1); });
+server.listen(Number(process.env.CDC_KINESALITE_PORT), '127.0.0.1', () => process.send({ port: server.address().port }));
+process.on('message', (m) => { if (m === 'stop') bye(0); });
+process.on('disconnect', () => bye(0));
+`;
+
+/** Whether a start failure is another kinesalite still holding the LevelDB store (a parent killed a moment ago). */
+function lockHeld(message: string): boolean {
+  return /lock/i.test(message);
+}
+
+/**
+ * Starts kinesalite in a child process and resolves once it listens. With a `path`, a LevelDB
+ * lock still held by a kinesalite whose parent was just killed (it exits as soon as it notices)
+ * is waited for, up to 15 s.
+ */
+export async function startKinesaliteProcess(options: KinesaliteOptions = {}): Promise<Kinesalite> {
+  const require = createRequire(import.meta.url);
+  const modulePath = require.resolve('kinesalite');
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    try {
+      return await startChild(modulePath, options);
+    } catch (err) {
+      const message = (err as Error).message;
+      if (!options.path || !lockHeld(message) || Date.now() > deadline) throw err;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+}
+
+function startChild(modulePath: string, options: KinesaliteOptions): Promise<Kinesalite> {
+  const child = spawn(process.execPath, ['-e', CHILD_PROGRAM], {
+    stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+    env: {
+      ...process.env,
+      CDC_KINESALITE_MODULE: modulePath,
+      CDC_KINESALITE_SETTINGS: JSON.stringify(kinesaliteSettings(options)),
+      CDC_KINESALITE_PORT: String(options.port ?? 0),
+      // The parent's loader flags (tsx, coverage) have nothing to do with this plain program.
+      NODE_OPTIONS: '',
+    },
+  });
+  let stderr = '';
+  child.stderr?.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  return new Promise<Kinesalite>((resolve, reject) => {
+    const fail = (reason: string): void => {
+      child.kill('SIGKILL');
+      reject(new Error(`kinesalite (child process) did not start: ${reason}${stderr ? `; stderr: ${stderr.trim()}` : ''}`));
+    };
+    const timer = setTimeout(() => fail('no port reported within 30 s'), 30_000);
+    child.once('error', (err) => {
+      clearTimeout(timer);
+      fail(err.message);
+    });
+    const early = (code: number | null, signal: NodeJS.Signals | null): void => {
+      clearTimeout(timer);
+      fail(`exited with ${signal ?? `code ${code}`} before listening`);
+    };
+    child.once('exit', early);
+    child.once('message', (m: { port?: number; error?: string }) => {
+      clearTimeout(timer);
+      if (typeof m?.port !== 'number') return fail(m?.error ?? `unexpected message ${JSON.stringify(m)}`);
+      child.off('exit', early);
+      // The parent may exit while the child still runs (it exits on disconnect): do not keep the parent alive for it.
+      child.unref();
+      (child as unknown as { channel?: { unref(): void } }).channel?.unref();
+      (child.stderr as unknown as { unref?: () => void } | null)?.unref?.();
+      const port = m.port;
+      resolve({
+        endpoint: `http://127.0.0.1:${port}`,
+        port,
+        pid: child.pid,
+        async stop(): Promise<void> {
+          if (child.exitCode !== null || child.signalCode !== null) return;
+          child.ref(); // keep this process alive until the child is gone
+          if (child.connected) child.send('stop');
+          else child.kill('SIGTERM');
+          const killer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+          await exited;
+          clearTimeout(killer);
+        },
+      });
+    });
+  });
 }

@@ -205,7 +205,10 @@ export class LocalPipeline {
     const common = {
       kinesis: stack.kinesis,
       control: stack.control,
-      batchSize: o.poller?.batchSize ?? 200,
+      // Up to 1,000 records per invocation: with no batching window a poller takes what is there, so a
+      // caught-up pipeline still runs small batches, and a backlog pays the per-batch costs
+      // (checkpoint, registry reads, the applier's round trips) once per 1,000 (docs/performance.md, section 2).
+      batchSize: o.poller?.batchSize ?? 1000,
       ...(o.poller?.maxRetries !== undefined ? { maxRetries: o.poller.maxRetries } : {}),
       ...(o.poller?.maxBackoffMs !== undefined ? { maxBackoffMs: o.poller.maxBackoffMs } : {}),
     };

@@ -28,7 +28,7 @@ import { dynamoDbClient, kinesisClient } from '../lambda/adapters/aws-clients.ts
 import { createControlTable, DynamoDbControlPlane } from '../lambda/adapters/control-plane-dynamodb.ts';
 import { startPostgres, type PostgresCluster } from './postgres.ts';
 import { QUICK_START_JVM_OPTIONS, startDynamoDbLocal, type DynamoDbLocal } from './dynamodb.ts';
-import { startKinesalite, type Kinesalite } from './kinesis.ts';
+import { startKinesaliteProcess, type Kinesalite } from './kinesis.ts';
 import { archivePayloadStore, FolderArchive, type Archive } from './archive.ts';
 import type { PayloadStore } from '../lambda/core/payload-store.ts';
 import { LocalConfigError } from './errors.ts';
@@ -64,7 +64,14 @@ export interface StackOptions {
   source: string;
   /** PostgreSQL without fsync (tests). @default false */
   fast?: boolean;
-  /** Shards of the raw stream and of the change log (kinesalite has no on-demand mode). */
+  /**
+   * Shards of the raw stream and of the change log (kinesalite has no on-demand mode). Both are
+   * partitioned by table and key, so per-key order holds on any shard count; each shard is one
+   * batch at a time, shards run concurrently. The raw stream keeps 1 shard: with 2, a table whose
+   * first record on one shard is a delete (key only, no types) registers a version without
+   * types, and the warehouse holds the table when the typed version follows (docs/performance.md,
+   * section 2.1). @default 1 and 2
+   */
   rawShards?: number;
   changeLogShards?: number;
   /** Progress lines while starting. */
@@ -291,7 +298,7 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
       return d;
     };
     const startKin = async (): Promise<Kinesalite> => {
-      const k = await startKinesalite({ path: path.join(stateDir, 'kinesis') });
+      const k = await startKinesaliteProcess({ path: path.join(stateDir, 'kinesis') });
       started.push(() => k.stop());
       log(`kinesalite ready on port ${k.port} (${took()})`);
       return k;

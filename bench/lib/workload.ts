@@ -22,6 +22,8 @@ export interface WorkloadOptions {
   seed: number;
   /** Ids 1..initialIds exist when the load starts. */
   initialIds: number;
+  /** Instead of 1..initialIds: the ids that exist, and the first id not used yet (a load after another one on the same table). */
+  liveIds?: { ids: number[]; next: number };
   seconds: number;
 }
 
@@ -43,10 +45,16 @@ export class ChangeMaker {
     private readonly table: string,
     seed: number,
     initialIds: number,
+    liveIds?: { ids: number[]; next: number },
   ) {
     this.rand = seededRandom(seed);
-    for (let i = 1; i <= initialIds; i++) this.live.push(i);
-    this.next = initialIds + 1;
+    if (liveIds) {
+      this.live.push(...liveIds.ids);
+      this.next = liveIds.next;
+    } else {
+      for (let i = 1; i <= initialIds; i++) this.live.push(i);
+      this.next = initialIds + 1;
+    }
   }
 
   /** One change as SQL text (values are numbers and hex strings made here; nothing from outside). */
@@ -81,7 +89,7 @@ export class ChangeMaker {
 export async function generateLoad(o: WorkloadOptions, stopped: () => boolean): Promise<WorkloadReport> {
   const client = new pg.Client({ connectionString: o.url, application_name: 'cdc-bench-workload' });
   await client.connect();
-  const maker = new ChangeMaker(o.table, o.seed, o.initialIds);
+  const maker = new ChangeMaker(o.table, o.seed, o.initialIds, o.liveIds);
   const commitMs: number[] = [];
   let transactions = 0;
   const interval = o.rate > 0 ? (1000 * o.txSize) / o.rate : 0;
@@ -116,7 +124,9 @@ export async function generateLoad(o: WorkloadOptions, stopped: () => boolean): 
 
 /** Runs the load in a child process; resolves with its report when it ends. */
 export function runWorkload(o: WorkloadOptions): { done: Promise<WorkloadReport>; stop(): void } {
-  const child = fork(fileURLToPath(import.meta.url), [JSON.stringify(o)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  // The options go over IPC: a list of live ids can exceed the size limit of one argument.
+  const child = fork(fileURLToPath(import.meta.url), [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  child.send({ options: o });
   const done = new Promise<WorkloadReport>((resolve, reject) => {
     let report: WorkloadReport | null = null;
     child.on('message', (m) => {
@@ -131,13 +141,14 @@ export function runWorkload(o: WorkloadOptions): { done: Promise<WorkloadReport>
 
 // As a child process: run, report, exit.
 if (process.send && process.argv[1] === fileURLToPath(import.meta.url)) {
-  const o = JSON.parse(process.argv[2] ?? '{}') as WorkloadOptions;
   let stop = false;
   process.on('message', (m) => {
     if (m === 'stop') stop = true;
+    const o = (m as { options?: WorkloadOptions } | null)?.options;
+    if (!o) return;
+    generateLoad(o, () => stop).then(
+      (report) => process.send!({ report }, () => process.exit(0)),
+      (err: unknown) => process.send!({ error: err instanceof Error ? err.message : String(err) }, () => process.exit(1)),
+    );
   });
-  generateLoad(o, () => stop).then(
-    (report) => process.send!({ report }, () => process.exit(0)),
-    (err: unknown) => process.send!({ error: err instanceof Error ? err.message : String(err) }, () => process.exit(1)),
-  );
 }

@@ -193,12 +193,49 @@ export interface SlotChange {
 }
 
 /**
- * Builds a validated slot record from the transaction it belongs to, the record's index in that
- * transaction, the parsed change and the table's primary-key columns. Used by the slot capture;
- * throws `InvalidRecordError` naming the field if the result would not be a valid record.
+ * The record-level rules of a slot record that typed inputs do not already guarantee: the table
+ * id, which images each op carries, key and `unchanged` names (non-empty, no duplicates, an
+ * unchanged column not also delivered), column names unique and types non-empty. It reads the
+ * record without copying it. `validateSlotRecord` applies the same rules to untrusted input (plus
+ * the type of every field and value); the capture and the snapshot worker, whose inputs are typed,
+ * build records with `buildSlotRecord`, which applies only these, so a record is validated in full
+ * once, by its reader (docs/performance.md, section 3).
+ */
+function checkShape(r: SlotRecord): void {
+  if (!TABLE_ID.test(r.table)) throw new InvalidRecordError('table', `expected 'schema.table', got ${describe(r.table)}`);
+  const op = r.op;
+  if (!(SLOT_OPS as readonly string[]).includes(op)) throw new InvalidRecordError('op', `expected one of ${SLOT_OPS.join(', ')}, got ${describe(op)}`);
+  names(r.key, 'key', op === 'truncate');
+  for (const [field, cols] of [['columns', r.columns], ['oldKey', r.oldKey]] as const) {
+    if (cols === null) continue;
+    const seen = new Set<string>();
+    for (let i = 0; i < cols.length; i++) {
+      const c = cols[i]!;
+      if (c.name === '') throw new InvalidRecordError(`${field}[${i}].name`, `expected a column name, got ${describe(c.name)}`);
+      if (seen.has(c.name)) throw new InvalidRecordError(`${field}[${i}].name`, `column ${JSON.stringify(c.name)} appears twice`);
+      seen.add(c.name);
+      if (c.type === '') throw new InvalidRecordError(`${field}[${i}].type`, `expected a type name, got ${describe(c.type)}`);
+    }
+  }
+  names(r.unchanged, 'unchanged', true);
+  if ((op === 'insert' || op === 'update' || op === 'snapshot') && r.columns === null) throw new InvalidRecordError('columns', `an ${op} carries the new tuple`);
+  if ((op === 'delete' || op === 'truncate') && r.columns !== null) throw new InvalidRecordError('columns', `a ${op} carries no new tuple`);
+  if (op === 'delete' && r.oldKey === null) throw new InvalidRecordError('oldKey', 'a delete carries the old key (the table has no replica identity?)');
+  if ((op === 'insert' || op === 'truncate' || op === 'snapshot') && r.oldKey !== null) throw new InvalidRecordError('oldKey', `an ${op} carries no old key`);
+  if (op !== 'update' && r.unchanged.length > 0) throw new InvalidRecordError('unchanged', `only an update can leave columns undelivered, not a ${op}`);
+  for (const u of r.unchanged) {
+    if (r.columns?.some((c) => c.name === u)) throw new InvalidRecordError('unchanged', `column ${JSON.stringify(u)} is both delivered and unchanged`);
+  }
+}
+
+/**
+ * Builds a slot record from the transaction it belongs to, the record's index in that
+ * transaction, the parsed change and the table's primary-key columns. Used by the slot capture
+ * and the snapshot worker; throws `InvalidRecordError` naming the field if the result would break
+ * a record-level rule (`checkShape`). The change's column arrays are used as they are, not copied.
  */
 export function buildSlotRecord(tx: SlotTransaction, index: number, change: SlotChange, key: readonly string[]): SlotRecord {
-  return validateSlotRecord({
+  const record: SlotRecord = {
     format: SLOT_RECORD_FORMAT,
     source: tx.source,
     xid: tx.xid,
@@ -211,5 +248,7 @@ export function buildSlotRecord(tx: SlotTransaction, index: number, change: Slot
     columns: change.columns,
     oldKey: change.oldKey,
     unchanged: change.unchanged,
-  });
+  };
+  checkShape(record);
+  return record;
 }

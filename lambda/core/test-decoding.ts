@@ -60,6 +60,8 @@ export class TestDecodingParseError extends InvalidRecordError {
   }
 }
 
+const PLAIN_IDENTIFIER = /[^\s".:[\],]+/y;
+
 class Cursor {
   pos = 0;
   constructor(readonly text: string) {}
@@ -92,7 +94,9 @@ class Cursor {
         } else return out;
       }
     }
-    const m = /^[^\s".:[\],]+/.exec(this.text.slice(this.pos));
+    // Sticky: matches at `pos` without copying the rest of the line (docs/performance.md, section 3).
+    PLAIN_IDENTIFIER.lastIndex = this.pos;
+    const m = PLAIN_IDENTIFIER.exec(this.text);
     if (!m) this.fail(`expected a ${what}`);
     this.pos += m[0].length;
     return m[0];
@@ -227,6 +231,7 @@ function tuple(c: Cursor, stopAt: string | null): Tuple {
   return { columns, unchanged };
 }
 
+const OPERATION = /(INSERT|UPDATE|DELETE|TRUNCATE):/y;
 const TX_RE = /^(BEGIN|COMMIT)(?: ([0-9]+))?(?: \(at (.+)\))?$/;
 const TS_RE = /^(\d{4,})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?([+-])(\d{2})(?::?(\d{2}))?(?::?(\d{2}))?( BC)?$/;
 
@@ -278,7 +283,8 @@ export function parseTestDecodingLine(line: string): TestDecodingLine {
     tables.push(qualifiedName(c));
   }
   c.expect(': ');
-  const op = /^(INSERT|UPDATE|DELETE|TRUNCATE):/.exec(line.slice(c.pos));
+  OPERATION.lastIndex = c.pos;
+  const op = OPERATION.exec(line);
   if (!op) c.fail('expected INSERT:, UPDATE:, DELETE: or TRUNCATE:');
   c.pos += op[0].length;
   if (op[1] === 'TRUNCATE') {
@@ -351,29 +357,29 @@ export function groupTransactions(rows: readonly SlotRow[]): { transactions: Dec
   let open: { xid: string; changes: TestDecodingChange[] } | null = null;
   rows.forEach((row, i) => {
     const line = parseTestDecodingLine(row.data);
-    const where = `row ${i} (lsn ${row.lsn})`;
+    const where = (): string => `row ${i} (lsn ${row.lsn})`;
     switch (line.kind) {
       case 'begin':
-        if (open) throw new InvalidRecordError(where, `BEGIN inside transaction ${open.xid}`);
-        if (line.xid === null) throw new InvalidRecordError(where, "BEGIN without a transaction id: peek with 'include-xids', '1'");
+        if (open) throw new InvalidRecordError(where(), `BEGIN inside transaction ${open.xid}`);
+        if (line.xid === null) throw new InvalidRecordError(where(), "BEGIN without a transaction id: peek with 'include-xids', '1'");
         open = { xid: line.xid, changes: [] };
         break;
       case 'commit': {
-        if (!open) throw new InvalidRecordError(where, 'COMMIT without BEGIN');
+        if (!open) throw new InvalidRecordError(where(), 'COMMIT without BEGIN');
         const tx: { xid: string; changes: TestDecodingChange[] } = open;
-        if (line.xid !== tx.xid) throw new InvalidRecordError(where, `COMMIT ${line.xid} closes transaction ${tx.xid}`);
-        if (line.commitTs === null) throw new InvalidRecordError(where, "COMMIT without a timestamp: peek with 'include-timestamp', '1'");
+        if (line.xid !== tx.xid) throw new InvalidRecordError(where(), `COMMIT ${line.xid} closes transaction ${tx.xid}`);
+        if (line.commitTs === null) throw new InvalidRecordError(where(), "COMMIT without a timestamp: peek with 'include-timestamp', '1'");
         transactions.push({ xid: tx.xid, commitLsn: row.lsn, commitTs: line.commitTs, changes: tx.changes });
         open = null;
         consumed = i + 1;
         break;
       }
       case 'change':
-        if (!open) throw new InvalidRecordError(where, 'row change outside a transaction');
+        if (!open) throw new InvalidRecordError(where(), 'row change outside a transaction');
         open.changes.push(line.change);
         break;
       case 'truncate':
-        if (!open) throw new InvalidRecordError(where, 'TRUNCATE outside a transaction');
+        if (!open) throw new InvalidRecordError(where(), 'TRUNCATE outside a transaction');
         open.changes.push(...line.changes);
         break;
       case 'message':
