@@ -26,7 +26,8 @@ import { OpenSearchIndex, searchClient } from '../lambda/adapters/search-opensea
 import { createHeartbeatHandler, HeartbeatWriter, type HeartbeatHandler } from '../lambda/handlers/heartbeat-writer.ts';
 import { createSlotMonitorHandler, type SlotMonitorHandler } from '../lambda/handlers/slot-monitor.ts';
 import type { SlotReport } from '../lambda/core/slot-monitor.ts';
-import { TableConfigIndex, type TableConfig } from '../lambda/core/table-config.ts';
+import { TableConfigIndex, type TableConfig, type TableRule } from '../lambda/core/table-config.ts';
+import { LocalDiscovery } from './discovery.ts';
 import type { TableRecord } from '../lambda/core/control-plane.ts';
 import { SlotCapture, kinesisRawPublisher } from './capture.ts';
 import { Poller } from './poller.ts';
@@ -64,6 +65,10 @@ export interface PipelineOptions {
   search?: { sinkId: string; url: string };
   /** Snapshots of existing rows (docs/snapshot.md): off, or budget / fixed chunk size / read replica. @default on, default budget */
   snapshot?: false | { budget?: SourceBudget; fixedChunk?: number; replicaUrl?: string };
+  /** Capture-by-pattern rules (docs/onboarding.md): matching tables join while the pipeline runs. @default none */
+  rules?: TableRule[];
+  /** How often the catalog is scanned for tables the rules match. @default 2000 */
+  discoveryMs?: number;
 }
 
 /** The heartbeat table's id as the capture and the applier name it. */
@@ -83,6 +88,10 @@ export class LocalPipeline {
   /** The search sink's index adapter (for the verdict), when there is a search sink. */
   readonly searchIndex: OpenSearchIndex | null = null;
   readonly tables: TableConfig[];
+  /** What the capture captures now: the declared tables, the heartbeat table and the tables that joined by a rule. */
+  readonly captureIndex: TableConfigIndex;
+  /** The catalog scan, when there are capture rules. */
+  readonly discovery: LocalDiscovery | null;
   /** The snapshot worker, or null when snapshots are off. */
   readonly snapshots: LocalSnapshots | null;
   readonly startedAt = Date.now();
@@ -111,11 +120,17 @@ export class LocalPipeline {
     const err = (where: string) => (e: unknown) => o.onError?.(where, e);
     const heartbeatConfig: TableConfig = { table: HEARTBEAT_TABLE_ID, deleteMode: 'soft', mask: [], exclude: [] };
     this.tables = o.tables.some((t) => t.table === HEARTBEAT_TABLE_ID) ? [...o.tables] : [...o.tables, heartbeatConfig];
+    const rules = o.rules ?? [];
+    this.captureIndex = new TableConfigIndex(this.tables, rules);
+    this.discovery =
+      rules.length === 0
+        ? null
+        : new LocalDiscovery({ source: o.source, sourceUrl: stack.sourceUrl, control: stack.control, rules, declared: new Set(this.tables.map((t) => t.table)), index: this.captureIndex, ...(o.discoveryMs ? { everyMs: o.discoveryMs } : {}), onError: err('discovery') });
     this.capture = new SlotCapture({
       source: o.source,
       sourceUrl: stack.sourceUrl,
       slot: o.capture?.slot,
-      tables: new TableConfigIndex(this.tables),
+      tables: this.captureIndex,
       control: stack.control,
       publish: kinesisRawPublisher(stack.kinesis, stack.streams.raw),
       maxTxRows: o.capture?.maxTxRows,
@@ -130,6 +145,7 @@ export class LocalPipeline {
             sourceUrl: stack.sourceUrl,
             ...(o.snapshot?.replicaUrl ? { replicaUrl: o.snapshot.replicaUrl } : {}),
             tables: o.tables.filter((t) => t.table !== HEARTBEAT_TABLE_ID),
+            index: this.captureIndex,
             control: stack.control,
             publish: kinesisRawPublisher(stack.kinesis, stack.streams.raw),
             ...(o.snapshot?.budget ? { budget: o.snapshot.budget } : {}),
@@ -146,6 +162,7 @@ export class LocalPipeline {
         createNormalizerHandler({
           source: o.source,
           tables: this.tables,
+          rules,
           control: stack.control,
           changeLog: new KinesisChangeLog(stack.kinesis, stack.streams.changeLog),
           payloads: stack.payloads,
@@ -239,10 +256,13 @@ export class LocalPipeline {
   async start(): Promise<void> {
     // The first beat creates the heartbeat table, which the capture must find.
     await this.heartbeat();
+    // Tables that joined by a rule in an earlier run are captured from the first peek on.
+    await this.discovery?.scan();
     await this.capture.start();
     await Promise.all([this.pollers.normalizer.start(), this.pollers.sink.start(), this.pollers.archive.start(), this.pollers.search?.start()]);
     // Stream first: the slot exists before the first chunk's watermark is taken.
     await this.snapshots?.start();
+    this.discovery?.start();
     const every = this.o.heartbeatMs ?? 1000;
     this.heartbeatLoop = (async () => {
       while (!this.heartbeatStop) {
@@ -343,6 +363,7 @@ export class LocalPipeline {
   async stop(): Promise<void> {
     await this.stopWorkload();
     await this.stopHeartbeat();
+    await this.discovery?.stop();
     await this.snapshots?.stop();
     await this.capture.stop();
     this.replayStop = true;
@@ -351,6 +372,11 @@ export class LocalPipeline {
     await Promise.all([this.pollers.sink.stop(), this.pollers.archive.stop(), this.pollers.search?.stop()]);
     await Promise.all(this.pools.map((p) => p.end().catch(() => undefined)));
     this.searchIndex?.client.close();
+  }
+
+  /** Every table captured now (declared, heartbeat, joined by a rule): what the verdict compares. */
+  capturedTables(): TableConfig[] {
+    return this.captureIndex.list();
   }
 
   /** Reads table states and dead letters from the control plane (at most every 2 s). */
@@ -444,6 +470,7 @@ export class LocalPipeline {
       tables: this.tableStates.map((t) => ({ table: t.table, state: t.state, reason: t.stateReason })),
       slots: this.slotReport?.slots.map((r) => ({ slot: r.slot, ours: r.ours, active: r.active, walStatus: r.walStatus, retainedBytes: r.retainedBytes, headroomBytes: r.headroomBytes, level: r.level })) ?? [],
       ...(this.snapshots ? { snapshots: this.snapshots.lines(now) } : {}),
+      ...(this.discovery ? { notCaptured: this.discovery.verdicts.filter((v) => v.verdict !== 'captured').map((v) => ({ table: v.table, verdict: v.verdict, reason: v.reasons.join('; ') })) } : {}),
       deadLetters: this.deadLetterCount,
       problems: c.problemsSince(now - 60_000),
       hint,

@@ -9,6 +9,7 @@
  */
 import type { AuditEntry, ControlPlane, DeadLetter, SinkTableProgress, TableRecord, TableState } from './control-plane.ts';
 import { requestSnapshot } from './snapshot-worker.ts';
+import { latestVerdicts, type DiscoveryVerdict } from './discovery.ts';
 import { CdcError } from './errors.ts';
 import {
   decidePause,
@@ -52,6 +53,11 @@ export interface StatusReport {
   /** End-to-end lag per sink (ms) where the door knows it (locally: the last heartbeat measurement), else absent. */
   endToEndLag: Array<{ sink: string; lagMs: number; at: string }>;
   tables: TableStatus[];
+  /**
+   * Tables the capture rules matched but do not capture (excluded, ineligible, dropped), each with
+   * its reason, from the discovery's audit entries (lambda/core/discovery.ts).
+   */
+  notCaptured?: Array<{ source: string; table: string; verdict: DiscoveryVerdict; reasons: string[]; at: string }>;
 }
 
 export type ActionResult =
@@ -153,7 +159,11 @@ export class Operator {
         snapshot: await this.deps.snapshots.status(t.source, t.table),
       });
     }
-    return { at: now.toISOString(), changeLogRetentionMs: this.deps.settings.changeLogRetentionMs, endToEndLag: [], tables: out };
+    const audit = await this.cp.listAudit(source);
+    const notCaptured = [...new Set(audit.map((e) => e.source).filter((s): s is string => s !== null))].flatMap((src) =>
+      [...latestVerdicts(audit, src).values()].filter((v) => v.verdict !== 'captured' && (table === undefined || v.table === table)).map((v) => ({ source: src, table: v.table, verdict: v.verdict, reasons: v.reasons, at: v.at })),
+    );
+    return { at: now.toISOString(), changeLogRetentionMs: this.deps.settings.changeLogRetentionMs, endToEndLag: [], tables: out, ...(notCaptured.length > 0 ? { notCaptured } : {}) };
   }
 
   async audit(filter: { source?: string; table?: string; since?: string }): Promise<AuditEntry[]> {
