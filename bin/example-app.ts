@@ -1,6 +1,6 @@
 /**
  * The example CDK app that `cdk.json` runs: two PostgreSQL sources (masked and excluded columns,
- * a hard-delete table), one change log, one warehouse sink, one search sink, alarms to an SNS topic.
+ * a hard-delete table, the rest of a schema captured by pattern with exclusions), one change log, one warehouse sink, one search sink, alarms to an SNS topic.
  *
  * Synthesizes offline with no AWS credentials (`npx cdk synth`). Before deploying, read
  * docs/deploy.md: the secrets named below must exist, the source databases need logical
@@ -92,6 +92,9 @@ export class CdcExampleStack extends Stack {
         CapturedTable.of('public.customers', { mask: ['email', 'phone'], exclude: ['ssn', 'password_hash'] }),
         CapturedTable.of('public.orders'),
         CapturedTable.of('public.order_items', { deletes: DeleteMode.HARD, primaryKey: ['order_id', 'line_no'] }),
+        // Every other table of the schema, including tables created later (docs/onboarding.md):
+        // DMS selects them by pattern, with the audit tables and the migration bookkeeping left out.
+        CapturedTable.matching('public.*', { exclude: ['public.audit_*', 'public.schema_migrations'] }),
       ],
       // The example's private subnets reach AWS APIs through its NAT gateway: HTTPS only.
       awsApiEgress: AwsApiEgress.natGateway(),

@@ -9,6 +9,8 @@ export const EnvName = {
   SOURCE_ID: 'CDC_SOURCE_ID',
   /** JSON array of captured-table settings (see lambda/core/table-config.ts). */
   TABLE_CONFIG: 'CDC_TABLE_CONFIG',
+  /** JSON array of capture-by-pattern rules (contracts/table-config.ts `TableRule`, docs/onboarding.md). */
+  TABLE_RULES: 'CDC_TABLE_RULES',
   /** Change-log stream name (the normalizer publishes to it). */
   CHANGE_LOG_STREAM: 'CDC_CHANGE_LOG_STREAM',
   /** Sink id of a sink applier. */

@@ -95,6 +95,55 @@ export interface CapturedTableOptions {
    * @default - none
    */
   readonly pollColumn?: string;
+  /**
+   * Acknowledges a `mask` or `exclude` added to this table while it is already captured: who and
+   * why, recorded in the audit log. Without it the deployment that adds the rule is refused, because
+   * the change log, the archive and the sinks keep the clear values captured before
+   * (docs/masking.md, "Adding a rule to a live table").
+   * @default - none (a rule added to a captured table is refused)
+   */
+  readonly acknowledgeLateRules?: string;
+}
+
+/** Options of `CapturedTable.matching`: the settings every matched table gets, and the tables left out. */
+export interface CapturedTableRuleOptions {
+  /**
+   * Patterns of tables the rule leaves out (`public.audit_*`); each becomes a DMS selection rule
+   * with `exclude`. A table left out is named (`table-excluded` in the audit log), never captured.
+   * @default - none
+   */
+  readonly exclude?: string[];
+  /**
+   * Columns masked in every matched table that has them (a DMS hash-mask rule by pattern).
+   * @default - none
+   */
+  readonly mask?: string[];
+  /**
+   * Columns excluded from every matched table that has them (a DMS `remove-column` by pattern).
+   * @default - none
+   */
+  readonly excludeColumns?: string[];
+  /**
+   * How sinks apply deletes of the matched tables.
+   * @default DeleteMode.SOFT
+   */
+  readonly deletes?: DeleteMode;
+  /**
+   * Key columns of every matched table. DMS records do not name the key, so it is declared; a
+   * matched table whose primary key is not this is named ineligible by the catalog scan.
+   * @default ['id']
+   */
+  readonly primaryKey?: string[];
+  /**
+   * Snapshot a matched table's existing rows when it joins.
+   * @default true
+   */
+  readonly snapshot?: boolean;
+  /**
+   * Acknowledges a `mask` or `excludeColumns` added to the rule while tables it matches are captured.
+   * @default - none (refused)
+   */
+  readonly acknowledgeLateRules?: string;
 }
 
 /**
@@ -110,6 +159,24 @@ export class CapturedTable {
   static of(tableId: string, options: CapturedTableOptions = {}): CapturedTable {
     if (typeof tableId !== 'string') throw new Error(`CapturedTable.of needs a table id 'schema.table' (a string), got ${tableId === undefined ? 'undefined' : typeof tableId}`);
     return new CapturedTable(tableId, options);
+  }
+
+  /**
+   * Every table of the source that matches `pattern` (`schemaGlob.tableGlob`, `*` for any run of
+   * characters within one part) and none of `exclude`: DMS selection rules by pattern with
+   * explicit exclusions. A table created in the source later joins by itself (registered,
+   * snapshotted, in status) if it is eligible (a key, carried types); one that is not is named
+   * with its reason (docs/onboarding.md).
+   *
+   * @example CapturedTable.matching('public.*', { exclude: ['public.audit_*'] })
+   */
+  static matching(pattern: string, options: CapturedTableRuleOptions = {}): CapturedTable {
+    if (typeof pattern !== 'string') throw new Error(`CapturedTable.matching needs a pattern 'schema.table' (a string), got ${pattern === undefined ? 'undefined' : typeof pattern}`);
+    return new CapturedTable(
+      pattern,
+      { mask: options.mask, exclude: options.excludeColumns, deletes: options.deletes, primaryKey: options.primaryKey, snapshot: options.snapshot, acknowledgeLateRules: options.acknowledgeLateRules },
+      [...(options.exclude ?? [])],
+    );
   }
 
   /** `schema.table`. */
@@ -130,8 +197,14 @@ export class CapturedTable {
   readonly capture: CaptureMode;
   /** The poll column of a polled table. */
   readonly pollColumn?: string;
+  /** The pattern of a rule made by `matching` (then `tableId` is the pattern too), else undefined. */
+  readonly pattern?: string;
+  /** Patterns a rule leaves out (empty for a single table). */
+  readonly excludeTables: string[];
+  /** The acknowledgement of a late mask or exclude, if given. */
+  readonly acknowledgeLateRules?: string;
 
-  private constructor(tableId: string, options: CapturedTableOptions) {
+  private constructor(tableId: string, options: CapturedTableOptions, excludeTables?: string[]) {
     this.tableId = tableId;
     this.mask = [...(options.mask ?? [])];
     this.exclude = [...(options.exclude ?? [])];
@@ -141,6 +214,9 @@ export class CapturedTable {
     if (options.transforms) this.transforms = options.transforms;
     this.capture = options.capture ?? CaptureMode.LOG;
     if (options.pollColumn !== undefined) this.pollColumn = options.pollColumn;
+    if (excludeTables !== undefined) this.pattern = tableId;
+    this.excludeTables = excludeTables ?? [];
+    if (options.acknowledgeLateRules !== undefined) this.acknowledgeLateRules = options.acknowledgeLateRules;
   }
 
   /** The schema part of the table id. */

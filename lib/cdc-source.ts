@@ -23,7 +23,7 @@ import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './private/a
 import { CdcFunction } from './private/cdc-function.ts';
 import { dmsIdentifier } from './private/physical-name.ts';
 import { consumeStream, defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
-import { compileTableMappings, findTableProblem, tableConfigEntries } from './private/table-mappings.ts';
+import { compileTableMappings, findTableProblem, tableConfigEntries, tableRuleEntries } from './private/table-mappings.ts';
 import { taskSettings } from './private/task-settings.ts';
 import { checkIntegerRange, checkKinesisRetention, checkLowerIdent, checkRequiredProps, fail, idFromConstructId, SLOT_NAME } from './private/validate.ts';
 import { SslMode, type SourceDatabase } from './source-database.ts';
@@ -545,6 +545,9 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
 
     // --- Normalizer: raw stream → change log ---
     const tableConfig = JSON.stringify(tableConfigEntries(this.tables, this.heartbeatSchema));
+    // Capture by pattern (docs/onboarding.md): the rules the normalizer resolves new tables with.
+    const ruleEntries = tableRuleEntries(this.tables);
+    const tableRules = ruleEntries.length > 0 ? JSON.stringify(ruleEntries) : undefined;
     const normalizer = new CdcFunction(this, 'Normalizer', {
       handlerName: 'normalizer',
       description: `Turns DMS records of source ${this.sourceId} into change events (${this.node.path})`,
@@ -554,6 +557,7 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
         [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName,
         [EnvName.CHANGE_LOG_STREAM]: props.changeLog.changeLogStreamName,
         [EnvName.TABLE_CONFIG]: tableConfig,
+        ...(tableRules ? { [EnvName.TABLE_RULES]: tableRules } : {}),
         [EnvName.HEARTBEAT_SCHEMA]: this.heartbeatSchema,
         ...payloadEnvironment(props.controlPlane),
       },
@@ -646,6 +650,7 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
       rawStream,
       database: props.database,
       tableConfig,
+      ...(tableRules ? { tableRules } : {}),
       heartbeatSchema: this.heartbeatSchema,
       vpc: props.vpc,
       vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },

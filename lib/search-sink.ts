@@ -249,7 +249,8 @@ export class SearchSink extends Resource implements ISearchSink, ec2.IConnectabl
         add(candidates[0]!, t.table, t.deletes ?? captured.deletes);
       }
     } else {
-      for (const s of props.sources) for (const c of s.tables) add(s, c.tableId, c.deletes);
+      // Tables captured by a pattern (CapturedTable.matching) are not indexed unless named in `tables`.
+      for (const s of props.sources) for (const c of s.tables) if (c.pattern === undefined) add(s, c.tableId, c.deletes);
     }
     for (const t of served) {
       if (!/^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$/.test(t.table)) fail(this, `table ${t.table} cannot name a search index: OpenSearch index names are lower case (letters, digits, _)`);

@@ -250,8 +250,8 @@ export class SlotCapture {
   }
 
   /** Looks up each captured table's key (declared, else the primary key) and checks deletes will carry it. */
-  private async resolveKeys(client: pg.Client): Promise<void> {
-    for (const table of this.o.tables.tables()) {
+  private async resolveKeys(client: pg.Client, only?: readonly string[]): Promise<void> {
+    for (const table of only ?? this.o.tables.tables()) {
       const { schema, table: name } = splitTableId(table);
       const rel = (
         await client.query(
@@ -464,7 +464,8 @@ export class SlotCapture {
       return false;
     }
     for (const table of new Set(peek.transactions.flatMap((t) => t.changes.map((c) => c.table)))) {
-      if (this.o.tables.has(table) && !this.keys.has(table)) await this.resolveKeys(client);
+      // A table that joined while running (docs/onboarding.md): resolve its key alone.
+      if (this.o.tables.has(table) && !this.keys.has(table)) await this.resolveKeys(client, [table]);
     }
     await refreshKeys(client, this.poisonContext(), peek.transactions);
     // test_decoding prints types without modifiers: read them from the catalog (docs/schema-drift.md).

@@ -26,7 +26,8 @@ import { OpenSearchIndex, searchClient } from '../lambda/adapters/search-opensea
 import { createHeartbeatHandler, HeartbeatWriter, type HeartbeatHandler } from '../lambda/handlers/heartbeat-writer.ts';
 import { createSlotMonitorHandler, type SlotMonitorHandler } from '../lambda/handlers/slot-monitor.ts';
 import type { SlotReport } from '../lambda/core/slot-monitor.ts';
-import { TableConfigIndex, type TableConfig } from '../lambda/core/table-config.ts';
+import { TableConfigIndex, type TableConfig, type TableRule } from '../lambda/core/table-config.ts';
+import { LocalDiscovery } from './discovery.ts';
 import type { TableRecord } from '../lambda/core/control-plane.ts';
 import { SlotCapture, kinesisRawPublisher } from './capture.ts';
 import { Poller } from './poller.ts';
@@ -67,6 +68,10 @@ export interface PipelineOptions {
   snapshot?: false | { budget?: SourceBudget; fixedChunk?: number; replicaUrl?: string };
   /** Time between poll passes over the tables configured `capture: 'poll'` (docs/polling.md). @default 1000 */
   pollIntervalMs?: number;
+  /** Capture-by-pattern rules (docs/onboarding.md): matching tables join while the pipeline runs. @default none */
+  rules?: TableRule[];
+  /** How often the catalog is scanned for tables the rules match. @default 2000 */
+  discoveryMs?: number;
 }
 
 /** The heartbeat table's id as the capture and the applier name it. */
@@ -86,6 +91,10 @@ export class LocalPipeline {
   /** The search sink's index adapter (for the verdict), when there is a search sink. */
   readonly searchIndex: OpenSearchIndex | null = null;
   readonly tables: TableConfig[];
+  /** What the capture captures now: the declared tables, the heartbeat table and the tables that joined by a rule. */
+  readonly captureIndex: TableConfigIndex;
+  /** The catalog scan, when there are capture rules. */
+  readonly discovery: LocalDiscovery | null;
   /** The snapshot worker, or null when snapshots are off. */
   readonly snapshots: LocalSnapshots | null;
   /** The poller of the tables configured `capture: 'poll'` (docs/polling.md), or null when there are none. */
@@ -116,12 +125,19 @@ export class LocalPipeline {
     const err = (where: string) => (e: unknown) => o.onError?.(where, e);
     const heartbeatConfig: TableConfig = { table: HEARTBEAT_TABLE_ID, deleteMode: 'soft', mask: [], exclude: [] };
     this.tables = o.tables.some((t) => t.table === HEARTBEAT_TABLE_ID) ? [...o.tables] : [...o.tables, heartbeatConfig];
+    const rules = o.rules ?? [];
+    // Log-captured tables (declared, heartbeat, and those that join by a rule); polled tables are read by the poller.
+    this.captureIndex = new TableConfigIndex(this.tables.filter((t) => t.capture !== 'poll'), rules);
+    this.discovery =
+      rules.length === 0
+        ? null
+        : new LocalDiscovery({ source: o.source, sourceUrl: stack.sourceUrl, control: stack.control, rules, declared: new Set(this.tables.map((t) => t.table)), index: this.captureIndex, ...(o.discoveryMs ? { everyMs: o.discoveryMs } : {}), onError: err('discovery') });
     this.capture = new SlotCapture({
       source: o.source,
       sourceUrl: stack.sourceUrl,
       slot: o.capture?.slot,
-      // A polled table is not read from the log (docs/polling.md).
-      tables: new TableConfigIndex(this.tables.filter((t) => t.capture !== 'poll')),
+      // A polled table is not read from the log (docs/polling.md): the index holds log-captured tables only.
+      tables: this.captureIndex,
       control: stack.control,
       publish: kinesisRawPublisher(stack.kinesis, stack.streams.raw),
       maxTxRows: o.capture?.maxTxRows,
@@ -136,6 +152,7 @@ export class LocalPipeline {
             sourceUrl: stack.sourceUrl,
             ...(o.snapshot?.replicaUrl ? { replicaUrl: o.snapshot.replicaUrl } : {}),
             tables: o.tables.filter((t) => t.table !== HEARTBEAT_TABLE_ID),
+            index: this.captureIndex,
             control: stack.control,
             publish: kinesisRawPublisher(stack.kinesis, stack.streams.raw),
             ...(o.snapshot?.budget ? { budget: o.snapshot.budget } : {}),
@@ -167,6 +184,7 @@ export class LocalPipeline {
         createNormalizerHandler({
           source: o.source,
           tables: this.tables,
+          rules,
           control: stack.control,
           changeLog: new KinesisChangeLog(stack.kinesis, stack.streams.changeLog),
           payloads: stack.payloads,
@@ -263,11 +281,14 @@ export class LocalPipeline {
   async start(): Promise<void> {
     // The first beat creates the heartbeat table, which the capture must find.
     await this.heartbeat();
+    // Tables that joined by a rule in an earlier run are captured from the first peek on.
+    await this.discovery?.scan();
     await this.capture.start();
     await Promise.all([this.pollers.normalizer.start(), this.pollers.sink.start(), this.pollers.archive.start(), this.pollers.search?.start()]);
     // Stream first: the slot exists before the first chunk's watermark is taken.
     await this.snapshots?.start();
     this.polls?.start();
+    this.discovery?.start();
     const every = this.o.heartbeatMs ?? 1000;
     this.heartbeatLoop = (async () => {
       while (!this.heartbeatStop) {
@@ -383,6 +404,7 @@ export class LocalPipeline {
   async stop(): Promise<void> {
     await this.stopWorkload();
     await this.stopHeartbeat();
+    await this.discovery?.stop();
     await this.snapshots?.stop();
     await this.polls?.stop();
     await this.capture.stop();
@@ -392,6 +414,11 @@ export class LocalPipeline {
     await Promise.all([this.pollers.sink.stop(), this.pollers.archive.stop(), this.pollers.search?.stop()]);
     await Promise.all(this.pools.map((p) => p.end().catch(() => undefined)));
     this.searchIndex?.client.close();
+  }
+
+  /** Every table captured now (declared, heartbeat, joined by a rule, polled): what the verdict compares. */
+  capturedTables(): TableConfig[] {
+    return [...this.captureIndex.list(), ...this.tables.filter((t) => t.capture === 'poll')];
   }
 
   /** Reads table states and dead letters from the control plane (at most every 2 s). */
@@ -485,6 +512,7 @@ export class LocalPipeline {
       tables: this.tableStates.map((t) => ({ table: t.table, state: t.state, reason: t.stateReason, ...(t.capture === 'poll' ? { capture: 'poll' as const } : {}) })),
       slots: this.slotReport?.slots.map((r) => ({ slot: r.slot, ours: r.ours, active: r.active, walStatus: r.walStatus, retainedBytes: r.retainedBytes, headroomBytes: r.headroomBytes, level: r.level })) ?? [],
       ...(this.snapshots ? { snapshots: this.snapshots.lines(now) } : {}),
+      ...(this.discovery ? { notCaptured: this.discovery.verdicts.filter((v) => v.verdict !== 'captured').map((v) => ({ table: v.table, verdict: v.verdict, reason: v.reasons.join('; ') })) } : {}),
       deadLetters: this.deadLetterCount,
       problems: c.problemsSince(now - 60_000),
       hint,

@@ -29,6 +29,8 @@ export interface LocalSnapshotsOptions {
   /** A read replica to read chunks from. @default the source */
   replicaUrl?: string;
   tables: TableConfig[];
+  /** The capture's table index (declared tables and those that joined by a rule): the column rules of every snapshotted table. @default an index of `tables` */
+  index?: TableConfigIndex;
   control: ControlPlane;
   publish: RawPublisher;
   budget?: SourceBudget;
@@ -78,7 +80,7 @@ export class LocalSnapshots {
   }
 
   private async run(): Promise<void> {
-    const index = new TableConfigIndex(this.o.tables);
+    const index = this.o.index ?? new TableConfigIndex(this.o.tables);
     const metrics = emfSnapshotMetrics(new Metrics({ namespace: METRICS_NAMESPACE, serviceName: 'cdc-snapshot-worker' }));
     while (!this.stopping) {
       try {

@@ -87,6 +87,8 @@ export interface StatusSnapshot {
   slots?: SlotStatusLine[];
   /** Snapshot runs that are requested, running, or finished recently. @default none */
   snapshots?: SnapshotStatusLine[];
+  /** Tables the capture rules match but do not capture (excluded, ineligible, dropped), each with its reason (docs/onboarding.md). @default none */
+  notCaptured?: Array<{ table: string; verdict: string; reason: string }>;
   deadLetters: number;
   /** Recent problems (retried errors, handler error logs), newest last, with their time. */
   problems: Array<{ at: number; text: string }>;
@@ -186,6 +188,11 @@ export function renderStatus(s: StatusSnapshot): string[] {
     lines.push(...table(s.snapshots.map(snapshotCells)));
     lines.push('');
   }
+  if (s.notCaptured && s.notCaptured.length > 0) {
+    lines.push('not captured (capture rules, docs/onboarding.md)');
+    lines.push(...table(s.notCaptured.map((t) => [t.table, t.verdict, t.reason])));
+    lines.push('');
+  }
   if (s.tables.length > 0) {
     lines.push('tables');
     lines.push(...table(s.tables.map((t) => [t.table, t.state, [t.reason, t.capture === 'poll' ? `capture poll: ${POLL_DELETES_INVISIBLE}` : null].filter((x) => x).join('; ')])));
@@ -235,6 +242,7 @@ export function renderStatusLine(s: StatusSnapshot): string {
       .filter((x) => x.status === 'running' || x.status === 'requested')
       .map((x) => `; snapshot ${x.table} ${x.rowsDone}/${x.estimatedRows} rows ${rate(x.rowsPerSecond)}/s ${eta(x.etaSeconds)} ${x.throttle}`)
       .join('') +
+    (s.notCaptured && s.notCaptured.length > 0 ? `; not captured: ${s.notCaptured.map((t) => `${t.table} ${t.verdict}`).join(', ')} (reasons: cdc status)` : '') +
     (s.problems.length > 0 ? `; ${s.problems.length} recent problem(s), last: ${s.problems[s.problems.length - 1]!.text}` : '') +
     (s.capture.error ? `; ERROR ${s.capture.error}` : '')
   );

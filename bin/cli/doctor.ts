@@ -6,9 +6,12 @@
  */
 import { readFile } from 'node:fs/promises';
 import pg from 'pg';
-import { gatherSourceFacts, type TableToCheck } from '../../lambda/adapters/source-facts-pg.ts';
-import { formatReport, overallStatus, runChecks, type CheckResult } from '../../lambda/core/doctor.ts';
-import { validateTableConfig } from '../../lambda/core/table-config.ts';
+import { gatherSourceFacts, listSourceTables, readTableFact, type TableToCheck } from '../../lambda/adapters/source-facts-pg.ts';
+import { formatReport, overallStatus, ruleTableChecks, runChecks, type CheckResult } from '../../lambda/core/doctor.ts';
+import { matchRules } from '../../lambda/core/discovery.ts';
+import { validateTableSettings, type TableRule } from '../../lambda/core/table-config.ts';
+import { isTablePattern } from '../../contracts/table-config.ts';
+import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { redactUrl } from '../../local/stack.ts';
 import { EXIT_FAILED, EXIT_OK, UsageError, write, type CliIo, type Command } from './command.ts';
 
@@ -23,9 +26,13 @@ PASS, WARN or FAIL, with the fix.
 
 Options:
   --source URL            the source, as the capture user sees it (postgres://user@host/db)
-  --tables LIST           captured tables, comma separated (schema.table)
-  --table-config FILE     captured-table settings (JSON array, see docs/local.md); declared
-                          keys are checked against the replica identity
+  --tables LIST           captured tables, comma separated (schema.table); a pattern
+                          (public.*) checks every table it matches: captured, excluded, or
+                          ineligible with the reason (docs/onboarding.md)
+  --exclude-tables LIST   patterns the --tables patterns leave out (public.audit_*)
+  --table-config FILE     captured-table settings (JSON array, see docs/local.md; entries
+                          with "match" are capture rules); declared keys are checked
+                          against the replica identity
   --slot NAME             the capture's own slot (its loss is a FAIL; others' are reported)
   --heartbeat-schema S    schema of the heartbeat table [default: public]
   --heartbeat-user ROLE   the role that writes the heartbeat [default: the --source user]
@@ -40,6 +47,7 @@ cannot be reached, 2 for a usage error.
 export interface DoctorArgs {
   sourceUrl: string | null;
   tables: string[];
+  excludeTables: string[];
   tableConfig: string | null;
   slot: string | null;
   heartbeatSchema: string | null;
@@ -50,7 +58,7 @@ export interface DoctorArgs {
 }
 
 export function parseDoctorArgs(args: readonly string[]): DoctorArgs {
-  const o: DoctorArgs = { sourceUrl: null, tables: [], tableConfig: null, slot: null, heartbeatSchema: null, heartbeatUser: null, slotFailBytes: null, json: false, help: false };
+  const o: DoctorArgs = { sourceUrl: null, tables: [], excludeTables: [], tableConfig: null, slot: null, heartbeatSchema: null, heartbeatUser: null, slotFailBytes: null, json: false, help: false };
   for (let i = 0; i < args.length; i++) {
     const a = args[i]!;
     const value = (): string => {
@@ -71,7 +79,14 @@ export function parseDoctorArgs(args: readonly string[]): DoctorArgs {
           .split(',')
           .map((t) => t.trim())
           .filter((t) => t !== '');
-        for (const t of o.tables) if (!/^[^.\s]+\.[^.\s]+$/.test(t)) throw new UsageError(`--tables expects schema.table names, got '${t}'`);
+        for (const t of o.tables) if (!/^[^.\s]+\.[^.\s]+$/.test(t) || (t.includes('*') && !isTablePattern(t))) throw new UsageError(`--tables expects schema.table names or patterns (public.*), got '${t}'`);
+        break;
+      case '--exclude-tables':
+        o.excludeTables = value()
+          .split(',')
+          .map((t) => t.trim())
+          .filter((t) => t !== '');
+        for (const t of o.excludeTables) if (!isTablePattern(t)) throw new UsageError(`--exclude-tables expects schema.table patterns, got '${t}'`);
         break;
       case '--table-config':
         o.tableConfig = value();
@@ -103,8 +118,9 @@ export function parseDoctorArgs(args: readonly string[]): DoctorArgs {
   return o;
 }
 
-async function tablesToCheck(o: DoctorArgs): Promise<TableToCheck[]> {
-  const out: TableToCheck[] = [];
+async function tablesToCheck(o: DoctorArgs): Promise<{ tables: TableToCheck[]; rules: TableRule[] }> {
+  const entries: unknown[] = [];
+  let origin = '--tables';
   if (o.tableConfig) {
     let parsed: unknown;
     try {
@@ -112,14 +128,20 @@ async function tablesToCheck(o: DoctorArgs): Promise<TableToCheck[]> {
     } catch (err) {
       throw new UsageError(`--table-config ${o.tableConfig}: ${(err as Error).message}`);
     }
-    for (const c of validateTableConfig(parsed, o.tableConfig)) out.push({ table: c.table, key: c.key ?? null });
+    if (!Array.isArray(parsed)) throw new UsageError(`--table-config ${o.tableConfig}: expected a JSON array of table settings`);
+    entries.push(...parsed);
+    origin = o.tableConfig;
   }
-  for (const t of o.tables) if (!out.some((c) => c.table === t)) out.push({ table: t });
-  return out;
+  for (const t of o.tables) {
+    if (t.includes('*')) entries.push({ match: t, excludeTables: o.excludeTables });
+    else if (!entries.some((c) => (c as { table?: unknown }).table === t)) entries.push({ table: t });
+  }
+  const { tables, rules } = validateTableSettings(entries, origin);
+  return { tables: tables.map((c) => ({ table: c.table, key: c.key ?? null })), rules };
 }
 
 /** Connects, gathers the facts and runs the checks. Throws when the source cannot be reached. */
-export async function doctorSource(o: { sourceUrl: string; tables: readonly TableToCheck[]; slot?: string | null; heartbeatSchema?: string | null; heartbeatUser?: string | null; slotFailBytes?: number | null; applicationName?: string }): Promise<CheckResult[]> {
+export async function doctorSource(o: { sourceUrl: string; tables: readonly TableToCheck[]; rules?: readonly TableRule[]; slot?: string | null; heartbeatSchema?: string | null; heartbeatUser?: string | null; slotFailBytes?: number | null; applicationName?: string }): Promise<CheckResult[]> {
   const client = new pg.Client({ connectionString: o.sourceUrl, application_name: o.applicationName ?? 'cdc-doctor', connectionTimeoutMillis: 10_000 });
   client.on('error', () => undefined);
   await client.connect();
@@ -129,7 +151,17 @@ export async function doctorSource(o: { sourceUrl: string; tables: readonly Tabl
       ...(o.heartbeatSchema ? { heartbeatSchema: o.heartbeatSchema } : {}),
       ...(o.heartbeatUser ? { heartbeatWriter: o.heartbeatUser } : {}),
     });
-    return runChecks(facts, { ownSlot: o.slot ?? null, ...(o.slotFailBytes ? { slotFailBytes: o.slotFailBytes } : {}) });
+    const results = runChecks(facts, { ownSlot: o.slot ?? null, ...(o.slotFailBytes ? { slotFailBytes: o.slotFailBytes } : {}) });
+    if (!o.rules || o.rules.length === 0) return results;
+    // Capture rules resolve against the catalog: every table they match is named with its verdict (docs/onboarding.md).
+    const declared = new Set([...o.tables.map((t) => t.table), `${o.heartbeatSchema ?? DEFAULT_HEARTBEAT_SCHEMA}.${HEARTBEAT_TABLE}`]);
+    const matched = [];
+    for (const m of matchRules(await listSourceTables(client), declared, o.rules)) {
+      matched.push(m.kind === 'excluded' ? { table: m.table, rule: m.rule.match, excludedBy: m.by, fact: null } : { table: m.table, rule: m.rule.match, excludedBy: null, fact: await readTableFact(client, m.table, m.config.key ?? null) });
+    }
+    const tls = results.findIndex((r) => r.check === 'tls');
+    const rulesChecks = ruleTableChecks(matched, facts.user.name);
+    return tls < 0 ? [...results, ...rulesChecks] : [...results.slice(0, tls), ...rulesChecks, ...results.slice(tls)];
   } finally {
     await client.end().catch(() => undefined);
   }
@@ -144,10 +176,10 @@ export const doctorCommand: Command = {
       await write(io.stdout, HELP);
       return EXIT_OK;
     }
-    const tables = await tablesToCheck(o);
+    const { tables, rules } = await tablesToCheck(o);
     let results: CheckResult[];
     try {
-      results = await doctorSource({ sourceUrl: o.sourceUrl!, tables, slot: o.slot, heartbeatSchema: o.heartbeatSchema, heartbeatUser: o.heartbeatUser, slotFailBytes: o.slotFailBytes });
+      results = await doctorSource({ sourceUrl: o.sourceUrl!, tables, rules, slot: o.slot, heartbeatSchema: o.heartbeatSchema, heartbeatUser: o.heartbeatUser, slotFailBytes: o.slotFailBytes });
     } catch (err) {
       await write(io.stderr, `cdc doctor: cannot check the source ${redactUrl(o.sourceUrl!)}: ${(err as Error).message}\n`);
       return EXIT_FAILED;

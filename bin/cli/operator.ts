@@ -174,7 +174,9 @@ export function formatStatus(report: StatusReport): string {
     }
   }
   const lag = report.endToEndLag.length > 0 ? report.endToEndLag.map((l) => `end-to-end lag ${l.sink}: ${formatDuration(l.lagMs)} (${l.lagMs} ms at ${l.at})`).join('\n') + '\n' : 'end-to-end lag: unknown\n';
-  return `${report.tables.length === 0 ? 'no registered tables\n' : pad(rows)}change log retention: ${formatDuration(report.changeLogRetentionMs)}\n${lag}`;
+  // Tables the capture rules match but do not capture, each with its reason (docs/onboarding.md).
+  const notCaptured = (report.notCaptured ?? []).map((n) => `not captured: ${n.source}/${n.table} ${n.verdict}: ${n.reasons.join('; ')}\n`).join('');
+  return `${report.tables.length === 0 ? 'no registered tables\n' : pad(rows)}${notCaptured}change log retention: ${formatDuration(report.changeLogRetentionMs)}\n${lag}`;
 }
 
 export function formatAudit(entries: AuditEntry[]): string {

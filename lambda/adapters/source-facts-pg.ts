@@ -179,3 +179,25 @@ export async function gatherSourceFacts(client: Queryable, o: GatherOptions): Pr
     tables,
   };
 }
+
+/** One table's facts for the doctor's table checks (eligibility of a table a capture rule matches). */
+export async function readTableFact(client: Queryable, table: string, key: string[] | null): Promise<TableFact> {
+  return tableFact(client, { table, key });
+}
+
+/**
+ * Every ordinary and partitioned table of the source (`schema.table`), system schemas left out:
+ * what capture rules resolve against (docs/onboarding.md). Partitions of a partitioned table are
+ * left out too (their changes are captured under their own names by the slot; the rule names the
+ * parent). Names that are not plain identifiers cannot be captured and are not listed.
+ */
+export async function listSourceTables(client: Queryable): Promise<string[]> {
+  const res = await client.query(
+    `SELECT n.nspname || '.' || c.relname AS id
+       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+      WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+        AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\\_%'
+      ORDER BY 1`,
+  );
+  return res.rows.map((r: { id: string }) => r.id).filter((id) => /^[A-Za-z_][A-Za-z0-9_$]*\.[A-Za-z_][A-Za-z0-9_$]*$/.test(id));
+}

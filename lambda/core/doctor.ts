@@ -27,6 +27,8 @@ export const CheckId = {
   SLOT_RETAINED_WAL: 'slot_retained_wal',
   SLOT_LOST: 'slot_lost',
   TLS: 'tls',
+  /** A table a capture rule matches: captured, excluded by the rule, or ineligible (docs/onboarding.md). */
+  TABLE_RULE: 'table_rule',
 } as const;
 export type CheckIdValue = (typeof CheckId)[keyof typeof CheckId];
 
@@ -233,6 +235,44 @@ function tableChecks(t: TableFact, user: string): CheckResult[] {
       ),
     );
   } else out.push(pass(CheckId.COLUMN_TYPES, t.table, `${t.columns.length} columns of carried types`));
+  return out;
+}
+
+/**
+ * Whether a table matched by a capture rule may join (docs/onboarding.md): eligible when none of
+ * the doctor's table checks fails (it exists and is readable, has a usable key that deletes
+ * carry, and no column of a type the log cannot carry). The reasons are the failed checks'
+ * messages with their fixes.
+ */
+export function tableEligibility(t: TableFact, user: string): { eligible: boolean; reasons: string[] } {
+  const failed = tableChecks(t, user).filter((r) => r.status === 'FAIL');
+  return { eligible: failed.length === 0, reasons: failed.map((r) => `${r.check}: ${r.message} (fix: ${r.fix})`) };
+}
+
+/** The doctor's report of the tables capture rules match: one result per matched table. */
+export function ruleTableChecks(matched: ReadonlyArray<{ table: string; rule: string; excludedBy: string | null; fact: TableFact | null }>, user: string): CheckResult[] {
+  const out: CheckResult[] = [];
+  for (const m of matched) {
+    if (m.excludedBy !== null) {
+      out.push(pass(CheckId.TABLE_RULE, m.table, `not captured: excluded by rule ${m.rule} (excludeTables ${m.excludedBy})`));
+      continue;
+    }
+    const checks = tableChecks(m.fact!, user);
+    const failed = checks.filter((r) => r.status === 'FAIL');
+    if (failed.length === 0) {
+      out.push(pass(CheckId.TABLE_RULE, m.table, `captured by rule ${m.rule}`), ...checks);
+      continue;
+    }
+    out.push(
+      problem(
+        CheckId.TABLE_RULE,
+        'WARN',
+        m.table,
+        `matches rule ${m.rule} but is not captured (ineligible): ${failed.map((r) => `${r.check}: ${r.message}`).join('; ')}`,
+        failed.map((r) => r.fix).join(' '),
+      ),
+    );
+  }
   return out;
 }
 

@@ -9,6 +9,7 @@
  */
 import type { AuditEntry, ControlPlane, DeadLetter, SinkTableProgress, TableRecord, TableState } from './control-plane.ts';
 import { requestSnapshot } from './snapshot-worker.ts';
+import { latestVerdicts, type DiscoveryVerdict } from './discovery.ts';
 import { CdcError } from './errors.ts';
 import {
   decidePause,
@@ -56,6 +57,11 @@ export interface StatusReport {
   /** End-to-end lag per sink (ms) where the door knows it (locally: the last heartbeat measurement), else absent. */
   endToEndLag: Array<{ sink: string; lagMs: number; at: string }>;
   tables: TableStatus[];
+  /**
+   * Tables the capture rules matched but do not capture (excluded, ineligible, dropped), each with
+   * its reason, from the discovery's audit entries (lambda/core/discovery.ts).
+   */
+  notCaptured?: Array<{ source: string; table: string; verdict: DiscoveryVerdict; reasons: string[]; at: string }>;
 }
 
 export type ActionResult =
@@ -173,7 +179,11 @@ export class Operator {
         ...(t.capture === 'poll' ? { capture: 'poll' as const, deletesObservable: false as const } : {}),
       });
     }
-    return { at: now.toISOString(), changeLogRetentionMs: this.deps.settings.changeLogRetentionMs, endToEndLag: [], tables: out };
+    const audit = await this.cp.listAudit(source);
+    const notCaptured = [...new Set(audit.map((e) => e.source).filter((s): s is string => s !== null))].flatMap((src) =>
+      [...latestVerdicts(audit, src).values()].filter((v) => v.verdict !== 'captured' && (table === undefined || v.table === table)).map((v) => ({ source: src, table: v.table, verdict: v.verdict, reasons: v.reasons, at: v.at })),
+    );
+    return { at: now.toISOString(), changeLogRetentionMs: this.deps.settings.changeLogRetentionMs, endToEndLag: [], tables: out, ...(notCaptured.length > 0 ? { notCaptured } : {}) };
   }
 
   async audit(filter: { source?: string; table?: string; since?: string }): Promise<AuditEntry[]> {

@@ -17,7 +17,7 @@
  * both masked and excluded, and a key column that is masked or excluded.
  */
 import { CdcError } from './errors.ts';
-import { DELETE_MODES, type TableConfig } from '../../contracts/table-config.ts';
+import { DELETE_MODES, findRuleConflict, isTablePattern, matchesTablePattern, type TableConfig, type TableRule } from '../../contracts/table-config.ts';
 import type { DeleteMode } from './control-plane.ts';
 import { NO_COLUMN_RULES, type ColumnRules } from './masking.ts';
 import { describeValue as describe } from './json-shape.ts';
@@ -26,7 +26,7 @@ import { checkTransforms, TABLE_CAPTURE_MODES, type TableCaptureMode, type Table
 import { NO_TRANSFORMS } from './transforms.ts';
 
 /** One entry of `CDC_TABLE_CONFIG`: the shape the constructs write, defined once in contracts/table-config.ts. */
-export type { TableConfig } from '../../contracts/table-config.ts';
+export type { TableConfig, TableRule } from '../../contracts/table-config.ts';
 
 /** A table configuration that cannot be used. `field` names the entry and field (`CDC_TABLE_CONFIG[2].mask[0]`). */
 export class TableConfigError extends CdcError {
@@ -39,7 +39,7 @@ export class TableConfigError extends CdcError {
 }
 
 const TABLE_ID = /^[^.\s]+\.[^.\s]+$/;
-const FIELDS = new Set(['table', 'key', 'deleteMode', 'mask', 'exclude', 'snapshot', 'transforms', 'capture', 'pollColumn']);
+const FIELDS = new Set(['table', 'key', 'deleteMode', 'mask', 'exclude', 'snapshot', 'transforms', 'capture', 'pollColumn', 'acknowledgeLateRules']);
 
 
 function columnList(v: unknown, field: string): string[] {
@@ -61,10 +61,11 @@ export function checkKeyAgainstRules(table: string, key: readonly string[], rule
 }
 
 /** Validates an already parsed configuration. `origin` prefixes field names in errors. */
-export function validateTableConfig(value: unknown, origin = 'CDC_TABLE_CONFIG'): TableConfig[] {
+export function validateTableConfig(value: unknown, origin = 'CDC_TABLE_CONFIG', skip: (entry: unknown) => boolean = () => false): TableConfig[] {
   if (!Array.isArray(value)) throw new TableConfigError(origin, `expected a JSON array of table settings, got ${describe(value)}`);
   const seen = new Map<string, number>();
-  return value.map((entry, i): TableConfig => {
+  return value.flatMap((entry, i): TableConfig[] => {
+    if (skip(entry)) return [];
     const at = `${origin}[${i}]`;
     if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) throw new TableConfigError(at, `expected an object, got ${describe(entry)}`);
     const e = entry as Record<string, unknown>;
@@ -107,7 +108,8 @@ export function validateTableConfig(value: unknown, origin = 'CDC_TABLE_CONFIG')
     if (config.capture === 'poll' && config.pollColumn === undefined) {
       throw new TableConfigError(`${at}.pollColumn`, "a table with capture 'poll' needs its monotonic modified-at or version column (docs/polling.md)");
     }
-    return config;
+    if (e.acknowledgeLateRules !== undefined) config.acknowledgeLateRules = acknowledgement(e.acknowledgeLateRules, `${at}.acknowledgeLateRules`);
+    return [config];
   });
 }
 
@@ -119,6 +121,90 @@ export function validateTransforms(v: unknown, rules: ColumnRules, field: string
   const r = checkTransforms(v, rules, field);
   if ('problem' in r) throw new TableConfigError(r.field, r.problem);
   return r.transforms;
+}
+
+function acknowledgement(v: unknown, field: string): string {
+  if (typeof v !== 'string' || v.trim() === '') throw new TableConfigError(field, `expected a non-empty text saying who acknowledges and why, got ${describe(v)}`);
+  return v;
+}
+
+const RULE_FIELDS = new Set(['match', 'excludeTables', 'key', 'deleteMode', 'mask', 'exclude', 'snapshot']);
+
+function patternList(v: unknown, field: string): string[] {
+  if (!Array.isArray(v)) throw new TableConfigError(field, `expected an array of 'schema.table' patterns, got ${describe(v)}`);
+  v.forEach((p, i) => {
+    if (typeof p !== 'string' || !isTablePattern(p)) throw new TableConfigError(`${field}[${i}]`, `expected a 'schema.table' pattern (* for any run of characters), got ${describe(p)}`);
+  });
+  return [...(v as string[])];
+}
+
+/** Validates capture-by-pattern rules (`CDC_TABLE_RULES`, docs/onboarding.md). */
+export function validateTableRules(value: unknown, origin = 'CDC_TABLE_RULES'): TableRule[] {
+  if (!Array.isArray(value)) throw new TableConfigError(origin, `expected a JSON array of table rules, got ${describe(value)}`);
+  return value.map((entry, i) => validateRule(entry, `${origin}[${i}]`));
+}
+
+function validateRule(entry: unknown, at: string): TableRule {
+  if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) throw new TableConfigError(at, `expected an object, got ${describe(entry)}`);
+  const e = entry as Record<string, unknown>;
+  for (const f of Object.keys(e)) {
+    if (!RULE_FIELDS.has(f)) throw new TableConfigError(`${at}.${f}`, `unknown field of a table rule (known: ${[...RULE_FIELDS].join(', ')})`);
+  }
+  if (typeof e.match !== 'string' || !isTablePattern(e.match)) throw new TableConfigError(`${at}.match`, `expected a 'schema.table' pattern such as 'public.*', got ${describe(e.match)}`);
+  const deleteMode = e.deleteMode ?? 'soft';
+  if (typeof deleteMode !== 'string' || !(DELETE_MODES as readonly string[]).includes(deleteMode)) throw new TableConfigError(`${at}.deleteMode`, `expected 'soft' or 'hard', got ${describe(deleteMode)}`);
+  const mask = e.mask === undefined ? [] : columnList(e.mask, `${at}.mask`);
+  const exclude = e.exclude === undefined ? [] : columnList(e.exclude, `${at}.exclude`);
+  const both = mask.find((m) => exclude.includes(m));
+  if (both !== undefined) throw new TableConfigError(`${at}.exclude`, `column ${JSON.stringify(both)} is both masked and excluded; choose one`);
+  const rule: TableRule = { match: e.match, excludeTables: e.excludeTables === undefined ? [] : patternList(e.excludeTables, `${at}.excludeTables`), deleteMode: deleteMode as DeleteMode, mask, exclude };
+  if (e.key !== undefined && e.key !== null) {
+    const key = columnList(e.key, `${at}.key`);
+    checkKeyAgainstRules(e.match, key, rule, `${at}.key`);
+    if (key.length > 0) rule.key = key;
+  }
+  if (e.snapshot !== undefined) {
+    if (typeof e.snapshot !== 'boolean') throw new TableConfigError(`${at}.snapshot`, `expected true or false, got ${describe(e.snapshot)}`);
+    rule.snapshot = e.snapshot;
+  }
+  return rule;
+}
+
+/**
+ * A `cdc local --table-config` file: entries with `table` are tables, entries with `match` are
+ * rules. Refuses what `findRuleConflict` refuses (the same check the constructs make at synth).
+ */
+export function validateTableSettings(value: unknown, origin: string, heartbeat?: { table: string; columns: readonly string[] }): { tables: TableConfig[]; rules: TableRule[] } {
+  if (!Array.isArray(value)) throw new TableConfigError(origin, `expected a JSON array of table settings, got ${describe(value)}`);
+  const isRule = (entry: unknown): boolean => typeof entry === 'object' && entry !== null && !Array.isArray(entry) && 'match' in entry;
+  const tables = validateTableConfig(value, origin, isRule);
+  const rules = value.flatMap((entry, i) => (isRule(entry) ? [validateRule(entry, `${origin}[${i}]`)] : []));
+  const conflict = findRuleConflict([...tables.map((t) => ({ table: t.table })), ...(heartbeat ? [heartbeat] : [])], rules);
+  if (conflict) throw new TableConfigError(origin, conflict);
+  return { tables, rules };
+}
+
+/** How a table id resolves against declared tables and rules. */
+export type TableResolution =
+  | { kind: 'declared'; config: TableConfig }
+  | { kind: 'rule'; config: TableConfig; rule: TableRule }
+  | { kind: 'excluded'; rule: TableRule; by: string }
+  | { kind: 'unmatched' };
+
+/** The configuration a rule gives a table it matches. */
+export function ruleConfig(rule: TableRule, table: string): TableConfig {
+  return { table, deleteMode: rule.deleteMode, mask: [...rule.mask], exclude: [...rule.exclude], ...(rule.key ? { key: [...rule.key] } : {}), ...(rule.snapshot === false ? { snapshot: false } : {}) };
+}
+
+/** Resolves a table against rules alone: the first rule whose pattern matches decides (excluded or captured). */
+export function resolveByRules(rules: readonly TableRule[], table: string): TableResolution {
+  for (const rule of rules) {
+    if (!matchesTablePattern(rule.match, table)) continue;
+    const by = rule.excludeTables.find((p) => matchesTablePattern(p, table));
+    if (by !== undefined) return { kind: 'excluded', rule, by };
+    return { kind: 'rule', config: ruleConfig(rule, table), rule };
+  }
+  return { kind: 'unmatched' };
 }
 
 /** Parses the JSON text of `CDC_TABLE_CONFIG`. An unset variable is an error: masking must never be off by accident. */
@@ -133,16 +219,39 @@ export function parseTableConfig(text: string | undefined, origin = 'CDC_TABLE_C
   return validateTableConfig(value, origin);
 }
 
-/** Lookups over a validated configuration. A table that is not configured has no key, no rules and soft deletes. */
-export class TableConfigIndex {
-  private readonly byTable: ReadonlyMap<string, TableConfig>;
+/** Parses `CDC_TABLE_RULES`; unset means no rules (a source declared table by table). */
+export function parseTableRules(text: string | undefined, origin = 'CDC_TABLE_RULES'): TableRule[] {
+  if (text === undefined || text.trim() === '') return [];
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    throw new TableConfigError(origin, `not valid JSON: ${(e as Error).message}`);
+  }
+  return validateTableRules(value, origin);
+}
 
-  constructor(readonly configs: readonly TableConfig[]) {
+/**
+ * Lookups over a validated configuration. A declared table (or one `add`ed when discovered,
+ * docs/onboarding.md) has its own settings; any other table gets the settings of the first rule
+ * that matches it (`resolveByRules`); a table neither declares nor matches has no key, no rules
+ * and soft deletes. `has` and `tables` list only declared and added tables: what is captured now.
+ */
+export class TableConfigIndex {
+  private readonly byTable: Map<string, TableConfig>;
+
+  constructor(
+    readonly configs: readonly TableConfig[],
+    readonly rules: readonly TableRule[] = [],
+  ) {
     this.byTable = new Map(configs.map((c) => [c.table, c]));
   }
 
   get(table: string): TableConfig | undefined {
-    return this.byTable.get(table);
+    const own = this.byTable.get(table);
+    if (own) return own;
+    const r = resolveByRules(this.rules, table);
+    return r.kind === 'rule' ? r.config : undefined;
   }
 
   has(table: string): boolean {
@@ -153,19 +262,34 @@ export class TableConfigIndex {
     return [...this.byTable.keys()];
   }
 
+  /** Every captured table's settings (declared and added). */
+  list(): TableConfig[] {
+    return [...this.byTable.values()];
+  }
+
+  /** Starts capturing a discovered table with these settings (docs/onboarding.md). */
+  add(config: TableConfig): void {
+    this.byTable.set(config.table, config);
+  }
+
+  /** Stops capturing a table (dropped from the source). */
+  remove(table: string): void {
+    this.byTable.delete(table);
+  }
+
   /** Declared primary-key columns, or null when the configuration does not declare them. */
   keyColumns(table: string): string[] | null {
-    const key = this.byTable.get(table)?.key;
+    const key = this.get(table)?.key;
     return key ? [...key] : null;
   }
 
   columnRules(table: string): ColumnRules {
-    const c = this.byTable.get(table);
+    const c = this.get(table);
     return c ? { mask: c.mask, exclude: c.exclude } : NO_COLUMN_RULES;
   }
 
   deleteMode(table: string): DeleteMode {
-    return this.byTable.get(table)?.deleteMode ?? 'soft';
+    return this.get(table)?.deleteMode ?? 'soft';
   }
 
   /** The table's per-event transforms (docs/transforms.md); none when not configured. */

@@ -31,7 +31,7 @@ import type { ControlPlane } from '../core/control-plane.ts';
 import { CdcError, ConfigurationError } from '../core/errors.ts';
 import { isSourceId } from '../core/event.ts';
 import { Normalizer, type ChangeLogWriter, type NormalizerMetrics } from '../core/normalize.ts';
-import { parseTableConfig, TableConfigIndex, type TableConfig } from '../core/table-config.ts';
+import { parseTableConfig, parseTableRules, TableConfigIndex, type TableConfig, type TableRule } from '../core/table-config.ts';
 
 const SERVICE = ServiceName.NORMALIZER;
 
@@ -39,6 +39,8 @@ const SERVICE = ServiceName.NORMALIZER;
 export interface NormalizerDeps<E> {
   source: string;
   tables: readonly TableConfig[];
+  /** Capture-by-pattern rules: a table they match gets its rule's settings (docs/onboarding.md). @default none */
+  rules?: readonly TableRule[];
   control: ControlPlane;
   changeLog: ChangeLogWriter<E>;
   /** @default a Powertools Logger for the normalizer service */
@@ -102,7 +104,7 @@ export function createNormalizerHandler<E>(deps: NormalizerDeps<E>): NormalizerH
   const metrics = onlyDimensions(deps.metrics ?? new Metrics({ namespace: METRICS_NAMESPACE, serviceName: SERVICE }), { [MetricDimension.SOURCE]: deps.source });
   const normalizer = new Normalizer<E>({
     source: deps.source,
-    tables: new TableConfigIndex(deps.tables),
+    tables: new TableConfigIndex(deps.tables, deps.rules ?? []),
     control: deps.control,
     changeLog: deps.changeLog,
     metrics: metricsAdapter(metrics, deps.source),
@@ -173,6 +175,7 @@ export const handler: NormalizerHandler = async (event, context) => {
   fromEnv ??= createNormalizerHandler({
     source: requiredEnv(EnvName.SOURCE_ID),
     tables: parseTableConfig(process.env[EnvName.TABLE_CONFIG]),
+    rules: parseTableRules(process.env[EnvName.TABLE_RULES]),
     control: new DynamoDbControlPlane(dynamodb, requiredEnv(EnvName.CONTROL_TABLE), payloads),
     changeLog: new KinesisChangeLog(kinesis, requiredEnv(EnvName.CHANGE_LOG_STREAM)),
     ...(payloads ? { payloads } : {}),

@@ -36,7 +36,10 @@ import { encodeChunkRecords, snapshotPartitionKey, type SnapshotState } from '..
 import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, type PressureReading, type SourceBudget } from '../core/snapshot-pacer.ts';
 import { planSnapshots, runPendingSnapshots, type RunOutcome, type SnapshotMetrics, type SnapshotReader } from '../core/snapshot-worker.ts';
 import type { SlotRecord } from '../core/slot-record.ts';
-import { parseTableConfig, TableConfigIndex, type TableConfig } from '../core/table-config.ts';
+import { parseTableConfig, parseTableRules, TableConfigIndex, type TableConfig, type TableRule } from '../core/table-config.ts';
+import { scanTables, type DiscoveryRecord } from '../core/discovery.ts';
+import type { TableFact } from '../core/doctor.ts';
+import { listSourceTables, readTableFact } from '../adapters/source-facts-pg.ts';
 
 const SERVICE = 'cdc-snapshot-worker';
 
@@ -83,6 +86,11 @@ export function parseBudget(text: string | undefined): SourceBudget {
 export interface SnapshotWorkerDeps {
   source: string;
   tables: TableConfig[];
+  /**
+   * Capture-by-pattern: the rules and the catalog scan that lets new tables join (docs/onboarding.md).
+   * Each invocation scans first: tables that joined get their snapshot requested.
+   */
+  discovery?: { rules: readonly TableRule[]; declared: ReadonlySet<string>; listTables(): Promise<string[]>; tableFact(table: string, key: string[] | null): Promise<TableFact>; user(): Promise<string> };
   control: ControlPlane;
   reader: SnapshotReader;
   publish: (records: SlotRecord[]) => Promise<void>;
@@ -95,8 +103,16 @@ export interface SnapshotWorkerDeps {
 
 /** One invocation: plan, then run pending chunks while `timeLeftMs()` stays above `reserveMs`. */
 export function createSnapshotWorker(d: SnapshotWorkerDeps): (timeLeftMs: () => number, reserveMs?: number) => Promise<Record<string, RunOutcome>> {
-  const index = new TableConfigIndex(d.tables);
+  const index = new TableConfigIndex(d.tables, d.discovery?.rules ?? []);
+  let known: Map<string, DiscoveryRecord> | null = null;
   return async (timeLeftMs, reserveMs = 90_000) => {
+    if (d.discovery) {
+      const disc = d.discovery;
+      // On AWS the DMS task selects the tables by the same patterns: capturing needs nothing here.
+      const scan = await scanTables({ control: d.control, source: d.source, rules: disc.rules, declared: disc.declared, listTables: () => disc.listTables(), tableFact: (t, k) => disc.tableFact(t, k), user: await disc.user(), capture: () => undefined, release: () => undefined, actor: 'snapshot-worker:discovery' }, known);
+      known = scan.known;
+      if (scan.result.changed.length > 0) d.logger.info('Capture rules: tables changed', { changed: scan.result.changed.map((r) => ({ table: r.table, verdict: r.verdict, reasons: r.reasons })) });
+    }
     const requested = await planSnapshots(d.control, d.source, d.tables, 'snapshot-planner');
     if (requested.length > 0) d.logger.info('Requested first snapshots', { tables: requested });
     const outcomes = await runPendingSnapshots({
@@ -160,7 +176,32 @@ export async function handler(_event: unknown, context: Context): Promise<Record
     const pressure = cw
       ? { calibrate: async () => void (await Promise.all([pgProbe.calibrate(), cw.calibrate()])), read: async () => combinePressure(await pgProbe.read(), await cw.read()) }
       : pgProbe;
+    const rules = parseTableRules(process.env[EnvName.TABLE_RULES]);
+    let catalogClient: pg.Client | null = null;
+    const catalog = async (): Promise<pg.Client> => {
+      if (!catalogClient) {
+        const c = new pg.Client(primary);
+        c.on('error', () => {
+          catalogClient = null;
+        });
+        await c.connect();
+        catalogClient = c;
+      }
+      return catalogClient;
+    };
+    const declaredTables = parseTableConfig(process.env[EnvName.TABLE_CONFIG]).map((t) => t.table);
     fromEnv = createSnapshotWorker({
+      ...(rules.length > 0
+        ? {
+            discovery: {
+              rules,
+              declared: new Set(declaredTables),
+              listTables: async () => listSourceTables(await catalog()),
+              tableFact: async (t: string, k: string[] | null) => readTableFact(await catalog(), t, k),
+              user: async () => String((await (await catalog()).query('SELECT current_user AS u')).rows[0].u),
+            },
+          }
+        : {}),
       source,
       // The heartbeat table is the platform's own: nothing to onboard.
       tables: parseTableConfig(process.env[EnvName.TABLE_CONFIG]).filter((t) => t.table !== `${process.env[EnvName.HEARTBEAT_SCHEMA] || DEFAULT_HEARTBEAT_SCHEMA}.${HEARTBEAT_TABLE}`),

@@ -31,6 +31,8 @@ export interface SnapshotWorkerProps {
   readonly rawStream: kinesis.IStream;
   readonly database: SourceDatabase;
   readonly tableConfig: string;
+  /** `CDC_TABLE_RULES` when the source captures by pattern: the worker then scans the catalog (docs/onboarding.md). */
+  readonly tableRules?: string;
   readonly heartbeatSchema: string;
   readonly vpc: ec2.IVpc;
   readonly vpcSubnets: ec2.SubnetSelection;
@@ -51,6 +53,7 @@ export function addSnapshotWorker(scope: Construct, props: SnapshotWorkerProps):
       [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName,
       [EnvName.RAW_STREAM]: props.rawStream.streamName,
       [EnvName.TABLE_CONFIG]: props.tableConfig,
+      ...(props.tableRules ? { [EnvName.TABLE_RULES]: props.tableRules } : {}),
       [EnvName.HEARTBEAT_SCHEMA]: props.heartbeatSchema,
       [EnvName.SOURCE_SECRET_ARN]: props.database.secret.secretArn,
       ...(props.database.readReplicaSecret ? { [EnvName.SNAPSHOT_REPLICA_SECRET_ARN]: props.database.readReplicaSecret.secretArn } : {}),
@@ -71,7 +74,8 @@ export function addSnapshotWorker(scope: Construct, props: SnapshotWorkerProps):
   (fn.node.defaultChild as lambda.CfnFunction).reservedConcurrentExecutions = 1;
   // Its source's table records and snapshot states (SOURCE#), schema versions, chunk records; audit appends.
   props.control.grantItems(fn, {
-    read: [ControlPartition.source(props.sourceId), ControlPartition.schemasOf(props.sourceId), ControlPartition.snapshotChunksOf(props.sourceId)],
+    // With capture rules, the catalog scan reads the audit log once per cold start for the verdicts so far.
+    read: [ControlPartition.source(props.sourceId), ControlPartition.schemasOf(props.sourceId), ControlPartition.snapshotChunksOf(props.sourceId), ...(props.tableRules ? [ControlPartition.AUDIT] : [])],
     put: [ControlPartition.source(props.sourceId), ControlPartition.snapshotChunksOf(props.sourceId), ControlPartition.AUDIT],
     update: [ControlPartition.source(props.sourceId)],
   });

@@ -10,9 +10,8 @@
  *    masked columns, and the wide-string type keeps non-ASCII text intact before hashing.
  */
 import { HEARTBEAT_KEY_COLUMN, HEARTBEAT_TABLE } from '../../contracts/env.ts';
-import type { DeleteModeValue, TableConfig } from '../../contracts/table-config.ts';
+import { checkTransforms, findRuleConflict, isTablePattern, type DeleteModeValue, type TableConfig, type TableRule } from '../../contracts/table-config.ts';
 import { CaptureMode, DeleteMode, type CapturedTable } from '../captured-table.ts';
-import { checkTransforms } from '../../contracts/table-config.ts';
 import { PLAIN_IDENT } from './validate.ts';
 
 /** Length masked columns are widened to before hashing (values longer than this are refused by DMS). */
@@ -39,12 +38,16 @@ export function findTableProblem(tables: readonly CapturedTable[], heartbeatSche
   const seen = new Set<string>();
   for (const t of tables) {
     const parts = t.tableId.split('.');
-    if (parts.length !== 2 || !parts.every((p) => PLAIN_IDENT.test(p))) {
+    if (t.pattern !== undefined) {
+      if (!isTablePattern(t.pattern)) return `table pattern ${JSON.stringify(t.pattern)} must be 'schemaGlob.tableGlob' with plain identifier characters and * (e.g. 'public.*')`;
+      const bad = t.excludeTables.find((x) => !isTablePattern(x));
+      if (bad !== undefined) return `table pattern ${t.pattern}: exclude ${JSON.stringify(bad)} must be a 'schema.table' pattern`;
+    } else if (parts.length !== 2 || !parts.every((p) => PLAIN_IDENT.test(p))) {
       return `table id ${JSON.stringify(t.tableId)} must be 'schema.table' with plain identifiers (${PLAIN_IDENT.source})`;
     }
     if (seen.has(t.tableId)) return `table ${t.tableId} is captured twice`;
     seen.add(t.tableId);
-    if (t.tableId === `${heartbeatSchema}.${HEARTBEAT_TABLE}`) {
+    if (t.pattern === undefined && t.tableId === `${heartbeatSchema}.${HEARTBEAT_TABLE}`) {
       return `table ${t.tableId} is the platform's heartbeat table; it is captured automatically and cannot be declared`;
     }
     for (const [what, cols] of [
@@ -75,7 +78,17 @@ export function findTableProblem(tables: readonly CapturedTable[], heartbeatSche
       if (t.exclude.includes(k)) return `table ${t.tableId}: key column ${k} cannot be excluded (keys identify rows in every sink)`;
     }
   }
-  return undefined;
+  // Rules and declared tables must mean on DMS what they mean in the runtime (contracts/table-config.ts).
+  const declared = [...tables.filter((t) => t.pattern === undefined).map((t) => ({ table: t.tableId })), { table: `${heartbeatSchema}.${HEARTBEAT_TABLE}`, columns: [HEARTBEAT_KEY_COLUMN, 'beat_at'] }];
+  return findRuleConflict(declared, tableRuleEntries(tables));
+}
+
+/**
+ * A table pattern in DMS wildcard syntax: `*` becomes `%`, and `_` (a single-character wildcard
+ * in DMS) becomes `[_]`, a literal underscore.
+ */
+export function dmsPattern(part: string): string {
+  return part.replace(/_/g, '[_]').replace(/\*/g, '%');
 }
 
 function locator(schema: string, table: string, column?: string): DmsRule['object-locator'] {
@@ -92,11 +105,32 @@ export function compileTableMappings(tables: readonly CapturedTable[], heartbeat
   const nameOf = (...parts: string[]): string => parts.join('-');
   // A polled table is not read by DMS (docs/polling.md): no rules for it at all.
   tables = tables.filter((t) => t.capture !== CaptureMode.POLL);
-  for (const t of tables) {
+  const declared = tables.filter((t) => t.pattern === undefined);
+  const patterns = tables.filter((t) => t.pattern !== undefined);
+  for (const t of declared) {
     add({ 'rule-type': 'selection', 'rule-name': nameOf('include', t.schemaName, t.tableName), 'object-locator': locator(t.schemaName, t.tableName), 'rule-action': 'include' });
   }
+  // Capture by pattern (docs/onboarding.md): an include by wildcard, then each exclusion explicitly.
+  const dmsLocator = (p: string, column?: string) => {
+    const [schema, table] = p.split('.') as [string, string];
+    return locator(dmsPattern(schema), dmsPattern(table), column);
+  };
+  const ruleName = (...parts: string[]) => nameOf(...parts).replace(/\*/g, 'any');
+  for (const t of patterns) {
+    add({ 'rule-type': 'selection', 'rule-name': ruleName('include-pattern', t.pattern!), 'object-locator': dmsLocator(t.pattern!), 'rule-action': 'include' });
+    for (const x of t.excludeTables) add({ 'rule-type': 'selection', 'rule-name': ruleName('exclude-pattern', x), 'object-locator': dmsLocator(x), 'rule-action': 'exclude' });
+  }
   add({ 'rule-type': 'selection', 'rule-name': nameOf('include', heartbeatSchema, HEARTBEAT_TABLE), 'object-locator': locator(heartbeatSchema, HEARTBEAT_TABLE), 'rule-action': 'include' });
-  for (const t of tables) {
+  for (const t of patterns) {
+    for (const c of t.exclude) {
+      add({ 'rule-type': 'transformation', 'rule-name': ruleName('exclude', t.pattern!, c), 'rule-target': 'column', 'object-locator': dmsLocator(t.pattern!, c), 'rule-action': 'remove-column' });
+    }
+    for (const c of t.mask) {
+      add({ 'rule-type': 'transformation', 'rule-name': ruleName('widen', t.pattern!, c), 'rule-target': 'column', 'object-locator': dmsLocator(t.pattern!, c), 'rule-action': 'change-data-type', 'data-type': { type: 'wstring', length: MASK_WIDEN_LENGTH } });
+      add({ 'rule-type': 'transformation', 'rule-name': ruleName('mask', t.pattern!, c), 'rule-target': 'column', 'object-locator': dmsLocator(t.pattern!, c), 'rule-action': 'data-masking-hash-mask' });
+    }
+  }
+  for (const t of declared) {
     for (const c of t.exclude) {
       add({
         'rule-type': 'transformation',
@@ -132,7 +166,7 @@ export function compileTableMappings(tables: readonly CapturedTable[], heartbeat
  * appended with its key, so the normalizer never has to guess it (DMS records do not name keys).
  */
 export function tableConfigEntries(tables: readonly CapturedTable[], heartbeatSchema?: string): TableConfig[] {
-  const entries: TableConfig[] = tables.map((t) => ({
+  const entries: TableConfig[] = tables.filter((t) => t.pattern === undefined).map((t) => ({
     table: t.tableId,
     key: [...t.primaryKey],
     deleteMode: DELETE_MODE_VALUE[t.deletes],
@@ -146,4 +180,11 @@ export function tableConfigEntries(tables: readonly CapturedTable[], heartbeatSc
     entries.push({ table: `${heartbeatSchema}.${HEARTBEAT_TABLE}`, key: [HEARTBEAT_KEY_COLUMN], deleteMode: 'soft', mask: [], exclude: [] });
   }
   return entries;
+}
+
+/** `CDC_TABLE_RULES` entries: the capture rules made with `CapturedTable.matching`, in declaration order. */
+export function tableRuleEntries(tables: readonly CapturedTable[]): TableRule[] {
+  return tables
+    .filter((t) => t.pattern !== undefined)
+    .map((t) => ({ match: t.pattern!, excludeTables: [...t.excludeTables], key: [...t.primaryKey], deleteMode: DELETE_MODE_VALUE[t.deletes], mask: [...t.mask], exclude: [...t.exclude], ...(t.snapshot ? {} : { snapshot: false }) }));
 }

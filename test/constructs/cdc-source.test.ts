@@ -56,6 +56,60 @@ describe('CdcSource', () => {
     expect(new Set(rules.map((r) => r['rule-name'])).size).toBe(rules.length);
   });
 
+  test('capture by pattern: DMS selection rules by wildcard with explicit exclusions, column rules by pattern, the rules in the handlers', () => {
+    const f = fixture();
+    const source = ordersSource(f, {
+      tables: [
+        CapturedTable.of('public.customers', { mask: ['email'] }),
+        CapturedTable.matching('public.*', { exclude: ['public.audit_*', 'public.customers_old'] }),
+        CapturedTable.matching('sales_2026.*', { mask: ['card_holder'], excludeColumns: ['cvv'], deletes: DeleteMode.HARD, primaryKey: ['order_id'] }),
+      ],
+    });
+    const t = Template.fromStack(f.stack);
+    const rules = mappingsOf(t);
+    expect(rules.map((r) => r['rule-id'])).toEqual(rules.map((_, i) => String(i + 1)));
+    expect(rules.filter((r) => r['rule-type'] === 'selection').map((r) => [r['object-locator']['schema-name'], r['object-locator']['table-name'], r['rule-action']])).toEqual([
+      ['public', 'customers', 'include'],
+      // DMS wildcards: % for *, and _ (itself a one-character wildcard in DMS) as a literal [_].
+      ['public', '%', 'include'],
+      ['public', 'audit[_]%', 'exclude'],
+      ['public', 'customers[_]old', 'exclude'],
+      ['sales[_]2026', '%', 'include'],
+      ['public', 'cdc_heartbeat', 'include'],
+    ]);
+    const byPattern = rules.filter((r) => r['rule-type'] === 'transformation' && r['object-locator']['schema-name'] === 'sales[_]2026');
+    expect(byPattern.map((r) => [r['rule-action'], r['object-locator']['table-name'], r['object-locator']['column-name']])).toEqual([
+      ['remove-column', '%', 'cvv'],
+      ['change-data-type', '%', 'card_holder'],
+      ['data-masking-hash-mask', '%', 'card_holder'],
+    ]);
+    expect(new Set(rules.map((r) => r['rule-name'])).size).toBe(rules.length);
+    // The normalizer and the snapshot worker get the rules; the table config keeps the declared tables.
+    const envOf = (desc: RegExp) => {
+      const fn = resourcesOf(t, 'AWS::Lambda::Function').find(([, r]) => desc.test(String(r.Properties.Description)))![1];
+      return (fn.Properties.Environment as { Variables: Record<string, string> }).Variables;
+    };
+    for (const env of [envOf(/^Turns DMS records/), envOf(/^Snapshots the existing rows/)]) {
+      expect(JSON.parse(env.CDC_TABLE_RULES!)).toEqual([
+        { match: 'public.*', excludeTables: ['public.audit_*', 'public.customers_old'], key: ['id'], deleteMode: 'soft', mask: [], exclude: [] },
+        { match: 'sales_2026.*', excludeTables: [], key: ['order_id'], deleteMode: 'hard', mask: ['card_holder'], exclude: ['cvv'] },
+      ]);
+      expect(parseTableConfig(env.CDC_TABLE_CONFIG).map((c) => c.table)).toEqual(['public.customers', 'public.cdc_heartbeat']);
+    }
+    expect(source.tables.map((c) => c.pattern ?? c.tableId)).toEqual(['public.customers', 'public.*', 'sales_2026.*']);
+  });
+
+  test('capture by pattern: rules that would mean something else on DMS are refused at synth, naming the table and rule', () => {
+    const refuse = (tables: CapturedTable[]) => () => ordersSource(fixture(), { tables });
+    expect(refuse([CapturedTable.of('public.customers', { mask: ['email'] }), CapturedTable.matching('public.*', { mask: ['phone'] })])).toThrow(/table public\.customers is declared alone but also matches rule public\.\*, whose column rules \(phone\) DMS would apply to it too/);
+    expect(refuse([CapturedTable.of('public.audit_log'), CapturedTable.matching('public.*', { exclude: ['public.audit_*'] })])).toThrow(/table public\.audit_log is declared alone but rule public\.\* excludes it/);
+    expect(refuse([CapturedTable.matching('public.*', { mask: ['email'] }), CapturedTable.matching('public.a*')])).toThrow(/rules public\.\* and public\.a\* may match the same table/);
+    expect(refuse([CapturedTable.matching('public.*', { exclude: ['public.cdc_*'] })])).toThrow(/table public\.cdc_heartbeat is declared alone but rule public\.\* excludes it/);
+    expect(refuse([CapturedTable.matching('public.orders-*')])).toThrow(/table pattern "public\.orders-\*" must be 'schemaGlob\.tableGlob'/);
+    // Allowed: a broad rule that excludes the narrower one, which masks; a declared table the rule also matches, without column rules.
+    expect(() => ordersSource(fixture(), { tables: [CapturedTable.matching('public.*', { exclude: ['public.audit_*'] }), CapturedTable.matching('public.audit_*', { mask: ['actor_email'] }), CapturedTable.of('public.orders')] })).not.toThrow();
+  });
+
   test('replication task: cdc from the slot position, settings that stop rather than drop', () => {
     const f = fixture();
     ordersSource(f);

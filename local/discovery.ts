@@ -1,0 +1,103 @@
+/**
+ * New tables join by themselves in `cdc local` (docs/onboarding.md): the catalog scan of
+ * lambda/core/discovery.ts, every `everyMs`, over one connection to the source. A table a rule
+ * matches and that is eligible is added to the slot capture's table index (so its changes are
+ * published from the next peek on) before its snapshot is requested (stream first); a dropped
+ * table is taken out of the index. The first scan runs before the capture starts, so a table
+ * that joined in an earlier run is captured from the first peek after a restart.
+ */
+import pg from 'pg';
+import { listSourceTables, readTableFact } from '../lambda/adapters/source-facts-pg.ts';
+import type { ControlPlane } from '../lambda/core/control-plane.ts';
+import { scanTables, type DiscoveryRecord } from '../lambda/core/discovery.ts';
+import type { TableConfigIndex, TableRule } from '../lambda/core/table-config.ts';
+
+export interface LocalDiscoveryOptions {
+  source: string;
+  sourceUrl: string;
+  control: ControlPlane;
+  rules: readonly TableRule[];
+  /** Declared tables and the heartbeat table: their own settings win, they are never discovered. */
+  declared: ReadonlySet<string>;
+  /** The capture's table index (shared with the snapshot worker). */
+  index: TableConfigIndex;
+  /** @default 2000 */
+  everyMs?: number;
+  onError?: (err: unknown) => void;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export class LocalDiscovery {
+  /** The verdict of every table the rules matched, as of the last scan. */
+  verdicts: DiscoveryRecord[] = [];
+  /** When the last scan finished (epoch ms), 0 before the first. */
+  lastScanAt = 0;
+  private known: Map<string, DiscoveryRecord> | null = null;
+  private client: pg.Client | null = null;
+  private user = '';
+  private stopping = false;
+  private loop: Promise<void> | null = null;
+
+  constructor(private readonly o: LocalDiscoveryOptions) {}
+
+  private async connect(): Promise<pg.Client> {
+    if (this.client) return this.client;
+    const c = new pg.Client({ connectionString: this.o.sourceUrl, application_name: `cdc-local-discovery-${this.o.source}` });
+    c.on('error', (e) => {
+      this.client = null;
+      this.o.onError?.(e);
+    });
+    await c.connect();
+    this.user = String((await c.query('SELECT current_user AS u')).rows[0].u);
+    this.client = c;
+    return c;
+  }
+
+  /** One scan; throws what the source or the control plane throw. */
+  async scan(): Promise<void> {
+    const client = await this.connect();
+    const { known } = await scanTables(
+      {
+        control: this.o.control,
+        source: this.o.source,
+        rules: this.o.rules,
+        declared: this.o.declared,
+        listTables: () => listSourceTables(client),
+        tableFact: (t, k) => readTableFact(client, t, k),
+        user: this.user,
+        capture: (config) => this.o.index.add(config),
+        release: (table) => this.o.index.remove(table),
+      },
+      this.known,
+    );
+    this.known = known;
+    this.verdicts = [...known.values()].filter((r) => !this.o.declared.has(r.table)).sort((a, b) => a.table.localeCompare(b.table));
+    this.lastScanAt = Date.now();
+  }
+
+  /** Scans every `everyMs` until stopped (errors go to `onError`; the next scan tries again). */
+  start(): void {
+    this.loop = (async () => {
+      while (!this.stopping) {
+        const until = Date.now() + (this.o.everyMs ?? 2000);
+        while (!this.stopping && Date.now() < until) await sleep(Math.min(200, until - Date.now()));
+        if (this.stopping) break;
+        try {
+          await this.scan();
+        } catch (e) {
+          await this.client?.end().catch(() => undefined);
+          this.client = null;
+          this.o.onError?.(e);
+        }
+      }
+    })();
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    await this.loop;
+    await this.client?.end().catch(() => undefined);
+    this.client = null;
+  }
+}
