@@ -37,6 +37,7 @@ import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent } from 'aw
 import { EnvName, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { METRICS_NAMESPACE, MetricDimension, MetricName } from '../../contracts/metrics.ts';
 import { failuresFrom } from '../core/apply-plan.ts';
+import { heldShardsOf } from '../core/operator-decisions.ts';
 import type { ControlPlane, DeleteMode, SchemaVersion } from '../core/control-plane.ts';
 import { CdcError, InvalidRecordError, UnsafeIdentifierError } from '../core/errors.ts';
 import { keyText, validateChangeEvent, type ChangeEvent, type Row } from '../core/event.ts';
@@ -228,7 +229,7 @@ export function createSearchApplier(deps: SearchApplierDeps): SearchApplier {
     }
 
     async function hold(source: string, table: string, items: Item[], why: string): Promise<void> {
-      await cp.holdSinkTable(sinkId, source, table, minPosition(items));
+      await cp.holdSinkTable(sinkId, source, table, minPosition(items), heldShardsOf(items.map((i) => i.record)));
       countFor(source).held += items.length;
       logger.info('events held', { source, table, count: items.length, from: minPosition(items), why });
     }
