@@ -21,8 +21,15 @@
  *   failures (never dead-lettered); anything else = the key's records are dead letters with the
  *   reason (the table becomes degraded), the rest of the batch applies;
  * - `truncate`: the table's index records the truncation position (`_meta.cdc.truncatedAt`, so
- *   an event from before it can never write again), then every live document below it gets a
- *   delete (tombstone) at the truncate's version;
+ *   an event from before it can never write again), then — after a refresh, so that every
+ *   acknowledged write is visible — every live document below it gets a delete (tombstone) at the
+ *   truncate's version. An applier that wrote rows reads the horizon again after its bulk and
+ *   sweeps again if a truncate recorded through another applier is above any of them;
+ * - a primary-key change whose insert lacks columns (an unchanged TOAST value) takes them from the
+ *   old key's document, its delete in the batch, or a handover donor (`<alias>.handover`, written
+ *   in its own bulk before the delete when the delete is applied first); otherwise its records and
+ *   every later one of its key are reported failed and delivered again, never indexed without
+ *   the values (docs/search.md, "Primary-key changes");
  * - only after the bulk response are the records acknowledged and the high-water mark advanced;
  * - heartbeat events (table `<schema>.cdc_heartbeat`) are indexed like any table and give
  *   `EndToEndLag` = time of the bulk response − source commit time.
@@ -308,7 +315,8 @@ export function createSearchApplier(deps: SearchApplierDeps): SearchApplier {
         for await (const d of search.listDocuments(names)) {
           const key: Row = {};
           for (const k of keyColumns) key[k] = d.values[k] ?? null;
-          gone.push({ ...by.event, op: 'delete', key, after: null, before: null, missing: [], position: at });
+          const { handover: _handover, ...envelope } = by.event; // a sweep's delete hands nothing over
+          gone.push({ ...envelope, op: 'delete', key, after: null, before: null, missing: [], position: at });
         }
         if (gone.length === 0) return true;
         return writeBatch(source, table, names, state, deleteMode, keyColumns, gone.map((event) => ({ record: by.record, event })), true);
@@ -391,37 +399,45 @@ export function createSearchApplier(deps: SearchApplierDeps): SearchApplier {
         logger.info('primary-key change in flight: events wait until the old key\'s values are known (applied on another shard)', { source, table, events: heldIds.size, first: plan.held[0]!.position });
       }
       // Bulk, retrying throttled / unavailable items (only those) with backoff.
-      let pending: SearchOp[] = plan.ops;
       const rejected = new Map<string, string>();
-      let retryable = new Map<string, string>();
+      const retryable = new Map<string, string>();
       let respondedAt = Date.now();
-      for (let attempt = 1; pending.length > 0; attempt++) {
-        let results: unknown[];
-        try {
-          results = await search.bulk(names, bulkBody(pending, names), pending.length);
-        } catch (err) {
-          if (!(err instanceof SearchUnavailableError) || attempt >= attempts) throw err;
-          logger.warn('search bulk unavailable; retrying', { source, table, attempt, error: err.message });
-          await sleep(backoffMs * 2 ** (attempt - 1));
-          continue;
-        }
-        respondedAt = Date.now();
-        const again: SearchOp[] = [];
-        retryable = new Map();
-        results.forEach((r, n) => {
-          const op = pending[n]!;
-          const c = classifyBulkItem(r);
-          if (c.kind === 'reject') rejected.set(op.keyText, c.reason);
-          else if (c.kind === 'retry') {
-            again.push(op);
-            retryable.set(op.keyText, c.reason);
+      const runBulk = async (ops: SearchOp[]): Promise<void> => {
+        let pending = ops;
+        for (let attempt = 1; pending.length > 0; attempt++) {
+          let results: unknown[];
+          try {
+            results = await search.bulk(names, bulkBody(pending, names), pending.length);
+          } catch (err) {
+            if (!(err instanceof SearchUnavailableError) || attempt >= attempts) throw err;
+            logger.warn('search bulk unavailable; retrying', { source, table, attempt, error: err.message });
+            await sleep(backoffMs * 2 ** (attempt - 1));
+            continue;
           }
-        });
-        if (again.length === 0 || attempt >= attempts) break;
-        logger.warn('search bulk items throttled or unavailable; retrying them', { source, table, attempt, items: again.length });
-        await sleep(backoffMs * 2 ** (attempt - 1));
-        pending = again;
-      }
+          respondedAt = Date.now();
+          const again: SearchOp[] = [];
+          for (const op of pending) retryable.delete(op.keyText);
+          results.forEach((r, n) => {
+            const op = pending[n]!;
+            const c = classifyBulkItem(r);
+            if (c.kind === 'reject') rejected.set(op.keyText, c.reason);
+            else if (c.kind === 'retry') {
+              again.push(op);
+              retryable.set(op.keyText, c.reason);
+            }
+          });
+          if (again.length === 0 || attempt >= attempts) break;
+          logger.warn('search bulk items throttled or unavailable; retrying them', { source, table, attempt, items: again.length });
+          await sleep(backoffMs * 2 ** (attempt - 1));
+          pending = again;
+        }
+      };
+      // Handover donors first, in their own bulk: a key change's delete is written only once the
+      // donor its insert needs is stored (a delete written without it could never be completed).
+      const donorOps = plan.ops.filter((o) => o.target === 'handover');
+      await runBulk(donorOps);
+      const blockedKeys = new Set([...donorOps.map((o) => o.keyText)].filter((k) => retryable.has(k) || rejected.has(k)));
+      await runBulk(plan.ops.filter((o) => o.target !== 'handover' && !blockedKeys.has(o.keyText)));
       if (synthetic) {
         if (rejected.size > 0 || retryable.size > 0) {
           const why = [...rejected.values(), ...retryable.values()][0]!;

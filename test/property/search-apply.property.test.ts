@@ -78,7 +78,7 @@ describe('search applier: random histories into the search stand-in', () => {
           // Each history starts from no index at all (the applier creates them again).
           for (const t of MODEL_TABLES) {
             const n = searchNames('cdc', source, t.table);
-            for (const name of [n.index(1), n.deleted]) await fetch(`${standin.url}/${name}`, { method: 'DELETE' });
+            for (const name of [n.index(1), n.deleted, n.handover]) await fetch(`${standin.url}/${name}`, { method: 'DELETE' });
           }
           applier.clearCache();
           cp.resetSinkProgress();
