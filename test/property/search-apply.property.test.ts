@@ -13,8 +13,13 @@
  * - soft mode: every gone key has a tombstone document at its delete's position, hidden by the
  *   alias filter; hard mode: no document for a gone key, and a tombstone in the side index at
  *   its last position.
+ * Histories include truncates and primary-key changes whose insert lacks the TOAST column (the
+ * applier completes it from the old key's document, the batch or a handover donor, or reports it
+ * failed until it can): a failed record stalls its partition key, as a shard waits on AWS, and is
+ * delivered again after later deliveries (docs/search.md, "Primary-key changes").
  * The control plane is the in-memory double. Runs and seed: `CDC_PROPERTY_RUNS` (default 400,
  * split over the two delete modes) and `CDC_PROPERTY_SEED` (default random); both are printed.
+ * `CDC_PROPERTY_NO_SHRINK=1` reports the first counterexample without shrinking it (faster).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import fc from 'fast-check';
