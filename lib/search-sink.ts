@@ -1,6 +1,8 @@
 import { Duration, Resource, Size, Stack, Validations, type IResource } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as events from 'aws-cdk-lib/aws-events';
+import * as targets from 'aws-cdk-lib/aws-events-targets';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as opensearch from 'aws-cdk-lib/aws-opensearchservice';
@@ -282,6 +284,8 @@ export class SearchSink extends Resource implements ISearchSink, ec2.IConnectabl
         [EnvName.SEARCH_ENDPOINT]: props.domain.domainEndpoint,
         [EnvName.SEARCH_TABLES]: JSON.stringify(served),
         [EnvName.SEARCH_INDEX_PREFIX]: prefix,
+        // The resume replay reads the held range from the change log (docs/operations.md).
+        [EnvName.CHANGE_LOG_STREAM]: props.changeLog.stream.streamName,
       },
       memorySize: props.memorySize ?? Size.mebibytes(512),
       timeout: props.timeout ?? Duration.minutes(2),
@@ -307,6 +311,13 @@ export class SearchSink extends Resource implements ISearchSink, ec2.IConnectabl
       parallelizationFactor: props.parallelizationFactor ?? 1,
     });
     this.deadLetterQueue = consumer.deadLetterQueue;
+    // Every minute the applier replays the holds an operator resume released (docs/operations.md),
+    // as the warehouse sink's does; with nothing released it is one query of this sink's progress items.
+    new events.Rule(this, 'ReplaySchedule', {
+      description: `Runs the resume replay of search sink ${this.sinkId} (${this.node.path})`,
+      schedule: events.Schedule.rate(Duration.minutes(1)),
+      targets: [new targets.LambdaFunction(applier.fn, { event: events.RuleTargetInput.fromObject({ cdcReplay: true }), retryAttempts: 0 })],
+    });
     Validations.of(applier).acknowledge(
       { id: 'AwsSolutions-IAM5[Action::kms:GenerateDataKey*]', reason: 'CDK key grant; scoped to the one key that encrypts the control plane or change log' },
       { id: 'AwsSolutions-IAM5[Action::kms:ReEncrypt*]', reason: 'CDK key grant; scoped to the one key that encrypts the control plane or change log' },

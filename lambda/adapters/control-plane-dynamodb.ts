@@ -60,6 +60,7 @@ import { marshall, unmarshall } from '@aws-sdk/util-dynamodb';
 import { ControlPartition } from '../../contracts/control-plane-keys.ts';
 import { CdcError } from '../core/errors.ts';
 import { assertPosition, type Position } from '../core/position.ts';
+import { mergeHeldShards } from '../core/operator-decisions.ts';
 import { deadLetterKey, PayloadMismatchError, sha256, type PayloadStore } from '../core/payload-store.ts';
 import type { SnapshotChunkRecord, SnapshotState } from '../core/snapshot.ts';
 import type {
@@ -287,26 +288,44 @@ export class DynamoDbControlPlane implements ControlPlane {
     );
   }
 
-  async holdSinkTable(sink: string, source: string, table: string, fromPosition: Position): Promise<void> {
+  async holdSinkTable(sink: string, source: string, table: string, fromPosition: Position, shards?: Readonly<Record<string, string>>): Promise<void> {
     assertPosition(fromPosition, 'fromPosition');
-    await this.conditionalUpdate(
-      key.sink(sink, source, table),
-      'SET #held = :p, #sink = :sink, #source = :source, #table = :table, #kind = :kind, #updated = :now',
-      'attribute_not_exists(#held) OR #held > :p',
-      { '#held': 'heldFrom' },
-      { ':p': fromPosition, ...this.sinkValues(sink, source, table) },
-    );
-    // After the held position (the resume replay reads both at once and releases only if the
-    // count did not move, so a hold recorded during a replay is never released unreplayed).
-    await this.client.send(
-      new UpdateItemCommand({
-        TableName: this.tableName,
-        Key: toItem(key.sink(sink, source, table)),
-        UpdateExpression: 'SET #heldAt = if_not_exists(#heldAt, :now) ADD #holds :one',
-        ExpressionAttributeNames: { '#heldAt': 'heldAt', '#holds': 'holdCount' },
-        ExpressionAttributeValues: toItem({ ':now': new Date().toISOString(), ':one': 1 }),
-      }),
-    );
+    const k = key.sink(sink, source, table);
+    // One conditional write of the held position, the per-shard first held sequence numbers and
+    // the hold count, conditional on what was read (optimistic, retried on a concurrent hold or
+    // release): the resume replay reads them at once and releases only if the count did not move,
+    // so a hold recorded during a replay is never released unreplayed (docs/operations.md).
+    for (let attempt = 1; ; attempt++) {
+      const item = await this.get(k);
+      const cur = item ? sinkProgressFromItem(item) : null;
+      const count = cur?.holdCount ?? 0;
+      const oldHeld = cur?.heldFrom ?? null;
+      const held = oldHeld !== null && oldHeld < fromPosition ? oldHeld : fromPosition;
+      const merged = shards !== undefined ? mergeHeldShards(cur?.heldFromShards, shards) : (cur?.heldFromShards ?? null);
+      const conditions = [count > 0 ? '#holds = :count' : 'attribute_not_exists(#holds)', oldHeld !== null ? '#held = :oldHeld' : 'attribute_not_exists(#held)'];
+      try {
+        await this.client.send(
+          new UpdateItemCommand({
+            TableName: this.tableName,
+            Key: toItem(k),
+            UpdateExpression: `SET #held = :p, #heldAt = if_not_exists(#heldAt, :now), #holds = :next, #sink = :sink, #source = :source, #table = :table, #kind = :kind, #updated = :now${merged !== null ? ', #shards = :shards' : ''}`,
+            ConditionExpression: conditions.join(' AND '),
+            ExpressionAttributeNames: { ...SINK_NAMES, '#held': 'heldFrom', '#heldAt': 'heldAt', '#holds': 'holdCount', ...(merged !== null ? { '#shards': 'heldFromShards' } : {}) },
+            ExpressionAttributeValues: toItem({
+              ':p': held,
+              ':next': count + 1,
+              ...this.sinkValues(sink, source, table),
+              ...(count > 0 ? { ':count': count } : {}),
+              ...(oldHeld !== null ? { ':oldHeld': oldHeld } : {}),
+              ...(merged !== null ? { ':shards': merged } : {}),
+            }),
+          }),
+        );
+        return;
+      } catch (e) {
+        if (!(e instanceof ConditionalCheckFailedException) || attempt >= 50) throw e;
+      }
+    }
   }
 
   async releaseSinkTable(sink: string, source: string, table: string, audit: AuditEntry): Promise<void> {
@@ -315,8 +334,8 @@ export class DynamoDbControlPlane implements ControlPlane {
         Update: {
           TableName: this.tableName,
           Key: toItem(key.sink(sink, source, table)),
-          UpdateExpression: 'SET #sink = :sink, #source = :source, #table = :table, #kind = :kind, #updated = :now REMOVE #held, #heldAt',
-          ExpressionAttributeNames: { ...SINK_NAMES, '#held': 'heldFrom', '#heldAt': 'heldAt' },
+          UpdateExpression: 'SET #sink = :sink, #source = :source, #table = :table, #kind = :kind, #updated = :now REMOVE #held, #heldAt, #shards',
+          ExpressionAttributeNames: { ...SINK_NAMES, '#held': 'heldFrom', '#heldAt': 'heldAt', '#shards': 'heldFromShards' },
           ExpressionAttributeValues: toItem(this.sinkValues(sink, source, table)),
         },
       },
@@ -537,9 +556,9 @@ export class DynamoDbControlPlane implements ControlPlane {
         Update: {
           TableName: this.tableName,
           Key: toItem(key.sink(sink, source, table)),
-          UpdateExpression: 'SET #released = :now, #updated = :now REMOVE #held, #heldAt',
+          UpdateExpression: 'SET #released = :now, #updated = :now REMOVE #held, #heldAt, #shards',
           ConditionExpression: expected.holdCount > 0 ? '#held = :held AND #holds = :holds' : '#held = :held AND attribute_not_exists(#holds)',
-          ExpressionAttributeNames: { '#released': 'releasedAt', '#updated': 'updatedAt', '#held': 'heldFrom', '#heldAt': 'heldAt', '#holds': 'holdCount' },
+          ExpressionAttributeNames: { '#released': 'releasedAt', '#updated': 'updatedAt', '#held': 'heldFrom', '#heldAt': 'heldAt', '#holds': 'holdCount', '#shards': 'heldFromShards' },
           ExpressionAttributeValues: toItem({ ':now': new Date().toISOString(), ':held': expected.heldFrom, ...(expected.holdCount > 0 ? { ':holds': expected.holdCount } : {}) }),
         },
       },
@@ -838,6 +857,13 @@ function auditFromItem(i: Plain): AuditEntry {
   };
 }
 
+function heldShardsFromItem(v: unknown): Record<string, string> | null {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) return null;
+  const out: Record<string, string> = {};
+  for (const [shard, seq] of Object.entries(v as Plain)) if (typeof seq === 'string') out[shard] = seq;
+  return out;
+}
+
 function sinkProgressFromItem(item: Plain): SinkTableProgress {
   return {
     sink: String(item.sink),
@@ -849,5 +875,6 @@ function sinkProgressFromItem(item: Plain): SinkTableProgress {
     holdCount: typeof item.holdCount === 'number' ? item.holdCount : 0,
     releaseRequested: typeof item.releaseRequested === 'string' ? item.releaseRequested : null,
     releasedAt: typeof item.releasedAt === 'string' ? item.releasedAt : null,
+    heldFromShards: heldShardsFromItem(item.heldFromShards),
   };
 }

@@ -26,6 +26,7 @@ import type { JsonValue, Row } from '../core/event.ts';
 import {
   createIndexBody,
   createTombstoneIndexBody,
+  createHandoverIndexBody,
   indexMetaJson,
   META_FIELD,
   parseIndexMeta,
@@ -142,6 +143,20 @@ export class OpenSearchIndex {
     return { ...state, created };
   }
 
+  /**
+   * Creates the table's handover donor index if it does not exist (docs/search.md, "Primary-key
+   * changes"); idempotent, and harmless when another applier creates it at the same time.
+   */
+  async ensureHandoverIndex(names: SearchNames, meta: IndexMeta): Promise<void> {
+    const exists = await this.call(`check ${names.handover}`, () => this.client.indices.exists({ index: names.handover }) as Promise<{ body: boolean }>);
+    if (exists) return;
+    try {
+      await this.client.indices.create({ index: names.handover, body: createHandoverIndexBody(meta, this.indexSettings) as never });
+    } catch (err) {
+      if (typeOf(err) !== 'resource_already_exists_exception') throw mapSearchError(err, `create index ${names.handover}`);
+    }
+  }
+
   private async ensureTombstoneIndex(names: SearchNames, meta: IndexMeta): Promise<void> {
     const exists = await this.call(`check ${names.deleted}`, () => this.client.indices.exists({ index: names.deleted }) as Promise<{ body: boolean }>);
     if (exists) return;
@@ -166,6 +181,24 @@ export class OpenSearchIndex {
     const [index, v] = entries[0]!;
     const mappings = isRecord(v) && isRecord(v.mappings) ? v.mappings : {};
     return { index, meta: parseIndexMeta(index, mappings._meta), properties: isRecord(mappings.properties) ? mappings.properties : {} };
+  }
+
+  /**
+   * The index's `_meta` as stored now (base LSN and truncation position), read past any cache:
+   * what a truncate recorded through another applier (docs/search.md, "Truncate").
+   */
+  async readMeta(names: SearchNames): Promise<IndexMeta | null> {
+    const state = await this.readIndex(names);
+    return state ? state.meta : null;
+  }
+
+  /** Makes every write acknowledged so far visible to search (`_refresh`): a truncate's sweep must see them all. */
+  async refresh(names: SearchNames): Promise<void> {
+    try {
+      await this.client.indices.refresh({ index: names.all });
+    } catch (err) {
+      throw mapSearchError(err, `refresh ${names.all}`);
+    }
   }
 
   /** Records a truncation position in the index's `_meta` (keeping the base LSN). */

@@ -66,6 +66,14 @@ export interface SinkTableProgress {
   releaseRequested?: string | null;
   /** When the last replay released the hold, or null. */
   releasedAt?: string | null;
+  /**
+   * Per change-log shard, the sequence number of the first event the sink held (the lowest, as a
+   * decimal string), since the last release. The resume replay replays each held shard from here
+   * and leaves shards without a hold to their live consumer (docs/operations.md, "How a resume
+   * replays"). Absent for a hold recorded without shard information: the replay then falls back
+   * to every shard from `heldFrom`.
+   */
+  heldFromShards?: Record<string, string> | null;
 }
 
 export interface AuditEntry {
@@ -136,8 +144,12 @@ export interface ControlPlane {
   getSinkProgress(sink: string, source: string, table: string): Promise<SinkTableProgress | null>;
   /** Raises the applied high-water mark (never lowers it). */
   advanceSinkProgress(sink: string, source: string, table: string, appliedPosition: Position): Promise<void>;
-  /** Records the first held position, keeping the lowest one ever recorded until cleared. */
-  holdSinkTable(sink: string, source: string, table: string, fromPosition: Position): Promise<void>;
+  /**
+   * Records the first held position, keeping the lowest one ever recorded until cleared, and —
+   * when `shards` is given (change-log shard id → first held sequence number) — the lowest held
+   * sequence number per shard, all in one atomic change with the hold count's increment.
+   */
+  holdSinkTable(sink: string, source: string, table: string, fromPosition: Position, shards?: Readonly<Record<string, string>>): Promise<void>;
   /** Clears the held position (on resume), with its audit entry. */
   releaseSinkTable(sink: string, source: string, table: string, audit: AuditEntry): Promise<void>;
   /** Consumer checkpoints of the local event-source poller (one per consumer and shard). */

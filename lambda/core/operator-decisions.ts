@@ -185,3 +185,58 @@ export function decideResnapshot(input: {
   }
   return { accept: true, change: { state: 'needs-resnapshot', stateReason: `RESNAPSHOT_REQUESTED: by an operator` } };
 }
+
+/**
+ * The change-log shard a record came from, from its origin (`<stream>/<shard>/<sequence>`, as the
+ * appliers name a record on AWS and locally), or null for an origin of another shape (a replayed
+ * record, `replay/<shard>/<sequence>`, is never held).
+ */
+export function shardOfOrigin(origin: string): string | null {
+  const parts = origin.split('/');
+  if (parts.length < 3 || parts[0] === 'replay') return null;
+  return parts[parts.length - 2]!;
+}
+
+function lowerSequence(a: string, b: string): string {
+  if (a.length !== b.length) return a.length < b.length ? a : b;
+  return a < b ? a : b;
+}
+
+/**
+ * The first held sequence number per change-log shard of a held batch (docs/operations.md, "How a
+ * resume replays"): what `ControlPlane.holdSinkTable` records next to the held position.
+ */
+export function heldShardsOf(records: ReadonlyArray<{ origin: string; sequenceNumber: string }>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const r of records) {
+    const shard = shardOfOrigin(r.origin);
+    if (shard === null) continue;
+    out[shard] = out[shard] === undefined ? r.sequenceNumber : lowerSequence(out[shard], r.sequenceNumber);
+  }
+  return out;
+}
+
+/** Merges a hold's shards into the recorded ones, keeping the lowest sequence number per shard. */
+export function mergeHeldShards(recorded: Readonly<Record<string, string>> | null | undefined, incoming: Readonly<Record<string, string>>): Record<string, string> {
+  const out: Record<string, string> = { ...(recorded ?? {}) };
+  for (const [shard, seq] of Object.entries(incoming)) out[shard] = out[shard] === undefined ? seq : lowerSequence(out[shard], seq);
+  return out;
+}
+
+/**
+ * Whether the resume replay applies a change-log record of a held table (docs/operations.md, "How
+ * a resume replays"). With per-shard holds, a record is replayed when its shard held an event at
+ * or before it: a shard whose live consumer held nothing still has every unapplied event of the
+ * table ahead of that consumer, which applies (or holds) them in order, so replaying them ahead of
+ * it could apply a key's newer event before an older one the consumer has not reached (and the
+ * older would then lose to the position guard: a skipped event). Without shard information (a
+ * hold recorded by an older applier) every record at or after the held position is replayed.
+ */
+export function replaysRecord(hold: Pick<SinkTableProgress, 'heldFrom' | 'heldFromShards'>, shardId: string, sequenceNumber: string, position: string): boolean {
+  if (hold.heldFrom === null) return false;
+  const shards = hold.heldFromShards;
+  if (shards === undefined || shards === null || Object.keys(shards).length === 0) return position >= hold.heldFrom;
+  const first = shards[shardId];
+  if (first === undefined) return false;
+  return lowerSequence(first, sequenceNumber) === first;
+}

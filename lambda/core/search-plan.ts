@@ -25,7 +25,7 @@
  * (stale, harmless), never a lost column.
  */
 import { createHash } from 'node:crypto';
-import { planTable, type StoredRow, type StoredState, type TablePlan } from './apply-plan.ts';
+import { handoverId, planTable, type StoredRow, type StoredState, type TablePlan } from './apply-plan.ts';
 import type { ColumnDef, DeleteMode, SchemaVersion } from './control-plane.ts';
 import { CdcError, UnsafeIdentifierError } from './errors.ts';
 import { keyText, type ChangeEvent, type JsonValue, type Row } from './event.ts';
@@ -50,6 +50,11 @@ export interface SearchNames {
   all: string;
   /** Hard-delete tombstones of the table. */
   deleted: string;
+  /**
+   * Handover donors of the table (docs/search.md, "Primary-key changes"): the old key's values of
+   * a primary-key change whose insert did not deliver them, kept until that insert takes them.
+   */
+  handover: string;
   /** The concrete index of a generation (1 for the first). */
   index(generation: number): string;
 }
@@ -70,6 +75,7 @@ export function searchNames(prefix: string, source: string, table: string): Sear
     alias,
     all: `${alias}.all`,
     deleted: `${alias}.deleted`,
+    handover: `${alias}.handover`,
     index: (generation) => `${alias}.v${String(generation).padStart(6, '0')}`,
   };
 }
@@ -252,6 +258,28 @@ export function createIndexBody(names: SearchNames, properties: Record<string, F
   };
 }
 
+/** The field of a handover donor document that holds the handed-over values (not indexed). */
+export const HANDOVER_FIELD = 'cdc_handover';
+
+/** The body of a table's handover donor index (one document per donor, see `handoverDocId`). */
+export function createHandoverIndexBody(meta: IndexMeta, settings: Record<string, JsonValue> = {}): JsonValue {
+  return { settings: { index: settings }, mappings: { dynamic: 'strict', _meta: indexMetaJson(meta), properties: { [META_FIELD]: META_MAPPING, [HANDOVER_FIELD]: { type: 'object', enabled: false } as unknown as FieldMapping } } };
+}
+
+/** The document id of a handover donor: the old key's document id and the key change's position. */
+export function handoverDocId(oldKey: Row, position: Position): string {
+  const text = `${keyText(oldKey)}@${position}`;
+  if (Buffer.byteLength(text, 'utf8') <= MAX_ID_BYTES) return text;
+  return `sha256:${createHash('sha256').update(text, 'utf8').digest('hex')}`;
+}
+
+/** Reads a stored handover donor document's values (null when it is not one). */
+export function donorValuesOf(source: unknown): Row | null {
+  if (!isPlainObject(source)) return null;
+  const v = source[HANDOVER_FIELD];
+  return isPlainObject(v) ? (v as Row) : null;
+}
+
 /** The body of the hard-delete tombstone index. */
 export function createTombstoneIndexBody(meta: IndexMeta, settings: Record<string, JsonValue> = {}): JsonValue {
   return { settings: { index: settings }, mappings: { dynamic: 'strict', _meta: indexMetaJson(meta), properties: { [META_FIELD]: META_MAPPING } } };
@@ -294,7 +322,7 @@ export function storedDocOf(id: string, source: unknown): StoredDoc {
 /** One bulk action. `target` says which index: the table's write alias, or its tombstone index. */
 export interface SearchOp {
   action: 'index' | 'delete';
-  target: 'all' | 'deleted';
+  target: 'all' | 'deleted' | 'handover';
   id: string;
   version: bigint;
   /** Full document (index actions). */
@@ -312,6 +340,11 @@ export interface SearchPlanInput {
   stored: ReadonlyMap<string, { doc?: StoredDoc; tombstone?: StoredDoc }>;
   meta: IndexMeta;
   appliedAt: Date;
+  /**
+   * Handover donors the sink keeps for the batch's key-change inserts, by `handoverId(old key,
+   * position)` (read from the handover index by `handoverDocId`). @default none
+   */
+  donors?: ReadonlyMap<string, Row>;
 }
 
 export interface SearchPlan {
@@ -319,12 +352,30 @@ export interface SearchPlan {
   /** The underlying per-key plan (fresh events). */
   table: TablePlan;
   /**
-   * Key-change inserts whose undelivered columns neither the batch nor the index knew: the search
-   * sink keeps no handover donors (the warehouse does, docs/primary-key-changes.md), so they are
-   * indexed with their delivered columns only and the undelivered ones are absent from the
-   * document (never null). Reconciliation reports such documents.
+   * Events that wait (docs/search.md, "Primary-key changes"): a key-change insert whose
+   * undelivered columns neither the batch, the stored old-key document nor a kept donor knew, and
+   * every later event of its key. Nothing is written for them (never a column as null or absent);
+   * the applier reports their records as failed, so they come again (after the old key's delete,
+   * applied on another shard, has left its donor).
    */
-  incomplete: ChangeEvent[];
+  held: ChangeEvent[];
+}
+
+/** The old keys of the batch's key-change inserts that lack columns, with the handover ids their donors would have. */
+export function donorsToRead(events: readonly ChangeEvent[], keyColumns: readonly string[]): Array<{ id: string; docId: string }> {
+  const out = new Map<string, string>();
+  for (const e of events) {
+    if ((e.op !== 'insert' && e.op !== 'snapshot') || e.missing.length === 0 || !e.before) continue;
+    const old: Row = {};
+    let ok = true;
+    for (const k of keyColumns) {
+      const v = e.before[k];
+      if (v === undefined || v === null || typeof v === 'object') ok = false;
+      else old[k] = v;
+    }
+    if (ok) out.set(handoverId(old, e.position), handoverDocId(old, e.position));
+  }
+  return [...out].map(([id, docId]) => ({ id, docId }));
 }
 
 /** The keys whose stored documents the plan needs: every key of the batch, and the old keys of key-change inserts. */
@@ -367,16 +418,18 @@ export function planSearchWrites(input: SearchPlanInput): SearchPlan {
     if (top) stored.set(k, { position: top.position, deleted: top.deleted });
     if (d) storedRows.set(k, { position: d.position, deleted: d.deleted, values: d.values });
   }
-  let table = planTable({ events, keyColumns: input.keyColumns, stored, storedRows });
-  const incomplete = table.held.filter((e) => e.missing.length > 0 && (e.op === 'insert' || e.op === 'snapshot'));
-  if (incomplete.length > 0) {
-    // planTable holds such an insert until its values are known; this sink cannot wait for them.
-    const ids = new Set(incomplete.map((e) => `${e.position}|${keyText(e.key)}`));
-    const relaxed = events.map((e) => (ids.has(`${e.position}|${keyText(e.key)}`) ? { ...e, missing: [] } : e));
-    table = planTable({ events: relaxed, keyColumns: input.keyColumns, stored, storedRows });
-  }
+  const donorsIn = input.donors ?? new Map<string, Row>();
+  const table = planTable({ events, keyColumns: input.keyColumns, stored, storedRows, donors: donorsIn });
   const appliedAt = input.appliedAt.toISOString();
   const ops: SearchOp[] = [];
+  // Donors to keep: a key change's delete applied before its insert (another shard) leaves the
+  // old key's values for the insert (written once; a donor already kept is not written again).
+  for (const d of table.donors) {
+    const hid = handoverId(d.key, d.position);
+    if (donorsIn.has(hid)) continue;
+    const meta: DocMeta = { position: d.position, deleted: true, deleted_at: null, key: keyText(d.key), applied_at: appliedAt };
+    ops.push({ action: 'index', target: 'handover', id: handoverDocId(d.key, d.position), version: encodeVersion(d.position, input.meta.baseLsn), document: { [HANDOVER_FIELD]: d.values as unknown as JsonValue, [META_FIELD]: meta as unknown as JsonValue }, keyText: keyText(d.key), position: d.position });
+  }
   for (const w of table.writes) {
     const version = encodeVersion(w.position, input.meta.baseLsn);
     const id = documentId(w.key);
@@ -400,7 +453,7 @@ export function planSearchWrites(input: SearchPlanInput): SearchPlan {
       ops.push({ action: 'delete', target: 'all', id: documentId(key), version: encodeVersion(s.tombstone.position, input.meta.baseLsn), document: null, keyText: k, position: s.tombstone.position });
     }
   }
-  return { ops, table, incomplete };
+  return { ops, table, held: table.held };
 }
 
 /** The key of a key text (`keyText`'s inverse). */
@@ -412,10 +465,10 @@ function keyOfText(text: string): Row {
  * The NDJSON body of a bulk request. Versions are written as integer literals from their exact
  * `bigint` (a JavaScript number cannot hold every 63-bit version).
  */
-export function bulkBody(ops: readonly SearchOp[], names: Pick<SearchNames, 'all' | 'deleted'>): string {
+export function bulkBody(ops: readonly SearchOp[], names: Pick<SearchNames, 'all' | 'deleted' | 'handover'>): string {
   const lines: string[] = [];
   for (const op of ops) {
-    const index = op.target === 'all' ? names.all : names.deleted;
+    const index = op.target === 'all' ? names.all : op.target === 'deleted' ? names.deleted : names.handover;
     lines.push(`{"${op.action}":{"_index":${JSON.stringify(index)},"_id":${JSON.stringify(op.id)},"version":${op.version.toString()},"version_type":"external"}}`);
     if (op.action === 'index') lines.push(JSON.stringify(op.document));
   }

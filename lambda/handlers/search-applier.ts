@@ -21,8 +21,15 @@
  *   failures (never dead-lettered); anything else = the key's records are dead letters with the
  *   reason (the table becomes degraded), the rest of the batch applies;
  * - `truncate`: the table's index records the truncation position (`_meta.cdc.truncatedAt`, so
- *   an event from before it can never write again), then every live document below it gets a
- *   delete (tombstone) at the truncate's version;
+ *   an event from before it can never write again), then — after a refresh, so that every
+ *   acknowledged write is visible — every live document below it gets a delete (tombstone) at the
+ *   truncate's version. An applier that wrote rows reads the horizon again after its bulk and
+ *   sweeps again if a truncate recorded through another applier is above any of them;
+ * - a primary-key change whose insert lacks columns (an unchanged TOAST value) takes them from the
+ *   old key's document, its delete in the batch, or a handover donor (`<alias>.handover`, written
+ *   in its own bulk before the delete when the delete is applied first); otherwise its records and
+ *   every later one of its key are reported failed and delivered again, never indexed without
+ *   the values (docs/search.md, "Primary-key changes");
  * - only after the bulk response are the records acknowledged and the high-water mark advanced;
  * - heartbeat events (table `<schema>.cdc_heartbeat`) are indexed like any table and give
  *   `EndToEndLag` = time of the bulk response − source commit time.
@@ -37,6 +44,7 @@ import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent } from 'aw
 import { EnvName, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { METRICS_NAMESPACE, MetricDimension, MetricName } from '../../contracts/metrics.ts';
 import { failuresFrom } from '../core/apply-plan.ts';
+import { heldShardsOf } from '../core/operator-decisions.ts';
 import type { ControlPlane, DeleteMode, SchemaVersion } from '../core/control-plane.ts';
 import { CdcError, InvalidRecordError, UnsafeIdentifierError } from '../core/errors.ts';
 import { keyText, validateChangeEvent, type ChangeEvent, type Row } from '../core/event.ts';
@@ -48,6 +56,8 @@ import {
   DEFAULT_INDEX_PREFIX,
   desiredProperties,
   documentId,
+  donorsToRead,
+  donorValuesOf,
   keysToRead,
   mappingDiff,
   planSearchWrites,
@@ -64,9 +74,11 @@ import {
 } from '../core/search-plan.ts';
 import { encodeVersion, PositionNotEncodableError, searchBaseLsn } from '../core/search-version.ts';
 import { OpenSearchIndex, SearchRequestRejectedError, SearchUnavailableError, searchClient } from '../adapters/search-opensearch.ts';
-import { dynamoDbClient } from '../adapters/aws-clients.ts';
+import { dynamoDbClient, kinesisClient } from '../adapters/aws-clients.ts';
+import { readChangeLog } from '../adapters/change-log-reader.ts';
+import { createHeldRangeReplayer, type ReplayOutcome } from './warehouse-replay.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
-import { changeRecordOf, ConfigurationError, emitSingleMetrics, partialBatchResponse, type ApplyOptions, type BatchOutcome, type ChangeRecord } from './warehouse-applier.ts';
+import { changeRecordOf, ConfigurationError, emitSingleMetrics, isReplayEvent, partialBatchResponse, type ApplyOptions, type BatchOutcome, type ChangeRecord, type ReplayEvent } from './warehouse-applier.ts';
 
 export interface SearchApplierDeps {
   controlPlane: ControlPlane;
@@ -101,6 +113,8 @@ interface Item {
 interface IndexState {
   meta: IndexMeta;
   properties: Record<string, unknown>;
+  /** The handover donor index is known to exist (created on first need). */
+  handoverReady?: boolean;
 }
 
 const describeError = (err: unknown): string => (err instanceof Error ? `${err.name}: ${err.message}` : String(err));
@@ -228,7 +242,7 @@ export function createSearchApplier(deps: SearchApplierDeps): SearchApplier {
     }
 
     async function hold(source: string, table: string, items: Item[], why: string): Promise<void> {
-      await cp.holdSinkTable(sinkId, source, table, minPosition(items));
+      await cp.holdSinkTable(sinkId, source, table, minPosition(items), heldShardsOf(items.map((i) => i.record)));
       countFor(source).held += items.length;
       logger.info('events held', { source, table, count: items.length, from: minPosition(items), why });
     }
@@ -290,26 +304,48 @@ export function createSearchApplier(deps: SearchApplierDeps): SearchApplier {
       // Truncates first: record the horizon, then tombstone every live document below it.
       const truncates = valid.filter((i) => i.event.op === 'truncate');
       const rows = valid.filter((i) => i.event.op !== 'truncate');
+      /**
+       * Tombstones every live document at the truncate position `at` (a document above it, from a
+       * later event, keeps its own version: the delete is a version conflict). The refresh makes
+       * every write acknowledged before it visible to the listing (OpenSearch search is near-real-time).
+       */
+      const sweep = async (at: string, by: Item): Promise<boolean> => {
+        await retrying(source, table, () => search.refresh(names));
+        const gone: ChangeEvent[] = [];
+        for await (const d of search.listDocuments(names)) {
+          const key: Row = {};
+          for (const k of keyColumns) key[k] = d.values[k] ?? null;
+          const { handover: _handover, ...envelope } = by.event; // a sweep's delete hands nothing over
+          gone.push({ ...envelope, op: 'delete', key, after: null, before: null, missing: [], position: at });
+        }
+        if (gone.length === 0) return true;
+        return writeBatch(source, table, names, state, deleteMode, keyColumns, gone.map((event) => ({ record: by.record, event })), true);
+      };
       if (truncates.length > 0) {
         const at = maxPosition(truncates);
         if (state.meta.truncatedAt === null || state.meta.truncatedAt < at) {
           await search.setMeta(names, { ...state.meta, truncatedAt: at });
           state.meta = { ...state.meta, truncatedAt: at };
         }
-        const gone: ChangeEvent[] = [];
-        for await (const d of search.listDocuments(names)) {
-          const key: Row = {};
-          for (const k of keyColumns) key[k] = d.values[k] ?? null;
-          const t = truncates[truncates.length - 1]!.event;
-          gone.push({ ...t, op: 'delete', key, after: null, before: null, missing: [], position: at });
-        }
-        if (gone.length > 0) {
-          const ok = await writeBatch(source, table, names, state, deleteMode, keyColumns, gone.map((event) => ({ record: truncates[0]!.record, event })), true);
-          if (!ok) return;
-        }
+        const last = truncates.find((i) => i.event.position === at)!;
+        if (!(await sweep(at, last))) return;
         countFor(source).applied += truncates.length;
       }
-      const ok = rows.length === 0 ? true : await writeBatch(source, table, names, state, deleteMode, keyColumns, rows, false);
+      let ok = rows.length === 0 ? true : await writeBatch(source, table, names, state, deleteMode, keyColumns, rows, false);
+      if (ok && rows.length > 0) {
+        // A truncate applied meanwhile through another applier (another shard: a truncate has its
+        // own partition key) may have swept before these writes were visible, with a horizon this
+        // applier's cached `_meta` did not know yet. Read the horizon again after the writes: if it
+        // is above any of them, sweep again at it (docs/search.md, "Truncate"). Either the truncate's
+        // horizon was recorded before this read (then this sweep removes what the batch wrote
+        // below it), or after it, and then the truncate's own sweep, which refreshes first, sees them.
+        const current = await retrying(source, table, () => search.readMeta(names));
+        const horizon = current?.truncatedAt ?? null;
+        if (horizon !== null && (state.meta.truncatedAt === null || state.meta.truncatedAt < horizon)) {
+          state.meta = { ...state.meta, truncatedAt: horizon };
+          if (rows.some((i) => i.event.position < horizon)) ok = await sweep(horizon, rows[0]!);
+        }
+      }
       if (ok) await cp.advanceSinkProgress(sinkId, source, table, maxPosition(valid));
     }
 
@@ -340,42 +376,68 @@ export function createSearchApplier(deps: SearchApplierDeps): SearchApplier {
         if (d === undefined && t === undefined) continue;
         stored.set(kt, { ...(d !== undefined ? { doc: storedDocOf(id, d) } : {}), ...(t !== undefined ? { tombstone: storedDocOf(id, t) } : {}) });
       }
-      const plan = planSearchWrites({ events: items.map((i) => i.event), keyColumns, deleteMode, stored, meta: state.meta, appliedAt: now() });
-      for (const e of plan.incomplete) {
-        logger.warn('primary-key change: undelivered columns could not be taken from the old key and are absent from the document', { source, table, position: e.position, key: e.key, columns: e.missing });
+      const ensureHandover = async (): Promise<void> => {
+        if (state.handoverReady) return;
+        await retrying(source, table, () => search.ensureHandoverIndex(names, state.meta));
+        state.handoverReady = true;
+      };
+      // Donors kept for the batch's key-change inserts that lack columns (docs/search.md, "Primary-key changes").
+      const wanted = donorsToRead(items.map((i) => i.event), keyColumns);
+      const donors = new Map<string, Row>();
+      if (wanted.length > 0) {
+        await ensureHandover();
+        const found = await retrying(source, table, () => search.readStored(names.handover, wanted.map((w) => w.docId)));
+        for (const w of wanted) {
+          const v = donorValuesOf(found.get(w.docId));
+          if (v) donors.set(w.id, v);
+        }
+      }
+      const plan = planSearchWrites({ events: items.map((i) => i.event), keyColumns, deleteMode, stored, meta: state.meta, appliedAt: now(), donors });
+      if (plan.ops.some((o) => o.target === 'handover')) await ensureHandover();
+      const heldIds = new Set(plan.held.map(eventId));
+      if (heldIds.size > 0) {
+        logger.info('primary-key change in flight: events wait until the old key\'s values are known (applied on another shard)', { source, table, events: heldIds.size, first: plan.held[0]!.position });
       }
       // Bulk, retrying throttled / unavailable items (only those) with backoff.
-      let pending: SearchOp[] = plan.ops;
       const rejected = new Map<string, string>();
-      let retryable = new Map<string, string>();
+      const retryable = new Map<string, string>();
       let respondedAt = Date.now();
-      for (let attempt = 1; pending.length > 0; attempt++) {
-        let results: unknown[];
-        try {
-          results = await search.bulk(names, bulkBody(pending, names), pending.length);
-        } catch (err) {
-          if (!(err instanceof SearchUnavailableError) || attempt >= attempts) throw err;
-          logger.warn('search bulk unavailable; retrying', { source, table, attempt, error: err.message });
-          await sleep(backoffMs * 2 ** (attempt - 1));
-          continue;
-        }
-        respondedAt = Date.now();
-        const again: SearchOp[] = [];
-        retryable = new Map();
-        results.forEach((r, n) => {
-          const op = pending[n]!;
-          const c = classifyBulkItem(r);
-          if (c.kind === 'reject') rejected.set(op.keyText, c.reason);
-          else if (c.kind === 'retry') {
-            again.push(op);
-            retryable.set(op.keyText, c.reason);
+      const runBulk = async (ops: SearchOp[]): Promise<void> => {
+        let pending = ops;
+        for (let attempt = 1; pending.length > 0; attempt++) {
+          let results: unknown[];
+          try {
+            results = await search.bulk(names, bulkBody(pending, names), pending.length);
+          } catch (err) {
+            if (!(err instanceof SearchUnavailableError) || attempt >= attempts) throw err;
+            logger.warn('search bulk unavailable; retrying', { source, table, attempt, error: err.message });
+            await sleep(backoffMs * 2 ** (attempt - 1));
+            continue;
           }
-        });
-        if (again.length === 0 || attempt >= attempts) break;
-        logger.warn('search bulk items throttled or unavailable; retrying them', { source, table, attempt, items: again.length });
-        await sleep(backoffMs * 2 ** (attempt - 1));
-        pending = again;
-      }
+          respondedAt = Date.now();
+          const again: SearchOp[] = [];
+          for (const op of pending) retryable.delete(op.keyText);
+          results.forEach((r, n) => {
+            const op = pending[n]!;
+            const c = classifyBulkItem(r);
+            if (c.kind === 'reject') rejected.set(op.keyText, c.reason);
+            else if (c.kind === 'retry') {
+              again.push(op);
+              retryable.set(op.keyText, c.reason);
+            }
+          });
+          if (again.length === 0 || attempt >= attempts) break;
+          logger.warn('search bulk items throttled or unavailable; retrying them', { source, table, attempt, items: again.length });
+          await sleep(backoffMs * 2 ** (attempt - 1));
+          pending = again;
+        }
+      };
+      // Handover donors first, in their own bulk: a key change's delete is written only once the
+      // donor its insert needs is stored (a delete written without it could never be completed).
+      const donorOps = plan.ops.filter((o) => o.target === 'handover');
+      await runBulk(donorOps);
+      const blockedKeys = new Set([...donorOps.map((o) => o.keyText)].filter((k) => retryable.has(k) || rejected.has(k)));
+      await runBulk(plan.ops.filter((o) => o.target !== 'handover' && !blockedKeys.has(o.keyText)));
       if (synthetic) {
         if (rejected.size > 0 || retryable.size > 0) {
           const why = [...rejected.values(), ...retryable.values()][0]!;
@@ -391,6 +453,12 @@ export function createSearchApplier(deps: SearchApplierDeps): SearchApplier {
       const c = countFor(source);
       for (const i of items) {
         const kt = keyText(i.event.key);
+        if (heldIds.has(eventId(i.event))) {
+          // Not written: delivered again until the old key's values are known (never indexed without them).
+          failed.set(i.record.sequenceNumber, `primary-key change in flight: waits for the old key's values (position ${i.event.position})`);
+          allOk = false;
+          continue;
+        }
         if (retryable.has(kt)) {
           failed.set(i.record.sequenceNumber, `search unavailable: ${retryable.get(kt)}`);
           allOk = false;
@@ -486,9 +554,30 @@ function fromEnvironment(): SearchApplier {
   });
 }
 
-/** Lambda entry point (Kinesis event source mapping with `ReportBatchItemFailures`). */
-export const handler = async (event: KinesisStreamEvent, context: Context): Promise<KinesisStreamBatchResponse> => {
+/**
+ * Lambda entry point (Kinesis event source mapping with `ReportBatchItemFailures`; the schedule's
+ * `{ cdcReplay: true }` event, lib/search-sink.ts, runs the resume replay of released holds,
+ * lambda/handlers/warehouse-replay.ts, on the change log `CDC_CHANGE_LOG_STREAM`).
+ */
+export const handler = async (event: KinesisStreamEvent | ReplayEvent, context: Context): Promise<KinesisStreamBatchResponse | { replayed: ReplayOutcome[] }> => {
   logger.addContext(context);
   applier ??= fromEnvironment();
+  if (isReplayEvent(event)) return { replayed: await replayFromEnvironment(applier) };
   return applier.handler(event, context);
 };
+
+/** The resume replay of this search sink, on the change log named in the environment (as the warehouse applier's). */
+async function replayFromEnvironment(built: SearchApplier): Promise<ReplayOutcome[]> {
+  const stream = process.env[EnvName.CHANGE_LOG_STREAM];
+  if (!stream) throw new ConfigurationError(`${EnvName.CHANGE_LOG_STREAM} is not set (the resume replay reads the change log)`);
+  const kinesis = (replayKinesis ??= kinesisClient());
+  const replayer = createHeldRangeReplayer({
+    controlPlane: new DynamoDbControlPlane(dynamoDbClient(), process.env[EnvName.CONTROL_TABLE]!),
+    sinkId: process.env[EnvName.SINK_ID]!,
+    applier: built,
+    readLog: () => readChangeLog(kinesis, stream),
+    log: (message, detail) => logger.info(message, detail),
+  });
+  return replayer.replayPending();
+}
+let replayKinesis: ReturnType<typeof kinesisClient> | undefined;

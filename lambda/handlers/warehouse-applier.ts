@@ -54,6 +54,7 @@ import pg from 'pg';
 import { EnvName, HEARTBEAT_TABLE, ServiceName } from '../../contracts/env.ts';
 import { METRICS_NAMESPACE, MetricDimension, MetricName } from '../../contracts/metrics.ts';
 import { failuresPerTable } from '../core/batch-failures.ts';
+import { heldShardsOf } from '../core/operator-decisions.ts';
 import type { ControlPlane, SchemaVersion } from '../core/control-plane.ts';
 import { CdcError, ConfigurationError, InvalidRecordError, UnsafeIdentifierError } from '../core/errors.ts';
 import { validateChangeEvent, type ChangeEvent } from '../core/event.ts';
@@ -304,7 +305,7 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
     }
 
     async function hold(source: string, table: string, items: Item[], why: string): Promise<void> {
-      await cp.holdSinkTable(sinkId, source, table, minPosition(items));
+      await cp.holdSinkTable(sinkId, source, table, minPosition(items), heldShardsOf(items.map((i) => i.record)));
       countFor(source).held += items.length;
       logger.info('events held', { source, table, count: items.length, from: minPosition(items), why });
     }
@@ -497,7 +498,7 @@ export interface ReplayEvent {
   cdcReplay: true;
 }
 
-const isReplayEvent = (e: unknown): e is ReplayEvent => typeof e === 'object' && e !== null && (e as { cdcReplay?: unknown }).cdcReplay === true;
+export const isReplayEvent = (e: unknown): e is ReplayEvent => typeof e === 'object' && e !== null && (e as { cdcReplay?: unknown }).cdcReplay === true;
 
 /** Lambda entry point (Kinesis event source mapping with `ReportBatchItemFailures`; the schedule's replay event). */
 export const handler = async (event: KinesisStreamEvent | ReplayEvent, context: Context): Promise<KinesisStreamBatchResponse | { replayed: ReplayOutcome[] }> => {

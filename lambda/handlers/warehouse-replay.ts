@@ -5,9 +5,13 @@
  * One pass, per table marked for release (and active again):
  * 1. read the hold (held-from position H and hold count c) strongly consistently;
  * 2. read the change log from its trim horizon to its tip, shard by shard in stream order, and
- *    apply the table's events at or after H through the applier's own code
- *    (`applyRecords(…, { replayHeld: true })`: same plan, same position guard) — one key's events
- *    are in one shard, so each key's events apply in position order;
+ *    apply the table's events from each held shard's first held sequence number on, through the
+ *    applier's own code (`applyRecords(…, { replayHeld: true })`: same plan, same position guard)
+ *    — one key's events are in one shard, so each key's events apply in position order. A shard
+ *    that held nothing is left to its live consumer: its unapplied events of the table are all
+ *    ahead of that consumer, and replaying them ahead of it could apply a key's newer event before
+ *    an older one the consumer has not reached yet, which the position guard would then drop
+ *    (`replaysRecord` in lambda/core/operator-decisions.ts);
  * 3. release the hold in one transaction with its audit entry, conditional on H and c unchanged.
  *    The live path keeps holding the table until then. A hold recorded during the pass (a live
  *    batch that read the hold) moves c, so the release fails and the pass runs again: no held
@@ -21,6 +25,7 @@ import type { ControlPlane } from '../core/control-plane.ts';
 import type { LogRecord } from '../adapters/change-log-reader.ts';
 import type { ChangeRecord, WarehouseApplier } from './warehouse-applier.ts';
 import { CdcError } from '../core/errors.ts';
+import { replaysRecord } from '../core/operator-decisions.ts';
 
 export interface ReplayDeps {
   controlPlane: ControlPlane;
@@ -82,7 +87,7 @@ export function createHeldRangeReplayer(deps: ReplayDeps): { replayPending(): Pr
           } catch {
             continue; // the live path dead-lettered it already
           }
-          if (e.source === source && e.table === table && typeof e.position === 'string' && e.position >= from) {
+          if (e.source === source && e.table === table && typeof e.position === 'string' && replaysRecord(hold, r.shardId, r.sequenceNumber, e.position)) {
             mine.push({ sequenceNumber: r.sequenceNumber, origin: `replay/${r.shardId}/${r.sequenceNumber}`, text: r.text });
           }
         }

@@ -226,6 +226,23 @@ describe('sink progress', () => {
     expect((await cp.getSinkProgress('wh', 'shop', 'public.orders'))?.heldFrom).toBe(pos(40));
   });
 
+  it('keeps the lowest held sequence number per shard with the hold count, atomically under racing holds, until released', async () => {
+    await cp.holdSinkTable('wh', 'shop', 'public.orders', pos(20), { 'shardId-000000000000': '200' });
+    await cp.holdSinkTable('wh', 'shop', 'public.orders', pos(30), { 'shardId-000000000000': '1000', 'shardId-000000000001': '99' });
+    await cp.holdSinkTable('wh', 'shop', 'public.orders', pos(25), { 'shardId-000000000001': '100' });
+    expect(await cp.getSinkProgress('wh', 'shop', 'public.orders')).toMatchObject({ heldFrom: pos(20), holdCount: 3, heldFromShards: { 'shardId-000000000000': '200', 'shardId-000000000001': '99' } });
+    // Racing holds of several shards (the optimistic write retries): every shard and every count lands.
+    await Promise.all(Array.from({ length: 8 }, (_, i) => cp.holdSinkTable('wh', 'shop', 'public.orders', pos(40 + i), { [`shardId-00000000001${i}`]: String(5 + i) })));
+    const p = await cp.getSinkProgress('wh', 'shop', 'public.orders');
+    expect(p?.holdCount).toBe(11);
+    expect(Object.keys(p?.heldFromShards ?? {})).toHaveLength(10);
+    expect(await cp.completeSinkRelease('wh', 'shop', 'public.orders', { heldFrom: pos(20), holdCount: 10 }, audit('replay-held'))).toBe(false);
+    expect(await cp.completeSinkRelease('wh', 'shop', 'public.orders', { heldFrom: pos(20), holdCount: 11 }, audit('replay-held'))).toBe(true);
+    expect(await cp.getSinkProgress('wh', 'shop', 'public.orders')).toMatchObject({ heldFrom: null, heldFromShards: null });
+    await cp.holdSinkTable('wh', 'shop', 'public.orders', pos(50), { 'shardId-000000000000': '5000' });
+    expect((await cp.getSinkProgress('wh', 'shop', 'public.orders'))?.heldFromShards).toEqual({ 'shardId-000000000000': '5000' });
+  });
+
   it('progress of one sink does not touch another sink or table', async () => {
     await cp.advanceSinkProgress('wh', 'shop', 'public.orders', pos(10));
     await cp.advanceSinkProgress('search', 'shop', 'public.orders', pos(5));

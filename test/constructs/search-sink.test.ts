@@ -118,3 +118,21 @@ describe('SearchSink', () => {
     expect(() => sink(f, { sources: [upper] })).toThrow(/cannot name a search index/);
   });
 });
+
+describe('SearchSink resume replay', () => {
+  test('the applier knows the change log and a schedule runs its resume replay every minute (as the warehouse sink)', () => {
+    const f = fixture();
+    const s = sink(f);
+    const t = Template.fromStack(f.stack);
+    t.hasResourceProperties('AWS::Lambda::Function', {
+      Environment: { Variables: Match.objectLike({ CDC_SINK_ID: s.sinkId, CDC_CHANGE_LOG_STREAM: f.stack.resolve(f.log.stream.streamName) }) },
+    });
+    t.hasResourceProperties('AWS::Events::Rule', {
+      ScheduleExpression: 'rate(1 minute)',
+      Targets: [Match.objectLike({ Arn: f.stack.resolve(s.applier.functionArn), Input: JSON.stringify({ cdcReplay: true }), RetryPolicy: { MaximumRetryAttempts: 0 } })],
+    });
+    // The replay reads the change log from its trim horizon: the applier's role may read the stream.
+    const policies = resourcesOf(t, 'AWS::IAM::Policy').map(([, p]) => JSON.stringify(p));
+    expect(policies.some((p) => p.includes('kinesis:GetShardIterator') && p.includes('kinesis:GetRecords') && p.includes('kinesis:ListShards'))).toBe(true);
+  });
+});

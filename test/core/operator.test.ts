@@ -92,7 +92,7 @@ describe('pause', () => {
     const later = () => new Date(Date.now() + 20 * 3_600_000);
     const r = await operator({ now: later }).pause('carol', { table: 'public.orders', durationMs: 5 * 3_600_000, reason: 'x' });
     expect(r).toMatchObject({ outcome: 'refused', code: 'PAUSE_OUTLIVES_RETENTION' });
-    expect(r.outcome === 'refused' && r.reason).toMatch(/of which 4h(\d+m)?(\d+s)? is left/);
+    expect(r.outcome === 'refused' && r.reason).toMatch(/of which (4h|3h59m)(\d+m)?(\d+s)? is left/);
   });
 });
 

@@ -257,6 +257,50 @@ describe('search applier on the search stand-in', () => {
     expect([...(await live(names)).keys()]).toEqual([documentId({ id: 7 })]);
   });
 
+  it('a truncate applied through another applier (another shard) removes what a lagging applier with a stale cached horizon writes below it', async () => {
+    for (const mode of ['soft', 'hard'] as const) {
+      const { cp, a, table, names } = await setup({ mode });
+      // The second applier is another shard's: its own cache of the index (and of its _meta).
+      const b = createSearchApplier({ controlPlane: cp, search: index, sinkId: 'search', metrics: new Metrics({ namespace: 'CdcPlatform' }), logger: new Logger({ logLevel: 'CRITICAL' }), backoffMs: 1 });
+      expect((await b.applyRecords(records([ev(table, 'insert', 1, { id: 1 }, { id: 1, n: 1 })]))).failed).toEqual([]);
+      const trunc = ev(table, 'truncate', 10, {}, null, { before: null });
+      expect((await a.applyRecords(records([trunc]))).failed).toEqual([]);
+      // B's shard lags: an insert from before the truncate arrives now, and one from after it.
+      const out = await b.applyRecords(records([ev(table, 'insert', 5, { id: 2 }, { id: 2, n: 2 }), ev(table, 'insert', 12, { id: 3 }, { id: 3, n: 3 })]));
+      expect(out).toMatchObject({ failed: [], deadLettered: 0 });
+      expect([...(await live(names)).keys()], mode).toEqual([documentId({ id: 3 })]);
+    }
+  });
+
+  it('a primary-key change with an unchanged TOAST value is completed whichever half arrives first, on two appliers (shards)', async () => {
+    for (const mode of ['soft', 'hard'] as const) {
+      for (const order of ['insert first', 'delete first'] as const) {
+        const { cp, a, table, names } = await setup({ mode });
+        const b = createSearchApplier({ controlPlane: cp, search: index, sinkId: 'search', metrics: new Metrics({ namespace: 'CdcPlatform' }), logger: new Logger({ logLevel: 'CRITICAL' }), backoffMs: 1 });
+        expect((await a.applyRecords(records([ev(table, 'insert', 1, { id: 1 }, { id: 1, n: 1, body: 'long toast' })]))).failed).toEqual([]);
+        // id 1 → id 2 at position 5, body unchanged: the insert half does not carry it.
+        const del = ev(table, 'delete', 5, { id: 1 }, null, { handover: ['body'] });
+        const ins = ev(table, 'insert', 5, { id: 2 }, { id: 2, n: 9 }, { before: { id: 1 }, missing: ['body'] });
+        const later = ev(table, 'update', 6, { id: 2 }, { id: 2, n: 10 }, { missing: ['body'] });
+        if (order === 'insert first') {
+          const waiting = await b.applyRecords(records([ins, later]));
+          // Nothing is written for the new key yet (never a document without its body); both come again.
+          expect(waiting.failed, `${mode}, ${order}`).toHaveLength(2);
+          expect([...(waiting.reasons.values())][0]).toMatch(/primary-key change in flight/);
+          expect((await live(names)).has(documentId({ id: 2 }))).toBe(false);
+          expect((await a.applyRecords(records([del]))).failed).toEqual([]);
+          expect((await b.applyRecords(records([ins, later]))).failed).toEqual([]);
+        } else {
+          expect((await a.applyRecords(records([del]))).failed).toEqual([]);
+          expect((await b.applyRecords(records([ins, later]))).failed).toEqual([]);
+        }
+        const docs = await live(names);
+        expect([...docs.keys()], `${mode}, ${order}`).toEqual([documentId({ id: 2 })]);
+        expect(docs.get(documentId({ id: 2 })), `${mode}, ${order}`).toEqual({ id: 2, n: 10, body: 'long toast' });
+      }
+    }
+  });
+
   it('applies snapshot rows like inserts at their position, and ignores tables it does not serve', async () => {
     const { a, table, names, cp } = await setup();
     await a.applyRecords(records([ev(table, 'snapshot', 2, { id: 1 }, { id: 1, n: 2 }, { capture: 'snapshot', txId: null }), ev(table, 'snapshot', 1, { id: 1 }, { id: 1, n: 1 }, { capture: 'snapshot' })]));

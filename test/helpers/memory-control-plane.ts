@@ -26,6 +26,7 @@ import type { RebuildRun } from '../../lambda/core/control-plane.ts';
 import { CdcError } from '../../lambda/core/errors.ts';
 import type { SnapshotChunkRecord, SnapshotState } from '../../lambda/core/snapshot.ts';
 import { assertPosition, type Position } from '../../lambda/core/position.ts';
+import { mergeHeldShards } from '../../lambda/core/operator-decisions.ts';
 
 const copy = <T>(v: T): T => structuredClone(v);
 const tableKey = (source: string, table: string): string => `${source}\u0000${table}`;
@@ -133,11 +134,12 @@ export class MemoryControlPlane implements ControlPlane {
     if (p.appliedPosition === null || p.appliedPosition < appliedPosition) p.appliedPosition = appliedPosition;
   }
 
-  async holdSinkTable(sink: string, source: string, table: string, fromPosition: Position): Promise<void> {
+  async holdSinkTable(sink: string, source: string, table: string, fromPosition: Position, shards?: Readonly<Record<string, string>>): Promise<void> {
     this.count('holdSinkTable');
     assertPosition(fromPosition, 'fromPosition');
     const p = this.sinkEntry(sink, source, table);
     if (p.heldFrom === null || p.heldFrom > fromPosition) p.heldFrom = fromPosition;
+    if (shards !== undefined) p.heldFromShards = mergeHeldShards(p.heldFromShards, shards);
     p.heldAt ??= new Date().toISOString();
     p.holdCount = (p.holdCount ?? 0) + 1;
   }
@@ -146,6 +148,7 @@ export class MemoryControlPlane implements ControlPlane {
     const p = this.sinkEntry(sink, source, table);
     p.heldFrom = null;
     p.heldAt = null;
+    p.heldFromShards = null;
     this.audit.push(copy(audit));
   }
 
@@ -218,6 +221,7 @@ export class MemoryControlPlane implements ControlPlane {
     if (!p || p.heldFrom !== expected.heldFrom || (p.holdCount ?? 0) !== expected.holdCount) return false;
     p.heldFrom = null;
     p.heldAt = null;
+    p.heldFromShards = null;
     p.releasedAt = new Date().toISOString();
     this.audit.push(copy(audit));
     return true;
