@@ -10,6 +10,7 @@ import { decodeCommand } from './decode.ts';
 import { localCommand } from './local.ts';
 import { auditCommand, pauseCommand, resnapshotCommand, resumeCommand, statusCommand } from './operator.ts';
 import { doctorCommand } from './doctor.ts';
+import { reconcileCommand } from './reconcile.ts';
 
 export type { CliIo, Command } from './command.ts';
 
@@ -27,6 +28,7 @@ export const COMMANDS: readonly Command[] = [
   resnapshotCommand,
   auditCommand,
   doctorCommand,
+  reconcileCommand,
 ];
 
 function usage(): string {

@@ -20,6 +20,7 @@
  * it against a Redshift warehouse is not tested.
  */
 import type pg from 'pg';
+import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { quoteIdent, splitTableId } from '../core/identifiers.ts';
 import { keyOrderClass, type KeyRange, type KeyTuple, type RangeSummary, type ReconcileSide, type SideRow, type SideShape } from '../core/reconcile.ts';
 import { RESERVED_PREFIX, warehouseTable, CdcColumn } from '../core/warehouse-sql.ts';
@@ -71,10 +72,15 @@ export class PgReconcileSide implements ReconcileSide {
   private textKey: boolean[] = [];
   private readonly position: boolean;
 
+  /** The sink's heartbeat view (its stable point), when this side is a sink. */
+  private readonly heartbeat: { rel: Relation; source: string } | null;
+
   constructor(
     private readonly rel: Relation,
-    o: PgSideOptions & { position?: boolean },
+    o: PgSideOptions & { position?: boolean; heartbeat?: { rel: Relation; source: string } },
   ) {
+    this.heartbeat = o.heartbeat ?? null;
+    if (this.heartbeat) this.appliedThrough = () => this.heartbeatApplied();
     this.label = o.label;
     this.client = o.client;
     this.key = o.key;
@@ -200,6 +206,26 @@ export class PgReconcileSide implements ReconcileSide {
     return res.rows.map((r) => this.toRow(r));
   }
 
+  /** The database's clock, ms since the epoch (the clock heartbeats are stamped with on the source). */
+  async clock(): Promise<number> {
+    const res = await this.client.query('SELECT CAST(extract(epoch FROM clock_timestamp()) * 1000 AS float8) AS t');
+    return Number(res.rows[0].t);
+  }
+
+  /** Set on a sink side with a heartbeat view (see `pgWarehouseSide`). */
+  readonly appliedThrough?: () => Promise<number | null>;
+
+  private async heartbeatApplied(): Promise<number | null> {
+    const h = this.heartbeat!;
+    const res = await this.client
+      .query(`SELECT CAST(extract(epoch FROM beat_at) * 1000 AS float8) AS t FROM ${quoteIdent(h.rel.schema)}.${quoteIdent(h.rel.name)} WHERE source_id = $1`, [h.source])
+      .catch((e: { code?: string }) => {
+        if (e.code === '42P01') return { rows: [] }; // no heartbeat applied yet: no view
+        throw e;
+      });
+    return res.rows.length ? Number(res.rows[0].t) : null;
+  }
+
   async rowsByKey(keys: readonly KeyTuple[]): Promise<SideRow[]> {
     const out: SideRow[] = [];
     for (let i = 0; i < keys.length; i += 500) {
@@ -218,10 +244,21 @@ export function pgSourceSide(client: Queryable, tableId: string, key: readonly s
   return new PgReconcileSide({ schema, name: table }, { client, label: 'source', key, masked });
 }
 
-/** The warehouse sink's view of a source table as a side (rows carry `_cdc_position`). */
-export function pgWarehouseSide(client: Queryable, source: string, tableId: string, key: readonly string[], label = 'warehouse'): PgReconcileSide {
+/**
+ * The warehouse sink's view of a source table as a side (rows carry `_cdc_position`). Its stable
+ * point is the source's heartbeat row as the warehouse holds it (`<source>_<schema>.cdc_heartbeat`).
+ */
+export function pgWarehouseSide(
+  client: Queryable,
+  source: string,
+  tableId: string,
+  key: readonly string[],
+  o: { label?: string; heartbeatSchema?: string; stablePoint?: boolean } = {},
+): PgReconcileSide {
   const t = warehouseTable(source, tableId);
-  return new PgReconcileSide({ schema: t.schema, name: t.view }, { client, label, key, position: true });
+  const hb = warehouseTable(source, `${o.heartbeatSchema ?? DEFAULT_HEARTBEAT_SCHEMA}.${HEARTBEAT_TABLE}`);
+  const heartbeat = o.stablePoint === false ? {} : { heartbeat: { rel: { schema: hb.schema, name: hb.view }, source } };
+  return new PgReconcileSide({ schema: t.schema, name: t.view }, { client, label: o.label ?? 'warehouse', key, position: true, ...heartbeat });
 }
 
 /** Opens the session settings on a client (see the module comment). */

@@ -21,8 +21,11 @@
  *    column by column (`sameValue`, masked columns masked with the masking module's `maskValue`,
  *    excluded columns never read). The hash is only a filter: a hash that differs for a type's
  *    text (a `real` read back as `double precision`) narrows to rows that then compare equal.
- * 5. In flight is not divergence. A differing key is a *suspect*: after `settleMs` (longer than
- *    the sink's lag) both sides are read again by key. A key is confirmed diverged only when
+ * 5. In flight is not divergence. A differing key is a *suspect*: it is read again on both sides
+ *    after `settleMs` and after the sink's stable point has passed the previous read: the sink
+ *    must have applied a heartbeat (invariant 10) that the source committed after that read
+ *    (`clock` on the source side, `appliedThrough` on the sink side; INCONCLUSIVE when the sink
+ *    does not get there within `maxLagMs`). A key is confirmed diverged only when
  *    neither side changed between the two reads (same source values, same sink values and
  *    position) and they still differ; a key that now agrees was in flight; a key that changed on
  *    either side is re-checked again, up to `settleRounds` times, and is reported as unsettled
@@ -110,6 +113,13 @@ export interface ReconcileSide {
   rows(range: KeyRange): Promise<SideRow[]>;
   /** The rows with these keys (absent keys are left out). */
   rowsByKey(keys: readonly KeyTuple[]): Promise<SideRow[]>;
+  /** Source: the source's clock now (ms since the epoch), the time heartbeats are stamped with. */
+  clock?(): Promise<number>;
+  /**
+   * Sink: the source commit time (ms) of the newest heartbeat the sink has applied (invariant 10),
+   * or null when it has none: the sink's stable point.
+   */
+  appliedThrough?(): Promise<number | null>;
 }
 
 export type VerdictKind = 'MATCH' | 'DIVERGED' | 'INCONCLUSIVE';
@@ -185,6 +195,8 @@ export interface ReconcileTableOptions {
   settleMs?: number;
   /** Re-checks of keys that keep changing. @default 3 */
   settleRounds?: number;
+  /** How long a re-check waits for the sink's stable point to pass the first read before giving up (INCONCLUSIVE). @default 120000 */
+  maxLagMs?: number;
   /** Confirmed keys kept as samples. @default 20 */
   maxSampleKeys?: number;
   /** The source budget's pacer: segment size and pauses (shared with the snapshot worker). */
@@ -402,11 +414,28 @@ export async function reconcileTable(o: ReconcileTableOptions): Promise<Reconcil
   }
   v.nextCursor = v.fullCoverage ? null : after;
 
-  // 5. Re-check suspects until they hold still.
+  // 5. Re-check suspects until they hold still: each re-read waits `settleMs` and, when the sides
+  // say, until the sink has applied a heartbeat the source committed after the previous read.
   let pending = [...suspects.values()];
   const confirmed: Array<Suspect & { kind: DifferenceKind; column?: string }> = [];
+  const maxLagMs = o.maxLagMs ?? 120_000;
+  let readAt = pending.length > 0 && o.sourceSide.clock ? await o.sourceSide.clock() : null;
+  let lagging: string | null = null;
   for (let round = 0; round < settleRounds && pending.length > 0; round++) {
     await sleep(settleMs);
+    if (readAt !== null && o.sinkSide.appliedThrough) {
+      const deadline = now() + maxLagMs;
+      let through = await o.sinkSide.appliedThrough();
+      while ((through === null || through < readAt) && now() < deadline) {
+        await sleep(Math.min(500, settleMs || 500));
+        through = await o.sinkSide.appliedThrough();
+      }
+      if (through === null || through < readAt) {
+        lagging = `${o.sinkSide.label} did not apply a heartbeat newer than the first read within ${maxLagMs} ms (${through === null ? 'no heartbeat applied' : `${Math.round(readAt - through)} ms behind`}): ${pending.length} differing key(s) not judged`;
+        break;
+      }
+      readAt = await o.sourceSide.clock!();
+    }
     const keys = pending.map((s) => s.key);
     const [a, b] = await Promise.all([o.sourceSide.rowsByKey(keys), o.sinkSide.rowsByKey(keys)]);
     v.cost.recheckRows += a.length + b.length;
@@ -448,9 +477,10 @@ export async function reconcileTable(o: ReconcileTableOptions): Promise<Reconcil
   if (n > 0 || v.problems.length > 0) {
     const parts = [`${v.diverged.missing} missing, ${v.diverged.extra} extra, ${v.diverged.different} different`];
     if (v.problems.length > 0) parts.push(...v.problems);
-    if (v.unsettled > 0) parts.push(`${v.unsettled} more key(s) still changing`);
+    if (v.unsettled > 0) parts.push(`${v.unsettled} more key(s) ${lagging ? 'not judged (sink lagging)' : 'still changing'}`);
     return done('DIVERGED', parts.join('; '));
   }
+  if (lagging) return done('INCONCLUSIVE', lagging);
   if (v.unsettled > 0) return done('INCONCLUSIVE', `${v.unsettled} key(s) differed and kept changing through ${settleRounds} re-check(s) ${settleMs} ms apart: in flight or hot; the next run checks them again`);
   if (!v.fullCoverage && sourceRows !== sinkRows) {
     return done('INCONCLUSIVE', `row counts differ (source ${sourceRows}, ${o.sinkSide.label} ${sinkRows}) and the ${v.coveredRows} row(s) checked this run agree: the difference is in flight or in ranges the next runs check`);
