@@ -260,6 +260,8 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
   private readonly slotMonitorMetrics: SlotMonitor;
   /** The snapshot worker function (copies existing rows in paced chunks; docs/snapshot.md). */
   readonly snapshotWorker: lambda.IFunction;
+  /** The source database (the `Reconciler` reads it within the same budget as the snapshot worker). */
+  readonly database: SourceDatabase;
   /** Records the normalizer gave up on (shard id and sequence numbers). */
   readonly deadLetterQueue: sqs.IQueue;
   /**
@@ -652,6 +654,7 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
       stallThreshold: props.alarmSnapshotStallThreshold ?? Duration.minutes(30),
     });
     this.snapshotWorker = snapshot.fn;
+    this.database = props.database;
     this.alarms.push(...snapshot.alarms);
 
     this.acknowledgeGrantWildcards([normalizer, heartbeat, lifecycle, slotMonitor.function, snapshot.worker], targetRole, secretsRole);
