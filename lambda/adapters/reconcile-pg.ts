@@ -5,8 +5,8 @@
  * this file only speaks SQL.
  *
  * Both sides hash a row in SQL the same way: the MD5 of `rowHashText` of the compared columns'
- * text (each column `<length>:<text>`, `~` for NULL, joined by `|`), of which the first 60 bits
- * are summed exactly (`numeric`). On the source, a masked column is hashed masked: the SQL form
+ * text (each value through `quote_nullable`, joined by `,`), of which the first 60 bits are
+ * summed exactly (`numeric`). On the source, a masked column is hashed masked: the SQL form
  * of the masking module's `maskValue` (lower-case hex SHA-256 of the value's text; NULL stays
  * NULL), so the source's summary matches the masked copy in the sink; leaf rows are read raw and
  * masked by `maskValue` itself (lambda/core/masking.ts), and a test checks the two forms agree.
@@ -127,12 +127,8 @@ export class PgReconcileSide implements ReconcileSide {
 
   /** The per-row hash expression (see the module comment). */
   hashSql(): string {
-    const parts = this.columns.map((c) => {
-      const text = `CAST(${quoteIdent(c)} AS text)`;
-      const x = this.masked.includes(c) ? maskSql(text) : text;
-      return `COALESCE(CAST(length(${x}) AS text) || ':' || ${x}, '~')`;
-    });
-    const text = parts.length ? parts.join(` || '|' || `) : "''";
+    const parts = this.columns.map((c) => (this.masked.includes(c) ? `quote_nullable(${maskSql(`CAST(${quoteIdent(c)} AS text)`)})` : `quote_nullable(${quoteIdent(c)})`));
+    const text = parts.length ? parts.join(` || ',' || `) : "''";
     return `CAST(CAST('x' || substr(md5(${text}), 1, 15) AS bit(60)) AS bigint)`;
   }
 

@@ -209,9 +209,19 @@ export interface ReconcileTableOptions {
   now?: () => number;
 }
 
-/** The text one row's hash is computed from: per column `<length>:<text>` or `~` for null, joined by `|`. */
+/**
+ * The text one row's hash is computed from: each value as PostgreSQL's `quote_nullable` writes it
+ * (`NULL`, or the text in single quotes with quotes doubled, and with backslashes doubled behind an
+ * `E` when it has any), joined by `,`. Unambiguous, and one text conversion per value in SQL.
+ */
 export function rowHashText(values: readonly (string | null)[]): string {
-  return values.map((v) => (v === null ? '~' : `${[...v].length}:${v}`)).join('|');
+  return values
+    .map((v) => {
+      if (v === null) return 'NULL';
+      const q = v.replace(/'/g, "''");
+      return v.includes('\\') ? `E'${q.replace(/\\/g, '\\\\')}'` : `'${q}'`;
+    })
+    .join(',');
 }
 
 /** Whether two texts denote the same value: equal, the same decimal number, or the same JSON. */

@@ -81,11 +81,12 @@ export interface ReconcilerResult {
   coverageGaps: number;
 }
 
-function single(metrics: Metrics, dims: Record<string, string>): Metrics {
+/** One EMF record per metric (a single metric flushes, and forgets its dimensions, on `addMetric`). */
+function emit(metrics: Metrics, dims: Record<string, string>, name: string, value: number): void {
   const m = metrics.singleMetric();
   m.clearDefaultDimensions();
   m.addDimensions(dims);
-  return m;
+  m.addMetric(name, MetricUnit.Count, value);
 }
 
 /** One scheduled run of one tier (see the module comment). */
@@ -132,17 +133,16 @@ export function createReconciler(d: ReconcilerDeps): (event: { tier?: unknown },
       onVerdict: (v) => {
         const log = v.verdict === 'DIVERGED' ? d.logger.error.bind(d.logger) : v.verdict === 'INCONCLUSIVE' ? d.logger.warn.bind(d.logger) : d.logger.info.bind(d.logger);
         log('Reconciliation verdict', { table: v.table, verdict: v.verdict, reason: v.reason, sampleKeys: v.sampleKeys, covered: v.covered, coveredRows: v.coveredRows });
-        const m = single(d.metrics, { [MetricDimension.SINK]: d.sink, [MetricDimension.SOURCE]: d.source, [MetricDimension.TABLE]: v.table });
-        m.addMetric(MetricName.RECONCILE_ROWS_CHECKED, MetricUnit.Count, v.coveredRows);
+        emit(d.metrics, { [MetricDimension.SINK]: d.sink, [MetricDimension.SOURCE]: d.source, [MetricDimension.TABLE]: v.table }, MetricName.RECONCILE_ROWS_CHECKED, v.coveredRows);
       },
     });
     const all = await d.control.listReconcileVerdicts(d.sink);
     const gaps = coverageGaps(captured.map((t) => ({ source: d.source, table: t.table })), [d.sink], all.filter((v) => v.source === d.source), d.tiers, (d.now ?? Date.now)());
-    const m = single(d.metrics, { [MetricDimension.SINK]: d.sink });
-    m.addMetric(MetricName.RECONCILE_DIVERGED_TABLES, MetricUnit.Count, verdicts.filter((v) => v.verdict === 'DIVERGED').length);
-    m.addMetric(MetricName.RECONCILE_DIVERGED_KEYS, MetricUnit.Count, verdicts.reduce((n, v) => n + v.diverged.missing + v.diverged.extra + v.diverged.different, 0));
-    m.addMetric(MetricName.RECONCILE_INCONCLUSIVE_TABLES, MetricUnit.Count, verdicts.filter((v) => v.verdict === 'INCONCLUSIVE').length);
-    m.addMetric(MetricName.RECONCILE_COVERAGE_GAPS, MetricUnit.Count, gaps.length);
+    const sinkDims = { [MetricDimension.SINK]: d.sink };
+    emit(d.metrics, sinkDims, MetricName.RECONCILE_DIVERGED_TABLES, verdicts.filter((v) => v.verdict === 'DIVERGED').length);
+    emit(d.metrics, sinkDims, MetricName.RECONCILE_DIVERGED_KEYS, verdicts.reduce((n, v) => n + v.diverged.missing + v.diverged.extra + v.diverged.different, 0));
+    emit(d.metrics, sinkDims, MetricName.RECONCILE_INCONCLUSIVE_TABLES, verdicts.filter((v) => v.verdict === 'INCONCLUSIVE').length);
+    emit(d.metrics, sinkDims, MetricName.RECONCILE_COVERAGE_GAPS, gaps.length);
     if (gaps.length > 0) d.logger.warn('Tables without a decided verdict within their tier period', { gaps });
     return { tier: tier.name, verdicts: verdicts.map((v) => ({ table: v.table, verdict: v.verdict, reason: v.reason })), coverageGaps: gaps.length };
   };

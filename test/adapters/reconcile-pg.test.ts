@@ -18,6 +18,7 @@ import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { maskSql, pgSourceSide, pgWarehouseSide, prepareReconcileSession } from '../../lambda/adapters/reconcile-pg.ts';
 import { maskValue } from '../../lambda/core/masking.ts';
 import { reconcileTable } from '../../lambda/core/reconcile.ts';
+import { rowHash } from '../../lambda/core/reconcile-rows.ts';
 import { FixedPacer } from '../../lambda/core/snapshot-pacer.ts';
 import { createMirrorSql, createSchemaSql, createViewSql, MIRROR_CDC_COLUMNS, sinkType, warehouseTable } from '../../lambda/core/warehouse-sql.ts';
 
@@ -121,6 +122,13 @@ describe('reconcile-pg', () => {
     }
     const n = await src.query(`SELECT ${maskSql('CAST(NULL AS text)')} AS m`);
     expect(n.rows[0].m).toBe(maskValue(null));
+  });
+
+  it('hashes a row in SQL exactly as the in-memory side does (quotes, backslashes, NULL, unicode)', async () => {
+    const values = ["plain", "it's", 'back\\slash', "both ' and \\", 'é 漢字 🎉', '', null];
+    const sql = values.map((_, i) => `quote_nullable(CAST($${i + 1} AS text))`).join(` || ',' || `);
+    const r = await src.query(`SELECT CAST(CAST('x' || substr(md5(${sql}), 1, 15) AS bit(60)) AS bigint) AS h`, values);
+    expect(BigInt(r.rows[0].h)).toBe(rowHash(values));
   });
 
   it('a faithful copy matches on summaries alone, across the warehouse types and the mask', async () => {
