@@ -1,7 +1,7 @@
 /**
- * A reconciliation side over rows held in memory (docs/reconcile.md): the search sink's side
- * (lambda/adapters/reconcile-search.ts reads an index's documents into it) and the randomized
- * test of the bisection. It hashes exactly as the SQL sides do (`rowHashText`, first 60 bits of
+ * A reconciliation side over rows held in memory (docs/reconcile.md): for a sink that cannot
+ * checksum server-side (a search index's documents, read into it; not built yet) and for the
+ * randomized test of the bisection. It hashes exactly as the SQL sides do (`rowHashText`, first 60 bits of
  * the MD5; masked columns through the masking module's `maskValue`), so it can be compared with a
  * PostgreSQL side. Pure: no I/O.
  */

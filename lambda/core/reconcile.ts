@@ -1,7 +1,8 @@
 /**
  * Reconciliation (docs/reconcile.md): is a sink's copy of a captured table the source's table?
- * Pure logic over two `ReconcileSide`s (the source and one sink); adapters
- * (lambda/adapters/reconcile-pg.ts, lambda/adapters/reconcile-search.ts) read the databases.
+ * Pure logic over two `ReconcileSide`s (the source and one sink); adapters read the databases
+ * (lambda/adapters/reconcile-pg.ts: the source and the warehouse sink; a search sink plugs in with
+ * its own side, see docs/reconcile.md "The sink interface").
  *
  * How one run decides, per table:
  * 1. Preconditions: the table is `active` and the sink holds nothing back (a paused table's sink
@@ -25,9 +26,9 @@
  *    after `settleMs` and after the sink's stable point has passed the previous read: the sink
  *    must have applied a heartbeat (invariant 10) that the source committed after that read
  *    (`clock` on the source side, `appliedThrough` on the sink side; INCONCLUSIVE when the sink
- *    does not get there within `maxLagMs`). A key is confirmed diverged only when
- *    neither side changed between the two reads (same source values, same sink values and
- *    position) and they still differ; a key that now agrees was in flight; a key that changed on
+ *    does not get there within `maxLagMs`). A key is confirmed diverged only when, through
+ *    `CONFIRMING_RECHECKS` consecutive re-checks, neither side changed (same source values, same
+ *    sink values and position) and they still differ; a key that now agrees was in flight; a key that changed on
  *    either side is re-checked again, up to `settleRounds` times, and is reported as unsettled
  *    (INCONCLUSIVE when nothing else diverged) if it never holds still.
  *
@@ -193,7 +194,7 @@ export interface ReconcileTableOptions {
   leafRows?: number;
   /** Wait before re-reading suspect keys, ms: longer than the sink's lag. @default 5000 */
   settleMs?: number;
-  /** Re-checks of keys that keep changing. @default 3 */
+  /** Re-checks of differing keys at most (at least `CONFIRMING_RECHECKS`). @default 4 */
   settleRounds?: number;
   /** How long a re-check waits for the sink's stable point to pass the first read before giving up (INCONCLUSIVE). @default 120000 */
   maxLagMs?: number;
@@ -266,7 +267,12 @@ interface Suspect {
   range: KeyRange;
   source: SideRow | null;
   sink: SideRow | null;
+  /** Consecutive re-checks in which neither side changed and they still differed. */
+  still: number;
 }
+
+/** Re-checks a suspect must hold still through before it is confirmed (docs/reconcile.md "Rows in flight"). */
+export const CONFIRMING_RECHECKS = 2;
 
 /** The first column whose values differ (masked source values already masked), or null. */
 function firstDifference(source: SideRow | null, sink: SideRow | null, columns: readonly string[]): { kind: DifferenceKind; column?: string } | null {
@@ -293,7 +299,7 @@ export async function reconcileTable(o: ReconcileTableOptions): Promise<Reconcil
   const rowsPerRun = o.rowsPerRun ?? 100_000;
   const leafRows = o.leafRows ?? 256;
   const settleMs = o.settleMs ?? 5000;
-  const settleRounds = o.settleRounds ?? 3;
+  const settleRounds = Math.max(o.settleRounds ?? 4, CONFIRMING_RECHECKS);
   const maxSamples = o.maxSampleKeys ?? 20;
   const started = now();
   const v: ReconcileVerdict = {
@@ -370,7 +376,7 @@ export async function reconcileTable(o: ReconcileTableOptions): Promise<Reconcil
       for (const id of new Set([...srcRows.keys(), ...snkRows.keys()])) {
         const s = srcRows.get(id) ?? null;
         const k = snkRows.get(id) ?? null;
-        if (firstDifference(s, k, v.columns)) suspects.set(id, { key: (s ?? k)!.key, range, source: s, sink: k });
+        if (firstDifference(s, k, v.columns)) suspects.set(id, { key: (s ?? k)!.key, range, source: s, sink: k, still: 0 });
       }
       return;
     }
@@ -436,11 +442,14 @@ export async function reconcileTable(o: ReconcileTableOptions): Promise<Reconcil
     if (readAt !== null && o.sinkSide.appliedThrough) {
       const deadline = now() + maxLagMs;
       let through = await o.sinkSide.appliedThrough();
-      while ((through === null || through < readAt) && now() < deadline) {
+      // The sink must have applied a heartbeat committed at least `settleMs` after the read: a
+      // margin for change-log shards that run behind the heartbeat's.
+      const target = readAt + settleMs;
+      while ((through === null || through < target) && now() < deadline) {
         await sleep(Math.min(500, settleMs || 500));
         through = await o.sinkSide.appliedThrough();
       }
-      if (through === null || through < readAt) {
+      if (through === null || through < target) {
         lagging = `${o.sinkSide.label} did not apply a heartbeat newer than the first read within ${maxLagMs} ms (${through === null ? 'no heartbeat applied' : `${Math.round(readAt - through)} ms behind`}): ${pending.length} differing key(s) not judged`;
         break;
       }
@@ -461,8 +470,9 @@ export async function reconcileTable(o: ReconcileTableOptions): Promise<Reconcil
         v.settled++;
         continue;
       }
-      if (sameRow(src, s.source) && sameRow(snk, s.sink)) confirmed.push({ ...s, ...diff });
-      else next.push({ ...s, source: src, sink: snk });
+      const still = sameRow(src, s.source) && sameRow(snk, s.sink) ? s.still + 1 : 0;
+      if (still >= CONFIRMING_RECHECKS) confirmed.push({ ...s, ...diff });
+      else next.push({ ...s, source: src, sink: snk, still });
     }
     pending = next;
   }
