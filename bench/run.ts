@@ -16,7 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { argValue, formatTable, loadAverage, RESULTS_DIR, writeResult, type BenchResult } from './lib/report.ts';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
-const BENCHMARKS = ['synth', 'capture', 'apply', 'e2e', 'search', 'snapshot', 'rebuild'] as const;
+const BENCHMARKS = ['synth', 'capture', 'apply', 'e2e', 'search', 'snapshot', 'rebuild', 'reconcile'] as const;
 
 /** Extra options per benchmark for `--quick`. */
 const QUICK: Record<(typeof BENCHMARKS)[number], string[]> = {
@@ -27,6 +27,7 @@ const QUICK: Record<(typeof BENCHMARKS)[number], string[]> = {
   search: ['--quick'],
   snapshot: ['--rows', '50000', '--seconds', '10', '--runs', '1'],
   rebuild: ['--quick'],
+  reconcile: ['--rows', '200000', '--rows-per-run', '20000', '--runs', '1'],
 };
 
 /** Extra options per benchmark for a full run. */

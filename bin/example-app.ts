@@ -33,6 +33,7 @@ import {
   SourceDatabase,
   WarehouseConnection,
   WarehouseSink,
+  Reconciler,
 } from '../lib/index.ts';
 
 /** Options of the example stack. */
@@ -124,7 +125,7 @@ export class CdcExampleStack extends Stack {
       billing.node.addDependency(roles);
     }
 
-    new WarehouseSink(this, 'Warehouse', {
+    const warehouse = new WarehouseSink(this, 'Warehouse', {
       controlPlane,
       changeLog,
       sources: [orders, billing],
@@ -148,6 +149,21 @@ export class CdcExampleStack extends Stack {
       vpc,
       awsApiEgress: AwsApiEgress.natGateway(),
       freshnessTarget: Duration.minutes(1),
+      alarmActions,
+    });
+
+    // Reconciliation of both sources against the warehouse (docs/reconcile.md): the orders every
+    // hour, everything else once a day.
+    new Reconciler(this, 'Reconciler', {
+      controlPlane,
+      sources: [orders, billing],
+      sinks: [warehouse],
+      vpc,
+      awsApiEgress: AwsApiEgress.natGateway(),
+      tiers: [
+        { name: 'hot', every: Duration.hours(1), tables: ['public.orders'] },
+        { name: 'daily', every: Duration.days(1) },
+      ],
       alarmActions,
     });
   }

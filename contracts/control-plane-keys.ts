@@ -26,6 +26,8 @@ export const ControlPartition = {
   AUDIT: 'AUDIT',
   /** The dead letters of one stage (`normalizer` or a sink id). */
   deadLetters: (stage: string): string => `DEADLETTER#${stage}`,
+  /** One sink's latest reconciliation verdict per table, with its cursor (docs/reconcile.md). */
+  verdicts: (sink: string): string => `VERDICT#${sink}`,
   /** One item per stage that has dead letters (sort key `STAGE#<stage>`). */
   DEAD_LETTER_STAGES: 'DEADLETTERS',
   /** One sink's rebuild runs (docs/rebuild.md; sort key `<source>#<table>#<started at>#<id>`). */

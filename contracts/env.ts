@@ -65,6 +65,12 @@ export const EnvName = {
   CHANGE_LOG_RETENTION_MS: 'CDC_CHANGE_LOG_RETENTION_MS',
   /** Operator function: JSON object of source id → longest pause its slot/WAL budget allows, in ms. */
   PAUSE_BUDGETS: 'CDC_PAUSE_BUDGETS',
+  /** Reconciler: JSON array of its tiers, `[{"name","periodMs","tables":["schema.table" | "*"]}]` (docs/reconcile.md). */
+  RECONCILE_TIERS: 'CDC_RECONCILE_TIERS',
+  /** Reconciler: source rows checked per table per run at most. */
+  RECONCILE_ROWS_PER_RUN: 'CDC_RECONCILE_ROWS_PER_RUN',
+  /** Reconciler: wait before re-reading differing keys, ms (longer than the sink's lag). */
+  RECONCILE_SETTLE_MS: 'CDC_RECONCILE_SETTLE_MS',
   POWERTOOLS_SERVICE_NAME: 'POWERTOOLS_SERVICE_NAME',
   POWERTOOLS_METRICS_NAMESPACE: 'POWERTOOLS_METRICS_NAMESPACE',
 } as const;
@@ -84,4 +90,5 @@ export const ServiceName = {
   HEARTBEAT_WRITER: 'cdc-heartbeat-writer',
   WAREHOUSE_APPLIER: 'cdc-warehouse-applier',
   DMS_TASK_LIFECYCLE: 'cdc-dms-task-lifecycle',
+  RECONCILER: 'cdc-reconciler',
 } as const;

@@ -45,6 +45,16 @@ export const MetricName = {
   SNAPSHOT_THROTTLED: 'SnapshotThrottled',
   /** Seconds since a running snapshot last completed a chunk (the stall alarm's metric). Seconds. Dims: Source. */
   SNAPSHOT_STALL_AGE: 'SnapshotStallAge',
+  /** Tables whose reconciliation verdict was DIVERGED, per run (the divergence alarm's metric). Count. Dims: Sink (docs/reconcile.md). */
+  RECONCILE_DIVERGED_TABLES: 'ReconcileDivergedTables',
+  /** Confirmed differing keys (missing + extra + different), per run. Count. Dims: Sink. */
+  RECONCILE_DIVERGED_KEYS: 'ReconcileDivergedKeys',
+  /** Tables whose verdict was INCONCLUSIVE, per run. Count. Dims: Sink. */
+  RECONCILE_INCONCLUSIVE_TABLES: 'ReconcileInconclusiveTables',
+  /** Source rows checked by a run. Count. Dims: Sink, Source, Table. */
+  RECONCILE_ROWS_CHECKED: 'ReconcileRowsChecked',
+  /** Captured tables with no decided verdict (MATCH or DIVERGED) within their tier's period (the coverage alarm's metric). Count. Dims: Sink. */
+  RECONCILE_COVERAGE_GAPS: 'ReconcileCoverageGaps',
 } as const;
 export type MetricNameValue = (typeof MetricName)[keyof typeof MetricName];
 

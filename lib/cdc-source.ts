@@ -263,6 +263,8 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
   readonly snapshotWorker: lambda.IFunction;
   /** The poll worker function, when a table is captured with `CaptureMode.POLL` (docs/polling.md). */
   readonly pollWorker?: lambda.IFunction;
+  /** The source database (the `Reconciler` reads it within the same budget as the snapshot worker). */
+  readonly database: SourceDatabase;
   /** Records the normalizer gave up on (shard id and sequence numbers). */
   readonly deadLetterQueue: sqs.IQueue;
   /**
@@ -660,6 +662,7 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
       stallThreshold: props.alarmSnapshotStallThreshold ?? Duration.minutes(30),
     });
     this.snapshotWorker = snapshot.fn;
+    this.database = props.database;
     this.alarms.push(...snapshot.alarms);
 
     // --- Poll worker: tables without log access, by their modified-at or version column (docs/polling.md) ---

@@ -8,3 +8,4 @@ export * from './warehouse-connection.ts';
 export * from './warehouse-sink.ts';
 export * from './aws-api-egress.ts';
 export * from './search-sink.ts';
+export * from './reconciler.ts';

@@ -203,6 +203,8 @@ export class WarehouseSink extends WarehouseSinkBase implements ec2.IConnectable
   readonly alarms: cloudwatch.IAlarm[] = [];
   /** The sources this sink mirrors. */
   readonly sources: ICdcSource[];
+  /** How the sink reaches the warehouse (the `Reconciler` reads it the same way). */
+  readonly connection: WarehouseConnection;
 
   constructor(scope: Construct, id: string, props: WarehouseSinkProps) {
     super(scope, id);
@@ -219,6 +221,7 @@ export class WarehouseSink extends WarehouseSinkBase implements ec2.IConnectable
       sourceIds.add(source.sourceId);
     }
     this.sources = [...props.sources];
+    this.connection = props.connection;
     if (isKnownDuration(this.freshnessTarget)) {
       const freshnessSeconds = this.freshnessTarget.toSeconds();
       if (freshnessSeconds < 30) fail(this, `freshnessTarget must be at least 30 seconds (heartbeats are 10 seconds apart), got ${this.freshnessTarget.toHumanString()}`);

@@ -11,6 +11,7 @@ import { localCommand } from './local.ts';
 import { auditCommand, pauseCommand, resnapshotCommand, resumeCommand, statusCommand } from './operator.ts';
 import { doctorCommand } from './doctor.ts';
 import { rebuildCommand } from './operator.ts';
+import { reconcileCommand } from './reconcile.ts';
 
 export type { CliIo, Command } from './command.ts';
 
@@ -29,6 +30,7 @@ export const COMMANDS: readonly Command[] = [
   auditCommand,
   doctorCommand,
   rebuildCommand,
+  reconcileCommand,
 ];
 
 function usage(): string {

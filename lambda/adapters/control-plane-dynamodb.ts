@@ -18,6 +18,7 @@
  * | `SOURCE#<source>`           | `SNAPSHOT#<table>`        | the table's snapshot run (state as JSON, `version`)    |
  * | `SNAPSHOT#<source>#<table>` | `RUN#<run>#C#<9 digits>`  | a completed snapshot chunk (docs/snapshot.md)          |
  * | `REBUILD#<sink>`            | `<source>#<table>#<ISO time>#<id>` | a rebuild run (docs/rebuild.md; JSON in `body`) |
+ * | `VERDICT#<sink>`            | `TABLE#<source>#<table>`  | latest reconciliation verdict + cursor (docs/reconcile.md) |
  *
  * The audit log is one partition, read in time order: it holds state changes, schema versions
  * and operator actions (never per-event traffic), far below one partition's write capacity.
@@ -63,6 +64,7 @@ import { assertPosition, type Position } from '../core/position.ts';
 import { mergeHeldShards } from '../core/operator-decisions.ts';
 import { deadLetterKey, PayloadMismatchError, sha256, type PayloadStore } from '../core/payload-store.ts';
 import type { SnapshotChunkRecord, SnapshotState } from '../core/snapshot.ts';
+import type { ReconcileVerdict } from '../core/reconcile.ts';
 import type {
   AuditEntry,
   ControlPlane,
@@ -95,6 +97,7 @@ const key = {
   deadLetter: (stage: string, at: string) => ({ pk: ControlPartition.deadLetters(stage), sk: `${sortableTime(at)}#${randomUUID()}` }),
   deadLetterStage: (stage: string) => ({ pk: ControlPartition.DEAD_LETTER_STAGES, sk: `STAGE#${stage}` }),
   snapshot: (source: string, table: string) => ({ pk: ControlPartition.source(source), sk: `SNAPSHOT#${table}` }),
+  verdict: (sink: string, source: string, table: string) => ({ pk: ControlPartition.verdicts(sink), sk: `TABLE#${source}#${table}` }),
   snapshotChunk: (source: string, table: string, run: string, index: number) => ({ pk: ControlPartition.snapshotChunks(source, table), sk: `RUN#${run}#C#${String(index).padStart(9, '0')}` }),
   rebuild: (sink: string, source: string, table: string, at: string, id: string) => ({ pk: ControlPartition.rebuilds(sink), sk: `${source}#${table}#${sortableTime(at)}#${id}` }),
 };
@@ -669,6 +672,52 @@ export class DynamoDbControlPlane implements ControlPlane {
   async listSnapshotChunks(source: string, table: string, run: string): Promise<SnapshotChunkRecord[]> {
     const items = await this.query({ pk: `SNAPSHOT#${source}#${table}`, skPrefix: `RUN#${run}#C#` });
     return items.map((i) => JSON.parse(String(i.body)) as SnapshotChunkRecord);
+  }
+
+  // Reconciliation verdicts (docs/reconcile.md): the latest per sink and table, JSON in `body`.
+
+  async putReconcileVerdict(verdict: ReconcileVerdict): Promise<void> {
+    nonEmpty(verdict.sink, 'verdict.sink');
+    nonEmpty(verdict.source, 'verdict.source');
+    nonEmpty(verdict.table, 'verdict.table');
+    sortableTime(verdict.at);
+    await this.client.send(
+      new PutItemCommand({
+        TableName: this.tableName,
+        Item: toItem({ ...key.verdict(verdict.sink, verdict.source, verdict.table), kind: 'reconcile-verdict', verdict: verdict.verdict, at: verdict.at, body: JSON.stringify(verdict) }),
+      }),
+    );
+  }
+
+  async getReconcileVerdict(sink: string, source: string, table: string): Promise<ReconcileVerdict | null> {
+    const item = await this.get(key.verdict(sink, source, table));
+    return item ? (JSON.parse(String(item.body)) as ReconcileVerdict) : null;
+  }
+
+  async listReconcileVerdicts(sink?: string): Promise<ReconcileVerdict[]> {
+    let items: Plain[];
+    if (sink !== undefined) items = await this.query({ pk: ControlPartition.verdicts(sink), skPrefix: 'TABLE#' });
+    else {
+      // All sinks (coverage across sinks): sink ids are not listed anywhere, so a scan for the kind.
+      items = [];
+      let start: Item | undefined;
+      do {
+        const page = await this.client.send(
+          new ScanCommand({
+            TableName: this.tableName,
+            ConsistentRead: true,
+            FilterExpression: '#kind = :kind',
+            ExpressionAttributeNames: { '#kind': 'kind' },
+            ExpressionAttributeValues: toItem({ ':kind': 'reconcile-verdict' }),
+            ...(start ? { ExclusiveStartKey: start } : {}),
+          }),
+        );
+        for (const i of page.Items ?? []) items.push(unmarshall(i));
+        start = page.LastEvaluatedKey;
+      } while (start);
+    }
+    const key3 = (v: ReconcileVerdict): string => `${v.sink}\u0000${v.source}\u0000${v.table}`;
+    return items.map((i) => JSON.parse(String(i.body)) as ReconcileVerdict).sort((a, b) => (key3(a) < key3(b) ? -1 : key3(a) > key3(b) ? 1 : 0));
   }
 
   // -------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
  */
 import type { Position } from './position.ts';
 import type { SnapshotChunkRecord, SnapshotState } from './snapshot.ts';
+import type { ReconcileVerdict } from './reconcile.ts';
 
 export type TableState = 'active' | 'paused' | 'needs-resnapshot' | 'degraded';
 /** How a sink applies deletes; defined once for constructs and runtime in contracts/table-config.ts. */
@@ -192,6 +193,15 @@ export interface ControlPlane {
   completeSnapshotChunk(chunk: SnapshotChunkRecord, state: SnapshotState, expectedVersion: number): Promise<boolean>;
   /** The completed chunks of one run, in chunk order. */
   listSnapshotChunks(source: string, table: string, run: string): Promise<SnapshotChunkRecord[]>;
+  // ---- Reconciliation (docs/reconcile.md) ----
+  /**
+   * Stores a table's latest verdict for one sink, replacing the previous one; it carries the
+   * ranges it covered and the cursor the next run starts at.
+   */
+  putReconcileVerdict(verdict: ReconcileVerdict): Promise<void>;
+  getReconcileVerdict(sink: string, source: string, table: string): Promise<ReconcileVerdict | null>;
+  /** The latest verdict of every table, of one sink or of all, ordered by sink, source, table. */
+  listReconcileVerdicts(sink?: string): Promise<ReconcileVerdict[]>;
   // ---- Rebuilds (docs/rebuild.md) ----
   /** Records a rebuild run (rehearsal or swap: its duration, counts and diff summary) with its audit entry, in one transaction. */
   recordRebuild(run: RebuildRun, audit: AuditEntry): Promise<void>;

@@ -456,7 +456,8 @@ interface WarehouseSecret {
   sslmode?: string;
 }
 
-async function poolFromEnvironment(): Promise<pg.Pool> {
+/** The warehouse connection the constructs configure (`CDC_WAREHOUSE_URL`, or the secret); the reconciler uses it too. */
+export async function poolFromEnvironment(): Promise<pg.Pool> {
   const url = process.env[EnvName.WAREHOUSE_URL];
   const common = { max: 2, connectionTimeoutMillis: 10_000, idleTimeoutMillis: 60_000 };
   if (url) return new pg.Pool({ connectionString: url, ...common });

@@ -25,6 +25,7 @@ import type {
 import type { RebuildRun } from '../../lambda/core/control-plane.ts';
 import { CdcError } from '../../lambda/core/errors.ts';
 import type { SnapshotChunkRecord, SnapshotState } from '../../lambda/core/snapshot.ts';
+import type { ReconcileVerdict } from '../../lambda/core/reconcile.ts';
 import { assertPosition, type Position } from '../../lambda/core/position.ts';
 import { mergeHeldShards } from '../../lambda/core/operator-decisions.ts';
 
@@ -41,6 +42,7 @@ export class MemoryControlPlane implements ControlPlane {
   private readonly snapshots = new Map<string, SnapshotState>();
   private readonly snapshotChunks = new Map<string, SnapshotChunkRecord>();
   private readonly rebuilds: RebuildRun[] = [];
+  private readonly verdicts = new Map<string, ReconcileVerdict>();
   /** Calls per method name, for tests that care how often the applier asks. */
   readonly calls = new Map<string, number>();
 
@@ -264,6 +266,24 @@ export class MemoryControlPlane implements ControlPlane {
 
   async listSnapshotChunks(source: string, table: string, run: string): Promise<SnapshotChunkRecord[]> {
     return [...this.snapshotChunks.values()].filter((c) => c.source === source && c.table === table && c.run === run).sort((a, b) => a.index - b.index).map(copy);
+  }
+
+  // ---- Reconciliation ----
+
+  async putReconcileVerdict(verdict: ReconcileVerdict): Promise<void> {
+    this.verdicts.set(`${verdict.sink}\u0000${tableKey(verdict.source, verdict.table)}`, copy(verdict));
+  }
+
+  async getReconcileVerdict(sink: string, source: string, table: string): Promise<ReconcileVerdict | null> {
+    const v = this.verdicts.get(`${sink}\u0000${tableKey(source, table)}`);
+    return v ? copy(v) : null;
+  }
+
+  async listReconcileVerdicts(sink?: string): Promise<ReconcileVerdict[]> {
+    return [...this.verdicts.values()]
+      .filter((v) => sink === undefined || v.sink === sink)
+      .sort((a, b) => (a.sink + '\u0000' + a.source + '\u0000' + a.table < b.sink + '\u0000' + b.source + '\u0000' + b.table ? -1 : 1))
+      .map(copy);
   }
 
   async recordRebuild(run: RebuildRun, audit: AuditEntry): Promise<void> {

@@ -1,0 +1,102 @@
+/**
+ * Benchmark: reconciliation of a table that matches (docs/reconcile.md, "What it costs").
+ *
+ * A source table and its warehouse copy in the warehouse's layout (mirror + view, the warehouse's
+ * types), identical. One reconciliation run (`reconcileTable` over the PostgreSQL sides: counts of
+ * both sides, range checksums over `rowsPerRun` rows from the cursor, segments of 20,000 rows)
+ * against `SELECT count(*)` of the source table, in the same run. Goal ≤ 3× the count. Also the
+ * cost of a full pass (every row checksummed on both sides), for reference.
+ *
+ *     npm run bench:reconcile [-- --rows 1000000 --rows-per-run 100000 --runs 3]
+ */
+import pg from 'pg';
+import { pgSourceSide, pgWarehouseSide, prepareReconcileSession } from '../lambda/adapters/reconcile-pg.ts';
+import { NO_COLUMN_RULES } from '../lambda/core/masking.ts';
+import { reconcileTable, type KeyTuple } from '../lambda/core/reconcile.ts';
+import { FixedPacer } from '../lambda/core/snapshot-pacer.ts';
+import { createMirrorSql, createSchemaSql, createViewSql, MIRROR_CDC_COLUMNS, warehouseTable } from '../lambda/core/warehouse-sql.ts';
+import { startPostgres } from '../local/postgres.ts';
+import { exec, serverVersion } from './lib/pg.ts';
+import { isMain, median, numberArg, Recorder, timeRow, type BenchResult } from './lib/report.ts';
+
+const say = (text: string): void => void process.stdout.write(`[reconcile] ${text}\n`);
+const T = warehouseTable('bench', 'public.recon');
+
+export async function runReconcileBench(): Promise<BenchResult> {
+  const rowsN = numberArg('rows', 1_000_000);
+  const rowsPerRun = numberArg('rows-per-run', 100_000);
+  const runs = numberArg('runs', 3);
+  const rec = new Recorder('reconcile', { rows: rowsN, rowsPerRun, runs, segment: 20_000 });
+  const pgc = await startPostgres();
+  try {
+    await pgc.createDatabase('src');
+    await pgc.createDatabase('wh');
+    rec.settings.postgres = await serverVersion(pgc.url('src'));
+    await exec(pgc.url('src'), `CREATE TABLE public.recon (id bigint PRIMARY KEY, a int NOT NULL, b text, c numeric(12,2), d timestamptz NOT NULL);
+      INSERT INTO public.recon SELECT g, g % 1000, md5(g::text), g / 7.0, timestamptz '2026-01-01 00:00:00+00' + g * interval '1 second' FROM generate_series(1, ${rowsN}) g`);
+    await exec(pgc.url('src'), 'VACUUM ANALYZE public.recon');
+    const cols = [{ name: 'a', type: 'bigint' }, { name: 'b', type: 'varchar(65535)' }, { name: 'c', type: 'numeric(38,2)' }, { name: 'd', type: 'timestamptz' }];
+    await exec(pgc.url('wh'), [
+      createSchemaSql(T),
+      createMirrorSql(T, [{ name: 'id', type: 'bigint' }], cols),
+      createViewSql(T, ['id', ...cols.map((c) => c.name), ...MIRROR_CDC_COLUMNS.map((c) => c.name)]),
+      `INSERT INTO ${T.schema}.${T.mirror} SELECT g, g % 1000, md5(g::text), round(g / 7.0, 2), timestamptz '2026-01-01 00:00:00+00' + g * interval '1 second', lpad(to_hex(g), 24, '0'), false, NULL, now() FROM generate_series(1, ${rowsN}) g`,
+    ].join(';\n'));
+    await exec(pgc.url('wh'), `VACUUM ANALYZE ${T.schema}.${T.mirror}`);
+    const s = new pg.Client({ connectionString: pgc.url('src') });
+    const w = new pg.Client({ connectionString: pgc.url('wh') });
+    await s.connect();
+    await w.connect();
+    await prepareReconcileSession(s);
+    await prepareReconcileSession(w);
+    const count = async (): Promise<number> => {
+      const t0 = performance.now();
+      await s.query('SELECT count(*) FROM public.recon');
+      return performance.now() - t0;
+    };
+    let cursor: KeyTuple | null = null;
+    const reconcile = async (perRun: number): Promise<{ ms: number; verdict: string; covered: number; full: boolean }> => {
+      const t0 = performance.now();
+      const v = await reconcileTable({
+        sink: 'warehouse', source: 'bench', table: 'public.recon', key: ['id'], rules: NO_COLUMN_RULES, cursor, rowsPerRun: perRun, pacer: new FixedPacer(20_000), settleMs: 0,
+        sourceSide: pgSourceSide(s, 'public.recon', ['id'], []), sinkSide: pgWarehouseSide(w, 'bench', 'public.recon', ['id'], { stablePoint: false }),
+      });
+      cursor = v.nextCursor;
+      return { ms: performance.now() - t0, verdict: v.verdict, covered: v.coveredRows, full: v.fullCoverage };
+    };
+    await count(); // warm
+    await reconcile(rowsPerRun);
+    const counts: number[] = [];
+    const runsMs: number[] = [];
+    for (let i = 0; i < runs; i++) {
+      counts.push(await count());
+      const r = await reconcile(rowsPerRun);
+      if (r.verdict !== 'MATCH') throw new Error(`expected MATCH, got ${r.verdict}`);
+      runsMs.push(r.ms);
+      say(`count(*) ${counts.at(-1)!.toFixed(1)} ms; reconcile run ${r.ms.toFixed(1)} ms (${r.covered} rows checksummed, ${r.verdict})`);
+    }
+    rec.add(timeRow(`reconcile run of a matching ${rowsN}-row table (${rowsPerRun} rows checksummed per run)`, median(runsMs), 'ms', median(counts), 'SELECT count(*) on the source', { target: '≤ 3× count(*)', met: median(runsMs) <= 3 * median(counts) }));
+    cursor = null;
+    const full = await reconcile(rowsN + 1);
+    const c = await count();
+    say(`full pass ${full.ms.toFixed(1)} ms (${full.covered} rows, whole table ${full.full}); count(*) ${c.toFixed(1)} ms`);
+    rec.add(timeRow(`full pass over the matching ${rowsN}-row table (every row checksummed on both sides)`, full.ms, 'ms', c, 'SELECT count(*) on the source', { note: 'reference only: a run checks rowsPerRun rows, a full pass takes ceil(rows / rowsPerRun) runs' }));
+    rec.details.counts = counts;
+    rec.details.runs = runsMs;
+    await s.end();
+    await w.end();
+  } finally {
+    await pgc.stop();
+  }
+  return rec.finish();
+}
+
+if (isMain(import.meta.url)) {
+  runReconcileBench().then(
+    () => process.exit(0),
+    (err: unknown) => {
+      console.error(err);
+      process.exit(1);
+    },
+  );
+}

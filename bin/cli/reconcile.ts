@@ -1,0 +1,202 @@
+/**
+ * `cdc reconcile`: compares captured tables of a `cdc local` source with the warehouse sink's
+ * copy (docs/reconcile.md) and stores each verdict, with the ranges it covered and the cursor the
+ * next run starts at, in the state folder's control plane.
+ *
+ * Exit codes: 0 every table MATCH, 1 any DIVERGED, 2 usage, 3 could not decide (INCONCLUSIVE, or
+ * the databases could not be reached; the reason on stderr).
+ */
+import { readFile } from 'node:fs/promises';
+import { formatReconcileVerdict, verdictExitCode, type ReconcileVerdict } from '../../lambda/core/reconcile.ts';
+import { validateTableConfig, type TableConfig } from '../../lambda/core/table-config.ts';
+import { DEMO_TABLES } from '../../local/demo.ts';
+import { HEARTBEAT_TABLE_ID } from '../../local/pipeline.ts';
+import { openLocalControl, reconcileDatabases } from '../../local/reconcile.ts';
+import { DEFAULT_STATE_DIR, SOURCE_DATABASE, WAREHOUSE_DATABASE } from '../../local/stack.ts';
+import { parseDuration } from './local.ts';
+import { EXIT_OK, EXIT_REFUSED, UsageError, write, type CliIo, type Command } from './command.ts';
+
+const HELP = `Usage: cdc reconcile [--table T]... [--sink ID] [--json] [--state-dir DIR] [options]
+
+Compares captured tables of a cdc local source with the warehouse sink's copy: row counts, then
+checksums over primary-key ranges, a differing range narrowed by bisection down to the keys. A
+key that differs is read again after the settle time: only a key that held still on both sides
+and still differs is reported (rows in flight are not divergence). Big tables are checked a
+budget of rows per run, from where the last run stopped, so coverage rotates. Each verdict is
+stored in the state folder's control plane. See docs/reconcile.md.
+
+Options:
+  --table T                  a table to reconcile (schema.table; repeat or comma separate)
+                             [default: every captured table of the source]
+  --sink ID                  the warehouse sink id [default: warehouse]
+  --state-dir DIR            a cdc local state folder [default: ${DEFAULT_STATE_DIR}]
+  --source URL               the source database [default: the embedded one of a running cdc local --demo]
+  --warehouse URL            the warehouse database [default: the embedded one of a running cdc local]
+  --source-id ID             the source id [default: the only source the control plane knows]
+  --table-config FILE        the captured-table settings cdc local was given (mask and exclude rules;
+                             the demo's are used for the demo)
+  --rows-per-run N           source rows checked per table per run at most [default: 100000]
+  --settle TIME              wait before re-reading differing keys (longer than the sink's lag) [default: 5s]
+  --json                     the verdicts as JSON on stdout
+  -h, --help                 this text
+
+Exit code: 0 every table MATCH, 1 any table DIVERGED, 2 usage error, 3 could not decide
+(a table INCONCLUSIVE, or a database unreachable; the reason on stderr).
+`;
+
+export interface ReconcileCliOptions {
+  tables: string[];
+  sink: string;
+  stateDir: string;
+  sourceUrl: string | null;
+  warehouseUrl: string | null;
+  sourceId: string | null;
+  tableConfig: string | null;
+  rowsPerRun: number | undefined;
+  settleMs: number | undefined;
+  json: boolean;
+  help: boolean;
+}
+
+export function parseReconcileArgs(args: readonly string[]): ReconcileCliOptions {
+  const o: ReconcileCliOptions = { tables: [], sink: 'warehouse', stateDir: DEFAULT_STATE_DIR, sourceUrl: null, warehouseUrl: null, sourceId: null, tableConfig: null, rowsPerRun: undefined, settleMs: undefined, json: false, help: false };
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    const eq = a.startsWith('--') ? a.indexOf('=') : -1;
+    const name = eq > 0 ? a.slice(0, eq) : a;
+    const inline = eq > 0 ? a.slice(eq + 1) : undefined;
+    const value = (): string => {
+      const v = inline ?? args[++i];
+      if (v === undefined || (inline === undefined && v.startsWith('--'))) throw new UsageError(`${name} needs a value`);
+      if (v === '') throw new UsageError(`${name} must not be empty`);
+      return v;
+    };
+    switch (name) {
+      case '-h':
+      case '--help':
+        o.help = true;
+        break;
+      case '--json':
+        o.json = true;
+        break;
+      case '--table':
+        for (const t of value().split(',').map((s) => s.trim()).filter(Boolean)) {
+          if (!/^[^.\s]+\.[^.\s]+$/.test(t)) throw new UsageError(`--table expects schema.table, got '${t}'`);
+          o.tables.push(t);
+        }
+        break;
+      case '--sink':
+        o.sink = value();
+        break;
+      case '--state-dir':
+        o.stateDir = value();
+        break;
+      case '--source':
+        o.sourceUrl = value();
+        break;
+      case '--warehouse':
+        o.warehouseUrl = value();
+        break;
+      case '--source-id':
+        o.sourceId = value();
+        break;
+      case '--table-config':
+        o.tableConfig = value();
+        break;
+      case '--rows-per-run': {
+        const v = value();
+        const n = Number(v);
+        if (!Number.isInteger(n) || n <= 0) throw new UsageError(`--rows-per-run expects a positive integer, got '${v}'`);
+        o.rowsPerRun = n;
+        break;
+      }
+      case '--settle':
+        o.settleMs = parseDuration(value());
+        break;
+      default:
+        throw new UsageError(a.startsWith('-') ? `unknown option ${a} for cdc reconcile` : `unexpected argument '${a}' (tables go with --table)`);
+    }
+  }
+  return o;
+}
+
+async function refuse(io: CliIo, message: string): Promise<number> {
+  await write(io.stderr, `cdc reconcile: ${message}\n`);
+  return EXIT_REFUSED;
+}
+
+export const reconcileCommand: Command = {
+  name: 'reconcile',
+  summary: 'compare captured tables with the warehouse copy (counts, range checksums, bisection to keys)',
+  async run(args: string[], io: CliIo): Promise<number> {
+    const o = parseReconcileArgs(args);
+    if (o.help) {
+      await write(io.stdout, HELP);
+      return EXIT_OK;
+    }
+    let configs: TableConfig[] | null = null;
+    if (o.tableConfig) {
+      let text: string;
+      try {
+        text = await readFile(o.tableConfig, 'utf8');
+      } catch (e) {
+        throw new UsageError(`--table-config ${o.tableConfig}: ${(e as Error).message}`);
+      }
+      try {
+        configs = validateTableConfig(JSON.parse(text), o.tableConfig);
+      } catch (e) {
+        throw new UsageError(`--table-config ${o.tableConfig}: ${(e as Error).message}`);
+      }
+    }
+    let local;
+    try {
+      local = await openLocalControl(o.stateDir);
+    } catch (e) {
+      return refuse(io, (e as Error).message);
+    }
+    try {
+      const registered = (await local.control.listTables()).filter((t) => t.table !== HEARTBEAT_TABLE_ID);
+      const sources = [...new Set(registered.map((t) => t.source))];
+      const source = o.sourceId ?? (sources.length === 1 ? sources[0]! : null);
+      if (source === null) {
+        if (sources.length === 0) return refuse(io, `the control plane in ${o.stateDir} knows no captured table yet: run cdc local until its tables are registered`);
+        throw new UsageError(`the control plane knows several sources (${sources.join(', ')}): pass --source-id`);
+      }
+      const captured = registered.filter((t) => t.source === source).map((t) => t.table);
+      const wanted = o.tables.length > 0 ? o.tables : captured;
+      const unknown = wanted.filter((t) => !captured.includes(t));
+      if (unknown.length > 0) throw new UsageError(`not a captured table of source ${source}: ${unknown.join(', ')} (captured: ${captured.join(', ') || 'none'})`);
+      const rules = configs ?? (local.embeddedSource ? DEMO_TABLES : []);
+      const tables: TableConfig[] = wanted.map((t) => rules.find((c) => c.table === t) ?? { table: t, deleteMode: 'soft', mask: [], exclude: [] });
+      const sourceUrl = o.sourceUrl ?? (local.embeddedSource && local.embeddedUrl ? local.embeddedUrl(SOURCE_DATABASE) : null);
+      const warehouseUrl = o.warehouseUrl ?? (local.embeddedUrl ? local.embeddedUrl(WAREHOUSE_DATABASE) : null);
+      if (!sourceUrl) return refuse(io, local.running ? 'cdc local captures an external source here: pass --source URL' : 'cdc local is not running on this state folder, so its embedded databases are down: pass --source URL (and --warehouse URL), or start cdc local');
+      if (!warehouseUrl) return refuse(io, 'pass --warehouse URL (the embedded warehouse runs only while cdc local runs)');
+      let verdicts: ReconcileVerdict[];
+      try {
+        verdicts = await reconcileDatabases({
+          control: local.control,
+          sourceUrl,
+          warehouseUrl,
+          source,
+          sink: o.sink,
+          tables,
+          ...(o.rowsPerRun !== undefined ? { rowsPerRun: o.rowsPerRun } : {}),
+          ...(o.settleMs !== undefined ? { settleMs: o.settleMs } : {}),
+          onVerdict: (v) => {
+            if (!o.json) void write(io.stdout, formatReconcileVerdict(v).join('\n') + '\n');
+          },
+        });
+      } catch (e) {
+        return refuse(io, `could not reconcile: ${(e as Error).message}`);
+      }
+      const code = verdictExitCode(verdicts);
+      if (o.json) await write(io.stdout, JSON.stringify({ exitCode: code, verdicts }, null, 2) + '\n');
+      const inconclusive = verdicts.filter((v) => v.verdict === 'INCONCLUSIVE');
+      if (code === EXIT_REFUSED) for (const v of inconclusive) await write(io.stderr, `cdc reconcile: ${v.table}: INCONCLUSIVE: ${v.reason}\n`);
+      return code;
+    } finally {
+      await local.close();
+    }
+  },
+};

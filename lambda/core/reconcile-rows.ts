@@ -1,0 +1,122 @@
+/**
+ * A reconciliation side over rows held in memory (docs/reconcile.md): for a sink that cannot
+ * checksum server-side (a search index's documents, read into it; not built yet) and for the
+ * randomized test of the bisection. It hashes exactly as the SQL sides do (`rowHashText`, first 60 bits of
+ * the MD5; masked columns through the masking module's `maskValue`), so it can be compared with a
+ * PostgreSQL side. Pure: no I/O.
+ */
+import { createHash } from 'node:crypto';
+import { maskValue } from './masking.ts';
+import { compareKeys, rowHashText, type KeyRange, type KeyTuple, type RangeSummary, type ReconcileSide, type SideRow, type SideShape } from './reconcile.ts';
+
+export interface MemorySideOptions {
+  label: string;
+  key: readonly string[];
+  /** Every column the side holds (key included). */
+  columns: readonly string[];
+  /** Ordering class per key column (`number` orders numerically, anything else by code unit). */
+  keyOrder: readonly string[];
+  rows: Iterable<SideRow>;
+  /** Columns hashed masked (a source side). */
+  masked?: readonly string[];
+  exists?: boolean;
+}
+
+/** The 60-bit hash of a row's compared values, as the SQL sides compute it. */
+export function rowHash(values: readonly (string | null)[]): bigint {
+  return BigInt(`0x${createHash('md5').update(rowHashText(values), 'utf8').digest('hex').slice(0, 15)}`);
+}
+
+export class MemoryReconcileSide implements ReconcileSide {
+  readonly label: string;
+  private readonly sorted: SideRow[];
+  private readonly numeric: boolean[];
+  private columns: readonly string[] = [];
+  /** Prefix sums of the row hashes: `prefix[i]` is the sum of the first i rows'. */
+  private prefix: bigint[] = [0n];
+  /** Calls per method, for tests that care what a comparison cost. */
+  readonly calls = new Map<string, number>();
+
+  constructor(private readonly o: MemorySideOptions) {
+    this.label = o.label;
+    this.numeric = o.keyOrder.map((c) => c === 'number');
+    this.sorted = [...o.rows].sort((a, b) => compareKeys(a.key, b.key, this.numeric));
+  }
+
+  private count(name: string): void {
+    this.calls.set(name, (this.calls.get(name) ?? 0) + 1);
+  }
+
+  async shape(): Promise<SideShape> {
+    return { exists: this.o.exists ?? true, columns: [...this.o.columns], keyOrder: [...this.o.keyOrder] };
+  }
+
+  useColumns(columns: readonly string[]): void {
+    this.columns = columns;
+    const masked = this.o.masked ?? [];
+    this.prefix = [0n];
+    for (const r of this.sorted) this.prefix.push(this.prefix.at(-1)! + rowHash(columns.map((c) => (masked.includes(c) ? maskValue(r.values[c] ?? null) : (r.values[c] ?? null)))));
+  }
+
+  /** First index with key > k (k null: 0). */
+  private upper(k: KeyTuple | null): number {
+    if (k === null) return 0;
+    let lo = 0;
+    let hi = this.sorted.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (compareKeys(this.sorted[mid]!.key, k, this.numeric) <= 0) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
+
+  private span(range: KeyRange): [number, number] {
+    return [this.upper(range.after), range.upTo === null ? this.sorted.length : this.upper(range.upTo)];
+  }
+
+  private sum(from: number, to: number): RangeSummary {
+    if (to <= from) return { rows: 0, checksum: '0' };
+    return { rows: to - from, checksum: (this.prefix[to]! - this.prefix[from]!).toString() };
+  }
+
+  async countAll(): Promise<number> {
+    this.count('countAll');
+    return this.sorted.length;
+  }
+
+  async summarize(range: KeyRange): Promise<RangeSummary> {
+    this.count('summarize');
+    const [a, b] = this.span(range);
+    return this.sum(a, b);
+  }
+
+  async summarizeNext(after: KeyTuple | null, limit: number, bound: KeyTuple | null): Promise<RangeSummary & { last: KeyTuple | null }> {
+    this.count('summarizeNext');
+    const [a, end] = this.span({ after, upTo: bound });
+    const b = Math.min(end, a + limit);
+    return { ...this.sum(a, b), last: b > a ? this.sorted[b - 1]!.key : null };
+  }
+
+  async keyAt(range: KeyRange, offset: number): Promise<KeyTuple | null> {
+    this.count('keyAt');
+    const [a, b] = this.span(range);
+    return a + offset < b ? this.sorted[a + offset]!.key : null;
+  }
+
+  private pick(r: SideRow): SideRow {
+    return { key: r.key, values: Object.fromEntries(this.columns.map((c) => [c, r.values[c] ?? null])), position: r.position };
+  }
+
+  async rows(range: KeyRange): Promise<SideRow[]> {
+    this.count('rows');
+    const [a, b] = this.span(range);
+    return this.sorted.slice(a, b).map((r) => this.pick(r));
+  }
+
+  async rowsByKey(keys: readonly KeyTuple[]): Promise<SideRow[]> {
+    this.count('rowsByKey');
+    const want = new Set(keys.map((k) => JSON.stringify(k)));
+    return this.sorted.filter((r) => want.has(JSON.stringify(r.key))).map((r) => this.pick(r));
+  }
+}

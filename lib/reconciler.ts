@@ -1,0 +1,260 @@
+import { Duration, Resource, Size, Validations, type IResource } from 'aws-cdk-lib';
+import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as events from 'aws-cdk-lib/aws-events';
+import * as targets from 'aws-cdk-lib/aws-events-targets';
+import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import type { Construct } from 'constructs';
+import { ControlPartition } from '../contracts/control-plane-keys.ts';
+import { EnvName, ServiceName } from '../contracts/env.ts';
+import { MetricDimension, MetricName } from '../contracts/metrics.ts';
+import { AwsApiEgress } from './aws-api-egress.ts';
+import type { CdcSource } from './cdc-source.ts';
+import type { IControlPlane } from './control-plane.ts';
+import { createAlarm } from './private/alarms.ts';
+import { CdcFunction } from './private/cdc-function.ts';
+import { platformMetric } from './private/platform-metric.ts';
+import { tableConfigEntries } from './private/table-mappings.ts';
+import { checkIntegerRange, checkLowerIdent, checkRequiredProps, fail, isKnownDuration } from './private/validate.ts';
+import type { WarehouseSink } from './warehouse-sink.ts';
+
+/** A group of tables reconciled on one schedule (docs/reconcile.md, "Tiers and coverage"). */
+export interface ReconcileTierProps {
+  /** The tier's name (a lower-case identifier), in logs and the schedule's input. */
+  readonly name: string;
+  /** How often its tables are reconciled; a table with no decided verdict for longer counts against coverage. */
+  readonly every: Duration;
+  /**
+   * The tables of the tier (`schema.table`), or `['*']` for every captured table no other tier names.
+   * @default ['*']
+   */
+  readonly tables?: string[];
+}
+
+/** A reconciler: a `Reconciler`. */
+export interface IReconciler extends IResource {
+  /** Tables of a sink whose verdict was DIVERGED (`ReconcileDivergedTables`); maximum per period by default. */
+  metricDivergedTables(sink: WarehouseSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+  /** Captured tables with no decided verdict within their tier's period (`ReconcileCoverageGaps`); maximum per period by default. */
+  metricCoverageGaps(sink: WarehouseSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+  /** Tables whose verdict was INCONCLUSIVE (`ReconcileInconclusiveTables`); maximum per period by default. */
+  metricInconclusiveTables(sink: WarehouseSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+}
+
+/** Properties of a `Reconciler`. */
+export interface ReconcilerProps {
+  /** The control plane that keeps the verdicts, their cursors and the tables' states. */
+  readonly controlPlane: IControlPlane;
+  /** The sources whose tables are reconciled. */
+  readonly sources: CdcSource[];
+  /** The warehouse sinks each source is compared with (each must mirror the source). */
+  readonly sinks: WarehouseSink[];
+  /** VPC from which the function reaches the sources and the warehouses. */
+  readonly vpc: ec2.IVpc;
+  /**
+   * Subnets of the function.
+   * @default - the VPC's private subnets with egress
+   */
+  readonly vpcSubnets?: ec2.SubnetSelection;
+  /**
+   * How the function reaches AWS APIs (Secrets Manager, DynamoDB) over HTTPS.
+   * @default AwsApiEgress.vpcEndpoints()
+   */
+  readonly awsApiEgress?: AwsApiEgress;
+  /**
+   * The tiers: each has its own schedule and coverage period.
+   * @default - one tier `default`, every captured table once a day
+   */
+  readonly tiers?: ReconcileTierProps[];
+  /**
+   * Source rows checked per table per run at most (a bigger table is covered over several runs).
+   * @default 100000
+   */
+  readonly rowsPerRun?: number;
+  /**
+   * How long a differing key is left to settle before it is read again (it must exceed the
+   * sink's lag; the re-check also waits for the sink's heartbeat to pass the first read).
+   * @default - the sink's freshness target
+   */
+  readonly settleTime?: Duration;
+  /**
+   * Memory of the function.
+   * @default Size.mebibytes(512)
+   */
+  readonly memorySize?: Size;
+  /**
+   * Timeout of one run (tables not reached are reconciled by the next run).
+   * @default Duration.minutes(15)
+   */
+  readonly timeout?: Duration;
+  /**
+   * Whether to create the alarms (divergence and coverage, per sink).
+   * @default true
+   */
+  readonly alarmsEnabled?: boolean;
+  /**
+   * Actions for the alarms' ALARM and OK transitions.
+   * @default - no actions
+   */
+  readonly alarmActions?: cloudwatch.IAlarmAction[];
+}
+
+const DEFAULT_TIER: ReconcileTierProps = { name: 'default', every: Duration.days(1), tables: ['*'] };
+
+/**
+ * Compares each source's tables with each warehouse sink's copy on a schedule per tier (docs/reconcile.md):
+ * row counts plus checksums over primary-key ranges, narrowed by bisection to the keys, rotating
+ * over big tables, reading the source within the snapshot worker's budget. One function per
+ * source and sink, in the VPC; verdicts in the control plane; alarms when a table diverges and
+ * when a captured table has gone without a decided verdict for longer than its tier's period.
+ */
+export class Reconciler extends Resource implements IReconciler {
+  /** The functions, one per source and sink (`<source>/<sink>`). */
+  readonly functions: Record<string, lambda.IFunction> = {};
+  /** The function's security group: allow it on the databases' ports. */
+  readonly connections: ec2.Connections;
+  /** The alarms this construct created (empty when `alarmsEnabled` is false). */
+  readonly alarms: cloudwatch.IAlarm[] = [];
+  /** The tiers, with their defaults applied. */
+  readonly tiers: ReconcileTierProps[];
+
+  constructor(scope: Construct, id: string, props: ReconcilerProps) {
+    super(scope, id);
+    checkRequiredProps(this, 'Reconciler', props, ['controlPlane', 'sources', 'sinks', 'vpc']);
+    if (props.sources.length === 0) fail(this, 'sources must not be empty');
+    if (props.sinks.length === 0) fail(this, 'sinks must not be empty');
+    checkIntegerRange(this, 'rowsPerRun', props.rowsPerRun, 1, 100_000_000);
+    this.tiers = (props.tiers ?? [DEFAULT_TIER]).map((t) => ({ ...t, tables: t.tables ?? ['*'] }));
+    if (this.tiers.length === 0) fail(this, 'tiers must not be empty');
+    const names = new Set<string>();
+    for (const t of this.tiers) {
+      checkLowerIdent(this, 'tier name', t.name);
+      if (names.has(t.name)) fail(this, `tier ${t.name} is listed twice`);
+      names.add(t.name);
+      if (isKnownDuration(t.every) && (t.every.toMinutes({ integral: false }) < 5 || t.every.toDays({ integral: false }) > 7)) {
+        fail(this, `tier ${t.name}: every must be between 5 minutes and 7 days, got ${t.every.toHumanString()}`);
+      }
+    }
+    const wildcard = this.tiers.filter((t) => t.tables!.includes('*'));
+    if (wildcard.length > 1) fail(this, `only one tier may take the remaining tables ('*'); ${wildcard.map((t) => t.name).join(', ')} do`);
+
+    const securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
+      vpc: props.vpc,
+      description: `Reconciler: reads sources and warehouses (${this.node.path})`,
+      allowAllOutbound: false,
+    });
+    (props.awsApiEgress ?? AwsApiEgress.vpcEndpoints()).applyTo(securityGroup, props.vpc);
+    this.connections = new ec2.Connections({ securityGroups: [securityGroup] });
+    const allow = (name: string, target: ec2.ISecurityGroup | undefined, port: number, what: string): void => {
+      if (!target) return;
+      new ec2.CfnSecurityGroupIngress(this, `${name}Ingress`, { groupId: target.securityGroupId, sourceSecurityGroupId: securityGroup.securityGroupId, ipProtocol: 'tcp', fromPort: port, toPort: port, description: `Reconciler: ${what}` });
+      new ec2.CfnSecurityGroupEgress(this, `${name}Egress`, { groupId: securityGroup.securityGroupId, destinationSecurityGroupId: target.securityGroupId, ipProtocol: 'tcp', fromPort: port, toPort: port, description: `Reconciler: to ${what}` });
+    };
+    for (const source of props.sources) allow(`Source-${source.sourceId}`, source.database.securityGroup, source.database.port, `source ${source.sourceId}`);
+    for (const sink of props.sinks) allow(`Warehouse-${sink.sinkId}`, sink.connection.securityGroup, sink.connection.port, `warehouse ${sink.sinkId}`);
+
+    const tiersJson = JSON.stringify(this.tiers.map((t) => ({ name: t.name, periodMs: t.every.toMilliseconds(), tables: t.tables })));
+    const fns: lambda.IFunction[] = [];
+    for (const source of props.sources) {
+      for (const sink of props.sinks) {
+        if (!sink.sources.some((s) => s.sourceId === source.sourceId)) fail(this, `sink ${sink.sinkId} does not mirror source ${source.sourceId}`);
+        const settle = props.settleTime ?? sink.freshnessTarget;
+        const budget = source.database.snapshotBudget;
+        const fn = new CdcFunction(this, `Function-${source.sourceId}-${sink.sinkId}`, {
+          handlerName: 'reconciler',
+          description: `Reconciles source ${source.sourceId} with warehouse sink ${sink.sinkId} (${this.node.path})`,
+          serviceName: ServiceName.RECONCILER,
+          environment: {
+            [EnvName.SOURCE_ID]: source.sourceId,
+            [EnvName.SINK_ID]: sink.sinkId,
+            [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName,
+            [EnvName.TABLE_CONFIG]: JSON.stringify(tableConfigEntries(source.tables, source.heartbeatSchema)),
+            [EnvName.HEARTBEAT_SCHEMA]: source.heartbeatSchema,
+            [EnvName.SOURCE_SECRET_ARN]: source.database.secret.secretArn,
+            [EnvName.SOURCE_SSL_MODE]: source.database.sslMode,
+            ...(source.database.caCertificatePem ? { [EnvName.SOURCE_CA_PEM]: source.database.caCertificatePem } : {}),
+            [EnvName.WAREHOUSE_SECRET_ARN]: sink.connection.secret.secretArn,
+            [EnvName.WAREHOUSE_SSL_MODE]: sink.connection.sslMode,
+            [EnvName.RECONCILE_TIERS]: tiersJson,
+            ...(props.rowsPerRun !== undefined ? { [EnvName.RECONCILE_ROWS_PER_RUN]: String(props.rowsPerRun) } : {}),
+            [EnvName.RECONCILE_SETTLE_MS]: String(settle.toMilliseconds()),
+            // The same budget as the snapshot worker (docs/snapshot.md "Budget").
+            ...(budget ? { [EnvName.SNAPSHOT_BUDGET]: JSON.stringify({ writeLatencyPct: budget.writeLatencyPercent ?? 10, cpuPct: budget.cpuPercent ?? 5 }) } : {}),
+          },
+          memorySize: props.memorySize ?? Size.mebibytes(512),
+          timeout: props.timeout ?? Duration.minutes(15),
+          vpc: props.vpc,
+          vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
+          securityGroups: [securityGroup],
+        });
+        source.database.secret.grantRead(fn.fn);
+        sink.connection.secret.grantRead(fn.fn);
+        props.controlPlane.grantItems(fn.fn, {
+          // Table states and schema (is the table comparable?), the sink's progress (is it held?), its verdicts.
+          read: [ControlPartition.source(source.sourceId), ControlPartition.sink(sink.sinkId), ControlPartition.verdicts(sink.sinkId)],
+          put: [ControlPartition.verdicts(sink.sinkId)],
+        });
+        Validations.of(fn).acknowledge(
+          { id: 'AwsSolutions-IAM5[Action::kms:GenerateDataKey*]', reason: 'CDK key grant; scoped to the one key that encrypts the control plane or secret' },
+          { id: 'AwsSolutions-IAM5[Action::kms:ReEncrypt*]', reason: 'CDK key grant; scoped to the one key that encrypts the control plane or secret' },
+        );
+        this.functions[`${source.sourceId}/${sink.sinkId}`] = fn.fn;
+        fns.push(fn.fn);
+      }
+    }
+    for (const tier of this.tiers) {
+      new events.Rule(this, `Schedule-${tier.name}`, {
+        description: `Reconciles the ${tier.name} tier every ${tier.every.toHumanString()} (${this.node.path})`,
+        schedule: events.Schedule.rate(tier.every),
+        targets: fns.map((fn) => new targets.LambdaFunction(fn, { event: events.RuleTargetInput.fromObject({ tier: tier.name }), retryAttempts: 0 })),
+      });
+    }
+
+    if (props.alarmsEnabled ?? true) {
+      // Coverage is judged over the longest tier period (at most a day, CloudWatch's longest alarm period).
+      const longest = Math.min(86_400, Math.max(...this.tiers.map((t) => t.every.toSeconds())));
+      const fastest = Math.min(86_400, Math.max(300, Math.min(...this.tiers.map((t) => t.every.toSeconds()))));
+      for (const sink of props.sinks) {
+        this.alarms.push(
+          createAlarm(this, `DivergenceAlarm-${sink.sinkId}`, {
+            nameSuffix: `reconcile-${sink.sinkId}-diverged`,
+            description:
+              `A table of warehouse sink ${sink.sinkId} differs from its source (${this.node.path}): a reconciliation run confirmed keys that are missing, extra or different. ` +
+              'The verdict in the control plane names the table, the ranges and sample keys (cdc reconcile --json, docs/reconcile.md); fix by rebuilding the table, never in place.',
+            metric: this.metricDivergedTables(sink, { period: Duration.seconds(fastest) }),
+            threshold: 0,
+            evaluationPeriods: 1,
+            datapointsToAlarm: 1,
+            treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+            actions: props.alarmActions,
+          }),
+          createAlarm(this, `CoverageAlarm-${sink.sinkId}`, {
+            nameSuffix: `reconcile-${sink.sinkId}-coverage`,
+            description:
+              `Captured tables of warehouse sink ${sink.sinkId} have no decided reconciliation verdict within their tier's period, or the reconciler has not reported (${this.node.path}). ` +
+              'Tables stay INCONCLUSIVE (paused, held, too hot, sink lagging) or the runs do not finish; the run logs list the tables.',
+            metric: this.metricCoverageGaps(sink, { period: Duration.seconds(longest) }),
+            threshold: 0,
+            evaluationPeriods: 1,
+            datapointsToAlarm: 1,
+            // No report within the longest period means the reconciler is not running: a coverage gap.
+            treatMissingData: cloudwatch.TreatMissingData.BREACHING,
+            actions: props.alarmActions,
+          }),
+        );
+      }
+    }
+  }
+
+  metricDivergedTables(sink: WarehouseSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return platformMetric(this, MetricName.RECONCILE_DIVERGED_TABLES, { [MetricDimension.SINK]: sink.sinkId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
+  }
+
+  metricCoverageGaps(sink: WarehouseSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return platformMetric(this, MetricName.RECONCILE_COVERAGE_GAPS, { [MetricDimension.SINK]: sink.sinkId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
+  }
+
+  metricInconclusiveTables(sink: WarehouseSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return platformMetric(this, MetricName.RECONCILE_INCONCLUSIVE_TABLES, { [MetricDimension.SINK]: sink.sinkId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
+  }
+}

@@ -1,0 +1,139 @@
+/**
+ * Reconciliation on one machine (docs/reconcile.md): the core (lambda/core/reconcile.ts) with
+ * the PostgreSQL sides (lambda/adapters/reconcile-pg.ts) over a source and a warehouse database,
+ * verdicts and cursors in a control plane. `cdc reconcile` opens the control plane of a
+ * `cdc local` state folder and calls `reconcileDatabases`; tests and the bench call it directly.
+ *
+ * Source reads are paced by the snapshot worker's pacer against the same source budget
+ * (lambda/core/snapshot-pacer.ts), with the same pressure probe (lambda/adapters/snapshot-postgres.ts).
+ */
+import path from 'node:path';
+import pg from 'pg';
+import { dynamoDbClient } from '../lambda/adapters/aws-clients.ts';
+import { DynamoDbControlPlane } from '../lambda/adapters/control-plane-dynamodb.ts';
+import { QUICK_START_JVM_OPTIONS, startDynamoDbLocal } from './dynamodb.ts';
+import { LocalConfigError } from './errors.ts';
+import { runningPid } from './operator-door.ts';
+import { CONTROL_TABLE, readState, takeLock } from './stack.ts';
+import type { ControlPlane } from '../lambda/core/control-plane.ts';
+import { pgSourceSide, pgWarehouseSide, prepareReconcileSession } from '../lambda/adapters/reconcile-pg.ts';
+import { PostgresPressureProbe } from '../lambda/adapters/snapshot-postgres.ts';
+import { reconcileTables, type ReconcileVerdict, type TableToReconcile } from '../lambda/core/reconcile.ts';
+import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, FixedPacer, type SourceBudget } from '../lambda/core/snapshot-pacer.ts';
+import type { TableConfig } from '../lambda/core/table-config.ts';
+import { primaryKeyOf } from './catalog.ts';
+import { splitTableId } from '../lambda/core/identifiers.ts';
+
+export interface ReconcileDatabasesOptions {
+  control: ControlPlane;
+  sourceUrl: string;
+  warehouseUrl: string;
+  source: string;
+  sink: string;
+  tables: readonly TableConfig[];
+  rowsPerRun?: number;
+  leafRows?: number;
+  settleMs?: number;
+  settleRounds?: number;
+  /** The source budget the pacer keeps to. @default DEFAULT_SOURCE_BUDGET */
+  budget?: SourceBudget;
+  /** A fixed segment size instead of the adaptive pacer (bench, tests). */
+  fixedSegment?: number;
+  onVerdict?: (v: ReconcileVerdict) => void;
+  /** Wait for the sink's heartbeat before re-checks (false: a warehouse without a pipeline, the bench). @default true */
+  stablePoint?: boolean;
+}
+
+async function connect(url: string, name: string): Promise<pg.Client> {
+  const c = new pg.Client({ connectionString: url, application_name: name });
+  await c.connect();
+  await prepareReconcileSession(c);
+  return c;
+}
+
+/** Reconciles the tables of one source with one warehouse sink (see the module comment). */
+export async function reconcileDatabases(o: ReconcileDatabasesOptions): Promise<ReconcileVerdict[]> {
+  const src = await connect(o.sourceUrl, 'cdc-reconcile');
+  const wh = await connect(o.warehouseUrl, 'cdc-reconcile');
+  let probeClient: pg.Client | null = null;
+  try {
+    const tables: TableToReconcile[] = [];
+    for (const t of o.tables) {
+      const { schema, table } = splitTableId(t.table);
+      tables.push({ table: t.table, key: t.key ?? (await primaryKeyOf(src, schema, table)), rules: { mask: t.mask, exclude: t.exclude } });
+    }
+    const probe = new PostgresPressureProbe(async () => {
+      probeClient ??= await connect(o.sourceUrl, 'cdc-reconcile-probe');
+      return probeClient;
+    });
+    const pacer = o.fixedSegment ? new FixedPacer(o.fixedSegment) : new AdaptivePacer({ budget: o.budget ?? DEFAULT_SOURCE_BUDGET });
+    if (!o.fixedSegment) await probe.calibrate(10);
+    return await reconcileTables({
+      control: o.control,
+      source: o.source,
+      sink: o.sink,
+      tables,
+      pacer,
+      ...(o.fixedSegment ? {} : { pressure: () => probe.read(1) }),
+      ...(o.rowsPerRun !== undefined ? { rowsPerRun: o.rowsPerRun } : {}),
+      ...(o.leafRows !== undefined ? { leafRows: o.leafRows } : {}),
+      ...(o.settleMs !== undefined ? { settleMs: o.settleMs } : {}),
+      ...(o.settleRounds !== undefined ? { settleRounds: o.settleRounds } : {}),
+      sides: async (t) => ({ source: pgSourceSide(src, t.table, t.key, t.rules.mask), sink: pgWarehouseSide(wh, o.source, t.table, t.key, { label: o.sink, ...(o.stablePoint === false ? { stablePoint: false } : {}) }) }),
+      ...(o.onVerdict ? { onVerdict: o.onVerdict } : {}),
+    });
+  } finally {
+    await src.end().catch(() => undefined);
+    await wh.end().catch(() => undefined);
+    const p = probeClient as pg.Client | null;
+    if (p) await p.end().catch(() => undefined);
+  }
+}
+
+/** The control plane of a `cdc local` state folder, and where its embedded databases are (when it runs). */
+export interface LocalControl {
+  control: ControlPlane;
+  running: boolean;
+  /** The embedded PostgreSQL's URL for a database, when `cdc local` runs with it; else null. */
+  embeddedUrl: ((database: string) => string) | null;
+  embeddedSource: boolean;
+  close(): Promise<void>;
+}
+
+/**
+ * Opens a state folder's control plane: the running `cdc local`'s DynamoDB Local, or (not
+ * running) DynamoDB Local started on the folder's data for the duration, under the folder's lock
+ * (as the operator commands do, local/operator-door.ts).
+ */
+export async function openLocalControl(stateDirOption: string): Promise<LocalControl> {
+  const stateDir = path.resolve(stateDirOption);
+  const state = readState(path.join(stateDir, 'state.json'));
+  if (!state) throw new LocalConfigError(`${stateDir} holds no cdc local state (no state.json): run cdc local there first, or pass --state-dir`);
+  const cleanups: Array<() => Promise<void>> = [];
+  const close = async (): Promise<void> => {
+    for (const c of cleanups.splice(0).reverse()) await c().catch(() => undefined);
+  };
+  try {
+    const running = runningPid(stateDir) !== null;
+    let endpoint = `http://127.0.0.1:${state.ports.dynamodb}`;
+    if (!running) {
+      cleanups.push(await takeLock(stateDir));
+      const d = await startDynamoDbLocal({ dbPath: path.join(stateDir, 'dynamodb'), jvmOptions: QUICK_START_JVM_OPTIONS });
+      cleanups.push(() => d.stop());
+      endpoint = d.endpoint;
+    }
+    const dynamo = dynamoDbClient(endpoint);
+    cleanups.push(async () => dynamo.destroy());
+    const port = state.ports.postgres;
+    return {
+      control: new DynamoDbControlPlane(dynamo, CONTROL_TABLE),
+      running,
+      embeddedUrl: running && port !== null && state.postgresDataDir !== null ? (db) => `postgres://postgres@127.0.0.1:${port}/${encodeURIComponent(db)}` : null,
+      embeddedSource: state.embeddedSource,
+      close,
+    };
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}

@@ -1,0 +1,108 @@
+import { Duration } from 'aws-cdk-lib';
+import { Template } from 'aws-cdk-lib/assertions';
+import * as cloudwatchActions from 'aws-cdk-lib/aws-cloudwatch-actions';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as sns from 'aws-cdk-lib/aws-sns';
+import { Validations } from 'aws-cdk-lib';
+import { AwsSolutionsChecks } from 'cdk-nag';
+import { describe, expect, test } from 'vitest';
+import { Reconciler, WarehouseConnection, WarehouseSink, type ReconcilerProps } from '../../lib/index.ts';
+import { fixture, ordersSource, parseJsonProperty, policyDocuments, resourcesOf, type Fixture } from './helpers.ts';
+
+function build(f: Fixture, overrides: Partial<ReconcilerProps> = {}, warehouseSg?: ec2.ISecurityGroup) {
+  const orders = ordersSource(f);
+  const warehouse = new WarehouseSink(f.stack, 'Warehouse', {
+    controlPlane: f.control, changeLog: f.log, sources: [orders], vpc: f.vpc,
+    connection: WarehouseConnection.postgres({ secret: f.warehouseSecret, ...(warehouseSg ? { securityGroup: warehouseSg, port: 5439 } : {}) }),
+    freshnessTarget: Duration.minutes(2),
+  });
+  const r = new Reconciler(f.stack, 'Reconciler', { controlPlane: f.control, sources: [orders], sinks: [warehouse], vpc: f.vpc, ...overrides });
+  return { orders, warehouse, r, t: Template.fromStack(f.stack) };
+}
+
+const reconcilerFunctions = (t: Template) => resourcesOf(t, 'AWS::Lambda::Function').filter(([id]) => id.startsWith('ReconcilerFunction'));
+
+describe('Reconciler', () => {
+  test('one function per source and sink in the VPC, configured with the source tables, the sink, the tiers and the settle time', () => {
+    const f = fixture();
+    const { t } = build(f, { rowsPerRun: 5000 });
+    const fns = reconcilerFunctions(t);
+    expect(fns).toHaveLength(1);
+    const fn = fns[0]![1];
+    expect(fn.Properties.VpcConfig).toBeDefined();
+    const env = (fn.Properties.Environment as { Variables: Record<string, unknown> }).Variables;
+    expect(env).toMatchObject({ CDC_SOURCE_ID: 'orders', CDC_SINK_ID: 'warehouse', CDC_RECONCILE_ROWS_PER_RUN: '5000', CDC_RECONCILE_SETTLE_MS: '120000', POWERTOOLS_SERVICE_NAME: 'cdc-reconciler' });
+    expect(JSON.parse(env.CDC_RECONCILE_TIERS as string)).toEqual([{ name: 'default', periodMs: 86_400_000, tables: ['*'] }]);
+    const tables = JSON.parse(env.CDC_TABLE_CONFIG as string) as Array<{ table: string; mask: string[]; exclude: string[] }>;
+    expect(tables.find((x) => x.table === 'public.customers')).toMatchObject({ mask: ['email'], exclude: ['ssn'] });
+  });
+
+  test('a schedule per tier, each invoking the function with its tier', () => {
+    const f = fixture();
+    const { t } = build(f, { tiers: [{ name: 'hot', every: Duration.hours(1), tables: ['public.orders'] }, { name: 'rest', every: Duration.days(1) }] });
+    const rules = resourcesOf(t, 'AWS::Events::Rule').filter(([id]) => id.startsWith('ReconcilerSchedule'));
+    expect(rules.map(([, r]) => r.Properties.ScheduleExpression).sort()).toEqual(['rate(1 day)', 'rate(1 hour)']);
+    const inputs = rules.map(([, r]) => JSON.parse((r.Properties.Targets as Array<{ Input: string }>)[0]!.Input)).map((i) => i.tier).sort();
+    expect(inputs).toEqual(['hot', 'rest']);
+  });
+
+  test('alarms on divergence and on coverage per sink, on by default, with the injected actions', () => {
+    const f = fixture();
+    const topic = new sns.Topic(f.stack, 'Topic');
+    const { r, t } = build(f, { alarmActions: [new cloudwatchActions.SnsAction(topic)], tiers: [{ name: 'hot', every: Duration.hours(1) }] });
+    expect(r.alarms).toHaveLength(2);
+    const alarms = resourcesOf(t, 'AWS::CloudWatch::Alarm').filter(([id]) => id.startsWith('Reconciler'));
+    const byMetric = Object.fromEntries(alarms.map(([, a]) => [a.Properties.MetricName, a.Properties]));
+    expect(byMetric.ReconcileDivergedTables).toMatchObject({ Threshold: 0, ComparisonOperator: 'GreaterThanThreshold', TreatMissingData: 'notBreaching', Dimensions: [{ Name: 'Sink', Value: 'warehouse' }], Period: 3600 });
+    expect(byMetric.ReconcileCoverageGaps).toMatchObject({ Threshold: 0, TreatMissingData: 'breaching', Period: 3600, Namespace: 'CdcPlatform' });
+    for (const a of alarms) expect(a[1].Properties.AlarmActions).toEqual([f.stack.resolve(topic.topicArn)]);
+    const off = fixture();
+    expect(build(off, { alarmsEnabled: false }).r.alarms).toEqual([]);
+  });
+
+  test('least privilege: its verdict partition to write; table states, sink progress and verdicts to read; both secrets', () => {
+    const f = fixture();
+    const { t } = build(f);
+    const docs = policyDocuments(t).filter((d) => d.where.startsWith('ReconcilerFunction'));
+    const text = JSON.stringify(docs);
+    expect(text).toContain('VERDICT#warehouse');
+    expect(text).toContain('SOURCE#orders');
+    expect(text).toContain('SINK#warehouse');
+    const writes = docs.flatMap((d) => d.doc.Statement).filter((s) => JSON.stringify(s.Action).includes('dynamodb:PutItem'));
+    expect(JSON.stringify(writes)).not.toContain('SOURCE#orders');
+    expect(text).not.toMatch(/"dynamodb:\*"/);
+    expect(text).toContain('secretsmanager:GetSecretValue');
+  });
+
+  test('admits itself on the warehouse port when the connection names a security group', () => {
+    const f = fixture();
+    const sg = new ec2.SecurityGroup(f.stack, 'WarehouseSg', { vpc: f.vpc });
+    const { t } = build(f, {}, sg);
+    const ingress = resourcesOf(t, 'AWS::EC2::SecurityGroupIngress').filter(([id]) => id.startsWith('Reconciler'));
+    expect(ingress.map(([, i]) => [i.Properties.FromPort, i.Properties.Description])).toEqual([[5439, 'Reconciler: warehouse warehouse']]);
+  });
+
+  test('refuses bad props by name', () => {
+    expect(() => build(fixture(), { tiers: [{ name: 'hot', every: Duration.minutes(1) }] })).toThrow(/tier hot: every must be between 5 minutes and 7 days/);
+    expect(() => build(fixture(), { tiers: [{ name: 'a', every: Duration.hours(1) }, { name: 'b', every: Duration.hours(2) }] })).toThrow(/only one tier may take the remaining tables/);
+    expect(() => build(fixture(), { tiers: [] })).toThrow(/tiers must not be empty/);
+  });
+
+  test('cdk-nag AwsSolutions: no unacknowledged findings at its defaults', () => {
+    const f = fixture();
+    build(f);
+    Validations.of(f.vpc).acknowledge({ id: 'AwsSolutions-VPC7', reason: 'test fixture vpc; flow logs are the application’s choice' });
+    const report = new AwsSolutionsChecks(f.app).validateScope(f.stack);
+    expect(report.violations.map((v) => `${v.severity} ${v.ruleName}: ${v.violatingResources.map((r) => r.constructPath).join(', ')}`)).toEqual([]);
+  });
+
+  test('the template asks for its tiers as JSON the handler parses', async () => {
+    const { parseTiers } = await import('../../lambda/handlers/reconciler.ts');
+    const f = fixture();
+    const { t } = build(f, { tiers: [{ name: 'hot', every: Duration.hours(1), tables: ['public.orders'] }] });
+    const env = (reconcilerFunctions(t)[0]![1].Properties.Environment as { Variables: Record<string, unknown> }).Variables;
+    expect(parseTiers(env.CDC_RECONCILE_TIERS as string)).toEqual([{ name: 'hot', periodMs: 3_600_000, tables: ['public.orders'] }]);
+    expect(() => parseTiers('[{"name":"x","periodMs":0,"tables":["*"]}]')).toThrow(/CDC_RECONCILE_TIERS\[0\]\.periodMs/);
+    void parseJsonProperty;
+  });
+});
