@@ -9,7 +9,6 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn } from 'node:child_process';
-import { PassThrough } from 'node:stream';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -18,10 +17,10 @@ import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { resetLocalState } from '../../local/stack.ts';
 import { maskValue } from '../../lambda/core/masking.ts';
-import { main } from '../../bin/cli/main.ts';
 import type { AuditEntry } from '../../lambda/core/control-plane.ts';
 import type { StatusReport } from '../../lambda/core/operator.ts';
 import { until } from '../local/helpers.ts';
+import { runCdc, type CdcRun } from '../helpers/cdc-cli.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const CLI = path.join(ROOT, 'bin', 'cdc.js');
@@ -49,15 +48,8 @@ function local(args: string[]): { output: () => string; exited: Promise<number |
 }
 
 /** Runs an operator command (`cdc status|audit`) in this process against the state folder. */
-async function cdc(...args: string[]): Promise<{ code: number; out: string; err: string }> {
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  let out = '';
-  let err = '';
-  stdout.on('data', (d: Buffer) => (out += d.toString()));
-  stderr.on('data', (d: Buffer) => (err += d.toString()));
-  const code = await main([...args, '--state-dir', path.join(dir, 'state'), '--actor', 'e2e'], { stdin: new PassThrough(), stdout, stderr });
-  return { code, out, err };
+async function cdc(...args: string[]): Promise<CdcRun> {
+  return runCdc([...args, '--state-dir', path.join(dir, 'state'), '--actor', 'e2e']);
 }
 
 describe('cdc local on capture rules', () => {

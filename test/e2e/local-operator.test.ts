@@ -15,15 +15,14 @@ import { spawn } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { PassThrough } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { main } from '../../bin/cli/main.ts';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { resetLocalState } from '../../local/stack.ts';
 import type { AuditEntry } from '../../lambda/core/control-plane.ts';
 import type { StatusReport } from '../../lambda/core/operator.ts';
 import { until } from '../local/helpers.ts';
+import { runCdc, type CdcRun } from '../helpers/cdc-cli.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const CLI = path.join(ROOT, 'bin', 'cdc.js');
@@ -43,15 +42,8 @@ afterAll(async () => {
 });
 
 /** Runs `cdc <args>` in this process; returns exit code, stdout and stderr. */
-async function cdc(...args: string[]): Promise<{ code: number; out: string; err: string }> {
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  let out = '';
-  let err = '';
-  stdout.on('data', (d: Buffer) => (out += d.toString()));
-  stderr.on('data', (d: Buffer) => (err += d.toString()));
-  const code = await main([...args, '--state-dir', path.join(dir, 'state'), '--actor', 'e2e'], { stdin: new PassThrough(), stdout, stderr });
-  return { code, out, err };
+async function cdc(...args: string[]): Promise<CdcRun> {
+  return runCdc([...args, '--state-dir', path.join(dir, 'state'), '--actor', 'e2e']);
 }
 
 describe('cdc pause / resume / audit against a running cdc local', () => {
