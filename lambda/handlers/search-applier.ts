@@ -74,9 +74,8 @@ import {
 } from '../core/search-plan.ts';
 import { encodeVersion, PositionNotEncodableError, searchBaseLsn } from '../core/search-version.ts';
 import { OpenSearchIndex, SearchRequestRejectedError, SearchUnavailableError, searchClient } from '../adapters/search-opensearch.ts';
-import { dynamoDbClient, kinesisClient } from '../adapters/aws-clients.ts';
-import { readChangeLog } from '../adapters/change-log-reader.ts';
-import { createHeldRangeReplayer, type ReplayOutcome } from './warehouse-replay.ts';
+import { dynamoDbClient } from '../adapters/aws-clients.ts';
+import { replayFromEnvironment, type ReplayOutcome } from './warehouse-replay.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { changeRecordOf, ConfigurationError, emitSingleMetrics, isReplayEvent, partialBatchResponse, type ApplyOptions, type BatchOutcome, type ChangeRecord, type ReplayEvent } from './warehouse-applier.ts';
 
@@ -562,22 +561,7 @@ function fromEnvironment(): SearchApplier {
 export const handler = async (event: KinesisStreamEvent | ReplayEvent, context: Context): Promise<KinesisStreamBatchResponse | { replayed: ReplayOutcome[] }> => {
   logger.addContext(context);
   applier ??= fromEnvironment();
-  if (isReplayEvent(event)) return { replayed: await replayFromEnvironment(applier) };
+  if (isReplayEvent(event)) return { replayed: await replayFromEnvironment(applier, (message, detail) => logger.info(message, detail)) };
   return applier.handler(event, context);
 };
 
-/** The resume replay of this search sink, on the change log named in the environment (as the warehouse applier's). */
-async function replayFromEnvironment(built: SearchApplier): Promise<ReplayOutcome[]> {
-  const stream = process.env[EnvName.CHANGE_LOG_STREAM];
-  if (!stream) throw new ConfigurationError(`${EnvName.CHANGE_LOG_STREAM} is not set (the resume replay reads the change log)`);
-  const kinesis = (replayKinesis ??= kinesisClient());
-  const replayer = createHeldRangeReplayer({
-    controlPlane: new DynamoDbControlPlane(dynamoDbClient(), process.env[EnvName.CONTROL_TABLE]!),
-    sinkId: process.env[EnvName.SINK_ID]!,
-    applier: built,
-    readLog: () => readChangeLog(kinesis, stream),
-    log: (message, detail) => logger.info(message, detail),
-  });
-  return replayer.replayPending();
-}
-let replayKinesis: ReturnType<typeof kinesisClient> | undefined;

@@ -60,9 +60,8 @@ import { CdcError, ConfigurationError, InvalidRecordError, UnsafeIdentifierError
 import { validateChangeEvent, type ChangeEvent } from '../core/event.ts';
 import { assertPlainIdentifier, splitTableId } from '../core/identifiers.ts';
 import { assertSourceColumn } from '../core/warehouse-sql.ts';
-import { dynamoDbClient, kinesisClient } from '../adapters/aws-clients.ts';
-import { readChangeLog } from '../adapters/change-log-reader.ts';
-import { createHeldRangeReplayer, type ReplayOutcome } from './warehouse-replay.ts';
+import { dynamoDbClient } from '../adapters/aws-clients.ts';
+import { replayFromEnvironment, type ReplayOutcome } from './warehouse-replay.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { DEFAULT_SSL_MODE, parseSslMode, pgSsl } from '../adapters/tls.ts';
 import { PgWarehouse, SinkTypeConflictError, ValueRejectedError, type PgWarehouseOptions } from '../adapters/warehouse-pg.ts';
@@ -512,25 +511,10 @@ export const handler = async (event: KinesisStreamEvent | ReplayEvent, context: 
     applier = undefined;
     throw err;
   }
-  if (isReplayEvent(event)) return { replayed: await replayFromEnvironment(built) };
+  if (isReplayEvent(event)) return { replayed: await replayFromEnvironment(built, (message, detail) => logger.info(message, detail)) };
   return built.handler(event, context);
 };
 
-/** The resume replay (lambda/handlers/warehouse-replay.ts) of this sink, on the change log named in the environment. */
-async function replayFromEnvironment(built: WarehouseApplier): Promise<ReplayOutcome[]> {
-  const stream = process.env[EnvName.CHANGE_LOG_STREAM];
-  if (!stream) throw new ConfigurationError(`${EnvName.CHANGE_LOG_STREAM} is not set (the resume replay reads the change log)`);
-  const kinesis = (replayKinesis ??= kinesisClient());
-  const replayer = createHeldRangeReplayer({
-    controlPlane: new DynamoDbControlPlane(dynamoDbClient(), process.env[EnvName.CONTROL_TABLE]!),
-    sinkId: process.env[EnvName.SINK_ID]!,
-    applier: built,
-    readLog: () => readChangeLog(kinesis, stream),
-    log: (message, detail) => logger.info(message, detail),
-  });
-  return replayer.replayPending();
-}
-let replayKinesis: ReturnType<typeof kinesisClient> | undefined;
 
 /** Emits each value as its own EMF metric with exactly `dimensions` (no default dimensions): both sink appliers. */
 export function emitSingleMetrics(metrics: Metrics, name: string, unit: (typeof MetricUnit)[keyof typeof MetricUnit], values: number[], dimensions: Record<string, string>): void {

@@ -24,7 +24,11 @@
 import type { ControlPlane } from '../core/control-plane.ts';
 import type { LogRecord } from '../adapters/change-log-reader.ts';
 import type { ChangeRecord, WarehouseApplier } from './warehouse-applier.ts';
-import { CdcError } from '../core/errors.ts';
+import { CdcError, ConfigurationError } from '../core/errors.ts';
+import { EnvName } from '../../contracts/env.ts';
+import { dynamoDbClient, kinesisClient } from '../adapters/aws-clients.ts';
+import { readChangeLog } from '../adapters/change-log-reader.ts';
+import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { replaysRecord } from '../core/operator-decisions.ts';
 
 export interface ReplayDeps {
@@ -128,4 +132,25 @@ export function createHeldRangeReplayer(deps: ReplayDeps): { replayPending(): Pr
       return (await marked()).filter((p) => p.heldFrom !== null).length;
     },
   };
+}
+
+let replayKinesis: ReturnType<typeof kinesisClient> | undefined;
+
+/**
+ * The resume replay of a sink's released holds on AWS (the `{ cdcReplay: true }` schedule of
+ * WarehouseSink and SearchSink): the control table, sink id and change log named in the
+ * environment, applied through the sink's own applier.
+ */
+export async function replayFromEnvironment(applier: ReplayDeps['applier'], log: NonNullable<ReplayDeps['log']>): Promise<ReplayOutcome[]> {
+  const stream = process.env[EnvName.CHANGE_LOG_STREAM];
+  if (!stream) throw new ConfigurationError(`${EnvName.CHANGE_LOG_STREAM} is not set (the resume replay reads the change log)`);
+  const kinesis = (replayKinesis ??= kinesisClient());
+  const replayer = createHeldRangeReplayer({
+    controlPlane: new DynamoDbControlPlane(dynamoDbClient(), process.env[EnvName.CONTROL_TABLE]!),
+    sinkId: process.env[EnvName.SINK_ID]!,
+    applier,
+    readLog: () => readChangeLog(kinesis, stream),
+    log,
+  });
+  return replayer.replayPending();
 }
