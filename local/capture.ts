@@ -27,7 +27,7 @@ import { CdcError, HistoryGapError, InvalidRecordError } from '../lambda/core/er
 import { applyColumnRules, applyColumnRulesToColumns, type ColumnRules } from '../lambda/core/masking.ts';
 import { checkIdentity, checkSlotResume, recordAcked, type ContinuityContext } from './capture-continuity.ts';
 import { deadLetterChanges, pushOrReport, refreshKeys, undecodable, type PoisonChange, type PoisonContext } from './capture-poison.ts';
-import { buildSlotRecord, type SlotColumn, type SlotRecord } from '../lambda/core/slot-record.ts';
+import { buildSlotRecord, type SlotChange, type SlotColumn, type SlotRecord } from '../lambda/core/slot-record.ts';
 import type { DecodedTransaction } from '../lambda/core/test-decoding.ts';
 import type { TableConfigIndex } from '../lambda/core/table-config.ts';
 import type { ControlPlane, AuditEntry } from '../lambda/core/control-plane.ts';
@@ -172,6 +172,7 @@ export function transactionsToRecords(
             columns: ruled(change.columns, rules, types?.get(change.table)),
             oldKey: ruled(change.oldKey, rules, types?.get(change.table)),
             unchanged: change.unchanged.filter((u) => !rules.exclude.includes(u)),
+            ...(change.unchanged.length > 0 ? { unchangedTypes: unchangedTypesOf(change, rules, types?.get(change.table)) } : {}),
           },
           key,
         ),
@@ -179,6 +180,18 @@ export function transactionsToRecords(
     });
   }
   return out;
+}
+
+/**
+ * The types of a change's unchanged TOAST columns, as `ruled` types delivered columns: the
+ * catalog's modifier added, a masked column `text`, an excluded one left out.
+ */
+function unchangedTypesOf(change: SlotChange, rules: ColumnRules, types: ReadonlyMap<string, CatalogType> | undefined): Record<string, string> {
+  const printed = change.unchanged.flatMap((name) => {
+    const type = change.unchangedTypes?.[name] ?? types?.get(name)?.full;
+    return type ? [{ name, type, value: null }] : [];
+  });
+  return Object.fromEntries((ruled(printed, rules, types) ?? []).map((c) => [c.name, c.type]));
 }
 
 /** The raw stream partition key of a record: source + table + (new, or for deletes old) key. */

@@ -98,6 +98,7 @@ export function decodeSlotRecord(record: unknown): DecodeResult {
   // the columns as text and then hold the table when the real type arrives).
   const types: Record<string, string> = {};
   for (const c of [...(r.oldKey ?? []), ...(r.columns ?? [])]) if (c.type) types[c.name] = c.type;
+  for (const [name, type] of Object.entries(r.unchangedTypes ?? {})) types[name] ??= type;
   const result = (changes: DecodedChange[]): DecodeResult => ({ kind: 'changes', changes, columns, keyColumns: [...r.key], ...(columns === null ? { types } : {}) });
 
   if (r.op === 'delete') {

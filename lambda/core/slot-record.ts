@@ -36,6 +36,9 @@
  *   changed the replica identity and for deletes; otherwise `null`.
  * - `unchanged`: columns whose value was not delivered because it is an unchanged TOAST value
  *   (they are absent from `columns`; absent is not null).
+ * - `unchangedTypes` (optional): the source type of some or all `unchanged` columns (as
+ *   `columns[].type`), so that a table first seen through such an update is registered with the
+ *   type of its TOAST column, not as unknown (docs/schema-drift.md, "First sight of a table").
  * - `capture` (optional): `"poll"` for a row the poller read (lambda/core/poll.ts,
  *   docs/polling.md): op `update`, the whole row, no `oldKey`, `xid` `"0"`, `commitLsn` + `index`
  *   the position its poll column gives, `commitTs` the poll column's time (or the read time).
@@ -76,6 +79,8 @@ export interface SlotRecord {
   columns: SlotColumn[] | null;
   oldKey: SlotColumn[] | null;
   unchanged: string[];
+  /** Types of `unchanged` columns, by name (see the module comment). */
+  unchangedTypes?: Record<string, string>;
   /** `poll` for a polled row (see the module comment); absent for the slot capture and snapshots. */
   capture?: 'poll';
 }
@@ -151,6 +156,7 @@ export function validateSlotRecord(value: unknown): SlotRecord {
   for (const u of unchanged) {
     if (columns?.some((c) => c.name === u)) throw new InvalidRecordError('unchanged', `column ${JSON.stringify(u)} is both delivered and unchanged`);
   }
+  const unchangedTypes = r.unchangedTypes === undefined ? undefined : typesOfUnchanged(r.unchangedTypes, unchanged);
   if (r.capture !== undefined) {
     if (r.capture !== 'poll') throw new InvalidRecordError('capture', `expected "poll" or no capture field, got ${describe(r.capture)}`);
     if (op !== 'update' || oldKey !== null || unchanged.length > 0) throw new InvalidRecordError('capture', 'a polled row is an update with the whole row and no old key');
@@ -169,7 +175,18 @@ export function validateSlotRecord(value: unknown): SlotRecord {
     columns,
     oldKey,
     unchanged,
+    ...(unchangedTypes !== undefined ? { unchangedTypes } : {}),
   };
+}
+
+/** Checks `unchangedTypes`: an object naming only `unchanged` columns, each with a non-empty type name. */
+function typesOfUnchanged(v: unknown, unchanged: readonly string[]): Record<string, string> {
+  if (!isPlainObject(v)) throw new InvalidRecordError('unchangedTypes', `expected an object of type names by column, got ${describe(v)}`);
+  for (const [name, type] of Object.entries(v)) {
+    if (!unchanged.includes(name)) throw new InvalidRecordError(`unchangedTypes.${name}`, `column ${JSON.stringify(name)} is not listed in unchanged`);
+    if (typeof type !== 'string' || type === '') throw new InvalidRecordError(`unchangedTypes.${name}`, `expected a type name, got ${describe(type)}`);
+  }
+  return v as Record<string, string>;
 }
 
 /** The transaction a record belongs to, as the capture knows it from the `COMMIT` line. */
@@ -190,6 +207,8 @@ export interface SlotChange {
   columns: SlotColumn[] | null;
   oldKey: SlotColumn[] | null;
   unchanged: string[];
+  /** Types of `unchanged` columns, by name, where the capture knows them. */
+  unchangedTypes?: Record<string, string>;
 }
 
 /**
@@ -226,6 +245,7 @@ function checkShape(r: SlotRecord): void {
   for (const u of r.unchanged) {
     if (r.columns?.some((c) => c.name === u)) throw new InvalidRecordError('unchanged', `column ${JSON.stringify(u)} is both delivered and unchanged`);
   }
+  if (r.unchangedTypes !== undefined) typesOfUnchanged(r.unchangedTypes, r.unchanged);
 }
 
 /**
@@ -249,6 +269,7 @@ export function buildSlotRecord(tx: SlotTransaction, index: number, change: Slot
     oldKey: change.oldKey,
     unchanged: change.unchanged,
   };
+  if (change.unchangedTypes !== undefined && Object.keys(change.unchangedTypes).length > 0) record.unchangedTypes = change.unchangedTypes;
   checkShape(record);
   return record;
 }

@@ -200,12 +200,15 @@ function quoted(c: Cursor): string {
 interface Tuple {
   columns: SlotColumn[];
   unchanged: string[];
+  /** The printed type of each unchanged column. */
+  unchangedTypes: Record<string, string>;
 }
 
 /** Reads ` name[type]:value` pairs until the end of the line or a section keyword (` new-tuple:`). */
 function tuple(c: Cursor, stopAt: string | null): Tuple {
   const columns: SlotColumn[] = [];
   const unchanged: string[] = [];
+  const unchangedTypes: Record<string, string> = {};
   while (!c.done()) {
     if (stopAt !== null && c.startsWith(stopAt)) break;
     c.expect(' ');
@@ -224,11 +227,14 @@ function tuple(c: Cursor, stopAt: string | null): Tuple {
       c.pos += raw.length;
       if (raw === '') c.fail(`missing value of column ${JSON.stringify(name)}`);
       if (raw === 'null') columns.push({ name, type, value: null });
-      else if (raw === 'unchanged-toast-datum') unchanged.push(name);
+      else if (raw === 'unchanged-toast-datum') {
+        unchanged.push(name);
+        unchangedTypes[name] = type;
+      }
       else columns.push({ name, type, value: unquotedValue(c, raw, type) });
     }
   }
-  return { columns, unchanged };
+  return { columns, unchanged, unchangedTypes };
 }
 
 const OPERATION = /(INSERT|UPDATE|DELETE|TRUNCATE):/y;
@@ -321,7 +327,7 @@ export function parseTestDecodingLine(line: string): TestDecodingLine {
       }
       if (c.startsWith(' (no-tuple-data)') && c.pos + ' (no-tuple-data)'.length === line.length) c.fail('UPDATE without tuple data');
       const t = tuple(c, null);
-      return { kind: 'change', change: tableChange(schema, name, { op: 'update', columns: t.columns, oldKey, unchanged: t.unchanged }) };
+      return { kind: 'change', change: tableChange(schema, name, { op: 'update', columns: t.columns, oldKey, unchanged: t.unchanged, ...(t.unchanged.length > 0 ? { unchangedTypes: t.unchangedTypes } : {}) }) };
     }
   }
 }

@@ -68,6 +68,9 @@ describe('slot decoder', () => {
     expect(c).toMatchObject({ op: 'update', key: { id: 1 }, after: { id: 1, v: 'z' }, before: null, missing: ['big'] });
     expect(c!.after).not.toHaveProperty('big');
     expect(r.kind === 'changes' && r.columns).toBeNull();
+    // The unchanged column's type, when the capture says it, is among the types the record shows.
+    const typed = decodeSlotRecord({ ...record({ op: 'update', columns: [col('id', 1, 'integer'), col('v', 'z')], unchanged: ['big'] }), unchangedTypes: { big: 'text' } });
+    expect(typed.kind === 'changes' && typed.types).toMatchObject({ id: 'integer', big: 'text' });
   });
 
   it('an unchanged TOAST value is taken from a full old image (REPLICA IDENTITY FULL)', () => {
@@ -140,6 +143,9 @@ describe('slot decoder', () => {
     expect(field(record({ op: 'delete', columns: null, oldKey: [col('v', 1)] }))).toBe('oldKey');
     expect(field(record({ unchanged: ['big'] }))).toBe('unchanged');
     expect(field(record({ op: 'update', unchanged: ['v'] }))).toBe('unchanged');
+    expect(field({ ...record({ op: 'update', columns: [col('id', 1)], unchanged: ['big'] }), unchangedTypes: { other: 'text' } })).toBe('unchangedTypes.other');
+    expect(field({ ...record({ op: 'update', columns: [col('id', 1)], unchanged: ['big'] }), unchangedTypes: { big: '' } })).toBe('unchangedTypes.big');
+    expect(field({ ...record({ op: 'update', columns: [col('id', 1)], unchanged: ['big'] }), unchangedTypes: ['text'] })).toBe('unchangedTypes');
     expect(field({ ...record({}), format: 'cdc-slot/2' })).toBe('format');
   });
 

@@ -74,6 +74,7 @@ describe('test_decoding lines (text only)', () => {
         columns: [{ name: 'new-tuple:', type: 'text', value: 'b' }],
         oldKey: [{ name: 'new-tuple:', type: 'text', value: " new-tuple: k[text]:'x'" }],
         unchanged: ['x y'],
+        unchangedTypes: { 'x y': 'text' },
       },
     });
   });
@@ -281,6 +282,7 @@ describe('test_decoding output of a real PostgreSQL', () => {
     expect(c.op).toBe('update');
     expect(c.oldKey).toBeNull();
     expect(c.unchanged).toEqual(['big']);
+    expect(c.unchangedTypes).toEqual({ big: 'text' });
     expect(c.columns!.map((col) => col.name)).not.toContain('big');
     expect(c.columns!.find((col) => col.name === 'v')!.value).toBe('z');
   });

@@ -67,10 +67,18 @@ describe('cdc reconcile against a running cdc local', () => {
     let stop = false;
     let workload: Promise<void> = Promise.resolve();
     const reconcile = (...extra: string[]) => cdc('reconcile', '--source', cluster.url('app'), '--warehouse', cluster.url('dw'), '--settle', '2s', '--json', ...extra);
+    // A wait that times out says what cdc local printed (the test's own time limit would not).
+    const waitFor = async (what: string, check: () => boolean | Promise<boolean>, ms: number): Promise<void> => {
+      try {
+        await until(what, check, ms);
+      } catch (err) {
+        throw new Error(`${(err as Error).message}; cdc local printed:\n${output.slice(-4000)}`);
+      }
+    };
     try {
-      await until('cdc local to start', () => /cdc local: (started|resumed) in/.test(output), 240_000);
+      await waitFor('cdc local to start', () => /cdc local: (started|resumed) in/.test(output), 240_000);
       const count = async (t: string) => Number((await dw.query(`SELECT count(*) AS n FROM (SELECT 1 FROM app_public.${t}) x`).catch(() => ({ rows: [{ n: 0 }] }))).rows[0].n);
-      await until('both snapshots in the warehouse', async () => (await count('victim')) === 400 && (await count('busy')) === 2000, 180_000);
+      await waitFor('both snapshots in the warehouse', async () => (await count('victim')) === 400 && (await count('busy')) === 2000, 180_000);
 
       // The steady workload on busy: new keys and updates of old ones, ~25 transactions a second.
       const w = new pg.Client({ connectionString: cluster.url('app') });
@@ -88,7 +96,7 @@ describe('cdc reconcile against a running cdc local', () => {
         }
         await w.end();
       })();
-      await until('the workload to flow', () => writes > 20, 30_000);
+      await waitFor('the workload to flow', () => writes > 20, 30_000);
 
       // 1. No corruption: repeated reconciliation never says DIVERGED.
       const verdicts: ReconcileVerdict[] = [];
@@ -138,10 +146,13 @@ describe('cdc reconcile against a running cdc local', () => {
       stop = true;
       await workload.catch(() => undefined);
       if (child.exitCode === null) child.kill('SIGINT');
+      // A clean stop finishes the batches in flight; one that hangs is killed, never waited on forever.
+      const killer = setTimeout(() => child.kill('SIGKILL'), 30_000);
       await exited;
+      clearTimeout(killer);
       await app.query("SELECT pg_drop_replication_slot('cdc_app') FROM pg_replication_slots WHERE slot_name = 'cdc_app'").catch(() => undefined);
       await app.end();
       await dw.end();
     }
-  }, 420_000);
+  }, 600_000);
 });

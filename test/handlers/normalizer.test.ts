@@ -84,7 +84,7 @@ function logLines(): Array<Record<string, unknown>> {
 
 // ---- raw records ----------------------------------------------------------------------------
 type Col = [name: string, type: string, value: unknown];
-function slot(o: { lsn: number; index?: number; table?: string; op?: 'insert' | 'update' | 'delete' | 'truncate'; columns?: Col[] | null; oldKey?: Col[] | null; unchanged?: string[]; key?: string[]; source?: string }) {
+function slot(o: { lsn: number; index?: number; table?: string; op?: 'insert' | 'update' | 'delete' | 'truncate'; columns?: Col[] | null; oldKey?: Col[] | null; unchanged?: string[]; unchangedTypes?: Record<string, string>; key?: string[]; source?: string }) {
   const op = o.op ?? 'insert';
   const toCols = (cs: Col[]) => cs.map(([name, type, value]) => ({ name, type, value }));
   return {
@@ -100,6 +100,7 @@ function slot(o: { lsn: number; index?: number; table?: string; op?: 'insert' | 
     columns: o.columns === undefined ? null : o.columns === null ? null : toCols(o.columns),
     oldKey: o.oldKey ? toCols(o.oldKey) : null,
     unchanged: o.unchanged ?? [],
+    ...(o.unchangedTypes ? { unchangedTypes: o.unchangedTypes } : {}),
   };
 }
 const slotPos = (lsn: number, index = 0) => makePosition(BigInt(0x1000 + lsn * 0x100), index);
@@ -335,6 +336,10 @@ describe('normalizer handler: slot-capture records', () => {
     expect(docs?.find((c) => c.name === 'id')?.type).toBe('bigint');
     expect(docs?.find((c) => c.name === 'tag')?.type).toBe('text');
     expect(docs?.find((c) => c.name === 'body')?.type).toBeNull();
+    // The slot capture says the unchanged column's type too (`unchangedTypes`): then it is known
+    // from the first record (the search index could not hold a text body in a field created as keyword).
+    await p.handler(await rawEvent(p, [slot({ lsn: 4, table: 'public.notes', op: 'update', columns: [['id', 'bigint', 1], ['tag', 'text', 'u']], unchanged: ['body'], unchangedTypes: { body: 'text' } })]));
+    expect((await p.control.getSchemaVersion('shop', 'public.notes', 1))?.columns.find((c) => c.name === 'body')?.type).toBe('text');
     // The full image that follows is then no change of the key's type at all.
     await p.handler(await rawEvent(p, [slot({ lsn: 3, table: 'public.gone', columns: [['id', 'bigint', 8], ['v', 'text', 'x']] })]));
     const v2 = await p.control.getSchemaVersion('shop', 'public.gone', 2);

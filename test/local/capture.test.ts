@@ -126,6 +126,8 @@ describe('slot capture', () => {
     // The unchanged TOAST value is reported as not delivered.
     const docUpdate = records.find((r) => r.table === 'public.docs' && r.op === 'update')!;
     expect(docUpdate.unchanged).toEqual(['body']);
+    // With its type, so a table first seen through such an update is registered with it (docs/schema-drift.md).
+    expect(docUpdate.unchangedTypes).toEqual({ body: 'text' });
     expect(docUpdate.columns!.map((col) => col.name)).toEqual(['id', 'title']);
     // The key change carries the old key.
     const keyChange = records.find((r) => r.op === 'update' && r.oldKey !== null)!;
