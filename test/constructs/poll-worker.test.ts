@@ -73,6 +73,10 @@ describe('CdcSource poll worker', () => {
     ordersSource(f, { tables: TABLES });
     const t = Template.fromStack(f.stack);
     t.hasResourceProperties('AWS::CloudWatch::Alarm', { MetricName: 'Errors', EvaluationPeriods: 15, Dimensions: [{ Name: 'FunctionName', Value: { Ref: Match.stringLikeRegexp('^OrdersPollWorker') } }] });
+    expect(TABLES.map((x) => [x.tableId, x.deletesObservable])).toEqual([
+      ['public.customers', true],
+      ['public.legacy_orders', false],
+    ]);
     const g = fixture();
     const plain = ordersSource(g);
     expect(plain.pollWorker).toBeUndefined();
