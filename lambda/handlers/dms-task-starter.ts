@@ -50,7 +50,7 @@ import pg from 'pg';
 import { ServiceName } from '../../contracts/env.ts';
 import { CdcError } from '../core/errors.ts';
 import { markSourceForResnapshot } from '../core/continuity.ts';
-import { applyLateRuleChanges, lateRuleChangesBetween, requestLateRuleResnapshots, resolveColumnRules } from '../core/late-rules.ts';
+import { applyLateRuleChanges, LateRulesRefusedError, lateRuleChangesBetween, requestLateRuleResnapshots, resolveColumnRules } from '../core/late-rules.ts';
 import { columnRulesConsumerId } from '../../contracts/control-plane-keys.ts';
 import type { ColumnRulesDocument } from '../../contracts/table-config.ts';
 import { createHash } from 'node:crypto';
@@ -350,6 +350,29 @@ export function parseColumnRules(text: string, what: string): ColumnRulesDocumen
   };
 }
 
+/** CloudFormation shows at most 3,500 characters of a reason (`responseBody`). */
+const REASON_BUDGET = 3000;
+
+/**
+ * The reason CloudFormation shows for a refused late rule: the full statement per table while it
+ * fits, else one line naming every table and column it can (a rule may match hundreds of tables;
+ * each has its refused audit entry).
+ */
+export function refusalReason(source: string, e: LateRulesRefusedError): string {
+  if (e.message.length <= REASON_BUDGET) return e.message;
+  const head =
+    `source ${source}: ${e.changes.length} captured tables got a mask or exclude without acknowledgement; their change-log records, archive files and sink rows still hold the clear values. ` +
+    'To go on, acknowledge it with acknowledgeLateRules on each CapturedTable (or its CapturedTable.matching rule); see docs/masking.md, "Adding a rule to a live table". Tables: ';
+  const parts = e.changes.map((c) => `${c.table} (${[...c.addedMask.map((m) => `mask ${m}`), ...c.addedExclude.map((x) => `exclude ${x}`)].join(', ')})`);
+  let out = head;
+  for (let i = 0; i < parts.length; i++) {
+    const more = `; and ${parts.length - i} more (each in the audit log: cdc audit)`;
+    if (out.length + parts[i]!.length + 2 + more.length > REASON_BUDGET) return out + more;
+    out += (i === 0 ? '' : '; ') + parts[i];
+  }
+  return out;
+}
+
 const digestOf = (text: string): string => createHash('sha256').update(text).digest('hex');
 
 function parseInForce(text: string | null): { current: string; previous: string | null } | null {
@@ -403,7 +426,11 @@ async function checkColumnRules(event: CloudFormationCustomResourceEvent, deps: 
     const revert = stored !== null && stored.current === oldDigest && stored.previous === nextDigest;
     if (revert) changes = changes.map((c) => (c.acknowledgement === null ? { ...c, acknowledgement: REVERT_ACKNOWLEDGEMENT } : c));
     // Refused (audited, LateRulesRefusedError) before anything is stored; acknowledged ones are marked, their re-snapshot requested by the starter.
-    await applyLateRuleChanges({ control, source, actor: LIFECYCLE_ACTOR, requestSnapshots: false }, changes);
+    try {
+      await applyLateRuleChanges({ control, source, actor: LIFECYCLE_ACTOR, requestSnapshots: false }, changes);
+    } catch (e) {
+      throw e instanceof LateRulesRefusedError ? new TaskLifecycleError(refusalReason(source, e)) : e;
+    }
     for (const c of changes) deps.log?.('late column rules acknowledged: table marked needs-resnapshot', { source, table: c.table, addedMask: c.addedMask, addedExclude: c.addedExclude, acknowledgement: c.acknowledgement });
   }
   await control.putCheckpoint(consumer, IN_FORCE, JSON.stringify({ current: nextDigest, previous: stored?.current ?? oldDigest }));

@@ -225,6 +225,23 @@ describe('Custom::CdcColumnRules', () => {
     expect((await control.getTable('orders', 'sales.audit_log'))!.state).toBe('active');
   });
 
+  test('a rule that refuses many tables: the reason stays within what CloudFormation shows and names as many as fit; every one is audited', async () => {
+    for (let i = 0; i < 50; i++) await register(`sales.customer_payment_method_archive_${String(i).padStart(2, '0')}`, ['id', 'card_holder']);
+    const before = synthesizedProps([CapturedTable.of('public.customers'), CapturedTable.matching('sales.*')]);
+    await runLifecycle(event('Create', before), deps());
+    const after = synthesizedProps([CapturedTable.of('public.customers'), CapturedTable.matching('sales.*', { mask: ['card_holder'] })]);
+    const reason = await runLifecycle(event('Update', after, before), deps()).then(
+      () => 'accepted',
+      (e: Error) => e.message,
+    );
+    expect(reason.length).toBeLessThanOrEqual(3000);
+    expect(reason).toMatch(/^source orders: 50 captured tables got a mask or exclude without acknowledgement; .* acknowledgeLateRules .* Tables: sales\.customer_payment_method_archive_00 \(mask card_holder\); sales\.customer_payment_method_archive_01 \(mask card_holder\)/);
+    expect(reason).toMatch(/; and \d+ more \(each in the audit log: cdc audit\)$/);
+    const named = reason.match(/sales\.customer_payment_method_archive_\d\d/g)!.length;
+    expect(Number(/and (\d+) more/.exec(reason)![1]) + named).toBe(50);
+    expect((await control.listAudit('orders')).filter((a) => a.action === LATE_RULES_ACTION && a.outcome === 'refused')).toHaveLength(50);
+  });
+
   test('a rollback after an accepted update returns to the previous rules: accepted and audited as such, never stuck in UPDATE_ROLLBACK_FAILED', async () => {
     await register('public.customers', ['id', 'email', 'phone']);
     const a = synthesizedProps([CapturedTable.of('public.customers', { mask: ['email'] })]);
