@@ -36,3 +36,10 @@ export const ControlPartition = {
 
 /** The checkpoint consumer id under which a source's poll worker keeps its cursors, one per polled table (docs/polling.md). */
 export const pollConsumerId = (source: string): string => `poll-${source}`;
+
+/**
+ * The checkpoint consumer id under which a source's `Custom::CdcColumnRules` step keeps the digest
+ * of the column rules in force (and of the ones before), so a rollback is told from a change
+ * (docs/masking.md, "Adding a rule to a live table").
+ */
+export const columnRulesConsumerId = (source: string): string => `column-rules-${source}`;

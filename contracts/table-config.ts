@@ -221,6 +221,19 @@ export function tablePatternsOverlap(a: string, b: string): boolean {
  */
 export type LateRulesAcknowledgement = string;
 
+/**
+ * The column rules of a deployment, as `CdcSource` passes them to its `Custom::CdcColumnRules`
+ * resource (property `ColumnRules`, JSON): CloudFormation hands the handler the previous and the
+ * new document on an update, and a mask or exclude added to a captured table without its
+ * acknowledgement fails the deployment (docs/masking.md, "Adding a rule to a live table").
+ */
+export interface ColumnRulesDocument {
+  /** Declared tables (`CapturedTable.of`), polled ones included; the heartbeat table is not listed. */
+  tables: Array<{ table: string; mask: string[]; exclude: string[]; acknowledgeLateRules?: LateRulesAcknowledgement }>;
+  /** Rules (`CapturedTable.matching`), in declaration order. */
+  rules: Array<{ match: string; excludeTables: string[]; mask: string[]; exclude: string[]; acknowledgeLateRules?: LateRulesAcknowledgement }>;
+}
+
 /** What the rule conflict check needs of an explicitly declared table. */
 export interface DeclaredTableRules {
   table: string;

@@ -219,6 +219,15 @@ export class CapturedTable {
     if (options.acknowledgeLateRules !== undefined) this.acknowledgeLateRules = options.acknowledgeLateRules;
   }
 
+  /**
+   * Whether the sinks see this table's deletes: false for a polled table (`CaptureMode.POLL`),
+   * whose deleted rows stay in every sink; its warehouse view and mirror say so in their catalog
+   * comment (docs/polling.md).
+   */
+  get deletesObservable(): boolean {
+    return this.capture !== CaptureMode.POLL;
+  }
+
   /** The schema part of the table id. */
   get schemaName(): string {
     return this.tableId.split('.')[0] ?? '';

@@ -12,7 +12,7 @@ import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import { DEFAULT_HEARTBEAT_SCHEMA, EnvName, ServiceName } from '../contracts/env.ts';
-import { ControlPartition } from '../contracts/control-plane-keys.ts';
+import { columnRulesConsumerId, ControlPartition } from '../contracts/control-plane-keys.ts';
 import { MetricDimension, MetricName, NORMALIZER_STAGE } from '../contracts/metrics.ts';
 import { AwsApiEgress } from './aws-api-egress.ts';
 import { CaptureMode, type CapturedTable } from './captured-table.ts';
@@ -23,7 +23,7 @@ import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './private/a
 import { CdcFunction } from './private/cdc-function.ts';
 import { dmsIdentifier } from './private/physical-name.ts';
 import { consumeStream, defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
-import { compileTableMappings, findTableProblem, tableConfigEntries, tableRuleEntries } from './private/table-mappings.ts';
+import { columnRulesDocument, compileTableMappings, findTableProblem, tableConfigEntries, tableRuleEntries } from './private/table-mappings.ts';
 import { taskSettings } from './private/task-settings.ts';
 import { checkIntegerRange, checkKinesisRetention, checkLowerIdent, checkRequiredProps, fail, idFromConstructId, SLOT_NAME } from './private/validate.ts';
 import { SslMode, type SourceDatabase } from './source-database.ts';
@@ -453,6 +453,12 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
       put: [ControlPartition.AUDIT],
       update: [ControlPartition.source(this.sourceId)],
     });
+    // The column-rules step (docs/masking.md, "Adding a rule to a live table"): the captured tables'
+    // current schemas, its own digest of the rules in force; the starter requests re-snapshots.
+    props.controlPlane.grantItems(lifecycle.fn, {
+      read: [ControlPartition.schemasOf(this.sourceId), ControlPartition.checkpoint(columnRulesConsumerId(this.sourceId))],
+      put: [ControlPartition.source(this.sourceId), ControlPartition.checkpoint(columnRulesConsumerId(this.sourceId))],
+    });
     const taskArnPattern = `arn:${Aws.PARTITION}:dms:${Aws.REGION}:${Aws.ACCOUNT_ID}:task:*`;
     const lifecyclePolicy = new iam.Policy(this, 'TaskLifecyclePolicy', {
       statements: [
@@ -474,6 +480,18 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
       },
     );
 
+    // A mask or exclude added to a captured table without acknowledgeLateRules fails the deployment
+    // here, before the slot, the task and the functions change (docs/masking.md).
+    const columnRules = new CustomResource(this, 'ColumnRules', {
+      resourceType: 'Custom::CdcColumnRules',
+      serviceToken: lifecycle.fn.functionArn,
+      serviceTimeout: Duration.minutes(5),
+      properties: {
+        Action: 'check-column-rules',
+        SourceId: this.sourceId,
+        ColumnRules: JSON.stringify(columnRulesDocument(this.tables)),
+      },
+    });
     const slot = new CustomResource(this, 'ReplicationSlot', {
       resourceType: 'Custom::CdcReplicationSlot',
       serviceToken: lifecycle.fn.functionArn,
@@ -490,7 +508,7 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
         SourceId: this.sourceId,
       },
     });
-    slot.node.addDependency(lifecyclePolicy);
+    slot.node.addDependency(lifecyclePolicy, columnRules);
     if (props.database.securityGroup) {
       checkIntegerRange(this, 'database port', props.database.port, 1, 65535);
       const ingress = new ec2.CfnSecurityGroupIngress(this, 'DatabaseIngress', {
@@ -541,6 +559,7 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
         TaskIdentifier: this.replicationTaskIdentifier,
         ConfigHash: configHash,
         StartPosition: slot.getAttString('StartPosition'),
+        SourceId: this.sourceId,
       },
     });
     starter.node.addDependency(lifecyclePolicy, taskControlPolicy);
@@ -686,6 +705,13 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
     if (poll) {
       this.pollWorker = poll.fn;
       this.alarms.push(...poll.alarms);
+    }
+
+    // The functions that read the table configuration change only after the column-rules check
+    // passed, and the starter (which requests re-snapshots for late rules) runs after they changed.
+    for (const fn of [normalizer.fn, snapshot.fn, ...(poll ? [poll.fn] : [])]) {
+      fn.node.addDependency(columnRules);
+      starter.node.addDependency(fn);
     }
 
     this.acknowledgeGrantWildcards([normalizer, heartbeat, lifecycle, slotMonitor.function, snapshot.worker, ...(poll ? [poll.worker] : [])], targetRole, secretsRole);

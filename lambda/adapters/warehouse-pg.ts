@@ -63,6 +63,7 @@ import {
   lockHandoverSql,
   readHandoverSql,
   HANDOVER_COLUMNS,
+  commentPolledSql,
   createViewSql,
   lockMirrorSql,
   recordTruncationSql,
@@ -307,7 +308,7 @@ export class PgWarehouse {
       // update that lacks columns must see it, or it could be applied onto a key that is held
       // (docs/primary-key-changes.md). So such a batch reads the catalog again until the table exists.
       if (!known.handover && events.some((e) => e.op === 'update' && e.missing.length > 0) && this.shapes.has(cacheKey)) known = await readShape(client, t);
-      const wants = { hard: batch.deleteMode === 'hard', truncate: truncates.length > 0, handover: needsHandover(events) };
+      const wants = { hard: batch.deleteMode === 'hard', truncate: truncates.length > 0, handover: needsHandover(events), polled: events.some((e) => e.capture === 'poll') };
       let ddl = planDdl(t, known, key, data, wants);
       // Appliers of other shards may create the same schema, table or column at the same moment
       // (`IF NOT EXISTS` is not race-free in PostgreSQL): on such a clash, read the shape again and
@@ -552,7 +553,7 @@ function planDdl(
   known: SinkShape,
   key: SinkColumn[],
   data: SinkColumn[],
-  wants: { hard: boolean; truncate: boolean; handover: boolean },
+  wants: { hard: boolean; truncate: boolean; handover: boolean; polled?: boolean },
 ): { statements: string[]; shape: SinkShape } {
   const { hard, truncate } = wants;
   const statements: string[] = [];
@@ -566,6 +567,8 @@ function planDdl(
   let viewNeeded = !shape.view;
   if (shape.mirror.length === 0) {
     statements.push(createMirrorSql(t, key, data));
+    // A polled table's deletes are not observable: the sink says so on the table (docs/polling.md).
+    if (wants.polled) statements.push(commentPolledSql(t, 'mirror'));
     shape.mirror = [...key.map((c) => c.name), ...data.map((c) => c.name), ...MIRROR_NAMES];
     for (const c of [...key, ...data]) shape.mirrorTypes.set(c.name, c.type);
     viewNeeded = true;
@@ -603,6 +606,8 @@ function planDdl(
   }
   if (viewNeeded) {
     statements.push(createViewSql(t, shape.mirror));
+    // Set again with every view it (re)creates: a table created before it was polled gets it then too.
+    if (wants.polled) statements.push(commentPolledSql(t, 'view'));
     shape.view = true;
   }
   return { statements, shape };

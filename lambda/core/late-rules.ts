@@ -16,6 +16,7 @@
  * The rules in force are recorded in the audit log (`column-rules`, one entry per table whose
  * rules changed); a table with no record yet is taken as it is (the first record is the baseline).
  */
+import { matchesTablePattern, type ColumnRulesDocument } from '../../contracts/table-config.ts';
 import type { AuditEntry, ControlPlane } from './control-plane.ts';
 import { CdcError } from './errors.ts';
 import { requestSnapshot } from './snapshot-worker.ts';
@@ -99,6 +100,68 @@ export interface LateRulesDeps {
   now?: Date;
 }
 
+/** What `applyLateRuleChanges` needs besides the changes. */
+export interface ApplyLateRulesDeps {
+  control: ControlPlane;
+  source: string;
+  actor: string;
+  now?: Date;
+  /**
+   * Whether to request each marked table's re-snapshot now. `cdc local` does (its handlers already
+   * run with the new rules); a deployment marks first and requests once the functions and the
+   * DMS task run with the new rules (`requestLateRuleResnapshots`).
+   * @default true
+   */
+  requestSnapshots?: boolean;
+}
+
+/**
+ * Refuses (audited, `LateRulesRefusedError`) when a change has no acknowledgement; otherwise
+ * marks each changed table `needs-resnapshot` with reason `LATE_COLUMN_RULES` and its audit entry
+ * (what was left behind), and requests its re-snapshot unless `requestSnapshots` is false. Nothing
+ * is marked when one change is refused.
+ */
+export async function applyLateRuleChanges(d: ApplyLateRulesDeps, changes: readonly LateRuleChange[]): Promise<void> {
+  const now = d.now ?? new Date();
+  const at = now.toISOString();
+  const audit = (table: string, outcome: 'done' | 'refused', detail: Record<string, unknown>): AuditEntry => ({ at, actor: d.actor, action: LATE_RULES_ACTION, source: d.source, table, outcome, detail });
+  const refused = changes.filter((c) => c.acknowledgement === null);
+  if (refused.length > 0) {
+    for (const c of refused) await d.control.appendAudit(audit(c.table, 'refused', { addedMask: c.addedMask, addedExclude: c.addedExclude, refusal: 'no acknowledgement (acknowledgeLateRules)', leftBehind: c.leftBehind }));
+    throw new LateRulesRefusedError(refused);
+  }
+  if (changes.length === 0) return;
+  const registered = await d.control.listTables(d.source);
+  for (const c of changes) {
+    const t = registered.find((r) => r.table === c.table);
+    if (!t) continue;
+    const reason = `${LATE_COLUMN_RULES}: ${[...c.addedMask.map((m) => `mask ${m}`), ...c.addedExclude.map((x) => `exclude ${x}`)].join(', ')} added (acknowledged: ${c.acknowledgement}); ${c.leftBehind}`.slice(0, 1024);
+    const detail = { addedMask: c.addedMask, addedExclude: c.addedExclude, acknowledgement: c.acknowledgement, leftBehind: c.leftBehind, needsResnapshot: true, needsSinkRebuild: true, archiveRewrite: 'docs/masking.md, "Adding a rule to a live table"' };
+    if (t.state === 'needs-resnapshot') await d.control.appendAudit(audit(c.table, 'done', detail));
+    else await d.control.setTableState(d.source, c.table, 'needs-resnapshot', reason, audit(c.table, 'done', { ...detail, from: t.state, to: 'needs-resnapshot' }));
+    if (d.requestSnapshots === false) continue;
+    const run = await d.control.getSnapshot(d.source, c.table);
+    if (!snapshotPending(run)) await requestSnapshot(d.control, { source: d.source, table: c.table, reason: 'resnapshot', actor: d.actor, now });
+  }
+}
+
+/**
+ * Requests the re-snapshot of every table of the source that a late rule marked
+ * (`needs-resnapshot` with reason `LATE_COLUMN_RULES`) and that has none pending. Returns the
+ * tables requested. A deployment calls it after the functions and the DMS task run with the new
+ * rules, so the re-snapshot's rows carry the new (masked) values.
+ */
+export async function requestLateRuleResnapshots(control: ControlPlane, o: { source: string; actor: string; now?: Date }): Promise<string[]> {
+  const out: string[] = [];
+  for (const t of await control.listTables(o.source)) {
+    if (t.state !== 'needs-resnapshot' || !(t.stateReason ?? '').startsWith(`${LATE_COLUMN_RULES}:`)) continue;
+    if (snapshotPending(await control.getSnapshot(o.source, t.table))) continue;
+    const r = await requestSnapshot(control, { source: o.source, table: t.table, reason: 'resnapshot', actor: o.actor, now: o.now ?? new Date() });
+    if (r.outcome === 'requested') out.push(t.table);
+  }
+  return out;
+}
+
 /**
  * Checks the rules in force against those recorded: refuses (audited, `LateRulesRefusedError`)
  * when a registered table got a mask or exclude without acknowledgement; otherwise marks each
@@ -111,25 +174,51 @@ export async function enforceLateRules(d: LateRulesDeps): Promise<LateRuleChange
   const recorded = recordedColumnRules(entries, d.source);
   const registered = await d.control.listTables(d.source);
   const changes = lateRuleChanges(recorded, new Set(registered.map((t) => t.table)), d.tables);
-  const audit = (table: string, outcome: 'done' | 'refused', detail: Record<string, unknown>): AuditEntry => ({ at, actor: d.actor, action: LATE_RULES_ACTION, source: d.source, table, outcome, detail });
-  const refused = changes.filter((c) => c.acknowledgement === null);
-  if (refused.length > 0) {
-    for (const c of refused) await d.control.appendAudit(audit(c.table, 'refused', { addedMask: c.addedMask, addedExclude: c.addedExclude, refusal: 'no acknowledgement (acknowledgeLateRules)', leftBehind: c.leftBehind }));
-    throw new LateRulesRefusedError(refused);
-  }
-  for (const c of changes) {
-    const t = registered.find((r) => r.table === c.table)!;
-    const reason = `${LATE_COLUMN_RULES}: ${[...c.addedMask.map((m) => `mask ${m}`), ...c.addedExclude.map((x) => `exclude ${x}`)].join(', ')} added (acknowledged: ${c.acknowledgement}); ${c.leftBehind}`.slice(0, 1024);
-    const detail = { addedMask: c.addedMask, addedExclude: c.addedExclude, acknowledgement: c.acknowledgement, leftBehind: c.leftBehind, needsResnapshot: true, needsSinkRebuild: true, archiveRewrite: 'docs/masking.md, "Adding a rule to a live table"' };
-    if (t.state === 'needs-resnapshot') await d.control.appendAudit(audit(c.table, 'done', detail));
-    else await d.control.setTableState(d.source, c.table, 'needs-resnapshot', reason, audit(c.table, 'done', { ...detail, from: t.state, to: 'needs-resnapshot' }));
-    const run = await d.control.getSnapshot(d.source, c.table);
-    if (!snapshotPending(run)) await requestSnapshot(d.control, { source: d.source, table: c.table, reason: 'resnapshot', actor: d.actor, now: d.now ?? new Date() });
-  }
+  await applyLateRuleChanges({ control: d.control, source: d.source, actor: d.actor, ...(d.now ? { now: d.now } : {}) }, changes);
   for (const t of d.tables) {
     const before = recorded.get(t.table);
     const same = before && before.mask.join(',') === [...t.mask].join(',') && before.exclude.join(',') === [...t.exclude].join(',');
     if (!same) await d.control.appendAudit({ at, actor: d.actor, action: COLUMN_RULES_ACTION, source: d.source, table: t.table, outcome: 'done', detail: { mask: [...t.mask], exclude: [...t.exclude], ...(before ? { previous: before } : {}) } });
   }
   return changes;
+}
+
+/** A table's column rules under a deployment's `ColumnRulesDocument`, and whether a pattern rule gave them; null when it is not captured. */
+export function resolveColumnRules(doc: ColumnRulesDocument, table: string): (TableColumnRules & { byRule: boolean }) | null {
+  const own = doc.tables.find((t) => t.table === table);
+  const ack = (a: string | undefined) => (a !== undefined ? { acknowledgeLateRules: a } : {});
+  if (own) return { table, mask: own.mask, exclude: own.exclude, ...ack(own.acknowledgeLateRules), byRule: false };
+  for (const r of doc.rules) {
+    if (!matchesTablePattern(r.match, table)) continue;
+    if (r.excludeTables.some((p) => matchesTablePattern(p, table))) return null;
+    return { table, mask: r.mask, exclude: r.exclude, ...ack(r.acknowledgeLateRules), byRule: true };
+  }
+  return null;
+}
+
+/**
+ * Pure: the late rules a deployment brings, between the previous and the new column rules, for
+ * the `registered` tables captured under both. A pattern rule masks or excludes a column only in
+ * the tables that have it (DMS applies it where the column exists), so for a table captured by a
+ * rule the added columns are narrowed to `columnsOf(table)` when known.
+ */
+export function lateRuleChangesBetween(
+  before: ColumnRulesDocument,
+  after: ColumnRulesDocument,
+  registered: Iterable<string>,
+  columnsOf: (table: string) => readonly string[] | undefined = () => undefined,
+): LateRuleChange[] {
+  const recorded = new Map<string, { mask: readonly string[]; exclude: readonly string[] }>();
+  const next: TableColumnRules[] = [];
+  const tables = new Set(registered);
+  for (const table of tables) {
+    const b = resolveColumnRules(before, table);
+    const a = resolveColumnRules(after, table);
+    if (!b || !a) continue;
+    recorded.set(table, { mask: b.mask, exclude: b.exclude });
+    const cols = a.byRule ? columnsOf(table) : undefined;
+    const has = (c: string) => cols === undefined || cols.includes(c) || b.mask.includes(c) || b.exclude.includes(c);
+    next.push({ table, mask: a.mask.filter(has), exclude: a.exclude.filter(has), ...(a.acknowledgeLateRules !== undefined ? { acknowledgeLateRules: a.acknowledgeLateRules } : {}) });
+  }
+  return lateRuleChanges(recorded, tables, next);
 }

@@ -44,6 +44,7 @@
  */
 import { UnsafeIdentifierError } from './errors.ts';
 import { assertPlainIdentifier, quoteIdent, splitTableId } from './identifiers.ts';
+import { POLL_DELETES_INVISIBLE } from './poll.ts';
 
 /** PostgreSQL's identifier limit in bytes (Redshift allows 127); longer derived names are shortened with a hash. */
 export const MAX_IDENTIFIER_LENGTH = 63;
@@ -449,6 +450,19 @@ export function truncateMirrorSql(t: WarehouseTable, o: { hard: boolean; deleted
 export function createViewSql(t: WarehouseTable, mirrorColumns: readonly string[]): string {
   const visible = mirrorColumns.filter((c) => c !== CdcColumn.DELETED && c !== CdcColumn.DELETED_AT);
   return `CREATE OR REPLACE VIEW ${qualified(t.schema, t.view)} AS SELECT ${cols(visible)} FROM ${qualified(t.schema, t.mirror)} WHERE NOT ${quoteIdent(CdcColumn.DELETED)}`;
+}
+
+/**
+ * What the sink says on a polled table's view and mirror (docs/polling.md, "What the platform says
+ * about deletes"): a table property consumers read from the catalog
+ * (`obj_description('schema.table'::regclass)` on PostgreSQL, `pg_description` on Redshift).
+ */
+export const POLLED_TABLE_COMMENT = `cdc: capture poll; ${POLL_DELETES_INVISIBLE}. A row deleted in the source stays here (docs/polling.md)`;
+
+/** `COMMENT ON` the view and the mirror of a polled table (Redshift and PostgreSQL both take them). */
+export function commentPolledSql(t: WarehouseTable, on: 'view' | 'mirror'): string {
+  const literal = `'${POLLED_TABLE_COMMENT.replace(/'/g, "''")}'`;
+  return on === 'view' ? `COMMENT ON VIEW ${qualified(t.schema, t.view)} IS ${literal}` : `COMMENT ON TABLE ${qualified(t.schema, t.mirror)} IS ${literal}`;
 }
 
 /** One column per statement (Redshift adds one column per ALTER TABLE). */

@@ -13,6 +13,17 @@
  * - Delete: drops the slot only when `RemoveSlotOnDelete` is `true`; otherwise it stays (and keeps
  *   WAL) for a successor to resume from.
  *
+ * `Custom::CdcColumnRules` (`Action: check-column-rules`), ordered BEFORE the slot, the task and
+ * the functions that read the table configuration:
+ * - Update: a mask or exclude added to a table that is already captured (registered in the control
+ *   plane) without its acknowledgement fails the deployment, naming table and column and how to
+ *   acknowledge (`acknowledgeLateRules`), before anything else changes; the refusal is audited.
+ *   An acknowledged one is audited and the table marked `needs-resnapshot` (`LATE_COLUMN_RULES`:
+ *   what was left behind). The digest of the rules in force is kept in the control plane, so the
+ *   rollback of a refused update (CloudFormation sends it as another update) is not refused again
+ *   (docs/masking.md, "Adding a rule to a live table").
+ * - Create: the rules become the baseline. Delete: nothing.
+ *
  * `Custom::CdcReplicationTaskStarter` (`Action: start-task`), ordered AFTER the task:
  * - Create: waits for the new task to be ready and starts it (`start-replication`, from the
  *   task's start position), then waits until it runs.
@@ -22,6 +33,8 @@
  *   DMS applies changed transformation rules (masking) only on a restart, and restarting from the
  *   checkpoint loses nothing; events between the checkpoint and the stop come again and sinks
  *   ignore them (positions). A failed task is left for an operator; a running one is left alone.
+ *   Then the tables a late rule marked get their re-snapshot requested: the functions and the task
+ *   run with the new rules by now (the starter is ordered after them).
  * - Delete: stops the task and waits, because CloudFormation cannot delete a running task.
  */
 import {
@@ -37,6 +50,10 @@ import pg from 'pg';
 import { ServiceName } from '../../contracts/env.ts';
 import { CdcError } from '../core/errors.ts';
 import { markSourceForResnapshot } from '../core/continuity.ts';
+import { applyLateRuleChanges, LateRulesRefusedError, lateRuleChangesBetween, requestLateRuleResnapshots, resolveColumnRules } from '../core/late-rules.ts';
+import { columnRulesConsumerId } from '../../contracts/control-plane-keys.ts';
+import type { ColumnRulesDocument } from '../../contracts/table-config.ts';
+import { createHash } from 'node:crypto';
 import type { ControlPlane } from '../core/control-plane.ts';
 import { dynamoDbClient } from '../adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
@@ -261,8 +278,8 @@ async function slotReplaced(deps: LifecycleDeps, props: Props, o: { from: string
   }
   const at = new Date().toISOString();
   const message = `the capture moved from replication slot ${o.from} to ${o.to}: changes between the two are not in the change log`;
-  const marked = await markSourceForResnapshot(deps.control, { source, actor: 'dms-task-lifecycle', at, code: 'HISTORY_GAP', problem: 'slot-replaced', message, detail: o });
-  await deps.control.appendAudit({ at, actor: 'dms-task-lifecycle', action: 'capture-slot-replaced', source, table: null, outcome: 'done', detail: { ...o, tablesMarked: marked } });
+  const marked = await markSourceForResnapshot(deps.control, { source, actor: LIFECYCLE_ACTOR, at, code: 'HISTORY_GAP', problem: 'slot-replaced', message, detail: o });
+  await deps.control.appendAudit({ at, actor: LIFECYCLE_ACTOR, action: 'capture-slot-replaced', source, table: null, outcome: 'done', detail: { ...o, tablesMarked: marked } });
   deps.log?.('capture moved to another slot: tables marked needs-resnapshot', { source, ...o, tablesMarked: marked });
 }
 
@@ -282,7 +299,142 @@ async function startTask(event: CloudFormationCustomResourceEvent, deps: Lifecyc
   const old = event.OldResourceProperties as unknown as Props;
   const slotMoved = props.StartPosition !== undefined && old.StartPosition !== props.StartPosition;
   await startAndWait(deps, task, planStart(task, old.ConfigHash !== props.ConfigHash, slotMoved ? props.StartPosition : undefined));
+  // Tables an acknowledged late rule marked (the column-rules step): their re-snapshot now reads with the new rules.
+  if (deps.control && props.SourceId) {
+    const requested = await requestLateRuleResnapshots(deps.control, { source: props.SourceId, actor: LIFECYCLE_ACTOR });
+    if (requested.length > 0) deps.log?.('re-snapshot requested for tables with late column rules', { source: props.SourceId, tables: requested });
+  }
   return { physicalResourceId: arn };
+}
+
+const LIFECYCLE_ACTOR = 'dms-task-lifecycle';
+/** The acknowledgement recorded when a deployment returns to the rules in force before the current ones (a rollback, or the previous template again). */
+export const REVERT_ACKNOWLEDGEMENT = 'return to the column rules in force before the last deployment (a CloudFormation rollback, or the previous template deployed again)';
+/** Shard id of the checkpoint that holds the digests of the column rules (`columnRulesConsumerId`). */
+const IN_FORCE = 'in-force';
+
+/** The `ColumnRules` property, checked: a clear error names what is wrong. */
+export function parseColumnRules(text: string, what: string): ColumnRulesDocument {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (e) {
+    throw new TaskLifecycleError(`${what}: not valid JSON: ${(e as Error).message}`);
+  }
+  const strings = (x: unknown, at: string): string[] => {
+    if (!Array.isArray(x) || !x.every((c) => typeof c === 'string')) throw new TaskLifecycleError(`${what}: ${at}: expected an array of strings`);
+    return x as string[];
+  };
+  const ack = (x: unknown, at: string): { acknowledgeLateRules?: string } => {
+    if (x === undefined) return {};
+    if (typeof x !== 'string' || x.trim() === '') throw new TaskLifecycleError(`${what}: ${at}.acknowledgeLateRules: expected a non-empty text`);
+    return { acknowledgeLateRules: x };
+  };
+  const o = v as Record<string, unknown>;
+  if (typeof v !== 'object' || v === null || !Array.isArray(o.tables) || !Array.isArray(o.rules)) throw new TaskLifecycleError(`${what}: expected {"tables": [...], "rules": [...]}`);
+  const obj = (e: unknown, at: string): Record<string, unknown> => {
+    if (typeof e !== 'object' || e === null) throw new TaskLifecycleError(`${what}: ${at}: expected an object`);
+    return e as Record<string, unknown>;
+  };
+  return {
+    tables: o.tables.map((e, i) => {
+      const t = obj(e, `tables[${i}]`);
+      if (typeof t.table !== 'string') throw new TaskLifecycleError(`${what}: tables[${i}].table: expected 'schema.table'`);
+      return { table: t.table, mask: strings(t.mask, `tables[${i}].mask`), exclude: strings(t.exclude, `tables[${i}].exclude`), ...ack(t.acknowledgeLateRules, `tables[${i}]`) };
+    }),
+    rules: o.rules.map((e, i) => {
+      const r = obj(e, `rules[${i}]`);
+      if (typeof r.match !== 'string') throw new TaskLifecycleError(`${what}: rules[${i}].match: expected a 'schema.table' pattern`);
+      return { match: r.match, excludeTables: strings(r.excludeTables, `rules[${i}].excludeTables`), mask: strings(r.mask, `rules[${i}].mask`), exclude: strings(r.exclude, `rules[${i}].exclude`), ...ack(r.acknowledgeLateRules, `rules[${i}]`) };
+    }),
+  };
+}
+
+/** CloudFormation shows at most 3,500 characters of a reason (`responseBody`). */
+const REASON_BUDGET = 3000;
+
+/**
+ * The reason CloudFormation shows for a refused late rule: the full statement per table while it
+ * fits, else one line naming every table and column it can (a rule may match hundreds of tables;
+ * each has its refused audit entry).
+ */
+export function refusalReason(source: string, e: LateRulesRefusedError): string {
+  if (e.message.length <= REASON_BUDGET) return e.message;
+  const head =
+    `source ${source}: ${e.changes.length} captured tables got a mask or exclude without acknowledgement; their change-log records, archive files and sink rows still hold the clear values. ` +
+    'To go on, acknowledge it with acknowledgeLateRules on each CapturedTable (or its CapturedTable.matching rule); see docs/masking.md, "Adding a rule to a live table". Tables: ';
+  const parts = e.changes.map((c) => `${c.table} (${[...c.addedMask.map((m) => `mask ${m}`), ...c.addedExclude.map((x) => `exclude ${x}`)].join(', ')})`);
+  let out = head;
+  for (let i = 0; i < parts.length; i++) {
+    const more = `; and ${parts.length - i} more (each in the audit log: cdc audit)`;
+    if (out.length + parts[i]!.length + 2 + more.length > REASON_BUDGET) return out + more;
+    out += (i === 0 ? '' : '; ') + parts[i];
+  }
+  return out;
+}
+
+const digestOf = (text: string): string => createHash('sha256').update(text).digest('hex');
+
+function parseInForce(text: string | null): { current: string; previous: string | null } | null {
+  if (text === null) return null;
+  try {
+    const v = JSON.parse(text) as { current?: unknown; previous?: unknown };
+    return typeof v.current === 'string' ? { current: v.current, previous: typeof v.previous === 'string' ? v.previous : null } : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * `Custom::CdcColumnRules`: refuses a late mask or exclude without acknowledgement (see the file
+ * comment). Which rules were in force before is the update's `OldResourceProperties`, unless the
+ * stored digests say the update returns to them (then nothing changes in force).
+ */
+async function checkColumnRules(event: CloudFormationCustomResourceEvent, deps: LifecycleDeps): Promise<LifecycleResult> {
+  const props = event.ResourceProperties as unknown as Props;
+  const source = prop(props, 'SourceId');
+  if (event.RequestType === 'Delete') return { physicalResourceId: event.PhysicalResourceId };
+  const control = deps.control;
+  if (!control) throw new TaskLifecycleError(`no control plane (${EnvName.CONTROL_TABLE}) to read the captured tables of source ${source} from`);
+  const text = prop(props, 'ColumnRules');
+  const next = parseColumnRules(text, 'ColumnRules');
+  const consumer = columnRulesConsumerId(source);
+  const stored = parseInForce(await control.getCheckpoint(consumer, IN_FORCE));
+  const nextDigest = digestOf(text);
+  const oldText = event.RequestType === 'Update' ? (event.OldResourceProperties as unknown as Props).ColumnRules : undefined;
+  const oldDigest = oldText === undefined ? null : digestOf(oldText);
+  if (stored?.current === nextDigest) {
+    // These rules are in force already: the rollback of a refused update, which changed nothing.
+    deps.log?.('column rules unchanged in force', { source });
+    return { physicalResourceId: event.RequestType === 'Create' ? `${source}/column-rules` : event.PhysicalResourceId };
+  }
+  if (oldText !== undefined) {
+    const before = parseColumnRules(oldText, 'previous ColumnRules');
+    const registered = (await control.listTables(source)).filter((t) => resolveColumnRules(before, t.table) !== null && resolveColumnRules(next, t.table) !== null);
+    let changes = lateRuleChangesBetween(before, next, registered.map((t) => t.table));
+    // A rule's columns count only in the tables that have them: narrow with each table's current schema.
+    const byRule = changes.filter((c) => resolveColumnRules(next, c.table)?.byRule);
+    if (byRule.length > 0) {
+      const columns = new Map<string, string[]>();
+      for (const c of byRule) {
+        const t = registered.find((r) => r.table === c.table)!;
+        const schema = await control.getSchemaVersion(source, t.table, t.currentVersion);
+        if (schema) columns.set(t.table, schema.columns.map((col) => col.name));
+      }
+      changes = lateRuleChangesBetween(before, next, registered.map((t) => t.table), (table) => columns.get(table));
+    }
+    const revert = stored !== null && stored.current === oldDigest && stored.previous === nextDigest;
+    if (revert) changes = changes.map((c) => (c.acknowledgement === null ? { ...c, acknowledgement: REVERT_ACKNOWLEDGEMENT } : c));
+    // Refused (audited, LateRulesRefusedError) before anything is stored; acknowledged ones are marked, their re-snapshot requested by the starter.
+    try {
+      await applyLateRuleChanges({ control, source, actor: LIFECYCLE_ACTOR, requestSnapshots: false }, changes);
+    } catch (e) {
+      throw e instanceof LateRulesRefusedError ? new TaskLifecycleError(refusalReason(source, e)) : e;
+    }
+    for (const c of changes) deps.log?.('late column rules acknowledged: table marked needs-resnapshot', { source, table: c.table, addedMask: c.addedMask, addedExclude: c.addedExclude, acknowledgement: c.acknowledgement });
+  }
+  await control.putCheckpoint(consumer, IN_FORCE, JSON.stringify({ current: nextDigest, previous: stored?.current ?? oldDigest }));
+  return { physicalResourceId: event.RequestType === 'Create' ? `${source}/column-rules` : event.PhysicalResourceId };
 }
 
 /** Runs one custom-resource request (no response sending). */
@@ -290,7 +442,8 @@ export async function runLifecycle(event: CloudFormationCustomResourceEvent, dep
   const action = (event.ResourceProperties as unknown as Props).Action;
   if (action === 'prepare-slot') return prepareSlot(event, deps);
   if (action === 'start-task') return startTask(event, deps);
-  throw new TaskLifecycleError(`unknown Action ${JSON.stringify(action)} (expected prepare-slot or start-task)`);
+  if (action === 'check-column-rules') return checkColumnRules(event, deps);
+  throw new TaskLifecycleError(`unknown Action ${JSON.stringify(action)} (expected prepare-slot, start-task or check-column-rules)`);
 }
 
 /** The CloudFormation response document. */

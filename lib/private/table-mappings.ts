@@ -10,7 +10,7 @@
  *    masked columns, and the wide-string type keeps non-ASCII text intact before hashing.
  */
 import { HEARTBEAT_KEY_COLUMN, HEARTBEAT_TABLE } from '../../contracts/env.ts';
-import { checkTransforms, findRuleConflict, isTablePattern, type DeleteModeValue, type TableConfig, type TableRule } from '../../contracts/table-config.ts';
+import { checkTransforms, findRuleConflict, isTablePattern, type ColumnRulesDocument, type DeleteModeValue, type TableConfig, type TableRule } from '../../contracts/table-config.ts';
 import { CaptureMode, DeleteMode, type CapturedTable } from '../captured-table.ts';
 import { PLAIN_IDENT } from './validate.ts';
 
@@ -187,4 +187,17 @@ export function tableRuleEntries(tables: readonly CapturedTable[]): TableRule[] 
   return tables
     .filter((t) => t.pattern !== undefined)
     .map((t) => ({ match: t.pattern!, excludeTables: [...t.excludeTables], key: [...t.primaryKey], deleteMode: DELETE_MODE_VALUE[t.deletes], mask: [...t.mask], exclude: [...t.exclude], ...(t.snapshot ? {} : { snapshot: false }) }));
+}
+
+/**
+ * The `ColumnRules` property of the `Custom::CdcColumnRules` resource: every declared table's and
+ * rule's masks and exclusions with their acknowledgements, so an update sees the previous ones
+ * (docs/masking.md, "Adding a rule to a live table").
+ */
+export function columnRulesDocument(tables: readonly CapturedTable[]): ColumnRulesDocument {
+  const ack = (t: CapturedTable) => (t.acknowledgeLateRules !== undefined ? { acknowledgeLateRules: t.acknowledgeLateRules } : {});
+  return {
+    tables: tables.filter((t) => t.pattern === undefined).map((t) => ({ table: t.tableId, mask: [...t.mask], exclude: [...t.exclude], ...ack(t) })),
+    rules: tables.filter((t) => t.pattern !== undefined).map((t) => ({ match: t.pattern!, excludeTables: [...t.excludeTables], mask: [...t.mask], exclude: [...t.exclude], ...ack(t) })),
+  };
 }

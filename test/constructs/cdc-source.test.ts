@@ -3,8 +3,9 @@ import { Match, Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import { describe, expect, test } from 'vitest';
 import { parseTableConfig } from '../../lambda/core/table-config.ts';
-import { BeforeImage, CapturedTable, DeleteMode, SourceDatabase } from '../../lib/index.ts';
-import { fixture, onlyResource, ordersSource, parseJsonProperty, resourcesOf } from './helpers.ts';
+import { parseColumnRules } from '../../lambda/handlers/dms-task-starter.ts';
+import { BeforeImage, CapturedTable, CaptureMode, DeleteMode, SourceDatabase } from '../../lib/index.ts';
+import { fixture, onlyResource, ordersSource, parseJsonProperty, policyDocuments, resourcesOf } from './helpers.ts';
 
 interface Rule {
   'rule-type': string;
@@ -267,6 +268,45 @@ describe('CdcSource', () => {
     t.hasResourceProperties('AWS::IAM::Policy', {
       PolicyDocument: { Statement: [Match.objectLike({ Action: ['dms:StartReplicationTask', 'dms:StopReplicationTask'], Resource: { Ref: Match.stringLikeRegexp('^OrdersReplicationTask') } })] },
     });
+  });
+
+  test('late column rules: a Custom::CdcColumnRules resource carries every table\'s and rule\'s masks, exclusions and acknowledgements, ordered before the slot and the config readers, the starter after them', () => {
+    const f = fixture();
+    ordersSource(f, {
+      tables: [
+        CapturedTable.of('public.customers', { mask: ['email'], exclude: ['ssn'], acknowledgeLateRules: 'privacy review 42' }),
+        CapturedTable.of('public.legacy', { capture: CaptureMode.POLL, pollColumn: 'updated_at', mask: ['name'] }),
+        CapturedTable.matching('sales.*', { exclude: ['sales.audit_*'], mask: ['card_holder'], acknowledgeLateRules: 'ticket 9' }),
+      ],
+    });
+    const t = Template.fromStack(f.stack);
+    const [[id, resource]] = resourcesOf(t, 'Custom::CdcColumnRules') as [[string, { Properties: Record<string, unknown>; DependsOn?: string[] }]];
+    expect(resource.Properties).toMatchObject({ Action: 'check-column-rules', SourceId: 'orders', ServiceToken: { 'Fn::GetAtt': [expect.stringMatching(/^OrdersTaskLifecycle/), 'Arn'] } });
+    // The handler's own parser reads what the construct writes.
+    expect(parseColumnRules(resource.Properties.ColumnRules as string, 'ColumnRules')).toEqual({
+      tables: [
+        { table: 'public.customers', mask: ['email'], exclude: ['ssn'], acknowledgeLateRules: 'privacy review 42' },
+        { table: 'public.legacy', mask: ['name'], exclude: [] },
+      ],
+      rules: [{ match: 'sales.*', excludeTables: ['sales.audit_*'], mask: ['card_holder'], exclude: [], acknowledgeLateRules: 'ticket 9' }],
+    });
+    const dependsOn = (type: string, prefix = '') => {
+      const found = resourcesOf(t, type).filter(([i]) => i.startsWith(prefix));
+      expect(found, `${type} ${prefix}`).toHaveLength(1);
+      return (found[0]![1].DependsOn as string[] | undefined) ?? [];
+    };
+    expect(dependsOn('Custom::CdcReplicationSlot')).toContain(id);
+    const readers = ['OrdersNormalizer', 'OrdersSnapshotWorker', 'OrdersPollWorker'].map((p) => resourcesOf(t, 'AWS::Lambda::Function').find(([i]) => i.startsWith(p))![0]);
+    for (const r of readers) expect(dependsOn('AWS::Lambda::Function', r), r).toContain(id);
+    const starter = dependsOn('Custom::CdcReplicationTaskStarter');
+    for (const r of readers) expect(starter).toContain(r);
+    expect(onlyResource(t, 'Custom::CdcReplicationTaskStarter').Properties.SourceId).toBe('orders');
+    // Its grants: the schemas (a rule's columns count where they exist), its digest checkpoint, snapshot requests.
+    const lifecycle = policyDocuments(t).filter((d) => d.where.startsWith('OrdersTaskLifecycle')).flatMap((d) => d.doc.Statement);
+    const keys = (action: string) => lifecycle.filter((st) => [st.Action].flat().includes(action)).flatMap((st) => (st.Condition as { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': string[] } })['ForAllValues:StringLike']['dynamodb:LeadingKeys']);
+    expect(keys('dynamodb:GetItem')).toEqual(expect.arrayContaining(['SOURCE#orders', 'SCHEMA#orders#*', 'CHECKPOINT#column-rules-orders']));
+    expect(keys('dynamodb:PutItem')).toEqual(expect.arrayContaining(['AUDIT', 'SOURCE#orders', 'CHECKPOINT#column-rules-orders']));
+    expect(keys('dynamodb:GetItem').some((k) => k.includes('#*') && !k.startsWith('SCHEMA#orders#'))).toBe(false);
   });
 
   test('the table config the normalizer gets is accepted by the runtime parser', () => {

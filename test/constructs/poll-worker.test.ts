@@ -73,10 +73,29 @@ describe('CdcSource poll worker', () => {
     ordersSource(f, { tables: TABLES });
     const t = Template.fromStack(f.stack);
     t.hasResourceProperties('AWS::CloudWatch::Alarm', { MetricName: 'Errors', EvaluationPeriods: 15, Dimensions: [{ Name: 'FunctionName', Value: { Ref: Match.stringLikeRegexp('^OrdersPollWorker') } }] });
+    expect(TABLES.map((x) => [x.tableId, x.deletesObservable])).toEqual([
+      ['public.customers', true],
+      ['public.legacy_orders', false],
+    ]);
     const g = fixture();
     const plain = ordersSource(g);
     expect(plain.pollWorker).toBeUndefined();
     expect(pollerOf(Template.fromStack(g.stack))).toBeUndefined();
+  });
+
+  test('the poll worker\'s resources match the committed snapshot (asset hashes normalised), cdk-nag clean', async () => {
+    const f = fixture();
+    ordersSource(f, { tables: TABLES });
+    const template = Template.fromStack(f.stack).toJSON() as { Resources: Record<string, unknown> };
+    // Everything the poll worker adds (function, role, policy, log group, schedule, its permission, alarm).
+    const pinned = Object.fromEntries(Object.entries(template.Resources).filter(([id]) => id.startsWith('OrdersPoll')));
+    const kinds = new Set(Object.values(pinned).map((r) => (r as { Type: string }).Type));
+    for (const kind of ['AWS::Lambda::Function', 'AWS::IAM::Role', 'AWS::IAM::Policy', 'AWS::Logs::LogGroup', 'AWS::Events::Rule', 'AWS::Lambda::Permission', 'AWS::CloudWatch::Alarm']) expect(kinds, kind).toContain(kind);
+    const normalised = JSON.parse(JSON.stringify(pinned).replace(/[0-9a-f]{64}/g, '[ASSET-HASH]')) as unknown;
+    await expect(`${JSON.stringify(normalised, null, 1)}\n`).toMatchFileSnapshot('./__snapshots__/poll-worker.template.json');
+    Validations.of(f.vpc).acknowledge({ id: 'AwsSolutions-VPC7', reason: 'test fixture vpc; flow logs are the application’s choice' });
+    const report = new AwsSolutionsChecks(f.app).validateScope(f.stack);
+    expect(report.violations.map((v) => `${v.ruleName}: ${v.violatingResources.map((r) => r.constructPath).join(', ')}`)).toEqual([]);
   });
 
   test('synth-time errors name the table and the setting', () => {

@@ -25,6 +25,7 @@ import { compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts
 import { readChangeLog } from '../../lambda/adapters/change-log-reader.ts';
 import { validateTableConfig, type TableConfig } from '../../lambda/core/table-config.ts';
 import { POLL_DELETES_INVISIBLE } from '../../lambda/core/poll.ts';
+import { POLLED_TABLE_COMMENT } from '../../lambda/core/warehouse-sql.ts';
 
 const POLLED: TableConfig[] = validateTableConfig([
   { table: 'public.accounts', capture: 'poll', pollColumn: 'updated_at' },
@@ -130,6 +131,9 @@ describe('polling fallback', () => {
     const status = renderStatus(pipeline.snapshot()).join('\n');
     expect(status).toMatch(new RegExp(`public\\.accounts\\s+active\\s+capture poll: ${POLL_DELETES_INVISIBLE.replace(/[()]/g, '\\$&')}`));
     expect(status).not.toMatch(/public\.items\s+\S+\s+capture poll/);
+    // And the sink says it on the table: a catalog comment on the polled table's view, none on a logged one.
+    const comments = await dw.query<{ accounts: string | null; items: string | null }>("SELECT obj_description('demo_public.accounts'::regclass, 'pg_class') AS accounts, obj_description('demo_public.items'::regclass, 'pg_class') AS items");
+    expect(comments.rows[0]).toEqual({ accounts: POLLED_TABLE_COMMENT, items: null });
 
     // Transforms: the warehouse has the renamed, coerced and stamped columns.
     const cols = await dw.query<{ column_name: string; data_type: string }>(

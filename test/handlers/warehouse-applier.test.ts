@@ -20,7 +20,7 @@ import { createWarehouseApplier, type WarehouseApplier } from '../../lambda/hand
 import type { ColumnDef, ControlPlane, DeleteMode, TableState } from '../../lambda/core/control-plane.ts';
 import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/event.ts';
 import { makePosition } from '../../lambda/core/position.ts';
-import { qualified, warehouseTable } from '../../lambda/core/warehouse-sql.ts';
+import { POLLED_TABLE_COMMENT, qualified, warehouseTable } from '../../lambda/core/warehouse-sql.ts';
 import { EnvName, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { METRICS_NAMESPACE, MetricName } from '../../contracts/metrics.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
@@ -172,6 +172,31 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     expect(await cp.getSinkProgress(SINK, 'shop', 'public.orders')).toMatchObject({ appliedPosition: pos(4), heldFrom: null });
     expect(emf.metric(MetricName.EVENTS_APPLIED)).toEqual([{ value: 4, dims: { Sink: SINK, Source: 'shop' }, dimNames: ['Sink', 'Source'] }]);
     expect(emf.lines[0]!._aws.CloudWatchMetrics[0]!.Namespace).toBe(METRICS_NAMESPACE);
+  });
+
+  it('a polled table says on its view and mirror that its deletes are not observable (a catalog comment, kept when the view changes); a log-captured table has none', async () => {
+    const cp = new MemoryControlPlane();
+    await register(cp, 'legacy', 'public.accounts', ORDERS, ['id']);
+    await register(cp, 'legacy', 'public.orders', ORDERS, ['id']);
+    const polled = (n: number, after: Row, extra: Partial<ChangeEvent> = {}) => ev('legacy', 'public.accounts', 'update', n, { id: after.id! }, after, { capture: 'poll', txId: null, ...extra });
+    const res = await applier(cp).handler(kinesisEvent([polled(1, { id: 1, status: 'new', amount: '1.00', note: null }), ev('legacy', 'public.orders', 'insert', 2, { id: 1 }, { id: 1, status: 'new', amount: null, note: null })]));
+    expect(res.batchItemFailures).toEqual([]);
+    const comment = async (name: string): Promise<string | null> => (await pool.query<{ c: string | null }>('SELECT obj_description($1::regclass, \'pg_class\') AS c', [name])).rows[0]!.c;
+    const accounts = names('legacy', 'public.accounts');
+    expect(await comment(accounts.view)).toBe(POLLED_TABLE_COMMENT);
+    expect(await comment(accounts.mirror)).toBe(POLLED_TABLE_COMMENT);
+    expect(POLLED_TABLE_COMMENT).toContain('deletes not observable');
+    expect(await comment(names('legacy', 'public.orders').view)).toBeNull();
+    expect(await comment(names('legacy', 'public.orders').mirror)).toBeNull();
+
+    // A new column re-creates the view (CREATE OR REPLACE VIEW): the comment stays, in a fresh applier too.
+    await cp.addSchemaVersion(
+      { source: 'legacy', table: 'public.accounts', version: 2, columns: [...ORDERS, { name: 'region', type: 'text', nullable: true }], key: ['id'], effectivePosition: pos(3), registeredAt: new Date().toISOString() },
+      { at: new Date().toISOString(), actor: 'test', action: 'add-schema-version', source: 'legacy', table: 'public.accounts', outcome: 'done', detail: {} },
+    );
+    expect((await applier(cp).handler(kinesisEvent([polled(3, { id: 2, status: 'new', amount: '2.00', note: null, region: 'eu' }, { schemaVersion: 2 })]))).batchItemFailures).toEqual([]);
+    expect(await rows(`SELECT id, region FROM ${accounts.view} ORDER BY id`)).toEqual([{ id: '1', region: null }, { id: '2', region: 'eu' }]);
+    expect(await comment(accounts.view)).toBe(POLLED_TABLE_COMMENT);
   });
 
   it('an unreachable warehouse is an infrastructure failure: its records are reported for retry, never dead-lettered; bad input in the same batch is', async () => {
