@@ -36,3 +36,6 @@ export const ControlPartition = {
 
 /** The checkpoint consumer id under which a source's poll worker keeps its cursors, one per polled table (docs/polling.md). */
 export const pollConsumerId = (source: string): string => `poll-${source}`;
+
+/** The checkpoint consumer id under which a source's slot monitor keeps its latest report for `cdc status` (docs/doctor.md). */
+export const slotReportConsumerId = (source: string): string => `slot-monitor:${source}`;

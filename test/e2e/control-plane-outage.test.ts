@@ -26,6 +26,7 @@ import { LocalPipeline } from '../../local/pipeline.ts';
 import { MetricsCollector } from '../../local/metrics.ts';
 import { captureCheckpointName } from '../../local/capture.ts';
 import { compareLsn } from '../../local/slot.ts';
+import { parseStoredSlotReport, slotReportCheckpoint } from '../../lambda/core/slot-monitor.ts';
 import { compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts';
 import type { TableConfig } from '../../lambda/core/table-config.ts';
 import { until } from '../local/helpers.ts';
@@ -161,5 +162,14 @@ describe('control plane down during capture checkpointing and during apply', () 
     expect(await stack!.control.listDeadLetters()).toEqual([]);
     expect((await stack!.control.getTable('demo', 'public.items'))!.state).toBe('active');
     expect(pipeline.capture.stats.state).toBe('running');
+    // The local slot monitor keeps its report in the control plane for cdc status (it kept measuring through the outage).
+    const [consumer, shard] = slotReportCheckpoint('demo');
+    await until('a slot report after the outage', async () => {
+      const text = await stack!.control.getCheckpoint(consumer, shard);
+      return text !== null && Date.parse(parseStoredSlotReport(text, 'report').at) > downAt + OUTAGE_MS;
+    }, 60_000);
+    const stored = parseStoredSlotReport((await stack!.control.getCheckpoint(consumer, shard))!, 'report');
+    expect(stored.stop).toBeNull();
+    expect(stored.slots.find((k) => k.ours)).toMatchObject({ slot, level: 'ok' });
   }, 420_000);
 });
