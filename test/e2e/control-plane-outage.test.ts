@@ -13,7 +13,7 @@
  * - when DynamoDB Local is back (same port, same data) everything resumes by itself and the
  *   row-by-row verdict matches.
  *
- * The outage lasts `CDC_CP_OUTAGE_SECONDS` (default 12) seconds.
+ * The outage lasts `CDC_CP_OUTAGE_SECONDS` (default 8) seconds.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -31,7 +31,7 @@ import { compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts
 import type { TableConfig } from '../../lambda/core/table-config.ts';
 import { until } from '../local/helpers.ts';
 
-const OUTAGE_MS = Number(process.env.CDC_CP_OUTAGE_SECONDS ?? 12) * 1000;
+const OUTAGE_MS = Number(process.env.CDC_CP_OUTAGE_SECONDS ?? 8) * 1000;
 const TABLES: TableConfig[] = [{ table: 'public.items', deleteMode: 'soft', mask: [], exclude: [] }];
 const BULK = 1_000;
 const T0 = Date.now();

@@ -10,6 +10,9 @@
  * database, as an operator might) makes `test_decoding` print the type of an `oid` column as
  * `"oid"` (format_type quotes the one unquoted-value type it does not spell out itself), with
  * the value unquoted, which the parser refuses (an unquoted value of a type it does not know).
+ *
+ * And a control-plane record the capture cannot decode: a recorded source identity that is not
+ * one stops the start with `INVALID_IDENTITY` naming the item, before anything is acknowledged.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
@@ -21,6 +24,8 @@ import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { readSlot } from '../../local/slot.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 import { until } from './helpers.ts';
+import { identityCheckpoint } from '../../local/capture-continuity.ts';
+import { CdcError } from '../../lambda/core/errors.ts';
 
 let cluster: PostgresCluster;
 
@@ -109,4 +114,38 @@ describe('a change the capture cannot decode', () => {
     expect((await readSlot(sql, fixed.slot))!.confirmedFlushLsn).toBe(after);
     await sql.end();
   }, 90_000);
+
+  it('stops on start with INVALID_IDENTITY naming the item when the recorded source identity cannot be read (corrupt control state), acking nothing', async () => {
+    const source = 'corrupt';
+    await cluster.createDatabase(source);
+    const sql = new pg.Client({ connectionString: cluster.url(source) });
+    sql.on('error', () => undefined);
+    await sql.connect();
+    await sql.query('CREATE TABLE public.t (id int PRIMARY KEY)');
+    const control = new MemoryControlPlane();
+    const published: SlotRecord[] = [];
+    const options: CaptureOptions = {
+      source,
+      sourceUrl: cluster.url(source),
+      tables: new TableConfigIndex([{ table: 'public.t', deleteMode: 'soft', mask: [], exclude: [] }]),
+      control,
+      publish: async (records) => void published.push(...records.map((r) => JSON.parse(r.data) as SlotRecord)),
+      idleMs: 20,
+    };
+    const first = new SlotCapture(options);
+    await first.start();
+    await first.stop();
+    const acked = await control.getCheckpoint(captureCheckpointName(source), first.slot);
+    await sql.query('INSERT INTO t VALUES (1)');
+    const [consumer, shard] = identityCheckpoint(source);
+    await control.putCheckpoint(consumer, shard, 'not-an-identity');
+    const error = await failure(new SlotCapture(options).start());
+    expect(error).toBeInstanceOf(CdcError);
+    expect(error).toMatchObject({ code: 'INVALID_IDENTITY' });
+    expect((error as Error).message).toContain(`${consumer}/${shard}`);
+    expect((error as Error).message).toContain('"not-an-identity"');
+    expect(published).toEqual([]);
+    expect((await readSlot(sql, first.slot))!.confirmedFlushLsn).toBe(acked);
+    await sql.end();
+  });
 });
