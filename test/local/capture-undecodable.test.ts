@@ -26,6 +26,8 @@ import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 import { until } from './helpers.ts';
 import { identityCheckpoint } from '../../local/capture-continuity.ts';
 import { CdcError } from '../../lambda/core/errors.ts';
+import { CheckId, runChecks } from '../../lambda/core/doctor.ts';
+import { gatherSourceFacts } from '../../lambda/adapters/source-facts-pg.ts';
 
 let cluster: PostgresCluster;
 
@@ -62,6 +64,17 @@ describe('a change the capture cannot decode', () => {
       idleMs: 20,
       onError: (e) => errors.push(e),
     };
+    // What cdc doctor (and cdc local before it starts) says of the capture user's sessions, on the real source.
+    const doctor = async (): Promise<string | undefined> => {
+      const c = new pg.Client({ connectionString: cluster.url(source) });
+      await c.connect();
+      try {
+        return runChecks(await gatherSourceFacts(c, { tables: [] })).find((r) => r.check === CheckId.DECODING_SETTINGS)?.status;
+      } finally {
+        await c.end();
+      }
+    };
+    expect(await doctor()).toBe('PASS');
     const checkpointOf = () => control.getCheckpoint(captureCheckpointName(source), `cdc_${source}`);
 
     // Decodable first: one change goes through and is acknowledged.
@@ -75,6 +88,7 @@ describe('a change the capture cannot decode', () => {
 
     // The capture's sessions now make test_decoding print what the parser cannot read.
     await sql.query(`ALTER DATABASE ${source} SET quote_all_identifiers = on`);
+    expect(await doctor()).toBe('FAIL');
     await sql.query("INSERT INTO files VALUES (2, 1002, 'two')");
     await sql.query("INSERT INTO files VALUES (3, 1003, 'three')");
 
@@ -103,6 +117,7 @@ describe('a change the capture cannot decode', () => {
     // Recovery (docs/failures.md): the cause is a setting of the capture's session; reset it and
     // start again. The changes were never acknowledged, so they are all still in the slot.
     await sql.query(`ALTER DATABASE ${source} RESET quote_all_identifiers`);
+    expect(await doctor()).toBe('PASS');
     const fixed = new SlotCapture(options);
     await fixed.start();
     await until('the changes held behind the stop', () => published.length === 3);
