@@ -24,6 +24,7 @@ import { startDynamoDbLocal, type DynamoDbLocal } from '../../local/dynamodb.ts'
 import { startLocalStack, type LocalStack } from '../../local/stack.ts';
 import { LocalPipeline } from '../../local/pipeline.ts';
 import { MetricsCollector } from '../../local/metrics.ts';
+import { renderStatusLine } from '../../local/status.ts';
 import { captureCheckpointName } from '../../local/capture.ts';
 import { compareLsn } from '../../local/slot.ts';
 import { parseStoredSlotReport, slotReportCheckpoint } from '../../lambda/core/slot-monitor.ts';
@@ -171,5 +172,8 @@ describe('control plane down during capture checkpointing and during apply', () 
     const stored = parseStoredSlotReport((await stack!.control.getCheckpoint(consumer, shard))!, 'report');
     expect(stored.stop).toBeNull();
     expect(stored.slots.find((k) => k.ours)).toMatchObject({ slot, level: 'ok' });
+    // And cdc local's own status shows the capture slot's retained WAL and headroom.
+    await until('the live status showing the slot', () => (pipeline!.snapshot().slots ?? []).some((k) => k.ours && k.retainedBytes !== null && k.headroomBytes !== null), 30_000);
+    expect(renderStatusLine(pipeline.snapshot())).toMatch(/slot retains [0-9.]+ (B|KiB|MiB), headroom [0-9.]+ MiB/);
   }, 420_000);
 });
