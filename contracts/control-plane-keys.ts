@@ -43,3 +43,6 @@ export const pollConsumerId = (source: string): string => `poll-${source}`;
  * (docs/masking.md, "Adding a rule to a live table").
  */
 export const columnRulesConsumerId = (source: string): string => `column-rules-${source}`;
+
+/** The checkpoint consumer id under which a source's slot monitor keeps its latest report for `cdc status` (docs/doctor.md). */
+export const slotReportConsumerId = (source: string): string => `slot-monitor:${source}`;

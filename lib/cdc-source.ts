@@ -643,6 +643,7 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
       walBudget: props.slotWalBudget ?? Size.gibibytes(10),
       alarmsEnabled: props.alarmsEnabled ?? true,
       alarmActions: props.alarmActions,
+      controlPlane: props.controlPlane,
     });
     this.slotMonitor = slotMonitor.function.fn;
     this.slotMonitorMetrics = slotMonitor;

@@ -24,7 +24,7 @@ import type { AuditEntry, ControlPlane } from '../lambda/core/control-plane.ts';
 import { splitTableId } from '../lambda/core/identifiers.ts';
 import type { SlotChange } from '../lambda/core/slot-record.ts';
 import type { TableConfigIndex } from '../lambda/core/table-config.ts';
-import type { DecodedTransaction } from '../lambda/core/test-decoding.ts';
+import { tableOfLine, type DecodedTransaction } from '../lambda/core/test-decoding.ts';
 import { primaryKeyOf } from './catalog.ts';
 // The column rules applied as the capture applies them, so dead letters keep invariant 4 too (a cycle used only at call time).
 import { ruled } from './capture.ts';
@@ -38,8 +38,9 @@ export class CaptureUndecodableError extends CdcError {
     super(
       'CAPTURE_UNDECODABLE',
       `the capture cannot decode what slot ${JSON.stringify(slot)} returned (${reason}); it stopped without acknowledging it. ` +
-        'Look at the dead letter (stage capture) and the source change at that position; once understood, re-snapshot the affected table or ' +
-        'move past the change deliberately (docs/failures.md)',
+        'Look at the dead letter (stage capture) and the source change at that position. If a setting of the capture\'s session changed what ' +
+        'test_decoding prints (quote_all_identifiers set on the database or role), reset it and start again: nothing was acknowledged, so nothing is lost; ' +
+        'otherwise start over with a re-snapshot (docs/failures.md)',
     );
   }
 }
@@ -151,7 +152,8 @@ export async function deadLetterChanges(ctx: PoisonContext, poison: readonly Poi
 export async function undecodable(ctx: PoisonContext, err: InvalidRecordError): Promise<CaptureUndecodableError> {
   const line = (err as { line?: unknown }).line;
   const offset = (err as { offset?: unknown }).offset;
-  const table = typeof line === 'string' ? (/^table ([^:]+?):/.exec(line)?.[1] ?? null) : null;
+  // Names as test_decoding prints them (quoted or not: lambda/core/test-decoding.ts).
+  const table = typeof line === 'string' ? tableOfLine(line) : null;
   // Unparsed text cannot be masked: keep it (and the parser's message, which quotes it) only for a captured table without column rules.
   const rules = table && ctx.tables.has(table) ? ctx.tables.columnRules(table) : null;
   const keep = typeof line !== 'string' || (rules !== null && rules.mask.length === 0 && rules.exclude.length === 0);

@@ -495,11 +495,12 @@ export class SlotCapture {
     await this.o.control.putCheckpoint(captureCheckpointName(this.o.source), this.slot, last.commitLsn);
     this.checkpoint = last.commitLsn;
     await advanceSlot(client, this.slot, last.commitLsn);
-    await recordAcked(this.continuityContext(), last.commitLsn); // where the slot is now (local/capture-continuity.ts)
+    // Acknowledged now: the stats say so even if recording where the slot is fails next (a control-plane outage).
     this.stats.transactions += peek.transactions.length;
     this.stats.records += records.length;
     this.stats.lastCommitLsn = last.commitLsn;
     this.stats.lastCommitTs = last.commitTs;
+    await recordAcked(this.continuityContext(), last.commitLsn); // where the slot is now (local/capture-continuity.ts)
     return true;
   }
 }

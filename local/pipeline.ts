@@ -177,7 +177,7 @@ export class LocalPipeline {
     // One beat per invocation, invoked every heartbeatMs: the local schedule.
     this.heartbeat = createHeartbeatHandler({ writer: new HeartbeatWriter({ source: o.source, connection: { connectionString: stack.sourceUrl } }), beats: 1 });
     // The slot monitor as it runs on AWS (its EMF metrics reach the collector through stdout).
-    this.slotMonitor = createSlotMonitorHandler({ source: o.source, slot: this.capture.slot, walBudgetBytes: o.slotWalBudgetBytes ?? 1024 ** 3, connection: { connectionString: stack.sourceUrl } });
+    this.slotMonitor = createSlotMonitorHandler({ source: o.source, slot: this.capture.slot, walBudgetBytes: o.slotWalBudgetBytes ?? 1024 ** 3, connection: { connectionString: stack.sourceUrl }, store: stack.control });
     // One handler instance per shard: each stands for a Lambda execution environment.
     const normalizer = {
       perShard: () =>
@@ -510,7 +510,7 @@ export class LocalPipeline {
         ...(this.pollers.search && this.o.search ? [searchStatus(this.pollers.search, this.o.search.sinkId)] : []),
       ],
       tables: this.tableStates.map((t) => ({ table: t.table, state: t.state, reason: t.stateReason, ...(t.capture === 'poll' ? { capture: 'poll' as const } : {}) })),
-      slots: this.slotReport?.slots.map((r) => ({ slot: r.slot, ours: r.ours, active: r.active, walStatus: r.walStatus, retainedBytes: r.retainedBytes, headroomBytes: r.headroomBytes, level: r.level })) ?? [],
+      slots: this.slotReport?.slots.map((r) => ({ slot: r.slot, ours: r.ours, active: r.active, walStatus: r.walStatus, confirmedLsn: r.confirmedLsn ?? null, retainedBytes: r.retainedBytes, headroomBytes: r.headroomBytes, level: r.level })) ?? [],
       ...(this.snapshots ? { snapshots: this.snapshots.lines(now) } : {}),
       ...(this.discovery ? { notCaptured: this.discovery.verdicts.filter((v) => v.verdict !== 'captured').map((v) => ({ table: v.table, verdict: v.verdict, reason: v.reasons.join('; ') })) } : {}),
       deadLetters: this.deadLetterCount,

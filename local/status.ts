@@ -44,6 +44,8 @@ export interface SlotStatusLine {
   ours: boolean;
   active: boolean;
   walStatus: string | null;
+  /** `confirmed_flush_lsn`: how far the slot's consumer confirmed. @default unknown */
+  confirmedLsn?: string | null;
   retainedBytes: number | null;
   headroomBytes: number | null;
   level: string;
@@ -113,6 +115,11 @@ export function formatMs(ms: number | null): string {
   return duration(ms);
 }
 
+/** Bytes as a short human text (`512 B`, `3.5 KiB`, `12.0 MiB`); `-` for none. */
+export function formatBytes(n: number | null): string {
+  return bytes(n);
+}
+
 function bytes(n: number | null): string {
   if (n === null) return '-';
   if (n < 1024) return `${n} B`;
@@ -177,8 +184,8 @@ export function renderStatus(s: StatusSnapshot): string[] {
     lines.push('slots (retained WAL, headroom before max_slot_wal_keep_size or the WAL budget)');
     lines.push(
       ...table([
-        ['slot', 'owner', 'active', 'wal_status', 'retained', 'headroom', 'level'],
-        ...s.slots.map((k) => [k.slot, k.ours ? 'capture' : 'other', k.active ? 'yes' : 'no', k.walStatus ?? '-', bytes(k.retainedBytes), bytes(k.headroomBytes), k.level]),
+        ['slot', 'owner', 'active', 'wal_status', 'confirmed', 'retained', 'headroom', 'level'],
+        ...s.slots.map((k) => [k.slot, k.ours ? 'capture' : 'other', k.active ? 'yes' : 'no', k.walStatus ?? '-', k.confirmedLsn ?? '-', bytes(k.retainedBytes), bytes(k.headroomBytes), k.level]),
       ]),
     );
     lines.push('');

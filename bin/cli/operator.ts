@@ -16,6 +16,7 @@ import { formatDuration, parseDurationText } from '../../lambda/core/operator-de
 import type { ActionResult, OperatorRequest, OperatorResponse, StatusReport } from '../../lambda/core/operator.ts';
 import { openLocalOperator, type OperatorDoor } from '../../local/operator-door.ts';
 import { DEFAULT_STATE_DIR } from '../../local/stack.ts';
+import { formatBytes } from '../../local/status.ts';
 import { EXIT_FAILED, EXIT_OK, UsageError, write, type CliIo, type Command } from './command.ts';
 
 /** The action was refused; the reason is on stderr. */
@@ -176,7 +177,30 @@ export function formatStatus(report: StatusReport): string {
   const lag = report.endToEndLag.length > 0 ? report.endToEndLag.map((l) => `end-to-end lag ${l.sink}: ${formatDuration(l.lagMs)} (${l.lagMs} ms at ${l.at})`).join('\n') + '\n' : 'end-to-end lag: unknown\n';
   // Tables the capture rules match but do not capture, each with its reason (docs/onboarding.md).
   const notCaptured = (report.notCaptured ?? []).map((n) => `not captured: ${n.source}/${n.table} ${n.verdict}: ${n.reasons.join('; ')}\n`).join('');
-  return `${report.tables.length === 0 ? 'no registered tables\n' : pad(rows)}${notCaptured}change log retention: ${formatDuration(report.changeLogRetentionMs)}\n${lag}`;
+  return `${report.tables.length === 0 ? 'no registered tables\n' : pad(rows)}${notCaptured}${formatSlots(report)}change log retention: ${formatDuration(report.changeLogRetentionMs)}\n${lag}`;
+}
+
+/** The slot monitor's latest report per source (docs/doctor.md): one row per slot, the named stop when the capture's slot is gone. */
+export function formatSlots(report: StatusReport): string {
+  const reports = report.slots ?? [];
+  if (reports.length === 0) return '';
+  const at = Date.parse(report.at);
+  const rows: string[][] = [['SOURCE', 'SLOT', 'OWNER', 'ACTIVE', 'WAL STATUS', 'CONFIRMED', 'RETAINED', 'HEADROOM', 'LEVEL', 'MEASURED']];
+  const notes: string[] = [];
+  for (const r of reports) {
+    if (!r.report) {
+      notes.push(`slots of ${r.source}: unknown: ${r.problem ?? ''}\n`);
+      continue;
+    }
+    const age = `${formatDuration(Math.max(0, at - Date.parse(r.report.at)))} ago`;
+    for (const k of r.report.slots) {
+      rows.push([r.source, k.slot, k.ours ? 'capture' : 'other', k.active ? 'yes' : 'no', k.walStatus ?? '-', k.confirmedLsn ?? '-', formatBytes(k.retainedBytes), formatBytes(k.headroomBytes), k.level, age]);
+    }
+    if (!r.report.slots.some((k) => k.ours)) rows.push([r.source, r.report.slot, 'capture', '-', 'missing', '-', '-', '-', 'lost', age]);
+    if (r.report.stop) notes.push(`STOP ${r.source} slot ${r.report.slot}: ${r.report.stop}\n`);
+    for (const k of r.report.slots) if (k.level !== 'ok' && !(k.ours && r.report.stop)) notes.push(`${k.level.toUpperCase()} ${r.source}: ${k.message}\n`);
+  }
+  return `${rows.length > 1 ? pad(rows) : ''}${notes.join('')}`;
 }
 
 export function formatAudit(entries: AuditEntry[]): string {
@@ -242,7 +266,7 @@ export const statusCommand: Command = {
   async run(args, io) {
     const p = parseArgs('status', args, [], []);
     if (p.door.help) {
-      await write(io.stdout, `Usage: cdc status [TABLE] [options]\n\nShows every registered table (or one): its state, schema version, each sink's applied and\nheld-from positions, how long the oldest held event stays in the change log, dead letters,\nsnapshot progress where a snapshot worker reports it, and the end-to-end lag where known.\n\n${DOOR_HELP}\n`);
+      await write(io.stdout, `Usage: cdc status [TABLE] [options]\n\nShows every registered table (or one): its state, schema version, each sink's applied and\nheld-from positions, how long the oldest held event stays in the change log, dead letters,\nsnapshot progress where a snapshot worker reports it, and the end-to-end lag where known; per\nsource, its replication slots as the slot monitor last measured them (owner, active, wal_status,\nconfirmed position, retained WAL, headroom, level, age) and a STOP line when the capture's slot\nis gone or invalidated (docs/doctor.md).\n\n${DOOR_HELP}\n`);
       return EXIT_OK;
     }
     if (p.positional.length > 1) throw new UsageError(`cdc status takes at most one table, got ${p.positional.join(' ')}`);

@@ -14,6 +14,8 @@ export type CheckStatus = 'PASS' | 'WARN' | 'FAIL';
 /** Stable check ids (what `--json` prints and tests match on). */
 export const CheckId = {
   WAL_LEVEL: 'wal_level',
+  /** Session settings of the capture user that change what test_decoding prints (docs/failures.md). */
+  DECODING_SETTINGS: 'decoding_settings',
   REPLICATION_SLOTS: 'replication_slots',
   WAL_SENDERS: 'wal_senders',
   MAX_SLOT_WAL_KEEP_SIZE: 'max_slot_wal_keep_size',
@@ -86,6 +88,8 @@ export interface SourceFacts {
   /** `server_version_num`, e.g. 160004. */
   serverVersionNum: number;
   walLevel: string;
+  /** `quote_all_identifiers` in the capture user's session (database and role settings applied). @default false */
+  quoteAllIdentifiers?: boolean;
   maxReplicationSlots: number;
   usedReplicationSlots: number;
   maxWalSenders: number;
@@ -323,6 +327,17 @@ export function runChecks(f: SourceFacts, options: DoctorOptions = {}): CheckRes
     f.walLevel === 'logical'
       ? pass(CheckId.WAL_LEVEL, null, 'wal_level = logical')
       : problem(CheckId.WAL_LEVEL, 'FAIL', null, `the source has wal_level = '${f.walLevel}', but logical decoding needs wal_level = logical`, 'ALTER SYSTEM SET wal_level = logical; and restart the server (RDS/Aurora: rds.logical_replication = 1 in the parameter group, then reboot)'),
+  );
+  out.push(
+    f.quoteAllIdentifiers === true
+      ? problem(
+          CheckId.DECODING_SETTINGS,
+          'FAIL',
+          null,
+          "the capture user's sessions have quote_all_identifiers = on: test_decoding then quotes type names (\"text\", \"oid\"), so column types arrive wrong and a change of a table with an oid column cannot be decoded (the capture stops with CAPTURE_UNDECODABLE)",
+          `ALTER ROLE ${q(f.user.name)} RESET quote_all_identifiers; ALTER DATABASE <database> RESET quote_all_identifiers; (and remove it from postgresql.conf / the parameter group)`,
+        )
+      : pass(CheckId.DECODING_SETTINGS, null, 'quote_all_identifiers = off'),
   );
   const ownExists = o.ownSlot !== null && f.slots.some((s) => s.name === o.ownSlot);
   const freeSlots = f.maxReplicationSlots - f.usedReplicationSlots;

@@ -11,6 +11,7 @@ import type { AuditEntry, ControlPlane, DeadLetter, SinkTableProgress, TableReco
 import { requestSnapshot } from './snapshot-worker.ts';
 import { latestVerdicts, type DiscoveryVerdict } from './discovery.ts';
 import { CdcError } from './errors.ts';
+import { parseStoredSlotReport, slotReportCheckpoint, type StoredSlotReport } from './slot-monitor.ts';
 import {
   decidePause,
   decideResnapshot,
@@ -62,6 +63,13 @@ export interface StatusReport {
    * its reason, from the discovery's audit entries (lambda/core/discovery.ts).
    */
   notCaptured?: Array<{ source: string; table: string; verdict: DiscoveryVerdict; reasons: string[]; at: string }>;
+  /**
+   * Per source of the listed tables, the slot monitor's latest report (docs/doctor.md, "The slot
+   * monitor"): every replication slot's retained WAL, headroom, confirmed position, active or
+   * not, level, and the named stop when the capture's slot is gone or invalidated. `report` is
+   * null with `problem` set when the monitor has not reported (yet) or its report is unreadable.
+   */
+  slots?: Array<{ source: string; report: StoredSlotReport | null; problem: string | null }>;
 }
 
 export type ActionResult =
@@ -183,7 +191,27 @@ export class Operator {
     const notCaptured = [...new Set(audit.map((e) => e.source).filter((s): s is string => s !== null))].flatMap((src) =>
       [...latestVerdicts(audit, src).values()].filter((v) => v.verdict !== 'captured' && (table === undefined || v.table === table)).map((v) => ({ source: src, table: v.table, verdict: v.verdict, reasons: v.reasons, at: v.at })),
     );
-    return { at: now.toISOString(), changeLogRetentionMs: this.deps.settings.changeLogRetentionMs, endToEndLag: [], tables: out, ...(notCaptured.length > 0 ? { notCaptured } : {}) };
+    const slots = await this.slotReports([...new Set(tables.map((t) => t.source).concat(source !== undefined ? [source] : []))].sort());
+    return { at: now.toISOString(), changeLogRetentionMs: this.deps.settings.changeLogRetentionMs, endToEndLag: [], tables: out, ...(notCaptured.length > 0 ? { notCaptured } : {}), ...(slots.length > 0 ? { slots } : {}) };
+  }
+
+  /** The slot monitor's latest report of each source, kept in the control plane (lambda/handlers/slot-monitor.ts). */
+  private async slotReports(sources: string[]): Promise<NonNullable<StatusReport['slots']>> {
+    const out: NonNullable<StatusReport['slots']> = [];
+    for (const src of sources) {
+      const [consumer, shard] = slotReportCheckpoint(src);
+      const text = await this.cp.getCheckpoint(consumer, shard);
+      if (text === null) {
+        out.push({ source: src, report: null, problem: 'the slot monitor has not reported for this source (yet)' });
+        continue;
+      }
+      try {
+        out.push({ source: src, report: parseStoredSlotReport(text, `control plane item ${consumer}/${shard}`), problem: null });
+      } catch (e) {
+        out.push({ source: src, report: null, problem: (e as Error).message });
+      }
+    }
+    return out;
   }
 
   async audit(filter: { source?: string; table?: string; since?: string }): Promise<AuditEntry[]> {

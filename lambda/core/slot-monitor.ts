@@ -15,6 +15,7 @@
  * - `ok` otherwise.
  */
 import type { SlotFact } from './doctor.ts';
+import { slotReportConsumerId } from '../../contracts/control-plane-keys.ts';
 
 export type SlotLevel = 'ok' | 'warn' | 'alarm' | 'lost';
 
@@ -24,6 +25,8 @@ export interface SlotReading {
   ours: boolean;
   active: boolean;
   walStatus: string | null;
+  /** The position up to which the slot's consumer confirmed changes (`confirmed_flush_lsn`), or null. */
+  confirmedLsn?: string | null;
   retainedBytes: number | null;
   /** The limit headroom is measured against, or null when neither a WAL cap nor a budget is known. */
   limitBytes: number | null;
@@ -103,9 +106,76 @@ export function assessSlots(slots: readonly SlotFact[], o: SlotMonitorOptions): 
       message += `: an inactive slot of another tool pinning WAL; if its tool is gone: SELECT pg_drop_replication_slot('${s.name}')`;
     }
     if (!ours && !s.active && !lost) foreignInactiveBytes += retained ?? 0;
-    readings.push({ slot: s.name, ours, active: s.active, walStatus: s.walStatus, retainedBytes: retained, limitBytes: limit, headroomBytes: headroom, level, message });
+    readings.push({ slot: s.name, ours, active: s.active, walStatus: s.walStatus, confirmedLsn: s.confirmedFlushLsn, retainedBytes: retained, limitBytes: limit, headroomBytes: headroom, level, message });
   }
   readings.sort((a, b) => Number(b.ours) - Number(a.ours));
   const level = readings.reduce<SlotLevel>((w, r) => (RANK[r.level] > RANK[w] ? r.level : w), 'ok');
   return { slots: readings, own: readings.find((r) => r.ours) ?? null, foreignInactiveBytes, level };
+}
+
+/**
+ * The slot monitor's latest report of one source as `cdc status` shows it (docs/doctor.md, "The
+ * slot monitor"): kept in the control plane by the monitor after each run, read by the operator.
+ */
+export interface StoredSlotReport {
+  source: string;
+  /** The capture's slot name. */
+  slot: string;
+  /** When the monitor measured (ISO-8601). */
+  at: string;
+  level: SlotLevel;
+  foreignInactiveBytes: number;
+  slots: SlotReading[];
+  /**
+   * The named stop when the capture's slot is gone or invalidated (its history cannot be read:
+   * the captured tables need a re-snapshot), else null.
+   */
+  stop: string | null;
+}
+
+/** Where the latest report of a source is kept in the control plane (a checkpoint item: consumer, shard). */
+export function slotReportCheckpoint(source: string): [string, string] {
+  return [slotReportConsumerId(source), 'report'];
+}
+
+/** The named stop of a report: the capture's slot missing or invalidated, else null. */
+export function slotStop(report: SlotReport, slot: string): string | null {
+  if (!report.own) {
+    return `HISTORY_GAP: the capture slot ${JSON.stringify(slot)} does not exist on the source: a capture that had a checkpoint cannot read its history any more (its tables are marked needs-resnapshot); re-snapshot them`;
+  }
+  if (report.own.level === 'lost') return `HISTORY_GAP: ${report.own.message}`;
+  return null;
+}
+
+/** The stored form of a report. */
+export function storedSlotReport(source: string, slot: string, report: SlotReport, at: Date): StoredSlotReport {
+  return { source, slot, at: at.toISOString(), level: report.level, foreignInactiveBytes: report.foreignInactiveBytes, slots: report.slots, stop: slotStop(report, slot) };
+}
+
+const LEVELS: readonly SlotLevel[] = ['ok', 'warn', 'alarm', 'lost'];
+
+/**
+ * Reads a stored report back; throws `RangeError` naming what is wrong (the operator shows the
+ * problem instead of the report, never a guess).
+ */
+export function parseStoredSlotReport(text: string, where: string): StoredSlotReport {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch {
+    throw new RangeError(`${where}: the stored slot report is not JSON`);
+  }
+  const r = v as Partial<StoredSlotReport> | null;
+  const fail = (what: string): never => {
+    throw new RangeError(`${where}: the stored slot report has no valid ${what}`);
+  };
+  if (r === null || typeof r !== 'object') return fail('object');
+  if (typeof r.source !== 'string') fail('source');
+  if (typeof r.slot !== 'string') fail('slot');
+  if (typeof r.at !== 'string' || Number.isNaN(Date.parse(r.at))) fail('at');
+  if (!LEVELS.includes(r.level as SlotLevel)) fail('level');
+  if (typeof r.foreignInactiveBytes !== 'number') fail('foreignInactiveBytes');
+  if (!Array.isArray(r.slots) || !r.slots.every((x) => x !== null && typeof x === 'object' && typeof x.slot === 'string' && LEVELS.includes(x.level))) fail('slots');
+  if (r.stop !== null && typeof r.stop !== 'string') fail('stop');
+  return r as StoredSlotReport;
 }

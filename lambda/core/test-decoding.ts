@@ -263,6 +263,21 @@ function tableChange(schema: string, name: string, fields: Omit<TestDecodingChan
 }
 
 /**
+ * The first table a change line names (`schema.table`, unquoted), or null when the line does not
+ * start like a change line: what a line that failed to parse further on was about.
+ */
+export function tableOfLine(line: string): string | null {
+  try {
+    const c = new Cursor(line);
+    c.expect('table ');
+    const { schema, name } = qualifiedName(c);
+    return `${schema}.${name}`;
+  } catch {
+    return null;
+  }
+}
+
+/**
  * Parses one line of test_decoding output. Throws `TestDecodingParseError` (an
  * `InvalidRecordError`) with the offset where the line stopped making sense.
  */

@@ -9,7 +9,8 @@
  * errors, and the headroom metric goes missing, which its alarm treats as breaching.
  *
  * Configuration (environment): `CDC_SOURCE_ID`, `CDC_SLOT_NAME`, `CDC_SOURCE_URL` or
- * `CDC_SOURCE_SECRET_ARN` (the monitoring secret), `CDC_SLOT_WAL_BUDGET_BYTES` (optional).
+ * `CDC_SOURCE_SECRET_ARN` (the monitoring secret), `CDC_SLOT_WAL_BUDGET_BYTES` (optional),
+ * `CDC_CONTROL_TABLE` (optional: where the latest report is kept for `cdc status`).
  */
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
@@ -22,7 +23,10 @@ import { readMaxSlotWalKeepSize, readSlotFacts } from '../adapters/source-facts-
 import { sourceConnectionConfig } from '../adapters/source-postgres.ts';
 import { CdcError } from '../core/errors.ts';
 import { isSourceId } from '../core/event.ts';
-import { assessSlots, type SlotReport } from '../core/slot-monitor.ts';
+import { assessSlots, slotReportCheckpoint, storedSlotReport, type SlotReport } from '../core/slot-monitor.ts';
+import type { ControlPlane } from '../core/control-plane.ts';
+import { dynamoDbClient } from '../adapters/aws-clients.ts';
+import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 
 const SERVICE = 'cdc-slot-monitor';
 
@@ -34,6 +38,13 @@ export interface SlotMonitorDeps {
   connection: pg.ClientConfig | (() => Promise<pg.ClientConfig>);
   logger?: Logger;
   metrics?: Metrics;
+  /**
+   * Where the latest report is kept for `cdc status` (the control plane: a checkpoint item of
+   * consumer `slot-monitor:<source>`). A failed write is logged, never hides the metrics.
+   */
+  store?: Pick<ControlPlane, 'putCheckpoint'>;
+  /** @default () => new Date() */
+  now?: () => Date;
 }
 
 export type SlotMonitorHandler = (event?: unknown, context?: Context) => Promise<SlotReport>;
@@ -74,6 +85,11 @@ export function createSlotMonitorHandler(deps: SlotMonitorDeps): SlotMonitorHand
         else if (r.level === 'warn') logger.warn(r.message, { slot: r.slot, slotLevel: r.level, retainedBytes: r.retainedBytes });
       }
       if (!report.own) logger.error(`the capture slot ${deps.slot} does not exist on the source`, { slot: deps.slot });
+      if (deps.store) {
+        const [consumer, shard] = slotReportCheckpoint(deps.source);
+        const stored = storedSlotReport(deps.source, deps.slot, report, (deps.now ?? (() => new Date()))());
+        await deps.store.putCheckpoint(consumer, shard, JSON.stringify(stored)).catch((e: unknown) => logger.error('could not keep the slot report in the control plane (cdc status shows the previous one, with its time)', { error: e instanceof Error ? e.message : String(e) }));
+      }
       return report;
     } finally {
       await client.end().catch(() => undefined);
@@ -105,6 +121,8 @@ export const handler: SlotMonitorHandler = async (event, context) => {
       source,
       slot,
       walBudgetBytes: budgetFromEnv(),
+      // The control table, when the stack gives one: the latest report for `cdc status`.
+      ...(process.env[EnvName.CONTROL_TABLE] ? { store: new DynamoDbControlPlane(dynamoDbClient(), process.env[EnvName.CONTROL_TABLE]!) } : {}),
       connection: () => sourceConnectionConfig({ url: process.env[EnvName.SOURCE_URL], secretArn: process.env[EnvName.SOURCE_SECRET_ARN], secrets, applicationName: SERVICE }),
     });
   }

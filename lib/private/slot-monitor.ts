@@ -12,6 +12,8 @@ import * as targets from 'aws-cdk-lib/aws-events-targets';
 import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { Construct } from 'constructs';
 import { EnvName } from '../../contracts/env.ts';
+import { ControlPartition, slotReportConsumerId } from '../../contracts/control-plane-keys.ts';
+import type { IControlPlane } from '../control-plane.ts';
 import { MetricDimension, MetricName } from '../../contracts/metrics.ts';
 import { createAlarm } from './alarms.ts';
 import { CdcFunction } from './cdc-function.ts';
@@ -35,6 +37,8 @@ export interface SlotMonitorProps {
   readonly walBudget: Size;
   readonly alarmsEnabled: boolean;
   readonly alarmActions?: cloudwatch.IAlarmAction[];
+  /** Where the latest report is kept for `cdc status` (one checkpoint item of the source, put only). */
+  readonly controlPlane?: IControlPlane;
 }
 
 export class SlotMonitor extends Construct {
@@ -56,6 +60,7 @@ export class SlotMonitor extends Construct {
         [EnvName.SLOT_NAME]: props.slotName,
         [EnvName.SOURCE_SECRET_ARN]: props.secret.secretArn,
         [EnvName.SLOT_WAL_BUDGET_BYTES]: String(budgetBytes),
+        ...(props.controlPlane ? { [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName } : {}),
       },
       memorySize: Size.mebibytes(256),
       timeout: Duration.seconds(30),
@@ -65,6 +70,8 @@ export class SlotMonitor extends Construct {
       retryAttempts: 0,
     });
     props.secret.grantRead(this.function.fn);
+    // Its latest report, for `cdc status` (lambda/core/slot-monitor.ts slotReportCheckpoint): that one item only.
+    props.controlPlane?.grantItems(this.function.fn, { put: [ControlPartition.checkpoint(slotReportConsumerId(props.sourceId))] });
     new events.Rule(this, 'Schedule', {
       description: `Starts the slot monitor of source ${props.sourceId} every minute`,
       schedule: events.Schedule.rate(Duration.minutes(1)),

@@ -35,6 +35,10 @@ describe('CdcSource slot monitor', () => {
     const text = JSON.stringify(policies.map(([, p]) => p.Properties.PolicyDocument));
     expect(text).toContain('secret:monitor');
     expect(text).not.toContain('secret:source');
+    // Its latest report is kept in the control plane for cdc status: PutItem on that one item's partition only.
+    expect((fn.Properties.Environment as { Variables: Record<string, unknown> }).Variables.CDC_CONTROL_TABLE).toEqual(f.stack.resolve(f.control.controlPlaneTableName));
+    const dynamo = policies.flatMap(([, p]) => (p.Properties.PolicyDocument as { Statement: Array<{ Effect: string; Action: string | string[]; Condition?: unknown }> }).Statement).filter((st) => st.Effect === 'Allow' && [st.Action].flat().some((a) => a.startsWith('dynamodb:')));
+    expect(dynamo.map((st) => [[st.Action].flat(), st.Condition])).toEqual([[['dynamodb:PutItem'], { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['CHECKPOINT#slot-monitor:orders'] } }]]);
   });
 
   test('alarms on by default: headroom below 20% of the budget (missing data breaches), foreign inactive slots; with the injected actions', () => {

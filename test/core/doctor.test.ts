@@ -53,7 +53,7 @@ describe('runChecks', () => {
     expect(overallStatus(rs)).toBe('PASS');
     expect(rs.every((r) => r.fix === null)).toBe(true);
     expect(new Set(rs.map((r) => r.check))).toEqual(
-      new Set([CheckId.WAL_LEVEL, CheckId.REPLICATION_SLOTS, CheckId.WAL_SENDERS, CheckId.MAX_SLOT_WAL_KEEP_SIZE, CheckId.REPLICATION_GRANT, CheckId.SLOT_RETAINED_WAL, CheckId.HEARTBEAT, CheckId.SELECT_GRANT, CheckId.PRIMARY_KEY, CheckId.REPLICA_IDENTITY, CheckId.COLUMN_TYPES, CheckId.TLS]),
+      new Set([CheckId.WAL_LEVEL, CheckId.DECODING_SETTINGS, CheckId.REPLICATION_SLOTS, CheckId.WAL_SENDERS, CheckId.MAX_SLOT_WAL_KEEP_SIZE, CheckId.REPLICATION_GRANT, CheckId.SLOT_RETAINED_WAL, CheckId.HEARTBEAT, CheckId.SELECT_GRANT, CheckId.PRIMARY_KEY, CheckId.REPLICA_IDENTITY, CheckId.COLUMN_TYPES, CheckId.TLS]),
     );
   });
 
@@ -69,6 +69,16 @@ describe('runChecks', () => {
     expect(status(rs, CheckId.REPLICATION_GRANT)).toBe('FAIL');
     expect(rs.find((r) => r.check === CheckId.REPLICATION_GRANT)!.fix).toMatch(/ALTER ROLE "plain" WITH REPLICATION.*GRANT rds_replication/);
     expect(overallStatus(rs)).toBe('FAIL');
+  });
+
+  it('fails quote_all_identifiers in the capture user\'s sessions (test_decoding would quote type names; an oid column stops the capture), with the fix', () => {
+    const rs = runChecks(good({ quoteAllIdentifiers: true }), { ownSlot: 'cdc_shop' });
+    expect(status(rs, CheckId.DECODING_SETTINGS)).toBe('FAIL');
+    const r = rs.find((x) => x.check === CheckId.DECODING_SETTINGS)!;
+    expect(r.message).toMatch(/quote_all_identifiers = on.*CAPTURE_UNDECODABLE/);
+    expect(r.fix).toMatch(/^ALTER ROLE "capture" RESET quote_all_identifiers; ALTER DATABASE <database> RESET quote_all_identifiers;/);
+    expect(overallStatus(rs)).toBe('FAIL');
+    expect(status(runChecks(good({ quoteAllIdentifiers: false }), { ownSlot: 'cdc_shop' }), CheckId.DECODING_SETTINGS)).toBe('PASS');
   });
 
   it('needs no free slot when the capture slot exists already; rds_replication counts as the grant', () => {

@@ -227,7 +227,7 @@ describe("cdc local's status", () => {
       sinks: [],
       tables: [],
       slots: [
-        { slot: 'cdc_demo', ours: true, active: true, walStatus: 'reserved', retainedBytes: 2 * 1024 * 1024, headroomBytes: 1022 * 1024 * 1024, level: 'ok' },
+        { slot: 'cdc_demo', ours: true, active: true, walStatus: 'reserved', confirmedLsn: '0/1A2B3C4', retainedBytes: 2 * 1024 * 1024, headroomBytes: 1022 * 1024 * 1024, level: 'ok' },
         { slot: 'old_tool', ours: false, active: false, walStatus: 'extended', retainedBytes: 40 * 1024 * 1024, headroomBytes: 984 * 1024 * 1024, level: 'warn' },
       ],
       deadLetters: 0,
@@ -236,8 +236,9 @@ describe("cdc local's status", () => {
     };
     const text = renderStatus(snapshot).join('\n');
     expect(text).toMatch(/slots \(retained WAL, headroom/);
-    expect(text).toMatch(/cdc_demo +capture +yes +reserved +2\.0 MiB +1022\.0 MiB +ok/);
-    expect(text).toMatch(/old_tool +other +no +extended +40\.0 MiB +984\.0 MiB +warn/);
+    expect(text).toMatch(/slot +owner +active +wal_status +confirmed +retained +headroom +level/);
+    expect(text).toMatch(/cdc_demo +capture +yes +reserved +0\/1A2B3C4 +2\.0 MiB +1022\.0 MiB +ok/);
+    expect(text).toMatch(/old_tool +other +no +extended +- +40\.0 MiB +984\.0 MiB +warn/);
     const line = renderStatusLine(snapshot);
     expect(line).toContain('slot retains 2.0 MiB, headroom 1022.0 MiB');
     expect(line).toContain('SLOT old_tool warn');
