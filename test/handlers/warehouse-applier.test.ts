@@ -16,7 +16,7 @@ import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
 import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
 import { toKinesisStreamEvent } from '../../lambda/adapters/kinesis-event.ts';
 import { copyStageLoader, type PgWarehouseOptions } from '../../lambda/adapters/warehouse-pg.ts';
-import { createWarehouseApplier, type WarehouseApplier } from '../../lambda/handlers/warehouse-applier.ts';
+import { createWarehouseApplier, type MergePolicy, type WarehouseApplier } from '../../lambda/handlers/warehouse-applier.ts';
 import type { ColumnDef, ControlPlane, DeleteMode, TableState } from '../../lambda/core/control-plane.ts';
 import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/event.ts';
 import { makePosition } from '../../lambda/core/position.ts';
@@ -140,8 +140,9 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     return { view: qualified(t.schema, t.view), mirror: qualified(t.schema, t.mirror), changelog: qualified(t.schema, t.changelog), deletedKeys: qualified(t.schema, t.deletedKeys), t };
   };
 
-  function applier(cp: ControlPlane, warehouse?: PgWarehouseOptions): WarehouseApplier {
-    return createWarehouseApplier({ controlPlane: cp, pool, sinkId: SINK, metrics: new Metrics({ namespace: METRICS_NAMESPACE, serviceName: 'test' }), logger: new Logger({ logLevel: 'SILENT' }), warehouse });
+  /** These tests look at the base tables (mirror, changelog) right after a batch: the merge runs after every append (`maxRows: 0`); the deferred merge has its own tests below. */
+  function applier(cp: ControlPlane, warehouse?: PgWarehouseOptions, merge: Partial<MergePolicy> = { maxRows: 0 }): WarehouseApplier {
+    return createWarehouseApplier({ controlPlane: cp, pool, sinkId: SINK, metrics: new Metrics({ namespace: METRICS_NAMESPACE, serviceName: 'test' }), logger: new Logger({ logLevel: 'SILENT' }), warehouse, merge });
   }
 
   it('applies a batch through the Lambda handler into changelog, mirror and view, then advances the high-water mark', async () => {
