@@ -488,13 +488,14 @@ export class PgWarehouse implements WarehouseWriter {
       if (shape.delta.length > 0) {
         // The full apply merges the delta first (its fold reads the base), under the delta's lock;
         // the shape is checked under that lock, so the merge writes every column the delta has.
-        const res = (await client.query(`${begin}${lockDeltaSql(t, this.engine!)}; ${catalogLiteralSql(t)}`)) as unknown as pg.QueryResult | pg.QueryResult[];
-        const rows = (Array.isArray(res) ? res[res.length - 1]! : res).rows as CatalogColumn[];
+        const res = (await client.query(`${begin}${lockDeltaSql(t, this.engine!)}; ${catalogLiteralSql(t)}; ${deltaStatsSql(t)}`)) as unknown as pg.QueryResult[];
+        const rows = res[res.length - 2]!.rows as CatalogColumn[];
         if (!sameShape(shapeOf(t, rows), shape)) {
           this.shapes.delete(cacheKey);
           throw new ShapeChangedError(t.tableId);
         }
-        begin = `${mergeStatements(t, shape, keyNames, batch.deleteMode === 'hard').join('; ')}; `;
+        const pending = Number((res[res.length - 1]!.rows[0] as { n: string } | undefined)?.n ?? 0);
+        begin = pending > 0 ? `${mergeStatements(t, shape, keyNames, batch.deleteMode === 'hard').join('; ')}; ` : '';
       }
       const plan = await this.applyStaged(client, t, shape, keyNames, events, truncates, stages, begin, end, batch, appliedAt);
       const committedAt = Date.now();

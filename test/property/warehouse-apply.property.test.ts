@@ -165,8 +165,13 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
           { at, actor: 'test', action: 'register-table', source, table: t.table, outcome: 'done', detail: {} },
         );
       }
-      // Its own crash switch: the two modes run concurrently on the same pool.
-      const faulty = faultyPool(pool);
+      // Its own connections and crash switch (the two modes run concurrently); a restart gets new ones, as a new process would.
+      const newPool = () => {
+        const p = new pg.Pool({ connectionString: cluster.url('wh'), max: 2 });
+        p.on('error', () => undefined);
+        return faultyPool(p);
+      };
+      let faulty = newPool();
       const newApplier = () => createWarehouseApplier({ controlPlane: cp, pool: faulty.pool, sinkId: SINK, metrics: new Metrics({ namespace: 'test' }), logger: new Logger({ logLevel: 'ERROR' }), merge: { inline: false } });
       let applier = newApplier();
 
@@ -229,7 +234,11 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
               await mergeKeepsView(applier, source, t, rnd() < 0.3 ? 1 + Math.floor(rnd() * 8) : 0);
               merges++;
             } else if (r < 0.35) {
-              applier = newApplier(); // a restart between an append and its merge: nothing cached
+              // A restart between an append and its merge: a new process, nothing cached, new connections.
+              const old = faulty;
+              faulty = newPool();
+              applier = newApplier();
+              await old.pool.end();
             }
           }
           for (const t of sim.tables) await checkView(source, t, sim.final.get(t.table)!, sim.lastPosition.get(t.table)!, 'before the final merge');
@@ -240,6 +249,7 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
         }),
         { numRuns: Math.ceil(RUNS / 2), seed: SEED, endOnFailure: false },
       );
+      await faulty.pool.end();
       console.log(`property (${mode} delete): ${runs} histories in ${((Date.now() - t0) / 1000).toFixed(1)} s (${merges} merges between batches, ${crashes} of them crashed midway), seed ${SEED}`);
     }, TIMEOUT_MS);
   }
