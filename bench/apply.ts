@@ -264,6 +264,8 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
       const r = await applier.handler(ev);
       if (r.batchItemFailures.length > 0) throw new Error(`preload: ${r.batchItemFailures.length} records failed`);
     }
+    // The preload is merged into the base (untimed), as a table's history would be.
+    await applier.mergeDue({ force: true });
     await exec(url, `VACUUM ANALYZE ${BENCH_SOURCE}_public.items_mirror`);
     await exec(url, `VACUUM ANALYZE ${BENCH_SOURCE}_public.items_changelog`);
     await exec(url, 'CHECKPOINT');
