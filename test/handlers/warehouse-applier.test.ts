@@ -382,6 +382,31 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     ]);
   });
 
+  it('append-first: a schema change merges the delta first, in the DDL transaction', async () => {
+    const cp = new MemoryControlPlane();
+    const cols = ORDERS.slice(0, 2);
+    await register(cp, 'ddl2', 'public.orders', cols, ['id']);
+    const a = applier(cp, undefined, { maxRows: 1_000, maxAgeMs: 3_600_000 });
+    await a.handler(kinesisEvent([ev('ddl2', 'public.orders', 'insert', 1, { id: 1 }, { id: 1, status: 'a' })]));
+    const n = names('ddl2', 'public.orders');
+    const delta = qualified(n.t.schema, n.t.delta);
+    expect(await rows(`SELECT id FROM ${delta}`)).toEqual([{ id: '1' }]);
+    const at = new Date().toISOString();
+    await cp.addSchemaVersion(
+      { source: 'ddl2', table: 'public.orders', version: 2, columns: [...cols, { name: 'shipped_at', type: 'timestamp with time zone', nullable: true }], key: ['id'], effectivePosition: pos(2), registeredAt: at },
+      { at, actor: 'test', action: 'add-schema-version', source: 'ddl2', table: 'public.orders', outcome: 'done', detail: {} },
+    );
+    const res = await a.handler(kinesisEvent([ev('ddl2', 'public.orders', 'insert', 2, { id: 2 }, { id: 2, status: 'b', shipped_at: '2026-01-02T03:04:05Z' }, { schemaVersion: 2 })]));
+    expect(res.batchItemFailures).toEqual([]);
+    // The row appended before the change is in the base now; the new batch is in the delta, with the new column.
+    expect(await rows(`SELECT id, status FROM ${n.mirror}`)).toEqual([{ id: '1', status: 'a' }]);
+    expect(await rows(`SELECT id, shipped_at FROM ${delta}`)).toEqual([{ id: '2', shipped_at: '2026-01-02 03:04:05+00' }]);
+    expect(await rows(`SELECT id, status, shipped_at FROM ${n.view} ORDER BY id`)).toEqual([
+      { id: '1', status: 'a', shipped_at: null },
+      { id: '2', status: 'b', shipped_at: '2026-01-02 03:04:05+00' },
+    ]);
+  });
+
   it('holds the table when a new schema version needs a column type the warehouse column cannot take', async () => {
     const cp = new MemoryControlPlane();
     await register(cp, 'conflict', 'public.orders', ORDERS, ['id']);
