@@ -667,7 +667,10 @@ export interface OverlayGuards {
 }
 
 const rankedDelta = (t: WarehouseTable, key: readonly string[], select: string, where: string): string =>
-  `SELECT ${select}, row_number() OVER (PARTITION BY ${cols(key, 'd.')} ORDER BY d.${quoteIdent(CdcColumn.POSITION)} DESC) AS ${quoteIdent(RANK)} FROM ${qualified(t.schema, t.delta)} d${where}`;
+  `SELECT ${select}, row_number() OVER (PARTITION BY ${cols(key, 'd.')} ORDER BY d.${quoteIdent(CdcColumn.POSITION)} DESC, d.${quoteIdent(CdcColumn.APPLIED_AT)}) AS ${quoteIdent(RANK)} FROM ${qualified(t.schema, t.delta)} d${where}`;
+
+// Ties (the same event delivered twice before a merge) go to the first delivery, in the view and
+// in the merge alike, as the changelog keeps the first delivery: the view does not change at a merge.
 
 /** Column of the ranked delta subqueries: 1 for a key's newest row. */
 const RANK = '_cdc_rank';
@@ -772,7 +775,7 @@ export function mergeSql(t: WarehouseTable, o: MergeSqlOptions): string[] {
     }
   });
   const live =
-    `SELECT d.*, row_number() OVER (PARTITION BY ${cols(o.key, 'd.')} ORDER BY d.${pos} DESC) AS ${q(RANK)} FROM ${qualified(t.schema, t.delta)} d ` +
+    `SELECT d.*, row_number() OVER (PARTITION BY ${cols(o.key, 'd.')} ORDER BY d.${pos} DESC, d.${q(CdcColumn.APPLIED_AT)}) AS ${q(RANK)} FROM ${qualified(t.schema, t.delta)} d ` +
     `WHERE d.${op} <> 'delete' AND NOT EXISTS (SELECT 1 FROM ${mirror} m WHERE ${keyMatch(o.key, 'm', 'd')} AND m.${pos} >= d.${pos})`;
   const out = [
     `CREATE TEMP TABLE ${q(stage)} AS SELECT ${exprs.join(', ')}, CASE WHEN ${isDelete} AND v.${pos} IS NULL THEN 1 ELSE 0 END AS ${q(CdcColumn.SET)} ` +
