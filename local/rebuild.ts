@@ -27,7 +27,7 @@ import { POSITION_ZERO, type Position } from '../lambda/core/position.ts';
 import { checkFromPosition, decideRebuildState, throttleSleepMs, type DiffRow, type RebuildRefusal } from '../lambda/core/rebuild.ts';
 import { ReplayHoleError, type ReplayRange } from '../lambda/core/replay.ts';
 import { warehouseTable } from '../lambda/core/warehouse-sql.ts';
-import { checkEventColumns } from '../lambda/handlers/warehouse-applier.ts';
+import { checkEventColumns } from '../lambda/core/warehouse-apply.ts';
 import type { HistoryCheck, ReplayReader, ReplayStats } from './replay.ts';
 
 /** The highest position there is: "everything the log holds now". */
