@@ -319,16 +319,16 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     await register(cp, 'hold', 'public.other', [{ name: 'k', type: 'text', nullable: false }], ['k']);
     const a = applier(cp);
     const emf = captureEmf();
-    const first = await a.handler(
-      kinesisEvent([
-        ev('hold', 'public.orders', 'insert', 5, { id: 1 }, { id: 1 }),
-        ev('hold', 'public.other', 'insert', 6, { k: 'a' }, { k: 'a' }),
-        ev('hold', 'public.orders', 'insert', 3, { id: 2 }, { id: 2 }),
-        ev('hold', 'public.orders', 'update', 7, { id: 1 }, { id: 1, status: 'x' }),
-      ]),
-    );
+    const firstEvent = kinesisEvent([
+      ev('hold', 'public.orders', 'insert', 5, { id: 1 }, { id: 1 }),
+      ev('hold', 'public.other', 'insert', 6, { k: 'a' }, { k: 'a' }),
+      ev('hold', 'public.orders', 'insert', 3, { id: 2 }, { id: 2 }),
+      ev('hold', 'public.orders', 'update', 7, { id: 1 }, { id: 1, status: 'x' }),
+    ]);
+    const first = await a.handler(firstEvent);
     expect(first.batchItemFailures).toEqual([]);
-    expect(await cp.getSinkProgress(SINK, 'hold', 'public.orders')).toMatchObject({ heldFrom: pos(3), appliedPosition: null });
+    // The hold records the shard's first held sequence number (the resume replay starts there: docs/operations.md).
+    expect(await cp.getSinkProgress(SINK, 'hold', 'public.orders')).toMatchObject({ heldFrom: pos(3), appliedPosition: null, heldFromShards: { 'shardId-000000000000': firstEvent.Records[0]!.kinesis.sequenceNumber } });
     expect(emf.metric(MetricName.EVENTS_HELD)).toEqual([{ value: 3, dims: { Sink: SINK, Source: 'hold' }, dimNames: ['Sink', 'Source'] }]);
     expect(await rows(`SELECT k FROM ${names('hold', 'public.other').view}`)).toEqual([{ k: 'a' }]);
     expect(await rows(`SELECT count(*) AS n FROM information_schema.tables WHERE table_schema = 'hold_public' AND table_name LIKE 'orders%'`)).toEqual([{ n: '0' }]);
