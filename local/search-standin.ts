@@ -99,6 +99,8 @@ export interface Injection {
   status: number;
   /** How many requests or items. */
   times: number;
+  /** `item` only: fail only items with this document id. @default every item */
+  id?: string;
 }
 
 class HttpError extends Error {
@@ -341,8 +343,8 @@ export class SearchStandIn {
     this.injections.length = 0;
   }
 
-  private takeInjection(scope: Injection['scope']): number | null {
-    const i = this.injections.find((x) => x.scope === scope && x.times > 0);
+  private takeInjection(scope: Injection['scope'], id: string | null = null): number | null {
+    const i = this.injections.find((x) => x.scope === scope && x.times > 0 && (x.id === undefined || x.id === id));
     if (!i) return null;
     i.times--;
     return i.status;
@@ -650,7 +652,7 @@ export class SearchStandIn {
     const fail = (status: number, type: string, reason: string, index?: string): Obj => ({
       [kind]: { _index: index ?? target, _id: id, status, error: { type, reason, index: index ?? target, shard: '0', index_uuid: (index ? this.indices.get(index)?.uuid : null) ?? null } },
     });
-    const injected = this.takeInjection('item');
+    const injected = this.takeInjection('item', id);
     if (injected !== null) return fail(injected, injected === 429 ? 'es_rejected_execution_exception' : 'unavailable_shards_exception', `injected failure ${injected}`);
     if (!target) return fail(400, 'action_request_validation_exception', 'Validation Failed: 1: index is missing;');
     if (id === null) {

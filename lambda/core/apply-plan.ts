@@ -80,6 +80,14 @@ export interface TablePlan {
   held: ChangeEvent[];
   /** Handed-over values the sink must keep (after this apply) for inserts not applied yet. */
   donors: Donor[];
+  /**
+   * Handovers this plan completed from the old key's values (its stored row and its events in
+   * this batch), not from a kept donor. A sink that applies a batch atomically (the warehouse)
+   * needs nothing more; a sink whose writes can fail one by one (the search index) keeps them as
+   * donors first, so an insert whose write failed can still be completed after the old key's
+   * later events were written (docs/search.md, "Primary-key changes").
+   */
+  completed: Donor[];
   /** Highest position among `events` (null when empty). */
   maxPosition: Position | null;
 }
@@ -226,6 +234,7 @@ export function planTable(input: PlanInput): TablePlan {
   }
   /** Handovers this plan used (from the sink's donors or from the old key's events in this batch). */
   const consumed = new Set<string>();
+  const completed: Donor[] = [];
 
   /**
    * The old key's values just before position `p`, and which columns are known for certain:
@@ -306,6 +315,7 @@ export function planTable(input: PlanInput): TablePlan {
         if (before && e.missing.every((c) => before.known(c))) {
           out = Object.fromEntries(e.missing.map((c) => [c, before.values[c] ?? null]));
           consumed.add(hid);
+          completed.push({ key: old, position: e.position, values: out });
         }
       }
     }
@@ -356,7 +366,7 @@ export function planTable(input: PlanInput): TablePlan {
   }
   for (const t of truncates) if (storedTruncate === null || t.position > storedTruncate) fresh.push(t);
   fresh.sort(byPosition);
-  return { events, truncates, truncate, writes, fresh, held, donors, maxPosition: all.length > 0 ? all[all.length - 1]!.position : null };
+  return { events, truncates, truncate, writes, fresh, held, donors, completed, maxPosition: all.length > 0 ? all[all.length - 1]!.position : null };
 }
 
 /** Column-set signature of a write: `*` for full writes, else its sorted column names. */

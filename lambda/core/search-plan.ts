@@ -424,7 +424,10 @@ export function planSearchWrites(input: SearchPlanInput): SearchPlan {
   const ops: SearchOp[] = [];
   // Donors to keep: a key change's delete applied before its insert (another shard) leaves the
   // old key's values for the insert (written once; a donor already kept is not written again).
-  for (const d of table.donors) {
+  // A handover completed in this batch is kept too: the bulk's items succeed or fail one by one,
+  // so the insert's write may fail while the old key's later events are written, and its retry
+  // could then no longer read the old key's values (docs/search.md, "Primary-key changes").
+  for (const d of [...table.donors, ...table.completed]) {
     const hid = handoverId(d.key, d.position);
     if (donorsIn.has(hid)) continue;
     const meta: DocMeta = { position: d.position, deleted: true, deleted_at: null, key: keyText(d.key), applied_at: appliedAt };

@@ -327,7 +327,12 @@ export function createSearchApplier(deps: SearchApplierDeps): SearchApplier {
           state.meta = { ...state.meta, truncatedAt: at };
         }
         const last = truncates.find((i) => i.event.position === at)!;
-        if (!(await sweep(at, last))) return;
+        if (!(await sweep(at, last))) {
+          // The rows of this batch were not written either: every one is reported failed (a row
+          // before the truncate in the batch would otherwise be acknowledged unwritten).
+          for (const i of rows) if (!failed.has(i.record.sequenceNumber)) failed.set(i.record.sequenceNumber, `not applied: the truncate at ${at} of ${table} was not applied first`);
+          return;
+        }
         countFor(source).applied += truncates.length;
       }
       let ok = rows.length === 0 ? true : await writeBatch(source, table, names, state, deleteMode, keyColumns, rows, false);

@@ -17,7 +17,7 @@
  * applier completes it from the old key's document, the batch or a handover donor, or reports it
  * failed until it can): a failed record stalls its partition key, as a shard waits on AWS, and is
  * delivered again after later deliveries (docs/search.md, "Primary-key changes").
- * The control plane is the in-memory double. Runs and seed: `CDC_PROPERTY_RUNS` (default 400,
+ * The control plane is the in-memory double. Runs and seed: `CDC_PROPERTY_RUNS` (default 1,000,
  * split over the two delete modes) and `CDC_PROPERTY_SEED` (default random); both are printed.
  * `CDC_PROPERTY_NO_SHRINK=1` reports the first counterexample without shrinking it (faster).
  */
@@ -35,7 +35,7 @@ import { SearchStandIn } from '../../local/search-standin.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 import { deliveries, historyArb, MODEL_TABLES, simulate, type ModelTable } from '../helpers/histories.ts';
 
-const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 400);
+const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 1000);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
 const SINK = 'search';
 const TIMEOUT_MS = 30 * 60_000;
