@@ -689,8 +689,8 @@ export function appendable(e: ChangeEvent, dataColumns: readonly string[]): bool
       return false;
   }
 }
+
 /** The plan an append reports: every distinct event is in the delta; the view and the merge apply the position guard (an append carries no handover: its events lack no column). */
-/** The plan an append reports: every distinct event is in the delta; the view and the merge apply the position guard. */
 function appendedPlan(events: ChangeEvent[]): TablePlan {
   return { events, truncates: [], truncate: null, writes: [], fresh: events, held: [], donors: [], completed: [], maxPosition: events.length > 0 ? events[events.length - 1]!.position : null };
 }
