@@ -182,6 +182,15 @@ interface ApplierRunOptions {
   statements?: boolean;
   /** Apply the timed part with the set-based experiment (bench/lib/set-apply.ts) instead of the applier. */
   setBased?: boolean;
+  /**
+   * The append-first path (docs/warehouse-apply.md): `worker` appends only and a concurrent
+   * worker merges the delta when due (what the view's freshness depends on); `inline` merges
+   * inside the handler when due (the applier's default). Unset: merge after every append, i.e.
+   * what the mirror-only applier did (the older variants' figures).
+   */
+  merge?: 'worker' | 'inline';
+  /** Merge thresholds for `merge`. @default DEFAULT_MERGE_POLICY */
+  mergeRows?: number;
 }
 
 interface ApplierRun {
@@ -201,6 +210,8 @@ interface ApplierRun {
   profile?: ProfileSummary;
   verified: boolean | null;
   rowsInView: number;
+  /** Append-first runs: the merges, the largest delta seen, and the view checked before the final merge. */
+  merges?: { count: number; rows: number; ms: number; maxDeltaRows: number; threshold: number; finalMergeMs: number; verifiedBeforeFinalMerge: boolean };
 }
 
 /** Encodes events as Lambda Kinesis events of `batch` records (done before timing). */
@@ -243,6 +254,7 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
       metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
       logger: new Logger({ serviceName: ServiceName.WAREHOUSE_APPLIER, logLevel: 'WARN' }),
       warehouse: { loader: o.loader, ...(o.stages ? { stages: o.stages } : {}) },
+      merge: o.merge === undefined ? { maxRows: 0 } : { inline: o.merge === 'inline', ...(o.mergeRows !== undefined ? { maxRows: o.mergeRows } : {}) },
     });
   let applier = newApplier(pool);
   const events = o.limit ? history.slice(0, o.limit) : history;
@@ -252,6 +264,8 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
       const r = await applier.handler(ev);
       if (r.batchItemFailures.length > 0) throw new Error(`preload: ${r.batchItemFailures.length} records failed`);
     }
+    // The preload is merged into the base (untimed), as a table's history would be.
+    await applier.mergeDue({ force: true });
     await exec(url, `VACUUM ANALYZE ${BENCH_SOURCE}_public.items_mirror`);
     await exec(url, `VACUUM ANALYZE ${BENCH_SOURCE}_public.items_changelog`);
     await exec(url, 'CHECKPOINT');
@@ -268,7 +282,27 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
     const times: number[] = [];
     const setClient = o.setBased ? await pool.connect() : null;
     const setApplier = setClient ? new SetApplier(setClient, `${BENCH_SOURCE}_public`) : null;
+    // The merge worker of the append-first path: merges the delta whenever it is due, on its own
+    // connection, concurrently with the appends (as the schedule or a separate function would).
+    const mergeTarget = { source: BENCH_SOURCE, table: BENCH_TABLE, deleteMode: 'soft' as const, key: ['id'] };
+    const merges = { count: 0, rows: 0, ms: 0, maxDeltaRows: 0 };
+    let appending = false;
+    const worker = async (): Promise<void> => {
+      while (appending) {
+        const stats = await applier.warehouse.deltaStats(mergeTarget);
+        merges.maxDeltaRows = Math.max(merges.maxDeltaRows, stats.rows);
+        const done = await applier.mergeDue();
+        for (const m of done) {
+          merges.count++;
+          merges.rows += m.rows;
+          merges.ms += m.ms;
+        }
+        if (done.length === 0) await new Promise((r) => setTimeout(r, 20));
+      }
+    };
     const timed = async (): Promise<number> => {
+      appending = true;
+      const merging = o.merge === 'worker' ? worker() : Promise.resolve();
       const t0 = nowMs();
       for (const ev of batches) {
         const b0 = nowMs();
@@ -280,8 +314,12 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
         const r = await applier.handler(ev);
         times.push(nowMs() - b0);
         if (r.batchItemFailures.length > 0) throw new Error(`${o.label}: ${r.batchItemFailures.length} records failed in a batch`);
+        if (o.merge === 'inline') merges.maxDeltaRows = Math.max(merges.maxDeltaRows, applier.warehouse.pendingOf(BENCH_SOURCE, BENCH_TABLE).rows);
       }
-      return nowMs() - t0;
+      const ms = nowMs() - t0;
+      appending = false;
+      await merging;
+      return ms;
     };
     let wallMs: number;
     let profile: ProfileSummary | undefined;
@@ -296,8 +334,18 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
     const server = o.statements ? await withClient(url, statementStats) : undefined;
     const sqlMs = timer.tally.total();
     const cpMs = cpTally.total();
-    const view = await one<{ n: number; md5: string }>(url, fingerprintSql(MIRROR_VIEW));
+    let view = await one<{ n: number; md5: string }>(url, fingerprintSql(MIRROR_VIEW));
     const expectedRows = o.limit ? liveAfter(h, o.limit) : expected.n;
+    let mergeDetail: ApplierRun['merges'];
+    if (o.merge) {
+      // The view was checked with the delta unmerged; merge it now (untimed) and check again.
+      const before = o.limit ? view.n === expectedRows : view.n === expected.n && view.md5 === expected.md5;
+      const f0 = nowMs();
+      await applier.mergeDue({ force: true });
+      const finalMergeMs = nowMs() - f0;
+      view = await one<{ n: number; md5: string }>(url, fingerprintSql(MIRROR_VIEW));
+      mergeDetail = { ...merges, threshold: applier.warehouse ? (o.mergeRows ?? 50_000) : 0, finalMergeMs: Math.round(finalMergeMs), verifiedBeforeFinalMerge: before };
+    }
     return {
       label: o.label,
       loader: o.setBased ? 'set-based experiment (COPY)' : o.loader.name,
@@ -312,8 +360,9 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
       nodeMs: Math.round(wallMs - sqlMs - cpMs),
       ...(server ? { server } : {}),
       ...(profile ? { profile } : {}),
-      verified: o.limit ? view.n === expectedRows : view.n === expected.n && view.md5 === expected.md5,
+      verified: (o.limit ? view.n === expectedRows : view.n === expected.n && view.md5 === expected.md5) && (mergeDetail?.verifiedBeforeFinalMerge ?? true),
       rowsInView: view.n,
+      ...(mergeDetail ? { merges: mergeDetail } : {}),
     };
   } finally {
     await pool.end();
@@ -333,9 +382,10 @@ function liveAfter(h: History, n: number): number {
 }
 
 function describeRun(r: ApplierRun): string {
+  const m = r.merges ? `; ${r.merges.count} merges (${r.merges.rows} rows, ${r.merges.ms} ms), largest delta ${r.merges.maxDeltaRows} rows (threshold ${r.merges.threshold}), final merge ${r.merges.finalMergeMs} ms` : '';
   return (
     `${r.label}: ${r.events} events in ${r.seconds.toFixed(2)} s = ${Math.round(r.eventsPerSecond)} events/s; batch p50 ${r.batchMs.p50.toFixed(1)} ms, p99 ${r.batchMs.p99.toFixed(1)} ms; ` +
-    `node ${r.nodeMs} ms, control plane ${r.controlPlane.ms} ms; ${r.verified ? 'warehouse matches' : 'WAREHOUSE DOES NOT MATCH'}`
+    `node ${r.nodeMs} ms, control plane ${r.controlPlane.ms} ms${m}; ${r.verified ? 'warehouse matches' : 'WAREHOUSE DOES NOT MATCH'}`
   );
 }
 
@@ -357,7 +407,9 @@ export async function runApplyBench(): Promise<BenchResult> {
   const share = (batch: number): number | undefined => (batch >= 10_000 ? undefined : Math.min(opts.events, Math.round(opts.events * (batch >= 1000 ? 0.5 : 0.1))));
   const all = [10_000, 1_000, 100];
   /** The apply paths measured: the default, the adapter's PostgreSQL fast path, and experiments (bench/lib/stage-loaders.ts, bench/lib/set-apply.ts). */
-  const variants: Array<{ name: string; loader: StageLoader; stages?: StageLifecycle; batches: number[]; setBased?: boolean; latency?: boolean }> = [
+  const variants: Array<{ name: string; loader: StageLoader; stages?: StageLifecycle; batches: number[]; setBased?: boolean; latency?: boolean; merge?: 'worker' | 'inline' }> = [
+    { name: 'append-first (default): COPY into the delta, merge worker', loader: insertStageLoader, batches: all, latency: true, merge: 'worker' },
+    { name: 'append-first: merges inline in the handler', loader: insertStageLoader, batches: [10_000, 1_000], merge: 'inline' },
     { name: 'default (INSERT stage, session stage tables)', loader: insertStageLoader, batches: all, latency: true },
     { name: 'COPY stage loader', loader: copyStageLoader, batches: all, latency: true },
     { name: 'experiment: COPY, per-transaction stage tables', loader: copyStageLoader, stages: 'transaction', batches: [1_000] },
@@ -425,7 +477,7 @@ export async function runApplyBench(): Promise<BenchResult> {
     for (const v of chosen) {
       const list: ApplierRun[] = [];
       for (const batch of v.batches) {
-        list.push(await run({ label: `${v.name}, batch ${batch}`, batch, loader: v.loader, ...(v.stages ? { stages: v.stages } : {}), ...(v.setBased ? { setBased: true } : {}), limit: share(batch), statements: batch === 1000 }));
+        list.push(await run({ label: `${v.name}, batch ${batch}`, batch, loader: v.loader, ...(v.stages ? { stages: v.stages } : {}), ...(v.setBased ? { setBased: true } : {}), ...(v.merge ? { merge: v.merge } : {}), limit: share(batch), statements: batch === 1000 }));
       }
       byVariant.set(v.name, list);
     }
@@ -461,6 +513,7 @@ export async function runApplyBench(): Promise<BenchResult> {
     for (const v of chosen) {
       for (const r of byVariant.get(v.name)!) {
         const notes = [`${(r.eventsPerSecond / copyRate).toFixed(2)}× COPY`];
+        if (r.merges) notes.push(`largest delta ${r.merges.maxDeltaRows} rows (merge at ${r.merges.threshold}), ${r.merges.count} merges, ${r.merges.ms} ms merging`);
         if (!full(r)) notes.push(`first ${r.events} events`);
         if (!r.verified) notes.push('warehouse did NOT match the expected rows');
         rec.add(

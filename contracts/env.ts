@@ -33,6 +33,10 @@ export const EnvName = {
   SOURCE_CA_PEM: 'CDC_SOURCE_CA_PEM',
   /** TLS to the warehouse (`verify-full`, the default, or `require`). */
   WAREHOUSE_SSL_MODE: 'CDC_WAREHOUSE_SSL_MODE',
+  /** Warehouse sink: rows in a table's delta at which it is merged into the base (docs/warehouse-apply.md). */
+  MERGE_MAX_ROWS: 'CDC_MERGE_MAX_ROWS',
+  /** Warehouse sink: age in ms of a delta's oldest row at which it is merged. */
+  MERGE_MAX_AGE_MS: 'CDC_MERGE_MAX_AGE_MS',
   /** Search sink: the OpenSearch endpoint (`https://…` of the domain; requests are SigV4-signed for `AWS_REGION`). */
   SEARCH_ENDPOINT: 'CDC_SEARCH_ENDPOINT',
   /** Search sink: JSON array of the tables it serves, `[{"source","table","deleteMode"}]` (see lambda/core/search-plan.ts). */

@@ -167,6 +167,20 @@ export interface WarehouseSinkProps {
    * @default - SQS-managed encryption
    */
   readonly deadLetterQueueEncryptionKey?: kms.IKey;
+  /**
+   * Rows in a table's delta (changes appended but not merged into its base yet) at which the
+   * applier merges it (1 to 10,000,000). Every change is visible in the table's view at once
+   * either way; the threshold bounds how much the view overlays at query time
+   * (docs/warehouse-apply.md).
+   * @default 50000
+   */
+  readonly mergeMaxRows?: number;
+  /**
+   * Age of a delta's oldest row at which it is merged (1 s to 1 hour); the applier's schedule
+   * runs every minute, so an idle table is merged within a minute of this age.
+   * @default Duration.minutes(1)
+   */
+  readonly mergeMaxAge?: Duration;
 }
 
 /**
@@ -232,6 +246,10 @@ export class WarehouseSink extends WarehouseSinkBase implements ec2.IConnectable
     checkIntegerRange(this, 'batchSize', props.batchSize, 1, 10_000);
     checkIntegerRange(this, 'retryAttempts', props.retryAttempts, -1, 10_000);
     checkIntegerRange(this, 'parallelizationFactor', props.parallelizationFactor, 1, 10);
+    checkIntegerRange(this, 'mergeMaxRows', props.mergeMaxRows, 1, 10_000_000);
+    if (props.mergeMaxAge !== undefined && isKnownDuration(props.mergeMaxAge) && (props.mergeMaxAge.toMilliseconds() < 1000 || props.mergeMaxAge.toMilliseconds() > 3_600_000)) {
+      fail(this, `mergeMaxAge must be between 1 second and 1 hour, got ${props.mergeMaxAge.toHumanString()}`);
+    }
     const maxBatchingWindow = props.maxBatchingWindow ?? Duration.seconds(5);
     if (isKnownDuration(maxBatchingWindow) && maxBatchingWindow.toSeconds() > 300) fail(this, `maxBatchingWindow must be at most 5 minutes, got ${maxBatchingWindow.toHumanString()}`);
 
@@ -276,6 +294,9 @@ export class WarehouseSink extends WarehouseSinkBase implements ec2.IConnectable
         [EnvName.CHANGE_LOG_STREAM]: props.changeLog.stream.streamName,
         [EnvName.WAREHOUSE_SSL_MODE]: props.connection.sslMode,
         ...payloadEnvironment(props.controlPlane),
+        // Merge thresholds: set only when given, the applier's defaults otherwise (docs/warehouse-apply.md).
+        ...(props.mergeMaxRows !== undefined ? { [EnvName.MERGE_MAX_ROWS]: String(props.mergeMaxRows) } : {}),
+        ...(props.mergeMaxAge !== undefined ? { [EnvName.MERGE_MAX_AGE_MS]: String(props.mergeMaxAge.toMilliseconds()) } : {}),
       },
       memorySize: props.memorySize ?? Size.mebibytes(1024),
       timeout: props.timeout ?? Duration.minutes(5),

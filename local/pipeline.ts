@@ -84,6 +84,9 @@ function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
 
+/** How often `cdc local` looks for deltas due for a merge (the thresholds decide; docs/warehouse-apply.md). */
+const MERGE_CHECK_MS = 5_000;
+
 /** A running local pipeline. */
 export class LocalPipeline {
   readonly capture: SlotCapture;
@@ -119,6 +122,8 @@ export class LocalPipeline {
   readonly replayers: Array<ReturnType<typeof createHeldRangeReplayer>> = [];
   private replayLoop: Promise<void> | null = null;
   private replayStop = false;
+  /** The warehouse sink's deferred merge of due deltas (docs/warehouse-apply.md): the schedule's second half, as on AWS. */
+  private mergeDue: (() => Promise<unknown>) | null = null;
 
   constructor(private readonly o: PipelineOptions) {
     const { stack } = o;
@@ -219,6 +224,7 @@ export class LocalPipeline {
         logger: new Logger({ serviceName: 'warehouse-replay' }),
       });
       this.replayers.push(createHeldRangeReplayer({ controlPlane: stack.control, sinkId: o.sinkId, applier: replayApplier, readLog: () => readChangeLog(stack.kinesis, stack.streams.changeLog) }));
+      this.mergeDue = () => replayApplier.mergeDue();
     }
     const common = {
       kinesis: stack.kinesis,
@@ -302,11 +308,18 @@ export class LocalPipeline {
       }
     })();
     this.replayLoop = (async () => {
+      let lastMerge = Date.now();
       while (!this.replayStop) {
         try {
           for (const r of this.replayers) await r.replayPending();
         } catch (e) {
           this.o.onError?.('resume replay', e);
+        }
+        // As the AWS schedule does after its replay: merge the deltas that are due (a table that
+        // stopped receiving changes is merged here; mergeDue logs a failed table and goes on).
+        if (this.mergeDue && Date.now() - lastMerge >= MERGE_CHECK_MS) {
+          lastMerge = Date.now();
+          await this.mergeDue().catch((e: unknown) => this.o.onError?.('delta merge', e));
         }
         await sleep(500);
       }

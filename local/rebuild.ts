@@ -13,7 +13,9 @@
  *    shadow. Swap: in one transaction lock the live table against writers, catch the shadow up to
  *    the live position, rename, repoint the view, commit; then diff the retired table against
  *    the new one (both frozen), keep the diff, drop the retired objects, and raise the sink's
- *    high-water mark to the position the table was rebuilt to;
+ *    high-water mark to the position the table was rebuilt to. Each diff compares mirrors, so the
+ *    deltas of both sides are merged first (`PgWarehouse.merge`, which keeps what the view shows;
+ *    docs/warehouse-apply.md): a change still in a delta is no difference;
  * 5. record the run (duration, counts, diff summary) in the control plane with its audit entry.
  */
 import { randomUUID } from 'node:crypto';
@@ -26,8 +28,8 @@ import type { ChangeEvent } from '../lambda/core/event.ts';
 import { POSITION_ZERO, type Position } from '../lambda/core/position.ts';
 import { checkFromPosition, decideRebuildState, throttleSleepMs, type DiffRow, type RebuildRefusal } from '../lambda/core/rebuild.ts';
 import { ReplayHoleError, type ReplayRange } from '../lambda/core/replay.ts';
-import { warehouseTable } from '../lambda/core/warehouse-sql.ts';
-import { checkEventColumns } from '../lambda/handlers/warehouse-applier.ts';
+import { warehouseTable, type WarehouseTable } from '../lambda/core/warehouse-sql.ts';
+import { checkEventColumns } from '../lambda/core/warehouse-apply.ts';
 import type { HistoryCheck, ReplayReader, ReplayStats } from './replay.ts';
 
 /** The highest position there is: "everything the log holds now". */
@@ -151,6 +153,12 @@ export class Rebuilder {
     const schemas = new Map<number, SchemaVersion>();
     const rec = await cp.getTable(r.source, r.table);
     if (!rec) throw new RebuildFailedError(r.source, r.table, 'the table is not registered');
+    const current = await cp.getSchemaVersion(r.source, r.table, rec.currentVersion);
+    if (!current) throw new RebuildFailedError(r.source, r.table, `schema version ${rec.currentVersion} is not registered`);
+    /** Merges the deltas of table sets into their mirrors (the diff compares mirrors). */
+    const mergeDeltas = async (...sets: WarehouseTable[]): Promise<void> => {
+      for (const t of sets) await warehouse.merge({ source: r.source, table: r.table, deleteMode: rec.deleteMode, key: current.key, target: t });
+    };
     const applied = new Set<string>();
     let skipped = 0;
     let applyMs = 0;
@@ -224,10 +232,12 @@ export class Rebuilder {
       await applyToShadow(more.events, true);
       if (r.rehearse) {
         await step('diff');
+        await mergeDeltas(target.live, target.shadow);
         const p1 = await target.livePosition();
         const first = await target.diff(p1 ?? POSITION_ZERO);
         const again = await this.deps.reader.readStream(range, resume);
         await applyToShadow(again.events, false);
+        await mergeDeltas(target.live, target.shadow);
         const p2 = await target.livePosition();
         const second = await target.diff(p2 ?? POSITION_ZERO);
         // A key that differs at both points is diverged; one that differed once was in flight.
@@ -247,8 +257,10 @@ export class Rebuilder {
         });
         swapped = true;
         caughtUpTo = maxPos(shadowTo, p);
+        warehouse.forgetShapes(); // the live names are the rebuilt objects now
         await step('diff');
         // Both sides are frozen now: the retired table as it was at the swap, the new one at the same position.
+        await mergeDeltas(target.retired, target.live);
         diff = await target.diff(p ?? POSITION_ZERO, undefined, target.retired, target.live);
         diffTable = await target.keepDiff(id, diff);
         await target.dropRetired();

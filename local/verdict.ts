@@ -5,7 +5,8 @@
  * key must be present exactly once on both sides.
  *
  * Warehouse names come from lambda/core/warehouse-sql.ts (`warehouseTable`): schema
- * `<source>_<schema>`, the view named after the table, `<table>_mirror`.
+ * `<source>_<schema>`, the view named after the table (over `<table>_mirror` and the unmerged
+ * `<table>_delta`, docs/warehouse-apply.md): rows are read through the view.
  *
  * Values are compared by their PostgreSQL text (both sessions in UTC, ISO dates), so a column
  * typed differently in the warehouse still compares by value: numbers compare numerically
@@ -134,8 +135,9 @@ export async function compareSourceAndWarehouse(options: CompareOptions): Promis
         continue;
       }
       const mirrorColumns = await columnsOf(wh, whSchema, names.mirror);
+      const deltaColumns = await columnsOf(wh, whSchema, names.delta);
       for (const ex of config.exclude) {
-        if (whColumns.includes(ex) || mirrorColumns.includes(ex)) v.problems.push(`excluded column ${ex} is present in the warehouse`);
+        if (whColumns.includes(ex) || mirrorColumns.includes(ex) || deltaColumns.includes(ex)) v.problems.push(`excluded column ${ex} is present in the warehouse`);
       }
       const compared = srcColumns.filter((c) => !config.exclude.includes(c));
       const absent = compared.filter((c) => !whColumns.includes(c));

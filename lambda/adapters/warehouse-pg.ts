@@ -40,7 +40,6 @@ import { from as copyFrom } from 'pg-copy-streams';
 import { CdcError } from '../core/errors.ts';
 import type { ChangeEvent, Row } from '../core/event.ts';
 import { keyText } from '../core/event.ts';
-import type { DeleteMode, SchemaVersion } from '../core/control-plane.ts';
 import { distinctEvents, handoverId, needsHandover, oldKeysNeeded, planTable, setSignature, toParam, type Donor, type StoredRow, type StoredState, type TablePlan } from '../core/apply-plan.ts';
 import { ENVELOPE_VERSION, type CaptureMethod, type ChangeOp, type JsonValue } from '../core/event.ts';
 import {
@@ -49,7 +48,9 @@ import {
   appendChangelogSql,
   applyStageSql,
   catalogSql,
+  catalogLiteralSql,
   catalogType,
+  RESERVED_PREFIX,
   createChangelogSql,
   createDeletedKeysSql,
   clearStagesSql,
@@ -60,11 +61,17 @@ import {
   createTruncationsSql,
   clearHandoverSql,
   countHandoverSql,
+  partnerInsertsSql,
   lockHandoverSql,
   readHandoverSql,
   HANDOVER_COLUMNS,
   commentPolledSql,
-  createViewSql,
+  createDeltaSql,
+  createOverlayViewSql,
+  deltaStatsSql,
+  lockDeltaSql,
+  mergeSql,
+  CHANGELOG_CDC_COLUMNS,
   lockMirrorSql,
   recordTruncationSql,
   storedTruncationSql,
@@ -84,9 +91,14 @@ import {
   type StageNames,
   type SinkColumn,
   type UpdateSet,
+  type WarehouseEngine,
   type WarehouseTable,
 } from '../core/warehouse-sql.ts';
 import { quoteIdent } from '../core/identifiers.ts';
+import type { DeltaStats, MergeResult, MergeTarget, PendingDelta, TableApplyResult, TableBatch, WarehouseWriter, WriteErrorKind } from '../core/warehouse-apply.ts';
+import { persistentTableErrorCode } from './warehouse-pg-errors.ts';
+
+export type { MergeResult, MergeTarget, PendingDelta, TableApplyResult, TableBatch } from '../core/warehouse-apply.ts';
 
 const DDL_ATTEMPTS = 3;
 
@@ -159,6 +171,8 @@ export function isValueRejection(err: unknown): boolean {
 /** Loads text rows into a session temp table inside the current transaction. */
 export interface StageLoader {
   readonly name: string;
+  /** One statement, so a load outside a transaction is atomic by itself (COPY). @default false */
+  readonly atomic?: boolean;
   /** `table` is a quoted identifier; `rows[i][j]` is the text value of `columns[j]` or null. */
   load(client: pg.ClientBase, table: string, columns: readonly string[], rows: readonly (readonly (string | null)[])[]): Promise<void>;
 }
@@ -183,6 +197,7 @@ function copyText(v: string | null): string {
 /** COPY FROM STDIN (text format) through pg-copy-streams: PostgreSQL only (Redshift's COPY reads from S3). */
 export const copyStageLoader: StageLoader = {
   name: 'copy',
+  atomic: true,
   async load(client, table, columns, rows) {
     if (rows.length === 0) return;
     const sql = `COPY ${table} (${columns.map(quoteIdent).join(', ')}) FROM STDIN`;
@@ -201,38 +216,13 @@ export const copyStageLoader: StageLoader = {
   },
 };
 
-/** One table's events of one batch, already validated against the registry. */
-export interface TableBatch {
-  source: string;
-  /** Table id `schema.table`. */
-  table: string;
-  deleteMode: DeleteMode;
-  /** The schema versions the events were read with, by version number. */
-  schemas: ReadonlyMap<number, SchemaVersion>;
-  events: readonly ChangeEvent[];
-  /** Stamped as `_cdc_applied_at`. */
-  appliedAt: Date;
-  /**
-   * The warehouse objects to write: the table's own (`warehouseTable(source, table)`) when
-   * absent; a rebuild's shadow objects (lambda/core/rebuild.ts `shadowTable`) to build them with
-   * this same code (docs/rebuild.md).
-   */
-  target?: WarehouseTable;
-}
-
-export interface TableApplyResult {
-  plan: TablePlan;
-  /** `Date.now()` right after COMMIT returned. */
-  committedAt: number;
-  /** DDL statements this apply ran (empty when the sink was already in shape). */
-  ddl: string[];
-}
-
 /** What the sink's tables look like (columns in table order). */
 interface SinkShape {
   mirror: string[];
   mirrorTypes: Map<string, string>;
   changelog: string[];
+  /** Columns of the delta (empty: no delta yet). */
+  delta: string[];
   deletedKeys: boolean;
   truncations: boolean;
   handover: boolean;
@@ -259,19 +249,30 @@ const isTrue = (v: unknown): boolean => v === true || v === 't' || v === 'true';
 export type StageLifecycle = 'session' | 'transaction';
 
 export interface PgWarehouseOptions {
-  /** @default insertStageLoader (portable) */
+  /** Loads the stage tables of the full apply. @default insertStageLoader (portable) */
   loader?: StageLoader;
   /** @default `transaction` when the server says it is Redshift, else `session` */
   stages?: StageLifecycle;
+  /**
+   * Appends a batch to the delta on the critical path: the engine's fastest load. Its `load`
+   * must be atomic when `atomic` is set (one statement); otherwise it runs inside BEGIN … COMMIT.
+   * @default copyStageLoader on PostgreSQL (COPY FROM STDIN); on Redshift insertStageLoader, or
+   *   the S3 COPY loader (`s3CopyDeltaLoader`) when one is configured
+   */
+  deltaLoader?: StageLoader;
 }
 
 /** The warehouse sink over `pg`. One instance per process; one apply at a time per table. */
-export class PgWarehouse {
+export class PgWarehouse implements WarehouseWriter {
   private readonly shapes = new Map<string, SinkShape>();
   private readonly loader: StageLoader;
   private lifecycle: StageLifecycle | undefined;
   /** Session stage tables that exist, per connection: name → rows staged since the last TRUNCATE. */
   private readonly sessionStages = new WeakMap<pg.ClientBase, Map<string, number>>();
+  private engine: WarehouseEngine | undefined;
+  private readonly deltaLoaderOption: StageLoader | undefined;
+  /** Per table (`schema.view`): what this process appended since it last merged. */
+  private readonly pendingDelta = new Map<string, PendingDelta>();
 
   constructor(
     private readonly pool: pg.Pool,
@@ -279,6 +280,87 @@ export class PgWarehouse {
   ) {
     this.loader = options.loader ?? insertStageLoader;
     this.lifecycle = options.stages;
+    this.deltaLoaderOption = options.deltaLoader;
+  }
+
+  private deltaLoader(): StageLoader {
+    return this.deltaLoaderOption ?? (this.engine === 'redshift' ? insertStageLoader : copyStageLoader);
+  }
+
+  /** The engine and stage lifecycle, from the server's version string (once per process). */
+  private async detect(client: pg.ClientBase): Promise<StageLifecycle> {
+    if (this.engine === undefined) this.engine = await detectEngine(client);
+    return (this.lifecycle ??= this.engine === 'redshift' ? 'transaction' : 'session');
+  }
+
+  /** How the apply treats an error of `applyTable` (see `WriteErrorKind`). */
+  classifyError(err: unknown): WriteErrorKind | null {
+    if (err instanceof SinkTypeConflictError) return { kind: 'type-conflict', message: err.message };
+    if (err instanceof ValueRejectedError) return { kind: 'value-rejected' };
+    const code = persistentTableErrorCode(err);
+    return code === null ? null : { kind: 'persistent', code };
+  }
+
+  /** What the table's delta holds (0 rows when it has none yet). */
+  async deltaStats(target: MergeTarget): Promise<DeltaStats> {
+    const t = target.target ?? warehouseTable(target.source, target.table);
+    const client = await this.pool.connect();
+    try {
+      const shape = this.shapes.get(`${t.schema}.${t.view}`) ?? (await readShape(client, t));
+      if (shape.delta.length === 0) return { rows: 0, oldest: null };
+      const r = (await client.query<{ n: string; oldest: Date | null }>(deltaStatsSql(t))).rows[0];
+      return { rows: Number(r?.n ?? 0), oldest: r?.oldest ? new Date(r.oldest).getTime() : null };
+    } finally {
+      client.release();
+    }
+  }
+
+  /** What this process appended to the table's delta and has not seen merged. */
+  pendingOf(source: string, table: string, target?: WarehouseTable): PendingDelta {
+    const t = target ?? warehouseTable(source, table);
+    return this.pendingDelta.get(`${t.schema}.${t.view}`) ?? { rows: 0, since: null };
+  }
+
+  /**
+   * Compacts the table's delta into its base in one transaction (`mergeSql`): the delta is locked
+   * against appends, the sink's shape is read under the lock (so a column another process added
+   * is merged too), and a merge that fails midway changes nothing. Returns the rows merged.
+   */
+  async merge(target: MergeTarget): Promise<MergeResult> {
+    const t = target.target ?? warehouseTable(target.source, target.table);
+    const cacheKey = `${t.schema}.${t.view}`;
+    const t0 = Date.now();
+    const client = await this.pool.connect();
+    let destroy = false;
+    let inTransaction = false;
+    try {
+      await this.detect(client);
+      const known = this.shapes.get(cacheKey) ?? (await readShape(client, t));
+      if (known.delta.length === 0) return { rows: 0, committedAt: Date.now(), ms: Date.now() - t0 };
+      inTransaction = true;
+      await client.query(`BEGIN; ${lockDeltaSql(t, this.engine!)}`);
+      const shape = await readShape(client, t);
+      const n = Number((await client.query<{ n: string }>(deltaStatsSql(t))).rows[0]?.n ?? 0);
+      if (n > 0) for (const sql of mergeStatements(t, shape, target.key, target.deleteMode === 'hard', this.engine!)) await client.query(sql);
+      await client.query('COMMIT');
+      inTransaction = false;
+      this.shapes.set(cacheKey, shape);
+      this.pendingDelta.delete(cacheKey);
+      return { rows: n, committedAt: Date.now(), ms: Date.now() - t0 };
+    } catch (err) {
+      this.shapes.delete(cacheKey);
+      if (inTransaction) {
+        try {
+          await client.query('ROLLBACK');
+        } catch {
+          destroy = true;
+        }
+      }
+      if (typeof (err as { code?: unknown } | null)?.code !== 'string') destroy = true;
+      throw err;
+    } finally {
+      client.release(destroy);
+    }
   }
 
   /** Forgets what this process knows about the sink tables (after someone else changed them). */
@@ -288,6 +370,17 @@ export class PgWarehouse {
 
   /** Applies one table's batch (see the module comment). */
   async applyTable(batch: TableBatch): Promise<TableApplyResult> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.applyTableOnce(batch);
+      } catch (err) {
+        // Another process changed the sink's shape between this one's look and its lock: look again.
+        if (!(err instanceof ShapeChangedError) || attempt >= DDL_ATTEMPTS) throw err;
+      }
+    }
+  }
+
+  private async applyTableOnce(batch: TableBatch): Promise<TableApplyResult> {
     const t = batch.target ?? warehouseTable(batch.source, batch.table);
     const cacheKey = `${t.schema}.${t.view}`;
     const { key, data } = wantedColumns(batch);
@@ -299,7 +392,7 @@ export class PgWarehouse {
     let inTransaction = false;
     let destroy = false;
     try {
-      const lifecycle = (this.lifecycle ??= await detectLifecycle(client));
+      const lifecycle = await this.detect(client);
       // Bring the sink into shape first, in its own short transaction: the DDL is additive and
       // idempotent, the stage tables are made from the resulting shape, and the data transaction
       // then holds no catalog locks.
@@ -315,7 +408,17 @@ export class PgWarehouse {
       // re-plan, so what the other applier created is simply used.
       for (let attempt = 1; ddl.statements.length > 0; attempt++) {
         try {
-          await client.query(`BEGIN; ${ddl.statements.join('; ')}; COMMIT`);
+          if (ddl.addsColumns && known.delta.length > 0) {
+            // A schema change: merge the delta first, in the same transaction, under the delta's
+            // lock and with the shape read under it (docs/warehouse-apply.md, "Schema changes").
+            await client.query(`BEGIN; ${lockDeltaSql(t, this.engine!)}`);
+            known = await readShape(client, t);
+            ddl = planDdl(t, known, key, data, wants);
+            await client.query(`${[...mergeStatements(t, known, key.map((k) => k.name), wants.hard, this.engine!), ...ddl.statements].join('; ')}; COMMIT`);
+            this.pendingDelta.delete(cacheKey);
+          } else {
+            await client.query(`BEGIN; ${ddl.statements.join('; ')}; COMMIT`);
+          }
           break;
         } catch (err) {
           await client.query('ROLLBACK').catch(() => undefined);
@@ -329,6 +432,33 @@ export class PgWarehouse {
       const stages = stageNames(t, shape.mirror, shape.changelog);
       const keyNames = key.map((k) => k.name);
       const appliedAt = batch.appliedAt.toISOString();
+
+      // The critical path: a batch of full images and plain deletes is appended to the delta with
+      // the engine's bulk load and is visible in the view at its COMMIT (docs/warehouse-apply.md).
+      const dataNames = shape.mirror.filter((c) => !keyNames.includes(c) && !c.startsWith(RESERVED_PREFIX));
+      if (shape.delta.length > 0 && truncates.length === 0 && events.every((e) => appendable(e, dataNames))) {
+        const rows = events.map((e) => changelogRow(e, shape.delta, appliedAt));
+        const loader = this.deltaLoader();
+        const table = qualified(t.schema, t.delta);
+        if (rows.length > 0) {
+          destroy = true; // an error mid-load may leave the connection in COPY state: drop it
+          if (loader.atomic) {
+            await loader.load(client, table, shape.delta, rows);
+          } else {
+            inTransaction = true;
+            await client.query('BEGIN');
+            await loader.load(client, table, shape.delta, rows);
+            await client.query('COMMIT');
+            inTransaction = false;
+          }
+          destroy = false;
+        }
+        const committedAt = Date.now();
+        const pending = this.pendingDelta.get(cacheKey) ?? { rows: 0, since: null };
+        const next = { rows: pending.rows + rows.length, since: pending.since ?? (rows.length > 0 ? committedAt : null) };
+        this.pendingDelta.set(cacheKey, next);
+        return { plan: appendedPlan(events), committedAt, ddl: ddl.statements, mode: 'append', pending: { ...next } };
+      }
       const eventRows = events.map((e, i) => [...changelogRow(e, shape.changelog, appliedAt), String(i)]);
       const eventCols = [...shape.changelog, CdcColumn.IDX];
 
@@ -356,11 +486,24 @@ export class PgWarehouse {
         end = `${dropStagesSql(stages)}; COMMIT`;
       }
       inTransaction = true;
+      if (shape.delta.length > 0) {
+        // The full apply merges the delta first (its fold reads the base), under the delta's lock;
+        // the shape is checked under that lock, so the merge writes every column the delta has.
+        const res = (await client.query(`${begin}${lockDeltaSql(t, this.engine!)}; ${catalogLiteralSql(t)}; ${deltaStatsSql(t)}`)) as unknown as pg.QueryResult[];
+        const rows = res[res.length - 2]!.rows as CatalogColumn[];
+        if (!sameShape(shapeOf(t, rows), shape)) {
+          this.shapes.delete(cacheKey);
+          throw new ShapeChangedError(t.tableId);
+        }
+        const pending = Number((res[res.length - 1]!.rows[0] as { n: string } | undefined)?.n ?? 0);
+        begin = pending > 0 ? `${mergeStatements(t, shape, keyNames, batch.deleteMode === 'hard', this.engine!).join('; ')}; ` : '';
+      }
       const plan = await this.applyStaged(client, t, shape, keyNames, events, truncates, stages, begin, end, batch, appliedAt);
       const committedAt = Date.now();
       inTransaction = false;
       destroy = false;
-      return { plan, committedAt, ddl: ddl.statements };
+      this.pendingDelta.delete(cacheKey);
+      return { plan, committedAt, ddl: ddl.statements, mode: 'apply', pending: { rows: 0, since: null } };
     } catch (err) {
       this.shapes.delete(cacheKey);
       if (inTransaction && !destroy) {
@@ -457,6 +600,16 @@ export class PgWarehouse {
     }
 
     const plan = planTable({ events: [...events, ...truncates], keyColumns: key, stored, storedRows, truncatedAt, donors: handover.donors, held: handover.held });
+    if (locked && plan.donors.length > 0) {
+      // A donor whose insert half was already planned (the changelog has it: it was applied, or
+      // dropped as older than its key's row) and is not held waits for nothing: it is not kept
+      // (docs/primary-key-changes.md, "Donors nobody takes").
+      const heldAt = new Set(plan.held.map((e) => e.position));
+      const positions = [...new Set(plan.donors.map((d) => d.position))];
+      const res = await client.query({ text: partnerInsertsSql(t, positions.length), values: positions, types: RAW_TEXT });
+      const planned = new Set((res.rows as { _cdc_position: string }[]).map((r) => r._cdc_position).filter((p) => !heldAt.has(p)));
+      plan.donors = plan.donors.filter((d) => !planned.has(d.position));
+    }
     if (locked) {
       await client.query(clearHandoverSql(t));
       const rows = handoverRows(plan.held, plan.donors, key, appliedAt);
@@ -504,10 +657,57 @@ export class PgWarehouse {
   }
 }
 
-/** `transaction` stages on Redshift (its version string says so), `session` stages elsewhere. */
-async function detectLifecycle(client: pg.ClientBase): Promise<StageLifecycle> {
+/** Redshift when its version string says so, else PostgreSQL. */
+async function detectEngine(client: pg.ClientBase): Promise<WarehouseEngine> {
   const res = await client.query<{ version: string }>('SELECT version() AS version');
-  return /redshift/i.test(res.rows[0]?.version ?? '') ? 'transaction' : 'session';
+  return /redshift/i.test(res.rows[0]?.version ?? '') ? 'redshift' : 'postgres';
+}
+
+/** The sink's shape changed under this apply (another process added a column): the apply starts again. */
+class ShapeChangedError extends CdcError {
+  constructor(table: string) {
+    super('SHAPE_CHANGED', `the warehouse tables of ${table} changed while this apply was starting`);
+  }
+}
+
+/**
+ * Whether an event can go to the delta as it is: its row is fully known from the event alone.
+ * Inserts and snapshots are full images (absent columns are NULL); an update must carry every
+ * data column of the sink and list none as missing; a delete must hand nothing over. Anything
+ * else (an update without an unchanged TOAST value, a primary-key change's halves that carry a
+ * handover, a truncate) needs the fold over the base (docs/warehouse-apply.md).
+ */
+export function appendable(e: ChangeEvent, dataColumns: readonly string[]): boolean {
+  switch (e.op) {
+    case 'insert':
+    case 'snapshot':
+      return e.missing.length === 0;
+    case 'update':
+      return e.missing.length === 0 && e.after !== null && dataColumns.every((c) => c in e.after!);
+    case 'delete':
+      return (e.handover?.length ?? 0) === 0;
+    default:
+      return false;
+  }
+}
+
+/** The plan an append reports: every distinct event is in the delta; the view and the merge apply the position guard (an append carries no handover: its events lack no column). */
+function appendedPlan(events: ChangeEvent[]): TablePlan {
+  return { events, truncates: [], truncate: null, writes: [], fresh: events, held: [], donors: [], completed: [], maxPosition: events.length > 0 ? events[events.length - 1]!.position : null };
+}
+
+/** The merge statements for the sink's current shape (`mergeSql`). */
+function mergeStatements(t: WarehouseTable, shape: SinkShape, key: readonly string[], hard: boolean, engine: WarehouseEngine): string[] {
+  const merge = mergeSql(t, { key, mirrorColumns: shape.mirror, changelogColumns: shape.changelog, hard, deletedKeys: shape.deletedKeys, truncations: shape.truncations });
+  // PostgreSQL only: a merge is a large set operation, but a base analysed while small (a new
+  // table) makes the planner pick nested loops whose inner scans re-read the rows the statement
+  // itself inserts (quadratic: measured minutes for 100,000 rows). Hash joins for the merge only.
+  return engine === 'postgres' ? ['SET LOCAL enable_nestloop = off', ...merge, 'SET LOCAL enable_nestloop = on'] : merge;
+}
+
+function sameShape(a: SinkShape, b: SinkShape): boolean {
+  const eq = (x: readonly string[], y: readonly string[]) => x.length === y.length && x.every((v, i) => v === y[i]);
+  return eq(a.mirror, b.mirror) && eq(a.changelog, b.changelog) && eq(a.delta, b.delta) && a.deletedKeys === b.deletedKeys && a.truncations === b.truncations && a.handover === b.handover;
 }
 
 /** Key and data columns the batch needs: union over its schema versions, type from the newest version that has the column. */
@@ -533,9 +733,14 @@ function wantedColumns(batch: TableBatch): { key: SinkColumn[]; data: SinkColumn
 async function readShape(client: pg.ClientBase, t: WarehouseTable): Promise<SinkShape> {
   const q = catalogSql(t);
   const res = await client.query<CatalogColumn>(q.text, q.values);
-  const shape: SinkShape = { mirror: [], mirrorTypes: new Map(), changelog: [], deletedKeys: false, truncations: false, handover: false, view: false };
-  for (const r of res.rows) {
-    if (r.table_name === t.mirror) {
+  return shapeOf(t, res.rows);
+}
+
+function shapeOf(t: WarehouseTable, rows: readonly CatalogColumn[]): SinkShape {
+  const shape: SinkShape = { mirror: [], mirrorTypes: new Map(), changelog: [], delta: [], deletedKeys: false, truncations: false, handover: false, view: false };
+  for (const r of rows) {
+    if (r.table_name === t.delta) shape.delta.push(r.column_name);
+    else if (r.table_name === t.mirror) {
       shape.mirror.push(r.column_name);
       shape.mirrorTypes.set(r.column_name, catalogType(r));
     } else if (r.table_name === t.changelog) shape.changelog.push(r.column_name);
@@ -554,11 +759,13 @@ function planDdl(
   key: SinkColumn[],
   data: SinkColumn[],
   wants: { hard: boolean; truncate: boolean; handover: boolean; polled?: boolean },
-): { statements: string[]; shape: SinkShape } {
+): { statements: string[]; shape: SinkShape; addsColumns: boolean } {
   const { hard, truncate } = wants;
   const statements: string[] = [];
-  const shape: SinkShape = { ...known, mirror: [...known.mirror], mirrorTypes: new Map(known.mirrorTypes), changelog: [...known.changelog] };
-  const creating = shape.mirror.length === 0 || shape.changelog.length === 0 || (hard && !shape.deletedKeys) || (truncate && !shape.truncations) || (wants.handover && !shape.handover);
+  const shape: SinkShape = { ...known, mirror: [...known.mirror], mirrorTypes: new Map(known.mirrorTypes), changelog: [...known.changelog], delta: [...known.delta] };
+  let addsColumns = false;
+  const creating =
+    shape.mirror.length === 0 || shape.changelog.length === 0 || shape.delta.length === 0 || (hard && !shape.deletedKeys) || (truncate && !shape.truncations) || (wants.handover && !shape.handover);
   if (creating) statements.push(createSchemaSql(t));
   if (shape.changelog.length === 0) {
     statements.push(createChangelogSql(t, key, data));
@@ -580,37 +787,58 @@ function planDdl(
     const have = shape.mirrorTypes.get(c.name);
     if (have !== undefined && have !== c.type) throw new SinkTypeConflictError(t.tableId, c.name, have, c.type);
   }
+  const wanted = new Map([...key, ...data].map((c) => [c.name, c.type]));
+  /** A changelog column's type: the platform's, or the data column's (as the mirror has it). */
+  const typeOf = (name: string): string => CHANGELOG_CDC_COLUMNS.find((c) => c.name === name)?.type ?? shape.mirrorTypes.get(name) ?? wanted.get(name) ?? sinkType(null);
+  if (shape.delta.length === 0) {
+    // The delta has the changelog's columns (those of the changelog as it is, plus this batch's).
+    const names = [...shape.changelog, ...data.map((c) => c.name).filter((n) => !shape.changelog.includes(n))];
+    statements.push(createDeltaSql(t, names.map((name) => ({ name, type: typeOf(name) }))));
+    shape.delta = names;
+    viewNeeded = true;
+  }
   for (const c of data) {
     if (!shape.mirror.includes(c.name)) {
       statements.push(addColumnSql(t.schema, t.mirror, c));
       shape.mirror.push(c.name);
       shape.mirrorTypes.set(c.name, c.type);
       viewNeeded = true;
+      addsColumns = true;
     }
     if (!shape.changelog.includes(c.name)) {
       statements.push(addColumnSql(t.schema, t.changelog, c));
       shape.changelog.push(c.name);
+      addsColumns = true;
+    }
+  }
+  for (const name of shape.changelog) {
+    if (!shape.delta.includes(name)) {
+      statements.push(addColumnSql(t.schema, t.delta, { name, type: typeOf(name).replace(/ NOT NULL$/, '') }));
+      shape.delta.push(name);
+      addsColumns = true;
     }
   }
   if (hard && !shape.deletedKeys) {
     statements.push(createDeletedKeysSql(t, key));
     shape.deletedKeys = true;
+    viewNeeded = true;
   }
   if (truncate && !shape.truncations) {
     statements.push(createTruncationsSql(t));
     shape.truncations = true;
+    viewNeeded = true;
   }
   if (wants.handover && !shape.handover) {
     statements.push(createHandoverSql(t));
     shape.handover = true;
   }
   if (viewNeeded) {
-    statements.push(createViewSql(t, shape.mirror));
+    statements.push(createOverlayViewSql(t, shape.mirror, key.map((k) => k.name), { deletedKeys: shape.deletedKeys, truncations: shape.truncations }));
     // Set again with every view it (re)creates: a table created before it was polled gets it then too.
     if (wants.polled) statements.push(commentPolledSql(t, 'view'));
     shape.view = true;
   }
-  return { statements, shape };
+  return { statements, shape, addsColumns };
 }
 
 const CHANGELOG_NAMES = [

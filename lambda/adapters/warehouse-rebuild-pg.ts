@@ -5,7 +5,7 @@
  * apply code (`PgWarehouse.applyTable` with `target`), not here.
  */
 import type pg from 'pg';
-import { CdcColumn, qualified, type WarehouseTable } from '../core/warehouse-sql.ts';
+import { CdcColumn, createOverlayViewSql, createViewSql, qualified, type WarehouseTable } from '../core/warehouse-sql.ts';
 import { quoteIdent } from '../core/identifiers.ts';
 import {
   createDiffTableSql,
@@ -13,9 +13,9 @@ import {
   diffTableName,
   dropTableSetSql,
   existingTablesSql,
+  livePositionSql,
   lockLiveSql,
   lockViewSql,
-  maxPositionSql,
   physicalTables,
   retiredTable,
   shadowTable,
@@ -76,19 +76,24 @@ export class PgRebuildTarget {
     }
   }
 
-  /** The highest position the live changelog holds (null: no live table, or empty). */
+  /** The highest position the live table holds, in its changelog or its unmerged delta (null: no live table, or empty). */
   async livePosition(): Promise<Position | null> {
     const client = await this.pool.connect();
     try {
-      if (!(await existing(client, this.live)).has(this.live.changelog)) return null;
-      const res = await client.query<{ p: string | null }>(maxPositionSql(this.live.schema, this.live.changelog));
+      const has = await existing(client, this.live);
+      if (!has.has(this.live.changelog)) return null;
+      const res = await client.query<{ p: string | null }>(livePositionSql(this.live, has.has(this.live.delta)));
       return res.rows[0]?.p ?? null;
     } finally {
       client.release();
     }
   }
 
-  /** Live versus shadow mirror, keys whose positions are at or below `upTo` (see `diffSql`). */
+  /**
+   * Live versus shadow mirror, keys whose positions are at or below `upTo` (see `diffSql`). The
+   * mirrors only: the caller merges both sides' deltas first (local/rebuild.ts), or a change
+   * still in a delta would count as a difference.
+   */
   async diff(upTo: Position, client?: pg.ClientBase, live: WarehouseTable = this.live, shadow: WarehouseTable = this.shadow): Promise<DiffResult> {
     const c = client ?? (await this.pool.connect());
     try {
@@ -148,17 +153,19 @@ export class PgRebuildTarget {
 
   /**
    * Swaps the shadow in (see lambda/core/rebuild.ts): in one transaction, locks the live tables
-   * against writers, reads the live position P, calls `catchUp(P)` (which must bring the shadow
-   * up to P through the apply code, on other connections), renames, repoints the view, commits.
-   * Returns P. A failure rolls back: the live table is untouched.
+   * against writers (delta first), reads the live position P (changelog and delta), calls
+   * `catchUp(P)` (which must bring the shadow up to P through the apply code, on other
+   * connections), renames (the deltas too), repoints the view over the new base and delta,
+   * commits. Returns P. A failure rolls back: the live table is untouched.
    */
   async swap(catchUp: (upTo: Position | null) => Promise<void>): Promise<Position | null> {
     const client = await this.pool.connect();
     try {
       await client.query('BEGIN');
       const liveHas = await existing(client, this.live);
-      if (liveHas.has(this.live.mirror) && liveHas.has(this.live.changelog)) await client.query(lockLiveSql(this.live));
-      const p = liveHas.has(this.live.changelog) ? ((await client.query<{ p: string | null }>(maxPositionSql(this.live.schema, this.live.changelog))).rows[0]?.p ?? null) : null;
+      const liveDelta = liveHas.has(this.live.delta);
+      if (liveHas.has(this.live.mirror) && liveHas.has(this.live.changelog)) await client.query(lockLiveSql(this.live, liveDelta));
+      const p = liveHas.has(this.live.changelog) ? ((await client.query<{ p: string | null }>(livePositionSql(this.live, liveDelta))).rows[0]?.p ?? null) : null;
       await catchUp(p);
       // The view before the tables, the order in which a reader of the view takes them: a reader
       // that holds the view and waits for the mirror would otherwise deadlock with the renames.
@@ -169,10 +176,15 @@ export class PgRebuildTarget {
       for (const sql of swapRenamesSql(this.live, this.shadow, this.retired, both)) await client.query(sql);
       const mirrorCols = await columnsOf(client, this.live.schema, this.live.mirror);
       const visible = visibleColumns(mirrorCols);
-      const viewSql = `VIEW ${qualified(this.live.schema, this.live.view)} AS SELECT ${visible.map(quoteIdent).join(', ')} FROM ${qualified(this.live.schema, this.live.mirror)} WHERE NOT ${quoteIdent(CdcColumn.DELETED)}`;
+      // The view the apply code makes (lambda/adapters/warehouse-pg.ts): base + delta overlay when
+      // the new tables have a delta (with the guards of the optional tables they have), else the mirror's.
+      const newHas = await existing(client, this.live);
+      const viewSql = newHas.has(this.live.delta)
+        ? createOverlayViewSql(this.live, mirrorCols, await this.keyColumns(client, this.live), { deletedKeys: newHas.has(this.live.deletedKeys), truncations: newHas.has(this.live.truncations) })
+        : createViewSql(this.live, mirrorCols);
       const liveViewCols = liveHas.has(this.live.view) ? await columnsOf(client, this.live.schema, this.live.view) : [];
       if (liveViewCols.length > 0 && liveViewCols.join(',') !== visible.join(',')) await client.query(`DROP VIEW ${qualified(this.live.schema, this.live.view)}`);
-      await client.query(`CREATE OR REPLACE ${viewSql}`);
+      await client.query(viewSql);
       if (shadowHas.has(this.shadow.view)) await client.query(`DROP VIEW ${qualified(this.shadow.schema, this.shadow.view)}`);
       await client.query('COMMIT');
       return p;
@@ -195,9 +207,9 @@ export class PgRebuildTarget {
     }
   }
 
-  /** Row count of a table set's view-visible rows (tests and reports). */
+  /** Row count of a table set's view (base and delta; tests and reports). */
   async visibleRows(t: WarehouseTable = this.live): Promise<number> {
-    const res = await this.pool.query<{ n: string }>(`SELECT COUNT(*) AS n FROM ${qualified(t.schema, t.mirror)} WHERE NOT ${quoteIdent(CdcColumn.DELETED)}`);
+    const res = await this.pool.query<{ n: string }>(`SELECT COUNT(*) AS n FROM ${qualified(t.schema, t.view)}`);
     return Number(res.rows[0]?.n ?? 0);
   }
 

@@ -14,11 +14,14 @@
  * - diff: `_cdc_rb_<table>_diff`, one row per differing key of the last rebuild (kept).
  * Source tables whose names start with `_cdc_` would collide with these and are not supported.
  *
- * The swap, in ONE transaction: lock the live mirror and changelog against writers (readers go
- * on), let the caller bring the shadow up to what the live tables hold, then rename live →
- * retired and shadow → live for every object, and repoint the view with `CREATE OR REPLACE VIEW`
- * (or drop and create it when the column list changed). Until COMMIT a reader of the view sees
- * the old table whole; after it, the new one whole.
+ * The swap, in ONE transaction: lock the live delta, changelog and mirror against writers
+ * (readers go on), let the caller bring the shadow up to what the live tables hold (changelog
+ * and delta), then rename live → retired and shadow → live for every object (the delta too), and
+ * repoint the view with `CREATE OR REPLACE VIEW` over the new base and delta
+ * (`createOverlayViewSql`, docs/warehouse-apply.md; or drop and create it when the column list
+ * changed). Until COMMIT a reader of the view sees the old table whole; after it, the new one
+ * whole. A diff compares mirrors, so both sides' deltas are merged into their mirrors before it
+ * (the merge keeps what the view shows).
  */
 import type { Position } from './position.ts';
 import { CdcColumn, fitIdentifier, qualified, type WarehouseTable } from './warehouse-sql.ts';
@@ -38,6 +41,7 @@ export function prefixedTable(t: WarehouseTable, prefix: string): WarehouseTable
     deletedKeys: fitIdentifier(base, '_deleted_keys'),
     truncations: fitIdentifier(base, '_truncations'),
     handover: fitIdentifier(base, '_handover'),
+    delta: fitIdentifier(base, '_delta'),
     view: fitIdentifier(base),
   };
 }
@@ -52,13 +56,14 @@ export function diffTableName(t: WarehouseTable): string {
 }
 
 /** The physical tables of a table's layout (not the view), as (what, name) pairs. */
-export function physicalTables(t: WarehouseTable): Array<{ part: 'changelog' | 'mirror' | 'deletedKeys' | 'truncations' | 'handover'; name: string }> {
+export function physicalTables(t: WarehouseTable): Array<{ part: 'changelog' | 'mirror' | 'deletedKeys' | 'truncations' | 'handover' | 'delta'; name: string }> {
   return [
     { part: 'changelog', name: t.changelog },
     { part: 'mirror', name: t.mirror },
     { part: 'deletedKeys', name: t.deletedKeys },
     { part: 'truncations', name: t.truncations },
     { part: 'handover', name: t.handover },
+    { part: 'delta', name: t.delta },
   ];
 }
 
@@ -77,11 +82,16 @@ export function dropTableSetSql(t: WarehouseTable, existing: ReadonlySet<string>
 }
 
 /**
- * Locks the live changelog and mirror against writers; readers (ACCESS SHARE) go on. Changelog
- * first, the order in which an apply transaction takes them, so the two cannot deadlock.
+ * Locks the live delta, changelog and mirror against writers; readers (ACCESS SHARE) go on.
+ * The delta first: every writer of the table takes it first (an append writes only the delta;
+ * the merge and the full apply lock it in EXCLUSIVE mode before they touch the mirror or the
+ * changelog, docs/warehouse-apply.md), so the swap waits for a writer at the delta and the two
+ * cannot deadlock; then the changelog before the mirror, the order of an apply without a delta
+ * (a layout from before the delta). `withDelta` false: the table has no delta yet.
  */
-export function lockLiveSql(t: WarehouseTable): string {
-  return `LOCK TABLE ${qualified(t.schema, t.changelog)}, ${qualified(t.schema, t.mirror)} IN EXCLUSIVE MODE`;
+export function lockLiveSql(t: WarehouseTable, withDelta = true): string {
+  const tables = [...(withDelta ? [t.delta] : []), t.changelog, t.mirror];
+  return `LOCK TABLE ${tables.map((n) => qualified(t.schema, n)).join(', ')} IN EXCLUSIVE MODE`;
 }
 
 /**
@@ -96,6 +106,17 @@ export function lockViewSql(t: WarehouseTable): string {
 /** The highest position a changelog holds (null when empty). */
 export function maxPositionSql(schema: string, changelog: string): string {
   return `SELECT MAX(${quoteIdent(CdcColumn.POSITION)}) AS p FROM ${qualified(schema, changelog)}`;
+}
+
+/**
+ * The highest position a table holds: over its changelog (every merged event) and its delta
+ * (the appended ones not merged yet, docs/warehouse-apply.md); null when both are empty.
+ * `withDelta` false: the table has no delta yet.
+ */
+export function livePositionSql(t: WarehouseTable, withDelta = true): string {
+  if (!withDelta) return maxPositionSql(t.schema, t.changelog);
+  const pos = quoteIdent(CdcColumn.POSITION);
+  return `SELECT MAX(x.p) AS p FROM (SELECT MAX(${pos}) AS p FROM ${qualified(t.schema, t.changelog)} UNION ALL SELECT MAX(${pos}) AS p FROM ${qualified(t.schema, t.delta)}) x`;
 }
 
 /**

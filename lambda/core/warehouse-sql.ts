@@ -116,6 +116,8 @@ export interface WarehouseTable {
   truncations: string;
   /** Primary-key changes in flight: handed-over values and held events (see `createHandoverSql`). */
   handover: string;
+  /** The unmerged changes: appended by the critical path, compacted into the mirror by the merge (see `createDeltaSql`). */
+  delta: string;
   view: string;
 }
 
@@ -137,22 +139,32 @@ export function fitIdentifier(base: string, suffix = ''): string {
   return assertPlainIdentifier(`${base.slice(0, keep)}_${fnv1a(base)}${suffix}`, 'warehouse name');
 }
 
+/** Where a table's warehouse objects live, when not in the default place. */
+export interface WarehouseTableOptions {
+  /**
+   * The warehouse schema to put them in (e.g. a shadow schema a rebuild replays into).
+   * @default `<source>_<schema>`, shortened to the identifier limit
+   */
+  schema?: string;
+}
+
 /**
  * The warehouse objects for source `source` and table id `schema.table`. Throws
  * `UnsafeIdentifierError` when a part is not a plain identifier.
  */
-export function warehouseTable(source: string, tableId: string): WarehouseTable {
+export function warehouseTable(source: string, tableId: string, options: WarehouseTableOptions = {}): WarehouseTable {
   assertPlainIdentifier(source, 'source id');
   const { schema, table } = splitTableId(tableId);
   return {
     source,
     tableId,
-    schema: fitIdentifier(`${source}_${schema}`),
+    schema: options.schema !== undefined ? assertPlainIdentifier(options.schema, 'warehouse schema') : fitIdentifier(`${source}_${schema}`),
     changelog: fitIdentifier(table, '_changelog'),
     mirror: fitIdentifier(table, '_mirror'),
     deletedKeys: fitIdentifier(table, '_deleted_keys'),
     truncations: fitIdentifier(table, '_truncations'),
     handover: fitIdentifier(table, '_handover'),
+    delta: fitIdentifier(table, '_delta'),
     view: assertPlainIdentifier(table, 'table name'),
   };
 }
@@ -282,9 +294,18 @@ export function catalogSql(t: WarehouseTable): { text: string; values: string[] 
   return {
     text:
       'SELECT table_name, column_name, data_type, character_maximum_length, numeric_precision, numeric_scale ' +
-      'FROM information_schema.columns WHERE table_schema = $1 AND table_name IN ($2, $3, $4, $5, $6, $7) ORDER BY table_name, ordinal_position',
-    values: [t.schema, t.changelog, t.mirror, t.deletedKeys, t.view, t.truncations, t.handover],
+      'FROM information_schema.columns WHERE table_schema = $1 AND table_name IN ($2, $3, $4, $5, $6, $7, $8) ORDER BY table_name, ordinal_position',
+    values: [t.schema, t.changelog, t.mirror, t.deletedKeys, t.view, t.truncations, t.handover, t.delta],
   };
+}
+
+/**
+ * `catalogSql` with its values inlined as literals, for a multi-statement round trip (the names
+ * are plain identifiers, checked by `warehouseTable`, so they need no escaping).
+ */
+export function catalogLiteralSql(t: WarehouseTable): string {
+  const q = catalogSql(t);
+  return q.text.replace(/\$(\d+)/g, (_, d: string) => `'${assertPlainIdentifier(q.values[Number(d) - 1]!, 'warehouse name')}'`);
 }
 
 const cols = (names: readonly string[], prefix = ''): string => names.map((n) => prefix + quoteIdent(n)).join(', ');
@@ -384,6 +405,12 @@ export function countHandoverSql(t: WarehouseTable): string {
 
 export function readHandoverSql(t: WarehouseTable): string {
   return `SELECT ${cols(HANDOVER_COLUMNS.slice(0, 5))} FROM ${qualified(t.schema, t.handover)}`;
+}
+
+/** Positions among `$1…$count` at which the changelog holds an insert (the insert half of a primary-key change at that position). */
+export function partnerInsertsSql(t: WarehouseTable, count: number): string {
+  const ps = Array.from({ length: count }, (_, i) => `$${i + 1}`).join(', ');
+  return `SELECT DISTINCT ${quoteIdent(CdcColumn.POSITION)} FROM ${qualified(t.schema, t.changelog)} WHERE ${quoteIdent(CdcColumn.POSITION)} IN (${ps}) AND ${quoteIdent(CdcColumn.OP)} IN ('insert', 'snapshot')`;
 }
 
 export function clearHandoverSql(t: WarehouseTable): string {
@@ -628,4 +655,207 @@ export function applyStageSql(t: WarehouseTable, o: ApplyStageOptions): string[]
     );
   }
   return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Append-first apply: the delta, the base+delta view and the merge (docs/warehouse-apply.md).
+
+/**
+ * `tbl_delta`: the changes appended since the last merge, shaped like the changelog (same
+ * columns, same types), one row per delivered event. No PRIMARY KEY and no index: the critical
+ * path appends to it with the engine's bulk load (COPY), which a unique constraint would fail on
+ * a redelivered batch, and the merge keeps it small (docs/warehouse-apply.md). Duplicates are
+ * harmless: the view and the merge pick one row per key, and the merge writes each event to the
+ * changelog once.
+ */
+export function createDeltaSql(t: WarehouseTable, columns: readonly SinkColumn[]): string {
+  return `CREATE TABLE IF NOT EXISTS ${qualified(t.schema, t.delta)} (${defs(columns).join(', ')})`;
+}
+
+/** What the base+delta view and the merge guard against: the optional tables that exist. */
+export interface OverlayGuards {
+  /** The deleted-keys table exists: a delta row at or below a remembered deletion is hidden (invariant 7). */
+  deletedKeys: boolean;
+  /** The truncations table exists: a delta row at or below a truncate is hidden (docs/truncate.md). */
+  truncations: boolean;
+}
+
+const rankedDelta = (t: WarehouseTable, key: readonly string[], select: string, where: string): string =>
+  `SELECT ${select}, row_number() OVER (PARTITION BY ${cols(key, 'd.')} ORDER BY d.${quoteIdent(CdcColumn.POSITION)} DESC, d.${quoteIdent(CdcColumn.APPLIED_AT)}) AS ${quoteIdent(RANK)} FROM ${qualified(t.schema, t.delta)} d${where}`;
+
+// Ties (the same event delivered twice before a merge) go to the first delivery, in the view and
+// in the merge alike, as the changelog keeps the first delivery: the view does not change at a merge.
+
+/** Column of the ranked delta subqueries: 1 for a key's newest row. */
+const RANK = '_cdc_rank';
+
+/**
+ * The view consumers query, named after the table, over the merged base (the mirror) and the
+ * unmerged delta. Per key the newest of (base row, delta rows) by position wins; a key whose
+ * winner is a delete (a tombstone or a delta delete) is not shown:
+ * 1. base rows that are live and that no delta row of the key with a higher position supersedes;
+ * 2. the newest delta row of each key when it is not a delete, and the base (or the deleted-keys
+ *    table) holds nothing for the key at an equal or higher position, and no truncate is at or
+ *    above it.
+ * Columns: the mirror's, in the mirror's physical order, minus the tombstone columns (as the view
+ * over the mirror alone had), so an added column appends at the end. Only `UNION ALL`,
+ * `NOT EXISTS` and `row_number()`: SQL PostgreSQL and Redshift both accept.
+ */
+export function createOverlayViewSql(t: WarehouseTable, mirrorColumns: readonly string[], key: readonly string[], guards: OverlayGuards): string {
+  const visible = mirrorColumns.filter((c) => c !== CdcColumn.DELETED && c !== CdcColumn.DELETED_AT);
+  const q = quoteIdent;
+  const pos = q(CdcColumn.POSITION);
+  const mirror = qualified(t.schema, t.mirror);
+  const delta = qualified(t.schema, t.delta);
+  const trGuard = guards.truncations ? ` WHERE NOT EXISTS (SELECT 1 FROM ${qualified(t.schema, t.truncations)} x WHERE x.${pos} >= d.${pos})` : '';
+  const base =
+    `SELECT ${cols(visible, 'm.')} FROM ${mirror} m WHERE NOT m.${q(CdcColumn.DELETED)} ` +
+    `AND NOT EXISTS (SELECT 1 FROM ${delta} d WHERE ${keyMatch(key, 'd', 'm')} AND d.${pos} > m.${pos})`;
+  const dkGuard = guards.deletedKeys ? ` AND NOT EXISTS (SELECT 1 FROM ${qualified(t.schema, t.deletedKeys)} k WHERE ${keyMatch(key, 'k', 'l')} AND k.${pos} >= l.${pos})` : '';
+  const fresh =
+    `SELECT ${cols(visible, 'l.')} FROM (${rankedDelta(t, key, `${cols(visible, 'd.')}, d.${q(CdcColumn.OP)}`, trGuard)}) l ` +
+    `WHERE l.${q(RANK)} = 1 AND l.${q(CdcColumn.OP)} <> 'delete' ` +
+    `AND NOT EXISTS (SELECT 1 FROM ${mirror} m WHERE ${keyMatch(key, 'm', 'l')} AND m.${pos} >= l.${pos})${dkGuard}`;
+  return `CREATE OR REPLACE VIEW ${qualified(t.schema, t.view)} AS ${base} UNION ALL ${fresh}`;
+}
+
+/** Session temp table one merge collapses the delta into (shaped like the mirror plus `_cdc_set`). */
+export function mergeStageName(t: WarehouseTable, mirrorColumns: readonly string[]): string {
+  return `cdc_merge_${fnv1a(`${t.schema}.${t.view}|${mirrorColumns.join(',')}`)}`;
+}
+
+/** The engines the warehouse SQL runs on. They differ only where a statement says so. */
+export type WarehouseEngine = 'postgres' | 'redshift';
+
+/**
+ * Freezes the delta for a merge (or an apply that merges first): appends wait until COMMIT, the
+ * view can still be read (PostgreSQL's EXCLUSIVE mode conflicts with the ROW EXCLUSIVE lock of
+ * COPY and INSERT, not with SELECT's). Self-conflicting, so merges of one table are serialised.
+ * Redshift has one lock mode; `LOCK` takes it.
+ */
+export function lockDeltaSql(t: WarehouseTable, engine: WarehouseEngine): string {
+  return engine === 'redshift' ? `LOCK ${qualified(t.schema, t.delta)}` : `LOCK TABLE ${qualified(t.schema, t.delta)} IN EXCLUSIVE MODE`;
+}
+
+/** How many rows the delta holds and since when (`n`, `oldest` = the lowest `_cdc_applied_at`). */
+export function deltaStatsSql(t: WarehouseTable): string {
+  return `SELECT COUNT(*) AS n, MIN(${quoteIdent(CdcColumn.APPLIED_AT)}) AS oldest FROM ${qualified(t.schema, t.delta)}`;
+}
+
+export interface MergeSqlOptions extends OverlayGuards {
+  key: readonly string[];
+  /** Mirror columns in table order (key, data and platform columns). */
+  mirrorColumns: readonly string[];
+  /** Changelog columns (the delta has the same ones). */
+  changelogColumns: readonly string[];
+  /** Hard-delete mode. */
+  hard: boolean;
+}
+
+/**
+ * The merge: compacts the delta into the base in a few set-based statements. Runs in ONE
+ * transaction after `lockDeltaSql` (the delta does not change meanwhile), so the view shows the
+ * same rows before and after it, and a merge that fails midway changes nothing:
+ * 1. `CREATE TEMP TABLE <stage> AS` the newest delta row per key as a mirror write (`_cdc_set` 0:
+ *    every data column; a delete is a tombstone with the values of the key's newest live delta
+ *    row above the base, or, with none, `_cdc_set` 1: only the platform columns, so it keeps the
+ *    base's values);
+ * 2. the same guarded writes as a batch apply (`applyStageSql`: position guard per key, the
+ *    deleted-keys and truncation guards, hard-mode removal and remembered deletions);
+ * 3. the delta's distinct events (by position + key) that the changelog lacks are appended to it;
+ * 4. the delta is emptied and the stage dropped.
+ */
+export function mergeSql(t: WarehouseTable, o: MergeSqlOptions): string[] {
+  const q = quoteIdent;
+  const pos = q(CdcColumn.POSITION);
+  const op = q(CdcColumn.OP);
+  const stage = mergeStageName(t, o.mirrorColumns);
+  const mirror = qualified(t.schema, t.mirror);
+  const isDelete = `l.${op} = 'delete'`;
+  const data = o.mirrorColumns.filter((c) => !o.key.includes(c) && !c.startsWith(RESERVED_PREFIX));
+  const exprs = o.mirrorColumns.map((c) => {
+    if (o.key.includes(c)) return `l.${q(c)}`;
+    switch (c) {
+      case CdcColumn.POSITION:
+        return `l.${pos}`;
+      case CdcColumn.DELETED:
+        return `CASE WHEN ${isDelete} THEN true ELSE false END AS ${q(c)}`;
+      case CdcColumn.DELETED_AT:
+        return `CASE WHEN ${isDelete} THEN l.${q(CdcColumn.COMMIT_TS)} END AS ${q(c)}`;
+      case CdcColumn.APPLIED_AT:
+        return `l.${q(c)}`;
+      default:
+        return `CASE WHEN ${isDelete} THEN v.${q(c)} ELSE l.${q(c)} END AS ${q(c)}`;
+    }
+  });
+  const live =
+    `SELECT d.*, row_number() OVER (PARTITION BY ${cols(o.key, 'd.')} ORDER BY d.${pos} DESC, d.${q(CdcColumn.APPLIED_AT)}) AS ${q(RANK)} FROM ${qualified(t.schema, t.delta)} d ` +
+    `WHERE d.${op} <> 'delete' AND NOT EXISTS (SELECT 1 FROM ${mirror} m WHERE ${keyMatch(o.key, 'm', 'd')} AND m.${pos} >= d.${pos})`;
+  const out = [
+    `CREATE TEMP TABLE ${q(stage)} AS SELECT ${exprs.join(', ')}, CASE WHEN ${isDelete} AND v.${pos} IS NULL THEN 1 ELSE 0 END AS ${q(CdcColumn.SET)} ` +
+      `FROM (${rankedDelta(t, o.key, 'd.*', '')}) l LEFT JOIN (${live}) v ON ${keyMatch(o.key, 'v', 'l')} AND v.${q(RANK)} = 1 AND ${isDelete} AND v.${pos} < l.${pos} ` +
+      `WHERE l.${q(RANK)} = 1`,
+    ...applyStageSql(t, {
+      stages: { events: stage, writes: stage },
+      key: o.key,
+      mirrorColumns: o.mirrorColumns,
+      sets: [
+        { id: 0, columns: data },
+        { id: 1, columns: [] },
+      ],
+      hard: o.hard,
+      deletedKeys: o.deletedKeys,
+      truncations: o.truncations,
+    }),
+  ];
+  const cl = qualified(t.schema, t.changelog);
+  out.push(
+    `INSERT INTO ${cl} (${cols(o.changelogColumns)}) SELECT ${cols(o.changelogColumns, 'e.')} FROM (SELECT d.*, row_number() OVER (PARTITION BY d.${pos}, ${cols(o.key, 'd.')} ORDER BY d.${q(CdcColumn.APPLIED_AT)}) AS ${q(RANK)} ` +
+      `FROM ${qualified(t.schema, t.delta)} d) e WHERE e.${q(RANK)} = 1 AND NOT EXISTS (SELECT 1 FROM ${cl} c WHERE c.${pos} = e.${pos} AND ${keyMatch(o.key, 'c', 'e')})`,
+  );
+  out.push(`DELETE FROM ${qualified(t.schema, t.delta)}`);
+  out.push(`DROP TABLE ${q(stage)}`);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redshift's load path: COPY from S3 staging (docs/warehouse-apply.md, "Redshift").
+
+/** One staged object of a Redshift delta load: where it goes and what it holds. */
+export interface S3StagedLoad {
+  /** `s3://bucket/prefix/…/<name>.csv` */
+  uri: string;
+  /** The CSV text (RFC 4180, `\N`-free: NULL is an unquoted empty field, an empty string is `""`). */
+  body: string;
+}
+
+/** A value as a CSV field for Redshift's `COPY … CSV` with `NULL AS ''` semantics (see `redshiftCopySql`). */
+export function csvField(v: string | null): string {
+  if (v === null) return '';
+  return `"${v.replace(/"/g, '""')}"`;
+}
+
+/** The CSV body of rows (one line per row; quoted fields may hold newlines, which CSV mode allows). */
+export function csvBody(rows: readonly (readonly (string | null)[])[]): string {
+  let out = '';
+  for (const r of rows) out += `${r.map(csvField).join(',')}\n`;
+  return out;
+}
+
+/**
+ * `COPY <delta> (cols) FROM 's3://…' IAM_ROLE '<arn>' FORMAT AS CSV …`: Redshift's bulk load of a
+ * staged object into the delta. An unquoted empty field loads as NULL (`EMPTYASNULL` is for
+ * quoted ones, so it is not set: `""` stays an empty string); timestamps are ISO 8601 text
+ * (`TIMEFORMAT 'auto'`); `COMPUPDATE OFF STATUPDATE OFF` keep the small, frequent loads cheap.
+ * No `TRUNCATECOLUMNS`, no `MAXERROR`: a value that does not fit fails the load loudly.
+ * The role ARN and the URI are checked, not parameters (Redshift's COPY takes none).
+ */
+export function redshiftCopySql(table: string, columns: readonly string[], uri: string, roleArn: string, region?: string): string {
+  if (!/^s3:\/\/[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\/[A-Za-z0-9!_.*()/=-]+$/.test(uri)) throw new UnsafeIdentifierError(uri, 'not an S3 URI the load path makes (s3://bucket/key with plain characters)');
+  if (!/^arn:aws[a-z-]*:iam::\d{12}:role\/[A-Za-z0-9+=,.@_/-]+$/.test(roleArn)) throw new UnsafeIdentifierError(roleArn, 'not an IAM role ARN');
+  if (region !== undefined && !/^[a-z]{2}(-[a-z]+)+-\d$/.test(region)) throw new UnsafeIdentifierError(region, 'not an AWS region name');
+  return (
+    `COPY ${table} (${cols(columns)}) FROM '${uri}' IAM_ROLE '${roleArn}' FORMAT AS CSV ` +
+    `TIMEFORMAT 'auto' COMPUPDATE OFF STATUPDATE OFF${region ? ` REGION '${region}'` : ''}`
+  );
 }

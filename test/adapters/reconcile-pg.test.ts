@@ -11,6 +11,9 @@
  * - Randomized corruptions of the copy (changed value, deleted row, row the source never had,
  *   soft-deleted row) are found exactly, key by key. Runs: `CDC_RECONCILE_PG_RUNS` (default 25),
  *   seed `CDC_PROPERTY_SEED`; both printed.
+ * - A table written by the sink's own apply code (`PgWarehouse`: changes appended to the delta,
+ *   merged later; docs/warehouse-apply.md) is compared through its base+delta view: changes still
+ *   in the delta count, before and after a merge.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
@@ -21,6 +24,10 @@ import { reconcileTable } from '../../lambda/core/reconcile.ts';
 import { rowHash } from '../../lambda/core/reconcile-rows.ts';
 import { FixedPacer } from '../../lambda/core/snapshot-pacer.ts';
 import { createMirrorSql, createSchemaSql, createViewSql, MIRROR_CDC_COLUMNS, sinkType, warehouseTable } from '../../lambda/core/warehouse-sql.ts';
+import { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
+import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/event.ts';
+import { makePosition } from '../../lambda/core/position.ts';
+import type { SchemaVersion } from '../../lambda/core/control-plane.ts';
 
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
 const RUNS = Number(process.env.CDC_RECONCILE_PG_RUNS ?? 25);
@@ -189,4 +196,56 @@ describe('reconcile-pg', () => {
       expect(v.verdict).toBe(expected.size ? 'DIVERGED' : 'MATCH');
     }
   }, 240_000);
+  it('compares through the base+delta view: changes the sink has not merged yet count, before and after the merge', async () => {
+    const table = 'public.dl';
+    const D = warehouseTable('app', table);
+    await src.query("CREATE TABLE public.dl (id int PRIMARY KEY, v text); INSERT INTO public.dl SELECT g, 'v' || g FROM generate_series(1, 300) g");
+    const pool = new pg.Pool({ connectionString: cluster.url('rwh'), max: 2 });
+    try {
+      const sink = new PgWarehouse(pool);
+      const at = new Date().toISOString();
+      const version: SchemaVersion = { source: 'app', table, version: 1, columns: [{ name: 'id', type: 'integer', nullable: false }, { name: 'v', type: 'text', nullable: true }], key: ['id'], effectivePosition: '0'.repeat(24), registeredAt: at };
+      let lsn = 0x1000n;
+      const event = (op: 'insert' | 'update' | 'delete', id: number, v: string | null): ChangeEvent => ({
+        v: ENVELOPE_VERSION, source: 'app', table, op, key: { id }, after: op === 'delete' ? null : { id, v }, before: null, missing: [], position: makePosition((lsn += 8n), 0), commitTs: at, txId: String(lsn), schemaVersion: 1, capture: 'slot', synthetic: false,
+      });
+      const apply = (events: ChangeEvent[]) => sink.applyTable({ source: 'app', table, deleteMode: 'soft', schemas: new Map([[1, version]]), events, appliedAt: new Date() });
+      const reconcile = () =>
+        reconcileTable({
+          sink: 'warehouse', source: 'app', table, key: ['id'], rules: { mask: [], exclude: [] }, cursor: null, leafRows: 16, pacer: new FixedPacer(100), settleMs: 0, sleep: async () => undefined, maxSampleKeys: 100,
+          sourceSide: pgSourceSide(src, table, ['id'], []),
+          sinkSide: pgWarehouseSide(wh, 'app', table, ['id'], { stablePoint: false }),
+        });
+      const deltaRows = async () => Number((await wh.query(`SELECT count(*)::int AS n FROM ${D.schema}.${D.delta}`)).rows[0].n);
+      const mirrorRows = async () => Number((await wh.query(`SELECT count(*)::int AS n FROM ${D.schema}.${D.mirror}`)).rows[0].n);
+
+      // Everything in the delta, nothing in the base: MATCH.
+      expect((await apply(Array.from({ length: 300 }, (_, i) => event('insert', i + 1, `v${i + 1}`)))).mode).toBe('append');
+      expect([await deltaRows(), await mirrorRows()]).toEqual([300, 0]);
+      let v = await reconcile();
+      expect(v.verdict, v.reason).toBe('MATCH');
+      expect([v.sourceRows, v.sinkRows]).toEqual([300, 300]);
+
+      // Merged, then newer changes in the delta over older rows in the base (updates, a delete): MATCH.
+      await sink.merge({ source: 'app', table, deleteMode: 'soft', key: ['id'] });
+      await src.query("UPDATE public.dl SET v = 'new' || id WHERE id <= 10; DELETE FROM public.dl WHERE id = 20");
+      await apply([...Array.from({ length: 10 }, (_, i) => event('update', i + 1, `new${i + 1}`)), event('delete', 20, null)]);
+      expect([await deltaRows(), await mirrorRows()]).toEqual([11, 300]);
+      v = await reconcile();
+      expect(v.verdict, v.reason).toBe('MATCH');
+      expect(v.sinkRows).toBe(299);
+
+      // A source change the sink has not applied: found through the view, and the same after a merge.
+      await src.query("UPDATE public.dl SET v = 'unapplied' WHERE id = 5");
+      v = await reconcile();
+      expect(v.verdict).toBe('DIVERGED');
+      expect(v.sampleKeys.map((k) => [k.key.id, k.kind])).toEqual([['5', 'different']]);
+      await sink.merge({ source: 'app', table, deleteMode: 'soft', key: ['id'] });
+      expect(await deltaRows()).toBe(0);
+      v = await reconcile();
+      expect(v.sampleKeys.map((k) => [k.key.id, k.kind])).toEqual([['5', 'different']]);
+    } finally {
+      await pool.end();
+    }
+  });
 });

@@ -53,6 +53,20 @@ describe('WarehouseSink', () => {
     t.hasResourceProperties('AWS::CloudWatch::Alarm', { MetricName: 'EndToEndLag', TreatMissingData: 'breaching' });
   });
 
+  test('merge thresholds (docs/warehouse-apply.md): unset leaves the applier defaults, set reaches the applier, out of range is refused by name', () => {
+    const plain = fixture();
+    const p = sink(plain);
+    const env = (s: WarehouseSink, f: Fixture) =>
+      (resourcesOf(Template.fromStack(f.stack), 'AWS::Lambda::Function').find(([id]) => id === f.stack.getLogicalId(s.applier.node.defaultChild as never))![1].Properties as { Environment: { Variables: Record<string, unknown> } }).Environment.Variables;
+    expect(env(p, plain)).not.toHaveProperty('CDC_MERGE_MAX_ROWS');
+    expect(env(p, plain)).not.toHaveProperty('CDC_MERGE_MAX_AGE_MS');
+    const tuned = fixture();
+    const s = sink(tuned, { mergeMaxRows: 200_000, mergeMaxAge: Duration.minutes(5) });
+    expect(env(s, tuned)).toMatchObject({ CDC_MERGE_MAX_ROWS: '200000', CDC_MERGE_MAX_AGE_MS: '300000' });
+    expect(() => sink(fixture(), { mergeMaxRows: 0 })).toThrow(/mergeMaxRows must be an integer from 1 to 10000000, got 0/);
+    expect(() => sink(fixture(), { mergeMaxAge: Duration.hours(2) })).toThrow(/mergeMaxAge must be between 1 second and 1 hour, got 2 hours/);
+  });
+
   test('mapping settings can be tuned', () => {
     const f = fixture();
     sink(f, { batchSize: 200, maxBatchingWindow: Duration.seconds(0), retryAttempts: 20, maxRecordAge: Duration.hours(6), parallelizationFactor: 4 });

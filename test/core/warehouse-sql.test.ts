@@ -35,6 +35,14 @@ import {
   MAX_IDENTIFIER_LENGTH,
   MAX_PARAMETERS,
   TEXT_TYPE,
+  partnerInsertsSql,
+  createDeltaSql,
+  createOverlayViewSql,
+  lockDeltaSql,
+  deltaStatsSql,
+  mergeSql,
+  redshiftCopySql,
+  csvBody,
 } from '../../lambda/core/warehouse-sql.ts';
 
 describe('sinkType', () => {
@@ -104,8 +112,12 @@ describe('warehouse names', () => {
       deletedKeys: 'orders_deleted_keys',
       truncations: 'orders_truncations',
       handover: 'orders_handover',
+      delta: 'orders_delta',
       view: 'orders',
     });
+    // A rebuild replays into shadow objects: the same names in another schema.
+    expect(warehouseTable('demo', 'public.orders', { schema: 'demo_public_shadow' })).toMatchObject({ schema: 'demo_public_shadow', mirror: 'orders_mirror', view: 'orders' });
+    expect(() => warehouseTable('demo', 'public.orders', { schema: 'x"; DROP' })).toThrow(UnsafeIdentifierError);
   });
 
   it('shortens long names with a stable hash instead of letting PostgreSQL truncate them', () => {
@@ -175,6 +187,14 @@ describe('SQL text', () => {
     countHandoverSql(t),
     readHandoverSql(t),
     clearHandoverSql(t),
+    partnerInsertsSql(t, 2),
+    // Append-first (docs/warehouse-apply.md): the delta, the base+delta view, the merge (Redshift's lock).
+    createDeltaSql(t, [{ name: '_cdc_position', type: 'varchar(24) NOT NULL' }, { name: 'id', type: 'bigint' }]),
+    createOverlayViewSql(t, mirrorColumns, ['id'], { deletedKeys: hard, truncations: true }),
+    createOverlayViewSql(t, mirrorColumns, ['id'], { deletedKeys: false, truncations: false }),
+    lockDeltaSql(t, 'redshift'),
+    deltaStatsSql(t),
+    ...mergeSql(t, { key: ['id'], mirrorColumns, changelogColumns: ['_cdc_position', '_cdc_op', 'id', 'status', 'amount'], hard, deletedKeys: hard, truncations: true }),
   ];
 
   it('uses only what PostgreSQL and Redshift both accept (except the PostgreSQL-only occasional stage TRUNCATE)', () => {
@@ -183,6 +203,15 @@ describe('SQL text', () => {
     for (const sql of [...everything(false), ...everything(true)]) {
       expect(sql).not.toMatch(/ON CONFLICT|\bMERGE\b|DISTINCT ON|RETURNING|ON COMMIT|\bTRUNCATE\b|\bnow\(\)|CURRENT_TIMESTAMP|\bVALUES\s*\(.*\)\s+AS\b|ADD COLUMN IF NOT EXISTS|::/i);
     }
+  });
+
+  it('Redshift load path: CSV that round-trips NULL, empty text, quotes, commas and newlines; a COPY that refuses what is not an S3 URI or a role ARN', () => {
+    expect(csvBody([['a', null, ''], ['say "hi", then\nleave', '1', null]])).toBe('"a",,""\n"say ""hi"", then\nleave","1",\n');
+    expect(redshiftCopySql('"s"."t_delta"', ['_cdc_position', 'id'], 's3://bkt/p/a.csv', 'arn:aws:iam::123456789012:role/r')).toBe(
+      `COPY "s"."t_delta" ("_cdc_position", "id") FROM 's3://bkt/p/a.csv' IAM_ROLE 'arn:aws:iam::123456789012:role/r' FORMAT AS CSV TIMEFORMAT 'auto' COMPUPDATE OFF STATUPDATE OFF`,
+    );
+    expect(() => redshiftCopySql('"t"', ['a'], "s3://bkt/p/a.csv' --", 'arn:aws:iam::123456789012:role/r')).toThrow(UnsafeIdentifierError);
+    expect(() => redshiftCopySql('"t"', ['a'], 's3://bkt/p/a.csv', "arn:aws:iam::1:role/r'")).toThrow(UnsafeIdentifierError);
   });
 
   it('quotes every identifier', () => {

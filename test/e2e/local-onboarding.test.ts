@@ -21,6 +21,7 @@ import type { AuditEntry } from '../../lambda/core/control-plane.ts';
 import type { StatusReport } from '../../lambda/core/operator.ts';
 import { until } from '../local/helpers.ts';
 import { runCdc, type CdcRun } from '../helpers/cdc-cli.ts';
+import { mergeWarehouseTable } from '../helpers/warehouse-merge.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const CLI = path.join(ROOT, 'bin', 'cdc.js');
@@ -115,6 +116,9 @@ describe('cdc local on capture rules', () => {
 
     // The warehouse: the rule's mask and hard deletes on the table that joined.
     expect((await dw.query('SELECT email FROM app_sales.leads WHERE id = 2')).rows).toEqual([{ email: maskValue('lead2@example.com') }]);
+    // Hard delete: gone from the view, and once the delta is merged (docs/warehouse-apply.md) no row of it is left in the base.
+    expect((await dw.query('SELECT count(*)::int AS n FROM app_sales.leads WHERE id = 8')).rows[0].n).toBe(0);
+    await mergeWarehouseTable(cluster.url('dw'), 'app', 'sales.leads', ['id'], 'hard');
     expect((await dw.query('SELECT count(*)::int AS n FROM app_sales.leads_mirror WHERE id = 8')).rows[0].n).toBe(0);
     expect((await dw.query("SELECT to_regclass('app_public.audit_log') AS a, to_regclass('app_public.nokey') AS b")).rows[0]).toEqual({ a: null, b: null });
     // The dropped table's sink objects are kept.

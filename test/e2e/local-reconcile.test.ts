@@ -23,6 +23,7 @@ import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { resetLocalState } from '../../local/stack.ts';
 import type { ReconcileVerdict } from '../../lambda/core/reconcile.ts';
 import { until } from '../local/helpers.ts';
+import { mergeWarehouseTable } from '../helpers/warehouse-merge.ts';
 import { runCdc, type CdcRun } from '../helpers/cdc-cli.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -111,7 +112,8 @@ describe('cdc reconcile against a running cdc local', () => {
       expect(verdicts.filter((v) => v.table === 'public.victim').map((v) => v.verdict)).toEqual(['MATCH', 'MATCH', 'MATCH']);
       expect(verdicts.some((v) => v.table === 'public.busy' && v.verdict === 'MATCH'), JSON.stringify(verdicts.map((v) => [v.table, v.verdict, v.reason]))).toBe(true);
 
-      // 2. Corrupt the victim's mirror behind the platform's back.
+      // 2. Corrupt the victim's mirror behind the platform's back (merged first: rows still in the delta would hide it).
+      await mergeWarehouseTable(cluster.url('dw'), 'app', 'public.victim', ['id']);
       await dw.query("UPDATE app_public.victim_mirror SET v = 'tampered' WHERE id = 7");
       await dw.query('DELETE FROM app_public.victim_mirror WHERE id = 42');
       await dw.query("INSERT INTO app_public.victim_mirror (id, v, n, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (100000, 'never', 1, '000000000000000000000001', false, now())");

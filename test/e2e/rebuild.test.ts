@@ -23,6 +23,7 @@ import { resetLocalState } from '../../local/stack.ts';
 import { compareSourceAndWarehouse } from '../../local/verdict.ts';
 import type { AuditEntry, RebuildRun } from '../../lambda/core/control-plane.ts';
 import { until } from '../local/helpers.ts';
+import { mergeWarehouseTable } from '../helpers/warehouse-merge.ts';
 import { runCdc, type CdcRun } from '../helpers/cdc-cli.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -90,7 +91,8 @@ describe('cdc rebuild against a running cdc local', () => {
       await until('the archive to hold the table', async () => (await readdir(path.join(state, 'archive', 'change-log', 'tables', 'app', 'public.fixme'), { recursive: true }).catch(() => [])).length > 0, 60_000);
       await new Promise((r) => setTimeout(r, 3000));
 
-      // Corrupt the mirror behind the platform's back.
+      // Corrupt the mirror behind the platform's back (merged first: rows still in the delta would hide it).
+      await mergeWarehouseTable(cluster.url('dw'), 'app', 'public.fixme', ['id']);
       await dw.query(`UPDATE app_public.fixme_mirror SET v = 'CORRUPT' WHERE id = 5`);
       await dw.query(`DELETE FROM app_public.fixme_mirror WHERE id = 6`);
       await dw.query(`INSERT INTO app_public.fixme_mirror (id, v, amount, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (99999, 'never in the source', 0, '000000000000000100000000', false, now())`);

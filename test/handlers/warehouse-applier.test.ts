@@ -16,7 +16,7 @@ import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
 import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
 import { toKinesisStreamEvent } from '../../lambda/adapters/kinesis-event.ts';
 import { copyStageLoader, type PgWarehouseOptions } from '../../lambda/adapters/warehouse-pg.ts';
-import { createWarehouseApplier, type WarehouseApplier } from '../../lambda/handlers/warehouse-applier.ts';
+import { createWarehouseApplier, type ChangeRecord, type MergePolicy, type WarehouseApplier } from '../../lambda/handlers/warehouse-applier.ts';
 import type { ColumnDef, ControlPlane, DeleteMode, TableState } from '../../lambda/core/control-plane.ts';
 import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/event.ts';
 import { makePosition } from '../../lambda/core/position.ts';
@@ -140,9 +140,47 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     return { view: qualified(t.schema, t.view), mirror: qualified(t.schema, t.mirror), changelog: qualified(t.schema, t.changelog), deletedKeys: qualified(t.schema, t.deletedKeys), t };
   };
 
-  function applier(cp: ControlPlane, warehouse?: PgWarehouseOptions): WarehouseApplier {
-    return createWarehouseApplier({ controlPlane: cp, pool, sinkId: SINK, metrics: new Metrics({ namespace: METRICS_NAMESPACE, serviceName: 'test' }), logger: new Logger({ logLevel: 'SILENT' }), warehouse });
+  /** These tests look at the base tables (mirror, changelog) right after a batch: the merge runs after every append (`maxRows: 0`); the deferred merge has its own tests below. */
+  function applier(cp: ControlPlane, warehouse?: PgWarehouseOptions, merge: Partial<MergePolicy> = { maxRows: 0 }): WarehouseApplier {
+    return createWarehouseApplier({ controlPlane: cp, pool, sinkId: SINK, metrics: new Metrics({ namespace: METRICS_NAMESPACE, serviceName: 'test' }), logger: new Logger({ logLevel: 'SILENT' }), warehouse, merge });
   }
+
+  let recordSeq = 0;
+  const records = (events: ChangeEvent[]): ChangeRecord[] => events.map((e) => ({ sequenceNumber: String(++recordSeq), origin: `test/shard-0/${recordSeq}`, text: JSON.stringify(e) }));
+
+  it('append-first: a batch is visible in the view before any merge; the merge runs at the row threshold and leaves the view as it was', async () => {
+    const cp = new MemoryControlPlane();
+    await register(cp, 'lazy', 'public.orders', ORDERS, ['id']);
+    const a = applier(cp, undefined, { maxRows: 5, maxAgeMs: 3_600_000 });
+    const n = names('lazy', 'public.orders');
+    const full = (k: number, status: string) => ({ id: k, status, amount: '1.00', note: null });
+    const first = await a.applyRecords(records([ev('lazy', 'public.orders', 'insert', 1, { id: 1 }, full(1, 'new')), ev('lazy', 'public.orders', 'insert', 2, { id: 2 }, full(2, 'new')), ev('lazy', 'public.orders', 'delete', 3, { id: 2 }, null)]));
+    expect(first.failed).toEqual([]);
+    expect(await rows(`SELECT id, status FROM ${n.view} ORDER BY id`)).toEqual([{ id: '1', status: 'new' }]);
+    expect(await rows(`SELECT id FROM ${n.mirror}`)).toEqual([]);
+    expect(await rows(`SELECT count(*) AS n FROM ${qualified(n.t.schema, n.t.delta)}`)).toEqual([{ n: '3' }]);
+    // A late older event in the delta never wins over a newer one.
+    await a.applyRecords(records([ev('lazy', 'public.orders', 'update', 4, { id: 1 }, full(1, 'paid')), ev('lazy', 'public.orders', 'insert', 2, { id: 2 }, full(2, 'stale'), { position: pos(2, 1) })]));
+    const view = await rows(`SELECT id, status, _cdc_position FROM ${n.view} ORDER BY id`);
+    expect(view).toEqual([{ id: '1', status: 'paid', _cdc_position: pos(4) }]);
+    expect(await rows(`SELECT count(*) AS n FROM ${n.mirror}`)).toEqual([{ n: '2' }]); // 5 rows appended by this process: merged
+    expect(await rows(`SELECT count(*) AS n FROM ${qualified(n.t.schema, n.t.delta)}`)).toEqual([{ n: '0' }]);
+    expect(await rows(`SELECT id, status, _cdc_position FROM ${n.view} ORDER BY id`)).toEqual(view);
+    expect(await rows(`SELECT id, _cdc_deleted, _cdc_position FROM ${n.mirror} ORDER BY id`)).toEqual([{ id: '1', _cdc_deleted: 'f', _cdc_position: pos(4) }, { id: '2', _cdc_deleted: 't', _cdc_position: pos(3) }]);
+    expect(await rows(`SELECT _cdc_position, _cdc_op FROM ${n.changelog} ORDER BY 1`)).toEqual([
+      { _cdc_position: pos(1), _cdc_op: 'insert' },
+      { _cdc_position: pos(2), _cdc_op: 'insert' },
+      { _cdc_position: pos(2, 1), _cdc_op: 'insert' },
+      { _cdc_position: pos(3), _cdc_op: 'delete' },
+      { _cdc_position: pos(4), _cdc_op: 'update' },
+    ]);
+    // Below the threshold nothing merges; the schedule's mergeDue with force does.
+    await a.applyRecords(records([ev('lazy', 'public.orders', 'insert', 5, { id: 3 }, full(3, 'new'))]));
+    expect(await rows(`SELECT count(*) AS n FROM ${qualified(n.t.schema, n.t.delta)}`)).toEqual([{ n: '1' }]);
+    expect(await a.mergeDue()).toEqual([]);
+    expect(await a.mergeDue({ force: true })).toEqual([expect.objectContaining({ source: 'lazy', table: 'public.orders', rows: 1 })]);
+    expect(await rows(`SELECT id, status FROM ${n.mirror} WHERE NOT _cdc_deleted ORDER BY id`)).toEqual([{ id: '1', status: 'paid' }, { id: '3', status: 'new' }]);
+  });
 
   it('applies a batch through the Lambda handler into changelog, mirror and view, then advances the high-water mark', async () => {
     const cp = new MemoryControlPlane();
@@ -306,16 +344,16 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     await register(cp, 'hold', 'public.other', [{ name: 'k', type: 'text', nullable: false }], ['k']);
     const a = applier(cp);
     const emf = captureEmf();
-    const first = await a.handler(
-      kinesisEvent([
-        ev('hold', 'public.orders', 'insert', 5, { id: 1 }, { id: 1 }),
-        ev('hold', 'public.other', 'insert', 6, { k: 'a' }, { k: 'a' }),
-        ev('hold', 'public.orders', 'insert', 3, { id: 2 }, { id: 2 }),
-        ev('hold', 'public.orders', 'update', 7, { id: 1 }, { id: 1, status: 'x' }),
-      ]),
-    );
+    const firstEvent = kinesisEvent([
+      ev('hold', 'public.orders', 'insert', 5, { id: 1 }, { id: 1 }),
+      ev('hold', 'public.other', 'insert', 6, { k: 'a' }, { k: 'a' }),
+      ev('hold', 'public.orders', 'insert', 3, { id: 2 }, { id: 2 }),
+      ev('hold', 'public.orders', 'update', 7, { id: 1 }, { id: 1, status: 'x' }),
+    ]);
+    const first = await a.handler(firstEvent);
     expect(first.batchItemFailures).toEqual([]);
-    expect(await cp.getSinkProgress(SINK, 'hold', 'public.orders')).toMatchObject({ heldFrom: pos(3), appliedPosition: null });
+    // The hold records the shard's first held sequence number (the resume replay starts there: docs/operations.md).
+    expect(await cp.getSinkProgress(SINK, 'hold', 'public.orders')).toMatchObject({ heldFrom: pos(3), appliedPosition: null, heldFromShards: { 'shardId-000000000000': firstEvent.Records[0]!.kinesis.sequenceNumber } });
     expect(emf.metric(MetricName.EVENTS_HELD)).toEqual([{ value: 3, dims: { Sink: SINK, Source: 'hold' }, dimNames: ['Sink', 'Source'] }]);
     expect(await rows(`SELECT k FROM ${names('hold', 'public.other').view}`)).toEqual([{ k: 'a' }]);
     expect(await rows(`SELECT count(*) AS n FROM information_schema.tables WHERE table_schema = 'hold_public' AND table_name LIKE 'orders%'`)).toEqual([{ n: '0' }]);
@@ -365,6 +403,31 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     expect(await columns('orders_changelog')).toContain('shipped_at:timestamp with time zone');
     expect(await rows(`SELECT id, status, shipped_at FROM ${n.view} ORDER BY id`)).toEqual([
       { id: '1', status: 'c', shipped_at: null },
+      { id: '2', status: 'b', shipped_at: '2026-01-02 03:04:05+00' },
+    ]);
+  });
+
+  it('append-first: a schema change merges the delta first, in the DDL transaction', async () => {
+    const cp = new MemoryControlPlane();
+    const cols = ORDERS.slice(0, 2);
+    await register(cp, 'ddl2', 'public.orders', cols, ['id']);
+    const a = applier(cp, undefined, { maxRows: 1_000, maxAgeMs: 3_600_000 });
+    await a.handler(kinesisEvent([ev('ddl2', 'public.orders', 'insert', 1, { id: 1 }, { id: 1, status: 'a' })]));
+    const n = names('ddl2', 'public.orders');
+    const delta = qualified(n.t.schema, n.t.delta);
+    expect(await rows(`SELECT id FROM ${delta}`)).toEqual([{ id: '1' }]);
+    const at = new Date().toISOString();
+    await cp.addSchemaVersion(
+      { source: 'ddl2', table: 'public.orders', version: 2, columns: [...cols, { name: 'shipped_at', type: 'timestamp with time zone', nullable: true }], key: ['id'], effectivePosition: pos(2), registeredAt: at },
+      { at, actor: 'test', action: 'add-schema-version', source: 'ddl2', table: 'public.orders', outcome: 'done', detail: {} },
+    );
+    const res = await a.handler(kinesisEvent([ev('ddl2', 'public.orders', 'insert', 2, { id: 2 }, { id: 2, status: 'b', shipped_at: '2026-01-02T03:04:05Z' }, { schemaVersion: 2 })]));
+    expect(res.batchItemFailures).toEqual([]);
+    // The row appended before the change is in the base now; the new batch is in the delta, with the new column.
+    expect(await rows(`SELECT id, status FROM ${n.mirror}`)).toEqual([{ id: '1', status: 'a' }]);
+    expect(await rows(`SELECT id, shipped_at FROM ${delta}`)).toEqual([{ id: '2', shipped_at: '2026-01-02 03:04:05+00' }]);
+    expect(await rows(`SELECT id, status, shipped_at FROM ${n.view} ORDER BY id`)).toEqual([
+      { id: '1', status: 'a', shipped_at: null },
       { id: '2', status: 'b', shipped_at: '2026-01-02 03:04:05+00' },
     ]);
   });

@@ -1,0 +1,611 @@
+/**
+ * The warehouse apply: change-log records in, a warehouse sink's tables out. Pure orchestration
+ * over injected ports (control plane, `WarehouseWriter`, payload store, log); the Lambda handler
+ * (`lambda/handlers/warehouse-applier.ts`) is a thin shell that wires it and emits the metrics
+ * from the outcome (docs/warehouse-apply.md).
+ *
+ * Per batch (docs/architecture.md §5.4; invariants 2, 7, 10, 11, 12):
+ * - each record is decoded and validated (`validateChangeEvent`); a record that fails goes to the
+ *   dead letters with its reason and counts as processed;
+ * - records are grouped by (source, table). Per table: the table and its schema versions are
+ *   read from the control plane; a table or column name that is not a plain identifier or not in
+ *   the registry's schema version is refused (`UnsafeIdentifierError`) and its records are dead
+ *   letters, while other tables of the batch still apply;
+ * - a table that is paused or needs a re-snapshot, or that this sink already holds, is not
+ *   applied: the sink records the first held position (`holdSinkTable`) so a resume can replay
+ *   from it, counts it as held, and treats the records as processed. Holding goes on until the
+ *   hold is released, because applying newer events first would make the replayed older ones
+ *   look stale (the position guard would drop them); the resume replay applies the held range
+ *   with `applyRecords(records, { replayHeld: true })` while the live path keeps holding;
+ * - the table's events are written by the writer in ONE warehouse transaction
+ *   (`WarehouseWriter.applyTable`): appended to the table's delta on the critical path when they
+ *   are full images and plain deletes (visible in the view at COMMIT), or applied to the base
+ *   after merging the delta (truncates, primary-key changes whose insert lacks columns, partial
+ *   updates); only after COMMIT is its high-water mark advanced and its records reported done;
+ * - after an append, the table's delta is merged when the merge policy says it is due (rows or
+ *   age; `MergePolicy`), unless merges run elsewhere (`inline: false`); `mergeDue` merges every
+ *   table whose delta is due (the schedule's event);
+ * - heartbeat events (table `<schema>.cdc_heartbeat`) are applied like any table and also give
+ *   the end-to-end lag = commit time of the sink transaction − source commit time;
+ * - a database error fails the table's records; the response fails that table's records at or
+ *   after its first failed one in sequence order (per-key order is kept), and no record of
+ *   another table. A value the warehouse refuses is isolated by applying that table's events
+ *   one at a time; the refused event is a dead letter. An error about the table that a retry
+ *   will not fix (a constraint, a missing object, a revoked privilege) holds the table for this
+ *   sink with an audit entry, so the shard moves on and the other tables keep flowing; `cdc
+ *   resume` replays the held range once the cause is fixed (docs/operations.md).
+ *
+ * Where the tables are: `targetOf` names each table's warehouse objects (default
+ * `warehouseTable(source, table)`), so a rebuild can replay through this same path into shadow
+ * objects (another schema).
+ */
+import { failuresPerTable } from './batch-failures.ts';
+import { heldShardsOf } from './operator-decisions.ts';
+import type { ControlPlane, DeleteMode, SchemaVersion } from './control-plane.ts';
+import { CdcError, InvalidRecordError, UnsafeIdentifierError } from './errors.ts';
+import { validateChangeEvent, type ChangeEvent } from './event.ts';
+import { assertPlainIdentifier, splitTableId } from './identifiers.ts';
+import { isClaimCheck, PayloadRefError, resolveClaim, validateClaimCheck, type PayloadStore } from './payload-store.ts';
+import type { TablePlan } from './apply-plan.ts';
+import { assertSourceColumn, warehouseTable, type WarehouseTable } from './warehouse-sql.ts';
+import { HEARTBEAT_TABLE } from '../../contracts/env.ts';
+
+/** One change-log record as the applier sees it. */
+export interface ChangeRecord {
+  /** Kinesis sequence number (the batch-failure identifier). */
+  sequenceNumber: string;
+  /** Where it was read: `<stream>/<shard>/<sequence number>` (kept with a dead letter). */
+  origin: string;
+  /** The record's payload text (a JSON change event). */
+  text: string;
+}
+
+/** One table's events of one batch, already validated against the registry. */
+export interface TableBatch {
+  source: string;
+  /** Table id `schema.table`. */
+  table: string;
+  deleteMode: DeleteMode;
+  /** The schema versions the events were read with, by version number. */
+  schemas: ReadonlyMap<number, SchemaVersion>;
+  events: readonly ChangeEvent[];
+  /** Stamped as `_cdc_applied_at`. */
+  appliedAt: Date;
+  /** Where the table's warehouse objects are. @default warehouseTable(source, table) */
+  target?: WarehouseTable;
+}
+
+/** Rows this process appended to a table's delta since it last saw it merged, and when the first of them was appended (ms). */
+export interface PendingDelta {
+  rows: number;
+  since: number | null;
+}
+
+export interface TableApplyResult {
+  plan: TablePlan;
+  /** `Date.now()` right after COMMIT returned. */
+  committedAt: number;
+  /** DDL statements this apply ran (empty when the sink was already in shape). */
+  ddl: string[];
+  /**
+   * `append`: the batch was appended to the delta (the critical path; visible in the view at
+   * COMMIT, merged later). `apply`: the batch needed the full apply (a truncate, a primary-key
+   * change whose insert lacks columns, an update that does not carry every column), which merges
+   * the delta first and writes the base directly (docs/warehouse-apply.md).
+   */
+  mode: 'append' | 'apply';
+  /** What this process appended to the table's delta since it last merged it (an estimate: other processes append too). */
+  pending: PendingDelta;
+}
+
+/** The table a merge is for. */
+export interface MergeTarget {
+  source: string;
+  table: string;
+  deleteMode: DeleteMode;
+  /** The table's primary-key columns (of its current schema version). */
+  key: readonly string[];
+  /** @default warehouseTable(source, table) */
+  target?: WarehouseTable;
+}
+
+/** What a merge did. */
+export interface MergeResult {
+  /** Delta rows compacted into the base (0: nothing to merge). */
+  rows: number;
+  /** `Date.now()` right after COMMIT returned. */
+  committedAt: number;
+  /** Wall time of the merge transaction, ms. */
+  ms: number;
+}
+
+/** What the delta of a table holds. */
+export interface DeltaStats {
+  rows: number;
+  /** `_cdc_applied_at` of its oldest row, ms (null: empty). */
+  oldest: number | null;
+}
+
+/** How a writer classifies an error of `applyTable`. */
+export type WriteErrorKind =
+  /** A sink column's type cannot take the schema version's (or the type is not carried): hold the table. */
+  | { kind: 'type-conflict'; message: string }
+  /** The warehouse refused a value: isolate the events, dead-letter the refused one. */
+  | { kind: 'value-rejected' }
+  /** An error about the table that a retry will not fix: hold the table, audited. */
+  | { kind: 'persistent'; code: string };
+
+/** The warehouse as the apply needs it (the port; `PgWarehouse` in lambda/adapters/warehouse-pg.ts implements it). */
+export interface WarehouseWriter {
+  /** Writes one table's batch in one transaction (append to the delta, or the full apply). */
+  applyTable(batch: TableBatch): Promise<TableApplyResult>;
+  /** Compacts the table's delta into its base in one transaction. */
+  merge(target: MergeTarget): Promise<MergeResult>;
+  /** What the table's delta holds (all processes' appends). */
+  deltaStats(target: MergeTarget): Promise<DeltaStats>;
+  /** How to treat an error `applyTable` threw; null: transient (the records are retried). */
+  classifyError(err: unknown): WriteErrorKind | null;
+}
+
+/**
+ * When the delta of a table is merged into its base (docs/warehouse-apply.md, "Merge"): when it
+ * holds `maxRows` rows or its oldest row is `maxAgeMs` old, whichever comes first. The view shows
+ * every change at once either way: the thresholds bound how much the view overlays at query time.
+ */
+export interface MergePolicy {
+  /** Rows in the delta at which it is merged. @default 50,000 */
+  maxRows: number;
+  /** Age of the delta's oldest row at which it is merged, ms. @default 60,000 (the schedule runs every minute) */
+  maxAgeMs: number;
+  /** The applier merges a due delta right after its append (false: only `mergeDue`, e.g. a separate worker). @default true */
+  inline: boolean;
+}
+
+export const DEFAULT_MERGE_POLICY: MergePolicy = { maxRows: 50_000, maxAgeMs: 60_000, inline: true };
+
+/** Checks a merge policy (values from configuration): clear errors naming the setting. */
+export function validateMergePolicy(p: Partial<MergePolicy>, where: string): MergePolicy {
+  const out = { ...DEFAULT_MERGE_POLICY, ...p };
+  if (!Number.isInteger(out.maxRows) || out.maxRows < 0) throw new InvalidRecordError('maxRows', `${where}: the merge row threshold must be a whole number ≥ 0, got ${p.maxRows}`);
+  if (!Number.isFinite(out.maxAgeMs) || out.maxAgeMs < 0) throw new InvalidRecordError('maxAgeMs', `${where}: the merge age threshold must be a number of milliseconds ≥ 0, got ${p.maxAgeMs}`);
+  return out;
+}
+
+/** Whether a delta is due for a merge. */
+export function mergeDueFor(p: MergePolicy, rows: number, oldest: number | null, now: number): boolean {
+  if (rows <= 0) return false;
+  return rows >= p.maxRows || (oldest !== null && now - oldest >= p.maxAgeMs);
+}
+
+/** Minimal log port (Powertools' Logger fits). */
+export interface ApplyLog {
+  info(message: string, detail?: Record<string, unknown>): void;
+  warn(message: string, detail?: Record<string, unknown>): void;
+  error(message: string, detail?: Record<string, unknown>): void;
+}
+
+export interface WarehouseApplyDeps {
+  controlPlane: ControlPlane;
+  writer: WarehouseWriter;
+  /** Sink id: offsets, holds, dead-letter stage and metric dimension. */
+  sinkId: string;
+  log: ApplyLog;
+  /** @default DEFAULT_MERGE_POLICY */
+  merge?: Partial<MergePolicy>;
+  /** Clock for `_cdc_applied_at` and dead-letter times. @default () => new Date() */
+  now?: () => Date;
+  /** Where events stored out of line are read back from (claim checks on the change log; docs/large-records.md). */
+  payloads?: PayloadStore;
+  /** The warehouse objects of a table. @default warehouseTable(source, table) */
+  targetOf?: (source: string, table: string) => WarehouseTable;
+}
+
+/** Per source: what a batch did (the handler turns it into metrics). */
+export interface SourceCounts {
+  applied: number;
+  held: number;
+  dead: number;
+  /** End-to-end lag of heartbeat events, ms. */
+  lag: number[];
+}
+
+/** A merge the apply ran. */
+export interface MergeDone {
+  source: string;
+  table: string;
+  rows: number;
+  ms: number;
+}
+
+/** What happened to a batch. */
+export interface BatchOutcome {
+  /** Sequence numbers to report as failed: each failed table's records at or after its first failed one. */
+  failed: string[];
+  /** Why each record failed (records after the first failure say so). */
+  reasons: Map<string, string>;
+  /** Valid events of applied tables (written, or recognised as already applied). */
+  applied: number;
+  held: number;
+  deadLettered: number;
+}
+
+/** A batch's outcome with what the handler needs for its metrics. */
+export interface ApplyOutcome extends BatchOutcome {
+  /** Per source (`unknown` for records whose source could not be read). */
+  bySource: Map<string, SourceCounts>;
+  /** Table batches that failed or were held on an error (the `ApplyErrors` metric). */
+  applyErrors: number;
+  /** Merges run after the appends of this batch. */
+  merges: MergeDone[];
+}
+
+/** Options of one `applyRecords` call. */
+export interface ApplyOptions {
+  /**
+   * Apply tables that this sink holds (its `heldFrom` is set) as long as the table itself is
+   * active: for the resume replay, which re-applies the held range from the log while the live
+   * path keeps holding, and releases the hold when it has caught up. @default false
+   */
+  replayHeld?: boolean;
+}
+
+export interface WarehouseApply {
+  applyRecords(records: readonly ChangeRecord[], options?: ApplyOptions): Promise<ApplyOutcome>;
+  /**
+   * Merges the delta of every registered table whose delta is due (`MergePolicy`; `force`: any
+   * non-empty delta). Errors are logged per table and the others still merge.
+   */
+  mergeDue(options?: { force?: boolean; source?: string }): Promise<MergeDone[]>;
+  /** Merges one table's delta now. */
+  mergeTable(source: string, table: string): Promise<MergeDone>;
+  readonly mergePolicy: MergePolicy;
+}
+
+interface Item {
+  record: ChangeRecord;
+  event: ChangeEvent;
+}
+
+const describeError = (err: unknown): string => (err instanceof Error ? `${err.name}: ${err.message}` : String(err));
+const codeOf = (err: unknown): string => (err instanceof CdcError ? err.code : 'APPLY_FAILED');
+const minPosition = (items: readonly Item[]): string => items.reduce((m, i) => (i.event.position < m ? i.event.position : m), items[0]!.event.position);
+const maxPosition = (items: readonly Item[]): string => items.reduce((m, i) => (i.event.position > m ? i.event.position : m), items[0]!.event.position);
+
+/** Builds the warehouse apply from its ports. */
+export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
+  const { controlPlane: cp, sinkId, log, writer } = deps;
+  assertPlainIdentifier(sinkId, 'sink id');
+  const now = deps.now ?? (() => new Date());
+  const policy = validateMergePolicy(deps.merge ?? {}, `merge policy of sink ${sinkId}`);
+  const targetOf = deps.targetOf ?? ((source: string, table: string) => warehouseTable(source, table));
+  const schemaCache = new Map<string, SchemaVersion>();
+  /**
+   * The highest heartbeat position whose lag this process reported, per table: an append does not
+   * read what the sink holds, so a redelivered heartbeat is recognised here (once per heartbeat).
+   */
+  const heartbeatSeen = new Map<string, string>();
+
+  async function schemaOf(source: string, table: string, version: number): Promise<SchemaVersion> {
+    const k = `${source}\u0000${table}\u0000${version}`;
+    const hit = schemaCache.get(k);
+    if (hit) return hit;
+    const v = await cp.getSchemaVersion(source, table, version);
+    if (!v) throw new InvalidRecordError('schemaVersion', `version ${version} of ${source}/${table} is not registered`);
+    for (const c of v.columns) assertSourceColumn(c.name, table);
+    schemaCache.set(k, v);
+    return v;
+  }
+
+  /** The merge target of a registered table (its key from its current schema version). */
+  async function mergeTargetOf(source: string, table: string): Promise<MergeTarget | null> {
+    const rec = await cp.getTable(source, table);
+    if (!rec) return null;
+    const schema = await schemaOf(source, table, rec.currentVersion);
+    return { source, table, deleteMode: rec.deleteMode, key: schema.key, target: targetOf(source, table) };
+  }
+
+  async function runMerge(target: MergeTarget): Promise<MergeDone> {
+    const r = await writer.merge(target);
+    if (r.rows > 0) log.info('delta merged into the base', { source: target.source, table: target.table, rows: r.rows, ms: r.ms });
+    return { source: target.source, table: target.table, rows: r.rows, ms: r.ms };
+  }
+
+  async function applyRecords(records: readonly ChangeRecord[], options: ApplyOptions = {}): Promise<ApplyOutcome> {
+    const appliedAt = now();
+    const failed = new Map<string, string>();
+    const counts = new Map<string, SourceCounts>();
+    const merges: MergeDone[] = [];
+    const countFor = (source: string | null): SourceCounts => {
+      const k = source ?? 'unknown';
+      let c = counts.get(k);
+      if (!c) counts.set(k, (c = { applied: 0, held: 0, dead: 0, lag: [] }));
+      return c;
+    };
+    let applyErrors = 0;
+    /** Tables appended to in this batch, for the merge check after the batch. */
+    const appended = new Map<string, MergeTarget & { pending: { rows: number; since: number | null } }>();
+
+    const deadLetter = async (record: ChangeRecord, source: string | null, table: string | null, err: unknown): Promise<void> => {
+      try {
+        await cp.putDeadLetter({
+          at: now().toISOString(),
+          stage: sinkId,
+          source,
+          table,
+          code: codeOf(err),
+          reason: describeError(err),
+          origin: record.origin,
+          record: record.text,
+          truncated: false,
+        });
+        countFor(source).dead++;
+        log.warn('record sent to dead letters', { origin: record.origin, source, table, code: codeOf(err), reason: describeError(err) });
+      } catch (dlErr) {
+        failed.set(record.sequenceNumber, `dead letter could not be stored: ${describeError(dlErr)}`);
+      }
+    };
+
+    // Decode and validate; group by (source, table) in order of first appearance.
+    const groups = new Map<string, Item[]>();
+    const tableOf = new Map<string, string>();
+    for (const record of records) {
+      let event: ChangeEvent;
+      try {
+        let parsed: unknown;
+        try {
+          parsed = JSON.parse(record.text);
+        } catch (e) {
+          throw new InvalidRecordError('event', `not JSON: ${(e as Error).message}`);
+        }
+        if (isClaimCheck(parsed)) {
+          // An event stored out of line: read it back whole (a store outage is thrown: retried, not dead-lettered).
+          const claim = validateClaimCheck(parsed);
+          if (!deps.payloads) throw new PayloadRefError(claim.claim.ref, `cannot be read: sink ${sinkId} has no payload store configured`);
+          const text = await resolveClaim(deps.payloads, claim);
+          try {
+            parsed = JSON.parse(text);
+          } catch (e) {
+            throw new InvalidRecordError('claim', `the stored event ${claim.claim.ref} is not JSON: ${(e as Error).message}`);
+          }
+        }
+        event = validateChangeEvent(parsed);
+      } catch (err) {
+        if (!(err instanceof CdcError)) throw err;
+        const about = aboutRecord(record.text);
+        await deadLetter(record, about.source, about.table, err);
+        continue;
+      }
+      const k = `${event.source}\u0000${event.table}`;
+      tableOf.set(record.sequenceNumber, k);
+      const list = groups.get(k);
+      if (list) list.push({ record, event });
+      else groups.set(k, [{ record, event }]);
+    }
+
+    for (const items of groups.values()) {
+      const { source, table } = items[0]!.event;
+      try {
+        await applyGroup(source, table, items);
+      } catch (err) {
+        applyErrors++;
+        log.error('table batch not applied; its records will be retried', { source, table, error: describeError(err) });
+        for (const i of items) if (!failed.has(i.record.sequenceNumber)) failed.set(i.record.sequenceNumber, describeError(err));
+      }
+    }
+
+    async function applyGroup(source: string, table: string, items: Item[]): Promise<void> {
+      let target: WarehouseTable;
+      try {
+        assertPlainIdentifier(source, 'source id');
+        splitTableId(table);
+        target = targetOf(source, table);
+      } catch (err) {
+        for (const i of items) await deadLetter(i.record, source, table, err);
+        return;
+      }
+      const rec = await cp.getTable(source, table);
+      if (!rec) {
+        const err = new UnsafeIdentifierError(table, `not a registered table of source ${source}`);
+        for (const i of items) await deadLetter(i.record, source, table, err);
+        return;
+      }
+      const progress = options.replayHeld ? null : await cp.getSinkProgress(sinkId, source, table);
+      if (rec.state === 'paused' || rec.state === 'needs-resnapshot' || (progress?.heldFrom ?? null) !== null) {
+        await hold(source, table, items, progress?.heldFrom ? `held since ${progress.heldFrom}` : `table is ${rec.state}`);
+        return;
+      }
+      const valid: Item[] = [];
+      const schemas = new Map<number, SchemaVersion>();
+      for (const i of items) {
+        try {
+          const schema = await schemaOf(source, table, i.event.schemaVersion);
+          checkEventColumns(i.event, schema);
+          schemas.set(schema.version, schema);
+          valid.push(i);
+        } catch (err) {
+          if (!(err instanceof CdcError)) throw err;
+          await deadLetter(i.record, source, table, err);
+        }
+      }
+      if (valid.length === 0) return;
+      const newest = [...schemas.values()].reduce((a, b) => (b.version > a.version ? b : a));
+      try {
+        await applyItems(source, table, rec.deleteMode, schemas, valid, target, newest.key);
+      } catch (err) {
+        const kind = writer.classifyError(err);
+        if (kind?.kind === 'type-conflict') {
+          log.error('warehouse column type conflict; table held for this sink', { source, table, error: kind.message });
+          await hold(source, table, valid, kind.message);
+        } else if (kind?.kind === 'value-rejected') {
+          await isolate(source, table, rec.deleteMode, schemas, valid, target, newest.key);
+        } else if (kind?.kind === 'persistent') {
+          await holdOnError(source, table, valid, err, kind.code);
+        } else {
+          throw err;
+        }
+      }
+    }
+
+    async function hold(source: string, table: string, items: Item[], why: string): Promise<void> {
+      await cp.holdSinkTable(sinkId, source, table, minPosition(items), heldShardsOf(items.map((i) => i.record)));
+      countFor(source).held += items.length;
+      log.info('events held', { source, table, count: items.length, from: minPosition(items), why });
+    }
+
+    /** Holds a table this sink cannot write (an error a retry will not fix), audited, so the shard moves on. */
+    async function holdOnError(source: string, table: string, items: Item[], err: unknown, code: string): Promise<void> {
+      applyErrors++;
+      log.error('warehouse refuses writes to this table; table held for this sink (fix it, then cdc resume)', { source, table, sqlState: code, error: describeError(err) });
+      await hold(source, table, items, describeError(err));
+      await cp.appendAudit({
+        at: now().toISOString(),
+        actor: `applier:${sinkId}`,
+        action: 'hold-table',
+        source,
+        table,
+        outcome: 'done',
+        detail: { sink: sinkId, heldFrom: minPosition(items), sqlState: code, reason: describeError(err), hint: `fix the warehouse table, then cdc resume ${table}` },
+      });
+    }
+
+    async function applyItems(source: string, table: string, deleteMode: DeleteMode, schemas: Map<number, SchemaVersion>, items: Item[], target: WarehouseTable, key: readonly string[]): Promise<void> {
+      const result = await writer.applyTable({ source, table, deleteMode, schemas, events: items.map((i) => i.event), appliedAt, target });
+      await cp.advanceSinkProgress(sinkId, source, table, maxPosition(items));
+      const c = countFor(source);
+      c.applied += items.length;
+      if (result.mode === 'append') appended.set(`${source}\u0000${table}`, { source, table, deleteMode, key, target, pending: result.pending });
+      else appended.delete(`${source}\u0000${table}`);
+      if (splitTableId(table).table === HEARTBEAT_TABLE) {
+        const k = `${source}\u0000${table}`;
+        let seen = heartbeatSeen.get(k) ?? '';
+        for (const e of result.plan.fresh) {
+          if (e.position <= seen) continue;
+          c.lag.push(Math.max(0, result.committedAt - Date.parse(e.commitTs)));
+          seen = e.position;
+        }
+        heartbeatSeen.set(k, seen);
+      }
+      if (result.plan.held.length > 0 || result.plan.donors.length > 0) {
+        // A primary-key change whose insert lacks columns (an unchanged TOAST value) waits for the
+        // old key's row, applied on another shard; nothing is written as NULL meanwhile.
+        log.info("primary-key change in flight: events held until the old key's values are known", {
+          source,
+          table,
+          heldEvents: result.plan.held.length,
+          heldKeys: new Set(result.plan.held.map((e) => JSON.stringify(e.key))).size,
+          handedOver: result.plan.donors.length,
+        });
+      }
+      if (result.ddl.length > 0) log.info('warehouse DDL applied', { source, table, statements: result.ddl });
+    }
+
+    /** Applies the table's events one at a time, so that the one the warehouse refuses becomes a dead letter. */
+    async function isolate(source: string, table: string, deleteMode: DeleteMode, schemas: Map<number, SchemaVersion>, items: Item[], target: WarehouseTable, key: readonly string[]): Promise<void> {
+      const ordered = [...items].sort((a, b) => (a.event.position < b.event.position ? -1 : a.event.position > b.event.position ? 1 : 0));
+      for (let n = 0; n < ordered.length; n++) {
+        const i = ordered[n]!;
+        try {
+          await applyItems(source, table, deleteMode, schemas, [i], target, key);
+        } catch (err) {
+          const kind = writer.classifyError(err);
+          if (kind?.kind === 'value-rejected') {
+            await deadLetter(i.record, source, table, err);
+            continue;
+          }
+          if (kind?.kind === 'persistent') {
+            await holdOnError(source, table, ordered.slice(n), err, kind.code);
+            return;
+          }
+          applyErrors++;
+          for (const rest of ordered.slice(n)) failed.set(rest.record.sequenceNumber, describeError(err));
+          log.error('table batch not applied; its records will be retried', { source, table, error: describeError(err) });
+          return;
+        }
+      }
+    }
+
+    // The deferred merge, when due: after the batch's appends committed (they are visible already), so
+    // a merge that fails costs nothing but the delta growing until the next try.
+    if (policy.inline) {
+      const at = Date.now();
+      for (const m of appended.values()) {
+        if (!mergeDueFor(policy, m.pending.rows, m.pending.since, at)) continue;
+        try {
+          merges.push(await runMerge(m));
+        } catch (err) {
+          log.error('delta merge failed; the view still shows every change, the merge is tried again', { source: m.source, table: m.table, error: describeError(err) });
+        }
+      }
+    }
+
+    const reported = failuresPerTable(
+      records.map((r) => ({ sequenceNumber: r.sequenceNumber, table: tableOf.get(r.sequenceNumber) ?? null })),
+      new Set(failed.keys()),
+    );
+    const reasons = new Map<string, string>();
+    for (const s of reported) reasons.set(s, failed.get(s) ?? 'comes after a failed record of its table');
+    let total = { applied: 0, held: 0, dead: 0 };
+    for (const c of counts.values()) total = { applied: total.applied + c.applied, held: total.held + c.held, dead: total.dead + c.dead };
+    return { failed: reported, reasons, applied: total.applied, held: total.held, deadLettered: total.dead, bySource: counts, applyErrors, merges };
+  }
+
+  async function mergeTable(source: string, table: string): Promise<MergeDone> {
+    const target = await mergeTargetOf(source, table);
+    if (!target) throw new UnsafeIdentifierError(table, `not a registered table of source ${source}`);
+    return runMerge(target);
+  }
+
+  async function mergeDue(options: { force?: boolean; source?: string } = {}): Promise<MergeDone[]> {
+    const out: MergeDone[] = [];
+    const at = Date.now();
+    for (const rec of await cp.listTables(options.source)) {
+      try {
+        const target = await mergeTargetOf(rec.source, rec.table);
+        if (!target) continue;
+        const stats = await writer.deltaStats(target);
+        if (stats.rows === 0 || (!options.force && !mergeDueFor(policy, stats.rows, stats.oldest, at))) continue;
+        out.push(await runMerge(target));
+      } catch (err) {
+        log.error('delta merge failed; the view still shows every change, the merge is tried again', { source: rec.source, table: rec.table, error: describeError(err) });
+      }
+    }
+    return out;
+  }
+
+  return { applyRecords, mergeDue, mergeTable, mergePolicy: policy };
+}
+
+/**
+ * Refuses names that are not plain identifiers or not columns of the event's schema version
+ * (the applier's check of every event; the rebuild checks replayed events with it too).
+ */
+export function checkEventColumns(e: ChangeEvent, schema: SchemaVersion): void {
+  const known = new Set(schema.columns.map((c) => c.name));
+  const check = (name: string, where: string): void => {
+    assertSourceColumn(name, e.table);
+    if (!known.has(name)) throw new UnsafeIdentifierError(name, `${where} names a column that is not in schema version ${schema.version} of ${e.source}/${e.table}`);
+  };
+  for (const k of Object.keys(e.key)) check(k, 'key');
+  for (const c of Object.keys(e.after ?? {})) check(c, 'after');
+  for (const c of e.missing) check(c, 'missing');
+  if (e.op === 'truncate') {
+    // A truncate is table-level: no key, no images (docs/truncate.md).
+    if (Object.keys(e.key).length > 0 || e.before !== null) throw new InvalidRecordError('key', `a truncate of ${e.table} carries no key and no before image`);
+    return;
+  }
+  const keyCols = Object.keys(e.key).sort();
+  const want = [...schema.key].sort();
+  if (keyCols.length !== want.length || keyCols.some((k, i) => k !== want[i])) {
+    throw new InvalidRecordError('key', `expected the primary key (${want.join(', ')}) of ${e.table} schema version ${schema.version}, got (${keyCols.join(', ')})`);
+  }
+}
+
+/** Best effort: the source and table a record that failed validation is about. */
+function aboutRecord(text: string): { source: string | null; table: string | null } {
+  try {
+    const v = JSON.parse(text) as Record<string, unknown>;
+    return { source: typeof v.source === 'string' ? v.source : null, table: typeof v.table === 'string' ? v.table : null };
+  } catch {
+    return { source: null, table: null };
+  }
+}
