@@ -401,7 +401,10 @@ export class PgWarehouse implements WarehouseWriter {
       // update that lacks columns must see it, or it could be applied onto a key that is held
       // (docs/primary-key-changes.md). So such a batch reads the catalog again until the table exists.
       if (!known.handover && events.some((e) => e.op === 'update' && e.missing.length > 0) && this.shapes.has(cacheKey)) known = await readShape(client, t);
-      const wants = { hard: batch.deleteMode === 'hard', truncate: truncates.length > 0, handover: needsHandover(events), polled: events.some((e) => e.capture === 'poll') };
+      // The truncations table (the truncate guard) is created with the table, not with its first
+      // truncate: an applier whose cached shape predates it would write without the guard
+      // (docs/truncate.md). An older table without it gets it with its next batch.
+      const wants = { hard: batch.deleteMode === 'hard', truncate: true, handover: needsHandover(events), polled: events.some((e) => e.capture === 'poll') };
       let ddl = planDdl(t, known, key, data, wants);
       // Appliers of other shards may create the same schema, table or column at the same moment
       // (`IF NOT EXISTS` is not race-free in PostgreSQL): on such a clash, read the shape again and
