@@ -88,6 +88,28 @@ export class PgRebuildTarget {
     }
   }
 
+  /** Whether the shadow mirror exists (a resumed rebuild: before the swap it does, after it it does not). */
+  async shadowExists(): Promise<boolean> {
+    const client = await this.pool.connect();
+    try {
+      return (await existing(client, this.shadow)).has(this.shadow.mirror);
+    } finally {
+      client.release();
+    }
+  }
+
+  /** The highest position the retired changelog holds: where the live table stood at the swap (null: none). */
+  async retiredPosition(): Promise<Position | null> {
+    const client = await this.pool.connect();
+    try {
+      if (!(await existing(client, this.retired)).has(this.retired.changelog)) return null;
+      const res = await client.query<{ p: string | null }>(maxPositionSql(this.retired.schema, this.retired.changelog));
+      return res.rows[0]?.p ?? null;
+    } finally {
+      client.release();
+    }
+  }
+
   /** Live versus shadow mirror, keys whose positions are at or below `upTo` (see `diffSql`). */
   async diff(upTo: Position, client?: pg.ClientBase, live: WarehouseTable = this.live, shadow: WarehouseTable = this.shadow): Promise<DiffResult> {
     const c = client ?? (await this.pool.connect());
