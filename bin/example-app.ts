@@ -34,6 +34,7 @@ import {
   WarehouseConnection,
   WarehouseSink,
   Reconciler,
+  WarehouseRebuild,
 } from '../lib/index.ts';
 
 /** Options of the example stack. */
@@ -166,6 +167,10 @@ export class CdcExampleStack extends Stack {
       ],
       alarmActions,
     });
+
+    // Rebuilds of warehouse tables from the archive and the change log (docs/rebuild.md, "On AWS"):
+    // `cdc rebuild TABLE --stack CdcExample`.
+    new WarehouseRebuild(this, 'WarehouseRebuild', { controlPlane, changeLog, sink: warehouse, vpc, awsApiEgress: AwsApiEgress.natGateway(), alarmActions });
   }
 }
 

@@ -75,6 +75,12 @@ export const EnvName = {
   RECONCILE_ROWS_PER_RUN: 'CDC_RECONCILE_ROWS_PER_RUN',
   /** Reconciler: wait before re-reading differing keys, ms (longer than the sink's lag). */
   RECONCILE_SETTLE_MS: 'CDC_RECONCILE_SETTLE_MS',
+  /** Rebuild worker: the change-log archive's bucket (docs/rebuild.md, "On AWS"). */
+  ARCHIVE_BUCKET: 'CDC_ARCHIVE_BUCKET',
+  /** Rebuild worker: the key prefix the archive's objects are under (the replay reader's prefix). */
+  ARCHIVE_PREFIX: 'CDC_ARCHIVE_PREFIX',
+  /** Operator function: JSON object of sink id → `{ "worker": function name, "stateMachine": ARN }` of each sink's rebuild (docs/rebuild.md). */
+  REBUILD_WORKERS: 'CDC_REBUILD_WORKERS',
   POWERTOOLS_SERVICE_NAME: 'POWERTOOLS_SERVICE_NAME',
   POWERTOOLS_METRICS_NAMESPACE: 'POWERTOOLS_METRICS_NAMESPACE',
 } as const;
@@ -95,4 +101,5 @@ export const ServiceName = {
   WAREHOUSE_APPLIER: 'cdc-warehouse-applier',
   DMS_TASK_LIFECYCLE: 'cdc-dms-task-lifecycle',
   RECONCILER: 'cdc-reconciler',
+  REBUILD_WORKER: 'cdc-rebuild-worker',
 } as const;

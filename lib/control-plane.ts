@@ -6,6 +6,7 @@ import * as kms from 'aws-cdk-lib/aws-kms';
 import * as s3 from 'aws-cdk-lib/aws-s3';
 import { S3_SERVER_ACCESS_LOGS_USE_BUCKET_POLICY } from 'aws-cdk-lib/cx-api';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import type * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import { Construct } from 'constructs';
 import { OperatorFunctions } from './private/operator-function.ts';
 import { ControlPartition } from '../contracts/control-plane-keys.ts';
@@ -297,6 +298,7 @@ export class ControlPlane extends ControlPlaneBase {
   readonly alarms: cloudwatch.IAlarm[];
   readonly payloadBucket?: s3.IBucket;
   readonly payloadEncryptionKey?: kms.IKey;
+  private readonly operatorFunctions: OperatorFunctions;
 
   constructor(scope: Construct, id: string, props: ControlPlaneProps = {}) {
     super(scope, id);
@@ -365,12 +367,22 @@ export class ControlPlane extends ControlPlaneBase {
       alarmsEnabled: props.alarmsEnabled ?? true,
       alarmActions: props.alarmActions,
     });
+    this.operatorFunctions = operator;
     this.operatorFunction = operator.operator.fn;
     this.statusFunction = operator.status.fn;
     this.alarms = operator.alarms;
   }
 
-  /** Lets `grantee` call every operator action (status, pause, resume, resnapshot, audit): lambda:InvokeFunction on the operator function. */
+  /**
+   * Lets the operator function start rebuilds of one sink's tables (a `WarehouseRebuild` calls
+   * it): the function learns the sink's rebuild worker and state machine, and may invoke the one
+   * and start executions of the other (docs/rebuild.md, "On AWS").
+   */
+  addRebuildWorker(sinkId: string, worker: lambda.IFunction, stateMachine: sfn.IStateMachine): void {
+    this.operatorFunctions.addRebuildWorker(sinkId, worker, stateMachine);
+  }
+
+  /** Lets `grantee` call every operator action (status, pause, resume, resnapshot, audit, rebuild): lambda:InvokeFunction on the operator function. */
   grantOperate(grantee: iam.IGrantable): iam.Grant {
     return this.operatorFunction.grantInvoke(grantee);
   }

@@ -9,3 +9,4 @@ export * from './warehouse-sink.ts';
 export * from './aws-api-egress.ts';
 export * from './search-sink.ts';
 export * from './reconciler.ts';
+export * from './warehouse-rebuild.ts';

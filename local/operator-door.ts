@@ -33,7 +33,7 @@ import type { ControlPlane } from '../lambda/core/control-plane.ts';
 import type { RebuildScheduler } from '../lambda/core/operator.ts';
 import { archivePayloadStore, FolderArchive } from './archive.ts';
 import { ReplayReader } from './replay.ts';
-import { Rebuilder } from './rebuild.ts';
+import { Rebuilder, RebuildRefusedError, type RebuildReport } from './rebuild.ts';
 
 export interface OperatorDoor {
   /** Sends one operator payload; answers what the operator Lambda would. */
@@ -111,7 +111,14 @@ export function localRebuilds(o: { control: ControlPlane; kinesis: KinesisClient
     async run(r) {
       const checked = histories.get(`${r.sink}|${r.source}|${r.table}`) ?? (await get().check(r));
       if (checked.refusal !== null) throw new LocalConfigError(`the rebuild of ${r.source}/${r.table} was not checked first: ${checked.refusal.reason}`);
-      const report = await get().run(r, checked.history);
+      let report: RebuildReport;
+      try {
+        report = await get().run(r, checked.history);
+      } catch (err) {
+        // Another rebuild of the sink claimed its slot between the check and the start.
+        if (err instanceof RebuildRefusedError) return { refusal: err.refusal };
+        throw err;
+      }
       const d = report.run.diff;
       const what = r.rehearse ? 'rehearsal (not swapped)' : 'rebuilt and swapped in';
       return {

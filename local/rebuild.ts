@@ -18,15 +18,14 @@
  *    docs/warehouse-apply.md): a change still in a delta is no difference;
  * 5. record the run (duration, counts, diff summary) in the control plane with its audit entry.
  */
-import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { PgWarehouse, type PgWarehouseOptions } from '../lambda/adapters/warehouse-pg.ts';
 import { PgRebuildTarget, type DiffResult } from '../lambda/adapters/warehouse-rebuild-pg.ts';
-import type { ControlPlane, RebuildRun, SchemaVersion } from '../lambda/core/control-plane.ts';
+import type { ControlPlane, RebuildCheckpoint, RebuildRun, SchemaVersion } from '../lambda/core/control-plane.ts';
 import { CdcError } from '../lambda/core/errors.ts';
 import type { ChangeEvent } from '../lambda/core/event.ts';
 import { POSITION_ZERO, type Position } from '../lambda/core/position.ts';
-import { checkFromPosition, decideRebuildState, throttleSleepMs, type DiffRow, type RebuildRefusal } from '../lambda/core/rebuild.ts';
+import { checkFromPosition, claimRebuildSlot, decideRebuildSlot, decideRebuildState, newRebuildId, REBUILD_STALE_AFTER_MS, throttleSleepMs, type DiffRow, type RebuildRefusal } from '../lambda/core/rebuild.ts';
 import { ReplayHoleError, type ReplayRange } from '../lambda/core/replay.ts';
 import { warehouseTable, type WarehouseTable } from '../lambda/core/warehouse-sql.ts';
 import { checkEventColumns } from '../lambda/core/warehouse-apply.ts';
@@ -59,6 +58,8 @@ export interface RebuildDeps {
   /** Share of wall time the bulk replay may apply (the rest it sleeps). @default 0.5 */
   duty?: number;
   now?: () => Date;
+  /** How long a claimed rebuild slot may go without a report before it may be taken over. @default REBUILD_STALE_AFTER_MS (30 minutes) */
+  staleAfterMs?: number;
   /** Crash injection for tests: called before each step with its name; a throw aborts the rebuild there. */
   step?: (name: string) => void | Promise<void>;
 }
@@ -79,7 +80,12 @@ export interface RebuildReport {
 
 /** A rebuild could not complete; the live table is untouched. */
 export class RebuildFailedError extends CdcError {
-  constructor(source: string, table: string, why: string, swapped = false) {
+  constructor(
+    source: string,
+    table: string,
+    why: string,
+    readonly swapped = false,
+  ) {
     super(
       'REBUILD_FAILED',
       swapped
@@ -100,6 +106,13 @@ function warehouseFor(pool: pg.Pool, options: PgWarehouseOptions | undefined): P
   return w;
 }
 
+/** A rebuild was refused after its check (another rebuild claimed the sink's slot in between). */
+export class RebuildRefusedError extends CdcError {
+  constructor(readonly refusal: RebuildRefusal) {
+    super(refusal.code, `${refusal.reason} (${refusal.hint})`);
+  }
+}
+
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const maxPos = (a: Position | null, b: Position | null): Position | null => (a === null ? b : b === null ? a : a > b ? a : b);
 
@@ -111,8 +124,9 @@ export class Rebuilder {
   }
 
   /**
-   * Whether the rebuild may run: the table's state and the sink's hold, and whether the history
-   * it needs is complete. Returns the refusal, or null and the archive's listing (reused by `run`).
+   * Whether the rebuild may run: the table's state and the sink's hold, no other rebuild of the
+   * sink under way, and whether the history it needs is complete. Returns the refusal, or null
+   * and the archive's listing (reused by `run`).
    */
   async check(r: Pick<RebuildRequest, 'source' | 'table' | 'sink' | 'from'>): Promise<{ refusal: RebuildRefusal } | { refusal: null; history: HistoryCheck }> {
     if (r.from !== undefined) {
@@ -125,6 +139,8 @@ export class Rebuilder {
     if (!progress) return { refusal: { code: 'NO_SINK_PROGRESS', reason: `sink ${r.sink} has applied nothing of ${r.source}/${r.table}`, hint: 'name the sink that serves the table with --sink (cdc status lists them)' } };
     const state = decideRebuildState(t.state, progress.heldFrom, r.table);
     if (state) return { refusal: state };
+    const running = decideRebuildSlot(await this.deps.control.getActiveRebuild(r.sink), this.now(), this.staleAfterMs);
+    if (running) return { refusal: running };
     let history: HistoryCheck;
     try {
       history = await this.deps.reader.checkHistory(r.source, r.table);
@@ -132,24 +148,95 @@ export class Rebuilder {
       if (err instanceof ReplayHoleError) return { refusal: { code: 'HISTORY_INCOMPLETE', reason: err.message, hint: `the history cannot be replayed: cdc resnapshot ${r.table} rebuilds the table from the source instead` } };
       throw err;
     }
+    if (history.unplaced.length > 0) {
+      return {
+        refusal: {
+          code: 'HISTORY_INCOMPLETE',
+          reason: `${history.unplaced.length} archive object(s) (${history.unplaced.slice(0, 2).join(', ')}${history.unplaced.length > 2 ? ', …' : ''}) name no shard and sequence numbers, so their records cannot be placed in the history and no hole between them and the stream can be ruled out`,
+          hint: 'the archive must be written in the by-table layout with batch markers, or the batch layout with shard and sequence numbers in the names (docs/rebuild.md, "Archive layout"); or cdc resnapshot the table',
+        },
+      };
+    }
     if ((r.from ?? POSITION_ZERO) === POSITION_ZERO && history.gaps.length > 0) {
       return { refusal: { code: 'HISTORY_INCOMPLETE', reason: history.gaps.join('; '), hint: `rebuild from a later position with --from (one the archive still holds), or cdc resnapshot ${r.table}` } };
     }
     return { refusal: null, history };
   }
 
-  /** Runs a rebuild that `check` allowed. Throws `RebuildFailedError` (live untouched) or `ReplayHoleError`. */
+  private get staleAfterMs(): number {
+    return this.deps.staleAfterMs ?? REBUILD_STALE_AFTER_MS;
+  }
+
+  /**
+   * Claims the sink's rebuild slot for a new rebuild (audited as `rebuild-started`). Returns its
+   * id, or the refusal when another rebuild of the sink is under way (`REBUILD_RUNNING`).
+   */
+  async begin(r: RebuildRequest, id = newRebuildId(this.now())): Promise<{ id: string } | { refusal: RebuildRefusal }> {
+    return claimRebuildSlot(this.deps.control, r, id, this.now(), this.staleAfterMs);
+  }
+
+  /** Runs a rebuild that `check` allowed, to the end, in this process (`cdc rebuild`). Throws `RebuildFailedError` (recorded; live untouched unless it says so) or a refusal's `RebuildRefusedError`. */
   async run(r: RebuildRequest, history: HistoryCheck): Promise<RebuildReport> {
+    const begun = await this.begin(r);
+    if ('refusal' in begun) throw new RebuildRefusedError(begun.refusal);
+    let h: HistoryCheck | undefined = history;
+    try {
+      for (;;) {
+        const out = await this.slice(r, begun.id, { history: h });
+        h = undefined;
+        if (out.done) return out.report;
+      }
+    } catch (err) {
+      const swapped = err instanceof RebuildFailedError ? err.swapped : false;
+      await this.abandon(r, begun.id, err instanceof Error ? err.message : String(err)).catch(() => undefined);
+      if (err instanceof CdcError) throw err;
+      throw new RebuildFailedError(r.source, r.table, err instanceof Error ? err.message : String(err), swapped);
+    }
+  }
+
+  /**
+   * Records the rebuild `id` as failed (with its audit entry) and frees the sink's slot: after an
+   * error in `run`, or on AWS when the state machine gives up on a slice (docs/rebuild.md).
+   */
+  async abandon(r: RebuildRequest, id: string, error: string): Promise<RebuildRun> {
     const { control: cp } = this.deps;
-    const started = this.now();
-    const id = `${started.toISOString().replace(/[-:.]/g, '')}-${randomUUID().slice(0, 8)}`;
+    const claim = await cp.getActiveRebuild(r.sink);
+    const mine = claim && claim.id === id ? claim : null;
+    const finished = this.now();
+    const started = mine ? new Date(mine.startedAt) : finished;
+    const c = mine?.checkpoint ?? null;
+    const failed = this.runRecord(id, r, started, finished, r.from ?? POSITION_ZERO, c?.appliedThrough ?? null, c?.events ?? 0, undefined, { rows: [], missing: 0, extra: 0, changed: 0 }, error);
+    const already = (await cp.listRebuilds(r.sink, r.source, r.table)).some((x) => x.id === id);
+    if (!already) {
+      await cp.recordRebuild(failed, { at: finished.toISOString(), actor: r.actor, action: 'rebuild', source: r.source, table: r.table, outcome: 'done', detail: { sink: r.sink, mode: failed.mode, result: 'failed', error, id } });
+    }
+    await cp.releaseRebuild(r.sink, id, finished.toISOString());
+    return failed;
+  }
+
+  /**
+   * One slice of the rebuild `id` (docs/rebuild.md, "Where it runs"): goes on from the checkpoint
+   * in the control plane, applies into the shadow and checkpoints after every batch, and returns
+   * `done: false` when `timeLeftMs` falls below the margin (the caller invokes it again); else
+   * catches up, swaps (or rehearses), diffs, records the run and frees the slot. An error is
+   * thrown as is and leaves the checkpoint: a retry of the slice goes on from it (what the shadow
+   * holds beyond it is applied again, which changes nothing: invariant 2).
+   */
+  async slice(r: RebuildRequest, id: string, opts: { history?: HistoryCheck; timeLeftMs?: () => number; marginMs?: number } = {}): Promise<{ done: true; report: RebuildReport } | { done: false; checkpoint: RebuildCheckpoint }> {
+    const { control: cp } = this.deps;
+    const claim = await cp.getActiveRebuild(r.sink);
+    if (!claim || claim.id !== id || claim.state !== 'running') {
+      throw new RebuildFailedError(r.source, r.table, `rebuild ${id} no longer holds the rebuild slot of sink ${r.sink} (${claim ? `it is ${claim.state === 'finished' ? 'finished' : `held by ${claim.id}`}` : 'there is none'})`);
+    }
+    const started = new Date(claim.startedAt);
     const live = warehouseTable(r.source, r.table);
     const target = new PgRebuildTarget(this.deps.pool, live);
     const warehouse = warehouseFor(this.deps.pool, this.deps.warehouse);
-    warehouse.forgetShapes(); // the shadow's objects were dropped and are made again
     const from = r.from ?? POSITION_ZERO;
     const range: ReplayRange = { source: r.source, table: r.table, from, to: POSITION_MAX };
     const step = async (name: string): Promise<void> => this.deps.step?.(name);
+    const timeLeft = opts.timeLeftMs ?? (() => Number.POSITIVE_INFINITY);
+    const margin = opts.marginMs ?? 0;
     const schemas = new Map<number, SchemaVersion>();
     const rec = await cp.getTable(r.source, r.table);
     if (!rec) throw new RebuildFailedError(r.source, r.table, 'the table is not registered');
@@ -159,26 +246,29 @@ export class Rebuilder {
     const mergeDeltas = async (...sets: WarehouseTable[]): Promise<void> => {
       for (const t of sets) await warehouse.merge({ source: r.source, table: r.table, deleteMode: rec.deleteMode, key: current.key, target: t });
     };
+    const c: RebuildCheckpoint = { ...(claim.checkpoint ?? { phase: 'replay', appliedThrough: null, events: 0, applyMs: 0, sleptMs: 0, skipped: 0, slices: 0 }) };
+    c.slices++;
+    const first = claim.checkpoint === null;
     const applied = new Set<string>();
-    let skipped = 0;
-    let applyMs = 0;
-    let sleptMs = 0;
-    let events = 0;
-    let shadowTo: Position | null = null;
     const batchSize = this.deps.batchSize ?? 1000;
     const duty = this.deps.duty ?? 0.5;
+    const save = async (): Promise<void> => {
+      if (!(await cp.checkpointRebuild(r.sink, id, c, this.now().toISOString()))) throw new RebuildFailedError(r.source, r.table, `rebuild ${id} lost the rebuild slot of sink ${r.sink} (another rebuild took it over as stale)`);
+    };
 
-    /** Applies events not applied yet into the shadow, through the live apply code. */
-    const applyToShadow = async (list: readonly ChangeEvent[], throttle: boolean): Promise<void> => {
+    /** Applies events not applied yet into the shadow through the live apply code; false when the slice should stop (time). */
+    const applyToShadow = async (list: readonly ChangeEvent[], throttle: boolean, mayYield: boolean): Promise<boolean> => {
       const fresh: ChangeEvent[] = [];
       for (const e of list) {
+        // Below the checkpoint: in the shadow already. At it: applied again, harmlessly (invariant 2).
+        if (c.appliedThrough !== null && e.position < c.appliedThrough) continue;
         const k = `${e.position}|${JSON.stringify(e.key)}`;
         if (applied.has(k)) continue;
         let schema = schemas.get(e.schemaVersion);
         if (!schema) {
           const v = await cp.getSchemaVersion(r.source, r.table, e.schemaVersion);
           if (!v) {
-            skipped++;
+            c.skipped++;
             continue;
           }
           schemas.set(v.version, (schema = v));
@@ -187,7 +277,7 @@ export class Rebuilder {
           checkEventColumns(e, schema);
         } catch (err) {
           if (!(err instanceof CdcError)) throw err;
-          skipped++;
+          c.skipped++;
           continue;
         }
         applied.add(k);
@@ -199,17 +289,20 @@ export class Rebuilder {
         const t0 = Date.now();
         await warehouse.applyTable({ source: r.source, table: r.table, deleteMode: rec.deleteMode, schemas: versions, events: chunk, appliedAt: this.now(), target: target.shadow });
         const busy = Date.now() - t0;
-        applyMs += busy;
-        events += chunk.length;
-        for (const e of chunk) shadowTo = maxPos(shadowTo, e.position);
+        c.applyMs += busy;
+        c.events += chunk.length;
+        for (const e of chunk) c.appliedThrough = maxPos(c.appliedThrough, e.position);
+        await save();
+        if (mayYield && i + batchSize < fresh.length && timeLeft() < margin) return false;
         if (throttle) {
           const rest = throttleSleepMs(busy, duty);
           if (rest > 0) {
-            sleptMs += rest;
+            c.sleptMs += rest;
             await sleep(rest);
           }
         }
       }
+      return true;
     };
 
     let stats: ReplayStats | undefined;
@@ -217,66 +310,85 @@ export class Rebuilder {
     let caughtUpTo: Position | null = null;
     let diffTable = '';
     let swapped = false;
+    let keptAlready = false;
     try {
-      await step('drop-leftovers');
-      await target.dropLeftovers();
-      await step('replay');
-      const read = await this.deps.reader.read(range, history);
-      stats = read.stats;
-      let resume = read.resume;
-      await step('apply');
-      await applyToShadow(read.events, true);
-      await step('catch-up');
-      const more = await this.deps.reader.readStream(range, resume);
-      resume = more.resume;
-      await applyToShadow(more.events, true);
-      if (r.rehearse) {
-        await step('diff');
-        await mergeDeltas(target.live, target.shadow);
-        const p1 = await target.livePosition();
-        const first = await target.diff(p1 ?? POSITION_ZERO);
-        const again = await this.deps.reader.readStream(range, resume);
-        await applyToShadow(again.events, false);
-        await mergeDeltas(target.live, target.shadow);
-        const p2 = await target.livePosition();
-        const second = await target.diff(p2 ?? POSITION_ZERO);
-        // A key that differs at both points is diverged; one that differed once was in flight.
-        const once = new Set(first.rows.map((d) => `${d.kind}|${JSON.stringify(d.key)}`));
-        const rows = second.rows.filter((d) => once.has(`${d.kind}|${JSON.stringify(d.key)}`));
-        diff = { rows, missing: rows.filter((d) => d.kind === 'missing').length, extra: rows.filter((d) => d.kind === 'extra').length, changed: rows.filter((d) => d.kind === 'changed').length };
-        caughtUpTo = maxPos(shadowTo, p2);
-        diffTable = await target.keepDiff(id, diff);
-        await step('drop-shadow');
+      if (first) {
+        warehouse.forgetShapes(); // the shadow's objects are dropped and made again
+        await step('drop-leftovers');
         await target.dropLeftovers();
-      } else {
-        await step('swap');
-        const p = await target.swap(async () => {
-          const last = await this.deps.reader.readStream(range, resume);
-          await applyToShadow(last.events, false);
-          await step('swap-renames');
-        });
+      }
+      if (c.phase === 'swapping' && !(await target.shadowExists())) {
+        // The swap committed in an earlier slice that stopped before it finished: finish from the retired table.
         swapped = true;
-        caughtUpTo = maxPos(shadowTo, p);
-        warehouse.forgetShapes(); // the live names are the rebuilt objects now
+        const p = await target.retiredPosition();
+        caughtUpTo = maxPos(c.appliedThrough, p);
         await step('diff');
-        // Both sides are frozen now: the retired table as it was at the swap, the new one at the same position.
-        await mergeDeltas(target.retired, target.live);
-        diff = await target.diff(p ?? POSITION_ZERO, undefined, target.retired, target.live);
-        diffTable = await target.keepDiff(id, diff);
+        // No retired table: the earlier slice kept the diff and dropped it; only the record is missing.
+        if (p !== null) {
+          await mergeDeltas(target.retired, target.live);
+          diff = await target.diff(p, undefined, target.retired, target.live);
+        }
+        else keptAlready = true;
+      } else {
+        if (!first && c.events > 0 && !(await target.shadowExists())) throw new RebuildFailedError(r.source, r.table, `the shadow ${live.schema}.${target.shadow.mirror} of rebuild ${id} is gone (dropped by someone else?): start the rebuild again`);
+        await step('replay');
+        const read = await this.deps.reader.read(range, opts.history);
+        stats = read.stats;
+        let resume = read.resume;
+        await step('apply');
+        if (!(await applyToShadow(read.events, true, true))) return { done: false, checkpoint: c };
+        if (timeLeft() < margin) return { done: false, checkpoint: c };
+        await step('catch-up');
+        const more = await this.deps.reader.readStream(range, resume);
+        resume = more.resume;
+        await applyToShadow(more.events, true, false);
+        if (r.rehearse) {
+          await step('diff');
+          await mergeDeltas(target.live, target.shadow);
+          const p1 = await target.livePosition();
+          const firstDiff = await target.diff(p1 ?? POSITION_ZERO);
+          const again = await this.deps.reader.readStream(range, resume);
+          await applyToShadow(again.events, false, false);
+          await mergeDeltas(target.live, target.shadow);
+          const p2 = await target.livePosition();
+          const second = await target.diff(p2 ?? POSITION_ZERO);
+          // A key that differs at both points is diverged; one that differed once was in flight.
+          const once = new Set(firstDiff.rows.map((d) => `${d.kind}|${JSON.stringify(d.key)}`));
+          const rows = second.rows.filter((d) => once.has(`${d.kind}|${JSON.stringify(d.key)}`));
+          diff = { rows, missing: rows.filter((d) => d.kind === 'missing').length, extra: rows.filter((d) => d.kind === 'extra').length, changed: rows.filter((d) => d.kind === 'changed').length };
+          caughtUpTo = maxPos(c.appliedThrough, p2);
+          diffTable = await target.keepDiff(id, diff);
+          await step('drop-shadow');
+          await target.dropLeftovers();
+        } else {
+          c.phase = 'swapping';
+          await save();
+          await step('swap');
+          const p = await target.swap(async () => {
+            const last = await this.deps.reader.readStream(range, resume);
+            await applyToShadow(last.events, false, false);
+            await step('swap-renames');
+          });
+          swapped = true;
+          caughtUpTo = maxPos(c.appliedThrough, p);
+          warehouse.forgetShapes(); // the live names are the rebuilt objects now
+          await step('diff');
+          // Both sides are frozen now: the retired table as it was at the swap, the new one at the same position.
+          await mergeDeltas(target.retired, target.live);
+          diff = await target.diff(p ?? POSITION_ZERO, undefined, target.retired, target.live);
+        }
+      }
+      if (!r.rehearse) {
+        if (!keptAlready) diffTable = await target.keepDiff(id, diff);
         await target.dropRetired();
         if (caughtUpTo !== null) await cp.advanceSinkProgress(r.sink, r.source, r.table, caughtUpTo);
       }
     } catch (err) {
-      const finished = this.now();
-      const failed: RebuildRun = this.runRecord(id, r, started, finished, from, caughtUpTo, events, stats, diff, err instanceof Error ? err.message : String(err));
-      await cp
-        .recordRebuild(failed, { at: finished.toISOString(), actor: r.actor, action: 'rebuild', source: r.source, table: r.table, outcome: 'done', detail: { sink: r.sink, mode: failed.mode, result: 'failed', error: failed.error, id } })
-        .catch(() => undefined);
-      if (err instanceof CdcError) throw err;
-      throw new RebuildFailedError(r.source, r.table, err instanceof Error ? err.message : String(err), swapped);
+      if (swapped && !(err instanceof RebuildFailedError)) throw new RebuildFailedError(r.source, r.table, err instanceof Error ? err.message : String(err), true);
+      throw err;
     }
     const finished = this.now();
-    const run = this.runRecord(id, r, started, finished, from, caughtUpTo, events, stats, diff, null);
+    const run = this.runRecord(id, r, started, finished, from, caughtUpTo, c.events, stats, diff, null);
     await cp.recordRebuild(run, {
       at: finished.toISOString(),
       actor: r.actor,
@@ -284,9 +396,11 @@ export class Rebuilder {
       source: r.source,
       table: r.table,
       outcome: 'done',
-      detail: { sink: r.sink, mode: run.mode, id, durationMs: run.durationMs, events: run.events, diff: { missing: diff.missing, extra: diff.extra, changed: diff.changed }, diffTable, caughtUpTo },
+      detail: { sink: r.sink, mode: run.mode, id, durationMs: run.durationMs, events: run.events, slices: c.slices, diff: { missing: diff.missing, extra: diff.extra, changed: diff.changed }, diffTable, caughtUpTo },
     });
-    return { run, stats: stats!, diffTable, diff: diff.rows, skipped, applyMs, sleptMs };
+    await cp.releaseRebuild(r.sink, id, finished.toISOString());
+    const emptyStats: ReplayStats = { objectsRead: 0, bytesRead: 0, keysListed: 0, legacyObjects: 0, archiveRecords: 0, streamRecords: 0, events: 0, invalid: 0, shards: [] };
+    return { done: true, report: { run, stats: stats ?? emptyStats, diffTable, diff: diff.rows, skipped: c.skipped, applyMs: c.applyMs, sleptMs: c.sleptMs } };
   }
 
   private runRecord(id: string, r: RebuildRequest, started: Date, finished: Date, from: Position, caughtUpTo: Position | null, events: number, stats: ReplayStats | undefined, diff: DiffResult, error: string | null): RebuildRun {

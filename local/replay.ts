@@ -76,6 +76,12 @@ export interface HistoryCheck {
   /** Data objects of the table (by-table and `_other`) and the batch-layout objects. */
   objects: ArchivedObject[];
   keysListed: number;
+  /**
+   * Objects in the data folders whose names place them in neither layout (no shard and sequence
+   * numbers: Kinesis Data Firehose's own object names). Their records cannot be placed in the
+   * history, so a rebuild is refused while there are any (docs/rebuild.md, "On AWS").
+   */
+  unplaced: string[];
 }
 
 function parseLines(body: Buffer): string[] {
@@ -101,13 +107,15 @@ export class ReplayReader {
       this.o.archive.list(`${this.prefix}2`),
     ]);
     const objects: ArchivedObject[] = [];
+    const unplaced: string[] = [];
     for (const k of [...mine, ...other, ...years]) {
       const obj = parseArchivedObject(rel(k));
       if (obj) objects.push(obj);
+      else unplaced.push(k);
     }
     const parsed = markers.map((k) => parseMarker(rel(k))).filter((m) => m !== null);
     const coverage = checkMarkerChain(parsed);
-    return { coverage, gaps: historyGaps(coverage), objects, keysListed: mine.length + other.length + markers.length + years.length };
+    return { coverage, gaps: historyGaps(coverage), objects, keysListed: mine.length + other.length + markers.length + years.length, unplaced };
   }
 
   /**

@@ -177,7 +177,11 @@ export function formatStatus(report: StatusReport): string {
   const lag = report.endToEndLag.length > 0 ? report.endToEndLag.map((l) => `end-to-end lag ${l.sink}: ${formatDuration(l.lagMs)} (${l.lagMs} ms at ${l.at})`).join('\n') + '\n' : 'end-to-end lag: unknown\n';
   // Tables the capture rules match but do not capture, each with its reason (docs/onboarding.md).
   const notCaptured = (report.notCaptured ?? []).map((n) => `not captured: ${n.source}/${n.table} ${n.verdict}: ${n.reasons.join('; ')}\n`).join('');
-  return `${report.tables.length === 0 ? 'no registered tables\n' : pad(rows)}${notCaptured}${formatSlots(report)}change log retention: ${formatDuration(report.changeLogRetentionMs)}\n${lag}`;
+  // Rebuilds under way (docs/rebuild.md): the sink's rebuild slot and its checkpoint.
+  const rebuilding = report.tables
+    .flatMap((t) => (t.rebuilds ?? []).map((b) => `rebuild ${b.stale ? 'stalled' : 'running'}: ${t.source}/${t.table} sink ${b.sink} (${b.mode}, ${b.id}) since ${b.startedAt}: ${b.events} events into the shadow in ${b.slices} slice(s), last report ${b.heartbeatAt}\n`))
+    .join('');
+  return `${report.tables.length === 0 ? 'no registered tables\n' : pad(rows)}${notCaptured}${rebuilding}${formatSlots(report)}change log retention: ${formatDuration(report.changeLogRetentionMs)}\n${lag}`;
 }
 
 /** The slot monitor's latest report per source (docs/doctor.md): one row per slot, the named stop when the capture's slot is gone. */

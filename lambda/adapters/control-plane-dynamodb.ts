@@ -18,6 +18,7 @@
  * | `SOURCE#<source>`           | `SNAPSHOT#<table>`        | the table's snapshot run (state as JSON, `version`)    |
  * | `SNAPSHOT#<source>#<table>` | `RUN#<run>#C#<9 digits>`  | a completed snapshot chunk (docs/snapshot.md)          |
  * | `REBUILD#<sink>`            | `<source>#<table>#<ISO time>#<id>` | a rebuild run (docs/rebuild.md; JSON in `body`) |
+ * | `REBUILD#<sink>`            | `ACTIVE`                  | the sink's rebuild slot: the one under way, its checkpoint (JSON in `body`) |
  * | `VERDICT#<sink>`            | `TABLE#<source>#<table>`  | latest reconciliation verdict + cursor (docs/reconcile.md) |
  *
  * The audit log is one partition, read in time order: it holds state changes, schema versions
@@ -76,7 +77,7 @@ import type {
   TableState,
 } from '../core/control-plane.ts';
 import { cutUtf8, DEAD_LETTER_RECORD_MAX_BYTES } from '../core/control-plane.ts';
-import type { RebuildRun } from '../core/control-plane.ts';
+import type { ActiveRebuild, RebuildCheckpoint, RebuildRun } from '../core/control-plane.ts';
 
 type Item = Record<string, AttributeValue>;
 type Plain = Record<string, unknown>;
@@ -100,6 +101,7 @@ const key = {
   verdict: (sink: string, source: string, table: string) => ({ pk: ControlPartition.verdicts(sink), sk: `TABLE#${source}#${table}` }),
   snapshotChunk: (source: string, table: string, run: string, index: number) => ({ pk: ControlPartition.snapshotChunks(source, table), sk: `RUN#${run}#C#${String(index).padStart(9, '0')}` }),
   rebuild: (sink: string, source: string, table: string, at: string, id: string) => ({ pk: ControlPartition.rebuilds(sink), sk: `${source}#${table}#${sortableTime(at)}#${id}` }),
+  activeRebuild: (sink: string) => ({ pk: ControlPartition.rebuilds(sink), sk: 'ACTIVE' }),
 };
 
 /** ISO-8601 in UTC with milliseconds, so that string order is time order whatever form the caller used. */
@@ -736,7 +738,83 @@ export class DynamoDbControlPlane implements ControlPlane {
   async listRebuilds(sink: string, source?: string, table?: string): Promise<RebuildRun[]> {
     const prefix = source === undefined ? undefined : table === undefined ? `${source}#` : `${source}#${table}#`;
     const items = await this.query({ pk: ControlPartition.rebuilds(sink), ...(prefix ? { skPrefix: prefix } : {}) });
-    return items.map((i) => JSON.parse(String(i.body)) as RebuildRun).sort((a, b) => (a.startedAt < b.startedAt ? -1 : a.startedAt > b.startedAt ? 1 : 0));
+    return items
+      .filter((i) => i.kind === 'rebuild')
+      .map((i) => JSON.parse(String(i.body)) as RebuildRun)
+      .sort((a, b) => (a.startedAt < b.startedAt ? -1 : a.startedAt > b.startedAt ? 1 : 0));
+  }
+
+  // The sink's rebuild slot: one item, `state` and `heartbeatAt` as attributes for the conditions, the claim as JSON in `body`.
+
+  async claimRebuild(claim: ActiveRebuild, staleBefore: string, audit: AuditEntry): Promise<ActiveRebuild | null> {
+    nonEmpty(claim.sink, 'rebuild.sink');
+    nonEmpty(claim.id, 'rebuild.id');
+    const outcome = await this.transact([
+      {
+        Put: {
+          TableName: this.tableName,
+          Item: toItem({ ...key.activeRebuild(claim.sink), kind: 'rebuild-slot', id: claim.id, state: claim.state, heartbeatAt: sortableTime(claim.heartbeatAt), body: JSON.stringify(claim) }),
+          ConditionExpression: 'attribute_not_exists(pk) OR #state = :finished OR #hb < :stale',
+          ExpressionAttributeNames: { '#state': 'state', '#hb': 'heartbeatAt' },
+          ExpressionAttributeValues: toItem({ ':finished': 'finished', ':stale': sortableTime(staleBefore) }),
+        },
+      },
+      this.auditPut(audit),
+    ]);
+    if (outcome.ok) return null;
+    if (outcome.reasons[0] === 'ConditionalCheckFailed') {
+      const holder = await this.getActiveRebuild(claim.sink);
+      if (holder) return holder;
+    }
+    throw transactionFailed('claimRebuild', outcome.reasons);
+  }
+
+  async getActiveRebuild(sink: string): Promise<ActiveRebuild | null> {
+    const item = await this.get(key.activeRebuild(sink));
+    return item ? (JSON.parse(String(item.body)) as ActiveRebuild) : null;
+  }
+
+  async checkpointRebuild(sink: string, id: string, checkpoint: RebuildCheckpoint, at: string): Promise<boolean> {
+    for (let attempt = 0; ; attempt++) {
+      const item = await this.get(key.activeRebuild(sink));
+      if (!item || item.id !== id || item.state !== 'running') return false;
+      const claim = { ...(JSON.parse(String(item.body)) as ActiveRebuild), checkpoint, heartbeatAt: at };
+      try {
+        await this.client.send(
+          new UpdateItemCommand({
+            TableName: this.tableName,
+            Key: toItem(key.activeRebuild(sink)),
+            UpdateExpression: 'SET #body = :body, #hb = :hb',
+            ConditionExpression: '#id = :id AND #state = :running AND #body = :old',
+            ExpressionAttributeNames: { '#body': 'body', '#hb': 'heartbeatAt', '#id': 'id', '#state': 'state' },
+            ExpressionAttributeValues: toItem({ ':body': JSON.stringify(claim), ':hb': sortableTime(at), ':id': id, ':running': 'running', ':old': item.body }),
+          }),
+        );
+        return true;
+      } catch (e) {
+        if (!(e instanceof ConditionalCheckFailedException) || attempt >= 5) throw e;
+      }
+    }
+  }
+
+  async releaseRebuild(sink: string, id: string, at: string): Promise<void> {
+    const item = await this.get(key.activeRebuild(sink));
+    if (!item || item.id !== id) return;
+    const claim = { ...(JSON.parse(String(item.body)) as ActiveRebuild), state: 'finished' as const, heartbeatAt: at };
+    try {
+      await this.client.send(
+        new UpdateItemCommand({
+          TableName: this.tableName,
+          Key: toItem(key.activeRebuild(sink)),
+          UpdateExpression: 'SET #body = :body, #hb = :hb, #state = :finished',
+          ConditionExpression: '#id = :id',
+          ExpressionAttributeNames: { '#body': 'body', '#hb': 'heartbeatAt', '#id': 'id', '#state': 'state' },
+          ExpressionAttributeValues: toItem({ ':body': JSON.stringify(claim), ':hb': sortableTime(at), ':id': id, ':finished': 'finished' }),
+        }),
+      );
+    } catch (e) {
+      if (!(e instanceof ConditionalCheckFailedException)) throw e;
+    }
   }
 
   private async get(k: { pk: string; sk: string }): Promise<Plain | null> {

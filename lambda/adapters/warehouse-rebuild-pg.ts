@@ -89,6 +89,29 @@ export class PgRebuildTarget {
     }
   }
 
+  /** Whether the shadow mirror exists (a resumed rebuild: before the swap it does, after it it does not). */
+  async shadowExists(): Promise<boolean> {
+    const client = await this.pool.connect();
+    try {
+      return (await existing(client, this.shadow)).has(this.shadow.mirror);
+    } finally {
+      client.release();
+    }
+  }
+
+  /** The highest position the retired changelog holds: where the live table stood at the swap (null: none). */
+  async retiredPosition(): Promise<Position | null> {
+    const client = await this.pool.connect();
+    try {
+      const has = await existing(client, this.retired);
+      if (!has.has(this.retired.changelog)) return null;
+      const res = await client.query<{ p: string | null }>(livePositionSql(this.retired, has.has(this.retired.delta)));
+      return res.rows[0]?.p ?? null;
+    } finally {
+      client.release();
+    }
+  }
+
   /**
    * Live versus shadow mirror, keys whose positions are at or below `upTo` (see `diffSql`). The
    * mirrors only: the caller merges both sides' deltas first (local/rebuild.ts), or a change

@@ -207,6 +207,52 @@ export interface ControlPlane {
   recordRebuild(run: RebuildRun, audit: AuditEntry): Promise<void>;
   /** One sink's rebuild runs, oldest first (of one table when given). */
   listRebuilds(sink: string, source?: string, table?: string): Promise<RebuildRun[]>;
+  /**
+   * Claims the sink's one rebuild slot for `claim` (docs/rebuild.md, "One at a time"), with its
+   * audit entry, in one transaction: succeeds when no rebuild of the sink is under way, the last
+   * one finished, or its runner has not reported since `staleBefore`. Returns null when claimed,
+   * else the rebuild that holds the slot.
+   */
+  claimRebuild(claim: ActiveRebuild, staleBefore: string, audit: AuditEntry): Promise<ActiveRebuild | null>;
+  /** The sink's rebuild under way (or the last one, `finished`), null when there never was one. */
+  getActiveRebuild(sink: string): Promise<ActiveRebuild | null>;
+  /** Stores the rebuild's checkpoint and heartbeat; false when the slot is no longer `id`'s (taken over, or finished). */
+  checkpointRebuild(sink: string, id: string, checkpoint: RebuildCheckpoint, at: string): Promise<boolean>;
+  /** Marks the rebuild `id` finished, freeing the sink's slot (no-op when the slot is another's). */
+  releaseRebuild(sink: string, id: string, at: string): Promise<void>;
+}
+
+/** The rebuild under way of one sink (at most one per sink; docs/rebuild.md). */
+export interface ActiveRebuild {
+  id: string;
+  sink: string;
+  source: string;
+  table: string;
+  mode: 'rehearsal' | 'swap';
+  /** The replay's start position (inclusive), as requested; null: the beginning. */
+  from: Position | null;
+  actor: string;
+  startedAt: string;
+  /** `running` until the runner records the run and frees the slot. */
+  state: 'running' | 'finished';
+  /** The runner's last report; a claim older than the stale time may be taken over. */
+  heartbeatAt: string;
+  /** Where the runner got to; null before its first batch. */
+  checkpoint: RebuildCheckpoint | null;
+}
+
+/** What a resumed rebuild needs to go on where the last invocation stopped (docs/rebuild.md, "Where it runs"). */
+export interface RebuildCheckpoint {
+  /** `replay`: applying into the shadow; `swapping`: the swap transaction was started (it may or may not have committed). */
+  phase: 'replay' | 'swapping';
+  /** Every event at or below this position is in the shadow (null: none yet). */
+  appliedThrough: Position | null;
+  events: number;
+  applyMs: number;
+  sleptMs: number;
+  skipped: number;
+  /** Invocations so far. */
+  slices: number;
 }
 
 /** One rebuild of one table of one sink (docs/rebuild.md): what a rehearsal measures, what a swap did. */

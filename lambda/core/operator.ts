@@ -7,7 +7,8 @@
  * is audited too (who, what, when, why). Of two concurrent actions on one table exactly one
  * wins: the other's condition fails and it is refused (`CONCURRENT_CHANGE`) and audited.
  */
-import type { AuditEntry, ControlPlane, DeadLetter, SinkTableProgress, TableRecord, TableState } from './control-plane.ts';
+import type { ActiveRebuild, AuditEntry, ControlPlane, DeadLetter, SinkTableProgress, TableRecord, TableState } from './control-plane.ts';
+import { decideRebuildSlot, REBUILD_STALE_AFTER_MS } from './rebuild.ts';
 import { requestSnapshot } from './snapshot-worker.ts';
 import { latestVerdicts, type DiscoveryVerdict } from './discovery.ts';
 import { CdcError } from './errors.ts';
@@ -46,6 +47,11 @@ export interface TableStatus {
    * null when none was requested or no worker is wired.
    */
   snapshot: SnapshotStatus | null;
+  /**
+   * Rebuilds of the table under way, per sink, from the sink's rebuild slot (docs/rebuild.md):
+   * `stale` when its runner has not reported for the stale time. Absent when none runs.
+   */
+  rebuilds?: Array<{ sink: string; id: string; mode: 'rehearsal' | 'swap'; startedAt: string; heartbeatAt: string; events: number; slices: number; stale: boolean }>;
   /** `poll` for a polled table (docs/polling.md); absent for a table captured from the log. */
   capture?: 'poll';
   /** False for a polled table: its deletes are not observable (docs/polling.md). Absent: true. */
@@ -92,7 +98,8 @@ export type OperatorRequest =
  */
 export interface RebuildScheduler {
   check(r: { source: string; table: string; sink: string; from?: string }): Promise<{ refusal: Refusal | null }>;
-  run(r: { source: string; table: string; sink: string; from?: string; rehearse: boolean; actor: string }): Promise<{ message: string; detail: Record<string, unknown> }>;
+  /** Rebuilds (or, on AWS, starts the rebuild and answers at once); a refusal (another rebuild claimed the sink meanwhile) is audited by the operator. */
+  run(r: { source: string; table: string; sink: string; from?: string; rehearse: boolean; actor: string }): Promise<{ message: string; detail: Record<string, unknown> } | { refusal: Refusal }>;
 }
 
 export interface OperatorDeps {
@@ -171,8 +178,16 @@ export class Operator {
     const progress = await this.cp.listSinkProgress();
     const letters = await this.cp.listDeadLetters();
     const out: TableStatus[] = [];
+    const rebuildSlots = new Map<string, ActiveRebuild | null>();
+    for (const sink of new Set(progress.map((p) => p.sink))) rebuildSlots.set(sink, await this.cp.getActiveRebuild(sink));
     for (const t of tables) {
       const sinks = progress.filter((p) => p.source === t.source && p.table === t.table);
+      const rebuilds = sinks.flatMap((p) => {
+        const slot = rebuildSlots.get(p.sink);
+        if (!slot || slot.state !== 'running' || slot.source !== t.source || slot.table !== t.table) return [];
+        const stale = decideRebuildSlot(slot, now, REBUILD_STALE_AFTER_MS) === null;
+        return [{ sink: p.sink, id: slot.id, mode: slot.mode, startedAt: slot.startedAt, heartbeatAt: slot.heartbeatAt, events: slot.checkpoint?.events ?? 0, slices: slot.checkpoint?.slices ?? 0, stale }];
+      });
       out.push({
         source: t.source,
         table: t.table,
@@ -184,6 +199,7 @@ export class Operator {
         deadLetters: letters.filter((d: DeadLetter) => d.source === t.source && d.table === t.table).length,
         retentionHeadroomMs: retentionHeadroomMs(sinks, now, this.deps.settings),
         snapshot: await this.deps.snapshots.status(t.source, t.table),
+        ...(rebuilds.length > 0 ? { rebuilds } : {}),
         ...(t.capture === 'poll' ? { capture: 'poll' as const, deletesObservable: false as const } : {}),
       });
     }
@@ -308,6 +324,7 @@ export class Operator {
     const checked = await this.deps.rebuilds.check(ask);
     if (checked.refusal) return this.refuse(actor, 'rebuild', table.source, table.table, checked.refusal, detail);
     const done = await this.deps.rebuilds.run({ ...ask, rehearse, actor });
+    if ('refusal' in done) return this.refuse(actor, 'rebuild', table.source, table.table, done.refusal, detail);
     return { outcome: 'done', action: 'rebuild', source: table.source, table: table.table, message: done.message, detail: { ...detail, ...done.detail } };
   }
 

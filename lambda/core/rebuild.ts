@@ -24,6 +24,8 @@
  * (the merge keeps what the view shows).
  */
 import type { Position } from './position.ts';
+import { randomUUID } from 'node:crypto';
+import type { ActiveRebuild, ControlPlane } from './control-plane.ts';
 import { CdcColumn, fitIdentifier, qualified, type WarehouseTable } from './warehouse-sql.ts';
 import { assertPlainIdentifier, quoteIdent, splitTableId } from './identifiers.ts';
 
@@ -190,7 +192,7 @@ export function createDiffTableSql(schema: string, name: string, key: readonly s
 
 /** Why a rebuild is refused (the operator audits it and exits 3). */
 export interface RebuildRefusal {
-  code: 'HISTORY_INCOMPLETE' | 'TABLE_NOT_ACTIVE' | 'TABLE_HELD' | 'NO_SINK_PROGRESS' | 'INVALID_FROM';
+  code: 'HISTORY_INCOMPLETE' | 'TABLE_NOT_ACTIVE' | 'TABLE_HELD' | 'NO_SINK_PROGRESS' | 'INVALID_FROM' | 'REBUILD_RUNNING';
   reason: string;
   hint: string;
 }
@@ -215,7 +217,52 @@ export function decideRebuildState(state: string, heldFrom: Position | null, tab
   return null;
 }
 
+/**
+ * One rebuild per sink at a time (docs/rebuild.md, "One at a time"): two would share the
+ * warehouse's spare capacity that the throttle leaves live apply, and two of one table would
+ * build the same shadow objects. A slot whose runner has not reported for `staleAfterMs` (it
+ * died, and the state machine gave up on it) may be taken over.
+ */
+export function decideRebuildSlot(slot: Pick<ActiveRebuild, 'id' | 'source' | 'table' | 'state' | 'heartbeatAt' | 'startedAt' | 'checkpoint'> | null, now: Date, staleAfterMs: number): RebuildRefusal | null {
+  if (!slot || slot.state !== 'running') return null;
+  if (now.getTime() - Date.parse(slot.heartbeatAt) > staleAfterMs) return null;
+  const progress = slot.checkpoint ? `, ${slot.checkpoint.events} events into the shadow after ${slot.checkpoint.slices} slice(s)` : '';
+  return {
+    code: 'REBUILD_RUNNING',
+    reason: `rebuild ${slot.id} of ${slot.source}/${slot.table} is under way on this sink (started ${slot.startedAt}, last report ${slot.heartbeatAt}${progress})`,
+    hint: 'wait for it to finish (cdc status shows it; cdc audit records its end), then try again',
+  };
+}
+
 /** Checks the plain identifier parts used in a rebuild's names. */
 export function assertRebuildable(t: WarehouseTable): void {
   assertPlainIdentifier(shadowTable(t).view, 'rebuild shadow name');
+}
+
+/** How long a claimed rebuild slot may go without a report before another rebuild may take it over (docs/rebuild.md). */
+export const REBUILD_STALE_AFTER_MS = 30 * 60_000;
+
+/** A new rebuild's id: its start time and a random part. */
+export function newRebuildId(at: Date): string {
+  return `${at.toISOString().replace(/[-:.]/g, '')}-${randomUUID().slice(0, 8)}`;
+}
+
+/**
+ * Claims the sink's rebuild slot for rebuild `id` of `r`, audited (`rebuild-started`): the
+ * `cdc local` door and the operator function on AWS both start a rebuild through it.
+ */
+export async function claimRebuildSlot(control: ControlPlane, r: { source: string; table: string; sink: string; from?: Position; rehearse: boolean; actor: string }, id: string, now: Date, staleAfterMs = REBUILD_STALE_AFTER_MS): Promise<{ id: string } | { refusal: RebuildRefusal }> {
+  const at = now.toISOString();
+  const claim: ActiveRebuild = { id, sink: r.sink, source: r.source, table: r.table, mode: r.rehearse ? 'rehearsal' : 'swap', from: r.from ?? null, actor: r.actor, startedAt: at, state: 'running', heartbeatAt: at, checkpoint: null };
+  const holder = await control.claimRebuild(claim, new Date(now.getTime() - staleAfterMs).toISOString(), {
+    at,
+    actor: r.actor,
+    action: 'rebuild-started',
+    source: r.source,
+    table: r.table,
+    outcome: 'done',
+    detail: { sink: r.sink, id, mode: claim.mode, from: claim.from },
+  });
+  if (holder) return { refusal: decideRebuildSlot(holder, now, staleAfterMs)! };
+  return { id };
 }

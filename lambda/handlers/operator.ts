@@ -6,13 +6,17 @@
  * Configuration (environment): `CDC_CONTROL_TABLE`; `CDC_CHANGE_LOG_RETENTION_MS` (the change
  * log's retention); optional `CDC_PAUSE_BUDGETS` (JSON object source id → ms) and
  * `CDC_OPERATOR_ACTIONS` (the actions this function serves; the status-only function has
- * `status,audit` and a read-only role).
+ * `status,audit` and a read-only role) and `CDC_REBUILD_WORKERS` (per sink, its rebuild worker and
+ * state machine: lambda/adapters/rebuild-aws.ts).
  */
 import { Logger } from '@aws-lambda-powertools/logger';
 import type { Context } from 'aws-lambda';
 import { EnvName } from '../../contracts/env.ts';
 import { dynamoDbClient } from '../adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
+import { awsRebuilds, lambdaInvoker, parseRebuildWorkers, stepFunctionsStarter } from '../adapters/rebuild-aws.ts';
+import { LambdaClient } from '@aws-sdk/client-lambda';
+import { SFNClient } from '@aws-sdk/client-sfn';
 import type { ControlPlane } from '../core/control-plane.ts';
 import { CdcError } from '../core/errors.ts';
 import type { OperatorSettings } from '../core/operator-decisions.ts';
@@ -55,7 +59,7 @@ export function operatorSettingsFrom(env: NodeJS.ProcessEnv): { settings: Operat
 export function createOperatorHandler(deps: { control: ControlPlane; env: NodeJS.ProcessEnv; logger?: Pick<Logger, 'info' | 'warn'>; rebuilds?: RebuildScheduler }): (payload: unknown) => Promise<OperatorResponse> {
   const { settings, allowed } = operatorSettingsFrom(deps.env);
   const log = deps.logger ?? logger;
-  // A rebuild needs the warehouse and the archive: the cdc local door wires it (docs/rebuild.md); without it a rebuild is refused, audited.
+  // A rebuild needs the warehouse and the archive: the cdc local door wires local/rebuild.ts, the Lambda entry point the sinks' rebuild workers (docs/rebuild.md); without it a rebuild is refused, audited.
   const operator = new Operator({ control: deps.control, settings, snapshots: controlPlaneSnapshots(deps.control), ...(deps.rebuilds ? { rebuilds: deps.rebuilds } : {}) });
   return async (payload) => {
     const response = await serveOperator(operator, payload, allowed);
@@ -73,7 +77,11 @@ export const handler = async (event: unknown, context: Context): Promise<Operato
   if (!built) {
     const table = process.env[EnvName.CONTROL_TABLE];
     if (!table) throw new OperatorConfigurationError(`${EnvName.CONTROL_TABLE} is not set`);
-    built = createOperatorHandler({ control: new DynamoDbControlPlane(dynamoDbClient(), table), env: process.env });
+    const control = new DynamoDbControlPlane(dynamoDbClient(), table);
+    // The rebuild of a sink runs in its rebuild state machine, when the stack deploys one (docs/rebuild.md, "On AWS").
+    const workers = parseRebuildWorkers(process.env[EnvName.REBUILD_WORKERS]);
+    const rebuilds = awsRebuilds({ control, workers, invoke: lambdaInvoker(new LambdaClient({})), start: stepFunctionsStarter(new SFNClient({})) });
+    built = createOperatorHandler({ control, env: process.env, rebuilds });
   }
   return built(event);
 };

@@ -14,7 +14,9 @@
  * `grantOperate` grants lambda:InvokeFunction on the first, `grantReadStatus` on the second.
  * Each function has an alarm on its errors.
  */
-import { CfnOutput, Duration, Size, Validations } from 'aws-cdk-lib';
+import { CfnElement, CfnOutput, Duration, Lazy, Size, Stack, Validations } from 'aws-cdk-lib';
+import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import type * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import type * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -37,13 +39,15 @@ export interface OperatorFunctionsProps {
 const READ_ACTIONS = ['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:Scan', 'dynamodb:DescribeTable'];
 /** What an accepted action writes, inside TransactWriteItems (UpdateItem on table and sink items, PutItem of the audit entry). */
 const WRITE_ACTIONS = ['dynamodb:UpdateItem', 'dynamodb:PutItem', 'dynamodb:ConditionCheckItem'];
-/** The partition keys an operator action may write (lambda/adapters/control-plane-dynamodb.ts item layout). */
-const WRITABLE_LEADING_KEYS = ['SOURCE#*', 'SINK#*', 'AUDIT'];
+/** The partition keys an operator action may write (lambda/adapters/control-plane-dynamodb.ts item layout); `REBUILD#*`: a sink's rebuild slot (docs/rebuild.md). */
+const WRITABLE_LEADING_KEYS = ['SOURCE#*', 'SINK#*', 'AUDIT', 'REBUILD#*'];
 
 export class OperatorFunctions extends Construct {
   readonly operator: CdcFunction;
   readonly status: CdcFunction;
   readonly alarms: cloudwatch.IAlarm[] = [];
+  /** Per sink, its rebuild worker and state machine (`addRebuildWorker`), in the operator function's `CDC_REBUILD_WORKERS`. */
+  private readonly rebuildWorkers = new Map<string, { worker: lambda.IFunction; stateMachine: sfn.IStateMachine }>();
 
   constructor(scope: Construct, id: string, props: OperatorFunctionsProps) {
     super(scope, id);
@@ -55,6 +59,13 @@ export class OperatorFunctions extends Construct {
       budgets[source] = ms;
     }
     const environment = (actions: string): Record<string, string> => ({
+      ...(actions.includes('rebuild')
+        ? {
+            [EnvName.REBUILD_WORKERS]: Lazy.uncachedString({
+              produce: () => JSON.stringify(Object.fromEntries([...this.rebuildWorkers].sort(([a], [b]) => (a < b ? -1 : 1)).map(([sink, w]) => [sink, { worker: w.worker.functionName, stateMachine: w.stateMachine.stateMachineArn }]))),
+            }),
+          }
+        : {}),
       [EnvName.CONTROL_TABLE]: props.table.tableName,
       [EnvName.CHANGE_LOG_RETENTION_MS]: String(retentionMs),
       [EnvName.OPERATOR_ACTIONS]: actions,
@@ -63,9 +74,9 @@ export class OperatorFunctions extends Construct {
     const common = { handlerName: 'operator' as const, memorySize: Size.mebibytes(256), timeout: Duration.seconds(30) };
     this.operator = new CdcFunction(this, 'Operator', {
       ...common,
-      description: 'cdc operator API: status, pause, resume, resnapshot, audit (invoked through IAM only)',
+      description: 'cdc operator API: status, pause, resume, resnapshot, audit, rebuild (invoked through IAM only)',
       serviceName: 'cdc-operator',
-      environment: environment('status,pause,resume,resnapshot,audit'),
+      environment: environment('status,pause,resume,resnapshot,audit,rebuild'),
     });
     this.status = new CdcFunction(this, 'Status', {
       ...common,
@@ -93,7 +104,7 @@ export class OperatorFunctions extends Construct {
     Validations.of(this.operator).acknowledge(...kmsAcks);
 
     // Where `cdc … --stack NAME` finds the functions (bin/cli/operator.ts).
-    new CfnOutput(this, 'OperatorFunctionName', { value: this.operator.fn.functionName, description: 'cdc operator function (every action); cdc status|pause|resume|resnapshot|audit --stack' });
+    new CfnOutput(this, 'OperatorFunctionName', { value: this.operator.fn.functionName, description: 'cdc operator function (every action); cdc status|pause|resume|resnapshot|audit|rebuild --stack' });
     new CfnOutput(this, 'StatusFunctionName', { value: this.status.fn.functionName, description: 'cdc operator function, read only (status, audit)' });
 
     if (props.alarmsEnabled) {
@@ -111,6 +122,24 @@ export class OperatorFunctions extends Construct {
           }),
         );
       }
+    }
+  }
+
+  /**
+   * Lets the operator function start rebuilds of `sinkId` (docs/rebuild.md, "On AWS"): invoke
+   * the sink's rebuild worker (the check) and start executions of its state machine.
+   */
+  addRebuildWorker(sinkId: string, worker: lambda.IFunction, stateMachine: sfn.IStateMachine): void {
+    if (this.rebuildWorkers.has(sinkId)) fail(this, `sink ${sinkId} already has a rebuild worker`);
+    this.rebuildWorkers.set(sinkId, { worker, stateMachine });
+    worker.grantInvoke(this.operator.fn);
+    stateMachine.grantStartExecution(this.operator.fn);
+    const cfn = worker.node.defaultChild;
+    if (cfn instanceof CfnElement) {
+      Validations.of(this.operator).acknowledge({
+        id: `AwsSolutions-IAM5[Resource::<${Stack.of(cfn).getLogicalId(cfn)}.Arn>:*]`,
+        reason: `the invoke grant covers sink ${sinkId}'s rebuild worker and its versions only (the synchronous check before a rebuild starts)`,
+      });
     }
   }
 }

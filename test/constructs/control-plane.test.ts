@@ -89,7 +89,7 @@ describe('ControlPlane operator API', () => {
     t.resourceCountIs('AWS::ApiGateway::RestApi', 0);
     t.resourceCountIs('AWS::ApiGatewayV2::Api', 0);
     t.hasResourceProperties('AWS::Lambda::Function', {
-      Environment: { Variables: Match.objectLike({ CDC_OPERATOR_ACTIONS: 'status,pause,resume,resnapshot,audit', CDC_CHANGE_LOG_RETENTION_MS: String(7 * 86_400_000), CDC_PAUSE_BUDGETS: JSON.stringify({ orders: 6 * 3_600_000 }) }) },
+      Environment: { Variables: Match.objectLike({ CDC_OPERATOR_ACTIONS: 'status,pause,resume,resnapshot,audit,rebuild', CDC_CHANGE_LOG_RETENTION_MS: String(7 * 86_400_000), CDC_PAUSE_BUDGETS: JSON.stringify({ orders: 6 * 3_600_000 }) }) },
     });
     t.hasResourceProperties('AWS::Lambda::Function', { Environment: { Variables: Match.objectLike({ CDC_OPERATOR_ACTIONS: 'status,audit' }) } });
     const outputs = Object.keys(t.findOutputs('*'));
@@ -97,7 +97,7 @@ describe('ControlPlane operator API', () => {
     expect(outputs.filter((o) => o.includes('StatusFunctionName'))).toHaveLength(1);
   });
 
-  test('least privilege: the operator writes only table, sink and audit items; the status function cannot write at all', () => {
+  test('least privilege: the operator writes only table, sink, audit and rebuild-slot items; the status function cannot write at all', () => {
     const stack = new Stack(newApp(), 'S');
     new ControlPlane(stack, 'Control');
     const t = Template.fromStack(stack);
@@ -106,7 +106,7 @@ describe('ControlPlane operator API', () => {
     expect(operator.length).toBeGreaterThan(0);
     expect(status.length).toBeGreaterThan(0);
     const write = operator.flatMap((p) => p.Properties.PolicyDocument.Statement).find((s) => JSON.stringify(s.Action).includes('dynamodb:UpdateItem'))!;
-    expect(write.Condition).toEqual({ 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['SOURCE#*', 'SINK#*', 'AUDIT'] } });
+    expect(write.Condition).toEqual({ 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['SOURCE#*', 'SINK#*', 'AUDIT', 'REBUILD#*'] } });
     for (const forbidden of ['dynamodb:DeleteItem', 'dynamodb:BatchWriteItem', 'dynamodb:*']) expect(actionsOf(operator)).not.toContain(forbidden);
     const statusActions = actionsOf(status);
     for (const a of statusActions) expect(a, a).not.toMatch(/^dynamodb:(PutItem|UpdateItem|DeleteItem|BatchWriteItem|ConditionCheckItem)$|^kms:(Encrypt|GenerateDataKey)/);

@@ -8,7 +8,7 @@ import type { IConstruct } from 'constructs';
 import { describe, expect, test } from 'vitest';
 import { buildExampleApp } from '../../bin/example-app.ts';
 import * as opensearch from 'aws-cdk-lib/aws-opensearchservice';
-import { SearchSink, WarehouseConnection, WarehouseSink } from '../../lib/index.ts';
+import { SearchSink, WarehouseConnection, WarehouseRebuild, WarehouseSink } from '../../lib/index.ts';
 import { fixture, newApp, ordersSource } from './helpers.ts';
 
 function violationsOf(app: App, scope: IConstruct): string[] {
@@ -40,7 +40,8 @@ describe('cdk-nag AwsSolutions', () => {
   test('every construct at its defaults has no unacknowledged findings', () => {
     const f = fixture();
     const orders = ordersSource(f);
-    new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: f.log, sources: [orders], connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }), vpc: f.vpc });
+    const sink = new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: f.log, sources: [orders], connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }), vpc: f.vpc });
+    new WarehouseRebuild(f.stack, 'Rebuild', { controlPlane: f.control, changeLog: f.log, sink, vpc: f.vpc });
     new SearchSink(f.stack, 'Search', { controlPlane: f.control, changeLog: f.log, sources: [orders], domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://search-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com') });
     // The fixture's VPC is test scaffolding, not part of the library.
     Validations.of(f.vpc).acknowledge({ id: 'AwsSolutions-VPC7', reason: 'test fixture vpc; flow logs are the application’s choice' });

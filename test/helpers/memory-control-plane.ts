@@ -22,7 +22,7 @@ import type {
   TableRecord,
   TableState,
 } from '../../lambda/core/control-plane.ts';
-import type { RebuildRun } from '../../lambda/core/control-plane.ts';
+import type { ActiveRebuild, RebuildCheckpoint, RebuildRun } from '../../lambda/core/control-plane.ts';
 import { CdcError } from '../../lambda/core/errors.ts';
 import type { SnapshotChunkRecord, SnapshotState } from '../../lambda/core/snapshot.ts';
 import type { ReconcileVerdict } from '../../lambda/core/reconcile.ts';
@@ -42,6 +42,7 @@ export class MemoryControlPlane implements ControlPlane {
   private readonly snapshots = new Map<string, SnapshotState>();
   private readonly snapshotChunks = new Map<string, SnapshotChunkRecord>();
   private readonly rebuilds: RebuildRun[] = [];
+  private readonly rebuildSlots = new Map<string, ActiveRebuild>();
   private readonly verdicts = new Map<string, ReconcileVerdict>();
   /** Calls per method name, for tests that care how often the applier asks. */
   readonly calls = new Map<string, number>();
@@ -297,5 +298,30 @@ export class MemoryControlPlane implements ControlPlane {
       .filter((r) => r.sink === sink && (source === undefined || r.source === source) && (table === undefined || r.table === table))
       .sort((a, b) => (a.startedAt < b.startedAt ? -1 : a.startedAt > b.startedAt ? 1 : 0))
       .map(copy);
+  }
+
+  async claimRebuild(claim: ActiveRebuild, staleBefore: string, audit: AuditEntry): Promise<ActiveRebuild | null> {
+    const held = this.rebuildSlots.get(claim.sink);
+    if (held && held.state === 'running' && Date.parse(held.heartbeatAt) >= Date.parse(staleBefore)) return copy(held);
+    this.rebuildSlots.set(claim.sink, copy(claim));
+    this.audit.push(copy(audit));
+    return null;
+  }
+
+  async getActiveRebuild(sink: string): Promise<ActiveRebuild | null> {
+    const held = this.rebuildSlots.get(sink);
+    return held ? copy(held) : null;
+  }
+
+  async checkpointRebuild(sink: string, id: string, checkpoint: RebuildCheckpoint, at: string): Promise<boolean> {
+    const held = this.rebuildSlots.get(sink);
+    if (!held || held.id !== id || held.state !== 'running') return false;
+    this.rebuildSlots.set(sink, { ...held, checkpoint: copy(checkpoint), heartbeatAt: at });
+    return true;
+  }
+
+  async releaseRebuild(sink: string, id: string, at: string): Promise<void> {
+    const held = this.rebuildSlots.get(sink);
+    if (held && held.id === id) this.rebuildSlots.set(sink, { ...held, state: 'finished', heartbeatAt: at });
   }
 }
