@@ -7,7 +7,7 @@
  */
 import { createHash } from 'node:crypto';
 import { maskValue } from './masking.ts';
-import { compareKeys, rowHashText, type KeyRange, type KeyTuple, type RangeSummary, type ReconcileSide, type SideRow, type SideShape } from './reconcile.ts';
+import { compareKeys, rowHashText, type KeyRange, type KeyTuple, type RangeSummary, type ReconcileSide, type RowHashing, type SideRow, type SideShape } from './reconcile.ts';
 
 export interface MemorySideOptions {
   label: string;
@@ -51,7 +51,9 @@ export class MemoryReconcileSide implements ReconcileSide {
     return { exists: this.o.exists ?? true, columns: [...this.o.columns], keyOrder: [...this.o.keyOrder] };
   }
 
-  useColumns(columns: readonly string[]): void {
+  /** Hashes `md5-text` only (the scheme every side has). */
+  useColumns(columns: readonly string[], hashing?: RowHashing): void {
+    if (hashing && hashing.scheme !== 'md5-text') throw new Error(`${this.label}: cannot hash rows as ${hashing.scheme}`);
     this.columns = columns;
     const masked = this.o.masked ?? [];
     this.prefix = [0n];
@@ -89,13 +91,6 @@ export class MemoryReconcileSide implements ReconcileSide {
     this.count('summarize');
     const [a, b] = this.span(range);
     return this.sum(a, b);
-  }
-
-  async summarizeNext(after: KeyTuple | null, limit: number, bound: KeyTuple | null): Promise<RangeSummary & { last: KeyTuple | null }> {
-    this.count('summarizeNext');
-    const [a, end] = this.span({ after, upTo: bound });
-    const b = Math.min(end, a + limit);
-    return { ...this.sum(a, b), last: b > a ? this.sorted[b - 1]!.key : null };
   }
 
   async keyAt(range: KeyRange, offset: number): Promise<KeyTuple | null> {
