@@ -1,12 +1,14 @@
 /**
- * A reconciliation side over rows held in memory (docs/reconcile.md): for a sink that cannot
- * checksum server-side (a search index's documents, read into it; not built yet) and for the
- * randomized test of the bisection. It hashes exactly as the SQL sides do (`rowHashText`, first 60 bits of
- * the MD5; masked columns through the masking module's `maskValue`), so it can be compared with a
- * PostgreSQL side. Pure: no I/O.
+ * Row hashing outside SQL (docs/reconcile.md): `rowHash`, exactly as the SQL sides hash under
+ * `md5-text` (`rowHashText`, first 60 bits of the MD5), and `documentValueText`, the text of a
+ * document value; the search sink's side (lambda/adapters/reconcile-search.ts) hashes a search
+ * index's documents with both. And a side over rows held in memory (masked columns through the
+ * masking module's `maskValue`), for the randomized test of the bisection, which can be compared
+ * with a PostgreSQL side. Pure: no I/O.
  */
 import { createHash } from 'node:crypto';
 import { maskValue } from './masking.ts';
+import type { JsonValue } from './event.ts';
 import { compareKeys, rowHashText, type KeyRange, type KeyTuple, type RangeSummary, type ReconcileSide, type RowHashing, type SideRow, type SideShape } from './reconcile.ts';
 
 export interface MemorySideOptions {
@@ -20,6 +22,18 @@ export interface MemorySideOptions {
   /** Columns hashed masked (a source side). */
   masked?: readonly string[];
   exists?: boolean;
+}
+
+/**
+ * The text a document value (a search index's `_source` field, JSON) compares and hashes as: a
+ * string as it is, a number or boolean as JavaScript writes it, an object or array as its JSON;
+ * absent or null is null.
+ */
+export function documentValueText(v: JsonValue | undefined): string | null {
+  if (v === undefined || v === null) return null;
+  if (typeof v === 'string') return v;
+  if (typeof v === 'number' || typeof v === 'boolean') return String(v);
+  return JSON.stringify(v);
 }
 
 /** The 60-bit hash of a row's compared values, as the SQL sides compute it. */
