@@ -8,6 +8,8 @@
  * Source reads are paced by the snapshot worker's pacer against the same source budget
  * (lambda/core/snapshot-pacer.ts), with the same pressure probe (lambda/adapters/snapshot-postgres.ts).
  */
+import { readFileSync } from 'node:fs';
+import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import pg from 'pg';
 import { dynamoDbClient } from '../lambda/adapters/aws-clients.ts';
@@ -108,6 +110,43 @@ export async function reconcileDatabases(o: ReconcileDatabasesOptions): Promise<
   }
 }
 
+/**
+ * What `cdc local` records about its search sink in the state folder (`search/sink.json`), so that
+ * `cdc reconcile --sink <id>` knows the id is the search sink's and where its index is: the
+ * stand-in's URL while it runs (null for an OpenSearch given with `--search`, whose URL may hold
+ * credentials: `cdc reconcile --search URL` then).
+ */
+export interface SearchSinkRecord {
+  sinkId: string;
+  url: string | null;
+}
+
+const searchSinkFile = (stateDir: string): string => path.join(stateDir, 'search', 'sink.json');
+
+/** Records the run's search sink (see `SearchSinkRecord`). */
+export async function writeSearchSinkRecord(stateDir: string, record: SearchSinkRecord): Promise<void> {
+  await mkdir(path.dirname(searchSinkFile(stateDir)), { recursive: true });
+  await writeFile(searchSinkFile(stateDir), `${JSON.stringify(record)}\n`);
+}
+
+/** The search sink `cdc local` last ran with on this state folder, or null. */
+export function readSearchSinkRecord(stateDir: string): SearchSinkRecord | null {
+  let text: string;
+  try {
+    text = readFileSync(searchSinkFile(stateDir), 'utf8');
+  } catch {
+    return null;
+  }
+  const v = JSON.parse(text) as Partial<SearchSinkRecord>;
+  if (typeof v.sinkId !== 'string' || (v.url !== null && typeof v.url !== 'string')) throw new LocalConfigError(`${searchSinkFile(stateDir)} is not a search sink record (remove it; cdc local writes it again)`);
+  return { sinkId: v.sinkId, url: v.url ?? null };
+}
+
+/** The search stand-in's saved index of a state folder (`search/standin.json`), served for a reconciliation while `cdc local` is stopped. */
+export function standInDataFile(stateDir: string): string {
+  return path.join(stateDir, 'search', 'standin.json');
+}
+
 /** The control plane of a `cdc local` state folder, and where its embedded databases are (when it runs). */
 export interface LocalControl {
   control: ControlPlane;
@@ -115,6 +154,8 @@ export interface LocalControl {
   /** The embedded PostgreSQL's URL for a database, when `cdc local` runs with it; else null. */
   embeddedUrl: ((database: string) => string) | null;
   embeddedSource: boolean;
+  /** The state folder (absolute). */
+  stateDir: string;
   close(): Promise<void>;
 }
 
@@ -148,6 +189,7 @@ export async function openLocalControl(stateDirOption: string): Promise<LocalCon
       running,
       embeddedUrl: running && port !== null && state.postgresDataDir !== null ? (db) => `postgres://postgres@127.0.0.1:${port}/${encodeURIComponent(db)}` : null,
       embeddedSource: state.embeddedSource,
+      stateDir,
       close,
     };
   } catch (err) {

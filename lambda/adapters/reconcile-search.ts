@@ -13,7 +13,7 @@
  * key is read and sorted through its `keyword` sub-field. The last range read is kept, so the
  * bisection inside a segment (summaries, the key at an offset, a leaf's rows) costs no further
  * request; re-checks (`rowsByKey`) always read afresh, by document id (`_mget`, tombstones left
- * out).
+ * out). It sends only `GET` (the mapping) and `POST` (`_search`, `_count`, `_mget`) requests.
  *
  * Values compare as their text: a string as it is, a number or boolean as JavaScript writes it,
  * an object as its JSON (`documentValueText`); a value whose text differs from PostgreSQL's (a
@@ -37,7 +37,7 @@ import type { JsonValue, Row } from '../core/event.ts';
 import { type HashScheme, type KeyRange, type KeyTuple, type RangeSummary, type ReconcileSide, type RowHashing, type SideRow, type SideShape } from '../core/reconcile.ts';
 import { documentValueText, rowHash } from '../core/reconcile-rows.ts';
 import { documentId, META_FIELD, searchNames, type SearchNames } from '../core/search-plan.ts';
-import type { OpenSearchIndex } from './search-opensearch.ts';
+import { SearchRequestRejectedError, type OpenSearchIndex } from './search-opensearch.ts';
 
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
@@ -235,8 +235,14 @@ export class SearchReconcileSide implements ReconcileSide {
 
   private async heartbeatApplied(): Promise<number | null> {
     const h = this.o.heartbeat!;
-    if (!(await this.o.index.exists(h.names))) return null;
-    const stored = await this.o.index.readStored(h.names.alias, [documentId({ [HEARTBEAT_KEY_COLUMN]: h.source })]);
+    let stored: Map<string, unknown>;
+    try {
+      stored = await this.o.index.readStored(h.names.alias, [documentId({ [HEARTBEAT_KEY_COLUMN]: h.source })]);
+    } catch (e) {
+      // No heartbeat indexed yet (no index): no stable point yet.
+      if (e instanceof SearchRequestRejectedError && e.status === 404) return null;
+      throw e;
+    }
     const doc = [...stored.values()][0];
     if (!isRecord(doc) || typeof doc.beat_at !== 'string') return null;
     return parsePgTimestamptz(doc.beat_at);
