@@ -11,7 +11,7 @@
  *   `timestamptz_hash_extended`, `timestamp_hash_extended`, `uuid_hash_extended`,
  *   `jsonb_hash_extended`, or `hashtextextended` of its text), seeded with the column's position,
  *   a NULL as a constant of its position, combined with XOR (`#`). No value is converted to text
- *   unless its class is `text`: about a sixth of the cost of `md5-text` (docs/performance.md §10);
+ *   unless its class is `text`: a fraction of the cost of `md5-text` (docs/performance.md §8);
  * - `md5-text` (the scheme every side has): the MD5 of `rowHashText` of the compared columns'
  *   text (each value through `quote_nullable`, joined by `,`), of which the first 60 bits count.
  * On the source, a masked column is hashed masked: the SQL form
