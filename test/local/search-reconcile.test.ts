@@ -12,8 +12,9 @@
  * 2. Documents changed, deleted and added behind the platform's back (directly in the index, with
  *    a higher external version): DIVERGED naming exactly those keys and kinds in each table (exit
  *    code 1), and MATCH again once the document is put back.
- * 3. A key that differs only because its change is in flight (the source changed, the applier
- *    applies it during the settle time) is not reported.
+ * 3. A key that differs only because its change is in flight (the source changed; the applier
+ *    applies it once the reconciler, having found the key differing, waits for the sink's stable
+ *    point) is not reported: it settles.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
@@ -24,10 +25,13 @@ import { SearchStandIn } from '../../local/search-standin.ts';
 import { reconcileDatabases } from '../../local/reconcile.ts';
 import { OpenSearchIndex, searchClient } from '../../lambda/adapters/search-opensearch.ts';
 import { createSearchApplier } from '../../lambda/handlers/search-applier.ts';
-import { maskValue } from '../../lambda/core/masking.ts';
+import { maskValue, NO_COLUMN_RULES } from '../../lambda/core/masking.ts';
 import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/event.ts';
 import { makePosition } from '../../lambda/core/position.ts';
-import { verdictExitCode, type ReconcileVerdict } from '../../lambda/core/reconcile.ts';
+import { reconcileTable, verdictExitCode, type ReconcileVerdict } from '../../lambda/core/reconcile.ts';
+import { pgSourceSide, prepareReconcileSession } from '../../lambda/adapters/reconcile-pg.ts';
+import { searchSinkSide } from '../../lambda/adapters/reconcile-search.ts';
+import { FixedPacer } from '../../lambda/core/snapshot-pacer.ts';
 import { documentId, searchNames } from '../../lambda/core/search-plan.ts';
 import { encodeVersion } from '../../lambda/core/search-version.ts';
 import type { ColumnDef } from '../../lambda/core/control-plane.ts';
@@ -212,11 +216,35 @@ describe('reconciling the search sink', () => {
     await src.query("UPDATE public.pairs SET v = 7 WHERE region = 2 AND code = 'c0010é'");
     const [event] = (await rowsAsEvents('public.pairs')).filter((e) => e.key.region === 2 && e.key.code === 'c0010é');
     expect(event).toBeDefined();
-    // The applier catches up while the reconciler waits for its settle time.
-    const late = new Promise<void>((resolve, reject) => setTimeout(() => apply([{ ...event!, op: 'update' }]).then(resolve, reject), 150));
-    const verdicts = await reconcile([TABLES[1]!]);
-    await late;
-    expect(verdicts[0]!.verdict, verdicts[0]!.reason).toBe('MATCH');
-    expect(verdicts[0]!.settled).toBe(1);
+    // The applier applies the change only once the reconciler has found the key differing and
+    // waits for the sink's stable point (its first re-check): the change was in flight.
+    const sink = searchSinkSide(index, { prefix: 'cdc', source: SOURCE, table: 'public.pairs', key: KEYS['public.pairs']!, label: 'search' });
+    const through = sink.appliedThrough!;
+    let applied = false;
+    Object.defineProperty(sink, 'appliedThrough', {
+      value: async () => {
+        if (!applied) {
+          applied = true;
+          await apply([{ ...event!, op: 'update' }]);
+        }
+        return through();
+      },
+    });
+    const s = new pg.Client({ connectionString: cluster.url(SOURCE) });
+    await s.connect();
+    await prepareReconcileSession(s);
+    try {
+      const v = await whileBeating(() =>
+        reconcileTable({
+          sink: 'search', source: SOURCE, table: 'public.pairs', key: KEYS['public.pairs']!, rules: NO_COLUMN_RULES, cursor: null, pacer: new FixedPacer(200), leafRows: 16, settleMs: 300,
+          sourceSide: pgSourceSide(s, 'public.pairs', KEYS['public.pairs']!, []), sinkSide: sink,
+        }),
+      );
+      expect(applied).toBe(true);
+      expect(v.verdict, v.reason).toBe('MATCH');
+      expect(v.settled).toBe(1);
+    } finally {
+      await s.end();
+    }
   }, 120_000);
 });
