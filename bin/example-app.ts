@@ -141,7 +141,7 @@ export class CdcExampleStack extends Stack {
 
     // The search index of the customers and orders (an existing OpenSearch Service domain in the
     // VPC; its access policy must admit the applier's role, see docs/search.md).
-    new SearchSink(this, 'Search', {
+    const search = new SearchSink(this, 'Search', {
       controlPlane,
       changeLog,
       sources: [orders],
@@ -153,12 +153,12 @@ export class CdcExampleStack extends Stack {
       alarmActions,
     });
 
-    // Reconciliation of both sources against the warehouse (docs/reconcile.md): the orders every
-    // hour, everything else once a day.
+    // Reconciliation of both sources against the warehouse, and of the orders source against the
+    // search index (docs/reconcile.md): the orders every hour, everything else once a day.
     new Reconciler(this, 'Reconciler', {
       controlPlane,
       sources: [orders, billing],
-      sinks: [warehouse],
+      sinks: [warehouse, search],
       vpc,
       awsApiEgress: AwsApiEgress.natGateway(),
       tiers: [

@@ -1,4 +1,5 @@
-import { Duration, Resource, Size, Validations, type IResource } from 'aws-cdk-lib';
+import { Duration, Resource, Size, Stack, Validations, type IResource } from 'aws-cdk-lib';
+import * as iam from 'aws-cdk-lib/aws-iam';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
@@ -17,6 +18,8 @@ import { platformMetric } from './private/platform-metric.ts';
 import { tableConfigEntries } from './private/table-mappings.ts';
 import { checkIntegerRange, checkLowerIdent, checkRequiredProps, fail, isKnownDuration } from './private/validate.ts';
 import type { WarehouseSink } from './warehouse-sink.ts';
+import { nagText } from './private/nag-text.ts';
+import { SearchSink } from './search-sink.ts';
 
 /** A group of tables reconciled on one schedule (docs/reconcile.md, "Tiers and coverage"). */
 export interface ReconcileTierProps {
@@ -31,14 +34,17 @@ export interface ReconcileTierProps {
   readonly tables?: string[];
 }
 
+/** A sink a `Reconciler` compares with its sources: a warehouse sink or a search sink. */
+export type ReconciledSink = WarehouseSink | SearchSink;
+
 /** A reconciler: a `Reconciler`. */
 export interface IReconciler extends IResource {
   /** Tables of a sink whose verdict was DIVERGED (`ReconcileDivergedTables`); maximum per period by default. */
-  metricDivergedTables(sink: WarehouseSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+  metricDivergedTables(sink: ReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric;
   /** Captured tables with no decided verdict within their tier's period (`ReconcileCoverageGaps`); maximum per period by default. */
-  metricCoverageGaps(sink: WarehouseSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+  metricCoverageGaps(sink: ReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric;
   /** Tables whose verdict was INCONCLUSIVE (`ReconcileInconclusiveTables`); maximum per period by default. */
-  metricInconclusiveTables(sink: WarehouseSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+  metricInconclusiveTables(sink: ReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric;
 }
 
 /** Properties of a `Reconciler`. */
@@ -47,9 +53,14 @@ export interface ReconcilerProps {
   readonly controlPlane: IControlPlane;
   /** The sources whose tables are reconciled. */
   readonly sources: CdcSource[];
-  /** The warehouse sinks each source is compared with (each must mirror the source). */
-  readonly sinks: WarehouseSink[];
-  /** VPC from which the function reaches the sources and the warehouses. */
+  /**
+   * The sinks each source is compared with (each must serve the source): warehouse sinks (their
+   * views) and search sinks (their indexes' live documents, read with `es:ESHttpGet`/`es:ESHttpPost`
+   * on the source's index paths only; a domain in the VPC is reached through the function's HTTPS
+   * egress, `awsApiEgress`).
+   */
+  readonly sinks: ReconciledSink[];
+  /** VPC from which the function reaches the sources, the warehouses and the search domains. */
   readonly vpc: ec2.IVpc;
   /**
    * Subnets of the function.
@@ -99,17 +110,23 @@ export interface ReconcilerProps {
   readonly alarmActions?: cloudwatch.IAlarmAction[];
 }
 
+/** The ids of the sources a sink serves. */
+function servedSources(sink: ReconciledSink): string[] {
+  return sink instanceof SearchSink ? sink.sourceIds : sink.sources.map((s) => s.sourceId);
+}
+
 const DEFAULT_TIER: ReconcileTierProps = { name: 'default', every: Duration.days(1), tables: ['*'] };
 
 /**
- * Compares each source's tables with each warehouse sink's copy on a schedule per tier (docs/reconcile.md):
+ * Compares each source's tables with each sink's copy (a warehouse's views, a search index's live
+ * documents) on a schedule per tier (docs/reconcile.md):
  * row counts plus checksums over primary-key ranges, narrowed by bisection to the keys, rotating
  * over big tables, reading the source within the snapshot worker's budget. One function per
  * source and sink, in the VPC; verdicts in the control plane; alarms when a table diverges and
  * when a captured table has gone without a decided verdict for longer than its tier's period.
  */
 export class Reconciler extends Resource implements IReconciler {
-  /** The functions, one per source and sink (`<source>/<sink>`). */
+  /** The functions, one per source and sink that serves it (`<source>/<sink>`). */
   readonly functions: Record<string, lambda.IFunction> = {};
   /** The function's security group: allow it on the databases' ports. */
   readonly connections: ec2.Connections;
@@ -151,18 +168,26 @@ export class Reconciler extends Resource implements IReconciler {
       new ec2.CfnSecurityGroupEgress(this, `${name}Egress`, { groupId: securityGroup.securityGroupId, destinationSecurityGroupId: target.securityGroupId, ipProtocol: 'tcp', fromPort: port, toPort: port, description: `Reconciler: to ${what}` });
     };
     for (const source of props.sources) allow(`Source-${source.sourceId}`, source.database.securityGroup, source.database.port, `source ${source.sourceId}`);
-    for (const sink of props.sinks) allow(`Warehouse-${sink.sinkId}`, sink.connection.securityGroup, sink.connection.port, `warehouse ${sink.sinkId}`);
+    for (const sink of props.sinks) if (!(sink instanceof SearchSink)) allow(`Warehouse-${sink.sinkId}`, sink.connection.securityGroup, sink.connection.port, `warehouse ${sink.sinkId}`);
 
+    for (const sink of props.sinks) {
+      if (!props.sources.some((source) => servedSources(sink).includes(source.sourceId))) {
+        fail(this, `sink ${sink.sinkId} serves none of the sources (${props.sources.map((x) => x.sourceId).join(', ')}); it serves ${servedSources(sink).join(', ') || 'none'}`);
+      }
+    }
     const tiersJson = JSON.stringify(this.tiers.map((t) => ({ name: t.name, periodMs: t.every.toMilliseconds(), tables: t.tables })));
     const fns: lambda.IFunction[] = [];
     for (const source of props.sources) {
       for (const sink of props.sinks) {
-        if (!sink.sources.some((s) => s.sourceId === source.sourceId)) fail(this, `sink ${sink.sinkId} does not mirror source ${source.sourceId}`);
+        const search = sink instanceof SearchSink ? sink : null;
+        // A sink is compared with the sources it serves (a search sink may index only some).
+        if (!servedSources(sink).includes(source.sourceId)) continue;
         const settle = props.settleTime ?? sink.freshnessTarget;
         const budget = source.database.snapshotBudget;
+        const warehouse = search ? null : (sink as WarehouseSink);
         const fn = new CdcFunction(this, `Function-${source.sourceId}-${sink.sinkId}`, {
           handlerName: 'reconciler',
-          description: `Reconciles source ${source.sourceId} with warehouse sink ${sink.sinkId} (${this.node.path})`,
+          description: `Reconciles source ${source.sourceId} with ${search ? 'search' : 'warehouse'} sink ${sink.sinkId} (${this.node.path})`,
           serviceName: ServiceName.RECONCILER,
           environment: {
             [EnvName.SOURCE_ID]: source.sourceId,
@@ -173,8 +198,9 @@ export class Reconciler extends Resource implements IReconciler {
             [EnvName.SOURCE_SECRET_ARN]: source.database.secret.secretArn,
             [EnvName.SOURCE_SSL_MODE]: source.database.sslMode,
             ...(source.database.caCertificatePem ? { [EnvName.SOURCE_CA_PEM]: source.database.caCertificatePem } : {}),
-            [EnvName.WAREHOUSE_SECRET_ARN]: sink.connection.secret.secretArn,
-            [EnvName.WAREHOUSE_SSL_MODE]: sink.connection.sslMode,
+            ...(warehouse
+              ? { [EnvName.WAREHOUSE_SECRET_ARN]: warehouse.connection.secret.secretArn, [EnvName.WAREHOUSE_SSL_MODE]: warehouse.connection.sslMode }
+              : { [EnvName.SEARCH_ENDPOINT]: search!.domain.domainEndpoint, [EnvName.SEARCH_INDEX_PREFIX]: search!.indexPrefix }),
             [EnvName.RECONCILE_TIERS]: tiersJson,
             ...(props.rowsPerRun !== undefined ? { [EnvName.RECONCILE_ROWS_PER_RUN]: String(props.rowsPerRun) } : {}),
             [EnvName.RECONCILE_SETTLE_MS]: String(settle.toMilliseconds()),
@@ -188,7 +214,22 @@ export class Reconciler extends Resource implements IReconciler {
           securityGroups: [securityGroup],
         });
         source.database.secret.grantRead(fn.fn);
-        sink.connection.secret.grantRead(fn.fn);
+        if (warehouse) warehouse.connection.secret.grantRead(fn.fn);
+        if (search) {
+          // Reads only (mapping GET; _search, _count and _mget POSTs), on this source's index paths only
+          // (each table's aliases and generations, its heartbeat table's; docs/reconcile.md "The search sink").
+          const paths = search.indexPaths.filter((p) => p.startsWith(`${search.indexPrefix}.${source.sourceId}.`));
+          const arn = search.domain.domainArn;
+          fn.role.addToPrincipalPolicy(
+            new iam.PolicyStatement({ actions: ['es:ESHttpGet', 'es:ESHttpPost'], resources: paths.flatMap((p) => [`${arn}/${p}`, `${arn}/${p}/*`, `${arn}/${p}.*`]) }),
+          );
+          const arnText = nagText(Stack.of(this).resolve(arn));
+          for (const p of paths) {
+            for (const suffix of ['/*', '.*']) {
+              Validations.of(fn).acknowledge({ id: `AwsSolutions-IAM5[Resource::${arnText}/${p}${suffix}]`, reason: `index paths of one table only: its aliases, index generations and their sub-paths (${p}${suffix}), read-only` });
+            }
+          }
+        }
         props.controlPlane.grantItems(fn.fn, {
           // Table states and schema (is the table comparable?), the sink's progress (is it held?), its verdicts.
           read: [ControlPartition.source(source.sourceId), ControlPartition.sink(sink.sinkId), ControlPartition.verdicts(sink.sinkId)],
@@ -219,7 +260,7 @@ export class Reconciler extends Resource implements IReconciler {
           createAlarm(this, `DivergenceAlarm-${sink.sinkId}`, {
             nameSuffix: `reconcile-${sink.sinkId}-diverged`,
             description:
-              `A table of warehouse sink ${sink.sinkId} differs from its source (${this.node.path}): a reconciliation run confirmed keys that are missing, extra or different. ` +
+              `A table of ${sink instanceof SearchSink ? 'search' : 'warehouse'} sink ${sink.sinkId} differs from its source (${this.node.path}): a reconciliation run confirmed keys that are missing, extra or different. ` +
               'The verdict in the control plane names the table, the ranges and sample keys (cdc reconcile --json, docs/reconcile.md); fix by rebuilding the table, never in place.',
             metric: this.metricDivergedTables(sink, { period: Duration.seconds(fastest) }),
             threshold: 0,
@@ -231,7 +272,7 @@ export class Reconciler extends Resource implements IReconciler {
           createAlarm(this, `CoverageAlarm-${sink.sinkId}`, {
             nameSuffix: `reconcile-${sink.sinkId}-coverage`,
             description:
-              `Captured tables of warehouse sink ${sink.sinkId} have no decided reconciliation verdict within their tier's period, or the reconciler has not reported (${this.node.path}). ` +
+              `Captured tables of ${sink instanceof SearchSink ? 'search' : 'warehouse'} sink ${sink.sinkId} have no decided reconciliation verdict within their tier's period, or the reconciler has not reported (${this.node.path}). ` +
               'Tables stay INCONCLUSIVE (paused, held, too hot, sink lagging) or the runs do not finish; the run logs list the tables.',
             metric: this.metricCoverageGaps(sink, { period: Duration.seconds(longest) }),
             threshold: 0,
@@ -246,15 +287,15 @@ export class Reconciler extends Resource implements IReconciler {
     }
   }
 
-  metricDivergedTables(sink: WarehouseSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+  metricDivergedTables(sink: ReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
     return platformMetric(this, MetricName.RECONCILE_DIVERGED_TABLES, { [MetricDimension.SINK]: sink.sinkId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
   }
 
-  metricCoverageGaps(sink: WarehouseSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+  metricCoverageGaps(sink: ReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
     return platformMetric(this, MetricName.RECONCILE_COVERAGE_GAPS, { [MetricDimension.SINK]: sink.sinkId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
   }
 
-  metricInconclusiveTables(sink: WarehouseSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+  metricInconclusiveTables(sink: ReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
     return platformMetric(this, MetricName.RECONCILE_INCONCLUSIVE_TABLES, { [MetricDimension.SINK]: sink.sinkId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
   }
 }

@@ -18,6 +18,7 @@ import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './private/a
 import { CdcFunction } from './private/cdc-function.ts';
 import { platformMetric } from './private/platform-metric.ts';
 import { AwsApiEgress } from './aws-api-egress.ts';
+import { nagText } from './private/nag-text.ts';
 import { sameChangeLog } from './private/same-change-log.ts';
 import { consumeStream, defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
 import { checkIntegerRange, checkLowerIdent, fail, idFromConstructId } from './private/validate.ts';
@@ -160,20 +161,6 @@ export interface SearchSinkProps {
   readonly alarmIteratorAgeThreshold?: Duration;
 }
 
-/** A resolved CloudFormation value as cdk-nag names it in a finding (`<Logical.Arn>`, `<AWS::Region>`). */
-function nagText(v: unknown): string {
-  if (typeof v === 'string') return v;
-  if (typeof v === 'object' && v !== null) {
-    const o = v as Record<string, unknown>;
-    if (typeof o.Ref === 'string') return `<${o.Ref}>`;
-    const att = o['Fn::GetAtt'];
-    if (Array.isArray(att)) return `<${att.join('.')}>`;
-    const join = o['Fn::Join'];
-    if (Array.isArray(join) && typeof join[0] === 'string' && Array.isArray(join[1])) return (join[1] as unknown[]).map(nagText).join(join[0]);
-  }
-  return JSON.stringify(v);
-}
-
 /** The index path prefix of one table, as the applier names it (lambda/core/search-plan.ts `searchNames`). */
 function aliasOf(prefix: string, sourceId: string, table: string): string {
   return `${prefix}.${sourceId}.${table}`;
@@ -202,13 +189,20 @@ export class SearchSink extends Resource implements ISearchSink, ec2.IConnectabl
   readonly alarms: cloudwatch.IAlarm[] = [];
   /** The index path prefixes this sink writes (`<prefix>.<source>.<schema>.<table>`), heartbeat tables included. */
   readonly indexPaths: string[];
-  private readonly sourceIds: string[];
+  /** The domain it indexes into. */
+  readonly domain: opensearch.IDomain;
+  /** The prefix of its index and alias names. */
+  readonly indexPrefix: string;
+  /** The ids of the sources whose tables it indexes. */
+  readonly sourceIds: string[];
 
   constructor(scope: Construct, id: string, props: SearchSinkProps) {
     super(scope, id);
     this.sinkId = checkLowerIdent(this, 'sinkId', props.sinkId ?? idFromConstructId(id));
     this.freshnessTarget = props.freshnessTarget ?? Duration.minutes(5);
     const prefix = props.indexPrefix ?? 'cdc';
+    this.domain = props.domain;
+    this.indexPrefix = prefix;
     if (!/^[a-z][a-z0-9_-]{0,31}$/.test(prefix)) fail(this, `indexPrefix must be lower case letters, digits, _ or - (at most 32), starting with a letter, got '${prefix}'`);
     if (props.sources.length === 0) fail(this, 'sources must not be empty; a sink indexes the tables of at least one source');
     const sourceIds = new Set<string>();

@@ -1,12 +1,15 @@
 /**
  * Reconciliation on one machine (docs/reconcile.md): the core (lambda/core/reconcile.ts) with
- * the PostgreSQL sides (lambda/adapters/reconcile-pg.ts) over a source and a warehouse database,
- * verdicts and cursors in a control plane. `cdc reconcile` opens the control plane of a
+ * the PostgreSQL source side (lambda/adapters/reconcile-pg.ts) and one sink's side: a warehouse
+ * database (the same file) or a search index (lambda/adapters/reconcile-search.ts, the stand-in or
+ * an OpenSearch), verdicts and cursors in a control plane. `cdc reconcile` opens the control plane of a
  * `cdc local` state folder and calls `reconcileDatabases`; tests and the bench call it directly.
  *
  * Source reads are paced by the snapshot worker's pacer against the same source budget
  * (lambda/core/snapshot-pacer.ts), with the same pressure probe (lambda/adapters/snapshot-postgres.ts).
  */
+import { readFileSync } from 'node:fs';
+import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import pg from 'pg';
 import { dynamoDbClient } from '../lambda/adapters/aws-clients.ts';
@@ -17,6 +20,9 @@ import { runningPid } from './operator-door.ts';
 import { CONTROL_TABLE, readState, takeLock } from './stack.ts';
 import type { ControlPlane } from '../lambda/core/control-plane.ts';
 import { pgSourceSide, pgWarehouseSide, prepareReconcileSession } from '../lambda/adapters/reconcile-pg.ts';
+import { searchSinkSide } from '../lambda/adapters/reconcile-search.ts';
+import type { OpenSearchIndex } from '../lambda/adapters/search-opensearch.ts';
+import { DEFAULT_INDEX_PREFIX } from '../lambda/core/search-plan.ts';
 import { PostgresPressureProbe } from '../lambda/adapters/snapshot-postgres.ts';
 import { reconcileTables, type ReconcileVerdict, type TableToReconcile } from '../lambda/core/reconcile.ts';
 import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, FixedPacer, type SourceBudget } from '../lambda/core/snapshot-pacer.ts';
@@ -27,7 +33,10 @@ import { splitTableId } from '../lambda/core/identifiers.ts';
 export interface ReconcileDatabasesOptions {
   control: ControlPlane;
   sourceUrl: string;
-  warehouseUrl: string;
+  /** The warehouse sink's database (a warehouse sink). */
+  warehouseUrl?: string;
+  /** The search sink's index adapter and prefix (a search sink; instead of `warehouseUrl`). */
+  search?: { index: OpenSearchIndex; prefix?: string; pageSize?: number };
   source: string;
   sink: string;
   tables: readonly TableConfig[];
@@ -51,10 +60,16 @@ async function connect(url: string, name: string): Promise<pg.Client> {
   return c;
 }
 
-/** Reconciles the tables of one source with one warehouse sink (see the module comment). */
+/** Reconciles the tables of one source with one sink, a warehouse or a search index (see the module comment). */
 export async function reconcileDatabases(o: ReconcileDatabasesOptions): Promise<ReconcileVerdict[]> {
+  if ((o.warehouseUrl === undefined) === (o.search === undefined)) throw new Error('reconcileDatabases: give either warehouseUrl (a warehouse sink) or search (a search sink)');
   const src = await connect(o.sourceUrl, 'cdc-reconcile');
-  const wh = await connect(o.warehouseUrl, 'cdc-reconcile');
+  const wh = o.warehouseUrl !== undefined ? await connect(o.warehouseUrl, 'cdc-reconcile').catch(async (e: unknown) => {
+    await src.end().catch(() => undefined);
+    throw e;
+  }) : null;
+  const search = o.search;
+  const stable = o.stablePoint === false ? { stablePoint: false } : {};
   let probeClient: pg.Client | null = null;
   try {
     const tables: TableToReconcile[] = [];
@@ -79,15 +94,57 @@ export async function reconcileDatabases(o: ReconcileDatabasesOptions): Promise<
       ...(o.leafRows !== undefined ? { leafRows: o.leafRows } : {}),
       ...(o.settleMs !== undefined ? { settleMs: o.settleMs } : {}),
       ...(o.settleRounds !== undefined ? { settleRounds: o.settleRounds } : {}),
-      sides: async (t) => ({ source: pgSourceSide(src, t.table, t.key, t.rules.mask), sink: pgWarehouseSide(wh, o.source, t.table, t.key, { label: o.sink, ...(o.stablePoint === false ? { stablePoint: false } : {}) }) }),
+      sides: async (t) => ({
+        source: pgSourceSide(src, t.table, t.key, t.rules.mask),
+        sink: wh
+          ? pgWarehouseSide(wh, o.source, t.table, t.key, { label: o.sink, ...stable })
+          : searchSinkSide(search!.index, { prefix: search!.prefix ?? DEFAULT_INDEX_PREFIX, source: o.source, table: t.table, key: t.key, label: o.sink, ...stable, ...(search!.pageSize ? { pageSize: search!.pageSize } : {}) }),
+      }),
       ...(o.onVerdict ? { onVerdict: o.onVerdict } : {}),
     });
   } finally {
     await src.end().catch(() => undefined);
-    await wh.end().catch(() => undefined);
+    await wh?.end().catch(() => undefined);
     const p = probeClient as pg.Client | null;
     if (p) await p.end().catch(() => undefined);
   }
+}
+
+/**
+ * What `cdc local` records about its search sink in the state folder (`search/sink.json`), so that
+ * `cdc reconcile --sink <id>` knows the id is the search sink's and where its index is: the
+ * stand-in's URL while it runs (null for an OpenSearch given with `--search`, whose URL may hold
+ * credentials: `cdc reconcile --search URL` then).
+ */
+export interface SearchSinkRecord {
+  sinkId: string;
+  url: string | null;
+}
+
+const searchSinkFile = (stateDir: string): string => path.join(stateDir, 'search', 'sink.json');
+
+/** Records the run's search sink (see `SearchSinkRecord`). */
+export async function writeSearchSinkRecord(stateDir: string, record: SearchSinkRecord): Promise<void> {
+  await mkdir(path.dirname(searchSinkFile(stateDir)), { recursive: true });
+  await writeFile(searchSinkFile(stateDir), `${JSON.stringify(record)}\n`);
+}
+
+/** The search sink `cdc local` last ran with on this state folder, or null. */
+export function readSearchSinkRecord(stateDir: string): SearchSinkRecord | null {
+  let text: string;
+  try {
+    text = readFileSync(searchSinkFile(stateDir), 'utf8');
+  } catch {
+    return null;
+  }
+  const v = JSON.parse(text) as Partial<SearchSinkRecord>;
+  if (typeof v.sinkId !== 'string' || (v.url !== null && typeof v.url !== 'string')) throw new LocalConfigError(`${searchSinkFile(stateDir)} is not a search sink record (remove it; cdc local writes it again)`);
+  return { sinkId: v.sinkId, url: v.url ?? null };
+}
+
+/** The search stand-in's saved index of a state folder (`search/standin.json`), served for a reconciliation while `cdc local` is stopped. */
+export function standInDataFile(stateDir: string): string {
+  return path.join(stateDir, 'search', 'standin.json');
 }
 
 /** The control plane of a `cdc local` state folder, and where its embedded databases are (when it runs). */
@@ -97,6 +154,8 @@ export interface LocalControl {
   /** The embedded PostgreSQL's URL for a database, when `cdc local` runs with it; else null. */
   embeddedUrl: ((database: string) => string) | null;
   embeddedSource: boolean;
+  /** The state folder (absolute). */
+  stateDir: string;
   close(): Promise<void>;
 }
 
@@ -130,6 +189,7 @@ export async function openLocalControl(stateDirOption: string): Promise<LocalCon
       running,
       embeddedUrl: running && port !== null && state.postgresDataDir !== null ? (db) => `postgres://postgres@127.0.0.1:${port}/${encodeURIComponent(db)}` : null,
       embeddedSource: state.embeddedSource,
+      stateDir,
       close,
     };
   } catch (err) {

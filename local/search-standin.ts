@@ -10,8 +10,18 @@
  * `GET /_alias/<name>`, `POST /_aliases` (add / remove, one atomic list); `POST /_bulk` and
  * `POST /<index>/_bulk` with `index`, `create` and `delete` actions and per-item results;
  * `GET /<index>/_doc/<id>`; `POST /<index>/_mget` (`ids` or `docs`); `POST /<index>/_search`
- * with `match_all`, `term`, `terms`, `bool` (`filter`/`must`/`must_not`), `size`, `from`, `sort`
- * on one keyword field and `search_after`; `POST /<index>/_count`; `POST /<index>/_refresh`.
+ * with `match_all`, `term`, `terms`, `range` (`gt`/`gte`/`lt`/`lte`), `bool`
+ * (`filter`/`must`/`must_not`/`should`, `minimum_should_match`), `size`, `from`, `sort` on one or
+ * more fields and `search_after` (one value per sort field); `POST /<index>/_count`;
+ * `POST /<index>/_refresh`.
+ * Field values compare by the field's mapped type, as OpenSearch's do: `long`/`integer`/`short`/
+ * `byte` as exact integers, `double`/`float` as numbers, `date` by time, `boolean` false before
+ * true, `keyword` by the bytes of its UTF-8 text (Lucene's term order), a `text` field's `keyword`
+ * sub-field (`name.keyword`) by the text, except a value longer than its `ignore_above`, which is
+ * not indexed (a range never matches it, a sort sees it missing). Sorting on a `text` field is
+ * refused (OpenSearch needs fielddata for that). A document missing a sort field sorts last
+ * (`missing: _last`, the default), in either order; a multi-valued field sorts by its smallest
+ * value ascending and its largest descending.
  * Searches through an alias apply its filter; `get` and `mget` do not (as in OpenSearch).
  * Every write is visible at once (as if every request refreshed).
  *
@@ -156,8 +166,84 @@ function termMatches(actual: Json | undefined, expected: Json): boolean {
   return actual === expected || String(actual) === String(expected);
 }
 
-/** Evaluates the query subset on a document source. */
-function matches(q: Json | undefined, source: Obj): boolean {
+/** How a field's values compare (see the module comment): from the index mapping. */
+interface FieldKind {
+  /** The path in `_source` (a sub-field `x.keyword` reads `x`). */
+  path: string;
+  type: 'integer' | 'number' | 'date' | 'boolean' | 'keyword' | 'text';
+  /** Strings longer than this are not indexed (keyword `ignore_above`). */
+  ignoreAbove: number | null;
+}
+
+const INTEGER_TYPES = new Set(['long', 'integer', 'short', 'byte']);
+
+/** The kind of a field path in an index's mapping; an unmapped field compares as a keyword. */
+function fieldKind(properties: Obj, path: string): FieldKind {
+  const parts = path.split('.');
+  let props: Obj | null = properties;
+  let mapping: Obj | null = null;
+  const sourcePath: string[] = [];
+  for (let i = 0; i < parts.length; i++) {
+    const part = parts[i]!;
+    if (props && isObj(props[part])) {
+      mapping = props[part] as Obj;
+      sourcePath.push(part);
+      props = isObj(mapping.properties) ? mapping.properties : null;
+      continue;
+    }
+    // A multi-field: `name.keyword` of a `text` field `name` reads `name` from the source.
+    if (mapping && isObj(mapping.fields) && isObj(mapping.fields[part]) && i === parts.length - 1) {
+      mapping = mapping.fields[part] as Obj;
+      break;
+    }
+    return { path, type: 'keyword', ignoreAbove: null };
+  }
+  const t = mapping && typeof mapping.type === 'string' ? mapping.type : 'keyword';
+  const ignoreAbove = mapping && typeof mapping.ignore_above === 'number' ? mapping.ignore_above : null;
+  const type: FieldKind['type'] = INTEGER_TYPES.has(t) ? 'integer' : t === 'double' || t === 'float' || t === 'half_float' || t === 'scaled_float' ? 'number' : t === 'date' ? 'date' : t === 'boolean' ? 'boolean' : t === 'text' ? 'text' : 'keyword';
+  return { path: sourcePath.join('.'), type, ignoreAbove };
+}
+
+/** A value as the field indexes it (`null`: not indexed), comparable with `compareIndexed`. */
+function indexedValue(kind: FieldKind, v: Json | undefined): bigint | number | string | null {
+  if (v === undefined || v === null || isObj(v) || Array.isArray(v)) return null;
+  switch (kind.type) {
+    case 'integer':
+      if (typeof v === 'bigint') return v;
+      if (typeof v === 'number') return Number.isInteger(v) ? BigInt(v) : BigInt(Math.trunc(v));
+      return typeof v === 'string' && /^-?\d+$/.test(v.trim()) ? BigInt(v.trim()) : null;
+    case 'number': {
+      const n = typeof v === 'number' ? v : Number(v);
+      return Number.isFinite(n) ? n : null;
+    }
+    case 'date': {
+      const t = typeof v === 'number' ? v : Date.parse(String(v));
+      return Number.isNaN(t) ? null : t;
+    }
+    case 'boolean':
+      return v === true || v === 'true' ? 1 : v === false || v === 'false' ? 0 : null;
+    default: {
+      const text = String(v);
+      return kind.ignoreAbove !== null && text.length > kind.ignoreAbove ? null : text;
+    }
+  }
+}
+
+/** Orders two indexed values of one field: numbers numerically, strings by their UTF-8 bytes. */
+function compareIndexed(a: bigint | number | string, b: bigint | number | string): number {
+  if (typeof a === 'string' || typeof b === 'string') return Buffer.compare(Buffer.from(String(a), 'utf8'), Buffer.from(String(b), 'utf8'));
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/** The indexed values of a field in a document (several for an array). */
+function indexedValues(kind: FieldKind, source: Obj): Array<bigint | number | string> {
+  const raw = fieldValue(source, kind.path);
+  const list = Array.isArray(raw) ? raw : [raw];
+  return list.map((v) => indexedValue(kind, v as Json)).filter((v): v is bigint | number | string => v !== null);
+}
+
+/** Evaluates the query subset on a document source (`properties`: the index mapping, for typed comparisons). */
+function matches(q: Json | undefined, source: Obj, properties: Obj = {}): boolean {
   if (q === undefined || q === null) return true;
   if (!isObj(q)) throw new HttpError(400, 'parsing_exception', 'query must be an object');
   const [kind, body] = Object.entries(q)[0] ?? (['match_all', {}] as [string, Json]);
@@ -176,17 +262,45 @@ function matches(q: Json | undefined, source: Obj): boolean {
       if (!Array.isArray(values)) throw new HttpError(400, 'parsing_exception', '[terms] query needs an array');
       return values.some((v) => termMatches(fieldValue(source, field.replace(/\.keyword$/, '')), v));
     }
+    case 'range': {
+      if (!isObj(body)) throw new HttpError(400, 'parsing_exception', '[range] query malformed, no start_object after query name');
+      const [field, spec] = Object.entries(body)[0] ?? [];
+      if (field === undefined || !isObj(spec)) throw new HttpError(400, 'parsing_exception', '[range] query malformed, no field to indicate field name');
+      for (const op of Object.keys(spec)) if (!['gt', 'gte', 'lt', 'lte'].includes(op)) throw new HttpError(400, 'parsing_exception', `[range] query does not support [${op}] (the stand-in knows gt, gte, lt, lte)`);
+      const fk = fieldKind(properties, field);
+      if (fk.type === 'text') throw new HttpError(400, 'illegal_argument_exception', `the stand-in does not implement [range] on text field [${field}]; use its keyword sub-field`);
+      const bound = (op: string): bigint | number | string | null => {
+        const b = indexedValue(fk, spec[op]);
+        if (b === null) throw new HttpError(400, 'parse_exception', `[range] ${op} value [${String(spec[op])}] is not a value of field [${field}]`);
+        return b;
+      };
+      const ops = Object.keys(spec).map((op) => [op, bound(op)] as const);
+      return indexedValues(fk, source).some((v) =>
+        ops.every(([op, b]) => {
+          const c = compareIndexed(v, b!);
+          return op === 'gt' ? c > 0 : op === 'gte' ? c >= 0 : op === 'lt' ? c < 0 : c <= 0;
+        }),
+      );
+    }
     case 'bool': {
       if (!isObj(body)) throw new HttpError(400, 'parsing_exception', '[bool] query malformed');
       const list = (v: Json | undefined): Json[] => (v === undefined ? [] : Array.isArray(v) ? v : [v]);
+      const required = [...list(body.filter), ...list(body.must)];
+      const should = list(body.should);
+      // OpenSearch: with no must/filter clause at least one should clause must match; with one, none need to (unless minimum_should_match says).
+      const msm = body.minimum_should_match;
+      if (msm !== undefined && typeof msm !== 'number' && !(typeof msm === 'string' && /^\d+$/.test(msm))) {
+        throw new HttpError(400, 'parsing_exception', `the stand-in knows minimum_should_match as a whole number only, got [${String(msm)}]`);
+      }
+      const minShould = msm !== undefined ? Number(msm) : required.length === 0 && should.length > 0 ? 1 : 0;
       return (
-        [...list(body.filter), ...list(body.must)].every((c) => matches(c, source)) &&
-        !list(body.must_not).some((c) => matches(c, source)) &&
-        (list(body.should).length === 0 || list(body.should).some((c) => matches(c, source)))
+        required.every((c) => matches(c, source, properties)) &&
+        !list(body.must_not).some((c) => matches(c, source, properties)) &&
+        should.filter((c) => matches(c, source, properties)).length >= minShould
       );
     }
     default:
-      throw new HttpError(400, 'parsing_exception', `unknown query [${kind}] (the stand-in knows match_all, term, terms, bool)`);
+      throw new HttpError(400, 'parsing_exception', `unknown query [${kind}] (the stand-in knows match_all, term, terms, range, bool)`);
   }
 }
 
@@ -743,37 +857,82 @@ export class SearchStandIn {
     const out: Array<{ index: Index; id: string; doc: Doc }> = [];
     for (const i of this.resolve(name, true)) {
       const filter = this.filterOf(name, i.name);
-      for (const [id, doc] of i.docs) if (matches(filter, doc.source) && matches(body.query, doc.source)) out.push({ index: i, id, doc });
+      for (const [id, doc] of i.docs) if (matches(filter, doc.source, i.mappings.properties) && matches(body.query, doc.source, i.mappings.properties)) out.push({ index: i, id, doc });
     }
     return out;
   }
 
   private search(name: string, body: Obj): [number, Json] {
-    let hits = this.hits(name, body);
+    const hits = this.hits(name, body);
     const size = typeof body.size === 'number' ? body.size : 10;
     const from = typeof body.from === 'number' ? body.from : 0;
     if (size > 10_000 || from + size > 10_000) throw new HttpError(400, 'illegal_argument_exception', 'Result window is too large, from + size must be less than or equal to: [10000]');
-    let sortField: string | null = null;
-    let desc = false;
-    if (body.sort !== undefined) {
-      const s = Array.isArray(body.sort) ? body.sort[0] : body.sort;
-      if (typeof s === 'string') sortField = s;
+    const specs = body.sort === undefined ? [] : Array.isArray(body.sort) ? body.sort : [body.sort];
+    const sorts = specs.map((s) => {
+      let field: string;
+      let desc = false;
+      if (typeof s === 'string') field = s;
       else if (isObj(s)) {
         const [f, spec] = Object.entries(s)[0]!;
-        sortField = f;
-        desc = (isObj(spec) ? spec.order : spec) === 'desc';
+        field = f;
+        const order = isObj(spec) ? spec.order : spec;
+        if (order !== undefined && order !== 'asc' && order !== 'desc') throw new HttpError(400, 'parsing_exception', `unknown sort order [${String(order)}] for [${f}]`);
+        desc = order === 'desc';
+      } else throw new HttpError(400, 'parsing_exception', 'sort entries must be field names or objects');
+      return { field, desc };
+    });
+    // Typed per index (one alias may point at several); `_id` sorts by the id's bytes.
+    const kinds = new Map<Index, FieldKind[]>();
+    const kindsOf = (i: Index): FieldKind[] => {
+      let k = kinds.get(i);
+      if (!k) {
+        k = sorts.map((s) => (s.field === '_id' ? { path: '_id', type: 'keyword' as const, ignoreAbove: null } : fieldKind(i.mappings.properties, s.field)));
+        const text = k.findIndex((x) => x.type === 'text');
+        if (text >= 0) throw new HttpError(400, 'illegal_argument_exception', `Text fields are not optimised for operations that require per-document field data like aggregations and sorting, so these operations are disabled by default. Please use a keyword field instead [${sorts[text]!.field}]`);
+        kinds.set(i, k);
+      }
+      return k;
+    };
+    type Key = Array<bigint | number | string | null>;
+    const keyOf = (h: { index: Index; id: string; doc: Doc }): Key =>
+      kindsOf(h.index).map((k, j) => {
+        if (k.path === '_id') return h.id;
+        const vs = indexedValues(k, h.doc.source);
+        if (vs.length === 0) return null;
+        return vs.reduce((m, v) => ((sorts[j]!.desc ? compareIndexed(v, m) > 0 : compareIndexed(v, m) < 0) ? v : m));
+      });
+    const compareKeys = (x: Key, y: Key): number => {
+      for (let j = 0; j < sorts.length; j++) {
+        const a = x[j] ?? null;
+        const b = y[j] ?? null;
+        // Missing values sort last in either order (`missing: _last`).
+        if (a === null || b === null) {
+          if (a !== b) return a === null ? 1 : -1;
+          continue;
+        }
+        const c = compareIndexed(a, b) * (sorts[j]!.desc ? -1 : 1);
+        if (c !== 0) return c;
+      }
+      return 0;
+    };
+    const keyed = hits.map((h) => ({ h, key: sorts.length ? keyOf(h) : [] }));
+    // The total counts every hit of the query (search_after pages through them, it does not filter the total).
+    const total = keyed.length;
+    if (sorts.length) {
+      keyed.sort((x, y) => compareKeys(x.key, y.key));
+      if (body.search_after !== undefined) {
+        if (!Array.isArray(body.search_after) || body.search_after.length !== sorts.length) {
+          throw new HttpError(400, 'illegal_argument_exception', `search_after has ${Array.isArray(body.search_after) ? body.search_after.length : 0} value(s) but sort has ${sorts.length}`);
+        }
+        const afterValues = body.search_after;
+        const after = (i: Index): Key => kindsOf(i).map((k, j) => (afterValues[j] === null ? null : k.path === '_id' ? String(afterValues[j]) : indexedValue(k, afterValues[j])));
+        const kept = keyed.filter((x) => compareKeys(x.key, after(x.h.index)) > 0);
+        keyed.length = 0;
+        keyed.push(...kept);
       }
     }
-    const sortValue = (h: { id: string; doc: Doc }): string => (sortField === '_id' ? h.id : String(fieldValue(h.doc.source, sortField!) ?? ''));
-    if (sortField) {
-      hits.sort((x, y) => (sortValue(x) < sortValue(y) ? -1 : sortValue(x) > sortValue(y) ? 1 : 0) * (desc ? -1 : 1));
-      if (Array.isArray(body.search_after) && body.search_after.length > 0) {
-        const after = String(body.search_after[0]);
-        hits = hits.filter((h) => (desc ? sortValue(h) < after : sortValue(h) > after));
-      }
-    }
-    const total = hits.length;
-    const page = hits.slice(from, from + size);
+    const page = keyed.slice(from, from + size);
+    const sortJson = (v: bigint | number | string | null): Json => v;
     return [
       200,
       {
@@ -781,8 +940,8 @@ export class SearchStandIn {
         timed_out: false,
         hits: {
           total: { value: total, relation: 'eq' },
-          max_score: sortField ? null : 1,
-          hits: page.map((h) => ({ _index: h.index.name, _id: h.id, _score: sortField ? null : 1, _source: h.doc.source, ...(sortField ? { sort: [sortValue(h)] } : {}) })),
+          max_score: sorts.length ? null : 1,
+          hits: page.map(({ h, key }) => ({ _index: h.index.name, _id: h.id, _score: sorts.length ? null : 1, _source: h.doc.source, ...(sorts.length ? { sort: key.map(sortJson) } : {}) })),
         },
       },
     ];

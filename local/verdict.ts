@@ -19,7 +19,7 @@ import { quoteIdent, splitTableId } from '../lambda/core/identifiers.ts';
 import { warehouseTable } from '../lambda/core/warehouse-sql.ts';
 import type { TableConfig } from '../lambda/core/table-config.ts';
 import { columnsOf, primaryKeyOf } from './catalog.ts';
-import type { JsonValue } from '../lambda/core/event.ts';
+import { documentValueText } from '../lambda/core/reconcile-rows.ts';
 import { DEFAULT_INDEX_PREFIX, searchNames } from '../lambda/core/search-plan.ts';
 import type { OpenSearchIndex } from '../lambda/adapters/search-opensearch.ts';
 
@@ -219,12 +219,6 @@ export interface CompareSearchOptions {
   examples?: number;
 }
 
-function jsonText(v: JsonValue | undefined): string | null {
-  if (v === undefined || v === null) return null;
-  if (typeof v === 'string') return v;
-  if (typeof v === 'number' || typeof v === 'boolean') return String(v);
-  return JSON.stringify(v);
-}
 
 /**
  * Compares every captured table of the source with its search index: the live documents (the
@@ -260,9 +254,9 @@ export async function compareSourceAndSearch(options: CompareSearchOptions): Pro
         for await (const d of options.search.listDocuments(names)) {
           v.warehouseRows++;
           for (const ex of config.exclude) if (ex in d.values && v.problems.length < maxExamples) v.problems.push(`excluded column ${ex} is present in document ${d.id}`);
-          const k = JSON.stringify(key.map((c) => jsonText(d.values[c])));
+          const k = JSON.stringify(key.map((c) => documentValueText(d.values[c])));
           if (docs.has(k)) v.duplicates++;
-          docs.set(k, Object.fromEntries(columns.map((c) => [c, jsonText(d.values[c])])));
+          docs.set(k, Object.fromEntries(columns.map((c) => [c, documentValueText(d.values[c])])));
         }
       } else if (v.sourceRows > 0) {
         v.problems.push(`search index ${names.alias} does not exist`);

@@ -23,6 +23,7 @@ import { doctorSource } from './doctor.ts';
 import { formatMs, StatusWriter } from '../../local/status.ts';
 import { compareSourceAndSearch, compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts';
 import { SearchStandIn } from '../../local/search-standin.ts';
+import { standInDataFile, writeSearchSinkRecord } from '../../local/reconcile.ts';
 import { missingStandIns, missingStandInsMessage, type StandInPackage } from '../../local/stand-ins.ts';
 import { EXIT_FAILED, EXIT_OK, EXIT_REFUSED, UsageError, write, type CliIo, type Command } from './command.ts';
 
@@ -389,7 +390,7 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
   if (o.search && !o.searchUrl) {
     try {
       await mkdir(path.join(stack.stateDir, 'search'), { recursive: true });
-      standin = new SearchStandIn({ dataFile: path.join(stack.stateDir, 'search', 'standin.json') });
+      standin = new SearchStandIn({ dataFile: standInDataFile(stack.stateDir) });
       searchUrl = await standin.start();
       await out(`  search stand-in (not OpenSearch) ready on ${searchUrl}\n`);
     } catch (e) {
@@ -398,6 +399,8 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
       return EXIT_FAILED;
     }
   }
+  // Where cdc reconcile --sink <search id> finds this run's search sink (docs/reconcile.md, "The search sink").
+  if (o.search) await writeSearchSinkRecord(stack.stateDir, { sinkId: o.searchId, url: standin ? searchUrl : null });
   const collector = new MetricsCollector();
   const captured = captureStdout(collector, { emfFile: stack.files.emf, logFile: stack.files.handlerLog });
   const print = (text: string): void => captured.write(text);

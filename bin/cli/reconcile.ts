@@ -1,7 +1,10 @@
 /**
- * `cdc reconcile`: compares captured tables of a `cdc local` source with the warehouse sink's
- * copy (docs/reconcile.md) and stores each verdict, with the ranges it covered and the cursor the
- * next run starts at, in the state folder's control plane.
+ * `cdc reconcile`: compares captured tables of a `cdc local` source with a sink's copy, the
+ * warehouse's or the search index's (docs/reconcile.md), and stores each verdict, with the ranges
+ * it covered and the cursor the next run starts at, in the state folder's control plane. The sink
+ * id names the kind: the search sink's id is the one `cdc local` recorded for its search sink
+ * (`search` by default, `--search-id`), or any id with `--search URL`; every other id is a
+ * warehouse sink.
  *
  * Exit codes: 0 every table MATCH, 1 any DIVERGED, 2 usage, 3 could not decide (INCONCLUSIVE, or
  * the databases could not be reached; the reason on stderr).
@@ -11,14 +14,18 @@ import { formatReconcileVerdict, verdictExitCode, type ReconcileVerdict } from '
 import { validateTableConfig, type TableConfig } from '../../lambda/core/table-config.ts';
 import { DEMO_TABLES } from '../../local/demo.ts';
 import { HEARTBEAT_TABLE_ID } from '../../local/pipeline.ts';
-import { openLocalControl, reconcileDatabases } from '../../local/reconcile.ts';
+import { openLocalControl, readSearchSinkRecord, reconcileDatabases, standInDataFile } from '../../local/reconcile.ts';
+import { SearchStandIn } from '../../local/search-standin.ts';
+import { OpenSearchIndex, searchClient } from '../../lambda/adapters/search-opensearch.ts';
+import { existsSync } from 'node:fs';
 import { DEFAULT_STATE_DIR, SOURCE_DATABASE, WAREHOUSE_DATABASE } from '../../local/stack.ts';
 import { parseDuration } from './local.ts';
 import { EXIT_OK, EXIT_REFUSED, UsageError, write, type CliIo, type Command } from './command.ts';
 
 const HELP = `Usage: cdc reconcile [--table T]... [--sink ID] [--json] [--state-dir DIR] [options]
 
-Compares captured tables of a cdc local source with the warehouse sink's copy: row counts, then
+Compares captured tables of a cdc local source with a sink's copy (the warehouse's, or the
+search index's live documents): row counts, then
 checksums over primary-key ranges, a differing range narrowed by bisection down to the keys. A
 key that differs is read again after the settle time: only a key that held still on both sides
 and still differs is reported (rows in flight are not divergence). Big tables are checked a
@@ -28,7 +35,10 @@ stored in the state folder's control plane. See docs/reconcile.md.
 Options:
   --table T                  a table to reconcile (schema.table; repeat or comma separate)
                              [default: every captured table of the source]
-  --sink ID                  the warehouse sink id [default: warehouse]
+  --sink ID                  the sink id: the warehouse sink's, or the search sink's (cdc local's
+                             --search-id, default search) [default: warehouse; with --search: search]
+  --search URL               the OpenSearch (or stand-in) the search sink indexes into [default: the
+                             stand-in of cdc local, running or, when stopped, served from its saved index]
   --state-dir DIR            a cdc local state folder [default: ${DEFAULT_STATE_DIR}]
   --source URL               the source database [default: the embedded one of a running cdc local --demo]
   --warehouse URL            the warehouse database [default: the embedded one of a running cdc local]
@@ -47,6 +57,9 @@ Exit code: 0 every table MATCH, 1 any table DIVERGED, 2 usage error, 3 could not
 export interface ReconcileCliOptions {
   tables: string[];
   sink: string;
+  /** Whether `--sink` was given. */
+  sinkGiven: boolean;
+  searchUrl: string | null;
   stateDir: string;
   sourceUrl: string | null;
   warehouseUrl: string | null;
@@ -59,7 +72,7 @@ export interface ReconcileCliOptions {
 }
 
 export function parseReconcileArgs(args: readonly string[]): ReconcileCliOptions {
-  const o: ReconcileCliOptions = { tables: [], sink: 'warehouse', stateDir: DEFAULT_STATE_DIR, sourceUrl: null, warehouseUrl: null, sourceId: null, tableConfig: null, rowsPerRun: undefined, settleMs: undefined, json: false, help: false };
+  const o: ReconcileCliOptions = { tables: [], sink: 'warehouse', sinkGiven: false, searchUrl: null, stateDir: DEFAULT_STATE_DIR, sourceUrl: null, warehouseUrl: null, sourceId: null, tableConfig: null, rowsPerRun: undefined, settleMs: undefined, json: false, help: false };
   for (let i = 0; i < args.length; i++) {
     const a = args[i]!;
     const eq = a.startsWith('--') ? a.indexOf('=') : -1;
@@ -87,7 +100,14 @@ export function parseReconcileArgs(args: readonly string[]): ReconcileCliOptions
         break;
       case '--sink':
         o.sink = value();
+        o.sinkGiven = true;
         break;
+      case '--search': {
+        const u = value();
+        if (!/^https?:\/\/[^\s/]+/.test(u)) throw new UsageError(`--search expects an http(s) URL like http://localhost:9200, got '${u}'`);
+        o.searchUrl = u;
+        break;
+      }
       case '--state-dir':
         o.stateDir = value();
         break;
@@ -117,6 +137,8 @@ export function parseReconcileArgs(args: readonly string[]): ReconcileCliOptions
         throw new UsageError(a.startsWith('-') ? `unknown option ${a} for cdc reconcile` : `unexpected argument '${a}' (tables go with --table)`);
     }
   }
+  if (o.searchUrl !== null && o.warehouseUrl !== null) throw new UsageError('--search and --warehouse exclude each other (one sink per run)');
+  if (o.searchUrl !== null && !o.sinkGiven) o.sink = 'search';
   return o;
 }
 
@@ -127,7 +149,7 @@ async function refuse(io: CliIo, message: string): Promise<number> {
 
 export const reconcileCommand: Command = {
   name: 'reconcile',
-  summary: 'compare captured tables with the warehouse copy (counts, range checksums, bisection to keys)',
+  summary: 'compare captured tables with a sink (warehouse or search index): counts, range checksums, bisection to keys',
   async run(args: string[], io: CliIo): Promise<number> {
     const o = parseReconcileArgs(args);
     if (o.help) {
@@ -154,6 +176,7 @@ export const reconcileCommand: Command = {
     } catch (e) {
       return refuse(io, (e as Error).message);
     }
+    const cleanups: Array<() => Promise<void>> = [];
     try {
       const registered = (await local.control.listTables()).filter((t) => t.table !== HEARTBEAT_TABLE_ID);
       const sources = [...new Set(registered.map((t) => t.source))];
@@ -169,15 +192,35 @@ export const reconcileCommand: Command = {
       const rules = configs ?? (local.embeddedSource ? DEMO_TABLES : []);
       const tables: TableConfig[] = wanted.map((t) => rules.find((c) => c.table === t) ?? { table: t, deleteMode: 'soft', mask: [], exclude: [] });
       const sourceUrl = o.sourceUrl ?? (local.embeddedSource && local.embeddedUrl ? local.embeddedUrl(SOURCE_DATABASE) : null);
-      const warehouseUrl = o.warehouseUrl ?? (local.embeddedUrl ? local.embeddedUrl(WAREHOUSE_DATABASE) : null);
       if (!sourceUrl) return refuse(io, local.running ? 'cdc local captures an external source here: pass --source URL' : 'cdc local is not running on this state folder, so its embedded databases are down: pass --source URL (and --warehouse URL), or start cdc local');
-      if (!warehouseUrl) return refuse(io, 'pass --warehouse URL (the embedded warehouse runs only while cdc local runs)');
+      // Which sink: the search sink's id (recorded by cdc local) or --search, else a warehouse.
+      const record = readSearchSinkRecord(local.stateDir);
+      const isSearch = o.searchUrl !== null || (record !== null && record.sinkId === o.sink);
+      let sink: { warehouseUrl: string } | { search: { index: OpenSearchIndex } };
+      if (isSearch) {
+        let url = o.searchUrl;
+        if (url === null && record?.url && local.running) url = record.url;
+        if (url === null && record?.url && !local.running && existsSync(standInDataFile(local.stateDir))) {
+          // cdc local is stopped: serve its stand-in's saved index for the duration (read only).
+          const standin = new SearchStandIn({ dataFile: standInDataFile(local.stateDir) });
+          url = await standin.start();
+          cleanups.push(() => standin.stop());
+        }
+        if (url === null) return refuse(io, `the search sink ${o.sink} indexes into an OpenSearch cdc local does not record the address of: pass --search URL`);
+        const index = new OpenSearchIndex(searchClient({ node: url }));
+        cleanups.push(async () => index.client.close());
+        sink = { search: { index } };
+      } else {
+        const warehouseUrl = o.warehouseUrl ?? (local.embeddedUrl ? local.embeddedUrl(WAREHOUSE_DATABASE) : null);
+        if (!warehouseUrl) return refuse(io, 'pass --warehouse URL (the embedded warehouse runs only while cdc local runs)');
+        sink = { warehouseUrl };
+      }
       let verdicts: ReconcileVerdict[];
       try {
         verdicts = await reconcileDatabases({
           control: local.control,
           sourceUrl,
-          warehouseUrl,
+          ...sink,
           source,
           sink: o.sink,
           tables,
@@ -196,6 +239,7 @@ export const reconcileCommand: Command = {
       if (code === EXIT_REFUSED) for (const v of inconclusive) await write(io.stderr, `cdc reconcile: ${v.table}: INCONCLUSIVE: ${v.reason}\n`);
       return code;
     } finally {
+      for (const c of cleanups.splice(0).reverse()) await c().catch(() => undefined);
       await local.close();
     }
   },

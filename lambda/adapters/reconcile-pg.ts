@@ -4,9 +4,17 @@
  * the view named after the table, tombstones hidden). The algorithm is lambda/core/reconcile.ts;
  * this file only speaks SQL.
  *
- * Both sides hash a row in SQL the same way: the MD5 of `rowHashText` of the compared columns'
- * text (each value through `quote_nullable`, joined by `,`), of which the first 60 bits are
- * summed exactly (`numeric`). On the source, a masked column is hashed masked: the SQL form
+ * Both sides hash a row in SQL the same way (`HashScheme`, lambda/core/reconcile.ts), and a
+ * range's summary is the exact (`numeric`) sum of its rows' hashes:
+ * - `pg-typed` (two PostgreSQL sides): each compared column through PostgreSQL's hash function of
+ *   its class (`hashint8extended` of the value as `bigint`, `hash_numeric_extended`,
+ *   `timestamptz_hash_extended`, `timestamp_hash_extended`, `uuid_hash_extended`,
+ *   `jsonb_hash_extended`, or `hashtextextended` of its text), seeded with the column's position,
+ *   a NULL as a constant of its position, combined with XOR (`#`). No value is converted to text
+ *   unless its class is `text`: a fraction of the cost of `md5-text` (docs/performance.md §8);
+ * - `md5-text` (the scheme every side has): the MD5 of `rowHashText` of the compared columns'
+ *   text (each value through `quote_nullable`, joined by `,`), of which the first 60 bits count.
+ * On the source, a masked column is hashed masked: the SQL form
  * of the masking module's `maskValue` (lower-case hex SHA-256 of the value's text; NULL stays
  * NULL), so the source's summary matches the masked copy in the sink; leaf rows are read raw and
  * masked by `maskValue` itself (lambda/core/masking.ts), and a test checks the two forms agree.
@@ -22,7 +30,7 @@
 import type pg from 'pg';
 import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { quoteIdent, splitTableId } from '../core/identifiers.ts';
-import { keyOrderClass, type KeyRange, type KeyTuple, type RangeSummary, type ReconcileSide, type SideRow, type SideShape } from '../core/reconcile.ts';
+import { BASE_HASH_SCHEME, keyOrderClass, type HashClass, type HashScheme, type KeyRange, type KeyTuple, type RangeSummary, type ReconcileSide, type RowHashing, type SideRow, type SideShape } from '../core/reconcile.ts';
 import { RESERVED_PREFIX, warehouseTable, CdcColumn } from '../core/warehouse-sql.ts';
 
 type Queryable = Pick<pg.ClientBase, 'query'>;
@@ -51,6 +59,26 @@ export interface PgSideOptions {
   masked?: readonly string[];
 }
 
+/** `pg-typed`: PostgreSQL's hash of a column expression of a class, seeded with `seed` (see the module comment). */
+function typedHash(cls: HashClass, expr: string, seed: number): string {
+  switch (cls) {
+    case 'int':
+      return `hashint8extended(CAST(${expr} AS bigint), ${seed})`;
+    case 'numeric':
+      return `hash_numeric_extended(CAST(${expr} AS numeric), ${seed})`;
+    case 'timestamptz':
+      return `timestamptz_hash_extended(${expr}, ${seed})`;
+    case 'timestamp':
+      return `timestamp_hash_extended(${expr}, ${seed})`;
+    case 'uuid':
+      return `uuid_hash_extended(${expr}, ${seed})`;
+    case 'jsonb':
+      return `jsonb_hash_extended(${expr}, ${seed})`;
+    case 'text':
+      return `hashtextextended(CAST(${expr} AS text), ${seed})`;
+  }
+}
+
 /** A relation's columns with their types (`format_type`), in column order. */
 async function columnTypes(client: Queryable, rel: Relation): Promise<Array<{ name: string; type: string }>> {
   const res = await client.query(
@@ -65,6 +93,8 @@ async function columnTypes(client: Queryable, rel: Relation): Promise<Array<{ na
 /** One PostgreSQL relation as a reconciliation side. */
 export class PgReconcileSide implements ReconcileSide {
   readonly label: string;
+  readonly hashSchemes: readonly HashScheme[] = ['pg-typed', BASE_HASH_SCHEME];
+  private hashing: RowHashing = { scheme: BASE_HASH_SCHEME, classes: {} };
   private readonly client: Queryable;
   private readonly key: readonly string[];
   private columns: readonly string[];
@@ -89,8 +119,9 @@ export class PgReconcileSide implements ReconcileSide {
     this.position = o.position ?? false;
   }
 
-  useColumns(columns: readonly string[]): void {
+  useColumns(columns: readonly string[], hashing?: RowHashing): void {
     this.columns = columns;
+    if (hashing) this.hashing = hashing;
   }
 
   private get from(): string {
@@ -127,6 +158,14 @@ export class PgReconcileSide implements ReconcileSide {
 
   /** The per-row hash expression (see the module comment). */
   hashSql(): string {
+    if (this.hashing.scheme === 'pg-typed') {
+      const parts = this.columns.map((c, i) => {
+        const col = quoteIdent(c);
+        const h = this.masked.includes(c) ? `hashtextextended(${maskSql(`CAST(${col} AS text)`)}, ${i})` : typedHash(this.hashing.classes[c] ?? 'text', col, i);
+        return `COALESCE(${h}, ${-1 - i})`;
+      });
+      return parts.length ? `(${parts.join(' # ')})` : 'CAST(0 AS bigint)';
+    }
     const parts = this.columns.map((c) => (this.masked.includes(c) ? `quote_nullable(${maskSql(`CAST(${quoteIdent(c)} AS text)`)})` : `quote_nullable(${quoteIdent(c)})`));
     const text = parts.length ? parts.join(` || ',' || `) : "''";
     return `CAST(CAST('x' || substr(md5(${text}), 1, 15) AS bit(60)) AS bigint)`;
@@ -145,7 +184,7 @@ export class PgReconcileSide implements ReconcileSide {
     const own = cols.filter((c) => !c.name.toLowerCase().startsWith(RESERVED_PREFIX));
     const keyOrder = this.key.map((k) => keyOrderClass(cols.find((c) => c.name === k)?.type ?? 'absent'));
     this.textKey = keyOrder.map((c) => c === 'text');
-    return { exists: cols.length > 0, columns: own.map((c) => c.name), keyOrder };
+    return { exists: cols.length > 0, columns: own.map((c) => c.name), keyOrder, types: Object.fromEntries(own.map((c) => [c.name, c.type])) };
   }
 
   async countAll(): Promise<number> {
@@ -157,23 +196,6 @@ export class PgReconcileSide implements ReconcileSide {
     const values: unknown[] = [];
     const res = await this.client.query(`SELECT count(*) AS n, CAST(COALESCE(sum(${this.hashSql()}), 0) AS text) AS s FROM ${this.from} ${this.where(range, values)}`, values);
     return { rows: Number(res.rows[0].n), checksum: String(res.rows[0].s) };
-  }
-
-  async summarizeNext(after: KeyTuple | null, limit: number, bound: KeyTuple | null): Promise<RangeSummary & { last: KeyTuple | null }> {
-    const values: unknown[] = [];
-    const where = this.where({ after, upTo: bound }, values);
-    values.push(limit);
-    const desc = this.key.map((_, i) => `"_o${i}" DESC`).join(', ');
-    const order = this.key.map((_, i) => `${this.k(i)} AS "_o${i}"`).join(', ');
-    const res = await this.client.query(
-      `WITH seg AS MATERIALIZED (SELECT ${this.keyText()}, ${order}, ${this.hashSql()} AS h FROM ${this.from} ${where} ORDER BY ${this.keyList} LIMIT $${values.length})
-       SELECT a.n, a.s, l.* FROM (SELECT count(*) AS n, CAST(COALESCE(sum(h), 0) AS text) AS s FROM seg) a
-       LEFT JOIN (SELECT ${this.key.map((_, i) => `"_k${i}"`).join(', ')} FROM seg ORDER BY ${desc} LIMIT 1) l ON true`,
-      values,
-    );
-    const r = res.rows[0];
-    const rows = Number(r.n);
-    return { rows, checksum: String(r.s), last: rows > 0 ? this.tuple(r) : null };
   }
 
   async keyAt(range: KeyRange, offset: number): Promise<KeyTuple | null> {

@@ -12,7 +12,9 @@
  *   Throttling (429), unavailability (5xx) and connection errors throw `SearchUnavailableError`
  *   (retried by the caller, never dead-lettered);
  * - `listDocuments` / `countDocuments`: the search-side read (live documents of a table, paged by
- *   key), for the local verdict and for reconciliation.
+ *   key), for the local verdict;
+ * - `readMapping` / `searchLive`: the mapping of a table's index, and one sorted page of its live
+ *   documents matching a query, for reconciliation (lambda/adapters/reconcile-search.ts).
  *
  * On AWS, requests are signed with SigV4 (`AwsSigv4Signer`, service `es`) using the SDK's default
  * credential provider chain (the function's role); locally the client talks plain HTTP to the
@@ -264,6 +266,30 @@ export class OpenSearchIndex {
       if (typeof sort !== 'string') throw new SearchUnavailableError(`_search of ${names.alias} returned no sort value to page on`);
       after = sort;
     }
+  }
+
+  /** The mapping `properties` of a table's index, or null when it has none yet. */
+  async readMapping(names: SearchNames): Promise<Record<string, unknown> | null> {
+    const state = await this.readIndex(names);
+    return state ? state.properties : null;
+  }
+
+  /**
+   * One page of a table's live documents (the readers' alias: tombstones hidden) that match
+   * `query`, in `sort` order: each hit's id and `_source` (without `cdc_meta`, whose position is
+   * returned apart).
+   */
+  async searchLive(names: SearchNames, body: { query: Record<string, unknown>; sort: Array<Record<string, unknown>>; size: number }): Promise<Array<{ id: string; values: Row; position: string | null }>> {
+    const res = await this.call(`search ${names.alias}`, () => this.client.search({ index: names.alias, body: body as never }) as Promise<{ body: unknown }>);
+    const hits = isRecord(res) && isRecord(res.hits) && Array.isArray(res.hits.hits) ? res.hits.hits : null;
+    if (!hits) throw new SearchUnavailableError(`unreadable _search response from ${names.alias}`);
+    return hits.flatMap((h) => {
+      if (!isRecord(h) || typeof h._id !== 'string' || !isRecord(h._source)) return [];
+      const values: Row = {};
+      for (const [k, v] of Object.entries(h._source)) if (k !== META_FIELD) values[k] = v as JsonValue;
+      const meta = h._source[META_FIELD];
+      return [{ id: h._id, values, position: isRecord(meta) && typeof meta.position === 'string' ? meta.position : null }];
+    });
   }
 
   /** Live documents of a table (tombstones hidden). Null when the table has no index yet. */

@@ -1,13 +1,15 @@
 /**
- * A reconciliation side over rows held in memory (docs/reconcile.md): for a sink that cannot
- * checksum server-side (a search index's documents, read into it; not built yet) and for the
- * randomized test of the bisection. It hashes exactly as the SQL sides do (`rowHashText`, first 60 bits of
- * the MD5; masked columns through the masking module's `maskValue`), so it can be compared with a
- * PostgreSQL side. Pure: no I/O.
+ * Row hashing outside SQL (docs/reconcile.md): `rowHash`, exactly as the SQL sides hash under
+ * `md5-text` (`rowHashText`, first 60 bits of the MD5), and `documentValueText`, the text of a
+ * document value; the search sink's side (lambda/adapters/reconcile-search.ts) hashes a search
+ * index's documents with both. And a side over rows held in memory (masked columns through the
+ * masking module's `maskValue`), for the randomized test of the bisection, which can be compared
+ * with a PostgreSQL side. Pure: no I/O.
  */
 import { createHash } from 'node:crypto';
 import { maskValue } from './masking.ts';
-import { compareKeys, rowHashText, type KeyRange, type KeyTuple, type RangeSummary, type ReconcileSide, type SideRow, type SideShape } from './reconcile.ts';
+import type { JsonValue } from './event.ts';
+import { compareKeys, rowHashText, type KeyRange, type KeyTuple, type RangeSummary, type ReconcileSide, type RowHashing, type SideRow, type SideShape } from './reconcile.ts';
 
 export interface MemorySideOptions {
   label: string;
@@ -20,6 +22,18 @@ export interface MemorySideOptions {
   /** Columns hashed masked (a source side). */
   masked?: readonly string[];
   exists?: boolean;
+}
+
+/**
+ * The text a document value (a search index's `_source` field, JSON) compares and hashes as: a
+ * string as it is, a number or boolean as JavaScript writes it, an object or array as its JSON;
+ * absent or null is null.
+ */
+export function documentValueText(v: JsonValue | undefined): string | null {
+  if (v === undefined || v === null) return null;
+  if (typeof v === 'string') return v;
+  if (typeof v === 'number' || typeof v === 'boolean') return String(v);
+  return JSON.stringify(v);
 }
 
 /** The 60-bit hash of a row's compared values, as the SQL sides compute it. */
@@ -51,7 +65,9 @@ export class MemoryReconcileSide implements ReconcileSide {
     return { exists: this.o.exists ?? true, columns: [...this.o.columns], keyOrder: [...this.o.keyOrder] };
   }
 
-  useColumns(columns: readonly string[]): void {
+  /** Hashes `md5-text` only (the scheme every side has). */
+  useColumns(columns: readonly string[], hashing?: RowHashing): void {
+    if (hashing && hashing.scheme !== 'md5-text') throw new Error(`${this.label}: cannot hash rows as ${hashing.scheme}`);
     this.columns = columns;
     const masked = this.o.masked ?? [];
     this.prefix = [0n];
@@ -89,13 +105,6 @@ export class MemoryReconcileSide implements ReconcileSide {
     this.count('summarize');
     const [a, b] = this.span(range);
     return this.sum(a, b);
-  }
-
-  async summarizeNext(after: KeyTuple | null, limit: number, bound: KeyTuple | null): Promise<RangeSummary & { last: KeyTuple | null }> {
-    this.count('summarizeNext');
-    const [a, end] = this.span({ after, upTo: bound });
-    const b = Math.min(end, a + limit);
-    return { ...this.sum(a, b), last: b > a ? this.sorted[b - 1]!.key : null };
   }
 
   async keyAt(range: KeyRange, offset: number): Promise<KeyTuple | null> {

@@ -10,8 +10,9 @@
  * 2. Row counts of both sides (the whole table; the cheap part).
  * 3. Checksums over primary-key ranges (data-diff style): the source is walked in key order in
  *    segments whose size the snapshot worker's pacer decides (lambda/core/snapshot-pacer.ts, the
- *    same source budget); each segment `(after, upTo]` is summarised on both sides as a row count
- *    plus the exact sum of a 60-bit row hash. A run checks at most `rowsPerRun` source rows,
+ *    same source budget); each segment `(after, upTo]` is summarised on both sides, at the same
+ *    time, as a row count plus the exact sum of a row hash (`HashScheme`: PostgreSQL's typed hashes
+ *    when both sides are PostgreSQL, else 60 bits of an MD5 of the row's text). A run checks at most `rowsPerRun` source rows,
  *    starting at the table's cursor (kept in the control plane with the verdict), so successive
  *    runs rotate over the whole key space; a table no larger than `rowsPerRun` is checked whole
  *    every run. Segments partition the key space, so a key that exists only in the sink (before
@@ -52,7 +53,7 @@ export interface KeyRange {
   upTo: KeyTuple | null;
 }
 
-/** A range's row count and the exact sum (decimal text) of its rows' 60-bit hashes. */
+/** A range's row count and the exact sum (decimal text) of its rows' hashes (`HashScheme`). */
 export interface RangeSummary {
   rows: number;
   checksum: string;
@@ -72,6 +73,8 @@ export interface SideShape {
   exists: boolean;
   /** Its columns (data and key), without the platform's own. */
   columns: string[];
+  /** Each column's type as the side names it (PostgreSQL's `format_type`), when the side knows types. */
+  types?: Record<string, string>;
   /**
    * How each key column orders (`number`, `text`, `time`, …; see `keyOrderClass`): both sides
    * must order keys alike, or ranges would not hold the same keys.
@@ -94,20 +97,62 @@ export function keyOrderClass(type: string): string {
 }
 
 /**
+ * How both sides of a comparison hash a row (docs/reconcile.md, "Row hashes"); each side lists
+ * the schemes it can compute and the core picks the first of the source's that the sink has.
+ * - `md5-text`: the first 60 bits of the MD5 of `rowHashText` of the compared columns' text.
+ *   Every side can compute it: SQL, and a sink read into memory (a search index's documents).
+ * - `pg-typed`: PostgreSQL's own per-type hash functions (`hashint8extended`, `hash_numeric_extended`,
+ *   `hashtextextended`, …) of each column, seeded with the column's position and combined with
+ *   XOR: no value is converted to text, so it costs a fraction of `md5-text`. Both sides must be
+ *   PostgreSQL; a column is hashed by the class of its type only when the two sides' types are of
+ *   the same class (`hashClassOf`), else as its text (`text`), and a masked column as its masked text.
+ */
+export type HashScheme = 'md5-text' | 'pg-typed';
+
+/** The scheme every side can compute. */
+export const BASE_HASH_SCHEME: HashScheme = 'md5-text';
+
+/** The per-type hash a column gets under `pg-typed` (see `HashScheme`). */
+export type HashClass = 'int' | 'numeric' | 'timestamptz' | 'timestamp' | 'uuid' | 'jsonb' | 'text';
+
+/**
+ * The hash class of a PostgreSQL type under `pg-typed`: the classes whose hash is equal for equal
+ * values across the types the warehouse maps a source type to (`integer` → `bigint`,
+ * `numeric(12,2)` → `numeric(38,2)`: PostgreSQL's integer hashes agree across widths and its
+ * numeric hash ignores the display scale); everything else hashes its text.
+ */
+export function hashClassOf(type: string | undefined): HashClass {
+  const t = (type ?? '').toLowerCase();
+  if (/^(smallint|integer|bigint|int[248]?)$/.test(t)) return 'int';
+  if (/^(numeric|decimal)(\(.*\))?$/.test(t)) return 'numeric';
+  if (/^timestamp(\(\d+\))? with time zone$|^timestamptz$/.test(t)) return 'timestamptz';
+  if (/^timestamp(\(\d+\))?( without time zone)?$/.test(t)) return 'timestamp';
+  if (t === 'uuid') return 'uuid';
+  if (t === 'jsonb') return 'jsonb';
+  return 'text';
+}
+
+/** How the sides hash from now on: the scheme, and (for `pg-typed`) each compared column's class. */
+export interface RowHashing {
+  scheme: HashScheme;
+  classes: Record<string, HashClass>;
+}
+
+/**
  * One side of a comparison: the source's table, or a sink's copy of it. Both sides of a
- * comparison must hash a row the same way (`rowHashText` defines the text; the hash is the first
- * 60 bits of its MD5); the source side hashes masked columns masked.
+ * comparison hash a row the same way (`HashScheme`: by default `rowHashText` and the first 60 bits
+ * of its MD5); the source side hashes masked columns masked.
  */
 export interface ReconcileSide {
   readonly label: string;
+  /** The hash schemes this side can compute, preferred first. @default ['md5-text'] */
+  readonly hashSchemes?: readonly HashScheme[];
   shape(): Promise<SideShape>;
-  /** The columns to compare and hash from now on (the core decides them from both shapes). */
-  useColumns(columns: readonly string[]): void;
+  /** The columns to compare and hash from now on, and how to hash them (the core decides both from both shapes). */
+  useColumns(columns: readonly string[], hashing?: RowHashing): void;
   countAll(): Promise<number>;
   /** The summary of `range`. */
   summarize(range: KeyRange): Promise<RangeSummary>;
-  /** The summary of the first `limit` rows after `after` (up to `bound` when given) and the last key among them. */
-  summarizeNext(after: KeyTuple | null, limit: number, bound: KeyTuple | null): Promise<RangeSummary & { last: KeyTuple | null }>;
   /** The key at 0-based `offset` in key order within `range`, or null. */
   keyAt(range: KeyRange, offset: number): Promise<KeyTuple | null>;
   /** Every row of `range` (a leaf: at most a few hundred rows). */
@@ -174,8 +219,8 @@ export interface ReconcileVerdict {
   notCompared: string[];
   /** Where the next run starts (null: at the beginning). */
   nextCursor: KeyTuple | null;
-  /** What it cost: summaries per side, rows read at leaves and re-checks. */
-  cost: { summaries: number; leafRows: number; recheckRows: number; bisections: number };
+  /** What it cost: summaries per side, rows read at leaves and re-checks; and the row hash both sides used. */
+  cost: { summaries: number; leafRows: number; recheckRows: number; bisections: number; hashScheme?: HashScheme };
 }
 
 export interface ReconcileTableOptions {
@@ -292,6 +337,23 @@ function ruled(rows: SideRow[], rules: ColumnRules): SideRow[] {
   return rows.map((r) => ({ ...r, values: applyColumnRules(r.values as Record<string, JsonValue>, rules) as Record<string, string | null> }));
 }
 
+/**
+ * The row hashing of a comparison: the first of the source's schemes the sink can compute too
+ * (`md5-text` when they share no other); under `pg-typed`, a column's class is its type's when
+ * both sides' types are of that class, else `text`, and a masked column is `text` (its masked text).
+ */
+export function chooseHashing(source: ReconcileSide, sink: ReconcileSide, srcShape: SideShape, snkShape: SideShape, columns: readonly string[], masked: readonly string[]): RowHashing {
+  const sinkSchemes = sink.hashSchemes ?? [BASE_HASH_SCHEME];
+  const scheme = (source.hashSchemes ?? [BASE_HASH_SCHEME]).find((s) => sinkSchemes.includes(s)) ?? BASE_HASH_SCHEME;
+  const classes: Record<string, HashClass> = {};
+  for (const c of columns) {
+    const a = hashClassOf(srcShape.types?.[c]);
+    const b = hashClassOf(snkShape.types?.[c]);
+    classes[c] = masked.includes(c) || a !== b ? 'text' : a;
+  }
+  return { scheme, classes };
+}
+
 /** Reconciles one table of one sink (see the module comment). */
 export async function reconcileTable(o: ReconcileTableOptions): Promise<ReconcileVerdict> {
   const now = o.now ?? Date.now;
@@ -356,8 +418,10 @@ export async function reconcileTable(o: ReconcileTableOptions): Promise<Reconcil
   v.columns = wanted.filter((c) => snkShape.columns.includes(c));
   // A source column the sink does not have yet (added, no event for it since): not compared, said so.
   v.notCompared = wanted.filter((c) => !snkShape.columns.includes(c));
-  o.sourceSide.useColumns(v.columns);
-  o.sinkSide.useColumns(v.columns);
+  const hashing = chooseHashing(o.sourceSide, o.sinkSide, srcShape, snkShape, v.columns, o.rules.mask);
+  v.cost.hashScheme = hashing.scheme;
+  o.sourceSide.useColumns(v.columns, hashing);
+  o.sinkSide.useColumns(v.columns, hashing);
 
   const [sourceRows, sinkRows] = await Promise.all([o.sourceSide.countAll(), o.sinkSide.countAll()]);
   v.sourceRows = sourceRows;
@@ -402,20 +466,22 @@ export async function reconcileTable(o: ReconcileTableOptions): Promise<Reconcil
     if (decision.pauseMs > 0) await sleep(decision.pauseMs);
     const limit = Math.max(1, Math.min(decision.chunkSize, rowsPerRun - v.coveredRows));
     const t0 = now();
-    const seg = await o.sourceSide.summarizeNext(after, limit, bound);
-    // A short segment reaches the end (or the bound): its range is open to the end (or closed at the bound).
-    const toEnd = seg.rows < limit;
-    const range: KeyRange = { after, upTo: toEnd ? bound : seg.last };
-    const snk = await o.sinkSide.summarize(range);
+    // The segment's last key (an index walk of `limit` keys); none: the rest up to the bound is shorter than a segment.
+    const edge = await o.sourceSide.keyAt({ after, upTo: bound }, limit - 1);
+    const toEnd = edge === null;
+    const range: KeyRange = { after, upTo: toEnd ? bound : edge };
+    // Both sides summarise the same range at the same time (two databases, or two sessions of one).
+    const source = o.sourceSide.summarize(range).then((s) => ({ s, ms: now() - t0 }));
+    const [{ s: seg, ms: readMs }, snk] = await Promise.all([source, o.sinkSide.summarize(range)]);
     v.cost.summaries += 2;
-    o.pacer.record({ rows: seg.rows, readMs: now() - t0, pressure: o.pressure ? await o.pressure() : null });
+    o.pacer.record({ rows: seg.rows, readMs, pressure: o.pressure ? await o.pressure() : null });
     await bisect(range, seg, snk);
     v.coveredRows += seg.rows;
     const last = v.covered.at(-1);
     if (last && last.upTo !== null && range.after !== null && keyId(last.upTo) === keyId(range.after)) last.upTo = range.upTo;
     else v.covered.push({ ...range });
     if (!toEnd) {
-      after = seg.last;
+      after = edge;
       continue;
     }
     if (wrapped) {

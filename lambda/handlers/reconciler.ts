@@ -1,5 +1,7 @@
 /**
- * Reconciler Lambda (docs/reconcile.md): one source against one warehouse sink. A schedule per
+ * Reconciler Lambda (docs/reconcile.md): one source against one sink, a warehouse
+ * (lambda/adapters/reconcile-pg.ts) or a search index (lambda/adapters/reconcile-search.ts,
+ * when `CDC_SEARCH_ENDPOINT` is set: SigV4-signed reads of the readers' aliases). A schedule per
  * tier starts it with `{ "tier": "<name>" }`; it reconciles that tier's tables
  * (lambda/core/reconcile.ts over lambda/adapters/reconcile-pg.ts), stores each verdict with its
  * cursor in the control plane, and publishes the run's metrics in Embedded Metric Format:
@@ -11,7 +13,8 @@
  *
  * Configuration (environment): `CDC_CONTROL_TABLE`, `CDC_SOURCE_ID`, `CDC_TABLE_CONFIG`,
  * `CDC_SINK_ID`, `CDC_SOURCE_URL` or `CDC_SOURCE_SECRET_ARN`, `CDC_WAREHOUSE_URL` or
- * `CDC_WAREHOUSE_SECRET_ARN`, `CDC_RECONCILE_TIERS`, optional `CDC_RECONCILE_ROWS_PER_RUN`,
+ * `CDC_WAREHOUSE_SECRET_ARN` (a warehouse sink) or `CDC_SEARCH_ENDPOINT` and optional
+ * `CDC_SEARCH_INDEX_PREFIX` (a search sink), `CDC_RECONCILE_TIERS`, optional `CDC_RECONCILE_ROWS_PER_RUN`,
  * `CDC_RECONCILE_SETTLE_MS`, `CDC_SNAPSHOT_BUDGET`, `CDC_HEARTBEAT_SCHEMA`.
  */
 import { Logger } from '@aws-lambda-powertools/logger';
@@ -24,6 +27,9 @@ import { MetricDimension, MetricName, METRICS_NAMESPACE } from '../../contracts/
 import { dynamoDbClient } from '../adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { pgSourceSide, pgWarehouseSide, prepareReconcileSession } from '../adapters/reconcile-pg.ts';
+import { searchSinkSide } from '../adapters/reconcile-search.ts';
+import { OpenSearchIndex, searchClient } from '../adapters/search-opensearch.ts';
+import { DEFAULT_INDEX_PREFIX } from '../core/search-plan.ts';
 import { PostgresPressureProbe } from '../adapters/snapshot-postgres.ts';
 import { sourceConnectionConfig, sourceTlsFromEnvironment } from '../adapters/source-postgres.ts';
 import type { ControlPlane } from '../core/control-plane.ts';
@@ -64,7 +70,10 @@ export interface ReconcilerDeps {
   control: ControlPlane;
   /** The source and warehouse sessions (the handler opens them once per execution environment). */
   sourceClient: () => Promise<pg.ClientBase>;
-  warehouseClient: () => Promise<pg.ClientBase>;
+  /** A warehouse sink's session; absent for a search sink. */
+  warehouseClient?: () => Promise<pg.ClientBase>;
+  /** A search sink's index adapter and prefix (instead of `warehouseClient`). */
+  search?: { index: OpenSearchIndex; prefix?: string };
   budget: SourceBudget;
   pressure?: { calibrate(): Promise<unknown>; read(): Promise<PressureReading> };
   rowsPerRun?: number;
@@ -99,7 +108,8 @@ export function createReconciler(d: ReconcilerDeps): (event: { tier?: unknown },
     if (!tier) throw new CdcError('UNKNOWN_TIER', `no reconciliation tier '${name}' (tiers: ${d.tiers.map((t) => t.name).join(', ')})`);
     const tables = captured.filter((t) => tierOf(t.table, d.tiers)?.name === tier.name);
     const src = await d.sourceClient();
-    const wh = await d.warehouseClient();
+    const wh = d.warehouseClient ? await d.warehouseClient() : null;
+    if (!wh && !d.search) throw new ConfigurationError('the reconciler needs a warehouse sink or a search sink');
     const toReconcile: TableToReconcile[] = tables.map((t) => ({ table: t.table, key: t.key ?? [], rules: { mask: t.mask, exclude: t.exclude } }));
     // Keys the configuration does not declare come from the source's catalog.
     for (const t of toReconcile) {
@@ -128,7 +138,9 @@ export function createReconciler(d: ReconcilerDeps): (event: { tier?: unknown },
       shouldStop: () => timeLeftMs() < 120_000,
       sides: async (t) => ({
         source: pgSourceSide(src, t.table, t.key, t.rules.mask) as ReconcileSide,
-        sink: pgWarehouseSide(wh, d.source, t.table, t.key, { label: d.sink, ...(d.heartbeatSchema ? { heartbeatSchema: d.heartbeatSchema } : {}) }),
+        sink: wh
+          ? pgWarehouseSide(wh, d.source, t.table, t.key, { label: d.sink, ...(d.heartbeatSchema ? { heartbeatSchema: d.heartbeatSchema } : {}) })
+          : searchSinkSide(d.search!.index, { prefix: d.search!.prefix ?? DEFAULT_INDEX_PREFIX, source: d.source, table: t.table, key: t.key, label: d.sink, ...(d.heartbeatSchema ? { heartbeatSchema: d.heartbeatSchema } : {}) }),
       }),
       onVerdict: (v) => {
         const log = v.verdict === 'DIVERGED' ? d.logger.error.bind(d.logger) : v.verdict === 'INCONCLUSIVE' ? d.logger.warn.bind(d.logger) : d.logger.info.bind(d.logger);
@@ -181,16 +193,27 @@ export async function handler(event: { tier?: unknown }, context: Context): Prom
       }
       return srcClient;
     };
-    const pool = await poolFromEnvironment();
-    let whClient: pg.PoolClient | null = null;
-    const warehouseClient = async (): Promise<pg.PoolClient> => {
-      if (!whClient) {
-        const c = await pool.connect();
-        await prepareReconcileSession(c);
-        whClient = c;
-      }
-      return whClient;
-    };
+    // A search sink (its endpoint set by the construct), or a warehouse sink.
+    const endpoint = process.env[EnvName.SEARCH_ENDPOINT];
+    let sink: Pick<ReconcilerDeps, 'warehouseClient' | 'search'>;
+    if (endpoint) {
+      const region = env(EnvName.AWS_REGION);
+      const node = endpoint.startsWith('http') ? endpoint : `https://${endpoint}`;
+      sink = { search: { index: new OpenSearchIndex(searchClient({ node, awsRegion: region })), prefix: process.env[EnvName.SEARCH_INDEX_PREFIX] || DEFAULT_INDEX_PREFIX } };
+    } else {
+      const pool = await poolFromEnvironment();
+      let whClient: pg.PoolClient | null = null;
+      sink = {
+        warehouseClient: async (): Promise<pg.PoolClient> => {
+          if (!whClient) {
+            const c = await pool.connect();
+            await prepareReconcileSession(c);
+            whClient = c;
+          }
+          return whClient;
+        },
+      };
+    }
     let probeClient: pg.Client | null = null;
     const probe = new PostgresPressureProbe(async () => {
       if (!probeClient) {
@@ -208,7 +231,7 @@ export async function handler(event: { tier?: unknown }, context: Context): Prom
       tiers: parseTiers(process.env[EnvName.RECONCILE_TIERS]),
       control: new DynamoDbControlPlane(dynamoDbClient(process.env[EnvName.AWS_ENDPOINT]), env(EnvName.CONTROL_TABLE)),
       sourceClient,
-      warehouseClient,
+      ...sink,
       budget: parseBudget(process.env[EnvName.SNAPSHOT_BUDGET]),
       pressure: probe,
       ...(rowsPerRun !== undefined ? { rowsPerRun } : {}),

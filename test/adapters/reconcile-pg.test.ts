@@ -146,6 +146,31 @@ describe('reconcile-pg', () => {
     expect(v.cost.bisections).toBe(0);
     expect(v.columns).toEqual(['region', 'code', 'amount', 'at', 'email', 'note']);
     expect([v.sourceRows, v.sinkRows, v.fullCoverage]).toEqual([3000, 3000, true]);
+    // Two PostgreSQL sides hash with PostgreSQL's typed hashes (integer vs bigint, numeric(12,2) vs numeric(38,2), text vs varchar, NULLs).
+    expect(v.cost.hashScheme).toBe('pg-typed');
+  });
+
+  it('a faithful copy matches on summaries alone under md5-text too (a sink that can only hash text)', async () => {
+    await fill(1200, rng(3));
+    const textOnly = pgWarehouseSide(wh, 'app', 'public.items', KEY, { stablePoint: false });
+    Object.defineProperty(textOnly, 'hashSchemes', { value: ['md5-text'] });
+    const v = await reconcileTable({
+      sink: 'warehouse', source: 'app', table: 'public.items', key: KEY, rules: RULES, cursor: null, pacer: new FixedPacer(300), settleMs: 0, sleep: async () => undefined,
+      sourceSide: pgSourceSide(src, 'public.items', KEY, RULES.mask), sinkSide: textOnly,
+    });
+    expect(v.verdict, v.reason).toBe('MATCH');
+    expect(v.cost.hashScheme).toBe('md5-text');
+    expect([v.cost.leafRows, v.cost.bisections]).toEqual([0, 0]);
+  });
+
+  it('pg-typed: a changed number and a value turned NULL are found', async () => {
+    await fill(50, rng(4));
+    await wh.query(`UPDATE ${T.schema}.${T.mirror} SET note = NULL WHERE region = 1 AND note IS NOT NULL AND code = (SELECT min(code) FROM ${T.schema}.${T.mirror} WHERE region = 1 AND note IS NOT NULL)`);
+    await wh.query(`UPDATE ${T.schema}.${T.mirror} SET amount = amount + 0.01 WHERE region = 2 AND code = (SELECT min(code) FROM ${T.schema}.${T.mirror} WHERE region = 2)`);
+    const v = await run(4, 20);
+    expect(v.cost.hashScheme).toBe('pg-typed');
+    expect(v.verdict).toBe('DIVERGED');
+    expect(v.sampleKeys.map((k) => [k.key.region, k.kind, k.column]).sort()).toEqual([['1', 'different', 'note'], ['2', 'different', 'amount']]);
   });
 
   it('refuses an excluded column present in the warehouse', async () => {

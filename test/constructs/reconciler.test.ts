@@ -6,7 +6,8 @@ import * as sns from 'aws-cdk-lib/aws-sns';
 import { Validations } from 'aws-cdk-lib';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { describe, expect, test } from 'vitest';
-import { Reconciler, WarehouseConnection, WarehouseSink, type ReconcilerProps } from '../../lib/index.ts';
+import * as opensearch from 'aws-cdk-lib/aws-opensearchservice';
+import { Reconciler, SearchSink, WarehouseConnection, WarehouseSink, type ReconcilerProps } from '../../lib/index.ts';
 import { fixture, ordersSource, parseJsonProperty, policyDocuments, resourcesOf, type Fixture } from './helpers.ts';
 
 function build(f: Fixture, overrides: Partial<ReconcilerProps> = {}, warehouseSg?: ec2.ISecurityGroup) {
@@ -80,6 +81,60 @@ describe('Reconciler', () => {
     const { t } = build(f, {}, sg);
     const ingress = resourcesOf(t, 'AWS::EC2::SecurityGroupIngress').filter(([id]) => id.startsWith('Reconciler'));
     expect(ingress.map(([, i]) => [i.Properties.FromPort, i.Properties.Description])).toEqual([[5439, 'Reconciler: warehouse warehouse']]);
+  });
+
+  /** The warehouse fixture plus a search sink of the orders source that indexes two tables. */
+  function buildWithSearch(f: Fixture, overrides: Partial<ReconcilerProps> = {}) {
+    const orders = ordersSource(f);
+    const search = new SearchSink(f.stack, 'Search', {
+      controlPlane: f.control, changeLog: f.log, sources: [orders], vpc: f.vpc,
+      domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://vpc-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com'),
+      tables: [{ table: 'public.customers' }],
+    });
+    const r = new Reconciler(f.stack, 'Reconciler', { controlPlane: f.control, sources: [orders], sinks: [search], vpc: f.vpc, ...overrides });
+    return { search, r, t: Template.fromStack(f.stack) };
+  }
+
+  test('a search sink: its function reads the index (endpoint and prefix), no warehouse secret, alarms per sink', () => {
+    const f = fixture();
+    const { r, t } = buildWithSearch(f);
+    const fns = reconcilerFunctions(t);
+    expect(fns).toHaveLength(1);
+    const env = (fns[0]![1].Properties.Environment as { Variables: Record<string, unknown> }).Variables;
+    expect(env).toMatchObject({ CDC_SOURCE_ID: 'orders', CDC_SINK_ID: 'search', CDC_SEARCH_ENDPOINT: 'vpc-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com', CDC_SEARCH_INDEX_PREFIX: 'cdc', CDC_RECONCILE_SETTLE_MS: '300000' });
+    expect(env.CDC_WAREHOUSE_SECRET_ARN).toBeUndefined();
+    expect(Object.keys(r.functions)).toEqual(['orders/search']);
+    const alarms = resourcesOf(t, 'AWS::CloudWatch::Alarm').filter(([id]) => id.startsWith('Reconciler'));
+    expect(alarms.map(([, a]) => [a.Properties.MetricName, (a.Properties.Dimensions as Array<{ Value: string }>)[0]!.Value]).sort()).toEqual([['ReconcileCoverageGaps', 'search'], ['ReconcileDivergedTables', 'search']]);
+  });
+
+  test('a search sink: es:ESHttpGet and es:ESHttpPost only, on the source\'s index paths only (its tables and its heartbeat table)', () => {
+    const f = fixture();
+    const { t } = buildWithSearch(f);
+    const statements = policyDocuments(t).filter((d) => d.where.startsWith('ReconcilerFunction')).flatMap((d) => d.doc.Statement).filter((st) => JSON.stringify(st.Action).includes('es:'));
+    expect(statements).toHaveLength(1);
+    expect(statements[0]!.Action).toEqual(['es:ESHttpGet', 'es:ESHttpPost']);
+    const resources = JSON.stringify(statements[0]!.Resource);
+    for (const p of ['cdc.orders.public.customers', 'cdc.orders.public.cdc_heartbeat']) for (const suffix of ['"', '/*"', '.*"']) expect(resources).toContain(`/${p}${suffix}`);
+    expect(resources).not.toContain('cdc.orders.public.orders');
+    const secrets = JSON.stringify(policyDocuments(t).filter((d) => d.where.startsWith('ReconcilerFunction')));
+    expect(secrets).not.toContain('WarehouseSecret');
+  });
+
+  test('a search sink: cdk-nag AwsSolutions has no unacknowledged findings', () => {
+    const f = fixture();
+    buildWithSearch(f);
+    Validations.of(f.vpc).acknowledge({ id: 'AwsSolutions-VPC7', reason: 'test fixture vpc; flow logs are the application’s choice' });
+    const report = new AwsSolutionsChecks(f.app).validateScope(f.stack);
+    expect(report.violations.map((v) => `${v.severity} ${v.ruleName}: ${v.violatingResources.map((r) => r.constructPath).join(', ')}`)).toEqual([]);
+  });
+
+  test('refuses a sink that serves none of its sources', () => {
+    const f = fixture();
+    const orders = ordersSource(f);
+    const search = new SearchSink(f.stack, 'Search', { controlPlane: f.control, changeLog: f.log, sources: [orders], domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://search-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com') });
+    const other = ordersSource(f, { sourceId: 'billing' }, 'Billing');
+    expect(() => new Reconciler(f.stack, 'Reconciler', { controlPlane: f.control, sources: [other], sinks: [search], vpc: f.vpc })).toThrow(/sink search serves none of the sources \(billing\); it serves orders/);
   });
 
   test('refuses bad props by name', () => {

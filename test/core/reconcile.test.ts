@@ -170,7 +170,6 @@ describe('reconcileTable', () => {
     };
     countAll = () => this.current.countAll();
     summarize = (r: Parameters<ReconcileSide['summarize']>[0]) => this.current.summarize(r);
-    summarizeNext = (a: KeyTuple | null, l: number, b: KeyTuple | null) => this.current.summarizeNext(a, l, b);
     keyAt = (r: Parameters<ReconcileSide['keyAt']>[0], o: number) => this.current.keyAt(r, o);
     rows = (r: Parameters<ReconcileSide['rows']>[0]) => this.current.rows(r);
     rowsByKey = (k: readonly KeyTuple[]) => this.current.rowsByKey(k);
