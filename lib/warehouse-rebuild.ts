@@ -88,7 +88,7 @@ export interface WarehouseRebuildProps {
  * check; nothing else may.
  */
 export class WarehouseRebuild extends Resource implements IWarehouseRebuild {
-  readonly stateMachine: sfn.StateMachine;
+  readonly stateMachine: sfn.IStateMachine;
   /** The worker function. */
   readonly worker: lambda.IFunction;
   /** The worker's security group. */
