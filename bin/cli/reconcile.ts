@@ -20,6 +20,7 @@ import { OpenSearchIndex, searchClient } from '../../lambda/adapters/search-open
 import { existsSync } from 'node:fs';
 import { DEFAULT_STATE_DIR, SOURCE_DATABASE, WAREHOUSE_DATABASE } from '../../local/stack.ts';
 import { parseDuration } from './local.ts';
+import { DEFAULT_SOURCE_BUDGET } from '../../lambda/core/snapshot-pacer.ts';
 import { EXIT_OK, EXIT_REFUSED, UsageError, write, type CliIo, type Command } from './command.ts';
 
 const HELP = `Usage: cdc reconcile [--table T]... [--sink ID] [--json] [--state-dir DIR] [options]
@@ -47,6 +48,9 @@ Options:
                              the demo's are used for the demo)
   --rows-per-run N           source rows checked per table per run at most [default: 100000]
   --settle TIME              wait before re-reading differing keys (longer than the sink's lag) [default: 5s]
+  --source-budget PCT        the write latency the reads may add on the source, percent over its
+                             baseline; above it the reads slow down and pause (the snapshot
+                             worker's pacer) [default: ${DEFAULT_SOURCE_BUDGET.writeLatencyPct}]
   --json                     the verdicts as JSON on stdout
   -h, --help                 this text
 
@@ -67,12 +71,14 @@ export interface ReconcileCliOptions {
   tableConfig: string | null;
   rowsPerRun: number | undefined;
   settleMs: number | undefined;
+  /** `--source-budget`: the added write latency the reads may cause, percent. */
+  budgetLatencyPct: number | undefined;
   json: boolean;
   help: boolean;
 }
 
 export function parseReconcileArgs(args: readonly string[]): ReconcileCliOptions {
-  const o: ReconcileCliOptions = { tables: [], sink: 'warehouse', sinkGiven: false, searchUrl: null, stateDir: DEFAULT_STATE_DIR, sourceUrl: null, warehouseUrl: null, sourceId: null, tableConfig: null, rowsPerRun: undefined, settleMs: undefined, json: false, help: false };
+  const o: ReconcileCliOptions = { tables: [], sink: 'warehouse', sinkGiven: false, searchUrl: null, stateDir: DEFAULT_STATE_DIR, sourceUrl: null, warehouseUrl: null, sourceId: null, tableConfig: null, rowsPerRun: undefined, settleMs: undefined, budgetLatencyPct: undefined, json: false, help: false };
   for (let i = 0; i < args.length; i++) {
     const a = args[i]!;
     const eq = a.startsWith('--') ? a.indexOf('=') : -1;
@@ -133,6 +139,13 @@ export function parseReconcileArgs(args: readonly string[]): ReconcileCliOptions
       case '--settle':
         o.settleMs = parseDuration(value());
         break;
+      case '--source-budget': {
+        const v = value();
+        const n = Number(v);
+        if (!Number.isFinite(n) || n <= 0) throw new UsageError(`--source-budget expects a positive percentage, got '${v}'`);
+        o.budgetLatencyPct = n;
+        break;
+      }
       default:
         throw new UsageError(a.startsWith('-') ? `unknown option ${a} for cdc reconcile` : `unexpected argument '${a}' (tables go with --table)`);
     }
@@ -226,6 +239,7 @@ export const reconcileCommand: Command = {
           tables,
           ...(o.rowsPerRun !== undefined ? { rowsPerRun: o.rowsPerRun } : {}),
           ...(o.settleMs !== undefined ? { settleMs: o.settleMs } : {}),
+          ...(o.budgetLatencyPct !== undefined ? { budget: { ...DEFAULT_SOURCE_BUDGET, writeLatencyPct: o.budgetLatencyPct } } : {}),
           onVerdict: (v) => {
             if (!o.json) void write(io.stdout, formatReconcileVerdict(v).join('\n') + '\n');
           },

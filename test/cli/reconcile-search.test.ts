@@ -28,6 +28,7 @@ import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/event.ts';
 import { makePosition } from '../../lambda/core/position.ts';
 import type { ReconcileVerdict } from '../../lambda/core/reconcile.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
+import { parseReconcileArgs } from '../../bin/cli/reconcile.ts';
 import { runCdc } from '../helpers/cdc-cli.ts';
 
 const SOURCE = 'clisrc';
@@ -105,5 +106,16 @@ describe('cdc reconcile --sink search', () => {
     const r = await runCdc(['reconcile', '--search', 'http://127.0.0.1:9', '--warehouse', 'postgres://x/y', '--state-dir', state()]);
     expect(r.code).toBe(2);
     expect(r.err).toMatch(/--search and --warehouse exclude each other/);
+  });
+
+  it('takes --source-budget as the pacer\'s write-latency budget, and refuses one that is not a positive percentage (exit 2)', async () => {
+    expect(parseReconcileArgs(['--source-budget', '25']).budgetLatencyPct).toBe(25);
+    expect(parseReconcileArgs([]).budgetLatencyPct).toBeUndefined();
+    for (const bad of ['0', '-5', 'lots']) {
+      const r = await runCdc(['reconcile', '--source-budget', bad, '--state-dir', state()]);
+      expect(r.code, bad).toBe(2);
+      expect(r.err).toMatch(/--source-budget expects a positive percentage/);
+    }
+    expect((await runCdc(['reconcile', '--help'])).out).toContain('--source-budget PCT');
   });
 });

@@ -90,12 +90,12 @@ describe('control plane down during capture checkpointing and during apply', () 
     const checkpoint = () => stack!.control.getCheckpoint(captureCheckpointName('demo'), slot);
 
     // A bulk change the sink is in the middle of applying when the control plane goes away: a
-    // warehouse session locks the sink's mirror table, so the applier's write waits on it.
+    // warehouse session locks the sink's delta table, so the applier's write waits on it.
     const warehouse = new pg.Client({ connectionString: stack!.warehouseUrl });
     warehouse.on('error', () => undefined);
     await warehouse.connect();
     await warehouse.query('BEGIN');
-    await warehouse.query('LOCK TABLE demo_public.items_mirror IN EXCLUSIVE MODE');
+    await warehouse.query('LOCK TABLE demo_public.items_delta IN EXCLUSIVE MODE'); // the apply appends to the delta (docs/warehouse-apply.md)
     const normalizedBefore = pipeline.pollers.normalizer.stats.recordsDone;
     await source.query(`INSERT INTO items SELECT g, 'bulk ' || g, g FROM generate_series(1001, ${1000 + BULK}) g`);
     await until('the bulk change on the change log', () => pipeline!.pollers.normalizer.stats.recordsDone >= normalizedBefore + BULK, 120_000);

@@ -143,6 +143,9 @@ async function setUp(name: string, rand: () => number) {
     await cp.advanceSinkProgress(SINK, source, TABLE, batch[batch.length - 1]!.position);
     i += size;
   }
+  // Everything applied sits in the delta (append-first, docs/warehouse-apply.md): merge it, so the
+  // corruption below is what the view shows (a newer delta row would hide it).
+  await live.merge({ source, table: TABLE, deleteMode: mode, key: ['id'] });
   const corrupted: string[] = [];
   const present = [...model.keys()];
   if (present.length > 0) {
