@@ -129,6 +129,11 @@ export function oldKeysNeeded(events: readonly ChangeEvent[], keyColumns: readon
   return [...out.values()];
 }
 
+/** A delete that hands columns over to its primary-key change's insert. */
+function isHanding(e: ChangeEvent): boolean {
+  return e.op === 'delete' && (e.handover?.length ?? 0) > 0;
+}
+
 /** Whether applying these events involves handovers (a delete that hands columns over, or an insert that lacks columns). */
 export function needsHandover(events: readonly ChangeEvent[]): boolean {
   return events.some((e) => (e.op === 'delete' && (e.handover?.length ?? 0) > 0) || ((e.op === 'insert' || e.op === 'snapshot') && e.missing.length > 0));
@@ -324,6 +329,39 @@ export function planTable(input: PlanInput): TablePlan {
     return out;
   }
 
+  // A held chain that its key's stored row has overtaken (a later full image of the key took the
+  // append path; docs/primary-key-changes.md, "Chains overtaken by a full image") is never
+  // written, but a delete in it that hands columns over still owes the new key's insert its
+  // values. Fold the chain for them (they become donors, as if the sink had kept them); a chain
+  // whose insert cannot be completed yet stays held up to that delete until it can.
+  const heldIds = new Set((input.held ?? []).map(eventId));
+  const stillHeld: ChangeEvent[] = [];
+  for (const [k, list] of perKey) {
+    const stored = storedFor(k);
+    if (!stored || heldIds.size === 0) continue;
+    const chain = list.filter((e) => e.position <= stored.position && heldIds.has(eventId(e)));
+    let end = -1;
+    chain.forEach((e, i) => {
+      if (isHanding(e)) end = i;
+    });
+    if (end < 0) continue;
+    const owed = chain.slice(0, end + 1);
+    const s: FoldState = { live: false, deleted: false, deletedAt: null, full: false, values: {} };
+    let whole = false; // a full image was folded: the values are certain
+    for (const e of owed) {
+      if ((e.op === 'insert' || e.op === 'snapshot') && e.missing.length > 0 && resolve(e) === null) {
+        stillHeld.push(...owed);
+        break;
+      }
+      if (isHanding(e) && whole && s.live) {
+        const hid = handoverId(e.key, e.position);
+        if (!donorsIn.has(hid)) donorsIn.set(hid, Object.fromEntries(e.handover!.map((c) => [c, s.values[c] ?? null])));
+      }
+      step(s, e, (x) => (x.missing.length > 0 ? (resolve(x) ?? {}) : {}));
+      if (e.op === 'insert' || e.op === 'snapshot') whole = true;
+    }
+  }
+
   const writes: MirrorWrite[] = [];
   const fresh: ChangeEvent[] = [];
   const held: ChangeEvent[] = [];
@@ -364,6 +402,7 @@ export function planTable(input: PlanInput): TablePlan {
     if (!before || !d.handover!.every((c) => before.known(c))) continue; // the old row is not known: its insert stays held (docs/primary-key-changes.md)
     donors.push({ key: d.key, position: d.position, values: Object.fromEntries(d.handover!.map((c) => [c, before.values[c] ?? null])) });
   }
+  held.push(...stillHeld);
   for (const t of truncates) if (storedTruncate === null || t.position > storedTruncate) fresh.push(t);
   fresh.sort(byPosition);
   return { events, truncates, truncate, writes, fresh, held, donors, completed, maxPosition: all.length > 0 ? all[all.length - 1]!.position : null };

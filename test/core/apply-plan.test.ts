@@ -169,6 +169,41 @@ describe('planTable', () => {
       expect(plan.donors).toEqual([]);
       expect(plan.writes.find((w) => w.keyText === keyText(K2))).toMatchObject({ position: pos(11), full: true, values: { id: 2, a: 6, big: 'stored' } });
     });
+    describe('a held chain its key\'s stored row has overtaken (a later full image took the append path)', () => {
+      // K2 → K3 at 10 (K3's insert lacks `big`, held), then K3 → K4 at 20 (K3's delete hands `big`
+      // over, held behind it), then a full image of K3 at 30 is stored. The seed of the CI run of
+      // 2026-12-01 (CDC_PROPERTY_SEED=301703647) left K4's insert held for ever.
+      const K3 = { id: 3 };
+      const K4 = { id: 4 };
+      const insK3 = ev('insert', 10, K3, { id: 3, a: 1 }, { before: { id: 2 }, missing: ['big'] });
+      const delK3 = ev('delete', 20, K3, null, { before: { id: 3 }, handover: ['big'] });
+      const delK2 = ev('delete', 10, K2, null, { before: { id: 2 }, handover: ['big'] });
+      const overtaken = stored([[K3, { position: pos(30), deleted: false }], [K2, { position: pos(5), deleted: false }]]);
+      const k2Row = new Map<string, StoredRow>([[keyText(K2), { position: pos(5), deleted: false, values: { a: '0', big: 'from K2' } }]]);
+
+      it('writes nothing of the chain but keeps the donor its delete owes, once the chain\'s insert is complete', () => {
+        const plan = planTable({ events: [delK2], held: [insK3, delK3], keyColumns: ['id'], stored: overtaken, storedRows: k2Row });
+        expect(plan.writes.map((w) => w.keyText)).toEqual([keyText(K2)]);
+        expect(plan.held).toEqual([]);
+        expect(plan.donors.map((d) => [keyText(d.key), d.position, d.values])).toEqual([[keyText(K3), pos(20), { big: 'from K2' }]]);
+        // K4's insert then takes it.
+        const insK4 = ev('insert', 20, K4, { id: 4, a: 1 }, { before: { id: 3 }, missing: ['big'] });
+        const next = planTable({ events: [insK4], keyColumns: ['id'], stored: overtaken, donors: new Map(plan.donors.map((d) => [handoverId(d.key, d.position), d.values])) });
+        expect(next.writes).toEqual([expect.objectContaining({ keyText: keyText(K4), values: { id: 4, a: 1, big: 'from K2' } })]);
+        expect(next.held).toEqual([]);
+        expect(next.donors).toEqual([]);
+      });
+
+      it('keeps the chain held while its insert cannot be completed, and drops a chain that owes nothing', () => {
+        const waiting = planTable({ events: [ev('update', 31, K3, { id: 3, a: 2 })], held: [insK3, delK3], keyColumns: ['id'], stored: overtaken });
+        expect(waiting.held).toEqual([insK3, delK3]);
+        expect(waiting.writes).toEqual([expect.objectContaining({ keyText: keyText(K3), position: pos(31) })]);
+        expect(waiting.donors).toEqual([]);
+        const owesNothing = planTable({ events: [], held: [insK3, ev('update', 20, K3, { id: 3, a: 9 })], keyColumns: ['id'], stored: overtaken });
+        expect(owesNothing.held).toEqual([]);
+        expect(owesNothing.writes).toEqual([]);
+      });
+    });
   });
 
   describe('truncate', () => {
