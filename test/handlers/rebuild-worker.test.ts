@@ -42,6 +42,10 @@ import { EnvName } from '../../contracts/env.ts';
 import { createArchiveCopier, FolderArchive } from '../../local/archive.ts';
 import { seededRandom } from '../../local/demo.ts';
 import { RebuildFailedError } from '../../local/rebuild.ts';
+import { Template } from 'aws-cdk-lib/assertions';
+import { WarehouseConnection, WarehouseRebuild, WarehouseSink } from '../../lib/index.ts';
+import { fixture, ordersSource, resourcesOf } from '../constructs/helpers.ts';
+import { definitionFromTemplate, runExecution, type StateMachineDefinition } from '../helpers/step-functions.ts';
 import { startDynamoDbLocal, type DynamoDbLocal } from '../../local/dynamodb.ts';
 import { startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
@@ -309,5 +313,74 @@ describe('rebuild on AWS: operator, rebuild worker slices (real DynamoDB Local, 
     const none = createOperatorHandler({ control: s.cp, env: ENV, rebuilds: awsRebuilds({ control: s.cp, workers: {}, invoke: async () => null, start: async () => '' }), logger: { info: () => undefined, warn: () => undefined } });
     const r = (await none({ request: { action: 'rebuild', table: TABLE, sink: SINK }, actor: 'dave' })) as { ok: true; result: ActionResult };
     expect(r.result).toMatchObject({ outcome: 'refused', code: 'REBUILD_NOT_AVAILABLE' });
+  }, 300_000);
+});
+
+describe('rebuild on AWS: the synthesised state machine, run by the Step Functions stand-in (test/helpers/step-functions.ts)', () => {
+  const WORKER_ARN = 'arn:aws:lambda:us-east-1:000000000000:function:rebuild-worker';
+  /** The definition `WarehouseRebuild` deploys, with the worker's ARN in place of its token. */
+  function deployedDefinition(): StateMachineDefinition {
+    const f = fixture();
+    const sink = new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: f.log, sources: [ordersSource(f)], vpc: f.vpc, connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }) });
+    new WarehouseRebuild(f.stack, 'Rebuild', { controlPlane: f.control, changeLog: f.log, sink, vpc: f.vpc });
+    const machines = resourcesOf(Template.fromStack(f.stack), 'AWS::StepFunctions::StateMachine');
+    expect(machines).toHaveLength(1);
+    return definitionFromTemplate((machines[0]![1] as { Properties: { DefinitionString: unknown } }).Properties.DefinitionString, (token) => {
+      const att = (token as { 'Fn::GetAtt'?: [string, string] })['Fn::GetAtt'];
+      if (att && att[0].startsWith('RebuildWorker') && att[1] === 'Arn') return WORKER_ARN;
+      throw new Error(`unexpected token in the state machine's definition: ${JSON.stringify(token)}`);
+    });
+  }
+
+  it('slices until its Choice sees done, retries a crashed slice (Retry), and abandons a rebuild whose slices keep failing (Catch → Abandon → Failed, recorded failed)', async () => {
+    const definition = deployedDefinition();
+    console.log(`rebuild state machine: seed ${SEED} (replay with CDC_PROPERTY_SEED=${SEED})`);
+    const rand = seededRandom(SEED ^ 0x3c6ef372);
+    const invokeWith = (worker: ReturnType<typeof wire>['worker']) => async (arn: string, payload: unknown) => {
+      expect(arn).toBe(WORKER_ARN);
+      let budget = 1 + Math.floor(rand() * 3);
+      // The handler passes the Lambda context's remaining time; here each slice gets a few batches.
+      return worker(payload as never, () => (budget-- > 0 ? 1000 : 0));
+    };
+
+    // 1. One crash at a step drawn from the seed: the execution succeeds and swaps in the history's table.
+    const s = await setUp('sfn', rand);
+    const crashAt = STEPS[Math.floor(rand() * (STEPS.length - 1))]!;
+    let crashed = false;
+    const ok = wire(s, (name) => {
+      if (!crashed && name === crashAt) {
+        crashed = true;
+        throw new Crash(`crash at ${name}`);
+      }
+    });
+    const accepted = (await ok.operator({ request: { action: 'rebuild', table: TABLE, sink: SINK }, actor: 'alice' })) as { ok: true; result: ActionResult };
+    expect(accepted.result.outcome, JSON.stringify(accepted.result)).toBe('done');
+    const run = await runExecution(definition, ok.started[0]!.input as never, { invoke: invokeWith(ok.worker) });
+    expect(run.status, JSON.stringify(run.history.slice(-4))).toBe('SUCCEEDED');
+    expect((run.output as { result: { done: boolean; outcome: string } }).result).toMatchObject({ done: true, outcome: 'done' });
+    expect(run.history.filter((h) => h.type === 'RetryScheduled').length, `crash at ${crashAt}`).toBe(crashed ? 1 : 0);
+    expect(run.history.filter((h) => h.type === 'StateEntered' && h.state === 'Slice').length).toBeGreaterThan(1);
+    const rows = (await pool.query(`SELECT id, v FROM "${s.schema}".t ORDER BY id`)).rows.map((r: { id: string; v: string | null }) => `${r.id}=${r.v}`);
+    expect(rows).toEqual([...s.model].sort((x, y) => x[0] - y[0]).map(([k, v]) => `${k}=${v}`));
+    expect((await s.cp.listRebuilds(SINK, s.source, TABLE)).map((r) => r.outcome)).toEqual(['done']);
+
+    // 2. Every slice fails: one attempt and the Retry's four, then the Catch runs Abandon and the execution fails.
+    const f = await setUp('sfnfail', rand);
+    const before = await digest(f.schema);
+    const failing = wire(f, (name) => {
+      if (name === 'replay') throw new Crash('the archive cannot be read');
+    });
+    const started = (await failing.operator({ request: { action: 'rebuild', table: TABLE, sink: SINK }, actor: 'alice' })) as { ok: true; result: ActionResult };
+    expect(started.result.outcome).toBe('done');
+    const failed = await runExecution(definition, failing.started[0]!.input as never, { invoke: invokeWith(failing.worker) });
+    expect(failed).toMatchObject({ status: 'FAILED', error: 'RebuildFailed' });
+    expect(failed.history.filter((h) => h.type === 'TaskFailed' && h.state === 'Slice').length).toBe(5);
+    expect(failed.history.filter((h) => h.type === 'StateEntered').map((h) => (h as { state: string }).state).slice(-2)).toEqual(['Abandon', 'Failed']);
+    expect(failed.waitedSeconds).toBeLessThanOrEqual(30 + 60 + 120 + 240);
+    expect(await digest(f.schema)).toBe(before);
+    const runs = await f.cp.listRebuilds(SINK, f.source, TABLE);
+    expect(runs.map((r) => r.outcome)).toEqual(['failed']);
+    expect(JSON.stringify(runs[0])).toContain('the archive cannot be read');
+    expect((await f.cp.getActiveRebuild(SINK))?.state).toBe('finished');
   }, 300_000);
 });
