@@ -12,7 +12,7 @@ import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct, type IDependable } from 'constructs';
 import { DEFAULT_HEARTBEAT_SCHEMA, EnvName, ServiceName } from '../contracts/env.ts';
-import { columnRulesConsumerId, ControlPartition } from '../contracts/control-plane-keys.ts';
+import { catalogConsumerId, columnRulesConsumerId, ControlPartition } from '../contracts/control-plane-keys.ts';
 import { MetricDimension, MetricName, NORMALIZER_STAGE } from '../contracts/metrics.ts';
 import { AwsApiEgress } from './aws-api-egress.ts';
 import { allowDatabase, ownSecurityGroup } from './private/function-network.ts';
@@ -581,6 +581,9 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
         ...(tableRules ? { [EnvName.TABLE_RULES]: tableRules } : {}),
         [EnvName.HEARTBEAT_SCHEMA]: this.heartbeatSchema,
         ...payloadEnvironment(props.controlPlane),
+        // A table first seen through a type-less DMS record is registered with the catalog types
+        // the snapshot worker publishes (docs/schema-drift.md, "First sight of a table").
+        [EnvName.CATALOG_TYPES]: 'published',
       },
       memorySize: Size.mebibytes(1024),
       timeout: Duration.minutes(2),
@@ -589,6 +592,7 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
     props.changeLog.grantWrite(normalizer.fn);
     props.changeLog.grant(normalizer.fn, 'kinesis:DescribeStreamSummary');
     props.controlPlane.grantNormalizer(normalizer.fn, this.sourceId);
+    props.controlPlane.grantItems(normalizer.fn, { read: [ControlPartition.checkpoint(catalogConsumerId(this.sourceId))] });
     // Its own dead letters' whole records, and its source's events stored out of line (docs/large-records.md).
     props.controlPlane.grantPayloadWrite(normalizer.fn, 'dead-letters/normalizer/');
     props.controlPlane.grantPayloadWrite(normalizer.fn, `claims/${this.sourceId}/`);

@@ -122,7 +122,8 @@ describe('control plane: own partitions, append-only audit', () => {
     const allow = ddb.filter((s) => s.Effect === 'Allow');
     const by = (action: string) => allow.filter((s) => actionsOf(s).includes(action)).flatMap(leadingKeys).sort();
     // CHECKPOINT#heartbeat:orders: the last accepted heartbeat, for the continuity check (docs/failures.md).
-    expect(by('dynamodb:GetItem')).toEqual(['CHECKPOINT#heartbeat:orders', 'SCHEMA#orders#*', 'SOURCE#orders']);
+    // CHECKPOINT#catalog-orders: the catalog types the snapshot worker publishes, read only (docs/schema-drift.md).
+    expect(by('dynamodb:GetItem')).toEqual(['CHECKPOINT#catalog-orders', 'CHECKPOINT#heartbeat:orders', 'SCHEMA#orders#*', 'SOURCE#orders']);
     expect(by('dynamodb:PutItem')).toEqual(['AUDIT', 'CHECKPOINT#heartbeat:orders', 'DEADLETTER#normalizer', 'DEADLETTERS', 'SCHEMA#orders#*', 'SOURCE#orders']);
     expect(by('dynamodb:UpdateItem')).toEqual(['SOURCE#orders', 'SOURCES']);
     for (const s of allow) {
@@ -139,6 +140,21 @@ describe('control plane: own partitions, append-only audit', () => {
     );
     // No read of the audit log: a handler cannot learn an entry's key to overwrite it.
     expect(by('dynamodb:Query')).not.toContain('AUDIT');
+  });
+
+  test('catalog types at first sight: the snapshot worker (which reads the source) publishes them, the normalizer (which never connects to it) only reads them', () => {
+    const f = fixture();
+    ordersSource(f);
+    const t = Template.fromStack(f.stack);
+    const keysOf = (role: string, action: string) =>
+      roleStatements(t, role).filter((s) => s.Effect === 'Allow' && actionsOf(s).includes(action)).flatMap(leadingKeys).filter((k) => k.startsWith('CHECKPOINT#catalog-'));
+    expect(keysOf('OrdersNormalizerServiceRole', 'dynamodb:GetItem')).toEqual(['CHECKPOINT#catalog-orders']);
+    expect(keysOf('OrdersNormalizerServiceRole', 'dynamodb:PutItem')).toEqual([]);
+    expect(keysOf('OrdersSnapshotWorkerServiceRole', 'dynamodb:GetItem')).toEqual(['CHECKPOINT#catalog-orders']);
+    expect(keysOf('OrdersSnapshotWorkerServiceRole', 'dynamodb:PutItem')).toEqual(['CHECKPOINT#catalog-orders']);
+    const normalizer = resourcesOf(t, 'AWS::Lambda::Function').find(([id]) => id.startsWith('OrdersNormalizer'))![1];
+    expect((normalizer.Properties.Environment as { Variables: Record<string, string> }).Variables.CDC_CATALOG_TYPES).toBe('published');
+    expect(normalizer.Properties.VpcConfig).toBeUndefined();
   });
 
   test('the applier: its own sink, the tables of its sources (read, degrade), its own dead letters; audit append-only', () => {
