@@ -392,7 +392,8 @@ export class NormalizerBatch<E> {
     // never untyped (lambda/core/catalog-types.ts): checked before anything is noted, since the
     // record is retried when they are not published yet.
     let observed = observe(untransformed);
-    if (this.o.catalogTypes && observed.columns.some((c) => c.type === null) && (await this.registry(first.table)).versions.length === 0) {
+    // Only for a captured table (declared, or matched by a capture rule): the ones whose types the snapshot worker publishes.
+    if (this.o.catalogTypes && this.o.tables.get(first.table) !== undefined && observed.columns.some((c) => c.type === null) && (await this.registry(first.table)).versions.length === 0) {
       const catalog = await this.o.catalogTypes(first.table);
       if (catalog === null) throw new TableTypesPendingError(this.o.source, first.table, 'no catalog types are published for it yet');
       const typed = withCatalogTypes(observed, catalog);

@@ -105,7 +105,7 @@ export interface SnapshotWorkerDeps {
    * captured table not registered yet, first thing in each invocation, so that the normalizer
    * registers a table first seen through a type-less DMS record with them
    * (lambda/core/catalog-types.ts). `catalogTables` are the declared tables to publish beyond
-   * `tables` (the heartbeat table); tables captured by pattern join them. @default none published
+   * `tables` (the heartbeat table); tables a capture rule matched join them. @default none published
    */
   catalog?: { describe: DescribeTable; catalogTables?: readonly string[] };
 }
@@ -123,7 +123,8 @@ export function createSnapshotWorker(d: SnapshotWorkerDeps): (timeLeftMs: () => 
       if (scan.result.changed.length > 0) d.logger.info('Capture rules: tables changed', { changed: scan.result.changed.map((r) => ({ table: r.table, verdict: r.verdict, reasons: r.reasons })) });
     }
     if (d.catalog) {
-      const captured = [...(known?.values() ?? [])].filter((r) => r.verdict === 'captured').map((r) => r.table);
+      // Every table a capture rule matched (the DMS task selects by the same patterns, whatever the verdict), not the dropped ones.
+      const captured = [...(known?.values() ?? [])].filter((r) => r.verdict !== 'dropped').map((r) => r.table);
       const written = await publishCatalogTypes(d.control, d.source, [...d.tables.map((t) => t.table), ...(d.catalog.catalogTables ?? []), ...captured], d.catalog.describe);
       if (written.length > 0) d.logger.info('Published catalog types of tables not registered yet', { tables: written });
     }
