@@ -46,3 +46,10 @@ export const columnRulesConsumerId = (source: string): string => `column-rules-$
 
 /** The checkpoint consumer id under which a source's slot monitor keeps its latest report for `cdc status` (docs/doctor.md). */
 export const slotReportConsumerId = (source: string): string => `slot-monitor:${source}`;
+
+/**
+ * The checkpoint consumer id under which a source's snapshot worker publishes the catalog types of
+ * captured tables not registered yet, one item per table; the normalizer registers a table first
+ * seen through a type-less DMS record with them (docs/schema-drift.md, "First sight of a table").
+ */
+export const catalogConsumerId = (source: string): string => `catalog-${source}`;

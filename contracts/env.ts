@@ -31,6 +31,8 @@ export const EnvName = {
   SOURCE_SSL_MODE: 'CDC_SOURCE_SSL_MODE',
   /** PEM of the CA(s) of the source's certificate, when not the Amazon RDS CAs. */
   SOURCE_CA_PEM: 'CDC_SOURCE_CA_PEM',
+  /** Normalizer: `published` registers a table first seen through a type-less DMS record with the catalog types the snapshot worker published (docs/schema-drift.md). */
+  CATALOG_TYPES: 'CDC_CATALOG_TYPES',
   /** TLS to the warehouse (`verify-full`, the default, or `require`). */
   WAREHOUSE_SSL_MODE: 'CDC_WAREHOUSE_SSL_MODE',
   /** Warehouse sink: rows in a table's delta at which it is merged into the base (docs/warehouse-apply.md). */

@@ -10,11 +10,12 @@ import * as kinesis from 'aws-cdk-lib/aws-kinesis';
 import type * as kms from 'aws-cdk-lib/aws-kms';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
-import { Construct } from 'constructs';
+import { Construct, type IDependable } from 'constructs';
 import { DEFAULT_HEARTBEAT_SCHEMA, EnvName, ServiceName } from '../contracts/env.ts';
-import { columnRulesConsumerId, ControlPartition } from '../contracts/control-plane-keys.ts';
+import { catalogConsumerId, columnRulesConsumerId, ControlPartition } from '../contracts/control-plane-keys.ts';
 import { MetricDimension, MetricName, NORMALIZER_STAGE } from '../contracts/metrics.ts';
 import { AwsApiEgress } from './aws-api-egress.ts';
+import { allowDatabase, ownSecurityGroup } from './private/function-network.ts';
 import { CaptureMode, type CapturedTable } from './captured-table.ts';
 import type { IChangeLog } from './change-log.ts';
 import type { IControlPlane } from './control-plane.ts';
@@ -92,7 +93,7 @@ export interface CdcSourceProps {
   readonly database: SourceDatabase;
   /**
    * How the replication instance and the database-facing functions reach AWS APIs over HTTPS;
-   * their security group allows nothing else outbound but the database port.
+   * each has its own security group, which allows nothing else outbound but the database port.
    * @default AwsApiEgress.vpcEndpoints() (HTTPS to the VPC's CIDR block only)
    */
   readonly awsApiEgress?: AwsApiEgress;
@@ -248,7 +249,10 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
   readonly heartbeatSchema: string;
   /** The logical replication slot name. */
   readonly slotName: string;
-  /** The security group of the replication instance and database-facing functions: allow it on the database port. */
+  /**
+   * The security groups of the replication instance and of each database-facing function (one
+   * each): allow them on the database port (`connections.allowTo(db, port)` adds a rule per group).
+   */
   readonly connections: ec2.Connections;
   /** The stream DMS writes to and the normalizer reads. */
   readonly rawStream: kinesis.IStream;
@@ -311,14 +315,19 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
     checkIntegerRange(this, 'replicationStorage (GiB)', storageGiB, 5, 6144);
 
     const subnets = props.vpc.selectSubnets(props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS });
-    const securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
-      vpc: props.vpc,
-      description: `CDC source ${this.sourceId}: DMS replication instance and database-facing functions (${this.node.path})`,
-      // Outbound only to what they need: the database port and HTTPS to AWS APIs.
-      allowAllOutbound: false,
-    });
-    (props.awsApiEgress ?? AwsApiEgress.vpcEndpoints()).applyTo(securityGroup, props.vpc);
-    this.connections = new ec2.Connections({ securityGroups: [securityGroup] });
+    // One security group per member in the VPC (docs/deploy.md, "Network"): each sends only HTTPS
+    // to AWS APIs and the database port to the database, nothing else.
+    const awsApiEgress = props.awsApiEgress ?? AwsApiEgress.vpcEndpoints();
+    const securityGroup = ownSecurityGroup(this, 'SecurityGroup', props.vpc, awsApiEgress, `CDC source ${this.sourceId}: DMS replication instance (${this.node.path})`);
+    const groupOf = (member: string, what: string): ec2.SecurityGroup =>
+      ownSecurityGroup(this, `${member}SecurityGroup`, props.vpc, awsApiEgress, `CDC source ${this.sourceId}: ${what} (${this.node.path})`);
+    const lifecycleGroup = groupOf('TaskLifecycle', 'slot preparation and task lifecycle');
+    const heartbeatGroup = groupOf('HeartbeatWriter', 'heartbeat writer');
+    const slotMonitorGroup = groupOf('SlotMonitor', 'slot monitor');
+    const snapshotGroup = groupOf('SnapshotWorker', 'snapshot worker');
+    const pollGroup = this.tables.some((t) => t.capture === CaptureMode.POLL) ? groupOf('PollWorker', 'poll worker') : null;
+    const memberGroups: ec2.SecurityGroup[] = [securityGroup, lifecycleGroup, heartbeatGroup, slotMonitorGroup, snapshotGroup, ...(pollGroup ? [pollGroup] : [])];
+    this.connections = new ec2.Connections({ securityGroups: memberGroups });
 
     // Raw stream: DMS output, read only by the normalizer.
     const rawStream = new kinesis.Stream(this, 'RawStream', {
@@ -438,7 +447,7 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
       timeout: Duration.minutes(15),
       vpc: props.vpc,
       vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
-      securityGroups: [securityGroup],
+      securityGroups: [lifecycleGroup],
       retryAttempts: 0,
     });
     props.database.secret.grantRead(lifecycle.fn);
@@ -509,26 +518,17 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
       },
     });
     slot.node.addDependency(lifecyclePolicy, columnRules);
-    if (props.database.securityGroup) {
-      checkIntegerRange(this, 'database port', props.database.port, 1, 65535);
-      const ingress = new ec2.CfnSecurityGroupIngress(this, 'DatabaseIngress', {
-        groupId: props.database.securityGroup.securityGroupId,
-        sourceSecurityGroupId: securityGroup.securityGroupId,
-        ipProtocol: 'tcp',
-        fromPort: props.database.port,
-        toPort: props.database.port,
-        description: `CDC source ${this.sourceId}: DMS and the database-facing functions`,
-      });
-      const egress = new ec2.CfnSecurityGroupEgress(this, 'DatabaseEgress', {
-        groupId: securityGroup.securityGroupId,
-        destinationSecurityGroupId: props.database.securityGroup.securityGroupId,
-        ipProtocol: 'tcp',
-        fromPort: props.database.port,
-        toPort: props.database.port,
-        description: `CDC source ${this.sourceId}: to the database`,
-      });
-      slot.node.addDependency(ingress, egress);
-    }
+    // The database port, to the database only, for each member that talks to it; the slot is
+    // prepared only after the rules of DMS and of the slot step exist.
+    const database = { securityGroup: props.database.securityGroup, port: props.database.port };
+    const to = (member: string, group: ec2.ISecurityGroup, what: string): IDependable[] =>
+      allowDatabase(this, member, group, database, `CDC source ${this.sourceId}: ${what}`, 'the database');
+    const slotRules = [...to('Database', securityGroup, 'DMS replication instance'), ...to('TaskLifecycleDatabase', lifecycleGroup, 'slot preparation')];
+    if (slotRules.length > 0) slot.node.addDependency(...slotRules);
+    to('HeartbeatWriterDatabase', heartbeatGroup, 'heartbeat writer');
+    to('SlotMonitorDatabase', slotMonitorGroup, 'slot monitor');
+    to('SnapshotWorkerDatabase', snapshotGroup, 'snapshot worker');
+    if (pollGroup) to('PollWorkerDatabase', pollGroup, 'poll worker');
     slot.node.addDependency(subnets.internetConnectivityEstablished);
 
     const task = new dms.CfnReplicationTask(this, 'ReplicationTask', {
@@ -581,6 +581,9 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
         ...(tableRules ? { [EnvName.TABLE_RULES]: tableRules } : {}),
         [EnvName.HEARTBEAT_SCHEMA]: this.heartbeatSchema,
         ...payloadEnvironment(props.controlPlane),
+        // A table first seen through a type-less DMS record is registered with the catalog types
+        // the snapshot worker publishes (docs/schema-drift.md, "First sight of a table").
+        [EnvName.CATALOG_TYPES]: 'published',
       },
       memorySize: Size.mebibytes(1024),
       timeout: Duration.minutes(2),
@@ -589,6 +592,7 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
     props.changeLog.grantWrite(normalizer.fn);
     props.changeLog.grant(normalizer.fn, 'kinesis:DescribeStreamSummary');
     props.controlPlane.grantNormalizer(normalizer.fn, this.sourceId);
+    props.controlPlane.grantItems(normalizer.fn, { read: [ControlPartition.checkpoint(catalogConsumerId(this.sourceId))] });
     // Its own dead letters' whole records, and its source's events stored out of line (docs/large-records.md).
     props.controlPlane.grantPayloadWrite(normalizer.fn, 'dead-letters/normalizer/');
     props.controlPlane.grantPayloadWrite(normalizer.fn, `claims/${this.sourceId}/`);
@@ -621,7 +625,7 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
       timeout: Duration.seconds(80),
       vpc: props.vpc,
       vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
-      securityGroups: [securityGroup],
+      securityGroups: [heartbeatGroup],
       // A missed minute is replaced by the next one; a late retry would only crowd it.
       retryAttempts: 0,
     });
@@ -638,7 +642,7 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
       slotName: this.slotName,
       vpc: props.vpc,
       vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
-      securityGroup,
+      securityGroup: slotMonitorGroup,
       secret: props.database.monitoringSecret,
       walBudget: props.slotWalBudget ?? Size.gibibytes(10),
       alarmsEnabled: props.alarmsEnabled ?? true,
@@ -676,7 +680,7 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
       heartbeatSchema: this.heartbeatSchema,
       vpc: props.vpc,
       vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
-      securityGroup,
+      securityGroup: snapshotGroup,
       alarmsEnabled: props.alarmsEnabled ?? true,
       alarmActions: props.alarmActions,
       stallThreshold: props.alarmSnapshotStallThreshold ?? Duration.minutes(30),
@@ -699,7 +703,7 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
             polledTables: polled,
             vpc: props.vpc,
             vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
-            securityGroup,
+            securityGroup: pollGroup!,
             alarmsEnabled: props.alarmsEnabled ?? true,
             alarmActions: props.alarmActions,
           });

@@ -13,6 +13,7 @@ import { AwsApiEgress } from './aws-api-egress.ts';
 import type { CdcSource } from './cdc-source.ts';
 import type { IControlPlane } from './control-plane.ts';
 import { createAlarm } from './private/alarms.ts';
+import { allowDatabase, ownSecurityGroup } from './private/function-network.ts';
 import { CdcFunction } from './private/cdc-function.ts';
 import { platformMetric } from './private/platform-metric.ts';
 import { tableConfigEntries } from './private/table-mappings.ts';
@@ -128,7 +129,7 @@ const DEFAULT_TIER: ReconcileTierProps = { name: 'default', every: Duration.days
 export class Reconciler extends Resource implements IReconciler {
   /** The functions, one per source and sink that serves it (`<source>/<sink>`). */
   readonly functions: Record<string, lambda.IFunction> = {};
-  /** The function's security group: allow it on the databases' ports. */
+  /** The functions' security groups (one each): allow them on the databases' ports. */
   readonly connections: ec2.Connections;
   /** The alarms this construct created (empty when `alarmsEnabled` is false). */
   readonly alarms: cloudwatch.IAlarm[] = [];
@@ -155,20 +156,10 @@ export class Reconciler extends Resource implements IReconciler {
     const wildcard = this.tiers.filter((t) => t.tables!.includes('*'));
     if (wildcard.length > 1) fail(this, `only one tier may take the remaining tables ('*'); ${wildcard.map((t) => t.name).join(', ')} do`);
 
-    const securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
-      vpc: props.vpc,
-      description: `Reconciler: reads sources and warehouses (${this.node.path})`,
-      allowAllOutbound: false,
-    });
-    (props.awsApiEgress ?? AwsApiEgress.vpcEndpoints()).applyTo(securityGroup, props.vpc);
-    this.connections = new ec2.Connections({ securityGroups: [securityGroup] });
-    const allow = (name: string, target: ec2.ISecurityGroup | undefined, port: number, what: string): void => {
-      if (!target) return;
-      new ec2.CfnSecurityGroupIngress(this, `${name}Ingress`, { groupId: target.securityGroupId, sourceSecurityGroupId: securityGroup.securityGroupId, ipProtocol: 'tcp', fromPort: port, toPort: port, description: `Reconciler: ${what}` });
-      new ec2.CfnSecurityGroupEgress(this, `${name}Egress`, { groupId: securityGroup.securityGroupId, destinationSecurityGroupId: target.securityGroupId, ipProtocol: 'tcp', fromPort: port, toPort: port, description: `Reconciler: to ${what}` });
-    };
-    for (const source of props.sources) allow(`Source-${source.sourceId}`, source.database.securityGroup, source.database.port, `source ${source.sourceId}`);
-    for (const sink of props.sinks) if (!(sink instanceof SearchSink)) allow(`Warehouse-${sink.sinkId}`, sink.connection.securityGroup, sink.connection.port, `warehouse ${sink.sinkId}`);
+    // One security group per function (docs/deploy.md, "Network"): HTTPS to AWS APIs, and the
+    // port of its own source and of its own warehouse, nothing else.
+    const awsApiEgress = props.awsApiEgress ?? AwsApiEgress.vpcEndpoints();
+    const groups: ec2.ISecurityGroup[] = [];
 
     for (const sink of props.sinks) {
       if (!props.sources.some((source) => servedSources(sink).includes(source.sourceId))) {
@@ -185,6 +176,11 @@ export class Reconciler extends Resource implements IReconciler {
         const settle = props.settleTime ?? sink.freshnessTarget;
         const budget = source.database.snapshotBudget;
         const warehouse = search ? null : (sink as WarehouseSink);
+        const member = `${source.sourceId}-${sink.sinkId}`;
+        const securityGroup = ownSecurityGroup(this, `SecurityGroup-${member}`, props.vpc, awsApiEgress, `Reconciler of source ${source.sourceId} and sink ${sink.sinkId} (${this.node.path})`);
+        groups.push(securityGroup);
+        allowDatabase(this, `Source-${member}`, securityGroup, source.database, `Reconciler ${member}: source ${source.sourceId}`, `source ${source.sourceId}`);
+        if (warehouse) allowDatabase(this, `Warehouse-${member}`, securityGroup, warehouse.connection, `Reconciler ${member}: warehouse ${sink.sinkId}`, `warehouse ${sink.sinkId}`);
         const fn = new CdcFunction(this, `Function-${source.sourceId}-${sink.sinkId}`, {
           handlerName: 'reconciler',
           description: `Reconciles source ${source.sourceId} with ${search ? 'search' : 'warehouse'} sink ${sink.sinkId} (${this.node.path})`,
@@ -243,6 +239,7 @@ export class Reconciler extends Resource implements IReconciler {
         fns.push(fn.fn);
       }
     }
+    this.connections = new ec2.Connections({ securityGroups: groups });
     for (const tier of this.tiers) {
       new events.Rule(this, `Schedule-${tier.name}`, {
         description: `Reconciles the ${tier.name} tier every ${tier.every.toHumanString()} (${this.node.path})`,

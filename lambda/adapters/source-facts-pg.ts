@@ -9,6 +9,7 @@ import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_TABLE } from '../../contracts/env.t
 import type { SourceIdentity } from '../core/continuity.ts';
 import type { SlotFact, SourceFacts, TableFact } from '../core/doctor.ts';
 import { splitTableId } from '../core/identifiers.ts';
+import type { CatalogTypes } from '../core/catalog-types.ts';
 
 type Queryable = Pick<pg.ClientBase, 'query'>;
 
@@ -202,4 +203,30 @@ export async function listSourceTables(client: Queryable): Promise<string[]> {
       ORDER BY 1`,
   );
   return res.rows.map((r: { id: string }) => r.id).filter((id) => /^[A-Za-z_][A-Za-z0-9_$]*\.[A-Za-z_][A-Za-z0-9_$]*$/.test(id));
+}
+
+/**
+ * A table's columns with their full types (`format_type(atttypid, atttypmod)`: `character
+ * varying(20)`, `numeric(12,2)`) in table order, and its primary key (empty when it has none);
+ * null when the table does not exist. What the normalizer registers a table first seen through a
+ * type-less DMS record with (lambda/core/catalog-types.ts).
+ */
+export async function readCatalogColumnTypes(client: Queryable, tableId: string): Promise<CatalogTypes | null> {
+  const { schema, table } = splitTableId(tableId);
+  const cols = await client.query<{ name: string; type: string }>(
+    `SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type
+       FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+      WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
+    [schema, table],
+  );
+  if (cols.rows.length === 0) return null;
+  const key = await client.query<{ name: string }>(
+    `SELECT a.attname AS name FROM pg_index i
+       JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+       CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+       JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+      WHERE n.nspname = $1 AND c.relname = $2 AND i.indisprimary ORDER BY k.ord`,
+    [schema, table],
+  );
+  return { table: tableId, columns: cols.rows.map((r) => ({ name: r.name, type: r.type })), key: key.rows.map((r) => r.name) };
 }

@@ -51,6 +51,7 @@ import { HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { checkHeartbeatContinuity, type HeartbeatContinuityDeps } from './continuity.ts';
 import { splitTableId } from './identifiers.ts';
 import { isIdentity, sameTransforms, transformChange, transformChangeNotice, transformColumns, transformKeyColumns, transformsText, type TableTransforms } from './transforms.ts';
+import { TableTypesPendingError, withCatalogTypes, type CatalogTypes } from './catalog-types.ts';
 
 /** Where events go: encode checks one event (throws a `CdcError` for bad input), publish sends them in order. */
 export interface ChangeLogWriter<E> {
@@ -103,6 +104,14 @@ export interface NormalizerOptions<E> {
    * claim check (docs/large-records.md). Without it such an event is dead-lettered.
    */
   payloads?: PayloadStore;
+  /**
+   * The source catalog's types of a table not registered yet (lambda/core/catalog-types.ts). With
+   * it, a table first seen through a record without types (a DMS data record) is registered with
+   * the catalog's types, and the record is retried (`TableTypesPendingError`) until they are
+   * published; without it, such a table is registered with unknown types (docs/schema-drift.md).
+   * @default - none
+   */
+  catalogTypes?: (table: string) => Promise<CatalogTypes | null>;
 }
 
 /** The recovery hint logged and audited with a pause. */
@@ -379,13 +388,24 @@ export class NormalizerBatch<E> {
       await this.deadLetter(raw, parsed, e instanceof CdcError ? e.code : 'INVALID_RECORD', (e as Error).message);
       return 'dead-lettered';
     }
+    // A table first seen through a record without types is registered with its catalog's types,
+    // never untyped (lambda/core/catalog-types.ts): checked before anything is noted, since the
+    // record is retried when they are not published yet.
+    let observed = observe(untransformed);
+    // Only for a captured table (declared, or matched by a capture rule): the ones whose types the snapshot worker publishes.
+    if (this.o.catalogTypes && this.o.tables.get(first.table) !== undefined && observed.columns.some((c) => c.type === null) && (await this.registry(first.table)).versions.length === 0) {
+      const catalog = await this.o.catalogTypes(first.table);
+      if (catalog === null) throw new TableTypesPendingError(this.o.source, first.table, 'no catalog types are published for it yet');
+      const typed = withCatalogTypes(observed, catalog);
+      if (typed.missing.length > 0) throw new TableTypesPendingError(this.o.source, first.table, `the published catalog types lack column(s) ${typed.missing.join(', ')}`);
+      observed = typed.shape;
+    }
     const regression = this.parent.checkMonotonic(raw.origin, changes);
     if (regression) {
       await this.deadLetter(raw, parsed, regression.code, regression.message);
       await this.resnapshot(first.table, regression);
       return 'dead-lettered';
     }
-    const observed = observe(untransformed);
     // Masked columns are registered as text on every path (lambda/core/masking.ts), then shaped by the transforms.
     const ruled: ObservedShape = {
       ...observed,

@@ -12,7 +12,7 @@
  * and counts as processed.
  *
  * Configuration (environment): `CDC_CONTROL_TABLE`, `CDC_SOURCE_ID`, `CDC_TABLE_CONFIG`,
- * `CDC_CHANGE_LOG_STREAM`; `CDC_AWS_ENDPOINT` points the clients at local stand-ins.
+ * `CDC_CHANGE_LOG_STREAM`, optional `CDC_CATALOG_TYPES`; `CDC_AWS_ENDPOINT` points the clients at local stand-ins.
  */
 import { BatchProcessor, EventType, processPartialResponse } from '@aws-lambda-powertools/batch';
 import { Logger } from '@aws-lambda-powertools/logger';
@@ -29,6 +29,7 @@ import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { kinesisRecordData } from '../adapters/kinesis-event.ts';
 import type { ControlPlane } from '../core/control-plane.ts';
 import { CdcError, ConfigurationError } from '../core/errors.ts';
+import { readCatalogTypes } from '../core/catalog-types.ts';
 import { isSourceId } from '../core/event.ts';
 import { Normalizer, type ChangeLogWriter, type NormalizerMetrics } from '../core/normalize.ts';
 import { parseTableConfig, parseTableRules, TableConfigIndex, type TableConfig, type TableRule } from '../core/table-config.ts';
@@ -52,6 +53,12 @@ export interface NormalizerDeps<E> {
   flushEvents?: number;
   /** Where an event over the change log's record limit is stored whole (docs/large-records.md). */
   payloads?: PayloadStore;
+  /**
+   * Register a table first seen through a record without types (a DMS data record) with the
+   * catalog types the snapshot worker published, retrying the record until they are there
+   * (lambda/core/catalog-types.ts; `CDC_CATALOG_TYPES=published` on AWS). @default false
+   */
+  catalogTypes?: boolean;
 }
 
 export type NormalizerHandler = (event: KinesisStreamEvent, context?: Context) => Promise<KinesisStreamBatchResponse>;
@@ -112,6 +119,7 @@ export function createNormalizerHandler<E>(deps: NormalizerDeps<E>): NormalizerH
     ...(deps.now ? { now: deps.now } : {}),
     ...(deps.flushEvents ? { flushEvents: deps.flushEvents } : {}),
     ...(deps.payloads ? { payloads: deps.payloads } : {}),
+    ...(deps.catalogTypes ? { catalogTypes: (table: string) => readCatalogTypes(deps.control, deps.source, table) } : {}),
   });
 
   return async (event, context) => {
@@ -157,6 +165,13 @@ export function createNormalizerHandler<E>(deps: NormalizerDeps<E>): NormalizerH
   };
 }
 
+/** `CDC_CATALOG_TYPES`: `published` (the snapshot worker publishes them) or unset. */
+export function catalogTypesSetting(value: string | undefined): boolean {
+  if (value === undefined || value === '') return false;
+  if (value === 'published') return true;
+  throw new ConfigurationError(`${EnvName.CATALOG_TYPES}: expected 'published' or nothing, got ${JSON.stringify(value)}`);
+}
+
 function requiredEnv(name: string): string {
   const v = process.env[name];
   if (v === undefined || v.trim() === '') throw new ConfigurationError(`environment variable ${name} is not set`);
@@ -179,6 +194,7 @@ export const handler: NormalizerHandler = async (event, context) => {
     control: new DynamoDbControlPlane(dynamodb, requiredEnv(EnvName.CONTROL_TABLE), payloads),
     changeLog: new KinesisChangeLog(kinesis, requiredEnv(EnvName.CHANGE_LOG_STREAM)),
     ...(payloads ? { payloads } : {}),
+    catalogTypes: catalogTypesSetting(process.env[EnvName.CATALOG_TYPES]),
   });
   return fromEnv(event, context);
 };

@@ -33,13 +33,14 @@ import { sourceConnectionConfig } from '../adapters/source-postgres.ts';
 import type { ControlPlane } from '../core/control-plane.ts';
 import { CdcError } from '../core/errors.ts';
 import { encodeChunkRecords, snapshotPartitionKey, type SnapshotState } from '../core/snapshot.ts';
+import { publishCatalogTypes, type DescribeTable } from '../core/catalog-types.ts';
 import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, type PressureReading, type SourceBudget } from '../core/snapshot-pacer.ts';
 import { planSnapshots, runPendingSnapshots, type RunOutcome, type SnapshotMetrics, type SnapshotReader } from '../core/snapshot-worker.ts';
 import type { SlotRecord } from '../core/slot-record.ts';
 import { parseTableConfig, parseTableRules, TableConfigIndex, type TableConfig, type TableRule } from '../core/table-config.ts';
 import { scanTables, type DiscoveryRecord } from '../core/discovery.ts';
 import type { TableFact } from '../core/doctor.ts';
-import { listSourceTables, readTableFact } from '../adapters/source-facts-pg.ts';
+import { listSourceTables, readCatalogColumnTypes, readTableFact } from '../adapters/source-facts-pg.ts';
 
 const SERVICE = 'cdc-snapshot-worker';
 
@@ -99,6 +100,14 @@ export interface SnapshotWorkerDeps {
   metrics: Metrics;
   logger: Logger;
   owner: string;
+  /**
+   * The source catalog's types of a table (null when it does not exist): published for every
+   * captured table not registered yet, first thing in each invocation, so that the normalizer
+   * registers a table first seen through a type-less DMS record with them
+   * (lambda/core/catalog-types.ts). `catalogTables` are the declared tables to publish beyond
+   * `tables` (the heartbeat table); tables a capture rule matched join them. @default none published
+   */
+  catalog?: { describe: DescribeTable; catalogTables?: readonly string[] };
 }
 
 /** One invocation: plan, then run pending chunks while `timeLeftMs()` stays above `reserveMs`. */
@@ -112,6 +121,12 @@ export function createSnapshotWorker(d: SnapshotWorkerDeps): (timeLeftMs: () => 
       const scan = await scanTables({ control: d.control, source: d.source, rules: disc.rules, declared: disc.declared, listTables: () => disc.listTables(), tableFact: (t, k) => disc.tableFact(t, k), user: await disc.user(), capture: () => undefined, release: () => undefined, actor: 'snapshot-worker:discovery' }, known);
       known = scan.known;
       if (scan.result.changed.length > 0) d.logger.info('Capture rules: tables changed', { changed: scan.result.changed.map((r) => ({ table: r.table, verdict: r.verdict, reasons: r.reasons })) });
+    }
+    if (d.catalog) {
+      // Every table a capture rule matched (the DMS task selects by the same patterns, whatever the verdict), not the dropped ones.
+      const captured = [...(known?.values() ?? [])].filter((r) => r.verdict !== 'dropped').map((r) => r.table);
+      const written = await publishCatalogTypes(d.control, d.source, [...d.tables.map((t) => t.table), ...(d.catalog.catalogTables ?? []), ...captured], d.catalog.describe);
+      if (written.length > 0) d.logger.info('Published catalog types of tables not registered yet', { tables: written });
     }
     const requested = await planSnapshots(d.control, d.source, d.tables, 'snapshot-planner');
     if (requested.length > 0) d.logger.info('Requested first snapshots', { tables: requested });
@@ -190,6 +205,7 @@ export async function handler(_event: unknown, context: Context): Promise<Record
       return catalogClient;
     };
     const declaredTables = parseTableConfig(process.env[EnvName.TABLE_CONFIG]).map((t) => t.table);
+    const heartbeatTable = `${process.env[EnvName.HEARTBEAT_SCHEMA] || DEFAULT_HEARTBEAT_SCHEMA}.${HEARTBEAT_TABLE}`;
     fromEnv = createSnapshotWorker({
       ...(rules.length > 0
         ? {
@@ -204,7 +220,8 @@ export async function handler(_event: unknown, context: Context): Promise<Record
         : {}),
       source,
       // The heartbeat table is the platform's own: nothing to onboard.
-      tables: parseTableConfig(process.env[EnvName.TABLE_CONFIG]).filter((t) => t.table !== `${process.env[EnvName.HEARTBEAT_SCHEMA] || DEFAULT_HEARTBEAT_SCHEMA}.${HEARTBEAT_TABLE}`),
+      tables: parseTableConfig(process.env[EnvName.TABLE_CONFIG]).filter((t) => t.table !== heartbeatTable),
+      catalog: { describe: async (t) => readCatalogColumnTypes(await catalog(), t), catalogTables: [heartbeatTable] },
       control: new DynamoDbControlPlane(dynamoDbClient(endpoint), env(EnvName.CONTROL_TABLE)),
       reader,
       publish: (records) => {

@@ -16,7 +16,7 @@ import * as targets from 'aws-cdk-lib/aws-events-targets';
 import type * as kinesis from 'aws-cdk-lib/aws-kinesis';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type { Construct } from 'constructs';
-import { ControlPartition } from '../../contracts/control-plane-keys.ts';
+import { catalogConsumerId, ControlPartition } from '../../contracts/control-plane-keys.ts';
 import { EnvName } from '../../contracts/env.ts';
 import { MetricDimension, MetricName } from '../../contracts/metrics.ts';
 import type { IControlPlane } from '../control-plane.ts';
@@ -79,6 +79,8 @@ export function addSnapshotWorker(scope: Construct, props: SnapshotWorkerProps):
     put: [ControlPartition.source(props.sourceId), ControlPartition.snapshotChunksOf(props.sourceId), ControlPartition.AUDIT],
     update: [ControlPartition.source(props.sourceId)],
   });
+  // The catalog types of tables not registered yet, for the normalizer (docs/schema-drift.md, "First sight of a table").
+  props.control.grantItems(fn, { read: [ControlPartition.checkpoint(catalogConsumerId(props.sourceId))], put: [ControlPartition.checkpoint(catalogConsumerId(props.sourceId))] });
   props.rawStream.grantWrite(fn);
   props.database.secret.grantRead(fn);
   props.database.readReplicaSecret?.grantRead(fn);

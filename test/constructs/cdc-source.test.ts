@@ -243,7 +243,7 @@ describe('CdcSource', () => {
     });
     const fn = resourcesOf(t, 'AWS::Lambda::Function').find(([id]) => id.startsWith('OrdersHeartbeatWriter'))![1];
     expect((fn.Properties.Environment as { Variables: Record<string, unknown> }).Variables).toMatchObject({ CDC_HEARTBEAT_BEATS: '6', CDC_SOURCE_ID: 'orders', CDC_SOURCE_SECRET_ARN: f.stack.resolve(f.heartbeatSecret.secretArn), CDC_SOURCE_SSL_MODE: 'verify-full' });
-    expect(fn.Properties.VpcConfig).toMatchObject({ SecurityGroupIds: [{ 'Fn::GetAtt': [expect.stringMatching(/^OrdersSecurityGroup/), 'GroupId'] }] });
+    expect(fn.Properties.VpcConfig).toMatchObject({ SecurityGroupIds: [{ 'Fn::GetAtt': [expect.stringMatching(/^OrdersHeartbeatWriterSecurityGroup/), 'GroupId'] }] });
     expect(fn.Properties.Timeout).toBe(80);
   });
 
@@ -338,8 +338,10 @@ describe('CdcSource', () => {
       ToPort: 5433,
       IpProtocol: 'tcp',
     });
+    // The slot step's own group too, whose function prepares the slot.
+    t.hasResourceProperties('AWS::EC2::SecurityGroupIngress', { GroupId: f.stack.resolve(dbSg.securityGroupId), SourceSecurityGroupId: { 'Fn::GetAtt': [Match.stringLikeRegexp('^OrdersTaskLifecycleSecurityGroup'), 'GroupId'] }, FromPort: 5433 });
     const slot = resourcesOf(t, 'Custom::CdcReplicationSlot')[0]![1];
-    expect(slot.DependsOn).toEqual(expect.arrayContaining([expect.stringMatching(/^OrdersDatabaseIngress/)]));
+    expect(slot.DependsOn).toEqual(expect.arrayContaining([expect.stringMatching(/^OrdersDatabaseIngress/), expect.stringMatching(/^OrdersTaskLifecycleDatabaseIngress/), expect.stringMatching(/^OrdersTaskLifecycleDatabaseEgress/)]));
   });
 
   test('changing the captured tables changes the config hash', () => {

@@ -12,7 +12,8 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as kms from 'aws-cdk-lib/aws-kms';
 import { describe, expect, test } from 'vitest';
-import { AwsApiEgress, ChangeLog, SourceDatabase, SslMode, WarehouseConnection, WarehouseSink } from '../../lib/index.ts';
+import * as opensearch from 'aws-cdk-lib/aws-opensearchservice';
+import { AwsApiEgress, CapturedTable, CaptureMode, ChangeLog, Reconciler, SearchSink, SourceDatabase, SslMode, WarehouseConnection, WarehouseSink } from '../../lib/index.ts';
 import { fixture, newApp, onlyResource, ordersSource, resourcesOf, type Fixture } from './helpers.ts';
 
 type Statement = { Effect: string; Action: string | string[]; Resource: unknown; Condition?: Record<string, Record<string, unknown>> };
@@ -121,7 +122,8 @@ describe('control plane: own partitions, append-only audit', () => {
     const allow = ddb.filter((s) => s.Effect === 'Allow');
     const by = (action: string) => allow.filter((s) => actionsOf(s).includes(action)).flatMap(leadingKeys).sort();
     // CHECKPOINT#heartbeat:orders: the last accepted heartbeat, for the continuity check (docs/failures.md).
-    expect(by('dynamodb:GetItem')).toEqual(['CHECKPOINT#heartbeat:orders', 'SCHEMA#orders#*', 'SOURCE#orders']);
+    // CHECKPOINT#catalog-orders: the catalog types the snapshot worker publishes, read only (docs/schema-drift.md).
+    expect(by('dynamodb:GetItem')).toEqual(['CHECKPOINT#catalog-orders', 'CHECKPOINT#heartbeat:orders', 'SCHEMA#orders#*', 'SOURCE#orders']);
     expect(by('dynamodb:PutItem')).toEqual(['AUDIT', 'CHECKPOINT#heartbeat:orders', 'DEADLETTER#normalizer', 'DEADLETTERS', 'SCHEMA#orders#*', 'SOURCE#orders']);
     expect(by('dynamodb:UpdateItem')).toEqual(['SOURCE#orders', 'SOURCES']);
     for (const s of allow) {
@@ -138,6 +140,21 @@ describe('control plane: own partitions, append-only audit', () => {
     );
     // No read of the audit log: a handler cannot learn an entry's key to overwrite it.
     expect(by('dynamodb:Query')).not.toContain('AUDIT');
+  });
+
+  test('catalog types at first sight: the snapshot worker (which reads the source) publishes them, the normalizer (which never connects to it) only reads them', () => {
+    const f = fixture();
+    ordersSource(f);
+    const t = Template.fromStack(f.stack);
+    const keysOf = (role: string, action: string) =>
+      roleStatements(t, role).filter((s) => s.Effect === 'Allow' && actionsOf(s).includes(action)).flatMap(leadingKeys).filter((k) => k.startsWith('CHECKPOINT#catalog-'));
+    expect(keysOf('OrdersNormalizerServiceRole', 'dynamodb:GetItem')).toEqual(['CHECKPOINT#catalog-orders']);
+    expect(keysOf('OrdersNormalizerServiceRole', 'dynamodb:PutItem')).toEqual([]);
+    expect(keysOf('OrdersSnapshotWorkerServiceRole', 'dynamodb:GetItem')).toEqual(['CHECKPOINT#catalog-orders']);
+    expect(keysOf('OrdersSnapshotWorkerServiceRole', 'dynamodb:PutItem')).toEqual(['CHECKPOINT#catalog-orders']);
+    const normalizer = resourcesOf(t, 'AWS::Lambda::Function').find(([id]) => id.startsWith('OrdersNormalizer'))![1];
+    expect((normalizer.Properties.Environment as { Variables: Record<string, string> }).Variables.CDC_CATALOG_TYPES).toBe('published');
+    expect(normalizer.Properties.VpcConfig).toBeUndefined();
   });
 
   test('the applier: its own sink, the tables of its sources (read, degrade), its own dead letters; audit append-only', () => {
@@ -240,6 +257,70 @@ describe('network: no open egress', () => {
     t.hasResourceProperties('AWS::EC2::SecurityGroupEgress', { GroupId: { 'Fn::GetAtt': [Match.stringLikeRegexp('^OrdersSecurityGroup'), 'GroupId'] }, DestinationSecurityGroupId: f.stack.resolve(dbSg.securityGroupId), FromPort: 5432, ToPort: 5432 });
     t.hasResourceProperties('AWS::EC2::SecurityGroupEgress', { GroupId: { 'Fn::GetAtt': [Match.stringLikeRegexp('^WarehouseSecurityGroup'), 'GroupId'] }, DestinationSecurityGroupId: f.stack.resolve(whSg.securityGroupId), FromPort: 5439, ToPort: 5439 });
     t.hasResourceProperties('AWS::EC2::SecurityGroupIngress', { GroupId: f.stack.resolve(whSg.securityGroupId), FromPort: 5439 });
+  });
+
+  test('each function in the VPC has its own security group; only those that talk to a database send to its port, and only to it', () => {
+    const f = fixture();
+    const dbSg = new ec2.SecurityGroup(f.stack, 'DbSg', { vpc: f.vpc, allowAllOutbound: false });
+    const whSg = new ec2.SecurityGroup(f.stack, 'WhSg', { vpc: f.vpc, allowAllOutbound: false });
+    const source = ordersSource(f, {
+      database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, securityGroup: dbSg, port: 5432 }),
+      tables: [CapturedTable.of('public.orders'), CapturedTable.of('public.legacy', { capture: CaptureMode.POLL, pollColumn: 'updated_at', primaryKey: ['id'] })],
+    });
+    const warehouse = new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: f.log, sources: [source], connection: WarehouseConnection.redshift({ secret: f.warehouseSecret, securityGroup: whSg }), vpc: f.vpc });
+    const search = new SearchSink(f.stack, 'Search', {
+      controlPlane: f.control, changeLog: f.log, sources: [source], vpc: f.vpc,
+      domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://vpc-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com'),
+      tables: [{ table: 'public.orders' }],
+    });
+    new Reconciler(f.stack, 'Reconciler', { controlPlane: f.control, sources: [source], sinks: [warehouse, search], vpc: f.vpc });
+    const t = Template.fromStack(f.stack);
+    const groupIdOf = (v: unknown): string => (v as { 'Fn::GetAtt': [string, string] })['Fn::GetAtt'][0];
+
+    // Every function in the VPC: exactly one security group, shared with no other function or the DMS instance.
+    const groupOfFunction = new Map<string, string>();
+    for (const [id, fn] of resourcesOf(t, 'AWS::Lambda::Function')) {
+      const vpcConfig = fn.Properties.VpcConfig as { SecurityGroupIds: unknown[] } | undefined;
+      if (!vpcConfig) continue;
+      expect(vpcConfig.SecurityGroupIds, id).toHaveLength(1);
+      groupOfFunction.set(id, groupIdOf(vpcConfig.SecurityGroupIds[0]));
+    }
+    const dmsGroups = resourcesOf(t, 'AWS::DMS::ReplicationInstance').flatMap(([, r]) => (r.Properties.VpcSecurityGroupIds as unknown[]).map(groupIdOf));
+    const fnIds = [...groupOfFunction.keys()];
+    for (const prefix of ['OrdersTaskLifecycle', 'OrdersHeartbeatWriter', 'OrdersSlotMonitor', 'OrdersSnapshotWorker', 'OrdersPollWorker', 'WarehouseApplier', 'SearchApplier', 'ReconcilerFunctionordersw', 'ReconcilerFunctionorderss']) {
+      expect(fnIds.filter((id) => id.startsWith(prefix)), prefix).toHaveLength(1);
+    }
+    expect(new Set([...groupOfFunction.values(), ...dmsGroups]).size).toBe(groupOfFunction.size + dmsGroups.length);
+    // The normalizer talks to Kinesis and DynamoDB only: it is not in the VPC.
+    expect(fnIds.some((id) => id.startsWith('OrdersNormalizer'))).toBe(false);
+
+    // Database rules: [group of, destination, port] for every separate egress rule.
+    const egress = resourcesOf(t, 'AWS::EC2::SecurityGroupEgress').map(([, r]) => [groupIdOf(r.Properties.GroupId), f.stack.resolve(r.Properties.DestinationSecurityGroupId), r.Properties.FromPort, r.Properties.ToPort]);
+    const fnGroup = (prefix: string): string => [...groupOfFunction].find(([id]) => id.startsWith(prefix))![1];
+    const db = f.stack.resolve(dbSg.securityGroupId);
+    const wh = f.stack.resolve(whSg.securityGroupId);
+    const rulesOf = (group: string) => egress.filter(([g]) => g === group).map(([, to, from, toPort]) => [to, from, toPort]);
+    for (const prefix of ['OrdersTaskLifecycle', 'OrdersHeartbeatWriter', 'OrdersSlotMonitor', 'OrdersSnapshotWorker', 'OrdersPollWorker']) {
+      expect(rulesOf(fnGroup(prefix)), prefix).toEqual([[db, 5432, 5432]]);
+    }
+    expect(rulesOf(dmsGroups[0]!)).toEqual([[db, 5432, 5432]]);
+    expect(rulesOf(fnGroup('WarehouseApplier'))).toEqual([[wh, 5439, 5439]]);
+    expect(rulesOf(fnGroup('ReconcilerFunctionordersw'))).toEqual([[db, 5432, 5432], [wh, 5439, 5439]]);
+    // The search applier and the search sink's reconciler reach no warehouse; the latter only its source.
+    expect(rulesOf(fnGroup('SearchApplier'))).toEqual([]);
+    expect(rulesOf(fnGroup('ReconcilerFunctionorderss'))).toEqual([[db, 5432, 5432]]);
+    // Each database admits exactly the groups that send to it.
+    const ingress = resourcesOf(t, 'AWS::EC2::SecurityGroupIngress').map(([, r]) => [f.stack.resolve(r.Properties.GroupId), groupIdOf(r.Properties.SourceSecurityGroupId), r.Properties.FromPort]);
+    const admitted = (target: unknown) => ingress.filter(([g]) => JSON.stringify(g) === JSON.stringify(target)).map(([, from]) => from).sort();
+    expect(admitted(db)).toEqual(egress.filter(([, to]) => JSON.stringify(to) === JSON.stringify(db)).map(([g]) => g).sort());
+    expect(admitted(wh)).toEqual(egress.filter(([, to]) => JSON.stringify(to) === JSON.stringify(wh)).map(([g]) => g).sort());
+    // And every function's own group sends HTTPS to the VPC (endpoints) and nothing else inline.
+    for (const [id, group] of [...groupOfFunction, ...dmsGroups.map((g) => ['dms', g] as const)]) {
+      const sg = t.toJSON().Resources[group] as { Properties: { SecurityGroupEgress: unknown } };
+      expect(sg.Properties.SecurityGroupEgress, id).toEqual([expect.objectContaining({ IpProtocol: 'tcp', FromPort: 443, ToPort: 443, CidrIp: f.stack.resolve(f.vpc.vpcCidrBlock) })]);
+    }
+    // source.connections names every member's group, so allowTo admits each of them.
+    expect(source.connections.securityGroups).toHaveLength(6);
   });
 
   test('through a NAT gateway: HTTPS only, to any address', () => {

@@ -36,7 +36,7 @@ describe('CdcSource poll worker', () => {
     const { props } = pollerOf(t)!;
     expect(source.pollWorker).toBeDefined();
     expect(props.ReservedConcurrentExecutions).toBe(1);
-    expect(props.VpcConfig).toMatchObject({ SecurityGroupIds: [{ 'Fn::GetAtt': [expect.stringMatching(/^OrdersSecurityGroup/), 'GroupId'] }] });
+    expect(props.VpcConfig).toMatchObject({ SecurityGroupIds: [{ 'Fn::GetAtt': [expect.stringMatching(/^OrdersPollWorkerSecurityGroup/), 'GroupId'] }] });
     const env = (props.Environment as { Variables: Record<string, string> }).Variables;
     expect(env).toMatchObject({ CDC_SOURCE_ID: 'orders', CDC_SOURCE_SECRET_ARN: f.stack.resolve(f.sourceSecret.secretArn) });
     const config = parseTableConfig(env.CDC_TABLE_CONFIG);

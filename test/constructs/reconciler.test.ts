@@ -80,7 +80,7 @@ describe('Reconciler', () => {
     const sg = new ec2.SecurityGroup(f.stack, 'WarehouseSg', { vpc: f.vpc });
     const { t } = build(f, {}, sg);
     const ingress = resourcesOf(t, 'AWS::EC2::SecurityGroupIngress').filter(([id]) => id.startsWith('Reconciler'));
-    expect(ingress.map(([, i]) => [i.Properties.FromPort, i.Properties.Description])).toEqual([[5439, 'Reconciler: warehouse warehouse']]);
+    expect(ingress.map(([, i]) => [i.Properties.FromPort, i.Properties.Description])).toEqual([[5439, 'Reconciler orders-warehouse: warehouse warehouse']]);
   });
 
   /** The warehouse fixture plus a search sink of the orders source that indexes two tables. */

@@ -25,7 +25,7 @@ describe('CdcSource slot monitor', () => {
       CDC_SOURCE_SECRET_ARN: f.stack.resolve(monitoring.secretArn),
       CDC_SLOT_WAL_BUDGET_BYTES: String(4 * 1024 * MIB),
     });
-    expect(fn.Properties.VpcConfig).toMatchObject({ SecurityGroupIds: [{ 'Fn::GetAtt': [expect.stringMatching(/^OrdersSecurityGroup/), 'GroupId'] }] });
+    expect(fn.Properties.VpcConfig).toMatchObject({ SecurityGroupIds: [{ 'Fn::GetAtt': [expect.stringMatching(/^OrdersSlotMonitorSecurityGroup/), 'GroupId'] }] });
     t.hasResourceProperties('AWS::Events::Rule', {
       ScheduleExpression: 'rate(1 minute)',
       Targets: [Match.objectLike({ Arn: { 'Fn::GetAtt': [Match.stringLikeRegexp('^OrdersSlotMonitor'), 'Arn'] } })],

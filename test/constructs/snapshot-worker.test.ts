@@ -31,7 +31,7 @@ describe('CdcSource snapshot worker', () => {
     const { props } = workerOf(t);
     expect(props.Timeout).toBe(900);
     expect(props.ReservedConcurrentExecutions).toBe(1);
-    expect(props.VpcConfig).toMatchObject({ SecurityGroupIds: [{ 'Fn::GetAtt': [expect.stringMatching(/^OrdersSecurityGroup/), 'GroupId'] }] });
+    expect(props.VpcConfig).toMatchObject({ SecurityGroupIds: [{ 'Fn::GetAtt': [expect.stringMatching(/^OrdersSnapshotWorkerSecurityGroup/), 'GroupId'] }] });
     const env = (props.Environment as { Variables: Record<string, unknown> }).Variables;
     expect(env).toMatchObject({ CDC_SOURCE_ID: 'orders', CDC_SOURCE_SECRET_ARN: f.stack.resolve(f.sourceSecret.secretArn), CDC_RAW_STREAM: { Ref: expect.stringMatching(/^OrdersRawStream/) } });
     expect(env.CDC_SNAPSHOT_BUDGET).toBeUndefined();

@@ -15,7 +15,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { SlotCapture, type RawRecord } from '../../local/capture.ts';
-import { Normalizer, type ChangeLogWriter, type NormalizerLogger } from '../../lambda/core/normalize.ts';
+import { Normalizer, type ChangeLogWriter, type NormalizerLogger, type NormalizerOptions } from '../../lambda/core/normalize.ts';
+import { publishCatalogTypes, readCatalogTypes, TableTypesPendingError } from '../../lambda/core/catalog-types.ts';
+import { readCatalogColumnTypes } from '../../lambda/adapters/source-facts-pg.ts';
 import { validateChangeEvent, type ChangeEvent } from '../../lambda/core/event.ts';
 import { TableConfigIndex, type TableConfig } from '../../lambda/core/table-config.ts';
 import type { SchemaVersion } from '../../lambda/core/control-plane.ts';
@@ -42,7 +44,7 @@ afterAll(async () => {
 
 const quiet: NormalizerLogger = { debug() {}, info() {}, warn() {}, error() {} };
 
-function pipeline(source: string, tables: TableConfig[]) {
+function pipeline(source: string, tables: TableConfig[], extra: Partial<NormalizerOptions<string>> = {}) {
   const control = new MemoryControlPlane();
   const log: ChangeEvent[] = [];
   const changeLog: ChangeLogWriter<string> = {
@@ -51,7 +53,7 @@ function pipeline(source: string, tables: TableConfig[]) {
       for (const r of records) log.push(validateChangeEvent(JSON.parse(r)));
     },
   };
-  const normalizer = new Normalizer({ source, tables: new TableConfigIndex(tables), control, changeLog, metrics: { count() {}, milliseconds() {} }, logger: quiet });
+  const normalizer = new Normalizer({ source, tables: new TableConfigIndex(tables), control, changeLog, metrics: { count() {}, milliseconds() {} }, logger: quiet, ...extra });
   const warehouse = new PgWarehouse(pool);
   let seq = 0;
   let applied = 0;
@@ -132,6 +134,121 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): exact numbers', ()
     expect((err as UnsupportedSinkTypeError).code).toBe('SINK_TYPE_UNSUPPORTED');
     expect((err as Error).message).toMatch(/column x of dms\d+\/public\.wide has source type NUMERIC\(50,2\), which the warehouse cannot carry faithfully \(precision 50 is beyond the warehouse's 38 digits\)/);
     expect((await pool.query('SELECT to_regclass($1) AS t', [`${source}_public.wide_mirror`])).rows[0].t).toBeNull();
+  });
+});
+
+describe('DMS JSON → normalizer → warehouse (PostgreSQL): a table first seen through a data record', () => {
+  function dmsControl(operation: string, table: string, columns: Record<string, unknown>): string {
+    const [schema, name] = table.split('.');
+    return JSON.stringify({
+      control: { 'table-def': { columns, 'primary-key': ['id'] } },
+      metadata: { timestamp: '2026-12-01T00:00:02.000000Z', 'record-type': 'control', operation, 'partition-key-type': 'task-id', 'schema-name': schema, 'table-name': name },
+    });
+  }
+
+  it('is registered with the catalog types the snapshot worker publishes, so the table definition that follows is no type change any sink must apply', async () => {
+    // DMS data records carry no types. Registered untyped, the table got text columns in the
+    // warehouse, and the types of the table definition that followed were "compatible" in the
+    // registry but held the table for good in the warehouse (SinkTypeConflictError).
+    const source = `dmscat${++n}`;
+    await cluster.createDatabase(source);
+    const src = new pg.Client({ connectionString: cluster.url(source) });
+    src.on('error', () => undefined);
+    await src.connect();
+    try {
+      await src.query('CREATE TABLE public.items (id bigint PRIMARY KEY, price numeric(12,2), name varchar(20), placed date)');
+      const tables: TableConfig[] = [{ table: 'public.items', key: ['id'], deleteMode: 'soft', mask: [], exclude: [] }];
+      const p = pipeline(source, tables, { catalogTypes: (t) => readCatalogTypes(p.control, source, t) });
+      const first = dmsInsert('public.items', '{"id":1,"price":12.30,"name":"a","placed":"2026-11-30"}', 0x100);
+
+      // Before the catalog types are published the record is not registered, published or dead-lettered: it is retried.
+      const pending = await p.normalize([first]).catch((e: unknown) => e);
+      expect(pending).toBeInstanceOf(TableTypesPendingError);
+      expect((pending as TableTypesPendingError).code).toBe('TABLE_TYPES_PENDING');
+      expect((pending as Error).message).toContain(`${source}/public.items is seen for the first time through a record without column types`);
+      expect(p.log).toEqual([]);
+      expect(await p.control.listTables(source)).toEqual([]);
+      expect(await p.control.listDeadLetters()).toEqual([]);
+
+      // The snapshot worker's step, against the real catalog; the retried record then registers with those types.
+      expect(await publishCatalogTypes(p.control, source, ['public.items', 'public.absent'], (t) => readCatalogColumnTypes(src, t))).toEqual(['public.items']);
+      await p.normalize([first]);
+      expect((await p.control.getSchemaVersion(source, 'public.items', 1))?.columns.map((c) => [c.name, c.type])).toEqual([
+        ['id', 'bigint'], ['price', 'numeric(12,2)'], ['name', 'character varying(20)'], ['placed', 'date'],
+      ]);
+      // Registered: nothing more to publish for it.
+      expect(await publishCatalogTypes(p.control, source, ['public.items'], (t) => readCatalogColumnTypes(src, t))).toEqual([]);
+      await p.apply(); // the sink tables are made from version 1
+
+      // DMS then reports a new column with the table definition (its own type names).
+      await src.query('ALTER TABLE public.items ADD COLUMN note varchar(50)');
+      await p.normalize([
+        dmsControl('add-column', 'public.items', {
+          id: { type: 'INT8', nullable: false }, price: { type: 'NUMERIC', precision: 12, scale: 2, nullable: true }, name: { type: 'WSTRING', length: 20, nullable: true },
+          placed: { type: 'DATE', nullable: true }, note: { type: 'WSTRING', length: 50, nullable: true },
+        }),
+        dmsInsert('public.items', '{"id":2,"price":7.05,"name":"b","placed":"2026-12-01","note":"n"}', 0x200),
+      ]);
+      expect((await p.control.listTables(source)).map((t) => t.state)).toEqual(['active']);
+      expect(p.log.map((e) => e.schemaVersion)).toEqual([1, 2]);
+      // Version 2 applies onto the tables made from version 1; the columns keep their types.
+      await p.apply();
+      const types = await pool.query(`SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'items_mirror' AND column_name IN ('id', 'price', 'placed', 'note') ORDER BY column_name`, [`${source}_public`]);
+      expect(types.rows.map((r: { column_name: string; data_type: string }) => [r.column_name, r.data_type])).toEqual([['id', 'bigint'], ['note', 'character varying'], ['placed', 'date'], ['price', 'numeric']]);
+      const rows = await pool.query(`SELECT id::text AS id, price::text AS price, placed::text AS placed, note FROM ${source}_public.items ORDER BY id`);
+      expect(rows.rows).toEqual([
+        { id: '1', price: '12.30', placed: '2026-11-30', note: null },
+        { id: '2', price: '7.05', placed: '2026-12-01', note: 'n' },
+      ]);
+    } finally {
+      await src.end();
+    }
+  });
+
+  it('without the catalog types (the normalizer registers the first sight untyped), the same records hold the table in the warehouse', async () => {
+    // What the test above guards against, shown on the same records: the registry's "compatible"
+    // learned types are a column-type change the warehouse cannot make.
+    const source = `dmscat${++n}`;
+    const p = pipeline(source, [{ table: 'public.items', key: ['id'], deleteMode: 'soft', mask: [], exclude: [] }]);
+    await p.normalize([dmsInsert('public.items', '{"id":1,"price":12.30}', 0x100)]);
+    expect((await p.control.getSchemaVersion(source, 'public.items', 1))?.columns.map((c) => c.type)).toEqual([null, null]);
+    await p.apply(); // the sink tables are made from version 1
+    await p.normalize([
+      dmsControl('add-column', 'public.items', { id: { type: 'INT8', nullable: false }, price: { type: 'NUMERIC', precision: 12, scale: 2, nullable: true }, note: { type: 'WSTRING', length: 50, nullable: true } }),
+      dmsInsert('public.items', '{"id":2,"price":7.05,"note":"n"}', 0x200),
+    ]);
+    expect((await p.control.listTables(source)).map((t) => t.state)).toEqual(['active']); // "compatible" in the registry
+    const err = await p.apply().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(SinkTypeConflictError);
+    expect((err as Error).message).toMatch(/column (id|price) of public\.items is varchar\(65535\) in the warehouse but schema version needs/);
+  });
+
+  it('a record naming a column the published catalog read lacks waits for a newer read, never registers it untyped', async () => {
+    const source = `dmscat${++n}`;
+    await cluster.createDatabase(source);
+    const src = new pg.Client({ connectionString: cluster.url(source) });
+    src.on('error', () => undefined);
+    await src.connect();
+    try {
+      await src.query('CREATE TABLE public.t (id integer PRIMARY KEY, a text)');
+      const p = pipeline(source, [{ table: 'public.t', key: ['id'], deleteMode: 'soft', mask: ['a'], exclude: [] }], { catalogTypes: (t) => readCatalogTypes(p.control, source, t) });
+      await publishCatalogTypes(p.control, source, ['public.t'], (t) => readCatalogColumnTypes(src, t));
+      // The column was added after the catalog was read.
+      await src.query('ALTER TABLE public.t ADD COLUMN b numeric(5,1)');
+      const record = dmsInsert('public.t', '{"id":1,"a":"x","b":1.5}', 0x100);
+      const err = await p.normalize([record]).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(TableTypesPendingError);
+      expect((err as Error).message).toContain('the published catalog types lack column(s) b');
+      expect(await p.control.listTables(source)).toEqual([]);
+      expect(await publishCatalogTypes(p.control, source, ['public.t'], (t) => readCatalogColumnTypes(src, t))).toEqual(['public.t']);
+      await p.normalize([record]);
+      // A masked column is text whatever its catalog type (docs/masking.md).
+      expect((await p.control.getSchemaVersion(source, 'public.t', 1))?.columns.map((c) => [c.name, c.type])).toEqual([['id', 'integer'], ['a', 'text'], ['b', 'numeric(5,1)']]);
+      await p.apply();
+      expect((await pool.query(`SELECT id::text AS id, b::text AS b FROM ${source}_public.t`)).rows).toEqual([{ id: '1', b: '1.5' }]);
+    } finally {
+      await src.end();
+    }
   });
 });
 

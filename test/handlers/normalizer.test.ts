@@ -16,7 +16,8 @@ import { dynamoDbClient, kinesisClient } from '../../lambda/adapters/aws-clients
 import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
 import { KinesisChangeLog, sha256Hex } from '../../lambda/adapters/change-log-kinesis.ts';
 import { toKinesisStreamEvent } from '../../lambda/adapters/kinesis-event.ts';
-import { createNormalizerHandler, type NormalizerHandler } from '../../lambda/handlers/normalizer.ts';
+import { catalogTypesSetting, createNormalizerHandler, type NormalizerHandler } from '../../lambda/handlers/normalizer.ts';
+import { publishCatalogTypes } from '../../lambda/core/catalog-types.ts';
 import type { ControlPlane } from '../../lambda/core/control-plane.ts';
 import { partitionKeyOf, validateChangeEvent, type ChangeEvent } from '../../lambda/core/event.ts';
 import { makePosition } from '../../lambda/core/position.ts';
@@ -142,7 +143,7 @@ interface Pipeline {
   rawArn: string;
   log: string;
   handler: NormalizerHandler;
-  build(o?: { control?: ControlPlane; log?: string; flushEvents?: number }): NormalizerHandler;
+  build(o?: { control?: ControlPlane; log?: string; flushEvents?: number; catalogTypes?: boolean }): NormalizerHandler;
 }
 
 const TABLES: TableConfig[] = [
@@ -158,13 +159,14 @@ async function pipeline(): Promise<Pipeline> {
   const raw = `raw-${id}`;
   const log = `log-${id}`;
   const [rawArn] = await Promise.all([createStream(kinesis, raw, 1), createStream(kinesis, log, 2)]);
-  const build = (o: { control?: ControlPlane; log?: string; flushEvents?: number } = {}) =>
+  const build = (o: { control?: ControlPlane; log?: string; flushEvents?: number; catalogTypes?: boolean } = {}) =>
     createNormalizerHandler({
       source: 'shop',
       tables: TABLES,
       control: o.control ?? control,
       changeLog: new KinesisChangeLog(kinesis, o.log ?? log, { maxAttempts: 2, baseDelayMs: 1 }),
       ...(o.flushEvents ? { flushEvents: o.flushEvents } : {}),
+      ...(o.catalogTypes ? { catalogTypes: true } : {}),
     });
   return { control, raw, rawArn, log, handler: build(), build };
 }
@@ -344,6 +346,27 @@ describe('normalizer handler: slot-capture records', () => {
     await p.handler(await rawEvent(p, [slot({ lsn: 3, table: 'public.gone', columns: [['id', 'bigint', 8], ['v', 'text', 'x']] })]));
     const v2 = await p.control.getSchemaVersion('shop', 'public.gone', 2);
     expect(v2?.columns.find((c) => c.name === 'id')?.type).toBe('bigint');
+  });
+
+  it('with catalog types (CDC_CATALOG_TYPES=published), a table first seen through a DMS data record waits for them: retried, then registered typed', async () => {
+    // docs/schema-drift.md, "First sight of a table": never registered untyped on the DMS path.
+    const p = await pipeline();
+    const handler = p.build({ catalogTypes: true });
+    // A slot record first (typed): its buffered events are retried with the record that failed, in order.
+    const event = await rawEvent(p, [slot({ lsn: 1, columns: [['id', 'integer', 7]] }), dms('insert', 'public.orders', { id: 1, total: '12.30' }, 2), dms('insert', 'public.orders', { id: 2, total: '1.00' }, 3)]);
+    const seqs = event.Records.map((r) => r.kinesis.sequenceNumber);
+    expect(await handler(event)).toEqual({ batchItemFailures: seqs.map((s) => ({ itemIdentifier: s })) });
+    expect(await published(p)).toEqual([]);
+    expect((await p.control.listTables('shop')).map((t) => t.table)).not.toContain('public.orders');
+    expect(await p.control.listDeadLetters()).toEqual([]);
+    // The snapshot worker's publication (lambda/core/catalog-types.ts), in the control table.
+    expect(await publishCatalogTypes(p.control, 'shop', ['public.orders'], async (t) => ({ table: t, columns: [{ name: 'id', type: 'bigint' }, { name: 'total', type: 'numeric(12,2)' }], key: ['id'] }))).toEqual(['public.orders']);
+    expect(await handler(event)).toEqual({ batchItemFailures: [] });
+    expect((await published(p)).map((e) => [e.table, e.key.id, e.schemaVersion])).toEqual([['public.items', 7, 1], ['public.orders', 1, 1], ['public.orders', 2, 1]]);
+    expect((await p.control.getSchemaVersion('shop', 'public.orders', 1))?.columns.map((c) => [c.name, c.type])).toEqual([['id', 'bigint'], ['total', 'numeric(12,2)']]);
+    expect(catalogTypesSetting('published')).toBe(true);
+    expect(catalogTypesSetting(undefined)).toBe(false);
+    expect(() => catalogTypesSetting('yes')).toThrow(/CDC_CATALOG_TYPES: expected 'published' or nothing, got "yes"/);
   });
 
   it('heartbeat rows are ordinary events; keys of several columns make the partition key', async () => {

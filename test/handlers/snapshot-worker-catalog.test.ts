@@ -1,0 +1,73 @@
+/**
+ * The snapshot worker's first step in each invocation (lambda/handlers/snapshot-worker.ts): it
+ * publishes the catalog types of captured tables not registered yet, read from a real PostgreSQL
+ * (embedded), into the control plane (in-memory, a collaborator double; see its doc), where the
+ * normalizer finds them for a table first seen through a DMS data record (docs/schema-drift.md,
+ * "First sight of a table").
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { Logger } from '@aws-lambda-powertools/logger';
+import { Metrics } from '@aws-lambda-powertools/metrics';
+import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
+import { createSnapshotWorker } from '../../lambda/handlers/snapshot-worker.ts';
+import { readCatalogColumnTypes } from '../../lambda/adapters/source-facts-pg.ts';
+import { PostgresSnapshotReader } from '../../lambda/adapters/snapshot-postgres.ts';
+import { readCatalogTypes } from '../../lambda/core/catalog-types.ts';
+import { DEFAULT_SOURCE_BUDGET } from '../../lambda/core/snapshot-pacer.ts';
+import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
+
+let cluster: PostgresCluster;
+let client: pg.Client;
+
+beforeAll(async () => {
+  cluster = await startPostgres({ fast: true });
+  await cluster.createDatabase('src');
+  client = new pg.Client({ connectionString: cluster.url('src') });
+  client.on('error', () => undefined);
+  await client.connect();
+}, 120_000);
+afterAll(async () => {
+  await client?.end();
+  await cluster?.stop();
+});
+
+describe('snapshot worker: catalog types of tables not registered yet', () => {
+  it('publishes them with modifiers and key before any snapshot work, skips absent and registered tables, rewrites a changed one', async () => {
+    await client.query('CREATE TABLE public.cdc_heartbeat (source_id text PRIMARY KEY, beat_at timestamptz)');
+    await client.query('CREATE TABLE public.items (id bigint, line smallint, price numeric(12,2), name varchar(20), at timestamp(3), PRIMARY KEY (id, line))');
+    const control = new MemoryControlPlane();
+    const reader = new PostgresSnapshotReader({ primary: { connectionString: cluster.url('src') } });
+    const worker = createSnapshotWorker({
+      source: 'shop',
+      // Snapshots of their own are off: this invocation has only the catalog step to do.
+      tables: [{ table: 'public.items', key: ['id', 'line'], deleteMode: 'soft', mask: [], exclude: [], snapshot: false }, { table: 'public.gone', key: ['id'], deleteMode: 'soft', mask: [], exclude: [], snapshot: false }],
+      control,
+      reader,
+      publish: async () => undefined,
+      budget: DEFAULT_SOURCE_BUDGET,
+      metrics: new Metrics({ namespace: 'test', serviceName: 'test' }),
+      logger: new Logger({ serviceName: 'test', logLevel: 'ERROR' }),
+      owner: 'test',
+      catalog: { describe: (t) => readCatalogColumnTypes(client, t), catalogTables: ['public.cdc_heartbeat'] },
+    });
+    try {
+      await worker(() => 600_000);
+      expect(await readCatalogTypes(control, 'shop', 'public.items')).toEqual({
+        table: 'public.items',
+        columns: [{ name: 'id', type: 'bigint' }, { name: 'line', type: 'smallint' }, { name: 'price', type: 'numeric(12,2)' }, { name: 'name', type: 'character varying(20)' }, { name: 'at', type: 'timestamp(3) without time zone' }],
+        key: ['id', 'line'],
+      });
+      expect((await readCatalogTypes(control, 'shop', 'public.cdc_heartbeat'))?.columns.map((c) => c.type)).toEqual(['text', 'timestamp with time zone']);
+      expect(await readCatalogTypes(control, 'shop', 'public.gone')).toBeNull();
+      expect(await control.listSnapshots('shop')).toEqual([]);
+
+      // A column added before the table is registered: the next invocation publishes it.
+      await client.query('ALTER TABLE public.items ADD COLUMN note text');
+      await worker(() => 600_000);
+      expect((await readCatalogTypes(control, 'shop', 'public.items'))?.columns.at(-1)).toEqual({ name: 'note', type: 'text' });
+    } finally {
+      await reader.close();
+    }
+  });
+});
