@@ -45,6 +45,7 @@ import type { ControlPlane, DeleteMode, SchemaVersion } from './control-plane.ts
 import { CdcError, InvalidRecordError, UnsafeIdentifierError } from './errors.ts';
 import { validateChangeEvent, type ChangeEvent } from './event.ts';
 import { assertPlainIdentifier, splitTableId } from './identifiers.ts';
+import { admitTable, checkEventColumns as checkColumnsOf } from './sink-admission.ts';
 import { isClaimCheck, PayloadRefError, resolveClaim, validateClaimCheck, type PayloadStore } from './payload-store.ts';
 import type { TablePlan } from './apply-plan.ts';
 import { assertSourceColumn, warehouseTable, type WarehouseTable } from './warehouse-sql.ts';
@@ -394,26 +395,16 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
     }
 
     async function applyGroup(source: string, table: string, items: Item[]): Promise<void> {
-      let target: WarehouseTable;
-      try {
-        assertPlainIdentifier(source, 'source id');
-        splitTableId(table);
-        target = targetOf(source, table);
-      } catch (err) {
-        for (const i of items) await deadLetter(i.record, source, table, err);
+      const admission = await admitTable(cp, { sinkId, source, table, replayHeld: options.replayHeld === true, target: () => targetOf(source, table) });
+      if (admission.verdict === 'dead-letter') {
+        for (const i of items) await deadLetter(i.record, source, table, admission.error);
         return;
       }
-      const rec = await cp.getTable(source, table);
-      if (!rec) {
-        const err = new UnsafeIdentifierError(table, `not a registered table of source ${source}`);
-        for (const i of items) await deadLetter(i.record, source, table, err);
+      if (admission.verdict === 'hold') {
+        await hold(source, table, items, admission.why);
         return;
       }
-      const progress = options.replayHeld ? null : await cp.getSinkProgress(sinkId, source, table);
-      if (rec.state === 'paused' || rec.state === 'needs-resnapshot' || (progress?.heldFrom ?? null) !== null) {
-        await hold(source, table, items, progress?.heldFrom ? `held since ${progress.heldFrom}` : `table is ${rec.state}`);
-        return;
-      }
+      const { target, table: rec } = admission;
       const valid: Item[] = [];
       const schemas = new Map<number, SchemaVersion>();
       for (const i of items) {
@@ -576,28 +567,12 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
 }
 
 /**
- * Refuses names that are not plain identifiers or not columns of the event's schema version
- * (the applier's check of every event; the rebuild checks replayed events with it too).
+ * The warehouse's check of every event's names against its schema version (the rebuild checks
+ * replayed events with it too): `checkEventColumns` of lambda/core/sink-admission.ts with the
+ * warehouse's column rule.
  */
 export function checkEventColumns(e: ChangeEvent, schema: SchemaVersion): void {
-  const known = new Set(schema.columns.map((c) => c.name));
-  const check = (name: string, where: string): void => {
-    assertSourceColumn(name, e.table);
-    if (!known.has(name)) throw new UnsafeIdentifierError(name, `${where} names a column that is not in schema version ${schema.version} of ${e.source}/${e.table}`);
-  };
-  for (const k of Object.keys(e.key)) check(k, 'key');
-  for (const c of Object.keys(e.after ?? {})) check(c, 'after');
-  for (const c of e.missing) check(c, 'missing');
-  if (e.op === 'truncate') {
-    // A truncate is table-level: no key, no images (docs/truncate.md).
-    if (Object.keys(e.key).length > 0 || e.before !== null) throw new InvalidRecordError('key', `a truncate of ${e.table} carries no key and no before image`);
-    return;
-  }
-  const keyCols = Object.keys(e.key).sort();
-  const want = [...schema.key].sort();
-  if (keyCols.length !== want.length || keyCols.some((k, i) => k !== want[i])) {
-    throw new InvalidRecordError('key', `expected the primary key (${want.join(', ')}) of ${e.table} schema version ${schema.version}, got (${keyCols.join(', ')})`);
-  }
+  checkColumnsOf(e, schema, assertSourceColumn);
 }
 
 /** Best effort: the source and table a record that failed validation is about. */

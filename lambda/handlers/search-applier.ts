@@ -46,9 +46,10 @@ import { METRICS_NAMESPACE, MetricDimension, MetricName } from '../../contracts/
 import { failuresFrom } from '../core/apply-plan.ts';
 import { heldShardsOf } from '../core/operator-decisions.ts';
 import type { ControlPlane, DeleteMode, SchemaVersion } from '../core/control-plane.ts';
-import { CdcError, InvalidRecordError, UnsafeIdentifierError } from '../core/errors.ts';
+import { CdcError, InvalidRecordError } from '../core/errors.ts';
 import { keyText, validateChangeEvent, type ChangeEvent, type Row } from '../core/event.ts';
-import { assertPlainIdentifier, splitTableId } from '../core/identifiers.ts';
+import { assertPlainIdentifier } from '../core/identifiers.ts';
+import { admitTable, checkEventColumns } from '../core/sink-admission.ts';
 import {
   assertSearchColumn,
   bulkBody,
@@ -147,22 +148,7 @@ export function createSearchApplier(deps: SearchApplierDeps): SearchApplier {
     return v;
   }
 
-  function checkColumns(e: ChangeEvent, schema: SchemaVersion): void {
-    const known = new Set(schema.columns.map((c) => c.name));
-    const check = (name: string, where: string): void => {
-      assertSearchColumn(name, e.table);
-      if (!known.has(name)) throw new UnsafeIdentifierError(name, `${where} names a column that is not in schema version ${schema.version} of ${e.source}/${e.table}`);
-    };
-    for (const k of Object.keys(e.key)) check(k, 'key');
-    for (const c of Object.keys(e.after ?? {})) check(c, 'after');
-    for (const c of e.missing) check(c, 'missing');
-    if (e.op === 'truncate') return;
-    const keyCols = Object.keys(e.key).sort();
-    const want = [...schema.key].sort();
-    if (keyCols.length !== want.length || keyCols.some((k, i) => k !== want[i])) {
-      throw new InvalidRecordError('key', `expected the primary key (${want.join(', ')}) of ${e.table} schema version ${schema.version}, got (${keyCols.join(', ')})`);
-    }
-  }
+
 
   /** The table's index, created or extended so that it holds every column of `schemas`. */
   async function prepareIndex(source: string, table: string, names: SearchNames, schemas: SchemaVersion[], hard: boolean): Promise<IndexState> {
@@ -250,33 +236,23 @@ export function createSearchApplier(deps: SearchApplierDeps): SearchApplier {
       const isHeartbeat = table.split('.')[1] === HEARTBEAT_TABLE;
       const config = served?.get(`${source}\u0000${table}`);
       if (served && !config && !isHeartbeat) return; // not served by this sink: processed, nothing to do
-      let names: SearchNames;
-      try {
-        assertPlainIdentifier(source, 'source id');
-        splitTableId(table);
-        names = searchNames(prefix, source, table);
-      } catch (err) {
-        for (const i of items) await deadLetter(i.record, source, table, err);
+      const admission = await admitTable(cp, { sinkId, source, table, replayHeld: options.replayHeld === true, target: () => searchNames(prefix, source, table) });
+      if (admission.verdict === 'dead-letter') {
+        for (const i of items) await deadLetter(i.record, source, table, admission.error);
         return;
       }
-      const rec = await cp.getTable(source, table);
-      if (!rec) {
-        const err = new UnsafeIdentifierError(table, `not a registered table of source ${source}`);
-        for (const i of items) await deadLetter(i.record, source, table, err);
+      if (admission.verdict === 'hold') {
+        await hold(source, table, items, admission.why);
         return;
       }
-      const progress = options.replayHeld ? null : await cp.getSinkProgress(sinkId, source, table);
-      if (rec.state === 'paused' || rec.state === 'needs-resnapshot' || (progress?.heldFrom ?? null) !== null) {
-        await hold(source, table, items, progress?.heldFrom ? `held since ${progress.heldFrom}` : `table is ${rec.state}`);
-        return;
-      }
+      const { target: names, table: rec } = admission;
       const deleteMode: DeleteMode = config?.deleteMode ?? rec.deleteMode;
       const valid: Item[] = [];
       const schemas = new Map<number, SchemaVersion>();
       for (const i of items) {
         try {
           const schema = await schemaOf(source, table, i.event.schemaVersion);
-          checkColumns(i.event, schema);
+          checkEventColumns(i.event, schema, assertSearchColumn);
           schemas.set(schema.version, schema);
           valid.push(i);
         } catch (err) {

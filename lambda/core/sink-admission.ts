@@ -1,0 +1,71 @@
+/**
+ * What every sink checks before it applies a table's events (docs/architecture.md §5.4; the
+ * warehouse applier and the search applier share it, so the two cannot drift apart):
+ * - the table's batch is admitted, dead-lettered (the source or table id is not a plain
+ *   identifier, or the table is not registered) or held (the table is paused or needs a
+ *   re-snapshot, or this sink holds it from an earlier failure; docs/operations.md);
+ * - each event names only columns of its schema version, through the sink's own column rule, and
+ *   carries the version's whole primary key (a truncate carries no key and no before image).
+ * No I/O of its own: the control plane is the port.
+ */
+import type { ControlPlane, SchemaVersion, TableRecord } from './control-plane.ts';
+import { InvalidRecordError, UnsafeIdentifierError } from './errors.ts';
+import type { ChangeEvent } from './event.ts';
+import { assertPlainIdentifier, splitTableId } from './identifiers.ts';
+
+/** The admission of one table's batch to a sink. */
+export type TableAdmission<T> = { verdict: 'apply'; target: T; table: TableRecord } | { verdict: 'dead-letter'; error: Error } | { verdict: 'hold'; why: string };
+
+export interface AdmissionRequest<T> {
+  sinkId: string;
+  source: string;
+  table: string;
+  /** The resume replay of a held range: the sink's own hold does not apply (docs/operations.md). */
+  replayHeld: boolean;
+  /** The sink's names for the table (throws for a name it cannot take). */
+  target: () => T;
+}
+
+/** Decides whether a sink applies, dead-letters or holds a table's batch. */
+export async function admitTable<T>(cp: Pick<ControlPlane, 'getTable' | 'getSinkProgress'>, r: AdmissionRequest<T>): Promise<TableAdmission<T>> {
+  let target: T;
+  try {
+    assertPlainIdentifier(r.source, 'source id');
+    splitTableId(r.table);
+    target = r.target();
+  } catch (err) {
+    return { verdict: 'dead-letter', error: err as Error };
+  }
+  const rec = await cp.getTable(r.source, r.table);
+  if (!rec) return { verdict: 'dead-letter', error: new UnsafeIdentifierError(r.table, `not a registered table of source ${r.source}`) };
+  const progress = r.replayHeld ? null : await cp.getSinkProgress(r.sinkId, r.source, r.table);
+  if (rec.state === 'paused' || rec.state === 'needs-resnapshot' || (progress?.heldFrom ?? null) !== null) {
+    return { verdict: 'hold', why: progress?.heldFrom ? `held since ${progress.heldFrom}` : `table is ${rec.state}` };
+  }
+  return { verdict: 'apply', target, table: rec };
+}
+
+/**
+ * Refuses names that are not columns of the event's schema version (or that the sink's
+ * `assertColumn` refuses), and an event without the version's whole primary key.
+ */
+export function checkEventColumns(e: ChangeEvent, schema: SchemaVersion, assertColumn: (name: string, table: string) => void): void {
+  const known = new Set(schema.columns.map((c) => c.name));
+  const check = (name: string, where: string): void => {
+    assertColumn(name, e.table);
+    if (!known.has(name)) throw new UnsafeIdentifierError(name, `${where} names a column that is not in schema version ${schema.version} of ${e.source}/${e.table}`);
+  };
+  for (const k of Object.keys(e.key)) check(k, 'key');
+  for (const c of Object.keys(e.after ?? {})) check(c, 'after');
+  for (const c of e.missing) check(c, 'missing');
+  if (e.op === 'truncate') {
+    // A truncate is table-level: no key, no images (docs/truncate.md).
+    if (Object.keys(e.key).length > 0 || e.before !== null) throw new InvalidRecordError('key', `a truncate of ${e.table} carries no key and no before image`);
+    return;
+  }
+  const keyCols = Object.keys(e.key).sort();
+  const want = [...schema.key].sort();
+  if (keyCols.length !== want.length || keyCols.some((k, i) => k !== want[i])) {
+    throw new InvalidRecordError('key', `expected the primary key (${want.join(', ')}) of ${e.table} schema version ${schema.version}, got (${keyCols.join(', ')})`);
+  }
+}
