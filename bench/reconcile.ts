@@ -3,9 +3,9 @@
  *
  * A source table and its warehouse copy in the warehouse's layout (mirror + view, the warehouse's
  * types), identical; the warehouse side reads the view named after the table (tombstones hidden).
- * One reconciliation run (`reconcileTable` over the PostgreSQL sides: counts of both sides, range
- * checksums over `rowsPerRun` rows from the cursor, segments of 20,000 rows, both sides at the
- * same time) against `SELECT count(*)` of the source table, in the same run. Goal ≤ 3× the count
+ * One reconciliation run (`reconcileTable` over the PostgreSQL sides: counts of both sides on a
+ * session of their own alongside range checksums over `rowsPerRun` rows from the cursor, segments
+ * of 20,000 rows, both sides at the same time) against `SELECT count(*)` of the source table, in the same run. Goal ≤ 3× the count
  * (a time row: its ratio is count ÷ run, so ≥ 0.33). Also the cost of a full pass (every row
  * checksummed on both sides), for reference.
  *
@@ -47,8 +47,10 @@ export async function runReconcileBench(): Promise<BenchResult> {
     await exec(pgc.url('wh'), `VACUUM ANALYZE ${T.schema}.${T.mirror}`);
     const s = new pg.Client({ connectionString: pgc.url('src') });
     const w = new pg.Client({ connectionString: pgc.url('wh') });
-    await s.connect();
-    await w.connect();
+    // A second session per side for the whole-table counts, which run alongside the range walk.
+    const sc = new pg.Client({ connectionString: pgc.url('src') });
+    const wc = new pg.Client({ connectionString: pgc.url('wh') });
+    await Promise.all([s.connect(), w.connect(), sc.connect(), wc.connect()]);
     await prepareReconcileSession(s);
     await prepareReconcileSession(w);
     const count = async (): Promise<number> => {
@@ -61,7 +63,7 @@ export async function runReconcileBench(): Promise<BenchResult> {
       const t0 = performance.now();
       const v = await reconcileTable({
         sink: 'warehouse', source: 'bench', table: 'public.recon', key: ['id'], rules: NO_COLUMN_RULES, cursor, rowsPerRun: perRun, pacer: new FixedPacer(20_000), settleMs: 0,
-        sourceSide: pgSourceSide(s, 'public.recon', ['id'], []), sinkSide: pgWarehouseSide(w, 'bench', 'public.recon', ['id'], { stablePoint: false }),
+        sourceSide: pgSourceSide(s, 'public.recon', ['id'], [], { countClient: sc }), sinkSide: pgWarehouseSide(w, 'bench', 'public.recon', ['id'], { stablePoint: false, countClient: wc }),
       });
       cursor = v.nextCursor;
       return { ms: performance.now() - t0, verdict: v.verdict, covered: v.coveredRows, full: v.fullCoverage };
@@ -85,8 +87,7 @@ export async function runReconcileBench(): Promise<BenchResult> {
     rec.add(timeRow(`full pass over the matching ${rowsN}-row table (every row checksummed on both sides)`, full.ms, 'ms', c, 'SELECT count(*) on the source', { note: 'reference only: a run checks rowsPerRun rows, a full pass takes ceil(rows / rowsPerRun) runs' }));
     rec.details.counts = counts;
     rec.details.runs = runsMs;
-    await s.end();
-    await w.end();
+    await Promise.all([s.end(), w.end(), sc.end(), wc.end()]);
   } finally {
     await pgc.stop();
   }
