@@ -194,9 +194,22 @@ export class PgReconcileSide implements ReconcileSide {
     return { exists: cols.length > 0, columns: own.map((c) => c.name), keyOrder, types: Object.fromEntries(own.map((c) => [c.name, c.type])) };
   }
 
+  /**
+   * `count(*)` of the relation. The warehouse's view over the base and the delta
+   * (docs/warehouse-apply.md) anti-joins every base row against the delta; with a delta the planner
+   * estimates at one row (empty, or just merged) it picks a nested loop that scans the delta once
+   * per base row, several times the cost of a hash anti join over a whole table (docs/performance.md
+   * §10). So the count runs with nested loops off, for this statement only (`SET LOCAL`).
+   */
   async countAll(): Promise<number> {
-    const res = await this.countClient.query(`SELECT count(*) AS n FROM ${this.from}`);
-    return Number(res.rows[0].n);
+    try {
+      const res = (await this.countClient.query(`BEGIN; SET LOCAL enable_nestloop = off; SELECT count(*) AS n FROM ${this.from}; COMMIT`)) as unknown as pg.QueryResult[];
+      return Number(res[2]!.rows[0].n);
+    } catch (err) {
+      // The failed statement left the transaction open and aborted: end it, so the session stays usable.
+      await this.countClient.query('ROLLBACK').catch(() => undefined);
+      throw err;
+    }
   }
 
   /** The planner's estimate (`pg_class.reltuples`), null when never analysed; a view has none (a hint, see `ReconcileSide`). */
