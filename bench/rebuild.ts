@@ -12,7 +12,7 @@
  * the portable INSERT stage loader and with the PostgreSQL COPY stage loader; how many archive
  * objects the per-table replay read of all the archive holds.
  *
- *     npm run bench:rebuild [-- --events 100000 --quick]
+ *     npm run bench:rebuild [-- --events 100000 --quick --batch 5000]
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -54,8 +54,10 @@ function kinesisEvent(records: readonly LogRecord[]): KinesisStreamEvent {
 export async function run(): Promise<BenchResult> {
   const quick = argValue('quick') !== undefined;
   const events = numberArg('events', quick ? 20_000 : 100_000);
+  // Events per shadow apply (the rebuild's `batchSize`).
+  const batchSize = numberArg('batch', 5000);
   const options = { ...DEFAULT_HISTORY, events, keys: Math.ceil(events / 2), initial: Math.ceil(events / 4) };
-  const rec = new Recorder('rebuild', { events, quick, history: options, otherTableEvents: events, archiveBatch: 2000, shards: 2 });
+  const rec = new Recorder('rebuild', { events, quick, history: options, otherTableEvents: events, archiveBatch: 2000, shards: 2, batchSize });
   const dir = mkdtempSync(path.join(os.tmpdir(), 'cdc-bench-rebuild-'));
   const [cluster, kin] = await Promise.all([startPostgres(), startKinesalite()]);
   const kinesis = kinesisClient(kin.endpoint);
@@ -122,19 +124,25 @@ export async function run(): Promise<BenchResult> {
     // Warm-up (not timed): the first rebuild makes the live table, so the timed ones swap over one and diff against it as in use.
     for (const l of [{ name: 'warm-up', loader: insertStageLoader }, ...loaders]) {
       const p = new pg.Pool({ connectionString: cluster.url('dw'), max: 4 });
-      const rebuilder = new Rebuilder({ control: cp, pool: p, reader: new ReplayReader({ archive, kinesis, stream }), warehouse: { loader: l.loader }, duty: 1, batchSize: 5000 });
+      // Where the time goes: the rebuild's steps, timed from one to the next.
+      const phases: Array<{ step: string; at: number }> = [];
+      const step = async (name: string): Promise<void> => void phases.push({ step: name, at: nowMs() });
+      const rebuilder = new Rebuilder({ control: cp, pool: p, reader: new ReplayReader({ archive, kinesis, stream }), warehouse: { loader: l.loader }, duty: 1, batchSize, step });
       const checked = await rebuilder.check({ source: BENCH_SOURCE, table: BENCH_TABLE, sink: 'warehouse' });
       if (checked.refusal !== null) throw new Error(`rebuild refused: ${checked.refusal.reason}`);
       const t0 = nowMs();
       const report = await rebuilder.run({ source: BENCH_SOURCE, table: BENCH_TABLE, sink: 'warehouse', rehearse: false, actor: 'bench' }, checked.history);
       const wall = nowMs() - t0;
+      phases.push({ step: 'end', at: t0 + wall });
+      const phaseMs = Object.fromEntries(phases.slice(0, -1).map((ph, i) => [ph.step, Math.round(phases[i + 1]!.at - ph.at)]));
+      process.stdout.write(`[rebuild] ${l.name}: ${Math.round(wall)} ms; by step ${JSON.stringify(phaseMs)}\n`);
       await p.end();
       if (l.name === 'warm-up') continue;
       const rate = report.run.events / (wall / 1000);
       const applyRate = report.run.events / (report.applyMs / 1000);
       rec.add(rateRow(`rebuild from the archive, ${l.name}: events into the shadow (whole rebuild)`, rate, 'events/s', copyRate, 'COPY of the final rows', { target: '≥ 0.5× COPY', met: rate / copyRate >= 0.5, note: `${report.run.events} events in ${Math.round(wall)} ms` }));
       rec.add(rateRow(`rebuild from the archive, ${l.name}: events into the shadow (apply time only)`, applyRate, 'events/s', copyRate, 'COPY of the final rows', { note: `apply ${Math.round(report.applyMs)} ms of ${Math.round(wall)} ms` }));
-      runs.push({ loader: l.name, wallMs: wall, applyMs: report.applyMs, events: report.run.events, stats: report.stats, diff: report.run.diff });
+      runs.push({ loader: l.name, wallMs: wall, phaseMs, applyMs: report.applyMs, events: report.run.events, stats: report.stats, diff: report.run.diff });
       if (l.loader === insertStageLoader) {
         rec.add({ measure: 'per-table replay: archive objects read of all objects (two tables)', figure: report.stats.objectsRead, unit: 'objects', reference: totalObjects, referenceLabel: 'objects in the archive', ratio: totalObjects / Math.max(1, report.stats.objectsRead), note: `${report.stats.keysListed} keys listed; a batch-layout archive would read all ${totalObjects / 2} batch objects whole` });
       }

@@ -3,23 +3,23 @@
  *
  * A source table and its warehouse copy in the warehouse's layout (mirror + view, the warehouse's
  * types), identical; the warehouse side reads the view named after the table (tombstones hidden).
- * One reconciliation run (`reconcileTable` over the PostgreSQL sides: counts of both sides, range
- * checksums over `rowsPerRun` rows from the cursor, segments of 20,000 rows, both sides at the
- * same time) against `SELECT count(*)` of the source table, in the same run. Goal ≤ 3× the count
+ * One reconciliation run (`reconcileTable` over the PostgreSQL sides: counts of both sides on a
+ * session of their own alongside range checksums over `rowsPerRun` rows from the cursor, segments
+ * of 20,000 rows, both sides at the same time) against `SELECT count(*)` of the source table, in the same run. Goal ≤ 3× the count
  * (a time row: its ratio is count ÷ run, so ≥ 0.33). Also the cost of a full pass (every row
  * checksummed on both sides), for reference.
  *
- *     npm run bench:reconcile [-- --rows 1000000 --rows-per-run 100000 --runs 3]
+ *     npm run bench:reconcile [-- --rows 1000000 --rows-per-run 100000 --runs 3 --overlay]
  */
 import pg from 'pg';
 import { pgSourceSide, pgWarehouseSide, prepareReconcileSession } from '../lambda/adapters/reconcile-pg.ts';
 import { NO_COLUMN_RULES } from '../lambda/core/masking.ts';
 import { reconcileTable, type KeyTuple } from '../lambda/core/reconcile.ts';
 import { FixedPacer } from '../lambda/core/snapshot-pacer.ts';
-import { createMirrorSql, createSchemaSql, createViewSql, MIRROR_CDC_COLUMNS, warehouseTable } from '../lambda/core/warehouse-sql.ts';
+import { CHANGELOG_CDC_COLUMNS, createDeltaSql, createMirrorSql, createOverlayViewSql, createSchemaSql, createTruncationsSql, createViewSql, MIRROR_CDC_COLUMNS, warehouseTable } from '../lambda/core/warehouse-sql.ts';
 import { startPostgres } from '../local/postgres.ts';
 import { exec, serverVersion } from './lib/pg.ts';
-import { isMain, median, numberArg, Recorder, timeRow, type BenchResult } from './lib/report.ts';
+import { argValue, isMain, median, numberArg, Recorder, timeRow, type BenchResult } from './lib/report.ts';
 
 const say = (text: string): void => void process.stdout.write(`[reconcile] ${text}\n`);
 const T = warehouseTable('bench', 'public.recon');
@@ -28,7 +28,10 @@ export async function runReconcileBench(): Promise<BenchResult> {
   const rowsN = numberArg('rows', 1_000_000);
   const rowsPerRun = numberArg('rows-per-run', 100_000);
   const runs = numberArg('runs', 3);
-  const rec = new Recorder('reconcile', { rows: rowsN, rowsPerRun, runs, segment: 20_000 });
+  // --overlay: the warehouse layout of the append-first apply (an empty delta and the truncations
+  // table behind the base+delta view, docs/warehouse-apply.md) instead of the view over the mirror alone.
+  const overlay = argValue('overlay') !== undefined;
+  const rec = new Recorder('reconcile', { rows: rowsN, rowsPerRun, runs, segment: 20_000, view: overlay ? 'base+delta (empty delta)' : 'mirror only' });
   const pgc = await startPostgres();
   try {
     await pgc.createDatabase('src');
@@ -38,17 +41,22 @@ export async function runReconcileBench(): Promise<BenchResult> {
       INSERT INTO public.recon SELECT g, g % 1000, md5(g::text), g / 7.0, timestamptz '2026-01-01 00:00:00+00' + g * interval '1 second' FROM generate_series(1, ${rowsN}) g`);
     await exec(pgc.url('src'), 'VACUUM ANALYZE public.recon');
     const cols = [{ name: 'a', type: 'bigint' }, { name: 'b', type: 'varchar(65535)' }, { name: 'c', type: 'numeric(38,2)' }, { name: 'd', type: 'timestamptz' }];
+    const mirrorColumns = ['id', ...cols.map((c) => c.name), ...MIRROR_CDC_COLUMNS.map((c) => c.name)];
     await exec(pgc.url('wh'), [
       createSchemaSql(T),
       createMirrorSql(T, [{ name: 'id', type: 'bigint' }], cols),
-      createViewSql(T, ['id', ...cols.map((c) => c.name), ...MIRROR_CDC_COLUMNS.map((c) => c.name)]),
+      ...(overlay
+        ? [createDeltaSql(T, [...CHANGELOG_CDC_COLUMNS, { name: 'id', type: 'bigint' }, ...cols]), createTruncationsSql(T), createOverlayViewSql(T, mirrorColumns, ['id'], { deletedKeys: false, truncations: true })]
+        : [createViewSql(T, mirrorColumns)]),
       `INSERT INTO ${T.schema}.${T.mirror} SELECT g, g % 1000, md5(g::text), round(g / 7.0, 2), timestamptz '2026-01-01 00:00:00+00' + g * interval '1 second', lpad(to_hex(g), 24, '0'), false, NULL, now() FROM generate_series(1, ${rowsN}) g`,
     ].join(';\n'));
-    await exec(pgc.url('wh'), `VACUUM ANALYZE ${T.schema}.${T.mirror}`);
+    await exec(pgc.url('wh'), `VACUUM ANALYZE ${T.schema}.${T.mirror}${overlay ? `, ${T.schema}.${T.delta}` : ''}`);
     const s = new pg.Client({ connectionString: pgc.url('src') });
     const w = new pg.Client({ connectionString: pgc.url('wh') });
-    await s.connect();
-    await w.connect();
+    // A second session per side for the whole-table counts, which run alongside the range walk.
+    const sc = new pg.Client({ connectionString: pgc.url('src') });
+    const wc = new pg.Client({ connectionString: pgc.url('wh') });
+    await Promise.all([s.connect(), w.connect(), sc.connect(), wc.connect()]);
     await prepareReconcileSession(s);
     await prepareReconcileSession(w);
     const count = async (): Promise<number> => {
@@ -61,7 +69,7 @@ export async function runReconcileBench(): Promise<BenchResult> {
       const t0 = performance.now();
       const v = await reconcileTable({
         sink: 'warehouse', source: 'bench', table: 'public.recon', key: ['id'], rules: NO_COLUMN_RULES, cursor, rowsPerRun: perRun, pacer: new FixedPacer(20_000), settleMs: 0,
-        sourceSide: pgSourceSide(s, 'public.recon', ['id'], []), sinkSide: pgWarehouseSide(w, 'bench', 'public.recon', ['id'], { stablePoint: false }),
+        sourceSide: pgSourceSide(s, 'public.recon', ['id'], [], { countClient: sc }), sinkSide: pgWarehouseSide(w, 'bench', 'public.recon', ['id'], { stablePoint: false, countClient: wc }),
       });
       cursor = v.nextCursor;
       return { ms: performance.now() - t0, verdict: v.verdict, covered: v.coveredRows, full: v.fullCoverage };
@@ -85,8 +93,7 @@ export async function runReconcileBench(): Promise<BenchResult> {
     rec.add(timeRow(`full pass over the matching ${rowsN}-row table (every row checksummed on both sides)`, full.ms, 'ms', c, 'SELECT count(*) on the source', { note: 'reference only: a run checks rowsPerRun rows, a full pass takes ceil(rows / rowsPerRun) runs' }));
     rec.details.counts = counts;
     rec.details.runs = runsMs;
-    await s.end();
-    await w.end();
+    await Promise.all([s.end(), w.end(), sc.end(), wc.end()]);
   } finally {
     await pgc.stop();
   }

@@ -68,6 +68,13 @@ export async function reconcileDatabases(o: ReconcileDatabasesOptions): Promise<
     await src.end().catch(() => undefined);
     throw e;
   }) : null;
+  // A second session per database for the whole-table counts, which run alongside the range walk.
+  const counts = await Promise.all([connect(o.sourceUrl, 'cdc-reconcile-count'), ...(wh ? [connect(o.warehouseUrl!, 'cdc-reconcile-count')] : [])]).catch(async (e: unknown) => {
+    await src.end().catch(() => undefined);
+    await wh?.end().catch(() => undefined);
+    throw e;
+  });
+  const [srcCount, whCount] = counts;
   const search = o.search;
   const stable = o.stablePoint === false ? { stablePoint: false } : {};
   let probeClient: pg.Client | null = null;
@@ -95,9 +102,9 @@ export async function reconcileDatabases(o: ReconcileDatabasesOptions): Promise<
       ...(o.settleMs !== undefined ? { settleMs: o.settleMs } : {}),
       ...(o.settleRounds !== undefined ? { settleRounds: o.settleRounds } : {}),
       sides: async (t) => ({
-        source: pgSourceSide(src, t.table, t.key, t.rules.mask),
+        source: pgSourceSide(src, t.table, t.key, t.rules.mask, { countClient: srcCount! }),
         sink: wh
-          ? pgWarehouseSide(wh, o.source, t.table, t.key, { label: o.sink, ...stable })
+          ? pgWarehouseSide(wh, o.source, t.table, t.key, { label: o.sink, ...stable, countClient: whCount! })
           : searchSinkSide(search!.index, { prefix: search!.prefix ?? DEFAULT_INDEX_PREFIX, source: o.source, table: t.table, key: t.key, label: o.sink, ...stable, ...(search!.pageSize ? { pageSize: search!.pageSize } : {}) }),
       }),
       ...(o.onVerdict ? { onVerdict: o.onVerdict } : {}),
@@ -105,6 +112,7 @@ export async function reconcileDatabases(o: ReconcileDatabasesOptions): Promise<
   } finally {
     await src.end().catch(() => undefined);
     await wh?.end().catch(() => undefined);
+    for (const c of counts) await c.end().catch(() => undefined);
     const p = probeClient as pg.Client | null;
     if (p) await p.end().catch(() => undefined);
   }

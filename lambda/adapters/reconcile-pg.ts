@@ -57,6 +57,11 @@ export interface PgSideOptions {
   columns?: readonly string[];
   /** Columns hashed masked (source only). */
   masked?: readonly string[];
+  /**
+   * A second session for the whole-table count, so that it runs alongside the range walk on
+   * `client` instead of before it (docs/reconcile.md "Cost and the source budget"). @default client
+   */
+  countClient?: Queryable;
 }
 
 /** `pg-typed`: PostgreSQL's hash of a column expression of a class, seeded with `seed` (see the module comment). */
@@ -96,6 +101,7 @@ export class PgReconcileSide implements ReconcileSide {
   readonly hashSchemes: readonly HashScheme[] = ['pg-typed', BASE_HASH_SCHEME];
   private hashing: RowHashing = { scheme: BASE_HASH_SCHEME, classes: {} };
   private readonly client: Queryable;
+  private readonly countClient: Queryable;
   private readonly key: readonly string[];
   private columns: readonly string[];
   private readonly masked: readonly string[];
@@ -113,6 +119,7 @@ export class PgReconcileSide implements ReconcileSide {
     if (this.heartbeat) this.appliedThrough = () => this.heartbeatApplied();
     this.label = o.label;
     this.client = o.client;
+    this.countClient = o.countClient ?? o.client;
     this.key = o.key;
     this.columns = o.columns ?? [];
     this.masked = o.masked ?? [];
@@ -187,9 +194,34 @@ export class PgReconcileSide implements ReconcileSide {
     return { exists: cols.length > 0, columns: own.map((c) => c.name), keyOrder, types: Object.fromEntries(own.map((c) => [c.name, c.type])) };
   }
 
+  /**
+   * `count(*)` of the relation. The warehouse's view over the base and the delta
+   * (docs/warehouse-apply.md) anti-joins every base row against the delta; with a delta the planner
+   * estimates at one row (empty, or just merged) it picks a nested loop that scans the delta once
+   * per base row, several times the cost of a hash anti join over a whole table (docs/performance.md
+   * §10). So the count runs with nested loops off, for this statement only (`SET LOCAL`).
+   */
   async countAll(): Promise<number> {
-    const res = await this.client.query(`SELECT count(*) AS n FROM ${this.from}`);
-    return Number(res.rows[0].n);
+    try {
+      const res = (await this.countClient.query(`BEGIN; SET LOCAL enable_nestloop = off; SELECT count(*) AS n FROM ${this.from}; COMMIT`)) as unknown as pg.QueryResult[];
+      return Number(res[2]!.rows[0].n);
+    } catch (err) {
+      // The failed statement left the transaction open and aborted: end it, so the session stays usable.
+      await this.countClient.query('ROLLBACK').catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /** The planner's estimate (`pg_class.reltuples`), null when never analysed; a view has none (a hint, see `ReconcileSide`). */
+  async estimateRows(): Promise<number | null> {
+    const res = await this.client.query(
+      `SELECT CAST(c.reltuples AS float8) AS n, c.relkind AS kind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
+      [this.rel.schema, this.rel.name],
+    );
+    const row = res.rows[0];
+    if (!row || (String(row.kind) !== 'r' && String(row.kind) !== 'p')) return null;
+    const n = Number(row.n);
+    return n >= 0 ? n : null;
   }
 
   async summarize(range: KeyRange): Promise<RangeSummary> {
@@ -257,9 +289,9 @@ export class PgReconcileSide implements ReconcileSide {
 }
 
 /** The source table `schema.table` as a side; masked columns hash masked. */
-export function pgSourceSide(client: Queryable, tableId: string, key: readonly string[], masked: readonly string[]): PgReconcileSide {
+export function pgSourceSide(client: Queryable, tableId: string, key: readonly string[], masked: readonly string[], o: { countClient?: Queryable } = {}): PgReconcileSide {
   const { schema, table } = splitTableId(tableId);
-  return new PgReconcileSide({ schema, name: table }, { client, label: 'source', key, masked });
+  return new PgReconcileSide({ schema, name: table }, { client, label: 'source', key, masked, ...(o.countClient ? { countClient: o.countClient } : {}) });
 }
 
 /**
@@ -271,12 +303,12 @@ export function pgWarehouseSide(
   source: string,
   tableId: string,
   key: readonly string[],
-  o: { label?: string; heartbeatSchema?: string; stablePoint?: boolean } = {},
+  o: { label?: string; heartbeatSchema?: string; stablePoint?: boolean; countClient?: Queryable } = {},
 ): PgReconcileSide {
   const t = warehouseTable(source, tableId);
   const hb = warehouseTable(source, `${o.heartbeatSchema ?? DEFAULT_HEARTBEAT_SCHEMA}.${HEARTBEAT_TABLE}`);
   const heartbeat = o.stablePoint === false ? {} : { heartbeat: { rel: { schema: hb.schema, name: hb.view }, source } };
-  return new PgReconcileSide({ schema: t.schema, name: t.view }, { client, label: o.label ?? 'warehouse', key, position: true, ...heartbeat });
+  return new PgReconcileSide({ schema: t.schema, name: t.view }, { client, label: o.label ?? 'warehouse', key, position: true, ...heartbeat, ...(o.countClient ? { countClient: o.countClient } : {}) });
 }
 
 /** Opens the session settings on a client (see the module comment). */

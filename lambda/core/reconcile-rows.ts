@@ -22,6 +22,11 @@ export interface MemorySideOptions {
   /** Columns hashed masked (a source side). */
   masked?: readonly string[];
   exists?: boolean;
+  /**
+   * What `estimateRows` answers (the database's estimate, which may be stale): a number, null (no
+   * estimate), or `exact` (the row count). @default 'exact'
+   */
+  estimate?: number | null | 'exact';
 }
 
 /**
@@ -99,6 +104,12 @@ export class MemoryReconcileSide implements ReconcileSide {
   async countAll(): Promise<number> {
     this.count('countAll');
     return this.sorted.length;
+  }
+
+  async estimateRows(): Promise<number | null> {
+    this.count('estimateRows');
+    const e = this.o.estimate === undefined ? 'exact' : this.o.estimate;
+    return e === 'exact' ? this.sorted.length : e;
   }
 
   async summarize(range: KeyRange): Promise<RangeSummary> {

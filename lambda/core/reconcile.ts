@@ -7,7 +7,10 @@
  * How one run decides, per table:
  * 1. Preconditions: the table is `active` and the sink holds nothing back (a paused table's sink
  *    is behind on purpose): otherwise INCONCLUSIVE, with why.
- * 2. Row counts of both sides (the whole table; the cheap part).
+ * 2. Row counts of both sides (the whole table; the cheap part). A run that walks the whole key
+ *    space takes them from its segments, which partition it (no separate count); a run over part
+ *    of a larger table counts both sides whole, alongside the walk (docs/reconcile.md "Cost and
+ *    the source budget").
  * 3. Checksums over primary-key ranges (data-diff style): the source is walked in key order in
  *    segments whose size the snapshot worker's pacer decides (lambda/core/snapshot-pacer.ts, the
  *    same source budget); each segment `(after, upTo]` is summarised on both sides, at the same
@@ -151,6 +154,12 @@ export interface ReconcileSide {
   /** The columns to compare and hash from now on, and how to hash them (the core decides both from both shapes). */
   useColumns(columns: readonly string[], hashing?: RowHashing): void;
   countAll(): Promise<number>;
+  /**
+   * The table's row count as the database estimates it (catalog statistics), or null when it has
+   * none: a hint only, deciding whether a run is likely to cover the whole table (its counts then
+   * come from the walk) or should count both sides alongside it. Never part of a verdict.
+   */
+  estimateRows?(): Promise<number | null>;
   /** The summary of `range`. */
   summarize(range: KeyRange): Promise<RangeSummary>;
   /** The key at 0-based `offset` in key order within `range`, or null. */
@@ -423,12 +432,24 @@ export async function reconcileTable(o: ReconcileTableOptions): Promise<Reconcil
   o.sourceSide.useColumns(v.columns, hashing);
   o.sinkSide.useColumns(v.columns, hashing);
 
-  const [sourceRows, sinkRows] = await Promise.all([o.sourceSide.countAll(), o.sinkSide.countAll()]);
-  v.sourceRows = sourceRows;
-  v.sinkRows = sinkRows;
+  // 2. Counts. A table the source estimates within `rowsPerRun` is walked whole, and its counts
+  // are the sums of the segments' counts (the segments partition the key space): no count(*) at
+  // all. Otherwise (or with no estimate) both sides count the whole table while the walk runs (a
+  // side with a connection of its own for counts overlaps them; docs/performance.md §10).
+  const estimate = o.sourceSide.estimateRows ? await o.sourceSide.estimateRows() : null;
+  let counting: Promise<[number, number]> | null = null;
+  const countBoth = (): Promise<[number, number]> => {
+    if (!counting) {
+      counting = Promise.all([o.sourceSide.countAll(), o.sinkSide.countAll()]);
+      counting.catch(() => undefined); // awaited below; a failure is reported from there
+    }
+    return counting;
+  };
+  if (estimate === null || estimate > rowsPerRun) void countBoth();
+  let sinkCovered = 0;
 
   // 3. Walk segments from the cursor; a table that fits the budget is checked whole.
-  const cursor = sourceRows <= rowsPerRun ? null : o.cursor;
+  const cursor = o.cursor;
   const suspects = new Map<string, Suspect>();
   const bisect = async (range: KeyRange, src: RangeSummary, snk: RangeSummary): Promise<void> => {
     if (sameSummary(src, snk)) return;
@@ -477,6 +498,7 @@ export async function reconcileTable(o: ReconcileTableOptions): Promise<Reconcil
     o.pacer.record({ rows: seg.rows, readMs, pressure: o.pressure ? await o.pressure() : null });
     await bisect(range, seg, snk);
     v.coveredRows += seg.rows;
+    sinkCovered += snk.rows;
     const last = v.covered.at(-1);
     if (last && last.upTo !== null && range.after !== null && keyId(last.upTo) === keyId(range.after)) last.upTo = range.upTo;
     else v.covered.push({ ...range });
@@ -495,6 +517,17 @@ export async function reconcileTable(o: ReconcileTableOptions): Promise<Reconcil
     bound = cursor;
   }
   v.nextCursor = v.fullCoverage ? null : after;
+  if (v.fullCoverage) {
+    // The whole key space, in segments that partition it: the counts are the segments' sums.
+    if (counting) await counting; // started on a stale estimate: its figures are older than the walk's
+    v.covered = [{ after: null, upTo: null }];
+    v.sourceRows = v.coveredRows;
+    v.sinkRows = sinkCovered;
+  } else {
+    [v.sourceRows, v.sinkRows] = await countBoth();
+  }
+  const sourceRows = v.sourceRows;
+  const sinkRows = v.sinkRows;
 
   // 5. Re-check suspects until they hold still: each re-read waits `settleMs` and, when the sides
   // say, until the sink has applied a heartbeat the source committed after the previous read.

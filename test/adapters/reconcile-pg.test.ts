@@ -150,6 +150,47 @@ describe('reconcile-pg', () => {
     expect(v.cost.hashScheme).toBe('pg-typed');
   });
 
+  it('counts on a session of its own alongside the walk, and not at all when the estimate says the walk covers the table', async () => {
+    await fill(2000, rng(7));
+    // The planner's estimate: the row count after ANALYZE; a view (the sink) has none.
+    await src.query('ANALYZE public.items');
+    expect(await pgSourceSide(src, 'public.items', KEY, RULES.mask).estimateRows()).toBe(2000);
+    expect(await pgWarehouseSide(wh, 'app', 'public.items', KEY).estimateRows()).toBeNull();
+    const seen: string[] = [];
+    const counting = (c: pg.Client, label: string) => ({ query: (sql: string, values?: unknown[]) => (seen.push(`${label}: ${sql}`), c.query(sql, values)) }) as unknown as pg.Client;
+    const [srcCount, whCount] = [new pg.Client({ connectionString: cluster.url('rsrc') }), new pg.Client({ connectionString: cluster.url('rwh') })];
+    await Promise.all([srcCount.connect(), whCount.connect()]);
+    try {
+      const reconcile = (rowsPerRun: number) =>
+        reconcileTable({
+          sink: 'warehouse', source: 'app', table: 'public.items', key: KEY, rules: RULES, cursor: null, rowsPerRun, pacer: new FixedPacer(300), settleMs: 0, sleep: async () => undefined,
+          sourceSide: pgSourceSide(src, 'public.items', KEY, RULES.mask, { countClient: counting(srcCount, 'source') }),
+          sinkSide: pgWarehouseSide(wh, 'app', 'public.items', KEY, { stablePoint: false, countClient: counting(whCount, 'warehouse') }),
+        });
+      // The whole table fits the run: no count(*), the counts are the walk's.
+      let v = await reconcile(5000);
+      expect(v).toMatchObject({ verdict: 'MATCH', fullCoverage: true, sourceRows: 2000, sinkRows: 2000 });
+      expect(seen).toEqual([]);
+      // A partial run: each side counts once, on its count session.
+      v = await reconcile(600);
+      expect(v).toMatchObject({ verdict: 'MATCH', fullCoverage: false, coveredRows: 600, sourceRows: 2000, sinkRows: 2000 });
+      expect(seen).toHaveLength(2);
+      expect(seen[0]).toMatch(/^source: .*SELECT count\(\*\) AS n FROM "public"\."items"/);
+      expect(seen[1]).toMatch(/^warehouse: .*SELECT count\(\*\) AS n FROM "app_public"\."items"/);
+      // A row the sink lacks outside the checked ranges: the whole-table counts keep it from MATCH.
+      const last = (await src.query('SELECT region, code FROM public.items ORDER BY region DESC, code COLLATE "C" DESC LIMIT 1')).rows[0];
+      await wh.query(`DELETE FROM ${T.schema}.${T.mirror} WHERE region = $1 AND code = $2`, [last.region, last.code]);
+      v = await reconcile(600);
+      expect(v).toMatchObject({ verdict: 'INCONCLUSIVE', sourceRows: 2000, sinkRows: 1999 });
+      // A count that fails leaves its session usable (its transaction is rolled back).
+      await expect(pgSourceSide(srcCount, 'public.no_such_table', ['id'], []).countAll()).rejects.toThrow(/no_such_table/);
+      expect((await srcCount.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
+      expect(await pgSourceSide(srcCount, 'public.items', KEY, []).countAll()).toBe(2000);
+    } finally {
+      await Promise.all([srcCount.end(), whCount.end()]);
+    }
+  });
+
   it('a faithful copy matches on summaries alone under md5-text too (a sink that can only hash text)', async () => {
     await fill(1200, rng(3));
     const textOnly = pgWarehouseSide(wh, 'app', 'public.items', KEY, { stablePoint: false });

@@ -41,6 +41,8 @@ describe('reconcileTable, randomized bisection', () => {
           leafRows: fc.integer({ min: 1, max: 300 }),
           chunk: fc.integer({ min: 32, max: 1500 }),
           nullable: fc.boolean(),
+          // The source's estimate of its size: exact, none, stale low or stale high (a hint only).
+          estimate: fc.constantFrom<number | null | 'exact'>('exact', null, 0, 1e9),
         }),
         async (p) => {
           checkedRuns++;
@@ -74,7 +76,7 @@ describe('reconcileTable, randomized bisection', () => {
               expected.set(id, c.kind);
             }
           }
-          const sourceSide = side('source', key, columns, keyOrder, [...src.values()]);
+          const sourceSide = new MemoryReconcileSide({ label: 'source', key, columns, keyOrder, rows: [...src.values()], estimate: p.estimate });
           const sinkSide = side('sink', key, columns, keyOrder, [...snk.values()]);
           const v = await reconcileTable({
             sink: 'wh', source: 's', table: 'public.t', key, rules: NO_COLUMN_RULES, sourceSide, sinkSide, cursor: null,
@@ -84,6 +86,11 @@ describe('reconcileTable, randomized bisection', () => {
           expect(found).toEqual(expected);
           expect(v.verdict).toBe(expected.size > 0 ? 'DIVERGED' : 'MATCH');
           expect(v.fullCoverage).toBe(true);
+          // The whole table was walked: the counts are the walk's, and exact.
+          expect([v.sourceRows, v.sinkRows]).toEqual([src.size, snk.size]);
+          // No count(*) when the estimate says the table fits the run (0 or exact here), else one per side.
+          const counted = p.estimate === null || p.estimate === 1e9 ? 1 : undefined;
+          expect([sourceSide.calls.get('countAll'), sinkSide.calls.get('countAll')]).toEqual([counted, counted]);
           if (expected.size === 0) {
             // A matching table costs one summary per segment and side, nothing more.
             expect(v.cost.bisections).toBe(0);
@@ -127,6 +134,55 @@ describe('reconcileTable', () => {
     expect(seen[0]).toMatch(/^-\.\.299 INCONCLUSIVE|^-\.\.299 MATCH/);
     // The fourth run wraps: from 899 to the end, then from the start.
     expect(seen[3]).toMatch(/^899\.\.\+ -\.\./);
+  });
+
+  it('takes its counts from the walk when it covers the whole table, and counts both sides whole alongside a partial walk', async () => {
+    const src = rows(1000);
+    const snk = rows(1000).filter((r) => r.key[0] !== '900'); // missing, past the first run's ranges
+    const run = (rowsPerRun: number, estimate: number | null | 'exact' = 'exact') => {
+      const sourceSide = new MemoryReconcileSide({ label: 'source', key, columns, keyOrder: ['number'], rows: src, estimate });
+      const sinkSide = side('sink', key, columns, ['number'], snk);
+      const verdict = reconcileTable({
+        sink: 'wh', source: 's', table: 'public.t', key, rules: NO_COLUMN_RULES, cursor: null, rowsPerRun, pacer: new FixedPacer(100), settleMs: 0, sleep: noSleep,
+        sourceSide, sinkSide,
+      });
+      return verdict.then((v) => ({ v, counts: [sourceSide.calls.get('countAll') ?? 0, sinkSide.calls.get('countAll') ?? 0] }));
+    };
+    // Whole table in one run: no count(*) on either side; the counts are the segments' sums, and
+    // the missing row is found by its range.
+    const whole = await run(2000);
+    expect(whole.counts).toEqual([0, 0]);
+    expect(whole.v).toMatchObject({ verdict: 'DIVERGED', fullCoverage: true, sourceRows: 1000, sinkRows: 999, covered: [{ after: null, upTo: null }] });
+    expect(whole.v.sampleKeys).toEqual([{ key: { id: '900' }, kind: 'missing' }]);
+    // Part of the table: both sides counted once, whole, so the difference outside the checked
+    // ranges keeps the verdict from MATCH.
+    const part = await run(300);
+    expect(part.counts).toEqual([1, 1]);
+    expect(part.v).toMatchObject({ verdict: 'INCONCLUSIVE', fullCoverage: false, coveredRows: 300, sourceRows: 1000, sinkRows: 999 });
+    expect(part.v.reason).toMatch(/row counts differ \(source 1000, sink 999\)/);
+    // A stale estimate (the table looked small): the walk stops short of the whole table, so the
+    // counts run after it, and the verdict is the same.
+    const stale = await run(300, 10);
+    expect(stale.counts).toEqual([1, 1]);
+    expect(stale.v).toMatchObject({ verdict: 'INCONCLUSIVE', sourceRows: 1000, sinkRows: 999 });
+    // No estimate: counted, as a partial run.
+    const none = await run(2000, null);
+    expect(none.counts).toEqual([1, 1]);
+    expect(none.v).toMatchObject({ verdict: 'DIVERGED', sourceRows: 1000, sinkRows: 999 });
+  });
+
+  it('walks a table that fits the run whole from any cursor (the counts come from the walk)', async () => {
+    const src = rows(250);
+    const snk = rows(250).map((r) => (r.key[0] === '10' ? { ...r, values: { ...r.values, v: 'bad' } } : r));
+    const sourceSide = side('source', key, columns, ['number'], src);
+    const sinkSide = side('sink', key, columns, ['number'], snk);
+    const v = await reconcileTable({
+      sink: 'wh', source: 's', table: 'public.t', key, rules: NO_COLUMN_RULES, cursor: ['120'], rowsPerRun: 300, pacer: new FixedPacer(100), settleMs: 0, sleep: noSleep,
+      sourceSide, sinkSide,
+    });
+    expect(v).toMatchObject({ verdict: 'DIVERGED', fullCoverage: true, coveredRows: 250, sourceRows: 250, sinkRows: 250, nextCursor: null, covered: [{ after: null, upTo: null }] });
+    expect(v.sampleKeys).toEqual([{ key: { id: '10' }, kind: 'different', column: 'v' }]);
+    expect(sourceSide.calls.get('countAll')).toBeUndefined();
   });
 
   it('compares masked columns masked (the masking module) and refuses an excluded column in the sink', async () => {
