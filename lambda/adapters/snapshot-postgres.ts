@@ -20,6 +20,7 @@ import { to as copyTo } from 'pg-copy-streams';
 import { chunkCopyQuery, parseCopyText, SnapshotFenceTimeoutError, SnapshotTableError, type ChunkRead, type KeyCursor, type SnapshotColumn, type SnapshotTableShape } from '../core/snapshot.ts';
 import type { PressureReading } from '../core/snapshot-pacer.ts';
 import { splitTableId } from '../core/identifiers.ts';
+import { PRIMARY_KEY_COLUMNS_SQL } from './source-facts-pg.ts';
 import type { SnapshotReader } from '../core/snapshot-worker.ts';
 import { pollQuery, type PollCursor, type PollPage, type PollReader } from '../core/poll.ts';
 
@@ -85,14 +86,7 @@ export class PostgresSnapshotReader implements SnapshotReader, PollReader {
       [schema, table],
     );
     if (cols.rows.length === 0) throw new SnapshotTableError(tableId, 'does not exist in the source');
-    const key = await primary.query<{ name: string }>(
-      `SELECT a.attname AS name FROM pg_index i
-         JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-         CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
-         JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
-        WHERE n.nspname = $1 AND c.relname = $2 AND i.indisprimary ORDER BY k.ord`,
-      [schema, table],
-    );
+    const key = await primary.query<{ name: string }>(PRIMARY_KEY_COLUMNS_SQL, [schema, table]);
     if (key.rows.length === 0) throw new SnapshotTableError(tableId, 'has no primary key; a snapshot reads in primary-key order');
     const columns: SnapshotColumn[] = cols.rows.map((r) => ({ name: r.name, type: r.type, typeOid: Number(r.oid), fullType: r.full_type }));
     return { table: tableId, columns, key: key.rows.map((r) => r.name) };

@@ -205,6 +205,13 @@ export async function listSourceTables(client: Queryable): Promise<string[]> {
   return res.rows.map((r: { id: string }) => r.id).filter((id) => /^[A-Za-z_][A-Za-z0-9_$]*\.[A-Za-z_][A-Za-z0-9_$]*$/.test(id));
 }
 
+/** A table's primary-key columns in key order ($1 schema, $2 table): one definition for every reader of the source's catalog. */
+export const PRIMARY_KEY_COLUMNS_SQL = `SELECT a.attname AS name FROM pg_index i
+   JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+   CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+   JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+  WHERE n.nspname = $1 AND c.relname = $2 AND i.indisprimary ORDER BY k.ord`;
+
 /**
  * A table's columns with their full types (`format_type(atttypid, atttypmod)`: `character
  * varying(20)`, `numeric(12,2)`) in table order, and its primary key (empty when it has none);
@@ -220,13 +227,6 @@ export async function readCatalogColumnTypes(client: Queryable, tableId: string)
     [schema, table],
   );
   if (cols.rows.length === 0) return null;
-  const key = await client.query<{ name: string }>(
-    `SELECT a.attname AS name FROM pg_index i
-       JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-       CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
-       JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
-      WHERE n.nspname = $1 AND c.relname = $2 AND i.indisprimary ORDER BY k.ord`,
-    [schema, table],
-  );
+  const key = await client.query<{ name: string }>(PRIMARY_KEY_COLUMNS_SQL, [schema, table]);
   return { table: tableId, columns: cols.rows.map((r) => ({ name: r.name, type: r.type })), key: key.rows.map((r) => r.name) };
 }
