@@ -77,10 +77,12 @@ export const EnvName = {
   RECONCILE_ROWS_PER_RUN: 'CDC_RECONCILE_ROWS_PER_RUN',
   /** Reconciler: wait before re-reading differing keys, ms (longer than the sink's lag). */
   RECONCILE_SETTLE_MS: 'CDC_RECONCILE_SETTLE_MS',
-  /** Rebuild worker: the change-log archive's bucket (docs/rebuild.md, "On AWS"). */
+  /** Rebuild worker and archive copier: the change-log archive's bucket (docs/rebuild.md, "On AWS"). */
   ARCHIVE_BUCKET: 'CDC_ARCHIVE_BUCKET',
-  /** Rebuild worker: the key prefix the archive's objects are under (the replay reader's prefix). */
+  /** Rebuild worker and archive copier: the key prefix the archive's objects are under (the replay reader's prefix, the copier's prefix). */
   ARCHIVE_PREFIX: 'CDC_ARCHIVE_PREFIX',
+  /** Archive copier: the KMS key ARN it encrypts archive objects with (the archive bucket's key; docs/rebuild.md, "Archive layout"). */
+  ARCHIVE_KMS_KEY_ARN: 'CDC_ARCHIVE_KMS_KEY_ARN',
   /** Operator function: JSON object of sink id → `{ "worker": function name, "stateMachine": ARN }` of each sink's rebuild (docs/rebuild.md). */
   REBUILD_WORKERS: 'CDC_REBUILD_WORKERS',
   POWERTOOLS_SERVICE_NAME: 'POWERTOOLS_SERVICE_NAME',
@@ -104,4 +106,5 @@ export const ServiceName = {
   DMS_TASK_LIFECYCLE: 'cdc-dms-task-lifecycle',
   RECONCILER: 'cdc-reconciler',
   REBUILD_WORKER: 'cdc-rebuild-worker',
+  ARCHIVE_COPIER: 'cdc-archive-copier',
 } as const;

@@ -55,6 +55,10 @@ export const MetricName = {
   RECONCILE_ROWS_CHECKED: 'ReconcileRowsChecked',
   /** Captured tables with no decided verdict (MATCH or DIVERGED) within their tier's period (the coverage alarm's metric). Count. Dims: Sink. */
   RECONCILE_COVERAGE_GAPS: 'ReconcileCoverageGaps',
+  /** Change-log records the archive copier stored in the by-table archive (docs/rebuild.md). Count. Dims: Stage (`archive`). */
+  ARCHIVE_RECORDS: 'ArchiveRecords',
+  /** Batches the archive copier could not store (the whole batch is retried). Count. Dims: Stage (`archive`). */
+  ARCHIVE_COPY_ERRORS: 'ArchiveCopyErrors',
 } as const;
 export type MetricNameValue = (typeof MetricName)[keyof typeof MetricName];
 
@@ -67,3 +71,6 @@ export const MetricDimension = {
 
 /** The Stage dimension value used by the normalizer (sinks use their sink id). */
 export const NORMALIZER_STAGE = 'normalizer';
+
+/** The Stage dimension value of the archive copier's metrics. */
+export const ARCHIVE_STAGE = 'archive';

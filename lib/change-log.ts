@@ -4,11 +4,16 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import * as kinesis from 'aws-cdk-lib/aws-kinesis';
 import * as firehose from 'aws-cdk-lib/aws-kinesisfirehose';
 import * as kms from 'aws-cdk-lib/aws-kms';
+import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as logs from 'aws-cdk-lib/aws-logs';
 import * as s3 from 'aws-cdk-lib/aws-s3';
+import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { S3_SERVER_ACCESS_LOGS_USE_BUCKET_POLICY } from 'aws-cdk-lib/cx-api';
 import type { Construct } from 'constructs';
-import { createAlarm } from './private/alarms.ts';
+import { EnvName, ServiceName } from '../contracts/env.ts';
+import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './private/alarms.ts';
+import { CdcFunction } from './private/cdc-function.ts';
+import { consumeStream, defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
 import { checkIntegerRange, checkKinesisRetention, checkRequiredProps, fail, isKnownDuration } from './private/validate.ts';
 
 /**
@@ -108,13 +113,32 @@ export interface ChangeLogProps {
    */
   readonly archiveBreakGlassRoles?: iam.IRole[];
   /**
+   * Whether to deploy the archive copier: a function that consumes the stream and writes the
+   * by-table archive with batch markers under `change-log/` in the archive bucket, the archive a
+   * rebuild replays (docs/rebuild.md, "Archive layout"). Firehose's archive under `changes/` is
+   * written either way; without the copier no rebuild on AWS can prove its history complete.
+   * @default true
+   */
+  readonly archiveCopierEnabled?: boolean;
+  /**
+   * How long the archive copier's event source gathers records before invoking it (0 to 5
+   * minutes): longer means fewer, larger archive objects (fewer S3 requests).
+   * @default Duration.minutes(1)
+   */
+  readonly archiveCopierBatchingWindow?: Duration;
+  /**
+   * Age of the oldest record the archive copier has not stored above which its alarm fires.
+   * @default - a quarter of `retention` (at most 7 days; 6 hours when `retention` is a token)
+   */
+  readonly alarmArchiveCopierIteratorAgeThreshold?: Duration;
+  /**
    * What happens to the stream, the archive bucket and the keys this construct creates when they
    * leave the stack.
    * @default RemovalPolicy.RETAIN
    */
   readonly removalPolicy?: RemovalPolicy;
   /**
-   * Whether to create the recommended alarms (archive delivery freshness).
+   * Whether to create the recommended alarms (archive delivery freshness, archive copier iterator age).
    * @default true
    */
   readonly alarmsEnabled?: boolean;
@@ -142,6 +166,9 @@ export interface ChangeLogAttributes {
    */
   readonly encryptionKey?: kms.IKey;
 }
+
+/** Where the archive copier writes in the archive bucket (docs/rebuild.md, "Archive layout"). */
+const ARCHIVE_COPIER_PREFIX = 'change-log/';
 
 abstract class ChangeLogBase extends Resource implements IChangeLog {
   abstract readonly stream: kinesis.IStream;
@@ -196,7 +223,9 @@ abstract class ChangeLogBase extends Resource implements IChangeLog {
  * The change log: a KMS-encrypted Kinesis stream (on-demand or provisioned) and a Firehose
  * delivery stream that archives every record, one JSON document per line, gzip-compressed, to an
  * S3 bucket (KMS, versioned, public access blocked, TLS only, access-logged, expiring after
- * `archiveRetention`), optionally replicated to a second region.
+ * `archiveRetention`), optionally replicated to a second region; and the archive copier, a
+ * function that writes the same records to the bucket in the by-table layout with batch markers
+ * (`archiveCopierPrefix`), the archive a rebuild replays (docs/rebuild.md).
  */
 export class ChangeLog extends ChangeLogBase {
   /**
@@ -228,6 +257,21 @@ export class ChangeLog extends ChangeLogBase {
   readonly archiveDeliveryStream: firehose.IDeliveryStream;
   /** The role Firehose writes the archive with: put and read objects, never delete. */
   readonly archiveDeliveryRole: iam.IRole;
+  /**
+   * The archive copier function (undefined when `archiveCopierEnabled` is false).
+   */
+  readonly archiveCopier?: lambda.IFunction;
+  /**
+   * Key prefix of the by-table archive the copier writes (`change-log/`), where a
+   * `WarehouseRebuild` reads by default; undefined when `archiveCopierEnabled` is false.
+   */
+  readonly archiveCopierPrefix?: string;
+  /**
+   * The on-failure queue of the archive copier's event source mapping (undefined without the
+   * copier). It receives nothing with the default settings: a message there names a batch missing
+   * from the by-table archive.
+   */
+  readonly archiveCopierDeadLetterQueue?: sqs.IQueue;
   /** The alarms this construct created (empty when `alarmsEnabled` is false). */
   readonly alarms: cloudwatch.IAlarm[] = [];
 
@@ -384,6 +428,15 @@ export class ChangeLog extends ChangeLogBase {
     });
     this.acknowledgeGrantWildcards();
 
+    let copier: CdcFunction | undefined;
+    if (props.archiveCopierEnabled ?? true) {
+      const made = this.createArchiveCopier(props.archiveCopierBatchingWindow ?? Duration.minutes(1));
+      copier = made.copier;
+      this.archiveCopier = copier.fn;
+      this.archiveCopierDeadLetterQueue = made.deadLetterQueue;
+      this.archiveCopierPrefix = ARCHIVE_COPIER_PREFIX;
+    }
+
     if (props.alarmsEnabled ?? true) {
       const threshold = props.alarmArchiveFreshnessThreshold ?? Duration.hours(1);
       this.alarms.push(
@@ -401,7 +454,82 @@ export class ChangeLog extends ChangeLogBase {
           actions: props.alarmActions,
         }),
       );
+      if (copier) {
+        // A token retention: a quarter of the shortest retention Kinesis allows (24 hours), never later than a quarter of the real one.
+        const iteratorThreshold = props.alarmArchiveCopierIteratorAgeThreshold ?? defaultIteratorAgeThreshold(this.retention) ?? Duration.hours(6);
+        this.alarms.push(
+          createAlarm(this, 'ArchiveCopierIteratorAgeAlarm', {
+            nameSuffix: `${this.node.id}-archive-copier-iterator-age`,
+            description:
+              `The archive copier reads change-log records older than ${iteratorThreshold.toHumanString()} (${this.node.path}): it is stuck or behind (its logs name the batch and the error; S3 or KMS permissions, throttling). ` +
+              `Failing batches are retried without limit; records not archived when they expire from the stream (after ${this.retention.toHumanString()}) are a hole that makes rebuilds over it refuse HISTORY_INCOMPLETE.`,
+            metric: iteratorAgeMetric(copier.fn),
+            threshold: iteratorThreshold.toMilliseconds(),
+            evaluationPeriods: 5,
+            datapointsToAlarm: 5,
+            treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+            actions: props.alarmActions,
+          }),
+          onFailureQueueAlarm(this, 'ArchiveCopierDeadLetterQueueAlarm', {
+            nameSuffix: `${this.node.id}-archive-copier-dead-letter-queue`,
+            description:
+              `The event source mapping of the archive copier gave up change-log records (${this.node.path}); each message names the shard and sequence numbers. ` +
+              'They are missing from the by-table archive: rebuilds over them are refused as a history hole. With the default settings nothing is given up, so the mapping was changed.',
+            queue: this.archiveCopierDeadLetterQueue!,
+            actions: props.alarmActions,
+          }),
+        );
+      }
     }
+  }
+
+  /**
+   * The archive copier (lambda/handlers/archive-copier.ts): the stream's event source mapping
+   * invokes it with one shard's batch at a time (parallelization 1), from the trim horizon; it
+   * stores the whole batch (table objects, then the batch marker) or reports the batch failed from
+   * its first record, so the checkpoint advances only past stored batches. Failing batches are
+   * retried without limit and never given up (no retry or record-age limit, so its on-failure
+   * queue stays empty): a batch given up would be a hole in the archive. Bisect splits a failing batch;
+   * the halves are stored like any batch. Its role may put, get and list only under the copier's
+   * prefix (never delete) and use the archive key.
+   */
+  private createArchiveCopier(batchingWindow: Duration): { copier: CdcFunction; deadLetterQueue: sqs.IQueue } {
+    if (isKnownDuration(batchingWindow) && batchingWindow.toSeconds() > 300) fail(this, `archiveCopierBatchingWindow must be at most 5 minutes, got ${batchingWindow.toHumanString()}`);
+    const archive = this.archiveBucket;
+    const copier = new CdcFunction(this, 'ArchiveCopier', {
+      handlerName: 'archive-copier',
+      description: `Copies the change log into the by-table archive (${ARCHIVE_COPIER_PREFIX}) of ${this.node.path}`,
+      serviceName: ServiceName.ARCHIVE_COPIER,
+      environment: {
+        [EnvName.ARCHIVE_BUCKET]: archive.bucketName,
+        [EnvName.ARCHIVE_PREFIX]: ARCHIVE_COPIER_PREFIX,
+        [EnvName.ARCHIVE_KMS_KEY_ARN]: this.archiveEncryptionKey.keyArn,
+      },
+      memorySize: Size.mebibytes(512),
+      timeout: Duration.minutes(2),
+    });
+    const fn = copier.fn;
+    fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['s3:ListBucket'], resources: [archive.bucketArn], conditions: { StringLike: { 's3:prefix': [`${ARCHIVE_COPIER_PREFIX}*`] } } }));
+    fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['s3:PutObject', 's3:GetObject'], resources: [archive.arnForObjects(`${ARCHIVE_COPIER_PREFIX}*`)] }));
+    // Puts are encrypted with the archive key (GenerateDataKey), gets decrypt; nothing else.
+    fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['kms:GenerateDataKey', 'kms:Decrypt'], resources: [this.archiveEncryptionKey.keyArn] }));
+    // The platform's CDC-safe mapping (lib/private/stream-consumer.ts): from the trim horizon, one
+    // batch per shard at a time, partial batch responses, bisect, no retry or record-age limit. Its
+    // on-failure queue receives nothing with these settings; a message there would be a batch that
+    // is missing from the archive (the replay names it as a hole).
+    const consumer = consumeStream(copier, fn, {
+      stream: this.stream,
+      streamRetention: this.retention,
+      batchSize: 5000,
+      maxBatchingWindow: batchingWindow,
+      parallelizationFactor: 1,
+    });
+    const archiveId = Stack.of(this).getLogicalId(archive.node.defaultChild as s3.CfnBucket);
+    Validations.of(copier).acknowledge({
+      id: `AwsSolutions-IAM5[Resource::<${archiveId}.Arn>/${ARCHIVE_COPIER_PREFIX}*]`,
+      reason: 'the archive copier puts and reads objects under its own prefix of the archive bucket, under keys named by shard and sequence numbers (never deletes)',
+    });
+    return { copier, deadLetterQueue: consumer.deadLetterQueue };
   }
 
   /** Age of the oldest record not yet delivered to the archive, seconds; maximum over 5 minutes by default. */

@@ -1,4 +1,4 @@
-import { Duration, Resource, Size, Stack, Validations, type CfnElement, type IResource } from 'aws-cdk-lib';
+import { Annotations, Duration, Resource, Size, Stack, Validations, type CfnElement, type IResource } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -47,8 +47,11 @@ export interface WarehouseRebuildProps {
    */
   readonly awsApiEgress?: AwsApiEgress;
   /**
-   * The key prefix of the archive objects the replay reads (docs/rebuild.md, "Archive layout").
-   * @default 'changes/' - where the ChangeLog's Firehose delivery writes
+   * The key prefix of the archive objects the replay reads (docs/rebuild.md, "Archive layout"):
+   * an archive in the by-table layout with batch markers.
+   * @default - the change log's archive copier prefix (`changeLog.archiveCopierPrefix`,
+   * `change-log/`); `changes/` (Firehose's archive, which every rebuild refuses as
+   * HISTORY_INCOMPLETE) when the change log has no archive copier
    */
   readonly archivePrefix?: string;
   /**
@@ -100,7 +103,13 @@ export class WarehouseRebuild extends Resource implements IWarehouseRebuild {
     super(scope, id);
     checkRequiredProps(this, 'WarehouseRebuild', props, ['controlPlane', 'changeLog', 'sink', 'vpc']);
     const sink = props.sink;
-    const prefix = props.archivePrefix ?? 'changes/';
+    const prefix = props.archivePrefix ?? props.changeLog.archiveCopierPrefix ?? 'changes/';
+    if (props.archivePrefix === undefined && props.changeLog.archiveCopierPrefix === undefined) {
+      Annotations.of(this).addWarningV2(
+        'cdc:rebuildWithoutArchiveCopier',
+        'the change log has no archive copier (archiveCopierEnabled: false), so the rebuild worker reads Firehose\'s archive under changes/, whose objects it cannot place in the history: every rebuild is refused HISTORY_INCOMPLETE. Enable the copier, or set archivePrefix to an archive in the by-table layout (docs/rebuild.md).',
+      );
+    }
     if (!/^([A-Za-z0-9!_.*'()-]+\/)*$/.test(prefix)) fail(this, `archivePrefix must be empty or end with '/' (folders of safe key characters), got ${JSON.stringify(prefix)}`);
     const sliceTimeout = props.sliceTimeout ?? Duration.minutes(15);
     if (!sliceTimeout.isUnresolved() && (sliceTimeout.toSeconds() < 300 || sliceTimeout.toSeconds() > 900)) fail(this, `sliceTimeout must be between 5 and 15 minutes (a slice keeps 4 minutes for the swap), got ${sliceTimeout.toHumanString()}`);

@@ -32,8 +32,8 @@ import type { KinesisClient } from '@aws-sdk/client-kinesis';
 import type { ControlPlane } from '../lambda/core/control-plane.ts';
 import type { RebuildScheduler } from '../lambda/core/operator.ts';
 import { archivePayloadStore, FolderArchive } from './archive.ts';
-import { ReplayReader } from './replay.ts';
-import { Rebuilder, RebuildRefusedError, type RebuildReport } from './rebuild.ts';
+import { ReplayReader } from '../lambda/adapters/replay-reader.ts';
+import { Rebuilder, RebuildRefusedError, type RebuildReport } from '../lambda/adapters/rebuilder.ts';
 
 export interface OperatorDoor {
   /** Sends one operator payload; answers what the operator Lambda would. */

@@ -31,7 +31,7 @@ import { LocalDiscovery } from './discovery.ts';
 import type { TableRecord } from '../lambda/core/control-plane.ts';
 import { SlotCapture, kinesisRawPublisher } from './capture.ts';
 import { Poller } from './poller.ts';
-import { createArchiveCopier } from './archive.ts';
+import { createArchiveCopier } from '../lambda/core/archive.ts';
 import { startWorkload, type Workload } from './demo.ts';
 import { MetricsCollector, percentile } from './metrics.ts';
 import type { LocalStack } from './stack.ts';

@@ -29,7 +29,8 @@ import { createControlTable, DynamoDbControlPlane } from '../lambda/adapters/con
 import { startPostgres, type PostgresCluster } from './postgres.ts';
 import { QUICK_START_JVM_OPTIONS, startDynamoDbLocal, type DynamoDbLocal } from './dynamodb.ts';
 import { startKinesaliteProcess, type Kinesalite } from './kinesis.ts';
-import { archivePayloadStore, FolderArchive, type Archive } from './archive.ts';
+import type { Archive } from '../lambda/core/archive.ts';
+import { archivePayloadStore, FolderArchive } from './archive.ts';
 import type { PayloadStore } from '../lambda/core/payload-store.ts';
 import { LocalConfigError } from './errors.ts';
 

@@ -114,7 +114,7 @@ export class PgRebuildTarget {
 
   /**
    * Live versus shadow mirror, keys whose positions are at or below `upTo` (see `diffSql`). The
-   * mirrors only: the caller merges both sides' deltas first (local/rebuild.ts), or a change
+   * mirrors only: the caller merges both sides' deltas first (lambda/adapters/rebuilder.ts), or a change
    * still in a delta would count as a difference.
    */
   async diff(upTo: Position, client?: pg.ClientBase, live: WarehouseTable = this.live, shadow: WarehouseTable = this.shadow): Promise<DiffResult> {

@@ -93,7 +93,7 @@ export type OperatorRequest =
 
 /**
  * The rebuild's entry point as the operator sees it (docs/rebuild.md; the `cdc local` door wires
- * local/rebuild.ts). `check` decides whether the history needed is complete (a refusal is
+ * lambda/adapters/rebuilder.ts). `check` decides whether the history needed is complete (a refusal is
  * audited by the operator); `run` rebuilds and records the run with its own audit entry.
  */
 export interface RebuildScheduler {

@@ -1,7 +1,7 @@
 /**
  * Rebuild of one table of a warehouse sink into shadow objects (docs/rebuild.md): names, SQL
  * text and decisions, pure. The pg adapter (lambda/adapters/warehouse-rebuild-pg.ts) runs the
- * statements; the rebuild itself (local/rebuild.ts) replays the table's history through the
+ * statements; the rebuild itself (lambda/adapters/rebuilder.ts) replays the table's history through the
  * live apply code (`PgWarehouse.applyTable` with the shadow as its target), so the shadow is
  * built by exactly the code that builds the live table.
  *

@@ -1,6 +1,6 @@
 /**
  * The replay reader's decisions (docs/rebuild.md): pure, no I/O. The reader itself
- * (`local/replay.ts`) lists and reads the archive through the one archive interface and then the
+ * (`lambda/adapters/replay-reader.ts`) lists and reads the archive through the one archive interface and then the
  * change-log stream; this module names the archive's objects, checks that the archive and the
  * stream together hold an unbroken history, and merges what they hold into one position-ordered,
  * deduplicated sequence of one table's events.

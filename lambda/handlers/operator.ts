@@ -59,7 +59,7 @@ export function operatorSettingsFrom(env: NodeJS.ProcessEnv): { settings: Operat
 export function createOperatorHandler(deps: { control: ControlPlane; env: NodeJS.ProcessEnv; logger?: Pick<Logger, 'info' | 'warn'>; rebuilds?: RebuildScheduler }): (payload: unknown) => Promise<OperatorResponse> {
   const { settings, allowed } = operatorSettingsFrom(deps.env);
   const log = deps.logger ?? logger;
-  // A rebuild needs the warehouse and the archive: the cdc local door wires local/rebuild.ts, the Lambda entry point the sinks' rebuild workers (docs/rebuild.md); without it a rebuild is refused, audited.
+  // A rebuild needs the warehouse and the archive: the cdc local door wires lambda/adapters/rebuilder.ts, the Lambda entry point the sinks' rebuild workers (docs/rebuild.md); without it a rebuild is refused, audited.
   const operator = new Operator({ control: deps.control, settings, snapshots: controlPlaneSnapshots(deps.control), ...(deps.rebuilds ? { rebuilds: deps.rebuilds } : {}) });
   return async (payload) => {
     const response = await serveOperator(operator, payload, allowed);

@@ -1,7 +1,7 @@
 /**
  * Rebuild worker Lambda (docs/rebuild.md, "On AWS"): rebuilds one table of one warehouse sink
  * into a shadow and swaps it in, in slices that each fit one invocation. It runs the rebuild of
- * `cdc rebuild` (local/rebuild.ts `Rebuilder`: the replay reader over the archive in S3 and the
+ * `cdc rebuild` (lambda/adapters/rebuilder.ts `Rebuilder`: the replay reader over the archive in S3 and the
  * change-log stream, the live apply code into the shadow), with its checkpoint in the control
  * plane, so a slice that stops (time, or a crash) is gone on from by the next one.
  *
@@ -33,10 +33,10 @@ import type { ControlPlane, RebuildCheckpoint, RebuildRun } from '../core/contro
 import { CdcError, ConfigurationError } from '../core/errors.ts';
 import type { PayloadStore } from '../core/payload-store.ts';
 import type { RebuildRefusal } from '../core/rebuild.ts';
-import type { Archive } from '../../local/archive.ts';
-import { S3Archive } from '../../local/archive.ts';
-import { Rebuilder, type RebuildRequest } from '../../local/rebuild.ts';
-import { ReplayReader } from '../../local/replay.ts';
+import type { Archive } from '../core/archive.ts';
+import { S3Archive } from '../adapters/archive-s3.ts';
+import { Rebuilder, type RebuildRequest } from '../adapters/rebuilder.ts';
+import { ReplayReader } from '../adapters/replay-reader.ts';
 import { poolFromEnvironment } from './warehouse-applier.ts';
 
 /** Time a slice leaves itself for the catch-up, swap, diff and record after its last batch. */

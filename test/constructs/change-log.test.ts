@@ -1,8 +1,10 @@
-import { Duration, Stack } from 'aws-cdk-lib';
+import { CfnParameter, Duration, Stack } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as kms from 'aws-cdk-lib/aws-kms';
 import * as s3 from 'aws-cdk-lib/aws-s3';
+import * as sns from 'aws-cdk-lib/aws-sns';
+import * as actions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import { describe, expect, test } from 'vitest';
 import { ChangeLog, type ChangeLogProps } from '../../lib/index.ts';
 import { newApp, onlyResource, resourcesOf } from './helpers.ts';
@@ -125,7 +127,8 @@ describe('ChangeLog', () => {
 
   test('the archive freshness alarm is on by default, with injected actions, and can be switched off', () => {
     const { t, log } = changeLog();
-    expect(log.alarms).toHaveLength(1);
+    // Archive freshness, the archive copier's iterator age and its on-failure queue.
+    expect(log.alarms).toHaveLength(3);
     t.hasResourceProperties('AWS::CloudWatch::Alarm', {
       MetricName: 'DeliveryToS3.DataFreshness',
       Namespace: 'AWS/Firehose',
@@ -135,6 +138,85 @@ describe('ChangeLog', () => {
     });
     const { t: quiet } = changeLog({ alarmsEnabled: false });
     quiet.resourceCountIs('AWS::CloudWatch::Alarm', 0);
+  });
+
+  test('archive copier: a function on the stream writing the by-table archive under change-log/, put/get/list there only, never delete', () => {
+    const { t, stack, log } = changeLog();
+    expect(log.archiveCopierPrefix).toBe('change-log/');
+    expect(log.archiveCopier).toBeDefined();
+    const fns = resourcesOf(t, 'AWS::Lambda::Function').filter(([id]) => id.startsWith('LogArchiveCopier'));
+    expect(fns).toHaveLength(1);
+    const fn = fns[0]![1].Properties as { Environment: { Variables: Record<string, unknown> }; Handler: string; Role: unknown };
+    expect(fn.Environment.Variables).toMatchObject({
+      CDC_ARCHIVE_BUCKET: stack.resolve(log.archiveBucket.bucketName),
+      CDC_ARCHIVE_PREFIX: 'change-log/',
+      CDC_ARCHIVE_KMS_KEY_ARN: stack.resolve(log.archiveEncryptionKey.keyArn),
+      POWERTOOLS_SERVICE_NAME: 'cdc-archive-copier',
+    });
+    const statements = resourcesOf(t, 'AWS::IAM::Policy')
+      .filter(([, p]) => JSON.stringify(p.Properties.Roles).includes('LogArchiveCopierServiceRole'))
+      .flatMap(([, p]) => (p.Properties.PolicyDocument as { Statement: Array<{ Action: string | string[]; Resource: unknown; Condition?: unknown }> }).Statement);
+    const acts = (x: { Action: string | string[] }): string[] => [x.Action].flat();
+    const s3Statements = statements.filter((x) => acts(x).some((a) => a.startsWith('s3:')));
+    expect(s3Statements.map((x) => [acts(x).sort(), x.Resource, x.Condition ?? null])).toEqual([
+      [['s3:ListBucket'], stack.resolve(log.archiveBucket.bucketArn), { StringLike: { 's3:prefix': ['change-log/*'] } }],
+      [['s3:GetObject', 's3:PutObject'], { 'Fn::Join': ['', [stack.resolve(log.archiveBucket.bucketArn), '/change-log/*']] }, null],
+    ]);
+    expect(statements.filter((x) => acts(x).some((a) => a.startsWith('kms:')))).toEqual([expect.objectContaining({ Action: ['kms:GenerateDataKey', 'kms:Decrypt'], Resource: stack.resolve(log.archiveEncryptionKey.keyArn) })]);
+    expect(statements.flatMap(acts)).toEqual(expect.arrayContaining(['kinesis:GetRecords', 'kinesis:GetShardIterator']));
+    expect(statements.flatMap(acts).filter((a) => /^s3:(Delete|\*)|^kinesis:Put|^kms:\*/.test(a))).toEqual([]);
+    // The mapping: whole batches from the trim horizon, one per shard at a time, retried without limit, never given up
+    // (the on-failure queue of the platform's mappings stays empty).
+    const mapping = onlyResource(t, 'AWS::Lambda::EventSourceMapping').Properties;
+    expect(mapping).toMatchObject({
+      EventSourceArn: stack.resolve(log.stream.streamArn),
+      FunctionName: { Ref: expect.stringMatching(/^LogArchiveCopier/) },
+      StartingPosition: 'TRIM_HORIZON',
+      BatchSize: 5000,
+      MaximumBatchingWindowInSeconds: 60,
+      FunctionResponseTypes: ['ReportBatchItemFailures'],
+      BisectBatchOnFunctionError: true,
+      MaximumRetryAttempts: -1,
+      MaximumRecordAgeInSeconds: -1,
+      ParallelizationFactor: 1,
+    });
+    expect(mapping.DestinationConfig).toEqual({ OnFailure: { Destination: { 'Fn::GetAtt': [expect.stringMatching(/^LogArchiveCopierDeadLetterQueue/), 'Arn'] } } });
+  });
+
+  test('archive copier alarms: iterator age at a quarter of the retention by default (6 hours for a token retention), the on-failure queue, injected actions; the copier can be switched off', () => {
+    const stack = new Stack(newApp(), 'S');
+    const topic = new sns.Topic(stack, 'Pager');
+    const log = new ChangeLog(stack, 'Log', { alarmActions: [new actions.SnsAction(topic)], archiveCopierBatchingWindow: Duration.seconds(30) });
+    const t = Template.fromStack(stack);
+    const alarm = onlyResource(t, 'AWS::CloudWatch::Alarm', 'LogArchiveCopierIteratorAgeAlarm').Properties;
+    expect(alarm).toMatchObject({
+      MetricName: 'IteratorAge',
+      Namespace: 'AWS/Lambda',
+      Statistic: 'Maximum',
+      Threshold: Duration.hours(42).toMilliseconds(),
+      EvaluationPeriods: 5,
+      TreatMissingData: 'notBreaching',
+      AlarmName: 'S-Log-archive-copier-iterator-age',
+      AlarmActions: [{ Ref: expect.stringMatching(/^Pager/) }],
+      OKActions: [{ Ref: expect.stringMatching(/^Pager/) }],
+      Dimensions: [{ Name: 'FunctionName', Value: stack.resolve(log.archiveCopier!.functionName) }],
+    });
+    expect(onlyResource(t, 'AWS::Lambda::EventSourceMapping').Properties.MaximumBatchingWindowInSeconds).toBe(30);
+    expect(onlyResource(t, 'AWS::CloudWatch::Alarm', 'LogArchiveCopierDeadLetterQueueAlarm').Properties).toMatchObject({ MetricName: 'ApproximateNumberOfMessagesVisible', Threshold: 0, AlarmActions: [{ Ref: expect.stringMatching(/^Pager/) }] });
+    const { t: custom } = changeLog({ alarmArchiveCopierIteratorAgeThreshold: Duration.hours(2) });
+    expect(onlyResource(custom, 'AWS::CloudWatch::Alarm', 'LogArchiveCopierIteratorAgeAlarm').Properties.Threshold).toBe(7_200_000);
+    const tokenStack = new Stack(newApp(), 'T');
+    new ChangeLog(tokenStack, 'Log', { retention: Duration.hours(new CfnParameter(tokenStack, 'Hours', { type: 'Number', default: 168 }).valueAsNumber) });
+    expect(onlyResource(Template.fromStack(tokenStack), 'AWS::CloudWatch::Alarm', 'LogArchiveCopierIteratorAgeAlarm').Properties.Threshold).toBe(21_600_000);
+
+    const { t: off, log: noCopier } = changeLog({ archiveCopierEnabled: false });
+    expect(noCopier.archiveCopier).toBeUndefined();
+    expect(noCopier.archiveCopierPrefix).toBeUndefined();
+    off.resourceCountIs('AWS::Lambda::Function', 0);
+    off.resourceCountIs('AWS::Lambda::EventSourceMapping', 0);
+    off.resourceCountIs('AWS::SQS::Queue', 0);
+    expect(resourcesOf(off, 'AWS::CloudWatch::Alarm').map(([id]) => id)).toEqual([expect.stringMatching(/^LogArchiveFreshnessAlarm/)]);
+    expect(() => changeLog({ archiveCopierBatchingWindow: Duration.minutes(6) })).toThrow(/S\/Log: archiveCopierBatchingWindow must be at most 5 minutes, got 6 minutes/);
   });
 
   test('fails on a retention beyond what Kinesis allows', () => {

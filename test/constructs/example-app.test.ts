@@ -109,8 +109,9 @@ describe('example app', () => {
 
   test('every event source mapping reports batch item failures, bisects and has an on-failure destination', () => {
     const mappings = resourcesOf(template, 'AWS::Lambda::EventSourceMapping');
-    // Two normalizers, the warehouse applier and the search applier.
-    expect(mappings).toHaveLength(4);
+    // Two normalizers, the warehouse applier, the search applier and the change log's archive copier.
+    expect(mappings).toHaveLength(5);
+    expect(mappings.filter(([id]) => id.startsWith('LogArchiveCopier'))).toHaveLength(1);
     expect(mappings.filter(([id]) => id.startsWith('SearchApplier'))).toHaveLength(1);
     for (const [id, m] of mappings) {
       expect(m.Properties.FunctionResponseTypes, id).toEqual(['ReportBatchItemFailures']);

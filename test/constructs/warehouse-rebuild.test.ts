@@ -1,8 +1,11 @@
 import { Duration } from 'aws-cdk-lib';
-import { Template } from 'aws-cdk-lib/assertions';
+import { Stack } from 'aws-cdk-lib';
+import { Annotations, Match, Template } from 'aws-cdk-lib/assertions';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { describe, expect, test } from 'vitest';
-import { WarehouseConnection, WarehouseRebuild, WarehouseSink, type WarehouseRebuildProps } from '../../lib/index.ts';
-import { fixture, ordersSource, policyDocuments, resourcesOf, type Fixture } from './helpers.ts';
+import { ChangeLog, ControlPlane, WarehouseConnection, WarehouseRebuild, WarehouseSink, type WarehouseRebuildProps } from '../../lib/index.ts';
+import { fixture, newApp, ordersSource, policyDocuments, resourcesOf, type Fixture } from './helpers.ts';
 
 function build(f: Fixture, overrides: Partial<WarehouseRebuildProps> = {}) {
   const orders = ordersSource(f);
@@ -56,16 +59,17 @@ describe('WarehouseRebuild', () => {
     const worker = fnById(t, 'RebuildWorker');
     expect(worker.Properties.VpcConfig).toBeDefined();
     expect(worker.Properties.Timeout).toBe(900);
-    expect(worker.Properties.Environment!.Variables).toMatchObject({ CDC_SINK_ID: 'warehouse', CDC_ARCHIVE_PREFIX: 'changes/', POWERTOOLS_SERVICE_NAME: 'cdc-rebuild-worker' });
+    expect(worker.Properties.Environment!.Variables).toMatchObject({ CDC_SINK_ID: 'warehouse', CDC_ARCHIVE_PREFIX: 'change-log/', POWERTOOLS_SERVICE_NAME: 'cdc-rebuild-worker' });
     expect(JSON.stringify(worker.Properties.Environment!.Variables.CDC_ARCHIVE_BUCKET)).toContain('LogArchive');
     const s = statementsOf(t, 'RebuildWorkerServiceRole');
     const all = s.flatMap(actionsOf);
     expect(all.filter((a) => /^s3:(Put|Delete)/.test(a))).toEqual([]);
     const gets = s.filter((x) => actionsOf(x).includes('s3:GetObject')).map((x) => JSON.stringify(x.Resource));
-    expect(gets.some((r) => r.includes('LogArchive') && r.includes('/changes/*'))).toBe(true);
-    expect(gets.every((r) => r.includes('/changes/*') || r.includes('/claims/*'))).toBe(true);
+    // By default the by-table archive the change log's archive copier writes (docs/rebuild.md).
+    expect(gets.some((r) => r.includes('LogArchive') && r.includes('/change-log/*'))).toBe(true);
+    expect(gets.every((r) => r.includes('/change-log/*') || r.includes('/claims/*'))).toBe(true);
     const list = s.find((x) => actionsOf(x).includes('s3:ListBucket'))!;
-    expect(list.Condition).toEqual({ StringLike: { 's3:prefix': ['changes/*'] } });
+    expect(list.Condition).toEqual({ StringLike: { 's3:prefix': ['change-log/*'] } });
     expect(all).toEqual(expect.arrayContaining(['kinesis:GetRecords', 'kinesis:GetShardIterator']));
     const update = s.find((x) => actionsOf(x).includes('dynamodb:UpdateItem'))!;
     expect((update.Condition as Record<string, Record<string, string[]>>)['ForAllValues:StringLike']!['dynamodb:LeadingKeys']).toEqual(['REBUILD#warehouse', 'SINK#warehouse']);
@@ -91,6 +95,24 @@ describe('WarehouseRebuild', () => {
     const alarms = resourcesOf(t, 'AWS::CloudWatch::Alarm').filter(([id]) => id.startsWith('RebuildFailedAlarm'));
     expect(alarms).toHaveLength(1);
     expect(alarms[0]![1].Properties).toMatchObject({ MetricName: 'ExecutionsFailed', Namespace: 'AWS/States', Threshold: 0 });
+  });
+
+  test('archivePrefix: the archive copier\'s prefix by default, as given when set; without a copier Firehose\'s changes/ with a warning that every rebuild is refused', () => {
+    const f = fixture();
+    const { t } = build(f, { archivePrefix: 'mine/' });
+    expect(fnById(t, 'RebuildWorker').Properties.Environment!.Variables.CDC_ARCHIVE_PREFIX).toBe('mine/');
+    expect(Annotations.fromStack(f.stack).findWarning('*', Match.stringLikeRegexp('archive copier'))).toEqual([]);
+
+    const app = newApp();
+    const stack = new Stack(app, 'NoCopier');
+    const vpc = new ec2.Vpc(stack, 'Vpc', { maxAzs: 2, natGateways: 1 });
+    const control = new ControlPlane(stack, 'Control');
+    const log = new ChangeLog(stack, 'Log', { archiveCopierEnabled: false });
+    const g = { ...f, app, stack, vpc, control, log, sourceSecret: secretsmanager.Secret.fromSecretNameV2(stack, 'SourceSecret', 'source'), heartbeatSecret: secretsmanager.Secret.fromSecretNameV2(stack, 'HeartbeatSecret', 'heartbeat'), warehouseSecret: secretsmanager.Secret.fromSecretNameV2(stack, 'WarehouseSecret', 'warehouse') };
+    const { t: without } = build(g);
+    expect(fnById(without, 'RebuildWorker').Properties.Environment!.Variables.CDC_ARCHIVE_PREFIX).toBe('changes/');
+    const warnings = Annotations.fromStack(stack).findWarning('/NoCopier/Rebuild', Match.stringLikeRegexp('no archive copier'));
+    expect(warnings.map((w) => String(w.entry.data))).toEqual([expect.stringMatching(/every rebuild is refused HISTORY_INCOMPLETE/)]);
   });
 
   test('bad input is refused naming it: archivePrefix, sliceTimeout, a second rebuild of one sink', () => {

@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/event.ts';
 import { makePosition } from '../../lambda/core/position.ts';
 import { checkMarkerChain, checkStreamJunction, historyGaps, markerKey, mergeReplay, parseArchivedObject, parseMarker, ReplayHoleError, type BatchMarker } from '../../lambda/core/replay.ts';
-import { archiveKey } from '../../local/archive.ts';
+import { archiveKey } from '../../lambda/core/archive.ts';
 import { seededRandom } from '../../local/demo.ts';
 
 const RUNS = Number(process.env.CDC_REPLAY_CORE_RUNS ?? 500);

@@ -4,8 +4,10 @@
  * (lambda/adapters/rebuild-aws.ts), the rebuild worker's handler function
  * (lambda/handlers/rebuild-worker.ts) over DynamoDB Local (the control plane), embedded
  * PostgreSQL (the warehouse), kinesalite (the change log) and a folder archive written by the
- * archive copier in the by-table layout (through the one archive interface that S3Archive also
- * implements). The test stands in for the Step Functions state machine: it invokes the worker's
+ * deployed archive copier's handler (lambda/handlers/archive-copier.ts, two execution
+ * environments) in the by-table layout, through the one archive interface that S3Archive (the
+ * adapter both functions deploy with, tested on s3rver in test/handlers/archive-copier.test.ts)
+ * also implements. The test stands in for the Step Functions state machine: it invokes the worker's
  * `slice` until `done`, and invokes a failed slice again, as the state machine's Retry does.
  *
  * Randomized over seeds (`CDC_REBUILD_WORKER_RUNS`, default 6; `CDC_PROPERTY_SEED`): a random
@@ -39,7 +41,10 @@ import { makePosition } from '../../lambda/core/position.ts';
 import { createOperatorHandler } from '../../lambda/handlers/operator.ts';
 import { createRebuildWorker, type RebuildWorkerResult } from '../../lambda/handlers/rebuild-worker.ts';
 import { EnvName } from '../../contracts/env.ts';
-import { createArchiveCopier, FolderArchive } from '../../local/archive.ts';
+import { Logger } from '@aws-lambda-powertools/logger';
+import { Metrics } from '@aws-lambda-powertools/metrics';
+import { createArchiveCopierHandler } from '../../lambda/handlers/archive-copier.ts';
+import { FolderArchive } from '../../local/archive.ts';
 import { seededRandom } from '../../local/demo.ts';
 import { RebuildFailedError } from '../../local/rebuild.ts';
 import { Template } from 'aws-cdk-lib/assertions';
@@ -133,12 +138,22 @@ async function setUp(name: string, rand: () => number) {
   }
   const archiveDir = path.join(dir, name);
   const archive = new FolderArchive(archiveDir);
-  const copy = createArchiveCopier({ archive, layout: 'by-table' });
+  // The archive is written by the deployed archive copier's handler (two execution environments,
+  // each batch to either), through the archive interface its S3 adapter implements.
+  const quiet = (): Metrics => {
+    const m = new Metrics({ namespace: 'CdcPlatform', serviceName: 'cdc-archive-copier' });
+    m.publishStoredMetrics = () => (m.clearMetrics(), m);
+    return m;
+  };
+  const copiers = [0, 1].map(() => createArchiveCopierHandler({ archive, logger: new Logger({ serviceName: 'cdc-archive-copier', logLevel: 'SILENT' }), metrics: quiet() }));
   const byShard = new Map<string, LogRecord[]>();
   for await (const page of readChangeLog(kinesis, stream)) for (const r of page) byShard.set(r.shardId, [...(byShard.get(r.shardId) ?? []), r]);
   for (const records of byShard.values()) {
     const upTo = Math.floor(rand() * (records.length + 1));
-    for (let i = 0; i < upTo; i += 5) await copy(kinesisEvent(records.slice(i, Math.min(upTo, i + 5))));
+    for (let i = 0; i < upTo; i += 5) {
+      const out = await copiers[Math.floor(rand() * copiers.length)]!(kinesisEvent(records.slice(i, Math.min(upTo, i + 5))));
+      expect(out.batchItemFailures).toEqual([]);
+    }
   }
   const live = new PgWarehouse(pool);
   for (let i = 0; i < events.length; ) {

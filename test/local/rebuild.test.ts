@@ -1,5 +1,5 @@
 /**
- * The rebuild (local/rebuild.ts, docs/rebuild.md) over real parts: embedded PostgreSQL as the
+ * The rebuild (lambda/adapters/rebuilder.ts, docs/rebuild.md) over real parts: embedded PostgreSQL as the
  * warehouse, kinesalite as the change log, a folder archive written by the archive copier in the
  * by-table layout, the control plane in memory. Random histories over many seeds (inserts,
  * updates, deletes, soft or hard delete mode; the archive behind the stream by a random number of
@@ -27,12 +27,13 @@ import { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
 import type { DeleteMode, SchemaVersion } from '../../lambda/core/control-plane.ts';
 import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/event.ts';
 import { makePosition } from '../../lambda/core/position.ts';
-import { createArchiveCopier, FolderArchive } from '../../local/archive.ts';
+import { createArchiveCopier } from '../../lambda/core/archive.ts';
+import { FolderArchive } from '../../local/archive.ts';
 import { seededRandom } from '../../local/demo.ts';
 import { startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
-import { Rebuilder } from '../../local/rebuild.ts';
-import { ReplayReader } from '../../local/replay.ts';
+import { Rebuilder } from '../../lambda/adapters/rebuilder.ts';
+import { ReplayReader } from '../../lambda/adapters/replay-reader.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 
 const RUNS = Number(process.env.CDC_REBUILD_RUNS ?? 8);

@@ -5,7 +5,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { renderStatus, renderStatusLine, StatusWriter, formatMs, type StatusSnapshot } from '../../local/status.ts';
 import { MetricsCollector, percentile, captureStdout } from '../../local/metrics.ts';
-import { archiveKey, createArchiveCopier, FolderArchive } from '../../local/archive.ts';
+import { archiveKey, createArchiveCopier } from '../../lambda/core/archive.ts';
+import { FolderArchive } from '../../local/archive.ts';
 import { parseDuration, parseLocalArgs } from '../../bin/cli/local.ts';
 import { UsageError } from '../../bin/cli/command.ts';
 import { documentBody, seededRandom } from '../../local/demo.ts';
@@ -187,6 +188,12 @@ describe('archive', () => {
       await a.put('y/c', 'three\n');
       expect(await a.list('x/')).toEqual(['x/2026/a', 'x/2026/b']);
       expect((await a.get('x/2026/b')).toString()).toBe('two\n');
+      // A prefix that ends inside a name matches by name (as S3's); start-after lists only later keys (as S3's StartAfter).
+      await a.put('x/2026b', 'four\n');
+      expect(await a.list('x/2026')).toEqual(['x/2026/a', 'x/2026/b', 'x/2026b']);
+      expect(await a.list('x/', 'x/2026/a')).toEqual(['x/2026/b', 'x/2026b']);
+      expect(await a.list('nothing/here/')).toEqual([]);
+      await expect(a.list('../')).rejects.toThrow(/not a safe relative object key/);
       await expect(a.put('../escape', 'no')).rejects.toThrow(/not a safe relative object key/);
       await expect(a.put('/abs', 'no')).rejects.toThrow(/not a safe/);
     } finally {

@@ -1,5 +1,5 @@
 /**
- * The replay reader (local/replay.ts, docs/rebuild.md) over real parts: the archive copier
+ * The replay reader (lambda/adapters/replay-reader.ts, docs/rebuild.md) over real parts: the archive copier
  * writing a folder archive in the by-table layout, kinesalite as the change log. Random
  * histories over many seeds: events of three tables on two shards, duplicates (a record published
  * twice), the archive behind the stream by a random number of batches, batches copied again after
@@ -27,10 +27,11 @@ import { distinctEvents } from '../../lambda/core/apply-plan.ts';
 import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/event.ts';
 import { makePosition } from '../../lambda/core/position.ts';
 import { ReplayHoleError, parseMarker } from '../../lambda/core/replay.ts';
-import { createArchiveCopier, FolderArchive } from '../../local/archive.ts';
+import { createArchiveCopier } from '../../lambda/core/archive.ts';
+import { FolderArchive } from '../../local/archive.ts';
 import { seededRandom } from '../../local/demo.ts';
 import { startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
-import { ReplayReader } from '../../local/replay.ts';
+import { ReplayReader } from '../../lambda/adapters/replay-reader.ts';
 
 const RUNS = Number(process.env.CDC_REPLAY_READER_RUNS ?? 40);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);

@@ -19,17 +19,17 @@
  * 5. record the run (duration, counts, diff summary) in the control plane with its audit entry.
  */
 import type pg from 'pg';
-import { PgWarehouse, type PgWarehouseOptions } from '../lambda/adapters/warehouse-pg.ts';
-import { PgRebuildTarget, type DiffResult } from '../lambda/adapters/warehouse-rebuild-pg.ts';
-import type { ControlPlane, RebuildCheckpoint, RebuildRun, SchemaVersion } from '../lambda/core/control-plane.ts';
-import { CdcError } from '../lambda/core/errors.ts';
-import type { ChangeEvent } from '../lambda/core/event.ts';
-import { POSITION_ZERO, type Position } from '../lambda/core/position.ts';
-import { checkFromPosition, claimRebuildSlot, decideRebuildSlot, decideRebuildState, newRebuildId, REBUILD_STALE_AFTER_MS, throttleSleepMs, type DiffRow, type RebuildRefusal } from '../lambda/core/rebuild.ts';
-import { ReplayHoleError, type ReplayRange } from '../lambda/core/replay.ts';
-import { warehouseTable, type WarehouseTable } from '../lambda/core/warehouse-sql.ts';
-import { checkEventColumns } from '../lambda/core/warehouse-apply.ts';
-import type { HistoryCheck, ReplayReader, ReplayStats } from './replay.ts';
+import { PgWarehouse, type PgWarehouseOptions } from './warehouse-pg.ts';
+import { PgRebuildTarget, type DiffResult } from './warehouse-rebuild-pg.ts';
+import type { ControlPlane, RebuildCheckpoint, RebuildRun, SchemaVersion } from '../core/control-plane.ts';
+import { CdcError } from '../core/errors.ts';
+import type { ChangeEvent } from '../core/event.ts';
+import { POSITION_ZERO, type Position } from '../core/position.ts';
+import { checkFromPosition, claimRebuildSlot, decideRebuildSlot, decideRebuildState, newRebuildId, REBUILD_STALE_AFTER_MS, throttleSleepMs, type DiffRow, type RebuildRefusal } from '../core/rebuild.ts';
+import { ReplayHoleError, type ReplayRange } from '../core/replay.ts';
+import { warehouseTable, type WarehouseTable } from '../core/warehouse-sql.ts';
+import { checkEventColumns } from '../core/warehouse-apply.ts';
+import type { HistoryCheck, ReplayReader, ReplayStats } from './replay-reader.ts';
 
 /** The highest position there is: "everything the log holds now". */
 const POSITION_MAX: Position = 'f'.repeat(24);

@@ -16,11 +16,11 @@
  */
 import { gunzipSync } from 'node:zlib';
 import type { KinesisClient } from '@aws-sdk/client-kinesis';
-import { readShard, shardsInOrder, type LogRecord } from '../lambda/adapters/change-log-reader.ts';
-import { compareSequenceNumbers } from '../lambda/core/apply-plan.ts';
-import { CdcError } from '../lambda/core/errors.ts';
-import { validateChangeEvent, type ChangeEvent } from '../lambda/core/event.ts';
-import { isClaimCheck, resolveClaim, validateClaimCheck, type PayloadStore } from '../lambda/core/payload-store.ts';
+import { readShard, shardsInOrder, type LogRecord } from './change-log-reader.ts';
+import { compareSequenceNumbers } from '../core/apply-plan.ts';
+import { CdcError } from '../core/errors.ts';
+import { validateChangeEvent, type ChangeEvent } from '../core/event.ts';
+import { isClaimCheck, resolveClaim, validateClaimCheck, type PayloadStore } from '../core/payload-store.ts';
 import {
   MARKER_FOLDER,
   OTHER_FOLDER,
@@ -34,8 +34,8 @@ import {
   type ArchivedObject,
   type ReplayRange,
   type ShardCoverage,
-} from '../lambda/core/replay.ts';
-import type { Archive } from './archive.ts';
+} from '../core/replay.ts';
+import type { Archive } from '../core/archive.ts';
 
 export interface ReplayReaderOptions {
   archive: Archive;
