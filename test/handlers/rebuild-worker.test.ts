@@ -46,7 +46,7 @@ import { Metrics } from '@aws-lambda-powertools/metrics';
 import { createArchiveCopierHandler } from '../../lambda/handlers/archive-copier.ts';
 import { FolderArchive } from '../../local/archive.ts';
 import { seededRandom } from '../../local/demo.ts';
-import { RebuildFailedError } from '../../local/rebuild.ts';
+import { RebuildFailedError } from '../../lambda/adapters/rebuilder.ts';
 import { Template } from 'aws-cdk-lib/assertions';
 import { WarehouseConnection, WarehouseRebuild, WarehouseSink } from '../../lib/index.ts';
 import { fixture, ordersSource, resourcesOf } from '../constructs/helpers.ts';
