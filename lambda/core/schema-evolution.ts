@@ -161,6 +161,70 @@ function sameType(a: TypeInfo, b: TypeInfo): boolean {
   return JSON.stringify(a) === JSON.stringify(b);
 }
 
+/** A type name as a DMS table definition gives it (`WSTRING(20)`, `NCLOB`, `DATETIME`): upper case, no PostgreSQL spelling. */
+const DMS_NAME = /^[A-Z][A-Z0-9]*(?:\(\d+(?:,-?\d+)?\))?$/;
+
+/** PostgreSQL types DMS reports as a string, with the length it gives them (null: any or none). */
+const DMS_STRING_TYPES: Record<string, number | null> = {
+  uuid: null,
+  interval: 128,
+  inet: 50,
+  cidr: 50,
+  macaddr: 18,
+  macaddr8: null,
+  point: 255,
+  line: 255,
+  lseg: 255,
+  box: 255,
+  circle: 255,
+  int4range: 255,
+  int8range: 255,
+  numrange: 255,
+  tsrange: 255,
+  tstzrange: 255,
+  daterange: 255,
+};
+/** PostgreSQL types DMS reports as a character large object (CLOB or NCLOB). */
+const DMS_CLOB_TYPES = new Set(['json', 'jsonb', 'hstore', 'tsvector', 'tsquery', 'xml', 'path', 'polygon', 'text']);
+
+/**
+ * Whether `dms`, a type of a DMS table definition, is what DMS reports for the PostgreSQL type
+ * `pg` (the catalog's or a snapshot's name), following the AWS DMS User Guide's "Source data
+ * types for PostgreSQL" table (docs/schema-drift.md, "PostgreSQL's names against DMS's"). DMS's
+ * names are coarser: `char(n)` and `varchar(n)` are both `WSTRING(n)`, `timestamp` and
+ * `timestamp with time zone` both `DATETIME`, `uuid` a `STRING`, `json` an `NCLOB`. So a DMS
+ * table definition that follows a registration from the catalog is no change of type; a change
+ * DMS's names cannot show (`timestamp` to `timestamptz`) is one it cannot report either.
+ */
+function dmsReportsAs(pg: string, dms: string): boolean {
+  if (!DMS_NAME.test(dms.trim()) || !/[a-z]/.test(pg)) return false;
+  const d = normalizeTypeName(dms);
+  const m = /^([a-z0-9]+)(?:\((\d+)(?:,(-?\d+))?\))?$/.exec(d);
+  if (!m) return false;
+  const base = m[1]!;
+  const len = m[2] === undefined ? null : Number(m[2]);
+  const scale = m[3] === undefined ? null : Number(m[3]);
+  const isString = base === 'string' || base === 'wstring';
+  const t = normalizeTypeName(pg);
+  const bare = t.replace(/\(.*\)$/, '');
+  // Arrays, composites and hstore are NCLOB; the CLOB types too (DMS 3.x writes either).
+  if (t.endsWith('[]') || DMS_CLOB_TYPES.has(t)) return base === 'nclob' || base === 'clob';
+  const info = typeInfo(t);
+  if (info.family === 'char') return isString && (len === null || len === info.length);
+  if (info.family === 'temporal') return info.name === 'timestamp with time zone' ? base === 'datetime' : info.name === 'time with time zone' && base === 'time';
+  if (info.family === 'numeric') {
+    if (info.precision === null) return base === 'numeric' && (len === null || (len === 28 && scale === 6)); // DMS's default for an unbounded numeric
+    return info.precision >= 39 && isString;
+  }
+  if (t === 'bytea') return base === 'blob' || base === 'bytes';
+  if (t === 'boolean' || t === 'bool') return base === 'boolean' || ((isString || base === 'char') && len === 5);
+  if (t === 'money') return base === 'numeric' && len === 38 && scale === 4;
+  if (bare === 'bit' || bare === 'bit varying' || bare === 'varbit') return isString;
+  if (t in DMS_STRING_TYPES) return isString && (len === null || DMS_STRING_TYPES[t] === null || len === DMS_STRING_TYPES[t]);
+  // A type the catalog names that none of the above is: an enum is a STRING(64) to DMS.
+  return info.family === 'other' && isString && len === 64;
+}
+
 /** True when every value of `from` is represented exactly, and unchanged, by `to`. */
 function widens(from: TypeInfo, to: TypeInfo): boolean {
   if (from.family === 'int') {
@@ -196,6 +260,7 @@ export function compareTypes(from: string, to: string): 'same' | 'widened' | 'ch
   const a = typeInfo(from);
   const b = typeInfo(to);
   if (sameType(a, b)) return 'same';
+  if (dmsReportsAs(from, to) || dmsReportsAs(to, from)) return 'same';
   if (!widens(a, b)) return 'changed';
   const sinkFrom = warehouseType(from);
   return sinkFrom !== null && sinkFrom === warehouseType(to) ? 'widened' : 'changed';

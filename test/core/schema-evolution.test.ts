@@ -115,6 +115,53 @@ describe('compareTypes', () => {
   ])('%s → %s is a change, not a widening', (a, b) => {
     expect(compareTypes(a, b)).toBe('changed');
   });
+
+  // What DMS reports for a PostgreSQL type (AWS DMS User Guide, "Source data types for
+  // PostgreSQL"): a DMS table definition after a registration from the catalog or a snapshot is no
+  // change of type, in either order (docs/schema-drift.md).
+  it.each([
+    ['char(5)', 'WSTRING(5)'],
+    ['character', 'WSTRING(1)'],
+    ['timestamp with time zone', 'DATETIME'],
+    ['timestamp(3) with time zone', 'DATETIME'],
+    ['time with time zone', 'TIME'],
+    ['uuid', 'STRING'],
+    ['uuid', 'WSTRING(36)'],
+    ['jsonb', 'NCLOB'],
+    ['json', 'NCLOB'],
+    ['integer[]', 'NCLOB'],
+    ['xml', 'CLOB'],
+    ['bytea', 'BLOB'],
+    ['boolean', 'BOOLEAN'],
+    ['boolean', 'CHAR(5)'],
+    ['money', 'NUMERIC(38,4)'],
+    ['numeric', 'NUMERIC(28,6)'],
+    ['numeric(40,2)', 'STRING'],
+    ['interval', 'STRING(128)'],
+    ['inet', 'STRING(50)'],
+    ['bit(3)', 'STRING(3)'],
+    ['tstzrange', 'STRING(255)'],
+    ['mood', 'STRING(64)'], // an enum
+  ])('DMS reports %s as %s: the same type, both ways', (pg, dms) => {
+    expect(compareTypes(pg, dms)).toBe('same');
+    expect(compareTypes(dms, pg)).toBe('same');
+  });
+
+  it.each([
+    ['char(3)', 'WSTRING(5)'],
+    ['uuid', 'NCLOB'],
+    ['jsonb', 'STRING'],
+    ['bytea', 'NCLOB'],
+    ['integer', 'DATETIME'],
+    ['mood', 'STRING(10)'],
+    ['numeric(12,2)', 'STRING'],
+    // two PostgreSQL names are compared as PostgreSQL's, never through DMS's coarser ones
+    ['uuid', 'text'],
+    ['timestamp', 'timestamptz'],
+    ['char(5)', 'varchar(5)'],
+  ])('%s and %s stay different types', (a, b) => {
+    expect(compareTypes(a, b)).toBe('changed');
+  });
 });
 
 describe('classifySchema: first sight', () => {
@@ -168,6 +215,20 @@ describe('classifySchema: same', () => {
   it('an unknown key is no information', () => {
     expect(classifySchema(base, dms(['id'], null)).kind).toBe('same');
     expect(classifySchema(base, { columns: [], key: [], complete: false }).kind).toBe('same');
+  });
+
+  it('a DMS table definition after a registration from the catalog is the same version (DMS names the types coarser)', () => {
+    const catalog = version([col('id', 'uuid', false), col('at', 'timestamp with time zone'), col('doc', 'jsonb'), col('code', 'character(2)'), col('price', 'numeric(12,2)'), col('ok', 'boolean')]);
+    const tableDef: ObservedShape = {
+      columns: [seen('id', 'STRING', false), seen('at', 'DATETIME', true), seen('doc', 'NCLOB', true), seen('code', 'WSTRING(2)', true), seen('price', 'NUMERIC(12,2)', true), seen('ok', 'BOOLEAN', true)],
+      key: ['id'],
+      complete: true,
+    };
+    const c = classifySchema(catalog, tableDef);
+    expect(c.kind, c.reason).toBe('same');
+    expect(c.columns).toEqual(catalog.columns); // the catalog's finer names are kept
+    // A real change still shows through DMS's names: the code column widened to WSTRING(5) is not char(2).
+    expect(classifySchema(catalog, { ...tableDef, columns: tableDef.columns.map((x) => (x.name === 'code' ? seen('code', 'WSTRING(5)', true) : x)) }).kind).toBe('breaking');
   });
 
   it('a same result returns copies, not the registered objects', () => {
