@@ -82,6 +82,7 @@ import {
   qualified,
   rowsPerStatement,
   sinkType,
+  TEXT_TYPE,
   sinkTypeRefusal,
   storedStateSql,
   stageNames,
@@ -788,7 +789,10 @@ function planDdl(
   }
   for (const c of [...key, ...data]) {
     const have = shape.mirrorTypes.get(c.name);
-    if (have !== undefined && have !== c.type) throw new SinkTypeConflictError(t.tableId, c.name, have, c.type);
+    // A text column takes every value unchanged: one made while the column's type was unknown
+    // keeps being written as text when the type is learned (a compatible change; the values were
+    // already text). Any other difference would round or refuse values: held (docs/schema-drift.md).
+    if (have !== undefined && have !== c.type && have !== TEXT_TYPE) throw new SinkTypeConflictError(t.tableId, c.name, have, c.type);
   }
   const wanted = new Map([...key, ...data].map((c) => [c.name, c.type]));
   /** A changelog column's type: the platform's, or the data column's (as the mirror has it). */

@@ -202,6 +202,10 @@ export function mappingDiff(current: Record<string, unknown>, desired: Record<st
     }
     const haveType = isPlainObject(have) ? (have.type ?? (have.properties ? 'object' : null)) : null;
     const wantType = want.type ?? (want.properties ? 'object' : null);
+    // A keyword field (what a column of unknown type gets) takes every scalar value as its text:
+    // a type learned later keeps it (a compatible change, docs/search.md "Mappings"). An object
+    // (json) cannot go into a keyword field.
+    if (haveType === 'keyword' && wantType !== 'object') continue;
     if (haveType !== wantType) conflicts.push({ field, current: (haveType ?? null) as JsonValue, desired: (wantType ?? null) as JsonValue });
   }
   return { add, conflicts };

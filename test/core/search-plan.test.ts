@@ -50,7 +50,14 @@ describe('search plan', () => {
     const current = desiredProperties([v1]);
     const diff = mappingDiff(current, desiredProperties([v1, v2]));
     expect(Object.keys(diff.add)).toEqual(['b']);
-    expect(diff.conflicts).toEqual([{ field: 'a', current: 'keyword', desired: 'long' }]);
+    // `a` was made a keyword while its type was unknown: the learned integer keeps it (no conflict).
+    expect(diff.conflicts).toEqual([]);
+    // A field that changes type for real, or a learned json column (an object cannot go into a keyword), conflicts.
+    const v3 = { ...v1, version: 3, columns: [...v1.columns.slice(0, 1), { name: 'a', type: 'jsonb', nullable: true }, { name: 'b', type: 'integer', nullable: true }] };
+    expect(mappingDiff({ ...current, b: fieldMappingOf('text') }, desiredProperties([v1, v2, v3])).conflicts).toEqual([
+      { field: 'a', current: 'keyword', desired: 'object' },
+      { field: 'b', current: 'text', desired: 'long' },
+    ]);
     expect(() => desiredProperties([{ ...v1, columns: [{ name: 'cdc_meta', type: 'text', nullable: true }] }])).toThrow(/collides/);
   });
 

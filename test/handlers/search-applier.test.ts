@@ -219,19 +219,24 @@ describe('search applier on the search stand-in', () => {
   });
 
   it('holds a table whose index cannot hold the registered type, a paused table, and a position it cannot encode', async () => {
-    // Type the index cannot change: a column first registered without a type (keyword), then learnt as integer (long).
-    const untyped = await setup({ columns: [{ name: 'id', type: 'bigint', nullable: false }, { name: 'n', type: null, nullable: true }] });
-    await untyped.a.applyRecords(records([ev(untyped.table, 'insert', 1, { id: 1 }, { id: 1, n: 'x' })]));
+    // A column first registered without a type gets a keyword field. A scalar type learned later
+    // (integer) keeps it and applies; a learned json column (an object field) is a type the index
+    // cannot change: held.
+    const untyped = await setup({ columns: [{ name: 'id', type: 'bigint', nullable: false }, { name: 'n', type: null, nullable: true }, { name: 'j', type: null, nullable: true }] });
+    await untyped.a.applyRecords(records([ev(untyped.table, 'insert', 1, { id: 1 }, { id: 1, n: 'x', j: 'y' })]));
     const at = new Date().toISOString();
-    await untyped.cp.addSchemaVersion(
-      { source: 'src', table: untyped.table, version: 2, columns: [{ name: 'id', type: 'bigint', nullable: false }, { name: 'n', type: 'integer', nullable: true }], key: ['id'], effectivePosition: pos(2), registeredAt: at },
-      { at, actor: 'test', action: 'add-schema-version', source: 'src', table: untyped.table, outcome: 'done', detail: {} },
-    );
-    const held = await untyped.a.applyRecords(records([ev(untyped.table, 'update', 2, { id: 1 }, { id: 1, n: 5 }, { schemaVersion: 2 })]));
+    const learned = (version: number, j: string | null) => ({ source: 'src', table: untyped.table, version, columns: [{ name: 'id', type: 'bigint', nullable: false }, { name: 'n', type: 'integer', nullable: true }, { name: 'j', type: j, nullable: true }], key: ['id'], effectivePosition: pos(version), registeredAt: at });
+    await untyped.cp.addSchemaVersion(learned(2, null), { at, actor: 'test', action: 'add-schema-version', source: 'src', table: untyped.table, outcome: 'done', detail: {} });
+    const applied = await untyped.a.applyRecords(records([ev(untyped.table, 'update', 2, { id: 1 }, { id: 1, n: 5 }, { schemaVersion: 2 })]));
+    expect(applied).toMatchObject({ failed: [], held: 0, deadLettered: 0 });
+    const docs = await live(untyped.names);
+    expect([...docs.values()], JSON.stringify([...docs])).toEqual([expect.objectContaining({ n: 5, j: 'y' })]);
+    await untyped.cp.addSchemaVersion(learned(3, 'jsonb'), { at, actor: 'test', action: 'add-schema-version', source: 'src', table: untyped.table, outcome: 'done', detail: {} });
+    const held = await untyped.a.applyRecords(records([ev(untyped.table, 'update', 3, { id: 1 }, { id: 1, j: { k: 1 } }, { schemaVersion: 3 })]));
     expect(held).toMatchObject({ failed: [], held: 1, deadLettered: 0 });
-    expect((await untyped.cp.getSinkProgress('search', 'src', untyped.table))?.heldFrom).toBe(pos(2));
+    expect((await untyped.cp.getSinkProgress('search', 'src', untyped.table))?.heldFrom).toBe(pos(3));
     // Once held, later events are held too (the resume replays from the held position).
-    expect((await untyped.a.applyRecords(records([ev(untyped.table, 'update', 3, { id: 1 }, { id: 1, n: 6 }, { schemaVersion: 2 })]))).held).toBe(1);
+    expect((await untyped.a.applyRecords(records([ev(untyped.table, 'update', 4, { id: 1 }, { id: 1, n: 6 }, { schemaVersion: 3 })]))).held).toBe(1);
 
     const paused = await setup({ state: 'paused' });
     expect((await paused.a.applyRecords(records([ev(paused.table, 'insert', 1, { id: 1 }, { id: 1 })]))).held).toBe(1);
