@@ -4,6 +4,7 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as targets from 'aws-cdk-lib/aws-events-targets';
 import * as iam from 'aws-cdk-lib/aws-iam';
+import { payloadEnvironment } from './private/payloads.ts';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as opensearch from 'aws-cdk-lib/aws-opensearchservice';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
@@ -280,6 +281,7 @@ export class SearchSink extends Resource implements ISearchSink, ec2.IConnectabl
         [EnvName.SEARCH_INDEX_PREFIX]: prefix,
         // The resume replay reads the held range from the change log (docs/operations.md).
         [EnvName.CHANGE_LOG_STREAM]: props.changeLog.stream.streamName,
+        ...payloadEnvironment(props.controlPlane),
       },
       memorySize: props.memorySize ?? Size.mebibytes(512),
       timeout: props.timeout ?? Duration.minutes(2),
@@ -287,6 +289,9 @@ export class SearchSink extends Resource implements ISearchSink, ec2.IConnectabl
     });
     this.applier = applier.fn;
     props.controlPlane.grantSinkApplier(applier.fn, this.sinkId, this.sourceIds);
+    // Events stored out of line are read back; dead letters keep their whole record (docs/large-records.md).
+    props.controlPlane.grantPayloadWrite(applier.fn, `dead-letters/${this.sinkId}/`);
+    props.controlPlane.grantPayloadRead(applier.fn, 'claims/');
     // Least privilege on the domain: HTTP verbs the applier uses, on its tables' index paths only
     // (each table's aliases, generations `.v…`, tombstone index `.deleted`, and their sub-paths).
     applier.role.addToPrincipalPolicy(

@@ -250,6 +250,7 @@ export class LocalPipeline {
             tables: served,
             metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
             logger: new Logger({ serviceName: 'search-applier' }),
+            payloads: stack.payloads,
           });
           return (e: Parameters<typeof a.handler>[0]) => a.handler(e);
         },
@@ -263,6 +264,7 @@ export class LocalPipeline {
         tables: served,
         metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
         logger: new Logger({ serviceName: 'search-replay' }),
+        payloads: stack.payloads,
       });
       this.replayers.push(createHeldRangeReplayer({ controlPlane: stack.control, sinkId: search.sinkId, applier: searchReplayApplier, readLog: () => readChangeLog(stack.kinesis, stack.streams.changeLog) }));
     }

@@ -5,13 +5,41 @@
  *   identifier, or the table is not registered) or held (the table is paused or needs a
  *   re-snapshot, or this sink holds it from an earlier failure; docs/operations.md);
  * - each event names only columns of its schema version, through the sink's own column rule, and
- *   carries the version's whole primary key (a truncate carries no key and no before image).
- * No I/O of its own: the control plane is the port.
+ *   carries the version's whole primary key (a truncate carries no key and no before image);
+ * - a change-log record is decoded the same way by every sink, an event stored out of line (a
+ *   claim check, docs/large-records.md) read back whole from the payload store.
+ * No I/O of its own: the control plane and the payload store are ports.
  */
 import type { ControlPlane, SchemaVersion, TableRecord } from './control-plane.ts';
 import { InvalidRecordError, UnsafeIdentifierError } from './errors.ts';
-import type { ChangeEvent } from './event.ts';
+import { validateChangeEvent, type ChangeEvent } from './event.ts';
 import { assertPlainIdentifier, splitTableId } from './identifiers.ts';
+import { isClaimCheck, PayloadRefError, resolveClaim, validateClaimCheck, type PayloadStore } from './payload-store.ts';
+
+/**
+ * Decodes one change-log record into its event: JSON, a claim check read back from `payloads`,
+ * then validated. Bad input throws a `CdcError` naming what is wrong (the caller dead-letters the
+ * record); a payload store that cannot be read throws its own error (retried, not dead-lettered).
+ */
+export async function decodeChangeRecord(text: string, payloads: PayloadStore | undefined, sinkId: string): Promise<ChangeEvent> {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (e) {
+    throw new InvalidRecordError('event', `not JSON: ${(e as Error).message}`);
+  }
+  if (isClaimCheck(parsed)) {
+    const claim = validateClaimCheck(parsed);
+    if (!payloads) throw new PayloadRefError(claim.claim.ref, `cannot be read: sink ${sinkId} has no payload store configured`);
+    const stored = await resolveClaim(payloads, claim);
+    try {
+      parsed = JSON.parse(stored);
+    } catch (e) {
+      throw new InvalidRecordError('claim', `the stored event ${claim.claim.ref} is not JSON: ${(e as Error).message}`);
+    }
+  }
+  return validateChangeEvent(parsed);
+}
 
 /** The admission of one table's batch to a sink. */
 export type TableAdmission<T> = { verdict: 'apply'; target: T; table: TableRecord } | { verdict: 'dead-letter'; error: Error } | { verdict: 'hold'; why: string };

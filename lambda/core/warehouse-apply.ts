@@ -43,10 +43,10 @@ import { failuresPerTable } from './batch-failures.ts';
 import { heldShardsOf } from './operator-decisions.ts';
 import type { ControlPlane, DeleteMode, SchemaVersion } from './control-plane.ts';
 import { CdcError, InvalidRecordError, UnsafeIdentifierError } from './errors.ts';
-import { validateChangeEvent, type ChangeEvent } from './event.ts';
+import type { ChangeEvent } from './event.ts';
 import { assertPlainIdentifier, splitTableId } from './identifiers.ts';
-import { admitTable, checkEventColumns as checkColumnsOf } from './sink-admission.ts';
-import { isClaimCheck, PayloadRefError, resolveClaim, validateClaimCheck, type PayloadStore } from './payload-store.ts';
+import { admitTable, checkEventColumns as checkColumnsOf, decodeChangeRecord } from './sink-admission.ts';
+import type { PayloadStore } from './payload-store.ts';
 import type { TablePlan } from './apply-plan.ts';
 import { assertSourceColumn, warehouseTable, type WarehouseTable } from './warehouse-sql.ts';
 import { HEARTBEAT_TABLE } from '../../contracts/env.ts';
@@ -352,24 +352,7 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
     for (const record of records) {
       let event: ChangeEvent;
       try {
-        let parsed: unknown;
-        try {
-          parsed = JSON.parse(record.text);
-        } catch (e) {
-          throw new InvalidRecordError('event', `not JSON: ${(e as Error).message}`);
-        }
-        if (isClaimCheck(parsed)) {
-          // An event stored out of line: read it back whole (a store outage is thrown: retried, not dead-lettered).
-          const claim = validateClaimCheck(parsed);
-          if (!deps.payloads) throw new PayloadRefError(claim.claim.ref, `cannot be read: sink ${sinkId} has no payload store configured`);
-          const text = await resolveClaim(deps.payloads, claim);
-          try {
-            parsed = JSON.parse(text);
-          } catch (e) {
-            throw new InvalidRecordError('claim', `the stored event ${claim.claim.ref} is not JSON: ${(e as Error).message}`);
-          }
-        }
-        event = validateChangeEvent(parsed);
+        event = await decodeChangeRecord(record.text, deps.payloads, sinkId);
       } catch (err) {
         if (!(err instanceof CdcError)) throw err;
         const about = aboutRecord(record.text);

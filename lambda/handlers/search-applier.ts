@@ -47,9 +47,10 @@ import { failuresFrom } from '../core/apply-plan.ts';
 import { heldShardsOf } from '../core/operator-decisions.ts';
 import type { ControlPlane, DeleteMode, SchemaVersion } from '../core/control-plane.ts';
 import { CdcError, InvalidRecordError } from '../core/errors.ts';
-import { keyText, validateChangeEvent, type ChangeEvent, type Row } from '../core/event.ts';
+import { keyText, type ChangeEvent, type Row } from '../core/event.ts';
 import { assertPlainIdentifier } from '../core/identifiers.ts';
-import { admitTable, checkEventColumns } from '../core/sink-admission.ts';
+import { admitTable, checkEventColumns, decodeChangeRecord } from '../core/sink-admission.ts';
+import type { PayloadStore } from '../core/payload-store.ts';
 import {
   assertSearchColumn,
   bulkBody,
@@ -78,7 +79,7 @@ import { OpenSearchIndex, SearchRequestRejectedError, SearchUnavailableError, se
 import { dynamoDbClient } from '../adapters/aws-clients.ts';
 import { replayFromEnvironment, type ReplayOutcome } from './warehouse-replay.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
-import { changeRecordOf, ConfigurationError, emitSingleMetrics, isReplayEvent, partialBatchResponse, type ApplyOptions, type BatchOutcome, type ChangeRecord, type ReplayEvent } from './warehouse-applier.ts';
+import { changeRecordOf, ConfigurationError, emitSingleMetrics, isReplayEvent, partialBatchResponse, payloadStoreFromEnvironment, type ApplyOptions, type BatchOutcome, type ChangeRecord, type ReplayEvent } from './warehouse-applier.ts';
 
 export interface SearchApplierDeps {
   controlPlane: ControlPlane;
@@ -95,6 +96,8 @@ export interface SearchApplierDeps {
   bulkAttempts?: number;
   /** First backoff between attempts, doubled each time. @default 200 */
   backoffMs?: number;
+  /** Where events stored out of line are read back (claim checks, docs/large-records.md). @default - none: such a record is dead-lettered, named */
+  payloads?: PayloadStore;
   now?: () => Date;
 }
 
@@ -197,14 +200,9 @@ export function createSearchApplier(deps: SearchApplierDeps): SearchApplier {
     for (const record of records) {
       let event: ChangeEvent;
       try {
-        let parsed: unknown;
-        try {
-          parsed = JSON.parse(record.text);
-        } catch (e) {
-          throw new InvalidRecordError('event', `not JSON: ${(e as Error).message}`);
-        }
-        event = validateChangeEvent(parsed);
+        event = await decodeChangeRecord(record.text, deps.payloads, sinkId);
       } catch (err) {
+        if (!(err instanceof CdcError)) throw err; // a payload store outage: retried, not dead-lettered
         const about = aboutRecord(record.text);
         await deadLetter(record, about.source, about.table, err);
         continue;
@@ -523,14 +521,17 @@ function fromEnvironment(): SearchApplier {
     tables = validateSearchTables(parsed, EnvName.SEARCH_TABLES);
   }
   const node = endpoint.startsWith('http') ? endpoint : `https://${endpoint}`;
+  // The payload bucket the construct grants: events stored out of line, and dead letters' whole records.
+  const payloads = payloadStoreFromEnvironment();
   return createSearchApplier({
-    controlPlane: new DynamoDbControlPlane(dynamoDbClient(), table),
+    controlPlane: new DynamoDbControlPlane(dynamoDbClient(), table, payloads),
     search: new OpenSearchIndex(searchClient({ node, awsRegion: region })),
     sinkId,
     tables,
     prefix: process.env[EnvName.SEARCH_INDEX_PREFIX] || undefined,
     metrics,
     logger,
+    ...(payloads ? { payloads } : {}),
   });
 }
 

@@ -204,7 +204,7 @@ function mergePolicyFromEnvironment(): Partial<MergePolicy> {
 }
 
 /** The payload bucket the construct grants this function (dead letters' whole records, events stored out of line). */
-function payloadStoreFromEnvironment(): PayloadStore | undefined {
+export function payloadStoreFromEnvironment(): PayloadStore | undefined {
   const bucket = process.env[EnvName.PAYLOAD_BUCKET];
   return bucket ? new S3PayloadStore(new S3Client({}), bucket, '', process.env[EnvName.PAYLOAD_KMS_KEY_ARN] || undefined) : undefined;
 }

@@ -72,6 +72,24 @@ describe('SearchSink', () => {
     expect(resources).not.toMatch(/domain\/search-abcdefghijklmnop\/\*"|domain\/[^/"]+"/);
   });
 
+  test('reads events stored out of line and keeps whole dead letters: the payload bucket in its environment, get on claims/ and put on its own dead-letters/ only', () => {
+    const f = fixture();
+    expect(f.control.payloadBucket).toBeDefined();
+    const s = sink(f);
+    const t = Template.fromStack(f.stack);
+    const [, fn] = resourcesOf(t, 'AWS::Lambda::Function').find(([id]) => id.startsWith('SearchApplier'))!;
+    const env = (fn.Properties.Environment as { Variables: Record<string, unknown> }).Variables;
+    expect(env.CDC_PAYLOAD_BUCKET).toEqual(f.stack.resolve(f.control.payloadBucket!.bucketName));
+    const statements = Object.values(t.findResources('AWS::IAM::Policy'))
+      .filter((p) => JSON.stringify(p.Properties.Roles).includes('SearchApplierServiceRole'))
+      .flatMap((p) => p.Properties.PolicyDocument.Statement as Array<{ Action: string | string[]; Resource: unknown }>);
+    const s3 = statements.filter((st) => JSON.stringify(st.Action).includes('s3:'));
+    expect(s3.map((st) => [st.Action, JSON.stringify(st.Resource).match(/"\/([^"]*)"/)?.[1]])).toEqual([
+      ['s3:PutObject', `dead-letters/${s.sinkId}/*`],
+      ['s3:GetObject', 'claims/*'],
+    ]);
+  });
+
   test('in a VPC: its own security group, connections on 443', () => {
     const f = fixture();
     const s = sink(f, { vpc: f.vpc });

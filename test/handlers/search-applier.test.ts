@@ -22,6 +22,11 @@ import { makePosition } from '../../lambda/core/position.ts';
 import { documentId, META_FIELD, searchNames } from '../../lambda/core/search-plan.ts';
 import { SearchStandIn } from '../../local/search-standin.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
+import { FolderArchive, archivePayloadStore } from '../../local/archive.ts';
+import { claimKey, sha256, type PayloadStore } from '../../lambda/core/payload-store.ts';
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 
 const COLUMNS: ColumnDef[] = [
   { name: 'id', type: 'bigint', nullable: false },
@@ -106,7 +111,7 @@ describe('search applier on the search stand-in', () => {
   });
   afterEach(() => vi.restoreAllMocks());
 
-  async function setup(o: { mode?: DeleteMode; state?: TableState; columns?: ColumnDef[]; effective?: string } = {}): Promise<{ cp: MemoryControlPlane; a: SearchApplier; table: string; names: ReturnType<typeof searchNames> }> {
+  async function setup(o: { mode?: DeleteMode; state?: TableState; columns?: ColumnDef[]; effective?: string; payloads?: PayloadStore } = {}): Promise<{ cp: MemoryControlPlane; a: SearchApplier; table: string; names: ReturnType<typeof searchNames> }> {
     const cp = new MemoryControlPlane();
     const table = `public.t${++tableNo}`;
     const at = new Date().toISOString();
@@ -115,9 +120,31 @@ describe('search applier on the search stand-in', () => {
       { source: 'src', table, version: 1, columns: o.columns ?? COLUMNS, key: ['id'], effectivePosition: o.effective ?? pos(0), registeredAt: at },
       { at, actor: 'test', action: 'register-table', source: 'src', table, outcome: 'done', detail: {} },
     );
-    const a = createSearchApplier({ controlPlane: cp, search: index, sinkId: 'search', metrics: new Metrics({ namespace: 'CdcPlatform' }), logger: new Logger({ logLevel: 'CRITICAL' }), backoffMs: 1 });
+    const a = createSearchApplier({ controlPlane: cp, search: index, sinkId: 'search', metrics: new Metrics({ namespace: 'CdcPlatform' }), logger: new Logger({ logLevel: 'CRITICAL' }), backoffMs: 1, ...(o.payloads ? { payloads: o.payloads } : {}) });
     return { cp, a, table, names: searchNames('cdc', 'src', table) };
   }
+
+  it('reads an event stored out of line (a claim check) back whole; without a payload store it is a named dead letter, never applied in part', async () => {
+    // docs/large-records.md: an event over the record limit travels as a claim check; the search sink decodes it as the warehouse does.
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'cdc-search-claims-'));
+    try {
+      const payloads = archivePayloadStore(new FolderArchive(dir));
+      const { a, table, names } = await setup({ payloads });
+      const big = ev(table, 'insert', 1, { id: 7 }, { id: 7, n: 1, body: 'x'.repeat(2_000_000) });
+      const text = JSON.stringify(big);
+      const ref = await payloads.put(claimKey('src', table, big.position, sha256(text)), Buffer.from(text));
+      const claim = JSON.stringify({ v: 1, claim: { ref, bytes: Buffer.byteLength(text), sha256: sha256(text) }, source: 'src', table, key: { id: 7 }, position: big.position });
+      expect(await a.applyRecords(records([claim]))).toMatchObject({ failed: [], deadLettered: 0 });
+      const docs = [...(await live(names)).values()];
+      expect(docs.map((d) => [d.id, (d.body as string).length])).toEqual([[7, 2_000_000]]);
+      // The same claim to an applier with no payload store: dead-lettered, naming why.
+      const bare = await setup();
+      expect(await bare.a.applyRecords(records([claim]))).toMatchObject({ failed: [], deadLettered: 1 });
+      expect((await bare.cp.listDeadLetters('search')).map((d) => d.code)).toEqual(['PAYLOAD_REF']);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
 
   const live = async (names: ReturnType<typeof searchNames>): Promise<Map<string, Row>> => {
     const out = new Map<string, Row>();
