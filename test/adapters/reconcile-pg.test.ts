@@ -28,6 +28,7 @@ import { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
 import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/event.ts';
 import { makePosition } from '../../lambda/core/position.ts';
 import type { SchemaVersion } from '../../lambda/core/control-plane.ts';
+import { seededRandom } from '../../local/demo.ts';
 
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
 const RUNS = Number(process.env.CDC_RECONCILE_PG_RUNS ?? 25);
@@ -48,18 +49,6 @@ const SOURCE_COLUMNS: Array<[string, string]> = [
 const KEY = ['region', 'code'];
 const RULES = { mask: ['email'], exclude: ['ssn'] };
 const T = warehouseTable('app', 'public.items');
-
-/** A PRNG (mulberry32), so a seed replays. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 beforeAll(async () => {
   cluster = await startPostgres({ fast: true });
@@ -139,7 +128,7 @@ describe('reconcile-pg', () => {
   });
 
   it('a faithful copy matches on summaries alone, across the warehouse types and the mask', async () => {
-    await fill(3000, rng(1));
+    await fill(3000, seededRandom(1));
     const v = await run(64, 500);
     expect(v.verdict, v.reason).toBe('MATCH');
     expect(v.cost.leafRows).toBe(0);
@@ -151,7 +140,7 @@ describe('reconcile-pg', () => {
   });
 
   it('counts on a session of its own alongside the walk, and not at all when the estimate says the walk covers the table', async () => {
-    await fill(2000, rng(7));
+    await fill(2000, seededRandom(7));
     // The planner's estimate: the row count after ANALYZE; a view (the sink) has none.
     await src.query('ANALYZE public.items');
     expect(await pgSourceSide(src, 'public.items', KEY, RULES.mask).estimateRows()).toBe(2000);
@@ -192,7 +181,7 @@ describe('reconcile-pg', () => {
   });
 
   it('a faithful copy matches on summaries alone under md5-text too (a sink that can only hash text)', async () => {
-    await fill(1200, rng(3));
+    await fill(1200, seededRandom(3));
     const textOnly = pgWarehouseSide(wh, 'app', 'public.items', KEY, { stablePoint: false });
     Object.defineProperty(textOnly, 'hashSchemes', { value: ['md5-text'] });
     const v = await reconcileTable({
@@ -205,7 +194,7 @@ describe('reconcile-pg', () => {
   });
 
   it('pg-typed: a changed number and a value turned NULL are found', async () => {
-    await fill(50, rng(4));
+    await fill(50, seededRandom(4));
     await wh.query(`UPDATE ${T.schema}.${T.mirror} SET note = NULL WHERE region = 1 AND note IS NOT NULL AND code = (SELECT min(code) FROM ${T.schema}.${T.mirror} WHERE region = 1 AND note IS NOT NULL)`);
     await wh.query(`UPDATE ${T.schema}.${T.mirror} SET amount = amount + 0.01 WHERE region = 2 AND code = (SELECT min(code) FROM ${T.schema}.${T.mirror} WHERE region = 2)`);
     const v = await run(4, 20);
@@ -215,7 +204,7 @@ describe('reconcile-pg', () => {
   });
 
   it('refuses an excluded column present in the warehouse', async () => {
-    await fill(10, rng(2));
+    await fill(10, seededRandom(2));
     await wh.query(`ALTER TABLE ${T.schema}.${T.mirror} ADD COLUMN ssn varchar(65535)`);
     try {
       // The view does not show it; the mirror does, and the sink side reads the view: add it there too.
@@ -232,7 +221,7 @@ describe('reconcile-pg', () => {
 
   it(`finds exactly the corrupted keys (seed ${SEED}, ${RUNS} runs)`, async () => {
     console.log(`reconcile-pg corruption property: seed ${SEED}, ${RUNS} runs (replay with CDC_PROPERTY_SEED=${SEED})`);
-    const random = rng(SEED);
+    const random = seededRandom(SEED);
     for (let r = 0; r < RUNS; r++) {
       const n = 1 + Math.floor(random() * 1500);
       await fill(n, random);

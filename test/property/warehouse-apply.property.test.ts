@@ -49,6 +49,7 @@ import { warehouseTable, qualified } from '../../lambda/core/warehouse-sql.ts';
 import { quoteIdent } from '../../lambda/core/identifiers.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 import { deliveries, historyArb, MODEL_TABLES, simulate, type ModelTable } from '../helpers/histories.ts';
+import { seededRandom } from '../../local/demo.ts';
 
 const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 500);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
@@ -59,18 +60,11 @@ const RAW = { getTypeParser: () => (v: string) => v } as unknown as pg.CustomTyp
 
 const text = (v: JsonValue | undefined): string | null => (v === null || v === undefined ? null : typeof v === 'string' ? v : typeof v === 'object' ? JSON.stringify(v) : String(v));
 const dataCols = (t: ModelTable): string[] => t.columns.map((c) => c.name).filter((c) => !t.key.includes(c));
-/** A deterministic PRNG seeded from a text (FNV-1a, then mulberry32). */
+/** A deterministic PRNG seeded from a text (FNV-1a, then the demo's mulberry32). */
 function rng(seedText: string): () => number {
   let h = 0x811c9dc5;
   for (let i = 0; i < seedText.length; i++) h = Math.imul(h ^ seedText.charCodeAt(i), 0x01000193) >>> 0;
-  let a = h;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  return seededRandom(h);
 }
 
 /**
