@@ -31,7 +31,7 @@ import type pg from 'pg';
 import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { quoteIdent, splitTableId } from '../core/identifiers.ts';
 import { BASE_HASH_SCHEME, keyOrderClass, type HashClass, type HashScheme, type KeyRange, type KeyTuple, type RangeSummary, type ReconcileSide, type RowHashing, type SideRow, type SideShape } from '../core/reconcile.ts';
-import { RESERVED_PREFIX, warehouseTable, CdcColumn } from '../core/warehouse-sql.ts';
+import { RESERVED_PREFIX, warehouseTable, CdcColumn, createOverlayViewSql, overlayAggregateSql, qualified, type OverlayGuards, type WarehouseTable } from '../core/warehouse-sql.ts';
 
 type Queryable = Pick<pg.ClientBase, 'query'>;
 
@@ -41,6 +41,14 @@ export const RECONCILE_SESSION_SQL = "SET TimeZone = 'UTC'; SET DateStyle = 'ISO
 /** The SQL form of `maskValue` (lambda/core/masking.ts) for a column expression. */
 export function maskSql(expr: string): string {
   return `encode(sha256(convert_to(${expr}, 'UTF8')), 'hex')`;
+}
+
+/** The temporary view `verifyOverlay` prints the applier's definition with (rolled back at once). */
+const OVERLAY_PROBE = '"_cdc_reconcile_overlay_probe"';
+
+/** md5 of the definition of a table's view as PostgreSQL prints it (names are checked plain identifiers). */
+function viewDefSql(t: WarehouseTable): string {
+  return `md5(pg_get_viewdef(CAST('${qualified(t.schema, t.view)}' AS regclass)))`;
 }
 
 interface Relation {
@@ -62,6 +70,21 @@ export interface PgSideOptions {
    * `client` instead of before it (docs/reconcile.md "Cost and the source budget"). @default client
    */
   countClient?: Queryable;
+}
+
+/**
+ * The warehouse view verified to be the applier's base+delta view (`createOverlayViewSql`) for
+ * these mirror columns, key and guards: counts and range summaries then use the view's second
+ * form (`overlayAggregateSql`, docs/reconcile.md "Counting the base+delta view").
+ */
+interface OverlayForm {
+  table: WarehouseTable;
+  mirrorColumns: string[];
+  guards: OverlayGuards;
+  /** md5 of `pg_get_viewdef` of the view as verified: every statement checks it still is that view. */
+  viewDef: string;
+  /** Every column the view shows has the same type in the mirror and the delta, so a row hash is the same over either (sums may use the form). */
+  sameTypes: boolean;
 }
 
 /** `pg-typed`: PostgreSQL's hash of a column expression of a class, seeded with `seed` (see the module comment). */
@@ -108,13 +131,18 @@ export class PgReconcileSide implements ReconcileSide {
   private textKey: boolean[] = [];
   private readonly position: boolean;
 
+  /** The warehouse table whose view this side reads, when it may be the base+delta view (see `OverlayForm`). */
+  private readonly overlay: WarehouseTable | null;
+  private overlayForm: Promise<OverlayForm | null> | null = null;
+
   /** The sink's heartbeat view (its stable point), when this side is a sink. */
   private readonly heartbeat: { rel: Relation; source: string } | null;
 
   constructor(
     private readonly rel: Relation,
-    o: PgSideOptions & { position?: boolean; heartbeat?: { rel: Relation; source: string } },
+    o: PgSideOptions & { position?: boolean; heartbeat?: { rel: Relation; source: string }; overlay?: WarehouseTable },
   ) {
+    this.overlay = o.overlay ?? null;
     this.heartbeat = o.heartbeat ?? null;
     if (this.heartbeat) this.appliedThrough = () => this.heartbeatApplied();
     this.label = o.label;
@@ -156,11 +184,17 @@ export class PgReconcileSide implements ReconcileSide {
     return refs.length === 1 ? refs[0]! : `(${refs.join(', ')})`;
   }
 
-  private where(range: KeyRange, values: unknown[]): string {
+  /** The range as a condition on the key columns (unqualified), or null for the whole key space. */
+  private condition(range: KeyRange, values: unknown[]): string | null {
     const parts: string[] = [];
     if (range.after) parts.push(`${this.keyRow} > ${this.param(values, range.after)}`);
     if (range.upTo) parts.push(`${this.keyRow} <= ${this.param(values, range.upTo)}`);
-    return parts.length ? `WHERE ${parts.join(' AND ')}` : '';
+    return parts.length ? parts.join(' AND ') : null;
+  }
+
+  private where(range: KeyRange, values: unknown[]): string {
+    const c = this.condition(range, values);
+    return c ? `WHERE ${c}` : '';
   }
 
   /** The per-row hash expression (see the module comment). */
@@ -195,13 +229,21 @@ export class PgReconcileSide implements ReconcileSide {
   }
 
   /**
-   * `count(*)` of the relation. The warehouse's view over the base and the delta
-   * (docs/warehouse-apply.md) anti-joins every base row against the delta; with a delta the planner
-   * estimates at one row (empty, or just merged) it picks a nested loop that scans the delta once
-   * per base row, several times the cost of a hash anti join over a whole table (docs/performance.md
-   * §10). So the count runs with nested loops off, for this statement only (`SET LOCAL`).
+   * `count(*)` of the relation. On the applier's base+delta view, its second form
+   * (`overlayAggregateSql`: the base's live rows, minus those a newer delta row supersedes, plus the
+   * delta's visible rows; see `overlayRead`). Otherwise through the relation: a view over the base
+   * and the delta that is not exactly the applier's anti-joins every base row against the delta,
+   * and with a delta the planner estimates at one row (empty, or just merged) it picks a nested
+   * loop that scans the delta once per base row, several times the cost of a hash anti join over a
+   * whole table (docs/performance.md §10); so that count runs with nested loops off, for this
+   * statement only (`SET LOCAL`).
    */
   async countAll(): Promise<number> {
+    const form = await this.overlayPlan();
+    if (form) {
+      const row = await this.overlayRead(this.countClient, form, (f) => overlayAggregateSql(f.table, f.mirrorColumns, this.key, f.guards), []);
+      if (row) return Number(row.n);
+    }
     try {
       const res = (await this.countClient.query(`BEGIN; SET LOCAL enable_nestloop = off; SELECT count(*) AS n FROM ${this.from}; COMMIT`)) as unknown as pg.QueryResult[];
       return Number(res[2]!.rows[0].n);
@@ -210,6 +252,74 @@ export class PgReconcileSide implements ReconcileSide {
       await this.countClient.query('ROLLBACK').catch(() => undefined);
       throw err;
     }
+  }
+
+  /**
+   * Whether the view this side reads is exactly the view the applier makes over the base and the
+   * delta (`createOverlayViewSql` for the mirror's columns in order, the key, and the guards of the
+   * optional tables that exist): PostgreSQL prints that definition (`pg_get_viewdef` of a temporary
+   * view made from it, rolled back) and the view's, and they must be the same text. Decided once
+   * per side (a run); each read then checks the view still is that one (`overlayRead`). Anything
+   * else (the view over the mirror alone, a view someone changed, no right to make a temporary
+   * view) reads through the view.
+   */
+  private overlayPlan(): Promise<OverlayForm | null> {
+    if (!this.overlay) return Promise.resolve(null);
+    this.overlayForm ??= this.verifyOverlay(this.overlay).catch(() => null);
+    return this.overlayForm;
+  }
+
+  private async verifyOverlay(t: WarehouseTable): Promise<OverlayForm | null> {
+    const rels = await this.client.query(
+      'SELECT c.relname AS name, c.relkind AS kind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = ANY($2)',
+      [t.schema, [t.view, t.mirror, t.delta, t.deletedKeys, t.truncations]],
+    );
+    const kind = new Map(rels.rows.map((r) => [String(r.name), String(r.kind)]));
+    if (kind.get(t.view) !== 'v' || kind.get(t.mirror) !== 'r' || kind.get(t.delta) !== 'r') return null;
+    const guards: OverlayGuards = { deletedKeys: kind.get(t.deletedKeys) === 'r', truncations: kind.get(t.truncations) === 'r' };
+    const mirror = await columnTypes(this.client, { schema: t.schema, name: t.mirror });
+    const delta = new Map((await columnTypes(this.client, { schema: t.schema, name: t.delta })).map((c) => [c.name, c.type]));
+    const mirrorColumns = mirror.map((c) => c.name);
+    const create = createOverlayViewSql(t, mirrorColumns, this.key, guards);
+    const prefix = `CREATE OR REPLACE VIEW ${qualified(t.schema, t.view)} AS `;
+    if (!create.startsWith(prefix)) return null;
+    try {
+      const res = (await this.client.query(
+        `BEGIN; CREATE TEMP VIEW ${OVERLAY_PROBE} AS ${create.slice(prefix.length)}; ` +
+          `SELECT md5(pg_get_viewdef(CAST('pg_temp.${OVERLAY_PROBE}' AS regclass))) AS expected, ${viewDefSql(t)} AS actual; ROLLBACK`,
+      )) as unknown as pg.QueryResult[];
+      const { expected, actual } = res[2]!.rows[0] as { expected: string; actual: string };
+      if (expected !== actual || !/^[0-9a-f]{32}$/.test(actual)) return null;
+      const sameTypes = mirror.filter((c) => c.name !== CdcColumn.DELETED && c.name !== CdcColumn.DELETED_AT).every((c) => delta.get(c.name) === c.type);
+      return { table: t, mirrorColumns, guards, viewDef: actual, sameTypes };
+    } catch {
+      await this.client.query('ROLLBACK').catch(() => undefined);
+      return null;
+    }
+  }
+
+  /**
+   * One read of the view's second form, in a transaction that first locks the view (ACCESS SHARE,
+   * as a reader of the view takes it; PostgreSQL locks the tables behind it too), so the view
+   * cannot be replaced until the read ends, and a read that finds it is no longer the verified
+   * view (`pg_get_viewdef` changed: a column added, a guard table made, a rebuild's swap) reads
+   * nothing: the side verifies again, once, and otherwise reads through the view (null).
+   */
+  private async overlayRead(client: Queryable, form: OverlayForm, sql: (f: OverlayForm) => string, values: unknown[], again = true): Promise<Record<string, unknown> | null> {
+    let row: Record<string, unknown> | undefined;
+    try {
+      await client.query(`BEGIN; LOCK TABLE ${qualified(form.table.schema, form.table.view)} IN ACCESS SHARE MODE`);
+      row = (await client.query(`SELECT a.* FROM (${sql(form)}) a WHERE ${viewDefSql(form.table)} = '${form.viewDef}'`, values)).rows[0];
+      await client.query('COMMIT');
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw err;
+    }
+    if (row) return row;
+    if (!again) return null;
+    this.overlayForm = null;
+    const fresh = await this.overlayPlan();
+    return fresh ? this.overlayRead(client, fresh, sql, values, false) : null;
   }
 
   /** The planner's estimate (`pg_class.reltuples`), null when never analysed; a view has none (a hint, see `ReconcileSide`). */
@@ -225,6 +335,14 @@ export class PgReconcileSide implements ReconcileSide {
   }
 
   async summarize(range: KeyRange): Promise<RangeSummary> {
+    const form = await this.overlayPlan();
+    if (form?.sameTypes) {
+      const values: unknown[] = [];
+      const where = this.condition(range, values);
+      const hash = this.hashSql();
+      const row = await this.overlayRead(this.client, form, (f) => (f.sameTypes ? overlayAggregateSql(f.table, f.mirrorColumns, this.key, f.guards, { sum: hash, ...(where ? { where } : {}) }) : 'SELECT 0 AS n, 0 AS s WHERE false'), values);
+      if (row) return { rows: Number(row.n), checksum: String(row.s) };
+    }
     const values: unknown[] = [];
     const res = await this.client.query(`SELECT count(*) AS n, CAST(COALESCE(sum(${this.hashSql()}), 0) AS text) AS s FROM ${this.from} ${this.where(range, values)}`, values);
     return { rows: Number(res.rows[0].n), checksum: String(res.rows[0].s) };
@@ -308,7 +426,7 @@ export function pgWarehouseSide(
   const t = warehouseTable(source, tableId);
   const hb = warehouseTable(source, `${o.heartbeatSchema ?? DEFAULT_HEARTBEAT_SCHEMA}.${HEARTBEAT_TABLE}`);
   const heartbeat = o.stablePoint === false ? {} : { heartbeat: { rel: { schema: hb.schema, name: hb.view }, source } };
-  return new PgReconcileSide({ schema: t.schema, name: t.view }, { client, label: o.label ?? 'warehouse', key, position: true, ...heartbeat, ...(o.countClient ? { countClient: o.countClient } : {}) });
+  return new PgReconcileSide({ schema: t.schema, name: t.view }, { client, label: o.label ?? 'warehouse', key, position: true, overlay: t, ...heartbeat, ...(o.countClient ? { countClient: o.countClient } : {}) });
 }
 
 /** Opens the session settings on a client (see the module comment). */

@@ -14,6 +14,9 @@
  * - A table written by the sink's own apply code (`PgWarehouse`: changes appended to the delta,
  *   merged later; docs/warehouse-apply.md) is compared through its base+delta view: changes still
  *   in the delta count, before and after a merge.
+ * - That view is counted and summarised through its second form (`overlayAggregateSql`) only
+ *   while it is exactly the applier's view: a changed view is read through the view, a view
+ *   changed between two reads is verified again.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
@@ -23,7 +26,7 @@ import { maskValue } from '../../lambda/core/masking.ts';
 import { reconcileTable } from '../../lambda/core/reconcile.ts';
 import { rowHash } from '../../lambda/core/reconcile-rows.ts';
 import { FixedPacer } from '../../lambda/core/snapshot-pacer.ts';
-import { createMirrorSql, createSchemaSql, createViewSql, MIRROR_CDC_COLUMNS, sinkType, warehouseTable } from '../../lambda/core/warehouse-sql.ts';
+import { createMirrorSql, createOverlayViewSql, createSchemaSql, createViewSql, MIRROR_CDC_COLUMNS, sinkType, warehouseTable } from '../../lambda/core/warehouse-sql.ts';
 import { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
 import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/event.ts';
 import { makePosition } from '../../lambda/core/position.ts';
@@ -300,6 +303,105 @@ describe('reconcile-pg', () => {
       v = await reconcile();
       expect(v.sampleKeys.map((k) => [k.key.id, k.kind])).toEqual([['5', 'different']]);
     } finally {
+      await pool.end();
+    }
+  });
+
+  it("counts and summarises the applier's base+delta view through its second form, and reads through the view when it is not exactly the applier's", async () => {
+    const table = 'public.ov';
+    const D = warehouseTable('app', table);
+    await src.query("CREATE TABLE public.ov (id int PRIMARY KEY, v text); INSERT INTO public.ov SELECT g, 'v' || g FROM generate_series(1, 500) g");
+    const pool = new pg.Pool({ connectionString: cluster.url('rwh'), max: 2 });
+    const whCount = new pg.Client({ connectionString: cluster.url('rwh') });
+    await whCount.connect();
+    try {
+      const sink = new PgWarehouse(pool);
+      const at = new Date().toISOString();
+      const version: SchemaVersion = { source: 'app', table, version: 1, columns: [{ name: 'id', type: 'integer', nullable: false }, { name: 'v', type: 'text', nullable: true }], key: ['id'], effectivePosition: '0'.repeat(24), registeredAt: at };
+      let lsn = 0x1000n;
+      const event = (op: 'insert' | 'update' | 'delete', id: number, v: string | null): ChangeEvent => ({
+        v: ENVELOPE_VERSION, source: 'app', table, op, key: { id }, after: op === 'delete' ? null : { id, v }, before: null, missing: [], position: makePosition((lsn += 8n), 0), commitTs: at, txId: String(lsn), schemaVersion: 1, capture: 'slot', synthetic: false,
+      });
+      const apply = (events: ChangeEvent[]) => sink.applyTable({ source: 'app', table, deleteMode: 'soft', schemas: new Map([[1, version]]), events, appliedAt: new Date() });
+      await apply(Array.from({ length: 500 }, (_, i) => event('insert', i + 1, `v${i + 1}`)));
+      await sink.merge({ source: 'app', table, deleteMode: 'soft', key: ['id'] });
+      // Unmerged changes over the base: updates, deletes, inserts of new keys, a deleted key back.
+      await src.query("UPDATE public.ov SET v = 'u' || id WHERE id % 7 = 0; DELETE FROM public.ov WHERE id % 11 = 0; INSERT INTO public.ov SELECT g, 'n' || g FROM generate_series(501, 540) g; INSERT INTO public.ov VALUES (11, 'back')");
+      const changes = [
+        ...Array.from({ length: 71 }, (_, i) => event('update', (i + 1) * 7, `u${(i + 1) * 7}`)),
+        ...Array.from({ length: 45 }, (_, i) => event('delete', (i + 1) * 11, null)),
+        ...Array.from({ length: 40 }, (_, i) => event('insert', 501 + i, `n${501 + i}`)),
+        event('insert', 11, 'back'),
+      ];
+      // A key deleted after its update (77 = 7 * 11) holds both in the delta: the newest wins.
+      expect((await apply(changes)).mode).toBe('append');
+      const expected = Number((await src.query('SELECT count(*)::int AS n FROM public.ov')).rows[0].n);
+      const view = `${D.schema}.${D.view}`;
+      expect(Number((await wh.query(`SELECT count(*)::int AS n FROM ${view}`)).rows[0].n)).toBe(expected);
+
+      const seen: string[] = [];
+      const spy = (c: pg.Client) => ({ query: (sql: string, values?: unknown[]) => (seen.push(sql), c.query(sql, values)) }) as unknown as pg.Client;
+      const reconcile = (rowsPerRun: number) =>
+        reconcileTable({
+          sink: 'warehouse', source: 'app', table, key: ['id'], rules: { mask: [], exclude: [] }, cursor: null, rowsPerRun, leafRows: 16, pacer: new FixedPacer(60), settleMs: 0, sleep: async () => undefined, maxSampleKeys: 100,
+          sourceSide: pgSourceSide(src, table, ['id'], []),
+          sinkSide: pgWarehouseSide(spy(wh), 'app', table, ['id'], { stablePoint: false, countClient: spy(whCount) }),
+        });
+      const throughForm = (sql: string) => sql.includes('_cdc_newest') && sql.includes('CROSS JOIN');
+      const throughView = (sql: string) => new RegExp(`(count\\(\\*\\)|sum\\().* FROM "app_public"\\."ov"`).test(sql);
+
+      // A partial run (its count) and a whole one (its summaries only): every count and summary through the form, verified once per run.
+      for (const rowsPerRun of [200, 10_000]) {
+        seen.length = 0;
+        const v = await reconcile(rowsPerRun);
+        expect(v.verdict, v.reason).toBe('MATCH');
+        expect([v.sourceRows, v.sinkRows]).toEqual([expected, expected]);
+        expect(seen.filter((q) => q.includes('CREATE TEMP VIEW'))).toHaveLength(1);
+        expect(seen.filter(throughForm).length).toBeGreaterThan(rowsPerRun === 200 ? 4 : 9);
+        expect(seen.filter(throughView)).toEqual([]);
+      }
+
+      // The form finds what the view shows: a base row changed behind the platform's back, and a delta row.
+      await wh.query(`UPDATE ${D.schema}.${D.mirror} SET v = 'corrupt' WHERE id = 3`);
+      await wh.query(`UPDATE ${D.schema}.${D.delta} SET v = 'corrupt' WHERE id = 505`);
+      let v = await reconcile(10_000);
+      expect(v.verdict).toBe('DIVERGED');
+      expect(v.sampleKeys.map((k) => [k.key.id, k.kind, k.column]).sort()).toEqual([['3', 'different', 'v'], ['505', 'different', 'v']]);
+      await wh.query(`UPDATE ${D.schema}.${D.mirror} SET v = 'v3' WHERE id = 3`);
+      await wh.query(`UPDATE ${D.schema}.${D.delta} SET v = 'n505' WHERE id = 505`);
+
+      // A view that is not exactly the applier's (here: the same rows, written differently) is read through the view.
+      const cols = (await wh.query(`SELECT attname FROM pg_attribute WHERE attrelid = '${D.schema}.${D.mirror}'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`)).rows.map((r) => String(r.attname));
+      const has = async (name: string) => (await wh.query('SELECT to_regclass($1) AS r', [`${D.schema}.${name}`])).rows[0].r !== null;
+      const applierView = createOverlayViewSql(D, cols, ['id'], { deletedKeys: await has(D.deletedKeys), truncations: await has(D.truncations) });
+      await wh.query(applierView.replace(' UNION ALL ', ' AND true UNION ALL '));
+      seen.length = 0;
+      v = await reconcile(200);
+      expect(v.verdict, v.reason).toBe('MATCH');
+      expect(v.sinkRows).toBe(expected);
+      expect(seen.filter(throughForm)).toEqual([]);
+      expect(seen.filter(throughView).length).toBeGreaterThan(4);
+
+      // A view replaced between two reads of one side: the read that finds it changed verifies again, and the side reads through the view from then on.
+      await wh.query(applierView);
+      seen.length = 0;
+      const side = pgWarehouseSide(spy(wh), 'app', table, ['id'], { stablePoint: false });
+      await side.shape();
+      side.useColumns(['id', 'v'], { scheme: 'pg-typed', classes: { id: 'int', v: 'text' } });
+      expect(await side.countAll()).toBe(expected);
+      const first = await side.summarize({ after: ['100'], upTo: ['400'] });
+      expect(seen.filter(throughForm)).toHaveLength(2);
+      await wh.query(applierView.replace(' UNION ALL ', ' AND true UNION ALL '));
+      seen.length = 0;
+      expect(await side.countAll()).toBe(expected);
+      expect(await side.summarize({ after: ['100'], upTo: ['400'] })).toEqual(first);
+      expect(seen.filter((q) => q.includes('CREATE TEMP VIEW'))).toHaveLength(1); // verified again once; from then on through the view
+      expect(seen.filter(throughView)).toHaveLength(2);
+      await wh.query(applierView);
+      // The probe left nothing behind, and the sessions are usable.
+      expect((await wh.query("SELECT count(*)::int AS n FROM pg_class WHERE relname = '_cdc_reconcile_overlay_probe'")).rows[0].n).toBe(0);
+    } finally {
+      await whCount.end();
       await pool.end();
     }
   });
