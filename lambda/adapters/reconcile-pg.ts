@@ -51,6 +51,23 @@ function viewDefSql(t: WarehouseTable): string {
   return `md5(pg_get_viewdef(CAST('${qualified(t.schema, t.view)}' AS regclass)))`;
 }
 
+/**
+ * Which version of a table's view is in place: the view's OID and the transaction that last wrote
+ * its rule (`pg_rewrite.xmin`). `CREATE OR REPLACE VIEW` rewrites the rule (a new xmin), `DROP` and
+ * `CREATE` make a new OID, so within a run it changes exactly when the definition may have changed,
+ * and reading it is one catalog lookup instead of printing the definition.
+ */
+function viewVersionSql(t: WarehouseTable): string {
+  return `(SELECT CAST(r.ev_class AS text) || '/' || CAST(r.xmin AS text) FROM pg_rewrite r WHERE r.ev_class = CAST('${qualified(t.schema, t.view)}' AS regclass) AND r.rulename = '_RETURN')`;
+}
+
+/**
+ * Below this many rows in the base (its planner estimate), range summaries read through the view:
+ * the second form's fixed cost per statement (the view's lock, its version, a three-term plan:
+ * a few ms) is then more than what it saves per row (docs/performance.md §11). Counts always use it.
+ */
+export const OVERLAY_SUMMARY_MIN_ROWS = 50_000;
+
 interface Relation {
   schema: string;
   name: string;
@@ -81,8 +98,8 @@ interface OverlayForm {
   table: WarehouseTable;
   mirrorColumns: string[];
   guards: OverlayGuards;
-  /** md5 of `pg_get_viewdef` of the view as verified: every statement checks it still is that view. */
-  viewDef: string;
+  /** The view's version as verified (`viewVersionSql`): every read checks it is still that one. */
+  version: string;
   /** Every column the view shows has the same type in the mirror and the delta, so a row hash is the same over either (sums may use the form). */
   sameTypes: boolean;
 }
@@ -134,15 +151,18 @@ export class PgReconcileSide implements ReconcileSide {
   /** The warehouse table whose view this side reads, when it may be the base+delta view (see `OverlayForm`). */
   private readonly overlay: WarehouseTable | null;
   private overlayForm: Promise<OverlayForm | null> | null = null;
+  private baseRows: Promise<number> | null = null;
+  private readonly overlaySummaryMinRows: number;
 
   /** The sink's heartbeat view (its stable point), when this side is a sink. */
   private readonly heartbeat: { rel: Relation; source: string } | null;
 
   constructor(
     private readonly rel: Relation,
-    o: PgSideOptions & { position?: boolean; heartbeat?: { rel: Relation; source: string }; overlay?: WarehouseTable },
+    o: PgSideOptions & { position?: boolean; heartbeat?: { rel: Relation; source: string }; overlay?: WarehouseTable; overlaySummaryMinRows?: number },
   ) {
     this.overlay = o.overlay ?? null;
+    this.overlaySummaryMinRows = o.overlaySummaryMinRows ?? OVERLAY_SUMMARY_MIN_ROWS;
     this.heartbeat = o.heartbeat ?? null;
     if (this.heartbeat) this.appliedThrough = () => this.heartbeatApplied();
     this.label = o.label;
@@ -263,6 +283,15 @@ export class PgReconcileSide implements ReconcileSide {
    * else (the view over the mirror alone, a view someone changed, no right to make a temporary
    * view) reads through the view.
    */
+  /** The base's planner estimate (`pg_class.reltuples` of the mirror; -1 when never analysed or absent), once per side. */
+  private baseEstimate(): Promise<number> {
+    this.baseRows ??= this.client
+      .query(`SELECT CAST(c.reltuples AS float8) AS n FROM pg_class c WHERE c.oid = to_regclass($1)`, [qualified(this.overlay!.schema, this.overlay!.mirror)])
+      .then((r) => (r.rows.length ? Number(r.rows[0].n) : -1))
+      .catch(() => -1);
+    return this.baseRows;
+  }
+
   private overlayPlan(): Promise<OverlayForm | null> {
     if (!this.overlay) return Promise.resolve(null);
     this.overlayForm ??= this.verifyOverlay(this.overlay).catch(() => null);
@@ -286,12 +315,12 @@ export class PgReconcileSide implements ReconcileSide {
     try {
       const res = (await this.client.query(
         `BEGIN; CREATE TEMP VIEW ${OVERLAY_PROBE} AS ${create.slice(prefix.length)}; ` +
-          `SELECT md5(pg_get_viewdef(CAST('pg_temp.${OVERLAY_PROBE}' AS regclass))) AS expected, ${viewDefSql(t)} AS actual; ROLLBACK`,
+          `SELECT md5(pg_get_viewdef(CAST('pg_temp.${OVERLAY_PROBE}' AS regclass))) AS expected, ${viewDefSql(t)} AS actual, ${viewVersionSql(t)} AS version; ROLLBACK`,
       )) as unknown as pg.QueryResult[];
-      const { expected, actual } = res[2]!.rows[0] as { expected: string; actual: string };
-      if (expected !== actual || !/^[0-9a-f]{32}$/.test(actual)) return null;
+      const { expected, actual, version } = res[2]!.rows[0] as { expected: string; actual: string; version: string | null };
+      if (expected !== actual || version === null || !/^\d+\/\d+$/.test(version)) return null;
       const sameTypes = mirror.filter((c) => c.name !== CdcColumn.DELETED && c.name !== CdcColumn.DELETED_AT).every((c) => delta.get(c.name) === c.type);
-      return { table: t, mirrorColumns, guards, viewDef: actual, sameTypes };
+      return { table: t, mirrorColumns, guards, version, sameTypes };
     } catch {
       await this.client.query('ROLLBACK').catch(() => undefined);
       return null;
@@ -302,14 +331,14 @@ export class PgReconcileSide implements ReconcileSide {
    * One read of the view's second form, in a transaction that first locks the view (ACCESS SHARE,
    * as a reader of the view takes it; PostgreSQL locks the tables behind it too), so the view
    * cannot be replaced until the read ends, and a read that finds it is no longer the verified
-   * view (`pg_get_viewdef` changed: a column added, a guard table made, a rebuild's swap) reads
+   * view (`viewVersionSql` changed: a column added, a guard table made, a rebuild's swap) reads
    * nothing: the side verifies again, once, and otherwise reads through the view (null).
    */
   private async overlayRead(client: Queryable, form: OverlayForm, sql: (f: OverlayForm) => string, values: unknown[], again = true): Promise<Record<string, unknown> | null> {
     let row: Record<string, unknown> | undefined;
     try {
       await client.query(`BEGIN; LOCK TABLE ${qualified(form.table.schema, form.table.view)} IN ACCESS SHARE MODE`);
-      row = (await client.query(`SELECT a.* FROM (${sql(form)}) a WHERE ${viewDefSql(form.table)} = '${form.viewDef}'`, values)).rows[0];
+      row = (await client.query(`SELECT a.* FROM (${sql(form)}) a WHERE ${viewVersionSql(form.table)} = '${form.version}'`, values)).rows[0];
       await client.query('COMMIT');
     } catch (err) {
       await client.query('ROLLBACK').catch(() => undefined);
@@ -335,7 +364,7 @@ export class PgReconcileSide implements ReconcileSide {
   }
 
   async summarize(range: KeyRange): Promise<RangeSummary> {
-    const form = await this.overlayPlan();
+    const form = this.overlay && (await this.baseEstimate()) >= this.overlaySummaryMinRows ? await this.overlayPlan() : null;
     if (form?.sameTypes) {
       const values: unknown[] = [];
       const where = this.condition(range, values);
@@ -421,12 +450,19 @@ export function pgWarehouseSide(
   source: string,
   tableId: string,
   key: readonly string[],
-  o: { label?: string; heartbeatSchema?: string; stablePoint?: boolean; countClient?: Queryable } = {},
+  o: {
+    label?: string;
+    heartbeatSchema?: string;
+    stablePoint?: boolean;
+    countClient?: Queryable;
+    /** Base rows (its planner estimate) from which range summaries use the view's second form. @default OVERLAY_SUMMARY_MIN_ROWS */
+    overlaySummaryMinRows?: number;
+  } = {},
 ): PgReconcileSide {
   const t = warehouseTable(source, tableId);
   const hb = warehouseTable(source, `${o.heartbeatSchema ?? DEFAULT_HEARTBEAT_SCHEMA}.${HEARTBEAT_TABLE}`);
   const heartbeat = o.stablePoint === false ? {} : { heartbeat: { rel: { schema: hb.schema, name: hb.view }, source } };
-  return new PgReconcileSide({ schema: t.schema, name: t.view }, { client, label: o.label ?? 'warehouse', key, position: true, overlay: t, ...heartbeat, ...(o.countClient ? { countClient: o.countClient } : {}) });
+  return new PgReconcileSide({ schema: t.schema, name: t.view }, { client, label: o.label ?? 'warehouse', key, position: true, overlay: t, ...(o.overlaySummaryMinRows !== undefined ? { overlaySummaryMinRows: o.overlaySummaryMinRows } : {}), ...heartbeat, ...(o.countClient ? { countClient: o.countClient } : {}) });
 }
 
 /** Opens the session settings on a client (see the module comment). */
