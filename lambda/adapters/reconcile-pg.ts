@@ -151,7 +151,10 @@ export class PgReconcileSide implements ReconcileSide {
   /** The warehouse table whose view this side reads, when it may be the base+delta view (see `OverlayForm`). */
   private readonly overlay: WarehouseTable | null;
   private overlayForm: Promise<OverlayForm | null> | null = null;
-  private baseRows: Promise<number> | null = null;
+  /** What `overlayForm` resolved to (undefined while it is being verified): summaries do not wait for it. */
+  private settledForm: OverlayForm | null | undefined = undefined;
+  /** The base's planner estimate (`pg_class.reltuples` of the mirror; -1: never analysed, or no base), read by `shape`. */
+  private baseRows = -1;
   private readonly overlaySummaryMinRows: number;
 
   /** The sink's heartbeat view (its stable point), when this side is a sink. */
@@ -245,6 +248,12 @@ export class PgReconcileSide implements ReconcileSide {
     const own = cols.filter((c) => !c.name.toLowerCase().startsWith(RESERVED_PREFIX));
     const keyOrder = this.key.map((k) => keyOrderClass(cols.find((c) => c.name === k)?.type ?? 'absent'));
     this.textKey = keyOrder.map((c) => c === 'text');
+    if (this.overlay && cols.length > 0) {
+      const base = await this.client.query('SELECT CAST(c.reltuples AS float8) AS n FROM pg_class c WHERE c.oid = to_regclass($1)', [qualified(this.overlay.schema, this.overlay.mirror)]);
+      this.baseRows = base.rows.length ? Number(base.rows[0].n) : -1;
+      // A base big enough for its summaries to use the view's second form: verify it now, beside the run's first reads.
+      if (this.baseRows >= this.overlaySummaryMinRows) void this.overlayPlan();
+    }
     return { exists: cols.length > 0, columns: own.map((c) => c.name), keyOrder, types: Object.fromEntries(own.map((c) => [c.name, c.type])) };
   }
 
@@ -283,67 +292,62 @@ export class PgReconcileSide implements ReconcileSide {
    * else (the view over the mirror alone, a view someone changed, no right to make a temporary
    * view) reads through the view.
    */
-  /** The base's planner estimate (`pg_class.reltuples` of the mirror; -1 when never analysed or absent), once per side. */
-  private baseEstimate(): Promise<number> {
-    this.baseRows ??= this.client
-      .query(`SELECT CAST(c.reltuples AS float8) AS n FROM pg_class c WHERE c.oid = to_regclass($1)`, [qualified(this.overlay!.schema, this.overlay!.mirror)])
-      .then((r) => (r.rows.length ? Number(r.rows[0].n) : -1))
-      .catch(() => -1);
-    return this.baseRows;
-  }
-
   private overlayPlan(): Promise<OverlayForm | null> {
     if (!this.overlay) return Promise.resolve(null);
-    this.overlayForm ??= this.verifyOverlay(this.overlay).catch(() => null);
+    if (!this.overlayForm) {
+      this.settledForm = undefined;
+      const pending = this.verifyOverlay(this.overlay).catch(() => null);
+      this.overlayForm = pending;
+      void pending.then((f) => {
+        if (this.overlayForm === pending) this.settledForm = f;
+      });
+    }
     return this.overlayForm;
   }
 
   private async verifyOverlay(t: WarehouseTable): Promise<OverlayForm | null> {
-    const rels = await this.client.query(
+    const rels = await this.countClient.query(
       'SELECT c.relname AS name, c.relkind AS kind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = ANY($2)',
       [t.schema, [t.view, t.mirror, t.delta, t.deletedKeys, t.truncations]],
     );
     const kind = new Map(rels.rows.map((r) => [String(r.name), String(r.kind)]));
     if (kind.get(t.view) !== 'v' || kind.get(t.mirror) !== 'r' || kind.get(t.delta) !== 'r') return null;
     const guards: OverlayGuards = { deletedKeys: kind.get(t.deletedKeys) === 'r', truncations: kind.get(t.truncations) === 'r' };
-    const mirror = await columnTypes(this.client, { schema: t.schema, name: t.mirror });
-    const delta = new Map((await columnTypes(this.client, { schema: t.schema, name: t.delta })).map((c) => [c.name, c.type]));
+    const mirror = await columnTypes(this.countClient, { schema: t.schema, name: t.mirror });
+    const delta = new Map((await columnTypes(this.countClient, { schema: t.schema, name: t.delta })).map((c) => [c.name, c.type]));
     const mirrorColumns = mirror.map((c) => c.name);
     const create = createOverlayViewSql(t, mirrorColumns, this.key, guards);
     const prefix = `CREATE OR REPLACE VIEW ${qualified(t.schema, t.view)} AS `;
     if (!create.startsWith(prefix)) return null;
+    // One simple query, so one implicit transaction: made, printed and dropped at once, and on an
+    // error (no right to make a temporary view) rolled back whole, leaving the session as it was.
+    const probe = `pg_temp.${OVERLAY_PROBE}`;
     try {
-      const res = (await this.client.query(
-        `BEGIN; CREATE TEMP VIEW ${OVERLAY_PROBE} AS ${create.slice(prefix.length)}; ` +
-          `SELECT md5(pg_get_viewdef(CAST('pg_temp.${OVERLAY_PROBE}' AS regclass))) AS expected, ${viewDefSql(t)} AS actual, ${viewVersionSql(t)} AS version; ROLLBACK`,
+      const res = (await this.countClient.query(
+        `DROP VIEW IF EXISTS ${probe}; CREATE TEMP VIEW ${OVERLAY_PROBE} AS ${create.slice(prefix.length)}; ` +
+          `SELECT md5(pg_get_viewdef(CAST('${probe}' AS regclass))) AS expected, ${viewDefSql(t)} AS actual, ${viewVersionSql(t)} AS version; DROP VIEW ${probe}`,
       )) as unknown as pg.QueryResult[];
       const { expected, actual, version } = res[2]!.rows[0] as { expected: string; actual: string; version: string | null };
       if (expected !== actual || version === null || !/^\d+\/\d+$/.test(version)) return null;
       const sameTypes = mirror.filter((c) => c.name !== CdcColumn.DELETED && c.name !== CdcColumn.DELETED_AT).every((c) => delta.get(c.name) === c.type);
       return { table: t, mirrorColumns, guards, version, sameTypes };
     } catch {
-      await this.client.query('ROLLBACK').catch(() => undefined);
       return null;
     }
   }
 
   /**
-   * One read of the view's second form, in a transaction that first locks the view (ACCESS SHARE,
-   * as a reader of the view takes it; PostgreSQL locks the tables behind it too), so the view
-   * cannot be replaced until the read ends, and a read that finds it is no longer the verified
-   * view (`viewVersionSql` changed: a column added, a guard table made, a rebuild's swap) reads
-   * nothing: the side verifies again, once, and otherwise reads through the view (null).
+   * One read of the view's second form: ONE statement (atomic on its session, whatever else the
+   * run sends on it) that reads nothing unless the view is still the verified one. Its condition
+   * reads the view's version (`viewVersionSql`) in the statement's own snapshot, the snapshot its
+   * three terms read the tables in, and a version never comes back once replaced: so when it
+   * matches, the view had the verified definition at that snapshot, and the read equals the view
+   * there (the tables it names are locked from parse to end, so a rebuild's renames cannot slip in
+   * between). When it does not match (a column added, a guard table made, a rebuild's swap), the
+   * side verifies again, once, and otherwise reads through the view (null).
    */
   private async overlayRead(client: Queryable, form: OverlayForm, sql: (f: OverlayForm) => string, values: unknown[], again = true): Promise<Record<string, unknown> | null> {
-    let row: Record<string, unknown> | undefined;
-    try {
-      await client.query(`BEGIN; LOCK TABLE ${qualified(form.table.schema, form.table.view)} IN ACCESS SHARE MODE`);
-      row = (await client.query(`SELECT a.* FROM (${sql(form)}) a WHERE ${viewVersionSql(form.table)} = '${form.version}'`, values)).rows[0];
-      await client.query('COMMIT');
-    } catch (err) {
-      await client.query('ROLLBACK').catch(() => undefined);
-      throw err;
-    }
+    const row = (await client.query(`SELECT a.* FROM (${sql(form)}) a WHERE ${viewVersionSql(form.table)} = '${form.version}'`, values)).rows[0] as Record<string, unknown> | undefined;
     if (row) return row;
     if (!again) return null;
     this.overlayForm = null;
@@ -364,7 +368,9 @@ export class PgReconcileSide implements ReconcileSide {
   }
 
   async summarize(range: KeyRange): Promise<RangeSummary> {
-    const form = this.overlay && (await this.baseEstimate()) >= this.overlaySummaryMinRows ? await this.overlayPlan() : null;
+    // Through the form once it is verified (verification runs on the count session from `shape` on;
+    // until it is done, through the view: the two are equal).
+    const form = this.baseRows >= this.overlaySummaryMinRows ? this.settledForm : null;
     if (form?.sameTypes) {
       const values: unknown[] = [];
       const where = this.condition(range, values);
