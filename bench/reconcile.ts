@@ -10,6 +10,10 @@
  * checksummed on both sides), for reference.
  *
  *     npm run bench:reconcile [-- --rows 1000000 --rows-per-run 100000 --runs 3 --overlay]
+ *     npm run bench:reconcile -- --rows 1000000 --rows-per-run 100000 --runs 3 --delta 20000   # the base+delta view with 20,000 unmerged changes
+ *
+ * With `--overlay` the warehouse side counts and summarises the base+delta view through its second
+ * form (`overlayAggregateSql`, docs/reconcile.md "Counting the base+delta view").
  */
 import pg from 'pg';
 import { pgSourceSide, pgWarehouseSide, prepareReconcileSession } from '../lambda/adapters/reconcile-pg.ts';
@@ -30,8 +34,11 @@ export async function runReconcileBench(): Promise<BenchResult> {
   const runs = numberArg('runs', 3);
   // --overlay: the warehouse layout of the append-first apply (an empty delta and the truncations
   // table behind the base+delta view, docs/warehouse-apply.md) instead of the view over the mirror alone.
-  const overlay = argValue('overlay') !== undefined;
-  const rec = new Recorder('reconcile', { rows: rowsN, rowsPerRun, runs, segment: 20_000, view: overlay ? 'base+delta (empty delta)' : 'mirror only' });
+  // --delta N (implies --overlay): N changes not merged yet, in the delta and in the source alike
+  // (half updates of existing keys, a quarter deletes, a quarter inserts of new keys).
+  const deltaN = argValue('delta') !== undefined ? numberArg('delta', 0) : 0;
+  const overlay = argValue('overlay') !== undefined || deltaN > 0;
+  const rec = new Recorder('reconcile', { rows: rowsN, rowsPerRun, runs, segment: 20_000, view: overlay ? `base+delta (${deltaN} unmerged changes)` : 'mirror only', delta: deltaN });
   const pgc = await startPostgres();
   try {
     await pgc.createDatabase('src');
@@ -50,6 +57,27 @@ export async function runReconcileBench(): Promise<BenchResult> {
         : [createViewSql(T, mirrorColumns)]),
       `INSERT INTO ${T.schema}.${T.mirror} SELECT g, g % 1000, md5(g::text), round(g / 7.0, 2), timestamptz '2026-01-01 00:00:00+00' + g * interval '1 second', lpad(to_hex(g), 24, '0'), false, NULL, now() FROM generate_series(1, ${rowsN}) g`,
     ].join(';\n'));
+    if (deltaN > 0) {
+      const [u, d, i] = [Math.floor(deltaN / 2), Math.floor(deltaN / 4), deltaN - Math.floor(deltaN / 2) - Math.floor(deltaN / 4)];
+      const step = Math.max(1, Math.floor(rowsN / (u + d + 1)));
+      // Updated keys: g * step; deleted keys: g * step + 1 (g past the updated ones); inserted keys: past the end.
+      const upd = `SELECT g * ${step} AS id FROM generate_series(1, ${u}) g`;
+      const del = `SELECT (${u} + g) * ${step} + 1 AS id FROM generate_series(1, ${d}) g`;
+      const row = (id: string, a: string): string => `${id}, ${a}, md5(${id}::text), round(${id} / 7.0, 2), timestamptz '2026-01-01 00:00:00+00' + ${id} * interval '1 second'`;
+      await exec(pgc.url('src'), [
+        `UPDATE public.recon SET a = a + 1 WHERE id IN (${upd})`,
+        `DELETE FROM public.recon WHERE id IN (${del})`,
+        `INSERT INTO public.recon SELECT ${row(`g`, `g % 1000`)} FROM generate_series(${rowsN + 1}, ${rowsN + i}) g`,
+      ].join(';\n'));
+      await exec(pgc.url('src'), 'VACUUM ANALYZE public.recon');
+      // Delta rows (the changelog's columns), at positions above every base row's.
+      const cdc = (op: string, n: string): string => `lpad(to_hex(${2 * rowsN} + ${n}), 24, '0'), '${op}', now(), 1, NULL, false, NULL, now()`;
+      await exec(pgc.url('wh'), [
+        `INSERT INTO ${T.schema}.${T.delta} SELECT ${cdc('update', 'x.id')}, ${row('x.id', 'x.id % 1000 + 1')} FROM (${upd}) x`,
+        `INSERT INTO ${T.schema}.${T.delta} SELECT ${cdc('delete', 'x.id')}, x.id, NULL, NULL, NULL, NULL FROM (${del}) x`,
+        `INSERT INTO ${T.schema}.${T.delta} SELECT ${cdc('insert', 'g')}, ${row('g', 'g % 1000')} FROM generate_series(${rowsN + 1}, ${rowsN + i}) g`,
+      ].join(';\n'));
+    }
     await exec(pgc.url('wh'), `VACUUM ANALYZE ${T.schema}.${T.mirror}${overlay ? `, ${T.schema}.${T.delta}` : ''}`);
     const s = new pg.Client({ connectionString: pgc.url('src') });
     const w = new pg.Client({ connectionString: pgc.url('wh') });

@@ -43,6 +43,11 @@ export function maskSql(expr: string): string {
   return `encode(sha256(convert_to(${expr}, 'UTF8')), 'hex')`;
 }
 
+/** A text value as a string constant whatever `standard_conforming_strings` says (`E'…'`, backslashes and quotes doubled); untyped, like a parameter. */
+function sqlLiteral(v: string): string {
+  return `E'${v.replace(/\\/g, '\\\\').replace(/'/g, "''")}'`;
+}
+
 /** The temporary view `verifyOverlay` prints the applier's definition with (rolled back at once). */
 const OVERLAY_PROBE = '"_cdc_reconcile_overlay_probe"';
 
@@ -198,9 +203,11 @@ export class PgReconcileSide implements ReconcileSide {
     return this.key.length === 1 ? this.k(0) : `(${this.keyList})`;
   }
 
-  private param(values: unknown[], tuple: KeyTuple): string {
+  /** A key tuple as parameters (pushed on `values`), or with `values` null as literals in the text. */
+  private param(values: unknown[] | null, tuple: KeyTuple): string {
     if (tuple.length !== this.key.length) throw new RangeError(`key of ${tuple.length} value(s) for a key of ${this.key.length} column(s)`);
     const refs = tuple.map((v) => {
+      if (values === null) return sqlLiteral(v);
       values.push(v);
       return `$${values.length}`;
     });
@@ -208,7 +215,7 @@ export class PgReconcileSide implements ReconcileSide {
   }
 
   /** The range as a condition on the key columns (unqualified), or null for the whole key space. */
-  private condition(range: KeyRange, values: unknown[]): string | null {
+  private condition(range: KeyRange, values: unknown[] | null): string | null {
     const parts: string[] = [];
     if (range.after) parts.push(`${this.keyRow} > ${this.param(values, range.after)}`);
     if (range.upTo) parts.push(`${this.keyRow} <= ${this.param(values, range.upTo)}`);
@@ -270,7 +277,7 @@ export class PgReconcileSide implements ReconcileSide {
   async countAll(): Promise<number> {
     const form = await this.overlayPlan();
     if (form) {
-      const row = await this.overlayRead(this.countClient, form, (f) => overlayAggregateSql(f.table, f.mirrorColumns, this.key, f.guards), []);
+      const row = await this.overlayRead(this.countClient, form, (f) => overlayAggregateSql(f.table, f.mirrorColumns, this.key, f.guards));
       if (row) return Number(row.n);
     }
     try {
@@ -337,22 +344,37 @@ export class PgReconcileSide implements ReconcileSide {
   }
 
   /**
-   * One read of the view's second form: ONE statement (atomic on its session, whatever else the
-   * run sends on it) that reads nothing unless the view is still the verified one. Its condition
-   * reads the view's version (`viewVersionSql`) in the statement's own snapshot, the snapshot its
-   * three terms read the tables in, and a version never comes back once replaced: so when it
-   * matches, the view had the verified definition at that snapshot, and the read equals the view
-   * there (the tables it names are locked from parse to end, so a rebuild's renames cannot slip in
-   * between). When it does not match (a column added, a guard table made, a rebuild's swap), the
-   * side verifies again, once, and otherwise reads through the view (null).
+   * One read of the view's second form: ONE simple query (atomic on its session, whatever else the
+   * run sends on it; values are inlined as literals, so it takes no parameters) whose SELECT reads
+   * nothing unless the view is still the verified one. Its condition reads the view's version
+   * (`viewVersionSql`) in the statement's own snapshot, the snapshot its three terms read the
+   * tables in, and a version never comes back once replaced: so when it matches, the view had the
+   * verified definition at that snapshot, and the read equals the view there (the tables it names
+   * are locked from parse to end, so a rebuild's renames cannot slip in between). When it does not
+   * match (a column added, a guard table made, a rebuild's swap), the side verifies again, once, and
+   * otherwise reads through the view (null).
+   *
+   * Hash and merge joins are off for the statement (`SET LOCAL`): the form's point is that the
+   * delta's keys probe the base by its primary key, and the planner, pricing thousands of probes
+   * above one scan, would otherwise hash-join the delta with the whole base (docs/performance.md §11).
    */
-  private async overlayRead(client: Queryable, form: OverlayForm, sql: (f: OverlayForm) => string, values: unknown[], again = true): Promise<Record<string, unknown> | null> {
-    const row = (await client.query(`SELECT a.* FROM (${sql(form)}) a WHERE ${viewVersionSql(form.table)} = '${form.version}'`, values)).rows[0] as Record<string, unknown> | undefined;
+  private async overlayRead(client: Queryable, form: OverlayForm, sql: (f: OverlayForm) => string, again = true): Promise<Record<string, unknown> | null> {
+    let row: Record<string, unknown> | undefined;
+    try {
+      const res = (await client.query(
+        `BEGIN; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; SELECT a.* FROM (${sql(form)}) a WHERE ${viewVersionSql(form.table)} = '${form.version}'; COMMIT`,
+      )) as unknown as pg.QueryResult[];
+      row = res[3]!.rows[0] as Record<string, unknown> | undefined;
+    } catch (err) {
+      // The failed statement left the transaction open and aborted: end it, so the session stays usable.
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw err;
+    }
     if (row) return row;
     if (!again) return null;
     this.overlayForm = null;
     const fresh = await this.overlayPlan();
-    return fresh ? this.overlayRead(client, fresh, sql, values, false) : null;
+    return fresh ? this.overlayRead(client, fresh, sql, false) : null;
   }
 
   /** The planner's estimate (`pg_class.reltuples`), null when never analysed; a view has none (a hint, see `ReconcileSide`). */
@@ -372,15 +394,35 @@ export class PgReconcileSide implements ReconcileSide {
     // until it is done, through the view: the two are equal).
     const form = this.baseRows >= this.overlaySummaryMinRows ? this.settledForm : null;
     if (form?.sameTypes) {
-      const values: unknown[] = [];
-      const where = this.condition(range, values);
+      const where = this.condition(range, null);
       const hash = this.hashSql();
-      const row = await this.overlayRead(this.client, form, (f) => (f.sameTypes ? overlayAggregateSql(f.table, f.mirrorColumns, this.key, f.guards, { sum: hash, ...(where ? { where } : {}) }) : 'SELECT 0 AS n, 0 AS s WHERE false'), values);
+      const row = await this.overlayRead(this.client, form, (f) => (f.sameTypes ? overlayAggregateSql(f.table, f.mirrorColumns, this.key, f.guards, { sum: hash, ...(where ? { where } : {}) }) : 'SELECT 0 AS n, 0 AS s WHERE false'));
       if (row) return { rows: Number(row.n), checksum: String(row.s) };
     }
     const values: unknown[] = [];
     const res = await this.client.query(`SELECT count(*) AS n, CAST(COALESCE(sum(${this.hashSql()}), 0) AS text) AS s FROM ${this.from} ${this.where(range, values)}`, values);
     return { rows: Number(res.rows[0].n), checksum: String(res.rows[0].s) };
+  }
+
+  /**
+   * The first `limit` rows of the range in key order, summarised in one statement with the key of
+   * the `limit`-th (`ReconcileSide.summarizeFirst`): the segment's key walk and its summary in one
+   * index scan. The key is cast to text for that one row only.
+   */
+  async summarizeFirst(range: KeyRange, limit: number): Promise<{ summary: RangeSummary; last: KeyTuple | null }> {
+    const values: unknown[] = [];
+    const where = this.where(range, values);
+    values.push(limit);
+    const n = `$${values.length}`;
+    const last = this.key.map((k, i) => `max(CASE WHEN q."_cdc_rn" = ${n} THEN CAST(q.${quoteIdent(k)} AS text) END) AS "_k${i}"`);
+    const res = await this.client.query(
+      `SELECT count(*) AS n, CAST(COALESCE(sum(q."_cdc_h"), 0) AS text) AS s, ${last.join(', ')} FROM ` +
+        `(SELECT ${this.key.map((k) => quoteIdent(k)).join(', ')}, ${this.hashSql()} AS "_cdc_h", row_number() OVER (ORDER BY ${this.keyList}) AS "_cdc_rn" FROM ${this.from} ${where} ORDER BY ${this.keyList} LIMIT ${n}) q`,
+      values,
+    );
+    const row = res.rows[0];
+    const rows = Number(row.n);
+    return { summary: { rows, checksum: String(row.s) }, last: rows < limit ? null : this.tuple(row) };
   }
 
   async keyAt(range: KeyRange, offset: number): Promise<KeyTuple | null> {

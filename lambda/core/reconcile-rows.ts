@@ -27,6 +27,8 @@ export interface MemorySideOptions {
    * estimate), or `exact` (the row count). @default 'exact'
    */
   estimate?: number | null | 'exact';
+  /** Whether the side has `summarizeFirst` (the walk then reads each source segment once). @default true */
+  firstSummaries?: boolean;
 }
 
 /**
@@ -60,6 +62,7 @@ export class MemoryReconcileSide implements ReconcileSide {
     this.label = o.label;
     this.numeric = o.keyOrder.map((c) => c === 'number');
     this.sorted = [...o.rows].sort((a, b) => compareKeys(a.key, b.key, this.numeric));
+    if (o.firstSummaries !== false) this.summarizeFirst = (range, limit) => this.first(range, limit);
   }
 
   private count(name: string): void {
@@ -116,6 +119,16 @@ export class MemoryReconcileSide implements ReconcileSide {
     this.count('summarize');
     const [a, b] = this.span(range);
     return this.sum(a, b);
+  }
+
+  /** Set unless `firstSummaries` is false: the first `limit` rows of a range summarised, with the last key (`ReconcileSide.summarizeFirst`). */
+  readonly summarizeFirst?: (range: KeyRange, limit: number) => Promise<{ summary: RangeSummary; last: KeyTuple | null }>;
+
+  private async first(range: KeyRange, limit: number): Promise<{ summary: RangeSummary; last: KeyTuple | null }> {
+    this.count('summarizeFirst');
+    const [a, b] = this.span(range);
+    if (b - a < limit) return { summary: this.sum(a, b), last: null };
+    return { summary: this.sum(a, a + limit), last: this.sorted[a + limit - 1]!.key };
   }
 
   async keyAt(range: KeyRange, offset: number): Promise<KeyTuple | null> {

@@ -164,6 +164,14 @@ export interface ReconcileSide {
   summarize(range: KeyRange): Promise<RangeSummary>;
   /** The key at 0-based `offset` in key order within `range`, or null. */
   keyAt(range: KeyRange, offset: number): Promise<KeyTuple | null>;
+  /**
+   * The summary of the first `limit` rows of `range` in key order, with the key of the last of
+   * them; `last` null when the range holds fewer than `limit` rows (the summary is then the whole
+   * range's). One read for `keyAt(range, limit - 1)` and the summary up to that key: a source side
+   * that has it lets the walk read each segment once and overlap the sink's summary of a segment
+   * with its own read of the next (docs/reconcile.md, step 4). Optional.
+   */
+  summarizeFirst?(range: KeyRange, limit: number): Promise<{ summary: RangeSummary; last: KeyTuple | null }>;
   /** Every row of `range` (a leaf: at most a few hundred rows). */
   rows(range: KeyRange): Promise<SideRow[]>;
   /** The rows with these keys (absent keys are left out). */
@@ -482,28 +490,55 @@ export async function reconcileTable(o: ReconcileTableOptions): Promise<Reconcil
   let after: KeyTuple | null = cursor;
   let bound: KeyTuple | null = null;
   let wrapped = cursor === null;
+  // With `summarizeFirst`, the sink summarises (and, on a difference, bisects) each segment while
+  // the source reads the next one: at most one such step in flight.
+  let trailing: Promise<void> | null = null;
+  const finish = async (range: KeyRange, seg: RangeSummary): Promise<void> => {
+    const snk = await o.sinkSide.summarize(range);
+    v.cost.summaries++;
+    sinkCovered += snk.rows;
+    await bisect(range, seg, snk);
+  };
   while (v.coveredRows < rowsPerRun) {
     const decision = o.pacer.next();
     if (decision.pauseMs > 0) await sleep(decision.pauseMs);
     const limit = Math.max(1, Math.min(decision.chunkSize, rowsPerRun - v.coveredRows));
     const t0 = now();
-    // The segment's last key (an index walk of `limit` keys); none: the rest up to the bound is shorter than a segment.
-    const edge = await o.sourceSide.keyAt({ after, upTo: bound }, limit - 1);
-    const toEnd = edge === null;
-    const range: KeyRange = { after, upTo: toEnd ? bound : edge };
-    // Both sides summarise the same range at the same time (two databases, or two sessions of one).
-    const source = o.sourceSide.summarize(range).then((s) => ({ s, ms: now() - t0 }));
-    const [{ s: seg, ms: readMs }, snk] = await Promise.all([source, o.sinkSide.summarize(range)]);
-    v.cost.summaries += 2;
-    o.pacer.record({ rows: seg.rows, readMs, pressure: o.pressure ? await o.pressure() : null });
-    await bisect(range, seg, snk);
+    let range: KeyRange;
+    let seg: RangeSummary;
+    let toEnd: boolean;
+    if (o.sourceSide.summarizeFirst) {
+      // The segment is the next `limit` source rows: one read gives its summary and its last key.
+      const first = await o.sourceSide.summarizeFirst({ after, upTo: bound }, limit);
+      toEnd = first.last === null;
+      range = { after, upTo: toEnd ? bound : first.last };
+      seg = first.summary;
+      v.cost.summaries++;
+      o.pacer.record({ rows: seg.rows, readMs: now() - t0, pressure: o.pressure ? await o.pressure() : null });
+      if (trailing) await trailing;
+      const step = finish(range, seg);
+      step.catch(() => undefined); // awaited before the next step or after the walk; a failure is reported from there
+      trailing = step;
+    } else {
+      // The segment's last key (an index walk of `limit` keys); none: the rest up to the bound is shorter than a segment.
+      const edge = await o.sourceSide.keyAt({ after, upTo: bound }, limit - 1);
+      toEnd = edge === null;
+      range = { after, upTo: toEnd ? bound : edge };
+      // Both sides summarise the same range at the same time (two databases, or two sessions of one).
+      const source = o.sourceSide.summarize(range).then((x) => ({ x, ms: now() - t0 }));
+      const [{ x, ms: readMs }, snk] = await Promise.all([source, o.sinkSide.summarize(range)]);
+      seg = x;
+      v.cost.summaries += 2;
+      o.pacer.record({ rows: seg.rows, readMs, pressure: o.pressure ? await o.pressure() : null });
+      await bisect(range, seg, snk);
+      sinkCovered += snk.rows;
+    }
     v.coveredRows += seg.rows;
-    sinkCovered += snk.rows;
     const last = v.covered.at(-1);
     if (last && last.upTo !== null && range.after !== null && keyId(last.upTo) === keyId(range.after)) last.upTo = range.upTo;
     else v.covered.push({ ...range });
     if (!toEnd) {
-      after = edge;
+      after = range.upTo;
       continue;
     }
     if (wrapped) {
@@ -516,6 +551,7 @@ export async function reconcileTable(o: ReconcileTableOptions): Promise<Reconcil
     after = null;
     bound = cursor;
   }
+  if (trailing) await trailing;
   v.nextCursor = v.fullCoverage ? null : after;
   if (v.fullCoverage) {
     // The whole key space, in segments that partition it: the counts are the segments' sums.

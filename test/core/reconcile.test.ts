@@ -6,7 +6,9 @@
  * The randomized test: a random table (single or composite key, numeric or text), a random
  * corruption of the sink copy (changed values, deleted rows, rows the source never had), random
  * budgets and leaf sizes; the verdict must name exactly the corrupted keys, with their kind, and a
- * matching table must cost a handful of summaries. Runs: `CDC_RECONCILE_RUNS` (default 400);
+ * matching table must cost a handful of summaries. The source reads its segments either way (one
+ * `summarizeFirst` per segment with the sink's summary trailing, or a key walk and a summary) and
+ * the walk starts at a random cursor. Runs: `CDC_RECONCILE_RUNS` (default 400);
  * seed: `CDC_PROPERTY_SEED` (default random); both printed.
  */
 import { describe, expect, it } from 'vitest';
@@ -43,6 +45,10 @@ describe('reconcileTable, randomized bisection', () => {
           nullable: fc.boolean(),
           // The source's estimate of its size: exact, none, stale low or stale high (a hint only).
           estimate: fc.constantFrom<number | null | 'exact'>('exact', null, 0, 1e9),
+          // The source reads a segment in one call (`summarizeFirst`, the sink's summary trailing one segment) or as a key walk and a summary.
+          firstSummaries: fc.boolean(),
+          // Where the previous run stopped (the walk wraps round to it).
+          cursorAt: fc.option(fc.nat(), { nil: null }),
         }),
         async (p) => {
           checkedRuns++;
@@ -76,10 +82,10 @@ describe('reconcileTable, randomized bisection', () => {
               expected.set(id, c.kind);
             }
           }
-          const sourceSide = new MemoryReconcileSide({ label: 'source', key, columns, keyOrder, rows: [...src.values()], estimate: p.estimate });
+          const sourceSide = new MemoryReconcileSide({ label: 'source', key, columns, keyOrder, rows: [...src.values()], estimate: p.estimate, firstSummaries: p.firstSummaries });
           const sinkSide = side('sink', key, columns, keyOrder, [...snk.values()]);
           const v = await reconcileTable({
-            sink: 'wh', source: 's', table: 'public.t', key, rules: NO_COLUMN_RULES, sourceSide, sinkSide, cursor: null,
+            sink: 'wh', source: 's', table: 'public.t', key, rules: NO_COLUMN_RULES, sourceSide, sinkSide, cursor: p.cursorAt !== null && p.n > 0 ? keyOf(p.cursorAt % p.n) : null,
             leafRows: p.leafRows, pacer: new FixedPacer(p.chunk), settleMs: 0, sleep: noSleep, maxSampleKeys: 1000,
           });
           const found = new Map(v.sampleKeys.map((s) => [JSON.stringify(key.map((k) => s.key[k]!)), s.kind]));
@@ -95,6 +101,14 @@ describe('reconcileTable, randomized bisection', () => {
             // A matching table costs one summary per segment and side, nothing more.
             expect(v.cost.bisections).toBe(0);
             expect(v.cost.leafRows).toBe(0);
+          }
+          // Each segment read once on the source with `summarizeFirst`; else a key walk per segment.
+          if (p.firstSummaries) {
+            expect(sourceSide.calls.get('summarizeFirst')).toBeGreaterThan(0);
+            if (expected.size === 0) expect(sourceSide.calls.get('keyAt')).toBeUndefined(); // only a bisection walks keys
+          } else {
+            expect(sourceSide.calls.get('summarizeFirst')).toBeUndefined();
+            expect(sourceSide.calls.get('keyAt')).toBeGreaterThan(0);
           }
         },
       ),
