@@ -13,8 +13,10 @@
  *    the source budget").
  * 3. Checksums over primary-key ranges (data-diff style): the source is walked in key order in
  *    segments whose size the snapshot worker's pacer decides (lambda/core/snapshot-pacer.ts, the
- *    same source budget); each segment `(after, upTo]` is summarised on both sides, at the same
- *    time, as a row count plus the exact sum of a row hash (`HashScheme`: PostgreSQL's typed hashes
+ *    same source budget); each segment `(after, upTo]` is summarised on both sides (the source's
+ *    `summarizeFirst` reads the next N rows and their last key in one go, and the sink summarises a
+ *    segment while the source reads the next; else a key walk, then both at the same time), as a
+ *    row count plus the exact sum of a row hash (`HashScheme`: PostgreSQL's typed hashes
  *    when both sides are PostgreSQL, else 60 bits of an MD5 of the row's text). A run checks at most `rowsPerRun` source rows,
  *    starting at the table's cursor (kept in the control plane with the verdict), so successive
  *    runs rotate over the whole key space; a table no larger than `rowsPerRun` is checked whole
