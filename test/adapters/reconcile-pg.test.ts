@@ -415,6 +415,26 @@ describe('reconcile-pg', () => {
       await wh.query(applierView);
       // The probe left nothing behind, and the sessions are usable.
       expect((await wh.query("SELECT count(*)::int AS n FROM pg_class WHERE relname = '_cdc_reconcile_overlay_probe'")).rows[0].n).toBe(0);
+
+      // A warehouse role that may not make temporary views: the probe fails whole, the side reads through the view, the session stays usable.
+      await wh.query('CREATE ROLE reconciler_no_temp LOGIN; REVOKE TEMPORARY ON DATABASE rwh FROM PUBLIC; GRANT USAGE ON SCHEMA app_public TO reconciler_no_temp; GRANT SELECT ON ALL TABLES IN SCHEMA app_public TO reconciler_no_temp');
+      const noTemp = new pg.Client({ connectionString: cluster.url('rwh').replace('postgres@', 'reconciler_no_temp@') });
+      try {
+        await noTemp.connect();
+        seen.length = 0;
+        const limited = pgWarehouseSide(spy(noTemp), 'app', table, ['id'], { stablePoint: false, overlaySummaryMinRows: 0 });
+        await limited.shape();
+        limited.useColumns(['id', 'v'], { scheme: 'pg-typed', classes: { id: 'int', v: 'text' } });
+        expect(await limited.countAll()).toBe(expected);
+        expect(await limited.summarize({ after: ['100'], upTo: ['400'] })).toEqual(first);
+        expect(seen.filter((q) => q.includes('CREATE TEMP VIEW'))).toHaveLength(1);
+        expect(seen.filter(throughForm)).toEqual([]);
+        expect(seen.filter(throughView)).toHaveLength(2);
+        expect((await noTemp.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
+      } finally {
+        await noTemp.end();
+        await wh.query('GRANT TEMPORARY ON DATABASE rwh TO PUBLIC; DROP OWNED BY reconciler_no_temp; DROP ROLE reconciler_no_temp');
+      }
     } finally {
       await whCount.end();
       await pool.end();
