@@ -719,8 +719,12 @@ export function createOverlayViewSql(t: WarehouseTable, mirrorColumns: readonly 
   return `CREATE OR REPLACE VIEW ${qualified(t.schema, t.view)} AS ${base} UNION ALL ${fresh}`;
 }
 
-/** Column of `overlayAggregateSql`'s newest-delta-position-per-key subquery. */
+/** Columns of `overlayAggregateSql`'s subqueries (the platform's prefix: no source column has it). */
 const NEWEST = '_cdc_newest';
+const PASSES = '_cdc_passes';
+const SUPERSEDED = '_cdc_superseded';
+const SHOWN = '_cdc_shown';
+const SIGN = '_cdc_sign';
 
 /** What `overlayAggregateSql` computes over the view's rows. */
 export interface OverlayAggregateOptions {
@@ -745,16 +749,20 @@ export interface OverlayAggregateOptions {
  *
  *     agg(view) = agg(live base rows) − agg(live base rows superseded) + agg(visible delta rows)
  *
- * The first term is one plain scan of the base (no join at all); the second is found from the
- * delta's side: the delta's newest position per key (`GROUP BY`, `MAX`), then the base row of each
- * such key by its primary key (a base row is superseded exactly when some delta row of its key is
- * newer, that is when the newest one is); the third is the view's second branch as it stands. So
- * the base is read once, the (small) delta and the guards by key, instead of an anti join of every
- * base row against the delta. One statement: PostgreSQL reads the three terms in one snapshot,
+ * The first term is one plain scan of the base (no join at all). The other two come from the
+ * delta's side, in one pass over it and one probe of the base (and of the deleted keys) per delta
+ * key, by primary key: per key, the newest position over all its delta rows (a base row is
+ * superseded exactly when some delta row of its key is newer, that is when the newest one is),
+ * and its newest row among those no truncate is at or above, ranked as the view ranks them (the
+ * row the view's second branch may show, under the same guards). That replaces an anti join of
+ * every base row against the delta. One statement: PostgreSQL reads the terms in one snapshot,
  * so a merge or an append (each one transaction) is seen wholly or not at all, as by a reader of
  * the view. Returns one row: `n` (and `s` with `sum`). Exactness is proven against the view over
- * random base/delta/guard states (test/property/overlay-aggregate.property.test.ts); only the same
- * portable SQL as the view (`GROUP BY`, `MAX`, `CROSS JOIN` of one-row subqueries).
+ * random base/delta/guard states (test/property/overlay-aggregate.property.test.ts); only SQL
+ * PostgreSQL and Redshift both accept (window functions, `WITH`, `LEFT JOIN`, `UNION ALL`, `CASE`,
+ * `CROSS JOIN` of one-row subqueries). The probes are index lookups only if the engine does not
+ * hash-join the delta's keys with the whole base instead: the PostgreSQL reader turns hash and
+ * merge joins off for the statement (lambda/adapters/reconcile-pg.ts).
  */
 export function overlayAggregateSql(t: WarehouseTable, mirrorColumns: readonly string[], key: readonly string[], guards: OverlayGuards, o: OverlayAggregateOptions = {}): string {
   const visible = mirrorColumns.filter((c) => c !== CdcColumn.DELETED && c !== CdcColumn.DELETED_AT);
@@ -764,18 +772,36 @@ export function overlayAggregateSql(t: WarehouseTable, mirrorColumns: readonly s
   const delta = qualified(t.schema, t.delta);
   const where = o.where ? ` WHERE ${o.where}` : '';
   const live = `SELECT ${cols(visible, 'm.')} FROM ${mirror} m WHERE NOT m.${q(CdcColumn.DELETED)}`;
-  const newest = `SELECT * FROM (SELECT ${cols(key, 'd.')}, MAX(d.${pos}) AS ${q(NEWEST)} FROM ${delta} d GROUP BY ${cols(key, 'd.')}) n${where}`;
-  const superseded = `SELECT ${cols(visible, 'm.')} FROM ${mirror} m JOIN (${newest}) s ON ${keyMatch(key, 's', 'm')} WHERE NOT m.${q(CdcColumn.DELETED)} AND m.${pos} < s.${q(NEWEST)}`;
-  // The view's second branch (createOverlayViewSql), word for word.
-  const trGuard = guards.truncations ? ` WHERE NOT EXISTS (SELECT 1 FROM ${qualified(t.schema, t.truncations)} x WHERE x.${pos} >= d.${pos})` : '';
-  const dkGuard = guards.deletedKeys ? ` AND NOT EXISTS (SELECT 1 FROM ${qualified(t.schema, t.deletedKeys)} k WHERE ${keyMatch(key, 'k', 'l')} AND k.${pos} >= l.${pos})` : '';
-  const fresh =
-    `SELECT ${cols(visible, 'l.')} FROM (${rankedDelta(t, key, `${cols(visible, 'd.')}, d.${q(CdcColumn.OP)}`, trGuard)}) l ` +
-    `WHERE l.${q(RANK)} = 1 AND l.${q(CdcColumn.OP)} <> 'delete' ` +
-    `AND NOT EXISTS (SELECT 1 FROM ${mirror} m WHERE ${keyMatch(key, 'm', 'l')} AND m.${pos} >= l.${pos})${dkGuard}`;
-  const term = (rows: string, alias: string): string => `(SELECT COUNT(*) AS n${o.sum ? `, COALESCE(SUM(${o.sum}), 0) AS s` : ''} FROM (${rows}) r${where}) ${alias}`;
-  const combine = (c: string): string => `b.${c} - x.${c} + f.${c} AS ${c}`;
-  return `SELECT ${combine('n')}${o.sum ? `, ${combine('s')}` : ''} FROM ${term(live, 'b')} CROSS JOIN ${term(superseded, 'x')} CROSS JOIN ${term(fresh, 'f')}`;
+  // The view's truncation guard on a delta row, "no truncate at or above it", as a comparison with
+  // the highest truncate (read once): the same for every position, NULL included.
+  const passes = guards.truncations
+    ? `CASE WHEN d.${pos} IS NULL OR (SELECT MAX(x.${pos}) FROM ${qualified(t.schema, t.truncations)} x) IS NULL OR (SELECT MAX(x.${pos}) FROM ${qualified(t.schema, t.truncations)} x) < d.${pos} THEN 1 ELSE 0 END`
+    : '1';
+  // One row per delta key, in one pass over the delta: its newest position over all its rows (what
+  // supersedes a base row), and its newest row among those the guard lets through, ranked as the
+  // view ranks them (position, then the first delivery), which is the row the view may show.
+  const perKey =
+    `SELECT * FROM (SELECT ${cols(visible, 'd.')}, d.${q(CdcColumn.OP)}, ${passes} AS ${q(PASSES)}, MAX(d.${pos}) OVER (PARTITION BY ${cols(key, 'd.')}) AS ${q(NEWEST)}, ` +
+    `row_number() OVER (PARTITION BY ${cols(key, 'd.')} ORDER BY ${passes} DESC, d.${pos} DESC, d.${q(CdcColumn.APPLIED_AT)}) AS ${q(RANK)} FROM ${delta} d) y${where}`;
+  // Each such key probes the base (and the deleted keys) once, by key.
+  const dkJoin = guards.deletedKeys ? ` LEFT JOIN ${qualified(t.schema, t.deletedKeys)} k ON ${keyMatch(key, 'k', 'l')}` : '';
+  const dkGuard = guards.deletedKeys ? ` AND NOT COALESCE(k.${pos} >= l.${pos}, false)` : '';
+  const slot = (i: number): string => q(`_cdc_v${i}`);
+  const probe =
+    `SELECT ${visible.map((c, i) => `m.${q(c)} AS ${q(`_cdc_m${i}`)}, l.${q(c)} AS ${slot(i)}`).join(', ')}, ` +
+    `CASE WHEN m.${pos} IS NOT NULL AND NOT m.${q(CdcColumn.DELETED)} AND m.${pos} < l.${q(NEWEST)} THEN 1 ELSE 0 END AS ${q(SUPERSEDED)}, ` +
+    `CASE WHEN l.${q(PASSES)} = 1 AND l.${q(CdcColumn.OP)} <> 'delete' AND NOT COALESCE(m.${pos} >= l.${pos}, false)${dkGuard} THEN 1 ELSE 0 END AS ${q(SHOWN)} ` +
+    `FROM (${perKey}) l LEFT JOIN ${mirror} m ON ${keyMatch(key, 'm', 'l')}${dkJoin} WHERE l.${q(RANK)} = 1`;
+  // The superseded base rows (sign -1) and the delta's visible rows (+1), shaped like the view's.
+  const signed =
+    `SELECT -1 AS ${q(SIGN)}, ${visible.map((c, i) => `p.${q(`_cdc_m${i}`)} AS ${q(c)}`).join(', ')} FROM p WHERE p.${q(SUPERSEDED)} = 1 UNION ALL ` +
+    `SELECT 1 AS ${q(SIGN)}, ${visible.map((c, i) => `p.${slot(i)} AS ${q(c)}`).join(', ')} FROM p WHERE p.${q(SHOWN)} = 1`;
+  const sign = `r.${q(SIGN)}`;
+  const base = `(SELECT COUNT(*) AS n${o.sum ? `, COALESCE(SUM(${o.sum}), 0) AS s` : ''} FROM (${live}) r${where}) b`;
+  const delta2 =
+    `(WITH p AS (${probe}) SELECT COALESCE(SUM(${sign}), 0) AS n` +
+    `${o.sum ? `, COALESCE(SUM(CASE WHEN ${sign} > 0 THEN ${o.sum} END), 0) - COALESCE(SUM(CASE WHEN ${sign} < 0 THEN ${o.sum} END), 0) AS s` : ''} FROM (${signed}) r) c`;
+  return `SELECT b.n + c.n AS n${o.sum ? ', b.s + c.s AS s' : ''} FROM ${base} CROSS JOIN ${delta2}`;
 }
 
 /** Session temp table one merge collapses the delta into (shaped like the mirror plus `_cdc_set`). */
