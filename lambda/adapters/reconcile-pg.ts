@@ -69,7 +69,7 @@ function viewVersionSql(t: WarehouseTable): string {
 /**
  * Below this many rows in the base (its planner estimate), range summaries read through the view:
  * the second form's fixed cost per statement (the view's lock, its version, a three-term plan:
- * a few ms) is then more than what it saves per row (docs/performance.md §11). Counts always use it.
+ * a few ms) is then more than what it saves per row (docs/performance.md §13). Counts always use it.
  */
 export const OVERLAY_SUMMARY_MIN_ROWS = 50_000;
 
@@ -356,7 +356,7 @@ export class PgReconcileSide implements ReconcileSide {
    *
    * Hash and merge joins are off for the statement (`SET LOCAL`): the form's point is that the
    * delta's keys probe the base by its primary key, and the planner, pricing thousands of probes
-   * above one scan, would otherwise hash-join the delta with the whole base (docs/performance.md §11).
+   * above one scan, would otherwise hash-join the delta with the whole base (docs/performance.md §13).
    */
   private async overlayRead(client: Queryable, form: OverlayForm, sql: (f: OverlayForm) => string, again = true): Promise<Record<string, unknown> | null> {
     let row: Record<string, unknown> | undefined;
