@@ -324,8 +324,10 @@ export interface ChunkRead {
 }
 
 /**
- * The raw records of a chunk (format `cdc-slot/1`, op `snapshot`), masked and excluded with the
- * table's column rules, all at the chunk's position. The normalizer turns them into change
+ * The raw records of a chunk in the per-row form (format `cdc-slot/1`, op `snapshot`, one record
+ * per row), masked and excluded with the table's column rules, all at the chunk's position. The
+ * worker publishes the packed form (`packChunkRecords`); this one is what earlier versions
+ * published (still read) and the reference the packed form is checked against. The normalizer turns them into change
  * events with `op: "snapshot"`, `capture: "snapshot"` and the table's current schema version.
  */
 export function chunkRecords(source: string, shape: SnapshotTableShape, read: Pick<ChunkRead, 'lowWatermark' | 'rows' | 'readAt'>, rules: ColumnRules): SlotRecord[] {

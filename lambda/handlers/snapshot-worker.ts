@@ -6,8 +6,9 @@
  * as long as it needs, in Lambda-sized pieces, and a crashed invocation loses at most the chunk
  * it was reading).
  *
- * Chunk rows go to the raw stream as `cdc-slot/1` records with op `snapshot`; the normalizer
- * registers, versions and validates them like every other record.
+ * Chunk rows go to the raw stream as packed `cdc-slot/1` records with op `snapshot` (many rows
+ * per record, lambda/core/slot-record.ts, docs/snapshot.md "Packed records"); the normalizer
+ * expands them and registers, versions and validates each row like every other record.
  *
  * Configuration (environment): `CDC_SOURCE_ID`, `CDC_TABLE_CONFIG`, `CDC_CONTROL_TABLE`,
  * `CDC_RAW_STREAM`, `CDC_SOURCE_URL` or `CDC_SOURCE_SECRET_ARN`, optional
