@@ -246,6 +246,16 @@ export class Rebuilder {
     const mergeDeltas = async (...sets: WarehouseTable[]): Promise<void> => {
       for (const t of sets) await warehouse.merge({ source: r.source, table: r.table, deleteMode: rec.deleteMode, key: current.key, target: t });
     };
+    /**
+     * Merges the shadow's delta (the rebuilt table's, after the swap) into its base. The base is
+     * usually still empty (every event so far was appended): the merge checks that under its lock
+     * and then takes the merge into an empty base (`PgWarehouse.merge`'s `freshBase`, which leaves
+     * what the general merge would); when a full apply (a truncate, a primary-key handover) wrote
+     * the base already, it is the general merge.
+     */
+    const mergeRebuilt = async (t: WarehouseTable): Promise<void> => {
+      await warehouse.merge({ source: r.source, table: r.table, deleteMode: rec.deleteMode, key: current.key, target: t }, { freshBase: true });
+    };
     const c: RebuildCheckpoint = { ...(claim.checkpoint ?? { phase: 'replay', appliedThrough: null, events: 0, applyMs: 0, sleptMs: 0, skipped: 0, slices: 0 }) };
     c.slices++;
     const first = claim.checkpoint === null;
@@ -325,7 +335,8 @@ export class Rebuilder {
         await step('diff');
         // No retired table: the earlier slice kept the diff and dropped it; only the record is missing.
         if (p !== null) {
-          await mergeDeltas(target.retired, target.live);
+          await mergeDeltas(target.retired);
+          await mergeRebuilt(target.live);
           diff = await target.diff(p, undefined, target.retired, target.live);
         }
         else keptAlready = true;
@@ -338,18 +349,25 @@ export class Rebuilder {
         await step('apply');
         if (!(await applyToShadow(read.events, true, true))) return { done: false, checkpoint: c };
         if (timeLeft() < margin) return { done: false, checkpoint: c };
+        // The bulk of the history into the shadow's base now, before the swap: the live table's
+        // appliers never wait for it (after the swap its lock would hold them), and the swap
+        // hands readers a merged table.
+        await step('merge-shadow');
+        await mergeRebuilt(target.shadow);
         await step('catch-up');
         const more = await this.deps.reader.readStream(range, resume);
         resume = more.resume;
         await applyToShadow(more.events, true, false);
         if (r.rehearse) {
           await step('diff');
-          await mergeDeltas(target.live, target.shadow);
+          await mergeDeltas(target.live);
+          await mergeRebuilt(target.shadow);
           const p1 = await target.livePosition();
           const firstDiff = await target.diff(p1 ?? POSITION_ZERO);
           const again = await this.deps.reader.readStream(range, resume);
           await applyToShadow(again.events, false, false);
-          await mergeDeltas(target.live, target.shadow);
+          await mergeDeltas(target.live);
+          await mergeRebuilt(target.shadow);
           const p2 = await target.livePosition();
           const second = await target.diff(p2 ?? POSITION_ZERO);
           // A key that differs at both points is diverged; one that differed once was in flight.
@@ -374,7 +392,8 @@ export class Rebuilder {
           warehouse.forgetShapes(); // the live names are the rebuilt objects now
           await step('diff');
           // Both sides are frozen now: the retired table as it was at the swap, the new one at the same position.
-          await mergeDeltas(target.retired, target.live);
+          await mergeDeltas(target.retired);
+          await mergeRebuilt(target.live);
           diff = await target.diff(p ?? POSITION_ZERO, undefined, target.retired, target.live);
         }
       }
