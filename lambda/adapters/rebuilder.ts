@@ -293,25 +293,57 @@ export class Rebuilder {
         applied.add(k);
         fresh.push(e);
       }
-      for (let i = 0; i < fresh.length; i += batchSize) {
-        const chunk = fresh.slice(i, i + batchSize);
+      // Unthrottled (duty 1), the next batch is started while the one before it finishes: its
+      // Node work (the plan, the COPY text) overlaps that batch's COPY in the warehouse. The
+      // applies are the live code's on their own connections, as concurrent appliers of one table
+      // are live (docs/warehouse-apply.md); they finish, and are checkpointed, in order. A batch
+      // that commits before the one ahead of it fails is applied again by the retry (invariant 2).
+      // A throttled rebuild applies one batch at a time: its duty is the share of wall time one apply runs.
+      const overlap = duty >= 1;
+      let ahead: { chunk: ChangeEvent[]; done: Promise<void>; t0: number } | null = null;
+      let lastEnd = 0;
+      const start = (chunk: ChangeEvent[]): { chunk: ChangeEvent[]; done: Promise<void>; t0: number } => {
         const versions = new Map([...new Set(chunk.map((e) => e.schemaVersion))].map((v) => [v, schemas.get(v)!]));
         const t0 = Date.now();
-        await warehouse.applyTable({ source: r.source, table: r.table, deleteMode: rec.deleteMode, schemas: versions, events: chunk, appliedAt: this.now(), target: target.shadow });
-        const busy = Date.now() - t0;
+        const done = warehouse.applyTable({ source: r.source, table: r.table, deleteMode: rec.deleteMode, schemas: versions, events: chunk, appliedAt: this.now(), target: target.shadow }).then(() => undefined);
+        done.catch(() => undefined); // awaited in order by finish(); a failure meanwhile must not go unhandled
+        return { chunk, done, t0 };
+      };
+      /** Waits for a batch (and so for every one before it), counts it and checkpoints; returns its apply time. */
+      const finish = async (b: { chunk: ChangeEvent[]; done: Promise<void>; t0: number }): Promise<number> => {
+        await b.done;
+        const end = Date.now();
+        const busy = end - Math.max(b.t0, lastEnd);
+        lastEnd = end;
         c.applyMs += busy;
-        c.events += chunk.length;
-        for (const e of chunk) c.appliedThrough = maxPos(c.appliedThrough, e.position);
+        c.events += b.chunk.length;
+        for (const e of b.chunk) c.appliedThrough = maxPos(c.appliedThrough, e.position);
         await save();
-        if (mayYield && i + batchSize < fresh.length && timeLeft() < margin) return false;
-        if (throttle) {
-          const rest = throttleSleepMs(busy, duty);
-          if (rest > 0) {
-            c.sleptMs += rest;
-            await sleep(rest);
+        return busy;
+      };
+      for (let i = 0; i < fresh.length; i += batchSize) {
+        const batch = start(fresh.slice(i, i + batchSize));
+        // The first batch alone: it makes the shadow's tables (DDL).
+        if (overlap && i > 0) {
+          const before = ahead;
+          ahead = batch;
+          if (before) await finish(before);
+        } else {
+          const busy = await finish(batch);
+          if (throttle) {
+            const rest = throttleSleepMs(busy, duty);
+            if (rest > 0) {
+              c.sleptMs += rest;
+              await sleep(rest);
+            }
           }
         }
+        if (mayYield && i + batchSize < fresh.length && timeLeft() < margin) {
+          if (ahead) await finish(ahead);
+          return false;
+        }
       }
+      if (ahead) await finish(ahead);
       return true;
     };
 
