@@ -81,6 +81,13 @@ interface ColumnCheckCache {
 }
 const columnChecks = new WeakMap<SchemaVersion, ColumnCheckCache>();
 
+/** One name not checked yet for this schema version and table: the sink's rule, then the version's columns; remembered when it passes. */
+function checkColumn(e: ChangeEvent, schema: SchemaVersion, known: Set<string>, passed: Set<string>, assertColumn: (name: string, table: string) => void, name: string, where: string): void {
+  assertColumn(name, e.table);
+  if (!known.has(name)) throw new UnsafeIdentifierError(name, `${where} names a column that is not in schema version ${schema.version} of ${e.source}/${e.table}`);
+  passed.add(name);
+}
+
 /**
  * Refuses names that are not columns of the event's schema version (or that the sink's
  * `assertColumn` refuses), and an event without the version's whole primary key.
@@ -96,23 +103,19 @@ export function checkEventColumns(e: ChangeEvent, schema: SchemaVersion, assertC
   if (!byTable) cache.passed.set(assertColumn, (byTable = new Map()));
   let passed = byTable.get(e.table);
   if (!passed) byTable.set(e.table, (passed = new Set()));
-  const check = (name: string, where: string): void => {
-    if (passed.has(name)) return;
-    assertColumn(name, e.table);
-    if (!known.has(name)) throw new UnsafeIdentifierError(name, `${where} names a column that is not in schema version ${schema.version} of ${e.source}/${e.table}`);
-    passed.add(name);
-  };
   const keyCols = Object.keys(e.key);
-  for (const k of keyCols) check(k, 'key');
-  if (e.after) for (const c in e.after) if (Object.hasOwn(e.after, c)) check(c, 'after');
-  for (const c of e.missing) check(c, 'missing');
+  for (const k of keyCols) if (!passed.has(k)) checkColumn(e, schema, known, passed, assertColumn, k, 'key');
+  if (e.after) for (const c in e.after) if (Object.hasOwn(e.after, c) && !passed.has(c)) checkColumn(e, schema, known, passed, assertColumn, c, 'after');
+  for (const c of e.missing) if (!passed.has(c)) checkColumn(e, schema, known, passed, assertColumn, c, 'missing');
   if (e.op === 'truncate') {
     // A truncate is table-level: no key, no images (docs/truncate.md).
     if (keyCols.length > 0 || e.before !== null) throw new InvalidRecordError('key', `a truncate of ${e.table} carries no key and no before image`);
     return;
   }
   // Object keys are distinct: as many as the key has, each one of the key's, is the key (sorted lists equal).
-  if (keyCols.length !== schema.key.length || keyCols.some((k) => !cache.key.has(k))) {
+  let whole = keyCols.length === schema.key.length;
+  for (const k of keyCols) whole &&= cache.key.has(k);
+  if (!whole) {
     const want = [...schema.key].sort();
     throw new InvalidRecordError('key', `expected the primary key (${want.join(', ')}) of ${e.table} schema version ${schema.version}, got (${[...keyCols].sort().join(', ')})`);
   }
