@@ -16,7 +16,8 @@
 import pg from 'pg';
 import { to as copyTo } from 'pg-copy-streams';
 import { PostgresPressureProbe, PostgresSnapshotReader } from '../lambda/adapters/snapshot-postgres.ts';
-import { cursorAfter, encodeChunkRecords, type KeyCursor } from '../lambda/core/snapshot.ts';
+import { createHash } from 'node:crypto';
+import { chunkRecords, cursorAfter, encodeChunkRecords, packChunkRecords, snapshotPartitionKey, snapshotStreamRecords, type ChunkRead, type KeyCursor } from '../lambda/core/snapshot.ts';
 import { AdaptivePacer, FixedPacer, type Pacer } from '../lambda/core/snapshot-pacer.ts';
 import { requestSnapshot, runTableSnapshot } from '../lambda/core/snapshot-worker.ts';
 import { MemoryControlPlane } from '../test/helpers/memory-control-plane.ts';
@@ -27,6 +28,7 @@ import { isMain, median, numberArg, percentile, rateRow, Recorder, sleep, timeRo
 
 const say = (text: string): void => void process.stdout.write(`[snapshot] ${text}\n`);
 const TABLE = 'public.snap';
+const sha256 = (s: string): string => createHash('sha256').update(s).digest('hex');
 
 async function copyReference(url: string): Promise<{ seconds: number; bytes: number }> {
   const c = new pg.Client({ connectionString: url });
@@ -47,18 +49,21 @@ async function copyReference(url: string): Promise<{ seconds: number; bytes: num
  * chunks of `chunk` rows with one read ahead, records, their JSON (`encodeChunkRecords`, what the
  * publishers send), chunk items in an in-memory control plane; no stream.
  */
-async function snapshotRead(url: string, chunk: number): Promise<{ seconds: number; rows: number; bytes: number; chunks: number }> {
+async function snapshotRead(url: string, chunk: number): Promise<{ seconds: number; rows: number; bytes: number; chunks: number; records: number }> {
   const reader = new PostgresSnapshotReader({ primary: { connectionString: url }, fencePollMs: 1 });
   const control = new MemoryControlPlane();
   try {
     await requestSnapshot(control, { source: 'bench', table: TABLE, reason: 'initial', actor: 'bench' });
     let bytes = 0;
+    let published = 0;
     const t0 = performance.now();
     const outcome = await runTableSnapshot({
       control,
       reader,
+      // What the publishers send: partition key + JSON per record (`snapshotStreamRecords`).
       publish: async (records) => {
-        for (const text of encodeChunkRecords(records)) bytes += text.length;
+        for (const r of snapshotStreamRecords(records, sha256)) bytes += r.data.length + r.partitionKey.length;
+        published += records.length;
       },
       pacer: new FixedPacer(chunk),
       source: 'bench',
@@ -69,7 +74,7 @@ async function snapshotRead(url: string, chunk: number): Promise<{ seconds: numb
     const seconds = (performance.now() - t0) / 1000;
     const s = (await control.getSnapshot('bench', TABLE))!;
     if (outcome !== 'done') throw new Error(`snapshot run ended ${outcome}`);
-    return { seconds, rows: s.rowsDone, bytes, chunks: s.chunksDone };
+    return { seconds, rows: s.rowsDone, bytes, chunks: s.chunksDone, records: published };
   } finally {
     await reader.close();
   }
@@ -93,6 +98,49 @@ async function readerRead(url: string, chunk: number): Promise<{ seconds: number
   } finally {
     await reader.close();
   }
+}
+
+/**
+ * Where the worker's time goes besides the reader: the chunks are read once (untimed), then each
+ * step is timed over all of them, for both record forms: packed (`packChunkRecords` + the
+ * publishers' `snapshotStreamRecords`: one partition key per record) and per-row, as before
+ * (`chunkRecords`, `encodeChunkRecords`, a partition key per row).
+ */
+async function encodeProfile(url: string, chunk: number): Promise<Record<string, number>> {
+  const reader = new PostgresSnapshotReader({ primary: { connectionString: url }, fencePollMs: 1 });
+  const reads: ChunkRead[] = [];
+  let shape;
+  try {
+    shape = await reader.describe(TABLE);
+    let cursor: KeyCursor | null = null;
+    for (;;) {
+      const read = await reader.readChunk(shape, cursor, chunk);
+      reads.push(read);
+      cursor = cursorAfter(shape, read.rows) ?? cursor;
+      if (read.rows.length < chunk) break;
+    }
+  } finally {
+    await reader.close();
+  }
+  const time = (f: () => void): number => {
+    const t0 = performance.now();
+    f();
+    return performance.now() - t0;
+  };
+  const out: Record<string, number> = {};
+  const packed = reads.map(() => [] as ReturnType<typeof packChunkRecords>);
+  out.packedRecordsMs = time(() => reads.forEach((r, i) => (packed[i] = packChunkRecords('bench', shape, r, NO_COLUMN_RULES))));
+  out.packedKeysMs = time(() => packed.forEach((p) => snapshotStreamRecords(p, sha256)));
+  out.packedRecords = packed.reduce((n, p) => n + p.length, 0);
+  out.packedBytes = packed.reduce((n, p) => n + p.reduce((m, r) => m + r.data.length, 0), 0);
+  const perRow = reads.map(() => [] as ReturnType<typeof chunkRecords>);
+  out.perRowRecordsMs = time(() => reads.forEach((r, i) => (perRow[i] = chunkRecords('bench', shape, r, NO_COLUMN_RULES))));
+  let bytes = 0;
+  out.perRowJsonMs = time(() => perRow.forEach((p) => encodeChunkRecords(p).forEach((t) => (bytes += t.length))));
+  out.perRowBytes = bytes;
+  out.perRowKeysMs = time(() => perRow.forEach((p) => p.forEach((r) => snapshotPartitionKey(r, sha256))));
+  for (const k of Object.keys(out)) out[k] = Math.round(out[k]!);
+  return out;
 }
 
 /** Single-row updates at `rate` per second for `seconds`; returns each commit's latency (ms). */
@@ -154,7 +202,7 @@ async function throttledSnapshot(url: string, stop: () => boolean): Promise<{ ro
       await runTableSnapshot({
         control,
         reader,
-        publish: async (records) => void encodeChunkRecords(records),
+        publish: async (records) => void snapshotStreamRecords(records, sha256),
         pacer,
         pressure: () => probe.read(1),
         source: 'bench',
@@ -210,12 +258,17 @@ export async function runSnapshotBench(): Promise<BenchResult> {
           const r = await snapshotRead(url, chunk);
           if (r.rows !== rowsN) throw new Error(`snapshot read ${r.rows} rows of ${rowsN}`);
           snapRates.push(r.rows / r.seconds);
-          say(`snapshot: ${Math.round(r.rows / r.seconds)} rows/s (${r.seconds.toFixed(2)} s, ${r.chunks} chunks)`);
+          say(`snapshot: ${Math.round(r.rows / r.seconds)} rows/s (${r.seconds.toFixed(2)} s, ${r.chunks} chunks, ${r.records} records, ${r.bytes} bytes)`);
         }
       }
     }
     rec.add(rateRow(`snapshot reader alone (fence + COPY-streamed keyset chunks of ${chunk} + parse; no records)`, median(readerRates), 'rows/s', median(copyRates), 'COPY (SELECT … ORDER BY id) TO STDOUT', { note: 'no target: shows where the time goes (the rest is records + JSON)' }));
     rec.add(rateRow(`snapshot read, unthrottled (the worker: fence + COPY-streamed keyset chunks of ${chunk}, one read ahead, records + JSON)`, median(snapRates), 'rows/s', median(copyRates), 'COPY (SELECT … ORDER BY id) TO STDOUT', { target: '≥ 0.5× COPY', met: median(snapRates) >= 0.5 * median(copyRates) }));
+
+    const profile = await encodeProfile(url, chunk);
+    say(`records and JSON, ${rowsN} rows (ms): ${JSON.stringify(profile)}`);
+    rec.details.encodeProfile = profile;
+    rec.add(timeRow(`packed records + JSON + partition keys for ${rowsN} rows (no reader)`, profile.packedRecordsMs! + profile.packedKeysMs!, 'ms', profile.perRowRecordsMs! + profile.perRowJsonMs! + profile.perRowKeysMs!, 'per-row records + JSON + a partition key per row, same rows', { note: `${profile.packedRecords} packed records, ${profile.packedBytes} bytes of JSON against ${profile.perRowBytes}` }));
 
     say(`write workload without a snapshot: ${rate}/s for ${seconds} s`);
     const base = await writeWorkload(url, rowsN, rate, seconds);

@@ -15,7 +15,7 @@ import { Metrics } from '@aws-lambda-powertools/metrics';
 import { METRICS_NAMESPACE } from '../contracts/metrics.ts';
 import { PostgresPressureProbe, PostgresSnapshotReader } from '../lambda/adapters/snapshot-postgres.ts';
 import type { ControlPlane } from '../lambda/core/control-plane.ts';
-import { encodeChunkRecords, snapshotPartitionKey, type SnapshotState } from '../lambda/core/snapshot.ts';
+import { snapshotStreamRecords, type SnapshotState } from '../lambda/core/snapshot.ts';
 import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, FixedPacer, type SourceBudget } from '../lambda/core/snapshot-pacer.ts';
 import { planSnapshots, runPendingSnapshots, snapshotPendingRuns } from '../lambda/core/snapshot-worker.ts';
 import { TableConfigIndex, type TableConfig } from '../lambda/core/table-config.ts';
@@ -96,10 +96,7 @@ export class LocalSnapshots {
         await runPendingSnapshots({
           control: this.o.control,
           reader: this.reader,
-          publish: (records) => {
-            const data = encodeChunkRecords(records);
-            return this.o.publish(records.map((r, i) => ({ partitionKey: snapshotPartitionKey(r, sha256), data: data[i]!, label: `${r.source}/${r.table}@snapshot` })));
-          },
+          publish: (records) => this.o.publish(snapshotStreamRecords(records, sha256)),
           source: this.o.source,
           owner: OWNER,
           rulesOf: (t) => index.columnRules(t),

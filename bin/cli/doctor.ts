@@ -4,16 +4,15 @@
  * (lambda/core/doctor.ts) and prints each one with its fix. `cdc local` runs the same checks
  * before it starts.
  */
-import { readFile } from 'node:fs/promises';
 import pg from 'pg';
 import { gatherSourceFacts, listSourceTables, readTableFact, type TableToCheck } from '../../lambda/adapters/source-facts-pg.ts';
 import { formatReport, overallStatus, ruleTableChecks, runChecks, type CheckResult } from '../../lambda/core/doctor.ts';
 import { matchRules } from '../../lambda/core/discovery.ts';
 import { validateTableSettings, type TableRule } from '../../lambda/core/table-config.ts';
-import { isTablePattern } from '../../contracts/table-config.ts';
 import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { redactUrl } from '../../local/stack.ts';
 import { EXIT_FAILED, EXIT_OK, UsageError, write, type CliIo, type Command } from './command.ts';
+import { parseExcludeTablesOption, parseTablesOption, tableSettingEntries } from './table-args.ts';
 
 const HELP = `Usage: cdc doctor --source URL [--tables LIST] [options]
 
@@ -75,18 +74,10 @@ export function parseDoctorArgs(args: readonly string[]): DoctorArgs {
         o.sourceUrl = value();
         break;
       case '--tables':
-        o.tables = value()
-          .split(',')
-          .map((t) => t.trim())
-          .filter((t) => t !== '');
-        for (const t of o.tables) if (!/^[^.\s]+\.[^.\s]+$/.test(t) || (t.includes('*') && !isTablePattern(t))) throw new UsageError(`--tables expects schema.table names or patterns (public.*), got '${t}'`);
+        o.tables = parseTablesOption(value());
         break;
       case '--exclude-tables':
-        o.excludeTables = value()
-          .split(',')
-          .map((t) => t.trim())
-          .filter((t) => t !== '');
-        for (const t of o.excludeTables) if (!isTablePattern(t)) throw new UsageError(`--exclude-tables expects schema.table patterns, got '${t}'`);
+        o.excludeTables = parseExcludeTablesOption(value());
         break;
       case '--table-config':
         o.tableConfig = value();
@@ -119,23 +110,7 @@ export function parseDoctorArgs(args: readonly string[]): DoctorArgs {
 }
 
 async function tablesToCheck(o: DoctorArgs): Promise<{ tables: TableToCheck[]; rules: TableRule[] }> {
-  const entries: unknown[] = [];
-  let origin = '--tables';
-  if (o.tableConfig) {
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(await readFile(o.tableConfig, 'utf8'));
-    } catch (err) {
-      throw new UsageError(`--table-config ${o.tableConfig}: ${(err as Error).message}`);
-    }
-    if (!Array.isArray(parsed)) throw new UsageError(`--table-config ${o.tableConfig}: expected a JSON array of table settings`);
-    entries.push(...parsed);
-    origin = o.tableConfig;
-  }
-  for (const t of o.tables) {
-    if (t.includes('*')) entries.push({ match: t, excludeTables: o.excludeTables });
-    else if (!entries.some((c) => (c as { table?: unknown }).table === t)) entries.push({ table: t });
-  }
+  const { entries, origin } = await tableSettingEntries(o);
   const { tables, rules } = validateTableSettings(entries, origin);
   return { tables: tables.map((c) => ({ table: c.table, key: c.key ?? null })), rules };
 }

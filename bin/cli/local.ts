@@ -3,14 +3,13 @@
  * (local/stack.ts), wires the real handlers (local/pipeline.ts), shows a live status, and for a
  * bounded run compares source and warehouse at the end (local/verdict.ts).
  */
-import { mkdir, readFile } from 'node:fs/promises';
+import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { SLOT_NAME } from '../../contracts/identifiers.ts';
 import { MetricName } from '../../contracts/metrics.ts';
 import { CdcError } from '../../lambda/core/errors.ts';
 import { isSourceId } from '../../lambda/core/event.ts';
 import { resolveByRules, validateTableSettings, type TableConfig, type TableRule } from '../../lambda/core/table-config.ts';
-import { isTablePattern } from '../../contracts/table-config.ts';
 import { HEARTBEAT_KEY_COLUMN } from '../../contracts/env.ts';
 import { enforceLateRules, LateRulesRefusedError } from '../../lambda/core/late-rules.ts';
 import { createDemoSchema, DEMO_TABLES } from '../../local/demo.ts';
@@ -26,6 +25,7 @@ import { SearchStandIn } from '../../local/search-standin.ts';
 import { standInDataFile, writeSearchSinkRecord } from '../../local/reconcile.ts';
 import { missingStandIns, missingStandInsMessage, type StandInPackage } from '../../local/stand-ins.ts';
 import { EXIT_FAILED, EXIT_OK, EXIT_REFUSED, UsageError, write, type CliIo, type Command } from './command.ts';
+import { parseExcludeTablesOption, parseTablesOption, tableSettingEntries } from './table-args.ts';
 
 const HELP = `Usage: cdc local (--demo | --source URL --tables LIST) [options]
        cdc local --reset [--state-dir DIR]
@@ -187,18 +187,10 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
         o.sourceUrl = value();
         break;
       case '--tables':
-        o.tables = value()
-          .split(',')
-          .map((t) => t.trim())
-          .filter((t) => t !== '');
-        for (const t of o.tables) if (!/^[^.\s]+\.[^.\s]+$/.test(t) || (t.includes('*') && !isTablePattern(t))) throw new UsageError(`--tables expects schema.table names or patterns (public.*), got '${t}'`);
+        o.tables = parseTablesOption(value());
         break;
       case '--exclude-tables':
-        o.excludeTables = value()
-          .split(',')
-          .map((t) => t.trim())
-          .filter((t) => t !== '');
-        for (const t of o.excludeTables) if (!isTablePattern(t)) throw new UsageError(`--exclude-tables expects schema.table patterns (public.audit_*), got '${t}'`);
+        o.excludeTables = parseExcludeTablesOption(value());
         break;
       case '--table-config':
         o.tableConfig = value();
@@ -286,23 +278,7 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
 /** The captured tables and capture rules (docs/onboarding.md) of a run. */
 async function capturedTables(o: LocalOptions): Promise<{ tables: TableConfig[]; rules: TableRule[] }> {
   if (o.demo) return { tables: DEMO_TABLES.map((t) => ({ ...t })), rules: [] };
-  const entries: unknown[] = [];
-  let origin = '--tables';
-  if (o.tableConfig) {
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(await readFile(o.tableConfig, 'utf8'));
-    } catch (err) {
-      throw new UsageError(`--table-config ${o.tableConfig}: ${(err as Error).message}`);
-    }
-    if (!Array.isArray(parsed)) throw new UsageError(`--table-config ${o.tableConfig}: expected a JSON array of table settings`);
-    entries.push(...parsed);
-    origin = o.tableConfig;
-  }
-  for (const t of o.tables) {
-    if (t.includes('*')) entries.push({ match: t, excludeTables: o.excludeTables });
-    else if (!entries.some((c) => (c as { table?: unknown }).table === t)) entries.push({ table: t });
-  }
+  const { entries, origin } = await tableSettingEntries(o);
   return validateTableSettings(entries, origin, { table: HEARTBEAT_TABLE_ID, columns: [HEARTBEAT_KEY_COLUMN, 'beat_at'] });
 }
 

@@ -246,6 +246,16 @@ export class Rebuilder {
     const mergeDeltas = async (...sets: WarehouseTable[]): Promise<void> => {
       for (const t of sets) await warehouse.merge({ source: r.source, table: r.table, deleteMode: rec.deleteMode, key: current.key, target: t });
     };
+    /**
+     * Merges the shadow's delta (the rebuilt table's, after the swap) into its base. The base is
+     * usually still empty (every event so far was appended): the merge checks that under its lock
+     * and then takes the merge into an empty base (`PgWarehouse.merge`'s `freshBase`, which leaves
+     * what the general merge would); when a full apply (a truncate, a primary-key handover) wrote
+     * the base already, it is the general merge.
+     */
+    const mergeRebuilt = async (t: WarehouseTable): Promise<void> => {
+      await warehouse.merge({ source: r.source, table: r.table, deleteMode: rec.deleteMode, key: current.key, target: t }, { freshBase: true });
+    };
     const c: RebuildCheckpoint = { ...(claim.checkpoint ?? { phase: 'replay', appliedThrough: null, events: 0, applyMs: 0, sleptMs: 0, skipped: 0, slices: 0 }) };
     c.slices++;
     const first = claim.checkpoint === null;
@@ -283,25 +293,57 @@ export class Rebuilder {
         applied.add(k);
         fresh.push(e);
       }
-      for (let i = 0; i < fresh.length; i += batchSize) {
-        const chunk = fresh.slice(i, i + batchSize);
+      // Unthrottled (duty 1), the next batch is started while the one before it finishes: its
+      // Node work (the plan, the COPY text) overlaps that batch's COPY in the warehouse. The
+      // applies are the live code's on their own connections, as concurrent appliers of one table
+      // are live (docs/warehouse-apply.md); they finish, and are checkpointed, in order. A batch
+      // that commits before the one ahead of it fails is applied again by the retry (invariant 2).
+      // A throttled rebuild applies one batch at a time: its duty is the share of wall time one apply runs.
+      const overlap = duty >= 1;
+      let ahead: { chunk: ChangeEvent[]; done: Promise<void>; t0: number } | null = null;
+      let lastEnd = 0;
+      const start = (chunk: ChangeEvent[]): { chunk: ChangeEvent[]; done: Promise<void>; t0: number } => {
         const versions = new Map([...new Set(chunk.map((e) => e.schemaVersion))].map((v) => [v, schemas.get(v)!]));
         const t0 = Date.now();
-        await warehouse.applyTable({ source: r.source, table: r.table, deleteMode: rec.deleteMode, schemas: versions, events: chunk, appliedAt: this.now(), target: target.shadow });
-        const busy = Date.now() - t0;
+        const done = warehouse.applyTable({ source: r.source, table: r.table, deleteMode: rec.deleteMode, schemas: versions, events: chunk, appliedAt: this.now(), target: target.shadow }).then(() => undefined);
+        done.catch(() => undefined); // awaited in order by finish(); a failure meanwhile must not go unhandled
+        return { chunk, done, t0 };
+      };
+      /** Waits for a batch (and so for every one before it), counts it and checkpoints; returns its apply time. */
+      const finish = async (b: { chunk: ChangeEvent[]; done: Promise<void>; t0: number }): Promise<number> => {
+        await b.done;
+        const end = Date.now();
+        const busy = end - Math.max(b.t0, lastEnd);
+        lastEnd = end;
         c.applyMs += busy;
-        c.events += chunk.length;
-        for (const e of chunk) c.appliedThrough = maxPos(c.appliedThrough, e.position);
+        c.events += b.chunk.length;
+        for (const e of b.chunk) c.appliedThrough = maxPos(c.appliedThrough, e.position);
         await save();
-        if (mayYield && i + batchSize < fresh.length && timeLeft() < margin) return false;
-        if (throttle) {
-          const rest = throttleSleepMs(busy, duty);
-          if (rest > 0) {
-            c.sleptMs += rest;
-            await sleep(rest);
+        return busy;
+      };
+      for (let i = 0; i < fresh.length; i += batchSize) {
+        const batch = start(fresh.slice(i, i + batchSize));
+        // The first batch alone: it makes the shadow's tables (DDL).
+        if (overlap && i > 0) {
+          const before = ahead;
+          ahead = batch;
+          if (before) await finish(before);
+        } else {
+          const busy = await finish(batch);
+          if (throttle) {
+            const rest = throttleSleepMs(busy, duty);
+            if (rest > 0) {
+              c.sleptMs += rest;
+              await sleep(rest);
+            }
           }
         }
+        if (mayYield && i + batchSize < fresh.length && timeLeft() < margin) {
+          if (ahead) await finish(ahead);
+          return false;
+        }
       }
+      if (ahead) await finish(ahead);
       return true;
     };
 
@@ -325,7 +367,8 @@ export class Rebuilder {
         await step('diff');
         // No retired table: the earlier slice kept the diff and dropped it; only the record is missing.
         if (p !== null) {
-          await mergeDeltas(target.retired, target.live);
+          await mergeDeltas(target.retired);
+          await mergeRebuilt(target.live);
           diff = await target.diff(p, undefined, target.retired, target.live);
         }
         else keptAlready = true;
@@ -338,18 +381,25 @@ export class Rebuilder {
         await step('apply');
         if (!(await applyToShadow(read.events, true, true))) return { done: false, checkpoint: c };
         if (timeLeft() < margin) return { done: false, checkpoint: c };
+        // The bulk of the history into the shadow's base now, before the swap: the live table's
+        // appliers never wait for it (after the swap its lock would hold them), and the swap
+        // hands readers a merged table.
+        await step('merge-shadow');
+        await mergeRebuilt(target.shadow);
         await step('catch-up');
         const more = await this.deps.reader.readStream(range, resume);
         resume = more.resume;
         await applyToShadow(more.events, true, false);
         if (r.rehearse) {
           await step('diff');
-          await mergeDeltas(target.live, target.shadow);
+          await mergeDeltas(target.live);
+          await mergeRebuilt(target.shadow);
           const p1 = await target.livePosition();
           const firstDiff = await target.diff(p1 ?? POSITION_ZERO);
           const again = await this.deps.reader.readStream(range, resume);
           await applyToShadow(again.events, false, false);
-          await mergeDeltas(target.live, target.shadow);
+          await mergeDeltas(target.live);
+          await mergeRebuilt(target.shadow);
           const p2 = await target.livePosition();
           const second = await target.diff(p2 ?? POSITION_ZERO);
           // A key that differs at both points is diverged; one that differed once was in flight.
@@ -374,7 +424,8 @@ export class Rebuilder {
           warehouse.forgetShapes(); // the live names are the rebuilt objects now
           await step('diff');
           // Both sides are frozen now: the retired table as it was at the swap, the new one at the same position.
-          await mergeDeltas(target.retired, target.live);
+          await mergeDeltas(target.retired);
+          await mergeRebuilt(target.live);
           diff = await target.diff(p ?? POSITION_ZERO, undefined, target.retired, target.live);
         }
       }

@@ -84,6 +84,9 @@ export interface HistoryCheck {
   unplaced: string[];
 }
 
+/** Archive objects fetched ahead of the one being parsed. */
+const PREFETCH_OBJECTS = 4;
+
 function parseLines(body: Buffer): string[] {
   const text = (body.length > 2 && body[0] === 0x1f && body[1] === 0x8b ? gunzipSync(body) : body).toString('utf8');
   return text.split('\n').filter((l) => l.length > 0);
@@ -135,8 +138,18 @@ export class ReplayReader {
       const had = archivedLast.get(obj.shard);
       if (had === undefined || compareSequenceNumbers(obj.lastSeq, had) > 0) archivedLast.set(obj.shard, obj.lastSeq);
     }
-    for (const obj of h.objects) {
-      const body = await this.o.archive.get(this.prefix + obj.key);
+    // Objects are fetched a few ahead of the one being parsed (reading overlaps parsing; S3 GETs
+    // are latency-bound), and handled strictly in listing order: memory holds at most the window.
+    const ahead = new Map<number, Promise<Buffer>>();
+    let next = 0;
+    for (let i = 0; i < h.objects.length; i++) {
+      for (; next < Math.min(h.objects.length, i + PREFETCH_OBJECTS); next++) {
+        const p = this.o.archive.get(this.prefix + h.objects[next]!.key);
+        p.catch(() => undefined); // awaited in order below; a failure ahead must not go unhandled meanwhile
+        ahead.set(next, p);
+      }
+      const body = await ahead.get(i)!;
+      ahead.delete(i);
       stats.objectsRead++;
       stats.bytesRead += body.length;
       for (const line of parseLines(body)) {

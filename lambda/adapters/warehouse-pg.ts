@@ -71,6 +71,8 @@ import {
   deltaStatsSql,
   lockDeltaSql,
   mergeSql,
+  mergeIntoEmptySql,
+  baseRowsSql,
   CHANGELOG_CDC_COLUMNS,
   lockMirrorSql,
   recordTruncationSql,
@@ -190,8 +192,13 @@ export const insertStageLoader: StageLoader = {
   },
 };
 
-function copyText(v: string | null): string {
+/** The characters COPY's text format escapes. */
+const COPY_SPECIAL = /[\\\t\n\r]/;
+
+/** A value in COPY's text format: `\N` for NULL; backslash, tab, newline and carriage return escaped (one test first: most values have none). */
+export function copyText(v: string | null): string {
   if (v === null) return '\\N';
+  if (!COPY_SPECIAL.test(v)) return v;
   return v.replace(/\\/g, '\\\\').replace(/\t/g, '\\t').replace(/\n/g, '\\n').replace(/\r/g, '\\r');
 }
 
@@ -326,8 +333,14 @@ export class PgWarehouse implements WarehouseWriter {
    * Compacts the table's delta into its base in one transaction (`mergeSql`): the delta is locked
    * against appends, the sink's shape is read under the lock (so a column another process added
    * is merged too), and a merge that fails midway changes nothing. Returns the rows merged.
+   *
+   * `freshBase`: the caller expects the base to be empty (a rebuild's shadow, docs/rebuild.md).
+   * The merge then looks under the same lock whether mirror, changelog, deleted keys and
+   * truncations hold any row (`baseRowsSql`) and, when none does, writes the delta in with
+   * `mergeIntoEmptySql`, which leaves exactly what `mergeSql` would; otherwise it is the general
+   * merge. `fast` in the result says which ran.
    */
-  async merge(target: MergeTarget): Promise<MergeResult> {
+  async merge(target: MergeTarget, options: { freshBase?: boolean } = {}): Promise<MergeResult & { fast?: boolean }> {
     const t = target.target ?? warehouseTable(target.source, target.table);
     const cacheKey = `${t.schema}.${t.view}`;
     const t0 = Date.now();
@@ -342,12 +355,13 @@ export class PgWarehouse implements WarehouseWriter {
       await client.query(`BEGIN; ${lockDeltaSql(t, this.engine!)}`);
       const shape = await readShape(client, t);
       const n = Number((await client.query<{ n: string }>(deltaStatsSql(t))).rows[0]?.n ?? 0);
-      if (n > 0) for (const sql of mergeStatements(t, shape, target.key, target.deleteMode === 'hard', this.engine!)) await client.query(sql);
+      const fast = n > 0 && options.freshBase === true && (await client.query(baseRowsSql(t, shape))).rows.length === 0;
+      if (n > 0) for (const sql of mergeStatements(t, shape, target.key, target.deleteMode === 'hard', this.engine!, fast)) await client.query(sql);
       await client.query('COMMIT');
       inTransaction = false;
       this.shapes.set(cacheKey, shape);
       this.pendingDelta.delete(cacheKey);
-      return { rows: n, committedAt: Date.now(), ms: Date.now() - t0 };
+      return { rows: n, committedAt: Date.now(), ms: Date.now() - t0, fast };
     } catch (err) {
       this.shapes.delete(cacheKey);
       if (inTransaction) {
@@ -700,9 +714,10 @@ function appendedPlan(events: ChangeEvent[]): TablePlan {
   return { events, truncates: [], truncate: null, writes: [], fresh: events, held: [], donors: [], completed: [], maxPosition: events.length > 0 ? events[events.length - 1]!.position : null };
 }
 
-/** The merge statements for the sink's current shape (`mergeSql`). */
-function mergeStatements(t: WarehouseTable, shape: SinkShape, key: readonly string[], hard: boolean, engine: WarehouseEngine): string[] {
-  const merge = mergeSql(t, { key, mirrorColumns: shape.mirror, changelogColumns: shape.changelog, hard, deletedKeys: shape.deletedKeys, truncations: shape.truncations });
+/** The merge statements for the sink's current shape (`mergeSql`; `intoEmpty`: `mergeIntoEmptySql`, for a base found empty under the delta's lock). */
+function mergeStatements(t: WarehouseTable, shape: SinkShape, key: readonly string[], hard: boolean, engine: WarehouseEngine, intoEmpty = false): string[] {
+  const o = { key, mirrorColumns: shape.mirror, changelogColumns: shape.changelog, hard, deletedKeys: shape.deletedKeys, truncations: shape.truncations };
+  const merge = intoEmpty ? mergeIntoEmptySql(t, o) : mergeSql(t, o);
   // PostgreSQL only: a merge is a large set operation, but a base analysed while small (a new
   // table) makes the planner pick nested loops whose inner scans re-read the rows the statement
   // itself inserts (quadratic: measured minutes for 100,000 rows). Hash joins for the merge only.

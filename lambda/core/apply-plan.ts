@@ -98,7 +98,10 @@ const byPosition = (a: ChangeEvent, b: ChangeEvent): number => (a.position < b.p
 /** The distinct events (first delivery of each position + key wins), in position order. */
 export function distinctEvents(events: readonly ChangeEvent[]): ChangeEvent[] {
   const seen = new Map<string, ChangeEvent>();
-  for (const e of events) if (!seen.has(eventId(e))) seen.set(eventId(e), e);
+  for (const e of events) {
+    const id = eventId(e);
+    if (!seen.has(id)) seen.set(id, e);
+  }
   return [...seen.values()].sort(byPosition);
 }
 

@@ -43,6 +43,7 @@ import { decodeRawRecord, type DecodeContext } from './decode.ts';
 import { parseJsonExact } from './json-exact.ts';
 import { applyColumnRulesToChange, applyColumnRulesToColumns } from './masking.ts';
 import { maxPosition, POSITION_ZERO, type Position } from './position.ts';
+import { isPackedSlotRecord, packedRecordOfRow, packedRowRecord, validatePackedHeader, type PackedSnapshotRecord, type SlotRecord } from './slot-record.ts';
 import { classifyControl, classifySchema, type Classification, type ObservedColumn, type ObservedShape } from './schema-evolution.ts';
 import type { TableConfigIndex } from './table-config.ts';
 import { claimKey, sha256, type ClaimCheck, type PayloadStore } from './payload-store.ts';
@@ -282,12 +283,62 @@ export class NormalizerBatch<E> {
       await this.deadLetter(raw, null, 'INVALID_RECORD', (e as Error).message);
       return 'dead-lettered';
     }
+    if (isPackedSlotRecord(parsed)) return this.packed(raw, parsed);
+    return this.one(raw, parsed);
+  }
+
+  /**
+   * A packed snapshot record (lambda/core/slot-record.ts): each row is processed exactly as the
+   * per-row record it stands for, in row order, so it yields the same events. A row that cannot
+   * be read or processed is dead-lettered alone, as a packed record of that row only (it loses
+   * nothing and can be replayed), its reason naming the row; the other rows go on. A record whose
+   * shared fields are bad is dead-lettered whole. An infrastructure failure is thrown as for any
+   * record: the whole record is retried (its rows already buffered are not published yet, and a
+   * replayed snapshot row is harmless: same position, same value).
+   */
+  private async packed(raw: RawRecord, parsed: unknown): Promise<RecordOutcome> {
+    let p: PackedSnapshotRecord;
+    try {
+      p = validatePackedHeader(parsed);
+    } catch (e) {
+      await this.deadLetter(raw, parsed, e instanceof CdcError ? e.code : 'INVALID_RECORD', (e as Error).message);
+      return 'dead-lettered';
+    }
+    let buffered = 0;
+    let dead = 0;
+    for (let i = 0; i < p.rows.length; i++) {
+      // The dead letter's text, written only when one is: the record of this row alone.
+      const rowRaw: RawRecord = {
+        get text() {
+          return JSON.stringify(packedRecordOfRow(p, i));
+        },
+        origin: raw.origin,
+      };
+      const what = `row ${i} of ${p.rows.length} of a packed snapshot record`;
+      let row: SlotRecord;
+      try {
+        row = packedRowRecord(p, i);
+      } catch (e) {
+        await this.deadLetter(rowRaw, p, e instanceof CdcError ? e.code : 'INVALID_RECORD', `${what}: ${(e as Error).message}`);
+        dead++;
+        continue;
+      }
+      const outcome = await this.one(rowRaw, row, what);
+      if (outcome === 'buffered') buffered++;
+      else if (outcome === 'dead-lettered') dead++;
+    }
+    return buffered > 0 ? 'buffered' : dead > 0 ? 'dead-lettered' : 'ignored';
+  }
+
+  /** One record (or one row of a packed record, `what` naming it in a dead letter's reason). */
+  private async one(raw: RawRecord, parsed: unknown, what?: string): Promise<RecordOutcome> {
+    const deadLetter = (code: string, reason: string) => this.deadLetter(raw, parsed, code, what === undefined ? reason : `${what}: ${reason}`);
     let result: DecodeResult;
     try {
       result = await this.decode(parsed);
     } catch (e) {
       if (!(e instanceof DecodeFailure)) throw e;
-      await this.deadLetter(raw, parsed, e.code, e.message);
+      await deadLetter(e.code, e.message);
       return 'dead-lettered';
     }
     if (result.kind === 'ignored') {
@@ -298,7 +349,7 @@ export class NormalizerBatch<E> {
       await this.control(result);
       return 'control';
     }
-    return this.changes(raw, parsed, result);
+    return this.changes(raw, parsed, result, deadLetter);
   }
 
   /** Decodes with the registry at hand; tables the cache does not hold yet are loaded and the record decoded again. */
@@ -344,10 +395,10 @@ export class NormalizerBatch<E> {
     }
   }
 
-  private async changes(raw: RawRecord, parsed: unknown, decoded: Extract<DecodeResult, { kind: 'changes' }>): Promise<RecordOutcome> {
+  private async changes(raw: RawRecord, parsed: unknown, decoded: Extract<DecodeResult, { kind: 'changes' }>, deadLetter: (code: string, reason: string) => Promise<void>): Promise<RecordOutcome> {
     if (decoded.changes.length === 0) return 'ignored';
     if (decoded.changes[0]!.source !== this.o.source) {
-      await this.deadLetter(raw, parsed, 'SOURCE_MISMATCH', `source: the record names source ${JSON.stringify(decoded.changes[0]!.source)} but this normalizer serves ${JSON.stringify(this.o.source)}`);
+      await deadLetter('SOURCE_MISMATCH', `source: the record names source ${JSON.stringify(decoded.changes[0]!.source)} but this normalizer serves ${JSON.stringify(this.o.source)}`);
       return 'dead-lettered';
     }
     // Excluded columns never enter the change log, even if the capture delivered them (DMS's
@@ -360,7 +411,7 @@ export class NormalizerBatch<E> {
         result = { ...decoded, changes: decoded.changes.map((c) => applyColumnRulesToChange(c, { mask: [], exclude })) };
       } catch (e) {
         if (!(e instanceof CdcError)) throw e;
-        await this.deadLetter(raw, parsed, e.code, e.message);
+        await deadLetter(e.code, e.message);
         return 'dead-lettered';
       }
     }
@@ -375,7 +426,7 @@ export class NormalizerBatch<E> {
         result = { ...result, changes: result.changes.map((c) => transformChange(c, spec)) };
       } catch (e) {
         if (!(e instanceof CdcError)) throw e;
-        await this.deadLetter(raw, parsed, e.code, e.message);
+        await deadLetter(e.code, e.message);
         return 'dead-lettered';
       }
     }
@@ -385,7 +436,7 @@ export class NormalizerBatch<E> {
     try {
       for (const c of changes) validateChangeEvent({ ...c, schemaVersion: 1 });
     } catch (e) {
-      await this.deadLetter(raw, parsed, e instanceof CdcError ? e.code : 'INVALID_RECORD', (e as Error).message);
+      await deadLetter(e instanceof CdcError ? e.code : 'INVALID_RECORD', (e as Error).message);
       return 'dead-lettered';
     }
     // A table first seen through a record without types is registered with its catalog's types,
@@ -402,7 +453,7 @@ export class NormalizerBatch<E> {
     }
     const regression = this.parent.checkMonotonic(raw.origin, changes);
     if (regression) {
-      await this.deadLetter(raw, parsed, regression.code, regression.message);
+      await deadLetter(regression.code, regression.message);
       await this.resnapshot(first.table, regression);
       return 'dead-lettered';
     }
@@ -421,7 +472,7 @@ export class NormalizerBatch<E> {
       }
     } catch (e) {
       if (!(e instanceof CdcError)) throw e;
-      await this.deadLetter(raw, parsed, e.code, e.message);
+      await deadLetter(e.code, e.message);
       return 'dead-lettered';
     }
     for (const c of changes) this.parent.notePosition(c.position);

@@ -254,6 +254,8 @@ function warehouseType(type: string): string | null {
  * type unchanged, and every sink keeps the column's type) or `changed`.
  */
 export function compareTypes(from: string, to: string): 'same' | 'widened' | 'changed' {
+  // The common case, checked once per column of every record: a type is the same as itself (what follows would say so too).
+  if (from === to) return 'same';
   // A DMS string registered from a table definition read without its length (before lengths
   // were kept): the length is learned, not narrowed, and the warehouse column is text either way.
   if (/^\s*w?string\s*$/i.test(from) && /^\s*w?string\s*\(\s*\d+\s*\)\s*$/i.test(to)) return 'widened';

@@ -73,27 +73,50 @@ export async function admitTable<T>(cp: Pick<ControlPlane, 'getTable' | 'getSink
   return { verdict: 'apply', target, table: rec };
 }
 
+/** Per schema version (the registry's object): its column names, its primary key, and per column rule and table the names that passed both checks. */
+interface ColumnCheckCache {
+  known: Set<string>;
+  key: Set<string>;
+  passed: Map<(name: string, table: string) => void, Map<string, Set<string>>>;
+}
+const columnChecks = new WeakMap<SchemaVersion, ColumnCheckCache>();
+
+/** One name not checked yet for this schema version and table: the sink's rule, then the version's columns; remembered when it passes. */
+function checkColumn(e: ChangeEvent, schema: SchemaVersion, known: Set<string>, passed: Set<string>, assertColumn: (name: string, table: string) => void, name: string, where: string): void {
+  assertColumn(name, e.table);
+  if (!known.has(name)) throw new UnsafeIdentifierError(name, `${where} names a column that is not in schema version ${schema.version} of ${e.source}/${e.table}`);
+  passed.add(name);
+}
+
 /**
  * Refuses names that are not columns of the event's schema version (or that the sink's
  * `assertColumn` refuses), and an event without the version's whole primary key.
+ * `assertColumn` must be a pure rule of the name and table (every sink's is): a name it passed
+ * once for a table is not asked again for the same schema version, which keeps the per-event
+ * cost to a set lookup per column (the rebuild checks every event of a table's history).
  */
 export function checkEventColumns(e: ChangeEvent, schema: SchemaVersion, assertColumn: (name: string, table: string) => void): void {
-  const known = new Set(schema.columns.map((c) => c.name));
-  const check = (name: string, where: string): void => {
-    assertColumn(name, e.table);
-    if (!known.has(name)) throw new UnsafeIdentifierError(name, `${where} names a column that is not in schema version ${schema.version} of ${e.source}/${e.table}`);
-  };
-  for (const k of Object.keys(e.key)) check(k, 'key');
-  for (const c of Object.keys(e.after ?? {})) check(c, 'after');
-  for (const c of e.missing) check(c, 'missing');
+  let cache = columnChecks.get(schema);
+  if (!cache) columnChecks.set(schema, (cache = { known: new Set(schema.columns.map((c) => c.name)), key: new Set(schema.key), passed: new Map() }));
+  const { known } = cache;
+  let byTable = cache.passed.get(assertColumn);
+  if (!byTable) cache.passed.set(assertColumn, (byTable = new Map()));
+  let passed = byTable.get(e.table);
+  if (!passed) byTable.set(e.table, (passed = new Set()));
+  const keyCols = Object.keys(e.key);
+  for (const k of keyCols) if (!passed.has(k)) checkColumn(e, schema, known, passed, assertColumn, k, 'key');
+  if (e.after) for (const c in e.after) if (Object.hasOwn(e.after, c) && !passed.has(c)) checkColumn(e, schema, known, passed, assertColumn, c, 'after');
+  for (const c of e.missing) if (!passed.has(c)) checkColumn(e, schema, known, passed, assertColumn, c, 'missing');
   if (e.op === 'truncate') {
     // A truncate is table-level: no key, no images (docs/truncate.md).
-    if (Object.keys(e.key).length > 0 || e.before !== null) throw new InvalidRecordError('key', `a truncate of ${e.table} carries no key and no before image`);
+    if (keyCols.length > 0 || e.before !== null) throw new InvalidRecordError('key', `a truncate of ${e.table} carries no key and no before image`);
     return;
   }
-  const keyCols = Object.keys(e.key).sort();
-  const want = [...schema.key].sort();
-  if (keyCols.length !== want.length || keyCols.some((k, i) => k !== want[i])) {
-    throw new InvalidRecordError('key', `expected the primary key (${want.join(', ')}) of ${e.table} schema version ${schema.version}, got (${keyCols.join(', ')})`);
+  // Object keys are distinct: as many as the key has, each one of the key's, is the key (sorted lists equal).
+  let whole = keyCols.length === schema.key.length;
+  for (const k of keyCols) whole &&= cache.key.has(k);
+  if (!whole) {
+    const want = [...schema.key].sort();
+    throw new InvalidRecordError('key', `expected the primary key (${want.join(', ')}) of ${e.table} schema version ${schema.version}, got (${[...keyCols].sort().join(', ')})`);
   }
 }

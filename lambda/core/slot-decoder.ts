@@ -29,7 +29,7 @@ import { ENVELOPE_VERSION, type Row } from './event.ts';
 import type { ColumnDef } from './control-plane.ts';
 import type { DecodeResult, DecodedChange } from './decoded.ts';
 import { makePosition } from './position.ts';
-import { validateSlotRecord, type SlotColumn, type SlotRecord } from './slot-record.ts';
+import { isPackedSlotRecord, packedRowRecord, validatePackedHeader, validateSlotRecord, type PackedSnapshotRecord, type SlotColumn, type SlotRecord } from './slot-record.ts';
 
 function toRow(columns: readonly SlotColumn[]): Row {
   const row: Row = {};
@@ -55,9 +55,29 @@ function sameKey(a: Row, b: Row): boolean {
   return Object.keys(a).every((k) => JSON.stringify(a[k]) === JSON.stringify(b[k]));
 }
 
-/** Decodes one slot-capture record. Throws `InvalidRecordError` naming the field for a malformed record. */
+/**
+ * Decodes one slot-capture record. Throws `InvalidRecordError` naming the field for a malformed
+ * record. A packed snapshot record (slot-record.ts) decodes to one `snapshot` change per row, in
+ * row order: each row exactly as the per-row record it stands for (`packedRowRecord`) decodes.
+ */
 export function decodeSlotRecord(record: unknown): DecodeResult {
-  const r: SlotRecord = validateSlotRecord(record);
+  if (isPackedSlotRecord(record)) return decodePacked(validatePackedHeader(record));
+  return decodeValid(validateSlotRecord(record));
+}
+
+function decodePacked(p: PackedSnapshotRecord): DecodeResult {
+  const changes: DecodedChange[] = [];
+  let first: DecodeResult | null = null;
+  for (let i = 0; i < p.rows.length; i++) {
+    const one = decodeValid(packedRowRecord(p, i));
+    if (one.kind !== 'changes') throw new InvalidRecordError(`rows[${i}]`, `decoded to ${one.kind}`);
+    first ??= one;
+    changes.push(...one.changes);
+  }
+  return { ...(first as Extract<DecodeResult, { kind: 'changes' }>), changes };
+}
+
+function decodeValid(r: SlotRecord): DecodeResult {
   const position = makePosition(r.commitLsn, r.index);
   // The snapshot worker's records: its rows, and the sweep that closes a re-snapshot (a truncate with xid 0; docs/snapshot.md).
   const fromSnapshot = r.op === 'snapshot' || (r.op === 'truncate' && r.xid === '0');

@@ -42,6 +42,34 @@
  * - `capture` (optional): `"poll"` for a row the poller read (lambda/core/poll.ts,
  *   docs/polling.md): op `update`, the whole row, no `oldKey`, `xid` `"0"`, `commitLsn` + `index`
  *   the position its poll column gives, `commitTs` the poll column's time (or the read time).
+ *
+ * **Packed snapshot records.** The snapshot worker publishes the rows of a chunk packed: one
+ * record carries many rows of one chunk of one table, the columns' names and types once and the
+ * rows as arrays of values (docs/snapshot.md, "Packed records"). A record with a `rows` field is
+ * packed; every other record is the per-row form above, which stays readable.
+ *
+ * ```json
+ * { "format": "cdc-slot/1", "source": "orders", "xid": "0",
+ *   "commitLsn": "0/17528FF", "commitTs": "2026-11-29T13:05:21.188736Z", "index": 4294967295,
+ *   "table": "public.t1", "op": "snapshot", "key": ["id"],
+ *   "columns": [{ "name": "id", "type": "integer" }, { "name": "v", "type": "text" }],
+ *   "rows": [[1, "a"], [2, null]] }
+ * ```
+ *
+ * - `format` … `key`: as in a per-row record, shared by every row (all rows of a chunk have the
+ *   chunk's position, `snapshotPosition(L0)`); `op` is always `snapshot`.
+ * - `columns`: the delivered columns in table order, `{name, type}` without values (masked and
+ *   excluded columns exactly as in a per-row record: a masked column has type `text`, an excluded
+ *   one is absent). Every key column is among them.
+ * - `rows`: at least one row; each an array of one JSON value per entry of `columns`, in that
+ *   order (the values a per-row record's `columns[].value` would hold; a key value is a string,
+ *   number or boolean, never null).
+ * - no `oldKey`, `unchanged`, `unchangedTypes` or `capture` field.
+ *
+ * Row `i` of a packed record means exactly the per-row record with the same shared fields and
+ * `columns[j].value = rows[i][j]`, `oldKey: null`, `unchanged: []` (`packedRowRecord`): the
+ * decoder and the normalizer read it that way, so a packed chunk decodes to the same change
+ * events, row for row and in row order, as the per-row records of the same chunk.
  */
 import { InvalidRecordError } from './errors.ts';
 import { isSourceId, type JsonValue } from './event.ts';
@@ -123,13 +151,8 @@ function tuple(v: unknown, field: string): SlotColumn[] | null {
   });
 }
 
-/**
- * Checks that `value` is a well-formed slot record and returns it typed. Throws
- * `InvalidRecordError` naming the first field that is wrong (`commitLsn`, `columns[2].type`, …).
- */
-export function validateSlotRecord(value: unknown): SlotRecord {
-  if (!isPlainObject(value)) throw new InvalidRecordError('record', `expected a JSON object, got ${describe(value)}`);
-  const r = value;
+/** The fields every slot record has, per-row or packed: format, source, xid, commitLsn, commitTs, index, table. */
+function checkSharedFields(r: Record<string, unknown>): asserts r is Record<string, unknown> & { source: string; xid: string; commitLsn: string; commitTs: string; index: number; table: string } {
   if (r.format !== SLOT_RECORD_FORMAT) throw new InvalidRecordError('format', `expected ${JSON.stringify(SLOT_RECORD_FORMAT)}, got ${describe(r.format)}`);
   if (!isSourceId(r.source)) throw new InvalidRecordError('source', `expected a lower-case identifier, got ${describe(r.source)}`);
   if (typeof r.xid !== 'string' || !/^[0-9]+$/.test(r.xid)) throw new InvalidRecordError('xid', `expected a transaction id as decimal text, got ${describe(r.xid)}`);
@@ -140,6 +163,17 @@ export function validateSlotRecord(value: unknown): SlotRecord {
     throw new InvalidRecordError('index', `expected the record's index within its transaction (an integer from 0), got ${describe(r.index)}`);
   }
   if (typeof r.table !== 'string' || !TABLE_ID.test(r.table)) throw new InvalidRecordError('table', `expected 'schema.table', got ${describe(r.table)}`);
+}
+
+/**
+ * Checks that `value` is a well-formed slot record and returns it typed. Throws
+ * `InvalidRecordError` naming the first field that is wrong (`commitLsn`, `columns[2].type`, …).
+ */
+export function validateSlotRecord(value: unknown): SlotRecord {
+  if (!isPlainObject(value)) throw new InvalidRecordError('record', `expected a JSON object, got ${describe(value)}`);
+  const r = value;
+  checkSharedFields(r);
+  if ('rows' in r) throw new InvalidRecordError('rows', 'a packed snapshot record (one with rows) is read with validatePackedSnapshotRecord, not as one row');
   if (typeof r.op !== 'string' || !(SLOT_OPS as readonly string[]).includes(r.op)) {
     throw new InvalidRecordError('op', `expected one of ${SLOT_OPS.join(', ')}, got ${describe(r.op)}`);
   }
@@ -272,4 +306,108 @@ export function buildSlotRecord(tx: SlotTransaction, index: number, change: Slot
   if (change.unchangedTypes !== undefined && Object.keys(change.unchangedTypes).length > 0) record.unchangedTypes = change.unchangedTypes;
   checkShape(record);
   return record;
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// Packed snapshot records (see the module comment)
+
+/** A column of a packed snapshot record: name and source type, no value (the values are in `rows`). */
+export interface PackedColumn {
+  name: string;
+  type: string;
+}
+
+/** One packed snapshot record: many rows of one chunk of one table (see the module comment). */
+export interface PackedSnapshotRecord {
+  format: typeof SLOT_RECORD_FORMAT;
+  source: string;
+  xid: string;
+  commitLsn: string;
+  commitTs: string;
+  index: number;
+  table: string;
+  op: 'snapshot';
+  key: string[];
+  columns: PackedColumn[];
+  rows: JsonValue[][];
+}
+
+/** Whether a raw record (already parsed) is in the packed form: a slot record with a `rows` field. */
+export function isPackedSlotRecord(value: unknown): boolean {
+  return isPlainObject(value) && value.format === SLOT_RECORD_FORMAT && 'rows' in value;
+}
+
+const NOT_IN_PACKED = ['oldKey', 'unchanged', 'unchangedTypes', 'capture'] as const;
+
+/**
+ * Checks everything of a packed record except the rows' contents: the shared fields, the
+ * columns, and that `rows` is a non-empty array. Returns the record typed with `rows` unchecked;
+ * `validatePackedSnapshotRecord` checks the rows too, and `packedRowRecord` reads one row.
+ */
+export function validatePackedHeader(value: unknown): PackedSnapshotRecord {
+  if (!isPlainObject(value)) throw new InvalidRecordError('record', `expected a JSON object, got ${describe(value)}`);
+  const r = value;
+  checkSharedFields(r);
+  if (r.op !== 'snapshot') throw new InvalidRecordError('op', `a packed record (one with rows) is a snapshot chunk: expected "snapshot", got ${describe(r.op)}`);
+  for (const f of NOT_IN_PACKED) if (f in r) throw new InvalidRecordError(f, `a packed snapshot record carries no ${f}`);
+  const key = names(r.key, 'key', false);
+  if (!Array.isArray(r.columns)) throw new InvalidRecordError('columns', `expected an array of {name, type}, got ${describe(r.columns)}`);
+  const seen = new Set<string>();
+  const columns: PackedColumn[] = r.columns.map((c, i) => {
+    const at = `columns[${i}]`;
+    if (!isPlainObject(c)) throw new InvalidRecordError(at, `expected {name, type}, got ${describe(c)}`);
+    if (typeof c.name !== 'string' || c.name === '') throw new InvalidRecordError(`${at}.name`, `expected a column name, got ${describe(c.name)}`);
+    if (seen.has(c.name)) throw new InvalidRecordError(`${at}.name`, `column ${JSON.stringify(c.name)} appears twice`);
+    seen.add(c.name);
+    if (typeof c.type !== 'string' || c.type === '') throw new InvalidRecordError(`${at}.type`, `expected a type name, got ${describe(c.type)}`);
+    if ('value' in c) throw new InvalidRecordError(`${at}.value`, 'a packed record carries the values in rows, not in columns');
+    return { name: c.name, type: c.type };
+  });
+  for (const k of key) if (!seen.has(k)) throw new InvalidRecordError('key', `primary-key column ${JSON.stringify(k)} is not in columns`);
+  if (!Array.isArray(r.rows)) throw new InvalidRecordError('rows', `expected an array of rows, got ${describe(r.rows)}`);
+  if (r.rows.length === 0) throw new InvalidRecordError('rows', 'expected at least one row');
+  return { format: SLOT_RECORD_FORMAT, source: r.source, xid: r.xid, commitLsn: r.commitLsn, commitTs: r.commitTs, index: r.index, table: r.table, op: 'snapshot', key, columns, rows: r.rows as JsonValue[][] };
+}
+
+/**
+ * Row `i` of a packed record (its header checked by `validatePackedHeader`) as the per-row record
+ * it means (see the module comment). Throws `InvalidRecordError` naming the row and, for a bad
+ * value, the column (`rows[3][1]`, "column "v" …"): a row that is not an array of one value per
+ * column, a value that is not JSON, a key value that is null or not a scalar.
+ */
+export function packedRowRecord(r: PackedSnapshotRecord, i: number): SlotRecord {
+  const row: unknown = r.rows[i];
+  const at = `rows[${i}]`;
+  if (!Array.isArray(row)) throw new InvalidRecordError(at, `expected an array of ${r.columns.length} values, got ${describe(row)}`);
+  if (row.length !== r.columns.length) throw new InvalidRecordError(at, `has ${row.length} values for ${r.columns.length} columns`);
+  const columns: SlotColumn[] = new Array(row.length);
+  for (let j = 0; j < row.length; j++) {
+    const c = r.columns[j]!;
+    const v: unknown = row[j];
+    if (!isJsonValue(v)) throw new InvalidRecordError(`${at}[${j}]`, `column ${JSON.stringify(c.name)}: expected a JSON value, got ${describe(v)}`);
+    columns[j] = { name: c.name, type: c.type, value: v };
+  }
+  for (const k of r.key) {
+    const j = r.columns.findIndex((c) => c.name === k);
+    const v = row[j] as JsonValue;
+    if (v === null || typeof v === 'object') throw new InvalidRecordError(`${at}[${j}]`, `primary-key column ${JSON.stringify(k)}: expected a string, number or boolean, got ${describe(v)}`);
+  }
+  return { format: r.format, source: r.source, xid: r.xid, commitLsn: r.commitLsn, commitTs: r.commitTs, index: r.index, table: r.table, op: 'snapshot', key: r.key, columns, oldKey: null, unchanged: [] };
+}
+
+/**
+ * Checks that `value` is a well-formed packed snapshot record, rows included, and returns it
+ * typed. Throws `InvalidRecordError` naming the first field that is wrong (`columns[1].type`,
+ * `rows[3]`, `rows[3][1]` with the column's name).
+ */
+export function validatePackedSnapshotRecord(value: unknown): PackedSnapshotRecord {
+  const r = validatePackedHeader(value);
+  for (let i = 0; i < r.rows.length; i++) packedRowRecord(r, i);
+  return r;
+}
+
+/** A packed record holding only row `i` of `r` (the text a dead letter of that row keeps: it loses nothing and decodes alone). */
+export function packedRecordOfRow(r: PackedSnapshotRecord, i: number): PackedSnapshotRecord {
+  return { ...r, rows: [r.rows[i]!] };
 }

@@ -5,7 +5,7 @@
  * validates them like every other record); state goes to the control plane.
  *
  * Per chunk: ask the pacer → (pause) → read the chunk behind the visibility fence → build the
- * masked records → publish them and wait until every one is accepted → record the chunk and the
+ * masked records (packed: many rows per record, docs/snapshot.md "Packed records") → publish them and wait until every one is accepted → record the chunk and the
  * cursor after it in ONE conditional control-plane transaction. A crash anywhere before that
  * transaction leaves the cursor where it was: the chunk is read again (with a new watermark)
  * and published again, which is harmless (a duplicate at a higher position carries a value at
@@ -15,11 +15,11 @@
 import type { AuditEntry, ControlPlane, TableRecord } from './control-plane.ts';
 import type { ColumnRules } from './masking.ts';
 import type { Pacer, PressureReading } from './snapshot-pacer.ts';
-import type { SlotRecord } from './slot-record.ts';
 import { parseLsn, type Position } from './position.ts';
 import {
   afterChunk,
-  chunkRecords,
+  packChunkRecords,
+  snapshotRawRecord,
   cursorAfter,
   newSnapshotState,
   snapshotPending,
@@ -30,6 +30,7 @@ import {
   type ChunkRead,
   type KeyCursor,
   type SnapshotChunkRecord,
+  type SnapshotRawRecord,
   type SnapshotReason,
   type SnapshotState,
   type SnapshotTableShape,
@@ -109,7 +110,9 @@ export interface RunTableSnapshotOptions {
   control: ControlPlane;
   reader: SnapshotReader;
   /** Publishes records in order and resolves when every one was accepted. */
-  publish: (records: SlotRecord[]) => Promise<void>;
+  publish: (records: SnapshotRawRecord[]) => Promise<void>;
+  /** The most bytes of one packed record's JSON. @default PACKED_RECORD_BUDGET */
+  recordBudget?: number;
   pacer: Pacer;
   source: string;
   table: string;
@@ -218,11 +221,15 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
         r.catch(() => undefined); // awaited (and its error thrown) when used
         ahead = { after: keyOf(endKey), limit: decision.chunkSize, read: r };
       }
-      const records = chunkRecords(o.source, shape, read, o.rules);
+      // The chunk's rows as packed records (docs/snapshot.md, "Packed records").
+      const records = packChunkRecords(o.source, shape, read, o.rules, o.recordBudget);
       // A re-snapshot's last chunk carries the sweep (docs/snapshot.md, "Re-snapshot"), published
       // with it before the run is recorded done: a crash before that publishes it again, at the
       // same position (a replayed truncate changes nothing).
-      if (finished && state!.reason === 'resnapshot') records.push(sweepRecord(o.source, o.table, state!.firstLowWatermark ?? read.lowWatermark, read.readAt));
+      if (finished && state!.reason === 'resnapshot') {
+        const sweep = sweepRecord(o.source, o.table, state!.firstLowWatermark ?? read.lowWatermark, read.readAt);
+        records.push(snapshotRawRecord(sweep));
+      }
       if (records.length > 0) await o.publish(records);
       const at = now();
       const chunk: SnapshotChunkRecord = {

@@ -18,11 +18,11 @@
  * same on the local slot capture and on DMS.
  */
 import { CdcError } from './errors.ts';
-import { partitionKeyOf, type Row } from './event.ts';
+import { partitionKeyOf, type JsonValue, type Row } from './event.ts';
 import { quoteIdent, splitTableId } from './identifiers.ts';
-import { applyColumnRules, applyColumnRulesToColumns, type ColumnRules } from './masking.ts';
+import { applyColumnRules, applyColumnRulesToColumns, maskValue, type ColumnRules } from './masking.ts';
 import { formatLsn, makePosition, parseLsn, type Position } from './position.ts';
-import { buildSlotRecord, type SlotColumn, type SlotRecord } from './slot-record.ts';
+import { buildSlotRecord, SLOT_RECORD_FORMAT, type PackedColumn, type PackedSnapshotRecord, type SlotColumn, type SlotOp, type SlotRecord } from './slot-record.ts';
 import { unquotedLiteralValue } from './test-decoding.ts';
 
 // ---------------------------------------------------------------------------------------------
@@ -260,16 +260,25 @@ export function rowToColumns(shape: SnapshotTableShape, texts: readonly (string 
   const out: SlotColumn[] = new Array(shape.columns.length);
   for (let i = 0; i < shape.columns.length; i++) {
     const c = shape.columns[i]!;
-    const text = texts[i]!;
-    const type = c.fullType ?? c.type;
-    if (text === null) out[i] = { name: c.name, type, value: null };
-    else if (UNQUOTED.has(c.typeOid)) {
-      // The capture's own conversion of an unquoted test_decoding literal, by the type name test_decoding prints.
-      out[i] = { name: c.name, type, value: unquotedLiteralValue(text, c.type, (reason) => badValue(shape, c, reason)) };
-    } else if (c.typeOid === BOOL) out[i] = { name: c.name, type, value: text === 't' };
-    else out[i] = { name: c.name, type, value: text };
+    out[i] = { name: c.name, type: c.fullType ?? c.type, value: columnValue(shape, c, texts[i]!) };
   }
   return out;
+}
+
+/** One value as the slot capture publishes it (see `rowToColumns`, the one conversion both record forms use). */
+function columnValue(shape: SnapshotTableShape, c: SnapshotColumn, text: string | null): JsonValue {
+  return text === null ? null : valueConverter(shape, c)(text);
+}
+
+/** The conversion of one column's non-null output text into its value (see `rowToColumns`). */
+function valueConverter(shape: SnapshotTableShape, c: SnapshotColumn): (text: string) => JsonValue {
+  // The capture's own conversion of an unquoted test_decoding literal, by the type name test_decoding prints.
+  if (UNQUOTED.has(c.typeOid)) {
+    const fail = (reason: string) => badValue(shape, c, reason);
+    return (text) => unquotedLiteralValue(text, c.type, fail);
+  }
+  if (c.typeOid === BOOL) return (text) => text === 't';
+  return (text) => text;
 }
 
 function badValue(shape: SnapshotTableShape, column: SnapshotColumn, reason: string): never {
@@ -315,8 +324,10 @@ export interface ChunkRead {
 }
 
 /**
- * The raw records of a chunk (format `cdc-slot/1`, op `snapshot`), masked and excluded with the
- * table's column rules, all at the chunk's position. The normalizer turns them into change
+ * The raw records of a chunk in the per-row form (format `cdc-slot/1`, op `snapshot`, one record
+ * per row), masked and excluded with the table's column rules, all at the chunk's position. The
+ * worker publishes the packed form (`packChunkRecords`); this one is what earlier versions
+ * published (still read) and the reference the packed form is checked against. The normalizer turns them into change
  * events with `op: "snapshot"`, `capture: "snapshot"` and the table's current schema version.
  */
 export function chunkRecords(source: string, shape: SnapshotTableShape, read: Pick<ChunkRead, 'lowWatermark' | 'rows' | 'readAt'>, rules: ColumnRules): SlotRecord[] {
@@ -392,16 +403,122 @@ export function encodeChunkRecords(records: readonly SlotRecord[]): string[] {
 }
 
 /**
- * The raw-stream partition key of a snapshot record: source + table + key, like every record
- * (which shard a snapshot row travels on does not matter: positions order it, not arrival).
+ * The raw-stream partition key of a per-row snapshot record: source + table + key, like every
+ * record (which shard a snapshot row travels on does not matter: positions order it, not arrival).
  */
 export function snapshotPartitionKey(r: SlotRecord, hash: (s: string) => string): string {
+  return partitionKeyOf({ source: r.source, table: r.table, key: snapshotRawRecord(r).key }, hash);
+}
+
+/**
+ * The most bytes of one packed record's JSON: 256 KiB. Well under Kinesis's 1 MiB per record
+ * (data + partition key) and its 1 MiB/s write limit per shard (a record of 256 KiB leaves a
+ * shard three quarters of its second; consecutive records of a chunk have other partition keys,
+ * so they spread over shards); 20 such records fill one PutRecords call (5 MiB, 500 records);
+ * the normalizer's Lambda receives a record base64-encoded (~342 KiB) within its 6 MB batch
+ * payload; and it amortises the shared fields (a few hundred bytes) over thousands of rows.
+ * docs/snapshot.md, "Packed records".
+ */
+export const PACKED_RECORD_BUDGET = 256 * 1024;
+
+/**
+ * A record the snapshot worker publishes: its JSON text (exactly what goes to the raw stream),
+ * what it is of, and the key its partition key is made of (a packed record: its first row's).
+ */
+export interface SnapshotRawRecord {
+  data: string;
+  source: string;
+  table: string;
+  op: SlotOp;
+  /** Rows it carries (a packed record; 0 for the sweep). */
+  rows: number;
+  key: Row;
+}
+
+/** A per-row record (the sweep) as the worker publishes it. */
+export function snapshotRawRecord(r: SlotRecord): SnapshotRawRecord {
   const key: Row = {};
   for (const k of r.key) {
     const c = r.columns?.find((x) => x.name === k);
     if (c) key[k] = c.value;
   }
-  return partitionKeyOf({ source: r.source, table: r.table, key }, hash);
+  return { data: JSON.stringify(r), source: r.source, table: r.table, op: r.op, rows: r.columns === null ? 0 : 1, key };
+}
+
+/**
+ * The packed records of a chunk (slot-record.ts, "Packed snapshot records"), as JSON text
+ * exactly `JSON.stringify` of a `PackedSnapshotRecord`: the rows in key order, each as the array
+ * of its values after the table's column rules, with the same conversion (`rowToColumns`'s) and
+ * the same masking (`maskValue`) as a per-row record of `chunkRecords`, so a masked value is
+ * byte-identical on every path. Records are cut so that each one's UTF-8 JSON stays within
+ * `budget` bytes (a single row larger than that travels alone). The shared fields and the
+ * columns are encoded once per record; per row only its values are, and no row is kept as an
+ * object (building and keeping them was most of the cost, docs/performance.md §11).
+ */
+export function packChunkRecords(source: string, shape: SnapshotTableShape, read: Pick<ChunkRead, 'lowWatermark' | 'rows' | 'readAt'>, rules: ColumnRules, budget: number = PACKED_RECORD_BUDGET): SnapshotRawRecord[] {
+  for (const k of shape.key) {
+    if (rules.mask.includes(k) || rules.exclude.includes(k)) throw new SnapshotTableError(shape.table, `primary-key column ${k} is declared mask or exclude; keys are never masked`);
+  }
+  if (read.rows.length === 0) return [];
+  const position = snapshotPosition(read.lowWatermark);
+  const commitLsn = formatLsn(BigInt(`0x${position.slice(0, 16)}`));
+  const index = Number.parseInt(position.slice(16), 16);
+  // Which source columns are published, in table order, each with its conversion (and the mask after it).
+  const at: number[] = [];
+  const convert: ((text: string) => JsonValue)[] = [];
+  shape.columns.forEach((column, i) => {
+    if (rules.exclude.includes(column.name)) return;
+    const value = valueConverter(shape, column);
+    at.push(i);
+    convert.push(rules.mask.includes(column.name) ? (text) => maskValue(value(text)) : value);
+  });
+  const columns: PackedColumn[] = applyColumnRulesToColumns(
+    shape.columns.map((c) => ({ name: c.name, type: c.fullType ?? c.type })),
+    rules,
+  );
+  const keyAt = shape.key.map((k) => columns.findIndex((c) => c.name === k));
+  // The shared fields go through the record-level rules like every capture record (buildSlotRecord).
+  buildSlotRecord({ source, xid: '0', commitLsn, commitTs: read.readAt }, index, { table: shape.table, op: 'snapshot', columns: columns.map((c) => ({ ...c, value: null })), oldKey: null, unchanged: [] }, shape.key);
+  const shared: Omit<PackedSnapshotRecord, 'rows'> = { format: SLOT_RECORD_FORMAT, source, xid: '0', commitLsn, commitTs: read.readAt, index, table: shape.table, op: 'snapshot', key: [...shape.key], columns };
+  const head = `${JSON.stringify(shared).slice(0, -1)},"rows":[`;
+  const headBytes = Buffer.byteLength(head, 'utf8') + 2; // and the closing "]}"
+  const out: SnapshotRawRecord[] = [];
+  let texts: string[] = [];
+  let key: Row = {};
+  let bytes = headBytes;
+  const cut = () => {
+    out.push({ data: `${head}${texts.join(',')}]}`, source, table: shape.table, op: 'snapshot', rows: texts.length, key });
+    texts = [];
+    bytes = headBytes;
+  };
+  const n = at.length;
+  const width = shape.columns.length;
+  for (const row of read.rows) {
+    if (row.length !== width) throw new CdcError('INVALID_ARGUMENT', `${shape.table}: row has ${row.length} values for ${width} columns`);
+    const values: JsonValue[] = new Array(n);
+    for (let j = 0; j < n; j++) {
+      const t = row[at[j]!]!;
+      // A null stays null, masked or not (maskValue(null) is null).
+      values[j] = t === null ? null : convert[j]!(t);
+    }
+    const text = JSON.stringify(values);
+    const size = Buffer.byteLength(text, 'utf8');
+    // A comma before every row but the first of a record.
+    if (texts.length > 0 && bytes + 1 + size > budget) cut();
+    if (texts.length === 0) {
+      key = {};
+      shape.key.forEach((k, i) => (key[k] = values[keyAt[i]!]!));
+    }
+    bytes += (texts.length > 0 ? 1 : 0) + size;
+    texts.push(text);
+  }
+  cut();
+  return out;
+}
+
+/** The publishers' form of the worker's records (both `cdc local` and the Lambda send these): partition key (source + table + key), JSON text, a label for errors. */
+export function snapshotStreamRecords(records: readonly SnapshotRawRecord[], hash: (s: string) => string): { partitionKey: string; data: string; label: string }[] {
+  return records.map((r) => ({ partitionKey: partitionKeyOf({ source: r.source, table: r.table, key: r.key }, hash), data: r.data, label: `${r.source}/${r.table}@snapshot` }));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -26,7 +26,8 @@
  * - `bigint` → number when it is a safe integer (|v| ≤ 2^53 − 1), otherwise its exact decimal text
  *   (a string), so no digit is ever lost.
  * - `numeric` → always its decimal text (a string): scale and precision are kept (`1.10`).
- * - `real`, `double precision` → number; `NaN`, `Infinity`, `-Infinity` → that text (a string).
+ * - `real`, `double precision` → number; `NaN`, `Infinity`, `-Infinity` and whole numbers of
+ *   magnitude 2^53 or more (`3.4028235e+38`) → that text (a string).
  * - bit strings (`B'1010'`) → the bits as a string (`1010`).
  * - everything else (text, dates, arrays, json, …) is printed quoted and becomes its text, a string.
  */
@@ -174,7 +175,9 @@ export function unquotedLiteralValue(raw: string, type: string, fail: (reason: s
       if (raw === 'NaN' || raw === 'Infinity' || raw === '-Infinity') return raw;
       const n = Number(raw);
       if (!Number.isFinite(n) || !/^-?[0-9.]+([eE][-+]?[0-9]+)?$/.test(raw)) c.fail(`expected a floating-point number, got ${JSON.stringify(raw)}`);
-      return n;
+      // A whole number of 2^53 or more (`3.4028235e+38`, `1e+20`) as a JSON number reads like an
+      // integer that lost digits, which every event refuses (docs/exact-numbers.md): its text, like NaN.
+      return Number.isInteger(n) && !Number.isSafeInteger(n) ? raw : n;
     }
     default:
       return c.fail(`unquoted value ${JSON.stringify(raw)} for a column of type ${type}`);

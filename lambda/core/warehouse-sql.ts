@@ -838,6 +838,51 @@ export interface MergeSqlOptions extends OverlayGuards {
 }
 
 /**
+ * The merge's writes: the newest delta row per key as a mirror row plus `_cdc_set` (0: every data
+ * column; 1: a delete with no live delta row above the base, only the platform columns count). A
+ * delete takes the values of the key's newest live delta row below it (`v`) that is above the
+ * base (`aboveBase`; off when the base is known to be empty, where it holds for every row and
+ * only the live rows of keys with a delete are ranked).
+ * `deletes` false: only the keys whose newest row is not a delete, without `_cdc_set`.
+ */
+function mergeWritesSelect(t: WarehouseTable, o: MergeSqlOptions, aboveBase: boolean, deletes = true): string {
+  const q = quoteIdent;
+  const pos = q(CdcColumn.POSITION);
+  const op = q(CdcColumn.OP);
+  const mirror = qualified(t.schema, t.mirror);
+  const isDelete = `l.${op} = 'delete'`;
+  const exprs = o.mirrorColumns.map((c) => {
+    if (o.key.includes(c)) return `l.${q(c)}`;
+    switch (c) {
+      case CdcColumn.POSITION:
+        return `l.${pos}`;
+      case CdcColumn.DELETED:
+        return `CASE WHEN ${isDelete} THEN true ELSE false END AS ${q(c)}`;
+      case CdcColumn.DELETED_AT:
+        return `CASE WHEN ${isDelete} THEN l.${q(CdcColumn.COMMIT_TS)} END AS ${q(c)}`;
+      case CdcColumn.APPLIED_AT:
+        return `l.${q(c)}`;
+      default:
+        return deletes ? `CASE WHEN ${isDelete} THEN v.${q(c)} ELSE l.${q(c)} END AS ${q(c)}` : `l.${q(c)}`;
+    }
+  });
+  // Only the keys whose newest row is live (a hard-mode mirror keeps no tombstone): no values to borrow.
+  if (!deletes) return `SELECT ${exprs.join(', ')} FROM (${rankedDelta(t, o.key, 'd.*', '')}) l WHERE l.${q(RANK)} = 1 AND NOT ${isDelete}`;
+  // Into an empty base every row is above it; only keys with a delete in the delta borrow values, so only their live rows are ranked.
+  const baseGuard = aboveBase
+    ? ` AND NOT EXISTS (SELECT 1 FROM ${mirror} m WHERE ${keyMatch(o.key, 'm', 'd')} AND m.${pos} >= d.${pos})`
+    : ` AND EXISTS (SELECT 1 FROM ${qualified(t.schema, t.delta)} x WHERE ${keyMatch(o.key, 'x', 'd')} AND x.${op} = 'delete')`;
+  const live =
+    `SELECT d.*, row_number() OVER (PARTITION BY ${cols(o.key, 'd.')} ORDER BY d.${pos} DESC, d.${q(CdcColumn.APPLIED_AT)}) AS ${q(RANK)} FROM ${qualified(t.schema, t.delta)} d ` +
+    `WHERE d.${op} <> 'delete'${baseGuard}`;
+  return (
+    `SELECT ${exprs.join(', ')}, CASE WHEN ${isDelete} AND v.${pos} IS NULL THEN 1 ELSE 0 END AS ${q(CdcColumn.SET)} ` +
+    `FROM (${rankedDelta(t, o.key, 'd.*', '')}) l LEFT JOIN (${live}) v ON ${keyMatch(o.key, 'v', 'l')} AND v.${q(RANK)} = 1 AND ${isDelete} AND v.${pos} < l.${pos} ` +
+    `WHERE l.${q(RANK)} = 1`
+  );
+}
+
+/**
  * The merge: compacts the delta into the base in a few set-based statements. Runs in ONE
  * transaction after `lockDeltaSql` (the delta does not change meanwhile), so the view shows the
  * same rows before and after it, and a merge that fails midway changes nothing:
@@ -853,33 +898,10 @@ export interface MergeSqlOptions extends OverlayGuards {
 export function mergeSql(t: WarehouseTable, o: MergeSqlOptions): string[] {
   const q = quoteIdent;
   const pos = q(CdcColumn.POSITION);
-  const op = q(CdcColumn.OP);
   const stage = mergeStageName(t, o.mirrorColumns);
-  const mirror = qualified(t.schema, t.mirror);
-  const isDelete = `l.${op} = 'delete'`;
   const data = o.mirrorColumns.filter((c) => !o.key.includes(c) && !c.startsWith(RESERVED_PREFIX));
-  const exprs = o.mirrorColumns.map((c) => {
-    if (o.key.includes(c)) return `l.${q(c)}`;
-    switch (c) {
-      case CdcColumn.POSITION:
-        return `l.${pos}`;
-      case CdcColumn.DELETED:
-        return `CASE WHEN ${isDelete} THEN true ELSE false END AS ${q(c)}`;
-      case CdcColumn.DELETED_AT:
-        return `CASE WHEN ${isDelete} THEN l.${q(CdcColumn.COMMIT_TS)} END AS ${q(c)}`;
-      case CdcColumn.APPLIED_AT:
-        return `l.${q(c)}`;
-      default:
-        return `CASE WHEN ${isDelete} THEN v.${q(c)} ELSE l.${q(c)} END AS ${q(c)}`;
-    }
-  });
-  const live =
-    `SELECT d.*, row_number() OVER (PARTITION BY ${cols(o.key, 'd.')} ORDER BY d.${pos} DESC, d.${q(CdcColumn.APPLIED_AT)}) AS ${q(RANK)} FROM ${qualified(t.schema, t.delta)} d ` +
-    `WHERE d.${op} <> 'delete' AND NOT EXISTS (SELECT 1 FROM ${mirror} m WHERE ${keyMatch(o.key, 'm', 'd')} AND m.${pos} >= d.${pos})`;
   const out = [
-    `CREATE TEMP TABLE ${q(stage)} AS SELECT ${exprs.join(', ')}, CASE WHEN ${isDelete} AND v.${pos} IS NULL THEN 1 ELSE 0 END AS ${q(CdcColumn.SET)} ` +
-      `FROM (${rankedDelta(t, o.key, 'd.*', '')}) l LEFT JOIN (${live}) v ON ${keyMatch(o.key, 'v', 'l')} AND v.${q(RANK)} = 1 AND ${isDelete} AND v.${pos} < l.${pos} ` +
-      `WHERE l.${q(RANK)} = 1`,
+    `CREATE TEMP TABLE ${q(stage)} AS ${mergeWritesSelect(t, o, true)}`,
     ...applyStageSql(t, {
       stages: { events: stage, writes: stage },
       key: o.key,
@@ -900,6 +922,53 @@ export function mergeSql(t: WarehouseTable, o: MergeSqlOptions): string[] {
   );
   out.push(`DELETE FROM ${qualified(t.schema, t.delta)}`);
   out.push(`DROP TABLE ${q(stage)}`);
+  return out;
+}
+
+/**
+ * Whether the base holds anything the merge reads (one row per table that is not empty): the
+ * mirror, the changelog and, when they exist, the deleted keys and the truncations. No row back
+ * means the base is empty and `mergeIntoEmptySql` leaves what `mergeSql` would. Portable: `LIMIT`
+ * in a derived table, `UNION ALL`.
+ */
+export function baseRowsSql(t: WarehouseTable, guards: OverlayGuards): string {
+  const one = (name: string): string => `SELECT '${name}' AS ${quoteIdent(CdcColumn.KIND)} FROM (SELECT 1 AS x FROM ${qualified(t.schema, name)} LIMIT 1) ${quoteIdent(`b_${name}`)}`;
+  return [t.mirror, t.changelog, ...(guards.deletedKeys ? [t.deletedKeys] : []), ...(guards.truncations ? [t.truncations] : [])].map(one).join(' UNION ALL ');
+}
+
+/**
+ * The merge into an EMPTY base (a rebuild's fresh shadow, docs/rebuild.md): what `mergeSql` leaves
+ * when mirror, changelog, deleted keys and truncations hold no row (`baseRowsSql` returns none,
+ * checked under the delta's lock), in fewer, cheaper statements. With nothing stored, every guard
+ * of the general merge holds for every row (no stored position, no remembered deletion, no
+ * truncate, no changelog row to skip) and its `UPDATE`s and `DELETE`s find nothing, so:
+ * 1. the mirror gets the newest delta row per key as the general merge's stage would hold it (a
+ *    delete a tombstone with the values of the key's newest live delta row below it, or NULLs;
+ *    hard mode: only the keys whose newest row is live);
+ * 2. hard mode: the deleted keys get the keys whose newest row is a delete (position, commit time,
+ *    applied-at);
+ * 3. the changelog gets the delta's distinct events (by position + key, the first delivery);
+ * 4. the delta is emptied.
+ * No temp table, no anti-joins. Same portable subset as `mergeSql` (`row_number()`, no
+ * `DISTINCT ON`). The randomized test test/adapters/merge-empty-base.test.ts compares it with
+ * `mergeSql` over random deltas in both delete modes.
+ */
+export function mergeIntoEmptySql(t: WarehouseTable, o: MergeSqlOptions): string[] {
+  const q = quoteIdent;
+  const pos = q(CdcColumn.POSITION);
+  const out = [`INSERT INTO ${qualified(t.schema, t.mirror)} (${cols(o.mirrorColumns)}) SELECT ${cols(o.mirrorColumns, 'w.')} FROM (${mergeWritesSelect(t, o, false, !o.hard)}) w`];
+  if (o.hard) {
+    const dkCols = [...o.key, CdcColumn.POSITION, CdcColumn.DELETED_AT, CdcColumn.APPLIED_AT];
+    out.push(
+      `INSERT INTO ${qualified(t.schema, t.deletedKeys)} (${cols(dkCols)}) SELECT ${cols(o.key, 'l.')}, l.${pos}, l.${q(CdcColumn.COMMIT_TS)}, l.${q(CdcColumn.APPLIED_AT)} ` +
+        `FROM (${rankedDelta(t, o.key, 'd.*', '')}) l WHERE l.${q(RANK)} = 1 AND l.${q(CdcColumn.OP)} = 'delete'`,
+    );
+  }
+  out.push(
+    `INSERT INTO ${qualified(t.schema, t.changelog)} (${cols(o.changelogColumns)}) SELECT ${cols(o.changelogColumns, 'e.')} FROM (SELECT d.*, row_number() OVER (PARTITION BY d.${pos}, ${cols(o.key, 'd.')} ORDER BY d.${q(CdcColumn.APPLIED_AT)}) AS ${q(RANK)} ` +
+      `FROM ${qualified(t.schema, t.delta)} d) e WHERE e.${q(RANK)} = 1`,
+  );
+  out.push(`DELETE FROM ${qualified(t.schema, t.delta)}`);
   return out;
 }
 

@@ -6,8 +6,9 @@
  * as long as it needs, in Lambda-sized pieces, and a crashed invocation loses at most the chunk
  * it was reading).
  *
- * Chunk rows go to the raw stream as `cdc-slot/1` records with op `snapshot`; the normalizer
- * registers, versions and validates them like every other record.
+ * Chunk rows go to the raw stream as packed `cdc-slot/1` records with op `snapshot` (many rows
+ * per record, lambda/core/slot-record.ts, docs/snapshot.md "Packed records"); the normalizer
+ * expands them and registers, versions and validates each row like every other record.
  *
  * Configuration (environment): `CDC_SOURCE_ID`, `CDC_TABLE_CONFIG`, `CDC_CONTROL_TABLE`,
  * `CDC_RAW_STREAM`, `CDC_SOURCE_URL` or `CDC_SOURCE_SECRET_ARN`, optional
@@ -32,11 +33,10 @@ import { CloudWatchClient } from '@aws-sdk/client-cloudwatch';
 import { sourceConnectionConfig } from '../adapters/source-postgres.ts';
 import type { ControlPlane } from '../core/control-plane.ts';
 import { CdcError } from '../core/errors.ts';
-import { encodeChunkRecords, snapshotPartitionKey, type SnapshotState } from '../core/snapshot.ts';
+import { snapshotStreamRecords, type SnapshotRawRecord, type SnapshotState } from '../core/snapshot.ts';
 import { publishCatalogTypes, type DescribeTable } from '../core/catalog-types.ts';
 import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, type PressureReading, type SourceBudget } from '../core/snapshot-pacer.ts';
 import { planSnapshots, runPendingSnapshots, type RunOutcome, type SnapshotMetrics, type SnapshotReader } from '../core/snapshot-worker.ts';
-import type { SlotRecord } from '../core/slot-record.ts';
 import { parseTableConfig, parseTableRules, TableConfigIndex, type TableConfig, type TableRule } from '../core/table-config.ts';
 import { scanTables, type DiscoveryRecord } from '../core/discovery.ts';
 import type { TableFact } from '../core/doctor.ts';
@@ -94,7 +94,7 @@ export interface SnapshotWorkerDeps {
   discovery?: { rules: readonly TableRule[]; declared: ReadonlySet<string>; listTables(): Promise<string[]>; tableFact(table: string, key: string[] | null): Promise<TableFact>; user(): Promise<string> };
   control: ControlPlane;
   reader: SnapshotReader;
-  publish: (records: SlotRecord[]) => Promise<void>;
+  publish: (records: SnapshotRawRecord[]) => Promise<void>;
   budget: SourceBudget;
   pressure?: { calibrate(): Promise<unknown>; read(): Promise<PressureReading> };
   metrics: Metrics;
@@ -224,10 +224,7 @@ export async function handler(_event: unknown, context: Context): Promise<Record
       catalog: { describe: async (t) => readCatalogColumnTypes(await catalog(), t), catalogTables: [heartbeatTable] },
       control: new DynamoDbControlPlane(dynamoDbClient(endpoint), env(EnvName.CONTROL_TABLE)),
       reader,
-      publish: (records) => {
-        const data = encodeChunkRecords(records);
-        return log.publishEncoded(records.map((r, i) => ({ partitionKey: snapshotPartitionKey(r, sha), data: Buffer.from(data[i]!, 'utf8'), label: `${r.source}/${r.table}@snapshot` })));
-      },
+      publish: (records) => log.publishEncoded(snapshotStreamRecords(records, sha).map((r) => ({ ...r, data: Buffer.from(r.data, 'utf8') }))),
       budget: parseBudget(process.env[EnvName.SNAPSHOT_BUDGET]),
       pressure,
       metrics: new Metrics({ namespace: process.env[EnvName.POWERTOOLS_METRICS_NAMESPACE] ?? METRICS_NAMESPACE, serviceName: SERVICE }),

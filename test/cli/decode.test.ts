@@ -90,6 +90,20 @@ describe('cdc decode', () => {
     expect(out[7]).toMatchObject({ table: 'public.demo', op: 'snapshot', key: { id: 393 }, source: 'orders' });
   });
 
+  it('shows a packed snapshot record as one event per row, next to a per-row one; a malformed row is reported with its index and column, exit 1', async () => {
+    const shared = { format: 'cdc-slot/1', source: 'orders', xid: '0', commitLsn: '0/16B3747', commitTs: '2026-12-01T00:00:00.000000Z', index: 4294967295, table: 'public.p', op: 'snapshot', key: ['id'] };
+    const packed = { ...shared, columns: [{ name: 'id', type: 'integer' }, { name: 'v', type: 'text' }], rows: [[1, 'a'], [2, null], [3, 'c']] };
+    const perRow = { ...shared, columns: [{ name: 'id', type: 'integer', value: 4 }, { name: 'v', type: 'text', value: 'd' }], oldKey: null, unchanged: [] };
+    const broken = { ...packed, rows: [[5, 'e'], [6, { bad: 1 }, 'extra']] };
+    const r = await cdc(['decode', '--quiet'], [packed, perRow, broken].map((x) => JSON.stringify(x)).join('\n'));
+    expect(r.code).toBe(1);
+    const out = events(r.stdout);
+    expect(out.map((e) => [e.op, e.key, e.after, e.capture, e.position])).toEqual(
+      [[1, 'a'], [2, null], [3, 'c'], [4, 'd']].map(([id, v]) => ['snapshot', { id }, { id, v }, 'snapshot', '00000000016b3747ffffffff']),
+    );
+    expect(r.stderr).toMatch(/^line 3: .*rows\[1\].*3 values for 2 columns/m);
+  });
+
   it('learns a key from a before image seen earlier in the input', async () => {
     const lines = readFileSync(path.join(root, 'test', 'fixtures', 'dms', 'postgres-cdc.jsonl'), 'utf8');
     const [, update, del] = lines.trim().split('\n');

@@ -12,8 +12,20 @@ import { makePosition } from '../../lambda/core/position.ts';
 import { maskValue, NO_COLUMN_RULES } from '../../lambda/core/masking.ts';
 import { decodeSlotRecord } from '../../lambda/core/slot-decoder.ts';
 import { validateTableConfig } from '../../lambda/core/table-config.ts';
-import type { SlotRecord } from '../../lambda/core/slot-record.ts';
+import { isPackedSlotRecord, packedRowRecord, validatePackedHeader, validateSlotRecord, type SlotRecord } from '../../lambda/core/slot-record.ts';
+import { parseJsonExact } from '../../lambda/core/json-exact.ts';
+import type { SnapshotRawRecord } from '../../lambda/core/snapshot.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
+
+/** The rows of published records, each as the per-row record it stands for (a packed record's rows in order; the sweep as it is). */
+function perRow(records: readonly SnapshotRawRecord[]): SlotRecord[] {
+  return records.flatMap((raw) => {
+    const parsed = parseJsonExact(raw.data);
+    if (!isPackedSlotRecord(parsed)) return [validateSlotRecord(parsed)];
+    const p = validatePackedHeader(parsed);
+    return p.rows.map((_, i) => packedRowRecord(p, i));
+  });
+}
 
 const SHAPE: SnapshotTableShape = {
   table: 'public.t',
@@ -229,7 +241,7 @@ describe('requests, runs and resume', () => {
     await requestSnapshot(control, { source: 's', table: 'public.t', reason: 'initial', actor: 'planner' });
     const published: SlotRecord[][] = [];
     const reader = memoryReader(rows, 3);
-    const run = (r: SnapshotReader) => runTableSnapshot({ control, reader: r, publish: async (recs) => void published.push(recs), pacer: fixed, source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w1' });
+    const run = (r: SnapshotReader) => runTableSnapshot({ control, reader: r, publish: async (recs) => void published.push(perRow(recs)), pacer: fixed, source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w1' });
     await expect(run(reader)).rejects.toThrow('connection lost');
     let s = (await control.getSnapshot('s', 'public.t'))!;
     expect([s.status, s.chunksDone, s.rowsDone, s.cursor]).toEqual(['running', 2, 10, ['10']]);
@@ -263,7 +275,7 @@ describe('requests, runs and resume', () => {
       },
     });
     const run = (r: SnapshotReader) =>
-      runTableSnapshot({ control, reader: r, publish: async (recs) => void events.push(`publish ${recs[0]!.columns![0]!.value}`), pacer: new FixedPacer(5), source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w1' });
+      runTableSnapshot({ control, reader: r, publish: async (recs) => void events.push(`publish ${perRow(recs)[0]!.columns![0]!.value}`), pacer: new FixedPacer(5), source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w1' });
     await expect(run(traced(memoryReader(rows, 3)))).rejects.toThrow('connection lost');
     expect(events).toEqual(['read after -', 'read after 5', 'publish 1', 'read after 10', 'publish 6']);
     let s = (await control.getSnapshot('s', 'public.t'))!;
@@ -295,7 +307,8 @@ describe('requests, runs and resume', () => {
     // The last chunk fails once after its records were published: the retry publishes the sweep again, at the same position.
     const published: SlotRecord[][] = [];
     let failOnce = true;
-    const publish = async (recs: SlotRecord[]) => {
+    const publish = async (raw: SnapshotRawRecord[]) => {
+      const recs = perRow(raw);
       published.push(recs);
       if (recs.some((r) => r.op === 'truncate') && failOnce) {
         failOnce = false;
@@ -324,7 +337,7 @@ describe('requests, runs and resume', () => {
     const control = new MemoryControlPlane();
     await requestSnapshot(control, { source: 's', table: 'public.t', reason: 'initial', actor: 'planner' });
     const published: SlotRecord[] = [];
-    expect(await runTableSnapshot({ control, reader: memoryReader(rows), publish: async (recs) => void published.push(...recs), pacer: fixed, source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w' })).toBe('done');
+    expect(await runTableSnapshot({ control, reader: memoryReader(rows), publish: async (recs) => void published.push(...perRow(recs)), pacer: fixed, source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w' })).toBe('done');
     expect(published.filter((r) => r.op !== 'snapshot')).toEqual([]);
     expect(published).toHaveLength(23);
   });

@@ -62,6 +62,18 @@ describe('test_decoding lines (text only)', () => {
     });
   });
 
+  it('carries a whole float of 2^53 or more as its text, so the event keeps it instead of refusing it as an integer that lost digits', () => {
+    const line = `table public.t: INSERT: id[integer]:1 f[double precision]:1e+20 g[real]:3.4028235e+38 h[double precision]:9007199254740991 i[double precision]:-1.5e+300 j[real]:1.5`;
+    const r = parseTestDecodingLine(line);
+    if (r.kind !== 'change') throw new Error('expected a change');
+    const values = Object.fromEntries(r.change.columns!.map((col) => [col.name, col.value]));
+    // 2^53 - 1 is still an exact integer number; 1.5 is a fraction; the others are whole numbers beyond 2^53.
+    expect(values).toEqual({ id: 1, f: '1e+20', g: '3.4028235e+38', h: 9007199254740991, i: '-1.5e+300', j: 1.5 });
+    const event = { v: 1, source: 's', table: 'public.t', op: 'insert', key: { id: 1 }, after: values, before: null, position: makePosition('0/10', 0), commitTs: '2026-12-01T00:00:00.000000Z', capture: 'slot', schemaVersion: 1 };
+    expect(() => validateChangeEvent(event)).not.toThrow();
+    expect(() => validateChangeEvent({ ...event, after: { ...values, g: 3.4028235e38 } })).toThrow(/after\.g: integer .* is beyond 2\^53/);
+  });
+
   it('is not fooled by section keywords inside values or quoted names', () => {
     const r = parseTestDecodingLine(`table "my ""s"".x"."T: 1": UPDATE: old-key: "new-tuple:"[text]:' new-tuple: k[text]:''x''' new-tuple: "new-tuple:"[text]:'b' "x y"[text]:unchanged-toast-datum`);
     expect(r).toEqual({

@@ -42,6 +42,8 @@ import {
   lockDeltaSql,
   deltaStatsSql,
   mergeSql,
+  mergeIntoEmptySql,
+  baseRowsSql,
   redshiftCopySql,
   csvBody,
 } from '../../lambda/core/warehouse-sql.ts';
@@ -198,6 +200,9 @@ describe('SQL text', () => {
     lockDeltaSql(t, 'redshift'),
     deltaStatsSql(t),
     ...mergeSql(t, { key: ['id'], mirrorColumns, changelogColumns: ['_cdc_position', '_cdc_op', 'id', 'status', 'amount'], hard, deletedKeys: hard, truncations: true }),
+    // The merge into an empty base (a rebuild's fresh shadow) and its check.
+    baseRowsSql(t, { deletedKeys: hard, truncations: true }),
+    ...mergeIntoEmptySql(t, { key: ['id'], mirrorColumns, changelogColumns: ['_cdc_position', '_cdc_op', 'id', 'status', 'amount'], hard, deletedKeys: hard, truncations: true }),
   ];
 
   it('uses only what PostgreSQL and Redshift both accept (except the PostgreSQL-only occasional stage TRUNCATE)', () => {

@@ -19,7 +19,7 @@ import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import type { TableConfig } from '../../lambda/core/table-config.ts';
 import { NO_COLUMN_RULES } from '../../lambda/core/masking.ts';
 import { PostgresSnapshotReader } from '../../lambda/adapters/snapshot-postgres.ts';
-import { encodeChunkRecords, snapshotPartitionKey, sweepPosition } from '../../lambda/core/snapshot.ts';
+import { snapshotStreamRecords, sweepPosition } from '../../lambda/core/snapshot.ts';
 import { FixedPacer } from '../../lambda/core/snapshot-pacer.ts';
 import { requestSnapshot, runTableSnapshot, type SnapshotReader } from '../../lambda/core/snapshot-worker.ts';
 import { slotPipeline } from './slot-pipeline.ts';
@@ -70,10 +70,7 @@ describe('re-snapshot after a gap, into the warehouse', () => {
         const outcome = await runTableSnapshot({
           control: p.control,
           reader: withWorkload,
-          publish: async (records) => {
-            const data = encodeChunkRecords(records);
-            await p.publishRaw(records.map((r, i) => ({ partitionKey: snapshotPartitionKey(r, sha), data: data[i]!, label: `${r.source}/${r.table}@snapshot` })));
-          },
+          publish: async (records) => p.publishRaw(snapshotStreamRecords(records, sha)),
           pacer: new FixedPacer(15),
           source: p.id,
           table: 'public.t',
@@ -150,7 +147,7 @@ describe('re-snapshot after a gap, into the warehouse', () => {
             return read;
           },
         },
-        publish: async (records) => p.publishRaw(records.map((r) => ({ partitionKey: snapshotPartitionKey(r, sha), data: JSON.stringify(r), label: 'snapshot' }))),
+        publish: async (records) => p.publishRaw(snapshotStreamRecords(records, sha)),
         pacer: new FixedPacer(8),
         source: p.id,
         table: 'public.t',

@@ -12,7 +12,9 @@ import { transactionsToRecords } from '../../local/capture.ts';
 import { columnTypesOf } from '../../local/catalog.ts';
 import { groupTransactions, type SlotRow } from '../../lambda/core/test-decoding.ts';
 import { TableConfigIndex } from '../../lambda/core/table-config.ts';
-import { chunkRecords, cursorAfter, type KeyCursor } from '../../lambda/core/snapshot.ts';
+import { chunkRecords, cursorAfter, packChunkRecords, type KeyCursor } from '../../lambda/core/snapshot.ts';
+import { packedRowRecord, validatePackedSnapshotRecord } from '../../lambda/core/slot-record.ts';
+import { parseJsonExact } from '../../lambda/core/json-exact.ts';
 import { CANONICAL_SESSION, PostgresSnapshotReader } from '../../lambda/adapters/snapshot-postgres.ts';
 
 let cluster: PostgresCluster;
@@ -69,6 +71,12 @@ describe('snapshot reader (real PostgreSQL)', () => {
       expect(snap.map((r) => JSON.stringify(r.columns))).toEqual(captured.map((r) => JSON.stringify(r.columns)));
       expect(JSON.stringify(snap[0]!.columns)).not.toContain('person@example.com');
       expect(snap[0]!.columns!.some((c) => c.name === 'secret')).toBe(false);
+      // The packed records the worker publishes carry the same values, row for row (docs/snapshot.md, "Packed records").
+      const packed = packChunkRecords('src', shape, read, rules).flatMap((r) => {
+        const p = validatePackedSnapshotRecord(parseJsonExact(r.data));
+        return p.rows.map((_, i) => packedRowRecord(p, i));
+      });
+      expect(packed.map((r) => JSON.stringify(r.columns))).toEqual(captured.map((r) => JSON.stringify(r.columns)));
       expect(CANONICAL_SESSION).toContain("TimeZone = 'UTC'");
     } finally {
       await reader.close();

@@ -7,7 +7,8 @@
  * also hold a transaction in the commit/visibility gap (its commit record is in the WAL, it is
  * not yet visible: a synchronous commit waiting for a standby that does not exist) and release it
  * at a random moment. The stream is the real logical slot (test_decoding) turned into records by
- * the capture's own `transactionsToRecords`; the chunks become records by `chunkRecords`; both are
+ * the capture's own `transactionsToRecords`; the chunks become the packed records the worker
+ * publishes (`packChunkRecords`, a random byte budget so a chunk spans several records); both are
  * decoded by the real slot decoder. Every event is then delivered in a random order to a sink
  * that keeps invariant 2's rule (a write whose position is not higher than the stored one for the
  * key changes nothing; deletes leave a tombstone at their position). The sink must equal the
@@ -31,7 +32,8 @@ import { groupTransactions, type SlotRow } from '../../lambda/core/test-decoding
 import { TableConfigIndex } from '../../lambda/core/table-config.ts';
 import { decodeSlotRecord } from '../../lambda/core/slot-decoder.ts';
 import { keyText, type Row } from '../../lambda/core/event.ts';
-import { chunkRecords, cursorAfter, sweepRecord, type KeyCursor } from '../../lambda/core/snapshot.ts';
+import { chunkRecords, cursorAfter, packChunkRecords, sweepRecord, type KeyCursor } from '../../lambda/core/snapshot.ts';
+import { parseJsonExact } from '../../lambda/core/json-exact.ts';
 import { NO_COLUMN_RULES } from '../../lambda/core/masking.ts';
 import { PostgresSnapshotReader } from '../../lambda/adapters/snapshot-postgres.ts';
 import type { SlotRecord } from '../../lambda/core/slot-record.ts';
@@ -246,7 +248,12 @@ describe('snapshot stitching (real PostgreSQL)', () => {
           const read = await reader.readChunk(shape, cursor, limit);
           chunksRead++;
           firstLowWatermark ??= read.lowWatermark;
-          for (const rec of chunkRecords(SOURCE, shape, read, NO_COLUMN_RULES)) snapshotEvents.push(...decodeEvents(rec));
+          // As the worker publishes them: packed, several records per chunk (docs/snapshot.md, "Packed records").
+          for (const rec of packChunkRecords(SOURCE, shape, read, NO_COLUMN_RULES, 200 + Math.floor(rand() * 2000))) {
+            const d = decodeSlotRecord(parseJsonExact(rec.data));
+            if (d.kind !== 'changes') throw new Error(`unexpected ${d.kind}`);
+            snapshotEvents.push(...d.changes);
+          }
           cursor = cursorAfter(shape, read.rows) ?? cursor;
           if (read.rows.length < limit) {
             if (resnapshot) snapshotEvents.push(...decodeEvents(sweepRecord(SOURCE, table, firstLowWatermark, read.readAt)));
