@@ -319,16 +319,8 @@ export interface PackedColumn {
 }
 
 /** One packed snapshot record: many rows of one chunk of one table (see the module comment). */
-export interface PackedSnapshotRecord {
-  format: typeof SLOT_RECORD_FORMAT;
-  source: string;
-  xid: string;
-  commitLsn: string;
-  commitTs: string;
-  index: number;
-  table: string;
+export interface PackedSnapshotRecord extends Pick<SlotRecord, 'format' | 'source' | 'xid' | 'commitLsn' | 'commitTs' | 'index' | 'table' | 'key'> {
   op: 'snapshot';
-  key: string[];
   columns: PackedColumn[];
   rows: JsonValue[][];
 }
