@@ -74,8 +74,13 @@ describe('cdc pause / resume / audit against a running cdc local', () => {
       await app.query("INSERT INTO kept SELECT g, 'k0' FROM generate_series(1, 20) g; INSERT INTO held SELECT g, 'h0', 'x' || g FROM generate_series(1, 20) g");
       await until('both tables in the warehouse', async () => (await level('kept')) && (await level('held')), 60_000);
 
-      // Pause one table for 10 minutes: accepted.
-      const pause = await cdc('pause', 'public.held', '--for', '10m', '--reason', 'e2e: hold while the other flows');
+      // Pause one table for 10 minutes: accepted once the table's initial snapshot is done (while
+      // it runs, a pause is refused SNAPSHOT_RUNNING, exit 3, and nothing changes: asked again).
+      let pause = await cdc('pause', 'public.held', '--for', '10m', '--reason', 'e2e: hold while the other flows');
+      await until('the snapshot of public.held to end, so the pause is accepted', async () => {
+        if (pause.code === 3 && pause.err.includes('SNAPSHOT_RUNNING')) pause = await cdc('pause', 'public.held', '--for', '10m', '--reason', 'e2e: hold while the other flows');
+        return !(pause.code === 3 && pause.err.includes('SNAPSHOT_RUNNING'));
+      }, 60_000);
       expect(pause.code, pause.err).toBe(0);
       expect(pause.out).toContain('app/public.held paused until');
       const heldBefore = await warehouseRows('held');
