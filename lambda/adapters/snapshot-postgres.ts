@@ -17,7 +17,7 @@
  */
 import pg from 'pg';
 import { to as copyTo } from 'pg-copy-streams';
-import { chunkCopyQuery, parseCopyText, SnapshotFenceTimeoutError, SnapshotTableError, type ChunkRead, type KeyCursor, type SnapshotColumn, type SnapshotTableShape } from '../core/snapshot.ts';
+import { chunkCopyQuery, copyChunkRead, SnapshotFenceTimeoutError, SnapshotTableError, type ChunkRead, type KeyCursor, type SnapshotColumn, type SnapshotTableShape } from '../core/snapshot.ts';
 import type { PressureReading } from '../core/snapshot-pacer.ts';
 import { splitTableId } from '../core/identifiers.ts';
 import { PRIMARY_KEY_COLUMNS_SQL } from './source-facts-pg.ts';
@@ -193,17 +193,22 @@ export class PostgresSnapshotReader implements SnapshotReader, PollReader {
       const parts: Buffer[] = [];
       for await (const part of read.query(copyTo(sql))) parts.push(part as Buffer);
       await read.query('COMMIT');
-      return {
-        lowWatermark: f.lowWatermark,
-        fenceXid: f.xid,
-        rows: parseCopyText(Buffer.concat(parts).toString('utf8'), shape.columns.length, `${shape.table} chunk`),
-        readAt: at.rows[0]!.at,
-        fenceWaitMs,
-        readMs: performance.now() - t0,
-        fromReplica: Boolean(at.rows[0]!.replica),
-        replayLsn: at.rows[0]!.replica ? at.rows[0]!.replay : null,
-        replicaLagMs: at.rows[0]!.replica && at.rows[0]!.lag !== null ? Math.max(0, Number(at.rows[0]!.lag)) : null,
-      };
+      // The rows stay COPY text: the worker packs them from it in one pass (lambda/core/snapshot.ts, `packChunkRecords`).
+      return copyChunkRead(
+        {
+          lowWatermark: f.lowWatermark,
+          fenceXid: f.xid,
+          readAt: at.rows[0]!.at,
+          fenceWaitMs,
+          readMs: performance.now() - t0,
+          fromReplica: Boolean(at.rows[0]!.replica),
+          replayLsn: at.rows[0]!.replica ? at.rows[0]!.replay : null,
+          replicaLagMs: at.rows[0]!.replica && at.rows[0]!.lag !== null ? Math.max(0, Number(at.rows[0]!.lag)) : null,
+        },
+        Buffer.concat(parts).toString('utf8'),
+        shape.columns.length,
+        `${shape.table} chunk`,
+      );
     } catch (e) {
       await read.query('ROLLBACK').catch(() => undefined);
       throw e;
