@@ -633,6 +633,8 @@ function packParsedRows(plan: PackPlan, rows: readonly (readonly (string | null)
 
 /** A whole integer as PostgreSQL prints it whose JSON number is the same text (≤ 15 digits: a safe integer; no `-0`, no leading zero). */
 const JSON_SAME_INTEGER = /^(?:0|-?[1-9][0-9]{0,14})$/;
+/** A decimal as PostgreSQL prints a numeric, which `unquotedLiteralValue` returns as it is. */
+const PLAIN_DECIMAL = /^-?[0-9]+(?:\.[0-9]+)?$/;
 /** A character that JSON.stringify would escape (or a surrogate, which it may), or a COPY escape. */
 const NOT_PLAIN_JSON = /["\\\u0000-\u001f\ud800-\udfff]/;
 
@@ -652,6 +654,8 @@ function fieldEncoder(plan: PackPlan, j: number): ((field: string) => string) | 
   if (column.typeOid === BOOL) return (field) => (field === 't' ? 'true' : 'false');
   if (UNQUOTED.has(column.typeOid)) {
     if (column.type === 'smallint' || column.type === 'integer' || column.type === 'oid' || column.type === 'bigint') return (field) => (JSON_SAME_INTEGER.test(field) ? field : reference(field));
+    // A numeric is its text (`unquotedLiteralValue`); a plain decimal needs no JSON escape.
+    if (column.type === 'numeric') return (field) => (PLAIN_DECIMAL.test(field) ? `"${field}"` : reference(field));
     return reference;
   }
   // A type the capture passes through as text: a field with nothing to unescape or escape is its own JSON string.
