@@ -17,7 +17,7 @@
  */
 import pg from 'pg';
 import { to as copyTo } from 'pg-copy-streams';
-import { chunkCopyQuery, parseCopyText, SnapshotFenceTimeoutError, SnapshotTableError, type ChunkRead, type KeyCursor, type SnapshotColumn, type SnapshotTableShape } from '../core/snapshot.ts';
+import { chunkCopyQuery, copyChunkRead, SnapshotFenceTimeoutError, SnapshotTableError, type ChunkRead, type KeyCursor, type SnapshotColumn, type SnapshotTableShape } from '../core/snapshot.ts';
 import type { PressureReading } from '../core/snapshot-pacer.ts';
 import { splitTableId } from '../core/identifiers.ts';
 import { PRIMARY_KEY_COLUMNS_SQL } from './source-facts-pg.ts';
@@ -42,6 +42,16 @@ export interface PostgresSnapshotReaderOptions {
   /** Called with each fence commit's latency (ms): the pressure probe's samples. */
   onProbe?: (ms: number) => void;
   applicationName?: string;
+}
+
+/**
+ * Runs a multi-statement simple query (`BEGIN; SELECT …; …`: one round trip, the statements in
+ * order) and returns the result of each statement after the first, in order.
+ */
+async function multi<R extends object[]>(c: pg.Client, text: string): Promise<{ [K in keyof R]: pg.QueryResult<R[K] & pg.QueryResultRow> }> {
+  const results = (await c.query(text)) as unknown as pg.QueryResult[];
+  if (!Array.isArray(results)) throw new Error(`expected one result per statement of a multi-statement query, got one result`);
+  return results.slice(1) as never;
 }
 
 function sleep(ms: number): Promise<void> {
@@ -129,15 +139,17 @@ export class PostgresSnapshotReader implements SnapshotReader, PollReader {
     }
   }
 
-  /** Step 1 of the fence: L0 then X, in one committed transaction. Its commit latency is a probe write. */
+  /**
+   * Step 1 of the fence: L0 then X, in one committed transaction, sent as one multi-statement
+   * query (one round trip; the server runs the statements in order, so L0 is read before X is
+   * assigned). Its latency (one round trip carrying a committed write) is a probe sample, the
+   * same shape as `PostgresPressureProbe`'s own probes.
+   */
   async fence(): Promise<{ lowWatermark: string; xid: string }> {
     const { primary } = await this.clients();
     const t0 = performance.now();
-    await primary.query('BEGIN');
     try {
-      const l0 = await primary.query<{ l0: string }>('SELECT pg_current_wal_insert_lsn()::text AS l0');
-      const x = await primary.query<{ x: string }>('SELECT pg_current_xact_id()::text AS x');
-      await primary.query('COMMIT');
+      const [l0, x] = await multi<[{ l0: string }, { x: string }]>(primary, 'BEGIN; SELECT pg_current_wal_insert_lsn()::text AS l0; SELECT pg_current_xact_id()::text AS x; COMMIT');
       this.o.onProbe?.(performance.now() - t0);
       return { lowWatermark: l0.rows[0]!.l0, xid: x.rows[0]!.x };
     } catch (e) {
@@ -182,28 +194,35 @@ export class PostgresSnapshotReader implements SnapshotReader, PollReader {
     const { read } = await this.clients();
     const sql = chunkCopyQuery(shape, startAfter, limit);
     const t0 = performance.now();
-    await read.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
     try {
-      // The transaction's snapshot is taken by its first statement: this one, after the fence.
-      const at = await read.query<{ at: string; replica: boolean; replay: string | null; lag: string | null }>({
-        text: `SELECT to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at, pg_is_in_recovery() AS replica,
-                      pg_last_wal_replay_lsn()::text AS replay,
-                      CASE WHEN pg_is_in_recovery() THEN round(extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1000)::text END AS lag`,
-      });
+      // The transaction's snapshot is taken by its first statement: the SELECT, after the fence
+      // (BEGIN and it go in one round trip).
+      const [at] = await multi<[{ at: string; replica: boolean; replay: string | null; lag: string | null }]>(
+        read,
+        `BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;
+         SELECT to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at, pg_is_in_recovery() AS replica,
+                pg_last_wal_replay_lsn()::text AS replay,
+                CASE WHEN pg_is_in_recovery() THEN round(extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1000)::text END AS lag`,
+      );
       const parts: Buffer[] = [];
       for await (const part of read.query(copyTo(sql))) parts.push(part as Buffer);
       await read.query('COMMIT');
-      return {
-        lowWatermark: f.lowWatermark,
-        fenceXid: f.xid,
-        rows: parseCopyText(Buffer.concat(parts).toString('utf8'), shape.columns.length, `${shape.table} chunk`),
-        readAt: at.rows[0]!.at,
-        fenceWaitMs,
-        readMs: performance.now() - t0,
-        fromReplica: Boolean(at.rows[0]!.replica),
-        replayLsn: at.rows[0]!.replica ? at.rows[0]!.replay : null,
-        replicaLagMs: at.rows[0]!.replica && at.rows[0]!.lag !== null ? Math.max(0, Number(at.rows[0]!.lag)) : null,
-      };
+      // The rows stay COPY text: the worker packs them from it in one pass (lambda/core/snapshot.ts, `packChunkRecords`).
+      return copyChunkRead(
+        {
+          lowWatermark: f.lowWatermark,
+          fenceXid: f.xid,
+          readAt: at.rows[0]!.at,
+          fenceWaitMs,
+          readMs: performance.now() - t0,
+          fromReplica: Boolean(at.rows[0]!.replica),
+          replayLsn: at.rows[0]!.replica ? at.rows[0]!.replay : null,
+          replicaLagMs: at.rows[0]!.replica && at.rows[0]!.lag !== null ? Math.max(0, Number(at.rows[0]!.lag)) : null,
+        },
+        Buffer.concat(parts).toString('utf8'),
+        shape.columns.length,
+        `${shape.table} chunk`,
+      );
     } catch (e) {
       await read.query('ROLLBACK').catch(() => undefined);
       throw e;
@@ -226,11 +245,15 @@ export class PostgresPressureProbe {
     private readonly window = 50,
   ) {}
 
+  /** One probe write: a committed transaction that assigns a transaction id, in one round trip (the shape of a fence's commit). */
   private async probeOnce(c: pg.Client): Promise<number> {
     const t0 = performance.now();
-    await c.query('BEGIN');
-    await c.query('SELECT pg_current_xact_id()');
-    await c.query('COMMIT');
+    try {
+      await multi(c, 'BEGIN; SELECT pg_current_xact_id(); COMMIT');
+    } catch (e) {
+      await c.query('ROLLBACK').catch(() => undefined);
+      throw e;
+    }
     return performance.now() - t0;
   }
 

@@ -18,9 +18,10 @@ import type { Pacer, PressureReading } from './snapshot-pacer.ts';
 import { parseLsn, type Position } from './position.ts';
 import {
   afterChunk,
-  packChunkRecords,
+  packChunkSteps,
   snapshotRawRecord,
-  cursorAfter,
+  chunkEndKey,
+  chunkRowCount,
   newSnapshotState,
   snapshotPending,
   snapshotPosition,
@@ -132,11 +133,14 @@ export interface RunTableSnapshotOptions {
   sleep?: (ms: number) => Promise<void>;
   /** Called after every state write (live status). */
   onState?: (state: SnapshotState) => void;
+  /** Awaited between the steps of packing a chunk, to let pending I/O run (the read ahead). @default a `setImmediate` turn of the event loop */
+  yieldToIo?: () => Promise<void>;
 }
 
 export type RunOutcome = 'done' | 'more' | 'nothing-to-do' | 'busy' | 'lost-lease' | 'stopped';
 
 const defaultSleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+const defaultYieldToIo = () => new Promise<void>((r) => setImmediate(r));
 
 /**
  * Runs (or resumes) the table's requested or running snapshot until it is done, `maxChunks` were
@@ -147,6 +151,7 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
   const now = o.now ?? (() => new Date());
   const sleep = o.sleep ?? defaultSleep;
   const leaseMs = o.leaseMs ?? 60_000;
+  const yieldToIo = o.yieldToIo ?? defaultYieldToIo;
   let state = await o.control.getSnapshot(o.source, o.table);
   if (!snapshotPending(state)) return 'nothing-to-do';
   const t = now();
@@ -214,15 +219,24 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
         read = await o.reader.readChunk(shape, state!.cursor, limit);
       }
       ahead = null;
-      const finished = read.rows.length < limit;
-      const endKey = cursorAfter(shape, read.rows);
+      // Counted and keyed without parsing the rows when the read has them as COPY text.
+      const rowCount = chunkRowCount(read);
+      const finished = rowCount < limit;
+      const endKey = chunkEndKey(shape, read);
       if (!finished && decision.readAhead && (o.maxChunks === undefined || chunks + 1 < o.maxChunks)) {
         const r = o.reader.readChunk(shape, endKey, decision.chunkSize);
         r.catch(() => undefined); // awaited (and its error thrown) when used
         ahead = { after: keyOf(endKey), limit: decision.chunkSize, read: r };
       }
-      // The chunk's rows as packed records (docs/snapshot.md, "Packed records").
-      const records = packChunkRecords(o.source, shape, read, o.rules, o.recordBudget);
+      // The chunk's rows as packed records (docs/snapshot.md, "Packed records"), packed in steps
+      // with a pause after each, in which the read ahead makes progress (docs/performance.md §17).
+      const steps = packChunkSteps(o.source, shape, read, o.rules, o.recordBudget);
+      let step = steps.next();
+      while (!step.done) {
+        await yieldToIo();
+        step = steps.next();
+      }
+      const records = step.value;
       // A re-snapshot's last chunk carries the sweep (docs/snapshot.md, "Re-snapshot"), published
       // with it before the run is recorded done: a crash before that publishes it again, at the
       // same position (a replayed truncate changes nothing).
@@ -239,7 +253,7 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
         index: state!.chunksDone,
         startAfter: state!.cursor,
         endKey,
-        rows: read.rows.length,
+        rows: rowCount,
         lowWatermark: read.lowWatermark,
         fenceXid: read.fenceXid,
         position: snapshotPosition(read.lowWatermark),
@@ -266,7 +280,7 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
         return 'done';
       }
       const pressure = o.pressure ? await o.pressure() : null;
-      o.pacer.record({ rows: read.rows.length, readMs: read.readMs, busyMs: performance.now() - started, pressure });
+      o.pacer.record({ rows: rowCount, readMs: read.readMs, busyMs: performance.now() - started, pressure });
     }
   } finally {
     await settle();

@@ -187,6 +187,41 @@ export function parseCopyText(text: string, columns: number, what = 'COPY output
   return out;
 }
 
+/**
+ * A chunk read whose rows are `text`, COPY text-format output of `columns` fields per row:
+ * `copyText` is the text and `rows` is parsed from it (`parseCopyText`, errors named `what`)
+ * the first time it is read, then kept. Throws now if the text is not whole lines.
+ */
+export function copyChunkRead(read: Omit<ChunkRead, 'rows' | 'copyText'>, text: string, columns: number, what: string): ChunkRead {
+  if (text !== '' && !text.endsWith('\n')) throw new CdcError('INVALID_ARGUMENT', `${what}: does not end with a newline (truncated?)`);
+  let rows: (string | null)[][] | null = null;
+  return {
+    ...read,
+    copyText: text,
+    get rows() {
+      return (rows ??= parseCopyText(text, columns, what));
+    },
+  };
+}
+
+/** How many rows a chunk read holds (counted in its COPY text when it has one, without parsing it). */
+export function chunkRowCount(read: Pick<ChunkRead, 'rows' | 'copyText'>): number {
+  const text = read.copyText;
+  if (text === undefined) return read.rows.length;
+  let n = 0;
+  for (let at = text.indexOf('\n'); at >= 0; at = text.indexOf('\n', at + 1)) n++;
+  return n;
+}
+
+/** `cursorAfter` of a chunk read (from the last line of its COPY text when it has one, without parsing the rest). */
+export function chunkEndKey(shape: SnapshotTableShape, read: Pick<ChunkRead, 'rows' | 'copyText'>): KeyCursor | null {
+  const text = read.copyText;
+  if (text === undefined) return cursorAfter(shape, read.rows);
+  if (text === '') return null;
+  const start = text.lastIndexOf('\n', text.length - 2) + 1;
+  return cursorAfter(shape, parseCopyText(text.slice(start), shape.columns.length, `${shape.table} chunk (last row)`));
+}
+
 /** The cursor after a chunk: the key of its last row (null for an empty chunk: nothing moved). */
 export function cursorAfter(shape: SnapshotTableShape, rows: readonly (string | null)[][]): KeyCursor | null {
   const last = rows[rows.length - 1];
@@ -306,6 +341,13 @@ export interface ChunkRead {
   fenceXid: string;
   /** Rows in key order; each value the type's output text, or null. */
   rows: (string | null)[][];
+  /**
+   * The same rows as `COPY … TO STDOUT` text-format output, when the reader streamed them that
+   * way (the Postgres reader does, `copyChunkRead`): the worker then counts, keys and packs the
+   * rows from this text directly (`chunkRowCount`, `chunkEndKey`, `packChunkRecords`), and
+   * `rows` is only parsed from it if something reads it.
+   */
+  copyText?: string;
   /** When the chunk's snapshot was taken (ISO-8601, from the source). */
   readAt: string;
   /** Time spent waiting for older transactions, and reading, ms. */
@@ -454,66 +496,224 @@ export function snapshotRawRecord(r: SlotRecord): SnapshotRawRecord {
  * `budget` bytes (a single row larger than that travels alone). The shared fields and the
  * columns are encoded once per record; per row only its values are, and no row is kept as an
  * object (building and keeping them was most of the cost, docs/performance.md §11).
+ *
+ * A read with `copyText` is packed from that text in one pass (`packCopyRows`: each field
+ * unescaped and JSON-encoded together, no per-row arrays; docs/performance.md §17); otherwise
+ * from `rows` (`packParsedRows`). Both give the same records, byte for byte
+ * (`test/core/snapshot-copy-pack.test.ts`).
  */
-export function packChunkRecords(source: string, shape: SnapshotTableShape, read: Pick<ChunkRead, 'lowWatermark' | 'rows' | 'readAt'>, rules: ColumnRules, budget: number = PACKED_RECORD_BUDGET): SnapshotRawRecord[] {
+export function packChunkRecords(source: string, shape: SnapshotTableShape, read: Pick<ChunkRead, 'lowWatermark' | 'rows' | 'readAt' | 'copyText'>, rules: ColumnRules, budget: number = PACKED_RECORD_BUDGET): SnapshotRawRecord[] {
+  const steps = packChunkSteps(source, shape, read, rules, budget);
+  for (;;) {
+    const step = steps.next();
+    if (step.done) return step.value;
+  }
+}
+
+/** How many rows of COPY text `packChunkSteps` packs between two pauses. */
+export const PACK_ROWS_PER_STEP = 1000;
+
+/**
+ * `packChunkRecords` in steps: the generator pauses (yields) after every `rowsPerStep` rows of a
+ * read with `copyText` and returns the records when done. The worker lets the next chunk's read
+ * make progress in each pause (its fence round trips and its COPY stream), so the source's COPY
+ * and Node's packing overlap instead of taking turns (docs/performance.md §17). The records are
+ * the same as `packChunkRecords` gives.
+ */
+export function* packChunkSteps(source: string, shape: SnapshotTableShape, read: Pick<ChunkRead, 'lowWatermark' | 'rows' | 'readAt' | 'copyText'>, rules: ColumnRules, budget: number = PACKED_RECORD_BUDGET, rowsPerStep: number = PACK_ROWS_PER_STEP): Generator<void, SnapshotRawRecord[], void> {
+  if (!Number.isInteger(rowsPerStep) || rowsPerStep < 1) throw new CdcError('INVALID_ARGUMENT', `rows per step must be a positive integer, got ${rowsPerStep}`);
   for (const k of shape.key) {
     if (rules.mask.includes(k) || rules.exclude.includes(k)) throw new SnapshotTableError(shape.table, `primary-key column ${k} is declared mask or exclude; keys are never masked`);
   }
+  if (read.copyText !== undefined) return read.copyText === '' ? [] : yield* packCopyRows(packPlan(source, shape, read, rules), read.copyText, budget, rowsPerStep);
   if (read.rows.length === 0) return [];
+  return packParsedRows(packPlan(source, shape, read, rules), read.rows, budget);
+}
+
+/** What packing a chunk needs besides its rows: the records' head, and per column whether and how it is published. */
+interface PackPlan {
+  source: string;
+  shape: SnapshotTableShape;
+  /** The JSON text of a record up to its first row: `{…,"rows":[`. */
+  head: string;
+  /** Its UTF-8 bytes plus the closing `]}`. */
+  headBytes: number;
+  /** Per source column in table order: its value conversion (the mask after it), or null when it is excluded. */
+  convert: (((text: string) => JsonValue) | null)[];
+  /** Per source column: whether it is masked. */
+  masked: boolean[];
+  /** The source column index of each key column, in key order. */
+  keyAt: number[];
+}
+
+/** The shared part of both packers. */
+function packPlan(source: string, shape: SnapshotTableShape, read: Pick<ChunkRead, 'lowWatermark' | 'readAt'>, rules: ColumnRules): PackPlan {
   const position = snapshotPosition(read.lowWatermark);
   const commitLsn = formatLsn(BigInt(`0x${position.slice(0, 16)}`));
   const index = Number.parseInt(position.slice(16), 16);
   // Which source columns are published, in table order, each with its conversion (and the mask after it).
-  const at: number[] = [];
-  const convert: ((text: string) => JsonValue)[] = [];
-  shape.columns.forEach((column, i) => {
-    if (rules.exclude.includes(column.name)) return;
+  const convert = shape.columns.map((column) => {
+    if (rules.exclude.includes(column.name)) return null;
     const value = valueConverter(shape, column);
-    at.push(i);
-    convert.push(rules.mask.includes(column.name) ? (text) => maskValue(value(text)) : value);
+    return rules.mask.includes(column.name) ? (text: string) => maskValue(value(text)) : value;
   });
+  const masked = shape.columns.map((c) => !rules.exclude.includes(c.name) && rules.mask.includes(c.name));
   const columns: PackedColumn[] = applyColumnRulesToColumns(
     shape.columns.map((c) => ({ name: c.name, type: c.fullType ?? c.type })),
     rules,
   );
-  const keyAt = shape.key.map((k) => columns.findIndex((c) => c.name === k));
+  const keyAt = shape.key.map((k) => shape.columns.findIndex((c) => c.name === k));
   // The shared fields go through the record-level rules like every capture record (buildSlotRecord).
   buildSlotRecord({ source, xid: '0', commitLsn, commitTs: read.readAt }, index, { table: shape.table, op: 'snapshot', columns: columns.map((c) => ({ ...c, value: null })), oldKey: null, unchanged: [] }, shape.key);
   const shared: Omit<PackedSnapshotRecord, 'rows'> = { format: SLOT_RECORD_FORMAT, source, xid: '0', commitLsn, commitTs: read.readAt, index, table: shape.table, op: 'snapshot', key: [...shape.key], columns };
   const head = `${JSON.stringify(shared).slice(0, -1)},"rows":[`;
-  const headBytes = Buffer.byteLength(head, 'utf8') + 2; // and the closing "]}"
+  return { source, shape, head, headBytes: Buffer.byteLength(head, 'utf8') + 2, convert, masked, keyAt };
+}
+
+/**
+ * Collects row texts into records of at most `budget` bytes (a row larger than that alone):
+ * `add(text, bytes, key)` takes a row's JSON text, its UTF-8 bytes and a function giving its
+ * key (called only for the first row of a record: the record's partition key).
+ */
+function recordCutter(plan: PackPlan, budget: number): { add: (text: string, bytes: number, key: () => Row) => void; done: () => SnapshotRawRecord[] } {
   const out: SnapshotRawRecord[] = [];
   let texts: string[] = [];
   let key: Row = {};
-  let bytes = headBytes;
+  let bytes = plan.headBytes;
   const cut = () => {
-    out.push({ data: `${head}${texts.join(',')}]}`, source, table: shape.table, op: 'snapshot', rows: texts.length, key });
+    out.push({ data: `${plan.head}${texts.join(',')}]}`, source: plan.source, table: plan.shape.table, op: 'snapshot', rows: texts.length, key });
     texts = [];
-    bytes = headBytes;
+    bytes = plan.headBytes;
   };
-  const n = at.length;
+  return {
+    add(text, size, keyOf) {
+      // A comma before every row but the first of a record.
+      if (texts.length > 0 && bytes + 1 + size > budget) cut();
+      if (texts.length === 0) key = keyOf();
+      bytes += (texts.length > 0 ? 1 : 0) + size;
+      texts.push(text);
+    },
+    done() {
+      if (texts.length > 0) cut();
+      return out;
+    },
+  };
+}
+
+/** A row's key (key column name → value) from its output texts, by the columns' conversions. */
+function rowKey(plan: PackPlan, texts: readonly (string | null)[]): Row {
+  const key: Row = {};
+  plan.shape.key.forEach((k, i) => {
+    const t = texts[plan.keyAt[i]!]!;
+    key[k] = t === null ? null : plan.convert[plan.keyAt[i]!]!(t);
+  });
+  return key;
+}
+
+/** `packChunkRecords` from parsed rows: each row's values converted, then `JSON.stringify` of their array. */
+function packParsedRows(plan: PackPlan, rows: readonly (readonly (string | null)[])[], budget: number): SnapshotRawRecord[] {
+  const { shape, convert } = plan;
+  const records = recordCutter(plan, budget);
   const width = shape.columns.length;
-  for (const row of read.rows) {
+  for (const row of rows) {
     if (row.length !== width) throw new CdcError('INVALID_ARGUMENT', `${shape.table}: row has ${row.length} values for ${width} columns`);
-    const values: JsonValue[] = new Array(n);
-    for (let j = 0; j < n; j++) {
-      const t = row[at[j]!]!;
+    const values: JsonValue[] = [];
+    for (let j = 0; j < width; j++) {
+      const f = convert[j];
+      if (f === null) continue;
+      const t = row[j]!;
       // A null stays null, masked or not (maskValue(null) is null).
-      values[j] = t === null ? null : convert[j]!(t);
+      values.push(t === null ? null : f!(t));
     }
     const text = JSON.stringify(values);
-    const size = Buffer.byteLength(text, 'utf8');
-    // A comma before every row but the first of a record.
-    if (texts.length > 0 && bytes + 1 + size > budget) cut();
-    if (texts.length === 0) {
-      key = {};
-      shape.key.forEach((k, i) => (key[k] = values[keyAt[i]!]!));
-    }
-    bytes += (texts.length > 0 ? 1 : 0) + size;
-    texts.push(text);
+    records.add(text, Buffer.byteLength(text, 'utf8'), () => rowKey(plan, row));
   }
-  cut();
-  return out;
+  return records.done();
+}
+
+/** A whole integer as PostgreSQL prints it whose JSON number is the same text (≤ 15 digits: a safe integer; no `-0`, no leading zero). */
+const JSON_SAME_INTEGER = /^(?:0|-?[1-9][0-9]{0,14})$/;
+/** A decimal as PostgreSQL prints a numeric, which `unquotedLiteralValue` returns as it is. */
+const PLAIN_DECIMAL = /^-?[0-9]+(?:\.[0-9]+)?$/;
+/** A character that JSON.stringify would escape (or a surrogate, which it may), or a COPY escape. */
+const NOT_PLAIN_JSON = /["\\\u0000-\u001f\ud800-\udfff]/;
+
+/**
+ * Per source column, the JSON text of one non-null COPY field (still COPY-escaped), exactly
+ * `JSON.stringify` of the value `packParsedRows` gives for the unescaped field: a shortcut where
+ * the text is provably the same, else the reference conversion and `JSON.stringify` of it.
+ */
+function fieldEncoder(plan: PackPlan, j: number): ((field: string) => string) | null {
+  const convert = plan.convert[j]!;
+  if (convert === null) return null;
+  const column = plan.shape.columns[j]!;
+  const reference = (field: string): string => JSON.stringify(convert(field.includes('\\') ? copyUnescape(field) : field));
+  // A masked value is a lower-case hex hash: a JSON string needing no escapes.
+  if (plan.masked[j]) return (field) => `"${convert(field.includes('\\') ? copyUnescape(field) : field) as string}"`;
+  // A boolean: only the field `t` unescapes to `t`.
+  if (column.typeOid === BOOL) return (field) => (field === 't' ? 'true' : 'false');
+  if (UNQUOTED.has(column.typeOid)) {
+    if (column.type === 'smallint' || column.type === 'integer' || column.type === 'oid' || column.type === 'bigint') return (field) => (JSON_SAME_INTEGER.test(field) ? field : reference(field));
+    // A numeric is its text (`unquotedLiteralValue`); a plain decimal needs no JSON escape.
+    if (column.type === 'numeric') return (field) => (PLAIN_DECIMAL.test(field) ? `"${field}"` : reference(field));
+    return reference;
+  }
+  // A type the capture passes through as text: a field with nothing to unescape or escape is its own JSON string.
+  return (field) => (NOT_PLAIN_JSON.test(field) ? reference(field) : `"${field}"`);
+}
+
+/**
+ * `packChunkRecords` from COPY text-format output, in one pass over the text: lines and fields
+ * found by `indexOf`, each field's JSON written from its COPY text (`fieldEncoder`), the row's
+ * JSON array built as one string, no per-row arrays or values. Same records as `packParsedRows`
+ * of `parseCopyText(text)`, and the same errors for a row with another number of fields.
+ */
+function* packCopyRows(plan: PackPlan, text: string, budget: number, rowsPerStep: number): Generator<void, SnapshotRawRecord[], void> {
+  const { shape } = plan;
+  const what = `${shape.table} chunk`;
+  if (!text.endsWith('\n')) throw new CdcError('INVALID_ARGUMENT', `${what}: does not end with a newline (truncated?)`);
+  const width = shape.columns.length;
+  const encoders = shape.columns.map((_, j) => fieldEncoder(plan, j));
+  // JSON escapes and hashes are ASCII: the JSON of an ASCII chunk has as many bytes as characters.
+  const ascii = Buffer.byteLength(text, 'utf8') === text.length;
+  const records = recordCutter(plan, budget);
+  let row = 0;
+  try {
+    for (let start = 0; start < text.length; row++) {
+      const end = text.indexOf('\n', start);
+      let json = '[';
+      let first = true;
+      let at = start;
+      let fields = 0;
+      for (;;) {
+        let tab = text.indexOf('\t', at);
+        if (tab < 0 || tab > end) tab = end;
+        if (fields < width) {
+          const encode = encoders[fields];
+          if (encode !== null) {
+            const field = text.slice(at, tab);
+            json += `${first ? '' : ','}${field === '\\N' ? 'null' : encode!(field)}`;
+            first = false;
+          }
+        }
+        fields++;
+        if (tab === end) break;
+        at = tab + 1;
+      }
+      if (fields !== width) throw new CdcError('INVALID_ARGUMENT', `${what}: row ${row + 1} has ${fields} fields, expected ${width}`);
+      json += ']';
+      const lineStart = start;
+      records.add(json, ascii ? json.length : Buffer.byteLength(json, 'utf8'), () => rowKey(plan, parseCopyText(text.slice(lineStart, end + 1), width, what)[0]!));
+      start = end + 1;
+      if ((row + 1) % rowsPerStep === 0 && start < text.length) yield;
+    }
+  } catch (e) {
+    // The reference parses the whole chunk before converting a value: a row with another number
+    // of fields anywhere is the error it reports first, so it is the one reported here too.
+    parseCopyText(text, width, what);
+    throw e;
+  }
+  return records.done();
 }
 
 /** The publishers' form of the worker's records (both `cdc local` and the Lambda send these): partition key (source + table + key), JSON text, a label for errors. */
