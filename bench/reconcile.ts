@@ -1,8 +1,10 @@
 /**
  * Benchmark: reconciliation of a table that matches (docs/reconcile.md, "What it costs").
  *
- * A source table and its warehouse copy in the warehouse's layout (mirror + view, the warehouse's
- * types), identical; the warehouse side reads the view named after the table (tombstones hidden).
+ * A source table and its warehouse copy, identical. The warehouse objects are made by the applier
+ * itself (`PgWarehouse`: its DDL, the warehouse's types, the column order of `mirrorLayout`) and the
+ * mirror is then filled by column name; the warehouse side reads the view named after the table
+ * (tombstones hidden): the base+delta view with `--overlay`, else the view over the mirror alone.
  * One reconciliation run (`reconcileTable` over the PostgreSQL sides: counts of both sides on a
  * session of their own alongside range checksums over `rowsPerRun` rows from the cursor, segments
  * of 20,000 rows, both sides at the same time) against `SELECT count(*)` of the source table, in the same run. Goal ≤ 3× the count
@@ -20,7 +22,11 @@ import { pgSourceSide, pgWarehouseSide, prepareReconcileSession } from '../lambd
 import { NO_COLUMN_RULES } from '../lambda/core/masking.ts';
 import { reconcileTable, type KeyTuple } from '../lambda/core/reconcile.ts';
 import { FixedPacer } from '../lambda/core/snapshot-pacer.ts';
-import { CHANGELOG_CDC_COLUMNS, createDeltaSql, createMirrorSql, createOverlayViewSql, createSchemaSql, createTruncationsSql, createViewSql, MIRROR_CDC_COLUMNS, warehouseTable } from '../lambda/core/warehouse-sql.ts';
+import { CHANGELOG_CDC_COLUMNS, createViewSql, warehouseTable } from '../lambda/core/warehouse-sql.ts';
+import { PgWarehouse } from '../lambda/adapters/warehouse-pg.ts';
+import type { SchemaVersion } from '../lambda/core/control-plane.ts';
+import { ENVELOPE_VERSION, type ChangeEvent } from '../lambda/core/event.ts';
+import { makePosition } from '../lambda/core/position.ts';
 import { startPostgres } from '../local/postgres.ts';
 import { exec, serverVersion } from './lib/pg.ts';
 import { argValue, isMain, median, numberArg, Recorder, timeRow, type BenchResult } from './lib/report.ts';
@@ -47,15 +53,46 @@ export async function runReconcileBench(): Promise<BenchResult> {
     await exec(pgc.url('src'), `CREATE TABLE public.recon (id bigint PRIMARY KEY, a int NOT NULL, b text, c numeric(12,2), d timestamptz NOT NULL);
       INSERT INTO public.recon SELECT g, g % 1000, md5(g::text), g / 7.0, timestamptz '2026-01-01 00:00:00+00' + g * interval '1 second' FROM generate_series(1, ${rowsN}) g`);
     await exec(pgc.url('src'), 'VACUUM ANALYZE public.recon');
-    const cols = [{ name: 'a', type: 'bigint' }, { name: 'b', type: 'varchar(65535)' }, { name: 'c', type: 'numeric(38,2)' }, { name: 'd', type: 'timestamptz' }];
-    const mirrorColumns = ['id', ...cols.map((c) => c.name), ...MIRROR_CDC_COLUMNS.map((c) => c.name)];
+    // The warehouse side is made by the applier itself (its DDL: mirror, changelog, delta,
+    // truncations and the base+delta view), from one applied and merged event; then the mirror is
+    // filled by column name, so the bench reads the layout a deployed reconciler reads.
+    const whPool = new pg.Pool({ connectionString: pgc.url('wh'), max: 1 });
+    try {
+      const at = new Date().toISOString();
+      const version: SchemaVersion = {
+        source: 'bench', table: 'public.recon', version: 1, key: ['id'], effectivePosition: '0'.repeat(24), registeredAt: at,
+        columns: [{ name: 'id', type: 'bigint', nullable: false }, { name: 'a', type: 'integer', nullable: false }, { name: 'b', type: 'text', nullable: true }, { name: 'c', type: 'numeric(12,2)', nullable: true }, { name: 'd', type: 'timestamp with time zone', nullable: false }],
+      };
+      const first: ChangeEvent = {
+        v: ENVELOPE_VERSION, source: 'bench', table: 'public.recon', op: 'insert', key: { id: 1 }, after: { id: 1, a: 1, b: 'x', c: '1.00', d: at }, before: null, missing: [],
+        position: makePosition(16n, 0), commitTs: at, txId: '1', schemaVersion: 1, capture: 'slot', synthetic: false,
+      };
+      const applier = new PgWarehouse(whPool);
+      await applier.applyTable({ source: 'bench', table: 'public.recon', deleteMode: 'soft', schemas: new Map([[1, version]]), events: [first], appliedAt: new Date() });
+      await applier.merge({ source: 'bench', table: 'public.recon', deleteMode: 'soft', key: ['id'] });
+    } finally {
+      await whPool.end();
+    }
+    const columnsOf = async (table: string): Promise<string[]> => {
+      const c = new pg.Client({ connectionString: pgc.url('wh') });
+      await c.connect();
+      try {
+        return (await c.query<{ n: string }>('SELECT column_name AS n FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position', [T.schema, table])).rows.map((r) => r.n);
+      } finally {
+        await c.end();
+      }
+    };
+    const mirrorColumns = await columnsOf(T.mirror);
+    rec.settings.mirrorColumns = mirrorColumns;
+    const named = (columns: readonly string[]): string => columns.map((c) => `"${c}"`).join(', ');
+    const row = (id: string, a: string): string => `${id}, ${a}, md5(${id}::text), round(${id} / 7.0, 2), timestamptz '2026-01-01 00:00:00+00' + ${id} * interval '1 second'`;
     await exec(pgc.url('wh'), [
-      createSchemaSql(T),
-      createMirrorSql(T, [{ name: 'id', type: 'bigint' }], cols),
-      ...(overlay
-        ? [createDeltaSql(T, [...CHANGELOG_CDC_COLUMNS, { name: 'id', type: 'bigint' }, ...cols]), createTruncationsSql(T), createOverlayViewSql(T, mirrorColumns, ['id'], { deletedKeys: false, truncations: true })]
-        : [createViewSql(T, mirrorColumns)]),
-      `INSERT INTO ${T.schema}.${T.mirror} SELECT g, g % 1000, md5(g::text), round(g / 7.0, 2), timestamptz '2026-01-01 00:00:00+00' + g * interval '1 second', lpad(to_hex(g), 24, '0'), false, NULL, now() FROM generate_series(1, ${rowsN}) g`,
+      // Without --overlay: the view over the mirror alone (the layout before the append-first apply, §8).
+      ...(overlay ? [] : [createViewSql(T, mirrorColumns)]),
+      `DELETE FROM ${T.schema}.${T.mirror}`,
+      `DELETE FROM ${T.schema}.${T.changelog}`,
+      `INSERT INTO ${T.schema}.${T.mirror} (${named(['id', 'a', 'b', 'c', 'd', '_cdc_position', '_cdc_deleted', '_cdc_deleted_at', '_cdc_applied_at'])}) ` +
+        `SELECT ${row('g', 'g % 1000')}, lpad(to_hex(g), 24, '0'), false, NULL, now() FROM generate_series(1, ${rowsN}) g`,
     ].join(';\n'));
     if (deltaN > 0) {
       const [u, d, i] = [Math.floor(deltaN / 2), Math.floor(deltaN / 4), deltaN - Math.floor(deltaN / 2) - Math.floor(deltaN / 4)];
@@ -63,7 +100,6 @@ export async function runReconcileBench(): Promise<BenchResult> {
       // Updated keys: g * step; deleted keys: g * step + 1 (g past the updated ones); inserted keys: past the end.
       const upd = `SELECT g * ${step} AS id FROM generate_series(1, ${u}) g`;
       const del = `SELECT (${u} + g) * ${step} + 1 AS id FROM generate_series(1, ${d}) g`;
-      const row = (id: string, a: string): string => `${id}, ${a}, md5(${id}::text), round(${id} / 7.0, 2), timestamptz '2026-01-01 00:00:00+00' + ${id} * interval '1 second'`;
       await exec(pgc.url('src'), [
         `UPDATE public.recon SET a = a + 1 WHERE id IN (${upd})`,
         `DELETE FROM public.recon WHERE id IN (${del})`,
@@ -72,13 +108,14 @@ export async function runReconcileBench(): Promise<BenchResult> {
       await exec(pgc.url('src'), 'VACUUM ANALYZE public.recon');
       // Delta rows (the changelog's columns), at positions above every base row's.
       const cdc = (op: string, n: string): string => `lpad(to_hex(${2 * rowsN} + ${n}), 24, '0'), '${op}', now(), 1, NULL, false, NULL, now()`;
+      const into = `INSERT INTO ${T.schema}.${T.delta} (${named([...CHANGELOG_CDC_COLUMNS.map((c) => c.name), 'id', 'a', 'b', 'c', 'd'])})`;
       await exec(pgc.url('wh'), [
-        `INSERT INTO ${T.schema}.${T.delta} SELECT ${cdc('update', 'x.id')}, ${row('x.id', 'x.id % 1000 + 1')} FROM (${upd}) x`,
-        `INSERT INTO ${T.schema}.${T.delta} SELECT ${cdc('delete', 'x.id')}, x.id, NULL, NULL, NULL, NULL FROM (${del}) x`,
-        `INSERT INTO ${T.schema}.${T.delta} SELECT ${cdc('insert', 'g')}, ${row('g', 'g % 1000')} FROM generate_series(${rowsN + 1}, ${rowsN + i}) g`,
+        `${into} SELECT ${cdc('update', 'x.id')}, ${row('x.id', 'x.id % 1000 + 1')} FROM (${upd}) x`,
+        `${into} SELECT ${cdc('delete', 'x.id')}, x.id, NULL, NULL, NULL, NULL FROM (${del}) x`,
+        `${into} SELECT ${cdc('insert', 'g')}, ${row('g', 'g % 1000')} FROM generate_series(${rowsN + 1}, ${rowsN + i}) g`,
       ].join(';\n'));
     }
-    await exec(pgc.url('wh'), `VACUUM ANALYZE ${T.schema}.${T.mirror}${overlay ? `, ${T.schema}.${T.delta}` : ''}`);
+    await exec(pgc.url('wh'), `VACUUM ANALYZE ${T.schema}.${T.mirror}, ${T.schema}.${T.delta}`);
     const s = new pg.Client({ connectionString: pgc.url('src') });
     const w = new pg.Client({ connectionString: pgc.url('wh') });
     // A second session per side for the whole-table counts, which run alongside the range walk.

@@ -99,12 +99,16 @@ export interface PgSideOptions {
  * these mirror columns, key and guards: counts and range summaries then use the view's second
  * form (`overlayAggregateSql`, docs/reconcile.md "Counting the base+delta view").
  */
-interface OverlayForm {
+interface OverlayForm extends OverlayShape {
+  /** The view's version as verified (`viewVersionSql`): every read checks it is still that one. */
+  version: string;
+}
+
+/** What the second form is built from, read from the catalog before the view is verified (see `OverlayForm`). */
+interface OverlayShape {
   table: WarehouseTable;
   mirrorColumns: string[];
   guards: OverlayGuards;
-  /** The view's version as verified (`viewVersionSql`): every read checks it is still that one. */
-  version: string;
   /** Every column the view shows has the same type in the mirror and the delta, so a row hash is the same over either (sums may use the form). */
   sameTypes: boolean;
 }
@@ -156,6 +160,8 @@ export class PgReconcileSide implements ReconcileSide {
   /** The warehouse table whose view this side reads, when it may be the base+delta view (see `OverlayForm`). */
   private readonly overlay: WarehouseTable | null;
   private overlayForm: Promise<OverlayForm | null> | null = null;
+  /** The catalog read `overlayForm` starts from (the count starts from it too, without waiting for the check). */
+  private overlayShapeRead: Promise<OverlayShape | null> | null = null;
   /** What `overlayForm` resolved to (undefined while it is being verified): summaries do not wait for it. */
   private settledForm: OverlayForm | null | undefined = undefined;
   /** The base's planner estimate (`pg_class.reltuples` of the mirror; -1: never analysed, or no base), read by `shape`. */
@@ -275,10 +281,19 @@ export class PgReconcileSide implements ReconcileSide {
    * statement only (`SET LOCAL`).
    */
   async countAll(): Promise<number> {
-    const form = await this.overlayPlan();
-    if (form) {
-      const row = await this.overlayRead(this.countClient, form, (f) => overlayAggregateSql(f.table, f.mirrorColumns, this.key, f.guards));
-      if (row) return Number(row.n);
+    const shape = await this.overlayShape();
+    if (shape) {
+      // The count does not wait for the view's check (`verifyOverlay`, on the walk's session): it
+      // runs beside it and returns the view's version as its own snapshot saw it, and it is taken
+      // only when the check verified that very version for the same columns and guards (the
+      // soundness argument of `overlayRead`, with the comparison made after the statement instead
+      // of inside it). Otherwise it is thrown away and the count read again, guarded, or through the view.
+      const [counted, form] = await Promise.all([this.countBesideCheck(shape), this.overlayPlan()]);
+      if (form && counted && counted.version === form.version && form.mirrorColumns === shape.mirrorColumns && form.guards === shape.guards) return counted.n;
+      if (form) {
+        const row = await this.overlayRead(this.countClient, form, (f) => overlayAggregateSql(f.table, f.mirrorColumns, this.key, f.guards));
+        if (row) return Number(row.n);
+      }
     }
     try {
       const res = (await this.countClient.query(`BEGIN; SET LOCAL enable_nestloop = off; SELECT count(*) AS n FROM ${this.from}; COMMIT`)) as unknown as pg.QueryResult[];
@@ -303,7 +318,9 @@ export class PgReconcileSide implements ReconcileSide {
     if (!this.overlay) return Promise.resolve(null);
     if (!this.overlayForm) {
       this.settledForm = undefined;
-      const pending = this.verifyOverlay(this.overlay).catch(() => null);
+      const pending = this.overlayShape()
+        .then((shape) => (shape ? this.verifyOverlay(shape) : null))
+        .catch(() => null);
       this.overlayForm = pending;
       void pending.then((f) => {
         if (this.overlayForm === pending) this.settledForm = f;
@@ -312,7 +329,13 @@ export class PgReconcileSide implements ReconcileSide {
     return this.overlayForm;
   }
 
-  private async verifyOverlay(t: WarehouseTable): Promise<OverlayForm | null> {
+  /** The catalog read of the view's second form (on the count session): the tables' kinds, the mirror's columns, the guards. Null: not the applier's layout. */
+  private overlayShape(): Promise<OverlayShape | null> {
+    if (!this.overlay) return Promise.resolve(null);
+    return (this.overlayShapeRead ??= this.readOverlayShape(this.overlay).catch(() => null));
+  }
+
+  private async readOverlayShape(t: WarehouseTable): Promise<OverlayShape | null> {
     const rels = await this.countClient.query(
       'SELECT c.relname AS name, c.relkind AS kind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = ANY($2)',
       [t.schema, [t.view, t.mirror, t.delta, t.deletedKeys, t.truncations]],
@@ -323,22 +346,49 @@ export class PgReconcileSide implements ReconcileSide {
     const mirror = await columnTypes(this.countClient, { schema: t.schema, name: t.mirror });
     const delta = new Map((await columnTypes(this.countClient, { schema: t.schema, name: t.delta })).map((c) => [c.name, c.type]));
     const mirrorColumns = mirror.map((c) => c.name);
-    const create = createOverlayViewSql(t, mirrorColumns, this.key, guards);
+    const sameTypes = mirror.filter((c) => c.name !== CdcColumn.DELETED && c.name !== CdcColumn.DELETED_AT).every((c) => delta.get(c.name) === c.type);
+    return { table: t, mirrorColumns, guards, sameTypes };
+  }
+
+  /**
+   * The check itself, on the walk's session (so that the count, on its own session, need not wait
+   * for it): the view is exactly `createOverlayViewSql` for the shape's columns and guards.
+   */
+  private async verifyOverlay(shape: OverlayShape): Promise<OverlayForm | null> {
+    const t = shape.table;
+    const create = createOverlayViewSql(t, shape.mirrorColumns, this.key, shape.guards);
     const prefix = `CREATE OR REPLACE VIEW ${qualified(t.schema, t.view)} AS `;
     if (!create.startsWith(prefix)) return null;
     // One simple query, so one implicit transaction: made, printed and dropped at once, and on an
     // error (no right to make a temporary view) rolled back whole, leaving the session as it was.
     const probe = `pg_temp.${OVERLAY_PROBE}`;
     try {
-      const res = (await this.countClient.query(
+      const res = (await this.client.query(
         `DROP VIEW IF EXISTS ${probe}; CREATE TEMP VIEW ${OVERLAY_PROBE} AS ${create.slice(prefix.length)}; ` +
           `SELECT md5(pg_get_viewdef(CAST('${probe}' AS regclass))) AS expected, ${viewDefSql(t)} AS actual, ${viewVersionSql(t)} AS version; DROP VIEW ${probe}`,
       )) as unknown as pg.QueryResult[];
       const { expected, actual, version } = res[2]!.rows[0] as { expected: string; actual: string; version: string | null };
       if (expected !== actual || version === null || !/^\d+\/\d+$/.test(version)) return null;
-      const sameTypes = mirror.filter((c) => c.name !== CdcColumn.DELETED && c.name !== CdcColumn.DELETED_AT).every((c) => delta.get(c.name) === c.type);
-      return { table: t, mirrorColumns, guards, version, sameTypes };
+      return { ...shape, version };
     } catch {
+      return null;
+    }
+  }
+
+  /**
+   * The whole-table count through the second form of `shape`, not yet verified, with the view's
+   * version as the statement's snapshot saw it (`countAll` decides whether to take it). Null when
+   * it failed (the session is left usable).
+   */
+  private async countBesideCheck(shape: OverlayShape): Promise<{ n: number; version: string | null } | null> {
+    try {
+      const res = (await this.countClient.query(
+        `BEGIN; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; SELECT a.n, ${viewVersionSql(shape.table)} AS "_cdc_version" FROM (${overlayAggregateSql(shape.table, shape.mirrorColumns, this.key, shape.guards)}) a; COMMIT`,
+      )) as unknown as pg.QueryResult[];
+      const row = res[3]!.rows[0] as { n: unknown; _cdc_version: string | null };
+      return { n: Number(row.n), version: row._cdc_version };
+    } catch {
+      await this.countClient.query('ROLLBACK').catch(() => undefined);
       return null;
     }
   }
@@ -373,6 +423,7 @@ export class PgReconcileSide implements ReconcileSide {
     if (row) return row;
     if (!again) return null;
     this.overlayForm = null;
+    this.overlayShapeRead = null;
     const fresh = await this.overlayPlan();
     return fresh ? this.overlayRead(client, fresh, sql, false) : null;
   }
@@ -390,7 +441,7 @@ export class PgReconcileSide implements ReconcileSide {
   }
 
   async summarize(range: KeyRange): Promise<RangeSummary> {
-    // Through the form once it is verified (verification runs on the count session from `shape` on;
+    // Through the form once it is verified (verification runs on this session from `shape` on;
     // until it is done, through the view: the two are equal).
     const form = this.baseRows >= this.overlaySummaryMinRows ? this.settledForm : null;
     if (form?.sameTypes) {

@@ -55,6 +55,7 @@ import {
   createDeletedKeysSql,
   clearStagesSql,
   createMirrorSql,
+  mirrorLayout,
   createSchemaSql,
   createStagesSql,
   createHandoverSql,
@@ -795,7 +796,7 @@ function planDdl(
     statements.push(createMirrorSql(t, key, data));
     // A polled table's deletes are not observable: the sink says so on the table (docs/polling.md).
     if (wants.polled) statements.push(commentPolledSql(t, 'mirror'));
-    shape.mirror = [...key.map((c) => c.name), ...data.map((c) => c.name), ...MIRROR_NAMES];
+    shape.mirror = mirrorLayout(key, data).map((c) => c.name);
     for (const c of [...key, ...data]) shape.mirrorTypes.set(c.name, c.type);
     viewNeeded = true;
   }
@@ -873,7 +874,6 @@ const CHANGELOG_NAMES = [
   CdcColumn.MISSING,
   CdcColumn.APPLIED_AT,
 ];
-const MIRROR_NAMES = [CdcColumn.POSITION, CdcColumn.DELETED, CdcColumn.DELETED_AT, CdcColumn.APPLIED_AT];
 
 /** The changelog row of an event, as text values in `columns` order. */
 function changelogRow(e: ChangeEvent, columns: readonly string[], appliedAt: string): (string | null)[] {

@@ -14,9 +14,10 @@
  *   column not listed there). The before image is not copied: the change log and its archive
  *   keep it (invariant 1), and a primary-key change shows in the changelog as the delete of the
  *   old key and the insert of the new one at the same position.
- * - `tbl_mirror`: one row per key: key and data columns, `_cdc_position`, `_cdc_deleted`,
- *   `_cdc_deleted_at`, `_cdc_applied_at`. A soft delete keeps the row as a tombstone with its last
- *   values.
+ * - `tbl_mirror`: one row per key: `_cdc_deleted` (first, see `MIRROR_LEADING_COLUMNS`), key and
+ *   data columns, `_cdc_position`, `_cdc_deleted_at`, `_cdc_applied_at`. A soft delete keeps the
+ *   row as a tombstone with its last values. Mirrors made before have `_cdc_deleted` after
+ *   `_cdc_position`; nothing depends on the order.
  * - view `tbl`: the mirror without tombstones and without the `_cdc_deleted*` columns.
  * - `tbl_deleted_keys` (hard-delete mode): key, `_cdc_position`, `_cdc_deleted_at`,
  *   `_cdc_applied_at` of keys whose mirror row was deleted, so a late older event cannot
@@ -328,21 +329,43 @@ export const CHANGELOG_CDC_COLUMNS: readonly SinkColumn[] = [
   { name: CdcColumn.APPLIED_AT, type: 'timestamptz NOT NULL' },
 ];
 
-/** The mirror's platform columns, after the data columns. */
-export const MIRROR_CDC_COLUMNS: readonly SinkColumn[] = [
+/**
+ * The mirror's platform columns that come BEFORE the key and the data columns: the tombstone flag.
+ * As the first column it sits at a fixed offset in every row, so reading it (the view's and the
+ * reconciler's `WHERE NOT _cdc_deleted`, a count of live rows) does not decode the data columns
+ * first, which after them it must (docs/performance.md §15). The view does not show it, so the
+ * view's columns are the same as with the earlier layout.
+ */
+export const MIRROR_LEADING_COLUMNS: readonly SinkColumn[] = [{ name: CdcColumn.DELETED, type: 'boolean NOT NULL' }];
+
+/** The mirror's platform columns after the data columns. */
+export const MIRROR_TRAILING_COLUMNS: readonly SinkColumn[] = [
   { name: CdcColumn.POSITION, type: 'varchar(24) NOT NULL' },
-  { name: CdcColumn.DELETED, type: 'boolean NOT NULL' },
   { name: CdcColumn.DELETED_AT, type: 'timestamptz' },
   { name: CdcColumn.APPLIED_AT, type: 'timestamptz NOT NULL' },
 ];
+
+/** Every platform column of the mirror (`MIRROR_LEADING_COLUMNS` then `MIRROR_TRAILING_COLUMNS`). */
+export const MIRROR_CDC_COLUMNS: readonly SinkColumn[] = [...MIRROR_LEADING_COLUMNS, ...MIRROR_TRAILING_COLUMNS];
+
+/**
+ * The columns of a mirror `createMirrorSql` makes, in table order: the leading platform columns,
+ * the key, the data, the trailing platform columns. Mirrors made by earlier versions have every
+ * platform column after the data; everything that writes or reads a mirror names its columns (or
+ * takes them in the order the catalog lists them), so both layouts work.
+ */
+export function mirrorLayout(key: readonly SinkColumn[], data: readonly SinkColumn[]): SinkColumn[] {
+  return [...MIRROR_LEADING_COLUMNS, ...key, ...data, ...MIRROR_TRAILING_COLUMNS];
+}
 
 export function createChangelogSql(t: WarehouseTable, key: readonly SinkColumn[], data: readonly SinkColumn[]): string {
   const body = [...defs(CHANGELOG_CDC_COLUMNS), ...defs(key, true), ...defs(data), `PRIMARY KEY (${cols([CdcColumn.POSITION, ...key.map((k) => k.name)])})`];
   return `CREATE TABLE IF NOT EXISTS ${qualified(t.schema, t.changelog)} (${body.join(', ')})`;
 }
 
+/** The mirror, in the order of `mirrorLayout`. */
 export function createMirrorSql(t: WarehouseTable, key: readonly SinkColumn[], data: readonly SinkColumn[]): string {
-  const body = [...defs(key, true), ...defs(data), ...defs(MIRROR_CDC_COLUMNS), `PRIMARY KEY (${cols(key.map((k) => k.name))})`];
+  const body = [...defs(MIRROR_LEADING_COLUMNS), ...defs(key, true), ...defs(data), ...defs(MIRROR_TRAILING_COLUMNS), `PRIMARY KEY (${cols(key.map((k) => k.name))})`];
   return `CREATE TABLE IF NOT EXISTS ${qualified(t.schema, t.mirror)} (${body.join(', ')})`;
 }
 

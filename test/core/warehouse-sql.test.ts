@@ -46,6 +46,8 @@ import {
   baseRowsSql,
   redshiftCopySql,
   csvBody,
+  mirrorLayout,
+  MIRROR_CDC_COLUMNS,
 } from '../../lambda/core/warehouse-sql.ts';
 
 describe('sinkType', () => {
@@ -224,10 +226,22 @@ describe('SQL text', () => {
 
   it('quotes every identifier', () => {
     expect(createMirrorSql(t, key, data)).toBe(
-      'CREATE TABLE IF NOT EXISTS "demo_public"."orders_mirror" ("id" bigint NOT NULL, "status" varchar(65535), "amount" numeric(38,2), ' +
-        '"_cdc_position" varchar(24) NOT NULL, "_cdc_deleted" boolean NOT NULL, "_cdc_deleted_at" timestamptz, "_cdc_applied_at" timestamptz NOT NULL, PRIMARY KEY ("id"))',
+      'CREATE TABLE IF NOT EXISTS "demo_public"."orders_mirror" ("_cdc_deleted" boolean NOT NULL, "id" bigint NOT NULL, "status" varchar(65535), "amount" numeric(38,2), ' +
+        '"_cdc_position" varchar(24) NOT NULL, "_cdc_deleted_at" timestamptz, "_cdc_applied_at" timestamptz NOT NULL, PRIMARY KEY ("id"))',
     );
     expect(createChangelogSql(t, key, data)).toContain('PRIMARY KEY ("_cdc_position", "id")');
+  });
+
+  it('makes new mirrors with the tombstone flag as their first column (a live-row count reads no data column, docs/performance.md §15), in the order mirrorLayout gives', () => {
+    const layout = mirrorLayout(key, data).map((c) => c.name);
+    expect(layout[0]).toBe('_cdc_deleted');
+    expect(layout).toEqual(['_cdc_deleted', 'id', 'status', 'amount', '_cdc_position', '_cdc_deleted_at', '_cdc_applied_at']);
+    const created = /\((.*), PRIMARY KEY/.exec(createMirrorSql(t, key, data))![1]!.split(', ').map((d) => JSON.parse(d.split(' ')[0]!) as string);
+    expect(created).toEqual(layout);
+    expect(new Set(MIRROR_CDC_COLUMNS.map((c) => c.name))).toEqual(new Set(['_cdc_position', '_cdc_deleted', '_cdc_deleted_at', '_cdc_applied_at']));
+    // The view shows the same columns in the same order over a mirror of either layout (earlier mirrors: every platform column after the data).
+    expect(createViewSql(t, layout)).toBe(createViewSql(t, mirrorColumns));
+    expect(createOverlayViewSql(t, layout, ['id'], { deletedKeys: true, truncations: true })).toBe(createOverlayViewSql(t, mirrorColumns, ['id'], { deletedKeys: true, truncations: true }));
   });
 
   it('builds a view that hides tombstones and the tombstone columns', () => {

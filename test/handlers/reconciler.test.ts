@@ -12,7 +12,7 @@ import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { prepareReconcileSession } from '../../lambda/adapters/reconcile-pg.ts';
 import { createReconciler } from '../../lambda/handlers/reconciler.ts';
-import { createMirrorSql, createSchemaSql, createViewSql, MIRROR_CDC_COLUMNS, warehouseTable } from '../../lambda/core/warehouse-sql.ts';
+import { createMirrorSql, createSchemaSql, createViewSql, mirrorLayout, warehouseTable } from '../../lambda/core/warehouse-sql.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 
 let cluster: PostgresCluster;
@@ -33,10 +33,10 @@ beforeAll(async () => {
   await src.query("CREATE TABLE public.items (id int PRIMARY KEY, v text); INSERT INTO public.items SELECT g, 'v' || g FROM generate_series(1, 500) g; CREATE TABLE public.other (id int PRIMARY KEY)");
   await wh.query(createSchemaSql(T));
   await wh.query(createMirrorSql(T, [{ name: 'id', type: 'bigint' }], [{ name: 'v', type: 'varchar(65535)' }]));
-  await wh.query(createViewSql(T, ['id', 'v', ...MIRROR_CDC_COLUMNS.map((c) => c.name)]));
+  await wh.query(createViewSql(T, mirrorLayout([{ name: 'id', type: 'bigint' }], [{ name: 'v', type: 'varchar(65535)' }]).map((c) => c.name)));
   // The sink's stable point: the source's heartbeat row as the warehouse holds it (here: a beat ahead of every read).
   await wh.query(`CREATE TABLE ${T.schema}.cdc_heartbeat (source_id varchar(65535) PRIMARY KEY, beat_at timestamptz); INSERT INTO ${T.schema}.cdc_heartbeat VALUES ('shop', now() + interval '1 hour')`);
-  await wh.query(`INSERT INTO ${T.schema}.${T.mirror} SELECT g, 'v' || g, lpad(to_hex(g), 24, '0'), false, NULL, now() FROM generate_series(1, 500) g`);
+  await wh.query(`INSERT INTO ${T.schema}.${T.mirror} (id, v, _cdc_position, _cdc_deleted, _cdc_deleted_at, _cdc_applied_at) SELECT g, 'v' || g, lpad(to_hex(g), 24, '0'), false, NULL, now() FROM generate_series(1, 500) g`);
 }, 120_000);
 
 afterAll(async () => {

@@ -33,7 +33,7 @@ import {
   createTruncationsSql,
   lockDeltaSql,
   mergeSql,
-  MIRROR_CDC_COLUMNS,
+  mirrorLayout,
   overlayAggregateSql,
   qualified,
   warehouseTable,
@@ -48,7 +48,9 @@ const RUNS = Number(process.env.CDC_OVERLAY_RUNS ?? 400);
 const KEY = [{ name: 'k1', type: 'bigint' }, { name: 'k2', type: 'varchar(65535)' }];
 const DATA = [{ name: 'v', type: 'bigint' }, { name: 't', type: 'varchar(65535)' }, { name: 'n', type: 'numeric(38,2)' }];
 const KEY_NAMES = KEY.map((k) => k.name);
-const MIRROR_COLUMNS = [...KEY, ...DATA, ...MIRROR_CDC_COLUMNS].map((c) => c.name);
+const MIRROR_COLUMNS = mirrorLayout(KEY, DATA).map((c) => c.name);
+/** The order the test's mirror rows list their values in (the INSERT names the columns). */
+const ROW_COLUMNS = [...KEY, ...DATA].map((c) => c.name).concat(['_cdc_position', '_cdc_deleted', '_cdc_deleted_at', '_cdc_applied_at']);
 const DELTA_COLUMNS = [...CHANGELOG_CDC_COLUMNS, ...KEY, ...DATA];
 const CHANGELOG_COLUMNS = DELTA_COLUMNS.map((c) => c.name);
 /** The reconciler's kind of row hash (lambda/adapters/reconcile-pg.ts, `pg-typed`) over every column the view shows. */
@@ -120,7 +122,7 @@ async function randomState(t: WarehouseTable, g: OverlayGuards, hard: boolean, r
     const deleted = random() < tombstones;
     return [a, b, ...values(), pos(1 + Math.floor(random() * maxPos)), deleted, deleted ? stamp() : null, stamp()];
   });
-  await insert(db, qualified(t.schema, t.mirror), MIRROR_COLUMNS, base);
+  await insert(db, qualified(t.schema, t.mirror), ROW_COLUMNS, base);
   let deletedKeys = 0;
   if (g.deletedKeys) {
     const baseKeys = new Set(base.map((r) => `${r[0]}|${r[1]}`));
@@ -214,7 +216,7 @@ describe('overlayAggregateSql: the second form of the base+delta view', () => {
     const N = 200;
     let p = 1;
     const stamp = '2026-01-01T00:00:00Z';
-    await insert(db, qualified(t.schema, t.mirror), MIRROR_COLUMNS, Array.from({ length: N }, (_, i) => [i, 'k', i, 'x', '1.00', pos(p++), false, null, stamp]));
+    await insert(db, qualified(t.schema, t.mirror), ROW_COLUMNS, Array.from({ length: N }, (_, i) => [i, 'k', i, 'x', '1.00', pos(p++), false, null, stamp]));
     const shown = new Set(Array.from({ length: N }, (_, i) => i));
     let next = N;
     const writer = new pg.Client({ connectionString: cluster.url('overlay') });
