@@ -266,8 +266,13 @@ export class Rebuilder {
       if (!(await cp.checkpointRebuild(r.sink, id, c, this.now().toISOString()))) throw new RebuildFailedError(r.source, r.table, `rebuild ${id} lost the rebuild slot of sink ${r.sink} (another rebuild took it over as stale)`);
     };
 
-    /** Applies events not applied yet into the shadow through the live apply code; false when the slice should stop (time). */
-    const applyToShadow = async (list: readonly ChangeEvent[], throttle: boolean, mayYield: boolean): Promise<boolean> => {
+    /**
+     * Applies events not applied yet into the shadow through the live apply code; false when the
+     * slice should stop (time). `fresh`: the bulk of the history, before the shadow's merge — the
+     * apply's fresh-shadow option (`TableBatch.freshShadow`): while the shadow is unfolded, appends
+     * land in its changelog and the merge computes its base once (docs/rebuild.md, step 4).
+     */
+    const applyToShadow = async (list: readonly ChangeEvent[], throttle: boolean, mayYield: boolean, freshShadow = false): Promise<boolean> => {
       const fresh: ChangeEvent[] = [];
       for (const e of list) {
         // Below the checkpoint: in the shadow already. At it: applied again, harmlessly (invariant 2).
@@ -305,7 +310,7 @@ export class Rebuilder {
       const start = (chunk: ChangeEvent[]): { chunk: ChangeEvent[]; done: Promise<void>; t0: number } => {
         const versions = new Map([...new Set(chunk.map((e) => e.schemaVersion))].map((v) => [v, schemas.get(v)!]));
         const t0 = Date.now();
-        const done = warehouse.applyTable({ source: r.source, table: r.table, deleteMode: rec.deleteMode, schemas: versions, events: chunk, appliedAt: this.now(), target: target.shadow }).then(() => undefined);
+        const done = warehouse.applyTable({ source: r.source, table: r.table, deleteMode: rec.deleteMode, schemas: versions, events: chunk, appliedAt: this.now(), target: target.shadow, freshShadow }).then(() => undefined);
         done.catch(() => undefined); // awaited in order by finish(); a failure meanwhile must not go unhandled
         return { chunk, done, t0 };
       };
@@ -319,6 +324,8 @@ export class Rebuilder {
         c.events += b.chunk.length;
         for (const e of b.chunk) c.appliedThrough = maxPos(c.appliedThrough, e.position);
         await save();
+        // Between two batches of the bulk (the shadow unfolded, a batch after it perhaps in flight).
+        if (freshShadow) await step('apply-batch');
         return busy;
       };
       for (let i = 0; i < fresh.length; i += batchSize) {
@@ -379,7 +386,7 @@ export class Rebuilder {
         stats = read.stats;
         let resume = read.resume;
         await step('apply');
-        if (!(await applyToShadow(read.events, true, true))) return { done: false, checkpoint: c };
+        if (!(await applyToShadow(read.events, true, true, true))) return { done: false, checkpoint: c };
         if (timeLeft() < margin) return { done: false, checkpoint: c };
         // The bulk of the history into the shadow's base now, before the swap: the live table's
         // appliers never wait for it (after the swap its lock would hold them), and the swap
