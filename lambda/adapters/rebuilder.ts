@@ -259,7 +259,22 @@ export class Rebuilder {
     const c: RebuildCheckpoint = { ...(claim.checkpoint ?? { phase: 'replay', appliedThrough: null, events: 0, applyMs: 0, sleptMs: 0, skipped: 0, slices: 0 }) };
     c.slices++;
     const first = claim.checkpoint === null;
-    const applied = new Set<string>();
+    /**
+     * What this slice handed to the shadow, so an event read again (the catch-up's stream reads may
+     * repeat one) is not applied twice: the events themselves, the highest position among them,
+     * and their ids, made only when an event at or below that position comes (an event above it
+     * cannot be one of them; the bulk, read in position order and deduplicated, makes none).
+     */
+    const applied = { lists: [] as ChangeEvent[][], highest: null as Position | null, ids: null as Set<string> | null };
+    const eventKey = (e: ChangeEvent): string => `${e.position}|${JSON.stringify(e.key)}`;
+    const appliedAlready = (e: ChangeEvent): boolean => {
+      if (applied.highest === null || e.position > applied.highest) return false;
+      if (applied.ids === null) {
+        applied.ids = new Set();
+        for (const l of applied.lists) for (const x of l) applied.ids.add(eventKey(x));
+      }
+      return applied.ids.has(eventKey(e));
+    };
     const batchSize = this.deps.batchSize ?? 1000;
     const duty = this.deps.duty ?? 0.5;
     const save = async (): Promise<void> => {
@@ -268,17 +283,17 @@ export class Rebuilder {
 
     /**
      * Applies events not applied yet into the shadow through the live apply code; false when the
-     * slice should stop (time). `fresh`: the bulk of the history, before the shadow's merge — the
+     * slice should stop (time). `freshShadow`: the bulk of the history, before the shadow's merge — the
      * apply's fresh-shadow option (`TableBatch.freshShadow`): while the shadow is unfolded, appends
      * land in its changelog and the merge computes its base once (docs/rebuild.md, step 4).
      */
     const applyToShadow = async (list: readonly ChangeEvent[], throttle: boolean, mayYield: boolean, freshShadow = false): Promise<boolean> => {
       const fresh: ChangeEvent[] = [];
+      applied.lists.push(fresh);
       for (const e of list) {
         // Below the checkpoint: in the shadow already. At it: applied again, harmlessly (invariant 2).
         if (c.appliedThrough !== null && e.position < c.appliedThrough) continue;
-        const k = `${e.position}|${JSON.stringify(e.key)}`;
-        if (applied.has(k)) continue;
+        if (appliedAlready(e)) continue;
         let schema = schemas.get(e.schemaVersion);
         if (!schema) {
           const v = await cp.getSchemaVersion(r.source, r.table, e.schemaVersion);
@@ -295,8 +310,9 @@ export class Rebuilder {
           c.skipped++;
           continue;
         }
-        applied.add(k);
         fresh.push(e);
+        applied.ids?.add(eventKey(e));
+        if (applied.highest === null || e.position > applied.highest) applied.highest = e.position;
       }
       // Unthrottled (duty 1), the next batch is started while the one before it finishes: its
       // Node work (the plan, the COPY text) overlaps that batch's COPY in the warehouse. The
