@@ -7,7 +7,9 @@
  *    oldest objects expired (refused with `HISTORY_INCOMPLETE` otherwise);
  * 3. replay the table's events (the archive first, then the stream; `ReplayReader`) into shadow
  *    objects through the live apply code, `PgWarehouse.applyTable` with `target` = the shadow,
- *    in position order and in batches, throttled to a duty cycle so live apply keeps its lag;
+ *    in position order and in batches, throttled to a duty cycle so live apply keeps its lag; the
+ *    bulk with the apply's fresh-shadow option (its appends land in the shadow's changelog), then
+ *    the shadow's base is computed once (`PgWarehouse.merge` with `freshBase`, step `merge-shadow`);
  * 4. rehearsal: catch up, diff shadow against live twice (a key must differ at both, positions at
  *    or below the live position, so rows in flight are not reported), keep the diff, drop the
  *    shadow. Swap: in one transaction lock the live table against writers, catch the shadow up to
