@@ -7,7 +7,9 @@
  *    oldest objects expired (refused with `HISTORY_INCOMPLETE` otherwise);
  * 3. replay the table's events (the archive first, then the stream; `ReplayReader`) into shadow
  *    objects through the live apply code, `PgWarehouse.applyTable` with `target` = the shadow,
- *    in position order and in batches, throttled to a duty cycle so live apply keeps its lag;
+ *    in position order and in batches, throttled to a duty cycle so live apply keeps its lag; the
+ *    bulk with the apply's fresh-shadow option (its appends land in the shadow's changelog), then
+ *    the shadow's base is computed once (`PgWarehouse.merge` with `freshBase`, step `merge-shadow`);
  * 4. rehearsal: catch up, diff shadow against live twice (a key must differ at both, positions at
  *    or below the live position, so rows in flight are not reported), keep the diff, drop the
  *    shadow. Swap: in one transaction lock the live table against writers, catch the shadow up to
@@ -259,21 +261,41 @@ export class Rebuilder {
     const c: RebuildCheckpoint = { ...(claim.checkpoint ?? { phase: 'replay', appliedThrough: null, events: 0, applyMs: 0, sleptMs: 0, skipped: 0, slices: 0 }) };
     c.slices++;
     const first = claim.checkpoint === null;
-    const applied = new Set<string>();
+    /**
+     * What this slice handed to the shadow, so an event read again (the catch-up's stream reads may
+     * repeat one) is not applied twice: the events themselves, the highest position among them,
+     * and their ids, made only when an event at or below that position comes (an event above it
+     * cannot be one of them; the bulk, read in position order and deduplicated, makes none).
+     */
+    const applied = { lists: [] as ChangeEvent[][], highest: null as Position | null, ids: null as Set<string> | null };
+    const eventKey = (e: ChangeEvent): string => `${e.position}|${JSON.stringify(e.key)}`;
+    const appliedAlready = (e: ChangeEvent): boolean => {
+      if (applied.highest === null || e.position > applied.highest) return false;
+      if (applied.ids === null) {
+        applied.ids = new Set();
+        for (const l of applied.lists) for (const x of l) applied.ids.add(eventKey(x));
+      }
+      return applied.ids.has(eventKey(e));
+    };
     const batchSize = this.deps.batchSize ?? 1000;
     const duty = this.deps.duty ?? 0.5;
     const save = async (): Promise<void> => {
       if (!(await cp.checkpointRebuild(r.sink, id, c, this.now().toISOString()))) throw new RebuildFailedError(r.source, r.table, `rebuild ${id} lost the rebuild slot of sink ${r.sink} (another rebuild took it over as stale)`);
     };
 
-    /** Applies events not applied yet into the shadow through the live apply code; false when the slice should stop (time). */
-    const applyToShadow = async (list: readonly ChangeEvent[], throttle: boolean, mayYield: boolean): Promise<boolean> => {
+    /**
+     * Applies events not applied yet into the shadow through the live apply code; false when the
+     * slice should stop (time). `freshShadow`: the bulk of the history, before the shadow's merge — the
+     * apply's fresh-shadow option (`TableBatch.freshShadow`): while the shadow is unfolded, appends
+     * land in its changelog and the merge computes its base once (docs/rebuild.md, step 4).
+     */
+    const applyToShadow = async (list: readonly ChangeEvent[], throttle: boolean, mayYield: boolean, freshShadow = false): Promise<boolean> => {
       const fresh: ChangeEvent[] = [];
+      applied.lists.push(fresh);
       for (const e of list) {
         // Below the checkpoint: in the shadow already. At it: applied again, harmlessly (invariant 2).
         if (c.appliedThrough !== null && e.position < c.appliedThrough) continue;
-        const k = `${e.position}|${JSON.stringify(e.key)}`;
-        if (applied.has(k)) continue;
+        if (appliedAlready(e)) continue;
         let schema = schemas.get(e.schemaVersion);
         if (!schema) {
           const v = await cp.getSchemaVersion(r.source, r.table, e.schemaVersion);
@@ -290,8 +312,9 @@ export class Rebuilder {
           c.skipped++;
           continue;
         }
-        applied.add(k);
         fresh.push(e);
+        applied.ids?.add(eventKey(e));
+        if (applied.highest === null || e.position > applied.highest) applied.highest = e.position;
       }
       // Unthrottled (duty 1), the next batch is started while the one before it finishes: its
       // Node work (the plan, the COPY text) overlaps that batch's COPY in the warehouse. The
@@ -305,7 +328,7 @@ export class Rebuilder {
       const start = (chunk: ChangeEvent[]): { chunk: ChangeEvent[]; done: Promise<void>; t0: number } => {
         const versions = new Map([...new Set(chunk.map((e) => e.schemaVersion))].map((v) => [v, schemas.get(v)!]));
         const t0 = Date.now();
-        const done = warehouse.applyTable({ source: r.source, table: r.table, deleteMode: rec.deleteMode, schemas: versions, events: chunk, appliedAt: this.now(), target: target.shadow }).then(() => undefined);
+        const done = warehouse.applyTable({ source: r.source, table: r.table, deleteMode: rec.deleteMode, schemas: versions, events: chunk, appliedAt: this.now(), target: target.shadow, freshShadow }).then(() => undefined);
         done.catch(() => undefined); // awaited in order by finish(); a failure meanwhile must not go unhandled
         return { chunk, done, t0 };
       };
@@ -319,6 +342,8 @@ export class Rebuilder {
         c.events += b.chunk.length;
         for (const e of b.chunk) c.appliedThrough = maxPos(c.appliedThrough, e.position);
         await save();
+        // Between two batches of the bulk (the shadow unfolded, a batch after it perhaps in flight).
+        if (freshShadow) await step('apply-batch');
         return busy;
       };
       for (let i = 0; i < fresh.length; i += batchSize) {
@@ -379,7 +404,7 @@ export class Rebuilder {
         stats = read.stats;
         let resume = read.resume;
         await step('apply');
-        if (!(await applyToShadow(read.events, true, true))) return { done: false, checkpoint: c };
+        if (!(await applyToShadow(read.events, true, true, true))) return { done: false, checkpoint: c };
         if (timeLeft() < margin) return { done: false, checkpoint: c };
         // The bulk of the history into the shadow's base now, before the swap: the live table's
         // appliers never wait for it (after the swap its lock would hold them), and the swap

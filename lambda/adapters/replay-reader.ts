@@ -154,7 +154,8 @@ export class ReplayReader {
       stats.bytesRead += body.length;
       for (const line of parseLines(body)) {
         stats.archiveRecords++;
-        const e = await this.event(line, range);
+        let e = this.event(line, range);
+        if (e instanceof Promise) e = await e;
         if (e === 'invalid') stats.invalid++;
         else if (e) fromArchive.push(e);
       }
@@ -191,7 +192,8 @@ export class ReplayReader {
           lastSeen = r.sequenceNumber;
           if (at !== null && compareSequenceNumbers(r.sequenceNumber, at) <= 0) continue;
           n++;
-          const e = await this.event(r.text, range);
+          let e = this.event(r.text, range);
+          if (e instanceof Promise) e = await e;
           if (e === 'invalid') {
             if (stats) stats.invalid++;
           } else if (e) out.push(e);
@@ -207,8 +209,12 @@ export class ReplayReader {
     return { events: mergeReplay([out], range), resume };
   }
 
-  /** The line's event if it belongs to the range's table (null if another table's, 'invalid' if not an event). */
-  private async event(line: string, range: ReplayRange): Promise<ChangeEvent | null | 'invalid'> {
+  /**
+   * The line's event if it belongs to the range's table (null if another table's, 'invalid' if not
+   * an event). Synchronous for an event stored in line (the replay's per-line cost: no promise per
+   * line); a promise only for a claim check, which is read back from the payload store.
+   */
+  private event(line: string, range: ReplayRange): ChangeEvent | null | 'invalid' | Promise<ChangeEvent | 'invalid'> {
     let parsed: unknown;
     try {
       parsed = JSON.parse(line);
@@ -220,15 +226,21 @@ export class ReplayReader {
     if (isClaimCheck(parsed)) {
       // An event stored out of line: read back whole; a store that cannot give it stops the replay (never skipped).
       const claim = validateClaimCheck(parsed);
-      if (!this.o.payloads) throw new CdcError('PAYLOAD_STORE_MISSING', `the replay of ${range.source}/${range.table} needs the payload store to read ${claim.claim.ref}`);
-      parsed = JSON.parse(await resolveClaim(this.o.payloads, claim));
+      const payloads = this.o.payloads;
+      if (!payloads) throw new CdcError('PAYLOAD_STORE_MISSING', `the replay of ${range.source}/${range.table} needs the payload store to read ${claim.claim.ref}`);
+      return resolveClaim(payloads, claim).then((text) => validated(JSON.parse(text)));
     }
-    try {
-      return validateChangeEvent(parsed);
-    } catch (err) {
-      if (err instanceof CdcError) return 'invalid';
-      throw err;
-    }
+    return validated(parsed);
+  }
+}
+
+/** The change event `parsed` is, or 'invalid' when it is not one. */
+function validated(parsed: unknown): ChangeEvent | 'invalid' {
+  try {
+    return validateChangeEvent(parsed);
+  } catch (err) {
+    if (err instanceof CdcError) return 'invalid';
+    throw err;
   }
 }
 

@@ -74,6 +74,11 @@ import {
   mergeSql,
   mergeIntoEmptySql,
   baseRowsSql,
+  foldChangelogIntoEmptySql,
+  freshShadowTables,
+  insertNewValuesSql,
+  lockDeltaForAppendSql,
+  nonEmptyTablesSql,
   CHANGELOG_CDC_COLUMNS,
   lockMirrorSql,
   recordTruncationSql,
@@ -340,8 +345,12 @@ export class PgWarehouse implements WarehouseWriter {
    * truncations hold any row (`baseRowsSql`) and, when none does, writes the delta in with
    * `mergeIntoEmptySql`, which leaves exactly what `mergeSql` would; otherwise it is the general
    * merge. `fast` in the result says which ran.
+   *
+   * With `freshBase`, an empty delta over an unfolded fresh shadow (`TableBatch.freshShadow`: its
+   * appends went to the changelog) is folded: the base is computed from the changelog
+   * (`foldChangelogIntoEmptySql`, under the same lock; `folded` in the result).
    */
-  async merge(target: MergeTarget, options: { freshBase?: boolean } = {}): Promise<MergeResult & { fast?: boolean }> {
+  async merge(target: MergeTarget, options: { freshBase?: boolean } = {}): Promise<MergeResult & { fast?: boolean; folded?: boolean }> {
     const t = target.target ?? warehouseTable(target.source, target.table);
     const cacheKey = `${t.schema}.${t.view}`;
     const t0 = Date.now();
@@ -358,11 +367,14 @@ export class PgWarehouse implements WarehouseWriter {
       const n = Number((await client.query<{ n: string }>(deltaStatsSql(t))).rows[0]?.n ?? 0);
       const fast = n > 0 && options.freshBase === true && (await client.query(baseRowsSql(t, shape))).rows.length === 0;
       if (n > 0) for (const sql of mergeStatements(t, shape, target.key, target.deleteMode === 'hard', this.engine!, fast)) await client.query(sql);
+      // An empty delta over an unfolded fresh shadow (its appends went to the changelog): compute the base from the changelog.
+      const folded = n === 0 && options.freshBase === true && (await unfolded(client, t, shape));
+      if (folded) for (const sql of foldStatements(t, shape, target.key, target.deleteMode === 'hard', this.engine!)) await client.query(sql);
       await client.query('COMMIT');
       inTransaction = false;
       this.shapes.set(cacheKey, shape);
       this.pendingDelta.delete(cacheKey);
-      return { rows: n, committedAt: Date.now(), ms: Date.now() - t0, fast };
+      return { rows: n, committedAt: Date.now(), ms: Date.now() - t0, fast, folded };
     } catch (err) {
       this.shapes.delete(cacheKey);
       if (inTransaction) {
@@ -455,7 +467,23 @@ export class PgWarehouse implements WarehouseWriter {
       // The critical path: a batch of full images and plain deletes is appended to the delta with
       // the engine's bulk load and is visible in the view at its COMMIT (docs/warehouse-apply.md).
       const dataNames = shape.mirror.filter((c) => !keyNames.includes(c) && !c.startsWith(RESERVED_PREFIX));
+      const fresh = batch.freshShadow === true && this.engine === 'postgres';
       if (shape.delta.length > 0 && truncates.length === 0 && events.every((e) => appendable(e, dataNames))) {
+        if (fresh && events.length > 0) {
+          // A fresh shadow's append (docs/warehouse-apply.md, "A fresh shadow"): the same rows, to
+          // the changelog while the shadow is unfolded, else to the delta as below.
+          destroy = true; // an error mid-load may leave the connection in COPY state: drop it
+          inTransaction = true;
+          const into = await this.appendFresh(client, t, shape, events, appliedAt);
+          inTransaction = false;
+          destroy = false;
+          const committedAt = Date.now();
+          if (into === 'changelog') return { plan: appendedPlan(events), committedAt, ddl: ddl.statements, mode: 'append', pending: { ...this.pendingOf(batch.source, batch.table, t) } };
+          const pending = this.pendingDelta.get(cacheKey) ?? { rows: 0, since: null };
+          const next = { rows: pending.rows + events.length, since: pending.since ?? committedAt };
+          this.pendingDelta.set(cacheKey, next);
+          return { plan: appendedPlan(events), committedAt, ddl: ddl.statements, mode: 'append', pending: { ...next } };
+        }
         const rows = events.map((e) => changelogRow(e, shape.delta, appliedAt));
         const loader = this.deltaLoader();
         const table = qualified(t.schema, t.delta);
@@ -516,6 +544,8 @@ export class PgWarehouse implements WarehouseWriter {
         }
         const pending = Number((res[res.length - 1]!.rows[0] as { n: string } | undefined)?.n ?? 0);
         begin = pending > 0 ? `${mergeStatements(t, shape, keyNames, batch.deleteMode === 'hard', this.engine!).join('; ')}; ` : '';
+        // An unfolded fresh shadow (its appends went to the changelog): its base from the changelog first, under the same lock.
+        if (pending === 0 && batch.freshShadow === true && (await unfolded(client, t, shape))) begin = `${foldStatements(t, shape, keyNames, batch.deleteMode === 'hard', this.engine!).join('; ')}; `;
       }
       const plan = await this.applyStaged(client, t, shape, keyNames, events, truncates, stages, begin, end, batch, appliedAt);
       const committedAt = Date.now();
@@ -540,6 +570,45 @@ export class PgWarehouse implements WarehouseWriter {
       throw err;
     } finally {
       client.release(destroy);
+    }
+  }
+
+  /**
+   * A fresh shadow's append, in one transaction: takes the append's lock on the delta, looks
+   * whether the shadow is unfolded (`freshShadowTables` all empty) and loads the rows into the
+   * changelog if so, else into the delta (the live append). An event the changelog holds already
+   * (a batch applied again after a crash, invariant 2) fails the load on the changelog's primary
+   * key; the batch is then loaded again skipping those rows, so the first delivery stays, as the
+   * merge keeps it.
+   */
+  private async appendFresh(client: pg.ClientBase, t: WarehouseTable, shape: SinkShape, events: readonly ChangeEvent[], appliedAt: string): Promise<'changelog' | 'delta'> {
+    const loader = this.deltaLoader();
+    for (let attempt = 1; ; attempt++) {
+      await client.query(`BEGIN; ${lockDeltaForAppendSql(t)}`);
+      if ((await client.query(nonEmptyTablesSql(t, freshShadowTables(t, shape)))).rows.length > 0) {
+        await loader.load(client, qualified(t.schema, t.delta), shape.delta, events.map((e) => changelogRow(e, shape.delta, appliedAt)));
+        await client.query('COMMIT');
+        return 'delta';
+      }
+      const table = qualified(t.schema, t.changelog);
+      const rows = events.map((e) => changelogRow(e, shape.changelog, appliedAt));
+      if (attempt === 1) {
+        try {
+          await loader.load(client, table, shape.changelog, rows);
+        } catch (err) {
+          if ((err as { code?: unknown } | null)?.code !== UNIQUE_VIOLATION) throw err;
+          await client.query('ROLLBACK');
+          continue;
+        }
+      } else {
+        const per = rowsPerStatement(shape.changelog.length);
+        for (let i = 0; i < rows.length; i += per) {
+          const chunk = rows.slice(i, i + per);
+          await client.query(insertNewValuesSql(table, shape.changelog, chunk.length), chunk.flat());
+        }
+      }
+      await client.query('COMMIT');
+      return 'changelog';
     }
   }
 
@@ -724,6 +793,21 @@ function mergeStatements(t: WarehouseTable, shape: SinkShape, key: readonly stri
   // itself inserts (quadratic: measured minutes for 100,000 rows). Hash joins for the merge only.
   return engine === 'postgres' ? ['SET LOCAL enable_nestloop = off', ...merge, 'SET LOCAL enable_nestloop = on'] : merge;
 }
+
+/** The fold of an unfolded fresh shadow's changelog into its empty base (`foldChangelogIntoEmptySql`), with the merge's planner setting. */
+function foldStatements(t: WarehouseTable, shape: SinkShape, key: readonly string[], hard: boolean, engine: WarehouseEngine): string[] {
+  const fold = foldChangelogIntoEmptySql(t, { key, mirrorColumns: shape.mirror, changelogColumns: shape.changelog, hard, deletedKeys: shape.deletedKeys, truncations: shape.truncations });
+  return engine === 'postgres' ? ['SET LOCAL enable_nestloop = off', ...fold, 'SET LOCAL enable_nestloop = on'] : fold;
+}
+
+/** Whether a fresh shadow is unfolded with rows to fold: its changelog holds rows and every table of `freshShadowTables` none (asked under a lock on the delta). */
+async function unfolded(client: pg.ClientBase, t: WarehouseTable, shape: SinkShape): Promise<boolean> {
+  const kinds = (await client.query<{ _cdc_kind: string }>(nonEmptyTablesSql(t, [t.changelog, ...freshShadowTables(t, shape)]))).rows.map((r) => r._cdc_kind);
+  return kinds.length === 1 && kinds[0] === t.changelog;
+}
+
+/** SQLSTATE of a primary-key (unique) violation. */
+const UNIQUE_VIOLATION = '23505';
 
 function sameShape(a: SinkShape, b: SinkShape): boolean {
   const eq = (x: readonly string[], y: readonly string[]) => x.length === y.length && x.every((v, i) => v === y[i]);

@@ -538,6 +538,11 @@ export function insertValuesSql(table: string, columns: readonly string[], rowCo
   return `INSERT INTO ${table} (${cols(columns)}) VALUES ${rows.join(', ')}`;
 }
 
+/** PostgreSQL: `insertValuesSql` that skips the rows whose primary key the table holds already (`ON CONFLICT DO NOTHING`). */
+export function insertNewValuesSql(table: string, columns: readonly string[], rowCount: number): string {
+  return `${insertValuesSql(table, columns, rowCount)} ON CONFLICT DO NOTHING`;
+}
+
 const keyMatch = (key: readonly string[], left: string, right: string): string =>
   key.map((k) => `${left}.${quoteIdent(k)} = ${right}.${quoteIdent(k)}`).join(' AND ');
 
@@ -703,8 +708,9 @@ export interface OverlayGuards {
   truncations: boolean;
 }
 
-const rankedDelta = (t: WarehouseTable, key: readonly string[], select: string, where: string): string =>
-  `SELECT ${select}, row_number() OVER (PARTITION BY ${cols(key, 'd.')} ORDER BY d.${quoteIdent(CdcColumn.POSITION)} DESC, d.${quoteIdent(CdcColumn.APPLIED_AT)}) AS ${quoteIdent(RANK)} FROM ${qualified(t.schema, t.delta)} d${where}`;
+/** The rows of `from` (a table of `t` shaped like the changelog: the delta by default) ranked newest first per key. */
+const rankedDelta = (t: WarehouseTable, key: readonly string[], select: string, where: string, from: string = t.delta): string =>
+  `SELECT ${select}, row_number() OVER (PARTITION BY ${cols(key, 'd.')} ORDER BY d.${quoteIdent(CdcColumn.POSITION)} DESC, d.${quoteIdent(CdcColumn.APPLIED_AT)}) AS ${quoteIdent(RANK)} FROM ${qualified(t.schema, from)} d${where}`;
 
 // Ties (the same event delivered twice before a merge) go to the first delivery, in the view and
 // in the merge alike, as the changelog keeps the first delivery: the view does not change at a merge.
@@ -845,6 +851,16 @@ export function lockDeltaSql(t: WarehouseTable, engine: WarehouseEngine): string
   return engine === 'redshift' ? `LOCK ${qualified(t.schema, t.delta)}` : `LOCK TABLE ${qualified(t.schema, t.delta)} IN EXCLUSIVE MODE`;
 }
 
+/**
+ * PostgreSQL: the lock an append takes on the delta (ROW EXCLUSIVE, as its COPY would), taken
+ * first by a fresh shadow's append (`TableBatch.freshShadow`) before it looks whether the shadow is
+ * unfolded: appends do not wait for each other, and a fold (under `lockDeltaSql`, which conflicts
+ * with it) waits for the appends that looked before it and is seen by those that look after.
+ */
+export function lockDeltaForAppendSql(t: WarehouseTable): string {
+  return `LOCK TABLE ${qualified(t.schema, t.delta)} IN ROW EXCLUSIVE MODE`;
+}
+
 /** How many rows the delta holds and since when (`n`, `oldest` = the lowest `_cdc_applied_at`). */
 export function deltaStatsSql(t: WarehouseTable): string {
   return `SELECT COUNT(*) AS n, MIN(${quoteIdent(CdcColumn.APPLIED_AT)}) AS oldest FROM ${qualified(t.schema, t.delta)}`;
@@ -868,7 +884,7 @@ export interface MergeSqlOptions extends OverlayGuards {
  * only the live rows of keys with a delete are ranked).
  * `deletes` false: only the keys whose newest row is not a delete, without `_cdc_set`.
  */
-function mergeWritesSelect(t: WarehouseTable, o: MergeSqlOptions, aboveBase: boolean, deletes = true): string {
+function mergeWritesSelect(t: WarehouseTable, o: MergeSqlOptions, aboveBase: boolean, deletes = true, from: string = t.delta): string {
   const q = quoteIdent;
   const pos = q(CdcColumn.POSITION);
   const op = q(CdcColumn.OP);
@@ -890,17 +906,17 @@ function mergeWritesSelect(t: WarehouseTable, o: MergeSqlOptions, aboveBase: boo
     }
   });
   // Only the keys whose newest row is live (a hard-mode mirror keeps no tombstone): no values to borrow.
-  if (!deletes) return `SELECT ${exprs.join(', ')} FROM (${rankedDelta(t, o.key, 'd.*', '')}) l WHERE l.${q(RANK)} = 1 AND NOT ${isDelete}`;
+  if (!deletes) return `SELECT ${exprs.join(', ')} FROM (${rankedDelta(t, o.key, 'd.*', '', from)}) l WHERE l.${q(RANK)} = 1 AND NOT ${isDelete}`;
   // Into an empty base every row is above it; only keys with a delete in the delta borrow values, so only their live rows are ranked.
   const baseGuard = aboveBase
     ? ` AND NOT EXISTS (SELECT 1 FROM ${mirror} m WHERE ${keyMatch(o.key, 'm', 'd')} AND m.${pos} >= d.${pos})`
-    : ` AND EXISTS (SELECT 1 FROM ${qualified(t.schema, t.delta)} x WHERE ${keyMatch(o.key, 'x', 'd')} AND x.${op} = 'delete')`;
+    : ` AND EXISTS (SELECT 1 FROM ${qualified(t.schema, from)} x WHERE ${keyMatch(o.key, 'x', 'd')} AND x.${op} = 'delete')`;
   const live =
-    `SELECT d.*, row_number() OVER (PARTITION BY ${cols(o.key, 'd.')} ORDER BY d.${pos} DESC, d.${q(CdcColumn.APPLIED_AT)}) AS ${q(RANK)} FROM ${qualified(t.schema, t.delta)} d ` +
+    `SELECT d.*, row_number() OVER (PARTITION BY ${cols(o.key, 'd.')} ORDER BY d.${pos} DESC, d.${q(CdcColumn.APPLIED_AT)}) AS ${q(RANK)} FROM ${qualified(t.schema, from)} d ` +
     `WHERE d.${op} <> 'delete'${baseGuard}`;
   return (
     `SELECT ${exprs.join(', ')}, CASE WHEN ${isDelete} AND v.${pos} IS NULL THEN 1 ELSE 0 END AS ${q(CdcColumn.SET)} ` +
-    `FROM (${rankedDelta(t, o.key, 'd.*', '')}) l LEFT JOIN (${live}) v ON ${keyMatch(o.key, 'v', 'l')} AND v.${q(RANK)} = 1 AND ${isDelete} AND v.${pos} < l.${pos} ` +
+    `FROM (${rankedDelta(t, o.key, 'd.*', '', from)}) l LEFT JOIN (${live}) v ON ${keyMatch(o.key, 'v', 'l')} AND v.${q(RANK)} = 1 AND ${isDelete} AND v.${pos} < l.${pos} ` +
     `WHERE l.${q(RANK)} = 1`
   );
 }
@@ -955,8 +971,25 @@ export function mergeSql(t: WarehouseTable, o: MergeSqlOptions): string[] {
  * in a derived table, `UNION ALL`.
  */
 export function baseRowsSql(t: WarehouseTable, guards: OverlayGuards): string {
+  return nonEmptyTablesSql(t, [t.mirror, t.changelog, ...(guards.deletedKeys ? [t.deletedKeys] : []), ...(guards.truncations ? [t.truncations] : [])]);
+}
+
+/** One row (`_cdc_kind` = the table's name) per table of `names` (tables of `t`'s schema) that holds any row. Portable: `LIMIT` in a derived table, `UNION ALL`. */
+export function nonEmptyTablesSql(t: WarehouseTable, names: readonly string[]): string {
   const one = (name: string): string => `SELECT '${name}' AS ${quoteIdent(CdcColumn.KIND)} FROM (SELECT 1 AS x FROM ${qualified(t.schema, name)} LIMIT 1) ${quoteIdent(`b_${name}`)}`;
-  return [t.mirror, t.changelog, ...(guards.deletedKeys ? [t.deletedKeys] : []), ...(guards.truncations ? [t.truncations] : [])].map(one).join(' UNION ALL ');
+  return names.map(one).join(' UNION ALL ');
+}
+
+/**
+ * The tables of a fresh shadow's apply (`TableBatch.freshShadow`, docs/warehouse-apply.md, "A
+ * fresh shadow"): while every one of them is empty, the changelog holds only appended events not
+ * folded into the base yet (the shadow is *unfolded*), and an append may go straight to the
+ * changelog. The mirror, the delta and, when they exist, the deleted keys, the truncations and the
+ * handover table: every fold of a changelog row writes a row into one of them (a live row or
+ * tombstone, a remembered deletion, a truncate, a held event).
+ */
+export function freshShadowTables(t: WarehouseTable, has: OverlayGuards & { handover: boolean }): string[] {
+  return [t.mirror, t.delta, ...(has.deletedKeys ? [t.deletedKeys] : []), ...(has.truncations ? [t.truncations] : []), ...(has.handover ? [t.handover] : [])];
 }
 
 /**
@@ -979,20 +1012,40 @@ export function baseRowsSql(t: WarehouseTable, guards: OverlayGuards): string {
 export function mergeIntoEmptySql(t: WarehouseTable, o: MergeSqlOptions): string[] {
   const q = quoteIdent;
   const pos = q(CdcColumn.POSITION);
-  const out = [`INSERT INTO ${qualified(t.schema, t.mirror)} (${cols(o.mirrorColumns)}) SELECT ${cols(o.mirrorColumns, 'w.')} FROM (${mergeWritesSelect(t, o, false, !o.hard)}) w`];
-  if (o.hard) {
-    const dkCols = [...o.key, CdcColumn.POSITION, CdcColumn.DELETED_AT, CdcColumn.APPLIED_AT];
-    out.push(
-      `INSERT INTO ${qualified(t.schema, t.deletedKeys)} (${cols(dkCols)}) SELECT ${cols(o.key, 'l.')}, l.${pos}, l.${q(CdcColumn.COMMIT_TS)}, l.${q(CdcColumn.APPLIED_AT)} ` +
-        `FROM (${rankedDelta(t, o.key, 'd.*', '')}) l WHERE l.${q(RANK)} = 1 AND l.${q(CdcColumn.OP)} = 'delete'`,
-    );
-  }
+  const out = intoEmptyBaseSql(t, o, t.delta);
   out.push(
     `INSERT INTO ${qualified(t.schema, t.changelog)} (${cols(o.changelogColumns)}) SELECT ${cols(o.changelogColumns, 'e.')} FROM (SELECT d.*, row_number() OVER (PARTITION BY d.${pos}, ${cols(o.key, 'd.')} ORDER BY d.${q(CdcColumn.APPLIED_AT)}) AS ${q(RANK)} ` +
       `FROM ${qualified(t.schema, t.delta)} d) e WHERE e.${q(RANK)} = 1`,
   );
   out.push(`DELETE FROM ${qualified(t.schema, t.delta)}`);
   return out;
+}
+
+/** Steps 1 and 2 of `mergeIntoEmptySql`: the newest row per key of `from` (a table of `t` shaped like the changelog) into the empty mirror, and in hard mode the deleted keys. */
+function intoEmptyBaseSql(t: WarehouseTable, o: MergeSqlOptions, from: string): string[] {
+  const q = quoteIdent;
+  const pos = q(CdcColumn.POSITION);
+  const out = [`INSERT INTO ${qualified(t.schema, t.mirror)} (${cols(o.mirrorColumns)}) SELECT ${cols(o.mirrorColumns, 'w.')} FROM (${mergeWritesSelect(t, o, false, !o.hard, from)}) w`];
+  if (o.hard) {
+    const dkCols = [...o.key, CdcColumn.POSITION, CdcColumn.DELETED_AT, CdcColumn.APPLIED_AT];
+    out.push(
+      `INSERT INTO ${qualified(t.schema, t.deletedKeys)} (${cols(dkCols)}) SELECT ${cols(o.key, 'l.')}, l.${pos}, l.${q(CdcColumn.COMMIT_TS)}, l.${q(CdcColumn.APPLIED_AT)} ` +
+        `FROM (${rankedDelta(t, o.key, 'd.*', '', from)}) l WHERE l.${q(RANK)} = 1 AND l.${q(CdcColumn.OP)} = 'delete'`,
+    );
+  }
+  return out;
+}
+
+/**
+ * The fold of an unfolded fresh shadow (`freshShadowTables` all empty, the changelog holding the
+ * appended events; docs/warehouse-apply.md, "A fresh shadow"): the base the merge into an empty
+ * base (`mergeIntoEmptySql`) would have left had the same events been appended to the delta —
+ * the same statements, reading the changelog instead of the delta. The changelog holds each event
+ * once, as its first delivery, which is the row the merge's ranking picks among a delta's
+ * duplicates; and it is already what that merge would have written to it.
+ */
+export function foldChangelogIntoEmptySql(t: WarehouseTable, o: MergeSqlOptions): string[] {
+  return intoEmptyBaseSql(t, o, t.changelog);
 }
 
 // ---------------------------------------------------------------------------------------------

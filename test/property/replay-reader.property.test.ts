@@ -32,6 +32,7 @@ import { FolderArchive } from '../../local/archive.ts';
 import { seededRandom } from '../../local/demo.ts';
 import { startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
 import { ReplayReader } from '../../lambda/adapters/replay-reader.ts';
+import { sha256, type PayloadStore } from '../../lambda/core/payload-store.ts';
 
 const RUNS = Number(process.env.CDC_REPLAY_READER_RUNS ?? 40);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
@@ -207,5 +208,39 @@ describe('replay reader over the archive and the stream (property)', () => {
     expect(got.events.map((e) => e.after!.v)).toEqual([1, 3]);
     expect(got.stats.legacyObjects).toBe(1);
     expect(got.stats.shards[0]!.archivedThrough).toBe(records[1]!.sequenceNumber);
+  });
+
+  it('reads an event stored out of line (a claim check) back from the payload store, in the archive and in the stream; without the store the replay stops', async () => {
+    const archive = new FolderArchive(path.join(dir, 'claims'));
+    await kinesis.send(new CreateStreamCommand({ StreamName: 'claims', ShardCount: 1 }));
+    const stored = new Map<string, Buffer>();
+    const payloads: PayloadStore = {
+      async put(key, body) {
+        stored.set(key, body);
+        return key;
+      },
+      async get(ref) {
+        return stored.get(ref)!;
+      },
+    };
+    const claimOf = async (e: ChangeEvent): Promise<string> => {
+      const body = Buffer.from(JSON.stringify(e));
+      const ref = await payloads.put(`claims/${e.position}.json`, body);
+      return JSON.stringify({ v: 1, claim: { ref, bytes: body.byteLength, sha256: sha256(body) }, source: e.source, table: e.table, key: e.key, position: e.position });
+    };
+    const evs = [event('public.a', 1, makePosition(0x10n, 0), 1), event('public.a', 2, makePosition(0x11n, 0), 2), event('public.a', 1, makePosition(0x12n, 0), 3), event('public.a', 3, makePosition(0x13n, 0), 4)];
+    // Inline, claim check (archived); inline, claim check (left in the stream).
+    const lines = [JSON.stringify(evs[0]), await claimOf(evs[1]!), JSON.stringify(evs[2]), await claimOf(evs[3]!)];
+    await kinesis.send(new PutRecordsCommand({ StreamName: 'claims', Records: lines.map((l) => ({ PartitionKey: 'k', Data: Buffer.from(l) })) }));
+    const records: LogRecord[] = [];
+    for await (const page of readChangeLog(kinesis, 'claims')) records.push(...page);
+    await createArchiveCopier({ archive, layout: 'by-table' })(kinesisEvent(records.slice(0, 2)));
+    const range = { source: 'src', table: 'public.a', from: '0'.repeat(24), to: 'f'.repeat(24) };
+    const got = await new ReplayReader({ archive, kinesis, stream: 'claims', payloads }).read(range);
+    expect(got.events.map((e) => `${e.position}|${e.after!.v}`)).toEqual(evs.map((e) => `${e.position}|${e.after!.v}`));
+    expect(got.stats.archiveRecords).toBe(2);
+    expect(got.stats.streamRecords).toBe(2);
+    const err = await new ReplayReader({ archive, kinesis, stream: 'claims' }).read(range).then(() => null, (e: unknown) => e);
+    expect((err as { code?: string } | null)?.code).toBe('PAYLOAD_STORE_MISSING');
   });
 });
