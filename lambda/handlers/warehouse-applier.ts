@@ -11,6 +11,8 @@
  * first, then hands Powertools' `BatchProcessor` a record handler that only reports each record's
  * known outcome (throws for the failed ones). Powertools still builds `batchItemFailures` and
  * raises `FullBatchFailureError` when every record failed, exactly as for per-record processing.
+ * A batch in which no record failed is answered directly with the response Powertools gives then
+ * (no failures), without its per-record pass.
  *
  * Metrics (EMF via Powertools, names from contracts/metrics.ts) carry exactly the dimensions the
  * contract names (Sink + Source, Stage + Source, or Sink): Powertools' default `service`
