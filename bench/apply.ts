@@ -293,6 +293,22 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
     const merges = { count: 0, rows: 0, ms: 0, maxDeltaRows: 0 };
     const workerPool = o.merge === 'worker' ? new pg.Pool({ connectionString: url, max: 1 }) : null;
     const mergeWorker = workerPool ? newApplier(workerPool, inner) : null;
+    if (o.merge === 'inline') {
+      // The handler's own merges (inline, when due): counted from the writer, as the handler's
+      // response does not carry them; the delta was as large as the rows a merge took just before it.
+      const writer = applier.warehouse;
+      const merge = writer.merge.bind(writer);
+      writer.merge = async (target, options) => {
+        const r = await merge(target, options);
+        if (appending && r.rows > 0) {
+          merges.count++;
+          merges.rows += r.rows;
+          merges.ms += r.ms;
+          merges.maxDeltaRows = Math.max(merges.maxDeltaRows, r.rows);
+        }
+        return r;
+      };
+    }
     let appending = false;
     const worker = async (): Promise<void> => {
       while (appending && mergeWorker) {
