@@ -18,7 +18,7 @@
  * (`test/helpers/memory-control-plane.ts`); its share on the real DynamoDB adapter is measured
  * separately and reported as its own row.
  *
- *     npm run bench:apply [-- --events 200000 --quick]
+ *     npm run bench:apply [-- --events 200000 --quick --variants append --no-extras --profile]
  */
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
@@ -205,7 +205,10 @@ interface ApplierRun {
   /** Client-side wall time per applier SQL phase (ms), and what is left for the handler's own code. */
   phases: Array<{ label: string; ms: number; calls: number }>;
   controlPlane: { kind: string; ms: number; calls: Array<{ label: string; ms: number; calls: number }> };
+  /** Wall time of the timed part outside the handler's SQL statements and control-plane calls (the handler's own code, waiting for neither). */
   nodeMs: number;
+  /** CPU time of this process (user + system) during the timed part: the handler's code, the pg driver, GC (and the merge worker's polling, small). */
+  cpuMs: number;
   server?: Awaited<ReturnType<typeof statementStats>>;
   profile?: ProfileSummary;
   verified: boolean | null;
@@ -246,9 +249,9 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
   const inner = o.controlPlane ?? new MemoryControlPlane();
   const reg = registryEntries();
   await inner.registerTable(reg.table, reg.schema, { at: reg.table.updatedAt, actor: 'bench', action: 'register', source: BENCH_SOURCE, table: BENCH_TABLE, outcome: 'done', detail: {} });
-  const newApplier = (p: pg.Pool) =>
+  const newApplier = (p: pg.Pool, cp: ControlPlane = timedControlPlane(inner, cpTally)) =>
     createWarehouseApplier({
-      controlPlane: timedControlPlane(inner, cpTally),
+      controlPlane: cp,
       pool: p,
       sinkId: SINK,
       metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
@@ -284,14 +287,34 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
     const setApplier = setClient ? new SetApplier(setClient, `${BENCH_SOURCE}_public`) : null;
     // The merge worker of the append-first path: merges the delta whenever it is due, on its own
     // connection, concurrently with the appends (as the schedule or a separate function would).
+    // Its own pool and applier, untimed: its statements and control-plane calls run concurrently
+    // with the handler's, so timing them with the handler's would count overlapping time twice.
     const mergeTarget = { source: BENCH_SOURCE, table: BENCH_TABLE, deleteMode: 'soft' as const, key: ['id'] };
     const merges = { count: 0, rows: 0, ms: 0, maxDeltaRows: 0 };
+    const workerPool = o.merge === 'worker' ? new pg.Pool({ connectionString: url, max: 1 }) : null;
+    const mergeWorker = workerPool ? newApplier(workerPool, inner) : null;
+    if (o.merge === 'inline') {
+      // The handler's own merges (inline, when due): counted from the writer, as the handler's
+      // response does not carry them; the delta was as large as the rows a merge took just before it.
+      const writer = applier.warehouse;
+      const merge = writer.merge.bind(writer);
+      writer.merge = async (target, options) => {
+        const r = await merge(target, options);
+        if (appending && r.rows > 0) {
+          merges.count++;
+          merges.rows += r.rows;
+          merges.ms += r.ms;
+          merges.maxDeltaRows = Math.max(merges.maxDeltaRows, r.rows);
+        }
+        return r;
+      };
+    }
     let appending = false;
     const worker = async (): Promise<void> => {
-      while (appending) {
-        const stats = await applier.warehouse.deltaStats(mergeTarget);
+      while (appending && mergeWorker) {
+        const stats = await mergeWorker.warehouse.deltaStats(mergeTarget);
         merges.maxDeltaRows = Math.max(merges.maxDeltaRows, stats.rows);
-        const done = await applier.mergeDue();
+        const done = await mergeWorker.mergeDue();
         for (const m of done) {
           merges.count++;
           merges.rows += m.rows;
@@ -303,6 +326,7 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
     const timed = async (): Promise<number> => {
       appending = true;
       const merging = o.merge === 'worker' ? worker() : Promise.resolve();
+      const cpu0 = process.cpuUsage();
       const t0 = nowMs();
       for (const ev of batches) {
         const b0 = nowMs();
@@ -317,10 +341,14 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
         if (o.merge === 'inline') merges.maxDeltaRows = Math.max(merges.maxDeltaRows, applier.warehouse.pendingOf(BENCH_SOURCE, BENCH_TABLE).rows);
       }
       const ms = nowMs() - t0;
+      const cpu = process.cpuUsage(cpu0);
+      cpuMs = (cpu.user + cpu.system) / 1000;
       appending = false;
       await merging;
+      await workerPool?.end();
       return ms;
     };
+    let cpuMs = 0;
     let wallMs: number;
     let profile: ProfileSummary | undefined;
     if (o.profile) {
@@ -332,7 +360,9 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
     }
     setClient?.release();
     const server = o.statements ? await withClient(url, statementStats) : undefined;
+    // Read before the untimed final merge below, which runs on the same pool.
     const sqlMs = timer.tally.total();
+    const phases = timer.tally.entries();
     const cpMs = cpTally.total();
     let view = await one<{ n: number; md5: string }>(url, fingerprintSql(MIRROR_VIEW));
     const expectedRows = o.limit ? liveAfter(h, o.limit) : expected.n;
@@ -355,9 +385,10 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
       seconds: wallMs / 1000,
       eventsPerSecond: events.length / (wallMs / 1000),
       batchMs: { p50: percentile(times, 50), p90: percentile(times, 90), p99: percentile(times, 99), max: Math.max(...times) },
-      phases: timer.tally.entries(),
+      phases,
       controlPlane: { kind: o.controlPlane ? 'DynamoDB Local' : 'in-memory', ms: Math.round(cpMs), calls: cpTally.entries() },
       nodeMs: Math.round(wallMs - sqlMs - cpMs),
+      cpuMs: Math.round(cpuMs),
       ...(server ? { server } : {}),
       ...(profile ? { profile } : {}),
       verified: (o.limit ? view.n === expectedRows : view.n === expected.n && view.md5 === expected.md5) && (mergeDetail?.verifiedBeforeFinalMerge ?? true),
@@ -385,7 +416,7 @@ function describeRun(r: ApplierRun): string {
   const m = r.merges ? `; ${r.merges.count} merges (${r.merges.rows} rows, ${r.merges.ms} ms), largest delta ${r.merges.maxDeltaRows} rows (threshold ${r.merges.threshold}), final merge ${r.merges.finalMergeMs} ms` : '';
   return (
     `${r.label}: ${r.events} events in ${r.seconds.toFixed(2)} s = ${Math.round(r.eventsPerSecond)} events/s; batch p50 ${r.batchMs.p50.toFixed(1)} ms, p99 ${r.batchMs.p99.toFixed(1)} ms; ` +
-    `node ${r.nodeMs} ms, control plane ${r.controlPlane.ms} ms${m}; ${r.verified ? 'warehouse matches' : 'WAREHOUSE DOES NOT MATCH'}`
+    `outside SQL and control plane ${r.nodeMs} ms (process CPU ${r.cpuMs} ms of ${Math.round(r.seconds * 1000)} ms wall; SQL ${Math.round(r.phases.reduce((a, p) => a + p.ms, 0))} ms), control plane ${r.controlPlane.ms} ms${m}; ${r.verified ? 'warehouse matches' : 'WAREHOUSE DOES NOT MATCH'}`
   );
 }
 
@@ -398,6 +429,8 @@ export async function runApplyBench(): Promise<BenchResult> {
   const logrepRuns = argValue('logrep-runs') === '0' ? 0 : numberArg('logrep-runs', quick ? 1 : 2);
   const only = argValue('variants');
   const extras = argValue('no-extras') === undefined;
+  /** `--profile`: take a CPU profile of each append-first run at batch 10,000 (the profiler costs a few per cent) and print its top functions. */
+  const profileAppend = argValue('profile') !== undefined;
   /**
    * Which part of the history each batch size applies, to keep the whole benchmark near its time
    * budget: batch 10,000 the whole history, batch 1,000 the first half, batch 100 the first 10 %
@@ -470,6 +503,7 @@ export async function runApplyBench(): Promise<BenchResult> {
       const r = await applierRun(wh, h, snapshot, history, o, expected);
       runs.push(r);
       say(describeRun(r));
+      if (r.profile) say(`CPU profile (${r.profile.totalMs} ms sampled): ${r.profile.byFunction.slice(0, 25).map((f) => `${f.fn} ${(f.share * 100).toFixed(1)} %`).join('; ')}`);
       return r;
     };
     const byVariant = new Map<string, ApplierRun[]>();
@@ -477,7 +511,7 @@ export async function runApplyBench(): Promise<BenchResult> {
     for (const v of chosen) {
       const list: ApplierRun[] = [];
       for (const batch of v.batches) {
-        list.push(await run({ label: `${v.name}, batch ${batch}`, batch, loader: v.loader, ...(v.stages ? { stages: v.stages } : {}), ...(v.setBased ? { setBased: true } : {}), ...(v.merge ? { merge: v.merge } : {}), limit: share(batch), statements: batch === 1000 }));
+        list.push(await run({ label: `${v.name}, batch ${batch}`, batch, loader: v.loader, ...(v.stages ? { stages: v.stages } : {}), ...(v.setBased ? { setBased: true } : {}), ...(v.merge ? { merge: v.merge } : {}), limit: share(batch), statements: batch === 1000, profile: profileAppend && v.merge !== undefined && batch === 10_000 }));
       }
       byVariant.set(v.name, list);
     }

@@ -218,7 +218,10 @@ export const copyStageLoader: StageLoader = {
     const lines = function* (): Generator<string> {
       let buf = '';
       for (const r of rows) {
-        buf += `${r.map(copyText).join('\t')}\n`;
+        // One string per row, built without an intermediate array (this runs for every event appended).
+        let line = r.length > 0 ? copyText(r[0] ?? null) : '';
+        for (let j = 1; j < r.length; j++) line += `\t${copyText(r[j] ?? null)}`;
+        buf += `${line}\n`;
         if (buf.length > 1 << 16) {
           yield buf;
           buf = '';

@@ -95,14 +95,32 @@ export interface TablePlan {
 const eventId = (e: ChangeEvent): string => `${e.position}|${keyText(e.key)}`;
 const byPosition = (a: ChangeEvent, b: ChangeEvent): number => (a.position < b.position ? -1 : a.position > b.position ? 1 : 0);
 
-/** The distinct events (first delivery of each position + key wins), in position order. */
+/**
+ * The distinct events (first delivery of each position + key wins), in position order (stable:
+ * events at one position keep their order of first delivery). Keys are compared only between
+ * events at the same position (a duplicate, or the two halves of a primary-key change), so the
+ * usual batch of distinct positions costs one map lookup per event (the append path runs it on
+ * every batch; docs/performance.md §20).
+ */
 export function distinctEvents(events: readonly ChangeEvent[]): ChangeEvent[] {
-  const seen = new Map<string, ChangeEvent>();
+  const atPosition = new Map<string, ChangeEvent | ChangeEvent[]>();
+  const out: ChangeEvent[] = [];
+  let ordered = true;
   for (const e of events) {
-    const id = eventId(e);
-    if (!seen.has(id)) seen.set(id, e);
+    const there = atPosition.get(e.position);
+    if (there === undefined) {
+      atPosition.set(e.position, e);
+    } else {
+      const same = Array.isArray(there) ? there : [there];
+      const k = keyText(e.key);
+      if (same.some((x) => keyText(x.key) === k)) continue;
+      same.push(e);
+      if (same !== there) atPosition.set(e.position, same);
+    }
+    if (ordered && out.length > 0 && out[out.length - 1]!.position > e.position) ordered = false;
+    out.push(e);
   }
-  return [...seen.values()].sort(byPosition);
+  return ordered ? out : out.sort(byPosition);
 }
 
 /** The old key of a primary-key change's insert (from its before image), or null if it is not one. */

@@ -69,7 +69,9 @@ export function isSourceId(value: unknown): value is string {
 
 function assertRow(v: unknown, field: string): Row {
   if (!isPlainObject(v)) throw new InvalidRecordError(field, `expected an object of column values, got ${describe(v)}`);
-  for (const [c, cv] of Object.entries(v)) {
+  for (const c in v) {
+    if (!Object.hasOwn(v, c)) continue;
+    const cv = v[c];
     // An integer beyond 2^53 as a number has lost digits already (docs/exact-numbers.md).
     if (typeof cv === 'number' && Number.isInteger(cv) && !Number.isSafeInteger(cv)) {
       throw new InvalidRecordError(`${field}.${c}`, `integer ${cv} is beyond 2^53 and cannot be exact as a JSON number: carry it as its decimal text`);
@@ -78,6 +80,16 @@ function assertRow(v: unknown, field: string): Row {
   return v as Row;
 }
 
+/**
+ * The last source id, table id and commit time that passed their checks: the events of a batch
+ * mostly repeat them (one table, one transaction), and a text that passed once passes again, so
+ * the check is one string comparison then (the appliers validate every event on the critical
+ * path; docs/performance.md §20).
+ */
+const NONE_YET: unique symbol = Symbol('none yet'); // no parsed JSON value is a symbol
+let passedSource: string | typeof NONE_YET = NONE_YET;
+let passedTable: string | typeof NONE_YET = NONE_YET;
+let passedCommitTs: string | typeof NONE_YET = NONE_YET;
 
 /**
  * Checks that `value` is a well-formed change event and returns it typed. Throws
@@ -88,13 +100,21 @@ export function validateChangeEvent(value: unknown): ChangeEvent {
   if (!isPlainObject(value)) throw new InvalidRecordError('event', `expected a JSON object, got ${describe(value)}`);
   const e = value;
   if (e.v !== ENVELOPE_VERSION) throw new InvalidRecordError('v', `unsupported envelope version ${describe(e.v)} (this reader knows ${ENVELOPE_VERSION})`);
-  if (!isSourceId(e.source)) throw new InvalidRecordError('source', `expected a lower-case identifier, got ${describe(e.source)}`);
-  if (typeof e.table !== 'string' || !/^[^.]+\.[^.]+$/.test(e.table)) throw new InvalidRecordError('table', `expected 'schema.table', got ${describe(e.table)}`);
+  if (e.source !== passedSource) {
+    if (!isSourceId(e.source)) throw new InvalidRecordError('source', `expected a lower-case identifier, got ${describe(e.source)}`);
+    passedSource = e.source;
+  }
+  if (e.table !== passedTable) {
+    if (typeof e.table !== 'string' || !/^[^.]+\.[^.]+$/.test(e.table)) throw new InvalidRecordError('table', `expected 'schema.table', got ${describe(e.table)}`);
+    passedTable = e.table;
+  }
   if (typeof e.op !== 'string' || !(CHANGE_OPS as readonly string[]).includes(e.op)) throw new InvalidRecordError('op', `expected one of ${CHANGE_OPS.join(', ')}, got ${describe(e.op)}`);
   const op = e.op as ChangeOp;
   const key = assertRow(e.key, 'key');
   if (op !== 'truncate' && Object.keys(key).length === 0) throw new InvalidRecordError('key', 'a row change needs at least one primary-key column');
-  for (const [k, kv] of Object.entries(key)) {
+  for (const k in key) {
+    if (!Object.hasOwn(key, k)) continue;
+    const kv = key[k];
     if (kv === null || typeof kv === 'object') throw new InvalidRecordError(`key.${k}`, `primary-key values must be strings, numbers or booleans, got ${describe(kv)}`);
   }
   const after = e.after === null || e.after === undefined ? null : assertRow(e.after, 'after');
@@ -109,7 +129,10 @@ export function validateChangeEvent(value: unknown): ChangeEvent {
     }
   }
   const position = assertPosition(e.position, 'position');
-  if (typeof e.commitTs !== 'string' || Number.isNaN(Date.parse(e.commitTs))) throw new InvalidRecordError('commitTs', `expected an ISO-8601 timestamp, got ${describe(e.commitTs)}`);
+  if (e.commitTs !== passedCommitTs) {
+    if (typeof e.commitTs !== 'string' || Number.isNaN(Date.parse(e.commitTs))) throw new InvalidRecordError('commitTs', `expected an ISO-8601 timestamp, got ${describe(e.commitTs)}`);
+    passedCommitTs = e.commitTs;
+  }
   const txId = e.txId === undefined || e.txId === null ? null : e.txId;
   if (txId !== null && typeof txId !== 'string') throw new InvalidRecordError('txId', `expected a string or null, got ${describe(txId)}`);
   if (typeof e.schemaVersion !== 'number' || !Number.isInteger(e.schemaVersion) || e.schemaVersion < 1) throw new InvalidRecordError('schemaVersion', `expected a positive integer, got ${describe(e.schemaVersion)}`);
@@ -121,15 +144,16 @@ export function validateChangeEvent(value: unknown): ChangeEvent {
   if (handover.length > 0 && op !== 'delete') throw new InvalidRecordError('handover', `only the delete half of a primary-key change hands columns over, not a ${op}`);
   const event: ChangeEvent = {
     v: ENVELOPE_VERSION,
-    source: e.source,
-    table: e.table,
+    // Checked above (or equal to a text that passed the same check).
+    source: e.source as string,
+    table: e.table as string,
     op,
     key,
     after,
     before,
     missing: missing as string[],
     position,
-    commitTs: e.commitTs,
+    commitTs: e.commitTs as string,
     txId,
     schemaVersion: e.schemaVersion,
     capture: e.capture as CaptureMethod,

@@ -20,25 +20,30 @@ import { isClaimCheck, PayloadRefError, resolveClaim, validateClaimCheck, type P
  * Decodes one change-log record into its event: JSON, a claim check read back from `payloads`,
  * then validated. Bad input throws a `CdcError` naming what is wrong (the caller dead-letters the
  * record); a payload store that cannot be read throws its own error (retried, not dead-lettered).
+ * An event carried inline is returned at once (no promise: the appliers decode every record on
+ * the critical path); only a claim check returns a promise, as it reads the payload store.
  */
-export async function decodeChangeRecord(text: string, payloads: PayloadStore | undefined, sinkId: string): Promise<ChangeEvent> {
+export function decodeChangeRecord(text: string, payloads: PayloadStore | undefined, sinkId: string): ChangeEvent | Promise<ChangeEvent> {
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
   } catch (e) {
     throw new InvalidRecordError('event', `not JSON: ${(e as Error).message}`);
   }
-  if (isClaimCheck(parsed)) {
-    const claim = validateClaimCheck(parsed);
-    if (!payloads) throw new PayloadRefError(claim.claim.ref, `cannot be read: sink ${sinkId} has no payload store configured`);
-    const stored = await resolveClaim(payloads, claim);
-    try {
-      parsed = JSON.parse(stored);
-    } catch (e) {
-      throw new InvalidRecordError('claim', `the stored event ${claim.claim.ref} is not JSON: ${(e as Error).message}`);
-    }
+  return isClaimCheck(parsed) ? readClaimed(parsed, payloads, sinkId) : validateChangeEvent(parsed);
+}
+
+async function readClaimed(parsed: unknown, payloads: PayloadStore | undefined, sinkId: string): Promise<ChangeEvent> {
+  const claim = validateClaimCheck(parsed);
+  if (!payloads) throw new PayloadRefError(claim.claim.ref, `cannot be read: sink ${sinkId} has no payload store configured`);
+  const stored = await resolveClaim(payloads, claim);
+  let event: unknown;
+  try {
+    event = JSON.parse(stored);
+  } catch (e) {
+    throw new InvalidRecordError('claim', `the stored event ${claim.claim.ref} is not JSON: ${(e as Error).message}`);
   }
-  return validateChangeEvent(parsed);
+  return validateChangeEvent(event);
 }
 
 /** The admission of one table's batch to a sink. */

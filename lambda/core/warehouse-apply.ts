@@ -362,7 +362,8 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
     for (const record of records) {
       let event: ChangeEvent;
       try {
-        event = await decodeChangeRecord(record.text, deps.payloads, sinkId);
+        const decoded = decodeChangeRecord(record.text, deps.payloads, sinkId);
+        event = decoded instanceof Promise ? await decoded : decoded;
       } catch (err) {
         if (!(err instanceof CdcError)) throw err;
         const about = aboutRecord(record.text);
@@ -402,7 +403,7 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
       const schemas = new Map<number, SchemaVersion>();
       for (const i of items) {
         try {
-          const schema = await schemaOf(source, table, i.event.schemaVersion);
+          const schema = schemas.get(i.event.schemaVersion) ?? (await schemaOf(source, table, i.event.schemaVersion));
           checkEventColumns(i.event, schema);
           schemas.set(schema.version, schema);
           valid.push(i);
