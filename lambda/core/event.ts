@@ -84,6 +84,11 @@ function assertRow(v: unknown, field: string): Row {
  * `InvalidRecordError` naming the first field that is wrong. Does not check identifiers against
  * the registry (the applier does that with the registry in hand).
  */
+/** Throws `InvalidRecordError` unless `v` is a schema version: a positive integer. */
+export function assertSchemaVersion(v: unknown): asserts v is number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 1) throw new InvalidRecordError('schemaVersion', `expected a positive integer, got ${describe(v)}`);
+}
+
 export function validateChangeEvent(value: unknown): ChangeEvent {
   if (!isPlainObject(value)) throw new InvalidRecordError('event', `expected a JSON object, got ${describe(value)}`);
   const e = value;
@@ -112,7 +117,7 @@ export function validateChangeEvent(value: unknown): ChangeEvent {
   if (typeof e.commitTs !== 'string' || Number.isNaN(Date.parse(e.commitTs))) throw new InvalidRecordError('commitTs', `expected an ISO-8601 timestamp, got ${describe(e.commitTs)}`);
   const txId = e.txId === undefined || e.txId === null ? null : e.txId;
   if (txId !== null && typeof txId !== 'string') throw new InvalidRecordError('txId', `expected a string or null, got ${describe(txId)}`);
-  if (typeof e.schemaVersion !== 'number' || !Number.isInteger(e.schemaVersion) || e.schemaVersion < 1) throw new InvalidRecordError('schemaVersion', `expected a positive integer, got ${describe(e.schemaVersion)}`);
+  assertSchemaVersion(e.schemaVersion);
   if (typeof e.capture !== 'string' || !(CAPTURE_METHODS as readonly string[]).includes(e.capture)) throw new InvalidRecordError('capture', `expected one of ${CAPTURE_METHODS.join(', ')}, got ${describe(e.capture)}`);
   const synthetic = e.synthetic === undefined ? false : e.synthetic;
   if (typeof synthetic !== 'boolean') throw new InvalidRecordError('synthetic', `expected a boolean, got ${describe(synthetic)}`);
