@@ -28,6 +28,7 @@ import type { TableConfig } from '../lambda/core/table-config.ts';
 import { captureStdout, MetricsCollector } from '../local/metrics.ts';
 import { LocalPipeline } from '../local/pipeline.ts';
 import { startLocalStack } from '../local/stack.ts';
+import { compareLsn } from '../local/slot.ts';
 import { compareSourceAndWarehouse } from '../local/verdict.ts';
 import { cpuProfile } from './lib/profile.ts';
 import { runWorkload } from './lib/workload.ts';
@@ -107,8 +108,14 @@ export async function runE2eBench(): Promise<BenchResult> {
     // Initial rows go through the pipeline too, so the warehouse starts equal to the source.
     await exec(stack.sourceUrl, `INSERT INTO ${TABLE} (id, customer_id, status, amount, note) SELECT g, g % 1000, 'placed', 1, md5(g::text) FROM generate_series(1, ${INITIAL_ROWS}) g`);
     const c0 = performance.now();
-    // Caught up: a heartbeat written after the insert reached the warehouse (the capture never
-    // finds the slot empty while beats come faster than one of its rounds on a loaded machine).
+    // Caught up: the capture acknowledged the insert, then a heartbeat written after that reached
+    // the warehouse (the capture never finds the slot empty while beats come faster than one of
+    // its rounds on a loaded machine). A heartbeat is judged by its commit time, which a lag
+    // sample only bounds (the sample is taken after the warehouse commit), so one committed just
+    // before the insert could pass for a later one: hence the capture first.
+    const insertLsn = (await one<{ lsn: string }>(stack.sourceUrl, 'SELECT pg_current_wal_lsn()::text AS lsn')).lsn;
+    const p0 = pipeline;
+    await until(() => p0.capture.stats.lastCommitLsn !== null && compareLsn(p0.capture.stats.lastCommitLsn, insertLsn) >= 0, 300_000, 'the capture did not acknowledge the initial rows');
     await heartbeatCaughtUp(collector, Date.now(), 300_000);
     say(`pipeline started; ${INITIAL_ROWS} initial rows captured and applied in ${((performance.now() - c0) / 1000).toFixed(1)} s`);
     await sleep(2 * heartbeatMs);
@@ -237,6 +244,15 @@ async function heartbeatCaughtUp(collector: MetricsCollector, since: number, tim
       if (hit) return hit[0] - since;
     }
     if (Date.now() > deadline) throw new Error(`no heartbeat written after the load reached the warehouse within ${Math.round(timeoutMs / 1000)} s`);
+    await sleep(50);
+  }
+}
+
+/** Waits until `done()` holds, checking every 50 ms; throws `message` after `timeoutMs`. */
+async function until(done: () => boolean, timeoutMs: number, message: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!done()) {
+    if (Date.now() > deadline) throw new Error(`${message} within ${Math.round(timeoutMs / 1000)} s`);
     await sleep(50);
   }
 }

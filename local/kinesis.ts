@@ -12,6 +12,7 @@
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import type { Server } from 'node:http';
+import type { KinesisClient } from '@aws-sdk/client-kinesis';
 
 export interface KinesaliteOptions {
   /** Port on 127.0.0.1. @default a free port */
@@ -150,4 +151,42 @@ function startChild(modulePath: string, options: KinesaliteOptions): Promise<Kin
       });
     });
   });
+}
+
+/**
+ * Notice of records put on a stream through one client: `cdc local`'s publishers (the capture,
+ * the normalizer's change log) and its pollers share the stack's Kinesis client, so a poller of an
+ * idle shard reads as soon as a PutRecords succeeded instead of at its next poll
+ * (`PollerOptions.watchPuts`). A notice only wakes a reader; what it reads is still decided by
+ * the stream.
+ */
+export class PutNotices {
+  private readonly listeners = new Map<string, Set<() => void>>();
+
+  /** Adds the notices to a client: after every successful PutRecords or PutRecord, the stream's listeners are called. */
+  attach(client: KinesisClient): void {
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        const out = await next(args);
+        if (context.commandName === 'PutRecordsCommand' || context.commandName === 'PutRecordCommand') {
+          const stream = (args.input as { StreamName?: string }).StreamName;
+          if (stream) this.notify(stream);
+        }
+        return out;
+      },
+      { step: 'initialize', name: 'cdcLocalPutNotices' },
+    );
+  }
+
+  /** Calls `listener` after each put on `stream`; returns the unsubscribe function. */
+  watch(stream: string, listener: () => void): () => void {
+    let set = this.listeners.get(stream);
+    if (!set) this.listeners.set(stream, (set = new Set()));
+    set.add(listener);
+    return () => void set.delete(listener);
+  }
+
+  notify(stream: string): void {
+    for (const listener of this.listeners.get(stream) ?? []) listener();
+  }
 }

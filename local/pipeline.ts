@@ -236,6 +236,8 @@ export class LocalPipeline {
       ...(o.poller?.maxRetries !== undefined ? { maxRetries: o.poller.maxRetries } : {}),
       ...(o.poller?.maxBackoffMs !== undefined ? { maxBackoffMs: o.poller.maxBackoffMs } : {}),
     };
+    // Everything in this process puts through stack.kinesis: a put wakes the stream's idle pollers at once.
+    const watch = (stream: string) => (listener: () => void) => stack.puts.watch(stream, listener);
     let searchPoller: Poller | undefined;
     if (o.search) {
       const search = o.search;
@@ -255,7 +257,7 @@ export class LocalPipeline {
           return (e: Parameters<typeof a.handler>[0]) => a.handler(e);
         },
       };
-      searchPoller = new Poller({ ...common, consumer: search.sinkId, streamName: stack.streams.changeLog, handler: searchApplier, onError: err(`${search.sinkId} poller`) });
+      searchPoller = new Poller({ ...common, consumer: search.sinkId, streamName: stack.streams.changeLog, watchPuts: watch(stack.streams.changeLog), handler: searchApplier, onError: err(`${search.sinkId} poller`) });
       // The search sink holds paused tables like the warehouse; a resume replays its held range through the same applier code.
       const searchReplayApplier = createSearchApplier({
         controlPlane: stack.control,
@@ -269,8 +271,8 @@ export class LocalPipeline {
       this.replayers.push(createHeldRangeReplayer({ controlPlane: stack.control, sinkId: search.sinkId, applier: searchReplayApplier, readLog: () => readChangeLog(stack.kinesis, stack.streams.changeLog) }));
     }
     this.pollers = {
-      normalizer: new Poller({ ...common, consumer: 'normalizer', streamName: stack.streams.raw, handler: normalizer, onError: err('normalizer poller') }),
-      sink: new Poller({ ...common, consumer: o.sinkId, streamName: stack.streams.changeLog, handler: applier, onError: err(`${o.sinkId} poller`) }),
+      normalizer: new Poller({ ...common, consumer: 'normalizer', streamName: stack.streams.raw, watchPuts: watch(stack.streams.raw), handler: normalizer, onError: err('normalizer poller') }),
+      sink: new Poller({ ...common, consumer: o.sinkId, streamName: stack.streams.changeLog, watchPuts: watch(stack.streams.changeLog), handler: applier, onError: err(`${o.sinkId} poller`) }),
       // Firehose buffers: a batching window gives fewer, larger archive objects.
       archive: new Poller({
         ...common,

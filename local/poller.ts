@@ -5,7 +5,10 @@
  * Semantics (as on AWS):
  * - Per shard, records are read from the checkpoint (`AFTER_SEQUENCE_NUMBER`), or from
  *   `TRIM_HORIZON`/`LATEST` the first time; one batch per shard is in flight at a time, so a
- *   shard's records reach the handler in order.
+ *   shard's records reach the handler in order. While the handler runs a batch, the next one is
+ *   read (at most one batch ahead), as Lambda's pollers read ahead of the invocations.
+ * - An idle shard is polled every `idleMs`, and at once when records are put on the stream
+ *   through the client `watchPuts` listens to.
  * - A batch holds up to `batchSize` records; with a batching window the poller waits up to that
  *   long for a full batch. The payload stays under Lambda's 6 MB invocation limit.
  * - The handler gets a `KinesisStreamEvent` (built by lambda/adapters/kinesis-event.ts).
@@ -79,6 +82,12 @@ export interface PollerOptions {
   retryBackoffMs?: number;
   /** How often the shard list is re-read (to follow splits and merges), in ms. @default 10000 */
   shardRefreshMs?: number;
+  /**
+   * Subscribes to notice of records put on the stream: `cdc local`'s publishers share one client
+   * (`LocalStack.puts`), so an idle shard is read as soon as something was put instead of at its
+   * next poll. Returns the unsubscribe function. @default polls only
+   */
+  watchPuts?: (listener: () => void) => () => void;
   /** Called for errors the poller recovers from (read errors, handler errors before a retry). */
   onError?: (err: unknown, where: string) => void;
 }
@@ -119,6 +128,63 @@ const MAX_PAYLOAD_BYTES = 5_500_000;
 
 class StopRequested extends Error {}
 
+/**
+ * A wake-up call for one waiter: `wait(ms)` returns after `ms`, or as soon as `notify()` is
+ * called; a notify while nobody waits is kept for the next wait, so none is lost between a check
+ * and the wait that follows it.
+ */
+class Wakeup {
+  private pending = false;
+  private waiter: (() => void) | null = null;
+
+  notify(): void {
+    const w = this.waiter;
+    if (w) {
+      this.waiter = null;
+      w();
+    } else this.pending = true;
+  }
+
+  wait(ms: number): Promise<void> {
+    if (this.pending) {
+      this.pending = false;
+      return Promise.resolve();
+    }
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(() => {
+        this.waiter = null;
+        resolve();
+      }, Math.max(0, ms));
+      this.waiter = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+  }
+}
+
+/** One run of a shard (from its checkpoint): what its reader and its deliverer share. */
+interface ShardRun {
+  readonly shardId: string;
+  /** Records read and not yet taken into a batch, in stream order. */
+  readonly buffer: _Record[];
+  /** Sequence number of the last record read (the iterator restarts after it when it expires). */
+  lastRead: string | null;
+  it: string | undefined;
+  /** The reader reached the end of a closed shard. */
+  shardEnd: boolean;
+  /** A batch is with the handler (taken from the buffer, not yet acknowledged). */
+  inFlight: boolean;
+  /** The run is over (stopped, or the deliverer failed): the reader returns. */
+  abort: boolean;
+  /** The error that stopped the reader, for the deliverer to rethrow. */
+  readError: { err: unknown } | null;
+  /** Wakes the reader: room in the buffer, records put on the stream, the run is over. */
+  readonly readerWake: Wakeup;
+  /** Wakes the deliverer: records read, the reader stopped. */
+  readonly delivererWake: Wakeup;
+}
+
 type InvokeOutcome = { kind: 'ok' } | { kind: 'partial'; index: number; reason: string } | { kind: 'error'; reason: string; badInput: boolean; code: string };
 
 function sleep(ms: number): Promise<void> {
@@ -145,7 +211,7 @@ function aboutRecord(text: string): { source: string | null; table: string | nul
 
 /** One event source mapping: call `start()`, later `stop()` (lets the batch in flight finish). */
 export class Poller {
-  private readonly o: Required<Omit<PollerOptions, 'onError'>> & Pick<PollerOptions, 'onError'>;
+  private readonly o: Required<Omit<PollerOptions, 'onError' | 'watchPuts'>> & Pick<PollerOptions, 'onError' | 'watchPuts'>;
   /** In-flight deliveries currently failing with an infrastructure error (bisect can run two in turn). */
   private stalled = 0;
   private stopping = false;
@@ -158,6 +224,9 @@ export class Poller {
   /** Per shard: when the last read that found nothing (with nothing buffered or in flight) started. */
   private readonly emptyReadAt = new Map<string, number>();
   private readonly handlers = new Map<string, StreamHandler>();
+  /** The shards running now. */
+  private readonly shardRuns = new Set<ShardRun>();
+  private unwatch: (() => void) | null = null;
   readonly stats: PollerStats;
 
   constructor(options: PollerOptions) {
@@ -180,6 +249,7 @@ export class Poller {
       control: options.control,
       handler: options.handler,
       onError: options.onError,
+      watchPuts: options.watchPuts,
     };
     this.stats = { consumer: options.consumer, recordsDone: 0, batches: 0, retries: 0, deadLetters: 0, millisBehind: {}, lastAckAt: null, stalledSince: null, lastError: null };
   }
@@ -190,6 +260,9 @@ export class Poller {
     this.streamArn = summary.StreamDescriptionSummary?.StreamARN ?? `arn:aws:kinesis:local:000000000000:stream/${this.o.streamName}`;
     await this.refreshShards();
     this.refresher = this.refreshLoop();
+    this.unwatch = this.o.watchPuts?.(() => {
+      for (const run of this.shardRuns) run.readerWake.notify();
+    }) ?? null;
   }
 
   /**
@@ -199,6 +272,11 @@ export class Poller {
   async stop(): Promise<void> {
     this.stopping = true;
     this.wake?.();
+    this.unwatch?.();
+    for (const run of this.shardRuns) {
+      run.readerWake.notify();
+      run.delivererWake.notify();
+    }
     await this.refresher;
     await Promise.all([...this.running.values()]);
   }
@@ -287,64 +365,122 @@ export class Poller {
     }
   }
 
+  /**
+   * Runs one shard: a reader fetches records ahead into the shard's buffer (at most one batch
+   * ahead) while the handler runs the current batch, so a batch's GetRecords is not on the
+   * handler's path; the batches still go to the handler one at a time, in order, and the
+   * checkpoint moves only after the handler succeeded (`deliver`). An error of either half stops
+   * both, and the shard restarts from its checkpoint (`superviseShard`): records read ahead but
+   * not acknowledged are read again.
+   */
   private async runShard(shardId: string): Promise<void> {
     const checkpoint = await this.o.control.getCheckpoint(this.o.consumer, shardId);
     if (checkpoint === SHARD_END) {
       this.ended.add(shardId);
       return;
     }
-    let lastRead: string | null = checkpoint;
-    let it: string | undefined = await this.iterator(shardId, lastRead);
-    const buffer: _Record[] = [];
+    const s: ShardRun = {
+      shardId,
+      buffer: [],
+      lastRead: checkpoint,
+      it: await this.iterator(shardId, checkpoint),
+      shardEnd: false,
+      inFlight: false,
+      abort: false,
+      readError: null,
+      readerWake: new Wakeup(),
+      delivererWake: new Wakeup(),
+    };
+    this.shardRuns.add(s);
+    const reader = this.readAhead(s).catch((err: unknown) => {
+      s.readError = { err };
+      s.delivererWake.notify();
+    });
+    try {
+      await this.deliverShard(s);
+    } finally {
+      s.abort = true;
+      s.readerWake.notify();
+      await reader;
+      this.shardRuns.delete(s);
+    }
+  }
+
+  /** The reader half of a shard: keeps up to one batch of records read ahead in the buffer. */
+  private async readAhead(s: ShardRun): Promise<void> {
     let readBackoff = this.o.retryBackoffMs;
-    while (!this.stopping) {
-      const windowEnds = Date.now() + this.o.batchWindowMs;
-      // Gather a batch: full, or the window is over, or (window 0) anything at all.
-      while (it && buffer.length < this.o.batchSize && !this.stopping) {
-        let out;
-        const readStarted = Date.now();
-        try {
-          out = await this.o.kinesis.send(new GetRecordsCommand({ ShardIterator: it, Limit: this.o.batchSize - buffer.length }));
-          readBackoff = this.o.retryBackoffMs;
-        } catch (err) {
-          if ((err as { name?: string }).name === 'ExpiredIteratorException') {
-            it = await this.iterator(shardId, lastRead);
-            continue;
-          }
-          this.o.onError?.(err, `reading ${this.o.streamName}/${shardId}`);
-          await sleep(readBackoff);
-          readBackoff = Math.min(readBackoff * 2, 5_000);
-          continue;
-        }
-        it = out.NextShardIterator;
-        this.stats.millisBehind[shardId] = out.MillisBehindLatest ?? 0;
-        const records = out.Records ?? [];
-        if (records.length === 0 && buffer.length === 0) this.emptyReadAt.set(shardId, readStarted);
-        if (records.length > 0) {
-          buffer.push(...records);
-          lastRead = records[records.length - 1]!.SequenceNumber!;
-        }
-        if (buffer.length > 0 && Date.now() >= windowEnds) break;
-        if (records.length === 0) {
-          if (buffer.length > 0 && this.o.batchWindowMs === 0) break;
-          await sleep(Math.min(this.o.idleMs, buffer.length > 0 ? Math.max(0, windowEnds - Date.now()) : this.o.idleMs));
-        }
-      }
-      if (this.stopping) return;
-      if (buffer.length === 0) {
-        if (!it) {
-          await this.o.control.putCheckpoint(this.o.consumer, shardId, SHARD_END);
-          this.ended.add(shardId);
-          return;
-        }
+    while (s.it && !this.stopping && !s.abort) {
+      const room = this.o.batchSize - s.buffer.length;
+      if (room <= 0) {
+        // A batch is waiting for the handler: read on when the deliverer takes it.
+        await s.readerWake.wait(this.o.idleMs);
         continue;
       }
-      const batch = this.takeBatch(buffer);
+      let out;
+      const readStarted = Date.now();
       try {
-        await this.deliver(shardId, batch, 0);
+        out = await this.o.kinesis.send(new GetRecordsCommand({ ShardIterator: s.it, Limit: room }));
+        readBackoff = this.o.retryBackoffMs;
+      } catch (err) {
+        if (s.abort) return;
+        if ((err as { name?: string }).name === 'ExpiredIteratorException') {
+          s.it = await this.iterator(s.shardId, s.lastRead);
+          continue;
+        }
+        this.o.onError?.(err, `reading ${this.o.streamName}/${s.shardId}`);
+        await sleep(readBackoff);
+        readBackoff = Math.min(readBackoff * 2, 5_000);
+        continue;
+      }
+      if (s.abort) return;
+      s.it = out.NextShardIterator;
+      this.stats.millisBehind[s.shardId] = out.MillisBehindLatest ?? 0;
+      const records = out.Records ?? [];
+      if (records.length > 0) {
+        s.buffer.push(...records);
+        s.lastRead = records[records.length - 1]!.SequenceNumber!;
+        s.delivererWake.notify();
+        continue;
+      }
+      // Nothing new. Caught up only if nothing read earlier is still buffered or in the handler.
+      if (s.buffer.length === 0 && !s.inFlight) this.emptyReadAt.set(s.shardId, readStarted);
+      if (!s.it) break;
+      // Until the next poll, or until records are put on the stream (`watchPuts`).
+      await s.readerWake.wait(this.o.idleMs);
+    }
+    if (!s.it && !s.abort) s.shardEnd = true;
+    s.delivererWake.notify();
+  }
+
+  /** The handler half of a shard: batches from the buffer, one at a time, in order. */
+  private async deliverShard(s: ShardRun): Promise<void> {
+    while (!this.stopping) {
+      const windowEnds = Date.now() + this.o.batchWindowMs;
+      // Wait for a batch: full, or the window is over, or (window 0) anything at all.
+      for (;;) {
+        if (this.stopping) return;
+        if (s.readError) throw s.readError.err;
+        if (s.buffer.length >= this.o.batchSize || (s.buffer.length === 0 && s.shardEnd)) break;
+        const now = Date.now();
+        if (s.buffer.length > 0 && now >= windowEnds) break;
+        await s.delivererWake.wait(s.buffer.length > 0 ? windowEnds - now : this.o.idleMs);
+      }
+      if (s.buffer.length === 0) {
+        // The shard was read to its end and every record of it was acknowledged.
+        await this.o.control.putCheckpoint(this.o.consumer, s.shardId, SHARD_END);
+        this.ended.add(s.shardId);
+        return;
+      }
+      const batch = this.takeBatch(s.buffer);
+      s.inFlight = true;
+      s.readerWake.notify();
+      try {
+        await this.deliver(s.shardId, batch, 0);
       } catch (err) {
         if (err instanceof StopRequested) return;
         throw err;
+      } finally {
+        s.inFlight = false;
       }
       this.failure = null;
     }

@@ -28,7 +28,7 @@ import { dynamoDbClient, kinesisClient } from '../lambda/adapters/aws-clients.ts
 import { createControlTable, DynamoDbControlPlane } from '../lambda/adapters/control-plane-dynamodb.ts';
 import { startPostgres, type PostgresCluster } from './postgres.ts';
 import { QUICK_START_JVM_OPTIONS, startDynamoDbLocal, type DynamoDbLocal } from './dynamodb.ts';
-import { startKinesaliteProcess, type Kinesalite } from './kinesis.ts';
+import { PutNotices, startKinesaliteProcess, type Kinesalite } from './kinesis.ts';
 import type { Archive } from '../lambda/core/archive.ts';
 import { archivePayloadStore, FolderArchive } from './archive.ts';
 import type { PayloadStore } from '../lambda/core/payload-store.ts';
@@ -88,6 +88,8 @@ export interface LocalStack {
   readonly dynamodb: DynamoDbLocal;
   readonly kinesalite: Kinesalite;
   readonly kinesis: KinesisClient;
+  /** Notice of records put on a stream through `kinesis`, for the pollers' `watchPuts`. */
+  readonly puts: PutNotices;
   readonly dynamo: DynamoDBClient;
   readonly control: DynamoDbControlPlane;
   readonly controlTable: string;
@@ -325,6 +327,8 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
     await fs.rename(`${stateFile}.tmp`, stateFile);
 
     const kinesis = kinesisClient(kinesalite.endpoint);
+    const puts = new PutNotices();
+    puts.attach(kinesis);
     const dynamo = dynamoDbClient(dynamodb.endpoint);
     await createControlTable(dynamo, CONTROL_TABLE);
     await ensureStream(kinesis, streams.raw, options.rawShards ?? 1);
@@ -342,6 +346,7 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
       dynamodb,
       kinesalite,
       kinesis,
+      puts,
       dynamo,
       control: new DynamoDbControlPlane(dynamo, CONTROL_TABLE, payloads),
       controlTable: CONTROL_TABLE,

@@ -96,6 +96,11 @@ let passedCommitTs: string | typeof NONE_YET = NONE_YET;
  * `InvalidRecordError` naming the first field that is wrong. Does not check identifiers against
  * the registry (the applier does that with the registry in hand).
  */
+/** Throws `InvalidRecordError` unless `v` is a schema version: a positive integer. */
+export function assertSchemaVersion(v: unknown): asserts v is number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 1) throw new InvalidRecordError('schemaVersion', `expected a positive integer, got ${describe(v)}`);
+}
+
 export function validateChangeEvent(value: unknown): ChangeEvent {
   if (!isPlainObject(value)) throw new InvalidRecordError('event', `expected a JSON object, got ${describe(value)}`);
   const e = value;
@@ -135,7 +140,7 @@ export function validateChangeEvent(value: unknown): ChangeEvent {
   }
   const txId = e.txId === undefined || e.txId === null ? null : e.txId;
   if (txId !== null && typeof txId !== 'string') throw new InvalidRecordError('txId', `expected a string or null, got ${describe(txId)}`);
-  if (typeof e.schemaVersion !== 'number' || !Number.isInteger(e.schemaVersion) || e.schemaVersion < 1) throw new InvalidRecordError('schemaVersion', `expected a positive integer, got ${describe(e.schemaVersion)}`);
+  assertSchemaVersion(e.schemaVersion);
   if (typeof e.capture !== 'string' || !(CAPTURE_METHODS as readonly string[]).includes(e.capture)) throw new InvalidRecordError('capture', `expected one of ${CAPTURE_METHODS.join(', ')}, got ${describe(e.capture)}`);
   const synthetic = e.synthetic === undefined ? false : e.synthetic;
   if (typeof synthetic !== 'boolean') throw new InvalidRecordError('synthetic', `expected a boolean, got ${describe(synthetic)}`);

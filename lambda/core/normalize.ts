@@ -36,7 +36,7 @@
  */
 import { CdcError, PositionRegressionError } from './errors.ts';
 import type { ChangeEvent } from './event.ts';
-import { keyText, validateChangeEvent } from './event.ts';
+import { assertSchemaVersion, keyText, validateChangeEvent } from './event.ts';
 import type { AuditEntry, ColumnDef, ControlPlane, PreImage, SchemaVersion, TableRecord } from './control-plane.ts';
 import type { DecodeResult, DecodedChange, DecodedControl } from './decoded.ts';
 import { decodeRawRecord, type DecodeContext } from './decode.ts';
@@ -432,9 +432,11 @@ export class NormalizerBatch<E> {
     }
     const { changes } = result;
     const first = changes[0]!;
-    // Shape check before touching the registry (the version is stamped below).
+    // Shape check before touching the registry (the version is stamped below): once per change,
+    // since what validateChangeEvent returns depends on the schema version only in that field.
+    let shaped: ChangeEvent[];
     try {
-      for (const c of changes) validateChangeEvent({ ...c, schemaVersion: 1 });
+      shaped = changes.map((c) => validateChangeEvent({ ...c, schemaVersion: 1 }));
     } catch (e) {
       await deadLetter(e instanceof CdcError ? e.code : 'INVALID_RECORD', (e as Error).message);
       return 'dead-lettered';
@@ -466,8 +468,9 @@ export class NormalizerBatch<E> {
     const version = await this.resolveVersion(first.table, ruled, first.position, preImageOf(changes, ruled.key), spec);
     const stamped: Buffered<E>[] = [];
     try {
-      for (const c of changes) {
-        const event = validateChangeEvent({ ...c, schemaVersion: version });
+      assertSchemaVersion(version);
+      for (const valid of shaped) {
+        const event: ChangeEvent = { ...valid, schemaVersion: version };
         stamped.push({ event, encoded: await this.encode(event) });
       }
     } catch (e) {
