@@ -16,7 +16,9 @@
  * rate. One more run publishes to kinesalite (in its own process, as `cdc local` runs it), to show what the
  * stand-in costs. The control plane is the in-memory test double (one checkpoint write per peek).
  *
- *     npm run bench:capture [-- --events 200000 --runs 2]
+ *     npm run bench:capture [-- --events 200000 --runs 2 --profile]
+ *
+ * `--profile` adds a run with CPU profiles of both captures, apart from the timed runs.
  */
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -130,7 +132,7 @@ async function oneRun(pgc: PostgresCluster, h: History, order: Reader[], publish
       ref = await referenceRead(url);
       continue;
     }
-    const cap = await captureRead(url, controls[reader], publish, counter, profile && reader === 'stream', reader);
+    const cap = await captureRead(url, controls[reader], publish, counter, profile, reader);
     caps[reader] = { seconds: cap.seconds, records: counter.records, bytes: counter.bytes, recordsPerSecond: counter.records / cap.seconds, publisher, ...(cap.profile ? { profile: cap.profile } : {}) };
   }
   await exec(url, `SELECT pg_drop_replication_slot('${REF_SLOT}')`);
@@ -149,6 +151,7 @@ export async function runCaptureBench(): Promise<BenchResult> {
   const events = numberArg('events', DEFAULT_HISTORY.events);
   const runs = numberArg('runs', 2);
   const kinesisEvents = numberArg('kinesis-events', 50_000);
+  const profile = process.argv.includes('--profile');
   const opts = { ...DEFAULT_HISTORY, events, seed: DEFAULT_HISTORY.seed + 1 };
   const rec = new Recorder('capture', { history: opts, runs, kinesisEvents, plugin: 'test_decoding', batchChanges: 5000, reads: ['stream', 'peek'], durability: 'fsync on' });
   const h = generateHistory(opts);
@@ -169,7 +172,7 @@ export async function runCaptureBench(): Promise<BenchResult> {
       ['peek', 'reference', 'stream'],
     ];
     for (let i = 0; i < runs; i++) {
-      const r = await oneRun(pgc, h, orders[i % orders.length]!, counting, counter, 'counting', i === runs - 1);
+      const r = await oneRun(pgc, h, orders[i % orders.length]!, counting, counter, 'counting', false);
       results.push(r);
       say(
         `${r.order.join(', ')}: get_changes ${Math.round(r.reference.changesPerSecond)} changes/s (${r.reference.seconds.toFixed(2)} s); ` +
@@ -177,6 +180,12 @@ export async function runCaptureBench(): Promise<BenchResult> {
           `capture (peek) ${Math.round(r.peek!.recordsPerSecond)} records/s (${r.peek!.seconds.toFixed(2)} s, ${r.peek!.records} records)`,
       );
       for (const c of [r.capture, r.peek!]) if (c.records !== r.changes) throw new Error(`the capture published ${c.records} records for ${r.changes} changes`);
+    }
+    if (profile) {
+      // Profiled apart from the timed runs (the profiler slows the capture's process, not PostgreSQL).
+      const r = await oneRun(pgc, h, ['reference', 'stream', 'peek'], counting, counter, 'counting', true);
+      rec.details.profiled = { stream: r.capture.profile, peek: r.peek?.profile };
+      say(`profiled run: capture (stream) ${Math.round(r.capture.recordsPerSecond)} records/s, (peek) ${Math.round(r.peek!.recordsPerSecond)} records/s (not in the figures)`);
     }
     const ref = median(results.map((r) => r.reference.changesPerSecond));
     const cap = median(results.map((r) => r.capture.recordsPerSecond));

@@ -226,6 +226,8 @@ export class SlotCapture {
   /** A caught-up check in flight: started at `at` (epoch ms); `received` once the stream has sent the WAL flushed then. */
   private probe: { at: number; received: number | null } | null = null;
   private lastProbeAt = 0;
+  /** The stream's acknowledgement of the last checkpoint, still in flight (settled before the next checkpoint). */
+  private pendingAck: Promise<void> | null = null;
   private stopping = false;
   private keys = new Map<string, string[]>();
   private checkpoint: string | null = null;
@@ -484,6 +486,8 @@ export class SlotCapture {
         }
       }
     } finally {
+      // A clean stop acknowledges the last published batch (a failure here leaves it to be re-read).
+      await this.settleAck().catch((err: unknown) => this.o.onError?.(err));
       await this.closeStream();
       await this.client?.end().catch(() => undefined);
       this.client = null;
@@ -495,6 +499,20 @@ export class SlotCapture {
     this.stream = null;
     this.probe = null;
     await stream?.close();
+    // Fails at once now that the stream is closed; the next stream starts from the checkpoint and moves the slot there.
+    await this.pendingAck?.catch(() => undefined);
+    this.pendingAck = null;
+  }
+
+  /** Waits for the acknowledgement in flight, if any (throws its failure). */
+  private async settleAck(): Promise<void> {
+    const pending = this.pendingAck;
+    if (!pending) return;
+    try {
+      await pending;
+    } finally {
+      if (this.pendingAck === pending) this.pendingAck = null;
+    }
   }
 
   /** Opens the replication stream at the checkpoint, with the slot confirmed exactly there first. */
@@ -522,7 +540,7 @@ export class SlotCapture {
   private async acknowledge(client: pg.Client, stream: SlotStream, lsn: string): Promise<void> {
     const deadline = Date.now() + 30_000;
     for (;;) {
-      await stream.acknowledge(lsn);
+      await stream.acknowledge(lsn, 100);
       const confirmed = (await readSlot(client, this.slot))?.confirmedFlushLsn ?? null;
       if (confirmed !== null && compareLsn(confirmed, lsn) >= 0) return;
       if (Date.now() > deadline) throw new Error(`replication slot ${JSON.stringify(this.slot)} did not confirm ${lsn} (at ${confirmed ?? 'none'})`);
@@ -534,6 +552,7 @@ export class SlotCapture {
     const stream = this.stream ?? (await this.openStream(client));
     // Caught up? Every transaction the stream had received when it reached the probe's WAL position is acknowledged.
     if (this.probe && this.probe.received !== null && stream.counts.taken >= this.probe.received) {
+      await this.settleAck();
       this.emptyPeekAt = Math.max(this.emptyPeekAt, this.probe.at);
       this.probe = null;
     }
@@ -548,8 +567,12 @@ export class SlotCapture {
       stream.poke();
     }
     const transactions = await stream.take(this.o.peekChanges, this.o.idleMs);
-    if (transactions.length === 0) return false;
-    await this.publishAndAck(client, transactions, (lsn) => this.acknowledge(client, stream, lsn));
+    if (transactions.length === 0) {
+      await this.settleAck();
+      return false;
+    }
+    // The slot's confirmation overlaps the next batch's work (it is settled before the next checkpoint).
+    await this.publishAndAck(client, transactions, (lsn) => this.acknowledge(client, stream, lsn), true);
     // Not idle: go on at once (the wait in `take` is the idle wait).
     return true;
   }
@@ -569,16 +592,25 @@ export class SlotCapture {
     return true;
   }
 
-  /** Builds, publishes and acknowledges whole transactions: the checkpoint first, then `ack` moves the slot. */
-  private async publishAndAck(client: pg.Client, transactions: DecodedTransaction[], ack: (lsn: string) => Promise<void>): Promise<void> {
+  /**
+   * Builds, publishes and acknowledges whole transactions: the checkpoint first, then `ack` moves
+   * the slot, then the move is recorded. With `deferred`, the move and its record run in the
+   * background (`pendingAck`) and are settled before the next checkpoint is written, so at any
+   * crash the slot is where the capture last recorded moving it or at the checkpoint
+   * (local/capture-continuity.ts), as with a move made at once.
+   */
+  private async publishAndAck(client: pg.Client, transactions: DecodedTransaction[], ack: (lsn: string) => Promise<void>, deferred = false): Promise<void> {
     const peek = { transactions };
-    for (const table of new Set(peek.transactions.flatMap((t) => t.changes.map((c) => c.table)))) {
+    // The tables of the batch, found in one pass (not one array per change).
+    const tables = new Set<string>();
+    for (const t of transactions) for (const c of t.changes) tables.add(c.table);
+    for (const table of tables) {
       // A table that joined while running (docs/onboarding.md): resolve its key alone.
       if (this.o.tables.has(table) && !this.keys.has(table)) await this.resolveKeys(client, [table]);
     }
     await refreshKeys(client, this.poisonContext(), peek.transactions);
     // test_decoding prints types without modifiers: read them from the catalog (docs/schema-drift.md).
-    const captured = [...new Set(peek.transactions.flatMap((t) => t.changes.map((c) => c.table)))].filter((t) => this.o.tables.has(t));
+    const captured = [...tables].filter((t) => this.o.tables.has(t));
     const types = await columnTypesOf(client, captured);
     const poison: PoisonChange[] = [];
     const records = transactionsToRecords(this.o.source, peek.transactions, this.o.tables, this.keys, types, (p) => poison.push(p));
@@ -587,15 +619,23 @@ export class SlotCapture {
     }
     await deadLetterChanges(this.poisonContext(), poison);
     const last = peek.transactions[peek.transactions.length - 1]!;
+    // The previous batch's move is recorded before this checkpoint is written.
+    await this.settleAck();
     // Checkpoint first, then the slot: the slot is never confirmed ahead of the checkpoint.
     await this.o.control.putCheckpoint(captureCheckpointName(this.o.source), this.slot, last.commitLsn);
     this.checkpoint = last.commitLsn;
-    await ack(last.commitLsn);
-    // Acknowledged now: the stats say so even if recording where the slot is fails next (a control-plane outage).
-    this.stats.transactions += peek.transactions.length;
-    this.stats.records += records.length;
-    this.stats.lastCommitLsn = last.commitLsn;
-    this.stats.lastCommitTs = last.commitTs;
-    await recordAcked(this.continuityContext(), last.commitLsn); // where the slot is now (local/capture-continuity.ts)
+    const move = async (): Promise<void> => {
+      await ack(last.commitLsn);
+      // Acknowledged now: the stats say so even if recording where the slot is fails next (a control-plane outage).
+      this.stats.transactions += peek.transactions.length;
+      this.stats.records += records.length;
+      this.stats.lastCommitLsn = last.commitLsn;
+      this.stats.lastCommitTs = last.commitTs;
+      await recordAcked(this.continuityContext(), last.commitLsn); // where the slot is now (local/capture-continuity.ts)
+    };
+    if (!deferred) return move();
+    const pending = move();
+    pending.catch(() => undefined); // awaited by `settleAck`; keep Node from calling it unhandled meanwhile
+    this.pendingAck = pending;
   }
 }

@@ -333,6 +333,7 @@ export class SlotStream {
    * keepalive arrived after it (the caller confirms the slot's position).
    */
   async acknowledge(lsn: string, waitMs = 1_000): Promise<void> {
+    if (this.closed) throw new Error('the replication stream is closed');
     const v = lsnToBigInt(lsn);
     if (v > this.flushed) this.flushed = v;
     const replied = new Promise<void>((resolve) => {
@@ -346,8 +347,9 @@ export class SlotStream {
     if (this.paused && !this.failure) this.connection().stream.resume();
     this.sendStatus(true);
     await replied;
-    if (this.paused && !this.failure) this.connection().stream.pause();
+    if (this.paused && !this.failure && !this.closed) this.connection().stream.pause();
     if (this.failure) throw this.failure;
+    if (this.closed) throw new Error('the replication stream is closed');
   }
 
   /** Asks the server for a keepalive now (it carries how far it has decoded). */
