@@ -366,7 +366,7 @@ export class SlotCapture {
     try {
       const name = captureCheckpointName(this.o.source);
       let checkpoint = await this.o.control.getCheckpoint(name, this.slot);
-      await checkSourceReady(client, { needFreeSlot: checkpoint === null || checkpoint === CREATING });
+      await checkSourceReady(client, { needFreeSlot: checkpoint === null || checkpoint === CREATING, needWalSender: this.o.read === 'stream' });
       await this.resolveKeys(client);
       let status = await readSlot(client, this.slot);
       if (checkpoint === null && status !== null) {
@@ -402,7 +402,17 @@ export class SlotCapture {
       await recordAcked(this.continuityContext(), checkpoint!);
       this.stats.lastCommitLsn = checkpoint;
       this.stats.slotRetainedBytes = status!.retainedBytes;
+      if (this.o.read === 'stream') {
+        // The replication connection is opened here, so that a source refusing it is a named error, not a retry loop.
+        await this.openStream(client).catch((err: Error) => {
+          throw new SourceNotReadyError(
+            `the capture reads its slot over a replication connection, which the source refused (${err.message}). ` +
+              `Allow this user replication connections to the database (pg_hba.conf: a "replication" entry for it; RDS: the rds_replication role) and a free WAL sender (max_wal_senders)`,
+          );
+        });
+      }
     } catch (err) {
+      await this.closeStream();
       this.client = null;
       await client.end().catch(() => undefined);
       this.stats.state = 'failed';

@@ -183,6 +183,29 @@ describe('slot capture, streaming', () => {
     await e.sql.end();
   });
 
+  it('refuses to start without a free WAL sender, naming the setting (the SQL peek needs none)', async () => {
+    const none = await startPostgres({ fast: true, settings: { max_wal_senders: '0' } });
+    try {
+      await none.createDatabase('src');
+      const sql = await connect(none.url('src'));
+      await sql.query('CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)');
+      await sql.end();
+      const options: CaptureOptions = {
+        source: 'nosender',
+        sourceUrl: none.url('src'),
+        tables: new TableConfigIndex([{ table: 'public.t', deleteMode: 'soft', mask: [], exclude: [] }]),
+        control: new MemoryControlPlane(),
+        publish: async () => undefined,
+      };
+      await expect(new SlotCapture(options).start()).rejects.toThrow(/WAL senders are in use.*max_wal_senders/s);
+      const peek = new SlotCapture({ ...options, read: 'peek' });
+      await peek.start();
+      await peek.stop();
+    } finally {
+      await none.stop();
+    }
+  });
+
   it(`randomized crashes at random steps of the stream: after restarts the published set equals the committed changes (seed ${SEED}, ${CRASH_RUNS} runs)`, async () => {
     console.log(`capture-stream crash test: seed ${SEED}, ${CRASH_RUNS} runs (CDC_PROPERTY_SEED, CDC_CAPTURE_CRASH_RUNS)`);
     const rand = seededRandom(SEED);
