@@ -306,11 +306,10 @@ export class SlotStream {
       if (this.failure) throw this.failure;
       return [];
     }
-    let rows: SlotRow[] = [];
+    const rows: SlotRow[] = [];
     let n = 0;
     while (this.complete.length > 0 && (n === 0 || rows.length + this.complete[0]!.length <= maxChanges)) {
-      const tx = this.complete.shift()!;
-      rows = rows.length === 0 ? tx : rows.concat(tx);
+      for (const row of this.complete.shift()!) rows.push(row);
       n++;
     }
     this.completeRows -= rows.length;
