@@ -1,19 +1,24 @@
 /**
- * Benchmark 3, capture: how fast the local slot capture (`local/capture.ts`: peek whole
+ * Benchmark 3, capture: how fast the local slot capture (`local/capture.ts`: read whole
  * transactions from a `test_decoding` slot, parse, apply column rules, build and validate raw
- * records, publish, checkpoint, advance the slot) reads a backlog, against PostgreSQL decoding the
- * same changes alone: `pg_logical_slot_get_changes` on a second slot, counting rows and bytes.
+ * records, publish, checkpoint, move the slot) reads a backlog, against PostgreSQL decoding the
+ * same changes alone: `pg_logical_slot_get_changes` on another slot, counting rows and bytes.
+ * Both read paths of the capture are measured in the same run, each on its own slot: `stream`
+ * (the default: a replication connection, local/slot-stream.ts) and `peek` (SQL peek, then
+ * `pg_replication_slot_advance`).
  *
- * Both slots exist before the workload, so both decode exactly the same WAL. The workload is the
+ * All slots exist before the workload, so all decode exactly the same WAL. The workload is the
  * apply benchmark's seeded history (updates, inserts and deletes in transactions of 100),
- * replayed server side. The first slot read after the workload is slower than the second (the
- * WAL is then in the page cache), so the order alternates between runs and medians are reported.
+ * replayed server side. The first slot read after the workload is slower than the next (the
+ * WAL is then in the page cache), so the order rotates between runs and medians are reported.
  *
  * The capture publishes to a counting publisher (no Kinesis): the figure is the capture's own
  * rate. One more run publishes to kinesalite (in its own process, as `cdc local` runs it), to show what the
  * stand-in costs. The control plane is the in-memory test double (one checkpoint write per peek).
  *
- *     npm run bench:capture [-- --events 200000 --runs 2]
+ *     npm run bench:capture [-- --events 200000 --runs 2 --profile]
+ *
+ * `--profile` adds a run with CPU profiles of both captures, apart from the timed runs.
  */
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -34,13 +39,24 @@ const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const say = (text: string): void => void process.stdout.write(`[capture] ${text}\n`);
 const SOURCE = 'bench';
 const REF_SLOT = 'bench_ref';
-const SLOT = 'bench_capture';
+const SLOTS = { stream: 'bench_capture', peek: 'bench_capture_peek' } as const;
+type Reader = 'reference' | 'stream' | 'peek';
+
+interface CaptureFigures {
+  seconds: number;
+  records: number;
+  bytes: number;
+  recordsPerSecond: number;
+  publisher: string;
+  profile?: ProfileSummary;
+}
 
 interface CaptureRun {
-  order: 'reference first' | 'capture first';
+  order: Reader[];
   changes: number;
   reference: { seconds: number; rows: number; bytes: number; changesPerSecond: number };
-  capture: { seconds: number; records: number; bytes: number; recordsPerSecond: number; publisher: string; profile?: ProfileSummary };
+  capture: CaptureFigures;
+  peek?: CaptureFigures;
 }
 
 /** Decodes the reference slot alone: rows and bytes of test_decoding output, with the capture's options. */
@@ -56,11 +72,12 @@ async function referenceRead(url: string): Promise<{ seconds: number; rows: numb
 }
 
 /** Runs the capture until it has read everything committed so far; returns its figures. */
-function newCapture(url: string, control: MemoryControlPlane, publish: RawPublisher): SlotCapture {
+function newCapture(url: string, control: MemoryControlPlane, publish: RawPublisher, read: 'stream' | 'peek'): SlotCapture {
   return new SlotCapture({
     source: SOURCE,
     sourceUrl: url,
-    slot: SLOT,
+    slot: SLOTS[read],
+    read,
     tables: new TableConfigIndex([{ table: BENCH_TABLE, deleteMode: 'soft', mask: [], exclude: [] }]),
     control,
     publish,
@@ -68,8 +85,8 @@ function newCapture(url: string, control: MemoryControlPlane, publish: RawPublis
   });
 }
 
-async function captureRead(url: string, control: MemoryControlPlane, publish: RawPublisher, counter: { records: number; bytes: number }, profile: boolean): Promise<{ seconds: number; profile?: ProfileSummary }> {
-  const capture = newCapture(url, control, publish);
+async function captureRead(url: string, control: MemoryControlPlane, publish: RawPublisher, counter: { records: number; bytes: number }, profile: boolean, read: 'stream' | 'peek'): Promise<{ seconds: number; profile?: ProfileSummary }> {
+  const capture = newCapture(url, control, publish, read);
   const run = async (): Promise<number> => {
     const t0 = performance.now();
     const since = Date.now();
@@ -91,37 +108,42 @@ async function captureRead(url: string, control: MemoryControlPlane, publish: Ra
   return { seconds: await run() };
 }
 
-async function oneRun(pgc: PostgresCluster, h: History, first: 'reference' | 'capture', publish: RawPublisher, counter: { records: number; bytes: number }, publisher: string, profile: boolean): Promise<CaptureRun> {
+async function oneRun(pgc: PostgresCluster, h: History, order: Reader[], publish: RawPublisher, counter: { records: number; bytes: number }, publisher: string, profile: boolean): Promise<CaptureRun> {
   const url = pgc.url('src');
-  await exec(url, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name IN ('${REF_SLOT}', '${SLOT}')`);
+  await exec(url, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name IN ('${REF_SLOT}', '${SLOTS.stream}', '${SLOTS.peek}')`);
   await createItems(url, h);
   await prepareReplay(url, h);
-  // Both slots before the workload: the capture creates (and records) its own on its first start.
-  const control = new MemoryControlPlane();
-  const primer = newCapture(url, control, publish);
-  await primer.start();
-  await primer.stop();
+  // Every slot before the workload: each capture creates (and records) its own on its first start.
+  const controls = { stream: new MemoryControlPlane(), peek: new MemoryControlPlane() };
+  const readers = order.filter((r): r is 'stream' | 'peek' => r !== 'reference');
+  for (const read of readers) {
+    const primer = newCapture(url, controls[read], publish, read);
+    await primer.start();
+    await primer.stop();
+  }
   await exec(url, `SELECT pg_create_logical_replication_slot('${REF_SLOT}', 'test_decoding')`);
   const seconds = await replay(url, h);
   say(`workload: ${h.changes.length} changes replayed in ${seconds.toFixed(2)} s`);
   await exec(url, 'CHECKPOINT');
   let ref: { seconds: number; rows: number; bytes: number } | null = null;
-  let cap: { seconds: number; profile?: ProfileSummary } | null = null;
-  if (first === 'reference') {
-    ref = await referenceRead(url);
-    cap = await captureRead(url, control, publish, counter, profile);
-  } else {
-    cap = await captureRead(url, control, publish, counter, profile);
-    ref = await referenceRead(url);
+  const caps: Partial<Record<'stream' | 'peek', CaptureFigures>> = {};
+  for (const reader of order) {
+    if (reader === 'reference') {
+      ref = await referenceRead(url);
+      continue;
+    }
+    const cap = await captureRead(url, controls[reader], publish, counter, profile, reader);
+    caps[reader] = { seconds: cap.seconds, records: counter.records, bytes: counter.bytes, recordsPerSecond: counter.records / cap.seconds, publisher, ...(cap.profile ? { profile: cap.profile } : {}) };
   }
   await exec(url, `SELECT pg_drop_replication_slot('${REF_SLOT}')`);
   // test_decoding prints BEGIN and COMMIT rows too; count the row changes.
   const changes = h.changes.length;
   return {
-    order: first === 'reference' ? 'reference first' : 'capture first',
+    order,
     changes,
-    reference: { ...ref, changesPerSecond: changes / ref.seconds },
-    capture: { seconds: cap.seconds, records: counter.records, bytes: counter.bytes, recordsPerSecond: counter.records / cap.seconds, publisher, ...(cap.profile ? { profile: cap.profile } : {}) },
+    reference: { ...ref!, changesPerSecond: changes / ref!.seconds },
+    capture: caps.stream!,
+    ...(caps.peek ? { peek: caps.peek } : {}),
   };
 }
 
@@ -129,8 +151,9 @@ export async function runCaptureBench(): Promise<BenchResult> {
   const events = numberArg('events', DEFAULT_HISTORY.events);
   const runs = numberArg('runs', 2);
   const kinesisEvents = numberArg('kinesis-events', 50_000);
+  const profile = process.argv.includes('--profile');
   const opts = { ...DEFAULT_HISTORY, events, seed: DEFAULT_HISTORY.seed + 1 };
-  const rec = new Recorder('capture', { history: opts, runs, kinesisEvents, plugin: 'test_decoding', peekChanges: 5000, durability: 'fsync on' });
+  const rec = new Recorder('capture', { history: opts, runs, kinesisEvents, plugin: 'test_decoding', batchChanges: 5000, reads: ['stream', 'peek'], durability: 'fsync on' });
   const h = generateHistory(opts);
   const pgc = await startPostgres();
   try {
@@ -142,16 +165,34 @@ export async function runCaptureBench(): Promise<BenchResult> {
       for (const r of records) counter.bytes += r.data.length;
     };
     const results: CaptureRun[] = [];
+    // The order rotates: each reader is first (reading WAL not yet in the page cache) in turn.
+    const orders: Reader[][] = [
+      ['reference', 'stream', 'peek'],
+      ['stream', 'peek', 'reference'],
+      ['peek', 'reference', 'stream'],
+    ];
     for (let i = 0; i < runs; i++) {
-      const r = await oneRun(pgc, h, i % 2 === 0 ? 'reference' : 'capture', counting, counter, 'counting', i === runs - 1);
+      const r = await oneRun(pgc, h, orders[i % orders.length]!, counting, counter, 'counting', false);
       results.push(r);
-      say(`${r.order}: get_changes ${Math.round(r.reference.changesPerSecond)} changes/s (${r.reference.seconds.toFixed(2)} s); capture ${Math.round(r.capture.recordsPerSecond)} records/s (${r.capture.seconds.toFixed(2)} s, ${r.capture.records} records)`);
-      if (r.capture.records !== r.changes) throw new Error(`the capture published ${r.capture.records} records for ${r.changes} changes`);
+      say(
+        `${r.order.join(', ')}: get_changes ${Math.round(r.reference.changesPerSecond)} changes/s (${r.reference.seconds.toFixed(2)} s); ` +
+          `capture (stream) ${Math.round(r.capture.recordsPerSecond)} records/s (${r.capture.seconds.toFixed(2)} s, ${r.capture.records} records); ` +
+          `capture (peek) ${Math.round(r.peek!.recordsPerSecond)} records/s (${r.peek!.seconds.toFixed(2)} s, ${r.peek!.records} records)`,
+      );
+      for (const c of [r.capture, r.peek!]) if (c.records !== r.changes) throw new Error(`the capture published ${c.records} records for ${r.changes} changes`);
+    }
+    if (profile) {
+      // Profiled apart from the timed runs (the profiler slows the capture's process, not PostgreSQL).
+      const r = await oneRun(pgc, h, ['reference', 'stream', 'peek'], counting, counter, 'counting', true);
+      rec.details.profiled = { stream: r.capture.profile, peek: r.peek?.profile };
+      say(`profiled run: capture (stream) ${Math.round(r.capture.recordsPerSecond)} records/s, (peek) ${Math.round(r.peek!.recordsPerSecond)} records/s (not in the figures)`);
     }
     const ref = median(results.map((r) => r.reference.changesPerSecond));
     const cap = median(results.map((r) => r.capture.recordsPerSecond));
+    const peek = median(results.map((r) => r.peek!.recordsPerSecond));
     rec.add(rateRow('pg_logical_slot_get_changes alone (test_decoding, counted in SQL)', ref, 'changes/s', null, null));
-    rec.add(rateRow('slot capture → counting publisher', cap, 'records/s', ref, 'get_changes alone', { note: `median of ${runs}, order alternated` }));
+    rec.add(rateRow('slot capture (stream, the default) → counting publisher', cap, 'records/s', ref, 'get_changes alone', { note: `median of ${runs}, order rotated` }));
+    rec.add(rateRow('slot capture (peek) → counting publisher', peek, 'records/s', ref, 'get_changes alone', { note: `median of ${runs}, order rotated; stream ÷ peek ${(cap / peek).toFixed(2)}×` }));
 
     // The capture into kinesalite (the raw stream of cdc local), on a smaller history.
     const kin = await startKinesaliteProcess();
@@ -171,7 +212,7 @@ export async function runCaptureBench(): Promise<BenchResult> {
         for (const r of records) kcounter.bytes += r.data.length;
       };
       const small = generateHistory({ ...opts, events: Math.min(events, kinesisEvents) });
-      const r = await oneRun(pgc, small, 'reference', kpublish, kcounter, 'kinesalite in its own process (2 shards)', false);
+      const r = await oneRun(pgc, small, ['reference', 'stream'], kpublish, kcounter, 'kinesalite in its own process (2 shards)', false);
       say(`capture → kinesalite: ${Math.round(r.capture.recordsPerSecond)} records/s (${r.capture.seconds.toFixed(2)} s)`);
       results.push(r);
       rec.add(rateRow('slot capture → kinesalite raw stream (cdc local)', r.capture.recordsPerSecond, 'records/s', r.reference.changesPerSecond, 'get_changes alone', { note: `${r.changes} changes` }));

@@ -3,13 +3,16 @@
  * (`test_decoding`) and publishes one raw record (`cdc-slot/1`, lambda/core/slot-record.ts) per
  * row change to the raw stream, where DMS would publish on AWS.
  *
- * Peek → publish → ack:
- * 1. peek whole committed transactions (bounded; a transaction over the caps stops the capture
- *    with `TransactionTooLargeError` before memory runs out);
+ * Read → publish → ack:
+ * 1. read whole committed transactions (bounded; a transaction over the caps stops the capture
+ *    with `TransactionTooLargeError` before memory runs out). By default they stream over a
+ *    replication connection (local/slot-stream.ts: PostgreSQL decodes once and keeps decoding while
+ *    the capture publishes); `read: 'peek'` peeks them with SQL instead (local/slot.ts);
  * 2. apply the column rules (mask, exclude) with the one shared function, build and validate the
  *    records, publish them and wait until every one was accepted;
  * 3. record the capture checkpoint (commit LSN of the last published transaction) in the control
- *    plane, then advance the slot to it. A transaction is never split across an acknowledgement.
+ *    plane, then move the slot to it (a standby status update whose effect is confirmed on the
+ *    slot, or `pg_replication_slot_advance`). A transaction is never split across an acknowledgement.
  *
  * Loud stop, never a silent gap (invariant 3). The checkpoint is written before the slot moves,
  * so the slot's confirmed position is never ahead of it in normal operation. On start, and
@@ -35,6 +38,7 @@ import { partitionKeyOf, type Row } from '../lambda/core/event.ts';
 import { splitTableId } from '../lambda/core/identifiers.ts';
 import { advanceSlot, checkSourceReady, compareLsn, createSlot, peekTransactions, readSlot, slotInvalidated, type SlotStatus } from './slot.ts';
 import { SlotInUseError, SourceNotReadyError, TransactionTooLargeError } from './errors.ts';
+import { CANONICAL_OUTPUT_SETTINGS, SlotStream } from './slot-stream.ts';
 import { columnTypesOf, primaryKeyOf, type CatalogType } from './catalog.ts';
 
 /** One record for the raw stream. */
@@ -70,7 +74,13 @@ export interface CaptureOptions {
   /** Caps on one transaction. @default 1 000 000 rows, 1 GiB */
   maxTxRows?: number;
   maxTxBytes?: number;
-  /** Rows decoded per peek (whole transactions). @default 5000 */
+  /**
+   * How the slot is read: `stream`, over a replication connection (`START_REPLICATION`, the slot
+   * moved by standby status updates), or `peek`, with SQL (`pg_logical_slot_peek_changes`, then
+   * `pg_replication_slot_advance`). The records, checkpoints and stops are the same. @default 'stream'
+   */
+  read?: 'stream' | 'peek';
+  /** Rows per batch published and acknowledged together (whole transactions). @default 5000 */
   peekChanges?: number;
   /** Wait when the slot has nothing new, ms. @default 100 */
   idleMs?: number;
@@ -210,6 +220,14 @@ export class SlotCapture {
   readonly slot: string;
   readonly stats: CaptureStats = { state: 'starting', transactions: 0, records: 0, lastCommitLsn: null, lastCommitTs: null, slotRetainedBytes: null, error: null };
   private client: pg.Client | null = null;
+  /** The replication connection (`read: 'stream'`), and the walsender pids this capture has had. */
+  private stream: SlotStream | null = null;
+  private readonly ownPids = new Set<number>();
+  /** A caught-up check in flight: started at `at` (epoch ms); `received` once the stream has sent the WAL flushed then. */
+  private probe: { at: number; received: number | null } | null = null;
+  private lastProbeAt = 0;
+  /** The stream's acknowledgement of the last checkpoint, still in flight (settled before the next checkpoint). */
+  private pendingAck: Promise<void> | null = null;
   private stopping = false;
   private keys = new Map<string, string[]>();
   private checkpoint: string | null = null;
@@ -217,6 +235,8 @@ export class SlotCapture {
   /** When the last peek that found nothing new started (epoch ms). */
   private emptyPeekAt = 0;
   private readonly o: Required<Omit<CaptureOptions, 'slot' | 'onError'>> & Pick<CaptureOptions, 'onError'>;
+  /** Application name of the capture's connections. */
+  private readonly appName: string;
 
   constructor(options: CaptureOptions) {
     this.slot = options.slot ?? `cdc_${options.source}`;
@@ -228,10 +248,12 @@ export class SlotCapture {
       publish: options.publish,
       maxTxRows: options.maxTxRows ?? 1_000_000,
       maxTxBytes: options.maxTxBytes ?? 1024 ** 3,
+      read: options.read ?? 'stream',
       peekChanges: options.peekChanges ?? 5000,
       idleMs: options.idleMs ?? 100,
       onError: options.onError,
     };
+    this.appName = `cdc-local-capture-${options.source}`;
   }
 
   /** Resolves when the capture stopped (after `stop()`); rejects with the named error of a loud stop. */
@@ -240,13 +262,11 @@ export class SlotCapture {
   }
 
   private async connect(): Promise<pg.Client> {
-    const client = new pg.Client({ connectionString: this.o.sourceUrl, application_name: `cdc-local-capture-${this.o.source}` });
+    const client = new pg.Client({ connectionString: this.o.sourceUrl, application_name: this.appName });
     client.on('error', (err) => this.o.onError?.(err));
     await client.connect();
-    // test_decoding prints values with this session's settings: make the text canonical (UTC,
-    // ISO dates, shortest exact floats) whatever the server's defaults, so that a value, and the
-    // hash of a masked one, is the same on every run and every path.
-    await client.query("SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 1");
+    // test_decoding prints values with the decoding session's settings (local/slot-stream.ts).
+    await client.query(CANONICAL_OUTPUT_SETTINGS);
     return client;
   }
 
@@ -328,8 +348,9 @@ export class SlotCapture {
       );
     }
     if (status.active && status.activePid !== null) {
+      // Ours: this session (a peek), the walsender of our stream, or of one we closed that has not exited yet.
       const own = this.client ? ((await this.client.query('SELECT pg_backend_pid() AS pid')).rows[0]?.pid as number) : null;
-      if (status.activePid !== own) return new SlotInUseError(this.slot, status.activePid);
+      if (status.activePid !== own && !this.ownPids.has(status.activePid)) return new SlotInUseError(this.slot, status.activePid);
     }
     return null;
   }
@@ -345,7 +366,7 @@ export class SlotCapture {
     try {
       const name = captureCheckpointName(this.o.source);
       let checkpoint = await this.o.control.getCheckpoint(name, this.slot);
-      await checkSourceReady(client, { needFreeSlot: checkpoint === null || checkpoint === CREATING });
+      await checkSourceReady(client, { needFreeSlot: checkpoint === null || checkpoint === CREATING, needWalSender: this.o.read === 'stream' });
       await this.resolveKeys(client);
       let status = await readSlot(client, this.slot);
       if (checkpoint === null && status !== null) {
@@ -381,7 +402,17 @@ export class SlotCapture {
       await recordAcked(this.continuityContext(), checkpoint!);
       this.stats.lastCommitLsn = checkpoint;
       this.stats.slotRetainedBytes = status!.retainedBytes;
+      if (this.o.read === 'stream') {
+        // The replication connection is opened here, so that a source refusing it is a named error, not a retry loop.
+        await this.openStream(client).catch((err: Error) => {
+          throw new SourceNotReadyError(
+            `the capture reads its slot over a replication connection, which the source refused (${err.message}). ` +
+              `Allow this user replication connections to the database (pg_hba.conf: a "replication" entry for it; RDS: the rds_replication role) and a free WAL sender (max_wal_senders)`,
+          );
+        });
+      }
     } catch (err) {
+      await this.closeStream();
       this.client = null;
       await client.end().catch(() => undefined);
       this.stats.state = 'failed';
@@ -403,7 +434,11 @@ export class SlotCapture {
     this.loop.catch(() => undefined);
   }
 
-  /** Whether every transaction committed before `time` (epoch ms) has been published and acknowledged. */
+  /**
+   * Whether every transaction committed before `time` (epoch ms) has been published and
+   * acknowledged: a peek that started after `time` found nothing, or (streaming) the stream had
+   * sent the WAL flushed at a moment after `time` and every transaction received by then is acknowledged.
+   */
   caughtUpSince(time: number): boolean {
     return this.stats.state === 'running' && this.emptyPeekAt >= time;
   }
@@ -421,7 +456,7 @@ export class SlotCapture {
       while (!this.stopping) {
         try {
           if (!this.client) this.client = await this.connect();
-          const moved = await this.once(this.client);
+          const moved = this.o.read === 'peek' ? await this.once(this.client) : await this.streamOnce(this.client);
           backoff = 200;
           if (Date.now() - lastSlotCheck > 5_000) {
             lastSlotCheck = Date.now();
@@ -433,7 +468,8 @@ export class SlotCapture {
             if (identity && 'stop' in identity) throw await this.historyGap(identity.stop.message, { problem: identity.stop.problem, ...identity.stop.detail });
             this.stats.slotRetainedBytes = status!.retainedBytes;
           }
-          if (!moved) await sleep(this.o.idleMs);
+          // (A stream's `take` has waited already.)
+          if (!moved && this.o.read === 'peek') await sleep(this.o.idleMs);
         } catch (err) {
           // Loud stops: history is gone, a transaction is over the caps, another capture holds the
           // slot, or a record can never be published (over the stream's record size limit).
@@ -451,6 +487,7 @@ export class SlotCapture {
           }
           if (problem) throw problem;
           this.o.onError?.(err);
+          await this.closeStream();
           await this.client?.end().catch(() => undefined);
           this.client = null;
           if (this.stopping) break;
@@ -459,11 +496,96 @@ export class SlotCapture {
         }
       }
     } finally {
+      // A clean stop acknowledges the last published batch (a failure here leaves it to be re-read).
+      await this.settleAck().catch((err: unknown) => this.o.onError?.(err));
+      await this.closeStream();
       await this.client?.end().catch(() => undefined);
       this.client = null;
     }
   }
 
+  private async closeStream(): Promise<void> {
+    const stream = this.stream;
+    this.stream = null;
+    this.probe = null;
+    await stream?.close();
+    // Fails at once now that the stream is closed; the next stream starts from the checkpoint and moves the slot there.
+    await this.pendingAck?.catch(() => undefined);
+    this.pendingAck = null;
+  }
+
+  /** Waits for the acknowledgement in flight, if any (throws its failure). */
+  private async settleAck(): Promise<void> {
+    const pending = this.pendingAck;
+    if (!pending) return;
+    try {
+      await pending;
+    } finally {
+      if (this.pendingAck === pending) this.pendingAck = null;
+    }
+  }
+
+  /** Opens the replication stream at the checkpoint, with the slot confirmed exactly there first. */
+  private async openStream(client: pg.Client): Promise<SlotStream> {
+    const checkpoint = this.checkpoint!;
+    const stream = await SlotStream.open({
+      url: this.o.sourceUrl,
+      slot: this.slot,
+      startLsn: checkpoint,
+      applicationName: this.appName,
+      maxTxRows: this.o.maxTxRows,
+      maxTxBytes: this.o.maxTxBytes,
+      highWaterRows: 4 * this.o.peekChanges,
+    });
+    this.ownPids.add(stream.pid);
+    this.stream = stream;
+    // An acknowledgement the last stream sent may not have reached the slot: move it to the
+    // checkpoint and record that, so a crash later finds the slot where local/capture-continuity.ts expects it.
+    await this.acknowledge(client, stream, checkpoint);
+    await recordAcked(this.continuityContext(), checkpoint);
+    return stream;
+  }
+
+  /** Moves the slot to `lsn` through the stream and waits until the slot shows it. */
+  private async acknowledge(client: pg.Client, stream: SlotStream, lsn: string): Promise<void> {
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      await stream.acknowledge(lsn, 100);
+      const confirmed = (await readSlot(client, this.slot))?.confirmedFlushLsn ?? null;
+      if (confirmed !== null && compareLsn(confirmed, lsn) >= 0) return;
+      if (Date.now() > deadline) throw new Error(`replication slot ${JSON.stringify(this.slot)} did not confirm ${lsn} (at ${confirmed ?? 'none'})`);
+    }
+  }
+
+  /** One read → publish → ack round on the stream. Returns whether anything was acknowledged. */
+  private async streamOnce(client: pg.Client): Promise<boolean> {
+    const stream = this.stream ?? (await this.openStream(client));
+    // Caught up? Every transaction the stream had received when it reached the probe's WAL position is acknowledged.
+    if (this.probe && this.probe.received !== null && stream.counts.taken >= this.probe.received) {
+      await this.settleAck();
+      this.emptyPeekAt = Math.max(this.emptyPeekAt, this.probe.at);
+      this.probe = null;
+    }
+    if (!this.probe && Date.now() - this.lastProbeAt >= this.o.idleMs) {
+      const probe: { at: number; received: number | null } = { at: Date.now(), received: null };
+      this.probe = probe;
+      this.lastProbeAt = probe.at;
+      const flushed = String((await client.query('SELECT pg_current_wal_flush_lsn()::text AS lsn')).rows[0].lsn);
+      void stream.reached(flushed).then((received) => {
+        probe.received = received;
+      });
+      stream.poke();
+    }
+    const transactions = await stream.take(this.o.peekChanges, this.o.idleMs);
+    if (transactions.length === 0) {
+      await this.settleAck();
+      return false;
+    }
+    // The slot's confirmation overlaps the next batch's work (it is settled before the next checkpoint).
+    await this.publishAndAck(client, transactions, (lsn) => this.acknowledge(client, stream, lsn), true);
+    // Not idle: go on at once (the wait in `take` is the idle wait).
+    return true;
+  }
   /** One peek → publish → ack round. Returns whether anything was acknowledged. */
   private async once(client: pg.Client): Promise<boolean> {
     const started = Date.now();
@@ -476,13 +598,29 @@ export class SlotCapture {
       if (peek.leftover === 0) this.emptyPeekAt = started;
       return false;
     }
-    for (const table of new Set(peek.transactions.flatMap((t) => t.changes.map((c) => c.table)))) {
+    await this.publishAndAck(client, peek.transactions, (lsn) => advanceSlot(client, this.slot, lsn).then(() => undefined));
+    return true;
+  }
+
+  /**
+   * Builds, publishes and acknowledges whole transactions: the checkpoint first, then `ack` moves
+   * the slot, then the move is recorded. With `deferred`, the move and its record run in the
+   * background (`pendingAck`) and are settled before the next checkpoint is written, so at any
+   * crash the slot is where the capture last recorded moving it or at the checkpoint
+   * (local/capture-continuity.ts), as with a move made at once.
+   */
+  private async publishAndAck(client: pg.Client, transactions: DecodedTransaction[], ack: (lsn: string) => Promise<void>, deferred = false): Promise<void> {
+    const peek = { transactions };
+    // The tables of the batch, found in one pass (not one array per change).
+    const tables = new Set<string>();
+    for (const t of transactions) for (const c of t.changes) tables.add(c.table);
+    for (const table of tables) {
       // A table that joined while running (docs/onboarding.md): resolve its key alone.
       if (this.o.tables.has(table) && !this.keys.has(table)) await this.resolveKeys(client, [table]);
     }
     await refreshKeys(client, this.poisonContext(), peek.transactions);
     // test_decoding prints types without modifiers: read them from the catalog (docs/schema-drift.md).
-    const captured = [...new Set(peek.transactions.flatMap((t) => t.changes.map((c) => c.table)))].filter((t) => this.o.tables.has(t));
+    const captured = [...tables].filter((t) => this.o.tables.has(t));
     const types = await columnTypesOf(client, captured);
     const poison: PoisonChange[] = [];
     const records = transactionsToRecords(this.o.source, peek.transactions, this.o.tables, this.keys, types, (p) => poison.push(p));
@@ -491,16 +629,23 @@ export class SlotCapture {
     }
     await deadLetterChanges(this.poisonContext(), poison);
     const last = peek.transactions[peek.transactions.length - 1]!;
+    // The previous batch's move is recorded before this checkpoint is written.
+    await this.settleAck();
     // Checkpoint first, then the slot: the slot is never confirmed ahead of the checkpoint.
     await this.o.control.putCheckpoint(captureCheckpointName(this.o.source), this.slot, last.commitLsn);
     this.checkpoint = last.commitLsn;
-    await advanceSlot(client, this.slot, last.commitLsn);
-    // Acknowledged now: the stats say so even if recording where the slot is fails next (a control-plane outage).
-    this.stats.transactions += peek.transactions.length;
-    this.stats.records += records.length;
-    this.stats.lastCommitLsn = last.commitLsn;
-    this.stats.lastCommitTs = last.commitTs;
-    await recordAcked(this.continuityContext(), last.commitLsn); // where the slot is now (local/capture-continuity.ts)
-    return true;
+    const move = async (): Promise<void> => {
+      await ack(last.commitLsn);
+      // Acknowledged now: the stats say so even if recording where the slot is fails next (a control-plane outage).
+      this.stats.transactions += peek.transactions.length;
+      this.stats.records += records.length;
+      this.stats.lastCommitLsn = last.commitLsn;
+      this.stats.lastCommitTs = last.commitTs;
+      await recordAcked(this.continuityContext(), last.commitLsn); // where the slot is now (local/capture-continuity.ts)
+    };
+    if (!deferred) return move();
+    const pending = move();
+    pending.catch(() => undefined); // awaited by `settleAck`; keep Node from calling it unhandled meanwhile
+    this.pendingAck = pending;
   }
 }

@@ -41,12 +41,19 @@ type Queryable = Pick<pg.ClientBase, 'query'>;
 
 /**
  * Checks that the connected database can be captured: `wal_level = logical`, a user with the
- * replication privilege (or superuser, or RDS's `rds_replication` role), and a free slot. These
+ * replication privilege (or superuser, or RDS's `rds_replication` role), a free slot, and for the
+ * streaming read a free WAL sender. These
  * are the server-level checks of `cdc doctor` (lambda/core/doctor.ts), run on the same facts.
  * Throws `SourceNotReadyError` saying exactly what to change.
  */
-export async function checkSourceReady(client: Queryable, opts: { needFreeSlot: boolean }): Promise<void> {
-  const wanted = new Set<string>([CheckId.WAL_LEVEL, CheckId.REPLICATION_GRANT, ...(opts.needFreeSlot ? [CheckId.REPLICATION_SLOTS] : [])]);
+export async function checkSourceReady(client: Queryable, opts: { needFreeSlot: boolean; needWalSender?: boolean }): Promise<void> {
+  const wanted = new Set<string>([
+    CheckId.WAL_LEVEL,
+    CheckId.REPLICATION_GRANT,
+    ...(opts.needFreeSlot ? [CheckId.REPLICATION_SLOTS] : []),
+    // The streaming read holds a WAL sender, as DMS does.
+    ...(opts.needWalSender ? [CheckId.WAL_SENDERS] : []),
+  ]);
   const failed = runChecks(await gatherSourceFacts(client, { tables: [] })).filter((r) => r.status === 'FAIL' && wanted.has(r.check));
   if (failed.length > 0) throw sourceNotReady(failed);
 }

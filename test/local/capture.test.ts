@@ -75,8 +75,12 @@ async function env(schema = SCHEMA): Promise<Env> {
   return { source, url, stream, sql };
 }
 
+/** How the capture under test reads its slot (every test runs on both paths). */
+let read: 'stream' | 'peek' = 'stream';
+
 function capture(e: Env, extra: Partial<ConstructorParameters<typeof SlotCapture>[0]> = {}): SlotCapture {
   return new SlotCapture({
+    read,
     source: e.source,
     sourceUrl: e.url,
     tables: new TableConfigIndex(TABLES),
@@ -98,7 +102,11 @@ function position(r: SlotRecord): string {
   return `${hi.padStart(8, '0')}${lo.padStart(8, '0')}${String(r.index).padStart(8, '0')}`;
 }
 
-describe('slot capture', () => {
+describe.each(['stream', 'peek'] as const)('slot capture (read: %s)', (mode) => {
+  beforeAll(() => {
+    read = mode;
+  });
+
   it('publishes whole transactions as cdc-slot/1 records, masked and without excluded columns, then acks', async () => {
     const e = await env();
     const c = capture(e);
@@ -205,9 +213,11 @@ describe('slot capture', () => {
     await c.start();
     await e.sql.query("INSERT INTO customers VALUES (1, 'a', 'a@x', NULL)");
     await until('first record', async () => (await rawRecords(e.stream)).records.length >= 1);
-    // The slot is active only while a peek runs: retry until the drop gets through.
+    // The slot is active while it is read (a peek runs, or the stream holds it): as an operator
+    // would, end the session holding it and drop it, retrying until the drop gets through.
     await until('slot dropped', async () => {
       try {
+        await e.sql.query('SELECT pg_terminate_backend(active_pid, 5000) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL', [c.slot]);
         await e.sql.query('SELECT pg_drop_replication_slot($1)', [c.slot]);
         return true;
       } catch {
@@ -299,16 +309,18 @@ describe('slot capture', () => {
 
   it('explains a user without the replication privilege and a table without a key', async () => {
     const e = await env('CREATE TABLE customers (id int, name text, email text, ssn text); CREATE TABLE docs (id int PRIMARY KEY, title text, body text);');
-    await e.sql.query("CREATE ROLE plain LOGIN; GRANT SELECT ON ALL TABLES IN SCHEMA public TO plain");
-    const asPlain = capture({ ...e, url: e.url.replace('postgres@', 'plain@') });
+    // A role per run (the tests run once per read path; a role is cluster-wide).
+    const role = `plain_${e.source}`;
+    await e.sql.query(`CREATE ROLE ${role} LOGIN; GRANT SELECT ON ALL TABLES IN SCHEMA public TO ${role}`);
+    const asPlain = capture({ ...e, url: e.url.replace('postgres@', `${role}@`) });
     const error = await asPlain.start().then(
       () => null,
       (err: unknown) => err,
     );
     expect(error).toBeInstanceOf(SourceNotReadyError);
-    expect((error as Error).message).toMatch(/lacks the replication privilege.*ALTER ROLE "plain" WITH REPLICATION/);
+    expect((error as Error).message).toMatch(new RegExp(`lacks the replication privilege.*ALTER ROLE "${role}" WITH REPLICATION`));
     await expect(capture(e).start()).rejects.toThrow(/public.customers has no primary key/);
-    await e.sql.query('DROP ROLE plain').catch(() => undefined);
+    await e.sql.query(`DROP OWNED BY ${role}; DROP ROLE ${role}`).catch(() => undefined);
     await e.sql.end();
   });
 
