@@ -407,7 +407,7 @@ export class SlotCapture {
         await this.openStream(client).catch((err: Error) => {
           throw new SourceNotReadyError(
             `the capture reads its slot over a replication connection, which the source refused (${err.message}). ` +
-              `Allow this user replication connections to the database (pg_hba.conf: a "replication" entry for it; RDS: the rds_replication role) and a free WAL sender (max_wal_senders)`,
+              `Allow this user replication connections to the database (pg_hba.conf: a "replication" entry for it; RDS: the rds_replication role) and a free WAL sender (max_wal_senders), or read the slot with SQL peeks instead (cdc local --slot-read peek)`,
           );
         });
       }

@@ -53,7 +53,7 @@ export interface PipelineOptions {
   /** Run the demo workload at this many transactions per second (0: none). */
   workloadRate?: number;
   workloadSeed?: number;
-  capture?: { maxTxRows?: number; maxTxBytes?: number; slot?: string };
+  capture?: { maxTxRows?: number; maxTxBytes?: number; slot?: string; read?: 'stream' | 'peek' };
   /** Poller settings; `maxRetries` applies to bad input only, infrastructure errors are retried without limit (backoff up to `maxBackoffMs`). */
   poller?: { batchSize?: number; maxRetries?: number; maxBackoffMs?: number };
   /** The source's WAL budget: slot headroom is measured against it and max_slot_wal_keep_size. @default 1 GiB */
@@ -147,6 +147,7 @@ export class LocalPipeline {
       publish: kinesisRawPublisher(stack.kinesis, stack.streams.raw),
       maxTxRows: o.capture?.maxTxRows,
       maxTxBytes: o.capture?.maxTxBytes,
+      ...(o.capture?.read ? { read: o.capture.read } : {}),
       onError: err('capture'),
     });
     this.snapshots =

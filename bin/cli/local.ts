@@ -73,6 +73,9 @@ Run:
   --source-id ID             source id [default: demo with --demo, local with --source]
   --sink-id ID               warehouse sink id [default: warehouse]
   --slot NAME                replication slot name [default: cdc_<source id>]
+  --slot-read MODE           how the capture reads its slot: stream (a replication connection,
+                             START_REPLICATION: the WAL is decoded once) or peek (SQL peeks, for
+                             a source that allows no replication connection) [default: stream]
   --max-tx-rows N            stop loudly on a source transaction with more rows [default: 1000000]
   --max-tx-bytes N           ... or more bytes of decoded changes [default: 1073741824]
   --heartbeat-ms N           heartbeat interval [default: 1000]
@@ -112,6 +115,8 @@ export interface LocalOptions {
   sourceId: string | null;
   sinkId: string;
   slot: string | null;
+  /** How the capture reads the slot (local/capture.ts `read`). */
+  slotRead: 'stream' | 'peek';
   maxTxRows: number | null;
   maxTxBytes: number | null;
   heartbeatMs: number;
@@ -158,6 +163,7 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
     sourceId: null,
     sinkId: 'warehouse',
     slot: null,
+    slotRead: 'stream',
     maxTxRows: null,
     maxTxBytes: null,
     heartbeatMs: 1000,
@@ -238,6 +244,12 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
       case '--max-tx-bytes':
         o.maxTxBytes = positiveInt(a, value());
         break;
+      case '--slot-read': {
+        const mode = value();
+        if (mode !== 'stream' && mode !== 'peek') throw new UsageError(`--slot-read expects stream or peek, got '${mode}'`);
+        o.slotRead = mode;
+        break;
+      }
       case '--heartbeat-ms':
         o.heartbeatMs = positiveInt(a, value());
         break;
@@ -415,6 +427,7 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
         ...(o.maxTxRows ? { maxTxRows: o.maxTxRows } : {}),
         ...(o.maxTxBytes ? { maxTxBytes: o.maxTxBytes } : {}),
         ...(o.slot ? { slot: o.slot } : {}),
+        read: o.slotRead,
       },
       // On a terminal, problems show in the status (a line printed in between would break the redraw).
       onError: (where, e) => {

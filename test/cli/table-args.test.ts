@@ -39,3 +39,14 @@ describe('the options that name captured tables (cdc local, cdc doctor)', () => 
     await expect(tableSettingEntries({ tables: [], excludeTables: [], tableConfig: path.join(dir, 'absent.json') })).rejects.toThrow(/ENOENT/);
   });
 });
+
+describe('cdc local --slot-read', () => {
+  const base = ['--source', 'postgres://u@h/db', '--tables', 'public.a'];
+  it('streams the slot by default, peeks with SQL when asked, and refuses anything else', () => {
+    expect(parseLocalArgs(base).slotRead).toBe('stream');
+    expect(parseLocalArgs([...base, '--slot-read', 'peek']).slotRead).toBe('peek');
+    expect(parseLocalArgs([...base, '--slot-read', 'stream']).slotRead).toBe('stream');
+    expect(() => parseLocalArgs([...base, '--slot-read', 'fast'])).toThrow("--slot-read expects stream or peek, got 'fast'");
+    expect(() => parseLocalArgs([...base, '--slot-read'])).toThrow('--slot-read needs a value');
+  });
+});

@@ -59,8 +59,12 @@ describe('cdc local --source / --warehouse', () => {
     const run = cdc([
       '--source', cluster.url('app'), '--table-config', config, '--tables', 'public.tags',
       '--warehouse', cluster.url('dw'), '--source-id', 'app', '--state-dir', path.join(dir, 'state'), '--duration', '25s',
+      // The SQL-peek read (for sources that allow no replication connection); the other e2e tests stream.
+      '--slot-read', 'peek',
     ]);
     await until('cdc local to start', () => /cdc local: (started|resumed) in/.test(run.output()), 240_000);
+    // Peeking holds no WAL sender: nothing streams the slot (a streaming capture would show here).
+    expect((await app.query("SELECT count(*)::int AS n FROM pg_stat_replication WHERE application_name LIKE 'cdc-local-capture%'")).rows[0].n).toBe(0);
     for (let i = 1; i <= 60; i++) await app.query('INSERT INTO items (name, secret, price) VALUES ($1, $2, $3)', [`item ${i}`, `s3cr3t-${i}`, i * 1.5]);
     await app.query("BEGIN; UPDATE items SET price = price * 2 WHERE id % 3 = 0; DELETE FROM items WHERE id % 7 = 0; INSERT INTO tags SELECT id, 'even' FROM items WHERE id % 2 = 0; COMMIT");
     await app.query("UPDATE items SET name = 'renamed ' || id, id = id + 1000 WHERE id % 5 = 0");
