@@ -4,17 +4,19 @@
  * A source table and its warehouse copy, identical. The warehouse objects are made by the applier
  * itself (`PgWarehouse`: its DDL, the warehouse's types, the column order of `mirrorLayout`) and the
  * mirror is then filled by column name; the warehouse side reads the view named after the table
- * (tombstones hidden): the base+delta view with `--overlay`, else the view over the mirror alone.
+ * (tombstones hidden): the base+delta view (the default), or the view over the mirror alone with
+ * `--mirror-only` (the layout before the append-first apply).
  * One reconciliation run (`reconcileTable` over the PostgreSQL sides: counts of both sides on a
  * session of their own alongside range checksums over `rowsPerRun` rows from the cursor, segments
  * of 20,000 rows, both sides at the same time) against `SELECT count(*)` of the source table, in the same run. Goal ≤ 3× the count
  * (a time row: its ratio is count ÷ run, so ≥ 0.33). Also the cost of a full pass (every row
  * checksummed on both sides), for reference.
  *
- *     npm run bench:reconcile [-- --rows 1000000 --rows-per-run 100000 --runs 3 --overlay]
+ *     npm run bench:reconcile [-- --rows 1000000 --rows-per-run 100000 --runs 3]
+ *     npm run bench:reconcile -- --mirror-only                                                  # the mirror-only view of §8
  *     npm run bench:reconcile -- --rows 1000000 --rows-per-run 100000 --runs 3 --delta 20000   # the base+delta view with 20,000 unmerged changes
  *
- * With `--overlay` the warehouse side counts and summarises the base+delta view through its second
+ * On the base+delta view the warehouse side counts and summarises it through its second
  * form (`overlayAggregateSql`, docs/reconcile.md "Counting the base+delta view").
  */
 import pg from 'pg';
@@ -38,12 +40,15 @@ export async function runReconcileBench(): Promise<BenchResult> {
   const rowsN = numberArg('rows', 1_000_000);
   const rowsPerRun = numberArg('rows-per-run', 100_000);
   const runs = numberArg('runs', 3);
-  // --overlay: the warehouse layout of the append-first apply (an empty delta and the truncations
-  // table behind the base+delta view, docs/warehouse-apply.md) instead of the view over the mirror alone.
-  // --delta N (implies --overlay): N changes not merged yet, in the delta and in the source alike
+  // By default the warehouse layout the applier makes: the base+delta view of the append-first
+  // apply (an empty delta and the truncations table behind it, docs/warehouse-apply.md); `--overlay`
+  // says the same. `--mirror-only`: the view over the mirror alone (the layout before it, §8).
+  // --delta N: N changes not merged yet, in the delta and in the source alike
   // (half updates of existing keys, a quarter deletes, a quarter inserts of new keys).
   const deltaN = argValue('delta') !== undefined ? numberArg('delta', 0) : 0;
-  const overlay = argValue('overlay') !== undefined || deltaN > 0;
+  const mirrorOnly = argValue('mirror-only') !== undefined;
+  if (mirrorOnly && (deltaN > 0 || argValue('overlay') !== undefined)) throw new Error('--mirror-only excludes --overlay and --delta (both read the base+delta view)');
+  const overlay = !mirrorOnly;
   const rec = new Recorder('reconcile', { rows: rowsN, rowsPerRun, runs, segment: 20_000, view: overlay ? `base+delta (${deltaN} unmerged changes)` : 'mirror only', delta: deltaN });
   const pgc = await startPostgres();
   try {
