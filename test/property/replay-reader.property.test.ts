@@ -19,7 +19,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdtemp, rm, unlink } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { CreateStreamCommand, PutRecordsCommand, type KinesisClient } from '@aws-sdk/client-kinesis';
+import { PutRecordsCommand, type KinesisClient } from '@aws-sdk/client-kinesis';
+import { createStream } from '../helpers/kinesis-read.ts';
 import type { KinesisStreamEvent } from 'aws-lambda';
 import { kinesisClient } from '../../lambda/adapters/aws-clients.ts';
 import { readChangeLog, type LogRecord } from '../../lambda/adapters/change-log-reader.ts';
@@ -78,7 +79,7 @@ async function oneRun(run: number, seed: number): Promise<void> {
   const rand = seededRandom(seed);
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
   const stream = `replay-${run}`;
-  await kinesis.send(new CreateStreamCommand({ StreamName: stream, ShardCount: 2 }));
+  await createStream(kinesis, stream, 2);
   const archive = new FolderArchive(path.join(dir, `a${run}`));
 
   // A history: positions increase; some events are published twice (capture redelivery).
@@ -171,7 +172,7 @@ describe('replay reader over the archive and the stream (property)', () => {
 
   it('a stream that no longer holds the archive\'s last record is a hole (the change log was re-created: what lay between is lost)', async () => {
     const archive = new FolderArchive(path.join(dir, 'recreated'));
-    await kinesis.send(new CreateStreamCommand({ StreamName: 'recreated', ShardCount: 1 }));
+    await createStream(kinesis, 'recreated', 1);
     const e1 = event('public.a', 1, makePosition(0x10n, 0), 1);
     await kinesis.send(new PutRecordsCommand({ StreamName: 'recreated', Records: [{ PartitionKey: 'k', Data: Buffer.from(JSON.stringify(e1)) }] }));
     const records: LogRecord[] = [];
@@ -183,7 +184,7 @@ describe('replay reader over the archive and the stream (property)', () => {
     // kinesalite stamps sequence numbers with the shard's creation time in whole seconds: a stream
     // re-created within the same second would give its first record the old one's sequence number.
     await new Promise((r) => setTimeout(r, 1100));
-    await kinesis.send(new CreateStreamCommand({ StreamName: 'recreated', ShardCount: 1 }));
+    await createStream(kinesis, 'recreated', 1);
     await new Promise((r) => setTimeout(r, 200));
     await kinesis.send(new PutRecordsCommand({ StreamName: 'recreated', Records: [{ PartitionKey: 'k', Data: Buffer.from(JSON.stringify(event('public.a', 1, makePosition(0x20n, 0), 2))) }] }));
     const reader = new ReplayReader({ archive, kinesis, stream: 'recreated' });
@@ -194,7 +195,7 @@ describe('replay reader over the archive and the stream (property)', () => {
 
   it('reads archives in the batch layout (written before the by-table layout, or by Firehose), gzip included', async () => {
     const archive = new FolderArchive(path.join(dir, 'legacy'));
-    await kinesis.send(new CreateStreamCommand({ StreamName: 'legacy', ShardCount: 1 }));
+    await createStream(kinesis, 'legacy', 1);
     const evs = [event('public.a', 1, makePosition(0x10n, 0), 1), event('public.b', 2, makePosition(0x11n, 0), 2), event('public.a', 1, makePosition(0x12n, 0), 3)];
     await kinesis.send(new PutRecordsCommand({ StreamName: 'legacy', Records: evs.map((e) => ({ PartitionKey: 'k', Data: Buffer.from(JSON.stringify(e)) })) }));
     const records: LogRecord[] = [];
@@ -212,7 +213,7 @@ describe('replay reader over the archive and the stream (property)', () => {
 
   it('reads an event stored out of line (a claim check) back from the payload store, in the archive and in the stream; without the store the replay stops', async () => {
     const archive = new FolderArchive(path.join(dir, 'claims'));
-    await kinesis.send(new CreateStreamCommand({ StreamName: 'claims', ShardCount: 1 }));
+    await createStream(kinesis, 'claims', 1);
     const stored = new Map<string, Buffer>();
     const payloads: PayloadStore = {
       async put(key, body) {
