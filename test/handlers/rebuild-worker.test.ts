@@ -26,7 +26,8 @@ import { mkdtemp, rm, readdir } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
-import { CreateStreamCommand, PutRecordsCommand, type KinesisClient } from '@aws-sdk/client-kinesis';
+import { PutRecordsCommand, type KinesisClient } from '@aws-sdk/client-kinesis';
+import { createStream } from '../helpers/kinesis-read.ts';
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import type { KinesisStreamEvent } from 'aws-lambda';
 import { dynamoDbClient, kinesisClient } from '../../lambda/adapters/aws-clients.ts';
@@ -132,7 +133,7 @@ async function setUp(name: string, rand: () => number) {
     else model.set(id, v);
   }
   const stream = `stream-${name}`;
-  await kinesis.send(new CreateStreamCommand({ StreamName: stream, ShardCount: 2 }));
+  await createStream(kinesis, stream, 2);
   for (let i = 0; i < events.length; i += 100) {
     await kinesis.send(new PutRecordsCommand({ StreamName: stream, Records: events.slice(i, i + 100).map((e) => ({ PartitionKey: `${e.key.id}`, Data: Buffer.from(JSON.stringify(e)) })) }));
   }

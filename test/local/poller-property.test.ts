@@ -16,7 +16,8 @@
  * Runs and seed: `CDC_POLLER_RUNS` (default 12) and `CDC_PROPERTY_SEED` (default random, printed).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CreateStreamCommand, PutRecordsCommand, type KinesisClient } from '@aws-sdk/client-kinesis';
+import { PutRecordsCommand, type KinesisClient } from '@aws-sdk/client-kinesis';
+import { createStream } from '../helpers/kinesis-read.ts';
 import type { KinesisStreamEvent } from 'aws-lambda';
 import { PutNotices, startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
 import { kinesisClient } from '../../lambda/adapters/aws-clients.ts';
@@ -47,7 +48,7 @@ afterAll(async () => {
 
 async function stream(shards: number): Promise<string> {
   const name = `pp${++streamNo}`;
-  await kinesis.send(new CreateStreamCommand({ StreamName: name, ShardCount: shards }));
+  await createStream(kinesis, name, shards);
   return name;
 }
 

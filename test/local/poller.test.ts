@@ -3,7 +3,8 @@
  * DynamoDB control plane (DynamoDB Local): Lambda's Kinesis event source mapping semantics.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CreateStreamCommand, PutRecordsCommand, type KinesisClient } from '@aws-sdk/client-kinesis';
+import { PutRecordsCommand, type KinesisClient } from '@aws-sdk/client-kinesis';
+import { createStream } from '../helpers/kinesis-read.ts';
 import type { KinesisStreamEvent } from 'aws-lambda';
 import { QUICK_START_JVM_OPTIONS, startDynamoDbLocal, type DynamoDbLocal } from '../../local/dynamodb.ts';
 import { startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
@@ -34,7 +35,7 @@ afterAll(async () => {
 
 async function stream(shards = 1): Promise<string> {
   const name = `s${++streamNo}`;
-  await kinesis.send(new CreateStreamCommand({ StreamName: name, ShardCount: shards }));
+  await createStream(kinesis, name, shards);
   return name;
 }
 

@@ -19,7 +19,8 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
-import { CreateStreamCommand, PutRecordsCommand, type KinesisClient } from '@aws-sdk/client-kinesis';
+import { PutRecordsCommand, type KinesisClient } from '@aws-sdk/client-kinesis';
+import { createStream } from '../helpers/kinesis-read.ts';
 import type { KinesisStreamEvent } from 'aws-lambda';
 import { kinesisClient } from '../../lambda/adapters/aws-clients.ts';
 import { readChangeLog, type LogRecord } from '../../lambda/adapters/change-log-reader.ts';
@@ -112,7 +113,7 @@ async function oneRun(run: number, seed: number): Promise<void> {
     else model.set(id, v);
   }
   const stream = `rebuild-${run}`;
-  await kinesis.send(new CreateStreamCommand({ StreamName: stream, ShardCount: 2 }));
+  await createStream(kinesis, stream, 2);
   for (let i = 0; i < events.length; i += 100) {
     await kinesis.send(new PutRecordsCommand({ StreamName: stream, Records: events.slice(i, i + 100).map((e) => ({ PartitionKey: `${e.key.id}`, Data: Buffer.from(JSON.stringify(e)) })) }));
   }
