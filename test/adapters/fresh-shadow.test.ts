@@ -31,60 +31,11 @@ import type { ChangeEvent } from '../../lambda/core/event.ts';
 import { qualified, warehouseTable, type WarehouseTable } from '../../lambda/core/warehouse-sql.ts';
 import { deliveries, historyArb, MODEL_TABLES, schemaColumns, simulate, type ModelTable } from '../helpers/histories.ts';
 import { seededRandom } from '../../local/demo.ts';
+import { crashingPool } from '../helpers/crashing-pool.ts';
 
 const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 200);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
 const RAW = { getTypeParser: () => (v: string) => v } as unknown as pg.CustomTypesConfig;
-
-/** A pool whose `crashAfter(k)` makes the k-th statement sent through it throw after it ran (as if the process died there). */
-function crashingPool(inner: pg.Pool): { pool: pg.Pool; crashAfter(k: number): void; fired(): boolean } {
-  let left = 0;
-  let fired = false;
-  const clients = new WeakMap<pg.PoolClient, pg.PoolClient>();
-  const wrap = (c: pg.PoolClient): pg.PoolClient => {
-    let w = clients.get(c);
-    if (!w) {
-      w = new Proxy(c, {
-        get(target, prop, receiver) {
-          if (prop !== 'query') return Reflect.get(target, prop, receiver) as unknown;
-          const query = target.query as (...a: unknown[]) => unknown;
-          return (...args: unknown[]) => {
-            if (typeof (args[0] as { submit?: unknown } | null)?.submit === 'function') return query.apply(target, args);
-            return counted(query.apply(target, args) as Promise<unknown>);
-          };
-          async function counted(p: Promise<unknown>): Promise<unknown> {
-            const out = await p;
-            if (left > 0 && --left === 0) {
-              fired = true;
-              throw new Error('injected crash after a statement of the apply');
-            }
-            return out;
-          }
-        },
-      });
-      clients.set(c, w);
-    }
-    return w;
-  };
-  const pool = new Proxy(inner, {
-    get(target, prop, receiver) {
-      if (prop === 'connect') return async () => wrap(await target.connect());
-      return Reflect.get(target, prop, receiver) as unknown;
-    },
-  });
-  return {
-    pool,
-    crashAfter(k) {
-      left = k;
-      fired = false;
-    },
-    fired() {
-      const f = fired;
-      left = 0;
-      return f;
-    },
-  };
-}
 
 describe('fresh-shadow apply = the live apply and merge (randomized histories, embedded PostgreSQL)', () => {
   let cluster: PostgresCluster;
@@ -105,7 +56,7 @@ describe('fresh-shadow apply = the live apply and merge (randomized histories, e
 
   it(`leaves the same changelog, mirror, deleted keys, truncations, handover and delta as the live path, crashes and retries included (${RUNS} runs)`, async () => {
     const rand = seededRandom(SEED);
-    const crash = crashingPool(pool);
+    const crash = crashingPool(pool, 'the apply');
     const started = Date.now();
     const stats = { runs: 0, events: 0, foldedByMerge: 0, foldedByApply: 0, neverUnfolded: 0, crashed: 0, crashedAfterCommit: 0, catchUps: 0 };
     const at = new Date(0).toISOString();

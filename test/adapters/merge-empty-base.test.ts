@@ -25,6 +25,7 @@ import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/event.ts';
 import { makePosition } from '../../lambda/core/position.ts';
 import { insertValuesSql, qualified, warehouseTable, type WarehouseTable } from '../../lambda/core/warehouse-sql.ts';
 import { seededRandom } from '../../local/demo.ts';
+import { crashingPool } from '../helpers/crashing-pool.ts';
 
 const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 300);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
@@ -40,60 +41,6 @@ const SHAPES: Shape[] = [
   { name: 'soft, with a deleted-keys table', mode: 'soft', madeHard: true },
   { name: 'hard', mode: 'hard', madeHard: true },
 ];
-
-/**
- * A pool whose next `crashAfter(k)` makes the k-th statement sent through it throw after it ran
- * (as if the process died there); what follows (the merge's ROLLBACK) passes.
- */
-function crashingPool(inner: pg.Pool): { pool: pg.Pool; crashAfter(k: number): void; fired(): boolean } {
-  let left = 0;
-  let fired = false;
-  const clients = new WeakMap<pg.PoolClient, pg.PoolClient>();
-  const wrap = (c: pg.PoolClient): pg.PoolClient => {
-    let w = clients.get(c);
-    if (!w) {
-      w = new Proxy(c, {
-        get(target, prop, receiver) {
-          if (prop !== 'query') return Reflect.get(target, prop, receiver) as unknown;
-          const query = target.query as (...a: unknown[]) => unknown;
-          return (...args: unknown[]) => {
-            // A COPY stream (a submittable) passes as it is; only statements count.
-            if (typeof (args[0] as { submit?: unknown } | null)?.submit === 'function') return query.apply(target, args);
-            return counted(query.apply(target, args) as Promise<unknown>);
-          };
-          async function counted(p: Promise<unknown>): Promise<unknown> {
-            const out = await p;
-            if (left > 0 && --left === 0) {
-              fired = true;
-              throw new Error('injected crash after a statement of the merge');
-            }
-            return out;
-          }
-        },
-      });
-      clients.set(c, w);
-    }
-    return w;
-  };
-  const pool = new Proxy(inner, {
-    get(target, prop, receiver) {
-      if (prop === 'connect') return async () => wrap(await target.connect());
-      return Reflect.get(target, prop, receiver) as unknown;
-    },
-  });
-  return {
-    pool,
-    crashAfter(k) {
-      left = k;
-      fired = false;
-    },
-    fired() {
-      const f = fired;
-      left = 0;
-      return f;
-    },
-  };
-}
 
 describe('merge into an empty base = the general merge (randomized, embedded PostgreSQL)', () => {
   let cluster: PostgresCluster;
@@ -115,7 +62,7 @@ describe('merge into an empty base = the general merge (randomized, embedded Pos
   it(`leaves the same mirror, changelog, deleted keys and delta in every delete mode; a non-empty base takes the general merge; a crash changes nothing (${RUNS} runs)`, async () => {
     const rand = seededRandom(SEED);
     const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
-    const crash = crashingPool(pool);
+    const crash = crashingPool(pool, 'the merge');
     const started = Date.now();
     const stats = { fast: 0, general: 0, folded: 0, crashed: 0, secondMerges: 0, rows: 0 };
 
