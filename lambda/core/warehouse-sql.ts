@@ -36,8 +36,10 @@
  * `DISTINCT ON`, no `RETURNING`, no `ON COMMIT` clauses, no `VALUES` lists in `FROM`, no
  * `IF NOT EXISTS` on `ADD COLUMN`, no `::` casts, no clock functions (times are parameters).
  * Stage tables are session temp tables made with `CREATE TEMP TABLE … AS SELECT … WHERE 1 = 0`.
- * The one PostgreSQL-only statement is the occasional TRUNCATE of `clearStagesSql` (used by the
- * PostgreSQL stage lifecycle; see `lambda/adapters/warehouse-pg.ts`). PRIMARY KEY constraints are declared on every
+ * The PostgreSQL-only statements are the occasional TRUNCATE of `clearStagesSql` (used by the
+ * PostgreSQL stage lifecycle; see `lambda/adapters/warehouse-pg.ts`) and those of a fresh shadow's
+ * append (`lockDeltaForAppendSql`, `insertNewValuesSql`'s `ON CONFLICT DO NOTHING`), which the
+ * adapter uses on PostgreSQL only (docs/warehouse-apply.md, "A fresh shadow"). PRIMARY KEY constraints are declared on every
  * table: PostgreSQL enforces them and uses their indexes; Redshift accepts them as planner hints.
  *
  * Identifiers are always checked (`assertPlainIdentifier`, and the applier checks them against the
