@@ -39,7 +39,7 @@ import { splitTableId } from '../lambda/core/identifiers.ts';
 import { advanceSlot, checkSourceReady, compareLsn, createSlot, peekTransactions, readSlot, slotInvalidated, type SlotStatus } from './slot.ts';
 import { SlotInUseError, SourceNotReadyError, TransactionTooLargeError } from './errors.ts';
 import { CANONICAL_OUTPUT_SETTINGS, SlotStream } from './slot-stream.ts';
-import { columnTypesOf, primaryKeyOf, type CatalogType } from './catalog.ts';
+import { awaitTransactionsVisible, columnTypesOf, primaryKeyOf, type CatalogType } from './catalog.ts';
 
 /** One record for the raw stream. */
 export interface RawRecord {
@@ -621,6 +621,8 @@ export class SlotCapture {
     await refreshKeys(client, this.poisonContext(), peek.transactions);
     // test_decoding prints types without modifiers: read them from the catalog (docs/schema-drift.md).
     const captured = [...tables].filter((t) => this.o.tables.has(t));
+    // The batch's transactions visible first, so the catalog read sees what they committed (an ALTER … TYPE in one).
+    if (captured.length > 0) await awaitTransactionsVisible(client, transactions.map((t) => Number(t.xid)));
     const types = await columnTypesOf(client, captured);
     const poison: PoisonChange[] = [];
     const records = transactionsToRecords(this.o.source, peek.transactions, this.o.tables, this.keys, types, (p) => poison.push(p));

@@ -58,3 +58,28 @@ export async function columnTypesOf(client: Queryable, tables: readonly string[]
   }
   return out;
 }
+
+/**
+ * Waits until the transactions `xids` (32 bits, as test_decoding prints them) are visible to a new
+ * snapshot of `client`'s session, for at most `timeoutMs`. A walsender can decode and send a
+ * transaction as soon as its commit record is flushed, before the committing backend has ended it
+ * for other sessions (commit order and visibility order differ in PostgreSQL): a catalog read made
+ * in that window still sees the catalog from before the transaction, e.g. a column's type before an
+ * `ALTER … TYPE` in it (docs/schema-drift.md). Bounded: past `timeoutMs` the read goes on as before.
+ */
+export async function awaitTransactionsVisible(client: Queryable, xids: readonly number[], timeoutMs = 2_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  const low = (txid: string): number => Number(BigInt(txid) & 0xffff_ffffn);
+  for (;;) {
+    const res = await client.query(
+      `SELECT txid_snapshot_xmax(s)::text AS xmax, ARRAY(SELECT x::text FROM txid_snapshot_xip(s) x) AS xip FROM txid_current_snapshot() s`,
+    );
+    const row = res.rows[0] as { xmax: string; xip: string[] };
+    const xmax = low(row.xmax);
+    // In progress for this snapshot: listed as such, or at or after its xmax (modulo 2^32).
+    const xip = new Set(row.xip.map(low));
+    const running = xids.some((xid) => xip.has(xid) || ((xid - xmax) >>> 0) < 0x8000_0000);
+    if (!running || Date.now() >= deadline) return;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
