@@ -21,6 +21,7 @@
  * 5. record the run (duration, counts, diff summary) in the control plane with its audit entry.
  */
 import type pg from 'pg';
+import { guardPoolClients } from './pg-pool.ts';
 import { PgWarehouse, type PgWarehouseOptions } from './warehouse-pg.ts';
 import { PgRebuildTarget, type DiffResult } from './warehouse-rebuild-pg.ts';
 import type { ControlPlane, RebuildCheckpoint, RebuildRun, SchemaVersion } from '../core/control-plane.ts';
@@ -122,6 +123,7 @@ export class Rebuilder {
   private readonly now: () => Date;
 
   constructor(private readonly deps: RebuildDeps) {
+    guardPoolClients(deps.pool);
     this.now = deps.now ?? (() => new Date());
   }
 

@@ -38,6 +38,7 @@ import { pipeline } from 'node:stream/promises';
 import type pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import { CdcError } from '../core/errors.ts';
+import { guardPoolClients } from './pg-pool.ts';
 import type { ChangeEvent, Row } from '../core/event.ts';
 import { keyText } from '../core/event.ts';
 import { distinctEvents, handoverId, needsHandover, oldKeysNeeded, planTable, setSignature, toParam, type Donor, type StoredRow, type StoredState, type TablePlan } from '../core/apply-plan.ts';
@@ -295,6 +296,7 @@ export class PgWarehouse implements WarehouseWriter {
     private readonly pool: pg.Pool,
     options: PgWarehouseOptions = {},
   ) {
+    guardPoolClients(pool);
     this.loader = options.loader ?? insertStageLoader;
     this.lifecycle = options.stages;
     this.deltaLoaderOption = options.deltaLoader;

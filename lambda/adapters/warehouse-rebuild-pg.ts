@@ -7,6 +7,7 @@
 import type pg from 'pg';
 import { CdcColumn, createOverlayViewSql, createViewSql, qualified, type WarehouseTable } from '../core/warehouse-sql.ts';
 import { quoteIdent } from '../core/identifiers.ts';
+import { guardPoolClients } from './pg-pool.ts';
 import {
   createDiffTableSql,
   diffSql,
@@ -56,6 +57,7 @@ export class PgRebuildTarget {
     private readonly pool: pg.Pool,
     live: WarehouseTable,
   ) {
+    guardPoolClients(pool);
     this.live = live;
     this.shadow = shadowTable(live);
     this.retired = retiredTable(live);
