@@ -58,7 +58,7 @@ import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 
 const RUNS = Number(process.env.CDC_REBUILD_WORKER_RUNS ?? 6);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
-const STEPS = ['drop-leftovers', 'replay', 'apply', 'merge-shadow', 'catch-up', 'swap', 'swap-renames', 'diff', null] as const;
+const STEPS = ['drop-leftovers', 'replay', 'apply', 'apply-batch', 'merge-shadow', 'catch-up', 'swap', 'swap-renames', 'diff', null] as const;
 const TABLE = 'public.t';
 const SINK = 'warehouse';
 const ENV = { [EnvName.CHANGE_LOG_RETENTION_MS]: String(24 * 3_600_000) };

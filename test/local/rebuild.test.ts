@@ -39,7 +39,7 @@ import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 
 const RUNS = Number(process.env.CDC_REBUILD_RUNS ?? 8);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
-const STEPS = ['drop-leftovers', 'replay', 'apply', 'merge-shadow', 'catch-up', 'swap', 'swap-renames', 'diff', null] as const;
+const STEPS = ['drop-leftovers', 'replay', 'apply', 'apply-batch', 'merge-shadow', 'catch-up', 'swap', 'swap-renames', 'diff', null] as const;
 const TABLE = 'public.t';
 const SINK = 'warehouse';
 
