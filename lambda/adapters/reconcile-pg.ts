@@ -20,7 +20,8 @@
  * masked by `maskValue` itself (lambda/core/masking.ts), and a test checks the two forms agree.
  *
  * Keys are compared as row values (`(k1, k2) > ($1, $2)`) and text-like key columns with
- * `COLLATE "C"` on both sides, so both order keys alike whatever each database's collation.
+ * `COLLATE "C"` on both sides, so both order keys alike whatever each database's collation (a
+ * `uuid` takes none: its byte order is its text's "C" order).
  * Sessions use UTC and ISO dates, like the local verdict (local/verdict.ts), so times compare.
  * Every identifier is checked and quoted; values are parameters.
  *
@@ -259,8 +260,11 @@ export class PgReconcileSide implements ReconcileSide {
   async shape(): Promise<SideShape> {
     const cols = await columnTypes(this.client, this.rel);
     const own = cols.filter((c) => !c.name.toLowerCase().startsWith(RESERVED_PREFIX));
-    const keyOrder = this.key.map((k) => keyOrderClass(cols.find((c) => c.name === k)?.type ?? 'absent'));
-    this.textKey = keyOrder.map((c) => c === 'text');
+    const keyTypes = this.key.map((k) => cols.find((c) => c.name === k)?.type ?? 'absent');
+    const keyOrder = keyTypes.map(keyOrderClass);
+    // Text-ordered keys compare byte-wise (`COLLATE "C"`) on both sides. A uuid orders by its bytes,
+    // which is its text's "C" order already, and takes no collation (a COLLATE on it is an error).
+    this.textKey = keyOrder.map((c, i) => c === 'text' && keyTypes[i]!.toLowerCase() !== 'uuid');
     if (this.overlay && cols.length > 0) {
       const base = await this.client.query('SELECT CAST(c.reltuples AS float8) AS n FROM pg_class c WHERE c.oid = to_regclass($1)', [qualified(this.overlay.schema, this.overlay.mirror)]);
       this.baseRows = base.rows.length ? Number(base.rows[0].n) : -1;

@@ -211,6 +211,35 @@ describe('reconcile-pg', () => {
     expect(v.sampleKeys.map((k) => [k.key.region, k.kind, k.column]).sort()).toEqual([['1', 'different', 'note'], ['2', 'different', 'amount']]);
   });
 
+  it('a uuid primary key: ranges and bisection work (no collation on a uuid), and a changed row is found', async () => {
+    // The source's uuid key orders by its bytes; the warehouse keeps it as its sink type (text), ordered byte-wise ("C").
+    const U = warehouseTable('uuidapp', 'public.tokens');
+    await src.query('DROP TABLE IF EXISTS public.tokens; CREATE TABLE public.tokens (id uuid PRIMARY KEY, n int)');
+    await src.query('INSERT INTO public.tokens SELECT md5(g::text)::uuid, g FROM generate_series(1, 400) g');
+    const keyCols = [{ name: 'id', type: sinkType('uuid') }];
+    const data = [{ name: 'n', type: sinkType('integer') }];
+    await wh.query(`DROP SCHEMA IF EXISTS ${U.schema} CASCADE`);
+    await wh.query(createSchemaSql(U));
+    await wh.query(createMirrorSql(U, keyCols, data));
+    await wh.query(createViewSql(U, mirrorLayout(keyCols, data).map((c) => c.name)));
+    const rows = (await src.query<{ id: string; n: number }>('SELECT id::text AS id, n FROM public.tokens')).rows;
+    await wh.query(`INSERT INTO ${U.schema}.${U.mirror} (id, n, _cdc_position, _cdc_deleted, _cdc_deleted_at, _cdc_applied_at) SELECT x.id, x.n, 'p', false, NULL, now() FROM json_to_recordset($1) AS x(id text, n int)`, [JSON.stringify(rows)]);
+    const runUuid = () =>
+      reconcileTable({
+        sink: 'warehouse', source: 'uuidapp', table: 'public.tokens', key: ['id'], rules: { mask: [], exclude: [] }, cursor: null, leafRows: 4, pacer: new FixedPacer(50), settleMs: 0, sleep: async () => undefined,
+        sourceSide: pgSourceSide(src, 'public.tokens', ['id'], []),
+        sinkSide: pgWarehouseSide(wh, 'uuidapp', 'public.tokens', ['id'], { stablePoint: false }),
+      });
+    const same = await runUuid();
+    expect(same.verdict, same.reason).toBe('MATCH');
+    expect(same.fullCoverage).toBe(true);
+    const victim = (await src.query<{ id: string }>('SELECT id::text AS id FROM public.tokens WHERE n = 200')).rows[0]!.id;
+    await wh.query(`UPDATE ${U.schema}.${U.mirror} SET n = -1 WHERE id = $1`, [victim]);
+    const v = await runUuid();
+    expect(v.verdict, v.reason).toBe('DIVERGED');
+    expect(v.sampleKeys.map((k) => [k.key.id, k.kind, k.column])).toEqual([[victim, 'different', 'n']]);
+  });
+
   it('refuses an excluded column present in the warehouse', async () => {
     await fill(10, seededRandom(2));
     await wh.query(`ALTER TABLE ${T.schema}.${T.mirror} ADD COLUMN ssn varchar(65535)`);
