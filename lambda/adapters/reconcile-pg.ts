@@ -145,6 +145,13 @@ async function columnTypes(client: Queryable, rel: Relation): Promise<Array<{ na
   return res.rows.map((r) => ({ name: String(r.name), type: String(r.type) }));
 }
 
+/**
+ * Key order classes (`keyOrderClass`) whose `max` aggregate orders exactly as `ORDER BY` does (the
+ * type's default btree order). Besides, text and character keys (under `COLLATE "C"` in both);
+ * not uuid, `name` or `citext` (no `max`, or not in that order), nor any other type.
+ */
+const MAX_ORDERED_KEYS = new Set(['number', 'date', 'timestamp', 'timestamptz']);
+
 /** One PostgreSQL relation as a reconciliation side. */
 export class PgReconcileSide implements ReconcileSide {
   readonly label: string;
@@ -156,6 +163,8 @@ export class PgReconcileSide implements ReconcileSide {
   private columns: readonly string[];
   private readonly masked: readonly string[];
   private textKey: boolean[] = [];
+  /** A one-column key whose `max` is its last in key order (`MAX_ORDERED_KEYS`): `summarizeFirst` reads it without a window. */
+  private maxOrderedKey = false;
   private readonly position: boolean;
 
   /** The warehouse table whose view this side reads, when it may be the base+delta view (see `OverlayForm`). */
@@ -265,6 +274,7 @@ export class PgReconcileSide implements ReconcileSide {
     // Text-ordered keys compare byte-wise (`COLLATE "C"`) on both sides. A uuid orders by its bytes,
     // which is its text's "C" order already, and takes no collation (a COLLATE on it is an error).
     this.textKey = keyOrder.map((c, i) => c === 'text' && keyTypes[i]!.toLowerCase() !== 'uuid');
+    this.maxOrderedKey = this.key.length === 1 && (MAX_ORDERED_KEYS.has(keyOrder[0]!) || (this.textKey[0]! && /^(text|character.*|varchar.*|char.*)$/i.test(keyTypes[0]!)));
     if (this.overlay && cols.length > 0) {
       const base = await this.client.query('SELECT CAST(c.reltuples AS float8) AS n FROM pg_class c WHERE c.oid = to_regclass($1)', [qualified(this.overlay.schema, this.overlay.mirror)]);
       this.baseRows = base.rows.length ? Number(base.rows[0].n) : -1;
@@ -469,12 +479,19 @@ export class PgReconcileSide implements ReconcileSide {
     const where = this.where(range, values);
     values.push(limit);
     const n = `$${values.length}`;
-    const last = this.key.map((k, i) => `max(CASE WHEN q."_cdc_rn" = ${n} THEN CAST(q.${quoteIdent(k)} AS text) END) AS "_k${i}"`);
-    const res = await this.client.query(
-      `SELECT count(*) AS n, CAST(COALESCE(sum(q."_cdc_h"), 0) AS text) AS s, ${last.join(', ')} FROM ` +
-        `(SELECT ${this.key.map((k) => quoteIdent(k)).join(', ')}, ${this.hashSql()} AS "_cdc_h", row_number() OVER (ORDER BY ${this.keyList}) AS "_cdc_rn" FROM ${this.from} ${where} ORDER BY ${this.keyList} LIMIT ${n}) q`,
-      values,
-    );
+    // A one-column key whose `max` follows the key order: the last of the first `limit` rows is
+    // their max, read without numbering the rows (a window costs about as much as the hashing).
+    const res = this.maxOrderedKey
+      ? await this.client.query(
+          `SELECT count(*) AS n, CAST(COALESCE(sum(q."_cdc_h"), 0) AS text) AS s, CAST(max(q.${this.k(0)}) AS text) AS "_k0" FROM ` +
+            `(SELECT ${quoteIdent(this.key[0]!)}, ${this.hashSql()} AS "_cdc_h" FROM ${this.from} ${where} ORDER BY ${this.keyList} LIMIT ${n}) q`,
+          values,
+        )
+      : await this.client.query(
+          `SELECT count(*) AS n, CAST(COALESCE(sum(q."_cdc_h"), 0) AS text) AS s, ${this.key.map((k, i) => `max(CASE WHEN q."_cdc_rn" = ${n} THEN CAST(q.${quoteIdent(k)} AS text) END) AS "_k${i}"`).join(', ')} FROM ` +
+            `(SELECT ${this.key.map((k) => quoteIdent(k)).join(', ')}, ${this.hashSql()} AS "_cdc_h", row_number() OVER (ORDER BY ${this.keyList}) AS "_cdc_rn" FROM ${this.from} ${where} ORDER BY ${this.keyList} LIMIT ${n}) q`,
+          values,
+        );
     const row = res.rows[0];
     const rows = Number(row.n);
     return { summary: { rows, checksum: String(row.s) }, last: rows < limit ? null : this.tuple(row) };

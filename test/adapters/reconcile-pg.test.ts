@@ -240,6 +240,53 @@ describe('reconcile-pg', () => {
     expect(v.sampleKeys.map((k) => [k.key.id, k.kind, k.column])).toEqual([[victim, 'different', 'n']]);
   });
 
+  it(`summarizeFirst equals its definition (summary of the range up to the limit-th key, that key) for one-column keys of every order class and a composite key (seed ${SEED})`, async () => {
+    // The one-column forms read the last key as the rows' max (no window); the composite one numbers rows.
+    const rand = seededRandom(SEED);
+    const kinds: Array<{ type: string; value: (g: string) => string }> = [
+      { type: 'bigint', value: (g) => `${g} * 7 - 3000` },
+      { type: 'numeric(12,2)', value: (g) => `${g} / 8.0 - 100` },
+      { type: 'text', value: (g) => `(ARRAY['a', 'B', 'é', 'Z', 'ab', ''])[${g} % 6 + 1] || ${g}` },
+      { type: 'character varying(40)', value: (g) => `(ARRAY['x', 'X', 'ß'])[${g} % 3 + 1] || ${g}` },
+      { type: 'timestamp with time zone', value: (g) => `timestamptz '2026-01-01 00:00:00+00' + ${g} * interval '37 minutes'` },
+      { type: 'date', value: (g) => `date '2000-01-01' + ${g}` },
+      { type: 'uuid', value: (g) => `md5(${g}::text)::uuid` },
+    ];
+    // Text keys under a linguistic collation where the server has one (ICU): the side must still order them byte-wise.
+    const icu = (await src.query("SELECT 1 FROM pg_collation WHERE collname = 'und-x-icu'")).rows.length > 0;
+    for (const [i, kind] of kinds.entries()) {
+      const table = `public.sf${i}`;
+      const collate = icu && /^(text|character)/.test(kind.type) ? ' COLLATE "und-x-icu"' : '';
+      await src.query(`DROP TABLE IF EXISTS ${table}; CREATE TABLE ${table} (k ${kind.type}${collate} PRIMARY KEY, v int, w text)`);
+      await src.query(`INSERT INTO ${table} SELECT ${kind.value('g')}, g, CASE WHEN g % 5 = 0 THEN NULL ELSE 'w' || g END FROM generate_series(1, 300) g ON CONFLICT DO NOTHING`);
+      const side = pgSourceSide(src, table, ['k'], []);
+      await side.shape();
+      side.useColumns(['k', 'v', 'w'], { scheme: 'pg-typed', classes: { k: 'text', v: 'int', w: 'text' } });
+      const keys = (await src.query<{ k: string }>(`SELECT CAST(k AS text) AS k FROM ${table} ORDER BY k${['text', 'character varying(40)'].includes(kind.type) ? ' COLLATE "C"' : ''}`)).rows.map((r) => r.k);
+      for (let round = 0; round < 12; round++) {
+        const from = Math.floor(rand() * (keys.length + 1)) - 1; // -1: from the start
+        const range = { after: from < 0 ? null : [keys[from]!], upTo: rand() < 0.3 ? [keys[Math.min(keys.length - 1, from + 1 + Math.floor(rand() * 200))]!] : null };
+        const limit = 1 + Math.floor(rand() * 120);
+        const where = `${kind.type} ${JSON.stringify(range)} limit ${limit}`;
+        const got = await side.summarizeFirst(range, limit);
+        const last = await side.keyAt(range, limit - 1);
+        expect(got.last, where).toEqual(last);
+        expect(got.summary, where).toEqual(await side.summarize({ after: range.after, upTo: last ?? range.upTo }));
+      }
+    }
+    // A composite key (the window form).
+    const side = pgSourceSide(src, 'public.items', KEY, RULES.mask);
+    await fill(120, seededRandom(SEED));
+    await side.shape();
+    side.useColumns(['region', 'code', 'amount'], { scheme: 'pg-typed', classes: { region: 'int', code: 'text', amount: 'numeric' } });
+    for (const limit of [1, 7, 50, 500]) {
+      const got = await side.summarizeFirst({ after: ['3', 'c'], upTo: null }, limit);
+      const last = await side.keyAt({ after: ['3', 'c'], upTo: null }, limit - 1);
+      expect(got.last).toEqual(last);
+      expect(got.summary).toEqual(await side.summarize({ after: ['3', 'c'], upTo: last }));
+    }
+  });
+
   it('refuses an excluded column present in the warehouse', async () => {
     await fill(10, seededRandom(2));
     await wh.query(`ALTER TABLE ${T.schema}.${T.mirror} ADD COLUMN ssn varchar(65535)`);
