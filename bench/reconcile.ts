@@ -165,6 +165,10 @@ export async function runReconcileBench(): Promise<BenchResult> {
     for (const [name, ms] of Object.entries(parts.medians)) say(`part alone: ${name} ${ms.toFixed(1)} ms (${(ms / parts.count).toFixed(2)}× the count)`);
     const work = Object.values(parts.medians).reduce((a, b) => a + b, 0);
     say(`sum of the parts ${work.toFixed(1)} ms = ${(work / parts.count).toFixed(2)}× the count (${parts.count.toFixed(1)} ms, median of the same rounds)`);
+    // Per side: on separate servers (the deployment) the two sides' work does not compete, and a run takes about the larger.
+    const side = (prefix: string): number => Object.entries(parts.medians).filter(([k]) => k.startsWith(prefix)).reduce((a, [, v]) => a + v, 0);
+    say(`per side: source ${(side('source') / parts.count).toFixed(2)}×, warehouse ${(side('warehouse') / parts.count).toFixed(2)}× the count (each side's parts summed)`);
+    rec.details.perSide = { source: side('source') / parts.count, warehouse: side('warehouse') / parts.count };
     rec.add(timeRow(`the run's parts timed alone, summed (source count, warehouse count, ${rowsPerRun} rows summarised on each side)`, work, 'ms', parts.count, 'SELECT count(*) on the source', { note: 'the work a run does; on one machine holding both databases a run cannot take much less than this ratio' }));
     rec.details.parts = parts;
     cursor = null;
