@@ -22,7 +22,9 @@
  * | `VERDICT#<sink>`            | `TABLE#<source>#<table>`  | latest reconciliation verdict + cursor (docs/reconcile.md) |
  *
  * The audit log is one partition, read in time order: it holds state changes, schema versions
- * and operator actions (never per-event traffic), far below one partition's write capacity.
+ * and operator actions (never per-event traffic), far below one partition's write capacity. A
+ * read from a time on (`listAudit`'s `since`) is a key condition on the sort key: the older part
+ * of the log is not read.
  *
  * Rules kept here:
  * - Every state change and its audit entry are one `TransactWriteItems` (registerTable,
@@ -375,7 +377,7 @@ export class DynamoDbControlPlane implements ControlPlane {
     await this.client.send(new PutItemCommand({ TableName: put.TableName, Item: put.Item, ConditionExpression: put.ConditionExpression }));
   }
 
-  async listAudit(source?: string, table?: string): Promise<AuditEntry[]> {
+  async listAudit(source?: string, table?: string, since?: string): Promise<AuditEntry[]> {
     const filters: string[] = [];
     const names: Record<string, string> = {};
     const values: Plain = {};
@@ -389,7 +391,8 @@ export class DynamoDbControlPlane implements ControlPlane {
       names['#table'] = 'table';
       values[':table'] = table;
     }
-    const items = await this.query({ pk: ControlPartition.AUDIT, filter: filters.length ? { expression: filters.join(' AND '), names, values } : undefined });
+    // The sort key starts with the entry's time: `since` is a key condition (only that part of the log is read).
+    const items = await this.query({ pk: ControlPartition.AUDIT, ...(since !== undefined ? { skFrom: sortableTime(since) } : {}), filter: filters.length ? { expression: filters.join(' AND '), names, values } : undefined });
     return items.map(auditFromItem);
   }
 
@@ -822,14 +825,20 @@ export class DynamoDbControlPlane implements ControlPlane {
     return out.Item ? unmarshall(out.Item) : null;
   }
 
-  private async query(q: { pk: string; skPrefix?: string; filter?: { expression: string; names: Record<string, string>; values: Plain } | undefined }): Promise<Plain[]> {
+  private async query(q: { pk: string; skPrefix?: string; skFrom?: string; filter?: { expression: string; names: Record<string, string>; values: Plain } | undefined }): Promise<Plain[]> {
     const names: Record<string, string> = { '#pk': 'pk', ...(q.filter?.names ?? {}) };
     const values: Plain = { ':pk': q.pk, ...(q.filter?.values ?? {}) };
     let condition = '#pk = :pk';
+    if (q.skPrefix !== undefined && q.skFrom !== undefined) throw new CdcError('INVALID_ARGUMENT', 'a query takes a sort-key prefix or a lower bound, not both');
     if (q.skPrefix !== undefined) {
       names['#sk'] = 'sk';
       values[':prefix'] = q.skPrefix;
       condition += ' AND begins_with(#sk, :prefix)';
+    }
+    if (q.skFrom !== undefined) {
+      names['#sk'] = 'sk';
+      values[':from'] = q.skFrom;
+      condition += ' AND #sk >= :from';
     }
     const input: QueryCommandInput = {
       TableName: this.tableName,

@@ -160,7 +160,11 @@ export interface ControlPlane {
   /** Stores a dead letter. A table that gets one is marked `degraded` if it was `active` (with an audit entry). */
   putDeadLetter(letter: DeadLetter): Promise<void>;
   listDeadLetters(stage?: string): Promise<DeadLetter[]>;
-  listAudit(source?: string, table?: string): Promise<AuditEntry[]>;
+  /**
+   * The audit log in time order, optionally one source's or table's, and only the entries at or
+   * after `since` (ISO 8601): the log is ordered by time, so a store reads only that part of it.
+   */
+  listAudit(source?: string, table?: string, since?: string): Promise<AuditEntry[]>;
   // ---- Operator actions (docs/operations.md) ----
   /** Every sink's progress for every table (operator status), or one sink's (its resume replay). */
   listSinkProgress(sink?: string): Promise<SinkTableProgress[]>;

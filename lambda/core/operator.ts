@@ -231,10 +231,7 @@ export class Operator {
   }
 
   async audit(filter: { source?: string; table?: string; since?: string }): Promise<AuditEntry[]> {
-    const entries = await this.cp.listAudit(filter.source, filter.table);
-    if (filter.since === undefined) return entries;
-    const since = Date.parse(filter.since);
-    return entries.filter((e) => Date.parse(e.at) >= since);
+    return this.cp.listAudit(filter.source, filter.table, filter.since);
   }
 
   async pause(actor: string, r: { source?: string; table: string; durationMs: number; reason: string }): Promise<ActionResult> {

@@ -196,8 +196,9 @@ export class MemoryControlPlane implements ControlPlane {
     return this.deadLetters.filter((d) => stage === undefined || d.stage === stage).map(copy);
   }
 
-  async listAudit(source?: string, table?: string): Promise<AuditEntry[]> {
-    return this.audit.filter((a) => (source === undefined || a.source === source) && (table === undefined || a.table === table)).map(copy);
+  async listAudit(source?: string, table?: string, since?: string): Promise<AuditEntry[]> {
+    const from = since === undefined ? null : Date.parse(since);
+    return this.audit.filter((a) => (source === undefined || a.source === source) && (table === undefined || a.table === table) && (from === null || Date.parse(a.at) >= from)).map(copy);
   }
 
   // ---- Operator actions: the same conditions as the DynamoDB adapter's transactions ----
