@@ -45,7 +45,7 @@ import { startPostgres, type PostgresCluster } from '../local/postgres.ts';
 import { MemoryControlPlane } from '../test/helpers/memory-control-plane.ts';
 import { BENCH_TABLE, DEFAULT_HISTORY, generateHistory, type History } from './lib/history.ts';
 import { exec, one, serverVersion } from './lib/pg.ts';
-import { cpuProfile, type ProfileSummary } from './lib/profile.ts';
+import { cpuProfile, processCpuMs, type ProfileSummary } from './lib/profile.ts';
 import { createItems, prepareReplay, replay } from './lib/replay.ts';
 import { isMain, median, numberArg, rateRow, Recorder, sleep, type BenchResult } from './lib/report.ts';
 
@@ -79,6 +79,9 @@ interface CaptureRun {
 interface FloorFigures {
   /** The read alone: connect, settings, START_REPLICATION, messages counted until the server has sent the WAL flushed before the read. */
   seconds: number;
+  /** CPU during the read (from START_REPLICATION to the end): this process's, and the walsender's (null where /proc is not readable). */
+  clientCpuMs: number;
+  walsenderCpuMs: number | null;
   /** XLogData messages (every test_decoding line: BEGIN, COMMIT and row changes). */
   messages: number;
   /** Of those, row changes (lines starting `table`). */
@@ -98,7 +101,7 @@ interface FloorFigures {
  * position: the capture's own "caught up" test). `onRow` sees each XLogData message; the slot is
  * never acknowledged, so it does not move and can be read again.
  */
-async function replicationRead(url: string, slot: string, onRow: (chunk: Buffer) => void): Promise<number> {
+async function replicationRead(url: string, slot: string, onRow: (chunk: Buffer) => void): Promise<{ seconds: number; clientCpuMs: number; walsenderCpuMs: number | null }> {
   const t0 = performance.now();
   const client = new pg.Client({ connectionString: url, replication: 'database', application_name: 'cdc-bench-floor' } as pg.ClientConfig);
   await client.connect();
@@ -110,6 +113,10 @@ async function replicationRead(url: string, slot: string, onRow: (chunk: Buffer)
     const target = lsnToBigInt(at.target);
     const conn = (client as unknown as { connection: { on(e: 'copyData', l: (m: { chunk: Buffer }) => void): void; sendCopyFromChunk(b: Buffer): void } }).connection;
     const options = SLOT_READ_OPTIONS.map(([k, v]) => `"${k}" '${v}'`).join(', ');
+    // Where the read's time goes: this process (the driver's parsing of the messages) and the walsender (decoding and sending).
+    const walsender = (client as unknown as { processID: number }).processID;
+    const cpu0 = process.cpuUsage();
+    const w0 = processCpuMs(walsender);
     await new Promise<void>((resolve, reject) => {
       conn.on('copyData', ({ chunk }) => {
         if (chunk[0] === 0x77 /* w: XLogData */) {
@@ -123,7 +130,10 @@ async function replicationRead(url: string, slot: string, onRow: (chunk: Buffer)
       });
       client.query(`START_REPLICATION SLOT "${slot}" LOGICAL ${at.start} (${options})`).then(() => reject(new Error('the replication stream ended')), reject);
     });
-    return (performance.now() - t0) / 1000;
+    const seconds = (performance.now() - t0) / 1000;
+    const cpu = process.cpuUsage(cpu0);
+    const w1 = processCpuMs(walsender);
+    return { seconds, clientCpuMs: (cpu.user + cpu.system) / 1000, walsenderCpuMs: w0 !== null && w1 !== null ? w1 - w0 : null };
   } finally {
     await client.end().catch(() => undefined);
   }
@@ -140,7 +150,7 @@ async function floorRead(url: string, slot: string): Promise<FloorFigures> {
   let messages = 0;
   let changes = 0;
   let bytes = 0;
-  const seconds = await replicationRead(url, slot, (chunk) => {
+  const read = await replicationRead(url, slot, (chunk) => {
     messages++;
     bytes += chunk.length - 25;
     if (chunk[25] === 0x74 /* 't': "table …" */) changes++;
@@ -159,11 +169,13 @@ async function floorRead(url: string, slot: string): Promise<FloorFigures> {
   const parseSeconds = (performance.now() - p0) / 1000;
   const parsedChanges = grouped.transactions.reduce((n, t) => n + t.changes.length, 0);
   return {
-    seconds,
+    seconds: read.seconds,
+    clientCpuMs: read.clientCpuMs,
+    walsenderCpuMs: read.walsenderCpuMs,
     messages,
     changes,
     bytes,
-    changesPerSecond: changes / seconds,
+    changesPerSecond: changes / read.seconds,
     parse: { seconds: parseSeconds, transactions: grouped.transactions.length, changes: parsedChanges, changesPerSecond: parsedChanges / parseSeconds },
   };
 }
@@ -296,7 +308,7 @@ export async function runCaptureBench(): Promise<BenchResult> {
         `${r.order.join(', ')}: get_changes ${Math.round(r.reference.changesPerSecond)} changes/s (${r.reference.seconds.toFixed(2)} s); ` +
           `capture (stream) ${Math.round(r.capture.recordsPerSecond)} records/s (${r.capture.seconds.toFixed(2)} s, ${r.capture.records} records); ` +
           `capture (peek) ${Math.round(r.peek!.recordsPerSecond)} records/s (${r.peek!.seconds.toFixed(2)} s, ${r.peek!.records} records); ` +
-          `protocol floor ${Math.round(r.floor!.changesPerSecond)} changes/s (${r.floor!.seconds.toFixed(2)} s, ${r.floor!.messages} messages, ${(r.floor!.bytes / 1e6).toFixed(1)} MB of text), its parse alone ${Math.round(r.floor!.parse.changesPerSecond)} changes/s (${r.floor!.parse.seconds.toFixed(2)} s)`,
+          `protocol floor ${Math.round(r.floor!.changesPerSecond)} changes/s (${r.floor!.seconds.toFixed(2)} s, ${r.floor!.messages} messages, ${(r.floor!.bytes / 1e6).toFixed(1)} MB of text; CPU: walsender ${r.floor!.walsenderCpuMs === null ? '?' : Math.round(r.floor!.walsenderCpuMs)} ms, this process ${Math.round(r.floor!.clientCpuMs)} ms), its parse alone ${Math.round(r.floor!.parse.changesPerSecond)} changes/s (${r.floor!.parse.seconds.toFixed(2)} s)`,
       );
       for (const c of [r.capture, r.peek!]) if (c.records !== r.changes) throw new Error(`the capture published ${c.records} records for ${r.changes} changes`);
       // The floor must have read the same changes the others did, and its parse must find them all.
@@ -318,7 +330,7 @@ export async function runCaptureBench(): Promise<BenchResult> {
     const floor = median(results.map((r) => r.floor!.changesPerSecond));
     const parse = median(results.map((r) => r.floor!.parse.changesPerSecond));
     const goal = 0.5;
-    rec.add(rateRow('ceiling: the stream protocol alone (same connection, settings and options as the capture; messages counted, nothing else)', floor, 'changes/s', ref, 'get_changes alone', { target: `≥ ${goal}× is needed for the capture goal`, met: floor >= goal * ref, note: `median of ${runs}, order rotated; the capture (stream) reached ${((cap / floor) * 100).toFixed(0)} % of it` }));
+    rec.add(rateRow('ceiling: the stream protocol alone (same connection, settings and options as the capture; messages counted, nothing else)', floor, 'changes/s', ref, 'get_changes alone', { target: `≥ ${goal}× is needed for the capture goal`, met: floor >= goal * ref, note: `median of ${runs}, order rotated; the capture (stream) reached ${((cap / floor) * 100).toFixed(0)} % of it; CPU during the read (median): walsender ${Math.round(median(results.map((r) => r.floor!.walsenderCpuMs ?? Number.NaN)))} ms, this process ${Math.round(median(results.map((r) => r.floor!.clientCpuMs)))} ms, of ${median(results.map((r) => r.floor!.seconds)).toFixed(2)} s` }));
     rec.add(rateRow('ceiling: the test_decoding parse alone (UTF-8 text + groupTransactions, no read)', parse, 'changes/s', ref, 'get_changes alone', { target: `≥ ${goal}× is needed for the capture goal`, met: parse >= goal * ref, note: `median of ${runs}` }));
     const floorRatio = floor / ref;
     const verdictLine =

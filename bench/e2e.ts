@@ -38,10 +38,10 @@ import { LocalPipeline } from '../local/pipeline.ts';
 import { startLocalStack } from '../local/stack.ts';
 import { compareLsn } from '../local/slot.ts';
 import { compareSourceAndWarehouse } from '../local/verdict.ts';
-import { cpuProfile } from './lib/profile.ts';
+import { cpuProfile, processCpuMs } from './lib/profile.ts';
 import { runWorkload } from './lib/workload.ts';
 import { exec, one } from './lib/pg.ts';
-import { KinesisTally, processCpuMs, shardCount, standInCeiling, type CeilingResult, type SampledRecord } from './lib/kinesis-ceiling.ts';
+import { KinesisTally, shardCount, standInCeiling, type CeilingResult, type SampledRecord } from './lib/kinesis-ceiling.ts';
 import { argValue, isMain, numberArg, percentile, rateRow, Recorder, sleep, timeRow, type BenchResult } from './lib/report.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');

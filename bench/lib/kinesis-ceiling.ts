@@ -18,14 +18,13 @@
  * What it keeps: kinesalite's work and the client side of every call (SDK serialisation and
  * signing, HTTP, the pollers' Lambda events).
  */
-import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { CreateStreamCommand, DescribeStreamSummaryCommand, ListShardsCommand, type KinesisClient } from '@aws-sdk/client-kinesis';
 import { kinesisClient } from '../../lambda/adapters/aws-clients.ts';
 import { KinesisChangeLog } from '../../lambda/adapters/change-log-kinesis.ts';
 import { kinesisRawPublisher } from '../../local/capture.ts';
 import { PutNotices, startKinesaliteProcess } from '../../local/kinesis.ts';
 import { Poller } from '../../local/poller.ts';
+import { processCpuMs } from './profile.ts';
 import { sleep } from './report.ts';
 
 /** One record as it was put: partition key and data. */
@@ -129,30 +128,6 @@ export interface CeilingResult {
   /** Mean bytes of the records carried. */
   rawBytes: number;
   changeLogBytes: number;
-}
-
-/** CPU time (user + system) of a process so far, ms, from /proc (Linux); null elsewhere. */
-export function processCpuMs(pid: number): number | null {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the command.
-    return ((Number(fields[11]) + Number(fields[12])) * 1000) / clockTicks();
-  } catch {
-    return null;
-  }
-}
-
-let ticks: number | null = null;
-function clockTicks(): number {
-  if (ticks === null) {
-    try {
-      ticks = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
-    } catch {
-      ticks = 100;
-    }
-  }
-  return ticks;
 }
 
 async function createStream(client: KinesisClient, name: string, shards: number): Promise<void> {
