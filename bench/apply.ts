@@ -703,7 +703,7 @@ export async function runApplyBench(): Promise<BenchResult> {
       const verdicts: string[] = [];
       for (const [what, v] of [['(a) decode + JSON.parse alone', decode], ['(b) the handler without SQL', handler]] as const) {
         const short = [v < catchUp ? `${(v / catchUp).toFixed(2)}× logrep catch-up (goal ≥ 1×)` : null, v < 0.5 * copyRate ? `${(v / copyRate).toFixed(2)}× COPY (goal ≥ 0.5×)` : null].filter((x): x is string => x !== null);
-        verdicts.push(short.length > 0 ? `${what} reaches only ${short.join(' and ')}: that goal is UNREACHABLE by any SQL-side change in a single Node process` : `${what} leaves room for both goals (${(v / catchUp).toFixed(2)}× logrep, ${(v / copyRate).toFixed(2)}× COPY)`);
+        verdicts.push(short.length > 0 ? `${what} reaches only ${short.join(' and ')}: ${short.length > 1 ? 'those goals are' : 'that goal is'} UNREACHABLE by any SQL-side change in a single Node process` : `${what} leaves room for both goals (${(v / catchUp).toFixed(2)}× logrep, ${(v / copyRate).toFixed(2)}× COPY)`);
       }
       for (const v of verdicts) say(`verdict: ${v}`);
       const note = `median of ${floors.decode.length}; ${floors.events} events in batches of ${floors.batch}, this process only (PostgreSQL idle)`;
