@@ -18,7 +18,15 @@
  * (`test/helpers/memory-control-plane.ts`); its share on the real DynamoDB adapter is measured
  * separately and reported as its own row.
  *
- *     npm run bench:apply [-- --events 200000 --quick --variants append --no-extras --profile]
+ *     npm run bench:apply [-- --events 200000 --quick --variants append --no-extras --profile --no-floors]
+ *
+ * The applier's Node-side floors (on unless `--no-floors`; docs/performance.md, section 21), on
+ * the same Kinesis events as the batch-10,000 runs, in this process, against the same run's
+ * references: (a) base64 + UTF-8 decoding + `JSON.parse` of each record and nothing else; (b) the
+ * real handler (`createWarehouseApplier`: records, decoding, validation, admission, plan, the
+ * delta's rows and their COPY text built by the real `copyStageLoader`) whose delta COPY is not
+ * sent: the text goes to a sink that counts it. (b) excludes the SQL (the COPY's bytes, its
+ * commit) and the merges; its statements are counted and must be none in the timed part.
  */
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
@@ -26,6 +34,7 @@ import type { KinesisStreamEvent } from 'aws-lambda';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { ServiceName } from '../contracts/env.ts';
@@ -401,6 +410,113 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The applier's Node-side floors
+
+interface NodeFloors {
+  events: number;
+  batch: number;
+  /** (a) base64 + UTF-8 + JSON.parse of every record, events/s per run. */
+  decode: number[];
+  /** (b) the real handler, its delta COPY text built and not sent, events/s per run. */
+  handler: number[];
+  /** (b): process CPU ms per run, COPY text bytes and rows built per run, SQL statements in the timed part. */
+  handlerCpuMs: number[];
+  copyBytes: number;
+  copyRows: number;
+  sqlStatements: number;
+}
+
+/**
+ * A delta loader that builds the COPY text exactly as `copyStageLoader` does (it is called, with
+ * a connection that takes the text and sends nothing) and counts what it would have sent.
+ */
+function unsentCopyLoader(sent: { bytes: number; rows: number }): StageLoader {
+  return {
+    name: 'copy text built, not sent',
+    atomic: true,
+    async load(_client, table, columns, rows) {
+      const sink = new Writable({
+        write(chunk: Buffer, _enc, done) {
+          sent.bytes += chunk.length;
+          done();
+        },
+      });
+      await copyStageLoader.load({ query: () => sink } as unknown as pg.ClientBase, table, columns, rows);
+      sent.rows += rows.length;
+    },
+  };
+}
+
+async function nodeFloors(wh: PostgresCluster, snapshot: ChangeEvent[], history: ChangeEvent[], runs: number): Promise<NodeFloors> {
+  const batch = 10_000;
+  const batches = kinesisBatches(history, batch, 2n * 10n ** 20n);
+  const out: NodeFloors = { events: history.length, batch, decode: [], handler: [], handlerCpuMs: [], copyBytes: 0, copyRows: 0, sqlStatements: 0 };
+  // (a) Decoding alone.
+  for (let i = 0; i < runs; i++) {
+    let ops = 0;
+    const t0 = nowMs();
+    for (const ev of batches) {
+      for (const r of ev.Records) {
+        const e = JSON.parse(Buffer.from(r.kinesis.data, 'base64').toString('utf8')) as { op?: string };
+        if (e.op !== undefined) ops++;
+      }
+    }
+    const ms = nowMs() - t0;
+    if (ops !== history.length) throw new Error(`floor (a) decoded ${ops} events of ${history.length}`);
+    out.decode.push(history.length / (ms / 1000));
+  }
+  // (b) The real handler without the warehouse's work: a fresh database, control plane and applier per run.
+  for (let i = 0; i < runs; i++) {
+    const db = `wh_floor_${i}`;
+    await wh.createDatabase(db);
+    const url = wh.url(db);
+    const pool = new pg.Pool({ connectionString: url, max: 2 });
+    try {
+      const control = new MemoryControlPlane();
+      const reg = registryEntries();
+      await control.registerTable(reg.table, reg.schema, { at: reg.table.updatedAt, actor: 'bench', action: 'register', source: BENCH_SOURCE, table: BENCH_TABLE, outcome: 'done', detail: {} });
+      const sent = { bytes: 0, rows: 0 };
+      const applier = createWarehouseApplier({
+        controlPlane: control,
+        pool,
+        sinkId: SINK,
+        metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
+        logger: new Logger({ serviceName: ServiceName.WAREHOUSE_APPLIER, logLevel: 'WARN' }),
+        warehouse: { loader: insertStageLoader, deltaLoader: unsentCopyLoader(sent) },
+        // The merge worker variant's policy: the handler appends only.
+        merge: { inline: false },
+      });
+      const timer = new SqlTimer(pool);
+      // Untimed: the sink's tables made by the first batches (the preload), as in the timed runs.
+      for (const ev of kinesisBatches(snapshot, batch, 10n ** 20n)) {
+        const r = await applier.handler(ev);
+        if (r.batchItemFailures.length > 0) throw new Error(`floor preload: ${r.batchItemFailures.length} records failed`);
+      }
+      sent.bytes = 0;
+      sent.rows = 0;
+      timer.tally.reset();
+      const cpu0 = process.cpuUsage();
+      const t0 = nowMs();
+      for (const ev of batches) {
+        const r = await applier.handler(ev);
+        if (r.batchItemFailures.length > 0) throw new Error(`floor (b): ${r.batchItemFailures.length} records failed in a batch`);
+      }
+      const ms = nowMs() - t0;
+      const cpu = process.cpuUsage(cpu0);
+      out.handler.push(history.length / (ms / 1000));
+      out.handlerCpuMs.push(Math.round((cpu.user + cpu.system) / 1000));
+      out.copyBytes = sent.bytes;
+      out.copyRows = sent.rows;
+      out.sqlStatements = Math.max(out.sqlStatements, timer.tally.entries().reduce((n, e) => n + e.calls, 0));
+    } finally {
+      await pool.end();
+      await exec(wh.url('postgres'), `DROP DATABASE ${db} WITH (FORCE)`).catch(() => undefined);
+    }
+  }
+  return out;
+}
+
 /** Live rows after the first `n` history changes. */
 function liveAfter(h: History, n: number): number {
   let live = h.initialRows.length;
@@ -429,6 +545,7 @@ export async function runApplyBench(): Promise<BenchResult> {
   const logrepRuns = argValue('logrep-runs') === '0' ? 0 : numberArg('logrep-runs', quick ? 1 : 2);
   const only = argValue('variants');
   const extras = argValue('no-extras') === undefined;
+  const floorsOn = argValue('no-floors') === undefined;
   /** `--profile`: take a CPU profile of each append-first run at batch 10,000 (the profiler costs a few per cent) and print its top functions. */
   const profileAppend = argValue('profile') !== undefined;
   /**
@@ -496,6 +613,16 @@ export async function runApplyBench(): Promise<BenchResult> {
     const catchUp = median(logrep.filter((r) => r.mode === 'catch-up').map((r) => r.changesPerSecond));
     const sourceAlone = median(logrep.filter((r) => r.mode === 'catch-up').map((r) => h.changes.length / r.sourceSeconds));
     rec.details.logicalReplication = logrep;
+
+    // The applier's Node-side floors, against the references above.
+    const floors = floorsOn ? await nodeFloors(wh, snapshot, history, quick ? 2 : 3) : null;
+    if (floors) {
+      rec.details.nodeFloors = floors;
+      say(
+        `Node-side floors over the ${floors.events} events in batches of ${floors.batch}: (a) decode + JSON.parse ${floors.decode.map(Math.round).join(', ')} events/s; ` +
+          `(b) the handler, COPY text built and not sent ${floors.handler.map(Math.round).join(', ')} events/s (process CPU ${floors.handlerCpuMs.join(', ')} ms; ${floors.copyRows} rows, ${(floors.copyBytes / 1e6).toFixed(1)} MB of COPY text; ${floors.sqlStatements} SQL statements in the timed part)`,
+      );
+    }
 
     // 3. The applier: each variant at each batch size, then a CPU profile and the control plane on DynamoDB Local.
     const runs: ApplierRun[] = [];
@@ -568,6 +695,27 @@ export async function runApplyBench(): Promise<BenchResult> {
     if (dynamo && defaultAt1000) {
       const mem = defaultAt1000;
       rec.add(rateRow('default path, batch 1000, DynamoDB Local control plane', dynamo.eventsPerSecond, 'events/s', mem.eventsPerSecond, 'same, in-memory control plane', { note: `control plane ${((dynamo.controlPlane.ms / (dynamo.seconds * 1000)) * 100).toFixed(1)} % of the time, ${(dynamo.controlPlane.ms / dynamo.batches).toFixed(1)} ms per batch` }));
+    }
+    if (floors) {
+      // The ceilings (docs/performance.md, section 21): what one Node process can do at most, before any SQL.
+      const decode = median(floors.decode);
+      const handler = median(floors.handler);
+      const verdicts: string[] = [];
+      for (const [what, v] of [['(a) decode + JSON.parse alone', decode], ['(b) the handler without SQL', handler]] as const) {
+        const short = [v < catchUp ? `${(v / catchUp).toFixed(2)}× logrep catch-up (goal ≥ 1×)` : null, v < 0.5 * copyRate ? `${(v / copyRate).toFixed(2)}× COPY (goal ≥ 0.5×)` : null].filter((x): x is string => x !== null);
+        verdicts.push(short.length > 0 ? `${what} reaches only ${short.join(' and ')}: ${short.length > 1 ? 'those goals are' : 'that goal is'} UNREACHABLE by any SQL-side change in a single Node process` : `${what} leaves room for both goals (${(v / catchUp).toFixed(2)}× logrep, ${(v / copyRate).toFixed(2)}× COPY)`);
+      }
+      for (const v of verdicts) say(`verdict: ${v}`);
+      const note = `median of ${floors.decode.length}; ${floors.events} events in batches of ${floors.batch}, this process only (PostgreSQL idle)`;
+      rec.add(rateRow('ceiling (a): base64 + UTF-8 + JSON.parse of each record, nothing else', decode, 'events/s', catchUp, 'logrep catch-up', { target: '≥ 1× logrep and ≥ 0.5× COPY needed', met: decode >= catchUp && decode >= 0.5 * copyRate, note: `${(decode / copyRate).toFixed(2)}× COPY; ${note}` }));
+      rec.add(
+        rateRow('ceiling (b): the real handler, delta COPY text built and not sent (no SQL, no merges)', handler, 'events/s', catchUp, 'logrep catch-up', {
+          target: '≥ 1× logrep and ≥ 0.5× COPY needed',
+          met: handler >= catchUp && handler >= 0.5 * copyRate,
+          note: `${(handler / copyRate).toFixed(2)}× COPY; ${note}; ${floors.sqlStatements} SQL statements in the timed part`,
+        }),
+      );
+      rec.details.ceilingVerdicts = verdicts;
     }
     const fullRuns = runs.filter(full);
     const best = fullRuns.reduce((a, b) => (b.eventsPerSecond > a.eventsPerSecond ? b : a));

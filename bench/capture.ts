@@ -19,19 +19,33 @@
  *     npm run bench:capture [-- --events 200000 --runs 2 --profile]
  *
  * `--profile` adds a run with CPU profiles of both captures, apart from the timed runs.
+ *
+ * The protocol floor (`floor`, its own slot, in the same rotation): the same WAL read over the
+ * streaming replication protocol exactly as the capture opens it (`pg`'s replication connection,
+ * the capture's session settings and `START_REPLICATION` options, local/slot-stream.ts) doing
+ * nothing with the messages but counting them and their bytes: no text decoding, no grouping, no
+ * parsing, no records, no publishing, no checkpoint, no acknowledgement. Then, untimed for the
+ * read and timed on its own, the test_decoding parse of the same lines (UTF-8 text, the rows as
+ * the stream builds them, `groupTransactions`): what the capture's parser alone costs. Both are
+ * ratios of the same run's `pg_logical_slot_get_changes` reference: if the floor is below the
+ * goal's 0.5×, no capture over this protocol reaches it.
  */
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import pg from 'pg';
 import { CreateStreamCommand, DescribeStreamSummaryCommand } from '@aws-sdk/client-kinesis';
 import { kinesisClient } from '../lambda/adapters/aws-clients.ts';
 import { TableConfigIndex } from '../lambda/core/table-config.ts';
+import { groupTransactions, type SlotRow } from '../lambda/core/test-decoding.ts';
 import { kinesisRawPublisher, SlotCapture, type RawPublisher } from '../local/capture.ts';
+import { CANONICAL_OUTPUT_SETTINGS, formatLsn, lsnToBigInt, SLOT_READ_OPTIONS, statusUpdate } from '../local/slot-stream.ts';
+import { SLOT_PLUGIN } from '../local/slot.ts';
 import { startKinesaliteProcess } from '../local/kinesis.ts';
 import { startPostgres, type PostgresCluster } from '../local/postgres.ts';
 import { MemoryControlPlane } from '../test/helpers/memory-control-plane.ts';
 import { BENCH_TABLE, DEFAULT_HISTORY, generateHistory, type History } from './lib/history.ts';
 import { exec, one, serverVersion } from './lib/pg.ts';
-import { cpuProfile, type ProfileSummary } from './lib/profile.ts';
+import { cpuProfile, processCpuMs, type ProfileSummary } from './lib/profile.ts';
 import { createItems, prepareReplay, replay } from './lib/replay.ts';
 import { isMain, median, numberArg, rateRow, Recorder, sleep, type BenchResult } from './lib/report.ts';
 
@@ -40,7 +54,9 @@ const say = (text: string): void => void process.stdout.write(`[capture] ${text}
 const SOURCE = 'bench';
 const REF_SLOT = 'bench_ref';
 const SLOTS = { stream: 'bench_capture', peek: 'bench_capture_peek' } as const;
-type Reader = 'reference' | 'stream' | 'peek';
+/** The protocol floor's slot (created before the workload, with the reference's). */
+const FLOOR_SLOT = 'bench_floor';
+type Reader = 'reference' | 'stream' | 'peek' | 'floor';
 
 interface CaptureFigures {
   seconds: number;
@@ -57,6 +73,111 @@ interface CaptureRun {
   reference: { seconds: number; rows: number; bytes: number; changesPerSecond: number };
   capture: CaptureFigures;
   peek?: CaptureFigures;
+  floor?: FloorFigures;
+}
+
+interface FloorFigures {
+  /** The read alone: connect, settings, START_REPLICATION, messages counted until the server has sent the WAL flushed before the read. */
+  seconds: number;
+  /** CPU during the read (from START_REPLICATION to the end): this process's, and the walsender's (null where /proc is not readable). */
+  clientCpuMs: number;
+  walsenderCpuMs: number | null;
+  /** XLogData messages (every test_decoding line: BEGIN, COMMIT and row changes). */
+  messages: number;
+  /** Of those, row changes (lines starting `table`). */
+  changes: number;
+  /** Bytes of test_decoding text (the messages without their 25-byte header). */
+  bytes: number;
+  changesPerSecond: number;
+  /** The test_decoding parse of the same lines, timed apart (their bytes read again, untimed): UTF-8 text of each line, the rows as the stream builds them, `groupTransactions`. */
+  parse: { seconds: number; transactions: number; changes: number; changesPerSecond: number };
+}
+
+/**
+ * One read of `slot` over a replication connection opened as the capture opens it
+ * (local/slot-stream.ts: `replication: 'database'`, the canonical output settings, the plugin
+ * check, `START_REPLICATION SLOT … LOGICAL <confirmed position> (<the capture's options>)`) until
+ * the server has sent everything flushed before the read (a row or a keepalive at or past that
+ * position: the capture's own "caught up" test). `onRow` sees each XLogData message; the slot is
+ * never acknowledged, so it does not move and can be read again.
+ */
+async function replicationRead(url: string, slot: string, onRow: (chunk: Buffer) => void): Promise<{ seconds: number; clientCpuMs: number; walsenderCpuMs: number | null }> {
+  const t0 = performance.now();
+  const client = new pg.Client({ connectionString: url, replication: 'database', application_name: 'cdc-bench-floor' } as pg.ClientConfig);
+  await client.connect();
+  try {
+    await client.query(CANONICAL_OUTPUT_SETTINGS);
+    const at = (await client.query(`SELECT plugin, confirmed_flush_lsn::text AS start, pg_current_wal_flush_lsn()::text AS target FROM pg_replication_slots WHERE slot_name = '${slot}'`)).rows[0] as { plugin: string; start: string; target: string } | undefined;
+    if (!at || at.plugin !== SLOT_PLUGIN) throw new Error(`slot ${slot} is missing or not ${SLOT_PLUGIN}`);
+    const start = lsnToBigInt(at.start);
+    const target = lsnToBigInt(at.target);
+    const conn = (client as unknown as { connection: { on(e: 'copyData', l: (m: { chunk: Buffer }) => void): void; sendCopyFromChunk(b: Buffer): void } }).connection;
+    const options = SLOT_READ_OPTIONS.map(([k, v]) => `"${k}" '${v}'`).join(', ');
+    // Where the read's time goes: this process (the driver's parsing of the messages) and the walsender (decoding and sending).
+    const walsender = (client as unknown as { processID: number }).processID;
+    const cpu0 = process.cpuUsage();
+    const w0 = processCpuMs(walsender);
+    await new Promise<void>((resolve, reject) => {
+      conn.on('copyData', ({ chunk }) => {
+        if (chunk[0] === 0x77 /* w: XLogData */) {
+          onRow(chunk);
+          if (chunk.readBigUInt64BE(1) >= target) resolve();
+        } else if (chunk[0] === 0x6b /* k: keepalive */) {
+          if (chunk.readBigUInt64BE(1) >= target) resolve();
+          // Answered as the capture answers one, without moving the slot (flushed stays where it started).
+          if (chunk[17] === 1) conn.sendCopyFromChunk(statusUpdate(start, start, false));
+        }
+      });
+      client.query(`START_REPLICATION SLOT "${slot}" LOGICAL ${at.start} (${options})`).then(() => reject(new Error('the replication stream ended')), reject);
+    });
+    const seconds = (performance.now() - t0) / 1000;
+    const cpu = process.cpuUsage(cpu0);
+    const w1 = processCpuMs(walsender);
+    return { seconds, clientCpuMs: (cpu.user + cpu.system) / 1000, walsenderCpuMs: w0 !== null && w1 !== null ? w1 - w0 : null };
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
+/**
+ * The protocol floor: one timed replication read of `slot` that only counts the messages, the
+ * row changes among them (one byte looked at) and their bytes. Then the parse, timed on its own:
+ * a second, untimed read of the same slot copies each message's text bytes (the driver reuses
+ * its buffer), and the timed part makes the rows as the stream does (UTF-8 text, the LSN) and
+ * runs the capture's parser over them (`groupTransactions`).
+ */
+async function floorRead(url: string, slot: string): Promise<FloorFigures> {
+  let messages = 0;
+  let changes = 0;
+  let bytes = 0;
+  const read = await replicationRead(url, slot, (chunk) => {
+    messages++;
+    bytes += chunk.length - 25;
+    if (chunk[25] === 0x74 /* 't': "table …" */) changes++;
+  });
+  const kept: Array<{ hi: number; lo: number; text: Buffer }> = [];
+  await replicationRead(url, slot, (chunk) => kept.push({ hi: chunk.readUInt32BE(1), lo: chunk.readUInt32BE(5), text: Buffer.from(chunk.subarray(25)) }));
+  const p0 = performance.now();
+  const rows: SlotRow[] = [];
+  let xid = '';
+  for (const k of kept) {
+    const data = k.text.toString('utf8');
+    if (data.startsWith('BEGIN')) xid = data.slice(6);
+    rows.push({ lsn: formatLsn(k.hi, k.lo), xid, data });
+  }
+  const grouped = groupTransactions(rows);
+  const parseSeconds = (performance.now() - p0) / 1000;
+  const parsedChanges = grouped.transactions.reduce((n, t) => n + t.changes.length, 0);
+  return {
+    seconds: read.seconds,
+    clientCpuMs: read.clientCpuMs,
+    walsenderCpuMs: read.walsenderCpuMs,
+    messages,
+    changes,
+    bytes,
+    changesPerSecond: changes / read.seconds,
+    parse: { seconds: parseSeconds, transactions: grouped.transactions.length, changes: parsedChanges, changesPerSecond: parsedChanges / parseSeconds },
+  };
 }
 
 /** Decodes the reference slot alone: rows and bytes of test_decoding output, with the capture's options. */
@@ -110,32 +231,39 @@ async function captureRead(url: string, control: MemoryControlPlane, publish: Ra
 
 async function oneRun(pgc: PostgresCluster, h: History, order: Reader[], publish: RawPublisher, counter: { records: number; bytes: number }, publisher: string, profile: boolean): Promise<CaptureRun> {
   const url = pgc.url('src');
-  await exec(url, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name IN ('${REF_SLOT}', '${SLOTS.stream}', '${SLOTS.peek}')`);
+  await exec(url, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name IN ('${REF_SLOT}', '${FLOOR_SLOT}', '${SLOTS.stream}', '${SLOTS.peek}')`);
   await createItems(url, h);
   await prepareReplay(url, h);
   // Every slot before the workload: each capture creates (and records) its own on its first start.
   const controls = { stream: new MemoryControlPlane(), peek: new MemoryControlPlane() };
-  const readers = order.filter((r): r is 'stream' | 'peek' => r !== 'reference');
+  const readers = order.filter((r): r is 'stream' | 'peek' => r === 'stream' || r === 'peek');
   for (const read of readers) {
     const primer = newCapture(url, controls[read], publish, read);
     await primer.start();
     await primer.stop();
   }
   await exec(url, `SELECT pg_create_logical_replication_slot('${REF_SLOT}', 'test_decoding')`);
+  if (order.includes('floor')) await exec(url, `SELECT pg_create_logical_replication_slot('${FLOOR_SLOT}', 'test_decoding')`);
   const seconds = await replay(url, h);
   say(`workload: ${h.changes.length} changes replayed in ${seconds.toFixed(2)} s`);
   await exec(url, 'CHECKPOINT');
   let ref: { seconds: number; rows: number; bytes: number } | null = null;
   const caps: Partial<Record<'stream' | 'peek', CaptureFigures>> = {};
+  let floor: FloorFigures | undefined;
   for (const reader of order) {
     if (reader === 'reference') {
       ref = await referenceRead(url);
+      continue;
+    }
+    if (reader === 'floor') {
+      floor = await floorRead(url, FLOOR_SLOT);
       continue;
     }
     const cap = await captureRead(url, controls[reader], publish, counter, profile, reader);
     caps[reader] = { seconds: cap.seconds, records: counter.records, bytes: counter.bytes, recordsPerSecond: counter.records / cap.seconds, publisher, ...(cap.profile ? { profile: cap.profile } : {}) };
   }
   await exec(url, `SELECT pg_drop_replication_slot('${REF_SLOT}')`);
+  if (order.includes('floor')) await exec(url, `SELECT pg_drop_replication_slot('${FLOOR_SLOT}')`);
   // test_decoding prints BEGIN and COMMIT rows too; count the row changes.
   const changes = h.changes.length;
   return {
@@ -144,6 +272,7 @@ async function oneRun(pgc: PostgresCluster, h: History, order: Reader[], publish
     reference: { ...ref!, changesPerSecond: changes / ref!.seconds },
     capture: caps.stream!,
     ...(caps.peek ? { peek: caps.peek } : {}),
+    ...(floor ? { floor } : {}),
   };
 }
 
@@ -167,9 +296,10 @@ export async function runCaptureBench(): Promise<BenchResult> {
     const results: CaptureRun[] = [];
     // The order rotates: each reader is first (reading WAL not yet in the page cache) in turn.
     const orders: Reader[][] = [
-      ['reference', 'stream', 'peek'],
-      ['stream', 'peek', 'reference'],
-      ['peek', 'reference', 'stream'],
+      ['reference', 'floor', 'stream', 'peek'],
+      ['stream', 'peek', 'reference', 'floor'],
+      ['floor', 'stream', 'peek', 'reference'],
+      ['peek', 'reference', 'floor', 'stream'],
     ];
     for (let i = 0; i < runs; i++) {
       const r = await oneRun(pgc, h, orders[i % orders.length]!, counting, counter, 'counting', false);
@@ -177,9 +307,12 @@ export async function runCaptureBench(): Promise<BenchResult> {
       say(
         `${r.order.join(', ')}: get_changes ${Math.round(r.reference.changesPerSecond)} changes/s (${r.reference.seconds.toFixed(2)} s); ` +
           `capture (stream) ${Math.round(r.capture.recordsPerSecond)} records/s (${r.capture.seconds.toFixed(2)} s, ${r.capture.records} records); ` +
-          `capture (peek) ${Math.round(r.peek!.recordsPerSecond)} records/s (${r.peek!.seconds.toFixed(2)} s, ${r.peek!.records} records)`,
+          `capture (peek) ${Math.round(r.peek!.recordsPerSecond)} records/s (${r.peek!.seconds.toFixed(2)} s, ${r.peek!.records} records); ` +
+          `protocol floor ${Math.round(r.floor!.changesPerSecond)} changes/s (${r.floor!.seconds.toFixed(2)} s, ${r.floor!.messages} messages, ${(r.floor!.bytes / 1e6).toFixed(1)} MB of text; CPU: walsender ${r.floor!.walsenderCpuMs === null ? '?' : Math.round(r.floor!.walsenderCpuMs)} ms, this process ${Math.round(r.floor!.clientCpuMs)} ms), its parse alone ${Math.round(r.floor!.parse.changesPerSecond)} changes/s (${r.floor!.parse.seconds.toFixed(2)} s)`,
       );
       for (const c of [r.capture, r.peek!]) if (c.records !== r.changes) throw new Error(`the capture published ${c.records} records for ${r.changes} changes`);
+      // The floor must have read the same changes the others did, and its parse must find them all.
+      if (r.floor!.changes !== r.changes || r.floor!.parse.changes !== r.changes) throw new Error(`the protocol floor counted ${r.floor!.changes} changes (parsed ${r.floor!.parse.changes}) for ${r.changes}`);
     }
     if (profile) {
       // Profiled apart from the timed runs (the profiler slows the capture's process, not PostgreSQL).
@@ -193,6 +326,19 @@ export async function runCaptureBench(): Promise<BenchResult> {
     rec.add(rateRow('pg_logical_slot_get_changes alone (test_decoding, counted in SQL)', ref, 'changes/s', null, null));
     rec.add(rateRow('slot capture (stream, the default) → counting publisher', cap, 'records/s', ref, 'get_changes alone', { note: `median of ${runs}, order rotated` }));
     rec.add(rateRow('slot capture (peek) → counting publisher', peek, 'records/s', ref, 'get_changes alone', { note: `median of ${runs}, order rotated; stream ÷ peek ${(cap / peek).toFixed(2)}×` }));
+    // The ceilings (docs/performance.md, section 21): the protocol alone, and the parser alone.
+    const floor = median(results.map((r) => r.floor!.changesPerSecond));
+    const parse = median(results.map((r) => r.floor!.parse.changesPerSecond));
+    const goal = 0.5;
+    rec.add(rateRow('ceiling: the stream protocol alone (same connection, settings and options as the capture; messages counted, nothing else)', floor, 'changes/s', ref, 'get_changes alone', { target: `≥ ${goal}× is needed for the capture goal`, met: floor >= goal * ref, note: `median of ${runs}, order rotated; the capture (stream) reached ${((cap / floor) * 100).toFixed(0)} % of it; CPU during the read (median): walsender ${Math.round(median(results.map((r) => r.floor!.walsenderCpuMs ?? Number.NaN)))} ms, this process ${Math.round(median(results.map((r) => r.floor!.clientCpuMs)))} ms, of ${median(results.map((r) => r.floor!.seconds)).toFixed(2)} s` }));
+    rec.add(rateRow('ceiling: the test_decoding parse alone (UTF-8 text + groupTransactions, no read)', parse, 'changes/s', ref, 'get_changes alone', { target: `≥ ${goal}× is needed for the capture goal`, met: parse >= goal * ref, note: `median of ${runs}` }));
+    const floorRatio = floor / ref;
+    const verdictLine =
+      floorRatio < goal
+        ? `the stream protocol alone reads ${floorRatio.toFixed(2)}× get_changes: the capture goal (≥ ${goal}×) is UNREACHABLE over this protocol on this machine, whatever the capture does (short by ${(goal / floorRatio).toFixed(2)}×)`
+        : `the stream protocol alone reads ${floorRatio.toFixed(2)}× get_changes: the protocol leaves room for the goal (≥ ${goal}×); the capture's own work per record is what is left (the parse alone: ${(parse / ref).toFixed(2)}×)`;
+    say(`verdict: ${verdictLine}`);
+    rec.details.ceilings = { protocolFloor: floor, parseAlone: parse, reference: ref, goal, verdict: verdictLine };
 
     // The capture into kinesalite (the raw stream of cdc local), on a smaller history.
     const kin = await startKinesaliteProcess();

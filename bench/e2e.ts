@@ -18,6 +18,14 @@
  *
  * `--profile` takes a CPU profile of this process (capture, pollers, normalizer, applier, archive
  * copier: everything but PostgreSQL and DynamoDB Local) during the load.
+ *
+ * The stand-in's ceiling (`--stand-in-ceiling`, on by default; `--no-stand-in-ceiling` skips it;
+ * `--ceiling-changes N`, default 30,000; docs/performance.md, section 21): the pipeline's Kinesis
+ * client counts every record put and read per stream over the whole run (the passes a change makes
+ * through kinesalite) and keeps the records put during the load; after the stack has stopped
+ * (everything else idle), kinesalite alone carries N changes of those records in the pipeline's
+ * pattern (bench/lib/kinesis-ceiling.ts). Printed: the changes/s it can carry, as a ratio of the
+ * source-alone rate of this run, and the share of a core kinesalite needs at the goal's rate.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -30,9 +38,10 @@ import { LocalPipeline } from '../local/pipeline.ts';
 import { startLocalStack } from '../local/stack.ts';
 import { compareLsn } from '../local/slot.ts';
 import { compareSourceAndWarehouse } from '../local/verdict.ts';
-import { cpuProfile } from './lib/profile.ts';
+import { cpuProfile, processCpuMs } from './lib/profile.ts';
 import { runWorkload } from './lib/workload.ts';
 import { exec, one } from './lib/pg.ts';
+import { KinesisTally, shardCount, standInCeiling, type CeilingResult, type SampledRecord } from './lib/kinesis-ceiling.ts';
 import { argValue, isMain, numberArg, percentile, rateRow, Recorder, sleep, timeRow, type BenchResult } from './lib/report.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -68,12 +77,20 @@ export async function runE2eBench(): Promise<BenchResult> {
     initialRows: INITIAL_ROWS,
     mix: '70 % updates, 20 % inserts, 10 % deletes',
     durability: 'fsync on (the embedded PostgreSQL defaults of cdc local)',
-    pipeline: 'cdc local: one embedded PostgreSQL (source and warehouse databases), DynamoDB Local, kinesalite in its own process (raw stream 2 shards, change log 2), pollers with batch size up to 1,000 (no window)',
+    pipeline: "cdc local: one embedded PostgreSQL (source and warehouse databases), DynamoDB Local, kinesalite in its own process (the stack's shards: raw stream 1, change log 2), pollers with batch size up to 1,000 (no window; the archive copier's 2,000 with a 2 s window)",
   });
+  const ceilingOn = argValue('no-stand-in-ceiling') === undefined;
+  const ceilingChanges = numberArg('ceiling-changes', 30_000);
+  // What the ceiling needs from the pipeline's run (filled in the run, used after the stack stopped).
+  let ceilingInput: { sourceAlone: number; rate: number; settings: PatternSettings; streams: { raw: string; changeLog: string }; shards: { raw: number; changeLog: number }; raw: SampledRecord[]; changeLog: SampledRecord[] } | null = null;
   const stateDir = mkdtempSync(path.join(os.tmpdir(), 'cdc-bench-e2e-'));
   const say0 = (t: string): void => void process.stdout.write(`[e2e] ${t}\n`);
   say0(`starting the local stack in ${stateDir}`);
   const stack = await startLocalStack({ stateDir, source: SOURCE, log: (l) => say0(l) });
+  // Every record put and read through the pipeline's client, per stream; the load's records kept for the ceiling.
+  const tally = new KinesisTally(ceilingOn ? ceilingChanges : 0);
+  tally.attach(stack.kinesis);
+  const kinesaliteCpu0 = stack.kinesalite.pid !== undefined ? processCpuMs(stack.kinesalite.pid) : null;
   const collector = new MetricsCollector();
   const captured = captureStdout(collector, { emfFile: stack.files.emf, logFile: stack.files.handlerLog });
   print = (t) => captured.write(t);
@@ -125,6 +142,8 @@ export async function runE2eBench(): Promise<BenchResult> {
     const done0 = { normalizer: pipeline.pollers.normalizer.stats.recordsDone, sink: pipeline.pollers.sink.stats.recordsDone, archive: pipeline.pollers.archive.stats.recordsDone };
     const batches0 = { normalizer: pipeline.pollers.normalizer.stats.batches, sink: pipeline.pollers.sink.stats.batches, archive: pipeline.pollers.archive.stats.batches };
     const t0 = Date.now();
+    tally.sampling = true;
+    const kinesaliteCpuLoad0 = stack.kinesalite.pid !== undefined ? processCpuMs(stack.kinesalite.pid) : null;
     say(`load: ${rate} changes/s in transactions of ${txSize} for ${seconds} s`);
     const workload = runWorkload({ url: stack.sourceUrl, table: TABLE, rate, txSize, seed: 11, initialIds: INITIAL_ROWS, seconds });
     const p = pipeline;
@@ -135,6 +154,8 @@ export async function runE2eBench(): Promise<BenchResult> {
     const load = profileLoad ? await cpuProfile(ROOT, () => workload.done).then((r) => ((rec.details.profile = r.profile), r.result)) : await workload.done;
     clearInterval(progress);
     const t1 = Date.now();
+    tally.sampling = false;
+    const kinesaliteCpuLoad1 = stack.kinesalite.pid !== undefined ? processCpuMs(stack.kinesalite.pid) : null;
     const committedRate = load.changesPerSecond;
 
     // Backlog when the load stops.
@@ -182,6 +203,41 @@ export async function runE2eBench(): Promise<BenchResult> {
     await pipeline.stopHeartbeat();
     await pipeline.waitCaughtUp(600_000);
     const verdict = await compareSourceAndWarehouse({ sourceUrl: stack.sourceUrl, warehouseUrl: stack.warehouseUrl, source: SOURCE, tables });
+
+    // The passes through kinesalite, counted on the pipeline's client over the whole run (every
+    // change, heartbeats and initial rows included): puts and reads per stream.
+    const { raw, changeLog } = stack.streams;
+    const putsRaw = tally.puts.get(raw) ?? 0;
+    const putsLog = tally.puts.get(changeLog) ?? 0;
+    const passes = {
+      rawPuts: putsRaw,
+      rawReads: tally.reads.get(raw) ?? 0,
+      changeLogPuts: putsLog,
+      changeLogReads: tally.reads.get(changeLog) ?? 0,
+      readsPerRawRecord: tally.readsPerPut(raw),
+      changeLogRecordsPerRawRecord: putsRaw === 0 ? 0 : putsLog / putsRaw,
+      readsPerChangeLogRecord: tally.readsPerPut(changeLog),
+      recordPassesPerChange: putsRaw === 0 ? 0 : (putsRaw + (tally.reads.get(raw) ?? 0) + putsLog + (tally.reads.get(changeLog) ?? 0)) / putsRaw,
+      kinesaliteCpuMsDuringLoad: kinesaliteCpuLoad0 !== null && kinesaliteCpuLoad1 !== null ? kinesaliteCpuLoad1 - kinesaliteCpuLoad0 : null,
+      kinesaliteCpuMsWholeRun: kinesaliteCpu0 !== null && stack.kinesalite.pid !== undefined ? (processCpuMs(stack.kinesalite.pid) ?? Number.NaN) - kinesaliteCpu0 : null,
+    };
+    rec.details.kinesisPasses = passes;
+    say(
+      `kinesalite passes over the run: raw stream ${passes.rawPuts} records put, ${passes.rawReads} read (${passes.readsPerRawRecord.toFixed(2)} reads each); ` +
+        `change log ${passes.changeLogPuts} put (${passes.changeLogRecordsPerRawRecord.toFixed(3)} per raw record), ${passes.changeLogReads} read (${passes.readsPerChangeLogRecord.toFixed(2)} reads each): ` +
+        `${passes.recordPassesPerChange.toFixed(2)} record passes per change; kinesalite's CPU during the load ${passes.kinesaliteCpuMsDuringLoad === null ? '?' : `${Math.round(passes.kinesaliteCpuMsDuringLoad)} ms in ${((t1 - t0) / 1000).toFixed(0)} s (${((passes.kinesaliteCpuMsDuringLoad / (t1 - t0)) * 100).toFixed(0)} % of a core)`}`,
+    );
+    if (ceilingOn) {
+      ceilingInput = {
+        sourceAlone,
+        rate,
+        settings: patternSettings(pipeline),
+        streams: { raw, changeLog },
+        shards: { raw: await shardCount(stack.kinesis, raw), changeLog: await shardCount(stack.kinesis, changeLog) },
+        raw: tally.samples.get(raw) ?? [],
+        changeLog: tally.samples.get(changeLog) ?? [],
+      };
+    }
     const p50 = percentile(lagDuring, 50);
     const p99 = percentile(lagDuring, 99);
     const max = Math.max(...lagDuring);
@@ -217,7 +273,73 @@ export async function runE2eBench(): Promise<BenchResult> {
     rmSync(stateDir, { recursive: true, force: true });
     if (stack.state.postgresDataDir) rmSync(stack.state.postgresDataDir, { recursive: true, force: true });
   }
+  if (ceilingInput) {
+    const c = ceilingInput;
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'cdc-bench-ceiling-'));
+    let r: CeilingResult;
+    try {
+      say(`stand-in ceiling: kinesalite alone (its own process, LevelDB; raw stream ${c.shards.raw} shard(s), change log ${c.shards.changeLog}), ${ceilingChanges} changes of the load's records (${c.raw.length} raw and ${c.changeLog.length} change-log records sampled), everything else stopped`);
+      r = await standInCeiling({
+        path: path.join(dir, 'kinesis'),
+        streams: c.streams,
+        shards: c.shards,
+        changes: ceilingChanges,
+        raw: c.raw,
+        changeLog: c.changeLog,
+        ...c.settings,
+      });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    const goalShare = 0.3;
+    const goalRate = goalShare * c.sourceAlone;
+    const kinMsPerChange = r.kinesaliteCpuMs / r.changes;
+    const clientMsPerChange = r.clientCpuMs / r.changes;
+    const share = r.changesPerSecond / c.sourceAlone;
+    const coresAtGoal = (kinMsPerChange * goalRate) / 1000;
+    const coresAtRate = (kinMsPerChange * c.rate) / 1000;
+    // kinesalite is one thread: with a whole core and perfect overlap it could not pass this many.
+    const cpuBound = 1000 / kinMsPerChange;
+    const verdict =
+      share < goalShare
+        ? `kinesalite alone carries ${Math.round(r.changesPerSecond)} changes/s in this pattern = ${share.toFixed(2)}× the source alone: the e2e goal (≥ ${goalShare}×, ${Math.round(goalRate)} changes/s here) is UNREACHABLE on this machine with this stand-in whatever the pipeline does (short by ${(goalShare / share).toFixed(2)}×)`
+        : `kinesalite alone carries ${Math.round(r.changesPerSecond)} changes/s in this pattern = ${share.toFixed(2)}× the source alone: the stand-in leaves room for the e2e goal (≥ ${goalShare}×, ${Math.round(goalRate)} changes/s here) when it has a core to itself`;
+    say(`stand-in ceiling: ${r.changes} changes in ${r.seconds.toFixed(2)} s; puts ${JSON.stringify(r.puts)}, reads ${JSON.stringify(r.reads)}; records ${Math.round(r.rawBytes)} B raw, ${Math.round(r.changeLogBytes)} B change log`);
+    say(`stand-in ceiling: kinesalite's CPU ${Math.round(r.kinesaliteCpuMs)} ms (${(kinMsPerChange * 1000).toFixed(0)} µs per change, ${((r.kinesaliteCpuMs / (r.seconds * 1000)) * 100).toFixed(0)} % of a core during the run); this process (clients, pollers) ${Math.round(r.clientCpuMs)} ms (${(clientMsPerChange * 1000).toFixed(0)} µs per change)`);
+    say(`stand-in ceiling: at the goal's rate (${Math.round(goalRate)} changes/s) kinesalite needs ${(coresAtGoal * 100).toFixed(0)} % of a core, the clients ${((clientMsPerChange * goalRate) / 10).toFixed(0)} %; at this run's ${c.rate}/s ${(coresAtRate * 100).toFixed(0)} % of a core`);
+    say(`stand-in ceiling: kinesalite's CPU alone bounds it at ${Math.round(cpuBound)} changes/s = ${(cpuBound / c.sourceAlone).toFixed(2)}× the source alone (one whole core, no waits)`);
+    say(`verdict: ${verdict}`);
+    rec.add(rateRow('ceiling: kinesalite alone carrying the pipeline\'s pattern (everything else idle)', r.changesPerSecond, 'changes/s', c.sourceAlone, 'source alone', { target: `≥ ${goalShare}× needed for the e2e goal`, met: share >= goalShare, note: `${r.changes} changes, ${(kinMsPerChange * 1000).toFixed(0)} µs of kinesalite CPU per change: ${(coresAtGoal * 100).toFixed(0)} % of a core at ${goalShare}× the source alone` }));
+    rec.add(rateRow("ceiling: kinesalite's CPU per change, one whole core (1 ÷ its CPU time per change)", cpuBound, 'changes/s', c.sourceAlone, 'source alone', { target: `≥ ${goalShare}× needed for the e2e goal`, met: cpuBound >= goalRate, note: 'the hard bound of the single-threaded stand-in; the pattern row above is what it reached with the pipeline\'s batches and concurrency' }));
+    rec.details.standInCeiling = { ...r, cpuBoundChangesPerSecond: cpuBound, sourceAlone: c.sourceAlone, goalRate, kinesaliteMsPerChange: kinMsPerChange, clientMsPerChange, kinesaliteCoresAtGoal: coresAtGoal, kinesaliteCoresAtRate: coresAtRate, shards: c.shards, sampled: { raw: c.raw.length, changeLog: c.changeLog.length }, verdict };
+  }
   return rec.finish();
+}
+
+interface PatternSettings {
+  captureBatch: number;
+  batchSize: number;
+  archiveBatchSize: number;
+  archiveWindowMs: number;
+}
+
+/**
+ * The batch sizes and window the running pipeline uses (its capture's batch, its pollers'
+ * settings), read from the objects themselves so that the ceiling carries records in exactly
+ * the pipeline's batches: the settings are not exported, and a copy here could drift.
+ */
+function patternSettings(p: LocalPipeline): PatternSettings {
+  type Opts = { batchSize?: number; batchWindowMs?: number; peekChanges?: number };
+  const opts = (x: unknown): Opts => (x as { o?: Opts }).o ?? {};
+  const s = {
+    captureBatch: opts(p.capture).peekChanges,
+    batchSize: opts(p.pollers.normalizer).batchSize,
+    archiveBatchSize: opts(p.pollers.archive).batchSize,
+    archiveWindowMs: opts(p.pollers.archive).batchWindowMs,
+  };
+  if (opts(p.pollers.sink).batchSize !== s.batchSize) throw new Error('the normalizer and the applier poll with different batch sizes: the ceiling assumes one');
+  for (const [k, v] of Object.entries(s)) if (typeof v !== 'number') throw new Error(`the pipeline's ${k} could not be read`);
+  return s as PatternSettings;
 }
 
 interface StepResult {

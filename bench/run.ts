@@ -23,7 +23,7 @@ const QUICK: Record<(typeof BENCHMARKS)[number], string[]> = {
   synth: ['--runs', '1'],
   capture: ['--events', '40000', '--kinesis-events', '10000'],
   apply: ['--quick'],
-  e2e: ['--seconds', '20', '--reference-seconds', '5', '--search-seconds', '15'],
+  e2e: ['--seconds', '20', '--reference-seconds', '5', '--search-seconds', '15', '--ceiling-changes', '10000'],
   search: ['--quick'],
   snapshot: ['--rows', '50000', '--seconds', '10', '--runs', '1'],
   rebuild: ['--quick'],

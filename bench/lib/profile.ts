@@ -6,6 +6,8 @@
  * - `statementStats`: the server's own time per statement from `pg_stat_statements`;
  * - `cpuProfile`: a V8 CPU profile of a section of this process, summed by function and file.
  */
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import path from 'node:path';
 import type pg from 'pg';
@@ -255,4 +257,28 @@ export async function cpuProfile<T>(root: string, fn: () => Promise<T>): Promise
   } finally {
     session.disconnect();
   }
+}
+
+/** CPU time (user + system) of a process so far, ms, from /proc (Linux); null elsewhere. */
+export function processCpuMs(pid: number): number | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the command.
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / clockTicks();
+  } catch {
+    return null;
+  }
+}
+
+let ticks: number | null = null;
+function clockTicks(): number {
+  if (ticks === null) {
+    try {
+      ticks = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+    } catch {
+      ticks = 100;
+    }
+  }
+  return ticks;
 }

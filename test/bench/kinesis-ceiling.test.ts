@@ -1,0 +1,98 @@
+/**
+ * The e2e bench's stand-in ceiling (bench/lib/kinesis-ceiling.ts): the tally counts every record
+ * put and read per stream, also when two consumers read the same shard from the same position
+ * (kinesalite can hand both the same iterator), and the ceiling run carries exactly the pattern it
+ * says: N raw records put and read once, N change-log records put and read twice.
+ */
+import { CreateStreamCommand, DescribeStreamSummaryCommand, GetRecordsCommand, GetShardIteratorCommand, PutRecordsCommand } from '@aws-sdk/client-kinesis';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { kinesisClient } from '../../lambda/adapters/aws-clients.ts';
+import { startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
+import { KinesisTally, shardCount, standInCeiling } from '../../bench/lib/kinesis-ceiling.ts';
+
+describe('KinesisTally', () => {
+  let kin: Kinesalite;
+  beforeAll(async () => {
+    kin = await startKinesalite();
+  });
+  afterAll(async () => {
+    await kin.stop();
+  });
+
+  it('counts puts and reads per stream, two readers at one position included, and samples only while asked', async () => {
+    const client = kinesisClient(kin.endpoint);
+    const tally = new KinesisTally(3);
+    tally.attach(client);
+    for (const [name, shards] of [['a', 1], ['b', 2]] as const) {
+      await client.send(new CreateStreamCommand({ StreamName: name, ShardCount: shards }));
+      while ((await client.send(new DescribeStreamSummaryCommand({ StreamName: name }))).StreamDescriptionSummary?.StreamStatus !== 'ACTIVE') await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(await shardCount(client, 'b')).toBe(2);
+    const put = (stream: string, n: number, from: number) =>
+      client.send(new PutRecordsCommand({ StreamName: stream, Records: Array.from({ length: n }, (_, i) => ({ PartitionKey: `k${from + i}`, Data: Buffer.from(`record ${from + i}`) })) }));
+    await put('a', 5, 0);
+    tally.sampling = true;
+    await put('a', 5, 5);
+    tally.sampling = false;
+    await put('b', 7, 0);
+    // Stream a read twice from the start with one iterator: what two consumers get from kinesalite
+    // when they ask for the same position within the same millisecond (the iterator encodes both).
+    const it = (await client.send(new GetShardIteratorCommand({ StreamName: 'a', ShardId: 'shardId-000000000000', ShardIteratorType: 'TRIM_HORIZON' }))).ShardIterator;
+    const readAll = async (): Promise<number> => {
+      let n = 0;
+      let next = it;
+      for (;;) {
+        const out = await client.send(new GetRecordsCommand({ ShardIterator: next, Limit: 4 }));
+        n += out.Records?.length ?? 0;
+        if ((out.Records?.length ?? 0) === 0) return n;
+        next = out.NextShardIterator;
+      }
+    };
+    const x = await readAll();
+    const y = await readAll();
+    expect([x, y]).toEqual([10, 10]);
+    expect(tally.puts.get('a')).toBe(10);
+    expect(tally.puts.get('b')).toBe(7);
+    expect(tally.reads.get('a')).toBe(20);
+    expect(tally.reads.get('b') ?? 0).toBe(0);
+    expect(tally.readsPerPut('a')).toBe(2);
+    // Only the records put while sampling, up to the cap.
+    expect(tally.samples.get('a')?.map((s) => Buffer.from(s.data).toString())).toEqual(['record 5', 'record 6', 'record 7']);
+    expect(tally.samples.get('b')).toBeUndefined();
+    client.destroy();
+  });
+});
+
+describe('standInCeiling', () => {
+  it("carries N changes in the pipeline's pattern: raw put and read once, change log put once and read twice", async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'cdc-ceiling-test-'));
+    try {
+      const rec = (key: string, size: number) => ({ key, data: Buffer.alloc(size, 'x') });
+      const r = await standInCeiling({
+        path: path.join(dir, 'kinesis'),
+        streams: { raw: 'raw', changeLog: 'log' },
+        shards: { raw: 1, changeLog: 2 },
+        changes: 1200,
+        raw: Array.from({ length: 7 }, (_, i) => rec(`t/${i}`, 500)),
+        changeLog: Array.from({ length: 5 }, (_, i) => rec(`s/t/${i}`, 400)),
+        captureBatch: 500,
+        batchSize: 300,
+        archiveBatchSize: 600,
+        archiveWindowMs: 100,
+      });
+      expect(r.puts).toEqual({ raw: 1200, log: 1200 });
+      expect(r.reads.raw).toBe(1200);
+      expect(r.reads.log).toBe(2400);
+      expect(r.rawBytes).toBe(500);
+      expect(r.changeLogBytes).toBe(400);
+      expect(r.changesPerSecond).toBeCloseTo(1200 / r.seconds, 6);
+      expect(r.clientCpuMs).toBeGreaterThan(0);
+      if (process.platform === 'linux') expect(r.kinesaliteCpuMs).toBeGreaterThan(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
