@@ -56,7 +56,13 @@ const REF_SLOT = 'bench_ref';
 const SLOTS = { stream: 'bench_capture', peek: 'bench_capture_peek' } as const;
 /** The protocol floor's slot (created before the workload, with the reference's). */
 const FLOOR_SLOT = 'bench_floor';
-type Reader = 'reference' | 'stream' | 'peek' | 'floor';
+/**
+ * The same floor with the `pgoutput` plugin (binary protocol, the other path issue 14 names), and
+ * its own reference: `pg_logical_slot_get_binary_changes` over a pgoutput slot, counting alone.
+ * Both read the bench table's publication; both slots exist before the workload.
+ */
+const PGOUTPUT = { floorSlot: 'bench_floor_pgoutput', refSlot: 'bench_ref_pgoutput', publication: 'bench_floor_pub', options: [['proto_version', '1'], ['publication_names', 'bench_floor_pub']] as ReadonlyArray<readonly [string, string]> } as const;
+type Reader = 'reference' | 'stream' | 'peek' | 'floor' | 'pgoutput' | 'reference-pgoutput';
 
 interface CaptureFigures {
   seconds: number;
@@ -74,6 +80,7 @@ interface CaptureRun {
   capture: CaptureFigures;
   peek?: CaptureFigures;
   floor?: FloorFigures;
+  pgoutput?: { floor: Omit<FloorFigures, 'parse'>; reference: { seconds: number; rows: number; changesPerSecond: number } };
 }
 
 interface FloorFigures {
@@ -101,18 +108,23 @@ interface FloorFigures {
  * position: the capture's own "caught up" test). `onRow` sees each XLogData message; the slot is
  * never acknowledged, so it does not move and can be read again.
  */
-async function replicationRead(url: string, slot: string, onRow: (chunk: Buffer) => void): Promise<{ seconds: number; clientCpuMs: number; walsenderCpuMs: number | null }> {
+async function replicationRead(
+  url: string,
+  slot: string,
+  onRow: (chunk: Buffer) => void,
+  decoder: { plugin: string; options: ReadonlyArray<readonly [string, string]> } = { plugin: SLOT_PLUGIN, options: SLOT_READ_OPTIONS },
+): Promise<{ seconds: number; clientCpuMs: number; walsenderCpuMs: number | null }> {
   const t0 = performance.now();
   const client = new pg.Client({ connectionString: url, replication: 'database', application_name: 'cdc-bench-floor' } as pg.ClientConfig);
   await client.connect();
   try {
     await client.query(CANONICAL_OUTPUT_SETTINGS);
     const at = (await client.query(`SELECT plugin, confirmed_flush_lsn::text AS start, pg_current_wal_flush_lsn()::text AS target FROM pg_replication_slots WHERE slot_name = '${slot}'`)).rows[0] as { plugin: string; start: string; target: string } | undefined;
-    if (!at || at.plugin !== SLOT_PLUGIN) throw new Error(`slot ${slot} is missing or not ${SLOT_PLUGIN}`);
+    if (!at || at.plugin !== decoder.plugin) throw new Error(`slot ${slot} is missing or not ${decoder.plugin}`);
     const start = lsnToBigInt(at.start);
     const target = lsnToBigInt(at.target);
     const conn = (client as unknown as { connection: { on(e: 'copyData', l: (m: { chunk: Buffer }) => void): void; sendCopyFromChunk(b: Buffer): void } }).connection;
-    const options = SLOT_READ_OPTIONS.map(([k, v]) => `"${k}" '${v}'`).join(', ');
+    const options = decoder.options.map(([k, v]) => `"${k}" '${v}'`).join(', ');
     // Where the read's time goes: this process (the driver's parsing of the messages) and the walsender (decoding and sending).
     const walsender = (client as unknown as { processID: number }).processID;
     const cpu0 = process.cpuUsage();
@@ -180,6 +192,41 @@ async function floorRead(url: string, slot: string): Promise<FloorFigures> {
   };
 }
 
+/**
+ * The protocol floor with pgoutput: one timed replication read of the pgoutput slot counting its
+ * messages and, among them, the row changes (`I`, `U`, `D` messages; Begin, Commit, Relation and
+ * the rest are counted as messages only). No parse: pgoutput's binary rows would need a decoder the
+ * capture does not have.
+ */
+async function pgoutputFloorRead(url: string): Promise<Omit<FloorFigures, 'parse'>> {
+  let messages = 0;
+  let changes = 0;
+  let bytes = 0;
+  const read = await replicationRead(
+    url,
+    PGOUTPUT.floorSlot,
+    (chunk) => {
+      messages++;
+      bytes += chunk.length - 25;
+      const kind = chunk[25];
+      if (kind === 0x49 /* I */ || kind === 0x55 /* U */ || kind === 0x44 /* D */) changes++;
+    },
+    { plugin: 'pgoutput', options: PGOUTPUT.options },
+  );
+  return { seconds: read.seconds, clientCpuMs: read.clientCpuMs, walsenderCpuMs: read.walsenderCpuMs, messages, changes, bytes, changesPerSecond: changes / read.seconds };
+}
+
+/** pgoutput decoding alone: `pg_logical_slot_get_binary_changes` over its own slot, messages counted in SQL (the changes are the workload's). */
+async function pgoutputReferenceRead(url: string): Promise<{ seconds: number; rows: number }> {
+  const t0 = performance.now();
+  const r = await one<{ n: string }>(
+    url,
+    `SELECT count(*)::text AS n FROM pg_logical_slot_get_binary_changes($1, NULL, NULL, ${PGOUTPUT.options.map(([k, v]) => `'${k}', '${v}'`).join(', ')})`,
+    [PGOUTPUT.refSlot],
+  );
+  return { seconds: (performance.now() - t0) / 1000, rows: Number(r.n) };
+}
+
 /** Decodes the reference slot alone: rows and bytes of test_decoding output, with the capture's options. */
 async function referenceRead(url: string): Promise<{ seconds: number; rows: number; bytes: number }> {
   const t0 = performance.now();
@@ -231,8 +278,11 @@ async function captureRead(url: string, control: MemoryControlPlane, publish: Ra
 
 async function oneRun(pgc: PostgresCluster, h: History, order: Reader[], publish: RawPublisher, counter: { records: number; bytes: number }, publisher: string, profile: boolean): Promise<CaptureRun> {
   const url = pgc.url('src');
-  await exec(url, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name IN ('${REF_SLOT}', '${FLOOR_SLOT}', '${SLOTS.stream}', '${SLOTS.peek}')`);
+  await exec(url, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name IN ('${REF_SLOT}', '${FLOOR_SLOT}', '${PGOUTPUT.floorSlot}', '${PGOUTPUT.refSlot}', '${SLOTS.stream}', '${SLOTS.peek}')`);
   await createItems(url, h);
+  // pgoutput reads a publication (as it stood when each change was decoded): made before the workload.
+  const withPgoutput = order.includes('pgoutput') || order.includes('reference-pgoutput');
+  if (withPgoutput) await exec(url, `DROP PUBLICATION IF EXISTS ${PGOUTPUT.publication}; CREATE PUBLICATION ${PGOUTPUT.publication} FOR TABLE ${BENCH_TABLE}`);
   await prepareReplay(url, h);
   // Every slot before the workload: each capture creates (and records) its own on its first start.
   const controls = { stream: new MemoryControlPlane(), peek: new MemoryControlPlane() };
@@ -244,13 +294,24 @@ async function oneRun(pgc: PostgresCluster, h: History, order: Reader[], publish
   }
   await exec(url, `SELECT pg_create_logical_replication_slot('${REF_SLOT}', 'test_decoding')`);
   if (order.includes('floor')) await exec(url, `SELECT pg_create_logical_replication_slot('${FLOOR_SLOT}', 'test_decoding')`);
+  if (withPgoutput) await exec(url, `SELECT pg_create_logical_replication_slot('${PGOUTPUT.floorSlot}', 'pgoutput'); SELECT pg_create_logical_replication_slot('${PGOUTPUT.refSlot}', 'pgoutput')`);
   const seconds = await replay(url, h);
   say(`workload: ${h.changes.length} changes replayed in ${seconds.toFixed(2)} s`);
   await exec(url, 'CHECKPOINT');
   let ref: { seconds: number; rows: number; bytes: number } | null = null;
   const caps: Partial<Record<'stream' | 'peek', CaptureFigures>> = {};
   let floor: FloorFigures | undefined;
+  let pgFloor: Omit<FloorFigures, 'parse'> | undefined;
+  let pgRef: { seconds: number; rows: number } | undefined;
   for (const reader of order) {
+    if (reader === 'pgoutput') {
+      pgFloor = await pgoutputFloorRead(url);
+      continue;
+    }
+    if (reader === 'reference-pgoutput') {
+      pgRef = await pgoutputReferenceRead(url);
+      continue;
+    }
     if (reader === 'reference') {
       ref = await referenceRead(url);
       continue;
@@ -264,6 +325,7 @@ async function oneRun(pgc: PostgresCluster, h: History, order: Reader[], publish
   }
   await exec(url, `SELECT pg_drop_replication_slot('${REF_SLOT}')`);
   if (order.includes('floor')) await exec(url, `SELECT pg_drop_replication_slot('${FLOOR_SLOT}')`);
+  if (withPgoutput) await exec(url, `SELECT pg_drop_replication_slot('${PGOUTPUT.floorSlot}'); SELECT pg_drop_replication_slot('${PGOUTPUT.refSlot}'); DROP PUBLICATION ${PGOUTPUT.publication}`);
   // test_decoding prints BEGIN and COMMIT rows too; count the row changes.
   const changes = h.changes.length;
   return {
@@ -273,6 +335,7 @@ async function oneRun(pgc: PostgresCluster, h: History, order: Reader[], publish
     capture: caps.stream!,
     ...(caps.peek ? { peek: caps.peek } : {}),
     ...(floor ? { floor } : {}),
+    ...(pgFloor && pgRef ? { pgoutput: { floor: pgFloor, reference: { ...pgRef, changesPerSecond: changes / pgRef.seconds } } } : {}),
   };
 }
 
@@ -296,10 +359,10 @@ export async function runCaptureBench(): Promise<BenchResult> {
     const results: CaptureRun[] = [];
     // The order rotates: each reader is first (reading WAL not yet in the page cache) in turn.
     const orders: Reader[][] = [
-      ['reference', 'floor', 'stream', 'peek'],
-      ['stream', 'peek', 'reference', 'floor'],
-      ['floor', 'stream', 'peek', 'reference'],
-      ['peek', 'reference', 'floor', 'stream'],
+      ['reference', 'floor', 'pgoutput', 'stream', 'peek', 'reference-pgoutput'],
+      ['stream', 'reference-pgoutput', 'peek', 'reference', 'floor', 'pgoutput'],
+      ['floor', 'stream', 'reference-pgoutput', 'pgoutput', 'peek', 'reference'],
+      ['pgoutput', 'peek', 'reference', 'reference-pgoutput', 'floor', 'stream'],
     ];
     for (let i = 0; i < runs; i++) {
       const r = await oneRun(pgc, h, orders[i % orders.length]!, counting, counter, 'counting', false);
@@ -313,6 +376,12 @@ export async function runCaptureBench(): Promise<BenchResult> {
       for (const c of [r.capture, r.peek!]) if (c.records !== r.changes) throw new Error(`the capture published ${c.records} records for ${r.changes} changes`);
       // The floor must have read the same changes the others did, and its parse must find them all.
       if (r.floor!.changes !== r.changes || r.floor!.parse.changes !== r.changes) throw new Error(`the protocol floor counted ${r.floor!.changes} changes (parsed ${r.floor!.parse.changes}) for ${r.changes}`);
+      const pgo = r.pgoutput!;
+      say(
+        `  pgoutput: protocol floor ${Math.round(pgo.floor.changesPerSecond)} changes/s (${pgo.floor.seconds.toFixed(2)} s, ${pgo.floor.messages} messages, ${(pgo.floor.bytes / 1e6).toFixed(1)} MB; CPU: walsender ${pgo.floor.walsenderCpuMs === null ? '?' : Math.round(pgo.floor.walsenderCpuMs)} ms, this process ${Math.round(pgo.floor.clientCpuMs)} ms); ` +
+          `get_binary_changes alone ${Math.round(pgo.reference.changesPerSecond)} changes/s (${pgo.reference.seconds.toFixed(2)} s, ${pgo.reference.rows} messages)`,
+      );
+      if (pgo.floor.changes !== r.changes) throw new Error(`the pgoutput floor counted ${pgo.floor.changes} changes for ${r.changes}`);
     }
     if (profile) {
       // Profiled apart from the timed runs (the profiler slows the capture's process, not PostgreSQL).
@@ -338,7 +407,17 @@ export async function runCaptureBench(): Promise<BenchResult> {
         ? `the stream protocol alone reads ${floorRatio.toFixed(2)}× get_changes: the capture goal (≥ ${goal}×) is UNREACHABLE over this protocol on this machine, whatever the capture does (short by ${(goal / floorRatio).toFixed(2)}×)`
         : `the stream protocol alone reads ${floorRatio.toFixed(2)}× get_changes: the protocol leaves room for the goal (≥ ${goal}×); the capture's own work per record is what is left (the parse alone: ${(parse / ref).toFixed(2)}×)`;
     say(`verdict: ${verdictLine}`);
-    rec.details.ceilings = { protocolFloor: floor, parseAlone: parse, reference: ref, goal, verdict: verdictLine };
+    // pgoutput: the protocol with the binary plugin, against the same test_decoding reference (the
+    // goal's) and against pgoutput's own decoding alone.
+    const pgFloor = median(results.map((r) => r.pgoutput!.floor.changesPerSecond));
+    const pgRef = median(results.map((r) => r.pgoutput!.reference.changesPerSecond));
+    rec.add(rateRow('ceiling: the stream protocol alone with pgoutput (messages counted, nothing else; no decoder of its rows exists in the capture)', pgFloor, 'changes/s', ref, 'get_changes alone (test_decoding)', { target: `≥ ${goal}× is needed for the capture goal`, met: pgFloor >= goal * ref, note: `median of ${runs}; CPU during the read (median): walsender ${Math.round(median(results.map((r) => r.pgoutput!.floor.walsenderCpuMs ?? Number.NaN)))} ms, this process ${Math.round(median(results.map((r) => r.pgoutput!.floor.clientCpuMs)))} ms, of ${median(results.map((r) => r.pgoutput!.floor.seconds)).toFixed(2)} s; pgoutput's own get_binary_changes alone: ${Math.round(pgRef)} changes/s (the floor is ${(pgFloor / pgRef).toFixed(2)}× it)` }));
+    const pgVerdict =
+      pgFloor / ref < goal
+        ? `with pgoutput the stream protocol alone reads ${(pgFloor / ref).toFixed(2)}× get_changes (test_decoding): a pgoutput capture could not reach the goal either (short by ${(goal / (pgFloor / ref)).toFixed(2)}×)`
+        : `with pgoutput the stream protocol alone reads ${(pgFloor / ref).toFixed(2)}× get_changes (test_decoding): the protocol leaves room for the goal; a pgoutput capture's own work per change would decide`;
+    say(`verdict: ${pgVerdict}`);
+    rec.details.ceilings = { protocolFloor: floor, parseAlone: parse, reference: ref, goal, verdict: verdictLine, pgoutput: { protocolFloor: pgFloor, reference: pgRef, verdict: pgVerdict } };
 
     // The capture into kinesalite (the raw stream of cdc local), on a smaller history.
     const kin = await startKinesaliteProcess();
