@@ -80,7 +80,39 @@ export function statusUpdate(write: bigint, flush: bigint, replyRequested: boole
 interface RawConnection {
   on(event: 'copyData', listener: (msg: { chunk: Buffer }) => void): void;
   sendCopyFromChunk(chunk: Buffer): void;
-  stream: { pause(): void; resume(): void };
+  stream: { pause(): void; resume(): void; destroy(): void };
+}
+
+/** How long `endReplicationClient` waits for the server to see the connection off before it drops the socket. */
+const END_WAIT_MS = 2_000;
+
+/**
+ * Ends a replication connection, whatever state its socket is in. A failed stream pauses its
+ * socket (nothing more is read), and `pg`'s `end()` resolves only once the socket has ended, which
+ * a paused socket never reports: the socket is read again first, and if the end still does not
+ * come within `END_WAIT_MS` (a server that is gone without a word), it is destroyed.
+ */
+async function endReplicationClient(client: pg.Client): Promise<void> {
+  const socket = (client as unknown as { connection: RawConnection }).connection.stream;
+  try {
+    socket.resume();
+  } catch {
+    // the socket is already gone
+  }
+  let timer: NodeJS.Timeout | undefined;
+  const gaveUp = new Promise<void>((resolve) => {
+    timer = setTimeout(() => {
+      try {
+        socket.destroy();
+      } catch {
+        // already destroyed
+      }
+      resolve();
+    }, END_WAIT_MS);
+    timer.unref();
+  });
+  await Promise.race([client.end().catch(() => undefined), gaveUp]);
+  clearTimeout(timer);
 }
 
 export interface SlotStreamOptions {
@@ -171,8 +203,9 @@ export class SlotStream {
       await started;
       return s;
     } catch (err) {
-      stream?.close();
-      await client.end().catch(() => undefined);
+      // A START_REPLICATION the server refused (the slot is gone, or in use) has failed the stream, which paused the socket.
+      if (stream) await stream.close();
+      else await endReplicationClient(client);
       throw err;
     }
   }
@@ -374,6 +407,6 @@ export class SlotStream {
     this.notify();
     for (const w of this.keepaliveWaiters) w();
     this.keepaliveWaiters = [];
-    return this.client.end().catch(() => undefined);
+    return endReplicationClient(this.client);
   }
 }

@@ -17,7 +17,7 @@ import { SlotCapture, captureCheckpointName, type CaptureOptions, type RawPublis
 import { seededRandom } from '../../local/demo.ts';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { compareLsn, readSlot } from '../../local/slot.ts';
-import { formatLsn, lsnToBigInt, statusUpdate } from '../../local/slot-stream.ts';
+import { formatLsn, lsnToBigInt, SlotStream, statusUpdate } from '../../local/slot-stream.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 import { until } from './helpers.ts';
 
@@ -135,6 +135,31 @@ describe('slot capture, streaming', () => {
     expect(slot!.confirmedFlushLsn).toBe(e.published[2]!.commitLsn);
     expect(await e.control.getCheckpoint(captureCheckpointName(e.source), c2.slot)).toBe(e.published[2]!.commitLsn);
     await e.sql.end();
+  });
+
+  it('a stream the server refuses (its slot is gone) fails at once and lets its connection go: it never waits on a paused socket', async () => {
+    // START_REPLICATION on a missing slot fails the stream, which pauses its socket; ending the
+    // connection must still finish (the capture retries, finds the slot gone and stops loudly).
+    const source = `cs${++n}`;
+    await cluster.createDatabase(source);
+    const url = cluster.url(source);
+    const admin = await connect(url);
+    try {
+      const lsn = String((await admin.query('SELECT pg_current_wal_lsn()::text AS lsn')).rows[0].lsn);
+      for (let i = 0; i < 5; i++) {
+        const t0 = Date.now();
+        const err = await SlotStream.open({ url, slot: 'no_such_slot', startLsn: lsn, applicationName: 'cdc-test-refused', maxTxRows: 1000, maxTxBytes: 1 << 20, highWaterRows: 100 }).then(
+          () => null,
+          (e: unknown) => e,
+        );
+        expect(String(err)).toMatch(/no_such_slot.*does not exist|does not exist/);
+        expect(Date.now() - t0).toBeLessThan(1_500); // not the end's 2 s bound: the end itself came
+      }
+      // Nothing left behind: no session of that application is still connected.
+      await until('the refused sessions gone', async () => (await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'cdc-test-refused'")).rows[0].n === 0, 5_000);
+    } finally {
+      await admin.end();
+    }
   });
 
   it('answers keepalives: a walsender timeout shorter than the idle time does not end the stream', async () => {
