@@ -50,6 +50,7 @@ import { quoteIdent } from '../../lambda/core/identifiers.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 import { deliveries, historyArb, MODEL_TABLES, simulate, type ModelTable } from '../helpers/histories.ts';
 import { seededRandom } from '../../local/demo.ts';
+import { crashingPool } from '../helpers/crashing-pool.ts';
 
 const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 500);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
@@ -65,62 +66,6 @@ function rng(seedText: string): () => number {
   let h = 0x811c9dc5;
   for (let i = 0; i < seedText.length; i++) h = Math.imul(h ^ seedText.charCodeAt(i), 0x01000193) >>> 0;
   return seededRandom(h);
-}
-
-/**
- * The pool the appliers use, with a crash switch: armed with `crashAfter(k)`, the k-th query sent
- * through any of its clients runs and then throws (as if the process died right after it), which
- * fails the transaction it was part of. `disarm` says whether it fired.
- */
-function faultyPool(inner: pg.Pool): { pool: pg.Pool; crashAfter(k: number): void; disarm(): boolean } {
-  let left = 0;
-  let fired = false;
-  // One wrapper per connection: the warehouse keeps per-connection state (its session stage tables) by client identity.
-  const wrappers = new WeakMap<pg.PoolClient, pg.PoolClient>();
-  const wrapClient = (c: pg.PoolClient): pg.PoolClient => {
-    const hit = wrappers.get(c);
-    if (hit) return hit;
-    const w = proxyClient(c);
-    wrappers.set(c, w);
-    return w;
-  };
-  const proxyClient = (c: pg.PoolClient): pg.PoolClient =>
-    new Proxy(c, {
-      get(target, prop, receiver) {
-        if (prop !== 'query') return Reflect.get(target, prop, receiver) as unknown;
-        const query = target.query as (...a: unknown[]) => unknown;
-        return (...args: unknown[]) => {
-          // A COPY stream (a submittable) passes as it is; only statements count.
-          if (typeof (args[0] as { submit?: unknown } | null)?.submit === 'function') return query.apply(target, args);
-          return countAndRun(query.apply(target, args) as Promise<unknown>);
-        };
-        async function countAndRun(p: Promise<unknown>): Promise<unknown> {
-          const out = await p;
-          if (left > 0 && --left === 0) {
-            fired = true;
-            throw new Error('injected crash after a statement of the merge');
-          }
-          return out;
-        }
-      },
-    });
-  const pool = new Proxy(inner, {
-    get(target, prop, receiver) {
-      if (prop === 'connect') return async () => wrapClient(await target.connect());
-      return Reflect.get(target, prop, receiver) as unknown;
-    },
-  });
-  return {
-    pool,
-    crashAfter(k) {
-      left = k;
-      fired = false;
-    },
-    disarm() {
-      left = 0;
-      return fired;
-    },
-  };
 }
 
 const sortRows = <T>(rows: T[]): T[] => rows.map((r) => [JSON.stringify(r), r] as const).sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)).map((x) => x[1]);
@@ -165,7 +110,7 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
       const newPool = () => {
         const p = new pg.Pool({ connectionString: cluster.url('wh'), max: 2 });
         p.on('error', () => undefined);
-        return faultyPool(p);
+        return crashingPool(p, 'the merge');
       };
       let faulty = newPool();
       const newApplier = () => createWarehouseApplier({ controlPlane: cp, pool: faulty.pool, sinkId: SINK, metrics: new Metrics({ namespace: 'test' }), logger: new Logger({ logLevel: 'ERROR' }), merge: { inline: false } });
@@ -199,7 +144,7 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
         if (crashAt > 0) {
           faulty.crashAfter(crashAt);
           const err = await a.mergeTable(src, t.table).then(() => null, (e: unknown) => e);
-          const fired = faulty.disarm();
+          const fired = faulty.fired();
           if (fired) {
             expect(String(err), 'a merge that crashed midway reports it').toMatch(/injected crash/);
             crashes++;
