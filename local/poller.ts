@@ -595,20 +595,36 @@ export class Poller {
     }
   }
 
-  /** Records the checkpoint, retrying while the control plane is unreachable (if stopped meanwhile, the batch is re-read next run). */
+  /**
+   * Records the checkpoint, retrying while the control plane is unreachable (if stopped meanwhile,
+   * the batch is re-read next run). A shard that cannot record its checkpoint makes no progress,
+   * so the retries show as a stall, as a failing batch's do.
+   */
   private async ack(shardId: string, records: _Record[]): Promise<void> {
     if (records.length === 0) return;
     let backoff = this.o.retryBackoffMs;
-    for (;;) {
-      try {
-        await this.o.control.putCheckpoint(this.o.consumer, shardId, records[records.length - 1]!.SequenceNumber!);
-        break;
-      } catch (err) {
-        this.o.onError?.(err, `${this.o.consumer}: checkpoint of ${shardId}`);
-        if (this.stopping) throw new StopRequested();
-        await sleep(backoff);
-        backoff = Math.min(backoff * 2, 5_000);
+    let stalledHere = false;
+    try {
+      for (;;) {
+        try {
+          await this.o.control.putCheckpoint(this.o.consumer, shardId, records[records.length - 1]!.SequenceNumber!);
+          break;
+        } catch (err) {
+          this.o.onError?.(err, `${this.o.consumer}: checkpoint of ${shardId}`);
+          if (!stalledHere) {
+            stalledHere = true;
+            this.stalled++;
+          }
+          this.stats.stalledSince ??= Date.now();
+          this.stats.lastError = `checkpoint of ${shardId}: ${describeError(err)}`;
+          this.stats.retries++;
+          if (this.stopping) throw new StopRequested();
+          await sleep(backoff);
+          backoff = Math.min(backoff * 2, 5_000);
+        }
       }
+    } finally {
+      if (stalledHere) this.unstall();
     }
     this.stats.recordsDone += records.length;
     this.stats.batches++;

@@ -181,6 +181,42 @@ describe('local event-source poller', () => {
     expect(await control.listDeadLetters('c4')).toEqual([]);
   });
 
+  it('a checkpoint that cannot be recorded (control plane down) shows as a stall until it is, and nothing is delivered twice meanwhile', async () => {
+    const name = await stream();
+    await put(name, ['y1', 'y2']);
+    let down = true;
+    let attempts = 0;
+    const flaky = new Proxy(control, {
+      get(target, prop, receiver) {
+        if (prop !== 'putCheckpoint') return Reflect.get(target, prop, receiver) as unknown;
+        return async (...args: Parameters<DynamoDbControlPlane['putCheckpoint']>) => {
+          if (down) {
+            attempts++;
+            throw new Error('connect ECONNREFUSED 127.0.0.1:8000 (control plane down)');
+          }
+          return target.putCheckpoint(...args);
+        };
+      },
+    });
+    const got: string[] = [];
+    const p = poller(name, 'c4c', async (event) => {
+      got.push(...values(event));
+    }, { control: flaky, retryBackoffMs: 1 });
+    await p.start();
+    await until('checkpoint retries', () => attempts >= 5);
+    // The handler succeeded; the shard cannot move on until its checkpoint is recorded: a stall.
+    expect(got).toEqual(['y1', 'y2']);
+    expect(p.stats.stalledSince).not.toBeNull();
+    expect(p.stats.lastError).toContain('control plane down');
+    expect(p.stats.recordsDone).toBe(0);
+    down = false;
+    await until('checkpoint recorded', () => p.stats.recordsDone === 2);
+    expect(p.stats.stalledSince).toBeNull();
+    expect(p.stats.lastError).toBeNull();
+    await p.stop();
+    expect(got).toEqual(['y1', 'y2']);
+  });
+
   it('a reported batch item failure (the handlers report only infrastructure errors so) is retried without limit too', async () => {
     const name = await stream();
     await put(name, ['y1', 'y2']);
