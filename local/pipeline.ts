@@ -209,6 +209,9 @@ export class LocalPipeline {
           metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
           logger: new Logger({ serviceName: ServiceName.WAREHOUSE_APPLIER }),
           payloads: stack.payloads,
+          // Merges run on the replay loop's own connection (below), never on a shard's batch:
+          // a merge does not stop appends, so the sink's lag does not carry it (docs/warehouse-apply.md, "When").
+          merge: { inline: false },
         });
         return (e: Parameters<typeof a.handler>[0]) => a.handler(e);
       },

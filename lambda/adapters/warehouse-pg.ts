@@ -72,6 +72,7 @@ import {
   createOverlayViewSql,
   deltaStatsSql,
   lockDeltaSql,
+  beginMergeSql,
   mergeSql,
   mergeIntoEmptySql,
   baseRowsSql,
@@ -342,8 +343,10 @@ export class PgWarehouse implements WarehouseWriter {
 
   /**
    * Compacts the table's delta into its base in one transaction (`mergeSql`): the delta is locked
-   * against appends, the sink's shape is read under the lock (so a column another process added
-   * is merged too), and a merge that fails midway changes nothing. Returns the rows merged.
+   * against other merges and full applies but not against appends, and the merge reads one
+   * snapshot (`beginMergeSql`), so rows appended meanwhile stay in the delta for the next merge;
+   * the sink's shape is read under the lock (so a column another process added is merged too),
+   * and a merge that fails midway changes nothing. Returns the rows merged.
    *
    * `freshBase`: the caller expects the base to be empty (a rebuild's shadow, docs/rebuild.md).
    * The merge then looks under the same lock whether mirror, changelog, deleted keys and
@@ -366,8 +369,11 @@ export class PgWarehouse implements WarehouseWriter {
       await this.detect(client);
       const known = this.shapes.get(cacheKey) ?? (await readShape(client, t));
       if (known.delta.length === 0) return { rows: 0, committedAt: Date.now(), ms: Date.now() - t0 };
+      // What this process had appended before the merge began (appends may go on meanwhile).
+      const pendingAtStart = this.pendingDelta.get(cacheKey);
       inTransaction = true;
-      await client.query(`BEGIN; ${lockDeltaSql(t, this.engine!)}`);
+      // A fresh base is looked at (and folded) with appends stopped; any other merge lets them go on.
+      await client.query(options.freshBase === true ? `BEGIN; ${lockDeltaSql(t, this.engine!)}` : beginMergeSql(t, this.engine!));
       const shape = await readShape(client, t);
       const n = Number((await client.query<{ n: string }>(deltaStatsSql(t))).rows[0]?.n ?? 0);
       const fast = n > 0 && options.freshBase === true && (await client.query(baseRowsSql(t, shape))).rows.length === 0;
@@ -378,7 +384,11 @@ export class PgWarehouse implements WarehouseWriter {
       await client.query('COMMIT');
       inTransaction = false;
       this.shapes.set(cacheKey, shape);
-      this.pendingDelta.delete(cacheKey);
+      // Rows this process appended while the merge ran may have missed its snapshot: they stay pending
+      // (counted from the merge's start: at worst the next merge comes a little early).
+      const pendingNow = this.pendingDelta.get(cacheKey);
+      if (pendingNow === pendingAtStart) this.pendingDelta.delete(cacheKey);
+      else if (pendingNow) this.pendingDelta.set(cacheKey, { rows: Math.max(0, pendingNow.rows - (pendingAtStart?.rows ?? 0)), since: t0 });
       return { rows: n, committedAt: Date.now(), ms: Date.now() - t0, fast, folded };
     } catch (err) {
       this.shapes.delete(cacheKey);

@@ -854,6 +854,23 @@ export function lockDeltaSql(t: WarehouseTable, engine: WarehouseEngine): string
 }
 
 /**
+ * Opens a deferred merge's transaction (`PgWarehouse.merge`; docs/warehouse-apply.md, "Merges do
+ * not stop appends"). PostgreSQL: `REPEATABLE READ`, then `SHARE UPDATE EXCLUSIVE` on the delta.
+ * That mode is self-conflicting (merges of one table are serialised) and conflicts with the
+ * `EXCLUSIVE` lock of a full apply or a schema change, but not with the `ROW EXCLUSIVE` lock of an
+ * append, so appends go on while a merge runs. Every statement of the merge reads the one
+ * snapshot taken after the lock (its first query), so it merges, copies to the changelog and
+ * deletes exactly the delta rows committed before it; rows appended meanwhile stay in the delta
+ * for the next merge, and the view overlays them on the merged base as it would have on the old
+ * one (the position guard decides either way). Redshift: `lockDeltaSql` (appends wait).
+ */
+export function beginMergeSql(t: WarehouseTable, engine: WarehouseEngine): string {
+  return engine === 'redshift'
+    ? `BEGIN; ${lockDeltaSql(t, engine)}`
+    : `BEGIN ISOLATION LEVEL REPEATABLE READ; LOCK TABLE ${qualified(t.schema, t.delta)} IN SHARE UPDATE EXCLUSIVE MODE`;
+}
+
+/**
  * PostgreSQL: the lock an append takes on the delta (ROW EXCLUSIVE, as its COPY would), taken
  * first by a fresh shadow's append (`TableBatch.freshShadow`) before it looks whether the shadow is
  * unfolded: appends do not wait for each other, and a fold (under `lockDeltaSql`, which conflicts
