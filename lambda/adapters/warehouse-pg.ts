@@ -346,7 +346,8 @@ export class PgWarehouse implements WarehouseWriter {
    * against other merges and full applies but not against appends, and the merge reads one
    * snapshot (`beginMergeSql`), so rows appended meanwhile stay in the delta for the next merge;
    * the sink's shape is read under the lock (so a column another process added is merged too),
-   * and a merge that fails midway changes nothing. Returns the rows merged.
+   * and a merge that fails midway changes nothing. Returns the rows merged. `stopAppends`: the
+   * delta is locked against appends too (`lockDeltaSql`), for a delta that outgrew its merges.
    *
    * `freshBase`: the caller expects the base to be empty (a rebuild's shadow, docs/rebuild.md).
    * The merge then looks under the same lock whether mirror, changelog, deleted keys and
@@ -358,7 +359,7 @@ export class PgWarehouse implements WarehouseWriter {
    * appends went to the changelog) is folded: the base is computed from the changelog
    * (`foldChangelogIntoEmptySql`, under the same lock; `folded` in the result).
    */
-  async merge(target: MergeTarget, options: { freshBase?: boolean } = {}): Promise<MergeResult & { fast?: boolean; folded?: boolean }> {
+  async merge(target: MergeTarget, options: { freshBase?: boolean; stopAppends?: boolean } = {}): Promise<MergeResult & { fast?: boolean; folded?: boolean }> {
     const t = target.target ?? warehouseTable(target.source, target.table);
     const cacheKey = `${t.schema}.${t.view}`;
     const t0 = Date.now();
@@ -372,8 +373,9 @@ export class PgWarehouse implements WarehouseWriter {
       // What this process had appended before the merge began (appends may go on meanwhile).
       const pendingAtStart = this.pendingDelta.get(cacheKey);
       inTransaction = true;
-      // A fresh base is looked at (and folded) with appends stopped; any other merge lets them go on.
-      await client.query(options.freshBase === true ? `BEGIN; ${lockDeltaSql(t, this.engine!)}` : beginMergeSql(t, this.engine!));
+      // A fresh base is looked at (and folded) with appends stopped, and so is a delta that outgrew
+      // its merges (`stopAppends`); any other merge lets them go on.
+      await client.query(options.freshBase === true || options.stopAppends === true ? `BEGIN; ${lockDeltaSql(t, this.engine!)}` : beginMergeSql(t, this.engine!));
       const shape = await readShape(client, t);
       const n = Number((await client.query<{ n: string }>(deltaStatsSql(t))).rows[0]?.n ?? 0);
       const fast = n > 0 && options.freshBase === true && (await client.query(baseRowsSql(t, shape))).rows.length === 0;

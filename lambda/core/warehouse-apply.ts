@@ -150,8 +150,11 @@ export type WriteErrorKind =
 export interface WarehouseWriter {
   /** Writes one table's batch in one transaction (append to the delta, or the full apply). */
   applyTable(batch: TableBatch): Promise<TableApplyResult>;
-  /** Compacts the table's delta into its base in one transaction. */
-  merge(target: MergeTarget): Promise<MergeResult>;
+  /**
+   * Compacts the table's delta into its base in one transaction. Appends go on meanwhile where the
+   * engine allows it, unless `stopAppends` (a delta that outgrew its merges: `stopsAppends`).
+   */
+  merge(target: MergeTarget, options?: { stopAppends?: boolean }): Promise<MergeResult>;
   /** What the table's delta holds (all processes' appends). */
   deltaStats(target: MergeTarget): Promise<DeltaStats>;
   /** How to treat an error `applyTable` threw; null: transient (the records are retried). */
@@ -180,6 +183,19 @@ export function validateMergePolicy(p: Partial<MergePolicy>, where: string): Mer
   if (!Number.isInteger(out.maxRows) || out.maxRows < 0) throw new InvalidRecordError('maxRows', `${where}: the merge row threshold must be a whole number ≥ 0, got ${p.maxRows}`);
   if (!Number.isFinite(out.maxAgeMs) || out.maxAgeMs < 0) throw new InvalidRecordError('maxAgeMs', `${where}: the merge age threshold must be a number of milliseconds ≥ 0, got ${p.maxAgeMs}`);
   return out;
+}
+
+/**
+ * A delta this many times `maxRows` is merged with appends stopped (docs/warehouse-apply.md,
+ * "Merges do not stop appends"): where appends outpace merges, each merge would start on a larger
+ * delta than the last; stopping them for that merge empties it, so the delta stays within about
+ * this many times `maxRows` plus what arrives during one merge.
+ */
+export const MERGE_BACKPRESSURE_FACTOR = 2;
+
+/** Whether a merge of a delta of `rows` rows stops appends (`MERGE_BACKPRESSURE_FACTOR`). */
+export function stopsAppends(p: MergePolicy, rows: number): boolean {
+  return p.maxRows > 0 && rows >= MERGE_BACKPRESSURE_FACTOR * p.maxRows;
 }
 
 /** Whether a delta is due for a merge. */
@@ -315,9 +331,11 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
     return { source, table, deleteMode: rec.deleteMode, key: schema.key, target: targetOf(source, table) };
   }
 
-  async function runMerge(target: MergeTarget): Promise<MergeDone> {
-    const r = await writer.merge(target);
-    if (r.rows > 0) log.info('delta merged into the base', { source: target.source, table: target.table, rows: r.rows, ms: r.ms });
+  /** Merges a table's delta; `rows`: what it holds as far as the caller knows (a large delta stops appends for its merge). */
+  async function runMerge(target: MergeTarget, rows = 0): Promise<MergeDone> {
+    const stop = stopsAppends(policy, rows);
+    const r = await writer.merge(target, stop ? { stopAppends: true } : undefined);
+    if (r.rows > 0) log.info('delta merged into the base', { source: target.source, table: target.table, rows: r.rows, ms: r.ms, appendsStopped: stop });
     return { source: target.source, table: target.table, rows: r.rows, ms: r.ms };
   }
 
@@ -516,7 +534,7 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
       for (const m of appended.values()) {
         if (!mergeDueFor(policy, m.pending.rows, m.pending.since, at)) continue;
         try {
-          merges.push(await runMerge(m));
+          merges.push(await runMerge(m, m.pending.rows));
         } catch (err) {
           log.error('delta merge failed; the view still shows every change, the merge is tried again', { source: m.source, table: m.table, error: describeError(err) });
         }
@@ -549,7 +567,7 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
         if (!target) continue;
         const stats = await writer.deltaStats(target);
         if (stats.rows === 0 || (!options.force && !mergeDueFor(policy, stats.rows, stats.oldest, at))) continue;
-        out.push(await runMerge(target));
+        out.push(await runMerge(target, stats.rows));
       } catch (err) {
         log.error('delta merge failed; the view still shows every change, the merge is tried again', { source: rec.source, table: rec.table, error: describeError(err) });
       }

@@ -7,7 +7,8 @@
  *   mirror, so the merge's first write waits) does not hold up an append: the append commits and
  *   is visible in the view while the merge waits; the merge then moves exactly what it saw, the
  *   appended rows stay in the delta, and nothing is lost from the changelog;
- * - a full apply (a truncate) still waits for the merge, and the result is right;
+ * - a full apply (a truncate) still waits for the merge, and so does an append when the merge was
+ *   asked to stop appends (a delta that outgrew its merges); the results are right;
  * - randomized: per run a history of full-image inserts and updates and deletes over a few keys,
  *   with batches delivered again, appended one batch at a time by one writer while a second
  *   writer (another pool: another process) merges the same table in a loop; after each append the
@@ -112,6 +113,31 @@ describe('merges do not stop appends (embedded PostgreSQL)', () => {
     } finally {
       await blocker.query('ROLLBACK').catch(() => undefined);
       blocker.release();
+    }
+  }, 120_000);
+
+  it('a merge asked to stop appends (a delta that outgrew its merges) holds them until it commits', async () => {
+    const source = 'stopped';
+    const t = warehouseTable(source, TABLE);
+    const writer = new PgWarehouse(pool);
+    const mergerPool = new pg.Pool({ connectionString: cluster.url('wh'), max: 1 });
+    const merger = new PgWarehouse(mergerPool);
+    await apply(writer, source, 'soft', [event(source, 'insert', 1, 'a', next())]);
+    const blocker = await pool.connect();
+    try {
+      await blocker.query(`BEGIN; LOCK TABLE ${qualified(t.schema, t.mirror)} IN SHARE MODE`);
+      const merging = merger.merge({ source, table: TABLE, deleteMode: 'soft', key: ['k'] }, { stopAppends: true });
+      await until('the merge waiting on the mirror', () => waitsOn(t.mirror));
+      const appending = apply(writer, source, 'soft', [event(source, 'update', 1, 'b', next())]);
+      await until('the append waiting on the delta', () => waitsOn(t.delta));
+      await blocker.query('COMMIT');
+      expect((await merging).rows).toBe(1);
+      expect((await appending).mode).toBe('append');
+      expect(await viewOf(t)).toEqual([JSON.stringify({ k: '1', v: 'b', _cdc_position: makePosition(lsn, 0) })]);
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => undefined);
+      blocker.release();
+      await mergerPool.end();
     }
   }, 120_000);
 

@@ -182,6 +182,27 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     expect(await rows(`SELECT id, status FROM ${n.mirror} WHERE NOT _cdc_deleted ORDER BY id`)).toEqual([{ id: '1', status: 'paid' }, { id: '3', status: 'new' }]);
   });
 
+  it('a delta at twice its row threshold is merged with appends stopped; below that, appends go on (docs/warehouse-apply.md)', async () => {
+    const cp = new MemoryControlPlane();
+    await register(cp, 'pressure', 'public.orders', ORDERS, ['id']);
+    const a = applier(cp, undefined, { maxRows: 2, maxAgeMs: 3_600_000, inline: false });
+    const seen: Array<{ rows: number; options: unknown }> = [];
+    const merge = a.warehouse.merge.bind(a.warehouse);
+    a.warehouse.merge = async (target, options) => {
+      const r = await merge(target, options);
+      seen.push({ rows: r.rows, options });
+      return r;
+    };
+    const full = (k: number) => ({ id: k, status: 'new', amount: '1.00', note: null });
+    let p = 10;
+    const append = (n: number) => a.applyRecords(records(Array.from({ length: n }, (_, i) => ev('pressure', 'public.orders', 'insert', ++p, { id: i }, full(i)))));
+    await append(3); // due (≥ 2), not twice the threshold
+    expect((await a.mergeDue()).map((m) => m.rows)).toEqual([3]);
+    await append(4); // twice the threshold
+    expect((await a.mergeDue()).map((m) => m.rows)).toEqual([4]);
+    expect(seen).toEqual([{ rows: 3, options: undefined }, { rows: 4, options: { stopAppends: true } }]);
+  });
+
   it('applies a batch through the Lambda handler into changelog, mirror and view, then advances the high-water mark', async () => {
     const cp = new MemoryControlPlane();
     await register(cp, 'shop', 'public.orders', ORDERS, ['id']);
