@@ -20,6 +20,9 @@
  *
  *     npm run bench:apply [-- --events 200000 --quick --variants append --no-extras --profile --no-floors]
  *
+ * The append-first path also runs with two concurrent batches (the event source mapping's
+ * parallelization factor 2, keys split by partition key; both in this one process), batch 10,000.
+ *
  * The applier's Node-side floors (on unless `--no-floors`; docs/performance.md, section 21), on
  * the same Kinesis events as the batch-10,000 runs, in this process, against the same run's
  * references: (a) base64 + UTF-8 decoding + `JSON.parse` of each record and nothing else; (b) the
@@ -200,6 +203,15 @@ interface ApplierRunOptions {
   merge?: 'worker' | 'inline';
   /** Merge thresholds for `merge`. @default DEFAULT_MERGE_POLICY */
   mergeRows?: number;
+  /**
+   * Concurrent batches of the shard, as the event source mapping's parallelization factor
+   * (`WarehouseSink` prop `parallelizationFactor`): the events are split by partition key into
+   * this many streams (per-key order kept), each applied by its own applier and pool (its own
+   * Lambda environment) at the same time. All run in this one process, so they share its one
+   * thread: what they gain here is only that one stream's SQL overlaps the other's Node work.
+   * @default 1
+   */
+  parallel?: number;
 }
 
 interface ApplierRun {
@@ -224,6 +236,18 @@ interface ApplierRun {
   rowsInView: number;
   /** Append-first runs: the merges, the largest delta seen, and the view checked before the final merge. */
   merges?: { count: number; rows: number; ms: number; maxDeltaRows: number; threshold: number; finalMergeMs: number; verifiedBeforeFinalMerge: boolean };
+}
+
+/** The events split into `n` streams by partition key (a key's events stay in one stream, in order), as concurrent batches of a shard are. */
+function byPartitionKey(events: readonly ChangeEvent[], n: number): ChangeEvent[][] {
+  const out: ChangeEvent[][] = Array.from({ length: n }, () => []);
+  for (const e of events) {
+    const k = `${e.source}/${e.table}/${JSON.stringify(e.key)}`;
+    let h = 0x811c9dc5;
+    for (let i = 0; i < k.length; i++) h = Math.imul(h ^ k.charCodeAt(i), 0x01000193) >>> 0;
+    out[h % n]!.push(e);
+  }
+  return out;
 }
 
 /** Encodes events as Lambda Kinesis events of `batch` records (done before timing). */
@@ -287,7 +311,13 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
     pool = new pg.Pool({ connectionString: url, max: 2 });
     const timer = new SqlTimer(pool);
     applier = newApplier(pool);
-    const batches = kinesisBatches(events, o.batch, 2n * 10n ** 20n);
+    const parallel = o.parallel ?? 1;
+    // With concurrent batches: one stream per partition-key share, each its own applier and pool (timed apart from the first's SQL).
+    const streams = parallel > 1 ? byPartitionKey(events, parallel) : [events];
+    const extraPools = streams.slice(1).map(() => new pg.Pool({ connectionString: url, max: 2 }));
+    const appliers = [applier, ...extraPools.map((p) => newApplier(p))];
+    const streamBatches = streams.map((list, i) => kinesisBatches(list, o.batch, (2n + BigInt(i)) * 10n ** 20n));
+    const batches = streamBatches.flat();
     timer.tally.reset();
     cpTally.reset();
     if (o.statements) await withClient(url, resetStatementStats);
@@ -337,7 +367,19 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
       const merging = o.merge === 'worker' ? worker() : Promise.resolve();
       const cpu0 = process.cpuUsage();
       const t0 = nowMs();
-      for (const ev of batches) {
+      if (parallel > 1) {
+        await Promise.all(
+          streamBatches.map(async (list, i) => {
+            for (const ev of list) {
+              const b0 = nowMs();
+              const r = await appliers[i]!.handler(ev);
+              times.push(nowMs() - b0);
+              if (r.batchItemFailures.length > 0) throw new Error(`${o.label}: ${r.batchItemFailures.length} records failed in a batch`);
+            }
+          }),
+        );
+      }
+      for (const ev of parallel > 1 ? [] : batches) {
         const b0 = nowMs();
         if (setApplier) {
           await setApplier.apply(ev);
@@ -355,6 +397,7 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
       appending = false;
       await merging;
       await workerPool?.end();
+      await Promise.all(extraPools.map((p) => p.end()));
       return ms;
     };
     let cpuMs = 0;
@@ -396,7 +439,8 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
       batchMs: { p50: percentile(times, 50), p90: percentile(times, 90), p99: percentile(times, 99), max: Math.max(...times) },
       phases,
       controlPlane: { kind: o.controlPlane ? 'DynamoDB Local' : 'in-memory', ms: Math.round(cpMs), calls: cpTally.entries() },
-      nodeMs: Math.round(wallMs - sqlMs - cpMs),
+      // With concurrent batches only the first stream's SQL is timed, and the streams overlap: no such figure.
+      nodeMs: (o.parallel ?? 1) > 1 ? Number.NaN : Math.round(wallMs - sqlMs - cpMs),
       cpuMs: Math.round(cpuMs),
       ...(server ? { server } : {}),
       ...(profile ? { profile } : {}),
@@ -532,7 +576,7 @@ function describeRun(r: ApplierRun): string {
   const m = r.merges ? `; ${r.merges.count} merges (${r.merges.rows} rows, ${r.merges.ms} ms), largest delta ${r.merges.maxDeltaRows} rows (threshold ${r.merges.threshold}), final merge ${r.merges.finalMergeMs} ms` : '';
   return (
     `${r.label}: ${r.events} events in ${r.seconds.toFixed(2)} s = ${Math.round(r.eventsPerSecond)} events/s; batch p50 ${r.batchMs.p50.toFixed(1)} ms, p99 ${r.batchMs.p99.toFixed(1)} ms; ` +
-    `outside SQL and control plane ${r.nodeMs} ms (process CPU ${r.cpuMs} ms of ${Math.round(r.seconds * 1000)} ms wall; SQL ${Math.round(r.phases.reduce((a, p) => a + p.ms, 0))} ms), control plane ${r.controlPlane.ms} ms${m}; ${r.verified ? 'warehouse matches' : 'WAREHOUSE DOES NOT MATCH'}`
+    `${Number.isNaN(r.nodeMs) ? '' : `outside SQL and control plane ${r.nodeMs} ms `}(process CPU ${r.cpuMs} ms of ${Math.round(r.seconds * 1000)} ms wall; SQL ${Math.round(r.phases.reduce((a, p) => a + p.ms, 0))} ms), control plane ${r.controlPlane.ms} ms${m}; ${r.verified ? 'warehouse matches' : 'WAREHOUSE DOES NOT MATCH'}`
   );
 }
 
@@ -557,8 +601,9 @@ export async function runApplyBench(): Promise<BenchResult> {
   const share = (batch: number): number | undefined => (batch >= 10_000 ? undefined : Math.min(opts.events, Math.round(opts.events * (batch >= 1000 ? 0.5 : 0.1))));
   const all = [10_000, 1_000, 100];
   /** The apply paths measured: the default, the adapter's PostgreSQL fast path, and experiments (bench/lib/stage-loaders.ts, bench/lib/set-apply.ts). */
-  const variants: Array<{ name: string; loader: StageLoader; stages?: StageLifecycle; batches: number[]; setBased?: boolean; latency?: boolean; merge?: 'worker' | 'inline' }> = [
+  const variants: Array<{ name: string; loader: StageLoader; stages?: StageLifecycle; batches: number[]; setBased?: boolean; latency?: boolean; merge?: 'worker' | 'inline'; parallel?: number }> = [
     { name: 'append-first (default): COPY into the delta, merge worker', loader: insertStageLoader, batches: all, latency: true, merge: 'worker' },
+    { name: 'append-first, merge worker, parallelization factor 2 (two concurrent batches, keys split, one process)', loader: insertStageLoader, batches: [10_000], merge: 'worker', parallel: 2 },
     { name: 'append-first: merges inline in the handler', loader: insertStageLoader, batches: [10_000, 1_000], merge: 'inline' },
     { name: 'default (INSERT stage, session stage tables)', loader: insertStageLoader, batches: all, latency: true },
     { name: 'COPY stage loader', loader: copyStageLoader, batches: all, latency: true },
@@ -638,7 +683,7 @@ export async function runApplyBench(): Promise<BenchResult> {
     for (const v of chosen) {
       const list: ApplierRun[] = [];
       for (const batch of v.batches) {
-        list.push(await run({ label: `${v.name}, batch ${batch}`, batch, loader: v.loader, ...(v.stages ? { stages: v.stages } : {}), ...(v.setBased ? { setBased: true } : {}), ...(v.merge ? { merge: v.merge } : {}), limit: share(batch), statements: batch === 1000, profile: profileAppend && v.merge !== undefined && batch === 10_000 }));
+        list.push(await run({ label: `${v.name}, batch ${batch}`, batch, loader: v.loader, ...(v.stages ? { stages: v.stages } : {}), ...(v.setBased ? { setBased: true } : {}), ...(v.merge ? { merge: v.merge } : {}), ...(v.parallel ? { parallel: v.parallel } : {}), limit: share(batch), statements: batch === 1000, profile: profileAppend && v.merge !== undefined && batch === 10_000 }));
       }
       byVariant.set(v.name, list);
     }
