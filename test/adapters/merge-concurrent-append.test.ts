@@ -78,93 +78,93 @@ describe('merges do not stop appends (embedded PostgreSQL)', () => {
     }
   };
 
-  it('an append commits while a merge is held midway; the merge moves exactly what it saw', async () => {
-    const source = 'held';
+  /**
+   * Applies `first` (appended) to a new table set of `source`, then holds a merge midway (another
+   * session holds a SHARE lock on the mirror, so the merge's first write waits) while `during` runs,
+   * then lets it finish. The merge is the writer's own (`own`) or another process's, and may be asked
+   * to stop appends. Returns the merge's rows.
+   */
+  async function heldMerge(source: string, first: ChangeEvent[], o: { own?: boolean; stopAppends?: boolean }, during: (writer: PgWarehouse, t: WarehouseTable) => Promise<void>): Promise<number> {
     const t = warehouseTable(source, TABLE);
     const writer = new PgWarehouse(pool);
-    const first = [event(source, 'insert', 1, 'a', next()), event(source, 'insert', 2, 'b', next())];
+    const otherPool = new pg.Pool({ connectionString: cluster.url('wh'), max: 1 });
+    const merger = o.own ? writer : new PgWarehouse(otherPool);
     expect((await apply(writer, source, 'soft', first)).mode).toBe('append');
     const blocker = await pool.connect();
     try {
       await blocker.query(`BEGIN; LOCK TABLE ${qualified(t.schema, t.mirror)} IN SHARE MODE`);
-      const merging = writer.merge({ source, table: TABLE, deleteMode: 'soft', key: ['k'] });
+      const merging = merger.merge({ source, table: TABLE, deleteMode: 'soft', key: ['k'] }, o.stopAppends ? { stopAppends: true } : {});
+      merging.catch(() => undefined); // awaited below
       await until('the merge waiting on the mirror', () => waitsOn(t.mirror));
-      const second = [event(source, 'update', 1, 'a2', next()), event(source, 'delete', 2, null, next()), event(source, 'insert', 3, 'c', next())];
-      const appended = await Promise.race([apply(writer, source, 'soft', second), new Promise<'waited'>((r) => setTimeout(() => r('waited'), 10_000))]);
+      // `during` returns once it has checked what it checks while the merge is held (what it starts
+      // that must wait for the merge, it keeps and awaits afterwards).
+      await during(writer, t);
+      await blocker.query('COMMIT');
+      return (await merging).rows;
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => undefined);
+      blocker.release();
+      await otherPool.end();
+    }
+  }
+
+  it('an append commits while a merge is held midway; the merge moves exactly what it saw', async () => {
+    const source = 'held';
+    const t = warehouseTable(source, TABLE);
+    const first = [event(source, 'insert', 1, 'a', next()), event(source, 'insert', 2, 'b', next())];
+    const second = [event(source, 'update', 1, 'a2', next()), event(source, 'delete', 2, null, next()), event(source, 'insert', 3, 'c', next())];
+    let writer: PgWarehouse | null = null;
+    const merged = await heldMerge(source, first, { own: true }, async (w) => {
+      writer = w; // the same process appends while its own merge runs
+      const appended = await Promise.race([apply(w, source, 'soft', second), new Promise<'waited'>((r) => setTimeout(() => r('waited'), 10_000))]);
       expect(appended, 'the append did not wait for the merge').not.toBe('waited');
       expect(await viewOf(t), 'the append is visible while the merge waits').toEqual([
         JSON.stringify({ k: '1', v: 'a2', _cdc_position: second[0]!.position }),
         JSON.stringify({ k: '3', v: 'c', _cdc_position: second[2]!.position }),
       ]);
       expect(await waitsOn(t.mirror), 'the merge is still waiting').toBe(true);
-      await blocker.query('COMMIT');
-      expect((await merging).rows, 'the merge moved the rows it saw').toBe(2);
-      // The process's own count of unmerged rows keeps what it appended during its merge.
-      expect(writer.pendingOf(source, TABLE).rows, 'pending after the merge').toBe(3);
-      // The appended rows stay in the delta, over the merged base; nothing left the changelog.
-      expect((await rows(t, t.delta, '"_cdc_position", "k"')).length).toBe(3);
-      expect(await rows(t, t.changelog, '"_cdc_position", "k"')).toEqual(first.map((e) => JSON.stringify({ _cdc_position: e.position, k: String(e.key.k) })));
-      const view = await viewOf(t);
-      expect(view).toHaveLength(2);
-      expect((await writer.merge({ source, table: TABLE, deleteMode: 'soft', key: ['k'] })).rows).toBe(3);
-      expect(writer.pendingOf(source, TABLE).rows, 'pending after the second merge').toBe(0);
-      expect(await viewOf(t), 'the view across the second merge').toEqual(view);
-      expect(await rows(t, t.changelog, '"_cdc_position", "k"')).toEqual([...first, ...second].map((e) => JSON.stringify({ _cdc_position: e.position, k: String(e.key.k) })));
-    } finally {
-      await blocker.query('ROLLBACK').catch(() => undefined);
-      blocker.release();
-    }
+    });
+    const w = writer!;
+    expect(merged, 'the merge moved the rows it saw').toBe(2);
+    // The process's own count of unmerged rows keeps what it appended during its merge.
+    expect(w.pendingOf(source, TABLE).rows, 'pending after the merge').toBe(3);
+    // The appended rows stay in the delta, over the merged base; nothing left the changelog.
+    expect((await rows(t, t.delta, '"_cdc_position", "k"')).length).toBe(3);
+    expect(await rows(t, t.changelog, '"_cdc_position", "k"')).toEqual(first.map((e) => JSON.stringify({ _cdc_position: e.position, k: String(e.key.k) })));
+    const view = await viewOf(t);
+    expect(view).toHaveLength(2);
+    expect((await w.merge({ source, table: TABLE, deleteMode: 'soft', key: ['k'] })).rows).toBe(3);
+    expect(w.pendingOf(source, TABLE).rows, 'pending after the second merge').toBe(0);
+    expect(await viewOf(t), 'the view across the second merge').toEqual(view);
+    expect(await rows(t, t.changelog, '"_cdc_position", "k"')).toEqual([...first, ...second].map((e) => JSON.stringify({ _cdc_position: e.position, k: String(e.key.k) })));
   }, 120_000);
 
   it('a merge asked to stop appends (a delta that outgrew its merges) holds them until it commits', async () => {
     const source = 'stopped';
     const t = warehouseTable(source, TABLE);
-    const writer = new PgWarehouse(pool);
-    const mergerPool = new pg.Pool({ connectionString: cluster.url('wh'), max: 1 });
-    const merger = new PgWarehouse(mergerPool);
-    await apply(writer, source, 'soft', [event(source, 'insert', 1, 'a', next())]);
-    const blocker = await pool.connect();
-    try {
-      await blocker.query(`BEGIN; LOCK TABLE ${qualified(t.schema, t.mirror)} IN SHARE MODE`);
-      const merging = merger.merge({ source, table: TABLE, deleteMode: 'soft', key: ['k'] }, { stopAppends: true });
-      await until('the merge waiting on the mirror', () => waitsOn(t.mirror));
-      const appending = apply(writer, source, 'soft', [event(source, 'update', 1, 'b', next())]);
+    let appending: Promise<{ mode: string }> | null = null;
+    const merged = await heldMerge(source, [event(source, 'insert', 1, 'a', next())], { stopAppends: true }, async (w) => {
+      appending = apply(w, source, 'soft', [event(source, 'update', 1, 'b', next())]);
+      appending.catch(() => undefined);
       await until('the append waiting on the delta', () => waitsOn(t.delta));
-      await blocker.query('COMMIT');
-      expect((await merging).rows).toBe(1);
-      expect((await appending).mode).toBe('append');
-      expect(await viewOf(t)).toEqual([JSON.stringify({ k: '1', v: 'b', _cdc_position: makePosition(lsn, 0) })]);
-    } finally {
-      await blocker.query('ROLLBACK').catch(() => undefined);
-      blocker.release();
-      await mergerPool.end();
-    }
+    });
+    expect(merged).toBe(1);
+    expect((await appending!).mode).toBe('append');
+    expect(await viewOf(t)).toEqual([JSON.stringify({ k: '1', v: 'b', _cdc_position: makePosition(lsn, 0) })]);
   }, 120_000);
 
   it('a full apply (a truncate) still waits for a merge, and the result is right', async () => {
     const source = 'fullwait';
     const t = warehouseTable(source, TABLE);
-    const writer = new PgWarehouse(pool);
-    const mergerPool = new pg.Pool({ connectionString: cluster.url('wh'), max: 1 });
-    const merger = new PgWarehouse(mergerPool);
-    await apply(writer, source, 'soft', [event(source, 'insert', 1, 'a', next())]);
-    const blocker = await pool.connect();
-    try {
-      await blocker.query(`BEGIN; LOCK TABLE ${qualified(t.schema, t.mirror)} IN SHARE MODE`);
-      const merging = merger.merge({ source, table: TABLE, deleteMode: 'soft', key: ['k'] });
-      await until('the merge waiting on the mirror', () => waitsOn(t.mirror));
+    let applying: Promise<{ mode: string }> | null = null;
+    await heldMerge(source, [event(source, 'insert', 1, 'a', next())], {}, async (w) => {
       const truncate: ChangeEvent = { ...event(source, 'truncate', 0, null, next()), key: {}, after: null };
-      const applying = apply(writer, source, 'soft', [truncate, event(source, 'insert', 2, 'b', next())]);
+      applying = apply(w, source, 'soft', [truncate, event(source, 'insert', 2, 'b', next())]);
+      applying.catch(() => undefined);
       await until('the full apply waiting on the delta', () => waitsOn(t.delta));
-      await blocker.query('COMMIT');
-      await merging;
-      expect((await applying).mode).toBe('apply');
-      expect(await viewOf(t)).toEqual([JSON.stringify({ k: '2', v: 'b', _cdc_position: makePosition(lsn, 0) })]);
-    } finally {
-      await blocker.query('ROLLBACK').catch(() => undefined);
-      blocker.release();
-      await mergerPool.end();
-    }
+    });
+    expect((await applying!).mode).toBe('apply');
+    expect(await viewOf(t)).toEqual([JSON.stringify({ k: '2', v: 'b', _cdc_position: makePosition(lsn, 0) })]);
   }, 120_000);
 
   for (const mode of ['soft', 'hard'] as const) {
