@@ -355,6 +355,7 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
         merges.maxDeltaRows = Math.max(merges.maxDeltaRows, stats.rows);
         const done = await mergeWorker.mergeDue();
         for (const m of done) {
+          if (m.error !== undefined) throw new Error(`the merge worker's merge of ${m.source}/${m.table} failed: ${m.error}`);
           merges.count++;
           merges.rows += m.rows;
           merges.ms += m.ms;

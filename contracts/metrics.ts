@@ -19,6 +19,12 @@ export const MetricName = {
   DEAD_LETTERS: 'DeadLetters',
   /** Batches that failed to apply (retried). Count. Dims: Sink. */
   APPLY_ERRORS: 'ApplyErrors',
+  /** Delta rows a warehouse sink's deferred merges compacted into the base (docs/warehouse-apply.md). Count. Dims: Sink. */
+  DELTA_ROWS_MERGED: 'DeltaRowsMerged',
+  /** Deferred merges that failed (nothing changed; tried again on the next append or schedule; the merge-errors alarm's metric). Count. Dims: Sink. */
+  MERGE_ERRORS: 'MergeErrors',
+  /** Merges of a delta at twice its row threshold, which stopped the table's appends while they ran (merges fall behind appends). Count. Dims: Sink. */
+  MERGES_STOPPING_APPENDS: 'MergesStoppingAppends',
   /** Schema versions registered. Count. Dims: Source. */
   SCHEMA_CHANGES: 'SchemaChanges',
   /** Tables paused by a change the normalizer could not classify as compatible. Count. Dims: Source. */

@@ -37,6 +37,10 @@ export interface IWarehouseSink extends IResource {
   metricEventsApplied(source: ICdcSource, props?: cloudwatch.MetricOptions): cloudwatch.Metric;
   /** Batches that failed to apply and were retried (`ApplyErrors`); sum per minute by default. */
   metricApplyErrors(props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+  /** Deferred merges of a table's delta that failed and are tried again (`MergeErrors`); sum per minute by default. */
+  metricMergeErrors(props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+  /** Delta rows compacted into the base by deferred merges (`DeltaRowsMerged`); sum per minute by default. */
+  metricDeltaRowsMerged(props?: cloudwatch.MetricOptions): cloudwatch.Metric;
 }
 
 /** Attributes of a sink deployed elsewhere, for `WarehouseSink.fromWarehouseSinkAttributes`. */
@@ -68,6 +72,14 @@ abstract class WarehouseSinkBase extends Resource implements IWarehouseSink {
 
   metricEventsApplied(source: ICdcSource, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
     return platformMetric(this, MetricName.EVENTS_APPLIED, { [MetricDimension.SINK]: this.sinkId, [MetricDimension.SOURCE]: source.sourceId }, props);
+  }
+
+  metricMergeErrors(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return platformMetric(this, MetricName.MERGE_ERRORS, { [MetricDimension.SINK]: this.sinkId }, props);
+  }
+
+  metricDeltaRowsMerged(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return platformMetric(this, MetricName.DELTA_ROWS_MERGED, { [MetricDimension.SINK]: this.sinkId }, props);
   }
 }
 
@@ -374,6 +386,19 @@ export class WarehouseSink extends WarehouseSinkBase implements ec2.IConnectable
           threshold: 0,
           evaluationPeriods: 5,
           datapointsToAlarm: 5,
+          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+          actions,
+        }),
+        createAlarm(this, 'MergeErrorsAlarm', {
+          nameSuffix: `${this.sinkId}-merge-errors`,
+          description:
+            `Deferred merges of warehouse sink ${this.sinkId} have failed in each of the last 15 minutes (${this.node.path}). ` +
+            'The views still show every change, but a delta that is not merged keeps growing and makes them slower to read; the applier logs name the table and the error (docs/warehouse-apply.md).',
+          metric: this.metricMergeErrors(),
+          threshold: 0,
+          // The schedule tries every due delta once a minute: a merge that keeps failing breaches every minute.
+          evaluationPeriods: 15,
+          datapointsToAlarm: 15,
           treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
           actions,
         }),

@@ -18,7 +18,7 @@ import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_TABLE, ServiceName } from '../contr
 import { METRICS_NAMESPACE, MetricName } from '../contracts/metrics.ts';
 import { KinesisChangeLog } from '../lambda/adapters/change-log-kinesis.ts';
 import { createNormalizerHandler } from '../lambda/handlers/normalizer.ts';
-import { createWarehouseApplier } from '../lambda/handlers/warehouse-applier.ts';
+import { createWarehouseApplier, type MergeDone } from '../lambda/handlers/warehouse-applier.ts';
 import { createHeldRangeReplayer } from '../lambda/handlers/warehouse-replay.ts';
 import { readChangeLog } from '../lambda/adapters/change-log-reader.ts';
 import { createSearchApplier } from '../lambda/handlers/search-applier.ts';
@@ -123,7 +123,7 @@ export class LocalPipeline {
   private replayLoop: Promise<void> | null = null;
   private replayStop = false;
   /** The warehouse sink's deferred merge of due deltas (docs/warehouse-apply.md): the schedule's second half, as on AWS. */
-  private mergeDue: (() => Promise<unknown>) | null = null;
+  private mergeDue: (() => Promise<MergeDone[]>) | null = null;
 
   constructor(private readonly o: PipelineOptions) {
     const { stack } = o;
@@ -327,7 +327,8 @@ export class LocalPipeline {
         // stopped receiving changes is merged here; mergeDue logs a failed table and goes on).
         if (this.mergeDue && Date.now() - lastMerge >= MERGE_CHECK_MS) {
           lastMerge = Date.now();
-          await this.mergeDue().catch((e: unknown) => this.o.onError?.('delta merge', e));
+          const done = await this.mergeDue().catch((e: unknown) => void this.o.onError?.('delta merge', e));
+          for (const m of done ?? []) if (m.error !== undefined) this.o.onError?.('delta merge', new Error(`${m.source}/${m.table}: ${m.error}`));
         }
         await sleep(500);
       }

@@ -237,11 +237,16 @@ export interface SourceCounts {
 }
 
 /** A merge the apply ran. */
+/** One deferred merge of a table's delta: what it merged, or why it failed. */
 export interface MergeDone {
   source: string;
   table: string;
   rows: number;
   ms: number;
+  /** The delta was at twice its threshold, so appends were stopped for this merge (`stopsAppends`). */
+  appendsStopped: boolean;
+  /** Set when the merge failed: nothing changed, the view still shows every change, and it is tried again. */
+  error?: string;
 }
 
 /** What happened to a batch. */
@@ -262,7 +267,7 @@ export interface ApplyOutcome extends BatchOutcome {
   bySource: Map<string, SourceCounts>;
   /** Table batches that failed or were held on an error (the `ApplyErrors` metric). */
   applyErrors: number;
-  /** Merges run after the appends of this batch. */
+  /** Merges run after the appends of this batch (failed ones with their `error`). */
   merges: MergeDone[];
 }
 
@@ -336,7 +341,18 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
     const stop = stopsAppends(policy, rows);
     const r = await writer.merge(target, stop ? { stopAppends: true } : undefined);
     if (r.rows > 0) log.info('delta merged into the base', { source: target.source, table: target.table, rows: r.rows, ms: r.ms, appendsStopped: stop });
-    return { source: target.source, table: target.table, rows: r.rows, ms: r.ms };
+    return { source: target.source, table: target.table, rows: r.rows, ms: r.ms, appendsStopped: stop };
+  }
+
+  /** A deferred merge that may fail: a failure is logged and returned (it is tried again on the next append or schedule). */
+  async function tryMerge(target: MergeTarget, rows: number): Promise<MergeDone> {
+    const t0 = Date.now();
+    try {
+      return await runMerge(target, rows);
+    } catch (err) {
+      log.error('delta merge failed; the view still shows every change, the merge is tried again', { source: target.source, table: target.table, error: describeError(err) });
+      return { source: target.source, table: target.table, rows: 0, ms: Date.now() - t0, appendsStopped: stopsAppends(policy, rows), error: describeError(err) };
+    }
   }
 
   async function applyRecords(records: readonly ChangeRecord[], options: ApplyOptions = {}): Promise<ApplyOutcome> {
@@ -533,11 +549,7 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
       const at = Date.now();
       for (const m of appended.values()) {
         if (!mergeDueFor(policy, m.pending.rows, m.pending.since, at)) continue;
-        try {
-          merges.push(await runMerge(m, m.pending.rows));
-        } catch (err) {
-          log.error('delta merge failed; the view still shows every change, the merge is tried again', { source: m.source, table: m.table, error: describeError(err) });
-        }
+        merges.push(await tryMerge(m, m.pending.rows));
       }
     }
 
@@ -562,14 +574,17 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
     const out: MergeDone[] = [];
     const at = Date.now();
     for (const rec of await cp.listTables(options.source)) {
+      const t0 = Date.now();
       try {
         const target = await mergeTargetOf(rec.source, rec.table);
         if (!target) continue;
         const stats = await writer.deltaStats(target);
         if (stats.rows === 0 || (!options.force && !mergeDueFor(policy, stats.rows, stats.oldest, at))) continue;
-        out.push(await runMerge(target, stats.rows));
+        out.push(await tryMerge(target, stats.rows));
       } catch (err) {
+        // Finding the table's target or its delta failed: as much a failed merge as the merge's own error.
         log.error('delta merge failed; the view still shows every change, the merge is tried again', { source: rec.source, table: rec.table, error: describeError(err) });
+        out.push({ source: rec.source, table: rec.table, rows: 0, ms: Date.now() - t0, appendsStopped: false, error: describeError(err) });
       }
     }
     return out;

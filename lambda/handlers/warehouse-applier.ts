@@ -71,7 +71,7 @@ export interface WarehouseApplier {
   applyRecords(records: readonly ChangeRecord[], options?: ApplyOptions): Promise<BatchOutcome>;
   /** The Lambda handler for a Kinesis event source mapping with `ReportBatchItemFailures`. */
   handler(event: KinesisStreamEvent, context?: Context): Promise<KinesisStreamBatchResponse>;
-  /** Merges every registered table's delta that is due (`force`: every non-empty one). */
+  /** Merges every registered table's delta that is due (`force`: every non-empty one); a failed merge is returned with its `error` (and counted in `MergeErrors`). */
   mergeDue(options?: { force?: boolean; source?: string }): Promise<MergeDone[]>;
   /** Merges one table's delta now. */
   mergeTable(source: string, table: string): Promise<MergeDone>;
@@ -141,14 +141,32 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
       if (c.lag.length > 0) emit(MetricName.END_TO_END_LAG, MetricUnit.Milliseconds, c.lag, { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
     }
     if (outcome.applyErrors > 0) emit(MetricName.APPLY_ERRORS, MetricUnit.Count, [outcome.applyErrors], { [MetricDimension.SINK]: sinkId });
+    emitMerges(outcome.merges);
     return outcome;
+  }
+
+  /** The deferred merges' metrics (inline after a batch, or the schedule's `mergeDue`). */
+  function emitMerges(merges: readonly MergeDone[]): void {
+    const sink = { [MetricDimension.SINK]: sinkId };
+    const rows = merges.reduce((n, m) => n + m.rows, 0);
+    const errors = merges.filter((m) => m.error !== undefined).length;
+    const stopping = merges.filter((m) => m.appendsStopped && m.error === undefined).length;
+    if (rows > 0) emit(MetricName.DELTA_ROWS_MERGED, MetricUnit.Count, [rows], sink);
+    if (errors > 0) emit(MetricName.MERGE_ERRORS, MetricUnit.Count, [errors], sink);
+    if (stopping > 0) emit(MetricName.MERGES_STOPPING_APPENDS, MetricUnit.Count, [stopping], sink);
+  }
+
+  async function mergeDue(options?: { force?: boolean; source?: string }): Promise<MergeDone[]> {
+    const done = await apply.mergeDue(options);
+    emitMerges(done);
+    return done;
   }
 
   async function handler(event: KinesisStreamEvent, context?: Context): Promise<KinesisStreamBatchResponse> {
     return partialBatchResponse(event, await applyRecords(event.Records.map(changeRecordOf)), processor, context);
   }
 
-  return { applyRecords, handler, mergeDue: apply.mergeDue, mergeTable: apply.mergeTable, warehouse };
+  return { applyRecords, handler, mergeDue, mergeTable: apply.mergeTable, warehouse };
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -131,8 +131,24 @@ describe('WarehouseSink', () => {
         AlarmName: `Test-warehouse-end-to-end-lag-${source}`,
       });
     }
-    // Per source: lag and dead letters; per sink: apply errors, dead-letter queue, iterator age.
-    expect(s.alarms).toHaveLength(2 * 2 + 3);
+    // A merge that keeps failing: the sink's MergeErrors in each of 15 minutes (the schedule tries every minute).
+    t.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      Namespace: 'CdcPlatform',
+      MetricName: 'MergeErrors',
+      Dimensions: [{ Name: 'Sink', Value: 'warehouse' }],
+      Statistic: 'Sum',
+      Period: 60,
+      Threshold: 0,
+      EvaluationPeriods: 15,
+      DatapointsToAlarm: 15,
+      ComparisonOperator: 'GreaterThanThreshold',
+      TreatMissingData: 'notBreaching',
+      AlarmActions: [{ Ref: Match.stringLikeRegexp('^Topic') }],
+      AlarmName: 'Test-warehouse-merge-errors',
+    });
+    expect(s.metricDeltaRowsMerged().metricName).toBe('DeltaRowsMerged');
+    // Per source: lag and dead letters; per sink: apply errors, merge errors, dead-letter queue, iterator age.
+    expect(s.alarms).toHaveLength(2 * 2 + 4);
   });
 
   test('alarms can be switched off', () => {

@@ -197,10 +197,44 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     let p = 10;
     const append = (n: number) => a.applyRecords(records(Array.from({ length: n }, (_, i) => ev('pressure', 'public.orders', 'insert', ++p, { id: i }, full(i)))));
     await append(3); // due (≥ 2), not twice the threshold
-    expect((await a.mergeDue()).map((m) => m.rows)).toEqual([3]);
+    const emf = captureEmf();
+    expect((await a.mergeDue()).map((m) => [m.rows, m.appendsStopped])).toEqual([[3, false]]);
     await append(4); // twice the threshold
-    expect((await a.mergeDue()).map((m) => m.rows)).toEqual([4]);
+    expect((await a.mergeDue()).map((m) => [m.rows, m.appendsStopped])).toEqual([[4, true]]);
     expect(seen).toEqual([{ rows: 3, options: undefined }, { rows: 4, options: { stopAppends: true } }]);
+    // The merges' metrics: rows merged per call, and the merge that stopped appends.
+    expect(emf.metric(MetricName.DELTA_ROWS_MERGED).map((m) => m.value)).toEqual([3, 4]);
+    expect(emf.metric(MetricName.MERGES_STOPPING_APPENDS)).toEqual([{ value: 1, dims: { Sink: SINK }, dimNames: ['Sink'] }]);
+    expect(emf.metric(MetricName.MERGE_ERRORS)).toEqual([]);
+  });
+
+  it('a merge that fails changes nothing, is returned with its error and counted in MergeErrors (inline and scheduled), and succeeds on the next try', async () => {
+    const cp = new MemoryControlPlane();
+    await register(cp, 'failing', 'public.orders', ORDERS, ['id']);
+    const a = applier(cp, undefined, { maxRows: 2, maxAgeMs: 3_600_000 });
+    const n = names('failing', 'public.orders');
+    const merge = a.warehouse.merge.bind(a.warehouse);
+    let broken = true;
+    a.warehouse.merge = async (target, options) => {
+      if (broken) throw new Error('warehouse said no');
+      return merge(target, options);
+    };
+    const emf = captureEmf();
+    const full = (k: number) => ({ id: k, status: 'new', amount: '1.00', note: null });
+    const out = await a.applyRecords(records([ev('failing', 'public.orders', 'insert', 1, { id: 1 }, full(1)), ev('failing', 'public.orders', 'insert', 2, { id: 2 }, full(2))]));
+    expect(out.failed).toEqual([]); // the batch is applied; only its inline merge failed
+    expect(emf.metric(MetricName.MERGE_ERRORS), 'the inline merge failed').toHaveLength(1);
+    expect(await rows(`SELECT id FROM ${n.view} ORDER BY id`)).toEqual([{ id: '1' }, { id: '2' }]);
+    expect((await a.mergeDue()).map((m) => m.error)).toEqual(['Error: warehouse said no']);
+    expect(emf.metric(MetricName.MERGE_ERRORS)).toEqual([
+      { value: 1, dims: { Sink: SINK }, dimNames: ['Sink'] },
+      { value: 1, dims: { Sink: SINK }, dimNames: ['Sink'] },
+    ]);
+    expect(await rows(`SELECT count(*) AS n FROM ${qualified(n.t.schema, n.t.delta)}`)).toEqual([{ n: '2' }]);
+    broken = false;
+    expect((await a.mergeDue()).map((m) => [m.rows, m.error])).toEqual([[2, undefined]]);
+    expect(emf.metric(MetricName.DELTA_ROWS_MERGED).map((m) => m.value)).toEqual([2]);
+    expect(await rows(`SELECT id FROM ${n.view} ORDER BY id`)).toEqual([{ id: '1' }, { id: '2' }]);
   });
 
   it('applies a batch through the Lambda handler into changelog, mirror and view, then advances the high-water mark', async () => {
