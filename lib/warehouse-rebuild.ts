@@ -55,7 +55,8 @@ export interface WarehouseRebuildProps {
    */
   readonly archivePrefix?: string;
   /**
-   * Memory of the worker; the replay holds one table's events in memory to order them.
+   * Memory of the worker; the replay holds one table's events in memory to order them, up to 40 %
+   * of the heap (a larger history stops with `REPLAY_TOO_LARGE`: docs/rebuild.md, "Limits").
    * @default Size.mebibytes(2048)
    */
   readonly memorySize?: Size;

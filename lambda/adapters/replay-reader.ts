@@ -14,6 +14,7 @@
  *   horizon when nothing of the shard is archived.
  * Objects written by Firehose are gzip: a body that starts with gzip's magic bytes is unzipped.
  */
+import { getHeapStatistics } from 'node:v8';
 import { gunzipSync } from 'node:zlib';
 import type { KinesisClient } from '@aws-sdk/client-kinesis';
 import { readShard, shardsInOrder, type LogRecord } from './change-log-reader.ts';
@@ -46,6 +47,36 @@ export interface ReplayReaderOptions {
   stream: string;
   /** Where events stored out of line are read back (claim checks; docs/large-records.md). */
   payloads?: PayloadStore;
+  /**
+   * How many bytes of events (their JSON) one read may hold: the replay keeps the range's events
+   * in memory to order them, and a read over it stops with `ReplayTooLargeError` instead of
+   * running the process out of memory. @default `defaultReplayBudget()`
+   */
+  maxHeldBytes?: number;
+}
+
+/**
+ * Share of the heap a replay's events may take. A parsed event takes about as much heap as its
+ * JSON (0.95× measured, 100,000 events of the bench's history); the rest is for the apply's
+ * batches and their COPY text, the sort and the deduplication.
+ */
+export const REPLAY_HEAP_SHARE = 0.4;
+
+/** The default `maxHeldBytes`: `REPLAY_HEAP_SHARE` of this process's heap limit. */
+export function defaultReplayBudget(): number {
+  return Math.floor(getHeapStatistics().heap_size_limit * REPLAY_HEAP_SHARE);
+}
+
+/** A replay would hold more events than its budget: stopped before the process runs out of memory (docs/rebuild.md, "Limits"). */
+export class ReplayTooLargeError extends CdcError {
+  constructor(range: ReplayRange, events: number, bytes: number, budget: number) {
+    const mb = (n: number): string => `${(n / 1048576).toFixed(0)} MB`;
+    super(
+      'REPLAY_TOO_LARGE',
+      `the replay of ${range.source}/${range.table} from ${range.from} holds ${events} events (${mb(bytes)} of JSON) and has not reached its end, over what this process may hold (${mb(budget)}): ` +
+        'rebuild from a later position with --from (one after a snapshot of the table, which the archive still holds), or give the rebuild more memory',
+    );
+  }
 }
 
 /** What a replay read, for the report and the bench. */
@@ -94,9 +125,13 @@ function parseLines(body: Buffer): string[] {
 
 export class ReplayReader {
   private readonly prefix: string;
+  private readonly budget: number;
+  /** Bytes of events read back from the payload store (claim checks) since the count was last taken. */
+  private claimedBytes = 0;
 
   constructor(private readonly o: ReplayReaderOptions) {
     this.prefix = o.prefix ?? 'change-log/';
+    this.budget = o.maxHeldBytes ?? defaultReplayBudget();
   }
 
   /** Lists what the archive holds for the table and checks its chain (throws `ReplayHoleError`). */
@@ -129,6 +164,7 @@ export class ReplayReader {
     const h = history ?? (await this.checkHistory(range.source, range.table));
     const stats: ReplayStats = { objectsRead: 0, bytesRead: 0, keysListed: h.keysListed, legacyObjects: 0, archiveRecords: 0, streamRecords: 0, events: 0, invalid: 0, shards: [] };
     const fromArchive: ChangeEvent[] = [];
+    let held = 0;
     // Highest archived sequence number per shard: markers prove the by-table layout's; batch-layout objects name theirs.
     const archivedLast = new Map<string, string>();
     for (const [shard, c] of h.coverage) archivedLast.set(shard, c.lastSeq);
@@ -157,12 +193,15 @@ export class ReplayReader {
         let e = this.event(line, range);
         if (e instanceof Promise) e = await e;
         if (e === 'invalid') stats.invalid++;
-        else if (e) fromArchive.push(e);
+        else if (e) {
+          fromArchive.push(e);
+          held = this.hold(held, line.length, fromArchive.length, range);
+        }
       }
     }
     const start = new Map<string, string | null>();
     for (const shard of await shardsInOrder(this.o.kinesis, this.o.stream)) start.set(shard.ShardId!, archivedLast.get(shard.ShardId!) ?? null);
-    const tail = await this.readStream(range, start, stats);
+    const tail = await this.readStream(range, start, stats, { events: fromArchive.length, bytes: held });
     const events = mergeReplay([fromArchive, tail.events], range);
     stats.events = events.length;
     return { events, stats, resume: tail.resume };
@@ -173,8 +212,9 @@ export class ReplayReader {
    * junction is checked; null: the trim horizon) to the shard's tip. Returns the range's events
    * and where each shard ended (the next call's `start`, for a catch-up).
    */
-  async readStream(range: ReplayRange, start: ReadonlyMap<string, string | null>, stats?: ReplayStats): Promise<{ events: ChangeEvent[]; resume: Map<string, string | null> }> {
+  async readStream(range: ReplayRange, start: ReadonlyMap<string, string | null>, stats?: ReplayStats, before: { events: number; bytes: number } = { events: 0, bytes: 0 }): Promise<{ events: ChangeEvent[]; resume: Map<string, string | null> }> {
     const out: ChangeEvent[] = [];
+    let held = before.bytes;
     const resume = new Map<string, string | null>();
     for (const shard of await shardsInOrder(this.o.kinesis, this.o.stream)) {
       const id = shard.ShardId!;
@@ -196,7 +236,10 @@ export class ReplayReader {
           if (e instanceof Promise) e = await e;
           if (e === 'invalid') {
             if (stats) stats.invalid++;
-          } else if (e) out.push(e);
+          } else if (e) {
+            out.push(e);
+            held = this.hold(held, r.text.length, before.events + out.length, range);
+          }
         }
       }
       if (first && at !== null) checkStreamJunction(id, at, null, closed);
@@ -207,6 +250,14 @@ export class ReplayReader {
       }
     }
     return { events: mergeReplay([out], range), resume };
+  }
+
+  /** What the read holds after one more event of `bytes` (and any read back from the payload store); throws `ReplayTooLargeError` over the budget. */
+  private hold(held: number, bytes: number, events: number, range: ReplayRange): number {
+    const now = held + bytes + this.claimedBytes;
+    this.claimedBytes = 0;
+    if (now > this.budget) throw new ReplayTooLargeError(range, events, now, this.budget);
+    return now;
   }
 
   /**
@@ -228,7 +279,10 @@ export class ReplayReader {
       const claim = validateClaimCheck(parsed);
       const payloads = this.o.payloads;
       if (!payloads) throw new CdcError('PAYLOAD_STORE_MISSING', `the replay of ${range.source}/${range.table} needs the payload store to read ${claim.claim.ref}`);
-      return resolveClaim(payloads, claim).then((text) => validated(JSON.parse(text)));
+      return resolveClaim(payloads, claim).then((text) => {
+        this.claimedBytes += text.length;
+        return validated(JSON.parse(text));
+      });
     }
     return validated(parsed);
   }

@@ -11,6 +11,8 @@
  * - with a batch marker removed from the middle of a shard, the read fails with `ReplayHoleError`
  *   (never a silent gap); with a shard's first marker removed, the history check reports that the
  *   history is not complete from the beginning.
+ * And: a read over its memory budget stops with `ReplayTooLargeError` (what it held counted across
+ * archive and stream).
  *
  * Runs and seed: `CDC_REPLAY_READER_RUNS` (default 40; the pure chain and merge property in test/core/replay.test.ts runs hundreds) and `CDC_PROPERTY_SEED` (default random,
  * printed).
@@ -32,7 +34,7 @@ import { createArchiveCopier } from '../../lambda/core/archive.ts';
 import { FolderArchive } from '../../local/archive.ts';
 import { seededRandom } from '../../local/demo.ts';
 import { startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
-import { ReplayReader } from '../../lambda/adapters/replay-reader.ts';
+import { ReplayReader, defaultReplayBudget } from '../../lambda/adapters/replay-reader.ts';
 import { sha256, type PayloadStore } from '../../lambda/core/payload-store.ts';
 
 const RUNS = Number(process.env.CDC_REPLAY_READER_RUNS ?? 40);
@@ -209,6 +211,26 @@ describe('replay reader over the archive and the stream (property)', () => {
     expect(got.events.map((e) => e.after!.v)).toEqual([1, 3]);
     expect(got.stats.legacyObjects).toBe(1);
     expect(got.stats.shards[0]!.archivedThrough).toBe(records[1]!.sequenceNumber);
+  });
+
+  it('a replay over its budget stops with REPLAY_TOO_LARGE, naming the table and what to do; the events it held count across archive and stream', async () => {
+    const archive = new FolderArchive(path.join(dir, 'budget'));
+    await createStream(kinesis, 'budget', 1);
+    const evs = [1, 2, 3, 4, 5, 6].map((i) => event(i % 3 === 0 ? 'public.b' : 'public.a', i, makePosition(BigInt(0x10 + i), 0), i));
+    await kinesis.send(new PutRecordsCommand({ StreamName: 'budget', Records: evs.map((e) => ({ PartitionKey: 'k', Data: Buffer.from(JSON.stringify(e)) })) }));
+    const records: LogRecord[] = [];
+    for await (const page of readChangeLog(kinesis, 'budget')) records.push(...page);
+    await createArchiveCopier({ archive, layout: 'by-table' })(kinesisEvent(records.slice(0, 3))); // the rest only in the stream
+    const range = { source: 'src', table: 'public.a', from: '0'.repeat(24), to: 'f'.repeat(24) };
+    const bytes = evs.filter((e) => e.table === 'public.a').reduce((n, e) => n + JSON.stringify(e).length, 0);
+    const got = await new ReplayReader({ archive, kinesis, stream: 'budget', maxHeldBytes: bytes }).read(range);
+    expect(got.events.map((e) => e.after!.v)).toEqual([1, 2, 4, 5]);
+    expect(got.stats.archiveRecords + got.stats.streamRecords).toBeGreaterThan(4); // both parts read
+    const err = await new ReplayReader({ archive, kinesis, stream: 'budget', maxHeldBytes: bytes - 1 }).read(range).then(() => null, (e: unknown) => e);
+    expect((err as { code?: string } | null)?.code).toBe('REPLAY_TOO_LARGE');
+    expect(String(err)).toMatch(/replay of src\/public\.a .*holds 4 events.*--from/);
+    // The default budget is a share of this process's heap.
+    expect(defaultReplayBudget()).toBeGreaterThan(100 * 1024 * 1024);
   });
 
   it('reads an event stored out of line (a claim check) back from the payload store, in the archive and in the stream; without the store the replay stops', async () => {
