@@ -236,7 +236,6 @@ export interface SourceCounts {
   lag: number[];
 }
 
-/** A merge the apply ran. */
 /** One deferred merge of a table's delta: what it merged, or why it failed. */
 export interface MergeDone {
   source: string;
