@@ -39,6 +39,8 @@ export const EnvName = {
   MERGE_MAX_ROWS: 'CDC_MERGE_MAX_ROWS',
   /** Warehouse sink: age in ms of a delta's oldest row at which it is merged. */
   MERGE_MAX_AGE_MS: 'CDC_MERGE_MAX_AGE_MS',
+  /** Warehouse sink: `true` when only the schedule merges (the applier does not merge after its appends). */
+  MERGE_ON_SCHEDULE: 'CDC_MERGE_ON_SCHEDULE',
   /** Search sink: the OpenSearch endpoint (`https://…` of the domain; requests are SigV4-signed for `AWS_REGION`). */
   SEARCH_ENDPOINT: 'CDC_SEARCH_ENDPOINT',
   /** Search sink: JSON array of the tables it serves, `[{"source","table","deleteMode"}]` (see lambda/core/search-plan.ts). */

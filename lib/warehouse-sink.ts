@@ -193,6 +193,16 @@ export interface WarehouseSinkProps {
    * @default Duration.minutes(1)
    */
   readonly mergeMaxAge?: Duration;
+  /**
+   * Whether only the applier's one-minute schedule merges deltas. By default the applier also
+   * merges a table's delta right after an append that makes it due, which adds the merge's
+   * duration (about a second per 50,000 rows) to that batch and so to its shard's lag; on the
+   * schedule alone no batch carries a merge (on PostgreSQL a merge does not stop appends), and a
+   * busy table's delta holds up to about a minute of its changes; a table with more than twice
+   * `mergeMaxRows` changes a minute is then merged with its appends stopped (docs/warehouse-apply.md, "When").
+   * @default false
+   */
+  readonly mergeOnSchedule?: boolean;
 }
 
 /**
@@ -309,6 +319,7 @@ export class WarehouseSink extends WarehouseSinkBase implements ec2.IConnectable
         // Merge thresholds: set only when given, the applier's defaults otherwise (docs/warehouse-apply.md).
         ...(props.mergeMaxRows !== undefined ? { [EnvName.MERGE_MAX_ROWS]: String(props.mergeMaxRows) } : {}),
         ...(props.mergeMaxAge !== undefined ? { [EnvName.MERGE_MAX_AGE_MS]: String(props.mergeMaxAge.toMilliseconds()) } : {}),
+        ...(props.mergeOnSchedule === true ? { [EnvName.MERGE_ON_SCHEDULE]: 'true' } : {}),
       },
       memorySize: props.memorySize ?? Size.mebibytes(1024),
       timeout: props.timeout ?? Duration.minutes(5),

@@ -60,9 +60,10 @@ describe('WarehouseSink', () => {
       (resourcesOf(Template.fromStack(f.stack), 'AWS::Lambda::Function').find(([id]) => id === f.stack.getLogicalId(s.applier.node.defaultChild as never))![1].Properties as { Environment: { Variables: Record<string, unknown> } }).Environment.Variables;
     expect(env(p, plain)).not.toHaveProperty('CDC_MERGE_MAX_ROWS');
     expect(env(p, plain)).not.toHaveProperty('CDC_MERGE_MAX_AGE_MS');
+    expect(env(p, plain)).not.toHaveProperty('CDC_MERGE_ON_SCHEDULE');
     const tuned = fixture();
-    const s = sink(tuned, { mergeMaxRows: 200_000, mergeMaxAge: Duration.minutes(5) });
-    expect(env(s, tuned)).toMatchObject({ CDC_MERGE_MAX_ROWS: '200000', CDC_MERGE_MAX_AGE_MS: '300000' });
+    const s = sink(tuned, { mergeMaxRows: 200_000, mergeMaxAge: Duration.minutes(5), mergeOnSchedule: true });
+    expect(env(s, tuned)).toMatchObject({ CDC_MERGE_MAX_ROWS: '200000', CDC_MERGE_MAX_AGE_MS: '300000', CDC_MERGE_ON_SCHEDULE: 'true' });
     expect(() => sink(fixture(), { mergeMaxRows: 0 })).toThrow(/mergeMaxRows must be an integer from 1 to 10000000, got 0/);
     expect(() => sink(fixture(), { mergeMaxAge: Duration.hours(2) })).toThrow(/mergeMaxAge must be between 1 second and 1 hour, got 2 hours/);
   });

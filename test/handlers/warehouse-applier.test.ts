@@ -16,7 +16,7 @@ import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
 import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
 import { toKinesisStreamEvent } from '../../lambda/adapters/kinesis-event.ts';
 import { copyStageLoader, type PgWarehouseOptions } from '../../lambda/adapters/warehouse-pg.ts';
-import { createWarehouseApplier, type ChangeRecord, type MergePolicy, type WarehouseApplier } from '../../lambda/handlers/warehouse-applier.ts';
+import { createWarehouseApplier, mergePolicyFromEnvironment, type ChangeRecord, type MergePolicy, type WarehouseApplier } from '../../lambda/handlers/warehouse-applier.ts';
 import type { ColumnDef, ControlPlane, DeleteMode, TableState } from '../../lambda/core/control-plane.ts';
 import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/event.ts';
 import { makePosition } from '../../lambda/core/position.ts';
@@ -111,6 +111,29 @@ function captureEmf(): { lines: Emf[]; metric(name: string): { value: number; di
     },
   };
 }
+
+describe('the merge policy from the environment (WarehouseSink props mergeMaxRows, mergeMaxAge, mergeOnSchedule)', () => {
+  const names = ['CDC_MERGE_MAX_ROWS', 'CDC_MERGE_MAX_AGE_MS', 'CDC_MERGE_ON_SCHEDULE'] as const;
+  const saved = Object.fromEntries(names.map((n) => [n, process.env[n]]));
+  afterEach(() => {
+    for (const n of names) {
+      if (saved[n] === undefined) delete process.env[n];
+      else process.env[n] = saved[n];
+    }
+  });
+
+  it('unset: the defaults (inline merges); mergeOnSchedule leaves merges to the schedule; a bad value is refused by name', () => {
+    for (const n of names) delete process.env[n];
+    expect(mergePolicyFromEnvironment()).toEqual({ maxRows: 50_000, maxAgeMs: 60_000, inline: true });
+    process.env.CDC_MERGE_ON_SCHEDULE = 'true';
+    process.env.CDC_MERGE_MAX_ROWS = '200000';
+    expect(mergePolicyFromEnvironment()).toEqual({ maxRows: 200_000, maxAgeMs: 60_000, inline: false });
+    process.env.CDC_MERGE_ON_SCHEDULE = 'false';
+    expect(mergePolicyFromEnvironment().inline).toBe(true);
+    process.env.CDC_MERGE_ON_SCHEDULE = 'yes';
+    expect(() => mergePolicyFromEnvironment()).toThrow(/CDC_MERGE_ON_SCHEDULE must be true or false, got "yes"/);
+  });
+});
 
 describe('warehouse applier on embedded PostgreSQL', () => {
   let cluster: PostgresCluster;
