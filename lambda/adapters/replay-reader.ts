@@ -126,8 +126,6 @@ function parseLines(body: Buffer): string[] {
 export class ReplayReader {
   private readonly prefix: string;
   private readonly budget: number;
-  /** Bytes of events read back from the payload store (claim checks) since the count was last taken. */
-  private claimedBytes = 0;
 
   constructor(private readonly o: ReplayReaderOptions) {
     this.prefix = o.prefix ?? 'change-log/';
@@ -191,11 +189,12 @@ export class ReplayReader {
       for (const line of parseLines(body)) {
         stats.archiveRecords++;
         let e = this.event(line, range);
-        if (e instanceof Promise) e = await e;
+        let bytes = line.length;
+        if (e instanceof Promise) ({ event: e, bytes } = await e);
         if (e === 'invalid') stats.invalid++;
         else if (e) {
           fromArchive.push(e);
-          held = this.hold(held, line.length, fromArchive.length, range);
+          held = this.hold(held, bytes, fromArchive.length, range);
         }
       }
     }
@@ -233,12 +232,13 @@ export class ReplayReader {
           if (at !== null && compareSequenceNumbers(r.sequenceNumber, at) <= 0) continue;
           n++;
           let e = this.event(r.text, range);
-          if (e instanceof Promise) e = await e;
+          let bytes = r.text.length;
+          if (e instanceof Promise) ({ event: e, bytes } = await e);
           if (e === 'invalid') {
             if (stats) stats.invalid++;
           } else if (e) {
             out.push(e);
-            held = this.hold(held, r.text.length, before.events + out.length, range);
+            held = this.hold(held, bytes, before.events + out.length, range);
           }
         }
       }
@@ -252,10 +252,9 @@ export class ReplayReader {
     return { events: mergeReplay([out], range), resume };
   }
 
-  /** What the read holds after one more event of `bytes` (and any read back from the payload store); throws `ReplayTooLargeError` over the budget. */
+  /** What the read holds after one more event of `bytes`; throws `ReplayTooLargeError` over the budget. */
   private hold(held: number, bytes: number, events: number, range: ReplayRange): number {
-    const now = held + bytes + this.claimedBytes;
-    this.claimedBytes = 0;
+    const now = held + bytes;
     if (now > this.budget) throw new ReplayTooLargeError(range, events, now, this.budget);
     return now;
   }
@@ -263,9 +262,10 @@ export class ReplayReader {
   /**
    * The line's event if it belongs to the range's table (null if another table's, 'invalid' if not
    * an event). Synchronous for an event stored in line (the replay's per-line cost: no promise per
-   * line); a promise only for a claim check, which is read back from the payload store.
+   * line); a promise only for a claim check, which is read back from the payload store, with the
+   * size of the event it read (what the replay then holds).
    */
-  private event(line: string, range: ReplayRange): ChangeEvent | null | 'invalid' | Promise<ChangeEvent | 'invalid'> {
+  private event(line: string, range: ReplayRange): ChangeEvent | null | 'invalid' | Promise<{ event: ChangeEvent | 'invalid'; bytes: number }> {
     let parsed: unknown;
     try {
       parsed = JSON.parse(line);
@@ -279,10 +279,7 @@ export class ReplayReader {
       const claim = validateClaimCheck(parsed);
       const payloads = this.o.payloads;
       if (!payloads) throw new CdcError('PAYLOAD_STORE_MISSING', `the replay of ${range.source}/${range.table} needs the payload store to read ${claim.claim.ref}`);
-      return resolveClaim(payloads, claim).then((text) => {
-        this.claimedBytes += text.length;
-        return validated(JSON.parse(text));
-      });
+      return resolveClaim(payloads, claim).then((text) => ({ event: validated(JSON.parse(text)), bytes: text.length }));
     }
     return validated(parsed);
   }

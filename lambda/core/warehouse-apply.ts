@@ -349,9 +349,14 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
     try {
       return await runMerge(target, rows);
     } catch (err) {
-      log.error('delta merge failed; the view still shows every change, the merge is tried again', { source: target.source, table: target.table, error: describeError(err) });
-      return { source: target.source, table: target.table, rows: 0, ms: Date.now() - t0, appendsStopped: stopsAppends(policy, rows), error: describeError(err) };
+      return failedMerge(target.source, target.table, t0, stopsAppends(policy, rows), err);
     }
+  }
+
+  /** A deferred merge that failed (nothing changed): logged, and returned with its error. */
+  function failedMerge(source: string, table: string, t0: number, appendsStopped: boolean, err: unknown): MergeDone {
+    log.error('delta merge failed; the view still shows every change, the merge is tried again', { source, table, error: describeError(err) });
+    return { source, table, rows: 0, ms: Date.now() - t0, appendsStopped, error: describeError(err) };
   }
 
   async function applyRecords(records: readonly ChangeRecord[], options: ApplyOptions = {}): Promise<ApplyOutcome> {
@@ -582,8 +587,7 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
         out.push(await tryMerge(target, stats.rows));
       } catch (err) {
         // Finding the table's target or its delta failed: as much a failed merge as the merge's own error.
-        log.error('delta merge failed; the view still shows every change, the merge is tried again', { source: rec.source, table: rec.table, error: describeError(err) });
-        out.push({ source: rec.source, table: rec.table, rows: 0, ms: Date.now() - t0, appendsStopped: false, error: describeError(err) });
+        out.push(failedMerge(rec.source, rec.table, t0, false, err));
       }
     }
     return out;

@@ -265,5 +265,10 @@ describe('replay reader over the archive and the stream (property)', () => {
     expect(got.stats.streamRecords).toBe(2);
     const err = await new ReplayReader({ archive, kinesis, stream: 'claims' }).read(range).then(() => null, (e: unknown) => e);
     expect((err as { code?: string } | null)?.code).toBe('PAYLOAD_STORE_MISSING');
+    // What the replay holds counts an event read back at its whole size, not its claim check's.
+    const whole = evs.reduce((n, e) => n + JSON.stringify(e).length, 0);
+    expect((await new ReplayReader({ archive, kinesis, stream: 'claims', payloads, maxHeldBytes: whole }).read(range)).events).toHaveLength(4);
+    const over = await new ReplayReader({ archive, kinesis, stream: 'claims', payloads, maxHeldBytes: whole - 1 }).read(range).then(() => null, (e: unknown) => e);
+    expect((over as { code?: string } | null)?.code).toBe('REPLAY_TOO_LARGE');
   });
 });
