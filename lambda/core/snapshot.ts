@@ -218,7 +218,9 @@ export function chunkEndKey(shape: SnapshotTableShape, read: Pick<ChunkRead, 'ro
   const text = read.copyText;
   if (text === undefined) return cursorAfter(shape, read.rows);
   if (text === '') return null;
-  const start = text.lastIndexOf('\n', text.length - 2) + 1;
+  // The newline before the last line's own (none when the text is one line: a lone "\n" is one
+  // row whose single column is the empty string, and lastIndexOf(…, -1) would find that newline).
+  const start = text.length < 2 ? 0 : text.lastIndexOf('\n', text.length - 2) + 1;
   return cursorAfter(shape, parseCopyText(text.slice(start), shape.columns.length, `${shape.table} chunk (last row)`));
 }
 

@@ -112,6 +112,12 @@ describe('packing from COPY text', () => {
     expect(read.rows).toBe(read.rows);
     const empty = copyChunkRead({ ...READ, fenceXid: '1', fenceWaitMs: 0, readMs: 0, fromReplica: false }, '', 4, 'public.t chunk');
     expect([chunkRowCount(empty), chunkEndKey(SHAPE, empty), empty.rows, packChunkRecords('src', SHAPE, empty, NO_COLUMN_RULES)]).toEqual([0, null, [], []]);
+    // One row whose only column (the key) is the empty string: its text is a lone newline.
+    const oneColumn: SnapshotTableShape = { ...SHAPE, columns: [SHAPE.columns[0]!], key: [SHAPE.columns[0]!.name] };
+    const lone = copyChunkRead({ ...READ, fenceXid: '1', fenceWaitMs: 0, readMs: 0, fromReplica: false }, '\n', 1, 'public.t chunk');
+    expect([chunkRowCount(lone), chunkEndKey(oneColumn, lone), lone.rows]).toEqual([1, [''], [['']]]);
+    const twoRows = copyChunkRead({ ...READ, fenceXid: '1', fenceWaitMs: 0, readMs: 0, fromReplica: false }, 'a\n\n', 1, 'public.t chunk');
+    expect([chunkRowCount(twoRows), chunkEndKey(oneColumn, twoRows)]).toEqual([2, ['']]);
   });
 
   it('in steps: pauses after every rowsPerStep rows (not after the last), same records', () => {
