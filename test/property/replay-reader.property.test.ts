@@ -21,7 +21,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdtemp, rm, unlink } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { PutRecordsCommand, type KinesisClient } from '@aws-sdk/client-kinesis';
+import { DeleteStreamCommand, PutRecordsCommand, type KinesisClient } from '@aws-sdk/client-kinesis';
 import { createStream } from '../helpers/kinesis-read.ts';
 import type { KinesisStreamEvent } from 'aws-lambda';
 import { kinesisClient } from '../../lambda/adapters/aws-clients.ts';
@@ -78,10 +78,19 @@ function kinesisEvent(records: readonly LogRecord[]): KinesisStreamEvent {
 }
 
 async function oneRun(run: number, seed: number): Promise<void> {
-  const rand = seededRandom(seed);
-  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
   const stream = `replay-${run}`;
   await createStream(kinesis, stream, 2);
+  try {
+    await runOn(stream, run, seed);
+  } finally {
+    // kinesalite, like an account, holds at most 100 shards: a long run (CDC_REPLAY_READER_RUNS) must give them back.
+    await kinesis.send(new DeleteStreamCommand({ StreamName: stream }));
+  }
+}
+
+async function runOn(stream: string, run: number, seed: number): Promise<void> {
+  const rand = seededRandom(seed);
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
   const archive = new FolderArchive(path.join(dir, `a${run}`));
 
   // A history: positions increase; some events are published twice (capture redelivery).
@@ -181,7 +190,6 @@ describe('replay reader over the archive and the stream (property)', () => {
     for await (const page of readChangeLog(kinesis, 'recreated')) records.push(...page);
     await createArchiveCopier({ archive, layout: 'by-table' })(kinesisEvent(records));
     // Another stream under the same name: the archive's last record is not in it.
-    const { DeleteStreamCommand } = await import('@aws-sdk/client-kinesis');
     await kinesis.send(new DeleteStreamCommand({ StreamName: 'recreated' }));
     // kinesalite stamps sequence numbers with the shard's creation time in whole seconds: a stream
     // re-created within the same second would give its first record the old one's sequence number.
