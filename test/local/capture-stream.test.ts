@@ -354,6 +354,8 @@ describe('slot capture, streaming', () => {
       // The slot ends exactly at the checkpoint: the last published commit.
       const lastCommit = [...byPosition.keys()].map((p) => p.split('#')[0]!).reduce((a, b) => (compareLsn(a, b) >= 0 ? a : b));
       expect((await readSlot(e.sql, last.slot))!.confirmedFlushLsn, label).toBe(lastCommit);
+      // The cluster holds at most 20 slots: a long run (CDC_CAPTURE_CRASH_RUNS) gives each run's back.
+      await e.sql.query('SELECT pg_drop_replication_slot($1)', [last.slot]);
       await e.sql.end();
     }
     console.log(`capture-stream crash test: crash kinds ${JSON.stringify(Object.fromEntries(tally))}`);
