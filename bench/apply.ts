@@ -18,7 +18,11 @@
  * (`test/helpers/memory-control-plane.ts`); its share on the real DynamoDB adapter is measured
  * separately and reported as its own row.
  *
- *     npm run bench:apply [-- --events 200000 --quick --variants append --no-extras --profile --no-floors]
+ *     npm run bench:apply [-- --events 200000 --quick --variants append --no-extras --profile --no-floors --node-defaults]
+ *
+ * The applier runs with the Node.js flags the WarehouseSink deploys it with (its young generation,
+ * `applierNodeOptions` at the default 1,024 MiB: the process starts itself again with them;
+ * bench/lib/handler-runtime.ts); `--node-defaults` runs it with Node's own (docs/performance.md §24).
  *
  * The append-first path also runs with two concurrent batches (the event source mapping's
  * parallelization factor 2, keys split by partition key; both in this one process), batch 10,000.
@@ -71,6 +75,7 @@ import { createItems, prepareReplay, replay } from './lib/replay.ts';
 import { cpuProfile, resetStatementStats, SqlTimer, statementStats, Tally, timedControlPlane, type ProfileSummary } from './lib/profile.ts';
 import { argValue, isMain, median, nowMs, numberArg, percentile, rateRow, Recorder, timeRow, type BenchResult } from './lib/report.ts';
 import { SetApplier } from './lib/set-apply.ts';
+import { handlerFlags, relaunchWithApplierFlags } from './lib/handler-runtime.ts';
 import { truncateCopyAnalyzeStageLoader } from './lib/stage-loaders.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -612,7 +617,7 @@ export async function runApplyBench(): Promise<BenchResult> {
     { name: 'experiment: TRUNCATE + COPY + ANALYZE stage', loader: truncateCopyAnalyzeStageLoader, batches: [1_000] },
     { name: 'experiment: set-based SQL apply, one COPY + one round trip', loader: copyStageLoader, setBased: true, batches: all, latency: true },
   ];
-  const rec = new Recorder('apply', { history: opts, copyRuns, logrepRuns, eventsPerBatchSize: Object.fromEntries(all.map((b) => [b, share(b) ?? opts.events])), variants: variants.map((v) => ({ name: v.name, loader: v.loader.name, stages: v.stages ?? 'session', batches: v.batches })), durability: 'fsync on, synchronous_commit on (defaults)' });
+  const rec = new Recorder('apply', { history: opts, copyRuns, logrepRuns, eventsPerBatchSize: Object.fromEntries(all.map((b) => [b, share(b) ?? opts.events])), variants: variants.map((v) => ({ name: v.name, loader: v.loader.name, stages: v.stages ?? 'session', batches: v.batches })), durability: 'fsync on, synchronous_commit on (defaults)', handlerNodeFlags: handlerFlags() });
 
   const workDir = mkdtempSync(path.join(os.tmpdir(), 'cdc-bench-apply-'));
   const collector = new MetricsCollector();
@@ -620,6 +625,7 @@ export async function runApplyBench(): Promise<BenchResult> {
   print = (t) => captured.write(t);
   const clusters: PostgresCluster[] = [];
   try {
+    say(`the applier runs with ${handlerFlags()} (its deployed flags, docs/performance.md §24; --node-defaults: Node's own)`);
     say(`generating the history (${opts.events} events, seed ${opts.seed})`);
     const h = generateHistory(opts);
     const snapshot = snapshotEvents(h);
@@ -782,7 +788,9 @@ export async function runApplyBench(): Promise<BenchResult> {
   return rec.finish();
 }
 
-if (isMain(import.meta.url)) {
+const relaunched = isMain(import.meta.url) ? relaunchWithApplierFlags() : null;
+if (relaunched) relaunched.then((code) => process.exit(code));
+else if (isMain(import.meta.url)) {
   runApplyBench().then(
     () => process.exit(0),
     (err: unknown) => {

@@ -89,7 +89,27 @@ export const EnvName = {
   REBUILD_WORKERS: 'CDC_REBUILD_WORKERS',
   POWERTOOLS_SERVICE_NAME: 'POWERTOOLS_SERVICE_NAME',
   POWERTOOLS_METRICS_NAMESPACE: 'POWERTOOLS_METRICS_NAMESPACE',
+  /** Node.js's own flags (the warehouse applier's young generation: `applierNodeOptions`). */
+  NODE_OPTIONS: 'NODE_OPTIONS',
 } as const;
+
+/**
+ * The warehouse applier's Node.js flags (`NODE_OPTIONS`), for a function of `memoryMiB`: V8's
+ * young generation sized for a batch. A batch's decoded records live until the batch ends; when
+ * they outgrow the semi-space each scavenge copies them and then promotes them to the old space,
+ * which later needs mark-compacts (docs/performance.md §24). V8 sizes the semi-space from the heap
+ * limit, below 16 MiB for heaps up to 2 GiB; this makes it 1/16 of the function's memory, at most
+ * 64 MiB (the young generation takes three semi-spaces: at most 3/16 of the memory, 192 MiB of 1,024).
+ */
+export function applierNodeOptions(memoryMiB: number): string {
+  if (!Number.isFinite(memoryMiB) || memoryMiB <= 0) throw new RangeError(`applierNodeOptions: memory must be a positive number of MiB, got ${memoryMiB}`);
+  return `--max-semi-space-size=${applierSemiSpaceMiB(memoryMiB)}`;
+}
+
+/** The semi-space of `applierNodeOptions`, MiB: memory / 16, at least 1 and at most 64. */
+export function applierSemiSpaceMiB(memoryMiB: number): number {
+  return Math.max(1, Math.min(64, Math.floor(memoryMiB / 16)));
+}
 
 /** The heartbeat table the platform writes on every source (one row per source id). */
 export const HEARTBEAT_TABLE = 'cdc_heartbeat';

@@ -7,7 +7,7 @@ import type * as kms from 'aws-cdk-lib/aws-kms';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
-import { EnvName, ServiceName } from '../contracts/env.ts';
+import { applierNodeOptions, EnvName, ServiceName } from '../contracts/env.ts';
 import { MetricDimension, MetricName } from '../contracts/metrics.ts';
 import { AwsApiEgress } from './aws-api-egress.ts';
 import type { ICdcSource } from './cdc-source.ts';
@@ -150,7 +150,8 @@ export interface WarehouseSinkProps {
    */
   readonly parallelizationFactor?: number;
   /**
-   * Memory of the applier.
+   * Memory of the applier. Its young generation (`NODE_OPTIONS=--max-semi-space-size`) is sized
+   * from it: 1/16 of it per semi-space, at most 64 MiB (docs/performance.md §24).
    * @default Size.mebibytes(1024)
    */
   readonly memorySize?: Size;
@@ -304,6 +305,7 @@ export class WarehouseSink extends WarehouseSinkBase implements ec2.IConnectable
       });
     }
 
+    const memorySize = props.memorySize ?? Size.mebibytes(1024);
     const applier = new CdcFunction(this, 'Applier', {
       handlerName: 'warehouse-applier',
       description: `Applies change events to warehouse sink ${this.sinkId} (${this.node.path})`,
@@ -320,8 +322,10 @@ export class WarehouseSink extends WarehouseSinkBase implements ec2.IConnectable
         ...(props.mergeMaxRows !== undefined ? { [EnvName.MERGE_MAX_ROWS]: String(props.mergeMaxRows) } : {}),
         ...(props.mergeMaxAge !== undefined ? { [EnvName.MERGE_MAX_AGE_MS]: String(props.mergeMaxAge.toMilliseconds()) } : {}),
         ...(props.mergeOnSchedule === true ? { [EnvName.MERGE_ON_SCHEDULE]: 'true' } : {}),
+        // A young generation sized for a batch (docs/performance.md §24).
+        [EnvName.NODE_OPTIONS]: applierNodeOptions(memorySize.toMebibytes()),
       },
-      memorySize: props.memorySize ?? Size.mebibytes(1024),
+      memorySize,
       timeout: props.timeout ?? Duration.minutes(5),
       vpc: props.vpc,
       vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },

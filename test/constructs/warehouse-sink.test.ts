@@ -1,4 +1,4 @@
-import { Duration } from 'aws-cdk-lib';
+import { Duration, Size } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import * as cloudwatchActions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import * as sns from 'aws-cdk-lib/aws-sns';
@@ -66,6 +66,17 @@ describe('WarehouseSink', () => {
     expect(env(s, tuned)).toMatchObject({ CDC_MERGE_MAX_ROWS: '200000', CDC_MERGE_MAX_AGE_MS: '300000', CDC_MERGE_ON_SCHEDULE: 'true' });
     expect(() => sink(fixture(), { mergeMaxRows: 0 })).toThrow(/mergeMaxRows must be an integer from 1 to 10000000, got 0/);
     expect(() => sink(fixture(), { mergeMaxAge: Duration.hours(2) })).toThrow(/mergeMaxAge must be between 1 second and 1 hour, got 2 hours/);
+  });
+
+  test("the applier's young generation is sized from its memory (NODE_OPTIONS, docs/performance.md §24)", () => {
+    const env = (f: Fixture, s: WarehouseSink) =>
+      (resourcesOf(Template.fromStack(f.stack), 'AWS::Lambda::Function').find(([id]) => id === f.stack.getLogicalId(s.applier.node.defaultChild as never))![1].Properties as { MemorySize: number; Environment: { Variables: Record<string, unknown> } });
+    const plain = fixture();
+    expect(env(plain, sink(plain))).toMatchObject({ MemorySize: 1024, Environment: { Variables: { NODE_OPTIONS: '--max-semi-space-size=64' } } });
+    const small = fixture();
+    expect(env(small, sink(small, { memorySize: Size.mebibytes(512) }))).toMatchObject({ MemorySize: 512, Environment: { Variables: { NODE_OPTIONS: '--max-semi-space-size=32' } } });
+    const large = fixture();
+    expect(env(large, sink(large, { memorySize: Size.mebibytes(4096) }))).toMatchObject({ MemorySize: 4096, Environment: { Variables: { NODE_OPTIONS: '--max-semi-space-size=64' } } });
   });
 
   test('mapping settings can be tuned', () => {

@@ -1,0 +1,35 @@
+/**
+ * The Node.js flags a benchmark's handlers run with: those the constructs deploy them with, so a
+ * figure measures the function as deployed. `cdc` deploys the warehouse applier with
+ * `NODE_OPTIONS=applierNodeOptions(memory)` (contracts/env.ts; docs/performance.md §24), and V8
+ * reads those flags only at start: a benchmark that runs the applier in its own process starts
+ * itself again with them, unless they are set already or `--node-defaults` asks for Node's own
+ * (the A/B of §24).
+ */
+import { spawn } from 'node:child_process';
+import { applierNodeOptions } from '../../contracts/env.ts';
+import { argValue } from './report.ts';
+
+/** The applier's default memory (`WarehouseSinkProps.memorySize`), MiB. */
+export const APPLIER_MEMORY_MIB = 1024;
+
+/** The flags this process runs with for the applier: `NODE_OPTIONS` when it carries a semi-space, else Node's defaults. */
+export function handlerFlags(): string {
+  const set = process.env.NODE_OPTIONS ?? '';
+  return /--max-semi-space-size=\d+/.test(set) ? set : 'Node.js defaults';
+}
+
+/**
+ * Starts this benchmark again with the applier's flags when it runs without them; resolves to the
+ * child's exit code then, to null when this process already has them (or `--node-defaults`).
+ */
+export function relaunchWithApplierFlags(): Promise<number> | null {
+  if (argValue('node-defaults') !== undefined) return null;
+  const set = process.env.NODE_OPTIONS ?? '';
+  if (/--max-semi-space-size=\d+/.test(set)) return null;
+  const env = { ...process.env, NODE_OPTIONS: `${set} ${applierNodeOptions(APPLIER_MEMORY_MIB)}`.trim() };
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [...process.execArgv, ...process.argv.slice(1)], { stdio: 'inherit', env });
+    child.on('exit', (code, signal) => resolve(code ?? (signal ? 128 : 1)));
+  });
+}
