@@ -13,10 +13,12 @@ import { argValue } from './report.ts';
 /** The applier's default memory (`WarehouseSinkProps.memorySize`), MiB. */
 export const APPLIER_MEMORY_MIB = 1024;
 
-/** The flags this process runs with for the applier: `NODE_OPTIONS` when it carries a semi-space, else Node's defaults. */
+/** Whether this process's `NODE_OPTIONS` set a semi-space (the applier's flags, or the caller's own). */
+const hasSemiSpace = (): boolean => /--max-semi-space-size=\d+/.test(process.env.NODE_OPTIONS ?? '');
+
+/** The flags this process runs with for the applier: `NODE_OPTIONS` when it sets a semi-space, else Node's defaults. */
 export function handlerFlags(): string {
-  const set = process.env.NODE_OPTIONS ?? '';
-  return /--max-semi-space-size=\d+/.test(set) ? set : 'Node.js defaults';
+  return hasSemiSpace() ? process.env.NODE_OPTIONS! : 'Node.js defaults';
 }
 
 /**
@@ -24,10 +26,8 @@ export function handlerFlags(): string {
  * child's exit code then, to null when this process already has them (or `--node-defaults`).
  */
 export function relaunchWithApplierFlags(): Promise<number> | null {
-  if (argValue('node-defaults') !== undefined) return null;
-  const set = process.env.NODE_OPTIONS ?? '';
-  if (/--max-semi-space-size=\d+/.test(set)) return null;
-  const env = { ...process.env, NODE_OPTIONS: `${set} ${applierNodeOptions(APPLIER_MEMORY_MIB)}`.trim() };
+  if (argValue('node-defaults') !== undefined || hasSemiSpace()) return null;
+  const env = { ...process.env, NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} ${applierNodeOptions(APPLIER_MEMORY_MIB)}`.trim() };
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [...process.execArgv, ...process.argv.slice(1)], { stdio: 'inherit', env });
     child.on('exit', (code, signal) => resolve(code ?? (signal ? 128 : 1)));
