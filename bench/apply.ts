@@ -625,7 +625,7 @@ export async function runApplyBench(): Promise<BenchResult> {
   print = (t) => captured.write(t);
   const clusters: PostgresCluster[] = [];
   try {
-    say(`the applier runs with ${handlerFlags()} (its deployed flags, docs/performance.md §24; --node-defaults: Node's own)`);
+    say(`the applier runs with ${handlerFlags()} (docs/performance.md §24: its deployed flags unless --node-defaults)`);
     say(`generating the history (${opts.events} events, seed ${opts.seed})`);
     const h = generateHistory(opts);
     const snapshot = snapshotEvents(h);
