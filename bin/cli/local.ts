@@ -444,8 +444,11 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
       writer.update(p.snapshot(hint));
     };
     statusTimer = setInterval(() => void tick().catch(() => undefined), 1000);
-    const timeUp = o.durationMs ? new Promise<'time'>((r) => setTimeout(() => r('time'), o.durationMs!)) : new Promise<'time'>(() => undefined);
+    let durationTimer: NodeJS.Timeout | undefined;
+    const timeUp = o.durationMs ? new Promise<'time'>((r) => (durationTimer = setTimeout(() => r('time'), o.durationMs!))) : new Promise<'time'>(() => undefined);
     const outcome = await Promise.race([timeUp, stopped, p.captureFailure()]);
+    // Stopped early (Ctrl-C, a failed capture): the duration's timer must not keep the process alive until it ends.
+    clearTimeout(durationTimer);
     clearInterval(statusTimer);
     statusTimer = null;
     await p.refreshControl(true);

@@ -63,7 +63,7 @@ describe('cdc rebuild against a running cdc local', () => {
       CREATE TABLE public.busy (id int PRIMARY KEY, n int);
       CREATE TABLE public.fixme (id int PRIMARY KEY, v text, amount numeric(12,2));`);
     const state = path.join(dir, 'state');
-    const child = spawn(process.execPath, [CLI, 'local', '--source', cluster.url('app'), '--tables', 'public.busy,public.fixme', '--warehouse', cluster.url('dw'), '--source-id', 'app', '--state-dir', state, '--duration', '240s', '--no-snapshot'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [CLI, 'local', '--source', cluster.url('app'), '--tables', 'public.busy,public.fixme', '--warehouse', cluster.url('dw'), '--source-id', 'app', '--state-dir', state, '--duration', '600s', '--no-snapshot'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
     let output = '';
     child.stdout.on('data', (d: Buffer) => (output += d.toString()));
     child.stderr.on('data', (d: Buffer) => (output += d.toString()));
@@ -71,7 +71,9 @@ describe('cdc rebuild against a running cdc local', () => {
     let workload: Promise<void> | undefined;
     let stopWorkload = false;
     try {
+      const t0 = Date.now();
       await until('cdc local to start', () => /cdc local: (started|resumed) in/.test(output), 240_000);
+      console.log(`cdc local started in ${Date.now() - t0} ms`);
       const sourceRows = async (t: string) => (await app.query(`SELECT * FROM public.${t} ORDER BY id`)).rows.map((r) => JSON.stringify(r));
       const warehouseRows = async (t: string) => {
         const exists = (await dw.query(`SELECT to_regclass('app_public.${t}') AS r`)).rows[0].r;
@@ -85,7 +87,7 @@ describe('cdc rebuild against a running cdc local', () => {
       await app.query(`INSERT INTO fixme SELECT g, 'v' || g, g * 1.25 FROM generate_series(1, ${ROWS}) g; INSERT INTO busy SELECT g, 0 FROM generate_series(1, 50) g`);
       await app.query(`UPDATE fixme SET v = 'w' || id WHERE id % 3 = 0`);
       await app.query(`DELETE FROM fixme WHERE id > ${ROWS - 10}; INSERT INTO fixme SELECT g, 'late' || g, 1 FROM generate_series(${ROWS + 1}, ${ROWS + 20}) g`);
-      await until('both tables in the warehouse', async () => (await level('busy')) && (await level('fixme')), 90_000);
+      await until('both tables in the warehouse', async () => (await level('busy')) && (await level('fixme')), 180_000);
       const expected = ROWS - 10 + 20;
       // The archive copier (2 s batching window) has archived the history once its markers cover it.
       await until('the archive to hold the table', async () => (await readdir(path.join(state, 'archive', 'change-log', 'tables', 'app', 'public.fixme'), { recursive: true }).catch(() => [])).length > 0, 60_000);
@@ -195,6 +197,17 @@ describe('cdc rebuild against a running cdc local', () => {
         ['public.fixme', 'refused', null, 'HISTORY_INCOMPLETE'],
         ['public.nosuch', 'refused', null, 'TABLE_NOT_FOUND'],
       ]);
+
+      // Ctrl-C stops cdc local at once: its --duration (600 s) does not keep the process alive.
+      stopWorkload = true;
+      const asked = Date.now();
+      child.kill('SIGINT');
+      expect(await exited).toBe(0);
+      expect(Date.now() - asked, 'cdc local exits on SIGINT, not when its --duration ends').toBeLessThan(60_000);
+    } catch (err) {
+      // What cdc local printed, to tell a slow pipeline from a stuck one.
+      console.log(`cdc local's output (last 6,000 characters):\n${output.slice(-6000)}`);
+      throw err;
     } finally {
       stopWorkload = true;
       await workload?.catch(() => undefined);
@@ -205,5 +218,5 @@ describe('cdc rebuild against a running cdc local', () => {
       await dw.end();
       await reader.end();
     }
-  }, 420_000);
+  }, 600_000);
 });
