@@ -788,14 +788,15 @@ export async function runApplyBench(): Promise<BenchResult> {
   return rec.finish();
 }
 
-const relaunched = isMain(import.meta.url) ? relaunchWithApplierFlags() : null;
-if (relaunched) relaunched.then((code) => process.exit(code));
-else if (isMain(import.meta.url)) {
-  runApplyBench().then(
-    () => process.exit(0),
-    (err: unknown) => {
-      console.error(err);
-      process.exit(1);
-    },
-  );
+if (isMain(import.meta.url)) {
+  const done =
+    relaunchWithApplierFlags() ??
+    runApplyBench().then(
+      () => 0,
+      (err: unknown) => {
+        console.error(err);
+        return 1;
+      },
+    );
+  void done.then((code) => process.exit(code));
 }

@@ -101,6 +101,9 @@ export const EnvName = {
  * limit, below 16 MiB for heaps up to 2 GiB; this makes it 1/16 of the function's memory, at most
  * 64 MiB (the young generation takes three semi-spaces: at most 3/16 of the memory, 192 MiB of 1,024).
  */
+/** The warehouse applier's memory when `WarehouseSinkProps.memorySize` is not set, MiB. */
+export const DEFAULT_APPLIER_MEMORY_MIB = 1024;
+
 export function applierNodeOptions(memoryMiB: number): string {
   if (!Number.isFinite(memoryMiB) || memoryMiB <= 0) throw new RangeError(`applierNodeOptions: memory must be a positive number of MiB, got ${memoryMiB}`);
   return `--max-semi-space-size=${applierSemiSpaceMiB(memoryMiB)}`;

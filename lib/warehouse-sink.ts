@@ -7,7 +7,7 @@ import type * as kms from 'aws-cdk-lib/aws-kms';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
-import { applierNodeOptions, EnvName, ServiceName } from '../contracts/env.ts';
+import { applierNodeOptions, DEFAULT_APPLIER_MEMORY_MIB, EnvName, ServiceName } from '../contracts/env.ts';
 import { MetricDimension, MetricName } from '../contracts/metrics.ts';
 import { AwsApiEgress } from './aws-api-egress.ts';
 import type { ICdcSource } from './cdc-source.ts';
@@ -305,7 +305,7 @@ export class WarehouseSink extends WarehouseSinkBase implements ec2.IConnectable
       });
     }
 
-    const memorySize = props.memorySize ?? Size.mebibytes(1024);
+    const memorySize = props.memorySize ?? Size.mebibytes(DEFAULT_APPLIER_MEMORY_MIB);
     const applier = new CdcFunction(this, 'Applier', {
       handlerName: 'warehouse-applier',
       description: `Applies change events to warehouse sink ${this.sinkId} (${this.node.path})`,

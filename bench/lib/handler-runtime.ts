@@ -7,11 +7,8 @@
  * (the A/B of §24).
  */
 import { spawn } from 'node:child_process';
-import { applierNodeOptions } from '../../contracts/env.ts';
+import { applierNodeOptions, DEFAULT_APPLIER_MEMORY_MIB } from '../../contracts/env.ts';
 import { argValue } from './report.ts';
-
-/** The applier's default memory (`WarehouseSinkProps.memorySize`), MiB. */
-export const APPLIER_MEMORY_MIB = 1024;
 
 /** Whether this process's `NODE_OPTIONS` set a semi-space (the applier's flags, or the caller's own). */
 const hasSemiSpace = (): boolean => /--max-semi-space-size=\d+/.test(process.env.NODE_OPTIONS ?? '');
@@ -27,7 +24,7 @@ export function handlerFlags(): string {
  */
 export function relaunchWithApplierFlags(): Promise<number> | null {
   if (argValue('node-defaults') !== undefined || hasSemiSpace()) return null;
-  const env = { ...process.env, NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} ${applierNodeOptions(APPLIER_MEMORY_MIB)}`.trim() };
+  const env = { ...process.env, NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} ${applierNodeOptions(DEFAULT_APPLIER_MEMORY_MIB)}`.trim() };
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [...process.execArgv, ...process.argv.slice(1)], { stdio: 'inherit', env });
     child.on('exit', (code, signal) => resolve(code ?? (signal ? 128 : 1)));
