@@ -3,7 +3,7 @@
  * child processes never colour the next), then prints one table of figure, same-run reference and
  * ratio, and writes `bench/results/<name>.json` per benchmark plus `bench/results/summary.json`.
  *
- *     npm run bench                      # all: synth, capture, apply, e2e, search, snapshot (about 13–16 min on 2 cores)
+ *     npm run bench                      # all: synth, capture, apply, e2e, search, snapshot, rebuild, reconcile, merge
  *     npm run bench -- --only apply,e2e  # some
  *     npm run bench -- --quick           # smaller sizes, for checking the harness
  *
@@ -16,7 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { argValue, formatTable, loadAverage, RESULTS_DIR, writeResult, type BenchResult } from './lib/report.ts';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
-const BENCHMARKS = ['synth', 'capture', 'apply', 'e2e', 'search', 'snapshot', 'rebuild', 'reconcile'] as const;
+const BENCHMARKS = ['synth', 'capture', 'apply', 'e2e', 'search', 'snapshot', 'rebuild', 'reconcile', 'merge'] as const;
 
 /** Extra options per benchmark for `--quick`. */
 const QUICK: Record<(typeof BENCHMARKS)[number], string[]> = {
@@ -28,6 +28,7 @@ const QUICK: Record<(typeof BENCHMARKS)[number], string[]> = {
   snapshot: ['--rows', '50000', '--seconds', '10', '--runs', '1'],
   rebuild: ['--quick'],
   reconcile: ['--rows', '200000', '--rows-per-run', '20000', '--runs', '1'],
+  merge: ['--base-rows', '300000', '--delta', '20000'],
 };
 
 /** Extra options per benchmark for a full run. */

@@ -76,6 +76,8 @@ import {
   mergeSql,
   mergeIntoEmptySql,
   baseRowsSql,
+  baseEstimateSql,
+  mergeMayUseNestedLoops,
   foldChangelogIntoEmptySql,
   freshShadowTables,
   insertNewValuesSql,
@@ -358,8 +360,13 @@ export class PgWarehouse implements WarehouseWriter {
    * With `freshBase`, an empty delta over an unfolded fresh shadow (`TableBatch.freshShadow`: its
    * appends went to the changelog) is folded: the base is computed from the changelog
    * (`foldChangelogIntoEmptySql`, under the same lock; `folded` in the result).
+   *
+   * On PostgreSQL the general merge lets the planner use nested loops (index lookups into the base
+   * instead of hash joins over all of it) when the base is large against the delta
+   * (`mergeMayUseNestedLoops`; `nestedLoops` in the result), and appends to the changelog with
+   * `ON CONFLICT DO NOTHING` (docs/warehouse-apply.md, "What a merge costs").
    */
-  async merge(target: MergeTarget, options: { freshBase?: boolean; stopAppends?: boolean } = {}): Promise<MergeResult & { fast?: boolean; folded?: boolean }> {
+  async merge(target: MergeTarget, options: { freshBase?: boolean; stopAppends?: boolean } = {}): Promise<MergeResult & { fast?: boolean; folded?: boolean; nestedLoops?: boolean }> {
     const t = target.target ?? warehouseTable(target.source, target.table);
     const cacheKey = `${t.schema}.${t.view}`;
     const t0 = Date.now();
@@ -379,7 +386,8 @@ export class PgWarehouse implements WarehouseWriter {
       const shape = await readShape(client, t);
       const n = Number((await client.query<{ n: string }>(deltaStatsSql(t))).rows[0]?.n ?? 0);
       const fast = n > 0 && options.freshBase === true && (await client.query(baseRowsSql(t, shape))).rows.length === 0;
-      if (n > 0) for (const sql of mergeStatements(t, shape, target.key, target.deleteMode === 'hard', this.engine!, fast)) await client.query(sql);
+      const nested = n > 0 && !fast && this.engine === 'postgres' && (await nestedLoopsFit(client, t, shape, n));
+      if (n > 0) for (const sql of mergeStatements(t, shape, target.key, target.deleteMode === 'hard', this.engine!, fast, nested)) await client.query(sql);
       // An empty delta over an unfolded fresh shadow (its appends went to the changelog): compute the base from the changelog.
       const folded = n === 0 && options.freshBase === true && (await unfolded(client, t, shape));
       if (folded) for (const sql of foldStatements(t, shape, target.key, target.deleteMode === 'hard', this.engine!)) await client.query(sql);
@@ -391,7 +399,7 @@ export class PgWarehouse implements WarehouseWriter {
       const pendingNow = this.pendingDelta.get(cacheKey);
       if (pendingNow === pendingAtStart) this.pendingDelta.delete(cacheKey);
       else if (pendingNow) this.pendingDelta.set(cacheKey, { rows: Math.max(0, pendingNow.rows - (pendingAtStart?.rows ?? 0)), since: t0 });
-      return { rows: n, committedAt: Date.now(), ms: Date.now() - t0, fast, folded };
+      return { rows: n, committedAt: Date.now(), ms: Date.now() - t0, fast, folded, nestedLoops: nested };
     } catch (err) {
       this.shapes.delete(cacheKey);
       if (inTransaction) {
@@ -802,13 +810,21 @@ function appendedPlan(events: ChangeEvent[]): TablePlan {
 }
 
 /** The merge statements for the sink's current shape (`mergeSql`; `intoEmpty`: `mergeIntoEmptySql`, for a base found empty under the delta's lock). */
-function mergeStatements(t: WarehouseTable, shape: SinkShape, key: readonly string[], hard: boolean, engine: WarehouseEngine, intoEmpty = false): string[] {
-  const o = { key, mirrorColumns: shape.mirror, changelogColumns: shape.changelog, hard, deletedKeys: shape.deletedKeys, truncations: shape.truncations };
+function mergeStatements(t: WarehouseTable, shape: SinkShape, key: readonly string[], hard: boolean, engine: WarehouseEngine, intoEmpty = false, nestedLoops = false): string[] {
+  const o = { key, mirrorColumns: shape.mirror, changelogColumns: shape.changelog, hard, deletedKeys: shape.deletedKeys, truncations: shape.truncations, engine };
   const merge = intoEmpty ? mergeIntoEmptySql(t, o) : mergeSql(t, o);
   // PostgreSQL only: a merge is a large set operation, but a base analysed while small (a new
   // table) makes the planner pick nested loops whose inner scans re-read the rows the statement
-  // itself inserts (quadratic: measured minutes for 100,000 rows). Hash joins for the merge only.
-  return engine === 'postgres' ? ['SET LOCAL enable_nestloop = off', ...merge, 'SET LOCAL enable_nestloop = on'] : merge;
+  // itself inserts (quadratic: measured minutes for 100,000 rows). Hash joins for the merge,
+  // unless the base is known to be large against the delta (`mergeMayUseNestedLoops`).
+  return engine === 'postgres' && !nestedLoops ? ['SET LOCAL enable_nestloop = off', ...merge, 'SET LOCAL enable_nestloop = on'] : merge;
+}
+
+/** PostgreSQL: whether the merge of `deltaRows` into `t`'s base may use nested loops (`mergeMayUseNestedLoops`, from the planner's estimates of the base tables it writes). */
+async function nestedLoopsFit(client: pg.ClientBase, t: WarehouseTable, shape: SinkShape, deltaRows: number): Promise<boolean> {
+  const names = [t.mirror, ...(shape.deletedKeys ? [t.deletedKeys] : [])];
+  const rows = new Map((await client.query<{ _cdc_kind: string; rows: number | string | null }>(baseEstimateSql(), [t.schema, names])).rows.map((r) => [r._cdc_kind, r.rows === null ? null : Number(r.rows)]));
+  return mergeMayUseNestedLoops(deltaRows, names.map((n) => rows.get(n) ?? null));
 }
 
 /** The fold of an unfolded fresh shadow's changelog into its empty base (`foldChangelogIntoEmptySql`), with the merge's planner setting. */

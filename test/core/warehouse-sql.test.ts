@@ -42,6 +42,7 @@ import {
   lockDeltaSql,
   deltaStatsSql,
   mergeSql,
+  qualified,
   mergeIntoEmptySql,
   baseRowsSql,
   redshiftCopySql,
@@ -213,6 +214,18 @@ describe('SQL text', () => {
     for (const sql of [...everything(false), ...everything(true)]) {
       expect(sql).not.toMatch(/ON CONFLICT|\bMERGE\b|DISTINCT ON|RETURNING|ON COMMIT|\bTRUNCATE\b|\bnow\(\)|CURRENT_TIMESTAMP|\bVALUES\s*\(.*\)\s+AS\b|ADD COLUMN IF NOT EXISTS|::/i);
     }
+  });
+
+  it("the merge's changelog append: the portable anti-join by default, ON CONFLICT DO NOTHING on PostgreSQL only (docs/warehouse-apply.md, \"What a merge costs\")", () => {
+    const o = { key: ['id'], mirrorColumns: ['_cdc_deleted', 'id', 'status', '_cdc_position', '_cdc_deleted_at', '_cdc_applied_at'], changelogColumns: ['_cdc_position', '_cdc_op', 'id', 'status'], hard: false, deletedKeys: false, truncations: true };
+    const changelog = (sqls: string[]): string[] => sqls.filter((x) => x.startsWith(`INSERT INTO ${qualified(t.schema, t.changelog)}`));
+    const [portable] = changelog(mergeSql(t, o));
+    const [postgres] = changelog(mergeSql(t, { ...o, engine: 'postgres' }));
+    expect(portable).toMatch(/AND NOT EXISTS \(SELECT 1 FROM .*_changelog" c WHERE/);
+    expect(portable).not.toMatch(/ON CONFLICT/);
+    expect(postgres).toMatch(/ ON CONFLICT DO NOTHING$/);
+    expect(postgres).not.toMatch(/NOT EXISTS/);
+    expect(changelog(mergeSql(t, { ...o, engine: 'redshift' }))[0]).toBe(portable);
   });
 
   it('Redshift load path: CSV that round-trips NULL, empty text, quotes, commas and newlines; a COPY that refuses what is not an S3 URI or a role ARN', () => {

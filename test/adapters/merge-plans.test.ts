@@ -1,0 +1,239 @@
+/**
+ * The PostgreSQL merge over a large base (docs/warehouse-apply.md, "What a merge costs"):
+ * `PgWarehouse.merge` lets the planner use nested loops when the base is large against the delta
+ * (`mergeMayUseNestedLoops`) and appends to the changelog with `ON CONFLICT DO NOTHING`. Plans and
+ * that clause change what a merge costs, never what it leaves: randomized in real PostgreSQL, two
+ * table sets of the same shape (made by the live apply code) get the same large base (mirror rows,
+ * their changelog events and, in hard mode, remembered deletions; analysed) and then rounds of the
+ * same random delta rows (inserts, updates, snapshots and deletes of base keys and new ones, at
+ * positions below and above the base's; several keys at one position; events the changelog holds
+ * already, delivered again; the same event twice in one delta or in two). One set is merged by
+ * `PgWarehouse.merge` (which must take the nested loops), the other by the portable merge
+ * (`mergeSql` without `engine`: the changelog's anti-join, what Redshift runs) with nested loops
+ * off, and every row of their mirrors, changelogs, deleted-keys tables and deltas is compared
+ * after every round, in three shapes: soft, soft with a deleted-keys table, hard. Besides, the
+ * decision itself: off for a small or never-analysed base.
+ *
+ * Runs and seed: `CDC_PROPERTY_RUNS` (default 60, over the three shapes) and `CDC_PROPERTY_SEED`
+ * (default random); both are printed so a failure can be replayed.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
+import { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
+import type { DeleteMode, SchemaVersion } from '../../lambda/core/control-plane.ts';
+import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/event.ts';
+import { makePosition } from '../../lambda/core/position.ts';
+import { insertValuesSql, mergeMayUseNestedLoops, mergeSql, NESTED_LOOP_BASE_FACTOR, qualified, warehouseTable, type WarehouseTable } from '../../lambda/core/warehouse-sql.ts';
+import { seededRandom } from '../../local/demo.ts';
+
+const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 60);
+const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
+const TABLE = 'public.t';
+const RAW = { getTypeParser: () => (v: string) => v } as unknown as pg.CustomTypesConfig;
+const KEY = ['k1', 'k2'];
+const DELTA_COLUMNS = ['_cdc_position', '_cdc_op', '_cdc_commit_ts', '_cdc_schema_version', '_cdc_tx_id', '_cdc_synthetic', '_cdc_missing', '_cdc_applied_at', 'k1', 'k2', 'v1', 'v2'];
+/** Base keys: k1 below `BASE_K1`, k2 'a' or 'b'; in hard mode the keys from `GONE_K1` on are remembered deletions (every base table the merge writes large against a delta). */
+const BASE_K1 = 600;
+const GONE_K1 = 300;
+
+type Shape = { name: string; mode: DeleteMode; madeHard: boolean };
+const SHAPES: Shape[] = [
+  { name: 'soft', mode: 'soft', madeHard: false },
+  { name: 'soft, with a deleted-keys table', mode: 'soft', madeHard: true },
+  { name: 'hard', mode: 'hard', madeHard: true },
+];
+
+describe('merge over a large base: nested loops and ON CONFLICT leave what the portable merge leaves (randomized, embedded PostgreSQL)', () => {
+  let cluster: PostgresCluster;
+  let pool: pg.Pool;
+
+  beforeAll(async () => {
+    cluster = await startPostgres({ fast: true });
+    await cluster.createDatabase('wh');
+    pool = new pg.Pool({ connectionString: cluster.url('wh'), max: 4 });
+    pool.on('error', () => undefined);
+    console.log(`merge-plans: ${RUNS} runs, seed ${SEED} (replay with CDC_PROPERTY_SEED=${SEED} CDC_PROPERTY_RUNS=${RUNS})`);
+  });
+
+  afterAll(async () => {
+    await pool?.end();
+    await cluster?.stop();
+  });
+
+  it('lets nested loops in only when every base table the merge writes is estimated at NESTED_LOOP_BASE_FACTOR times the delta', () => {
+    expect(mergeMayUseNestedLoops(100, [NESTED_LOOP_BASE_FACTOR * 100])).toBe(true);
+    expect(mergeMayUseNestedLoops(100, [NESTED_LOOP_BASE_FACTOR * 100 - 1])).toBe(false);
+    expect(mergeMayUseNestedLoops(100, [1e9, null])).toBe(false); // never analysed
+    expect(mergeMayUseNestedLoops(100, [1e9, 10])).toBe(false); // a small deleted-keys table the merge writes
+    expect(mergeMayUseNestedLoops(0, [1e9])).toBe(false);
+    expect(mergeMayUseNestedLoops(10, [])).toBe(false);
+  });
+
+  it(`leaves the same mirror, changelog, deleted keys and delta as the portable merge with nested loops off, in every delete mode (${RUNS} runs)`, async () => {
+    const rand = seededRandom(SEED);
+    const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
+    const started = Date.now();
+    const stats = { merges: 0, rows: 0, redelivered: 0 };
+    const warehouse = new PgWarehouse(pool);
+
+    // Per shape, two sources (two warehouse schemas) whose tables the live apply code makes.
+    const sets = new Map<string, { idx: WarehouseTable; ref: WarehouseTable; shape: Shape }>();
+    for (const [i, shape] of SHAPES.entries()) {
+      const pair = [`idx${i}`, `ref${i}`].map((source) => {
+        const schema = {
+          source,
+          table: TABLE,
+          version: 1,
+          columns: [
+            { name: 'k1', type: 'integer' },
+            { name: 'k2', type: 'text' },
+            { name: 'v1', type: 'text' },
+            { name: 'v2', type: 'integer' },
+          ],
+          key: KEY,
+          effectivePosition: '0'.repeat(24),
+          registeredAt: new Date(0).toISOString(),
+        } as SchemaVersion;
+        return { source, schema, target: warehouseTable(source, TABLE) };
+      });
+      for (const p of pair) {
+        const e: ChangeEvent = { v: ENVELOPE_VERSION, source: p.source, table: TABLE, op: 'insert', key: { k1: 0, k2: 'a' }, after: { k1: 0, k2: 'a', v1: 'x', v2: 1 }, before: null, missing: [], position: makePosition(1n, 0), commitTs: new Date(0).toISOString(), txId: null, schemaVersion: 1, capture: 'slot', synthetic: false };
+        await warehouse.applyTable({ source: p.source, table: TABLE, deleteMode: shape.madeHard ? 'hard' : 'soft', schemas: new Map([[1, p.schema]]), events: [e], appliedAt: new Date(0) });
+      }
+      sets.set(shape.name, { idx: pair[0]!.target, ref: pair[1]!.target, shape });
+    }
+    const baseTables = (t: WarehouseTable, shape: Shape): string[] => [t.mirror, t.changelog, t.truncations, ...(shape.madeHard ? [t.deletedKeys] : [])];
+    const columnsOf = async (t: WarehouseTable, name: string): Promise<string[]> =>
+      (await pool.query<{ attname: string }>(`SELECT attname FROM pg_attribute WHERE attrelid = '${qualified(t.schema, name)}'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`)).rows.map((r) => r.attname);
+    const dump = async (t: WarehouseTable, shape: Shape): Promise<Record<string, unknown>> => {
+      const out: Record<string, unknown> = {};
+      for (const x of [...baseTables(t, shape), t.delta]) {
+        const res = await pool.query({ text: `SELECT * FROM ${qualified(t.schema, x)}`, types: RAW });
+        out[x.slice(2)] = res.rows.map((r) => JSON.stringify(r)).sort();
+      }
+      return out;
+    };
+    const append = async (t: WarehouseTable, rows: (string | null)[][]): Promise<void> => {
+      for (let i = 0; i < rows.length; i += 100) {
+        const chunk = rows.slice(i, i + 100);
+        await pool.query(insertValuesSql(qualified(t.schema, t.delta), DELTA_COLUMNS, chunk.length), chunk.flat());
+      }
+    };
+    const ts = (ms: number): string => new Date(Date.UTC(2026, 0, 1) + ms).toISOString();
+    const basePosition = (k1: number): string => makePosition(BigInt(40 + (k1 % 20)), k1 % 3);
+
+    /** The base: every base key live in the mirror at its position, with its event in the changelog; hard mode: remembered deletions. */
+    const fillBase = async (t: WarehouseTable, shape: Shape): Promise<void> => {
+      await pool.query([...baseTables(t, shape), t.delta].map((x) => `DELETE FROM ${qualified(t.schema, x)}`).join('; '));
+      const live = shape.mode === 'hard' ? GONE_K1 : BASE_K1;
+      const mirrorRows: (string | null)[][] = [];
+      const changelogRows: (string | null)[][] = [];
+      const goneRows: (string | null)[][] = [];
+      for (let k1 = 0; k1 < BASE_K1; k1++) {
+        for (const k2 of ['a', 'b']) {
+          const gone = k1 >= live || (shape.mode === 'soft' && k1 % 17 === 0);
+          const p = basePosition(k1);
+          if (shape.mode === 'hard' && gone) {
+            goneRows.push([String(k1), k2, p, ts(5), ts(0)]);
+          } else {
+            mirrorRows.push([gone ? 'true' : 'false', String(k1), k2, gone ? null : `base${k1}`, gone ? null : String(k1), p, gone ? ts(5) : null, ts(0)]);
+          }
+          changelogRows.push([p, gone ? 'delete' : 'insert', ts(5), '1', null, 'false', null, ts(0), String(k1), k2, gone ? null : `base${k1}`, gone ? null : String(k1)]);
+        }
+      }
+      if (shape.mode === 'soft' && shape.madeHard) {
+        // Remembered deletions from the time the table was hard: keys the mirror does not hold.
+        for (let k1 = BASE_K1; k1 < BASE_K1 + GONE_K1; k1++) {
+          for (const k2 of ['a', 'b']) {
+            goneRows.push([String(k1), k2, basePosition(k1), ts(5), ts(0)]);
+            changelogRows.push([basePosition(k1), 'delete', ts(5), '1', null, 'false', null, ts(0), String(k1), k2, null, null]);
+          }
+        }
+      }
+      const insert = async (table: string, columns: string[], rows: (string | null)[][]): Promise<void> => {
+        for (let i = 0; i < rows.length; i += 500) {
+          const chunk = rows.slice(i, i + 500);
+          await pool.query(insertValuesSql(qualified(t.schema, table), columns, chunk.length), chunk.flat());
+        }
+      };
+      await insert(t.mirror, ['_cdc_deleted', 'k1', 'k2', 'v1', 'v2', '_cdc_position', '_cdc_deleted_at', '_cdc_applied_at'], mirrorRows);
+      await insert(t.changelog, DELTA_COLUMNS, changelogRows);
+      if (goneRows.length > 0) await insert(t.deletedKeys, ['k1', 'k2', '_cdc_position', '_cdc_deleted_at', '_cdc_applied_at'], goneRows);
+      await pool.query(baseTables(t, shape).map((x) => `ANALYZE ${qualified(t.schema, x)}`).join('; '));
+    };
+
+    /** A random delta: base keys and new ones, below and above the base's positions; some events the changelog holds, again; some delivered twice. */
+    const randomDelta = (round: number): (string | null)[][] => {
+      const n = 1 + Math.floor(rand() * 40);
+      const events = new Map<string, (string | null)[]>();
+      for (let i = 0; i < n; i++) {
+        const k1 = rand() < 0.8 ? Math.floor(rand() * (BASE_K1 + GONE_K1)) : 5000 + Math.floor(rand() * 5);
+        const k2 = pick(['a', 'b']);
+        if (k1 < BASE_K1 && rand() < 0.15) {
+          // An event the changelog holds already, delivered again (its stored row is kept).
+          const p = basePosition(k1);
+          events.set(`${p}|${k1}|${k2}`, [p, 'insert', ts(5), '1', null, 'false', null, ts(9000), String(k1), k2, 'again', '0']);
+          stats.redelivered++;
+          continue;
+        }
+        const p = makePosition(BigInt(30 + round * 10 + Math.floor(rand() * 30)), Math.floor(rand() * 2));
+        const id = `${p}|${k1}|${k2}`;
+        if (events.has(id)) continue;
+        const op = pick(['insert', 'update', 'snapshot', 'delete']);
+        const data = op === 'delete' && rand() < 0.7 ? [null, null] : [rand() < 0.2 ? null : pick(['x', 'y', '']), rand() < 0.2 ? null : String(Math.floor(rand() * 100))];
+        events.set(id, [p, op, ts(Math.floor(rand() * 1e6)), '1', rand() < 0.5 ? null : `tx${Math.floor(rand() * 5)}`, rand() < 0.1 ? 'true' : 'false', null, ts(1000 * (1 + Math.floor(rand() * 4))), String(k1), k2, ...data]);
+      }
+      const rows = [...events.values()];
+      for (const r of [...rows]) if (rand() < 0.2) rows.push(rand() < 0.5 ? [...r] : [...r.slice(0, 7), ts(Date.parse(r[7]!) - Date.UTC(2026, 0, 1) + 1000), ...r.slice(8)]);
+      for (let i = rows.length - 1; i > 0; i--) {
+        const j = Math.floor(rand() * (i + 1));
+        [rows[i], rows[j]] = [rows[j]!, rows[i]!];
+      }
+      return rows;
+    };
+
+    /** The reference: the portable merge (the changelog's anti-join), nested loops off, in one transaction. */
+    const referenceMerge = async (t: WarehouseTable, shape: Shape): Promise<void> => {
+      const o = { key: KEY, mirrorColumns: await columnsOf(t, t.mirror), changelogColumns: await columnsOf(t, t.changelog), hard: shape.mode === 'hard', deletedKeys: shape.madeHard, truncations: true };
+      const c = await pool.connect();
+      try {
+        await c.query('BEGIN; SET LOCAL enable_nestloop = off');
+        for (const sql of mergeSql(t, o)) await c.query(sql);
+        await c.query('COMMIT');
+      } catch (err) {
+        await c.query('ROLLBACK');
+        throw err;
+      } finally {
+        c.release();
+      }
+    };
+
+    for (let run = 0; run < RUNS; run++) {
+      const { idx, ref, shape } = sets.get(SHAPES[run % SHAPES.length]!.name)!;
+      const where = `run ${run} (${shape.name}), seed ${SEED}`;
+      await fillBase(idx, shape);
+      await fillBase(ref, shape);
+      expect(await dump(idx, shape), `${where}: the same base`).toEqual(await dump(ref, shape));
+      const rounds = 1 + Math.floor(rand() * 3);
+      for (let round = 0; round < rounds; round++) {
+        const rows = randomDelta(round);
+        stats.rows += rows.length;
+        await append(idx, rows);
+        await append(ref, rows);
+        const r = await warehouse.merge({ source: idx.schema, table: TABLE, deleteMode: shape.mode, key: KEY, target: idx });
+        expect(r.nestedLoops, `${where}, round ${round}: ${rows.length} delta rows over a base of ${2 * BASE_K1} keys take the nested loops`).toBe(true);
+        await referenceMerge(ref, shape);
+        expect(await dump(idx, shape), `${where}, round ${round}: merge with nested loops and ON CONFLICT vs the portable merge`).toEqual(await dump(ref, shape));
+        stats.merges++;
+      }
+    }
+    // A small base (the same tables emptied, analysed) keeps hash joins.
+    const { idx, shape } = sets.get('soft')!;
+    await pool.query([...baseTables(idx, shape), idx.delta].map((x) => `DELETE FROM ${qualified(idx.schema, x)}`).join('; '));
+    await pool.query(`ANALYZE ${qualified(idx.schema, idx.mirror)}`);
+    await append(idx, randomDelta(0));
+    expect((await warehouse.merge({ source: idx.schema, table: TABLE, deleteMode: 'soft', key: KEY, target: idx })).nestedLoops).toBe(false);
+    console.log(`merge-plans: ${RUNS} runs in ${((Date.now() - started) / 1000).toFixed(1)} s: ${stats.merges} merges compared, ${stats.rows} delta rows, ${stats.redelivered} events the changelog held delivered again; seed ${SEED}`);
+  }, 600_000);
+});
