@@ -37,6 +37,7 @@ import {
   type ShardCoverage,
 } from '../core/replay.ts';
 import type { Archive } from '../core/archive.ts';
+import { utf8Lines } from '../core/utf8.ts';
 
 export interface ReplayReaderOptions {
   archive: Archive;
@@ -118,9 +119,9 @@ export interface HistoryCheck {
 /** Archive objects fetched ahead of the one being parsed. */
 const PREFETCH_OBJECTS = 4;
 
+/** The object's non-empty lines (gzip unzipped), decoded piecewise (`utf8Lines`: a whole object at once decodes many times slower). */
 function parseLines(body: Buffer): string[] {
-  const text = (body.length > 2 && body[0] === 0x1f && body[1] === 0x8b ? gunzipSync(body) : body).toString('utf8');
-  return text.split('\n').filter((l) => l.length > 0);
+  return utf8Lines(body.length > 2 && body[0] === 0x1f && body[1] === 0x8b ? gunzipSync(body) : body);
 }
 
 export class ReplayReader {
