@@ -97,30 +97,34 @@ const byPosition = (a: ChangeEvent, b: ChangeEvent): number => (a.position < b.p
 
 /**
  * The distinct events (first delivery of each position + key wins), in position order (stable:
- * events at one position keep their order of first delivery). Keys are compared only between
- * events at the same position (a duplicate, or the two halves of a primary-key change), so the
- * usual batch of distinct positions costs one map lookup per event (the append path runs it on
- * every batch; docs/performance.md §20).
+ * events at one position keep their order of first delivery). Linear in the batch (docs/performance.md
+ * §27): a batch in strictly increasing position order (the usual live batch, every replay batch)
+ * is distinct as it is, found by one comparison per event; otherwise a stable sort by position
+ * puts every event's deliveries next to each other, first delivery first, and keys are compared
+ * only within a run of events at one position (a duplicate, the two halves of a primary-key
+ * change, or the rows of a snapshot chunk, which all share the chunk's position), through a set
+ * once a run has a second event.
  */
 export function distinctEvents(events: readonly ChangeEvent[]): ChangeEvent[] {
-  const atPosition = new Map<string, ChangeEvent | ChangeEvent[]>();
+  let i = 1;
+  while (i < events.length && events[i - 1]!.position < events[i]!.position) i++;
+  if (i >= events.length) return events.slice();
+  const sorted = events.slice().sort(byPosition);
   const out: ChangeEvent[] = [];
-  let ordered = true;
-  for (const e of events) {
-    const there = atPosition.get(e.position);
-    if (there === undefined) {
-      atPosition.set(e.position, e);
-    } else {
-      const same = Array.isArray(there) ? there : [there];
-      const k = keyText(e.key);
-      if (same.some((x) => keyText(x.key) === k)) continue;
-      same.push(e);
-      if (same !== there) atPosition.set(e.position, same);
+  let run: { position: Position; first: ChangeEvent; keys: Set<string> | null } | null = null;
+  for (const e of sorted) {
+    if (run === null || e.position !== run.position) {
+      run = { position: e.position, first: e, keys: null };
+      out.push(e);
+      continue;
     }
-    if (ordered && out.length > 0 && out[out.length - 1]!.position > e.position) ordered = false;
+    run.keys ??= new Set([keyText(run.first.key)]);
+    const k = keyText(e.key);
+    if (run.keys.has(k)) continue;
+    run.keys.add(k);
     out.push(e);
   }
-  return ordered ? out : out.sort(byPosition);
+  return out;
 }
 
 /** The old key of a primary-key change's insert (from its before image), or null if it is not one. */

@@ -13,8 +13,11 @@ import {
 } from '../../lambda/core/apply-plan.ts';
 import { ENVELOPE_VERSION, keyText, type ChangeEvent, type Row } from '../../lambda/core/event.ts';
 import { makePosition } from '../../lambda/core/position.ts';
+import { seededRandom } from '../../local/demo.ts';
 
 const pos = (n: number, i = 0): string => makePosition(BigInt(n) * 0x100n, i);
+const DISTINCT_RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 2000);
+const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
 
 function ev(op: ChangeEvent['op'], n: number, key: Row, after: Row | null, extra: Partial<ChangeEvent> = {}): ChangeEvent {
   return {
@@ -55,6 +58,46 @@ describe('distinctEvents', () => {
     const del = ev('delete', 3, K1, null);
     const ins = ev('insert', 3, K2, { id: 2 }, { before: { id: 1 } });
     expect(distinctEvents([ins, del, ins])).toHaveLength(2);
+  });
+
+  /** The definition, the way it was written before it was made linear: first delivery kept, then a stable sort by position. */
+  const reference = (events: readonly ChangeEvent[]): ChangeEvent[] => {
+    const seen = new Set<string>();
+    const out = events.filter((e) => {
+      const id = `${e.position}|${keyText(e.key)}`;
+      if (seen.has(id)) return false;
+      seen.add(id);
+      return true;
+    });
+    return out.sort((a, b) => (a.position < b.position ? -1 : a.position > b.position ? 1 : 0));
+  };
+
+  it(`is its definition over random batches: duplicates, runs at one position (snapshot chunks, primary-key changes), any order (${DISTINCT_RUNS} batches, seed ${SEED})`, () => {
+    console.log(`distinctEvents property: seed ${SEED}, ${DISTINCT_RUNS} runs (replay with CDC_PROPERTY_SEED=${SEED})`);
+    const rand = seededRandom(SEED);
+    for (let run = 0; run < DISTINCT_RUNS; run++) {
+      const n = Math.floor(rand() * 60);
+      const events: ChangeEvent[] = [];
+      for (let i = 0; i < n; i++) {
+        const r = rand();
+        if (r < 0.15 && events.length > 0) {
+          // Delivered again (maybe with other values: the first delivery wins).
+          const again = events[Math.floor(rand() * events.length)]!;
+          events.push({ ...again, after: { ...again.after, again: i } });
+        } else {
+          // Few positions, so runs at one position are common; keys from a small set.
+          const e = ev(rand() < 0.2 ? 'delete' : 'snapshot', 1 + Math.floor(rand() * (rand() < 0.5 ? 4 : 40)), { id: Math.floor(rand() * 8), k: rand() < 0.5 ? 'a' : 'b' }, { i });
+          events.push(e);
+        }
+      }
+      // Sometimes already in strictly increasing order (the fast path), sometimes in any order.
+      if (rand() < 0.3) events.sort((a, b) => (a.position < b.position ? -1 : a.position > b.position ? 1 : 0));
+      const got = distinctEvents(events);
+      const want = reference(events);
+      const show = (l: ChangeEvent[]): string[] => l.map((e) => `${e.position}|${keyText(e.key)}|${JSON.stringify(e.after)}`);
+      expect(show(got), `run ${run}, seed ${SEED}`).toEqual(show(want));
+      expect(got, `run ${run}: a new array, not the input`).not.toBe(events);
+    }
   });
 });
 
