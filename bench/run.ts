@@ -3,7 +3,7 @@
  * child processes never colour the next), then prints one table of figure, same-run reference and
  * ratio, and writes `bench/results/<name>.json` per benchmark plus `bench/results/summary.json`.
  *
- *     npm run bench                      # all: synth, capture, apply, e2e, search, snapshot, rebuild, reconcile, merge
+ *     npm run bench                      # all: synth, capture, apply, e2e, search, snapshot, rebuild, reconcile, merge, hot-paths
  *     npm run bench -- --only apply,e2e  # some
  *     npm run bench -- --quick           # smaller sizes, for checking the harness
  *
@@ -16,7 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { argValue, formatTable, loadAverage, RESULTS_DIR, writeResult, type BenchResult } from './lib/report.ts';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
-const BENCHMARKS = ['synth', 'capture', 'apply', 'e2e', 'search', 'snapshot', 'rebuild', 'reconcile', 'merge'] as const;
+const BENCHMARKS = ['synth', 'capture', 'apply', 'e2e', 'search', 'snapshot', 'rebuild', 'reconcile', 'merge', 'hot-paths'] as const;
 
 /** Extra options per benchmark for `--quick`. */
 const QUICK: Record<(typeof BENCHMARKS)[number], string[]> = {
@@ -29,6 +29,7 @@ const QUICK: Record<(typeof BENCHMARKS)[number], string[]> = {
   rebuild: ['--quick'],
   reconcile: ['--rows', '200000', '--rows-per-run', '20000', '--runs', '1'],
   merge: ['--base-rows', '300000', '--delta', '20000'],
+  'hot-paths': ['--rounds', '2'],
 };
 
 /** Extra options per benchmark for a full run. */
