@@ -47,7 +47,7 @@ import { BENCH_TABLE, DEFAULT_HISTORY, generateHistory, type History } from './l
 import { exec, one, serverVersion } from './lib/pg.ts';
 import { cpuProfile, processCpuMs, type ProfileSummary } from './lib/profile.ts';
 import { createItems, prepareReplay, replay } from './lib/replay.ts';
-import { isMain, median, numberArg, rateRow, Recorder, sleep, type BenchResult } from './lib/report.ts';
+import { runIfMain, median, numberArg, rateRow, Recorder, sleep, type BenchResult } from './lib/report.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const say = (text: string): void => void process.stdout.write(`[capture] ${text}\n`);
@@ -453,12 +453,4 @@ export async function runCaptureBench(): Promise<BenchResult> {
   return rec.finish();
 }
 
-if (isMain(import.meta.url)) {
-  runCaptureBench().then(
-    () => process.exit(0),
-    (err: unknown) => {
-      console.error(err);
-      process.exit(1);
-    },
-  );
-}
+runIfMain(import.meta.url, runCaptureBench);

@@ -42,7 +42,7 @@ import { cpuProfile, processCpuMs } from './lib/profile.ts';
 import { runWorkload } from './lib/workload.ts';
 import { exec, one } from './lib/pg.ts';
 import { KinesisTally, shardCount, standInCeiling, type CeilingResult, type SampledRecord } from './lib/kinesis-ceiling.ts';
-import { argValue, isMain, numberArg, percentile, rateRow, Recorder, sleep, timeRow, type BenchResult } from './lib/report.ts';
+import { argValue, runIfMain, numberArg, percentile, rateRow, Recorder, sleep, timeRow, type BenchResult } from './lib/report.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 let print: (text: string) => void = (t) => process.stdout.write(t);
@@ -399,12 +399,4 @@ async function step(url: string, collector: MetricsCollector, rate: number, seco
   };
 }
 
-if (isMain(import.meta.url)) {
-  runE2eBench().then(
-    () => process.exit(0),
-    (err: unknown) => {
-      console.error(err);
-      process.exit(1);
-    },
-  );
-}
+runIfMain(import.meta.url, runE2eBench);

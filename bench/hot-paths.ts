@@ -17,7 +17,7 @@ import type { ChangeEvent } from '../lambda/core/event.ts';
 import { makePosition } from '../lambda/core/position.ts';
 import { utf8Lines } from '../lambda/core/utf8.ts';
 import { DEFAULT_HISTORY, generateHistory, historyEvents, snapshotEvents } from './lib/history.ts';
-import { isMain, nowMs, numberArg, rateRow, Recorder, type BenchResult } from './lib/report.ts';
+import { runIfMain, nowMs, numberArg, rateRow, Recorder, type BenchResult } from './lib/report.ts';
 
 const say = (text: string): void => void process.stdout.write(`[hot-paths] ${text}\n`);
 
@@ -65,12 +65,4 @@ export async function run(): Promise<BenchResult> {
   return rec.finish();
 }
 
-if (isMain(import.meta.url)) {
-  run().then(
-    () => process.exit(0),
-    (err: unknown) => {
-      console.error(err);
-      process.exit(1);
-    },
-  );
-}
+runIfMain(import.meta.url, run);

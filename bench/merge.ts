@@ -25,7 +25,7 @@ import { mergeSql, qualified, warehouseTable, type WarehouseTable } from '../lam
 import { startPostgres } from '../local/postgres.ts';
 import { DEFAULT_HISTORY, generateHistory, historyEvents, registryEntries, snapshotEvents } from './lib/history.ts';
 import { serverVersion } from './lib/pg.ts';
-import { isMain, nowMs, numberArg, Recorder, timeRow, type BenchResult } from './lib/report.ts';
+import { runIfMain, nowMs, numberArg, Recorder, timeRow, type BenchResult } from './lib/report.ts';
 
 const say = (text: string): void => void process.stdout.write(`[merge] ${text}\n`);
 const BASE_EVENTS = 140_000;
@@ -133,12 +133,4 @@ async function fingerprint(pool: pg.Pool, t: WarehouseTable): Promise<string> {
   return `${await digest(t.mirror, 'x.id')} ${await digest(t.changelog, 'x._cdc_position, x.id')} ${deltaRows}`;
 }
 
-if (isMain(import.meta.url)) {
-  run().then(
-    () => process.exit(0),
-    (err: unknown) => {
-      console.error(err);
-      process.exit(1);
-    },
-  );
-}
+runIfMain(import.meta.url, run);

@@ -33,7 +33,7 @@ import { ReplayReader } from '../lambda/adapters/replay-reader.ts';
 import { MemoryControlPlane } from '../test/helpers/memory-control-plane.ts';
 import { BENCH_SOURCE, BENCH_TABLE, DEFAULT_HISTORY, copyLine, generateHistory, historyEvents, itemsTableSql, registryEntries, snapshotEvents } from './lib/history.ts';
 import { copyLines } from './lib/pg.ts';
-import { argValue, isMain, nowMs, numberArg, rateRow, Recorder, type BenchResult } from './lib/report.ts';
+import { argValue, runIfMain, nowMs, numberArg, rateRow, Recorder, type BenchResult } from './lib/report.ts';
 
 const OTHER_TABLE = 'public.noise';
 
@@ -169,12 +169,4 @@ export async function run(): Promise<BenchResult> {
   }
 }
 
-if (isMain(import.meta.url)) {
-  run().then(
-    () => process.exit(0),
-    (err: unknown) => {
-      console.error(err);
-      process.exit(1);
-    },
-  );
-}
+runIfMain(import.meta.url, run);

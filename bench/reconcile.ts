@@ -31,7 +31,7 @@ import { ENVELOPE_VERSION, type ChangeEvent } from '../lambda/core/event.ts';
 import { makePosition } from '../lambda/core/position.ts';
 import { startPostgres } from '../local/postgres.ts';
 import { exec, serverVersion } from './lib/pg.ts';
-import { argValue, isMain, median, numberArg, Recorder, timeRow, type BenchResult } from './lib/report.ts';
+import { argValue, runIfMain, median, numberArg, Recorder, timeRow, type BenchResult } from './lib/report.ts';
 
 const say = (text: string): void => void process.stdout.write(`[reconcile] ${text}\n`);
 const T = warehouseTable('bench', 'public.recon');
@@ -229,12 +229,4 @@ async function runParts(rowsPerRun: number, count: () => Promise<number>, s: pg.
   return { count: median(counts), medians: Object.fromEntries(Object.entries(rounds).map(([k, v]) => [k, median(v)])) };
 }
 
-if (isMain(import.meta.url)) {
-  runReconcileBench().then(
-    () => process.exit(0),
-    (err: unknown) => {
-      console.error(err);
-      process.exit(1);
-    },
-  );
-}
+runIfMain(import.meta.url, runReconcileBench);

@@ -26,7 +26,7 @@ import { encodeVersion } from '../lambda/core/search-version.ts';
 import { createSearchApplier } from '../lambda/handlers/search-applier.ts';
 import { MemoryControlPlane } from '../test/helpers/memory-control-plane.ts';
 import { BENCH_SOURCE, BENCH_TABLE, DEFAULT_HISTORY, generateHistory, historyEvents, registryEntries, snapshotEvents } from './lib/history.ts';
-import { argValue, isMain, nowMs, numberArg, rateRow, Recorder, type BenchResult } from './lib/report.ts';
+import { argValue, runIfMain, nowMs, numberArg, rateRow, Recorder, type BenchResult } from './lib/report.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const BATCH = 1000;
@@ -121,12 +121,4 @@ export async function runSearchBench(): Promise<BenchResult> {
   return rec.finish();
 }
 
-if (isMain(import.meta.url)) {
-  runSearchBench().then(
-    () => process.exit(0),
-    (err: unknown) => {
-      console.error(err);
-      process.exit(1);
-    },
-  );
-}
+runIfMain(import.meta.url, runSearchBench);

@@ -24,7 +24,7 @@ import { MemoryControlPlane } from '../test/helpers/memory-control-plane.ts';
 import { NO_COLUMN_RULES } from '../lambda/core/masking.ts';
 import { startPostgres } from '../local/postgres.ts';
 import { exec, serverVersion } from './lib/pg.ts';
-import { isMain, median, numberArg, percentile, rateRow, Recorder, sleep, timeRow, type BenchResult } from './lib/report.ts';
+import { runIfMain, median, numberArg, percentile, rateRow, Recorder, sleep, timeRow, type BenchResult } from './lib/report.ts';
 
 const say = (text: string): void => void process.stdout.write(`[snapshot] ${text}\n`);
 const TABLE = 'public.snap';
@@ -299,12 +299,4 @@ export async function runSnapshotBench(): Promise<BenchResult> {
   return rec.finish();
 }
 
-if (isMain(import.meta.url)) {
-  runSnapshotBench().then(
-    () => process.exit(0),
-    (err: unknown) => {
-      console.error(err);
-      process.exit(1);
-    },
-  );
-}
+runIfMain(import.meta.url, runSnapshotBench);

@@ -26,7 +26,7 @@ import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { buildExampleApp } from '../bin/example-app.ts';
 import { CapturedTable, CdcSource, ChangeLog, ControlPlane, DmsServiceRoles, SourceDatabase, WarehouseConnection, WarehouseSink } from '../lib/index.ts';
 import { handlerNames, isFresh } from '../lib/private/handler-code.ts';
-import { argValue, isMain, median, numberArg, rateRow, Recorder, timeRow, type BenchResult } from './lib/report.ts';
+import { argValue, runIfMain, median, numberArg, rateRow, Recorder, timeRow, type BenchResult } from './lib/report.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const say = (text: string): void => void process.stdout.write(`[synth] ${text}\n`);
@@ -213,13 +213,5 @@ if (argValue('app-only') !== undefined) {
   const layout = argValue('layout') === 'split' ? 'split' : 'single';
   buildScaleApp(app, { sources: numberArg('sources', 9), tables: numberArg('tables', 20), layout });
   app.synth();
-} else if (isMain(import.meta.url)) {
-  runSynthBench().then(
-    () => process.exit(0),
-    (err: unknown) => {
-      console.error(err);
-      process.exit(1);
-    },
-  );
-}
+} else runIfMain(import.meta.url, runSynthBench);
 

@@ -195,6 +195,18 @@ export function isMain(metaUrl: string): boolean {
   }
 }
 
+/** Runs a benchmark when its file is the process's entry point: exit 0 when it finishes, 1 (the error printed) when it fails. */
+export function runIfMain(metaUrl: string, run: () => Promise<unknown>): void {
+  if (!isMain(metaUrl)) return;
+  run().then(
+    () => process.exit(0),
+    (err: unknown) => {
+      console.error(err);
+      process.exit(1);
+    },
+  );
+}
+
 /** Reads `--name value` / `--flag` style options. */
 export function argValue(name: string): string | undefined {
   const i = process.argv.indexOf(`--${name}`);

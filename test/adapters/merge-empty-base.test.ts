@@ -20,27 +20,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
-import type { DeleteMode, SchemaVersion } from '../../lambda/core/control-plane.ts';
-import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/event.ts';
 import { makePosition } from '../../lambda/core/position.ts';
-import { insertValuesSql, qualified, warehouseTable, type WarehouseTable } from '../../lambda/core/warehouse-sql.ts';
+import { qualified, type WarehouseTable } from '../../lambda/core/warehouse-sql.ts';
 import { seededRandom } from '../../local/demo.ts';
 import { crashingPool } from '../helpers/crashing-pool.ts';
+import { appendDelta, baseTables, dumpTables, KEY, makeTableSets, resetTables, SHAPES, TABLE, ts, type Shape } from '../helpers/merge-table-sets.ts';
 
 const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 300);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
-const TABLE = 'public.t';
-const RAW = { getTypeParser: () => (v: string) => v } as unknown as pg.CustomTypesConfig;
-const KEY = ['k1', 'k2'];
-const DATA = ['v1', 'v2'];
-const DELTA_COLUMNS = ['_cdc_position', '_cdc_op', '_cdc_commit_ts', '_cdc_schema_version', '_cdc_tx_id', '_cdc_synthetic', '_cdc_missing', '_cdc_applied_at', ...KEY, ...DATA];
-
-type Shape = { name: string; mode: DeleteMode; madeHard: boolean };
-const SHAPES: Shape[] = [
-  { name: 'soft', mode: 'soft', madeHard: false },
-  { name: 'soft, with a deleted-keys table', mode: 'soft', madeHard: true },
-  { name: 'hard', mode: 'hard', madeHard: true },
-];
 
 describe('merge into an empty base = the general merge (randomized, embedded PostgreSQL)', () => {
   let cluster: PostgresCluster;
@@ -70,48 +57,12 @@ describe('merge into an empty base = the general merge (randomized, embedded Pos
     const sets = new Map<string, { fast: WarehouseTable; general: WarehouseTable; warehouse: PgWarehouse; shape: Shape }>();
     for (const [i, shape] of SHAPES.entries()) {
       const warehouse = new PgWarehouse(crash.pool);
-      const pair = [`fast${i}`, `gen${i}`].map((source) => {
-        const schema: SchemaVersion = {
-          source,
-          table: TABLE,
-          version: 1,
-          columns: [
-            { name: 'k1', type: 'integer' },
-            { name: 'k2', type: 'text' },
-            { name: 'v1', type: 'text' },
-            { name: 'v2', type: 'integer' },
-          ],
-          key: KEY,
-          effectivePosition: '0'.repeat(24),
-          registeredAt: new Date(0).toISOString(),
-        } as SchemaVersion;
-        return { source, schema, target: warehouseTable(source, TABLE) };
-      });
-      for (const p of pair) {
-        const e: ChangeEvent = { v: ENVELOPE_VERSION, source: p.source, table: TABLE, op: 'insert', key: { k1: 0, k2: 'a' }, after: { k1: 0, k2: 'a', v1: 'x', v2: 1 }, before: null, missing: [], position: makePosition(1n, 0), commitTs: new Date(0).toISOString(), txId: null, schemaVersion: 1, capture: 'slot', synthetic: false };
-        await warehouse.applyTable({ source: p.source, table: TABLE, deleteMode: shape.madeHard ? 'hard' : 'soft', schemas: new Map([[1, p.schema]]), events: [e], appliedAt: new Date(0) });
-      }
-      sets.set(shape.name, { fast: pair[0]!.target, general: pair[1]!.target, warehouse, shape });
+      const [fast, general] = await makeTableSets(warehouse, [`fast${i}`, `gen${i}`], shape);
+      sets.set(shape.name, { fast: fast!, general: general!, warehouse, shape });
     }
-    const baseTables = (t: WarehouseTable, shape: Shape): string[] => [t.mirror, t.changelog, t.truncations, ...(shape.madeHard ? [t.deletedKeys] : [])];
-    const reset = async (t: WarehouseTable, shape: Shape): Promise<void> => {
-      await pool.query([...baseTables(t, shape), t.delta].map((x) => `DELETE FROM ${qualified(t.schema, x)}`).join('; '));
-    };
-    const dump = async (t: WarehouseTable, shape: Shape): Promise<Record<string, unknown>> => {
-      const out: Record<string, unknown> = {};
-      for (const x of [...baseTables(t, shape), t.delta]) {
-        const res = await pool.query({ text: `SELECT * FROM ${qualified(t.schema, x)}`, types: RAW });
-        out[x.slice(2)] = res.rows.map((r) => JSON.stringify(r)).sort();
-      }
-      return out;
-    };
-    const append = async (t: WarehouseTable, rows: (string | null)[][]): Promise<void> => {
-      for (let i = 0; i < rows.length; i += 100) {
-        const chunk = rows.slice(i, i + 100);
-        await pool.query(insertValuesSql(qualified(t.schema, t.delta), DELTA_COLUMNS, chunk.length), chunk.flat());
-      }
-    };
-    const ts = (ms: number): string => new Date(Date.UTC(2026, 0, 1) + ms).toISOString();
+    const reset = (t: WarehouseTable, shape: Shape): Promise<void> => resetTables(pool, t, shape);
+    const dump = (t: WarehouseTable, shape: Shape): Promise<Record<string, unknown>> => dumpTables(pool, t, shape);
+    const append = (t: WarehouseTable, rows: (string | null)[][]): Promise<void> => appendDelta(pool, t, rows);
 
     /** A random delta: distinct events (position + key unique), some delivered twice, in random order. */
     const randomDelta = (positionBase: number): (string | null)[][] => {

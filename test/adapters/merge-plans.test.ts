@@ -21,28 +21,16 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
-import type { DeleteMode, SchemaVersion } from '../../lambda/core/control-plane.ts';
-import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/event.ts';
 import { makePosition } from '../../lambda/core/position.ts';
-import { insertValuesSql, mergeMayUseNestedLoops, mergeSql, NESTED_LOOP_BASE_FACTOR, qualified, warehouseTable, type WarehouseTable } from '../../lambda/core/warehouse-sql.ts';
+import { mergeMayUseNestedLoops, mergeSql, NESTED_LOOP_BASE_FACTOR, qualified, type WarehouseTable } from '../../lambda/core/warehouse-sql.ts';
 import { seededRandom } from '../../local/demo.ts';
+import { appendDelta, baseTables, DELTA_COLUMNS, dumpTables, insertRows, KEY, makeTableSets, resetTables, SHAPES, TABLE, ts, type Shape } from '../helpers/merge-table-sets.ts';
 
 const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 60);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
-const TABLE = 'public.t';
-const RAW = { getTypeParser: () => (v: string) => v } as unknown as pg.CustomTypesConfig;
-const KEY = ['k1', 'k2'];
-const DELTA_COLUMNS = ['_cdc_position', '_cdc_op', '_cdc_commit_ts', '_cdc_schema_version', '_cdc_tx_id', '_cdc_synthetic', '_cdc_missing', '_cdc_applied_at', 'k1', 'k2', 'v1', 'v2'];
 /** Base keys: k1 below `BASE_K1`, k2 'a' or 'b'; in hard mode the keys from `GONE_K1` on are remembered deletions (every base table the merge writes large against a delta). */
 const BASE_K1 = 600;
 const GONE_K1 = 300;
-
-type Shape = { name: string; mode: DeleteMode; madeHard: boolean };
-const SHAPES: Shape[] = [
-  { name: 'soft', mode: 'soft', madeHard: false },
-  { name: 'soft, with a deleted-keys table', mode: 'soft', madeHard: true },
-  { name: 'hard', mode: 'hard', madeHard: true },
-];
 
 describe('merge over a large base: nested loops and ON CONFLICT leave what the portable merge leaves (randomized, embedded PostgreSQL)', () => {
   let cluster: PostgresCluster;
@@ -80,52 +68,18 @@ describe('merge over a large base: nested loops and ON CONFLICT leave what the p
     // Per shape, two sources (two warehouse schemas) whose tables the live apply code makes.
     const sets = new Map<string, { idx: WarehouseTable; ref: WarehouseTable; shape: Shape }>();
     for (const [i, shape] of SHAPES.entries()) {
-      const pair = [`idx${i}`, `ref${i}`].map((source) => {
-        const schema = {
-          source,
-          table: TABLE,
-          version: 1,
-          columns: [
-            { name: 'k1', type: 'integer' },
-            { name: 'k2', type: 'text' },
-            { name: 'v1', type: 'text' },
-            { name: 'v2', type: 'integer' },
-          ],
-          key: KEY,
-          effectivePosition: '0'.repeat(24),
-          registeredAt: new Date(0).toISOString(),
-        } as SchemaVersion;
-        return { source, schema, target: warehouseTable(source, TABLE) };
-      });
-      for (const p of pair) {
-        const e: ChangeEvent = { v: ENVELOPE_VERSION, source: p.source, table: TABLE, op: 'insert', key: { k1: 0, k2: 'a' }, after: { k1: 0, k2: 'a', v1: 'x', v2: 1 }, before: null, missing: [], position: makePosition(1n, 0), commitTs: new Date(0).toISOString(), txId: null, schemaVersion: 1, capture: 'slot', synthetic: false };
-        await warehouse.applyTable({ source: p.source, table: TABLE, deleteMode: shape.madeHard ? 'hard' : 'soft', schemas: new Map([[1, p.schema]]), events: [e], appliedAt: new Date(0) });
-      }
-      sets.set(shape.name, { idx: pair[0]!.target, ref: pair[1]!.target, shape });
+      const [idx, ref] = await makeTableSets(warehouse, [`idx${i}`, `ref${i}`], shape);
+      sets.set(shape.name, { idx: idx!, ref: ref!, shape });
     }
-    const baseTables = (t: WarehouseTable, shape: Shape): string[] => [t.mirror, t.changelog, t.truncations, ...(shape.madeHard ? [t.deletedKeys] : [])];
     const columnsOf = async (t: WarehouseTable, name: string): Promise<string[]> =>
       (await pool.query<{ attname: string }>(`SELECT attname FROM pg_attribute WHERE attrelid = '${qualified(t.schema, name)}'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`)).rows.map((r) => r.attname);
-    const dump = async (t: WarehouseTable, shape: Shape): Promise<Record<string, unknown>> => {
-      const out: Record<string, unknown> = {};
-      for (const x of [...baseTables(t, shape), t.delta]) {
-        const res = await pool.query({ text: `SELECT * FROM ${qualified(t.schema, x)}`, types: RAW });
-        out[x.slice(2)] = res.rows.map((r) => JSON.stringify(r)).sort();
-      }
-      return out;
-    };
-    const append = async (t: WarehouseTable, rows: (string | null)[][]): Promise<void> => {
-      for (let i = 0; i < rows.length; i += 100) {
-        const chunk = rows.slice(i, i + 100);
-        await pool.query(insertValuesSql(qualified(t.schema, t.delta), DELTA_COLUMNS, chunk.length), chunk.flat());
-      }
-    };
-    const ts = (ms: number): string => new Date(Date.UTC(2026, 0, 1) + ms).toISOString();
+    const dump = (t: WarehouseTable, shape: Shape): Promise<Record<string, unknown>> => dumpTables(pool, t, shape);
+    const append = (t: WarehouseTable, rows: (string | null)[][]): Promise<void> => appendDelta(pool, t, rows);
     const basePosition = (k1: number): string => makePosition(BigInt(40 + (k1 % 20)), k1 % 3);
 
     /** The base: every base key live in the mirror at its position, with its event in the changelog; hard mode: remembered deletions. */
     const fillBase = async (t: WarehouseTable, shape: Shape): Promise<void> => {
-      await pool.query([...baseTables(t, shape), t.delta].map((x) => `DELETE FROM ${qualified(t.schema, x)}`).join('; '));
+      await resetTables(pool, t, shape);
       const live = shape.mode === 'hard' ? GONE_K1 : BASE_K1;
       const mirrorRows: (string | null)[][] = [];
       const changelogRows: (string | null)[][] = [];
@@ -151,15 +105,9 @@ describe('merge over a large base: nested loops and ON CONFLICT leave what the p
           }
         }
       }
-      const insert = async (table: string, columns: string[], rows: (string | null)[][]): Promise<void> => {
-        for (let i = 0; i < rows.length; i += 500) {
-          const chunk = rows.slice(i, i + 500);
-          await pool.query(insertValuesSql(qualified(t.schema, table), columns, chunk.length), chunk.flat());
-        }
-      };
-      await insert(t.mirror, ['_cdc_deleted', 'k1', 'k2', 'v1', 'v2', '_cdc_position', '_cdc_deleted_at', '_cdc_applied_at'], mirrorRows);
-      await insert(t.changelog, DELTA_COLUMNS, changelogRows);
-      if (goneRows.length > 0) await insert(t.deletedKeys, ['k1', 'k2', '_cdc_position', '_cdc_deleted_at', '_cdc_applied_at'], goneRows);
+      await insertRows(pool, t, t.mirror, ['_cdc_deleted', 'k1', 'k2', 'v1', 'v2', '_cdc_position', '_cdc_deleted_at', '_cdc_applied_at'], mirrorRows);
+      await insertRows(pool, t, t.changelog, DELTA_COLUMNS, changelogRows);
+      if (goneRows.length > 0) await insertRows(pool, t, t.deletedKeys, ['k1', 'k2', '_cdc_position', '_cdc_deleted_at', '_cdc_applied_at'], goneRows);
       await pool.query(baseTables(t, shape).map((x) => `ANALYZE ${qualified(t.schema, x)}`).join('; '));
     };
 
@@ -230,7 +178,7 @@ describe('merge over a large base: nested loops and ON CONFLICT leave what the p
     }
     // A small base (the same tables emptied, analysed) keeps hash joins.
     const { idx, shape } = sets.get('soft')!;
-    await pool.query([...baseTables(idx, shape), idx.delta].map((x) => `DELETE FROM ${qualified(idx.schema, x)}`).join('; '));
+    await resetTables(pool, idx, shape);
     await pool.query(`ANALYZE ${qualified(idx.schema, idx.mirror)}`);
     await append(idx, randomDelta(0));
     expect((await warehouse.merge({ source: idx.schema, table: TABLE, deleteMode: 'soft', key: KEY, target: idx })).nestedLoops).toBe(false);
