@@ -164,11 +164,12 @@ export function transactionsToRecords(
   keys: ReadonlyMap<string, string[]>,
   types?: ReadonlyMap<string, ReadonlyMap<string, CatalogType>>,
   onInvalid?: (p: PoisonChange) => void,
+  captured?: ReadonlySet<string>,
 ): SlotRecord[] {
   const out: SlotRecord[] = [];
   for (const tx of transactions) {
     tx.changes.forEach((change, index) => {
-      if (!tables.has(change.table)) return;
+      if (!tables.has(change.table) || (captured !== undefined && !captured.has(change.table))) return;
       const rules = tables.columnRules(change.table);
       const key = keys.get(change.table) ?? [];
       // A change that cannot be built goes to `onInvalid` (a dead letter: local/capture-poison.ts) when it is given.
@@ -614,18 +615,23 @@ export class SlotCapture {
     // The tables of the batch, found in one pass (not one array per change).
     const tables = new Set<string>();
     for (const t of transactions) for (const c of t.changes) tables.add(c.table);
-    for (const table of tables) {
-      // A table that joined while running (docs/onboarding.md): resolve its key alone.
-      if (this.o.tables.has(table) && !this.keys.has(table)) await this.resolveKeys(client, [table]);
+    // Which of them this batch captures is decided once, here: discovery adds tables that join
+    // while running (docs/onboarding.md) alongside, and a table it added while this batch awaited
+    // the source had no key resolved, so its changes became records with an empty key (dead
+    // letters). Such a table is captured from the next batch on; the snapshot requested when it
+    // joined reads what this batch holds of it, as it does for every change before it joined.
+    const captured = new Set([...tables].filter((t) => this.o.tables.has(t)));
+    for (const table of captured) {
+      // A table that joined while running: resolve its key alone.
+      if (!this.keys.has(table)) await this.resolveKeys(client, [table]);
     }
     await refreshKeys(client, this.poisonContext(), peek.transactions);
-    // test_decoding prints types without modifiers: read them from the catalog (docs/schema-drift.md).
-    const captured = [...tables].filter((t) => this.o.tables.has(t));
     // The batch's transactions visible first, so the catalog read sees what they committed (an ALTER … TYPE in one).
-    if (captured.length > 0) await awaitTransactionsVisible(client, transactions.map((t) => Number(t.xid)));
-    const types = await columnTypesOf(client, captured);
+    if (captured.size > 0) await awaitTransactionsVisible(client, transactions.map((t) => Number(t.xid)));
+    // test_decoding prints types without modifiers: read them from the catalog (docs/schema-drift.md).
+    const types = await columnTypesOf(client, [...captured]);
     const poison: PoisonChange[] = [];
-    const records = transactionsToRecords(this.o.source, peek.transactions, this.o.tables, this.keys, types, (p) => poison.push(p));
+    const records = transactionsToRecords(this.o.source, peek.transactions, this.o.tables, this.keys, types, (p) => poison.push(p), captured);
     if (records.length > 0) {
       await this.o.publish(records.map((r) => ({ partitionKey: rawPartitionKey(r), data: JSON.stringify(r), label: `${r.source}/${r.table}@${r.commitLsn}#${r.index}` })));
     }

@@ -299,6 +299,39 @@ describe.each(['stream', 'peek'] as const)('slot capture (read: %s)', (mode) => 
     await e.sql.end();
   });
 
+  it('a table that joins while a batch is being built (discovery runs alongside) is captured from the next batch, never as records without a key', async () => {
+    const e = await env();
+    // Discovery adds the table at the batch's first look at it: the batch decides it is not captured, and everything after sees it.
+    class JoiningIndex extends TableConfigIndex {
+      armed = false;
+      override has(table: string): boolean {
+        if (this.armed && table === 'public.ignored' && !super.has(table)) {
+          this.armed = false;
+          const answer = super.has(table);
+          this.add({ table, deleteMode: 'soft', mask: [], exclude: [] });
+          return answer;
+        }
+        return super.has(table);
+      }
+    }
+    const tables = new JoiningIndex(TABLES);
+    const c = capture(e, { tables });
+    await c.start();
+    tables.armed = true;
+    await e.sql.query("INSERT INTO ignored VALUES (1, 'before it joined')");
+    await until('the batch acked', () => c.stats.transactions >= 1);
+    expect(tables.armed).toBe(false);
+    await e.sql.query("INSERT INTO ignored VALUES (2, 'after it joined')");
+    await until('the next batch published', async () => (await rawRecords(e.stream)).records.some((r) => r.table === 'public.ignored'));
+    await c.stop();
+    const mine = (await rawRecords(e.stream)).records.filter((r) => r.table === 'public.ignored');
+    // Row 1 is the joining table's snapshot's to read; row 2 is a record with the table's key.
+    expect(mine.map((r) => ({ key: r.key, id: r.columns!.find((col) => col.name === 'id')!.value }))).toEqual([{ key: ['id'], id: 2 }]);
+    // And no change of it was dead-lettered (before, the batch built row 1 with an empty key: a dead letter, and the table degraded).
+    expect((await control.listDeadLetters()).filter((d) => d.source === e.source)).toEqual([]);
+    await e.sql.end();
+  });
+
   it('refuses a slot of the same name that it did not create', async () => {
     const e = await env();
     await e.sql.query("SELECT pg_create_logical_replication_slot('cdc_' || $1, 'test_decoding')", [e.source]);
