@@ -8,6 +8,10 @@
  *
  * - `COPY` of the table's final rows into an empty table (the machine's limit for writing them).
  *
+ * And PostgreSQL's share of a rebuild alone, against the same reference: the statements a rebuild
+ * cannot do without (the history's changelog rows COPYed, the fold, the diff), timed with no Node
+ * work, so the figure is the best any rebuild that writes the changelog reaches on this machine.
+ *
  * Figures: events per second into the shadow (whole rebuild wall time, and apply time only), with
  * the portable INSERT stage loader and with the PostgreSQL COPY stage loader; how many archive
  * objects the per-table replay read of all the archive holds.
@@ -34,6 +38,12 @@ import { MemoryControlPlane } from '../test/helpers/memory-control-plane.ts';
 import { BENCH_SOURCE, BENCH_TABLE, DEFAULT_HISTORY, copyLine, generateHistory, historyEvents, itemsTableSql, registryEntries, snapshotEvents } from './lib/history.ts';
 import { copyLines } from './lib/pg.ts';
 import { argValue, runIfMain, nowMs, numberArg, rateRow, Recorder, type BenchResult } from './lib/report.ts';
+import { from as copyFrom, to as copyTo } from 'pg-copy-streams';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { quoteIdent } from '../lambda/core/identifiers.ts';
+import { foldChangelogIntoEmptySql, warehouseTable } from '../lambda/core/warehouse-sql.ts';
+import { diffSql } from '../lambda/core/rebuild.ts';
 
 const OTHER_TABLE = 'public.noise';
 
@@ -159,6 +169,19 @@ export async function run(): Promise<BenchResult> {
       }
     }
     rec.details.runs = runs;
+
+    // Reference: PostgreSQL's share of a rebuild alone, no Node work (docs/performance.md §28):
+    // the history's changelog rows COPYed into an empty changelog, the fold into an empty mirror,
+    // the diff against the live mirror; the statements the rebuild runs, one after the other.
+    const share = await postgresShare(pool, 3);
+    const shareMs = [...share.runs].sort((a, b) => a.total - b.total)[1]!;
+    const shareRate = share.events / (shareMs.total / 1000);
+    rec.add(
+      rateRow('PostgreSQL alone: changelog COPY + fold + diff of the rebuild (no Node work)', shareRate, 'events/s', copyRate, 'COPY of the final rows', {
+        note: `the best a rebuild that writes the changelog can reach here; ${share.events} changelog rows: COPY ${Math.round(shareMs.copy)} + fold ${Math.round(shareMs.fold)} + diff ${Math.round(shareMs.diff)} ms (median of ${share.runs.map((r) => Math.round(r.total)).join(', ')} ms)`,
+      }),
+    );
+    rec.details.postgresShare = share;
     await pool.end();
     return rec.finish();
   } finally {
@@ -166,6 +189,60 @@ export async function run(): Promise<BenchResult> {
     await kin.stop();
     await cluster.stop();
     rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * PostgreSQL's share of a rebuild with no Node work: the live changelog (the last rebuild's) is
+ * read out as COPY text (not timed), then, `runs` times: COPY into an empty copy of the changelog
+ * (its indexes too), the rebuild's fold (`foldChangelogIntoEmptySql`, with the rebuild's planner
+ * setting) into an empty copy of the mirror, and the rebuild's diff (`diffSql`) of that mirror
+ * against the live one, which must find nothing.
+ */
+async function postgresShare(pool: pg.Pool, runs: number): Promise<{ events: number; runs: Array<{ copy: number; fold: number; diff: number; total: number }> }> {
+  const t = warehouseTable(BENCH_SOURCE, BENCH_TABLE);
+  const q = (n: string): string => `${quoteIdent(t.schema)}.${quoteIdent(n)}`;
+  const c = await pool.connect();
+  try {
+    const columns = async (rel: string): Promise<string[]> =>
+      (await c.query<{ attname: string }>('SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum', [q(rel)])).rows.map((r) => r.attname);
+    const mirrorColumns = await columns(t.mirror);
+    const changelogColumns = await columns(t.changelog);
+    const parts: Buffer[] = [];
+    for await (const part of c.query(copyTo(`COPY ${q(t.changelog)} TO STDOUT`))) parts.push(part as Buffer);
+    // The rows as 64 KiB pieces ending at a row's end, made before the clock starts (no Node work in the timed part).
+    const all = Buffer.concat(parts);
+    const pieces: Buffer[] = [];
+    for (let at = 0; at < all.length; ) {
+      const nl = all.indexOf(0x0a, Math.min(all.length - 1, at + 65536));
+      const end = nl < 0 ? all.length : nl + 1;
+      pieces.push(all.subarray(at, end));
+      at = end;
+    }
+    const { n: events, p: upTo } = (await c.query<{ n: string; p: string }>(`SELECT count(*) AS n, max(_cdc_position) AS p FROM ${q(t.changelog)}`)).rows[0]!;
+    const out: Array<{ copy: number; fold: number; diff: number; total: number }> = [];
+    const shadow = { ...t, changelog: '_bench_share_changelog', mirror: '_bench_share_mirror' };
+    for (let i = 0; i < runs; i++) {
+      await c.query(`DROP TABLE IF EXISTS ${q(shadow.changelog)}; DROP TABLE IF EXISTS ${q(shadow.mirror)}`);
+      await c.query(`CREATE TABLE ${q(shadow.changelog)} (LIKE ${q(t.changelog)} INCLUDING ALL); CREATE TABLE ${q(shadow.mirror)} (LIKE ${q(t.mirror)} INCLUDING ALL)`);
+      const t0 = nowMs();
+      await pipeline(Readable.from(pieces), c.query(copyFrom(`COPY ${q(shadow.changelog)} FROM STDIN`)));
+      const t1 = nowMs();
+      await c.query('BEGIN');
+      await c.query('SET LOCAL enable_nestloop = off');
+      for (const sql of foldChangelogIntoEmptySql(shadow, { key: ['id'], mirrorColumns, changelogColumns, hard: false, deletedKeys: false, truncations: false })) await c.query(sql);
+      await c.query('COMMIT');
+      const t2 = nowMs();
+      const data = mirrorColumns.filter((x) => x !== 'id' && !x.startsWith('_cdc_'));
+      const diff = await c.query({ text: diffSql(t.schema, t.mirror, shadow.mirror, ['id'], data), values: [upTo] });
+      const t3 = nowMs();
+      if (diff.rowCount !== 0) throw new Error(`PostgreSQL's share: the fold differs from the live mirror in ${diff.rowCount} rows`);
+      out.push({ copy: t1 - t0, fold: t2 - t1, diff: t3 - t2, total: t3 - t0 });
+    }
+    await c.query(`DROP TABLE IF EXISTS ${q(shadow.changelog)}; DROP TABLE IF EXISTS ${q(shadow.mirror)}`);
+    return { events: Number(events), runs: out };
+  } finally {
+    c.release();
   }
 }
 
