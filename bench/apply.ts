@@ -34,6 +34,9 @@
  * delta's rows and their COPY text built by the real `copyStageLoader`) whose delta COPY is not
  * sent: the text goes to a sink that counts it. (b) excludes the SQL (the COPY's bytes, its
  * commit) and the merges; its statements are counted and must be none in the timed part.
+ * And the warehouse's own ceiling (c): the delta COPYs (b) built, sent as they are, with the real
+ * merges at the merge worker's threshold between them, one after the other and no Node work
+ * (`sqlCeiling`); the view must match the expected rows after it.
  */
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
@@ -41,10 +44,13 @@ import type { KinesisStreamEvent } from 'aws-lambda';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Writable } from 'node:stream';
+import { Readable, Writable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { from as copyFrom } from 'pg-copy-streams';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { ServiceName } from '../contracts/env.ts';
+import { quoteIdent } from '../lambda/core/identifiers.ts';
 import { METRICS_NAMESPACE } from '../contracts/metrics.ts';
 import { toKinesisStreamEvent } from '../lambda/adapters/kinesis-event.ts';
 import { copyStageLoader, insertStageLoader, type StageLifecycle, type StageLoader } from '../lambda/adapters/warehouse-pg.ts';
@@ -481,24 +487,35 @@ interface NodeFloors {
  * A delta loader that builds the COPY text exactly as `copyStageLoader` does (it is called, with
  * a connection that takes the text and sends nothing) and counts what it would have sent.
  */
-function unsentCopyLoader(sent: { bytes: number; rows: number }): StageLoader {
+function unsentCopyLoader(sent: { bytes: number; rows: number }, keep?: CapturedCopy[]): StageLoader {
   return {
     name: 'copy text built, not sent',
     atomic: true,
     async load(_client, table, columns, rows) {
+      const chunks: Buffer[] = [];
       const sink = new Writable({
         write(chunk: Buffer, _enc, done) {
           sent.bytes += chunk.length;
+          if (keep) chunks.push(chunk);
           done();
         },
       });
       await copyStageLoader.load({ query: () => sink } as unknown as pg.ClientBase, table, columns, rows);
       sent.rows += rows.length;
+      keep?.push({ table, columns: [...columns], chunks, rows: rows.length });
     },
   };
 }
 
-async function nodeFloors(wh: PostgresCluster, snapshot: ChangeEvent[], history: ChangeEvent[], runs: number): Promise<NodeFloors> {
+/** One delta COPY the handler built in floor (b): its target, columns and bytes. */
+interface CapturedCopy {
+  table: string;
+  columns: string[];
+  chunks: Buffer[];
+  rows: number;
+}
+
+async function nodeFloors(wh: PostgresCluster, snapshot: ChangeEvent[], history: ChangeEvent[], runs: number, keep: CapturedCopy[]): Promise<NodeFloors> {
   const batch = 10_000;
   const batches = kinesisBatches(history, batch, 2n * 10n ** 20n);
   const out: NodeFloors = { events: history.length, batch, decode: [], handler: [], handlerCpuMs: [], copyBytes: 0, copyRows: 0, sqlStatements: 0 };
@@ -533,7 +550,7 @@ async function nodeFloors(wh: PostgresCluster, snapshot: ChangeEvent[], history:
         sinkId: SINK,
         metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
         logger: new Logger({ serviceName: ServiceName.WAREHOUSE_APPLIER, logLevel: 'WARN' }),
-        warehouse: { loader: insertStageLoader, deltaLoader: unsentCopyLoader(sent) },
+        warehouse: { loader: insertStageLoader, deltaLoader: unsentCopyLoader(sent, i === runs - 1 ? keep : undefined) },
         // The merge worker variant's policy: the handler appends only.
         merge: { inline: false },
       });
@@ -545,6 +562,7 @@ async function nodeFloors(wh: PostgresCluster, snapshot: ChangeEvent[], history:
       }
       sent.bytes = 0;
       sent.rows = 0;
+      keep.length = 0;
       timer.tally.reset();
       const cpu0 = process.cpuUsage();
       const t0 = nowMs();
@@ -565,6 +583,93 @@ async function nodeFloors(wh: PostgresCluster, snapshot: ChangeEvent[], history:
     }
   }
   return out;
+}
+
+interface SqlCeiling {
+  /** Timed: the delta COPYs and the merges due meanwhile, ms. */
+  ms: number;
+  appendMs: number;
+  mergeMs: number;
+  merges: number;
+  mergedRows: number;
+  largestDelta: number;
+  /** Untimed, as in the applier's runs: the final merge. */
+  finalMergeMs: number;
+  verified: boolean;
+}
+
+/**
+ * Ceiling (c): the warehouse's statements alone, no Node work but sending bytes (docs/performance.md
+ * §28). The delta COPYs the real handler built in floor (b) (their bytes, kept) are sent as they
+ * are, each in its own transaction, on one connection; the real merge (`PgWarehouse.merge`) runs
+ * whenever the delta reaches the merge worker's threshold, between two COPYs (one after the
+ * other: appends and merges do not overlap here, where the merge worker lets them). The preload
+ * is the applier runs' (snapshot applied and merged, untimed); the view is checked against the
+ * expected rows after the final merge (untimed, as in the applier's runs).
+ */
+async function sqlCeiling(wh: PostgresCluster, snapshot: ChangeEvent[], copies: readonly CapturedCopy[], expected: { n: number; md5: string }, run: number, mergeRows = 50_000): Promise<SqlCeiling> {
+  const db = `wh_sql_${run}`;
+  await wh.createDatabase(db);
+  const url = wh.url(db);
+  const pool = new pg.Pool({ connectionString: url, max: 2 });
+  try {
+    const control = new MemoryControlPlane();
+    const reg = registryEntries();
+    await control.registerTable(reg.table, reg.schema, { at: reg.table.updatedAt, actor: 'bench', action: 'register', source: BENCH_SOURCE, table: BENCH_TABLE, outcome: 'done', detail: {} });
+    const applier = createWarehouseApplier({
+      controlPlane: control,
+      pool,
+      sinkId: SINK,
+      metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
+      logger: new Logger({ serviceName: ServiceName.WAREHOUSE_APPLIER, logLevel: 'WARN' }),
+      warehouse: { loader: insertStageLoader },
+      merge: { inline: false },
+    });
+    for (const ev of kinesisBatches(snapshot, 10_000, 10n ** 20n)) {
+      const r = await applier.handler(ev);
+      if (r.batchItemFailures.length > 0) throw new Error(`ceiling (c) preload: ${r.batchItemFailures.length} records failed`);
+    }
+    await applier.mergeDue({ force: true });
+    await exec(url, `VACUUM ANALYZE ${BENCH_SOURCE}_public.items_mirror`);
+    await exec(url, `VACUUM ANALYZE ${BENCH_SOURCE}_public.items_changelog`);
+    await exec(url, 'CHECKPOINT');
+    const target = { source: BENCH_SOURCE, table: BENCH_TABLE, deleteMode: 'soft' as const, key: ['id'] };
+    const out: SqlCeiling = { ms: 0, appendMs: 0, mergeMs: 0, merges: 0, mergedRows: 0, largestDelta: 0, finalMergeMs: 0, verified: false };
+    const client = await pool.connect();
+    try {
+      let delta = 0;
+      const t0 = nowMs();
+      for (const c of copies) {
+        const a0 = nowMs();
+        await client.query('BEGIN');
+        await pipeline(Readable.from(c.chunks), client.query(copyFrom(`COPY ${c.table} (${c.columns.map(quoteIdent).join(', ')}) FROM STDIN`)));
+        await client.query('COMMIT');
+        out.appendMs += nowMs() - a0;
+        delta += c.rows;
+        out.largestDelta = Math.max(out.largestDelta, delta);
+        if (delta >= mergeRows) {
+          const m0 = nowMs();
+          const m = await applier.warehouse.merge(target);
+          out.mergeMs += nowMs() - m0;
+          out.merges++;
+          out.mergedRows += m.rows;
+          delta = 0;
+        }
+      }
+      out.ms = nowMs() - t0;
+    } finally {
+      client.release();
+    }
+    const f0 = nowMs();
+    await applier.warehouse.merge(target);
+    out.finalMergeMs = nowMs() - f0;
+    const view = await one<{ n: number; md5: string }>(url, fingerprintSql(MIRROR_VIEW));
+    out.verified = view.n === expected.n && view.md5 === expected.md5;
+    return out;
+  } finally {
+    await pool.end();
+    await exec(wh.url('postgres'), `DROP DATABASE ${db} WITH (FORCE)`).catch(() => undefined);
+  }
 }
 
 /** Live rows after the first `n` history changes. */
@@ -667,9 +772,18 @@ export async function runApplyBench(): Promise<BenchResult> {
     rec.details.logicalReplication = logrep;
 
     // The applier's Node-side floors, against the references above.
-    const floors = floorsOn ? await nodeFloors(wh, snapshot, history, quick ? 2 : 3) : null;
+    const copies: CapturedCopy[] = [];
+    const floors = floorsOn ? await nodeFloors(wh, snapshot, history, quick ? 2 : 3, copies) : null;
+    const sqlCeilings: SqlCeiling[] = [];
     if (floors) {
+      for (let i = 0; i < (quick ? 1 : 2); i++) sqlCeilings.push(await sqlCeiling(wh, snapshot, copies, expected, i));
+      copies.length = 0;
       rec.details.nodeFloors = floors;
+      rec.details.sqlCeilings = sqlCeilings;
+      for (const c of sqlCeilings) {
+        say(`ceiling (c), the warehouse's statements alone: ${history.length} events in ${Math.round(c.ms)} ms = ${Math.round(history.length / (c.ms / 1000))} events/s (delta COPYs ${Math.round(c.appendMs)} ms, ${c.merges} merges ${Math.round(c.mergeMs)} ms of ${c.mergedRows} rows, largest delta ${c.largestDelta}; final merge ${Math.round(c.finalMergeMs)} ms untimed); ${c.verified ? 'view matches' : 'VIEW DOES NOT MATCH'}`);
+        if (!c.verified) throw new Error('ceiling (c): the view does not match the expected rows');
+      }
       say(
         `Node-side floors over the ${floors.events} events in batches of ${floors.batch}: (a) decode + JSON.parse ${floors.decode.map(Math.round).join(', ')} events/s; ` +
           `(b) the handler, COPY text built and not sent ${floors.handler.map(Math.round).join(', ')} events/s (process CPU ${floors.handlerCpuMs.join(', ')} ms; ${floors.copyRows} rows, ${(floors.copyBytes / 1e6).toFixed(1)} MB of COPY text; ${floors.sqlStatements} SQL statements in the timed part)`,
@@ -765,6 +879,15 @@ export async function runApplyBench(): Promise<BenchResult> {
           target: '≥ 1× logrep and ≥ 0.5× COPY needed',
           met: handler >= catchUp && handler >= 0.5 * copyRate,
           note: `${(handler / copyRate).toFixed(2)}× COPY; ${note}; ${floors.sqlStatements} SQL statements in the timed part`,
+        }),
+      );
+      const sql = median(sqlCeilings.map((c) => history.length / (c.ms / 1000)));
+      const appendsOnly = median(sqlCeilings.map((c) => history.length / (c.appendMs / 1000)));
+      rec.add(
+        rateRow("ceiling (c): the warehouse's statements alone, delta COPYs and merges one after the other (no Node work)", sql, 'events/s', catchUp, 'logrep catch-up', {
+          target: '≥ 1× logrep and ≥ 0.5× COPY needed',
+          met: sql >= catchUp && sql >= 0.5 * copyRate,
+          note: `${(sql / copyRate).toFixed(2)}× COPY; the delta COPYs alone ${Math.round(appendsOnly)} events/s (${(appendsOnly / catchUp).toFixed(2)}× logrep); median of ${sqlCeilings.length}, merges at ${50_000} delta rows`,
         }),
       );
       rec.details.ceilingVerdicts = verdicts;
