@@ -24,7 +24,7 @@ import { renderStatus } from '../../local/status.ts';
 import { compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts';
 import { readChangeLog } from '../../lambda/adapters/change-log-reader.ts';
 import { validateTableConfig, type TableConfig } from '../../lambda/core/table-config.ts';
-import { POLL_DELETES_INVISIBLE } from '../../lambda/core/poll.ts';
+import { POLL_DELETES_INVISIBLE, pollConsumer } from '../../lambda/core/poll.ts';
 import { POLLED_TABLE_COMMENT } from '../../lambda/core/warehouse-sql.ts';
 
 const POLLED: TableConfig[] = validateTableConfig([
@@ -72,6 +72,17 @@ afterAll(async () => {
   if (dir) await rm(dir, { recursive: true, force: true });
 }, 120_000);
 
+/** What the pipeline knew when a verdict did not match: table states, the poller's lines, dead letters, errors, the pollers' checkpoints. */
+async function diagnostics(errors: readonly string[]): Promise<string[]> {
+  await pipeline!.refreshControl(true);
+  const out = ['--- status', ...renderStatus(pipeline!.snapshot()), '--- poll lines', ...pipeline!.polls!.lines().map((l) => JSON.stringify(l))];
+  const dead = await stack!.control.listDeadLetters();
+  out.push(`--- dead letters: ${dead.length}`, ...dead.slice(0, 10).map((d) => `${d.stage} ${d.table} ${d.code}: ${d.reason}`));
+  for (const t of POLLED) out.push(`--- cursor of ${t.table}: ${await stack!.control.getCheckpoint(pollConsumer('demo'), t.table)}`);
+  out.push(`--- errors: ${errors.length}`, ...errors.slice(0, 10));
+  return out;
+}
+
 describe('polling fallback', () => {
   it('a polled table converges for inserts and updates; its deletes are invisible and status says so; transforms shape the sink', async () => {
     const errors: string[] = [];
@@ -103,7 +114,7 @@ describe('polling fallback', () => {
     });
 
     const verdict = await compareSourceAndWarehouse({ sourceUrl: stack!.sourceUrl, warehouseUrl: warehouse.url('dw'), source: 'demo', tables: [...POLLED, ...LOGGED] });
-    expect(verdict.match, formatVerdict(verdict).join('\n')).toBe(true);
+    expect(verdict.match, verdict.match ? '' : [...formatVerdict(verdict), ...(await diagnostics(errors))].join('\n')).toBe(true);
     const accounts = verdict.tables.find((t) => t.table === 'public.accounts')!;
     expect(accounts.warehouseRows).toBe(400);
 
