@@ -444,6 +444,8 @@ export class PgWarehouse implements WarehouseWriter {
     const client = await this.pool.connect();
     let inTransaction = false;
     let destroy = false;
+    /** The delta this apply merges first (before a schema change or a full apply), if any. */
+    let merged: { rows: number; nestedLoops: boolean } | undefined;
     try {
       const lifecycle = await this.detect(client);
       // Bring the sink into shape first, in its own short transaction: the DDL is additive and
@@ -470,7 +472,9 @@ export class PgWarehouse implements WarehouseWriter {
             await client.query(`BEGIN; ${lockDeltaSql(t, this.engine!)}`);
             known = await readShape(client, t);
             ddl = planDdl(t, known, key, data, wants);
-            await client.query(`${[...mergeStatements(t, known, key.map((k) => k.name), wants.hard, this.engine!), ...ddl.statements].join('; ')}; COMMIT`);
+            const first = await deltaToMergeFirst(client, t, known, this.engine!);
+            if (first.rows > 0) merged = first;
+            await client.query(`${[...mergeStatements(t, known, key.map((k) => k.name), wants.hard, this.engine!, false, first.nestedLoops), ...ddl.statements].join('; ')}; COMMIT`);
             this.pendingDelta.delete(cacheKey);
           } else {
             await client.query(`BEGIN; ${ddl.statements.join('; ')}; COMMIT`);
@@ -503,11 +507,11 @@ export class PgWarehouse implements WarehouseWriter {
           inTransaction = false;
           destroy = false;
           const committedAt = Date.now();
-          if (into === 'changelog') return { plan: appendedPlan(events), committedAt, ddl: ddl.statements, mode: 'append', pending: { ...this.pendingOf(batch.source, batch.table, t) } };
+          if (into === 'changelog') return { plan: appendedPlan(events), committedAt, ddl: ddl.statements, mode: 'append', pending: { ...this.pendingOf(batch.source, batch.table, t) }, ...(merged ? { merged } : {}) };
           const pending = this.pendingDelta.get(cacheKey) ?? { rows: 0, since: null };
           const next = { rows: pending.rows + events.length, since: pending.since ?? committedAt };
           this.pendingDelta.set(cacheKey, next);
-          return { plan: appendedPlan(events), committedAt, ddl: ddl.statements, mode: 'append', pending: { ...next } };
+          return { plan: appendedPlan(events), committedAt, ddl: ddl.statements, mode: 'append', pending: { ...next }, ...(merged ? { merged } : {}) };
         }
         const rows = events.map((e) => changelogRow(e, shape.delta, appliedAt));
         const loader = this.deltaLoader();
@@ -529,7 +533,7 @@ export class PgWarehouse implements WarehouseWriter {
         const pending = this.pendingDelta.get(cacheKey) ?? { rows: 0, since: null };
         const next = { rows: pending.rows + rows.length, since: pending.since ?? (rows.length > 0 ? committedAt : null) };
         this.pendingDelta.set(cacheKey, next);
-        return { plan: appendedPlan(events), committedAt, ddl: ddl.statements, mode: 'append', pending: { ...next } };
+        return { plan: appendedPlan(events), committedAt, ddl: ddl.statements, mode: 'append', pending: { ...next }, ...(merged ? { merged } : {}) };
       }
       const eventRows = events.map((e, i) => [...changelogRow(e, shape.changelog, appliedAt), String(i)]);
       const eventCols = [...shape.changelog, CdcColumn.IDX];
@@ -568,7 +572,8 @@ export class PgWarehouse implements WarehouseWriter {
           throw new ShapeChangedError(t.tableId);
         }
         const pending = Number((res[res.length - 1]!.rows[0] as { n: string } | undefined)?.n ?? 0);
-        begin = pending > 0 ? `${mergeStatements(t, shape, keyNames, batch.deleteMode === 'hard', this.engine!).join('; ')}; ` : '';
+        if (pending > 0) merged = { rows: pending, nestedLoops: this.engine === 'postgres' && (await nestedLoopsFit(client, t, shape, pending)) };
+        begin = pending > 0 ? `${mergeStatements(t, shape, keyNames, batch.deleteMode === 'hard', this.engine!, false, merged!.nestedLoops).join('; ')}; ` : '';
         // An unfolded fresh shadow (its appends went to the changelog): its base from the changelog first, under the same lock.
         if (pending === 0 && batch.freshShadow === true && (await unfolded(client, t, shape))) begin = `${foldStatements(t, shape, keyNames, batch.deleteMode === 'hard', this.engine!).join('; ')}; `;
       }
@@ -577,7 +582,7 @@ export class PgWarehouse implements WarehouseWriter {
       inTransaction = false;
       destroy = false;
       this.pendingDelta.delete(cacheKey);
-      return { plan, committedAt, ddl: ddl.statements, mode: 'apply', pending: { rows: 0, since: null } };
+      return { plan, committedAt, ddl: ddl.statements, mode: 'apply', pending: { rows: 0, since: null }, ...(merged ? { merged } : {}) };
     } catch (err) {
       this.shapes.delete(cacheKey);
       if (inTransaction && !destroy) {
@@ -818,6 +823,15 @@ function mergeStatements(t: WarehouseTable, shape: SinkShape, key: readonly stri
   // itself inserts (quadratic: measured minutes for 100,000 rows). Hash joins for the merge,
   // unless the base is known to be large against the delta (`mergeMayUseNestedLoops`).
   return engine === 'postgres' && !nestedLoops ? ['SET LOCAL enable_nestloop = off', ...merge, 'SET LOCAL enable_nestloop = on'] : merge;
+}
+
+/**
+ * Under the delta's lock, before a schema change: how many rows the delta holds and whether their
+ * merge may use nested loops (`nestedLoopsFit`), as `merge` decides it.
+ */
+async function deltaToMergeFirst(client: pg.ClientBase, t: WarehouseTable, shape: SinkShape, engine: WarehouseEngine): Promise<{ rows: number; nestedLoops: boolean }> {
+  const rows = Number((await client.query<{ n: string }>(deltaStatsSql(t))).rows[0]?.n ?? 0);
+  return { rows, nestedLoops: rows > 0 && engine === 'postgres' && (await nestedLoopsFit(client, t, shape, rows)) };
 }
 
 /** PostgreSQL: whether the merge of `deltaRows` into `t`'s base may use nested loops (`mergeMayUseNestedLoops`, from the planner's estimates of the base tables it writes). */

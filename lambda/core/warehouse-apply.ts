@@ -107,6 +107,12 @@ export interface TableApplyResult {
   mode: 'append' | 'apply';
   /** What this process appended to the table's delta since it last merged it (an estimate: other processes append too). */
   pending: PendingDelta;
+  /**
+   * The delta this apply merged first, when it did: before a schema change, or before a full
+   * apply. `nestedLoops`: whether the merge let the planner use nested loops (PostgreSQL, a base
+   * large against the delta: docs/warehouse-apply.md, "What a merge costs").
+   */
+  merged?: { rows: number; nestedLoops: boolean };
 }
 
 /** The table a merge is for. */

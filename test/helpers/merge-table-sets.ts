@@ -30,25 +30,31 @@ export const SHAPES: Shape[] = [
 export async function makeTableSets(warehouse: PgWarehouse, sources: readonly string[], shape: Shape): Promise<WarehouseTable[]> {
   const out: WarehouseTable[] = [];
   for (const source of sources) {
-    const schema = {
-      source,
-      table: TABLE,
-      version: 1,
-      columns: [
-        { name: 'k1', type: 'integer' },
-        { name: 'k2', type: 'text' },
-        { name: 'v1', type: 'text' },
-        { name: 'v2', type: 'integer' },
-      ],
-      key: KEY,
-      effectivePosition: '0'.repeat(24),
-      registeredAt: new Date(0).toISOString(),
-    } as SchemaVersion;
+    const schema = schemaOf(source);
     const e: ChangeEvent = { v: ENVELOPE_VERSION, source, table: TABLE, op: 'insert', key: { k1: 0, k2: 'a' }, after: { k1: 0, k2: 'a', v1: 'x', v2: 1 }, before: null, missing: [], position: makePosition(1n, 0), commitTs: new Date(0).toISOString(), txId: null, schemaVersion: 1, capture: 'slot', synthetic: false };
     await warehouse.applyTable({ source, table: TABLE, deleteMode: shape.madeHard ? 'hard' : 'soft', schemas: new Map([[1, schema]]), events: [e], appliedAt: new Date(0) });
     out.push(warehouseTable(source, TABLE));
   }
   return out;
+}
+
+/** The table's schema version `version` in `source`: `k1`, `k2`, `v1`, `v2`, then the `added` text columns. */
+export function schemaOf(source: string, version = 1, added: readonly string[] = []): SchemaVersion {
+  return {
+    source,
+    table: TABLE,
+    version,
+    columns: [
+      { name: 'k1', type: 'integer' },
+      { name: 'k2', type: 'text' },
+      { name: 'v1', type: 'text' },
+      { name: 'v2', type: 'integer' },
+      ...added.map((name) => ({ name, type: 'text' })),
+    ],
+    key: KEY,
+    effectivePosition: '0'.repeat(24),
+    registeredAt: new Date(0).toISOString(),
+  } as SchemaVersion;
 }
 
 /** The base tables of a set: mirror, changelog, truncations and, when the table has them, deleted keys. */
