@@ -15,12 +15,18 @@
  *
  * Each at two base sizes: the history's own (`--base-rows 0`) and the given one. Figures: merge
  * time, and the reference's time over the new one's at the same base size. Both sets end equal
- * (checked).
+ * (checked). Then, over the same bases, a full apply (one batch the append path cannot take: an
+ * update without a TOAST column) with 1,000 delta rows pending, which it merges first: its time,
+ * against the portable merge with nested loops off followed by the same batch (the full apply
+ * before 2026-12-02). Both sets end equal (checked).
  *
  *     npm run bench:merge [-- --base-rows 1000000 --delta 56000]
  */
 import pg from 'pg';
 import { PgWarehouse } from '../lambda/adapters/warehouse-pg.ts';
+import type { ChangeEvent } from '../lambda/core/event.ts';
+import { makePosition } from '../lambda/core/position.ts';
+import type { TableApplyResult } from '../lambda/core/warehouse-apply.ts';
 import { mergeSql, qualified, warehouseTable, type WarehouseTable } from '../lambda/core/warehouse-sql.ts';
 import { startPostgres } from '../local/postgres.ts';
 import { DEFAULT_HISTORY, generateHistory, historyEvents, registryEntries, snapshotEvents } from './lib/history.ts';
@@ -30,6 +36,8 @@ import { runIfMain, nowMs, numberArg, Recorder, timeRow, type BenchResult } from
 const say = (text: string): void => void process.stdout.write(`[merge] ${text}\n`);
 const BASE_EVENTS = 140_000;
 const BATCH = 10_000;
+/** Delta rows pending when the full apply's batch comes. */
+const PENDING = 1_000;
 /** Keys of the added base rows start here (the history's keys are below). */
 const FILL_KEY = 100_000_000;
 
@@ -49,16 +57,15 @@ export async function run(): Promise<BenchResult> {
     if (BASE_EVENTS + delta > all.length) throw new Error(`--delta: at most ${all.length - BASE_EVENTS} events (the history has ${all.length})`);
     const runs: Record<string, unknown>[] = [];
     const times = new Map<string, number>();
+    const applyEvents = async (source: string, events: readonly ChangeEvent[]): Promise<TableApplyResult> =>
+      warehouse.applyTable({ source, table: 'public.items', deleteMode: 'soft', schemas: new Map([[1, { ...schema, source }]]), events: events.map((e) => ({ ...e, source })), appliedAt: new Date(Date.UTC(2026, 0, 1)) });
+    const e0 = all[0]!;
     for (const size of [0, baseRows]) {
       const sets = ['now', 'before'].map((how) => ({ how, source: `m${size}${how}` }));
       for (const s of sets) {
-        const events = all.map((e) => ({ ...e, source: s.source }));
         const apply = (from: number, to: number) => async (): Promise<void> => {
-          for (let i = from; i < to; i += BATCH) {
-            await warehouse.applyTable({ source: s.source, table: e0.table, deleteMode: 'soft', schemas: new Map([[1, { ...schema, source: s.source }]]), events: events.slice(i, Math.min(to, i + BATCH)), appliedAt: new Date(Date.UTC(2026, 0, 1)) });
-          }
+          for (let i = from; i < to; i += BATCH) await applyEvents(s.source, all.slice(i, Math.min(to, i + BATCH)));
         };
-        const e0 = events[0]!;
         await apply(0, BASE_EVENTS)();
         await warehouse.merge({ source: s.source, table: e0.table, deleteMode: 'soft', key: schema.key });
         const t = warehouseTable(s.source, e0.table);
@@ -79,7 +86,26 @@ export async function run(): Promise<BenchResult> {
       times.set(`${size}before`, beforeMs);
       say(`base of ${mirror} mirror rows (${size} added), delta of ${merged.rows} rows: merge ${Math.round(nowMsTaken)} ms (nested loops ${merged.nestedLoops ? 'allowed' : 'off'}), the merge before ${Math.round(beforeMs)} ms; both left the same tables`);
       rec.add(timeRow(`merge of ${merged.rows} delta rows over a base of ${mirror.toLocaleString('en-US')} mirror rows (nested loops ${merged.nestedLoops ? 'allowed' : 'off'})`, nowMsTaken, 'ms', beforeMs, 'the merge before (hash joins, changelog anti-join)'));
-      runs.push({ addedRows: size, mirrorRows: mirror, deltaRows: merged.rows, nestedLoops: merged.nestedLoops, mergeMs: nowMsTaken, beforeMs });
+      // A full apply over the same base: a pending delta of the next PENDING events, then a batch
+      // the append path cannot take (an update without its `note`, an unchanged TOAST value), which
+      // merges the delta first. Now: `applyTable` (its merge decides nested loops as `merge` does);
+      // before: the portable merge with nested loops off, then the same batch (nothing to merge).
+      const from = BASE_EVENTS + delta;
+      for (const s of sets) for (let i = from; i < from + PENDING; i += BATCH) await applyEvents(s.source, all.slice(i, Math.min(from + PENDING, i + BATCH)));
+      const { note: _note, ...withoutNote } = e0.after!;
+      const toast: ChangeEvent = { ...e0, op: 'update', after: withoutNote, before: null, missing: ['note'], position: makePosition(1n << 40n, 0) };
+      const t2 = nowMs();
+      const full = await applyEvents(sets[0]!.source, [toast]);
+      const fullMs = nowMs() - t2;
+      const t3 = nowMs();
+      await portableMerge(pool, before!);
+      await applyEvents(sets[1]!.source, [toast]);
+      const fullBeforeMs = nowMs() - t3;
+      if (full.mode !== 'apply' || full.merged?.rows !== PENDING) throw new Error(`the full apply merged ${JSON.stringify(full.merged)} in mode ${full.mode}, expected ${PENDING} rows first`);
+      if ((await fingerprint(pool, now!)) !== (await fingerprint(pool, before!))) throw new Error(`the two full applies over a base of ${mirror} mirror rows left different tables`);
+      say(`full apply with ${PENDING} delta rows pending: ${Math.round(fullMs)} ms (its merge's nested loops ${full.merged.nestedLoops ? 'allowed' : 'off'}), the same before ${Math.round(fullBeforeMs)} ms`);
+      rec.add(timeRow(`full apply of one batch with ${PENDING} delta rows pending, over a base of ${mirror.toLocaleString('en-US')} mirror rows (nested loops ${full.merged.nestedLoops ? 'allowed' : 'off'})`, fullMs, 'ms', fullBeforeMs, 'the same before (its merge with hash joins)'));
+      runs.push({ addedRows: size, mirrorRows: mirror, deltaRows: merged.rows, nestedLoops: merged.nestedLoops, mergeMs: nowMsTaken, beforeMs, fullApply: { pending: PENDING, nestedLoops: full.merged.nestedLoops, ms: fullMs, beforeMs: fullBeforeMs } });
     }
     const growth = (how: string): number => times.get(`${baseRows}${how}`)! / times.get(`0${how}`)!;
     say(`merge time at ${baseRows} added rows over the history's own base: now ${growth('now').toFixed(2)}×, before ${growth('before').toFixed(2)}×`);
