@@ -507,6 +507,30 @@ function unsentCopyLoader(sent: { bytes: number; rows: number }, keep?: Captured
   };
 }
 
+/** The bench sink's applier over `pool`, with a control plane that has the bench's table registered; the handler appends only (the merge worker variant's policy). */
+async function appendOnlyApplier(pool: pg.Pool, warehouse: Parameters<typeof createWarehouseApplier>[0]['warehouse']): Promise<ReturnType<typeof createWarehouseApplier>> {
+  const control = new MemoryControlPlane();
+  const reg = registryEntries();
+  await control.registerTable(reg.table, reg.schema, { at: reg.table.updatedAt, actor: 'bench', action: 'register', source: BENCH_SOURCE, table: BENCH_TABLE, outcome: 'done', detail: {} });
+  return createWarehouseApplier({
+    controlPlane: control,
+    pool,
+    sinkId: SINK,
+    metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
+    logger: new Logger({ serviceName: ServiceName.WAREHOUSE_APPLIER, logLevel: 'WARN' }),
+    ...(warehouse ? { warehouse } : {}),
+    merge: { inline: false },
+  });
+}
+
+/** Untimed: the rows that exist before the history, applied as snapshot events (which also makes the sink's tables). */
+async function preload(applier: ReturnType<typeof createWarehouseApplier>, snapshot: ChangeEvent[], batch: number, what: string): Promise<void> {
+  for (const ev of kinesisBatches(snapshot, batch, 10n ** 20n)) {
+    const r = await applier.handler(ev);
+    if (r.batchItemFailures.length > 0) throw new Error(`${what} preload: ${r.batchItemFailures.length} records failed`);
+  }
+}
+
 /** One delta COPY the handler built in floor (b): its target, columns and bytes. */
 interface CapturedCopy {
   table: string;
@@ -540,26 +564,11 @@ async function nodeFloors(wh: PostgresCluster, snapshot: ChangeEvent[], history:
     const url = wh.url(db);
     const pool = new pg.Pool({ connectionString: url, max: 2 });
     try {
-      const control = new MemoryControlPlane();
-      const reg = registryEntries();
-      await control.registerTable(reg.table, reg.schema, { at: reg.table.updatedAt, actor: 'bench', action: 'register', source: BENCH_SOURCE, table: BENCH_TABLE, outcome: 'done', detail: {} });
       const sent = { bytes: 0, rows: 0 };
-      const applier = createWarehouseApplier({
-        controlPlane: control,
-        pool,
-        sinkId: SINK,
-        metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
-        logger: new Logger({ serviceName: ServiceName.WAREHOUSE_APPLIER, logLevel: 'WARN' }),
-        warehouse: { loader: insertStageLoader, deltaLoader: unsentCopyLoader(sent, i === runs - 1 ? keep : undefined) },
-        // The merge worker variant's policy: the handler appends only.
-        merge: { inline: false },
-      });
+      const applier = await appendOnlyApplier(pool, { loader: insertStageLoader, deltaLoader: unsentCopyLoader(sent, i === runs - 1 ? keep : undefined) });
       const timer = new SqlTimer(pool);
       // Untimed: the sink's tables made by the first batches (the preload), as in the timed runs.
-      for (const ev of kinesisBatches(snapshot, batch, 10n ** 20n)) {
-        const r = await applier.handler(ev);
-        if (r.batchItemFailures.length > 0) throw new Error(`floor preload: ${r.batchItemFailures.length} records failed`);
-      }
+      await preload(applier, snapshot, batch, 'floor (b)');
       sent.bytes = 0;
       sent.rows = 0;
       keep.length = 0;
@@ -613,22 +622,8 @@ async function sqlCeiling(wh: PostgresCluster, snapshot: ChangeEvent[], copies: 
   const url = wh.url(db);
   const pool = new pg.Pool({ connectionString: url, max: 2 });
   try {
-    const control = new MemoryControlPlane();
-    const reg = registryEntries();
-    await control.registerTable(reg.table, reg.schema, { at: reg.table.updatedAt, actor: 'bench', action: 'register', source: BENCH_SOURCE, table: BENCH_TABLE, outcome: 'done', detail: {} });
-    const applier = createWarehouseApplier({
-      controlPlane: control,
-      pool,
-      sinkId: SINK,
-      metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
-      logger: new Logger({ serviceName: ServiceName.WAREHOUSE_APPLIER, logLevel: 'WARN' }),
-      warehouse: { loader: insertStageLoader },
-      merge: { inline: false },
-    });
-    for (const ev of kinesisBatches(snapshot, 10_000, 10n ** 20n)) {
-      const r = await applier.handler(ev);
-      if (r.batchItemFailures.length > 0) throw new Error(`ceiling (c) preload: ${r.batchItemFailures.length} records failed`);
-    }
+    const applier = await appendOnlyApplier(pool, { loader: insertStageLoader });
+    await preload(applier, snapshot, 10_000, 'ceiling (c)');
     await applier.mergeDue({ force: true });
     await exec(url, `VACUUM ANALYZE ${BENCH_SOURCE}_public.items_mirror`);
     await exec(url, `VACUUM ANALYZE ${BENCH_SOURCE}_public.items_changelog`);
