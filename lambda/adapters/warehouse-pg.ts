@@ -473,8 +473,8 @@ export class PgWarehouse implements WarehouseWriter {
             known = await readShape(client, t);
             ddl = planDdl(t, known, key, data, wants);
             const first = await deltaToMergeFirst(client, t, known, this.engine!);
-            if (first.rows > 0) merged = first;
             await client.query(`${[...mergeStatements(t, known, key.map((k) => k.name), wants.hard, this.engine!, false, first.nestedLoops), ...ddl.statements].join('; ')}; COMMIT`);
+            if (first.rows > 0) merged = first;
             this.pendingDelta.delete(cacheKey);
           } else {
             await client.query(`BEGIN; ${ddl.statements.join('; ')}; COMMIT`);
