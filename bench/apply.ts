@@ -58,6 +58,7 @@ import { dynamoDbClient } from '../lambda/adapters/aws-clients.ts';
 import { createControlTable, DynamoDbControlPlane } from '../lambda/adapters/control-plane-dynamodb.ts';
 import type { ControlPlane } from '../lambda/core/control-plane.ts';
 import type { ChangeEvent } from '../lambda/core/event.ts';
+import { DEFAULT_MERGE_POLICY } from '../lambda/core/warehouse-apply.ts';
 import { createWarehouseApplier } from '../lambda/handlers/warehouse-applier.ts';
 import { startDynamoDbLocal } from '../local/dynamodb.ts';
 import { captureStdout, MetricsCollector } from '../local/metrics.ts';
@@ -438,7 +439,7 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
       await applier.mergeDue({ force: true });
       const finalMergeMs = nowMs() - f0;
       view = await one<{ n: number; md5: string }>(url, fingerprintSql(MIRROR_VIEW));
-      mergeDetail = { ...merges, threshold: applier.warehouse ? (o.mergeRows ?? 50_000) : 0, finalMergeMs: Math.round(finalMergeMs), verifiedBeforeFinalMerge: before };
+      mergeDetail = { ...merges, threshold: applier.warehouse ? (o.mergeRows ?? DEFAULT_MERGE_POLICY.maxRows) : 0, finalMergeMs: Math.round(finalMergeMs), verifiedBeforeFinalMerge: before };
     }
     return {
       label: o.label,
@@ -616,7 +617,7 @@ interface SqlCeiling {
  * is the applier runs' (snapshot applied and merged, untimed); the view is checked against the
  * expected rows after the final merge (untimed, as in the applier's runs).
  */
-async function sqlCeiling(wh: PostgresCluster, snapshot: ChangeEvent[], copies: readonly CapturedCopy[], expected: { n: number; md5: string }, run: number, mergeRows = 50_000): Promise<SqlCeiling> {
+async function sqlCeiling(wh: PostgresCluster, snapshot: ChangeEvent[], copies: readonly CapturedCopy[], expected: { n: number; md5: string }, run: number, mergeRows = DEFAULT_MERGE_POLICY.maxRows): Promise<SqlCeiling> {
   const db = `wh_sql_${run}`;
   await wh.createDatabase(db);
   const url = wh.url(db);
@@ -882,7 +883,7 @@ export async function runApplyBench(): Promise<BenchResult> {
         rateRow("ceiling (c): the warehouse's statements alone, delta COPYs and merges one after the other (no Node work)", sql, 'events/s', catchUp, 'logrep catch-up', {
           target: '≥ 1× logrep and ≥ 0.5× COPY needed',
           met: sql >= catchUp && sql >= 0.5 * copyRate,
-          note: `${(sql / copyRate).toFixed(2)}× COPY; the delta COPYs alone ${Math.round(appendsOnly)} events/s (${(appendsOnly / catchUp).toFixed(2)}× logrep); median of ${sqlCeilings.length}, merges at ${50_000} delta rows`,
+          note: `${(sql / copyRate).toFixed(2)}× COPY; the delta COPYs alone ${Math.round(appendsOnly)} events/s (${(appendsOnly / catchUp).toFixed(2)}× logrep); median of ${sqlCeilings.length}, merges at ${DEFAULT_MERGE_POLICY.maxRows} delta rows`,
         }),
       );
       rec.details.ceilingVerdicts = verdicts;

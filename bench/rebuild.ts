@@ -19,9 +19,12 @@
  *     npm run bench:rebuild [-- --events 100000 --quick --batch 5000]
  */
 import { mkdtempSync, rmSync } from 'node:fs';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
+import { from as copyFrom, to as copyTo } from 'pg-copy-streams';
 import { CreateStreamCommand, PutRecordsCommand } from '@aws-sdk/client-kinesis';
 import type { KinesisStreamEvent } from 'aws-lambda';
 import { kinesisClient } from '../lambda/adapters/aws-clients.ts';
@@ -29,6 +32,10 @@ import { readChangeLog, type LogRecord } from '../lambda/adapters/change-log-rea
 import { copyStageLoader, insertStageLoader, type StageLoader } from '../lambda/adapters/warehouse-pg.ts';
 import type { ChangeEvent } from '../lambda/core/event.ts';
 import { createArchiveCopier } from '../lambda/core/archive.ts';
+import { quoteIdent } from '../lambda/core/identifiers.ts';
+import { diffSql } from '../lambda/core/rebuild.ts';
+import { newlinePieces } from '../lambda/core/utf8.ts';
+import { foldChangelogIntoEmptySql, warehouseTable } from '../lambda/core/warehouse-sql.ts';
 import { FolderArchive } from '../local/archive.ts';
 import { startKinesalite } from '../local/kinesis.ts';
 import { startPostgres } from '../local/postgres.ts';
@@ -38,12 +45,6 @@ import { MemoryControlPlane } from '../test/helpers/memory-control-plane.ts';
 import { BENCH_SOURCE, BENCH_TABLE, DEFAULT_HISTORY, copyLine, generateHistory, historyEvents, itemsTableSql, registryEntries, snapshotEvents } from './lib/history.ts';
 import { copyLines } from './lib/pg.ts';
 import { argValue, runIfMain, nowMs, numberArg, rateRow, Recorder, type BenchResult } from './lib/report.ts';
-import { from as copyFrom, to as copyTo } from 'pg-copy-streams';
-import { Readable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
-import { quoteIdent } from '../lambda/core/identifiers.ts';
-import { foldChangelogIntoEmptySql, warehouseTable } from '../lambda/core/warehouse-sql.ts';
-import { diffSql } from '../lambda/core/rebuild.ts';
 
 const OTHER_TABLE = 'public.noise';
 
@@ -211,14 +212,7 @@ async function postgresShare(pool: pg.Pool, runs: number): Promise<{ events: num
     const parts: Buffer[] = [];
     for await (const part of c.query(copyTo(`COPY ${q(t.changelog)} TO STDOUT`))) parts.push(part as Buffer);
     // The rows as 64 KiB pieces ending at a row's end, made before the clock starts (no Node work in the timed part).
-    const all = Buffer.concat(parts);
-    const pieces: Buffer[] = [];
-    for (let at = 0; at < all.length; ) {
-      const nl = all.indexOf(0x0a, Math.min(all.length - 1, at + 65536));
-      const end = nl < 0 ? all.length : nl + 1;
-      pieces.push(all.subarray(at, end));
-      at = end;
-    }
+    const pieces = [...newlinePieces(Buffer.concat(parts))];
     const { n: events, p: upTo } = (await c.query<{ n: string; p: string }>(`SELECT count(*) AS n, max(_cdc_position) AS p FROM ${q(t.changelog)}`)).rows[0]!;
     const out: Array<{ copy: number; fold: number; diff: number; total: number }> = [];
     const shadow = { ...t, changelog: '_bench_share_changelog', mirror: '_bench_share_mirror' };

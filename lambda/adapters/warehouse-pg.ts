@@ -472,7 +472,7 @@ export class PgWarehouse implements WarehouseWriter {
             await client.query(`BEGIN; ${lockDeltaSql(t, this.engine!)}`);
             known = await readShape(client, t);
             ddl = planDdl(t, known, key, data, wants);
-            const first = await deltaToMergeFirst(client, t, known, this.engine!);
+            const first = await mergeFirst(client, t, known, Number((await client.query<{ n: string }>(deltaStatsSql(t))).rows[0]?.n ?? 0), this.engine!);
             await client.query(`${[...mergeStatements(t, known, key.map((k) => k.name), wants.hard, this.engine!, false, first.nestedLoops), ...ddl.statements].join('; ')}; COMMIT`);
             if (first.rows > 0) merged = first;
             this.pendingDelta.delete(cacheKey);
@@ -572,8 +572,8 @@ export class PgWarehouse implements WarehouseWriter {
           throw new ShapeChangedError(t.tableId);
         }
         const pending = Number((res[res.length - 1]!.rows[0] as { n: string } | undefined)?.n ?? 0);
-        if (pending > 0) merged = { rows: pending, nestedLoops: this.engine === 'postgres' && (await nestedLoopsFit(client, t, shape, pending)) };
-        begin = pending > 0 ? `${mergeStatements(t, shape, keyNames, batch.deleteMode === 'hard', this.engine!, false, merged!.nestedLoops).join('; ')}; ` : '';
+        if (pending > 0) merged = await mergeFirst(client, t, shape, pending, this.engine!);
+        begin = merged ? `${mergeStatements(t, shape, keyNames, batch.deleteMode === 'hard', this.engine!, false, merged.nestedLoops).join('; ')}; ` : '';
         // An unfolded fresh shadow (its appends went to the changelog): its base from the changelog first, under the same lock.
         if (pending === 0 && batch.freshShadow === true && (await unfolded(client, t, shape))) begin = `${foldStatements(t, shape, keyNames, batch.deleteMode === 'hard', this.engine!).join('; ')}; `;
       }
@@ -826,11 +826,10 @@ function mergeStatements(t: WarehouseTable, shape: SinkShape, key: readonly stri
 }
 
 /**
- * Under the delta's lock, before a schema change: how many rows the delta holds and whether their
- * merge may use nested loops (`nestedLoopsFit`), as `merge` decides it.
+ * The merge an apply runs first (before a schema change or a full apply), of the `rows` the delta
+ * holds under its lock: whether it may use nested loops, decided as `merge` decides it (`nestedLoopsFit`).
  */
-async function deltaToMergeFirst(client: pg.ClientBase, t: WarehouseTable, shape: SinkShape, engine: WarehouseEngine): Promise<{ rows: number; nestedLoops: boolean }> {
-  const rows = Number((await client.query<{ n: string }>(deltaStatsSql(t))).rows[0]?.n ?? 0);
+async function mergeFirst(client: pg.ClientBase, t: WarehouseTable, shape: SinkShape, rows: number, engine: WarehouseEngine): Promise<{ rows: number; nestedLoops: boolean }> {
   return { rows, nestedLoops: rows > 0 && engine === 'postgres' && (await nestedLoopsFit(client, t, shape, rows)) };
 }
 

@@ -15,8 +15,8 @@ export const DECODE_PIECE_BYTES = 64 * 1024;
 
 const NEWLINE = 0x0a;
 
-/** `body` decoded as UTF-8 in pieces that each end right after a newline (the last one at the end of the body). */
-export function* utf8Pieces(body: Buffer, pieceBytes: number = DECODE_PIECE_BYTES): Generator<string> {
+/** `body` in pieces of about `pieceBytes` that each end right after a newline (the last one at the end of the body); views, not copies. */
+export function* newlinePieces(body: Buffer, pieceBytes: number = DECODE_PIECE_BYTES): Generator<Buffer> {
   let start = 0;
   while (start < body.length) {
     let end = body.length;
@@ -28,9 +28,14 @@ export function* utf8Pieces(body: Buffer, pieceBytes: number = DECODE_PIECE_BYTE
         if (on >= 0) end = on + 1;
       }
     }
-    yield body.toString('utf8', start, end);
+    yield body.subarray(start, end);
     start = end;
   }
+}
+
+/** `body` decoded as UTF-8 in pieces that each end right after a newline (`newlinePieces`). */
+export function* utf8Pieces(body: Buffer, pieceBytes: number = DECODE_PIECE_BYTES): Generator<string> {
+  for (const piece of newlinePieces(body, pieceBytes)) yield piece.toString('utf8');
 }
 
 /** `body` decoded as UTF-8: the same string as `body.toString('utf8')`, decoded piece by piece. */

@@ -7,7 +7,7 @@
  * Runs: `CDC_UTF8_PROPERTY_RUNS` (default 2,000), seed `CDC_PROPERTY_SEED` (default random).
  */
 import { describe, expect, it } from 'vitest';
-import { DECODE_PIECE_BYTES, utf8Lines, utf8Pieces, utf8Text } from '../../lambda/core/utf8.ts';
+import { DECODE_PIECE_BYTES, newlinePieces, utf8Lines, utf8Pieces, utf8Text } from '../../lambda/core/utf8.ts';
 import { seededRandom } from '../../local/demo.ts';
 
 const RUNS = Number(process.env.CDC_UTF8_PROPERTY_RUNS ?? 2000);
@@ -58,6 +58,10 @@ describe('piecewise UTF-8 decoding', () => {
         expect(p.length, where).toBeGreaterThan(0);
         if (i < pieces.length - 1) expect(p.endsWith('\n'), where).toBe(true);
       }
+      // The byte pieces (what a COPY is sent in) are the same cut: the body again, each ending at a newline.
+      const bytes = [...newlinePieces(body, piece)];
+      expect(Buffer.concat(bytes).equals(body), where).toBe(true);
+      for (const [i, p] of bytes.entries()) if (i < bytes.length - 1) expect(p[p.length - 1], where).toBe(0x0a);
     }
   });
 
