@@ -100,6 +100,7 @@ export class LocalSnapshots {
           source: this.o.source,
           owner: OWNER,
           rulesOf: (t) => index.columnRules(t),
+          pollColumnOf: (t) => index.get(t)?.pollColumn,
           pacerFor: () => (this.o.fixedChunk ? new FixedPacer(this.o.fixedChunk) : new AdaptivePacer({ budget: this.o.budget ?? DEFAULT_SOURCE_BUDGET })),
           beforeRun: async () => {
             if (!this.o.fixedChunk) await this.probe.calibrate(20);

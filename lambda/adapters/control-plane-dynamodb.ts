@@ -67,6 +67,7 @@ import { assertPosition, type Position } from '../core/position.ts';
 import { mergeHeldShards } from '../core/operator-decisions.ts';
 import { deadLetterKey, PayloadMismatchError, sha256, type PayloadStore } from '../core/payload-store.ts';
 import type { SnapshotChunkRecord, SnapshotState } from '../core/snapshot.ts';
+import { isPositionSpace } from '../core/position-space.ts';
 import type { ReconcileVerdict } from '../core/reconcile.ts';
 import type {
   AuditEntry,
@@ -929,6 +930,7 @@ function tableToItem(t: TableRecord): Item {
     stateReason: t.stateReason,
     updatedAt: t.updatedAt,
     ...(t.capture ? { capture: t.capture } : {}),
+    ...(t.positionSpace ? { positionSpace: t.positionSpace } : {}),
   });
 }
 
@@ -943,6 +945,7 @@ function tableFromItem(i: Plain): TableRecord {
     stateReason: typeof i.stateReason === 'string' ? i.stateReason : null,
     updatedAt: String(i.updatedAt),
     ...(i.capture === 'poll' || i.capture === 'log' ? { capture: i.capture } : {}),
+    ...(isPositionSpace(i.positionSpace) ? { positionSpace: i.positionSpace } : {}),
   };
 }
 

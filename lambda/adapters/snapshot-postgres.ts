@@ -15,6 +15,7 @@
  * Never a lock stronger than the ACCESS SHARE of a plain SELECT; no transaction spans more than
  * one chunk. The fence's commit is also the pressure probe's write (`PostgresPressureProbe`).
  */
+import { pollHighestQuery } from '../core/poll-snapshot.ts';
 import pg from 'pg';
 import { to as copyTo } from 'pg-copy-streams';
 import { chunkCopyQuery, copyChunkRead, SnapshotFenceTimeoutError, SnapshotTableError, type ChunkRead, type KeyCursor, type SnapshotColumn, type SnapshotTableShape } from '../core/snapshot.ts';
@@ -137,6 +138,18 @@ export class PostgresSnapshotReader implements SnapshotReader, PollReader {
       await read.query('ROLLBACK').catch(() => undefined);
       throw e;
     }
+  }
+
+  /**
+   * The highest poll position number of a polled table's rows and of the poller's cursor value
+   * (lambda/core/poll-snapshot.ts `pollHighestQuery`), read on the primary: a re-snapshot's
+   * watermark must be above every value the poller may have read.
+   */
+  async pollHighest(shape: SnapshotTableShape, pollColumn: string, cursorValue: string | null): Promise<string | null> {
+    const { primary } = await this.clients();
+    const q = pollHighestQuery(shape, pollColumn, cursorValue);
+    const r = await primary.query<{ h: string | null }>(q.text, q.values);
+    return r.rows[0]?.h ?? null;
   }
 
   /**

@@ -19,6 +19,7 @@
  *   that skips numbers means changes were lost between the source and the normalizer, one that
  *   goes back means the history was rewound or replayed from another copy.
  */
+import { isPolledRecord } from './position-space.ts';
 import { CdcError } from './errors.ts';
 import { HEARTBEAT_KEY_COLUMN } from '../../contracts/env.ts';
 import type { ControlPlane } from './control-plane.ts';
@@ -190,7 +191,7 @@ export async function checkHeartbeatContinuity(d: HeartbeatContinuityDeps, after
   }
   if (advance) await d.control.putCheckpoint(consumer, shard, JSON.stringify(seen));
   if (!problem) return null;
-  const error = new DiscontinuityError(problem.problem, `source ${d.source}: ${problem.message}. Every captured table of the source needs a re-snapshot (docs/failures.md)`);
+  const error = new DiscontinuityError(problem.problem, `source ${d.source}: ${problem.message}. Every log-captured table of the source needs a re-snapshot; polled tables are not affected (docs/failures.md)`);
   await markSourceForResnapshot(d.control, { source: d.source, actor: d.actor, at: d.now().toISOString(), code: error.code, problem: problem.problem, message: problem.message, detail: { last, seen } });
   d.count();
   d.log(error, { problem: problem.problem, last, seen });
@@ -200,7 +201,8 @@ export async function checkHeartbeatContinuity(d: HeartbeatContinuityDeps, after
 /**
  * Marks every registered table of a source `needs-resnapshot`, each with its audit entry (sinks
  * then hold its events, warehouse-applier). Tables already marked are left as they are. Returns
- * how many tables were marked.
+ * how many tables were marked. A polled table is not touched: its positions and its continuity are
+ * its poll cursor's, not the log's (docs/architecture.md §5.2, docs/failures.md).
  */
 export async function markSourceForResnapshot(
   control: ControlPlane,
@@ -209,7 +211,7 @@ export async function markSourceForResnapshot(
   const reason = `${o.code}: ${o.problem}: ${o.message}`.slice(0, 1024);
   let marked = 0;
   for (const t of await control.listTables(o.source)) {
-    if (t.state === 'needs-resnapshot') continue;
+    if (t.state === 'needs-resnapshot' || isPolledRecord(t)) continue;
     await control.setTableState(o.source, t.table, 'needs-resnapshot', reason, {
       at: o.at,
       actor: o.actor,

@@ -5,6 +5,7 @@
  * Every state change commits together with its audit entry. Reads that decide are strongly consistent.
  */
 import type { Position } from './position.ts';
+import type { PositionSpace } from './position-space.ts';
 import type { SnapshotChunkRecord, SnapshotState } from './snapshot.ts';
 import type { ReconcileVerdict } from './reconcile.ts';
 
@@ -49,6 +50,12 @@ export interface TableRecord {
   updatedAt: string;
   /** How the table is captured (docs/polling.md): `poll` means its deletes are not observable. Absent: `log`. */
   capture?: TableCaptureMode;
+  /**
+   * Where the table's positions come from (docs/architecture.md §5.2, lambda/core/position-space.ts),
+   * recorded when the table is registered. Absent (a record from before spaces were recorded):
+   * `wal` for a log-captured table; a polled table's is then told by its poll column.
+   */
+  positionSpace?: PositionSpace;
 }
 
 export interface SinkTableProgress {

@@ -43,6 +43,7 @@ import { decodeRawRecord, type DecodeContext } from './decode.ts';
 import { parseJsonExact } from './json-exact.ts';
 import { applyColumnRulesToChange, applyColumnRulesToColumns } from './masking.ts';
 import { maxPosition, POSITION_ZERO, type Position } from './position.ts';
+import { pollSpaceOfType, PositionSpaceMismatchError, type PositionSpace } from './position-space.ts';
 import { isPackedSlotRecord, packedRecordOfRow, packedRowRecord, validatePackedHeader, type PackedSnapshotRecord, type SlotRecord } from './slot-record.ts';
 import { classifyControl, classifySchema, type Classification, type ObservedColumn, type ObservedShape } from './schema-evolution.ts';
 import type { TableConfigIndex } from './table-config.ts';
@@ -346,7 +347,13 @@ export class NormalizerBatch<E> {
       return 'ignored';
     }
     if (result.kind === 'control') {
-      await this.control(result);
+      try {
+        await this.control(result);
+      } catch (e) {
+        if (!(e instanceof PositionSpaceMismatchError)) throw e;
+        await deadLetter(e.code, e.message);
+        return 'dead-lettered';
+      }
       return 'control';
     }
     return this.changes(raw, parsed, result, deadLetter);
@@ -478,7 +485,8 @@ export class NormalizerBatch<E> {
       await deadLetter(e.code, e.message);
       return 'dead-lettered';
     }
-    for (const c of changes) this.parent.notePosition(c.position);
+    // The source's highest position is a log position (docs/architecture.md §5.2): a polled table's never enter it.
+    if (this.o.tables.captureMode(first.table) !== 'poll') for (const c of changes) this.parent.notePosition(c.position);
     // Gap check on the heartbeat: a missed or regressed beat, another identity or timeline (lambda/core/continuity.ts).
     if (splitTableId(first.table).table === HEARTBEAT_TABLE) for (const c of changes) await checkHeartbeatContinuity(this.continuityDeps(), c.after);
     this.buffer.push(...stamped);
@@ -512,10 +520,36 @@ export class NormalizerBatch<E> {
       const c = classifyControl(latest, { operation: control.operation, columns, key: key === null ? null : transformKeyColumns(key, spec) });
       this.o.logger.info('Control record', { table, operation: control.operation, classification: c.kind, reason: c.reason });
       if (c.kind === 'same') return;
-      const effective = control.position ?? maxPosition(this.parent.highestPosition ?? POSITION_ZERO, latest?.effectivePosition ?? POSITION_ZERO);
+      const effective = control.position ?? maxPosition(this.highestLogPosition(table, reg), latest?.effectivePosition ?? POSITION_ZERO);
       if ((await this.evolve(table, reg, latest, c, effective, 'key', `control record ${control.operation}`, spec)) !== null) return;
     }
     throw new SchemaRegistrationContendedError(this.o.source, table, REGISTRATION_ATTEMPTS);
+  }
+
+  /**
+   * The highest log position seen for the source, for a control record of `table` that carries no
+   * position: only a log-captured table's versions may take effect there (a polled table's
+   * positions are its own space, docs/architecture.md §5.2).
+   */
+  private highestLogPosition(table: string, reg: Registry): Position {
+    if (this.o.tables.captureMode(table) === 'poll') {
+      throw new PositionSpaceMismatchError(`control record of ${this.o.source}/${table} without a position`, reg.table?.positionSpace ?? 'poll-version', 'wal');
+    }
+    return this.parent.highestPosition ?? POSITION_ZERO;
+  }
+
+  /**
+   * The position space a table is registered in (lambda/core/position-space.ts): `wal` for a
+   * log-captured table; for a polled one the space of its poll column's type among `columns`
+   * (after renames), or null when the type does not tell (then it is told by the column at the
+   * table's next snapshot).
+   */
+  private positionSpaceOf(table: string, columns: readonly { name: string; type: string | null }[] | null, transforms: TableTransforms): PositionSpace | null {
+    if (this.o.tables.captureMode(table) !== 'poll') return 'wal';
+    const pc = this.o.tables.get(table)?.pollColumn;
+    if (pc === undefined || columns === null) return null;
+    const name = transforms.rename?.[pc] ?? pc;
+    return pollSpaceOfType(columns.find((c) => c.name === name)?.type ?? null);
   }
 
   /** The schema version an event at `position` is read with, registering or evolving as needed. */
@@ -554,6 +588,7 @@ export class NormalizerBatch<E> {
       if (c.kind !== 'compatible') throw new CdcError('INTERNAL', `unexpected ${c.kind} classification of unregistered table ${table}: ${c.reason}`);
       const schema: SchemaVersion = { source, table, version: 1, columns: c.columns, key: c.key, effectivePosition: effective, registeredAt: at, ...shaped };
       const polled = this.o.tables.captureMode(table) === 'poll';
+      const space = this.positionSpaceOf(table, c.columns, transforms);
       const record: TableRecord = {
         source,
         table,
@@ -564,10 +599,12 @@ export class NormalizerBatch<E> {
         stateReason: null,
         updatedAt: at,
         ...(polled ? { capture: 'poll' as const } : {}),
+        ...(space ? { positionSpace: space } : {}),
       };
       const ok = await this.o.control.registerTable(record, schema, this.audit('register-table', table, at, {
         ...(isIdentity(transforms) ? {} : { transforms }),
         ...(polled ? { capture: 'poll', deletesObservable: false } : {}),
+        ...(space ? { positionSpace: space } : {}),
         version: 1,
         columns: c.columns,
         key: c.key,

@@ -15,6 +15,10 @@
 import type { AuditEntry, ControlPlane, TableRecord } from './control-plane.ts';
 import type { ColumnRules } from './masking.ts';
 import type { Pacer, PressureReading } from './snapshot-pacer.ts';
+import { CdcError } from './errors.ts';
+import { checkpointCursorStore } from './poll.ts';
+import { cursorPollValue, pollWatermark, snapshotRunSpace, type PollSnapshotReader } from './poll-snapshot.ts';
+import { isPollSpace, PositionSpaceMismatchError, type PollSpace, type PositionSpace } from './position-space.ts';
 import { parseLsn, type Position } from './position.ts';
 import {
   afterChunk,
@@ -39,7 +43,7 @@ import {
 } from './snapshot.ts';
 
 /** Reads the source (lambda/adapters/snapshot-postgres.ts). */
-export interface SnapshotReader {
+export interface SnapshotReader extends Partial<PollSnapshotReader> {
   describe(table: string): Promise<SnapshotTableShape>;
   estimateRows(table: string): Promise<number>;
   /** One chunk behind the visibility fence (see the adapter's module comment). */
@@ -118,6 +122,11 @@ export interface RunTableSnapshotOptions {
   source: string;
   table: string;
   rules: ColumnRules;
+  /**
+   * The poll column of a polled table (docs/polling.md), undefined for a log-captured one: a
+   * polled table's run takes its positions in its poll space (lambda/core/poll-snapshot.ts).
+   */
+  pollColumnOf?: (table: string) => string | undefined;
   /** This worker's id (lease owner). */
   owner: string;
   /** A lease lasts this long past each write; another worker may take over after. @default 60000 */
@@ -184,6 +193,18 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
     state = claimed;
     o.onState?.(state);
   }
+  // The run's position space (docs/architecture.md §5.2): a polled table's run takes its watermark
+  // from its poll column once, before its first chunk (lambda/core/poll-snapshot.ts).
+  let space: PositionSpace;
+  try {
+    space = snapshotRunSpace(o.table, await o.control.getTable(o.source, o.table), shape, o.pollColumnOf?.(o.table), state!);
+    if (isPollSpace(space) && state!.firstLowWatermark === null) state = await takePollWatermark(o, state!, shape, space, now(), leaseMs);
+  } catch (e) {
+    if (e instanceof PositionSpaceMismatchError) await failRun(o, state!, e, now());
+    throw e;
+  }
+  if (!state) return 'lost-lease';
+  const pollMark = isPollSpace(space) ? state.firstLowWatermark : null;
 
   let chunks = 0;
   let last = now().getTime();
@@ -219,6 +240,8 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
         read = await o.reader.readChunk(shape, state!.cursor, limit);
       }
       ahead = null;
+      // A polled table's rows take the run's poll watermark, never the log's (lambda/core/poll-snapshot.ts).
+      if (pollMark !== null) read = { ...read, lowWatermark: pollMark };
       // Counted and keyed without parsing the rows when the read has them as COPY text.
       const rowCount = chunkRowCount(read);
       const finished = rowCount < limit;
@@ -240,7 +263,7 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
       // A re-snapshot's last chunk carries the sweep (docs/snapshot.md, "Re-snapshot"), published
       // with it before the run is recorded done: a crash before that publishes it again, at the
       // same position (a replayed truncate changes nothing).
-      if (finished && state!.reason === 'resnapshot') {
+      if (finished && (state!.reason === 'resnapshot' || pollMark !== null)) {
         const sweep = sweepRecord(o.source, o.table, state!.firstLowWatermark ?? read.lowWatermark, read.readAt);
         records.push(snapshotRawRecord(sweep));
       }
@@ -285,6 +308,39 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
   } finally {
     await settle();
   }
+}
+
+/**
+ * Takes a polled table's run watermark (lambda/core/poll-snapshot.ts): above the highest poll value
+ * of its rows and of the poller's cursor, stored with the run before any chunk is read, so every
+ * chunk and a worker that takes the run over use the same one. Null when the lease was lost.
+ */
+async function takePollWatermark(o: RunTableSnapshotOptions, state: SnapshotState, shape: SnapshotTableShape, space: PollSpace, at: Date, leaseMs: number): Promise<SnapshotState | null> {
+  const pollColumn = o.pollColumnOf!(o.table)!;
+  if (!o.reader.pollHighest) throw new CdcError('INVALID_CONFIG', `${o.table} is polled, but the snapshot reader cannot read its highest poll value (pollHighest)`);
+  const cursor = await checkpointCursorStore(o.control, o.source).get(o.table);
+  const highest = await o.reader.pollHighest(shape, pollColumn, cursorPollValue(cursor));
+  const watermark = pollWatermark(highest);
+  const next: SnapshotState = { ...state, firstLowWatermark: watermark, positionSpace: space, updatedAt: at.toISOString(), leaseUntil: at.getTime() + leaseMs, version: state.version + 1 };
+  const audit: AuditEntry = {
+    at: at.toISOString(),
+    actor: `snapshot:${o.owner}`,
+    action: 'poll-snapshot-watermark',
+    source: o.source,
+    table: o.table,
+    outcome: 'done',
+    detail: { run: state.run, positionSpace: space, pollColumn, highest, pollerCursor: cursor, watermark, rowPosition: snapshotPosition(watermark) },
+  };
+  if (!(await o.control.putSnapshot(next, state.version, audit))) return null;
+  o.onState?.(next);
+  return next;
+}
+
+/** Ends a run that cannot go on (its positions would mix spaces): `failed` with the error, audited. */
+async function failRun(o: RunTableSnapshotOptions, state: SnapshotState, e: CdcError, at: Date): Promise<void> {
+  const failed: SnapshotState = { ...state, status: 'failed', error: `${e.code}: ${e.message}`, finishedAt: at.toISOString(), owner: null, leaseUntil: 0, updatedAt: at.toISOString(), version: state.version + 1 };
+  const audit: AuditEntry = { at: at.toISOString(), actor: `snapshot:${o.owner}`, action: 'fail-snapshot', source: o.source, table: o.table, outcome: 'refused', detail: { run: state.run, code: e.code, reason: e.message } };
+  if (await o.control.putSnapshot(failed, state.version, audit)) o.onState?.(failed);
 }
 
 /** A re-snapshot that finished brings a `needs-resnapshot` table back to `active` (with its audit entry). */

@@ -22,6 +22,7 @@ import { partitionKeyOf, type JsonValue, type Row } from './event.ts';
 import { quoteIdent, splitTableId } from './identifiers.ts';
 import { applyColumnRules, applyColumnRulesToColumns, maskValue, type ColumnRules } from './masking.ts';
 import { formatLsn, makePosition, parseLsn, type Position } from './position.ts';
+import type { PositionSpace } from './position-space.ts';
 import { buildSlotRecord, SLOT_RECORD_FORMAT, type PackedColumn, type PackedSnapshotRecord, type SlotColumn, type SlotOp, type SlotRecord } from './slot-record.ts';
 import { unquotedLiteralValue } from './test-decoding.ts';
 
@@ -757,8 +758,13 @@ export interface SnapshotState {
   etaSeconds: number | null;
   throttle: ThrottleState;
   chunkSize: number;
-  /** Low watermark of the first chunk: the run's epoch start. */
+  /**
+   * Low watermark of the first chunk: the run's epoch start. For a run in a poll space
+   * (`positionSpace`), the poll watermark taken before its first chunk (lambda/core/poll-snapshot.ts).
+   */
   firstLowWatermark: string | null;
+  /** The position space of the run's watermark (docs/architecture.md §5.2). Absent: `wal`. */
+  positionSpace?: PositionSpace;
   /** Where the last chunk was read (`replica`: a read replica) and, there, the replica's replay lag, ms. @default primary */
   readFrom?: 'primary' | 'replica';
   replicaLagMs?: number | null;

@@ -137,6 +137,7 @@ export function createSnapshotWorker(d: SnapshotWorkerDeps): (timeLeftMs: () => 
       source: d.source,
       owner: d.owner,
       rulesOf: (t) => index.columnRules(t),
+      pollColumnOf: (t) => index.get(t)?.pollColumn,
       pacerFor: () => new AdaptivePacer({ budget: d.budget }),
       beforeRun: async () => {
         await d.pressure?.calibrate();

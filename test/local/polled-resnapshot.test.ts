@@ -1,0 +1,181 @@
+/**
+ * A re-snapshot of a polled table takes its positions in the table's poll space (docs/polling.md
+ * "Re-snapshot of a polled table", docs/architecture.md §5.2), on embedded PostgreSQL with the real
+ * reader, poller, snapshot worker, operator, normalizer and warehouse applier (in-memory control
+ * plane, as the e2e helpers use). Before position spaces, the snapshot gave a polled table's rows
+ * log positions: a version-polled table's later changes lost to them (stale forever), a
+ * timestamp-polled table's rows and sweep sorted below every polled row (deleted rows stayed,
+ * skipped rows stayed wrong).
+ */
+import { createHash } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { Logger } from '@aws-lambda-powertools/logger';
+import { Metrics } from '@aws-lambda-powertools/metrics';
+import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
+import { PostgresSnapshotReader } from '../../lambda/adapters/snapshot-postgres.ts';
+import { checkpointCursorStore, pollPass } from '../../lambda/core/poll.ts';
+import { FixedPacer } from '../../lambda/core/snapshot-pacer.ts';
+import { runTableSnapshot } from '../../lambda/core/snapshot-worker.ts';
+import { snapshotStreamRecords } from '../../lambda/core/snapshot.ts';
+import { Normalizer } from '../../lambda/core/normalize.ts';
+import { TableConfigIndex, type TableConfig } from '../../lambda/core/table-config.ts';
+import { controlPlaneSnapshots, Operator } from '../../lambda/core/operator.ts';
+import { PositionSpaceMismatchError } from '../../lambda/core/position-space.ts';
+import { createWarehouseApplier } from '../../lambda/handlers/warehouse-applier.ts';
+import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
+
+let cluster: PostgresCluster;
+let dw: pg.Pool;
+const sha = (s: string) => createHash('sha256').update(s).digest('hex');
+const quiet = { debug: () => undefined, info: () => undefined, warn: () => undefined, error: () => undefined };
+
+beforeAll(async () => {
+  process.env.POWERTOOLS_METRICS_DISABLED = 'true';
+  cluster = await startPostgres({ fast: true });
+  await cluster.createDatabase('src');
+  await cluster.createDatabase('dw');
+  dw = new pg.Pool({ connectionString: cluster.url('dw'), max: 2 });
+}, 120_000);
+afterAll(async () => {
+  await dw?.end();
+  await cluster?.stop();
+});
+
+/** The whole path of one source's polled tables: poller → normalizer → warehouse applier, and the snapshot worker. */
+function pipeline(source: string, tables: TableConfig[]) {
+  const control = new MemoryControlPlane();
+  const raw: string[] = [];
+  const events: string[] = [];
+  const normalizer = new Normalizer<string>({ source, tables: new TableConfigIndex(tables), control, changeLog: { encode: (e) => JSON.stringify(e), publishEncoded: async (r) => void events.push(...r) }, metrics: { count: () => undefined, milliseconds: () => undefined }, logger: quiet });
+  const applier = createWarehouseApplier({ controlPlane: control, pool: dw, sinkId: 'wh', metrics: new Metrics({ namespace: 't' }), logger: new Logger({ logLevel: 'ERROR' }) });
+  const reader = new PostgresSnapshotReader({ primary: { connectionString: cluster.url('src') }, fencePollMs: 5 });
+  let seq = 0;
+  const pollColumnOf = (t: string) => tables.find((x) => x.table === t)?.pollColumn;
+  return {
+    control,
+    reader,
+    async flow() {
+      const batch = normalizer.startBatch();
+      for (const data of raw.splice(0)) await batch.add({ text: data, origin: `raw/shard-0/${++seq}` });
+      await batch.flush();
+      const out = await applier.applyRecords(events.splice(0).map((text) => ({ sequenceNumber: String(++seq), origin: `log/shard-0/${seq}`, text })));
+      expect(out.failed).toEqual([]);
+      expect(await control.listDeadLetters()).toEqual([]);
+    },
+    poll: () =>
+      pollPass({
+        source,
+        tables: tables.map((t) => ({ table: t.table, pollColumn: t.pollColumn!, rules: { mask: [], exclude: [] } })),
+        reader,
+        cursors: checkpointCursorStore(control, source),
+        publish: async (records) => void raw.push(...records.map((r) => JSON.stringify(r))),
+        pacerFor: () => new FixedPacer(7),
+      }),
+    async resnapshot(table: string, chunk = 100, between?: () => Promise<void>) {
+      const op = new Operator({ control, settings: { changeLogRetentionMs: 86_400_000 }, snapshots: controlPlaneSnapshots(control) });
+      const r = await op.resnapshot('operator:test', { source, table });
+      expect(r.outcome).toBe('done');
+      const outcome = await runTableSnapshot({
+        control,
+        reader,
+        publish: async (recs) => {
+          raw.push(...snapshotStreamRecords(recs, sha).map((x) => x.data));
+          await between?.();
+        },
+        pacer: new FixedPacer(chunk),
+        source,
+        table,
+        rules: { mask: [], exclude: [] },
+        pollColumnOf,
+        owner: 'test',
+      });
+      expect(outcome).toBe('done');
+      expect((await control.getTable(source, table))?.state).toBe('active');
+    },
+    close: () => reader.close(),
+  };
+}
+
+const sinkRows = async (schema: string, table: string) => (await dw.query(`SELECT id, note FROM ${schema}.${table} ORDER BY id`)).rows.map((r) => `${r.id}=${r.note}`);
+
+describe('re-snapshot of a polled table', () => {
+  it('repairs skipped rows, removes deleted ones, and later polled changes win (version and timestamp polled)', async () => {
+    const src = new pg.Client({ connectionString: cluster.url('src') });
+    await src.connect();
+    await src.query(`CREATE SEQUENCE versions;
+      CREATE TABLE versioned (id int PRIMARY KEY, note text, v bigint NOT NULL);
+      CREATE TABLE stamped (id int PRIMARY KEY, note text, updated_at timestamptz NOT NULL DEFAULT clock_timestamp());
+      INSERT INTO versioned SELECT g, 'init', nextval('versions') FROM generate_series(1, 3) g;
+      INSERT INTO stamped (id, note) SELECT g, 'init' FROM generate_series(1, 3) g;`);
+    const tables: TableConfig[] = [
+      { table: 'public.versioned', capture: 'poll', pollColumn: 'v', deleteMode: 'soft', mask: [], exclude: [] },
+      { table: 'public.stamped', capture: 'poll', pollColumn: 'updated_at', deleteMode: 'soft', mask: [], exclude: [] },
+    ];
+    const p = pipeline('demo', tables);
+    try {
+      await p.poll();
+      await p.flow();
+      expect((await p.control.getTable('demo', 'public.versioned'))?.positionSpace).toBe('poll-version');
+      expect((await p.control.getTable('demo', 'public.stamped'))?.positionSpace).toBe('poll-timestamp');
+
+      // Between polls: a delete (never observable by polling) and a change the poller misses (commit-order gap, docs/polling.md).
+      await src.query('DELETE FROM stamped WHERE id = 3');
+      await src.query('DELETE FROM versioned WHERE id = 3');
+      const slow = new pg.Client({ connectionString: cluster.url('src') });
+      await slow.connect();
+      await slow.query("BEGIN; UPDATE stamped SET note = 'missed by poller', updated_at = clock_timestamp() WHERE id = 1");
+      await src.query("UPDATE stamped SET note = 'B', updated_at = clock_timestamp() WHERE id = 2");
+      await p.poll();
+      await slow.query('COMMIT');
+      await slow.end();
+      await p.poll();
+      await p.flow();
+      expect(await sinkRows('demo_public', 'stamped')).toEqual(['1=init', '2=B', '3=init']); // the gap and the delete, as shipped
+
+      for (const t of tables) await p.resnapshot(t.table);
+      await p.flow();
+      expect(await sinkRows('demo_public', 'stamped')).toEqual(['1=missed by poller', '2=B']);
+      expect(await sinkRows('demo_public', 'versioned')).toEqual(['1=init', '2=init']);
+
+      // Later changes of both tables win over the re-snapshot's rows.
+      await src.query("UPDATE versioned SET note = 'changed after resnapshot', v = nextval('versions') WHERE id = 1");
+      await src.query("UPDATE stamped SET note = 'changed after resnapshot', updated_at = clock_timestamp() WHERE id = 2");
+      await src.query("INSERT INTO versioned VALUES (4, 'new', nextval('versions'))");
+      await p.poll();
+      await p.flow();
+      expect(await sinkRows('demo_public', 'versioned')).toEqual(['1=changed after resnapshot', '2=init', '4=new']);
+      expect(await sinkRows('demo_public', 'stamped')).toEqual(['1=missed by poller', '2=changed after resnapshot']);
+
+      // The snapshot's audit says which space and watermark it took.
+      const marks = (await p.control.listAudit('demo')).filter((a) => a.action === 'poll-snapshot-watermark');
+      expect(marks.map((a) => a.detail.positionSpace).sort()).toEqual(['poll-timestamp', 'poll-version']);
+    } finally {
+      await p.close();
+      await src.end();
+    }
+  }, 180_000);
+
+  it('refuses a run of a polled table that would take log positions, and fails it by name', async () => {
+    const src = new pg.Client({ connectionString: cluster.url('src') });
+    await src.connect();
+    await src.query(`CREATE TABLE refused (id int PRIMARY KEY, note text, v bigint NOT NULL); INSERT INTO refused VALUES (1, 'a', 1);`);
+    const tables: TableConfig[] = [{ table: 'public.refused', capture: 'poll', pollColumn: 'v', deleteMode: 'soft', mask: [], exclude: [] }];
+    const p = pipeline('refusal', tables);
+    try {
+      await p.poll();
+      await p.flow();
+      const op = new Operator({ control: p.control, settings: { changeLogRetentionMs: 86_400_000 }, snapshots: controlPlaneSnapshots(p.control) });
+      expect((await op.resnapshot('operator:test', { source: 'refusal', table: 'public.refused' })).outcome).toBe('done');
+      // No poll column given: the run would stitch with the log.
+      const run = runTableSnapshot({ control: p.control, reader: p.reader, publish: async () => undefined, pacer: new FixedPacer(10), source: 'refusal', table: 'public.refused', rules: { mask: [], exclude: [] }, owner: 'test' });
+      await expect(run).rejects.toBeInstanceOf(PositionSpaceMismatchError);
+      const state = await p.control.getSnapshot('refusal', 'public.refused');
+      expect(state?.status).toBe('failed');
+      expect(state?.error).toMatch(/^POSITION_SPACE_MISMATCH: .*space wal .* space poll-version/);
+    } finally {
+      await p.close();
+      await src.end();
+    }
+  }, 120_000);
+});
