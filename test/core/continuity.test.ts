@@ -2,14 +2,15 @@
  * Continuity decisions (lambda/core/continuity.ts): identity, slot resume, the heartbeat sequence
  * (with a randomized property over delivery histories with replays and at most one fault), and the
  * normalizer's gap check on DMS heartbeat records: a missed beat, a regressed beat and a changed
- * system identifier each mark the source's tables needs-resnapshot with an audit entry, a metric
- * and a named error in the log.
+ * system identifier each mark the source's log-captured tables needs-resnapshot with an audit
+ * entry, a metric and a named error in the log; polled tables stay active (their own position space).
  */
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
-import { checkBeatSequence, identityProblem, parseIdentity, slotResume, formatIdentity, type Beat } from '../../lambda/core/continuity.ts';
+import { checkBeatSequence, identityProblem, markSourceForResnapshot, parseIdentity, slotResume, formatIdentity, type Beat } from '../../lambda/core/continuity.ts';
+import { pollRecords } from '../../lambda/core/poll.ts';
 import { Normalizer, type NormalizerLogger } from '../../lambda/core/normalize.ts';
-import { TableConfigIndex } from '../../lambda/core/table-config.ts';
+import { TableConfigIndex, type TableConfig } from '../../lambda/core/table-config.ts';
 import type { ChangeEvent } from '../../lambda/core/event.ts';
 import { compareLsn } from '../../local/slot.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
@@ -91,10 +92,11 @@ describe('heartbeat sequence', () => {
 });
 
 describe("the normalizer's gap check on DMS heartbeats", () => {
-  const TABLES = new TableConfigIndex([
+  const LOGGED: TableConfig[] = [
     { table: 'public.orders', key: ['id'], deleteMode: 'soft', mask: [], exclude: [] },
     { table: 'public.cdc_heartbeat', key: ['source_id'], deleteMode: 'soft', mask: [], exclude: [] },
-  ]);
+  ];
+  const TABLES = new TableConfigIndex(LOGGED);
   let lsn = 0;
   function dms(table: string, data: Record<string, unknown>): string {
     lsn++;
@@ -148,6 +150,34 @@ describe("the normalizer's gap check on DMS heartbeats", () => {
     expect(audit.map((a) => a.table).sort()).toEqual(['public.cdc_heartbeat', 'public.orders']);
     expect(n.metrics.filter((m) => m === 'SourceDiscontinuities')).toHaveLength(1);
     expect(n.errors.find((e) => e.code === 'SOURCE_DISCONTINUITY')).toMatchObject({ problem: 'heartbeat-missed' });
+  });
+
+  it('a discontinuity leaves polled tables active: their positions and continuity are the poll cursor\'s (docs/failures.md)', async () => {
+    const tables = new TableConfigIndex([...LOGGED, { table: 'public.legacy', capture: 'poll', pollColumn: 'v', deleteMode: 'soft', mask: [], exclude: [] }]);
+    const control = new MemoryControlPlane();
+    const n = new Normalizer({ source: 'shop', tables, control, changeLog: { encode: (e: ChangeEvent) => e, publishEncoded: async () => undefined }, metrics: { count: () => undefined, milliseconds: () => undefined }, logger: { debug: () => undefined, info: () => undefined, warn: () => undefined, error: () => undefined } });
+    const shape = { table: 'public.legacy', columns: [{ name: 'id', type: 'integer', typeOid: 23 }, { name: 'v', type: 'bigint', typeOid: 20 }], key: ['id'] };
+    const polled = pollRecords('shop', shape, { rows: [['1', '7', '7', '2026-12-01T10:00:00.000000Z']] }, { mask: [], exclude: [] }).map((r) => JSON.stringify(r));
+    const run = async (texts: string[]) => {
+      const b = n.startBatch();
+      for (const [i, text] of texts.entries()) await b.add({ text, origin: `raw/shard/${lsn}-${i}` });
+      await b.flush();
+    };
+    await run([beat(1, 0), dms('public.orders', { id: 1, v: 'a' }), ...polled, beat(2, 10)]);
+    expect((await control.getTable('shop', 'public.legacy'))?.positionSpace).toBe('poll-version');
+    expect((await control.getTable('shop', 'public.orders'))?.positionSpace).toBe('wal');
+    await run([beat(4, 30)]); // beat 3 never arrived
+    expect((await control.listTables('shop')).map((t) => [t.table, t.state])).toEqual([
+      ['public.cdc_heartbeat', 'needs-resnapshot'],
+      ['public.legacy', 'active'],
+      ['public.orders', 'needs-resnapshot'],
+    ]);
+    expect((await control.listAudit('shop')).filter((a) => a.action === 'needs-resnapshot').map((a) => a.table)).not.toContain('public.legacy');
+    // A polled table registered before spaces were recorded (capture 'poll', no space) is left alone too.
+    const old = new MemoryControlPlane();
+    await old.registerTable({ source: 'shop', table: 'public.legacy', state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'full', stateReason: null, updatedAt: '2026-12-01T10:00:00.000Z', capture: 'poll' }, { source: 'shop', table: 'public.legacy', version: 1, columns: [{ name: 'id', type: 'integer', nullable: false }], key: ['id'], effectivePosition: '000000000000000700000000', registeredAt: '2026-12-01T10:00:00.000Z' }, { at: '2026-12-01T10:00:00.000Z', actor: 'test', action: 'register-table', source: 'shop', table: 'public.legacy', outcome: 'done', detail: {} });
+    expect(await markSourceForResnapshot(old, { source: 'shop', actor: 'test', at: '2026-12-01T10:01:00.000Z', code: 'HISTORY_GAP', problem: 'slot-replaced', message: 'the slot was replaced', detail: {} })).toBe(0);
+    expect((await old.getTable('shop', 'public.legacy'))?.state).toBe('active');
   });
 
   it('a regressed beat (a restore) and a changed system identifier each stop the tables', async () => {
