@@ -21,6 +21,7 @@ import { validateChangeEvent } from '../../lambda/core/event.ts';
 import { TableConfigIndex, type TableConfig } from '../../lambda/core/table-config.ts';
 import { planTable } from '../../lambda/core/apply-plan.ts';
 import { maskValue } from '../../lambda/core/masking.ts';
+import { pollRecords } from '../../lambda/core/poll.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 
 const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 400);
@@ -316,5 +317,35 @@ describe('normalizer over DMS records: ordering of interleaved transactions', ()
     console.log(`dms ordering property: begin positions caught as POSITION_REGRESSION in ${caught} of ${RUNS} schedules, silently wrong in ${silentWrong}`);
     expect(silentWrong).toBe(0);
     if (RUNS >= 100) expect(caught).toBeGreaterThan(0);
+  });
+});
+
+describe('position spaces in the normalizer (docs/architecture.md §5.2)', () => {
+  const SPACED: TableConfig[] = [
+    { table: 'public.t', key: ['id'], deleteMode: 'soft', mask: [], exclude: [] },
+    { table: 'public.stamped', capture: 'poll', pollColumn: 'updated_at', deleteMode: 'soft', mask: [], exclude: [] },
+  ];
+  const stampedShape = { table: 'public.stamped', columns: [{ name: 'id', type: 'integer', typeOid: 23 }, { name: 'updated_at', type: 'timestamp with time zone', typeOid: 1184 }], key: ['id'] };
+  const polled = (id: number, micros: bigint) => JSON.stringify(pollRecords('shop', stampedShape, { rows: [[String(id), new Date(Number(micros / 1000n)).toISOString(), String(micros), new Date(Number(micros / 1000n)).toISOString()]] }, { mask: [], exclude: [] })[0]);
+
+  it("a DMS control record without a position takes effect at the highest LOG position, never a polled row's; one for a polled table is refused by name", async () => {
+    const env = setup(SPACED);
+    await env.run([dmsText('insert', 'public.t', '{"id":1,"name":"a"}', { lsn: 0x100 })]);
+    const logPosition = env.published[0]!.position;
+    // A timestamp-polled row: its position (epoch microseconds) is far above every log position of the source.
+    await env.run([polled(1, 1_764_547_201_000_000n)]);
+    expect(await env.control.listDeadLetters()).toEqual([]);
+    expect(env.published[1]!.position > logPosition).toBe(true);
+    expect((await env.control.getTable('shop', 'public.stamped'))!.positionSpace).toBe('poll-timestamp');
+    expect((await env.control.getTable('shop', 'public.t'))!.positionSpace).toBe('wal');
+    await env.run([controlText('add-column', 'public.t', { id: { type: 'INT32', nullable: false }, name: { type: 'STRING', nullable: true }, note: { type: 'STRING', nullable: true } })]);
+    const versions = await env.control.listSchemaVersions('shop', 'public.t');
+    expect(versions.map((v) => v.effectivePosition)).toEqual([logPosition, logPosition]);
+    // DMS never reads a polled table: a control record for one would mix the spaces.
+    await env.run([controlText('add-column', 'public.stamped', { id: { type: 'INT32', nullable: false }, updated_at: { type: 'DATETIME', nullable: false }, note: { type: 'STRING', nullable: true } })]);
+    const letters = await env.control.listDeadLetters();
+    expect(letters.map((l) => l.code)).toEqual(['POSITION_SPACE_MISMATCH']);
+    expect(letters[0]!.reason).toMatch(/control record of shop\/public\.stamped without a position: positions of space wal cannot be compared with or mixed into space poll-timestamp/);
+    expect(await env.control.listSchemaVersions('shop', 'public.stamped')).toHaveLength(1);
   });
 });
