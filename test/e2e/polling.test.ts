@@ -79,8 +79,21 @@ async function diagnostics(errors: readonly string[]): Promise<string[]> {
   const dead = await stack!.control.listDeadLetters();
   out.push(`--- dead letters: ${dead.length}`, ...dead.slice(0, 10).map((d) => `${d.stage} ${d.table} ${d.code}: ${d.reason}`));
   for (const t of POLLED) out.push(`--- cursor of ${t.table}: ${await stack!.control.getCheckpoint(pollConsumer('demo'), t.table)}`);
+  const marks = await discontinuities();
+  out.push(`--- tables marked needs-resnapshot: ${marks.length}`, ...marks);
   out.push(`--- errors: ${errors.length}`, ...errors.slice(0, 10));
   return out;
+}
+
+/**
+ * Every table the normalizer marked `needs-resnapshot` (a heartbeat discontinuity: a missed or
+ * regressed beat, another system identifier — e.g. another stack's source writing into this one's
+ * streams), with the beats it compared: the normalizer logs the named error, which this test's log
+ * level hides, so it is read back from the audit log.
+ */
+async function discontinuities(): Promise<string[]> {
+  const audit = await stack!.control.listAudit('demo');
+  return audit.filter((a) => a.action === 'needs-resnapshot').map((a) => `${a.at} ${a.actor} ${a.table}: ${JSON.stringify(a.detail)}`);
 }
 
 describe('polling fallback', () => {
@@ -156,6 +169,11 @@ describe('polling fallback', () => {
     // The registry keeps the transforms with the version (read back from DynamoDB Local every batch): one version, no spurious change.
     const versions = await stack!.control.listSchemaVersions('demo', 'public.orders');
     expect(versions.map((v) => v.transforms)).toEqual([SHAPED[0]!.transforms]);
+    // The heartbeat writer and the slot monitor may fail a round on a busy machine (retried): printed, not failed.
+    const transient = errors.filter((e) => /heartbeat|slot monitor/.test(e));
+    if (transient.length > 0) console.log(`polling e2e: ${transient.length} transient heartbeat/slot-monitor error(s):\n${transient.slice(0, 10).join('\n')}`);
     expect(errors.filter((e) => !/heartbeat|slot monitor/.test(e))).toEqual([]);
+    // No fault was injected: a discontinuity here is a finding (docs/failures.md), never filtered away.
+    expect(await discontinuities()).toEqual([]);
   }, 400_000);
 });
