@@ -4,6 +4,7 @@
  * tables configured `"capture": "poll"`. Each pass reads every polled table from its cursor to its
  * end, paced by the snapshot worker's pacer against the same source budget, then waits `intervalMs`.
  */
+import { recordedSpace } from '../lambda/core/position-space.ts';
 import { createHash } from 'node:crypto';
 import pg from 'pg';
 import { PostgresPressureProbe, PostgresSnapshotReader } from '../lambda/adapters/snapshot-postgres.ts';
@@ -84,6 +85,7 @@ export class LocalPolls {
           tables: this.o.tables.map((t) => ({ table: t.table, pollColumn: t.pollColumn!, rules: { mask: t.mask, exclude: t.exclude } })),
           reader: this.reader,
           cursors,
+          spaceOf: async (t) => recordedSpace(await this.o.control.getTable(this.o.source, t)),
           publish: (records) => this.o.publish(records.map((r) => ({ partitionKey: snapshotPartitionKey(r, sha256), data: JSON.stringify(r), label: `${r.source}/${r.table}@poll` }))),
           pacerFor: () => (this.o.fixedPage ? new FixedPacer(this.o.fixedPage) : new AdaptivePacer({ budget: this.o.budget ?? DEFAULT_SOURCE_BUDGET })),
           ...(this.o.fixedPage ? {} : { pressure: () => this.probe.read(1) }),

@@ -27,6 +27,7 @@ import { CdcError } from './errors.ts';
 import { quoteIdent, splitTableId } from './identifiers.ts';
 import type { ColumnRules } from './masking.ts';
 import { formatLsn, makePosition, type Position } from './position.ts';
+import { assertSpace, pollSpace, type PositionSpace } from './position-space.ts';
 import type { Pacer, PressureReading } from './snapshot-pacer.ts';
 import { rowToColumns, ruleColumns, type SnapshotTableShape } from './snapshot.ts';
 import { buildSlotRecord, validateSlotRecord, type SlotRecord } from './slot-record.ts';
@@ -180,6 +181,13 @@ export interface PollPassOptions {
   sleep?: (ms: number) => Promise<void>;
   /** Called after each page with the table's progress (status). */
   onPage?: (table: string, progress: PollProgress) => void;
+  /**
+   * The position space recorded for a table (its table record's, lambda/core/position-space.ts),
+   * null when none is recorded yet. A table recorded in another space than its poll column's kind
+   * gives (a log-captured table now configured polled, a poll column whose kind changed) is not
+   * read: `PositionSpaceMismatchError` (docs/architecture.md §5.2).
+   */
+  spaceOf?: (table: string) => Promise<PositionSpace | null>;
 }
 
 export interface PollProgress {
@@ -198,7 +206,9 @@ export async function pollPass(o: PollPassOptions): Promise<Map<string, number>>
   for (const t of o.tables) {
     if (o.shouldStop?.()) break;
     const shape = await o.reader.describe(t.table);
-    pollColumnKind(shape, t.pollColumn);
+    const space = pollSpace(pollColumnKind(shape, t.pollColumn));
+    const recorded = o.spaceOf ? await o.spaceOf(t.table) : null;
+    if (recorded !== null) assertSpace(`polling ${o.source}/${t.table} by ${t.pollColumn} (recorded in the control plane)`, recorded, space);
     const pacer = o.pacerFor(t.table);
     let cursor = await o.cursors.get(t.table);
     const progress: PollProgress = { rows: 0, pages: 0, cursor, throttle: 'full-speed' };

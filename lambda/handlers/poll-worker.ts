@@ -12,6 +12,7 @@
  * `CDC_RAW_STREAM`, `CDC_SOURCE_URL` or `CDC_SOURCE_SECRET_ARN`, optional
  * `CDC_SNAPSHOT_REPLICA_SECRET_ARN` (pages are read from the replica), `CDC_SNAPSHOT_BUDGET`.
  */
+import { recordedSpace } from '../core/position-space.ts';
 import { createHash } from 'node:crypto';
 import { Logger } from '@aws-lambda-powertools/logger';
 import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
@@ -61,6 +62,7 @@ export function createPollWorker(d: PollWorkerDeps): (timeLeftMs: () => number, 
       tables: polled.map((t) => ({ table: t.table, pollColumn: t.pollColumn!, rules: { mask: t.mask, exclude: t.exclude } })),
       reader: d.reader,
       cursors,
+      spaceOf: async (t) => recordedSpace(await d.control.getTable(d.source, t)),
       publish: d.publish,
       pacerFor: () => new AdaptivePacer({ budget: d.budget }),
       ...(d.pressure ? { pressure: () => d.pressure!.read() } : {}),

@@ -102,6 +102,19 @@ describe('tables and schema versions', () => {
     expect(await cp.getTable('shop', 'public.orders')).toBeNull();
   });
 
+  it("keeps a table's capture method and position space, and reads a record without them as before (docs/architecture.md §5.2)", async () => {
+    await cp.registerTable({ ...tableRecord('public.polled'), capture: 'poll', positionSpace: 'poll-timestamp' }, schema(1, 'public.polled'), audit('r', 'public.polled'));
+    await cp.registerTable({ ...tableRecord('public.logged'), positionSpace: 'wal' }, schema(1, 'public.logged'), audit('r', 'public.logged'));
+    await cp.registerTable(tableRecord('public.old'), schema(1, 'public.old'), audit('r', 'public.old'));
+    expect(await cp.getTable('shop', 'public.polled')).toMatchObject({ capture: 'poll', positionSpace: 'poll-timestamp' });
+    expect((await cp.getTable('shop', 'public.logged'))!.positionSpace).toBe('wal');
+    const old = (await cp.getTable('shop', 'public.old'))!;
+    expect('positionSpace' in old || 'capture' in old).toBe(false);
+    // A state change keeps them.
+    await cp.setTableState('shop', 'public.polled', 'paused', 'test', audit('pause', 'public.polled'));
+    expect(await cp.getTable('shop', 'public.polled')).toMatchObject({ state: 'paused', capture: 'poll', positionSpace: 'poll-timestamp' });
+  });
+
   it('lists tables of one source and of all sources', async () => {
     await cp.registerTable(tableRecord('public.b'), schema(1, 'public.b'), audit('r', 'public.b'));
     await cp.registerTable(tableRecord('public.a'), schema(1, 'public.a'), audit('r', 'public.a'));

@@ -5,6 +5,7 @@
  * sized by the pacer, a crash before the cursor moves reads the page again.
  */
 import { describe, expect, it } from 'vitest';
+import { PositionSpaceMismatchError, type PositionSpace } from '../../lambda/core/position-space.ts';
 import { pollCursorAfter, pollPass, pollPosition, pollQuery, pollRecords, PollTableError, type PollCursor, type PollPage } from '../../lambda/core/poll.ts';
 import { decodeSlotRecord } from '../../lambda/core/slot-decoder.ts';
 import { validateSlotRecord } from '../../lambda/core/slot-record.ts';
@@ -89,5 +90,25 @@ describe('one poll pass', () => {
     expect(published).toEqual(['1', '2', '3', '4', '5', '6', '7']);
     expect(reads.at(-2)).toEqual(['2026-01-01 00:00:02+00', '3']);
     expect(stored.get('public.acct')).toEqual(['2026-01-01 00:00:06+00', '7']);
+  });
+
+  it('reads a table only in the position space recorded for it (docs/architecture.md §5.2)', async () => {
+    const reads: Array<PollCursor | null> = [];
+    const o = (recorded: PositionSpace | null) => ({
+      source: 'shop',
+      tables: [{ table: 'public.acct', pollColumn: 'updated_at', rules: { mask: [], exclude: [] } }],
+      reader: reader(table(2), reads),
+      cursors: { get: async () => null, put: async () => undefined },
+      publish: async () => undefined,
+      pacerFor: () => new FixedPacer(3),
+      spaceOf: async () => recorded,
+    });
+    expect(await pollPass(o('poll-timestamp'))).toEqual(new Map([['public.acct', 2]]));
+    expect(await pollPass(o(null))).toEqual(new Map([['public.acct', 2]])); // not registered yet
+    expect(reads).toHaveLength(2);
+    // Registered log-captured (its sinks hold log positions), or by a version column: refused before any read.
+    await expect(pollPass(o('wal'))).rejects.toThrow(/POSITION_SPACE_MISMATCH|positions of space poll-timestamp cannot be compared with or mixed into space wal/);
+    await expect(pollPass(o('poll-version'))).rejects.toBeInstanceOf(PositionSpaceMismatchError);
+    expect(reads).toHaveLength(2);
   });
 });
