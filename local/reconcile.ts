@@ -8,6 +8,8 @@
  * Source reads are paced by the snapshot worker's pacer against the same source budget
  * (lambda/core/snapshot-pacer.ts), with the same pressure probe (lambda/adapters/snapshot-postgres.ts).
  */
+import { pgPollStablePoint } from '../lambda/adapters/poll-stable-point-pg.ts';
+import { pollPoint } from '../lambda/core/poll-stable-point.ts';
 import { readFileSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -102,6 +104,8 @@ export async function reconcileDatabases(o: ReconcileDatabasesOptions): Promise<
       ...(o.settleMs !== undefined ? { settleMs: o.settleMs } : {}),
       ...(o.settleRounds !== undefined ? { settleRounds: o.settleRounds } : {}),
       sides: async (t) => ({
+        // A polled table's changes arrive through its poll cursor, not the log: re-checks wait for that (docs/polling.md).
+        ...(await pollPoint(o.tables.find((c) => c.table === t.table), (c) => pgPollStablePoint({ client: src, control: o.control, source: o.source, sink: o.sink, table: c.table, pollColumn: c.pollColumn! }))),
         source: pgSourceSide(src, t.table, t.key, t.rules.mask, { countClient: srcCount! }),
         sink: wh
           ? pgWarehouseSide(wh, o.source, t.table, t.key, { label: o.sink, ...stable, countClient: whCount! })

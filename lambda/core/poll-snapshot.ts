@@ -37,7 +37,7 @@ export interface PollSnapshotReader {
 }
 
 /** The position-number expression of a poll column of this kind (the same as `pollQuery`'s). */
-function positionNumber(kind: 'version' | 'timestamp', expr: string): string {
+export function positionNumber(kind: 'version' | 'timestamp', expr: string): string {
   return kind === 'timestamp' ? `floor(extract(epoch FROM ${expr}) * 1000000)::bigint` : `(${expr})::bigint`;
 }
 

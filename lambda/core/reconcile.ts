@@ -32,7 +32,9 @@
  *    after `settleMs` and after the sink's stable point has passed the previous read: the sink
  *    must have applied a heartbeat (invariant 10) that the source committed after that read
  *    (`clock` on the source side, `appliedThrough` on the sink side; INCONCLUSIVE when the sink
- *    does not get there within `maxLagMs`). A key is confirmed diverged only when, through
+ *    does not get there within `maxLagMs`). A table in its own position space (a polled one,
+ *    docs/architecture.md §5.2) waits for its `stablePoint` instead: the poll cursor and the
+ *    sink's applied position past the table's highest poll value at that read. A key is confirmed diverged only when, through
  *    `CONFIRMING_RECHECKS` consecutive re-checks, neither side changed (same source values, same
  *    sink values and position) and they still differ; a key that now agrees was in flight; a key that changed on
  *    either side is re-checked again, up to `settleRounds` times, and is reported as unsettled
@@ -48,6 +50,7 @@ import { sameDecimal } from './json-exact.ts';
 import type { JsonValue } from './event.ts';
 import type { Pacer, PressureReading } from './snapshot-pacer.ts';
 import type { ControlPlane } from './control-plane.ts';
+import type { Position } from './position.ts';
 
 /** Primary-key values as text, in key order. */
 export type KeyTuple = readonly string[];
@@ -242,6 +245,17 @@ export interface ReconcileVerdict {
   cost: { summaries: number; leafRows: number; recheckRows: number; bisections: number; hashScheme?: HashScheme };
 }
 
+/**
+ * Where a sink must have got to, in the table's position space, before a suspect key is read again
+ * (step 5): a mark taken at a read, and whether the sink has passed it.
+ */
+export interface StablePoint {
+  /** What is waited for, for the INCONCLUSIVE reason (`the poll cursor`). */
+  what: string;
+  mark(): Promise<Position>;
+  passed(mark: Position): Promise<boolean>;
+}
+
 export interface ReconcileTableOptions {
   sink: string;
   source: string;
@@ -270,6 +284,11 @@ export interface ReconcileTableOptions {
   pressure?: () => Promise<PressureReading | null>;
   /** Why the table cannot be compared now (paused, held), or null. */
   blockedBy?: string | null;
+  /**
+   * What re-checks wait for instead of the heartbeat (step 5), for a table whose positions are not
+   * the log's: a polled table's poll cursor (lambda/core/poll-stable-point.ts, docs/polling.md).
+   */
+  stablePoint?: StablePoint;
   sleep?: (ms: number) => Promise<void>;
   now?: () => number;
 }
@@ -572,11 +591,26 @@ export async function reconcileTable(o: ReconcileTableOptions): Promise<Reconcil
   let pending = [...suspects.values()];
   const confirmed: Array<Suspect & { kind: DifferenceKind; column?: string }> = [];
   const maxLagMs = o.maxLagMs ?? 120_000;
-  let readAt = pending.length > 0 && o.sourceSide.clock ? await o.sourceSide.clock() : null;
+  const point = o.stablePoint ?? null;
+  let readAt = pending.length > 0 && !point && o.sourceSide.clock ? await o.sourceSide.clock() : null;
+  let mark = pending.length > 0 && point ? await point.mark() : null;
   let lagging: string | null = null;
   for (let round = 0; round < settleRounds && pending.length > 0; round++) {
     await sleep(settleMs);
-    if (readAt !== null && o.sinkSide.appliedThrough) {
+    if (point && mark !== null) {
+      // A table in its own position space (a polled one): its stable point, never the heartbeat.
+      const deadline = now() + maxLagMs;
+      let passed = await point.passed(mark);
+      while (!passed && now() < deadline) {
+        await sleep(Math.min(500, settleMs || 500));
+        passed = await point.passed(mark);
+      }
+      if (!passed) {
+        lagging = `${o.sinkSide.label} did not get past ${point.what} at ${mark} (the first read) within ${maxLagMs} ms: ${pending.length} differing key(s) not judged`;
+        break;
+      }
+      mark = await point.mark();
+    } else if (readAt !== null && o.sinkSide.appliedThrough) {
       const deadline = now() + maxLagMs;
       let through = await o.sinkSide.appliedThrough();
       // The sink must have applied a heartbeat committed at least `settleMs` after the read: a
@@ -725,7 +759,7 @@ export interface ReconcileRunOptions extends Pick<ReconcileTableOptions, 'rowsPe
   sink: string;
   tables: readonly TableToReconcile[];
   /** The two sides of one table (the caller's adapters). */
-  sides: (t: TableToReconcile) => Promise<{ source: ReconcileSide; sink: ReconcileSide; close?: () => Promise<void> }>;
+  sides: (t: TableToReconcile) => Promise<{ source: ReconcileSide; sink: ReconcileSide; stablePoint?: StablePoint; close?: () => Promise<void> }>;
   /** Stop starting tables when this says so (a Lambda's time running out). */
   shouldStop?: () => boolean;
   onVerdict?: (v: ReconcileVerdict) => void;
@@ -762,6 +796,7 @@ export async function reconcileTables(o: ReconcileRunOptions): Promise<Reconcile
         sinkSide: sides.sink,
         cursor: previous?.nextCursor ?? null,
         blockedBy,
+        ...(sides.stablePoint ? { stablePoint: sides.stablePoint } : {}),
       });
     } catch (e) {
       const at = new Date((o.now ?? Date.now)()).toISOString();

@@ -17,6 +17,8 @@
  * `CDC_SEARCH_INDEX_PREFIX` (a search sink), `CDC_RECONCILE_TIERS`, optional `CDC_RECONCILE_ROWS_PER_RUN`,
  * `CDC_RECONCILE_SETTLE_MS`, `CDC_SNAPSHOT_BUDGET`, `CDC_HEARTBEAT_SCHEMA`.
  */
+import { pgPollStablePoint } from '../adapters/poll-stable-point-pg.ts';
+import { pollPoint } from '../core/poll-stable-point.ts';
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
@@ -137,6 +139,8 @@ export function createReconciler(d: ReconcilerDeps): (event: { tier?: unknown },
       // Leave time for the verdict writes and the metrics of a table under way.
       shouldStop: () => timeLeftMs() < 120_000,
       sides: async (t) => ({
+        // A polled table's changes arrive through its poll cursor, not the log: re-checks wait for that (docs/polling.md).
+        ...(await pollPoint(tables.find((c) => c.table === t.table), (c) => pgPollStablePoint({ client: src, control: d.control, source: d.source, sink: d.sink, table: c.table, pollColumn: c.pollColumn! }))),
         source: pgSourceSide(src, t.table, t.key, t.rules.mask) as ReconcileSide,
         sink: wh
           ? pgWarehouseSide(wh, d.source, t.table, t.key, { label: d.sink, ...(d.heartbeatSchema ? { heartbeatSchema: d.heartbeatSchema } : {}) })

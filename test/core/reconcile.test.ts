@@ -13,7 +13,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
-import { coverageGaps, reconcileTable, verdictExitCode, type KeyTuple, type ReconcileSide, type SideRow } from '../../lambda/core/reconcile.ts';
+import { coverageGaps, reconcileTable, verdictExitCode, type KeyTuple, type ReconcileSide, type SideRow, type StablePoint } from '../../lambda/core/reconcile.ts';
 import { MemoryReconcileSide } from '../../lambda/core/reconcile-rows.ts';
 import { FixedPacer, type Pacer } from '../../lambda/core/snapshot-pacer.ts';
 import { maskValue, NO_COLUMN_RULES } from '../../lambda/core/masking.ts';
@@ -261,6 +261,42 @@ describe('reconcileTable', () => {
     expect(v.verdict).toBe('MATCH');
     expect(v.settled).toBe(1);
     expect(waited).toBe(1234);
+  });
+
+  it("a polled table's re-check waits for its stable point (the poll cursor), never the heartbeat", async () => {
+    const src = rows(50);
+    const behind = () => new Swappable(side('sink', key, columns, ['number'], src.map((r) => (r.key[0] === '7' ? { ...r, values: { ...r.values, v: 'old' }, position: 'p1' } : r))));
+    // The heartbeat says the sink is caught up; a polled table must not believe it.
+    const heartbeat = (s: ReconcileSide) => Object.assign(s, { clock: async () => 1e15, appliedThrough: async () => 2e15 });
+    let cursorAt = 0;
+    const point: StablePoint = { what: 'the poll cursor', mark: async () => '000000000000000500000000', passed: async (m) => cursorAt >= Number.parseInt(m.slice(0, 16), 16) };
+    let t = 0;
+    const sink = behind();
+    const v = await reconcileTable({
+      sink: 'wh', source: 's', table: 'public.t', key, rules: NO_COLUMN_RULES, cursor: null, pacer: new FixedPacer(30), settleMs: 10, maxLagMs: 60_000, now: () => t,
+      sleep: async (ms) => {
+        t += ms;
+        if (t >= 1000 && cursorAt === 0) {
+          // The poller reads past the mark, and the sink applies it.
+          cursorAt = 5;
+          sink.swap(side('sink', key, columns, ['number'], src.map((r) => (r.key[0] === '7' ? { ...r, position: 'p2' } : r))));
+        }
+      },
+      sourceSide: heartbeat(side('source', key, columns, ['number'], src)), sinkSide: heartbeat(sink), stablePoint: point,
+    });
+    expect([v.verdict, v.settled]).toEqual(['MATCH', 1]);
+    expect(t).toBeGreaterThanOrEqual(1000);
+
+    // The cursor never gets there: INCONCLUSIVE, saying what it waited for.
+    t = 0;
+    cursorAt = -1;
+    const stuck = await reconcileTable({
+      sink: 'wh', source: 's', table: 'public.t', key, rules: NO_COLUMN_RULES, cursor: null, pacer: new FixedPacer(30), settleMs: 10, maxLagMs: 5000, now: () => t,
+      sleep: async (ms) => void (t += ms),
+      sourceSide: heartbeat(side('source', key, columns, ['number'], src)), sinkSide: heartbeat(behind()), stablePoint: point,
+    });
+    expect(stuck.verdict).toBe('INCONCLUSIVE');
+    expect(stuck.reason).toMatch(/did not get past the poll cursor at 000000000000000500000000/);
   });
 
   it('a key that keeps changing is INCONCLUSIVE, never DIVERGED', async () => {

@@ -22,6 +22,7 @@ import { Normalizer } from '../../lambda/core/normalize.ts';
 import { TableConfigIndex, type TableConfig } from '../../lambda/core/table-config.ts';
 import { controlPlaneSnapshots, Operator } from '../../lambda/core/operator.ts';
 import { PositionSpaceMismatchError } from '../../lambda/core/position-space.ts';
+import { pgPollStablePoint } from '../../lambda/adapters/poll-stable-point-pg.ts';
 import { createWarehouseApplier } from '../../lambda/handlers/warehouse-applier.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 
@@ -243,6 +244,43 @@ describe('re-snapshot of a polled table', () => {
       await src.end();
     }
   }, 300_000);
+
+  it("reconcile's stable point for a polled table is its poll cursor and the sink's progress, not the heartbeat (timestamp and version)", async () => {
+    const src = new pg.Client({ connectionString: cluster.url('src') });
+    await src.connect();
+    await src.query(`CREATE SEQUENCE sp_seq;
+      CREATE TABLE sp_v (id int PRIMARY KEY, note text, v bigint NOT NULL DEFAULT nextval('sp_seq'));
+      CREATE TABLE sp_t (id int PRIMARY KEY, note text, updated_at timestamptz NOT NULL DEFAULT clock_timestamp());
+      INSERT INTO sp_v (id, note) VALUES (1, 'a'), (2, 'b'); INSERT INTO sp_t (id, note) VALUES (1, 'a'), (2, 'b');`);
+    const tables: TableConfig[] = [
+      { table: 'public.sp_v', capture: 'poll', pollColumn: 'v', deleteMode: 'soft', mask: [], exclude: [] },
+      { table: 'public.sp_t', capture: 'poll', pollColumn: 'updated_at', deleteMode: 'soft', mask: [], exclude: [] },
+    ];
+    const p = pipeline('stable', tables);
+    try {
+      const points = await Promise.all(tables.map((t) => pgPollStablePoint({ client: src, control: p.control, source: 'stable', sink: 'wh', table: t.table, pollColumn: t.pollColumn! })));
+      const firsts = await Promise.all(points.map((x) => x.mark()));
+      for (const [i, point] of points.entries()) expect(await point.passed(firsts[i]!)).toBe(false); // nothing polled yet
+      await p.poll();
+      for (const [i, point] of points.entries()) expect(await point.passed(firsts[i]!)).toBe(false); // read, not applied
+      await p.flow();
+      for (const [i, point] of points.entries()) expect(await point.passed(firsts[i]!)).toBe(true);
+      for (const [i, t] of tables.entries()) {
+        const point = points[i]!;
+        const first = firsts[i]!;
+        await src.query(`UPDATE ${t.table} SET note = 'c', ${t.pollColumn} = ${t.pollColumn === 'v' ? "nextval('sp_seq')" : 'clock_timestamp()'} WHERE id = 1`);
+        const second = await point.mark();
+        expect(second > first).toBe(true);
+        expect(await point.passed(second)).toBe(false);
+        await p.poll();
+        await p.flow();
+        expect(await point.passed(second)).toBe(true);
+      }
+    } finally {
+      await p.close();
+      await src.end();
+    }
+  }, 120_000);
 
   it('refuses a run of a polled table that would take log positions, and fails it by name', async () => {
     const src = new pg.Client({ connectionString: cluster.url('src') });
