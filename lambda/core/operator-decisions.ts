@@ -4,6 +4,7 @@
  * and what to do about it. No I/O here; lambda/core/operator.ts reads, decides with these
  * functions and commits through the control-plane port.
  */
+import { isPolledRecord } from './position-space.ts';
 import type { SinkTableProgress, TableRecord, TableState } from './control-plane.ts';
 
 /** What the operator function and the CLI are configured with. */
@@ -135,6 +136,16 @@ export function decidePause(input: {
   return { accept: true, change: { state: 'paused', stateReason: `${OPERATOR_PAUSE}: ${input.reason} (by ${input.actor}, until ${until})`, until } };
 }
 
+/**
+ * A polled table marked `needs-resnapshot` by a discontinuity of the log (a heartbeat gap, a lost
+ * or replaced slot; marked so before polled tables were left alone): its positions and continuity
+ * are its poll cursor's (docs/architecture.md §5.2), its history is intact in the change log, so
+ * a resume (replaying what the sinks held) is enough.
+ */
+function markedByLogGap(table: TableRecord): boolean {
+  return isPolledRecord(table) && /^(SOURCE_DISCONTINUITY|HISTORY_GAP):/.test(table.stateReason ?? '');
+}
+
 export function decideResume(input: {
   table: TableRecord;
   sinks: readonly SinkTableProgress[];
@@ -145,7 +156,7 @@ export function decideResume(input: {
   const { table, settings, now } = input;
   const id = `${table.source}/${table.table}`;
   const holds = held(input.sinks);
-  if (table.state === 'needs-resnapshot') {
+  if (table.state === 'needs-resnapshot' && !markedByLogGap(table)) {
     return refuse('NEEDS_RESNAPSHOT', `${id} needs a re-snapshot (${table.stateReason ?? 'no reason recorded'}); its history cannot be replayed`, `re-snapshot it (cdc resnapshot ${table.table})`);
   }
   if (table.state === 'active' && holds.length === 0) {

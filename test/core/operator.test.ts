@@ -194,6 +194,23 @@ describe('resume', () => {
   });
 });
 
+describe('resume of a polled table marked by a log discontinuity', () => {
+  it('is accepted (its history is its poll cursor\'s, intact): the held range is released; a polled table needing a re-snapshot for another reason is refused', async () => {
+    const gap = 'SOURCE_DISCONTINUITY: heartbeat-missed: heartbeats 4 never arrived';
+    await register('public.legacy', 'shop', { state: 'needs-resnapshot', stateReason: gap, capture: 'poll' });
+    await register('public.versioned', 'shop', { state: 'needs-resnapshot', stateReason: gap, capture: 'poll', positionSpace: 'poll-version' });
+    await register('public.orders', 'shop', { state: 'needs-resnapshot', stateReason: gap, positionSpace: 'wal' });
+    await register('public.regressed', 'shop', { state: 'needs-resnapshot', stateReason: 'POSITION_REGRESSION: v went back', capture: 'poll', positionSpace: 'poll-version' });
+    await cp.holdSinkTable('warehouse', 'shop', 'public.versioned', pos(5));
+    expect(await operator().resume('erin', { table: 'public.legacy' })).toMatchObject({ outcome: 'done' });
+    expect(await operator().resume('erin', { table: 'public.versioned' })).toMatchObject({ outcome: 'done' });
+    expect((await cp.getTable('shop', 'public.versioned'))!.state).toBe('active');
+    expect((await cp.getSinkProgress('warehouse', 'shop', 'public.versioned'))!.releaseRequested).not.toBeNull();
+    expect(refused(await operator().resume('erin', { table: 'public.orders' }))).toBe('NEEDS_RESNAPSHOT');
+    expect(refused(await operator().resume('erin', { table: 'public.regressed' }))).toBe('NEEDS_RESNAPSHOT');
+  });
+});
+
 describe('resnapshot and audit', () => {
   it('is accepted (state and audit), refused while a snapshot runs or when the budget says no', async () => {
     await register('public.orders');
