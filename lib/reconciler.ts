@@ -6,7 +6,7 @@ import * as events from 'aws-cdk-lib/aws-events';
 import * as targets from 'aws-cdk-lib/aws-events-targets';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type { Construct } from 'constructs';
-import { ControlPartition } from '../contracts/control-plane-keys.ts';
+import { ControlPartition, pollConsumerId } from '../contracts/control-plane-keys.ts';
 import { EnvName, ServiceName } from '../contracts/env.ts';
 import { MetricDimension, MetricName } from '../contracts/metrics.ts';
 import { AwsApiEgress } from './aws-api-egress.ts';
@@ -227,8 +227,9 @@ export class Reconciler extends Resource implements IReconciler {
           }
         }
         props.controlPlane.grantItems(fn.fn, {
-          // Table states and schema (is the table comparable?), the sink's progress (is it held?), its verdicts.
-          read: [ControlPartition.source(source.sourceId), ControlPartition.sink(sink.sinkId), ControlPartition.verdicts(sink.sinkId)],
+          // Table states and schema (is the table comparable?), the sink's progress (is it held? how far is a polled table?),
+          // its verdicts, and the poll worker's cursors (a polled table's stable point, docs/polling.md).
+          read: [ControlPartition.source(source.sourceId), ControlPartition.sink(sink.sinkId), ControlPartition.verdicts(sink.sinkId), ControlPartition.checkpoint(pollConsumerId(source.sourceId))],
           put: [ControlPartition.verdicts(sink.sinkId)],
         });
         Validations.of(fn).acknowledge(

@@ -16,7 +16,7 @@ import * as targets from 'aws-cdk-lib/aws-events-targets';
 import type * as kinesis from 'aws-cdk-lib/aws-kinesis';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type { Construct } from 'constructs';
-import { catalogConsumerId, ControlPartition } from '../../contracts/control-plane-keys.ts';
+import { catalogConsumerId, ControlPartition, pollConsumerId } from '../../contracts/control-plane-keys.ts';
 import { EnvName } from '../../contracts/env.ts';
 import { MetricDimension, MetricName } from '../../contracts/metrics.ts';
 import type { IControlPlane } from '../control-plane.ts';
@@ -81,6 +81,8 @@ export function addSnapshotWorker(scope: Construct, props: SnapshotWorkerProps):
   });
   // The catalog types of tables not registered yet, for the normalizer (docs/schema-drift.md, "First sight of a table").
   props.control.grantItems(fn, { read: [ControlPartition.checkpoint(catalogConsumerId(props.sourceId))], put: [ControlPartition.checkpoint(catalogConsumerId(props.sourceId))] });
+  // A polled table's re-snapshot takes its watermark above the poll worker's cursor (docs/polling.md): read only.
+  props.control.grantItems(fn, { read: [ControlPartition.checkpoint(pollConsumerId(props.sourceId))] });
   props.rawStream.grantWrite(fn);
   props.database.secret.grantRead(fn);
   props.database.readReplicaSecret?.grantRead(fn);
