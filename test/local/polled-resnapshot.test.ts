@@ -76,7 +76,7 @@ function pipeline(source: string, tables: TableConfig[]) {
     async resnapshot(table: string, chunk = 100, between?: () => Promise<void>) {
       const op = new Operator({ control, settings: { changeLogRetentionMs: 86_400_000 }, snapshots: controlPlaneSnapshots(control) });
       const r = await op.resnapshot('operator:test', { source, table });
-      expect(r.outcome).toBe('done');
+      expect(r, JSON.stringify(r)).toMatchObject({ outcome: 'done' });
       const outcome = await runTableSnapshot({
         control,
         reader,
@@ -209,6 +209,10 @@ describe('re-snapshot of a polled table', () => {
           await slow.query('COMMIT');
         };
         try {
+          // Rows before the first pass, so the table is registered (the operator re-snapshots registered tables only).
+          await src.query(`INSERT INTO ${name} (id, note) SELECT g, 'first' FROM generate_series(0, 4) g`);
+          await p.poll();
+          await p.flow();
           for (let i = 0; i < 12; i++) await change(true);
           await p.poll();
           await p.flow();
