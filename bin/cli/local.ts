@@ -477,6 +477,7 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
         warehouseUrl: stack.warehouseUrl,
         source,
         tables: pipeline.capturedTables(),
+        control: stack.control,
       });
       print(`${formatVerdict(verdict).join('\n')}\n`);
       code = verdict.match ? EXIT_OK : EXIT_FAILED;
@@ -487,6 +488,7 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
           sourceUrl: stack.sourceUrl,
           search: pipeline.searchIndex,
           source,
+          control: stack.control,
           tables: [...tables, ...pipeline.tables.filter((t) => !tables.some((u) => u.table === t.table))],
         });
         print(`${formatVerdict(searchVerdict).join('\n')}\n`);
