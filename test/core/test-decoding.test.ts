@@ -80,8 +80,11 @@ describe('test_decoding lines (text only)', () => {
     if (r.kind !== 'change') throw new Error('expected a change');
     const values = Object.fromEntries(r.change.columns!.map((col) => [col.name, col.value]));
     expect(values).toEqual({ id: 1, a: '-0', b: 0, c: '0.10000000000000001', d: '1e-05', e: 0.1, f: '-0.0' });
-    // What JSON carries: the text, sign included.
+    // What JSON carries: the text, sign included; an event refuses a -0 number (JSON would write 0).
     expect(JSON.parse(JSON.stringify(values)).a).toBe('-0');
+    const event = { v: 1, source: 's', table: 'public.t', op: 'insert', key: { id: 1 }, after: values, before: null, position: makePosition('0/10', 0), commitTs: '2026-12-01T00:00:00.000000Z', capture: 'slot', schemaVersion: 1 };
+    expect(() => validateChangeEvent(event)).not.toThrow();
+    expect(() => validateChangeEvent({ ...event, after: { ...values, a: -0 } })).toThrow(/after\.a: -0 as a JSON number/);
   });
 
   it('is not fooled by section keywords inside values or quoted names', () => {
