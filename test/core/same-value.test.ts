@@ -5,6 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { compareClasses, compareClassOf, sameValue, type CompareClass } from '../../lambda/core/same-value.ts';
+import { documentValueText } from '../../lambda/core/reconcile-rows.ts';
 
 describe('sameValue: the reproduction (a type-blind comparison called these equal)', () => {
   const cases: Array<[CompareClass, string | null, string | null, string]> = [
@@ -89,5 +90,17 @@ describe('compareClassOf / compareClasses', () => {
     const classes = compareClasses(['a', 'b', 'c', 'd'], { a: 'numeric', b: null, c: 'integer' }, { a: 'text', b: 'jsonb', c: 'integer', d: 'bigint' }, ['c']);
     expect(classes).toEqual({ a: 'decimal', b: 'jsonb', c: 'text', d: 'decimal' });
     expect(compareClasses(['x'], undefined, undefined)).toEqual({ x: 'text' });
+  });
+});
+
+describe('documentValueText (a search document value as compared)', () => {
+  it('keeps the sign of a -0 number, which String() drops', () => {
+    expect(documentValueText(-0)).toBe('-0');
+    expect(documentValueText(JSON.parse('-0') as number)).toBe('-0');
+    expect(sameValue('float', documentValueText(0), '-0')).toBe(false);
+    expect(sameValue('float', documentValueText(-0), '-0')).toBe(true);
+    expect(documentValueText(12.5)).toBe('12.5');
+    expect(documentValueText(true)).toBe('true');
+    expect(documentValueText(undefined)).toBeNull();
   });
 });
