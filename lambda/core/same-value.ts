@@ -34,7 +34,7 @@ import { decimalIdentity, jsonStructure } from './json-exact.ts';
 /** How a column's values compare (see the module comment). */
 export type CompareClass = 'decimal' | 'float' | 'json' | 'jsonb' | 'boolean' | 'text';
 
-const DECIMAL_TYPE = /^(smallint|integer|bigint|int|int[1248]|uint[124]|int16|int32|int64|oid|(small|big)?serial[248]?|numeric|decimal)(\s*\(.*\))?$/;
+const DECIMAL_TYPE = /^(smallint|integer|bigint|int|int[1248]|uint[1248]|int16|int32|int64|oid|(small|big)?serial[248]?|numeric|decimal)(\s*\(.*\))?$/;
 const FLOAT_TYPE = /^(real|float[48]?|real[48]|double precision|double|float\s*\(\d+\))$/;
 
 /**
