@@ -22,6 +22,7 @@ import type { IControlPlane } from './control-plane.ts';
 import { payloadEnvironment } from './private/payloads.ts';
 import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
+import { sourceConnectedFunction } from './private/source-connection.ts';
 import { dmsIdentifier } from './private/physical-name.ts';
 import { consumeStream, defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
 import { columnRulesDocument, compileTableMappings, findTableProblem, tableConfigEntries, tableRuleEntries } from './private/table-mappings.ts';
@@ -384,10 +385,6 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
     if (props.database.sslMode !== SslMode.VERIFY_FULL) {
       Annotations.of(this).addWarningV2('@cdc-platform/CdcSource:tlsNotVerified', `TLS to source ${this.sourceId} is encrypted but the server certificate is not verified (sslMode ${props.database.sslMode}); use it only for self-signed test servers`);
     }
-    const sourceTlsEnvironment: Record<string, string> = {
-      [EnvName.SOURCE_SSL_MODE]: props.database.sslMode,
-      ...(props.database.caCertificatePem ? { [EnvName.SOURCE_CA_PEM]: props.database.caCertificatePem } : {}),
-    };
     const sourceEndpoint = new dms.CfnEndpoint(this, 'SourceEndpoint', {
       endpointType: 'source',
       engineName: 'postgres',
@@ -437,20 +434,20 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
     this.replicationTaskIdentifier = dmsIdentifier(this, `${this.sourceId}-cdc`, 63);
 
     // --- Lifecycle: slot before the task, start/resume/stop after it ---
-    const lifecycle = new CdcFunction(this, 'TaskLifecycle', {
+    // Its source secret arrives with the slot resource's properties (`SecretArn`).
+    const lifecycle = sourceConnectedFunction(this, 'TaskLifecycle', {
       handlerName: 'dms-task-starter',
       description: `Prepares the replication slot and starts, resumes and stops the DMS task of ${this.node.path}`,
       serviceName: ServiceName.DMS_TASK_LIFECYCLE,
       // The control plane: a slot that replaces another marks the source's tables needs-resnapshot.
-      environment: { ...sourceTlsEnvironment, [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName },
+      environment: { [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName },
       memorySize: Size.mebibytes(256),
       timeout: Duration.minutes(15),
       vpc: props.vpc,
       vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
       securityGroups: [lifecycleGroup],
       retryAttempts: 0,
-    });
-    props.database.secret.grantRead(lifecycle.fn);
+    }, { database: props.database, secrets: [{ secret: props.database.secret }] });
     // The slot step runs before the task exists (the task starts at the slot's position), so its
     // policy cannot name the task's ARN (DMS assigns it at creation); on an update it stops the
     // task before CloudFormation modifies it. It may stop only a task carrying this source's tag
@@ -609,16 +606,14 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
     this.deadLetterQueue = consumer.deadLetterQueue;
 
     // --- Heartbeat writer: one beat every 10 s ---
-    const heartbeat = new CdcFunction(this, 'HeartbeatWriter', {
+    const heartbeat = sourceConnectedFunction(this, 'HeartbeatWriter', {
       handlerName: 'heartbeat-writer',
       description: `Writes the heartbeat row of source ${this.sourceId} every 10 seconds (${this.node.path})`,
       serviceName: ServiceName.HEARTBEAT_WRITER,
       environment: {
         [EnvName.SOURCE_ID]: this.sourceId,
-        [EnvName.SOURCE_SECRET_ARN]: props.database.heartbeatSecret.secretArn,
         [EnvName.HEARTBEAT_SCHEMA]: this.heartbeatSchema,
         [EnvName.HEARTBEAT_BEATS]: String(HEARTBEAT_BEATS),
-        ...sourceTlsEnvironment,
       },
       memorySize: Size.mebibytes(256),
       // Six beats 10 s apart take 50 s plus connection time; the next invocation starts a minute later.
@@ -628,9 +623,8 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
       securityGroups: [heartbeatGroup],
       // A missed minute is replaced by the next one; a late retry would only crowd it.
       retryAttempts: 0,
-    });
+    }, { database: props.database, secrets: [{ secret: props.database.heartbeatSecret, environmentName: EnvName.SOURCE_SECRET_ARN }] });
     this.heartbeatWriter = heartbeat.fn;
-    props.database.heartbeatSecret.grantRead(heartbeat.fn);
     new events.Rule(this, 'HeartbeatSchedule', {
       description: `Starts the heartbeat writer of source ${this.sourceId} every minute`,
       schedule: events.Schedule.rate(Duration.minutes(1)),
@@ -643,7 +637,7 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
       vpc: props.vpc,
       vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
       securityGroup: slotMonitorGroup,
-      secret: props.database.monitoringSecret,
+      database: props.database,
       walBudget: props.slotWalBudget ?? Size.gibibytes(10),
       alarmsEnabled: props.alarmsEnabled ?? true,
       alarmActions: props.alarmActions,

@@ -64,13 +64,13 @@ describe('TLS to PostgreSQL', () => {
   });
 
   it('verify-full with the CA given connects, encrypted; the host name must be the certificate', async () => {
-    expect(await connect('localhost', { sslMode: 'verify-full', caPem })).toBe(true);
+    expect(await connect('localhost', { minimumSslMode: 'verify-full', caPem })).toBe(true);
     // The certificate names localhost only: 127.0.0.1 is refused.
-    await expect(connect('127.0.0.1', { sslMode: 'verify-full', caPem })).rejects.toThrow(/altnames|does not match|IP: 127\.0\.0\.1/i);
+    await expect(connect('127.0.0.1', { minimumSslMode: 'verify-full', caPem })).rejects.toThrow(/altnames|does not match|IP: 127\.0\.0\.1/i);
   });
 
   it('require is the explicit opt-out: encrypted, not verified; disable is plain TCP', async () => {
-    expect(await connect('localhost', { sslMode: 'require' })).toBe(true);
+    expect(await connect('localhost', { minimumSslMode: 'require' })).toBe(true);
     expect(await connect('127.0.0.1', {}, 'require')).toBe(true);
     expect(await connect('127.0.0.1', {}, 'disable')).toBe(false);
   });
