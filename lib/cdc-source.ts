@@ -507,6 +507,8 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
         SecretArn: props.database.secret.secretArn,
         DatabaseName: props.database.databaseName,
         SlotName: this.slotName,
+        // The function connects with the TLS of its environment (docs/deploy.md, "TLS to the
+        // source"); the mode here makes a change of it run the slot step again.
         Ssl: props.database.sslMode,
         TaskIdentifier: this.replicationTaskIdentifier,
         ConfigHash: configHash,
