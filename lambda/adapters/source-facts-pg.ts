@@ -17,6 +17,8 @@ type Queryable = Pick<pg.ClientBase, 'query'>;
 export interface TableToCheck {
   table: string;
   key?: string[] | null;
+  /** The poll column of a table configured `capture: 'poll'`. */
+  pollColumn?: string | null;
 }
 
 export interface GatherOptions {
@@ -126,6 +128,7 @@ async function tableFact(client: Queryable, t: TableToCheck): Promise<TableFact>
     identityIndexColumns: ident === 'i' ? await indexColumns('indisreplident') : null,
     selectGranted: rel.sel,
     columns,
+    ...(t.pollColumn ? { pollColumn: t.pollColumn } : {}),
   };
 }
 
@@ -144,10 +147,11 @@ export async function gatherSourceFacts(client: Queryable, o: GatherOptions): Pr
   const user = (
     await client.query(
       `SELECT current_user AS name, r.rolsuper AS super, r.rolreplication AS replication,
-              EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'rds_replication') AND pg_has_role(current_user, 'rds_replication', 'member') AS rds
+              EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'rds_replication') AND pg_has_role(current_user, 'rds_replication', 'member') AS rds,
+              EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pg_read_all_stats') AND pg_has_role(current_user, 'pg_read_all_stats', 'USAGE') AS read_all_stats
          FROM pg_roles r WHERE r.rolname = current_user`,
     )
-  ).rows[0] as { name: string; super: boolean; replication: boolean; rds: boolean };
+  ).rows[0] as { name: string; super: boolean; replication: boolean; rds: boolean; read_all_stats: boolean };
   const schema = o.heartbeatSchema ?? DEFAULT_HEARTBEAT_SCHEMA;
   const writer = o.heartbeatWriter ?? user.name;
   const hb = (
@@ -174,7 +178,7 @@ export async function gatherSourceFacts(client: Queryable, o: GatherOptions): Pr
     maxWalSenders: server.max_senders,
     usedWalSenders: server.used_senders,
     maxSlotWalKeepSizeBytes: await readMaxSlotWalKeepSize(client),
-    user: { name: user.name, superuser: user.super, replication: user.replication, rdsReplication: user.rds },
+    user: { name: user.name, superuser: user.super, replication: user.replication, rdsReplication: user.rds, readAllStats: user.read_all_stats },
     ssl: server.ssl,
     loopback: server.loopback,
     heartbeat: { table: `${schema}.${HEARTBEAT_TABLE}`, exists: hb.exists, writer, writerExists: hb.writer_exists, writable: hb.writable, canCreate: hb.can_create },

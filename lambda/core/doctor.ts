@@ -9,6 +9,8 @@
  * of another tool pinning WAL). The RDS/Aurora parameter behind each check: docs/doctor.md.
  */
 
+import { pollColumnKindOf, type PollColumnKind } from './poll.ts';
+
 export type CheckStatus = 'PASS' | 'WARN' | 'FAIL';
 
 /** Stable check ids (what `--json` prints and tests match on). */
@@ -31,6 +33,10 @@ export const CheckId = {
   TLS: 'tls',
   /** A table a capture rule matches: captured, excluded by the rule, or ineligible (docs/onboarding.md). */
   TABLE_RULE: 'table_rule',
+  /** A polled table's poll column: one that orders it without a gap (docs/polling.md). */
+  POLL_COLUMN: 'poll_column',
+  /** A timestamp-polled table: the capture user may see every session's open transaction (docs/polling.md). */
+  POLL_HORIZON: 'poll_horizon',
 } as const;
 export type CheckIdValue = (typeof CheckId)[keyof typeof CheckId];
 
@@ -82,6 +88,8 @@ export interface TableFact {
   selectGranted: boolean;
   /** Columns with their type as `format_type` prints it (`text`, `integer[]`, `character varying(20)`). */
   columns: Array<{ name: string; type: string }>;
+  /** The poll column when the table is configured `capture: 'poll'` (docs/polling.md). */
+  pollColumn?: string | null;
 }
 
 export interface SourceFacts {
@@ -96,7 +104,14 @@ export interface SourceFacts {
   usedWalSenders: number;
   /** `max_slot_wal_keep_size` in bytes; null when unlimited (-1) or not available (before PostgreSQL 13). */
   maxSlotWalKeepSizeBytes: number | null;
-  user: { name: string; superuser: boolean; replication: boolean; rdsReplication: boolean };
+  user: {
+    name: string;
+    superuser: boolean;
+    replication: boolean;
+    rdsReplication: boolean;
+    /** Whether the user has the privileges of `pg_read_all_stats` (a superuser has): it sees every session's `xact_start`. @default false */
+    readAllStats?: boolean;
+  };
   /** Whether this session's connection is encrypted. */
   ssl: boolean;
   /** Whether the connection goes to a loopback address (an unencrypted one is then only a warning). */
@@ -243,6 +258,38 @@ function tableChecks(t: TableFact, user: string): CheckResult[] {
 }
 
 /**
+ * A polled table's checks (docs/polling.md): its poll column orders it without a gap (a timestamp
+ * or a transaction id; an integer version is refused with the alternatives), and for a timestamp
+ * column the user sees every session's open transaction, which the page horizon is read from.
+ */
+function pollChecks(t: TableFact, user: SourceFacts['user']): CheckResult[] {
+  if (!t.exists || t.pollColumn === undefined || t.pollColumn === null) return [];
+  const column = t.columns.find((c) => c.name === t.pollColumn);
+  if (!column) return [problem(CheckId.POLL_COLUMN, 'FAIL', t.table, `${t.table} has no column ${q(t.pollColumn)} to poll by`, 'name an existing column as pollColumn')];
+  let kind: PollColumnKind;
+  try {
+    kind = pollColumnKindOf(t.table, column.name, column.type);
+  } catch (e) {
+    return [problem(CheckId.POLL_COLUMN, 'FAIL', t.table, (e as Error).message, 'add a timestamptz column set by a trigger with clock_timestamp(), or an xid8 column set by a trigger to pg_current_xact_id() (docs/polling.md), and poll by it; or capture the table from the log')];
+  }
+  const out = [pass(CheckId.POLL_COLUMN, t.table, `polled by ${column.name} (${column.type}, ${kind === 'timestamp' ? 'bounded by the open-transaction horizon' : 'bounded by the snapshot xmin'})`)];
+  if (kind === 'xid') out.push(pass(CheckId.POLL_HORIZON, t.table, 'a transaction-id column is bounded by its page snapshot; no view of other sessions needed'));
+  else if (user.superuser || user.readAllStats === true) out.push(pass(CheckId.POLL_HORIZON, t.table, `${q(user.name)} sees every session's open transaction (${user.superuser ? 'superuser' : 'pg_read_all_stats'})`));
+  else {
+    out.push(
+      problem(
+        CheckId.POLL_HORIZON,
+        'FAIL',
+        t.table,
+        `${q(user.name)} may not see other sessions' open transactions (pg_stat_activity.xact_start): a timestamp poll page cannot be bounded below them, and polling refuses to start (POLL_HORIZON_PRIVILEGE)`,
+        `GRANT pg_read_all_stats TO ${q(user.name)};`,
+      ),
+    );
+  }
+  return out;
+}
+
+/**
  * Whether a table matched by a capture rule may join (docs/onboarding.md): eligible when none of
  * the doctor's table checks fails (it exists and is readable, has a usable key that deletes
  * carry, and no column of a type the log cannot carry). The reasons are the failed checks'
@@ -377,7 +424,7 @@ export function runChecks(f: SourceFacts, options: DoctorOptions = {}): CheckRes
   } else {
     out.push(problem(CheckId.HEARTBEAT, 'FAIL', h.table, `${h.table} does not exist and ${q(h.writer)} may not create it`, `create it as an administrator (see docs/deploy.md) and GRANT INSERT, UPDATE, SELECT ON ${h.table} TO ${q(h.writer)};`));
   }
-  for (const t of f.tables) out.push(...tableChecks(t, u.name));
+  for (const t of f.tables) out.push(...tableChecks(t, u.name), ...pollChecks(t, u));
   if (f.ssl) out.push(pass(CheckId.TLS, null, 'the connection is encrypted (TLS)'));
   else {
     out.push(

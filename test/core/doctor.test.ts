@@ -155,6 +155,30 @@ describe('runChecks', () => {
     expect(status(runChecks(good({ ssl: false, loopback: true })), CheckId.TLS)).toBe('WARN');
   });
 
+  it('checks a polled table: a gap-free poll column, and for a timestamp the view of open transactions it is bounded by', () => {
+    const cols = [
+      { name: 'id', type: 'integer' },
+      { name: 'updated_at', type: 'timestamp with time zone' },
+      { name: 'v', type: 'bigint' },
+      { name: 'cdc_xid', type: 'xid8' },
+    ];
+    const polled = (pollColumn: string, name = `public.by_${pollColumn}`) => table({ table: name, columns: cols, pollColumn });
+    const facts = good({ tables: [polled('updated_at'), polled('v'), polled('cdc_xid'), polled('nope'), table()] });
+    const rs = runChecks(facts);
+    const at = (check: string, subject: string) => rs.find((r) => r.check === check && r.subject === subject);
+    expect(at(CheckId.POLL_COLUMN, 'public.by_updated_at')?.status).toBe('PASS');
+    expect(at(CheckId.POLL_HORIZON, 'public.by_updated_at')).toMatchObject({ status: 'FAIL', message: expect.stringContaining('POLL_HORIZON_PRIVILEGE'), fix: 'GRANT pg_read_all_stats TO "capture";' });
+    expect(at(CheckId.POLL_COLUMN, 'public.by_v')).toMatchObject({ status: 'FAIL', message: expect.stringMatching(/poll column v is bigint: an integer version .* skipped for good/) });
+    expect(at(CheckId.POLL_HORIZON, 'public.by_v')).toBeUndefined();
+    expect(at(CheckId.POLL_COLUMN, 'public.by_cdc_xid')?.status).toBe('PASS');
+    expect(at(CheckId.POLL_HORIZON, 'public.by_cdc_xid')?.status).toBe('PASS');
+    expect(at(CheckId.POLL_COLUMN, 'public.by_nope')?.status).toBe('FAIL');
+    expect(rs.some((r) => r.subject === 'public.orders' && (r.check === CheckId.POLL_COLUMN || r.check === CheckId.POLL_HORIZON))).toBe(false);
+    for (const user of [{ ...facts.user, readAllStats: true }, { ...facts.user, superuser: true }]) {
+      expect(runChecks({ ...facts, user }).find((r) => r.check === CheckId.POLL_HORIZON && r.subject === 'public.by_updated_at')?.status).toBe('PASS');
+    }
+  });
+
   it('formats one line per check, the fix under it and a summary', () => {
     const lines = formatReport(runChecks(good({ walLevel: 'minimal' })));
     expect(lines[0]).toMatch(/^FAIL  wal_level: the source has wal_level = 'minimal'/);
