@@ -90,8 +90,9 @@ export interface CapturedTableOptions {
    */
   readonly capture?: CaptureMode;
   /**
-   * The monotonic modified-at (timestamp) or version (integer) column a polled table is read by.
-   * Required with `CaptureMode.POLL`.
+   * The column a polled table is read by: a modified-at `timestamptz`/`timestamp` set by the
+   * server clock, or an `xid8` set by a trigger to `pg_current_xact_id()`. An integer version
+   * column is refused (it can lose changes, docs/polling.md). Required with `CaptureMode.POLL`.
    * @default - none
    */
   readonly pollColumn?: string;

@@ -10,9 +10,13 @@
  * - an integer version column is refused by name, with the safe alternatives;
  * - a prepared transaction holds the timestamp horizon until it ends;
  * - a role that cannot see other sessions' transactions is refused (`POLL_HORIZON_PRIVILEGE`), and
- *   `cdc doctor`'s checks fail it with the grant; with `pg_read_all_stats` both pass.
+ *   `cdc doctor`'s checks fail it with the grant; with `pg_read_all_stats` both pass;
+ * - the SQL of docs/polling.md (both column recipes, the horizon query) runs as written, and a
+ *   table set up by it is polled by either column.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { PostgresSnapshotReader } from '../../lambda/adapters/snapshot-postgres.ts';
@@ -47,8 +51,8 @@ beforeAll(async () => {
     CREATE TABLE stamped (id int PRIMARY KEY, note text, updated_at timestamptz NOT NULL DEFAULT clock_timestamp());
     CREATE TABLE stamped_now (id int PRIMARY KEY, note text, updated_at timestamp NOT NULL DEFAULT (now() AT TIME ZONE 'UTC'));
     CREATE TABLE xided (id int PRIMARY KEY, note text, cdc_xid xid8);
-    CREATE FUNCTION cdc_poll_xid() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.cdc_xid := pg_current_xact_id(); RETURN NEW; END $$;
-    CREATE TRIGGER zz_cdc_poll_xid BEFORE INSERT OR UPDATE ON xided FOR EACH ROW EXECUTE FUNCTION cdc_poll_xid();
+    CREATE FUNCTION xided_poll_xid() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.cdc_xid := pg_current_xact_id(); RETURN NEW; END $$;
+    CREATE TRIGGER zz_cdc_poll_xid BEFORE INSERT OR UPDATE ON xided FOR EACH ROW EXECUTE FUNCTION xided_poll_xid();
     ALTER TABLE xided ENABLE ALWAYS TRIGGER zz_cdc_poll_xid;
     INSERT INTO versioned SELECT g, 'init', nextval('versions') FROM generate_series(1, 5) g;
     INSERT INTO stamped (id, note) SELECT g, 'init' FROM generate_series(1, 5) g;
@@ -64,7 +68,7 @@ afterAll(async () => {
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** A pass function over one table with an in-memory cursor store, and what it published (the newest note per id). */
-function poller(table: string, pollColumn: string, reader: PollReader) {
+function poller(table: string, pollColumn: string, reader: PollReader, key = 'id') {
   const published: SlotRecord[] = [];
   const cursors = new Map<string, PollCursor>();
   const pass = () =>
@@ -78,7 +82,7 @@ function poller(table: string, pollColumn: string, reader: PollReader) {
     });
   const notes = () => {
     const last = new Map<number, string>();
-    for (const r of published) last.set(Number(r.columns!.find((c) => c.name === 'id')!.value), String(r.columns!.find((c) => c.name === 'note')!.value));
+    for (const r of published) last.set(Number(r.columns!.find((c) => c.name === key)!.value), String(r.columns!.find((c) => c.name === 'note')!.value));
     return last;
   };
   return { pass, notes };
@@ -115,6 +119,27 @@ describe('polling transactions that commit out of cursor order', () => {
       expect([...notes.keys()].sort()).toEqual([1, 2, 3, 4, 5]);
     });
   }
+
+  it("docs/polling.md's SQL runs as written: both recipes on a table, the horizon query, and polls by either column", async () => {
+    const doc = readFileSync(fileURLToPath(new URL('../../docs/polling.md', import.meta.url)), 'utf8');
+    const blocks = [...doc.matchAll(/```sql\n([\s\S]*?)```/g)].map((m) => m[1]!);
+    expect(blocks.length).toBe(3);
+    await admin.query(`CREATE TABLE public.legacy_orders (order_no int PRIMARY KEY, note text); INSERT INTO public.legacy_orders VALUES (1, 'before'); CREATE ROLE capture`);
+    for (const sql of blocks) await admin.query(sql);
+    await admin.query(`INSERT INTO public.legacy_orders VALUES (2, 'after'); UPDATE public.legacy_orders SET note = 'changed' WHERE order_no = 1`);
+    expect((await admin.query(`SELECT pg_has_role('capture', 'pg_read_all_stats', 'USAGE') AS ok`)).rows[0].ok).toBe(true);
+    await sleep(MARGIN_MS + 50);
+    for (const pollColumn of ['updated_at', 'cdc_xid']) {
+      const r = reader();
+      const p = poller('legacy_orders', pollColumn, r, 'order_no');
+      await p.pass();
+      await r.close();
+      expect([...p.notes()].sort(), pollColumn).toEqual([
+        [1, 'changed'],
+        [2, 'after'],
+      ]);
+    }
+  });
 
   it('refuses an integer version column by name, with the safe alternatives', async () => {
     const r = reader();
