@@ -137,13 +137,13 @@ export async function gatherSourceFacts(client: Queryable, o: GatherOptions): Pr
   const server = (
     await client.query(
       `SELECT current_setting('server_version_num')::int AS version, current_setting('wal_level') AS wal_level,
-              current_setting('quote_all_identifiers') = 'on' AS quote_all,
+              current_setting('quote_all_identifiers') = 'on' AS quote_all, current_setting('TimeZone') AS time_zone,
               current_setting('max_replication_slots')::int AS max_slots, (SELECT count(*)::int FROM pg_replication_slots) AS used_slots,
               current_setting('max_wal_senders')::int AS max_senders, (SELECT count(*)::int FROM pg_stat_replication) AS used_senders,
               COALESCE((SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()), false) AS ssl,
               (inet_server_addr() IS NULL OR inet_server_addr() <<= '127.0.0.0/8'::inet OR inet_server_addr() = '::1'::inet) AS loopback`,
     )
-  ).rows[0] as { version: number; wal_level: string; quote_all: boolean; max_slots: number; used_slots: number; max_senders: number; used_senders: number; ssl: boolean; loopback: boolean };
+  ).rows[0] as { version: number; wal_level: string; quote_all: boolean; time_zone: string; max_slots: number; used_slots: number; max_senders: number; used_senders: number; ssl: boolean; loopback: boolean };
   const user = (
     await client.query(
       `SELECT current_user AS name, r.rolsuper AS super, r.rolreplication AS replication,
@@ -173,6 +173,7 @@ export async function gatherSourceFacts(client: Queryable, o: GatherOptions): Pr
     serverVersionNum: server.version,
     walLevel: server.wal_level,
     quoteAllIdentifiers: server.quote_all,
+    timeZone: server.time_zone,
     maxReplicationSlots: server.max_slots,
     usedReplicationSlots: server.used_slots,
     maxWalSenders: server.max_senders,

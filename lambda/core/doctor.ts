@@ -98,6 +98,8 @@ export interface SourceFacts {
   walLevel: string;
   /** `quote_all_identifiers` in the capture user's session (database and role settings applied). @default false */
   quoteAllIdentifiers?: boolean;
+  /** `TimeZone` in the capture user's session (server, database and role settings applied): the zone writers get unless they set one. */
+  timeZone?: string;
   maxReplicationSlots: number;
   usedReplicationSlots: number;
   maxWalSenders: number;
@@ -257,12 +259,15 @@ function tableChecks(t: TableFact, user: string): CheckResult[] {
   return out;
 }
 
+/** Zone names whose local time is UTC all year (lower case). */
+const UTC_ZONES = new Set(['utc', 'etc/utc', 'uct', 'etc/uct', 'gmt', 'etc/gmt', 'gmt0', 'etc/gmt0', 'etc/gmt+0', 'etc/gmt-0', 'universal', 'etc/universal', 'zulu', 'etc/zulu', 'greenwich', 'etc/greenwich']);
+
 /**
  * A polled table's checks (docs/polling.md): its poll column orders it without a gap (a timestamp
  * or a transaction id; an integer version is refused with the alternatives), and for a timestamp
  * column the user sees every session's open transaction, which the page horizon is read from.
  */
-function pollChecks(t: TableFact, user: SourceFacts['user']): CheckResult[] {
+function pollChecks(t: TableFact, user: SourceFacts['user'], timeZone: string | undefined): CheckResult[] {
   if (!t.exists || t.pollColumn === undefined || t.pollColumn === null) return [];
   const column = t.columns.find((c) => c.name === t.pollColumn);
   if (!column) return [problem(CheckId.POLL_COLUMN, 'FAIL', t.table, `${t.table} has no column ${q(t.pollColumn)} to poll by`, 'name an existing column as pollColumn')];
@@ -272,7 +277,17 @@ function pollChecks(t: TableFact, user: SourceFacts['user']): CheckResult[] {
   } catch (e) {
     return [problem(CheckId.POLL_COLUMN, 'FAIL', t.table, (e as Error).message, 'add a timestamptz column set by a trigger with clock_timestamp(), or an xid8 column set by a trigger to pg_current_xact_id() (docs/polling.md), and poll by it; or capture the table from the log')];
   }
-  const out = [pass(CheckId.POLL_COLUMN, t.table, `polled by ${column.name} (${column.type}, ${kind === 'timestamp' ? 'bounded by the open-transaction horizon' : 'bounded by the snapshot xmin'})`)];
+  const out = [
+    column.type === 'timestamp without time zone' && timeZone !== undefined && !UTC_ZONES.has(timeZone.toLowerCase())
+      ? problem(
+          CheckId.POLL_COLUMN,
+          'WARN',
+          t.table,
+          `${t.table} is polled by ${column.name} (timestamp without time zone) and sessions default to TimeZone ${q(timeZone)}: a value written from the server clock is local time, but the poller compares it as UTC, so in a zone behind UTC (or across a daylight-saving change) a late-committing row can fall behind the cursor`,
+          `make ${column.name} timestamptz, or write it in UTC (now() AT TIME ZONE 'UTC' / clock_timestamp() AT TIME ZONE 'UTC')`,
+        )
+      : pass(CheckId.POLL_COLUMN, t.table, `polled by ${column.name} (${column.type}, ${kind === 'timestamp' ? 'bounded by the open-transaction horizon' : 'bounded by the snapshot xmin'})`),
+  ];
   if (kind === 'xid') out.push(pass(CheckId.POLL_HORIZON, t.table, 'a transaction-id column is bounded by its page snapshot; no view of other sessions needed'));
   else if (user.superuser || user.readAllStats === true) out.push(pass(CheckId.POLL_HORIZON, t.table, `${q(user.name)} sees every session's open transaction (${user.superuser ? 'superuser' : 'pg_read_all_stats'})`));
   else {
@@ -424,7 +439,7 @@ export function runChecks(f: SourceFacts, options: DoctorOptions = {}): CheckRes
   } else {
     out.push(problem(CheckId.HEARTBEAT, 'FAIL', h.table, `${h.table} does not exist and ${q(h.writer)} may not create it`, `create it as an administrator (see docs/deploy.md) and GRANT INSERT, UPDATE, SELECT ON ${h.table} TO ${q(h.writer)};`));
   }
-  for (const t of f.tables) out.push(...tableChecks(t, u.name), ...pollChecks(t, u));
+  for (const t of f.tables) out.push(...tableChecks(t, u.name), ...pollChecks(t, u, f.timeZone));
   if (f.ssl) out.push(pass(CheckId.TLS, null, 'the connection is encrypted (TLS)'));
   else {
     out.push(

@@ -179,6 +179,19 @@ describe('runChecks', () => {
     }
   });
 
+  it('warns on a timestamp-without-time-zone poll column when sessions default to a zone that is not UTC', () => {
+    const cols = [
+      { name: 'id', type: 'integer' },
+      { name: 'local_at', type: 'timestamp without time zone' },
+      { name: 'updated_at', type: 'timestamp with time zone' },
+    ];
+    const facts = (timeZone: string) => good({ timeZone, user: { name: 'capture', superuser: true, replication: true, rdsReplication: false }, tables: [table({ table: 'public.a', columns: cols, pollColumn: 'local_at' }), table({ table: 'public.b', columns: cols, pollColumn: 'updated_at' })] });
+    const pollColumn = (tz: string, subject: string) => runChecks(facts(tz)).find((r) => r.check === CheckId.POLL_COLUMN && r.subject === subject);
+    expect(pollColumn('America/New_York', 'public.a')).toMatchObject({ status: 'WARN', message: expect.stringContaining('TimeZone "America/New_York"'), fix: expect.stringContaining('timestamptz') });
+    expect(pollColumn('America/New_York', 'public.b')?.status).toBe('PASS');
+    for (const tz of ['UTC', 'Etc/UTC', 'GMT']) expect(pollColumn(tz, 'public.a')?.status).toBe('PASS');
+  });
+
   it('formats one line per check, the fix under it and a summary', () => {
     const lines = formatReport(runChecks(good({ walLevel: 'minimal' })));
     expect(lines[0]).toMatch(/^FAIL  wal_level: the source has wal_level = 'minimal'/);
