@@ -8,7 +8,7 @@ import type pg from 'pg';
 import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import type { SourceIdentity } from '../core/continuity.ts';
 import type { SlotFact, SourceFacts, TableFact } from '../core/doctor.ts';
-import { splitTableId } from '../core/identifiers.ts';
+import { quoteIdent, splitTableId } from '../core/identifiers.ts';
 import type { CatalogTypes } from '../core/catalog-types.ts';
 
 type Queryable = Pick<pg.ClientBase, 'query'>;
@@ -128,8 +128,23 @@ async function tableFact(client: Queryable, t: TableToCheck): Promise<TableFact>
     identityIndexColumns: ident === 'i' ? await indexColumns('indisreplident') : null,
     selectGranted: rel.sel,
     columns,
-    ...(t.pollColumn ? { pollColumn: t.pollColumn } : {}),
+    ...(t.pollColumn ? { pollColumn: t.pollColumn, ...(await pollFacts(client, rel.oid, t.pollColumn, columns, rel.sel)) } : {}),
   };
+}
+
+/** Row-level BEFORE triggers on INSERT and UPDATE (tgtype bits ROW 1, BEFORE 2, INSERT 4, UPDATE 16). */
+const POLL_TRIGGER_SQL = `SELECT COALESCE(bool_or(tgenabled = 'A'), false) AS always, COALESCE(bool_or(tgenabled = 'O'), false) AS origin
+   FROM pg_trigger WHERE tgrelid = $1 AND NOT tgisinternal AND (tgtype::int & 23) = 23`;
+
+/** A polled table's write-side facts (docs/polling.md): its trigger, and whether rows with a NULL poll column exist. */
+async function pollFacts(client: Queryable, oid: number, pollColumn: string, columns: Array<{ name: string }>, readable: boolean): Promise<Pick<TableFact, 'pollTrigger' | 'pollNulls'>> {
+  const trig = (await client.query(POLL_TRIGGER_SQL, [oid])).rows[0] as { always: boolean; origin: boolean };
+  const pollTrigger = trig.always ? 'always' : trig.origin ? 'origin' : 'none';
+  // Unknown without the column or the SELECT grant (the select_grant check reports that).
+  if (!readable || !columns.some((c) => c.name === pollColumn)) return { pollTrigger, pollNulls: null };
+  const rel = (await client.query(`SELECT format('%I.%I', n.nspname, c.relname) AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1`, [oid])).rows[0] as { name: string };
+  const nulls = await client.query(`SELECT EXISTS (SELECT 1 FROM ${rel.name} WHERE ${quoteIdent(pollColumn)} IS NULL) AS any`);
+  return { pollTrigger, pollNulls: Boolean((nulls.rows[0] as { any: boolean }).any) };
 }
 
 /** Gathers every fact the doctor checks, read-only. */

@@ -179,6 +179,24 @@ describe('runChecks', () => {
     }
   });
 
+  it('checks that a trigger sets the poll column on every write and that no row has it NULL', () => {
+    const cols = [
+      { name: 'id', type: 'integer' },
+      { name: 'updated_at', type: 'timestamp with time zone' },
+      { name: 'cdc_xid', type: 'xid8' },
+    ];
+    const check = (pollColumn: string, over: Partial<TableFact>) =>
+      runChecks(good({ user: { name: 'capture', superuser: true, replication: true, rdsReplication: false }, tables: [table({ columns: cols, pollColumn, ...over })] })).filter((r) => r.check === CheckId.POLL_TRIGGER);
+    expect(check('cdc_xid', { pollTrigger: 'always', pollNulls: false }).map((r) => r.status)).toEqual(['PASS']);
+    expect(check('cdc_xid', { pollTrigger: 'none', pollNulls: false })).toEqual([expect.objectContaining({ status: 'FAIL', message: expect.stringContaining('nothing sets cdc_xid'), fix: expect.stringContaining('xid8 recipe') })]);
+    expect(check('cdc_xid', { pollTrigger: 'origin', pollNulls: false })).toEqual([expect.objectContaining({ status: 'WARN', message: expect.stringContaining('session_replication_role = replica'), fix: 'ALTER TABLE public.orders ENABLE ALWAYS TRIGGER <the trigger>;' })]);
+    expect(check('updated_at', { pollTrigger: 'none', pollNulls: false })).toEqual([expect.objectContaining({ status: 'WARN', fix: expect.stringContaining('timestamp recipe') })]);
+    expect(check('cdc_xid', { pollTrigger: 'always', pollNulls: true }).map((r) => [r.status, r.fix])).toEqual([
+      ['PASS', null],
+      ['WARN', 'UPDATE public.orders SET cdc_xid = pg_current_xact_id() WHERE cdc_xid IS NULL;'],
+    ]);
+  });
+
   it('warns on a timestamp-without-time-zone poll column when sessions default to a zone that is not UTC', () => {
     const cols = [
       { name: 'id', type: 'integer' },

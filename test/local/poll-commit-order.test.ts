@@ -184,6 +184,13 @@ describe('polling transactions that commit out of cursor order', () => {
     const before = await facts();
     expect(horizon(before, 'public.stamped')).toMatchObject({ status: 'FAIL', fix: 'GRANT pg_read_all_stats TO "poller";' });
     expect(horizon(before, 'public.xided')?.status).toBe('PASS'); // a transaction-id column needs no such view
+    // The write side, from the catalog: xided's trigger fires always; stamped has none (only a default), and rows never read would be NULL.
+    const trigger = (table: string) => before.filter((x) => x.check === 'poll_trigger' && x.subject === table).map((x) => x.status);
+    expect(trigger('public.xided')).toEqual(['PASS']);
+    expect(trigger('public.stamped')).toEqual(['WARN']);
+    await admin.query("INSERT INTO xided (id, note) VALUES (99, 'null'); ALTER TABLE xided DISABLE TRIGGER zz_cdc_poll_xid; UPDATE xided SET cdc_xid = NULL WHERE id = 99");
+    expect((await facts()).filter((x) => x.check === 'poll_trigger' && x.subject === 'public.xided').map((x) => x.status)).toEqual(['FAIL', 'WARN']);
+    await admin.query('DELETE FROM xided WHERE id = 99; ALTER TABLE xided ENABLE ALWAYS TRIGGER zz_cdc_poll_xid');
     const xided = reader(asPoller);
     await poller('xided', 'cdc_xid', xided).pass();
     await xided.close();
