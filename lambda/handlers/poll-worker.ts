@@ -65,7 +65,7 @@ export function createPollWorker(d: PollWorkerDeps): (timeLeftMs: () => number, 
       pacerFor: () => new AdaptivePacer({ budget: d.budget }),
       ...(d.pressure ? { pressure: () => d.pressure!.read() } : {}),
       shouldStop: () => timeLeftMs() < reserveMs,
-      onPage: (table, p) => d.logger.debug('Poll page', { table, rows: p.rows, pages: p.pages, throttle: p.throttle }),
+      onPage: (table, p) => d.logger.debug('Poll page', { table, rows: p.rows, pages: p.pages, throttle: p.throttle, horizon: p.horizon ?? null }),
     });
     const out = Object.fromEntries(rows);
     d.logger.info('Poll pass', { rows: out });
