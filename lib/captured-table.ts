@@ -11,8 +11,9 @@ export enum CaptureMode {
   /** From the source's log (DMS on AWS, the slot capture locally). */
   LOG = 'log',
   /**
-   * By polling a monotonic modified-at (timestamp) or version (integer) column, for a table
-   * without log access. Deletes are not observable and ordering is the column's.
+   * By polling a modified-at timestamp or a trigger-maintained transaction-id (`xid8`) column, for
+   * a table without log access (docs/polling.md). Deletes are not observable and ordering is the
+   * column's.
    */
   POLL = 'poll',
 }
