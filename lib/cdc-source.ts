@@ -30,7 +30,7 @@ import { taskSettings } from './private/task-settings.ts';
 import { checkIntegerRange, checkKinesisRetention, checkLowerIdent, checkRequiredProps, fail, idFromConstructId, SLOT_NAME } from './private/validate.ts';
 import { SslMode, type SourceDatabase } from './source-database.ts';
 import { rdsCaCertificate } from './private/rds-ca.ts';
-import { platformMetric } from './private/platform-metric.ts';
+import { platformMetric, searchByTable } from './private/platform-metric.ts';
 import { SlotMonitor } from './private/slot-monitor.ts';
 import { addSnapshotWorker } from './private/snapshot-worker.ts';
 import { addPollWorker } from './private/poll-worker.ts';
@@ -852,6 +852,25 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
   /** Source commit → change-log publish, milliseconds (`CaptureLag`); maximum per minute by default. */
   metricCaptureLag(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
     return platformMetric(this, MetricName.CAPTURE_LAG, { [MetricDimension.SOURCE]: this.sourceId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
+  }
+
+  /** Age of the oldest raw record the normalizer reads (`AWS/Lambda IteratorAge`), milliseconds; maximum per minute by default. */
+  metricNormalizerIteratorAge(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return iteratorAgeMetric(this.normalizer, props);
+  }
+
+  /**
+   * Snapshot rows done so far in the current run (`SnapshotRowsDone`), one series per table, tables
+   * captured by pattern included (a `SEARCH` expression over the `Table` dimension); maximum per
+   * minute by default.
+   */
+  metricSnapshotRowsDone(props?: cloudwatch.MathExpressionOptions): cloudwatch.IMetric {
+    return searchByTable(MetricName.SNAPSHOT_ROWS_DONE, this.sourceId, props);
+  }
+
+  /** Estimated time left of each running snapshot (`SnapshotEta`, seconds), one series per table; maximum per minute by default. */
+  metricSnapshotEta(props?: cloudwatch.MathExpressionOptions): cloudwatch.IMetric {
+    return searchByTable(MetricName.SNAPSHOT_ETA, this.sourceId, props);
   }
 
 

@@ -135,12 +135,15 @@ export class Reconciler extends Resource implements IReconciler {
   readonly alarms: cloudwatch.IAlarm[] = [];
   /** The tiers, with their defaults applied. */
   readonly tiers: ReconcileTierProps[];
+  /** The ids of the sinks it reconciles. */
+  readonly sinkIds: string[];
 
   constructor(scope: Construct, id: string, props: ReconcilerProps) {
     super(scope, id);
     checkRequiredProps(this, 'Reconciler', props, ['controlPlane', 'sources', 'sinks', 'vpc']);
     if (props.sources.length === 0) fail(this, 'sources must not be empty');
     if (props.sinks.length === 0) fail(this, 'sinks must not be empty');
+    this.sinkIds = props.sinks.map((s) => s.sinkId);
     checkIntegerRange(this, 'rowsPerRun', props.rowsPerRun, 1, 100_000_000);
     this.tiers = (props.tiers ?? [DEFAULT_TIER]).map((t) => ({ ...t, tables: t.tables ?? ['*'] }));
     if (this.tiers.length === 0) fail(this, 'tiers must not be empty');
