@@ -21,8 +21,9 @@ export interface PipelineAlarmActionsProps {
  * ALARM and OK transitions of each platform alarm in the scope, created before or after it was
  * applied, whose construct was given no `alarmActions`; a construct's own `alarmActions` (an
  * empty list included) replace these for its alarms. Where scopes nest, the nearest
- * `PipelineAlarmActions` wins (one per stage beneath a default for the app). Alarms the
- * platform did not create (your own) are left alone.
+ * `PipelineAlarmActions` wins (a stack's beneath its stage's). Like every CDK aspect, one applied
+ * to the app does not reach into its stages: apply it to each stage. Alarms the platform did not
+ * create (your own) are left alone.
  */
 export class PipelineAlarmActions implements IAspect {
   /** Applies `PipelineAlarmActions` with `props` to `scope`, and returns it. */

@@ -69,31 +69,38 @@ describe('PipelineAlarmActions', () => {
     expect(defaulted).toBeGreaterThan(15);
   });
 
-  test('the nearest scope wins: a stage’s actions beneath an app-wide default', () => {
+  test('the nearest scope wins (a stack’s actions beneath its stage’s); an app’s do not reach into stages, as no CDK aspect does', () => {
     const app = newApp();
     const defaults = new Stack(app, 'Defaults');
     const fallback = new sns.Topic(defaults, 'Fallback');
     PipelineAlarmActions.applyTo(app, { actions: [new cloudwatchActions.SnsAction(fallback)] });
     const stage = new Stage(app, 'Prod');
-    const stack = new Stack(stage, 'Pipeline');
-    const topic = new sns.Topic(stack, 'Alarms');
-    PipelineAlarmActions.applyTo(stage, { actions: [new cloudwatchActions.SnsAction(topic)] });
-    new ControlPlane(stack, 'Control');
+    const pipeline = new Stack(stage, 'Pipeline');
+    const stageTopic = new sns.Topic(pipeline, 'Alarms');
+    PipelineAlarmActions.applyTo(stage, { actions: [new cloudwatchActions.SnsAction(stageTopic)] });
+    new ControlPlane(pipeline, 'Control');
+    const special = new Stack(stage, 'Special');
+    const specialTopic = new sns.Topic(special, 'Alarms');
+    PipelineAlarmActions.applyTo(special, { actions: [new cloudwatchActions.SnsAction(specialTopic)] });
+    new ChangeLog(special, 'Log');
     const outside = new Stack(app, 'Outside');
     new ChangeLog(outside, 'Log');
-    new ControlPlane(outside, 'Control');
     app.synth();
 
-    const inStage = alarmTargets(Template.fromStack(stack));
-    expect(inStage.length).toBeGreaterThan(0);
-    const topicRef = stack.getLogicalId(topic.node.defaultChild as sns.CfnTopic);
-    for (const t of inStage) expect(t, t.id).toEqual({ id: t.id, alarm: [topicRef], ok: [topicRef] });
+    const check = (stack: Stack, topic: sns.Topic): void => {
+      const targets = alarmTargets(Template.fromStack(stack));
+      expect(targets.length, stack.stackName).toBeGreaterThan(0);
+      const ref = stack.getLogicalId(topic.node.defaultChild as sns.CfnTopic);
+      for (const t of targets) expect(t, `${stack.stackName} ${t.id}`).toEqual({ id: t.id, alarm: [ref], ok: [ref] });
+    };
+    check(pipeline, stageTopic);
+    check(special, specialTopic);
     const outsideAlarms = Template.fromStack(outside).findResources('AWS::CloudWatch::Alarm');
     expect(Object.keys(outsideAlarms).length).toBeGreaterThan(0);
     for (const [id, a] of Object.entries(outsideAlarms)) {
       // The fallback topic lives in another stack: an imported ARN.
-      expect(JSON.stringify(a.Properties.AlarmActions), id).toMatch(/Fn::ImportValue.*Fallback/);
       expect(a.Properties.AlarmActions, id).toHaveLength(1);
+      expect(JSON.stringify(a.Properties.AlarmActions), id).toMatch(/Fn::ImportValue.*Fallback/);
     }
   });
 
