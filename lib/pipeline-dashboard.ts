@@ -142,7 +142,11 @@ export class PipelineDashboard extends Construct {
   }
 
   private addReconciliation(reconcilers: Reconciler[], sinks: Array<WarehouseSink | SearchSink>): void {
-    const pairs = reconcilers.flatMap((r) => sinks.filter((s) => r.sinkIds.includes(s.sinkId)).map((s) => [r, s] as const));
+    // Each reconciled sink once (the metrics are the sink's, whichever reconciler reports them).
+    const pairs = sinks.flatMap((s) => {
+      const r = reconcilers.find((x) => x.sinkIds.includes(s.sinkId));
+      return r ? [[r, s] as const] : [];
+    });
     if (pairs.length === 0) return;
     const hourly = { period: Duration.hours(1) };
     this.dashboard.addWidgets(heading('## Reconciliation — verdicts per run (hourly maximum) and coverage'));
