@@ -93,12 +93,15 @@ describe('TLS to the source on every function given a source secret', () => {
     }
   });
 
-  test('the example app: every function given a source secret gets verify-full', () => {
-    const { stack } = buildExampleApp(newApp() as App);
-    const t = Template.fromStack(stack);
-    const found = functionsGivenSourceSecret(t, sourceSecretMarkers(stack));
-    // Two sources, each with its lifecycle, heartbeat writer, slot monitor and snapshot worker at least.
-    expect(found.size).toBeGreaterThanOrEqual(8);
-    for (const [id, env] of found) expect(env.CDC_SOURCE_SSL_MODE, id).toBe('verify-full');
+  test('the example app: in every stage, every function given a source secret gets verify-full', () => {
+    const { stages } = buildExampleApp(newApp() as App);
+    for (const stage of Object.values(stages)) {
+      const stack = stage.pipeline;
+      const t = Template.fromStack(stack);
+      const found = functionsGivenSourceSecret(t, sourceSecretMarkers(stack));
+      // Two sources, each with its lifecycle, heartbeat writer, slot monitor and snapshot worker at least.
+      expect(found.size, stage.stageName).toBeGreaterThanOrEqual(8);
+      for (const [id, env] of found) expect(env.CDC_SOURCE_SSL_MODE, `${stage.stageName} ${id}`).toBe('verify-full');
+    }
   });
 });
