@@ -130,11 +130,21 @@ export async function describeListeners(port: number): Promise<string> {
   const names = await Promise.all(
     pids.map(async (p) => {
       const cmd = await fs.readFile(`/proc/${p}/cmdline`, 'utf8').catch(() => '');
-      const text = cmd.split('\0').filter(Boolean).join(' ');
-      return text ? `pid ${p} (${text.length > 120 ? `${text.slice(0, 117)}...` : text})` : `pid ${p}`;
+      const text = commandLine(cmd.split('\0').filter(Boolean));
+      return text ? `pid ${p} (${text})` : `pid ${p}`;
     }),
   );
   return names.join(', ');
+}
+
+/** A command line, short: folders dropped from paths, whitespace runs as one space, at most 200 characters. */
+function commandLine(args: readonly string[]): string {
+  const text = args
+    .map((a) => a.replace(/(?:[^\s=/]*\/)+([^\s=/]+)/g, '$1'))
+    .join(' ')
+    .replace(/\s+/g, ' ')
+    .trim();
+  return text.length > 200 ? `${text.slice(0, 197)}...` : text;
 }
 
 /** Whether a server's start output says its port was taken (PostgreSQL, Jetty/Java, Node). */

@@ -26,6 +26,7 @@ import { readChangeLog } from '../../lambda/adapters/change-log-reader.ts';
 import { validateTableConfig, type TableConfig } from '../../lambda/core/table-config.ts';
 import { POLL_DELETES_INVISIBLE, pollConsumer } from '../../lambda/core/poll.ts';
 import { POLLED_TABLE_COMMENT } from '../../lambda/core/warehouse-sql.ts';
+import { stackPorts, verdictDiagnostics } from '../helpers/verdict-diagnostics.ts';
 
 const POLLED: TableConfig[] = validateTableConfig([
   { table: 'public.accounts', capture: 'poll', pollColumn: 'updated_at' },
@@ -75,7 +76,7 @@ afterAll(async () => {
   if (dir) await rm(dir, { recursive: true, force: true });
 }, 120_000);
 
-/** What the pipeline knew when a verdict did not match: table states, the poller's lines, dead letters, errors, the pollers' checkpoints. */
+/** What the pipeline knew when a verdict did not match: table states, the poller's lines, dead letters, errors, the pollers' checkpoints; the audit log, the sink's positions per table and the processes behind each port. */
 async function diagnostics(errors: readonly string[]): Promise<string[]> {
   await pipeline!.refreshControl(true);
   const out = ['--- status', ...renderStatus(pipeline!.snapshot()), '--- poll lines', ...pipeline!.polls!.lines().map((l) => JSON.stringify(l))];
@@ -83,6 +84,8 @@ async function diagnostics(errors: readonly string[]): Promise<string[]> {
   out.push(`--- dead letters: ${dead.length}`, ...dead.slice(0, 10).map((d) => `${d.stage} ${d.table} ${d.code}: ${d.reason}`));
   for (const t of POLLED) out.push(`--- cursor of ${t.table}: ${await stack!.control.getCheckpoint(pollConsumer('demo'), t.table)}`);
   out.push(`--- errors: ${errors.length}`, ...errors.slice(0, 10));
+  const tables = [...POLLED, ...LOGGED].map((t) => t.table);
+  out.push(...(await verdictDiagnostics({ control: stack!.control, warehouseUrl: warehouse.url('dw'), source: 'demo', tables, ports: stackPorts(stack!, { warehouse: warehouse.port }) })));
   return out;
 }
 
