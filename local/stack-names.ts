@@ -2,8 +2,8 @@
  * The names of one local stack: its control-plane table and its streams (docs/local.md, "Ports
  * and names"). Each stack gets names of its own, derived from a random stack id made on its first
  * run and kept in its state folder, so a restart finds its own state again; and a stack that ever
- * reached another stack's server would find none of its tables or streams there and stop, instead
- * of sharing checkpoints, cursors and records with it. The consumers' checkpoints and the pollers'
+ * reached another stack's server would still use only its own table and streams there, never
+ * another stack's checkpoints, cursors and records. The consumers' checkpoints and the pollers'
  * cursors live in the control table, so they are the stack's own too.
  */
 import { randomBytes } from 'node:crypto';
