@@ -1,18 +1,25 @@
 /**
- * The example CDK app that `cdk.json` runs: two PostgreSQL sources (masked and excluded columns,
- * a hard-delete table, the rest of a schema captured by pattern with exclusions), one change log, one warehouse sink, one search sink, alarms to an SNS topic.
+ * The example CDK app that `cdk.json` runs: one pipeline per environment, as a `Stage` each (`Dev`,
+ * `Prod`; what differs between them is `CdcPipelineProps`): two PostgreSQL sources (masked and
+ * excluded columns, a hard-delete table, in prod the rest of a schema captured by pattern with
+ * exclusions), one change log, one warehouse sink, one search sink, a reconciler, rebuilds, a
+ * dashboard, and every alarm notifying the stage's SNS topic. The DMS service roles, once per
+ * account, are a stack of their own (`CdcDmsServiceRoles`).
  *
  * Synthesizes offline with no AWS credentials (`npx cdk synth`). Before deploying, read
  * docs/deploy.md: the secrets named below must exist, the source databases need logical
  * replication, and their security groups must admit the sources' security groups.
  *
  * Context (`-c key=value`):
- * - `createDmsServiceRoles=false` when the account already has `dms-vpc-role` and
+ * - `devAccount`, `devRegion`, `prodAccount`, `prodRegion`: where each stage deploys
+ *   (default: the account and region of the CLI's credentials);
+ * - `prodAlarmTopicArn`: an existing topic for prod's alarms (default: a new topic in the stage);
+ * - `createDmsServiceRoles=false` when the accounts already have `dms-vpc-role` and
  *   `dms-cloudwatch-logs-role` (the DMS console creates them on first use).
  */
 import * as path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { App, Duration, Stack, Validations, type StackProps } from 'aws-cdk-lib';
+import { App, Duration, Stack, Stage, Validations, type StackProps, type StageProps } from 'aws-cdk-lib';
 import * as cloudwatchActions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as kms from 'aws-cdk-lib/aws-kms';
@@ -35,17 +42,82 @@ import {
   WarehouseSink,
   Reconciler,
   WarehouseRebuild,
+  PipelineAlarmActions,
+  PipelineDashboard,
 } from '../lib/index.ts';
 
-/** Options of the example stack. */
-export interface CdcExampleStackProps extends StackProps {
-  /** Create the account-wide DMS roles in this stack. */
-  readonly createDmsServiceRoles?: boolean;
+/**
+ * What differs between environments (dev, prod): the props of a pipeline stage. Everything else
+ * (the sources' databases and secrets, the column rules, the sinks) is the same code in every
+ * environment, so what reaches production is what ran in dev.
+ */
+export interface CdcPipelineProps {
+  /** The orders source's captured tables. */
+  readonly ordersTables: CapturedTable[];
+  /** Change-log retention (also the raw streams'). */
+  readonly retention: Duration;
+  /** How long the change log's S3 archive keeps records. */
+  readonly archiveRetention: Duration;
+  /** End-to-end lag objective of the warehouse sink (its lag alarms and the dashboard's line). */
+  readonly warehouseFreshnessTarget: Duration;
+  /** End-to-end lag objective of the search sink. */
+  readonly searchFreshnessTarget: Duration;
+  /**
+   * ARN of an existing SNS topic every alarm of the stage notifies (an on-call integration).
+   * @default - a new topic in the stage, `<stack>-Alarms…`; subscribe to it after the deployment
+   */
+  readonly alarmTopicArn?: string;
+  /** DMS replication instance class of each source. */
+  readonly replicationInstanceClass: string;
+  /** Whether each replication instance has a standby in a second availability zone. */
+  readonly multiAz: boolean;
+  /** NAT gateways of the VPC (one per availability zone for a NAT that survives a zone). */
+  readonly natGateways: number;
 }
 
-/** Everything of the example in one stack. */
+/** The example's environments: what a team would typically set apart between dev and prod. */
+export const ENVIRONMENTS: Readonly<Record<'Dev' | 'Prod', CdcPipelineProps>> = {
+  Dev: {
+    // Only the named tables: a table added in dev flows only once it is named here.
+    ordersTables: ordersTables(false),
+    retention: Duration.days(1),
+    archiveRetention: Duration.days(30),
+    warehouseFreshnessTarget: Duration.minutes(10),
+    searchFreshnessTarget: Duration.minutes(5),
+    replicationInstanceClass: 'dms.t3.medium',
+    multiAz: false,
+    natGateways: 1,
+  },
+  Prod: {
+    ordersTables: ordersTables(true),
+    retention: Duration.days(7),
+    archiveRetention: Duration.days(395),
+    warehouseFreshnessTarget: Duration.minutes(2),
+    searchFreshnessTarget: Duration.minutes(1),
+    replicationInstanceClass: 'dms.c5.large',
+    multiAz: true,
+    natGateways: 2,
+  },
+};
+
+/** The orders tables; with `restOfSchema`, every other table of the schema too, by pattern. */
+function ordersTables(restOfSchema: boolean): CapturedTable[] {
+  return [
+    CapturedTable.of('public.customers', { mask: ['email', 'phone'], exclude: ['ssn', 'password_hash'] }),
+    CapturedTable.of('public.orders'),
+    CapturedTable.of('public.order_items', { deletes: DeleteMode.HARD, primaryKey: ['order_id', 'line_no'] }),
+    // Every other table of the schema, including tables created later (docs/onboarding.md):
+    // DMS selects them by pattern, with the audit tables and the migration bookkeeping left out.
+    ...(restOfSchema ? [CapturedTable.matching('public.*', { exclude: ['public.audit_*', 'public.schema_migrations'] })] : []),
+  ];
+}
+
+/** The pipeline of one environment in one stack: sources, change log, sinks, reconciler, rebuilds, alarms topic, dashboard. */
 export class CdcExampleStack extends Stack {
-  constructor(scope: Construct, id: string, props: CdcExampleStackProps = {}) {
+  /** The topic every alarm of the stage notifies. */
+  readonly alarmTopic: sns.ITopic;
+
+  constructor(scope: Construct, id: string, props: CdcPipelineProps & StackProps) {
     super(scope, id, props);
     // The Firehose L2 adds a mapping of Firehose CIDR blocks to every stack that has a delivery
     // stream; it is used only for destinations inside a VPC, which the archive is not.
@@ -53,7 +125,7 @@ export class CdcExampleStack extends Stack {
 
     const vpc = new ec2.Vpc(this, 'Vpc', {
       maxAzs: 2,
-      natGateways: 1,
+      natGateways: props.natGateways,
       subnetConfiguration: [
         { name: 'public', subnetType: ec2.SubnetType.PUBLIC, cidrMask: 24 },
         { name: 'private', subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS, cidrMask: 22 },
@@ -66,20 +138,19 @@ export class CdcExampleStack extends Stack {
       },
     });
 
-    const topic = new sns.Topic(this, 'Alarms', {
-      displayName: 'CDC platform alarms',
-      enforceSSL: true,
-      masterKey: kms.Alias.fromAliasName(this, 'SnsKey', 'alias/aws/sns'),
-    });
-    const alarmActions = [new cloudwatchActions.SnsAction(topic)];
+    // The alarms' actions are given once, for the whole stage (CdcPipelineStage), not per construct.
+    this.alarmTopic = props.alarmTopicArn
+      ? sns.Topic.fromTopicArn(this, 'Alarms', props.alarmTopicArn)
+      : new sns.Topic(this, 'Alarms', {
+          displayName: `CDC platform alarms (${this.stackName})`,
+          enforceSSL: true,
+          masterKey: kms.Alias.fromAliasName(this, 'SnsKey', 'alias/aws/sns'),
+        });
 
-    const retention = Duration.days(7);
-    const controlPlane = new ControlPlane(this, 'Control', { changeLogRetention: retention, alarmActions });
-    const changeLog = new ChangeLog(this, 'Log', {
-      retention,
-      archiveRetention: Duration.days(395),
-      alarmActions,
-    });
+    const retention = props.retention;
+    const controlPlane = new ControlPlane(this, 'Control', { changeLogRetention: retention });
+    const changeLog = new ChangeLog(this, 'Log', { retention, archiveRetention: props.archiveRetention });
+    const sizes = { replicationInstanceClass: props.replicationInstanceClass, multiAz: props.multiAz };
 
     const orders = new CdcSource(this, 'Orders', {
       controlPlane,
@@ -90,17 +161,10 @@ export class CdcExampleStack extends Stack {
         secret: secretsmanager.Secret.fromSecretNameV2(this, 'OrdersSecret', 'cdc/orders/capture'),
         heartbeatSecret: secretsmanager.Secret.fromSecretNameV2(this, 'OrdersHeartbeatSecret', 'cdc/orders/heartbeat'),
       }),
-      tables: [
-        CapturedTable.of('public.customers', { mask: ['email', 'phone'], exclude: ['ssn', 'password_hash'] }),
-        CapturedTable.of('public.orders'),
-        CapturedTable.of('public.order_items', { deletes: DeleteMode.HARD, primaryKey: ['order_id', 'line_no'] }),
-        // Every other table of the schema, including tables created later (docs/onboarding.md):
-        // DMS selects them by pattern, with the audit tables and the migration bookkeeping left out.
-        CapturedTable.matching('public.*', { exclude: ['public.audit_*', 'public.schema_migrations'] }),
-      ],
+      tables: props.ordersTables,
       // The example's private subnets reach AWS APIs through its NAT gateway: HTTPS only.
       awsApiEgress: AwsApiEgress.natGateway(),
-      alarmActions,
+      ...sizes,
     });
 
     const billing = new CdcSource(this, 'Billing', {
@@ -117,14 +181,8 @@ export class CdcExampleStack extends Stack {
         CapturedTable.of('billing.payments', { primaryKey: ['payment_id'] }),
       ],
       awsApiEgress: AwsApiEgress.natGateway(),
-      alarmActions,
+      ...sizes,
     });
-
-    if (props.createDmsServiceRoles ?? true) {
-      const roles = new DmsServiceRoles(this, 'DmsServiceRoles');
-      orders.node.addDependency(roles);
-      billing.node.addDependency(roles);
-    }
 
     const warehouse = new WarehouseSink(this, 'Warehouse', {
       controlPlane,
@@ -135,8 +193,7 @@ export class CdcExampleStack extends Stack {
       }),
       vpc,
       awsApiEgress: AwsApiEgress.natGateway(),
-      freshnessTarget: Duration.minutes(2),
-      alarmActions,
+      freshnessTarget: props.warehouseFreshnessTarget,
     });
 
     // The search index of the customers and orders (an existing OpenSearch Service domain in the
@@ -149,13 +206,12 @@ export class CdcExampleStack extends Stack {
       tables: [{ table: 'public.customers' }, { table: 'public.orders', deletes: DeleteMode.HARD }],
       vpc,
       awsApiEgress: AwsApiEgress.natGateway(),
-      freshnessTarget: Duration.minutes(1),
-      alarmActions,
+      freshnessTarget: props.searchFreshnessTarget,
     });
 
     // Reconciliation of both sources against the warehouse, and of the orders source against the
     // search index (docs/reconcile.md): the orders every hour, everything else once a day.
-    new Reconciler(this, 'Reconciler', {
+    const reconciler = new Reconciler(this, 'Reconciler', {
       controlPlane,
       sources: [orders, billing],
       sinks: [warehouse, search],
@@ -165,25 +221,95 @@ export class CdcExampleStack extends Stack {
         { name: 'hot', every: Duration.hours(1), tables: ['public.orders'] },
         { name: 'daily', every: Duration.days(1) },
       ],
-      alarmActions,
     });
 
     // Rebuilds of warehouse tables from the archive and the change log (docs/rebuild.md, "On AWS"):
-    // `cdc rebuild TABLE --stack CdcExample`.
-    new WarehouseRebuild(this, 'WarehouseRebuild', { controlPlane, changeLog, sink: warehouse, vpc, awsApiEgress: AwsApiEgress.natGateway(), alarmActions });
+    // `cdc rebuild TABLE --stack Prod-CdcExample`.
+    new WarehouseRebuild(this, 'WarehouseRebuild', { controlPlane, changeLog, sink: warehouse, vpc, awsApiEgress: AwsApiEgress.natGateway() });
+
+    // One dashboard for the stage's pipeline (docs/operations.md, "Dashboard"); its alarm panel
+    // lists every platform alarm of the stack, the rebuild's above included.
+    new PipelineDashboard(this, 'Dashboard', {
+      dashboardName: `${this.stackName}-pipeline`,
+      sources: [orders, billing],
+      warehouseSinks: [warehouse],
+      searchSinks: [search],
+      reconcilers: [reconciler],
+    });
   }
 }
 
-/** Builds the example app (used by `cdk.json` and by the snapshot tests). */
-export function buildExampleApp(app: App = new App()): { app: App; stack: CdcExampleStack } {
-  const createRoles = app.node.tryGetContext('createDmsServiceRoles');
-  const stack = new CdcExampleStack(app, 'CdcExample', {
-    description: 'CDC platform example: two PostgreSQL sources, a Kinesis change log with an S3 archive, a warehouse sink',
-    createDmsServiceRoles: createRoles === undefined ? true : String(createRoles) !== 'false',
-  });
-  return { app, stack };
+/**
+ * One environment's pipeline as a CDK `Stage` (`cdk deploy 'Prod/*'`): its stack, and the stage's
+ * alarm actions given once to every alarm in it.
+ */
+export class CdcPipelineStage extends Stage {
+  /** The pipeline's stack. */
+  readonly pipeline: CdcExampleStack;
+
+  constructor(scope: Construct, id: string, props: CdcPipelineProps & StageProps) {
+    super(scope, id, props);
+    this.pipeline = new CdcExampleStack(this, 'CdcExample', {
+      ...props,
+      description: `CDC platform example (${id}): two PostgreSQL sources, a Kinesis change log with an S3 archive, a warehouse sink, a search sink`,
+    });
+    PipelineAlarmActions.applyTo(this, { actions: [new cloudwatchActions.SnsAction(this.pipeline.alarmTopic)] });
+  }
 }
 
+/**
+ * The roles DMS expects once per account (`DmsServiceRoles`), in their own stack: deployed once
+ * per account before the first pipeline there, and left alone by every stage's deployment.
+ */
+export class DmsServiceRolesStack extends Stack {
+  constructor(scope: Construct, id: string, props?: StackProps) {
+    super(scope, id, props);
+    new DmsServiceRoles(this, 'DmsServiceRoles');
+  }
+}
+
+/** What `buildExampleApp` built. */
+export interface ExampleApp {
+  readonly app: App;
+  /** The stages, by environment name. */
+  readonly stages: Record<'Dev' | 'Prod', CdcPipelineStage>;
+  /** The DMS service-role stacks, one per account the stages deploy to (none with `-c createDmsServiceRoles=false`). */
+  readonly dmsServiceRoles: DmsServiceRolesStack[];
+}
+
+/**
+ * Builds the example app (used by `cdk.json` and by the snapshot tests): a Dev and a Prod stage,
+ * and the DMS service roles once per account.
+ */
+export function buildExampleApp(app: App = new App()): ExampleApp {
+  const context = (key: string): string | undefined => {
+    const value = app.node.tryGetContext(key);
+    return value === undefined ? undefined : String(value);
+  };
+  const envOf = (name: string) => ({ account: context(`${name}Account`), region: context(`${name}Region`) });
+  const stages = {
+    Dev: new CdcPipelineStage(app, 'Dev', { ...ENVIRONMENTS.Dev, env: envOf('dev') }),
+    Prod: new CdcPipelineStage(app, 'Prod', { ...ENVIRONMENTS.Prod, env: envOf('prod'), alarmTopicArn: context('prodAlarmTopicArn') }),
+  };
+  const dmsServiceRoles: DmsServiceRolesStack[] = [];
+  if (context('createDmsServiceRoles') !== 'false') {
+    // One stack per account: stages without an account deploy to the CLI's account (one stack).
+    const accounts = new Map<string, { account?: string; region?: string }>();
+    for (const name of ['dev', 'prod']) {
+      const env = envOf(name);
+      if (!accounts.has(env.account ?? '')) accounts.set(env.account ?? '', env);
+    }
+    for (const [account, env] of accounts) {
+      dmsServiceRoles.push(
+        new DmsServiceRolesStack(app, account ? `CdcDmsServiceRoles-${account}` : 'CdcDmsServiceRoles', {
+          env,
+          description: 'CDC platform: the DMS service roles (dms-vpc-role, dms-cloudwatch-logs-role), once per account',
+        }),
+      );
+    }
+  }
+  return { app, stages, dmsServiceRoles };
+}
 const isMain = process.argv[1] !== undefined && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href;
 if (isMain) {
   buildExampleApp().app.synth();

@@ -19,7 +19,7 @@ export const EnvName = {
   WAREHOUSE_SECRET_ARN: 'CDC_WAREHOUSE_SECRET_ARN',
   /** A postgres:// URL for the warehouse (local runs and tests; takes precedence over the secret). */
   WAREHOUSE_URL: 'CDC_WAREHOUSE_URL',
-  /** Secrets Manager ARN of the source database credentials (heartbeat writer). */
+  /** Secrets Manager ARN of the source database credentials of a function that connects to the source (docs/deploy.md, "TLS to the source"). */
   SOURCE_SECRET_ARN: 'CDC_SOURCE_SECRET_ARN',
   /** A postgres:// URL for the source (local runs and tests). */
   SOURCE_URL: 'CDC_SOURCE_URL',
@@ -27,7 +27,7 @@ export const EnvName = {
   HEARTBEAT_SCHEMA: 'CDC_HEARTBEAT_SCHEMA',
   /** Heartbeats the writer sends per invocation, 10 s apart (the schedule starts it every minute). */
   HEARTBEAT_BEATS: 'CDC_HEARTBEAT_BEATS',
-  /** TLS to the source (`verify-full`, the default, or `require`): the heartbeat writer and the DMS task lifecycle. */
+  /** TLS to the source (`verify-full`, the default, or `require`), on every function that connects to it: the weakest mode it may use (a secret asking for less is refused). */
   SOURCE_SSL_MODE: 'CDC_SOURCE_SSL_MODE',
   /** PEM of the CA(s) of the source's certificate, when not the Amazon RDS CAs. */
   SOURCE_CA_PEM: 'CDC_SOURCE_CA_PEM',

@@ -26,7 +26,7 @@ export interface TableConfig {
   transforms?: TableTransforms;
   /** How the table is captured: from the source's log, or by polling `pollColumn` (docs/polling.md). @default 'log' */
   capture?: TableCaptureMode;
-  /** The monotonic modified-at (timestamp) or version (integer) column a polled table is read by. Required with `capture: 'poll'`. */
+  /** The column a polled table is read by: a modified-at timestamp set by the server clock, or an `xid8` transaction-id column (docs/polling.md; an integer version is refused). Required with `capture: 'poll'`. */
   pollColumn?: string;
   /** Acknowledges a mask or exclude added while the table is already captured (`LateRulesAcknowledgement`). */
   acknowledgeLateRules?: string;

@@ -11,8 +11,9 @@ export enum CaptureMode {
   /** From the source's log (DMS on AWS, the slot capture locally). */
   LOG = 'log',
   /**
-   * By polling a monotonic modified-at (timestamp) or version (integer) column, for a table
-   * without log access. Deletes are not observable and ordering is the column's.
+   * By polling a modified-at timestamp or a trigger-maintained transaction-id (`xid8`) column, for
+   * a table without log access (docs/polling.md). Deletes are not observable and ordering is the
+   * column's.
    */
   POLL = 'poll',
 }
@@ -90,8 +91,9 @@ export interface CapturedTableOptions {
    */
   readonly capture?: CaptureMode;
   /**
-   * The monotonic modified-at (timestamp) or version (integer) column a polled table is read by.
-   * Required with `CaptureMode.POLL`.
+   * The column a polled table is read by: a modified-at `timestamptz`/`timestamp` set by the
+   * server clock, or an `xid8` set by a trigger to `pg_current_xact_id()`. An integer version
+   * column is refused (it can lose changes, docs/polling.md). Required with `CaptureMode.POLL`.
    * @default - none
    */
   readonly pollColumn?: string;

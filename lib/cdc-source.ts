@@ -22,6 +22,7 @@ import type { IControlPlane } from './control-plane.ts';
 import { payloadEnvironment } from './private/payloads.ts';
 import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
+import { sourceConnectedFunction } from './private/source-connection.ts';
 import { dmsIdentifier } from './private/physical-name.ts';
 import { consumeStream, defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
 import { columnRulesDocument, compileTableMappings, findTableProblem, tableConfigEntries, tableRuleEntries } from './private/table-mappings.ts';
@@ -29,7 +30,7 @@ import { taskSettings } from './private/task-settings.ts';
 import { checkIntegerRange, checkKinesisRetention, checkLowerIdent, checkRequiredProps, fail, idFromConstructId, SLOT_NAME } from './private/validate.ts';
 import { SslMode, type SourceDatabase } from './source-database.ts';
 import { rdsCaCertificate } from './private/rds-ca.ts';
-import { platformMetric } from './private/platform-metric.ts';
+import { platformMetric, searchByTable } from './private/platform-metric.ts';
 import { SlotMonitor } from './private/slot-monitor.ts';
 import { addSnapshotWorker } from './private/snapshot-worker.ts';
 import { addPollWorker } from './private/poll-worker.ts';
@@ -384,10 +385,6 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
     if (props.database.sslMode !== SslMode.VERIFY_FULL) {
       Annotations.of(this).addWarningV2('@cdc-platform/CdcSource:tlsNotVerified', `TLS to source ${this.sourceId} is encrypted but the server certificate is not verified (sslMode ${props.database.sslMode}); use it only for self-signed test servers`);
     }
-    const sourceTlsEnvironment: Record<string, string> = {
-      [EnvName.SOURCE_SSL_MODE]: props.database.sslMode,
-      ...(props.database.caCertificatePem ? { [EnvName.SOURCE_CA_PEM]: props.database.caCertificatePem } : {}),
-    };
     const sourceEndpoint = new dms.CfnEndpoint(this, 'SourceEndpoint', {
       endpointType: 'source',
       engineName: 'postgres',
@@ -437,20 +434,20 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
     this.replicationTaskIdentifier = dmsIdentifier(this, `${this.sourceId}-cdc`, 63);
 
     // --- Lifecycle: slot before the task, start/resume/stop after it ---
-    const lifecycle = new CdcFunction(this, 'TaskLifecycle', {
+    // Its source secret arrives with the slot resource's properties (`SecretArn`).
+    const lifecycle = sourceConnectedFunction(this, 'TaskLifecycle', {
       handlerName: 'dms-task-starter',
       description: `Prepares the replication slot and starts, resumes and stops the DMS task of ${this.node.path}`,
       serviceName: ServiceName.DMS_TASK_LIFECYCLE,
       // The control plane: a slot that replaces another marks the source's tables needs-resnapshot.
-      environment: { ...sourceTlsEnvironment, [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName },
+      environment: { [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName },
       memorySize: Size.mebibytes(256),
       timeout: Duration.minutes(15),
       vpc: props.vpc,
       vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
       securityGroups: [lifecycleGroup],
       retryAttempts: 0,
-    });
-    props.database.secret.grantRead(lifecycle.fn);
+    }, { database: props.database, secrets: [{ secret: props.database.secret }] });
     // The slot step runs before the task exists (the task starts at the slot's position), so its
     // policy cannot name the task's ARN (DMS assigns it at creation); on an update it stops the
     // task before CloudFormation modifies it. It may stop only a task carrying this source's tag
@@ -510,6 +507,8 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
         SecretArn: props.database.secret.secretArn,
         DatabaseName: props.database.databaseName,
         SlotName: this.slotName,
+        // The function connects with the TLS of its environment (docs/deploy.md, "TLS to the
+        // source"); the mode here makes a change of it run the slot step again.
         Ssl: props.database.sslMode,
         TaskIdentifier: this.replicationTaskIdentifier,
         ConfigHash: configHash,
@@ -609,16 +608,14 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
     this.deadLetterQueue = consumer.deadLetterQueue;
 
     // --- Heartbeat writer: one beat every 10 s ---
-    const heartbeat = new CdcFunction(this, 'HeartbeatWriter', {
+    const heartbeat = sourceConnectedFunction(this, 'HeartbeatWriter', {
       handlerName: 'heartbeat-writer',
       description: `Writes the heartbeat row of source ${this.sourceId} every 10 seconds (${this.node.path})`,
       serviceName: ServiceName.HEARTBEAT_WRITER,
       environment: {
         [EnvName.SOURCE_ID]: this.sourceId,
-        [EnvName.SOURCE_SECRET_ARN]: props.database.heartbeatSecret.secretArn,
         [EnvName.HEARTBEAT_SCHEMA]: this.heartbeatSchema,
         [EnvName.HEARTBEAT_BEATS]: String(HEARTBEAT_BEATS),
-        ...sourceTlsEnvironment,
       },
       memorySize: Size.mebibytes(256),
       // Six beats 10 s apart take 50 s plus connection time; the next invocation starts a minute later.
@@ -628,9 +625,8 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
       securityGroups: [heartbeatGroup],
       // A missed minute is replaced by the next one; a late retry would only crowd it.
       retryAttempts: 0,
-    });
+    }, { database: props.database, secrets: [{ secret: props.database.heartbeatSecret, environmentName: EnvName.SOURCE_SECRET_ARN }] });
     this.heartbeatWriter = heartbeat.fn;
-    props.database.heartbeatSecret.grantRead(heartbeat.fn);
     new events.Rule(this, 'HeartbeatSchedule', {
       description: `Starts the heartbeat writer of source ${this.sourceId} every minute`,
       schedule: events.Schedule.rate(Duration.minutes(1)),
@@ -643,7 +639,7 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
       vpc: props.vpc,
       vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
       securityGroup: slotMonitorGroup,
-      secret: props.database.monitoringSecret,
+      database: props.database,
       walBudget: props.slotWalBudget ?? Size.gibibytes(10),
       alarmsEnabled: props.alarmsEnabled ?? true,
       alarmActions: props.alarmActions,
@@ -856,6 +852,25 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
   /** Source commit → change-log publish, milliseconds (`CaptureLag`); maximum per minute by default. */
   metricCaptureLag(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
     return platformMetric(this, MetricName.CAPTURE_LAG, { [MetricDimension.SOURCE]: this.sourceId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
+  }
+
+  /** Age of the oldest raw record the normalizer reads (`AWS/Lambda IteratorAge`), milliseconds; maximum per minute by default. */
+  metricNormalizerIteratorAge(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return iteratorAgeMetric(this.normalizer, props);
+  }
+
+  /**
+   * Snapshot rows done so far in the current run (`SnapshotRowsDone`), one series per table, tables
+   * captured by pattern included (a `SEARCH` expression over the `Table` dimension); maximum per
+   * minute by default.
+   */
+  metricSnapshotRowsDone(props?: cloudwatch.MathExpressionOptions): cloudwatch.IMetric {
+    return searchByTable(MetricName.SNAPSHOT_ROWS_DONE, this.sourceId, props);
+  }
+
+  /** Estimated time left of each running snapshot (`SnapshotEta`, seconds), one series per table; maximum per minute by default. */
+  metricSnapshotEta(props?: cloudwatch.MathExpressionOptions): cloudwatch.IMetric {
+    return searchByTable(MetricName.SNAPSHOT_ETA, this.sourceId, props);
   }
 
 

@@ -10,3 +10,5 @@ export * from './aws-api-egress.ts';
 export * from './search-sink.ts';
 export * from './reconciler.ts';
 export * from './warehouse-rebuild.ts';
+export * from './pipeline-alarm-actions.ts';
+export * from './pipeline-dashboard.ts';

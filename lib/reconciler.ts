@@ -14,7 +14,7 @@ import type { CdcSource } from './cdc-source.ts';
 import type { IControlPlane } from './control-plane.ts';
 import { createAlarm } from './private/alarms.ts';
 import { allowDatabase, ownSecurityGroup } from './private/function-network.ts';
-import { CdcFunction } from './private/cdc-function.ts';
+import { sourceConnectedFunction } from './private/source-connection.ts';
 import { platformMetric } from './private/platform-metric.ts';
 import { tableConfigEntries } from './private/table-mappings.ts';
 import { checkIntegerRange, checkLowerIdent, checkRequiredProps, fail, isKnownDuration } from './private/validate.ts';
@@ -135,12 +135,15 @@ export class Reconciler extends Resource implements IReconciler {
   readonly alarms: cloudwatch.IAlarm[] = [];
   /** The tiers, with their defaults applied. */
   readonly tiers: ReconcileTierProps[];
+  /** The ids of the sinks it reconciles. */
+  readonly sinkIds: string[];
 
   constructor(scope: Construct, id: string, props: ReconcilerProps) {
     super(scope, id);
     checkRequiredProps(this, 'Reconciler', props, ['controlPlane', 'sources', 'sinks', 'vpc']);
     if (props.sources.length === 0) fail(this, 'sources must not be empty');
     if (props.sinks.length === 0) fail(this, 'sinks must not be empty');
+    this.sinkIds = props.sinks.map((s) => s.sinkId);
     checkIntegerRange(this, 'rowsPerRun', props.rowsPerRun, 1, 100_000_000);
     this.tiers = (props.tiers ?? [DEFAULT_TIER]).map((t) => ({ ...t, tables: t.tables ?? ['*'] }));
     if (this.tiers.length === 0) fail(this, 'tiers must not be empty');
@@ -181,7 +184,7 @@ export class Reconciler extends Resource implements IReconciler {
         groups.push(securityGroup);
         allowDatabase(this, `Source-${member}`, securityGroup, source.database, `Reconciler ${member}: source ${source.sourceId}`, `source ${source.sourceId}`);
         if (warehouse) allowDatabase(this, `Warehouse-${member}`, securityGroup, warehouse.connection, `Reconciler ${member}: warehouse ${sink.sinkId}`, `warehouse ${sink.sinkId}`);
-        const fn = new CdcFunction(this, `Function-${source.sourceId}-${sink.sinkId}`, {
+        const fn = sourceConnectedFunction(this, `Function-${source.sourceId}-${sink.sinkId}`, {
           handlerName: 'reconciler',
           description: `Reconciles source ${source.sourceId} with ${search ? 'search' : 'warehouse'} sink ${sink.sinkId} (${this.node.path})`,
           serviceName: ServiceName.RECONCILER,
@@ -191,9 +194,6 @@ export class Reconciler extends Resource implements IReconciler {
             [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName,
             [EnvName.TABLE_CONFIG]: JSON.stringify(tableConfigEntries(source.tables, source.heartbeatSchema)),
             [EnvName.HEARTBEAT_SCHEMA]: source.heartbeatSchema,
-            [EnvName.SOURCE_SECRET_ARN]: source.database.secret.secretArn,
-            [EnvName.SOURCE_SSL_MODE]: source.database.sslMode,
-            ...(source.database.caCertificatePem ? { [EnvName.SOURCE_CA_PEM]: source.database.caCertificatePem } : {}),
             ...(warehouse
               ? { [EnvName.WAREHOUSE_SECRET_ARN]: warehouse.connection.secret.secretArn, [EnvName.WAREHOUSE_SSL_MODE]: warehouse.connection.sslMode }
               : { [EnvName.SEARCH_ENDPOINT]: search!.domain.domainEndpoint, [EnvName.SEARCH_INDEX_PREFIX]: search!.indexPrefix }),
@@ -208,8 +208,7 @@ export class Reconciler extends Resource implements IReconciler {
           vpc: props.vpc,
           vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
           securityGroups: [securityGroup],
-        });
-        source.database.secret.grantRead(fn.fn);
+        }, { database: source.database, secrets: [{ secret: source.database.secret, environmentName: EnvName.SOURCE_SECRET_ARN }] });
         if (warehouse) warehouse.connection.secret.grantRead(fn.fn);
         if (search) {
           // Reads only (mapping GET; _search, _count and _mget POSTs), on this source's index paths only

@@ -413,4 +413,9 @@ export class SearchSink extends Resource implements ISearchSink, ec2.IConnectabl
   metricEventsApplied(sourceId: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
     return platformMetric(this, MetricName.EVENTS_APPLIED, { [MetricDimension.SINK]: this.sinkId, [MetricDimension.SOURCE]: sourceId }, props);
   }
+
+  /** Age of the oldest change-log record the applier reads (`AWS/Lambda IteratorAge`), milliseconds; maximum per minute by default. */
+  metricIteratorAge(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return iteratorAgeMetric(this.applier, props);
+  }
 }

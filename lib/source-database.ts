@@ -22,13 +22,14 @@ export interface PostgresSourceOptions {
    * How DMS and the functions verify the server's TLS certificate. `VERIFY_FULL` checks the
    * chain against `caCertificatePem` (DMS) or Node's trusted CAs plus the Amazon RDS CAs (the
    * functions) and the host name; `REQUIRE` encrypts without verifying, an explicit opt-out for
-   * self-signed test servers.
+   * self-signed test servers. Every function that connects to the source gets it as a minimum:
+   * a secret whose `sslmode` asks for less is refused (docs/deploy.md, "TLS to the source").
    * @default SslMode.VERIFY_FULL
    */
   readonly sslMode?: SslMode;
   /**
    * PEM of the CA certificate(s) that sign the server's certificate, imported as a DMS
-   * certificate for `verify-full` and given to the slot preparation and heartbeat functions.
+   * certificate for `verify-full` and given to every function that connects to the source.
    * Set it for a self-managed server with a private CA.
    * @default - the Amazon RDS root CAs of every region (RDS and Aurora)
    */

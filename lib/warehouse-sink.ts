@@ -41,6 +41,11 @@ export interface IWarehouseSink extends IResource {
   metricMergeErrors(props?: cloudwatch.MetricOptions): cloudwatch.Metric;
   /** Delta rows compacted into the base by deferred merges (`DeltaRowsMerged`); sum per minute by default. */
   metricDeltaRowsMerged(props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+  /**
+   * Merges of a delta at twice its row threshold, which stopped the table's appends while they ran:
+   * merges falling behind appends (`MergesStoppingAppends`); sum per minute by default.
+   */
+  metricMergesStoppingAppends(props?: cloudwatch.MetricOptions): cloudwatch.Metric;
 }
 
 /** Attributes of a sink deployed elsewhere, for `WarehouseSink.fromWarehouseSinkAttributes`. */
@@ -80,6 +85,10 @@ abstract class WarehouseSinkBase extends Resource implements IWarehouseSink {
 
   metricDeltaRowsMerged(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
     return platformMetric(this, MetricName.DELTA_ROWS_MERGED, { [MetricDimension.SINK]: this.sinkId }, props);
+  }
+
+  metricMergesStoppingAppends(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return platformMetric(this, MetricName.MERGES_STOPPING_APPENDS, { [MetricDimension.SINK]: this.sinkId }, props);
   }
 }
 
@@ -441,5 +450,10 @@ export class WarehouseSink extends WarehouseSinkBase implements ec2.IConnectable
         }),
       );
     }
+  }
+
+  /** Age of the oldest change-log record the applier reads (`AWS/Lambda IteratorAge`), milliseconds; maximum per minute by default. */
+  metricIteratorAge(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return iteratorAgeMetric(this.applier, props);
   }
 }

@@ -6,13 +6,14 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { existsSync, readdirSync } from 'node:fs';
 import { promises as fs } from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
-import { freePort } from './postgres.ts';
+import { describeListeners, listensOn, portOpen, portTakenIn, PortTakenError, startOnFreePort } from './ports.ts';
 
 export interface DynamoDbLocalOptions {
-  /** Port on 127.0.0.1. @default a free port */
+  /** Port on 127.0.0.1; refused with the name of its holder when taken. @default a free port (another one if it is taken before the JVM binds it) */
   port?: number;
+  /** Where free ports come from (tests force a collision with it). @default `freePort` */
+  choosePort?: () => Promise<number>;
   /** Folder for the database file (state survives restarts). @default in memory */
   dbPath?: string;
   /**
@@ -49,40 +50,39 @@ function assertJava(): void {
   }
 }
 
-async function portOpen(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = net.connect(port, '127.0.0.1', () => {
-      s.end();
-      resolve(true);
-    });
-    s.on('error', () => resolve(false));
-  });
-}
-
-/** Starts DynamoDB Local and resolves once its port accepts connections. */
+/**
+ * Starts DynamoDB Local and resolves once the JVM it started listens on its port. Another server
+ * on that port (one that took it while this JVM was starting) is not taken for it: the JVM then
+ * fails to bind and another port is tried (docs/local.md, "Ports and names").
+ */
 export async function startDynamoDbLocal(options: DynamoDbLocalOptions = {}): Promise<DynamoDbLocal> {
   assertJava();
   const dir = jarDir();
-  const port = options.port ?? (await freePort());
-  const args = [`-Djava.library.path=${path.join(dir, 'DynamoDBLocal_lib')}`, ...(options.jvmOptions ?? QUICK_START_JVM_OPTIONS), '-Xmx512m', '-jar', path.join(dir, 'DynamoDBLocal.jar'), '-port', String(port), '-sharedDb'];
-  if (options.dbPath) {
-    await fs.mkdir(options.dbPath, { recursive: true });
-    args.push('-dbPath', options.dbPath);
-  } else {
-    args.push('-inMemory');
-  }
   if (!existsSync(path.join(dir, 'DynamoDBLocal.jar'))) throw new Error(`DynamoDB Local jar missing in ${dir}`);
+  if (options.dbPath) await fs.mkdir(options.dbPath, { recursive: true });
+  return startOnFreePort({ port: options.port, choose: options.choosePort, what: 'DynamoDB Local' }, (port) => startOn(dir, port, options));
+}
+
+async function startOn(dir: string, port: number, options: DynamoDbLocalOptions): Promise<DynamoDbLocal> {
+  const args = [`-Djava.library.path=${path.join(dir, 'DynamoDBLocal_lib')}`, ...(options.jvmOptions ?? QUICK_START_JVM_OPTIONS), '-Xmx512m', '-jar', path.join(dir, 'DynamoDBLocal.jar'), '-port', String(port), '-sharedDb'];
+  if (options.dbPath) args.push('-dbPath', options.dbPath);
+  else args.push('-inMemory');
   const child: ChildProcess = spawn('java', args, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
   child.stdout?.on('data', (d: Buffer) => (log = (log + d.toString()).slice(-5000)));
   child.stderr?.on('data', (d: Buffer) => (log = (log + d.toString()).slice(-5000)));
   const deadline = Date.now() + 60_000;
-  // The banner prints before the port accepts connections, so poll the port.
-  while (!(await portOpen(port))) {
-    if (child.exitCode !== null) throw new Error(`DynamoDB Local exited during start (exit ${child.exitCode}): ${log.trim()}`);
+  // The banner prints before the port accepts connections, so poll the port, then check that the
+  // listener is this JVM: an open port may be another server that took it first.
+  for (;;) {
+    if (child.exitCode !== null || child.signalCode !== null) {
+      if (portTakenIn(log)) throw new PortTakenError(port, 'DynamoDB Local could not bind it');
+      throw new Error(`DynamoDB Local exited during start (exit ${child.exitCode ?? child.signalCode}): ${log.trim()}`);
+    }
+    if ((await portOpen(port)) && (await listensOn(child.pid!, port)) !== false) break;
     if (Date.now() > deadline) {
       child.kill('SIGKILL');
-      throw new Error(`DynamoDB Local did not open port ${port} within 60 s: ${log.trim()}`);
+      throw new Error(`DynamoDB Local did not listen on port ${port} within 60 s (port held by ${await describeListeners(port)}): ${log.trim()}`);
     }
     await new Promise((r) => setTimeout(r, 25));
   }

@@ -13,6 +13,7 @@ import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import type { Server } from 'node:http';
 import type { KinesisClient } from '@aws-sdk/client-kinesis';
+import { describeListeners, portTakenIn } from './ports.ts';
 
 export interface KinesaliteOptions {
   /** Port on 127.0.0.1. @default a free port */
@@ -90,6 +91,9 @@ export async function startKinesaliteProcess(options: KinesaliteOptions = {}): P
       return await startChild(modulePath, options);
     } catch (err) {
       const message = (err as Error).message;
+      // The child listens on port 0 unless told a port, and reports the port it bound: the server
+      // on it is its own. A port given and taken is refused with the name of its holder.
+      if (options.port !== undefined && portTakenIn(message)) throw new Error(`kinesalite cannot listen on port ${options.port}: it is in use by ${await describeListeners(options.port)}`);
       if (!options.path || !lockHeld(message) || Date.now() > deadline) throw err;
       await new Promise((r) => setTimeout(r, 200));
     }

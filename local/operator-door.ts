@@ -26,7 +26,7 @@ import { startDynamoDbLocal, QUICK_START_JVM_OPTIONS } from './dynamodb.ts';
 import { LocalConfigError } from './errors.ts';
 import { startKinesalite } from './kinesis.ts';
 import { MetricsCollector } from './metrics.ts';
-import { CONTROL_TABLE, WAREHOUSE_DATABASE, readState, takeLock } from './stack.ts';
+import { controlTableOf, WAREHOUSE_DATABASE, readState, takeLock } from './stack.ts';
 import pg from 'pg';
 import type { KinesisClient } from '@aws-sdk/client-kinesis';
 import type { ControlPlane } from '../lambda/core/control-plane.ts';
@@ -162,7 +162,7 @@ export async function openLocalOperator(stateDirOption: string, options: { wareh
     cleanups.push(async () => dynamo.destroy(), async () => kinesis.destroy());
     const summary = await kinesis.send(new DescribeStreamSummaryCommand({ StreamName: state.streams.changeLog }));
     const hours = summary.StreamDescriptionSummary?.RetentionPeriodHours ?? 24;
-    const control = new DynamoDbControlPlane(dynamo, CONTROL_TABLE);
+    const control = new DynamoDbControlPlane(dynamo, controlTableOf(state));
     const warehouseUrl = options.warehouseUrl ?? (running && state.ports.postgres ? `postgresql://postgres@127.0.0.1:${state.ports.postgres}/${WAREHOUSE_DATABASE}` : null);
     const rebuilds = localRebuilds({ control, kinesis, stream: state.streams.changeLog, archiveDir: path.join(stateDir, 'archive'), warehouseUrl });
     cleanups.push(() => rebuilds.close());

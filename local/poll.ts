@@ -31,6 +31,15 @@ export interface LocalPollsOptions {
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A horizon as PostgreSQL prints a timestamptz in UTC (`2026-12-06 02:40:45.123456+00`, `-infinity`), epoch ms. */
+function horizonMs(text: string): number {
+  if (text === '-infinity') return -Infinity;
+  if (text === 'infinity') return Infinity;
+  const ms = Date.parse(text.replace(' ', 'T').replace(/\+00$/, 'Z'));
+  if (Number.isNaN(ms)) throw new Error(`unreadable poll horizon ${JSON.stringify(text)}`);
+  return ms;
+}
 const sha256 = (s: string) => createHash('sha256').update(s).digest('hex');
 
 /** One polled table as the status shows it. */
@@ -51,6 +60,8 @@ export class LocalPolls {
   private readonly status = new Map<string, PollStatusLine>();
   /** Start time of the last pass that completed (epoch ms). */
   private passStartedDone = 0;
+  /** The lowest timestamp horizon of the last pass that completed (epoch ms; null: no timestamp-polled page). */
+  private passHorizonDone: number | null = null;
 
   constructor(private readonly o: LocalPollsOptions) {
     this.reader = new PostgresSnapshotReader({ primary: { connectionString: o.sourceUrl }, applicationName: `cdc-local-poll-${o.source}` });
@@ -75,6 +86,7 @@ export class LocalPolls {
     let calibrated = false;
     while (!this.stopping) {
       const started = Date.now();
+      let horizon: number | null = null;
       try {
         if (!this.o.fixedPage && !calibrated) {
           await this.probe.calibrate(20);
@@ -90,7 +102,10 @@ export class LocalPolls {
           pacerFor: () => (this.o.fixedPage ? new FixedPacer(this.o.fixedPage) : new AdaptivePacer({ budget: this.o.budget ?? DEFAULT_SOURCE_BUDGET })),
           ...(this.o.fixedPage ? {} : { pressure: () => this.probe.read(1) }),
           shouldStop: () => this.stopping,
-          onPage: (table, p) => this.status.set(table, { ...this.status.get(table)!, throttle: p.throttle }),
+          onPage: (table, p) => {
+            this.status.set(table, { ...this.status.get(table)!, throttle: p.throttle });
+            if (p.horizon !== undefined) horizon = Math.min(horizon ?? Infinity, horizonMs(p.horizon));
+          },
         }).then((rows) => {
           const at = Date.now();
           for (const [table, n] of rows) {
@@ -98,7 +113,7 @@ export class LocalPolls {
             this.status.set(table, { ...s, rows: s.rows + n, lastPassAt: at });
           }
         });
-        if (!this.stopping) this.passStartedDone = started;
+        if (!this.stopping) [this.passStartedDone, this.passHorizonDone] = [started, horizon];
       } catch (e) {
         this.o.onError?.(e);
         await this.reader.close();
@@ -108,9 +123,12 @@ export class LocalPolls {
     }
   }
 
-  /** True when a pass that started at or after `t` has completed. */
+  /**
+   * True when a pass that started at or after `t` has completed and its timestamp pages read up
+   * to `t` (their horizon stays below open transactions and the clock's margin, docs/polling.md).
+   */
   passedSince(t: number): boolean {
-    return this.passStartedDone >= t;
+    return this.passStartedDone >= t && (this.passHorizonDone === null || this.passHorizonDone >= t);
   }
 
   lines(): PollStatusLine[] {

@@ -12,8 +12,8 @@
  */
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { createRequire } from 'node:module';
-import { promises as fs, existsSync, readFileSync } from 'node:fs';
-import net from 'node:net';
+import { promises as fs, existsSync, readFileSync, realpathSync } from 'node:fs';
+import { describeListeners, portTakenIn, PortTakenError, startOnFreePort } from './ports.ts';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
@@ -21,8 +21,10 @@ import pg from 'pg';
 export interface PostgresOptions {
   /** Data folder; must be reachable by the server's OS user. @default a new folder under the OS temp folder */
   dataDir?: string;
-  /** TCP port on 127.0.0.1. @default a free port */
+  /** TCP port on 127.0.0.1; refused with the name of its holder when taken. @default a free port (another one if it is taken before the server binds it) */
   port?: number;
+  /** Where free ports come from (tests force a collision with it). @default `freePort` */
+  choosePort?: () => Promise<number>;
   /** Keep the data folder on stop (a later start with the same dataDir resumes). @default false */
   persistent?: boolean;
   /** Trade crash durability for speed (`fsync=off`; commits still flush, so logical decoding sees them at once). For tests and benchmarks. @default false */
@@ -46,17 +48,8 @@ export interface PostgresCluster {
 
 const SUPERUSER = 'postgres';
 
-/** Finds a free TCP port on 127.0.0.1 (PostgreSQL has no "port 0"). */
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address();
-      srv.close(() => (typeof addr === 'object' && addr ? resolve(addr.port) : reject(new Error('no port'))));
-    });
-  });
-}
+/** Free ports live in local/ports.ts; re-exported for the callers that import them from here. */
+export { freePort } from './ports.ts';
 
 interface RunAs {
   uid?: number;
@@ -160,20 +153,50 @@ function runningServer(dataDir: string): { pid: number; port: number } | null {
   }
 }
 
-async function waitForConnect(port: number, child: ChildProcess | null, log: () => string): Promise<void> {
+/**
+ * Waits until the server on `port` accepts connections and is the one of `dataDir` (its
+ * `data_directory`): a port that accepts may be another cluster that took it while this one was
+ * starting (docs/local.md, "Ports and names"). That cluster's start then fails to bind: a
+ * `PortTakenError`, so that another port is tried.
+ */
+async function waitForServer(port: number, dataDir: string, child: ChildProcess | null, log: () => string): Promise<void> {
   const deadline = Date.now() + 60_000;
+  const ours = realpathSync(dataDir);
   for (;;) {
-    if (child && child.exitCode !== null) throw new Error(`PostgreSQL exited during start (exit ${child.exitCode}): ${log().trim().slice(-2000)}`);
-    const client = new pg.Client({ host: '127.0.0.1', port, user: SUPERUSER, database: 'postgres' });
-    try {
-      await client.connect();
-      await client.end();
-      return;
-    } catch {
-      await client.end().catch(() => undefined);
-      if (Date.now() > deadline) throw new Error(`PostgreSQL did not accept connections on port ${port} within 60 s: ${log().trim().slice(-2000)}`);
-      await new Promise((r) => setTimeout(r, 50));
+    if (child && (child.exitCode !== null || child.signalCode !== null)) {
+      if (portTakenIn(log())) throw new PortTakenError(port, 'PostgreSQL could not bind it');
+      throw new Error(`PostgreSQL exited during start (exit ${child.exitCode ?? child.signalCode}): ${log().trim().slice(-2000)}`);
     }
+    const found = await dataDirectoryOn(port);
+    if (found !== null && realpathOr(found) === ours) return;
+    if (Date.now() > deadline) {
+      child?.kill('SIGKILL');
+      const who = found === null ? 'accepted no connection' : `is the cluster of ${found}, not of ${dataDir} (held by ${await describeListeners(port)})`;
+      throw new Error(`PostgreSQL on port ${port} ${who} within 60 s: ${log().trim().slice(-2000)}`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+function realpathOr(p: string): string {
+  try {
+    return realpathSync(p);
+  } catch {
+    return p;
+  }
+}
+
+/** The data directory of the PostgreSQL server on `port`, or null when it accepts no connection. */
+async function dataDirectoryOn(port: number): Promise<string | null> {
+  const client = new pg.Client({ host: '127.0.0.1', port, user: SUPERUSER, database: 'postgres', connectionTimeoutMillis: 5000 });
+  try {
+    await client.connect();
+    const r = await client.query<{ data_directory: string }>('SHOW data_directory');
+    return r.rows[0]!.data_directory;
+  } catch {
+    return null;
+  } finally {
+    await client.end().catch(() => undefined);
   }
 }
 
@@ -183,10 +206,21 @@ async function waitForConnect(port: number, child: ChildProcess | null, log: () 
  * If a server left behind by a killed parent is still running on `dataDir`, it is reused.
  */
 export async function startPostgres(options: PostgresOptions = {}): Promise<PostgresCluster> {
+  if (options.dataDir) return startOn(options.dataDir, options);
+  // A data folder made here is removed again when the start fails.
+  const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'cdc-pg-'));
+  try {
+    return await startOn(dataDir, options);
+  } catch (err) {
+    await fs.rm(dataDir, { recursive: true, force: true }).catch(() => undefined);
+    throw err;
+  }
+}
+
+async function startOn(dataDir: string, options: PostgresOptions): Promise<PostgresCluster> {
   const { bin } = await binaries();
   const ids = runAs();
   const persistent = options.persistent ?? false;
-  const dataDir = options.dataDir ?? (await fs.mkdtemp(path.join(os.tmpdir(), 'cdc-pg-')));
   const env = { ...process.env, LC_ALL: 'C.UTF-8', LANG: 'C.UTF-8' };
   await fs.mkdir(dataDir, { recursive: true });
   if (ids.uid !== undefined) await fs.chown(dataDir, ids.uid, ids.gid ?? ids.uid);
@@ -207,7 +241,6 @@ export async function startPostgres(options: PostgresOptions = {}): Promise<Post
     if (!existsSync(path.join(dataDir, 'PG_VERSION'))) {
       await run(path.join(bin, 'initdb'), ['-D', dataDir, '-U', SUPERUSER, '--auth=trust', '-E', 'UTF8', '--locale=C.UTF-8', '--no-sync'], ids, env);
     }
-    port = options.port ?? (await freePort());
     const settings: Record<string, string | number> = {
       listen_addresses: '127.0.0.1',
       unix_socket_directories: '',
@@ -218,13 +251,29 @@ export async function startPostgres(options: PostgresOptions = {}): Promise<Post
       ...(options.fast ? { fsync: 'off', full_page_writes: 'off' } : {}),
       ...options.settings,
     };
-    const args = ['-D', dataDir, '-p', String(port)];
-    for (const [k, v] of Object.entries(settings)) args.push('-c', `${k}=${v}`);
-    child = spawn(path.join(bin, 'postgres'), args, { ...ids, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    child.stdout?.on('data', (d: Buffer) => onLog(d.toString()));
-    child.stderr?.on('data', (d: Buffer) => onLog(d.toString()));
+    const started = await startOnFreePort({ port: options.port, choose: options.choosePort, what: 'PostgreSQL' }, async (p) => {
+      const args = ['-D', dataDir, '-p', String(p)];
+      for (const [k, v] of Object.entries(settings)) args.push('-c', `${k}=${v}`);
+      const c = spawn(path.join(bin, 'postgres'), args, { ...ids, env, stdio: ['ignore', 'pipe', 'pipe'] });
+      let attemptLog = '';
+      const onAttemptLog = (d: Buffer): void => {
+        attemptLog = (attemptLog + d.toString()).slice(-20_000);
+        onLog(d.toString());
+      };
+      c.stdout?.on('data', onAttemptLog);
+      c.stderr?.on('data', onAttemptLog);
+      try {
+        await waitForServer(p, dataDir, c, () => attemptLog);
+      } catch (err) {
+        if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+        throw err;
+      }
+      return { child: c, port: p };
+    });
+    child = started.child;
+    port = started.port;
   }
-  await waitForConnect(port, child, () => logText);
+  if (!child) await waitForServer(port, dataDir, null, () => logText);
 
   const url = (database: string): string => `postgres://${SUPERUSER}@127.0.0.1:${port}/${encodeURIComponent(database)}`;
   let stopped = false;

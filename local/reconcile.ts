@@ -19,7 +19,7 @@ import { DynamoDbControlPlane } from '../lambda/adapters/control-plane-dynamodb.
 import { QUICK_START_JVM_OPTIONS, startDynamoDbLocal } from './dynamodb.ts';
 import { LocalConfigError } from './errors.ts';
 import { runningPid } from './operator-door.ts';
-import { CONTROL_TABLE, readState, takeLock } from './stack.ts';
+import { controlTableOf, readState, takeLock } from './stack.ts';
 import type { ControlPlane } from '../lambda/core/control-plane.ts';
 import { pgSourceSide, pgWarehouseSide, prepareReconcileSession } from '../lambda/adapters/reconcile-pg.ts';
 import { searchSinkSide } from '../lambda/adapters/reconcile-search.ts';
@@ -197,7 +197,7 @@ export async function openLocalControl(stateDirOption: string): Promise<LocalCon
     cleanups.push(async () => dynamo.destroy());
     const port = state.ports.postgres;
     return {
-      control: new DynamoDbControlPlane(dynamo, CONTROL_TABLE),
+      control: new DynamoDbControlPlane(dynamo, controlTableOf(state)),
       running,
       embeddedUrl: running && port !== null && state.postgresDataDir !== null ? (db) => `postgres://postgres@127.0.0.1:${port}/${encodeURIComponent(db)}` : null,
       embeddedSource: state.embeddedSource,

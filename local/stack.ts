@@ -15,7 +15,9 @@
  *
  * PostgreSQL's data folder is under the OS temp folder (the server runs as the `postgres` OS user,
  * which may not reach the project folder), named after a hash of the state folder's path.
- * Ports are chosen free on every run and written to state.json.
+ * Ports are chosen free on every run and written to state.json; the stack's names (control table,
+ * streams) are its own, derived from a stack id made on the first run and kept in state.json
+ * (docs/local.md, "Ports and names").
  */
 import { createHash } from 'node:crypto';
 import { existsSync, promises as fs, readFileSync, realpathSync } from 'node:fs';
@@ -33,9 +35,10 @@ import type { Archive } from '../lambda/core/archive.ts';
 import { archivePayloadStore, FolderArchive } from './archive.ts';
 import type { PayloadStore } from '../lambda/core/payload-store.ts';
 import { LocalConfigError } from './errors.ts';
+import { recordedNames, stackNamesFor, type ChosenNames } from './stack-names.ts';
 
 export const DEFAULT_STATE_DIR = '.cdc-local';
-export const CONTROL_TABLE = 'cdc-control';
+export { CONTROL_TABLE } from './stack-names.ts';
 export const SOURCE_DATABASE = 'source';
 export const WAREHOUSE_DATABASE = 'warehouse';
 
@@ -50,6 +53,9 @@ export interface LocalState {
   ports: { postgres: number | null; dynamodb: number; kinesis: number };
   /** Pids of child processes of the last run (to clean up after a run that was killed). */
   pids: { dynamodb: number | null };
+  /** The stack's own names (local/stack-names.ts); the first two are absent in state folders of earlier versions. */
+  stackId?: string;
+  controlTable?: string;
   streams: { raw: string; changeLog: string };
   /** The source URL of the last run (password removed), to refuse a silent switch of source. */
   source: string | null;
@@ -75,6 +81,8 @@ export interface StackOptions {
    */
   rawShards?: number;
   changeLogShards?: number;
+  /** Names for the control table and the streams; by default each stack derives its own from a random stack id (docs/local.md, "Ports and names"). */
+  names?: ChosenNames;
   /** Progress lines while starting. */
   log?: (line: string) => void;
 }
@@ -93,6 +101,8 @@ export interface LocalStack {
   readonly dynamo: DynamoDBClient;
   readonly control: DynamoDbControlPlane;
   readonly controlTable: string;
+  /** Random id the stack's names derive from (null: a state folder of an earlier version). */
+  readonly stackId: string | null;
   readonly archive: Archive;
   /** The payload store (under the archive's `payloads/`): dead letters' whole records, events stored out of line. */
   readonly payloads: PayloadStore;
@@ -194,6 +204,11 @@ async function ensureStream(kinesis: KinesisClient, name: string, shards: number
   }
 }
 
+/** The control table of a state folder (the one control table of then for state folders of earlier versions). */
+export function controlTableOf(state: LocalState): string {
+  return recordedNames(state).controlTable;
+}
+
 export function readState(file: string): LocalState | null {
   if (!existsSync(file)) return null;
   let parsed: unknown;
@@ -253,6 +268,8 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
         `${stateDir} holds the state of a run against ${previous.source ?? 'the embedded demo source'}, not ${sourceLabel ?? 'the embedded demo source'}; use another --state-dir (or remove this one to start over)`,
       );
     }
+    // A restart reuses the names its state folder recorded; a first run makes its own.
+    const names = stackNamesFor(previous, options.source, options.names, stateDir);
     const needPostgres = !options.sourceUrl || !options.warehouseUrl;
     const files = {
       emf: path.join(stateDir, 'logs', 'metrics.emf.jsonl'),
@@ -312,7 +329,7 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
     const dynamodb = (ddbResult as PromiseFulfilledResult<DynamoDbLocal>).value;
     const kinesalite = (kinResult as PromiseFulfilledResult<Kinesalite>).value;
 
-    const streams = previous?.streams ?? { raw: `cdc-raw-${options.source}`, changeLog: 'cdc-change-log' };
+    const streams = names.streams;
     const state: LocalState = {
       version: 1,
       createdAt: previous?.createdAt ?? new Date().toISOString(),
@@ -320,6 +337,8 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
       embeddedSource: !options.sourceUrl,
       ports: { postgres: postgres?.port ?? null, dynamodb: dynamodb.port, kinesis: kinesalite.port },
       pids: { dynamodb: dynamodb.pid ?? null },
+      ...(names.stackId !== null ? { stackId: names.stackId } : {}),
+      controlTable: names.controlTable,
       streams,
       source: sourceLabel,
     };
@@ -330,7 +349,7 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
     const puts = new PutNotices();
     puts.attach(kinesis);
     const dynamo = dynamoDbClient(dynamodb.endpoint);
-    await createControlTable(dynamo, CONTROL_TABLE);
+    await createControlTable(dynamo, names.controlTable);
     await ensureStream(kinesis, streams.raw, options.rawShards ?? 1);
     await ensureStream(kinesis, streams.changeLog, options.changeLogShards ?? 2);
     const archive = new FolderArchive(path.join(stateDir, 'archive'));
@@ -348,8 +367,9 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
       kinesis,
       puts,
       dynamo,
-      control: new DynamoDbControlPlane(dynamo, CONTROL_TABLE, payloads),
-      controlTable: CONTROL_TABLE,
+      control: new DynamoDbControlPlane(dynamo, names.controlTable, payloads),
+      controlTable: names.controlTable,
+      stackId: names.stackId,
       archive,
       payloads,
       streams,

@@ -8,17 +8,22 @@
  * `<source>_<schema>`, the view named after the table (over `<table>_mirror` and the unmerged
  * `<table>_delta`, docs/warehouse-apply.md): rows are read through the view.
  *
- * Values are compared by their PostgreSQL text (both sessions in UTC, ISO dates), so a column
- * typed differently in the warehouse still compares by value: numbers compare numerically
- * (`12.5` = `12.50`) and JSON by structure.
+ * Values are compared by their PostgreSQL text (both sessions in UTC, ISO dates) with the one
+ * comparison of reconciliation (lambda/core/same-value.ts), by the class of the column's type:
+ * the type the schema registry holds for it when a control plane is given (`control`), else the
+ * source catalog's. Numeric columns by exact decimal value (`12.5` = `12.50`, so a column typed
+ * differently in the warehouse still compares by value), JSON columns by structure, everything
+ * else byte for byte (docs/reconcile.md, "How values compare").
  */
 import pg from 'pg';
-import { sameDecimal } from '../lambda/core/json-exact.ts';
+import { compareClasses, sameValue, type CompareClass } from '../lambda/core/same-value.ts';
+import { registeredTypes } from '../lambda/core/reconcile.ts';
+import type { ControlPlane } from '../lambda/core/control-plane.ts';
 import { maskValue } from '../lambda/core/masking.ts';
 import { quoteIdent, splitTableId } from '../lambda/core/identifiers.ts';
 import { warehouseTable } from '../lambda/core/warehouse-sql.ts';
 import type { TableConfig } from '../lambda/core/table-config.ts';
-import { columnsOf, primaryKeyOf } from './catalog.ts';
+import { columnsOf, columnTypesOf, primaryKeyOf } from './catalog.ts';
 import { documentValueText } from '../lambda/core/reconcile-rows.ts';
 import { DEFAULT_INDEX_PREFIX, searchNames } from '../lambda/core/search-plan.ts';
 import type { OpenSearchIndex } from '../lambda/adapters/search-opensearch.ts';
@@ -57,6 +62,8 @@ export interface CompareOptions {
   tables: readonly TableConfig[];
   /** How many example differences to keep per table. @default 5 */
   examples?: number;
+  /** The control plane whose schema registry types the columns (else the source catalog does). */
+  control?: ControlPlane;
 }
 
 async function session(url: string): Promise<pg.Client> {
@@ -66,21 +73,11 @@ async function session(url: string): Promise<pg.Client> {
   return client;
 }
 
-/** Whether two PostgreSQL texts denote the same value (see the module comment). */
-export function sameValue(a: string | null, b: string | null): boolean {
-  if (a === b) return true;
-  if (a === null || b === null) return false;
-  // Exactly, digit by digit: 9007199254740993 is not 9007199254740992 (docs/exact-numbers.md).
-  const decimal = sameDecimal(a, b);
-  if (decimal !== null) return decimal;
-  if ((a.startsWith('{') || a.startsWith('[')) && (b.startsWith('{') || b.startsWith('['))) {
-    try {
-      return JSON.stringify(JSON.parse(a)) === JSON.stringify(JSON.parse(b));
-    } catch {
-      return false;
-    }
-  }
-  return false;
+/** How each compared column's values compare (see the module comment); masked columns as their masked text. */
+async function compareAs(src: pg.Client, control: ControlPlane | undefined, source: string, config: TableConfig, columns: readonly string[]): Promise<Record<string, CompareClass>> {
+  const registered = control ? await registeredTypes(control, source, config.table) : undefined;
+  const catalog = (await columnTypesOf(src, [config.table])).get(config.table);
+  return compareClasses(columns, registered, catalog ? Object.fromEntries([...catalog].map(([c, t]) => [c, t.full])) : undefined, config.mask);
 }
 
 type Rows = Map<string, Record<string, string | null>>;
@@ -143,6 +140,7 @@ export async function compareSourceAndWarehouse(options: CompareOptions): Promis
       const absent = compared.filter((c) => !whColumns.includes(c));
       if (absent.length > 0) v.problems.push(`warehouse view ${whSchema}.${names.view} lacks column(s) ${absent.join(', ')}`);
       const columns = compared.filter((c) => whColumns.includes(c));
+      const classes = await compareAs(src, options.control, options.source, config, columns);
       const source = await readRows(src, schema, table, columns, key);
       const warehouse = await readRows(wh, whSchema, names.view, columns, key);
       v.sourceRows = source.rows.size;
@@ -170,7 +168,7 @@ export async function compareSourceAndWarehouse(options: CompareOptions): Promis
         }
         for (const c of columns) {
           const expected = config.mask.includes(c) ? maskValue(row[c] ?? null) : (row[c] ?? null);
-          if (!sameValue(expected, other[c] ?? null)) {
+          if (!sameValue(classes[c] ?? 'text', expected, other[c] ?? null)) {
             v.different++;
             if (v.examples.length < maxExamples) v.examples.push(`key ${k}: ${c} is ${short(other[c] ?? null)} in the warehouse, expected ${short(expected)}`);
             break;
@@ -217,6 +215,8 @@ export interface CompareSearchOptions {
   /** Index name prefix. @default 'cdc' */
   prefix?: string;
   examples?: number;
+  /** The control plane whose schema registry types the columns (else the source catalog does). */
+  control?: ControlPlane;
 }
 
 
@@ -224,7 +224,7 @@ export interface CompareSearchOptions {
  * Compares every captured table of the source with its search index: the live documents (the
  * readers' alias, so tombstones are not counted) against the source rows, key by key and column
  * by column, masked columns compared masked, excluded columns absent from every document. A
- * document's absent field counts as null. Each side's values are compared as text (see `sameValue`).
+ * document's absent field counts as null. Values compare by their column's class (see the module comment).
  */
 export async function compareSourceAndSearch(options: CompareSearchOptions): Promise<Verdict> {
   const maxExamples = options.examples ?? 5;
@@ -246,6 +246,7 @@ export async function compareSourceAndSearch(options: CompareSearchOptions): Pro
         continue;
       }
       const columns = srcColumns.filter((c) => !config.exclude.includes(c));
+      const classes = await compareAs(src, options.control, options.source, config, columns);
       const source = await readRows(src, schema, table, columns, key);
       v.sourceRows = source.rows.size;
       const names = searchNames(options.prefix ?? DEFAULT_INDEX_PREFIX, options.source, config.table);
@@ -270,7 +271,7 @@ export async function compareSourceAndSearch(options: CompareSearchOptions): Pro
         }
         for (const c of columns) {
           const expected = config.mask.includes(c) ? maskValue(row[c] ?? null) : (row[c] ?? null);
-          if (!sameValue(expected, other[c] ?? null)) {
+          if (!sameValue(classes[c] ?? 'text', expected, other[c] ?? null)) {
             v.different++;
             if (v.examples.length < maxExamples) v.examples.push(`key ${k}: ${c} is ${short(other[c] ?? null)} in the search index, expected ${short(expected)}`);
             break;

@@ -112,7 +112,7 @@ export function parseDoctorArgs(args: readonly string[]): DoctorArgs {
 async function tablesToCheck(o: DoctorArgs): Promise<{ tables: TableToCheck[]; rules: TableRule[] }> {
   const { entries, origin } = await tableSettingEntries(o);
   const { tables, rules } = validateTableSettings(entries, origin);
-  return { tables: tables.map((c) => ({ table: c.table, key: c.key ?? null })), rules };
+  return { tables: tables.map((c) => ({ table: c.table, key: c.key ?? null, pollColumn: c.pollColumn ?? null })), rules };
 }
 
 /** Connects, gathers the facts and runs the checks. Throws when the source cannot be reached. */

@@ -326,7 +326,7 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
     // Say what the source lacks before starting anything else: the checks of `cdc doctor`.
     let results: CheckResult[];
     try {
-      results = await doctorSource({ sourceUrl: o.sourceUrl, tables: tables.map((t) => ({ table: t.table, key: t.key ?? null })), rules, slot: o.slot ?? `cdc_${source}`, applicationName: 'cdc-local-check' });
+      results = await doctorSource({ sourceUrl: o.sourceUrl, tables: tables.map((t) => ({ table: t.table, key: t.key ?? null, pollColumn: t.pollColumn ?? null })), rules, slot: o.slot ?? `cdc_${source}`, applicationName: 'cdc-local-check' });
     } catch (e) {
       await err(`cdc local: cannot use the source ${redactUrl(o.sourceUrl)}: ${describeError(e)}\n`);
       return EXIT_FAILED;
@@ -477,6 +477,7 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
         warehouseUrl: stack.warehouseUrl,
         source,
         tables: pipeline.capturedTables(),
+        control: stack.control,
       });
       print(`${formatVerdict(verdict).join('\n')}\n`);
       code = verdict.match ? EXIT_OK : EXIT_FAILED;
@@ -487,6 +488,7 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
           sourceUrl: stack.sourceUrl,
           search: pipeline.searchIndex,
           source,
+          control: stack.control,
           tables: [...tables, ...pipeline.tables.filter((t) => !tables.some((u) => u.table === t.table))],
         });
         print(`${formatVerdict(searchVerdict).join('\n')}\n`);

@@ -7,7 +7,7 @@ import type pg from 'pg';
 import type { ControlPlane } from '../core/control-plane.ts';
 import { CdcError } from '../core/errors.ts';
 import { quoteIdent, splitTableId } from '../core/identifiers.ts';
-import { checkpointCursorStore } from '../core/poll.ts';
+import { checkpointCursorStore, type PollColumnKind } from '../core/poll.ts';
 import { positionNumber } from '../core/poll-snapshot.ts';
 import { pollKindOf, pollSpaceOfType } from '../core/position-space.ts';
 import { pollStablePoint } from '../core/poll-stable-point.ts';
@@ -27,7 +27,7 @@ export interface PgPollStablePointOptions {
 export async function pgPollStablePoint(o: PgPollStablePointOptions): Promise<StablePoint> {
   const { schema, table } = splitTableId(o.table);
   const rel = `${quoteIdent(schema)}.${quoteIdent(table)}`;
-  let column: Promise<{ type: string; kind: 'version' | 'timestamp' }> | null = null;
+  let column: Promise<{ type: string; kind: PollColumnKind }> | null = null;
   const typed = () =>
     (column ??= o.client.query<{ type: string }>('SELECT format_type(a.atttypid, NULL) AS type FROM pg_attribute a WHERE a.attrelid = $1::regclass AND a.attname = $2 AND NOT a.attisdropped', [rel, o.pollColumn]).then((t) => {
       const type = t.rows[0]?.type ?? null;

@@ -15,11 +15,11 @@
  * request; re-checks (`rowsByKey`) always read afresh, by document id (`_mget`, tombstones left
  * out). It sends only `GET` (the mapping) and `POST` (`_search`, `_count`, `_mget`) requests.
  *
- * Values compare as their text: a string as it is, a number or boolean as JavaScript writes it,
+ * Values are read as their text: a string as it is, a number or boolean as JavaScript writes it,
  * an object as its JSON (`documentValueText`); a value whose text differs from PostgreSQL's (a
- * `numeric` indexed as a number, a `jsonb` object) makes the hash differ, and the leaf comparison
- * (`sameValue`: numbers by value, JSON by structure) then finds the rows equal: a cost, never a
- * false verdict.
+ * `numeric` indexed as a number, `true` for `t`) makes the hash differ, and the leaf comparison
+ * (`sameValue` of lambda/core/same-value.ts, by the column's registered type) then finds the rows
+ * equal: a cost, never a false verdict.
  *
  * Key ordering (`keyOrder`): a `long`/`integer` key field orders as numbers, a `keyword` (or a
  * `text` field's `keyword` sub-field) by its UTF-8 bytes, as PostgreSQL's `COLLATE "C"` orders

@@ -15,15 +15,16 @@
  * Never a lock stronger than the ACCESS SHARE of a plain SELECT; no transaction spans more than
  * one chunk. The fence's commit is also the pressure probe's write (`PostgresPressureProbe`).
  */
-import { pollHighestQuery } from '../core/poll-snapshot.ts';
+import { HORIZON_MICROS_SQL, horizonBound, POLL_XMIN_SQL } from '../core/poll-snapshot.ts';
 import pg from 'pg';
 import { to as copyTo } from 'pg-copy-streams';
 import { chunkCopyQuery, copyChunkRead, SnapshotFenceTimeoutError, SnapshotTableError, type ChunkRead, type KeyCursor, type SnapshotColumn, type SnapshotTableShape } from '../core/snapshot.ts';
 import type { PressureReading } from '../core/snapshot-pacer.ts';
+import { CdcError } from '../core/errors.ts';
 import { splitTableId } from '../core/identifiers.ts';
 import { PRIMARY_KEY_COLUMNS_SQL } from './source-facts-pg.ts';
 import type { SnapshotReader } from '../core/snapshot-worker.ts';
-import { pollQuery, type PollCursor, type PollPage, type PollReader } from '../core/poll.ts';
+import { DEFAULT_POLL_HORIZON_MARGIN_S, POLL_CLOCK_SQL, POLL_HORIZON_SQL, PollHorizonPrivilegeError, pollColumnKind, pollQuery, type PollCursor, type PollPage, type PollReader } from '../core/poll.ts';
 
 /** Every column as PostgreSQL's output text (the poll page converts values itself, lambda/core/poll.ts). */
 const RAW_TEXT = { getTypeParser: () => (v: string) => v };
@@ -43,6 +44,8 @@ export interface PostgresSnapshotReaderOptions {
   /** Called with each fence commit's latency (ms): the pressure probe's samples. */
   onProbe?: (ms: number) => void;
   applicationName?: string;
+  /** How far below the server clock a timestamp poll page's horizon stays (docs/polling.md). @default 1000 */
+  pollHorizonMarginMs?: number;
 }
 
 /**
@@ -122,34 +125,68 @@ export class PostgresSnapshotReader implements SnapshotReader, PollReader {
 
   /**
    * One page of a polled table (docs/polling.md, lambda/core/poll.ts): the rows after the cursor in
-   * (poll column, key) order, read in one `REPEATABLE READ READ ONLY` transaction from the read
-   * endpoint, values as their output text. No fence: a polled table has no log to stitch with.
+   * (poll column, key) order and below the page's bound, read in one `REPEATABLE READ READ ONLY`
+   * transaction from the read endpoint, values as their output text. A timestamp column's horizon
+   * is read on the primary first (`POLL_CLOCK_SQL`, then `POLL_HORIZON_SQL`, each its own
+   * transaction) and, on a replica, the page waits until it has replayed the primary's WAL as of
+   * then (every transaction the horizon no longer counts is visible). A transaction-id column is
+   * bounded inside the page's own snapshot. No fence: a polled table has no log to stitch with.
    */
   async readPollPage(shape: SnapshotTableShape, pollColumn: string, cursor: PollCursor | null, limit: number): Promise<PollPage> {
+    const horizon = pollColumnKind(shape, pollColumn) === 'timestamp' ? await this.pollHorizon(shape.table) : null;
     const { read } = await this.clients();
-    const q = pollQuery(shape, pollColumn, cursor, limit);
+    const q = pollQuery(shape, pollColumn, cursor, limit, horizon);
     const t0 = performance.now();
     await read.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
     try {
       const rows = await read.query({ text: q.text, values: q.values, rowMode: 'array', types: RAW_TEXT });
       await read.query('COMMIT');
-      return { rows: rows.rows as (string | null)[][], readMs: performance.now() - t0 };
+      return { rows: rows.rows as (string | null)[][], readMs: performance.now() - t0, ...(horizon !== null ? { horizon } : {}) };
     } catch (e) {
       await read.query('ROLLBACK').catch(() => undefined);
       throw e;
     }
   }
 
-  /**
-   * The highest poll position number of a polled table's rows and of the poller's cursor value
-   * (lambda/core/poll-snapshot.ts `pollHighestQuery`), read on the primary: a re-snapshot's
-   * watermark must be above every value the poller may have read.
-   */
-  async pollHighest(shape: SnapshotTableShape, pollColumn: string, cursorValue: string | null): Promise<string | null> {
+  /** The horizon of a timestamp page (lambda/core/poll.ts `POLL_HORIZON_SQL`); refuses without the privilege to see open transactions. */
+  private async pollHorizon(table: string): Promise<string> {
     const { primary } = await this.clients();
-    const q = pollHighestQuery(shape, pollColumn, cursorValue);
-    const r = await primary.query<{ h: string | null }>(q.text, q.values);
-    return r.rows[0]?.h ?? null;
+    const clock = (await primary.query<{ clock: string; role: string; privileged: boolean }>(POLL_CLOCK_SQL)).rows[0]!;
+    if (!clock.privileged) throw new PollHorizonPrivilegeError(table, clock.role);
+    const margin = (this.o.pollHorizonMarginMs ?? DEFAULT_POLL_HORIZON_MARGIN_S * 1000) / 1000;
+    const horizon = (await primary.query<{ horizon: string }>(POLL_HORIZON_SQL, [clock.clock, margin])).rows[0]!.horizon;
+    if (this.o.replica) {
+      const lsn = (await primary.query<{ lsn: string }>('SELECT pg_current_wal_insert_lsn()::text AS lsn')).rows[0]!.lsn;
+      await this.awaitReplay(table, lsn);
+    }
+    return horizon;
+  }
+
+  /** Waits until the read endpoint has replayed the primary's WAL up to `lsn` (immediate on the primary). */
+  private async awaitReplay(table: string, lsn: string): Promise<void> {
+    const { read } = await this.clients();
+    const t0 = Date.now();
+    const timeout = this.o.fenceTimeoutMs ?? 600_000;
+    for (;;) {
+      const r = await read.query<{ replayed: boolean }>('SELECT (NOT pg_is_in_recovery() OR pg_last_wal_replay_lsn() >= $1::pg_lsn) AS replayed', [lsn]);
+      if (r.rows[0]!.replayed) return;
+      if (Date.now() - t0 > timeout) throw new CdcError('POLL_REPLICA_BEHIND', `${table}: the read replica did not replay the primary's WAL up to ${lsn} within ${Math.round(timeout / 1000)} s; a poll page is not read from a replica that is behind its horizon (docs/polling.md)`);
+      await sleep(this.o.fencePollMs ?? 10);
+    }
+  }
+
+  /**
+   * A polled table's re-snapshot bound H (lambda/core/poll-snapshot.ts `PollSnapshotReader`), read
+   * on the primary before the run's first chunk: a transaction-id column's is the xmin of a
+   * snapshot taken now; a timestamp column's the microsecond below the horizon, read exactly as a
+   * poll page reads it (same margin, same privilege check).
+   */
+  async pollBound(shape: SnapshotTableShape, pollColumn: string): Promise<string> {
+    const { primary } = await this.clients();
+    if (pollColumnKind(shape, pollColumn) === 'xid') return (await primary.query<{ h: string }>(POLL_XMIN_SQL)).rows[0]!.h;
+    const horizon = await this.pollHorizon(shape.table);
+    const micros = horizon === '-infinity' ? null : (await primary.query<{ us: string }>(HORIZON_MICROS_SQL, [horizon])).rows[0]!.us;
+    return horizonBound(shape.table, horizon, micros);
   }
 
   /**

@@ -8,7 +8,7 @@ import type pg from 'pg';
 import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import type { SourceIdentity } from '../core/continuity.ts';
 import type { SlotFact, SourceFacts, TableFact } from '../core/doctor.ts';
-import { splitTableId } from '../core/identifiers.ts';
+import { quoteIdent, splitTableId } from '../core/identifiers.ts';
 import type { CatalogTypes } from '../core/catalog-types.ts';
 
 type Queryable = Pick<pg.ClientBase, 'query'>;
@@ -17,6 +17,8 @@ type Queryable = Pick<pg.ClientBase, 'query'>;
 export interface TableToCheck {
   table: string;
   key?: string[] | null;
+  /** The poll column of a table configured `capture: 'poll'`. */
+  pollColumn?: string | null;
 }
 
 export interface GatherOptions {
@@ -126,7 +128,23 @@ async function tableFact(client: Queryable, t: TableToCheck): Promise<TableFact>
     identityIndexColumns: ident === 'i' ? await indexColumns('indisreplident') : null,
     selectGranted: rel.sel,
     columns,
+    ...(t.pollColumn ? { pollColumn: t.pollColumn, ...(await pollFacts(client, rel.oid, t.pollColumn, columns, rel.sel)) } : {}),
   };
+}
+
+/** Row-level BEFORE triggers on INSERT and UPDATE (tgtype bits ROW 1, BEFORE 2, INSERT 4, UPDATE 16). */
+const POLL_TRIGGER_SQL = `SELECT COALESCE(bool_or(tgenabled = 'A'), false) AS always, COALESCE(bool_or(tgenabled = 'O'), false) AS origin
+   FROM pg_trigger WHERE tgrelid = $1 AND NOT tgisinternal AND (tgtype::int & 23) = 23`;
+
+/** A polled table's write-side facts (docs/polling.md): its trigger, and whether rows with a NULL poll column exist. */
+async function pollFacts(client: Queryable, oid: number, pollColumn: string, columns: Array<{ name: string }>, readable: boolean): Promise<Pick<TableFact, 'pollTrigger' | 'pollNulls'>> {
+  const trig = (await client.query(POLL_TRIGGER_SQL, [oid])).rows[0] as { always: boolean; origin: boolean };
+  const pollTrigger = trig.always ? 'always' : trig.origin ? 'origin' : 'none';
+  // Unknown without the column or the SELECT grant (the select_grant check reports that).
+  if (!readable || !columns.some((c) => c.name === pollColumn)) return { pollTrigger, pollNulls: null };
+  const rel = (await client.query(`SELECT format('%I.%I', n.nspname, c.relname) AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1`, [oid])).rows[0] as { name: string };
+  const nulls = await client.query(`SELECT EXISTS (SELECT 1 FROM ${rel.name} WHERE ${quoteIdent(pollColumn)} IS NULL) AS any`);
+  return { pollTrigger, pollNulls: Boolean((nulls.rows[0] as { any: boolean }).any) };
 }
 
 /** Gathers every fact the doctor checks, read-only. */
@@ -134,20 +152,21 @@ export async function gatherSourceFacts(client: Queryable, o: GatherOptions): Pr
   const server = (
     await client.query(
       `SELECT current_setting('server_version_num')::int AS version, current_setting('wal_level') AS wal_level,
-              current_setting('quote_all_identifiers') = 'on' AS quote_all,
+              current_setting('quote_all_identifiers') = 'on' AS quote_all, current_setting('TimeZone') AS time_zone,
               current_setting('max_replication_slots')::int AS max_slots, (SELECT count(*)::int FROM pg_replication_slots) AS used_slots,
               current_setting('max_wal_senders')::int AS max_senders, (SELECT count(*)::int FROM pg_stat_replication) AS used_senders,
               COALESCE((SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()), false) AS ssl,
               (inet_server_addr() IS NULL OR inet_server_addr() <<= '127.0.0.0/8'::inet OR inet_server_addr() = '::1'::inet) AS loopback`,
     )
-  ).rows[0] as { version: number; wal_level: string; quote_all: boolean; max_slots: number; used_slots: number; max_senders: number; used_senders: number; ssl: boolean; loopback: boolean };
+  ).rows[0] as { version: number; wal_level: string; quote_all: boolean; time_zone: string; max_slots: number; used_slots: number; max_senders: number; used_senders: number; ssl: boolean; loopback: boolean };
   const user = (
     await client.query(
       `SELECT current_user AS name, r.rolsuper AS super, r.rolreplication AS replication,
-              EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'rds_replication') AND pg_has_role(current_user, 'rds_replication', 'member') AS rds
+              EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'rds_replication') AND pg_has_role(current_user, 'rds_replication', 'member') AS rds,
+              EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pg_read_all_stats') AND pg_has_role(current_user, 'pg_read_all_stats', 'USAGE') AS read_all_stats
          FROM pg_roles r WHERE r.rolname = current_user`,
     )
-  ).rows[0] as { name: string; super: boolean; replication: boolean; rds: boolean };
+  ).rows[0] as { name: string; super: boolean; replication: boolean; rds: boolean; read_all_stats: boolean };
   const schema = o.heartbeatSchema ?? DEFAULT_HEARTBEAT_SCHEMA;
   const writer = o.heartbeatWriter ?? user.name;
   const hb = (
@@ -169,12 +188,13 @@ export async function gatherSourceFacts(client: Queryable, o: GatherOptions): Pr
     serverVersionNum: server.version,
     walLevel: server.wal_level,
     quoteAllIdentifiers: server.quote_all,
+    timeZone: server.time_zone,
     maxReplicationSlots: server.max_slots,
     usedReplicationSlots: server.used_slots,
     maxWalSenders: server.max_senders,
     usedWalSenders: server.used_senders,
     maxSlotWalKeepSizeBytes: await readMaxSlotWalKeepSize(client),
-    user: { name: user.name, superuser: user.super, replication: user.replication, rdsReplication: user.rds },
+    user: { name: user.name, superuser: user.super, replication: user.replication, rdsReplication: user.rds, readAllStats: user.read_all_stats },
     ssl: server.ssl,
     loopback: server.loopback,
     heartbeat: { table: `${schema}.${HEARTBEAT_TABLE}`, exists: hb.exists, writer, writerExists: hb.writer_exists, writable: hb.writable, canCreate: hb.can_create },

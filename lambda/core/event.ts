@@ -72,10 +72,13 @@ function assertRow(v: unknown, field: string): Row {
   for (const c in v) {
     if (!Object.hasOwn(v, c)) continue;
     const cv = v[c];
+    if (typeof cv !== 'number') continue;
     // An integer beyond 2^53 as a number has lost digits already (docs/exact-numbers.md).
-    if (typeof cv === 'number' && Number.isInteger(cv) && !Number.isSafeInteger(cv)) {
+    if (Number.isInteger(cv) && !Number.isSafeInteger(cv)) {
       throw new InvalidRecordError(`${field}.${c}`, `integer ${cv} is beyond 2^53 and cannot be exact as a JSON number: carry it as its decimal text`);
     }
+    // JSON writes -0 as `0`: the sign would be lost on the way (docs/exact-numbers.md).
+    if (Object.is(cv, -0)) throw new InvalidRecordError(`${field}.${c}`, `-0 as a JSON number is written 0 and loses its sign: carry it as its text '-0'`);
   }
   return v as Row;
 }

@@ -4,18 +4,18 @@
  * A JSON number in a capture record (DMS writes `int8` and `numeric` columns as JSON numbers)
  * is only a JavaScript number in an event when the number says exactly what the record said:
  *
- * - an integer literal whose value is a safe integer (|v| ≤ 2^53 − 1) → a number;
+ * - an integer literal whose value is a safe integer (|v| ≤ 2^53 − 1) → a number, except `-0`;
  * - any other literal whose shortest JavaScript text (`String(Number(literal))`) is the literal
  *   itself (`1.5`, `0.25`, `-3.75`) → a number;
- * - everything else (`9007199254740993`, `12.30`, `1e5`, `3.14159265358979323846`) → a string
+ * - everything else (`9007199254740993`, `12.30`, `1e5`, `3.14159265358979323846`, `-0`) → a string
  *   holding the literal exactly as the record wrote it.
  *
  * This is the same representation the slot path uses (lambda/core/test-decoding.ts: `bigint`
  * beyond 2^53 and every `numeric` as its decimal text), so two distinct values never become
  * the same number, and every consumer reads them the same way: the warehouse gets the text as a
  * parameter and casts it to the column type, key text and partition keys are built from the
- * value's text (`keyValueText`), and the verdict compares decimal texts exactly
- * (`sameDecimal`).
+ * value's text (`keyValueText`), and reconciliation compares decimal texts exactly
+ * (`decimalIdentity`, lambda/core/same-value.ts).
  *
  * `parseJsonExact` is a complete JSON parser (RFC 8259) that applies this rule to every number;
  * plain `JSON.parse` would turn 9007199254740993 into 9007199254740992.
@@ -26,7 +26,8 @@ import type { JsonValue } from './event.ts';
 /** The value of one JSON number literal under the exact-number rule (see the module comment). */
 export function exactNumber(literal: string): number | string {
   const n = Number(literal);
-  if (INTEGER.test(literal)) return Number.isSafeInteger(n) ? n : literal;
+  // `-0` as a number would be written `0` (JSON.stringify, String): its text keeps the sign.
+  if (INTEGER.test(literal)) return Number.isSafeInteger(n) && !Object.is(n, -0) ? n : literal;
   return Number.isFinite(n) && String(n) === literal ? n : literal;
 }
 
@@ -95,7 +96,8 @@ class Parser {
     }
     const literal = t.slice(start, i);
     // Fast path for the common small integer; everything else is checked against the grammar.
-    if (plain && i > digits && i - digits <= 15 && (t.charCodeAt(digits) !== 0x30 || i - digits === 1)) {
+    // (Not `-0`: its sign would be lost; `exactNumber` keeps its text.)
+    if (plain && i > digits && i - digits <= 15 && (t.charCodeAt(digits) !== 0x30 || (i - digits === 1 && digits === start))) {
       this.pos = i;
       return Number(literal);
     }
@@ -206,33 +208,102 @@ export function keyValueText(v: string | number | boolean): string {
   return typeof v === 'string' ? v : String(v);
 }
 
-const DECIMAL = /^([-+]?)([0-9]*)(?:\.([0-9]*))?(?:[eE]([-+]?[0-9]+))?$/;
-
 /**
- * The canonical text of a decimal number (`-0012.3400e1` → `-123.4`, `-0` → `0`), exact for
- * any number of digits, or null when `s` is not a decimal number.
+ * A JSON text's structure as one comparable text, or null when `text` is not JSON: whitespace
+ * between tokens dropped, strings by their characters (escapes undone), numbers by exact decimal
+ * value (`decimalIdentity`: `1.0` and `1` alike, `9007199254740993` and `…992` not; never a
+ * double). With `asJsonb`, objects as jsonb stores them: a duplicate key's last value wins and
+ * members are sorted (order is not kept); without, members in order, duplicates kept (as `json`
+ * keeps its text). Used by the value comparison (lambda/core/same-value.ts).
  */
-export function canonicalDecimal(s: string): string | null {
-  const m = DECIMAL.exec(s);
-  if (!m || (m[2] === '' && (m[3] ?? '') === '')) return null;
-  let digits = `${m[2]}${m[3] ?? ''}`;
-  const exponent = Number(m[4] ?? '0');
-  if (Math.abs(exponent) > 1000) return null; // not a value any column of ours prints
-  let point = m[2]!.length + exponent; // digits before the decimal point
-  const lead = digits.length - digits.replace(/^0+/, '').length;
-  digits = digits.slice(lead);
-  point -= lead;
-  digits = digits.replace(/0+$/, '');
-  if (digits === '') return '0';
-  const sign = m[1] === '-' ? '-' : '';
-  if (point <= 0) return `${sign}0.${'0'.repeat(-point)}${digits}`;
-  if (point >= digits.length) return `${sign}${digits}${'0'.repeat(point - digits.length)}`;
-  return `${sign}${digits.slice(0, point)}.${digits.slice(point)}`;
+export function jsonStructure(text: string, asJsonb: boolean): string | null {
+  try {
+    const p = new StructureParser(text, asJsonb);
+    const v = p.structure(0);
+    p.ws();
+    return p.pos === text.length ? v : null;
+  } catch {
+    return null;
+  }
 }
 
-/** Whether two texts denote the same decimal number exactly (`12.5` = `12.50`; `9007199254740993` ≠ `9007199254740992`); null when either is not a number. */
-export function sameDecimal(a: string, b: string): boolean | null {
-  const ca = canonicalDecimal(a);
-  const cb = canonicalDecimal(b);
-  return ca === null || cb === null ? null : ca === cb;
+class StructureParser extends Parser {
+  constructor(
+    text: string,
+    readonly asJsonb: boolean,
+  ) {
+    super(text);
+  }
+
+  structure(depth: number): string {
+    if (depth > 512) this.fail('nesting deeper than 512');
+    this.ws();
+    const c = this.text[this.pos];
+    if (c === '{') return this.members(depth);
+    if (c === '[') {
+      this.pos++;
+      const items: string[] = [];
+      this.ws();
+      if (this.text[this.pos] === ']') {
+        this.pos++;
+        return '[]';
+      }
+      for (;;) {
+        items.push(this.structure(depth + 1));
+        this.ws();
+        const d = this.text[this.pos++];
+        if (d === ']') return `[${items.join(',')}]`;
+        if (d !== ',') this.fail("expected ',' or ']'");
+      }
+    }
+    if (c === '"') return JSON.stringify(this.string());
+    if (c === 't' || c === 'f' || c === 'n') return String(this.value(depth));
+    const start = this.pos;
+    this.number();
+    return `#${decimalIdentity(this.text.slice(start, this.pos))}`;
+  }
+
+  members(depth: number): string {
+    this.pos++;
+    const members: Array<[string, string]> = [];
+    this.ws();
+    if (this.text[this.pos] === '}') {
+      this.pos++;
+      return '{}';
+    }
+    for (;;) {
+      this.ws();
+      if (this.text[this.pos] !== '"') this.fail('expected a property name');
+      const k = JSON.stringify(this.string());
+      this.ws();
+      if (this.text[this.pos] !== ':') this.fail("expected ':'");
+      this.pos++;
+      members.push([k, this.structure(depth + 1)]);
+      this.ws();
+      const d = this.text[this.pos++];
+      if (d === '}') break;
+      if (d !== ',') this.fail("expected ',' or '}'");
+    }
+    const kept = this.asJsonb ? [...new Map(members)].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)) : members;
+    return `{${kept.map(([k, v]) => `${k}:${v}`).join(',')}}`;
+  }
+}
+
+const DECIMAL_PARTS = /^([-+]?)([0-9]*)(?:\.([0-9]*))?(?:[eE]([-+]?[0-9]+))?$/;
+
+/**
+ * A decimal number's exact identity: `<sign><digits>e<exponent>` with no leading or trailing
+ * zero digit (`12.50` → `125e-1`, `1e400` → `1e400`), zero as `0` (`-0` too, unless
+ * `signedZero`: then `-0`); null when `s` is not a decimal number. No bound on digits or exponent.
+ */
+export function decimalIdentity(s: string, signedZero = false): string | null {
+  const m = DECIMAL_PARTS.exec(s);
+  if (!m || (m[2] === '' && (m[3] ?? '') === '')) return null;
+  const frac = m[3] ?? '';
+  const digits = `${m[2]}${frac}`.replace(/^0+/, '');
+  const trimmed = digits.replace(/0+$/, '');
+  const exponent = BigInt(m[4] ?? '0') - BigInt(frac.length) + BigInt(digits.length - trimmed.length);
+  const negative = m[1] === '-';
+  if (trimmed === '') return negative && signedZero ? '-0' : '0';
+  return `${negative ? '-' : ''}${trimmed}e${exponent}`;
 }

@@ -533,7 +533,7 @@ export class NormalizerBatch<E> {
    */
   private highestLogPosition(table: string, reg: Registry): Position {
     if (this.o.tables.captureMode(table) === 'poll') {
-      throw new PositionSpaceMismatchError(`control record of ${this.o.source}/${table} without a position`, reg.table?.positionSpace ?? 'poll-version', 'wal');
+      throw new PositionSpaceMismatchError(`control record of ${this.o.source}/${table} without a position`, reg.table?.positionSpace ?? 'poll-timestamp', 'wal');
     }
     return this.parent.highestPosition ?? POSITION_ZERO;
   }

@@ -1,27 +1,32 @@
 /**
  * The (re-)snapshot of a polled table, in its poll space (docs/polling.md "Re-snapshot of a polled
  * table", docs/architecture.md §5.2). Pure logic: which space a run takes its positions in, the
- * query for the highest poll position the table ever had, and the run's watermark in that space.
+ * query for the run's bound H, and the run's watermark in that space.
  *
  * A log-captured table's snapshot stitches with the log (lambda/core/snapshot.ts): its rows sit
- * just below the low watermark's LSN. A polled table has no log: its rows' positions come from its
- * poll column, and every later change of a row has a higher poll value than any value the table
- * holds when the run starts (the poll column's contract, docs/polling.md). So the run takes
- * H = max(highest poll position of the table's rows, the poller's cursor) once, when it starts, and
- * uses the poll watermark H + 1 where the log run uses its first low watermark:
- * - every row the run reads gets position (H, 0xffffffff): above every position the sink holds
- *   for the table (each came from a poll value ≤ H), below every later polled change (> H);
- * - the sweep that closes the run is a truncate at (H, 0xfffffffe): every key the sink still holds
- *   from before the run and the run did not read (a row deleted at the source, which polling never
- *   sees) becomes a tombstone; every key the run read, and every later polled change, is above it;
- * - a row the poller skipped (its value committed behind the cursor) is read by the run with its
- *   current value and wins over the stale one.
- * The poller's own cursor is not moved: rows it reads again up to H sit below the sweep and change
- * nothing; the run's read is the cursor reset (it starts from an empty cursor of its own).
+ * just below the low watermark's LSN. A polled table has no log: the run takes one position number
+ * H when it starts, on the primary, before any chunk is read, and every chunk's snapshot is taken
+ * after it (each chunk is fenced, on a replica until it replayed past the fence):
+ * - transaction-id column (`poll-xid`): H = the xmin of a snapshot taken at the start. Every
+ *   transaction below H had ended then, so every chunk sees its writes. A poll page read before the
+ *   start has xmin ≤ H (snapshot xmins do not go back), so every position the sink holds from
+ *   before is ≤ (H, 0). A change no chunk saw was made by a transaction T ≥ H (else a chunk saw it),
+ *   and the page that reads it has xmin > T ≥ H: position ≥ (H + 1, 0).
+ * - timestamp column (`poll-timestamp`): H = the microsecond just below the horizon Z read at the
+ *   start (lambda/core/poll.ts `POLL_HORIZON_SQL`). Every page before the start was bounded by a
+ *   horizon ≤ Z (horizons of one margin do not go back), so it read values < Z: positions ≤ (H, 0).
+ *   A change no chunk saw committed after the horizon was read, so its transaction was open then or
+ *   began later: its value is ≥ Z, its position ≥ (H + 1, 0).
+ * So every row the run reads gets position (H, 0xffffffff) and wins over every position the sink
+ * holds from before the start; the sweep that closes the run is a truncate at (H, 0xfffffffe), so
+ * every key the sink holds from before and the run did not read (a row deleted at the source,
+ * which polling never sees) becomes a tombstone; every change the run did not see is polled later
+ * at (≥ H + 1, 0) and wins over both. The poller's cursor is not moved: rows it reads again sit at
+ * their pages' positions, below or above the run's as the argument says; the run's read is the
+ * cursor reset (it starts from an empty cursor of its own).
  */
 import { CdcError } from './errors.ts';
-import { quoteIdent, splitTableId } from './identifiers.ts';
-import { pollColumnKind, type PollCursor } from './poll.ts';
+import { pollColumnKind, type PollColumnKind } from './poll.ts';
 import { formatLsn } from './position.ts';
 import { assertSpace, pollSpace, recordedSpace, PositionSpaceMismatchError, type PositionSpace } from './position-space.ts';
 import type { SnapshotTableShape } from './snapshot.ts';
@@ -29,39 +34,36 @@ import type { SnapshotTableShape } from './snapshot.ts';
 /** What the snapshot worker needs besides chunks to snapshot a polled table (lambda/adapters/snapshot-postgres.ts). */
 export interface PollSnapshotReader {
   /**
-   * The highest poll position number (`pollQuery`'s `pos`: a version, or epoch microseconds) of
-   * the table's rows and of `cursorValue` (the poller's cursor's poll value, null: none), as
-   * decimal text, or null when there is neither.
+   * The run's bound H as decimal text (see above), read on the primary before any chunk: the
+   * xmin of a snapshot taken now (`POLL_XMIN_SQL`), or the microsecond below the horizon read as a
+   * poll page reads it (lambda/core/poll.ts `POLL_CLOCK_SQL`, `POLL_HORIZON_SQL`; then
+   * `HORIZON_MICROS_SQL` and `horizonBound`), with the poller's margin.
    */
-  pollHighest(shape: SnapshotTableShape, pollColumn: string, cursorValue: string | null): Promise<string | null>;
+  pollBound(shape: SnapshotTableShape, pollColumn: string): Promise<string>;
 }
 
-/** The position-number expression of a poll column of this kind (the same as `pollQuery`'s). */
-export function positionNumber(kind: 'version' | 'timestamp', expr: string): string {
-  return kind === 'timestamp' ? `floor(extract(epoch FROM ${expr}) * 1000000)::bigint` : `(${expr})::bigint`;
+/** The xmin of a snapshot taken now: every transaction below it has ended. */
+export const POLL_XMIN_SQL = 'SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS h';
+
+/** The horizon's microseconds since the epoch (`$1` the horizon text), the poll page's position number of a value at it. */
+export const HORIZON_MICROS_SQL = 'SELECT floor(extract(epoch FROM $1::timestamptz) * 1000000)::bigint::text AS us';
+
+/** H of a timestamp-polled run from the horizon's microseconds: the one below it. A horizon of `-infinity` (a prepared transaction) gives none: the run waits. */
+export function horizonBound(table: string, horizon: string, micros: string | null): string {
+  if (horizon === '-infinity' || micros === null) throw new CdcError('POLL_HORIZON_HELD', `${table}: a prepared transaction holds the poll horizon at -infinity; the re-snapshot of a polled table takes its bound from the horizon and starts once it is resolved (docs/polling.md)`);
+  return (BigInt(micros) - 1n).toString();
 }
 
-/** The query behind `PollSnapshotReader.pollHighest`: one row, column `h` (text or null); parameter $1 the cursor value or null. */
-export function pollHighestQuery(shape: SnapshotTableShape, pollColumn: string, cursorValue: string | null): { text: string; values: (string | null)[] } {
-  const kind = pollColumnKind(shape, pollColumn);
-  const col = shape.columns.find((c) => c.name === pollColumn)!;
-  const { schema, table } = splitTableId(shape.table);
-  const rows = `(SELECT max(${positionNumber(kind, quoteIdent(pollColumn))}) FROM ${quoteIdent(schema)}.${quoteIdent(table)})`;
-  // The cursor is the column's output text: cast back through the column's type (without modifier).
-  const cursor = positionNumber(kind, `$1::text::${col.type}`);
-  return { text: `SELECT greatest(${rows}, ${cursor})::text AS h`, values: [cursorValue] };
+/** The position-number expression of a poll column's value (a reconcile stable point compares the cursor's with it). */
+export function positionNumber(kind: PollColumnKind, expr: string): string {
+  return kind === 'timestamp' ? `floor(extract(epoch FROM ${expr}) * 1000000)::bigint` : `(${expr})::text::bigint`;
 }
 
-/** The run's watermark in the poll space from the highest poll position number (`pollHighest`). */
-export function pollWatermark(highest: string | null): string {
-  const h = highest === null ? 0n : BigInt(highest);
-  if (h < 0n) throw new CdcError('POLL_TABLE_UNSUPPORTED', `the highest poll value ${highest} is negative; positions of a polled table come from it and cannot be negative`);
+/** The run's watermark in the poll space from its bound H (`pollBound`): H + 1, so rows sit at (H, ffffffff). */
+export function pollWatermark(bound: string): string {
+  const h = BigInt(bound);
+  if (h < 0n) throw new CdcError('POLL_TABLE_UNSUPPORTED', `the poll bound ${bound} is negative; positions of a polled table come from it and cannot be negative`);
   return formatLsn(h + 1n);
-}
-
-/** The poll value of a poller's cursor (its first element), or null. */
-export function cursorPollValue(cursor: PollCursor | null): string | null {
-  return cursor?.[0] ?? null;
 }
 
 /**

@@ -5,18 +5,21 @@
  * - `wal`: the source's log (commit LSN + index; lambda/core/position.ts). One order over every
  *   log-captured table of the source: the snapshot's stitching, the heartbeat's continuity and the
  *   DMS control records' effective position all live here.
- * - `poll-version`, `poll-timestamp`: a polled table (docs/polling.md), its positions derived from
- *   its poll column (the version, or microseconds since the epoch). A poll space is the table's
- *   own: its positions compare only with positions of the same table. Its continuity is the poll
- *   cursor's, its snapshot and sweep take positions from the poll column (lambda/core/poll-snapshot.ts).
+ * - `poll-timestamp`, `poll-xid`: a polled table (docs/polling.md), its positions those of its poll
+ *   pages: microseconds since the epoch of the row's modified-at value, or, for a transaction-id
+ *   column, the xmin of the snapshot of the page that read the row (never the row's own id). A poll
+ *   space is the table's own: its positions compare only with positions of the same table. Its
+ *   continuity is the poll cursor's; its re-snapshot and sweep take their position in the same
+ *   space (lambda/core/poll-snapshot.ts).
  *
  * Positions of two spaces never meet: every place that compares positions of more than one table,
  * or a position with a watermark, asks for the space first, and an attempt to mix them is the
  * named `PositionSpaceMismatchError`.
  */
 import { CdcError } from './errors.ts';
+import type { PollColumnKind } from './poll.ts';
 
-export const POSITION_SPACES = ['wal', 'poll-version', 'poll-timestamp'] as const;
+export const POSITION_SPACES = ['wal', 'poll-timestamp', 'poll-xid'] as const;
 /** One of `POSITION_SPACES`. */
 export type PositionSpace = (typeof POSITION_SPACES)[number];
 
@@ -32,7 +35,7 @@ export class PositionSpaceMismatchError extends CdcError {
   ) {
     super(
       'POSITION_SPACE_MISMATCH',
-      `${what}: positions of space ${actual} cannot be compared with or mixed into space ${expected} (docs/architecture.md §5.2: a log position, a polled version and a polled time do not compare)`,
+      `${what}: positions of space ${actual} cannot be compared with or mixed into space ${expected} (docs/architecture.md §5.2: a log position, a polled time and a polled page's xmin do not compare)`,
     );
   }
 }
@@ -46,17 +49,16 @@ export function isPollSpace(space: PositionSpace): space is PollSpace {
 }
 
 /** The space of a poll column of this kind. */
-export function pollSpace(kind: 'version' | 'timestamp'): PollSpace {
-  return kind === 'version' ? 'poll-version' : 'poll-timestamp';
+export function pollSpace(kind: PollColumnKind): PollSpace {
+  return kind === 'xid' ? 'poll-xid' : 'poll-timestamp';
 }
 
 /** The poll column kind of a poll space. */
-export function pollKindOf(space: PollSpace): 'version' | 'timestamp' {
-  return space === 'poll-version' ? 'version' : 'timestamp';
+export function pollKindOf(space: PollSpace): PollColumnKind {
+  return space === 'poll-xid' ? 'xid' : 'timestamp';
 }
 
 const TIMESTAMP_TYPE = /^timestamp(\(\d+\))?( with(out)? time zone)?$/;
-const INTEGER_TYPES = new Set(['smallint', 'integer', 'bigint', 'int2', 'int4', 'int8']);
 
 /**
  * The recorded space of a table record. A record registered before spaces were recorded has none:
@@ -74,11 +76,11 @@ export function assertSpace(what: string, expected: PositionSpace, actual: Posit
   if (expected !== actual) throw new PositionSpaceMismatchError(what, expected, actual);
 }
 
-/** The poll space of a poll column of this source type, or null when the type orders no rows. */
+/** The poll space of a poll column of this source type, or null when the type cannot be polled (an integer version is refused, lambda/core/poll.ts). */
 export function pollSpaceOfType(type: string | null): PollSpace | null {
   const t = (type ?? '').trim().toLowerCase();
   if (TIMESTAMP_TYPE.test(t)) return 'poll-timestamp';
-  if (INTEGER_TYPES.has(t)) return 'poll-version';
+  if (t === 'xid8') return 'poll-xid';
   return null;
 }
 

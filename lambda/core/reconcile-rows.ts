@@ -33,13 +33,14 @@ export interface MemorySideOptions {
 
 /**
  * The text a document value (a search index's `_source` field, JSON) compares and hashes as: a
- * string as it is, a number or boolean as JavaScript writes it, an object or array as its JSON;
- * absent or null is null.
+ * string as it is, a number or boolean as JavaScript writes it (a `-0` as `-0`, which `String`
+ * would write `0`), an object or array as its JSON; absent or null is null.
  */
 export function documentValueText(v: JsonValue | undefined): string | null {
   if (v === undefined || v === null) return null;
   if (typeof v === 'string') return v;
-  if (typeof v === 'number' || typeof v === 'boolean') return String(v);
+  if (typeof v === 'number') return Object.is(v, -0) ? '-0' : String(v);
+  if (typeof v === 'boolean') return String(v);
   return JSON.stringify(v);
 }
 

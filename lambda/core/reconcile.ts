@@ -25,8 +25,9 @@
  * 4. A segment whose summaries differ is split in two at the median key of the side holding more
  *    rows (bisection; the right half's summary is the parent's minus the left's, so a split costs
  *    one summary per side), down to `leafRows` rows, where both sides' rows are read and compared
- *    column by column (`sameValue`, masked columns masked with the masking module's `maskValue`,
- *    excluded columns never read). The hash is only a filter: a hash that differs for a type's
+ *    column by column (`sameValue` of lambda/core/same-value.ts, by each column's class from its
+ *    registered type; masked columns masked with the masking module's `maskValue` and compared as
+ *    text; excluded columns never read). The hash is only a filter: a hash that differs for a type's
  *    text (a `real` read back as `double precision`) narrows to rows that then compare equal.
  * 5. In flight is not divergence. A differing key is a *suspect*: it is read again on both sides
  *    after `settleMs` and after the sink's stable point has passed the previous read: the sink
@@ -46,7 +47,7 @@
  * outside the ranges this run checked, a side unreadable).
  */
 import { applyColumnRules, type ColumnRules } from './masking.ts';
-import { sameDecimal } from './json-exact.ts';
+import { compareClasses, sameValue, type CompareClass } from './same-value.ts';
 import type { JsonValue } from './event.ts';
 import type { Pacer, PressureReading } from './snapshot-pacer.ts';
 import type { ControlPlane } from './control-plane.ts';
@@ -262,6 +263,13 @@ export interface ReconcileTableOptions {
   table: string;
   key: readonly string[];
   rules: ColumnRules;
+  /**
+   * The table's column types as the schema registry holds them (its current schema version):
+   * they decide how values compare (lambda/core/same-value.ts). A column the registry does not
+   * type (none registered yet, a capture that did not say) takes the source catalog's type
+   * (`SideShape.types`), else compares as text.
+   */
+  types?: Readonly<Record<string, string | null>>;
   sourceSide: ReconcileSide;
   sinkSide: ReconcileSide;
   /** The cursor of the previous run (null: start at the beginning). */
@@ -308,23 +316,6 @@ export function rowHashText(values: readonly (string | null)[]): string {
     .join(',');
 }
 
-/** Whether two texts denote the same value: equal, the same decimal number, or the same JSON. */
-export function sameValue(a: string | null, b: string | null): boolean {
-  if (a === b) return true;
-  if (a === null || b === null) return false;
-  // Exactly, digit by digit: 9007199254740993 is not 9007199254740992 (docs/exact-numbers.md).
-  const decimal = sameDecimal(a, b);
-  if (decimal !== null) return decimal;
-  if ((a.startsWith('{') || a.startsWith('[')) && (b.startsWith('{') || b.startsWith('['))) {
-    try {
-      return JSON.stringify(JSON.parse(a)) === JSON.stringify(JSON.parse(b));
-    } catch {
-      return false;
-    }
-  }
-  return false;
-}
-
 /** Compares key tuples the way both sides order them (each part: numbers numerically, else by code unit). */
 export function compareKeys(a: KeyTuple, b: KeyTuple, numeric: readonly boolean[]): number {
   for (let i = 0; i < a.length; i++) {
@@ -357,12 +348,12 @@ interface Suspect {
 /** Re-checks a suspect must hold still through before it is confirmed (docs/reconcile.md "Rows in flight"). */
 export const CONFIRMING_RECHECKS = 2;
 
-/** The first column whose values differ (masked source values already masked), or null. */
-function firstDifference(source: SideRow | null, sink: SideRow | null, columns: readonly string[]): { kind: DifferenceKind; column?: string } | null {
+/** The first column whose values differ by its class (masked source values already masked), or null. */
+function firstDifference(source: SideRow | null, sink: SideRow | null, columns: readonly string[], classes: Readonly<Record<string, CompareClass>>): { kind: DifferenceKind; column?: string } | null {
   if (source === null && sink === null) return null;
   if (source === null) return { kind: 'extra' };
   if (sink === null) return { kind: 'missing' };
-  for (const c of columns) if (!sameValue(source.values[c] ?? null, sink.values[c] ?? null)) return { kind: 'different', column: c };
+  for (const c of columns) if (!sameValue(classes[c] ?? 'text', source.values[c] ?? null, sink.values[c] ?? null)) return { kind: 'different', column: c };
   return null;
 }
 
@@ -460,6 +451,8 @@ export async function reconcileTable(o: ReconcileTableOptions): Promise<Reconcil
   v.cost.hashScheme = hashing.scheme;
   o.sourceSide.useColumns(v.columns, hashing);
   o.sinkSide.useColumns(v.columns, hashing);
+  // How each column's values compare: by its registered type (docs/reconcile.md, "How values compare").
+  const compareAs = compareClasses(v.columns, o.types, srcShape.types, o.rules.mask);
 
   // 2. Counts. A table the source estimates within `rowsPerRun` is walked whole, and its counts
   // are the sums of the segments' counts (the segments partition the key space): no count(*) at
@@ -490,7 +483,7 @@ export async function reconcileTable(o: ReconcileTableOptions): Promise<Reconcil
       for (const id of new Set([...srcRows.keys(), ...snkRows.keys()])) {
         const s = srcRows.get(id) ?? null;
         const k = snkRows.get(id) ?? null;
-        if (firstDifference(s, k, v.columns)) suspects.set(id, { key: (s ?? k)!.key, range, source: s, sink: k, still: 0 });
+        if (firstDifference(s, k, v.columns, compareAs)) suspects.set(id, { key: (s ?? k)!.key, range, source: s, sink: k, still: 0 });
       }
       return;
     }
@@ -636,7 +629,7 @@ export async function reconcileTable(o: ReconcileTableOptions): Promise<Reconcil
       const id = keyId(s.key);
       const src = srcRows.get(id) ?? null;
       const snk = snkRows.get(id) ?? null;
-      const diff = firstDifference(src, snk, v.columns);
+      const diff = firstDifference(src, snk, v.columns, compareAs);
       if (!diff) {
         v.settled++;
         continue;
@@ -751,6 +744,16 @@ export interface TableToReconcile {
   table: string;
   key: readonly string[];
   rules: ColumnRules;
+  /** Column types; absent: read from the schema registry (`registeredTypes`). */
+  types?: Readonly<Record<string, string | null>>;
+}
+
+/** The column types of a table's current registered schema version, or undefined when none is registered. */
+export async function registeredTypes(control: ControlPlane, source: string, table: string): Promise<Record<string, string | null> | undefined> {
+  const record = await control.getTable(source, table);
+  if (!record) return undefined;
+  const schema = await control.getSchemaVersion(source, table, record.currentVersion);
+  return schema ? Object.fromEntries(schema.columns.map((c) => [c.name, c.type])) : undefined;
 }
 
 export interface ReconcileRunOptions extends Pick<ReconcileTableOptions, 'rowsPerRun' | 'leafRows' | 'settleMs' | 'settleRounds' | 'maxSampleKeys' | 'pacer' | 'pressure' | 'sleep' | 'now'> {
@@ -784,6 +787,7 @@ export async function reconcileTables(o: ReconcileRunOptions): Promise<Reconcile
     if (o.shouldStop?.()) break;
     const previous = await o.control.getReconcileVerdict(o.sink, o.source, t.table);
     const blockedBy = await blockedReason(o.control, o.sink, o.source, t.table);
+    const types = t.types ?? (await registeredTypes(o.control, o.source, t.table));
     let verdict: ReconcileVerdict;
     const sides = await o.sides(t);
     try {
@@ -792,6 +796,7 @@ export async function reconcileTables(o: ReconcileRunOptions): Promise<Reconcile
         table: t.table,
         key: t.key,
         rules: t.rules,
+        ...(types ? { types } : {}),
         sourceSide: sides.source,
         sinkSide: sides.sink,
         cursor: previous?.nextCursor ?? null,

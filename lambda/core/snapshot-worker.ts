@@ -16,8 +16,7 @@ import type { AuditEntry, ControlPlane, TableRecord } from './control-plane.ts';
 import type { ColumnRules } from './masking.ts';
 import type { Pacer, PressureReading } from './snapshot-pacer.ts';
 import { CdcError } from './errors.ts';
-import { checkpointCursorStore } from './poll.ts';
-import { cursorPollValue, pollWatermark, snapshotRunSpace, type PollSnapshotReader } from './poll-snapshot.ts';
+import { pollWatermark, snapshotRunSpace, type PollSnapshotReader } from './poll-snapshot.ts';
 import { isPollSpace, PositionSpaceMismatchError, type PollSpace, type PositionSpace } from './position-space.ts';
 import { parseLsn, type Position } from './position.ts';
 import {
@@ -311,16 +310,16 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
 }
 
 /**
- * Takes a polled table's run watermark (lambda/core/poll-snapshot.ts): above the highest poll value
- * of its rows and of the poller's cursor, stored with the run before any chunk is read, so every
- * chunk and a worker that takes the run over use the same one. Null when the lease was lost.
+ * Takes a polled table's run watermark (lambda/core/poll-snapshot.ts): from the bound H read on the
+ * source now, before any chunk (the xmin of a snapshot, or the microsecond below the poll horizon),
+ * stored with the run before any chunk is read, so every chunk and a worker that takes the run
+ * over use the same one. Null when the lease was lost.
  */
 async function takePollWatermark(o: RunTableSnapshotOptions, state: SnapshotState, shape: SnapshotTableShape, space: PollSpace, at: Date, leaseMs: number): Promise<SnapshotState | null> {
   const pollColumn = o.pollColumnOf!(o.table)!;
-  if (!o.reader.pollHighest) throw new CdcError('INVALID_CONFIG', `${o.table} is polled, but the snapshot reader cannot read its highest poll value (pollHighest)`);
-  const cursor = await checkpointCursorStore(o.control, o.source).get(o.table);
-  const highest = await o.reader.pollHighest(shape, pollColumn, cursorPollValue(cursor));
-  const watermark = pollWatermark(highest);
+  if (!o.reader.pollBound) throw new CdcError('INVALID_CONFIG', `${o.table} is polled, but the snapshot reader cannot read its poll bound (pollBound)`);
+  const bound = await o.reader.pollBound(shape, pollColumn);
+  const watermark = pollWatermark(bound);
   const next: SnapshotState = { ...state, firstLowWatermark: watermark, positionSpace: space, updatedAt: at.toISOString(), leaseUntil: at.getTime() + leaseMs, version: state.version + 1 };
   const audit: AuditEntry = {
     at: at.toISOString(),
@@ -329,7 +328,7 @@ async function takePollWatermark(o: RunTableSnapshotOptions, state: SnapshotStat
     source: o.source,
     table: o.table,
     outcome: 'done',
-    detail: { run: state.run, positionSpace: space, pollColumn, highest, pollerCursor: cursor, watermark, rowPosition: snapshotPosition(watermark) },
+    detail: { run: state.run, positionSpace: space, pollColumn, bound, watermark, rowPosition: snapshotPosition(watermark) },
   };
   if (!(await o.control.putSnapshot(next, state.version, audit))) return null;
   o.onState?.(next);

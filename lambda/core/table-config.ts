@@ -106,7 +106,7 @@ export function validateTableConfig(value: unknown, origin = 'CDC_TABLE_CONFIG',
       config.pollColumn = e.pollColumn;
     }
     if (config.capture === 'poll' && config.pollColumn === undefined) {
-      throw new TableConfigError(`${at}.pollColumn`, "a table with capture 'poll' needs its monotonic modified-at or version column (docs/polling.md)");
+      throw new TableConfigError(`${at}.pollColumn`, "a table with capture 'poll' needs its modified-at (timestamp) or transaction-id (xid8) column (docs/polling.md)");
     }
     if (e.acknowledgeLateRules !== undefined) config.acknowledgeLateRules = acknowledgement(e.acknowledgeLateRules, `${at}.acknowledgeLateRules`);
     return [config];

@@ -26,8 +26,11 @@
  * - `bigint` → number when it is a safe integer (|v| ≤ 2^53 − 1), otherwise its exact decimal text
  *   (a string), so no digit is ever lost.
  * - `numeric` → always its decimal text (a string): scale and precision are kept (`1.10`).
- * - `real`, `double precision` → number; `NaN`, `Infinity`, `-Infinity` and whole numbers of
- *   magnitude 2^53 or more (`3.4028235e+38`) → that text (a string).
+ * - `real`, `double precision` → number when JavaScript writes the number back as the same text
+ *   (`0.1`, `1.5`); otherwise that text, exactly (a string): `-0`, `NaN`, `Infinity`,
+ *   `-Infinity`, whole numbers of magnitude 2^53 or more (`3.4028235e+38`), and any text whose
+ *   JavaScript spelling differs (`1e-05`, 17 significant digits).
+ * - A `smallint`, `integer` or `oid` is always a number (PostgreSQL writes no `-0` for them).
  * - bit strings (`B'1010'`) → the bits as a string (`1010`).
  * - everything else (text, dates, arrays, json, …) is printed quoted and becomes its text, a string.
  */
@@ -175,9 +178,12 @@ export function unquotedLiteralValue(raw: string, type: string, fail: (reason: s
       if (raw === 'NaN' || raw === 'Infinity' || raw === '-Infinity') return raw;
       const n = Number(raw);
       if (!Number.isFinite(n) || !/^-?[0-9.]+([eE][-+]?[0-9]+)?$/.test(raw)) c.fail(`expected a floating-point number, got ${JSON.stringify(raw)}`);
-      // A whole number of 2^53 or more (`3.4028235e+38`, `1e+20`) as a JSON number reads like an
-      // integer that lost digits, which every event refuses (docs/exact-numbers.md): its text, like NaN.
-      return Number.isInteger(n) && !Number.isSafeInteger(n) ? raw : n;
+      // A number only when JavaScript writes it back as the same text: `-0` (written `0`), a
+      // 17-digit text (`0.10000000000000001`), an exponent spelled otherwise (`1e-05`) keep their
+      // exact text. A whole number of 2^53 or more (`3.4028235e+38`, `1e+20`) as a JSON number
+      // reads like an integer that lost digits, which every event refuses (docs/exact-numbers.md):
+      // its text too, like NaN.
+      return String(n) === raw && !(Number.isInteger(n) && !Number.isSafeInteger(n)) ? n : raw;
     }
     default:
       return c.fail(`unquoted value ${JSON.stringify(raw)} for a column of type ${type}`);

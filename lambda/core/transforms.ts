@@ -116,7 +116,9 @@ export function coerceValue(value: JsonValue, type: string, table: string, colum
       if (typeof value === 'boolean') return fail('a boolean is not a number');
       const n = typeof value === 'number' ? value : value.trim() === '' ? Number.NaN : Number(value.trim());
       if (!Number.isFinite(n)) fail('not a finite number');
-      // An integral double beyond 2^53 travels as its text (events refuse such JSON numbers, docs/exact-numbers.md).
+      // An integral double beyond 2^53 travels as its text (events refuse such JSON numbers,
+      // docs/exact-numbers.md), and so does -0 (JSON writes it `0`).
+      if (Object.is(n, -0)) return '-0';
       return Number.isInteger(n) && !Number.isSafeInteger(n) ? String(n) : n;
     }
     case 'boolean': {

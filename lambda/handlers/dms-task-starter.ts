@@ -44,7 +44,7 @@ import {
   StopReplicationTaskCommand,
   type ReplicationTask,
 } from '@aws-sdk/client-database-migration-service';
-import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type { CloudFormationCustomResourceEvent, Context } from 'aws-lambda';
 import pg from 'pg';
 import { ServiceName } from '../../contracts/env.ts';
@@ -59,8 +59,7 @@ import { dynamoDbClient } from '../adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { EnvName } from '../../contracts/env.ts';
 import { assertPlainIdentifier } from '../core/identifiers.ts';
-import { parseSourceSecret, sourceTlsFromEnvironment } from '../adapters/source-postgres.ts';
-import { DEFAULT_SSL_MODE, parseSslMode } from '../adapters/tls.ts';
+import { sourceConnectionFromEnvironment } from '../adapters/source-postgres.ts';
 
 /** The replication task as this handler needs it. */
 export interface TaskState {
@@ -92,8 +91,8 @@ export interface SlotPort {
 
 export interface LifecycleDeps {
   dms: DmsPort;
-  /** Opens the slot port for a database, with the credentials in the secret. */
-  openSlots(secretArn: string, databaseName: string, ssl: string): Promise<SlotPort>;
+  /** Opens the slot port for a database, with the credentials in the secret (and the TLS of the function's environment). */
+  openSlots(secretArn: string, databaseName: string): Promise<SlotPort>;
   sleep(ms: number): Promise<void>;
   /** Milliseconds left before the function must respond. */
   remainingMs(): number;
@@ -214,7 +213,7 @@ async function prepareSlot(event: CloudFormationCustomResourceEvent, deps: Lifec
     const m = SLOT_ID.exec(event.PhysicalResourceId);
     if (!m || props.RemoveSlotOnDelete !== 'true') return { physicalResourceId: event.PhysicalResourceId };
     const [, database, slotName] = m as unknown as [string, string, string];
-    const slots = await deps.openSlots(prop(props, 'SecretArn'), database, props.Ssl ?? DEFAULT_SSL_MODE);
+    const slots = await deps.openSlots(prop(props, 'SecretArn'), database);
     try {
       for (;;) {
         const slot = await slots.describeSlot(slotName);
@@ -235,7 +234,7 @@ async function prepareSlot(event: CloudFormationCustomResourceEvent, deps: Lifec
 
   const database = prop(props, 'DatabaseName');
   const slotName = assertPlainIdentifier(prop(props, 'SlotName'), 'slot name');
-  const slots = await deps.openSlots(prop(props, 'SecretArn'), database, props.Ssl ?? DEFAULT_SSL_MODE);
+  const slots = await deps.openSlots(prop(props, 'SecretArn'), database);
   try {
     if (event.RequestType === 'Update') {
       const m = SLOT_ID.exec(event.PhysicalResourceId);
@@ -589,12 +588,11 @@ export class PgSlots implements SlotPort {
 const dmsClient = new DatabaseMigrationServiceClient({});
 const secretsClient = new SecretsManagerClient({});
 
-async function openSlotsFromSecret(secretArn: string, databaseName: string, ssl: string): Promise<SlotPort> {
-  const out = await secretsClient.send(new GetSecretValueCommand({ SecretId: secretArn }));
-  if (typeof out.SecretString !== 'string') throw new TaskLifecycleError(`${secretArn}: the secret has no string value`);
-  // TLS: the custom resource's `Ssl` (the construct's sslMode, verify-full by default) wins over
-  // the secret's sslmode; the CA PEM comes from the environment when the deployment named one.
-  const config = parseSourceSecret(out.SecretString, secretArn, { sslMode: parseSslMode(ssl, 'Ssl'), caPem: sourceTlsFromEnvironment().caPem });
+async function openSlotsFromSecret(secretArn: string, databaseName: string): Promise<SlotPort> {
+  // TLS from the environment the construct sets on every function given the source secret
+  // (docs/deploy.md, "TLS to the source"); the custom resource's `Ssl` only makes a change of the
+  // mode run the slot step again.
+  const config = await sourceConnectionFromEnvironment({ secrets: secretsClient, applicationName: ServiceName.DMS_TASK_LIFECYCLE, secretArn });
   // The slot belongs to the captured database, whatever database the secret names.
   return PgSlots.connect({ ...config, database: databaseName });
 }

@@ -19,7 +19,7 @@ import type { Context } from 'aws-lambda';
 import pg from 'pg';
 import { DEFAULT_HEARTBEAT_SCHEMA, EnvName, HEARTBEAT_TABLE, ServiceName } from '../../contracts/env.ts';
 import { MetricDimension, MetricName, METRICS_NAMESPACE } from '../../contracts/metrics.ts';
-import { sourceConnectionConfig, sourceTlsFromEnvironment } from '../adapters/source-postgres.ts';
+import { sourceConnectionFromEnvironment } from '../adapters/source-postgres.ts';
 import { readSourceIdentity } from '../adapters/source-facts-pg.ts';
 import { CdcError, ConfigurationError } from '../core/errors.ts';
 import { isSourceId } from '../core/event.ts';
@@ -193,8 +193,7 @@ export const handler: HeartbeatHandler = async (event, context) => {
     const writer = new HeartbeatWriter({
       source,
       schema: process.env[EnvName.HEARTBEAT_SCHEMA] || DEFAULT_HEARTBEAT_SCHEMA,
-      connection: () =>
-        sourceConnectionConfig({ url: process.env[EnvName.SOURCE_URL], secretArn: process.env[EnvName.SOURCE_SECRET_ARN], secrets, applicationName: SERVICE, tls: sourceTlsFromEnvironment() }),
+      connection: () => sourceConnectionFromEnvironment({ secrets, applicationName: SERVICE }),
     });
     fromEnv = createHeartbeatHandler({ writer, beats: beatsFromEnv() });
   }

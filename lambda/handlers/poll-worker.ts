@@ -23,7 +23,7 @@ import { dynamoDbClient, kinesisClient } from '../adapters/aws-clients.ts';
 import { KinesisChangeLog } from '../adapters/change-log-kinesis.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { PostgresPressureProbe, PostgresSnapshotReader } from '../adapters/snapshot-postgres.ts';
-import { sourceConnectionConfig } from '../adapters/source-postgres.ts';
+import { replicaConnectionFromEnvironment, sourceConnectionFromEnvironment } from '../adapters/source-postgres.ts';
 import type { ControlPlane } from '../core/control-plane.ts';
 import { CdcError } from '../core/errors.ts';
 import { checkpointCursorStore, pollPass, type PollReader } from '../core/poll.ts';
@@ -67,7 +67,7 @@ export function createPollWorker(d: PollWorkerDeps): (timeLeftMs: () => number, 
       pacerFor: () => new AdaptivePacer({ budget: d.budget }),
       ...(d.pressure ? { pressure: () => d.pressure!.read() } : {}),
       shouldStop: () => timeLeftMs() < reserveMs,
-      onPage: (table, p) => d.logger.debug('Poll page', { table, rows: p.rows, pages: p.pages, throttle: p.throttle }),
+      onPage: (table, p) => d.logger.debug('Poll page', { table, rows: p.rows, pages: p.pages, throttle: p.throttle, horizon: p.horizon ?? null }),
     });
     const out = Object.fromEntries(rows);
     d.logger.info('Poll pass', { rows: out });
@@ -90,9 +90,8 @@ export async function handler(_event: unknown, context: Context): Promise<Record
   if (!fromEnv) {
     const endpoint = process.env[EnvName.AWS_ENDPOINT];
     const log = new KinesisChangeLog(kinesisClient(endpoint), env(EnvName.RAW_STREAM));
-    const primary = await sourceConnectionConfig({ url: process.env[EnvName.SOURCE_URL], secretArn: process.env[EnvName.SOURCE_SECRET_ARN], secrets, applicationName: SERVICE });
-    const replicaArn = process.env[EnvName.SNAPSHOT_REPLICA_SECRET_ARN];
-    const replica = replicaArn ? await sourceConnectionConfig({ secretArn: replicaArn, secrets, applicationName: `${SERVICE}-replica` }) : undefined;
+    const primary = await sourceConnectionFromEnvironment({ secrets, applicationName: SERVICE });
+    const replica = await replicaConnectionFromEnvironment({ secrets, applicationName: `${SERVICE}-replica` });
     let probeClient: pg.Client | null = null;
     const probe = new PostgresPressureProbe(async () => {
       if (!probeClient) {

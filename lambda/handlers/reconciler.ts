@@ -33,7 +33,7 @@ import { searchSinkSide } from '../adapters/reconcile-search.ts';
 import { OpenSearchIndex, searchClient } from '../adapters/search-opensearch.ts';
 import { DEFAULT_INDEX_PREFIX } from '../core/search-plan.ts';
 import { PostgresPressureProbe } from '../adapters/snapshot-postgres.ts';
-import { sourceConnectionConfig, sourceTlsFromEnvironment } from '../adapters/source-postgres.ts';
+import { sourceConnectionFromEnvironment } from '../adapters/source-postgres.ts';
 import type { ControlPlane } from '../core/control-plane.ts';
 import { CdcError, ConfigurationError } from '../core/errors.ts';
 import { coverageGaps, reconcileTables, tierOf, type ReconcileSide, type ReconcileTier, type ReconcileVerdict, type TableToReconcile } from '../core/reconcile.ts';
@@ -186,7 +186,7 @@ function optionalInt(name: string): number | undefined {
 export async function handler(event: { tier?: unknown }, context: Context): Promise<ReconcilerResult> {
   if (!fromEnv) {
     const source = env(EnvName.SOURCE_ID);
-    const primary = await sourceConnectionConfig({ url: process.env[EnvName.SOURCE_URL], secretArn: process.env[EnvName.SOURCE_SECRET_ARN], secrets, applicationName: SERVICE, tls: sourceTlsFromEnvironment() });
+    const primary = await sourceConnectionFromEnvironment({ secrets, applicationName: SERVICE });
     let srcClient: pg.Client | null = null;
     const sourceClient = async (): Promise<pg.Client> => {
       if (!srcClient) {

@@ -20,7 +20,7 @@ import pg from 'pg';
 import { EnvName } from '../../contracts/env.ts';
 import { MetricDimension, MetricName, METRICS_NAMESPACE } from '../../contracts/metrics.ts';
 import { readMaxSlotWalKeepSize, readSlotFacts } from '../adapters/source-facts-pg.ts';
-import { sourceConnectionConfig } from '../adapters/source-postgres.ts';
+import { sourceConnectionFromEnvironment } from '../adapters/source-postgres.ts';
 import { CdcError } from '../core/errors.ts';
 import { isSourceId } from '../core/event.ts';
 import { assessSlots, slotReportCheckpoint, storedSlotReport, type SlotReport } from '../core/slot-monitor.ts';
@@ -123,7 +123,7 @@ export const handler: SlotMonitorHandler = async (event, context) => {
       walBudgetBytes: budgetFromEnv(),
       // The control table, when the stack gives one: the latest report for `cdc status`.
       ...(process.env[EnvName.CONTROL_TABLE] ? { store: new DynamoDbControlPlane(dynamoDbClient(), process.env[EnvName.CONTROL_TABLE]!) } : {}),
-      connection: () => sourceConnectionConfig({ url: process.env[EnvName.SOURCE_URL], secretArn: process.env[EnvName.SOURCE_SECRET_ARN], secrets, applicationName: SERVICE }),
+      connection: () => sourceConnectionFromEnvironment({ secrets, applicationName: SERVICE }),
     });
   }
   return fromEnv(event, context);

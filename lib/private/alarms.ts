@@ -4,7 +4,7 @@
  */
 import { Duration, Stack } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
-import type { Construct } from 'constructs';
+import type { Construct, IConstruct } from 'constructs';
 import { fail } from './validate.ts';
 
 export interface CdcAlarmProps {
@@ -18,6 +18,25 @@ export interface CdcAlarmProps {
   readonly datapointsToAlarm: number;
   readonly treatMissingData: cloudwatch.TreatMissingData;
   readonly actions?: cloudwatch.IAlarmAction[];
+}
+
+/**
+ * Marks an alarm as one of the platform's, and whether its construct was given its own actions
+ * (`alarmActions`, even an empty list): `PipelineAlarmActions` adds its actions only to platform
+ * alarms without their own. A symbol from the global registry, so two copies of the library in one
+ * app recognise each other's alarms.
+ */
+const PLATFORM_ALARM = Symbol.for('cdc-platform.PlatformAlarm');
+
+/** What `createAlarm` recorded on an alarm, or undefined for an alarm the platform did not create. */
+export function platformAlarmOf(construct: IConstruct): { readonly ownActions: boolean } | undefined {
+  return (construct as unknown as Record<symbol, { ownActions: boolean } | undefined>)[PLATFORM_ALARM];
+}
+
+/** Adds `action` to an alarm's ALARM and OK transitions (what every platform alarm notifies). */
+export function notifyAlarmAndOk(alarm: cloudwatch.Alarm, action: cloudwatch.IAlarmAction): void {
+  alarm.addAlarmAction(action);
+  alarm.addOkAction(action);
 }
 
 /** Creates the alarm `id` under `scope` and wires the injected actions to ALARM and OK. */
@@ -35,16 +54,14 @@ export function createAlarm(scope: Construct, id: string, props: CdcAlarmProps):
     datapointsToAlarm: props.datapointsToAlarm,
     treatMissingData: props.treatMissingData,
   });
-  for (const action of props.actions ?? []) {
-    alarm.addAlarmAction(action);
-    alarm.addOkAction(action);
-  }
+  Object.defineProperty(alarm, PLATFORM_ALARM, { value: { ownActions: props.actions !== undefined }, enumerable: false });
+  for (const action of props.actions ?? []) notifyAlarmAndOk(alarm, action);
   return alarm;
 }
 
 /** `Lambda IteratorAge` of a stream-consuming function: maximum per minute, milliseconds. */
-export function iteratorAgeMetric(fn: { metric(name: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric }): cloudwatch.Metric {
-  return fn.metric('IteratorAge', { statistic: cloudwatch.Stats.MAXIMUM, period: Duration.minutes(1) });
+export function iteratorAgeMetric(fn: { metric(name: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric }, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+  return fn.metric('IteratorAge', { statistic: cloudwatch.Stats.MAXIMUM, period: Duration.minutes(1), ...props });
 }
 
 /**

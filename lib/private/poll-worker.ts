@@ -19,7 +19,8 @@ import { EnvName } from '../../contracts/env.ts';
 import type { IControlPlane } from '../control-plane.ts';
 import type { SourceDatabase } from '../source-database.ts';
 import { createAlarm } from './alarms.ts';
-import { CdcFunction } from './cdc-function.ts';
+import type { CdcFunction } from './cdc-function.ts';
+import { sourceConnectedFunction, sourceSecrets } from './source-connection.ts';
 
 export interface PollWorkerProps {
   readonly sourceId: string;
@@ -38,7 +39,7 @@ export interface PollWorkerProps {
 
 export function addPollWorker(scope: Construct, props: PollWorkerProps): { fn: lambda.Function; worker: CdcFunction; alarms: cloudwatch.Alarm[] } {
   const budget = props.database.snapshotBudget;
-  const worker = new CdcFunction(scope, 'PollWorker', {
+  const worker = sourceConnectedFunction(scope, 'PollWorker', {
     handlerName: 'poll-worker',
     description: `Polls ${props.polledTables.length} table(s) of source ${props.sourceId} without log access by their modified-at or version column (${scope.node.path})`,
     serviceName: 'cdc-poll-worker',
@@ -47,8 +48,6 @@ export function addPollWorker(scope: Construct, props: PollWorkerProps): { fn: l
       [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName,
       [EnvName.RAW_STREAM]: props.rawStream.streamName,
       [EnvName.TABLE_CONFIG]: props.tableConfig,
-      [EnvName.SOURCE_SECRET_ARN]: props.database.secret.secretArn,
-      ...(props.database.readReplicaSecret ? { [EnvName.SNAPSHOT_REPLICA_SECRET_ARN]: props.database.readReplicaSecret.secretArn } : {}),
       ...(budget ? { [EnvName.SNAPSHOT_BUDGET]: JSON.stringify({ writeLatencyPct: budget.writeLatencyPercent ?? 10, cpuPct: budget.cpuPercent ?? 5 }) } : {}),
     },
     memorySize: Size.mebibytes(512),
@@ -59,14 +58,12 @@ export function addPollWorker(scope: Construct, props: PollWorkerProps): { fn: l
     securityGroups: [props.securityGroup],
     // The schedule is the retry: a failed page is read again by the next invocation.
     retryAttempts: 0,
-  });
+  }, { database: props.database, secrets: sourceSecrets(props.database) });
   const fn = worker.fn;
   (fn.node.defaultChild as lambda.CfnFunction).reservedConcurrentExecutions = 1;
   // Only its own cursors (checkpoints of consumer poll-<source>).
   props.control.grantItems(fn, { read: [ControlPartition.checkpoint(pollConsumerId(props.sourceId))], put: [ControlPartition.checkpoint(pollConsumerId(props.sourceId))] });
   props.rawStream.grantWrite(fn);
-  props.database.secret.grantRead(fn);
-  props.database.readReplicaSecret?.grantRead(fn);
   new events.Rule(scope, 'PollSchedule', {
     description: `Starts the poll worker of source ${props.sourceId} every minute`,
     schedule: events.Schedule.rate(Duration.minutes(1)),

@@ -9,14 +9,15 @@ import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import type * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as targets from 'aws-cdk-lib/aws-events-targets';
-import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { Construct } from 'constructs';
 import { EnvName } from '../../contracts/env.ts';
 import { ControlPartition, slotReportConsumerId } from '../../contracts/control-plane-keys.ts';
 import type { IControlPlane } from '../control-plane.ts';
 import { MetricDimension, MetricName } from '../../contracts/metrics.ts';
 import { createAlarm } from './alarms.ts';
-import { CdcFunction } from './cdc-function.ts';
+import type { CdcFunction } from './cdc-function.ts';
+import { sourceConnectedFunction } from './source-connection.ts';
+import type { SourceDatabase } from '../source-database.ts';
 import { platformMetric } from './platform-metric.ts';
 import { fail } from './validate.ts';
 
@@ -31,8 +32,8 @@ export interface SlotMonitorProps {
   readonly vpc: ec2.IVpc;
   readonly vpcSubnets: ec2.SubnetSelection;
   readonly securityGroup: ec2.ISecurityGroup;
-  /** The read-only monitoring identity (host, port, username, password, dbname). */
-  readonly secret: secretsmanager.ISecret;
+  /** The source: its read-only monitoring identity (`monitoringSecret`) and its TLS settings. */
+  readonly database: SourceDatabase;
   /** The source's WAL budget: headroom is measured against it (and max_slot_wal_keep_size). */
   readonly walBudget: Size;
   readonly alarmsEnabled: boolean;
@@ -51,14 +52,13 @@ export class SlotMonitor extends Construct {
     this.sourceId = props.sourceId;
     const budgetBytes = props.walBudget.toBytes({ rounding: SizeRoundingBehavior.FLOOR });
     if (!(budgetBytes >= 16 * 1024 * 1024)) fail(this, `slotWalBudget must be at least 16 MiB (one WAL segment), got ${budgetBytes} bytes`);
-    this.function = new CdcFunction(this, 'Function', {
+    this.function = sourceConnectedFunction(this, 'Function', {
       handlerName: 'slot-monitor',
       description: `Measures the replication slots of source ${props.sourceId}: retained WAL and headroom (${this.node.path})`,
       serviceName: 'cdc-slot-monitor',
       environment: {
         [EnvName.SOURCE_ID]: props.sourceId,
         [EnvName.SLOT_NAME]: props.slotName,
-        [EnvName.SOURCE_SECRET_ARN]: props.secret.secretArn,
         [EnvName.SLOT_WAL_BUDGET_BYTES]: String(budgetBytes),
         ...(props.controlPlane ? { [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName } : {}),
       },
@@ -68,8 +68,7 @@ export class SlotMonitor extends Construct {
       vpcSubnets: props.vpcSubnets,
       securityGroups: [props.securityGroup],
       retryAttempts: 0,
-    });
-    props.secret.grantRead(this.function.fn);
+    }, { database: props.database, secrets: [{ secret: props.database.monitoringSecret, environmentName: EnvName.SOURCE_SECRET_ARN }] });
     // Its latest report, for `cdc status` (lambda/core/slot-monitor.ts slotReportCheckpoint): that one item only.
     props.controlPlane?.grantItems(this.function.fn, { put: [ControlPartition.checkpoint(slotReportConsumerId(props.sourceId))] });
     new events.Rule(this, 'Schedule', {

@@ -16,13 +16,14 @@ import * as targets from 'aws-cdk-lib/aws-events-targets';
 import type * as kinesis from 'aws-cdk-lib/aws-kinesis';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type { Construct } from 'constructs';
-import { catalogConsumerId, ControlPartition, pollConsumerId } from '../../contracts/control-plane-keys.ts';
+import { catalogConsumerId, ControlPartition } from '../../contracts/control-plane-keys.ts';
 import { EnvName } from '../../contracts/env.ts';
 import { MetricDimension, MetricName } from '../../contracts/metrics.ts';
 import type { IControlPlane } from '../control-plane.ts';
 import type { SourceDatabase } from '../source-database.ts';
 import { createAlarm } from './alarms.ts';
-import { CdcFunction } from './cdc-function.ts';
+import type { CdcFunction } from './cdc-function.ts';
+import { sourceConnectedFunction, sourceSecrets } from './source-connection.ts';
 import { platformMetric } from './platform-metric.ts';
 
 export interface SnapshotWorkerProps {
@@ -44,7 +45,7 @@ export interface SnapshotWorkerProps {
 
 export function addSnapshotWorker(scope: Construct, props: SnapshotWorkerProps): { fn: lambda.Function; worker: CdcFunction; alarms: cloudwatch.Alarm[] } {
   const budget = props.database.snapshotBudget;
-  const worker = new CdcFunction(scope, 'SnapshotWorker', {
+  const worker = sourceConnectedFunction(scope, 'SnapshotWorker', {
     handlerName: 'snapshot-worker',
     description: `Snapshots the existing rows of the tables of source ${props.sourceId} in paced chunks (${scope.node.path})`,
     serviceName: 'cdc-snapshot-worker',
@@ -55,8 +56,6 @@ export function addSnapshotWorker(scope: Construct, props: SnapshotWorkerProps):
       [EnvName.TABLE_CONFIG]: props.tableConfig,
       ...(props.tableRules ? { [EnvName.TABLE_RULES]: props.tableRules } : {}),
       [EnvName.HEARTBEAT_SCHEMA]: props.heartbeatSchema,
-      [EnvName.SOURCE_SECRET_ARN]: props.database.secret.secretArn,
-      ...(props.database.readReplicaSecret ? { [EnvName.SNAPSHOT_REPLICA_SECRET_ARN]: props.database.readReplicaSecret.secretArn } : {}),
       ...(props.database.instanceIdentifier ? { [EnvName.SNAPSHOT_DB_INSTANCE]: props.database.instanceIdentifier } : {}),
       ...(budget ? { [EnvName.SNAPSHOT_BUDGET]: JSON.stringify({ writeLatencyPct: budget.writeLatencyPercent ?? 10, cpuPct: budget.cpuPercent ?? 5 }) } : {}),
     },
@@ -68,7 +67,7 @@ export function addSnapshotWorker(scope: Construct, props: SnapshotWorkerProps):
     securityGroups: [props.securityGroup],
     // The schedule is the retry: a failed invocation's chunk is read again by the next one.
     retryAttempts: 0,
-  });
+  }, { database: props.database, secrets: sourceSecrets(props.database) });
   const fn = worker.fn;
   // One worker per source at a time.
   (fn.node.defaultChild as lambda.CfnFunction).reservedConcurrentExecutions = 1;
@@ -81,11 +80,7 @@ export function addSnapshotWorker(scope: Construct, props: SnapshotWorkerProps):
   });
   // The catalog types of tables not registered yet, for the normalizer (docs/schema-drift.md, "First sight of a table").
   props.control.grantItems(fn, { read: [ControlPartition.checkpoint(catalogConsumerId(props.sourceId))], put: [ControlPartition.checkpoint(catalogConsumerId(props.sourceId))] });
-  // A polled table's re-snapshot takes its watermark above the poll worker's cursor (docs/polling.md): read only.
-  props.control.grantItems(fn, { read: [ControlPartition.checkpoint(pollConsumerId(props.sourceId))] });
   props.rawStream.grantWrite(fn);
-  props.database.secret.grantRead(fn);
-  props.database.readReplicaSecret?.grantRead(fn);
   if (props.database.instanceIdentifier) {
     // GetMetricData supports no resource-level permissions.
     worker.role.addToPrincipalPolicy(new iam.PolicyStatement({ actions: ['cloudwatch:GetMetricData'], resources: ['*'] }));

@@ -67,7 +67,7 @@ export function findTableProblem(tables: readonly CapturedTable[], heartbeatSche
       if ('problem' in r) return `table ${t.tableId}: ${r.field}: ${r.problem}`;
     }
     if (t.capture === CaptureMode.POLL) {
-      if (t.pollColumn === undefined) return `table ${t.tableId}: a polled table needs pollColumn, its monotonic modified-at or version column (docs/polling.md)`;
+      if (t.pollColumn === undefined) return `table ${t.tableId}: a polled table needs pollColumn, its modified-at (timestamp) or transaction-id (xid8) column (docs/polling.md)`;
       if (!PLAIN_IDENT.test(t.pollColumn)) return `table ${t.tableId}: pollColumn ${JSON.stringify(t.pollColumn)} must be a plain identifier (${PLAIN_IDENT.source})`;
       if (t.mask.includes(t.pollColumn) || t.exclude.includes(t.pollColumn)) return `table ${t.tableId}: the poll column ${t.pollColumn} cannot be masked or excluded`;
     } else if (t.pollColumn !== undefined) return `table ${t.tableId}: pollColumn is only for capture: CaptureMode.POLL`;

@@ -3,7 +3,9 @@
  * against a real embedded PostgreSQL with `ssl = on` and a certificate from a private CA made
  * here with openssl: `verify-full` (the default) refuses a server whose CA it does not trust and a
  * host name the certificate does not name, and connects with the CA given; `require` is the
- * explicit opt-out that encrypts without verifying; `disable` is plain TCP.
+ * explicit opt-out that encrypts without verifying; `disable` is plain TCP. The builder every
+ * function uses (`sourceConnectionFromEnvironment`) connects to the private-CA server with the CA
+ * the environment names and refuses a secret or URL weaker than the environment's minimum.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { execFileSync } from 'node:child_process';
@@ -12,7 +14,9 @@ import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
-import { parseSourceSecret } from '../../lambda/adapters/source-postgres.ts';
+import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import { parseSourceSecret, sourceConnectionFromEnvironment } from '../../lambda/adapters/source-postgres.ts';
+import { SslModeTooWeakError } from '../../lambda/core/ssl-mode.ts';
 
 let cluster: PostgresCluster;
 let dir: string;
@@ -64,14 +68,55 @@ describe('TLS to PostgreSQL', () => {
   });
 
   it('verify-full with the CA given connects, encrypted; the host name must be the certificate', async () => {
-    expect(await connect('localhost', { sslMode: 'verify-full', caPem })).toBe(true);
+    expect(await connect('localhost', { minimumSslMode: 'verify-full', caPem })).toBe(true);
     // The certificate names localhost only: 127.0.0.1 is refused.
-    await expect(connect('127.0.0.1', { sslMode: 'verify-full', caPem })).rejects.toThrow(/altnames|does not match|IP: 127\.0\.0\.1/i);
+    await expect(connect('127.0.0.1', { minimumSslMode: 'verify-full', caPem })).rejects.toThrow(/altnames|does not match|IP: 127\.0\.0\.1/i);
   });
 
   it('require is the explicit opt-out: encrypted, not verified; disable is plain TCP', async () => {
-    expect(await connect('localhost', { sslMode: 'require' })).toBe(true);
+    expect(await connect('localhost', { minimumSslMode: 'require' })).toBe(true);
     expect(await connect('127.0.0.1', {}, 'require')).toBe(true);
     expect(await connect('127.0.0.1', {}, 'disable')).toBe(false);
+  });
+});
+
+/** Whether a session opened with these settings is encrypted. */
+async function encrypted(config: pg.ClientConfig): Promise<boolean> {
+  const client = new pg.Client({ ...config, connectionTimeoutMillis: 10_000 });
+  await client.connect();
+  try {
+    return (await client.query<{ ssl: boolean }>('SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()')).rows[0]!.ssl;
+  } finally {
+    await client.end();
+  }
+}
+
+describe('the source connection every function builds from its environment', () => {
+  const arn = 'arn:aws:secretsmanager:us-east-1:123456789012:secret:source-AbCdEf';
+  const secretsWith = (fields: Record<string, unknown>): SecretsManagerClient =>
+    ({ send: async () => ({ SecretString: JSON.stringify({ host: 'localhost', port: cluster.port, username: 'postgres', password: 'unused', dbname: 'postgres', ...fields }) }) }) as unknown as SecretsManagerClient;
+
+  it('a private CA named in the environment: verified and encrypted', async () => {
+    const env = { CDC_SOURCE_SECRET_ARN: arn, CDC_SOURCE_SSL_MODE: 'verify-full', CDC_SOURCE_CA_PEM: caPem };
+    expect(await encrypted(await sourceConnectionFromEnvironment({ secrets: secretsWith({}), applicationName: 't', env }))).toBe(true);
+    // Without the CA the same server is refused (verify-full against the RDS CAs).
+    const withoutCa = await sourceConnectionFromEnvironment({ secrets: secretsWith({}), applicationName: 't', env: { CDC_SOURCE_SECRET_ARN: arn, CDC_SOURCE_SSL_MODE: 'verify-full' } });
+    await expect(encrypted(withoutCa)).rejects.toThrow(/self[- ]signed|unable to (get|verify)|certificate/i);
+  });
+
+  it('a secret weaker than the minimum is refused; one stronger keeps its own mode', async () => {
+    const env = { CDC_SOURCE_SECRET_ARN: arn, CDC_SOURCE_SSL_MODE: 'require' };
+    await expect(sourceConnectionFromEnvironment({ secrets: secretsWith({ sslmode: 'disable' }), applicationName: 't', env })).rejects.toBeInstanceOf(SslModeTooWeakError);
+    const stronger = await sourceConnectionFromEnvironment({ secrets: secretsWith({ sslmode: 'verify-full' }), applicationName: 't', env });
+    await expect(encrypted(stronger)).rejects.toThrow(/self[- ]signed|unable to (get|verify)|certificate/i);
+    expect(await encrypted(await sourceConnectionFromEnvironment({ secrets: secretsWith({}), applicationName: 't', env }))).toBe(true);
+  });
+
+  it('a URL is held to the minimum the environment sets, and left alone without one', async () => {
+    const plain = `postgres://postgres@127.0.0.1:${cluster.port}/postgres`;
+    const secrets = secretsWith({});
+    await expect(sourceConnectionFromEnvironment({ secrets, applicationName: 't', env: { CDC_SOURCE_URL: plain, CDC_SOURCE_SSL_MODE: 'require' } })).rejects.toThrow(/the sslmode of CDC_SOURCE_URL is "disable", weaker than the minimum "require"/);
+    expect(await encrypted(await sourceConnectionFromEnvironment({ secrets, applicationName: 't', env: { CDC_SOURCE_URL: `${plain}?sslmode=no-verify`, CDC_SOURCE_SSL_MODE: 'require' } }))).toBe(true);
+    expect(await encrypted(await sourceConnectionFromEnvironment({ secrets, applicationName: 't', env: { CDC_SOURCE_URL: plain } }))).toBe(false);
   });
 });

@@ -1,32 +1,38 @@
 /**
- * The example app (`bin/example-app.ts`, what `cdk synth` runs): synthesized once, with CDK's
- * built-in CloudFormation validation on, then checked against the "done" list of the construct
- * library and compared with the committed snapshot (asset hashes normalised).
+ * The example app (`bin/example-app.ts`, what `cdk synth` runs): a Dev and a Prod stage and the
+ * DMS service roles once per account, synthesized once with CDK's built-in CloudFormation
+ * validation on; each stage's template is checked against the "done" list of the construct
+ * library (alarms wired to the stage's topic, the dashboard's panels, what differs per
+ * environment) and compared with its committed snapshot (asset hashes normalised).
  */
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { App } from 'aws-cdk-lib';
+import { App, Stack, Stage } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
+import * as sns from 'aws-cdk-lib/aws-sns';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { buildExampleApp } from '../../bin/example-app.ts';
-import { CdcSource, ChangeLog } from '../../lib/index.ts';
+import { buildExampleApp, ENVIRONMENTS, type ExampleApp } from '../../bin/example-app.ts';
+import { CdcSource, ChangeLog, PipelineDashboard } from '../../lib/index.ts';
 import { parseJsonProperty, policyDocuments, resourcesOf } from './helpers.ts';
 
+type TemplateJson = { Resources: Record<string, { Type: string; Properties: Record<string, unknown> }> };
+
 let outdir: string;
-let template: Template;
-let json: { Resources: Record<string, { Type: string; Properties: Record<string, unknown> }> };
-let sources: CdcSource[];
-let log: ChangeLog;
+let example: ExampleApp;
+const synthesized = new Map<string, { json: TemplateJson; template: Template }>();
+
+/** The synthesized template of a stack, from the cloud assembly its stage wrote. */
+function templateOf(stack: Stack): { json: TemplateJson; template: Template } {
+  const json = JSON.parse(fs.readFileSync(path.join(Stage.of(stack)!.outdir, stack.templateFile), 'utf8')) as TemplateJson;
+  return { json, template: Template.fromJSON(json) };
+}
 
 beforeAll(() => {
   outdir = fs.mkdtempSync(path.join(os.tmpdir(), 'cdc-example-'));
-  const { app, stack } = buildExampleApp(new App({ outdir }));
-  app.synth();
-  json = JSON.parse(fs.readFileSync(path.join(outdir, `${stack.artifactId}.template.json`), 'utf8'));
-  template = Template.fromJSON(json);
-  sources = stack.node.findAll().filter((c): c is CdcSource => c instanceof CdcSource);
-  log = stack.node.findAll().find((c): c is ChangeLog => c instanceof ChangeLog)!;
+  example = buildExampleApp(new App({ outdir }));
+  example.app.synth();
+  for (const [name, stage] of Object.entries(example.stages)) synthesized.set(name, templateOf(stage.pipeline));
 });
 
 afterAll(() => {
@@ -38,10 +44,141 @@ function normalise(value: unknown): unknown {
   return JSON.parse(JSON.stringify(value).replace(/[0-9a-f]{64}/g, '[ASSET-HASH]'));
 }
 
-describe('example app', () => {
-  test('CloudFormation validation reports nothing unacknowledged', () => {
-    const report = JSON.parse(fs.readFileSync(path.join(outdir, 'validation-report.json'), 'utf8')) as { pluginReports: Array<{ pluginName: string; violations: unknown[] }> };
-    for (const plugin of report.pluginReports) expect(plugin.violations, plugin.pluginName).toEqual([]);
+/** Every `validation-report.json` under the cloud assembly (the app's and each stage's). */
+function validationReports(dir: string): string[] {
+  return fs.readdirSync(dir, { recursive: true, encoding: 'utf8' }).filter((f) => path.basename(f) === 'validation-report.json').map((f) => path.join(dir, f));
+}
+
+test('CloudFormation validation reports nothing unacknowledged', () => {
+  const reports = validationReports(outdir);
+  expect(reports.length).toBeGreaterThan(0);
+  for (const file of reports) {
+    const report = JSON.parse(fs.readFileSync(file, 'utf8')) as { pluginReports: Array<{ pluginName: string; violations: unknown[] }> };
+    for (const plugin of report.pluginReports) expect(plugin.violations, `${file} ${plugin.pluginName}`).toEqual([]);
+  }
+});
+
+describe('the DMS service roles', () => {
+  test('are a stack of their own, once per account, and in no stage', () => {
+    expect(example.dmsServiceRoles.map((s) => s.stackName)).toEqual(['CdcDmsServiceRoles']);
+    const roles = resourcesOf(templateOf(example.dmsServiceRoles[0]!).template, 'AWS::IAM::Role').map(([, r]) => r.Properties.RoleName);
+    expect(roles.sort()).toEqual(['dms-cloudwatch-logs-role', 'dms-vpc-role']);
+    for (const name of ['Dev', 'Prod']) {
+      const names = resourcesOf(synthesized.get(name)!.template, 'AWS::IAM::Role').map(([, r]) => r.Properties.RoleName);
+      expect(names.filter((n) => typeof n === 'string' && n.startsWith('dms-')), name).toEqual([]);
+    }
+  });
+
+  test('one stack per distinct account when the stages name theirs, none with createDmsServiceRoles=false', () => {
+    const split = buildExampleApp(new App({ context: { devAccount: '111111111111', prodAccount: '222222222222', prodRegion: 'eu-west-1' } }));
+    expect(split.dmsServiceRoles.map((s) => [s.stackName, s.account])).toEqual([
+      ['CdcDmsServiceRoles-111111111111', '111111111111'],
+      ['CdcDmsServiceRoles-222222222222', '222222222222'],
+    ]);
+    const shared = buildExampleApp(new App({ context: { devAccount: '111111111111', prodAccount: '111111111111' } }));
+    expect(shared.dmsServiceRoles).toHaveLength(1);
+    expect(buildExampleApp(new App({ context: { createDmsServiceRoles: 'false' } })).dmsServiceRoles).toEqual([]);
+  });
+});
+
+describe('what differs per environment', () => {
+  test('retention, freshness targets, instance sizes and the NAT gateways follow the stage props (the archive: each stage’s own test below)', () => {
+    for (const name of ['Dev', 'Prod'] as const) {
+      const props = ENVIRONMENTS[name];
+      const { template } = synthesized.get(name)!;
+      const streams = resourcesOf(template, 'AWS::Kinesis::Stream');
+      for (const [id, s] of streams) expect(s.Properties.RetentionPeriodHours, `${name} ${id}`).toBe(props.retention.toHours());
+      for (const [id, i] of resourcesOf(template, 'AWS::DMS::ReplicationInstance')) {
+        expect([i.Properties.ReplicationInstanceClass, i.Properties.MultiAZ], `${name} ${id}`).toEqual([props.replicationInstanceClass, props.multiAz]);
+      }
+      const lag = resourcesOf(template, 'AWS::CloudWatch::Alarm').filter(([, a]) => a.Properties.MetricName === 'EndToEndLag');
+      expect(lag.map(([id, a]) => [id.startsWith('Search') ? 'search' : 'warehouse', a.Properties.Threshold]).sort(), name).toEqual(
+        [
+          ['search', props.searchFreshnessTarget.toMilliseconds()],
+          ['warehouse', props.warehouseFreshnessTarget.toMilliseconds()],
+          ['warehouse', props.warehouseFreshnessTarget.toMilliseconds()],
+        ].sort(),
+      );
+      expect(resourcesOf(template, 'AWS::EC2::NatGateway'), name).toHaveLength(props.natGateways);
+    }
+    expect(ENVIRONMENTS.Dev.retention.toHours()).not.toBe(ENVIRONMENTS.Prod.retention.toHours());
+    expect(ENVIRONMENTS.Dev.replicationInstanceClass).not.toBe(ENVIRONMENTS.Prod.replicationInstanceClass);
+  });
+
+  test('a prod alarm topic given by ARN is the one every prod alarm notifies', () => {
+    const arn = 'arn:aws:sns:eu-west-1:222222222222:on-call';
+    const { stages } = buildExampleApp(new App({ context: { prodAlarmTopicArn: arn, createDmsServiceRoles: 'false' } }));
+    const template = Template.fromStack(stages.Prod.pipeline);
+    expect(template.findResources('AWS::SNS::Topic')).toEqual({});
+    const alarms = resourcesOf(template, 'AWS::CloudWatch::Alarm');
+    expect(alarms.length).toBeGreaterThan(20);
+    for (const [id, a] of alarms) expect([a.Properties.AlarmActions, a.Properties.OKActions], id).toEqual([[arn], [arn]]);
+  });
+});
+
+describe.each(['Dev', 'Prod'] as const)('the %s stage', (name) => {
+  let json: TemplateJson;
+  let template: Template;
+  let stack: Stack;
+  let sources: CdcSource[];
+  let log: ChangeLog;
+  beforeAll(() => {
+    ({ json, template } = synthesized.get(name)!);
+    stack = example.stages[name].pipeline;
+    sources = stack.node.findAll().filter((c): c is CdcSource => c instanceof CdcSource);
+    log = stack.node.findAll().find((c): c is ChangeLog => c instanceof ChangeLog)!;
+  });
+
+  test('every alarm notifies the stage’s own topic on ALARM and OK', () => {
+    const topic = example.stages[name].pipeline.alarmTopic as sns.Topic;
+    const topicId = stack.getLogicalId(topic.node.defaultChild as sns.CfnTopic);
+    const alarms = resourcesOf(template, 'AWS::CloudWatch::Alarm');
+    expect(alarms.length).toBeGreaterThan(30);
+    for (const [id, a] of alarms) {
+      expect(a.Properties.AlarmActions, id).toEqual([{ Ref: topicId }]);
+      expect(a.Properties.OKActions, id).toEqual([{ Ref: topicId }]);
+    }
+    // The other stage's topic is another resource in another stack.
+    const other = example.stages[name === 'Dev' ? 'Prod' : 'Dev'].pipeline;
+    expect(other.stackName).not.toBe(stack.stackName);
+    expect(stack.stackName).toBe(`${name}-CdcExample`);
+  });
+
+  test('the dashboard shows every alarm of the stack and the panels of each sink, source and the reconciliation', () => {
+    const dashboards = resourcesOf(template, 'AWS::CloudWatch::Dashboard');
+    expect(dashboards).toHaveLength(1);
+    const [, dashboard] = dashboards[0]!;
+    expect(dashboard.Properties.DashboardName).toBe(`${name}-CdcExample-pipeline`);
+    const parts = (dashboard.Properties.DashboardBody as { 'Fn::Join': [string, unknown[]] })['Fn::Join'][1];
+    const body = JSON.parse(parts.map((p) => (typeof p === 'string' ? p : `<${(p as { 'Fn::GetAtt'?: string[] })['Fn::GetAtt']?.[0] ?? 'ref'}>`)).join('')) as {
+      widgets: Array<{ type: string; properties: { title?: string; alarms?: string[]; annotations?: { horizontal: Array<{ value: number }> } } }>;
+    };
+    const alarmIds = resourcesOf(template, 'AWS::CloudWatch::Alarm').map(([id]) => `<${id}>`);
+    expect(body.widgets.filter((w) => w.type === 'alarm').flatMap((w) => w.properties.alarms!).sort()).toEqual(alarmIds.sort());
+    const titles = body.widgets.filter((w) => w.type === 'metric').map((w) => w.properties.title!);
+    const expected = [
+      ...['warehouse sink warehouse', 'search sink search'].flatMap((sink) => [
+        `${sink}: end-to-end lag (ms)`,
+        `${sink}: events applied per second`,
+        `${sink}: applier iterator age (ms)`,
+        `${sink}: dead letters and apply errors`,
+      ]),
+      'warehouse sink warehouse: merges (backlog)',
+      ...['orders', 'billing'].flatMap((source) => [
+        `source ${source}: slot WAL (bytes)`,
+        `source ${source}: DMS latency (s)`,
+        `source ${source}: normalizer iterator age (ms)`,
+        `source ${source}: snapshot rows done per table`,
+        `source ${source}: snapshot ETA per table (s)`,
+      ]),
+      'reconciliation verdicts: tables DIVERGED and INCONCLUSIVE',
+      'reconciliation coverage: tables without a decided verdict in their tier period',
+    ];
+    expect(titles.sort()).toEqual(expected.sort());
+    const annotation = (title: string) => body.widgets.find((w) => w.properties.title === title)!.properties.annotations!.horizontal.map((a) => a.value);
+    expect(annotation('warehouse sink warehouse: end-to-end lag (ms)')).toEqual([ENVIRONMENTS[name].warehouseFreshnessTarget.toMilliseconds()]);
+    expect(annotation('search sink search: end-to-end lag (ms)')).toEqual([ENVIRONMENTS[name].searchFreshnessTarget.toMilliseconds()]);
+    expect(stack.node.findAll().filter((c) => c instanceof PipelineDashboard)).toHaveLength(1);
   });
 
   test('every masked column has a masking rule and every excluded column a remove-column rule', () => {
@@ -68,16 +205,16 @@ describe('example app', () => {
       }
       expect(rules.some((r) => r['rule-type'] === 'selection' && (r['object-locator'] as Record<string, string>)['table-name'] === 'cdc_heartbeat')).toBe(true);
     }
-    // The orders source captures the rest of its schema by pattern, with explicit exclusions (docs/onboarding.md).
+    // In prod the orders source captures the rest of its schema by pattern, with explicit
+    // exclusions (docs/onboarding.md); in dev only the named tables.
     const [, orders] = tasks.find(([id]) => id.startsWith('Orders'))!;
     const selections = (parseJsonProperty(orders.Properties.TableMappings) as { rules: Array<Record<string, unknown>> }).rules.filter((r) => r['rule-type'] === 'selection');
+    const pattern = name === 'Prod' ? [['%', 'include'], ['audit[_]%', 'exclude'], ['schema[_]migrations', 'exclude']] : [];
     expect(selections.map((r) => [(r['object-locator'] as Record<string, string>)['table-name'], r['rule-action']])).toEqual([
       ['customers', 'include'],
       ['orders', 'include'],
       ['order_items', 'include'],
-      ['%', 'include'],
-      ['audit[_]%', 'exclude'],
-      ['schema[_]migrations', 'exclude'],
+      ...pattern,
       ['cdc_heartbeat', 'include'],
     ]);
     expect(masked).toBe(3);
@@ -98,7 +235,7 @@ describe('example app', () => {
     expect(bucket.Type).toBe('AWS::S3::Bucket');
     const rules = (bucket.Properties.LifecycleConfiguration as { Rules: Array<{ ExpirationInDays?: number; Status: string }> }).Rules;
     expect(rules.filter((r) => r.ExpirationInDays !== undefined).map((r) => r.ExpirationInDays)).toEqual([log.archiveRetention.toDays()]);
-    expect(log.archiveRetention.toDays()).toBe(395);
+    expect(log.archiveRetention.toDays()).toBe(ENVIRONMENTS[name].archiveRetention.toDays());
   });
 
   test('DynamoDB has point-in-time recovery', () => {
@@ -137,11 +274,6 @@ describe('example app', () => {
     for (const kind of ['CdcPlatform/EndToEndLag', 'CdcPlatform/DeadLetters', 'CdcPlatform/ApplyErrors', 'AWS/Lambda/IteratorAge', 'AWS/DMS/CDCLatencySource', 'AWS/DMS/CDCLatencyTarget']) {
       expect(kinds, kind).toContain(kind);
     }
-    // Every alarm notifies the topic on ALARM and OK.
-    for (const [id, a] of resourcesOf(template, 'AWS::CloudWatch::Alarm')) {
-      expect(a.Properties.AlarmActions, id).toEqual([{ Ref: expect.stringMatching(/^Alarms/) }]);
-      expect(a.Properties.OKActions, id).toEqual([{ Ref: expect.stringMatching(/^Alarms/) }]);
-    }
   });
 
   test('no policy statement allows the action "*"', () => {
@@ -157,6 +289,11 @@ describe('example app', () => {
   });
 
   test('matches the committed snapshot (asset hashes normalised)', async () => {
-    await expect(`${JSON.stringify(normalise(json), null, 1)}\n`).toMatchFileSnapshot('./__snapshots__/example-app.template.json');
+    await expect(`${JSON.stringify(normalise(json), null, 1)}\n`).toMatchFileSnapshot(`./__snapshots__/example-app.${name.toLowerCase()}.template.json`);
   });
+});
+
+test('the DMS service roles stack matches the committed snapshot', async () => {
+  const { json } = templateOf(example.dmsServiceRoles[0]!);
+  await expect(`${JSON.stringify(normalise(json), null, 1)}\n`).toMatchFileSnapshot('./__snapshots__/example-app.dms-service-roles.template.json');
 });

@@ -8,7 +8,7 @@ import type { IConstruct } from 'constructs';
 import { describe, expect, test } from 'vitest';
 import { buildExampleApp } from '../../bin/example-app.ts';
 import * as opensearch from 'aws-cdk-lib/aws-opensearchservice';
-import { SearchSink, WarehouseConnection, WarehouseRebuild, WarehouseSink } from '../../lib/index.ts';
+import { PipelineDashboard, SearchSink, WarehouseConnection, WarehouseRebuild, WarehouseSink } from '../../lib/index.ts';
 import { fixture, newApp, ordersSource } from './helpers.ts';
 
 function violationsOf(app: App, scope: IConstruct): string[] {
@@ -32,9 +32,11 @@ function acknowledgements(scope: IConstruct): Array<[string, string, unknown]> {
 }
 
 describe('cdk-nag AwsSolutions', () => {
-  test('the example app has no unacknowledged findings', () => {
-    const { app, stack } = buildExampleApp(newApp());
-    expect(violationsOf(app, stack)).toEqual([]);
+  test('the example app (each stage, the DMS service roles) has no unacknowledged findings', () => {
+    const { app, stages, dmsServiceRoles } = buildExampleApp(newApp());
+    const stacks = [stages.Dev.pipeline, stages.Prod.pipeline, ...dmsServiceRoles];
+    expect(stacks).toHaveLength(3);
+    for (const stack of stacks) expect(violationsOf(app, stack), stack.stackName).toEqual([]);
   });
 
   test('every construct at its defaults has no unacknowledged findings', () => {
@@ -42,6 +44,7 @@ describe('cdk-nag AwsSolutions', () => {
     const orders = ordersSource(f);
     const sink = new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: f.log, sources: [orders], connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }), vpc: f.vpc });
     new WarehouseRebuild(f.stack, 'Rebuild', { controlPlane: f.control, changeLog: f.log, sink, vpc: f.vpc });
+    new PipelineDashboard(f.stack, 'Dashboard', { sources: [orders], warehouseSinks: [sink] });
     new SearchSink(f.stack, 'Search', { controlPlane: f.control, changeLog: f.log, sources: [orders], domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://search-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com') });
     // The fixture's VPC is test scaffolding, not part of the library.
     Validations.of(f.vpc).acknowledge({ id: 'AwsSolutions-VPC7', reason: 'test fixture vpc; flow logs are the application’s choice' });
@@ -49,8 +52,8 @@ describe('cdk-nag AwsSolutions', () => {
   });
 
   test('every acknowledgement states a reason', () => {
-    const { stack } = buildExampleApp(newApp());
-    const acks = acknowledgements(stack);
+    const { app } = buildExampleApp(newApp());
+    const acks = acknowledgements(app);
     expect(acks.length).toBeGreaterThan(10);
     for (const [where, id, reason] of acks) {
       expect(typeof reason === 'string' && reason.length >= 20, `${where} ${id}: ${String(reason)}`).toBe(true);

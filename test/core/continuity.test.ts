@@ -153,10 +153,10 @@ describe("the normalizer's gap check on DMS heartbeats", () => {
   });
 
   it('a discontinuity leaves polled tables active: their positions and continuity are the poll cursor\'s (docs/failures.md)', async () => {
-    const tables = new TableConfigIndex([...LOGGED, { table: 'public.legacy', capture: 'poll', pollColumn: 'v', deleteMode: 'soft', mask: [], exclude: [] }]);
+    const tables = new TableConfigIndex([...LOGGED, { table: 'public.legacy', capture: 'poll', pollColumn: 'cdc_xid', deleteMode: 'soft', mask: [], exclude: [] }]);
     const control = new MemoryControlPlane();
     const n = new Normalizer({ source: 'shop', tables, control, changeLog: { encode: (e: ChangeEvent) => e, publishEncoded: async () => undefined }, metrics: { count: () => undefined, milliseconds: () => undefined }, logger: { debug: () => undefined, info: () => undefined, warn: () => undefined, error: () => undefined } });
-    const shape = { table: 'public.legacy', columns: [{ name: 'id', type: 'integer', typeOid: 23 }, { name: 'v', type: 'bigint', typeOid: 20 }], key: ['id'] };
+    const shape = { table: 'public.legacy', columns: [{ name: 'id', type: 'integer', typeOid: 23 }, { name: 'cdc_xid', type: 'xid8', typeOid: 5069 }], key: ['id'] };
     const polled = pollRecords('shop', shape, { rows: [['1', '7', '7', '2026-12-01T10:00:00.000000Z']] }, { mask: [], exclude: [] }).map((r) => JSON.stringify(r));
     const run = async (texts: string[]) => {
       const b = n.startBatch();
@@ -164,7 +164,7 @@ describe("the normalizer's gap check on DMS heartbeats", () => {
       await b.flush();
     };
     await run([beat(1, 0), dms('public.orders', { id: 1, v: 'a' }), ...polled, beat(2, 10)]);
-    expect((await control.getTable('shop', 'public.legacy'))?.positionSpace).toBe('poll-version');
+    expect((await control.getTable('shop', 'public.legacy'))?.positionSpace).toBe('poll-xid');
     expect((await control.getTable('shop', 'public.orders'))?.positionSpace).toBe('wal');
     await run([beat(4, 30)]); // beat 3 never arrived
     expect((await control.listTables('shop')).map((t) => [t.table, t.state])).toEqual([

@@ -6,7 +6,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { canonicalDecimal, exactNumber, keyValueText, parseJsonExact, sameDecimal } from '../../lambda/core/json-exact.ts';
+import { decimalIdentity, exactNumber, jsonStructure, keyValueText, parseJsonExact } from '../../lambda/core/json-exact.ts';
 import { keyText } from '../../lambda/core/event.ts';
 
 const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 2_000);
@@ -25,6 +25,9 @@ describe('exactNumber', () => {
     expect(exactNumber('9007199254740993')).toBe('9007199254740993');
     expect(exactNumber('-9223372036854775808')).toBe('-9223372036854775808');
     expect(exactNumber('12.30')).toBe('12.30');
+    expect(exactNumber('-0')).toBe('-0');
+    expect(exactNumber('-0.0')).toBe('-0.0');
+    expect(parseJsonExact('[-0, 0, -0.0]')).toEqual(['-0', 0, '-0.0']);
     expect(exactNumber('1e5')).toBe('1e5');
     expect(exactNumber('3.14159265358979323846')).toBe('3.14159265358979323846');
     expect(exactNumber('123456789012345678901234567890.123456789')).toBe('123456789012345678901234567890.123456789');
@@ -101,16 +104,35 @@ describe('key text of exact values', () => {
   });
 });
 
-describe('canonicalDecimal / sameDecimal / keyValueText', () => {
-  it('compares decimals exactly, digit by digit', () => {
-    expect(sameDecimal('9007199254740993', '9007199254740992')).toBe(false);
-    expect(sameDecimal('12.5', '12.50')).toBe(true);
-    expect(sameDecimal('1e5', '100000')).toBe(true);
-    expect(sameDecimal('-0', '0.00')).toBe(true);
-    expect(sameDecimal('0.000001', '1e-6')).toBe(true);
-    expect(sameDecimal('abc', '1')).toBeNull();
-    expect(canonicalDecimal('-0012.3400e1')).toBe('-123.4');
-    expect(canonicalDecimal('123456789012345678901234567890.10')).toBe('123456789012345678901234567890.1');
+describe('decimalIdentity / jsonStructure / keyValueText', () => {
+  it('identifies decimals exactly, digit by digit, with no bound on the exponent', () => {
+    expect(decimalIdentity('9007199254740993')).not.toBe(decimalIdentity('9007199254740992'));
+    expect(decimalIdentity('12.5')).toBe(decimalIdentity('12.50'));
+    expect(decimalIdentity('1e5')).toBe(decimalIdentity('100000'));
+    expect(decimalIdentity('-0')).toBe(decimalIdentity('0.00'));
+    expect(decimalIdentity('-0', true)).toBe('-0');
+    expect(decimalIdentity('-0.0e7', true)).toBe('-0');
+    expect(decimalIdentity('0', true)).toBe('0');
+    expect(decimalIdentity('0.000001')).toBe(decimalIdentity('1e-6'));
+    expect(decimalIdentity('1e400')).not.toBe(decimalIdentity('1e401'));
+    expect(decimalIdentity('1e+308')).toBe(decimalIdentity('1e308'));
+    expect(decimalIdentity('abc')).toBeNull();
+    expect(decimalIdentity('')).toBeNull();
+    expect(decimalIdentity('NaN')).toBeNull();
+    expect(decimalIdentity('-0012.3400e1')).toBe('-1234e-1');
+  });
+  it('reads JSON structure without doubles; jsonb drops order and duplicates, json keeps them', () => {
+    expect(jsonStructure('{"a": 9007199254740993}', true)).not.toBe(jsonStructure('{"a":9007199254740992}', true));
+    expect(jsonStructure('{"a": 1.0, "b": [1, 2]}', true)).toBe(jsonStructure('{"b":[1,2],"a":1}', true));
+    expect(jsonStructure('{"a": 1, "a": 2}', true)).toBe(jsonStructure('{"a":2}', true));
+    expect(jsonStructure('{"a": 1, "a": 2}', false)).not.toBe(jsonStructure('{"a":2}', false));
+    expect(jsonStructure('{"a": 1, "b": 2}', false)).not.toBe(jsonStructure('{"b":2,"a":1}', false));
+    expect(jsonStructure(' [ 1 , "x" ] ', false)).toBe(jsonStructure('[1,"x"]', false));
+    expect(jsonStructure('["\\u00e9"]', false)).toBe(jsonStructure('["é"]', false));
+    expect(jsonStructure('["12.30"]', true)).not.toBe(jsonStructure('[12.30]', true));
+    expect(jsonStructure('{"a":1e400}', true)).not.toBe(jsonStructure('{"a":1e401}', true));
+    expect(jsonStructure('{"a":', true)).toBeNull();
+    expect(jsonStructure('[1] x', true)).toBeNull();
   });
   it('gives a key value the text a sink parameter gets', () => {
     expect(keyValueText(5)).toBe('5');

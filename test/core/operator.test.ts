@@ -198,9 +198,9 @@ describe('resume of a polled table marked by a log discontinuity', () => {
   it('is accepted (its history is its poll cursor\'s, intact): the held range is released; a polled table needing a re-snapshot for another reason is refused', async () => {
     const gap = 'SOURCE_DISCONTINUITY: heartbeat-missed: heartbeats 4 never arrived';
     await register('public.legacy', 'shop', { state: 'needs-resnapshot', stateReason: gap, capture: 'poll' });
-    await register('public.versioned', 'shop', { state: 'needs-resnapshot', stateReason: gap, capture: 'poll', positionSpace: 'poll-version' });
+    await register('public.versioned', 'shop', { state: 'needs-resnapshot', stateReason: gap, capture: 'poll', positionSpace: 'poll-xid' });
     await register('public.orders', 'shop', { state: 'needs-resnapshot', stateReason: gap, positionSpace: 'wal' });
-    await register('public.regressed', 'shop', { state: 'needs-resnapshot', stateReason: 'POSITION_REGRESSION: v went back', capture: 'poll', positionSpace: 'poll-version' });
+    await register('public.regressed', 'shop', { state: 'needs-resnapshot', stateReason: 'POSITION_REGRESSION: v went back', capture: 'poll', positionSpace: 'poll-xid' });
     await cp.holdSinkTable('warehouse', 'shop', 'public.versioned', pos(5));
     expect(await operator().resume('erin', { table: 'public.legacy' })).toMatchObject({ outcome: 'done' });
     expect(await operator().resume('erin', { table: 'public.versioned' })).toMatchObject({ outcome: 'done' });

@@ -50,7 +50,7 @@ describe('test_decoding lines (text only)', () => {
           { name: 'b', type: 'bigint', value: '9007199254740993' },
           { name: 'c', type: 'bigint', value: -42 },
           { name: 'd', type: 'numeric', value: '1.10' },
-          { name: 'f', type: 'double precision', value: -1.5e-7 },
+          { name: 'f', type: 'double precision', value: '-1.5e-07' },
           { name: 'g', type: 'real', value: 'Infinity' },
           { name: 'ok', type: 'boolean', value: false },
           { name: 'bits', type: 'bit varying', value: '101' },
@@ -72,6 +72,19 @@ describe('test_decoding lines (text only)', () => {
     const event = { v: 1, source: 's', table: 'public.t', op: 'insert', key: { id: 1 }, after: values, before: null, position: makePosition('0/10', 0), commitTs: '2026-12-01T00:00:00.000000Z', capture: 'slot', schemaVersion: 1 };
     expect(() => validateChangeEvent(event)).not.toThrow();
     expect(() => validateChangeEvent({ ...event, after: { ...values, g: 3.4028235e38 } })).toThrow(/after\.g: integer .* is beyond 2\^53/);
+  });
+
+  it('carries a float whose JavaScript spelling differs (-0, 17 digits, another exponent) as its exact text', () => {
+    const line = `table public.t: INSERT: id[integer]:1 a[double precision]:-0 b[double precision]:0 c[double precision]:0.10000000000000001 d[real]:1e-05 e[double precision]:0.1 f[double precision]:-0.0`;
+    const r = parseTestDecodingLine(line);
+    if (r.kind !== 'change') throw new Error('expected a change');
+    const values = Object.fromEntries(r.change.columns!.map((col) => [col.name, col.value]));
+    expect(values).toEqual({ id: 1, a: '-0', b: 0, c: '0.10000000000000001', d: '1e-05', e: 0.1, f: '-0.0' });
+    // What JSON carries: the text, sign included; an event refuses a -0 number (JSON would write 0).
+    expect(JSON.parse(JSON.stringify(values)).a).toBe('-0');
+    const event = { v: 1, source: 's', table: 'public.t', op: 'insert', key: { id: 1 }, after: values, before: null, position: makePosition('0/10', 0), commitTs: '2026-12-01T00:00:00.000000Z', capture: 'slot', schemaVersion: 1 };
+    expect(() => validateChangeEvent(event)).not.toThrow();
+    expect(() => validateChangeEvent({ ...event, after: { ...values, a: -0 } })).toThrow(/after\.a: -0 as a JSON number/);
   });
 
   it('is not fooled by section keywords inside values or quoted names', () => {

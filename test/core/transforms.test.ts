@@ -31,6 +31,8 @@ describe('coerceValue', () => {
     ['12.5', 'numeric(12,2)', '12.50'],
     [-0.25, 'numeric(5,2)', '-0.25'],
     ['-0.00', 'numeric(5,2)', '0.00'],
+    ['-0', 'double precision', '-0'],
+    [' -0.0 ', 'double precision', '-0'],
     ['007', 'numeric(3,0)', '7'],
     [null, 'bigint', null],
   ])('%j → %s = %j', (value, type, expected) => {

@@ -30,6 +30,7 @@ import { captureCheckpointName } from '../../local/capture.ts';
 import { compareLsn } from '../../local/slot.ts';
 import { parseStoredSlotReport, slotReportCheckpoint } from '../../lambda/core/slot-monitor.ts';
 import { compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts';
+import { stackPorts, verdictDiagnostics } from '../helpers/verdict-diagnostics.ts';
 import type { TableConfig } from '../../lambda/core/table-config.ts';
 import { until } from '../local/helpers.ts';
 import { readShards } from '../helpers/kinesis-read.ts';
@@ -166,7 +167,7 @@ describe('control plane down during capture checkpointing and during apply', () 
     await until('stalls cleared', () => pipeline!.pollers.sink.stats.stalledSince === null && pipeline!.pollers.normalizer.stats.stalledSince === null, 60_000);
 
     const verdict = await compareSourceAndWarehouse({ sourceUrl: stack!.sourceUrl, warehouseUrl: stack!.warehouseUrl, source: 'demo', tables: TABLES });
-    expect(verdict.match, formatVerdict(verdict).join('\n')).toBe(true);
+    expect(verdict.match, verdict.match ? '' : [...formatVerdict(verdict), ...(await verdictDiagnostics({ control: stack!.control, warehouseUrl: stack!.warehouseUrl, source: 'demo', tables: TABLES.map((t) => t.table), ports: stackPorts(stack!) }))].join('\n')).toBe(true);
     const rows = await source.query<{ n: number }>('SELECT count(*)::int AS n FROM items');
     expect(verdict.tables[0]!.warehouseRows).toBe(rows.rows[0]!.n);
     expect(await stack!.control.listDeadLetters()).toEqual([]);

@@ -20,6 +20,7 @@ import { kinesisClient } from '../../lambda/adapters/aws-clients.ts';
 import { maskValue } from '../../lambda/core/masking.ts';
 import { readShards } from '../helpers/kinesis-read.ts';
 import { until } from '../local/helpers.ts';
+import { expectVerdict, stateDirDiagnostics } from '../helpers/verdict-diagnostics.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const CLI = path.join(ROOT, 'bin', 'cdc.js');
@@ -99,7 +100,7 @@ describe('cdc local --demo, end to end', () => {
     child = null;
     const out = second.output();
     expect(out, out).toContain('resumed');
-    expect(out, out).toContain('verdict: MATCH');
+    await expectVerdict(out, 'verdict: MATCH', () => stateDirDiagnostics(stateDir, { source: 'demo' }));
     expect(out, out).toContain('verdict (search index): MATCH');
     for (const t of ['public.customers', 'public.orders', 'public.documents', 'public.cdc_heartbeat']) expect(out).toMatch(new RegExp(`ok +${t.replace('.', '\\.')}:`));
     expect(code, out).toBe(0);

@@ -22,6 +22,7 @@ import type { StatusReport } from '../../lambda/core/operator.ts';
 import { until } from '../local/helpers.ts';
 import { runCdc, type CdcRun } from '../helpers/cdc-cli.ts';
 import { mergeWarehouseTable } from '../helpers/warehouse-merge.ts';
+import { expectVerdict, stateDirDiagnostics } from '../helpers/verdict-diagnostics.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const CLI = path.join(ROOT, 'bin', 'cdc.js');
@@ -105,7 +106,7 @@ describe('cdc local on capture rules', () => {
     }
     const code = await run.exited;
     const out = run.output();
-    expect(out, out).toContain('verdict: MATCH');
+    await expectVerdict(out, 'verdict: MATCH', () => stateDirDiagnostics(path.join(dir, 'state'), { source: 'app', warehouseUrl: cluster.url('dw') }));
     for (const t of ['public.customers', 'public.items', 'public.fresh', 'sales.leads']) expect(out, out).toMatch(new RegExp(`ok +${t.replace('.', '\\.')}:`));
     expect(code, out).toBe(0);
     // The pre-flight and the live status named what the rules match but do not capture.

@@ -23,6 +23,7 @@ import type { AuditEntry } from '../../lambda/core/control-plane.ts';
 import type { StatusReport } from '../../lambda/core/operator.ts';
 import { until } from '../local/helpers.ts';
 import { runCdc, type CdcRun } from '../helpers/cdc-cli.ts';
+import { expectVerdict, stateDirDiagnostics } from '../helpers/verdict-diagnostics.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const CLI = path.join(ROOT, 'bin', 'cdc.js');
@@ -160,7 +161,7 @@ describe('cdc pause / resume / audit against a running cdc local', () => {
       expect(since.out).toMatch(/e2e +pause +app\/public\.kept +refused +PAUSE_OUTLIVES_RETENTION/);
 
       const code = await exited;
-      expect(output, output).toContain('verdict: MATCH');
+      await expectVerdict(output, 'verdict: MATCH', () => stateDirDiagnostics(path.join(dir, 'state'), { source: 'app', warehouseUrl: cluster.url('dw') }));
       expect(output).toMatch(/ok +public\.held:/);
       expect(code, output).toBe(0);
     } finally {

@@ -15,6 +15,7 @@ import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { resetLocalState } from '../../local/stack.ts';
 import { maskValue } from '../../lambda/core/masking.ts';
 import { until } from '../local/helpers.ts';
+import { expectVerdict, stateDirDiagnostics } from '../helpers/verdict-diagnostics.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const CLI = path.join(ROOT, 'bin', 'cdc.js');
@@ -77,7 +78,7 @@ describe('cdc local --source / --warehouse', () => {
     await app.query('UPDATE people SET pin = pin + 1 WHERE id = 9007199254740993');
     const code = await run.exited;
     const out = run.output();
-    expect(out, out).toContain('verdict: MATCH');
+    await expectVerdict(out, 'verdict: MATCH', () => stateDirDiagnostics(path.join(dir, 'state'), { source: 'app', warehouseUrl: cluster.url('dw') }));
     expect(out, out).toContain('verdict (search index): MATCH');
     expect(out).toMatch(/ok +public\.items:/);
     expect(out).toMatch(/ok +public\.tags:/);

@@ -17,7 +17,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
-import { CONTROL_TABLE, resetLocalState, type LocalState } from '../../local/stack.ts';
+import { controlTableOf, resetLocalState, type LocalState } from '../../local/stack.ts';
 import { seededRandom } from '../../local/demo.ts';
 import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
@@ -58,7 +58,7 @@ function control(stateDir: string): DynamoDbControlPlane | null {
   const file = path.join(stateDir, 'state.json');
   if (!existsSync(file)) return null;
   const s = JSON.parse(readFileSync(file, 'utf8')) as LocalState;
-  return new DynamoDbControlPlane(dynamoDbClient(`http://127.0.0.1:${s.ports.dynamodb}`), CONTROL_TABLE);
+  return new DynamoDbControlPlane(dynamoDbClient(`http://127.0.0.1:${s.ports.dynamodb}`), controlTableOf(s));
 }
 
 /** A concurrent write workload on both tables until `stop()`. */

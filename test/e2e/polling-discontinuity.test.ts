@@ -19,7 +19,7 @@ import { MetricsCollector } from '../../local/metrics.ts';
 import { compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts';
 import { validateTableConfig } from '../../lambda/core/table-config.ts';
 
-const POLLED = validateTableConfig([{ table: 'public.versioned', capture: 'poll', pollColumn: 'v' }]);
+const POLLED = validateTableConfig([{ table: 'public.versioned', capture: 'poll', pollColumn: 'cdc_xid' }]);
 const LOGGED = validateTableConfig([{ table: 'public.items' }]);
 
 let warehouse: PostgresCluster;
@@ -39,7 +39,9 @@ beforeAll(async () => {
   await source.connect();
   await source.query(`
     CREATE SEQUENCE public.versions;
-    CREATE TABLE public.versioned (id int PRIMARY KEY, note text, v bigint NOT NULL);
+    CREATE TABLE public.versioned (id int PRIMARY KEY, note text, v bigint NOT NULL, cdc_xid xid8);
+    CREATE FUNCTION public.cdc_poll_xid() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.cdc_xid := pg_current_xact_id(); RETURN NEW; END $$;
+    CREATE TRIGGER zz_cdc_poll_xid BEFORE INSERT OR UPDATE ON public.versioned FOR EACH ROW EXECUTE FUNCTION public.cdc_poll_xid();
     CREATE TABLE public.items (id int PRIMARY KEY, name text NOT NULL);
     INSERT INTO public.versioned SELECT g, 'note ' || g, nextval('public.versions') FROM generate_series(1, 30) g;
   `);
@@ -86,7 +88,7 @@ describe('a heartbeat discontinuity and a polled table', () => {
 
     expect((await stack!.control.getTable('demo', 'public.items'))!.state).toBe('needs-resnapshot');
     const polled = (await stack!.control.getTable('demo', 'public.versioned'))!;
-    expect([polled.state, polled.positionSpace]).toEqual(['active', 'poll-version']);
+    expect([polled.state, polled.positionSpace]).toEqual(['active', 'poll-xid']);
     expect(await marked()).not.toContain('public.versioned');
     const verdict = await compareSourceAndWarehouse({ sourceUrl: stack!.sourceUrl, warehouseUrl: warehouse.url('dw'), source: 'demo', tables: POLLED });
     expect(verdict.match, formatVerdict(verdict).join('\n')).toBe(true);

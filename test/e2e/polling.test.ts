@@ -2,8 +2,8 @@
  * The polling fallback end to end (docs/polling.md) and per-event transforms in the sinks
  * (docs/transforms.md), on the whole local pipeline against a real embedded PostgreSQL:
  *
- * - two tables configured `capture: 'poll'` (one by a `timestamptz` modified-at column, one by an
- *   integer version) and one captured from the slot as usual. Rows that exist before the start,
+ * - two tables configured `capture: 'poll'` (one by a `timestamptz` modified-at column, one by a
+ *   trigger-maintained transaction id, docs/polling.md) and one captured from the slot as usual. Rows that exist before the start,
  *   inserts and updates while it runs all converge (the row-by-row verdict matches); the polled
  *   events on the change log say `capture: "poll"`; the slot capture never reads the polled tables;
  * - a delete on a polled table is not seen: the warehouse keeps the row, and both the table record
@@ -26,10 +26,11 @@ import { readChangeLog } from '../../lambda/adapters/change-log-reader.ts';
 import { validateTableConfig, type TableConfig } from '../../lambda/core/table-config.ts';
 import { POLL_DELETES_INVISIBLE, pollConsumer } from '../../lambda/core/poll.ts';
 import { POLLED_TABLE_COMMENT } from '../../lambda/core/warehouse-sql.ts';
+import { stackPorts, verdictDiagnostics } from '../helpers/verdict-diagnostics.ts';
 
 const POLLED: TableConfig[] = validateTableConfig([
   { table: 'public.accounts', capture: 'poll', pollColumn: 'updated_at' },
-  { table: 'public.versioned', capture: 'poll', pollColumn: 'v' },
+  { table: 'public.versioned', capture: 'poll', pollColumn: 'cdc_xid' },
 ]);
 const LOGGED: TableConfig[] = validateTableConfig([{ table: 'public.items' }]);
 const SHAPED: TableConfig[] = validateTableConfig([{ table: 'public.orders', transforms: { rename: { amt: 'amount' }, coerce: { amt: 'numeric(12,2)', code: 'bigint' }, tenant: { column: 'tenant', value: '{source}:{table}' } } }]);
@@ -54,7 +55,10 @@ beforeAll(async () => {
   await dw.connect();
   await source.query(`
     CREATE TABLE public.accounts (id int PRIMARY KEY, name text NOT NULL, balance numeric(12,2), updated_at timestamptz NOT NULL DEFAULT clock_timestamp());
-    CREATE TABLE public.versioned (id int PRIMARY KEY, note text, v bigint NOT NULL);
+    CREATE TABLE public.versioned (id int PRIMARY KEY, note text, v bigint NOT NULL, cdc_xid xid8);
+    CREATE FUNCTION public.cdc_poll_xid() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.cdc_xid := pg_current_xact_id(); RETURN NEW; END $$;
+    CREATE TRIGGER zz_cdc_poll_xid BEFORE INSERT OR UPDATE ON public.versioned FOR EACH ROW EXECUTE FUNCTION public.cdc_poll_xid();
+    ALTER TABLE public.versioned ENABLE ALWAYS TRIGGER zz_cdc_poll_xid;
     CREATE TABLE public.items (id int PRIMARY KEY, name text NOT NULL);
     CREATE TABLE public.orders (id int PRIMARY KEY, amt text, code text);
     CREATE SEQUENCE public.versions;
@@ -72,7 +76,7 @@ afterAll(async () => {
   if (dir) await rm(dir, { recursive: true, force: true });
 }, 120_000);
 
-/** What the pipeline knew when a verdict did not match: table states, the poller's lines, dead letters, errors, the pollers' checkpoints. */
+/** What the pipeline knew when a verdict did not match: table states, the poller's lines, dead letters, errors, the pollers' checkpoints; the audit log, the sink's positions per table and the processes behind each port. */
 async function diagnostics(errors: readonly string[]): Promise<string[]> {
   await pipeline!.refreshControl(true);
   const out = ['--- status', ...renderStatus(pipeline!.snapshot()), '--- poll lines', ...pipeline!.polls!.lines().map((l) => JSON.stringify(l))];
@@ -82,6 +86,8 @@ async function diagnostics(errors: readonly string[]): Promise<string[]> {
   const marks = await discontinuities();
   out.push(`--- tables marked needs-resnapshot: ${marks.length}`, ...marks);
   out.push(`--- errors: ${errors.length}`, ...errors.slice(0, 10));
+  const tables = [...POLLED, ...LOGGED].map((t) => t.table);
+  out.push(...(await verdictDiagnostics({ control: stack!.control, warehouseUrl: warehouse.url('dw'), source: 'demo', tables, ports: stackPorts(stack!, { warehouse: warehouse.port }) })));
   return out;
 }
 
@@ -112,7 +118,7 @@ describe('polling fallback', () => {
       onError: (where, e) => errors.push(`${where}: ${e instanceof Error ? e.message : String(e)}`),
     });
     await pipeline.start();
-    // While it runs: inserts and updates on every table (updates move the modified-at / version column).
+    // While it runs: inserts and updates on every table (updates move the modified-at / transaction-id column).
     for (let round = 0; round < 5; round++) {
       await source.query(`INSERT INTO public.accounts (id, name, balance) SELECT g, 'new ' || g, 1 FROM generate_series(${1000 + round * 20}, ${1019 + round * 20}) g`);
       await source.query(`UPDATE public.accounts SET balance = balance + 100, updated_at = clock_timestamp() WHERE id % 7 = ${round}`);

@@ -17,6 +17,7 @@ import { startLocalStack, type LocalStack } from '../../local/stack.ts';
 import { LocalPipeline } from '../../local/pipeline.ts';
 import { MetricsCollector } from '../../local/metrics.ts';
 import { compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts';
+import { stackPorts, verdictDiagnostics } from '../helpers/verdict-diagnostics.ts';
 import type { TableConfig } from '../../lambda/core/table-config.ts';
 import { until } from '../local/helpers.ts';
 
@@ -94,7 +95,7 @@ describe('warehouse outage longer than the old retry budget', () => {
     await until('stall cleared', () => pipeline!.pollers.sink.stats.stalledSince === null, 30_000);
 
     const verdict = await compareSourceAndWarehouse({ sourceUrl: stack!.sourceUrl, warehouseUrl: warehouse.url('dw'), source: 'demo', tables: TABLES });
-    expect(verdict.match, formatVerdict(verdict).join('\n')).toBe(true);
+    expect(verdict.match, verdict.match ? '' : [...formatVerdict(verdict), ...(await verdictDiagnostics({ control: stack!.control, warehouseUrl: warehouse.url('dw'), source: 'demo', tables: TABLES.map((t) => t.table), ports: stackPorts(stack!, { warehouse: warehouse.port }) }))].join('\n')).toBe(true);
     const rows = await source.query<{ n: number }>('SELECT count(*)::int AS n FROM items');
     expect(verdict.tables[0]!.warehouseRows).toBe(rows.rows[0]!.n);
     const letters = await stack!.control.listDeadLetters();

@@ -195,14 +195,17 @@ describe('source connection settings', () => {
     expect(parseSourceSecret(JSON.stringify({ host: 'db', username: 'u', password: 'p', dbname: 'd', sslmode: 'disable' }), 'S')).toMatchObject({ port: 5432, ssl: false });
   });
 
-  it('the TLS mode of the deployment wins over the secret, and a named CA replaces the RDS CAs', () => {
-    const text = JSON.stringify({ host: 'db', username: 'u', password: 'p', dbname: 'd', sslmode: 'disable' });
-    expect(parseSourceSecret(text, 'S', { sslMode: 'verify-full' }).ssl).toMatchObject({ rejectUnauthorized: true });
+  it('the TLS mode of the deployment is a minimum over the secret, and a named CA replaces the RDS CAs', () => {
+    const text = JSON.stringify({ host: 'db', username: 'u', password: 'p', dbname: 'd' });
+    expect(parseSourceSecret(text, 'S', { minimumSslMode: 'verify-full' }).ssl).toMatchObject({ rejectUnauthorized: true });
+    expect(parseSourceSecret(text, 'S', { minimumSslMode: 'require' }).ssl).toEqual({ rejectUnauthorized: false });
+    // A secret asking for more than the minimum keeps it.
+    expect(parseSourceSecret(JSON.stringify({ ...JSON.parse(text), sslmode: 'verify-full' }), 'S', { minimumSslMode: 'require' }).ssl).toMatchObject({ rejectUnauthorized: true });
     const pem = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n';
-    const ca = (parseSourceSecret(text, 'S', { sslMode: 'verify-full', caPem: pem }).ssl as { ca: string[] }).ca;
+    const ca = (parseSourceSecret(text, 'S', { minimumSslMode: 'verify-full', caPem: pem }).ssl as { ca: string[] }).ca;
     expect(ca).toContain(pem);
     expect(ca).not.toContain(RDS_CA_CERTIFICATES[0]);
-    expect(sourceTlsFromEnvironment({ CDC_SOURCE_SSL_MODE: 'require' })).toEqual({ sslMode: 'require', caPem: undefined });
+    expect(sourceTlsFromEnvironment({ CDC_SOURCE_SSL_MODE: 'require' })).toEqual({ minimumSslMode: 'require', caPem: undefined });
     expect(() => sourceTlsFromEnvironment({ CDC_SOURCE_SSL_MODE: 'prefer' })).toThrow(/CDC_SOURCE_SSL_MODE must be one of disable, require, verify-full/);
   });
 

@@ -5,7 +5,8 @@
  * plane, as the e2e helpers use). Before position spaces, the snapshot gave a polled table's rows
  * log positions: a version-polled table's later changes lost to them (stale forever), a
  * timestamp-polled table's rows and sweep sorted below every polled row (deleted rows stayed,
- * skipped rows stayed wrong).
+ * skipped rows stayed wrong). Integer versions are refused now (docs/polling.md); the gap-free
+ * transaction-id mode (`xid8` set by a trigger to `pg_current_xact_id()`) takes their place here.
  */
 import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -50,7 +51,8 @@ function pipeline(source: string, tables: TableConfig[]) {
   const events: string[] = [];
   const normalizer = new Normalizer<string>({ source, tables: new TableConfigIndex(tables), control, changeLog: { encode: (e) => JSON.stringify(e), publishEncoded: async (r) => void events.push(...r) }, metrics: { count: () => undefined, milliseconds: () => undefined }, logger: quiet });
   const applier = createWarehouseApplier({ controlPlane: control, pool: dw, sinkId: 'wh', metrics: new Metrics({ namespace: 't' }), logger: new Logger({ logLevel: 'ERROR' }) });
-  const reader = new PostgresSnapshotReader({ primary: { connectionString: cluster.url('src') }, fencePollMs: 5 });
+  // No margin below the clock: these tests' writes are sequential (docs/polling.md, the horizon).
+  const reader = new PostgresSnapshotReader({ primary: { connectionString: cluster.url('src') }, fencePollMs: 5, pollHorizonMarginMs: 0 });
   let seq = 0;
   const pollColumnOf = (t: string) => tables.find((x) => x.table === t)?.pollColumn;
   return {
@@ -109,59 +111,63 @@ function mulberry32(seed: number): () => number {
   };
 }
 
+/** The gap-free transaction-id recipe (docs/polling.md): an `xid8` column set by a trigger to `pg_current_xact_id()`. */
+const xidTable = (name: string) => `CREATE TABLE ${name} (id int PRIMARY KEY, note text, cdc_xid xid8);
+  CREATE FUNCTION ${name}_xid() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.cdc_xid := pg_current_xact_id(); RETURN NEW; END $$;
+  CREATE TRIGGER zz_cdc_poll_xid BEFORE INSERT OR UPDATE ON ${name} FOR EACH ROW EXECUTE FUNCTION ${name}_xid();`;
+
 const sinkRows = async (schema: string, table: string) => (await dw.query(`SELECT id, note FROM ${schema}.${table} ORDER BY id`)).rows.map((r) => `${r.id}=${r.note}`);
 
 describe('re-snapshot of a polled table', () => {
-  it('repairs skipped rows, removes deleted ones, and later polled changes win (version and timestamp polled)', async () => {
+  it('removes deleted rows, and later polled changes win (transaction-id and timestamp polled)', async () => {
     const src = new pg.Client({ connectionString: cluster.url('src') });
     await src.connect();
-    await src.query(`CREATE SEQUENCE versions;
-      CREATE TABLE versioned (id int PRIMARY KEY, note text, v bigint NOT NULL);
+    await src.query(`${xidTable('versioned')}
       CREATE TABLE stamped (id int PRIMARY KEY, note text, updated_at timestamptz NOT NULL DEFAULT clock_timestamp());
-      INSERT INTO versioned SELECT g, 'init', nextval('versions') FROM generate_series(1, 3) g;
+      INSERT INTO versioned (id, note) SELECT g, 'init' FROM generate_series(1, 3) g;
       INSERT INTO stamped (id, note) SELECT g, 'init' FROM generate_series(1, 3) g;`);
     const tables: TableConfig[] = [
-      { table: 'public.versioned', capture: 'poll', pollColumn: 'v', deleteMode: 'soft', mask: [], exclude: [] },
+      { table: 'public.versioned', capture: 'poll', pollColumn: 'cdc_xid', deleteMode: 'soft', mask: [], exclude: [] },
       { table: 'public.stamped', capture: 'poll', pollColumn: 'updated_at', deleteMode: 'soft', mask: [], exclude: [] },
     ];
     const p = pipeline('demo', tables);
     try {
       await p.poll();
       await p.flow();
-      expect((await p.control.getTable('demo', 'public.versioned'))?.positionSpace).toBe('poll-version');
+      expect((await p.control.getTable('demo', 'public.versioned'))?.positionSpace).toBe('poll-xid');
       expect((await p.control.getTable('demo', 'public.stamped'))?.positionSpace).toBe('poll-timestamp');
 
-      // Between polls: a delete (never observable by polling) and a change the poller misses (commit-order gap, docs/polling.md).
+      // Between polls: a delete (never observable by polling) and a change committed out of order (the poller waits for it, docs/polling.md).
       await src.query('DELETE FROM stamped WHERE id = 3');
       await src.query('DELETE FROM versioned WHERE id = 3');
       const slow = new pg.Client({ connectionString: cluster.url('src') });
       await slow.connect();
-      await slow.query("BEGIN; UPDATE stamped SET note = 'missed by poller', updated_at = clock_timestamp() WHERE id = 1");
+      await slow.query("BEGIN; UPDATE stamped SET note = 'late', updated_at = clock_timestamp() WHERE id = 1; UPDATE versioned SET note = 'late' WHERE id = 1");
       await src.query("UPDATE stamped SET note = 'B', updated_at = clock_timestamp() WHERE id = 2");
+      await src.query("UPDATE versioned SET note = 'B' WHERE id = 2");
       await p.poll();
       await slow.query('COMMIT');
       await slow.end();
       await p.poll();
       await p.flow();
-      expect(await sinkRows('demo_public', 'stamped')).toEqual(['1=init', '2=B', '3=init']); // the gap and the delete, as shipped
+      for (const t of ['stamped', 'versioned']) expect(await sinkRows('demo_public', t)).toEqual(['1=late', '2=B', '3=init']); // the delete, as polling sees it
 
       for (const t of tables) await p.resnapshot(t.table);
       await p.flow();
-      expect(await sinkRows('demo_public', 'stamped')).toEqual(['1=missed by poller', '2=B']);
-      expect(await sinkRows('demo_public', 'versioned')).toEqual(['1=init', '2=init']);
+      for (const t of ['stamped', 'versioned']) expect(await sinkRows('demo_public', t)).toEqual(['1=late', '2=B']);
 
       // Later changes of both tables win over the re-snapshot's rows.
-      await src.query("UPDATE versioned SET note = 'changed after resnapshot', v = nextval('versions') WHERE id = 1");
+      await src.query("UPDATE versioned SET note = 'changed after resnapshot' WHERE id = 1");
       await src.query("UPDATE stamped SET note = 'changed after resnapshot', updated_at = clock_timestamp() WHERE id = 2");
-      await src.query("INSERT INTO versioned VALUES (4, 'new', nextval('versions'))");
+      await src.query("INSERT INTO versioned (id, note) VALUES (4, 'new')");
       await p.poll();
       await p.flow();
-      expect(await sinkRows('demo_public', 'versioned')).toEqual(['1=changed after resnapshot', '2=init', '4=new']);
-      expect(await sinkRows('demo_public', 'stamped')).toEqual(['1=missed by poller', '2=changed after resnapshot']);
+      expect(await sinkRows('demo_public', 'versioned')).toEqual(['1=changed after resnapshot', '2=B', '4=new']);
+      expect(await sinkRows('demo_public', 'stamped')).toEqual(['1=late', '2=changed after resnapshot']);
 
-      // The snapshot's audit says which space and watermark it took.
+      // The snapshot's audit says which space and bound it took.
       const marks = (await p.control.listAudit('demo')).filter((a) => a.action === 'poll-snapshot-watermark');
-      expect(marks.map((a) => a.detail.positionSpace).sort()).toEqual(['poll-timestamp', 'poll-version']);
+      expect(marks.map((a) => a.detail.positionSpace).sort()).toEqual(['poll-timestamp', 'poll-xid']);
     } finally {
       await p.close();
       await src.end();
@@ -170,7 +176,7 @@ describe('re-snapshot of a polled table', () => {
 
   const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
   const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 16);
-  it(`property: over ${RUNS} seeds from ${SEED}, polling with inserts, updates, deletes and skipped commits, and a re-snapshot in the middle with changes and polls during it, converges row by row`, async () => {
+  it(`property: over ${RUNS} seeds from ${SEED}, polling with inserts, updates, deletes and out-of-order commits, and a re-snapshot in the middle with changes and polls during it, converges row by row`, async () => {
     console.log(`polled re-snapshot property: ${RUNS} seeds from ${SEED} (CDC_PROPERTY_SEED, CDC_PROPERTY_RUNS)`);
     const src = new pg.Client({ connectionString: cluster.url('src') });
     const slow = new pg.Client({ connectionString: cluster.url('src') });
@@ -181,30 +187,31 @@ describe('re-snapshot of a polled table', () => {
         const seed = (SEED + run) >>> 0;
         const rnd = mulberry32(seed);
         const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
-        const kind = run % 2 === 0 ? 'version' : 'timestamp';
+        const kind = run % 2 === 0 ? 'xid' : 'timestamp';
         const name = `p${run}_${kind}`;
-        const pc = kind === 'version' ? 'v' : 'updated_at';
-        const next = kind === 'version' ? `nextval('${name}_seq')` : 'clock_timestamp()';
-        await src.query(`CREATE SEQUENCE ${name}_seq; CREATE TABLE ${name} (id int PRIMARY KEY, note text, ${kind === 'version' ? 'v bigint' : 'updated_at timestamptz'} NOT NULL DEFAULT ${next})`);
+        const pc = kind === 'xid' ? 'cdc_xid' : 'updated_at';
+        // The transaction-id column is set by its trigger; the timestamp one by each statement.
+        const touch = kind === 'xid' ? '' : ', updated_at = clock_timestamp()';
+        await src.query(kind === 'xid' ? xidTable(name) : `CREATE TABLE ${name} (id int PRIMARY KEY, note text, updated_at timestamptz NOT NULL DEFAULT clock_timestamp())`);
         const p = pipeline(`s${run}`, [{ table: `public.${name}`, capture: 'poll', pollColumn: pc, deleteMode: 'soft', mask: [], exclude: [] }]);
         let counter = 0;
         const ids = async () => (await src.query<{ id: number }>(`SELECT id FROM ${name}`)).rows.map((r) => r.id);
         const change = async (deletes: boolean) => {
           const present = await ids();
           const r = rnd();
-          if (present.length === 0 || r < 0.35) await src.query(`INSERT INTO ${name} (id, note) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET note = EXCLUDED.note, ${pc} = ${next}`, [Math.floor(rnd() * 40), `i${++counter}`]);
+          if (present.length === 0 || r < 0.35) await src.query(`INSERT INTO ${name} (id, note) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET note = EXCLUDED.note${touch}`, [Math.floor(rnd() * 40), `i${++counter}`]);
           else if (deletes && r < 0.55) await src.query(`DELETE FROM ${name} WHERE id = $1`, [pick(present)]);
-          else await src.query(`UPDATE ${name} SET note = $2, ${pc} = ${next} WHERE id = $1`, [pick(present), `u${++counter}`]);
+          else await src.query(`UPDATE ${name} SET note = $2${touch} WHERE id = $1`, [pick(present), `u${++counter}`]);
         };
-        /** A change whose poll value is taken before a poll pass reads past it and that commits after: the poller skips it. */
+        /** A change whose poll value is taken before a poll pass and that commits after it (out of order): the poller must wait for it, never skip it. */
         const skipped = async () => {
           const present = await ids();
           if (present.length < 2) return;
           const late = pick(present);
           await slow.query('BEGIN');
-          await slow.query(`UPDATE ${name} SET note = $2, ${pc} = ${next} WHERE id = $1`, [late, `late${++counter}`]);
+          await slow.query(`UPDATE ${name} SET note = $2${touch} WHERE id = $1`, [late, `late${++counter}`]);
           // A later value committed first (another row: the late one holds its row lock).
-          await src.query(`UPDATE ${name} SET note = $2, ${pc} = ${next} WHERE id = $1`, [pick(present.filter((x) => x !== late)), `u${++counter}`]);
+          await src.query(`UPDATE ${name} SET note = $2${touch} WHERE id = $1`, [pick(present.filter((x) => x !== late)), `u${++counter}`]);
           await p.poll();
           await slow.query('COMMIT');
         };
@@ -249,15 +256,14 @@ describe('re-snapshot of a polled table', () => {
     }
   }, 300_000);
 
-  it("reconcile's stable point for a polled table is its poll cursor and the sink's progress, not the heartbeat (timestamp and version)", async () => {
+  it("reconcile's stable point for a polled table is its poll cursor and the sink's progress, not the heartbeat (timestamp and transaction id)", async () => {
     const src = new pg.Client({ connectionString: cluster.url('src') });
     await src.connect();
-    await src.query(`CREATE SEQUENCE sp_seq;
-      CREATE TABLE sp_v (id int PRIMARY KEY, note text, v bigint NOT NULL DEFAULT nextval('sp_seq'));
+    await src.query(`${xidTable('sp_v')}
       CREATE TABLE sp_t (id int PRIMARY KEY, note text, updated_at timestamptz NOT NULL DEFAULT clock_timestamp());
       INSERT INTO sp_v (id, note) VALUES (1, 'a'), (2, 'b'); INSERT INTO sp_t (id, note) VALUES (1, 'a'), (2, 'b');`);
     const tables: TableConfig[] = [
-      { table: 'public.sp_v', capture: 'poll', pollColumn: 'v', deleteMode: 'soft', mask: [], exclude: [] },
+      { table: 'public.sp_v', capture: 'poll', pollColumn: 'cdc_xid', deleteMode: 'soft', mask: [], exclude: [] },
       { table: 'public.sp_t', capture: 'poll', pollColumn: 'updated_at', deleteMode: 'soft', mask: [], exclude: [] },
     ];
     const p = pipeline('stable', tables);
@@ -272,7 +278,7 @@ describe('re-snapshot of a polled table', () => {
       for (const [i, t] of tables.entries()) {
         const point = points[i]!;
         const first = firsts[i]!;
-        await src.query(`UPDATE ${t.table} SET note = 'c', ${t.pollColumn} = ${t.pollColumn === 'v' ? "nextval('sp_seq')" : 'clock_timestamp()'} WHERE id = 1`);
+        await src.query(`UPDATE ${t.table} SET note = 'c'${t.pollColumn === 'cdc_xid' ? '' : ', updated_at = clock_timestamp()'} WHERE id = 1`);
         const second = await point.mark();
         expect(second > first).toBe(true);
         expect(await point.passed(second)).toBe(false);
@@ -289,8 +295,8 @@ describe('re-snapshot of a polled table', () => {
   it('refuses a run of a polled table that would take log positions, and fails it by name', async () => {
     const src = new pg.Client({ connectionString: cluster.url('src') });
     await src.connect();
-    await src.query(`CREATE TABLE refused (id int PRIMARY KEY, note text, v bigint NOT NULL); INSERT INTO refused VALUES (1, 'a', 1);`);
-    const tables: TableConfig[] = [{ table: 'public.refused', capture: 'poll', pollColumn: 'v', deleteMode: 'soft', mask: [], exclude: [] }];
+    await src.query(`${xidTable('refused')} INSERT INTO refused (id, note) VALUES (1, 'a');`);
+    const tables: TableConfig[] = [{ table: 'public.refused', capture: 'poll', pollColumn: 'cdc_xid', deleteMode: 'soft', mask: [], exclude: [] }];
     const p = pipeline('refusal', tables);
     try {
       await p.poll();
@@ -302,7 +308,7 @@ describe('re-snapshot of a polled table', () => {
       await expect(run).rejects.toBeInstanceOf(PositionSpaceMismatchError);
       const state = await p.control.getSnapshot('refusal', 'public.refused');
       expect(state?.status).toBe('failed');
-      expect(state?.error).toMatch(/^POSITION_SPACE_MISMATCH: .*space wal .* space poll-version/);
+      expect(state?.error).toMatch(/^POSITION_SPACE_MISMATCH: .*space wal .* space poll-xid/);
     } finally {
       await p.close();
       await src.end();

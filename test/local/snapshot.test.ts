@@ -47,7 +47,9 @@ describe('snapshot reader (real PostgreSQL)', () => {
  two lines', 'short', 'ab', true, '2026-11-29 12:00:00.123456+05:30', '2026-12-01', '13:14:15', '1 day 02:03:04', '{"b": [1, 2], "a": null}', '{"raw":  1}',
        '\\xdeadbeef', ARRAY['x', 'y z', NULL, 'q"uote'], ARRAY[1, 2], B'1011', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '10.0.0.1',
        'person@example.com', 'do not ship', 3.140, '2026-01-01 00:00:00+00'),
-      (2, NULL, NULL, NULL, 'NaN', '-Infinity', '', NULL, NULL, false, NULL, NULL, NULL, NULL, 'null', NULL, NULL, '{}', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)`);
+      (2, NULL, NULL, NULL, 'NaN', '-Infinity', '', NULL, NULL, false, NULL, NULL, NULL, NULL, 'null', NULL, NULL, '{}', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+      (3, NULL, NULL, NULL, '-0', '-0', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+      (4, NULL, NULL, NULL, '1e-05', '1.5e+20', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)`);
     const rules = { mask: ['email', 'masked_n', 'masked_ts'], exclude: ['secret'] };
     const tables = new TableConfigIndex([{ table: 'public.kinds', deleteMode: 'soft', mask: rules.mask, exclude: rules.exclude }]);
 
@@ -60,7 +62,10 @@ describe('snapshot reader (real PostgreSQL)', () => {
     const types = await columnTypesOf(cap, ['public.kinds']);
     await cap.end();
     const captured = transactionsToRecords('src', groupTransactions(peek.rows).transactions, tables, new Map([['public.kinds', ['id']]]), types);
-    expect(captured).toHaveLength(2);
+    expect(captured).toHaveLength(4);
+    // A float is carried as its exact text where JavaScript would spell it otherwise (-0 would be written 0).
+    const floats = (r: (typeof captured)[number]) => r.columns!.filter((c) => c.name === 'f' || c.name === 'r').map((c) => c.value);
+    expect(captured.slice(2).map(floats)).toEqual([['-0', '-0'], ['1e-05', '1.5e+20']]);
 
     // Snapshot path.
     const reader = new PostgresSnapshotReader({ primary: { connectionString: url } });

@@ -1,0 +1,128 @@
+/**
+ * What an end-to-end test prints when a verdict does not match (docs/local.md, "Ports and names"):
+ * the audit log, the sink's rows and min/max position per table (mirror, delta, changelog), and
+ * the processes behind each port of the stack. A wrong sink can come from the pipeline or from a
+ * stack that talked to another stack's server; these lines tell the two apart. Every part is
+ * best effort: a part that cannot be read says why, and never hides the verdict.
+ */
+import path from 'node:path';
+import pg from 'pg';
+import { expect } from 'vitest';
+import type { AuditEntry } from '../../lambda/core/control-plane.ts';
+import { qualified, warehouseTable } from '../../lambda/core/warehouse-sql.ts';
+import { describeListeners } from '../../local/ports.ts';
+import { startPostgres } from '../../local/postgres.ts';
+import { openLocalControl } from '../../local/reconcile.ts';
+import { readState, WAREHOUSE_DATABASE, type LocalStack } from '../../local/stack.ts';
+
+export interface DiagnosticsInput {
+  /** The stack's control plane (its audit log). */
+  control: { listAudit(source?: string): Promise<AuditEntry[]>; listTables(source: string): Promise<Array<{ table: string }>> } | null;
+  warehouseUrl: string | null;
+  source: string;
+  /** The tables to show the sink of. @default the tables registered in the control plane */
+  tables?: readonly string[];
+  /** Ports by what runs there (null: none). */
+  ports: Record<string, number | null | undefined>;
+}
+
+function message(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** The ports of an in-process stack, plus any the test started itself (e.g. an external warehouse). */
+export function stackPorts(stack: LocalStack, extra: Record<string, number | null | undefined> = {}): Record<string, number | null | undefined> {
+  return { 'stack postgres': stack.postgres?.port ?? null, 'stack dynamodb': stack.dynamodb.port, 'stack kinesalite': stack.kinesalite.port, ...extra };
+}
+
+/** Rows, live rows and min/max `_cdc_position` of each of a table's sink relations that exist. */
+async function sinkPositions(client: pg.Client, source: string, table: string): Promise<string[]> {
+  const t = warehouseTable(source, table);
+  const out: string[] = [];
+  for (const [what, rel] of [['mirror', t.mirror], ['delta', t.delta], ['changelog', t.changelog]] as const) {
+    const name = qualified(t.schema, rel);
+    const exists = await client.query<{ r: string | null }>('SELECT to_regclass($1)::text AS r', [name]);
+    if (!exists.rows[0]!.r) {
+      out.push(`  ${table} ${what}: none`);
+      continue;
+    }
+    const r = await client.query<{ rows: number; min: string | null; max: string | null }>(`SELECT count(*)::int AS rows, min(_cdc_position) AS min, max(_cdc_position) AS max FROM ${name}`);
+    const row = r.rows[0]!;
+    out.push(`  ${table} ${what}: ${row.rows} rows, position ${row.min ?? '-'} .. ${row.max ?? '-'}`);
+  }
+  return out;
+}
+
+/** The lines to print after a verdict that did not match. */
+export async function verdictDiagnostics(input: DiagnosticsInput): Promise<string[]> {
+  const out: string[] = [];
+  try {
+    const audit = input.control ? await input.control.listAudit(input.source) : null;
+    if (audit === null) out.push('--- audit log: no control plane');
+    else {
+      out.push(`--- audit log of ${input.source}: ${audit.length} entries${audit.length > 200 ? ' (last 200)' : ''}`);
+      for (const e of audit.slice(-200)) out.push(`  ${e.at} ${e.actor} ${e.action} ${e.table ?? '-'} ${e.outcome} ${JSON.stringify(e.detail)}`);
+    }
+  } catch (err) {
+    out.push(`--- audit log: unreadable (${message(err)})`);
+  }
+  out.push('--- sink positions');
+  const tables = input.tables ?? (await input.control?.listTables(input.source).then((ts) => ts.map((t) => t.table)).catch(() => [] as string[])) ?? [];
+  if (!input.warehouseUrl) out.push('  no warehouse');
+  else {
+    const client = new pg.Client({ connectionString: input.warehouseUrl, connectionTimeoutMillis: 5000 });
+    try {
+      await client.connect();
+      for (const table of tables) out.push(...(await sinkPositions(client, input.source, table).catch((err: unknown) => [`  ${table}: unreadable (${message(err)})`])));
+    } catch (err) {
+      out.push(`  warehouse unreachable (${message(err)})`);
+    } finally {
+      await client.end().catch(() => undefined);
+    }
+  }
+  out.push('--- processes behind the ports');
+  for (const [what, port] of Object.entries(input.ports)) {
+    if (port === null || port === undefined) continue;
+    out.push(`  ${what} port ${port}: ${await describeListeners(port).catch((err: unknown) => `unknown (${message(err)})`)}`);
+  }
+  return out;
+}
+
+/**
+ * The same for a `cdc local` run in its own process, from its state folder: the control plane of
+ * the running stack, or DynamoDB Local started on the folder's data when the run is over; the
+ * warehouse given, or the embedded one (started on its data folder for the duration when stopped).
+ */
+export async function stateDirDiagnostics(stateDir: string, o: { source: string; tables?: readonly string[]; warehouseUrl?: string }): Promise<string[]> {
+  const state = readState(path.join(stateDir, 'state.json'));
+  if (!state) return [`--- no state.json in ${stateDir}`];
+  const ports = { 'postgres (state.json)': state.ports.postgres, 'dynamodb (state.json)': state.ports.dynamodb, 'kinesalite (state.json)': state.ports.kinesis };
+  const local = await openLocalControl(stateDir).catch((err: unknown) => err as Error);
+  const stops: Array<() => Promise<void>> = [];
+  try {
+    let warehouseUrl = o.warehouseUrl ?? null;
+    if (!warehouseUrl && !(local instanceof Error) && local.embeddedUrl) warehouseUrl = local.embeddedUrl(WAREHOUSE_DATABASE);
+    if (!warehouseUrl && state.postgresDataDir) {
+      const cluster = await startPostgres({ dataDir: state.postgresDataDir, persistent: true }).catch(() => null);
+      if (cluster) {
+        stops.push(() => cluster.stop());
+        warehouseUrl = cluster.url(WAREHOUSE_DATABASE);
+      }
+    }
+    const lines = await verdictDiagnostics({ control: local instanceof Error ? null : local.control, warehouseUrl, source: o.source, ...(o.tables ? { tables: o.tables } : {}), ports });
+    return local instanceof Error ? [`--- control plane unreachable (${local.message})`, ...lines] : lines;
+  } finally {
+    for (const stop of stops) await stop().catch(() => undefined);
+    if (!(local instanceof Error)) await local.close();
+  }
+}
+
+/**
+ * Expects `marker` (e.g. `verdict: MATCH`) in a run's output; when it is missing, the failure
+ * message is the output followed by the diagnostics.
+ */
+export async function expectVerdict(out: string, marker: string, diagnose: () => Promise<string[]>): Promise<void> {
+  if (out.includes(marker)) return;
+  const lines = await diagnose().catch((err: unknown) => [`--- diagnostics failed: ${message(err)}`]);
+  expect(out, [out, ...lines].join('\n')).toContain(marker);
+}
