@@ -241,7 +241,18 @@ describe('polling without a gap (randomized)', () => {
         const resnapshots = (async () => {
           await sleep(WRITE_MS * (0.3 + rand() * 0.3));
           const gone = Array.from({ length: 1 + Math.floor(rand() * 4) }, () => 1 + Math.floor(rand() * 30));
-          for (const t of TABLES) await admin.query(`DELETE FROM ${t.table} WHERE id = ANY($1::int[])`, [gone]);
+          // One transaction on both tables; a deadlock with a writer's long transaction rolls it back: try again.
+          for (let attempt = 1; ; attempt++) {
+            try {
+              await admin.query('BEGIN');
+              for (const t of TABLES) await admin.query(`DELETE FROM ${t.table} WHERE id = ANY($1::int[])`, [gone]);
+              await admin.query('COMMIT');
+              break;
+            } catch (e) {
+              await admin.query('ROLLBACK');
+              if (attempt >= 20) throw e;
+            }
+          }
           return Promise.all(pollers.map((p) => p.resnapshot(1 + Math.floor(rand() * 8))));
         })();
         const [done, , snapRows] = await Promise.all([writes, polls, resnapshots]);
