@@ -5,8 +5,8 @@
  * key must be present exactly once on both sides.
  *
  * Warehouse names come from lambda/core/warehouse-sql.ts (`warehouseTable`): schema
- * `<source>_<schema>`, the view named after the table (over `<table>_mirror` and the unmerged
- * `<table>_delta`, docs/warehouse-apply.md): rows are read through the view.
+ * `<source>_<schema>`, the view named after the table (over `_cdc_mirror_<table>` and the unmerged
+ * `_cdc_delta_<table>`, docs/warehouse-apply.md): rows are read through the view.
  *
  * Values are compared by their PostgreSQL text (both sessions in UTC, ISO dates) with the one
  * comparison of reconciliation (lambda/core/same-value.ts), by the class of the column's type:

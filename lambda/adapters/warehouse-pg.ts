@@ -38,6 +38,7 @@ import { pipeline } from 'node:stream/promises';
 import type pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import { CdcError } from '../core/errors.ts';
+import { foundRelations, LegacyLayoutError, legacyProbeSql, planLegacyMigration } from '../core/legacy-layout.ts';
 import { guardPoolClients } from './pg-pool.ts';
 import type { ChangeEvent, Row } from '../core/event.ts';
 import { keyText } from '../core/event.ts';
@@ -319,6 +320,8 @@ export class PgWarehouse implements WarehouseWriter {
   classifyError(err: unknown): WriteErrorKind | null {
     if (err instanceof SinkTypeConflictError) return { kind: 'type-conflict', message: err.message };
     if (err instanceof ValueRejectedError) return { kind: 'value-rejected' };
+    // Old objects the applier cannot move: held, audited, with the statements to run (lambda/core/legacy-layout.ts).
+    if (err instanceof LegacyLayoutError) return { kind: 'persistent', code: err.code };
     const code = persistentTableErrorCode(err);
     return code === null ? null : { kind: 'persistent', code };
   }
@@ -451,7 +454,12 @@ export class PgWarehouse implements WarehouseWriter {
       // Bring the sink into shape first, in its own short transaction: the DDL is additive and
       // idempotent, the stage tables are made from the resulting shape, and the data transaction
       // then holds no catalog locks.
+      // A table's first apply in this process moves its objects of the layout before injective
+      // names, if any (docs/warehouse-apply.md, "Layout before injective names"); a shadow has none.
+      const moved = !this.shapes.has(cacheKey) && isLiveTable(t) && (await migrateLegacyLayout(client, t));
       let known = this.shapes.get(cacheKey) ?? (await readShape(client, t));
+      // Its view is made again over the moved objects (PostgreSQL's would follow them; made anew, it is the same on every engine).
+      if (moved) known = { ...known, view: false };
       // Another process may have made the handover table since this one cached the shape: an
       // update that lacks columns must see it, or it could be applied onto a key that is held
       // (docs/primary-key-changes.md). So such a batch reads the catalog again until the table exists.
@@ -774,6 +782,36 @@ export class PgWarehouse implements WarehouseWriter {
     return plan;
   }
 }
+
+/**
+ * Moves `t`'s objects of the old layout (and those of another table holding its view's name) to
+ * their names, in one transaction (`planLegacyMigration`); whether `t`'s own moved. Throws
+ * `LegacyLayoutError` when they cannot be moved here.
+ */
+async function migrateLegacyLayout(client: pg.ClientBase, t: WarehouseTable): Promise<boolean> {
+  const probe = legacyProbeSql(t);
+  const found = foundRelations((await client.query<{ table_schema: string; table_name: string; table_type: string }>(probe.text, probe.values)).rows);
+  const plan = planLegacyMigration(t, found);
+  if (plan.statements.length === 0) return false;
+  try {
+    await client.query(`BEGIN; ${plan.statements.join('; ')}; COMMIT`);
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    // Another process moved them first (its rename took the name, or the old one is gone): the shape read next finds them.
+    const code = (err as { code?: unknown } | null)?.code;
+    if (!isConcurrentDdlClash(err) && code !== UNDEFINED_TABLE) throw err;
+  }
+  return plan.own;
+}
+
+/** Whether `t` names a table's live objects (not a rebuild's shadow or another schema's). */
+function isLiveTable(t: WarehouseTable): boolean {
+  const live = warehouseTable(t.source, t.tableId);
+  return t.schema === live.schema && t.mirror === live.mirror;
+}
+
+/** SQLSTATE of a relation that does not exist. */
+const UNDEFINED_TABLE = '42P01';
 
 /** Redshift when its version string says so, else PostgreSQL. */
 async function detectEngine(client: pg.ClientBase): Promise<WarehouseEngine> {

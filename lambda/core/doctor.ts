@@ -8,6 +8,7 @@
  * works but one failure mode is unguarded (no WAL cap, an unencrypted loopback connection, a slot
  * of another tool pinning WAL). The RDS/Aurora parameter behind each check: docs/doctor.md.
  */
+import { tableNameRefusal } from './warehouse-names.ts';
 
 import { pollColumnKindOf, type PollColumnKind } from './poll.ts';
 
@@ -25,6 +26,8 @@ export const CheckId = {
   SELECT_GRANT: 'select_grant',
   HEARTBEAT: 'heartbeat',
   TABLE_EXISTS: 'table_exists',
+  /** The table's name can name its warehouse view (docs/architecture.md §5.4, "Names"). */
+  TABLE_NAME: 'table_name',
   PRIMARY_KEY: 'primary_key',
   REPLICA_IDENTITY: 'replica_identity',
   COLUMN_TYPES: 'column_types',
@@ -191,6 +194,8 @@ function tableChecks(t: TableFact, user: string): CheckResult[] {
     out.push(problem(CheckId.TABLE_EXISTS, 'FAIL', t.table, `captured table ${t.table} does not exist (or the capture user cannot see it)`, `create the table, fix the name in --tables, or GRANT USAGE ON SCHEMA to ${q(user)}`));
     return out;
   }
+  const named = tableNameRefusal(t.table);
+  if (named !== null) out.push(problem(CheckId.TABLE_NAME, 'FAIL', t.table, named, `rename the table, or leave it out of the capture (a rule's excludeTables)`));
   out.push(
     t.selectGranted
       ? pass(CheckId.SELECT_GRANT, t.table, `${q(user)} may SELECT ${t.table}`)
