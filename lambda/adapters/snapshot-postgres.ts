@@ -20,7 +20,7 @@ import { to as copyTo } from 'pg-copy-streams';
 import { chunkCopyQuery, copyChunkRead, SnapshotFenceTimeoutError, SnapshotTableError, type ChunkRead, type KeyCursor, type SnapshotColumn, type SnapshotTableShape } from '../core/snapshot.ts';
 import type { PressureReading } from '../core/snapshot-pacer.ts';
 import { CdcError } from '../core/errors.ts';
-import { splitTableId } from '../core/identifiers.ts';
+import { quoteIdent, splitTableId } from '../core/identifiers.ts';
 import { PRIMARY_KEY_COLUMNS_SQL } from './source-facts-pg.ts';
 import type { SnapshotReader } from '../core/snapshot-worker.ts';
 import { DEFAULT_POLL_HORIZON_MARGIN_S, POLL_CLOCK_SQL, POLL_HORIZON_SQL, PollHorizonPrivilegeError, pollColumnKind, pollQuery, type PollCursor, type PollPage, type PollReader } from '../core/poll.ts';
@@ -118,7 +118,7 @@ export class PostgresSnapshotReader implements SnapshotReader, PollReader {
     if (tuples >= 0 && Number(row.relpages) > 0) return tuples;
     // Never analysed: count, unless the table is large (then the estimate grows as rows are read).
     if (Number(row.relpages) > 10_000) return 0;
-    const n = await primary.query<{ n: string }>(`SELECT count(*)::text AS n FROM "${schema}"."${table}"`);
+    const n = await primary.query<{ n: string }>(`SELECT count(*)::text AS n FROM ${quoteIdent(schema)}.${quoteIdent(table)}`);
     return Number(n.rows[0]!.n);
   }
 

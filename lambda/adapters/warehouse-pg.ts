@@ -282,6 +282,12 @@ export interface PgWarehouseOptions {
    *   the S3 COPY loader (`s3CopyDeltaLoader`) when one is configured
    */
   deltaLoader?: StageLoader;
+  /**
+   * Whether the warehouse folds quoted names to lower case. Set `true` on PostgreSQL to stand in
+   * for Redshift's folding (docs/onboarding.md, "Names").
+   * @default true when the server says it is Redshift, else false
+   */
+  foldsNames?: boolean;
 }
 
 /** The warehouse sink over `pg`. One instance per process; one apply at a time per table. */
@@ -293,6 +299,7 @@ export class PgWarehouse implements WarehouseWriter {
   private readonly sessionStages = new WeakMap<pg.ClientBase, Map<string, number>>();
   private engine: WarehouseEngine | undefined;
   private readonly deltaLoaderOption: StageLoader | undefined;
+  private readonly foldsNamesOption: boolean | undefined;
   /** Per table (`schema.view`): what this process appended since it last merged. */
   private readonly pendingDelta = new Map<string, PendingDelta>();
 
@@ -304,6 +311,7 @@ export class PgWarehouse implements WarehouseWriter {
     this.loader = options.loader ?? insertStageLoader;
     this.lifecycle = options.stages;
     this.deltaLoaderOption = options.deltaLoader;
+    this.foldsNamesOption = options.foldsNames;
   }
 
   private deltaLoader(): StageLoader {
@@ -314,6 +322,20 @@ export class PgWarehouse implements WarehouseWriter {
   private async detect(client: pg.ClientBase): Promise<StageLifecycle> {
     if (this.engine === undefined) this.engine = await detectEngine(client);
     return (this.lifecycle ??= this.engine === 'redshift' ? 'transaction' : 'session');
+  }
+
+  /** Whether the warehouse folds quoted names to lower case: Redshift's default (`enable_case_sensitive_identifier` off). */
+  async foldsNames(): Promise<boolean> {
+    if (this.foldsNamesOption !== undefined) return this.foldsNamesOption;
+    if (this.engine === undefined) {
+      const client = await this.pool.connect();
+      try {
+        await this.detect(client);
+      } finally {
+        client.release();
+      }
+    }
+    return this.engine === 'redshift';
   }
 
   /** How the apply treats an error of `applyTable` (see `WriteErrorKind`). */

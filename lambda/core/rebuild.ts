@@ -30,7 +30,7 @@ import { randomUUID } from 'node:crypto';
 import type { ActiveRebuild, ControlPlane } from './control-plane.ts';
 import { CdcColumn, platformTables, qualified, type WarehouseTable } from './warehouse-sql.ts';
 import { fitIdentifier, platformName } from './warehouse-names.ts';
-import { assertPlainIdentifier, quoteIdent, splitTableId } from './identifiers.ts';
+import { assertCarriedIdentifier, quoteIdent, splitTableId } from './identifiers.ts';
 
 export const SHADOW_PREFIX = '_cdc_rb_';
 export const RETIRED_PREFIX = '_cdc_old_';
@@ -38,7 +38,7 @@ export const RETIRED_PREFIX = '_cdc_old_';
 /** The objects of `t` under a name prefix (same schema). */
 export function prefixedTable(t: WarehouseTable, prefix: string): WarehouseTable {
   const { table } = splitTableId(t.tableId);
-  const view = assertPlainIdentifier(fitIdentifier(`${prefix}${table}`), 'warehouse name');
+  const view = assertCarriedIdentifier(fitIdentifier(`${prefix}${table}`), 'warehouse name', true);
   return { ...t, ...platformTables(view), view };
 }
 
@@ -229,7 +229,7 @@ export function decideRebuildSlot(slot: Pick<ActiveRebuild, 'id' | 'source' | 't
 
 /** Checks the plain identifier parts used in a rebuild's names. */
 export function assertRebuildable(t: WarehouseTable): void {
-  assertPlainIdentifier(shadowTable(t).view, 'rebuild shadow name');
+  assertCarriedIdentifier(shadowTable(t).view, 'rebuild shadow name', true);
 }
 
 /** How long a claimed rebuild slot may go without a report before another rebuild may take it over (docs/rebuild.md). */

@@ -21,7 +21,7 @@
  */
 import { createHash } from 'node:crypto';
 import { UnsafeIdentifierError } from './errors.ts';
-import { assertPlainIdentifier } from './identifiers.ts';
+import { assertCarriedIdentifier, carriedIdentifierRefusal } from './identifiers.ts';
 
 /** PostgreSQL's identifier limit in bytes (Redshift allows 127). */
 export const MAX_IDENTIFIER_BYTES = 63;
@@ -69,18 +69,27 @@ export function fitIdentifier(name: string): string {
 
 /** The warehouse schema of a source's schema: `enc(source)_schema`, shortened when long. */
 export function warehouseSchemaName(source: string, schema: string): string {
-  return assertPlainIdentifier(fitIdentifier(`${source.replaceAll('_', '$')}_${schema}`), 'warehouse schema');
+  return assertCarriedIdentifier(fitIdentifier(`${source.replaceAll('_', '$')}_${schema}`), 'warehouse schema', true);
 }
 
 /** The platform object of `kind` for the view `view`: `_cdc_<kind>_<view>`, shortened when long. */
 export function platformName(part: PlatformPart, view: string): string {
-  return assertPlainIdentifier(fitIdentifier(`${PLATFORM_PREFIX}${PLATFORM_KINDS[part]}_${view}`), 'warehouse name');
+  return assertCarriedIdentifier(fitIdentifier(`${PLATFORM_PREFIX}${PLATFORM_KINDS[part]}_${view}`), 'warehouse name', true);
 }
 
-/** Why a source table (`schema.table`) cannot be carried under its name, or null when it can. */
+/**
+ * Why a source table (`schema.table`) cannot be carried under its name, or null when it can: a
+ * schema or table name that is no carried identifier (lambda/core/identifiers.ts), or a table
+ * name with the platform's prefix.
+ */
 export function tableNameRefusal(tableId: string): string | null {
-  const table = tableId.slice(tableId.indexOf('.') + 1);
-  return table.toLowerCase().startsWith(PLATFORM_PREFIX) ? `table names starting with ${PLATFORM_PREFIX} are reserved for the platform's own warehouse objects (${tableId})` : null;
+  const parts = tableId.split('.');
+  if (parts.length !== 2) return `${tableId}: schema and table names holding '.' are not carried (a table id is schema.table)`;
+  for (const [what, name] of [['schema', parts[0]!], ['table', parts[1]!]] as const) {
+    const refusal = carriedIdentifierRefusal(name, true);
+    if (refusal !== null) return `${what} name ${JSON.stringify(name)} of ${tableId} cannot be carried: ${refusal}`;
+  }
+  return parts[1]!.toLowerCase().startsWith(PLATFORM_PREFIX) ? `table names starting with ${PLATFORM_PREFIX} are reserved for the platform's own warehouse objects (${tableId})` : null;
 }
 
 /** Throws unless a source table's name can be a view's (`tableNameRefusal`). */

@@ -49,7 +49,7 @@
  * registry first) and double-quoted; values are always parameters (`$n`).
  */
 import { UnsafeIdentifierError } from './errors.ts';
-import { assertPlainIdentifier, quoteIdent, splitTableId } from './identifiers.ts';
+import { assertCarriedIdentifier, assertPlainIdentifier, quoteIdent, splitTableId } from './identifiers.ts';
 import { POLL_DELETES_INVISIBLE } from './poll.ts';
 import { assertCarriedTableName, platformName, warehouseSchemaName } from './warehouse-names.ts';
 
@@ -98,7 +98,7 @@ export interface StageNames {
  * gets new stage tables, so a stage created earlier in the session never has stale columns.
  */
 export function stageNames(t: WarehouseTable, mirrorColumns: readonly string[], changelogColumns: readonly string[]): StageNames {
-  const h = fnv1a(`${t.schema}.${t.view}|${mirrorColumns.join(',')}|${changelogColumns.join(',')}`);
+  const h = fnv1a(JSON.stringify([t.schema, t.view, mirrorColumns, changelogColumns]));
   return { events: `cdc_events_${h}`, writes: `cdc_writes_${h}` };
 }
 
@@ -167,7 +167,7 @@ export function warehouseTable(source: string, tableId: string, options: Warehou
   return {
     source,
     tableId,
-    schema: options.schema !== undefined ? assertPlainIdentifier(options.schema, 'warehouse schema') : warehouseSchemaName(source, schema),
+    schema: options.schema !== undefined ? assertCarriedIdentifier(options.schema, 'warehouse schema', true) : warehouseSchemaName(source, schema),
     ...platformTables(assertCarriedTableName(table, tableId)),
     view: table,
   };
@@ -175,7 +175,7 @@ export function warehouseTable(source: string, tableId: string, options: Warehou
 
 /** Checks a source column name for use in the warehouse: plain identifier, not a platform column. */
 export function assertSourceColumn(name: string, tableId: string): string {
-  assertPlainIdentifier(name, `column name of ${tableId}`);
+  assertCarriedIdentifier(name, `column name of ${tableId}`);
   if (name.toLowerCase().startsWith(RESERVED_PREFIX)) {
     throw new UnsafeIdentifierError(name, `column names starting with ${RESERVED_PREFIX} are reserved for the platform (table ${tableId})`);
   }
@@ -304,12 +304,12 @@ export function catalogSql(t: WarehouseTable): { text: string; values: string[] 
 }
 
 /**
- * `catalogSql` with its values inlined as literals, for a multi-statement round trip (the names
- * are plain identifiers, checked by `warehouseTable`, so they need no escaping).
+ * `catalogSql` with its values inlined as literals, for a multi-statement round trip (schema and
+ * table names are carried identifiers without `\\`, checked by `warehouseTable`; `'` is doubled).
  */
 export function catalogLiteralSql(t: WarehouseTable): string {
   const q = catalogSql(t);
-  return q.text.replace(/\$(\d+)/g, (_, d: string) => `'${assertPlainIdentifier(q.values[Number(d) - 1]!, 'warehouse name')}'`);
+  return q.text.replace(/\$(\d+)/g, (_, d: string) => `'${assertCarriedIdentifier(q.values[Number(d) - 1]!, 'warehouse name', true).replaceAll("'", "''")}'`);
 }
 
 const cols = (names: readonly string[], prefix = ''): string => names.map((n) => prefix + quoteIdent(n)).join(', ');
@@ -838,7 +838,7 @@ export function overlayAggregateSql(t: WarehouseTable, mirrorColumns: readonly s
 
 /** Session temp table one merge collapses the delta into (shaped like the mirror plus `_cdc_set`). */
 export function mergeStageName(t: WarehouseTable, mirrorColumns: readonly string[]): string {
-  return `cdc_merge_${fnv1a(`${t.schema}.${t.view}|${mirrorColumns.join(',')}`)}`;
+  return `cdc_merge_${fnv1a(JSON.stringify([t.schema, t.view, mirrorColumns]))}`;
 }
 
 /** The engines the warehouse SQL runs on. They differ only where a statement says so. */

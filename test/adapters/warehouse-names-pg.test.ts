@@ -10,6 +10,7 @@ import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { createWarehouseApplier, type WarehouseApplier } from '../../lambda/handlers/warehouse-applier.ts';
+import type { PgWarehouseOptions } from '../../lambda/adapters/warehouse-pg.ts';
 import type { ColumnDef, ControlPlane } from '../../lambda/core/control-plane.ts';
 import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/event.ts';
 import { makePosition } from '../../lambda/core/position.ts';
@@ -40,9 +41,10 @@ async function stand() {
   const cp = new MemoryControlPlane();
   let seq = 0;
   let p = 0;
-  const applier = (): WarehouseApplier => createWarehouseApplier({ controlPlane: cp, pool, sinkId: SINK, metrics: new Metrics({ namespace: 'test' }), logger: new Logger({ logLevel: 'SILENT' }), merge: { maxRows: 1_000_000 } });
-  const register = async (source: string, table: string) => {
-    const at = new Date().toISOString();
+  const applier = (warehouse: PgWarehouseOptions = {}): WarehouseApplier =>
+    createWarehouseApplier({ controlPlane: cp, pool, sinkId: SINK, metrics: new Metrics({ namespace: 'test' }), logger: new Logger({ logLevel: 'SILENT' }), merge: { maxRows: 1_000_000 }, warehouse });
+  const register = async (source: string, table: string, registeredAt = new Date()) => {
+    const at = registeredAt.toISOString();
     await cp.registerTable(
       { source, table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at },
       { source, table, version: 1, columns: COLUMNS, key: ['id'], effectivePosition: makePosition(0n, 0), registeredAt: at },
@@ -177,5 +179,39 @@ describe('a deployment of the layout before injective names', () => {
     expect(await s.view('a_b', 'c.orders')).toEqual([{ id: 1, v: 'old' }, { id: 2, v: 'new' }]);
     expect(await s.relations('a_b_c')).toEqual([]);
     await s.pool.end();
+  }, 60_000);
+});
+
+describe('a warehouse that folds quoted names to lower case (Redshift; PostgreSQL with foldsNames stands in)', () => {
+  it('refuses the second of "Orders" and orders by name, and never serves it through the first', async () => {
+    const s = await stand();
+    await s.register('demo', 'public.orders', new Date(Date.UTC(2026, 0, 2)));
+    await s.register('demo', 'public.Orders', new Date(Date.UTC(2026, 0, 1)));
+    const a = s.applier({ foldsNames: true });
+    // The second registered arrives first: still refused, and the first is not blocked by it.
+    const second = await s.apply(a, [s.ev('demo', 'public.orders', { id: 1 }, { id: 1, v: 'lower' })]);
+    expect(second.failed).toEqual([]);
+    const first = await s.apply(a, [s.ev('demo', 'public.Orders', { id: 2 }, { id: 2, v: 'upper' })]);
+    expect(first.failed).toEqual([]);
+    await noHolds(s, 'demo', ['public.Orders']);
+    expect((await s.cp.getSinkProgress(SINK, 'demo', 'public.orders'))?.heldFrom).not.toBeNull();
+    const audit = (await s.cp.listAudit('demo', 'public.orders')).find((e) => e.action === 'hold-table');
+    expect(audit?.detail.sqlState).toBe('NAME_FOLDS');
+    expect(String(audit?.detail.reason)).toMatch(/demo\/public\.orders is refused by this sink: .*public\.orders and public\.Orders \(registered first\) would be one table/);
+    expect(await s.view('demo', 'public.Orders')).toEqual([{ id: 2, v: 'upper' }]);
+    expect(await s.relations('demo_public')).not.toContain('orders(v)');
+    // A fresh process decides the same (registration order, not arrival order).
+    await s.apply(s.applier({ foldsNames: true }), [s.ev('demo', 'public.Orders', { id: 3 }, { id: 3, v: 'upper' })]);
+    expect(await s.view('demo', 'public.Orders')).toEqual([{ id: 2, v: 'upper' }, { id: 3, v: 'upper' }]);
+    // Without folding (PostgreSQL) both are carried.
+    const t = await stand();
+    await t.register('demo', 'public.orders');
+    await t.register('demo', 'public.Orders');
+    await t.apply(t.applier(), [t.ev('demo', 'public.orders', { id: 1 }, { id: 1, v: 'lower' }), t.ev('demo', 'public.Orders', { id: 2 }, { id: 2, v: 'upper' })]);
+    await noHolds(t, 'demo', ['public.orders', 'public.Orders']);
+    expect(await t.view('demo', 'public.orders')).toEqual([{ id: 1, v: 'lower' }]);
+    expect(await t.view('demo', 'public.Orders')).toEqual([{ id: 2, v: 'upper' }]);
+    await s.pool.end();
+    await t.pool.end();
   }, 60_000);
 });

@@ -42,6 +42,7 @@ import {
   deltaStatsSql,
   mergeSql,
   qualified,
+  catalogLiteralSql,
   mergeIntoEmptySql,
   baseRowsSql,
   redshiftCopySql,
@@ -126,7 +127,7 @@ describe('warehouse names', () => {
     expect(() => warehouseTable('demo', 'public._cdc_mirror_x')).toThrow(/reserved for the platform/);
     expect(() => warehouseTable('demo', 'public._CDC_x')).toThrow(/reserved for the platform/);
     expect(warehouseTable('demo', 'public.orders', { schema: 'demo_public_shadow' })).toMatchObject({ schema: 'demo_public_shadow', mirror: '_cdc_mirror_orders', view: 'orders' });
-    expect(() => warehouseTable('demo', 'public.orders', { schema: 'x"; DROP' })).toThrow(UnsafeIdentifierError);
+    expect(() => warehouseTable('demo', 'public.orders', { schema: 'x.y' })).toThrow(UnsafeIdentifierError);
   });
 
   it('shortens long names with a stable hash instead of letting PostgreSQL truncate them', () => {
@@ -138,13 +139,23 @@ describe('warehouse names', () => {
     expect(fitIdentifier(`${long}_cdc_mirror_x`)).not.toBe(fitIdentifier(`${long}_cdc_mirror_y`));
   });
 
-  it.each(['public.t"; DROP TABLE x; --', 'public.t x', 'a.b.c', 'public.', "public.o'neil"])('refuses table id %j', (id) => {
+  it.each(['a.b.c', 'public.', 'public.a\\b', `public.${'é'.repeat(32)}`, 'public.t\u0000'])('refuses table id %j by name', (id) => {
     expect(() => warehouseTable('demo', id)).toThrow(UnsafeIdentifierError);
   });
 
-  it('refuses column names that are not plain or that use the platform prefix', () => {
+  it('carries any other name PostgreSQL accepts, quoted with " doubled (docs/onboarding.md, "Names")', () => {
+    const t = warehouseTable('demo', 'Sales Dept."Orders" 2026');
+    expect(t).toMatchObject({ schema: 'demo_Sales Dept', view: '"Orders" 2026', mirror: '_cdc_mirror_"Orders" 2026' });
+    expect(qualified(t.schema, t.view)).toBe('"demo_Sales Dept"."""Orders"" 2026"');
+    expect(qualified(t.schema, warehouseTable('demo', "public.o'neil").view)).toBe(`"demo_Sales Dept"."o'neil"`);
+    expect(catalogLiteralSql(warehouseTable('demo', "public.o'neil"))).toContain("'o''neil'");
+    expect(assertSourceColumn('Total with tax', 'public.t')).toBe('Total with tax');
+    expect(assertSourceColumn('a"b', 'public.t')).toBe('a"b');
+  });
+
+  it('refuses column names that cannot be carried or that use the platform prefix', () => {
     expect(assertSourceColumn('amount', 'public.t')).toBe('amount');
-    expect(() => assertSourceColumn('a"b', 'public.t')).toThrow(UnsafeIdentifierError);
+    expect(() => assertSourceColumn('x'.repeat(64), 'public.t')).toThrow(UnsafeIdentifierError);
     expect(() => assertSourceColumn('_cdc_position', 'public.t')).toThrow(/reserved/);
     expect(() => assertSourceColumn('_CDC_deleted', 'public.t')).toThrow(/reserved/);
   });
