@@ -12,7 +12,7 @@
  * copy through the re-snapshot the detach asked for.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -33,6 +33,7 @@ const DETACHED = 'ev_2024_03';
 
 let cluster: PostgresCluster;
 let dir: string;
+let child: ChildProcess | null = null;
 
 beforeAll(async () => {
   cluster = await startPostgres({ fast: true });
@@ -40,10 +41,16 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
+  // A failed assertion leaves cdc local running: stop it (it stops its stand-ins) before the source goes.
+  if (child && child.exitCode === null && child.signalCode === null) {
+    const gone = new Promise((r) => child!.once('exit', r));
+    child.kill('SIGTERM');
+    await Promise.race([gone, new Promise((r) => setTimeout(r, 60_000))]);
+  }
   await resetLocalState(path.join(dir, 'state')).catch(() => undefined);
   await cluster?.stop();
   await rm(dir, { recursive: true, force: true });
-});
+}, 120_000);
 
 const month = (m: number): string => new Date(Date.UTC(2024, m, 1)).toISOString().slice(0, 7).replace('-', '_');
 const monthStart = (m: number): string => new Date(Date.UTC(2024, m, 1)).toISOString();
@@ -71,15 +78,16 @@ describe('a partitioned table through cdc local', () => {
     const config = path.join(dir, 'tables.json');
     // The detached partition becomes a table of its own: the rule leaves it out (the docs say why).
     await writeFile(config, JSON.stringify([{ match: 'public.*', excludeTables: [`public.${DETACHED}`] }]));
-    const child = spawn(
+    child = spawn(
       process.execPath,
       [CLI, 'local', '--source', cluster.url('app'), '--table-config', config, '--warehouse', cluster.url('dw'), '--source-id', 'app', '--state-dir', path.join(dir, 'state'), '--snapshot-chunk', '400', '--heartbeat-ms', '500', '--duration', '55s'],
       { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
     );
     let output = '';
-    child.stdout.on('data', (d: Buffer) => (output += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (output += d.toString()));
-    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    const run = child;
+    run.stdout!.on('data', (d: Buffer) => (output += d.toString()));
+    run.stderr!.on('data', (d: Buffer) => (output += d.toString()));
+    const exited = new Promise<number | null>((resolve) => run.on('exit', (code) => resolve(code)));
     const waitFor = async (what: string, check: () => boolean | Promise<boolean>, ms: number): Promise<void> => {
       try {
         await until(what, check, ms);
