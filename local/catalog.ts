@@ -8,7 +8,7 @@ export async function columnsOf(client: Queryable, schema: string, table: string
   const res = await client.query(
     `SELECT a.attname AS name FROM pg_attribute a
        JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-      WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
+      WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> 'v' ORDER BY a.attnum`,
     [schema, table],
   );
   return res.rows.map((r) => String(r.name));
@@ -48,7 +48,7 @@ export async function columnTypesOf(client: Queryable, tables: readonly string[]
             format_type(a.atttypid, NULL) AS base, format_type(a.atttypid, a.atttypmod) AS full
        FROM pg_attribute a
        JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-      WHERE n.nspname || '.' || c.relname = ANY($1::text[]) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
+      WHERE n.nspname || '.' || c.relname = ANY($1::text[]) AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> 'v' ORDER BY a.attnum`,
     [tables],
   );
   for (const r of res.rows as { tbl: string; name: string; base: string; full: string }[]) {

@@ -139,7 +139,7 @@ async function columnTypes(client: Queryable, rel: Relation): Promise<Array<{ na
   const res = await client.query(
     `SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type FROM pg_attribute a
        JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-      WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
+      WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> 'v' ORDER BY a.attnum`,
     [rel.schema, rel.name],
   );
   return res.rows.map((r) => ({ name: String(r.name), type: String(r.type) }));

@@ -95,7 +95,7 @@ export class PostgresSnapshotReader implements SnapshotReader, PollReader {
     const cols = await primary.query<{ name: string; type: string; full_type: string; oid: number }>(
       `SELECT a.attname AS name, format_type(a.atttypid, NULL) AS type, format_type(a.atttypid, a.atttypmod) AS full_type, a.atttypid::int AS oid
          FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
+        WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> 'v' ORDER BY a.attnum`,
       [schema, table],
     );
     if (cols.rows.length === 0) throw new SnapshotTableError(tableId, 'does not exist in the source');

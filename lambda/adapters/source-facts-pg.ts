@@ -117,8 +117,12 @@ async function tableFact(client: Queryable, t: TableToCheck): Promise<TableFact>
       )
     ).rows.map((r) => String(r.name));
   const columns = (
-    await client.query(`SELECT attname AS name, format_type(atttypid, NULL) AS type FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, [rel.oid])
-  ).rows.map((r) => ({ name: String(r.name), type: String(r.type) }));
+    await client.query(
+      `SELECT attname AS name, format_type(atttypid, NULL) AS type, CASE attgenerated WHEN 'v' THEN 'virtual' WHEN 's' THEN 'stored' END AS generated
+         FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
+      [rel.oid],
+    )
+  ).rows.map((r) => ({ name: String(r.name), type: String(r.type), ...(r.generated ? { generated: r.generated as 'stored' | 'virtual' } : {}) }));
   const ident = rel.ident as TableFact['replicaIdentity'];
   return {
     table: t.table,
@@ -245,7 +249,7 @@ export async function readCatalogColumnTypes(client: Queryable, tableId: string)
   const cols = await client.query<{ name: string; type: string }>(
     `SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type
        FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-      WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
+      WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> 'v' ORDER BY a.attnum`,
     [schema, table],
   );
   if (cols.rows.length === 0) return null;

@@ -95,7 +95,7 @@ import {
   qualified,
   rowsPerStatement,
   sinkType,
-  TEXT_TYPE,
+  isSinkTextType,
   sinkTypeRefusal,
   storedStateSql,
   stageNames,
@@ -461,7 +461,6 @@ export class PgWarehouse implements WarehouseWriter {
   private async applyTableOnce(batch: TableBatch): Promise<TableApplyResult> {
     const t = batch.target ?? warehouseTable(batch.source, batch.table);
     const cacheKey = `${t.schema}.${t.view}`;
-    const { key, data } = wantedColumns(batch);
     const all = distinctEvents(batch.events);
     // Row events are staged (changelog, mirror); truncates are table-level (see applyStaged).
     const events = all.filter((e) => e.op !== 'truncate');
@@ -473,6 +472,7 @@ export class PgWarehouse implements WarehouseWriter {
     let merged: { rows: number; nestedLoops: boolean } | undefined;
     try {
       const lifecycle = await this.detect(client);
+      const { key, data } = wantedColumns(batch, this.engine!);
       // Bring the sink into shape first, in its own short transaction: the DDL is additive and
       // idempotent, the stage tables are made from the resulting shape, and the data transaction
       // then holds no catalog locks.
@@ -921,7 +921,7 @@ function sameShape(a: SinkShape, b: SinkShape): boolean {
 }
 
 /** Key and data columns the batch needs: union over its schema versions, type from the newest version that has the column. */
-function wantedColumns(batch: TableBatch): { key: SinkColumn[]; data: SinkColumn[] } {
+function wantedColumns(batch: TableBatch, engine: WarehouseEngine): { key: SinkColumn[]; data: SinkColumn[] } {
   const versions = [...batch.schemas.values()].sort((a, b) => a.version - b.version);
   const newest = versions[versions.length - 1];
   if (!newest) throw new CdcError('INVALID_ARGUMENT', `no schema version for ${batch.source}/${batch.table}`);
@@ -932,10 +932,10 @@ function wantedColumns(batch: TableBatch): { key: SinkColumn[]; data: SinkColumn
       const refusal = sinkTypeRefusal(c.type);
       if (refusal !== null) throw new UnsupportedSinkTypeError(`${batch.source}/${batch.table}`, c.name, c.type!, refusal);
       if (!types.has(c.name)) order.push(c.name);
-      types.set(c.name, sinkType(c.type));
+      types.set(c.name, sinkType(c.type, engine));
     }
   }
-  const key = newest.key.map((k) => ({ name: k, type: types.get(k) ?? sinkType(null) }));
+  const key = newest.key.map((k) => ({ name: k, type: types.get(k) ?? sinkType(null, engine) }));
   const data = order.filter((c) => !newest.key.includes(c)).map((c) => ({ name: c, type: types.get(c)! }));
   return { key, data };
 }
@@ -998,7 +998,7 @@ function planDdl(
     // A text column takes every value unchanged: one made while the column's type was unknown
     // keeps being written as text when the type is learned (a compatible change; the values were
     // already text). Any other difference would round or refuse values: held (docs/schema-drift.md).
-    if (have !== undefined && have !== c.type && have !== TEXT_TYPE) throw new SinkTypeConflictError(t.tableId, c.name, have, c.type);
+    if (have !== undefined && have !== c.type && !isSinkTextType(have)) throw new SinkTypeConflictError(t.tableId, c.name, have, c.type);
   }
   const wanted = new Map([...key, ...data].map((c) => [c.name, c.type]));
   /** A changelog column's type: the platform's, or the data column's (as the mirror has it). */

@@ -91,8 +91,12 @@ export interface TableFact {
   identityIndexColumns: string[] | null;
   /** Whether the capture user may SELECT the table (snapshots, re-snapshots). */
   selectGranted: boolean;
-  /** Columns with their type as `format_type` prints it (`text`, `integer[]`, `character varying(20)`). */
-  columns: Array<{ name: string; type: string }>;
+  /**
+   * Columns with their type as `format_type` prints it (`text`, `integer[]`, `character varying(20)`),
+   * and `generated: 'virtual'` for a virtual generated column (PostgreSQL 18), which is neither
+   * stored nor logged (docs/types.md).
+   */
+  columns: Array<{ name: string; type: string; generated?: 'stored' | 'virtual' }>;
   /** The poll column when the table is configured `capture: 'poll'` (docs/polling.md). */
   pollColumn?: string | null;
   /** A polled table's row-level BEFORE INSERT AND UPDATE trigger: fired always, only at origin (not under `session_replication_role = replica`), or none enabled. */
@@ -244,6 +248,18 @@ function tableChecks(t: TableFact, user: string): CheckResult[] {
     default:
       out.push(problem(CheckId.REPLICA_IDENTITY, 'FAIL', t.table, `${t.table}: replica identity unknown`, fixFull));
   }
+  const virtual = t.columns.filter((c) => c.generated === 'virtual');
+  if (virtual.length > 0) {
+    out.push(
+      problem(
+        CheckId.COLUMN_TYPES,
+        'FAIL',
+        t.table,
+        `${t.table} has virtual generated columns (${virtual.map((c) => c.name).join(', ')}): they are computed when read, never stored or logged, so the slot carries them as NULL (docs/types.md)`,
+        `exclude them from capture (the table's exclude list) and compute them in the warehouse (a view), or make them STORED (drop the column and add it again as GENERATED ALWAYS AS (…) STORED)`,
+      ),
+    );
+  }
   const notCarried = t.columns.filter((c) => NOT_CARRIED_TYPES.has(c.type));
   const lobs = t.columns.filter((c) => LOB_TYPES.has(c.type) || c.type.endsWith('[]'));
   if (notCarried.length > 0) {
@@ -266,7 +282,7 @@ function tableChecks(t: TableFact, user: string): CheckResult[] {
         'keep these values small, raise maxLobSize (at most 1 MiB), or exclude the column',
       ),
     );
-  } else out.push(pass(CheckId.COLUMN_TYPES, t.table, `${t.columns.length} columns of carried types`));
+  } else if (virtual.length === 0) out.push(pass(CheckId.COLUMN_TYPES, t.table, `${t.columns.length} columns of carried types`));
   return out;
 }
 

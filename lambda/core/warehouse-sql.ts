@@ -210,9 +210,28 @@ const TIMESTAMPTZ_TYPES = new Set(['timestamptz', 'timestamp with time zone']);
  * - boolean → `boolean`; date → `date`; timestamp → `timestamp`; timestamptz → `timestamptz`;
  *   DMS `DATETIME` → `timestamp` (as DMS's own Redshift target does);
  * - everything else (text, varchar(n), char(n), uuid, json, jsonb, bytea, time, interval,
- *   arrays, enums, unknown) → `varchar(65535)`.
+ *   arrays, enums, unknown) → `varchar(65535)` on Redshift (its largest, 64 KB in bytes: a longer
+ *   value is refused by the warehouse), `text` on PostgreSQL (`engine: 'postgres'`), which holds
+ *   the source's text of any length. The full table is in docs/types.md.
  */
-export function sinkType(sourceType: string | null): string {
+export function sinkType(sourceType: string | null, engine: WarehouseEngine = 'redshift'): string {
+  const portable = portableSinkType(sourceType);
+  return portable === TEXT_TYPE && engine === 'postgres' ? POSTGRES_TEXT_TYPE : portable;
+}
+
+/**
+ * The text type of a PostgreSQL warehouse: `text`, unbounded (up to PostgreSQL's own 1 GB per
+ * value), where Redshift's is `varchar(65535)` (docs/types.md). The value is the source's text
+ * either way, so a column made as `varchar(65535)` before keeps taking every value.
+ */
+export const POSTGRES_TEXT_TYPE = 'text';
+
+/** Whether a warehouse column of type `have` takes any value as text (either engine's text type). */
+export function isSinkTextType(have: string): boolean {
+  return have === TEXT_TYPE || have === POSTGRES_TEXT_TYPE;
+}
+
+function portableSinkType(sourceType: string | null): string {
   if (sourceType === null) return TEXT_TYPE;
   const t = sourceType.trim().toLowerCase().replace(/"/g, '').replace(/\s+/g, ' ');
   if (t.endsWith('[]')) return TEXT_TYPE;

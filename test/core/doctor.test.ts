@@ -134,6 +134,13 @@ describe('runChecks', () => {
     expect(status(runChecks(good({ tables: [table({ columns: [{ name: 'id', type: 'integer' }, { name: 'tags', type: 'text[]' }] })] })), CheckId.COLUMN_TYPES)).toBe('WARN');
   });
 
+  it('fails a virtual generated column by name (never stored or logged: docs/types.md); a stored one passes', () => {
+    const rs = runChecks(good({ tables: [table({ columns: [{ name: 'id', type: 'integer' }, { name: 'half', type: 'numeric', generated: 'virtual' }] })] }));
+    expect(status(rs, CheckId.COLUMN_TYPES)).toBe('FAIL');
+    expect(rs.find((r) => r.check === CheckId.COLUMN_TYPES)!.message).toContain('(half)');
+    expect(status(runChecks(good({ tables: [table({ columns: [{ name: 'id', type: 'integer' }, { name: 'twice', type: 'numeric', generated: 'stored' }] })] })), CheckId.COLUMN_TYPES)).toBe('PASS');
+  });
+
   it('judges the heartbeat table by its writer', () => {
     const hb = (h: Partial<SourceFacts['heartbeat']>): string | undefined => status(runChecks(good({ heartbeat: { ...good().heartbeat, ...h } })), CheckId.HEARTBEAT);
     expect(hb({ writable: false })).toBe('FAIL');
