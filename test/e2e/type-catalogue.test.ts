@@ -33,6 +33,10 @@ import type { TableConfig } from '../../lambda/core/table-config.ts';
 import { catalogueCases, catalogueSchema, type CatalogueCase } from '../fixtures/type-catalogue.ts';
 import { CheckId, runChecks } from '../../lambda/core/doctor.ts';
 import { gatherSourceFacts } from '../../lambda/adapters/source-facts-pg.ts';
+import { pgSourceSide, pgWarehouseSide, prepareReconcileSession } from '../../lambda/adapters/reconcile-pg.ts';
+import { searchSinkSide } from '../../lambda/adapters/reconcile-search.ts';
+import { reconcileTables, type ReconcileVerdict } from '../../lambda/core/reconcile.ts';
+import type { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 import { slotPipeline } from './slot-pipeline.ts';
 
 let cluster: PostgresCluster;
@@ -54,6 +58,29 @@ afterAll(async () => {
   await cluster?.stop();
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
+
+/** Reconciles every table through `reconcileTables` against one sink (docs/reconcile.md). */
+async function reconcileAll(control: MemoryControlPlane, source: string, tables: readonly TableConfig[], sink: 'warehouse' | 'search'): Promise<ReconcileVerdict[]> {
+  const src = new pg.Client({ connectionString: cluster.url(source) });
+  const wh = new pg.Client({ connectionString: cluster.url(`${source}_dw`) });
+  await src.connect();
+  await wh.connect();
+  try {
+    await prepareReconcileSession(src);
+    await prepareReconcileSession(wh);
+    return await reconcileTables({
+      control, source, sink, pacer: new FixedPacer(100), settleMs: 0, sleep: async () => undefined,
+      tables: tables.map((t) => ({ table: t.table, key: ['id'], rules: { mask: [], exclude: t.exclude } })),
+      sides: async (t) => ({
+        source: pgSourceSide(src, t.table, t.key, []),
+        sink: sink === 'warehouse' ? pgWarehouseSide(wh, source, t.table, t.key, { stablePoint: false }) : searchSinkSide(index, { prefix: 'cdc', source, table: t.table, key: t.key, label: sink, stablePoint: false }),
+      }),
+    });
+  } finally {
+    await src.end();
+    await wh.end();
+  }
+}
 
 const sha = (s: string) => createHash('sha256').update(s).digest('hex');
 const SESSION = "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 1";
@@ -155,6 +182,14 @@ describe('type catalogue', () => {
       const bad = verdict.tables.filter((t) => !t.match).map((t) => `${t.table}: ${[...t.problems, ...t.examples].join('; ')}`);
       expect(bad, bad.join('\n')).toEqual([]);
       expect(verdict.tables.every((t) => t.sourceRows > 0)).toBe(true);
+
+      // Reconciliation (the deployed backstop): source against each sink, column types from the registry.
+      for (const sink of ['warehouse', 'search'] as const) {
+        const rs = await reconcileAll(p.control, p.id, tables, sink);
+        const off = rs.filter((v) => v.verdict !== 'MATCH').map((v) => `${sink} ${v.table}: ${v.verdict} ${JSON.stringify(v).slice(0, 300)}`);
+        expect(off, off.join('\n')).toEqual([]);
+        expect(rs).toHaveLength(tables.length);
+      }
     } finally {
       await p.close();
     }
