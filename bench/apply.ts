@@ -314,8 +314,8 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
     }
     // The preload is merged into the base (untimed), as a table's history would be.
     await applier.mergeDue({ force: true });
-    await exec(url, `VACUUM ANALYZE ${BENCH_SOURCE}_public.items_mirror`);
-    await exec(url, `VACUUM ANALYZE ${BENCH_SOURCE}_public.items_changelog`);
+    await exec(url, `VACUUM ANALYZE ${BENCH_SOURCE}_public._cdc_mirror_items`);
+    await exec(url, `VACUUM ANALYZE ${BENCH_SOURCE}_public._cdc_changelog_items`);
     await exec(url, 'CHECKPOINT');
     // Fresh connections (and applier) for the timed part: session stage tables start empty, as in
     // a new Lambda container; the preload's 10,000-row batches would otherwise have left them large.
@@ -626,8 +626,8 @@ async function sqlCeiling(wh: PostgresCluster, snapshot: ChangeEvent[], copies: 
     const applier = await appendOnlyApplier(pool, { loader: insertStageLoader });
     await preload(applier, snapshot, 10_000, 'ceiling (c)');
     await applier.mergeDue({ force: true });
-    await exec(url, `VACUUM ANALYZE ${BENCH_SOURCE}_public.items_mirror`);
-    await exec(url, `VACUUM ANALYZE ${BENCH_SOURCE}_public.items_changelog`);
+    await exec(url, `VACUUM ANALYZE ${BENCH_SOURCE}_public._cdc_mirror_items`);
+    await exec(url, `VACUUM ANALYZE ${BENCH_SOURCE}_public._cdc_changelog_items`);
     await exec(url, 'CHECKPOINT');
     const target = { source: BENCH_SOURCE, table: BENCH_TABLE, deleteMode: 'soft' as const, key: ['id'] };
     const out: SqlCeiling = { ms: 0, appendMs: 0, mergeMs: 0, merges: 0, mergedRows: 0, largestDelta: 0, finalMergeMs: 0, verified: false };

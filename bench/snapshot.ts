@@ -183,7 +183,7 @@ async function throttledSnapshot(url: string, stop: () => boolean): Promise<{ ro
     }
     return probeClient;
   });
-  const reader = new PostgresSnapshotReader({ primary: { connectionString: url }, onProbe: (ms) => probe.sample(ms) });
+  const reader = new PostgresSnapshotReader({ primary: { connectionString: url } });
   const control = new MemoryControlPlane();
   const states: Record<string, number> = {};
   const restRatios: number[] = [];

@@ -40,6 +40,8 @@ import { advanceSlot, checkSourceReady, compareLsn, createSlot, peekTransactions
 import { SlotInUseError, SourceNotReadyError, TransactionTooLargeError } from './errors.ts';
 import { CANONICAL_OUTPUT_SETTINGS, SlotStream } from './slot-stream.ts';
 import { awaitTransactionsVisible, columnTypesOf, primaryKeyOf, type CatalogType } from './catalog.ts';
+import { changesToRoots, type PartialTruncate, type PartitionTree } from '../lambda/core/partitions.ts';
+import { PartitionWatch } from './partitions.ts';
 
 /** One record for the raw stream. */
 export interface RawRecord {
@@ -86,6 +88,12 @@ export interface CaptureOptions {
   idleMs?: number;
   /** Transient errors (connection lost, …) the capture retries. */
   onError?: (err: unknown) => void;
+  /**
+   * The partition trees the capture maps leaf partitions' changes to their roots with (shared
+   * with the pipeline's watch, local/partitions.ts). @default a watch of the capture's own, read
+   * only when a batch holds a change of a table that is not captured or is a partition
+   */
+  partitions?: PartitionWatch;
 }
 
 export interface CaptureStats {
@@ -153,13 +161,55 @@ function fullType(c: SlotColumn, catalog: CatalogType | undefined): string {
 }
 
 /**
+ * A decoded transaction whose changes of leaf partitions name their root (`toRoots`); `indexes`
+ * holds each change's index in the transaction as decoded, where a change was dropped or merged
+ * (a truncate of a root's leaves: lambda/core/partitions.ts).
+ */
+export interface RootedTransaction extends DecodedTransaction {
+  indexes?: readonly number[];
+}
+
+/**
+ * Maps every change of a leaf partition to its root (lambda/core/partitions.ts,
+ * docs/partitioned-tables.md), columns in the root's order where `types` knows it. A truncate of
+ * some of a root's leaves is dropped and reported to `onPartialTruncate`.
+ */
+export function toRoots(
+  transactions: readonly DecodedTransaction[],
+  tree: PartitionTree,
+  types: ReadonlyMap<string, ReadonlyMap<string, CatalogType>>,
+  onPartialTruncate: (p: PartialTruncate) => void,
+): RootedTransaction[] {
+  if (tree.rootOf.size === 0) return transactions as RootedTransaction[];
+  return transactions.map((tx) => {
+    if (!tx.changes.some((c) => tree.rootOf.has(c.table))) return tx;
+    const { changes, partial } = changesToRoots(tree, tx.changes, (root) => {
+      const t = types.get(root);
+      return t ? [...t.keys()] : undefined;
+    });
+    partial.forEach(onPartialTruncate);
+    return {
+      ...tx,
+      changes: changes.map(({ change }) => (change.table === `${change.schema}.${change.name}` ? change : { ...change, ...splitTableIdLoose(change.table) })),
+      indexes: changes.map((c) => c.index),
+    };
+  });
+}
+
+/** `schema.table` as its two parts (a root's name comes from the catalog: it has one dot). */
+function splitTableIdLoose(table: string): { schema: string; name: string } {
+  const dot = table.indexOf('.');
+  return { schema: table.slice(0, dot), name: table.slice(dot + 1) };
+}
+
+/**
  * Turns decoded transactions into raw records for the captured tables (masking applied). The
  * index of a record is the change's index in its transaction, so positions do not depend on
  * which tables are captured.
  */
 export function transactionsToRecords(
   source: string,
-  transactions: readonly DecodedTransaction[],
+  transactions: readonly RootedTransaction[],
   tables: TableConfigIndex,
   keys: ReadonlyMap<string, string[]>,
   types?: ReadonlyMap<string, ReadonlyMap<string, CatalogType>>,
@@ -168,7 +218,8 @@ export function transactionsToRecords(
 ): SlotRecord[] {
   const out: SlotRecord[] = [];
   for (const tx of transactions) {
-    tx.changes.forEach((change, index) => {
+    tx.changes.forEach((change, i) => {
+      const index = tx.indexes?.[i] ?? i;
       if (!tables.has(change.table) || (captured !== undefined && !captured.has(change.table))) return;
       const rules = tables.columnRules(change.table);
       const key = keys.get(change.table) ?? [];
@@ -235,7 +286,11 @@ export class SlotCapture {
   private loop: Promise<void> | null = null;
   /** When the last peek that found nothing new started (epoch ms). */
   private emptyPeekAt = 0;
-  private readonly o: Required<Omit<CaptureOptions, 'slot' | 'onError'>> & Pick<CaptureOptions, 'onError'>;
+  private readonly o: Required<Omit<CaptureOptions, 'slot' | 'onError' | 'partitions'>> & Pick<CaptureOptions, 'onError'>;
+  /** The partition trees (docs/partitioned-tables.md). */
+  private readonly partitions: PartitionWatch;
+  /** The tree the last batch was mapped with (a new reading may have queued re-snapshots to request). */
+  private partitionsSeen: PartitionTree | null = null;
   /** Application name of the capture's connections. */
   private readonly appName: string;
 
@@ -255,6 +310,7 @@ export class SlotCapture {
       onError: options.onError,
     };
     this.appName = `cdc-local-capture-${options.source}`;
+    this.partitions = options.partitions ?? new PartitionWatch({ source: options.source, sourceUrl: options.sourceUrl, control: options.control, index: options.tables, ...(options.onError ? { onError: options.onError } : {}) });
   }
 
   /** Resolves when the capture stopped (after `stop()`); rejects with the named error of a loud stop. */
@@ -610,11 +666,21 @@ export class SlotCapture {
    * crash the slot is where the capture last recorded moving it or at the checkpoint
    * (local/capture-continuity.ts), as with a move made at once.
    */
-  private async publishAndAck(client: pg.Client, transactions: DecodedTransaction[], ack: (lsn: string) => Promise<void>, deferred = false): Promise<void> {
-    const peek = { transactions };
+  private async publishAndAck(client: pg.Client, decoded: DecodedTransaction[], ack: (lsn: string) => Promise<void>, deferred = false): Promise<void> {
     // The tables of the batch, found in one pass (not one array per change).
+    const named = new Set<string>();
+    for (const t of decoded) for (const c of t.changes) named.add(c.table);
+    // A change of a table the capture has no key for (not captured, or not yet), or of a known
+    // partition: read the partition trees again (after the batch is visible, so a partition created
+    // or attached in it is seen), then name each leaf partition's changes by its root
+    // (docs/partitioned-tables.md). (The index is asked once, below: discovery may add to it meanwhile.)
+    let tree = this.partitions.tree;
+    if ([...named].some((t) => !this.keys.has(t) || tree.rootOf.has(t))) {
+      await awaitTransactionsVisible(client, decoded.map((t) => Number(t.xid)));
+      tree = await this.partitions.refresh(client);
+    }
     const tables = new Set<string>();
-    for (const t of transactions) for (const c of t.changes) tables.add(c.table);
+    for (const t of named) tables.add(tree.rootOf.get(t) ?? t);
     // Which of them this batch captures is decided once, here: discovery adds tables that join
     // while running (docs/onboarding.md) alongside, and a table it added while this batch awaited
     // the source had no key resolved, so its changes became records with an empty key (dead
@@ -625,11 +691,17 @@ export class SlotCapture {
       // A table that joined while running: resolve its key alone.
       if (!this.keys.has(table)) await this.resolveKeys(client, [table]);
     }
-    await refreshKeys(client, this.poisonContext(), peek.transactions);
     // The batch's transactions visible first, so the catalog read sees what they committed (an ALTER … TYPE in one).
-    if (captured.size > 0) await awaitTransactionsVisible(client, transactions.map((t) => Number(t.xid)));
+    if (captured.size > 0) await awaitTransactionsVisible(client, decoded.map((t) => Number(t.xid)));
     // test_decoding prints types without modifiers: read them from the catalog (docs/schema-drift.md).
     const types = await columnTypesOf(client, [...captured]);
+    const partial: PartialTruncate[] = [];
+    const peek = { transactions: toRoots(decoded, tree, types, (p) => partial.push(p)) };
+    await refreshKeys(client, this.poisonContext(), peek.transactions);
+    // A TRUNCATE of some of a root's partitions is no row change of the root: its copy is read again.
+    for (const p of partial) this.partitions.queue(p.root, { truncated: p.leaves });
+    if (partial.length > 0 || tree !== this.partitionsSeen) await this.partitions.flush();
+    this.partitionsSeen = tree;
     const poison: PoisonChange[] = [];
     const records = transactionsToRecords(this.o.source, peek.transactions, this.o.tables, this.keys, types, (p) => poison.push(p), captured);
     if (records.length > 0) {

@@ -8,7 +8,7 @@ export async function columnsOf(client: Queryable, schema: string, table: string
   const res = await client.query(
     `SELECT a.attname AS name FROM pg_attribute a
        JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-      WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
+      WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> 'v' ORDER BY a.attnum`,
     [schema, table],
   );
   return res.rows.map((r) => String(r.name));
@@ -37,8 +37,8 @@ export interface CatalogType {
 
 /**
  * Types of the columns of tables (`schema.table` → column → type), with their modifiers
- * (`format_type(atttypid, atttypmod)`: `character varying(20)`, `numeric(12,2)`), in one round
- * trip. Tables that do not exist are absent.
+ * (`format_type(atttypid, atttypmod)`: `character varying(20)`, `numeric(12,2)`), each table's
+ * columns in table order, in one round trip. Tables that do not exist are absent.
  */
 export async function columnTypesOf(client: Queryable, tables: readonly string[]): Promise<Map<string, Map<string, CatalogType>>> {
   const out = new Map<string, Map<string, CatalogType>>();
@@ -48,7 +48,7 @@ export async function columnTypesOf(client: Queryable, tables: readonly string[]
             format_type(a.atttypid, NULL) AS base, format_type(a.atttypid, a.atttypmod) AS full
        FROM pg_attribute a
        JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-      WHERE n.nspname || '.' || c.relname = ANY($1::text[]) AND a.attnum > 0 AND NOT a.attisdropped`,
+      WHERE n.nspname || '.' || c.relname = ANY($1::text[]) AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> 'v' ORDER BY a.attnum`,
     [tables],
   );
   for (const r of res.rows as { tbl: string; name: string; base: string; full: string }[]) {

@@ -28,6 +28,7 @@ import { createSlotMonitorHandler, type SlotMonitorHandler } from '../lambda/han
 import type { SlotReport } from '../lambda/core/slot-monitor.ts';
 import { TableConfigIndex, type TableConfig, type TableRule } from '../lambda/core/table-config.ts';
 import { LocalDiscovery } from './discovery.ts';
+import { PartitionWatch } from './partitions.ts';
 import type { TableRecord } from '../lambda/core/control-plane.ts';
 import { SlotCapture, kinesisRawPublisher } from './capture.ts';
 import { Poller } from './poller.ts';
@@ -98,6 +99,8 @@ export class LocalPipeline {
   readonly captureIndex: TableConfigIndex;
   /** The catalog scan, when there are capture rules. */
   readonly discovery: LocalDiscovery | null;
+  /** The source's partition trees: the capture names each partition's changes by its root (docs/partitioned-tables.md). */
+  readonly partitions: PartitionWatch;
   /** The snapshot worker, or null when snapshots are off. */
   readonly snapshots: LocalSnapshots | null;
   /** The poller of the tables configured `capture: 'poll'` (docs/polling.md), or null when there are none. */
@@ -137,9 +140,11 @@ export class LocalPipeline {
       rules.length === 0
         ? null
         : new LocalDiscovery({ source: o.source, sourceUrl: stack.sourceUrl, control: stack.control, rules, declared: new Set(this.tables.map((t) => t.table)), index: this.captureIndex, ...(o.discoveryMs ? { everyMs: o.discoveryMs } : {}), onError: err('discovery') });
+    this.partitions = new PartitionWatch({ source: o.source, sourceUrl: stack.sourceUrl, control: stack.control, index: this.captureIndex, ...(o.discoveryMs ? { everyMs: o.discoveryMs } : {}), onError: err('partitions') });
     this.capture = new SlotCapture({
       source: o.source,
       sourceUrl: stack.sourceUrl,
+      partitions: this.partitions,
       slot: o.capture?.slot,
       // A polled table is not read from the log (docs/polling.md): the index holds log-captured tables only.
       tables: this.captureIndex,
@@ -246,14 +251,15 @@ export class LocalPipeline {
     if (o.search) {
       const search = o.search;
       this.searchIndex = new OpenSearchIndex(searchClient({ node: search.url }));
-      const served = this.tables.map((t) => ({ source: o.source, table: t.table, deleteMode: t.deleteMode }));
+      // With capture rules, every registered table (each with its registered delete mode): tables that join by a rule are indexed too.
+      const served = rules.length > 0 ? undefined : this.tables.map((t) => ({ source: o.source, table: t.table, deleteMode: t.deleteMode }));
       const searchApplier = {
         perShard: () => {
           const a = createSearchApplier({
             controlPlane: stack.control,
             search: new OpenSearchIndex(searchClient({ node: search.url })),
             sinkId: search.sinkId,
-            tables: served,
+            ...(served ? { tables: served } : {}),
             metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
             logger: new Logger({ serviceName: 'search-applier' }),
             payloads: stack.payloads,
@@ -297,6 +303,8 @@ export class LocalPipeline {
     await this.heartbeat();
     // Tables that joined by a rule in an earlier run are captured from the first peek on.
     await this.discovery?.scan();
+    // The partition trees as of now: a partition detached or attached from here on re-snapshots its root.
+    await this.partitions.start();
     await this.capture.start();
     await Promise.all([this.pollers.normalizer.start(), this.pollers.sink.start(), this.pollers.archive.start(), this.pollers.search?.start()]);
     // Stream first: the slot exists before the first chunk's watermark is taken.
@@ -427,6 +435,7 @@ export class LocalPipeline {
     await this.stopWorkload();
     await this.stopHeartbeat();
     await this.discovery?.stop();
+    await this.partitions.stop();
     await this.snapshots?.stop();
     await this.polls?.stop();
     await this.capture.stop();

@@ -39,7 +39,8 @@
  * - `create` fails with 409 when the document exists.
  * Mappings: `dynamic: strict` refuses unknown fields (400 `strict_dynamic_mapping_exception`);
  * values are checked against `long`, `double`, `boolean`, `date` (`strict_date`) fields
- * (400 `mapper_parsing_exception`); a mapping update may add fields but not change a field's
+ * (400 `mapper_parsing_exception`), except where the field's mapping says `ignore_malformed`
+ * (the document is kept, the value is in `_source` and not indexed); a mapping update may add fields but not change a field's
  * type (400 `illegal_argument_exception`).
  *
  * For tests, `inject` makes the next requests or bulk items fail with a status (429 throttling,
@@ -304,10 +305,15 @@ function matches(q: Json | undefined, source: Obj, properties: Obj = {}): boolea
   }
 }
 
+/** Field types whose mapping may say `ignore_malformed` (OpenSearch's numeric and date fields). */
+const IGNORE_MALFORMED_TYPES = new Set(['long', 'integer', 'double', 'float', 'date']);
+
 function checkValue(field: string, mapping: Obj, value: Json, index: string, dynamic: string): void {
   if (value === null) return;
   const type = typeof mapping.type === 'string' ? mapping.type : isObj(mapping.properties) ? 'object' : 'keyword';
-  const bad = (why: string): never => {
+  const bad = (why: string): void => {
+    // `ignore_malformed`: the document is kept, the value stays in `_source` and is not indexed.
+    if (mapping.ignore_malformed === true && IGNORE_MALFORMED_TYPES.has(type)) return;
     throw new HttpError(400, 'mapper_parsing_exception', `failed to parse field [${field}] of type [${type}]: ${why}`, index);
   };
   if (Array.isArray(value)) {

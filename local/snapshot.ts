@@ -60,7 +60,6 @@ export class LocalSnapshots {
       primary: { connectionString: o.sourceUrl },
       ...(o.replicaUrl ? { replica: { connectionString: o.replicaUrl } } : {}),
       applicationName: `cdc-local-snapshot-${o.source}`,
-      onProbe: (ms) => this.probe.sample(ms),
     });
     this.probe = new PostgresPressureProbe(async () => {
       if (!this.probeClient) {
@@ -105,7 +104,7 @@ export class LocalSnapshots {
           beforeRun: async () => {
             if (!this.o.fixedChunk) await this.probe.calibrate(20);
           },
-          ...(this.o.fixedChunk ? {} : { pressure: () => this.probe.read(1) }),
+          ...(this.o.fixedChunk ? {} : { pressure: () => this.probe.read() }),
           metrics,
           shouldStop: () => this.stopping,
           onState: (s) => this.states.set(s.table, s),

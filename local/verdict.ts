@@ -5,8 +5,8 @@
  * key must be present exactly once on both sides.
  *
  * Warehouse names come from lambda/core/warehouse-sql.ts (`warehouseTable`): schema
- * `<source>_<schema>`, the view named after the table (over `<table>_mirror` and the unmerged
- * `<table>_delta`, docs/warehouse-apply.md): rows are read through the view.
+ * `<source>_<schema>`, the view named after the table (over `_cdc_mirror_<table>` and the unmerged
+ * `_cdc_delta_<table>`, docs/warehouse-apply.md): rows are read through the view.
  *
  * Values are compared by their PostgreSQL text (both sessions in UTC, ISO dates) with the one
  * comparison of reconciliation (lambda/core/same-value.ts), by the class of the column's type:
@@ -83,7 +83,11 @@ async function compareAs(src: pg.Client, control: ControlPlane | undefined, sour
 type Rows = Map<string, Record<string, string | null>>;
 
 async function readRows(client: pg.Client, schema: string, table: string, columns: string[], key: string[]): Promise<{ rows: Rows; duplicates: number }> {
-  const select = columns.map((c) => `${quoteIdent(c)}::text AS ${quoteIdent(c)}`).join(', ');
+  // Each value's text as PostgreSQL writes it (its type's output function: what the capture
+  // carries), `format('%s', …)`: the `::text` cast trims `character(n)`'s padding and adds an
+  // `inet` host's `/32` or `/128` (docs/types.md). The NULL test is on the text: a composite of
+  // NULL fields `IS NULL`, yet has the text `(,)`.
+  const select = columns.map((c) => `CASE WHEN ${quoteIdent(c)}::text IS NULL THEN NULL ELSE format('%s', ${quoteIdent(c)}) END AS ${quoteIdent(c)}`).join(', ');
   const res = await client.query({ text: `SELECT ${select} FROM ${quoteIdent(schema)}.${quoteIdent(table)}`, rowMode: 'array' });
   const rows: Rows = new Map();
   let duplicates = 0;

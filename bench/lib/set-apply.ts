@@ -32,8 +32,8 @@ function text(v: unknown): string {
 
 /** The statements of one batch (after the COPY into `cdc_set_stage`). `$1` is the applied-at time. */
 function applySql(schema: string): string {
-  const cl = `"${schema}"."items_changelog"`;
-  const mirror = `"${schema}"."items_mirror"`;
+  const cl = `"${schema}"."_cdc_changelog_items"`;
+  const mirror = `"${schema}"."_cdc_mirror_items"`;
   const latest = `(SELECT * FROM (SELECT s.*, row_number() OVER (PARTITION BY id ORDER BY pos DESC) AS rn FROM cdc_set_stage s) x WHERE rn = 1)`;
   const image = `(SELECT * FROM (SELECT s.*, row_number() OVER (PARTITION BY id ORDER BY pos DESC) AS rn FROM cdc_set_stage s WHERE op <> 'delete') x WHERE rn = 1)`;
   const isDel = `l.op = 'delete'`;

@@ -489,7 +489,8 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
           search: pipeline.searchIndex,
           source,
           control: stack.control,
-          tables: [...tables, ...pipeline.tables.filter((t) => !tables.some((u) => u.table === t.table))],
+          // Every table captured now, as for the warehouse: those that joined by a rule included.
+          tables: pipeline.capturedTables(),
         });
         print(`${formatVerdict(searchVerdict).join('\n')}\n`);
         if (!searchVerdict.match) code = EXIT_FAILED;

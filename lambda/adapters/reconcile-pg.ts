@@ -114,6 +114,16 @@ interface OverlayShape {
   sameTypes: boolean;
 }
 
+/**
+ * A value's text as PostgreSQL writes it (its type's output function), what the capture carries
+ * and a sink's text column holds: the `::text` cast differs for `character(n)` (it trims the
+ * padding) and an `inet` host (it adds `/32` or `/128`) (docs/types.md). NULL stays NULL (tested on
+ * the text: a composite of NULL fields `IS NULL` yet has a text).
+ */
+function outputText(expr: string): string {
+  return `CASE WHEN CAST(${expr} AS text) IS NULL THEN NULL ELSE format('%s', ${expr}) END`;
+}
+
 /** `pg-typed`: PostgreSQL's hash of a column expression of a class, seeded with `seed` (see the module comment). */
 function typedHash(cls: HashClass, expr: string, seed: number): string {
   switch (cls) {
@@ -130,7 +140,7 @@ function typedHash(cls: HashClass, expr: string, seed: number): string {
     case 'jsonb':
       return `jsonb_hash_extended(${expr}, ${seed})`;
     case 'text':
-      return `hashtextextended(CAST(${expr} AS text), ${seed})`;
+      return `hashtextextended(${outputText(expr)}, ${seed})`;
   }
 }
 
@@ -139,7 +149,7 @@ async function columnTypes(client: Queryable, rel: Relation): Promise<Array<{ na
   const res = await client.query(
     `SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type FROM pg_attribute a
        JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-      WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
+      WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> 'v' ORDER BY a.attnum`,
     [rel.schema, rel.name],
   );
   return res.rows.map((r) => ({ name: String(r.name), type: String(r.type) }));
@@ -248,12 +258,12 @@ export class PgReconcileSide implements ReconcileSide {
     if (this.hashing.scheme === 'pg-typed') {
       const parts = this.columns.map((c, i) => {
         const col = quoteIdent(c);
-        const h = this.masked.includes(c) ? `hashtextextended(${maskSql(`CAST(${col} AS text)`)}, ${i})` : typedHash(this.hashing.classes[c] ?? 'text', col, i);
+        const h = this.masked.includes(c) ? `hashtextextended(${maskSql(outputText(col))}, ${i})` : typedHash(this.hashing.classes[c] ?? 'text', col, i);
         return `COALESCE(${h}, ${-1 - i})`;
       });
       return parts.length ? `(${parts.join(' # ')})` : 'CAST(0 AS bigint)';
     }
-    const parts = this.columns.map((c) => (this.masked.includes(c) ? `quote_nullable(${maskSql(`CAST(${quoteIdent(c)} AS text)`)})` : `quote_nullable(${quoteIdent(c)})`));
+    const parts = this.columns.map((c) => (this.masked.includes(c) ? `quote_nullable(${maskSql(outputText(quoteIdent(c)))})` : `quote_nullable(${outputText(quoteIdent(c))})`));
     const text = parts.length ? parts.join(` || ',' || `) : "''";
     return `CAST(CAST('x' || substr(md5(${text}), 1, 15) AS bit(60)) AS bigint)`;
   }
@@ -506,7 +516,7 @@ export class PgReconcileSide implements ReconcileSide {
   }
 
   private select(): string {
-    const cols = this.columns.map((c, i) => `CAST(${quoteIdent(c)} AS text) AS "_c${i}"`);
+    const cols = this.columns.map((c, i) => `${outputText(quoteIdent(c))} AS "_c${i}"`);
     if (this.position) cols.push(`${quoteIdent(CdcColumn.POSITION)} AS "_pos"`);
     return [this.keyText(), ...cols].join(', ');
   }

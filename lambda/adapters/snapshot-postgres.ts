@@ -19,9 +19,9 @@ import { HORIZON_MICROS_SQL, horizonBound, POLL_XMIN_SQL } from '../core/poll-sn
 import pg from 'pg';
 import { to as copyTo } from 'pg-copy-streams';
 import { chunkCopyQuery, copyChunkRead, SnapshotFenceTimeoutError, SnapshotTableError, type ChunkRead, type KeyCursor, type SnapshotColumn, type SnapshotTableShape } from '../core/snapshot.ts';
-import type { PressureReading } from '../core/snapshot-pacer.ts';
+import { addedLatencyPct, PROBE_QUANTILE, quantile, type PressureReading } from '../core/snapshot-pacer.ts';
 import { CdcError } from '../core/errors.ts';
-import { splitTableId } from '../core/identifiers.ts';
+import { quoteIdent, splitTableId } from '../core/identifiers.ts';
 import { PRIMARY_KEY_COLUMNS_SQL } from './source-facts-pg.ts';
 import type { SnapshotReader } from '../core/snapshot-worker.ts';
 import { DEFAULT_POLL_HORIZON_MARGIN_S, POLL_CLOCK_SQL, POLL_HORIZON_SQL, PollHorizonPrivilegeError, pollColumnKind, pollQuery, type PollCursor, type PollPage, type PollReader } from '../core/poll.ts';
@@ -96,7 +96,7 @@ export class PostgresSnapshotReader implements SnapshotReader, PollReader {
     const cols = await primary.query<{ name: string; type: string; full_type: string; oid: number }>(
       `SELECT a.attname AS name, format_type(a.atttypid, NULL) AS type, format_type(a.atttypid, a.atttypmod) AS full_type, a.atttypid::int AS oid
          FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
+        WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> 'v' ORDER BY a.attnum`,
       [schema, table],
     );
     if (cols.rows.length === 0) throw new SnapshotTableError(tableId, 'does not exist in the source');
@@ -119,7 +119,7 @@ export class PostgresSnapshotReader implements SnapshotReader, PollReader {
     if (tuples >= 0 && Number(row.relpages) > 0) return tuples;
     // Never analysed: count, unless the table is large (then the estimate grows as rows are read).
     if (Number(row.relpages) > 10_000) return 0;
-    const n = await primary.query<{ n: string }>(`SELECT count(*)::text AS n FROM "${schema}"."${table}"`);
+    const n = await primary.query<{ n: string }>(`SELECT count(*)::text AS n FROM ${quoteIdent(schema)}.${quoteIdent(table)}`);
     return Number(n.rows[0]!.n);
   }
 
@@ -281,13 +281,13 @@ export class PostgresSnapshotReader implements SnapshotReader, PollReader {
 }
 
 /**
- * Source pressure on PostgreSQL: the p99 of recent probe writes (the fence commits, and extra
- * probes when asked) against the p99 of a baseline taken before the snapshot, plus the number
- * of active sessions. CPU is not visible from SQL: locally `addedCpuPct` is null (on AWS the
- * CloudWatch probe supplies it).
+ * Source pressure on PostgreSQL: the latency of recent probe writes (the fence commits, and extra
+ * probes when asked) against a baseline taken before the snapshot, compared at `PROBE_QUANTILE`
+ * (`addedLatencyPct`, lambda/core/snapshot-pacer.ts), plus the number of active sessions. CPU is
+ * not visible from SQL: locally `addedCpuPct` is null (on AWS the CloudWatch probe supplies it).
  */
 export class PostgresPressureProbe {
-  private baseline: number | null = null;
+  private baseline: number[] = [];
   private readonly recent: number[] = [];
 
   constructor(
@@ -307,13 +307,13 @@ export class PostgresPressureProbe {
     return performance.now() - t0;
   }
 
-  /** Takes the baseline: `samples` probe writes before the snapshot starts. */
+  /** Takes the baseline: `samples` probe writes before the snapshot starts. Returns its `PROBE_QUANTILE`, ms. */
   async calibrate(samples = 30): Promise<number> {
     const c = await this.client();
     const xs: number[] = [];
     for (let i = 0; i < samples; i++) xs.push(await this.probeOnce(c));
-    this.baseline = p99(xs);
-    return this.baseline;
+    this.baseline = xs;
+    return quantile(xs, PROBE_QUANTILE);
   }
 
   /** Adds a probe sample measured elsewhere (a fence commit). */
@@ -326,13 +326,6 @@ export class PostgresPressureProbe {
     const c = await this.client();
     for (let i = 0; i < extraProbes; i++) this.sample(await this.probeOnce(c));
     const active = await c.query<{ n: string }>(`SELECT count(*)::text AS n FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid() AND backend_type = 'client backend'`);
-    const now = this.recent.length > 0 ? p99(this.recent) : null;
-    const added = this.baseline !== null && this.baseline > 0 && now !== null ? Math.max(0, ((now - this.baseline) / this.baseline) * 100) : null;
-    return { addedWriteLatencyPct: added, addedCpuPct: null, activeSessions: Number(active.rows[0]!.n) - 1 };
+    return { addedWriteLatencyPct: addedLatencyPct(this.baseline, this.recent), addedCpuPct: null, activeSessions: Number(active.rows[0]!.n) - 1 };
   }
-}
-
-function p99(xs: readonly number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.ceil(0.99 * s.length) - 1)]!;
 }

@@ -10,6 +10,7 @@ import type { SourceIdentity } from '../core/continuity.ts';
 import type { SlotFact, SourceFacts, TableFact } from '../core/doctor.ts';
 import { quoteIdent, splitTableId } from '../core/identifiers.ts';
 import type { CatalogTypes } from '../core/catalog-types.ts';
+import { partitionTree, type PartitionTree } from '../core/partitions.ts';
 
 type Queryable = Pick<pg.ClientBase, 'query'>;
 
@@ -116,8 +117,12 @@ async function tableFact(client: Queryable, t: TableToCheck): Promise<TableFact>
       )
     ).rows.map((r) => String(r.name));
   const columns = (
-    await client.query(`SELECT attname AS name, format_type(atttypid, NULL) AS type FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, [rel.oid])
-  ).rows.map((r) => ({ name: String(r.name), type: String(r.type) }));
+    await client.query(
+      `SELECT attname AS name, format_type(atttypid, NULL) AS type, CASE attgenerated WHEN 'v' THEN 'virtual' WHEN 's' THEN 'stored' END AS generated
+         FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
+      [rel.oid],
+    )
+  ).rows.map((r) => ({ name: String(r.name), type: String(r.type), ...(r.generated ? { generated: r.generated as 'stored' | 'virtual' } : {}) }));
   const ident = rel.ident as TableFact['replicaIdentity'];
   return {
     table: t.table,
@@ -211,8 +216,9 @@ export async function readTableFact(client: Queryable, table: string, key: strin
 /**
  * Every ordinary and partitioned table of the source (`schema.table`), system schemas left out:
  * what capture rules resolve against (docs/onboarding.md). Partitions of a partitioned table are
- * left out too (their changes are captured under their own names by the slot; the rule names the
- * parent). Names that are not plain identifiers cannot be captured and are not listed.
+ * left out too: the root is the captured table, and the capture reports each partition's changes
+ * under the root's name (`readPartitionTree`, docs/partitioned-tables.md). Names that are not
+ * plain identifiers cannot be captured and are not listed.
  */
 export async function listSourceTables(client: Queryable): Promise<string[]> {
   const res = await client.query(
@@ -243,10 +249,47 @@ export async function readCatalogColumnTypes(client: Queryable, tableId: string)
   const cols = await client.query<{ name: string; type: string }>(
     `SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type
        FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-      WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
+      WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> 'v' ORDER BY a.attnum`,
     [schema, table],
   );
   if (cols.rows.length === 0) return null;
   const key = await client.query<{ name: string }>(PRIMARY_KEY_COLUMNS_SQL, [schema, table]);
   return { table: tableId, columns: cols.rows.map((r) => ({ name: r.name, type: r.type })), key: key.rows.map((r) => r.name) };
+}
+
+/**
+ * The source's partition trees (docs/partitioned-tables.md): every partition, leaf or
+ * intermediate, with the root of its tree (`pg_partition_root`, PostgreSQL 12 and later), in one
+ * query. What the capture and the normalizer map a leaf's changes to its root with.
+ */
+export async function readPartitionTree(client: Queryable): Promise<PartitionTree> {
+  // One snapshot: the edges and the tables of their own, as of the same moment.
+  const res = await client.query<{ partition: string; root: string | null; leaf: boolean }>(
+    `SELECT pn.nspname || '.' || p.relname AS partition, rn.nspname || '.' || r.relname AS root, p.relkind IN ('r', 'f') AS leaf
+       FROM pg_class p JOIN pg_namespace pn ON pn.oid = p.relnamespace
+       LEFT JOIN pg_class r ON p.relispartition AND r.oid = pg_partition_root(p.oid) LEFT JOIN pg_namespace rn ON rn.oid = r.relnamespace
+      WHERE p.relkind IN ('r', 'p', 'f') AND pn.nspname NOT IN ('pg_catalog', 'information_schema') AND pn.nspname NOT LIKE 'pg\\_%'`,
+  );
+  const edges = res.rows.filter((r): r is { partition: string; root: string; leaf: boolean } => r.root !== null);
+  return partitionTree(edges, res.rows.filter((r) => r.root === null).map((r) => r.partition));
+}
+
+/** Which of `tables` (`schema.table`) hold at least one row (a table that does not exist holds none). */
+export async function tablesHoldingRows(client: Queryable, tables: readonly string[]): Promise<Set<string>> {
+  const out = new Set<string>();
+  for (const t of tables) {
+    // A name that is not a plain identifier is not read (such a table is not captured); one dropped meanwhile holds none.
+    const name = (() => {
+      try {
+        const { schema, table } = splitTableId(t);
+        return `${quoteIdent(schema)}.${quoteIdent(table)}`;
+      } catch {
+        return null;
+      }
+    })();
+    if (name === null) continue;
+    const r = await client.query<{ any: boolean }>(`SELECT EXISTS (SELECT 1 FROM ${name}) AS any`).catch(() => null);
+    if (r?.rows[0]?.any) out.add(t);
+  }
+  return out;
 }

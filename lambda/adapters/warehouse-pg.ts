@@ -38,6 +38,7 @@ import { pipeline } from 'node:stream/promises';
 import type pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import { CdcError } from '../core/errors.ts';
+import { foundRelations, LegacyLayoutError, legacyProbeSql, planLegacyMigration } from '../core/legacy-layout.ts';
 import { guardPoolClients } from './pg-pool.ts';
 import type { ChangeEvent, Row } from '../core/event.ts';
 import { keyText } from '../core/event.ts';
@@ -94,7 +95,7 @@ import {
   qualified,
   rowsPerStatement,
   sinkType,
-  TEXT_TYPE,
+  isSinkTextType,
   sinkTypeRefusal,
   storedStateSql,
   stageNames,
@@ -281,6 +282,12 @@ export interface PgWarehouseOptions {
    *   the S3 COPY loader (`s3CopyDeltaLoader`) when one is configured
    */
   deltaLoader?: StageLoader;
+  /**
+   * Whether the warehouse folds quoted names to lower case. Set `true` on PostgreSQL to stand in
+   * for Redshift's folding (docs/onboarding.md, "Names").
+   * @default true when the server says it is Redshift, else false
+   */
+  foldsNames?: boolean;
 }
 
 /** The warehouse sink over `pg`. One instance per process; one apply at a time per table. */
@@ -292,6 +299,7 @@ export class PgWarehouse implements WarehouseWriter {
   private readonly sessionStages = new WeakMap<pg.ClientBase, Map<string, number>>();
   private engine: WarehouseEngine | undefined;
   private readonly deltaLoaderOption: StageLoader | undefined;
+  private readonly foldsNamesOption: boolean | undefined;
   /** Per table (`schema.view`): what this process appended since it last merged. */
   private readonly pendingDelta = new Map<string, PendingDelta>();
 
@@ -303,6 +311,7 @@ export class PgWarehouse implements WarehouseWriter {
     this.loader = options.loader ?? insertStageLoader;
     this.lifecycle = options.stages;
     this.deltaLoaderOption = options.deltaLoader;
+    this.foldsNamesOption = options.foldsNames;
   }
 
   private deltaLoader(): StageLoader {
@@ -315,10 +324,26 @@ export class PgWarehouse implements WarehouseWriter {
     return (this.lifecycle ??= this.engine === 'redshift' ? 'transaction' : 'session');
   }
 
+  /** Whether the warehouse folds quoted names to lower case: Redshift's default (`enable_case_sensitive_identifier` off). */
+  async foldsNames(): Promise<boolean> {
+    if (this.foldsNamesOption !== undefined) return this.foldsNamesOption;
+    if (this.engine === undefined) {
+      const client = await this.pool.connect();
+      try {
+        await this.detect(client);
+      } finally {
+        client.release();
+      }
+    }
+    return this.engine === 'redshift';
+  }
+
   /** How the apply treats an error of `applyTable` (see `WriteErrorKind`). */
   classifyError(err: unknown): WriteErrorKind | null {
     if (err instanceof SinkTypeConflictError) return { kind: 'type-conflict', message: err.message };
     if (err instanceof ValueRejectedError) return { kind: 'value-rejected' };
+    // Old objects the applier cannot move: held, audited, with the statements to run (lambda/core/legacy-layout.ts).
+    if (err instanceof LegacyLayoutError) return { kind: 'persistent', code: err.code };
     const code = persistentTableErrorCode(err);
     return code === null ? null : { kind: 'persistent', code };
   }
@@ -436,7 +461,6 @@ export class PgWarehouse implements WarehouseWriter {
   private async applyTableOnce(batch: TableBatch): Promise<TableApplyResult> {
     const t = batch.target ?? warehouseTable(batch.source, batch.table);
     const cacheKey = `${t.schema}.${t.view}`;
-    const { key, data } = wantedColumns(batch);
     const all = distinctEvents(batch.events);
     // Row events are staged (changelog, mirror); truncates are table-level (see applyStaged).
     const events = all.filter((e) => e.op !== 'truncate');
@@ -448,10 +472,16 @@ export class PgWarehouse implements WarehouseWriter {
     let merged: { rows: number; nestedLoops: boolean } | undefined;
     try {
       const lifecycle = await this.detect(client);
+      const { key, data } = wantedColumns(batch, this.engine!);
       // Bring the sink into shape first, in its own short transaction: the DDL is additive and
       // idempotent, the stage tables are made from the resulting shape, and the data transaction
       // then holds no catalog locks.
+      // A table's first apply in this process moves its objects of the layout before injective
+      // names, if any (docs/warehouse-apply.md, "Layout before injective names"); a shadow has none.
+      const moved = !this.shapes.has(cacheKey) && isLiveTable(t) && (await migrateLegacyLayout(client, t));
       let known = this.shapes.get(cacheKey) ?? (await readShape(client, t));
+      // Its view is made again over the moved objects (PostgreSQL's would follow them; made anew, it is the same on every engine).
+      if (moved) known = { ...known, view: false };
       // Another process may have made the handover table since this one cached the shape: an
       // update that lacks columns must see it, or it could be applied onto a key that is held
       // (docs/primary-key-changes.md). So such a batch reads the catalog again until the table exists.
@@ -775,6 +805,36 @@ export class PgWarehouse implements WarehouseWriter {
   }
 }
 
+/**
+ * Moves `t`'s objects of the old layout (and those of another table holding its view's name) to
+ * their names, in one transaction (`planLegacyMigration`); whether `t`'s own moved. Throws
+ * `LegacyLayoutError` when they cannot be moved here.
+ */
+async function migrateLegacyLayout(client: pg.ClientBase, t: WarehouseTable): Promise<boolean> {
+  const probe = legacyProbeSql(t);
+  const found = foundRelations((await client.query<{ table_schema: string; table_name: string; table_type: string }>(probe.text, probe.values)).rows);
+  const plan = planLegacyMigration(t, found);
+  if (plan.statements.length === 0) return false;
+  try {
+    await client.query(`BEGIN; ${plan.statements.join('; ')}; COMMIT`);
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    // Another process moved them first (its rename took the name, or the old one is gone): the shape read next finds them.
+    const code = (err as { code?: unknown } | null)?.code;
+    if (!isConcurrentDdlClash(err) && code !== UNDEFINED_TABLE) throw err;
+  }
+  return plan.own;
+}
+
+/** Whether `t` names a table's live objects (not a rebuild's shadow or another schema's). */
+function isLiveTable(t: WarehouseTable): boolean {
+  const live = warehouseTable(t.source, t.tableId);
+  return t.schema === live.schema && t.mirror === live.mirror;
+}
+
+/** SQLSTATE of a relation that does not exist. */
+const UNDEFINED_TABLE = '42P01';
+
 /** Redshift when its version string says so, else PostgreSQL. */
 async function detectEngine(client: pg.ClientBase): Promise<WarehouseEngine> {
   const res = await client.query<{ version: string }>('SELECT version() AS version');
@@ -861,7 +921,7 @@ function sameShape(a: SinkShape, b: SinkShape): boolean {
 }
 
 /** Key and data columns the batch needs: union over its schema versions, type from the newest version that has the column. */
-function wantedColumns(batch: TableBatch): { key: SinkColumn[]; data: SinkColumn[] } {
+function wantedColumns(batch: TableBatch, engine: WarehouseEngine): { key: SinkColumn[]; data: SinkColumn[] } {
   const versions = [...batch.schemas.values()].sort((a, b) => a.version - b.version);
   const newest = versions[versions.length - 1];
   if (!newest) throw new CdcError('INVALID_ARGUMENT', `no schema version for ${batch.source}/${batch.table}`);
@@ -872,10 +932,10 @@ function wantedColumns(batch: TableBatch): { key: SinkColumn[]; data: SinkColumn
       const refusal = sinkTypeRefusal(c.type);
       if (refusal !== null) throw new UnsupportedSinkTypeError(`${batch.source}/${batch.table}`, c.name, c.type!, refusal);
       if (!types.has(c.name)) order.push(c.name);
-      types.set(c.name, sinkType(c.type));
+      types.set(c.name, sinkType(c.type, engine));
     }
   }
-  const key = newest.key.map((k) => ({ name: k, type: types.get(k) ?? sinkType(null) }));
+  const key = newest.key.map((k) => ({ name: k, type: types.get(k) ?? sinkType(null, engine) }));
   const data = order.filter((c) => !newest.key.includes(c)).map((c) => ({ name: c, type: types.get(c)! }));
   return { key, data };
 }
@@ -938,7 +998,7 @@ function planDdl(
     // A text column takes every value unchanged: one made while the column's type was unknown
     // keeps being written as text when the type is learned (a compatible change; the values were
     // already text). Any other difference would round or refuse values: held (docs/schema-drift.md).
-    if (have !== undefined && have !== c.type && have !== TEXT_TYPE) throw new SinkTypeConflictError(t.tableId, c.name, have, c.type);
+    if (have !== undefined && have !== c.type && !isSinkTextType(have)) throw new SinkTypeConflictError(t.tableId, c.name, have, c.type);
   }
   const wanted = new Map([...key, ...data].map((c) => [c.name, c.type]));
   /** A changelog column's type: the platform's, or the data column's (as the mirror has it). */

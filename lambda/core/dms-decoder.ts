@@ -40,6 +40,10 @@
  * - control records (`create-table`, `drop-table`, `rename-table`, `add-column`, `drop-column`,
  *   `rename-column`, `column-type-change`, `change-columns`) decode to `DecodedControl`, with
  *   columns and key when the record carries a `table-def`.
+ * - Partitions: DMS names a change of a partitioned table by the leaf partition holding the row;
+ *   with `ctx.rootOf` it decodes as a change of the root (an `UPDATE` that moved a row between
+ *   partitions arrives as a delete from one and an insert into the other, both of the root); a
+ *   control record of a partition is `ignored` (the root's is the one that counts).
  * - DMS's own tables (name starting with `awsdms_`, such as `awsdms_apply_exceptions`) and
  *   control records without a table name (task-level) are `ignored`. A data record without a
  *   table name is malformed and refused.
@@ -61,6 +65,12 @@ export interface DecodeContext {
   keyColumns(table: string): string[] | null;
   /** All columns of a table when known (registry), else null. Used to tell undelivered columns. */
   columns?(table: string): string[] | null;
+  /**
+   * The partitioned table whose changes a table's are: DMS reports each change of a partitioned
+   * table under the name of the leaf partition that holds the row (docs/partitioned-tables.md);
+   * the root for a partition, null for a table that is no partition. @default none: every table is its own
+   */
+  rootOf?(table: string): string | null;
 }
 
 /** The primary key of a table is not known, so its changes cannot be keyed. */
@@ -221,6 +231,9 @@ export function decodeDmsRecord(record: unknown, ctx: DecodeContext): DecodeResu
     if (tableName === '') return { kind: 'ignored', reason: `task-level control record (${operation}) without a table name` };
     if (tableName.startsWith(DMS_OWN_TABLE_PREFIX)) return { kind: 'ignored', reason: `${operation} of DMS's own table ${schemaName ? `${schemaName}.` : ''}${tableName}` };
     if (schemaName === '') throw new InvalidRecordError('metadata.schema-name', `expected the schema of table ${JSON.stringify(tableName)}, got nothing`);
+    const root = ctx.rootOf?.(`${schemaName}.${tableName}`) ?? null;
+    // A partition's definition is its root's (a column added to the root is added to every partition): the root's own record is the one that counts.
+    if (root !== null) return { kind: 'ignored', reason: `${operation} of ${schemaName}.${tableName}, a partition of ${root}` };
     const control = record.control ?? {};
     if (!isPlainObject(control)) throw new InvalidRecordError('control', `expected an object, got ${describe(control)}`);
     const def = tableDef(control);
@@ -240,7 +253,8 @@ export function decodeDmsRecord(record: unknown, ctx: DecodeContext): DecodeResu
   if (tableName === '') throw new InvalidRecordError('metadata.table-name', 'a data record names its table');
   if (schemaName === '') throw new InvalidRecordError('metadata.schema-name', `expected the schema of table ${JSON.stringify(tableName)}, got nothing`);
   if (tableName.includes('.') || schemaName.includes('.')) throw new InvalidRecordError('metadata.table-name', `a table id is 'schema.table' and neither part may contain a dot: ${schemaName}.${tableName}`);
-  const table = `${schemaName}.${tableName}`;
+  // A change of a partition is a change of its root (docs/partitioned-tables.md).
+  const table = ctx.rootOf?.(`${schemaName}.${tableName}`) ?? `${schemaName}.${tableName}`;
   const data = rowOf(record.data, 'data');
 
   const rawBefore = record[DMS_BEFORE_IMAGE_FIELD];

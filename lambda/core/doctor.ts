@@ -8,6 +8,7 @@
  * works but one failure mode is unguarded (no WAL cap, an unencrypted loopback connection, a slot
  * of another tool pinning WAL). The RDS/Aurora parameter behind each check: docs/doctor.md.
  */
+import { tableNameRefusal } from './warehouse-names.ts';
 
 import { pollColumnKindOf, type PollColumnKind } from './poll.ts';
 
@@ -25,6 +26,8 @@ export const CheckId = {
   SELECT_GRANT: 'select_grant',
   HEARTBEAT: 'heartbeat',
   TABLE_EXISTS: 'table_exists',
+  /** The table's name can name its warehouse view (docs/architecture.md §5.4, "Names"). */
+  TABLE_NAME: 'table_name',
   PRIMARY_KEY: 'primary_key',
   REPLICA_IDENTITY: 'replica_identity',
   COLUMN_TYPES: 'column_types',
@@ -88,8 +91,12 @@ export interface TableFact {
   identityIndexColumns: string[] | null;
   /** Whether the capture user may SELECT the table (snapshots, re-snapshots). */
   selectGranted: boolean;
-  /** Columns with their type as `format_type` prints it (`text`, `integer[]`, `character varying(20)`). */
-  columns: Array<{ name: string; type: string }>;
+  /**
+   * Columns with their type as `format_type` prints it (`text`, `integer[]`, `character varying(20)`),
+   * and `generated: 'virtual'` for a virtual generated column (PostgreSQL 18), which is neither
+   * stored nor logged (docs/types.md).
+   */
+  columns: Array<{ name: string; type: string; generated?: 'stored' | 'virtual' }>;
   /** The poll column when the table is configured `capture: 'poll'` (docs/polling.md). */
   pollColumn?: string | null;
   /** A polled table's row-level BEFORE INSERT AND UPDATE trigger: fired always, only at origin (not under `session_replication_role = replica`), or none enabled. */
@@ -191,6 +198,8 @@ function tableChecks(t: TableFact, user: string): CheckResult[] {
     out.push(problem(CheckId.TABLE_EXISTS, 'FAIL', t.table, `captured table ${t.table} does not exist (or the capture user cannot see it)`, `create the table, fix the name in --tables, or GRANT USAGE ON SCHEMA to ${q(user)}`));
     return out;
   }
+  const named = tableNameRefusal(t.table);
+  if (named !== null) out.push(problem(CheckId.TABLE_NAME, 'FAIL', t.table, named, `rename the table, or leave it out of the capture (a rule's excludeTables)`));
   out.push(
     t.selectGranted
       ? pass(CheckId.SELECT_GRANT, t.table, `${q(user)} may SELECT ${t.table}`)
@@ -239,6 +248,18 @@ function tableChecks(t: TableFact, user: string): CheckResult[] {
     default:
       out.push(problem(CheckId.REPLICA_IDENTITY, 'FAIL', t.table, `${t.table}: replica identity unknown`, fixFull));
   }
+  const virtual = t.columns.filter((c) => c.generated === 'virtual');
+  if (virtual.length > 0) {
+    out.push(
+      problem(
+        CheckId.COLUMN_TYPES,
+        'FAIL',
+        t.table,
+        `${t.table} has virtual generated columns (${virtual.map((c) => c.name).join(', ')}): they are computed when read, never stored or logged, so the slot carries them as NULL (docs/types.md)`,
+        `exclude them from capture (the table's exclude list) and compute them in the warehouse (a view), or make them STORED (drop the column and add it again as GENERATED ALWAYS AS (…) STORED)`,
+      ),
+    );
+  }
   const notCarried = t.columns.filter((c) => NOT_CARRIED_TYPES.has(c.type));
   const lobs = t.columns.filter((c) => LOB_TYPES.has(c.type) || c.type.endsWith('[]'));
   if (notCarried.length > 0) {
@@ -261,7 +282,7 @@ function tableChecks(t: TableFact, user: string): CheckResult[] {
         'keep these values small, raise maxLobSize (at most 1 MiB), or exclude the column',
       ),
     );
-  } else out.push(pass(CheckId.COLUMN_TYPES, t.table, `${t.columns.length} columns of carried types`));
+  } else if (virtual.length === 0) out.push(pass(CheckId.COLUMN_TYPES, t.table, `${t.columns.length} columns of carried types`));
   return out;
 }
 

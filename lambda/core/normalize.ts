@@ -40,6 +40,7 @@ import { assertSchemaVersion, keyText, validateChangeEvent } from './event.ts';
 import type { AuditEntry, ColumnDef, ControlPlane, PreImage, SchemaVersion, TableRecord } from './control-plane.ts';
 import type { DecodeResult, DecodedChange, DecodedControl } from './decoded.ts';
 import { decodeRawRecord, type DecodeContext } from './decode.ts';
+import { EMPTY_PARTITION_TREE, type PartitionTree } from './partitions.ts';
 import { parseJsonExact } from './json-exact.ts';
 import { applyColumnRulesToChange, applyColumnRulesToColumns } from './masking.ts';
 import { maxPosition, POSITION_ZERO, type Position } from './position.ts';
@@ -114,6 +115,13 @@ export interface NormalizerOptions<E> {
    * @default - none
    */
   catalogTypes?: (table: string) => Promise<CatalogTypes | null>;
+  /**
+   * The source's partition trees as published (lambda/core/partitions.ts): a DMS record names a
+   * change of a partitioned table by its leaf partition, and is decoded as a change of the root
+   * (docs/partitioned-tables.md). Read again when a record names a table the last reading did not
+   * know (at most every 2 s). @default - none: every table is its own
+   */
+  partitionTree?: () => Promise<PartitionTree | null>;
 }
 
 /** The recovery hint logged and audited with a pause. */
@@ -230,6 +238,9 @@ interface Buffered<E> {
 /** One invocation's worth of records. */
 export class NormalizerBatch<E> {
   private readonly cache = new Map<string, Registry>();
+  /** The published partition trees, as last read (`knowPartitionsOf`), and when (epoch ms). */
+  private tree: PartitionTree = EMPTY_PARTITION_TREE;
+  private treeReadAt = 0;
   private buffer: Buffered<E>[] = [];
   private ordinal = -1;
   private pendingFrom: number | null = null;
@@ -359,12 +370,25 @@ export class NormalizerBatch<E> {
     return this.changes(raw, parsed, result, deadLetter);
   }
 
+  /** Reads the published partition tree again when `parsed` names a table the last reading did not know (at most every 2 s). */
+  private async knowPartitionsOf(parsed: unknown): Promise<void> {
+    if (!this.o.partitionTree) return;
+    const name = tableNamed(parsed);
+    if (name === null || this.tree.rootOf.has(name) || this.tree.standalone.has(name)) return;
+    const now = this.now().getTime();
+    if (now - this.treeReadAt < 2_000) return;
+    this.treeReadAt = now;
+    this.tree = (await this.o.partitionTree()) ?? EMPTY_PARTITION_TREE;
+  }
+
   /** Decodes with the registry at hand; tables the cache does not hold yet are loaded and the record decoded again. */
   private async decode(parsed: unknown): Promise<DecodeResult> {
+    await this.knowPartitionsOf(parsed);
     for (let pass = 1; ; pass++) {
       const misses = new Set<string>();
       const ctx: DecodeContext = {
         source: this.o.source,
+        rootOf: (table) => this.tree.rootOf.get(table) ?? null,
         keyColumns: (table) => {
           const configured = this.o.tables.keyColumns(table);
           if (configured) return configured;

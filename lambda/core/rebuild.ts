@@ -6,13 +6,15 @@
  * built by exactly the code that builds the live table.
  *
  * Objects, in the table's own warehouse schema (lambda/core/warehouse-sql.ts has the layout):
- * - shadow: the live names with the `_cdc_rb_` prefix (`_cdc_rb_orders_mirror`,
- *   `_cdc_rb_orders_changelog`, view `_cdc_rb_orders`, …). Same schema, so the swap is a rename
- *   inside one schema, which PostgreSQL and Redshift both do inside a transaction.
- * - retired: the live objects after a swap get the `_cdc_old_` prefix and are dropped once the
- *   diff is stored.
- * - diff: `_cdc_rb_<table>_diff`, one row per differing key of the last rebuild (kept).
- * Source tables whose names start with `_cdc_` would collide with these and are not supported.
+ * - shadow: view `_cdc_rb_<table>` and its platform tables named after it like any view's
+ *   (`_cdc_mirror__cdc_rb_orders`, `_cdc_changelog__cdc_rb_orders`, …; lambda/core/warehouse-names.ts).
+ *   Same schema, so the swap is a rename inside one schema, which PostgreSQL and Redshift both do
+ *   inside a transaction.
+ * - retired: the live objects after a swap, named the same way after view `_cdc_old_<table>`,
+ *   dropped once the diff is stored.
+ * - diff: `_cdc_diff_<table>`, one row per differing key of the last rebuild (kept).
+ * Source tables whose names start with `_cdc_` are refused at registration, so none of these
+ * can be a source table's object (docs/architecture.md §5.4, "Names").
  *
  * The swap, in ONE transaction: lock the live delta, changelog and mirror against writers
  * (readers go on), let the caller bring the shadow up to what the live tables hold (changelog
@@ -26,8 +28,9 @@
 import type { Position } from './position.ts';
 import { randomUUID } from 'node:crypto';
 import type { ActiveRebuild, ControlPlane } from './control-plane.ts';
-import { CdcColumn, fitIdentifier, qualified, type WarehouseTable } from './warehouse-sql.ts';
-import { assertPlainIdentifier, quoteIdent, splitTableId } from './identifiers.ts';
+import { CdcColumn, platformTables, qualified, type WarehouseTable } from './warehouse-sql.ts';
+import { fitIdentifier, platformName } from './warehouse-names.ts';
+import { assertCarriedIdentifier, quoteIdent, splitTableId } from './identifiers.ts';
 
 export const SHADOW_PREFIX = '_cdc_rb_';
 export const RETIRED_PREFIX = '_cdc_old_';
@@ -35,17 +38,8 @@ export const RETIRED_PREFIX = '_cdc_old_';
 /** The objects of `t` under a name prefix (same schema). */
 export function prefixedTable(t: WarehouseTable, prefix: string): WarehouseTable {
   const { table } = splitTableId(t.tableId);
-  const base = `${prefix}${table}`;
-  return {
-    ...t,
-    changelog: fitIdentifier(base, '_changelog'),
-    mirror: fitIdentifier(base, '_mirror'),
-    deletedKeys: fitIdentifier(base, '_deleted_keys'),
-    truncations: fitIdentifier(base, '_truncations'),
-    handover: fitIdentifier(base, '_handover'),
-    delta: fitIdentifier(base, '_delta'),
-    view: fitIdentifier(base),
-  };
+  const view = assertCarriedIdentifier(fitIdentifier(`${prefix}${table}`), 'warehouse name', true);
+  return { ...t, ...platformTables(view), view };
 }
 
 export const shadowTable = (t: WarehouseTable): WarehouseTable => prefixedTable(t, SHADOW_PREFIX);
@@ -53,8 +47,7 @@ export const retiredTable = (t: WarehouseTable): WarehouseTable => prefixedTable
 
 /** The table kept with the last rebuild's differing keys. */
 export function diffTableName(t: WarehouseTable): string {
-  const { table } = splitTableId(t.tableId);
-  return fitIdentifier(`${SHADOW_PREFIX}${table}`, '_diff');
+  return platformName('diff', splitTableId(t.tableId).table);
 }
 
 /** The physical tables of a table's layout (not the view), as (what, name) pairs. */
@@ -236,7 +229,7 @@ export function decideRebuildSlot(slot: Pick<ActiveRebuild, 'id' | 'source' | 't
 
 /** Checks the plain identifier parts used in a rebuild's names. */
 export function assertRebuildable(t: WarehouseTable): void {
-  assertPlainIdentifier(shadowTable(t).view, 'rebuild shadow name');
+  assertCarriedIdentifier(shadowTable(t).view, 'rebuild shadow name', true);
 }
 
 /** How long a claimed rebuild slot may go without a report before another rebuild may take it over (docs/rebuild.md). */

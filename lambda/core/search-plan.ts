@@ -153,13 +153,16 @@ const STRING = /^(text|varchar|character varying|string|wstring|clob|nclob|char|
  * is stored but not indexed, everything else (timestamps, uuid, unknown) → `keyword`.
  * PostgreSQL's timestamp text (`2026-01-01 10:00:00.5+00`) is not one of OpenSearch's date
  * formats, so timestamps stay exact `keyword`s rather than be refused.
+ * The `double` and `date` fields are `ignore_malformed`: a value they cannot index (`NaN`,
+ * `±Infinity`, a date `infinity`, BC or past year 9999) is kept exactly in the document's
+ * `_source` and left out of the field's index (docs/types.md), never refused row by row.
  */
 export function fieldMappingOf(type: string | null): FieldMapping {
   const t = (type ?? '').trim().toLowerCase().replace(/\s+/g, ' ');
   if (INT.test(t)) return { type: 'long' };
-  if (FLOAT.test(t) || NUMERIC.test(t)) return { type: 'double' };
+  if (FLOAT.test(t) || NUMERIC.test(t)) return { type: 'double', ignore_malformed: true };
   if (t === 'boolean' || t === 'bool') return { type: 'boolean' };
-  if (t === 'date') return { type: 'date', format: 'strict_date' };
+  if (t === 'date') return { type: 'date', format: 'strict_date', ignore_malformed: true };
   if (STRING.test(t)) return { type: 'text', fields: { keyword: { type: 'keyword', ignore_above: 256 } } };
   if (t === 'json' || t === 'jsonb') return { type: 'object', enabled: false };
   return { type: 'keyword', ignore_above: 8191 };

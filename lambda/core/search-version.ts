@@ -12,8 +12,9 @@
  *
  * where `base` is the search index's base LSN (recorded in the index mapping's `_meta` when the
  * index is created; by default the table's first registered position rounded down to a 4 GiB
- * WAL boundary, `searchBaseLsn`). The bound: `index < 2^20 − 1` (1,048,575 records in one source
- * transaction; `2^20 − 1` encodes a snapshot row's index `0xffffffff`) and `base ≤ lsn < base + 2^43` (8 TiB of WAL after the base), excluding the single
+ * WAL boundary, `searchBaseLsn`). The bound: `index < 2^20 − 2` (1,048,574 records in one source
+ * transaction; `2^20 − 1` encodes a snapshot row's index `0xffffffff` and `2^20 − 2` a re-snapshot
+ * sweep's `0xfffffffe`) and `base ≤ lsn < base + 2^43` (8 TiB of WAL after the base), excluding the single
  * position whose version would be 2^63. Inside the window the map is strictly increasing:
  * positions compare by (lsn, index), and for lsn₁ < lsn₂ the gap of at least 2^20 exceeds any
  * index difference. `POSITION_ZERO` (full-load rows) maps to 0, below every other version.
@@ -38,8 +39,14 @@ export const MAX_VERSION = (1n << 63n) - 1n;
  */
 export const SNAPSHOT_INDEX = 0xffffffff;
 const SNAPSHOT_SLOT = (1n << VERSION_INDEX_BITS) - 1n;
-/** Largest index within a transaction that encodes (the top index value is the snapshot slot). */
-export const MAX_ENCODABLE_INDEX = Number(SNAPSHOT_SLOT - 1n);
+/**
+ * The index a re-snapshot's sweep carries (`sweepPosition` in lambda/core/snapshot.ts: just below
+ * the snapshot slot of its LSN); it encodes into the index value below the snapshot slot.
+ */
+export const SWEEP_INDEX = 0xfffffffe;
+const SWEEP_SLOT = SNAPSHOT_SLOT - 1n;
+/** Largest index within a transaction that encodes (the two top index values are the sweep's and the snapshot's slots). */
+export const MAX_ENCODABLE_INDEX = Number(SWEEP_SLOT - 1n);
 /** Bytes of WAL after the base that encode. */
 export const LSN_WINDOW = 1n << VERSION_LSN_BITS;
 
@@ -73,10 +80,10 @@ export function encodeVersion(position: Position, base: bigint): bigint {
   const lsn = lsnOf(position);
   const index = indexOf(position);
   if (lsn < base) throw new PositionNotEncodableError(position, `its commit LSN is below the index's base LSN ${base.toString(16)}`);
-  if (index > MAX_ENCODABLE_INDEX && index !== SNAPSHOT_INDEX) throw new PositionNotEncodableError(position, `its index within the transaction (${index}) exceeds ${MAX_ENCODABLE_INDEX}`);
+  if (index > MAX_ENCODABLE_INDEX && index !== SNAPSHOT_INDEX && index !== SWEEP_INDEX) throw new PositionNotEncodableError(position, `its index within the transaction (${index}) exceeds ${MAX_ENCODABLE_INDEX}`);
   const offset = lsn - base;
   if (offset >= LSN_WINDOW) throw new PositionNotEncodableError(position, `its commit LSN is 2^43 bytes or more past the index's base LSN ${base.toString(16)}`);
-  const v = ((offset << VERSION_INDEX_BITS) | (index === SNAPSHOT_INDEX ? SNAPSHOT_SLOT : BigInt(index))) + 1n;
+  const v = ((offset << VERSION_INDEX_BITS) | (index === SNAPSHOT_INDEX ? SNAPSHOT_SLOT : index === SWEEP_INDEX ? SWEEP_SLOT : BigInt(index))) + 1n;
   if (v > MAX_VERSION) throw new PositionNotEncodableError(position, 'it is the last position of the window, whose version would be 2^63');
   return v;
 }
@@ -88,6 +95,6 @@ export function decodeVersion(version: bigint, base: bigint): Position {
   const v = version - 1n;
   const lsn = base + (v >> VERSION_INDEX_BITS);
   const slot = v & ((1n << VERSION_INDEX_BITS) - 1n);
-  const index = slot === SNAPSHOT_SLOT ? BigInt(SNAPSHOT_INDEX) : slot;
+  const index = slot === SNAPSHOT_SLOT ? BigInt(SNAPSHOT_INDEX) : slot === SWEEP_SLOT ? BigInt(SWEEP_INDEX) : slot;
   return lsn.toString(16).padStart(16, '0') + index.toString(16).padStart(8, '0');
 }

@@ -23,7 +23,8 @@
  *   `index` it is the record's position (`makePosition(commitLsn, index)`).
  * - `commitTs`: commit time, ISO-8601 in UTC.
  * - `index`: index of the record within its transaction, from 0.
- * - `table`: `schema.table` as named in the source (unquoted; neither part may contain a dot).
+ * - `table`: `schema.table` as named in the source (unquoted; neither part may contain a dot); for
+ *   a change of a partition, the root of its partitioned table (docs/partitioned-tables.md).
  * - `op`: `insert`, `update`, `delete` or `truncate`; `snapshot` for a row the snapshot worker
  *   read (lambda/core/snapshot.ts, docs/snapshot.md): the whole row in `columns`, no `oldKey`,
  *   `xid` `"0"` (a chunk read has no transaction of its own), `commitLsn` + `index` the position

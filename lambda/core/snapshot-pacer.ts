@@ -187,3 +187,41 @@ export class AdaptivePacer implements Pacer {
     }
   }
 }
+
+/**
+ * The quantile of probe latencies the budget compares (docs/snapshot.md, "The budget"): the median
+ * of the recent probes against the median of the baseline's. Not the 99th percentile: of the 50
+ * probes a window holds, the 99th percentile is the slowest one, so a single slow commit (a
+ * checkpoint, another tenant of the machine, the worker's own event loop busy packing a chunk)
+ * read as pressure for the next 25 chunks and held a snapshot at its smallest chunk and longest
+ * rest (about 20-50 rows/s, docs/partitioned-tables.md has the measurements); the median moves only
+ * when half the probes are slower, which a snapshot that loads the source does.
+ */
+export const PROBE_QUANTILE = 0.5;
+
+/**
+ * Added latency below this many milliseconds is no pressure: a probe is one round trip measured
+ * by the worker's process, whose scheduling alone varies by that much, while a local commit takes
+ * a fraction of it (10 % of 0.2 ms is 20 µs: below what the measurement can tell).
+ */
+export const PROBE_NOISE_FLOOR_MS = 1;
+
+/** The `q` quantile of `xs` (nearest rank; NaN for none). */
+export function quantile(xs: readonly number[], q: number): number {
+  if (xs.length === 0) return Number.NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]!;
+}
+
+/**
+ * Added write latency, percent over the baseline: the `PROBE_QUANTILE` of `recent` against that of
+ * `baseline`, 0 when the difference is under `PROBE_NOISE_FLOOR_MS`; null without samples on
+ * either side (or a zero baseline).
+ */
+export function addedLatencyPct(baseline: readonly number[], recent: readonly number[]): number | null {
+  if (baseline.length === 0 || recent.length === 0) return null;
+  const base = quantile(baseline, PROBE_QUANTILE);
+  if (!(base > 0)) return null;
+  const added = quantile(recent, PROBE_QUANTILE) - base;
+  return added < PROBE_NOISE_FLOOR_MS ? 0 : (added / base) * 100;
+}

@@ -384,27 +384,86 @@ export async function planSnapshots(control: ControlPlane, source: string, confi
 
 export interface RunPendingOptions extends Omit<RunTableSnapshotOptions, 'table' | 'rules' | 'pacer'> {
   rulesOf: (table: string) => ColumnRules;
-  /** A fresh pacer per run (the budget's baseline is per run). */
+  /** A pacer per run (the budget's baseline is per run), kept across the run's turns. */
   pacerFor: (table: string) => Pacer;
   /** Called before a run starts (e.g. to take the pressure baseline). */
   beforeRun?: (table: string) => Promise<void>;
+  /** How long a run keeps the worker while other runs wait, ms (then the next run takes a turn). @default 10000 */
+  turnMs?: number;
+  /** How often a running turn looks whether other runs wait, ms. @default 2000 */
+  waitingCheckMs?: number;
 }
 
 /**
- * Works through the source's pending runs one table at a time (so a new table's snapshot never
- * competes with another's for the budget). Returns the outcome per table that was touched.
+ * Works through the source's pending runs one table at a time (so one snapshot never competes
+ * with another for the budget), in turns: a run keeps the worker while no other run waits; when
+ * others wait (requested before or while it runs), it yields after `turnMs` at a chunk boundary
+ * (its cursor recorded, as at any stop) and the next takes a turn, round after round, so a long
+ * or slow snapshot never holds back the others (a two-row table is copied in its first turn).
+ * Each run keeps its pacer across its turns. Returns the last outcome per table touched.
  */
 export async function runPendingSnapshots(o: RunPendingOptions): Promise<Map<string, RunOutcome>> {
   const outcomes = new Map<string, RunOutcome>();
-  const pending = (await o.control.listSnapshots(o.source)).filter(snapshotPending);
-  for (const run of pending) {
-    if (o.shouldStop?.()) break;
-    await o.beforeRun?.(run.table);
-    const outcome = await runTableSnapshot({ ...o, table: run.table, rules: o.rulesOf(run.table), pacer: o.pacerFor(run.table) });
-    outcomes.set(run.table, outcome);
-    if (outcome === 'more' || outcome === 'stopped') break;
+  const pacers = new Map<string, Pacer>();
+  const turnMs = o.turnMs ?? 10_000;
+  const pendingNow = async (): Promise<SnapshotState[]> => (await o.control.listSnapshots(o.source)).filter(snapshotPending);
+  let pending = await pendingNow();
+  while (pending.length > 0) {
+    for (const run of pending) {
+      if (o.shouldStop?.()) return outcomes;
+      let pacer = pacers.get(run.table);
+      if (!pacer) {
+        await o.beforeRun?.(run.table);
+        pacer = o.pacerFor(run.table);
+        pacers.set(run.table, pacer);
+      }
+      const turn = watchOthers(pendingNow, run.table, o.waitingCheckMs ?? 2000);
+      const turnEnd = Date.now() + turnMs;
+      let outcome: RunOutcome;
+      try {
+        outcome = await runTableSnapshot({ ...o, table: run.table, rules: o.rulesOf(run.table), pacer, shouldStop: () => (o.shouldStop?.() ?? false) || (turn.othersWaiting && Date.now() >= turnEnd) });
+      } finally {
+        await turn.stop();
+      }
+      outcomes.set(run.table, outcome);
+      // The invocation's share is used up, or the worker is stopping.
+      if (outcome === 'more' || (outcome === 'stopped' && (o.shouldStop?.() ?? false))) return outcomes;
+    }
+    // The next round: runs still pending (a run another worker holds, or whose lease was lost, is left to it).
+    pending = (await pendingNow()).filter((r) => outcomes.get(r.table) !== 'busy' && outcomes.get(r.table) !== 'lost-lease');
   }
   return outcomes;
+}
+
+/** Whether runs other than `table`'s are pending, looked up every `everyMs` while a turn runs. */
+function watchOthers(pendingNow: () => Promise<SnapshotState[]>, table: string, everyMs: number): { othersWaiting: boolean; stop: () => Promise<void> } {
+  const state = { othersWaiting: false, stopped: false };
+  let wake: { resolve: () => void; timer: ReturnType<typeof setTimeout> } | null = null;
+  const loop = (async () => {
+    while (!state.stopped) {
+      try {
+        state.othersWaiting = (await pendingNow()).some((r) => r.table !== table);
+      } catch {
+        // the next look tries again; a turn without an answer just runs on
+      }
+      if (state.stopped) break;
+      await new Promise<void>((resolve) => (wake = { resolve, timer: setTimeout(resolve, everyMs) }));
+    }
+  })();
+  return {
+    get othersWaiting() {
+      return state.othersWaiting;
+    },
+    stop: async () => {
+      state.stopped = true;
+      const w = wake as { resolve: () => void; timer: ReturnType<typeof setTimeout> } | null;
+      if (w) {
+        clearTimeout(w.timer);
+        w.resolve();
+      }
+      await loop;
+    },
+  };
 }
 
 /** The runs still to do. */

@@ -24,6 +24,7 @@ import { describeValue as describe } from './json-shape.ts';
 import { PLAIN_IDENT } from '../../contracts/identifiers.ts';
 import { checkTransforms, TABLE_CAPTURE_MODES, type TableCaptureMode, type TableTransforms } from '../../contracts/table-config.ts';
 import { NO_TRANSFORMS } from './transforms.ts';
+import { tableNameRefusal } from './warehouse-names.ts';
 
 /** One entry of `CDC_TABLE_CONFIG`: the shape the constructs write, defined once in contracts/table-config.ts. */
 export type { TableConfig, TableRule } from '../../contracts/table-config.ts';
@@ -73,6 +74,8 @@ export function validateTableConfig(value: unknown, origin = 'CDC_TABLE_CONFIG',
       if (!FIELDS.has(f)) throw new TableConfigError(`${at}.${f}`, `unknown field (known: ${[...FIELDS].join(', ')})`);
     }
     if (typeof e.table !== 'string' || !TABLE_ID.test(e.table)) throw new TableConfigError(`${at}.table`, `expected 'schema.table', got ${describe(e.table)}`);
+    const named = tableNameRefusal(e.table);
+    if (named !== null) throw new TableConfigError(`${at}.table`, `${named}; rename the table or leave it out`);
     const earlier = seen.get(e.table);
     if (earlier !== undefined) throw new TableConfigError(`${at}.table`, `${e.table} is configured twice (also at index ${earlier})`);
     seen.set(e.table, i);

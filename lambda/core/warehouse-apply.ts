@@ -45,6 +45,7 @@ import type { ControlPlane, DeleteMode, SchemaVersion } from './control-plane.ts
 import { CdcError, InvalidRecordError, UnsafeIdentifierError } from './errors.ts';
 import type { ChangeEvent } from './event.ts';
 import { assertPlainIdentifier, splitTableId } from './identifiers.ts';
+import { FoldedNameError, foldsInto } from './name-folding.ts';
 import { admitTable, checkEventColumns as checkColumnsOf, decodeChangeRecord } from './sink-admission.ts';
 import type { PayloadStore } from './payload-store.ts';
 import type { TablePlan } from './apply-plan.ts';
@@ -165,6 +166,8 @@ export interface WarehouseWriter {
   deltaStats(target: MergeTarget): Promise<DeltaStats>;
   /** How to treat an error `applyTable` threw; null: transient (the records are retried). */
   classifyError(err: unknown): WriteErrorKind | null;
+  /** Whether the warehouse folds quoted names to lower case (Redshift): then of two tables whose names fold alike, the second is refused (lambda/core/name-folding.ts). */
+  foldsNames(): Promise<boolean>;
 }
 
 /**
@@ -321,6 +324,8 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
    * read what the sink holds, so a redelivered heartbeat is recognised here (once per heartbeat).
    */
   const heartbeatSeen = new Map<string, string>();
+  /** Tables this process found clear of a folding clash (the first of two never becomes the second). */
+  const unfolded = new Set<string>();
 
   async function schemaOf(source: string, table: string, version: number): Promise<SchemaVersion> {
     const k = `${source}\u0000${table}\u0000${version}`;
@@ -443,6 +448,15 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
         return;
       }
       const { target, table: rec } = admission;
+      // A warehouse that folds names refuses the second of two tables it would make one (docs/onboarding.md, "Names").
+      if (!unfolded.has(`${source}\u0000${table}`) && (await writer.foldsNames())) {
+        const first = await foldsInto(cp, source, table, targetOf);
+        if (first !== null) {
+          await holdOnError(source, table, items, new FoldedNameError(source, table, first), 'NAME_FOLDS');
+          return;
+        }
+      }
+      unfolded.add(`${source}\u0000${table}`);
       const valid: Item[] = [];
       const schemas = new Map<number, SchemaVersion>();
       for (const i of items) {

@@ -3,8 +3,9 @@
  * and statements; the pg adapter (`lambda/adapters/warehouse-pg.ts`) runs them.
  *
  * Layout per captured table (source id `s`, source table `sch.tbl`), in the warehouse schema
- * `s_sch` (e.g. `demo_public`):
- * - `tbl_changelog`: append-only, one row per delivered event (deduplicated on position + key):
+ * `s_sch` (e.g. `demo_public`; each `_` of `s` written `$`), named as lambda/core/warehouse-names.ts
+ * derives them (docs/architecture.md §5.4, "Names"):
+ * - `_cdc_changelog_tbl`: append-only, one row per delivered event (deduplicated on position + key):
  *   `_cdc_position`, `_cdc_op`, `_cdc_commit_ts`, `_cdc_schema_version`, `_cdc_tx_id`,
  *   `_cdc_synthetic`, `_cdc_missing` (JSON array of the columns that were not delivered, or
  *   NULL), `_cdc_applied_at`, then the key columns and the data columns as typed columns. Typed
@@ -14,15 +15,15 @@
  *   column not listed there). The before image is not copied: the change log and its archive
  *   keep it (invariant 1), and a primary-key change shows in the changelog as the delete of the
  *   old key and the insert of the new one at the same position.
- * - `tbl_mirror`: one row per key: `_cdc_deleted` (first, see `MIRROR_LEADING_COLUMNS`), key and
+ * - `_cdc_mirror_tbl`: one row per key: `_cdc_deleted` (first, see `MIRROR_LEADING_COLUMNS`), key and
  *   data columns, `_cdc_position`, `_cdc_deleted_at`, `_cdc_applied_at`. A soft delete keeps the
  *   row as a tombstone with its last values. Mirrors made before have `_cdc_deleted` after
  *   `_cdc_position`; nothing depends on the order.
  * - view `tbl`: the mirror without tombstones and without the `_cdc_deleted*` columns.
- * - `tbl_deleted_keys` (hard-delete mode): key, `_cdc_position`, `_cdc_deleted_at`,
+ * - `_cdc_deleted_keys_tbl` (hard-delete mode): key, `_cdc_position`, `_cdc_deleted_at`,
  *   `_cdc_applied_at` of keys whose mirror row was deleted, so a late older event cannot
  *   resurrect the row (invariant 7). Once it exists it guards inserts in either mode.
- * - `tbl_truncations`: one row per captured TRUNCATE of the table (`_cdc_position`,
+ * - `_cdc_truncations_tbl`: one row per captured TRUNCATE of the table (`_cdc_position`,
  *   `_cdc_commit_ts`, `_cdc_tx_id`, `_cdc_schema_version`, `_cdc_applied_at`), made on the
  *   first truncate. It is the table-level position guard: once it exists, a mirror write applies
  *   only if its position is above both the key's stored position and every truncate's position
@@ -48,11 +49,10 @@
  * registry first) and double-quoted; values are always parameters (`$n`).
  */
 import { UnsafeIdentifierError } from './errors.ts';
-import { assertPlainIdentifier, quoteIdent, splitTableId } from './identifiers.ts';
+import { assertCarriedIdentifier, assertPlainIdentifier, quoteIdent, splitTableId } from './identifiers.ts';
 import { POLL_DELETES_INVISIBLE } from './poll.ts';
+import { assertCarriedTableName, platformName, warehouseSchemaName } from './warehouse-names.ts';
 
-/** PostgreSQL's identifier limit in bytes (Redshift allows 127); longer derived names are shortened with a hash. */
-export const MAX_IDENTIFIER_LENGTH = 63;
 /** Source columns may not use this prefix: the platform's own columns do. */
 export const RESERVED_PREFIX = '_cdc_';
 /** The text type both warehouses accept for any text (Redshift's VARCHAR maximum, in bytes). */
@@ -98,7 +98,7 @@ export interface StageNames {
  * gets new stage tables, so a stage created earlier in the session never has stale columns.
  */
 export function stageNames(t: WarehouseTable, mirrorColumns: readonly string[], changelogColumns: readonly string[]): StageNames {
-  const h = fnv1a(`${t.schema}.${t.view}|${mirrorColumns.join(',')}|${changelogColumns.join(',')}`);
+  const h = fnv1a(JSON.stringify([t.schema, t.view, mirrorColumns, changelogColumns]));
   return { events: `cdc_events_${h}`, writes: `cdc_writes_${h}` };
 }
 
@@ -136,19 +136,23 @@ function fnv1a(text: string): string {
   return h.toString(16).padStart(8, '0');
 }
 
-/** `base + suffix`, shortened to the identifier limit with a hash of `base` when too long (PostgreSQL would silently truncate). */
-export function fitIdentifier(base: string, suffix = ''): string {
-  const whole = base + suffix;
-  if (whole.length <= MAX_IDENTIFIER_LENGTH) return assertPlainIdentifier(whole, 'warehouse name');
-  const keep = MAX_IDENTIFIER_LENGTH - suffix.length - 9;
-  return assertPlainIdentifier(`${base.slice(0, keep)}_${fnv1a(base)}${suffix}`, 'warehouse name');
+/** The platform tables of the view `view` (`_cdc_<kind>_<view>`, lambda/core/warehouse-names.ts). */
+export function platformTables(view: string): Pick<WarehouseTable, 'changelog' | 'mirror' | 'deletedKeys' | 'truncations' | 'handover' | 'delta'> {
+  return {
+    changelog: platformName('changelog', view),
+    mirror: platformName('mirror', view),
+    deletedKeys: platformName('deletedKeys', view),
+    truncations: platformName('truncations', view),
+    handover: platformName('handover', view),
+    delta: platformName('delta', view),
+  };
 }
 
 /** Where a table's warehouse objects live, when not in the default place. */
 export interface WarehouseTableOptions {
   /**
    * The warehouse schema to put them in (e.g. a shadow schema a rebuild replays into).
-   * @default `<source>_<schema>`, shortened to the identifier limit
+   * @default `warehouseSchemaName(source, schema)` (lambda/core/warehouse-names.ts)
    */
   schema?: string;
 }
@@ -163,20 +167,15 @@ export function warehouseTable(source: string, tableId: string, options: Warehou
   return {
     source,
     tableId,
-    schema: options.schema !== undefined ? assertPlainIdentifier(options.schema, 'warehouse schema') : fitIdentifier(`${source}_${schema}`),
-    changelog: fitIdentifier(table, '_changelog'),
-    mirror: fitIdentifier(table, '_mirror'),
-    deletedKeys: fitIdentifier(table, '_deleted_keys'),
-    truncations: fitIdentifier(table, '_truncations'),
-    handover: fitIdentifier(table, '_handover'),
-    delta: fitIdentifier(table, '_delta'),
-    view: assertPlainIdentifier(table, 'table name'),
+    schema: options.schema !== undefined ? assertCarriedIdentifier(options.schema, 'warehouse schema', true) : warehouseSchemaName(source, schema),
+    ...platformTables(assertCarriedTableName(table, tableId)),
+    view: table,
   };
 }
 
 /** Checks a source column name for use in the warehouse: plain identifier, not a platform column. */
 export function assertSourceColumn(name: string, tableId: string): string {
-  assertPlainIdentifier(name, `column name of ${tableId}`);
+  assertCarriedIdentifier(name, `column name of ${tableId}`);
   if (name.toLowerCase().startsWith(RESERVED_PREFIX)) {
     throw new UnsafeIdentifierError(name, `column names starting with ${RESERVED_PREFIX} are reserved for the platform (table ${tableId})`);
   }
@@ -211,9 +210,28 @@ const TIMESTAMPTZ_TYPES = new Set(['timestamptz', 'timestamp with time zone']);
  * - boolean → `boolean`; date → `date`; timestamp → `timestamp`; timestamptz → `timestamptz`;
  *   DMS `DATETIME` → `timestamp` (as DMS's own Redshift target does);
  * - everything else (text, varchar(n), char(n), uuid, json, jsonb, bytea, time, interval,
- *   arrays, enums, unknown) → `varchar(65535)`.
+ *   arrays, enums, unknown) → `varchar(65535)` on Redshift (its largest, 64 KB in bytes: a longer
+ *   value is refused by the warehouse), `text` on PostgreSQL (`engine: 'postgres'`), which holds
+ *   the source's text of any length. The full table is in docs/types.md.
  */
-export function sinkType(sourceType: string | null): string {
+export function sinkType(sourceType: string | null, engine: WarehouseEngine = 'redshift'): string {
+  const portable = portableSinkType(sourceType);
+  return portable === TEXT_TYPE && engine === 'postgres' ? POSTGRES_TEXT_TYPE : portable;
+}
+
+/**
+ * The text type of a PostgreSQL warehouse: `text`, unbounded (up to PostgreSQL's own 1 GB per
+ * value), where Redshift's is `varchar(65535)` (docs/types.md). The value is the source's text
+ * either way, so a column made as `varchar(65535)` before keeps taking every value.
+ */
+export const POSTGRES_TEXT_TYPE = 'text';
+
+/** Whether a warehouse column of type `have` takes any value as text (either engine's text type). */
+export function isSinkTextType(have: string): boolean {
+  return have === TEXT_TYPE || have === POSTGRES_TEXT_TYPE;
+}
+
+function portableSinkType(sourceType: string | null): string {
   if (sourceType === null) return TEXT_TYPE;
   const t = sourceType.trim().toLowerCase().replace(/"/g, '').replace(/\s+/g, ' ');
   if (t.endsWith('[]')) return TEXT_TYPE;
@@ -305,12 +323,12 @@ export function catalogSql(t: WarehouseTable): { text: string; values: string[] 
 }
 
 /**
- * `catalogSql` with its values inlined as literals, for a multi-statement round trip (the names
- * are plain identifiers, checked by `warehouseTable`, so they need no escaping).
+ * `catalogSql` with its values inlined as literals, for a multi-statement round trip (schema and
+ * table names are carried identifiers without `\\`, checked by `warehouseTable`; `'` is doubled).
  */
 export function catalogLiteralSql(t: WarehouseTable): string {
   const q = catalogSql(t);
-  return q.text.replace(/\$(\d+)/g, (_, d: string) => `'${assertPlainIdentifier(q.values[Number(d) - 1]!, 'warehouse name')}'`);
+  return q.text.replace(/\$(\d+)/g, (_, d: string) => `'${assertCarriedIdentifier(q.values[Number(d) - 1]!, 'warehouse name', true).replaceAll("'", "''")}'`);
 }
 
 const cols = (names: readonly string[], prefix = ''): string => names.map((n) => prefix + quoteIdent(n)).join(', ');
@@ -397,7 +415,7 @@ export function createTruncationsSql(t: WarehouseTable): string {
 }
 
 /**
- * `tbl_handover`: primary-key changes in flight whose insert lacks columns (an unchanged TOAST
+ * `_cdc_handover_tbl`: primary-key changes in flight whose insert lacks columns (an unchanged TOAST
  * value), one row per value: `donor` rows hold the old key's values of those columns just
  * before the change (`_cdc_key` = the old key as `keyText`, `_cdc_position`, `_cdc_column`,
  * `_cdc_value` as text, NULL for NULL); `event` rows hold the events of a new key that wait for
@@ -693,7 +711,7 @@ export function applyStageSql(t: WarehouseTable, o: ApplyStageOptions): string[]
 // Append-first apply: the delta, the base+delta view and the merge (docs/warehouse-apply.md).
 
 /**
- * `tbl_delta`: the changes appended since the last merge, shaped like the changelog (same
+ * `_cdc_delta_tbl`: the changes appended since the last merge, shaped like the changelog (same
  * columns, same types), one row per delivered event. No PRIMARY KEY and no index: the critical
  * path appends to it with the engine's bulk load (COPY), which a unique constraint would fail on
  * a redelivered batch, and the merge keeps it small (docs/warehouse-apply.md). Duplicates are
@@ -839,7 +857,7 @@ export function overlayAggregateSql(t: WarehouseTable, mirrorColumns: readonly s
 
 /** Session temp table one merge collapses the delta into (shaped like the mirror plus `_cdc_set`). */
 export function mergeStageName(t: WarehouseTable, mirrorColumns: readonly string[]): string {
-  return `cdc_merge_${fnv1a(`${t.schema}.${t.view}|${mirrorColumns.join(',')}`)}`;
+  return `cdc_merge_${fnv1a(JSON.stringify([t.schema, t.view, mirrorColumns]))}`;
 }
 
 /** The engines the warehouse SQL runs on. They differ only where a statement says so. */

@@ -30,6 +30,7 @@ import { kinesisRecordData } from '../adapters/kinesis-event.ts';
 import type { ControlPlane } from '../core/control-plane.ts';
 import { CdcError, ConfigurationError } from '../core/errors.ts';
 import { readCatalogTypes } from '../core/catalog-types.ts';
+import { readPublishedPartitionTree } from '../core/partitions.ts';
 import { isSourceId } from '../core/event.ts';
 import { Normalizer, type ChangeLogWriter, type NormalizerMetrics } from '../core/normalize.ts';
 import { parseTableConfig, parseTableRules, TableConfigIndex, type TableConfig, type TableRule } from '../core/table-config.ts';
@@ -56,7 +57,9 @@ export interface NormalizerDeps<E> {
   /**
    * Register a table first seen through a record without types (a DMS data record) with the
    * catalog types the snapshot worker published, retrying the record until they are there
-   * (lambda/core/catalog-types.ts; `CDC_CATALOG_TYPES=published` on AWS). @default false
+   * (lambda/core/catalog-types.ts; `CDC_CATALOG_TYPES=published` on AWS). With it the normalizer
+   * also reads the partition tree the snapshot worker publishes, and decodes a DMS record of a
+   * partition as a change of its root (docs/partitioned-tables.md). @default false
    */
   catalogTypes?: boolean;
 }
@@ -119,7 +122,7 @@ export function createNormalizerHandler<E>(deps: NormalizerDeps<E>): NormalizerH
     ...(deps.now ? { now: deps.now } : {}),
     ...(deps.flushEvents ? { flushEvents: deps.flushEvents } : {}),
     ...(deps.payloads ? { payloads: deps.payloads } : {}),
-    ...(deps.catalogTypes ? { catalogTypes: (table: string) => readCatalogTypes(deps.control, deps.source, table) } : {}),
+    ...(deps.catalogTypes ? { catalogTypes: (table: string) => readCatalogTypes(deps.control, deps.source, table), partitionTree: () => readPublishedPartitionTree(deps.control, deps.source) } : {}),
   });
 
   return async (event, context) => {

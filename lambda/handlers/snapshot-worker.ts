@@ -35,12 +35,13 @@ import type { ControlPlane } from '../core/control-plane.ts';
 import { CdcError } from '../core/errors.ts';
 import { snapshotStreamRecords, type SnapshotRawRecord, type SnapshotState } from '../core/snapshot.ts';
 import { publishCatalogTypes, type DescribeTable } from '../core/catalog-types.ts';
+import { publishPartitionTree, type PartitionTree } from '../core/partitions.ts';
 import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, type PressureReading, type SourceBudget } from '../core/snapshot-pacer.ts';
 import { planSnapshots, runPendingSnapshots, type RunOutcome, type SnapshotMetrics, type SnapshotReader } from '../core/snapshot-worker.ts';
 import { parseTableConfig, parseTableRules, TableConfigIndex, type TableConfig, type TableRule } from '../core/table-config.ts';
 import { scanTables, type DiscoveryRecord } from '../core/discovery.ts';
 import type { TableFact } from '../core/doctor.ts';
-import { listSourceTables, readCatalogColumnTypes, readTableFact } from '../adapters/source-facts-pg.ts';
+import { listSourceTables, readCatalogColumnTypes, readPartitionTree, readTableFact } from '../adapters/source-facts-pg.ts';
 
 const SERVICE = 'cdc-snapshot-worker';
 
@@ -107,7 +108,7 @@ export interface SnapshotWorkerDeps {
    * (lambda/core/catalog-types.ts). `catalogTables` are the declared tables to publish beyond
    * `tables` (the heartbeat table); tables a capture rule matched join them. @default none published
    */
-  catalog?: { describe: DescribeTable; catalogTables?: readonly string[] };
+  catalog?: { describe: DescribeTable; catalogTables?: readonly string[]; partitionTree?: () => Promise<PartitionTree> };
 }
 
 /** One invocation: plan, then run pending chunks while `timeLeftMs()` stays above `reserveMs`. */
@@ -127,6 +128,8 @@ export function createSnapshotWorker(d: SnapshotWorkerDeps): (timeLeftMs: () => 
       const captured = [...(known?.values() ?? [])].filter((r) => r.verdict !== 'dropped').map((r) => r.table);
       const written = await publishCatalogTypes(d.control, d.source, [...d.tables.map((t) => t.table), ...(d.catalog.catalogTables ?? []), ...captured], d.catalog.describe);
       if (written.length > 0) d.logger.info('Published catalog types of tables not registered yet', { tables: written });
+      // The partition trees, for the normalizer to name a partition's DMS records by their root (docs/partitioned-tables.md).
+      if (d.catalog.partitionTree && (await publishPartitionTree(d.control, d.source, await d.catalog.partitionTree()))) d.logger.info('Published the partition tree', {});
     }
     const requested = await planSnapshots(d.control, d.source, d.tables, 'snapshot-planner');
     if (requested.length > 0) d.logger.info('Requested first snapshots', { tables: requested });
@@ -173,10 +176,11 @@ export async function handler(_event: unknown, context: Context): Promise<Record
     const log = new KinesisChangeLog(kinesisClient(endpoint), env(EnvName.RAW_STREAM));
     const primary = await sourceConnectionFromEnvironment({ secrets, applicationName: SERVICE });
     const replica = await replicaConnectionFromEnvironment({ secrets, applicationName: `${SERVICE}-replica` });
-    let probe: PostgresPressureProbe | null = null;
-    const reader = new PostgresSnapshotReader({ primary, ...(replica ? { replica } : {}), onProbe: (ms) => probe?.sample(ms) });
+    // The fence commits are not probe samples: a fence read ahead runs while the worker packs the chunk
+    // before it, so its round trip includes the worker's own time (docs/snapshot.md, "The budget").
+    const reader = new PostgresSnapshotReader({ primary, ...(replica ? { replica } : {}) });
     let probeClient: pg.Client | null = null;
-    probe = new PostgresPressureProbe(async () => {
+    const probe = new PostgresPressureProbe(async () => {
       if (!probeClient) {
         probeClient = new pg.Client(primary);
         await probeClient.connect();
@@ -221,7 +225,7 @@ export async function handler(_event: unknown, context: Context): Promise<Record
       source,
       // The heartbeat table is the platform's own: nothing to onboard.
       tables: parseTableConfig(process.env[EnvName.TABLE_CONFIG]).filter((t) => t.table !== heartbeatTable),
-      catalog: { describe: async (t) => readCatalogColumnTypes(await catalog(), t), catalogTables: [heartbeatTable] },
+      catalog: { describe: async (t) => readCatalogColumnTypes(await catalog(), t), catalogTables: [heartbeatTable], partitionTree: async () => readPartitionTree(await catalog()) },
       control: new DynamoDbControlPlane(dynamoDbClient(endpoint), env(EnvName.CONTROL_TABLE)),
       reader,
       publish: (records) => log.publishEncoded(snapshotStreamRecords(records, sha).map((r) => ({ ...r, data: Buffer.from(r.data, 'utf8') }))),

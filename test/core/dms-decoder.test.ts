@@ -272,3 +272,29 @@ describe('DMS decoder refusals', () => {
     expect(c).toMatchObject({ op: 'update', key: { name: 'Jane' }, before: { id: 46, name: 'Jane' } });
   });
 });
+
+describe('DMS decoder on records of a partitioned table (docs/partitioned-tables.md)', () => {
+  const [insert, update, moveOut, moveIn, newPartition] = records('postgres-partitioned.jsonl') as [unknown, unknown, unknown, unknown, unknown];
+  const EV = { 'public.ev': ['id', 'at'] };
+  const roots: Record<string, string> = { 'public.ev_2024_01': 'public.ev', 'public.ev_2024_02': 'public.ev', 'public.ev_2024_03': 'public.ev', 'public.ev_2024_04': 'public.ev' };
+  const withRoots: DecodeContext = { ...ctx(EV), rootOf: (t) => roots[t] ?? null };
+
+  it('names every change of a partition by its root, keyed by the root key', () => {
+    for (const r of [insert, update, moveOut, moveIn]) for (const c of changes(decodeDmsRecord(r, withRoots))) expect(c.table).toBe('public.ev');
+    expect(changes(decodeDmsRecord(update, withRoots))).toMatchObject([{ op: 'update', key: { id: 8, at: '2024-02-03 12:00:00+00' }, after: { amount: '11.50' } }]);
+  });
+
+  it('a row moved between partitions is a delete of its old key, then an insert of its new key, in position order', () => {
+    const [d] = changes(decodeDmsRecord(moveOut, withRoots));
+    const [i] = changes(decodeDmsRecord(moveIn, withRoots));
+    expect(d).toMatchObject({ op: 'delete', key: { id: 7, at: '2024-01-05 12:00:00+00' } });
+    expect(i).toMatchObject({ op: 'insert', key: { id: 7, at: '2024-03-05 12:00:00+00' }, after: { note: 'moved' } });
+    expect(d!.position < i!.position).toBe(true);
+    expect(d!.txId).toBe(i!.txId);
+  });
+
+  it("a partition's control record is ignored (its root's counts); without the roots every partition is a table of its own", () => {
+    expect(decodeDmsRecord(newPartition, withRoots)).toMatchObject({ kind: 'ignored', reason: expect.stringContaining('a partition of public.ev') });
+    expect(changes(decodeDmsRecord(insert, ctx({ 'public.ev_2024_01': ['id', 'at'] })))[0]!.table).toBe('public.ev_2024_01');
+  });
+});

@@ -121,10 +121,24 @@ describe('runChecks', () => {
     expect(status(rs, CheckId.PRIMARY_KEY, 'public.typo')).toBe('FAIL');
   });
 
+  it('fails a table whose name takes the platform prefix _cdc_ (its warehouse objects could not be told apart: docs/architecture.md §5.4, "Names")', () => {
+    const rs = runChecks(good({ tables: [table({ table: 'public._cdc_mirror_orders' }), table({ table: 'public._CDC_x' }), table({ table: 'public.cdc_orders' })] }));
+    expect(status(rs, CheckId.TABLE_NAME, 'public._cdc_mirror_orders')).toBe('FAIL');
+    expect(rs.find((r) => r.check === CheckId.TABLE_NAME && r.subject === 'public._CDC_x')?.message).toMatch(/reserved for the platform/);
+    expect(status(rs, CheckId.TABLE_NAME, 'public.cdc_orders')).toBeUndefined();
+  });
+
   it('fails large-object columns and warns on LOB-mapped ones', () => {
     expect(status(runChecks(good({ tables: [table({ columns: [{ name: 'id', type: 'integer' }, { name: 'blob', type: 'lo' }] })] })), CheckId.COLUMN_TYPES)).toBe('FAIL');
     expect(status(runChecks(good({ tables: [table({ columns: [{ name: 'id', type: 'integer' }, { name: 'doc', type: 'jsonb' }] })] })), CheckId.COLUMN_TYPES)).toBe('WARN');
     expect(status(runChecks(good({ tables: [table({ columns: [{ name: 'id', type: 'integer' }, { name: 'tags', type: 'text[]' }] })] })), CheckId.COLUMN_TYPES)).toBe('WARN');
+  });
+
+  it('fails a virtual generated column by name (never stored or logged: docs/types.md); a stored one passes', () => {
+    const rs = runChecks(good({ tables: [table({ columns: [{ name: 'id', type: 'integer' }, { name: 'half', type: 'numeric', generated: 'virtual' }] })] }));
+    expect(status(rs, CheckId.COLUMN_TYPES)).toBe('FAIL');
+    expect(rs.find((r) => r.check === CheckId.COLUMN_TYPES)!.message).toContain('(half)');
+    expect(status(runChecks(good({ tables: [table({ columns: [{ name: 'id', type: 'integer' }, { name: 'twice', type: 'numeric', generated: 'stored' }] })] })), CheckId.COLUMN_TYPES)).toBe('PASS');
   });
 
   it('judges the heartbeat table by its writer', () => {

@@ -18,7 +18,8 @@ import { describe, expect, it } from 'vitest';
 import { Normalizer, type ChangeLogWriter, type NormalizerLogger, type NormalizerMetrics } from '../../lambda/core/normalize.ts';
 import type { ChangeEvent } from '../../lambda/core/event.ts';
 import { validateChangeEvent } from '../../lambda/core/event.ts';
-import { TableConfigIndex, type TableConfig } from '../../lambda/core/table-config.ts';
+import { TableConfigIndex, type TableConfig, type TableRule } from '../../lambda/core/table-config.ts';
+import { partitionTree, publishPartitionTree, readPublishedPartitionTree, type PartitionTree } from '../../lambda/core/partitions.ts';
 import { planTable } from '../../lambda/core/apply-plan.ts';
 import { maskValue } from '../../lambda/core/masking.ts';
 import { pollRecords } from '../../lambda/core/poll.ts';
@@ -30,7 +31,7 @@ const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CD
 const quiet: NormalizerLogger = { debug() {}, info() {}, warn() {}, error() {} };
 const noMetrics: NormalizerMetrics = { count() {}, milliseconds() {} };
 
-function setup(tables: TableConfig[]) {
+function setup(tables: TableConfig[], extra: { partitionTree?: () => Promise<PartitionTree | null>; rules?: TableRule[] } = {}) {
   const control = new MemoryControlPlane();
   const published: ChangeEvent[] = [];
   const changeLog: ChangeLogWriter<string> = {
@@ -40,7 +41,7 @@ function setup(tables: TableConfig[]) {
       for (const r of records) published.push(validateChangeEvent(JSON.parse(r)));
     },
   };
-  const normalizer = new Normalizer({ source: 'shop', tables: new TableConfigIndex(tables), control, changeLog, metrics: noMetrics, logger: quiet });
+  const normalizer = new Normalizer({ source: 'shop', tables: new TableConfigIndex(tables, extra.rules ?? []), control, changeLog, metrics: noMetrics, logger: quiet, ...(extra.partitionTree ? { partitionTree: extra.partitionTree } : {}) });
   let seq = 0;
   async function run(records: readonly string[], shard = 'shardId-000000000000'): Promise<void> {
     const batch = normalizer.startBatch();
@@ -347,5 +348,53 @@ describe('position spaces in the normalizer (docs/architecture.md §5.2)', () =>
     expect(letters.map((l) => l.code)).toEqual(['POSITION_SPACE_MISMATCH']);
     expect(letters[0]!.reason).toMatch(/control record of shop\/public\.stamped without a position: positions of space wal cannot be compared with or mixed into space poll-timestamp/);
     expect(await env.control.listSchemaVersions('shop', 'public.stamped')).toHaveLength(1);
+  });
+});
+
+describe('normalizer over DMS records of a partitioned table (docs/partitioned-tables.md)', () => {
+  it('with the published partition tree, every partition\'s records become one table named after the root; a partition created later joins', async () => {
+    const rules: TableRule[] = [{ match: 'public.*', excludeTables: [], key: ['id', 'at'], deleteMode: 'soft', mask: [], exclude: [] }];
+    const tree = partitionTree(
+      [
+        { partition: 'public.ev_2024_01', root: 'public.ev', leaf: true },
+        { partition: 'public.ev_2024_02', root: 'public.ev', leaf: true },
+      ],
+      ['public.ev'],
+    );
+    let reads = 0;
+    let published = tree;
+    const env = setup([], {
+      rules,
+      partitionTree: async () => {
+        reads++;
+        return published;
+      },
+    });
+    // Stored and read back the way the snapshot worker and the normalizer pass it on AWS.
+    expect(await publishPartitionTree(env.control, 'shop', tree)).toBe(true);
+    expect(await publishPartitionTree(env.control, 'shop', tree)).toBe(false);
+    expect((await readPublishedPartitionTree(env.control, 'shop'))!.rootOf).toEqual(tree.rootOf);
+    await env.run([
+      dmsText('insert', 'public.ev_2024_01', '{"id":1,"at":"2024-01-02 00:00:00+00","v":"a"}', { lsn: 0x100 }),
+      dmsText('insert', 'public.ev_2024_02', '{"id":2,"at":"2024-02-02 00:00:00+00","v":"b"}', { lsn: 0x200 }),
+      // A move: out of one partition, into another, one transaction.
+      dmsText('delete', 'public.ev_2024_01', '{"id":1,"at":"2024-01-02 00:00:00+00","v":null}', { lsn: 0x300, rid: 1, xid: 77 }),
+      dmsText('insert', 'public.ev_2024_02', '{"id":1,"at":"2024-02-09 00:00:00+00","v":"moved"}', { lsn: 0x300, rid: 2, xid: 77 }),
+    ]);
+    // A partition created while running: the tree is read again when a record names it.
+    published = partitionTree([...tree.rootOf].map(([partition, root]) => ({ partition, root, leaf: true })).concat([{ partition: 'public.ev_2024_03', root: 'public.ev', leaf: true }]), ['public.ev']);
+    await new Promise((r) => setTimeout(r, 2_100));
+    await env.run([dmsText('insert', 'public.ev_2024_03', '{"id":3,"at":"2024-03-02 00:00:00+00","v":"c"}', { lsn: 0x400 })]);
+    expect(await env.control.listDeadLetters()).toEqual([]);
+    expect(new Set(env.published.map((e) => e.table))).toEqual(new Set(['public.ev']));
+    expect((await env.control.listTables('shop')).map((t) => t.table)).toEqual(['public.ev']);
+    expect(env.published.map((e) => [e.op, e.key])).toEqual([
+      ['insert', { id: 1, at: '2024-01-02 00:00:00+00' }],
+      ['insert', { id: 2, at: '2024-02-02 00:00:00+00' }],
+      ['delete', { id: 1, at: '2024-01-02 00:00:00+00' }],
+      ['insert', { id: 1, at: '2024-02-09 00:00:00+00' }],
+      ['insert', { id: 3, at: '2024-03-02 00:00:00+00' }],
+    ]);
+    expect(reads).toBe(2);
   });
 });

@@ -40,7 +40,9 @@ describe('search plan', () => {
 
   it('maps registered types to fields, and tells additions from type changes', () => {
     expect(fieldMappingOf('bigint')).toEqual({ type: 'long' });
-    expect(fieldMappingOf('numeric(12,2)')).toEqual({ type: 'double' });
+    expect(fieldMappingOf('numeric(12,2)')).toEqual({ type: 'double', ignore_malformed: true });
+    expect(fieldMappingOf('double precision')).toEqual({ type: 'double', ignore_malformed: true });
+    expect(fieldMappingOf('date')).toEqual({ type: 'date', format: 'strict_date', ignore_malformed: true });
     expect(fieldMappingOf('character varying(20)')).toMatchObject({ type: 'text' });
     expect(fieldMappingOf('timestamp with time zone')).toMatchObject({ type: 'keyword' });
     expect(fieldMappingOf('jsonb')).toEqual({ type: 'object', enabled: false });

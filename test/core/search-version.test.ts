@@ -16,6 +16,7 @@ import {
   PositionNotEncodableError,
   searchBaseLsn,
   SNAPSHOT_INDEX,
+  SWEEP_INDEX,
 } from '../../lambda/core/search-version.ts';
 
 const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 2_000);
@@ -28,7 +29,7 @@ const inWindow = (base: bigint) =>
   fc
     .tuple(
       fc.oneof(fc.bigInt({ min: 0n, max: LSN_WINDOW - 1n }), fc.constantFrom(0n, 1n, LSN_WINDOW - 2n, LSN_WINDOW - 1n), fc.bigInt({ min: 0n, max: 16n })),
-      fc.oneof(fc.integer({ min: 0, max: MAX_ENCODABLE_INDEX }), fc.constantFrom(0, 1, MAX_ENCODABLE_INDEX - 1, MAX_ENCODABLE_INDEX, SNAPSHOT_INDEX)),
+      fc.oneof(fc.integer({ min: 0, max: MAX_ENCODABLE_INDEX }), fc.constantFrom(0, 1, MAX_ENCODABLE_INDEX - 1, MAX_ENCODABLE_INDEX, SWEEP_INDEX, SNAPSHOT_INDEX)),
     )
     .map(([off, idx]) => [base + off, idx] as const)
     .filter(([lsn, idx]) => !(lsn - base === LSN_WINDOW - 1n && idx === SNAPSHOT_INDEX));
@@ -69,7 +70,7 @@ describe('search external version encoding', () => {
         fc.constant(base),
         fc.oneof(
           // index too large
-          fc.tuple(fc.bigInt({ min: base, max: base + LSN_WINDOW - 1n }), fc.integer({ min: MAX_ENCODABLE_INDEX + 1, max: SNAPSHOT_INDEX - 1 })),
+          fc.tuple(fc.bigInt({ min: base, max: base + LSN_WINDOW - 1n }), fc.integer({ min: MAX_ENCODABLE_INDEX + 1, max: SWEEP_INDEX - 1 })),
           // LSN past the window
           fc.tuple(fc.bigInt({ min: base + LSN_WINDOW, max: MAX_LSN }), fc.integer({ min: 0, max: MAX_ENCODABLE_INDEX })),
           // LSN below the base (when the base is above 0)
@@ -90,8 +91,11 @@ describe('search external version encoding', () => {
     // The last slot of an LSN is a snapshot row's (docs/snapshot.md): it sorts after every change of that LSN.
     const last = makePosition(base + LSN_WINDOW - 1n, SNAPSHOT_INDEX);
     expect(() => encodeVersion(last, base)).toThrow(/2\^63/);
-    expect(encodeVersion(makePosition(base + LSN_WINDOW - 1n, MAX_ENCODABLE_INDEX), base)).toBe(MAX_VERSION);
-    expect(encodeVersion(makePosition(base + 7n, SNAPSHOT_INDEX), base)).toBeGreaterThan(encodeVersion(makePosition(base + 7n, MAX_ENCODABLE_INDEX), base));
+    expect(encodeVersion(makePosition(base + LSN_WINDOW - 1n, SWEEP_INDEX), base)).toBe(MAX_VERSION);
+    expect(encodeVersion(makePosition(base + LSN_WINDOW - 1n, MAX_ENCODABLE_INDEX), base)).toBe(MAX_VERSION - 1n);
+    // A re-snapshot's sweep sits between every change of its LSN and the LSN's snapshot rows (docs/snapshot.md, "Re-snapshot").
+    expect(encodeVersion(makePosition(base + 7n, SWEEP_INDEX), base)).toBeGreaterThan(encodeVersion(makePosition(base + 7n, MAX_ENCODABLE_INDEX), base));
+    expect(encodeVersion(makePosition(base + 7n, SNAPSHOT_INDEX), base)).toBeGreaterThan(encodeVersion(makePosition(base + 7n, SWEEP_INDEX), base));
     expect(encodeVersion(makePosition(base + 7n, SNAPSHOT_INDEX), base)).toBeLessThan(encodeVersion(makePosition(base + 8n, 0), base));
     expect(encodeVersion(makePosition(base, 0), base)).toBe(1n);
     expect(encodeVersion(POSITION_ZERO, base)).toBe(0n);

@@ -5,8 +5,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { chunkCopyQuery, chunkQuery, chunkRecords, cursorAfter, encodeChunkRecords, formatEta, parseCopyText, rowToColumns, snapshotPosition, SnapshotTableError, type ChunkRead, type SnapshotTableShape } from '../../lambda/core/snapshot.ts';
-import { AdaptivePacer, budgetRatio, DEFAULT_SOURCE_BUDGET, FixedPacer } from '../../lambda/core/snapshot-pacer.ts';
-import { bootstrapFromCopy, planSnapshots, requestSnapshot, runTableSnapshot, type SnapshotReader } from '../../lambda/core/snapshot-worker.ts';
+import { AdaptivePacer, addedLatencyPct, budgetRatio, DEFAULT_SOURCE_BUDGET, FixedPacer, quantile } from '../../lambda/core/snapshot-pacer.ts';
+import { bootstrapFromCopy, planSnapshots, requestSnapshot, runPendingSnapshots, runTableSnapshot, type SnapshotReader } from '../../lambda/core/snapshot-worker.ts';
 import { BootstrapGapError, sweepPosition } from '../../lambda/core/snapshot.ts';
 import { makePosition } from '../../lambda/core/position.ts';
 import { maskValue, NO_COLUMN_RULES } from '../../lambda/core/masking.ts';
@@ -50,7 +50,9 @@ describe('chunk planning', () => {
   it('refuses a table without a key, a cursor of the wrong width and unsafe names', () => {
     expect(() => chunkQuery({ ...SHAPE, key: [] }, null, 1)).toThrow(SnapshotTableError);
     expect(() => chunkQuery(SHAPE, ['1'], 1)).toThrow(/cursor has 1 values, the key has 2/);
-    expect(() => chunkQuery({ ...SHAPE, table: 'public.t; drop' }, null, 1)).toThrow(/table name/);
+    expect(() => chunkQuery({ ...SHAPE, table: 'public.t.drop' }, null, 1)).toThrow(/schema\.table/);
+    // Any name PostgreSQL accepts is carried, double-quoted with `"` doubled (docs/onboarding.md, "Names").
+    expect(chunkQuery({ ...SHAPE, table: 'public.t"; drop' }, null, 1).text).toContain('FROM "public"."t""; drop"');
   });
 
   it('the COPY form inlines the cursor as escaped string literals; COPY text output parses back to the values', () => {
@@ -186,6 +188,26 @@ describe('adaptive pacer', () => {
     p.record({ rows: 500, readMs: 10, busyMs: 100, pressure: calm }); // smoothed 0.75: hold
     p.record({ rows: 500, readMs: 10, busyMs: 100, pressure: calm }); // smoothed < 0.5: halve
     expect(p.next()).toMatchObject({ pauseMs: 100, state: 'slowed' });
+  });
+
+  it('the probe statistic: rare slow probes and sub-millisecond jitter are no pressure; a source slowed by milliseconds is (the crawl at 20-50 rows/s)', () => {
+    const baseline = Array.from({ length: 20 }, (_, i) => 0.2 + (i % 5) * 0.02); // 0.20 … 0.28 ms: a local commit
+    const window = Array.from({ length: 50 }, (_, i) => 0.2 + (i % 5) * 0.02);
+    expect(quantile([3, 1, 2], 0.5)).toBe(2);
+    expect(addedLatencyPct(baseline, window)).toBe(0);
+    // Slow probes among many (a checkpoint, another tenant, the worker's own event loop): what the 99th percentile of 50 read as 5000 %.
+    const someSlow = [...window.slice(10), ...Array.from({ length: 10 }, () => 25)];
+    expect(addedLatencyPct(baseline, someSlow)).toBe(0);
+    // Jitter below the floor: twice the baseline, yet 0.2 ms.
+    expect(addedLatencyPct(baseline, window.map((x) => x * 2))).toBe(0);
+    // A source whose commits take milliseconds longer: over budget at once.
+    expect(addedLatencyPct(baseline, window.map((x) => x + 2))).toBeGreaterThan(2 * DEFAULT_SOURCE_BUDGET.writeLatencyPct);
+    expect(addedLatencyPct([], window)).toBeNull();
+    // Fed to the pacer chunk after chunk, the slow probes leave the snapshot at full speed and growing.
+    const p = new AdaptivePacer({ initialChunk: 1000 });
+    for (let i = 0; i < 10; i++) p.record({ rows: p.next().chunkSize, readMs: 10, pressure: { addedWriteLatencyPct: addedLatencyPct(baseline, someSlow), addedCpuPct: null, activeSessions: 0 } });
+    expect(p.next()).toMatchObject({ state: 'full-speed', pauseMs: 0 });
+    expect(p.next().chunkSize).toBeGreaterThan(1000);
   });
 
   it('a fixed pacer reads ahead unless it pauses', () => {
@@ -351,5 +373,50 @@ describe('requests, runs and resume', () => {
     expect((await control.getSnapshot('s', 'public.t'))!).toMatchObject({ status: 'done', reason: 'bootstrap' });
     expect(await planSnapshots(control, 's', [{ table: 'public.t' }], 'planner')).toEqual([]);
     expect((await control.listAudit('s', 'public.t')).map((a) => `${a.action}:${a.outcome}`)).toEqual(['bootstrap-from-copy:refused', 'bootstrap-from-copy:done']);
+  });
+});
+
+describe('pending runs take turns', () => {
+  /** Tables of `sizes` rows each, every chunk read taking `readMs`. */
+  function tablesReader(sizes: Record<string, number>, readMs: number): SnapshotReader {
+    const shapeOf = (table: string): SnapshotTableShape => ({ table, columns: [{ name: 'id', type: 'integer', typeOid: 23 }], key: ['id'] });
+    let reads = 0;
+    return {
+      describe: async (table) => shapeOf(table),
+      estimateRows: async (table) => sizes[table]!,
+      readChunk: async (shape, after, limit) => {
+        await new Promise((r) => setTimeout(r, readMs));
+        reads++;
+        const from = after === null ? 1 : Number(after[0]) + 1;
+        const rows = Array.from({ length: Math.max(0, Math.min(limit, sizes[shape.table]! - from + 1)) }, (_, i) => [String(from + i)]);
+        return { lowWatermark: `0/${(0x1000 + reads).toString(16)}`, fenceXid: String(700 + reads), rows, readAt: new Date().toISOString(), fenceWaitMs: 0, readMs, fromReplica: false };
+      },
+    };
+  }
+  const run = (control: MemoryControlPlane, reader: SnapshotReader, extra: { turnMs?: number } = {}) =>
+    runPendingSnapshots({ control, reader, publish: async () => undefined, source: 's', owner: 'w', rulesOf: () => NO_COLUMN_RULES, pacerFor: () => new FixedPacer(10), turnMs: 100, waitingCheckMs: 10, ...extra });
+
+  it('a long snapshot yields its turn to a table waiting behind it, and resumes where it was', async () => {
+    const control = new MemoryControlPlane();
+    await requestSnapshot(control, { source: 's', table: 'public.big', reason: 'initial', actor: 'planner' });
+    await requestSnapshot(control, { source: 's', table: 'public.small', reason: 'initial', actor: 'planner' });
+    // 2000 rows in chunks of 10, 5 ms a chunk: about a second alone; the two-row table must not wait for it.
+    const outcomes = await run(control, tablesReader({ 'public.big': 2000, 'public.small': 2 }, 5));
+    expect(Object.fromEntries(outcomes)).toEqual({ 'public.big': 'done', 'public.small': 'done' });
+    const audit = [...(await control.listAudit('s', 'public.big')), ...(await control.listAudit('s', 'public.small'))].filter((a) => a.action === 'finish-snapshot').sort((a, b) => a.at.localeCompare(b.at));
+    expect(audit.map((a) => a.table)).toEqual(['public.small', 'public.big']);
+    const big = (await control.getSnapshot('s', 'public.big'))!;
+    expect([big.rowsDone, big.chunksDone]).toEqual([2000, 201]);
+    const chunks = await control.listSnapshotChunks('s', 'public.big', big.run);
+    // Resumed at its cursor: every chunk starts where the one before ended.
+    for (let i = 1; i < chunks.length; i++) expect(chunks[i]!.startAfter).toEqual(chunks[i - 1]!.endKey);
+    expect((await control.listAudit('s', 'public.big')).map((a) => a.action)).toContain('resume-snapshot');
+  });
+
+  it('a snapshot alone never yields (no resume, one claim)', async () => {
+    const control = new MemoryControlPlane();
+    await requestSnapshot(control, { source: 's', table: 'public.big', reason: 'initial', actor: 'planner' });
+    expect(Object.fromEntries(await run(control, tablesReader({ 'public.big': 300 }, 2), { turnMs: 1 }))).toEqual({ 'public.big': 'done' });
+    expect((await control.listAudit('s', 'public.big')).map((a) => a.action)).toEqual(['request-snapshot', 'start-snapshot', 'finish-snapshot']);
   });
 });

@@ -73,6 +73,10 @@ describe('table configuration', () => {
     expect(() => checkKeyAgainstRules('public.a', ['email'], { mask: ['email'], exclude: [] })).toThrow(/cannot be masked/);
   });
 
+  it('refuses a table whose name takes the platform prefix _cdc_, by name', () => {
+    expect(() => parseTableConfig('[{"table":"public._cdc_mirror_t"}]', 'tables.json')).toThrow(/^tables\.json\[0\]\.table: .*reserved for the platform.*public\._cdc_mirror_t/);
+  });
+
   it('names the origin in errors', () => {
     expect(() => parseTableConfig('[1]', 'tables.json')).toThrow(/^tables\.json\[0\]: /);
   });

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { UnsafeIdentifierError } from '../../lambda/core/errors.ts';
+import { fitIdentifier, MAX_IDENTIFIER_BYTES } from '../../lambda/core/warehouse-names.ts';
 import {
   addColumnSql,
   appendChangelogSql,
@@ -24,7 +25,6 @@ import {
   storedTruncationSql,
   truncateMirrorSql,
   dropStagesSql,
-  fitIdentifier,
   insertValuesSql,
   mirrorRowsSql,
   rowsPerStatement,
@@ -32,7 +32,6 @@ import {
   stageNames,
   storedStateSql,
   warehouseTable,
-  MAX_IDENTIFIER_LENGTH,
   MAX_PARAMETERS,
   TEXT_TYPE,
   partnerInsertsSql,
@@ -43,6 +42,7 @@ import {
   deltaStatsSql,
   mergeSql,
   qualified,
+  catalogLiteralSql,
   mergeIntoEmptySql,
   baseRowsSql,
   redshiftCopySql,
@@ -93,8 +93,17 @@ describe('sinkType', () => {
     expect(sinkType(null)).toBe(TEXT_TYPE);
   });
 
+  it('maps every text-carried type to unbounded text on PostgreSQL, varchar(65535) on Redshift (docs/types.md)', () => {
+    for (const t of ['text', 'bytea', 'json', 'jsonb', 'numeric', 'integer[]', 'interval', null]) {
+      expect(sinkType(t, 'postgres'), String(t)).toBe('text');
+      expect(sinkType(t, 'redshift'), String(t)).toBe(TEXT_TYPE);
+    }
+    expect(sinkType('bigint', 'postgres')).toBe('bigint');
+    expect(sinkType('numeric(12,2)', 'postgres')).toBe('numeric(38,2)');
+  });
+
   it('absorbs every integer widening without a column-type change', () => {
-    expect(new Set(['smallint', 'integer', 'bigint'].map(sinkType)).size).toBe(1);
+    expect(new Set(['smallint', 'integer', 'bigint'].map((t) => sinkType(t))).size).toBe(1);
   });
 
   it('reads catalog types back in the same spelling', () => {
@@ -113,35 +122,49 @@ describe('warehouse names', () => {
       source: 'demo',
       tableId: 'public.orders',
       schema: 'demo_public',
-      changelog: 'orders_changelog',
-      mirror: 'orders_mirror',
-      deletedKeys: 'orders_deleted_keys',
-      truncations: 'orders_truncations',
-      handover: 'orders_handover',
-      delta: 'orders_delta',
+      changelog: '_cdc_changelog_orders',
+      mirror: '_cdc_mirror_orders',
+      deletedKeys: '_cdc_deleted_keys_orders',
+      truncations: '_cdc_truncations_orders',
+      handover: '_cdc_handover_orders',
+      delta: '_cdc_delta_orders',
       view: 'orders',
     });
-    // A rebuild replays into shadow objects: the same names in another schema.
-    expect(warehouseTable('demo', 'public.orders', { schema: 'demo_public_shadow' })).toMatchObject({ schema: 'demo_public_shadow', mirror: 'orders_mirror', view: 'orders' });
-    expect(() => warehouseTable('demo', 'public.orders', { schema: 'x"; DROP' })).toThrow(UnsafeIdentifierError);
+    // A source id with `_` writes it as `$`, so the first `_` ends the source (docs/architecture.md §5.4, "Names").
+    expect(warehouseTable('a_b', 'c.orders').schema).toBe('a$b_c');
+    expect(warehouseTable('a', 'b_c.orders').schema).toBe('a_b_c');
+    expect(() => warehouseTable('demo', 'public._cdc_mirror_x')).toThrow(/reserved for the platform/);
+    expect(() => warehouseTable('demo', 'public._CDC_x')).toThrow(/reserved for the platform/);
+    expect(warehouseTable('demo', 'public.orders', { schema: 'demo_public_shadow' })).toMatchObject({ schema: 'demo_public_shadow', mirror: '_cdc_mirror_orders', view: 'orders' });
+    expect(() => warehouseTable('demo', 'public.orders', { schema: 'x.y' })).toThrow(UnsafeIdentifierError);
   });
 
   it('shortens long names with a stable hash instead of letting PostgreSQL truncate them', () => {
     const long = 'a'.repeat(60);
     const t = warehouseTable('demo', `public.${long}`);
-    for (const n of [t.changelog, t.mirror, t.deletedKeys]) expect(n.length).toBeLessThanOrEqual(MAX_IDENTIFIER_LENGTH);
-    expect(t.deletedKeys.endsWith('_deleted_keys')).toBe(true);
+    for (const n of [t.changelog, t.mirror, t.deletedKeys]) expect(n.length).toBe(MAX_IDENTIFIER_BYTES);
+    expect(t.deletedKeys.startsWith('_cdc_deleted_keys_aaa')).toBe(true);
     expect(warehouseTable('demo', `public.${long}`)).toEqual(t);
-    expect(fitIdentifier(`${long}x`, '_mirror')).not.toBe(fitIdentifier(`${long}y`, '_mirror'));
+    expect(fitIdentifier(`${long}_cdc_mirror_x`)).not.toBe(fitIdentifier(`${long}_cdc_mirror_y`));
   });
 
-  it.each(['public.t"; DROP TABLE x; --', 'public.t x', 'a.b.c', 'public.', "public.o'neil"])('refuses table id %j', (id) => {
+  it.each(['a.b.c', 'public.', 'public.a\\b', `public.${'é'.repeat(32)}`, 'public.t\u0000'])('refuses table id %j by name', (id) => {
     expect(() => warehouseTable('demo', id)).toThrow(UnsafeIdentifierError);
   });
 
-  it('refuses column names that are not plain or that use the platform prefix', () => {
+  it('carries any other name PostgreSQL accepts, quoted with " doubled (docs/onboarding.md, "Names")', () => {
+    const t = warehouseTable('demo', 'Sales Dept."Orders" 2026');
+    expect(t).toMatchObject({ schema: 'demo_Sales Dept', view: '"Orders" 2026', mirror: '_cdc_mirror_"Orders" 2026' });
+    expect(qualified(t.schema, t.view)).toBe('"demo_Sales Dept"."""Orders"" 2026"');
+    expect(qualified(t.schema, warehouseTable('demo', "public.o'neil").view)).toBe(`"demo_Sales Dept"."o'neil"`);
+    expect(catalogLiteralSql(warehouseTable('demo', "public.o'neil"))).toContain("'o''neil'");
+    expect(assertSourceColumn('Total with tax', 'public.t')).toBe('Total with tax');
+    expect(assertSourceColumn('a"b', 'public.t')).toBe('a"b');
+  });
+
+  it('refuses column names that cannot be carried or that use the platform prefix', () => {
     expect(assertSourceColumn('amount', 'public.t')).toBe('amount');
-    expect(() => assertSourceColumn('a"b', 'public.t')).toThrow(UnsafeIdentifierError);
+    expect(() => assertSourceColumn('x'.repeat(64), 'public.t')).toThrow(UnsafeIdentifierError);
     expect(() => assertSourceColumn('_cdc_position', 'public.t')).toThrow(/reserved/);
     expect(() => assertSourceColumn('_CDC_deleted', 'public.t')).toThrow(/reserved/);
   });
@@ -221,7 +244,7 @@ describe('SQL text', () => {
     const changelog = (sqls: string[]): string[] => sqls.filter((x) => x.startsWith(`INSERT INTO ${qualified(t.schema, t.changelog)}`));
     const [portable] = changelog(mergeSql(t, o));
     const [postgres] = changelog(mergeSql(t, { ...o, engine: 'postgres' }));
-    expect(portable).toMatch(/AND NOT EXISTS \(SELECT 1 FROM .*_changelog" c WHERE/);
+    expect(portable).toMatch(/AND NOT EXISTS \(SELECT 1 FROM .*_cdc_changelog_orders" c WHERE/);
     expect(portable).not.toMatch(/ON CONFLICT/);
     expect(postgres).toMatch(/ ON CONFLICT DO NOTHING$/);
     expect(postgres).not.toMatch(/NOT EXISTS/);
@@ -230,8 +253,8 @@ describe('SQL text', () => {
 
   it('Redshift load path: CSV that round-trips NULL, empty text, quotes, commas and newlines; a COPY that refuses what is not an S3 URI or a role ARN', () => {
     expect(csvBody([['a', null, ''], ['say "hi", then\nleave', '1', null]])).toBe('"a",,""\n"say ""hi"", then\nleave","1",\n');
-    expect(redshiftCopySql('"s"."t_delta"', ['_cdc_position', 'id'], 's3://bkt/p/a.csv', 'arn:aws:iam::123456789012:role/r')).toBe(
-      `COPY "s"."t_delta" ("_cdc_position", "id") FROM 's3://bkt/p/a.csv' IAM_ROLE 'arn:aws:iam::123456789012:role/r' FORMAT AS CSV TIMEFORMAT 'auto' COMPUPDATE OFF STATUPDATE OFF`,
+    expect(redshiftCopySql('"s"."_cdc_delta_t"', ['_cdc_position', 'id'], 's3://bkt/p/a.csv', 'arn:aws:iam::123456789012:role/r')).toBe(
+      `COPY "s"."_cdc_delta_t" ("_cdc_position", "id") FROM 's3://bkt/p/a.csv' IAM_ROLE 'arn:aws:iam::123456789012:role/r' FORMAT AS CSV TIMEFORMAT 'auto' COMPUPDATE OFF STATUPDATE OFF`,
     );
     expect(() => redshiftCopySql('"t"', ['a'], "s3://bkt/p/a.csv' --", 'arn:aws:iam::123456789012:role/r')).toThrow(UnsafeIdentifierError);
     expect(() => redshiftCopySql('"t"', ['a'], 's3://bkt/p/a.csv', "arn:aws:iam::1:role/r'")).toThrow(UnsafeIdentifierError);
@@ -239,7 +262,7 @@ describe('SQL text', () => {
 
   it('quotes every identifier', () => {
     expect(createMirrorSql(t, key, data)).toBe(
-      'CREATE TABLE IF NOT EXISTS "demo_public"."orders_mirror" ("_cdc_deleted" boolean NOT NULL, "id" bigint NOT NULL, "status" varchar(65535), "amount" numeric(38,2), ' +
+      'CREATE TABLE IF NOT EXISTS "demo_public"."_cdc_mirror_orders" ("_cdc_deleted" boolean NOT NULL, "id" bigint NOT NULL, "status" varchar(65535), "amount" numeric(38,2), ' +
         '"_cdc_position" varchar(24) NOT NULL, "_cdc_deleted_at" timestamptz, "_cdc_applied_at" timestamptz NOT NULL, PRIMARY KEY ("id"))',
     );
     expect(createChangelogSql(t, key, data)).toContain('PRIMARY KEY ("_cdc_position", "id")');
@@ -259,7 +282,7 @@ describe('SQL text', () => {
 
   it('builds a view that hides tombstones and the tombstone columns', () => {
     expect(createViewSql(t, mirrorColumns)).toBe(
-      'CREATE OR REPLACE VIEW "demo_public"."orders" AS SELECT "id", "status", "amount", "_cdc_position", "_cdc_applied_at" FROM "demo_public"."orders_mirror" WHERE NOT "_cdc_deleted"',
+      'CREATE OR REPLACE VIEW "demo_public"."orders" AS SELECT "id", "status", "amount", "_cdc_position", "_cdc_applied_at" FROM "demo_public"."_cdc_mirror_orders" WHERE NOT "_cdc_deleted"',
     );
   });
 
@@ -276,15 +299,15 @@ describe('SQL text', () => {
     expect(soft[0]).toContain('"status" = stg."status", "amount" = stg."amount", "_cdc_position" = stg."_cdc_position"');
     expect(soft[1]).toContain('SET "status" = stg."status", "_cdc_position"');
     expect(soft[1]).not.toContain('"amount" =');
-    for (const u of soft.slice(0, 2)) expect(u).toContain('"orders_mirror"."_cdc_position" < stg."_cdc_position"');
-    expect(soft[2]).toMatch(/^INSERT INTO "demo_public"."orders_mirror" .* WHERE NOT EXISTS \(SELECT 1 FROM "demo_public"."orders_mirror" m WHERE m."id" = stg."id"\)$/);
+    for (const u of soft.slice(0, 2)) expect(u).toContain('"_cdc_mirror_orders"."_cdc_position" < stg."_cdc_position"');
+    expect(soft[2]).toMatch(/^INSERT INTO "demo_public"."_cdc_mirror_orders" .* WHERE NOT EXISTS \(SELECT 1 FROM "demo_public"."_cdc_mirror_orders" m WHERE m."id" = stg."id"\)$/);
   });
 
   it('in hard-delete mode deletes tombstoned rows and remembers their keys', () => {
     const hard = applyStageSql(t, { stages, key: ['id'], mirrorColumns, sets, hard: true, deletedKeys: true }).join(';\n');
-    expect(hard).toContain('DELETE FROM "demo_public"."orders_mirror" USING');
-    expect(hard).toContain('INSERT INTO "demo_public"."orders_deleted_keys"');
-    expect(hard).toContain('AND NOT EXISTS (SELECT 1 FROM "demo_public"."orders_deleted_keys" d WHERE d."id" = stg."id" AND d."_cdc_position" >= stg."_cdc_position")');
+    expect(hard).toContain('DELETE FROM "demo_public"."_cdc_mirror_orders" USING');
+    expect(hard).toContain('INSERT INTO "demo_public"."_cdc_deleted_keys_orders"');
+    expect(hard).toContain('AND NOT EXISTS (SELECT 1 FROM "demo_public"."_cdc_deleted_keys_orders" d WHERE d."id" = stg."id" AND d."_cdc_position" >= stg."_cdc_position")');
     expect(storedStateSql(t, ['id'], true, stages)).toContain('UNION ALL');
   });
 });

@@ -114,7 +114,7 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): exact numbers', ()
       { id: '9007199254740992', amount: '12.30', f: 1.5 },
       { id: '9007199254740993', amount: '1234567890123456789012345678.10', f: 0.1 },
     ]);
-    const types = await pool.query(`SELECT column_name, data_type, numeric_precision FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'big_mirror' AND column_name IN ('id', 'amount') ORDER BY column_name`, [`${source}_public`]);
+    const types = await pool.query(`SELECT column_name, data_type, numeric_precision FROM information_schema.columns WHERE table_schema = $1 AND table_name = '_cdc_mirror_big' AND column_name IN ('id', 'amount') ORDER BY column_name`, [`${source}_public`]);
     expect(types.rows).toEqual([
       { column_name: 'amount', data_type: 'numeric', numeric_precision: 38 },
       { column_name: 'id', data_type: 'bigint', numeric_precision: 64 },
@@ -133,7 +133,7 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): exact numbers', ()
     expect(err).toBeInstanceOf(SinkTypeConflictError); // so the applier holds the table
     expect((err as UnsupportedSinkTypeError).code).toBe('SINK_TYPE_UNSUPPORTED');
     expect((err as Error).message).toMatch(/column x of dms\d+\/public\.wide has source type NUMERIC\(50,2\), which the warehouse cannot carry faithfully \(precision 50 is beyond the warehouse's 38 digits\)/);
-    expect((await pool.query('SELECT to_regclass($1) AS t', [`${source}_public.wide_mirror`])).rows[0].t).toBeNull();
+    expect((await pool.query('SELECT to_regclass($1) AS t', [`${source}_public._cdc_mirror_wide`])).rows[0].t).toBeNull();
   });
 });
 
@@ -193,8 +193,8 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): a table first seen
       expect(p.log.map((e) => e.schemaVersion)).toEqual([1, 2]);
       // Version 2 applies onto the tables made from version 1; the columns keep their types.
       await p.apply();
-      const types = await pool.query(`SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'items_mirror' AND column_name IN ('id', 'price', 'placed', 'note') ORDER BY column_name`, [`${source}_public`]);
-      expect(types.rows.map((r: { column_name: string; data_type: string }) => [r.column_name, r.data_type])).toEqual([['id', 'bigint'], ['note', 'character varying'], ['placed', 'date'], ['price', 'numeric']]);
+      const types = await pool.query(`SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = $1 AND table_name = '_cdc_mirror_items' AND column_name IN ('id', 'price', 'placed', 'note') ORDER BY column_name`, [`${source}_public`]);
+      expect(types.rows.map((r: { column_name: string; data_type: string }) => [r.column_name, r.data_type])).toEqual([['id', 'bigint'], ['note', 'text'], ['placed', 'date'], ['price', 'numeric']]);
       const rows = await pool.query(`SELECT id::text AS id, price::text AS price, placed::text AS placed, note FROM ${source}_public.items ORDER BY id`);
       expect(rows.rows).toEqual([
         { id: '1', price: '12.30', placed: '2026-11-30', note: null },
@@ -227,8 +227,8 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): a table first seen
       { id: '1', price: '12.30', note: null },
       { id: '2', price: '7.05', note: 'n' },
     ]);
-    const types = (await pool.query(`SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'items_mirror' AND column_name IN ('id', 'price', 'note') ORDER BY column_name`, [`${source}_public`])).rows;
-    expect(types.map((r: { column_name: string; data_type: string }) => `${r.column_name}:${r.data_type}`)).toEqual(['id:character varying', 'note:character varying', 'price:character varying']);
+    const types = (await pool.query(`SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = $1 AND table_name = '_cdc_mirror_items' AND column_name IN ('id', 'price', 'note') ORDER BY column_name`, [`${source}_public`])).rows;
+    expect(types.map((r: { column_name: string; data_type: string }) => `${r.column_name}:${r.data_type}`)).toEqual(['id:text', 'note:text', 'price:text']);
   });
 
   it('a record naming a column the published catalog read lacks waits for a newer read, never registers it untyped', async () => {

@@ -98,7 +98,7 @@ describe('control plane down during capture checkpointing and during apply', () 
     warehouse.on('error', () => undefined);
     await warehouse.connect();
     await warehouse.query('BEGIN');
-    await warehouse.query('LOCK TABLE demo_public.items_delta IN EXCLUSIVE MODE'); // the apply appends to the delta (docs/warehouse-apply.md)
+    await warehouse.query('LOCK TABLE demo_public._cdc_delta_items IN EXCLUSIVE MODE'); // the apply appends to the delta (docs/warehouse-apply.md)
     const normalizedBefore = pipeline.pollers.normalizer.stats.recordsDone;
     await source.query(`INSERT INTO items SELECT g, 'bulk ' || g, g FROM generate_series(1001, ${1000 + BULK}) g`);
     await until('the bulk change on the change log', () => pipeline!.pollers.normalizer.stats.recordsDone >= normalizedBefore + BULK, 120_000);

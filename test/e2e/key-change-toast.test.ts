@@ -64,7 +64,7 @@ describe('primary-key change with an unchanged TOAST value across shards', () =>
             await p.apply([del], 1);
           }
           expect(await view()).toEqual([{ id: 2, title: 'two again', null_body: false, len: BODY.length }, { id: 5, title: 'five', null_body: false, len: BODY.length }]);
-          expect(await p.rows(`SELECT count(*)::int AS n FROM ${p.id}_public.docs_handover`)).toEqual([{ n: 0 }]);
+          expect(await p.rows(`SELECT count(*)::int AS n FROM ${p.id}_public._cdc_handover_docs`)).toEqual([{ n: 0 }]);
           // A replay of everything changes nothing.
           await p.apply([del, ins, upd], 0);
           expect(await view()).toEqual([{ id: 2, title: 'two again', null_body: false, len: BODY.length }, { id: 5, title: 'five', null_body: false, len: BODY.length }]);

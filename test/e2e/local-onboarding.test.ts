@@ -120,7 +120,7 @@ describe('cdc local on capture rules', () => {
     // Hard delete: gone from the view, and once the delta is merged (docs/warehouse-apply.md) no row of it is left in the base.
     expect((await dw.query('SELECT count(*)::int AS n FROM app_sales.leads WHERE id = 8')).rows[0].n).toBe(0);
     await mergeWarehouseTable(cluster.url('dw'), 'app', 'sales.leads', ['id'], 'hard');
-    expect((await dw.query('SELECT count(*)::int AS n FROM app_sales.leads_mirror WHERE id = 8')).rows[0].n).toBe(0);
+    expect((await dw.query('SELECT count(*)::int AS n FROM app_sales._cdc_mirror_leads WHERE id = 8')).rows[0].n).toBe(0);
     expect((await dw.query("SELECT to_regclass('app_public.audit_log') AS a, to_regclass('app_public.nokey') AS b")).rows[0]).toEqual({ a: null, b: null });
     // The dropped table's sink objects are kept.
     expect((await dw.query("SELECT to_regclass('app_public.doomed') AS t")).rows[0].t).toBe('app_public.doomed');

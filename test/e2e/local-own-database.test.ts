@@ -103,8 +103,8 @@ describe('cdc local --source / --warehouse', () => {
       { id: '9007199254740992', pin: maskValue(5678), born: maskValue('1990-01-02'), doc: null, tag: null, name: 'even' },
       { id: '9007199254740993', pin: maskValue(1235), born: maskValue('1980-05-17'), doc: maskValue('{"a": 1}'), tag: maskValue('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'), name: 'odd' },
     ]);
-    const masked = await dw.query("SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = 'app_public' AND table_name = 'people_mirror' AND column_name IN ('pin', 'born', 'doc', 'tag') ORDER BY column_name");
-    expect(masked.rows.map((r) => r.data_type)).toEqual(['character varying', 'character varying', 'character varying', 'character varying']);
+    const masked = await dw.query("SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = 'app_public' AND table_name = '_cdc_mirror_people' AND column_name IN ('pin', 'born', 'doc', 'tag') ORDER BY column_name");
+    expect(masked.rows.map((r) => r.data_type)).toEqual(['text', 'text', 'text', 'text']);
     const cols = await dw.query("SELECT column_name FROM information_schema.columns WHERE table_schema = 'app_public' AND column_name = 'secret'");
     expect(cols.rowCount).toBe(0);
     expect((await dw.query("SELECT to_regclass('app_public.untouched') AS t")).rows[0].t).toBeNull();

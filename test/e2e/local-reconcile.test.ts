@@ -116,9 +116,9 @@ describe('cdc reconcile against a running cdc local', () => {
 
       // 2. Corrupt the victim's mirror behind the platform's back (merged first: rows still in the delta would hide it).
       await mergeWarehouseTable(cluster.url('dw'), 'app', 'public.victim', ['id']);
-      await dw.query("UPDATE app_public.victim_mirror SET v = 'tampered' WHERE id = 7");
-      await dw.query('DELETE FROM app_public.victim_mirror WHERE id = 42');
-      await dw.query("INSERT INTO app_public.victim_mirror (id, v, n, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (100000, 'never', 1, '000000000000000000000001', false, now())");
+      await dw.query("UPDATE app_public._cdc_mirror_victim SET v = 'tampered' WHERE id = 7");
+      await dw.query('DELETE FROM app_public._cdc_mirror_victim WHERE id = 42');
+      await dw.query("INSERT INTO app_public._cdc_mirror_victim (id, v, n, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (100000, 'never', 1, '000000000000000000000001', false, now())");
       let busyVerdict: ReconcileVerdict | undefined;
       for (let attempt = 0; attempt < 3 && busyVerdict?.verdict !== 'MATCH'; attempt++) {
         const r = await reconcile();

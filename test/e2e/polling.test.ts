@@ -169,7 +169,7 @@ describe('polling fallback', () => {
     const cols = await dw.query<{ column_name: string; data_type: string }>(
       "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = 'demo_public' AND table_name = 'orders' AND column_name NOT LIKE '\\_cdc%' ORDER BY ordinal_position",
     );
-    expect(cols.rows.map((c) => `${c.column_name} ${c.data_type}`)).toEqual(['id bigint', 'amount numeric', 'code bigint', 'tenant character varying']);
+    expect(cols.rows.map((c) => `${c.column_name} ${c.data_type}`)).toEqual(['id bigint', 'amount numeric', 'code bigint', 'tenant text']);
     const orders = await dw.query<{ id: string; amount: string; code: string; tenant: string }>('SELECT id::text, amount::text, code::text, tenant FROM demo_public.orders ORDER BY id');
     expect(orders.rows).toEqual([0, 1, 2, 3, 4].map((i) => ({ id: String(i), amount: `${i}.50`, code: String(100 + i), tenant: 'demo:orders' })));
     // The registry keeps the transforms with the version (read back from DynamoDB Local every batch): one version, no spurious change.

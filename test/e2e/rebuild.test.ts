@@ -95,9 +95,9 @@ describe('cdc rebuild against a running cdc local', () => {
 
       // Corrupt the mirror behind the platform's back (merged first: rows still in the delta would hide it).
       await mergeWarehouseTable(cluster.url('dw'), 'app', 'public.fixme', ['id']);
-      await dw.query(`UPDATE app_public.fixme_mirror SET v = 'CORRUPT' WHERE id = 5`);
-      await dw.query(`DELETE FROM app_public.fixme_mirror WHERE id = 6`);
-      await dw.query(`INSERT INTO app_public.fixme_mirror (id, v, amount, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (99999, 'never in the source', 0, '000000000000000100000000', false, now())`);
+      await dw.query(`UPDATE app_public._cdc_mirror_fixme SET v = 'CORRUPT' WHERE id = 5`);
+      await dw.query(`DELETE FROM app_public._cdc_mirror_fixme WHERE id = 6`);
+      await dw.query(`INSERT INTO app_public._cdc_mirror_fixme (id, v, amount, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (99999, 'never in the source', 0, '000000000000000100000000', false, now())`);
       expect(await level('fixme')).toBe(false);
       const corruptDigest = (await dw.query(`SELECT md5(string_agg(id || ':' || coalesce(v, '') || ':' || coalesce(amount::text, ''), ',' ORDER BY id)) AS d FROM app_public.fixme`)).rows[0].d as string;
 
@@ -124,7 +124,7 @@ describe('cdc rebuild against a running cdc local', () => {
       const stats = (JSON.parse(rehearsal.out) as { detail: { stats: { shards: Array<{ archivedThrough: string | null }>; objectsRead: number } } }).detail.stats;
       expect(stats.shards.every((s) => s.archivedThrough !== null)).toBe(true);
       expect(await level('fixme')).toBe(false);
-      expect((await dw.query(`SELECT to_regclass('app_public._cdc_rb_fixme_mirror') AS r`)).rows[0].r).toBeNull();
+      expect((await dw.query(`SELECT to_regclass('app_public._cdc_mirror__cdc_rb_fixme') AS r`)).rows[0].r).toBeNull();
 
       // The swap, with a reader loop on the view: every read sees the corrupted table whole or the rebuilt one whole.
       const correctDigest = (await app.query(`SELECT md5(string_agg(id || ':' || coalesce(v, '') || ':' || coalesce(amount::text, ''), ',' ORDER BY id)) AS d FROM public.fixme`)).rows[0].d as string;
@@ -153,7 +153,7 @@ describe('cdc rebuild against a running cdc local', () => {
       for (const k of seen.keys()) expect([`${expected}/corrupt`, `${expected}/correct`], `a reader saw ${k}`).toContain(k);
       expect(await level('fixme')).toBe(true);
       // The diff is kept.
-      const kept = (await dw.query(`SELECT _cdc_kind AS kind, id FROM app_public._cdc_rb_fixme_diff ORDER BY id`)).rows;
+      const kept = (await dw.query(`SELECT _cdc_kind AS kind, id FROM app_public._cdc_diff_fixme ORDER BY id`)).rows;
       expect(kept).toEqual([{ kind: 'changed', id: '5' }, { kind: 'missing', id: '6' }, { kind: 'extra', id: '99999' }]);
       // The sink's high-water mark is at or above where it was.
       const after = JSON.parse((await cdc('status', 'public.fixme', '--json')).out) as typeof before;

@@ -135,9 +135,9 @@ describe('reconcile finds a corrupted mirror, rebuild from the archive fixes it,
       // 2. Corrupt victim's mirror behind the platform's back (merged first: rows still in the
       // delta would hide it, docs/warehouse-apply.md).
       await mergeWarehouseTable(cluster.url('dw'), 'app', 'public.victim', ['id']);
-      await dw.query("UPDATE app_public.victim_mirror SET v = 'tampered' WHERE id = 7");
-      await dw.query('DELETE FROM app_public.victim_mirror WHERE id = 42');
-      await dw.query("INSERT INTO app_public.victim_mirror (id, v, n, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (100000, 'never', 1, '000000000000000000000001', false, now())");
+      await dw.query("UPDATE app_public._cdc_mirror_victim SET v = 'tampered' WHERE id = 7");
+      await dw.query('DELETE FROM app_public._cdc_mirror_victim WHERE id = 42');
+      await dw.query("INSERT INTO app_public._cdc_mirror_victim (id, v, n, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (100000, 'never', 1, '000000000000000000000001', false, now())");
       expect(await level('victim')).toBe(false);
       const corrupt = (await dw.query(digestSql('app_public.victim'))).rows[0] as { n: number; d: string };
       const correct = (await app.query(digestSql('public.victim'))).rows[0] as { n: number; d: string };

@@ -106,7 +106,7 @@ describe('re-snapshot after a gap, into the warehouse', () => {
         await p.apply(sweep, 1);
         expect(await sink()).toEqual(await source());
         if (mode === 'soft') {
-          const tomb = await p.rows(`SELECT id::int AS id, _cdc_position AS pos FROM ${p.id}_public.t_mirror WHERE _cdc_deleted AND id IN (17, 33, 60) ORDER BY id`);
+          const tomb = await p.rows(`SELECT id::int AS id, _cdc_position AS pos FROM ${p.id}_public._cdc_mirror_t WHERE _cdc_deleted AND id IN (17, 33, 60) ORDER BY id`);
           expect(tomb).toEqual([17, 33, 60].map((id) => ({ id, pos: sweep[0]!.position })));
         }
 

@@ -47,19 +47,19 @@ describe('TRUNCATE on the slot path, into the warehouse', () => {
         expect(await p.rows(`SELECT id::int AS id, msg FROM ${p.id}_public.logs ORDER BY id`)).toEqual([{ id: 7, msg: 'after' }]);
         // The other table is untouched.
         expect(await p.rows(`SELECT id::int AS id, v FROM ${p.id}_public.other`)).toEqual([{ id: 1, v: 'kept' }]);
-        const mirror = await p.rows(`SELECT count(*)::int AS n, count(*) FILTER (WHERE _cdc_deleted)::int AS dead FROM ${p.id}_public.logs_mirror`);
+        const mirror = await p.rows(`SELECT count(*)::int AS n, count(*) FILTER (WHERE _cdc_deleted)::int AS dead FROM ${p.id}_public._cdc_mirror_logs`);
         expect(mirror).toEqual(mode === 'soft' ? [{ n: 100, dead: 99 }] : [{ n: 1, dead: 0 }]);
         if (mode === 'soft') {
           // Tombstones at the truncate's position.
           const t = after[0]!.position;
-          expect(await p.rows(`SELECT DISTINCT _cdc_position AS p FROM ${p.id}_public.logs_mirror WHERE _cdc_deleted`)).toEqual([{ p: t }]);
+          expect(await p.rows(`SELECT DISTINCT _cdc_position AS p FROM ${p.id}_public._cdc_mirror_logs WHERE _cdc_deleted`)).toEqual([{ p: t }]);
         }
 
         // Late, older events (the first load delivered again, in two batches, and the truncate again): nothing comes back.
         await p.apply(loaded.slice(0, 50));
         await p.apply([...loaded.slice(50), after[0]!]);
         expect(await p.rows(`SELECT id::int AS id, msg FROM ${p.id}_public.logs ORDER BY id`)).toEqual([{ id: 7, msg: 'after' }]);
-        expect(await p.rows(`SELECT _cdc_position AS p FROM ${p.id}_public.logs_truncations`)).toEqual([{ p: after[0]!.position }]);
+        expect(await p.rows(`SELECT _cdc_position AS p FROM ${p.id}_public._cdc_truncations_logs`)).toEqual([{ p: after[0]!.position }]);
       } finally {
         await p.close();
       }

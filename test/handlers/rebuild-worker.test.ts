@@ -171,10 +171,10 @@ async function setUp(name: string, rand: () => number) {
   const present = [...model.keys()];
   if (present.length > 0) {
     const id = present[Math.floor(rand() * present.length)]!;
-    await pool.query(`UPDATE "${schema}".t_mirror SET v = 'CORRUPT' WHERE id = $1`, [id]);
+    await pool.query(`UPDATE "${schema}"._cdc_mirror_t SET v = 'CORRUPT' WHERE id = $1`, [id]);
     corrupted.push(`changed:${id}`);
   }
-  await pool.query(`INSERT INTO "${schema}".t_mirror (id, v, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (1000, 'never', '000000000000000100000000', false, now())`);
+  await pool.query(`INSERT INTO "${schema}"._cdc_mirror_t (id, v, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (1000, 'never', '000000000000000100000000', false, now())`);
   corrupted.push('extra:1000');
   return { source, schema, cp, stream, archive, archiveDir, model, corrupted };
 }

@@ -11,7 +11,9 @@ import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { createSnapshotWorker } from '../../lambda/handlers/snapshot-worker.ts';
-import { readCatalogColumnTypes } from '../../lambda/adapters/source-facts-pg.ts';
+import { readCatalogColumnTypes, readPartitionTree } from '../../lambda/adapters/source-facts-pg.ts';
+import { PARTITION_TREE_KEY, readPublishedPartitionTree } from '../../lambda/core/partitions.ts';
+import { catalogConsumerId } from '../../contracts/control-plane-keys.ts';
 import { PostgresSnapshotReader } from '../../lambda/adapters/snapshot-postgres.ts';
 import { readCatalogTypes } from '../../lambda/core/catalog-types.ts';
 import { DEFAULT_SOURCE_BUDGET } from '../../lambda/core/snapshot-pacer.ts';
@@ -66,6 +68,46 @@ describe('snapshot worker: catalog types of tables not registered yet', () => {
       await client.query('ALTER TABLE public.items ADD COLUMN note text');
       await worker(() => 600_000);
       expect((await readCatalogTypes(control, 'shop', 'public.items'))?.columns.at(-1)).toEqual({ name: 'note', type: 'text' });
+    } finally {
+      await reader.close();
+    }
+  });
+
+  it('publishes the partition tree read from the catalog, and again only when a partition joins or leaves (docs/partitioned-tables.md)', async () => {
+    await client.query(`CREATE TABLE public.ev (id int, at date, PRIMARY KEY (id, at)) PARTITION BY RANGE (at);
+      CREATE TABLE public.ev_2024_01 PARTITION OF public.ev FOR VALUES FROM ('2024-01-01') TO ('2024-02-01');
+      CREATE TABLE public.ev_2024_02 PARTITION OF public.ev FOR VALUES FROM ('2024-02-01') TO ('2024-03-01') PARTITION BY RANGE (id);
+      CREATE TABLE public.ev_2024_02_low PARTITION OF public.ev_2024_02 FOR VALUES FROM (0) TO (1000);`);
+    const control = new MemoryControlPlane();
+    const reader = new PostgresSnapshotReader({ primary: { connectionString: cluster.url('src') } });
+    const worker = createSnapshotWorker({
+      source: 'shop',
+      tables: [{ table: 'public.ev', key: ['id', 'at'], deleteMode: 'soft', mask: [], exclude: [], snapshot: false }],
+      control,
+      reader,
+      publish: async () => undefined,
+      budget: DEFAULT_SOURCE_BUDGET,
+      metrics: new Metrics({ namespace: 'test', serviceName: 'test' }),
+      logger: new Logger({ serviceName: 'test', logLevel: 'ERROR' }),
+      owner: 'test',
+      catalog: { describe: (t) => readCatalogColumnTypes(client, t), partitionTree: () => readPartitionTree(client) },
+    });
+    try {
+      await worker(() => 600_000);
+      let tree = (await readPublishedPartitionTree(control, 'shop'))!;
+      // Leaves and the intermediate partition map to the root of their tree.
+      expect(Object.fromEntries(tree.rootOf)).toEqual({ 'public.ev_2024_01': 'public.ev', 'public.ev_2024_02': 'public.ev', 'public.ev_2024_02_low': 'public.ev' });
+      expect(tree.leavesOf.get('public.ev')).toEqual(['public.ev_2024_01', 'public.ev_2024_02_low']);
+      expect(tree.standalone.has('public.ev')).toBe(true);
+      const written = await control.getCheckpoint(catalogConsumerId('shop'), PARTITION_TREE_KEY);
+      await worker(() => 600_000);
+      expect(await control.getCheckpoint(catalogConsumerId('shop'), PARTITION_TREE_KEY)).toBe(written);
+      await client.query(`CREATE TABLE public.ev_2024_03 PARTITION OF public.ev FOR VALUES FROM ('2024-03-01') TO ('2024-04-01'); ALTER TABLE public.ev DETACH PARTITION public.ev_2024_01`);
+      await worker(() => 600_000);
+      tree = (await readPublishedPartitionTree(control, 'shop'))!;
+      expect(tree.rootOf.get('public.ev_2024_03')).toBe('public.ev');
+      expect(tree.rootOf.has('public.ev_2024_01')).toBe(false);
+      expect(tree.standalone.has('public.ev_2024_01')).toBe(true);
     } finally {
       await reader.close();
     }

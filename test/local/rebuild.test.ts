@@ -151,21 +151,21 @@ async function oneRun(run: number, seed: number): Promise<void> {
   const present = [...model.keys()].filter((k) => !touchedLater.has(k));
   if (present.length > 0 && rand() < 0.7) {
     const id = present[Math.floor(rand() * present.length)]!;
-    await pool.query(`UPDATE "${schema}".t_mirror SET v = 'CORRUPT' WHERE id = $1`, [id]);
+    await pool.query(`UPDATE "${schema}"._cdc_mirror_t SET v = 'CORRUPT' WHERE id = $1`, [id]);
     corrupted.push(`changed:${id}`);
   }
   const others = present.filter((k) => !corrupted.includes(`changed:${k}`));
   if (others.length > 0 && rand() < 0.7) {
     const id = others[Math.floor(rand() * others.length)]!;
-    await pool.query(`DELETE FROM "${schema}".t_mirror WHERE id = $1`, [id]);
+    await pool.query(`DELETE FROM "${schema}"._cdc_mirror_t WHERE id = $1`, [id]);
     corrupted.push(`missing:${id}`);
   }
   if (rand() < 0.7) {
-    await pool.query(`INSERT INTO "${schema}".t_mirror (id, v, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (1000, 'never', '000000000000000100000000', false, now())`);
+    await pool.query(`INSERT INTO "${schema}"._cdc_mirror_t (id, v, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (1000, 'never', '000000000000000100000000', false, now())`);
     corrupted.push('extra:1000');
   }
   await applyLive(mergedUpTo, events.length);
-  const unmerged = Number((await pool.query(`SELECT count(*)::int AS n FROM "${schema}".t_delta`)).rows[0].n);
+  const unmerged = Number((await pool.query(`SELECT count(*)::int AS n FROM "${schema}"._cdc_delta_t`)).rows[0].n);
   expect(unmerged, `run ${run} seed ${seed}`).toBe(events.length - mergedUpTo);
   let before = await digest(schema);
   const modelRows = async (): Promise<string[]> => (await pool.query(`SELECT id, v FROM "${schema}".t ORDER BY id`)).rows.map((r: { id: string; v: string | null }) => `${r.id}=${r.v}`);
@@ -210,8 +210,8 @@ async function oneRun(run: number, seed: number): Promise<void> {
   const report = await rebuilder.run({ source, table: TABLE, sink: SINK, rehearse: false, actor: 'test' }, c2.history);
   expect(report.diff.map((d) => `${d.kind}:${d.key.id}`).sort(), where).toEqual([...corrupted].sort());
   expect(await modelRows(), where).toEqual(modelText());
-  const leftovers = (await pool.query(`SELECT table_name FROM information_schema.tables WHERE table_schema = $1 AND (table_name LIKE '\\_cdc\\_rb\\_%' OR table_name LIKE '\\_cdc\\_old\\_%') ORDER BY 1`, [schema])).rows.map((r: { table_name: string }) => r.table_name);
-  expect(leftovers, where).toEqual(['_cdc_rb_t_diff']);
+  const leftovers = (await pool.query(`SELECT table_name FROM information_schema.tables WHERE table_schema = $1 AND (table_name LIKE '%\\_cdc\\_rb\\_%' OR table_name LIKE '%\\_cdc\\_old\\_%' OR table_name LIKE '\\_cdc\\_diff\\_%') ORDER BY 1`, [schema])).rows.map((r: { table_name: string }) => r.table_name);
+  expect(leftovers, where).toEqual(['_cdc_diff_t']);
   const runs = await cp.listRebuilds(SINK, source, TABLE);
   expect(runs.filter((r) => r.outcome === 'done').map((r) => r.mode), where).toEqual([...completed, 'rehearsal', 'swap']);
   expect(runs.filter((r) => r.outcome === 'failed').length, where).toBe(crashAt !== null && completed.length === 0 ? 1 : 0);

@@ -117,6 +117,15 @@ describe('search stand-in', () => {
     expect(m.body.m.mappings._meta).toEqual({ cdc: { baseLsn: '0000000000000000' } });
   });
 
+  it('ignore_malformed keeps a document whose number or date the field cannot index: the value stays in _source, out of range queries', async () => {
+    await req('PUT', '/im', { mappings: { dynamic: 'strict', properties: { x: { type: 'double', ignore_malformed: true }, d: { type: 'date', format: 'strict_date', ignore_malformed: true }, b: { type: 'boolean' } } } });
+    const r = await bulk([idx('1', 1, 'external', 'im'), { x: 'NaN', d: 'infinity' }, idx('2', 1, 'external', 'im'), { x: '1.5', d: '2024-01-01' }, idx('3', 1, 'external', 'im'), { b: 'maybe' }]);
+    expect(r.body.items.map((i: any) => i.index.status)).toEqual([201, 201, 400]);
+    expect((await req('GET', '/im/_doc/1')).body._source).toEqual({ x: 'NaN', d: 'infinity' });
+    const hits = await req('POST', '/im/_search', { query: { range: { x: { gte: 0 } } } });
+    expect(hits.body.hits.hits.map((h: any) => h._id)).toEqual(['2']);
+  });
+
   it('range queries and sorts compare by the mapped type; several sort fields, search_after per field, missing last', async () => {
     await req('PUT', '/r', { mappings: { dynamic: 'strict', properties: { n: { type: 'long' }, name: { type: 'text', fields: { keyword: { type: 'keyword', ignore_above: 5 } } }, k: { type: 'keyword' }, d: { type: 'date', format: 'strict_date' }, x: { type: 'double' } } } });
     const docs: Array<[string, Record<string, unknown>]> = [

@@ -1,0 +1,80 @@
+/**
+ * Tables named like another table's warehouse objects (`t` and `t_mirror`, `t_delta`,
+ * `t_changelog`) through the whole slot path (capture, normalizer, applier) into embedded
+ * PostgreSQL: each arrives in its own objects, in either order of first apply, none held
+ * (docs/architecture.md §5.4, "Names"). Under the old layout `<table>_mirror` the second was held
+ * forever ("t_mirror" is not a view).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
+import type { TableConfig } from '../../lambda/core/table-config.ts';
+import { qualified, warehouseTable } from '../../lambda/core/warehouse-sql.ts';
+import { slotPipeline } from './slot-pipeline.ts';
+
+let cluster: PostgresCluster;
+beforeAll(async () => {
+  process.env.POWERTOOLS_METRICS_DISABLED = 'true';
+  cluster = await startPostgres({ fast: true });
+}, 120_000);
+afterAll(async () => cluster?.stop());
+
+const TABLES = ['t', 't_mirror', 't_delta', 't_changelog'];
+
+describe('source tables named like warehouse objects', () => {
+  for (const order of [TABLES, [...TABLES].reverse()]) {
+    it(`${order.join(', ')} all arrive, each in its own objects`, async () => {
+      const tables: TableConfig[] = order.map((t) => ({ table: `public.${t}`, deleteMode: 'soft', mask: [], exclude: [] }));
+      const p = await slotPipeline(cluster, TABLES.map((t) => `CREATE TABLE ${t} (id int PRIMARY KEY, v text)`).join('; '), tables, 'coll');
+      try {
+        await p.src.query(TABLES.map((t, i) => `INSERT INTO ${t} VALUES (${i + 1}, 'from ${t}'), (100, 'shared key, ${t}')`).join('; '));
+        const events = await p.drain();
+        for (const t of order) {
+          const out = await p.apply(events.filter((e) => e.table === `public.${t}`));
+          expect(out.held, `public.${t} held`).toBe(0);
+          expect((await p.control.getSinkProgress('wh', p.id, `public.${t}`))?.heldFrom ?? null, `public.${t} held`).toBeNull();
+        }
+        for (const [i, t] of TABLES.entries()) {
+          const w = warehouseTable(p.id, `public.${t}`);
+          expect(await p.rows(`SELECT id::int AS id, v FROM ${qualified(w.schema, w.view)} ORDER BY id`), t).toEqual([
+            { id: i + 1, v: `from ${t}` },
+            { id: 100, v: `shared key, ${t}` },
+          ]);
+        }
+      } finally {
+        await p.close();
+      }
+    }, 120_000);
+  }
+});
+
+describe('names as applications write them (issue 28, names)', () => {
+  it('"Orders" ("OrderId", "CustomerName", "Total with tax") and orders arrive in a PostgreSQL warehouse as two tables', async () => {
+    const tables: TableConfig[] = ['public.Orders', 'public.orders'].map((table) => ({ table, deleteMode: 'soft', mask: [], exclude: [] }));
+    const p = await slotPipeline(
+      cluster,
+      'CREATE TABLE "Orders" ("OrderId" int PRIMARY KEY, "CustomerName" text, "Total with tax" numeric(12,2)); CREATE TABLE orders (id int PRIMARY KEY, note text)',
+      tables,
+      'case',
+    );
+    try {
+      await p.src.query(`INSERT INTO "Orders" VALUES (1, 'Ada ''the "first"''', 10.50), (2, 'Bob', 3.00), (3, 'Zoë', 7.25); INSERT INTO orders VALUES (1, 'lower-case twin')`);
+      await p.src.query(`UPDATE "Orders" SET "Total with tax" = 11.00, "CustomerName" = 'Ada' WHERE "OrderId" = 1; DELETE FROM "Orders" WHERE "OrderId" = 2`);
+      const events = await p.drain();
+      for (const t of ['public.Orders', 'public.orders']) {
+        const out = await p.apply(events.filter((e) => e.table === t));
+        expect(out.held, `${t} held`).toBe(0);
+      }
+      const upper = warehouseTable(p.id, 'public.Orders');
+      const lower = warehouseTable(p.id, 'public.orders');
+      expect(await p.rows(`SELECT "OrderId"::int AS id, "CustomerName" AS name, "Total with tax"::text AS total FROM ${qualified(upper.schema, upper.view)} ORDER BY 1`)).toEqual([
+        { id: 1, name: 'Ada', total: '11.00' },
+        { id: 3, name: 'Zoë', total: '7.25' },
+      ]);
+      expect(await p.rows(`SELECT id::int AS id, note FROM ${qualified(lower.schema, lower.view)}`)).toEqual([{ id: 1, note: 'lower-case twin' }]);
+      const rels = (await p.rows(`SELECT c.relname::text AS r FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace WHERE s.nspname = '${upper.schema}' AND c.relkind = 'v' ORDER BY 1`)).map((r) => r.r);
+      expect(rels).toEqual(['Orders', 'orders']);
+    } finally {
+      await p.close();
+    }
+  }, 120_000);
+});
