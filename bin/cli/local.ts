@@ -14,7 +14,8 @@ import { HEARTBEAT_KEY_COLUMN } from '../../contracts/env.ts';
 import { enforceLateRules, LateRulesRefusedError } from '../../lambda/core/late-rules.ts';
 import { createDemoSchema, DEMO_TABLES } from '../../local/demo.ts';
 import { captureStdout, MetricsCollector, percentile } from '../../local/metrics.ts';
-import { LocalPipeline, HEARTBEAT_TABLE_ID } from '../../local/pipeline.ts';
+import { LocalPipeline, HEARTBEAT_TABLE_ID, StopRequestedError } from '../../local/pipeline.ts';
+import { StopSignals } from './local-signals.ts';
 import { DEFAULT_STATE_DIR, redactUrl, resetLocalState, startLocalStack, type LocalStack } from '../../local/stack.ts';
 import { sourceNotReady } from '../../local/slot.ts';
 import { CheckId, type CheckResult } from '../../lambda/core/doctor.ts';
@@ -307,6 +308,17 @@ function describeError(err: unknown): string {
 const CAPTURE_DIAGNOSED: ReadonlySet<string> = new Set([CheckId.SLOT_LOST, CheckId.SLOT_RETAINED_WAL]);
 
 async function run(o: LocalOptions, io: CliIo): Promise<number> {
+  // From here on a signal is a request for a clean stop (docs/local.md, "Stopping").
+  const signals = new StopSignals((text) => void write(io.stdout, text).catch(() => undefined));
+  signals.install();
+  try {
+    return await runStack(o, io, signals);
+  } finally {
+    signals.uninstall();
+  }
+}
+
+async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals): Promise<number> {
   const started = Date.now();
   const source = o.sourceId ?? (o.demo ? 'demo' : 'local');
   const { tables, rules } = await capturedTables(o);
@@ -353,6 +365,16 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
     await err(`cdc local: ${describeError(e)}\n`);
     return EXIT_FAILED;
   }
+  // A second signal tells the servers to stop before exiting; a first one that came while they started stops them now.
+  signals.onForce(() => stack.kill());
+  const stopStack = async (): Promise<void> => {
+    await stack.stop((line) => void out(`  ${line}\n`));
+    await out('cdc local: stopped\n');
+  };
+  if (signals.signal) {
+    await stopStack();
+    return EXIT_OK;
+  }
 
   // A mask or exclude added to a table that is already captured is refused unless acknowledged (docs/masking.md).
   try {
@@ -364,7 +386,7 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
     const late = await enforceLateRules({ control: stack.control, source, tables: [...tables, ...ruled], actor: 'cdc-local' });
     for (const c of late) await err(`cdc local: ${c.table}: late rule acknowledged (${c.acknowledgement}); ${c.leftBehind}. The table is marked needs-resnapshot and its re-snapshot is requested.\n`);
   } catch (e) {
-    await stack.stop();
+    await stopStack();
     if (e instanceof LateRulesRefusedError) {
       await err(`cdc local: refused: ${e.message}\n`);
       return EXIT_REFUSED;
@@ -383,7 +405,7 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
       await out(`  search stand-in (not OpenSearch) ready on ${searchUrl}\n`);
     } catch (e) {
       await err(`cdc local: the search stand-in did not start: ${describeError(e)}\n`);
-      await stack.stop();
+      await stopStack();
       return EXIT_FAILED;
     }
   }
@@ -396,19 +418,8 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
   const writer = new StatusWriter(print, tty, 10_000, () => process.stdout.columns);
   let pipeline: LocalPipeline | null = null;
   let code = EXIT_OK;
-  let stopRequested: (() => void) | null = null;
-  const stopped = new Promise<'signal'>((resolve) => (stopRequested = () => resolve('signal')));
-  let signals = 0;
-  const onSignal = (): void => {
-    signals++;
-    if (signals > 1) {
-      captured.write('\ncdc local: second interrupt, exiting without a clean stop\n');
-      process.exit(130);
-    }
-    stopRequested?.();
-  };
-  process.on('SIGINT', onSignal);
-  process.on('SIGTERM', onSignal);
+  signals.sayWith(print);
+  const stopped = signals.requested.then(() => 'signal' as const);
   let statusTimer: NodeJS.Timeout | null = null;
   try {
     if (o.demo) await createDemoSchema(stack.sourceUrl, { seed: o.snapshot });
@@ -461,7 +472,7 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
       print('\ncdc local: time is up; stopping the workload and waiting for the sinks to catch up\n');
       await p.stopWorkload();
       await p.stopHeartbeat();
-      await p.waitCaughtUp(180_000);
+      await p.waitCaughtUp(180_000, signals.abort.signal);
       const runMs = Date.now() - p.startedAt;
       const lags = p.lagSamples(p.startedAt);
       const applied = collector.total(MetricName.EVENTS_APPLIED, { Sink: o.sinkId });
@@ -499,16 +510,28 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
       print('\ncdc local: stopping (state is kept; run again to resume)\n');
     }
   } catch (e) {
-    print(`\ncdc local: ${describeError(e)}\n`);
-    code = EXIT_FAILED;
+    if (e instanceof StopRequestedError) {
+      // A stop asked for while the sinks were catching up: nothing was compared, nothing is wrong.
+      print(`\ncdc local: stopped before the verdict (${signals.signal}): the sinks had not caught up, so nothing was compared; state is kept, run again to resume\n`);
+    } else {
+      print(`\ncdc local: ${describeError(e)}\n`);
+      code = EXIT_FAILED;
+    }
   } finally {
     if (statusTimer) clearInterval(statusTimer);
-    process.off('SIGINT', onSignal);
-    process.off('SIGTERM', onSignal);
-    await pipeline?.stop().catch((e) => print(`cdc local: while stopping: ${describeError(e)}\n`));
+    // Consumers first (each finishes or abandons its batch, checkpoints kept), then the servers they use.
+    print('cdc local: stopping the capture, the snapshot and the pollers\n');
+    await pipeline?.stop().then(
+      () => print('  consumers stopped\n'),
+      (e: unknown) => print(`cdc local: while stopping: ${describeError(e)}\n`),
+    );
     await captured.restore();
-    await standin?.stop();
-    await stack.stop();
+    signals.sayWith((text) => void out(text).catch(() => undefined));
+    if (standin) {
+      await standin.stop();
+      await out('  search stand-in stopped\n');
+    }
+    await stopStack();
   }
   return code;
 }
