@@ -20,7 +20,7 @@
  * (docs/local.md, "Ports and names").
  */
 import { createHash } from 'node:crypto';
-import { existsSync, promises as fs, readFileSync, realpathSync } from 'node:fs';
+import { existsSync, promises as fs, readFileSync, realpathSync, rmSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
@@ -118,7 +118,7 @@ export interface LocalStack {
   stop(log?: (line: string) => void): Promise<void>;
   /**
    * Signals every server to stop and returns at once (a forced exit): PostgreSQL gets a fast
-   * shutdown (it completes on its own), DynamoDB Local and kinesalite SIGTERM. The lock stays.
+   * shutdown (it completes on its own), DynamoDB Local and kinesalite SIGTERM; the lock is removed.
    */
   kill(): void;
 }
@@ -166,6 +166,16 @@ export async function takeLock(stateDir: string): Promise<() => Promise<void>> {
       // already gone
     }
   };
+}
+
+/** Removes the state folder's lock at once if this process holds it (a forced exit). */
+function releaseLockNow(stateDir: string): void {
+  const file = path.join(stateDir, 'lock');
+  try {
+    if (readFileSync(file, 'utf8').trim() === String(process.pid)) rmSync(file, { force: true });
+  } catch {
+    // already gone
+  }
 }
 
 /** Stops a DynamoDB Local left running by a run that was killed (checked by its command line, then by pid). */
@@ -412,6 +422,7 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
         signal(postgres?.pid, 'SIGINT'); // fast shutdown
         signal(dynamodb.pid, 'SIGTERM');
         signal(kinesalite.pid, 'SIGTERM');
+        releaseLockNow(stateDir);
       },
     };
   } catch (err) {

