@@ -2,7 +2,8 @@
  * End to end, through the `cdc` command: Ctrl-C and SIGTERM are clean stops (docs/local.md,
  * "Stopping"). `cdc local` is started as the leader of its own process group, as a shell starts a
  * foreground job, and SIGINT goes to the whole group, as a terminal's Ctrl-C does: once in the
- * middle of the snapshot, once in the middle of the workload. Then SIGTERM to the cdc process
+ * middle of the snapshot (while a bounded run waits for its sinks), once in the middle of the
+ * workload. Then SIGTERM to the cdc process
  * alone. Each stop must exit 0 with no unhandled error and no retry line (consumers stop before
  * the servers they use), remove the lock, leave no server process behind, and shut PostgreSQL
  * down cleanly (the next start does no crash recovery). A bounded run then resumes and its
@@ -147,19 +148,23 @@ afterAll(async () => {
 describe('cdc local stops cleanly on Ctrl-C and SIGTERM', () => {
   it('SIGINT to the process group mid-snapshot and mid-apply, SIGTERM to cdc alone: exit 0, no unhandled error, lock removed, PostgreSQL shut down, nothing left; the next run resumes and matches', async () => {
     const seeded = 'SELECT count(*)::int AS n FROM demo_public.customers WHERE name LIKE \'Seeded Customer %\'';
-    // 1. Mid-snapshot: small unpaced chunks keep the snapshot of the seeded rows going for a while.
+    // 1. Mid-snapshot, while a bounded run waits for the sinks to catch up (a signal there was
+    // once ignored): small unpaced chunks keep the snapshot of the seeded rows going for a while.
     let atSignal: number | null = null;
-    const first = cdc(['--snapshot-chunk', '25']);
-    await stopCleanly(
+    const first = cdc(['--snapshot-chunk', '25', '--duration', '1s']);
+    const out1 = await stopCleanly(
       first,
-      'the snapshot to reach the warehouse',
+      'the drain of a bounded run, with the snapshot in the warehouse',
       async () => {
+        if (!/time is up/.test(first.output())) return false;
         atSignal = await count(seeded);
         return atSignal !== null && atSignal > 0;
       },
       (pid) => process.kill(-pid, 'SIGINT'),
     );
     expect(atSignal!, 'stopped in the middle of the snapshot').toBeLessThan(DEMO_SEED_ROWS.customers);
+    expect(out1, out1).toMatch(/stopped before the verdict \(SIGINT\)/);
+    expect(out1, out1).not.toMatch(/verdict: /);
 
     // 2. Mid-apply: the resumed run's workload is flowing into the warehouse.
     const second = cdc(['--snapshot-chunk', '500']);
