@@ -189,6 +189,12 @@ describe('the local door when cdc local is not running', () => {
       ['public.orders', 'active'],
     ]);
     expect(existsSync(path.join(dir, 'lock'))).toBe(false);
+    // The same action classes locally: a pause goes to its route, audited as the OS user, --actor a note.
+    const pause = await run('pause', 'public.orders', '--for', '1m', '--reason', 'local', '--state-dir', dir);
+    expect(pause.code, pause.err).toBe(0);
+    const audit = await run('audit', '--table', 'public.orders', '--json', '--state-dir', dir);
+    const last = (JSON.parse(audit.out) as AuditEntry[]).filter((e) => e.action === 'pause').at(-1);
+    expect(last).toMatchObject({ actor: `os-user:${os.userInfo().username}`, outcome: 'done', detail: { note: 'on-call note', reason: 'local' } });
     const missing = await run('status', '--state-dir', path.join(dir, 'nope'));
     expect(missing.code).toBe(1);
     expect(missing.err).toMatch(/holds no cdc local state \(no state\.json\): run cdc local there first/);
