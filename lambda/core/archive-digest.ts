@@ -1,5 +1,5 @@
 /**
- * Archive integrity (docs/rebuild.md, "Archive integrity"; docs/deploy.md, "Security"): the
+ * Archive integrity (docs/rebuild.md, "Archive integrity"; docs/deploy.md, "The archive"): the
  * archive copier records the SHA-256 of each table object of a batch in the batch's marker, and a
  * replay checks every by-table object it reads against that digest before using any of its
  * records. Pure: hashing and comparison only; reading is the replay reader's.
@@ -28,7 +28,7 @@ export class ArchiveObjectTamperedError extends CdcError {
     super(
       'ARCHIVE_OBJECT_TAMPERED',
       `archive object ${key} was changed after it was written: its SHA-256 is ${actual}, the batch marker ${marker} recorded ${expected}. ` +
-        'The replay stopped before using any of its records; restore the version the copier wrote (the bucket keeps every version while Object Lock retains it) and find who wrote the new one (docs/deploy.md, "Security")',
+        'The replay stopped before using any of its records; restore the version the copier wrote (the bucket keeps every version while Object Lock retains it) and find who wrote the new one (docs/deploy.md, "The archive")',
     );
   }
 }

@@ -47,6 +47,9 @@ describe('archive: no deletes', () => {
     const statements = roleStatements(t, 'LogArchiveDeliveryRole');
     const s3Actions = statements.flatMap(actionsOf).filter((a) => a.startsWith('s3:'));
     expect(s3Actions.sort()).toEqual(['s3:AbortMultipartUpload', 's3:GetBucketLocation', 's3:GetObject', 's3:ListBucket', 's3:ListBucketMultipartUploads', 's3:PutObject']);
+    // Objects only under Firehose's own prefixes: the by-table archive a rebuild replays (change-log/) is the copier's alone.
+    const objectResources = statements.filter((s) => actionsOf(s).includes('s3:PutObject')).flatMap((s) => s.Resource as unknown[]);
+    expect(objectResources.map((r) => JSON.stringify(r))).toEqual([expect.stringContaining('/changes/*'), expect.stringContaining('/errors/*')]);
     // No policy anywhere in the template gives a delete on the archive to anyone.
     for (const [id, p] of resourcesOf(t, 'AWS::IAM::Policy')) {
       for (const s of (p.Properties.PolicyDocument as { Statement: Statement[] }).Statement) {
@@ -68,7 +71,16 @@ describe('archive: no deletes', () => {
       Bucket: { Ref: Match.stringLikeRegexp('^LogArchive') },
       PolicyDocument: {
         Statement: Match.arrayWith([
-          Match.objectLike({ Sid: 'DenyArchiveDeletes', Effect: 'Deny', Principal: { AWS: '*' }, Action: ['s3:DeleteObject', 's3:DeleteObjectVersion'], Condition: Match.absent() }),
+          Match.objectLike({ Sid: 'DenyArchiveDeletes', Effect: 'Deny', Principal: { AWS: '*' }, Action: ['s3:DeleteObject', 's3:DeleteObjectVersion', 's3:BypassGovernanceRetention'], Condition: Match.absent() }),
+          Match.objectLike({
+            Sid: 'DenyArchiveConfigurationChanges',
+            Effect: 'Deny',
+            Principal: { AWS: '*' },
+            Action: ['s3:PutLifecycleConfiguration', 's3:PutBucketPolicy', 's3:DeleteBucketPolicy', 's3:PutBucketObjectLockConfiguration', 's3:PutBucketVersioning', 's3:PutReplicationConfiguration'],
+            Resource: { 'Fn::GetAtt': [Match.stringLikeRegexp('^LogArchive'), 'Arn'] },
+            // Only a CloudFormation deployment may change them (the stack must stay updatable and deletable).
+            Condition: { 'ForAllValues:StringNotEquals': { 'aws:CalledVia': ['cloudformation.amazonaws.com'] } },
+          }),
         ]),
       },
     });
@@ -85,6 +97,11 @@ describe('archive: no deletes', () => {
       PolicyDocument: {
         Statement: Match.arrayWith([
           Match.objectLike({ Sid: 'DenyArchiveDeletes', Effect: 'Deny', Condition: { ArnNotEquals: { 'aws:PrincipalArn': [stack.resolve(breakGlass.roleArn)] } } }),
+          Match.objectLike({
+            Sid: 'DenyArchiveConfigurationChanges',
+            Effect: 'Deny',
+            Condition: { ArnNotEquals: { 'aws:PrincipalArn': [stack.resolve(breakGlass.roleArn)] }, 'ForAllValues:StringNotEquals': { 'aws:CalledVia': ['cloudformation.amazonaws.com'] } },
+          }),
         ]),
       },
     });
