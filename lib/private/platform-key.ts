@@ -6,6 +6,7 @@
 import { ArnFormat, Stack, type RemovalPolicy } from 'aws-cdk-lib';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as kms from 'aws-cdk-lib/aws-kms';
+import type * as logs from 'aws-cdk-lib/aws-logs';
 import type { Construct } from 'constructs';
 
 /** A new key with rotation whose policy lets CloudWatch Logs of the stack's region encrypt this account's log groups. */
@@ -31,4 +32,9 @@ export function allowLogGroups(key: kms.IKey): void {
       conditions: { ArnLike: { 'kms:EncryptionContext:aws:logs:arn': stack.formatArn({ service: 'logs', resource: 'log-group', resourceName: '*', arnFormat: ArnFormat.COLON_RESOURCE_NAME }) } },
     }),
   );
+}
+
+/** Encrypts a log group this construct created with `key` (whose policy must let CloudWatch Logs use it: `allowLogGroups`). */
+export function encryptLogGroup(group: logs.LogGroup, key: kms.IKey): void {
+  (group.node.defaultChild as logs.CfnLogGroup).kmsKeyId = key.keyArn;
 }

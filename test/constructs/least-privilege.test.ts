@@ -349,6 +349,29 @@ describe('network: no open egress', () => {
 });
 
 describe('customer-managed keys wherever data rests', () => {
+  test('by default the source\'s own key (rotated, retained) encrypts the raw stream, the normalizer\'s dead-letter queue and every log group of the source; the change log\'s key its own', () => {
+    const f = fixture();
+    const source = ordersSource(f);
+    const t = Template.fromStack(f.stack);
+    const keyArn = f.stack.resolve(source.encryptionKey.keyArn);
+    expect(keyArn).toEqual({ 'Fn::GetAtt': [expect.stringMatching(/^OrdersKey/), 'Arn'] });
+    t.hasResource('AWS::KMS::Key', { Properties: { EnableKeyRotation: true, Description: Match.stringLikeRegexp('raw stream') }, DeletionPolicy: 'Retain' });
+    expect(onlyResource(t, 'AWS::Kinesis::Stream', 'OrdersRawStream').Properties.StreamEncryption).toEqual({ EncryptionType: 'KMS', KeyId: keyArn });
+    expect(onlyResource(t, 'AWS::SQS::Queue', 'OrdersNormalizerDeadLetterQueue').Properties.KmsMasterKeyId).toEqual(keyArn);
+    const logGroups = resourcesOf(t, 'AWS::Logs::LogGroup');
+    const sourceGroups = logGroups.filter(([id]) => id.startsWith('Orders'));
+    expect(sourceGroups.length).toBeGreaterThanOrEqual(5);
+    for (const [id, g] of sourceGroups) expect(g.Properties.KmsKeyId, id).toEqual(keyArn);
+    const logKeyArn = f.stack.resolve(f.log.encryptionKey.keyArn);
+    for (const [id, g] of logGroups.filter(([i]) => i.startsWith('LogArchive'))) expect(g.Properties.KmsKeyId, id).toEqual(logKeyArn);
+    // The normalizer decrypts the raw stream, encrypts into the change log and uses the control table: each with its own key only.
+    const kmsResources = roleStatements(t, 'OrdersNormalizerServiceRole')
+      .filter((x) => actionsOf(x).some((a) => a.startsWith('kms:')))
+      .map((x) => JSON.stringify(x.Resource));
+    const controlKeyArn = f.stack.resolve(f.control.encryptionKey.keyArn);
+    expect(new Set(kmsResources)).toEqual(new Set([keyArn, logKeyArn, controlKeyArn].map((k) => JSON.stringify(k))));
+  });
+
   test('raw stream and normalizer dead-letter queue with the source key; applier dead-letter queue with its own; change log and control plane take theirs', () => {
     const f = fixture();
     const key = new kms.Key(f.stack, 'SourceKey', { enableKeyRotation: true });
