@@ -27,6 +27,12 @@ export interface IChangeLog extends IResource {
   /** How long the stream keeps records; consumers derive their record-age bounds from it. */
   readonly retention: Duration;
   /**
+   * The change log's customer-managed key (the platform's own key unless one was given; undefined
+   * for an imported change log without one). Sinks encrypt their dead-letter queues and log
+   * groups with it by default (docs/deploy.md, "Keys").
+   */
+  readonly encryptionKey?: kms.IKey;
+  /**
    * ARN of the change-log stream.
    * @attribute
    */
@@ -205,6 +211,7 @@ const ARCHIVE_COPIER_PREFIX = 'change-log/';
 abstract class ChangeLogBase extends Resource implements IChangeLog {
   abstract readonly stream: kinesis.IStream;
   abstract readonly retention: Duration;
+  abstract readonly encryptionKey?: kms.IKey;
 
   get changeLogStreamArn(): string {
     return this.stream.streamArn;
@@ -268,6 +275,7 @@ export class ChangeLog extends ChangeLogBase {
     class Import extends ChangeLogBase {
       readonly stream: kinesis.IStream;
       readonly retention = attrs.retention;
+      readonly encryptionKey = attrs.encryptionKey;
       constructor() {
         super(scope, id, { environmentFromArn: attrs.streamArn });
         checkRequiredProps(this, 'ChangeLog.fromChangeLogAttributes', attrs, ['streamArn', 'retention']);

@@ -372,6 +372,16 @@ describe('customer-managed keys wherever data rests', () => {
     expect(new Set(kmsResources)).toEqual(new Set([keyArn, logKeyArn, controlKeyArn].map((k) => JSON.stringify(k))));
   });
 
+  test('by default a sink\'s dead-letter queue and applier log group are on the change log\'s key; a given dead-letter key wins for the queue', () => {
+    const f = fixture();
+    const w = sink(f);
+    new SearchSink(f.stack, 'Search', { controlPlane: f.control, changeLog: f.log, sources: [w.sources[0]!], domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://search-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com') });
+    const t = Template.fromStack(f.stack);
+    const logKeyArn = f.stack.resolve(f.log.encryptionKey.keyArn);
+    for (const prefix of ['WarehouseDeadLetterQueue', 'SearchDeadLetterQueue']) expect(onlyResource(t, 'AWS::SQS::Queue', prefix).Properties.KmsMasterKeyId, prefix).toEqual(logKeyArn);
+    for (const prefix of ['WarehouseApplierLogGroup', 'SearchApplierLogGroup']) expect(onlyResource(t, 'AWS::Logs::LogGroup', prefix).Properties.KmsKeyId, prefix).toEqual(logKeyArn);
+  });
+
   test('raw stream and normalizer dead-letter queue with the source key; applier dead-letter queue with its own; change log and control plane take theirs', () => {
     const f = fixture();
     const key = new kms.Key(f.stack, 'SourceKey', { enableKeyRotation: true });
