@@ -101,6 +101,8 @@ export interface ReplayStats {
   verifiedObjects: number;
   /** Objects read without a recorded digest to check them against (see the module comment). */
   unverifiedObjects: number;
+  /** Batch markers read (GET) for their digests: one per batch the table has objects in. */
+  markersRead: number;
   /** Records read from the archive and from the stream, and the table's events among them. */
   archiveRecords: number;
   streamRecords: number;
@@ -188,7 +190,7 @@ export class ReplayReader {
    */
   async read(range: ReplayRange, history?: HistoryCheck): Promise<{ events: ChangeEvent[]; stats: ReplayStats; resume: Map<string, string | null> }> {
     const h = history ?? (await this.checkHistory(range.source, range.table));
-    const stats: ReplayStats = { objectsRead: 0, bytesRead: 0, keysListed: h.keysListed, legacyObjects: 0, verifiedObjects: 0, unverifiedObjects: 0, archiveRecords: 0, streamRecords: 0, events: 0, invalid: 0, shards: [] };
+    const stats: ReplayStats = { objectsRead: 0, bytesRead: 0, keysListed: h.keysListed, legacyObjects: 0, verifiedObjects: 0, unverifiedObjects: 0, markersRead: 0, archiveRecords: 0, streamRecords: 0, events: 0, invalid: 0, shards: [] };
     const fromArchive: ChangeEvent[] = [];
     let held = 0;
     // Highest archived sequence number per shard: markers prove the by-table layout's; batch-layout objects name theirs.
@@ -216,7 +218,7 @@ export class ReplayReader {
       ahead.delete(i);
       stats.objectsRead++;
       stats.bytesRead += body.length;
-      if (await this.verify(h.objects[i]!, body, h.markers, digestsOf)) stats.verifiedObjects++;
+      if (await this.verify(h.objects[i]!, body, h.markers, digestsOf, stats)) stats.verifiedObjects++;
       else stats.unverifiedObjects++;
       for (const line of parseLines(body)) {
         stats.archiveRecords++;
@@ -288,7 +290,7 @@ export class ReplayReader {
    * Checks a by-table object against the digest its batch marker recorded (throws
    * `ArchiveObjectTamperedError`); false when there is nothing to check it against.
    */
-  private async verify(obj: ArchivedObject, body: Buffer, markers: ReadonlyMap<string, string>, digestsOf: Map<string, Promise<ReadonlyMap<string, string> | null>>): Promise<boolean> {
+  private async verify(obj: ArchivedObject, body: Buffer, markers: ReadonlyMap<string, string>, digestsOf: Map<string, Promise<ReadonlyMap<string, string> | null>>, stats: ReplayStats): Promise<boolean> {
     if (obj.layout !== 'by-table') return false;
     const marker = markers.get(batchId(obj));
     if (marker === undefined) return false;
@@ -296,6 +298,7 @@ export class ReplayReader {
     if (!digests) {
       digests = this.o.archive.get(this.prefix + marker).then((b) => markerDigests(this.prefix + marker, b.toString('utf8')));
       digestsOf.set(marker, digests);
+      stats.markersRead++;
     }
     const recorded = await digests;
     if (recorded === null) return false;

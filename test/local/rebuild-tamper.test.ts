@@ -111,6 +111,9 @@ describe('rebuild verifies every archive object against the digest recorded when
     expect(read.stats.unverifiedObjects).toBe(0);
     expect(read.stats.verifiedObjects).toBe(read.stats.objectsRead);
     expect(read.stats.objectsRead).toBeGreaterThan(2);
+    // One marker GET per batch the table has objects in (here every batch holds only this table).
+    expect(read.stats.markersRead).toBe(read.stats.objectsRead);
+    console.log(`rebuild-tamper: ${read.stats.objectsRead} objects verified with ${read.stats.markersRead} marker reads`);
     const report = await rebuilder.run({ source, table: TABLE, sink: SINK, rehearse: false, actor: 'test' }, c.history);
     expect(report.diff.map((d) => `${d.kind}:${d.key.id}`)).toEqual(['changed:3']);
     expect(await rows(source)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1).map((id) => `${id}=v${id}`));
