@@ -118,7 +118,7 @@ export interface ChangeLogProps {
    * Roles that may delete archive objects and their versions, change the archive bucket's
    * configuration and bypass governance-mode Object Lock (break glass). The archive's bucket
    * policy denies `s3:DeleteObject`, `s3:DeleteObjectVersion`, `s3:BypassGovernanceRetention` and
-   * the configuration changes of `ARCHIVE_CONFIGURATION_ACTIONS` to every other principal, the
+   * lifecycle, policy, Object Lock, versioning and replication changes to every other principal, the
    * delivery role and the copier included; objects leave only through the lifecycle rule, and the
    * configuration changes only through a CloudFormation deployment (docs/deploy.md, "The archive").
    * @default - no principal may delete archive objects or change the archive's configuration outside CloudFormation
@@ -193,7 +193,7 @@ export interface ChangeLogAttributes {
  * The archive bucket's configuration changes its bucket policy denies to everyone but the
  * break-glass roles and CloudFormation (docs/deploy.md, "The archive").
  */
-export const ARCHIVE_CONFIGURATION_ACTIONS = [
+const ARCHIVE_CONFIGURATION_ACTIONS = [
   's3:PutLifecycleConfiguration',
   's3:PutBucketPolicy',
   's3:DeleteBucketPolicy',
@@ -287,8 +287,13 @@ export class ChangeLog extends ChangeLogBase {
 
   readonly stream: kinesis.IStream;
   readonly retention: Duration;
-  /** The key that encrypts the stream, the copier's dead-letter queue and this construct's log groups. */
-  readonly encryptionKey: kms.IKey;
+  /**
+   * The key that encrypts the stream, the copier's dead-letter queue and this construct's log
+   * groups: always set on a `ChangeLog` (the platform's own key unless one was given).
+   */
+  readonly encryptionKey?: kms.IKey;
+  /** `encryptionKey`, for this construct's own use. */
+  private readonly key: kms.IKey;
   /** How long archive objects are kept. */
   readonly archiveRetention: Duration;
   /** The archive bucket. */
@@ -349,13 +354,14 @@ export class ChangeLog extends ChangeLogBase {
       fail(this, 'archiveReplicaEncryptionKey is set but archiveReplicaBucket is not');
     }
 
-    this.encryptionKey = props.encryptionKey ?? createPlatformKey(this, 'Key', removalPolicy, `Created by ${this.node.path}: the change log, its dead-letter queue and log groups`);
+    this.key = props.encryptionKey ?? createPlatformKey(this, 'Key', removalPolicy, `Created by ${this.node.path}: the change log, its dead-letter queue and log groups`);
+    this.encryptionKey = this.key;
     const stream = new kinesis.Stream(this, 'Stream', {
       retentionPeriod: this.retention,
       streamMode: props.shardCount === undefined ? kinesis.StreamMode.ON_DEMAND : kinesis.StreamMode.PROVISIONED,
       shardCount: props.shardCount,
       encryption: kinesis.StreamEncryption.KMS,
-      encryptionKey: this.encryptionKey,
+      encryptionKey: this.key,
       removalPolicy,
     });
     this.stream = stream;
@@ -470,7 +476,7 @@ export class ChangeLog extends ChangeLogBase {
     });
     this.archiveDeliveryStream = delivery;
     const deliveryLogGroup = delivery.node.tryFindChild('LogGroup') as logs.LogGroup | undefined;
-    if (deliveryLogGroup) (deliveryLogGroup.node.defaultChild as logs.CfnLogGroup).kmsKeyId = this.encryptionKey.keyArn;
+    if (deliveryLogGroup) (deliveryLogGroup.node.defaultChild as logs.CfnLogGroup).kmsKeyId = this.key.keyArn;
     const deliveryPolicy = new iam.Policy(this, 'ArchiveDeliveryPolicy', {
       roles: [deliveryRole],
       statements: [
@@ -576,7 +582,7 @@ export class ChangeLog extends ChangeLogBase {
       },
       memorySize: Size.mebibytes(512),
       timeout: Duration.minutes(2),
-      logEncryptionKey: this.encryptionKey,
+      logEncryptionKey: this.key,
     });
     const fn = copier.fn;
     fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['s3:ListBucket'], resources: [archive.bucketArn], conditions: { StringLike: { 's3:prefix': [`${ARCHIVE_COPIER_PREFIX}*`] } } }));
@@ -593,7 +599,7 @@ export class ChangeLog extends ChangeLogBase {
       batchSize: 5000,
       maxBatchingWindow: batchingWindow,
       parallelizationFactor: 1,
-      deadLetterQueueEncryptionKey: this.encryptionKey,
+      deadLetterQueueEncryptionKey: this.key,
     });
     const archiveId = Stack.of(this).getLogicalId(archive.node.defaultChild as s3.CfnBucket);
     Validations.of(copier).acknowledge({

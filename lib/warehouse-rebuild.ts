@@ -162,7 +162,7 @@ export class WarehouseRebuild extends Resource implements IWarehouseRebuild {
     props.controlPlane.grantPayloadRead(worker.fn, 'claims/');
     props.changeLog.stream.grantRead(worker.fn);
     // Its log group on the platform's key (docs/deploy.md, "Keys").
-    encryptLogGroup(worker.logGroup, props.changeLog.encryptionKey);
+    if (props.changeLog.encryptionKey) encryptLogGroup(worker.logGroup, props.changeLog.encryptionKey);
     // The archive: list and read under the prefix, decrypt; never write or delete.
     worker.fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['s3:ListBucket'], resources: [props.changeLog.archiveBucket.bucketArn], conditions: { StringLike: { 's3:prefix': [`${prefix}*`] } } }));
     worker.fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['s3:GetObject'], resources: [props.changeLog.archiveBucket.arnForObjects(`${prefix}*`)] }));

@@ -22,18 +22,18 @@ describe('ChangeLog', () => {
       Properties: {
         RetentionPeriodHours: 168,
         StreamModeDetails: { StreamMode: 'ON_DEMAND' },
-        StreamEncryption: { EncryptionType: 'KMS', KeyId: stack.resolve(log.encryptionKey.keyArn) },
+        StreamEncryption: { EncryptionType: 'KMS', KeyId: stack.resolve(log.encryptionKey!.keyArn) },
         ShardCount: Match.absent(),
       },
       DeletionPolicy: 'Retain',
     });
-    expect(stack.resolve(log.encryptionKey.keyArn)).toEqual({ 'Fn::GetAtt': [expect.stringMatching(/^LogKey/), 'Arn'] });
+    expect(stack.resolve(log.encryptionKey!.keyArn)).toEqual({ 'Fn::GetAtt': [expect.stringMatching(/^LogKey/), 'Arn'] });
     t.hasResource('AWS::KMS::Key', { Properties: { EnableKeyRotation: true, Description: Match.stringLikeRegexp('change log') }, DeletionPolicy: 'Retain' });
   });
 
   test('the platform key encrypts the copier\'s dead-letter queue and log group and the delivery log group; CloudWatch Logs of the region may use it for this account\'s log groups only', () => {
     const { t, stack, log } = changeLog();
-    const keyArn = stack.resolve(log.encryptionKey.keyArn);
+    const keyArn = stack.resolve(log.encryptionKey!.keyArn);
     const queues = resourcesOf(t, 'AWS::SQS::Queue');
     expect(queues.length).toBeGreaterThan(0);
     for (const [id, q] of queues) expect(q.Properties.KmsMasterKeyId, id).toEqual(keyArn);
@@ -200,8 +200,8 @@ describe('ChangeLog', () => {
     // send to its (encrypted) on-failure queue (CDK's queue grant); no other key, no kms:*.
     expect(statements.filter((x) => acts(x).some((a) => a.startsWith('kms:'))).map((x) => [acts(x), x.Resource])).toEqual([
       [['kms:GenerateDataKey', 'kms:Decrypt'], stack.resolve(log.archiveEncryptionKey.keyArn)],
-      [['kms:Decrypt', 'kms:Encrypt', 'kms:ReEncrypt*', 'kms:GenerateDataKey*'], stack.resolve(log.encryptionKey.keyArn)],
-      [['kms:Decrypt'], stack.resolve(log.encryptionKey.keyArn)],
+      [['kms:Decrypt', 'kms:Encrypt', 'kms:ReEncrypt*', 'kms:GenerateDataKey*'], stack.resolve(log.encryptionKey!.keyArn)],
+      [['kms:Decrypt'], stack.resolve(log.encryptionKey!.keyArn)],
     ]);
     expect(statements.flatMap(acts)).toEqual(expect.arrayContaining(['kinesis:GetRecords', 'kinesis:GetShardIterator']));
     expect(statements.flatMap(acts).filter((a) => /^s3:(Delete|\*)|^kinesis:Put|^kms:\*/.test(a))).toEqual([]);

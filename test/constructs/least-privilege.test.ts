@@ -362,7 +362,7 @@ describe('customer-managed keys wherever data rests', () => {
     const sourceGroups = logGroups.filter(([id]) => id.startsWith('Orders'));
     expect(sourceGroups.length).toBeGreaterThanOrEqual(5);
     for (const [id, g] of sourceGroups) expect(g.Properties.KmsKeyId, id).toEqual(keyArn);
-    const logKeyArn = f.stack.resolve(f.log.encryptionKey.keyArn);
+    const logKeyArn = f.stack.resolve(f.log.encryptionKey!.keyArn);
     for (const [id, g] of logGroups.filter(([i]) => i.startsWith('LogArchive'))) expect(g.Properties.KmsKeyId, id).toEqual(logKeyArn);
     // The normalizer decrypts the raw stream, encrypts into the change log and uses the control table: each with its own key only.
     const kmsResources = roleStatements(t, 'OrdersNormalizerServiceRole')
@@ -377,7 +377,7 @@ describe('customer-managed keys wherever data rests', () => {
     const w = sink(f);
     new SearchSink(f.stack, 'Search', { controlPlane: f.control, changeLog: f.log, sources: [w.sources[0]!], domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://search-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com') });
     const t = Template.fromStack(f.stack);
-    const logKeyArn = f.stack.resolve(f.log.encryptionKey.keyArn);
+    const logKeyArn = f.stack.resolve(f.log.encryptionKey!.keyArn);
     for (const prefix of ['WarehouseDeadLetterQueue', 'SearchDeadLetterQueue']) expect(onlyResource(t, 'AWS::SQS::Queue', prefix).Properties.KmsMasterKeyId, prefix).toEqual(logKeyArn);
     for (const prefix of ['WarehouseApplierLogGroup', 'SearchApplierLogGroup']) expect(onlyResource(t, 'AWS::Logs::LogGroup', prefix).Properties.KmsKeyId, prefix).toEqual(logKeyArn);
   });

@@ -175,7 +175,7 @@ describe('WarehouseSink', () => {
     const f = fixture();
     const s = sink(f);
     const t = Template.fromStack(f.stack);
-    expect(onlyResource(t, 'AWS::SQS::Queue', 'WarehouseDeadLetterQueue').Properties).toMatchObject({ KmsMasterKeyId: f.stack.resolve(f.log.encryptionKey.keyArn) });
+    expect(onlyResource(t, 'AWS::SQS::Queue', 'WarehouseDeadLetterQueue').Properties).toMatchObject({ KmsMasterKeyId: f.stack.resolve(f.log.encryptionKey!.keyArn) });
     t.hasResourceProperties('AWS::CloudWatch::Alarm', {
       Namespace: 'AWS/SQS',
       MetricName: 'ApproximateNumberOfMessagesVisible',
