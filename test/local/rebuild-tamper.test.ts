@@ -103,7 +103,7 @@ describe('rebuild verifies every archive object against the digest recorded when
   it('an intact archive rebuilds as before, every table object verified', async () => {
     const source = 'intact';
     const { cp, reader } = await archivedTable(source, 20);
-    await pool.query(`UPDATE "${source}_public".t_mirror SET v = 'CORRUPT' WHERE id = 3`);
+    await pool.query(`UPDATE "${source}_public"._cdc_mirror_t SET v = 'CORRUPT' WHERE id = 3`);
     const rebuilder = new Rebuilder({ control: cp, pool, reader, duty: 1, batchSize: 7 });
     const c = await rebuilder.check({ source, table: TABLE, sink: SINK });
     if (c.refusal !== null) throw new Error(`refused: ${c.refusal.reason}`);
