@@ -23,6 +23,7 @@ import { payloadEnvironment } from './private/payloads.ts';
 import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
 import { sourceConnectedFunction } from './private/source-connection.ts';
+import { createPlatformKey, encryptLogGroup } from './private/platform-key.ts';
 import { dmsIdentifier } from './private/physical-name.ts';
 import { consumeStream, defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
 import { columnRulesDocument, compileTableMappings, findTableProblem, tableConfigEntries, tableRuleEntries } from './private/table-mappings.ts';
@@ -167,9 +168,10 @@ export interface CdcSourceProps {
    */
   readonly maxLobSize?: Size;
   /**
-   * Customer-managed key for the raw stream, the replication instance storage and the
-   * normalizer's dead-letter queue.
-   * @default - AWS managed keys (`alias/aws/kinesis`, `alias/aws/dms`) and SQS-managed encryption
+   * Customer-managed key for the raw stream, the replication instance storage, the
+   * normalizer's dead-letter queue and the log groups of the source's functions. A key of your own
+   * must let CloudWatch Logs of the stack's region use it (docs/deploy.md, "Keys").
+   * @default - a new key with rotation enabled (the platform's own key, retained) for the raw stream, the dead-letter queue and the log groups; the AWS managed key `alias/aws/dms` for the replication instance
    */
   readonly encryptionKey?: kms.IKey;
   /**
@@ -255,6 +257,8 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
    * each): allow them on the database port (`connections.allowTo(db, port)` adds a rule per group).
    */
   readonly connections: ec2.Connections;
+  /** The key that encrypts the raw stream, the normalizer's dead-letter queue and the source's log groups. */
+  readonly encryptionKey: kms.IKey;
   /** The stream DMS writes to and the normalizer reads. */
   readonly rawStream: kinesis.IStream;
   /** The normalizer function. */
@@ -330,19 +334,19 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
     const memberGroups: ec2.SecurityGroup[] = [securityGroup, lifecycleGroup, heartbeatGroup, slotMonitorGroup, snapshotGroup, ...(pollGroup ? [pollGroup] : [])];
     this.connections = new ec2.Connections({ securityGroups: memberGroups });
 
+    // The platform's own key (docs/deploy.md, "Keys"); retained: the log groups it encrypts are.
+    this.encryptionKey = props.encryptionKey ?? createPlatformKey(this, 'Key', RemovalPolicy.RETAIN, `Created by ${this.node.path}: the raw stream, the dead-letter queue and log groups of the source`);
     // Raw stream: DMS output, read only by the normalizer.
     const rawStream = new kinesis.Stream(this, 'RawStream', {
       retentionPeriod: rawRetention,
       streamMode: props.rawStreamShardCount === undefined ? kinesis.StreamMode.ON_DEMAND : kinesis.StreamMode.PROVISIONED,
       shardCount: props.rawStreamShardCount,
-      encryption: props.encryptionKey ? kinesis.StreamEncryption.KMS : kinesis.StreamEncryption.MANAGED,
-      encryptionKey: props.encryptionKey,
+      encryption: kinesis.StreamEncryption.KMS,
+      encryptionKey: this.encryptionKey,
       // The raw stream is a buffer, not a record (the change log is): it goes with the source.
       removalPolicy: RemovalPolicy.DESTROY,
     });
-    if (props.encryptionKey) {
-      Validations.of(rawStream).acknowledge({ id: 'AwsSolutions-KDS3', reason: 'a customer-managed key was asked for explicitly (encryptionKey)' });
-    }
+    Validations.of(rawStream).acknowledge({ id: 'AwsSolutions-KDS3', reason: 'encrypted with the platform\'s own customer-managed key (or the encryptionKey given) instead of alias/aws/kinesis' });
     this.rawStream = rawStream;
 
     // --- DMS: roles, subnet group, instance, endpoints, task ---
@@ -603,7 +607,7 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
       // No retry or age limit: an outage of the control plane or the change log delays the
       // normalizer and never skips raw records (docs/deploy.md, "Outages").
       parallelizationFactor: 1,
-      deadLetterQueueEncryptionKey: props.encryptionKey,
+      deadLetterQueueEncryptionKey: this.encryptionKey,
     });
     this.deadLetterQueue = consumer.deadLetterQueue;
 
@@ -716,6 +720,7 @@ export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable 
     }
 
     this.acknowledgeGrantWildcards([normalizer, heartbeat, lifecycle, slotMonitor.function, snapshot.worker, ...(poll ? [poll.worker] : [])], targetRole, secretsRole);
+    for (const f of [normalizer, heartbeat, lifecycle, slotMonitor.function, snapshot.worker, ...(poll ? [poll.worker] : [])]) encryptLogGroup(f.logGroup, this.encryptionKey);
 
     // --- Alarms ---
     if (props.alarmsEnabled ?? true) {

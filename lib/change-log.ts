@@ -5,7 +5,7 @@ import * as kinesis from 'aws-cdk-lib/aws-kinesis';
 import * as firehose from 'aws-cdk-lib/aws-kinesisfirehose';
 import * as kms from 'aws-cdk-lib/aws-kms';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
-import type * as logs from 'aws-cdk-lib/aws-logs';
+import * as logs from 'aws-cdk-lib/aws-logs';
 import * as s3 from 'aws-cdk-lib/aws-s3';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { S3_SERVER_ACCESS_LOGS_USE_BUCKET_POLICY } from 'aws-cdk-lib/cx-api';
@@ -13,6 +13,7 @@ import type { Construct } from 'constructs';
 import { EnvName, ServiceName } from '../contracts/env.ts';
 import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
+import { createPlatformKey } from './private/platform-key.ts';
 import { consumeStream, defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
 import { checkIntegerRange, checkKinesisRetention, checkRequiredProps, fail, isKnownDuration } from './private/validate.ts';
 
@@ -25,6 +26,12 @@ export interface IChangeLog extends IResource {
   readonly stream: kinesis.IStream;
   /** How long the stream keeps records; consumers derive their record-age bounds from it. */
   readonly retention: Duration;
+  /**
+   * The change log's customer-managed key (the platform's own key unless one was given; undefined
+   * for an imported change log without one). Sinks encrypt their dead-letter queues and log
+   * groups with it by default (docs/deploy.md, "Keys").
+   */
+  readonly encryptionKey?: kms.IKey;
   /**
    * ARN of the change-log stream.
    * @attribute
@@ -69,8 +76,10 @@ export interface ChangeLogProps {
    */
   readonly shardCount?: number;
   /**
-   * Customer-managed key for the stream.
-   * @default - the AWS managed key for Kinesis (`alias/aws/kinesis`)
+   * Customer-managed key for the stream, the archive copier's dead-letter queue and the log groups
+   * of the copier and the delivery stream. A key of your own must let CloudWatch Logs of the
+   * stack's region use it (docs/deploy.md, "Keys").
+   * @default - a new key with rotation enabled (the platform's own key)
    */
   readonly encryptionKey?: kms.IKey;
   /**
@@ -106,12 +115,25 @@ export interface ChangeLogProps {
    */
   readonly archiveReplicaEncryptionKey?: kms.IKey;
   /**
-   * Roles that may delete archive objects and their versions (break glass). The archive's bucket
-   * policy denies `s3:DeleteObject` and `s3:DeleteObjectVersion` to every other principal, the
-   * delivery role included; objects leave only through the lifecycle rule.
-   * @default - no principal may delete archive objects
+   * Roles that may delete archive objects and their versions, change the archive bucket's
+   * configuration and bypass governance-mode Object Lock (break glass). The archive's bucket
+   * policy denies `s3:DeleteObject`, `s3:DeleteObjectVersion`, `s3:BypassGovernanceRetention` and
+   * lifecycle, policy, Object Lock, versioning and replication changes to every other principal, the
+   * delivery role and the copier included; objects leave only through the lifecycle rule, and the
+   * configuration changes only through a CloudFormation deployment (docs/deploy.md, "The archive").
+   * @default - no principal may delete archive objects or change the archive's configuration outside CloudFormation
    */
   readonly archiveBreakGlassRoles?: iam.IRole[];
+  /**
+   * The S3 Object Lock mode of the archive: every object version is locked for `archiveRetention`
+   * from when it is written. `GOVERNANCE`: a principal allowed `s3:BypassGovernanceRetention` (only
+   * the break-glass roles: the bucket policy denies it to everyone else) can still delete a locked
+   * version. `COMPLIANCE`: nobody can, not even the account's root user, until the retention
+   * passes; a stack with `RemovalPolicy.DESTROY` cannot delete a bucket that still holds locked
+   * versions (docs/deploy.md, "The archive").
+   * @default s3.ObjectLockMode.GOVERNANCE
+   */
+  readonly archiveObjectLockMode?: s3.ObjectLockMode;
   /**
    * Whether to deploy the archive copier: a function that consumes the stream and writes the
    * by-table archive with batch markers under `change-log/` in the archive bucket, the archive a
@@ -167,12 +189,29 @@ export interface ChangeLogAttributes {
   readonly encryptionKey?: kms.IKey;
 }
 
+/**
+ * The archive bucket's configuration changes its bucket policy denies to everyone but the
+ * break-glass roles and CloudFormation (docs/deploy.md, "The archive").
+ */
+const ARCHIVE_CONFIGURATION_ACTIONS = [
+  's3:PutLifecycleConfiguration',
+  's3:PutBucketPolicy',
+  's3:DeleteBucketPolicy',
+  's3:PutBucketObjectLockConfiguration',
+  's3:PutBucketVersioning',
+  's3:PutReplicationConfiguration',
+];
+
+/** Where Firehose writes in the archive bucket: its records, and the records it could not deliver. */
+const FIREHOSE_PREFIXES = ['changes/', 'errors/'] as const;
+
 /** Where the archive copier writes in the archive bucket (docs/rebuild.md, "Archive layout"). */
 const ARCHIVE_COPIER_PREFIX = 'change-log/';
 
 abstract class ChangeLogBase extends Resource implements IChangeLog {
   abstract readonly stream: kinesis.IStream;
   abstract readonly retention: Duration;
+  abstract readonly encryptionKey?: kms.IKey;
 
   get changeLogStreamArn(): string {
     return this.stream.streamArn;
@@ -236,6 +275,7 @@ export class ChangeLog extends ChangeLogBase {
     class Import extends ChangeLogBase {
       readonly stream: kinesis.IStream;
       readonly retention = attrs.retention;
+      readonly encryptionKey = attrs.encryptionKey;
       constructor() {
         super(scope, id, { environmentFromArn: attrs.streamArn });
         checkRequiredProps(this, 'ChangeLog.fromChangeLogAttributes', attrs, ['streamArn', 'retention']);
@@ -247,6 +287,13 @@ export class ChangeLog extends ChangeLogBase {
 
   readonly stream: kinesis.IStream;
   readonly retention: Duration;
+  /**
+   * The key that encrypts the stream, the copier's dead-letter queue and this construct's log
+   * groups: always set on a `ChangeLog` (the platform's own key unless one was given).
+   */
+  readonly encryptionKey?: kms.IKey;
+  /** `encryptionKey`, for this construct's own use. */
+  private readonly key: kms.IKey;
   /** How long archive objects are kept. */
   readonly archiveRetention: Duration;
   /** The archive bucket. */
@@ -307,21 +354,21 @@ export class ChangeLog extends ChangeLogBase {
       fail(this, 'archiveReplicaEncryptionKey is set but archiveReplicaBucket is not');
     }
 
+    this.key = props.encryptionKey ?? createPlatformKey(this, 'Key', removalPolicy, `Created by ${this.node.path}: the change log, its dead-letter queue and log groups`);
+    this.encryptionKey = this.key;
     const stream = new kinesis.Stream(this, 'Stream', {
       retentionPeriod: this.retention,
       streamMode: props.shardCount === undefined ? kinesis.StreamMode.ON_DEMAND : kinesis.StreamMode.PROVISIONED,
       shardCount: props.shardCount,
-      encryption: props.encryptionKey ? kinesis.StreamEncryption.KMS : kinesis.StreamEncryption.MANAGED,
-      encryptionKey: props.encryptionKey,
+      encryption: kinesis.StreamEncryption.KMS,
+      encryptionKey: this.key,
       removalPolicy,
     });
     this.stream = stream;
-    if (props.encryptionKey) {
-      Validations.of(stream).acknowledge({
-        id: 'AwsSolutions-KDS3',
-        reason: 'a customer-managed key was asked for explicitly (encryptionKey) instead of alias/aws/kinesis',
-      });
-    }
+    Validations.of(stream).acknowledge({
+      id: 'AwsSolutions-KDS3',
+      reason: 'the stream is encrypted with the platform\'s own customer-managed key (or the encryptionKey given), as docs/architecture.md says, instead of alias/aws/kinesis',
+    });
 
     this.archiveEncryptionKey =
       props.archiveEncryptionKey ??
@@ -340,6 +387,13 @@ export class ChangeLog extends ChangeLogBase {
       minimumTLSVersion: 1.2,
       objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
       versioned: true,
+      // Every version is locked for the archive's retention (docs/deploy.md, "The archive"): a
+      // rewrite makes a new version and leaves the one written first in place.
+      objectLockEnabled: true,
+      objectLockDefaultRetention:
+        (props.archiveObjectLockMode ?? s3.ObjectLockMode.GOVERNANCE) === s3.ObjectLockMode.COMPLIANCE
+          ? s3.ObjectLockRetention.compliance(this.archiveRetention)
+          : s3.ObjectLockRetention.governance(this.archiveRetention),
       serverAccessLogsBucket: accessLogs,
       serverAccessLogsPrefix: 'archive/',
       lifecycleRules: [
@@ -373,14 +427,28 @@ export class ChangeLog extends ChangeLogBase {
     // The archive is the record of truth beyond the stream: nobody deletes from it but the
     // lifecycle rule (which bucket policies do not govern) and the break-glass roles.
     const breakGlass = props.archiveBreakGlassRoles ?? [];
+    const notBreakGlass = breakGlass.length > 0 ? { ArnNotEquals: { 'aws:PrincipalArn': breakGlass.map((r) => r.roleArn) } } : {};
     archive.addToResourcePolicy(
       new iam.PolicyStatement({
         sid: 'DenyArchiveDeletes',
         effect: iam.Effect.DENY,
         principals: [new iam.AnyPrincipal()],
-        actions: ['s3:DeleteObject', 's3:DeleteObjectVersion'],
+        actions: ['s3:DeleteObject', 's3:DeleteObjectVersion', 's3:BypassGovernanceRetention'],
         resources: [archive.arnForObjects('*')],
-        ...(breakGlass.length > 0 ? { conditions: { ArnNotEquals: { 'aws:PrincipalArn': breakGlass.map((r) => r.roleArn) } } } : {}),
+        ...(breakGlass.length > 0 ? { conditions: notBreakGlass } : {}),
+      }),
+    );
+    // Nobody shortens the retention, drops the lock or the policy, or suspends versioning outside
+    // a CloudFormation deployment of this stack (which must stay able to update and delete the
+    // bucket and its policy) or a break-glass role (docs/deploy.md, "The archive").
+    archive.addToResourcePolicy(
+      new iam.PolicyStatement({
+        sid: 'DenyArchiveConfigurationChanges',
+        effect: iam.Effect.DENY,
+        principals: [new iam.AnyPrincipal()],
+        actions: ARCHIVE_CONFIGURATION_ACTIONS,
+        resources: [archive.bucketArn],
+        conditions: { ...notBreakGlass, 'ForAllValues:StringNotEquals': { 'aws:CalledVia': ['cloudformation.amazonaws.com'] } },
       }),
     );
 
@@ -400,21 +468,28 @@ export class ChangeLog extends ChangeLogBase {
         compression: firehose.Compression.GZIP,
         bufferingInterval,
         bufferingSize: Size.mebibytes(64),
-        dataOutputPrefix: 'changes/!{timestamp:yyyy/MM/dd/HH}/',
-        errorOutputPrefix: 'errors/!{firehose:error-output-type}/!{timestamp:yyyy/MM/dd}/',
+        dataOutputPrefix: `${FIREHOSE_PREFIXES[0]}!{timestamp:yyyy/MM/dd/HH}/`,
+        errorOutputPrefix: `${FIREHOSE_PREFIXES[1]}!{firehose:error-output-type}/!{timestamp:yyyy/MM/dd}/`,
         // One change event per line, so the archive reads back as JSON Lines.
         processors: [new firehose.AppendDelimiterToRecordProcessor()],
       }),
     });
     this.archiveDeliveryStream = delivery;
-    const deliveryLogGroup = delivery.node.tryFindChild('LogGroup') as logs.ILogGroup | undefined;
+    const deliveryLogGroup = delivery.node.tryFindChild('LogGroup') as logs.LogGroup | undefined;
+    if (deliveryLogGroup) (deliveryLogGroup.node.defaultChild as logs.CfnLogGroup).kmsKeyId = this.key.keyArn;
     const deliveryPolicy = new iam.Policy(this, 'ArchiveDeliveryPolicy', {
       roles: [deliveryRole],
       statements: [
-        // The S3 destination permissions Firehose documents, without s3:DeleteObject*.
+        // The S3 destination permissions Firehose documents, without s3:DeleteObject*, and objects
+        // only under Firehose's own prefixes: the by-table archive a rebuild replays is the
+        // copier's alone (docs/deploy.md, "The archive").
         new iam.PolicyStatement({
-          actions: ['s3:AbortMultipartUpload', 's3:GetBucketLocation', 's3:GetObject', 's3:ListBucket', 's3:ListBucketMultipartUploads', 's3:PutObject'],
-          resources: [archive.bucketArn, archive.arnForObjects('*')],
+          actions: ['s3:GetBucketLocation', 's3:ListBucket', 's3:ListBucketMultipartUploads'],
+          resources: [archive.bucketArn],
+        }),
+        new iam.PolicyStatement({
+          actions: ['s3:AbortMultipartUpload', 's3:GetObject', 's3:PutObject'],
+          resources: FIREHOSE_PREFIXES.map((p) => archive.arnForObjects(`${p}*`)),
         }),
         new iam.PolicyStatement({ actions: ['kms:Decrypt', 'kms:GenerateDataKey'], resources: [this.archiveEncryptionKey.keyArn] }),
         ...(deliveryLogGroup ? [new iam.PolicyStatement({ actions: ['logs:CreateLogStream', 'logs:PutLogEvents'], resources: [deliveryLogGroup.logGroupArn] })] : []),
@@ -507,6 +582,7 @@ export class ChangeLog extends ChangeLogBase {
       },
       memorySize: Size.mebibytes(512),
       timeout: Duration.minutes(2),
+      logEncryptionKey: this.key,
     });
     const fn = copier.fn;
     fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['s3:ListBucket'], resources: [archive.bucketArn], conditions: { StringLike: { 's3:prefix': [`${ARCHIVE_COPIER_PREFIX}*`] } } }));
@@ -523,12 +599,16 @@ export class ChangeLog extends ChangeLogBase {
       batchSize: 5000,
       maxBatchingWindow: batchingWindow,
       parallelizationFactor: 1,
+      deadLetterQueueEncryptionKey: this.key,
     });
     const archiveId = Stack.of(this).getLogicalId(archive.node.defaultChild as s3.CfnBucket);
     Validations.of(copier).acknowledge({
       id: `AwsSolutions-IAM5[Resource::<${archiveId}.Arn>/${ARCHIVE_COPIER_PREFIX}*]`,
       reason: 'the archive copier puts and reads objects under its own prefix of the archive bucket, under keys named by shard and sequence numbers (never deletes)',
-    });
+    }, ...['kms:GenerateDataKey*', 'kms:ReEncrypt*'].map((a) => ({
+      id: `AwsSolutions-IAM5[Action::${a}]`,
+      reason: 'CDK grant to send to the on-failure queue, which the platform key encrypts; scoped to that one key',
+    })));
     return { copier, deadLetterQueue: consumer.deadLetterQueue };
   }
 
@@ -558,9 +638,12 @@ export class ChangeLog extends ChangeLogBase {
   private acknowledgeGrantWildcards(): void {
     const stack = Stack.of(this);
     const policy = this.node.findChild('ArchiveDeliveryPolicy');
-    Validations.of(policy).acknowledge({
-      id: `AwsSolutions-IAM5[Resource::<${stack.getLogicalId(this.archiveBucket.node.defaultChild as s3.CfnBucket)}.Arn>/*]`,
-      reason: 'Firehose writes objects under generated keys in the archive bucket (put and read only; deletes are denied by the bucket policy)',
-    });
+    const archiveId = stack.getLogicalId(this.archiveBucket.node.defaultChild as s3.CfnBucket);
+    Validations.of(policy).acknowledge(
+      ...FIREHOSE_PREFIXES.map((p) => ({
+        id: `AwsSolutions-IAM5[Resource::<${archiveId}.Arn>/${p}*]`,
+        reason: `Firehose writes objects under generated keys below ${p} in the archive bucket (put and read only; deletes are denied by the bucket policy)`,
+      })),
+    );
   }
 }

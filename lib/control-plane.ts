@@ -1,4 +1,5 @@
 import { Duration, RemovalPolicy, Resource, Stack, Validations, type IResource } from 'aws-cdk-lib';
+import type * as apigateway from 'aws-cdk-lib/aws-apigateway';
 import type * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -290,10 +291,15 @@ export class ControlPlane extends ControlPlaneBase {
   readonly table: dynamodb.ITable;
   /** The key that encrypts the table (and the payload bucket). */
   readonly encryptionKey: kms.IKey;
-  /** The operator API (every action), invoked through IAM only: `grantOperate`. */
+  /** The operator function (operate and destructive classes), behind `operatorApi` only. */
   readonly operatorFunction: lambda.IFunction;
-  /** The read-only operator API (status, audit), invoked through IAM only: `grantReadStatus`. */
+  /** The read-only operator function (read class: status, audit), behind `operatorApi` only. */
   readonly statusFunction: lambda.IFunction;
+  /**
+   * The operator API: IAM-authorized (SigV4), one resource per action, grouped by action class
+   * (docs/deploy.md "Security"); `grantReadStatus`, `grantOperate`, `grantDestructiveActions`.
+   */
+  readonly operatorApi: apigateway.IRestApi;
   /** The alarms this construct created (empty when `alarmsEnabled` is false). */
   readonly alarms: cloudwatch.IAlarm[];
   readonly payloadBucket?: s3.IBucket;
@@ -370,6 +376,7 @@ export class ControlPlane extends ControlPlaneBase {
     this.operatorFunctions = operator;
     this.operatorFunction = operator.operator.fn;
     this.statusFunction = operator.status.fn;
+    this.operatorApi = operator.api;
     this.alarms = operator.alarms;
   }
 
@@ -382,13 +389,29 @@ export class ControlPlane extends ControlPlaneBase {
     this.operatorFunctions.addRebuildWorker(sinkId, worker, stateMachine);
   }
 
-  /** Lets `grantee` call every operator action (status, pause, resume, resnapshot, audit, rebuild): lambda:InvokeFunction on the operator function. */
-  grantOperate(grantee: iam.IGrantable): iam.Grant {
-    return this.operatorFunction.grantInvoke(grantee);
+  /**
+   * Lets `grantee` read status and the audit log (the read class): `execute-api:Invoke` on the
+   * operator API's `/read/*` routes, whose function's role cannot write.
+   */
+  grantReadStatus(grantee: iam.IGrantable): iam.Grant {
+    return this.operatorFunctions.grantRoutes(grantee, ['read']);
   }
 
-  /** Lets `grantee` read status and the audit log only: lambda:InvokeFunction on the read-only function, whose role cannot write. */
-  grantReadStatus(grantee: iam.IGrantable): iam.Grant {
-    return this.statusFunction.grantInvoke(grantee);
+  /**
+   * Lets `grantee` pause and resume tables (the operate class) and read status and the audit log:
+   * `execute-api:Invoke` on the `/read/*` and `/operate/*` routes. Not accept-schema, resnapshot
+   * or rebuild (`grantDestructiveActions`).
+   */
+  grantOperate(grantee: iam.IGrantable): iam.Grant {
+    return this.operatorFunctions.grantRoutes(grantee, ['read', 'operate']);
+  }
+
+  /**
+   * Lets `grantee` take the destructive actions: accept a breaking schema change, re-snapshot and
+   * rebuild a table (`execute-api:Invoke` on the `/destructive/*` routes). Grants only that class:
+   * combine with `grantOperate` for an operator who may do everything.
+   */
+  grantDestructiveActions(grantee: iam.IGrantable): iam.Grant {
+    return this.operatorFunctions.grantRoutes(grantee, ['destructive']);
   }
 }

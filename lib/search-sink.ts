@@ -17,6 +17,7 @@ import type { IChangeLog } from './change-log.ts';
 import type { IControlPlane } from './control-plane.ts';
 import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
+import { encryptLogGroup } from './private/platform-key.ts';
 import { platformMetric } from './private/platform-metric.ts';
 import { AwsApiEgress } from './aws-api-egress.ts';
 import { nagText } from './private/nag-text.ts';
@@ -308,8 +309,11 @@ export class SearchSink extends Resource implements ISearchSink, ec2.IConnectabl
       ...(props.retryAttempts !== undefined ? { retryAttempts: props.retryAttempts } : {}),
       maxRecordAge: props.maxRecordAge,
       parallelizationFactor: props.parallelizationFactor ?? 1,
+      // The platform's key (docs/deploy.md, "Keys"): the change log's, for its dead letters and the applier's logs.
+      deadLetterQueueEncryptionKey: props.changeLog.encryptionKey,
     });
     this.deadLetterQueue = consumer.deadLetterQueue;
+    if (props.changeLog.encryptionKey) encryptLogGroup(applier.logGroup, props.changeLog.encryptionKey);
     // Every minute the applier replays the holds an operator resume released (docs/operations.md),
     // as the warehouse sink's does; with nothing released it is one query of this sink's progress items.
     new events.Rule(this, 'ReplaySchedule', {

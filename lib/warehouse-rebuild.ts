@@ -14,6 +14,7 @@ import type { ChangeLog } from './change-log.ts';
 import type { ControlPlane } from './control-plane.ts';
 import { createAlarm } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
+import { encryptLogGroup } from './private/platform-key.ts';
 import { payloadEnvironment } from './private/payloads.ts';
 import { checkRequiredProps, fail } from './private/validate.ts';
 import type { WarehouseSink } from './warehouse-sink.ts';
@@ -160,6 +161,8 @@ export class WarehouseRebuild extends Resource implements IWarehouseRebuild {
     });
     props.controlPlane.grantPayloadRead(worker.fn, 'claims/');
     props.changeLog.stream.grantRead(worker.fn);
+    // Its log group on the platform's key (docs/deploy.md, "Keys").
+    if (props.changeLog.encryptionKey) encryptLogGroup(worker.logGroup, props.changeLog.encryptionKey);
     // The archive: list and read under the prefix, decrypt; never write or delete.
     worker.fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['s3:ListBucket'], resources: [props.changeLog.archiveBucket.bucketArn], conditions: { StringLike: { 's3:prefix': [`${prefix}*`] } } }));
     worker.fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['s3:GetObject'], resources: [props.changeLog.archiveBucket.arnForObjects(`${prefix}*`)] }));

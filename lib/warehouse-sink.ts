@@ -15,6 +15,7 @@ import type { IChangeLog } from './change-log.ts';
 import type { IControlPlane } from './control-plane.ts';
 import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
+import { encryptLogGroup } from './private/platform-key.ts';
 import { sameChangeLog } from './private/same-change-log.ts';
 import { consumeStream, defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
 import { checkIntegerRange, checkLowerIdent, checkRequiredProps, fail, idFromConstructId, isKnownDuration } from './private/validate.ts';
@@ -186,7 +187,7 @@ export interface WarehouseSinkProps {
   readonly alarmIteratorAgeThreshold?: Duration;
   /**
    * Customer-managed key for the dead-letter queue of the applier's event source mapping.
-   * @default - SQS-managed encryption
+   * @default - the change log's key (`changeLog.encryptionKey`), which also encrypts the applier's log group; SQS-managed encryption for an imported change log without one
    */
   readonly deadLetterQueueEncryptionKey?: kms.IKey;
   /**
@@ -354,9 +355,11 @@ export class WarehouseSink extends WarehouseSinkBase implements ec2.IConnectable
       retryAttempts: props.retryAttempts,
       maxRecordAge: props.maxRecordAge,
       parallelizationFactor: props.parallelizationFactor ?? 1,
-      deadLetterQueueEncryptionKey: props.deadLetterQueueEncryptionKey,
+      deadLetterQueueEncryptionKey: props.deadLetterQueueEncryptionKey ?? props.changeLog.encryptionKey,
     });
     this.deadLetterQueue = consumer.deadLetterQueue;
+    // The applier logs rows' keys and errors: on the platform's key (docs/deploy.md, "Keys").
+    if (props.changeLog.encryptionKey) encryptLogGroup(applier.logGroup, props.changeLog.encryptionKey);
     // Every minute the applier replays the holds an operator resume released (docs/operations.md);
     // with nothing released it is one query of this sink's progress items.
     new events.Rule(this, 'ReplaySchedule', {

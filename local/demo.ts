@@ -60,6 +60,7 @@ export const DEMO_SEED_ROWS = { customers: 5_000, orders: 10_000, documents: 100
  */
 export async function createDemoSchema(sourceUrl: string, options: { seed?: boolean } = {}): Promise<void> {
   const client = new pg.Client({ connectionString: sourceUrl });
+  client.on('error', () => undefined); // a connection the server ends fails the next query, which throws
   await client.connect();
   try {
     await client.query(DEMO_SCHEMA_SQL);
@@ -170,6 +171,8 @@ export async function startWorkload(options: WorkloadOptions): Promise<Workload>
   const rate = options.rate ?? 20;
   const rand = seededRandom(options.seed ?? Date.now());
   const client = new pg.Client({ connectionString: options.sourceUrl, application_name: 'cdc-local-workload' });
+  // A connection the server ends (a restart, 57P01 at a shutdown) fails the next step, which is counted and retried; never the process.
+  client.on('error', (err) => options.onError?.(err));
   await client.connect();
   const ids = await loadIds(client);
   const stats: WorkloadStats = { transactions: 0, inserts: 0, updates: 0, deletes: 0, keyChanges: 0, errors: 0, lastError: null };
@@ -314,7 +317,7 @@ export async function startWorkload(options: WorkloadOptions): Promise<Workload>
     async stop(): Promise<void> {
       stopping = true;
       await loop;
-      await client.end();
+      await client.end().catch(() => undefined);
     },
   };
 }

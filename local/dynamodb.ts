@@ -67,7 +67,9 @@ async function startOn(dir: string, port: number, options: DynamoDbLocalOptions)
   const args = [`-Djava.library.path=${path.join(dir, 'DynamoDBLocal_lib')}`, ...(options.jvmOptions ?? QUICK_START_JVM_OPTIONS), '-Xmx512m', '-jar', path.join(dir, 'DynamoDBLocal.jar'), '-port', String(port), '-sharedDb'];
   if (options.dbPath) args.push('-dbPath', options.dbPath);
   else args.push('-inMemory');
-  const child: ChildProcess = spawn('java', args, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
+  // A process group of its own: a terminal's Ctrl-C reaches the parent only, which stops this
+  // server after the consumers that use it (docs/local.md, "Stopping").
+  const child: ChildProcess = spawn('java', args, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   let log = '';
   child.stdout?.on('data', (d: Buffer) => (log = (log + d.toString()).slice(-5000)));
   child.stderr?.on('data', (d: Buffer) => (log = (log + d.toString()).slice(-5000)));

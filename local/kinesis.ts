@@ -103,6 +103,9 @@ export async function startKinesaliteProcess(options: KinesaliteOptions = {}): P
 function startChild(modulePath: string, options: KinesaliteOptions): Promise<Kinesalite> {
   const child = spawn(process.execPath, ['-e', CHILD_PROGRAM], {
     stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+    // A process group of its own: a terminal's Ctrl-C reaches the parent only, which stops this
+    // server after the consumers that use it (docs/local.md, "Stopping"). It still exits when the parent goes away.
+    detached: true,
     env: {
       ...process.env,
       CDC_KINESALITE_MODULE: modulePath,

@@ -9,6 +9,11 @@
  *   folder is in use), starts DynamoDB Local on the folder's database file and kinesalite on its
  *   LevelDB for the duration of the command, then stops them and releases the lock.
  *
+ * The same action classes as on AWS (contracts/operator-routes.ts): each request comes in on its
+ * route and is refused on another one. Who asks is the OS user running the command
+ * (`os-user:NAME`, `localCaller`): whoever can open the state folder owns it, so locally the
+ * classes are checked for their routes, not authorized per user; the `--actor` text is a note.
+ *
  * The change log's retention is read from kinesalite (DescribeStreamSummary), as the operator
  * function on AWS gets the ChangeLog's retention. Pause budgets: `CDC_PAUSE_BUDGETS`, as on AWS.
  */
@@ -20,7 +25,8 @@ import { EnvName } from '../contracts/env.ts';
 import { MetricName } from '../contracts/metrics.ts';
 import { dynamoDbClient, kinesisClient } from '../lambda/adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../lambda/adapters/control-plane-dynamodb.ts';
-import type { OperatorResponse } from '../lambda/core/operator.ts';
+import type { OperatorBody, OperatorResponse } from '../lambda/core/operator.ts';
+import os from 'node:os';
 import { createOperatorHandler } from '../lambda/handlers/operator.ts';
 import { startDynamoDbLocal, QUICK_START_JVM_OPTIONS } from './dynamodb.ts';
 import { LocalConfigError } from './errors.ts';
@@ -36,11 +42,16 @@ import { ReplayReader } from '../lambda/adapters/replay-reader.ts';
 import { Rebuilder, RebuildRefusedError, type RebuildReport } from '../lambda/adapters/rebuilder.ts';
 
 export interface OperatorDoor {
-  /** Sends one operator payload; answers what the operator Lambda would. */
-  invoke(payload: unknown): Promise<OperatorResponse>;
+  /** Sends one request body to a route of the operator API (contracts/operator-routes.ts); answers what the operator Lambda would. */
+  invoke(path: string, body: OperatorBody): Promise<OperatorResponse>;
   /** Whether `cdc local` was running on the folder. */
   readonly running: boolean;
   close(): Promise<void>;
+}
+
+/** Who asks at the local door: the OS user running the command. */
+export function localCaller(): string {
+  return `os-user:${os.userInfo().username}`;
 }
 
 function alive(pid: number): boolean {
@@ -175,8 +186,8 @@ export async function openLocalOperator(stateDirOption: string, options: { wareh
     });
     return {
       running,
-      async invoke(payload: unknown): Promise<OperatorResponse> {
-        const response = await handler(payload);
+      async invoke(route: string, body: OperatorBody): Promise<OperatorResponse> {
+        const response = await handler({ path: route, caller: localCaller(), body });
         if (response.ok && !Array.isArray(response.result) && 'tables' in response.result) response.result.endToEndLag = await localLag(stateDir);
         return response;
       },

@@ -41,6 +41,7 @@ import { LocalSnapshots } from './snapshot.ts';
 import { LocalPolls } from './poll.ts';
 import type { SourceBudget } from '../lambda/core/snapshot-pacer.ts';
 import { redactUrl } from './stack.ts';
+import { guardPoolClients } from '../lambda/adapters/pg-pool.ts';
 
 export interface PipelineOptions {
   stack: LocalStack;
@@ -87,6 +88,26 @@ function sleep(ms: number): Promise<void> {
 
 /** How often `cdc local` looks for deltas due for a merge (the thresholds decide; docs/warehouse-apply.md). */
 const MERGE_CHECK_MS = 5_000;
+
+/** A wait given up because a stop was asked for (Ctrl-C, SIGTERM: docs/local.md, "Stopping"). */
+export class StopRequestedError extends Error {
+  constructor() {
+    super('a stop was requested');
+    this.name = 'StopRequestedError';
+  }
+}
+
+/** `work`, or a StopRequestedError as soon as `abort` fires; a rejection of work given up is dropped. */
+function untilAborted<T>(work: Promise<T>, abort: AbortSignal | undefined): Promise<T> {
+  if (!abort) return work;
+  work.catch(() => undefined);
+  if (abort.aborted) return Promise.reject(new StopRequestedError());
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = (): void => reject(new StopRequestedError());
+    abort.addEventListener('abort', onAbort, { once: true });
+    work.then(resolve, reject).finally(() => abort.removeEventListener('abort', onAbort));
+  });
+}
 
 /** A running local pipeline. */
 export class LocalPipeline {
@@ -205,7 +226,9 @@ export class LocalPipeline {
       perShard: () => {
         // Its own pool too, as a Lambda environment has (the applier keeps per-connection stage tables).
         const pool = new pg.Pool({ connectionString: stack.warehouseUrl, max: 2, application_name: `cdc-local-${o.sinkId}` });
-        pool.on('error', err('warehouse pool'));
+        // Every connection keeps an error listener while checked out too: a server that ends it
+        // (a restart, 57P01 at a shutdown) fails the batch, never the process (docs/local.md, "Stopping").
+        guardPoolClients(pool, err('warehouse pool'));
         this.pools.push(pool);
         const a = createWarehouseApplier({
           controlPlane: stack.control,
@@ -223,7 +246,8 @@ export class LocalPipeline {
     };
     {
       const pool = new pg.Pool({ connectionString: stack.warehouseUrl, max: 2, application_name: `cdc-local-${o.sinkId}-replay` });
-      pool.on('error', err('warehouse pool'));
+      // Every connection keeps an error listener while checked out too (as above).
+      guardPoolClients(pool, err('warehouse pool'));
       this.pools.push(pool);
       const replayApplier = createWarehouseApplier({
         controlPlane: stack.control,
@@ -390,12 +414,16 @@ export class LocalPipeline {
    * `stallMs`, naming the stage that lags: a slow machine still finishes, a stuck stage does not
    * wait forever.
    */
-  async waitCaughtUp(stallMs = 120_000): Promise<void> {
+  async waitCaughtUp(stallMs = 120_000, abort?: AbortSignal): Promise<void> {
+    const aborted = (): void => {
+      if (abort?.aborted) throw new StopRequestedError();
+    };
     const stalled = (name: string) => new Error(`the ${name} did not catch up: no progress for ${Math.round(stallMs / 1000)} s`);
     const stage = async (name: string, done: (t: number) => boolean, progress: () => number, since: number): Promise<number> => {
       let seen = progress();
       let deadline = Date.now() + stallMs;
       while (!done(since)) {
+        aborted();
         if (this.capture.stats.state === 'failed') throw this.capture.stats.error ?? new Error('capture failed');
         const now = progress();
         if (now !== seen) [seen, deadline] = [now, Date.now() + stallMs];
@@ -404,7 +432,7 @@ export class LocalPipeline {
       }
       return Date.now();
     };
-    await this.snapshots?.waitIdle(stallMs);
+    if (this.snapshots) await untilAborted(this.snapshots.waitIdle(stallMs), abort);
     const t0 = Date.now();
     // Polled tables: a whole poll pass that started after now (docs/polling.md).
     if (this.polls) await stage('poller', (t) => this.polls!.passedSince(t), () => this.polls!.lines().reduce((n, l) => n + l.rows, 0), t0);
@@ -422,6 +450,7 @@ export class LocalPipeline {
     let pending = Infinity;
     let deadline = Date.now() + stallMs;
     for (;;) {
+      aborted();
       const now = (await Promise.all(this.replayers.map((r) => r.pending()))).reduce((a, b) => a + b, 0);
       if (now === 0) return;
       if (now < pending) [pending, deadline] = [now, Date.now() + stallMs];

@@ -42,6 +42,8 @@ export interface PostgresCluster {
   /** Superuser connection URL for a database. */
   url(database: string): string;
   createDatabase(name: string): Promise<void>;
+  /** The server's process id (null when it is not running). */
+  readonly pid: number | null;
   /** Stops the server (fast shutdown) and, unless persistent, removes the data folder. */
   stop(): Promise<void>;
 }
@@ -254,7 +256,9 @@ async function startOn(dataDir: string, options: PostgresOptions): Promise<Postg
     const started = await startOnFreePort({ port: options.port, choose: options.choosePort, what: 'PostgreSQL' }, async (p) => {
       const args = ['-D', dataDir, '-p', String(p)];
       for (const [k, v] of Object.entries(settings)) args.push('-c', `${k}=${v}`);
-      const c = spawn(path.join(bin, 'postgres'), args, { ...ids, env, stdio: ['ignore', 'pipe', 'pipe'] });
+      // A process group of its own: a terminal's Ctrl-C (SIGINT to the foreground group) reaches
+      // the parent only, which stops its consumers first and then this server (docs/local.md, "Stopping").
+      const c = spawn(path.join(bin, 'postgres'), args, { ...ids, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
       let attemptLog = '';
       const onAttemptLog = (d: Buffer): void => {
         attemptLog = (attemptLog + d.toString()).slice(-20_000);
@@ -282,6 +286,10 @@ async function startOn(dataDir: string, options: PostgresOptions): Promise<Postg
     port,
     dataDir,
     url,
+    get pid(): number | null {
+      if (child) return child.exitCode === null && child.signalCode === null ? (child.pid ?? null) : null;
+      return runningServer(dataDir)?.pid ?? null;
+    },
     async createDatabase(name: string): Promise<void> {
       const client = new pg.Client({ connectionString: url('postgres') });
       await client.connect();

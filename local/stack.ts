@@ -20,7 +20,7 @@
  * (docs/local.md, "Ports and names").
  */
 import { createHash } from 'node:crypto';
-import { existsSync, promises as fs, readFileSync, realpathSync } from 'node:fs';
+import { existsSync, promises as fs, readFileSync, realpathSync, rmSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
@@ -111,7 +111,16 @@ export interface LocalStack {
   readonly resumed: boolean;
   /** Files for logs and metrics. */
   readonly files: { emf: string; handlerLog: string; postgresLog: string };
-  stop(): Promise<void>;
+  /**
+   * Stops the servers in order, after whatever used them was stopped: kinesalite, DynamoDB Local,
+   * PostgreSQL (fast shutdown, waited for), then removes the lock. `log` gets a line per step.
+   */
+  stop(log?: (line: string) => void): Promise<void>;
+  /**
+   * Signals every server to stop and returns at once (a forced exit): PostgreSQL gets a fast
+   * shutdown (it completes on its own), DynamoDB Local and kinesalite SIGTERM; the lock is removed.
+   */
+  kill(): void;
 }
 
 /** Hides the password of a connection URL. */
@@ -157,6 +166,16 @@ export async function takeLock(stateDir: string): Promise<() => Promise<void>> {
       // already gone
     }
   };
+}
+
+/** Removes the state folder's lock at once if this process holds it (a forced exit). */
+function releaseLockNow(stateDir: string): void {
+  const file = path.join(stateDir, 'lock');
+  try {
+    if (readFileSync(file, 'utf8').trim() === String(process.pid)) rmSync(file, { force: true });
+  } catch {
+    // already gone
+  }
 }
 
 /** Stops a DynamoDB Local left running by a run that was killed (checked by its command line, then by pid). */
@@ -255,9 +274,21 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
   await fs.mkdir(path.join(stateDir, 'logs'), { recursive: true });
   const releaseLock = await takeLock(stateDir);
   const stateFile = path.join(stateDir, 'state.json');
-  const started: Array<() => Promise<void>> = [releaseLock];
-  const stopAll = async (): Promise<void> => {
-    for (const stop of started.splice(0).reverse()) await stop().catch(() => undefined);
+  // What started, stopped in this order whatever order they started in: the stream and the
+  // control plane first, PostgreSQL last, then the lock (docs/local.md, "Stopping").
+  const started: Partial<Record<'kinesalite' | 'dynamodb' | 'postgres', () => Promise<void>>> = {};
+  const stopAll = async (say: (line: string) => void = () => undefined): Promise<void> => {
+    for (const [name, what] of [['kinesalite', 'kinesalite'], ['dynamodb', 'DynamoDB Local'], ['postgres', 'PostgreSQL (fast shutdown)']] as const) {
+      const stop = started[name];
+      delete started[name];
+      if (!stop) continue;
+      await stop().then(
+        () => say(`${what} stopped`),
+        (err: unknown) => say(`${what} did not stop cleanly: ${err instanceof Error ? err.message : String(err)}`),
+      );
+    }
+    await releaseLock();
+    say('lock removed');
   };
   try {
     const previous = readState(stateFile);
@@ -302,10 +333,10 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
         await pgLog.close();
         throw err;
       });
-      started.push(async () => {
+      started.postgres = async () => {
         await cluster.stop();
         await pgLog.close();
-      });
+      };
       if (!options.sourceUrl) await cluster.createDatabase(SOURCE_DATABASE);
       if (!options.warehouseUrl) await cluster.createDatabase(WAREHOUSE_DATABASE);
       log(`PostgreSQL ready on port ${cluster.port} (${took()})`);
@@ -313,13 +344,13 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
     };
     const startDdb = async (): Promise<DynamoDbLocal> => {
       const d = await startDynamoDbLocal({ dbPath: path.join(stateDir, 'dynamodb'), jvmOptions: QUICK_START_JVM_OPTIONS });
-      started.push(() => d.stop());
+      started.dynamodb = () => d.stop();
       log(`DynamoDB Local ready on port ${d.port} (${took()})`);
       return d;
     };
     const startKin = async (): Promise<Kinesalite> => {
       const k = await startKinesaliteProcess({ path: path.join(stateDir, 'kinesis') });
-      started.push(() => k.stop());
+      started.kinesalite = () => k.stop();
       log(`kinesalite ready on port ${k.port} (${took()})`);
       return k;
     };
@@ -375,10 +406,23 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
       streams,
       resumed,
       files,
-      async stop(): Promise<void> {
+      async stop(say?: (line: string) => void): Promise<void> {
         kinesis.destroy();
         dynamo.destroy();
-        await stopAll();
+        await stopAll(say);
+      },
+      kill(): void {
+        const signal = (pid: number | null | undefined, sig: NodeJS.Signals): void => {
+          try {
+            if (pid) process.kill(pid, sig);
+          } catch {
+            // already gone
+          }
+        };
+        signal(postgres?.pid, 'SIGINT'); // fast shutdown
+        signal(dynamodb.pid, 'SIGTERM');
+        signal(kinesalite.pid, 'SIGTERM');
+        releaseLockNow(stateDir);
       },
     };
   } catch (err) {

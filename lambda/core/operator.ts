@@ -12,6 +12,7 @@ import { decideRebuildSlot, REBUILD_STALE_AFTER_MS } from './rebuild.ts';
 import { requestSnapshot } from './snapshot-worker.ts';
 import { latestVerdicts, type DiscoveryVerdict } from './discovery.ts';
 import { CdcError } from './errors.ts';
+import { decideRoute } from './operator-call.ts';
 import { parseStoredSlotReport, slotReportCheckpoint, type StoredSlotReport } from './slot-monitor.ts';
 import {
   decidePause,
@@ -26,6 +27,15 @@ import {
 } from './operator-decisions.ts';
 
 export type OperatorActionName = 'status' | 'pause' | 'resume' | 'resnapshot' | 'audit' | 'rebuild';
+
+/**
+ * Who asks: the identity the door established (on AWS the caller's IAM ARN from the front door,
+ * locally the OS user), and the caller's own text (`--actor`) as a note kept in the audit entry's
+ * detail, never as the actor. A bare string is an identity without a note.
+ */
+export type Actor = string | { readonly id: string; readonly note?: string };
+const actorId = (a: Actor): string => (typeof a === 'string' ? a : a.id);
+const noteOf = (a: Actor): { note?: string } => (typeof a !== 'string' && a.note !== undefined ? { note: a.note } : {});
 /** Actions that only read (what `grantReadStatus` allows). */
 export const READ_ONLY_ACTIONS: readonly OperatorActionName[] = ['status', 'audit'];
 export const OPERATOR_ACTIONS: readonly OperatorActionName[] = ['status', 'pause', 'resume', 'resnapshot', 'audit', 'rebuild'];
@@ -155,7 +165,7 @@ export class Operator {
   }
 
   /** Runs one request for `actor` (who: an operator id). */
-  async run(request: OperatorRequest, actor: string): Promise<ActionResult | StatusReport | AuditEntry[]> {
+  async run(request: OperatorRequest, actor: Actor): Promise<ActionResult | StatusReport | AuditEntry[]> {
     switch (request.action) {
       case 'status':
         return this.status(request.source, request.table);
@@ -234,14 +244,14 @@ export class Operator {
     return this.cp.listAudit(filter.source, filter.table, filter.since);
   }
 
-  async pause(actor: string, r: { source?: string; table: string; durationMs: number; reason: string }): Promise<ActionResult> {
+  async pause(actor: Actor, r: { source?: string; table: string; durationMs: number; reason: string }): Promise<ActionResult> {
     const found = await this.find(actor, 'pause', r.source, r.table, { durationMs: r.durationMs, reason: r.reason });
     if ('refused' in found) return found.refused;
     const { table } = found;
     const now = this.now();
     const sinks = await this.sinksOf(table);
     const snapshot = await this.deps.snapshots.status(table.source, table.table);
-    const d = decidePause({ table, sinks, durationMs: r.durationMs, reason: r.reason, actor, now, settings: this.deps.settings, snapshot });
+    const d = decidePause({ table, sinks, durationMs: r.durationMs, reason: r.reason, actor: actorId(actor), now, settings: this.deps.settings, snapshot });
     const detail = { for: formatDuration(r.durationMs), durationMs: r.durationMs, reason: r.reason, from: table.state };
     if (!d.accept) return this.refuse(actor, 'pause', table.source, table.table, d.refusal, detail);
     const committed = await this.commit(actor, 'pause', table, d.change.state, d.change.stateReason, [], { ...detail, to: 'paused', until: d.change.until });
@@ -249,7 +259,7 @@ export class Operator {
     return { outcome: 'done', action: 'pause', source: table.source, table: table.table, message: `${table.source}/${table.table} paused until ${d.change.until}: its events keep entering the change log and every sink holds them`, detail: { ...detail, until: d.change.until } };
   }
 
-  async resume(actor: string, r: { source?: string; table: string; acceptSchema?: boolean }): Promise<ActionResult> {
+  async resume(actor: Actor, r: { source?: string; table: string; acceptSchema?: boolean }): Promise<ActionResult> {
     const acceptSchema = r.acceptSchema === true;
     const found = await this.find(actor, 'resume', r.source, r.table, { acceptSchema });
     if ('refused' in found) return found.refused;
@@ -272,7 +282,7 @@ export class Operator {
     return { outcome: 'done', action: 'resume', source: table.source, table: table.table, message: `${table.source}/${table.table} is active${replay}`, detail: full };
   }
 
-  async resnapshot(actor: string, r: { source?: string; table: string; reason?: string }): Promise<ActionResult> {
+  async resnapshot(actor: Actor, r: { source?: string; table: string; reason?: string }): Promise<ActionResult> {
     const reason = r.reason ?? 'requested by an operator';
     const found = await this.find(actor, 'resnapshot', r.source, r.table, { reason });
     if ('refused' in found) return found.refused;
@@ -282,10 +292,10 @@ export class Operator {
     const d = decideResnapshot({ table, snapshot, budget });
     const detail = { reason, from: table.state };
     if (!d.accept) return this.refuse(actor, 'resnapshot', table.source, table.table, d.refusal, detail);
-    const stateReason = `RESNAPSHOT_REQUESTED: ${reason} (by ${actor})`;
+    const stateReason = `RESNAPSHOT_REQUESTED: ${reason} (by ${actorId(actor)})`;
     const committed = await this.commit(actor, 'resnapshot', table, d.change.state, stateReason, [], { ...detail, to: d.change.state });
     if (committed) return committed;
-    await this.deps.snapshots.request(table.source, table.table, { reason, requestedBy: actor, at: this.now().toISOString() });
+    await this.deps.snapshots.request(table.source, table.table, { reason, requestedBy: actorId(actor), at: this.now().toISOString() });
     return { outcome: 'done', action: 'resnapshot', source: table.source, table: table.table, message: `${table.source}/${table.table} marked needs-resnapshot; the snapshot is requested`, detail };
   }
 
@@ -295,7 +305,7 @@ export class Operator {
    * sink is not named and the table has several, no rebuild entry point is wired, or the
    * history needed is not complete.
    */
-  async rebuild(actor: string, r: { source?: string; table: string; sink?: string; from?: string; rehearse?: boolean }): Promise<ActionResult> {
+  async rebuild(actor: Actor, r: { source?: string; table: string; sink?: string; from?: string; rehearse?: boolean }): Promise<ActionResult> {
     const rehearse = r.rehearse === true;
     const detail: Record<string, unknown> = { sink: r.sink ?? null, from: r.from ?? null, rehearse };
     const found = await this.find(actor, 'rebuild', r.source, r.table, detail);
@@ -320,7 +330,7 @@ export class Operator {
     const ask = { source: table.source, table: table.table, sink, ...(r.from !== undefined ? { from: r.from } : {}) };
     const checked = await this.deps.rebuilds.check(ask);
     if (checked.refusal) return this.refuse(actor, 'rebuild', table.source, table.table, checked.refusal, detail);
-    const done = await this.deps.rebuilds.run({ ...ask, rehearse, actor });
+    const done = await this.deps.rebuilds.run({ ...ask, rehearse, actor: actorId(actor) });
     if ('refusal' in done) return this.refuse(actor, 'rebuild', table.source, table.table, done.refusal, detail);
     return { outcome: 'done', action: 'rebuild', source: table.source, table: table.table, message: done.message, detail: { ...detail, ...done.detail } };
   }
@@ -328,7 +338,7 @@ export class Operator {
   // ---------------------------------------------------------------------------------------------
 
   /** Finds the table (by id, within `source` if given): a missing or ambiguous one is a refusal, audited. */
-  private async find(actor: string, action: OperatorActionName, source: string | undefined, table: string, detail: Record<string, unknown>): Promise<{ table: TableRecord } | { refused: ActionResult }> {
+  private async find(actor: Actor, action: OperatorActionName, source: string | undefined, table: string, detail: Record<string, unknown>): Promise<{ table: TableRecord } | { refused: ActionResult }> {
     const candidates = (await this.cp.listTables(source)).filter((t) => t.table === table);
     if (candidates.length === 1) {
       // The list may be a query page; read the one item strongly consistently to decide on it.
@@ -346,13 +356,13 @@ export class Operator {
     return (await this.cp.listSinkProgress()).filter((p) => p.source === table.source && p.table === table.table);
   }
 
-  private async refuse(actor: string, action: OperatorActionName, source: string | null, table: string | null, refusal: Refusal, detail: Record<string, unknown>): Promise<ActionResult> {
-    await this.cp.appendAudit({ at: this.now().toISOString(), actor, action, source, table, outcome: 'refused', detail: { ...detail, code: refusal.code, reason: refusal.reason, hint: refusal.hint } });
+  private async refuse(actor: Actor, action: OperatorActionName, source: string | null, table: string | null, refusal: Refusal, detail: Record<string, unknown>): Promise<ActionResult> {
+    await this.cp.appendAudit({ at: this.now().toISOString(), actor: actorId(actor), action, source, table, outcome: 'refused', detail: { ...detail, ...noteOf(actor), code: refusal.code, reason: refusal.reason, hint: refusal.hint } });
     return { outcome: 'refused', action, source, table, ...refusal };
   }
 
   /** Commits the change with its audit entry; returns a refusal (audited) if the table changed since it was read. */
-  private async commit(actor: string, action: OperatorActionName, table: TableRecord, state: TableState, stateReason: string | null, release: Array<{ sink: string; heldFrom: string }>, detail: Record<string, unknown>): Promise<ActionResult | null> {
+  private async commit(actor: Actor, action: OperatorActionName, table: TableRecord, state: TableState, stateReason: string | null, release: Array<{ sink: string; heldFrom: string }>, detail: Record<string, unknown>): Promise<ActionResult | null> {
     const at = this.now();
     // Strictly later than the read updatedAt, so the next action's condition sees a change.
     const updatedAt = new Date(Math.max(at.getTime(), Date.parse(table.updatedAt) + 1)).toISOString();
@@ -362,7 +372,7 @@ export class Operator {
       expected: { state: table.state, updatedAt: table.updatedAt },
       next: { state, stateReason, updatedAt },
       releaseSinks: release,
-      audit: { at: at.toISOString(), actor, action, source: table.source, table: table.table, outcome: 'done', detail },
+      audit: { at: at.toISOString(), actor: actorId(actor), action, source: table.source, table: table.table, outcome: 'done', detail: { ...detail, ...noteOf(actor) } },
     });
     if (ok) return null;
     return this.refuse(actor, action, table.source, table.table, {
@@ -378,10 +388,26 @@ export type OperatorResponse =
   | { ok: true; result: ActionResult | StatusReport | AuditEntry[] }
   | { ok: false; error: { code: string; message: string } };
 
-/** The operator Lambda's payload: the request and who asks (as the caller names itself; CloudTrail records the IAM principal). */
-export interface OperatorPayload {
+/**
+ * The body of a request to the operator front door: the request, and optionally the caller's own
+ * note (`cdc --actor`), kept in the audit entry's detail. Who asks is never read from the body.
+ */
+export interface OperatorBody {
   request: OperatorRequest;
-  actor: string;
+  note?: string;
+}
+
+/**
+ * One call through a door (lambda/core/operator-call.ts builds it from the API Gateway event;
+ * the `cdc local` door from the OS user): the route it came in on, the caller's identity the
+ * door established, and the body.
+ */
+export interface OperatorCall {
+  /** The route's resource path (contracts/operator-routes.ts), e.g. `/read/status`. */
+  path: string;
+  /** The caller's identity: an IAM ARN on AWS, the OS user locally. */
+  caller: string;
+  body: unknown;
 }
 
 /** A request that does not have the documented shape; the message names the field. */
@@ -401,12 +427,13 @@ function field(o: Record<string, unknown>, name: string, kind: 'string' | 'numbe
   return v;
 }
 
-/** Checks an operator payload (from the Lambda event or the CLI) and returns it typed. */
-export function parseOperatorPayload(value: unknown): OperatorPayload {
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new InvalidOperatorRequestError(`the payload must be an object with request and actor, got ${JSON.stringify(value)}`);
+/** Checks a request body (from the front door or the CLI) and returns it typed. */
+export function parseOperatorBody(value: unknown): OperatorBody {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new InvalidOperatorRequestError(`the body must be an object with request (and optionally note), got ${JSON.stringify(value)}`);
   const p = value as Record<string, unknown>;
-  const actor = typeof p.actor === 'string' && p.actor !== '' ? p.actor : null;
-  if (!actor) throw new InvalidOperatorRequestError('actor must be a non-empty string (who asks)');
+  if ('actor' in p) throw new InvalidOperatorRequestError('actor is not read from the body: the audit records the identity the door established (the IAM caller, or the OS user locally); put your own text in note');
+  const note = p.note;
+  if (note !== undefined && (typeof note !== 'string' || note === '' || note.length > 200)) throw new InvalidOperatorRequestError(`note must be a non-empty string of at most 200 characters, got ${JSON.stringify(note)}`);
   const r = p.request;
   if (typeof r !== 'object' || r === null || Array.isArray(r)) throw new InvalidOperatorRequestError('request must be an object with an action');
   const o = r as Record<string, unknown>;
@@ -446,36 +473,34 @@ export function parseOperatorPayload(value: unknown): OperatorPayload {
       break;
     }
   }
-  return { request, actor };
+  return { request, ...(note !== undefined ? { note: note as string } : {}) };
 }
 
 /**
- * Serves one payload: checks it, refuses an action this door does not serve (the status-only
- * function serves `status` and `audit`), runs it. Bad input is an error response naming the field.
+ * Serves one call: checks the body, refuses a request sent to another action's route (the route
+ * is what IAM authorized, so a pause sent to `/read/status` is refused before anything is read)
+ * and an action this function does not serve (the status-only function serves the read class),
+ * then runs it for the caller, with the body's note. Bad input is an error response naming the
+ * field. A refusal here is not audited: nothing reached the control plane (the function's log
+ * records it with the caller).
  */
-export async function serveOperator(operator: Operator, payload: unknown, allowed: readonly OperatorActionName[] = OPERATOR_ACTIONS): Promise<OperatorResponse> {
-  let parsed: OperatorPayload;
+export async function serveOperator(operator: Operator, call: OperatorCall, allowed: readonly OperatorActionName[] = OPERATOR_ACTIONS): Promise<OperatorResponse> {
+  let parsed: OperatorBody;
   try {
-    parsed = parseOperatorPayload(payload);
+    parsed = parseOperatorBody(call.body);
   } catch (e) {
     if (e instanceof InvalidOperatorRequestError) return { ok: false, error: { code: e.code, message: e.message } };
     throw e;
   }
-  const { request, actor } = parsed;
+  const { request } = parsed;
+  const target = { action: request.action, source: request.source ?? null, table: 'table' in request ? (request.table ?? null) : null };
+  const refusal = decideRoute(call.path, request);
+  if (refusal) return { ok: true, result: { outcome: 'refused', ...target, ...refusal } };
   if (!allowed.includes(request.action)) {
-    // Not audited: this door has no write access to the control plane (IAM keeps it read-only).
     return {
       ok: true,
-      result: {
-        outcome: 'refused',
-        action: request.action,
-        source: request.source ?? null,
-        table: 'table' in request ? (request.table ?? null) : null,
-        code: 'ACTION_NOT_ALLOWED',
-        reason: `this operator function serves only ${allowed.join(', ')}`,
-        hint: 'call the operator function that serves every action (granted with grantOperate)',
-      },
+      result: { outcome: 'refused', ...target, code: 'ACTION_NOT_ALLOWED', reason: `this operator function serves only ${allowed.join(', ')}`, hint: 'send the request to its own route of the operator API (cdc does)' },
     };
   }
-  return { ok: true, result: await operator.run(request, actor) };
+  return { ok: true, result: await operator.run(request, { id: call.caller, ...(parsed.note !== undefined ? { note: parsed.note } : {}) }) };
 }

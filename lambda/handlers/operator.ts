@@ -1,7 +1,11 @@
 /**
  * Operator Lambda (docs/operations.md): the AWS door of the operator core
- * (lambda/core/operator.ts). Invoked through IAM only (lambda:InvokeFunction; no URL, no public
- * endpoint) with an `OperatorPayload` `{ request, actor }`; answers an `OperatorResponse`.
+ * (lambda/core/operator.ts), behind the operator API (API Gateway, `AWS_IAM` authorization, one
+ * resource per action grouped by action class: contracts/operator-routes.ts). It serves only
+ * the API's proxy events: the route and the caller's IAM ARN come from the event's request
+ * context, which API Gateway fills after checking the SigV4 signature; the body carries the
+ * request and an optional note. Any other event (a direct invoke with a self-typed payload) is
+ * refused (lambda/core/operator-call.ts). Answers an `OperatorResponse` as the proxy body.
  *
  * Configuration (environment): `CDC_CONTROL_TABLE`; `CDC_CHANGE_LOG_RETENTION_MS` (the change
  * log's retention); optional `CDC_PAUSE_BUDGETS` (JSON object source id → ms) and
@@ -10,7 +14,7 @@
  * state machine: lambda/adapters/rebuild-aws.ts).
  */
 import { Logger } from '@aws-lambda-powertools/logger';
-import type { Context } from 'aws-lambda';
+import type { APIGatewayProxyResult, Context } from 'aws-lambda';
 import { EnvName } from '../../contracts/env.ts';
 import { dynamoDbClient } from '../adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
@@ -20,7 +24,8 @@ import { SFNClient } from '@aws-sdk/client-sfn';
 import type { ControlPlane } from '../core/control-plane.ts';
 import { CdcError } from '../core/errors.ts';
 import type { OperatorSettings } from '../core/operator-decisions.ts';
-import { controlPlaneSnapshots, Operator, OPERATOR_ACTIONS, serveOperator, type OperatorActionName, type OperatorResponse, type RebuildScheduler } from '../core/operator.ts';
+import { callFromApiGatewayEvent, NotAFrontDoorEventError } from '../core/operator-call.ts';
+import { controlPlaneSnapshots, Operator, OPERATOR_ACTIONS, serveOperator, type OperatorActionName, type OperatorCall, type OperatorResponse, type RebuildScheduler } from '../core/operator.ts';
 
 const logger = new Logger({ serviceName: process.env[EnvName.POWERTOOLS_SERVICE_NAME] ?? 'cdc-operator' });
 
@@ -55,25 +60,43 @@ export function operatorSettingsFrom(env: NodeJS.ProcessEnv): { settings: Operat
   return { settings: { changeLogRetentionMs: retention, ...(pauseBudgetMs ? { pauseBudgetMs } : {}) }, allowed: actions as OperatorActionName[] };
 }
 
-/** The handler over explicit dependencies (tests invoke it in process with the CLI's payloads). */
-export function createOperatorHandler(deps: { control: ControlPlane; env: NodeJS.ProcessEnv; logger?: Pick<Logger, 'info' | 'warn'>; rebuilds?: RebuildScheduler }): (payload: unknown) => Promise<OperatorResponse> {
+/** The handler over explicit dependencies: one call (route, caller, body) in, the response out (tests and the cdc local door call it in process). */
+export function createOperatorHandler(deps: { control: ControlPlane; env: NodeJS.ProcessEnv; logger?: Pick<Logger, 'info' | 'warn'>; rebuilds?: RebuildScheduler }): (call: OperatorCall) => Promise<OperatorResponse> {
   const { settings, allowed } = operatorSettingsFrom(deps.env);
   const log = deps.logger ?? logger;
   // A rebuild needs the warehouse and the archive: the cdc local door wires lambda/adapters/rebuilder.ts, the Lambda entry point the sinks' rebuild workers (docs/rebuild.md); without it a rebuild is refused, audited.
   const operator = new Operator({ control: deps.control, settings, snapshots: controlPlaneSnapshots(deps.control), ...(deps.rebuilds ? { rebuilds: deps.rebuilds } : {}) });
-  return async (payload) => {
-    const response = await serveOperator(operator, payload, allowed);
-    if (response.ok && 'outcome' in response.result) log.info('operator action', { outcome: response.result.outcome, action: response.result.action, table: response.result.table });
-    else if (!response.ok) log.warn('operator request refused as malformed', { error: response.error });
+  return async (call) => {
+    const response = await serveOperator(operator, call, allowed);
+    if (response.ok && 'outcome' in response.result) log.info('operator action', { caller: call.caller, route: call.path, outcome: response.result.outcome, action: response.result.action, table: response.result.table });
+    else if (!response.ok) log.warn('operator request refused as malformed', { caller: call.caller, route: call.path, error: response.error });
     return response;
   };
 }
 
-let built: ((payload: unknown) => Promise<OperatorResponse>) | undefined;
+/** The proxy status of a response: 400 malformed, 403 refused for its route or this function, else 200 (an action's own refusal is an answer, in the body). */
+export function statusCodeOf(response: OperatorResponse): number {
+  if (!response.ok) return 400;
+  const r = response.result;
+  if (!Array.isArray(r) && 'outcome' in r && r.outcome === 'refused' && (r.code === 'ACTION_NOT_ON_THIS_ROUTE' || r.code === 'ACTION_NOT_ALLOWED')) return 403;
+  return 200;
+}
 
-/** Lambda entry point. */
-export const handler = async (event: unknown, context: Context): Promise<OperatorResponse> => {
+const proxyResult = (statusCode: number, body: OperatorResponse): APIGatewayProxyResult => ({ statusCode, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+
+let built: ((call: OperatorCall) => Promise<OperatorResponse>) | undefined;
+
+/** Lambda entry point: API Gateway REST proxy events of the operator API only. */
+export const handler = async (event: unknown, context: Context): Promise<APIGatewayProxyResult> => {
   logger.addContext(context);
+  let call: OperatorCall;
+  try {
+    call = callFromApiGatewayEvent(event);
+  } catch (e) {
+    if (!(e instanceof NotAFrontDoorEventError)) throw e;
+    logger.warn('operator event refused: not an IAM-authorized request of the operator API', { error: e.message });
+    return proxyResult(403, { ok: false, error: { code: e.code, message: e.message } });
+  }
   if (!built) {
     const table = process.env[EnvName.CONTROL_TABLE];
     if (!table) throw new OperatorConfigurationError(`${EnvName.CONTROL_TABLE} is not set`);
@@ -83,5 +106,6 @@ export const handler = async (event: unknown, context: Context): Promise<Operato
     const rebuilds = awsRebuilds({ control, workers, invoke: lambdaInvoker(new LambdaClient({})), start: stepFunctionsStarter(new SFNClient({})) });
     built = createOperatorHandler({ control, env: process.env, rebuilds });
   }
-  return built(event);
+  const response = await built(call);
+  return proxyResult(statusCodeOf(response), response);
 };

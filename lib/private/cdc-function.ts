@@ -6,6 +6,7 @@
 import { Duration, RemovalPolicy, Size, Stack, Validations } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as iam from 'aws-cdk-lib/aws-iam';
+import type * as kms from 'aws-cdk-lib/aws-kms';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import { Construct } from 'constructs';
@@ -26,6 +27,8 @@ export interface CdcFunctionProps {
   readonly memorySize: Size;
   readonly timeout: Duration;
   readonly logRetention?: logs.RetentionDays;
+  /** Key of the log group (its policy must let CloudWatch Logs use it: lib/private/platform-key.ts). @default CloudWatch Logs' own encryption */
+  readonly logEncryptionKey?: kms.IKey;
   readonly vpc?: ec2.IVpc;
   readonly vpcSubnets?: ec2.SubnetSelection;
   readonly securityGroups?: ec2.ISecurityGroup[];
@@ -49,6 +52,7 @@ export class CdcFunction extends Construct {
 
     this.logGroup = new logs.LogGroup(this, 'LogGroup', {
       retention: props.logRetention ?? logs.RetentionDays.ONE_MONTH,
+      encryptionKey: props.logEncryptionKey,
       removalPolicy: RemovalPolicy.RETAIN,
     });
     this.role = new iam.Role(this, 'ServiceRole', {

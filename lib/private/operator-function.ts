@@ -1,20 +1,25 @@
 /**
- * The operator API on AWS (docs/operations.md): two Lambda functions over the same handler
- * (lambda/handlers/operator.ts), invoked through IAM only — no function URL, no API, no resource
- * policy for any other principal:
+ * The operator API on AWS (docs/operations.md, docs/deploy.md "Security"): an API Gateway REST
+ * API with `AWS_IAM` authorization and one resource per action, grouped by action class
+ * (contracts/operator-routes.ts: `/read/…`, `/operate/…`, `/destructive/…`), in front of two
+ * Lambda functions over the same handler (lambda/handlers/operator.ts):
  *
- * - the operator function serves every action (status, pause, resume, resnapshot, audit); its
- *   role reads the control table and may write only table items (`SOURCE#…`), sink progress
- *   items (`SINK#…`, the resume's release request) and audit entries (`AUDIT`), by a
- *   `dynamodb:LeadingKeys` condition;
- * - the status function serves status and audit (`CDC_OPERATOR_ACTIONS=status,audit`) and its
- *   role can only read: IAM, not the handler, is what keeps a status-only caller from changing
- *   anything.
+ * - the status function serves the read class (`CDC_OPERATOR_ACTIONS=status,audit`) and its
+ *   role can only read;
+ * - the operator function serves the operate and destructive classes; its role reads the control
+ *   table and may write only table items (`SOURCE#…`), sink progress items (`SINK#…`, the
+ *   resume's release request), rebuild slots and audit entries (`AUDIT`), by a
+ *   `dynamodb:LeadingKeys` condition.
  *
- * `grantOperate` grants lambda:InvokeFunction on the first, `grantReadStatus` on the second.
- * Each function has an alarm on its errors.
+ * IAM decides per route who may call what (`grantRoutes`: `execute-api:Invoke` on the resources
+ * of the classes granted); API Gateway passes the caller's IAM ARN to the function, which puts it
+ * in the audit entry. Nobody is granted lambda:InvokeFunction on the functions (only API Gateway
+ * may invoke them, per method), and the functions refuse any event that is not a request of the
+ * API. Access logs record every request with the caller, refused ones included.
  */
 import { CfnElement, CfnOutput, Duration, Lazy, Size, Stack, Validations } from 'aws-cdk-lib';
+import * as apigateway from 'aws-cdk-lib/aws-apigateway';
+import * as logs from 'aws-cdk-lib/aws-logs';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
@@ -22,6 +27,7 @@ import type * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import { Construct } from 'constructs';
 import { EnvName } from '../../contracts/env.ts';
+import { OPERATOR_API_METHOD, OPERATOR_API_STAGE, OPERATOR_ROUTES, type OperatorActionClass } from '../../contracts/operator-routes.ts';
 import { createAlarm } from './alarms.ts';
 import { CdcFunction } from './cdc-function.ts';
 import { fail } from './validate.ts';
@@ -45,6 +51,8 @@ const WRITABLE_LEADING_KEYS = ['SOURCE#*', 'SINK#*', 'AUDIT', 'REBUILD#*'];
 export class OperatorFunctions extends Construct {
   readonly operator: CdcFunction;
   readonly status: CdcFunction;
+  /** The IAM-authorized front door of both functions. */
+  readonly api: apigateway.RestApi;
   readonly alarms: cloudwatch.IAlarm[] = [];
   /** Per sink, its rebuild worker and state machine (`addRebuildWorker`), in the operator function's `CDC_REBUILD_WORKERS`. */
   private readonly rebuildWorkers = new Map<string, { worker: lambda.IFunction; stateMachine: sfn.IStateMachine }>();
@@ -74,13 +82,13 @@ export class OperatorFunctions extends Construct {
     const common = { handlerName: 'operator' as const, memorySize: Size.mebibytes(256), timeout: Duration.seconds(30) };
     this.operator = new CdcFunction(this, 'Operator', {
       ...common,
-      description: 'cdc operator API: status, pause, resume, resnapshot, audit, rebuild (invoked through IAM only)',
+      description: 'cdc operator API, operate and destructive classes: pause, resume, accept-schema, resnapshot, rebuild (behind the IAM-authorized operator API only)',
       serviceName: 'cdc-operator',
       environment: environment('status,pause,resume,resnapshot,audit,rebuild'),
     });
     this.status = new CdcFunction(this, 'Status', {
       ...common,
-      description: 'cdc operator API, read only: status and audit (invoked through IAM only)',
+      description: 'cdc operator API, read class: status and audit (behind the IAM-authorized operator API only)',
       serviceName: 'cdc-operator-status',
       environment: environment('status,audit'),
     });
@@ -103,9 +111,9 @@ export class OperatorFunctions extends Construct {
     ];
     Validations.of(this.operator).acknowledge(...kmsAcks);
 
-    // Where `cdc … --stack NAME` finds the functions (bin/cli/operator.ts).
-    new CfnOutput(this, 'OperatorFunctionName', { value: this.operator.fn.functionName, description: 'cdc operator function (every action); cdc status|pause|resume|resnapshot|audit|rebuild --stack' });
-    new CfnOutput(this, 'StatusFunctionName', { value: this.status.fn.functionName, description: 'cdc operator function, read only (status, audit)' });
+    this.api = this.createApi();
+    // Where `cdc … --stack NAME` finds the operator API (bin/cli/operator.ts).
+    new CfnOutput(this, 'OperatorApiUrl', { value: this.api.url, description: 'cdc operator API (IAM-authorized, SigV4): cdc status|pause|resume|resnapshot|audit|rebuild --stack or --url' });
 
     if (props.alarmsEnabled) {
       for (const [name, f] of [['operator', this.operator], ['status', this.status]] as const) {
@@ -123,6 +131,56 @@ export class OperatorFunctions extends Construct {
         );
       }
     }
+  }
+
+  /** The REST API: one POST resource per route, `AWS_IAM` authorization, Lambda proxy integration; access and error logs. */
+  private createApi(): apigateway.RestApi {
+    const accessLogs = new logs.LogGroup(this, 'ApiAccessLogs', { retention: logs.RetentionDays.ONE_YEAR });
+    const api = new apigateway.RestApi(this, 'Api', {
+      description: 'cdc operator API: one IAM-authorized resource per action, grouped by class (read, operate, destructive)',
+      endpointConfiguration: { types: [apigateway.EndpointType.REGIONAL] },
+      // Logging needs the region's API Gateway CloudWatch role (an account setting; docs/deploy.md "Security").
+      cloudWatchRole: true,
+      defaultMethodOptions: { authorizationType: apigateway.AuthorizationType.IAM },
+      deployOptions: {
+        stageName: OPERATOR_API_STAGE,
+        loggingLevel: apigateway.MethodLoggingLevel.ERROR,
+        dataTraceEnabled: false,
+        accessLogDestination: new apigateway.LogGroupLogDestination(accessLogs),
+        accessLogFormat: apigateway.AccessLogFormat.custom(
+          JSON.stringify({
+            requestId: apigateway.AccessLogField.contextRequestId(),
+            requestTime: apigateway.AccessLogField.contextRequestTime(),
+            caller: apigateway.AccessLogField.contextIdentityUserArn(),
+            sourceIp: apigateway.AccessLogField.contextIdentitySourceIp(),
+            method: apigateway.AccessLogField.contextHttpMethod(),
+            resource: apigateway.AccessLogField.contextResourcePath(),
+            status: apigateway.AccessLogField.contextStatus(),
+            error: apigateway.AccessLogField.contextErrorMessage(),
+          }),
+        ),
+      },
+    });
+    for (const route of OPERATOR_ROUTES) {
+      const fn = route.actionClass === 'read' ? this.status.fn : this.operator.fn;
+      api.root.resourceForPath(route.path).addMethod(OPERATOR_API_METHOD, new apigateway.LambdaIntegration(fn, { allowTestInvoke: false }), { authorizationType: apigateway.AuthorizationType.IAM });
+    }
+    Validations.of(api).acknowledge(
+      { id: 'AwsSolutions-APIG2', reason: 'the operator function validates every request body and answers 400 naming the field (lambda/core/operator.ts parseOperatorBody)' },
+      { id: 'AwsSolutions-APIG3', reason: 'every method requires AWS_IAM authorization within the account (no resource policy for other accounts); a WAF adds nothing to SigV4-signed operator calls' },
+      { id: 'AwsSolutions-COG4', reason: 'operators are IAM principals: the methods use AWS_IAM authorization, per action class, not a Cognito user pool' },
+      { id: 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs]', reason: 'the region-wide API Gateway logging role that access and error logs need; AWS-managed, CloudWatch Logs writes only' },
+    );
+    return api;
+  }
+
+  /** `execute-api:Invoke` on the routes of the given action classes (contracts/operator-routes.ts). */
+  grantRoutes(grantee: iam.IGrantable, classes: readonly OperatorActionClass[]): iam.Grant {
+    return iam.Grant.addToPrincipal({
+      grantee,
+      actions: ['execute-api:Invoke'],
+      resourceArns: OPERATOR_ROUTES.filter((r) => classes.includes(r.actionClass)).map((r) => this.api.arnForExecuteApi(OPERATOR_API_METHOD, r.path, OPERATOR_API_STAGE)),
+    });
   }
 
   /**

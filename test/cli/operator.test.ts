@@ -32,6 +32,7 @@ let dir: string;
 let ddb: DynamoDbLocal;
 let cp: DynamoDbControlPlane;
 const quiet = { info: () => undefined, warn: () => undefined };
+const API_URL = 'https://abcdef1234.execute-api.eu-west-1.amazonaws.com/v1/';
 
 async function run(...args: string[]): Promise<{ code: number; out: string; err: string }> {
   const stdout = new PassThrough();
@@ -40,7 +41,7 @@ async function run(...args: string[]): Promise<{ code: number; out: string; err:
   let err = '';
   stdout.on('data', (d: Buffer) => (out += d.toString()));
   stderr.on('data', (d: Buffer) => (err += d.toString()));
-  const code = await main([...args, '--actor', 'tester'], { stdin: new PassThrough(), stdout, stderr });
+  const code = await main([...args, '--actor', 'on-call note'], { stdin: new PassThrough(), stdout, stderr });
   return { code, out, err };
 }
 
@@ -91,29 +92,29 @@ describe('the CLI → operator API path (the Lambda handler in process, JSON in 
     const handler = createOperatorHandler({ control: cp, env: { [EnvName.CHANGE_LOG_RETENTION_MS]: String(24 * 3_600_000), ...(actions ? { [EnvName.OPERATOR_ACTIONS]: actions } : {}) }, logger: quiet });
     return async () => ({
       running: true,
-      // Exactly what Lambda's Invoke carries: a JSON payload in, a JSON response out.
-      invoke: async (payload: unknown) => JSON.parse(JSON.stringify(await handler(JSON.parse(JSON.stringify(payload))))),
+      // What the front door hands the function: the route, the caller it established, the JSON body.
+      invoke: async (path: string, body: unknown) => JSON.parse(JSON.stringify(await handler({ path, caller: 'tester', body: JSON.parse(JSON.stringify(body)) }))),
       close: async () => undefined,
     });
   };
 
   it('pauses, refuses with exit 3 and the reason on stderr, and lists the audit', async () => {
     setDoorOpener(door());
-    const ok = await run('pause', 'public.orders', '--for', '10m', '--reason', 'maintenance', '--function', 'cdc-operator');
+    const ok = await run('pause', 'public.orders', '--for', '10m', '--reason', 'maintenance', '--url', API_URL);
     expect(ok).toMatchObject({ code: 0, err: '' });
     expect(ok.out).toMatch(/^shop\/public\.orders paused until \S+: its events keep entering the change log/);
-    const refused = await run('pause', 'public.items', '--for', '400d', '--reason', 'too long', '--function', 'cdc-operator', '--json');
+    const refused = await run('pause', 'public.items', '--for', '400d', '--reason', 'too long', '--url', API_URL, '--json');
     expect(refused.code).toBe(3);
     expect(refused.err).toMatch(/^cdc pause: refused \(PAUSE_OUTLIVES_RETENTION\): a pause of 400d would outlive the change log's retention \(1d\).*\n  what to do: pause for less than 1d/);
     expect(JSON.parse(refused.out)).toMatchObject({ outcome: 'refused', code: 'PAUSE_OUTLIVES_RETENTION' });
-    const resnap = await run('resnapshot', 'public.items', '--reason', 'gap', '--function', 'cdc-operator');
+    const resnap = await run('resnapshot', 'public.items', '--reason', 'gap', '--url', API_URL);
     expect(resnap.code, resnap.err).toBe(0);
-    const status = await run('status', '--function', 'cdc-operator');
+    const status = await run('status', '--url', API_URL);
     expect(status.out).toMatch(/SOURCE +TABLE +STATE +VERSION/);
     expect(status.out).toMatch(/shop +public\.items +needs-resnapshot +1 +- +- +- +- +0 +queued 0\/\? +RESNAPSHOT_REQUESTED: gap \(by tester\)/);
     expect(status.out).toMatch(/shop +public\.orders +paused/);
     expect(status.out).toContain('end-to-end lag: unknown');
-    const audit = await run('audit', '--json', '--function', 'cdc-operator');
+    const audit = await run('audit', '--json', '--url', API_URL);
     const entries = (JSON.parse(audit.out) as AuditEntry[]).filter((e) => e.actor === 'tester');
     expect(entries.map((e) => [e.action, e.table, e.outcome])).toEqual([
       ['pause', 'public.orders', 'done'],
@@ -121,38 +122,43 @@ describe('the CLI → operator API path (the Lambda handler in process, JSON in 
       ['resnapshot', 'public.items', 'done'],
       ['request-snapshot', 'public.items', 'done'],
     ]);
-    const one = await run('audit', '--table', 'public.items', '--function', 'cdc-operator');
+    // --actor is a note in the entry's detail; the actor is the caller the door established.
+    expect(entries.filter((e) => e.action !== 'request-snapshot').map((e) => e.detail.note)).toEqual(['on-call note', 'on-call note', 'on-call note']);
+    const one = await run('audit', '--table', 'public.items', '--url', API_URL);
     expect(one.out).toMatch(/tester +pause +shop\/public\.items +refused +PAUSE_OUTLIVES_RETENTION: a pause of 400d/);
-    expect(await run('resume', 'public.orders', '--function', 'cdc-operator')).toMatchObject({ code: 0 });
-    expect((await run('resume', 'public.orders', '--function', 'cdc-operator')).err).toMatch(/refused \(NOTHING_TO_RESUME\)/);
+    expect(await run('resume', 'public.orders', '--url', API_URL)).toMatchObject({ code: 0 });
+    expect((await run('resume', 'public.orders', '--url', API_URL)).err).toMatch(/refused \(NOTHING_TO_RESUME\)/);
   });
 
   it('the status-only function serves status and audit and refuses changes', async () => {
     setDoorOpener(door('status,audit'));
-    expect((await run('status', 'public.orders', '--json', '--function', 'cdc-status')).code).toBe(0);
-    const pause = await run('pause', 'public.orders', '--for', '1m', '--reason', 'x', '--function', 'cdc-status');
+    expect((await run('status', 'public.orders', '--json', '--url', API_URL)).code).toBe(0);
+    const pause = await run('pause', 'public.orders', '--for', '1m', '--reason', 'x', '--url', API_URL);
     expect(pause.code).toBe(3);
     expect(pause.err).toMatch(/refused \(ACTION_NOT_ALLOWED\): this operator function serves only status, audit/);
+    expect(pause.code).toBe(3);
   });
 
   it('cdc rebuild through a door without a rebuild worker (the operator Lambda): refused with exit 3 and audited; bad --from is a usage error', async () => {
     setDoorOpener(door());
-    const refused = await run('rebuild', 'public.orders', '--sink', 'warehouse', '--function', 'cdc-operator', '--json');
+    const refused = await run('rebuild', 'public.orders', '--sink', 'warehouse', '--url', API_URL, '--json');
     expect(refused.code).toBe(3);
     expect(refused.err).toMatch(/^cdc rebuild: refused \(REBUILD_NOT_AVAILABLE\): this operator door has no rebuild worker wired/);
     expect(JSON.parse(refused.out)).toMatchObject({ outcome: 'refused', action: 'rebuild', code: 'REBUILD_NOT_AVAILABLE' });
-    const audit = (JSON.parse((await run('audit', '--json', '--function', 'cdc-operator')).out) as AuditEntry[]).filter((e) => e.action === 'rebuild');
+    const audit = (JSON.parse((await run('audit', '--json', '--url', API_URL)).out) as AuditEntry[]).filter((e) => e.action === 'rebuild');
     expect(audit.at(-1)).toMatchObject({ table: 'public.orders', outcome: 'refused', detail: { code: 'REBUILD_NOT_AVAILABLE', sink: 'warehouse', rehearse: false } });
-    expect((await run('rebuild', 'public.orders', '--from', 'yesterday', '--function', 'cdc-operator')).code).toBe(2);
+    expect((await run('rebuild', 'public.orders', '--from', 'yesterday', '--url', API_URL)).code).toBe(2);
     const help = await run('rebuild', '--help');
     expect(help.out).toMatch(/^Usage: cdc rebuild TABLE \[--sink ID\] \[--from POSITION\] \[--rehearse\]/);
   });
 
   it('answers a malformed payload with an error naming the field', async () => {
     const handler = createOperatorHandler({ control: cp, env: { [EnvName.CHANGE_LOG_RETENTION_MS]: '1000' }, logger: quiet });
-    expect(await handler({ actor: 'x', request: { action: 'pause', table: 'public.orders', durationMs: -5, reason: 'r' } })).toEqual({ ok: false, error: { code: 'INVALID_REQUEST', message: 'request.durationMs must be a positive number of milliseconds, got -5' } });
-    expect(await handler({ actor: 'x', request: { action: 'drop' } })).toMatchObject({ ok: false, error: { message: expect.stringContaining('request.action must be one of status, pause, resume, resnapshot, audit') } });
-    expect(await handler({ request: { action: 'status' } })).toMatchObject({ ok: false, error: { message: expect.stringContaining('actor') } });
+    const call = (path: string, body: unknown) => handler({ path, caller: 'x', body });
+    expect(await call('/operate/pause', { request: { action: 'pause', table: 'public.orders', durationMs: -5, reason: 'r' } })).toEqual({ ok: false, error: { code: 'INVALID_REQUEST', message: 'request.durationMs must be a positive number of milliseconds, got -5' } });
+    expect(await call('/operate/pause', { request: { action: 'drop' } })).toMatchObject({ ok: false, error: { message: expect.stringContaining('request.action must be one of status, pause, resume, resnapshot, audit') } });
+    // Who asks is never read from the body.
+    expect(await call('/read/status', { request: { action: 'status' }, actor: 'someone-else' })).toMatchObject({ ok: false, error: { message: expect.stringContaining('actor is not read from the body') } });
     expect(() => createOperatorHandler({ control: cp, env: {} })).toThrow(/CDC_CHANGE_LOG_RETENTION_MS must be a positive number/);
     expect(() => createOperatorHandler({ control: cp, env: { [EnvName.CHANGE_LOG_RETENTION_MS]: '1', [EnvName.PAUSE_BUDGETS]: '{"a":-1}' } })).toThrow(/CDC_PAUSE_BUDGETS must be a JSON object/);
   });
@@ -183,6 +189,12 @@ describe('the local door when cdc local is not running', () => {
       ['public.orders', 'active'],
     ]);
     expect(existsSync(path.join(dir, 'lock'))).toBe(false);
+    // The same action classes locally: a pause goes to its route, audited as the OS user, --actor a note.
+    const pause = await run('pause', 'public.orders', '--for', '1m', '--reason', 'local', '--state-dir', dir);
+    expect(pause.code, pause.err).toBe(0);
+    const audit = await run('audit', '--table', 'public.orders', '--json', '--state-dir', dir);
+    const last = (JSON.parse(audit.out) as AuditEntry[]).filter((e) => e.action === 'pause').at(-1);
+    expect(last).toMatchObject({ actor: `os-user:${os.userInfo().username}`, outcome: 'done', detail: { note: 'on-call note', reason: 'local' } });
     const missing = await run('status', '--state-dir', path.join(dir, 'nope'));
     expect(missing.code).toBe(1);
     expect(missing.err).toMatch(/holds no cdc local state \(no state\.json\): run cdc local there first/);

@@ -63,7 +63,7 @@ beforeAll(async () => {
   const handler = createOperatorHandler({ control: cp, env: { [EnvName.CHANGE_LOG_RETENTION_MS]: String(24 * 3_600_000) }, logger: { info: () => undefined, warn: () => undefined } });
   setDoorOpener(async () => ({
     running: true,
-    invoke: async (payload: unknown) => JSON.parse(JSON.stringify(await handler(JSON.parse(JSON.stringify(payload))))),
+    invoke: async (path: string, body: unknown) => JSON.parse(JSON.stringify(await handler({ path, caller: 'tester', body: JSON.parse(JSON.stringify(body)) }))),
     close: async () => undefined,
   }));
 }, 180_000);

@@ -230,7 +230,8 @@ describe('CdcSource', () => {
     expect(env.CDC_CHANGE_LOG_STREAM).toEqual(f.stack.resolve(f.log.stream.streamName));
     expect(env.POWERTOOLS_METRICS_NAMESPACE).toBe('CdcPlatform');
     expect(fn.Properties).toMatchObject({ Runtime: 'nodejs24.x', Architectures: ['arm64'], Handler: 'index.handler', TracingConfig: { Mode: 'Active' } });
-    t.hasResourceProperties('AWS::SQS::Queue', { SqsManagedSseEnabled: true, MessageRetentionPeriod: 1209600 });
+    // The normalizer's dead-letter queue: the source's own key (docs/deploy.md, "Keys").
+    t.hasResourceProperties('AWS::SQS::Queue', { KmsMasterKeyId: { 'Fn::GetAtt': [Match.stringLikeRegexp('^OrdersKey'), 'Arn'] }, MessageRetentionPeriod: 1209600 });
   });
 
   test('heartbeat writer: every minute, six beats, in the VPC with the source security group', () => {

@@ -16,17 +16,51 @@ function changeLog(props: ChangeLogProps = {}): { stack: Stack; log: ChangeLog; 
 }
 
 describe('ChangeLog', () => {
-  test('default stream: on-demand, KMS with the AWS managed key, 7 days, retained', () => {
-    const { t } = changeLog();
+  test('default stream: on-demand, KMS with the platform\'s own key (rotated, retained), 7 days, retained', () => {
+    const { t, stack, log } = changeLog();
     t.hasResource('AWS::Kinesis::Stream', {
       Properties: {
         RetentionPeriodHours: 168,
         StreamModeDetails: { StreamMode: 'ON_DEMAND' },
-        StreamEncryption: { EncryptionType: 'KMS', KeyId: 'alias/aws/kinesis' },
+        StreamEncryption: { EncryptionType: 'KMS', KeyId: stack.resolve(log.encryptionKey!.keyArn) },
         ShardCount: Match.absent(),
       },
       DeletionPolicy: 'Retain',
     });
+    expect(stack.resolve(log.encryptionKey!.keyArn)).toEqual({ 'Fn::GetAtt': [expect.stringMatching(/^LogKey/), 'Arn'] });
+    t.hasResource('AWS::KMS::Key', { Properties: { EnableKeyRotation: true, Description: Match.stringLikeRegexp('change log') }, DeletionPolicy: 'Retain' });
+  });
+
+  test('the platform key encrypts the copier\'s dead-letter queue and log group and the delivery log group; CloudWatch Logs of the region may use it for this account\'s log groups only', () => {
+    const { t, stack, log } = changeLog();
+    const keyArn = stack.resolve(log.encryptionKey!.keyArn);
+    const queues = resourcesOf(t, 'AWS::SQS::Queue');
+    expect(queues.length).toBeGreaterThan(0);
+    for (const [id, q] of queues) expect(q.Properties.KmsMasterKeyId, id).toEqual(keyArn);
+    const groups = resourcesOf(t, 'AWS::Logs::LogGroup');
+    expect(groups.map(([id]) => id)).toEqual(expect.arrayContaining([expect.stringMatching(/^LogArchiveCopier/), expect.stringMatching(/^LogArchiveDelivery/)]));
+    for (const [id, g] of groups) expect(g.Properties.KmsKeyId, id).toEqual(keyArn);
+    const key = onlyResource(t, 'AWS::KMS::Key', 'LogKey');
+    const statements = (key.Properties.KeyPolicy as { Statement: Array<Record<string, unknown>> }).Statement;
+    expect(statements).toContainEqual(
+      expect.objectContaining({
+        Sid: 'AllowCloudWatchLogsOfThisAccount',
+        Effect: 'Allow',
+        Principal: { Service: { 'Fn::Join': ['', ['logs.', { Ref: 'AWS::Region' }, '.amazonaws.com']] } },
+        Condition: { ArnLike: { 'kms:EncryptionContext:aws:logs:arn': { 'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':logs:', { Ref: 'AWS::Region' }, ':', { Ref: 'AWS::AccountId' }, ':log-group:*']] } } },
+      }),
+    );
+  });
+
+  test('archive: Object Lock in governance mode for archiveRetention by default, compliance mode when asked', () => {
+    const gov = onlyResource(changeLog({ archiveRetention: Duration.days(400) }).t, 'AWS::S3::Bucket', 'LogArchive');
+    expect(gov.Properties).toMatchObject({
+      ObjectLockEnabled: true,
+      ObjectLockConfiguration: { ObjectLockEnabled: 'Enabled', Rule: { DefaultRetention: { Mode: 'GOVERNANCE', Days: 400 } } },
+      VersioningConfiguration: { Status: 'Enabled' },
+    });
+    const comp = onlyResource(changeLog({ archiveObjectLockMode: s3.ObjectLockMode.COMPLIANCE }).t, 'AWS::S3::Bucket', 'LogArchive');
+    expect(comp.Properties).toMatchObject({ ObjectLockConfiguration: { ObjectLockEnabled: 'Enabled', Rule: { DefaultRetention: { Mode: 'COMPLIANCE', Days: 365 } } } });
   });
 
   test('shardCount selects provisioned mode; a given key encrypts the stream', () => {
@@ -162,7 +196,13 @@ describe('ChangeLog', () => {
       [['s3:ListBucket'], stack.resolve(log.archiveBucket.bucketArn), { StringLike: { 's3:prefix': ['change-log/*'] } }],
       [['s3:GetObject', 's3:PutObject'], { 'Fn::Join': ['', [stack.resolve(log.archiveBucket.bucketArn), '/change-log/*']] }, null],
     ]);
-    expect(statements.filter((x) => acts(x).some((a) => a.startsWith('kms:')))).toEqual([expect.objectContaining({ Action: ['kms:GenerateDataKey', 'kms:Decrypt'], Resource: stack.resolve(log.archiveEncryptionKey.keyArn) })]);
+    // Keys: the archive key to put and get objects; the platform key to decrypt the stream and to
+    // send to its (encrypted) on-failure queue (CDK's queue grant); no other key, no kms:*.
+    expect(statements.filter((x) => acts(x).some((a) => a.startsWith('kms:'))).map((x) => [acts(x), x.Resource])).toEqual([
+      [['kms:GenerateDataKey', 'kms:Decrypt'], stack.resolve(log.archiveEncryptionKey.keyArn)],
+      [['kms:Decrypt', 'kms:Encrypt', 'kms:ReEncrypt*', 'kms:GenerateDataKey*'], stack.resolve(log.encryptionKey!.keyArn)],
+      [['kms:Decrypt'], stack.resolve(log.encryptionKey!.keyArn)],
+    ]);
     expect(statements.flatMap(acts)).toEqual(expect.arrayContaining(['kinesis:GetRecords', 'kinesis:GetShardIterator']));
     expect(statements.flatMap(acts).filter((a) => /^s3:(Delete|\*)|^kinesis:Put|^kms:\*/.test(a))).toEqual([]);
     // The mapping: whole batches from the trim horizon, one per shard at a time, retried without limit, never given up

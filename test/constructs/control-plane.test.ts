@@ -7,6 +7,7 @@ import * as kms from 'aws-cdk-lib/aws-kms';
 import { describe, expect, test } from 'vitest';
 import { ControlPlane } from '../../lib/index.ts';
 import { newApp } from './helpers.ts';
+import { OPERATOR_API_STAGE, OPERATOR_ROUTES } from '../../contracts/operator-routes.ts';
 
 describe('ControlPlane', () => {
   test('default table: pk/sk strings, on demand, PITR, customer-managed key with rotation, retained', () => {
@@ -79,22 +80,43 @@ describe('ControlPlane operator API', () => {
     Object.values(t.findResources('AWS::IAM::Policy')).filter((p) => JSON.stringify((p as { Properties: { Roles: unknown } }).Properties.Roles).includes(rolePrefix)) as Array<{ Properties: { PolicyDocument: { Statement: Array<{ Action: string | string[]; Condition?: unknown; Resource: unknown }> } } }>;
   const actionsOf = (policies: ReturnType<typeof policiesOf>) => policies.flatMap((p) => p.Properties.PolicyDocument.Statement.flatMap((s) => (Array.isArray(s.Action) ? s.Action : [s.Action])));
 
-  test('two functions invoked through IAM only (no URL, no resource policy), configured with the retention and budgets', () => {
+  test('two functions behind one IAM-authorized REST API: one POST resource per action, read class to the status function', () => {
     const stack = new Stack(newApp(), 'S');
-    new ControlPlane(stack, 'Control', { changeLogRetention: Duration.days(7), pauseBudgets: { orders: Duration.hours(6) } });
+    const control = new ControlPlane(stack, 'Control', { changeLogRetention: Duration.days(7), pauseBudgets: { orders: Duration.hours(6) } });
     const t = Template.fromStack(stack);
     t.resourceCountIs('AWS::Lambda::Function', 2);
     t.resourceCountIs('AWS::Lambda::Url', 0);
-    t.resourceCountIs('AWS::Lambda::Permission', 0);
-    t.resourceCountIs('AWS::ApiGateway::RestApi', 0);
+    t.resourceCountIs('AWS::ApiGateway::RestApi', 1);
     t.resourceCountIs('AWS::ApiGatewayV2::Api', 0);
     t.hasResourceProperties('AWS::Lambda::Function', {
       Environment: { Variables: Match.objectLike({ CDC_OPERATOR_ACTIONS: 'status,pause,resume,resnapshot,audit,rebuild', CDC_CHANGE_LOG_RETENTION_MS: String(7 * 86_400_000), CDC_PAUSE_BUDGETS: JSON.stringify({ orders: 6 * 3_600_000 }) }) },
     });
     t.hasResourceProperties('AWS::Lambda::Function', { Environment: { Variables: Match.objectLike({ CDC_OPERATOR_ACTIONS: 'status,audit' }) } });
+    // Every method: POST, AWS_IAM, Lambda proxy; read routes reach the status function, the others the operator function.
+    const methods = Object.values(t.findResources('AWS::ApiGateway::Method')) as Array<{ Properties: { HttpMethod: string; AuthorizationType: string; ResourceId: unknown; Integration: { Type: string; Uri: unknown } } }>;
+    expect(methods).toHaveLength(OPERATOR_ROUTES.length);
+    const resources = t.findResources('AWS::ApiGateway::Resource') as Record<string, { Properties: { PathPart: string; ParentId: unknown } }>;
+    const pathOf = (id: unknown): string => {
+      const ref = (id as { Ref?: string }).Ref;
+      const r = ref ? resources[ref] : undefined;
+      return r ? `${pathOf(r.Properties.ParentId)}/${r.Properties.PathPart}` : '';
+    };
+    const statusFn = (stack.resolve(control.statusFunction.functionArn) as { 'Fn::GetAtt': [string, string] })['Fn::GetAtt'][0];
+    const operatorFn = (stack.resolve(control.operatorFunction.functionArn) as { 'Fn::GetAtt': [string, string] })['Fn::GetAtt'][0];
+    const seen = methods.map((m) => {
+      expect(m.Properties).toMatchObject({ HttpMethod: 'POST', AuthorizationType: 'AWS_IAM', Integration: { Type: 'AWS_PROXY' } });
+      const target = JSON.stringify(m.Properties.Integration.Uri);
+      return [pathOf(m.Properties.ResourceId), target.includes(statusFn) ? 'status' : target.includes(operatorFn) ? 'operator' : '?'];
+    });
+    expect(seen.sort()).toEqual(OPERATOR_ROUTES.map((r) => [r.path, r.actionClass === 'read' ? 'status' : 'operator']).sort());
+    // Only API Gateway may invoke the functions, per method (no test-invoke, no other principal).
+    const permissions = Object.values(t.findResources('AWS::Lambda::Permission')) as Array<{ Properties: { Principal: string; SourceArn: unknown } }>;
+    expect(permissions).toHaveLength(OPERATOR_ROUTES.length);
+    for (const p of permissions) expect(p.Properties.Principal).toBe('apigateway.amazonaws.com');
+    t.hasResourceProperties('AWS::ApiGateway::Stage', { StageName: OPERATOR_API_STAGE, AccessLogSetting: Match.objectLike({ Format: Match.stringLikeRegexp('identity.userArn') }), MethodSettings: [Match.objectLike({ LoggingLevel: 'ERROR', DataTraceEnabled: false })] });
     const outputs = Object.keys(t.findOutputs('*'));
-    expect(outputs.filter((o) => o.includes('OperatorFunctionName'))).toHaveLength(1);
-    expect(outputs.filter((o) => o.includes('StatusFunctionName'))).toHaveLength(1);
+    expect(outputs.filter((o) => o.includes('OperatorApiUrl'))).toHaveLength(1);
+    expect(outputs.filter((o) => o.includes('FunctionName'))).toEqual([]);
   });
 
   test('least privilege: the operator writes only table, sink, audit and rebuild-slot items; the status function cannot write at all', () => {
@@ -113,25 +135,40 @@ describe('ControlPlane operator API', () => {
     expect(statusActions).toEqual(expect.arrayContaining(['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:Scan', 'kms:Decrypt']));
   });
 
-  test('grantOperate and grantReadStatus grant lambda:InvokeFunction on different functions', () => {
+  test('grantReadStatus, grantOperate and grantDestructiveActions grant execute-api:Invoke on the routes of their classes only', () => {
     const stack = new Stack(newApp(), 'S');
     const control = new ControlPlane(stack, 'Control');
-    const oncall = new iam.Role(stack, 'Oncall', { assumedBy: new iam.AccountRootPrincipal() });
     const viewer = new iam.Role(stack, 'Viewer', { assumedBy: new iam.AccountRootPrincipal() });
-    control.grantOperate(oncall);
+    const oncall = new iam.Role(stack, 'Oncall', { assumedBy: new iam.AccountRootPrincipal() });
+    const admin = new iam.Role(stack, 'Admin', { assumedBy: new iam.AccountRootPrincipal() });
     control.grantReadStatus(viewer);
+    control.grantOperate(oncall);
+    control.grantDestructiveActions(admin);
     const t = Template.fromStack(stack);
-    const invokeTargets = (role: string) =>
+    const invokeRoutes = (role: string): string[] =>
       policiesOf(t, role)
         .flatMap((p) => p.Properties.PolicyDocument.Statement)
-        .filter((s) => JSON.stringify(s.Action).includes('lambda:InvokeFunction'))
-        .map((s) => JSON.stringify(s.Resource));
-    const op = stack.resolve(control.operatorFunction.functionArn) as { 'Fn::GetAtt': [string, string] };
-    const st = stack.resolve(control.statusFunction.functionArn) as { 'Fn::GetAtt': [string, string] };
-    expect(invokeTargets('Oncall').join()).toContain(op['Fn::GetAtt'][0]);
-    expect(invokeTargets('Oncall').join()).not.toContain(st['Fn::GetAtt'][0]);
-    expect(invokeTargets('Viewer').join()).toContain(st['Fn::GetAtt'][0]);
-    expect(invokeTargets('Viewer').join()).not.toContain(op['Fn::GetAtt'][0]);
+        .flatMap((s) => {
+          const actions = Array.isArray(s.Action) ? s.Action : [s.Action];
+          expect(actions.filter((a) => a.startsWith('lambda:'))).toEqual([]);
+          if (!actions.includes('execute-api:Invoke')) return [];
+          return (Array.isArray(s.Resource) ? s.Resource : [s.Resource]).map((r) => {
+            // arn:…:execute-api:REGION:ACCOUNT:API/STAGE/POST/PATH, with the API id a Ref of the RestApi.
+            const parts = (r as { 'Fn::Join': [string, unknown[]] })['Fn::Join'][1];
+            expect(JSON.stringify(parts)).toContain(JSON.stringify(stack.resolve(control.operatorApi.restApiId)));
+            const tail = parts.at(-1) as string;
+            expect(tail.startsWith(`/${OPERATOR_API_STAGE}/POST/`), tail).toBe(true);
+            return tail.slice(`/${OPERATOR_API_STAGE}/POST`.length);
+          });
+        })
+        .sort();
+    const paths = (...classes: string[]) => OPERATOR_ROUTES.filter((r) => classes.includes(r.actionClass)).map((r) => r.path).sort();
+    expect(invokeRoutes('Viewer')).toEqual(paths('read'));
+    expect(invokeRoutes('Oncall')).toEqual(paths('read', 'operate'));
+    expect(invokeRoutes('Oncall')).not.toContain('/destructive/accept-schema');
+    expect(invokeRoutes('Admin')).toEqual(paths('destructive'));
+    // Every route is in exactly one class; no wildcard resource anywhere.
+    expect([...paths('read'), ...paths('operate'), ...paths('destructive')].sort()).toEqual(OPERATOR_ROUTES.map((r) => r.path).sort());
   });
 
   test('an errors alarm per function with the injected actions, none when alarms are off', () => {

@@ -47,6 +47,9 @@ describe('archive: no deletes', () => {
     const statements = roleStatements(t, 'LogArchiveDeliveryRole');
     const s3Actions = statements.flatMap(actionsOf).filter((a) => a.startsWith('s3:'));
     expect(s3Actions.sort()).toEqual(['s3:AbortMultipartUpload', 's3:GetBucketLocation', 's3:GetObject', 's3:ListBucket', 's3:ListBucketMultipartUploads', 's3:PutObject']);
+    // Objects only under Firehose's own prefixes: the by-table archive a rebuild replays (change-log/) is the copier's alone.
+    const objectResources = statements.filter((s) => actionsOf(s).includes('s3:PutObject')).flatMap((s) => s.Resource as unknown[]);
+    expect(objectResources.map((r) => JSON.stringify(r))).toEqual([expect.stringContaining('/changes/*'), expect.stringContaining('/errors/*')]);
     // No policy anywhere in the template gives a delete on the archive to anyone.
     for (const [id, p] of resourcesOf(t, 'AWS::IAM::Policy')) {
       for (const s of (p.Properties.PolicyDocument as { Statement: Statement[] }).Statement) {
@@ -68,7 +71,16 @@ describe('archive: no deletes', () => {
       Bucket: { Ref: Match.stringLikeRegexp('^LogArchive') },
       PolicyDocument: {
         Statement: Match.arrayWith([
-          Match.objectLike({ Sid: 'DenyArchiveDeletes', Effect: 'Deny', Principal: { AWS: '*' }, Action: ['s3:DeleteObject', 's3:DeleteObjectVersion'], Condition: Match.absent() }),
+          Match.objectLike({ Sid: 'DenyArchiveDeletes', Effect: 'Deny', Principal: { AWS: '*' }, Action: ['s3:DeleteObject', 's3:DeleteObjectVersion', 's3:BypassGovernanceRetention'], Condition: Match.absent() }),
+          Match.objectLike({
+            Sid: 'DenyArchiveConfigurationChanges',
+            Effect: 'Deny',
+            Principal: { AWS: '*' },
+            Action: ['s3:PutLifecycleConfiguration', 's3:PutBucketPolicy', 's3:DeleteBucketPolicy', 's3:PutBucketObjectLockConfiguration', 's3:PutBucketVersioning', 's3:PutReplicationConfiguration'],
+            Resource: { 'Fn::GetAtt': [Match.stringLikeRegexp('^LogArchive'), 'Arn'] },
+            // Only a CloudFormation deployment may change them (the stack must stay updatable and deletable).
+            Condition: { 'ForAllValues:StringNotEquals': { 'aws:CalledVia': ['cloudformation.amazonaws.com'] } },
+          }),
         ]),
       },
     });
@@ -85,6 +97,11 @@ describe('archive: no deletes', () => {
       PolicyDocument: {
         Statement: Match.arrayWith([
           Match.objectLike({ Sid: 'DenyArchiveDeletes', Effect: 'Deny', Condition: { ArnNotEquals: { 'aws:PrincipalArn': [stack.resolve(breakGlass.roleArn)] } } }),
+          Match.objectLike({
+            Sid: 'DenyArchiveConfigurationChanges',
+            Effect: 'Deny',
+            Condition: { ArnNotEquals: { 'aws:PrincipalArn': [stack.resolve(breakGlass.roleArn)] }, 'ForAllValues:StringNotEquals': { 'aws:CalledVia': ['cloudformation.amazonaws.com'] } },
+          }),
         ]),
       },
     });
@@ -332,6 +349,39 @@ describe('network: no open egress', () => {
 });
 
 describe('customer-managed keys wherever data rests', () => {
+  test('by default the source\'s own key (rotated, retained) encrypts the raw stream, the normalizer\'s dead-letter queue and every log group of the source; the change log\'s key its own', () => {
+    const f = fixture();
+    const source = ordersSource(f);
+    const t = Template.fromStack(f.stack);
+    const keyArn = f.stack.resolve(source.encryptionKey.keyArn);
+    expect(keyArn).toEqual({ 'Fn::GetAtt': [expect.stringMatching(/^OrdersKey/), 'Arn'] });
+    t.hasResource('AWS::KMS::Key', { Properties: { EnableKeyRotation: true, Description: Match.stringLikeRegexp('raw stream') }, DeletionPolicy: 'Retain' });
+    expect(onlyResource(t, 'AWS::Kinesis::Stream', 'OrdersRawStream').Properties.StreamEncryption).toEqual({ EncryptionType: 'KMS', KeyId: keyArn });
+    expect(onlyResource(t, 'AWS::SQS::Queue', 'OrdersNormalizerDeadLetterQueue').Properties.KmsMasterKeyId).toEqual(keyArn);
+    const logGroups = resourcesOf(t, 'AWS::Logs::LogGroup');
+    const sourceGroups = logGroups.filter(([id]) => id.startsWith('Orders'));
+    expect(sourceGroups.length).toBeGreaterThanOrEqual(5);
+    for (const [id, g] of sourceGroups) expect(g.Properties.KmsKeyId, id).toEqual(keyArn);
+    const logKeyArn = f.stack.resolve(f.log.encryptionKey!.keyArn);
+    for (const [id, g] of logGroups.filter(([i]) => i.startsWith('LogArchive'))) expect(g.Properties.KmsKeyId, id).toEqual(logKeyArn);
+    // The normalizer decrypts the raw stream, encrypts into the change log and uses the control table: each with its own key only.
+    const kmsResources = roleStatements(t, 'OrdersNormalizerServiceRole')
+      .filter((x) => actionsOf(x).some((a) => a.startsWith('kms:')))
+      .map((x) => JSON.stringify(x.Resource));
+    const controlKeyArn = f.stack.resolve(f.control.encryptionKey.keyArn);
+    expect(new Set(kmsResources)).toEqual(new Set([keyArn, logKeyArn, controlKeyArn].map((k) => JSON.stringify(k))));
+  });
+
+  test('by default a sink\'s dead-letter queue and applier log group are on the change log\'s key; a given dead-letter key wins for the queue', () => {
+    const f = fixture();
+    const w = sink(f);
+    new SearchSink(f.stack, 'Search', { controlPlane: f.control, changeLog: f.log, sources: [w.sources[0]!], domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://search-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com') });
+    const t = Template.fromStack(f.stack);
+    const logKeyArn = f.stack.resolve(f.log.encryptionKey!.keyArn);
+    for (const prefix of ['WarehouseDeadLetterQueue', 'SearchDeadLetterQueue']) expect(onlyResource(t, 'AWS::SQS::Queue', prefix).Properties.KmsMasterKeyId, prefix).toEqual(logKeyArn);
+    for (const prefix of ['WarehouseApplierLogGroup', 'SearchApplierLogGroup']) expect(onlyResource(t, 'AWS::Logs::LogGroup', prefix).Properties.KmsKeyId, prefix).toEqual(logKeyArn);
+  });
+
   test('raw stream and normalizer dead-letter queue with the source key; applier dead-letter queue with its own; change log and control plane take theirs', () => {
     const f = fixture();
     const key = new kms.Key(f.stack, 'SourceKey', { enableKeyRotation: true });

@@ -5,7 +5,7 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { describe, expect, test } from 'vitest';
 import { ChangeLog, ControlPlane, WarehouseConnection, WarehouseRebuild, WarehouseSink, type WarehouseRebuildProps } from '../../lib/index.ts';
-import { fixture, newApp, ordersSource, policyDocuments, resourcesOf, type Fixture } from './helpers.ts';
+import { fixture, newApp, onlyResource, ordersSource, policyDocuments, resourcesOf, type Fixture } from './helpers.ts';
 
 function build(f: Fixture, overrides: Partial<WarehouseRebuildProps> = {}) {
   const orders = ordersSource(f);
@@ -59,6 +59,8 @@ describe('WarehouseRebuild', () => {
     const worker = fnById(t, 'RebuildWorker');
     expect(worker.Properties.VpcConfig).toBeDefined();
     expect(worker.Properties.Timeout).toBe(900);
+    // Its log group on the change log's (the platform's) key.
+    expect(onlyResource(t, 'AWS::Logs::LogGroup', 'RebuildWorkerLogGroup').Properties.KmsKeyId).toEqual(f.stack.resolve(f.log.encryptionKey!.keyArn));
     expect(worker.Properties.Environment!.Variables).toMatchObject({ CDC_SINK_ID: 'warehouse', CDC_ARCHIVE_PREFIX: 'change-log/', POWERTOOLS_SERVICE_NAME: 'cdc-rebuild-worker' });
     expect(JSON.stringify(worker.Properties.Environment!.Variables.CDC_ARCHIVE_BUCKET)).toContain('LogArchive');
     const s = statementsOf(t, 'RebuildWorkerServiceRole');

@@ -171,11 +171,11 @@ describe('WarehouseSink', () => {
     expect(alarms).toHaveLength(0);
   });
 
-  test('the dead-letter queue is encrypted and alarmed', () => {
+  test('the dead-letter queue is encrypted with the change log\'s key and alarmed', () => {
     const f = fixture();
     const s = sink(f);
     const t = Template.fromStack(f.stack);
-    expect(onlyResource(t, 'AWS::SQS::Queue', 'WarehouseDeadLetterQueue').Properties).toMatchObject({ SqsManagedSseEnabled: true });
+    expect(onlyResource(t, 'AWS::SQS::Queue', 'WarehouseDeadLetterQueue').Properties).toMatchObject({ KmsMasterKeyId: f.stack.resolve(f.log.encryptionKey!.keyArn) });
     t.hasResourceProperties('AWS::CloudWatch::Alarm', {
       Namespace: 'AWS/SQS',
       MetricName: 'ApproximateNumberOfMessagesVisible',

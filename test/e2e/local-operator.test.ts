@@ -142,7 +142,10 @@ describe('cdc pause / resume / audit against a running cdc local', () => {
       // The audit log: the accepted pause, the resumes and the refusals.
       const audit = await cdc('audit', '--json');
       expect(audit.code, audit.err).toBe(0);
-      const all = (JSON.parse(audit.out) as AuditEntry[]).filter((e) => e.actor === 'e2e');
+      // Who asks is the OS user the local door establishes; --actor is only the entry's note.
+      const all = (JSON.parse(audit.out) as AuditEntry[]).filter((e) => e.detail.note === 'e2e');
+      expect(all.length).toBeGreaterThan(0);
+      for (const e of all) expect(e.actor).toBe(`os-user:${os.userInfo().username}`);
       // A pause asked while the snapshot still ran was refused SNAPSHOT_RUNNING and asked again
       // (above): each such refusal is audited too, before the accepted pause; how many depends on
       // the machine's speed (a loaded CI machine has some).
@@ -158,7 +161,7 @@ describe('cdc pause / resume / audit against a running cdc local', () => {
       ]);
       expect(entries[4]!.detail).toMatchObject({ acceptSchema: true, decision: 'continue with schema version 2' });
       const since = await cdc('audit', '--table', 'public.kept', '--since', '10m');
-      expect(since.out).toMatch(/e2e +pause +app\/public\.kept +refused +PAUSE_OUTLIVES_RETENTION/);
+      expect(since.out).toMatch(/os-user:\S+ +pause +app\/public\.kept +refused +PAUSE_OUTLIVES_RETENTION/);
 
       const code = await exited;
       await expectVerdict(output, 'verdict: MATCH', () => stateDirDiagnostics(path.join(dir, 'state'), { source: 'app', warehouseUrl: cluster.url('dw') }));

@@ -40,6 +40,7 @@ import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/event.ts';
 import type { ActionResult, StatusReport } from '../../lambda/core/operator.ts';
 import { makePosition } from '../../lambda/core/position.ts';
 import { createOperatorHandler } from '../../lambda/handlers/operator.ts';
+import { operatorCall } from '../helpers/operator-call.ts';
 import { createRebuildWorker, type RebuildWorkerResult } from '../../lambda/handlers/rebuild-worker.ts';
 import { EnvName } from '../../contracts/env.ts';
 import { Logger } from '@aws-lambda-powertools/logger';
@@ -221,7 +222,7 @@ describe('rebuild on AWS: operator, rebuild worker slices (real DynamoDB Local, 
       const rehearse = rand() < 0.25;
       const before = await digest(s.schema);
 
-      const accepted = await operator({ request: { action: 'rebuild', table: TABLE, sink: SINK, rehearse }, actor: 'alice' });
+      const accepted = await operator(operatorCall('alice', { action: 'rebuild', table: TABLE, sink: SINK, rehearse }));
       expect(accepted.ok, where).toBe(true);
       const a = (accepted as { result: ActionResult }).result;
       expect(a.outcome, `${where}: ${JSON.stringify(a)}`).toBe('done');
@@ -232,9 +233,9 @@ describe('rebuild on AWS: operator, rebuild worker slices (real DynamoDB Local, 
       expect(started[0]!.name, where).toBe(id);
 
       // Visible in status; a second rebuild of the sink is refused, audited.
-      const status = (await operator({ request: { action: 'status' }, actor: 'alice' })) as { ok: true; result: StatusReport };
+      const status = (await operator(operatorCall('alice', { action: 'status' }))) as { ok: true; result: StatusReport };
       expect(status.result.tables[0]!.rebuilds?.map((b) => [b.id, b.mode, b.stale]), where).toEqual([[id, rehearse ? 'rehearsal' : 'swap', false]]);
-      const second = (await operator({ request: { action: 'rebuild', table: TABLE, sink: SINK }, actor: 'bob' })) as { ok: true; result: ActionResult };
+      const second = (await operator(operatorCall('bob', { action: 'rebuild', table: TABLE, sink: SINK }))) as { ok: true; result: ActionResult };
       expect(second.result.outcome, where).toBe('refused');
       expect((second.result as { code: string }).code, where).toBe('REBUILD_RUNNING');
       expect(started.length, where).toBe(1);
@@ -274,7 +275,7 @@ describe('rebuild on AWS: operator, rebuild worker slices (real DynamoDB Local, 
       const runs = await s.cp.listRebuilds(SINK, s.source, TABLE);
       expect(runs.map((r) => [r.id, r.outcome, r.mode]), where).toEqual([[id, 'done', rehearse ? 'rehearsal' : 'swap']]);
       expect((await s.cp.getActiveRebuild(SINK))?.state, where).toBe('finished');
-      const after = (await operator({ request: { action: 'status' }, actor: 'alice' })) as { ok: true; result: StatusReport };
+      const after = (await operator(operatorCall('alice', { action: 'status' }))) as { ok: true; result: StatusReport };
       expect(after.result.tables[0]!.rebuilds, where).toBeUndefined();
       const audit = (await s.cp.listAudit(s.source, TABLE)).filter((e) => e.action.startsWith('rebuild'));
       expect(audit.map((e) => [e.action, e.outcome, e.actor, e.detail.code ?? null]), where).toEqual([
@@ -290,7 +291,7 @@ describe('rebuild on AWS: operator, rebuild worker slices (real DynamoDB Local, 
     const s = await setUp('abandon', rand);
     const { worker, operator, started } = wire(s);
     const before = await digest(s.schema);
-    const accepted = (await operator({ request: { action: 'rebuild', table: TABLE, sink: SINK }, actor: 'alice' })) as { ok: true; result: ActionResult };
+    const accepted = (await operator(operatorCall('alice', { action: 'rebuild', table: TABLE, sink: SINK }))) as { ok: true; result: ActionResult };
     expect(accepted.result.outcome).toBe('done');
     const { id, request } = started[0]!.input;
     let budget = 1;
@@ -312,14 +313,14 @@ describe('rebuild on AWS: operator, rebuild worker slices (real DynamoDB Local, 
     if (middle) {
       const body = await s.archive.get(`change-log/batches/${middle}`);
       await rm(path.join(s.archiveDir, 'change-log', 'batches', middle));
-      const holed = (await operator({ request: { action: 'rebuild', table: TABLE, sink: SINK }, actor: 'carol' })) as { ok: true; result: ActionResult };
+      const holed = (await operator(operatorCall('carol', { action: 'rebuild', table: TABLE, sink: SINK }))) as { ok: true; result: ActionResult };
       expect(holed.result).toMatchObject({ outcome: 'refused', code: 'HISTORY_INCOMPLETE' });
       expect((holed.result as { reason: string }).reason).toMatch(/history hole in shard/);
       await s.archive.put(`change-log/batches/${middle}`, body);
     }
     // An object named as Firehose names them (no shard, no sequence numbers).
     await s.archive.put('change-log/2026/12/01/10/cdc-archive-1-2026-12-01-10-00-00-4b7e0c2a-9f31-4c55-a1d2-3e8f7a6b5c4d', '{}\n');
-    const unplaced = (await operator({ request: { action: 'rebuild', table: TABLE, sink: SINK }, actor: 'carol' })) as { ok: true; result: ActionResult };
+    const unplaced = (await operator(operatorCall('carol', { action: 'rebuild', table: TABLE, sink: SINK }))) as { ok: true; result: ActionResult };
     expect(unplaced.result).toMatchObject({ outcome: 'refused', code: 'HISTORY_INCOMPLETE' });
     expect((unplaced.result as { reason: string }).reason).toMatch(/name no shard and sequence numbers/);
     expect(started.length).toBe(1);
@@ -327,7 +328,7 @@ describe('rebuild on AWS: operator, rebuild worker slices (real DynamoDB Local, 
     expect(refusals).toEqual([...(middle ? ['HISTORY_INCOMPLETE'] : []), 'HISTORY_INCOMPLETE']);
     // An operator function with no worker for the sink refuses, audited.
     const none = createOperatorHandler({ control: s.cp, env: ENV, rebuilds: awsRebuilds({ control: s.cp, workers: {}, invoke: async () => null, start: async () => '' }), logger: { info: () => undefined, warn: () => undefined } });
-    const r = (await none({ request: { action: 'rebuild', table: TABLE, sink: SINK }, actor: 'dave' })) as { ok: true; result: ActionResult };
+    const r = (await none(operatorCall('dave', { action: 'rebuild', table: TABLE, sink: SINK }))) as { ok: true; result: ActionResult };
     expect(r.result).toMatchObject({ outcome: 'refused', code: 'REBUILD_NOT_AVAILABLE' });
   }, 300_000);
 });
@@ -369,7 +370,7 @@ describe('rebuild on AWS: the synthesised state machine, run by the Step Functio
         throw new Crash(`crash at ${name}`);
       }
     });
-    const accepted = (await ok.operator({ request: { action: 'rebuild', table: TABLE, sink: SINK }, actor: 'alice' })) as { ok: true; result: ActionResult };
+    const accepted = (await ok.operator(operatorCall('alice', { action: 'rebuild', table: TABLE, sink: SINK }))) as { ok: true; result: ActionResult };
     expect(accepted.result.outcome, JSON.stringify(accepted.result)).toBe('done');
     const run = await runExecution(definition, ok.started[0]!.input as never, { invoke: invokeWith(ok.worker) });
     expect(run.status, JSON.stringify(run.history.slice(-4))).toBe('SUCCEEDED');
@@ -386,7 +387,7 @@ describe('rebuild on AWS: the synthesised state machine, run by the Step Functio
     const failing = wire(f, (name) => {
       if (name === 'replay') throw new Crash('the archive cannot be read');
     });
-    const started = (await failing.operator({ request: { action: 'rebuild', table: TABLE, sink: SINK }, actor: 'alice' })) as { ok: true; result: ActionResult };
+    const started = (await failing.operator(operatorCall('alice', { action: 'rebuild', table: TABLE, sink: SINK }))) as { ok: true; result: ActionResult };
     expect(started.result.outcome).toBe('done');
     const failed = await runExecution(definition, failing.started[0]!.input as never, { invoke: invokeWith(failing.worker) });
     expect(failed).toMatchObject({ status: 'FAILED', error: 'RebuildFailed' });
