@@ -131,8 +131,8 @@ export function legacyPartNames(table: string): Record<LegacyPart, string> {
   return Object.fromEntries(LEGACY_SUFFIXES.map(([part, suffix]) => [part, legacyFit(table, suffix)])) as Record<LegacyPart, string>;
 }
 
-/** FNV-1a 32-bit as 8 hex digits (the old layout's shortening hash). */
-function fnv1a(text: string): string {
+/** FNV-1a 32-bit as 8 hex digits: the old layout's shortening hash, and the stage and merge names' (lambda/core/warehouse-sql.ts). */
+export function fnv1a(text: string): string {
   let h = 0x811c9dc5;
   for (let i = 0; i < text.length; i++) {
     h ^= text.charCodeAt(i);

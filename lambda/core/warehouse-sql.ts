@@ -51,7 +51,7 @@
 import { UnsafeIdentifierError } from './errors.ts';
 import { assertCarriedIdentifier, assertPlainIdentifier, quoteIdent, splitTableId } from './identifiers.ts';
 import { POLL_DELETES_INVISIBLE } from './poll.ts';
-import { assertCarriedTableName, platformName, warehouseSchemaName } from './warehouse-names.ts';
+import { assertCarriedTableName, fnv1a, platformName, warehouseSchemaName } from './warehouse-names.ts';
 
 /** Source columns may not use this prefix: the platform's own columns do. */
 export const RESERVED_PREFIX = '_cdc_';
@@ -124,16 +124,6 @@ export interface WarehouseTable {
   /** The unmerged changes: appended by the critical path, compacted into the mirror by the merge (see `createDeltaSql`). */
   delta: string;
   view: string;
-}
-
-/** FNV-1a 32-bit, as 8 hex digits: a stable, dependency-free hash for shortened names. */
-function fnv1a(text: string): string {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < text.length; i++) {
-    h ^= text.charCodeAt(i);
-    h = Math.imul(h, 0x01000193) >>> 0;
-  }
-  return h.toString(16).padStart(8, '0');
 }
 
 /** The platform tables of the view `view` (`_cdc_<kind>_<view>`, lambda/core/warehouse-names.ts). */
