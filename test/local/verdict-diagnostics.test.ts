@@ -37,7 +37,7 @@ describe('verdict diagnostics', () => {
     await stack.control.appendAudit({ at: new Date().toISOString(), actor: 'tester', action: 'pause', source: 'other', table: 'public.t', outcome: 'done', detail: { why: 'not this source' } });
     const dw = new pg.Client({ connectionString: cluster.url('dw') });
     await dw.connect();
-    await dw.query("CREATE SCHEMA demo_public; CREATE TABLE demo_public.t_mirror (id int, _cdc_position varchar(24)); INSERT INTO demo_public.t_mirror VALUES (1, '000000000000000000000a07'), (2, '0000000000000000000001f3')");
+    await dw.query("CREATE SCHEMA demo_public; CREATE TABLE demo_public._cdc_mirror_t (id int, _cdc_position varchar(24)); INSERT INTO demo_public._cdc_mirror_t VALUES (1, '000000000000000000000a07'), (2, '0000000000000000000001f3')");
     await dw.end();
 
     const lines = await verdictDiagnostics({ control: stack.control, warehouseUrl: cluster.url('dw'), source: 'demo', tables: ['public.t', 'public.none'], ports: stackPorts(stack, { warehouse: cluster.port }) });

@@ -170,7 +170,7 @@ async function reconcile(sink: 'warehouse' | 'search'): Promise<ReconcileVerdict
 /** Sets a column of key `id` in the warehouse's mirror and delta (wherever the row is). */
 async function setInWarehouse(id: number, column: Column, text: string | null): Promise<void> {
   const schema = `${pipeline.id}_public`;
-  for (const t of ['v_mirror', 'v_delta']) await wh.query(`UPDATE ${schema}.${t} SET ${column} = $1 WHERE id = $2`, [text, id]);
+  for (const t of ['_cdc_mirror_v', '_cdc_delta_v']) await wh.query(`UPDATE ${schema}.${t} SET ${column} = $1 WHERE id = $2`, [text, id]);
 }
 
 /** Applies to the search copy the captured row `id` with some columns replaced, at a newer position. */
