@@ -123,6 +123,7 @@ export class CdcExampleStack extends Stack {
     // stream; it is used only for destinations inside a VPC, which the archive is not.
     Validations.of(this).acknowledge({ id: 'CloudFormation-Validate::W7001', reason: 'the unreferenced mapping is the Firehose CIDR-block table the Firehose L2 always adds' });
 
+    const flowLogs = new logs.LogGroup(this, 'VpcFlowLogs', { retention: logs.RetentionDays.ONE_MONTH });
     const vpc = new ec2.Vpc(this, 'Vpc', {
       maxAzs: 2,
       natGateways: props.natGateways,
@@ -132,7 +133,7 @@ export class CdcExampleStack extends Stack {
       ],
       flowLogs: {
         all: {
-          destination: ec2.FlowLogDestination.toCloudWatchLogs(new logs.LogGroup(this, 'VpcFlowLogs', { retention: logs.RetentionDays.ONE_MONTH })),
+          destination: ec2.FlowLogDestination.toCloudWatchLogs(flowLogs),
           trafficType: ec2.FlowLogTrafficType.ALL,
         },
       },
@@ -149,6 +150,9 @@ export class CdcExampleStack extends Stack {
 
     const retention = props.retention;
     const controlPlane = new ControlPlane(this, 'Control', { changeLogRetention: retention });
+    // The flow logs on the control plane's key too, whose policy lets CloudWatch Logs use it
+    // (docs/deploy.md, "Keys"); the VPC comes first, the key with the control plane.
+    (flowLogs.node.defaultChild as logs.CfnLogGroup).kmsKeyId = controlPlane.encryptionKey.keyArn;
     const changeLog = new ChangeLog(this, 'Log', { retention, archiveRetention: props.archiveRetention });
     const sizes = { replicationInstanceClass: props.replicationInstanceClass, multiAz: props.multiAz };
 

@@ -10,6 +10,7 @@ import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import { Construct } from 'constructs';
 import { OperatorFunctions } from './private/operator-function.ts';
+import { createPlatformKey } from './private/platform-key.ts';
 import { ControlPartition } from '../contracts/control-plane-keys.ts';
 import { NORMALIZER_STAGE } from '../contracts/metrics.ts';
 import { checkRequiredProps } from './private/validate.ts';
@@ -313,11 +314,7 @@ export class ControlPlane extends ControlPlaneBase {
     const removalPolicy = props.removalPolicy ?? RemovalPolicy.RETAIN;
     this.encryptionKey =
       props.encryptionKey ??
-      new kms.Key(this, 'Key', {
-        description: `Created by ${this.node.path}`,
-        enableKeyRotation: true,
-        removalPolicy,
-      });
+      createPlatformKey(this, 'Key', removalPolicy, `Created by ${this.node.path}`);
     const table = new dynamodb.Table(this, 'Table', {
       partitionKey: { name: 'pk', type: dynamodb.AttributeType.STRING },
       sortKey: { name: 'sk', type: dynamodb.AttributeType.STRING },
@@ -368,6 +365,7 @@ export class ControlPlane extends ControlPlaneBase {
 
     const operator = new OperatorFunctions(this, 'OperatorApi', {
       table,
+      logKey: this.encryptionKey,
       changeLogRetention: props.changeLogRetention ?? Duration.hours(24),
       pauseBudgets: props.pauseBudgets,
       alarmsEnabled: props.alarmsEnabled ?? true,

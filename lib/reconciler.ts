@@ -16,6 +16,7 @@ import { createAlarm } from './private/alarms.ts';
 import { allowDatabase, ownSecurityGroup } from './private/function-network.ts';
 import { sourceConnectedFunction } from './private/source-connection.ts';
 import { platformMetric } from './private/platform-metric.ts';
+import { encryptLogGroup } from './private/platform-key.ts';
 import { tableConfigEntries } from './private/table-mappings.ts';
 import { checkIntegerRange, checkLowerIdent, checkRequiredProps, fail, isKnownDuration } from './private/validate.ts';
 import type { WarehouseSink } from './warehouse-sink.ts';
@@ -209,6 +210,8 @@ export class Reconciler extends Resource implements IReconciler {
           vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
           securityGroups: [securityGroup],
         }, { database: source.database, secrets: [{ secret: source.database.secret, environmentName: EnvName.SOURCE_SECRET_ARN }] });
+        // Its log group on the source's key, as the source's own functions that read the same rows (docs/deploy.md, "Keys").
+        encryptLogGroup(fn.logGroup, source.encryptionKey);
         if (warehouse) warehouse.connection.secret.grantRead(fn.fn);
         if (search) {
           // Reads only (mapping GET; _search, _count and _mget POSTs), on this source's index paths only

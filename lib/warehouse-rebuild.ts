@@ -194,6 +194,8 @@ export class WarehouseRebuild extends Resource implements IWarehouseRebuild {
     slice.addCatch(abandon.next(new sfn.Fail(this, 'Failed', { error: 'RebuildFailed', cause: 'a slice failed after its retries; the run is recorded failed in the control plane (cdc audit)' })), { errors: [sfn.Errors.ALL], resultPath: '$.error' });
     const definition = slice.next(new sfn.Choice(this, 'Done?').when(sfn.Condition.booleanEquals('$.result.done', true), new sfn.Succeed(this, 'Rebuilt')).otherwise(slice));
     const logGroup = new logs.LogGroup(this, 'Executions', { retention: logs.RetentionDays.THREE_MONTHS });
+    // On the same key as the worker's log group (docs/deploy.md, "Keys").
+    if (props.changeLog.encryptionKey) encryptLogGroup(logGroup, props.changeLog.encryptionKey);
     this.stateMachine = new sfn.StateMachine(this, 'StateMachine', {
       definitionBody: sfn.DefinitionBody.fromChainable(definition),
       stateMachineType: sfn.StateMachineType.STANDARD,

@@ -20,6 +20,7 @@
 import { CfnElement, CfnOutput, Duration, Lazy, Size, Stack, Validations } from 'aws-cdk-lib';
 import * as apigateway from 'aws-cdk-lib/aws-apigateway';
 import * as logs from 'aws-cdk-lib/aws-logs';
+import type * as kms from 'aws-cdk-lib/aws-kms';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
@@ -30,10 +31,13 @@ import { EnvName } from '../../contracts/env.ts';
 import { OPERATOR_API_METHOD, OPERATOR_API_STAGE, OPERATOR_ROUTES, type OperatorActionClass } from '../../contracts/operator-routes.ts';
 import { createAlarm } from './alarms.ts';
 import { CdcFunction } from './cdc-function.ts';
+import { encryptLogGroup } from './platform-key.ts';
 import { fail } from './validate.ts';
 
 export interface OperatorFunctionsProps {
   readonly table: dynamodb.ITable;
+  /** The key of the functions' and the access log's log groups (the control plane's; its policy lets CloudWatch Logs use it: docs/deploy.md, "Keys"). */
+  readonly logKey: kms.IKey;
   readonly changeLogRetention: Duration;
   /** Source id → the longest pause its slot/WAL budget allows. */
   readonly pauseBudgets?: Record<string, Duration>;
@@ -94,6 +98,7 @@ export class OperatorFunctions extends Construct {
     });
 
     for (const f of [this.operator, this.status]) {
+      encryptLogGroup(f.logGroup, props.logKey);
       f.role.addToPrincipalPolicy(new iam.PolicyStatement({ actions: READ_ACTIONS, resources: [props.table.tableArn] }));
       props.table.encryptionKey?.grantDecrypt(f.role);
     }
@@ -111,7 +116,7 @@ export class OperatorFunctions extends Construct {
     ];
     Validations.of(this.operator).acknowledge(...kmsAcks);
 
-    this.api = this.createApi();
+    this.api = this.createApi(props.logKey);
     // Where `cdc … --stack NAME` finds the operator API (bin/cli/operator.ts).
     new CfnOutput(this, 'OperatorApiUrl', { value: this.api.url, description: 'cdc operator API (IAM-authorized, SigV4): cdc status|pause|resume|resnapshot|audit|rebuild --stack or --url' });
 
@@ -134,8 +139,9 @@ export class OperatorFunctions extends Construct {
   }
 
   /** The REST API: one POST resource per route, `AWS_IAM` authorization, Lambda proxy integration; access and error logs. */
-  private createApi(): apigateway.RestApi {
+  private createApi(logKey: kms.IKey): apigateway.RestApi {
     const accessLogs = new logs.LogGroup(this, 'ApiAccessLogs', { retention: logs.RetentionDays.ONE_YEAR });
+    encryptLogGroup(accessLogs, logKey);
     const api = new apigateway.RestApi(this, 'Api', {
       description: 'cdc operator API: one IAM-authorized resource per action, grouped by class (read, operate, destructive)',
       endpointConfiguration: { types: [apigateway.EndpointType.REGIONAL] },

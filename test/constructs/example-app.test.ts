@@ -228,6 +228,30 @@ describe.each(['Dev', 'Prod'] as const)('the %s stage', (name) => {
     for (const [id, s] of streams) expect((s.Properties.StreamEncryption as { EncryptionType: string } | undefined)?.EncryptionType, id).toBe('KMS');
   });
 
+  test('every log group is on a customer-managed key of the stack whose policy lets CloudWatch Logs of the region use it', () => {
+    const keys = new Map(resourcesOf(template, 'AWS::KMS::Key'));
+    const groups = resourcesOf(template, 'AWS::Logs::LogGroup');
+    expect(groups.length).toBeGreaterThan(20);
+    const keysUsed = new Set<string>();
+    for (const [id, g] of groups) {
+      const keyId = (g.Properties.KmsKeyId as { 'Fn::GetAtt'?: [string, string] } | undefined)?.['Fn::GetAtt'];
+      expect(keyId?.[1], `${id} KmsKeyId`).toBe('Arn');
+      const key = keys.get(keyId![0]);
+      expect(key, `${id}: key ${keyId![0]} of this stack`).toBeDefined();
+      expect(key!.Properties.EnableKeyRotation, keyId![0]).toBe(true);
+      const statements = (key!.Properties.KeyPolicy as { Statement: Array<{ Sid?: string; Principal?: { Service?: unknown } }> }).Statement;
+      const logs = statements.find((x) => x.Sid === 'AllowCloudWatchLogsOfThisAccount');
+      expect(logs?.Principal?.Service, `${keyId![0]} lets CloudWatch Logs use it`).toEqual({ 'Fn::Join': ['', ['logs.', { Ref: 'AWS::Region' }, '.amazonaws.com']] });
+      keysUsed.add(keyId![0]);
+    }
+    // The operator API's access log and functions on the control plane's key; the reconciler on each source's; the rebuild on the change log's.
+    const keyOf = (prefix: string) => new Set(groups.filter(([id]) => id.startsWith(prefix)).map(([, g]) => (g.Properties.KmsKeyId as { 'Fn::GetAtt': [string] })['Fn::GetAtt'][0]));
+    expect([...keyOf('ControlOperatorApi')]).toEqual([expect.stringMatching(/^ControlKey/)]);
+    expect([...keyOf('Reconciler')].sort()).toEqual([expect.stringMatching(/^BillingKey/), expect.stringMatching(/^OrdersKey/)]);
+    expect([...keyOf('WarehouseRebuild')]).toEqual([expect.stringMatching(/^LogKey/)]);
+    expect(keysUsed.size).toBeGreaterThanOrEqual(4);
+  });
+
   test('Firehose delivers to an S3 bucket whose lifecycle expires at archiveRetention', () => {
     const [, delivery] = resourcesOf(template, 'AWS::KinesisFirehose::DeliveryStream')[0]!;
     const bucketArn = (delivery.Properties.ExtendedS3DestinationConfiguration as { BucketARN: { 'Fn::GetAtt': [string, string] } }).BucketARN;
