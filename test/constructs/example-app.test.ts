@@ -252,6 +252,36 @@ describe.each(['Dev', 'Prod'] as const)('the %s stage', (name) => {
     expect(keysUsed.size).toBeGreaterThanOrEqual(4);
   });
 
+  test('every IAM role of the stage is a row of docs/deploy.md "Security: principals"', () => {
+    // Logical-id pattern of each kind of role → the first cell of its row in the table.
+    const rows: Array<[RegExp, string]> = [
+      [/^(Orders|Billing)NormalizerServiceRole/, 'normalizer role, per source'],
+      [/^(Orders|Billing)TaskLifecycleServiceRole/, 'task lifecycle role, per source'],
+      [/^(Orders|Billing)HeartbeatWriterServiceRole/, 'heartbeat writer role, per source'],
+      [/^(Orders|Billing)SlotMonitorFunctionServiceRole/, 'slot monitor role, per source'],
+      [/^(Orders|Billing)SnapshotWorkerServiceRole/, 'snapshot worker role, per source'],
+      [/^(Orders|Billing)PollWorkerServiceRole/, 'poll worker role, per polled source'],
+      [/^(Orders|Billing)DmsTargetRole/, 'DMS target role, per source'],
+      [/^(Orders|Billing)DmsSecretsRole/, 'DMS secrets role, per source'],
+      [/^(Warehouse|Search)ApplierServiceRole/, 'applier role, per sink'],
+      [/^LogArchiveDelivery(Service)?Role/, 'archive delivery roles'],
+      [/^LogArchiveCopierServiceRole/, 'archive copier role'],
+      [/^ReconcilerFunction\w+ServiceRole/, 'reconciler role, per source and sink'],
+      [/^WarehouseRebuildWorkerServiceRole/, 'rebuild worker role, per warehouse sink'],
+      [/^WarehouseRebuildStateMachineRole/, 'rebuild state machine role, per warehouse sink'],
+      [/^ControlOperatorApiStatusServiceRole/, 'status function role'],
+      [/^ControlOperatorApiOperatorServiceRole/, 'operator function role'],
+      [/^ControlOperatorApiCloudWatchRole/, 'API Gateway CloudWatch role'],
+      [/^VpcallIAMRole/, 'VPC flow-log role'],
+    ];
+    const doc = fs.readFileSync(new URL('../../docs/deploy.md', import.meta.url), 'utf8');
+    const section = doc.slice(doc.indexOf('### Security: principals'), doc.indexOf('### Security: operators'));
+    for (const [, label] of rows) expect(section, label).toContain(`| ${label} (`);
+    const roles = resourcesOf(template, 'AWS::IAM::Role');
+    expect(roles.length).toBeGreaterThan(20);
+    for (const [id] of roles) expect(rows.filter(([re]) => re.test(id)).length, `${id} has one row`).toBe(1);
+  });
+
   test('Firehose delivers to an S3 bucket whose lifecycle expires at archiveRetention', () => {
     const [, delivery] = resourcesOf(template, 'AWS::KinesisFirehose::DeliveryStream')[0]!;
     const bucketArn = (delivery.Properties.ExtendedS3DestinationConfiguration as { BucketARN: { 'Fn::GetAtt': [string, string] } }).BucketARN;
