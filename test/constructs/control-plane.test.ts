@@ -36,6 +36,19 @@ describe('ControlPlane', () => {
     t.hasResource('AWS::KMS::Key', { Properties: { EnableKeyRotation: true }, DeletionPolicy: 'Retain' });
   });
 
+  test('the operator and status functions and the API access log are on the control plane\'s key, whose policy lets CloudWatch Logs of the region use it', () => {
+    const stack = new Stack(newApp(), 'S');
+    const control = new ControlPlane(stack, 'Control');
+    const t = Template.fromStack(stack);
+    const keyArn = stack.resolve(control.encryptionKey.keyArn);
+    const groups = Object.entries(t.findResources('AWS::Logs::LogGroup'));
+    expect(groups.map(([id]) => id).sort()).toEqual([expect.stringMatching(/^ControlOperatorApiApiAccessLogs/), expect.stringMatching(/^ControlOperatorApiOperatorLogGroup/), expect.stringMatching(/^ControlOperatorApiStatusLogGroup/)]);
+    for (const [id, g] of groups) expect((g as { Properties: { KmsKeyId?: unknown } }).Properties.KmsKeyId, id).toEqual(keyArn);
+    t.hasResourceProperties('AWS::KMS::Key', {
+      KeyPolicy: { Statement: Match.arrayWith([Match.objectLike({ Sid: 'AllowCloudWatchLogsOfThisAccount', Principal: { Service: { 'Fn::Join': ['', ['logs.', { Ref: 'AWS::Region' }, '.amazonaws.com']] } } })]) },
+    });
+  });
+
   test('a given key and removal policy are used', () => {
     const stack = new Stack(newApp(), 'S');
     const key = new kms.Key(stack, 'MyKey');

@@ -61,6 +61,8 @@ describe('WarehouseRebuild', () => {
     expect(worker.Properties.Timeout).toBe(900);
     // Its log group on the change log's (the platform's) key.
     expect(onlyResource(t, 'AWS::Logs::LogGroup', 'RebuildWorkerLogGroup').Properties.KmsKeyId).toEqual(f.stack.resolve(f.log.encryptionKey!.keyArn));
+    // And the state machine's execution log group.
+    expect(onlyResource(t, 'AWS::Logs::LogGroup', 'RebuildExecutions').Properties.KmsKeyId).toEqual(f.stack.resolve(f.log.encryptionKey!.keyArn));
     expect(worker.Properties.Environment!.Variables).toMatchObject({ CDC_SINK_ID: 'warehouse', CDC_ARCHIVE_PREFIX: 'change-log/', POWERTOOLS_SERVICE_NAME: 'cdc-rebuild-worker' });
     expect(JSON.stringify(worker.Properties.Environment!.Variables.CDC_ARCHIVE_BUCKET)).toContain('LogArchive');
     const s = statementsOf(t, 'RebuildWorkerServiceRole');
