@@ -4,6 +4,7 @@
  * mirror row per key). Then the raw stream, the change log and the archive it left behind are
  * scanned: no clear value of the masked column, nothing of the excluded one.
  */
+import { stopCdcProcess } from '../helpers/cdc-cli.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
@@ -61,7 +62,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  if (child && child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  if (child) await stopCdcProcess(child);
   await cluster?.stop().catch(() => undefined);
   // Stops whatever a killed run left running and removes the embedded PostgreSQL data too.
   if (stateDir) await resetLocalState(stateDir).catch(() => rm(stateDir, { recursive: true, force: true }));

@@ -8,6 +8,7 @@
  * numbered once), and the bounded run must end with source and warehouse equal row by row
  * (verdict MATCH; the view is also compared here directly).
  */
+import { stopCdcProcess } from '../helpers/cdc-cli.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
@@ -39,7 +40,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  if (child && child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  if (child) await stopCdcProcess(child);
   await resetLocalState(path.join(dir, 'state')).catch(() => undefined);
   await cluster?.stop();
   await rm(dir, { recursive: true, force: true });
