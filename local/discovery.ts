@@ -11,6 +11,7 @@ import { listSourceTables, readTableFact } from '../lambda/adapters/source-facts
 import type { ControlPlane } from '../lambda/core/control-plane.ts';
 import { scanTables, type DiscoveryRecord } from '../lambda/core/discovery.ts';
 import type { TableConfigIndex, TableRule } from '../lambda/core/table-config.ts';
+import { runEvery } from './periodic.ts';
 
 export interface LocalDiscoveryOptions {
   source: string;
@@ -26,7 +27,6 @@ export interface LocalDiscoveryOptions {
   onError?: (err: unknown) => void;
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export class LocalDiscovery {
   /** The verdict of every table the rules matched, as of the last scan. */
@@ -78,20 +78,11 @@ export class LocalDiscovery {
 
   /** Scans every `everyMs` until stopped (errors go to `onError`; the next scan tries again). */
   start(): void {
-    this.loop = (async () => {
-      while (!this.stopping) {
-        const until = Date.now() + (this.o.everyMs ?? 2000);
-        while (!this.stopping && Date.now() < until) await sleep(Math.min(200, until - Date.now()));
-        if (this.stopping) break;
-        try {
-          await this.scan();
-        } catch (e) {
-          await this.client?.end().catch(() => undefined);
-          this.client = null;
-          this.o.onError?.(e);
-        }
-      }
-    })();
+    this.loop = runEvery(this.o.everyMs ?? 2000, () => this.stopping, () => this.scan(), async (e) => {
+      await this.client?.end().catch(() => undefined);
+      this.client = null;
+      this.o.onError?.(e);
+    });
   }
 
   async stop(): Promise<void> {

@@ -13,6 +13,7 @@ import type { AuditEntry, ControlPlane } from '../lambda/core/control-plane.ts';
 import { attachedLeaves, EMPTY_PARTITION_TREE, treeChanges, type PartitionTree } from '../lambda/core/partitions.ts';
 import { requestSnapshot } from '../lambda/core/snapshot-worker.ts';
 import type { TableConfigIndex } from '../lambda/core/table-config.ts';
+import { runEvery } from './periodic.ts';
 
 type Queryable = Pick<pg.ClientBase, 'query'>;
 
@@ -28,7 +29,6 @@ export interface PartitionWatchOptions {
 }
 
 const ACTOR = 'partition-watch';
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export class PartitionWatch {
   private current: PartitionTree = EMPTY_PARTITION_TREE;
@@ -103,21 +103,14 @@ export class PartitionWatch {
   /** Reads the baseline, then reads and flushes every `everyMs` until stopped. */
   async start(): Promise<void> {
     await this.refresh(await this.connect());
-    this.loop = (async () => {
-      while (!this.stopping) {
-        const until = Date.now() + (this.o.everyMs ?? 2000);
-        while (!this.stopping && Date.now() < until) await sleep(Math.min(200, until - Date.now()));
-        if (this.stopping) break;
-        try {
-          await this.refresh(await this.connect());
-          await this.flush();
-        } catch (e) {
-          await this.client?.end().catch(() => undefined);
-          this.client = null;
-          this.o.onError?.(e);
-        }
-      }
-    })();
+    this.loop = runEvery(this.o.everyMs ?? 2000, () => this.stopping, async () => {
+      await this.refresh(await this.connect());
+      await this.flush();
+    }, async (e) => {
+      await this.client?.end().catch(() => undefined);
+      this.client = null;
+      this.o.onError?.(e);
+    });
   }
 
   async stop(): Promise<void> {
