@@ -32,7 +32,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { MetricName } from '../contracts/metrics.ts';
-import type { TableConfig } from '../lambda/core/table-config.ts';
+import type { TableConfig } from '../lambda/core/tables/table-config.ts';
 import { captureStdout, MetricsCollector } from '../local/metrics.ts';
 import { LocalPipeline } from '../local/pipeline.ts';
 import { startLocalStack } from '../local/stack.ts';

@@ -12,10 +12,10 @@
  *
  *     npm run bench:hot-paths [-- --rounds 5 --chunk 1000]
  */
-import { distinctEvents } from '../lambda/core/apply-plan.ts';
-import type { ChangeEvent } from '../lambda/core/event.ts';
-import { makePosition } from '../lambda/core/position.ts';
-import { utf8Lines } from '../lambda/core/utf8.ts';
+import { distinctEvents } from '../lambda/core/sink/apply-plan.ts';
+import type { ChangeEvent } from '../lambda/core/shared/event.ts';
+import { makePosition } from '../lambda/core/shared/position.ts';
+import { utf8Lines } from '../lambda/core/shared/utf8.ts';
 import { DEFAULT_HISTORY, generateHistory, historyEvents, snapshotEvents } from './lib/history.ts';
 import { runIfMain, nowMs, numberArg, rateRow, Recorder, type BenchResult } from './lib/report.ts';
 

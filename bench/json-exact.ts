@@ -1,5 +1,5 @@
 /**
- * The cost of exact numbers: `parseJsonExact` (lambda/core/json-exact.ts, the parser the
+ * The cost of exact numbers: `parseJsonExact` (lambda/core/shared/json-exact.ts, the parser the
  * normalizer reads raw DMS records with; docs/exact-numbers.md) against `JSON.parse` on the same
  * records in the same run. The records are the captured DMS fixtures, repeated. Prints records per
  * second of each and the ratio (higher is slower); best of `--rounds` rounds.
@@ -9,7 +9,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseJsonExact } from '../lambda/core/json-exact.ts';
+import { parseJsonExact } from '../lambda/core/shared/json-exact.ts';
 
 const arg = (name: string, fallback: number): number => {
   const i = process.argv.indexOf(`--${name}`);

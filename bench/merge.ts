@@ -24,10 +24,10 @@
  */
 import pg from 'pg';
 import { PgWarehouse } from '../lambda/adapters/warehouse-pg.ts';
-import type { ChangeEvent } from '../lambda/core/event.ts';
-import { makePosition } from '../lambda/core/position.ts';
-import type { TableApplyResult } from '../lambda/core/warehouse-apply.ts';
-import { mergeSql, qualified, warehouseTable, type WarehouseTable } from '../lambda/core/warehouse-sql.ts';
+import type { ChangeEvent } from '../lambda/core/shared/event.ts';
+import { makePosition } from '../lambda/core/shared/position.ts';
+import type { TableApplyResult } from '../lambda/core/warehouse/warehouse-apply.ts';
+import { mergeSql, qualified, warehouseTable, type WarehouseTable } from '../lambda/core/warehouse/warehouse-sql.ts';
 import { startPostgres } from '../local/postgres.ts';
 import { DEFAULT_HISTORY, generateHistory, historyEvents, registryEntries, snapshotEvents } from './lib/history.ts';
 import { serverVersion } from './lib/pg.ts';

@@ -14,10 +14,10 @@
  */
 import pg from 'pg';
 import { PostgresPressureProbe, PostgresSnapshotReader } from '../lambda/adapters/snapshot-postgres.ts';
-import { AdaptivePacer, FixedPacer, type Pacer } from '../lambda/core/snapshot-pacer.ts';
-import { requestSnapshot, runTableSnapshot } from '../lambda/core/snapshot-worker.ts';
+import { AdaptivePacer, FixedPacer, type Pacer } from '../lambda/core/snapshot/snapshot-pacer.ts';
+import { requestSnapshot, runTableSnapshot } from '../lambda/core/snapshot/snapshot-worker.ts';
 import { MemoryControlPlane } from '../test/helpers/memory-control-plane.ts';
-import { NO_COLUMN_RULES } from '../lambda/core/masking.ts';
+import { NO_COLUMN_RULES } from '../lambda/core/tables/masking.ts';
 import { startPostgres } from '../local/postgres.ts';
 import { exec, serverVersion } from './lib/pg.ts';
 import { median, numberArg, rateRow, Recorder, runIfMain, type BenchResult } from './lib/report.ts';

@@ -21,14 +21,14 @@
  */
 import pg from 'pg';
 import { pgSourceSide, pgWarehouseSide, prepareReconcileSession } from '../lambda/adapters/reconcile-pg.ts';
-import { NO_COLUMN_RULES } from '../lambda/core/masking.ts';
-import { chooseHashing, reconcileTable, type KeyRange, type KeyTuple } from '../lambda/core/reconcile.ts';
-import { FixedPacer } from '../lambda/core/snapshot-pacer.ts';
-import { CHANGELOG_CDC_COLUMNS, createViewSql, warehouseTable } from '../lambda/core/warehouse-sql.ts';
+import { NO_COLUMN_RULES } from '../lambda/core/tables/masking.ts';
+import { chooseHashing, reconcileTable, type KeyRange, type KeyTuple } from '../lambda/core/reconcile/reconcile.ts';
+import { FixedPacer } from '../lambda/core/snapshot/snapshot-pacer.ts';
+import { CHANGELOG_CDC_COLUMNS, createViewSql, warehouseTable } from '../lambda/core/warehouse/warehouse-sql.ts';
 import { PgWarehouse } from '../lambda/adapters/warehouse-pg.ts';
-import type { SchemaVersion } from '../lambda/core/control-plane.ts';
-import { ENVELOPE_VERSION, type ChangeEvent } from '../lambda/core/event.ts';
-import { makePosition } from '../lambda/core/position.ts';
+import type { SchemaVersion } from '../lambda/core/shared/control-plane.ts';
+import { ENVELOPE_VERSION, type ChangeEvent } from '../lambda/core/shared/event.ts';
+import { makePosition } from '../lambda/core/shared/position.ts';
 import { startPostgres } from '../local/postgres.ts';
 import { exec, serverVersion } from './lib/pg.ts';
 import { argValue, runIfMain, median, numberArg, Recorder, timeRow, type BenchResult } from './lib/report.ts';

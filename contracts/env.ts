@@ -7,7 +7,7 @@ export const EnvName = {
   CONTROL_TABLE: 'CDC_CONTROL_TABLE',
   /** Source id of a source-side function (normalizer, heartbeat writer). */
   SOURCE_ID: 'CDC_SOURCE_ID',
-  /** JSON array of captured-table settings (see lambda/core/table-config.ts). */
+  /** JSON array of captured-table settings (see lambda/core/tables/table-config.ts). */
   TABLE_CONFIG: 'CDC_TABLE_CONFIG',
   /** JSON array of capture-by-pattern rules (contracts/table-config.ts `TableRule`, docs/onboarding.md). */
   TABLE_RULES: 'CDC_TABLE_RULES',
@@ -43,7 +43,7 @@ export const EnvName = {
   MERGE_ON_SCHEDULE: 'CDC_MERGE_ON_SCHEDULE',
   /** Search sink: the OpenSearch endpoint (`https://…` of the domain; requests are SigV4-signed for `AWS_REGION`). */
   SEARCH_ENDPOINT: 'CDC_SEARCH_ENDPOINT',
-  /** Search sink: JSON array of the tables it serves, `[{"source","table","deleteMode"}]` (see lambda/core/search-plan.ts). */
+  /** Search sink: JSON array of the tables it serves, `[{"source","table","deleteMode"}]` (see lambda/core/search/search-plan.ts). */
   SEARCH_TABLES: 'CDC_SEARCH_TABLES',
   /** Search sink: prefix of its index and alias names (default `cdc`). */
   SEARCH_INDEX_PREFIX: 'CDC_SEARCH_INDEX_PREFIX',

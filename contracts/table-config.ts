@@ -1,6 +1,6 @@
 /**
  * The captured-table settings the constructs write into `CDC_TABLE_CONFIG` (`EnvName.TABLE_CONFIG`)
- * and the handlers parse (lambda/core/table-config.ts): one definition of the shape and of the
+ * and the handlers parse (lambda/core/tables/table-config.ts): one definition of the shape and of the
  * delete modes for both sides. Dependency-free on purpose.
  */
 

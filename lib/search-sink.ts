@@ -163,7 +163,7 @@ export interface SearchSinkProps {
   readonly alarmIteratorAgeThreshold?: Duration;
 }
 
-/** The index path prefix of one table, as the applier names it (lambda/core/search-plan.ts `searchNames`). */
+/** The index path prefix of one table, as the applier names it (lambda/core/search/search-plan.ts `searchNames`). */
 function aliasOf(prefix: string, sourceId: string, table: string): string {
   return `${prefix}.${sourceId}.${table}`;
 }

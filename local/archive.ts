@@ -1,13 +1,13 @@
 /**
  * The change-log archive on one machine: a folder behind the one archive interface
- * (lambda/core/archive.ts, which also has the key rules and the archive copier that stands in for
+ * (lambda/core/rebuild/archive.ts, which also has the key rules and the archive copier that stands in for
  * Kinesis Data Firehose; the S3 store is lambda/adapters/archive-s3.ts, which also serves s3rver),
  * and the payload store through that interface.
  */
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import { checkArchiveKey, type Archive } from '../lambda/core/archive.ts';
-import { PayloadRefError, type PayloadStore } from '../lambda/core/payload-store.ts';
+import { checkArchiveKey, type Archive } from '../lambda/core/rebuild/archive.ts';
+import { PayloadRefError, type PayloadStore } from '../lambda/core/shared/payload-store.ts';
 
 /** An archive in a local folder: keys are relative paths; writes go through a temp file and a rename. */
 export class FolderArchive implements Archive {

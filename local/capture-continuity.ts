@@ -1,5 +1,5 @@
 /**
- * The local capture's continuity checks on start (lambda/core/continuity.ts decides; this module
+ * The local capture's continuity checks on start (lambda/core/capture/continuity.ts decides; this module
  * reads the source and the control plane): the source is still the cluster and timeline recorded
  * when capture began, and the slot is exactly at the checkpoint or where the capture last moved it.
  *
@@ -8,8 +8,8 @@
  * - consumer `source-identity:<source>`, shard `identity`: `<system identifier>/<timeline>`.
  */
 import type pg from 'pg';
-import type { AuditEntry, ControlPlane } from '../lambda/core/control-plane.ts';
-import { formatIdentity, identityProblem, parseIdentity, slotResume } from '../lambda/core/continuity.ts';
+import type { AuditEntry, ControlPlane } from '../lambda/core/shared/control-plane.ts';
+import { formatIdentity, identityProblem, parseIdentity, slotResume } from '../lambda/core/capture/continuity.ts';
 import { compareLsn } from './slot.ts';
 import { readSourceIdentity } from '../lambda/adapters/source-facts-pg.ts';
 

@@ -19,12 +19,12 @@
  *   WAL it pins). Every restart stops at the same place, loudly, until an operator acts.
  */
 import type pg from 'pg';
-import { CdcError, InvalidRecordError } from '../lambda/core/errors.ts';
-import type { AuditEntry, ControlPlane } from '../lambda/core/control-plane.ts';
-import { splitTableId } from '../lambda/core/identifiers.ts';
-import type { SlotChange } from '../lambda/core/slot-record.ts';
-import type { TableConfigIndex } from '../lambda/core/table-config.ts';
-import { tableOfLine, type DecodedTransaction } from '../lambda/core/test-decoding.ts';
+import { CdcError, InvalidRecordError } from '../lambda/core/shared/errors.ts';
+import type { AuditEntry, ControlPlane } from '../lambda/core/shared/control-plane.ts';
+import { splitTableId } from '../lambda/core/shared/identifiers.ts';
+import type { SlotChange } from '../lambda/core/capture/slot-record.ts';
+import type { TableConfigIndex } from '../lambda/core/tables/table-config.ts';
+import { tableOfLine, type DecodedTransaction } from '../lambda/core/capture/logical-text.ts';
 import { primaryKeyOf } from './catalog.ts';
 // The column rules applied as the capture applies them, so dead letters keep invariant 4 too (a cycle used only at call time).
 import { ruled } from './capture.ts';
@@ -152,7 +152,7 @@ export async function deadLetterChanges(ctx: PoisonContext, poison: readonly Poi
 export async function undecodable(ctx: PoisonContext, err: InvalidRecordError): Promise<CaptureUndecodableError> {
   const line = (err as { line?: unknown }).line;
   const offset = (err as { offset?: unknown }).offset;
-  // Names as test_decoding prints them (quoted or not: lambda/core/test-decoding.ts).
+  // Names as test_decoding prints them (quoted or not: lambda/core/capture/logical-text.ts).
   const table = typeof line === 'string' ? tableOfLine(line) : null;
   // Unparsed text cannot be masked: keep it (and the parser's message, which quotes it) only for a captured table without column rules.
   const rules = table && ctx.tables.has(table) ? ctx.tables.columnRules(table) : null;

@@ -1,6 +1,6 @@
 /**
  * The built-in slot capture: the local stand-in for DMS. It reads a logical replication slot
- * (`test_decoding`) and publishes one raw record (`cdc-slot/1`, lambda/core/slot-record.ts) per
+ * (`test_decoding`) and publishes one raw record (`cdc-slot/1`, lambda/core/capture/slot-record.ts) per
  * row change to the raw stream, where DMS would publish on AWS.
  *
  * Read → publish → ack:
@@ -26,21 +26,21 @@ import { createHash } from 'node:crypto';
 import pg from 'pg';
 import type { KinesisClient } from '@aws-sdk/client-kinesis';
 import { KinesisChangeLog } from '../lambda/adapters/change-log-kinesis.ts';
-import { CdcError, HistoryGapError, InvalidRecordError } from '../lambda/core/errors.ts';
-import { applyColumnRules, applyColumnRulesToColumns, type ColumnRules } from '../lambda/core/masking.ts';
+import { CdcError, HistoryGapError, InvalidRecordError } from '../lambda/core/shared/errors.ts';
+import { applyColumnRules, applyColumnRulesToColumns, type ColumnRules } from '../lambda/core/tables/masking.ts';
 import { checkIdentity, checkSlotResume, recordAcked, type ContinuityContext } from './capture-continuity.ts';
 import { deadLetterChanges, pushOrReport, refreshKeys, undecodable, type PoisonChange, type PoisonContext } from './capture-poison.ts';
-import { buildSlotRecord, type SlotChange, type SlotColumn, type SlotRecord } from '../lambda/core/slot-record.ts';
-import type { DecodedTransaction } from '../lambda/core/test-decoding.ts';
-import type { TableConfigIndex } from '../lambda/core/table-config.ts';
-import type { ControlPlane, AuditEntry } from '../lambda/core/control-plane.ts';
-import { partitionKeyOf, type Row } from '../lambda/core/event.ts';
-import { splitTableId } from '../lambda/core/identifiers.ts';
+import { buildSlotRecord, type SlotChange, type SlotColumn, type SlotRecord } from '../lambda/core/capture/slot-record.ts';
+import type { DecodedTransaction } from '../lambda/core/capture/logical-text.ts';
+import type { TableConfigIndex } from '../lambda/core/tables/table-config.ts';
+import type { ControlPlane, AuditEntry } from '../lambda/core/shared/control-plane.ts';
+import { partitionKeyOf, type Row } from '../lambda/core/shared/event.ts';
+import { splitTableId } from '../lambda/core/shared/identifiers.ts';
 import { advanceSlot, checkSourceReady, compareLsn, createSlot, peekTransactions, readSlot, slotInvalidated, type SlotStatus } from './slot.ts';
 import { SlotInUseError, SourceNotReadyError, TransactionTooLargeError } from './errors.ts';
 import { CANONICAL_OUTPUT_SETTINGS, SlotStream } from './slot-stream.ts';
 import { awaitTransactionsVisible, columnTypesOf, primaryKeyOf, type CatalogType } from './catalog.ts';
-import { changesToRoots, type PartialTruncate, type PartitionTree } from '../lambda/core/partitions.ts';
+import { changesToRoots, type PartialTruncate, type PartitionTree } from '../lambda/core/tables/partitions.ts';
 import { PartitionWatch } from './partitions.ts';
 
 /** One record for the raw stream. */
@@ -163,14 +163,14 @@ function fullType(c: SlotColumn, catalog: CatalogType | undefined): string {
 /**
  * A decoded transaction whose changes of leaf partitions name their root (`toRoots`); `indexes`
  * holds each change's index in the transaction as decoded, where a change was dropped or merged
- * (a truncate of a root's leaves: lambda/core/partitions.ts).
+ * (a truncate of a root's leaves: lambda/core/tables/partitions.ts).
  */
 export interface RootedTransaction extends DecodedTransaction {
   indexes?: readonly number[];
 }
 
 /**
- * Maps every change of a leaf partition to its root (lambda/core/partitions.ts,
+ * Maps every change of a leaf partition to its root (lambda/core/tables/partitions.ts,
  * docs/partitioned-tables.md), columns in the root's order where `types` knows it. A truncate of
  * some of a root's leaves is dropped and reported to `onPartialTruncate`.
  */

@@ -15,7 +15,7 @@
  * at a target rate. It is seeded, and on a restart it reloads the ids it can touch from the tables.
  */
 import pg from 'pg';
-import type { TableConfig } from '../lambda/core/table-config.ts';
+import type { TableConfig } from '../lambda/core/tables/table-config.ts';
 
 /** Captured-table settings of the demo. */
 export const DEMO_TABLES: TableConfig[] = [

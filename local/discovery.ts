@@ -1,6 +1,6 @@
 /**
  * New tables join by themselves in `cdc local` (docs/onboarding.md): the catalog scan of
- * lambda/core/discovery.ts, every `everyMs`, over one connection to the source. A table a rule
+ * lambda/core/tables/discovery.ts, every `everyMs`, over one connection to the source. A table a rule
  * matches and that is eligible is added to the slot capture's table index (so its changes are
  * published from the next peek on) before its snapshot is requested (stream first); a dropped
  * table is taken out of the index. The first scan runs before the capture starts, so a table
@@ -8,9 +8,9 @@
  */
 import pg from 'pg';
 import { listSourceTables, readTableFact } from '../lambda/adapters/source-facts-pg.ts';
-import type { ControlPlane } from '../lambda/core/control-plane.ts';
-import { scanTables, type DiscoveryRecord } from '../lambda/core/discovery.ts';
-import type { TableConfigIndex, TableRule } from '../lambda/core/table-config.ts';
+import type { ControlPlane } from '../lambda/core/shared/control-plane.ts';
+import { scanTables, type DiscoveryRecord } from '../lambda/core/tables/discovery.ts';
+import type { TableConfigIndex, TableRule } from '../lambda/core/tables/table-config.ts';
 import { runEvery } from './periodic.ts';
 
 export interface LocalDiscoveryOptions {

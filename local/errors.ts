@@ -1,9 +1,9 @@
 /**
  * Named errors of the local pipeline (`cdc local`). Each has a stable `code` (see
- * lambda/core/errors.ts for the shared ones, e.g. `HistoryGapError`) and a message that says
+ * lambda/core/shared/errors.ts for the shared ones, e.g. `HistoryGapError`) and a message that says
  * what to change.
  */
-import { CdcError } from '../lambda/core/errors.ts';
+import { CdcError } from '../lambda/core/shared/errors.ts';
 
 /** The source database cannot be captured as configured (wal_level, privileges, slots). */
 export class SourceNotReadyError extends CdcError {

@@ -9,10 +9,10 @@
  */
 import pg from 'pg';
 import { readPartitionTree, tablesHoldingRows } from '../lambda/adapters/source-facts-pg.ts';
-import type { AuditEntry, ControlPlane } from '../lambda/core/control-plane.ts';
-import { attachedLeaves, EMPTY_PARTITION_TREE, treeChanges, type PartitionTree } from '../lambda/core/partitions.ts';
-import { requestSnapshot } from '../lambda/core/snapshot-worker.ts';
-import type { TableConfigIndex } from '../lambda/core/table-config.ts';
+import type { AuditEntry, ControlPlane } from '../lambda/core/shared/control-plane.ts';
+import { attachedLeaves, EMPTY_PARTITION_TREE, treeChanges, type PartitionTree } from '../lambda/core/tables/partitions.ts';
+import { requestSnapshot } from '../lambda/core/snapshot/snapshot-worker.ts';
+import type { TableConfigIndex } from '../lambda/core/tables/table-config.ts';
 import { runEvery } from './periodic.ts';
 
 type Queryable = Pick<pg.ClientBase, 'query'>;

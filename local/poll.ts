@@ -1,18 +1,18 @@
 /**
- * The polling fallback in `cdc local` (docs/polling.md): the same core (lambda/core/poll.ts) and
+ * The polling fallback in `cdc local` (docs/polling.md): the same core (lambda/core/capture/poll.ts) and
  * reader as the Lambda (lambda/handlers/poll-worker.ts), run as a loop next to the capture for the
  * tables configured `"capture": "poll"`. Each pass reads every polled table from its cursor to its
  * end, paced by the snapshot worker's pacer against the same source budget, then waits `intervalMs`.
  */
-import { recordedSpace } from '../lambda/core/position-space.ts';
+import { recordedSpace } from '../lambda/core/shared/position-space.ts';
 import { createHash } from 'node:crypto';
 import pg from 'pg';
 import { PostgresPressureProbe, PostgresSnapshotReader } from '../lambda/adapters/snapshot-postgres.ts';
-import type { ControlPlane } from '../lambda/core/control-plane.ts';
-import { checkpointCursorStore, pollPass, type PollProgress } from '../lambda/core/poll.ts';
-import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, FixedPacer, type SourceBudget } from '../lambda/core/snapshot-pacer.ts';
-import { snapshotPartitionKey } from '../lambda/core/snapshot.ts';
-import type { TableConfig } from '../lambda/core/table-config.ts';
+import type { ControlPlane } from '../lambda/core/shared/control-plane.ts';
+import { checkpointCursorStore, pollPass, type PollProgress } from '../lambda/core/capture/poll.ts';
+import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, FixedPacer, type SourceBudget } from '../lambda/core/snapshot/snapshot-pacer.ts';
+import { snapshotPartitionKey } from '../lambda/core/snapshot/snapshot.ts';
+import type { TableConfig } from '../lambda/core/tables/table-config.ts';
 import type { RawPublisher } from './capture.ts';
 
 export interface LocalPollsOptions {

@@ -40,8 +40,8 @@ import {
   type GetShardIteratorCommandInput,
 } from '@aws-sdk/client-kinesis';
 import type { KinesisStreamBatchResponse, KinesisStreamEvent } from 'aws-lambda';
-import type { ControlPlane, DeadLetter } from '../lambda/core/control-plane.ts';
-import { CdcError, InvalidRecordError, UnknownOperationError, UnsafeIdentifierError } from '../lambda/core/errors.ts';
+import type { ControlPlane, DeadLetter } from '../lambda/core/shared/control-plane.ts';
+import { CdcError, InvalidRecordError, UnknownOperationError, UnsafeIdentifierError } from '../lambda/core/shared/errors.ts';
 import { toKinesisStreamEvent } from '../lambda/adapters/kinesis-event.ts';
 
 /** Checkpoint value of a shard that was read to its end. */

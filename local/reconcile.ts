@@ -1,15 +1,15 @@
 /**
- * Reconciliation on one machine (docs/reconcile.md): the core (lambda/core/reconcile.ts) with
+ * Reconciliation on one machine (docs/reconcile.md): the core (lambda/core/reconcile/reconcile.ts) with
  * the PostgreSQL source side (lambda/adapters/reconcile-pg.ts) and one sink's side: a warehouse
  * database (the same file) or a search index (lambda/adapters/reconcile-search.ts, the stand-in or
  * an OpenSearch), verdicts and cursors in a control plane. `cdc reconcile` opens the control plane of a
  * `cdc local` state folder and calls `reconcileDatabases`; tests and the bench call it directly.
  *
  * Source reads are paced by the snapshot worker's pacer against the same source budget
- * (lambda/core/snapshot-pacer.ts), with the same pressure probe (lambda/adapters/snapshot-postgres.ts).
+ * (lambda/core/snapshot/snapshot-pacer.ts), with the same pressure probe (lambda/adapters/snapshot-postgres.ts).
  */
 import { pgPollStablePoint } from '../lambda/adapters/poll-stable-point-pg.ts';
-import { pollPoint } from '../lambda/core/poll-stable-point.ts';
+import { pollPoint } from '../lambda/core/capture/poll-stable-point.ts';
 import { readFileSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -20,17 +20,17 @@ import { QUICK_START_JVM_OPTIONS, startDynamoDbLocal } from './dynamodb.ts';
 import { LocalConfigError } from './errors.ts';
 import { runningPid } from './operator-door.ts';
 import { controlTableOf, readState, takeLock } from './stack.ts';
-import type { ControlPlane } from '../lambda/core/control-plane.ts';
+import type { ControlPlane } from '../lambda/core/shared/control-plane.ts';
 import { pgSourceSide, pgWarehouseSide, prepareReconcileSession } from '../lambda/adapters/reconcile-pg.ts';
 import { searchSinkSide } from '../lambda/adapters/reconcile-search.ts';
 import type { OpenSearchIndex } from '../lambda/adapters/search-opensearch.ts';
-import { DEFAULT_INDEX_PREFIX } from '../lambda/core/search-plan.ts';
+import { DEFAULT_INDEX_PREFIX } from '../lambda/core/search/search-plan.ts';
 import { PostgresPressureProbe } from '../lambda/adapters/snapshot-postgres.ts';
-import { reconcileTables, type ReconcileVerdict, type TableToReconcile } from '../lambda/core/reconcile.ts';
-import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, FixedPacer, type SourceBudget } from '../lambda/core/snapshot-pacer.ts';
-import type { TableConfig } from '../lambda/core/table-config.ts';
+import { reconcileTables, type ReconcileVerdict, type TableToReconcile } from '../lambda/core/reconcile/reconcile.ts';
+import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, FixedPacer, type SourceBudget } from '../lambda/core/snapshot/snapshot-pacer.ts';
+import type { TableConfig } from '../lambda/core/tables/table-config.ts';
 import { primaryKeyOf } from './catalog.ts';
-import { splitTableId } from '../lambda/core/identifiers.ts';
+import { splitTableId } from '../lambda/core/shared/identifiers.ts';
 
 export interface ReconcileDatabasesOptions {
   control: ControlPlane;

@@ -17,10 +17,10 @@
  * The rows are grouped into whole transactions as they arrive; a transaction over the caps stops
  * the stream with `TransactionTooLargeError` before more of it is kept. Complete transactions wait
  * in a bounded buffer: over `highWaterRows` the socket is paused (PostgreSQL then waits on it).
- * The text is parsed by lambda/core/test-decoding.ts, the same parser as the SQL peek.
+ * The text is parsed by lambda/core/capture/logical-text.ts, the same parser as the SQL peek.
  */
 import pg from 'pg';
-import { groupTransactions, type DecodedTransaction, type SlotRow } from '../lambda/core/test-decoding.ts';
+import { groupTransactions, type DecodedTransaction, type SlotRow } from '../lambda/core/capture/logical-text.ts';
 import { TransactionTooLargeError } from './errors.ts';
 import { SLOT_PLUGIN } from './slot.ts';
 

@@ -3,13 +3,13 @@
  * readiness checks with errors that say what to change, slot status, creation, a bounded peek
  * that returns whole committed transactions, and the acknowledgement (`pg_replication_slot_advance`).
  *
- * The text of `test_decoding` is parsed by lambda/core/test-decoding.ts; this module only moves rows.
+ * The text of `test_decoding` is parsed by lambda/core/capture/logical-text.ts; this module only moves rows.
  */
 import type pg from 'pg';
-import { groupTransactions, type DecodedTransaction, type SlotRow } from '../lambda/core/test-decoding.ts';
+import { groupTransactions, type DecodedTransaction, type SlotRow } from '../lambda/core/capture/logical-text.ts';
 import { SourceNotReadyError, TransactionTooLargeError } from './errors.ts';
 import { gatherSourceFacts } from '../lambda/adapters/source-facts-pg.ts';
-import { CheckId, runChecks, type CheckResult } from '../lambda/core/doctor.ts';
+import { CheckId, runChecks, type CheckResult } from '../lambda/core/operator/doctor.ts';
 
 /** The output plugin the local capture reads (what DMS uses on a PostgreSQL source without pglogical). */
 export const SLOT_PLUGIN = 'test_decoding';
@@ -43,7 +43,7 @@ type Queryable = Pick<pg.ClientBase, 'query'>;
  * Checks that the connected database can be captured: `wal_level = logical`, a user with the
  * replication privilege (or superuser, or RDS's `rds_replication` role), a free slot, and for the
  * streaming read a free WAL sender. These
- * are the server-level checks of `cdc doctor` (lambda/core/doctor.ts), run on the same facts.
+ * are the server-level checks of `cdc doctor` (lambda/core/operator/doctor.ts), run on the same facts.
  * Throws `SourceNotReadyError` saying exactly what to change.
  */
 export async function checkSourceReady(client: Queryable, opts: { needFreeSlot: boolean; needWalSender?: boolean }): Promise<void> {

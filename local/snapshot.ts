@@ -3,7 +3,7 @@
  * (lambda/handlers/snapshot-worker.ts), run as a loop next to the capture. It starts after the
  * capture (stream first), requests a first snapshot for every configured table that has none,
  * then keeps working through pending runs, so a re-snapshot requested while `cdc local` runs
- * (`requestSnapshot`, lambda/core/snapshot-worker.ts) is picked up within a second.
+ * (`requestSnapshot`, lambda/core/snapshot/snapshot-worker.ts) is picked up within a second.
  *
  * The owner id is fixed (`cdc-local`): one `cdc local` runs per state folder, so after a crash
  * (kill -9) the restarted pipeline takes its own lease back at once and resumes at the first
@@ -14,11 +14,11 @@ import pg from 'pg';
 import { Metrics } from '@aws-lambda-powertools/metrics';
 import { METRICS_NAMESPACE } from '../contracts/metrics.ts';
 import { PostgresPressureProbe, PostgresSnapshotReader } from '../lambda/adapters/snapshot-postgres.ts';
-import type { ControlPlane } from '../lambda/core/control-plane.ts';
-import { snapshotStreamRecords, type SnapshotState } from '../lambda/core/snapshot.ts';
-import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, FixedPacer, type SourceBudget } from '../lambda/core/snapshot-pacer.ts';
-import { planSnapshots, runPendingSnapshots, snapshotPendingRuns } from '../lambda/core/snapshot-worker.ts';
-import { TableConfigIndex, type TableConfig } from '../lambda/core/table-config.ts';
+import type { ControlPlane } from '../lambda/core/shared/control-plane.ts';
+import { snapshotStreamRecords, type SnapshotState } from '../lambda/core/snapshot/snapshot.ts';
+import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, FixedPacer, type SourceBudget } from '../lambda/core/snapshot/snapshot-pacer.ts';
+import { planSnapshots, runPendingSnapshots, snapshotPendingRuns } from '../lambda/core/snapshot/snapshot-worker.ts';
+import { TableConfigIndex, type TableConfig } from '../lambda/core/tables/table-config.ts';
 import { emfSnapshotMetrics } from '../lambda/handlers/snapshot-worker.ts';
 import type { RawPublisher } from './capture.ts';
 import type { SnapshotStatusLine } from './status.ts';

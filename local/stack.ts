@@ -31,9 +31,9 @@ import { createControlTable, DynamoDbControlPlane } from '../lambda/adapters/con
 import { startPostgres, type PostgresCluster } from './postgres.ts';
 import { QUICK_START_JVM_OPTIONS, startDynamoDbLocal, type DynamoDbLocal } from './dynamodb.ts';
 import { PutNotices, startKinesaliteProcess, type Kinesalite } from './kinesis.ts';
-import type { Archive } from '../lambda/core/archive.ts';
+import type { Archive } from '../lambda/core/rebuild/archive.ts';
 import { archivePayloadStore, FolderArchive } from './archive.ts';
-import type { PayloadStore } from '../lambda/core/payload-store.ts';
+import type { PayloadStore } from '../lambda/core/shared/payload-store.ts';
 import { LocalConfigError } from './errors.ts';
 import { recordedNames, stackNamesFor, type ChosenNames } from './stack-names.ts';
 

@@ -3,7 +3,7 @@
  * text, and a small writer that redraws them in place on a terminal and prints plain periodic
  * lines otherwise (CI logs, pipes).
  */
-import { POLL_DELETES_INVISIBLE } from '../lambda/core/poll.ts';
+import { POLL_DELETES_INVISIBLE } from '../lambda/core/capture/poll.ts';
 
 export interface SinkStatus {
   sink: string;
@@ -38,7 +38,7 @@ export interface TableStatus {
   capture?: 'poll';
 }
 
-/** One replication slot of the source as the slot monitor saw it (lambda/core/slot-monitor.ts). */
+/** One replication slot of the source as the slot monitor saw it (lambda/core/capture/slot-monitor.ts). */
 export interface SlotStatusLine {
   slot: string;
   ours: boolean;

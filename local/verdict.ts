@@ -4,28 +4,28 @@
  * `maskValue` the capture uses), excluded columns must be absent from the warehouse, and every
  * key must be present exactly once on both sides.
  *
- * Warehouse names come from lambda/core/warehouse-sql.ts (`warehouseTable`): schema
+ * Warehouse names come from lambda/core/warehouse/warehouse-sql.ts (`warehouseTable`): schema
  * `<source>_<schema>`, the view named after the table (over `_cdc_mirror_<table>` and the unmerged
  * `_cdc_delta_<table>`, docs/warehouse-apply.md): rows are read through the view.
  *
  * Values are compared by their PostgreSQL text (both sessions in UTC, ISO dates) with the one
- * comparison of reconciliation (lambda/core/same-value.ts), by the class of the column's type:
+ * comparison of reconciliation (lambda/core/shared/same-value.ts), by the class of the column's type:
  * the type the schema registry holds for it when a control plane is given (`control`), else the
  * source catalog's. Numeric columns by exact decimal value (`12.5` = `12.50`, so a column typed
  * differently in the warehouse still compares by value), JSON columns by structure, everything
  * else byte for byte (docs/reconcile.md, "How values compare").
  */
 import pg from 'pg';
-import { compareClasses, sameValue, type CompareClass } from '../lambda/core/same-value.ts';
-import { registeredTypes } from '../lambda/core/reconcile.ts';
-import type { ControlPlane } from '../lambda/core/control-plane.ts';
-import { maskValue } from '../lambda/core/masking.ts';
-import { quoteIdent, splitTableId } from '../lambda/core/identifiers.ts';
-import { warehouseTable } from '../lambda/core/warehouse-sql.ts';
-import type { TableConfig } from '../lambda/core/table-config.ts';
+import { compareClasses, sameValue, type CompareClass } from '../lambda/core/shared/same-value.ts';
+import { registeredTypes } from '../lambda/core/reconcile/reconcile.ts';
+import type { ControlPlane } from '../lambda/core/shared/control-plane.ts';
+import { maskValue } from '../lambda/core/tables/masking.ts';
+import { quoteIdent, splitTableId } from '../lambda/core/shared/identifiers.ts';
+import { warehouseTable } from '../lambda/core/warehouse/warehouse-sql.ts';
+import type { TableConfig } from '../lambda/core/tables/table-config.ts';
 import { columnsOf, columnTypesOf, primaryKeyOf } from './catalog.ts';
-import { documentValueText } from '../lambda/core/reconcile-rows.ts';
-import { DEFAULT_INDEX_PREFIX, searchNames } from '../lambda/core/search-plan.ts';
+import { documentValueText } from '../lambda/core/reconcile/reconcile-rows.ts';
+import { DEFAULT_INDEX_PREFIX, searchNames } from '../lambda/core/search/search-plan.ts';
 import type { OpenSearchIndex } from '../lambda/adapters/search-opensearch.ts';
 
 export interface TableVerdict {

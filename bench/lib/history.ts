@@ -10,9 +10,9 @@
  * not live) or a delete (of a live key), drawn with the given shares, grouped into transactions of
  * `txSize` changes. Positions are commit LSN + index, as the capture assigns them.
  */
-import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/event.ts';
-import { makePosition } from '../../lambda/core/position.ts';
-import type { ColumnDef, SchemaVersion, TableRecord } from '../../lambda/core/control-plane.ts';
+import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/shared/event.ts';
+import { makePosition } from '../../lambda/core/shared/position.ts';
+import type { ColumnDef, SchemaVersion, TableRecord } from '../../lambda/core/shared/control-plane.ts';
 import { seededRandom } from '../../local/demo.ts';
 
 /** The demo's seeded PRNG (mulberry32), so a history can be regenerated bit for bit. */

@@ -11,7 +11,7 @@ import { readFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import path from 'node:path';
 import type pg from 'pg';
-import type { ControlPlane } from '../../lambda/core/control-plane.ts';
+import type { ControlPlane } from '../../lambda/core/shared/control-plane.ts';
 
 /** Accumulated time and count per label. */
 export class Tally {

@@ -19,7 +19,7 @@
  */
 import type { KinesisStreamEvent } from 'aws-lambda';
 import type pg from 'pg';
-import { validateChangeEvent, type ChangeEvent } from '../../lambda/core/event.ts';
+import { validateChangeEvent, type ChangeEvent } from '../../lambda/core/shared/event.ts';
 import { copyLines } from './pg.ts';
 
 const DATA = ['customer_id', 'status', 'amount', 'note', 'updated_at'] as const;

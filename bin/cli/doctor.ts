@@ -1,14 +1,14 @@
 /**
  * `cdc doctor`: the source pre-flight a scheduler can run (docs/doctor.md). Gathers facts from
  * the source read-only (lambda/adapters/source-facts-pg.ts), runs the checks
- * (lambda/core/doctor.ts) and prints each one with its fix. `cdc local` runs the same checks
+ * (lambda/core/operator/doctor.ts) and prints each one with its fix. `cdc local` runs the same checks
  * before it starts.
  */
 import pg from 'pg';
 import { gatherSourceFacts, listSourceTables, readTableFact, type TableToCheck } from '../../lambda/adapters/source-facts-pg.ts';
-import { formatReport, overallStatus, ruleTableChecks, runChecks, type CheckResult } from '../../lambda/core/doctor.ts';
-import { matchRules } from '../../lambda/core/discovery.ts';
-import { validateTableSettings, type TableRule } from '../../lambda/core/table-config.ts';
+import { formatReport, overallStatus, ruleTableChecks, runChecks, type CheckResult } from '../../lambda/core/operator/doctor.ts';
+import { matchRules } from '../../lambda/core/tables/discovery.ts';
+import { validateTableSettings, type TableRule } from '../../lambda/core/tables/table-config.ts';
 import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { redactUrl } from '../../local/stack.ts';
 import { EXIT_FAILED, EXIT_OK, UsageError, write, type CliIo, type Command } from './command.ts';

@@ -1,18 +1,18 @@
 /**
  * `cdc status`, `cdc pause`, `cdc resume`, `cdc resnapshot`, `cdc audit`: the operator actions
- * (docs/operations.md). One request/response shape (lambda/core/operator.ts), each request on
+ * (docs/operations.md). One request/response shape (lambda/core/operator/operator.ts), each request on
  * its route (contracts/operator-routes.ts), through two doors: a `cdc local` state folder
  * (local/operator-door.ts), or the operator API on AWS, signed with the caller's own credentials
  * (bin/cli/operator-api.ts; `--url URL`, or `--stack NAME` to find it from the stack's outputs).
  *
  * Exit codes: 0 done, 1 error, 2 usage, 3 refused (the reason and what to do on stderr).
  */
-import { POLL_DELETES_INVISIBLE } from '../../lambda/core/poll.ts';
+import { POLL_DELETES_INVISIBLE } from '../../lambda/core/capture/poll.ts';
 import { CloudFormationClient, DescribeStacksCommand } from '@aws-sdk/client-cloudformation';
-import type { AuditEntry } from '../../lambda/core/control-plane.ts';
-import { formatDuration, parseDurationText } from '../../lambda/core/operator-decisions.ts';
+import type { AuditEntry } from '../../lambda/core/shared/control-plane.ts';
+import { formatDuration, parseDurationText } from '../../lambda/core/operator/operator-decisions.ts';
 import { routeOfRequest } from '../../contracts/operator-routes.ts';
-import type { ActionResult, OperatorRequest, StatusReport } from '../../lambda/core/operator.ts';
+import type { ActionResult, OperatorRequest, StatusReport } from '../../lambda/core/operator/operator.ts';
 import { openOperatorApi } from './operator-api.ts';
 import { openLocalOperator, type OperatorDoor } from '../../local/operator-door.ts';
 import { DEFAULT_STATE_DIR } from '../../local/stack.ts';

@@ -10,8 +10,8 @@
  * the databases could not be reached; the reason on stderr).
  */
 import { readFile } from 'node:fs/promises';
-import { formatReconcileVerdict, verdictExitCode, type ReconcileVerdict } from '../../lambda/core/reconcile.ts';
-import { validateTableConfig, type TableConfig } from '../../lambda/core/table-config.ts';
+import { formatReconcileVerdict, verdictExitCode, type ReconcileVerdict } from '../../lambda/core/reconcile/reconcile.ts';
+import { validateTableConfig, type TableConfig } from '../../lambda/core/tables/table-config.ts';
 import { DEMO_TABLES } from '../../local/demo.ts';
 import { HEARTBEAT_TABLE_ID } from '../../local/pipeline.ts';
 import { openLocalControl, readSearchSinkRecord, reconcileDatabases, standInDataFile } from '../../local/reconcile.ts';
@@ -20,7 +20,7 @@ import { OpenSearchIndex, searchClient } from '../../lambda/adapters/search-open
 import { existsSync } from 'node:fs';
 import { DEFAULT_STATE_DIR, SOURCE_DATABASE, WAREHOUSE_DATABASE } from '../../local/stack.ts';
 import { parseDuration } from './local.ts';
-import { DEFAULT_SOURCE_BUDGET } from '../../lambda/core/snapshot-pacer.ts';
+import { DEFAULT_SOURCE_BUDGET } from '../../lambda/core/snapshot/snapshot-pacer.ts';
 import { EXIT_OK, EXIT_REFUSED, UsageError, write, type CliIo, type Command } from './command.ts';
 
 const HELP = `Usage: cdc reconcile [--table T]... [--sink ID] [--json] [--state-dir DIR] [options]

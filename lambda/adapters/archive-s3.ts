@@ -1,12 +1,12 @@
 /**
- * The change-log archive in an S3 bucket (the archive interface of lambda/core/archive.ts): on
+ * The change-log archive in an S3 bucket (the archive interface of lambda/core/rebuild/archive.ts): on
  * AWS the ChangeLog's archive bucket, under one prefix (docs/rebuild.md, "Archive layout");
  * locally s3rver (path-style addressing, checksums only when required). Objects are encrypted
  * with the bucket's KMS key, or with `kmsKeyId` when one is given (`aws:kms` and the key named
  * on every put). Keys are checked (`checkArchiveKey`) before any request.
  */
 import { CreateBucketCommand, GetObjectCommand, HeadBucketCommand, ListObjectsV2Command, PutObjectCommand, type S3Client } from '@aws-sdk/client-s3';
-import { checkArchiveKey, type Archive } from '../core/archive.ts';
+import { checkArchiveKey, type Archive } from '../core/rebuild/archive.ts';
 
 export class S3Archive implements Archive {
   constructor(

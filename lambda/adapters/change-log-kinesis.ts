@@ -18,9 +18,9 @@
  */
 import { createHash } from 'node:crypto';
 import { PutRecordsCommand, type KinesisClient, type PutRecordsRequestEntry } from '@aws-sdk/client-kinesis';
-import { CdcError } from '../core/errors.ts';
-import { partitionKeyOf, type ChangeEvent } from '../core/event.ts';
-import type { ClaimCheck } from '../core/payload-store.ts';
+import { CdcError } from '../core/shared/errors.ts';
+import { partitionKeyOf, type ChangeEvent } from '../core/shared/event.ts';
+import type { ClaimCheck } from '../core/shared/payload-store.ts';
 
 export const PUT_RECORDS_MAX_ENTRIES = 500;
 export const PUT_RECORDS_MAX_BYTES = 5 * 1024 * 1024;

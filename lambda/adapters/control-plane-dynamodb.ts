@@ -62,13 +62,13 @@ import {
 } from '@aws-sdk/client-dynamodb';
 import { marshall, unmarshall } from '@aws-sdk/util-dynamodb';
 import { ControlPartition } from '../../contracts/control-plane-keys.ts';
-import { CdcError } from '../core/errors.ts';
-import { assertPosition, type Position } from '../core/position.ts';
-import { mergeHeldShards } from '../core/operator-decisions.ts';
-import { deadLetterKey, PayloadMismatchError, sha256, type PayloadStore } from '../core/payload-store.ts';
-import type { SnapshotChunkRecord, SnapshotState } from '../core/snapshot.ts';
-import { isPositionSpace } from '../core/position-space.ts';
-import type { ReconcileVerdict } from '../core/reconcile.ts';
+import { CdcError } from '../core/shared/errors.ts';
+import { assertPosition, type Position } from '../core/shared/position.ts';
+import { mergeHeldShards } from '../core/operator/operator-decisions.ts';
+import { deadLetterKey, PayloadMismatchError, sha256, type PayloadStore } from '../core/shared/payload-store.ts';
+import type { SnapshotChunkRecord, SnapshotState } from '../core/snapshot/snapshot.ts';
+import { isPositionSpace } from '../core/shared/position-space.ts';
+import type { ReconcileVerdict } from '../core/reconcile/reconcile.ts';
 import type {
   AuditEntry,
   ControlPlane,
@@ -78,9 +78,9 @@ import type {
   TableAction,
   TableRecord,
   TableState,
-} from '../core/control-plane.ts';
-import { cutUtf8, DEAD_LETTER_RECORD_MAX_BYTES } from '../core/control-plane.ts';
-import type { ActiveRebuild, RebuildCheckpoint, RebuildRun } from '../core/control-plane.ts';
+} from '../core/shared/control-plane.ts';
+import { cutUtf8, DEAD_LETTER_RECORD_MAX_BYTES } from '../core/shared/control-plane.ts';
+import type { ActiveRebuild, RebuildCheckpoint, RebuildRun } from '../core/shared/control-plane.ts';
 
 type Item = Record<string, AttributeValue>;
 type Plain = Record<string, unknown>;

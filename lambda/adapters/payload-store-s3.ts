@@ -5,7 +5,7 @@
  * claim check read from the log can only make the applier read this store.
  */
 import { GetObjectCommand, PutObjectCommand, type S3Client } from '@aws-sdk/client-s3';
-import { PayloadRefError, type PayloadStore } from '../core/payload-store.ts';
+import { PayloadRefError, type PayloadStore } from '../core/shared/payload-store.ts';
 
 export class S3PayloadStore implements PayloadStore {
   constructor(

@@ -1,17 +1,17 @@
 /**
- * The SQL behind a polled table's reconcile stable point (lambda/core/poll-stable-point.ts): the
+ * The SQL behind a polled table's reconcile stable point (lambda/core/capture/poll-stable-point.ts): the
  * table's highest poll position on the source, the position of the poller's cursor value, and the
  * cursor and the sink's progress from the control plane.
  */
 import type pg from 'pg';
-import type { ControlPlane } from '../core/control-plane.ts';
-import { CdcError } from '../core/errors.ts';
-import { quoteIdent, splitTableId } from '../core/identifiers.ts';
-import { checkpointCursorStore, type PollColumnKind } from '../core/poll.ts';
-import { positionNumber } from '../core/poll-snapshot.ts';
-import { pollKindOf, pollSpaceOfType } from '../core/position-space.ts';
-import { pollStablePoint } from '../core/poll-stable-point.ts';
-import type { StablePoint } from '../core/reconcile.ts';
+import type { ControlPlane } from '../core/shared/control-plane.ts';
+import { CdcError } from '../core/shared/errors.ts';
+import { quoteIdent, splitTableId } from '../core/shared/identifiers.ts';
+import { checkpointCursorStore, type PollColumnKind } from '../core/capture/poll.ts';
+import { positionNumber } from '../core/capture/poll-snapshot.ts';
+import { pollKindOf, pollSpaceOfType } from '../core/shared/position-space.ts';
+import { pollStablePoint } from '../core/capture/poll-stable-point.ts';
+import type { StablePoint } from '../core/reconcile/reconcile.ts';
 
 export interface PgPollStablePointOptions {
   /** A client of the source database. */

@@ -9,11 +9,11 @@
 import { InvokeCommand, type LambdaClient } from '@aws-sdk/client-lambda';
 import { StartExecutionCommand, type SFNClient } from '@aws-sdk/client-sfn';
 import { EnvName } from '../../contracts/env.ts';
-import type { ControlPlane } from '../core/control-plane.ts';
-import { CdcError, ConfigurationError } from '../core/errors.ts';
-import type { RebuildScheduler } from '../core/operator.ts';
-import type { Refusal } from '../core/operator-decisions.ts';
-import { claimRebuildSlot, newRebuildId } from '../core/rebuild.ts';
+import type { ControlPlane } from '../core/shared/control-plane.ts';
+import { CdcError, ConfigurationError } from '../core/shared/errors.ts';
+import type { RebuildScheduler } from '../core/operator/operator.ts';
+import type { Refusal } from '../core/operator/operator-decisions.ts';
+import { claimRebuildSlot, newRebuildId } from '../core/rebuild/rebuild.ts';
 
 /** Per sink, its rebuild worker function and state machine (`CDC_REBUILD_WORKERS`). */
 export type RebuildWorkers = Record<string, { worker: string; stateMachine: string }>;

@@ -24,14 +24,14 @@ import type pg from 'pg';
 import { guardPoolClients } from './pg-pool.ts';
 import { PgWarehouse, type PgWarehouseOptions } from './warehouse-pg.ts';
 import { PgRebuildTarget, type DiffResult } from './warehouse-rebuild-pg.ts';
-import type { ControlPlane, RebuildCheckpoint, RebuildRun, SchemaVersion } from '../core/control-plane.ts';
-import { CdcError } from '../core/errors.ts';
-import type { ChangeEvent } from '../core/event.ts';
-import { POSITION_ZERO, type Position } from '../core/position.ts';
-import { checkFromPosition, claimRebuildSlot, decideRebuildSlot, decideRebuildState, newRebuildId, REBUILD_STALE_AFTER_MS, throttleSleepMs, type DiffRow, type RebuildRefusal } from '../core/rebuild.ts';
-import { ReplayHoleError, type ReplayRange } from '../core/replay.ts';
-import { warehouseTable, type WarehouseTable } from '../core/warehouse-sql.ts';
-import { checkEventColumns } from '../core/warehouse-apply.ts';
+import type { ControlPlane, RebuildCheckpoint, RebuildRun, SchemaVersion } from '../core/shared/control-plane.ts';
+import { CdcError } from '../core/shared/errors.ts';
+import type { ChangeEvent } from '../core/shared/event.ts';
+import { POSITION_ZERO, type Position } from '../core/shared/position.ts';
+import { checkFromPosition, claimRebuildSlot, decideRebuildSlot, decideRebuildState, newRebuildId, REBUILD_STALE_AFTER_MS, throttleSleepMs, type DiffRow, type RebuildRefusal } from '../core/rebuild/rebuild.ts';
+import { ReplayHoleError, type ReplayRange } from '../core/rebuild/replay.ts';
+import { warehouseTable, type WarehouseTable } from '../core/warehouse/warehouse-sql.ts';
+import { checkEventColumns } from '../core/warehouse/warehouse-apply.ts';
 import type { HistoryCheck, ReplayReader, ReplayStats } from './replay-reader.ts';
 
 /** The highest position there is: "everything the log holds now". */

@@ -1,10 +1,10 @@
 /**
  * The PostgreSQL sides of a reconciliation (docs/reconcile.md): the source table, and the
- * warehouse sink's view of it (lambda/core/warehouse-sql.ts names it: schema `<source>_<schema>`,
- * the view named after the table, tombstones hidden). The algorithm is lambda/core/reconcile.ts;
+ * warehouse sink's view of it (lambda/core/warehouse/warehouse-sql.ts names it: schema `<source>_<schema>`,
+ * the view named after the table, tombstones hidden). The algorithm is lambda/core/reconcile/reconcile.ts;
  * this file only speaks SQL.
  *
- * Both sides hash a row in SQL the same way (`HashScheme`, lambda/core/reconcile.ts), and a
+ * Both sides hash a row in SQL the same way (`HashScheme`, lambda/core/reconcile/reconcile.ts), and a
  * range's summary is the exact (`numeric`) sum of its rows' hashes:
  * - `pg-typed` (two PostgreSQL sides): each compared column through PostgreSQL's hash function of
  *   its class (`hashint8extended` of the value as `bigint`, `hash_numeric_extended`,
@@ -17,7 +17,7 @@
  * On the source, a masked column is hashed masked: the SQL form
  * of the masking module's `maskValue` (lower-case hex SHA-256 of the value's text; NULL stays
  * NULL), so the source's summary matches the masked copy in the sink; leaf rows are read raw and
- * masked by `maskValue` itself (lambda/core/masking.ts), and a test checks the two forms agree.
+ * masked by `maskValue` itself (lambda/core/tables/masking.ts), and a test checks the two forms agree.
  *
  * Keys are compared as row values (`(k1, k2) > ($1, $2)`) and text-like key columns with
  * `COLLATE "C"` on both sides, so both order keys alike whatever each database's collation (a
@@ -30,16 +30,16 @@
  */
 import type pg from 'pg';
 import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_TABLE } from '../../contracts/env.ts';
-import { quoteIdent, splitTableId } from '../core/identifiers.ts';
-import { BASE_HASH_SCHEME, keyOrderClass, type HashClass, type HashScheme, type KeyRange, type KeyTuple, type RangeSummary, type ReconcileSide, type RowHashing, type SideRow, type SideShape } from '../core/reconcile.ts';
-import { RESERVED_PREFIX, warehouseTable, CdcColumn, createOverlayViewSql, overlayAggregateSql, qualified, type OverlayGuards, type WarehouseTable } from '../core/warehouse-sql.ts';
+import { quoteIdent, splitTableId } from '../core/shared/identifiers.ts';
+import { BASE_HASH_SCHEME, keyOrderClass, type HashClass, type HashScheme, type KeyRange, type KeyTuple, type RangeSummary, type ReconcileSide, type RowHashing, type SideRow, type SideShape } from '../core/reconcile/reconcile.ts';
+import { RESERVED_PREFIX, warehouseTable, CdcColumn, createOverlayViewSql, overlayAggregateSql, qualified, type OverlayGuards, type WarehouseTable } from '../core/warehouse/warehouse-sql.ts';
 
 type Queryable = Pick<pg.ClientBase, 'query'>;
 
 /** The session settings both sides read with (see the module comment). */
 export const RECONCILE_SESSION_SQL = "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 1";
 
-/** The SQL form of `maskValue` (lambda/core/masking.ts) for a column expression. */
+/** The SQL form of `maskValue` (lambda/core/tables/masking.ts) for a column expression. */
 export function maskSql(expr: string): string {
   return `encode(sha256(convert_to(${expr}, 'UTF8')), 'hex')`;
 }

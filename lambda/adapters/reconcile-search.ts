@@ -2,11 +2,11 @@
  * The search sink's side of a reconciliation (docs/reconcile.md, "The search sink"): a table's
  * live documents, read through the readers' alias (tombstones hidden) with the search adapter
  * (lambda/adapters/search-opensearch.ts), compared with the source by the same core
- * (lambda/core/reconcile.ts) as the warehouse.
+ * (lambda/core/reconcile/reconcile.ts) as the warehouse.
  *
  * OpenSearch cannot hash a document server-side in a way PostgreSQL can reproduce, so this side
  * reads the documents of a key range and hashes them here, exactly as the SQL sides hash under
- * `md5-text` (`rowHash`, lambda/core/reconcile-rows.ts): the pair always negotiates `md5-text`.
+ * `md5-text` (`rowHash`, lambda/core/reconcile/reconcile-rows.ts): the pair always negotiates `md5-text`.
  * The documents of a range are read with a range query on the key fields, sorted by them, in
  * pages (`pageSize`), each page starting after the last key of the one before (a composite key is
  * a `bool` of ranges and terms, the row-value comparison `(k1, k2) > (a, b)` spelled out). A text
@@ -18,7 +18,7 @@
  * Values are read as their text: a string as it is, a number or boolean as JavaScript writes it,
  * an object as its JSON (`documentValueText`); a value whose text differs from PostgreSQL's (a
  * `numeric` indexed as a number, `true` for `t`) makes the hash differ, and the leaf comparison
- * (`sameValue` of lambda/core/same-value.ts, by the column's registered type) then finds the rows
+ * (`sameValue` of lambda/core/shared/same-value.ts, by the column's registered type) then finds the rows
  * equal: a cost, never a false verdict.
  *
  * Key ordering (`keyOrder`): a `long`/`integer` key field orders as numbers, a `keyword` (or a
@@ -33,10 +33,10 @@
  * (`beat_at`).
  */
 import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_KEY_COLUMN, HEARTBEAT_TABLE } from '../../contracts/env.ts';
-import type { JsonValue, Row } from '../core/event.ts';
-import { type HashScheme, type KeyRange, type KeyTuple, type RangeSummary, type ReconcileSide, type RowHashing, type SideRow, type SideShape } from '../core/reconcile.ts';
-import { documentValueText, rowHash } from '../core/reconcile-rows.ts';
-import { documentId, META_FIELD, searchNames, type SearchNames } from '../core/search-plan.ts';
+import type { JsonValue, Row } from '../core/shared/event.ts';
+import { type HashScheme, type KeyRange, type KeyTuple, type RangeSummary, type ReconcileSide, type RowHashing, type SideRow, type SideShape } from '../core/reconcile/reconcile.ts';
+import { documentValueText, rowHash } from '../core/reconcile/reconcile-rows.ts';
+import { documentId, META_FIELD, searchNames, type SearchNames } from '../core/search/search-plan.ts';
 import { SearchRequestRejectedError, type OpenSearchIndex } from './search-opensearch.ts';
 
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);

@@ -2,7 +2,7 @@
  * The replay reader (docs/rebuild.md): one table's change events from a position onward, from
  * the archive first (through the one archive interface: a folder or S3) and then from the
  * change-log stream, in position order, each event once, up to a target position. Decisions
- * (layouts, continuity, merge) are in lambda/core/replay.ts; this module only reads.
+ * (layouts, continuity, merge) are in lambda/core/rebuild/replay.ts; this module only reads.
  *
  * What it reads for table T of source S:
  * - by-table layout: the keys of `tables/S/T/`, `tables/_other/` and `batches/` (names only),
@@ -25,10 +25,10 @@ import { getHeapStatistics } from 'node:v8';
 import { gunzipSync } from 'node:zlib';
 import type { KinesisClient } from '@aws-sdk/client-kinesis';
 import { readShard, shardsInOrder, type LogRecord } from './change-log-reader.ts';
-import { compareSequenceNumbers } from '../core/apply-plan.ts';
-import { CdcError } from '../core/errors.ts';
-import { validateChangeEvent, type ChangeEvent } from '../core/event.ts';
-import { isClaimCheck, resolveClaim, validateClaimCheck, type PayloadStore } from '../core/payload-store.ts';
+import { compareSequenceNumbers } from '../core/sink/apply-plan.ts';
+import { CdcError } from '../core/shared/errors.ts';
+import { validateChangeEvent, type ChangeEvent } from '../core/shared/event.ts';
+import { isClaimCheck, resolveClaim, validateClaimCheck, type PayloadStore } from '../core/shared/payload-store.ts';
 import {
   MARKER_FOLDER,
   OTHER_FOLDER,
@@ -42,10 +42,10 @@ import {
   type ArchivedObject,
   type ReplayRange,
   type ShardCoverage,
-} from '../core/replay.ts';
-import type { Archive } from '../core/archive.ts';
-import { markerDigests, verifyArchiveObject } from '../core/archive-digest.ts';
-import { utf8Lines } from '../core/utf8.ts';
+} from '../core/rebuild/replay.ts';
+import type { Archive } from '../core/rebuild/archive.ts';
+import { markerDigests, verifyArchiveObject } from '../core/rebuild/archive-digest.ts';
+import { utf8Lines } from '../core/shared/utf8.ts';
 
 export interface ReplayReaderOptions {
   archive: Archive;

@@ -23,8 +23,8 @@
 import { Client, errors } from '@opensearch-project/opensearch';
 import { AwsSigv4Signer } from '@opensearch-project/opensearch/aws';
 import { defaultProvider } from '@aws-sdk/credential-provider-node';
-import { CdcError } from '../core/errors.ts';
-import type { JsonValue, Row } from '../core/event.ts';
+import { CdcError } from '../core/shared/errors.ts';
+import type { JsonValue, Row } from '../core/shared/event.ts';
 import {
   createIndexBody,
   createTombstoneIndexBody,
@@ -35,7 +35,7 @@ import {
   type FieldMapping,
   type IndexMeta,
   type SearchNames,
-} from '../core/search-plan.ts';
+} from '../core/search/search-plan.ts';
 
 /** OpenSearch is throttling or unavailable: retry later; nothing was lost. */
 export class SearchUnavailableError extends CdcError {

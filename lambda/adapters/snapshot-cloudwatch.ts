@@ -8,7 +8,7 @@
  * the budget).
  */
 import { GetMetricDataCommand, type CloudWatchClient, type GetMetricDataCommandOutput } from '@aws-sdk/client-cloudwatch';
-import type { PressureReading } from '../core/snapshot-pacer.ts';
+import type { PressureReading } from '../core/snapshot/snapshot-pacer.ts';
 
 /** The one call the probe makes (a `CloudWatchClient` or a stand-in with the same semantics). */
 export type GetMetricData = (input: ConstructorParameters<typeof GetMetricDataCommand>[0]) => Promise<Pick<GetMetricDataCommandOutput, 'MetricDataResults'>>;

@@ -8,25 +8,25 @@
  *    that may have written this database is still running (every transaction whose commit
  *    record precedes L0 is then visible) and, on a replica, until it has replayed past L0;
  * 3. read the chunk in a REPEATABLE READ READ ONLY transaction (its snapshot is taken by its
- *    first statement, after step 2): the keyset query from lambda/core/snapshot.ts streamed as
+ *    first statement, after step 2): the keyset query from lambda/core/snapshot/snapshot.ts streamed as
  *    `COPY (…) TO STDOUT` (text format: each value its type's output text, the same text a
  *    SELECT returns), in the capture's canonical session settings.
  *
  * Never a lock stronger than the ACCESS SHARE of a plain SELECT; no transaction spans more than
  * one chunk. The fence's commit is also the pressure probe's write (`PostgresPressureProbe`).
  */
-import { HORIZON_MICROS_SQL, horizonBound, POLL_XMIN_SQL } from '../core/poll-snapshot.ts';
+import { HORIZON_MICROS_SQL, horizonBound, POLL_XMIN_SQL } from '../core/capture/poll-snapshot.ts';
 import pg from 'pg';
 import { to as copyTo } from 'pg-copy-streams';
-import { chunkCopyQuery, copyChunkRead, SnapshotFenceTimeoutError, SnapshotTableError, type ChunkRead, type KeyCursor, type SnapshotColumn, type SnapshotTableShape } from '../core/snapshot.ts';
-import { addedLatencyPct, PROBE_QUANTILE, quantile, type PressureReading } from '../core/snapshot-pacer.ts';
-import { CdcError } from '../core/errors.ts';
-import { quoteIdent, splitTableId } from '../core/identifiers.ts';
+import { chunkCopyQuery, copyChunkRead, SnapshotFenceTimeoutError, SnapshotTableError, type ChunkRead, type KeyCursor, type SnapshotColumn, type SnapshotTableShape } from '../core/snapshot/snapshot.ts';
+import { addedLatencyPct, PROBE_QUANTILE, quantile, type PressureReading } from '../core/snapshot/snapshot-pacer.ts';
+import { CdcError } from '../core/shared/errors.ts';
+import { quoteIdent, splitTableId } from '../core/shared/identifiers.ts';
 import { PRIMARY_KEY_COLUMNS_SQL } from './source-facts-pg.ts';
-import type { SnapshotReader } from '../core/snapshot-worker.ts';
-import { DEFAULT_POLL_HORIZON_MARGIN_S, POLL_CLOCK_SQL, POLL_HORIZON_SQL, PollHorizonPrivilegeError, pollColumnKind, pollQuery, type PollCursor, type PollPage, type PollReader } from '../core/poll.ts';
+import type { SnapshotReader } from '../core/snapshot/snapshot-worker.ts';
+import { DEFAULT_POLL_HORIZON_MARGIN_S, POLL_CLOCK_SQL, POLL_HORIZON_SQL, PollHorizonPrivilegeError, pollColumnKind, pollQuery, type PollCursor, type PollPage, type PollReader } from '../core/capture/poll.ts';
 
-/** Every column as PostgreSQL's output text (the poll page converts values itself, lambda/core/poll.ts). */
+/** Every column as PostgreSQL's output text (the poll page converts values itself, lambda/core/capture/poll.ts). */
 const RAW_TEXT = { getTypeParser: () => (v: string) => v };
 
 /** The capture's canonical session settings (local/capture.ts): the same text for the same value on both paths. */
@@ -124,7 +124,7 @@ export class PostgresSnapshotReader implements SnapshotReader, PollReader {
   }
 
   /**
-   * One page of a polled table (docs/polling.md, lambda/core/poll.ts): the rows after the cursor in
+   * One page of a polled table (docs/polling.md, lambda/core/capture/poll.ts): the rows after the cursor in
    * (poll column, key) order and below the page's bound, read in one `REPEATABLE READ READ ONLY`
    * transaction from the read endpoint, values as their output text. A timestamp column's horizon
    * is read on the primary first (`POLL_CLOCK_SQL`, then `POLL_HORIZON_SQL`, each its own
@@ -148,7 +148,7 @@ export class PostgresSnapshotReader implements SnapshotReader, PollReader {
     }
   }
 
-  /** The horizon of a timestamp page (lambda/core/poll.ts `POLL_HORIZON_SQL`); refuses without the privilege to see open transactions. */
+  /** The horizon of a timestamp page (lambda/core/capture/poll.ts `POLL_HORIZON_SQL`); refuses without the privilege to see open transactions. */
   private async pollHorizon(table: string): Promise<string> {
     const { primary } = await this.clients();
     const clock = (await primary.query<{ clock: string; role: string; privileged: boolean }>(POLL_CLOCK_SQL)).rows[0]!;
@@ -176,7 +176,7 @@ export class PostgresSnapshotReader implements SnapshotReader, PollReader {
   }
 
   /**
-   * A polled table's re-snapshot bound H (lambda/core/poll-snapshot.ts `PollSnapshotReader`), read
+   * A polled table's re-snapshot bound H (lambda/core/capture/poll-snapshot.ts `PollSnapshotReader`), read
    * on the primary before the run's first chunk: a transaction-id column's is the xmin of a
    * snapshot taken now; a timestamp column's the microsecond below the horizon, read exactly as a
    * poll page reads it (same margin, same privilege check).
@@ -257,7 +257,7 @@ export class PostgresSnapshotReader implements SnapshotReader, PollReader {
       const parts: Buffer[] = [];
       for await (const part of read.query(copyTo(sql))) parts.push(part as Buffer);
       await read.query('COMMIT');
-      // The rows stay COPY text: the worker packs them from it in one pass (lambda/core/snapshot.ts, `packChunkRecords`).
+      // The rows stay COPY text: the worker packs them from it in one pass (lambda/core/snapshot/snapshot.ts, `packChunkRecords`).
       return copyChunkRead(
         {
           lowWatermark: f.lowWatermark,
@@ -283,7 +283,7 @@ export class PostgresSnapshotReader implements SnapshotReader, PollReader {
 /**
  * Source pressure on PostgreSQL: the latency of recent probe writes (the fence commits, and extra
  * probes when asked) against a baseline taken before the snapshot, compared at `PROBE_QUANTILE`
- * (`addedLatencyPct`, lambda/core/snapshot-pacer.ts), plus the number of active sessions. CPU is
+ * (`addedLatencyPct`, lambda/core/snapshot/snapshot-pacer.ts), plus the number of active sessions. CPU is
  * not visible from SQL: locally `addedCpuPct` is null (on AWS the CloudWatch probe supplies it).
  */
 export class PostgresPressureProbe {

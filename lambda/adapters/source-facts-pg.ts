@@ -1,16 +1,16 @@
 /**
- * Reads what the source pre-flight (lambda/core/doctor.ts) and the slot monitor
- * (lambda/core/slot-monitor.ts) decide on, from PostgreSQL's catalogs and statistics views, over
+ * Reads what the source pre-flight (lambda/core/operator/doctor.ts) and the slot monitor
+ * (lambda/core/capture/slot-monitor.ts) decide on, from PostgreSQL's catalogs and statistics views, over
  * one connection. Read-only: nothing here writes to the source. Works on PostgreSQL 10 and later
  * (columns that came later are read through `to_jsonb`, so an older server just lacks them).
  */
 import type pg from 'pg';
 import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_TABLE } from '../../contracts/env.ts';
-import type { SourceIdentity } from '../core/continuity.ts';
-import type { SlotFact, SourceFacts, TableFact } from '../core/doctor.ts';
-import { quoteIdent, splitTableId } from '../core/identifiers.ts';
-import type { CatalogTypes } from '../core/catalog-types.ts';
-import { partitionTree, type PartitionTree } from '../core/partitions.ts';
+import type { SourceIdentity } from '../core/capture/continuity.ts';
+import type { SlotFact, SourceFacts, TableFact } from '../core/operator/doctor.ts';
+import { quoteIdent, splitTableId } from '../core/shared/identifiers.ts';
+import type { CatalogTypes } from '../core/shared/catalog-types.ts';
+import { partitionTree, type PartitionTree } from '../core/tables/partitions.ts';
 
 type Queryable = Pick<pg.ClientBase, 'query'>;
 
@@ -41,7 +41,7 @@ function str(v: unknown): string | null {
 }
 
 /**
- * The source's system identifier and timeline (lambda/core/continuity.ts), or null when this user
+ * The source's system identifier and timeline (lambda/core/capture/continuity.ts), or null when this user
  * may not read them (`pg_control_system()`, `pg_control_checkpoint()`: superuser or `pg_monitor`
  * on some servers).
  */
@@ -242,7 +242,7 @@ export const PRIMARY_KEY_COLUMNS_SQL = `SELECT a.attname AS name FROM pg_index i
  * A table's columns with their full types (`format_type(atttypid, atttypmod)`: `character
  * varying(20)`, `numeric(12,2)`) in table order, and its primary key (empty when it has none);
  * null when the table does not exist. What the normalizer registers a table first seen through a
- * type-less DMS record with (lambda/core/catalog-types.ts).
+ * type-less DMS record with (lambda/core/shared/catalog-types.ts).
  */
 export async function readCatalogColumnTypes(client: Queryable, tableId: string): Promise<CatalogTypes | null> {
   const { schema, table } = splitTableId(tableId);

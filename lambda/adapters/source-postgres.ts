@@ -18,8 +18,8 @@
 import { GetSecretValueCommand, type SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type pg from 'pg';
 import { EnvName } from '../../contracts/env.ts';
-import { CdcError } from '../core/errors.ts';
-import { DEFAULT_SSL_MODE, parseSslMode, sslModeAtLeast, urlSslMode, type SslMode } from '../core/ssl-mode.ts';
+import { CdcError } from '../core/shared/errors.ts';
+import { DEFAULT_SSL_MODE, parseSslMode, sslModeAtLeast, urlSslMode, type SslMode } from '../core/shared/ssl-mode.ts';
 import { pgSsl } from './tls.ts';
 
 /** The source connection cannot be worked out from the configuration. */

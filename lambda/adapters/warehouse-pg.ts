@@ -1,6 +1,6 @@
 /**
  * The warehouse over the PostgreSQL wire protocol (`pg`): PostgreSQL, or Amazon Redshift with the
- * same SQL (see `lambda/core/warehouse-sql.ts` for the layout and the portable subset).
+ * same SQL (see `lambda/core/warehouse/warehouse-sql.ts` for the layout and the portable subset).
  *
  * `applyTable` applies one table's events of one batch:
  * 1. DDL, when the sink is not in shape yet, in its own short transaction first: create what is
@@ -37,13 +37,13 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
-import { CdcError } from '../core/errors.ts';
-import { foundRelations, LegacyLayoutError, legacyProbeSql, planLegacyMigration } from '../core/legacy-layout.ts';
+import { CdcError } from '../core/shared/errors.ts';
+import { foundRelations, LegacyLayoutError, legacyProbeSql, planLegacyMigration } from '../core/warehouse/legacy-layout.ts';
 import { guardPoolClients } from './pg-pool.ts';
-import type { ChangeEvent, Row } from '../core/event.ts';
-import { keyText } from '../core/event.ts';
-import { distinctEvents, handoverId, needsHandover, oldKeysNeeded, planTable, setSignature, toParam, type Donor, type StoredRow, type StoredState, type TablePlan } from '../core/apply-plan.ts';
-import { ENVELOPE_VERSION, type CaptureMethod, type ChangeOp, type JsonValue } from '../core/event.ts';
+import type { ChangeEvent, Row } from '../core/shared/event.ts';
+import { keyText } from '../core/shared/event.ts';
+import { distinctEvents, handoverId, needsHandover, oldKeysNeeded, planTable, setSignature, toParam, type Donor, type StoredRow, type StoredState, type TablePlan } from '../core/sink/apply-plan.ts';
+import { ENVELOPE_VERSION, type CaptureMethod, type ChangeOp, type JsonValue } from '../core/shared/event.ts';
 import {
   CdcColumn,
   addColumnSql,
@@ -107,12 +107,12 @@ import {
   type UpdateSet,
   type WarehouseEngine,
   type WarehouseTable,
-} from '../core/warehouse-sql.ts';
-import { quoteIdent } from '../core/identifiers.ts';
-import type { DeltaStats, MergeResult, MergeTarget, PendingDelta, TableApplyResult, TableBatch, WarehouseWriter, WriteErrorKind } from '../core/warehouse-apply.ts';
+} from '../core/warehouse/warehouse-sql.ts';
+import { quoteIdent } from '../core/shared/identifiers.ts';
+import type { DeltaStats, MergeResult, MergeTarget, PendingDelta, TableApplyResult, TableBatch, WarehouseWriter, WriteErrorKind } from '../core/warehouse/warehouse-apply.ts';
 import { persistentTableErrorCode } from './warehouse-pg-errors.ts';
 
-export type { MergeResult, MergeTarget, PendingDelta, TableApplyResult, TableBatch } from '../core/warehouse-apply.ts';
+export type { MergeResult, MergeTarget, PendingDelta, TableApplyResult, TableBatch } from '../core/warehouse/warehouse-apply.ts';
 
 const DDL_ATTEMPTS = 3;
 
@@ -342,7 +342,7 @@ export class PgWarehouse implements WarehouseWriter {
   classifyError(err: unknown): WriteErrorKind | null {
     if (err instanceof SinkTypeConflictError) return { kind: 'type-conflict', message: err.message };
     if (err instanceof ValueRejectedError) return { kind: 'value-rejected' };
-    // Old objects the applier cannot move: held, audited, with the statements to run (lambda/core/legacy-layout.ts).
+    // Old objects the applier cannot move: held, audited, with the statements to run (lambda/core/warehouse/legacy-layout.ts).
     if (err instanceof LegacyLayoutError) return { kind: 'persistent', code: err.code };
     const code = persistentTableErrorCode(err);
     return code === null ? null : { kind: 'persistent', code };

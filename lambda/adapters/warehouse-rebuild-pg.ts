@@ -1,12 +1,12 @@
 /**
  * The warehouse side of a rebuild over `pg` (docs/rebuild.md): drop a shadow left behind, read
  * what the live table holds, diff live against shadow, keep the diff, and swap the shadow in
- * atomically. SQL text is in lambda/core/rebuild.ts; the shadow itself is written by the live
+ * atomically. SQL text is in lambda/core/rebuild/rebuild.ts; the shadow itself is written by the live
  * apply code (`PgWarehouse.applyTable` with `target`), not here.
  */
 import type pg from 'pg';
-import { CdcColumn, createOverlayViewSql, createViewSql, qualified, type WarehouseTable } from '../core/warehouse-sql.ts';
-import { quoteIdent } from '../core/identifiers.ts';
+import { CdcColumn, createOverlayViewSql, createViewSql, qualified, type WarehouseTable } from '../core/warehouse/warehouse-sql.ts';
+import { quoteIdent } from '../core/shared/identifiers.ts';
 import { guardPoolClients } from './pg-pool.ts';
 import {
   createDiffTableSql,
@@ -23,8 +23,8 @@ import {
   swapRenamesSql,
   visibleColumns,
   type DiffRow,
-} from '../core/rebuild.ts';
-import type { Position } from '../core/position.ts';
+} from '../core/rebuild/rebuild.ts';
+import type { Position } from '../core/shared/position.ts';
 
 const RAW_TEXT = { getTypeParser: () => (value: string) => value } as unknown as pg.CustomTypesConfig;
 
@@ -177,7 +177,7 @@ export class PgRebuildTarget {
   }
 
   /**
-   * Swaps the shadow in (see lambda/core/rebuild.ts): in one transaction, locks the live tables
+   * Swaps the shadow in (see lambda/core/rebuild/rebuild.ts): in one transaction, locks the live tables
    * against writers (delta first), reads the live position P (changelog and delta), calls
    * `catchUp(P)` (which must bring the shadow up to P through the apply code, on other
    * connections), renames (the deltas too), repoints the view over the new base and delta,

@@ -1,7 +1,7 @@
 /**
  * Archive copier Lambda: change-log stream → the by-table archive in S3 (docs/rebuild.md,
  * "Archive layout"), the archive the rebuild worker replays. The work is done by the archive
- * copier of lambda/core/archive.ts (the one `cdc local` runs); this module wires it to S3 and
+ * copier of lambda/core/rebuild/archive.ts (the one `cdc local` runs); this module wires it to S3 and
  * Powertools.
  *
  * Whole batch or nothing. A batch (one shard's records, in order) is stored as one object per
@@ -27,8 +27,8 @@ import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent } from 'aw
 import { EnvName, ServiceName } from '../../contracts/env.ts';
 import { ARCHIVE_STAGE, MetricDimension, MetricName, METRICS_NAMESPACE } from '../../contracts/metrics.ts';
 import { S3Archive } from '../adapters/archive-s3.ts';
-import { createArchiveCopier, type Archive } from '../core/archive.ts';
-import { ConfigurationError } from '../core/errors.ts';
+import { createArchiveCopier, type Archive } from '../core/rebuild/archive.ts';
+import { ConfigurationError } from '../core/shared/errors.ts';
 
 const SERVICE = ServiceName.ARCHIVE_COPIER;
 

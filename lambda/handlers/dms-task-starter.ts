@@ -48,17 +48,17 @@ import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type { CloudFormationCustomResourceEvent, Context } from 'aws-lambda';
 import pg from 'pg';
 import { ServiceName } from '../../contracts/env.ts';
-import { CdcError } from '../core/errors.ts';
-import { markSourceForResnapshot } from '../core/continuity.ts';
-import { applyLateRuleChanges, LateRulesRefusedError, lateRuleChangesBetween, requestLateRuleResnapshots, resolveColumnRules } from '../core/late-rules.ts';
+import { CdcError } from '../core/shared/errors.ts';
+import { markSourceForResnapshot } from '../core/capture/continuity.ts';
+import { applyLateRuleChanges, LateRulesRefusedError, lateRuleChangesBetween, requestLateRuleResnapshots, resolveColumnRules } from '../core/tables/late-rules.ts';
 import { columnRulesConsumerId } from '../../contracts/control-plane-keys.ts';
 import type { ColumnRulesDocument } from '../../contracts/table-config.ts';
 import { createHash } from 'node:crypto';
-import type { ControlPlane } from '../core/control-plane.ts';
+import type { ControlPlane } from '../core/shared/control-plane.ts';
 import { dynamoDbClient } from '../adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { EnvName } from '../../contracts/env.ts';
-import { assertPlainIdentifier } from '../core/identifiers.ts';
+import { assertPlainIdentifier } from '../core/shared/identifiers.ts';
 import { sourceConnectionFromEnvironment } from '../adapters/source-postgres.ts';
 
 /** The replication task as this handler needs it. */

@@ -21,9 +21,9 @@ import { DEFAULT_HEARTBEAT_SCHEMA, EnvName, HEARTBEAT_TABLE, ServiceName } from 
 import { MetricDimension, MetricName, METRICS_NAMESPACE } from '../../contracts/metrics.ts';
 import { sourceConnectionFromEnvironment } from '../adapters/source-postgres.ts';
 import { readSourceIdentity } from '../adapters/source-facts-pg.ts';
-import { CdcError, ConfigurationError } from '../core/errors.ts';
-import { isSourceId } from '../core/event.ts';
-import { assertPlainIdentifier, quoteIdent } from '../core/identifiers.ts';
+import { CdcError, ConfigurationError } from '../core/shared/errors.ts';
+import { isSourceId } from '../core/shared/event.ts';
+import { assertPlainIdentifier, quoteIdent } from '../core/shared/identifiers.ts';
 
 const SERVICE = ServiceName.HEARTBEAT_WRITER;
 export const DEFAULT_HEARTBEAT_BEATS = 6;
@@ -66,7 +66,7 @@ export class HeartbeatWriter {
   async beat(): Promise<void> {
     const client = await this.connect();
     try {
-      // Each beat carries the next sequence number and who the source is (lambda/core/continuity.ts checks them).
+      // Each beat carries the next sequence number and who the source is (lambda/core/capture/continuity.ts checks them).
       await client.query(
         `INSERT INTO ${this.table} AS h (source_id, beat_at, seq, system_identifier, timeline) VALUES ($1, now(), 1, $2, $3)
            ON CONFLICT (source_id) DO UPDATE SET beat_at = now(), seq = h.seq + 1, system_identifier = EXCLUDED.system_identifier, timeline = EXCLUDED.timeline`,

@@ -1,6 +1,6 @@
 /**
  * Normalizer Lambda: raw capture stream (DMS or slot capture) → change log. The work is done by
- * `Normalizer` (lambda/core/normalize.ts); this module wires it to Kinesis, DynamoDB and
+ * `Normalizer` (lambda/core/capture/normalize.ts); this module wires it to Kinesis, DynamoDB and
  * Powertools.
  *
  * Ordering. Records are processed one after another (`processInParallel: false`). With partial
@@ -24,16 +24,16 @@ import { dynamoDbClient, kinesisClient } from '../adapters/aws-clients.ts';
 import { KinesisChangeLog } from '../adapters/change-log-kinesis.ts';
 import { S3Client } from '@aws-sdk/client-s3';
 import { S3PayloadStore } from '../adapters/payload-store-s3.ts';
-import type { PayloadStore } from '../core/payload-store.ts';
+import type { PayloadStore } from '../core/shared/payload-store.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { kinesisRecordData } from '../adapters/kinesis-event.ts';
-import type { ControlPlane } from '../core/control-plane.ts';
-import { CdcError, ConfigurationError } from '../core/errors.ts';
-import { readCatalogTypes } from '../core/catalog-types.ts';
-import { readPublishedPartitionTree } from '../core/partitions.ts';
-import { isSourceId } from '../core/event.ts';
-import { Normalizer, type ChangeLogWriter, type NormalizerMetrics } from '../core/normalize.ts';
-import { parseTableConfig, parseTableRules, TableConfigIndex, type TableConfig, type TableRule } from '../core/table-config.ts';
+import type { ControlPlane } from '../core/shared/control-plane.ts';
+import { CdcError, ConfigurationError } from '../core/shared/errors.ts';
+import { readCatalogTypes } from '../core/shared/catalog-types.ts';
+import { readPublishedPartitionTree } from '../core/tables/partitions.ts';
+import { isSourceId } from '../core/shared/event.ts';
+import { Normalizer, type ChangeLogWriter, type NormalizerMetrics } from '../core/capture/normalize.ts';
+import { parseTableConfig, parseTableRules, TableConfigIndex, type TableConfig, type TableRule } from '../core/tables/table-config.ts';
 
 const SERVICE = ServiceName.NORMALIZER;
 
@@ -57,7 +57,7 @@ export interface NormalizerDeps<E> {
   /**
    * Register a table first seen through a record without types (a DMS data record) with the
    * catalog types the snapshot worker published, retrying the record until they are there
-   * (lambda/core/catalog-types.ts; `CDC_CATALOG_TYPES=published` on AWS). With it the normalizer
+   * (lambda/core/shared/catalog-types.ts; `CDC_CATALOG_TYPES=published` on AWS). With it the normalizer
    * also reads the partition tree the snapshot worker publishes, and decodes a DMS record of a
    * partition as a change of its root (docs/partitioned-tables.md). @default false
    */

@@ -1,11 +1,11 @@
 /**
  * Operator Lambda (docs/operations.md): the AWS door of the operator core
- * (lambda/core/operator.ts), behind the operator API (API Gateway, `AWS_IAM` authorization, one
+ * (lambda/core/operator/operator.ts), behind the operator API (API Gateway, `AWS_IAM` authorization, one
  * resource per action grouped by action class: contracts/operator-routes.ts). It serves only
  * the API's proxy events: the route and the caller's IAM ARN come from the event's request
  * context, which API Gateway fills after checking the SigV4 signature; the body carries the
  * request and an optional note. Any other event (a direct invoke with a self-typed payload) is
- * refused (lambda/core/operator-call.ts). Answers an `OperatorResponse` as the proxy body.
+ * refused (lambda/core/operator/operator-call.ts). Answers an `OperatorResponse` as the proxy body.
  *
  * Configuration (environment): `CDC_CONTROL_TABLE`; `CDC_CHANGE_LOG_RETENTION_MS` (the change
  * log's retention); optional `CDC_PAUSE_BUDGETS` (JSON object source id → ms) and
@@ -21,11 +21,11 @@ import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { awsRebuilds, lambdaInvoker, parseRebuildWorkers, stepFunctionsStarter } from '../adapters/rebuild-aws.ts';
 import { LambdaClient } from '@aws-sdk/client-lambda';
 import { SFNClient } from '@aws-sdk/client-sfn';
-import type { ControlPlane } from '../core/control-plane.ts';
-import { CdcError } from '../core/errors.ts';
-import type { OperatorSettings } from '../core/operator-decisions.ts';
-import { callFromApiGatewayEvent, NotAFrontDoorEventError } from '../core/operator-call.ts';
-import { controlPlaneSnapshots, Operator, OPERATOR_ACTIONS, serveOperator, type OperatorActionName, type OperatorCall, type OperatorResponse, type RebuildScheduler } from '../core/operator.ts';
+import type { ControlPlane } from '../core/shared/control-plane.ts';
+import { CdcError } from '../core/shared/errors.ts';
+import type { OperatorSettings } from '../core/operator/operator-decisions.ts';
+import { callFromApiGatewayEvent, NotAFrontDoorEventError } from '../core/operator/operator-call.ts';
+import { controlPlaneSnapshots, Operator, OPERATOR_ACTIONS, serveOperator, type OperatorActionName, type OperatorCall, type OperatorResponse, type RebuildScheduler } from '../core/operator/operator.ts';
 
 const logger = new Logger({ serviceName: process.env[EnvName.POWERTOOLS_SERVICE_NAME] ?? 'cdc-operator' });
 

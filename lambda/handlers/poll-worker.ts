@@ -1,7 +1,7 @@
 /**
  * Poll worker (docs/polling.md): the polling fallback on AWS for the tables configured
  * `capture: 'poll'` (a source or table without log access). A schedule starts it every minute; each
- * invocation runs one pass over the polled tables (lambda/core/poll.ts): every table read from its
+ * invocation runs one pass over the polled tables (lambda/core/capture/poll.ts): every table read from its
  * cursor (a control-plane checkpoint) in (poll column, key) order, paged and paused by the snapshot
  * worker's pacer against the source budget, each page published to the raw stream as
  * `cdc-slot/1` records with `capture: "poll"` before its cursor moves. The normalizer registers,
@@ -12,7 +12,7 @@
  * `CDC_RAW_STREAM`, `CDC_SOURCE_URL` or `CDC_SOURCE_SECRET_ARN`, optional
  * `CDC_SNAPSHOT_REPLICA_SECRET_ARN` (pages are read from the replica), `CDC_SNAPSHOT_BUDGET`.
  */
-import { recordedSpace } from '../core/position-space.ts';
+import { recordedSpace } from '../core/shared/position-space.ts';
 import { createHash } from 'node:crypto';
 import { Logger } from '@aws-lambda-powertools/logger';
 import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
@@ -24,13 +24,13 @@ import { KinesisChangeLog } from '../adapters/change-log-kinesis.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { PostgresPressureProbe, PostgresSnapshotReader } from '../adapters/snapshot-postgres.ts';
 import { replicaConnectionFromEnvironment, sourceConnectionFromEnvironment } from '../adapters/source-postgres.ts';
-import type { ControlPlane } from '../core/control-plane.ts';
-import { CdcError } from '../core/errors.ts';
-import { checkpointCursorStore, pollPass, type PollReader } from '../core/poll.ts';
-import { AdaptivePacer, type PressureReading, type SourceBudget } from '../core/snapshot-pacer.ts';
-import { snapshotPartitionKey } from '../core/snapshot.ts';
-import type { SlotRecord } from '../core/slot-record.ts';
-import { parseTableConfig, type TableConfig } from '../core/table-config.ts';
+import type { ControlPlane } from '../core/shared/control-plane.ts';
+import { CdcError } from '../core/shared/errors.ts';
+import { checkpointCursorStore, pollPass, type PollReader } from '../core/capture/poll.ts';
+import { AdaptivePacer, type PressureReading, type SourceBudget } from '../core/snapshot/snapshot-pacer.ts';
+import { snapshotPartitionKey } from '../core/snapshot/snapshot.ts';
+import type { SlotRecord } from '../core/capture/slot-record.ts';
+import { parseTableConfig, type TableConfig } from '../core/tables/table-config.ts';
 import { parseBudget } from './snapshot-worker.ts';
 
 const SERVICE = 'cdc-poll-worker';

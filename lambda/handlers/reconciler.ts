@@ -3,12 +3,12 @@
  * (lambda/adapters/reconcile-pg.ts) or a search index (lambda/adapters/reconcile-search.ts,
  * when `CDC_SEARCH_ENDPOINT` is set: SigV4-signed reads of the readers' aliases). A schedule per
  * tier starts it with `{ "tier": "<name>" }`; it reconciles that tier's tables
- * (lambda/core/reconcile.ts over lambda/adapters/reconcile-pg.ts), stores each verdict with its
+ * (lambda/core/reconcile/reconcile.ts over lambda/adapters/reconcile-pg.ts), stores each verdict with its
  * cursor in the control plane, and publishes the run's metrics in Embedded Metric Format:
  * diverged and inconclusive tables and diverged keys per sink, rows checked per table, and the
  * coverage gap (captured tables with no decided verdict within their tier's period) per sink.
  *
- * Source reads are paced by the snapshot worker's pacer (lambda/core/snapshot-pacer.ts) against
+ * Source reads are paced by the snapshot worker's pacer (lambda/core/snapshot/snapshot-pacer.ts) against
  * the same source budget (`CDC_SNAPSHOT_BUDGET`) and pressure probe.
  *
  * Configuration (environment): `CDC_CONTROL_TABLE`, `CDC_SOURCE_ID`, `CDC_TABLE_CONFIG`,
@@ -18,7 +18,7 @@
  * `CDC_RECONCILE_SETTLE_MS`, `CDC_SNAPSHOT_BUDGET`, `CDC_HEARTBEAT_SCHEMA`.
  */
 import { pgPollStablePoint } from '../adapters/poll-stable-point-pg.ts';
-import { pollPoint } from '../core/poll-stable-point.ts';
+import { pollPoint } from '../core/capture/poll-stable-point.ts';
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
@@ -31,14 +31,14 @@ import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { pgSourceSide, pgWarehouseSide, prepareReconcileSession } from '../adapters/reconcile-pg.ts';
 import { searchSinkSide } from '../adapters/reconcile-search.ts';
 import { OpenSearchIndex, searchClient } from '../adapters/search-opensearch.ts';
-import { DEFAULT_INDEX_PREFIX } from '../core/search-plan.ts';
+import { DEFAULT_INDEX_PREFIX } from '../core/search/search-plan.ts';
 import { PostgresPressureProbe } from '../adapters/snapshot-postgres.ts';
 import { sourceConnectionFromEnvironment } from '../adapters/source-postgres.ts';
-import type { ControlPlane } from '../core/control-plane.ts';
-import { CdcError, ConfigurationError } from '../core/errors.ts';
-import { coverageGaps, reconcileTables, tierOf, type ReconcileSide, type ReconcileTier, type ReconcileVerdict, type TableToReconcile } from '../core/reconcile.ts';
-import { AdaptivePacer, type PressureReading, type SourceBudget } from '../core/snapshot-pacer.ts';
-import { parseTableConfig, type TableConfig } from '../core/table-config.ts';
+import type { ControlPlane } from '../core/shared/control-plane.ts';
+import { CdcError, ConfigurationError } from '../core/shared/errors.ts';
+import { coverageGaps, reconcileTables, tierOf, type ReconcileSide, type ReconcileTier, type ReconcileVerdict, type TableToReconcile } from '../core/reconcile/reconcile.ts';
+import { AdaptivePacer, type PressureReading, type SourceBudget } from '../core/snapshot/snapshot-pacer.ts';
+import { parseTableConfig, type TableConfig } from '../core/tables/table-config.ts';
 import { parseBudget } from './snapshot-worker.ts';
 import { poolFromEnvironment } from './warehouse-applier.ts';
 

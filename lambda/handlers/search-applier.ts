@@ -15,7 +15,7 @@
  * - the table's index is created on first use (mapping from the registered schema versions);
  *   fields of a compatible added column are added before the first document that has them;
  * - the stored documents (and hard-delete tombstones) of the batch's keys are read, the batch is
- *   planned (lambda/core/search-plan.ts) and written in ONE `_bulk` request with external
+ *   planned (lambda/core/search/search-plan.ts) and written in ONE `_bulk` request with external
  *   versions. Per item: applied or version conflict (already applied / stale) = success;
  *   throttling or unavailability = retried here with backoff, then reported as batch item
  *   failures (never dead-lettered); anything else = the key's records are dead letters with the
@@ -43,14 +43,14 @@ import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent } from 'aws-lambda';
 import { EnvName, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { METRICS_NAMESPACE, MetricDimension, MetricName } from '../../contracts/metrics.ts';
-import { failuresFrom } from '../core/apply-plan.ts';
-import { heldShardsOf } from '../core/operator-decisions.ts';
-import type { ControlPlane, DeleteMode, SchemaVersion } from '../core/control-plane.ts';
-import { CdcError, InvalidRecordError } from '../core/errors.ts';
-import { keyText, type ChangeEvent, type Row } from '../core/event.ts';
-import { assertPlainIdentifier } from '../core/identifiers.ts';
-import { admitTable, checkEventColumns, decodeChangeRecord } from '../core/sink-admission.ts';
-import type { PayloadStore } from '../core/payload-store.ts';
+import { failuresFrom } from '../core/sink/apply-plan.ts';
+import { heldShardsOf } from '../core/operator/operator-decisions.ts';
+import type { ControlPlane, DeleteMode, SchemaVersion } from '../core/shared/control-plane.ts';
+import { CdcError, InvalidRecordError } from '../core/shared/errors.ts';
+import { keyText, type ChangeEvent, type Row } from '../core/shared/event.ts';
+import { assertPlainIdentifier } from '../core/shared/identifiers.ts';
+import { admitTable, checkEventColumns, decodeChangeRecord } from '../core/sink/sink-admission.ts';
+import type { PayloadStore } from '../core/shared/payload-store.ts';
 import {
   assertSearchColumn,
   bulkBody,
@@ -73,8 +73,8 @@ import {
   type SearchOp,
   type SearchTableConfig,
   type StoredDoc,
-} from '../core/search-plan.ts';
-import { encodeVersion, PositionNotEncodableError, searchBaseLsn } from '../core/search-version.ts';
+} from '../core/search/search-plan.ts';
+import { encodeVersion, PositionNotEncodableError, searchBaseLsn } from '../core/search/search-version.ts';
 import { OpenSearchIndex, SearchRequestRejectedError, SearchUnavailableError, searchClient } from '../adapters/search-opensearch.ts';
 import { dynamoDbClient } from '../adapters/aws-clients.ts';
 import { replayFromEnvironment, type ReplayOutcome } from './warehouse-replay.ts';

@@ -1,7 +1,7 @@
 /**
  * Slot monitor (docs/failures.md): on a schedule, reads every replication slot of the source
  * with a read-only monitoring identity, assesses retained WAL and headroom
- * (lambda/core/slot-monitor.ts), and publishes `SlotRetainedBytes` and `SlotHeadroomBytes` of the
+ * (lambda/core/capture/slot-monitor.ts), and publishes `SlotRetainedBytes` and `SlotHeadroomBytes` of the
  * capture slot and `SlotForeignInactiveBytes` (Embedded Metric Format) for the alarms; each
  * slot that is not `ok` is logged at warn (foreign inactive) or error (alarm, lost) level.
  *
@@ -21,10 +21,10 @@ import { EnvName } from '../../contracts/env.ts';
 import { MetricDimension, MetricName, METRICS_NAMESPACE } from '../../contracts/metrics.ts';
 import { readMaxSlotWalKeepSize, readSlotFacts } from '../adapters/source-facts-pg.ts';
 import { sourceConnectionFromEnvironment } from '../adapters/source-postgres.ts';
-import { CdcError } from '../core/errors.ts';
-import { isSourceId } from '../core/event.ts';
-import { assessSlots, slotReportCheckpoint, storedSlotReport, type SlotReport } from '../core/slot-monitor.ts';
-import type { ControlPlane } from '../core/control-plane.ts';
+import { CdcError } from '../core/shared/errors.ts';
+import { isSourceId } from '../core/shared/event.ts';
+import { assessSlots, slotReportCheckpoint, storedSlotReport, type SlotReport } from '../core/capture/slot-monitor.ts';
+import type { ControlPlane } from '../core/shared/control-plane.ts';
 import { dynamoDbClient } from '../adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 

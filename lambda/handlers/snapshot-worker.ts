@@ -7,7 +7,7 @@
  * it was reading).
  *
  * Chunk rows go to the raw stream as packed `cdc-slot/1` records with op `snapshot` (many rows
- * per record, lambda/core/slot-record.ts, docs/snapshot.md "Packed records"); the normalizer
+ * per record, lambda/core/capture/slot-record.ts, docs/snapshot.md "Packed records"); the normalizer
  * expands them and registers, versions and validates each row like every other record.
  *
  * Configuration (environment): `CDC_SOURCE_ID`, `CDC_TABLE_CONFIG`, `CDC_CONTROL_TABLE`,
@@ -31,16 +31,16 @@ import { PostgresPressureProbe, PostgresSnapshotReader } from '../adapters/snaps
 import { CloudWatchPressureProbe, cloudWatchGetMetricData, combinePressure } from '../adapters/snapshot-cloudwatch.ts';
 import { CloudWatchClient } from '@aws-sdk/client-cloudwatch';
 import { replicaConnectionFromEnvironment, sourceConnectionFromEnvironment } from '../adapters/source-postgres.ts';
-import type { ControlPlane } from '../core/control-plane.ts';
-import { CdcError } from '../core/errors.ts';
-import { snapshotStreamRecords, type SnapshotRawRecord, type SnapshotState } from '../core/snapshot.ts';
-import { publishCatalogTypes, type DescribeTable } from '../core/catalog-types.ts';
-import { publishPartitionTree, type PartitionTree } from '../core/partitions.ts';
-import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, type PressureReading, type SourceBudget } from '../core/snapshot-pacer.ts';
-import { planSnapshots, runPendingSnapshots, type RunOutcome, type SnapshotMetrics, type SnapshotReader } from '../core/snapshot-worker.ts';
-import { parseTableConfig, parseTableRules, TableConfigIndex, type TableConfig, type TableRule } from '../core/table-config.ts';
-import { scanTables, type DiscoveryRecord } from '../core/discovery.ts';
-import type { TableFact } from '../core/doctor.ts';
+import type { ControlPlane } from '../core/shared/control-plane.ts';
+import { CdcError } from '../core/shared/errors.ts';
+import { snapshotStreamRecords, type SnapshotRawRecord, type SnapshotState } from '../core/snapshot/snapshot.ts';
+import { publishCatalogTypes, type DescribeTable } from '../core/shared/catalog-types.ts';
+import { publishPartitionTree, type PartitionTree } from '../core/tables/partitions.ts';
+import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, type PressureReading, type SourceBudget } from '../core/snapshot/snapshot-pacer.ts';
+import { planSnapshots, runPendingSnapshots, type RunOutcome, type SnapshotMetrics, type SnapshotReader } from '../core/snapshot/snapshot-worker.ts';
+import { parseTableConfig, parseTableRules, TableConfigIndex, type TableConfig, type TableRule } from '../core/tables/table-config.ts';
+import { scanTables, type DiscoveryRecord } from '../core/tables/discovery.ts';
+import type { TableFact } from '../core/operator/doctor.ts';
 import { listSourceTables, readCatalogColumnTypes, readPartitionTree, readTableFact } from '../adapters/source-facts-pg.ts';
 
 const SERVICE = 'cdc-snapshot-worker';
@@ -105,7 +105,7 @@ export interface SnapshotWorkerDeps {
    * The source catalog's types of a table (null when it does not exist): published for every
    * captured table not registered yet, first thing in each invocation, so that the normalizer
    * registers a table first seen through a type-less DMS record with them
-   * (lambda/core/catalog-types.ts). `catalogTables` are the declared tables to publish beyond
+   * (lambda/core/shared/catalog-types.ts). `catalogTables` are the declared tables to publish beyond
    * `tables` (the heartbeat table); tables a capture rule matched join them. @default none published
    */
   catalog?: { describe: DescribeTable; catalogTables?: readonly string[]; partitionTree?: () => Promise<PartitionTree> };

@@ -1,6 +1,6 @@
 /**
  * Warehouse applier Lambda: change log (Kinesis) → a PostgreSQL-wire warehouse (PostgreSQL or
- * Redshift). The work is done by the warehouse apply (`lambda/core/warehouse-apply.ts`: decode,
+ * Redshift). The work is done by the warehouse apply (`lambda/core/warehouse/warehouse-apply.ts`: decode,
  * validate, group per table, hold, append to the delta or apply, merge when due; see
  * docs/warehouse-apply.md) over the `PgWarehouse` writer (lambda/adapters/warehouse-pg.ts); this
  * module wires it to Kinesis, DynamoDB, Secrets Manager and Powertools, and turns each batch's
@@ -32,20 +32,20 @@ import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent, KinesisSt
 import pg from 'pg';
 import { EnvName, ServiceName } from '../../contracts/env.ts';
 import { METRICS_NAMESPACE, MetricDimension, MetricName } from '../../contracts/metrics.ts';
-import type { ControlPlane } from '../core/control-plane.ts';
-import { CdcError, ConfigurationError } from '../core/errors.ts';
-import { createWarehouseApply, validateMergePolicy, type ApplyOptions, type BatchOutcome, type ChangeRecord, type MergeDone, type MergePolicy } from '../core/warehouse-apply.ts';
-import type { WarehouseTable } from '../core/warehouse-sql.ts';
+import type { ControlPlane } from '../core/shared/control-plane.ts';
+import { CdcError, ConfigurationError } from '../core/shared/errors.ts';
+import { createWarehouseApply, validateMergePolicy, type ApplyOptions, type BatchOutcome, type ChangeRecord, type MergeDone, type MergePolicy } from '../core/warehouse/warehouse-apply.ts';
+import type { WarehouseTable } from '../core/warehouse/warehouse-sql.ts';
 import { dynamoDbClient } from '../adapters/aws-clients.ts';
 import { replayFromEnvironment, type ReplayOutcome } from './warehouse-replay.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { DEFAULT_SSL_MODE, parseSslMode, pgSsl } from '../adapters/tls.ts';
 import { PgWarehouse, type PgWarehouseOptions } from '../adapters/warehouse-pg.ts';
 import { S3PayloadStore } from '../adapters/payload-store-s3.ts';
-import type { PayloadStore } from '../core/payload-store.ts';
+import type { PayloadStore } from '../core/shared/payload-store.ts';
 import { S3Client } from '@aws-sdk/client-s3';
 
-export type { ApplyOptions, BatchOutcome, ChangeRecord, MergeDone, MergePolicy } from '../core/warehouse-apply.ts';
+export type { ApplyOptions, BatchOutcome, ChangeRecord, MergeDone, MergePolicy } from '../core/warehouse/warehouse-apply.ts';
 
 export interface WarehouseApplierDeps {
   controlPlane: ControlPlane;
@@ -85,8 +85,8 @@ export class RecordNotAppliedError extends CdcError {
   }
 }
 
-/** A required setting is missing from the environment (defined once for every handler in lambda/core/errors.ts). */
-export { ConfigurationError } from '../core/errors.ts';
+/** A required setting is missing from the environment (defined once for every handler in lambda/core/shared/errors.ts). */
+export { ConfigurationError } from '../core/shared/errors.ts';
 
 const describeError = (err: unknown): string => (err instanceof Error ? `${err.name}: ${err.message}` : String(err));
 

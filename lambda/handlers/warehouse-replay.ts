@@ -11,7 +11,7 @@
  *    that held nothing is left to its live consumer: its unapplied events of the table are all
  *    ahead of that consumer, and replaying them ahead of it could apply a key's newer event before
  *    an older one the consumer has not reached yet, which the position guard would then drop
- *    (`replaysRecord` in lambda/core/operator-decisions.ts);
+ *    (`replaysRecord` in lambda/core/operator/operator-decisions.ts);
  * 3. release the hold in one transaction with its audit entry, conditional on H and c unchanged.
  *    The live path keeps holding the table until then. A hold recorded during the pass (a live
  *    batch that read the hold) moves c, so the release fails and the pass runs again: no held
@@ -21,15 +21,15 @@
  * the release request stays set until the hold has been clear for `settleMs`, so the replay
  * picks that up too.
  */
-import type { ControlPlane } from '../core/control-plane.ts';
+import type { ControlPlane } from '../core/shared/control-plane.ts';
 import type { LogRecord } from '../adapters/change-log-reader.ts';
 import type { ChangeRecord, WarehouseApplier } from './warehouse-applier.ts';
-import { CdcError, ConfigurationError } from '../core/errors.ts';
+import { CdcError, ConfigurationError } from '../core/shared/errors.ts';
 import { EnvName } from '../../contracts/env.ts';
 import { dynamoDbClient, kinesisClient } from '../adapters/aws-clients.ts';
 import { readChangeLog } from '../adapters/change-log-reader.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
-import { replaysRecord } from '../core/operator-decisions.ts';
+import { replaysRecord } from '../core/operator/operator-decisions.ts';
 
 export interface ReplayDeps {
   controlPlane: ControlPlane;

@@ -172,7 +172,7 @@ export class OperatorFunctions extends Construct {
       api.root.resourceForPath(route.path).addMethod(OPERATOR_API_METHOD, new apigateway.LambdaIntegration(fn, { allowTestInvoke: false }), { authorizationType: apigateway.AuthorizationType.IAM });
     }
     Validations.of(api).acknowledge(
-      { id: 'AwsSolutions-APIG2', reason: 'the operator function validates every request body and answers 400 naming the field (lambda/core/operator.ts parseOperatorBody)' },
+      { id: 'AwsSolutions-APIG2', reason: 'the operator function validates every request body and answers 400 naming the field (lambda/core/operator/operator.ts parseOperatorBody)' },
       { id: 'AwsSolutions-APIG3', reason: 'every method requires AWS_IAM authorization within the account (no resource policy for other accounts); a WAF adds nothing to SigV4-signed operator calls' },
       { id: 'AwsSolutions-COG4', reason: 'operators are IAM principals: the methods use AWS_IAM authorization, per action class, not a Cognito user pool' },
       { id: 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs]', reason: 'the region-wide API Gateway logging role that access and error logs need; AWS-managed, CloudWatch Logs writes only' },

@@ -21,7 +21,7 @@ import type { SourceDatabase } from '../source-database.ts';
 import { platformMetric } from './platform-metric.ts';
 import { fail } from './validate.ts';
 
-/** Share of the WAL budget retained at which the headroom alarm fires (lambda/core/slot-monitor.ts uses the same). */
+/** Share of the WAL budget retained at which the headroom alarm fires (lambda/core/capture/slot-monitor.ts uses the same). */
 export const SLOT_ALARM_FRACTION = 0.8;
 /** WAL pinned by inactive foreign slots that is worth a warning: one WAL segment. */
 export const FOREIGN_SLOT_WARN_BYTES = 16 * 1024 * 1024;
@@ -69,7 +69,7 @@ export class SlotMonitor extends Construct {
       securityGroups: [props.securityGroup],
       retryAttempts: 0,
     }, { database: props.database, secrets: [{ secret: props.database.monitoringSecret, environmentName: EnvName.SOURCE_SECRET_ARN }] });
-    // Its latest report, for `cdc status` (lambda/core/slot-monitor.ts slotReportCheckpoint): that one item only.
+    // Its latest report, for `cdc status` (lambda/core/capture/slot-monitor.ts slotReportCheckpoint): that one item only.
     props.controlPlane?.grantItems(this.function.fn, { put: [ControlPartition.checkpoint(slotReportConsumerId(props.sourceId))] });
     new events.Rule(this, 'Schedule', {
       description: `Starts the slot monitor of source ${props.sourceId} every minute`,

@@ -16,8 +16,8 @@ import {
   PUT_RECORDS_MAX_BYTES,
   sha256Hex,
 } from '../../lambda/adapters/change-log-kinesis.ts';
-import { ENVELOPE_VERSION, partitionKeyOf, type ChangeEvent } from '../../lambda/core/event.ts';
-import { makePosition } from '../../lambda/core/position.ts';
+import { ENVELOPE_VERSION, partitionKeyOf, type ChangeEvent } from '../../lambda/core/shared/event.ts';
+import { makePosition } from '../../lambda/core/shared/position.ts';
 import { createStream, readJson } from '../helpers/kinesis-read.ts';
 
 let kin: Kinesalite;

@@ -5,8 +5,8 @@ import { CreateTableCommand, DeleteItemCommand, PutItemCommand, type DynamoDBCli
 import { startDynamoDbLocal, type DynamoDbLocal } from '../../local/dynamodb.ts';
 import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
 import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
-import { DEAD_LETTER_RECORD_MAX_BYTES, type AuditEntry, type DeadLetter, type SchemaVersion, type TableRecord } from '../../lambda/core/control-plane.ts';
-import { makePosition } from '../../lambda/core/position.ts';
+import { DEAD_LETTER_RECORD_MAX_BYTES, type AuditEntry, type DeadLetter, type SchemaVersion, type TableRecord } from '../../lambda/core/shared/control-plane.ts';
+import { makePosition } from '../../lambda/core/shared/position.ts';
 
 let ddb: DynamoDbLocal;
 let client: DynamoDBClient;
@@ -422,7 +422,7 @@ describe('reads', () => {
 
 describe('snapshot runs and chunks (docs/snapshot.md)', () => {
   it('writes runs conditionally on their version, with the audit entry, and lists them per source', async () => {
-    const { newSnapshotState } = await import('../../lambda/core/snapshot.ts');
+    const { newSnapshotState } = await import('../../lambda/core/snapshot/snapshot.ts');
     const s1 = newSnapshotState('shop', 'public.orders', 'initial', 'planner', new Date(), null);
     expect(await cp.putSnapshot(s1, null, audit('request-snapshot'))).toBe(true);
     // A second creation, or a write based on a stale version, loses.
@@ -439,7 +439,7 @@ describe('snapshot runs and chunks (docs/snapshot.md)', () => {
   });
 
   it('records a chunk and the cursor after it in one conditional transaction', async () => {
-    const { newSnapshotState, snapshotPosition } = await import('../../lambda/core/snapshot.ts');
+    const { newSnapshotState, snapshotPosition } = await import('../../lambda/core/snapshot/snapshot.ts');
     const s1 = { ...newSnapshotState('shop', 'public.orders', 'initial', 'planner', new Date(), null), status: 'running' as const };
     await cp.putSnapshot(s1, null, null);
     const chunk = (index: number) => ({

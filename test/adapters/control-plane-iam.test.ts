@@ -1,7 +1,7 @@
 /**
  * The control-plane grants of the constructs (dynamodb:LeadingKeys per handler, docs/deploy.md
  * "What each function may do") checked against the requests the DynamoDB adapter really sends.
- * Every control-plane call the normalizer and the applier make (lambda/core/normalize.ts,
+ * Every control-plane call the normalizer and the applier make (lambda/core/capture/normalize.ts,
  * lambda/handlers/warehouse-applier.ts) runs against DynamoDB Local through a client that records
  * each request, including each item of a TransactWriteItems; every recorded (action, partition
  * key) must be allowed by the role's statements in the synthesized template, and none denied. A
@@ -16,8 +16,8 @@ import { Template } from 'aws-cdk-lib/assertions';
 import { startDynamoDbLocal, type DynamoDbLocal } from '../../local/dynamodb.ts';
 import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
 import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
-import type { SchemaVersion, TableRecord } from '../../lambda/core/control-plane.ts';
-import { makePosition } from '../../lambda/core/position.ts';
+import type { SchemaVersion, TableRecord } from '../../lambda/core/shared/control-plane.ts';
+import { makePosition } from '../../lambda/core/shared/position.ts';
 import { WarehouseConnection, WarehouseSink } from '../../lib/index.ts';
 import { fixture, ordersSource, resourcesOf } from '../constructs/helpers.ts';
 
@@ -121,7 +121,7 @@ describe('control-plane grants cover exactly what the handlers send', () => {
     await createControlTable(plain, name);
     const cp = new DynamoDbControlPlane(recording, name);
     requests = [];
-    // What lambda/core/normalize.ts calls: register, read back, add a version, pause, audit, dead letters (degrading and not).
+    // What lambda/core/capture/normalize.ts calls: register, read back, add a version, pause, audit, dead letters (degrading and not).
     expect(await cp.registerTable(table('orders', 'public.customers'), schema('orders', 'public.customers', 1), audit('normalizer', 'register-table', 'orders', 'public.customers'))).toBe(true);
     await cp.getTable('orders', 'public.customers');
     await cp.getSchemaVersion('orders', 'public.customers', 1);

@@ -25,10 +25,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
-import { makePosition } from '../../lambda/core/position.ts';
-import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/event.ts';
-import type { TableBatch } from '../../lambda/core/warehouse-apply.ts';
-import { mergeMayUseNestedLoops, mergeSql, NESTED_LOOP_BASE_FACTOR, qualified, type WarehouseTable } from '../../lambda/core/warehouse-sql.ts';
+import { makePosition } from '../../lambda/core/shared/position.ts';
+import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/shared/event.ts';
+import type { TableBatch } from '../../lambda/core/warehouse/warehouse-apply.ts';
+import { mergeMayUseNestedLoops, mergeSql, NESTED_LOOP_BASE_FACTOR, qualified, type WarehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { seededRandom } from '../../local/demo.ts';
 import { appendDelta, baseTables, DELTA_COLUMNS, dumpTables, insertRows, KEY, makeTableSets, resetTables, schemaOf, SHAPES, TABLE, ts, type Shape } from '../helpers/merge-table-sets.ts';
 

@@ -20,10 +20,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
-import type { DeleteMode, SchemaVersion } from '../../lambda/core/control-plane.ts';
-import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/event.ts';
-import { makePosition } from '../../lambda/core/position.ts';
-import { CdcColumn, overlayAggregateSql, qualified, warehouseTable, type WarehouseTable } from '../../lambda/core/warehouse-sql.ts';
+import type { DeleteMode, SchemaVersion } from '../../lambda/core/shared/control-plane.ts';
+import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/shared/event.ts';
+import { makePosition } from '../../lambda/core/shared/position.ts';
+import { CdcColumn, overlayAggregateSql, qualified, warehouseTable, type WarehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { seededRandom } from '../../local/demo.ts';
 
 const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 40);

@@ -10,7 +10,7 @@ import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { guardPoolClients } from '../../lambda/adapters/pg-pool.ts';
 import { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
 import { PgRebuildTarget } from '../../lambda/adapters/warehouse-rebuild-pg.ts';
-import { warehouseTable } from '../../lambda/core/warehouse-sql.ts';
+import { warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 
 let cluster: PostgresCluster;
 let admin: pg.Client;

@@ -2,7 +2,7 @@
  * The PostgreSQL sides of reconciliation (lambda/adapters/reconcile-pg.ts) on a real embedded
  * PostgreSQL: a source table with a composite key (integer, text), a masked and an excluded
  * column and typed values, and a warehouse copy in the warehouse's own layout and types
- * (lambda/core/warehouse-sql.ts: integers as bigint, numeric(p,s) as numeric(38,s), text as
+ * (lambda/core/warehouse/warehouse-sql.ts: integers as bigint, numeric(p,s) as numeric(38,s), text as
  * varchar, a mirror with tombstones behind the view).
  *
  * - The SQL form of the mask equals the masking module's `maskValue`, value by value.
@@ -22,15 +22,15 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { maskSql, pgSourceSide, pgWarehouseSide, prepareReconcileSession } from '../../lambda/adapters/reconcile-pg.ts';
-import { maskValue } from '../../lambda/core/masking.ts';
-import { reconcileTable } from '../../lambda/core/reconcile.ts';
-import { rowHash } from '../../lambda/core/reconcile-rows.ts';
-import { FixedPacer } from '../../lambda/core/snapshot-pacer.ts';
-import { createMirrorSql, createOverlayViewSql, createSchemaSql, createViewSql, mirrorLayout, sinkType, warehouseTable } from '../../lambda/core/warehouse-sql.ts';
+import { maskValue } from '../../lambda/core/tables/masking.ts';
+import { reconcileTable } from '../../lambda/core/reconcile/reconcile.ts';
+import { rowHash } from '../../lambda/core/reconcile/reconcile-rows.ts';
+import { FixedPacer } from '../../lambda/core/snapshot/snapshot-pacer.ts';
+import { createMirrorSql, createOverlayViewSql, createSchemaSql, createViewSql, mirrorLayout, sinkType, warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
-import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/event.ts';
-import { makePosition } from '../../lambda/core/position.ts';
-import type { SchemaVersion } from '../../lambda/core/control-plane.ts';
+import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/shared/event.ts';
+import { makePosition } from '../../lambda/core/shared/position.ts';
+import type { SchemaVersion } from '../../lambda/core/shared/control-plane.ts';
 import { seededRandom } from '../../local/demo.ts';
 
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);

@@ -16,7 +16,7 @@ import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { parseSourceSecret, sourceConnectionFromEnvironment } from '../../lambda/adapters/source-postgres.ts';
-import { SslModeTooWeakError } from '../../lambda/core/ssl-mode.ts';
+import { SslModeTooWeakError } from '../../lambda/core/shared/ssl-mode.ts';
 
 let cluster: PostgresCluster;
 let dir: string;

@@ -11,11 +11,11 @@ import { Metrics } from '@aws-lambda-powertools/metrics';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { createWarehouseApplier, type WarehouseApplier } from '../../lambda/handlers/warehouse-applier.ts';
 import type { PgWarehouseOptions } from '../../lambda/adapters/warehouse-pg.ts';
-import type { ColumnDef, ControlPlane } from '../../lambda/core/control-plane.ts';
-import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/event.ts';
-import { makePosition } from '../../lambda/core/position.ts';
-import { qualified, warehouseTable } from '../../lambda/core/warehouse-sql.ts';
-import { legacyPartNames, LEGACY_SUFFIXES } from '../../lambda/core/warehouse-names.ts';
+import type { ColumnDef, ControlPlane } from '../../lambda/core/shared/control-plane.ts';
+import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/shared/event.ts';
+import { makePosition } from '../../lambda/core/shared/position.ts';
+import { qualified, warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
+import { legacyPartNames, LEGACY_SUFFIXES } from '../../lambda/core/warehouse/warehouse-names.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 
 const SINK = 'wh';

@@ -4,8 +4,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import { validateChangeEvent } from '../../lambda/core/event.ts';
-import { maskValue } from '../../lambda/core/masking.ts';
+import { validateChangeEvent } from '../../lambda/core/shared/event.ts';
+import { maskValue } from '../../lambda/core/tables/masking.ts';
 
 const root = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const input = path.join(root, 'test', 'fixtures', 'cli', 'decode-input.jsonl');

@@ -2,7 +2,7 @@ import { Duration, RemovalPolicy, Size } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import { describe, expect, test } from 'vitest';
-import { parseTableConfig } from '../../lambda/core/table-config.ts';
+import { parseTableConfig } from '../../lambda/core/tables/table-config.ts';
 import { parseColumnRules } from '../../lambda/handlers/dms-task-starter.ts';
 import { BeforeImage, CapturedTable, CaptureMode, DeleteMode, SourceDatabase } from '../../lib/index.ts';
 import { fixture, onlyResource, ordersSource, parseJsonProperty, policyDocuments, resourcesOf } from './helpers.ts';

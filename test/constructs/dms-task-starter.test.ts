@@ -14,7 +14,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createTaskLifecycleHandler, PgSlots, planStart, runLifecycle, type DmsPort, type LifecycleDeps, type TaskState } from '../../lambda/handlers/dms-task-starter.ts';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
-import { POSITION_ZERO } from '../../lambda/core/position.ts';
+import { POSITION_ZERO } from '../../lambda/core/shared/position.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 
 /** Stands in for the DMS API (no local stand-in exists): statuses advance one step per poll. */

@@ -10,7 +10,7 @@ import { Match, Template } from 'aws-cdk-lib/assertions';
 import { Validations } from 'aws-cdk-lib';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { describe, expect, test } from 'vitest';
-import { parseTableConfig } from '../../lambda/core/table-config.ts';
+import { parseTableConfig } from '../../lambda/core/tables/table-config.ts';
 import { CapturedTable, CaptureMode } from '../../lib/index.ts';
 import { fixture, onlyResource, ordersSource, parseJsonProperty, policyDocuments, resourcesOf } from './helpers.ts';
 

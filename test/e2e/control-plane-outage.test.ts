@@ -28,10 +28,10 @@ import { MetricsCollector } from '../../local/metrics.ts';
 import { renderStatusLine } from '../../local/status.ts';
 import { captureCheckpointName } from '../../local/capture.ts';
 import { compareLsn } from '../../local/slot.ts';
-import { parseStoredSlotReport, slotReportCheckpoint } from '../../lambda/core/slot-monitor.ts';
+import { parseStoredSlotReport, slotReportCheckpoint } from '../../lambda/core/capture/slot-monitor.ts';
 import { compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts';
 import { stackPorts, verdictDiagnostics } from '../helpers/verdict-diagnostics.ts';
-import type { TableConfig } from '../../lambda/core/table-config.ts';
+import type { TableConfig } from '../../lambda/core/tables/table-config.ts';
 import { until } from '../local/helpers.ts';
 import { readShards } from '../helpers/kinesis-read.ts';
 

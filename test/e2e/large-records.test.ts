@@ -29,10 +29,10 @@ import { dynamoDbClient, kinesisClient } from '../../lambda/adapters/aws-clients
 import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
 import { KinesisChangeLog, MAX_RECORD_BYTES } from '../../lambda/adapters/change-log-kinesis.ts';
 import { S3PayloadStore } from '../../lambda/adapters/payload-store-s3.ts';
-import { Normalizer } from '../../lambda/core/normalize.ts';
-import { TableConfigIndex } from '../../lambda/core/table-config.ts';
-import { buildSlotRecord } from '../../lambda/core/slot-record.ts';
-import type { DeadLetter } from '../../lambda/core/control-plane.ts';
+import { Normalizer } from '../../lambda/core/capture/normalize.ts';
+import { TableConfigIndex } from '../../lambda/core/tables/table-config.ts';
+import { buildSlotRecord } from '../../lambda/core/capture/slot-record.ts';
+import type { DeadLetter } from '../../lambda/core/shared/control-plane.ts';
 import { createWarehouseApplier } from '../../lambda/handlers/warehouse-applier.ts';
 import { createStream, readShards } from '../helpers/kinesis-read.ts';
 

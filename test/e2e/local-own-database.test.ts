@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { resetLocalState } from '../../local/stack.ts';
-import { maskValue } from '../../lambda/core/masking.ts';
+import { maskValue } from '../../lambda/core/tables/masking.ts';
 import { until } from '../local/helpers.ts';
 import { expectVerdict, stateDirDiagnostics } from '../helpers/verdict-diagnostics.ts';
 

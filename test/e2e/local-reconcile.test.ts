@@ -21,7 +21,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { resetLocalState } from '../../local/stack.ts';
-import type { ReconcileVerdict } from '../../lambda/core/reconcile.ts';
+import type { ReconcileVerdict } from '../../lambda/core/reconcile/reconcile.ts';
 import { until } from '../local/helpers.ts';
 import { mergeWarehouseTable } from '../helpers/warehouse-merge.ts';
 import { runCdc, type CdcRun } from '../helpers/cdc-cli.ts';

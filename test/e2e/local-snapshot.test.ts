@@ -22,7 +22,7 @@ import { controlTableOf, resetLocalState, type LocalState } from '../../local/st
 import { seededRandom } from '../../local/demo.ts';
 import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
-import { maskValue } from '../../lambda/core/masking.ts';
+import { maskValue } from '../../lambda/core/tables/masking.ts';
 import { until } from '../local/helpers.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');

@@ -7,8 +7,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
-import type { TableConfig } from '../../lambda/core/table-config.ts';
-import { qualified, warehouseTable } from '../../lambda/core/warehouse-sql.ts';
+import type { TableConfig } from '../../lambda/core/tables/table-config.ts';
+import { qualified, warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { slotPipeline } from './slot-pipeline.ts';
 
 let cluster: PostgresCluster;

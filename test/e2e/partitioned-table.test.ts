@@ -20,9 +20,9 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { resetLocalState } from '../../local/stack.ts';
-import type { AuditEntry } from '../../lambda/core/control-plane.ts';
-import type { StatusReport } from '../../lambda/core/operator.ts';
-import type { ReconcileVerdict } from '../../lambda/core/reconcile.ts';
+import type { AuditEntry } from '../../lambda/core/shared/control-plane.ts';
+import type { StatusReport } from '../../lambda/core/operator/operator.ts';
+import type { ReconcileVerdict } from '../../lambda/core/reconcile/reconcile.ts';
 import { until } from '../local/helpers.ts';
 import { runCdc, type CdcRun } from '../helpers/cdc-cli.ts';
 

@@ -17,7 +17,7 @@ import { startLocalStack, type LocalStack } from '../../local/stack.ts';
 import { HEARTBEAT_TABLE_ID, LocalPipeline } from '../../local/pipeline.ts';
 import { MetricsCollector } from '../../local/metrics.ts';
 import { compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts';
-import { validateTableConfig } from '../../lambda/core/table-config.ts';
+import { validateTableConfig } from '../../lambda/core/tables/table-config.ts';
 
 const POLLED = validateTableConfig([{ table: 'public.versioned', capture: 'poll', pollColumn: 'cdc_xid' }]);
 const LOGGED = validateTableConfig([{ table: 'public.items' }]);

@@ -23,9 +23,9 @@ import { MetricsCollector } from '../../local/metrics.ts';
 import { renderStatus } from '../../local/status.ts';
 import { compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts';
 import { readChangeLog } from '../../lambda/adapters/change-log-reader.ts';
-import { validateTableConfig, type TableConfig } from '../../lambda/core/table-config.ts';
-import { POLL_DELETES_INVISIBLE, pollConsumer } from '../../lambda/core/poll.ts';
-import { POLLED_TABLE_COMMENT } from '../../lambda/core/warehouse-sql.ts';
+import { validateTableConfig, type TableConfig } from '../../lambda/core/tables/table-config.ts';
+import { POLL_DELETES_INVISIBLE, pollConsumer } from '../../lambda/core/capture/poll.ts';
+import { POLLED_TABLE_COMMENT } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { stackPorts, verdictDiagnostics } from '../helpers/verdict-diagnostics.ts';
 
 const POLLED: TableConfig[] = validateTableConfig([

@@ -21,7 +21,7 @@ import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { resetLocalState } from '../../local/stack.ts';
 import { compareSourceAndWarehouse } from '../../local/verdict.ts';
-import type { AuditEntry, RebuildRun } from '../../lambda/core/control-plane.ts';
+import type { AuditEntry, RebuildRun } from '../../lambda/core/shared/control-plane.ts';
 import { until } from '../local/helpers.ts';
 import { mergeWarehouseTable } from '../helpers/warehouse-merge.ts';
 import { runCdc, type CdcRun } from '../helpers/cdc-cli.ts';

@@ -16,12 +16,12 @@
 import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
-import type { TableConfig } from '../../lambda/core/table-config.ts';
-import { NO_COLUMN_RULES } from '../../lambda/core/masking.ts';
+import type { TableConfig } from '../../lambda/core/tables/table-config.ts';
+import { NO_COLUMN_RULES } from '../../lambda/core/tables/masking.ts';
 import { PostgresSnapshotReader } from '../../lambda/adapters/snapshot-postgres.ts';
-import { snapshotStreamRecords, sweepPosition } from '../../lambda/core/snapshot.ts';
-import { FixedPacer } from '../../lambda/core/snapshot-pacer.ts';
-import { requestSnapshot, runTableSnapshot, type SnapshotReader } from '../../lambda/core/snapshot-worker.ts';
+import { snapshotStreamRecords, sweepPosition } from '../../lambda/core/snapshot/snapshot.ts';
+import { FixedPacer } from '../../lambda/core/snapshot/snapshot-pacer.ts';
+import { requestSnapshot, runTableSnapshot, type SnapshotReader } from '../../lambda/core/snapshot/snapshot-worker.ts';
 import { slotPipeline } from './slot-pipeline.ts';
 
 let cluster: PostgresCluster;

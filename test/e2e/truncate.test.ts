@@ -11,7 +11,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
-import type { TableConfig } from '../../lambda/core/table-config.ts';
+import type { TableConfig } from '../../lambda/core/tables/table-config.ts';
 import { slotPipeline } from './slot-pipeline.ts';
 
 let cluster: PostgresCluster;

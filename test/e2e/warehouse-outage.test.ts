@@ -18,7 +18,7 @@ import { LocalPipeline } from '../../local/pipeline.ts';
 import { MetricsCollector } from '../../local/metrics.ts';
 import { compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts';
 import { stackPorts, verdictDiagnostics } from '../helpers/verdict-diagnostics.ts';
-import type { TableConfig } from '../../lambda/core/table-config.ts';
+import type { TableConfig } from '../../lambda/core/tables/table-config.ts';
 import { until } from '../local/helpers.ts';
 
 const OUTAGE_MS = Number(process.env.CDC_OUTAGE_SECONDS ?? 35) * 1000;

@@ -94,7 +94,7 @@ describe('heartbeat writer', () => {
       { column_name: 'system_identifier', data_type: 'text', is_nullable: 'YES' },
       { column_name: 'timeline', data_type: 'integer', is_nullable: 'YES' },
     ]);
-    // Each beat carries the next sequence number and the source's identity (lambda/core/continuity.ts).
+    // Each beat carries the next sequence number and the source's identity (lambda/core/capture/continuity.ts).
     const beat = (await admin.query("SELECT seq::int AS seq, system_identifier, timeline FROM public.cdc_heartbeat WHERE source_id = 'shop'")).rows[0];
     const control = (await admin.query('SELECT system_identifier::text AS s, (SELECT timeline_id FROM pg_control_checkpoint()) AS t FROM pg_control_system()')).rows[0];
     expect(beat).toEqual({ seq: 3, system_identifier: control.s, timeline: control.t });

@@ -17,11 +17,11 @@ import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/
 import { KinesisChangeLog, sha256Hex } from '../../lambda/adapters/change-log-kinesis.ts';
 import { toKinesisStreamEvent } from '../../lambda/adapters/kinesis-event.ts';
 import { catalogTypesSetting, createNormalizerHandler, type NormalizerHandler } from '../../lambda/handlers/normalizer.ts';
-import { publishCatalogTypes } from '../../lambda/core/catalog-types.ts';
-import type { ControlPlane } from '../../lambda/core/control-plane.ts';
-import { partitionKeyOf, validateChangeEvent, type ChangeEvent } from '../../lambda/core/event.ts';
-import { makePosition } from '../../lambda/core/position.ts';
-import type { TableConfig } from '../../lambda/core/table-config.ts';
+import { publishCatalogTypes } from '../../lambda/core/shared/catalog-types.ts';
+import type { ControlPlane } from '../../lambda/core/shared/control-plane.ts';
+import { partitionKeyOf, validateChangeEvent, type ChangeEvent } from '../../lambda/core/shared/event.ts';
+import { makePosition } from '../../lambda/core/shared/position.ts';
+import type { TableConfig } from '../../lambda/core/tables/table-config.ts';
 import { createStream, readJson, readShards } from '../helpers/kinesis-read.ts';
 
 let ddb: DynamoDbLocal;
@@ -359,7 +359,7 @@ describe('normalizer handler: slot-capture records', () => {
     expect(await published(p)).toEqual([]);
     expect((await p.control.listTables('shop')).map((t) => t.table)).not.toContain('public.orders');
     expect(await p.control.listDeadLetters()).toEqual([]);
-    // The snapshot worker's publication (lambda/core/catalog-types.ts), in the control table.
+    // The snapshot worker's publication (lambda/core/shared/catalog-types.ts), in the control table.
     expect(await publishCatalogTypes(p.control, 'shop', ['public.orders'], async (t) => ({ table: t, columns: [{ name: 'id', type: 'bigint' }, { name: 'total', type: 'numeric(12,2)' }], key: ['id'] }))).toEqual(['public.orders']);
     expect(await handler(event)).toEqual({ batchItemFailures: [] });
     expect((await published(p)).map((e) => [e.table, e.key.id, e.schemaVersion])).toEqual([['public.items', 7, 1], ['public.orders', 1, 1], ['public.orders', 2, 1]]);

@@ -12,8 +12,8 @@ import type { Context } from 'aws-lambda';
 import { EnvName } from '../../contracts/env.ts';
 import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
 import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
-import type { ControlPlane, TableRecord } from '../../lambda/core/control-plane.ts';
-import { makePosition } from '../../lambda/core/position.ts';
+import type { ControlPlane, TableRecord } from '../../lambda/core/shared/control-plane.ts';
+import { makePosition } from '../../lambda/core/shared/position.ts';
 import { createOperatorHandler, handler } from '../../lambda/handlers/operator.ts';
 import { startDynamoDbLocal, type DynamoDbLocal } from '../../local/dynamodb.ts';
 

@@ -35,10 +35,10 @@ import { readChangeLog, type LogRecord } from '../../lambda/adapters/change-log-
 import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
 import { awsRebuilds } from '../../lambda/adapters/rebuild-aws.ts';
 import { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
-import type { DeleteMode, SchemaVersion } from '../../lambda/core/control-plane.ts';
-import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/event.ts';
-import type { ActionResult, StatusReport } from '../../lambda/core/operator.ts';
-import { makePosition } from '../../lambda/core/position.ts';
+import type { DeleteMode, SchemaVersion } from '../../lambda/core/shared/control-plane.ts';
+import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/shared/event.ts';
+import type { ActionResult, StatusReport } from '../../lambda/core/operator/operator.ts';
+import { makePosition } from '../../lambda/core/shared/position.ts';
 import { createOperatorHandler } from '../../lambda/handlers/operator.ts';
 import { operatorCall } from '../helpers/operator-call.ts';
 import { createRebuildWorker, type RebuildWorkerResult } from '../../lambda/handlers/rebuild-worker.ts';

@@ -1,6 +1,6 @@
 /**
  * The reconciler handler (lambda/handlers/reconciler.ts) over a real embedded PostgreSQL source
- * and warehouse copy (warehouse layout from lambda/core/warehouse-sql.ts), with the in-memory
+ * and warehouse copy (warehouse layout from lambda/core/warehouse/warehouse-sql.ts), with the in-memory
  * control plane (a collaborator): a tier's tables are reconciled, verdicts stored, and the run's
  * EMF metrics say how many tables diverged and how many captured tables lack a decided verdict
  * within their tier's period (coverage).
@@ -12,7 +12,7 @@ import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { prepareReconcileSession } from '../../lambda/adapters/reconcile-pg.ts';
 import { createReconciler } from '../../lambda/handlers/reconciler.ts';
-import { createMirrorSql, createSchemaSql, createViewSql, mirrorLayout, warehouseTable } from '../../lambda/core/warehouse-sql.ts';
+import { createMirrorSql, createSchemaSql, createViewSql, mirrorLayout, warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 
 let cluster: PostgresCluster;

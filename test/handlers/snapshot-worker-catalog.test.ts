@@ -12,11 +12,11 @@ import { Metrics } from '@aws-lambda-powertools/metrics';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { createSnapshotWorker } from '../../lambda/handlers/snapshot-worker.ts';
 import { readCatalogColumnTypes, readPartitionTree } from '../../lambda/adapters/source-facts-pg.ts';
-import { PARTITION_TREE_KEY, readPublishedPartitionTree } from '../../lambda/core/partitions.ts';
+import { PARTITION_TREE_KEY, readPublishedPartitionTree } from '../../lambda/core/tables/partitions.ts';
 import { catalogConsumerId } from '../../contracts/control-plane-keys.ts';
 import { PostgresSnapshotReader } from '../../lambda/adapters/snapshot-postgres.ts';
-import { readCatalogTypes } from '../../lambda/core/catalog-types.ts';
-import { DEFAULT_SOURCE_BUDGET } from '../../lambda/core/snapshot-pacer.ts';
+import { readCatalogTypes } from '../../lambda/core/shared/catalog-types.ts';
+import { DEFAULT_SOURCE_BUDGET } from '../../lambda/core/snapshot/snapshot-pacer.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 
 let cluster: PostgresCluster;

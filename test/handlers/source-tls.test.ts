@@ -12,7 +12,7 @@ import net from 'node:net';
 import type { Context } from 'aws-lambda';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { EnvName } from '../../contracts/env.ts';
-import { SSL_MODES, type SslMode } from '../../lambda/core/ssl-mode.ts';
+import { SSL_MODES, type SslMode } from '../../lambda/core/shared/ssl-mode.ts';
 
 const PRIMARY = 'arn:aws:secretsmanager:us-east-1:123456789012:secret:source-AbCdEf';
 const REPLICA = 'arn:aws:secretsmanager:us-east-1:123456789012:secret:replica-AbCdEf';

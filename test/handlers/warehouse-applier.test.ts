@@ -17,10 +17,10 @@ import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/
 import { toKinesisStreamEvent } from '../../lambda/adapters/kinesis-event.ts';
 import { copyStageLoader, type PgWarehouseOptions } from '../../lambda/adapters/warehouse-pg.ts';
 import { createWarehouseApplier, mergePolicyFromEnvironment, type ChangeRecord, type MergePolicy, type WarehouseApplier } from '../../lambda/handlers/warehouse-applier.ts';
-import type { ColumnDef, ControlPlane, DeleteMode, TableState } from '../../lambda/core/control-plane.ts';
-import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/event.ts';
-import { makePosition } from '../../lambda/core/position.ts';
-import { POLLED_TABLE_COMMENT, qualified, warehouseTable } from '../../lambda/core/warehouse-sql.ts';
+import type { ColumnDef, ControlPlane, DeleteMode, TableState } from '../../lambda/core/shared/control-plane.ts';
+import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/shared/event.ts';
+import { makePosition } from '../../lambda/core/shared/position.ts';
+import { POLLED_TABLE_COMMENT, qualified, warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { EnvName, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { METRICS_NAMESPACE, MetricName } from '../../contracts/metrics.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';

@@ -15,12 +15,12 @@ import { toKinesisStreamEvent } from '../../lambda/adapters/kinesis-event.ts';
 import type { LogRecord } from '../../lambda/adapters/change-log-reader.ts';
 import { createWarehouseApplier } from '../../lambda/handlers/warehouse-applier.ts';
 import { createHeldRangeReplayer } from '../../lambda/handlers/warehouse-replay.ts';
-import { failuresPerTable } from '../../lambda/core/batch-failures.ts';
-import type { ColumnDef } from '../../lambda/core/control-plane.ts';
-import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/event.ts';
-import { Operator, stateOnlySnapshots } from '../../lambda/core/operator.ts';
-import { makePosition } from '../../lambda/core/position.ts';
-import { qualified, warehouseTable } from '../../lambda/core/warehouse-sql.ts';
+import { failuresPerTable } from '../../lambda/core/sink/batch-failures.ts';
+import type { ColumnDef } from '../../lambda/core/shared/control-plane.ts';
+import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/shared/event.ts';
+import { Operator, stateOnlySnapshots } from '../../lambda/core/operator/operator.ts';
+import { makePosition } from '../../lambda/core/shared/position.ts';
+import { qualified, warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { METRICS_NAMESPACE } from '../../contracts/metrics.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 

@@ -25,9 +25,9 @@
  * in-order, one-event batches.
  */
 import fc from 'fast-check';
-import { ENVELOPE_VERSION, keyText, type ChangeEvent, type JsonValue, type Row } from '../../lambda/core/event.ts';
-import { makePosition } from '../../lambda/core/position.ts';
-import type { ColumnDef } from '../../lambda/core/control-plane.ts';
+import { ENVELOPE_VERSION, keyText, type ChangeEvent, type JsonValue, type Row } from '../../lambda/core/shared/event.ts';
+import { makePosition } from '../../lambda/core/shared/position.ts';
+import type { ColumnDef } from '../../lambda/core/shared/control-plane.ts';
 
 /** A source table of the model. */
 export interface ModelTable {

@@ -21,13 +21,13 @@ import type {
   TableAction,
   TableRecord,
   TableState,
-} from '../../lambda/core/control-plane.ts';
-import type { ActiveRebuild, RebuildCheckpoint, RebuildRun } from '../../lambda/core/control-plane.ts';
-import { CdcError } from '../../lambda/core/errors.ts';
-import type { SnapshotChunkRecord, SnapshotState } from '../../lambda/core/snapshot.ts';
-import type { ReconcileVerdict } from '../../lambda/core/reconcile.ts';
-import { assertPosition, type Position } from '../../lambda/core/position.ts';
-import { mergeHeldShards } from '../../lambda/core/operator-decisions.ts';
+} from '../../lambda/core/shared/control-plane.ts';
+import type { ActiveRebuild, RebuildCheckpoint, RebuildRun } from '../../lambda/core/shared/control-plane.ts';
+import { CdcError } from '../../lambda/core/shared/errors.ts';
+import type { SnapshotChunkRecord, SnapshotState } from '../../lambda/core/snapshot/snapshot.ts';
+import type { ReconcileVerdict } from '../../lambda/core/reconcile/reconcile.ts';
+import { assertPosition, type Position } from '../../lambda/core/shared/position.ts';
+import { mergeHeldShards } from '../../lambda/core/operator/operator-decisions.ts';
 
 const copy = <T>(v: T): T => structuredClone(v);
 const tableKey = (source: string, table: string): string => `${source}\u0000${table}`;

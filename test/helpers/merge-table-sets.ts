@@ -7,10 +7,10 @@
  */
 import type pg from 'pg';
 import type { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
-import type { DeleteMode, SchemaVersion } from '../../lambda/core/control-plane.ts';
-import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/event.ts';
-import { makePosition } from '../../lambda/core/position.ts';
-import { insertValuesSql, qualified, warehouseTable, type WarehouseTable } from '../../lambda/core/warehouse-sql.ts';
+import type { DeleteMode, SchemaVersion } from '../../lambda/core/shared/control-plane.ts';
+import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/shared/event.ts';
+import { makePosition } from '../../lambda/core/shared/position.ts';
+import { insertValuesSql, qualified, warehouseTable, type WarehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 
 export const TABLE = 'public.t';
 export const KEY = ['k1', 'k2'];

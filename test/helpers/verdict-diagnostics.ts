@@ -8,8 +8,8 @@
 import path from 'node:path';
 import pg from 'pg';
 import { expect } from 'vitest';
-import type { AuditEntry } from '../../lambda/core/control-plane.ts';
-import { qualified, warehouseTable } from '../../lambda/core/warehouse-sql.ts';
+import type { AuditEntry } from '../../lambda/core/shared/control-plane.ts';
+import { qualified, warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { describeListeners } from '../../local/ports.ts';
 import { startPostgres } from '../../local/postgres.ts';
 import { openLocalControl } from '../../local/reconcile.ts';

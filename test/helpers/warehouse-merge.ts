@@ -6,7 +6,7 @@
  */
 import pg from 'pg';
 import { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
-import type { DeleteMode } from '../../lambda/core/control-plane.ts';
+import type { DeleteMode } from '../../lambda/core/shared/control-plane.ts';
 
 /** Returns the delta rows merged. */
 export async function mergeWarehouseTable(url: string, source: string, table: string, key: readonly string[], deleteMode: DeleteMode = 'soft'): Promise<number> {

@@ -7,7 +7,7 @@ import path from 'node:path';
 import { S3Client } from '@aws-sdk/client-s3';
 import { NodeHttpHandler } from '@smithy/node-http-handler';
 import { S3Archive } from '../../lambda/adapters/archive-s3.ts';
-import { createArchiveCopier } from '../../lambda/core/archive.ts';
+import { createArchiveCopier } from '../../lambda/core/rebuild/archive.ts';
 import { toKinesisStreamEvent } from '../../lambda/adapters/kinesis-event.ts';
 
 interface S3rverInstance {

@@ -10,9 +10,9 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
-import { TableConfigIndex } from '../../lambda/core/table-config.ts';
-import type { SlotRecord } from '../../lambda/core/slot-record.ts';
-import type { ControlPlane } from '../../lambda/core/control-plane.ts';
+import { TableConfigIndex } from '../../lambda/core/tables/table-config.ts';
+import type { SlotRecord } from '../../lambda/core/capture/slot-record.ts';
+import type { ControlPlane } from '../../lambda/core/shared/control-plane.ts';
 import { SlotCapture, captureCheckpointName, type CaptureOptions, type RawPublisher } from '../../local/capture.ts';
 import { seededRandom } from '../../local/demo.ts';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';

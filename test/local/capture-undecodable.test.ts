@@ -16,8 +16,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
-import { TableConfigIndex } from '../../lambda/core/table-config.ts';
-import type { SlotRecord } from '../../lambda/core/slot-record.ts';
+import { TableConfigIndex } from '../../lambda/core/tables/table-config.ts';
+import type { SlotRecord } from '../../lambda/core/capture/slot-record.ts';
 import { SlotCapture, captureCheckpointName, type CaptureOptions } from '../../local/capture.ts';
 import { CaptureUndecodableError } from '../../local/capture-poison.ts';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
@@ -25,8 +25,8 @@ import { readSlot } from '../../local/slot.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 import { until } from './helpers.ts';
 import { identityCheckpoint } from '../../local/capture-continuity.ts';
-import { CdcError } from '../../lambda/core/errors.ts';
-import { CheckId, runChecks } from '../../lambda/core/doctor.ts';
+import { CdcError } from '../../lambda/core/shared/errors.ts';
+import { CheckId, runChecks } from '../../lambda/core/operator/doctor.ts';
 import { gatherSourceFacts } from '../../lambda/adapters/source-facts-pg.ts';
 
 let cluster: PostgresCluster;

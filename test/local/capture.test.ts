@@ -12,10 +12,10 @@ import { QUICK_START_JVM_OPTIONS, startDynamoDbLocal, type DynamoDbLocal } from 
 import { startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
 import { dynamoDbClient, kinesisClient } from '../../lambda/adapters/aws-clients.ts';
 import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
-import { TableConfigIndex, type TableConfig } from '../../lambda/core/table-config.ts';
-import { validateSlotRecord, type SlotRecord } from '../../lambda/core/slot-record.ts';
-import { maskValue } from '../../lambda/core/masking.ts';
-import { HistoryGapError } from '../../lambda/core/errors.ts';
+import { TableConfigIndex, type TableConfig } from '../../lambda/core/tables/table-config.ts';
+import { validateSlotRecord, type SlotRecord } from '../../lambda/core/capture/slot-record.ts';
+import { maskValue } from '../../lambda/core/tables/masking.ts';
+import { HistoryGapError } from '../../lambda/core/shared/errors.ts';
 import { SlotCapture, captureCheckpointName, kinesisRawPublisher, type RawPublisher, type RawRecord } from '../../local/capture.ts';
 import { compareLsn, readSlot } from '../../local/slot.ts';
 import { SourceNotReadyError, TransactionTooLargeError } from '../../local/errors.ts';

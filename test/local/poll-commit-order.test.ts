@@ -21,10 +21,10 @@ import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { PostgresSnapshotReader } from '../../lambda/adapters/snapshot-postgres.ts';
 import { gatherSourceFacts } from '../../lambda/adapters/source-facts-pg.ts';
-import { runChecks } from '../../lambda/core/doctor.ts';
-import { pollPass, type PollCursor, type PollReader } from '../../lambda/core/poll.ts';
-import { FixedPacer } from '../../lambda/core/snapshot-pacer.ts';
-import type { SlotRecord } from '../../lambda/core/slot-record.ts';
+import { runChecks } from '../../lambda/core/operator/doctor.ts';
+import { pollPass, type PollCursor, type PollReader } from '../../lambda/core/capture/poll.ts';
+import { FixedPacer } from '../../lambda/core/snapshot/snapshot-pacer.ts';
+import type { SlotRecord } from '../../lambda/core/capture/slot-record.ts';
 
 const MARGIN_MS = 200;
 

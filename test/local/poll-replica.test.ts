@@ -16,9 +16,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { PostgresSnapshotReader } from '../../lambda/adapters/snapshot-postgres.ts';
-import { pollPass, type PollCursor } from '../../lambda/core/poll.ts';
-import { FixedPacer } from '../../lambda/core/snapshot-pacer.ts';
-import type { SlotRecord } from '../../lambda/core/slot-record.ts';
+import { pollPass, type PollCursor } from '../../lambda/core/capture/poll.ts';
+import { FixedPacer } from '../../lambda/core/snapshot/snapshot-pacer.ts';
+import type { SlotRecord } from '../../lambda/core/capture/slot-record.ts';
 import { until } from './helpers.ts';
 
 const MARGIN_MS = 100;

@@ -11,7 +11,7 @@ import { startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
 import { dynamoDbClient, kinesisClient } from '../../lambda/adapters/aws-clients.ts';
 import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
 import { isBadInputError, Poller, type StreamHandler } from '../../local/poller.ts';
-import { InvalidRecordError } from '../../lambda/core/errors.ts';
+import { InvalidRecordError } from '../../lambda/core/shared/errors.ts';
 import { until } from './helpers.ts';
 
 let ddb: DynamoDbLocal;

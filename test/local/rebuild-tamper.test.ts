@@ -19,11 +19,11 @@ import { readChangeLog, type LogRecord } from '../../lambda/adapters/change-log-
 import { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
 import { Rebuilder } from '../../lambda/adapters/rebuilder.ts';
 import { ReplayReader } from '../../lambda/adapters/replay-reader.ts';
-import { createArchiveCopier } from '../../lambda/core/archive.ts';
-import { ArchiveObjectTamperedError } from '../../lambda/core/archive-digest.ts';
-import type { SchemaVersion } from '../../lambda/core/control-plane.ts';
-import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/event.ts';
-import { makePosition } from '../../lambda/core/position.ts';
+import { createArchiveCopier } from '../../lambda/core/rebuild/archive.ts';
+import { ArchiveObjectTamperedError } from '../../lambda/core/rebuild/archive-digest.ts';
+import type { SchemaVersion } from '../../lambda/core/shared/control-plane.ts';
+import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/shared/event.ts';
+import { makePosition } from '../../lambda/core/shared/position.ts';
 import { FolderArchive } from '../../local/archive.ts';
 import { startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';

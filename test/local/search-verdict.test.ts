@@ -16,10 +16,10 @@ import { SearchStandIn } from '../../local/search-standin.ts';
 import { compareSourceAndSearch, formatVerdict } from '../../local/verdict.ts';
 import { OpenSearchIndex, searchClient } from '../../lambda/adapters/search-opensearch.ts';
 import { createSearchApplier } from '../../lambda/handlers/search-applier.ts';
-import { maskValue } from '../../lambda/core/masking.ts';
-import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/event.ts';
-import { makePosition } from '../../lambda/core/position.ts';
-import type { TableConfig } from '../../lambda/core/table-config.ts';
+import { maskValue } from '../../lambda/core/tables/masking.ts';
+import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/shared/event.ts';
+import { makePosition } from '../../lambda/core/shared/position.ts';
+import type { TableConfig } from '../../lambda/core/tables/table-config.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 
 let cluster: PostgresCluster;

@@ -15,10 +15,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { PostgresSnapshotReader } from '../../lambda/adapters/snapshot-postgres.ts';
-import { parseLsn } from '../../lambda/core/position.ts';
-import { NO_COLUMN_RULES } from '../../lambda/core/masking.ts';
-import { FixedPacer } from '../../lambda/core/snapshot-pacer.ts';
-import { requestSnapshot, runTableSnapshot } from '../../lambda/core/snapshot-worker.ts';
+import { parseLsn } from '../../lambda/core/shared/position.ts';
+import { NO_COLUMN_RULES } from '../../lambda/core/tables/masking.ts';
+import { FixedPacer } from '../../lambda/core/snapshot/snapshot-pacer.ts';
+import { requestSnapshot, runTableSnapshot } from '../../lambda/core/snapshot/snapshot-worker.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 import { until } from './helpers.ts';
 

@@ -10,11 +10,11 @@ import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { transactionsToRecords } from '../../local/capture.ts';
 import { columnTypesOf } from '../../local/catalog.ts';
-import { groupTransactions, type SlotRow } from '../../lambda/core/test-decoding.ts';
-import { TableConfigIndex } from '../../lambda/core/table-config.ts';
-import { chunkRecords, cursorAfter, packChunkRecords, type KeyCursor } from '../../lambda/core/snapshot.ts';
-import { packedRowRecord, validatePackedSnapshotRecord } from '../../lambda/core/slot-record.ts';
-import { parseJsonExact } from '../../lambda/core/json-exact.ts';
+import { groupTransactions, type SlotRow } from '../../lambda/core/capture/logical-text.ts';
+import { TableConfigIndex } from '../../lambda/core/tables/table-config.ts';
+import { chunkRecords, cursorAfter, packChunkRecords, type KeyCursor } from '../../lambda/core/snapshot/snapshot.ts';
+import { packedRowRecord, validatePackedSnapshotRecord } from '../../lambda/core/capture/slot-record.ts';
+import { parseJsonExact } from '../../lambda/core/shared/json-exact.ts';
 import { CANONICAL_SESSION, PostgresSnapshotReader } from '../../lambda/adapters/snapshot-postgres.ts';
 
 let cluster: PostgresCluster;

@@ -5,7 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { renderStatus, renderStatusLine, StatusWriter, formatMs, type StatusSnapshot } from '../../local/status.ts';
 import { MetricsCollector, percentile, captureStdout } from '../../local/metrics.ts';
-import { archiveKey, createArchiveCopier } from '../../lambda/core/archive.ts';
+import { archiveKey, createArchiveCopier } from '../../lambda/core/rebuild/archive.ts';
 import { FolderArchive } from '../../local/archive.ts';
 import { parseDuration, parseLocalArgs } from '../../bin/cli/local.ts';
 import { UsageError } from '../../bin/cli/command.ts';

@@ -3,8 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts';
-import { maskValue } from '../../lambda/core/masking.ts';
-import type { TableConfig } from '../../lambda/core/table-config.ts';
+import { maskValue } from '../../lambda/core/tables/masking.ts';
+import type { TableConfig } from '../../lambda/core/tables/table-config.ts';
 import { createDemoSchema, startWorkload } from '../../local/demo.ts';
 import { until } from './helpers.ts';
 

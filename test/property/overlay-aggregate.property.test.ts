@@ -1,5 +1,5 @@
 /**
- * Property: `overlayAggregateSql` (lambda/core/warehouse-sql.ts), the second form of the
+ * Property: `overlayAggregateSql` (lambda/core/warehouse/warehouse-sql.ts), the second form of the
  * base+delta view's definition that the reconciler counts and checksums with, always equals the
  * view itself (`createOverlayViewSql`), on a real embedded PostgreSQL.
  *
@@ -39,7 +39,7 @@ import {
   warehouseTable,
   type OverlayGuards,
   type WarehouseTable,
-} from '../../lambda/core/warehouse-sql.ts';
+} from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { seededRandom } from '../../local/demo.ts';
 
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);

@@ -30,12 +30,12 @@ import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { seededRandom } from '../../local/demo.ts';
 import { PostgresSnapshotReader } from '../../lambda/adapters/snapshot-postgres.ts';
-import { pollPass, type PollCursor } from '../../lambda/core/poll.ts';
-import { FixedPacer } from '../../lambda/core/snapshot-pacer.ts';
-import { decodeSlotRecord } from '../../lambda/core/slot-decoder.ts';
-import type { SlotRecord } from '../../lambda/core/slot-record.ts';
-import { newSnapshotState } from '../../lambda/core/snapshot.ts';
-import { runTableSnapshot } from '../../lambda/core/snapshot-worker.ts';
+import { pollPass, type PollCursor } from '../../lambda/core/capture/poll.ts';
+import { FixedPacer } from '../../lambda/core/snapshot/snapshot-pacer.ts';
+import { decodeSlotRecord } from '../../lambda/core/capture/slot-decoder.ts';
+import type { SlotRecord } from '../../lambda/core/capture/slot-record.ts';
+import { newSnapshotState } from '../../lambda/core/snapshot/snapshot.ts';
+import { runTableSnapshot } from '../../lambda/core/snapshot/snapshot-worker.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 
 const RUNS = Number(process.env.CDC_POLL_PROPERTY_RUNS ?? 8);

@@ -14,7 +14,7 @@
  * And: a read over its memory budget stops with `ReplayTooLargeError` (what it held counted across
  * archive and stream).
  *
- * Runs and seed: `CDC_REPLAY_READER_RUNS` (default 40; the pure chain and merge property in test/core/replay.test.ts runs hundreds) and `CDC_PROPERTY_SEED` (default random,
+ * Runs and seed: `CDC_REPLAY_READER_RUNS` (default 40; the pure chain and merge property in test/core/rebuild/replay.test.ts runs hundreds) and `CDC_PROPERTY_SEED` (default random,
  * printed).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -26,16 +26,16 @@ import { createStream } from '../helpers/kinesis-read.ts';
 import type { KinesisStreamEvent } from 'aws-lambda';
 import { kinesisClient } from '../../lambda/adapters/aws-clients.ts';
 import { readChangeLog, type LogRecord } from '../../lambda/adapters/change-log-reader.ts';
-import { distinctEvents } from '../../lambda/core/apply-plan.ts';
-import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/event.ts';
-import { makePosition } from '../../lambda/core/position.ts';
-import { ReplayHoleError, parseMarker } from '../../lambda/core/replay.ts';
-import { createArchiveCopier } from '../../lambda/core/archive.ts';
+import { distinctEvents } from '../../lambda/core/sink/apply-plan.ts';
+import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/shared/event.ts';
+import { makePosition } from '../../lambda/core/shared/position.ts';
+import { ReplayHoleError, parseMarker } from '../../lambda/core/rebuild/replay.ts';
+import { createArchiveCopier } from '../../lambda/core/rebuild/archive.ts';
 import { FolderArchive } from '../../local/archive.ts';
 import { seededRandom } from '../../local/demo.ts';
 import { startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
 import { ReplayReader, defaultReplayBudget } from '../../lambda/adapters/replay-reader.ts';
-import { sha256, type PayloadStore } from '../../lambda/core/payload-store.ts';
+import { sha256, type PayloadStore } from '../../lambda/core/shared/payload-store.ts';
 
 const RUNS = Number(process.env.CDC_REPLAY_READER_RUNS ?? 40);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);

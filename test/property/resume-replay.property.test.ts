@@ -17,16 +17,16 @@
  * this sink holds it, unless replaying; else apply with the position guard and advance the
  * high-water mark): the rule and the replay protocol are what is under test, the SQL apply is
  * tested on PostgreSQL elsewhere. The control plane is the in-memory double (same conditions as
- * the DynamoDB adapter, which test/core/operator.test.ts runs on DynamoDB Local).
+ * the DynamoDB adapter, which test/core/operator/operator.test.ts runs on DynamoDB Local).
  *
  * Runs and seed: `CDC_REPLAY_PROPERTY_RUNS` (default 400) and `CDC_PROPERTY_SEED` (default
  * random), both printed so a failure can be replayed.
  */
 import { describe, expect, it } from 'vitest';
-import type { ControlPlane } from '../../lambda/core/control-plane.ts';
-import { makePosition } from '../../lambda/core/position.ts';
-import { Operator, stateOnlySnapshots } from '../../lambda/core/operator.ts';
-import { heldShardsOf } from '../../lambda/core/operator-decisions.ts';
+import type { ControlPlane } from '../../lambda/core/shared/control-plane.ts';
+import { makePosition } from '../../lambda/core/shared/position.ts';
+import { Operator, stateOnlySnapshots } from '../../lambda/core/operator/operator.ts';
+import { heldShardsOf } from '../../lambda/core/operator/operator-decisions.ts';
 import { createHeldRangeReplayer, ReplayIncompleteError } from '../../lambda/handlers/warehouse-replay.ts';
 import type { ApplyOptions, BatchOutcome, ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
 import type { LogRecord } from '../../lambda/adapters/change-log-reader.ts';

@@ -9,8 +9,8 @@
  * Count and seed: `CDC_SLOT_RECORD_PROPERTY_RUNS` (default 5000) and `CDC_PROPERTY_SEED`.
  */
 import { describe, expect, it } from 'vitest';
-import { InvalidRecordError } from '../../lambda/core/errors.ts';
-import { buildSlotRecord, SLOT_OPS, validateSlotRecord, type SlotColumn, type SlotOp } from '../../lambda/core/slot-record.ts';
+import { InvalidRecordError } from '../../lambda/core/shared/errors.ts';
+import { buildSlotRecord, SLOT_OPS, validateSlotRecord, type SlotColumn, type SlotOp } from '../../lambda/core/capture/slot-record.ts';
 import { seededRandom } from '../../local/demo.ts';
 
 const RUNS = Number(process.env.CDC_SLOT_RECORD_PROPERTY_RUNS ?? 5000);

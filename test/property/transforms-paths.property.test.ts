@@ -1,5 +1,5 @@
 /**
- * Property: per-event transforms (lambda/core/transforms.ts, docs/transforms.md) give the same
+ * Property: per-event transforms (lambda/core/tables/transforms.ts, docs/transforms.md) give the same
  * output on every path. For every seed: a random table (integer key, columns of several types,
  * some masked), a random row, random transforms (renames, coercions that may or may not fit the
  * value, a tenant stamp from a constant or a template), and three deliveries of the same row
@@ -17,14 +17,14 @@
  * (default 400), seed `CDC_PROPERTY_SEED` (default random), both printed.
  */
 import { describe, expect, it } from 'vitest';
-import { Normalizer, type ChangeLogWriter, type NormalizerLogger, type NormalizerMetrics } from '../../lambda/core/normalize.ts';
-import { validateChangeEvent, type ChangeEvent } from '../../lambda/core/event.ts';
-import { TableConfigIndex, type TableConfig } from '../../lambda/core/table-config.ts';
-import { chunkRecords, type SnapshotTableShape } from '../../lambda/core/snapshot.ts';
-import { buildSlotRecord } from '../../lambda/core/slot-record.ts';
-import { parseTestDecodingLine } from '../../lambda/core/test-decoding.ts';
-import type { TableTransforms } from '../../lambda/core/transforms.ts';
-import { applyColumnRules, applyColumnRulesToColumns } from '../../lambda/core/masking.ts';
+import { Normalizer, type ChangeLogWriter, type NormalizerLogger, type NormalizerMetrics } from '../../lambda/core/capture/normalize.ts';
+import { validateChangeEvent, type ChangeEvent } from '../../lambda/core/shared/event.ts';
+import { TableConfigIndex, type TableConfig } from '../../lambda/core/tables/table-config.ts';
+import { chunkRecords, type SnapshotTableShape } from '../../lambda/core/snapshot/snapshot.ts';
+import { buildSlotRecord } from '../../lambda/core/capture/slot-record.ts';
+import { parseTestDecodingLine } from '../../lambda/core/capture/logical-text.ts';
+import type { TableTransforms } from '../../lambda/core/tables/transforms.ts';
+import { applyColumnRules, applyColumnRulesToColumns } from '../../lambda/core/tables/masking.ts';
 import { seededRandom } from '../../local/demo.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 
@@ -92,7 +92,7 @@ function streamRecord(c: Case, commitLsn: string, index: number): string {
   const parts = c.shape.columns.map((col, i) => ` ${col.name}[${col.type}]:${c.texts[i] === null ? 'null' : TYPES.find((t) => t.oid === col.typeOid)!.literal(c.texts[i]!)}`).join('');
   const parsed = parseTestDecodingLine(`table public.t: INSERT:${parts}`);
   if (parsed.kind !== 'change') throw new Error('not a change line');
-  // The capture masks before publishing (lambda/core/masking.ts), as the snapshot worker does.
+  // The capture masks before publishing (lambda/core/tables/masking.ts), as the snapshot worker does.
   const row = applyColumnRules(Object.fromEntries(parsed.change.columns!.map((x) => [x.name, x.value])), c.config);
   const cols = applyColumnRulesToColumns(parsed.change.columns!, c.config).map((col) => ({ ...col, value: row[col.name]! }));
   return JSON.stringify(buildSlotRecord({ source: 'shop', xid: '900', commitLsn, commitTs: '2026-12-01T10:00:00.000000Z' }, index, { table: 'public.t', op: 'insert', columns: cols, oldKey: null, unchanged: [] }, ['id']));

@@ -9,10 +9,10 @@
  */
 import { describe, expect, it } from 'vitest';
 import { seededRandom } from '../../local/demo.ts';
-import { warehouseTable, type WarehouseTable } from '../../lambda/core/warehouse-sql.ts';
-import { diffTableName, retiredTable, shadowTable } from '../../lambda/core/rebuild.ts';
-import { LEGACY_SUFFIXES, MAX_IDENTIFIER_BYTES, PLATFORM_KINDS, tableNameRefusal } from '../../lambda/core/warehouse-names.ts';
-import { searchNames } from '../../lambda/core/search-plan.ts';
+import { warehouseTable, type WarehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
+import { diffTableName, retiredTable, shadowTable } from '../../lambda/core/rebuild/rebuild.ts';
+import { LEGACY_SUFFIXES, MAX_IDENTIFIER_BYTES, PLATFORM_KINDS, tableNameRefusal } from '../../lambda/core/warehouse/warehouse-names.ts';
+import { searchNames } from '../../lambda/core/search/search-plan.ts';
 
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
 const RUNS = Number(process.env.CDC_NAMES_RUNS ?? 400);

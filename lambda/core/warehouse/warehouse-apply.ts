@@ -1,0 +1,636 @@
+/**
+ * The warehouse apply: change-log records in, a warehouse sink's tables out. Pure orchestration
+ * over injected ports (control plane, `WarehouseWriter`, payload store, log); the Lambda handler
+ * (`lambda/handlers/warehouse-applier.ts`) is a thin shell that wires it and emits the metrics
+ * from the outcome (docs/warehouse-apply.md).
+ *
+ * Per batch (docs/architecture.md §5.4; invariants 2, 7, 10, 11, 12):
+ * - each record is decoded and validated (`validateChangeEvent`); a record that fails goes to the
+ *   dead letters with its reason and counts as processed;
+ * - records are grouped by (source, table). Per table: the table and its schema versions are
+ *   read from the control plane; a table or column name that is not a plain identifier or not in
+ *   the registry's schema version is refused (`UnsafeIdentifierError`) and its records are dead
+ *   letters, while other tables of the batch still apply;
+ * - a table that is paused or needs a re-snapshot, or that this sink already holds, is not
+ *   applied: the sink records the first held position (`holdSinkTable`) so a resume can replay
+ *   from it, counts it as held, and treats the records as processed. Holding goes on until the
+ *   hold is released, because applying newer events first would make the replayed older ones
+ *   look stale (the position guard would drop them); the resume replay applies the held range
+ *   with `applyRecords(records, { replayHeld: true })` while the live path keeps holding;
+ * - the table's events are written by the writer in ONE warehouse transaction
+ *   (`WarehouseWriter.applyTable`): appended to the table's delta on the critical path when they
+ *   are full images and plain deletes (visible in the view at COMMIT), or applied to the base
+ *   after merging the delta (truncates, primary-key changes whose insert lacks columns, partial
+ *   updates); only after COMMIT is its high-water mark advanced and its records reported done;
+ * - after an append, the table's delta is merged when the merge policy says it is due (rows or
+ *   age; `MergePolicy`), unless merges run elsewhere (`inline: false`); `mergeDue` merges every
+ *   table whose delta is due (the schedule's event);
+ * - heartbeat events (table `<schema>.cdc_heartbeat`) are applied like any table and also give
+ *   the end-to-end lag = commit time of the sink transaction − source commit time;
+ * - a database error fails the table's records; the response fails that table's records at or
+ *   after its first failed one in sequence order (per-key order is kept), and no record of
+ *   another table. A value the warehouse refuses is isolated by applying that table's events
+ *   one at a time; the refused event is a dead letter. An error about the table that a retry
+ *   will not fix (a constraint, a missing object, a revoked privilege) holds the table for this
+ *   sink with an audit entry, so the shard moves on and the other tables keep flowing; `cdc
+ *   resume` replays the held range once the cause is fixed (docs/operations.md).
+ *
+ * Where the tables are: `targetOf` names each table's warehouse objects (default
+ * `warehouseTable(source, table)`), so a rebuild can replay through this same path into shadow
+ * objects (another schema).
+ */
+import { failuresPerTable } from '../sink/batch-failures.ts';
+import { heldShardsOf } from '../operator/operator-decisions.ts';
+import type { ControlPlane, DeleteMode, SchemaVersion } from '../shared/control-plane.ts';
+import { CdcError, InvalidRecordError, UnsafeIdentifierError } from '../shared/errors.ts';
+import type { ChangeEvent } from '../shared/event.ts';
+import { assertPlainIdentifier, splitTableId } from '../shared/identifiers.ts';
+import { FoldedNameError, foldsInto } from '../shared/name-folding.ts';
+import { admitTable, checkEventColumns as checkColumnsOf, decodeChangeRecord } from '../sink/sink-admission.ts';
+import type { PayloadStore } from '../shared/payload-store.ts';
+import type { TablePlan } from '../sink/apply-plan.ts';
+import { assertSourceColumn, warehouseTable, type WarehouseTable } from './warehouse-sql.ts';
+import { HEARTBEAT_TABLE } from '../../../contracts/env.ts';
+
+/** One change-log record as the applier sees it. */
+export interface ChangeRecord {
+  /** Kinesis sequence number (the batch-failure identifier). */
+  sequenceNumber: string;
+  /** Where it was read: `<stream>/<shard>/<sequence number>` (kept with a dead letter). */
+  origin: string;
+  /** The record's payload text (a JSON change event). */
+  text: string;
+}
+
+/** One table's events of one batch, already validated against the registry. */
+export interface TableBatch {
+  source: string;
+  /** Table id `schema.table`. */
+  table: string;
+  deleteMode: DeleteMode;
+  /** The schema versions the events were read with, by version number. */
+  schemas: ReadonlyMap<number, SchemaVersion>;
+  events: readonly ChangeEvent[];
+  /** Stamped as `_cdc_applied_at`. */
+  appliedAt: Date;
+  /** Where the table's warehouse objects are. @default warehouseTable(source, table) */
+  target?: WarehouseTable;
+  /**
+   * The target is a rebuild's fresh shadow (no readers; docs/rebuild.md): while it is unfolded (its
+   * mirror, delta, deleted keys, truncations and handover table hold no row), a batch that would be
+   * appended to the delta is appended to the changelog instead, and the base is computed from the
+   * changelog once, by the next full apply or merge (docs/warehouse-apply.md, "A fresh shadow").
+   * Same admission, plan, column checks and rows as the append; only where the rows land differs.
+   * PostgreSQL only (elsewhere ignored). Never for a table that is read: its view does not show
+   * unfolded rows. @default false
+   */
+  freshShadow?: boolean;
+}
+
+/** Rows this process appended to a table's delta since it last saw it merged, and when the first of them was appended (ms). */
+export interface PendingDelta {
+  rows: number;
+  since: number | null;
+}
+
+export interface TableApplyResult {
+  plan: TablePlan;
+  /** `Date.now()` right after COMMIT returned. */
+  committedAt: number;
+  /** DDL statements this apply ran (empty when the sink was already in shape). */
+  ddl: string[];
+  /**
+   * `append`: the batch was appended to the delta (the critical path; visible in the view at
+   * COMMIT, merged later). `apply`: the batch needed the full apply (a truncate, a primary-key
+   * change whose insert lacks columns, an update that does not carry every column), which merges
+   * the delta first and writes the base directly (docs/warehouse-apply.md).
+   */
+  mode: 'append' | 'apply';
+  /** What this process appended to the table's delta since it last merged it (an estimate: other processes append too). */
+  pending: PendingDelta;
+  /**
+   * The delta this apply merged first, when it did: before a schema change, or before a full
+   * apply. `nestedLoops`: whether the merge let the planner use nested loops (PostgreSQL, a base
+   * large against the delta: docs/warehouse-apply.md, "What a merge costs").
+   */
+  merged?: { rows: number; nestedLoops: boolean };
+}
+
+/** The table a merge is for. */
+export interface MergeTarget {
+  source: string;
+  table: string;
+  deleteMode: DeleteMode;
+  /** The table's primary-key columns (of its current schema version). */
+  key: readonly string[];
+  /** @default warehouseTable(source, table) */
+  target?: WarehouseTable;
+}
+
+/** What a merge did. */
+export interface MergeResult {
+  /** Delta rows compacted into the base (0: nothing to merge). */
+  rows: number;
+  /** `Date.now()` right after COMMIT returned. */
+  committedAt: number;
+  /** Wall time of the merge transaction, ms. */
+  ms: number;
+}
+
+/** What the delta of a table holds. */
+export interface DeltaStats {
+  rows: number;
+  /** `_cdc_applied_at` of its oldest row, ms (null: empty). */
+  oldest: number | null;
+}
+
+/** How a writer classifies an error of `applyTable`. */
+export type WriteErrorKind =
+  /** A sink column's type cannot take the schema version's (or the type is not carried): hold the table. */
+  | { kind: 'type-conflict'; message: string }
+  /** The warehouse refused a value: isolate the events, dead-letter the refused one. */
+  | { kind: 'value-rejected' }
+  /** An error about the table that a retry will not fix: hold the table, audited. */
+  | { kind: 'persistent'; code: string };
+
+/** The warehouse as the apply needs it (the port; `PgWarehouse` in lambda/adapters/warehouse-pg.ts implements it). */
+export interface WarehouseWriter {
+  /** Writes one table's batch in one transaction (append to the delta, or the full apply). */
+  applyTable(batch: TableBatch): Promise<TableApplyResult>;
+  /**
+   * Compacts the table's delta into its base in one transaction. Appends go on meanwhile where the
+   * engine allows it, unless `stopAppends` (a delta that outgrew its merges: `stopsAppends`).
+   */
+  merge(target: MergeTarget, options?: { stopAppends?: boolean }): Promise<MergeResult>;
+  /** What the table's delta holds (all processes' appends). */
+  deltaStats(target: MergeTarget): Promise<DeltaStats>;
+  /** How to treat an error `applyTable` threw; null: transient (the records are retried). */
+  classifyError(err: unknown): WriteErrorKind | null;
+  /** Whether the warehouse folds quoted names to lower case (Redshift): then of two tables whose names fold alike, the second is refused (lambda/core/shared/name-folding.ts). */
+  foldsNames(): Promise<boolean>;
+}
+
+/**
+ * When the delta of a table is merged into its base (docs/warehouse-apply.md, "Merge"): when it
+ * holds `maxRows` rows or its oldest row is `maxAgeMs` old, whichever comes first. The view shows
+ * every change at once either way: the thresholds bound how much the view overlays at query time.
+ */
+export interface MergePolicy {
+  /** Rows in the delta at which it is merged. @default 50,000 */
+  maxRows: number;
+  /** Age of the delta's oldest row at which it is merged, ms. @default 60,000 (the schedule runs every minute) */
+  maxAgeMs: number;
+  /** The applier merges a due delta right after its append (false: only `mergeDue`, e.g. a separate worker). @default true */
+  inline: boolean;
+}
+
+export const DEFAULT_MERGE_POLICY: MergePolicy = { maxRows: 50_000, maxAgeMs: 60_000, inline: true };
+
+/** Checks a merge policy (values from configuration): clear errors naming the setting. */
+export function validateMergePolicy(p: Partial<MergePolicy>, where: string): MergePolicy {
+  const out = { ...DEFAULT_MERGE_POLICY, ...p };
+  if (!Number.isInteger(out.maxRows) || out.maxRows < 0) throw new InvalidRecordError('maxRows', `${where}: the merge row threshold must be a whole number ≥ 0, got ${p.maxRows}`);
+  if (!Number.isFinite(out.maxAgeMs) || out.maxAgeMs < 0) throw new InvalidRecordError('maxAgeMs', `${where}: the merge age threshold must be a number of milliseconds ≥ 0, got ${p.maxAgeMs}`);
+  return out;
+}
+
+/**
+ * A delta this many times `maxRows` is merged with appends stopped (docs/warehouse-apply.md,
+ * "Merges do not stop appends"): where appends outpace merges, each merge would start on a larger
+ * delta than the last; stopping them for that merge empties it, so the delta stays within about
+ * this many times `maxRows` plus what arrives during one merge.
+ */
+export const MERGE_BACKPRESSURE_FACTOR = 2;
+
+/** Whether a merge of a delta of `rows` rows stops appends (`MERGE_BACKPRESSURE_FACTOR`). */
+export function stopsAppends(p: MergePolicy, rows: number): boolean {
+  return p.maxRows > 0 && rows >= MERGE_BACKPRESSURE_FACTOR * p.maxRows;
+}
+
+/** Whether a delta is due for a merge. */
+export function mergeDueFor(p: MergePolicy, rows: number, oldest: number | null, now: number): boolean {
+  if (rows <= 0) return false;
+  return rows >= p.maxRows || (oldest !== null && now - oldest >= p.maxAgeMs);
+}
+
+/** Minimal log port (Powertools' Logger fits). */
+export interface ApplyLog {
+  info(message: string, detail?: Record<string, unknown>): void;
+  warn(message: string, detail?: Record<string, unknown>): void;
+  error(message: string, detail?: Record<string, unknown>): void;
+}
+
+export interface WarehouseApplyDeps {
+  controlPlane: ControlPlane;
+  writer: WarehouseWriter;
+  /** Sink id: offsets, holds, dead-letter stage and metric dimension. */
+  sinkId: string;
+  log: ApplyLog;
+  /** @default DEFAULT_MERGE_POLICY */
+  merge?: Partial<MergePolicy>;
+  /** Clock for `_cdc_applied_at` and dead-letter times. @default () => new Date() */
+  now?: () => Date;
+  /** Where events stored out of line are read back from (claim checks on the change log; docs/large-records.md). */
+  payloads?: PayloadStore;
+  /** The warehouse objects of a table. @default warehouseTable(source, table) */
+  targetOf?: (source: string, table: string) => WarehouseTable;
+}
+
+/** Per source: what a batch did (the handler turns it into metrics). */
+export interface SourceCounts {
+  applied: number;
+  held: number;
+  dead: number;
+  /** End-to-end lag of heartbeat events, ms. */
+  lag: number[];
+}
+
+/** One deferred merge of a table's delta: what it merged, or why it failed. */
+export interface MergeDone {
+  source: string;
+  table: string;
+  rows: number;
+  ms: number;
+  /** The delta was at twice its threshold, so appends were stopped for this merge (`stopsAppends`). */
+  appendsStopped: boolean;
+  /** Set when the merge failed: nothing changed, the view still shows every change, and it is tried again. */
+  error?: string;
+}
+
+/** What happened to a batch. */
+export interface BatchOutcome {
+  /** Sequence numbers to report as failed: each failed table's records at or after its first failed one. */
+  failed: string[];
+  /** Why each record failed (records after the first failure say so). */
+  reasons: Map<string, string>;
+  /** Valid events of applied tables (written, or recognised as already applied). */
+  applied: number;
+  held: number;
+  deadLettered: number;
+}
+
+/** A batch's outcome with what the handler needs for its metrics. */
+export interface ApplyOutcome extends BatchOutcome {
+  /** Per source (`unknown` for records whose source could not be read). */
+  bySource: Map<string, SourceCounts>;
+  /** Table batches that failed or were held on an error (the `ApplyErrors` metric). */
+  applyErrors: number;
+  /** Merges run after the appends of this batch (failed ones with their `error`). */
+  merges: MergeDone[];
+}
+
+/** Options of one `applyRecords` call. */
+export interface ApplyOptions {
+  /**
+   * Apply tables that this sink holds (its `heldFrom` is set) as long as the table itself is
+   * active: for the resume replay, which re-applies the held range from the log while the live
+   * path keeps holding, and releases the hold when it has caught up. @default false
+   */
+  replayHeld?: boolean;
+}
+
+export interface WarehouseApply {
+  applyRecords(records: readonly ChangeRecord[], options?: ApplyOptions): Promise<ApplyOutcome>;
+  /**
+   * Merges the delta of every registered table whose delta is due (`MergePolicy`; `force`: any
+   * non-empty delta). Errors are logged per table and the others still merge.
+   */
+  mergeDue(options?: { force?: boolean; source?: string }): Promise<MergeDone[]>;
+  /** Merges one table's delta now. */
+  mergeTable(source: string, table: string): Promise<MergeDone>;
+  readonly mergePolicy: MergePolicy;
+}
+
+interface Item {
+  record: ChangeRecord;
+  event: ChangeEvent;
+}
+
+const describeError = (err: unknown): string => (err instanceof Error ? `${err.name}: ${err.message}` : String(err));
+const codeOf = (err: unknown): string => (err instanceof CdcError ? err.code : 'APPLY_FAILED');
+const minPosition = (items: readonly Item[]): string => items.reduce((m, i) => (i.event.position < m ? i.event.position : m), items[0]!.event.position);
+const maxPosition = (items: readonly Item[]): string => items.reduce((m, i) => (i.event.position > m ? i.event.position : m), items[0]!.event.position);
+
+/** Builds the warehouse apply from its ports. */
+export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
+  const { controlPlane: cp, sinkId, log, writer } = deps;
+  assertPlainIdentifier(sinkId, 'sink id');
+  const now = deps.now ?? (() => new Date());
+  const policy = validateMergePolicy(deps.merge ?? {}, `merge policy of sink ${sinkId}`);
+  const targetOf = deps.targetOf ?? ((source: string, table: string) => warehouseTable(source, table));
+  const schemaCache = new Map<string, SchemaVersion>();
+  /**
+   * The highest heartbeat position whose lag this process reported, per table: an append does not
+   * read what the sink holds, so a redelivered heartbeat is recognised here (once per heartbeat).
+   */
+  const heartbeatSeen = new Map<string, string>();
+  /** Tables this process found clear of a folding clash (the first of two never becomes the second). */
+  const unfolded = new Set<string>();
+
+  async function schemaOf(source: string, table: string, version: number): Promise<SchemaVersion> {
+    const k = `${source}\u0000${table}\u0000${version}`;
+    const hit = schemaCache.get(k);
+    if (hit) return hit;
+    const v = await cp.getSchemaVersion(source, table, version);
+    if (!v) throw new InvalidRecordError('schemaVersion', `version ${version} of ${source}/${table} is not registered`);
+    for (const c of v.columns) assertSourceColumn(c.name, table);
+    schemaCache.set(k, v);
+    return v;
+  }
+
+  /** The merge target of a registered table (its key from its current schema version). */
+  async function mergeTargetOf(source: string, table: string): Promise<MergeTarget | null> {
+    const rec = await cp.getTable(source, table);
+    if (!rec) return null;
+    const schema = await schemaOf(source, table, rec.currentVersion);
+    return { source, table, deleteMode: rec.deleteMode, key: schema.key, target: targetOf(source, table) };
+  }
+
+  /** Merges a table's delta; `rows`: what it holds as far as the caller knows (a large delta stops appends for its merge). */
+  async function runMerge(target: MergeTarget, rows = 0): Promise<MergeDone> {
+    const stop = stopsAppends(policy, rows);
+    const r = await writer.merge(target, stop ? { stopAppends: true } : undefined);
+    if (r.rows > 0) log.info('delta merged into the base', { source: target.source, table: target.table, rows: r.rows, ms: r.ms, appendsStopped: stop });
+    return { source: target.source, table: target.table, rows: r.rows, ms: r.ms, appendsStopped: stop };
+  }
+
+  /** A deferred merge that may fail: a failure is logged and returned (it is tried again on the next append or schedule). */
+  async function tryMerge(target: MergeTarget, rows: number): Promise<MergeDone> {
+    const t0 = Date.now();
+    try {
+      return await runMerge(target, rows);
+    } catch (err) {
+      return failedMerge(target.source, target.table, t0, stopsAppends(policy, rows), err);
+    }
+  }
+
+  /** A deferred merge that failed (nothing changed): logged, and returned with its error. */
+  function failedMerge(source: string, table: string, t0: number, appendsStopped: boolean, err: unknown): MergeDone {
+    log.error('delta merge failed; the view still shows every change, the merge is tried again', { source, table, error: describeError(err) });
+    return { source, table, rows: 0, ms: Date.now() - t0, appendsStopped, error: describeError(err) };
+  }
+
+  async function applyRecords(records: readonly ChangeRecord[], options: ApplyOptions = {}): Promise<ApplyOutcome> {
+    const appliedAt = now();
+    const failed = new Map<string, string>();
+    const counts = new Map<string, SourceCounts>();
+    const merges: MergeDone[] = [];
+    const countFor = (source: string | null): SourceCounts => {
+      const k = source ?? 'unknown';
+      let c = counts.get(k);
+      if (!c) counts.set(k, (c = { applied: 0, held: 0, dead: 0, lag: [] }));
+      return c;
+    };
+    let applyErrors = 0;
+    /** Tables appended to in this batch, for the merge check after the batch. */
+    const appended = new Map<string, MergeTarget & { pending: { rows: number; since: number | null } }>();
+
+    const deadLetter = async (record: ChangeRecord, source: string | null, table: string | null, err: unknown): Promise<void> => {
+      try {
+        await cp.putDeadLetter({
+          at: now().toISOString(),
+          stage: sinkId,
+          source,
+          table,
+          code: codeOf(err),
+          reason: describeError(err),
+          origin: record.origin,
+          record: record.text,
+          truncated: false,
+        });
+        countFor(source).dead++;
+        log.warn('record sent to dead letters', { origin: record.origin, source, table, code: codeOf(err), reason: describeError(err) });
+      } catch (dlErr) {
+        failed.set(record.sequenceNumber, `dead letter could not be stored: ${describeError(dlErr)}`);
+      }
+    };
+
+    // Decode and validate; group by (source, table) in order of first appearance.
+    const groups = new Map<string, Item[]>();
+    const tableOf = new Map<string, string>();
+    for (const record of records) {
+      let event: ChangeEvent;
+      try {
+        const decoded = decodeChangeRecord(record.text, deps.payloads, sinkId);
+        event = decoded instanceof Promise ? await decoded : decoded;
+      } catch (err) {
+        if (!(err instanceof CdcError)) throw err;
+        const about = aboutRecord(record.text);
+        await deadLetter(record, about.source, about.table, err);
+        continue;
+      }
+      const k = `${event.source}\u0000${event.table}`;
+      tableOf.set(record.sequenceNumber, k);
+      const list = groups.get(k);
+      if (list) list.push({ record, event });
+      else groups.set(k, [{ record, event }]);
+    }
+
+    for (const items of groups.values()) {
+      const { source, table } = items[0]!.event;
+      try {
+        await applyGroup(source, table, items);
+      } catch (err) {
+        applyErrors++;
+        log.error('table batch not applied; its records will be retried', { source, table, error: describeError(err) });
+        for (const i of items) if (!failed.has(i.record.sequenceNumber)) failed.set(i.record.sequenceNumber, describeError(err));
+      }
+    }
+
+    async function applyGroup(source: string, table: string, items: Item[]): Promise<void> {
+      const admission = await admitTable(cp, { sinkId, source, table, replayHeld: options.replayHeld === true, target: () => targetOf(source, table) });
+      if (admission.verdict === 'dead-letter') {
+        for (const i of items) await deadLetter(i.record, source, table, admission.error);
+        return;
+      }
+      if (admission.verdict === 'hold') {
+        await hold(source, table, items, admission.why);
+        return;
+      }
+      const { target, table: rec } = admission;
+      // A warehouse that folds names refuses the second of two tables it would make one (docs/onboarding.md, "Names").
+      if (!unfolded.has(`${source}\u0000${table}`) && (await writer.foldsNames())) {
+        const first = await foldsInto(cp, source, table, targetOf);
+        if (first !== null) {
+          await holdOnError(source, table, items, new FoldedNameError(source, table, first), 'NAME_FOLDS');
+          return;
+        }
+      }
+      unfolded.add(`${source}\u0000${table}`);
+      const valid: Item[] = [];
+      const schemas = new Map<number, SchemaVersion>();
+      for (const i of items) {
+        try {
+          const schema = schemas.get(i.event.schemaVersion) ?? (await schemaOf(source, table, i.event.schemaVersion));
+          checkEventColumns(i.event, schema);
+          schemas.set(schema.version, schema);
+          valid.push(i);
+        } catch (err) {
+          if (!(err instanceof CdcError)) throw err;
+          await deadLetter(i.record, source, table, err);
+        }
+      }
+      if (valid.length === 0) return;
+      const newest = [...schemas.values()].reduce((a, b) => (b.version > a.version ? b : a));
+      try {
+        await applyItems(source, table, rec.deleteMode, schemas, valid, target, newest.key);
+      } catch (err) {
+        const kind = writer.classifyError(err);
+        if (kind?.kind === 'type-conflict') {
+          log.error('warehouse column type conflict; table held for this sink', { source, table, error: kind.message });
+          await hold(source, table, valid, kind.message);
+        } else if (kind?.kind === 'value-rejected') {
+          await isolate(source, table, rec.deleteMode, schemas, valid, target, newest.key);
+        } else if (kind?.kind === 'persistent') {
+          await holdOnError(source, table, valid, err, kind.code);
+        } else {
+          throw err;
+        }
+      }
+    }
+
+    async function hold(source: string, table: string, items: Item[], why: string): Promise<void> {
+      await cp.holdSinkTable(sinkId, source, table, minPosition(items), heldShardsOf(items.map((i) => i.record)));
+      countFor(source).held += items.length;
+      log.info('events held', { source, table, count: items.length, from: minPosition(items), why });
+    }
+
+    /** Holds a table this sink cannot write (an error a retry will not fix), audited, so the shard moves on. */
+    async function holdOnError(source: string, table: string, items: Item[], err: unknown, code: string): Promise<void> {
+      applyErrors++;
+      log.error('warehouse refuses writes to this table; table held for this sink (fix it, then cdc resume)', { source, table, sqlState: code, error: describeError(err) });
+      await hold(source, table, items, describeError(err));
+      await cp.appendAudit({
+        at: now().toISOString(),
+        actor: `applier:${sinkId}`,
+        action: 'hold-table',
+        source,
+        table,
+        outcome: 'done',
+        detail: { sink: sinkId, heldFrom: minPosition(items), sqlState: code, reason: describeError(err), hint: `fix the warehouse table, then cdc resume ${table}` },
+      });
+    }
+
+    async function applyItems(source: string, table: string, deleteMode: DeleteMode, schemas: Map<number, SchemaVersion>, items: Item[], target: WarehouseTable, key: readonly string[]): Promise<void> {
+      const result = await writer.applyTable({ source, table, deleteMode, schemas, events: items.map((i) => i.event), appliedAt, target });
+      await cp.advanceSinkProgress(sinkId, source, table, maxPosition(items));
+      const c = countFor(source);
+      c.applied += items.length;
+      if (result.mode === 'append') appended.set(`${source}\u0000${table}`, { source, table, deleteMode, key, target, pending: result.pending });
+      else appended.delete(`${source}\u0000${table}`);
+      if (splitTableId(table).table === HEARTBEAT_TABLE) {
+        const k = `${source}\u0000${table}`;
+        let seen = heartbeatSeen.get(k) ?? '';
+        for (const e of result.plan.fresh) {
+          if (e.position <= seen) continue;
+          c.lag.push(Math.max(0, result.committedAt - Date.parse(e.commitTs)));
+          seen = e.position;
+        }
+        heartbeatSeen.set(k, seen);
+      }
+      if (result.plan.held.length > 0 || result.plan.donors.length > 0) {
+        // A primary-key change whose insert lacks columns (an unchanged TOAST value) waits for the
+        // old key's row, applied on another shard; nothing is written as NULL meanwhile.
+        log.info("primary-key change in flight: events held until the old key's values are known", {
+          source,
+          table,
+          heldEvents: result.plan.held.length,
+          heldKeys: new Set(result.plan.held.map((e) => JSON.stringify(e.key))).size,
+          handedOver: result.plan.donors.length,
+        });
+      }
+      if (result.ddl.length > 0) log.info('warehouse DDL applied', { source, table, statements: result.ddl });
+    }
+
+    /** Applies the table's events one at a time, so that the one the warehouse refuses becomes a dead letter. */
+    async function isolate(source: string, table: string, deleteMode: DeleteMode, schemas: Map<number, SchemaVersion>, items: Item[], target: WarehouseTable, key: readonly string[]): Promise<void> {
+      const ordered = [...items].sort((a, b) => (a.event.position < b.event.position ? -1 : a.event.position > b.event.position ? 1 : 0));
+      for (let n = 0; n < ordered.length; n++) {
+        const i = ordered[n]!;
+        try {
+          await applyItems(source, table, deleteMode, schemas, [i], target, key);
+        } catch (err) {
+          const kind = writer.classifyError(err);
+          if (kind?.kind === 'value-rejected') {
+            await deadLetter(i.record, source, table, err);
+            continue;
+          }
+          if (kind?.kind === 'persistent') {
+            await holdOnError(source, table, ordered.slice(n), err, kind.code);
+            return;
+          }
+          applyErrors++;
+          for (const rest of ordered.slice(n)) failed.set(rest.record.sequenceNumber, describeError(err));
+          log.error('table batch not applied; its records will be retried', { source, table, error: describeError(err) });
+          return;
+        }
+      }
+    }
+
+    // The deferred merge, when due: after the batch's appends committed (they are visible already), so
+    // a merge that fails costs nothing but the delta growing until the next try.
+    if (policy.inline) {
+      const at = Date.now();
+      for (const m of appended.values()) {
+        if (!mergeDueFor(policy, m.pending.rows, m.pending.since, at)) continue;
+        merges.push(await tryMerge(m, m.pending.rows));
+      }
+    }
+
+    const reported = failuresPerTable(
+      records.map((r) => ({ sequenceNumber: r.sequenceNumber, table: tableOf.get(r.sequenceNumber) ?? null })),
+      new Set(failed.keys()),
+    );
+    const reasons = new Map<string, string>();
+    for (const s of reported) reasons.set(s, failed.get(s) ?? 'comes after a failed record of its table');
+    let total = { applied: 0, held: 0, dead: 0 };
+    for (const c of counts.values()) total = { applied: total.applied + c.applied, held: total.held + c.held, dead: total.dead + c.dead };
+    return { failed: reported, reasons, applied: total.applied, held: total.held, deadLettered: total.dead, bySource: counts, applyErrors, merges };
+  }
+
+  async function mergeTable(source: string, table: string): Promise<MergeDone> {
+    const target = await mergeTargetOf(source, table);
+    if (!target) throw new UnsafeIdentifierError(table, `not a registered table of source ${source}`);
+    return runMerge(target);
+  }
+
+  async function mergeDue(options: { force?: boolean; source?: string } = {}): Promise<MergeDone[]> {
+    const out: MergeDone[] = [];
+    const at = Date.now();
+    for (const rec of await cp.listTables(options.source)) {
+      const t0 = Date.now();
+      try {
+        const target = await mergeTargetOf(rec.source, rec.table);
+        if (!target) continue;
+        const stats = await writer.deltaStats(target);
+        if (stats.rows === 0 || (!options.force && !mergeDueFor(policy, stats.rows, stats.oldest, at))) continue;
+        out.push(await tryMerge(target, stats.rows));
+      } catch (err) {
+        // Finding the table's target or its delta failed: as much a failed merge as the merge's own error.
+        out.push(failedMerge(rec.source, rec.table, t0, false, err));
+      }
+    }
+    return out;
+  }
+
+  return { applyRecords, mergeDue, mergeTable, mergePolicy: policy };
+}
+
+/**
+ * The warehouse's check of every event's names against its schema version (the rebuild checks
+ * replayed events with it too): `checkEventColumns` of lambda/core/sink/sink-admission.ts with the
+ * warehouse's column rule.
+ */
+export function checkEventColumns(e: ChangeEvent, schema: SchemaVersion): void {
+  checkColumnsOf(e, schema, assertSourceColumn);
+}
+
+/** Best effort: the source and table a record that failed validation is about. */
+function aboutRecord(text: string): { source: string | null; table: string | null } {
+  try {
+    const v = JSON.parse(text) as Record<string, unknown>;
+    return { source: typeof v.source === 'string' ? v.source : null, table: typeof v.table === 'string' ? v.table : null };
+  } catch {
+    return { source: null, table: null };
+  }
+}
