@@ -64,6 +64,22 @@ export interface CompareOptions {
   examples?: number;
   /** The control plane whose schema registry types the columns (else the source catalog does). */
   control?: ControlPlane;
+  /** The sink's id: a table it holds is named with why, and does not match (needs `control`). */
+  sink?: string;
+}
+
+/**
+ * What to say of a table the sink holds (docs/operations.md, "Blast radius of one table"): since
+ * when, from which position, why (the sink's last `hold-table` audit entry, or the table's pause),
+ * and the command that replays it. Null when the sink holds nothing of the table.
+ */
+export async function sinkHoldProblem(control: ControlPlane, sink: string, source: string, table: string): Promise<string | null> {
+  const progress = await control.getSinkProgress(sink, source, table);
+  if (!progress?.heldFrom) return null;
+  const audit = await control.listAudit(source, table, progress.heldAt ?? undefined);
+  const entry = audit.filter((e) => e.action === 'hold-table' && e.detail.sink === sink).at(-1);
+  const why = typeof entry?.detail.reason === 'string' ? `: ${entry.detail.reason}` : ' (the table is paused or needs a re-snapshot)';
+  return `held by sink ${sink} since ${progress.heldAt ?? 'unknown'} from position ${progress.heldFrom}${why}; its changes from there are not applied: fix the cause, then cdc resume ${table}`;
 }
 
 async function session(url: string): Promise<pg.Client> {
@@ -187,6 +203,8 @@ export async function compareSourceAndWarehouse(options: CompareOptions): Promis
           if (v.examples.length < maxExamples) v.examples.push(`key ${k}: in the warehouse but not in the source`);
         }
       }
+      const held = options.control && options.sink ? await sinkHoldProblem(options.control, options.sink, options.source, config.table) : null;
+      if (held) v.problems.push(held);
       v.match = v.problems.length === 0 && v.missing === 0 && v.extra === 0 && v.different === 0 && v.duplicates === 0;
     }
     return { match: tables.length > 0 && tables.every((t) => t.match), tables };
@@ -223,8 +241,9 @@ export interface CompareSearchOptions {
   examples?: number;
   /** The control plane whose schema registry types the columns (else the source catalog does). */
   control?: ControlPlane;
+  /** The search sink's id: a table it holds is named with why, and does not match (needs `control`). */
+  sink?: string;
 }
-
 
 /**
  * Compares every captured table of the source with its search index: the live documents (the
@@ -290,6 +309,8 @@ export async function compareSourceAndSearch(options: CompareSearchOptions): Pro
           if (v.examples.length < maxExamples) v.examples.push(`key ${k}: in the search index but not in the source`);
         }
       }
+      const held = options.control && options.sink ? await sinkHoldProblem(options.control, options.sink, options.source, config.table) : null;
+      if (held) v.problems.push(held);
       v.match = v.problems.length === 0 && v.missing === 0 && v.extra === 0 && v.different === 0 && v.duplicates === 0;
     }
     return { match: tables.length > 0 && tables.every((t) => t.match), tables, sink: 'search index' };

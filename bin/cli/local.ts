@@ -490,6 +490,7 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals): Promi
         source,
         tables: pipeline.capturedTables(),
         control: stack.control,
+        sink: o.sinkId,
       });
       print(`${formatVerdict(verdict).join('\n')}\n`);
       code = verdict.match ? EXIT_OK : EXIT_FAILED;
@@ -501,6 +502,7 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals): Promi
           search: pipeline.searchIndex,
           source,
           control: stack.control,
+          sink: o.searchId,
           // Every table captured now, as for the warehouse: those that joined by a rule included.
           tables: pipeline.capturedTables(),
         });

@@ -7,6 +7,7 @@ import { maskValue } from '../../lambda/core/tables/masking.ts';
 import type { TableConfig } from '../../lambda/core/tables/table-config.ts';
 import { createDemoSchema, startWorkload } from '../../local/demo.ts';
 import { until } from './helpers.ts';
+import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 
 let cluster: PostgresCluster;
 let n = 0;
@@ -87,6 +88,27 @@ describe('verdict', () => {
     expect(v.tables[0]!.problems).toContain('excluded column ssn is present in the warehouse');
     expect(v.tables[0]!.duplicates).toBeGreaterThan(0);
     expect(v.tables[1]!.problems).toContain('source table public.nothere does not exist');
+  });
+
+  it('names a table the sink holds, with why and the command that replays it, and does not call it a match', async () => {
+    const src = await db(SOURCE);
+    const wh = await db(
+      mirror(`INSERT INTO demo_public.customers_mirror (id, email, amount, seen, _cdc_deleted) VALUES
+        (1, '${a}', 12.5, '2026-01-01 08:00:00+00', false), (2, '${b}', 3, NULL, false), (3, NULL, NULL, NULL, false)`),
+    );
+    const control = new MemoryControlPlane();
+    const options = { sourceUrl: src, warehouseUrl: wh, source: 'demo', tables: TABLES, control, sink: 'dw' };
+    expect((await compareSourceAndWarehouse(options)).match).toBe(true);
+    // The rows are all there, yet the sink holds the table: its changes from the held position on are not applied.
+    await control.holdSinkTable('dw', 'demo', 'public.customers', '00000000016b374800000003');
+    await control.appendAudit({ at: new Date().toISOString(), actor: 'applier:dw', action: 'hold-table', source: 'demo', table: 'public.customers', outcome: 'done', detail: { sink: 'dw', sqlState: '42501', reason: 'permission denied for table _cdc_changelog_customers' } });
+    const held = await compareSourceAndWarehouse(options);
+    expect(held.match).toBe(false);
+    const text = formatVerdict(held).join('\n');
+    expect(text).toContain('FAIL public.customers');
+    expect(text).toMatch(/held by sink dw since \S+ from position 00000000016b374800000003: permission denied for table _cdc_changelog_customers; .*cdc resume public\.customers/);
+    // Another sink's hold is not this one's.
+    expect((await compareSourceAndWarehouse({ ...options, sink: 'other' })).match).toBe(true);
   });
 });
 
