@@ -102,7 +102,7 @@ describe('cdc local --demo, end to end', () => {
     child = null;
     const out = second.output();
     expect(out, out).toContain('resumed');
-    await expectVerdict(out, 'verdict: MATCH', () => stateDirDiagnostics(stateDir, { source: 'demo' }));
+    await expectVerdict(out, 'verdict: MATCH', () => stateDirDiagnostics(stateDir, { source: 'demo' }), { 'first run (killed)': first.output() });
     expect(out, out).toContain('verdict (search index): MATCH');
     for (const t of ['public.customers', 'public.orders', 'public.documents', 'public.cdc_heartbeat']) expect(out).toMatch(new RegExp(`ok +${t.replace('.', '\\.')}:`));
     expect(code, out).toBe(0);

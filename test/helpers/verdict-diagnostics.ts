@@ -8,7 +8,7 @@
 import path from 'node:path';
 import pg from 'pg';
 import { expect } from 'vitest';
-import type { AuditEntry } from '../../lambda/core/shared/control-plane.ts';
+import type { AuditEntry, SinkTableProgress } from '../../lambda/core/shared/control-plane.ts';
 import { qualified, warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { describeListeners } from '../../local/ports.ts';
 import { startPostgres } from '../../local/postgres.ts';
@@ -17,7 +17,7 @@ import { readState, WAREHOUSE_DATABASE, type LocalStack } from '../../local/stac
 
 export interface DiagnosticsInput {
   /** The stack's control plane (its audit log). */
-  control: { listAudit(source?: string): Promise<AuditEntry[]>; listTables(source: string): Promise<Array<{ table: string }>> } | null;
+  control: { listAudit(source?: string): Promise<AuditEntry[]>; listTables(source: string): Promise<Array<{ table: string }>>; listSinkProgress?(sink?: string): Promise<SinkTableProgress[]> } | null;
   warehouseUrl: string | null;
   source: string;
   /** The tables to show the sink of. @default the tables registered in the control plane */
@@ -60,11 +60,23 @@ export async function verdictDiagnostics(input: DiagnosticsInput): Promise<strin
     const audit = input.control ? await input.control.listAudit(input.source) : null;
     if (audit === null) out.push('--- audit log: no control plane');
     else {
-      out.push(`--- audit log of ${input.source}: ${audit.length} entries${audit.length > 200 ? ' (last 200)' : ''}`);
-      for (const e of audit.slice(-200)) out.push(`  ${e.at} ${e.actor} ${e.action} ${e.table ?? '-'} ${e.outcome} ${JSON.stringify(e.detail)}`);
+      const line = (e: AuditEntry): string => `  ${e.at} ${e.actor} ${e.action} ${e.table ?? '-'} ${e.outcome} ${JSON.stringify(e.detail)}`;
+      const stops = audit.filter((e) => /hold|fail|refus|resnapshot|discontinu/.test(e.action) || e.outcome === 'refused');
+      out.push(`--- audit log of ${input.source}: holds, failures and refusals first (${stops.length})`, ...stops.slice(-40).map(line));
+      out.push(`--- audit log of ${input.source}: ${audit.length} entries${audit.length > 120 ? ' (last 120)' : ''}`);
+      for (const e of audit.slice(-120)) out.push(line(e));
     }
   } catch (err) {
     out.push(`--- audit log: unreadable (${message(err)})`);
+  }
+  try {
+    const progress = (await input.control?.listSinkProgress?.()) ?? [];
+    out.push(`--- sink progress (${progress.length})`);
+    for (const p of progress.filter((x) => x.source === input.source)) {
+      out.push(`  ${p.sink} ${p.table}: applied ${p.appliedPosition ?? '-'}${p.heldFrom ? `, HELD from ${p.heldFrom} since ${p.heldAt ?? '?'} (holds ${p.holdCount ?? '?'}, release ${p.releaseRequested ?? 'not requested'})` : ''}`);
+    }
+  } catch (err) {
+    out.push(`--- sink progress: unreadable (${message(err)})`);
   }
   out.push('--- sink positions');
   const tables = input.tables ?? (await input.control?.listTables(input.source).then((ts) => ts.map((t) => t.table)).catch(() => [] as string[])) ?? [];
@@ -121,8 +133,15 @@ export async function stateDirDiagnostics(stateDir: string, o: { source: string;
  * Expects `marker` (e.g. `verdict: MATCH`) in a run's output; when it is missing, the failure
  * message is the output followed by the diagnostics.
  */
-export async function expectVerdict(out: string, marker: string, diagnose: () => Promise<string[]>): Promise<void> {
+export async function expectVerdict(out: string, marker: string, diagnose: () => Promise<string[]>, earlier: Record<string, string> = {}): Promise<void> {
   if (out.includes(marker)) return;
   const lines = await diagnose().catch((err: unknown) => [`--- diagnostics failed: ${message(err)}`]);
-  expect(out, [out, ...lines].join('\n')).toContain(marker);
+  // A CI log keeps only part of a long failure: the verdict and the diagnostics come first, then
+  // the tails of the outputs (no diff of the whole output).
+  const verdict = out.split('\n').filter((l) => /^(verdict|  (ok  |FAIL) |       )/.test(l));
+  const tail = (text: string, n: number): string[] => text.trimEnd().split('\n').slice(-n);
+  const parts = [`expected "${marker}" in the output`, '--- verdict lines', ...verdict, ...lines];
+  for (const [name, text] of Object.entries(earlier)) parts.push(`--- ${name} (last 40 lines)`, ...tail(text, 40));
+  parts.push('--- output (last 80 lines)', ...tail(out, 80));
+  expect.fail(parts.join('\n'));
 }
