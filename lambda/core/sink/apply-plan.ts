@@ -31,7 +31,6 @@
  * A write is `full` (every data column is written, NULL where not in `values`) or a merge (only
  * the columns in `values`). The SQL runs one UPDATE per distinct column set.
  */
-import { CdcError } from '../shared/errors.ts';
 import type { ChangeEvent, Row } from '../shared/event.ts';
 import { keyText } from '../shared/event.ts';
 import type { Position } from '../shared/position.ts';
@@ -465,15 +464,4 @@ export function toParam(v: Row[string] | undefined): string | null {
   if (typeof v === 'string') return v;
   if (typeof v === 'number' || typeof v === 'boolean') return String(v);
   return JSON.stringify(v);
-}
-
-/** An operation a sink does not apply (refused by name, never guessed). */
-export class UnsupportedOperationError extends CdcError {
-  constructor(
-    readonly operation: string,
-    readonly sink: string,
-    hint: string,
-  ) {
-    super('UNSUPPORTED_OPERATION', `${operation} is not applied by ${sink}: ${hint}`);
-  }
 }
