@@ -36,8 +36,6 @@ export type OperatorActionName = 'status' | 'pause' | 'resume' | 'resnapshot' | 
 export type Actor = string | { readonly id: string; readonly note?: string };
 const actorId = (a: Actor): string => (typeof a === 'string' ? a : a.id);
 const noteOf = (a: Actor): { note?: string } => (typeof a !== 'string' && a.note !== undefined ? { note: a.note } : {});
-/** Actions that only read (what `grantReadStatus` allows). */
-export const READ_ONLY_ACTIONS: readonly OperatorActionName[] = ['status', 'audit'];
 export const OPERATOR_ACTIONS: readonly OperatorActionName[] = ['status', 'pause', 'resume', 'resnapshot', 'audit', 'rebuild'];
 
 /** A table as `cdc status` shows it. */
