@@ -96,8 +96,8 @@ const byPosition = (a: ChangeEvent, b: ChangeEvent): number => (a.position < b.p
 
 /**
  * The distinct events (first delivery of each position + key wins), in position order (stable:
- * events at one position keep their order of first delivery). Linear in the batch (docs/performance.md
- * §27): a batch in strictly increasing position order (the usual live batch, every replay batch)
+ * events at one position keep their order of first delivery). Linear in the batch (docs/performance-log.md,
+ * "Two pieces of Node work that grew faster than their input"): a batch in strictly increasing position order (the usual live batch, every replay batch)
  * is distinct as it is, found by one comparison per event; otherwise a stable sort by position
  * puts every event's deliveries next to each other, first delivery first, and keys are compared
  * only within a run of events at one position (a duplicate, the two halves of a primary-key
