@@ -1,5 +1,5 @@
 /**
- * The operator front door's routes (docs/operations.md, docs/deploy.md "Security"): one resource
+ * The operator front door's routes (docs/operations.md, docs/deploy.md "Security: operators, who may do what"): one resource
  * per action, grouped by action class, so that an IAM policy on `execute-api:Invoke` for the
  * resources of one class allows that class and nothing else. The construct (lib/), the operator
  * handler (lambda/) and the `cdc` CLI (bin/) share this table: one concept, one name.

@@ -1,5 +1,5 @@
 /**
- * The operator core (DESIGN §5.6, docs/operations.md): status, pause, resume, resnapshot and
+ * The operator core (docs/architecture.md §5.6, docs/operations.md): status, pause, resume, resnapshot and
  * audit, behind two doors (the `cdc` CLI on a `cdc local` state folder, the operator Lambda on
  * AWS). Each action reads what it depends on strongly consistently (the control-plane port's
  * reads are), decides with lambda/core/operator/operator-decisions.ts, and commits the state change with
