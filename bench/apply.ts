@@ -22,12 +22,12 @@
  *
  * The applier runs with the Node.js flags the WarehouseSink deploys it with (its young generation,
  * `applierNodeOptions` at the default 1,024 MiB: the process starts itself again with them;
- * bench/lib/handler-runtime.ts); `--node-defaults` runs it with Node's own (docs/performance.md §24).
+ * bench/lib/handler-runtime.ts); `--node-defaults` runs it with Node's own (docs/performance-log.md, "The applier's young generation").
  *
  * The append-first path also runs with two concurrent batches (the event source mapping's
  * parallelization factor 2, keys split by partition key; both in this one process), batch 10,000.
  *
- * The applier's Node-side floors (on unless `--no-floors`; docs/performance.md, section 21), on
+ * The applier's Node-side floors (on unless `--no-floors`; docs/performance-log.md, "Ceilings: what this machine and the mandated stand-ins allow"), on
  * the same Kinesis events as the batch-10,000 runs, in this process, against the same run's
  * references: (a) base64 + UTF-8 decoding + `JSON.parse` of each record and nothing else; (b) the
  * real handler (`createWarehouseApplier`: records, decoding, validation, admission, plan, the
@@ -609,8 +609,8 @@ interface SqlCeiling {
 }
 
 /**
- * Ceiling (c): the warehouse's statements alone, no Node work but sending bytes (docs/performance.md
- * §28). The delta COPYs the real handler built in floor (b) (their bytes, kept) are sent as they
+ * Ceiling (c): the warehouse's statements alone, no Node work but sending bytes (docs/performance-log.md,
+ * "Ceilings of the last two goals"). The delta COPYs the real handler built in floor (b) (their bytes, kept) are sent as they
  * are, each in its own transaction, on one connection; the real merge (`PgWarehouse.merge`) runs
  * whenever the delta reaches the merge worker's threshold, between two COPYs (one after the
  * other: appends and merges do not overlap here, where the merge worker lets them). The preload
@@ -726,7 +726,7 @@ export async function runApplyBench(): Promise<BenchResult> {
   print = (t) => captured.write(t);
   const clusters: PostgresCluster[] = [];
   try {
-    say(`the applier runs with ${handlerFlags()} (docs/performance.md §24: its deployed flags unless --node-defaults)`);
+    say(`the applier runs with ${handlerFlags()} (docs/performance-log.md, "The applier's young generation": its deployed flags unless --node-defaults)`);
     say(`generating the history (${opts.events} events, seed ${opts.seed})`);
     const h = generateHistory(opts);
     const snapshot = snapshotEvents(h);
@@ -859,7 +859,7 @@ export async function runApplyBench(): Promise<BenchResult> {
       rec.add(rateRow('default path, batch 1000, DynamoDB Local control plane', dynamo.eventsPerSecond, 'events/s', mem.eventsPerSecond, 'same, in-memory control plane', { note: `control plane ${((dynamo.controlPlane.ms / (dynamo.seconds * 1000)) * 100).toFixed(1)} % of the time, ${(dynamo.controlPlane.ms / dynamo.batches).toFixed(1)} ms per batch` }));
     }
     if (floors) {
-      // The ceilings (docs/performance.md, section 21): what one Node process can do at most, before any SQL.
+      // The ceilings (docs/performance-log.md, "Ceilings: what this machine and the mandated stand-ins allow"): what one Node process can do at most, before any SQL.
       const decode = median(floors.decode);
       const handler = median(floors.handler);
       const verdicts: string[] = [];

@@ -395,7 +395,7 @@ export async function runCaptureBench(): Promise<BenchResult> {
     rec.add(rateRow('pg_logical_slot_get_changes alone (test_decoding, counted in SQL)', ref, 'changes/s', null, null));
     rec.add(rateRow('slot capture (stream, the default) → counting publisher', cap, 'records/s', ref, 'get_changes alone', { note: `median of ${runs}, order rotated` }));
     rec.add(rateRow('slot capture (peek) → counting publisher', peek, 'records/s', ref, 'get_changes alone', { note: `median of ${runs}, order rotated; stream ÷ peek ${(cap / peek).toFixed(2)}×` }));
-    // The ceilings (docs/performance.md, section 21): the protocol alone, and the parser alone.
+    // The ceilings (docs/performance-log.md, "Ceilings: what this machine and the mandated stand-ins allow"): the protocol alone, and the parser alone.
     const floor = median(results.map((r) => r.floor!.changesPerSecond));
     const parse = median(results.map((r) => r.floor!.parse.changesPerSecond));
     const goal = 0.5;

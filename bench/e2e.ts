@@ -20,7 +20,7 @@
  * copier: everything but PostgreSQL and DynamoDB Local) during the load.
  *
  * The stand-in's ceiling (`--stand-in-ceiling`, on by default; `--no-stand-in-ceiling` skips it;
- * `--ceiling-changes N`, default 30,000; docs/performance.md, section 21): the pipeline's Kinesis
+ * `--ceiling-changes N`, default 30,000; docs/performance-log.md, "Ceilings: what this machine and the mandated stand-ins allow"): the pipeline's Kinesis
  * client counts every record put and read per stream over the whole run (the passes a change makes
  * through kinesalite) and keeps the records put during the load; after the stack has stopped
  * (everything else idle), kinesalite alone carries N changes of those records in the pipeline's

@@ -1,6 +1,6 @@
 /**
  * Benchmark: two pieces of Node work on the platform's hot paths, each against a reference run
- * in the same process (docs/performance.md §27). Best of `--rounds`.
+ * in the same process (docs/performance-log.md, "Two pieces of Node work that grew faster than their input"). Best of `--rounds`.
  *
  * 1. Reading an archive object's lines (the replay of a rebuild, lambda/adapters/replay-reader.ts):
  *    `utf8Lines`, which decodes in pieces of 64 KiB, against decoding the whole object into one

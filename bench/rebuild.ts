@@ -156,7 +156,7 @@ export async function run(): Promise<BenchResult> {
       for (const k of Object.keys(phaseMs)) phaseMs[k] = Math.round(phaseMs[k]!);
       const cpu = process.cpuUsage(cpu0);
       const cpuMs = Math.round((cpu.user + cpu.system) / 1000);
-      // This process's CPU in the rebuild's wall time: near the wall time, the rebuild is bound by its own Node work (docs/performance.md §26).
+      // This process's CPU in the rebuild's wall time: near the wall time, the rebuild is bound by its own Node work (docs/performance-log.md, "A streamed replay for the rebuild: tried, not kept").
       process.stdout.write(`[rebuild] ${l.name}: ${Math.round(wall)} ms (process CPU ${cpuMs} ms); by step ${JSON.stringify(phaseMs)}\n`);
       await p.end();
       if (l.name === 'warm-up') continue;
@@ -171,7 +171,7 @@ export async function run(): Promise<BenchResult> {
     }
     rec.details.runs = runs;
 
-    // Reference: PostgreSQL's share of a rebuild alone, no Node work (docs/performance.md §28):
+    // Reference: PostgreSQL's share of a rebuild alone, no Node work (docs/performance-log.md, "Ceilings of the last two goals"):
     // the history's changelog rows COPYed into an empty changelog, the fold into an empty mirror,
     // the diff against the live mirror; the statements the rebuild runs, one after the other.
     const share = await postgresShare(pool, 3);

@@ -1,5 +1,5 @@
 /**
- * Benchmark: reconciliation of a table that matches (docs/reconcile.md, "What it costs").
+ * Benchmark: reconciliation of a table that matches (docs/reconcile.md, "Cost and the source budget").
  *
  * A source table and its warehouse copy, identical. The warehouse objects are made by the applier
  * itself (`PgWarehouse`: its DDL, the warehouse's types, the column order of `mirrorLayout`) and the

@@ -1,5 +1,5 @@
 /**
- * Partition-key values of the control-plane table (DESIGN §5.3). The DynamoDB adapter builds its
+ * Partition-key values of the control-plane table (docs/architecture.md §5.3). The DynamoDB adapter builds its
  * item keys from them (lambda/adapters/control-plane-dynamodb.ts has the whole layout) and the
  * constructs scope each function's IAM policy with `dynamodb:LeadingKeys` on the same values
  * (docs/deploy.md, "What each function may do"), so the two cannot drift. Source and sink ids

@@ -97,7 +97,7 @@ export const EnvName = {
  * The warehouse applier's Node.js flags (`NODE_OPTIONS`), for a function of `memoryMiB`: V8's
  * young generation sized for a batch. A batch's decoded records live until the batch ends; when
  * they outgrow the semi-space each scavenge copies them and then promotes them to the old space,
- * which later needs mark-compacts (docs/performance.md §24). V8 sizes the semi-space from the heap
+ * which later needs mark-compacts (docs/performance-log.md, "The applier's young generation"). V8 sizes the semi-space from the heap
  * limit, below 16 MiB for heaps up to 2 GiB; this makes it 1/16 of the function's memory, at most
  * 64 MiB (the young generation takes three semi-spaces: at most 3/16 of the memory, 192 MiB of 1,024).
  */

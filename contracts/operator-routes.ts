@@ -1,5 +1,5 @@
 /**
- * The operator front door's routes (docs/operations.md, docs/deploy.md "Security"): one resource
+ * The operator front door's routes (docs/operations.md, docs/deploy.md "Security: operators, who may do what"): one resource
  * per action, grouped by action class, so that an IAM policy on `execute-api:Invoke` for the
  * resources of one class allows that class and nothing else. The construct (lib/), the operator
  * handler (lambda/) and the `cdc` CLI (bin/) share this table: one concept, one name.
@@ -11,8 +11,6 @@
  */
 
 export type OperatorActionClass = 'read' | 'operate' | 'destructive';
-
-export const OPERATOR_ACTION_CLASSES: readonly OperatorActionClass[] = ['read', 'operate', 'destructive'];
 
 /** The stage of the operator API; part of every resource ARN a policy names. */
 export const OPERATOR_API_STAGE = 'v1';
@@ -46,9 +44,4 @@ export function routeOfRequest(request: { action: string; acceptSchema?: boolean
   const route = OPERATOR_ROUTES.find((r) => r.action === request.action && r.acceptSchema === acceptSchema);
   if (!route) throw new Error(`no operator route carries the action ${JSON.stringify(request.action)}`);
   return route;
-}
-
-/** The routes of one action class. */
-export function routesOfClass(actionClass: OperatorActionClass): OperatorRoute[] {
-  return OPERATOR_ROUTES.filter((r) => r.actionClass === actionClass);
 }

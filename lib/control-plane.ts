@@ -298,7 +298,7 @@ export class ControlPlane extends ControlPlaneBase {
   readonly statusFunction: lambda.IFunction;
   /**
    * The operator API: IAM-authorized (SigV4), one resource per action, grouped by action class
-   * (docs/deploy.md "Security"); `grantReadStatus`, `grantOperate`, `grantDestructiveActions`.
+   * (docs/deploy.md "Security: operators, who may do what"); `grantReadStatus`, `grantOperate`, `grantDestructiveActions`.
    */
   readonly operatorApi: apigateway.IRestApi;
   /** The alarms this construct created (empty when `alarmsEnabled` is false). */

@@ -23,7 +23,7 @@ import type { WarehouseSink } from './warehouse-sink.ts';
 import { nagText } from './private/nag-text.ts';
 import { SearchSink } from './search-sink.ts';
 
-/** A group of tables reconciled on one schedule (docs/reconcile.md, "Tiers and coverage"). */
+/** A group of tables reconciled on one schedule (docs/reconcile.md, "Coverage"). */
 export interface ReconcileTierProps {
   /** The tier's name (a lower-case identifier), in logs and the schedule's input. */
   readonly name: string;
@@ -201,7 +201,7 @@ export class Reconciler extends Resource implements IReconciler {
             [EnvName.RECONCILE_TIERS]: tiersJson,
             ...(props.rowsPerRun !== undefined ? { [EnvName.RECONCILE_ROWS_PER_RUN]: String(props.rowsPerRun) } : {}),
             [EnvName.RECONCILE_SETTLE_MS]: String(settle.toMilliseconds()),
-            // The same budget as the snapshot worker (docs/snapshot.md "Budget").
+            // The same budget as the snapshot worker (docs/snapshot.md "The budget: the backfill yields").
             ...(budget ? { [EnvName.SNAPSHOT_BUDGET]: JSON.stringify({ writeLatencyPct: budget.writeLatencyPercent ?? 10, cpuPct: budget.cpuPercent ?? 5 }) } : {}),
           },
           memorySize: props.memorySize ?? Size.mebibytes(512),

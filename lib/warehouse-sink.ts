@@ -161,7 +161,7 @@ export interface WarehouseSinkProps {
   readonly parallelizationFactor?: number;
   /**
    * Memory of the applier. Its young generation (`NODE_OPTIONS=--max-semi-space-size`) is sized
-   * from it: 1/16 of it per semi-space, at most 64 MiB (docs/performance.md §24).
+   * from it: 1/16 of it per semi-space, at most 64 MiB (docs/performance-log.md, "The applier's young generation").
    * @default Size.mebibytes(1024)
    */
   readonly memorySize?: Size;
@@ -332,7 +332,7 @@ export class WarehouseSink extends WarehouseSinkBase implements ec2.IConnectable
         ...(props.mergeMaxRows !== undefined ? { [EnvName.MERGE_MAX_ROWS]: String(props.mergeMaxRows) } : {}),
         ...(props.mergeMaxAge !== undefined ? { [EnvName.MERGE_MAX_AGE_MS]: String(props.mergeMaxAge.toMilliseconds()) } : {}),
         ...(props.mergeOnSchedule === true ? { [EnvName.MERGE_ON_SCHEDULE]: 'true' } : {}),
-        // A young generation sized for a batch (docs/performance.md §24).
+        // A young generation sized for a batch (docs/performance-log.md, "The applier's young generation").
         [EnvName.NODE_OPTIONS]: applierNodeOptions(memorySize.toMebibytes()),
       },
       memorySize,

@@ -132,7 +132,7 @@ function sleep(ms: number): Promise<void> {
  */
 export function ruled(columns: SlotColumn[] | null, rules: ColumnRules, types: ReadonlyMap<string, CatalogType> | undefined): SlotColumn[] | null {
   if (columns === null) return null;
-  // A new column object only where the catalog adds a modifier (fewer objects per change: docs/performance.md, section 3).
+  // A new column object only where the catalog adds a modifier (fewer objects per change: docs/performance-log.md, "3. Capture").
   let typed = columns;
   if (types) {
     for (let i = 0; i < columns.length; i++) {

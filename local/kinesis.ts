@@ -5,7 +5,7 @@
  * Two ways to run it: in this process (`startKinesalite`, what tests use), or in a child process
  * of its own (`startKinesaliteProcess`, what `cdc local` uses). kinesalite is single-threaded and
  * spends most of its time on sequence-number arithmetic and LevelDB encoding; in this process it
- * competes with every handler for one event loop (docs/performance.md, section 2), in its own it
+ * competes with every handler for one event loop (docs/performance-log.md, "2. End to end"), in its own it
  * gets a core of its own. The child exits when its parent does (the IPC channel closes), so a
  * parent killed with SIGKILL leaves no kinesalite behind holding the LevelDB lock.
  */

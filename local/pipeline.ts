@@ -264,7 +264,7 @@ export class LocalPipeline {
       control: stack.control,
       // Up to 1,000 records per invocation: with no batching window a poller takes what is there, so a
       // caught-up pipeline still runs small batches, and a backlog pays the per-batch costs
-      // (checkpoint, registry reads, the applier's round trips) once per 1,000 (docs/performance.md, section 2).
+      // (checkpoint, registry reads, the applier's round trips) once per 1,000 (docs/performance-log.md, "2. End to end").
       batchSize: o.poller?.batchSize ?? 1000,
       ...(o.poller?.maxRetries !== undefined ? { maxRetries: o.poller.maxRetries } : {}),
       ...(o.poller?.maxBackoffMs !== undefined ? { maxBackoffMs: o.poller.maxBackoffMs } : {}),

@@ -958,13 +958,6 @@ export class SearchStandIn {
   }
 }
 
-/** Starts a stand-in and returns it with its URL. */
-export async function startSearchStandIn(options: SearchStandInOptions = {}): Promise<SearchStandIn & { readonly url: string }> {
-  const s = new SearchStandIn(options);
-  await s.start();
-  return s;
-}
-
 /**
  * Run on its own (`tsx local/search-standin.ts [--port N] [--gc-deletes-ms N]`): prints
  * `listening <url>` and serves until stopped (the benchmark runs it in its own process).

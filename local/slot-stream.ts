@@ -3,7 +3,7 @@
  * (`replication=database`) runs `START_REPLICATION SLOT … LOGICAL` and PostgreSQL streams the
  * decoded rows as CopyBoth messages while the capture parses and publishes earlier ones, so the
  * server's decoding and the capture's work overlap and the WAL is decoded once (the SQL peek
- * decodes it again for `pg_replication_slot_advance`: docs/performance.md, section 19).
+ * decodes it again for `pg_replication_slot_advance`: docs/performance-log.md, "Capture over the streaming replication protocol").
  *
  * The messages (PostgreSQL's streaming replication protocol):
  * - XLogData `w`: dataStart (int64), walEnd (int64), send time (int64), then one line of

@@ -76,8 +76,8 @@ export interface StackOptions {
    * partitioned by table and key, so per-key order holds on any shard count; each shard is one
    * batch at a time, shards run concurrently. The raw stream keeps 1 shard: with 2, a table whose
    * first record on one shard is a delete (key only, no types) registers a version without
-   * types, and the warehouse holds the table when the typed version follows (docs/performance.md,
-   * section 2.1). @default 1 and 2
+   * types, and the warehouse holds the table when the typed version follows (docs/performance-log.md,
+   * "2.1 After issue 14"). @default 1 and 2
    */
   rawShards?: number;
   changeLogShards?: number;

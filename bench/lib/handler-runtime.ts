@@ -1,7 +1,7 @@
 /**
  * The Node.js flags a benchmark's handlers run with: those the constructs deploy them with, so a
  * figure measures the function as deployed. `cdc` deploys the warehouse applier with
- * `NODE_OPTIONS=applierNodeOptions(memory)` (contracts/env.ts; docs/performance.md §24), and V8
+ * `NODE_OPTIONS=applierNodeOptions(memory)` (contracts/env.ts; docs/performance-log.md, "The applier's young generation"), and V8
  * reads those flags only at start: a benchmark that runs the applier in its own process starts
  * itself again with them, unless they are set already or `--node-defaults` asks for Node's own
  * (the A/B of §24).

@@ -32,9 +32,6 @@ export const ITEM_COLUMNS: ColumnDef[] = [
   { name: 'updated_at', type: 'timestamp with time zone', nullable: true },
 ];
 
-/** Column names in table order. */
-export const ITEM_COLUMN_NAMES = ITEM_COLUMNS.map((c) => c.name);
-
 /** DDL of the table on a plain PostgreSQL (source, subscriber, COPY target). */
 export function itemsTableSql(name: string): string {
   return `CREATE TABLE ${name} (id bigint PRIMARY KEY, customer_id bigint, status text, amount numeric(12,2), note text, updated_at timestamptz)`;

@@ -1,5 +1,5 @@
 /**
- * The Kinesis stand-in's ceiling for `cdc local`'s pattern (docs/performance.md, section 21).
+ * The Kinesis stand-in's ceiling for `cdc local`'s pattern (docs/performance-log.md, "Ceilings: what this machine and the mandated stand-ins allow").
  *
  * `KinesisTally` counts, on a client, the records put on each stream and the records read back
  * from each (GetRecords results, followed from iterator to iterator), and keeps the records put

@@ -14,15 +14,6 @@
  */
 import { copyStageLoader, type StageLoader } from '../../lambda/adapters/warehouse-pg.ts';
 
-/** COPY into a freshly truncated stage (PostgreSQL only). */
-export const truncateCopyStageLoader: StageLoader = {
-  name: 'truncate+copy',
-  async load(client, table, columns, rows) {
-    await client.query(`TRUNCATE ${table}`);
-    await copyStageLoader.load(client, table, columns, rows);
-  },
-};
-
 /** COPY into a freshly truncated stage, then ANALYZE it (PostgreSQL only). */
 export const truncateCopyAnalyzeStageLoader: StageLoader = {
   name: 'truncate+copy+analyze',

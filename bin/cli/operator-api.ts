@@ -95,7 +95,7 @@ export function openOperatorApi(o: OperatorApiOptions): OperatorDoor {
         const request = body.request;
         return {
           ok: true,
-          result: { outcome: 'refused', action: request.action, source: request.source ?? null, table: 'table' in request ? (request.table ?? null) : null, code: 'NOT_AUTHORIZED', reason: `the operator API refused ${route}: ${message}`, hint: 'ask for the grant of this action class (docs/deploy.md "Security"), or check your credentials and --region' },
+          result: { outcome: 'refused', action: request.action, source: request.source ?? null, table: 'table' in request ? (request.table ?? null) : null, code: 'NOT_AUTHORIZED', reason: `the operator API refused ${route}: ${message}`, hint: 'ask for the grant of this action class (docs/deploy.md "Security: operators, who may do what"), or check your credentials and --region' },
         };
       }
       throw new OperatorApiError(`the operator API answered ${res.status} on ${route}: ${message}`);

@@ -362,5 +362,3 @@ export const rebuildCommand: Command = {
     return runRequest('rebuild', p, io, request);
   },
 };
-
-export const OPERATOR_COMMANDS: readonly Command[] = [statusCommand, pauseCommand, resumeCommand, resnapshotCommand, auditCommand];

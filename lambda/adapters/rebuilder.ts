@@ -219,7 +219,7 @@ export class Rebuilder {
   }
 
   /**
-   * One slice of the rebuild `id` (docs/rebuild.md, "Where it runs"): goes on from the checkpoint
+   * One slice of the rebuild `id` (docs/rebuild.md, "On AWS: where it runs"): goes on from the checkpoint
    * in the control plane, applies into the shadow and checkpoints after every batch, and returns
    * `done: false` when `timeLeftMs` falls below the margin (the caller invokes it again); else
    * catches up, swaps (or rehearses), diffs, records the run and frees the slot. An error is

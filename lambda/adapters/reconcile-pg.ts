@@ -11,7 +11,7 @@
  *   `timestamptz_hash_extended`, `timestamp_hash_extended`, `uuid_hash_extended`,
  *   `jsonb_hash_extended`, or `hashtextextended` of its text), seeded with the column's position,
  *   a NULL as a constant of its position, combined with XOR (`#`). No value is converted to text
- *   unless its class is `text`: a fraction of the cost of `md5-text` (docs/performance.md §8);
+ *   unless its class is `text`: a fraction of the cost of `md5-text` (docs/performance-log.md, "Reconciliation of a matching table");
  * - `md5-text` (the scheme every side has): the MD5 of `rowHashText` of the compared columns'
  *   text (each value through `quote_nullable`, joined by `,`), of which the first 60 bits count.
  * On the source, a masked column is hashed masked: the SQL form
@@ -70,7 +70,7 @@ function viewVersionSql(t: WarehouseTable): string {
 /**
  * Below this many rows in the base (its planner estimate), range summaries read through the view:
  * the second form's fixed cost per statement (the view's lock, its version, a three-term plan:
- * a few ms) is then more than what it saves per row (docs/performance.md §13). Counts always use it.
+ * a few ms) is then more than what it saves per row (docs/performance-log.md, "Reconciliation through the base+delta view"). Counts always use it.
  */
 export const OVERLAY_SUMMARY_MIN_ROWS = 50_000;
 
@@ -301,7 +301,7 @@ export class PgReconcileSide implements ReconcileSide {
    * and the delta that is not exactly the applier's anti-joins every base row against the delta,
    * and with a delta the planner estimates at one row (empty, or just merged) it picks a nested
    * loop that scans the delta once per base row, several times the cost of a hash anti join over a
-   * whole table (docs/performance.md §10); so that count runs with nested loops off, for this
+   * whole table (docs/performance-log.md, "Reconciliation and rebuild, issue 12's performance pass"); so that count runs with nested loops off, for this
    * statement only (`SET LOCAL`).
    */
   async countAll(): Promise<number> {
@@ -430,7 +430,7 @@ export class PgReconcileSide implements ReconcileSide {
    *
    * Hash and merge joins are off for the statement (`SET LOCAL`): the form's point is that the
    * delta's keys probe the base by its primary key, and the planner, pricing thousands of probes
-   * above one scan, would otherwise hash-join the delta with the whole base (docs/performance.md §13).
+   * above one scan, would otherwise hash-join the delta with the whole base (docs/performance-log.md, "Reconciliation through the base+delta view").
    */
   private async overlayRead(client: Queryable, form: OverlayForm, sql: (f: OverlayForm) => string, again = true): Promise<Record<string, unknown> | null> {
     let row: Record<string, unknown> | undefined;

@@ -498,7 +498,7 @@ export class PgWarehouse implements WarehouseWriter {
         try {
           if (ddl.addsColumns && known.delta.length > 0) {
             // A schema change: merge the delta first, in the same transaction, under the delta's
-            // lock and with the shape read under it (docs/warehouse-apply.md, "Schema changes").
+            // lock and with the shape read under it (docs/warehouse-apply.md, "Added columns").
             await client.query(`BEGIN; ${lockDeltaSql(t, this.engine!)}`);
             known = await readShape(client, t);
             ddl = planDdl(t, known, key, data, wants);

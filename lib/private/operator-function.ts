@@ -1,5 +1,5 @@
 /**
- * The operator API on AWS (docs/operations.md, docs/deploy.md "Security"): an API Gateway REST
+ * The operator API on AWS (docs/operations.md, docs/deploy.md "Security: operators, who may do what"): an API Gateway REST
  * API with `AWS_IAM` authorization and one resource per action, grouped by action class
  * (contracts/operator-routes.ts: `/read/…`, `/operate/…`, `/destructive/…`), in front of two
  * Lambda functions over the same handler (lambda/handlers/operator.ts):
@@ -145,7 +145,7 @@ export class OperatorFunctions extends Construct {
     const api = new apigateway.RestApi(this, 'Api', {
       description: 'cdc operator API: one IAM-authorized resource per action, grouped by class (read, operate, destructive)',
       endpointConfiguration: { types: [apigateway.EndpointType.REGIONAL] },
-      // Logging needs the region's API Gateway CloudWatch role (an account setting; docs/deploy.md "Security").
+      // Logging needs the region's API Gateway CloudWatch role (an account setting; docs/deploy.md "Security: principals").
       cloudWatchRole: true,
       defaultMethodOptions: { authorizationType: apigateway.AuthorizationType.IAM },
       deployOptions: {

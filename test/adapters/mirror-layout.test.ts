@@ -1,5 +1,5 @@
 /**
- * The mirror's column layout (docs/warehouse-apply.md, "The mirror's columns"; docs/performance.md §15):
+ * The mirror's column layout (docs/warehouse-apply.md, "The mirror's columns"; docs/performance-log.md, "Reconciliation: the tombstone flag first in the mirror"):
  * - a mirror the applier makes has the tombstone flag `_cdc_deleted` as its FIRST column (so a
  *   live-row count reads one fixed-offset attribute per row), the view shows the same columns in
  *   the same order as before;
@@ -34,7 +34,7 @@ const KEYS = [1, 2, 3, 4, 5, 6];
 const MIRROR_COLUMNS = ['k', 'v', 'n', CdcColumn.POSITION, CdcColumn.DELETED, CdcColumn.DELETED_AT, CdcColumn.APPLIED_AT];
 const VIEW_COLUMNS = ['k', 'v', 'n', CdcColumn.POSITION, CdcColumn.APPLIED_AT];
 
-/** The mirror as versions before docs/performance.md §15 made it: every platform column after the data. */
+/** The mirror as versions before docs/performance-log.md, "Reconciliation: the tombstone flag first in the mirror" made it: every platform column after the data. */
 const earlierMirrorSql = (t: WarehouseTable): string =>
   `CREATE SCHEMA IF NOT EXISTS "${t.schema}"; CREATE TABLE ${qualified(t.schema, t.mirror)} ("k" bigint NOT NULL, "v" varchar(65535), "n" bigint, ` +
   `"_cdc_position" varchar(24) NOT NULL, "_cdc_deleted" boolean NOT NULL, "_cdc_deleted_at" timestamptz, "_cdc_applied_at" timestamptz NOT NULL, PRIMARY KEY ("k"))`;

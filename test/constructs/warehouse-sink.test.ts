@@ -68,7 +68,7 @@ describe('WarehouseSink', () => {
     expect(() => sink(fixture(), { mergeMaxAge: Duration.hours(2) })).toThrow(/mergeMaxAge must be between 1 second and 1 hour, got 2 hours/);
   });
 
-  test("the applier's young generation is sized from its memory (NODE_OPTIONS, docs/performance.md §24)", () => {
+  test(`the applier's young generation is sized from its memory (NODE_OPTIONS, docs/performance-log.md, "The applier's young generation")`, () => {
     const env = (f: Fixture, s: WarehouseSink) =>
       (resourcesOf(Template.fromStack(f.stack), 'AWS::Lambda::Function').find(([id]) => id === f.stack.getLogicalId(s.applier.node.defaultChild as never))![1].Properties as { MemorySize: number; Environment: { Variables: Record<string, unknown> } });
     const plain = fixture();

@@ -11,7 +11,7 @@ function heapLimitMiB(nodeOptions: string): number {
   return Number(out);
 }
 
-describe("the warehouse applier's Node.js flags (docs/performance.md §24)", () => {
+describe(`the warehouse applier's Node.js flags (docs/performance-log.md, "The applier's young generation")`, () => {
   it('a semi-space of 1/16 of the memory, at most 64 MiB, at least 1', () => {
     expect([128, 256, 512, 1024, 2048, 10240].map(applierSemiSpaceMiB)).toEqual([8, 16, 32, 64, 64, 64]);
     expect(applierSemiSpaceMiB(8)).toBe(1);

@@ -1,5 +1,5 @@
 /**
- * The Lambda shell's per-record work on the critical path (docs/performance.md §20): the record
+ * The Lambda shell's per-record work on the critical path (docs/performance-log.md, "Warehouse apply: less Node work per event on the append path"): the record
  * text and origin of each Kinesis record (`changeRecordOf`, which keeps the last stream name it
  * read), and the batch response when no record failed (built without Powertools' per-record pass,
  * so it must equal what Powertools builds).

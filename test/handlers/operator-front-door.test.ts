@@ -1,5 +1,5 @@
 /**
- * The operator function behind its IAM-authorized front door (docs/deploy.md "Security"), on
+ * The operator function behind its IAM-authorized front door (docs/deploy.md "Security: operators, who may do what"), on
  * DynamoDB Local:
  * - a pause by a caller whose grant covers only `status` (so the request can only come in on
  *   `/read/status`) is refused before the control plane is touched: no read, no write, no audit;

@@ -1,6 +1,6 @@
 /**
  * `buildSlotRecord` checks only the record-level rules (its inputs are typed) and no longer runs
- * the full `validateSlotRecord` (docs/performance.md, section 3). Property: for random changes —
+ * the full `validateSlotRecord` (docs/performance-log.md, "3. Capture"). Property: for random changes —
  * every op, duplicate and empty names, a column both delivered and unchanged, dotted table names,
  * missing images; values are JSON values, as the parser and the snapshot reader produce — `buildSlotRecord` refuses exactly the changes `validateSlotRecord` refuses (with
  * the same field named), and otherwise returns exactly what `validateSlotRecord` returns for the

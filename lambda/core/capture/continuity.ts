@@ -1,5 +1,5 @@
 /**
- * Continuity of a source's history (invariant 3, DESIGN §5.2; docs/failures.md): pure decisions
+ * Continuity of a source's history (docs/architecture.md §2, invariant 3, and docs/architecture.md §5.2; docs/failures.md): pure decisions
  * that tell "the same history, moved on" from "a different or rewound history", so that a
  * failover, a restore or a re-created slot is a loud, named stop with a re-snapshot, never
  * positions of a new history compared with the old one's as if they were one order.

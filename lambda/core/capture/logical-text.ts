@@ -98,7 +98,7 @@ class Cursor {
         } else return out;
       }
     }
-    // Sticky: matches at `pos` without copying the rest of the line (docs/performance.md, section 3).
+    // Sticky: matches at `pos` without copying the rest of the line (docs/performance-log.md, "3. Capture").
     PLAIN_IDENTIFIER.lastIndex = this.pos;
     const m = PLAIN_IDENTIFIER.exec(this.text);
     if (!m) this.fail(`expected a ${what}`);

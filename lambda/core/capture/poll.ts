@@ -4,7 +4,7 @@
  * commit time of a polled row, the raw records, and one pass over the polled tables through
  * injected ports (reader, publish, cursor store, the snapshot worker's pacer).
  *
- * What polling can and cannot see (seed 000's capture decision, and why it is only a fallback):
+ * What polling can and cannot see (docs/architecture.md, "Capture methods", and why it is only a fallback):
  * - a polled row is the row's current state when it was read: an `update` with every column
  *   (`capture: "poll"`, no transaction id, no before image). Intermediate versions between two
  *   reads are not seen;

@@ -1,5 +1,5 @@
 /**
- * The slot monitor's decision (docs/failures.md, "slot filling the disk"): for every replication
+ * The slot monitor's decision (docs/failures.md, "Capture slot filling the source disk"): for every replication
  * slot of a source (the capture's and anyone else's) the WAL it retains, its `wal_status`, whether
  * it is active, and the headroom left before the limit: the smaller of `max_slot_wal_keep_size`
  * (past it PostgreSQL invalidates the slot: a history gap) and the source's declared WAL budget

@@ -253,7 +253,7 @@ export interface SlotChange {
  * record without copying it. `validateSlotRecord` applies the same rules to untrusted input (plus
  * the type of every field and value); the capture and the snapshot worker, whose inputs are typed,
  * build records with `buildSlotRecord`, which applies only these, so a record is validated in full
- * once, by its reader (docs/performance.md, section 3).
+ * once, by its reader (docs/performance-log.md, "3. Capture").
  */
 function checkShape(r: SlotRecord): void {
   if (!TABLE_ID.test(r.table)) throw new InvalidRecordError('table', `expected 'schema.table', got ${describe(r.table)}`);

@@ -1,5 +1,5 @@
 /**
- * The operator front door's side of a call (docs/operations.md, docs/deploy.md "Security"),
+ * The operator front door's side of a call (docs/operations.md, docs/deploy.md "Security: operators, who may do what"),
  * pure: which route a request belongs on, and the call an API Gateway proxy event carries — the
  * route it came in on and the caller's IAM identity that API Gateway established by checking
  * the request's SigV4 signature (`AWS_IAM` authorization). Any other event is refused: the
@@ -23,7 +23,7 @@ export function decideRoute(path: string, request: OperatorRequest): Refusal | n
     reason: route
       ? `a ${want.path.slice(want.path.lastIndexOf('/') + 1)} request came in on ${path}, the route of ${route.actionClass}-class ${route.path.slice(route.path.lastIndexOf('/') + 1)}; it belongs on ${want.path} (${want.actionClass} class)`
       : `${JSON.stringify(path)} is not a route of the operator API; a ${request.action} request belongs on ${want.path}`,
-    hint: `send it to ${want.path} with a grant for the ${want.actionClass} class (cdc does; docs/deploy.md "Security")`,
+    hint: `send it to ${want.path} with a grant for the ${want.actionClass} class (cdc does; docs/deploy.md "Security: operators, who may do what")`,
   };
 }
 

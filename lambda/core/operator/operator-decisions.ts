@@ -28,7 +28,7 @@ export interface SnapshotStatus {
 
 /**
  * The snapshot worker's entry point as the operator sees it. The worker itself is another
- * component (DESIGN §2 invariant 9); until it is wired, `unavailableSnapshots` answers.
+ * component (docs/architecture.md §2, invariant 9); until it is wired, `unavailableSnapshots` answers.
  */
 export interface SnapshotScheduler {
   /** The latest snapshot of the table, or null if none was ever requested. */

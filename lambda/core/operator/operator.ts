@@ -1,5 +1,5 @@
 /**
- * The operator core (DESIGN §5.6, docs/operations.md): status, pause, resume, resnapshot and
+ * The operator core (docs/architecture.md §5.6, docs/operations.md): status, pause, resume, resnapshot and
  * audit, behind two doors (the `cdc` CLI on a `cdc local` state folder, the operator Lambda on
  * AWS). Each action reads what it depends on strongly consistently (the control-plane port's
  * reads are), decides with lambda/core/operator/operator-decisions.ts, and commits the state change with
@@ -36,8 +36,6 @@ export type OperatorActionName = 'status' | 'pause' | 'resume' | 'resnapshot' | 
 export type Actor = string | { readonly id: string; readonly note?: string };
 const actorId = (a: Actor): string => (typeof a === 'string' ? a : a.id);
 const noteOf = (a: Actor): { note?: string } => (typeof a !== 'string' && a.note !== undefined ? { note: a.note } : {});
-/** Actions that only read (what `grantReadStatus` allows). */
-export const READ_ONLY_ACTIONS: readonly OperatorActionName[] = ['status', 'audit'];
 export const OPERATOR_ACTIONS: readonly OperatorActionName[] = ['status', 'pause', 'resume', 'resnapshot', 'audit', 'rebuild'];
 
 /** A table as `cdc status` shows it. */

@@ -227,11 +227,6 @@ export function decideRebuildSlot(slot: Pick<ActiveRebuild, 'id' | 'source' | 't
   };
 }
 
-/** Checks the plain identifier parts used in a rebuild's names. */
-export function assertRebuildable(t: WarehouseTable): void {
-  assertCarriedIdentifier(shadowTable(t).view, 'rebuild shadow name', true);
-}
-
 /** How long a claimed rebuild slot may go without a report before another rebuild may take it over (docs/rebuild.md). */
 export const REBUILD_STALE_AFTER_MS = 30 * 60_000;
 

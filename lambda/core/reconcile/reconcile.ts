@@ -106,7 +106,7 @@ export function keyOrderClass(type: string): string {
 }
 
 /**
- * How both sides of a comparison hash a row (docs/reconcile.md, "Row hashes"); each side lists
+ * How both sides of a comparison hash a row (docs/reconcile.md, "Range checksums"); each side lists
  * the schemes it can compute and the core picks the first of the source's that the sink has.
  * - `md5-text`: the first 60 bits of the MD5 of `rowHashText` of the compared columns' text.
  *   Every side can compute it: SQL, and a sink read into memory (a search index's documents).
@@ -457,7 +457,7 @@ export async function reconcileTable(o: ReconcileTableOptions): Promise<Reconcil
   // 2. Counts. A table the source estimates within `rowsPerRun` is walked whole, and its counts
   // are the sums of the segments' counts (the segments partition the key space): no count(*) at
   // all. Otherwise (or with no estimate) both sides count the whole table while the walk runs (a
-  // side with a connection of its own for counts overlaps them; docs/performance.md §10).
+  // side with a connection of its own for counts overlaps them; docs/performance-log.md, "Reconciliation and rebuild, issue 12's performance pass").
   const estimate = o.sourceSide.estimateRows ? await o.sourceSide.estimateRows() : null;
   let counting: Promise<[number, number]> | null = null;
   const countBoth = (): Promise<[number, number]> => {

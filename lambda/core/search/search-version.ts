@@ -1,6 +1,6 @@
 /**
  * Position → OpenSearch external version: an order-preserving encoding with a stated bound
- * (DESIGN §5.2; docs/search.md "Versions").
+ * (docs/architecture.md §5.2; docs/search.md "Versions").
  *
  * A position is 96 bits (64-bit commit LSN + 32-bit index within the transaction, see
  * position.ts); an OpenSearch version is a signed 64-bit integer, so at most 63 bits. No

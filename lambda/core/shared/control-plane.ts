@@ -252,7 +252,7 @@ export interface ActiveRebuild {
   checkpoint: RebuildCheckpoint | null;
 }
 
-/** What a resumed rebuild needs to go on where the last invocation stopped (docs/rebuild.md, "Where it runs"). */
+/** What a resumed rebuild needs to go on where the last invocation stopped (docs/rebuild.md, "On AWS: where it runs"). */
 export interface RebuildCheckpoint {
   /** `replay`: applying into the shadow; `swapping`: the swap transaction was started (it may or may not have committed). */
   phase: 'replay' | 'swapping';

@@ -87,7 +87,7 @@ function assertRow(v: unknown, field: string): Row {
  * The last source id, table id and commit time that passed their checks: the events of a batch
  * mostly repeat them (one table, one transaction), and a text that passed once passes again, so
  * the check is one string comparison then (the appliers validate every event on the critical
- * path; docs/performance.md §20).
+ * path; docs/performance-log.md, "Warehouse apply: less Node work per event on the append path").
  */
 const NONE_YET: unique symbol = Symbol('none yet'); // no parsed JSON value is a symbol
 let passedSource: string | typeof NONE_YET = NONE_YET;

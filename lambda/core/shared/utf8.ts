@@ -3,7 +3,7 @@
  *
  * Node.js turns a buffer of a few hundred kilobytes into one string many times slower than the
  * same bytes in pieces of tens of kilobytes (measured: 54 MB of archive objects of 430 KB each,
- * 460–1,000 ms whole against 35–70 ms in 64 KiB pieces; docs/performance.md §27). So a large
+ * 460–1,000 ms whole against 35–70 ms in 64 KiB pieces; docs/performance-log.md, "Two pieces of Node work that grew faster than their input"). So a large
  * buffer is decoded in pieces of about `DECODE_PIECE_BYTES` that each end right after a newline
  * byte. A newline (0x0A) is never part of a multi-byte UTF-8 sequence, so no character is split
  * and the text is exactly what decoding the whole buffer gives, invalid sequences (U+FFFD)

@@ -31,7 +31,6 @@
  * A write is `full` (every data column is written, NULL where not in `values`) or a merge (only
  * the columns in `values`). The SQL runs one UPDATE per distinct column set.
  */
-import { CdcError } from '../shared/errors.ts';
 import type { ChangeEvent, Row } from '../shared/event.ts';
 import { keyText } from '../shared/event.ts';
 import type { Position } from '../shared/position.ts';
@@ -97,8 +96,8 @@ const byPosition = (a: ChangeEvent, b: ChangeEvent): number => (a.position < b.p
 
 /**
  * The distinct events (first delivery of each position + key wins), in position order (stable:
- * events at one position keep their order of first delivery). Linear in the batch (docs/performance.md
- * §27): a batch in strictly increasing position order (the usual live batch, every replay batch)
+ * events at one position keep their order of first delivery). Linear in the batch (docs/performance-log.md,
+ * "Two pieces of Node work that grew faster than their input"): a batch in strictly increasing position order (the usual live batch, every replay batch)
  * is distinct as it is, found by one comparison per event; otherwise a stable sort by position
  * puts every event's deliveries next to each other, first delivery first, and keys are compared
  * only within a run of events at one position (a duplicate, the two halves of a primary-key
@@ -465,15 +464,4 @@ export function toParam(v: Row[string] | undefined): string | null {
   if (typeof v === 'string') return v;
   if (typeof v === 'number' || typeof v === 'boolean') return String(v);
   return JSON.stringify(v);
-}
-
-/** An operation a sink does not apply (refused by name, never guessed). */
-export class UnsupportedOperationError extends CdcError {
-  constructor(
-    readonly operation: string,
-    readonly sink: string,
-    hint: string,
-  ) {
-    super('UNSUPPORTED_OPERATION', `${operation} is not applied by ${sink}: ${hint}`);
-  }
 }

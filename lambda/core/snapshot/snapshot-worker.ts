@@ -251,7 +251,7 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
         ahead = { after: keyOf(endKey), limit: decision.chunkSize, read: r };
       }
       // The chunk's rows as packed records (docs/snapshot.md, "Packed records"), packed in steps
-      // with a pause after each, in which the read ahead makes progress (docs/performance.md §17).
+      // with a pause after each, in which the read ahead makes progress (docs/performance-log.md, "Snapshot read packed straight from the COPY text").
       const steps = packChunkSteps(o.source, shape, read, o.rules, o.recordBudget);
       let step = steps.next();
       while (!step.done) {
@@ -483,7 +483,7 @@ export interface BootstrapInput {
 }
 
 /**
- * Starts a table from a trusted copy already loaded into the sink (seed 001) instead of a
+ * Starts a table from a trusted copy already loaded into the sink (docs/architecture.md, "Capture methods") instead of a
  * snapshot, if the change log holds everything after the copy's position (overlap proven:
  * `logStart ≤ copy`); otherwise throws `BootstrapGapError` and changes nothing (the refusal is
  * audited). On success the table's run is recorded `done` with reason `bootstrap` (so no first

@@ -415,7 +415,7 @@ export function chunkRecords(source: string, shape: SnapshotTableShape, read: Pi
  * fields every record of the chunk shares, and per column its name and type, are encoded once;
  * per record only the values are. A record that does not fit the template (other columns, or
  * other shared fields) is encoded by `JSON.stringify` itself. Encoding every record whole was
- * the largest cost of a snapshot read (docs/performance.md §6).
+ * the largest cost of a snapshot read (docs/performance-log.md, "6. Snapshot").
  */
 export function encodeChunkRecords(records: readonly SlotRecord[]): string[] {
   const first = records[0];
@@ -498,10 +498,10 @@ export function snapshotRawRecord(r: SlotRecord): SnapshotRawRecord {
  * byte-identical on every path. Records are cut so that each one's UTF-8 JSON stays within
  * `budget` bytes (a single row larger than that travels alone). The shared fields and the
  * columns are encoded once per record; per row only its values are, and no row is kept as an
- * object (building and keeping them was most of the cost, docs/performance.md §11).
+ * object (building and keeping them was most of the cost, docs/performance-log.md, "Snapshot read with packed records").
  *
  * A read with `copyText` is packed from that text in one pass (`packCopyRows`: each field
- * unescaped and JSON-encoded together, no per-row arrays; docs/performance.md §17); otherwise
+ * unescaped and JSON-encoded together, no per-row arrays; docs/performance-log.md, "Snapshot read packed straight from the COPY text"); otherwise
  * from `rows` (`packParsedRows`). Both give the same records, byte for byte
  * (`test/core/snapshot/snapshot-copy-pack.test.ts`).
  */
@@ -520,7 +520,7 @@ export const PACK_ROWS_PER_STEP = 1000;
  * `packChunkRecords` in steps: the generator pauses (yields) after every `rowsPerStep` rows of a
  * read with `copyText` and returns the records when done. The worker lets the next chunk's read
  * make progress in each pause (its fence round trips and its COPY stream), so the source's COPY
- * and Node's packing overlap instead of taking turns (docs/performance.md §17). The records are
+ * and Node's packing overlap instead of taking turns (docs/performance-log.md, "Snapshot read packed straight from the COPY text"). The records are
  * the same as `packChunkRecords` gives.
  */
 export function* packChunkSteps(source: string, shape: SnapshotTableShape, read: Pick<ChunkRead, 'lowWatermark' | 'rows' | 'readAt' | 'copyText'>, rules: ColumnRules, budget: number = PACKED_RECORD_BUDGET, rowsPerStep: number = PACK_ROWS_PER_STEP): Generator<void, SnapshotRawRecord[], void> {
@@ -734,7 +734,7 @@ export type SnapshotStatus = 'requested' | 'running' | 'done' | 'failed';
 /** What the pacer is doing to the reads (see snapshot-pacer.ts). */
 export type ThrottleState = 'full-speed' | 'slowed' | 'paused' | 'fenced' | 'idle';
 
-/** One table's snapshot, as the control plane keeps it (DESIGN §5.3). `version` guards every write. */
+/** One table's snapshot, as the control plane keeps it (docs/architecture.md §5.3). `version` guards every write. */
 export interface SnapshotState {
   source: string;
   table: string;

@@ -171,7 +171,7 @@ export interface WarehouseWriter {
 }
 
 /**
- * When the delta of a table is merged into its base (docs/warehouse-apply.md, "Merge"): when it
+ * When the delta of a table is merged into its base (docs/warehouse-apply.md, "The merge"): when it
  * holds `maxRows` rows or its oldest row is `maxAgeMs` old, whichever comes first. The view shows
  * every change at once either way: the thresholds bound how much the view overlays at query time.
  */

@@ -345,7 +345,7 @@ export const CHANGELOG_CDC_COLUMNS: readonly SinkColumn[] = [
  * The mirror's platform columns that come BEFORE the key and the data columns: the tombstone flag.
  * As the first column it sits at a fixed offset in every row, so reading it (the view's and the
  * reconciler's `WHERE NOT _cdc_deleted`, a count of live rows) does not decode the data columns
- * first, which after them it must (docs/performance.md §15). The view does not show it, so the
+ * first, which after them it must (docs/performance-log.md, "Reconciliation: the tombstone flag first in the mirror"). The view does not show it, so the
  * view's columns are the same as with the earlier layout.
  */
 export const MIRROR_LEADING_COLUMNS: readonly SinkColumn[] = [{ name: CdcColumn.DELETED, type: 'boolean NOT NULL' }];

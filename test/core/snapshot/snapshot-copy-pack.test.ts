@@ -1,6 +1,6 @@
 /**
  * Packing a chunk straight from its COPY text (lambda/core/snapshot/snapshot.ts, `packChunkRecords` with
- * `copyText`, docs/performance.md §17) against the reference: the same chunk parsed first
+ * `copyText`, docs/performance-log.md, "Snapshot read packed straight from the COPY text") against the reference: the same chunk parsed first
  * (`parseCopyText`) and packed from its rows. The records must be the same, byte for byte (JSON
  * text, rows per record, partition-key values), and so must the errors; the row count and the
  * cursor taken from the text must be those of the parsed rows; packing in steps

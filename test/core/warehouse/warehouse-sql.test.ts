@@ -268,7 +268,7 @@ describe('SQL text', () => {
     expect(createChangelogSql(t, key, data)).toContain('PRIMARY KEY ("_cdc_position", "id")');
   });
 
-  it('makes new mirrors with the tombstone flag as their first column (a live-row count reads no data column, docs/performance.md §15), in the order mirrorLayout gives', () => {
+  it('makes new mirrors with the tombstone flag as their first column (a live-row count reads no data column, docs/performance-log.md, "Reconciliation: the tombstone flag first in the mirror"), in the order mirrorLayout gives', () => {
     const layout = mirrorLayout(key, data).map((c) => c.name);
     expect(layout[0]).toBe('_cdc_deleted');
     expect(layout).toEqual(['_cdc_deleted', 'id', 'status', 'amount', '_cdc_position', '_cdc_deleted_at', '_cdc_applied_at']);
