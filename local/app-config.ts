@@ -17,6 +17,7 @@ import type { MergePolicy } from '../lambda/core/warehouse/warehouse-apply.ts';
 import type { SourceBudget } from '../lambda/core/snapshot/snapshot-pacer.ts';
 import { mergePolicyFromEnvironment } from '../lambda/handlers/warehouse-applier.ts';
 import { parseBudget } from '../lambda/handlers/snapshot-worker.ts';
+import { catalogTypesSetting } from '../lambda/handlers/normalizer.ts';
 import { LocalConfigError } from './errors.ts';
 
 /**
@@ -140,6 +141,8 @@ export interface LocalAppConfig {
   /** The source's captured tables (`CDC_TABLE_CONFIG` of its normalizer without the heartbeat table; polled tables have `capture: 'poll'`). */
   readonly tables: TableConfig[];
   readonly rules: TableRule[];
+  /** The normalizer's `CDC_CATALOG_TYPES`: a table first seen through a type-less record takes the types the snapshot worker published. */
+  readonly catalogTypes: boolean;
   /** The slot its slot monitor watches. */
   readonly slot: string | null;
   readonly slotWalBudgetBytes: number | null;
@@ -287,6 +290,7 @@ export function loadLocalApp(dir: string, stackName: string | null, sourceId: st
     source,
     tables,
     rules,
+    catalogTypes: catalogTypesSetting(literal(stack, normalizer, EnvName.CATALOG_TYPES)),
     slot: monitor ? required(stack, monitor, EnvName.SLOT_NAME) : null,
     slotWalBudgetBytes: budgetBytes ? Number(budgetBytes) : null,
     snapshotBudget: parseBudget(snapshot ? literal(stack, snapshot, EnvName.SNAPSHOT_BUDGET) : undefined),

@@ -69,6 +69,8 @@ export interface PipelineOptions {
   search?: { sinkId: string; url: string; tables?: SearchTableConfig[]; prefix?: string };
   /** The warehouse sink's merge thresholds (`WarehouseSink` `mergeMaxRows`, `mergeMaxAge`); merges run in the local loop either way. @default the applier's */
   merge?: { maxRows?: number; maxAgeMs?: number };
+  /** The normalizer's catalog types for type-less records (`CDC_CATALOG_TYPES`, docs/schema-drift.md). @default off */
+  catalogTypes?: boolean;
   /** Batch sizes per consumer (the event source mappings'), over `poller.batchSize`. */
   batchSizes?: { normalizer?: number; sink?: number; search?: number; archive?: number };
   /** Snapshots of existing rows (docs/snapshot.md): off, or budget / fixed chunk size / read replica. @default on, default budget */
@@ -225,6 +227,7 @@ export class LocalPipeline {
           control: stack.control,
           changeLog: new KinesisChangeLog(stack.kinesis, stack.streams.changeLog),
           payloads: stack.payloads,
+          ...(o.catalogTypes ? { catalogTypes: true } : {}),
         }),
     };
     const applier = {

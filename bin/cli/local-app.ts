@@ -41,12 +41,13 @@ export function readApp(dir: string, stack: string | null, sourceId: string | nu
   }
 }
 
-/** The pipeline settings the app gives beyond its tables: merge thresholds, batch sizes, the slot's WAL budget. */
-export function appPipelineOptions(app: LocalAppConfig): Pick<PipelineOptions, 'merge' | 'batchSizes' | 'slotWalBudgetBytes'> {
+/** The pipeline settings the app gives beyond its tables: merge thresholds, batch sizes, the slot's WAL budget, the normalizer's catalog types. */
+export function appPipelineOptions(app: LocalAppConfig): Pick<PipelineOptions, 'merge' | 'batchSizes' | 'slotWalBudgetBytes' | 'catalogTypes'> {
   const sizes = Object.fromEntries(Object.entries(app.batchSizes).filter(([, v]) => v !== null)) as PipelineOptions['batchSizes'];
   return {
     merge: { ...(app.warehouse.merge.maxRows !== undefined ? { maxRows: app.warehouse.merge.maxRows } : {}), ...(app.warehouse.merge.maxAgeMs !== undefined ? { maxAgeMs: app.warehouse.merge.maxAgeMs } : {}) },
     batchSizes: sizes,
+    catalogTypes: app.catalogTypes,
     ...(app.slotWalBudgetBytes !== null ? { slotWalBudgetBytes: app.slotWalBudgetBytes } : {}),
   };
 }

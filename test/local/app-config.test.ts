@@ -58,6 +58,7 @@ describe('loadLocalApp', () => {
     // The heartbeat table is the local pipeline's own.
     expect(c.tables).toEqual([{ table: 'public.items', key: ['id'], deleteMode: 'hard', mask: ['email'], exclude: ['ssn'] }]);
     expect(c.rules).toEqual([]);
+    expect(c.catalogTypes).toBe(false);
     expect(c.slot).toBe('cdc_shop');
     expect(c.slotWalBudgetBytes).toBe(2048);
     expect(c.snapshotBudget).toEqual({ writeLatencyPct: 20, cpuPct: 7 });
@@ -68,6 +69,7 @@ describe('loadLocalApp', () => {
     expect(c.notRun).toEqual(['rebuild-worker']);
     // By name or artifact id.
     expect(loadLocalApp(assembly(), 'ShopABC', 'shop').stack).toBe('Team/Shop');
+    expect(loadLocalApp(assembly({ normalizer: { [EnvName.CATALOG_TYPES]: 'published' } }), null, null).catalogTypes).toBe(true);
   });
 
   test('refuses, naming stack, function and variable: a deploy-time value, a wrong table setting, another heartbeat schema', () => {
