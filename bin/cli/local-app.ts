@@ -20,15 +20,20 @@ const FROM_THE_APP: ReadonlyArray<readonly [string, string]> = [
   ['--slot', "the slot's name comes from the app's slot monitor"],
 ];
 
+/** Whether `args` give `flag` (`--flag value` or `--flag=value`). */
+function gives(args: readonly string[], flag: string): boolean {
+  return args.some((a) => a === flag || a.startsWith(`${flag}=`));
+}
+
 /** Refuses the flags `--app` excludes (a usage error, exit 2), naming each and why. */
 export function refuseWithApp(args: readonly string[]): void {
-  if (!args.includes('--app')) {
-    if (args.includes('--stack')) throw new UsageError('--stack needs --app (the cloud assembly it names a stack of)');
+  if (!gives(args, '--app')) {
+    if (gives(args, '--stack')) throw new UsageError('--stack needs --app (the cloud assembly it names a stack of)');
     return;
   }
-  const clashes = FROM_THE_APP.filter(([flag]) => args.includes(flag));
+  const clashes = FROM_THE_APP.filter(([flag]) => gives(args, flag));
   if (clashes.length > 0) throw new UsageError(`--app excludes ${clashes.map(([flag, why]) => `${flag} (${why})`).join(', ')}`);
-  if (!args.includes('--source')) throw new UsageError('--app needs --source URL: the PostgreSQL that holds the tables the app captures (only the database URLs come from the command line)');
+  if (!gives(args, '--source')) throw new UsageError('--app needs --source URL: the PostgreSQL that holds the tables the app captures (only the database URLs come from the command line)');
 }
 
 /** The app's source, read from the cloud assembly; a bad assembly, stack or source is a usage error naming it. */

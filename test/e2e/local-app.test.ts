@@ -130,6 +130,9 @@ describe('cdc local --app', () => {
     const sources = await runCdc(['local', '--app', devAssembly, '--source', 'postgres://x@127.0.0.1/x']);
     expect(sources.code).toBe(2);
     expect(sources.err).toContain('has 2 sources (orders, billing)');
+    const stackAlone = await runCdc(['local', '--demo', '--stack', 'Dev/CdcExample']);
+    expect(stackAlone.code).toBe(2);
+    expect(stackAlone.err).toContain('--stack needs --app');
     const noSource = await runCdc(['local', '--app', devAssembly]);
     expect(noSource.code).toBe(2);
     expect(noSource.err).toContain('--app needs --source URL');
