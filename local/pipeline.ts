@@ -42,6 +42,7 @@ import { LocalPolls } from './poll.ts';
 import type { SourceBudget } from '../lambda/core/snapshot/snapshot-pacer.ts';
 import { redactUrl } from './stack.ts';
 import { guardPoolClients } from '../lambda/adapters/pg-pool.ts';
+import type { SearchTableConfig } from '../lambda/core/search/search-plan.ts';
 
 export interface PipelineOptions {
   stack: LocalStack;
@@ -64,8 +65,14 @@ export interface PipelineOptions {
   slotMonitorMs?: number;
   /** Errors the pipeline recovers from (retries), for the log. */
   onError?: (where: string, err: unknown) => void;
-  /** The search sink: its id and the OpenSearch (or stand-in) URL; every captured table is indexed. @default no search sink */
-  search?: { sinkId: string; url: string };
+  /** The search sink: its id and the OpenSearch (or stand-in) URL; the tables it serves (every captured table when not given) and its index prefix. @default no search sink */
+  search?: { sinkId: string; url: string; tables?: SearchTableConfig[]; prefix?: string };
+  /** The warehouse sink's merge thresholds (`WarehouseSink` `mergeMaxRows`, `mergeMaxAge`); merges run in the local loop either way. @default the applier's */
+  merge?: { maxRows?: number; maxAgeMs?: number };
+  /** The normalizer's catalog types for type-less records (`CDC_CATALOG_TYPES`, docs/schema-drift.md). @default off */
+  catalogTypes?: boolean;
+  /** Batch sizes per consumer (the event source mappings'), over `poller.batchSize`. */
+  batchSizes?: { normalizer?: number; sink?: number; search?: number; archive?: number };
   /** Snapshots of existing rows (docs/snapshot.md): off, or budget / fixed chunk size / read replica. @default on, default budget */
   snapshot?: false | { budget?: SourceBudget; fixedChunk?: number; replicaUrl?: string };
   /** Time between poll passes over the tables configured `capture: 'poll'` (docs/polling.md). @default 1000 */
@@ -220,6 +227,7 @@ export class LocalPipeline {
           control: stack.control,
           changeLog: new KinesisChangeLog(stack.kinesis, stack.streams.changeLog),
           payloads: stack.payloads,
+          ...(o.catalogTypes ? { catalogTypes: true } : {}),
         }),
     };
     const applier = {
@@ -239,7 +247,7 @@ export class LocalPipeline {
           payloads: stack.payloads,
           // Merges run on the replay loop's own connection (below), never on a shard's batch:
           // a merge does not stop appends, so the sink's lag does not carry it (docs/warehouse-apply.md, "When").
-          merge: { inline: false },
+          merge: { ...o.merge, inline: false },
         });
         return (e: Parameters<typeof a.handler>[0]) => a.handler(e);
       },
@@ -253,6 +261,7 @@ export class LocalPipeline {
         controlPlane: stack.control,
         pool,
         sinkId: o.sinkId,
+        ...(o.merge ? { merge: o.merge } : {}),
         metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
         logger: new Logger({ serviceName: 'warehouse-replay' }),
       });
@@ -269,6 +278,7 @@ export class LocalPipeline {
       ...(o.poller?.maxRetries !== undefined ? { maxRetries: o.poller.maxRetries } : {}),
       ...(o.poller?.maxBackoffMs !== undefined ? { maxBackoffMs: o.poller.maxBackoffMs } : {}),
     };
+    const batchOf = (consumer: 'normalizer' | 'sink' | 'search'): { batchSize?: number } => (o.batchSizes?.[consumer] ? { batchSize: o.batchSizes[consumer] } : {});
     // Everything in this process puts through stack.kinesis: a put wakes the stream's idle pollers at once.
     const watch = (stream: string) => (listener: () => void) => stack.puts.watch(stream, listener);
     let searchPoller: Poller | undefined;
@@ -276,7 +286,7 @@ export class LocalPipeline {
       const search = o.search;
       this.searchIndex = new OpenSearchIndex(searchClient({ node: search.url }));
       // With capture rules, every registered table (each with its registered delete mode): tables that join by a rule are indexed too.
-      const served = rules.length > 0 ? undefined : this.tables.map((t) => ({ source: o.source, table: t.table, deleteMode: t.deleteMode }));
+      const served = search.tables ?? (rules.length > 0 ? undefined : this.tables.map((t) => ({ source: o.source, table: t.table, deleteMode: t.deleteMode })));
       const searchApplier = {
         perShard: () => {
           const a = createSearchApplier({
@@ -284,6 +294,7 @@ export class LocalPipeline {
             search: new OpenSearchIndex(searchClient({ node: search.url })),
             sinkId: search.sinkId,
             ...(served ? { tables: served } : {}),
+            ...(search.prefix ? { prefix: search.prefix } : {}),
             metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
             logger: new Logger({ serviceName: 'search-applier' }),
             payloads: stack.payloads,
@@ -291,13 +302,14 @@ export class LocalPipeline {
           return (e: Parameters<typeof a.handler>[0]) => a.handler(e);
         },
       };
-      searchPoller = new Poller({ ...common, consumer: search.sinkId, streamName: stack.streams.changeLog, watchPuts: watch(stack.streams.changeLog), handler: searchApplier, onError: err(`${search.sinkId} poller`) });
+      searchPoller = new Poller({ ...common, ...batchOf('search'), consumer: search.sinkId, streamName: stack.streams.changeLog, watchPuts: watch(stack.streams.changeLog), handler: searchApplier, onError: err(`${search.sinkId} poller`) });
       // The search sink holds paused tables like the warehouse; a resume replays its held range through the same applier code.
       const searchReplayApplier = createSearchApplier({
         controlPlane: stack.control,
         search: new OpenSearchIndex(searchClient({ node: search.url })),
         sinkId: search.sinkId,
         tables: served,
+        ...(search.prefix ? { prefix: search.prefix } : {}),
         metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
         logger: new Logger({ serviceName: 'search-replay' }),
         payloads: stack.payloads,
@@ -305,12 +317,12 @@ export class LocalPipeline {
       this.replayers.push(createHeldRangeReplayer({ controlPlane: stack.control, sinkId: search.sinkId, applier: searchReplayApplier, readLog: () => readChangeLog(stack.kinesis, stack.streams.changeLog) }));
     }
     this.pollers = {
-      normalizer: new Poller({ ...common, consumer: 'normalizer', streamName: stack.streams.raw, watchPuts: watch(stack.streams.raw), handler: normalizer, onError: err('normalizer poller') }),
-      sink: new Poller({ ...common, consumer: o.sinkId, streamName: stack.streams.changeLog, watchPuts: watch(stack.streams.changeLog), handler: applier, onError: err(`${o.sinkId} poller`) }),
+      normalizer: new Poller({ ...common, ...batchOf('normalizer'), consumer: 'normalizer', streamName: stack.streams.raw, watchPuts: watch(stack.streams.raw), handler: normalizer, onError: err('normalizer poller') }),
+      sink: new Poller({ ...common, ...batchOf('sink'), consumer: o.sinkId, streamName: stack.streams.changeLog, watchPuts: watch(stack.streams.changeLog), handler: applier, onError: err(`${o.sinkId} poller`) }),
       // Firehose buffers: a batching window gives fewer, larger archive objects.
       archive: new Poller({
         ...common,
-        batchSize: 2000,
+        batchSize: o.batchSizes?.archive ?? 2000,
         batchWindowMs: 2000,
         consumer: 'archive',
         streamName: stack.streams.changeLog,

@@ -27,8 +27,11 @@ import { standInDataFile, writeSearchSinkRecord } from '../../local/reconcile.ts
 import { missingStandIns, missingStandInsMessage, type StandInPackage } from '../../local/stand-ins.ts';
 import { EXIT_FAILED, EXIT_OK, EXIT_REFUSED, UsageError, write, type CliIo, type Command } from './command.ts';
 import { parseExcludeTablesOption, parseTablesOption, tableSettingEntries } from './table-args.ts';
+import { appPipelineOptions, readApp, refuseWithApp, searchServed } from './local-app.ts';
+import { describeLocalApp, type LocalAppConfig } from '../../local/app-config.ts';
 
 const HELP = `Usage: cdc local (--demo | --source URL --tables LIST) [options]
+       cdc local --app CDK_OUT [--stack NAME] [--source-id ID] --source URL [options]
        cdc local --reset [--state-dir DIR]
 
 Runs the whole CDC pipeline on this machine with the real handlers and local stand-ins for the
@@ -56,6 +59,13 @@ What to capture:
                              (tables listed there are captured; --tables adds plain ones);
                              adding mask/exclude to a captured table needs
                              "acknowledgeLateRules": "<who and why>" (docs/masking.md)
+  --app CDK_OUT              run your synthesized CDK app (the folder cdk synth writes): tables,
+                             masks, excludes, delete modes, keys, rules, sinks and their settings
+                             come from its templates; only --source (and --warehouse, --search)
+                             from the command line; excludes --tables, --table-config,
+                             --exclude-tables, --sink-id, --search-id, --slot
+  --stack NAME               with --app: the stack (Dev/CdcExample) when several have a source;
+                             --source-id picks one of its sources when it has several
 
 Where to write:
   --warehouse URL            write the mirror to an existing PostgreSQL instead of the embedded one
@@ -129,6 +139,9 @@ export interface LocalOptions {
   snapshotReplica: string | null;
   reset: boolean;
   help: boolean;
+  /** A cloud assembly whose stack configures the run (`--app`), and the stack's name. */
+  app: string | null;
+  stack: string | null;
 }
 
 /** Parses `60s`, `5m`, `1h`, `1500ms` or plain seconds. */
@@ -175,6 +188,8 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
     snapshotReplica: null,
     reset: false,
     help: false,
+    app: null,
+    stack: null,
   };
   for (let i = 0; i < args.length; i++) {
     const a = args[i]!;
@@ -270,6 +285,12 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
       case '--reset':
         o.reset = true;
         break;
+      case '--app':
+        o.app = value();
+        break;
+      case '--stack':
+        o.stack = value();
+        break;
       default:
         throw new UsageError(`unknown option '${a}'`);
     }
@@ -281,7 +302,7 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
   }
   if (o.demo && o.sourceUrl) throw new UsageError('--demo and --source exclude each other: the demo runs on the embedded source');
   if (!o.demo && !o.sourceUrl) throw new UsageError('choose --demo (embedded demo source) or --source URL (your PostgreSQL)');
-  if (o.sourceUrl && o.tables.length === 0 && o.tableConfig === null) throw new UsageError('--source needs --tables (or --table-config) naming the tables to capture');
+  if (o.sourceUrl && o.tables.length === 0 && o.tableConfig === null && o.app === null) throw new UsageError('--source needs --tables (or --table-config) naming the tables to capture');
   if (o.excludeTables.length > 0 && !o.tables.some((t) => t.includes('*'))) throw new UsageError('--exclude-tables needs a pattern in --tables (public.*) to leave tables out of');
   if (o.demo && (o.tables.length > 0 || o.tableConfig)) throw new UsageError('--tables and --table-config are for --source; the demo captures its own tables');
   if (!o.search && o.searchUrl) throw new UsageError('--search and --no-search exclude each other');
@@ -308,21 +329,21 @@ function describeError(err: unknown): string {
  */
 const CAPTURE_DIAGNOSED: ReadonlySet<string> = new Set([CheckId.SLOT_LOST, CheckId.SLOT_RETAINED_WAL]);
 
-async function run(o: LocalOptions, io: CliIo): Promise<number> {
+async function run(o: LocalOptions, io: CliIo, app: LocalAppConfig | null): Promise<number> {
   // From here on a signal is a request for a clean stop (docs/local.md, "Stopping").
   const signals = new StopSignals((text) => void write(io.stdout, text).catch(() => undefined));
   signals.install();
   try {
-    return await runStack(o, io, signals);
+    return await runStack(o, io, signals, app);
   } finally {
     signals.uninstall();
   }
 }
 
-async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals): Promise<number> {
+async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: LocalAppConfig | null): Promise<number> {
   const started = Date.now();
   const source = o.sourceId ?? (o.demo ? 'demo' : 'local');
-  const { tables, rules } = await capturedTables(o);
+  const { tables, rules } = app ?? (await capturedTables(o));
   const out = (text: string): Promise<void> => write(io.stdout, text);
   const err = (text: string): Promise<void> => write(io.stderr, text);
 
@@ -432,9 +453,10 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals): Promi
       sinkId: o.sinkId,
       collector,
       heartbeatMs: o.heartbeatMs,
-      snapshot: o.snapshot ? { ...(o.snapshotChunk ? { fixedChunk: o.snapshotChunk } : {}), ...(o.snapshotReplica ? { replicaUrl: o.snapshotReplica } : {}) } : false,
+      ...(app ? appPipelineOptions(app) : {}),
+      snapshot: o.snapshot ? { ...(app ? { budget: app.snapshotBudget } : {}), ...(o.snapshotChunk ? { fixedChunk: o.snapshotChunk } : {}), ...(o.snapshotReplica ? { replicaUrl: o.snapshotReplica } : {}) } : false,
       workloadRate: o.demo ? o.rate : 0,
-      ...(searchUrl ? { search: { sinkId: o.searchId, url: searchUrl } } : {}),
+      ...(searchUrl ? { search: { sinkId: o.searchId, url: searchUrl, ...(app?.search ? { tables: app.search.tables, prefix: app.search.prefix } : {}) } } : {}),
       capture: {
         ...(o.maxTxRows ? { maxTxRows: o.maxTxRows } : {}),
         ...(o.maxTxBytes ? { maxTxBytes: o.maxTxBytes } : {}),
@@ -503,8 +525,9 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals): Promi
           source,
           control: stack.control,
           sink: o.searchId,
-          // Every table captured now, as for the warehouse: those that joined by a rule included.
-          tables: pipeline.capturedTables(),
+          // Every table captured now, as for the warehouse: those that joined by a rule included (an app's: those its search sink serves).
+          tables: searchServed(app, pipeline.capturedTables()),
+          ...(app?.search ? { prefix: app.search.prefix } : {}),
         });
         print(`${formatVerdict(searchVerdict).join('\n')}\n`);
         if (!searchVerdict.match) code = EXIT_FAILED;
@@ -543,7 +566,11 @@ export const localCommand: Command = {
   name: 'local',
   summary: 'run the whole pipeline on this machine (demo, or your own PostgreSQL)',
   async run(args: string[], io: CliIo): Promise<number> {
-    const o = parseLocalArgs(args);
+    refuseWithApp(args);
+    const parsed = parseLocalArgs(args);
+    const app = parsed.app === null || parsed.help ? null : readApp(parsed.app, parsed.stack, parsed.sourceId);
+    // The app names the source, the sinks and the slot; a search sink runs when the app has one for this source.
+    const o: LocalOptions = app ? { ...parsed, sourceId: app.source, sinkId: app.warehouse.sinkId, searchId: app.search?.sinkId ?? parsed.searchId, search: parsed.search && app.search !== null, slot: app.slot } : parsed;
     if (o.help) {
       await write(io.stdout, HELP);
       return EXIT_OK;
@@ -558,6 +585,7 @@ export const localCommand: Command = {
         return EXIT_FAILED;
       }
     }
-    return run(o, io);
+    if (app) await write(io.stdout, `cdc local: ${describeLocalApp(app).join('\n  ')}\n`);
+    return run(o, io, app);
   },
 };
