@@ -1,0 +1,123 @@
+/**
+ * What the Redshift loader stages (docs/warehouse-apply.md, "Redshift: the load"). Pure: events
+ * to changelog rows, rows to CSV parts sized for COPY, the manifest, the cadence.
+ *
+ * Format: gzip-compressed CSV. CSV because it keeps NULL (an unquoted empty field) apart from
+ * an empty string (`""`) without `EMPTYASNULL`, takes VARBYTE as hex and SUPER as JSON text,
+ * and does not repeat column names per row (JSON does, and COPY's `FORMAT JSON 'auto'` matches
+ * them by folded name); gzip because COPY decompresses it in parallel per object.
+ */
+import { CdcError } from '../shared/errors.ts';
+import type { ChangeEvent } from '../shared/event.ts';
+import { csvBody } from './warehouse-sql.ts';
+import { stageValues, type RedshiftColumn, type ValuePolicy } from './redshift-types.ts';
+
+/** Redshift asks for objects of 1 MB to 1 GB compressed; a part is cut at this many bytes of CSV (about 2-8 MB compressed). */
+export const PART_TARGET_BYTES = 32 * 1024 * 1024;
+
+/** An event the loader cannot take: it goes to the applier's full path (truncate, a partial update, a primary-key handover). */
+export class NotLoadableError extends CdcError {
+  constructor(table: string, position: string, why: string) {
+    super('REDSHIFT_NOT_LOADABLE', `${table} at ${position}: ${why}; the Redshift loader appends full images and plain deletes only (docs/warehouse-apply.md, "Redshift: the load")`);
+  }
+}
+
+/** Whether the loader takes `e` as it is: a full image (insert, snapshot, update without missing columns) or a plain delete. */
+export function loadable(e: ChangeEvent): boolean {
+  if (e.op === 'truncate') return false;
+  if (e.missing.length > 0 || (e.handover?.length ?? 0) > 0) return false;
+  return e.op === 'delete' || e.after !== null;
+}
+
+/** One staged changelog row: the CSV fields in `changelogColumns` order except the load id (prepended at load time). */
+export interface StagedRow {
+  fields: (string | null)[];
+}
+
+/** What became of one event. */
+export type StagedEvent = { row: StagedRow } | { refused: Error };
+
+/**
+ * The changelog row of `e` (its fields after `_cdc_load`): platform columns, key, data. A value
+ * Redshift cannot hold meets its column's policy (`stageValues`); a refusal is returned, not
+ * thrown, so the rest of the table goes on.
+ */
+export function stageEvent(
+  e: ChangeEvent,
+  key: readonly RedshiftColumn[],
+  data: readonly RedshiftColumn[],
+  policyOf: (column: string) => ValuePolicy,
+  appliedAt: Date,
+): StagedEvent {
+  if (!loadable(e)) return { refused: new NotLoadableError(e.table, e.position, `a ${e.op}${e.missing.length > 0 ? ` without ${e.missing.join(', ')}` : ''}`) };
+  try {
+    const k = stageValues(e.table, key, e.key, policyOf);
+    const d = e.op === 'delete' ? { values: data.map(() => null), unheld: null } : stageValues(e.table, data, e.after ?? {}, policyOf);
+    const unheld = [k.unheld, d.unheld].filter((x) => x !== null).join(',') || null;
+    return {
+      row: {
+        fields: [e.position, e.op, e.commitTs, String(e.schemaVersion), e.txId, e.synthetic ? 'true' : 'false', unheld, appliedAt.toISOString(), ...k.values, ...d.values],
+      },
+    };
+  } catch (err) {
+    return { refused: err as Error };
+  }
+}
+
+/** The CSV parts of `rows` for load `loadId` (its id first in every row), each at most about `PART_TARGET_BYTES`. */
+export function csvParts(loadId: number, rows: readonly StagedRow[], targetBytes = PART_TARGET_BYTES): string[] {
+  const parts: string[] = [];
+  let cur: (string | null)[][] = [];
+  let bytes = 0;
+  for (const r of rows) {
+    const fields = [String(loadId), ...r.fields];
+    cur.push(fields);
+    for (const f of fields) bytes += (f?.length ?? 0) + 3;
+    if (bytes >= targetBytes) {
+      parts.push(csvBody(cur));
+      cur = [];
+      bytes = 0;
+    }
+  }
+  if (cur.length > 0) parts.push(csvBody(cur));
+  return parts;
+}
+
+/** A COPY manifest (Redshift's JSON form): every entry mandatory, so a missing object fails the load. */
+export interface Manifest {
+  entries: { url: string; mandatory: true; meta: { content_length: number } }[];
+}
+
+export function manifest(objects: readonly { url: string; bytes: number }[]): Manifest {
+  return { entries: objects.map((o) => ({ url: o.url, mandatory: true, meta: { content_length: o.bytes } })) };
+}
+
+/** Reads a manifest back (the stand-in and the loader's recovery), naming what is wrong. */
+export function parseManifest(text: string, where: string): Manifest {
+  let m: unknown;
+  try {
+    m = JSON.parse(text);
+  } catch {
+    throw new CdcError('INVALID_MANIFEST', `${where}: not JSON`);
+  }
+  const entries = (m as { entries?: unknown }).entries;
+  if (!Array.isArray(entries) || entries.length === 0) throw new CdcError('INVALID_MANIFEST', `${where}: no entries`);
+  for (const [i, e] of entries.entries()) {
+    if (typeof (e as { url?: unknown }).url !== 'string' || !(e as { url: string }).url.startsWith('s3://')) throw new CdcError('INVALID_MANIFEST', `${where}: entries[${i}].url is not an s3:// URL`);
+  }
+  return m as Manifest;
+}
+
+/** How often the loader loads and merges, from the sink's `freshnessTarget`. */
+export interface RedshiftCadence {
+  /** Most time a batch waits for its COPY: a third of the target (the COPY and the commit take the rest), 1 s to 5 min. */
+  loadEveryMs: number;
+  /** Time between merges: the view overlays what is not merged, so freshness does not wait for it; twice the target, 1 to 60 min. */
+  mergeEveryMs: number;
+}
+
+export function redshiftCadence(freshnessTargetMs: number): RedshiftCadence {
+  if (!Number.isFinite(freshnessTargetMs) || freshnessTargetMs <= 0) throw new RangeError(`freshnessTarget must be a positive duration, got ${freshnessTargetMs} ms`);
+  const clamp = (v: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, Math.round(v)));
+  return { loadEveryMs: clamp(freshnessTargetMs / 3, 1_000, 300_000), mergeEveryMs: clamp(freshnessTargetMs * 2, 60_000, 3_600_000) };
+}
