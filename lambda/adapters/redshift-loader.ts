@@ -17,6 +17,7 @@ import {
   createLedgerSql,
   createSchemaSql,
   createTableSql,
+  evolveSql,
   lastLoadSql,
   loadDoneSql,
   mergeSql,
@@ -228,6 +229,27 @@ export class RedshiftLoader {
         for (const r of due) for (const s of mergeSql(r, cut)) await this.sql(s);
       });
       return { tables: due.length, statements: this.statements - before };
+    });
+  }
+
+  /**
+   * Moves a registered table to a new schema version (`evolveSql`): added columns in one
+   * transaction, VARCHAR widenings each on its own (Redshift runs `ALTER COLUMN … TYPE` in no
+   * transaction), after the loads queued before it. A type Redshift cannot change throws
+   * `RedshiftTypeChangeError` and nothing is changed.
+   */
+  evolve(from: RedshiftTable, to: RedshiftTable): Promise<void> {
+    return this.serial(async () => {
+      const plan = evolveSql(from, to);
+      const id = `${to.t.schema}.${to.t.view}`.toLowerCase();
+      if (this.queued.has(id)) throw new Error(`${to.t.tableId}: events of the old schema version are queued; flush before evolving`);
+      if (plan.transactional.length > 0) {
+        await this.transaction(async () => {
+          for (const s of plan.transactional) await this.sql(s);
+        });
+      }
+      for (const s of plan.widen) await this.sql(s);
+      this.tables.set(id, to);
     });
   }
 

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RedshiftLoader, type RedshiftSession } from '../../lambda/adapters/redshift-loader.ts';
 import type { ChangeEvent, JsonValue } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
-import { createTableSql, mergeSql, rsQualified, type RedshiftTable } from '../../lambda/core/warehouse/redshift-sql.ts';
+import { createTableSql, mergeSql, RedshiftTypeChangeError, rsQualified, type RedshiftTable } from '../../lambda/core/warehouse/redshift-sql.ts';
 import { redshiftColumn, RedshiftValueRefusedError, UNHELD_COLUMN } from '../../lambda/core/warehouse/redshift-types.ts';
 import { warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { FolderArchive } from '../../local/archive.ts';
@@ -224,6 +224,57 @@ describe('Redshift stand-in and loader (embedded PostgreSQL)', () => {
       }
     }
   }, 120_000);
+
+  it('evolves a table: an added column and a wider VARCHAR; another type change is refused and changes nothing', async () => {
+    const v1 = table('evo', false);
+    const l = loader();
+    const first = l.submit(v1, [event('evo', 'insert', 1, 10n, { note: 'abcd', doc: null, blob: null, amount: '1' })]);
+    await l.flush();
+    await first;
+    const v2: RedshiftTable = { ...v1, data: [redshiftColumn('note', 'varchar(50)'), ...v1.data.slice(1), redshiftColumn('extra', 'integer')] };
+    await l.evolve(v1, v2);
+    const second = l.submit(v2, [event('evo', 'insert', 2, 11n, { note: 'x'.repeat(150), doc: null, blob: null, amount: '2', extra: 7 })]);
+    await l.flush();
+    expect((await second).refused).toEqual([]);
+    await l.merge();
+    const rows = (await client.query(`SELECT id, length(note) AS n, extra FROM ${rsQualified(v2.t.schema, v2.t.view)} ORDER BY id`)).rows;
+    expect(rows).toEqual([
+      { id: '1', n: 4, extra: null },
+      { id: '2', n: 150, extra: '7' },
+    ]);
+    const v3: RedshiftTable = { ...v2, data: v2.data.map((c) => (c.name === 'amount' ? redshiftColumn('amount', 'text') : c)) };
+    await expect(l.evolve(v2, v3)).rejects.toThrow(RedshiftTypeChangeError);
+  });
+
+  it('a text, a JSON document and a bytea of 1 MB each: held where Redshift holds them (JSON), refused or marked where it does not (text, bytea)', async () => {
+    const r: RedshiftTable = { t: warehouseTable('big', 'public.docs'), key: [redshiftColumn('id', 'integer')], data: [redshiftColumn('body', 'text'), redshiftColumn('doc', 'jsonb'), redshiftColumn('bin', 'bytea')], hard: false };
+    const mb = 1024 * 1024;
+    const doc = JSON.stringify({ a: 'j'.repeat(mb - 10) });
+    const bin = `\\x${'ab'.repeat(mb)}`;
+    const ev = (id: number, after: Record<string, JsonValue>): ChangeEvent => ({ ...event('big', 'insert', id, BigInt(id), after), table: 'public.docs' });
+    for (const policy of ['refuse-row', 'null-with-marker'] as const) {
+      const l = new RedshiftLoader({ session, store, bucket: 'staging', prefix: `big-${policy}/`, roleArn: ROLE, ledgerSchema: 'cdc_loader', policyOf: () => policy });
+      const base = policy === 'refuse-row' ? 0 : 10;
+      const p = l.submit(r, [ev(base + 1, { body: null, doc, bin: null }), ev(base + 2, { body: 't'.repeat(mb), doc: null, bin: null }), ev(base + 3, { body: null, doc: null, bin })]);
+      await l.flush();
+      const receipt = await p;
+      const got = (await client.query(`SELECT id, octet_length(doc ->> 'a') AS doc, body IS NULL AS no_body, bin IS NULL AS no_bin, _cdc_unheld FROM ${rsQualified(r.t.schema, r.t.view)} WHERE id > ${base} AND id < ${base + 10} ORDER BY id`)).rows;
+      if (policy === 'refuse-row') {
+        expect(receipt.refused.map((x) => [x.event.key.id, (x.error as RedshiftValueRefusedError).column, (x.error as RedshiftValueRefusedError).reason])).toEqual([
+          [2, 'body', 'too-long'],
+          [3, 'bin', 'too-long'],
+        ]);
+        expect(got).toEqual([{ id: '1', doc: mb - 10, no_body: true, no_bin: true, _cdc_unheld: null }]);
+      } else {
+        expect(receipt.refused).toEqual([]);
+        expect(got).toEqual([
+          { id: '11', doc: mb - 10, no_body: true, no_bin: true, _cdc_unheld: null },
+          { id: '12', doc: null, no_body: true, no_bin: true, _cdc_unheld: 'body:too-long' },
+          { id: '13', doc: null, no_body: true, no_bin: true, _cdc_unheld: 'bin:too-long' },
+        ]);
+      }
+    }
+  });
 
   it('refuses a table whose columns fold into one name', () => {
     const r = { ...table('fold', false), data: [redshiftColumn('Note', 'text'), redshiftColumn('note', 'text')] };

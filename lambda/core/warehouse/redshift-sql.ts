@@ -292,3 +292,47 @@ function int(n: number): number {
   if (!Number.isSafeInteger(n) || n < 0) throw new RangeError(`expected a non-negative integer, got ${n}`);
   return n;
 }
+
+/** A column change Redshift cannot make in place (only a VARCHAR's length can change). */
+export class RedshiftTypeChangeError extends CdcError {
+  constructor(table: string, column: string, have: string, want: string) {
+    super('SINK_TYPE_CONFLICT', `${table}.${column}: the Redshift column is ${have} and the new schema version needs ${want}; Redshift changes only a VARCHAR's length, so the table is held (docs/schema-drift.md)`);
+  }
+}
+
+/** The schema change from `from` to `to` (the same table, a new schema version), in two parts. */
+export interface RedshiftEvolution {
+  /** One transaction: added columns on the changelog and the base, the view made again. */
+  transactional: string[];
+  /** VARCHAR widenings, each its own statement outside a transaction (Redshift runs `ALTER COLUMN … TYPE` in none), between a DROP and a CREATE of the view. */
+  widen: string[];
+}
+
+/**
+ * Schema evolution per Redshift (docs/warehouse-apply.md, "Redshift: schema changes"): a new column
+ * is added to the changelog and the base; a VARCHAR that must hold more bytes is widened; any other
+ * type change is refused (`RedshiftTypeChangeError`); a column the new version lacks stays (its
+ * values become NULL in new rows, as a delivered row without it says nothing about it).
+ */
+export function evolveSql(from: RedshiftTable, to: RedshiftTable): RedshiftEvolution {
+  const { t } = to;
+  const have = new Map([...from.key, ...from.data].map((c) => [c.name.toLowerCase(), c]));
+  const added: RedshiftColumn[] = [];
+  const widened: RedshiftColumn[] = [];
+  for (const c of [...to.key, ...to.data]) {
+    const h = have.get(c.name.toLowerCase());
+    if (h === undefined) added.push(c);
+    else if (h.type === c.type) continue;
+    else if (h.kind === 'varchar' && c.kind === 'varchar' && (c.maxBytes ?? 0) > (h.maxBytes ?? 0)) widened.push(c);
+    else if (!(h.kind === 'varchar' && c.kind === 'varchar')) throw new RedshiftTypeChangeError(t.tableId, c.name, h.type, c.type);
+  }
+  if (to.key.some((k) => added.includes(k))) throw new RedshiftTypeChangeError(t.tableId, to.key.map((k) => k.name).join(', '), 'the key', 'a new key column');
+  const tables = [t.changelog, t.mirror];
+  const transactional =
+    added.length === 0 ? [] : [`DROP VIEW ${rsQualified(t.schema, t.view)}`, ...added.flatMap((c) => tables.map((x) => `ALTER TABLE ${rsQualified(t.schema, x)} ADD COLUMN ${rsIdent(c.name)} ${c.type}`)), createViewSql(to)];
+  const widen =
+    widened.length === 0
+      ? []
+      : [`DROP VIEW ${rsQualified(t.schema, t.view)}`, ...widened.flatMap((c) => tables.map((x) => `ALTER TABLE ${rsQualified(t.schema, x)} ALTER COLUMN ${rsIdent(c.name)} TYPE ${c.type}`)), createViewSql(to)];
+  return { transactional, widen };
+}

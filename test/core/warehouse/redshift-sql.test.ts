@@ -8,6 +8,7 @@ import {
   copyManifestSql,
   createLedgerSql,
   createTableSql,
+  evolveSql,
   lastLoadSql,
   loadDoneSql,
   mergeSql,
@@ -37,6 +38,7 @@ function statementsOf(r: RedshiftTable): string[] {
   return [
     ...createTableSql(r),
     ...mergeSql(r, 42),
+    ...Object.values(evolveSql(r, { ...r, data: [...r.data.map((c) => (c.kind === 'varchar' ? { ...c, type: 'varchar(65535)', maxBytes: 65_535 } : c)), redshiftColumn('added_col', 'text')] })).flat(),
     copyManifestSql(r, 's3://staging-bucket/cdc/loads/7/t0-orders.manifest', ROLE),
     copyManifestSql(r, 's3://staging-bucket/cdc/loads/7/t0-orders.manifest', ROLE, 'eu-west-1'),
     pendingCountSql(r),
