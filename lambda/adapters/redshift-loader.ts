@@ -47,6 +47,8 @@ export interface RedshiftLoaderOptions {
   ledgerSchema: string;
   /** A column's value policy (docs/warehouse-apply.md, "Redshift: types and values it cannot hold"). @default 'refuse-row' */
   policyOf?: (table: string, column: string) => ValuePolicy;
+  /** The cluster's slices (nodes × slices per node): a table's load is cut into a multiple of it when large enough (`partCount`). @default 1 */
+  slices?: number;
   /** Every statement sent, in order (benchmarks and tests count them). */
   onStatement?: (sql: string) => void;
   now?: () => Date;
@@ -191,7 +193,7 @@ export class RedshiftLoader {
     let objects = 0;
     let events = 0;
     for (const [i, { r, rows }] of batch.entries()) {
-      const parts = csvParts(loadId, rows).map((text) => gzipSync(text));
+      const parts = csvParts(loadId, rows, { slices: this.o.slices }).map((text) => gzipSync(text));
       const entries: { url: string; bytes: number }[] = [];
       for (const [j, body] of parts.entries()) {
         const key = `${loadKey}/t${i}-${r.t.view.toLowerCase()}/part-${String(j).padStart(4, '0')}.csv.gz`;

@@ -64,22 +64,50 @@ export function stageEvent(
   }
 }
 
-/** The CSV parts of `rows` for load `loadId` (its id first in every row), each at most about `PART_TARGET_BYTES`. */
-export function csvParts(loadId: number, rows: readonly StagedRow[], targetBytes = PART_TARGET_BYTES): string[] {
+/** A part is not cut below this many bytes of CSV (about 1 MB compressed, Redshift's smallest advised object). */
+export const PART_MIN_BYTES = 4 * 1024 * 1024;
+
+/** How a table's rows of one load are cut into objects. */
+export interface PartOptions {
+  /** The cluster's slices (nodes × slices per node): with enough bytes, the part count is a multiple of it, so every slice loads. @default 1 */
+  slices?: number;
+  /** @default PART_TARGET_BYTES */
+  targetBytes?: number;
+  /** @default PART_MIN_BYTES */
+  minBytes?: number;
+}
+
+/** How many parts `bytes` of CSV become: `ceil(bytes / target)`, raised to a multiple of `slices` when every part keeps `minBytes`. */
+export function partCount(bytes: number, o: PartOptions = {}): number {
+  const slices = Math.max(1, Math.floor(o.slices ?? 1));
+  const target = o.targetBytes ?? PART_TARGET_BYTES;
+  const min = o.minBytes ?? PART_MIN_BYTES;
+  let n = Math.max(1, Math.ceil(bytes / target));
+  const up = Math.ceil(n / slices) * slices;
+  if (bytes / up >= min) n = up;
+  return n;
+}
+
+const fieldBytes = (f: string | null): number => (f === null ? 1 : Buffer.byteLength(f, 'utf8') + 3);
+
+/** The CSV parts of `rows` for load `loadId` (its id first in every row): `partCount` parts of about equal bytes. */
+export function csvParts(loadId: number, rows: readonly StagedRow[], o: PartOptions = {}): string[] {
+  const id = String(loadId);
+  const sized = rows.map((r) => ({ fields: [id, ...r.fields], bytes: r.fields.reduce((n, f) => n + fieldBytes(f), id.length + 3) }));
+  const total = sized.reduce((n, r) => n + r.bytes, 0);
+  const n = partCount(total, o);
   const parts: string[] = [];
   let cur: (string | null)[][] = [];
   let bytes = 0;
-  for (const r of rows) {
-    const fields = [String(loadId), ...r.fields];
-    cur.push(fields);
-    for (const f of fields) bytes += (f?.length ?? 0) + 3;
-    if (bytes >= targetBytes) {
+  for (const r of sized) {
+    cur.push(r.fields);
+    bytes += r.bytes;
+    if (bytes >= (total * (parts.length + 1)) / n && parts.length < n - 1) {
       parts.push(csvBody(cur));
       cur = [];
-      bytes = 0;
     }
   }
-  if (cur.length > 0) parts.push(csvBody(cur));
+  if (cur.length > 0 || parts.length === 0) parts.push(csvBody(cur));
   return parts;
 }
 
