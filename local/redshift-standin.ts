@@ -6,6 +6,7 @@
  *   folder or s3rver), gunzips them and loads them with the same CSV rules (an unquoted empty
  *   field is NULL, `""` an empty string, VARBYTE as hex, SUPER as JSON text). Any other COPY
  *   option is refused: the stand-in runs only what the loader sends.
+ * - a row over 4 MB fails the COPY;
  * - `varchar(n)` holds n BYTES (a domain with `octet_length(VALUE) <= n`), `varbyte(n)` n bytes,
  *   `super` a JSON value of at most 4 MB; a value over fails the statement, as in Redshift.
  * - Quoted identifiers are folded to lower case, so `"Orders"` and `"orders"` are one name.
@@ -19,7 +20,7 @@ import { from as copyFrom } from 'pg-copy-streams';
 import type { Archive } from '../lambda/core/rebuild/archive.ts';
 import { CdcError } from '../lambda/core/shared/errors.ts';
 import { parseManifest } from '../lambda/core/warehouse/redshift-load.ts';
-import { REDSHIFT_MAX_SUPER_BYTES } from '../lambda/core/warehouse/redshift-types.ts';
+import { REDSHIFT_MAX_ROW_BYTES, REDSHIFT_MAX_SUPER_BYTES } from '../lambda/core/warehouse/redshift-types.ts';
 import { COPY_FORMAT } from '../lambda/core/warehouse/redshift-sql.ts';
 import type { RedshiftSession } from '../lambda/adapters/redshift-loader.ts';
 
@@ -84,6 +85,20 @@ function domainSql(name: string): string {
 
 const COPY_RE = new RegExp(`^COPY\\s+(\\S+)\\s+\\(([^)]*)\\)\\s+FROM\\s+'(s3://[^']+)'\\s+IAM_ROLE\\s+'[^']+'\\s+MANIFEST\\s+${COPY_FORMAT.replace(/[()']/g, (c) => `\\${c}`)}(?:\\s+REGION\\s+'[a-z0-9-]+')?$`, 's');
 
+/** COPY loads rows of at most 4 MB: a longer line (outside quotes, a newline ends a row) fails the load, as on Redshift. */
+function checkRows(csv: Buffer, url: string): void {
+  let start = 0;
+  let quoted = false;
+  for (let i = 0; i < csv.length; i++) {
+    const b = csv[i];
+    if (b === 0x22) quoted = !quoted;
+    else if (b === 0x0a && !quoted) {
+      if (i - start > REDSHIFT_MAX_ROW_BYTES) throw new CdcError('REDSHIFT_STANDIN_COPY', `${url}: a row of ${i - start} bytes, COPY loads at most ${REDSHIFT_MAX_ROW_BYTES}`);
+      start = i + 1;
+    }
+  }
+}
+
 export interface RedshiftStandInOptions {
   /** A PostgreSQL client (PostgreSQL 15 or later: MERGE). */
   client: pg.ClientBase;
@@ -127,7 +142,9 @@ export class RedshiftStandIn implements RedshiftSession {
       if (e.meta?.content_length !== undefined && e.meta.content_length !== body.length) {
         throw new CdcError('REDSHIFT_STANDIN_COPY', `${e.url}: ${body.length} bytes, the manifest says ${e.meta.content_length}`);
       }
-      out.push(gunzipSync(body));
+      const csv = gunzipSync(body);
+      checkRows(csv, e.url);
+      out.push(csv);
     }
     return out;
   }

@@ -7,13 +7,14 @@
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
+import { gzipSync } from 'node:zlib';
 import path from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RedshiftLoader, type RedshiftSession } from '../../lambda/adapters/redshift-loader.ts';
 import type { ChangeEvent, JsonValue } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
-import { createTableSql, mergeSql, RedshiftTypeChangeError, rsQualified, type RedshiftTable } from '../../lambda/core/warehouse/redshift-sql.ts';
+import { COPY_FORMAT, createTableSql, mergeSql, RedshiftTypeChangeError, rsQualified, type RedshiftTable } from '../../lambda/core/warehouse/redshift-sql.ts';
 import { redshiftColumn, RedshiftValueRefusedError, UNHELD_COLUMN } from '../../lambda/core/warehouse/redshift-types.ts';
 import { warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { FolderArchive } from '../../local/archive.ts';
@@ -105,6 +106,13 @@ describe('Redshift stand-in and loader (embedded PostgreSQL)', () => {
     await expect(session.query('MERGE INTO public.m_t USING public.m_s s ON m_t.k = s.k WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT (k, v) VALUES (s.k, s.v)')).rejects.toThrow(
       /more than one|second time/,
     );
+  });
+
+  it('a COPY of an object with a row over 4 MB fails, naming the object', async () => {
+    await store.put('raw/big.csv.gz', gzipSync(`"${'x'.repeat(4 * 1024 * 1024 + 1)}"\n`));
+    await store.put('raw/big.manifest', JSON.stringify({ entries: [{ url: 's3://staging/raw/big.csv.gz', mandatory: true }] }));
+    await session.query('CREATE TABLE public.row_t (v super)');
+    await expect(session.query(`COPY public.row_t (v) FROM 's3://staging/raw/big.manifest' IAM_ROLE '${ROLE}' MANIFEST ${COPY_FORMAT}`)).rejects.toThrow(/raw\/big\.csv\.gz: a row of/);
   });
 
   it('runs only the loader\'s COPY: FROM STDIN, a missing MANIFEST or another format are refused', async () => {

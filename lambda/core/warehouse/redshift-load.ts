@@ -10,7 +10,7 @@
 import { CdcError } from '../shared/errors.ts';
 import type { ChangeEvent } from '../shared/event.ts';
 import { csvBody } from './warehouse-sql.ts';
-import { stageValues, type RedshiftColumn, type ValuePolicy } from './redshift-types.ts';
+import { REDSHIFT_MAX_ROW_BYTES, RedshiftValueRefusedError, stageValues, type RedshiftColumn, type ValuePolicy } from './redshift-types.ts';
 
 /** Redshift asks for objects of 1 MB to 1 GB compressed; a part is cut at this many bytes of CSV (about 2-8 MB compressed). */
 export const PART_TARGET_BYTES = 32 * 1024 * 1024;
@@ -53,7 +53,9 @@ export function stageEvent(
   try {
     const k = stageValues(e.table, key, e.key, policyOf);
     const d = e.op === 'delete' ? { values: data.map(() => null), unheld: null } : stageValues(e.table, data, e.after ?? {}, policyOf);
-    const unheld = [k.unheld, d.unheld].filter((x) => x !== null).join(',') || null;
+    const marks = [k.unheld, d.unheld].filter((x) => x !== null);
+    fitRow(e.table, data, d.values, marks, policyOf, e.key);
+    const unheld = marks.join(',') || null;
     return {
       row: {
         fields: [e.position, e.op, e.commitTs, String(e.schemaVersion), e.txId, e.synthetic ? 'true' : 'false', unheld, appliedAt.toISOString(), ...k.values, ...d.values],
@@ -89,6 +91,27 @@ export function partCount(bytes: number, o: PartOptions = {}): number {
 }
 
 const fieldBytes = (f: string | null): number => (f === null ? 1 : Buffer.byteLength(f, 'utf8') + 3);
+
+/**
+ * COPY loads a row of at most `REDSHIFT_MAX_ROW_BYTES`: while the row is larger, its largest data
+ * value meets its column's policy with the reason `row-too-long` (refused: the event is a dead
+ * letter; null-with-marker: NULL and marked), so no load fails on one row.
+ */
+function fitRow(table: string, data: readonly RedshiftColumn[], values: (string | null)[], marks: string[], policyOf: (column: string) => ValuePolicy, key: Record<string, unknown>): void {
+  const size = (v: string | null): number => (v === null ? 1 : Buffer.byteLength(v, 'utf8') + 3);
+  // The platform columns and the key take well under 1 KB; the data decide.
+  let total = 1024 + JSON.stringify(key).length + values.reduce((n, v) => n + size(v), 0);
+  while (total > REDSHIFT_MAX_ROW_BYTES) {
+    let largest = 0;
+    for (let i = 1; i < values.length; i++) if (size(values[i] ?? null) > size(values[largest] ?? null)) largest = i;
+    const c = data[largest]!;
+    const detail = `the row is ${total} bytes, COPY loads at most ${REDSHIFT_MAX_ROW_BYTES}; ${c.name} is its largest value`;
+    if (policyOf(c.name) === 'refuse-row') throw new RedshiftValueRefusedError(table, c.name, 'row-too-long', detail);
+    total -= size(values[largest] ?? null) - 1;
+    values[largest] = null;
+    marks.push(`${c.name}:row-too-long`);
+  }
+}
 
 /** The CSV parts of `rows` for load `loadId` (its id first in every row): `partCount` parts of about equal bytes. */
 export function csvParts(loadId: number, rows: readonly StagedRow[], o: PartOptions = {}): string[] {

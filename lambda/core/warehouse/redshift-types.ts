@@ -22,6 +22,8 @@ export const REDSHIFT_MAX_VARCHAR_BYTES = 65_535;
 export const REDSHIFT_MAX_VARBYTE_BYTES = 1_024_000;
 /** The largest JSON value COPY takes into a SUPER column (Redshift's 4 MB JSON object limit, in bytes of its text). */
 export const REDSHIFT_MAX_SUPER_BYTES = 4 * 1024 * 1024;
+/** The largest row COPY loads, in bytes of its text. */
+export const REDSHIFT_MAX_ROW_BYTES = 4 * 1024 * 1024;
 /** Redshift's largest numeric precision. */
 export const REDSHIFT_MAX_NUMERIC_DIGITS = 38;
 /** The first year Redshift's DATE and TIMESTAMP hold: 4713 BC (astronomical year -4712). */
@@ -31,7 +33,7 @@ export const REDSHIFT_MIN_YEAR_BC = 4713;
 export type ValueKind = 'integer' | 'float' | 'numeric' | 'boolean' | 'date' | 'timestamp' | 'time' | 'varchar' | 'super' | 'varbyte';
 
 /** Why a value cannot be held (the marker's words). */
-export type UnheldReason = 'too-long' | 'nan' | 'infinity' | 'date-out-of-range' | 'numeric-overflow' | 'not-hex';
+export type UnheldReason = 'too-long' | 'row-too-long' | 'nan' | 'infinity' | 'date-out-of-range' | 'numeric-overflow' | 'not-hex';
 
 /** What happens to a value Redshift cannot hold. */
 export type ValuePolicy = 'refuse-row' | 'null-with-marker';

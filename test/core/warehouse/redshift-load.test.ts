@@ -73,4 +73,16 @@ describe('what the loader takes', () => {
     expect('refused' in refused && refused.refused).toBeInstanceOf(RedshiftValueRefusedError);
     expect(stageEvent(e({ op: 'delete', after: null }), key, data, () => 'refuse-row', new Date(0))).toMatchObject({ row: { fields: [expect.any(String), 'delete', expect.any(String), '1', '9', 'false', null, expect.any(String), '1', null] } });
   });
+
+  it('a row over COPY\'s 4 MB: its largest value meets its policy (refused, or NULL and marked) until the row fits', () => {
+    const wide = [redshiftColumn('a', 'jsonb'), redshiftColumn('b', 'jsonb'), redshiftColumn('c', 'text')];
+    const big = (n: number): string => JSON.stringify({ x: 'y'.repeat(n) });
+    const ev = e({ after: { id: 1, a: big(3_000_000), b: big(2_000_000), c: 'small' } });
+    const refused = stageEvent(ev, key, wide, () => 'refuse-row', new Date(0));
+    expect('refused' in refused && refused.refused).toMatchObject({ column: 'a', reason: 'row-too-long' });
+    const marked = stageEvent(ev, key, wide, () => 'null-with-marker', new Date(0));
+    expect('row' in marked && marked.row.fields.slice(-3).map((f) => (f === null ? null : f.length))).toEqual([null, 2_000_008, 5]);
+    expect('row' in marked && marked.row.fields[6]).toBe('a:row-too-long');
+  });
 });
+
