@@ -109,8 +109,6 @@ export interface RedshiftStandInOptions {
 
 /** A `RedshiftSession` over PostgreSQL. */
 export class RedshiftStandIn implements RedshiftSession {
-  private readonly domains = new Set<string>();
-  private readonly made = new Set<string>();
   private copies = 0;
 
   constructor(private readonly o: RedshiftStandInOptions) {}
@@ -120,13 +118,12 @@ export class RedshiftStandIn implements RedshiftSession {
       await this.copy(sql);
       return { rows: [] };
     }
-    const text = toPostgres(sql, this.domains);
-    for (const d of this.domains) {
-      if (this.made.has(d)) continue;
+    const used = new Set<string>();
+    const text = toPostgres(sql, used);
+    for (const d of used) {
+      // Looked up every time: CREATE DOMAIN is transactional, so one made inside a caller's transaction that rolled back is gone again.
       const exists = await this.o.client.query('SELECT 1 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE n.nspname = $1 AND t.typname = $2', ['public', d]);
-      // Domains are made outside the caller's transaction would be better, but CREATE DOMAIN is transactional here: it commits or rolls back with the statement that needed it.
       if (exists.rowCount === 0) await this.o.client.query(domainSql(d));
-      this.made.add(d);
     }
     const r = await this.o.client.query(text);
     return { rows: (Array.isArray(r) ? (r.at(-1) as pg.QueryResult) : r).rows as Record<string, unknown>[] };
@@ -158,8 +155,8 @@ export class RedshiftStandIn implements RedshiftSession {
   private async copy(sql: string): Promise<void> {
     const m = COPY_RE.exec(sql.trim());
     if (!m) throw new StandInUnsupportedError('a COPY other than the loader\'s (… MANIFEST FORMAT AS CSV GZIP …)', sql);
-    const table = toPostgres(m[1]!, this.domains);
-    const columns = toPostgres(m[2]!, this.domains).split(',').map((c) => c.trim());
+    const table = toPostgres(m[1]!, new Set());
+    const columns = toPostgres(m[2]!, new Set()).split(',').map((c) => c.trim());
     const c = this.o.client;
     const types = await c.query<{ attname: string; type: string }>(
       `SELECT attname, format_type(atttypid, atttypmod) AS type FROM pg_attribute WHERE attrelid = CAST($1 AS regclass) AND attnum > 0 AND NOT attisdropped`,
