@@ -111,6 +111,12 @@ export class RedshiftLoader {
     }
   }
 
+  /** Makes a table known to the merges (a process that restarts merges only the tables registered or submitted since). */
+  register(r: RedshiftTable): Promise<void> {
+    this.tables.set(`${r.t.schema}.${r.t.view}`.toLowerCase(), r);
+    return this.serial(() => this.prepare([r]));
+  }
+
   /**
    * Queues a table's events for the next load. Events Redshift cannot take are in the receipt's
    * `refused` at once (dead letters); the rest resolve with the load id after its COMMIT.

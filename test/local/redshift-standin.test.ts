@@ -250,6 +250,16 @@ describe('Redshift stand-in and loader (embedded PostgreSQL)', () => {
       { id: '1', n: 4, extra: null },
       { id: '2', n: 150, extra: '7' },
     ]);
+    // A new process knows no table until it registers it; then it merges what the old one left.
+    const fresh = loader();
+    expect((await fresh.merge()).tables).toBe(0);
+    await fresh.register(v2);
+    await l.flush();
+    const third = l.submit(v2, [event('evo', 'update', 1, 12n, { note: 'after', doc: null, blob: null, amount: '3', extra: 8 })]);
+    await l.flush();
+    await third;
+    expect((await fresh.merge()).tables).toBe(1);
+    expect(Number((await client.query(`SELECT count(*) AS n FROM ${rsQualified(v2.t.schema, v2.t.mirror)} WHERE note = 'after'`)).rows[0].n)).toBe(1);
     const v3: RedshiftTable = { ...v2, data: v2.data.map((c) => (c.name === 'amount' ? redshiftColumn('amount', 'text') : c)) };
     await expect(l.evolve(v2, v3)).rejects.toThrow(RedshiftTypeChangeError);
   });
