@@ -1121,17 +1121,9 @@ export function foldChangelogIntoEmptySql(t: WarehouseTable, o: MergeSqlOptions)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Redshift's load path: COPY from S3 staging (docs/warehouse-apply.md, "Redshift").
+// CSV for Redshift's load path (lambda/core/warehouse/redshift-load.ts; docs/warehouse-apply.md, "Redshift: the load").
 
-/** One staged object of a Redshift delta load: where it goes and what it holds. */
-export interface S3StagedLoad {
-  /** `s3://bucket/prefix/…/<name>.csv` */
-  uri: string;
-  /** The CSV text (RFC 4180, `\N`-free: NULL is an unquoted empty field, an empty string is `""`). */
-  body: string;
-}
-
-/** A value as a CSV field for Redshift's `COPY … CSV` with `NULL AS ''` semantics (see `redshiftCopySql`). */
+/** A value as a CSV field for Redshift's `COPY … CSV` (an unquoted empty field is NULL, `""` an empty string; see `copyManifestSql` in lambda/core/warehouse/redshift-sql.ts). */
 export function csvField(v: string | null): string {
   if (v === null) return '';
   return `"${v.replace(/"/g, '""')}"`;
@@ -1142,22 +1134,4 @@ export function csvBody(rows: readonly (readonly (string | null)[])[]): string {
   let out = '';
   for (const r of rows) out += `${r.map(csvField).join(',')}\n`;
   return out;
-}
-
-/**
- * `COPY <delta> (cols) FROM 's3://…' IAM_ROLE '<arn>' FORMAT AS CSV …`: Redshift's bulk load of a
- * staged object into the delta. An unquoted empty field loads as NULL (`EMPTYASNULL` is for
- * quoted ones, so it is not set: `""` stays an empty string); timestamps are ISO 8601 text
- * (`TIMEFORMAT 'auto'`); `COMPUPDATE OFF STATUPDATE OFF` keep the small, frequent loads cheap.
- * No `TRUNCATECOLUMNS`, no `MAXERROR`: a value that does not fit fails the load loudly.
- * The role ARN and the URI are checked, not parameters (Redshift's COPY takes none).
- */
-export function redshiftCopySql(table: string, columns: readonly string[], uri: string, roleArn: string, region?: string): string {
-  if (!/^s3:\/\/[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\/[A-Za-z0-9!_.*()/=-]+$/.test(uri)) throw new UnsafeIdentifierError(uri, 'not an S3 URI the load path makes (s3://bucket/key with plain characters)');
-  if (!/^arn:aws[a-z-]*:iam::\d{12}:role\/[A-Za-z0-9+=,.@_/-]+$/.test(roleArn)) throw new UnsafeIdentifierError(roleArn, 'not an IAM role ARN');
-  if (region !== undefined && !/^[a-z]{2}(-[a-z]+)+-\d$/.test(region)) throw new UnsafeIdentifierError(region, 'not an AWS region name');
-  return (
-    `COPY ${table} (${cols(columns)}) FROM '${uri}' IAM_ROLE '${roleArn}' FORMAT AS CSV ` +
-    `TIMEFORMAT 'auto' COMPUPDATE OFF STATUPDATE OFF${region ? ` REGION '${region}'` : ''}`
-  );
 }

@@ -1,0 +1,280 @@
+/**
+ * The Redshift loader (docs/warehouse-apply.md, "Redshift: the load"): one per warehouse, one
+ * session, whatever the number of shards. Shard appliers `submit` their tables' events; the
+ * loader stages them, and on its cadence (`redshiftCadence`, from the sink's `freshnessTarget`)
+ * writes each table's rows as gzip CSV objects to the staging prefix, one manifest per table, and
+ * runs in ONE transaction every table's `COPY … MANIFEST` into its changelog plus the ledger row
+ * of the load. A `submit` resolves only after that COMMIT, so its caller advances its checkpoint
+ * only for events that are loaded. Merges run on their own cadence, all due tables in one
+ * transaction. Statements go over the wire protocol (`pg`), see docs/deploy.md, "Redshift".
+ */
+import { gzipSync } from 'node:zlib';
+import type { Archive } from '../core/rebuild/archive.ts';
+import type { ChangeEvent } from '../core/shared/event.ts';
+import { csvParts, manifest, stageEvent, type StagedRow } from '../core/warehouse/redshift-load.ts';
+import {
+  copyManifestSql,
+  createLedgerSql,
+  createSchemaSql,
+  createTableSql,
+  evolveSql,
+  lastLoadSql,
+  loadDoneSql,
+  mergeSql,
+  nextLoadIdSql,
+  pendingCountSql,
+  recordLoadSql,
+  type RedshiftTable,
+} from '../core/warehouse/redshift-sql.ts';
+import type { ValuePolicy } from '../core/warehouse/redshift-types.ts';
+
+/** A Redshift session (a `pg.Client` over the wire protocol, or the local stand-in). */
+export interface RedshiftSession {
+  query(sql: string): Promise<{ rows: Record<string, unknown>[] }>;
+}
+
+export interface RedshiftLoaderOptions {
+  session: RedshiftSession;
+  /** The staging prefix's store: keys are object keys in `bucket`. */
+  store: Archive;
+  bucket: string;
+  /** Key prefix of staged objects (`<prefix>loads/<load id>/…`). */
+  prefix: string;
+  /** The role associated with the cluster that may read the staging prefix. */
+  roleArn: string;
+  region?: string;
+  /** The schema of the loads ledger. */
+  ledgerSchema: string;
+  /** A column's value policy (docs/warehouse-apply.md, "Redshift: types and values it cannot hold"). @default 'refuse-row' */
+  policyOf?: (table: string, column: string) => ValuePolicy;
+  /** The cluster's slices (nodes × slices per node): a table's load is cut into a multiple of it when large enough (`partCount`). @default 1 */
+  slices?: number;
+  /** Every statement sent, in order (benchmarks and tests count them). */
+  onStatement?: (sql: string) => void;
+  now?: () => Date;
+}
+
+/** What became of a submitted batch, once its load committed. */
+export interface LoadReceipt {
+  loadId: number;
+  loaded: number;
+  /** Events not loaded, each with its named error (dead letters for the caller). */
+  refused: { event: ChangeEvent; error: Error }[];
+}
+
+interface Waiting {
+  resolve: (loadId: number) => void;
+  reject: (err: unknown) => void;
+}
+
+/** What one load did. */
+export interface LoadStats {
+  loadId: number;
+  tables: number;
+  objects: number;
+  events: number;
+  statements: number;
+}
+
+export class RedshiftLoader {
+  private readonly tables = new Map<string, RedshiftTable>();
+  private readonly ready = new Set<string>();
+  private queued = new Map<string, { r: RedshiftTable; rows: StagedRow[] }>();
+  private waiting: Waiting[] = [];
+  private ledgerReady = false;
+  private chain: Promise<unknown> = Promise.resolve();
+  private statements = 0;
+
+  constructor(private readonly o: RedshiftLoaderOptions) {}
+
+  private async sql(text: string): Promise<Record<string, unknown>[]> {
+    this.statements++;
+    this.o.onStatement?.(text);
+    return (await this.o.session.query(text)).rows;
+  }
+
+  /** Runs `fn` after everything queued on the one session. */
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.chain.then(fn, fn);
+    this.chain = next.catch(() => undefined);
+    return next;
+  }
+
+  private async transaction(statements: () => Promise<void>): Promise<void> {
+    await this.sql('BEGIN');
+    try {
+      await statements();
+      await this.sql('COMMIT');
+    } catch (err) {
+      await this.sql('ROLLBACK').catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /** Makes a table known to the merges (a process that restarts merges only the tables registered or submitted since). */
+  register(r: RedshiftTable): Promise<void> {
+    this.tables.set(`${r.t.schema}.${r.t.view}`.toLowerCase(), r);
+    return this.serial(() => this.prepare([r]));
+  }
+
+  /**
+   * Queues a table's events for the next load. Events Redshift cannot take are in the receipt's
+   * `refused` at once (dead letters); the rest resolve with the load id after its COMMIT.
+   */
+  async submit(r: RedshiftTable, events: readonly ChangeEvent[], appliedAt: Date = (this.o.now ?? (() => new Date()))()): Promise<LoadReceipt> {
+    const id = `${r.t.schema}.${r.t.view}`.toLowerCase();
+    this.tables.set(id, r);
+    const refused: LoadReceipt['refused'] = [];
+    const rows: StagedRow[] = [];
+    const policyOf = (c: string): ValuePolicy => this.o.policyOf?.(r.t.tableId, c) ?? 'refuse-row';
+    for (const e of events) {
+      const s = stageEvent(e, r.key, r.data, policyOf, appliedAt);
+      if ('row' in s) rows.push(s.row);
+      else refused.push({ event: e, error: s.refused });
+    }
+    if (rows.length === 0) return { loadId: 0, loaded: 0, refused };
+    const q = this.queued.get(id) ?? { r, rows: [] };
+    for (const row of rows) q.rows.push(row);
+    this.queued.set(id, q);
+    const loadId = await new Promise<number>((resolve, reject) => this.waiting.push({ resolve, reject }));
+    return { loadId, loaded: rows.length, refused };
+  }
+
+  /** Events queued for the next load. */
+  get queuedEvents(): number {
+    let n = 0;
+    for (const q of this.queued.values()) n += q.rows.length;
+    return n;
+  }
+
+  /** Statements sent so far. */
+  get statementCount(): number {
+    return this.statements;
+  }
+
+  /** Loads everything queued, in one transaction; resolves the waiting submits (or rejects them with the error). */
+  flush(): Promise<LoadStats | null> {
+    return this.serial(async () => {
+      if (this.queued.size === 0) return null;
+      const queued = this.queued;
+      const waiting = this.waiting;
+      this.queued = new Map();
+      this.waiting = [];
+      try {
+        const stats = await this.load([...queued.values()]);
+        for (const w of waiting) w.resolve(stats.loadId);
+        return stats;
+      } catch (err) {
+        for (const w of waiting) w.reject(err);
+        throw err;
+      }
+    });
+  }
+
+  private async prepare(rs: readonly RedshiftTable[]): Promise<void> {
+    if (!this.ledgerReady) {
+      await this.transaction(async () => {
+        await this.sql(createSchemaSql(this.o.ledgerSchema));
+        await this.sql(createLedgerSql(this.o.ledgerSchema));
+      });
+      this.ledgerReady = true;
+    }
+    for (const r of rs) {
+      const id = `${r.t.schema}.${r.t.view}`.toLowerCase();
+      if (this.ready.has(id)) continue;
+      await this.transaction(async () => {
+        for (const s of createTableSql(r)) await this.sql(s);
+      });
+      this.ready.add(id);
+    }
+  }
+
+  private async load(batch: readonly { r: RedshiftTable; rows: StagedRow[] }[]): Promise<LoadStats> {
+    const statementsBefore = this.statements;
+    await this.prepare(batch.map((b) => b.r));
+    const loadId = Number((await this.sql(nextLoadIdSql(this.o.ledgerSchema)))[0]!.load_id);
+    const loadKey = `${this.o.prefix}loads/${loadId}`;
+    // Objects first (durable before the COPY names them), one manifest per table.
+    const manifests: { r: RedshiftTable; uri: string }[] = [];
+    let objects = 0;
+    let events = 0;
+    for (const [i, { r, rows }] of batch.entries()) {
+      const parts = csvParts(loadId, rows, { slices: this.o.slices }).map((text) => gzipSync(text));
+      const entries: { url: string; bytes: number }[] = [];
+      for (const [j, body] of parts.entries()) {
+        const key = `${loadKey}/t${i}-${r.t.view.toLowerCase()}/part-${String(j).padStart(4, '0')}.csv.gz`;
+        await this.o.store.put(key, body);
+        entries.push({ url: `s3://${this.o.bucket}/${key}`, bytes: body.length });
+      }
+      const mkey = `${loadKey}/t${i}-${r.t.view.toLowerCase()}.manifest`;
+      await this.o.store.put(mkey, JSON.stringify(manifest(entries)));
+      manifests.push({ r, uri: `s3://${this.o.bucket}/${mkey}` });
+      objects += entries.length;
+      events += rows.length;
+    }
+    await this.transaction(async () => {
+      // A load retried after its COMMIT (the reply was lost) is in the ledger: nothing is loaded twice.
+      if ((await this.sql(loadDoneSql(this.o.ledgerSchema, loadKey))).length > 0) return;
+      for (const m of manifests) await this.sql(copyManifestSql(m.r, m.uri, this.o.roleArn, this.o.region));
+      await this.sql(recordLoadSql(this.o.ledgerSchema, { loadId, loadKey, objects, events, at: (this.o.now ?? (() => new Date()))() }));
+    });
+    return { loadId, tables: batch.length, objects, events, statements: this.statements - statementsBefore };
+  }
+
+  /** Merges every known table with pending changelog rows, in one transaction (after the loads queued before it). */
+  merge(): Promise<{ tables: number; statements: number }> {
+    return this.serial(async () => {
+      const before = this.statements;
+      const due: RedshiftTable[] = [];
+      for (const [id, r] of this.tables) {
+        if (!this.ready.has(id)) continue;
+        const n = Number((await this.sql(pendingCountSql(r)))[0]!.n);
+        if (n > 0) due.push(r);
+      }
+      if (due.length === 0) return { tables: 0, statements: this.statements - before };
+      await this.transaction(async () => {
+        const cut = Number((await this.sql(lastLoadSql(this.o.ledgerSchema)))[0]!.load_id);
+        for (const r of due) for (const s of mergeSql(r, cut)) await this.sql(s);
+      });
+      return { tables: due.length, statements: this.statements - before };
+    });
+  }
+
+  /**
+   * Moves a registered table to a new schema version (`evolveSql`): added columns in one
+   * transaction, VARCHAR widenings each on its own (Redshift runs `ALTER COLUMN … TYPE` in no
+   * transaction), after the loads queued before it. A type Redshift cannot change throws
+   * `RedshiftTypeChangeError` and nothing is changed.
+   */
+  evolve(from: RedshiftTable, to: RedshiftTable): Promise<void> {
+    return this.serial(async () => {
+      const plan = evolveSql(from, to);
+      const id = `${to.t.schema}.${to.t.view}`.toLowerCase();
+      if (this.queued.has(id)) throw new Error(`${to.t.tableId}: events of the old schema version are queued; flush before evolving`);
+      if (plan.transactional.length > 0) {
+        await this.transaction(async () => {
+          for (const s of plan.transactional) await this.sql(s);
+        });
+      }
+      for (const s of plan.widen) await this.sql(s);
+      this.tables.set(id, to);
+    });
+  }
+
+  /**
+   * Runs the cadence until `signal` aborts: a load every `loadEveryMs` when events are queued, a
+   * merge every `mergeEveryMs`. A failed load rejects its submits (their callers retry); a failed
+   * merge is reported and tried again next time (the view stays correct, the backlog grows).
+   */
+  async run(cadence: { loadEveryMs: number; mergeEveryMs: number }, signal: AbortSignal, onError: (what: 'load' | 'merge', err: unknown) => void): Promise<void> {
+    let lastMerge = Date.now();
+    while (!signal.aborted) {
+      await new Promise((r) => setTimeout(r, cadence.loadEveryMs));
+      await this.flush().catch((err: unknown) => onError('load', err));
+      if (Date.now() - lastMerge >= cadence.mergeEveryMs) {
+        lastMerge = Date.now();
+        await this.merge().catch((err: unknown) => onError('merge', err));
+      }
+    }
+  }
+}

@@ -1,0 +1,338 @@
+/**
+ * The Redshift dialect's statements (docs/warehouse-apply.md, "Redshift"). Pure: names and SQL text.
+ *
+ * Layout per captured table (names from `warehouseTable`, folded to lower case):
+ * - `_cdc_changelog_<t>`: the append target. Every delivered event, one row each, loaded by
+ *   `COPY … FROM 's3://…/manifest' MANIFEST` (`copyManifestSql`); `_cdc_load` is the load that
+ *   brought it (from the loads ledger). Redelivered events are rows again; the merge and the view
+ *   rank them away.
+ * - `_cdc_mirror_<t>`: the base, one row per key (soft mode keeps tombstones).
+ * - `_cdc_deleted_keys_<t>` (hard mode): the position of each key's merged delete, so a late
+ *   older event never resurrects it.
+ * - `_cdc_watermarks` (per schema): per table, the last load the base has absorbed.
+ * - view `<t>`: the base overlaid with the newest changelog row per key above the watermark,
+ *   deletes hidden (`createViewSql`).
+ * And one loads ledger per warehouse (`createLedgerSql`): one row per committed load, written in
+ * the load's own transaction, so a load retried after a crash between its COMMIT and the
+ * checkpoint is recognised and not loaded twice.
+ *
+ * The merge (`mergeSql`) is `CREATE TEMP TABLE` of the newest changelog row per key above the
+ * watermark and above the base (deduplicated: one row per key, so each target row matches at
+ * most one source row, as Redshift's MERGE requires), then one `MERGE` (soft mode), or the
+ * hard-mode deletes and one `MERGE` of the live rows, then the watermark's move.
+ *
+ * Redshift-only constraints kept here: MERGE with one WHEN MATCHED and one WHEN NOT MATCHED
+ * clause and no extra conditions, its source a table (the stage); no `ON CONFLICT`, no
+ * `RETURNING`, no `DISTINCT ON`, no `::` casts, no array or jsonb operators, no `COPY FROM
+ * STDIN`. Identifiers are folded to lower case here, as Redshift folds them (quoted or not, unless
+ * `enable_case_sensitive_identifier` is on), and two names of one table that fold together are
+ * refused (`FoldedColumnError`).
+ */
+import { CdcError, UnsafeIdentifierError } from '../shared/errors.ts';
+import { quoteIdent } from '../shared/identifiers.ts';
+import { UNHELD_COLUMN, type RedshiftColumn } from './redshift-types.ts';
+import { CdcColumn, type WarehouseTable } from './warehouse-sql.ts';
+
+/** Two columns of one table that Redshift would fold into one name. */
+export class FoldedColumnError extends CdcError {
+  constructor(table: string, a: string, b: string) {
+    super('NAME_FOLDS', `${table}: columns ${a} and ${b} are one column in Redshift, which folds names to lower case; rename one at the source (docs/onboarding.md, "Names")`);
+  }
+}
+
+/** A name as Redshift stores it: lower case, quoted. */
+export function rsIdent(name: string): string {
+  return quoteIdent(name.toLowerCase());
+}
+
+/** `"schema"."name"`, folded. */
+export function rsQualified(schema: string, name: string): string {
+  return `${rsIdent(schema)}.${rsIdent(name)}`;
+}
+
+/** Throws `FoldedColumnError` when two of `names` fold into one. */
+export function assertFoldsApart(table: string, names: readonly string[]): void {
+  const seen = new Map<string, string>();
+  for (const n of names) {
+    const f = n.toLowerCase();
+    const other = seen.get(f);
+    if (other !== undefined) throw new FoldedColumnError(table, other, n);
+    seen.set(f, n);
+  }
+}
+
+/** The load that brought a changelog row (the ledger's `load_id`). */
+export const LOAD_COLUMN = '_cdc_load';
+/** Stage and view only: a row's rank among its key's rows. */
+const RANK = '_cdc_rank';
+export const WATERMARKS_TABLE = '_cdc_watermarks';
+export const LEDGER_TABLE = '_cdc_loads';
+
+/** One captured table in the Redshift dialect: its objects, key and data columns. */
+export interface RedshiftTable {
+  t: WarehouseTable;
+  key: readonly RedshiftColumn[];
+  data: readonly RedshiftColumn[];
+  hard: boolean;
+}
+
+const list = (names: readonly string[], prefix = ''): string => names.map((n) => prefix + rsIdent(n)).join(', ');
+const keyMatch = (key: readonly RedshiftColumn[], l: string, r: string): string => key.map((k) => `${l}.${rsIdent(k.name)} = ${r}.${rsIdent(k.name)}`).join(' AND ');
+const defs = (cs: readonly RedshiftColumn[], notNull = false): string[] => cs.map((c) => `${rsIdent(c.name)} ${c.type}${notNull ? ' NOT NULL' : ''}`);
+
+/** The changelog's platform columns, in table order (then the key, then the data). */
+export const RS_CHANGELOG_CDC: readonly { name: string; type: string }[] = [
+  { name: LOAD_COLUMN, type: 'bigint NOT NULL' },
+  { name: CdcColumn.POSITION, type: 'varchar(24) NOT NULL' },
+  { name: CdcColumn.OP, type: 'varchar(8) NOT NULL' },
+  { name: CdcColumn.COMMIT_TS, type: 'timestamptz NOT NULL' },
+  { name: CdcColumn.SCHEMA_VERSION, type: 'integer NOT NULL' },
+  { name: CdcColumn.TX_ID, type: 'varchar(256)' },
+  { name: CdcColumn.SYNTHETIC, type: 'boolean NOT NULL' },
+  { name: UNHELD_COLUMN, type: 'varchar(65535)' },
+  { name: CdcColumn.APPLIED_AT, type: 'timestamptz NOT NULL' },
+];
+
+/** The changelog's columns in table order (the staged objects' field order). */
+export function changelogColumns(r: RedshiftTable): string[] {
+  return [...RS_CHANGELOG_CDC.map((c) => c.name), ...r.key.map((c) => c.name), ...r.data.map((c) => c.name)];
+}
+
+/** The mirror's columns in table order. */
+export function mirrorColumns(r: RedshiftTable): string[] {
+  return [CdcColumn.DELETED, ...r.key.map((c) => c.name), ...r.data.map((c) => c.name), CdcColumn.POSITION, CdcColumn.DELETED_AT, UNHELD_COLUMN, CdcColumn.APPLIED_AT];
+}
+
+/** The view's columns: key, data, position, marker, applied-at. */
+export function viewColumns(r: RedshiftTable): string[] {
+  return [...r.key.map((c) => c.name), ...r.data.map((c) => c.name), CdcColumn.POSITION, UNHELD_COLUMN, CdcColumn.APPLIED_AT];
+}
+
+export function createSchemaSql(schema: string): string {
+  return `CREATE SCHEMA IF NOT EXISTS ${rsIdent(schema)}`;
+}
+
+/** The loads ledger: one row per committed load (`load_id` ascending in commit order: loads commit one at a time). */
+export function createLedgerSql(schema: string): string {
+  return (
+    `CREATE TABLE IF NOT EXISTS ${rsQualified(schema, LEDGER_TABLE)} (load_id bigint NOT NULL, load_key varchar(1024) NOT NULL, ` +
+    `objects integer NOT NULL, events bigint NOT NULL, loaded_at timestamptz NOT NULL, PRIMARY KEY (load_id))`
+  );
+}
+
+/** The next load id (in the load's transaction; loads are serialised by the loader, and by Redshift's serializable isolation). */
+export function nextLoadIdSql(schema: string): string {
+  return `SELECT COALESCE(MAX(load_id), 0) + 1 AS load_id FROM ${rsQualified(schema, LEDGER_TABLE)}`;
+}
+
+/** Whether a load is committed already (`load_key` is the load's manifest key). */
+export function loadDoneSql(schema: string, loadKey: string): string {
+  return `SELECT load_id FROM ${rsQualified(schema, LEDGER_TABLE)} WHERE load_key = ${literal(loadKey)}`;
+}
+
+export function recordLoadSql(schema: string, o: { loadId: number; loadKey: string; objects: number; events: number; at: Date }): string {
+  return (
+    `INSERT INTO ${rsQualified(schema, LEDGER_TABLE)} (load_id, load_key, objects, events, loaded_at) VALUES ` +
+    `(${int(o.loadId)}, ${literal(o.loadKey)}, ${int(o.objects)}, ${int(o.events)}, CAST(${literal(o.at.toISOString())} AS timestamptz))`
+  );
+}
+
+/** The highest committed load (the merge's cut). */
+export function lastLoadSql(schema: string): string {
+  return `SELECT COALESCE(MAX(load_id), 0) AS load_id FROM ${rsQualified(schema, LEDGER_TABLE)}`;
+}
+
+/** The tables of one captured table, its watermark row and its view (idempotent, in one transaction). */
+export function createTableSql(r: RedshiftTable): string[] {
+  const { t } = r;
+  assertFoldsApart(t.tableId, [...r.key, ...r.data].map((c) => c.name));
+  const keyNames = list(r.key.map((c) => c.name));
+  const out = [
+    createSchemaSql(t.schema),
+    `CREATE TABLE IF NOT EXISTS ${rsQualified(t.schema, t.changelog)} (${[...RS_CHANGELOG_CDC.map((c) => `${rsIdent(c.name)} ${c.type}`), ...defs(r.key, true), ...defs(r.data)].join(', ')})`,
+    `CREATE TABLE IF NOT EXISTS ${rsQualified(t.schema, t.mirror)} (${[
+      `${rsIdent(CdcColumn.DELETED)} boolean NOT NULL`,
+      ...defs(r.key, true),
+      ...defs(r.data),
+      `${rsIdent(CdcColumn.POSITION)} varchar(24) NOT NULL`,
+      `${rsIdent(CdcColumn.DELETED_AT)} timestamptz`,
+      `${rsIdent(UNHELD_COLUMN)} varchar(65535)`,
+      `${rsIdent(CdcColumn.APPLIED_AT)} timestamptz NOT NULL`,
+      `PRIMARY KEY (${keyNames})`,
+    ].join(', ')})`,
+    `CREATE TABLE IF NOT EXISTS ${rsQualified(t.schema, WATERMARKS_TABLE)} (table_name varchar(128) NOT NULL, merged_load bigint NOT NULL, PRIMARY KEY (table_name))`,
+    `INSERT INTO ${rsQualified(t.schema, WATERMARKS_TABLE)} (table_name, merged_load) SELECT ${literal(t.view.toLowerCase())}, 0 ` +
+      `WHERE NOT EXISTS (SELECT 1 FROM ${rsQualified(t.schema, WATERMARKS_TABLE)} w WHERE w.table_name = ${literal(t.view.toLowerCase())})`,
+  ];
+  if (r.hard) {
+    out.push(`CREATE TABLE IF NOT EXISTS ${rsQualified(t.schema, t.deletedKeys)} (${[...defs(r.key, true), `${rsIdent(CdcColumn.POSITION)} varchar(24) NOT NULL`, `PRIMARY KEY (${keyNames})`].join(', ')})`);
+  }
+  out.push(createViewSql(r));
+  return out;
+}
+
+/** The changelog rows of `t` the base has not absorbed: loads above the table's watermark (up to `cut`, when given). */
+function pendingRows(r: RedshiftTable, cut?: string): string {
+  const { t } = r;
+  const wm = `(SELECT w.merged_load FROM ${rsQualified(t.schema, WATERMARKS_TABLE)} w WHERE w.table_name = ${literal(t.view.toLowerCase())})`;
+  return `SELECT c.* FROM ${rsQualified(t.schema, t.changelog)} c WHERE c.${rsIdent(LOAD_COLUMN)} > ${wm}${cut ? ` AND c.${rsIdent(LOAD_COLUMN)} <= ${cut}` : ''}`;
+}
+
+/** The newest pending row per key (rank 1; a redelivery ties on position and the first load wins). */
+function newestPending(r: RedshiftTable, cut?: string): string {
+  const pos = rsIdent(CdcColumn.POSITION);
+  return (
+    `SELECT p.*, row_number() OVER (PARTITION BY ${list(r.key.map((k) => k.name), 'p.')} ORDER BY p.${pos} DESC, p.${rsIdent(LOAD_COLUMN)}) AS ${rsIdent(RANK)} ` +
+    `FROM (${pendingRows(r, cut)}) p`
+  );
+}
+
+/** Not shadowed by the base or, in hard mode, by a remembered deletion at or above the row. */
+function aboveBase(r: RedshiftTable, alias: string): string {
+  const { t } = r;
+  const pos = rsIdent(CdcColumn.POSITION);
+  let s = `NOT EXISTS (SELECT 1 FROM ${rsQualified(t.schema, t.mirror)} m WHERE ${keyMatch(r.key, 'm', alias)} AND m.${pos} >= ${alias}.${pos})`;
+  if (r.hard) s += ` AND NOT EXISTS (SELECT 1 FROM ${rsQualified(t.schema, t.deletedKeys)} d WHERE ${keyMatch(r.key, 'd', alias)} AND d.${pos} >= ${alias}.${pos})`;
+  return s;
+}
+
+/** The view consumers query: the base overlaid with the newest pending row per key, deletes hidden. */
+export function createViewSql(r: RedshiftTable): string {
+  const { t } = r;
+  const pos = rsIdent(CdcColumn.POSITION);
+  const cols = viewColumns(r);
+  const base =
+    `SELECT ${list(cols, 'm.')} FROM ${rsQualified(t.schema, t.mirror)} m WHERE NOT m.${rsIdent(CdcColumn.DELETED)} ` +
+    `AND NOT EXISTS (SELECT 1 FROM (${pendingRows(r)}) p WHERE ${keyMatch(r.key, 'p', 'm')} AND p.${pos} > m.${pos})`;
+  const pending = `SELECT ${list(cols, 'l.')} FROM (${newestPending(r)}) l WHERE l.${rsIdent(RANK)} = 1 AND l.${rsIdent(CdcColumn.OP)} <> 'delete' AND ${aboveBase(r, 'l')}`;
+  return `CREATE OR REPLACE VIEW ${rsQualified(t.schema, t.view)} AS ${base} UNION ALL ${pending}`;
+}
+
+/** The merge's stage table of `t` (a session temp table, dropped by the merge). */
+export function mergeStageName(r: RedshiftTable): string {
+  return `cdc_merge_${r.t.mirror}`.toLowerCase().slice(0, 127);
+}
+
+/**
+ * The merge of `t` up to load `cut` (an integer the caller read with `lastLoadSql` in the same
+ * transaction), in order:
+ * 1. stage the newest pending row per key that is above the base (one row per key), as a mirror row;
+ * 2. hard mode: delete the base rows of staged deletes, replace the keys' remembered deletions,
+ *    remember the staged deletes, drop them from the stage;
+ * 3. `MERGE INTO` the base from the stage (matched: every column; soft-mode deletes become
+ *    tombstones that keep the base's values; not matched: insert);
+ * 4. the watermark moves to `cut`; the stage is dropped.
+ */
+export function mergeSql(r: RedshiftTable, cut: number): string[] {
+  const { t } = r;
+  const stage = rsIdent(mergeStageName(r));
+  const del = rsIdent(CdcColumn.DELETED);
+  const isDelete = `l.${rsIdent(CdcColumn.OP)} = 'delete'`;
+  const mcols = mirrorColumns(r);
+  const exprs = mcols.map((c) => {
+    if (c === CdcColumn.DELETED) return `CASE WHEN ${isDelete} THEN true ELSE false END AS ${del}`;
+    if (c === CdcColumn.DELETED_AT) return `CASE WHEN ${isDelete} THEN l.${rsIdent(CdcColumn.COMMIT_TS)} END AS ${rsIdent(c)}`;
+    return `l.${rsIdent(c)}`;
+  });
+  const out = [`CREATE TEMP TABLE ${stage} AS SELECT ${exprs.join(', ')} FROM (${newestPending(r, String(int(cut)))}) l WHERE l.${rsIdent(RANK)} = 1 AND ${aboveBase(r, 'l')}`];
+  const mirror = rsQualified(t.schema, t.mirror);
+  const mirrorRef = rsIdent(t.mirror);
+  if (r.hard) {
+    const dk = rsQualified(t.schema, t.deletedKeys);
+    const keys = r.key.map((k) => k.name);
+    out.push(`DELETE FROM ${mirror} USING ${stage} s WHERE ${keyMatch(r.key, mirrorRef, 's')} AND s.${del}`);
+    out.push(`DELETE FROM ${dk} USING ${stage} s WHERE ${keyMatch(r.key, rsIdent(t.deletedKeys), 's')}`);
+    out.push(`INSERT INTO ${dk} (${list([...keys, CdcColumn.POSITION])}) SELECT ${list([...keys, CdcColumn.POSITION], 's.')} FROM ${stage} s WHERE s.${del}`);
+    out.push(`DELETE FROM ${stage} WHERE ${del}`);
+  }
+  const data = [...r.data.map((c) => c.name), UNHELD_COLUMN];
+  const keep = (c: string): string => `CASE WHEN s.${del} THEN ${mirrorRef}.${rsIdent(c)} ELSE s.${rsIdent(c)} END`;
+  const assign = [
+    ...data.map((c) => `${rsIdent(c)} = ${r.hard ? `s.${rsIdent(c)}` : keep(c)}`),
+    ...[CdcColumn.DELETED, CdcColumn.POSITION, CdcColumn.DELETED_AT, CdcColumn.APPLIED_AT].map((c) => `${rsIdent(c)} = s.${rsIdent(c)}`),
+  ];
+  out.push(
+    `MERGE INTO ${mirror} USING ${stage} s ON ${keyMatch(r.key, mirrorRef, 's')} ` +
+      `WHEN MATCHED THEN UPDATE SET ${assign.join(', ')} ` +
+      `WHEN NOT MATCHED THEN INSERT (${list(mcols)}) VALUES (${list(mcols, 's.')})`,
+  );
+  out.push(`UPDATE ${rsQualified(t.schema, WATERMARKS_TABLE)} SET merged_load = ${int(cut)} WHERE table_name = ${literal(t.view.toLowerCase())}`);
+  out.push(`DROP TABLE ${stage}`);
+  return out;
+}
+
+/** Pending rows of `t` (changelog rows above the watermark): the merge's backlog. */
+export function pendingCountSql(r: RedshiftTable): string {
+  return `SELECT COUNT(*) AS n FROM (${pendingRows(r)}) x`;
+}
+
+/** What the loader's COPY says about the staged objects (docs/warehouse-apply.md, "Redshift: the load"). */
+export const COPY_FORMAT = "FORMAT AS CSV GZIP TIMEFORMAT 'auto' DATEFORMAT 'auto' COMPUPDATE OFF STATUPDATE OFF";
+
+/**
+ * `COPY <changelog> (cols) FROM 's3://…/<manifest>' IAM_ROLE '<arn>' MANIFEST FORMAT AS CSV GZIP …`:
+ * one COPY over every object the manifest lists. An unquoted empty field is NULL, `""` an empty
+ * string (no `EMPTYASNULL`); no `TRUNCATECOLUMNS`, no `MAXERROR`, no `ACCEPTINVCHARS`: a value that
+ * does not fit fails the load loudly (the loader checked every value against its column before).
+ * The URI, role and region are checked, not parameters (COPY takes none).
+ */
+export function copyManifestSql(r: RedshiftTable, manifestUri: string, roleArn: string, region?: string): string {
+  if (!/^s3:\/\/[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\/[A-Za-z0-9!_.*()/=-]+$/.test(manifestUri)) throw new UnsafeIdentifierError(manifestUri, 'not an S3 URI the loader makes (s3://bucket/key with plain characters)');
+  if (!/^arn:aws[a-z-]*:iam::\d{12}:role\/[A-Za-z0-9+=,.@_/-]+$/.test(roleArn)) throw new UnsafeIdentifierError(roleArn, 'not an IAM role ARN');
+  if (region !== undefined && !/^[a-z]{2}(-[a-z]+)+-\d$/.test(region)) throw new UnsafeIdentifierError(region, 'not an AWS region name');
+  return `COPY ${rsQualified(r.t.schema, r.t.changelog)} (${list(changelogColumns(r))}) FROM '${manifestUri}' IAM_ROLE '${roleArn}' MANIFEST ${COPY_FORMAT}${region ? ` REGION '${region}'` : ''}`;
+}
+
+function literal(s: string): string {
+  if (/[\\\0]/.test(s)) throw new UnsafeIdentifierError(s, 'a literal the loader writes may not hold a backslash or NUL');
+  return `'${s.replaceAll("'", "''")}'`;
+}
+
+function int(n: number): number {
+  if (!Number.isSafeInteger(n) || n < 0) throw new RangeError(`expected a non-negative integer, got ${n}`);
+  return n;
+}
+
+/** A column change Redshift cannot make in place (only a VARCHAR's length can change). */
+export class RedshiftTypeChangeError extends CdcError {
+  constructor(table: string, column: string, have: string, want: string) {
+    super('SINK_TYPE_CONFLICT', `${table}.${column}: the Redshift column is ${have} and the new schema version needs ${want}; Redshift changes only a VARCHAR's length, so the table is held (docs/schema-drift.md)`);
+  }
+}
+
+/** The schema change from `from` to `to` (the same table, a new schema version), in two parts. */
+export interface RedshiftEvolution {
+  /** One transaction: added columns on the changelog and the base, the view made again. */
+  transactional: string[];
+  /** VARCHAR widenings, each its own statement outside a transaction (Redshift runs `ALTER COLUMN … TYPE` in none), between a DROP and a CREATE of the view. */
+  widen: string[];
+}
+
+/**
+ * Schema evolution per Redshift (docs/warehouse-apply.md, "Redshift: schema changes"): a new column
+ * is added to the changelog and the base; a VARCHAR that must hold more bytes is widened; any other
+ * type change is refused (`RedshiftTypeChangeError`); a column the new version lacks stays (its
+ * values become NULL in new rows, as a delivered row without it says nothing about it).
+ */
+export function evolveSql(from: RedshiftTable, to: RedshiftTable): RedshiftEvolution {
+  const { t } = to;
+  const have = new Map([...from.key, ...from.data].map((c) => [c.name.toLowerCase(), c]));
+  const added: RedshiftColumn[] = [];
+  const widened: RedshiftColumn[] = [];
+  for (const c of [...to.key, ...to.data]) {
+    const h = have.get(c.name.toLowerCase());
+    if (h === undefined) added.push(c);
+    else if (h.type === c.type) continue;
+    else if (h.kind === 'varchar' && c.kind === 'varchar' && (c.maxBytes ?? 0) > (h.maxBytes ?? 0)) widened.push(c);
+    else if (!(h.kind === 'varchar' && c.kind === 'varchar')) throw new RedshiftTypeChangeError(t.tableId, c.name, h.type, c.type);
+  }
+  if (to.key.some((k) => added.includes(k))) throw new RedshiftTypeChangeError(t.tableId, to.key.map((k) => k.name).join(', '), 'the key', 'a new key column');
+  const tables = [t.changelog, t.mirror];
+  const transactional =
+    added.length === 0 ? [] : [`DROP VIEW ${rsQualified(t.schema, t.view)}`, ...added.flatMap((c) => tables.map((x) => `ALTER TABLE ${rsQualified(t.schema, x)} ADD COLUMN ${rsIdent(c.name)} ${c.type}`)), createViewSql(to)];
+  const widen =
+    widened.length === 0
+      ? []
+      : [`DROP VIEW ${rsQualified(t.schema, t.view)}`, ...widened.flatMap((c) => tables.map((x) => `ALTER TABLE ${rsQualified(t.schema, x)} ALTER COLUMN ${rsIdent(c.name)} TYPE ${c.type}`)), createViewSql(to)];
+  return { transactional, widen };
+}
