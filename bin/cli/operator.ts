@@ -136,6 +136,12 @@ const pad = (rows: string[][]): string => {
   return rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join('  ').trimEnd()).join('\n') + '\n';
 };
 
+/** A table's snapshot in `cdc status`: its state, rows done of the estimate and throttle (as `cdc local`'s board), the ETA while it runs. */
+export function snapshotCell(s: NonNullable<StatusReport['tables'][number]['snapshot']>): string {
+  const progress = s.detail ?? (s.rows !== undefined ? `${s.rows} rows` : s.chunksDone !== undefined ? `${s.chunksDone}/${s.chunksTotal ?? '?'} chunks` : null);
+  return [s.state, progress, s.state === 'running' && s.eta ? `ETA ${s.eta}` : null].filter((x) => x).join(' ');
+}
+
 export function formatStatus(report: StatusReport): string {
   const rows: string[][] = [['SOURCE', 'TABLE', 'STATE', 'VERSION', 'SINK', 'APPLIED', 'HELD FROM', 'HEADROOM', 'DEAD', 'SNAPSHOT', 'REASON']];
   for (const t of report.tables) {
@@ -151,8 +157,8 @@ export function formatStatus(report: StatusReport): string {
         s.heldFrom ? `${s.heldFrom}${s.releasePending ? ' (replaying)' : ''}` : '-',
         t.retentionHeadroomMs === null ? '-' : formatDuration(t.retentionHeadroomMs),
         String(t.deadLetters),
-        // Snapshot progress comes from the snapshot worker's entry point when one is wired.
-        t.snapshot ? `${t.snapshot.state}${t.snapshot.chunksDone !== undefined ? ` ${t.snapshot.chunksDone}/${t.snapshot.chunksTotal ?? '?'}` : ''}${t.snapshot.eta ? ` eta ${t.snapshot.eta}` : ''}` : '-',
+        // Snapshot progress comes from the snapshot worker's entry point when one is wired: in rows, as the board shows it.
+        t.snapshot ? snapshotCell(t.snapshot) : '-',
         [t.stateReason, t.capture === 'poll' ? `capture poll: ${POLL_DELETES_INVISIBLE}` : null].filter((x) => x).join('; '),
       ]);
     }

@@ -113,7 +113,7 @@ describe('the CLI → operator API path (the Lambda handler in process, JSON in 
     expect(resnap.code, resnap.err).toBe(0);
     const status = await run('status', '--url', API_URL);
     expect(status.out).toMatch(/SOURCE +TABLE +STATE +VERSION/);
-    expect(status.out).toMatch(/shop +public\.items +needs-resnapshot +1 +- +- +- +- +0 +queued 0\/\? +RESNAPSHOT_REQUESTED: gap \(by tester\)/);
+    expect(status.out).toMatch(/shop +public\.items +needs-resnapshot +1 +- +- +- +- +0 +queued 0\/0 rows, idle +RESNAPSHOT_REQUESTED: gap \(by tester\)/);
     expect(status.out).toMatch(/shop +public\.orders +paused/);
     expect(status.out).toContain('end-to-end lag: unknown');
     const audit = await run('audit', '--json', '--url', API_URL);

@@ -10,7 +10,7 @@ import { PassThrough } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { COMMANDS, main } from '../../bin/cli/main.ts';
 import { EXIT_CODE_MEANING, helpText, parseCommandLine, RETIRED_FLAGS, spelling, VOCABULARY } from '../../bin/cli/options.ts';
-import { setDoorOpener } from '../../bin/cli/operator.ts';
+import { setDoorOpener, snapshotCell } from '../../bin/cli/operator.ts';
 import { parseLocalArgs } from '../../bin/cli/local.ts';
 import { parseReconcileArgs } from '../../bin/cli/reconcile.ts';
 import type { OperatorBody } from '../../lambda/core/operator/operator.ts';
@@ -155,5 +155,14 @@ describe('docs/operations.md', () => {
   it('has the exit code table, one row per code, as the CLI states them', () => {
     const doc = readFileSync(new URL('../../docs/operations.md', import.meta.url), 'utf8');
     for (const [code, meaning] of Object.entries(EXIT_CODE_MEANING)) expect(doc).toContain(`| \`${code}\` | ${meaning} |`);
+  });
+});
+
+describe('cdc status shows snapshot progress in rows, as the board does', () => {
+  it('rows done of the estimate and the throttle, the ETA only while running; chunks only when no rows are reported', () => {
+    expect(snapshotCell({ state: 'running', chunksDone: 32, chunksTotal: null, rows: 2538, eta: '146 s', detail: '2538/5000 rows, paused' })).toBe('running 2538/5000 rows, paused ETA 146 s');
+    expect(snapshotCell({ state: 'done', chunksDone: 50, rows: 5000, eta: '0 s', detail: '5000/5000 rows, idle' })).toBe('done 5000/5000 rows, idle');
+    expect(snapshotCell({ state: 'running', rows: 10 })).toBe('running 10 rows');
+    expect(snapshotCell({ state: 'queued', chunksDone: 0 })).toBe('queued 0/? chunks');
   });
 });
