@@ -8,7 +8,7 @@ import { MetricName } from '../../contracts/metrics.ts';
 import type { MetricsCollector } from '../../local/metrics.ts';
 import { percentile } from '../../local/metrics.ts';
 import type { LocalPipeline } from '../../local/pipeline.ts';
-import { MovingRate, renderDrainLine, SnapshotWindow, type DrainSink, type StatusSnapshot } from '../../local/status.ts';
+import { formatMs, MovingRate, renderDrainLine, SnapshotWindow, type DrainSink, type StatusSnapshot } from '../../local/status.ts';
 
 /** The window of the live lag percentiles (as the pipeline's status). */
 const LAG_WINDOW_MS = 60_000;
@@ -127,4 +127,18 @@ export function printDrainProgress(progress: DrainProgress, print: (text: string
   tick();
   const timer = setInterval(tick, everyMs);
   return { stop: () => clearInterval(timer) };
+}
+
+/**
+ * Runs `work`, printing `still <what> (N s)` every `everyMs` until it settles: a long phase
+ * (comparing a big table row by row) is never silent for more than `everyMs`.
+ */
+export async function whileWorking<T>(print: (text: string) => void, what: string, work: Promise<T>, everyMs = DRAIN_EVERY_MS, now: () => number = Date.now): Promise<T> {
+  const started = now();
+  const timer = setInterval(() => print(`cdc local: still ${what} (${formatMs(now() - started)})\n`), everyMs);
+  try {
+    return await work;
+  } finally {
+    clearInterval(timer);
+  }
 }

@@ -21,7 +21,7 @@ import { sourceNotReady } from '../../local/slot.ts';
 import { CheckId, type CheckResult } from '../../lambda/core/operator/doctor.ts';
 import { doctorSource } from './doctor.ts';
 import { formatMs, StatusWriter } from '../../local/status.ts';
-import { DrainProgress, pipelineReadings, printDrainProgress, runLags, StatusView } from './local-progress.ts';
+import { DrainProgress, pipelineReadings, printDrainProgress, runLags, StatusView, whileWorking } from './local-progress.ts';
 import { finishReport, lagText, runSummary, type LocalReport } from './local-report.ts';
 import { compareSourceAndSearch, compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts';
 import { SearchStandIn } from '../../local/search-standin.ts';
@@ -396,13 +396,17 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals): Promi
       print(`measured: first change in the warehouse ${p.firstAppliedAt ? `${formatMs(p.firstAppliedAt - started)} after start` : 'never'}; ${summary.text}\n`);
       // Every table captured now, those that joined by a rule included (docs/onboarding.md).
       print(`cdc local: caught up; comparing ${pipeline.capturedTables().length} captured tables of source and warehouse row by row\n`);
-      const verdict = await compareSourceAndWarehouse({
-        sourceUrl: stack.sourceUrl,
-        warehouseUrl: stack.warehouseUrl,
-        source,
-        tables: pipeline.capturedTables(),
-        control: stack.control,
-      });
+      const verdict = await whileWorking(
+        print,
+        'comparing source and warehouse',
+        compareSourceAndWarehouse({
+          sourceUrl: stack.sourceUrl,
+          warehouseUrl: stack.warehouseUrl,
+          source,
+          tables: pipeline.capturedTables(),
+          control: stack.control,
+        }),
+      );
       print(`${formatVerdict(verdict).join('\n')}\n`);
       report.verdicts.push({ sink: o.sinkId, ...verdict });
       code = verdict.match ? EXIT_OK : EXIT_FAILED;
@@ -410,14 +414,18 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals): Promi
         const searchLags = runLags(collector, o.searchId, p.startedAt);
         print(`measured: search sink ${o.searchId} ${lagText(searchLags)}\n`);
         print(`cdc local: comparing source and search index ${o.searchId} document by document\n`);
-        const searchVerdict = await compareSourceAndSearch({
-          sourceUrl: stack.sourceUrl,
-          search: pipeline.searchIndex,
-          source,
-          control: stack.control,
-          // Every table captured now, as for the warehouse: those that joined by a rule included.
-          tables: pipeline.capturedTables(),
-        });
+        const searchVerdict = await whileWorking(
+          print,
+          `comparing source and search index ${o.searchId}`,
+          compareSourceAndSearch({
+            sourceUrl: stack.sourceUrl,
+            search: pipeline.searchIndex,
+            source,
+            control: stack.control,
+            // Every table captured now, as for the warehouse: those that joined by a rule included.
+            tables: pipeline.capturedTables(),
+          }),
+        );
         print(`${formatVerdict(searchVerdict).join('\n')}\n`);
         report.verdicts.push({ sink: o.searchId, ...searchVerdict });
         if (!searchVerdict.match) code = EXIT_FAILED;

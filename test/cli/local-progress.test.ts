@@ -6,7 +6,7 @@
  * summary's workload rates apart from the drain, and the --json report's outcome.
  */
 import { describe, expect, it } from 'vitest';
-import { DrainProgress, StatusView, type DrainReadings } from '../../bin/cli/local-progress.ts';
+import { DrainProgress, StatusView, whileWorking, type DrainReadings } from '../../bin/cli/local-progress.ts';
 import { finishReport, runSummary, type LocalReport } from '../../bin/cli/local-report.ts';
 import { MetricName } from '../../contracts/metrics.ts';
 import { MetricsCollector } from '../../local/metrics.ts';
@@ -152,5 +152,23 @@ describe('the summary of a bounded run', () => {
     expect(finishReport({ ...base, verdicts: [{ sink: 'warehouse', match: true, tables: [t] }] }, 0)).toMatchObject({ outcome: 'match', exitCode: 0 });
     expect(finishReport({ ...base, verdicts: [{ sink: 'warehouse', match: true, tables: [t] }, { sink: 'search', match: false, tables: [{ ...t, match: false, missing: 1 }] }] }, 1)).toMatchObject({ outcome: 'diverged', exitCode: 1 });
     expect(finishReport({ ...base, outcome: 'failed', reason: 'boom' }, 1)).toEqual({ ...base, outcome: 'failed', reason: 'boom', exitCode: 1 });
+  });
+});
+
+describe('a long phase is never silent', () => {
+  it('prints "still …" every interval until the work settles, then stops', async () => {
+    const printed: string[] = [];
+    let t = 0;
+    let finish: (v: string) => void = () => undefined;
+    const work = new Promise<string>((r) => (finish = r));
+    const done = whileWorking((x) => printed.push(x), 'comparing source and warehouse', work, 20, () => (t += 10_000));
+    await new Promise((r) => setTimeout(r, 70));
+    finish('verdict');
+    expect(await done).toBe('verdict');
+    const count = printed.length;
+    expect(count).toBeGreaterThanOrEqual(2);
+    expect(printed[0]).toBe('cdc local: still comparing source and warehouse (10.0 s)\n');
+    await new Promise((r) => setTimeout(r, 60));
+    expect(printed.length).toBe(count);
   });
 });
