@@ -371,9 +371,7 @@ export function explainThrottle(throttle: string, short = false): string {
     case 'slowed':
       return short ? "slowed (the source's probe commits over the budget)" : "slowed: the source's probe commits were over the budget, so the snapshot rests between chunks";
     case 'fenced':
-      return short ? 'fenced (waiting for the capture)' : 'waiting for the capture to pass the chunk fence (the capture is behind)';
-    case 'full-speed':
-      return short ? 'full speed' : 'full speed (the source is within its budget)';
+      return short ? 'fenced (waiting for the capture)' : 'fenced: waiting for the capture to pass the chunk fence (the capture is behind)';
     default:
       return throttle;
   }
