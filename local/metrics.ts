@@ -116,6 +116,18 @@ export class MetricsCollector {
     return out;
   }
 
+  /**
+   * Values of a lag metric (ms, recorded when the measured thing arrived) since `since`, split by
+   * when the measured thing started (arrival minus lag): at or after `runStartedAt` (`live`), or
+   * before it (`carried`: committed before a restart, so the lag includes the downtime).
+   */
+  lagSplit(name: string, match: Record<string, string>, runStartedAt: number, since: number): { live: number[]; carried: number[] } {
+    const live: number[] = [];
+    const carried: number[] = [];
+    for (const s of this.find(name, match)) for (const [t, v] of s.samples) if (t >= since) (t - v >= runStartedAt ? live : carried).push(v);
+    return { live, carried };
+  }
+
   /** Sum of matching values per second over the last `windowMs`. */
   ratePerSecond(name: string, match: Record<string, string>, windowMs: number, now = Date.now()): number {
     const vs = this.valuesSince(name, match, now - windowMs);
@@ -139,6 +151,8 @@ export class MetricsCollector {
 export interface CapturedStdout {
   /** Writes to the real stdout (the live status, the verdict). */
   write(text: string): void;
+  /** Writes to the real stderr (the live status and the verdict lines when stdout carries JSON). */
+  writeErr(text: string): void;
   /** Gives stdout and stderr back (flushing partial lines to the log). */
   restore(): Promise<void>;
 }
@@ -230,6 +244,7 @@ export function captureStdout(collector: MetricsCollector, files: { emfFile: str
   });
   return {
     write: out.original,
+    writeErr: err.original,
     async restore(): Promise<void> {
       out.flush();
       err.flush();

@@ -15,6 +15,12 @@ export interface SinkStatus {
   lagP99Ms: number | null;
   eventsPerSecond: number;
   deadLetters: number;
+  /**
+   * After a restart: the largest lag of heartbeats committed before this run started and applied
+   * in it. It includes the time the pipeline was down, so p50/p99 leave those heartbeats out
+   * (their window starts at the resume) and this shows them apart. @default none
+   */
+  carriedLagMs?: number | null;
 }
 
 export interface ConsumerStatus {
@@ -165,6 +171,9 @@ export function renderStatus(s: StatusSnapshot): string[] {
         ]),
       ]),
     );
+    for (const k of s.sinks) {
+      if (k.carriedLagMs != null) lines.push(`  ${k.sink}: heartbeats committed before this run started arrived with up to ${formatMs(k.carriedLagMs)} lag (it includes the downtime); p50/p99 count this run's heartbeats only`);
+    }
     lines.push('');
   }
   if (s.consumers.length > 0) {
@@ -226,14 +235,16 @@ function snapshotCells(x: SnapshotStatusLine): string[] {
     `${x.rowsDone}/${x.estimatedRows}${pct}`,
     `${rate(x.rowsPerSecond)} rows/s`,
     x.status === 'running' ? eta(x.etaSeconds) : x.status === 'done' ? 'done' : '-',
-    `${x.throttle}${x.chunkSize ? ` (chunk ${x.chunkSize})` : ''}`,
+    `${x.status === 'running' ? explainThrottle(x.throttle) : x.throttle}${x.chunkSize ? ` (chunk ${x.chunkSize})` : ''}`,
     x.error ? `ERROR ${x.error}` : x.status === 'running' && x.sinceUpdateMs > 30_000 ? `no progress for ${formatMs(x.sinceUpdateMs)}` : '',
   ];
 }
 
 /** One line for logs that are not a terminal. */
 export function renderStatusLine(s: StatusSnapshot): string {
-  const sinks = s.sinks.map((k) => `${k.sink} lag ${formatMs(k.lagMs)} (p99 ${formatMs(k.lagP99Ms)}) ${rate(k.eventsPerSecond)} ev/s`).join('; ');
+  const sinks = s.sinks
+    .map((k) => `${k.sink} lag ${formatMs(k.lagMs)} (p99 ${formatMs(k.lagP99Ms)}${k.carriedLagMs != null ? `; up to ${formatMs(k.carriedLagMs)} before the resume, downtime included` : ''}) ${rate(k.eventsPerSecond)} ev/s`)
+    .join('; ');
   const states = new Map<string, number>();
   for (const t of s.tables) states.set(t.state, (states.get(t.state) ?? 0) + 1);
   const tables = [...states].map(([k, n]) => `${n} ${k}`).join(', ');
@@ -247,12 +258,37 @@ export function renderStatusLine(s: StatusSnapshot): string {
     (s.slots?.some((k) => k.level !== 'ok') ? `; SLOT ${s.slots.filter((k) => k.level !== 'ok').map((k) => `${k.slot} ${k.level}`).join(', ')}` : '') +
     (s.snapshots ?? [])
       .filter((x) => x.status === 'running' || x.status === 'requested')
-      .map((x) => `; snapshot ${x.table} ${x.rowsDone}/${x.estimatedRows} rows ${rate(x.rowsPerSecond)}/s ${eta(x.etaSeconds)} ${x.throttle}`)
+      .map((x) => `; snapshot ${x.table} ${x.rowsDone}/${x.estimatedRows} rows ${rate(x.rowsPerSecond)}/s ${eta(x.etaSeconds)} ${explainThrottle(x.throttle, true)}`)
       .join('') +
     (s.notCaptured && s.notCaptured.length > 0 ? `; not captured: ${s.notCaptured.map((t) => `${t.table} ${t.verdict}`).join(', ')} (reasons: cdc status)` : '') +
     (s.problems.length > 0 ? `; ${s.problems.length} recent problem(s), last: ${s.problems[s.problems.length - 1]!.text}` : '') +
     (s.capture.error ? `; ERROR ${s.capture.error}` : '')
   );
+}
+
+/**
+ * Snapshot rates and ETAs from a moving window of rows done over wall time (`MovingRate`), in
+ * place of the worker's per-chunk rate: a snapshot that rests between chunks shows the rate it
+ * really makes, and its ETA follows from that.
+ */
+export class SnapshotWindow {
+  private readonly rates = new Map<string, MovingRate>();
+
+  constructor(private readonly windowMs = 30_000) {}
+
+  apply(s: StatusSnapshot): StatusSnapshot {
+    if (!s.snapshots) return s;
+    const snapshots = s.snapshots.map((x) => {
+      if (x.status !== 'running') return x;
+      let r = this.rates.get(x.table);
+      if (!r) this.rates.set(x.table, (r = new MovingRate(this.windowMs)));
+      const perSecond = r.add(s.now, x.rowsDone);
+      if (perSecond === null) return x;
+      const ms = etaMs(Math.max(0, x.estimatedRows - x.rowsDone), perSecond);
+      return { ...x, rowsPerSecond: perSecond, etaSeconds: ms === null ? null : ms / 1000 };
+    });
+    return { ...s, snapshots };
+  }
 }
 
 /** Writes the status: redrawn in place on a terminal, a plain line every `plainEveryMs` otherwise. */
@@ -286,4 +322,80 @@ export class StatusWriter {
   release(): void {
     this.drawn = 0;
   }
+}
+
+/**
+ * A rate over a moving window (events/s, rows/s): what the screen shows now, not an average since
+ * the start, so that a pause or a burst shows within one window. Fed with a growing total and the
+ * time it was read (an injected clock in tests).
+ */
+export class MovingRate {
+  private readonly samples: Array<[number, number]> = [];
+
+  constructor(readonly windowMs = 30_000) {}
+
+  /** Records the total at `at` (epoch ms) and returns the rate per second over the window, or null before two readings. */
+  add(at: number, total: number): number | null {
+    this.samples.push([at, total]);
+    // Keep one reading at or before the window's start, so the window is always covered.
+    while (this.samples.length > 2 && this.samples[1]![0] <= at - this.windowMs) this.samples.shift();
+    return this.rate();
+  }
+
+  /** Per second over the window (from the oldest reading kept to the newest), or null before two readings. */
+  rate(): number | null {
+    if (this.samples.length < 2) return null;
+    const [t0, v0] = this.samples[0]!;
+    const [t1, v1] = this.samples[this.samples.length - 1]!;
+    return t1 > t0 ? (Math.max(0, v1 - v0) * 1000) / (t1 - t0) : null;
+  }
+}
+
+/** The time to do `left` at `perSecond`: 0 when nothing is left, null when nothing moves. */
+export function etaMs(left: number, perSecond: number | null): number | null {
+  if (left <= 0) return 0;
+  if (perSecond === null || perSecond <= 0) return null;
+  return (left / perSecond) * 1000;
+}
+
+/**
+ * What a snapshot's throttle state means, for the status (docs/snapshot.md, "The budget"); `short`
+ * for the one-line status of logs.
+ */
+export function explainThrottle(throttle: string, short = false): string {
+  switch (throttle) {
+    case 'paused':
+      return short
+        ? "paused (the source's probe commits over 2x the budget; machine load counts too)"
+        : "paused: the source's probe commits were slower than twice the budget allows (the pacer reads added write latency; on a busy machine its load reads the same as the source's), so the snapshot rests between small chunks";
+    case 'slowed':
+      return short ? "slowed (the source's probe commits over the budget)" : "slowed: the source's probe commits were over the budget, so the snapshot rests between chunks";
+    case 'fenced':
+      return short ? 'fenced (waiting for the capture)' : 'fenced: waiting for the capture to pass the chunk fence (the capture is behind)';
+    default:
+      return throttle;
+  }
+}
+
+/** One sink's part of a drain: what is left for it and how fast it goes. */
+export interface DrainSink {
+  sink: string;
+  /** Events it still has to apply (about: counted since this run started), snapshot rows not yet read included. */
+  left: number;
+  /** Events it applied per second over the moving window, or null before two readings. */
+  perSecond: number | null;
+  /** Its poller's iterator age (how far behind the change log's tip its last read was), ms. */
+  behindMs: number;
+}
+
+/** One progress line while a bounded run waits for the sinks (every 10 s, so a drain is never silent). */
+export function renderDrainLine(p: { elapsedMs: number; windowMs: number; snapshotRowsLeft: number; snapshotPerSecond: number | null; sinks: DrainSink[] }): string {
+  const per = (r: number | null): string => (r === null ? 'rate unknown' : `${rate(r)}/s`);
+  const eta = (left: number, r: number | null): string => {
+    const ms = etaMs(left, r);
+    return ms === null ? 'ETA unknown (no progress in the window)' : `ETA ${formatMs(ms)}`;
+  };
+  const parts = p.sinks.map((k) => `${k.sink} ${k.left} events left, ${per(k.perSecond)}, ${eta(k.left, k.perSecond)}, iterator age ${formatMs(k.behindMs)}`);
+  if (p.snapshotRowsLeft > 0) parts.unshift(`snapshot ${p.snapshotRowsLeft} rows left to read, ${per(p.snapshotPerSecond)}, ${eta(p.snapshotRowsLeft, p.snapshotPerSecond)}`);
+  return `draining for ${formatMs(p.elapsedMs)} (rates over the last ${formatMs(p.windowMs)}): ${parts.join('; ') || 'nothing left'}`;
 }

@@ -1,6 +1,6 @@
 /**
  * `cdc decode [FILE]`: raw capture records (DMS or slot format, detected per line) in, canonical
- * change events out, both as JSON lines. See `HELP` for the contract.
+ * change events out, both as JSON lines. See `DECODE` (its help) for the contract.
  */
 import { createReadStream } from 'node:fs';
 import { readFile } from 'node:fs/promises';
@@ -13,27 +13,18 @@ import { applyColumnRulesToChange } from '../../lambda/core/tables/masking.ts';
 import { parseJsonExact } from '../../lambda/core/shared/json-exact.ts';
 import { comparePositions } from '../../lambda/core/shared/position.ts';
 import { parseTableConfig, TableConfigIndex } from '../../lambda/core/tables/table-config.ts';
-import { EXIT_FAILED, EXIT_OK, UsageError, write, type CliIo, type Command } from './command.ts';
+import { EXIT_FAILED, EXIT_OK, UsageError, write, type CliIo, type Command, type CommandSpec } from './command.ts';
+import { on, parseCommandLine, text, texts, use, VOCABULARY } from './options.ts';
 
 export const DEFAULT_SOURCE = 'cli';
 
-const HELP = `Usage: cdc decode [FILE] [options]
-
-Reads raw capture records as JSON lines from FILE (or stdin) and prints the canonical change
+export const DECODE: CommandSpec = {
+  name: 'decode',
+  summary: 'decode raw capture records (DMS or slot, JSON lines) into canonical change events',
+  usage: ['[FILE] [options]'],
+  description: `Reads raw capture records as JSON lines from FILE (or stdin) and prints the canonical change
 events they stand for as JSON lines on stdout. Each line may be a DMS Kinesis record or a
 slot-capture record ("format": "cdc-slot/1"); the format is detected per line.
-
-Options:
-  --source-id ID              source id stamped on events decoded from DMS records
-                              (slot records name their own source) [default: ${DEFAULT_SOURCE}]
-  --key schema.table=c1,c2    primary-key columns of a table (repeatable). DMS records do not
-                              name the key; without --key it is learned from create-table
-                              control records and pk-only before images seen earlier in the input
-  --table-config FILE         captured-table settings (the CDC_TABLE_CONFIG JSON array): keys,
-                              and mask/exclude rules applied to the printed events
-  --sort                      print all events at the end, ordered by position (stable)
-  --quiet                     do not print notes on stderr
-  -h, --help                  this text
 
 Output: one event per line, in the change event's shape (v, source, table, op, key, after,
 before, missing, position, commitTs, txId, schemaVersion, capture, synthetic) with
@@ -44,10 +35,18 @@ DMS full-load rows print as op "snapshot" at position 000000000000000000000000 (
 stderr: a line that cannot be decoded is reported as "line N: <reason>" and decoding continues.
 Control records (create-table, drop-table, column changes) and ignored records (DMS's own
 awsdms_ tables, task-level control records) print no event; they are noted as
-"note: line N: ..." unless --quiet. Blank lines are skipped.
-
-Exit code: 0 when every line decoded, 1 when any line failed, 2 for a usage error.
-`;
+"note: line N: ..." unless --quiet. Blank lines are skipped.`,
+  arguments: [{ name: 'FILE', help: 'the input, JSON lines; - or none: stdin' }],
+  options: [
+    use(VOCABULARY.sourceId, { detail: 'Stamped on events decoded from DMS records (slot records name their own source).', default: DEFAULT_SOURCE }),
+    use(VOCABULARY.key),
+    use(VOCABULARY.tableConfig, { detail: 'Its keys, and its mask/exclude rules applied to the printed events (the CDC_TABLE_CONFIG JSON array).' }),
+    use(VOCABULARY.sort),
+    use(VOCABULARY.quiet),
+  ],
+  exits: { 0: 'every line decoded', 1: 'a line did not decode (each reported on stderr)' },
+  mistaken: { source: '--source is a source database URL (cdc local, doctor, reconcile); cdc decode takes the source id as --source-id' },
+};
 
 interface DecodeOptions {
   file: string | null;
@@ -56,7 +55,6 @@ interface DecodeOptions {
   tableConfig: string | null;
   sort: boolean;
   quiet: boolean;
-  help: boolean;
 }
 
 function parseKey(spec: string): [string, string[]] {
@@ -67,47 +65,11 @@ function parseKey(spec: string): [string, string[]] {
 }
 
 export function parseDecodeArgs(args: readonly string[]): DecodeOptions {
-  const o: DecodeOptions = { file: null, source: DEFAULT_SOURCE, keys: new Map(), tableConfig: null, sort: false, quiet: false, help: false };
-  for (let i = 0; i < args.length; i++) {
-    const a = args[i]!;
-    const value = (): string => {
-      const v = args[++i];
-      if (v === undefined) throw new UsageError(`${a} needs a value`);
-      return v;
-    };
-    switch (a) {
-      case '-h':
-      case '--help':
-        o.help = true;
-        break;
-      // `--source-id`, as in `cdc local`, where `--source` is the source database URL.
-      case '--source-id':
-        o.source = value();
-        if (!isSourceId(o.source)) throw new UsageError(`--source-id expects a lower-case identifier, got '${o.source}'`);
-        break;
-      case '--source':
-        throw new UsageError("--source is cdc local's source database URL; cdc decode takes the source id as --source-id");
-      case '--key': {
-        const [table, cols] = parseKey(value());
-        o.keys.set(table, cols);
-        break;
-      }
-      case '--table-config':
-        o.tableConfig = value();
-        break;
-      case '--sort':
-        o.sort = true;
-        break;
-      case '--quiet':
-        o.quiet = true;
-        break;
-      default:
-        if (a.startsWith('-') && a !== '-') throw new UsageError(`unknown option '${a}'`);
-        if (o.file !== null) throw new UsageError(`one input file at most (got '${o.file}' and '${a}')`);
-        o.file = a;
-    }
-  }
-  return o;
+  const { values, positionals } = parseCommandLine(DECODE, args);
+  const source = text(values, 'source-id') ?? DEFAULT_SOURCE;
+  if (!isSourceId(source)) throw new UsageError(`--source-id expects a lower-case identifier, got '${source}'`);
+  if (positionals.length > 1) throw new UsageError(`one input file at most (got '${positionals.join("' and '")}')`);
+  return { file: positionals[0] ?? null, source, keys: new Map(texts(values, 'key').map(parseKey)), tableConfig: text(values, 'table-config'), sort: on(values, 'sort'), quiet: on(values, 'quiet') };
 }
 
 /** The printed shape: a change event whose schema version is not known (no registry consulted). */
@@ -141,10 +103,6 @@ function reason(e: unknown): string {
 
 async function run(args: string[], io: CliIo): Promise<number> {
   const o = parseDecodeArgs(args);
-  if (o.help) {
-    await write(io.stdout, HELP);
-    return EXIT_OK;
-  }
   let config: TableConfigIndex | null = null;
   if (o.tableConfig !== null) {
     let text: string;
@@ -233,8 +191,4 @@ async function run(args: string[], io: CliIo): Promise<number> {
   return failed > 0 ? EXIT_FAILED : EXIT_OK;
 }
 
-export const decodeCommand: Command = {
-  name: 'decode',
-  summary: 'decode raw capture records (DMS or slot, JSON lines) into canonical change events',
-  run,
-};
+export const decodeCommand: Command = { spec: DECODE, run };

@@ -11,40 +11,36 @@ import { matchRules } from '../../lambda/core/tables/discovery.ts';
 import { validateTableSettings, type TableRule } from '../../lambda/core/tables/table-config.ts';
 import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { redactUrl } from '../../local/stack.ts';
-import { EXIT_FAILED, EXIT_OK, UsageError, write, type CliIo, type Command } from './command.ts';
+import { EXIT_FAILED, EXIT_OK, UsageError, write, type CliIo, type Command, type CommandSpec } from './command.ts';
+import { on, parseCommandLine, positiveInt, text, use, VOCABULARY } from './options.ts';
 import { parseExcludeTablesOption, parseTablesOption, tableSettingEntries } from './table-args.ts';
 
-const HELP = `Usage: cdc doctor --source URL [--tables LIST] [options]
-
-Checks, read-only, that a PostgreSQL source can be captured without hurting it and without
+export const DOCTOR: CommandSpec = {
+  name: 'doctor',
+  summary: 'check a PostgreSQL source before capturing it (PASS / WARN / FAIL with the fix)',
+  usage: ['--source URL [--tables LIST] [options]'],
+  description: `Checks, read-only, that a PostgreSQL source can be captured without hurting it and without
 losing history: wal_level, free replication slots and WAL senders, max_slot_wal_keep_size,
 the capture user's REPLICATION and SELECT grants, the heartbeat table and its writer, the
 primary key and replica identity of every captured table, slots (ours and other tools')
 pinning WAL or invalidated, TLS, and column types the pipeline cannot carry. Each check is
-PASS, WARN or FAIL, with the fix.
-
-Options:
-  --source URL            the source, as the capture user sees it (postgres://user@host/db)
-  --tables LIST           captured tables, comma separated (schema.table); a pattern
-                          (public.*) checks every table it matches: captured, excluded, or
-                          ineligible with the reason (docs/onboarding.md)
-  --exclude-tables LIST   patterns the --tables patterns leave out (public.audit_*)
-  --table-config FILE     captured-table settings (JSON array, see docs/local.md; entries
-                          with "match" are capture rules); declared keys are checked
-                          against the replica identity
-  --slot NAME             the capture's own slot (its loss is a FAIL; others' are reported)
-  --heartbeat-schema S    schema of the heartbeat table [default: public]
-  --heartbeat-user ROLE   the role that writes the heartbeat [default: the --source user]
-  --slot-fail-bytes N     retained WAL above which a slot is a FAIL [default: 1073741824]
-  --json                  print {"status", "checks": [...]} instead of text
-  -h, --help              this text
-
-Exit code: 0 when no check failed (warnings allowed), 1 when a check failed or the source
-cannot be reached, 2 for a usage error.
-`;
+PASS, WARN or FAIL, with the fix.`,
+  options: [
+    use(VOCABULARY.source, { detail: 'Required.' }),
+    use(VOCABULARY.tables, { detail: 'A pattern checks every table it matches: captured, excluded, or ineligible with the reason.' }),
+    use(VOCABULARY.excludeTables),
+    use(VOCABULARY.tableConfig, { detail: 'Declared keys are checked against the replica identity.' }),
+    use(VOCABULARY.slot, { detail: "Its loss is a FAIL; other tools' slots are reported." }),
+    use(VOCABULARY.heartbeatSchema, { default: 'public' }),
+    use(VOCABULARY.heartbeatUser, { default: 'the --source user' }),
+    use(VOCABULARY.slotFailBytes, { default: '1073741824' }),
+    use(VOCABULARY.json, { detail: 'Prints {"status", "checks": [...]}.' }),
+  ],
+  exits: { 0: 'no check failed (warnings allowed)', 1: 'a check failed, or the source cannot be reached' },
+};
 
 export interface DoctorArgs {
-  sourceUrl: string | null;
+  sourceUrl: string;
   tables: string[];
   excludeTables: string[];
   tableConfig: string | null;
@@ -53,60 +49,25 @@ export interface DoctorArgs {
   heartbeatUser: string | null;
   slotFailBytes: number | null;
   json: boolean;
-  help: boolean;
 }
 
 export function parseDoctorArgs(args: readonly string[]): DoctorArgs {
-  const o: DoctorArgs = { sourceUrl: null, tables: [], excludeTables: [], tableConfig: null, slot: null, heartbeatSchema: null, heartbeatUser: null, slotFailBytes: null, json: false, help: false };
-  for (let i = 0; i < args.length; i++) {
-    const a = args[i]!;
-    const value = (): string => {
-      const v = args[++i];
-      if (v === undefined || v.startsWith('--')) throw new UsageError(`${a} needs a value`);
-      return v;
-    };
-    switch (a) {
-      case '-h':
-      case '--help':
-        o.help = true;
-        break;
-      case '--source':
-        o.sourceUrl = value();
-        break;
-      case '--tables':
-        o.tables = parseTablesOption(value());
-        break;
-      case '--exclude-tables':
-        o.excludeTables = parseExcludeTablesOption(value());
-        break;
-      case '--table-config':
-        o.tableConfig = value();
-        break;
-      case '--slot':
-        o.slot = value();
-        break;
-      case '--heartbeat-schema':
-        o.heartbeatSchema = value();
-        break;
-      case '--heartbeat-user':
-        o.heartbeatUser = value();
-        break;
-      case '--slot-fail-bytes': {
-        const text = value();
-        const n = Number(text);
-        if (!Number.isSafeInteger(n) || n <= 0) throw new UsageError(`--slot-fail-bytes expects a positive integer, got '${text}'`);
-        o.slotFailBytes = n;
-        break;
-      }
-      case '--json':
-        o.json = true;
-        break;
-      default:
-        throw new UsageError(`unknown option '${a}'`);
-    }
-  }
-  if (!o.help && !o.sourceUrl) throw new UsageError('--source URL is required');
-  return o;
+  const { values } = parseCommandLine(DOCTOR, args);
+  const sourceUrl = text(values, 'source');
+  if (!sourceUrl) throw new UsageError('--source URL is required');
+  const tables = text(values, 'tables');
+  const exclude = text(values, 'exclude-tables');
+  return {
+    sourceUrl,
+    tables: tables === null ? [] : parseTablesOption(tables),
+    excludeTables: exclude === null ? [] : parseExcludeTablesOption(exclude),
+    tableConfig: text(values, 'table-config'),
+    slot: text(values, 'slot'),
+    heartbeatSchema: text(values, 'heartbeat-schema'),
+    heartbeatUser: text(values, 'heartbeat-user'),
+    slotFailBytes: positiveInt(values, 'slot-fail-bytes'),
+    json: on(values, 'json'),
+  };
 }
 
 async function tablesToCheck(o: DoctorArgs): Promise<{ tables: TableToCheck[]; rules: TableRule[] }> {
@@ -143,20 +104,15 @@ export async function doctorSource(o: { sourceUrl: string; tables: readonly Tabl
 }
 
 export const doctorCommand: Command = {
-  name: 'doctor',
-  summary: 'check a PostgreSQL source before capturing it (PASS / WARN / FAIL with the fix)',
+  spec: DOCTOR,
   async run(args: string[], io: CliIo): Promise<number> {
     const o = parseDoctorArgs(args);
-    if (o.help) {
-      await write(io.stdout, HELP);
-      return EXIT_OK;
-    }
     const { tables, rules } = await tablesToCheck(o);
     let results: CheckResult[];
     try {
-      results = await doctorSource({ sourceUrl: o.sourceUrl!, tables, rules, slot: o.slot, heartbeatSchema: o.heartbeatSchema, heartbeatUser: o.heartbeatUser, slotFailBytes: o.slotFailBytes });
+      results = await doctorSource({ sourceUrl: o.sourceUrl, tables, rules, slot: o.slot, heartbeatSchema: o.heartbeatSchema, heartbeatUser: o.heartbeatUser, slotFailBytes: o.slotFailBytes });
     } catch (err) {
-      await write(io.stderr, `cdc doctor: cannot check the source ${redactUrl(o.sourceUrl!)}: ${(err as Error).message}\n`);
+      await write(io.stderr, `cdc doctor: cannot check the source ${redactUrl(o.sourceUrl)}: ${(err as Error).message}\n`);
       return EXIT_FAILED;
     }
     const status = overallStatus(results);

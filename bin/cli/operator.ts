@@ -17,29 +17,48 @@ import { openOperatorApi } from './operator-api.ts';
 import { openLocalOperator, type OperatorDoor } from '../../local/operator-door.ts';
 import { DEFAULT_STATE_DIR } from '../../local/stack.ts';
 import { formatBytes } from '../../local/status.ts';
-import { EXIT_FAILED, EXIT_OK, UsageError, write, type CliIo, type Command } from './command.ts';
-
-/** The action was refused; the reason is on stderr. */
-export const EXIT_REFUSED = 3;
+import { EXIT_FAILED, EXIT_OK, EXIT_REFUSED, UsageError, write, type CliIo, type Command, type CommandSpec, type OptionUse, type Retired, type Values } from './command.ts';
+import { on, parseCommandLine, RETIRED_FLAGS, text, use, VOCABULARY } from './options.ts';
 
 /** The stack output holding the operator API's URL (lib/private/operator-function.ts). */
 export const OPERATOR_API_OUTPUT = 'OperatorApiUrl';
 
-const DOOR_HELP = `Where:
-  --state-dir DIR            a cdc local state folder [default: ${DEFAULT_STATE_DIR}]; works whether or
-                             not cdc local is running there (if not, DynamoDB Local is started on
-                             the folder's data for the duration of the command)
-  --stack NAME               on AWS: the stack whose ControlPlane deploys the operator API
-  --url URL                  on AWS: the operator API's URL (the stack output OperatorApiUrl);
-                             requests are signed with your AWS credentials (SigV4)
-  --region REGION            on AWS: the region [default: the URL's, else the SDK's]
-  --source ID                the source of the table, when a table id is in several sources
-  --actor TEXT               a note for the audit log; the audit records who you are from
-                             your IAM identity (on AWS) or your OS user (locally)
-  --json                     machine output on stdout
-  -h, --help                 this text
+/** Where an operator command acts: a state folder on this machine, or the operator API on AWS. */
+const DOOR: OptionUse[] = [
+  use(VOCABULARY.stateDir, { detail: 'Works whether or not cdc local is running there (if not, DynamoDB Local is started on the folder\'s data for the duration of the command).', default: DEFAULT_STATE_DIR }),
+  use(VOCABULARY.stack),
+  use(VOCABULARY.url),
+  use(VOCABULARY.region),
+  use(VOCABULARY.sourceId, { detail: 'Needed only when a table id is in several sources.' }),
+];
 
-Exit code: 0 done, 1 error, 2 usage error, 3 refused (the reason and what to do on stderr).`;
+/** `--source ID`, the old spelling of the source id in the operator commands (`--source` is a database URL everywhere else). */
+const RETIRED_SOURCE: Retired = {
+  flag: VOCABULARY.source,
+  instead: 'named a source id here; use --source-id ID (--source is a source database URL in every command)',
+  apply: (v, line) => (line.values['source-id'] ??= String(v)),
+};
+
+/** `--actor` on a command that writes nothing. */
+const RETIRED_ACTOR: Retired = { flag: VOCABULARY.actor, instead: 'has no effect here: this command writes nothing to the audit log (the flag is for pause, resume, resnapshot and rebuild)' };
+
+/** The spec of an operator command: its own flags, then the door's, then `--actor` when it writes and `--json`. */
+function operatorSpec(o: { name: string; summary: string; usage: string; description: string; table: 'one' | 'optional'; own: OptionUse[]; writes: boolean; retired?: Retired[] }): CommandSpec {
+  return {
+    name: o.name,
+    summary: o.summary,
+    usage: [o.usage],
+    description: o.description,
+    arguments: [{ name: 'TABLE', help: o.table === 'one' ? 'the table (schema.table)' : 'only this table (schema.table) [default: every table]' }],
+    options: [...o.own, ...(o.own.length > 0 ? [null] : []), ...DOOR, ...(o.writes ? [use(VOCABULARY.actor)] : []), use(VOCABULARY.json)],
+    exits: {
+      0: 'done',
+      1: 'error (the control plane or the operator API could not be reached, no state folder, a malformed request)',
+      ...(o.writes ? { 3: 'refused (the reason and what to do on stderr; with --json also on stdout); nothing was changed' } : {}),
+    },
+    retired: [RETIRED_SOURCE, ...(o.writes ? [] : [RETIRED_ACTOR]), ...(o.retired ?? [])],
+  };
+}
 
 interface DoorOptions {
   stateDir: string;
@@ -52,49 +71,29 @@ interface DoorOptions {
   /** The caller's note for the audit entry (`--actor`), not its identity. */
   actor: string | null;
   json: boolean;
-  help: boolean;
 }
 
 interface Parsed {
   door: DoorOptions;
   positional: string[];
-  flags: Map<string, string | true>;
+  values: Values;
 }
 
-/** Parses the door options plus the command's own flags (`valued` take a value, `switches` do not). */
-function parseArgs(command: string, args: readonly string[], valued: readonly string[], switches: readonly string[]): Parsed {
-  const door: DoorOptions = { stateDir: DEFAULT_STATE_DIR, stack: null, url: null, region: null, source: null, actor: null, json: false, help: false };
-  const positional: string[] = [];
-  const flags = new Map<string, string | true>();
-  const doorValued: Record<string, (v: string) => void> = {
-    '--state-dir': (v) => (door.stateDir = v),
-    '--stack': (v) => (door.stack = v),
-    '--url': (v) => (door.url = v),
-    '--region': (v) => (door.region = v),
-    '--source': (v) => (door.source = v),
-    '--actor': (v) => (door.actor = v),
+/** Parses an operator command line (its spec's flags, the door's), printing deprecation notes on stderr. */
+function parseOperatorArgs(spec: CommandSpec, args: readonly string[], io: CliIo): Parsed {
+  const { values, positionals, notes } = parseCommandLine(spec, args);
+  for (const n of notes) io.stderr.write(`${n}\n`);
+  const door: DoorOptions = {
+    stateDir: text(values, 'state-dir') ?? DEFAULT_STATE_DIR,
+    stack: text(values, 'stack'),
+    url: text(values, 'url'),
+    region: text(values, 'region'),
+    source: text(values, 'source-id'),
+    actor: text(values, 'actor'),
+    json: on(values, 'json'),
   };
-  for (let i = 0; i < args.length; i++) {
-    const a = args[i]!;
-    const eq = a.startsWith('--') ? a.indexOf('=') : -1;
-    const name = eq > 0 ? a.slice(0, eq) : a;
-    const inline = eq > 0 ? a.slice(eq + 1) : undefined;
-    const value = (): string => {
-      const v = inline ?? args[++i];
-      if (v === undefined || (inline === undefined && v.startsWith('--'))) throw new UsageError(`${name} needs a value`);
-      if (v === '') throw new UsageError(`${name} must not be empty`);
-      return v;
-    };
-    if (name === '-h' || name === '--help') door.help = true;
-    else if (name === '--json') door.json = true;
-    else if (name in doorValued) doorValued[name]!(value());
-    else if (valued.includes(name)) flags.set(name, value());
-    else if (switches.includes(name)) flags.set(name, true);
-    else if (a.startsWith('-')) throw new UsageError(`unknown option ${a} for cdc ${command}`);
-    else positional.push(a);
-  }
   if (door.stack && door.url) throw new UsageError('give --stack or --url, not both');
-  return { door, positional, flags };
+  return { door, positional: positionals, values };
 }
 
 /** The operator API's URL from the stack's outputs. */
@@ -137,6 +136,12 @@ const pad = (rows: string[][]): string => {
   return rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join('  ').trimEnd()).join('\n') + '\n';
 };
 
+/** A table's snapshot in `cdc status`: its state, rows done of the estimate and throttle (as `cdc local`'s board), the ETA while it runs. */
+export function snapshotCell(s: NonNullable<StatusReport['tables'][number]['snapshot']>): string {
+  const progress = s.detail ?? (s.rows !== undefined ? `${s.rows} rows` : s.chunksDone !== undefined ? `${s.chunksDone}/${s.chunksTotal ?? '?'} chunks` : null);
+  return [s.state, progress, s.state === 'running' && s.eta ? `ETA ${s.eta}` : null].filter((x) => x).join(' ');
+}
+
 export function formatStatus(report: StatusReport): string {
   const rows: string[][] = [['SOURCE', 'TABLE', 'STATE', 'VERSION', 'SINK', 'APPLIED', 'HELD FROM', 'HEADROOM', 'DEAD', 'SNAPSHOT', 'REASON']];
   for (const t of report.tables) {
@@ -152,8 +157,8 @@ export function formatStatus(report: StatusReport): string {
         s.heldFrom ? `${s.heldFrom}${s.releasePending ? ' (replaying)' : ''}` : '-',
         t.retentionHeadroomMs === null ? '-' : formatDuration(t.retentionHeadroomMs),
         String(t.deadLetters),
-        // Snapshot progress comes from the snapshot worker's entry point when one is wired.
-        t.snapshot ? `${t.snapshot.state}${t.snapshot.chunksDone !== undefined ? ` ${t.snapshot.chunksDone}/${t.snapshot.chunksTotal ?? '?'}` : ''}${t.snapshot.eta ? ` eta ${t.snapshot.eta}` : ''}` : '-',
+        // Snapshot progress comes from the snapshot worker's entry point when one is wired: in rows, as the board shows it.
+        t.snapshot ? snapshotCell(t.snapshot) : '-',
         [t.stateReason, t.capture === 'poll' ? `capture poll: ${POLL_DELETES_INVISIBLE}` : null].filter((x) => x).join('; '),
       ]);
     }
@@ -248,117 +253,148 @@ function oneTable(command: string, positional: string[]): string {
 
 const src = (p: Parsed): { source?: string } => (p.door.source ? { source: p.door.source } : {});
 
-export const statusCommand: Command = {
-  name: 'status',
-  summary: 'per source and table: state, schema version, sink positions and holds, lag, dead letters, retention headroom',
-  async run(args, io) {
-    const p = parseArgs('status', args, [], []);
-    if (p.door.help) {
-      await write(io.stdout, `Usage: cdc status [TABLE] [options]\n\nShows every registered table (or one): its state, schema version, each sink's applied and\nheld-from positions, how long the oldest held event stays in the change log, dead letters,\nsnapshot progress where a snapshot worker reports it, and the end-to-end lag where known; per\nsource, its replication slots as the slot monitor last measured them (owner, active, wal_status,\nconfirmed position, retained WAL, headroom, level, age) and a STOP line when the capture's slot\nis gone or invalidated (docs/doctor.md).\n\n${DOOR_HELP}\n`);
-      return EXIT_OK;
-    }
-    if (p.positional.length > 1) throw new UsageError(`cdc status takes at most one table, got ${p.positional.join(' ')}`);
-    return runRequest('status', p, io, { action: 'status', ...src(p), ...(p.positional[0] ? { table: p.positional[0] } : {}) });
-  },
-};
+/** An operator command: parse with its spec, then build the request. */
+function operatorCommand(spec: CommandSpec, request: (p: Parsed) => OperatorRequest): Command {
+  return {
+    spec,
+    async run(args, io) {
+      const p = parseOperatorArgs(spec, args, io);
+      return runRequest(spec.name, p, io, request(p));
+    },
+  };
+}
 
-export const pauseCommand: Command = {
-  name: 'pause',
-  summary: "hold one table in every sink for a while (its events keep entering the change log)",
-  async run(args, io) {
-    const p = parseArgs('pause', args, ['--for', '--reason'], []);
-    if (p.door.help) {
-      await write(
-        io.stdout,
-        `Usage: cdc pause TABLE --for DURATION --reason TEXT [options]\n\nPauses one table: its events keep entering the change log and every sink holds them from the\nfirst held position; the other tables keep flowing. Refused when DURATION would outlive the\nchange log's retention (or the source's declared budget), or while a snapshot of the table runs.\n\n  --for DURATION             how long you expect to pause: 90s, 10m, 2h, 7d, 1h30m\n  --reason TEXT              why (kept in the audit log)\n\n${DOOR_HELP}\n`,
-      );
-      return EXIT_OK;
-    }
+export const statusCommand = operatorCommand(
+  operatorSpec({
+    name: 'status',
+    summary: 'per source and table: state, schema version, sink positions and holds, lag, dead letters, retention headroom',
+    usage: '[TABLE] [options]',
+    description: `Shows every registered table (or one): its state, schema version, each sink's applied and
+held-from positions, how long the oldest held event stays in the change log, dead letters,
+snapshot progress (rows done of the estimate, ETA) where a snapshot worker reports it, and the
+end-to-end lag where known; per source, its replication slots as the slot monitor last measured
+them (owner, active, wal_status, confirmed position, retained WAL, headroom, level, age) and a
+STOP line when the capture's slot is gone or invalidated (docs/doctor.md).`,
+    table: 'optional',
+    own: [],
+    writes: false,
+  }),
+  (p) => {
+    if (p.positional.length > 1) throw new UsageError(`cdc status takes at most one table, got ${p.positional.join(' ')}`);
+    return { action: 'status', ...src(p), ...(p.positional[0] ? { table: p.positional[0] } : {}) };
+  },
+);
+
+export const pauseCommand = operatorCommand(
+  operatorSpec({
+    name: 'pause',
+    summary: 'hold one table in every sink for a while (its events keep entering the change log)',
+    usage: 'TABLE --for DURATION --reason TEXT [options]',
+    description: `Pauses one table: its events keep entering the change log and every sink holds them from the
+first held position; the other tables keep flowing. Refused when DURATION would outlive the
+change log's retention (or the source's declared budget), or while a snapshot of the table runs.`,
+    table: 'one',
+    own: [use(VOCABULARY.for, { detail: 'Required.' }), use(VOCABULARY.reason, { detail: 'Required.' })],
+    writes: true,
+  }),
+  (p) => {
     const table = oneTable('pause', p.positional);
-    const forText = p.flags.get('--for');
-    const reason = p.flags.get('--reason');
-    if (typeof forText !== 'string') throw new UsageError('--for DURATION is required (e.g. --for 10m)');
-    if (typeof reason !== 'string') throw new UsageError('--reason TEXT is required');
+    const forText = text(p.values, 'for');
+    const reason = text(p.values, 'reason');
+    if (forText === null) throw new UsageError('--for DURATION is required (e.g. --for 10m)');
+    if (reason === null) throw new UsageError('--reason TEXT is required');
     const durationMs = parseDurationText(forText);
     if (durationMs === null) throw new UsageError(`--for expects a duration like 90s, 10m, 2h or 7d, got '${forText}'`);
-    return runRequest('pause', p, io, { action: 'pause', ...src(p), table, durationMs, reason });
+    return { action: 'pause', ...src(p), table, durationMs, reason };
   },
+);
+
+export const resumeCommand = operatorCommand(
+  operatorSpec({
+    name: 'resume',
+    summary: 'make a paused or held table active: each sink replays its held range in order, then applies live',
+    usage: 'TABLE [--accept-schema] [options]',
+    description: `Makes the table active; every sink that holds it replays the held range from the change log in
+position order and then applies live (cdc status shows "(replaying)" until it is done).`,
+    table: 'one',
+    own: [use(VOCABULARY.acceptSchema)],
+    writes: true,
+  }),
+  (p) => ({ action: 'resume', ...src(p), table: oneTable('resume', p.positional), acceptSchema: on(p.values, 'accept-schema') }),
+);
+
+export const resnapshotCommand = operatorCommand(
+  operatorSpec({
+    name: 'resnapshot',
+    summary: 'mark a table for a re-snapshot and request it from the snapshot worker',
+    usage: 'TABLE [--reason TEXT] [options]',
+    description: `Marks the table needs-resnapshot and requests a snapshot. Refused while a snapshot of the table
+is queued or running, or when the source's snapshot budget says no.`,
+    table: 'one',
+    own: [use(VOCABULARY.reason)],
+    writes: true,
+  }),
+  (p) => {
+    const reason = text(p.values, 'reason');
+    return { action: 'resnapshot', ...src(p), table: oneTable('resnapshot', p.positional), ...(reason !== null ? { reason } : {}) };
+  },
+);
+
+/** `--table T`, the old spelling of audit's table (a table is an argument in every operator command). */
+const RETIRED_AUDIT_TABLE: Retired = {
+  flag: RETIRED_FLAGS.table,
+  instead: 'is now an argument, as in every operator command: cdc audit TABLE',
+  apply: (v, line) => void line.positionals.push(String(v)),
 };
 
-export const resumeCommand: Command = {
-  name: 'resume',
-  summary: 'make a paused or held table active: each sink replays its held range in order, then applies live',
-  async run(args, io) {
-    const p = parseArgs('resume', args, [], ['--accept-schema']);
-    if (p.door.help) {
-      await write(
-        io.stdout,
-        `Usage: cdc resume TABLE [--accept-schema] [options]\n\nMakes the table active; every sink that holds it replays the held range from the change log in\nposition order and then applies live (cdc status shows "(replaying)" until it is done).\n\n  --accept-schema            for a table paused by a breaking schema change: continue with the\n                             new schema version (docs/operations.md says what each sink keeps of\n                             a dropped or renamed column); without it the command refuses\n\n${DOOR_HELP}\n`,
-      );
-      return EXIT_OK;
-    }
-    const table = oneTable('resume', p.positional);
-    return runRequest('resume', p, io, { action: 'resume', ...src(p), table, acceptSchema: p.flags.get('--accept-schema') === true });
-  },
-};
-
-export const resnapshotCommand: Command = {
-  name: 'resnapshot',
-  summary: 'mark a table for a re-snapshot and request it from the snapshot worker',
-  async run(args, io) {
-    const p = parseArgs('resnapshot', args, ['--reason'], []);
-    if (p.door.help) {
-      await write(io.stdout, `Usage: cdc resnapshot TABLE [--reason TEXT] [options]\n\nMarks the table needs-resnapshot and requests a snapshot. Refused while a snapshot of the table\nis queued or running, or when the source's snapshot budget says no.\n\n  --reason TEXT              why (kept in the audit log)\n\n${DOOR_HELP}\n`);
-      return EXIT_OK;
-    }
-    const table = oneTable('resnapshot', p.positional);
-    const reason = p.flags.get('--reason');
-    return runRequest('resnapshot', p, io, { action: 'resnapshot', ...src(p), table, ...(typeof reason === 'string' ? { reason } : {}) });
-  },
-};
-
-export const auditCommand: Command = {
-  name: 'audit',
-  summary: 'the append-only audit log (state changes, operator actions, refusals)',
-  async run(args, io) {
-    const p = parseArgs('audit', args, ['--table', '--since'], []);
-    if (p.door.help) {
-      await write(io.stdout, `Usage: cdc audit [--table TABLE] [--since TIME] [options]\n\nLists the audit log in time order: who did what, when, and why, refused attempts included.\n\n  --table TABLE              only this table's entries\n  --since TIME               only entries at or after TIME (ISO 8601, e.g. 2026-12-01T08:00:00Z,\n                             or a duration back from now: 30m, 2h, 7d)\n\n${DOOR_HELP}\n`);
-      return EXIT_OK;
-    }
-    if (p.positional.length > 0) throw new UsageError(`cdc audit takes no positional arguments (use --table), got ${p.positional.join(' ')}`);
-    const table = p.flags.get('--table');
-    const sinceText = p.flags.get('--since');
+export const auditCommand = operatorCommand(
+  operatorSpec({
+    name: 'audit',
+    summary: 'the append-only audit log (state changes, operator actions, refusals)',
+    usage: '[TABLE] [--since TIME] [options]',
+    description: 'Lists the audit log in time order: who did what, when, and why, refused attempts included.',
+    table: 'optional',
+    own: [use(VOCABULARY.since)],
+    writes: false,
+    retired: [RETIRED_AUDIT_TABLE],
+  }),
+  (p) => {
+    if (p.positional.length > 1) throw new UsageError(`cdc audit takes at most one table, got ${p.positional.join(' ')}`);
+    const table = p.positional[0];
+    const sinceText = text(p.values, 'since');
     let since: string | undefined;
-    if (typeof sinceText === 'string') {
+    if (sinceText !== null) {
       const back = parseDurationText(sinceText);
       if (back !== null) since = new Date(Date.now() - back).toISOString();
       else if (!Number.isNaN(Date.parse(sinceText))) since = new Date(Date.parse(sinceText)).toISOString();
       else throw new UsageError(`--since expects an ISO-8601 time or a duration back from now (30m, 2h), got '${sinceText}'`);
     }
-    return runRequest('audit', p, io, { action: 'audit', ...src(p), ...(typeof table === 'string' ? { table } : {}), ...(since ? { since } : {}) });
+    return { action: 'audit', ...src(p), ...(table !== undefined ? { table } : {}), ...(since ? { since } : {}) };
   },
-};
+);
 
-export const rebuildCommand: Command = {
-  name: 'rebuild',
-  summary: 'rebuild one table of a sink from the archive and the change log into a shadow, diff it, swap it in',
-  async run(args, io) {
-    const p = parseArgs('rebuild', args, ['--sink', '--from', '--warehouse'], ['--rehearse']);
-    if (p.door.help) {
-      await write(
-        io.stdout,
-        `Usage: cdc rebuild TABLE [--sink ID] [--from POSITION] [--rehearse] [options]\n\nRebuilds the sink's changelog and mirror of TABLE into shadow objects by replaying the table's\nhistory (the archive first, then the change log) through the same apply code as live, catches\nup to the live position, diffs shadow against live (the diff is printed and kept in\n<schema>._cdc_diff_<table>), then swaps the shadow in atomically: readers of the view see the\nold table or the new one, never a partial one. Other tables keep flowing. Refused when the history\nneeded is no longer complete (docs/rebuild.md lists the reasons).\n\n  --sink ID                  the sink to rebuild [default: the only sink that applies TABLE]\n  --from POSITION            replay from this position (24 hex digits) [default: the beginning]\n  --rehearse                 build and diff, do not swap; records the rebuild's duration\n  --warehouse URL            the sink's warehouse [default: cdc local's embedded one, while it runs]\n\n${DOOR_HELP}\n`,
-      );
-      return EXIT_OK;
-    }
+export const rebuildCommand = operatorCommand(
+  operatorSpec({
+    name: 'rebuild',
+    summary: 'rebuild one table of a sink from the archive and the change log into a shadow, diff it, swap it in',
+    usage: 'TABLE [--sink ID] [--from POSITION] [--rehearse] [options]',
+    description: `Rebuilds the sink's changelog and mirror of TABLE into shadow objects by replaying the table's
+history (the archive first, then the change log) through the same apply code as live, catches
+up to the live position, diffs shadow against live (the diff is printed and kept in
+<schema>._cdc_diff_<table>), then swaps the shadow in atomically: readers of the view see the
+old table or the new one, never a partial one. Other tables keep flowing. Refused when the history
+needed is no longer complete (docs/rebuild.md lists the reasons).`,
+    table: 'one',
+    own: [use(VOCABULARY.sink, { default: 'the only sink that applies TABLE' }), use(VOCABULARY.from), use(VOCABULARY.rehearse), use(VOCABULARY.warehouse, { default: "cdc local's embedded one, while it runs" })],
+    writes: true,
+  }),
+  (p) => {
     const table = oneTable('rebuild', p.positional);
-    const sink = p.flags.get('--sink');
-    const from = p.flags.get('--from');
-    const warehouse = p.flags.get('--warehouse');
-    if (typeof from === 'string' && !/^[0-9a-f]{24}$/.test(from)) throw new UsageError(`--from expects a position of 24 lower-case hex digits, got '${from}'`);
-    if (typeof warehouse === 'string') p.door.warehouse = warehouse;
-    const request: OperatorRequest = { action: 'rebuild', ...src(p), table, ...(typeof sink === 'string' ? { sink } : {}), ...(typeof from === 'string' ? { from } : {}), rehearse: p.flags.get('--rehearse') === true };
-    return runRequest('rebuild', p, io, request);
+    const sink = text(p.values, 'sink');
+    const from = text(p.values, 'from');
+    const warehouse = text(p.values, 'warehouse');
+    if (from !== null && !/^[0-9a-f]{24}$/.test(from)) throw new UsageError(`--from expects a position of 24 lower-case hex digits, got '${from}'`);
+    if (warehouse !== null) p.door.warehouse = warehouse;
+    return { action: 'rebuild', ...src(p), table, ...(sink !== null ? { sink } : {}), ...(from !== null ? { from } : {}), rehearse: on(p.values, 'rehearse') };
   },
-};
+);

