@@ -1,6 +1,6 @@
 /**
- * What `cdc local` shows besides the pipeline's own status (docs/local.md, "What the screen
- * shows"): snapshot rates and ETAs over a moving window, the end-to-end lag of this run apart
+ * What `cdc local` shows besides the pipeline's own status (docs/local.md, "Bounded runs
+ * (`--duration`)"): snapshot rates and ETAs over a moving window, the end-to-end lag of this run apart
  * from the lag of heartbeats committed before a restart (which includes the downtime), and while
  * a bounded run drains, a progress line every 10 s per sink: events left, rate, ETA.
  */

@@ -1,5 +1,5 @@
 /**
- * The end of a bounded `cdc local` run (docs/local.md, "A bounded run"): the measured summary,
+ * The end of a bounded `cdc local` run (docs/local.md, "Bounded runs (`--duration`)"): the measured summary,
  * with the workload phase (what the live lines showed) apart from the drain, and the lag of this
  * run's heartbeats apart from that of heartbeats committed before a restart; and the verdict as
  * one JSON document for `--json`.

@@ -1,5 +1,5 @@
 /**
- * What `cdc local` prints about progress (docs/local.md, "What the screen shows"), with an
+ * What `cdc local` prints about progress (docs/local.md, "Bounded runs (`--duration`)"), with an
  * injected clock: rates over a moving window (a pause shows within one window, not diluted since
  * the start), the drain's line per sink (events left, rate, ETA), the snapshot's throttle
  * explained, the lag of heartbeats committed before a restart apart from this run's p50/p99, the
