@@ -111,6 +111,8 @@ import {
 import { quoteIdent } from '../core/shared/identifiers.ts';
 import type { DeltaStats, MergeResult, MergeTarget, PendingDelta, TableApplyResult, TableBatch, WarehouseWriter, WriteErrorKind } from '../core/warehouse/warehouse-apply.ts';
 import { persistentTableErrorCode } from './warehouse-pg-errors.ts';
+import type { WarehouseDialect } from '../core/warehouse/dialect.ts';
+import { postgresDialect } from '../core/warehouse/postgres-dialect.ts';
 
 export type { MergeResult, MergeTarget, PendingDelta, TableApplyResult, TableBatch } from '../core/warehouse/warehouse-apply.ts';
 
@@ -288,6 +290,11 @@ export interface PgWarehouseOptions {
    * @default true when the server says it is Redshift, else false
    */
   foldsNames?: boolean;
+  /**
+   * What differs per engine (lambda/core/warehouse/dialect.ts): column types and schema evolution.
+   * @default the PostgreSQL dialect on PostgreSQL (native types); on Redshift the portable mapping
+   */
+  dialect?: WarehouseDialect;
 }
 
 /** The warehouse sink over `pg`. One instance per process; one apply at a time per table. */
@@ -300,6 +307,7 @@ export class PgWarehouse implements WarehouseWriter {
   private engine: WarehouseEngine | undefined;
   private readonly deltaLoaderOption: StageLoader | undefined;
   private readonly foldsNamesOption: boolean | undefined;
+  private readonly dialectOption: WarehouseDialect | undefined;
   /** Per table (`schema.view`): what this process appended since it last merged. */
   private readonly pendingDelta = new Map<string, PendingDelta>();
 
@@ -312,6 +320,18 @@ export class PgWarehouse implements WarehouseWriter {
     this.lifecycle = options.stages;
     this.deltaLoaderOption = options.deltaLoader;
     this.foldsNamesOption = options.foldsNames;
+    this.dialectOption = options.dialect;
+  }
+
+  /** The dialect of the detected engine (null: the portable mapping of `sinkType`). */
+  private dialect(): WarehouseDialect | null {
+    return this.dialectOption ?? (this.engine === 'postgres' ? postgresDialect : null);
+  }
+
+  /** Whether a sink column of type `have` takes a column of type `want`'s values (the dialect's rule; portable: equal, or a text type). */
+  private accepts(): (have: string, want: string) => boolean {
+    const d = this.dialect();
+    return d ? (have, want) => d.accepts(have, want) : (have, want) => have === want || isSinkTextType(have);
   }
 
   private deltaLoader(): StageLoader {
@@ -472,7 +492,7 @@ export class PgWarehouse implements WarehouseWriter {
     let merged: { rows: number; nestedLoops: boolean } | undefined;
     try {
       const lifecycle = await this.detect(client);
-      const { key, data } = wantedColumns(batch, this.engine!);
+      const { key, data } = wantedColumns(batch, this.engine!, this.dialect());
       // Bring the sink into shape first, in its own short transaction: the DDL is additive and
       // idempotent, the stage tables are made from the resulting shape, and the data transaction
       // then holds no catalog locks.
@@ -490,7 +510,7 @@ export class PgWarehouse implements WarehouseWriter {
       // truncate: an applier whose cached shape predates it would write without the guard
       // (docs/truncate.md). An older table without it gets it with its next batch.
       const wants = { hard: batch.deleteMode === 'hard', truncate: true, handover: needsHandover(events), polled: events.some((e) => e.capture === 'poll') };
-      let ddl = planDdl(t, known, key, data, wants);
+      let ddl = planDdl(t, known, key, data, wants, this.accepts());
       // Appliers of other shards may create the same schema, table or column at the same moment
       // (`IF NOT EXISTS` is not race-free in PostgreSQL): on such a clash, read the shape again and
       // re-plan, so what the other applier created is simply used.
@@ -501,7 +521,7 @@ export class PgWarehouse implements WarehouseWriter {
             // lock and with the shape read under it (docs/warehouse-apply.md, "Schema changes").
             await client.query(`BEGIN; ${lockDeltaSql(t, this.engine!)}`);
             known = await readShape(client, t);
-            ddl = planDdl(t, known, key, data, wants);
+            ddl = planDdl(t, known, key, data, wants, this.accepts());
             const first = await mergeFirst(client, t, known, Number((await client.query<{ n: string }>(deltaStatsSql(t))).rows[0]?.n ?? 0), this.engine!);
             await client.query(`${[...mergeStatements(t, known, key.map((k) => k.name), wants.hard, this.engine!, false, first.nestedLoops), ...ddl.statements].join('; ')}; COMMIT`);
             if (first.rows > 0) merged = first;
@@ -514,7 +534,7 @@ export class PgWarehouse implements WarehouseWriter {
           await client.query('ROLLBACK').catch(() => undefined);
           if (attempt >= DDL_ATTEMPTS || !isConcurrentDdlClash(err)) throw err;
           known = await readShape(client, t);
-          ddl = planDdl(t, known, key, data, wants);
+          ddl = planDdl(t, known, key, data, wants, this.accepts());
         }
       }
       this.shapes.set(cacheKey, ddl.shape);
@@ -920,22 +940,37 @@ function sameShape(a: SinkShape, b: SinkShape): boolean {
   return eq(a.mirror, b.mirror) && eq(a.changelog, b.changelog) && eq(a.delta, b.delta) && a.deletedKeys === b.deletedKeys && a.truncations === b.truncations && a.handover === b.handover;
 }
 
+/**
+ * The warehouse column type of a source column: the dialect's (PostgreSQL: native types,
+ * lambda/core/warehouse/postgres-dialect.ts), or without one the portable mapping (`sinkType`, which
+ * refuses what Redshift cannot carry). A key column is never `json` (no equality): its text.
+ */
+function columnTypeOf(dialect: WarehouseDialect | null, engine: WarehouseEngine, table: string, name: string, sourceType: string | null, isKey: boolean): string {
+  if (dialect === null) {
+    const refusal = sinkTypeRefusal(sourceType);
+    if (refusal !== null) throw new UnsupportedSinkTypeError(table, name, sourceType!, refusal);
+    return sinkType(sourceType, engine);
+  }
+  const choice = dialect.columnType(sourceType);
+  if ('refused' in choice) throw new UnsupportedSinkTypeError(table, name, sourceType ?? 'unknown', choice.refused);
+  return isKey && choice.type === 'json' ? (dialect.columnType(null) as { type: string }).type : choice.type;
+}
+
 /** Key and data columns the batch needs: union over its schema versions, type from the newest version that has the column. */
-function wantedColumns(batch: TableBatch, engine: WarehouseEngine): { key: SinkColumn[]; data: SinkColumn[] } {
+function wantedColumns(batch: TableBatch, engine: WarehouseEngine, dialect: WarehouseDialect | null): { key: SinkColumn[]; data: SinkColumn[] } {
   const versions = [...batch.schemas.values()].sort((a, b) => a.version - b.version);
   const newest = versions[versions.length - 1];
   if (!newest) throw new CdcError('INVALID_ARGUMENT', `no schema version for ${batch.source}/${batch.table}`);
   const types = new Map<string, string>();
   const order: string[] = [];
+  const where = `${batch.source}/${batch.table}`;
   for (const v of versions) {
     for (const c of v.columns) {
-      const refusal = sinkTypeRefusal(c.type);
-      if (refusal !== null) throw new UnsupportedSinkTypeError(`${batch.source}/${batch.table}`, c.name, c.type!, refusal);
       if (!types.has(c.name)) order.push(c.name);
-      types.set(c.name, sinkType(c.type, engine));
+      types.set(c.name, columnTypeOf(dialect, engine, where, c.name, c.type, newest.key.includes(c.name)));
     }
   }
-  const key = newest.key.map((k) => ({ name: k, type: types.get(k) ?? sinkType(null, engine) }));
+  const key = newest.key.map((k) => ({ name: k, type: types.get(k) ?? columnTypeOf(dialect, engine, where, k, null, true) }));
   const data = order.filter((c) => !newest.key.includes(c)).map((c) => ({ name: c, type: types.get(c)! }));
   return { key, data };
 }
@@ -969,6 +1004,7 @@ function planDdl(
   key: SinkColumn[],
   data: SinkColumn[],
   wants: { hard: boolean; truncate: boolean; handover: boolean; polled?: boolean },
+  accepts: (have: string, want: string) => boolean = (have, want) => have === want || isSinkTextType(have),
 ): { statements: string[]; shape: SinkShape; addsColumns: boolean } {
   const { hard, truncate } = wants;
   const statements: string[] = [];
@@ -998,7 +1034,7 @@ function planDdl(
     // A text column takes every value unchanged: one made while the column's type was unknown
     // keeps being written as text when the type is learned (a compatible change; the values were
     // already text). Any other difference would round or refuse values: held (docs/schema-drift.md).
-    if (have !== undefined && have !== c.type && !isSinkTextType(have)) throw new SinkTypeConflictError(t.tableId, c.name, have, c.type);
+    if (have !== undefined && !accepts(have, c.type)) throw new SinkTypeConflictError(t.tableId, c.name, have, c.type);
   }
   const wanted = new Map([...key, ...data].map((c) => [c.name, c.type]));
   /** A changelog column's type: the platform's, or the data column's (as the mirror has it). */

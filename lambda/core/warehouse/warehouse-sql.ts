@@ -275,7 +275,24 @@ export interface CatalogColumn {
   character_maximum_length: string | number | null;
   numeric_precision: string | number | null;
   numeric_scale: string | number | null;
+  /** The element type's name with a leading `_` for an array (`_int8`); read for `ARRAY` columns. */
+  udt_name?: string | null;
 }
+
+/** The array types a warehouse column may have, by the catalog's `udt_name`, as `catalogType` spells them. */
+const ARRAY_TYPES: Readonly<Record<string, string>> = {
+  _int8: 'bigint[]',
+  _float8: 'double precision[]',
+  _bool: 'boolean[]',
+  _date: 'date[]',
+  _timestamp: 'timestamp[]',
+  _numeric: 'numeric[]',
+  _json: 'json[]',
+  _jsonb: 'jsonb[]',
+  _bytea: 'bytea[]',
+  _uuid: 'uuid[]',
+  _text: 'text[]',
+};
 
 /** The type string `sinkType` would produce for a column as the catalog describes it (for conflict checks). */
 export function catalogType(c: CatalogColumn): string {
@@ -297,6 +314,8 @@ export function catalogType(c: CatalogColumn): string {
       return c.numeric_precision === null ? 'numeric' : `numeric(${Number(c.numeric_precision)},${Number(c.numeric_scale ?? 0)})`;
     case 'character varying':
       return c.character_maximum_length === null ? 'varchar' : `varchar(${Number(c.character_maximum_length)})`;
+    case 'array':
+      return ARRAY_TYPES[c.udt_name ?? ''] ?? `array ${c.udt_name ?? ''}`;
     default:
       return t;
   }
@@ -306,7 +325,7 @@ export function catalogType(c: CatalogColumn): string {
 export function catalogSql(t: WarehouseTable): { text: string; values: string[] } {
   return {
     text:
-      'SELECT table_name, column_name, data_type, character_maximum_length, numeric_precision, numeric_scale ' +
+      'SELECT table_name, column_name, data_type, character_maximum_length, numeric_precision, numeric_scale, udt_name ' +
       'FROM information_schema.columns WHERE table_schema = $1 AND table_name IN ($2, $3, $4, $5, $6, $7, $8) ORDER BY table_name, ordinal_position',
     values: [t.schema, t.changelog, t.mirror, t.deletedKeys, t.view, t.truncations, t.handover, t.delta],
   };
