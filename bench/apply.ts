@@ -748,7 +748,7 @@ export async function runApplyBench(): Promise<BenchResult> {
   const all = [10_000, 1_000, 100];
   /** The apply paths measured: the default, the adapter's PostgreSQL fast path, and experiments (bench/lib/stage-loaders.ts, bench/lib/set-apply.ts). */
   const variants: Array<{ name: string; loader: StageLoader; stages?: StageLifecycle; batches: number[]; setBased?: boolean; latency?: boolean; merge?: 'worker' | 'inline'; parallel?: number }> = [
-    { name: 'append-first (default): COPY into the delta, merge worker', loader: insertStageLoader, batches: all, latency: true, merge: 'worker' },
+    { name: 'append-first (default): COPY into the changelog, merge worker', loader: insertStageLoader, batches: all, latency: true, merge: 'worker' },
     { name: 'append-first, merge worker, parallelization factor 2 (two concurrent batches, keys split, one process)', loader: insertStageLoader, batches: [10_000], merge: 'worker', parallel: 2 },
     { name: 'append-first: merges inline in the handler', loader: insertStageLoader, batches: [10_000, 1_000], merge: 'inline' },
     { name: 'default (INSERT stage, session stage tables)', loader: insertStageLoader, batches: all, latency: true },
