@@ -97,6 +97,7 @@ import {
   qualified,
   rowsPerStatement,
   sinkType,
+  TEXT_TYPE,
   isSinkTextType,
   sinkTypeRefusal,
   storedStateSql,
@@ -1051,6 +1052,21 @@ function planDdl(
     // keeps being written as text when the type is learned (a compatible change; the values were
     // already text). Any other difference would round or refuse values: held (docs/schema-drift.md).
     if (have !== undefined && !accepts(have, c.type)) throw new SinkTypeConflictError(t.tableId, c.name, have, c.type);
+  }
+  // PostgreSQL: a column an earlier version made as `varchar(65535)` (Redshift's text) refuses a value
+  // over 64 KB that PostgreSQL's `text` takes; it is widened to `text` (no rewrite: the two are
+  // binary-compatible), with the views that read it made again (docs/warehouse-apply.md, "Dialects").
+  const narrow = engine === 'postgres' && shape.seq ? [...key, ...data].filter((c) => shape.mirrorTypes.get(c.name) === TEXT_TYPE) : [];
+  if (narrow.length > 0) {
+    statements.push(`DROP VIEW IF EXISTS ${qualified(t.schema, t.view)}`, `DROP VIEW IF EXISTS ${qualified(t.schema, t.delta)}`);
+    for (const c of narrow) {
+      statements.push(`ALTER TABLE ${qualified(t.schema, t.mirror)} ALTER COLUMN ${quoteIdent(c.name)} TYPE text`);
+      if (shape.changelog.includes(c.name)) statements.push(`ALTER TABLE ${qualified(t.schema, t.changelog)} ALTER COLUMN ${quoteIdent(c.name)} TYPE text`);
+      if (shape.deletedKeys && key.some((k) => k.name === c.name)) statements.push(`ALTER TABLE ${qualified(t.schema, t.deletedKeys)} ALTER COLUMN ${quoteIdent(c.name)} TYPE text`);
+      shape.mirrorTypes.set(c.name, 'text');
+    }
+    pendingViewNeeded = true;
+    viewNeeded = true;
   }
   for (const c of data) {
     if (!shape.mirror.includes(c.name)) {

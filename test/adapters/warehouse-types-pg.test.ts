@@ -13,7 +13,7 @@ import { createWarehouseApplier } from '../../lambda/handlers/warehouse-applier.
 import type { ColumnDef } from '../../lambda/core/shared/control-plane.ts';
 import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
-import { qualified, warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
+import { createOverlayViewSql, createPendingViewSql, qualified, warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 
 const SINK = 'wh';
@@ -102,6 +102,50 @@ describe('native PostgreSQL types', () => {
       await applier.mergeDue({ force: true });
       await check(1, v, 'after the merge');
       await check(2, w, 'after the merge');
+    } finally {
+      await pool.end();
+    }
+  }, 120_000);
+
+  it('a column an earlier version made as varchar(65535) is widened to text at the next apply, and a 1 MB text then arrives', async () => {
+    await cluster.createDatabase('types2');
+    const pool = new pg.Pool({ connectionString: cluster.url('types2'), max: 3 });
+    pool.on('error', () => undefined);
+    try {
+      const cp = new MemoryControlPlane();
+      const at = new Date().toISOString();
+      const table = 'public.old';
+      const columns: ColumnDef[] = [{ name: 'id', type: 'integer', nullable: false }, { name: 't', type: 'text', nullable: true }];
+      await cp.registerTable(
+        { source: 'demo', table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at },
+        { source: 'demo', table, version: 1, columns, key: ['id'], effectivePosition: makePosition(0n, 0), registeredAt: at },
+        { at, actor: 'test', action: 'register-table', source: 'demo', table, outcome: 'done', detail: {} },
+      );
+      const applier = () => createWarehouseApplier({ controlPlane: cp, pool, sinkId: SINK, metrics: new Metrics({ namespace: 'test' }), logger: new Logger({ logLevel: 'SILENT' }), merge: { maxRows: 1_000_000 } });
+      let p = 0;
+      const ev = (id: number, t: string): ChangeEvent => {
+        p++;
+        return { v: ENVELOPE_VERSION, source: 'demo', table, op: 'insert', key: { id }, after: { id, t }, before: null, missing: [], position: makePosition(BigInt(p) * 0x100n, 0), commitTs: new Date(Date.UTC(2026, 0, 1, 0, 0, p)).toISOString(), txId: String(p), schemaVersion: 1, capture: 'slot', synthetic: false };
+      };
+      const apply = async (a: ReturnType<typeof applier>, e: ChangeEvent) => a.applyRecords([{ sequenceNumber: String(p), origin: `log/shard-0/${p}`, text: JSON.stringify(e) }]);
+      expect((await apply(applier(), ev(1, 'small'))).failed).toEqual([]);
+      const t = warehouseTable('demo', table);
+      const q = (n: string) => qualified(t.schema, n);
+      const mirrorCols = (await pool.query(`SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position`, [t.schema, t.mirror])).rows.map((r) => String(r.column_name));
+      const changelogCols = (await pool.query(`SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position`, [t.schema, t.changelog])).rows.map((r) => String(r.column_name)).filter((c) => c !== '_cdc_seq');
+      // What an earlier version made: the text column as varchar(65535).
+      await pool.query(
+        `BEGIN; DROP VIEW ${q(t.view)}; DROP VIEW ${q(t.delta)}; ALTER TABLE ${q(t.mirror)} ALTER COLUMN t TYPE varchar(65535); ALTER TABLE ${q(t.changelog)} ALTER COLUMN t TYPE varchar(65535); ` +
+          `${createPendingViewSql(t, changelogCols)}; ${createOverlayViewSql(t, mirrorCols, ['id'], { deletedKeys: false, truncations: true })}; COMMIT`,
+      );
+      const big = bigText(9);
+      const out = await apply(applier(), ev(2, big));
+      expect(out.failed).toEqual([]);
+      expect(out.deadLettered).toBe(0);
+      const r = (await pool.query(`SELECT t = $1 AS same, length(t) AS n FROM ${q(t.view)} WHERE id = 2`, [big])).rows[0];
+      expect(r).toEqual({ same: true, n: MB });
+      const types = (await pool.query(`SELECT table_name, data_type FROM information_schema.columns WHERE table_schema = $1 AND column_name = 't' ORDER BY 1`, [t.schema])).rows;
+      expect(types.filter((x) => x.table_name === t.mirror || x.table_name === t.changelog).map((x) => x.data_type)).toEqual(['text', 'text']);
     } finally {
       await pool.end();
     }
