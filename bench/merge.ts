@@ -27,7 +27,7 @@ import { PgWarehouse } from '../lambda/adapters/warehouse-pg.ts';
 import type { ChangeEvent } from '../lambda/core/shared/event.ts';
 import { makePosition } from '../lambda/core/shared/position.ts';
 import type { TableApplyResult } from '../lambda/core/warehouse/warehouse-apply.ts';
-import { mergeSql, qualified, warehouseTable, type WarehouseTable } from '../lambda/core/warehouse/warehouse-sql.ts';
+import { lockDeltaSql, mergeSql, pendingBoundsSql, qualified, warehouseTable, type WarehouseTable } from '../lambda/core/warehouse/warehouse-sql.ts';
 import { startPostgres } from '../local/postgres.ts';
 import { DEFAULT_HISTORY, generateHistory, historyEvents, registryEntries, snapshotEvents } from './lib/history.ts';
 import { serverVersion } from './lib/pg.ts';
@@ -136,11 +136,12 @@ async function fillBase(pool: pg.Pool, t: WarehouseTable, n: number): Promise<vo
 async function portableMerge(pool: pg.Pool, t: WarehouseTable): Promise<void> {
   const columns = async (name: string): Promise<string[]> =>
     (await pool.query<{ attname: string }>(`SELECT attname FROM pg_attribute WHERE attrelid = '${qualified(t.schema, name)}'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`)).rows.map((r) => r.attname);
-  const o = { key: ['id'], mirrorColumns: await columns(t.mirror), changelogColumns: await columns(t.changelog), hard: false, deletedKeys: false, truncations: true };
+  const o = { key: ['id'], mirrorColumns: await columns(t.mirror), changelogColumns: (await columns(t.changelog)).filter((n) => n !== '_cdc_seq'), hard: false, deletedKeys: false, truncations: true };
   const c = await pool.connect();
   try {
-    await c.query('BEGIN; SET LOCAL enable_nestloop = off');
-    for (const sql of mergeSql(t, o)) await c.query(sql);
+    await c.query(`BEGIN; SET LOCAL enable_nestloop = off; ${lockDeltaSql(t, 'postgres')}`);
+    const b = (await c.query<{ from: string; to: string }>(pendingBoundsSql(t))).rows[0]!;
+    for (const sql of mergeSql(t, { ...o, pending: { from: String(b.from), to: String(b.to) } })) await c.query(sql);
     await c.query('COMMIT');
   } finally {
     c.release();

@@ -35,7 +35,7 @@ import { createArchiveCopier } from '../lambda/core/rebuild/archive.ts';
 import { quoteIdent } from '../lambda/core/shared/identifiers.ts';
 import { diffSql } from '../lambda/core/rebuild/rebuild.ts';
 import { newlinePieces } from '../lambda/core/shared/utf8.ts';
-import { foldChangelogIntoEmptySql, warehouseTable } from '../lambda/core/warehouse/warehouse-sql.ts';
+import { foldIntoEmptySql, warehouseTable } from '../lambda/core/warehouse/warehouse-sql.ts';
 import { FolderArchive } from '../local/archive.ts';
 import { startKinesalite } from '../local/kinesis.ts';
 import { startPostgres } from '../local/postgres.ts';
@@ -196,7 +196,7 @@ export async function run(): Promise<BenchResult> {
 /**
  * PostgreSQL's share of a rebuild with no Node work: the live changelog (the last rebuild's) is
  * read out as COPY text (not timed), then, `runs` times: COPY into an empty copy of the changelog
- * (its indexes too), the rebuild's fold (`foldChangelogIntoEmptySql`, with the rebuild's planner
+ * (its indexes too), the rebuild's fold (`foldIntoEmptySql`, the merge into an empty base, with the rebuild's planner
  * setting) into an empty copy of the mirror, and the rebuild's diff (`diffSql`) of that mirror
  * against the live one, which must find nothing.
  */
@@ -224,7 +224,7 @@ async function postgresShare(pool: pg.Pool, runs: number): Promise<{ events: num
       const t1 = nowMs();
       await c.query('BEGIN');
       await c.query('SET LOCAL enable_nestloop = off');
-      for (const sql of foldChangelogIntoEmptySql(shadow, { key: ['id'], mirrorColumns, changelogColumns, hard: false, deletedKeys: false, truncations: false })) await c.query(sql);
+      for (const sql of foldIntoEmptySql(shadow, { key: ['id'], mirrorColumns, changelogColumns, hard: false, deletedKeys: false, truncations: false, pending: { from: '0', to: '9223372036854775807' } })) await c.query(sql);
       await c.query('COMMIT');
       const t2 = nowMs();
       const data = mirrorColumns.filter((x) => x !== 'id' && !x.startsWith('_cdc_'));

@@ -365,7 +365,8 @@ export class PgReconcileSide implements ReconcileSide {
       [t.schema, [t.view, t.mirror, t.delta, t.deletedKeys, t.truncations]],
     );
     const kind = new Map(rels.rows.map((r) => [String(r.name), String(r.kind)]));
-    if (kind.get(t.view) !== 'v' || kind.get(t.mirror) !== 'r' || kind.get(t.delta) !== 'r') return null;
+    // The delta is a view of the changelog (docs/warehouse-apply.md, "Objects per captured table"), or a table in the layout before it.
+    if (kind.get(t.view) !== 'v' || kind.get(t.mirror) !== 'r' || (kind.get(t.delta) !== 'v' && kind.get(t.delta) !== 'r')) return null;
     const guards: OverlayGuards = { deletedKeys: kind.get(t.deletedKeys) === 'r', truncations: kind.get(t.truncations) === 'r' };
     const mirror = await columnTypes(this.countClient, { schema: t.schema, name: t.mirror });
     const delta = new Map((await columnTypes(this.countClient, { schema: t.schema, name: t.delta })).map((c) => [c.name, c.type]));

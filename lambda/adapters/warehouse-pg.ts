@@ -69,9 +69,9 @@ import {
   readHandoverSql,
   HANDOVER_COLUMNS,
   commentPolledSql,
-  createDeltaSql,
   createOverlayViewSql,
   deltaStatsSql,
+  migrateDeltaTableSql,
   lockDeltaSql,
   beginMergeSql,
   mergeSql,
@@ -79,12 +79,14 @@ import {
   baseRowsSql,
   baseEstimateSql,
   mergeMayUseNestedLoops,
-  foldChangelogIntoEmptySql,
-  freshShadowTables,
   insertNewValuesSql,
-  lockDeltaForAppendSql,
-  nonEmptyTablesSql,
-  CHANGELOG_CDC_COLUMNS,
+  createAppendOrderIndexSql,
+  createPendingViewSql,
+  createWatermarkSql,
+  mergeUpperBoundSql,
+  pendingBoundsSql,
+  watermarkToEndSql,
+  type PendingBounds,
   lockMirrorSql,
   recordTruncationSql,
   storedTruncationSql,
@@ -95,6 +97,7 @@ import {
   qualified,
   rowsPerStatement,
   sinkType,
+  TEXT_TYPE,
   isSinkTextType,
   sinkTypeRefusal,
   storedStateSql,
@@ -111,6 +114,8 @@ import {
 import { quoteIdent } from '../core/shared/identifiers.ts';
 import type { DeltaStats, MergeResult, MergeTarget, PendingDelta, TableApplyResult, TableBatch, WarehouseWriter, WriteErrorKind } from '../core/warehouse/warehouse-apply.ts';
 import { persistentTableErrorCode } from './warehouse-pg-errors.ts';
+import type { WarehouseDialect } from '../core/warehouse/dialect.ts';
+import { postgresDialect } from '../core/warehouse/postgres-dialect.ts';
 
 export type { MergeResult, MergeTarget, PendingDelta, TableApplyResult, TableBatch } from '../core/warehouse/warehouse-apply.ts';
 
@@ -243,8 +248,12 @@ interface SinkShape {
   mirror: string[];
   mirrorTypes: Map<string, string>;
   changelog: string[];
-  /** Columns of the delta (empty: no delta yet). */
+  /** Columns of the delta view (empty: none yet; with `seq` false, a delta TABLE of the layout before one write per event). */
   delta: string[];
+  /** The changelog has its append order (`_cdc_seq`): the layout of one write per event. */
+  seq: boolean;
+  /** The watermark table exists. */
+  watermark: boolean;
   deletedKeys: boolean;
   truncations: boolean;
   handover: boolean;
@@ -288,6 +297,11 @@ export interface PgWarehouseOptions {
    * @default true when the server says it is Redshift, else false
    */
   foldsNames?: boolean;
+  /**
+   * What differs per engine (lambda/core/warehouse/dialect.ts): column types and schema evolution.
+   * @default the PostgreSQL dialect on PostgreSQL (native types); on Redshift the portable mapping
+   */
+  dialect?: WarehouseDialect;
 }
 
 /** The warehouse sink over `pg`. One instance per process; one apply at a time per table. */
@@ -300,6 +314,7 @@ export class PgWarehouse implements WarehouseWriter {
   private engine: WarehouseEngine | undefined;
   private readonly deltaLoaderOption: StageLoader | undefined;
   private readonly foldsNamesOption: boolean | undefined;
+  private readonly dialectOption: WarehouseDialect | undefined;
   /** Per table (`schema.view`): what this process appended since it last merged. */
   private readonly pendingDelta = new Map<string, PendingDelta>();
 
@@ -312,6 +327,18 @@ export class PgWarehouse implements WarehouseWriter {
     this.lifecycle = options.stages;
     this.deltaLoaderOption = options.deltaLoader;
     this.foldsNamesOption = options.foldsNames;
+    this.dialectOption = options.dialect;
+  }
+
+  /** The dialect of the detected engine (null: the portable mapping of `sinkType`). */
+  private dialect(): WarehouseDialect | null {
+    return this.dialectOption ?? (this.engine === 'postgres' ? postgresDialect : null);
+  }
+
+  /** Whether a sink column of type `have` takes a column of type `want`'s values (the dialect's rule; portable: equal, or a text type). */
+  private accepts(): (have: string, want: string) => boolean {
+    const d = this.dialect();
+    return d ? (have, want) => d.accepts(have, want) : (have, want) => have === want || isSinkTextType(have);
   }
 
   private deltaLoader(): StageLoader {
@@ -391,7 +418,7 @@ export class PgWarehouse implements WarehouseWriter {
    * (`mergeMayUseNestedLoops`; `nestedLoops` in the result), and appends to the changelog with
    * `ON CONFLICT DO NOTHING` (docs/warehouse-apply.md, "What a merge costs").
    */
-  async merge(target: MergeTarget, options: { freshBase?: boolean; stopAppends?: boolean } = {}): Promise<MergeResult & { fast?: boolean; folded?: boolean; nestedLoops?: boolean }> {
+  async merge(target: MergeTarget, options: { freshBase?: boolean; stopAppends?: boolean } = {}): Promise<MergeResult & { fast?: boolean; nestedLoops?: boolean }> {
     const t = target.target ?? warehouseTable(target.source, target.table);
     const cacheKey = `${t.schema}.${t.view}`;
     const t0 = Date.now();
@@ -401,21 +428,26 @@ export class PgWarehouse implements WarehouseWriter {
     try {
       await this.detect(client);
       const known = this.shapes.get(cacheKey) ?? (await readShape(client, t));
-      if (known.delta.length === 0) return { rows: 0, committedAt: Date.now(), ms: Date.now() - t0 };
+      if (!known.seq) return { rows: 0, committedAt: Date.now(), ms: Date.now() - t0 };
       // What this process had appended before the merge began (appends may go on meanwhile).
       const pendingAtStart = this.pendingDelta.get(cacheKey);
       inTransaction = true;
-      // A fresh base is looked at (and folded) with appends stopped, and so is a delta that outgrew
-      // its merges (`stopAppends`); any other merge lets them go on.
-      await client.query(options.freshBase === true || options.stopAppends === true ? `BEGIN; ${lockDeltaSql(t, this.engine!)}` : beginMergeSql(t, this.engine!));
+      // A fresh base is looked at with appends stopped, and so is a delta that outgrew its merges
+      // (`stopAppends`): the bound is then the changelog's end. Any other merge lets appends go on
+      // and absorbs up to a bound read first, below which every row is committed (`mergeUpperBoundSql`).
+      const stops = options.freshBase === true || options.stopAppends === true || this.engine === 'redshift';
+      let upTo: string | null = null;
+      if (!stops) {
+        const res = (await client.query(`BEGIN; ${mergeUpperBoundSql(t).join('; ')}; COMMIT`)) as unknown as pg.QueryResult[];
+        upTo = String((res[2]!.rows[0] as { to: string | number }).to);
+      }
+      await client.query(stops ? `BEGIN; ${lockDeltaSql(t, this.engine!)}` : beginMergeSql(t, this.engine!));
       const shape = await readShape(client, t);
-      const n = Number((await client.query<{ n: string }>(deltaStatsSql(t))).rows[0]?.n ?? 0);
+      const bounds = await pendingBounds(client, t, upTo);
+      const n = bounds.n;
       const fast = n > 0 && options.freshBase === true && (await client.query(baseRowsSql(t, shape))).rows.length === 0;
       const nested = n > 0 && !fast && this.engine === 'postgres' && (await nestedLoopsFit(client, t, shape, n));
-      if (n > 0) for (const sql of mergeStatements(t, shape, target.key, target.deleteMode === 'hard', this.engine!, fast, nested)) await client.query(sql);
-      // An empty delta over an unfolded fresh shadow (its appends went to the changelog): compute the base from the changelog.
-      const folded = n === 0 && options.freshBase === true && (await unfolded(client, t, shape));
-      if (folded) for (const sql of foldStatements(t, shape, target.key, target.deleteMode === 'hard', this.engine!)) await client.query(sql);
+      if (n > 0) for (const sql of mergeStatements(t, shape, target.key, target.deleteMode === 'hard', this.engine!, bounds, fast, nested)) await client.query(sql);
       await client.query('COMMIT');
       inTransaction = false;
       this.shapes.set(cacheKey, shape);
@@ -424,7 +456,7 @@ export class PgWarehouse implements WarehouseWriter {
       const pendingNow = this.pendingDelta.get(cacheKey);
       if (pendingNow === pendingAtStart) this.pendingDelta.delete(cacheKey);
       else if (pendingNow) this.pendingDelta.set(cacheKey, { rows: Math.max(0, pendingNow.rows - (pendingAtStart?.rows ?? 0)), since: t0 });
-      return { rows: n, committedAt: Date.now(), ms: Date.now() - t0, fast, folded, nestedLoops: nested };
+      return { rows: n, committedAt: Date.now(), ms: Date.now() - t0, fast, nestedLoops: nested };
     } catch (err) {
       this.shapes.delete(cacheKey);
       if (inTransaction) {
@@ -472,7 +504,7 @@ export class PgWarehouse implements WarehouseWriter {
     let merged: { rows: number; nestedLoops: boolean } | undefined;
     try {
       const lifecycle = await this.detect(client);
-      const { key, data } = wantedColumns(batch, this.engine!);
+      const { key, data } = wantedColumns(batch, this.engine!, this.dialect());
       // Bring the sink into shape first, in its own short transaction: the DDL is additive and
       // idempotent, the stage tables are made from the resulting shape, and the data transaction
       // then holds no catalog locks.
@@ -482,6 +514,9 @@ export class PgWarehouse implements WarehouseWriter {
       let known = this.shapes.get(cacheKey) ?? (await readShape(client, t));
       // Its view is made again over the moved objects (PostgreSQL's would follow them; made anew, it is the same on every engine).
       if (moved) known = { ...known, view: false };
+      // A table of the layout before one write per event (a delta table): moved to this one first
+      // (docs/warehouse-apply.md, "The layout before one write per event").
+      if (known.changelog.length > 0 && !known.seq && known.delta.length > 0) known = { ...(await migrateDeltaTable(client, t, known, key.map((k) => k.name))), view: false };
       // Another process may have made the handover table since this one cached the shape: an
       // update that lacks columns must see it, or it could be applied onto a key that is held
       // (docs/primary-key-changes.md). So such a batch reads the catalog again until the table exists.
@@ -490,20 +525,22 @@ export class PgWarehouse implements WarehouseWriter {
       // truncate: an applier whose cached shape predates it would write without the guard
       // (docs/truncate.md). An older table without it gets it with its next batch.
       const wants = { hard: batch.deleteMode === 'hard', truncate: true, handover: needsHandover(events), polled: events.some((e) => e.capture === 'poll') };
-      let ddl = planDdl(t, known, key, data, wants);
+      let ddl = planDdl(t, known, key, data, wants, this.accepts(), this.engine!);
       // Appliers of other shards may create the same schema, table or column at the same moment
       // (`IF NOT EXISTS` is not race-free in PostgreSQL): on such a clash, read the shape again and
       // re-plan, so what the other applier created is simply used.
       for (let attempt = 1; ddl.statements.length > 0; attempt++) {
         try {
-          if (ddl.addsColumns && known.delta.length > 0) {
-            // A schema change: merge the delta first, in the same transaction, under the delta's
+          if (ddl.addsColumns && known.seq) {
+            // A schema change: merge the delta first, in the same transaction, under the changelog's
             // lock and with the shape read under it (docs/warehouse-apply.md, "Added columns").
             await client.query(`BEGIN; ${lockDeltaSql(t, this.engine!)}`);
             known = await readShape(client, t);
-            ddl = planDdl(t, known, key, data, wants);
-            const first = await mergeFirst(client, t, known, Number((await client.query<{ n: string }>(deltaStatsSql(t))).rows[0]?.n ?? 0), this.engine!);
-            await client.query(`${[...mergeStatements(t, known, key.map((k) => k.name), wants.hard, this.engine!, false, first.nestedLoops), ...ddl.statements].join('; ')}; COMMIT`);
+            ddl = planDdl(t, known, key, data, wants, this.accepts(), this.engine!);
+            const bounds = await pendingBounds(client, t, null);
+            const first = await mergeFirst(client, t, known, bounds.n, this.engine!);
+            const mergeFirstSql = bounds.n > 0 ? mergeStatements(t, known, key.map((k) => k.name), wants.hard, this.engine!, bounds, false, first.nestedLoops) : [];
+            await client.query(`${[...mergeFirstSql, ...ddl.statements].join('; ')}; COMMIT`);
             if (first.rows > 0) merged = first;
             this.pendingDelta.delete(cacheKey);
           } else {
@@ -514,7 +551,7 @@ export class PgWarehouse implements WarehouseWriter {
           await client.query('ROLLBACK').catch(() => undefined);
           if (attempt >= DDL_ATTEMPTS || !isConcurrentDdlClash(err)) throw err;
           known = await readShape(client, t);
-          ddl = planDdl(t, known, key, data, wants);
+          ddl = planDdl(t, known, key, data, wants, this.accepts(), this.engine!);
         }
       }
       this.shapes.set(cacheKey, ddl.shape);
@@ -523,45 +560,21 @@ export class PgWarehouse implements WarehouseWriter {
       const keyNames = key.map((k) => k.name);
       const appliedAt = batch.appliedAt.toISOString();
 
-      // The critical path: a batch of full images and plain deletes is appended to the delta with
-      // the engine's bulk load and is visible in the view at its COMMIT (docs/warehouse-apply.md).
+      // The critical path: a batch of full images and plain deletes is appended to the changelog with
+      // the engine's bulk load and is visible in the view at its COMMIT (docs/warehouse-apply.md,
+      // "Objects per captured table"). A rebuild's shadow appends the same way (`TableBatch.freshShadow` changes nothing).
       const dataNames = shape.mirror.filter((c) => !keyNames.includes(c) && !c.startsWith(RESERVED_PREFIX));
-      const fresh = batch.freshShadow === true && this.engine === 'postgres';
-      if (shape.delta.length > 0 && truncates.length === 0 && events.every((e) => appendable(e, dataNames))) {
-        if (fresh && events.length > 0) {
-          // A fresh shadow's append (docs/warehouse-apply.md, "A fresh shadow"): the same rows, to
-          // the changelog while the shadow is unfolded, else to the delta as below.
+      if (shape.seq && truncates.length === 0 && events.every((e) => appendable(e, dataNames))) {
+        if (events.length > 0) {
           destroy = true; // an error mid-load may leave the connection in COPY state: drop it
           inTransaction = true;
-          const into = await this.appendFresh(client, t, shape, events, appliedAt);
+          await this.appendToChangelog(client, t, shape, events, appliedAt);
           inTransaction = false;
-          destroy = false;
-          const committedAt = Date.now();
-          if (into === 'changelog') return { plan: appendedPlan(events), committedAt, ddl: ddl.statements, mode: 'append', pending: { ...this.pendingOf(batch.source, batch.table, t) }, ...(merged ? { merged } : {}) };
-          const pending = this.pendingDelta.get(cacheKey) ?? { rows: 0, since: null };
-          const next = { rows: pending.rows + events.length, since: pending.since ?? committedAt };
-          this.pendingDelta.set(cacheKey, next);
-          return { plan: appendedPlan(events), committedAt, ddl: ddl.statements, mode: 'append', pending: { ...next }, ...(merged ? { merged } : {}) };
-        }
-        const rows = events.map((e) => changelogRow(e, shape.delta, appliedAt));
-        const loader = this.deltaLoader();
-        const table = qualified(t.schema, t.delta);
-        if (rows.length > 0) {
-          destroy = true; // an error mid-load may leave the connection in COPY state: drop it
-          if (loader.atomic) {
-            await loader.load(client, table, shape.delta, rows);
-          } else {
-            inTransaction = true;
-            await client.query('BEGIN');
-            await loader.load(client, table, shape.delta, rows);
-            await client.query('COMMIT');
-            inTransaction = false;
-          }
           destroy = false;
         }
         const committedAt = Date.now();
         const pending = this.pendingDelta.get(cacheKey) ?? { rows: 0, since: null };
-        const next = { rows: pending.rows + rows.length, since: pending.since ?? (rows.length > 0 ? committedAt : null) };
+        const next = { rows: pending.rows + events.length, since: pending.since ?? (events.length > 0 ? committedAt : null) };
         this.pendingDelta.set(cacheKey, next);
         return { plan: appendedPlan(events), committedAt, ddl: ddl.statements, mode: 'append', pending: { ...next }, ...(merged ? { merged } : {}) };
       }
@@ -592,20 +605,23 @@ export class PgWarehouse implements WarehouseWriter {
         end = `${dropStagesSql(stages)}; COMMIT`;
       }
       inTransaction = true;
-      if (shape.delta.length > 0) {
-        // The full apply merges the delta first (its fold reads the base), under the delta's lock;
-        // the shape is checked under that lock, so the merge writes every column the delta has.
-        const res = (await client.query(`${begin}${lockDeltaSql(t, this.engine!)}; ${catalogLiteralSql(t)}; ${deltaStatsSql(t)}`)) as unknown as pg.QueryResult[];
+      if (shape.seq) {
+        // The full apply merges the delta first (its fold reads the base), under the changelog's
+        // lock (appends wait); the shape is checked under that lock, so the merge writes every
+        // column the changelog has. Its own events go to the base and the changelog, and the
+        // watermark moves past them before COMMIT (they are absorbed).
+        const res = (await client.query(`${begin}${lockDeltaSql(t, this.engine!)}; ${catalogLiteralSql(t)}; ${pendingBoundsSql(t)}`)) as unknown as pg.QueryResult[];
         const rows = res[res.length - 2]!.rows as CatalogColumn[];
         if (!sameShape(shapeOf(t, rows), shape)) {
           this.shapes.delete(cacheKey);
           throw new ShapeChangedError(t.tableId);
         }
-        const pending = Number((res[res.length - 1]!.rows[0] as { n: string } | undefined)?.n ?? 0);
+        const b = res[res.length - 1]!.rows[0] as { from: string | number; to: string | number; n: string | number };
+        const bounds = { from: String(b.from), to: String(b.to) };
+        const pending = Number(b.n);
         if (pending > 0) merged = await mergeFirst(client, t, shape, pending, this.engine!);
-        begin = merged ? `${mergeStatements(t, shape, keyNames, batch.deleteMode === 'hard', this.engine!, false, merged.nestedLoops).join('; ')}; ` : '';
-        // An unfolded fresh shadow (its appends went to the changelog): its base from the changelog first, under the same lock.
-        if (pending === 0 && batch.freshShadow === true && (await unfolded(client, t, shape))) begin = `${foldStatements(t, shape, keyNames, batch.deleteMode === 'hard', this.engine!).join('; ')}; `;
+        begin = merged ? `${mergeStatements(t, shape, keyNames, batch.deleteMode === 'hard', this.engine!, bounds, false, merged.nestedLoops).join('; ')}; ` : '';
+        end = `${watermarkToEndSql(t)}; ${end}`;
       }
       const plan = await this.applyStaged(client, t, shape, keyNames, events, truncates, stages, begin, end, batch, appliedAt);
       const committedAt = Date.now();
@@ -634,42 +650,31 @@ export class PgWarehouse implements WarehouseWriter {
   }
 
   /**
-   * A fresh shadow's append, in one transaction: takes the append's lock on the delta, looks
-   * whether the shadow is unfolded (`freshShadowTables` all empty) and loads the rows into the
-   * changelog if so, else into the delta (the live append). An event the changelog holds already
-   * (a batch applied again after a crash, invariant 2) fails the load on the changelog's primary
-   * key; the batch is then loaded again skipping those rows, so the first delivery stays, as the
-   * merge keeps it.
+   * The append: the batch's rows into the changelog with the engine's bulk load, in one
+   * transaction. An event the changelog holds already (a batch applied again after a crash, a
+   * replay: invariant 2) fails the load on the changelog's primary key; the batch is then loaded
+   * again with `INSERT … ON CONFLICT DO NOTHING` (PostgreSQL), so the first delivery stays.
    */
-  private async appendFresh(client: pg.ClientBase, t: WarehouseTable, shape: SinkShape, events: readonly ChangeEvent[], appliedAt: string): Promise<'changelog' | 'delta'> {
+  private async appendToChangelog(client: pg.ClientBase, t: WarehouseTable, shape: SinkShape, events: readonly ChangeEvent[], appliedAt: string): Promise<void> {
     const loader = this.deltaLoader();
-    for (let attempt = 1; ; attempt++) {
-      await client.query(`BEGIN; ${lockDeltaForAppendSql(t)}`);
-      if ((await client.query(nonEmptyTablesSql(t, freshShadowTables(t, shape)))).rows.length > 0) {
-        await loader.load(client, qualified(t.schema, t.delta), shape.delta, events.map((e) => changelogRow(e, shape.delta, appliedAt)));
-        await client.query('COMMIT');
-        return 'delta';
-      }
-      const table = qualified(t.schema, t.changelog);
-      const rows = events.map((e) => changelogRow(e, shape.changelog, appliedAt));
-      if (attempt === 1) {
-        try {
-          await loader.load(client, table, shape.changelog, rows);
-        } catch (err) {
-          if ((err as { code?: unknown } | null)?.code !== UNIQUE_VIOLATION) throw err;
-          await client.query('ROLLBACK');
-          continue;
-        }
-      } else {
-        const per = rowsPerStatement(shape.changelog.length);
-        for (let i = 0; i < rows.length; i += per) {
-          const chunk = rows.slice(i, i + per);
-          await client.query(insertNewValuesSql(table, shape.changelog, chunk.length), chunk.flat());
-        }
-      }
+    const table = qualified(t.schema, t.changelog);
+    const rows = events.map((e) => changelogRow(e, shape.changelog, appliedAt));
+    await client.query('BEGIN');
+    try {
+      await loader.load(client, table, shape.changelog, rows);
       await client.query('COMMIT');
-      return 'changelog';
+      return;
+    } catch (err) {
+      if ((err as { code?: unknown } | null)?.code !== UNIQUE_VIOLATION || this.engine === 'redshift') throw err;
+      await client.query('ROLLBACK');
     }
+    await client.query('BEGIN');
+    const per = rowsPerStatement(shape.changelog.length);
+    for (let i = 0; i < rows.length; i += per) {
+      const chunk = rows.slice(i, i + per);
+      await client.query(insertNewValuesSql(table, shape.changelog, chunk.length), chunk.flat());
+    }
+    await client.query('COMMIT');
   }
 
   private async applyStaged(
@@ -826,6 +831,24 @@ async function migrateLegacyLayout(client: pg.ClientBase, t: WarehouseTable): Pr
   return plan.own;
 }
 
+/**
+ * Moves `t` from the layout with a delta table to the changelog-with-watermark layout
+ * (`migrateDeltaTableSql`) and returns the shape after it. Another process that moved it first
+ * makes this one's statements fail; the shape read then shows the new layout.
+ */
+async function migrateDeltaTable(client: pg.ClientBase, t: WarehouseTable, known: SinkShape, key: readonly string[]): Promise<SinkShape> {
+  const sql = migrateDeltaTableSql(t, { key, changelogColumns: known.changelog, mirrorColumns: known.mirror, guards: { deletedKeys: known.deletedKeys, truncations: known.truncations } });
+  try {
+    await client.query(`BEGIN; ${sql.join('; ')}; COMMIT`);
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    const after = await readShape(client, t);
+    if (!after.seq) throw err;
+    return after;
+  }
+  return readShape(client, t);
+}
+
 /** Whether `t` names a table's live objects (not a rebuild's shadow or another schema's). */
 function isLiveTable(t: WarehouseTable): boolean {
   const live = warehouseTable(t.source, t.tableId);
@@ -875,8 +898,8 @@ function appendedPlan(events: ChangeEvent[]): TablePlan {
 }
 
 /** The merge statements for the sink's current shape (`mergeSql`; `intoEmpty`: `mergeIntoEmptySql`, for a base found empty under the delta's lock). */
-function mergeStatements(t: WarehouseTable, shape: SinkShape, key: readonly string[], hard: boolean, engine: WarehouseEngine, intoEmpty = false, nestedLoops = false): string[] {
-  const o = { key, mirrorColumns: shape.mirror, changelogColumns: shape.changelog, hard, deletedKeys: shape.deletedKeys, truncations: shape.truncations, engine };
+function mergeStatements(t: WarehouseTable, shape: SinkShape, key: readonly string[], hard: boolean, engine: WarehouseEngine, pending: PendingBounds, intoEmpty = false, nestedLoops = false): string[] {
+  const o = { key, mirrorColumns: shape.mirror, changelogColumns: shape.changelog, hard, deletedKeys: shape.deletedKeys, truncations: shape.truncations, engine, pending };
   const merge = intoEmpty ? mergeIntoEmptySql(t, o) : mergeSql(t, o);
   // PostgreSQL only: a merge is a large set operation, but a base analysed while small (a new
   // table) makes the planner pick nested loops whose inner scans re-read the rows the statement
@@ -900,16 +923,19 @@ async function nestedLoopsFit(client: pg.ClientBase, t: WarehouseTable, shape: S
   return mergeMayUseNestedLoops(deltaRows, names.map((n) => rows.get(n) ?? null));
 }
 
-/** The fold of an unfolded fresh shadow's changelog into its empty base (`foldChangelogIntoEmptySql`), with the merge's planner setting. */
-function foldStatements(t: WarehouseTable, shape: SinkShape, key: readonly string[], hard: boolean, engine: WarehouseEngine): string[] {
-  const fold = foldChangelogIntoEmptySql(t, { key, mirrorColumns: shape.mirror, changelogColumns: shape.changelog, hard, deletedKeys: shape.deletedKeys, truncations: shape.truncations });
-  return engine === 'postgres' ? ['SET LOCAL enable_nestloop = off', ...fold, 'SET LOCAL enable_nestloop = on'] : fold;
-}
-
-/** Whether a fresh shadow is unfolded with rows to fold: its changelog holds rows and every table of `freshShadowTables` none (asked under a lock on the delta). */
-async function unfolded(client: pg.ClientBase, t: WarehouseTable, shape: SinkShape): Promise<boolean> {
-  const kinds = (await client.query<{ _cdc_kind: string }>(nonEmptyTablesSql(t, [t.changelog, ...freshShadowTables(t, shape)]))).rows.map((r) => r._cdc_kind);
-  return kinds.length === 1 && kinds[0] === t.changelog;
+/**
+ * The changelog rows a merge absorbs, read under its lock: from the watermark up to `upTo` (read
+ * before, with every row at or below it committed) or, when appends are kept out, the changelog's end.
+ */
+async function pendingBounds(client: pg.ClientBase, t: WarehouseTable, upTo: string | null): Promise<PendingBounds & { n: number }> {
+  const r = (await client.query<{ from: string | number; to: string | number; n: string | number }>(pendingBoundsSql(t))).rows[0]!;
+  const from = String(r.from);
+  const to = upTo ?? String(r.to);
+  if (BigInt(to) <= BigInt(from)) return { from, to: from, n: 0 };
+  if (upTo === null) return { from, to, n: Number(r.n) };
+  const seq = quoteIdent(CdcColumn.SEQ);
+  const n = (await client.query<{ n: string }>(`SELECT COUNT(*) AS n FROM ${qualified(t.schema, t.changelog)} WHERE ${seq} > ${from} AND ${seq} <= ${to}`)).rows[0]!.n;
+  return { from, to, n: Number(n) };
 }
 
 /** SQLSTATE of a primary-key (unique) violation. */
@@ -917,25 +943,40 @@ const UNIQUE_VIOLATION = '23505';
 
 function sameShape(a: SinkShape, b: SinkShape): boolean {
   const eq = (x: readonly string[], y: readonly string[]) => x.length === y.length && x.every((v, i) => v === y[i]);
-  return eq(a.mirror, b.mirror) && eq(a.changelog, b.changelog) && eq(a.delta, b.delta) && a.deletedKeys === b.deletedKeys && a.truncations === b.truncations && a.handover === b.handover;
+  return eq(a.mirror, b.mirror) && eq(a.changelog, b.changelog) && eq(a.delta, b.delta) && a.seq === b.seq && a.watermark === b.watermark && a.deletedKeys === b.deletedKeys && a.truncations === b.truncations && a.handover === b.handover;
+}
+
+/**
+ * The warehouse column type of a source column: the dialect's (PostgreSQL: native types,
+ * lambda/core/warehouse/postgres-dialect.ts), or without one the portable mapping (`sinkType`, which
+ * refuses what Redshift cannot carry). A key column is never `json` (no equality): its text.
+ */
+function columnTypeOf(dialect: WarehouseDialect | null, engine: WarehouseEngine, table: string, name: string, sourceType: string | null, isKey: boolean): string {
+  if (dialect === null) {
+    const refusal = sinkTypeRefusal(sourceType);
+    if (refusal !== null) throw new UnsupportedSinkTypeError(table, name, sourceType!, refusal);
+    return sinkType(sourceType, engine);
+  }
+  const choice = dialect.columnType(sourceType);
+  if ('refused' in choice) throw new UnsupportedSinkTypeError(table, name, sourceType ?? 'unknown', choice.refused);
+  return isKey && choice.type === 'json' ? (dialect.columnType(null) as { type: string }).type : choice.type;
 }
 
 /** Key and data columns the batch needs: union over its schema versions, type from the newest version that has the column. */
-function wantedColumns(batch: TableBatch, engine: WarehouseEngine): { key: SinkColumn[]; data: SinkColumn[] } {
+function wantedColumns(batch: TableBatch, engine: WarehouseEngine, dialect: WarehouseDialect | null): { key: SinkColumn[]; data: SinkColumn[] } {
   const versions = [...batch.schemas.values()].sort((a, b) => a.version - b.version);
   const newest = versions[versions.length - 1];
   if (!newest) throw new CdcError('INVALID_ARGUMENT', `no schema version for ${batch.source}/${batch.table}`);
   const types = new Map<string, string>();
   const order: string[] = [];
+  const where = `${batch.source}/${batch.table}`;
   for (const v of versions) {
     for (const c of v.columns) {
-      const refusal = sinkTypeRefusal(c.type);
-      if (refusal !== null) throw new UnsupportedSinkTypeError(`${batch.source}/${batch.table}`, c.name, c.type!, refusal);
       if (!types.has(c.name)) order.push(c.name);
-      types.set(c.name, sinkType(c.type, engine));
+      types.set(c.name, columnTypeOf(dialect, engine, where, c.name, c.type, newest.key.includes(c.name)));
     }
   }
-  const key = newest.key.map((k) => ({ name: k, type: types.get(k) ?? sinkType(null, engine) }));
+  const key = newest.key.map((k) => ({ name: k, type: types.get(k) ?? columnTypeOf(dialect, engine, where, k, null, true) }));
   const data = order.filter((c) => !newest.key.includes(c)).map((c) => ({ name: c, type: types.get(c)! }));
   return { key, data };
 }
@@ -947,9 +988,11 @@ async function readShape(client: pg.ClientBase, t: WarehouseTable): Promise<Sink
 }
 
 function shapeOf(t: WarehouseTable, rows: readonly CatalogColumn[]): SinkShape {
-  const shape: SinkShape = { mirror: [], mirrorTypes: new Map(), changelog: [], delta: [], deletedKeys: false, truncations: false, handover: false, view: false };
+  const shape: SinkShape = { mirror: [], mirrorTypes: new Map(), changelog: [], delta: [], seq: false, watermark: false, deletedKeys: false, truncations: false, handover: false, view: false };
   for (const r of rows) {
     if (r.table_name === t.delta) shape.delta.push(r.column_name);
+    else if (r.table_name === t.changelog && r.column_name === CdcColumn.SEQ) shape.seq = true;
+    else if (r.table_name === t.watermark) shape.watermark = true;
     else if (r.table_name === t.mirror) {
       shape.mirror.push(r.column_name);
       shape.mirrorTypes.set(r.column_name, catalogType(r));
@@ -969,17 +1012,27 @@ function planDdl(
   key: SinkColumn[],
   data: SinkColumn[],
   wants: { hard: boolean; truncate: boolean; handover: boolean; polled?: boolean },
+  accepts: (have: string, want: string) => boolean = (have, want) => have === want || isSinkTextType(have),
+  engine: WarehouseEngine = 'postgres',
 ): { statements: string[]; shape: SinkShape; addsColumns: boolean } {
   const { hard, truncate } = wants;
   const statements: string[] = [];
   const shape: SinkShape = { ...known, mirror: [...known.mirror], mirrorTypes: new Map(known.mirrorTypes), changelog: [...known.changelog], delta: [...known.delta] };
+  if (shape.changelog.length > 0 && !shape.seq) throw new CdcError('INVALID_STATE', `the changelog of ${t.tableId} has no append order: its layout was not migrated (migrateDeltaTable)`);
   let addsColumns = false;
-  const creating =
-    shape.mirror.length === 0 || shape.changelog.length === 0 || shape.delta.length === 0 || (hard && !shape.deletedKeys) || (truncate && !shape.truncations) || (wants.handover && !shape.handover);
+  const creating = shape.mirror.length === 0 || shape.changelog.length === 0 || !shape.watermark || (hard && !shape.deletedKeys) || (truncate && !shape.truncations) || (wants.handover && !shape.handover);
   if (creating) statements.push(createSchemaSql(t));
+  let pendingViewNeeded = shape.delta.length === 0;
   if (shape.changelog.length === 0) {
-    statements.push(createChangelogSql(t, key, data));
+    statements.push(createChangelogSql(t, key, data, engine));
+    if (engine === 'postgres') statements.push(createAppendOrderIndexSql(t));
     shape.changelog = [...CHANGELOG_NAMES, ...key.map((c) => c.name), ...data.map((c) => c.name)];
+    shape.seq = true;
+    pendingViewNeeded = true;
+  }
+  if (!shape.watermark) {
+    statements.push(...createWatermarkSql(t));
+    shape.watermark = true;
   }
   let viewNeeded = !shape.view;
   if (shape.mirror.length === 0) {
@@ -998,16 +1051,21 @@ function planDdl(
     // A text column takes every value unchanged: one made while the column's type was unknown
     // keeps being written as text when the type is learned (a compatible change; the values were
     // already text). Any other difference would round or refuse values: held (docs/schema-drift.md).
-    if (have !== undefined && have !== c.type && !isSinkTextType(have)) throw new SinkTypeConflictError(t.tableId, c.name, have, c.type);
+    if (have !== undefined && !accepts(have, c.type)) throw new SinkTypeConflictError(t.tableId, c.name, have, c.type);
   }
-  const wanted = new Map([...key, ...data].map((c) => [c.name, c.type]));
-  /** A changelog column's type: the platform's, or the data column's (as the mirror has it). */
-  const typeOf = (name: string): string => CHANGELOG_CDC_COLUMNS.find((c) => c.name === name)?.type ?? shape.mirrorTypes.get(name) ?? wanted.get(name) ?? sinkType(null);
-  if (shape.delta.length === 0) {
-    // The delta has the changelog's columns (those of the changelog as it is, plus this batch's).
-    const names = [...shape.changelog, ...data.map((c) => c.name).filter((n) => !shape.changelog.includes(n))];
-    statements.push(createDeltaSql(t, names.map((name) => ({ name, type: typeOf(name) }))));
-    shape.delta = names;
+  // PostgreSQL: a column an earlier version made as `varchar(65535)` (Redshift's text) refuses a value
+  // over 64 KB that PostgreSQL's `text` takes; it is widened to `text` (no rewrite: the two are
+  // binary-compatible), with the views that read it made again (docs/warehouse-apply.md, "Dialects").
+  const narrow = engine === 'postgres' && shape.seq ? [...key, ...data].filter((c) => shape.mirrorTypes.get(c.name) === TEXT_TYPE) : [];
+  if (narrow.length > 0) {
+    statements.push(`DROP VIEW IF EXISTS ${qualified(t.schema, t.view)}`, `DROP VIEW IF EXISTS ${qualified(t.schema, t.delta)}`);
+    for (const c of narrow) {
+      statements.push(`ALTER TABLE ${qualified(t.schema, t.mirror)} ALTER COLUMN ${quoteIdent(c.name)} TYPE text`);
+      if (shape.changelog.includes(c.name)) statements.push(`ALTER TABLE ${qualified(t.schema, t.changelog)} ALTER COLUMN ${quoteIdent(c.name)} TYPE text`);
+      if (shape.deletedKeys && key.some((k) => k.name === c.name)) statements.push(`ALTER TABLE ${qualified(t.schema, t.deletedKeys)} ALTER COLUMN ${quoteIdent(c.name)} TYPE text`);
+      shape.mirrorTypes.set(c.name, 'text');
+    }
+    pendingViewNeeded = true;
     viewNeeded = true;
   }
   for (const c of data) {
@@ -1022,14 +1080,13 @@ function planDdl(
       statements.push(addColumnSql(t.schema, t.changelog, c));
       shape.changelog.push(c.name);
       addsColumns = true;
+      pendingViewNeeded = true;
     }
   }
-  for (const name of shape.changelog) {
-    if (!shape.delta.includes(name)) {
-      statements.push(addColumnSql(t.schema, t.delta, { name, type: typeOf(name).replace(/ NOT NULL$/, '') }));
-      shape.delta.push(name);
-      addsColumns = true;
-    }
+  if (pendingViewNeeded || shape.delta.length !== shape.changelog.length) {
+    statements.push(createPendingViewSql(t, shape.changelog));
+    shape.delta = [...shape.changelog];
+    viewNeeded = true;
   }
   if (hard && !shape.deletedKeys) {
     statements.push(createDeletedKeysSql(t, key));

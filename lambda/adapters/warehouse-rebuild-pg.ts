@@ -21,6 +21,7 @@ import {
   retiredTable,
   shadowTable,
   swapRenamesSql,
+  viewEntry,
   visibleColumns,
   type DiffRow,
 } from '../core/rebuild/rebuild.ts';
@@ -31,8 +32,8 @@ const RAW_TEXT = { getTypeParser: () => (value: string) => value } as unknown as
 async function existing(client: pg.ClientBase, t: WarehouseTable): Promise<Set<string>> {
   const names = [t.view, ...physicalTables(t).map((p) => p.name)];
   const q = existingTablesSql(t.schema, names);
-  const res = await client.query<{ table_name: string }>(q.text, q.values);
-  return new Set(res.rows.map((r) => r.table_name));
+  const res = await client.query<{ table_name: string; table_type: string }>(q.text, q.values);
+  return new Set(res.rows.flatMap((r) => (r.table_type === 'VIEW' ? [r.table_name, viewEntry(r.table_name)] : [r.table_name])));
 }
 
 async function columnsOf(client: pg.ClientBase, schema: string, table: string): Promise<string[]> {

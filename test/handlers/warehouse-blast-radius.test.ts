@@ -100,9 +100,9 @@ describe('one broken table on embedded PostgreSQL', () => {
     const before = new Map(expected.get('public.bad'));
 
     // Break one table: every write to it fails with SQLSTATE 23514 from now on. The critical path
-    // writes its delta (docs/warehouse-apply.md), so that is where the constraint goes.
+    // writes its changelog (docs/warehouse-apply.md), so that is where the constraint goes.
     const bad = warehouseTable(SOURCE, 'public.bad');
-    await pool.query(`ALTER TABLE ${qualified(bad.schema, bad.delta)} ADD CONSTRAINT reject_all CHECK (false) NOT VALID`);
+    await pool.query(`ALTER TABLE ${qualified(bad.schema, bad.changelog)} ADD CONSTRAINT reject_all CHECK (false) NOT VALID`);
 
     let firstHeld: string | null = null;
     for (let round = 1; round <= 6; round++) {
@@ -121,7 +121,7 @@ describe('one broken table on embedded PostgreSQL', () => {
     expect((await cp.getSinkProgress('warehouse', SOURCE, 'public.good'))?.heldFrom).toBeNull();
 
     // Fix the table, resume it: the sink replays the held range, then applies live again.
-    await pool.query(`ALTER TABLE ${qualified(bad.schema, bad.delta)} DROP CONSTRAINT reject_all`);
+    await pool.query(`ALTER TABLE ${qualified(bad.schema, bad.changelog)} DROP CONSTRAINT reject_all`);
     const op = new Operator({ control: cp, settings: { changeLogRetentionMs: 86_400_000 }, snapshots: stateOnlySnapshots });
     expect(await op.resume('oncall', { table: 'public.bad' })).toMatchObject({ outcome: 'done' });
     const replayer = createHeldRangeReplayer({ controlPlane: cp, sinkId: 'warehouse', applier, readLog: async function* () { yield log.slice(); } });

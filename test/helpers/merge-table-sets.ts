@@ -10,7 +10,7 @@ import type { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
 import type { DeleteMode, SchemaVersion } from '../../lambda/core/shared/control-plane.ts';
 import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
-import { insertValuesSql, qualified, warehouseTable, type WarehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
+import { insertNewValuesSql, lockDeltaSql, mergeSql, pendingBoundsSql, qualified, warehouseTable, type MergeSqlOptions, type WarehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 
 export const TABLE = 'public.t';
 export const KEY = ['k1', 'k2'];
@@ -67,27 +67,40 @@ export async function resetTables(pool: pg.Pool, t: WarehouseTable, shape: Shape
   await pool.query([...baseTables(t, shape), t.delta].map((x) => `DELETE FROM ${qualified(t.schema, x)}`).join('; '));
 }
 
-/** Every row of the base tables and the delta, as text, sorted per table (keyed by the table's name without its first two characters, so two sets compare equal). */
+/** Every row of the base tables and the delta, as text, sorted per table (keyed by the table's name without its first two characters, so two sets compare equal); without the append order, which differs between sets. */
 export async function dumpTables(pool: pg.Pool, t: WarehouseTable, shape: Shape): Promise<Record<string, unknown>> {
   const out: Record<string, unknown> = {};
   for (const x of [...baseTables(t, shape), t.delta]) {
     const res = await pool.query({ text: `SELECT * FROM ${qualified(t.schema, x)}`, types: RAW });
-    out[x.slice(2)] = res.rows.map((r) => JSON.stringify(r)).sort();
+    out[x.slice(2)] = res.rows.map((r: Record<string, unknown>) => JSON.stringify({ ...r, _cdc_seq: undefined })).sort();
   }
   return out;
 }
 
-/** Inserts rows (`DELTA_COLUMNS` order) into a table of the set shaped like the delta. */
+/** Inserts rows (`DELTA_COLUMNS` order) into a table of the set shaped like the changelog; a row whose event the table holds already is skipped (the first delivery stays). */
 export async function insertRows(pool: pg.Pool, t: WarehouseTable, table: string, columns: readonly string[], rows: (string | null)[][]): Promise<void> {
   for (let i = 0; i < rows.length; i += 100) {
     const chunk = rows.slice(i, i + 100);
-    await pool.query(insertValuesSql(qualified(t.schema, table), columns, chunk.length), chunk.flat());
+    await pool.query(insertNewValuesSql(qualified(t.schema, table), columns, chunk.length), chunk.flat());
   }
 }
 
-/** Appends rows (`DELTA_COLUMNS` order) to the delta. */
+/** Appends rows (`DELTA_COLUMNS` order) as the applier's append does: into the changelog, above the watermark (a redelivered event is skipped). */
 export async function appendDelta(pool: pg.Pool, t: WarehouseTable, rows: (string | null)[][]): Promise<void> {
-  await insertRows(pool, t, t.delta, DELTA_COLUMNS, rows);
+  await insertRows(pool, t, t.changelog, DELTA_COLUMNS, rows);
+}
+
+/** The portable merge (`mergeSql`) in one transaction, appends kept out, over every changelog row above the watermark. */
+export async function portableMerge(client: pg.ClientBase, t: WarehouseTable, o: Omit<MergeSqlOptions, 'pending'>, setup = ''): Promise<void> {
+  await client.query(`BEGIN; ${setup}${lockDeltaSql(t, 'postgres')}`);
+  try {
+    const b = (await client.query<{ from: string; to: string }>(pendingBoundsSql(t))).rows[0]!;
+    for (const sql of mergeSql(t, { ...o, pending: { from: String(b.from), to: String(b.to) } })) await client.query(sql);
+    await client.query('COMMIT');
+  } catch (err) {
+    await client.query('ROLLBACK');
+    throw err;
+  }
 }
 
 /** A timestamp `ms` after 2026-01-01. */

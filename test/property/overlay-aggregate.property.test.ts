@@ -26,7 +26,9 @@ import {
   CHANGELOG_CDC_COLUMNS,
   createChangelogSql,
   createDeletedKeysSql,
-  createDeltaSql,
+  createPendingViewSql,
+  createWatermarkSql,
+  pendingBoundsSql,
   createMirrorSql,
   createOverlayViewSql,
   createSchemaSql,
@@ -78,7 +80,9 @@ async function createLayout(c: pg.Client, t: WarehouseTable, g: OverlayGuards): 
   await c.query(createSchemaSql(t));
   await c.query(createMirrorSql(t, KEY, DATA));
   await c.query(createChangelogSql(t, KEY, DATA));
-  await c.query(createDeltaSql(t, DELTA_COLUMNS));
+  // The delta is the view of the changelog's rows above the watermark (docs/warehouse-apply.md, "Objects per captured table").
+  for (const sql of createWatermarkSql(t)) await c.query(sql);
+  await c.query(createPendingViewSql(t, CHANGELOG_COLUMNS));
   if (g.deletedKeys) await c.query(createDeletedKeysSql(t, KEY));
   if (g.truncations) await c.query(createTruncationsSql(t));
   await c.query(createOverlayViewSql(t, MIRROR_COLUMNS, KEY_NAMES, g));
@@ -104,7 +108,8 @@ async function insert(c: pg.Client, table: string, columns: readonly string[], r
   if (rows.length === 0) return;
   const values: unknown[] = [];
   const tuples = rows.map((r) => `(${r.map((v) => (values.push(v), `$${values.length}`)).join(', ')})`);
-  await c.query(`INSERT INTO ${table} (${columns.map((n) => `"${n}"`).join(', ')}) VALUES ${tuples.join(', ')}`, values);
+  // An event delivered again is skipped, as the applier's append skips it (the first delivery stays).
+  await c.query(`INSERT INTO ${table} (${columns.map((n) => `"${n}"`).join(', ')}) VALUES ${tuples.join(', ')} ON CONFLICT DO NOTHING`, values);
 }
 
 /** Draws one random state of the four tables (see the module comment, 1). */
@@ -114,7 +119,7 @@ async function randomState(t: WarehouseTable, g: OverlayGuards, hard: boolean, r
   const stamp = (): string => `2026-01-0${1 + Math.floor(random() * 3)}T00:00:00Z`;
   const maxPos = 2 + Math.floor(random() * 40);
   const keys = K1.flatMap((a) => K2.map((b) => [a, b] as const));
-  const tables = [t.mirror, t.delta, ...(g.deletedKeys ? [t.deletedKeys] : []), ...(g.truncations ? [t.truncations] : [])];
+  const tables = [t.mirror, t.changelog, ...(g.deletedKeys ? [t.deletedKeys] : []), ...(g.truncations ? [t.truncations] : [])];
   await db.query(tables.map((n) => `DELETE FROM ${qualified(t.schema, n)}`).join('; '));
   const inBase = random();
   const tombstones = hard ? 0 : random() * 0.5;
@@ -159,7 +164,7 @@ async function randomState(t: WarehouseTable, g: OverlayGuards, hard: boolean, r
     }
     delta.push(e);
   }
-  await insert(db, qualified(t.schema, t.delta), CHANGELOG_COLUMNS, delta);
+  await insert(db, qualified(t.schema, t.changelog), CHANGELOG_COLUMNS, delta);
   return `base ${base.length} (${base.filter((r) => r[6]).length} tombstones), delta ${delta.length}, deleted keys ${deletedKeys}, truncations ${truncations}`;
 }
 
@@ -241,7 +246,8 @@ describe('overlayAggregateSql: the second form of the base+delta view', () => {
           // The applier's merge: lock the delta, fold it into the base, append the changelog, empty the delta: one transaction.
           await writer.query('BEGIN');
           await writer.query(lockDeltaSql(t, 'postgres'));
-          for (const sql of mergeSql(t, { key: KEY_NAMES, mirrorColumns: MIRROR_COLUMNS, changelogColumns: CHANGELOG_COLUMNS, hard: false, ...g })) await writer.query(sql);
+          const b = (await writer.query<{ from: string; to: string }>(pendingBoundsSql(t))).rows[0]!;
+          for (const sql of mergeSql(t, { key: KEY_NAMES, mirrorColumns: MIRROR_COLUMNS, changelogColumns: CHANGELOG_COLUMNS, hard: false, ...g, pending: { from: String(b.from), to: String(b.to) } })) await writer.query(sql);
           await writer.query('COMMIT');
           merges++;
           continue;
@@ -260,7 +266,7 @@ describe('overlayAggregateSql: the second form of the base+delta view', () => {
           for (let u = 0; u < 1 + Math.floor(random() * 5); u++) rows.push(deltaRow('update', keys[Math.floor(random() * keys.length)]!));
         }
         await writer.query('BEGIN');
-        await insert(writer, qualified(t.schema, t.delta), CHANGELOG_COLUMNS, rows);
+        await insert(writer, qualified(t.schema, t.changelog), CHANGELOG_COLUMNS, rows);
         await writer.query('COMMIT');
       }
       stop = true;

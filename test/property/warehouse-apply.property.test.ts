@@ -18,8 +18,12 @@
  * - the changelog holds every delivered event exactly once (position, op, key, delivered values,
  *   undelivered columns).
  *
- * Append-first apply (docs/warehouse-apply.md): batches of full images go to the table's delta
- * and the others merge it first, so every history mixes both paths. Between batches, at points
+ * One layout (docs/warehouse-apply.md): batches of full images are appended to the table's
+ * changelog (the delta is its rows above the watermark) and the others merge the delta first, so
+ * every history mixes both paths. Before a quarter of the batches the connection crashes after a
+ * random statement (any statement of an append, a full apply or the merge it runs first): each
+ * table's view then shows what it showed before or what it shows once the batch is delivered
+ * again, never a part, and the redelivered batch ends as if nothing had crashed. Between batches, at points
  * drawn from the history itself (so a seed still names the same history), a table's delta is
  * merged and the view is read just before and just after: it must not change; some of those
  * merges crash midway (an injected failure after a random statement of the merge transaction),
@@ -110,7 +114,7 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
       const newPool = () => {
         const p = new pg.Pool({ connectionString: cluster.url('wh'), max: 2 });
         p.on('error', () => undefined);
-        return crashingPool(p, 'the merge');
+        return crashingPool(p, 'a warehouse transaction');
       };
       let faulty = newPool();
       const newApplier = () => createWarehouseApplier({ controlPlane: cp, pool: faulty.pool, sinkId: SINK, metrics: new Metrics({ namespace: 'test' }), logger: new Logger({ logLevel: 'ERROR' }), merge: { inline: false } });
@@ -137,6 +141,7 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
       let runs = 0;
       let merges = 0;
       let crashes = 0;
+      let applyCrashes = 0;
 
       /** Merges one table's delta (crashing after statement `crashAt` of the merge when > 0) and checks that the view did not change. */
       async function mergeKeepsView(a: WarehouseApplier, src: string, t: ModelTable, crashAt: number): Promise<void> {
@@ -164,6 +169,26 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
           // Merge points, crashes and restarts, drawn from the history (the seed keeps naming the same history).
           const rnd = rng(JSON.stringify(h));
           for (const b of batches) {
+            // A crash between any two statements of the batch's transactions (appends, full applies,
+            // the merges they run first): what is committed is whole, and the batch delivered again
+            // (as the log redelivers a failed batch) ends as if nothing had crashed.
+            if (rnd() < 0.25) {
+              const before = await Promise.all(sim.tables.map((t) => viewRows(source, t)));
+              faulty.crashAfter(1 + Math.floor(rnd() * 12));
+              const outcome = await apply(applier, b.events, (seq += 100));
+              if (faulty.fired()) {
+                applyCrashes++;
+                expect(outcome.failed.length, 'a crashed apply reports its records failed').toBeGreaterThan(0);
+                const crashed = await Promise.all(sim.tables.map((t) => viewRows(source, t)));
+                const retried = await apply(applier, b.events, (seq += 100));
+                if (retried.failed.length > 0 || retried.deadLettered > 0) throw new Error(`batch not applied after a crash: ${JSON.stringify([...retried.reasons])}`);
+                const after = await Promise.all(sim.tables.map((t) => viewRows(source, t)));
+                for (const [i, t] of sim.tables.entries()) {
+                  // Each table's transaction committed whole or not at all.
+                  expect([before[i], after[i]], `view of ${t.table} after a crash mid-apply`).toContainEqual(crashed[i]);
+                }
+              } else if (outcome.failed.length > 0 || outcome.deadLettered > 0) throw new Error(`batch not applied: ${JSON.stringify([...outcome.reasons])}`);
+            }
             for (let n = 0; n < (b.redeliver ? 2 : 1); n++) {
               const outcome = await apply(applier, b.events, (seq += 100));
               if (outcome.failed.length > 0 || outcome.deadLettered > 0) throw new Error(`batch not applied: ${JSON.stringify([...outcome.reasons])}`);
@@ -191,7 +216,7 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
         { numRuns: Math.ceil(RUNS / 2), seed: SEED, endOnFailure: process.env.CDC_PROPERTY_NO_SHRINK === '1' },
       );
       await faulty.pool.end();
-      console.log(`property (${mode} delete): ${runs} histories in ${((Date.now() - t0) / 1000).toFixed(1)} s (${merges} merges between batches, ${crashes} of them crashed midway), seed ${SEED}`);
+      console.log(`property (${mode} delete): ${runs} histories in ${((Date.now() - t0) / 1000).toFixed(1)} s (${merges} merges between batches, ${crashes} of them crashed midway; ${applyCrashes} applies crashed midway and delivered again), seed ${SEED}`);
     }, TIMEOUT_MS);
   }
 

@@ -51,28 +51,34 @@ export function diffTableName(t: WarehouseTable): string {
 }
 
 /** The physical tables of a table's layout (not the view), as (what, name) pairs. */
-export function physicalTables(t: WarehouseTable): Array<{ part: 'changelog' | 'mirror' | 'deletedKeys' | 'truncations' | 'handover' | 'delta'; name: string }> {
+export function physicalTables(t: WarehouseTable): Array<{ part: 'changelog' | 'mirror' | 'deletedKeys' | 'truncations' | 'handover' | 'delta' | 'watermark'; name: string }> {
+  // The delta (a view of the changelog above the watermark; a table in the layout before one
+  // write per event) first: it is dropped before the tables it reads.
   return [
+    { part: 'delta', name: t.delta },
     { part: 'changelog', name: t.changelog },
+    { part: 'watermark', name: t.watermark },
     { part: 'mirror', name: t.mirror },
     { part: 'deletedKeys', name: t.deletedKeys },
     { part: 'truncations', name: t.truncations },
     { part: 'handover', name: t.handover },
-    { part: 'delta', name: t.delta },
   ];
 }
 
 /** Which of the names exist (one round trip; both warehouses). */
 export function existingTablesSql(schema: string, names: readonly string[]): { text: string; values: string[] } {
   const params = names.map((_, i) => `$${i + 2}`).join(', ');
-  return { text: `SELECT table_name FROM information_schema.tables WHERE table_schema = $1 AND table_name IN (${params})`, values: [schema, ...names] };
+  return { text: `SELECT table_name, table_type FROM information_schema.tables WHERE table_schema = $1 AND table_name IN (${params})`, values: [schema, ...names] };
 }
+
+/** The entry `existing` sets hold for a name that is a view (besides the name itself). */
+export const viewEntry = (name: string): string => `view:${name}`;
 
 /** Drops every object of `t` (a shadow left by a crashed rebuild, or retired objects). */
 export function dropTableSetSql(t: WarehouseTable, existing: ReadonlySet<string>): string[] {
   const out: string[] = [];
   if (existing.has(t.view)) out.push(`DROP VIEW ${qualified(t.schema, t.view)}`);
-  for (const p of physicalTables(t)) if (existing.has(p.name)) out.push(`DROP TABLE ${qualified(t.schema, p.name)}`);
+  for (const p of physicalTables(t)) if (existing.has(p.name)) out.push(`DROP ${existing.has(viewEntry(p.name)) ? 'VIEW' : 'TABLE'} ${qualified(t.schema, p.name)}`);
   return out;
 }
 
@@ -128,6 +134,9 @@ export function swapRenamesSql(live: WarehouseTable, shadow: WarehouseTable, ret
     if (existing.has(l[i]!.name)) out.push(`ALTER TABLE ${qualified(live.schema, l[i]!.name)} RENAME TO ${quoteIdent(r[i]!.name)}`);
     if (existing.has(s[i]!.name)) out.push(`ALTER TABLE ${qualified(live.schema, s[i]!.name)} RENAME TO ${quoteIdent(l[i]!.name)}`);
   }
+  // PostgreSQL: the changelog's append-order index keeps its name through a table rename; it moves with its table's name.
+  out.push(`ALTER INDEX IF EXISTS ${qualified(live.schema, live.appendOrder)} RENAME TO ${quoteIdent(retired.appendOrder)}`);
+  out.push(`ALTER INDEX IF EXISTS ${qualified(live.schema, shadow.appendOrder)} RENAME TO ${quoteIdent(live.appendOrder)}`);
   return out;
 }
 

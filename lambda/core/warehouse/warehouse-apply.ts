@@ -79,7 +79,7 @@ export interface TableBatch {
    * The target is a rebuild's fresh shadow (no readers; docs/rebuild.md): while it is unfolded (its
    * mirror, delta, deleted keys, truncations and handover table hold no row), a batch that would be
    * appended to the delta is appended to the changelog instead, and the base is computed from the
-   * changelog once, by the next full apply or merge (docs/warehouse-apply.md, "A fresh shadow").
+   * changelog once, by the next full apply or merge (docs/warehouse-apply.md, "A rebuild's shadow").
    * Same admission, plan, column checks and rows as the append; only where the rows land differs.
    * PostgreSQL only (elsewhere ignored). Never for a table that is read: its view does not show
    * unfolded rows. @default false

@@ -38,6 +38,8 @@ export const PLATFORM_KINDS = {
   truncations: 'truncations',
   handover: 'handover',
   delta: 'delta',
+  watermark: 'watermark',
+  appendOrder: 'append_order',
   diff: 'diff',
 } as const;
 export type PlatformPart = keyof typeof PLATFORM_KINDS;
@@ -100,7 +102,7 @@ export function assertCarriedTableName(table: string, tableId: string): string {
 }
 
 /** The platform tables of the layout before names were injective, by part. */
-export type LegacyPart = Exclude<PlatformPart, 'diff'>;
+export type LegacyPart = Exclude<PlatformPart, 'diff' | 'watermark' | 'appendOrder'>;
 /** The old layout's suffix of each platform table. */
 export const LEGACY_SUFFIXES: ReadonlyArray<readonly [LegacyPart, string]> = [
   ['changelog', '_changelog'],

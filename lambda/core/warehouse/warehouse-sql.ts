@@ -5,7 +5,10 @@
  * Layout per captured table (source id `s`, source table `sch.tbl`), in the warehouse schema
  * `s_sch` (e.g. `demo_public`; each `_` of `s` written `$`), named as lambda/core/warehouse/warehouse-names.ts
  * derives them (docs/architecture.md §5.4, "Names"):
- * - `_cdc_changelog_tbl`: append-only, one row per delivered event (deduplicated on position + key):
+ * - `_cdc_changelog_tbl`: where a batch lands (docs/warehouse-apply.md, "Objects per captured table"), append-only,
+ *   one row per delivered event (deduplicated on position + key), with its append order `_cdc_seq`
+ *   (the watermark `_cdc_watermark_tbl` says up to which order the mirror has absorbed it; the view
+ *   `_cdc_delta_tbl` is the rest):
  *   `_cdc_position`, `_cdc_op`, `_cdc_commit_ts`, `_cdc_schema_version`, `_cdc_tx_id`,
  *   `_cdc_synthetic`, `_cdc_missing` (JSON array of the columns that were not delivered, or
  *   NULL), `_cdc_applied_at`, then the key columns and the data columns as typed columns. Typed
@@ -40,7 +43,7 @@
  * The PostgreSQL-only statements are the occasional TRUNCATE of `clearStagesSql` (used by the
  * PostgreSQL stage lifecycle; see `lambda/adapters/warehouse-pg.ts`), those of a fresh shadow's
  * append (`lockDeltaForAppendSql`, `insertNewValuesSql`'s `ON CONFLICT DO NOTHING`), which the
- * adapter uses on PostgreSQL only (docs/warehouse-apply.md, "A fresh shadow"), the merge's
+ * adapter uses on PostgreSQL only (docs/warehouse-apply.md, "A rebuild's shadow"), the merge's
  * changelog append with `engine: 'postgres'` (`ON CONFLICT DO NOTHING`) and the planner's
  * estimates a merge looks at (`baseEstimateSql`; docs/warehouse-apply.md, "What a merge costs"). PRIMARY KEY constraints are declared on every
  * table: PostgreSQL enforces them and uses their indexes; Redshift accepts them as planner hints.
@@ -74,6 +77,8 @@ export const CdcColumn = {
   APPLIED_AT: '_cdc_applied_at',
   DELETED: '_cdc_deleted',
   DELETED_AT: '_cdc_deleted_at',
+  /** Changelog and watermark: the append order (an identity, assigned as rows are appended; docs/warehouse-apply.md, "Objects per captured table"). */
+  SEQ: '_cdc_seq',
   /** Stage only: which column set an UPDATE writes for the row. */
   SET: '_cdc_set',
   /** Event stage only: index of the event in the applier's batch. */
@@ -121,13 +126,17 @@ export interface WarehouseTable {
   truncations: string;
   /** Primary-key changes in flight: handed-over values and held events (see `createHandoverSql`). */
   handover: string;
-  /** The unmerged changes: appended by the critical path, compacted into the mirror by the merge (see `createDeltaSql`). */
+  /** The unmerged changes: a view of the changelog's rows above the watermark (see `createPendingViewSql`). */
   delta: string;
+  /** One row: the append order (`_cdc_seq`) up to which the base has absorbed the changelog. */
+  watermark: string;
+  /** The index of the changelog's append order (PostgreSQL). */
+  appendOrder: string;
   view: string;
 }
 
 /** The platform tables of the view `view` (`_cdc_<kind>_<view>`, lambda/core/warehouse/warehouse-names.ts). */
-export function platformTables(view: string): Pick<WarehouseTable, 'changelog' | 'mirror' | 'deletedKeys' | 'truncations' | 'handover' | 'delta'> {
+export function platformTables(view: string): Pick<WarehouseTable, 'changelog' | 'mirror' | 'deletedKeys' | 'truncations' | 'handover' | 'delta' | 'watermark' | 'appendOrder'> {
   return {
     changelog: platformName('changelog', view),
     mirror: platformName('mirror', view),
@@ -135,6 +144,8 @@ export function platformTables(view: string): Pick<WarehouseTable, 'changelog' |
     truncations: platformName('truncations', view),
     handover: platformName('handover', view),
     delta: platformName('delta', view),
+    watermark: platformName('watermark', view),
+    appendOrder: platformName('appendOrder', view),
   };
 }
 
@@ -275,7 +286,24 @@ export interface CatalogColumn {
   character_maximum_length: string | number | null;
   numeric_precision: string | number | null;
   numeric_scale: string | number | null;
+  /** The element type's name with a leading `_` for an array (`_int8`); read for `ARRAY` columns. */
+  udt_name?: string | null;
 }
+
+/** The array types a warehouse column may have, by the catalog's `udt_name`, as `catalogType` spells them. */
+const ARRAY_TYPES: Readonly<Record<string, string>> = {
+  _int8: 'bigint[]',
+  _float8: 'double precision[]',
+  _bool: 'boolean[]',
+  _date: 'date[]',
+  _timestamp: 'timestamp[]',
+  _numeric: 'numeric[]',
+  _json: 'json[]',
+  _jsonb: 'jsonb[]',
+  _bytea: 'bytea[]',
+  _uuid: 'uuid[]',
+  _text: 'text[]',
+};
 
 /** The type string `sinkType` would produce for a column as the catalog describes it (for conflict checks). */
 export function catalogType(c: CatalogColumn): string {
@@ -297,6 +325,8 @@ export function catalogType(c: CatalogColumn): string {
       return c.numeric_precision === null ? 'numeric' : `numeric(${Number(c.numeric_precision)},${Number(c.numeric_scale ?? 0)})`;
     case 'character varying':
       return c.character_maximum_length === null ? 'varchar' : `varchar(${Number(c.character_maximum_length)})`;
+    case 'array':
+      return ARRAY_TYPES[c.udt_name ?? ''] ?? `array ${c.udt_name ?? ''}`;
     default:
       return t;
   }
@@ -306,9 +336,9 @@ export function catalogType(c: CatalogColumn): string {
 export function catalogSql(t: WarehouseTable): { text: string; values: string[] } {
   return {
     text:
-      'SELECT table_name, column_name, data_type, character_maximum_length, numeric_precision, numeric_scale ' +
-      'FROM information_schema.columns WHERE table_schema = $1 AND table_name IN ($2, $3, $4, $5, $6, $7, $8) ORDER BY table_name, ordinal_position',
-    values: [t.schema, t.changelog, t.mirror, t.deletedKeys, t.view, t.truncations, t.handover, t.delta],
+      'SELECT table_name, column_name, data_type, character_maximum_length, numeric_precision, numeric_scale, udt_name ' +
+      'FROM information_schema.columns WHERE table_schema = $1 AND table_name IN ($2, $3, $4, $5, $6, $7, $8, $9) ORDER BY table_name, ordinal_position',
+    values: [t.schema, t.changelog, t.mirror, t.deletedKeys, t.view, t.truncations, t.handover, t.delta, t.watermark],
   };
 }
 
@@ -370,9 +400,121 @@ export function mirrorLayout(key: readonly SinkColumn[], data: readonly SinkColu
   return [...MIRROR_LEADING_COLUMNS, ...key, ...data, ...MIRROR_TRAILING_COLUMNS];
 }
 
-export function createChangelogSql(t: WarehouseTable, key: readonly SinkColumn[], data: readonly SinkColumn[]): string {
-  const body = [...defs(CHANGELOG_CDC_COLUMNS), ...defs(key, true), ...defs(data), `PRIMARY KEY (${cols([CdcColumn.POSITION, ...key.map((k) => k.name)])})`];
+/**
+ * The changelog: every delivered event once (primary key position + key), and the append order
+ * `_cdc_seq` (an identity the engine assigns as rows are appended: PostgreSQL's
+ * `GENERATED BY DEFAULT AS IDENTITY`, Redshift's `IDENTITY(1,1)`), which the watermark compares.
+ */
+export function createChangelogSql(t: WarehouseTable, key: readonly SinkColumn[], data: readonly SinkColumn[], engine: WarehouseEngine = 'postgres'): string {
+  const seq = `${quoteIdent(CdcColumn.SEQ)} ${engine === 'redshift' ? 'bigint IDENTITY(1,1)' : 'bigint GENERATED BY DEFAULT AS IDENTITY'}`;
+  const body = [...defs(CHANGELOG_CDC_COLUMNS), ...defs(key, true), ...defs(data), seq, `PRIMARY KEY (${cols([CdcColumn.POSITION, ...key.map((k) => k.name)])})`];
   return `CREATE TABLE IF NOT EXISTS ${qualified(t.schema, t.changelog)} (${body.join(', ')})`;
+}
+
+/** PostgreSQL: the index of the changelog's append order, by which the view and the merge find the rows above the watermark. */
+export function createAppendOrderIndexSql(t: WarehouseTable): string {
+  return `CREATE INDEX IF NOT EXISTS ${quoteIdent(t.appendOrder)} ON ${qualified(t.schema, t.changelog)} (${quoteIdent(CdcColumn.SEQ)})`;
+}
+
+/** The watermark table (one row, `_cdc_seq` = 0: nothing absorbed yet). */
+export function createWatermarkSql(t: WarehouseTable): string[] {
+  const w = qualified(t.schema, t.watermark);
+  return [`CREATE TABLE IF NOT EXISTS ${w} (${quoteIdent(CdcColumn.SEQ)} bigint NOT NULL)`, `INSERT INTO ${w} (${quoteIdent(CdcColumn.SEQ)}) SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM ${w})`];
+}
+
+/**
+ * The unmerged changes, named `_cdc_delta_<table>`: a view of the changelog's rows above the
+ * watermark, with the changelog's columns but the append order (`changelogColumns`, in the
+ * changelog's order, so an added column comes last and `CREATE OR REPLACE VIEW` takes it). Not a
+ * table: each event is written once, into the changelog (docs/warehouse-apply.md, "Objects per captured table").
+ */
+export function createPendingViewSql(t: WarehouseTable, changelogColumns: readonly string[]): string {
+  const seq = quoteIdent(CdcColumn.SEQ);
+  return (
+    `CREATE OR REPLACE VIEW ${qualified(t.schema, t.delta)} AS SELECT ${cols(changelogColumns, 'c.')} FROM ${qualified(t.schema, t.changelog)} c ` +
+    `WHERE c.${seq} > (SELECT w.${seq} FROM ${qualified(t.schema, t.watermark)} w)`
+  );
+}
+
+/** The changelog's rows a merge absorbs: append order above `bounds.from` and at most `bounds.to` (decimal integers). */
+export function pendingRelationSql(t: WarehouseTable, bounds: PendingBounds): string {
+  for (const v of [bounds.from, bounds.to]) if (!/^\d{1,19}$/.test(v)) throw new RangeError(`not an append order: ${v}`);
+  const seq = quoteIdent(CdcColumn.SEQ);
+  return `(SELECT * FROM ${qualified(t.schema, t.changelog)} c WHERE c.${seq} > ${bounds.from} AND c.${seq} <= ${bounds.to})`;
+}
+
+/** The append orders a merge absorbs: above `from` (the watermark) up to `to` (every row at or below it is committed). */
+export interface PendingBounds {
+  from: string;
+  to: string;
+}
+
+/**
+ * Under a lock that keeps appends out: the watermark (`from`), the highest append order (`to`)
+ * and how many changelog rows lie between (`n`).
+ */
+export function pendingBoundsSql(t: WarehouseTable): string {
+  const seq = quoteIdent(CdcColumn.SEQ);
+  const w = `(SELECT w.${seq} FROM ${qualified(t.schema, t.watermark)} w)`;
+  return (
+    `SELECT ${w} AS "from", COALESCE(MAX(c.${seq}), 0) AS "to", COUNT(CASE WHEN c.${seq} > ${w} THEN 1 END) AS n ` +
+    `FROM ${qualified(t.schema, t.changelog)} c`
+  );
+}
+
+/**
+ * The merge's upper bound, read in its own short transaction before the merge: waits for the
+ * appends in flight (`SHARE ROW EXCLUSIVE` conflicts with their `ROW EXCLUSIVE`) and keeps new ones
+ * out for the moment it reads the highest append order, so every row at or below it is committed
+ * (an append's rows get their order after its lock). PostgreSQL.
+ */
+export function mergeUpperBoundSql(t: WarehouseTable): string[] {
+  return [`LOCK TABLE ${qualified(t.schema, t.changelog)} IN SHARE ROW EXCLUSIVE MODE`, `SELECT COALESCE(MAX(${quoteIdent(CdcColumn.SEQ)}), 0) AS "to" FROM ${qualified(t.schema, t.changelog)}`];
+}
+
+/**
+ * The move of a table from the layout before one write per event (a delta TABLE the appends went
+ * to, a changelog without append order; docs/warehouse-apply.md, "The layout before one write
+ * per event") to this one, in one transaction, PostgreSQL: with appends and merges kept out, the
+ * changelog gets its append order (0 for every row it holds: all of them are in the base), the
+ * watermark starts at 0, the delta's distinct events the changelog lacks (the first delivery of
+ * each) are appended to the changelog (they get orders above 0: unmerged, as they were), the
+ * delta table is dropped and the views are made again over the new layout. Rows, positions and
+ * history are kept; the view shows the same rows before and after.
+ */
+export function migrateDeltaTableSql(t: WarehouseTable, o: { key: readonly string[]; changelogColumns: readonly string[]; mirrorColumns: readonly string[]; guards: OverlayGuards }): string[] {
+  const q = quoteIdent;
+  const seq = q(CdcColumn.SEQ);
+  const pos = q(CdcColumn.POSITION);
+  const cl = qualified(t.schema, t.changelog);
+  return [
+    `LOCK TABLE ${qualified(t.schema, t.delta)}, ${cl} IN EXCLUSIVE MODE`,
+    `ALTER TABLE ${cl} ADD COLUMN ${seq} bigint NOT NULL DEFAULT 0`,
+    `ALTER TABLE ${cl} ALTER COLUMN ${seq} DROP DEFAULT`,
+    `ALTER TABLE ${cl} ALTER COLUMN ${seq} ADD GENERATED BY DEFAULT AS IDENTITY`,
+    ...createWatermarkSql(t),
+    `INSERT INTO ${cl} (${cols(o.changelogColumns)}) SELECT ${cols(o.changelogColumns, 'e.')} FROM (SELECT d.*, row_number() OVER (PARTITION BY d.${pos}, ${cols(o.key, 'd.')} ORDER BY d.${q(CdcColumn.APPLIED_AT)}) AS ${q(RANK)} ` +
+      `FROM ${qualified(t.schema, t.delta)} d) e WHERE e.${q(RANK)} = 1 ORDER BY e.${pos} ON CONFLICT DO NOTHING`,
+    createAppendOrderIndexSql(t),
+    `DROP VIEW IF EXISTS ${qualified(t.schema, t.view)}`,
+    `DROP TABLE ${qualified(t.schema, t.delta)}`,
+    createPendingViewSql(t, o.changelogColumns),
+    createOverlayViewSql(t, o.mirrorColumns, o.key, o.guards),
+  ];
+}
+
+/** Moves the watermark to `to` (never down). */
+export function moveWatermarkSql(t: WarehouseTable, to: string): string {
+  if (!/^\d{1,19}$/.test(to)) throw new RangeError(`not an append order: ${to}`);
+  const seq = quoteIdent(CdcColumn.SEQ);
+  return `UPDATE ${qualified(t.schema, t.watermark)} SET ${seq} = ${to} WHERE ${seq} < ${to}`;
+}
+
+/** Moves the watermark past every changelog row (a full apply, which holds appends out and wrote its own events to the base). */
+export function watermarkToEndSql(t: WarehouseTable): string {
+  const seq = quoteIdent(CdcColumn.SEQ);
+  const w = qualified(t.schema, t.watermark);
+  return `UPDATE ${w} SET ${seq} = m.s FROM (SELECT MAX(${seq}) AS s FROM ${qualified(t.schema, t.changelog)}) m WHERE m.s > ${w}.${seq}`;
 }
 
 /** The mirror, in the order of `mirrorLayout`. */
@@ -701,12 +843,9 @@ export function applyStageSql(t: WarehouseTable, o: ApplyStageOptions): string[]
 // Append-first apply: the delta, the base+delta view and the merge (docs/warehouse-apply.md).
 
 /**
- * `_cdc_delta_tbl`: the changes appended since the last merge, shaped like the changelog (same
- * columns, same types), one row per delivered event. No PRIMARY KEY and no index: the critical
- * path appends to it with the engine's bulk load (COPY), which a unique constraint would fail on
- * a redelivered batch, and the merge keeps it small (docs/warehouse-apply.md). Duplicates are
- * harmless: the view and the merge pick one row per key, and the merge writes each event to the
- * changelog once.
+ * The delta TABLE of the layout before one write per event (docs/warehouse-apply.md, "The layout
+ * before one write per event"): shaped like the changelog, no key. Made only by tests of the
+ * migration, which moves its rows into the changelog (`migrateDeltaTableSql`).
  */
 export function createDeltaSql(t: WarehouseTable, columns: readonly SinkColumn[]): string {
   return `CREATE TABLE IF NOT EXISTS ${qualified(t.schema, t.delta)} (${defs(columns).join(', ')})`;
@@ -720,9 +859,9 @@ export interface OverlayGuards {
   truncations: boolean;
 }
 
-/** The rows of `from` (a table of `t` shaped like the changelog: the delta by default) ranked newest first per key. */
-const rankedDelta = (t: WarehouseTable, key: readonly string[], select: string, where: string, from: string = t.delta): string =>
-  `SELECT ${select}, row_number() OVER (PARTITION BY ${cols(key, 'd.')} ORDER BY d.${quoteIdent(CdcColumn.POSITION)} DESC, d.${quoteIdent(CdcColumn.APPLIED_AT)}) AS ${quoteIdent(RANK)} FROM ${qualified(t.schema, from)} d${where}`;
+/** The rows of `from` (a relation shaped like the changelog: the delta view by default) ranked newest first per key. */
+const rankedDelta = (t: WarehouseTable, key: readonly string[], select: string, where: string, from: string = qualified(t.schema, t.delta)): string =>
+  `SELECT ${select}, row_number() OVER (PARTITION BY ${cols(key, 'd.')} ORDER BY d.${quoteIdent(CdcColumn.POSITION)} DESC, d.${quoteIdent(CdcColumn.APPLIED_AT)}) AS ${quoteIdent(RANK)} FROM ${from} d${where}`;
 
 // Ties (the same event delivered twice before a merge) go to the first delivery, in the view and
 // in the merge alike, as the changelog keeps the first delivery: the view does not change at a merge.
@@ -860,7 +999,7 @@ export type WarehouseEngine = 'postgres' | 'redshift';
  * Redshift has one lock mode; `LOCK` takes it.
  */
 export function lockDeltaSql(t: WarehouseTable, engine: WarehouseEngine): string {
-  return engine === 'redshift' ? `LOCK ${qualified(t.schema, t.delta)}` : `LOCK TABLE ${qualified(t.schema, t.delta)} IN EXCLUSIVE MODE`;
+  return engine === 'redshift' ? `LOCK ${qualified(t.schema, t.changelog)}` : `LOCK TABLE ${qualified(t.schema, t.changelog)} IN EXCLUSIVE MODE`;
 }
 
 /**
@@ -877,7 +1016,7 @@ export function lockDeltaSql(t: WarehouseTable, engine: WarehouseEngine): string
 export function beginMergeSql(t: WarehouseTable, engine: WarehouseEngine): string {
   return engine === 'redshift'
     ? `BEGIN; ${lockDeltaSql(t, engine)}`
-    : `BEGIN ISOLATION LEVEL REPEATABLE READ; LOCK TABLE ${qualified(t.schema, t.delta)} IN SHARE UPDATE EXCLUSIVE MODE`;
+    : `BEGIN ISOLATION LEVEL REPEATABLE READ; LOCK TABLE ${qualified(t.schema, t.changelog)} IN SHARE UPDATE EXCLUSIVE MODE`;
 }
 
 /**
@@ -887,7 +1026,7 @@ export function beginMergeSql(t: WarehouseTable, engine: WarehouseEngine): strin
  * with it) waits for the appends that looked before it and is seen by those that look after.
  */
 export function lockDeltaForAppendSql(t: WarehouseTable): string {
-  return `LOCK TABLE ${qualified(t.schema, t.delta)} IN ROW EXCLUSIVE MODE`;
+  return `LOCK TABLE ${qualified(t.schema, t.changelog)} IN ROW EXCLUSIVE MODE`;
 }
 
 /** How many rows the delta holds and since when (`n`, `oldest` = the lowest `_cdc_applied_at`). */
@@ -903,6 +1042,8 @@ export interface MergeSqlOptions extends OverlayGuards {
   changelogColumns: readonly string[];
   /** Hard-delete mode. */
   hard: boolean;
+  /** The changelog rows the merge absorbs (append order above the watermark, up to a committed bound), and the watermark's new place. */
+  pending: PendingBounds;
   /**
    * `postgres`: the merge appends the delta's events to the changelog with `ON CONFLICT DO NOTHING`
    * on its primary key instead of an anti-join against the whole changelog, whose cost grows with
@@ -919,7 +1060,7 @@ export interface MergeSqlOptions extends OverlayGuards {
  * only the live rows of keys with a delete are ranked).
  * `deletes` false: only the keys whose newest row is not a delete, without `_cdc_set`.
  */
-function mergeWritesSelect(t: WarehouseTable, o: MergeSqlOptions, aboveBase: boolean, deletes = true, from: string = t.delta): string {
+function mergeWritesSelect(t: WarehouseTable, o: MergeSqlOptions, aboveBase: boolean, deletes = true, from: string = pendingRelationSql(t, o.pending)): string {
   const q = quoteIdent;
   const pos = q(CdcColumn.POSITION);
   const op = q(CdcColumn.OP);
@@ -945,9 +1086,9 @@ function mergeWritesSelect(t: WarehouseTable, o: MergeSqlOptions, aboveBase: boo
   // Into an empty base every row is above it; only keys with a delete in the delta borrow values, so only their live rows are ranked.
   const baseGuard = aboveBase
     ? ` AND NOT EXISTS (SELECT 1 FROM ${mirror} m WHERE ${keyMatch(o.key, 'm', 'd')} AND m.${pos} >= d.${pos})`
-    : ` AND EXISTS (SELECT 1 FROM ${qualified(t.schema, from)} x WHERE ${keyMatch(o.key, 'x', 'd')} AND x.${op} = 'delete')`;
+    : ` AND EXISTS (SELECT 1 FROM ${from} x WHERE ${keyMatch(o.key, 'x', 'd')} AND x.${op} = 'delete')`;
   const live =
-    `SELECT d.*, row_number() OVER (PARTITION BY ${cols(o.key, 'd.')} ORDER BY d.${pos} DESC, d.${q(CdcColumn.APPLIED_AT)}) AS ${q(RANK)} FROM ${qualified(t.schema, from)} d ` +
+    `SELECT d.*, row_number() OVER (PARTITION BY ${cols(o.key, 'd.')} ORDER BY d.${pos} DESC, d.${q(CdcColumn.APPLIED_AT)}) AS ${q(RANK)} FROM ${from} d ` +
     `WHERE d.${op} <> 'delete'${baseGuard}`;
   return (
     `SELECT ${exprs.join(', ')}, CASE WHEN ${isDelete} AND v.${pos} IS NULL THEN 1 ELSE 0 END AS ${q(CdcColumn.SET)} ` +
@@ -957,21 +1098,21 @@ function mergeWritesSelect(t: WarehouseTable, o: MergeSqlOptions, aboveBase: boo
 }
 
 /**
- * The merge: compacts the delta into the base in a few set-based statements. Runs in ONE
- * transaction after `lockDeltaSql` (the delta does not change meanwhile), so the view shows the
- * same rows before and after it, and a merge that fails midway changes nothing:
- * 1. `CREATE TEMP TABLE <stage> AS` the newest delta row per key as a mirror write (`_cdc_set` 0:
- *    every data column; a delete is a tombstone with the values of the key's newest live delta
+ * The merge: absorbs the changelog's rows between the watermark and a bound below which every row
+ * is committed (`o.pending`) into the base, in a few set-based statements, in ONE transaction with
+ * the watermark's move (docs/warehouse-apply.md, "The merge"), so the view shows the same rows
+ * before and after it, and a merge that fails midway changes nothing:
+ * 1. `CREATE TEMP TABLE <stage> AS` the newest pending row per key as a mirror write (`_cdc_set` 0:
+ *    every data column; a delete is a tombstone with the values of the key's newest live pending
  *    row above the base, or, with none, `_cdc_set` 1: only the platform columns, so it keeps the
  *    base's values);
  * 2. the same guarded writes as a batch apply (`applyStageSql`: position guard per key, the
  *    deleted-keys and truncation guards, hard-mode removal and remembered deletions);
- * 3. the delta's distinct events (by position + key) that the changelog lacks are appended to it;
- * 4. the delta is emptied and the stage dropped.
+ * 3. the watermark moves to the bound (`moveWatermarkSql`) and the stage is dropped.
+ * Nothing is written to the changelog: the append wrote each event there once.
  */
 export function mergeSql(t: WarehouseTable, o: MergeSqlOptions): string[] {
   const q = quoteIdent;
-  const pos = q(CdcColumn.POSITION);
   const stage = mergeStageName(t, o.mirrorColumns);
   const data = o.mirrorColumns.filter((c) => !o.key.includes(c) && !c.startsWith(RESERVED_PREFIX));
   const out = [
@@ -989,15 +1130,7 @@ export function mergeSql(t: WarehouseTable, o: MergeSqlOptions): string[] {
       truncations: o.truncations,
     }),
   ];
-  const cl = qualified(t.schema, t.changelog);
-  // The changelog's primary key is (position, key): an event it holds already is skipped, by an
-  // anti-join (portable) or, on PostgreSQL, by the key's index as each row goes in.
-  const stored = o.engine === 'postgres' ? ' ON CONFLICT DO NOTHING' : ` AND NOT EXISTS (SELECT 1 FROM ${cl} c WHERE c.${pos} = e.${pos} AND ${keyMatch(o.key, 'c', 'e')})`;
-  out.push(
-    `INSERT INTO ${cl} (${cols(o.changelogColumns)}) SELECT ${cols(o.changelogColumns, 'e.')} FROM (SELECT d.*, row_number() OVER (PARTITION BY d.${pos}, ${cols(o.key, 'd.')} ORDER BY d.${q(CdcColumn.APPLIED_AT)}) AS ${q(RANK)} ` +
-      `FROM ${qualified(t.schema, t.delta)} d) e WHERE e.${q(RANK)} = 1${stored}`,
-  );
-  out.push(`DELETE FROM ${qualified(t.schema, t.delta)}`);
+  out.push(moveWatermarkSql(t, o.pending.to));
   out.push(`DROP TABLE ${q(stage)}`);
   return out;
 }
@@ -1043,7 +1176,7 @@ export function mergeMayUseNestedLoops(deltaRows: number, estimates: ReadonlyArr
  * in a derived table, `UNION ALL`.
  */
 export function baseRowsSql(t: WarehouseTable, guards: OverlayGuards): string {
-  return nonEmptyTablesSql(t, [t.mirror, t.changelog, ...(guards.deletedKeys ? [t.deletedKeys] : []), ...(guards.truncations ? [t.truncations] : [])]);
+  return nonEmptyTablesSql(t, [t.mirror, ...(guards.deletedKeys ? [t.deletedKeys] : []), ...(guards.truncations ? [t.truncations] : [])]);
 }
 
 /** One row (`_cdc_kind` = the table's name) per table of `names` (tables of `t`'s schema) that holds any row. Portable: `LIMIT` in a derived table, `UNION ALL`. */
@@ -1052,17 +1185,6 @@ export function nonEmptyTablesSql(t: WarehouseTable, names: readonly string[]): 
   return names.map(one).join(' UNION ALL ');
 }
 
-/**
- * The tables of a fresh shadow's apply (`TableBatch.freshShadow`, docs/warehouse-apply.md, "A
- * fresh shadow"): while every one of them is empty, the changelog holds only appended events not
- * folded into the base yet (the shadow is *unfolded*), and an append may go straight to the
- * changelog. The mirror, the delta and, when they exist, the deleted keys, the truncations and the
- * handover table: every fold of a changelog row writes a row into one of them (a live row or
- * tombstone, a remembered deletion, a truncate, a held event).
- */
-export function freshShadowTables(t: WarehouseTable, has: OverlayGuards & { handover: boolean }): string[] {
-  return [t.mirror, t.delta, ...(has.deletedKeys ? [t.deletedKeys] : []), ...(has.truncations ? [t.truncations] : []), ...(has.handover ? [t.handover] : [])];
-}
 
 /**
  * The merge into an EMPTY base (a rebuild's fresh shadow, docs/rebuild.md): what `mergeSql` leaves
@@ -1082,18 +1204,15 @@ export function freshShadowTables(t: WarehouseTable, has: OverlayGuards & { hand
  * `mergeSql` over random deltas in both delete modes.
  */
 export function mergeIntoEmptySql(t: WarehouseTable, o: MergeSqlOptions): string[] {
-  const q = quoteIdent;
-  const pos = q(CdcColumn.POSITION);
-  const out = intoEmptyBaseSql(t, o, t.delta);
-  out.push(
-    `INSERT INTO ${qualified(t.schema, t.changelog)} (${cols(o.changelogColumns)}) SELECT ${cols(o.changelogColumns, 'e.')} FROM (SELECT d.*, row_number() OVER (PARTITION BY d.${pos}, ${cols(o.key, 'd.')} ORDER BY d.${q(CdcColumn.APPLIED_AT)}) AS ${q(RANK)} ` +
-      `FROM ${qualified(t.schema, t.delta)} d) e WHERE e.${q(RANK)} = 1`,
-  );
-  out.push(`DELETE FROM ${qualified(t.schema, t.delta)}`);
-  return out;
+  return [...foldIntoEmptySql(t, o), moveWatermarkSql(t, o.pending.to)];
 }
 
-/** Steps 1 and 2 of `mergeIntoEmptySql`: the newest row per key of `from` (a table of `t` shaped like the changelog) into the empty mirror, and in hard mode the deleted keys. */
+/** `mergeIntoEmptySql` without the watermark's move: the changelog rows of `o.pending` into the empty base. */
+export function foldIntoEmptySql(t: WarehouseTable, o: MergeSqlOptions): string[] {
+  return intoEmptyBaseSql(t, o, pendingRelationSql(t, o.pending));
+}
+
+/** Steps 1 and 2 of `mergeIntoEmptySql`: the newest row per key of `from` (a relation shaped like the changelog) into the empty mirror, and in hard mode the deleted keys. */
 function intoEmptyBaseSql(t: WarehouseTable, o: MergeSqlOptions, from: string): string[] {
   const q = quoteIdent;
   const pos = q(CdcColumn.POSITION);
@@ -1106,18 +1225,6 @@ function intoEmptyBaseSql(t: WarehouseTable, o: MergeSqlOptions, from: string): 
     );
   }
   return out;
-}
-
-/**
- * The fold of an unfolded fresh shadow (`freshShadowTables` all empty, the changelog holding the
- * appended events; docs/warehouse-apply.md, "A fresh shadow"): the base the merge into an empty
- * base (`mergeIntoEmptySql`) would have left had the same events been appended to the delta —
- * the same statements, reading the changelog instead of the delta. The changelog holds each event
- * once, as its first delivery, which is the row the merge's ranking picks among a delta's
- * duplicates; and it is already what that merge would have written to it.
- */
-export function foldChangelogIntoEmptySql(t: WarehouseTable, o: MergeSqlOptions): string[] {
-  return intoEmptyBaseSql(t, o, t.changelog);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -127,6 +127,8 @@ describe('warehouse names', () => {
       truncations: '_cdc_truncations_orders',
       handover: '_cdc_handover_orders',
       delta: '_cdc_delta_orders',
+      watermark: '_cdc_watermark_orders',
+      appendOrder: '_cdc_append_order_orders',
       view: 'orders',
     });
     // A source id with `_` writes it as `$`, so the first `_` ends the source (docs/architecture.md §5.4, "Names").
@@ -224,10 +226,10 @@ describe('SQL text', () => {
     overlayAggregateSql(t, mirrorColumns, ['id'], { deletedKeys: false, truncations: false }, { sum: '"id"', where: '"id" > $1' }),
     lockDeltaSql(t, 'redshift'),
     deltaStatsSql(t),
-    ...mergeSql(t, { key: ['id'], mirrorColumns, changelogColumns: ['_cdc_position', '_cdc_op', 'id', 'status', 'amount'], hard, deletedKeys: hard, truncations: true }),
+    ...mergeSql(t, { key: ['id'], mirrorColumns, changelogColumns: ['_cdc_position', '_cdc_op', 'id', 'status', 'amount'], hard, deletedKeys: hard, truncations: true, pending: { from: '0', to: '10' } }),
     // The merge into an empty base (a rebuild's fresh shadow) and its check.
     baseRowsSql(t, { deletedKeys: hard, truncations: true }),
-    ...mergeIntoEmptySql(t, { key: ['id'], mirrorColumns, changelogColumns: ['_cdc_position', '_cdc_op', 'id', 'status', 'amount'], hard, deletedKeys: hard, truncations: true }),
+    ...mergeIntoEmptySql(t, { key: ['id'], mirrorColumns, changelogColumns: ['_cdc_position', '_cdc_op', 'id', 'status', 'amount'], hard, deletedKeys: hard, truncations: true, pending: { from: '0', to: '10' } }),
   ];
 
   it('uses only what PostgreSQL and Redshift both accept (except the PostgreSQL-only occasional stage TRUNCATE)', () => {
@@ -238,16 +240,14 @@ describe('SQL text', () => {
     }
   });
 
-  it("the merge's changelog append: the portable anti-join by default, ON CONFLICT DO NOTHING on PostgreSQL only (docs/warehouse-apply.md, \"What a merge costs\")", () => {
-    const o = { key: ['id'], mirrorColumns: ['_cdc_deleted', 'id', 'status', '_cdc_position', '_cdc_deleted_at', '_cdc_applied_at'], changelogColumns: ['_cdc_position', '_cdc_op', 'id', 'status'], hard: false, deletedKeys: false, truncations: true };
-    const changelog = (sqls: string[]): string[] => sqls.filter((x) => x.startsWith(`INSERT INTO ${qualified(t.schema, t.changelog)}`));
-    const [portable] = changelog(mergeSql(t, o));
-    const [postgres] = changelog(mergeSql(t, { ...o, engine: 'postgres' }));
-    expect(portable).toMatch(/AND NOT EXISTS \(SELECT 1 FROM .*_cdc_changelog_orders" c WHERE/);
-    expect(portable).not.toMatch(/ON CONFLICT/);
-    expect(postgres).toMatch(/ ON CONFLICT DO NOTHING$/);
-    expect(postgres).not.toMatch(/NOT EXISTS/);
-    expect(changelog(mergeSql(t, { ...o, engine: 'redshift' }))[0]).toBe(portable);
+  it('the merge reads the changelog between the watermark and its bound, writes nothing to the changelog, and ends by moving the watermark (docs/warehouse-apply.md, "Objects per captured table")', () => {
+    const o = { key: ['id'], mirrorColumns: ['_cdc_deleted', 'id', 'status', '_cdc_position', '_cdc_deleted_at', '_cdc_applied_at'], changelogColumns: ['_cdc_position', '_cdc_op', 'id', 'status'], hard: false, deletedKeys: false, truncations: true, pending: { from: '7', to: '42' } };
+    for (const sqls of [mergeSql(t, o), mergeIntoEmptySql(t, o)]) {
+      expect(sqls.some((x) => x.startsWith(`INSERT INTO ${qualified(t.schema, t.changelog)}`) || x.startsWith(`DELETE FROM ${qualified(t.schema, t.changelog)}`))).toBe(false);
+      expect(sqls.join('; ')).toContain('"_cdc_seq" > 7 AND c."_cdc_seq" <= 42');
+      expect(sqls.filter((x) => x.includes(qualified(t.schema, t.watermark)))).toEqual([`UPDATE ${qualified(t.schema, t.watermark)} SET "_cdc_seq" = 42 WHERE "_cdc_seq" < 42`]);
+    }
+    expect(() => mergeSql(t, { ...o, pending: { from: '0', to: '1; DROP TABLE x' } })).toThrow(RangeError);
   });
 
   it('Redshift load path: CSV that round-trips NULL, empty text, quotes, commas and newlines', () => {
