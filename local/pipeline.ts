@@ -19,7 +19,7 @@ import { METRICS_NAMESPACE, MetricName } from '../contracts/metrics.ts';
 import { KinesisChangeLog } from '../lambda/adapters/change-log-kinesis.ts';
 import { createNormalizerHandler } from '../lambda/handlers/normalizer.ts';
 import { createWarehouseApplier, type MergeDone } from '../lambda/handlers/warehouse-applier.ts';
-import { createHeldRangeReplayer } from '../lambda/handlers/warehouse-replay.ts';
+import { createHeldRangeReplayer } from '../lambda/core/sink/held-range-replay.ts';
 import { readChangeLog } from '../lambda/adapters/change-log-reader.ts';
 import { createSearchApplier } from '../lambda/handlers/search-applier.ts';
 import { OpenSearchIndex, searchClient } from '../lambda/adapters/search-opensearch.ts';

@@ -39,8 +39,8 @@ import { CdcError, ConfigurationError } from '../core/shared/errors.ts';
 import { coverageGaps, reconcileTables, tierOf, type ReconcileSide, type ReconcileTier, type ReconcileVerdict, type TableToReconcile } from '../core/reconcile/reconcile.ts';
 import { AdaptivePacer, type PressureReading, type SourceBudget } from '../core/snapshot/snapshot-pacer.ts';
 import { parseTableConfig, type TableConfig } from '../core/tables/table-config.ts';
-import { parseBudget } from './snapshot-worker.ts';
-import { poolFromEnvironment } from './warehouse-applier.ts';
+import { parseBudget } from '../runtime/environment.ts';
+import { poolFromEnvironment } from '../runtime/environment.ts';
 
 const SERVICE = ServiceName.RECONCILER;
 

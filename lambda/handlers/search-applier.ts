@@ -46,7 +46,7 @@ import { METRICS_NAMESPACE, MetricDimension, MetricName } from '../../contracts/
 import { failuresFrom } from '../core/sink/apply-plan.ts';
 import { heldShardsOf } from '../core/operator/operator-decisions.ts';
 import type { ControlPlane, DeleteMode, SchemaVersion } from '../core/shared/control-plane.ts';
-import { CdcError, InvalidRecordError } from '../core/shared/errors.ts';
+import { CdcError, ConfigurationError, InvalidRecordError } from '../core/shared/errors.ts';
 import { keyText, type ChangeEvent, type Row } from '../core/shared/event.ts';
 import { assertPlainIdentifier } from '../core/shared/identifiers.ts';
 import { admitTable, checkEventColumns, decodeChangeRecord } from '../core/sink/sink-admission.ts';
@@ -77,9 +77,11 @@ import {
 import { encodeVersion, PositionNotEncodableError, searchBaseLsn } from '../core/search/search-version.ts';
 import { OpenSearchIndex, SearchRequestRejectedError, SearchUnavailableError, searchClient } from '../adapters/search-opensearch.ts';
 import { dynamoDbClient } from '../adapters/aws-clients.ts';
-import { replayFromEnvironment, type ReplayOutcome } from './warehouse-replay.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
-import { changeRecordOf, ConfigurationError, emitSingleMetrics, isReplayEvent, partialBatchResponse, payloadStoreFromEnvironment, type ApplyOptions, type BatchOutcome, type ChangeRecord, type ReplayEvent } from './warehouse-applier.ts';
+import type { ApplyOptions, BatchOutcome, ChangeRecord } from '../core/warehouse/warehouse-apply.ts';
+import { payloadStoreFromEnvironment } from '../runtime/environment.ts';
+import { isReplayEvent, replayFromEnvironment, type ReplayEvent, type ReplayOutcome } from '../runtime/replay.ts';
+import { changeRecordOf, emitSingleMetrics, partialBatchResponse } from '../runtime/sink-batch.ts';
 
 export interface SearchApplierDeps {
   controlPlane: ControlPlane;
@@ -538,7 +540,7 @@ function fromEnvironment(): SearchApplier {
 /**
  * Lambda entry point (Kinesis event source mapping with `ReportBatchItemFailures`; the schedule's
  * `{ cdcReplay: true }` event, lib/search-sink.ts, runs the resume replay of released holds,
- * lambda/handlers/warehouse-replay.ts, on the change log `CDC_CHANGE_LOG_STREAM`).
+ * lambda/runtime/replay.ts, on the change log `CDC_CHANGE_LOG_STREAM`).
  */
 export const handler = async (event: KinesisStreamEvent | ReplayEvent, context: Context): Promise<KinesisStreamBatchResponse | { replayed: ReplayOutcome[] }> => {
   logger.addContext(context);

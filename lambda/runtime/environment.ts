@@ -1,0 +1,90 @@
+/**
+ * Settings every handler reads from the environment the constructs set (contracts/env.ts): the
+ * payload bucket, the warehouse connection, the warehouse's merge policy, the snapshot budget. A setting that is
+ * missing or malformed is a `ConfigurationError` naming the variable.
+ */
+import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import { S3Client } from '@aws-sdk/client-s3';
+import pg from 'pg';
+import { EnvName } from '../../contracts/env.ts';
+import { CdcError, ConfigurationError } from '../core/shared/errors.ts';
+import type { PayloadStore } from '../core/shared/payload-store.ts';
+import { DEFAULT_SOURCE_BUDGET, type SourceBudget } from '../core/snapshot/snapshot-pacer.ts';
+import { validateMergePolicy, type MergePolicy } from '../core/warehouse/warehouse-apply.ts';
+import { S3PayloadStore } from '../adapters/payload-store-s3.ts';
+import { DEFAULT_SSL_MODE, parseSslMode, pgSsl } from '../adapters/tls.ts';
+
+/** The payload bucket the construct grants this function (dead letters' whole records, events stored out of line). */
+export function payloadStoreFromEnvironment(): PayloadStore | undefined {
+  const bucket = process.env[EnvName.PAYLOAD_BUCKET];
+  return bucket ? new S3PayloadStore(new S3Client({}), bucket, '', process.env[EnvName.PAYLOAD_KMS_KEY_ARN] || undefined) : undefined;
+}
+
+/** Connection settings in the warehouse secret (the shape RDS and Redshift secrets use). */
+interface WarehouseSecret {
+  host: string;
+  port?: number | string;
+  username: string;
+  password: string;
+  dbname?: string;
+  /** `disable`, `require` (encrypt, do not verify) or `verify-full` (default); `CDC_WAREHOUSE_SSL_MODE` wins. */
+  sslmode?: string;
+}
+
+/** The warehouse connection the constructs configure (`CDC_WAREHOUSE_URL`, or the secret); the reconciler uses it too. */
+export async function poolFromEnvironment(): Promise<pg.Pool> {
+  const url = process.env[EnvName.WAREHOUSE_URL];
+  const common = { max: 2, connectionTimeoutMillis: 10_000, idleTimeoutMillis: 60_000 };
+  if (url) return new pg.Pool({ connectionString: url, ...common });
+  const arn = process.env[EnvName.WAREHOUSE_SECRET_ARN];
+  if (!arn) throw new ConfigurationError(`set ${EnvName.WAREHOUSE_URL} or ${EnvName.WAREHOUSE_SECRET_ARN}`);
+  const out = await new SecretsManagerClient({}).send(new GetSecretValueCommand({ SecretId: arn }));
+  let s: WarehouseSecret;
+  try {
+    s = JSON.parse(out.SecretString ?? '') as WarehouseSecret;
+  } catch {
+    throw new ConfigurationError(`secret ${arn} is not JSON with host, port, username, password, dbname`);
+  }
+  if (!s.host || !s.username) throw new ConfigurationError(`secret ${arn} lacks host or username`);
+  // verify-full by default: Node's trusted CAs (Redshift) plus the Amazon RDS CAs (lambda/adapters/tls.ts).
+  const envMode = process.env[EnvName.WAREHOUSE_SSL_MODE];
+  const ssl = pgSsl(parseSslMode(envMode || s.sslmode || DEFAULT_SSL_MODE, envMode ? EnvName.WAREHOUSE_SSL_MODE : `secret ${arn}: field 'sslmode'`));
+  return new pg.Pool({ host: s.host, port: Number(s.port ?? 5439), user: s.username, password: s.password, database: s.dbname, ssl, ...common });
+}
+
+/** The merge policy the construct sets (`WarehouseSink` props `mergeMaxRows`, `mergeMaxAge`, `mergeOnSchedule`); unset: the defaults. */
+export function mergePolicyFromEnvironment(): Partial<MergePolicy> {
+  const out: Partial<MergePolicy> = {};
+  const rows = process.env[EnvName.MERGE_MAX_ROWS];
+  const age = process.env[EnvName.MERGE_MAX_AGE_MS];
+  const onSchedule = process.env[EnvName.MERGE_ON_SCHEDULE];
+  if (rows) out.maxRows = Number(rows);
+  if (age) out.maxAgeMs = Number(age);
+  if (onSchedule !== undefined && onSchedule !== '') {
+    if (onSchedule !== 'true' && onSchedule !== 'false') throw new ConfigurationError(`${EnvName.MERGE_ON_SCHEDULE} must be true or false, got ${JSON.stringify(onSchedule)}`);
+    out.inline = onSchedule !== 'true';
+  }
+  try {
+    return validateMergePolicy(out, `${EnvName.MERGE_MAX_ROWS} / ${EnvName.MERGE_MAX_AGE_MS}`);
+  } catch (err) {
+    throw new ConfigurationError((err as Error).message);
+  }
+}
+
+/** Parses `CDC_SNAPSHOT_BUDGET`; unset means the defaults (≤ 10 % added p99 write latency, ≤ 5 % added CPU). */
+export function parseBudget(text: string | undefined): SourceBudget {
+  if (text === undefined || text.trim() === '') return DEFAULT_SOURCE_BUDGET;
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (e) {
+    throw new CdcError('INVALID_CONFIG', `${EnvName.SNAPSHOT_BUDGET}: not valid JSON: ${(e as Error).message}`);
+  }
+  const o = v as Record<string, unknown>;
+  const num = (k: 'writeLatencyPct' | 'cpuPct'): number => {
+    const x = o?.[k] ?? DEFAULT_SOURCE_BUDGET[k];
+    if (typeof x !== 'number' || !(x > 0)) throw new CdcError('INVALID_CONFIG', `${EnvName.SNAPSHOT_BUDGET}.${k}: expected a positive number, got ${JSON.stringify(x)}`);
+    return x;
+  };
+  return { writeLatencyPct: num('writeLatencyPct'), cpuPct: num('cpuPct') };
+}
