@@ -23,7 +23,8 @@ import { createHeldRangeReplayer } from '../lambda/core/sink/held-range-replay.t
 import { readChangeLog } from '../lambda/adapters/change-log-reader.ts';
 import { createSearchApplier } from '../lambda/handlers/search-applier.ts';
 import { OpenSearchIndex, searchClient } from '../lambda/adapters/search-opensearch.ts';
-import { createHeartbeatHandler, HeartbeatWriter, type HeartbeatHandler } from '../lambda/handlers/heartbeat-writer.ts';
+import { createHeartbeatHandler, type HeartbeatHandler } from '../lambda/handlers/heartbeat-writer.ts';
+import { HeartbeatWriter } from '../lambda/adapters/heartbeat-pg.ts';
 import { createSlotMonitorHandler, type SlotMonitorHandler } from '../lambda/handlers/slot-monitor.ts';
 import type { SlotReport } from '../lambda/core/capture/slot-monitor.ts';
 import { TableConfigIndex, type TableConfig, type TableRule } from '../lambda/core/tables/table-config.ts';
