@@ -41,7 +41,7 @@ import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { PgWarehouse, type PgWarehouseOptions } from '../adapters/warehouse-pg.ts';
 import { mergePolicyFromEnvironment, payloadStoreFromEnvironment, poolFromEnvironment } from '../runtime/environment.ts';
 import { isReplayEvent, replayFromEnvironment, type ReplayEvent, type ReplayOutcome } from '../runtime/replay.ts';
-import { changeRecordOf, emitSingleMetrics, partialBatchResponse } from '../runtime/sink-batch.ts';
+import { changeRecordOf, emitApplyMetrics, emitSingleMetrics, partialBatchResponse } from '../runtime/sink-batch.ts';
 
 export type { ApplyOptions, BatchOutcome, ChangeRecord, MergeDone, MergePolicy } from '../core/warehouse/warehouse-apply.ts';
 
@@ -103,14 +103,7 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
 
   async function applyRecords(records: readonly ChangeRecord[], options: ApplyOptions = {}): Promise<BatchOutcome> {
     const outcome = await apply.applyRecords(records, options);
-    // Metrics, with exactly the contract's dimensions.
-    for (const [source, c] of outcome.bySource) {
-      if (c.applied > 0) emit(MetricName.EVENTS_APPLIED, MetricUnit.Count, [c.applied], { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
-      if (c.held > 0) emit(MetricName.EVENTS_HELD, MetricUnit.Count, [c.held], { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
-      if (c.dead > 0) emit(MetricName.DEAD_LETTERS, MetricUnit.Count, [c.dead], { [MetricDimension.STAGE]: sinkId, [MetricDimension.SOURCE]: source });
-      if (c.lag.length > 0) emit(MetricName.END_TO_END_LAG, MetricUnit.Milliseconds, c.lag, { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
-    }
-    if (outcome.applyErrors > 0) emit(MetricName.APPLY_ERRORS, MetricUnit.Count, [outcome.applyErrors], { [MetricDimension.SINK]: sinkId });
+    emitApplyMetrics(metrics, sinkId, outcome);
     emitMerges(outcome.merges);
     return outcome;
   }

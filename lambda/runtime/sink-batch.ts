@@ -5,10 +5,11 @@
  * dimensions (contracts/metrics.ts).
  */
 import { processPartialResponse, type BatchProcessor } from '@aws-lambda-powertools/batch';
-import type { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
+import { MetricUnit, type Metrics } from '@aws-lambda-powertools/metrics';
 import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent, KinesisStreamRecord } from 'aws-lambda';
 import { CdcError } from '../core/shared/errors.ts';
-import type { BatchOutcome, ChangeRecord } from '../core/warehouse/warehouse-apply.ts';
+import { MetricDimension, MetricName } from '../../contracts/metrics.ts';
+import type { BatchOutcome, ChangeRecord, SourceCounts } from '../core/warehouse/warehouse-apply.ts';
 
 /** A record reported as failed in the batch response. */
 export class RecordNotAppliedError extends CdcError {
@@ -60,4 +61,15 @@ export function partialBatchResponse(event: KinesisStreamEvent, outcome: BatchOu
     processor,
     { context, processInParallel: false },
   );
+}
+
+/** A sink batch's metrics, with exactly the contract's dimensions (Sink + Source, Stage + Source, or Sink): both sink appliers. */
+export function emitApplyMetrics(metrics: Metrics, sinkId: string, outcome: { bySource: ReadonlyMap<string, SourceCounts>; applyErrors: number }): void {
+  for (const [source, c] of outcome.bySource) {
+    if (c.applied > 0) emitSingleMetrics(metrics, MetricName.EVENTS_APPLIED, MetricUnit.Count, [c.applied], { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
+    if (c.held > 0) emitSingleMetrics(metrics, MetricName.EVENTS_HELD, MetricUnit.Count, [c.held], { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
+    if (c.dead > 0) emitSingleMetrics(metrics, MetricName.DEAD_LETTERS, MetricUnit.Count, [c.dead], { [MetricDimension.STAGE]: sinkId, [MetricDimension.SOURCE]: source });
+    if (c.lag.length > 0) emitSingleMetrics(metrics, MetricName.END_TO_END_LAG, MetricUnit.Milliseconds, c.lag, { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
+  }
+  if (outcome.applyErrors > 0) emitSingleMetrics(metrics, MetricName.APPLY_ERRORS, MetricUnit.Count, [outcome.applyErrors], { [MetricDimension.SINK]: sinkId });
 }
