@@ -40,7 +40,7 @@ import { coverageGaps, reconcileTables, tierOf, type ReconcileSide, type Reconci
 import { AdaptivePacer, type PressureReading, type SourceBudget } from '../core/snapshot/snapshot-pacer.ts';
 import { parseTableConfig, type TableConfig } from '../core/tables/table-config.ts';
 import { parseBudget } from '../runtime/environment.ts';
-import { poolFromEnvironment } from '../runtime/environment.ts';
+import { poolFromEnvironment } from '../runtime/warehouse-pool.ts';
 
 const SERVICE = ServiceName.RECONCILER;
 

@@ -6,18 +6,6 @@
  * module wires it to Kinesis, DynamoDB, Secrets Manager and Powertools, and turns each batch's
  * outcome into metrics.
  *
- * Why not a per-record handler: one transaction per batch and table means the whole batch must
- * be processed before any record's outcome is known. The handler therefore applies the batch
- * first, then hands Powertools' `BatchProcessor` a record handler that only reports each record's
- * known outcome (throws for the failed ones). Powertools still builds `batchItemFailures` and
- * raises `FullBatchFailureError` when every record failed, exactly as for per-record processing.
- * A batch in which no record failed is answered directly with the response Powertools gives then
- * (no failures), without its per-record pass.
- *
- * Metrics (EMF via Powertools, names from contracts/metrics.ts) carry exactly the dimensions the
- * contract names (Sink + Source, Stage + Source, or Sink): Powertools' default `service`
- * dimension is cleared so the constructs' alarms match.
- *
  * `createWarehouseApplier` builds the same applier from explicit dependencies for the local
  * pipeline and the tests; `handler` builds it once per container from the environment. On the
  * schedule's `{ cdcReplay: true }` event the handler runs the resume replay of released holds
@@ -39,7 +27,8 @@ import type { WarehouseTable } from '../core/warehouse/warehouse-sql.ts';
 import { dynamoDbClient } from '../adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { PgWarehouse, type PgWarehouseOptions } from '../adapters/warehouse-pg.ts';
-import { mergePolicyFromEnvironment, payloadStoreFromEnvironment, poolFromEnvironment } from '../runtime/environment.ts';
+import { mergePolicyFromEnvironment, payloadStoreFromEnvironment } from '../runtime/environment.ts';
+import { poolFromEnvironment } from '../runtime/warehouse-pool.ts';
 import { isReplayEvent, replayFromEnvironment, type ReplayEvent, type ReplayOutcome } from '../runtime/replay.ts';
 import { changeRecordOf, emitApplyMetrics, emitSingleMetrics, partialBatchResponse } from '../runtime/sink-batch.ts';
 

@@ -3,6 +3,18 @@
  * things live"): the record a Lambda Kinesis event carries as the apply sees it, the partial-batch
  * response Powertools builds from the apply's outcome, and metrics with exactly the contract's
  * dimensions (contracts/metrics.ts).
+ *
+ * Why not a per-record handler: one transaction per batch and table means the whole batch must
+ * be processed before any record's outcome is known. A sink handler therefore applies the batch
+ * first, then hands Powertools' `BatchProcessor` a record handler that only reports each record's
+ * known outcome (throws for the failed ones). Powertools still builds `batchItemFailures` and
+ * raises `FullBatchFailureError` when every record failed, exactly as for per-record processing.
+ * A batch in which no record failed is answered directly with the response Powertools gives then
+ * (no failures), without its per-record pass.
+ *
+ * Metrics (EMF via Powertools, names from contracts/metrics.ts) carry exactly the dimensions the
+ * contract names (Sink + Source, Stage + Source, or Sink): Powertools' default `service`
+ * dimension is cleared so the constructs' alarms match.
  */
 import { processPartialResponse, type BatchProcessor } from '@aws-lambda-powertools/batch';
 import { MetricUnit, type Metrics } from '@aws-lambda-powertools/metrics';
