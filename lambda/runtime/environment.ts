@@ -54,3 +54,17 @@ export function parseBudget(text: string | undefined): SourceBudget {
   };
   return { writeLatencyPct: num('writeLatencyPct'), cpuPct: num('cpuPct') };
 }
+
+/** A setting the function cannot run without: missing or blank is a `ConfigurationError` naming it. */
+export function requiredEnv(name: string): string {
+  const v = process.env[name];
+  if (v === undefined || v.trim() === '') throw new ConfigurationError(`environment variable ${name} is not set`);
+  return v;
+}
+
+/** `CDC_CATALOG_TYPES`: `published` (the snapshot worker publishes them) or unset. */
+export function catalogTypesSetting(value: string | undefined): boolean {
+  if (value === undefined || value === '') return false;
+  if (value === 'published') return true;
+  throw new ConfigurationError(`${EnvName.CATALOG_TYPES}: expected 'published' or nothing, got ${JSON.stringify(value)}`);
+}
