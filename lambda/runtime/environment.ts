@@ -9,6 +9,7 @@ import { EnvName } from '../../contracts/env.ts';
 import { CdcError, ConfigurationError } from '../core/shared/errors.ts';
 import type { PayloadStore } from '../core/shared/payload-store.ts';
 import { DEFAULT_SOURCE_BUDGET, type SourceBudget } from '../core/snapshot/snapshot-pacer.ts';
+import type { ReconcileTier } from '../core/reconcile/reconcile.ts';
 import { validateMergePolicy, type MergePolicy } from '../core/warehouse/warehouse-apply.ts';
 import { S3PayloadStore } from '../adapters/payload-store-s3.ts';
 
@@ -67,4 +68,33 @@ export function catalogTypesSetting(value: string | undefined): boolean {
   if (value === undefined || value === '') return false;
   if (value === 'published') return true;
   throw new ConfigurationError(`${EnvName.CATALOG_TYPES}: expected 'published' or nothing, got ${JSON.stringify(value)}`);
+}
+
+/** An optional positive integer setting (unset or empty: undefined). */
+export function optionalInt(name: string): number | undefined {
+  const v = process.env[name];
+  if (v === undefined || v === '') return undefined;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n <= 0) throw new ConfigurationError(`${name}: expected a positive integer, got ${JSON.stringify(v)}`);
+  return n;
+}
+
+/** Parses `CDC_RECONCILE_TIERS`, naming the entry and field that is wrong. */
+export function parseTiers(text: string | undefined): ReconcileTier[] {
+  if (text === undefined || text.trim() === '') throw new ConfigurationError(`${EnvName.RECONCILE_TIERS} is not set (expected a JSON array of tiers)`);
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (e) {
+    throw new ConfigurationError(`${EnvName.RECONCILE_TIERS}: not valid JSON: ${(e as Error).message}`);
+  }
+  if (!Array.isArray(v) || v.length === 0) throw new ConfigurationError(`${EnvName.RECONCILE_TIERS}: expected a non-empty array of tiers`);
+  return v.map((t: unknown, i): ReconcileTier => {
+    const at = `${EnvName.RECONCILE_TIERS}[${i}]`;
+    const o = t as Record<string, unknown>;
+    if (typeof o?.name !== 'string' || o.name === '') throw new ConfigurationError(`${at}.name: expected a tier name`);
+    if (typeof o.periodMs !== 'number' || !(o.periodMs > 0)) throw new ConfigurationError(`${at}.periodMs: expected a positive number of milliseconds`);
+    if (!Array.isArray(o.tables) || o.tables.length === 0 || o.tables.some((x) => typeof x !== 'string')) throw new ConfigurationError(`${at}.tables: expected table ids or "*"`);
+    return { name: o.name, periodMs: o.periodMs, tables: o.tables as string[] };
+  });
 }
