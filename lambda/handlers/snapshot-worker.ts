@@ -33,40 +33,19 @@ import { CloudWatchClient } from '@aws-sdk/client-cloudwatch';
 import { replicaConnectionFromEnvironment, sourceConnectionFromEnvironment } from '../adapters/source-postgres.ts';
 import type { ControlPlane } from '../core/shared/control-plane.ts';
 import { CdcError } from '../core/shared/errors.ts';
-import { snapshotStreamRecords, type SnapshotRawRecord, type SnapshotState } from '../core/snapshot/snapshot.ts';
+import { snapshotStreamRecords, type SnapshotRawRecord } from '../core/snapshot/snapshot.ts';
 import { publishCatalogTypes, type DescribeTable } from '../core/shared/catalog-types.ts';
 import { publishPartitionTree, type PartitionTree } from '../core/tables/partitions.ts';
 import { AdaptivePacer, type PressureReading, type SourceBudget } from '../core/snapshot/snapshot-pacer.ts';
 import { parseBudget } from '../runtime/environment.ts';
-import { planSnapshots, runPendingSnapshots, type RunOutcome, type SnapshotMetrics, type SnapshotReader } from '../core/snapshot/snapshot-worker.ts';
+import { emfSnapshotMetrics, stallAgeSeconds } from '../runtime/metrics.ts';
+import { planSnapshots, runPendingSnapshots, type RunOutcome, type SnapshotReader } from '../core/snapshot/snapshot-worker.ts';
 import { parseTableConfig, parseTableRules, TableConfigIndex, type TableConfig, type TableRule } from '../core/tables/table-config.ts';
 import { scanTables, type DiscoveryRecord } from '../core/tables/discovery.ts';
 import type { TableFact } from '../core/operator/doctor.ts';
 import { listSourceTables, readCatalogColumnTypes, readPartitionTree, readTableFact } from '../adapters/source-facts-pg.ts';
 
 const SERVICE = 'cdc-snapshot-worker';
-
-/** Snapshot progress as EMF metrics (names in contracts/metrics.ts), one record per chunk. */
-export function emfSnapshotMetrics(metrics: Metrics): SnapshotMetrics {
-  return {
-    progress(s: SnapshotState): void {
-      const m = metrics.singleMetric();
-      m.clearDefaultDimensions();
-      m.addDimensions({ [MetricDimension.SOURCE]: s.source, [MetricDimension.TABLE]: s.table });
-      m.addMetric(MetricName.SNAPSHOT_ROWS_DONE, MetricUnit.Count, s.rowsDone);
-      m.addMetric(MetricName.SNAPSHOT_RATE, MetricUnit.CountPerSecond, s.rowsPerSecond);
-      if (s.etaSeconds !== null) m.addMetric(MetricName.SNAPSHOT_ETA, MetricUnit.Seconds, s.etaSeconds);
-      if (s.throttle === 'slowed' || s.throttle === 'paused') m.addMetric(MetricName.SNAPSHOT_THROTTLED, MetricUnit.Count, 1);
-    },
-  };
-}
-
-/** Seconds since the oldest running snapshot of the source last completed a chunk (0 when none runs): the stall alarm's metric. */
-export function stallAgeSeconds(runs: readonly SnapshotState[], now: number): number {
-  const running = runs.filter((r) => r.status === 'running' || r.status === 'requested');
-  if (running.length === 0) return 0;
-  return Math.max(...running.map((r) => (now - Date.parse(r.updatedAt)) / 1000));
-}
 
 export interface SnapshotWorkerDeps {
   source: string;
