@@ -24,4 +24,19 @@ export default tseslint.config(
       'no-restricted-imports': ['error', { paths: ['pg', 'fs', 'node:fs', 'net', 'node:net', 'http', 'node:http', 'child_process', 'node:child_process'], patterns: [{ group: ['@aws-sdk/*', '**/adapters/**', '**/handlers/**', '**/local/**'], message: 'lambda/core is pure logic: no I/O, no adapters.' }] }],
     },
   },
+  {
+    // Handlers only wire, and never import one another (a handler is a bundle of its own; a sibling
+    // import drags the other's dependencies into it): shared plumbing lives in lambda/runtime/.
+    files: ['lambda/handlers/**/*.ts'],
+    rules: {
+      'no-restricted-imports': ['error', { patterns: [{ group: ['./*', '../handlers/*', '**/lambda/handlers/*'], message: 'a handler never imports another handler: share plumbing through lambda/runtime/, workflows through lambda/core/.' }] }],
+    },
+  },
+  {
+    // The plumbing handlers share is not a handler and never reaches back into one.
+    files: ['lambda/runtime/**/*.ts', 'lambda/adapters/**/*.ts'],
+    rules: {
+      'no-restricted-imports': ['error', { patterns: [{ group: ['**/handlers/**'], message: 'lambda/runtime and lambda/adapters never import a handler.' }] }],
+    },
+  },
 );

@@ -15,9 +15,7 @@ import { parseTableConfig, parseTableRules, type TableConfig, type TableRule } f
 import { DEFAULT_INDEX_PREFIX, validateSearchTables, type SearchTableConfig } from '../lambda/core/search/search-plan.ts';
 import type { MergePolicy } from '../lambda/core/warehouse/warehouse-apply.ts';
 import type { SourceBudget } from '../lambda/core/snapshot/snapshot-pacer.ts';
-import { mergePolicyFromEnvironment } from '../lambda/handlers/warehouse-applier.ts';
-import { parseBudget } from '../lambda/handlers/snapshot-worker.ts';
-import { catalogTypesSetting } from '../lambda/handlers/normalizer.ts';
+import { catalogTypesSetting, mergePolicyFromEnvironment, parseBudget } from '../lambda/runtime/environment.ts';
 import { LocalConfigError } from './errors.ts';
 
 /**

@@ -26,8 +26,8 @@ import type { SlotChange } from '../lambda/core/capture/slot-record.ts';
 import type { TableConfigIndex } from '../lambda/core/tables/table-config.ts';
 import { tableOfLine, type DecodedTransaction } from '../lambda/core/capture/logical-text.ts';
 import { primaryKeyOf } from './catalog.ts';
-// The column rules applied as the capture applies them, so dead letters keep invariant 4 too (a cycle used only at call time).
-import { ruled } from './capture.ts';
+// The column rules applied as the capture applies them, so dead letters keep invariant 4 too.
+import { ruled } from './capture-columns.ts';
 
 /** The capture read output it cannot parse: it stopped rather than skip or retry it forever. */
 export class CaptureUndecodableError extends CdcError {

@@ -19,7 +19,7 @@ import { snapshotStreamRecords, type SnapshotState } from '../lambda/core/snapsh
 import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, FixedPacer, type SourceBudget } from '../lambda/core/snapshot/snapshot-pacer.ts';
 import { planSnapshots, runPendingSnapshots, snapshotPendingRuns } from '../lambda/core/snapshot/snapshot-worker.ts';
 import { TableConfigIndex, type TableConfig } from '../lambda/core/tables/table-config.ts';
-import { emfSnapshotMetrics } from '../lambda/handlers/snapshot-worker.ts';
+import { emfSnapshotMetrics } from '../lambda/runtime/metrics.ts';
 import type { RawPublisher } from './capture.ts';
 import type { SnapshotStatusLine } from './status.ts';
 

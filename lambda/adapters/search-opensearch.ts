@@ -36,33 +36,9 @@ import {
   type IndexMeta,
   type SearchNames,
 } from '../core/search/search-plan.ts';
+import { SearchRequestRejectedError, SearchUnavailableError, type SearchIndex, type TableIndexState } from '../core/search/search-index.ts';
 
-/** OpenSearch is throttling or unavailable: retry later; nothing was lost. */
-export class SearchUnavailableError extends CdcError {
-  constructor(message: string) {
-    super('SEARCH_UNAVAILABLE', message);
-  }
-}
-
-/** OpenSearch refused a management request (create index, mapping) for a reason that retrying will not fix. */
-export class SearchRequestRejectedError extends CdcError {
-  constructor(
-    readonly status: number,
-    readonly type: string | null,
-    message: string,
-  ) {
-    super('SEARCH_REQUEST_REJECTED', message);
-  }
-}
-
-export interface TableIndexState {
-  /** The concrete index behind the write alias. */
-  index: string;
-  meta: IndexMeta;
-  properties: Record<string, unknown>;
-  /** Whether this call created it. */
-  created: boolean;
-}
+export { SearchRequestRejectedError, SearchUnavailableError, type TableIndexState } from '../core/search/search-index.ts';
 
 export interface SearchClientOptions {
   /** `https://…` of the domain, or `http://127.0.0.1:…` of a local server. */
@@ -110,7 +86,7 @@ export function mapSearchError(err: unknown, what: string): Error {
   return new SearchRequestRejectedError(status, typeOf(err), `${what}: status ${status} ${err instanceof Error ? err.message : ''}`.trim());
 }
 
-export class OpenSearchIndex {
+export class OpenSearchIndex implements SearchIndex {
   constructor(
     readonly client: Client,
     /** Settings of new indexes (`{ number_of_shards: 1 }`, `{ gc_deletes: '60s' }`, …). */

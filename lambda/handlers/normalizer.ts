@@ -16,14 +16,12 @@
  */
 import { BatchProcessor, EventType, processPartialResponse } from '@aws-lambda-powertools/batch';
 import { Logger } from '@aws-lambda-powertools/logger';
-import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
+import { Metrics } from '@aws-lambda-powertools/metrics';
 import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent, KinesisStreamRecord } from 'aws-lambda';
 import { EnvName, ServiceName } from '../../contracts/env.ts';
 import { MetricDimension, METRICS_NAMESPACE } from '../../contracts/metrics.ts';
 import { dynamoDbClient, kinesisClient } from '../adapters/aws-clients.ts';
 import { KinesisChangeLog } from '../adapters/change-log-kinesis.ts';
-import { S3Client } from '@aws-sdk/client-s3';
-import { S3PayloadStore } from '../adapters/payload-store-s3.ts';
 import type { PayloadStore } from '../core/shared/payload-store.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { kinesisRecordData } from '../adapters/kinesis-event.ts';
@@ -32,8 +30,10 @@ import { CdcError, ConfigurationError } from '../core/shared/errors.ts';
 import { readCatalogTypes } from '../core/shared/catalog-types.ts';
 import { readPublishedPartitionTree } from '../core/tables/partitions.ts';
 import { isSourceId } from '../core/shared/event.ts';
-import { Normalizer, type ChangeLogWriter, type NormalizerMetrics } from '../core/capture/normalize.ts';
+import { Normalizer, type ChangeLogWriter } from '../core/capture/normalize.ts';
 import { parseTableConfig, parseTableRules, TableConfigIndex, type TableConfig, type TableRule } from '../core/tables/table-config.ts';
+import { catalogTypesSetting, payloadStoreFromEnvironment, requiredEnv } from '../runtime/environment.ts';
+import { normalizerMetrics, onlyDimensions } from '../runtime/metrics.ts';
 
 const SERVICE = ServiceName.NORMALIZER;
 
@@ -73,33 +73,6 @@ export class PrecedingRecordFailedError extends CdcError {
   }
 }
 
-/**
- * Powertools adds a `service` dimension to every metric; the platform's metrics carry exactly the
- * dimensions of contracts/metrics.ts (the constructs' alarms name those), so it is replaced.
- */
-function onlyDimensions(metrics: Metrics, dimensions: Record<string, string>): Metrics {
-  metrics.clearDefaultDimensions();
-  metrics.setDefaultDimensions(dimensions);
-  return metrics;
-}
-
-function metricsAdapter(metrics: Metrics, source: string): NormalizerMetrics {
-  return {
-    count(name, value, dimensions) {
-      if (dimensions && Object.keys(dimensions).length > 0) {
-        const single = onlyDimensions(metrics.singleMetric(), { [MetricDimension.SOURCE]: source });
-        for (const [k, v] of Object.entries(dimensions)) single.addDimension(k, v);
-        single.addMetric(name, MetricUnit.Count, value);
-        return;
-      }
-      metrics.addMetric(name, MetricUnit.Count, value);
-    },
-    milliseconds(name, value) {
-      metrics.addMetric(name, MetricUnit.Milliseconds, value);
-    },
-  };
-}
-
 /** `<stream>/<shard>/<sequence number>` of a Lambda Kinesis record. */
 function originOf(record: KinesisStreamRecord): string {
   const stream = record.eventSourceARN?.split('/').slice(1).join('/') || record.eventSourceARN || 'stream';
@@ -117,7 +90,7 @@ export function createNormalizerHandler<E>(deps: NormalizerDeps<E>): NormalizerH
     tables: new TableConfigIndex(deps.tables, deps.rules ?? []),
     control: deps.control,
     changeLog: deps.changeLog,
-    metrics: metricsAdapter(metrics, deps.source),
+    metrics: normalizerMetrics(metrics, deps.source),
     logger,
     ...(deps.now ? { now: deps.now } : {}),
     ...(deps.flushEvents ? { flushEvents: deps.flushEvents } : {}),
@@ -168,24 +141,10 @@ export function createNormalizerHandler<E>(deps: NormalizerDeps<E>): NormalizerH
   };
 }
 
-/** `CDC_CATALOG_TYPES`: `published` (the snapshot worker publishes them) or unset. */
-export function catalogTypesSetting(value: string | undefined): boolean {
-  if (value === undefined || value === '') return false;
-  if (value === 'published') return true;
-  throw new ConfigurationError(`${EnvName.CATALOG_TYPES}: expected 'published' or nothing, got ${JSON.stringify(value)}`);
-}
-
-function requiredEnv(name: string): string {
-  const v = process.env[name];
-  if (v === undefined || v.trim() === '') throw new ConfigurationError(`environment variable ${name} is not set`);
-  return v;
-}
-
 // Module scope: created once per execution environment.
 const kinesis = kinesisClient();
 const dynamodb = dynamoDbClient();
-const payloadBucket = process.env[EnvName.PAYLOAD_BUCKET];
-const payloads = payloadBucket ? new S3PayloadStore(new S3Client({}), payloadBucket, '', process.env[EnvName.PAYLOAD_KMS_KEY_ARN] || undefined) : undefined;
+const payloads = payloadStoreFromEnvironment();
 let fromEnv: NormalizerHandler | undefined;
 
 /** The Lambda entry point, configured from the environment (built on the first invocation). */

@@ -31,7 +31,7 @@ import { AdaptivePacer, type PressureReading, type SourceBudget } from '../core/
 import { snapshotPartitionKey } from '../core/snapshot/snapshot.ts';
 import type { SlotRecord } from '../core/capture/slot-record.ts';
 import { parseTableConfig, type TableConfig } from '../core/tables/table-config.ts';
-import { parseBudget } from './snapshot-worker.ts';
+import { parseBudget } from '../runtime/environment.ts';
 
 const SERVICE = 'cdc-poll-worker';
 

@@ -37,7 +37,7 @@ import type { Archive } from '../core/rebuild/archive.ts';
 import { S3Archive } from '../adapters/archive-s3.ts';
 import { Rebuilder, type RebuildRequest } from '../adapters/rebuilder.ts';
 import { ReplayReader } from '../adapters/replay-reader.ts';
-import { poolFromEnvironment } from './warehouse-applier.ts';
+import { poolFromEnvironment } from '../runtime/warehouse-pool.ts';
 
 /** Time a slice leaves itself for the catch-up, swap, diff and record after its last batch. */
 export const SLICE_MARGIN_MS = 4 * 60_000;

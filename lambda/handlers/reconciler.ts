@@ -39,30 +39,10 @@ import { CdcError, ConfigurationError } from '../core/shared/errors.ts';
 import { coverageGaps, reconcileTables, tierOf, type ReconcileSide, type ReconcileTier, type ReconcileVerdict, type TableToReconcile } from '../core/reconcile/reconcile.ts';
 import { AdaptivePacer, type PressureReading, type SourceBudget } from '../core/snapshot/snapshot-pacer.ts';
 import { parseTableConfig, type TableConfig } from '../core/tables/table-config.ts';
-import { parseBudget } from './snapshot-worker.ts';
-import { poolFromEnvironment } from './warehouse-applier.ts';
+import { optionalInt, parseBudget, parseTiers } from '../runtime/environment.ts';
+import { poolFromEnvironment } from '../runtime/warehouse-pool.ts';
 
 const SERVICE = ServiceName.RECONCILER;
-
-/** Parses `CDC_RECONCILE_TIERS`, naming the entry and field that is wrong. */
-export function parseTiers(text: string | undefined): ReconcileTier[] {
-  if (text === undefined || text.trim() === '') throw new ConfigurationError(`${EnvName.RECONCILE_TIERS} is not set (expected a JSON array of tiers)`);
-  let v: unknown;
-  try {
-    v = JSON.parse(text);
-  } catch (e) {
-    throw new ConfigurationError(`${EnvName.RECONCILE_TIERS}: not valid JSON: ${(e as Error).message}`);
-  }
-  if (!Array.isArray(v) || v.length === 0) throw new ConfigurationError(`${EnvName.RECONCILE_TIERS}: expected a non-empty array of tiers`);
-  return v.map((t: unknown, i): ReconcileTier => {
-    const at = `${EnvName.RECONCILE_TIERS}[${i}]`;
-    const o = t as Record<string, unknown>;
-    if (typeof o?.name !== 'string' || o.name === '') throw new ConfigurationError(`${at}.name: expected a tier name`);
-    if (typeof o.periodMs !== 'number' || !(o.periodMs > 0)) throw new ConfigurationError(`${at}.periodMs: expected a positive number of milliseconds`);
-    if (!Array.isArray(o.tables) || o.tables.length === 0 || o.tables.some((x) => typeof x !== 'string')) throw new ConfigurationError(`${at}.tables: expected table ids or "*"`);
-    return { name: o.name, periodMs: o.periodMs, tables: o.tables as string[] };
-  });
-}
 
 export interface ReconcilerDeps {
   source: string;
@@ -172,14 +152,6 @@ function env(name: string): string {
   const v = process.env[name];
   if (!v) throw new ConfigurationError(`environment variable ${name} is not set`);
   return v;
-}
-
-function optionalInt(name: string): number | undefined {
-  const v = process.env[name];
-  if (v === undefined || v === '') return undefined;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n <= 0) throw new ConfigurationError(`${name}: expected a positive integer, got ${JSON.stringify(v)}`);
-  return n;
 }
 
 /** The Lambda entry point (scheduled, one rule per tier). */

@@ -1,85 +1,29 @@
 /**
- * Search applier: change log (Kinesis) → OpenSearch, one index per captured table behind an alias,
- * versioned by position (docs/search.md; invariants 2, 7, 10, 11, 12).
- *
- * Per batch, shaped like the warehouse applier (lambda/handlers/warehouse-applier.ts):
- * - each record is decoded and validated; a record that fails is a dead letter (counts as processed);
- * - records are grouped by (source, table); a table this sink does not serve is skipped (its
- *   records count as processed); an unregistered table or a name that cannot be an index name
- *   or is not in the event's schema version is dead-lettered;
- * - a table that is paused or needs a re-snapshot, or that this sink already holds, is held
- *   (`holdSinkTable` with the first held position, `EventsHeld`), exactly as the warehouse does;
- *   so is a table whose registered schema the index cannot hold (`SearchMappingConflictError`)
- *   and a table with a position the external version cannot encode (`PositionNotEncodableError`:
- *   a loud stop, never a wrap);
- * - the table's index is created on first use (mapping from the registered schema versions);
- *   fields of a compatible added column are added before the first document that has them;
- * - the stored documents (and hard-delete tombstones) of the batch's keys are read, the batch is
- *   planned (lambda/core/search/search-plan.ts) and written in ONE `_bulk` request with external
- *   versions. Per item: applied or version conflict (already applied / stale) = success;
- *   throttling or unavailability = retried here with backoff, then reported as batch item
- *   failures (never dead-lettered); anything else = the key's records are dead letters with the
- *   reason (the table becomes degraded), the rest of the batch applies;
- * - `truncate`: the table's index records the truncation position (`_meta.cdc.truncatedAt`, so
- *   an event from before it can never write again), then — after a refresh, so that every
- *   acknowledged write is visible — every live document below it gets a delete (tombstone) at the
- *   truncate's version. An applier that wrote rows reads the horizon again after its bulk and
- *   sweeps again if a truncate recorded through another applier is above any of them;
- * - a primary-key change whose insert lacks columns (an unchanged TOAST value) takes them from the
- *   old key's document, its delete in the batch, or a handover donor (`<alias>.handover`, written
- *   in its own bulk before the delete when the delete is applied first); otherwise its records and
- *   every later one of its key are reported failed and delivered again, never indexed without
- *   the values (docs/search.md, "Primary-key changes");
- * - only after the bulk response are the records acknowledged and the high-water mark advanced;
- * - heartbeat events (table `<schema>.cdc_heartbeat`) are indexed like any table and give
- *   `EndToEndLag` = time of the bulk response − source commit time.
+ * Search applier Lambda: change log (Kinesis) → OpenSearch. The work is the search apply
+ * (lambda/core/search/apply.ts; docs/search.md); this module wires it to Kinesis, DynamoDB,
+ * OpenSearch (SigV4-signed) and Powertools, and turns each batch's outcome into metrics.
  *
  * `createSearchApplier` builds the applier from explicit dependencies (local pipeline, tests);
- * `handler` builds it once per container from the environment (SigV4-signed client).
+ * `handler` builds it once per container from the environment.
  */
 import { BatchProcessor, EventType } from '@aws-lambda-powertools/batch';
 import { Logger } from '@aws-lambda-powertools/logger';
-import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
+import { Metrics } from '@aws-lambda-powertools/metrics';
 import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent } from 'aws-lambda';
-import { EnvName, HEARTBEAT_TABLE } from '../../contracts/env.ts';
-import { METRICS_NAMESPACE, MetricDimension, MetricName } from '../../contracts/metrics.ts';
-import { failuresFrom } from '../core/sink/apply-plan.ts';
-import { heldShardsOf } from '../core/operator/operator-decisions.ts';
-import type { ControlPlane, DeleteMode, SchemaVersion } from '../core/shared/control-plane.ts';
-import { CdcError, InvalidRecordError } from '../core/shared/errors.ts';
-import { keyText, type ChangeEvent, type Row } from '../core/shared/event.ts';
-import { assertPlainIdentifier } from '../core/shared/identifiers.ts';
-import { admitTable, checkEventColumns, decodeChangeRecord } from '../core/sink/sink-admission.ts';
+import { EnvName } from '../../contracts/env.ts';
+import { METRICS_NAMESPACE } from '../../contracts/metrics.ts';
+import type { ControlPlane } from '../core/shared/control-plane.ts';
+import { ConfigurationError } from '../core/shared/errors.ts';
 import type { PayloadStore } from '../core/shared/payload-store.ts';
-import {
-  assertSearchColumn,
-  bulkBody,
-  classifyBulkItem,
-  DEFAULT_INDEX_PREFIX,
-  desiredProperties,
-  documentId,
-  donorsToRead,
-  donorValuesOf,
-  keysToRead,
-  mappingDiff,
-  planSearchWrites,
-  SearchDocumentRejectedError,
-  SearchMappingConflictError,
-  searchNames,
-  storedDocOf,
-  validateSearchTables,
-  type IndexMeta,
-  type SearchNames,
-  type SearchOp,
-  type SearchTableConfig,
-  type StoredDoc,
-} from '../core/search/search-plan.ts';
-import { encodeVersion, PositionNotEncodableError, searchBaseLsn } from '../core/search/search-version.ts';
-import { OpenSearchIndex, SearchRequestRejectedError, SearchUnavailableError, searchClient } from '../adapters/search-opensearch.ts';
+import { createSearchApply } from '../core/search/apply.ts';
+import { validateSearchTables, type SearchTableConfig } from '../core/search/search-plan.ts';
+import type { ApplyOptions, BatchOutcome, ChangeRecord } from '../core/warehouse/warehouse-apply.ts';
+import { OpenSearchIndex, searchClient } from '../adapters/search-opensearch.ts';
 import { dynamoDbClient } from '../adapters/aws-clients.ts';
-import { replayFromEnvironment, type ReplayOutcome } from './warehouse-replay.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
-import { changeRecordOf, ConfigurationError, emitSingleMetrics, isReplayEvent, partialBatchResponse, payloadStoreFromEnvironment, type ApplyOptions, type BatchOutcome, type ChangeRecord, type ReplayEvent } from './warehouse-applier.ts';
+import { payloadStoreFromEnvironment } from '../runtime/environment.ts';
+import { isReplayEvent, replayFromEnvironment, type ReplayEvent, type ReplayOutcome } from '../runtime/replay.ts';
+import { changeRecordOf, emitApplyMetrics, partialBatchResponse } from '../runtime/sink-batch.ts';
 
 export interface SearchApplierDeps {
   controlPlane: ControlPlane;
@@ -108,389 +52,27 @@ export interface SearchApplier {
   clearCache(): void;
 }
 
-interface Item {
-  record: ChangeRecord;
-  event: ChangeEvent;
-}
-
-interface IndexState {
-  meta: IndexMeta;
-  properties: Record<string, unknown>;
-  /** The handover donor index is known to exist (created on first need). */
-  handoverReady?: boolean;
-}
-
-const describeError = (err: unknown): string => (err instanceof Error ? `${err.name}: ${err.message}` : String(err));
-const codeOf = (err: unknown): string => (err instanceof CdcError ? err.code : 'APPLY_FAILED');
-const minPosition = (items: readonly Item[]): string => items.reduce((m, i) => (i.event.position < m ? i.event.position : m), items[0]!.event.position);
-const maxPosition = (items: readonly Item[]): string => items.reduce((m, i) => (i.event.position > m ? i.event.position : m), items[0]!.event.position);
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-const eventId = (e: ChangeEvent): string => `${e.position}|${keyText(e.key)}`;
-
 /** Builds the search applier from explicit dependencies (local pipeline, tests, and the Lambda handler below). */
 export function createSearchApplier(deps: SearchApplierDeps): SearchApplier {
-  const { controlPlane: cp, sinkId, metrics, logger, search } = deps;
-  assertPlainIdentifier(sinkId, 'sink id');
-  const prefix = deps.prefix ?? DEFAULT_INDEX_PREFIX;
-  const now = deps.now ?? (() => new Date());
-  const attempts = deps.bulkAttempts ?? 4;
-  const backoffMs = deps.backoffMs ?? 200;
-  const served = deps.tables ? new Map(deps.tables.map((t) => [`${t.source}\u0000${t.table}`, t])) : null;
-  const schemaCache = new Map<string, SchemaVersion>();
-  const indexCache = new Map<string, IndexState>();
+  const { metrics, logger, sinkId } = deps;
   const processor = new BatchProcessor(EventType.KinesisDataStreams);
-
-  async function schemaOf(source: string, table: string, version: number): Promise<SchemaVersion> {
-    const k = `${source}\u0000${table}\u0000${version}`;
-    const hit = schemaCache.get(k);
-    if (hit) return hit;
-    const v = await cp.getSchemaVersion(source, table, version);
-    if (!v) throw new InvalidRecordError('schemaVersion', `version ${version} of ${source}/${table} is not registered`);
-    for (const c of v.columns) assertSearchColumn(c.name, table);
-    schemaCache.set(k, v);
-    return v;
-  }
-
-
-
-  /** The table's index, created or extended so that it holds every column of `schemas`. */
-  async function prepareIndex(source: string, table: string, names: SearchNames, schemas: SchemaVersion[], hard: boolean): Promise<IndexState> {
-    const desired = desiredProperties(schemas);
-    let state = indexCache.get(names.all);
-    if (!state) {
-      const versions = await cp.listSchemaVersions(source, table);
-      const first = versions.reduce<string | null>((m, v) => (m === null || v.effectivePosition < m ? v.effectivePosition : m), null) ?? schemas[0]!.effectivePosition;
-      const t = await search.tableIndex(names, desired, { baseLsn: searchBaseLsn(first), truncatedAt: null }, hard);
-      state = { meta: t.meta, properties: t.properties };
-      if (t.created) logger.info('search index created', { source, table, index: t.index, baseLsn: t.meta.baseLsn.toString(16) });
-      indexCache.set(names.all, state);
-    }
-    const diff = mappingDiff(state.properties, desired);
-    if (diff.conflicts.length > 0) throw new SearchMappingConflictError(names.all, diff.conflicts);
-    if (Object.keys(diff.add).length > 0) {
-      await search.addFields(names, diff.add);
-      state.properties = { ...state.properties, ...diff.add };
-      logger.info('search mapping extended', { source, table, fields: Object.keys(diff.add) });
-    }
-    return state;
-  }
-
+  const apply = createSearchApply({
+    ...deps,
+    log: {
+      info: (message, detail) => logger.info(message, detail ?? {}),
+      warn: (message, detail) => logger.warn(message, detail ?? {}),
+      error: (message, detail) => logger.error(message, detail ?? {}),
+    },
+  });
   async function applyRecords(records: readonly ChangeRecord[], options: ApplyOptions = {}): Promise<BatchOutcome> {
-    const failed = new Map<string, string>();
-    const counts = new Map<string, { applied: number; held: number; dead: number; lag: number[] }>();
-    const countFor = (source: string | null) => {
-      const k = source ?? 'unknown';
-      let c = counts.get(k);
-      if (!c) counts.set(k, (c = { applied: 0, held: 0, dead: 0, lag: [] }));
-      return c;
-    };
-    let applyErrors = 0;
-
-    const deadLetter = async (record: ChangeRecord, source: string | null, table: string | null, err: unknown): Promise<void> => {
-      try {
-        await cp.putDeadLetter({ at: now().toISOString(), stage: sinkId, source, table, code: codeOf(err), reason: describeError(err), origin: record.origin, record: record.text, truncated: false });
-        countFor(source).dead++;
-        logger.warn('record sent to dead letters', { origin: record.origin, source, table, code: codeOf(err), reason: describeError(err) });
-      } catch (dlErr) {
-        failed.set(record.sequenceNumber, `dead letter could not be stored: ${describeError(dlErr)}`);
-      }
-    };
-
-    const groups = new Map<string, Item[]>();
-    for (const record of records) {
-      let event: ChangeEvent;
-      try {
-        event = await decodeChangeRecord(record.text, deps.payloads, sinkId);
-      } catch (err) {
-        if (!(err instanceof CdcError)) throw err; // a payload store outage: retried, not dead-lettered
-        const about = aboutRecord(record.text);
-        await deadLetter(record, about.source, about.table, err);
-        continue;
-      }
-      const k = `${event.source}\u0000${event.table}`;
-      const list = groups.get(k);
-      if (list) list.push({ record, event });
-      else groups.set(k, [{ record, event }]);
-    }
-
-    for (const items of groups.values()) {
-      const { source, table } = items[0]!.event;
-      try {
-        await applyGroup(source, table, items);
-      } catch (err) {
-        applyErrors++;
-        logger.error('table batch not applied; its records will be retried', { source, table, error: describeError(err) });
-        for (const i of items) if (!failed.has(i.record.sequenceNumber)) failed.set(i.record.sequenceNumber, describeError(err));
-      }
-    }
-
-    async function hold(source: string, table: string, items: Item[], why: string): Promise<void> {
-      await cp.holdSinkTable(sinkId, source, table, minPosition(items), heldShardsOf(items.map((i) => i.record)));
-      countFor(source).held += items.length;
-      logger.info('events held', { source, table, count: items.length, from: minPosition(items), why });
-    }
-
-    async function applyGroup(source: string, table: string, items: Item[]): Promise<void> {
-      const isHeartbeat = table.split('.')[1] === HEARTBEAT_TABLE;
-      const config = served?.get(`${source}\u0000${table}`);
-      if (served && !config && !isHeartbeat) return; // not served by this sink: processed, nothing to do
-      const admission = await admitTable(cp, { sinkId, source, table, replayHeld: options.replayHeld === true, target: () => searchNames(prefix, source, table) });
-      if (admission.verdict === 'dead-letter') {
-        for (const i of items) await deadLetter(i.record, source, table, admission.error);
-        return;
-      }
-      if (admission.verdict === 'hold') {
-        await hold(source, table, items, admission.why);
-        return;
-      }
-      const { target: names, table: rec } = admission;
-      const deleteMode: DeleteMode = config?.deleteMode ?? rec.deleteMode;
-      const valid: Item[] = [];
-      const schemas = new Map<number, SchemaVersion>();
-      for (const i of items) {
-        try {
-          const schema = await schemaOf(source, table, i.event.schemaVersion);
-          checkEventColumns(i.event, schema, assertSearchColumn);
-          schemas.set(schema.version, schema);
-          valid.push(i);
-        } catch (err) {
-          if (!(err instanceof CdcError)) throw err;
-          await deadLetter(i.record, source, table, err);
-        }
-      }
-      if (valid.length === 0) return;
-      const schemaList = [...schemas.values()];
-      let state: IndexState;
-      try {
-        state = await prepareIndex(source, table, names, schemaList, deleteMode === 'hard');
-        for (const i of valid) encodeVersion(i.event.position, state.meta.baseLsn);
-      } catch (err) {
-        if (err instanceof SearchMappingConflictError || err instanceof PositionNotEncodableError || err instanceof SearchRequestRejectedError || (err instanceof CdcError && err.code === 'SEARCH_INDEX_FOREIGN')) {
-          logger.error('table held for this search sink', { source, table, code: err.code, error: err.message });
-          await hold(source, table, valid, err.message);
-          return;
-        }
-        throw err;
-      }
-      const keyColumns = schemaList.sort((a, b) => b.version - a.version)[0]!.key;
-
-      // Truncates first: record the horizon, then tombstone every live document below it.
-      const truncates = valid.filter((i) => i.event.op === 'truncate');
-      const rows = valid.filter((i) => i.event.op !== 'truncate');
-      /**
-       * Tombstones every live document at the truncate position `at` (a document above it, from a
-       * later event, keeps its own version: the delete is a version conflict). The refresh makes
-       * every write acknowledged before it visible to the listing (OpenSearch search is near-real-time).
-       */
-      const sweep = async (at: string, by: Item): Promise<boolean> => {
-        await retrying(source, table, () => search.refresh(names));
-        const gone: ChangeEvent[] = [];
-        for await (const d of search.listDocuments(names)) {
-          const key: Row = {};
-          for (const k of keyColumns) key[k] = d.values[k] ?? null;
-          const { handover: _handover, ...envelope } = by.event; // a sweep's delete hands nothing over
-          gone.push({ ...envelope, op: 'delete', key, after: null, before: null, missing: [], position: at });
-        }
-        if (gone.length === 0) return true;
-        return writeBatch(source, table, names, state, deleteMode, keyColumns, gone.map((event) => ({ record: by.record, event })), true);
-      };
-      if (truncates.length > 0) {
-        const at = maxPosition(truncates);
-        if (state.meta.truncatedAt === null || state.meta.truncatedAt < at) {
-          await search.setMeta(names, { ...state.meta, truncatedAt: at });
-          state.meta = { ...state.meta, truncatedAt: at };
-        }
-        const last = truncates.find((i) => i.event.position === at)!;
-        if (!(await sweep(at, last))) {
-          // The rows of this batch were not written either: every one is reported failed (a row
-          // before the truncate in the batch would otherwise be acknowledged unwritten).
-          for (const i of rows) if (!failed.has(i.record.sequenceNumber)) failed.set(i.record.sequenceNumber, `not applied: the truncate at ${at} of ${table} was not applied first`);
-          return;
-        }
-        countFor(source).applied += truncates.length;
-      }
-      let ok = rows.length === 0 ? true : await writeBatch(source, table, names, state, deleteMode, keyColumns, rows, false);
-      if (ok && rows.length > 0) {
-        // A truncate applied meanwhile through another applier (another shard: a truncate has its
-        // own partition key) may have swept before these writes were visible, with a horizon this
-        // applier's cached `_meta` did not know yet. Read the horizon again after the writes: if it
-        // is above any of them, sweep again at it (docs/search.md, "Truncate"). Either the truncate's
-        // horizon was recorded before this read (then this sweep removes what the batch wrote
-        // below it), or after it, and then the truncate's own sweep, which refreshes first, sees them.
-        const current = await retrying(source, table, () => search.readMeta(names));
-        const horizon = current?.truncatedAt ?? null;
-        if (horizon !== null && (state.meta.truncatedAt === null || state.meta.truncatedAt < horizon)) {
-          state.meta = { ...state.meta, truncatedAt: horizon };
-          if (rows.some((i) => i.event.position < horizon)) ok = await sweep(horizon, rows[0]!);
-        }
-      }
-      if (ok) await cp.advanceSinkProgress(sinkId, source, table, maxPosition(valid));
-    }
-
-    /** Runs a request, retrying it with backoff while OpenSearch is throttling or unavailable. */
-    async function retrying<T>(source: string, table: string, f: () => Promise<T>): Promise<T> {
-      for (let attempt = 1; ; attempt++) {
-        try {
-          return await f();
-        } catch (err) {
-          if (!(err instanceof SearchUnavailableError) || attempt >= attempts) throw err;
-          logger.warn('search unavailable; retrying', { source, table, attempt, error: err.message });
-          await sleep(backoffMs * 2 ** (attempt - 1));
-        }
-      }
-    }
-
-    /** Reads, plans and writes one table's events; returns whether every record was acknowledged. */
-    async function writeBatch(source: string, table: string, names: SearchNames, state: IndexState, deleteMode: DeleteMode, keyColumns: readonly string[], items: Item[], synthetic: boolean): Promise<boolean> {
-      const keys = keysToRead(items.map((i) => i.event));
-      const idToKey = new Map(keys.map((k) => [documentId(k), keyText(k)]));
-      const ids = [...idToKey.keys()];
-      const docs = await retrying(source, table, () => search.readStored(names.all, ids));
-      const tombs = deleteMode === 'hard' ? await retrying(source, table, () => search.readStored(names.deleted, ids)) : new Map<string, unknown>();
-      const stored = new Map<string, { doc?: StoredDoc; tombstone?: StoredDoc }>();
-      for (const [id, kt] of idToKey) {
-        const d = docs.get(id);
-        const t = tombs.get(id);
-        if (d === undefined && t === undefined) continue;
-        stored.set(kt, { ...(d !== undefined ? { doc: storedDocOf(id, d) } : {}), ...(t !== undefined ? { tombstone: storedDocOf(id, t) } : {}) });
-      }
-      const ensureHandover = async (): Promise<void> => {
-        if (state.handoverReady) return;
-        await retrying(source, table, () => search.ensureHandoverIndex(names, state.meta));
-        state.handoverReady = true;
-      };
-      // Donors kept for the batch's key-change inserts that lack columns (docs/search.md, "Primary-key changes").
-      const wanted = donorsToRead(items.map((i) => i.event), keyColumns);
-      const donors = new Map<string, Row>();
-      if (wanted.length > 0) {
-        await ensureHandover();
-        const found = await retrying(source, table, () => search.readStored(names.handover, wanted.map((w) => w.docId)));
-        for (const w of wanted) {
-          const v = donorValuesOf(found.get(w.docId));
-          if (v) donors.set(w.id, v);
-        }
-      }
-      const plan = planSearchWrites({ events: items.map((i) => i.event), keyColumns, deleteMode, stored, meta: state.meta, appliedAt: now(), donors });
-      if (plan.ops.some((o) => o.target === 'handover')) await ensureHandover();
-      const heldIds = new Set(plan.held.map(eventId));
-      if (heldIds.size > 0) {
-        logger.info('primary-key change in flight: events wait until the old key\'s values are known (applied on another shard)', { source, table, events: heldIds.size, first: plan.held[0]!.position });
-      }
-      // Bulk, retrying throttled / unavailable items (only those) with backoff.
-      const rejected = new Map<string, string>();
-      const retryable = new Map<string, string>();
-      let respondedAt = Date.now();
-      const runBulk = async (ops: SearchOp[]): Promise<void> => {
-        let pending = ops;
-        for (let attempt = 1; pending.length > 0; attempt++) {
-          let results: unknown[];
-          try {
-            results = await search.bulk(names, bulkBody(pending, names), pending.length);
-          } catch (err) {
-            if (!(err instanceof SearchUnavailableError) || attempt >= attempts) throw err;
-            logger.warn('search bulk unavailable; retrying', { source, table, attempt, error: err.message });
-            await sleep(backoffMs * 2 ** (attempt - 1));
-            continue;
-          }
-          respondedAt = Date.now();
-          const again: SearchOp[] = [];
-          for (const op of pending) retryable.delete(op.keyText);
-          results.forEach((r, n) => {
-            const op = pending[n]!;
-            const c = classifyBulkItem(r);
-            if (c.kind === 'reject') rejected.set(op.keyText, c.reason);
-            else if (c.kind === 'retry') {
-              again.push(op);
-              retryable.set(op.keyText, c.reason);
-            }
-          });
-          if (again.length === 0 || attempt >= attempts) break;
-          logger.warn('search bulk items throttled or unavailable; retrying them', { source, table, attempt, items: again.length });
-          await sleep(backoffMs * 2 ** (attempt - 1));
-          pending = again;
-        }
-      };
-      // Handover donors first, in their own bulk: a key change's delete is written only once the
-      // donor its insert needs is stored (a delete written without it could never be completed).
-      const donorOps = plan.ops.filter((o) => o.target === 'handover');
-      await runBulk(donorOps);
-      const blockedKeys = new Set([...donorOps.map((o) => o.keyText)].filter((k) => retryable.has(k) || rejected.has(k)));
-      await runBulk(plan.ops.filter((o) => o.target !== 'handover' && !blockedKeys.has(o.keyText)));
-      if (synthetic) {
-        if (rejected.size > 0 || retryable.size > 0) {
-          const why = [...rejected.values(), ...retryable.values()][0]!;
-          for (const i of items) failed.set(i.record.sequenceNumber, `truncate not applied: ${why}`);
-          applyErrors++;
-          return false;
-        }
-        return true;
-      }
-      const freshIds = new Set(plan.table.fresh.map(eventId));
-      const done = new Set<string>();
-      let allOk = true;
-      const c = countFor(source);
-      for (const i of items) {
-        const kt = keyText(i.event.key);
-        if (heldIds.has(eventId(i.event))) {
-          // Not written: delivered again until the old key's values are known (never indexed without them).
-          failed.set(i.record.sequenceNumber, `primary-key change in flight: waits for the old key's values (position ${i.event.position})`);
-          allOk = false;
-          continue;
-        }
-        if (retryable.has(kt)) {
-          failed.set(i.record.sequenceNumber, `search unavailable: ${retryable.get(kt)}`);
-          allOk = false;
-          continue;
-        }
-        if (rejected.has(kt) && freshIds.has(eventId(i.event))) {
-          if (!done.has(i.record.sequenceNumber)) await deadLetter(i.record, source, table, new SearchDocumentRejectedError(documentId(i.event.key), rejected.get(kt)!));
-          done.add(i.record.sequenceNumber);
-          continue;
-        }
-        c.applied++;
-      }
-      if (retryable.size > 0) applyErrors++;
-      if (table.split('.')[1] === HEARTBEAT_TABLE) {
-        for (const e of plan.table.fresh) if (!retryable.has(keyText(e.key)) && !rejected.has(keyText(e.key))) c.lag.push(Math.max(0, respondedAt - Date.parse(e.commitTs)));
-      }
-      return allOk;
-    }
-
-    for (const [source, c] of counts) {
-      if (c.applied > 0) emit(MetricName.EVENTS_APPLIED, MetricUnit.Count, [c.applied], { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
-      if (c.held > 0) emit(MetricName.EVENTS_HELD, MetricUnit.Count, [c.held], { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
-      if (c.dead > 0) emit(MetricName.DEAD_LETTERS, MetricUnit.Count, [c.dead], { [MetricDimension.STAGE]: sinkId, [MetricDimension.SOURCE]: source });
-      if (c.lag.length > 0) emit(MetricName.END_TO_END_LAG, MetricUnit.Milliseconds, c.lag, { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
-    }
-    if (applyErrors > 0) emit(MetricName.APPLY_ERRORS, MetricUnit.Count, [applyErrors], { [MetricDimension.SINK]: sinkId });
-
-    const seqs = records.map((r) => r.sequenceNumber);
-    const reported = failuresFrom(seqs, new Set(failed.keys()));
-    const reasons = new Map<string, string>();
-    const first = reported[0];
-    for (const s of reported) reasons.set(s, failed.get(s) ?? `comes after ${first}, which failed`);
-    let total = { applied: 0, held: 0, dead: 0 };
-    for (const c of counts.values()) total = { applied: total.applied + c.applied, held: total.held + c.held, dead: total.dead + c.dead };
-    return { failed: reported, reasons, applied: total.applied, held: total.held, deadLettered: total.dead };
+    const { bySource, applyErrors, ...outcome } = await apply.applyRecords(records, options);
+    emitApplyMetrics(metrics, sinkId, { bySource, applyErrors });
+    return outcome;
   }
-
-  const emit = (name: string, unit: (typeof MetricUnit)[keyof typeof MetricUnit], values: number[], dimensions: Record<string, string>): void =>
-    emitSingleMetrics(metrics, name, unit, values, dimensions);
-
   async function handler(event: KinesisStreamEvent, context?: Context): Promise<KinesisStreamBatchResponse> {
     return partialBatchResponse(event, await applyRecords(event.Records.map(changeRecordOf)), processor, context);
   }
-
-  return { applyRecords, handler, clearCache: () => indexCache.clear() };
-}
-
-function aboutRecord(text: string): { source: string | null; table: string | null } {
-  try {
-    const v = JSON.parse(text) as Record<string, unknown>;
-    return { source: typeof v.source === 'string' ? v.source : null, table: typeof v.table === 'string' ? v.table : null };
-  } catch {
-    return { source: null, table: null };
-  }
+  return { applyRecords, handler, clearCache: apply.clearCache };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -538,7 +120,7 @@ function fromEnvironment(): SearchApplier {
 /**
  * Lambda entry point (Kinesis event source mapping with `ReportBatchItemFailures`; the schedule's
  * `{ cdcReplay: true }` event, lib/search-sink.ts, runs the resume replay of released holds,
- * lambda/handlers/warehouse-replay.ts, on the change log `CDC_CHANGE_LOG_STREAM`).
+ * lambda/runtime/replay.ts, on the change log `CDC_CHANGE_LOG_STREAM`).
  */
 export const handler = async (event: KinesisStreamEvent | ReplayEvent, context: Context): Promise<KinesisStreamBatchResponse | { replayed: ReplayOutcome[] }> => {
   logger.addContext(context);

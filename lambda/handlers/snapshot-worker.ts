@@ -33,57 +33,19 @@ import { CloudWatchClient } from '@aws-sdk/client-cloudwatch';
 import { replicaConnectionFromEnvironment, sourceConnectionFromEnvironment } from '../adapters/source-postgres.ts';
 import type { ControlPlane } from '../core/shared/control-plane.ts';
 import { CdcError } from '../core/shared/errors.ts';
-import { snapshotStreamRecords, type SnapshotRawRecord, type SnapshotState } from '../core/snapshot/snapshot.ts';
+import { snapshotStreamRecords, type SnapshotRawRecord } from '../core/snapshot/snapshot.ts';
 import { publishCatalogTypes, type DescribeTable } from '../core/shared/catalog-types.ts';
 import { publishPartitionTree, type PartitionTree } from '../core/tables/partitions.ts';
-import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, type PressureReading, type SourceBudget } from '../core/snapshot/snapshot-pacer.ts';
-import { planSnapshots, runPendingSnapshots, type RunOutcome, type SnapshotMetrics, type SnapshotReader } from '../core/snapshot/snapshot-worker.ts';
+import { AdaptivePacer, type PressureReading, type SourceBudget } from '../core/snapshot/snapshot-pacer.ts';
+import { parseBudget } from '../runtime/environment.ts';
+import { emfSnapshotMetrics, stallAgeSeconds } from '../runtime/metrics.ts';
+import { planSnapshots, runPendingSnapshots, type RunOutcome, type SnapshotReader } from '../core/snapshot/snapshot-worker.ts';
 import { parseTableConfig, parseTableRules, TableConfigIndex, type TableConfig, type TableRule } from '../core/tables/table-config.ts';
 import { scanTables, type DiscoveryRecord } from '../core/tables/discovery.ts';
 import type { TableFact } from '../core/operator/doctor.ts';
 import { listSourceTables, readCatalogColumnTypes, readPartitionTree, readTableFact } from '../adapters/source-facts-pg.ts';
 
 const SERVICE = 'cdc-snapshot-worker';
-
-/** Snapshot progress as EMF metrics (names in contracts/metrics.ts), one record per chunk. */
-export function emfSnapshotMetrics(metrics: Metrics): SnapshotMetrics {
-  return {
-    progress(s: SnapshotState): void {
-      const m = metrics.singleMetric();
-      m.clearDefaultDimensions();
-      m.addDimensions({ [MetricDimension.SOURCE]: s.source, [MetricDimension.TABLE]: s.table });
-      m.addMetric(MetricName.SNAPSHOT_ROWS_DONE, MetricUnit.Count, s.rowsDone);
-      m.addMetric(MetricName.SNAPSHOT_RATE, MetricUnit.CountPerSecond, s.rowsPerSecond);
-      if (s.etaSeconds !== null) m.addMetric(MetricName.SNAPSHOT_ETA, MetricUnit.Seconds, s.etaSeconds);
-      if (s.throttle === 'slowed' || s.throttle === 'paused') m.addMetric(MetricName.SNAPSHOT_THROTTLED, MetricUnit.Count, 1);
-    },
-  };
-}
-
-/** Seconds since the oldest running snapshot of the source last completed a chunk (0 when none runs): the stall alarm's metric. */
-export function stallAgeSeconds(runs: readonly SnapshotState[], now: number): number {
-  const running = runs.filter((r) => r.status === 'running' || r.status === 'requested');
-  if (running.length === 0) return 0;
-  return Math.max(...running.map((r) => (now - Date.parse(r.updatedAt)) / 1000));
-}
-
-/** Parses `CDC_SNAPSHOT_BUDGET`; unset means the defaults (≤ 10 % added p99 write latency, ≤ 5 % added CPU). */
-export function parseBudget(text: string | undefined): SourceBudget {
-  if (text === undefined || text.trim() === '') return DEFAULT_SOURCE_BUDGET;
-  let v: unknown;
-  try {
-    v = JSON.parse(text);
-  } catch (e) {
-    throw new CdcError('INVALID_CONFIG', `${EnvName.SNAPSHOT_BUDGET}: not valid JSON: ${(e as Error).message}`);
-  }
-  const o = v as Record<string, unknown>;
-  const num = (k: 'writeLatencyPct' | 'cpuPct'): number => {
-    const x = o?.[k] ?? DEFAULT_SOURCE_BUDGET[k];
-    if (typeof x !== 'number' || !(x > 0)) throw new CdcError('INVALID_CONFIG', `${EnvName.SNAPSHOT_BUDGET}.${k}: expected a positive number, got ${JSON.stringify(x)}`);
-    return x;
-  };
-  return { writeLatencyPct: num('writeLatencyPct'), cpuPct: num('cpuPct') };
-}
 
 export interface SnapshotWorkerDeps {
   source: string;

@@ -6,44 +6,31 @@
  * module wires it to Kinesis, DynamoDB, Secrets Manager and Powertools, and turns each batch's
  * outcome into metrics.
  *
- * Why not a per-record handler: one transaction per batch and table means the whole batch must
- * be processed before any record's outcome is known. The handler therefore applies the batch
- * first, then hands Powertools' `BatchProcessor` a record handler that only reports each record's
- * known outcome (throws for the failed ones). Powertools still builds `batchItemFailures` and
- * raises `FullBatchFailureError` when every record failed, exactly as for per-record processing.
- * A batch in which no record failed is answered directly with the response Powertools gives then
- * (no failures), without its per-record pass.
- *
- * Metrics (EMF via Powertools, names from contracts/metrics.ts) carry exactly the dimensions the
- * contract names (Sink + Source, Stage + Source, or Sink): Powertools' default `service`
- * dimension is cleared so the constructs' alarms match.
- *
  * `createWarehouseApplier` builds the same applier from explicit dependencies for the local
  * pipeline and the tests; `handler` builds it once per container from the environment. On the
  * schedule's `{ cdcReplay: true }` event the handler runs the resume replay of released holds
- * (lambda/handlers/warehouse-replay.ts) on the change log `CDC_CHANGE_LOG_STREAM`, then merges
+ * (lambda/runtime/replay.ts) on the change log `CDC_CHANGE_LOG_STREAM`, then merges
  * every delta that is due (`CDC_MERGE_MAX_ROWS`, `CDC_MERGE_MAX_AGE_MS`).
  */
-import { BatchProcessor, EventType, processPartialResponse } from '@aws-lambda-powertools/batch';
+import { BatchProcessor, EventType } from '@aws-lambda-powertools/batch';
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
-import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
-import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent, KinesisStreamRecord } from 'aws-lambda';
-import pg from 'pg';
+import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent } from 'aws-lambda';
+import type pg from 'pg';
 import { EnvName, ServiceName } from '../../contracts/env.ts';
 import { METRICS_NAMESPACE, MetricDimension, MetricName } from '../../contracts/metrics.ts';
 import type { ControlPlane } from '../core/shared/control-plane.ts';
-import { CdcError, ConfigurationError } from '../core/shared/errors.ts';
-import { createWarehouseApply, validateMergePolicy, type ApplyOptions, type BatchOutcome, type ChangeRecord, type MergeDone, type MergePolicy } from '../core/warehouse/warehouse-apply.ts';
+import { ConfigurationError } from '../core/shared/errors.ts';
+import type { PayloadStore } from '../core/shared/payload-store.ts';
+import { createWarehouseApply, type ApplyOptions, type BatchOutcome, type ChangeRecord, type MergeDone, type MergePolicy } from '../core/warehouse/warehouse-apply.ts';
 import type { WarehouseTable } from '../core/warehouse/warehouse-sql.ts';
 import { dynamoDbClient } from '../adapters/aws-clients.ts';
-import { replayFromEnvironment, type ReplayOutcome } from './warehouse-replay.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
-import { DEFAULT_SSL_MODE, parseSslMode, pgSsl } from '../adapters/tls.ts';
 import { PgWarehouse, type PgWarehouseOptions } from '../adapters/warehouse-pg.ts';
-import { S3PayloadStore } from '../adapters/payload-store-s3.ts';
-import type { PayloadStore } from '../core/shared/payload-store.ts';
-import { S3Client } from '@aws-sdk/client-s3';
+import { mergePolicyFromEnvironment, payloadStoreFromEnvironment } from '../runtime/environment.ts';
+import { poolFromEnvironment } from '../runtime/warehouse-pool.ts';
+import { isReplayEvent, replayFromEnvironment, type ReplayEvent, type ReplayOutcome } from '../runtime/replay.ts';
+import { changeRecordOf, emitApplyMetrics, emitSingleMetrics, partialBatchResponse } from '../runtime/sink-batch.ts';
 
 export type { ApplyOptions, BatchOutcome, ChangeRecord, MergeDone, MergePolicy } from '../core/warehouse/warehouse-apply.ts';
 
@@ -78,35 +65,7 @@ export interface WarehouseApplier {
   readonly warehouse: PgWarehouse;
 }
 
-/** A record reported as failed in the batch response. */
-export class RecordNotAppliedError extends CdcError {
-  constructor(sequenceNumber: string, reason: string) {
-    super('NOT_APPLIED', `record ${sequenceNumber} was not applied: ${reason}`);
-  }
-}
-
-/** A required setting is missing from the environment (defined once for every handler in lambda/core/shared/errors.ts). */
-export { ConfigurationError } from '../core/shared/errors.ts';
-
 const describeError = (err: unknown): string => (err instanceof Error ? `${err.name}: ${err.message}` : String(err));
-
-/** The stream name of the last event source ARN seen (every record of a batch has the same one). */
-let lastArn: string | undefined;
-let lastStream = 'stream';
-
-/** The record a Lambda Kinesis event carries, as the applier sees it. */
-export function changeRecordOf(r: KinesisStreamRecord): ChangeRecord {
-  const arn = r.eventSourceARN;
-  if (arn !== lastArn) {
-    lastStream = arn?.split(':stream/')[1] ?? 'stream';
-    lastArn = arn;
-  }
-  const id = r.eventID;
-  const colon = id === undefined ? -1 : id.indexOf(':');
-  const shard = id === undefined ? 'shard' : colon < 0 ? id : id.slice(0, colon);
-  const seq = r.kinesis.sequenceNumber;
-  return { sequenceNumber: seq, origin: `${lastStream}/${shard}/${seq}`, text: Buffer.from(r.kinesis.data, 'base64').toString('utf8') };
-}
 
 /** Builds the warehouse applier from explicit dependencies (local pipeline, tests, and the Lambda handler below). */
 export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApplier {
@@ -133,14 +92,7 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
 
   async function applyRecords(records: readonly ChangeRecord[], options: ApplyOptions = {}): Promise<BatchOutcome> {
     const outcome = await apply.applyRecords(records, options);
-    // Metrics, with exactly the contract's dimensions.
-    for (const [source, c] of outcome.bySource) {
-      if (c.applied > 0) emit(MetricName.EVENTS_APPLIED, MetricUnit.Count, [c.applied], { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
-      if (c.held > 0) emit(MetricName.EVENTS_HELD, MetricUnit.Count, [c.held], { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
-      if (c.dead > 0) emit(MetricName.DEAD_LETTERS, MetricUnit.Count, [c.dead], { [MetricDimension.STAGE]: sinkId, [MetricDimension.SOURCE]: source });
-      if (c.lag.length > 0) emit(MetricName.END_TO_END_LAG, MetricUnit.Milliseconds, c.lag, { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
-    }
-    if (outcome.applyErrors > 0) emit(MetricName.APPLY_ERRORS, MetricUnit.Count, [outcome.applyErrors], { [MetricDimension.SINK]: sinkId });
+    emitApplyMetrics(metrics, sinkId, outcome);
     emitMerges(outcome.merges);
     return outcome;
   }
@@ -176,37 +128,6 @@ const logger = new Logger({ serviceName: process.env[EnvName.POWERTOOLS_SERVICE_
 const metrics = new Metrics({ namespace: process.env[EnvName.POWERTOOLS_METRICS_NAMESPACE] ?? METRICS_NAMESPACE });
 let applier: Promise<WarehouseApplier> | undefined;
 
-/** Connection settings in the warehouse secret (the shape RDS and Redshift secrets use). */
-interface WarehouseSecret {
-  host: string;
-  port?: number | string;
-  username: string;
-  password: string;
-  dbname?: string;
-  /** `disable`, `require` (encrypt, do not verify) or `verify-full` (default); `CDC_WAREHOUSE_SSL_MODE` wins. */
-  sslmode?: string;
-}
-
-/** The warehouse connection the constructs configure (`CDC_WAREHOUSE_URL`, or the secret); the reconciler uses it too. */
-export async function poolFromEnvironment(): Promise<pg.Pool> {
-  const url = process.env[EnvName.WAREHOUSE_URL];
-  const common = { max: 2, connectionTimeoutMillis: 10_000, idleTimeoutMillis: 60_000 };
-  if (url) return new pg.Pool({ connectionString: url, ...common });
-  const arn = process.env[EnvName.WAREHOUSE_SECRET_ARN];
-  if (!arn) throw new ConfigurationError(`set ${EnvName.WAREHOUSE_URL} or ${EnvName.WAREHOUSE_SECRET_ARN}`);
-  const out = await new SecretsManagerClient({}).send(new GetSecretValueCommand({ SecretId: arn }));
-  let s: WarehouseSecret;
-  try {
-    s = JSON.parse(out.SecretString ?? '') as WarehouseSecret;
-  } catch {
-    throw new ConfigurationError(`secret ${arn} is not JSON with host, port, username, password, dbname`);
-  }
-  if (!s.host || !s.username) throw new ConfigurationError(`secret ${arn} lacks host or username`);
-  // verify-full by default: Node's trusted CAs (Redshift) plus the Amazon RDS CAs (lambda/adapters/tls.ts).
-  const envMode = process.env[EnvName.WAREHOUSE_SSL_MODE];
-  const ssl = pgSsl(parseSslMode(envMode || s.sslmode || DEFAULT_SSL_MODE, envMode ? EnvName.WAREHOUSE_SSL_MODE : `secret ${arn}: field 'sslmode'`));
-  return new pg.Pool({ host: s.host, port: Number(s.port ?? 5439), user: s.username, password: s.password, database: s.dbname, ssl, ...common });
-}
 
 async function fromEnvironment(): Promise<WarehouseApplier> {
   const table = process.env[EnvName.CONTROL_TABLE];
@@ -220,37 +141,7 @@ async function fromEnvironment(): Promise<WarehouseApplier> {
   return createWarehouseApplier({ controlPlane: new DynamoDbControlPlane(dynamoDbClient(), table, payloads), pool, sinkId, metrics, logger, merge, ...(payloads ? { payloads } : {}) });
 }
 
-/** The merge policy the construct sets (`WarehouseSink` props `mergeMaxRows`, `mergeMaxAge`, `mergeOnSchedule`); unset: the defaults. */
-export function mergePolicyFromEnvironment(): Partial<MergePolicy> {
-  const out: Partial<MergePolicy> = {};
-  const rows = process.env[EnvName.MERGE_MAX_ROWS];
-  const age = process.env[EnvName.MERGE_MAX_AGE_MS];
-  const onSchedule = process.env[EnvName.MERGE_ON_SCHEDULE];
-  if (rows) out.maxRows = Number(rows);
-  if (age) out.maxAgeMs = Number(age);
-  if (onSchedule !== undefined && onSchedule !== '') {
-    if (onSchedule !== 'true' && onSchedule !== 'false') throw new ConfigurationError(`${EnvName.MERGE_ON_SCHEDULE} must be true or false, got ${JSON.stringify(onSchedule)}`);
-    out.inline = onSchedule !== 'true';
-  }
-  try {
-    return validateMergePolicy(out, `${EnvName.MERGE_MAX_ROWS} / ${EnvName.MERGE_MAX_AGE_MS}`);
-  } catch (err) {
-    throw new ConfigurationError((err as Error).message);
-  }
-}
 
-/** The payload bucket the construct grants this function (dead letters' whole records, events stored out of line). */
-export function payloadStoreFromEnvironment(): PayloadStore | undefined {
-  const bucket = process.env[EnvName.PAYLOAD_BUCKET];
-  return bucket ? new S3PayloadStore(new S3Client({}), bucket, '', process.env[EnvName.PAYLOAD_KMS_KEY_ARN] || undefined) : undefined;
-}
-
-/** The scheduled event (lib/warehouse-sink.ts) on which the function runs the resume replay of released holds. */
-export interface ReplayEvent {
-  cdcReplay: true;
-}
-
-export const isReplayEvent = (e: unknown): e is ReplayEvent => typeof e === 'object' && e !== null && (e as { cdcReplay?: unknown }).cdcReplay === true;
 
 /** Lambda entry point (Kinesis event source mapping with `ReportBatchItemFailures`; the schedule's replay event). */
 export const handler = async (event: KinesisStreamEvent | ReplayEvent, context: Context): Promise<KinesisStreamBatchResponse | { replayed: ReplayOutcome[]; merged: MergeDone[] }> => {
@@ -272,29 +163,3 @@ export const handler = async (event: KinesisStreamEvent | ReplayEvent, context: 
 };
 
 
-/** Emits each value as its own EMF metric with exactly `dimensions` (no default dimensions): both sink appliers. */
-export function emitSingleMetrics(metrics: Metrics, name: string, unit: (typeof MetricUnit)[keyof typeof MetricUnit], values: number[], dimensions: Record<string, string>): void {
-  for (const v of values) {
-    const m = metrics.singleMetric();
-    m.clearDefaultDimensions();
-    m.addDimensions(dimensions);
-    m.addMetric(name, unit, v);
-  }
-}
-
-/** The Lambda partial-batch response of a sink applier: the records `outcome` reports failed, with their reasons. */
-export function partialBatchResponse(event: KinesisStreamEvent, outcome: BatchOutcome, processor: BatchProcessor, context?: Context): Promise<KinesisStreamBatchResponse> {
-  // Nothing failed: the response Powertools builds then, without its per-record pass (a few µs
-  // per record on the critical path; docs/performance-log.md, "Warehouse apply: less Node work per event on the append path").
-  if (outcome.failed.length === 0) return Promise.resolve({ batchItemFailures: [] });
-  const failed = new Set(outcome.failed);
-  return processPartialResponse(
-    event,
-    async (r: KinesisStreamRecord) => {
-      const seq = r.kinesis.sequenceNumber;
-      if (failed.has(seq)) throw new RecordNotAppliedError(seq, outcome.reasons.get(seq) ?? 'failed');
-    },
-    processor,
-    { context, processInParallel: false },
-  );
-}

@@ -3,7 +3,7 @@ import { Match, Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import { describe, expect, test } from 'vitest';
 import { parseTableConfig } from '../../lambda/core/tables/table-config.ts';
-import { parseColumnRules } from '../../lambda/handlers/dms-task-starter.ts';
+import { parseColumnRules } from '../../lambda/core/capture/task-lifecycle.ts';
 import { BeforeImage, CapturedTable, CaptureMode, DeleteMode, SourceDatabase } from '../../lib/index.ts';
 import { fixture, onlyResource, ordersSource, parseJsonProperty, policyDocuments, resourcesOf } from './helpers.ts';
 

@@ -152,7 +152,7 @@ describe('Reconciler', () => {
   });
 
   test('the template asks for its tiers as JSON the handler parses', async () => {
-    const { parseTiers } = await import('../../lambda/handlers/reconciler.ts');
+    const { parseTiers } = await import('../../lambda/runtime/environment.ts');
     const f = fixture();
     const { t } = build(f, { tiers: [{ name: 'hot', every: Duration.hours(1), tables: ['public.orders'] }] });
     const env = (reconcilerFunctions(t)[0]![1].Properties.Environment as { Variables: Record<string, unknown> }).Variables;

@@ -10,7 +10,7 @@ import { Validations } from 'aws-cdk-lib';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { describe, expect, test } from 'vitest';
 import { parseTableConfig } from '../../lambda/core/tables/table-config.ts';
-import { parseBudget } from '../../lambda/handlers/snapshot-worker.ts';
+import { parseBudget } from '../../lambda/runtime/environment.ts';
 import { CapturedTable, SourceDatabase } from '../../lib/index.ts';
 import { fixture, ordersSource, policyDocuments, resourcesOf } from './helpers.ts';
 

@@ -8,7 +8,8 @@ import { BatchProcessor, EventType, processPartialResponse } from '@aws-lambda-p
 import type { KinesisStreamEvent, KinesisStreamRecord } from 'aws-lambda';
 import { describe, expect, it } from 'vitest';
 import { toKinesisStreamEvent } from '../../lambda/adapters/kinesis-event.ts';
-import { changeRecordOf, partialBatchResponse, type BatchOutcome } from '../../lambda/handlers/warehouse-applier.ts';
+import type { BatchOutcome } from '../../lambda/core/warehouse/warehouse-apply.ts';
+import { changeRecordOf, partialBatchResponse } from '../../lambda/runtime/sink-batch.ts';
 
 const kinesisEvent = (stream: string, shard: string, seqs: string[]): KinesisStreamEvent =>
   toKinesisStreamEvent(

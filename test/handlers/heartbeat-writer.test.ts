@@ -7,7 +7,8 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } 
 import pg from 'pg';
 import { GetSecretValueCommand, type SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
-import { createHeartbeatHandler, HeartbeatFailedError, HeartbeatWriter } from '../../lambda/handlers/heartbeat-writer.ts';
+import { createHeartbeatHandler, HeartbeatFailedError } from '../../lambda/handlers/heartbeat-writer.ts';
+import { HeartbeatWriter } from '../../lambda/adapters/heartbeat-pg.ts';
 import tls from 'node:tls';
 import { parseSourceSecret, sourceConnectionConfig, sourceTlsFromEnvironment } from '../../lambda/adapters/source-postgres.ts';
 import { RDS_CA_CERTIFICATES } from '../../lambda/adapters/tls.ts';

@@ -16,7 +16,8 @@ import { dynamoDbClient, kinesisClient } from '../../lambda/adapters/aws-clients
 import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
 import { KinesisChangeLog, sha256Hex } from '../../lambda/adapters/change-log-kinesis.ts';
 import { toKinesisStreamEvent } from '../../lambda/adapters/kinesis-event.ts';
-import { catalogTypesSetting, createNormalizerHandler, type NormalizerHandler } from '../../lambda/handlers/normalizer.ts';
+import { createNormalizerHandler, type NormalizerHandler } from '../../lambda/handlers/normalizer.ts';
+import { catalogTypesSetting } from '../../lambda/runtime/environment.ts';
 import { publishCatalogTypes } from '../../lambda/core/shared/catalog-types.ts';
 import type { ControlPlane } from '../../lambda/core/shared/control-plane.ts';
 import { partitionKeyOf, validateChangeEvent, type ChangeEvent } from '../../lambda/core/shared/event.ts';

@@ -14,7 +14,7 @@ import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { toKinesisStreamEvent } from '../../lambda/adapters/kinesis-event.ts';
 import type { LogRecord } from '../../lambda/adapters/change-log-reader.ts';
 import { createWarehouseApplier } from '../../lambda/handlers/warehouse-applier.ts';
-import { createHeldRangeReplayer } from '../../lambda/handlers/warehouse-replay.ts';
+import { createHeldRangeReplayer } from '../../lambda/core/sink/held-range-replay.ts';
 import { failuresPerTable } from '../../lambda/core/sink/batch-failures.ts';
 import type { ColumnDef } from '../../lambda/core/shared/control-plane.ts';
 import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/shared/event.ts';

@@ -27,7 +27,7 @@ import type { ControlPlane } from '../../lambda/core/shared/control-plane.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
 import { Operator, stateOnlySnapshots } from '../../lambda/core/operator/operator.ts';
 import { heldShardsOf } from '../../lambda/core/operator/operator-decisions.ts';
-import { createHeldRangeReplayer, ReplayIncompleteError } from '../../lambda/handlers/warehouse-replay.ts';
+import { createHeldRangeReplayer, ReplayIncompleteError } from '../../lambda/core/sink/held-range-replay.ts';
 import type { ApplyOptions, BatchOutcome, ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
 import type { LogRecord } from '../../lambda/adapters/change-log-reader.ts';
 import { seededRandom } from '../../local/demo.ts';

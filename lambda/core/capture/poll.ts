@@ -34,7 +34,7 @@ import { CdcError } from '../shared/errors.ts';
 import { quoteIdent, splitTableId } from '../shared/identifiers.ts';
 import type { ColumnRules } from '../tables/masking.ts';
 import { formatLsn, makePosition, type Position } from '../shared/position.ts';
-import { assertSpace, pollSpace, type PositionSpace } from '../shared/position-space.ts';
+import { assertSpace, pollSpace, type PollColumnKind, type PositionSpace } from '../shared/position-space.ts';
 import type { Pacer, PressureReading } from '../snapshot/snapshot-pacer.ts';
 import { rowToColumns, ruleColumns, type SnapshotTableShape } from '../snapshot/snapshot.ts';
 import { buildSlotRecord, validateSlotRecord, type SlotRecord } from './slot-record.ts';
@@ -57,11 +57,7 @@ const TIMESTAMP_TYPES = new Set(['timestamp with time zone', 'timestamp without 
 const XID_TYPES = new Set(['xid8']);
 const INTEGER_TYPES = new Set(['smallint', 'integer', 'bigint']);
 
-/**
- * How the poll column orders rows: a timestamp (modified-at, bounded by the horizon) or a
- * transaction id (`xid8` set by a trigger to `pg_current_xact_id()`, bounded by the snapshot's xmin).
- */
-export type PollColumnKind = 'timestamp' | 'xid';
+export type { PollColumnKind } from '../shared/position-space.ts';
 
 /** Why an integer version column is refused, with the safe alternatives (docs/polling.md). */
 export const POLL_VERSION_REFUSED =

@@ -7,7 +7,28 @@
  */
 import { OPERATOR_API_METHOD, OPERATOR_ROUTES, routeOfRequest } from '../../../contracts/operator-routes.ts';
 import type { Refusal } from './operator-decisions.ts';
-import type { OperatorCall, OperatorRequest } from './operator.ts';
+
+/** A request to the operator (the CLI's arguments, the operator Lambda's payload). */
+export type OperatorRequest =
+  | { action: 'status'; source?: string; table?: string }
+  | { action: 'pause'; source?: string; table: string; durationMs: number; reason: string }
+  | { action: 'resume'; source?: string; table: string; acceptSchema?: boolean }
+  | { action: 'resnapshot'; source?: string; table: string; reason?: string }
+  | { action: 'audit'; source?: string; table?: string; since?: string }
+  | { action: 'rebuild'; source?: string; table: string; sink?: string; from?: string; rehearse?: boolean };
+
+/**
+ * One call through a door (built below from the API Gateway event;
+ * the `cdc local` door from the OS user): the route it came in on, the caller's identity the
+ * door established, and the body.
+ */
+export interface OperatorCall {
+  /** The route's resource path (contracts/operator-routes.ts), e.g. `/read/status`. */
+  path: string;
+  /** The caller's identity: an IAM ARN on AWS, the OS user locally. */
+  caller: string;
+  body: unknown;
+}
 
 /**
  * Null when `request` belongs on the route `path`, else the refusal: a request sent to another

@@ -12,7 +12,8 @@ import { decideRebuildSlot, REBUILD_STALE_AFTER_MS } from '../rebuild/rebuild.ts
 import { requestSnapshot } from '../snapshot/snapshot-worker.ts';
 import { latestVerdicts, type DiscoveryVerdict } from '../tables/discovery.ts';
 import { CdcError } from '../shared/errors.ts';
-import { decideRoute } from './operator-call.ts';
+import { decideRoute, type OperatorCall, type OperatorRequest } from './operator-call.ts';
+export type { OperatorCall, OperatorRequest } from './operator-call.ts';
 import { parseStoredSlotReport, slotReportCheckpoint, type StoredSlotReport } from '../capture/slot-monitor.ts';
 import {
   decidePause,
@@ -89,15 +90,6 @@ export interface StatusReport {
 export type ActionResult =
   | { outcome: 'done'; action: OperatorActionName; source: string; table: string; message: string; detail: Record<string, unknown> }
   | ({ outcome: 'refused'; action: OperatorActionName; source: string | null; table: string | null } & Refusal);
-
-/** A request to the operator (the CLI's arguments, the operator Lambda's payload). */
-export type OperatorRequest =
-  | { action: 'status'; source?: string; table?: string }
-  | { action: 'pause'; source?: string; table: string; durationMs: number; reason: string }
-  | { action: 'resume'; source?: string; table: string; acceptSchema?: boolean }
-  | { action: 'resnapshot'; source?: string; table: string; reason?: string }
-  | { action: 'audit'; source?: string; table?: string; since?: string }
-  | { action: 'rebuild'; source?: string; table: string; sink?: string; from?: string; rehearse?: boolean };
 
 /**
  * The rebuild's entry point as the operator sees it (docs/rebuild.md; the `cdc local` door wires
@@ -393,19 +385,6 @@ export type OperatorResponse =
 export interface OperatorBody {
   request: OperatorRequest;
   note?: string;
-}
-
-/**
- * One call through a door (lambda/core/operator/operator-call.ts builds it from the API Gateway event;
- * the `cdc local` door from the OS user): the route it came in on, the caller's identity the
- * door established, and the body.
- */
-export interface OperatorCall {
-  /** The route's resource path (contracts/operator-routes.ts), e.g. `/read/status`. */
-  path: string;
-  /** The caller's identity: an IAM ARN on AWS, the OS user locally. */
-  caller: string;
-  body: unknown;
 }
 
 /** A request that does not have the documented shape; the message names the field. */

@@ -6,8 +6,8 @@
  */
 import type { Position } from './position.ts';
 import type { PositionSpace } from './position-space.ts';
-import type { SnapshotChunkRecord, SnapshotState } from '../snapshot/snapshot.ts';
-import type { ReconcileVerdict } from '../reconcile/reconcile.ts';
+import type { SnapshotChunkRecord, SnapshotState } from '../snapshot/snapshot-state.ts';
+import type { ReconcileVerdict } from '../reconcile/reconcile-verdict.ts';
 
 export type TableState = 'active' | 'paused' | 'needs-resnapshot' | 'degraded';
 /** How a sink applies deletes; defined once for constructs and runtime in contracts/table-config.ts. */

@@ -8,7 +8,7 @@
 import { LOWER_IDENT } from '../../../contracts/identifiers.ts';
 import { InvalidRecordError } from './errors.ts';
 import { assertPosition, type Position } from './position.ts';
-import { describeValue as describe, isPlainObject } from './json-shape.ts';
+import { describeValue as describe, isPlainObject, type JsonValue } from './json-shape.ts';
 import { keyValueText } from './json-exact.ts';
 
 export const ENVELOPE_VERSION = 1;
@@ -19,8 +19,7 @@ export const CHANGE_OPS: readonly ChangeOp[] = ['insert', 'update', 'delete', 's
 export type CaptureMethod = 'dms' | 'slot' | 'poll' | 'snapshot';
 export const CAPTURE_METHODS: readonly CaptureMethod[] = ['dms', 'slot', 'poll', 'snapshot'];
 
-export type JsonScalar = string | number | boolean | null;
-export type JsonValue = JsonScalar | JsonValue[] | { [k: string]: JsonValue };
+export type { JsonScalar, JsonValue } from './json-shape.ts';
 /** Column name → value. A column that is not a key of the object was not delivered. */
 export type Row = Record<string, JsonValue>;
 

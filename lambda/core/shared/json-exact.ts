@@ -21,7 +21,7 @@
  * plain `JSON.parse` would turn 9007199254740993 into 9007199254740992.
  */
 import { InvalidRecordError } from './errors.ts';
-import type { JsonValue } from './event.ts';
+import type { JsonValue } from './json-shape.ts';
 
 /** The value of one JSON number literal under the exact-number rule (see the module comment). */
 export function exactNumber(literal: string): number | string {

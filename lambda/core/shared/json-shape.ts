@@ -1,5 +1,9 @@
 /** Small helpers for validating parsed JSON, shared by the validators so errors read the same everywhere. */
 
+/** A JSON scalar and a JSON value, as parsed (the change event's values, docs/architecture.md §5.1). */
+export type JsonScalar = string | number | boolean | null;
+export type JsonValue = JsonScalar | JsonValue[] | { [k: string]: JsonValue };
+
 export function isPlainObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }

@@ -17,13 +17,19 @@
  * named `PositionSpaceMismatchError`.
  */
 import { CdcError } from './errors.ts';
-import type { PollColumnKind } from '../capture/poll.ts';
 
 export const POSITION_SPACES = ['wal', 'poll-timestamp', 'poll-xid'] as const;
 /** One of `POSITION_SPACES`. */
 export type PositionSpace = (typeof POSITION_SPACES)[number];
 
-/** How a poll column orders rows (lambda/core/capture/poll.ts `PollColumnKind`), as a space. */
+/**
+ * How the poll column orders rows: a timestamp (modified-at, bounded by the horizon) or a
+ * transaction id (`xid8` set by a trigger to `pg_current_xact_id()`, bounded by the snapshot's xmin).
+ * Defined here, beside the spaces it maps to, so this module needs nothing of the poll capture.
+ */
+export type PollColumnKind = 'timestamp' | 'xid';
+
+/** How a poll column orders rows (`PollColumnKind`), as a space. */
 export type PollSpace = Exclude<PositionSpace, 'wal'>;
 
 /** Positions of two spaces were about to be compared or mixed: refused, never guessed. */

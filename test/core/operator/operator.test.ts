@@ -14,7 +14,7 @@ import type { ControlPlane, TableRecord, TableAction } from '../../../lambda/cor
 import { makePosition } from '../../../lambda/core/shared/position.ts';
 import { controlPlaneSnapshots, Operator, stateOnlySnapshots, type ActionResult } from '../../../lambda/core/operator/operator.ts';
 import { parseDurationText, type SnapshotScheduler } from '../../../lambda/core/operator/operator-decisions.ts';
-import { createHeldRangeReplayer } from '../../../lambda/handlers/warehouse-replay.ts';
+import { createHeldRangeReplayer } from '../../../lambda/core/sink/held-range-replay.ts';
 import type { LogRecord } from '../../../lambda/adapters/change-log-reader.ts';
 import type { ChangeRecord } from '../../../lambda/handlers/warehouse-applier.ts';
 

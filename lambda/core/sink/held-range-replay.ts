@@ -21,22 +21,25 @@
  * the release request stays set until the hold has been clear for `settleMs`, so the replay
  * picks that up too.
  */
-import type { ControlPlane } from '../core/shared/control-plane.ts';
-import type { LogRecord } from '../adapters/change-log-reader.ts';
-import type { ChangeRecord, WarehouseApplier } from './warehouse-applier.ts';
-import { CdcError, ConfigurationError } from '../core/shared/errors.ts';
-import { EnvName } from '../../contracts/env.ts';
-import { dynamoDbClient, kinesisClient } from '../adapters/aws-clients.ts';
-import { readChangeLog } from '../adapters/change-log-reader.ts';
-import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
-import { replaysRecord } from '../core/operator/operator-decisions.ts';
+import type { ControlPlane } from '../shared/control-plane.ts';
+import { CdcError } from '../shared/errors.ts';
+import type { ApplyOptions, BatchOutcome, ChangeRecord } from '../warehouse/warehouse-apply.ts';
+import { replaysRecord } from '../operator/operator-decisions.ts';
+
+/** A record of the change log as read back (the shape lambda/adapters/change-log-reader.ts reads). */
+interface LogRecord {
+  shardId: string;
+  sequenceNumber: string;
+  text: string;
+}
 
 export interface ReplayDeps {
   controlPlane: ControlPlane;
   sinkId: string;
-  applier: Pick<WarehouseApplier, 'applyRecords'>;
-  /** Reads the whole change log now (lambda/adapters/change-log-reader.ts `readChangeLog`). */
-  readLog: () => AsyncIterable<LogRecord[]>;
+  /** The sink's own apply (both sinks' appliers have it). */
+  applier: { applyRecords(records: readonly ChangeRecord[], options?: ApplyOptions): Promise<BatchOutcome> };
+  /** Reads the whole change log now, page by page in stream order (lambda/adapters/change-log-reader.ts `readChangeLog`). */
+  readLog: () => AsyncIterable<readonly LogRecord[]>;
   /** How long a released hold must stay clear before the release request is dropped. @default 30000 */
   settleMs?: number;
   log?: (message: string, detail: Record<string, unknown>) => void;
@@ -132,25 +135,4 @@ export function createHeldRangeReplayer(deps: ReplayDeps): { replayPending(): Pr
       return (await marked()).filter((p) => p.heldFrom !== null).length;
     },
   };
-}
-
-let replayKinesis: ReturnType<typeof kinesisClient> | undefined;
-
-/**
- * The resume replay of a sink's released holds on AWS (the `{ cdcReplay: true }` schedule of
- * WarehouseSink and SearchSink): the control table, sink id and change log named in the
- * environment, applied through the sink's own applier.
- */
-export async function replayFromEnvironment(applier: ReplayDeps['applier'], log: NonNullable<ReplayDeps['log']>): Promise<ReplayOutcome[]> {
-  const stream = process.env[EnvName.CHANGE_LOG_STREAM];
-  if (!stream) throw new ConfigurationError(`${EnvName.CHANGE_LOG_STREAM} is not set (the resume replay reads the change log)`);
-  const kinesis = (replayKinesis ??= kinesisClient());
-  const replayer = createHeldRangeReplayer({
-    controlPlane: new DynamoDbControlPlane(dynamoDbClient(), process.env[EnvName.CONTROL_TABLE]!),
-    sinkId: process.env[EnvName.SINK_ID]!,
-    applier,
-    readLog: () => readChangeLog(kinesis, stream),
-    log,
-  });
-  return replayer.replayPending();
 }

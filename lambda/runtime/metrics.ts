@@ -1,0 +1,58 @@
+/**
+ * Workflows' metrics ports over Powertools (EMF; names and dimensions from contracts/metrics.ts).
+ */
+import { MetricUnit, type Metrics } from '@aws-lambda-powertools/metrics';
+import { MetricDimension, MetricName } from '../../contracts/metrics.ts';
+import type { NormalizerMetrics } from '../core/capture/normalize.ts';
+import type { SnapshotState } from '../core/snapshot/snapshot-state.ts';
+import type { SnapshotMetrics } from '../core/snapshot/snapshot-worker.ts';
+
+/**
+ * Powertools adds a `service` dimension to every metric; the platform's metrics carry exactly the
+ * dimensions of contracts/metrics.ts (the constructs' alarms name those), so it is replaced.
+ */
+export function onlyDimensions(metrics: Metrics, dimensions: Record<string, string>): Metrics {
+  metrics.clearDefaultDimensions();
+  metrics.setDefaultDimensions(dimensions);
+  return metrics;
+}
+
+/** The normalizer's metrics port over Powertools: the source's dimension, plus the ones a count names. */
+export function normalizerMetrics(metrics: Metrics, source: string): NormalizerMetrics {
+  return {
+    count(name, value, dimensions) {
+      if (dimensions && Object.keys(dimensions).length > 0) {
+        const single = onlyDimensions(metrics.singleMetric(), { [MetricDimension.SOURCE]: source });
+        for (const [k, v] of Object.entries(dimensions)) single.addDimension(k, v);
+        single.addMetric(name, MetricUnit.Count, value);
+        return;
+      }
+      metrics.addMetric(name, MetricUnit.Count, value);
+    },
+    milliseconds(name, value) {
+      metrics.addMetric(name, MetricUnit.Milliseconds, value);
+    },
+  };
+}
+
+/** Snapshot progress as EMF metrics (names in contracts/metrics.ts), one record per chunk. */
+export function emfSnapshotMetrics(metrics: Metrics): SnapshotMetrics {
+  return {
+    progress(s: SnapshotState): void {
+      const m = metrics.singleMetric();
+      m.clearDefaultDimensions();
+      m.addDimensions({ [MetricDimension.SOURCE]: s.source, [MetricDimension.TABLE]: s.table });
+      m.addMetric(MetricName.SNAPSHOT_ROWS_DONE, MetricUnit.Count, s.rowsDone);
+      m.addMetric(MetricName.SNAPSHOT_RATE, MetricUnit.CountPerSecond, s.rowsPerSecond);
+      if (s.etaSeconds !== null) m.addMetric(MetricName.SNAPSHOT_ETA, MetricUnit.Seconds, s.etaSeconds);
+      if (s.throttle === 'slowed' || s.throttle === 'paused') m.addMetric(MetricName.SNAPSHOT_THROTTLED, MetricUnit.Count, 1);
+    },
+  };
+}
+
+/** Seconds since the oldest running snapshot of the source last completed a chunk (0 when none runs): the stall alarm's metric. */
+export function stallAgeSeconds(runs: readonly SnapshotState[], now: number): number {
+  const running = runs.filter((r) => r.status === 'running' || r.status === 'requested');
+  if (running.length === 0) return 0;
+  return Math.max(...running.map((r) => (now - Date.parse(r.updatedAt)) / 1000));
+}

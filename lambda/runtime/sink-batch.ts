@@ -1,0 +1,87 @@
+/**
+ * What both sink appliers' handlers share around a Kinesis batch (docs/architecture.md, "Where
+ * things live"): the record a Lambda Kinesis event carries as the apply sees it, the partial-batch
+ * response Powertools builds from the apply's outcome, and metrics with exactly the contract's
+ * dimensions (contracts/metrics.ts).
+ *
+ * Why not a per-record handler: one transaction per batch and table means the whole batch must
+ * be processed before any record's outcome is known. A sink handler therefore applies the batch
+ * first, then hands Powertools' `BatchProcessor` a record handler that only reports each record's
+ * known outcome (throws for the failed ones). Powertools still builds `batchItemFailures` and
+ * raises `FullBatchFailureError` when every record failed, exactly as for per-record processing.
+ * A batch in which no record failed is answered directly with the response Powertools gives then
+ * (no failures), without its per-record pass.
+ *
+ * Metrics (EMF via Powertools, names from contracts/metrics.ts) carry exactly the dimensions the
+ * contract names (Sink + Source, Stage + Source, or Sink): Powertools' default `service`
+ * dimension is cleared so the constructs' alarms match.
+ */
+import { processPartialResponse, type BatchProcessor } from '@aws-lambda-powertools/batch';
+import { MetricUnit, type Metrics } from '@aws-lambda-powertools/metrics';
+import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent, KinesisStreamRecord } from 'aws-lambda';
+import { CdcError } from '../core/shared/errors.ts';
+import { MetricDimension, MetricName } from '../../contracts/metrics.ts';
+import type { BatchOutcome, ChangeRecord, SourceCounts } from '../core/warehouse/warehouse-apply.ts';
+
+/** A record reported as failed in the batch response. */
+export class RecordNotAppliedError extends CdcError {
+  constructor(sequenceNumber: string, reason: string) {
+    super('NOT_APPLIED', `record ${sequenceNumber} was not applied: ${reason}`);
+  }
+}
+
+/** The stream name of the last event source ARN seen (every record of a batch has the same one). */
+let lastArn: string | undefined;
+let lastStream = 'stream';
+
+/** The record a Lambda Kinesis event carries, as the applier sees it. */
+export function changeRecordOf(r: KinesisStreamRecord): ChangeRecord {
+  const arn = r.eventSourceARN;
+  if (arn !== lastArn) {
+    lastStream = arn?.split(':stream/')[1] ?? 'stream';
+    lastArn = arn;
+  }
+  const id = r.eventID;
+  const colon = id === undefined ? -1 : id.indexOf(':');
+  const shard = id === undefined ? 'shard' : colon < 0 ? id : id.slice(0, colon);
+  const seq = r.kinesis.sequenceNumber;
+  return { sequenceNumber: seq, origin: `${lastStream}/${shard}/${seq}`, text: Buffer.from(r.kinesis.data, 'base64').toString('utf8') };
+}
+
+/** Emits each value as its own EMF metric with exactly `dimensions` (no default dimensions): both sink appliers. */
+export function emitSingleMetrics(metrics: Metrics, name: string, unit: (typeof MetricUnit)[keyof typeof MetricUnit], values: number[], dimensions: Record<string, string>): void {
+  for (const v of values) {
+    const m = metrics.singleMetric();
+    m.clearDefaultDimensions();
+    m.addDimensions(dimensions);
+    m.addMetric(name, unit, v);
+  }
+}
+
+/** The Lambda partial-batch response of a sink applier: the records `outcome` reports failed, with their reasons. */
+export function partialBatchResponse(event: KinesisStreamEvent, outcome: BatchOutcome, processor: BatchProcessor, context?: Context): Promise<KinesisStreamBatchResponse> {
+  // Nothing failed: the response Powertools builds then, without its per-record pass (a few µs
+  // per record on the critical path; docs/performance.md §20).
+  if (outcome.failed.length === 0) return Promise.resolve({ batchItemFailures: [] });
+  const failed = new Set(outcome.failed);
+  return processPartialResponse(
+    event,
+    async (r: KinesisStreamRecord) => {
+      const seq = r.kinesis.sequenceNumber;
+      if (failed.has(seq)) throw new RecordNotAppliedError(seq, outcome.reasons.get(seq) ?? 'failed');
+    },
+    processor,
+    { context, processInParallel: false },
+  );
+}
+
+/** A sink batch's metrics, with exactly the contract's dimensions (Sink + Source, Stage + Source, or Sink): both sink appliers. */
+export function emitApplyMetrics(metrics: Metrics, sinkId: string, outcome: { bySource: ReadonlyMap<string, SourceCounts>; applyErrors: number }): void {
+  for (const [source, c] of outcome.bySource) {
+    if (c.applied > 0) emitSingleMetrics(metrics, MetricName.EVENTS_APPLIED, MetricUnit.Count, [c.applied], { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
+    if (c.held > 0) emitSingleMetrics(metrics, MetricName.EVENTS_HELD, MetricUnit.Count, [c.held], { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
+    if (c.dead > 0) emitSingleMetrics(metrics, MetricName.DEAD_LETTERS, MetricUnit.Count, [c.dead], { [MetricDimension.STAGE]: sinkId, [MetricDimension.SOURCE]: source });
+    if (c.lag.length > 0) emitSingleMetrics(metrics, MetricName.END_TO_END_LAG, MetricUnit.Milliseconds, c.lag, { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
+  }
+  if (outcome.applyErrors > 0) emitSingleMetrics(metrics, MetricName.APPLY_ERRORS, MetricUnit.Count, [outcome.applyErrors], { [MetricDimension.SINK]: sinkId });
+}
