@@ -51,6 +51,17 @@ export interface ICdcSource extends IResource {
   readonly heartbeatSchema: string;
 }
 
+/**
+ * A source whose database the app reaches: what a `Reconciler` reads (a `CdcSource` of this app;
+ * an imported source has no database connection).
+ */
+export interface IReconcilableSource extends ICdcSource {
+  /** The source database (its secret, TLS, port, security group and snapshot budget). */
+  readonly database: SourceDatabase;
+  /** The key that encrypts the source's log groups (the reconciler's too). */
+  readonly encryptionKey: kms.IKey;
+}
+
 /** Attributes of a source deployed elsewhere, for `CdcSource.fromCdcSourceAttributes`. */
 export interface CdcSourceAttributes {
   /** The source id (as the source's `sourceId`). */
@@ -214,7 +225,7 @@ export interface CdcSourceProps {
  * change events, the heartbeat writer (every 10 s), a lifecycle resource that prepares the slot
  * and starts, resumes and stops the task around deployments, and alarms.
  */
-export class CdcSource extends Resource implements ICdcSource, ec2.IConnectable {
+export class CdcSource extends Resource implements IReconcilableSource, ec2.IConnectable {
   /** Refers to a source deployed elsewhere (another stack, account or region), for sinks there. */
   static fromCdcSourceAttributes(scope: Construct, id: string, attrs: CdcSourceAttributes): ICdcSource {
     class Import extends Resource implements ICdcSource {

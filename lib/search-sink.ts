@@ -1,4 +1,5 @@
 import { Duration, Resource, Size, Stack, Validations, type IResource } from 'aws-cdk-lib';
+import type { IReconciledSink } from './reconciler.ts';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -105,7 +106,7 @@ function aliasOf(prefix: string, sourceId: string, table: string): string {
  * fresh: end-to-end lag per source against `freshnessTarget`, dead letters, persistent apply
  * errors, the on-failure queue and iterator age.
  */
-export class SearchSink extends Resource implements ISearchSink, ec2.IConnectable {
+export class SearchSink extends Resource implements ISearchSink, IReconciledSink, ec2.IConnectable {
   /** The sink id. */
   readonly sinkId: string;
   /** The end-to-end lag objective. */

@@ -1,4 +1,5 @@
 import { Duration, Resource, Size, type IResource } from 'aws-cdk-lib';
+import type { IReconciledSink } from './reconciler.ts';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type * as kms from 'aws-cdk-lib/aws-kms';
@@ -44,6 +45,21 @@ export interface IWarehouseSink extends IResource {
    * merges falling behind appends (`MergesStoppingAppends`); sum per minute by default.
    */
   metricMergesStoppingAppends(props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+}
+
+/**
+ * A warehouse sink of this app, with what the constructs that reach its warehouse need (a
+ * `WarehouseRebuild`, a `Reconciler`): how to reach it and which sources it mirrors.
+ */
+export interface IConnectedWarehouseSink extends IWarehouseSink {
+  /** How the sink reaches the warehouse. */
+  readonly connection: WarehouseConnection;
+  /** The sources this sink mirrors. */
+  readonly sources: ICdcSource[];
+  /** The ids of the sources this sink mirrors. */
+  readonly sourceIds: string[];
+  /** The end-to-end lag objective. */
+  readonly freshnessTarget: Duration;
 }
 
 /** Attributes of a sink deployed elsewhere, for `WarehouseSink.fromWarehouseSinkAttributes`. */
@@ -150,7 +166,7 @@ export interface WarehouseSinkProps extends ChangeLogSinkProps {
  * the warehouse is fresh: end-to-end lag per source against `freshnessTarget`, dead letters,
  * persistent apply errors, iterator age.
  */
-export class WarehouseSink extends WarehouseSinkBase implements ec2.IConnectable {
+export class WarehouseSink extends WarehouseSinkBase implements IConnectedWarehouseSink, IReconciledSink, ec2.IConnectable {
   /** Refers to a sink deployed elsewhere (another stack, account or region), for its metrics and dashboards. */
   static fromWarehouseSinkAttributes(scope: Construct, id: string, attrs: WarehouseSinkAttributes): IWarehouseSink {
     class Import extends WarehouseSinkBase {
@@ -178,6 +194,8 @@ export class WarehouseSink extends WarehouseSinkBase implements ec2.IConnectable
   readonly alarms: cloudwatch.IAlarm[] = [];
   /** The sources this sink mirrors. */
   readonly sources: ICdcSource[];
+  /** The ids of the sources this sink mirrors. */
+  readonly sourceIds: string[];
   /** How the sink reaches the warehouse (the `Reconciler` reads it the same way). */
   readonly connection: WarehouseConnection;
 
@@ -189,6 +207,7 @@ export class WarehouseSink extends WarehouseSinkBase implements ec2.IConnectable
     const maxBatchingWindow = props.maxBatchingWindow ?? Duration.seconds(5);
     checkSinkProps(this, props, 'mirrors', this.freshnessTarget, maxBatchingWindow);
     this.sources = [...props.sources];
+    this.sourceIds = this.sources.map((s) => s.sourceId);
     this.connection = props.connection;
     checkIntegerRange(this, 'mergeMaxRows', props.mergeMaxRows, 1, 10_000_000);
     if (props.mergeMaxAge !== undefined && isKnownDuration(props.mergeMaxAge) && (props.mergeMaxAge.toMilliseconds() < 1000 || props.mergeMaxAge.toMilliseconds() > 3_600_000)) {
