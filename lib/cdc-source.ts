@@ -10,7 +10,7 @@ import type { Construct } from 'constructs';
 import { DEFAULT_HEARTBEAT_SCHEMA } from '../contracts/env.ts';
 import { MetricDimension, MetricName, NORMALIZER_STAGE } from '../contracts/metrics.ts';
 import { AwsApiEgress } from './aws-api-egress.ts';
-import { CaptureMode, type CapturedTable } from './captured-table.ts';
+import { CapturedTable, CaptureMode } from './captured-table.ts';
 import type { IChangeLog } from './change-log.ts';
 import type { IControlPlane } from './control-plane.ts';
 import { iteratorAgeMetric } from './private/alarms.ts';
@@ -28,7 +28,7 @@ import { sourceNetwork } from './private/source-network.ts';
 import { defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
 import { findTableProblem, tableConfigEntries, tableRuleEntries } from './private/table-mappings.ts';
 import { addSlotLifecycle, addTaskStarter } from './private/task-lifecycle.ts';
-import { checkIntegerRange, checkKinesisRetention, checkLowerIdent, checkRequiredProps, fail, idFromConstructId, SLOT_NAME } from './private/validate.ts';
+import { checkIntegerRange, checkKinesisRetention, checkLowerIdent, checkPropKinds, checkRequiredProps, fail, idFromConstructId, SLOT_NAME, type PropKind } from './private/validate.ts';
 import type { SourceDatabase } from './source-database.ts';
 
 /** Which columns DMS puts in the before image of an update. */
@@ -298,6 +298,8 @@ export class CdcSource extends Resource implements IReconcilableSource, ec2.ICon
   constructor(scope: Construct, id: string, props: CdcSourceProps) {
     super(scope, id);
     checkRequiredProps(this, 'CdcSource', props, ['controlPlane', 'changeLog', 'vpc', 'database', 'tables']);
+    checkPropKinds(this.node.path, props, CDC_SOURCE_PROP_KINDS);
+    checkTableList(this, props.tables);
     this.sourceId = checkLowerIdent(this, 'sourceId', props.sourceId ?? idFromConstructId(id));
     this.changeLog = props.changeLog;
     this.tables = [...props.tables];
@@ -509,6 +511,21 @@ export class CdcSource extends Resource implements IReconcilableSource, ec2.ICon
     for (const f of functions) Validations.of(f).acknowledge(...kmsAcks);
     for (const r of roles) Validations.of(r).acknowledge(...kmsAcks);
   }
+}
+
+/** The props' kinds, for callers without the type checker (`checkPropKinds`). */
+const CDC_SOURCE_PROP_KINDS = {
+  controlPlane: 'any', changeLog: 'any', vpc: 'any', vpcSubnets: 'any', database: 'any', awsApiEgress: 'any', tables: 'array',
+  sourceId: 'string', slotName: 'string', slotRemovalPolicy: 'any', captureDdls: 'boolean', beforeImage: { enumOf: BeforeImage }, heartbeatSchema: 'string',
+  slotWalBudget: 'any', replicationInstanceClass: 'string', replicationEngineVersion: 'string', replicationStorage: 'any', multiAz: 'boolean', maxLobSize: 'any',
+  encryptionKey: 'any', rawStreamRetention: 'any', rawStreamShardCount: 'number', alarmsEnabled: 'boolean', alarmActions: 'array',
+  alarmCdcLatencyThreshold: 'any', alarmIteratorAgeThreshold: 'any', alarmSnapshotStallThreshold: 'any',
+} as const satisfies Record<keyof CdcSourceProps, PropKind>;
+
+/** Every item of `tables` is a `CapturedTable` (made with `CapturedTable.of` or `.matching`). */
+function checkTableList(scope: Construct, tables: unknown[]): void {
+  const bad = tables.findIndex((t) => !(t instanceof CapturedTable));
+  if (bad >= 0) fail(scope, `prop \`tables\` must hold CapturedTable items (CapturedTable.of or CapturedTable.matching); item ${bad} is ${tables[bad] === null ? 'null' : typeof tables[bad]}`);
 }
 
 /** Compares dotted version strings numerically. */

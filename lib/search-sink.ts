@@ -19,9 +19,9 @@ import { platformMetric } from './private/platform-metric.ts';
 import { AwsApiEgress } from './aws-api-egress.ts';
 import { nagText } from './private/nag-text.ts';
 import { consumeStream } from './private/stream-consumer.ts';
-import { acknowledgeKeyGrants, addReplaySchedule, checkSinkProps, sinkAlarms } from './private/sink-applier.ts';
+import { acknowledgeKeyGrants, addReplaySchedule, checkSinkProps, SINK_PROP_KINDS, sinkAlarms } from './private/sink-applier.ts';
 import type { ChangeLogSinkProps } from './sink-base.ts';
-import { checkLowerIdent, fail, idFromConstructId } from './private/validate.ts';
+import { checkLowerIdent, checkPropKinds, checkRequiredProps, fail, idFromConstructId, type PropKind } from './private/validate.ts';
 
 /** One table a `SearchSink` indexes. */
 export interface SearchSinkTable {
@@ -93,6 +93,14 @@ export interface SearchSinkProps extends ChangeLogSinkProps {
   readonly timeout?: Duration;
 }
 
+const SEARCH_TABLE_KINDS = { table: 'string', source: 'any', deletes: { enumOf: DeleteMode } } as const satisfies Record<keyof SearchSinkTable, PropKind>;
+
+/** The props' kinds, for callers without the type checker (`checkPropKinds`). */
+const SEARCH_SINK_PROP_KINDS = {
+  ...SINK_PROP_KINDS,
+  domain: 'any', tables: 'array', vpc: 'any', indexPrefix: 'string', maxBatchingWindow: 'any', memorySize: 'any', timeout: 'any',
+} as const satisfies Record<keyof SearchSinkProps, PropKind>;
+
 /** The index path prefix of one table, as the applier names it (lambda/core/search/search-plan.ts `searchNames`). */
 function aliasOf(prefix: string, sourceId: string, table: string): string {
   return `${prefix}.${sourceId}.${table}`;
@@ -130,6 +138,8 @@ export class SearchSink extends Resource implements ISearchSink, IReconciledSink
 
   constructor(scope: Construct, id: string, props: SearchSinkProps) {
     super(scope, id);
+    checkRequiredProps(this, 'SearchSink', props, ['controlPlane', 'changeLog', 'sources', 'domain']);
+    checkPropKinds(this.node.path, props, SEARCH_SINK_PROP_KINDS);
     this.sinkId = checkLowerIdent(this, 'sinkId', props.sinkId ?? idFromConstructId(id));
     this.freshnessTarget = props.freshnessTarget ?? Duration.minutes(5);
     const prefix = props.indexPrefix ?? 'cdc';
@@ -151,7 +161,8 @@ export class SearchSink extends Resource implements ISearchSink, IReconciledSink
     };
     if (props.tables) {
       if (props.tables.length === 0) fail(this, 'tables must not be empty (omit it to index every captured table)');
-      for (const t of props.tables) {
+      for (const [i, t] of props.tables.entries()) {
+        checkPropKinds(`${this.node.path}: tables[${i}]`, t, SEARCH_TABLE_KINDS);
         const candidates = t.source ? [t.source] : props.sources.filter((s) => s.tables.some((c) => c.tableId === t.table));
         if (t.source && !props.sources.includes(t.source)) fail(this, `table ${t.table}: its source ${t.source.sourceId} is not one of this sink's sources`);
         if (candidates.length === 0) fail(this, `table ${t.table} is not captured by any source of this sink (${this.sourceIds.join(', ')})`);

@@ -14,9 +14,9 @@ import { createAlarm, iteratorAgeMetric } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
 import { encryptLogGroup } from './private/platform-key.ts';
 import { consumeStream } from './private/stream-consumer.ts';
-import { acknowledgeKeyGrants, addReplaySchedule, checkSinkProps, sinkAlarms } from './private/sink-applier.ts';
+import { acknowledgeKeyGrants, addReplaySchedule, checkSinkProps, SINK_PROP_KINDS, sinkAlarms } from './private/sink-applier.ts';
 import type { ChangeLogSinkProps } from './sink-base.ts';
-import { checkIntegerRange, checkLowerIdent, checkRequiredProps, fail, idFromConstructId, isKnownDuration } from './private/validate.ts';
+import { checkIntegerRange, checkLowerIdent, checkPropKinds, checkRequiredProps, fail, idFromConstructId, isKnownDuration, type PropKind } from './private/validate.ts';
 import type { WarehouseConnection } from './warehouse-connection.ts';
 import { platformMetric } from './private/platform-metric.ts';
 import { payloadEnvironment } from './private/payloads.ts';
@@ -160,6 +160,13 @@ export interface WarehouseSinkProps extends ChangeLogSinkProps {
   readonly mergeOnSchedule?: boolean;
 }
 
+/** The props' kinds, for callers without the type checker (`checkPropKinds`). */
+const WAREHOUSE_SINK_PROP_KINDS = {
+  ...SINK_PROP_KINDS,
+  connection: 'any', vpc: 'any', maxBatchingWindow: 'any', memorySize: 'any', timeout: 'any', deadLetterQueueEncryptionKey: 'any',
+  mergeMaxRows: 'number', mergeMaxAge: 'any', mergeOnSchedule: 'boolean',
+} as const satisfies Record<keyof WarehouseSinkProps, PropKind>;
+
 /**
  * Mirrors the captured tables into a warehouse (Redshift or PostgreSQL): the applier function in
  * the VPC with CDC-safe stream settings and a dead-letter queue, and the alarms that say whether
@@ -202,6 +209,7 @@ export class WarehouseSink extends WarehouseSinkBase implements IConnectedWareho
   constructor(scope: Construct, id: string, props: WarehouseSinkProps) {
     super(scope, id);
     checkRequiredProps(this, 'WarehouseSink', props, ['controlPlane', 'changeLog', 'sources', 'connection', 'vpc']);
+    checkPropKinds(this.node.path, props, WAREHOUSE_SINK_PROP_KINDS);
     this.sinkId = checkLowerIdent(this, 'sinkId', props.sinkId ?? idFromConstructId(id));
     this.freshnessTarget = props.freshnessTarget ?? Duration.minutes(5);
     const maxBatchingWindow = props.maxBatchingWindow ?? Duration.seconds(5);

@@ -16,7 +16,14 @@ import type { CdcFunction } from './cdc-function.ts';
 import { sameChangeLog } from './same-change-log.ts';
 import type { StreamConsumer } from './stream-consumer.ts';
 import { defaultIteratorAgeThreshold } from './stream-consumer.ts';
-import { checkIntegerRange, fail, isKnownDuration } from './validate.ts';
+import { checkIntegerRange, fail, isKnownDuration, type PropKind } from './validate.ts';
+
+/** The shared props' kinds, for callers without the type checker (`checkPropKinds`). */
+export const SINK_PROP_KINDS = {
+  controlPlane: 'any', changeLog: 'any', sources: 'array', awsApiEgress: 'any', vpcSubnets: 'any', sinkId: 'string', freshnessTarget: 'any',
+  batchSize: 'number', retryAttempts: 'number', maxRecordAge: 'any', parallelizationFactor: 'number', alarmsEnabled: 'boolean', alarmActions: 'array',
+  alarmIteratorAgeThreshold: 'any',
+} as const satisfies Record<keyof ChangeLogSinkProps, PropKind>;
 
 /** Checks the shared props; `serves` says what the sink does with a source's tables (`indexes`, `mirrors`). Returns the source ids. */
 export function checkSinkProps(scope: Construct, props: ChangeLogSinkProps, serves: string, freshnessTarget: Duration, maxBatchingWindow: Duration): string[] {
