@@ -36,9 +36,19 @@ export interface ReconcileTierProps {
   readonly tables?: string[];
 }
 
+/** A search sink's index as a `Reconciler` reads it. */
+export interface ReconciledSearchIndex {
+  /** The domain the sink indexes into. */
+  readonly domain: opensearch.IDomain;
+  /** The index path prefixes the sink writes. */
+  readonly indexPaths: string[];
+  /** The prefix of the sink's index and alias names. */
+  readonly indexPrefix: string;
+}
+
 /**
- * A sink a `Reconciler` compares with its sources: a warehouse sink (it has a `connection`) or a
- * search sink (it has a `domain`, `indexPaths` and `indexPrefix`) of this app.
+ * A sink a `Reconciler` compares with its sources: a warehouse sink (it has a
+ * `warehouseConnection`) or a search sink (it has a `searchIndex`) of this app.
  */
 export interface IReconciledSink extends IResource {
   /** The sink id. */
@@ -51,22 +61,12 @@ export interface IReconciledSink extends IResource {
    * How a warehouse sink reaches its warehouse.
    * @default - not a warehouse sink
    */
-  readonly connection?: WarehouseConnection;
+  readonly warehouseConnection?: WarehouseConnection;
   /**
-   * The domain a search sink indexes into.
+   * A search sink's index.
    * @default - not a search sink
    */
-  readonly domain?: opensearch.IDomain;
-  /**
-   * The index path prefixes a search sink writes.
-   * @default - not a search sink
-   */
-  readonly indexPaths?: string[];
-  /**
-   * The prefix of a search sink's index and alias names.
-   * @default - not a search sink
-   */
-  readonly indexPrefix?: string;
+  readonly searchIndex?: ReconciledSearchIndex;
 }
 
 /** @deprecated use `IReconciledSink` (a `WarehouseSink` or a `SearchSink`) */
@@ -151,8 +151,8 @@ function servedSources(sink: IReconciledSink): string[] {
 }
 
 /** The search side of a sink (its domain and index paths), or null for a warehouse sink. */
-function searchOf(sink: IReconciledSink): { domain: opensearch.IDomain; indexPaths: string[]; indexPrefix: string } | null {
-  return sink.domain && sink.indexPaths && sink.indexPrefix !== undefined ? { domain: sink.domain, indexPaths: sink.indexPaths, indexPrefix: sink.indexPrefix } : null;
+function searchOf(sink: IReconciledSink): ReconciledSearchIndex | null {
+  return sink.searchIndex ?? null;
 }
 
 /** What a sink is, in alarm descriptions. */
@@ -209,7 +209,7 @@ export class Reconciler extends Resource implements IReconciler {
     const groups: ec2.ISecurityGroup[] = [];
 
     for (const sink of props.sinks) {
-      if (!searchOf(sink) && !sink.connection) fail(this, `sink ${sink.sinkId} is neither a warehouse sink (connection) nor a search sink (domain, indexPaths, indexPrefix)`);
+      if (!searchOf(sink) && !sink.warehouseConnection) fail(this, `sink ${sink.sinkId} is neither a warehouse sink (warehouseConnection) nor a search sink (searchIndex)`);
       if (!props.sources.some((source) => servedSources(sink).includes(source.sourceId))) {
         fail(this, `sink ${sink.sinkId} serves none of the sources (${props.sources.map((x) => x.sourceId).join(', ')}); it serves ${servedSources(sink).join(', ') || 'none'}`);
       }
@@ -223,7 +223,7 @@ export class Reconciler extends Resource implements IReconciler {
         if (!servedSources(sink).includes(source.sourceId)) continue;
         const settle = props.settleTime ?? sink.freshnessTarget;
         const budget = source.database.snapshotBudget;
-        const warehouse = search ? null : { connection: sink.connection! };
+        const warehouse = search ? null : { connection: sink.warehouseConnection! };
         const member = `${source.sourceId}-${sink.sinkId}`;
         const securityGroup = ownSecurityGroup(this, `SecurityGroup-${member}`, props.vpc, awsApiEgress, `Reconciler of source ${source.sourceId} and sink ${sink.sinkId} (${this.node.path})`);
         groups.push(securityGroup);

@@ -1,5 +1,5 @@
 import { Duration, Resource, Size, Stack, Validations, type IResource } from 'aws-cdk-lib';
-import type { IReconciledSink } from './reconciler.ts';
+import type { IReconciledSink, ReconciledSearchIndex } from './reconciler.ts';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -135,6 +135,8 @@ export class SearchSink extends Resource implements ISearchSink, IReconciledSink
   readonly indexPrefix: string;
   /** The ids of the sources whose tables it indexes. */
   readonly sourceIds: string[];
+  /** Its index as a `Reconciler` reads it (domain, index paths, prefix). */
+  readonly searchIndex?: ReconciledSearchIndex;
 
   constructor(scope: Construct, id: string, props: SearchSinkProps) {
     super(scope, id);
@@ -182,6 +184,7 @@ export class SearchSink extends Resource implements ISearchSink, IReconciledSink
       ...served.map((t) => aliasOf(prefix, t.source, t.table)),
       ...props.sources.map((s) => aliasOf(prefix, s.sourceId, `${s.heartbeatSchema}.${HEARTBEAT_TABLE}`)),
     ];
+    this.searchIndex = { domain: this.domain, indexPaths: this.indexPaths, indexPrefix: this.indexPrefix };
 
     let securityGroups: ec2.ISecurityGroup[] | undefined;
     if (props.vpc) {

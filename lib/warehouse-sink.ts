@@ -205,6 +205,8 @@ export class WarehouseSink extends WarehouseSinkBase implements IConnectedWareho
   readonly sourceIds: string[];
   /** How the sink reaches the warehouse (the `Reconciler` reads it the same way). */
   readonly connection: WarehouseConnection;
+  /** The same connection, as a `Reconciler` reads it. */
+  readonly warehouseConnection?: WarehouseConnection;
 
   constructor(scope: Construct, id: string, props: WarehouseSinkProps) {
     super(scope, id);
@@ -217,6 +219,7 @@ export class WarehouseSink extends WarehouseSinkBase implements IConnectedWareho
     this.sources = [...props.sources];
     this.sourceIds = this.sources.map((s) => s.sourceId);
     this.connection = props.connection;
+    this.warehouseConnection = props.connection;
     checkIntegerRange(this, 'mergeMaxRows', props.mergeMaxRows, 1, 10_000_000);
     if (props.mergeMaxAge !== undefined && isKnownDuration(props.mergeMaxAge) && (props.mergeMaxAge.toMilliseconds() < 1000 || props.mergeMaxAge.toMilliseconds() > 3_600_000)) {
       fail(this, `mergeMaxAge must be between 1 second and 1 hour, got ${props.mergeMaxAge.toHumanString()}`);

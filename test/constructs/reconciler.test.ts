@@ -148,7 +148,7 @@ describe('Reconciler', () => {
     }
     const sink: IReconciledSink = new OddSink(f.stack, 'Odd');
     expect(() => new Reconciler(f.stack, 'Reconciler', { controlPlane: f.control, sources: [source], sinks: [sink], vpc: f.vpc })).toThrow(
-      /Test\/Reconciler: sink odd is neither a warehouse sink \(connection\) nor a search sink \(domain, indexPaths, indexPrefix\)/,
+      /Test\/Reconciler: sink odd is neither a warehouse sink \(warehouseConnection\) nor a search sink \(searchIndex\)/,
     );
   });
 
