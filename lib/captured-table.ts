@@ -1,3 +1,5 @@
+import { checkPropKinds, type PropKind } from './private/validate.ts';
+
 /** What a sink does with a deleted row (invariant 7). */
 export enum DeleteMode {
   /** The mirror keeps a tombstone (`_cdc_deleted`, deleted-at, position); the view hides it. */
@@ -148,6 +150,29 @@ export interface CapturedTableRuleOptions {
   readonly acknowledgeLateRules?: string;
 }
 
+/** The options' kinds, for callers without the type checker (`checkPropKinds`). */
+const TABLE_OPTION_KINDS = {
+  mask: 'string[]',
+  exclude: 'string[]',
+  deletes: { enumOf: DeleteMode },
+  primaryKey: 'string[]',
+  snapshot: 'boolean',
+  transforms: 'any',
+  capture: { enumOf: CaptureMode },
+  pollColumn: 'string',
+  acknowledgeLateRules: 'string',
+} as const satisfies Record<keyof CapturedTableOptions, PropKind>;
+
+const RULE_OPTION_KINDS = {
+  exclude: 'string[]',
+  mask: 'string[]',
+  excludeColumns: 'string[]',
+  deletes: { enumOf: DeleteMode },
+  primaryKey: 'string[]',
+  snapshot: 'boolean',
+  acknowledgeLateRules: 'string',
+} as const satisfies Record<keyof CapturedTableRuleOptions, PropKind>;
+
 /**
  * A source table to capture, with its column rules. Validated by the `CdcSource` that captures
  * it, whose construct path then appears in the error.
@@ -160,6 +185,7 @@ export class CapturedTable {
    */
   static of(tableId: string, options: CapturedTableOptions = {}): CapturedTable {
     if (typeof tableId !== 'string') throw new Error(`CapturedTable.of needs a table id 'schema.table' (a string), got ${tableId === undefined ? 'undefined' : typeof tableId}`);
+    checkPropKinds(`CapturedTable.of(${JSON.stringify(tableId)})`, options ?? {}, TABLE_OPTION_KINDS);
     return new CapturedTable(tableId, options);
   }
 
@@ -174,6 +200,7 @@ export class CapturedTable {
    */
   static matching(pattern: string, options: CapturedTableRuleOptions = {}): CapturedTable {
     if (typeof pattern !== 'string') throw new Error(`CapturedTable.matching needs a pattern 'schema.table' (a string), got ${pattern === undefined ? 'undefined' : typeof pattern}`);
+    checkPropKinds(`CapturedTable.matching(${JSON.stringify(pattern)})`, options ?? {}, RULE_OPTION_KINDS);
     return new CapturedTable(
       pattern,
       { mask: options.mask, exclude: options.excludeColumns, deletes: options.deletes, primaryKey: options.primaryKey, snapshot: options.snapshot, acknowledgeLateRules: options.acknowledgeLateRules },

@@ -258,6 +258,19 @@ abstract class ChangeLogBase extends Resource implements IChangeLog {
   }
 }
 
+/** A change log of this app with its S3 archive: what a `WarehouseRebuild` replays. */
+export interface IArchivedChangeLog extends IChangeLog {
+  /** The archive bucket. */
+  readonly archiveBucket: s3.IBucket;
+  /** The key that encrypts the archive. */
+  readonly archiveEncryptionKey: kms.IKey;
+  /**
+   * Key prefix of the by-table archive (docs/rebuild.md, "Archive layout").
+   * @default - no by-table archive (the archive copier is disabled)
+   */
+  readonly archiveCopierPrefix?: string;
+}
+
 /**
  * The change log: a KMS-encrypted Kinesis stream (on-demand or provisioned) and a Firehose
  * delivery stream that archives every record, one JSON document per line, gzip-compressed, to an
@@ -266,7 +279,7 @@ abstract class ChangeLogBase extends Resource implements IChangeLog {
  * function that writes the same records to the bucket in the by-table layout with batch markers
  * (`archiveCopierPrefix`), the archive a rebuild replays (docs/rebuild.md).
  */
-export class ChangeLog extends ChangeLogBase {
+export class ChangeLog extends ChangeLogBase implements IArchivedChangeLog {
   /**
    * Refers to a change log deployed elsewhere (another stack, account or region). Its account and
    * region come from `streamArn`.

@@ -264,11 +264,17 @@ abstract class ControlPlaneBase extends Resource implements IControlPlane {
   }
 }
 
+/** A control plane of this app with its operator function: what a `WarehouseRebuild` registers with. */
+export interface IOperatedControlPlane extends IControlPlane {
+  /** Lets the operator function start rebuilds of one sink's tables (docs/rebuild.md, "On AWS"). */
+  addRebuildWorker(sinkId: string, worker: lambda.IFunction, stateMachine: sfn.IStateMachine): void;
+}
+
 /**
  * The control-plane table: PAY_PER_REQUEST, point-in-time recovery, encrypted with a
  * customer-managed key, retained by default.
  */
-export class ControlPlane extends ControlPlaneBase {
+export class ControlPlane extends ControlPlaneBase implements IOperatedControlPlane {
   /**
    * Refers to a control plane deployed elsewhere (another stack, account or region). Its account
    * and region come from `tableArn`.

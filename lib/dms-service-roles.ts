@@ -1,6 +1,24 @@
-import { Validations } from 'aws-cdk-lib';
+import { Stack, Token, Validations } from 'aws-cdk-lib';
 import * as iam from 'aws-cdk-lib/aws-iam';
-import { Construct } from 'constructs';
+import { Construct, type IConstruct } from 'constructs';
+
+/**
+ * The `DmsServiceRoles` of each app, to refuse a second one in the same account: the roles have
+ * fixed names, so a second deployment of them in the same account fails, whatever its region. A
+ * symbol from the global registry, so two copies of the library in one app see each other's.
+ */
+const CREATED = Symbol.for('cdc-platform.DmsServiceRoles');
+
+/** The account a construct's stack deploys to, `*` when synth does not know it (an environment-agnostic stack). */
+function accountOf(scope: IConstruct): string {
+  const account = Stack.of(scope).account;
+  return Token.isUnresolved(account) ? '*' : account;
+}
+
+/** IAM role names are unique per account (in every region), and an unknown account may be any. */
+function sameAccount(a: string, b: string): boolean {
+  return a === '*' || b === '*' || a === b;
+}
 
 /**
  * The two account-wide roles DMS expects under fixed names when it is driven by CloudFormation
@@ -18,6 +36,16 @@ export class DmsServiceRoles extends Construct {
 
   constructor(scope: Construct, id: string) {
     super(scope, id);
+    const root = this.node.root as IConstruct & { [CREATED]?: DmsServiceRoles[] };
+    const account = accountOf(this);
+    const earlier = (root[CREATED] ??= []).find((other) => sameAccount(accountOf(other), account));
+    if (earlier) {
+      throw new Error(
+        `${this.node.path}: DmsServiceRoles is already created by ${earlier.node.path} for the same account (${account === '*' ? 'the environment-agnostic stack may deploy to any account' : account}); ` +
+          'its roles have fixed names (dms-vpc-role, dms-cloudwatch-logs-role) and exist once per account, in every region: keep one DmsServiceRoles per account',
+      );
+    }
+    root[CREATED].push(this);
     const principal = new iam.ServicePrincipal('dms.amazonaws.com');
     this.vpcRole = new iam.Role(this, 'VpcRole', {
       roleName: 'dms-vpc-role',

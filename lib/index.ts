@@ -12,3 +12,4 @@ export * from './reconciler.ts';
 export * from './warehouse-rebuild.ts';
 export * from './pipeline-alarm-actions.ts';
 export * from './pipeline-dashboard.ts';
+export * from './sink-base.ts';

@@ -10,7 +10,8 @@ import { ControlPartition, pollConsumerId } from '../contracts/control-plane-key
 import { EnvName, ServiceName } from '../contracts/env.ts';
 import { MetricDimension, MetricName } from '../contracts/metrics.ts';
 import { AwsApiEgress } from './aws-api-egress.ts';
-import type { CdcSource } from './cdc-source.ts';
+import type * as opensearch from 'aws-cdk-lib/aws-opensearchservice';
+import type { IReconcilableSource } from './cdc-source.ts';
 import type { IControlPlane } from './control-plane.ts';
 import { createAlarm } from './private/alarms.ts';
 import { allowDatabase, ownSecurityGroup } from './private/function-network.ts';
@@ -19,9 +20,8 @@ import { platformMetric } from './private/platform-metric.ts';
 import { encryptLogGroup } from './private/platform-key.ts';
 import { tableConfigEntries } from './private/table-mappings.ts';
 import { checkIntegerRange, checkLowerIdent, checkRequiredProps, fail, isKnownDuration } from './private/validate.ts';
-import type { WarehouseSink } from './warehouse-sink.ts';
+import type { WarehouseConnection } from './warehouse-connection.ts';
 import { nagText } from './private/nag-text.ts';
-import { SearchSink } from './search-sink.ts';
 
 /** A group of tables reconciled on one schedule (docs/reconcile.md, "Coverage"). */
 export interface ReconcileTierProps {
@@ -36,17 +36,50 @@ export interface ReconcileTierProps {
   readonly tables?: string[];
 }
 
-/** A sink a `Reconciler` compares with its sources: a warehouse sink or a search sink. */
-export type ReconciledSink = WarehouseSink | SearchSink;
+/** A search sink's index as a `Reconciler` reads it. */
+export interface ReconciledSearchIndex {
+  /** The domain the sink indexes into. */
+  readonly domain: opensearch.IDomain;
+  /** The index path prefixes the sink writes. */
+  readonly indexPaths: string[];
+  /** The prefix of the sink's index and alias names. */
+  readonly indexPrefix: string;
+}
+
+/**
+ * A sink a `Reconciler` compares with its sources: a warehouse sink (it has a
+ * `warehouseConnection`) or a search sink (it has a `searchIndex`) of this app.
+ */
+export interface IReconciledSink extends IResource {
+  /** The sink id. */
+  readonly sinkId: string;
+  /** The end-to-end lag objective (the default settle time of a differing key). */
+  readonly freshnessTarget: Duration;
+  /** The ids of the sources whose tables it serves. */
+  readonly sourceIds: string[];
+  /**
+   * How a warehouse sink reaches its warehouse.
+   * @default - not a warehouse sink
+   */
+  readonly warehouseConnection?: WarehouseConnection;
+  /**
+   * A search sink's index.
+   * @default - not a search sink
+   */
+  readonly searchIndex?: ReconciledSearchIndex;
+}
+
+/** @deprecated use `IReconciledSink` (a `WarehouseSink` or a `SearchSink`) */
+export type ReconciledSink = IReconciledSink;
 
 /** A reconciler: a `Reconciler`. */
 export interface IReconciler extends IResource {
   /** Tables of a sink whose verdict was DIVERGED (`ReconcileDivergedTables`); maximum per period by default. */
-  metricDivergedTables(sink: ReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+  metricDivergedTables(sink: IReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric;
   /** Captured tables with no decided verdict within their tier's period (`ReconcileCoverageGaps`); maximum per period by default. */
-  metricCoverageGaps(sink: ReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+  metricCoverageGaps(sink: IReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric;
   /** Tables whose verdict was INCONCLUSIVE (`ReconcileInconclusiveTables`); maximum per period by default. */
-  metricInconclusiveTables(sink: ReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+  metricInconclusiveTables(sink: IReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric;
 }
 
 /** Properties of a `Reconciler`. */
@@ -54,14 +87,14 @@ export interface ReconcilerProps {
   /** The control plane that keeps the verdicts, their cursors and the tables' states. */
   readonly controlPlane: IControlPlane;
   /** The sources whose tables are reconciled. */
-  readonly sources: CdcSource[];
+  readonly sources: IReconcilableSource[];
   /**
    * The sinks each source is compared with (each must serve the source): warehouse sinks (their
    * views) and search sinks (their indexes' live documents, read with `es:ESHttpGet`/`es:ESHttpPost`
    * on the source's index paths only; a domain in the VPC is reached through the function's HTTPS
    * egress, `awsApiEgress`).
    */
-  readonly sinks: ReconciledSink[];
+  readonly sinks: IReconciledSink[];
   /** VPC from which the function reaches the sources, the warehouses and the search domains. */
   readonly vpc: ec2.IVpc;
   /**
@@ -113,8 +146,18 @@ export interface ReconcilerProps {
 }
 
 /** The ids of the sources a sink serves. */
-function servedSources(sink: ReconciledSink): string[] {
-  return sink instanceof SearchSink ? sink.sourceIds : sink.sources.map((s) => s.sourceId);
+function servedSources(sink: IReconciledSink): string[] {
+  return sink.sourceIds;
+}
+
+/** The search side of a sink (its domain and index paths), or null for a warehouse sink. */
+function searchOf(sink: IReconciledSink): ReconciledSearchIndex | null {
+  return sink.searchIndex ?? null;
+}
+
+/** What a sink is, in alarm descriptions. */
+function kindOf(sink: IReconciledSink): string {
+  return searchOf(sink) ? 'search' : 'warehouse';
 }
 
 const DEFAULT_TIER: ReconcileTierProps = { name: 'default', every: Duration.days(1), tables: ['*'] };
@@ -166,6 +209,7 @@ export class Reconciler extends Resource implements IReconciler {
     const groups: ec2.ISecurityGroup[] = [];
 
     for (const sink of props.sinks) {
+      if (!searchOf(sink) && !sink.warehouseConnection) fail(this, `sink ${sink.sinkId} is neither a warehouse sink (warehouseConnection) nor a search sink (searchIndex)`);
       if (!props.sources.some((source) => servedSources(sink).includes(source.sourceId))) {
         fail(this, `sink ${sink.sinkId} serves none of the sources (${props.sources.map((x) => x.sourceId).join(', ')}); it serves ${servedSources(sink).join(', ') || 'none'}`);
       }
@@ -174,12 +218,12 @@ export class Reconciler extends Resource implements IReconciler {
     const fns: lambda.IFunction[] = [];
     for (const source of props.sources) {
       for (const sink of props.sinks) {
-        const search = sink instanceof SearchSink ? sink : null;
+        const search = searchOf(sink);
         // A sink is compared with the sources it serves (a search sink may index only some).
         if (!servedSources(sink).includes(source.sourceId)) continue;
         const settle = props.settleTime ?? sink.freshnessTarget;
         const budget = source.database.snapshotBudget;
-        const warehouse = search ? null : (sink as WarehouseSink);
+        const warehouse = search ? null : { connection: sink.warehouseConnection! };
         const member = `${source.sourceId}-${sink.sinkId}`;
         const securityGroup = ownSecurityGroup(this, `SecurityGroup-${member}`, props.vpc, awsApiEgress, `Reconciler of source ${source.sourceId} and sink ${sink.sinkId} (${this.node.path})`);
         groups.push(securityGroup);
@@ -260,7 +304,7 @@ export class Reconciler extends Resource implements IReconciler {
           createAlarm(this, `DivergenceAlarm-${sink.sinkId}`, {
             nameSuffix: `reconcile-${sink.sinkId}-diverged`,
             description:
-              `A table of ${sink instanceof SearchSink ? 'search' : 'warehouse'} sink ${sink.sinkId} differs from its source (${this.node.path}): a reconciliation run confirmed keys that are missing, extra or different. ` +
+              `A table of ${kindOf(sink)} sink ${sink.sinkId} differs from its source (${this.node.path}): a reconciliation run confirmed keys that are missing, extra or different. ` +
               'The verdict in the control plane names the table, the ranges and sample keys (cdc reconcile --json, docs/reconcile.md); fix by rebuilding the table, never in place.',
             metric: this.metricDivergedTables(sink, { period: Duration.seconds(fastest) }),
             threshold: 0,
@@ -272,7 +316,7 @@ export class Reconciler extends Resource implements IReconciler {
           createAlarm(this, `CoverageAlarm-${sink.sinkId}`, {
             nameSuffix: `reconcile-${sink.sinkId}-coverage`,
             description:
-              `Captured tables of ${sink instanceof SearchSink ? 'search' : 'warehouse'} sink ${sink.sinkId} have no decided reconciliation verdict within their tier's period, or the reconciler has not reported (${this.node.path}). ` +
+              `Captured tables of ${kindOf(sink)} sink ${sink.sinkId} have no decided reconciliation verdict within their tier's period, or the reconciler has not reported (${this.node.path}). ` +
               'Tables stay INCONCLUSIVE (paused, held, too hot, sink lagging) or the runs do not finish; the run logs list the tables.',
             metric: this.metricCoverageGaps(sink, { period: Duration.seconds(longest) }),
             threshold: 0,
@@ -287,15 +331,15 @@ export class Reconciler extends Resource implements IReconciler {
     }
   }
 
-  metricDivergedTables(sink: ReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+  metricDivergedTables(sink: IReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
     return platformMetric(this, MetricName.RECONCILE_DIVERGED_TABLES, { [MetricDimension.SINK]: sink.sinkId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
   }
 
-  metricCoverageGaps(sink: ReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+  metricCoverageGaps(sink: IReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
     return platformMetric(this, MetricName.RECONCILE_COVERAGE_GAPS, { [MetricDimension.SINK]: sink.sinkId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
   }
 
-  metricInconclusiveTables(sink: ReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+  metricInconclusiveTables(sink: IReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
     return platformMetric(this, MetricName.RECONCILE_INCONCLUSIVE_TABLES, { [MetricDimension.SINK]: sink.sinkId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
   }
 }

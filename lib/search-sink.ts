@@ -1,8 +1,7 @@
 import { Duration, Resource, Size, Stack, Validations, type IResource } from 'aws-cdk-lib';
+import type { IReconciledSink, ReconciledSearchIndex } from './reconciler.ts';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
-import * as events from 'aws-cdk-lib/aws-events';
-import * as targets from 'aws-cdk-lib/aws-events-targets';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import { payloadEnvironment } from './private/payloads.ts';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
@@ -13,17 +12,16 @@ import { EnvName, HEARTBEAT_TABLE } from '../contracts/env.ts';
 import { MetricDimension, MetricName } from '../contracts/metrics.ts';
 import { DeleteMode } from './captured-table.ts';
 import type { ICdcSource } from './cdc-source.ts';
-import type { IChangeLog } from './change-log.ts';
-import type { IControlPlane } from './control-plane.ts';
-import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './private/alarms.ts';
+import { iteratorAgeMetric } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
 import { encryptLogGroup } from './private/platform-key.ts';
 import { platformMetric } from './private/platform-metric.ts';
 import { AwsApiEgress } from './aws-api-egress.ts';
 import { nagText } from './private/nag-text.ts';
-import { sameChangeLog } from './private/same-change-log.ts';
-import { consumeStream, defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
-import { checkIntegerRange, checkLowerIdent, fail, idFromConstructId } from './private/validate.ts';
+import { consumeStream } from './private/stream-consumer.ts';
+import { acknowledgeKeyGrants, addReplaySchedule, checkSinkProps, SINK_PROP_KINDS, sinkAlarms } from './private/sink-applier.ts';
+import type { ChangeLogSinkProps } from './sink-base.ts';
+import { checkLowerIdent, checkPropKinds, checkRequiredProps, fail, idFromConstructId, type PropKind } from './private/validate.ts';
 
 /** One table a `SearchSink` indexes. */
 export interface SearchSinkTable {
@@ -60,13 +58,7 @@ export interface ISearchSink extends IResource {
 }
 
 /** Properties of a `SearchSink`. */
-export interface SearchSinkProps {
-  /** The control plane holding this sink's offsets, holds and table states. */
-  readonly controlPlane: IControlPlane;
-  /** The change log the sink reads. */
-  readonly changeLog: IChangeLog;
-  /** The sources whose tables this sink indexes; each must publish to `changeLog`. */
-  readonly sources: ICdcSource[];
+export interface SearchSinkProps extends ChangeLogSinkProps {
   /** The OpenSearch Service domain (a `Domain`, or one imported with `Domain.fromDomainEndpoint`). */
   readonly domain: opensearch.IDomain;
   /**
@@ -80,62 +72,15 @@ export interface SearchSinkProps {
    */
   readonly vpc?: ec2.IVpc;
   /**
-   * With `vpc`: how the applier reaches AWS APIs and the domain over HTTPS; its security group
-   * allows nothing else outbound (a VPC domain is inside the VPC's CIDR block).
-   * @default AwsApiEgress.vpcEndpoints() (HTTPS to the VPC's CIDR block only)
-   */
-  readonly awsApiEgress?: AwsApiEgress;
-  /**
-   * Subnets of the applier; they need a route to the domain and to the Kinesis and DynamoDB APIs.
-   * @default - the VPC's private subnets with egress
-   */
-  readonly vpcSubnets?: ec2.SubnetSelection;
-  /**
-   * The sink id: a lower-case identifier, unique per change log.
-   * @default - derived from the construct id (`Search` → `search`)
-   */
-  readonly sinkId?: string;
-  /**
    * Prefix of the sink's index and alias names (`<prefix>.<source>.<schema>.<table>`).
    * @default 'cdc'
    */
   readonly indexPrefix?: string;
   /**
-   * The end-to-end lag objective: source commit to index write, measured on heartbeats. The lag
-   * alarm of each source fires when five consecutive minutes exceed it.
-   * @default Duration.minutes(5)
-   */
-  readonly freshnessTarget?: Duration;
-  /**
-   * Records per applier invocation (1 to 10,000): one `_bulk` request per table and batch.
-   * @default 1000
-   */
-  readonly batchSize?: number;
-  /**
    * How long Lambda gathers records before invoking the applier (0 to 5 minutes).
    * @default Duration.seconds(2)
    */
   readonly maxBatchingWindow?: Duration;
-  /**
-   * Retries of a failing batch before its records go to the dead-letter queue (0 to 10,000, or
-   * -1 for no limit). A limit turns an outage longer than the retries into skipped documents: the
-   * applier dead-letters bad input itself and fails only on infrastructure errors (see
-   * docs/deploy.md, "Outages").
-   * @default -1 (no limit: an outage delays, it never skips)
-   */
-  readonly retryAttempts?: number;
-  /**
-   * Age after which a record that still fails is given up to the dead-letter queue (60 s to 7
-   * days, shorter than the change-log retention). Like `retryAttempts`, a limit lets an outage
-   * skip records.
-   * @default - no limit (an outage delays, it never skips)
-   */
-  readonly maxRecordAge?: Duration;
-  /**
-   * Concurrent batches per shard (1 to 10); order per key is kept either way.
-   * @default 1
-   */
-  readonly parallelizationFactor?: number;
   /**
    * Memory of the applier.
    * @default Size.mebibytes(512)
@@ -146,22 +91,15 @@ export interface SearchSinkProps {
    * @default Duration.minutes(2)
    */
   readonly timeout?: Duration;
-  /**
-   * Whether to create the recommended alarms.
-   * @default true
-   */
-  readonly alarmsEnabled?: boolean;
-  /**
-   * Actions for the alarms' ALARM and OK transitions.
-   * @default - no actions
-   */
-  readonly alarmActions?: cloudwatch.IAlarmAction[];
-  /**
-   * Applier iterator age above which its alarm fires.
-   * @default - a quarter of the change-log retention (half of `maxRecordAge` when that is set)
-   */
-  readonly alarmIteratorAgeThreshold?: Duration;
 }
+
+const SEARCH_TABLE_KINDS = { table: 'string', source: 'any', deletes: { enumOf: DeleteMode } } as const satisfies Record<keyof SearchSinkTable, PropKind>;
+
+/** The props' kinds, for callers without the type checker (`checkPropKinds`). */
+const SEARCH_SINK_PROP_KINDS = {
+  ...SINK_PROP_KINDS,
+  domain: 'any', tables: 'array', vpc: 'any', indexPrefix: 'string', maxBatchingWindow: 'any', memorySize: 'any', timeout: 'any',
+} as const satisfies Record<keyof SearchSinkProps, PropKind>;
 
 /** The index path prefix of one table, as the applier names it (lambda/core/search/search-plan.ts `searchNames`). */
 function aliasOf(prefix: string, sourceId: string, table: string): string {
@@ -176,7 +114,7 @@ function aliasOf(prefix: string, sourceId: string, table: string): string {
  * fresh: end-to-end lag per source against `freshnessTarget`, dead letters, persistent apply
  * errors, the on-failure queue and iterator age.
  */
-export class SearchSink extends Resource implements ISearchSink, ec2.IConnectable {
+export class SearchSink extends Resource implements ISearchSink, IReconciledSink, ec2.IConnectable {
   /** The sink id. */
   readonly sinkId: string;
   /** The end-to-end lag objective. */
@@ -197,33 +135,21 @@ export class SearchSink extends Resource implements ISearchSink, ec2.IConnectabl
   readonly indexPrefix: string;
   /** The ids of the sources whose tables it indexes. */
   readonly sourceIds: string[];
+  /** Its index as a `Reconciler` reads it (domain, index paths, prefix). */
+  readonly searchIndex?: ReconciledSearchIndex;
 
   constructor(scope: Construct, id: string, props: SearchSinkProps) {
     super(scope, id);
+    checkRequiredProps(this, 'SearchSink', props, ['controlPlane', 'changeLog', 'sources', 'domain']);
+    checkPropKinds(this.node.path, props, SEARCH_SINK_PROP_KINDS);
     this.sinkId = checkLowerIdent(this, 'sinkId', props.sinkId ?? idFromConstructId(id));
     this.freshnessTarget = props.freshnessTarget ?? Duration.minutes(5);
     const prefix = props.indexPrefix ?? 'cdc';
     this.domain = props.domain;
     this.indexPrefix = prefix;
     if (!/^[a-z][a-z0-9_-]{0,31}$/.test(prefix)) fail(this, `indexPrefix must be lower case letters, digits, _ or - (at most 32), starting with a letter, got '${prefix}'`);
-    if (props.sources.length === 0) fail(this, 'sources must not be empty; a sink indexes the tables of at least one source');
-    const sourceIds = new Set<string>();
-    for (const source of props.sources) {
-      if (sameChangeLog(source.changeLog, props.changeLog) === false) fail(this, `source ${source.sourceId} (${source.node.path}) publishes to a different change log than this sink reads`);
-      if (sourceIds.has(source.sourceId)) fail(this, `source ${source.sourceId} is listed twice`);
-      sourceIds.add(source.sourceId);
-    }
-    this.sourceIds = [...sourceIds];
-    const freshnessSeconds = this.freshnessTarget.toSeconds();
-    if (freshnessSeconds < 30) fail(this, `freshnessTarget must be at least 30 seconds (heartbeats are 10 seconds apart), got ${this.freshnessTarget.toHumanString()}`);
-    if (freshnessSeconds >= props.changeLog.retention.toSeconds()) {
-      fail(this, `freshnessTarget (${this.freshnessTarget.toHumanString()}) must be shorter than the change-log retention (${props.changeLog.retention.toHumanString()})`);
-    }
-    checkIntegerRange(this, 'batchSize', props.batchSize, 1, 10_000);
-    checkIntegerRange(this, 'retryAttempts', props.retryAttempts, -1, 10_000);
-    checkIntegerRange(this, 'parallelizationFactor', props.parallelizationFactor, 1, 10);
     const maxBatchingWindow = props.maxBatchingWindow ?? Duration.seconds(2);
-    if (maxBatchingWindow.toSeconds() > 300) fail(this, `maxBatchingWindow must be at most 5 minutes, got ${maxBatchingWindow.toHumanString()}`);
+    this.sourceIds = checkSinkProps(this, props, 'indexes', this.freshnessTarget, maxBatchingWindow);
     if (props.vpcSubnets && !props.vpc) fail(this, 'vpcSubnets needs vpc');
 
     // The served tables, resolved against what the sources capture.
@@ -237,7 +163,8 @@ export class SearchSink extends Resource implements ISearchSink, ec2.IConnectabl
     };
     if (props.tables) {
       if (props.tables.length === 0) fail(this, 'tables must not be empty (omit it to index every captured table)');
-      for (const t of props.tables) {
+      for (const [i, t] of props.tables.entries()) {
+        checkPropKinds(`${this.node.path}: tables[${i}]`, t, SEARCH_TABLE_KINDS);
         const candidates = t.source ? [t.source] : props.sources.filter((s) => s.tables.some((c) => c.tableId === t.table));
         if (t.source && !props.sources.includes(t.source)) fail(this, `table ${t.table}: its source ${t.source.sourceId} is not one of this sink's sources`);
         if (candidates.length === 0) fail(this, `table ${t.table} is not captured by any source of this sink (${this.sourceIds.join(', ')})`);
@@ -257,6 +184,7 @@ export class SearchSink extends Resource implements ISearchSink, ec2.IConnectabl
       ...served.map((t) => aliasOf(prefix, t.source, t.table)),
       ...props.sources.map((s) => aliasOf(prefix, s.sourceId, `${s.heartbeatSchema}.${HEARTBEAT_TABLE}`)),
     ];
+    this.searchIndex = { domain: this.domain, indexPaths: this.indexPaths, indexPrefix: this.indexPrefix };
 
     let securityGroups: ec2.ISecurityGroup[] | undefined;
     if (props.vpc) {
@@ -314,17 +242,9 @@ export class SearchSink extends Resource implements ISearchSink, ec2.IConnectabl
     });
     this.deadLetterQueue = consumer.deadLetterQueue;
     if (props.changeLog.encryptionKey) encryptLogGroup(applier.logGroup, props.changeLog.encryptionKey);
-    // Every minute the applier replays the holds an operator resume released (docs/operations.md),
-    // as the warehouse sink's does; with nothing released it is one query of this sink's progress items.
-    new events.Rule(this, 'ReplaySchedule', {
-      description: `Runs the resume replay of search sink ${this.sinkId} (${this.node.path})`,
-      schedule: events.Schedule.rate(Duration.minutes(1)),
-      targets: [new targets.LambdaFunction(applier.fn, { event: events.RuleTargetInput.fromObject({ cdcReplay: true }), retryAttempts: 0 })],
-    });
-    Validations.of(applier).acknowledge(
-      { id: 'AwsSolutions-IAM5[Action::kms:GenerateDataKey*]', reason: 'CDK key grant; scoped to the one key that encrypts the control plane or change log' },
-      { id: 'AwsSolutions-IAM5[Action::kms:ReEncrypt*]', reason: 'CDK key grant; scoped to the one key that encrypts the control plane or change log' },
-    );
+    // The resume replay, as the warehouse sink's (docs/operations.md).
+    addReplaySchedule(this, 'search', this.sinkId, applier.fn);
+    acknowledgeKeyGrants(applier, 'the control plane or change log');
     const domainArnText = nagText(Stack.of(this).resolve(props.domain.domainArn));
     for (const p of this.indexPaths) {
       for (const suffix of ['/*', '.*']) {
@@ -336,69 +256,12 @@ export class SearchSink extends Resource implements ISearchSink, ec2.IConnectabl
     }
 
     if (props.alarmsEnabled ?? true) {
-      const actions = props.alarmActions;
-      for (const sourceId of this.sourceIds) {
-        this.alarms.push(
-          createAlarm(this, `EndToEndLagAlarm-${sourceId}`, {
-            nameSuffix: `${this.sinkId}-end-to-end-lag-${sourceId}`,
-            description:
-              `Search sink ${this.sinkId} is more than ${this.freshnessTarget.toHumanString()} behind source ${sourceId}, or has had no heartbeat from it, for 5 minutes (${this.node.path}). ` +
-              'Silence counts as breaching: heartbeats arrive every 10 seconds, so a minute without one means capture, the log or the applier has stopped.',
-            metric: this.metricEndToEndLag(sourceId),
-            threshold: this.freshnessTarget.toMilliseconds(),
-            evaluationPeriods: 5,
-            datapointsToAlarm: 5,
-            treatMissingData: cloudwatch.TreatMissingData.BREACHING,
-            actions,
-          }),
-          createAlarm(this, `DeadLettersAlarm-${sourceId}`, {
-            nameSuffix: `${this.sinkId}-dead-letters-${sourceId}`,
-            description: `Search sink ${this.sinkId} dead-lettered events of source ${sourceId} that OpenSearch refused; their tables are marked degraded (${this.node.path}).`,
-            metric: this.metricDeadLetters(sourceId),
-            threshold: 0,
-            evaluationPeriods: 1,
-            datapointsToAlarm: 1,
-            treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
-            actions,
-          }),
-        );
-      }
-      const iteratorThreshold = props.alarmIteratorAgeThreshold ?? defaultIteratorAgeThreshold(props.changeLog.retention, consumer.maxRecordAge);
-      if (iteratorThreshold === undefined) fail(this, 'alarmIteratorAgeThreshold is required when the change-log retention is a token (a quarter of it is not known at synth time)');
-      this.alarms.push(
-        createAlarm(this, 'ApplyErrorsAlarm', {
-          nameSuffix: `${this.sinkId}-apply-errors`,
-          description: `Search sink ${this.sinkId} has failed to apply batches in each of the last 5 minutes (${this.node.path}); batches are retried, the domain may be throttling or unreachable.`,
-          metric: this.metricApplyErrors(),
-          threshold: 0,
-          evaluationPeriods: 5,
-          datapointsToAlarm: 5,
-          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
-          actions,
-        }),
-        onFailureQueueAlarm(this, 'DeadLetterQueueAlarm', {
-          nameSuffix: `${this.sinkId}-dead-letter-queue`,
-          description:
-            `Change-log records were given up by the event source mapping of search sink ${this.sinkId} (${this.node.path}). ` +
-            'Each message names the shard and sequence numbers; re-drive them from the change log or its archive.',
-          queue: consumer.deadLetterQueue,
-          actions,
-        }),
-        createAlarm(this, 'IteratorAgeAlarm', {
-          nameSuffix: `${this.sinkId}-iterator-age`,
-          description:
-            `The applier of search sink ${this.sinkId} reads records older than ${iteratorThreshold.toHumanString()} (${this.node.path}). ` +
-            (consumer.maxRecordAge
-              ? `Records older than ${consumer.maxRecordAge.toHumanString()} go to the dead-letter queue.`
-              : `Failing batches are retried without limit; records expire unread from the change log after ${props.changeLog.retention.toHumanString()}.`),
-          metric: iteratorAgeMetric(applier.fn),
-          threshold: iteratorThreshold.toMilliseconds(),
-          evaluationPeriods: 5,
-          datapointsToAlarm: 5,
-          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
-          actions,
-        }),
-      );
+      this.alarms.push(...sinkAlarms(this, {
+        label: 'Search', sinkId: this.sinkId, freshnessTarget: this.freshnessTarget, changeLogRetention: props.changeLog.retention,
+        iteratorAgeThreshold: props.alarmIteratorAgeThreshold, actions: props.alarmActions, sources: props.sources, consumer, applier: applier.fn,
+        endToEndLag: (source) => this.metricEndToEndLag(source.sourceId), deadLetters: (source) => this.metricDeadLetters(source.sourceId), applyErrors: this.metricApplyErrors(),
+        deadLettersWhat: ' that OpenSearch refused', applyErrorsCause: 'batches are retried, the domain may be throttling or unreachable.', queueTail: '', iteratorMeaning: '',
+      }));
     }
   }
 

@@ -10,14 +10,14 @@ import type { Construct } from 'constructs';
 import { ControlPartition } from '../contracts/control-plane-keys.ts';
 import { EnvName, ServiceName } from '../contracts/env.ts';
 import { AwsApiEgress } from './aws-api-egress.ts';
-import type { ChangeLog } from './change-log.ts';
-import type { ControlPlane } from './control-plane.ts';
+import type { IArchivedChangeLog } from './change-log.ts';
+import type { IOperatedControlPlane } from './control-plane.ts';
 import { createAlarm } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
 import { encryptLogGroup } from './private/platform-key.ts';
 import { payloadEnvironment } from './private/payloads.ts';
 import { checkRequiredProps, fail } from './private/validate.ts';
-import type { WarehouseSink } from './warehouse-sink.ts';
+import type { IConnectedWarehouseSink } from './warehouse-sink.ts';
 
 /** A sink's rebuild: a `WarehouseRebuild`. */
 export interface IWarehouseRebuild extends IResource {
@@ -30,11 +30,11 @@ export interface IWarehouseRebuild extends IResource {
 /** Properties of a `WarehouseRebuild`. */
 export interface WarehouseRebuildProps {
   /** The control plane: the operator function learns of this rebuild from it, the worker keeps its checkpoint in it. */
-  readonly controlPlane: ControlPlane;
+  readonly controlPlane: IOperatedControlPlane;
   /** The change log the sink reads, and its archive. */
-  readonly changeLog: ChangeLog;
+  readonly changeLog: IArchivedChangeLog;
   /** The sink whose tables this rebuilds. */
-  readonly sink: WarehouseSink;
+  readonly sink: IConnectedWarehouseSink;
   /** VPC from which the worker reaches the warehouse. */
   readonly vpc: ec2.IVpc;
   /**
@@ -167,7 +167,9 @@ export class WarehouseRebuild extends Resource implements IWarehouseRebuild {
     worker.fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['s3:ListBucket'], resources: [props.changeLog.archiveBucket.bucketArn], conditions: { StringLike: { 's3:prefix': [`${prefix}*`] } } }));
     worker.fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['s3:GetObject'], resources: [props.changeLog.archiveBucket.arnForObjects(`${prefix}*`)] }));
     props.changeLog.archiveEncryptionKey.grantDecrypt(worker.fn);
-    const archiveId = Stack.of(this).getLogicalId(props.changeLog.archiveBucket.node.defaultChild as unknown as CfnElement);
+    const archiveResource = props.changeLog.archiveBucket.node.defaultChild;
+    if (!archiveResource) fail(this, `the archive bucket of the change log (${props.changeLog.node.path}) must be created in this app (a ChangeLog), not imported`);
+    const archiveId = Stack.of(this).getLogicalId(archiveResource as unknown as CfnElement);
     Validations.of(worker).acknowledge(
       { id: `AwsSolutions-IAM5[Resource::<${archiveId}.Arn>/${prefix}*]`, reason: 'reads the archive objects under its prefix only; their keys are written by the archive delivery' },
       { id: 'AwsSolutions-IAM5[Action::kms:GenerateDataKey*]', reason: 'CDK key grant; scoped to the one key that encrypts the control plane or secret' },

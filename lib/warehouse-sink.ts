@@ -1,8 +1,7 @@
-import { Duration, Resource, Size, Validations, type IResource } from 'aws-cdk-lib';
+import { Duration, Resource, Size, type IResource } from 'aws-cdk-lib';
+import type { IReconciledSink } from './reconciler.ts';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
-import * as events from 'aws-cdk-lib/aws-events';
-import * as targets from 'aws-cdk-lib/aws-events-targets';
 import type * as kms from 'aws-cdk-lib/aws-kms';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
@@ -11,14 +10,13 @@ import { applierNodeOptions, DEFAULT_APPLIER_MEMORY_MIB, EnvName, ServiceName } 
 import { MetricDimension, MetricName } from '../contracts/metrics.ts';
 import { AwsApiEgress } from './aws-api-egress.ts';
 import type { ICdcSource } from './cdc-source.ts';
-import type { IChangeLog } from './change-log.ts';
-import type { IControlPlane } from './control-plane.ts';
-import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './private/alarms.ts';
+import { createAlarm, iteratorAgeMetric } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
 import { encryptLogGroup } from './private/platform-key.ts';
-import { sameChangeLog } from './private/same-change-log.ts';
-import { consumeStream, defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
-import { checkIntegerRange, checkLowerIdent, checkRequiredProps, fail, idFromConstructId, isKnownDuration } from './private/validate.ts';
+import { consumeStream } from './private/stream-consumer.ts';
+import { acknowledgeKeyGrants, addReplaySchedule, checkSinkProps, SINK_PROP_KINDS, sinkAlarms } from './private/sink-applier.ts';
+import type { ChangeLogSinkProps } from './sink-base.ts';
+import { checkIntegerRange, checkLowerIdent, checkPropKinds, checkRequiredProps, fail, idFromConstructId, isKnownDuration, type PropKind } from './private/validate.ts';
 import type { WarehouseConnection } from './warehouse-connection.ts';
 import { platformMetric } from './private/platform-metric.ts';
 import { payloadEnvironment } from './private/payloads.ts';
@@ -47,6 +45,21 @@ export interface IWarehouseSink extends IResource {
    * merges falling behind appends (`MergesStoppingAppends`); sum per minute by default.
    */
   metricMergesStoppingAppends(props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+}
+
+/**
+ * A warehouse sink of this app, with what the constructs that reach its warehouse need (a
+ * `WarehouseRebuild`, a `Reconciler`): how to reach it and which sources it mirrors.
+ */
+export interface IConnectedWarehouseSink extends IWarehouseSink {
+  /** How the sink reaches the warehouse. */
+  readonly connection: WarehouseConnection;
+  /** The sources this sink mirrors. */
+  readonly sources: ICdcSource[];
+  /** The ids of the sources this sink mirrors. */
+  readonly sourceIds: string[];
+  /** The end-to-end lag objective. */
+  readonly freshnessTarget: Duration;
 }
 
 /** Attributes of a sink deployed elsewhere, for `WarehouseSink.fromWarehouseSinkAttributes`. */
@@ -95,70 +108,16 @@ abstract class WarehouseSinkBase extends Resource implements IWarehouseSink {
 
 
 /** Properties of a `WarehouseSink`. */
-export interface WarehouseSinkProps {
-  /** The control plane holding this sink's offsets and table states. */
-  readonly controlPlane: IControlPlane;
-  /** The change log the sink reads. */
-  readonly changeLog: IChangeLog;
-  /** The sources whose tables this sink mirrors; each must publish to `changeLog`. */
-  readonly sources: ICdcSource[];
+export interface WarehouseSinkProps extends ChangeLogSinkProps {
   /** How to reach the warehouse. */
   readonly connection: WarehouseConnection;
   /** VPC from which the applier reaches the warehouse. */
   readonly vpc: ec2.IVpc;
   /**
-   * How the applier reaches AWS APIs (Secrets Manager, DynamoDB) over HTTPS; its security group
-   * allows nothing else outbound but the warehouse port.
-   * @default AwsApiEgress.vpcEndpoints() (HTTPS to the VPC's CIDR block only)
-   */
-  readonly awsApiEgress?: AwsApiEgress;
-  /**
-   * Subnets of the applier; they need a route to the warehouse and to the Kinesis, DynamoDB and
-   * Secrets Manager APIs.
-   * @default - the VPC's private subnets with egress
-   */
-  readonly vpcSubnets?: ec2.SubnetSelection;
-  /**
-   * The sink id: a lower-case identifier, unique per change log.
-   * @default - derived from the construct id (`Warehouse` → `warehouse`)
-   */
-  readonly sinkId?: string;
-  /**
-   * The end-to-end lag objective: source commit to warehouse commit, measured on heartbeats.
-   * The lag alarm of each source fires when five consecutive minutes exceed it.
-   * @default Duration.minutes(5)
-   */
-  readonly freshnessTarget?: Duration;
-  /**
-   * Records per applier invocation (1 to 10,000); bigger batches mean fewer warehouse commits.
-   * @default 1000
-   */
-  readonly batchSize?: number;
-  /**
    * How long Lambda gathers records before invoking the applier (0 to 5 minutes).
    * @default Duration.seconds(5)
    */
   readonly maxBatchingWindow?: Duration;
-  /**
-   * Retries of a failing batch before its records are given up to the dead-letter queue (0 to
-   * 10,000, or -1 for no limit). A limit turns an outage longer than the retries into skipped
-   * mirror writes: the applier dead-letters bad input itself and fails only on infrastructure
-   * errors (see docs/deploy.md, "Outages").
-   * @default -1 (no limit: an outage delays, it never skips)
-   */
-  readonly retryAttempts?: number;
-  /**
-   * Age after which a record that still fails is given up to the dead-letter queue (60 s to 7
-   * days, shorter than the change-log retention). Like `retryAttempts`, a limit lets an outage
-   * skip records.
-   * @default - no limit (an outage delays, it never skips)
-   */
-  readonly maxRecordAge?: Duration;
-  /**
-   * Concurrent batches per shard (1 to 10); order per key is kept either way.
-   * @default 1
-   */
-  readonly parallelizationFactor?: number;
   /**
    * Memory of the applier. Its young generation (`NODE_OPTIONS=--max-semi-space-size`) is sized
    * from it: 1/16 of it per semi-space, at most 64 MiB (docs/performance-log.md, "The applier's young generation").
@@ -170,21 +129,6 @@ export interface WarehouseSinkProps {
    * @default Duration.minutes(5)
    */
   readonly timeout?: Duration;
-  /**
-   * Whether to create the recommended alarms.
-   * @default true
-   */
-  readonly alarmsEnabled?: boolean;
-  /**
-   * Actions for the alarms' ALARM and OK transitions.
-   * @default - no actions
-   */
-  readonly alarmActions?: cloudwatch.IAlarmAction[];
-  /**
-   * Applier iterator age above which its alarm fires: the signal that the sink is stuck.
-   * @default - a quarter of the change-log retention (half of `maxRecordAge` when that is set)
-   */
-  readonly alarmIteratorAgeThreshold?: Duration;
   /**
    * Customer-managed key for the dead-letter queue of the applier's event source mapping.
    * @default - the change log's key (`changeLog.encryptionKey`), which also encrypts the applier's log group; SQS-managed encryption for an imported change log without one
@@ -216,13 +160,20 @@ export interface WarehouseSinkProps {
   readonly mergeOnSchedule?: boolean;
 }
 
+/** The props' kinds, for callers without the type checker (`checkPropKinds`). */
+const WAREHOUSE_SINK_PROP_KINDS = {
+  ...SINK_PROP_KINDS,
+  connection: 'any', vpc: 'any', maxBatchingWindow: 'any', memorySize: 'any', timeout: 'any', deadLetterQueueEncryptionKey: 'any',
+  mergeMaxRows: 'number', mergeMaxAge: 'any', mergeOnSchedule: 'boolean',
+} as const satisfies Record<keyof WarehouseSinkProps, PropKind>;
+
 /**
  * Mirrors the captured tables into a warehouse (Redshift or PostgreSQL): the applier function in
  * the VPC with CDC-safe stream settings and a dead-letter queue, and the alarms that say whether
  * the warehouse is fresh: end-to-end lag per source against `freshnessTarget`, dead letters,
  * persistent apply errors, iterator age.
  */
-export class WarehouseSink extends WarehouseSinkBase implements ec2.IConnectable {
+export class WarehouseSink extends WarehouseSinkBase implements IConnectedWarehouseSink, IReconciledSink, ec2.IConnectable {
   /** Refers to a sink deployed elsewhere (another stack, account or region), for its metrics and dashboards. */
   static fromWarehouseSinkAttributes(scope: Construct, id: string, attrs: WarehouseSinkAttributes): IWarehouseSink {
     class Import extends WarehouseSinkBase {
@@ -250,41 +201,29 @@ export class WarehouseSink extends WarehouseSinkBase implements ec2.IConnectable
   readonly alarms: cloudwatch.IAlarm[] = [];
   /** The sources this sink mirrors. */
   readonly sources: ICdcSource[];
+  /** The ids of the sources this sink mirrors. */
+  readonly sourceIds: string[];
   /** How the sink reaches the warehouse (the `Reconciler` reads it the same way). */
   readonly connection: WarehouseConnection;
+  /** The same connection, as a `Reconciler` reads it. */
+  readonly warehouseConnection?: WarehouseConnection;
 
   constructor(scope: Construct, id: string, props: WarehouseSinkProps) {
     super(scope, id);
     checkRequiredProps(this, 'WarehouseSink', props, ['controlPlane', 'changeLog', 'sources', 'connection', 'vpc']);
+    checkPropKinds(this.node.path, props, WAREHOUSE_SINK_PROP_KINDS);
     this.sinkId = checkLowerIdent(this, 'sinkId', props.sinkId ?? idFromConstructId(id));
     this.freshnessTarget = props.freshnessTarget ?? Duration.minutes(5);
-    if (props.sources.length === 0) fail(this, 'sources must not be empty; a sink mirrors the tables of at least one source');
-    const sourceIds = new Set<string>();
-    for (const source of props.sources) {
-      if (sameChangeLog(source.changeLog, props.changeLog) === false) {
-        fail(this, `source ${source.sourceId} (${source.node.path}) publishes to a different change log than this sink reads`);
-      }
-      if (sourceIds.has(source.sourceId)) fail(this, `source ${source.sourceId} is listed twice`);
-      sourceIds.add(source.sourceId);
-    }
+    const maxBatchingWindow = props.maxBatchingWindow ?? Duration.seconds(5);
+    checkSinkProps(this, props, 'mirrors', this.freshnessTarget, maxBatchingWindow);
     this.sources = [...props.sources];
+    this.sourceIds = this.sources.map((s) => s.sourceId);
     this.connection = props.connection;
-    if (isKnownDuration(this.freshnessTarget)) {
-      const freshnessSeconds = this.freshnessTarget.toSeconds();
-      if (freshnessSeconds < 30) fail(this, `freshnessTarget must be at least 30 seconds (heartbeats are 10 seconds apart), got ${this.freshnessTarget.toHumanString()}`);
-      if (isKnownDuration(props.changeLog.retention) && freshnessSeconds >= props.changeLog.retention.toSeconds()) {
-        fail(this, `freshnessTarget (${this.freshnessTarget.toHumanString()}) must be shorter than the change-log retention (${props.changeLog.retention.toHumanString()})`);
-      }
-    }
-    checkIntegerRange(this, 'batchSize', props.batchSize, 1, 10_000);
-    checkIntegerRange(this, 'retryAttempts', props.retryAttempts, -1, 10_000);
-    checkIntegerRange(this, 'parallelizationFactor', props.parallelizationFactor, 1, 10);
+    this.warehouseConnection = props.connection;
     checkIntegerRange(this, 'mergeMaxRows', props.mergeMaxRows, 1, 10_000_000);
     if (props.mergeMaxAge !== undefined && isKnownDuration(props.mergeMaxAge) && (props.mergeMaxAge.toMilliseconds() < 1000 || props.mergeMaxAge.toMilliseconds() > 3_600_000)) {
       fail(this, `mergeMaxAge must be between 1 second and 1 hour, got ${props.mergeMaxAge.toHumanString()}`);
     }
-    const maxBatchingWindow = props.maxBatchingWindow ?? Duration.seconds(5);
-    if (isKnownDuration(maxBatchingWindow) && maxBatchingWindow.toSeconds() > 300) fail(this, `maxBatchingWindow must be at most 5 minutes, got ${maxBatchingWindow.toHumanString()}`);
 
     const securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
       vpc: props.vpc,
@@ -360,66 +299,23 @@ export class WarehouseSink extends WarehouseSinkBase implements ec2.IConnectable
     this.deadLetterQueue = consumer.deadLetterQueue;
     // The applier logs rows' keys and errors: on the platform's key (docs/deploy.md, "Keys").
     if (props.changeLog.encryptionKey) encryptLogGroup(applier.logGroup, props.changeLog.encryptionKey);
-    // Every minute the applier replays the holds an operator resume released (docs/operations.md);
-    // with nothing released it is one query of this sink's progress items.
-    new events.Rule(this, 'ReplaySchedule', {
-      description: `Runs the resume replay of warehouse sink ${this.sinkId} (${this.node.path})`,
-      schedule: events.Schedule.rate(Duration.minutes(1)),
-      targets: [new targets.LambdaFunction(applier.fn, { event: events.RuleTargetInput.fromObject({ cdcReplay: true }), retryAttempts: 0 })],
-    });
-    Validations.of(applier).acknowledge(
-      { id: 'AwsSolutions-IAM5[Action::kms:GenerateDataKey*]', reason: 'CDK key grant; scoped to the one key that encrypts the control plane, change log or secret' },
-      { id: 'AwsSolutions-IAM5[Action::kms:ReEncrypt*]', reason: 'CDK key grant; scoped to the one key that encrypts the control plane, change log or secret' },
-    );
+    // The resume replay (docs/operations.md).
+    addReplaySchedule(this, 'warehouse', this.sinkId, applier.fn);
+    acknowledgeKeyGrants(applier, 'the control plane, change log or secret');
 
     if (props.alarmsEnabled ?? true) {
-      const actions = props.alarmActions;
-      for (const source of this.sources) {
-        const sourceId = source.sourceId;
-        this.alarms.push(
-          createAlarm(this, `EndToEndLagAlarm-${sourceId}`, {
-            nameSuffix: `${this.sinkId}-end-to-end-lag-${sourceId}`,
-            description:
-              `Warehouse sink ${this.sinkId} is more than ${this.freshnessTarget.toHumanString()} behind source ${sourceId}, or has had no heartbeat from it, for 5 minutes (${this.node.path}). ` +
-              'Silence counts as breaching: heartbeats arrive every 10 seconds, so a minute without one means capture, the log or the applier has stopped.',
-            metric: this.metricEndToEndLag(source),
-            threshold: this.freshnessTarget.toMilliseconds(),
-            evaluationPeriods: 5,
-            datapointsToAlarm: 5,
-            // A silent pipeline is a broken one: every minute carries six heartbeats, so a minute
-            // without a lag datapoint means no change reached this sink from the source.
-            treatMissingData: cloudwatch.TreatMissingData.BREACHING,
-            actions,
-          }),
-          createAlarm(this, `DeadLettersAlarm-${sourceId}`, {
-            nameSuffix: `${this.sinkId}-dead-letters-${sourceId}`,
-            description: `Warehouse sink ${this.sinkId} dead-lettered events of source ${sourceId}; their tables are marked degraded (${this.node.path}).`,
-            metric: this.metricDeadLetters(source),
-            threshold: 0,
-            evaluationPeriods: 1,
-            datapointsToAlarm: 1,
-            treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
-            actions,
-          }),
-        );
-      }
-      const iteratorThreshold = props.alarmIteratorAgeThreshold ?? defaultIteratorAgeThreshold(props.changeLog.retention, consumer.maxRecordAge);
-      if (iteratorThreshold === undefined) fail(this, 'alarmIteratorAgeThreshold is required when the change-log retention is a token (a quarter of it is not known at synth time)');
-      this.alarms.push(
-        createAlarm(this, 'ApplyErrorsAlarm', {
-          nameSuffix: `${this.sinkId}-apply-errors`,
-          description: `Warehouse sink ${this.sinkId} has failed to apply batches in each of the last 5 minutes (${this.node.path}); batches are retried, the warehouse may be unreachable.`,
-          metric: this.metricApplyErrors(),
-          threshold: 0,
-          evaluationPeriods: 5,
-          datapointsToAlarm: 5,
-          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
-          actions,
-        }),
-        createAlarm(this, 'MergeErrorsAlarm', {
+      this.alarms.push(...sinkAlarms(this, {
+        label: 'Warehouse', sinkId: this.sinkId, freshnessTarget: this.freshnessTarget, changeLogRetention: props.changeLog.retention,
+        iteratorAgeThreshold: props.alarmIteratorAgeThreshold, actions: props.alarmActions, sources: this.sources, consumer, applier: applier.fn,
+        endToEndLag: (source) => this.metricEndToEndLag(source), deadLetters: (source) => this.metricDeadLetters(source), applyErrors: this.metricApplyErrors(),
+        deadLettersWhat: '', applyErrorsCause: 'batches are retried, the warehouse may be unreachable.',
+        queueTail: ' With the default settings (no retry or age limit) nothing is given up, so a message here means a limit was configured or a record expired unread.',
+        iteratorMeaning: ': the sink is stuck or behind',
+        extra: (scope) => [
+        createAlarm(scope, 'MergeErrorsAlarm', {
           nameSuffix: `${this.sinkId}-merge-errors`,
           description:
-            `Deferred merges of warehouse sink ${this.sinkId} have failed in each of the last 15 minutes (${this.node.path}). ` +
+            `Deferred merges of warehouse sink ${this.sinkId} have failed in each of the last 15 minutes (${scope.node.path}). ` +
             'The views still show every change, but a delta that is not merged keeps growing and makes them slower to read; the applier logs name the table and the error (docs/warehouse-apply.md).',
           metric: this.metricMergeErrors(),
           threshold: 0,
@@ -427,31 +323,10 @@ export class WarehouseSink extends WarehouseSinkBase implements ec2.IConnectable
           evaluationPeriods: 15,
           datapointsToAlarm: 15,
           treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
-          actions,
+          actions: props.alarmActions,
         }),
-        onFailureQueueAlarm(this, 'DeadLetterQueueAlarm', {
-          nameSuffix: `${this.sinkId}-dead-letter-queue`,
-          description:
-            `Change-log records were given up by the event source mapping of warehouse sink ${this.sinkId} (${this.node.path}). ` +
-            'Each message names the shard and sequence numbers; re-drive them from the change log or its archive. With the default settings (no retry or age limit) nothing is given up, so a message here means a limit was configured or a record expired unread.',
-          queue: consumer.deadLetterQueue,
-          actions,
-        }),
-        createAlarm(this, 'IteratorAgeAlarm', {
-          nameSuffix: `${this.sinkId}-iterator-age`,
-          description:
-            `The applier of warehouse sink ${this.sinkId} reads records older than ${iteratorThreshold.toHumanString()} (${this.node.path}): the sink is stuck or behind. ` +
-            (consumer.maxRecordAge
-              ? `Records older than ${consumer.maxRecordAge.toHumanString()} go to the dead-letter queue.`
-              : `Failing batches are retried without limit; records expire unread from the change log after ${props.changeLog.retention.toHumanString()}.`),
-          metric: iteratorAgeMetric(applier.fn),
-          threshold: iteratorThreshold.toMilliseconds(),
-          evaluationPeriods: 5,
-          datapointsToAlarm: 5,
-          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
-          actions,
-        }),
-      );
+        ],
+      }));
     }
   }
 

@@ -89,3 +89,60 @@ export function requireOptions<T extends object>(factory: string, options: T | u
   const missing = required.filter((k) => options[k] === undefined || options[k] === null);
   if (missing.length > 0) throw new Error(`${factory} needs ${missing.map((k) => `\`${k}\``).join(', ')}; ${missing.length === 1 ? 'it is' : 'they are'} required`);
 }
+
+/** What a prop must hold, checked at runtime for callers without the type checker. */
+export type PropKind = 'any' | 'string' | 'boolean' | 'number' | 'string[]' | 'array' | { readonly enumOf: Record<string, string> };
+
+/**
+ * Runtime check of a props object against its declared keys (`spec`, kept complete by
+ * `satisfies Record<keyof Props, PropKind>` at its definition): an unknown key (a misspelt
+ * `masks` for `mask`) or a value of the wrong kind (`deletes: 'HARD'`, a string where a list
+ * is expected) is an error naming `where` and the prop, instead of being silently ignored.
+ */
+export function checkPropKinds(where: string, props: object, spec: Readonly<Record<string, PropKind>>): void {
+  const known = Object.keys(spec);
+  for (const [key, value] of Object.entries(props)) {
+    const kind = spec[key];
+    if (kind === undefined) {
+      const near = known.find((k) => closeTo(k, key));
+      throw new Error(`${where}: unknown prop \`${key}\`${near ? ` (did you mean \`${near}\`?)` : ''}; known props: ${known.join(', ')}`);
+    }
+    if (value === undefined) continue;
+    const problem = kindProblem(kind, value);
+    if (problem) throw new Error(`${where}: prop \`${key}\` ${problem}`);
+  }
+}
+
+function kindProblem(kind: PropKind, value: unknown): string | undefined {
+  if (kind === 'any') return undefined;
+  if (typeof kind === 'object') {
+    const allowed = Object.values(kind.enumOf);
+    return allowed.includes(value as string) ? undefined : `must be one of ${allowed.map((v) => JSON.stringify(v)).join(', ')} (the enum's members), got ${JSON.stringify(value)}`;
+  }
+  if (kind === 'string[]') {
+    if (!Array.isArray(value)) return `must be a list of strings, got ${describeValue(value)}`;
+    const bad = value.findIndex((v) => typeof v !== 'string');
+    return bad < 0 ? undefined : `must be a list of strings; item ${bad} is ${describeValue(value[bad])}`;
+  }
+  if (kind === 'array') return Array.isArray(value) ? undefined : `must be a list, got ${describeValue(value)}`;
+  return typeof value === kind ? undefined : `must be a ${kind}, got ${describeValue(value)}`;
+}
+
+function describeValue(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'a list';
+  return typeof value === 'string' ? `the string ${JSON.stringify(value)}` : `a ${typeof value}`;
+}
+
+/** Same letters up to one edit, a plural `s`, or case (`masks` → `mask`, `Mask` → `mask`). */
+function closeTo(a: string, b: string): boolean {
+  const x = a.toLowerCase();
+  const y = b.toLowerCase();
+  if (x === y || `${x}s` === y || x === `${y}s`) return true;
+  if (Math.abs(x.length - y.length) > 1) return false;
+  let i = 0;
+  while (i < x.length && i < y.length && x[i] === y[i]) i++;
+  let j = 0;
+  while (j < x.length - i && j < y.length - i && x[x.length - 1 - j] === y[y.length - 1 - j]) j++;
+  return x.length - i - j <= 1 && y.length - i - j <= 1;
+}

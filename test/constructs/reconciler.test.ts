@@ -1,4 +1,4 @@
-import { Duration } from 'aws-cdk-lib';
+import { Duration, Resource } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
 import * as cloudwatchActions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
@@ -7,7 +7,7 @@ import { Validations } from 'aws-cdk-lib';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { describe, expect, test } from 'vitest';
 import * as opensearch from 'aws-cdk-lib/aws-opensearchservice';
-import { Reconciler, SearchSink, WarehouseConnection, WarehouseSink, type ReconcilerProps } from '../../lib/index.ts';
+import { Reconciler, SearchSink, WarehouseConnection, WarehouseSink, type IReconcilableSource, type IReconciledSink, type ReconcilerProps } from '../../lib/index.ts';
 import { fixture, ordersSource, parseJsonProperty, policyDocuments, resourcesOf, type Fixture } from './helpers.ts';
 
 function build(f: Fixture, overrides: Partial<ReconcilerProps> = {}, warehouseSg?: ec2.ISecurityGroup) {
@@ -135,6 +135,21 @@ describe('Reconciler', () => {
     const search = new SearchSink(f.stack, 'Search', { controlPlane: f.control, changeLog: f.log, sources: [orders], domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://search-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com') });
     const other = ordersSource(f, { sourceId: 'billing' }, 'Billing');
     expect(() => new Reconciler(f.stack, 'Reconciler', { controlPlane: f.control, sources: [other], sinks: [search], vpc: f.vpc })).toThrow(/sink search serves none of the sources \(billing\); it serves orders/);
+  });
+
+  test('takes its sources and sinks through interfaces; fails on a sink that is neither a warehouse nor a search sink', () => {
+    const f = fixture();
+    const orders = ordersSource(f);
+    const source: IReconcilableSource = orders;
+    class OddSink extends Resource implements IReconciledSink {
+      readonly sinkId = 'odd';
+      readonly freshnessTarget = Duration.minutes(5);
+      readonly sourceIds = ['orders'];
+    }
+    const sink: IReconciledSink = new OddSink(f.stack, 'Odd');
+    expect(() => new Reconciler(f.stack, 'Reconciler', { controlPlane: f.control, sources: [source], sinks: [sink], vpc: f.vpc })).toThrow(
+      /Test\/Reconciler: sink odd is neither a warehouse sink \(warehouseConnection\) nor a search sink \(searchIndex\)/,
+    );
   });
 
   test('refuses bad props by name', () => {

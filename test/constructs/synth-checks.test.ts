@@ -1,0 +1,78 @@
+/**
+ * Synth-time checks of what a deployment would otherwise reveal: a second `DmsServiceRoles` in
+ * one account, and props that only a caller without the type checker (JavaScript, jsii
+ * languages, TypeScript through `any`) can get wrong: unknown keys, enum values, list types.
+ */
+import { Stack } from 'aws-cdk-lib';
+import * as opensearch from 'aws-cdk-lib/aws-opensearchservice';
+import { describe, expect, test } from 'vitest';
+import { CapturedTable, DmsServiceRoles, SearchSink, WarehouseConnection, WarehouseSink } from '../../lib/index.ts';
+import { fixture, newApp, ordersSource } from './helpers.ts';
+
+/** Props as a JavaScript caller may pass them. */
+const js = <T>(value: unknown): T => value as T;
+
+describe('DmsServiceRoles', () => {
+  test('fails on a second one for the same account, naming both construct paths', () => {
+    const app = newApp();
+    new DmsServiceRoles(new Stack(app, 'RolesA', { env: { account: '111111111111', region: 'eu-west-1' } }), 'Roles');
+    // IAM role names are per account: another region of the same account clashes too.
+    expect(() => new DmsServiceRoles(new Stack(app, 'RolesB', { env: { account: '111111111111', region: 'us-east-1' } }), 'Roles')).toThrow(
+      /^RolesB\/Roles: DmsServiceRoles is already created by RolesA\/Roles for the same account \(111111111111\)/,
+    );
+  });
+
+  test('fails when either stack is environment-agnostic (it may deploy to the same account)', () => {
+    const app = newApp();
+    new DmsServiceRoles(new Stack(app, 'Known', { env: { account: '111111111111', region: 'eu-west-1' } }), 'Roles');
+    expect(() => new DmsServiceRoles(new Stack(app, 'Agnostic'), 'Roles')).toThrow(/^Agnostic\/Roles: DmsServiceRoles is already created by Known\/Roles/);
+  });
+
+  test('one per account is fine, in one app', () => {
+    const app = newApp();
+    new DmsServiceRoles(new Stack(app, 'Dev', { env: { account: '111111111111', region: 'eu-west-1' } }), 'Roles');
+    expect(() => new DmsServiceRoles(new Stack(app, 'Prod', { env: { account: '222222222222', region: 'eu-west-1' } }), 'Roles')).not.toThrow();
+    // A second app is a second synthesis: it does not see the first.
+    expect(() => new DmsServiceRoles(new Stack(newApp(), 'Dev', { env: { account: '111111111111', region: 'eu-west-1' } }), 'Roles')).not.toThrow();
+  });
+});
+
+describe('props checked at runtime for callers without the type checker', () => {
+  test('a misspelt table option fails, naming the table and suggesting the option', () => {
+    expect(() => CapturedTable.of('public.customers', js({ masks: ['email'] }))).toThrow(
+      /^CapturedTable\.of\("public\.customers"\): unknown prop `masks` \(did you mean `mask`\?\); known props: mask, exclude, deletes/,
+    );
+    expect(() => CapturedTable.matching('public.*', js({ excludeColumn: ['ssn'] }))).toThrow(/CapturedTable\.matching\("public\.\*"\): unknown prop `excludeColumn` \(did you mean `excludeColumns`\?\)/);
+  });
+
+  test('a wrong enum value fails with the allowed values', () => {
+    expect(() => CapturedTable.of('public.customers', js({ deletes: 'HARD' }))).toThrow(/prop `deletes` must be one of "soft", "hard" \(the enum's members\), got "HARD"/);
+    expect(() => CapturedTable.of('public.customers', js({ capture: 'polling' }))).toThrow(/prop `capture` must be one of "log", "poll"/);
+  });
+
+  test('a string where a list is expected fails, and so does a list of the wrong items', () => {
+    expect(() => CapturedTable.of('public.customers', js({ mask: 'email' }))).toThrow(/prop `mask` must be a list of strings, got the string "email"/);
+    expect(() => CapturedTable.of('public.customers', js({ exclude: ['ssn', 7] }))).toThrow(/prop `exclude` must be a list of strings; item 1 is a number/);
+  });
+
+  test('CdcSource: an unknown prop, a wrong enum value and table ids instead of CapturedTable items fail with the construct path', () => {
+    expect(() => ordersSource(fixture(), js({ slotname: 'x' }))).toThrow(/^Test\/Orders: unknown prop `slotname` \(did you mean `slotName`\?\)/);
+    expect(() => ordersSource(fixture(), js({ beforeImage: 'ALL' }))).toThrow(/^Test\/Orders: prop `beforeImage` must be one of "pk-only", "all"/);
+    expect(() => ordersSource(fixture(), js({ tables: ['public.orders'] }))).toThrow(/^Test\/Orders: prop `tables` must hold CapturedTable items \(CapturedTable\.of or CapturedTable\.matching\); item 0 is string/);
+    expect(() => ordersSource(fixture(), js({ multiAz: 'yes' }))).toThrow(/^Test\/Orders: prop `multiAz` must be a boolean, got the string "yes"/);
+  });
+
+  test('WarehouseSink and SearchSink: unknown props and a search table\'s delete mode fail with the construct path', () => {
+    const f = fixture();
+    const orders = ordersSource(f);
+    const connection = WarehouseConnection.postgres({ secret: f.warehouseSecret });
+    expect(() => new WarehouseSink(f.stack, 'Warehouse', js({ controlPlane: f.control, changeLog: f.log, sources: [orders], vpc: f.vpc, connection, batchsize: 10 }))).toThrow(
+      /^Test\/Warehouse: unknown prop `batchsize` \(did you mean `batchSize`\?\)/,
+    );
+    const domain = opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://search-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com');
+    expect(() => new SearchSink(f.stack, 'Search', js({ controlPlane: f.control, changeLog: f.log, sources: [orders], domain, tables: [{ table: 'public.orders', deletes: 'HARD' }] }))).toThrow(
+      /^Test\/Search: tables\[0\]: prop `deletes` must be one of "soft", "hard"/,
+    );
+    expect(() => new SearchSink(f.stack, 'Search2', js({ controlPlane: f.control, changeLog: f.log, sources: [orders], domain, indexprefix: 'x' }))).toThrow(/^Test\/Search2: unknown prop `indexprefix` \(did you mean `indexPrefix`\?\)/);
+  });
+});
