@@ -20,6 +20,8 @@ export interface TableToCheck {
   key?: string[] | null;
   /** The poll column of a table configured `capture: 'poll'`. */
   pollColumn?: string | null;
+  /** Columns the table's configuration excludes from capture (not checked for being carried). */
+  exclude?: readonly string[];
 }
 
 export interface GatherOptions {
@@ -118,11 +120,11 @@ async function tableFact(client: Queryable, t: TableToCheck): Promise<TableFact>
     ).rows.map((r) => String(r.name));
   const columns = (
     await client.query(
-      `SELECT attname AS name, format_type(atttypid, NULL) AS type, CASE attgenerated WHEN 'v' THEN 'virtual' WHEN 's' THEN 'stored' END AS generated
+      `SELECT attname AS name, format_type(atttypid, NULL) AS type, format_type(atttypid, atttypmod) AS declared, CASE attgenerated WHEN 'v' THEN 'virtual' WHEN 's' THEN 'stored' END AS generated
          FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
       [rel.oid],
     )
-  ).rows.map((r) => ({ name: String(r.name), type: String(r.type), ...(r.generated ? { generated: r.generated as 'stored' | 'virtual' } : {}) }));
+  ).rows.map((r) => ({ name: String(r.name), type: String(r.type), declaredType: String(r.declared), ...(r.generated ? { generated: r.generated as 'stored' | 'virtual' } : {}) }));
   const ident = rel.ident as TableFact['replicaIdentity'];
   return {
     table: t.table,
@@ -133,6 +135,7 @@ async function tableFact(client: Queryable, t: TableToCheck): Promise<TableFact>
     identityIndexColumns: ident === 'i' ? await indexColumns('indisreplident') : null,
     selectGranted: rel.sel,
     columns,
+    ...(t.exclude && t.exclude.length > 0 ? { excluded: [...t.exclude] } : {}),
     ...(t.pollColumn ? { pollColumn: t.pollColumn, ...(await pollFacts(client, rel.oid, t.pollColumn, columns, rel.sel)) } : {}),
   };
 }
@@ -209,8 +212,8 @@ export async function gatherSourceFacts(client: Queryable, o: GatherOptions): Pr
 }
 
 /** One table's facts for the doctor's table checks (eligibility of a table a capture rule matches). */
-export async function readTableFact(client: Queryable, table: string, key: string[] | null): Promise<TableFact> {
-  return tableFact(client, { table, key });
+export async function readTableFact(client: Queryable, table: string, key: string[] | null, exclude: readonly string[] = []): Promise<TableFact> {
+  return tableFact(client, { table, key, exclude });
 }
 
 /**

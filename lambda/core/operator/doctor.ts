@@ -9,6 +9,7 @@
  * of another tool pinning WAL). The RDS/Aurora parameter behind each check: docs/doctor.md.
  */
 import { tableNameRefusal } from '../warehouse/warehouse-names.ts';
+import { sinkTypeRefusal } from '../warehouse/warehouse-sql.ts';
 
 import { pollColumnKindOf, type PollColumnKind } from '../capture/poll.ts';
 
@@ -96,7 +97,19 @@ export interface TableFact {
    * and `generated: 'virtual'` for a virtual generated column (PostgreSQL 18), which is neither
    * stored nor logged (docs/types.md).
    */
-  columns: Array<{ name: string; type: string; generated?: 'stored' | 'virtual' }>;
+  columns: Array<{
+    name: string;
+    type: string;
+    generated?: 'stored' | 'virtual';
+    /** The type with its modifiers (`format_type(atttypid, atttypmod)`: `numeric(50,2)`), when read. */
+    declaredType?: string;
+  }>;
+  /**
+   * Columns the table's configuration leaves out of capture (its `exclude` list): they never reach
+   * a sink, so a column that cannot be carried is no reason to refuse the table once it is excluded
+   * (docs/types.md, "What is refused, and where"). @default none
+   */
+  excluded?: readonly string[];
   /** The poll column when the table is configured `capture: 'poll'` (docs/polling.md). */
   pollColumn?: string | null;
   /** A polled table's row-level BEFORE INSERT AND UPDATE trigger: fired always, only at origin (not under `session_replication_role = replica`), or none enabled. */
@@ -248,7 +261,9 @@ function tableChecks(t: TableFact, user: string): CheckResult[] {
     default:
       out.push(problem(CheckId.REPLICA_IDENTITY, 'FAIL', t.table, `${t.table}: replica identity unknown`, fixFull));
   }
-  const virtual = t.columns.filter((c) => c.generated === 'virtual');
+  const excluded = new Set(t.excluded ?? []);
+  const carried = t.columns.filter((c) => !excluded.has(c.name));
+  const virtual = carried.filter((c) => c.generated === 'virtual');
   if (virtual.length > 0) {
     out.push(
       problem(
@@ -260,8 +275,23 @@ function tableChecks(t: TableFact, user: string): CheckResult[] {
       ),
     );
   }
-  const notCarried = t.columns.filter((c) => NOT_CARRIED_TYPES.has(c.type));
-  const lobs = t.columns.filter((c) => LOB_TYPES.has(c.type) || c.type.endsWith('[]'));
+  const notCarried = carried.filter((c) => NOT_CARRIED_TYPES.has(c.type));
+  const beyondWarehouse = carried.flatMap((c) => {
+    const why = sinkTypeRefusal(c.declaredType ?? null);
+    return why === null ? [] : [`${c.name} ${c.declaredType}: ${why}`];
+  });
+  if (beyondWarehouse.length > 0) {
+    out.push(
+      problem(
+        CheckId.COLUMN_TYPES,
+        'FAIL',
+        t.table,
+        `${t.table} has columns no warehouse type holds exactly (${beyondWarehouse.join('; ')}) (docs/exact-numbers.md)`,
+        'exclude them from capture (the table\'s exclude list), or declare them unbounded numeric (carried as exact text) or numeric(p,s) with p ≤ 38 and 0 ≤ s ≤ p',
+      ),
+    );
+  }
+  const lobs = carried.filter((c) => LOB_TYPES.has(c.type) || c.type.endsWith('[]'));
   if (notCarried.length > 0) {
     out.push(
       problem(
@@ -282,7 +312,9 @@ function tableChecks(t: TableFact, user: string): CheckResult[] {
         'keep these values small, raise maxLobSize (at most 1 MiB), or exclude the column',
       ),
     );
-  } else if (virtual.length === 0) out.push(pass(CheckId.COLUMN_TYPES, t.table, `${t.columns.length} columns of carried types`));
+  } else if (virtual.length === 0 && beyondWarehouse.length === 0) {
+    out.push(pass(CheckId.COLUMN_TYPES, t.table, `${carried.length} columns of carried types${excluded.size > 0 ? ` (${[...excluded].join(', ')} excluded)` : ''}`));
+  }
   return out;
 }
 

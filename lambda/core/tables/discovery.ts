@@ -131,7 +131,9 @@ export async function scanTables(d: DiscoveryDeps, known: Map<string, DiscoveryR
       verdicts.push(previous.get(m.table)!);
       continue;
     }
-    const fact = await d.tableFact(m.table, m.config.key ?? null);
+    // The rule's excluded columns never reach a sink: one that cannot be carried (a virtual generated
+    // column) does not refuse the table once excluded (docs/types.md, "What is refused, and where").
+    const fact: TableFact = { ...(await d.tableFact(m.table, m.config.key ?? null)), excluded: m.config.exclude };
     const eligibility = tableEligibility(fact, d.user);
     if (!eligibility.eligible) {
       await d.release(m.table);

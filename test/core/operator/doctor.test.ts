@@ -141,6 +141,28 @@ describe('runChecks', () => {
     expect(status(runChecks(good({ tables: [table({ columns: [{ name: 'id', type: 'integer' }, { name: 'twice', type: 'numeric', generated: 'stored' }] })] })), CheckId.COLUMN_TYPES)).toBe('PASS');
   });
 
+  it('fails a numeric no warehouse type holds exactly, by column and declared type (docs/exact-numbers.md)', () => {
+    const col = (declaredType: string): TableFact['columns'][number] => ({ name: 'amount', type: declaredType.endsWith('[]') ? 'numeric[]' : 'numeric', declaredType });
+    const check = (declaredType: string): CheckResult => runChecks(good({ tables: [table({ columns: [{ name: 'id', type: 'integer' }, col(declaredType)] })] })).find((r) => r.check === CheckId.COLUMN_TYPES)!;
+    expect(check('numeric(39,2)')).toMatchObject({ status: 'FAIL', message: expect.stringContaining('amount numeric(39,2): precision 39 is beyond') });
+    expect(check('numeric(5,-2)')).toMatchObject({ status: 'FAIL', message: expect.stringContaining('amount numeric(5,-2): scale -2 is outside 0..5') });
+    expect(check('numeric(38,38)').status).toBe('PASS');
+    expect(check('numeric').status).toBe('PASS');
+    expect(check('numeric(50,2)[]').status).toBe('WARN'); // an array is carried as text (the LOB warning only)
+  });
+
+  it('does not hold excluded columns against the table: excluding them is the fix', () => {
+    const columns: TableFact['columns'] = [
+      { name: 'id', type: 'integer' },
+      { name: 'half', type: 'numeric', generated: 'virtual' },
+      { name: 'blob', type: 'lo' },
+      { name: 'amount', type: 'numeric', declaredType: 'numeric(60,0)' },
+    ];
+    expect(status(runChecks(good({ tables: [table({ columns, excluded: ['half', 'blob'] })] })), CheckId.COLUMN_TYPES)).toBe('FAIL');
+    const rs = runChecks(good({ tables: [table({ columns, excluded: ['half', 'blob', 'amount'] })] }));
+    expect(rs.find((r) => r.check === CheckId.COLUMN_TYPES)).toMatchObject({ status: 'PASS', message: '1 columns of carried types (half, blob, amount excluded)' });
+  });
+
   it('judges the heartbeat table by its writer', () => {
     const hb = (h: Partial<SourceFacts['heartbeat']>): string | undefined => status(runChecks(good({ heartbeat: { ...good().heartbeat, ...h } })), CheckId.HEARTBEAT);
     expect(hb({ writable: false })).toBe('FAIL');
