@@ -73,7 +73,7 @@ export function parseDoctorArgs(args: readonly string[]): DoctorArgs {
 async function tablesToCheck(o: DoctorArgs): Promise<{ tables: TableToCheck[]; rules: TableRule[] }> {
   const { entries, origin } = await tableSettingEntries(o);
   const { tables, rules } = validateTableSettings(entries, origin);
-  return { tables: tables.map((c) => ({ table: c.table, key: c.key ?? null, pollColumn: c.pollColumn ?? null })), rules };
+  return { tables: tables.map((c) => ({ table: c.table, key: c.key ?? null, pollColumn: c.pollColumn ?? null, exclude: c.exclude })), rules };
 }
 
 /** Connects, gathers the facts and runs the checks. Throws when the source cannot be reached. */
@@ -93,7 +93,7 @@ export async function doctorSource(o: { sourceUrl: string; tables: readonly Tabl
     const declared = new Set([...o.tables.map((t) => t.table), `${o.heartbeatSchema ?? DEFAULT_HEARTBEAT_SCHEMA}.${HEARTBEAT_TABLE}`]);
     const matched = [];
     for (const m of matchRules(await listSourceTables(client), declared, o.rules)) {
-      matched.push(m.kind === 'excluded' ? { table: m.table, rule: m.rule.match, excludedBy: m.by, fact: null } : { table: m.table, rule: m.rule.match, excludedBy: null, fact: await readTableFact(client, m.table, m.config.key ?? null) });
+      matched.push(m.kind === 'excluded' ? { table: m.table, rule: m.rule.match, excludedBy: m.by, fact: null } : { table: m.table, rule: m.rule.match, excludedBy: null, fact: await readTableFact(client, m.table, m.config.key ?? null, m.config.exclude) });
     }
     const tls = results.findIndex((r) => r.check === 'tls');
     const rulesChecks = ruleTableChecks(matched, facts.user.name);

@@ -249,7 +249,7 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
     // Say what the source lacks before starting anything else: the checks of `cdc doctor`.
     let results: CheckResult[];
     try {
-      results = await doctorSource({ sourceUrl: o.sourceUrl, tables: tables.map((t) => ({ table: t.table, key: t.key ?? null, pollColumn: t.pollColumn ?? null })), rules, slot: o.slot ?? `cdc_${source}`, applicationName: 'cdc-local-check' });
+      results = await doctorSource({ sourceUrl: o.sourceUrl, tables: tables.map((t) => ({ table: t.table, key: t.key ?? null, pollColumn: t.pollColumn ?? null, exclude: t.exclude })), rules, slot: o.slot ?? `cdc_${source}`, applicationName: 'cdc-local-check' });
     } catch (e) {
       await err(`cdc local: cannot use the source ${redactUrl(o.sourceUrl)}: ${describeError(e)}\n`);
       return EXIT_FAILED;
