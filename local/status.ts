@@ -77,6 +77,8 @@ export interface StatusSnapshot {
     transactions: number;
     records: number;
     recordsPerSecond: number;
+    /** Raw records the normalizer read with its DMS decoder (metric `DmsRecordsDecoded`; docs/local.md, "DMS records"). @default 0 */
+    dmsDecoded?: number;
     lastCommitLsn: string | null;
     slotRetainedBytes: number | null;
     error: string | null;
@@ -145,7 +147,7 @@ export function renderStatus(s: StatusSnapshot): string[] {
   lines.push('');
   const c = s.capture;
   lines.push(
-    `capture  ${c.state}  ${c.transactions} tx, ${c.records} records (${rate(c.recordsPerSecond)}/s)  acked ${c.lastCommitLsn ?? '-'}  slot retains ${bytes(c.slotRetainedBytes)}`,
+    `capture  ${c.state}  ${c.transactions} tx, ${c.records} records (${rate(c.recordsPerSecond)}/s)  DMS-decoded ${c.dmsDecoded ?? 0}  acked ${c.lastCommitLsn ?? '-'}  slot retains ${bytes(c.slotRetainedBytes)}`,
   );
   if (c.error) lines.push(`  ERROR ${c.error}`);
   if (s.workload) lines.push(`workload ${s.workload.transactions} tx (${rate(s.workload.transactionsPerSecond)}/s)${s.workload.errors ? `, ${s.workload.errors} errors` : ''}`);

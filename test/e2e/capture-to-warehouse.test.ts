@@ -15,6 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { SlotCapture, type RawRecord } from '../../local/capture.ts';
+import { readPublishedPartitionTree } from '../../lambda/core/tables/partitions.ts';
 import { Normalizer, type ChangeLogWriter, type NormalizerLogger, type NormalizerOptions } from '../../lambda/core/capture/normalize.ts';
 import { publishCatalogTypes, readCatalogTypes, TableTypesPendingError } from '../../lambda/core/shared/catalog-types.ts';
 import { readCatalogColumnTypes } from '../../lambda/adapters/source-facts-pg.ts';
@@ -53,7 +54,9 @@ function pipeline(source: string, tables: TableConfig[], extra: Partial<Normaliz
       for (const r of records) log.push(validateChangeEvent(JSON.parse(r)));
     },
   };
-  const normalizer = new Normalizer({ source, tables: new TableConfigIndex(tables), control, changeLog, metrics: { count() {}, milliseconds() {} }, logger: quiet, ...extra });
+  // The capture writes DMS records (docs/local.md, "DMS records"): types and keys come from the catalog types it publishes.
+  const catalog = { catalogTypes: (t: string) => readCatalogTypes(control, source, t), partitionTree: () => readPublishedPartitionTree(control, source) };
+  const normalizer = new Normalizer({ source, tables: new TableConfigIndex(tables), control, changeLog, metrics: { count() {}, milliseconds() {} }, logger: quiet, ...catalog, ...extra });
   const warehouse = new PgWarehouse(pool);
   let seq = 0;
   let applied = 0;
