@@ -240,7 +240,7 @@ export function renderStatusLine(s: StatusSnapshot): string {
   for (const t of s.tables) states.set(t.state, (states.get(t.state) ?? 0) + 1);
   const tables = [...states].map(([k, n]) => `${n} ${k}`).join(', ');
   return (
-    `[${duration(s.now - s.startedAt)}] capture ${s.capture.state} ${s.capture.records} records (${rate(s.capture.recordsPerSecond)}/s)` +
+    `[${duration(s.now - s.startedAt)}] capture ${s.capture.state} ${s.capture.records} records (${rate(s.capture.recordsPerSecond)}/s), DMS-decoded ${s.capture.dmsDecoded ?? 0}` +
     (s.workload ? `; workload ${s.workload.transactions} tx` : '') +
     (sinks ? `; ${sinks}` : '') +
     `; tables ${tables || 'none yet'}; dead letters ${s.deadLetters}` +
