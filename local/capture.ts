@@ -31,7 +31,7 @@ import { applyColumnRules, applyColumnRulesToColumns, type ColumnRules } from '.
 import { checkIdentity, checkSlotResume, recordAcked, type ContinuityContext } from './capture-continuity.ts';
 import { deadLetterChanges, pushOrReport, refreshKeys, undecodable, type PoisonChange, type PoisonContext } from './capture-poison.ts';
 import { buildSlotRecord, type SlotChange, type SlotColumn, type SlotRecord } from '../lambda/core/capture/slot-record.ts';
-import { dmsExpresses, dmsRecordOf, type DmsPrevious } from '../lambda/core/capture/dms-record.ts';
+import { dmsExpresses, dmsRecordOf, dmsTableDefOf, type DmsPrevious } from '../lambda/core/capture/dms-record.ts';
 import { publishCatalogTypes } from '../lambda/core/shared/catalog-types.ts';
 import type { DecodedTransaction } from '../lambda/core/capture/logical-text.ts';
 import type { TableConfigIndex } from '../lambda/core/tables/table-config.ts';
@@ -301,6 +301,12 @@ export class SlotCapture {
   private pendingAck: Promise<void> | null = null;
   private stopping = false;
   private keys = new Map<string, string[]>();
+  /** The shape (column names and types) of each table's last table definition published (`dmsTableDefOf`). */
+  private shapes = new Map<string, string>();
+  /** The task id control records are partitioned by (DMS: the task's resource id). */
+  private get taskId(): string {
+    return `cdc-local-${this.o.source}`;
+  }
   /** The last DMS record published (its transaction names it as the previous one). */
   private lastDms: DmsPrevious | null = null;
   /** Tables whose catalog types this capture published (lambda/core/shared/catalog-types.ts). */
@@ -644,29 +650,36 @@ export class SlotCapture {
    * docs/local.md "DMS records"), named by its leaf partition as DMS names it; a truncate stays a
    * `cdc-slot/1` record (DMS delivers none: docs/truncate.md).
    */
-  private rawRecords(records: readonly SlotRecord[], types: ReadonlyMap<string, ReadonlyMap<string, CatalogType>>, leaves: ReadonlyMap<string, string>): RawRecord[] {
+  private rawRecords(records: readonly SlotRecord[], types: ReadonlyMap<string, ReadonlyMap<string, CatalogType>>, leaves: ReadonlyMap<string, string>, shapes: Map<string, string>, last: { dms: DmsPrevious | null }): RawRecord[] {
     const now = new Date();
-    const out: RawRecord[] = new Array(records.length);
+    const out: RawRecord[] = [];
     let xid: string | null = null;
-    let previous = this.lastDms;
+    let previous = last.dms;
     for (let i = 0; i < records.length; i++) {
       const r = records[i]!;
       const label = `${r.source}/${r.table}@${r.commitLsn}#${r.index}`;
       if (!dmsExpresses(r)) {
-        out[i] = { partitionKey: rawPartitionKey(r), data: JSON.stringify(r), label };
+        out.push({ partitionKey: rawPartitionKey(r), data: JSON.stringify(r), label });
         continue;
       }
       // Every record of a transaction names the previous transaction's last record.
       if (r.xid !== xid) {
-        if (xid !== null) previous = this.lastDms;
+        if (xid !== null) previous = last.dms;
         xid = r.xid;
+      }
+      // A row image naming every column whose shape this capture has not published: its table definition first, as DMS sends one.
+      const shape = r.op !== 'delete' && r.unchanged.length === 0 ? JSON.stringify(r.columns!.map((c) => [c.name, c.type])) : null;
+      if (shape !== null && shapes.get(r.table) !== shape) {
+        const control = dmsTableDefOf(r.table, r.columns!, r.key, shapes.has(r.table) ? 'change-columns' : 'create-table', { now, taskId: this.taskId });
+        out.push({ partitionKey: rawPartitionKey(r), data: JSON.stringify(control), label: `${r.source}/${r.table}@${r.commitLsn}#${r.index}:table-def` });
+        shapes.set(r.table, shape);
       }
       const rules = this.o.tables.columnRules(r.table);
       const catalog = types.get(r.table);
       const columns = catalog === undefined ? null : [...catalog.keys()].filter((c) => !rules.exclude.includes(c));
       const dms = dmsRecordOf(r, { now, columns, previous, table: leaves.get(`${r.xid}#${r.index}`) ?? r.table });
-      this.lastDms = { transactionId: dms.metadata['transaction-id'], recordId: dms.metadata['transaction-record-id'] };
-      out[i] = { partitionKey: rawPartitionKey(r), data: JSON.stringify(dms), label };
+      last.dms = { transactionId: dms.metadata['transaction-id'], recordId: dms.metadata['transaction-record-id'] };
+      out.push({ partitionKey: rawPartitionKey(r), data: JSON.stringify(dms), label });
     }
     return out;
   }
@@ -781,7 +794,12 @@ export class SlotCapture {
     if (records.length > 0) {
       // What the normalizer reads DMS records with, as the snapshot worker publishes it on AWS: a table's catalog types and key, the partition tree.
       await this.publishCatalog(records, types, tree);
-      await this.o.publish(this.rawRecords(records, types, leavesOf(decoded, peek.transactions)));
+      const shapes = new Map(this.shapes);
+      const chain = { dms: this.lastDms };
+      await this.o.publish(this.rawRecords(records, types, leavesOf(decoded, peek.transactions), shapes, chain));
+      // Published: the next batch builds on them (a failed publish is read again, and writes its table definitions again).
+      this.shapes = shapes;
+      this.lastDms = chain.dms;
     }
     await deadLetterChanges(this.poisonContext(), poison);
     const last = peek.transactions[peek.transactions.length - 1]!;

@@ -83,13 +83,25 @@ describe('the local capture writes DMS records', () => {
       await sql.query('UPDATE foo SET age = 33 WHERE id = 42');
       await sql.query('UPDATE foo SET id = 45 WHERE id = 46');
       await sql.query('DELETE FROM foo WHERE id = 45');
-      await until('five records', () => raw.length === 5, 30_000);
+      await until('five row changes', () => raw.filter((r) => !r.label.endsWith(':table-def')).length === 5, 30_000);
     } finally {
       await capture.stop();
       await sql.end();
     }
-    const ours = raw.map((r) => JSON.parse(r.data) as Json);
-    const real = fixture('postgres-session.jsonl').filter((r) => meta(r)['record-type'] === 'data' && meta(r).operation !== 'load');
+    const all = raw.map((r) => JSON.parse(r.data) as Json);
+    const ours = all.filter((r) => meta(r)['record-type'] === 'data');
+    const session = fixture('postgres-session.jsonl');
+    const real = session.filter((r) => meta(r)['record-type'] === 'data' && meta(r).operation !== 'load');
+    // First the table's definition, as DMS sends a create-table control record before a table's rows:
+    // the same keys and metadata, the columns and key of the table (its types are PostgreSQL's names, docs/local.md).
+    const realCreate = session.find((r) => meta(r).operation === 'create-table')!;
+    expect(all[0]).toMatchObject({ metadata: { 'record-type': 'control', operation: 'create-table' } });
+    expect(Object.keys(all[0]!).sort()).toEqual(Object.keys(realCreate).sort());
+    expect(Object.keys(meta(all[0]!)).sort()).toEqual(Object.keys(meta(realCreate)).sort());
+    const def = (r: Json) => (r.control as { 'table-def': { columns: Record<string, { nullable: boolean }>; 'primary-key': string[] } })['table-def'];
+    expect(Object.keys(def(all[0]!).columns).sort()).toEqual(Object.keys(def(realCreate).columns).sort());
+    expect(def(all[0]!)['primary-key']).toEqual(def(realCreate)['primary-key']);
+    expect(all.filter((r) => meta(r)['record-type'] === 'control')).toHaveLength(1);
     expect(real.map((r) => meta(r).operation)).toEqual(['insert', 'update', 'update', 'delete']);
     // ours: insert 46, insert 42, update of 42 (key unchanged), key change 46 → 45, delete 45.
     expectSameShape(ours[0]!, real[0]!);
@@ -116,7 +128,7 @@ describe('the local capture writes DMS records', () => {
     const batch = normalizer.startBatch();
     for (const r of raw) await batch.add({ text: r.data, origin: r.label });
     await batch.flush();
-    expect(counted.reduce((a, b) => a + b, 0)).toBe(5);
+    expect(counted.reduce((a, b) => a + b, 0)).toBe(6);
     expect(await control.listDeadLetters()).toEqual([]);
     expect(log.map((e) => [e.op, e.key, e.capture])).toEqual([
       ['insert', { id: 46 }, 'dms'],

@@ -149,3 +149,43 @@ export function dmsRecordOf(r: SlotRecord, ctx: DmsRenderContext): DmsDataRecord
 export function dmsExpresses(r: SlotRecord): boolean {
   return (r.op === 'insert' || r.op === 'update' || r.op === 'delete') && r.capture !== 'poll';
 }
+
+/** One DMS control record with a table definition (`IncludeControlDetails`). */
+export interface DmsControlRecord {
+  control: { 'table-def': { columns: Record<string, { type: string; nullable: boolean }>; 'primary-key': string[] } };
+  metadata: {
+    timestamp: string;
+    'record-type': 'control';
+    operation: 'create-table' | 'change-columns';
+    'partition-key-type': 'task-id';
+    'partition-key-value': string;
+    'schema-name': string;
+    'table-name': string;
+  };
+}
+
+/**
+ * The control record DMS sends when a table's definition is first seen (`create-table`) or
+ * changed (`change-columns`), from a row image that names every column (docs/local.md, "DMS
+ * records"). The columns keep the source's type names with their modifiers (`character
+ * varying(20)`, `numeric(12,2)`), where DMS writes its own coarser names (`WSTRING`, `NUMERIC`
+ * with `length`, `precision`, `scale`); nullability is not known from a row image and is written
+ * `true`.
+ */
+export function dmsTableDefOf(table: string, columns: readonly { name: string; type: string }[], key: readonly string[], operation: 'create-table' | 'change-columns', ctx: { now: Date; taskId: string }): DmsControlRecord {
+  const dot = table.indexOf('.');
+  const defs: Record<string, { type: string; nullable: boolean }> = {};
+  for (const c of columns) defs[c.name] = { type: c.type, nullable: true };
+  return {
+    control: { 'table-def': { columns: defs, 'primary-key': [...key] } },
+    metadata: {
+      timestamp: dmsTimestamp(ctx.now),
+      'record-type': 'control',
+      operation,
+      'partition-key-type': 'task-id',
+      'partition-key-value': ctx.taskId,
+      'schema-name': table.slice(0, dot),
+      'table-name': table.slice(dot + 1),
+    },
+  };
+}
