@@ -23,7 +23,7 @@ import { CaptureUndecodableError, undecodable } from '../../local/capture-poison
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { readSlot } from '../../local/slot.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
-import { until, capturedView } from './helpers.ts';
+import { until, capturedViews } from './helpers.ts';
 
 let cluster: PostgresCluster;
 let n = 0;
@@ -62,7 +62,7 @@ async function env(schema: string, tables: string[], on: PostgresCluster = clust
     sourceUrl: on.url(source),
     tables: new TableConfigIndex(tables.map((table) => ({ table, deleteMode: 'soft' as const, mask: [], exclude: [] }))),
     control,
-    publish: async (records) => void published.push(...records.map((r) => capturedView(r.data))),
+    publish: async (records) => void published.push(...records.flatMap((r) => capturedViews(r.data))),
     idleMs: 20,
   };
   return { source, sql, control, published, options };

@@ -20,6 +20,12 @@ export async function until(what: string, check: () => boolean | Promise<boolean
  * `''`, `key` and `unchanged` are empty; a delete's old image leaves out the nulls DMS writes for
  * the columns it does not know.
  */
+/** `capturedView` of a raw record, or nothing for a DMS control record (a table definition, no row change). */
+export function capturedViews(text: string, source = ''): SlotRecord[] {
+  const r = JSON.parse(text) as { metadata?: Record<string, unknown> };
+  return r.metadata?.['record-type'] === 'control' ? [] : [capturedView(text, source)];
+}
+
 export function capturedView(text: string, source = ''): SlotRecord {
   const r = JSON.parse(text) as Record<string, unknown>;
   if (r.format === SLOT_RECORD_FORMAT) return validateSlotRecord(r);
