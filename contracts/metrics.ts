@@ -25,6 +25,8 @@ export const MetricName = {
   MERGE_ERRORS: 'MergeErrors',
   /** Merges of a delta at twice its row threshold, which stopped the table's appends while they ran (merges fall behind appends). Count. Dims: Sink. */
   MERGES_STOPPING_APPENDS: 'MergesStoppingAppends',
+  /** Raw records the normalizer read with its DMS decoder (data and control records). Count. Dims: Source. */
+  DMS_RECORDS_DECODED: 'DmsRecordsDecoded',
   /** Schema versions registered. Count. Dims: Source. */
   SCHEMA_CHANGES: 'SchemaChanges',
   /** Tables paused by a change the normalizer could not classify as compatible. Count. Dims: Source. */

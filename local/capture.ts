@@ -31,7 +31,9 @@ import type { ColumnRules } from '../lambda/core/tables/masking.ts';
 import { ruled } from './capture-columns.ts';
 import { checkIdentity, checkSlotResume, recordAcked, type ContinuityContext } from './capture-continuity.ts';
 import { deadLetterChanges, pushOrReport, refreshKeys, undecodable, type PoisonChange, type PoisonContext } from './capture-poison.ts';
-import { buildSlotRecord, type SlotChange, type SlotRecord } from '../lambda/core/capture/slot-record.ts';
+import { buildSlotRecord, type SlotChange, type SlotColumn, type SlotRecord } from '../lambda/core/capture/slot-record.ts';
+import { dmsExpresses, dmsRecordOf, dmsTableDefOf, type DmsPrevious } from '../lambda/core/capture/dms-record.ts';
+import { publishCatalogTypes } from '../lambda/core/shared/catalog-types.ts';
 import type { DecodedTransaction } from '../lambda/core/capture/logical-text.ts';
 import type { TableConfigIndex } from '../lambda/core/tables/table-config.ts';
 import type { ControlPlane, AuditEntry } from '../lambda/core/shared/control-plane.ts';
@@ -41,7 +43,7 @@ import { advanceSlot, checkSourceReady, compareLsn, createSlot, peekTransactions
 import { SlotInUseError, SourceNotReadyError, TransactionTooLargeError } from './errors.ts';
 import { CANONICAL_OUTPUT_SETTINGS, SlotStream } from './slot-stream.ts';
 import { awaitTransactionsVisible, columnTypesOf, primaryKeyOf, type CatalogType } from './catalog.ts';
-import { changesToRoots, type PartialTruncate, type PartitionTree } from '../lambda/core/tables/partitions.ts';
+import { changesToRoots, publishPartitionTree, type PartialTruncate, type PartitionTree } from '../lambda/core/tables/partitions.ts';
 import { PartitionWatch } from './partitions.ts';
 
 /** One record for the raw stream. */
@@ -221,6 +223,23 @@ function unchangedTypesOf(change: SlotChange, rules: ColumnRules, types: Readonl
   return Object.fromEntries((ruled(printed, rules, types) ?? []).map((c) => [c.name, c.type]));
 }
 
+/**
+ * The leaf partition each rooted change came from, by `xid#index` (only changes of partitions):
+ * DMS names a partitioned table's change by its leaf (docs/partitioned-tables.md).
+ */
+export function leavesOf(decoded: readonly DecodedTransaction[], rooted: readonly RootedTransaction[]): Map<string, string> {
+  const out = new Map<string, string>();
+  rooted.forEach((tx, t) => {
+    if (tx.indexes === undefined) return;
+    tx.changes.forEach((c, i) => {
+      const index = tx.indexes![i]!;
+      const leaf = decoded[t]!.changes[index]!.table;
+      if (leaf !== c.table) out.set(`${tx.xid}#${index}`, leaf);
+    });
+  });
+  return out;
+}
+
 /** The raw stream partition key of a record: source + table + (new, or for deletes old) key. */
 export function rawPartitionKey(r: SlotRecord): string {
   const tuple = r.op === 'delete' ? r.oldKey : r.columns;
@@ -247,6 +266,18 @@ export class SlotCapture {
   private pendingAck: Promise<void> | null = null;
   private stopping = false;
   private keys = new Map<string, string[]>();
+  /** The shape (column names and types) of each table's last table definition published (`dmsTableDefOf`). */
+  private shapes = new Map<string, string>();
+  /** The task id control records are partitioned by (DMS: the task's resource id). */
+  private get taskId(): string {
+    return `cdc-local-${this.o.source}`;
+  }
+  /** The last DMS record published (its transaction names it as the previous one). */
+  private lastDms: DmsPrevious | null = null;
+  /** Tables whose catalog types this capture published (lambda/core/shared/catalog-types.ts). */
+  private readonly catalogPublished = new Set<string>();
+  /** The partition tree this capture last published. */
+  private treePublished: PartitionTree | null = null;
   private checkpoint: string | null = null;
   private loop: Promise<void> | null = null;
   /** When the last peek that found nothing new started (epoch ms). */
@@ -579,6 +610,62 @@ export class SlotCapture {
     }
   }
 
+  /**
+   * The raw records of a batch: a DMS record for each row change (lambda/core/capture/dms-record.ts,
+   * docs/local.md "DMS records"), named by its leaf partition as DMS names it; a truncate stays a
+   * `cdc-slot/1` record (DMS delivers none: docs/truncate.md).
+   */
+  private rawRecords(records: readonly SlotRecord[], types: ReadonlyMap<string, ReadonlyMap<string, CatalogType>>, leaves: ReadonlyMap<string, string>, shapes: Map<string, string>, last: { dms: DmsPrevious | null }): RawRecord[] {
+    const now = new Date();
+    const out: RawRecord[] = [];
+    let xid: string | null = null;
+    let previous = last.dms;
+    for (let i = 0; i < records.length; i++) {
+      const r = records[i]!;
+      const label = `${r.source}/${r.table}@${r.commitLsn}#${r.index}`;
+      if (!dmsExpresses(r)) {
+        out.push({ partitionKey: rawPartitionKey(r), data: JSON.stringify(r), label });
+        continue;
+      }
+      // Every record of a transaction names the previous transaction's last record.
+      if (r.xid !== xid) {
+        if (xid !== null) previous = last.dms;
+        xid = r.xid;
+      }
+      // A row image naming every column whose shape this capture has not published: its table definition first, as DMS sends one.
+      const shape = r.op !== 'delete' && r.unchanged.length === 0 ? JSON.stringify(r.columns!.map((c) => [c.name, c.type])) : null;
+      if (shape !== null && shapes.get(r.table) !== shape) {
+        const control = dmsTableDefOf(r.table, r.columns!, r.key, shapes.has(r.table) ? 'change-columns' : 'create-table', { now, taskId: this.taskId });
+        out.push({ partitionKey: rawPartitionKey(r), data: JSON.stringify(control), label: `${r.source}/${r.table}@${r.commitLsn}#${r.index}:table-def` });
+        shapes.set(r.table, shape);
+      }
+      const rules = this.o.tables.columnRules(r.table);
+      const catalog = types.get(r.table);
+      const columns = catalog === undefined ? null : [...catalog.keys()].filter((c) => !rules.exclude.includes(c));
+      const dms = dmsRecordOf(r, { now, columns, previous, table: leaves.get(`${r.xid}#${r.index}`) ?? r.table });
+      last.dms = { transactionId: dms.metadata['transaction-id'], recordId: dms.metadata['transaction-record-id'] };
+      out.push({ partitionKey: rawPartitionKey(r), data: JSON.stringify(dms), label });
+    }
+    return out;
+  }
+
+  /** Publishes the catalog types of the batch's tables not published by this capture yet, and the partition tree when it changed. */
+  private async publishCatalog(records: readonly SlotRecord[], types: ReadonlyMap<string, ReadonlyMap<string, CatalogType>>, tree: PartitionTree): Promise<void> {
+    const fresh = new Set<string>();
+    for (const r of records) if (!this.catalogPublished.has(r.table) && types.has(r.table)) fresh.add(r.table);
+    if (fresh.size > 0) {
+      await publishCatalogTypes(this.o.control, this.o.source, [...fresh], async (table) => {
+        const t = types.get(table);
+        return t === undefined ? null : { table, columns: [...t].map(([name, c]) => ({ name, type: c.full })), key: this.keys.get(table) ?? [] };
+      });
+      for (const t of fresh) this.catalogPublished.add(t);
+    }
+    if (tree !== this.treePublished) {
+      await publishPartitionTree(this.o.control, this.o.source, tree);
+      this.treePublished = tree;
+    }
+  }
+
   /** One read → publish → ack round on the stream. Returns whether anything was acknowledged. */
   private async streamOnce(client: pg.Client): Promise<boolean> {
     const stream = this.stream ?? (await this.openStream(client));
@@ -670,7 +757,14 @@ export class SlotCapture {
     const poison: PoisonChange[] = [];
     const records = transactionsToRecords(this.o.source, peek.transactions, this.o.tables, this.keys, types, (p) => poison.push(p), captured);
     if (records.length > 0) {
-      await this.o.publish(records.map((r) => ({ partitionKey: rawPartitionKey(r), data: JSON.stringify(r), label: `${r.source}/${r.table}@${r.commitLsn}#${r.index}` })));
+      // What the normalizer reads DMS records with, as the snapshot worker publishes it on AWS: a table's catalog types and key, the partition tree.
+      await this.publishCatalog(records, types, tree);
+      const shapes = new Map(this.shapes);
+      const chain = { dms: this.lastDms };
+      await this.o.publish(this.rawRecords(records, types, leavesOf(decoded, peek.transactions), shapes, chain));
+      // Published: the next batch builds on them (a failed publish is read again, and writes its table definitions again).
+      this.shapes = shapes;
+      this.lastDms = chain.dms;
     }
     await deadLetterChanges(this.poisonContext(), poison);
     const last = peek.transactions[peek.transactions.length - 1]!;

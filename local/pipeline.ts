@@ -228,7 +228,8 @@ export class LocalPipeline {
           control: stack.control,
           changeLog: new KinesisChangeLog(stack.kinesis, stack.streams.changeLog),
           payloads: stack.payloads,
-          ...(o.catalogTypes ? { catalogTypes: true } : {}),
+          // As on AWS: the capture writes DMS records, which carry no types (docs/local.md, "DMS records").
+          catalogTypes: true,
         }),
     };
     const applier = {
@@ -564,6 +565,7 @@ export class LocalPipeline {
         transactions: cap.transactions,
         records: cap.records,
         recordsPerSecond: captureRate,
+        dmsDecoded: c.total(MetricName.DMS_RECORDS_DECODED),
         lastCommitLsn: cap.lastCommitLsn,
         slotRetainedBytes: cap.slotRetainedBytes,
         error: cap.error ? `${cap.error.name}: ${cap.error.message}` : null,

@@ -83,6 +83,8 @@ export interface StatusSnapshot {
     transactions: number;
     records: number;
     recordsPerSecond: number;
+    /** Raw records the normalizer read with its DMS decoder (metric `DmsRecordsDecoded`; docs/local.md, "DMS records"). @default 0 */
+    dmsDecoded?: number;
     lastCommitLsn: string | null;
     slotRetainedBytes: number | null;
     error: string | null;
@@ -151,7 +153,7 @@ export function renderStatus(s: StatusSnapshot): string[] {
   lines.push('');
   const c = s.capture;
   lines.push(
-    `capture  ${c.state}  ${c.transactions} tx, ${c.records} records (${rate(c.recordsPerSecond)}/s)  acked ${c.lastCommitLsn ?? '-'}  slot retains ${bytes(c.slotRetainedBytes)}`,
+    `capture  ${c.state}  ${c.transactions} tx, ${c.records} records (${rate(c.recordsPerSecond)}/s)  DMS-decoded ${c.dmsDecoded ?? 0}  acked ${c.lastCommitLsn ?? '-'}  slot retains ${bytes(c.slotRetainedBytes)}`,
   );
   if (c.error) lines.push(`  ERROR ${c.error}`);
   if (s.workload) lines.push(`workload ${s.workload.transactions} tx (${rate(s.workload.transactionsPerSecond)}/s)${s.workload.errors ? `, ${s.workload.errors} errors` : ''}`);
@@ -249,7 +251,7 @@ export function renderStatusLine(s: StatusSnapshot): string {
   for (const t of s.tables) states.set(t.state, (states.get(t.state) ?? 0) + 1);
   const tables = [...states].map(([k, n]) => `${n} ${k}`).join(', ');
   return (
-    `[${duration(s.now - s.startedAt)}] capture ${s.capture.state} ${s.capture.records} records (${rate(s.capture.recordsPerSecond)}/s)` +
+    `[${duration(s.now - s.startedAt)}] capture ${s.capture.state} ${s.capture.records} records (${rate(s.capture.recordsPerSecond)}/s), DMS-decoded ${s.capture.dmsDecoded ?? 0}` +
     (s.workload ? `; workload ${s.workload.transactions} tx` : '') +
     (sinks ? `; ${sinks}` : '') +
     `; tables ${tables || 'none yet'}; dead letters ${s.deadLetters}` +

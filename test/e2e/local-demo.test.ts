@@ -102,6 +102,9 @@ describe('cdc local --demo, end to end', () => {
     child = null;
     const out = second.output();
     expect(out, out).toContain('resumed');
+    // The normalizer read the capture's records with its DMS decoder (docs/local.md, "DMS records").
+    const decoded = [...out.matchAll(/DMS-decoded (\d+)/g)].map((m) => Number(m[1]));
+    expect(Math.max(0, ...decoded), out).toBeGreaterThan(0);
     await expectVerdict(out, 'verdict: MATCH', () => stateDirDiagnostics(stateDir, { source: 'demo' }), { 'first run (killed)': first.output() });
     expect(out, out).toContain('verdict (search index): MATCH');
     for (const t of ['public.customers', 'public.orders', 'public.documents', 'public.cdc_heartbeat']) expect(out).toMatch(new RegExp(`ok +${t.replace('.', '\\.')}:`));

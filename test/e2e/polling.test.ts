@@ -145,8 +145,8 @@ describe('polling fallback', () => {
     expect(new Set(polled.map((e) => e.capture))).toEqual(new Set(['poll']));
     expect(polled.every((e) => e.txId === null)).toBe(true);
     // The log-captured table: slot (and snapshot) events only.
-    expect(events.filter((e) => e.table === 'public.items').every((e) => e.capture === 'slot' || e.capture === 'snapshot')).toBe(true);
-    expect(events.some((e) => e.table === 'public.items' && e.capture === 'slot')).toBe(true);
+    expect(events.filter((e) => e.table === 'public.items').every((e) => e.capture === 'dms' || e.capture === 'snapshot')).toBe(true);
+    expect(events.some((e) => e.table === 'public.items' && e.capture === 'dms')).toBe(true);
 
     // A delete on a polled table is not observable: the warehouse keeps the row, and the platform says so.
     await source.query('DELETE FROM public.accounts WHERE id = 1');

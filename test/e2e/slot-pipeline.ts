@@ -13,6 +13,8 @@ import type { PostgresCluster } from '../../local/postgres.ts';
 import { SlotCapture, type RawRecord } from '../../local/capture.ts';
 import { TableConfigIndex, type TableConfig } from '../../lambda/core/tables/table-config.ts';
 import { Normalizer } from '../../lambda/core/capture/normalize.ts';
+import { readCatalogTypes } from '../../lambda/core/shared/catalog-types.ts';
+import { readPublishedPartitionTree } from '../../lambda/core/tables/partitions.ts';
 import { validateChangeEvent, type ChangeEvent } from '../../lambda/core/shared/event.ts';
 import { createWarehouseApplier, type ChangeRecord, type WarehouseApplier } from '../../lambda/handlers/warehouse-applier.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
@@ -43,6 +45,9 @@ export async function slotPipeline(cluster: PostgresCluster, schema: string, tab
     changeLog: { encode: (e) => JSON.stringify(e), publishEncoded: async (records) => void log.push(...records.map((t) => validateChangeEvent(JSON.parse(t)))) },
     metrics: { count: () => undefined, milliseconds: () => undefined },
     logger: quiet,
+    // The capture writes DMS records (docs/local.md, "DMS records"): types, keys and partitions as the normalizer reads them on AWS.
+    catalogTypes: (t) => readCatalogTypes(control, id, t),
+    partitionTree: () => readPublishedPartitionTree(control, id),
   });
   // One pool per applier, as each Lambda container (one per shard) has its own.
   const pools = [0, 1].map(() => {

@@ -134,7 +134,7 @@ describe('type catalogue', () => {
       // Changes through the slot.
       for (const c of cases) for (const sql of changes(c)) await p.src.query(sql);
       const live = await p.drain();
-      expect(live.filter((e) => e.capture === 'slot').length).toBeGreaterThan(cases.length * 3);
+      expect(live.filter((e) => e.capture === 'dms').length).toBeGreaterThan(cases.length * 3);
       await p.apply(live);
       await toSearch(live);
 

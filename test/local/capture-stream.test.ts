@@ -19,7 +19,7 @@ import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { compareLsn, readSlot } from '../../local/slot.ts';
 import { formatLsn, lsnToBigInt, SlotStream, statusUpdate } from '../../local/slot-stream.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
-import { until } from './helpers.ts';
+import { until, capturedViews } from './helpers.ts';
 
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
 const CRASH_RUNS = Number(process.env.CDC_CAPTURE_CRASH_RUNS ?? 8);
@@ -63,7 +63,7 @@ async function env(): Promise<Env> {
     sourceUrl: url,
     tables: new TableConfigIndex([{ table: 'public.t', deleteMode: 'soft', mask: [], exclude: [] }]),
     control,
-    publish: async (records) => void published.push(...records.map((r) => JSON.parse(r.data) as SlotRecord)),
+    publish: async (records) => void published.push(...records.flatMap((r) => capturedViews(r.data))),
     idleMs: 20,
     read: 'stream',
   };
@@ -107,7 +107,7 @@ describe('slot capture, streaming', () => {
     // The publisher accepts the records and then the process "dies" before the checkpoint.
     const publishedOnce: SlotRecord[] = [];
     const crashing: RawPublisher = async (records) => {
-      publishedOnce.push(...records.map((r) => JSON.parse(r.data) as SlotRecord));
+      publishedOnce.push(...records.flatMap((r) => capturedViews(r.data)));
       return never;
     };
     const c1 = new SlotCapture({ ...e.options, publish: crashing });
@@ -185,7 +185,7 @@ describe('slot capture, streaming', () => {
     let hold: Promise<void> | null = null;
     const publish: RawPublisher = async (records) => {
       await hold;
-      e.published.push(...records.map((r) => JSON.parse(r.data) as SlotRecord));
+      e.published.push(...records.flatMap((r) => capturedViews(r.data)));
     };
     const c = new SlotCapture({ ...e.options, publish });
     await c.start();

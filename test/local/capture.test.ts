@@ -13,14 +13,15 @@ import { startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
 import { dynamoDbClient, kinesisClient } from '../../lambda/adapters/aws-clients.ts';
 import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
 import { TableConfigIndex, type TableConfig } from '../../lambda/core/tables/table-config.ts';
-import { validateSlotRecord, type SlotRecord } from '../../lambda/core/capture/slot-record.ts';
+import type { SlotRecord } from '../../lambda/core/capture/slot-record.ts';
+import { readCatalogTypes } from '../../lambda/core/shared/catalog-types.ts';
 import { maskValue } from '../../lambda/core/tables/masking.ts';
 import { HistoryGapError } from '../../lambda/core/shared/errors.ts';
 import { SlotCapture, captureCheckpointName, kinesisRawPublisher, type RawPublisher, type RawRecord } from '../../local/capture.ts';
 import { compareLsn, readSlot } from '../../local/slot.ts';
 import { SourceNotReadyError, TransactionTooLargeError } from '../../local/errors.ts';
 import { createStream, readShards } from '../helpers/kinesis-read.ts';
-import { until } from './helpers.ts';
+import { until, capturedViews } from './helpers.ts';
 
 let cluster: PostgresCluster;
 let ddb: DynamoDbLocal;
@@ -94,7 +95,7 @@ function capture(e: Env, extra: Partial<ConstructorParameters<typeof SlotCapture
 async function rawRecords(stream: string): Promise<{ records: SlotRecord[]; text: string }> {
   const shards = await readShards(kinesis, stream);
   const texts = [...shards.values()].flat().map((r) => Buffer.from(r.Data!).toString('utf8'));
-  return { records: texts.map((t) => validateSlotRecord(JSON.parse(t))), text: texts.join('\n') };
+  return { records: texts.flatMap((t) => capturedViews(t)), text: texts.join('\n') };
 }
 
 function position(r: SlotRecord): string {
@@ -107,7 +108,7 @@ describe.each(['stream', 'peek'] as const)('slot capture (read: %s)', (mode) => 
     read = mode;
   });
 
-  it('publishes whole transactions as cdc-slot/1 records, masked and without excluded columns, then acks', async () => {
+  it('publishes whole transactions as DMS records, masked and without excluded columns, then acks', async () => {
     const e = await env();
     const c = capture(e);
     await c.start();
@@ -121,7 +122,9 @@ describe.each(['stream', 'peek'] as const)('slot capture (read: %s)', (mode) => 
 
     const { records, text } = await rawRecords(e.stream);
     expect(records).toHaveLength(7);
-    expect(records.every((r) => r.source === e.source && r.format === 'cdc-slot/1')).toBe(true);
+    // DMS records (docs/local.md, "DMS records"): data, a before image on updates, the metadata.
+    const raw = text.split('\n').map((t) => JSON.parse(t) as Record<string, unknown>);
+    expect(raw.every((r) => ('data' in r || 'control' in r) && 'metadata' in r && !('format' in r))).toBe(true);
     expect(records.some((r) => r.table === 'public.ignored')).toBe(false);
     // Masked at capture: the clear value never enters the stream; the hash does.
     expect(text).not.toContain('ada@example');
@@ -131,15 +134,18 @@ describe.each(['stream', 'peek'] as const)('slot capture (read: %s)', (mode) => 
     // Excluded: not there at all, not even as a name.
     expect(text).not.toContain('111-22-3333');
     expect(text).not.toContain('"ssn"');
-    // The unchanged TOAST value is reported as not delivered.
+    // The unchanged TOAST value is not delivered: absent from the data (IncludeNullAndEmpty writes a null as null).
     const docUpdate = records.find((r) => r.table === 'public.docs' && r.op === 'update')!;
-    expect(docUpdate.unchanged).toEqual(['body']);
-    // With its type, so a table first seen through such an update is registered with it (docs/schema-drift.md).
-    expect(docUpdate.unchangedTypes).toEqual({ body: 'text' });
     expect(docUpdate.columns!.map((col) => col.name)).toEqual(['id', 'title']);
-    // The key change carries the old key.
+    // Its type is in the catalog types the capture published for the normalizer (docs/schema-drift.md, "First sight of a table").
+    expect((await readCatalogTypes(control, e.source, 'public.docs'))!.columns).toEqual([
+      { name: 'id', type: 'integer' },
+      { name: 'title', type: 'text' },
+      { name: 'body', type: 'text' },
+    ]);
+    // The key change carries the old key in its before image.
     const keyChange = records.find((r) => r.op === 'update' && r.oldKey !== null)!;
-    expect(keyChange.oldKey).toEqual([{ name: 'id', type: 'integer', value: 1 }]);
+    expect(keyChange.oldKey).toEqual([{ name: 'id', type: '', value: 1 }]);
     // Positions are unique.
     expect(new Set(records.map(position)).size).toBe(7);
 
@@ -160,7 +166,9 @@ describe.each(['stream', 'peek'] as const)('slot capture (read: %s)', (mode) => 
     let slotName = '';
     const publish: RawPublisher = async (records: RawRecord[]) => {
       const confirmed = (await readSlot(watcher, slotName))!.confirmedFlushLsn;
-      calls.push({ records: records.length, confirmed, commits: new Set(records.map((r) => (JSON.parse(r.data) as SlotRecord).commitLsn)) });
+      // Row changes only (the table definition before a table's first rows is a control record).
+      const changes = records.flatMap((r) => capturedViews(r.data));
+      calls.push({ records: changes.length, confirmed, commits: new Set(changes.map((r) => r.commitLsn)) });
       await inner(records);
     };
     const c = capture(e, { publish, peekChanges: 5 });
@@ -325,8 +333,9 @@ describe.each(['stream', 'peek'] as const)('slot capture (read: %s)', (mode) => 
     await until('the next batch published', async () => (await rawRecords(e.stream)).records.some((r) => r.table === 'public.ignored'));
     await c.stop();
     const mine = (await rawRecords(e.stream)).records.filter((r) => r.table === 'public.ignored');
-    // Row 1 is the joining table's snapshot's to read; row 2 is a record with the table's key.
-    expect(mine.map((r) => ({ key: r.key, id: r.columns!.find((col) => col.name === 'id')!.value }))).toEqual([{ key: ['id'], id: 2 }]);
+    // Row 1 is the joining table's snapshot's to read; row 2 is a record, and the table's key is published with its catalog types.
+    expect(mine.map((r) => r.columns!.find((col) => col.name === 'id')!.value)).toEqual([2]);
+    expect((await readCatalogTypes(control, e.source, 'public.ignored'))!.key).toEqual(['id']);
     // And no change of it was dead-lettered (before, the batch built row 1 with an empty key: a dead letter, and the table degraded).
     expect((await control.listDeadLetters()).filter((d) => d.source === e.source)).toEqual([]);
     await e.sql.end();

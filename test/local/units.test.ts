@@ -51,6 +51,12 @@ describe('live status', () => {
     expect(renderStatus(snapshot({ now: 300_000 })).join('\n')).toMatch(/850 ms \(stale 1m41s\)/);
   });
 
+  it('shows how many records the normalizer read with its DMS decoder (docs/local.md, "DMS records")', () => {
+    const s = snapshot({ capture: { ...snapshot().capture, dmsDecoded: 1234 } });
+    expect(renderStatus(s).join('\n')).toContain('DMS-decoded 1234');
+    expect(renderStatusLine(s)).toContain('DMS-decoded 1234');
+  });
+
   it('shows a poller stalled on an infrastructure error, in the status and the plain line', () => {
     const stalled = snapshot({ consumers: [{ consumer: 'warehouse', recordsPerSecond: 0, behindMs: 0, retries: 12, deadLetters: 0, stalledMs: 42_000, lastError: 'Error: connect ECONNREFUSED 127.0.0.1:5432' }] });
     expect(renderStatus(stalled).join('\n')).toMatch(/warehouse STALLED for 42\.0 s, retrying without limit \(nothing is skipped\): Error: connect ECONNREFUSED/);

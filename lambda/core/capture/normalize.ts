@@ -39,7 +39,7 @@ import type { ChangeEvent } from '../shared/event.ts';
 import { assertSchemaVersion, keyText, validateChangeEvent } from '../shared/event.ts';
 import type { AuditEntry, ColumnDef, ControlPlane, PreImage, SchemaVersion, TableRecord } from '../shared/control-plane.ts';
 import type { DecodeResult, DecodedChange, DecodedControl } from './decoded.ts';
-import { decodeRawRecord, type DecodeContext } from './decode.ts';
+import { decodeRawRecord, detectRecordFormat, type DecodeContext } from './decode.ts';
 import { EMPTY_PARTITION_TREE, type PartitionTree } from '../tables/partitions.ts';
 import { parseJsonExact } from '../shared/json-exact.ts';
 import { applyColumnRulesToChange, applyColumnRulesToColumns } from '../tables/masking.ts';
@@ -238,9 +238,13 @@ interface Buffered<E> {
 /** One invocation's worth of records. */
 export class NormalizerBatch<E> {
   private readonly cache = new Map<string, Registry>();
+  /** Primary keys of unregistered tables as their published catalog types give them (null: none published), for DMS records that name none. */
+  private readonly catalogKeys = new Map<string, string[] | null>();
   /** The published partition trees, as last read (`knowPartitionsOf`), and when (epoch ms). */
   private tree: PartitionTree = EMPTY_PARTITION_TREE;
   private treeReadAt = 0;
+  /** DMS records decoded since the last flush (metric `DmsRecordsDecoded`). */
+  private dmsDecoded = 0;
   private buffer: Buffered<E>[] = [];
   private ordinal = -1;
   private pendingFrom: number | null = null;
@@ -272,6 +276,10 @@ export class NormalizerBatch<E> {
 
   /** Publishes the buffered events in order. */
   async flush(): Promise<void> {
+    if (this.dmsDecoded > 0) {
+      this.o.metrics.count(MetricName.DMS_RECORDS_DECODED, this.dmsDecoded);
+      this.dmsDecoded = 0;
+    }
     if (this.buffer.length > 0) {
       await this.o.changeLog.publishEncoded(this.buffer.map((b) => b.encoded));
       const now = this.now().getTime();
@@ -353,6 +361,7 @@ export class NormalizerBatch<E> {
       await deadLetter(e.code, e.message);
       return 'dead-lettered';
     }
+    if (detectRecordFormat(parsed) === 'dms') this.dmsDecoded++;
     if (result.kind === 'ignored') {
       this.o.logger.debug('Record ignored', { origin: raw.origin, reason: result.reason });
       return 'ignored';
@@ -398,7 +407,14 @@ export class NormalizerBatch<E> {
             return null;
           }
           const key = reg.versions.at(-1)?.key ?? [];
-          return key.length > 0 ? [...key] : null;
+          if (key.length > 0) return [...key];
+          // A table not registered yet: the key the catalog published with its types (a DMS insert names none).
+          if (!this.catalogKeys.has(table) && this.o.catalogTypes && reg.versions.length === 0 && this.o.tables.get(table) !== undefined) {
+            misses.add(table);
+            return null;
+          }
+          const published = this.catalogKeys.get(table) ?? null;
+          return published !== null && published.length > 0 ? [...published] : null;
         },
         columns: (table) => {
           const reg = this.cache.get(table);
@@ -417,7 +433,15 @@ export class NormalizerBatch<E> {
         failure = e;
       }
       if (misses.size > 0 && pass < DECODE_PASSES) {
-        for (const t of misses) await this.registry(t);
+        for (const t of misses) {
+          const reg = await this.registry(t);
+          if (this.o.catalogTypes && reg.versions.length === 0 && !this.catalogKeys.has(t) && this.o.tables.get(t) !== undefined) {
+            const catalog = await this.o.catalogTypes(t);
+            // Retried, never dead-lettered: the types (and key) are published by the time the record comes again.
+            if (catalog === null) throw new TableTypesPendingError(this.o.source, t, 'no catalog types (and so no primary key) are published for it yet');
+            this.catalogKeys.set(t, catalog.key);
+          }
+        }
         continue;
       }
       if (result !== undefined) return result;

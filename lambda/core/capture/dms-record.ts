@@ -1,0 +1,191 @@
+/**
+ * Renders a row change of the local slot capture as the record AWS DMS puts on the Kinesis raw
+ * stream for a PostgreSQL source, with the task settings the constructs give a `CdcSource`
+ * (docs/local.md, "DMS records"): JSON message format, `IncludeTransactionDetails`,
+ * `IncludeNullAndEmpty`, a before image under `before-image`, partition key type `schema-table`.
+ * The normalizer then reads the local capture's changes with the DMS decoder (dms-decoder.ts),
+ * the code every AWS deployment runs.
+ *
+ * ```json
+ * { "data": { "id": 45, "name": "Jane" },
+ *   "before-image": { "id": 46 },
+ *   "metadata": { "timestamp": "2026-11-29T13:05:21.190012Z", "record-type": "data", "operation": "update",
+ *     "partition-key-type": "schema-table", "schema-name": "public", "table-name": "foo",
+ *     "transaction-id": 754, "transaction-record-id": 0, "prev-transaction-id": 753, "prev-transaction-record-id": 2,
+ *     "commit-timestamp": "2026-11-29T13:05:21.188736Z", "stream-position": "00000000/01752928.2.00000000/01752928" } }
+ * ```
+ *
+ * - `data`: insert and update: the delivered columns of the new row (an unchanged TOAST value is
+ *   left out, absent meaning "not delivered", unless the old image holds it); delete: the old
+ *   image the source supplied (the key, or the whole row under `REPLICA IDENTITY FULL`) and every
+ *   other column of the table as null, as `IncludeNullAndEmpty` writes a delete.
+ * - `before-image`: updates only: the old image the source supplied (the old key when the key
+ *   changed, the whole old row under `REPLICA IDENTITY FULL`), `{}` when it supplied none.
+ * - `metadata.stream-position`: the transaction's commit LSN as DMS prints it (8 + 8 hex digits),
+ *   twice, around a middle part whose meaning AWS does not document (the capture writes `2`, the
+ *   value most real records show); the decoder reads the first part (docs/positions.md).
+ * - `metadata.transaction-record-id`: the change's index in its transaction, so the decoded
+ *   position is exactly the slot path's `makePosition(commitLsn, index)`. (Real DMS numbers a
+ *   transaction's records from 1; the decoder reads either.)
+ * - `metadata.prev-transaction-id` / `prev-transaction-record-id`: the last record of the
+ *   previous transaction the capture published, when there is one.
+ *
+ * Values are the slot capture's JSON values unchanged (docs/exact-numbers.md): an integer within
+ * 2^53 a number, a `numeric` or a larger `int8` its exact decimal text, `json`/`jsonb` their text.
+ * Pure: the caller passes the time the message is built.
+ */
+import { InvalidRecordError } from '../shared/errors.ts';
+import type { JsonValue, Row } from '../shared/event.ts';
+import { parseLsn } from '../shared/position.ts';
+import { DMS_BEFORE_IMAGE_FIELD } from './dms-decoder.ts';
+import type { SlotColumn, SlotRecord } from './slot-record.ts';
+
+/** The middle part of the stream positions the capture writes (AWS does not document it). */
+export const DMS_STREAM_POSITION_MIDDLE = '2';
+
+/** The previous transaction's last record, as `prev-transaction-*` names it. */
+export interface DmsPrevious {
+  transactionId: number;
+  recordId: number;
+}
+
+/** One DMS data record (the metadata in the order AWS documents it). */
+export interface DmsDataRecord {
+  data: Row;
+  'before-image'?: Row;
+  metadata: {
+    timestamp: string;
+    'record-type': 'data';
+    operation: 'insert' | 'update' | 'delete';
+    'partition-key-type': 'schema-table';
+    'schema-name': string;
+    'table-name': string;
+    'transaction-id': number;
+    'transaction-record-id': number;
+    'prev-transaction-id'?: number;
+    'prev-transaction-record-id'?: number;
+    'commit-timestamp': string;
+    'stream-position': string;
+  };
+}
+
+export interface DmsRenderContext {
+  /** When the message is built (ISO-8601); rendered with microseconds as DMS does. */
+  now: Date;
+  /** The table's columns in table order (excluded ones left out), for the nulls of a delete; null when unknown. */
+  columns: readonly string[] | null;
+  /** The previous transaction's last record, or null for the first one. */
+  previous: DmsPrevious | null;
+  /**
+   * The name DMS gives the change's table: the leaf partition that holds the row for a change of a
+   * partitioned table (docs/partitioned-tables.md). @default the record's table
+   */
+  table?: string;
+}
+
+/** A PostgreSQL LSN as DMS prints it in a stream position: `00000002/7C007178`. */
+export function dmsLsn(lsn: string): string {
+  const v = parseLsn(lsn, 'commitLsn');
+  const hex = (n: bigint): string => n.toString(16).toUpperCase().padStart(8, '0');
+  return `${hex(v >> 32n)}/${hex(v & 0xffffffffn)}`;
+}
+
+/** `2026-11-29T13:05:21.188Z` → `2026-11-29T13:05:21.188000Z` (DMS writes microseconds). */
+export function dmsTimestamp(d: Date): string {
+  return `${d.toISOString().slice(0, 23)}000Z`;
+}
+
+function rowOf(columns: readonly SlotColumn[]): Row {
+  const row: Row = {};
+  for (const c of columns) row[c.name] = c.value;
+  return row;
+}
+
+/**
+ * The DMS record of one slot record (`insert`, `update` or `delete`). Throws `InvalidRecordError`
+ * for a `truncate` or a `snapshot` row: DMS delivers neither as a change record (docs/truncate.md,
+ * docs/local.md).
+ */
+export function dmsRecordOf(r: SlotRecord, ctx: DmsRenderContext): DmsDataRecord {
+  if (r.op !== 'insert' && r.op !== 'update' && r.op !== 'delete') {
+    throw new InvalidRecordError('op', `DMS writes no change record for a ${r.op} (docs/local.md, "DMS records")`);
+  }
+  if (r.capture === 'poll') throw new InvalidRecordError('capture', 'a polled row is no DMS record (docs/polling.md)');
+  const table = ctx.table ?? r.table;
+  const dot = table.indexOf('.');
+  const txId = Number(r.xid);
+  if (!Number.isSafeInteger(txId)) throw new InvalidRecordError('xid', `expected a transaction id DMS writes as a number, got ${JSON.stringify(r.xid)}`);
+  const old = r.oldKey === null ? null : rowOf(r.oldKey);
+  let data: Row;
+  if (r.op === 'delete') {
+    data = { ...old! };
+    for (const c of ctx.columns ?? []) if (!(c in data)) data[c] = null;
+  } else {
+    data = rowOf(r.columns!);
+    // An unchanged TOAST value is the old one: under REPLICA IDENTITY FULL the old image holds it.
+    for (const u of r.unchanged) if (old !== null && u in old) data[u] = old[u] as JsonValue;
+  }
+  const record: DmsDataRecord = {
+    data,
+    ...(r.op === 'update' ? { [DMS_BEFORE_IMAGE_FIELD]: old ?? {} } : {}),
+    metadata: {
+      timestamp: dmsTimestamp(ctx.now),
+      'record-type': 'data',
+      operation: r.op,
+      'partition-key-type': 'schema-table',
+      'schema-name': table.slice(0, dot),
+      'table-name': table.slice(dot + 1),
+      'transaction-id': txId,
+      'transaction-record-id': r.index,
+      ...(ctx.previous !== null ? { 'prev-transaction-id': ctx.previous.transactionId, 'prev-transaction-record-id': ctx.previous.recordId } : {}),
+      'commit-timestamp': r.commitTs,
+      'stream-position': `${dmsLsn(r.commitLsn)}.${DMS_STREAM_POSITION_MIDDLE}.${dmsLsn(r.commitLsn)}`,
+    },
+  };
+  return record;
+}
+
+/** Whether DMS writes a change record for this slot record (not for a truncate, a snapshot row or a polled row). */
+export function dmsExpresses(r: SlotRecord): boolean {
+  return (r.op === 'insert' || r.op === 'update' || r.op === 'delete') && r.capture !== 'poll';
+}
+
+/** One DMS control record with a table definition (`IncludeControlDetails`). */
+export interface DmsControlRecord {
+  control: { 'table-def': { columns: Record<string, { type: string; nullable: boolean }>; 'primary-key': string[] } };
+  metadata: {
+    timestamp: string;
+    'record-type': 'control';
+    operation: 'create-table' | 'change-columns';
+    'partition-key-type': 'task-id';
+    'partition-key-value': string;
+    'schema-name': string;
+    'table-name': string;
+  };
+}
+
+/**
+ * The control record DMS sends when a table's definition is first seen (`create-table`) or
+ * changed (`change-columns`), from a row image that names every column (docs/local.md, "DMS
+ * records"). The columns keep the source's type names with their modifiers (`character
+ * varying(20)`, `numeric(12,2)`), where DMS writes its own coarser names (`WSTRING`, `NUMERIC`
+ * with `length`, `precision`, `scale`); nullability is not known from a row image and is written
+ * `true`.
+ */
+export function dmsTableDefOf(table: string, columns: readonly { name: string; type: string }[], key: readonly string[], operation: 'create-table' | 'change-columns', ctx: { now: Date; taskId: string }): DmsControlRecord {
+  const dot = table.indexOf('.');
+  const defs: Record<string, { type: string; nullable: boolean }> = {};
+  for (const c of columns) defs[c.name] = { type: c.type, nullable: true };
+  return {
+    control: { 'table-def': { columns: defs, 'primary-key': [...key] } },
+    metadata: {
+      timestamp: dmsTimestamp(ctx.now),
+      'record-type': 'control',
+      operation,
+      'partition-key-type': 'task-id',
+      'partition-key-value': ctx.taskId,
+      'schema-name': table.slice(0, dot),
+      'table-name': table.slice(dot + 1),
+    },
+  };
+}

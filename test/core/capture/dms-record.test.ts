@@ -1,0 +1,121 @@
+/**
+ * The DMS records the local capture writes (lambda/core/capture/dms-record.ts): the DMS decoder
+ * reads each to the changes the slot decoder reads from the slot record it was made of: same ops,
+ * keys, positions, commit times, transaction ids and row images, over many random records (seed
+ * and count printed). What DMS cannot carry differs as documented: a delete's before image is the
+ * key, an unchanged TOAST value not in the old image is missing.
+ */
+import { describe, expect, it } from 'vitest';
+import { decodeDmsRecord, type DecodeContext } from '../../../lambda/core/capture/dms-decoder.ts';
+import { decodeSlotRecord } from '../../../lambda/core/capture/slot-decoder.ts';
+import { dmsLsn, dmsRecordOf, dmsTimestamp } from '../../../lambda/core/capture/dms-record.ts';
+import type { DecodeResult, DecodedChange } from '../../../lambda/core/capture/decoded.ts';
+import { SLOT_RECORD_FORMAT, type SlotColumn, type SlotRecord } from '../../../lambda/core/capture/slot-record.ts';
+import { InvalidRecordError } from '../../../lambda/core/shared/errors.ts';
+import type { JsonValue } from '../../../lambda/core/shared/event.ts';
+
+function changes(r: DecodeResult): DecodedChange[] {
+  if (r.kind !== 'changes') throw new Error(`expected changes, got ${r.kind}`);
+  return r.changes;
+}
+
+/** A small deterministic generator (mulberry32). */
+function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const COLUMNS = ['id', 'k2', 'name', 'amount', 'doc', 'big'];
+
+function randomRecord(r: () => number): { record: SlotRecord; key: string[] } {
+  const pick = <T,>(xs: readonly T[]): T => xs[Math.floor(r() * xs.length)]!;
+  const key = r() < 0.5 ? ['id'] : ['id', 'k2'];
+  const value = (name: string): JsonValue => {
+    if (key.includes(name)) return name === 'id' ? Math.floor(r() * 1000) : pick(['a', 'b', 'ü', '9007199254740993']);
+    return pick<JsonValue>([null, 0, -1.5, '12.30', '9007199254740993', 'text "quoted"', '{"a": 1}', true, 'x'.repeat(Math.floor(r() * 50))]);
+  };
+  const row = (): SlotColumn[] => COLUMNS.map((name) => ({ name, type: 'text', value: value(name) }));
+  const op = pick(['insert', 'update', 'delete'] as const);
+  const full = r() < 0.3; // REPLICA IDENTITY FULL: the old image is the whole row
+  const base = { format: SLOT_RECORD_FORMAT as typeof SLOT_RECORD_FORMAT, source: 'orders', xid: String(1 + Math.floor(r() * 4e9)), commitLsn: `${Math.floor(r() * 16).toString(16).toUpperCase()}/${Math.floor(r() * 0xffffffff).toString(16).toUpperCase()}`, commitTs: '2026-11-29T13:05:21.188736Z', index: Math.floor(r() * 5000), table: 'public.t', key };
+  const keyOf = (cols: SlotColumn[]) => cols.filter((c) => key.includes(c.name));
+  if (op === 'insert') return { record: { ...base, op, columns: row(), oldKey: null, unchanged: [] }, key };
+  if (op === 'delete') {
+    const old = row();
+    return { record: { ...base, op, columns: null, oldKey: full ? old.filter((c) => c.value !== null || key.includes(c.name)) : keyOf(old), unchanged: [] }, key };
+  }
+  const cols = row();
+  const unchanged = r() < 0.4 ? ['doc'] : [];
+  const delivered = cols.filter((c) => !unchanged.includes(c.name));
+  const keyChanged = r() < 0.4;
+  const old = row().map((c) => (!keyChanged && key.includes(c.name) ? cols.find((x) => x.name === c.name)! : c));
+  const oldKey = full ? old : keyChanged ? keyOf(old) : null;
+  return { record: { ...base, op, columns: delivered, oldKey, unchanged }, key };
+}
+
+describe('DMS records of the local capture', () => {
+  it('decode with the DMS decoder to the slot decoder’s changes (randomized)', () => {
+    const seed = Number(process.env.SEED ?? Date.now() % 1e9);
+    const runs = 2000;
+    console.log(`dms-record round trip: seed ${seed}, ${runs} records`);
+    const r = rng(seed);
+    for (let i = 0; i < runs; i++) {
+      const { record, key } = randomRecord(r);
+      const ctx: DecodeContext = { source: 'orders', keyColumns: () => key, columns: () => COLUMNS };
+      const dms = JSON.parse(JSON.stringify(dmsRecordOf(record, { now: new Date(), columns: COLUMNS, previous: null })));
+      const fromDms = changes(decodeDmsRecord(dms, ctx));
+      const fromSlot = changes(decodeSlotRecord(record));
+      const at = `seed ${seed}, record ${i}: ${JSON.stringify(record)}`;
+      expect(fromDms.map((c) => [c.op, c.key, c.position, c.commitTs, c.txId]), at).toEqual(fromSlot.map((c) => [c.op, c.key, c.position, c.commitTs, c.txId]));
+      for (let j = 0; j < fromDms.length; j++) {
+        const d = fromDms[j]!;
+        const s = fromSlot[j]!;
+        expect(d.after, at).toEqual(s.after);
+        expect(d.missing, at).toEqual(s.missing);
+        if (d.op === 'update') expect(d.before, at).toEqual(s.before);
+        // A delete's before image is the key on the DMS path (its other columns arrive as nulls).
+        if (d.op === 'delete' && record.op === 'delete') expect(d.before, at).toEqual(s.key);
+      }
+    }
+  });
+
+  it('renders the metadata as DMS does: LSNs in 8+8 hex digits, microseconds, the previous transaction', () => {
+    expect(dmsLsn('2/7C007178')).toBe('00000002/7C007178');
+    expect(dmsLsn('0/1752928')).toBe('00000000/01752928');
+    expect(dmsTimestamp(new Date('2026-11-29T13:05:21.188Z'))).toBe('2026-11-29T13:05:21.188000Z');
+    const record: SlotRecord = { format: SLOT_RECORD_FORMAT, source: 'orders', xid: '1141', commitLsn: '2/7C0073F8', commitTs: '2024-07-29T00:59:07.678294Z', index: 1, table: 'public.foo', op: 'update', key: ['id'], columns: [{ name: 'id', type: 'integer', value: 45 }], oldKey: [{ name: 'id', type: 'integer', value: 46 }], unchanged: [] };
+    const out = dmsRecordOf(record, { now: new Date('2024-07-29T00:59:07.686Z'), columns: ['id'], previous: { transactionId: 1140, recordId: 1 }, table: 'public.foo_p1' });
+    expect(out).toEqual({
+      data: { id: 45 },
+      'before-image': { id: 46 },
+      metadata: {
+        timestamp: '2024-07-29T00:59:07.686000Z',
+        'record-type': 'data',
+        operation: 'update',
+        'partition-key-type': 'schema-table',
+        'schema-name': 'public',
+        'table-name': 'foo_p1',
+        'transaction-id': 1141,
+        'transaction-record-id': 1,
+        'prev-transaction-id': 1140,
+        'prev-transaction-record-id': 1,
+        'commit-timestamp': '2024-07-29T00:59:07.678294Z',
+        'stream-position': '00000002/7C0073F8.2.00000002/7C0073F8',
+      },
+    });
+    // An update whose source supplied no old image has an empty before image, as DMS's pk-only one.
+    expect(dmsRecordOf({ ...record, oldKey: null }, { now: new Date(), columns: null, previous: null })['before-image']).toEqual({});
+  });
+
+  it('refuses what DMS writes no change record for: a truncate, a snapshot row', () => {
+    const truncate: SlotRecord = { format: SLOT_RECORD_FORMAT, source: 'orders', xid: '7', commitLsn: '0/10', commitTs: '2026-11-29T13:05:21.188736Z', index: 0, table: 'public.foo', op: 'truncate', key: [], columns: null, oldKey: null, unchanged: [] };
+    expect(() => dmsRecordOf(truncate, { now: new Date(), columns: null, previous: null })).toThrow(InvalidRecordError);
+    expect(() => dmsRecordOf({ ...truncate, op: 'snapshot', key: ['id'], columns: [{ name: 'id', type: 'integer', value: 1 }] }, { now: new Date(), columns: null, previous: null })).toThrow(/snapshot/);
+  });
+});
