@@ -120,10 +120,11 @@ function render(body) {
   }))]));
   var byState = {};
   s.tables.forEach(function (t) { (byState[t.state] = byState[t.state] || []).push(t); });
-  out.push(panel("tables", "tables by state", [el("div", { id: "table-states" }, [Object.keys(byState).map(function (k) {
-    return byState[k].length + " " + k + (k === "paused" ? " (held by the sinks)" : "");
-  }).join(", ") || "none yet"]), grid("tables-table", ["table", "state", "reason"], s.tables.map(function (t) {
-    return [t.table, t.state + (t.state === "paused" ? " (sinks hold its events)" : ""), [t.reason, t.capture === "poll" ? "capture poll: " + body.pollNote : null].filter(function (x) { return x; }).join("; ")];
+  var held = s.tables.filter(function (t) { return t.heldBy && t.heldBy.length; }).length;
+  out.push(panel("tables", "tables by state", [el("div", { id: "table-states" }, [(Object.keys(byState).map(function (k) {
+    return byState[k].length + " " + k;
+  }).join(", ") || "none yet") + (held ? "; " + held + " held by a sink" : "")]), grid("tables-table", ["table", "state", "held by", "reason"], s.tables.map(function (t) {
+    return [t.table, t.state, (t.heldBy || []).join(", "), [t.reason, t.capture === "poll" ? "capture poll: " + body.pollNote : null].filter(function (x) { return x; }).join("; ")];
   }))]));
   if (s.notCaptured && s.notCaptured.length) out.push(panel("not-captured", "not captured (capture rules)", [grid("not-captured-table", ["table", "verdict", "reason"], s.notCaptured.map(function (t) { return [t.table, t.verdict, t.reason]; }))]));
   out.push(panel("dead-letters", "dead letters", [el("div", { id: "dead-letter-count", class: s.deadLetters ? "bad" : "" }, [String(s.deadLetters)])]));
