@@ -142,8 +142,9 @@ function refresh() {
     render(body);
     lastOk = Date.now();
     var u = document.getElementById("updated");
-    u.className = "muted";
-    u.textContent = "updated " + new Date(lastOk).toLocaleTimeString() + " (every 2 s)";
+    var age = body.status ? lastOk - body.status.now : 0;
+    u.className = age > 5000 ? "stale" : "muted";
+    u.textContent = body.status ? "status of " + new Date(body.status.now).toLocaleTimeString() + (age > 5000 ? ", not updated for " + ms(age) + " (after time is up the drain's progress is on the terminal)" : " (refreshed every 2 s)") : "waiting for the first status";
   }).catch(function (e) {
     var u = document.getElementById("updated");
     u.className = "stale";

@@ -83,6 +83,9 @@ export class StatusPage {
 
   private handle(req: http.IncomingMessage, res: http.ServerResponse): void {
     const route = (req.url ?? '/').split('?')[0];
+    // Only this machine's names: a page of another site whose name resolves to 127.0.0.1 (DNS rebinding) reads nothing.
+    const host = req.headers.host ?? '';
+    if (!/^(127\.0\.0\.1|localhost|\[::1\])(:\d+)?$/.test(host)) return send(res, 421, 'text/plain; charset=utf-8', `host ${JSON.stringify(host)} is not served: open ${this.url}\n`);
     if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'text/plain; charset=utf-8', `${req.method} is not served: the status page is read-only\n`);
     if (route === '/' || route === '/index.html') return send(res, 200, 'text/html; charset=utf-8', STATUS_PAGE_HTML);
     if (route === '/status.json') {

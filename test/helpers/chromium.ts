@@ -10,7 +10,10 @@ import path from 'node:path';
 
 /** The browser: `CHROMIUM` if set, else the first of Debian's and others' usual names on PATH. */
 export function chromiumPath(): string {
-  if (process.env.CHROMIUM) return process.env.CHROMIUM;
+  if (process.env.CHROMIUM) {
+    if (!existsSync(process.env.CHROMIUM)) throw new Error(`CHROMIUM is ${process.env.CHROMIUM}, which does not exist`);
+    return process.env.CHROMIUM;
+  }
   for (const dir of (process.env.PATH ?? '').split(path.delimiter)) {
     for (const name of ['chromium', 'chromium-browser', 'google-chrome']) {
       if (dir && existsSync(path.join(dir, name))) return path.join(dir, name);

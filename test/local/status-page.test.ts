@@ -8,6 +8,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdtemp, rm } from 'node:fs/promises';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
@@ -108,6 +109,7 @@ describe('the status page in headless Chromium', () => {
 
     const dom = await renderedDom(page!.url);
     expect(dom).toMatch(/<h1 id="title">cdc local — source demo — up \d/);
+    expect(dom).toMatch(/<div id="updated" class="muted">status of [^<]*\(refreshed every 2 s\)</);
 
     const sinks = rows(dom, 'sinks-table');
     expect(sinks[0]).toEqual(['sink', 'lag now', 'p50', 'p99', 'events/s', 'dead letters']);
@@ -142,5 +144,14 @@ describe('the status page in headless Chromium', () => {
     const body = (await (await fetch(new URL('/status.json', page!.url))).json()) as { status: { source: string }; history: unknown[] };
     expect(body.status.source).toBe('demo');
     expect(body.history.length).toBeGreaterThan(1);
+    // Another name for this machine (DNS rebinding) is refused.
+    const foreign = await new Promise<number>((resolve, reject) => {
+      const u = new URL('/status.json', page!.url);
+      http.get({ host: u.hostname, port: u.port, path: u.pathname, headers: { host: `evil.example:${u.port}` } }, (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      }).on('error', reject);
+    });
+    expect(foreign).toBe(421);
   });
 });
