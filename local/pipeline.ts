@@ -148,6 +148,8 @@ export class LocalPipeline {
   slotReport: SlotReport | null = null;
   private tableStates: TableRecord[] = [];
   private deadLetterCount = 0;
+  /** Per table of this source, the sinks that hold its events now (docs/operations.md, "Blast radius of one table"). */
+  private heldBy = new Map<string, string[]>();
   private lastControlRead = 0;
   private readonly counters = new Map<string, Array<[number, number]>>();
   /** Each sink's resume replay (docs/operations.md): runs when an operator resume releases a hold. */
@@ -502,6 +504,9 @@ export class LocalPipeline {
     try {
       this.tableStates = await this.o.stack.control.listTables(this.o.source);
       this.deadLetterCount = (await this.o.stack.control.listDeadLetters()).length;
+      const held = new Map<string, string[]>();
+      for (const p of await this.o.stack.control.listSinkProgress()) if (p.source === this.o.source && p.heldFrom !== null) held.set(p.table, [...(held.get(p.table) ?? []), p.sink]);
+      this.heldBy = held;
     } catch (e) {
       this.o.onError?.('control plane', e);
     }
@@ -584,7 +589,7 @@ export class LocalPipeline {
         },
         ...(this.pollers.search && this.o.search ? [searchStatus(this.pollers.search, this.o.search.sinkId)] : []),
       ],
-      tables: this.tableStates.map((t) => ({ table: t.table, state: t.state, reason: t.stateReason, ...(t.capture === 'poll' ? { capture: 'poll' as const } : {}) })),
+      tables: this.tableStates.map((t) => ({ table: t.table, state: t.state, reason: t.stateReason, ...(t.capture === 'poll' ? { capture: 'poll' as const } : {}), ...(this.heldBy.has(t.table) ? { heldBy: this.heldBy.get(t.table) } : {}) })),
       slots: this.slotReport?.slots.map((r) => ({ slot: r.slot, ours: r.ours, active: r.active, walStatus: r.walStatus, confirmedLsn: r.confirmedLsn ?? null, retainedBytes: r.retainedBytes, headroomBytes: r.headroomBytes, level: r.level })) ?? [],
       ...(this.snapshots ? { snapshots: this.snapshots.lines(now) } : {}),
       ...(this.discovery ? { notCaptured: this.discovery.verdicts.filter((v) => v.verdict !== 'captured').map((v) => ({ table: v.table, verdict: v.verdict, reason: v.reasons.join('; ') })) } : {}),

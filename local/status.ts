@@ -42,6 +42,8 @@ export interface TableStatus {
   reason: string | null;
   /** `poll` for a polled table: its deletes are not observable (docs/polling.md). */
   capture?: 'poll';
+  /** The sinks that hold its events now (paused, or stopped by an error a retry will not fix; docs/operations.md). @default none */
+  heldBy?: string[];
 }
 
 /** One replication slot of the source as the slot monitor saw it (lambda/core/capture/slot-monitor.ts). */
@@ -213,7 +215,7 @@ export function renderStatus(s: StatusSnapshot): string[] {
   }
   if (s.tables.length > 0) {
     lines.push('tables');
-    lines.push(...table(s.tables.map((t) => [t.table, t.state, [t.reason, t.capture === 'poll' ? `capture poll: ${POLL_DELETES_INVISIBLE}` : null].filter((x) => x).join('; ')])));
+    lines.push(...table(s.tables.map((t) => [t.table, t.state, [t.heldBy?.length ? `held by ${t.heldBy.join(', ')}` : null, t.reason, t.capture === 'poll' ? `capture poll: ${POLL_DELETES_INVISIBLE}` : null].filter((x) => x).join('; ')])));
     lines.push('');
   }
   lines.push(`dead letters: ${s.deadLetters}`);
@@ -249,7 +251,8 @@ export function renderStatusLine(s: StatusSnapshot): string {
     .join('; ');
   const states = new Map<string, number>();
   for (const t of s.tables) states.set(t.state, (states.get(t.state) ?? 0) + 1);
-  const tables = [...states].map(([k, n]) => `${n} ${k}`).join(', ');
+  const held = s.tables.filter((t) => t.heldBy?.length).map((t) => `${t.table} by ${t.heldBy!.join(', ')}`);
+  const tables = [...states].map(([k, n]) => `${n} ${k}`).join(', ') + (held.length > 0 ? ` (held: ${held.join('; ')})` : '');
   return (
     `[${duration(s.now - s.startedAt)}] capture ${s.capture.state} ${s.capture.records} records (${rate(s.capture.recordsPerSecond)}/s), DMS-decoded ${s.capture.dmsDecoded ?? 0}` +
     (s.workload ? `; workload ${s.workload.transactions} tx` : '') +

@@ -21,6 +21,7 @@ import { sourceNotReady } from '../../local/slot.ts';
 import { CheckId, type CheckResult } from '../../lambda/core/operator/doctor.ts';
 import { doctorSource } from './doctor.ts';
 import { formatMs, StatusWriter } from '../../local/status.ts';
+import { openStatusPage, showOnPage } from '../../local/status-page.ts';
 import { DrainProgress, pipelineReadings, printDrainProgress, runLags, StatusView, whileWorking } from './local-progress.ts';
 import { finishReport, lagText, runSummary, type LocalReport } from './local-report.ts';
 import { compareSourceAndSearch, compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts';
@@ -333,6 +334,7 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
   signals.sayWith(print);
   const stopped = signals.requested.then(() => 'signal' as const);
   let statusTimer: NodeJS.Timeout | null = null;
+  const page = await openStatusPage(print);
   try {
     if (o.demo) await createDemoSchema(stack.sourceUrl, { seed: o.snapshot });
     pipeline = new LocalPipeline({
@@ -369,7 +371,7 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
     const progress = new DrainProgress(pipelineReadings(p, collector, sinkIds), p.startedAt);
     const tick = async (): Promise<void> => {
       await p.refreshControl();
-      writer.update(view.apply(p.snapshot(hint)));
+      writer.update(showOnPage(page, view.apply(p.snapshot(hint))));
       progress.line(Date.now());
     };
     statusTimer = setInterval(() => void tick().catch(() => undefined), 1000);
@@ -381,7 +383,7 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
     clearInterval(statusTimer);
     statusTimer = null;
     await p.refreshControl(true);
-    writer.update(view.apply(p.snapshot(null)), true);
+    writer.update(showOnPage(page, view.apply(p.snapshot(null))), true);
     writer.release();
     if (outcome instanceof Error) {
       print(`\ncdc local: the capture stopped: ${describeError(outcome)}\n`);
@@ -460,6 +462,7 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
     }
   } finally {
     if (statusTimer) clearInterval(statusTimer);
+    await page?.close().catch(() => undefined);
     // Consumers first (each finishes or abandons its batch, checkpoints kept), then the servers they use.
     print('cdc local: stopping the capture, the snapshot and the pollers\n');
     await pipeline?.stop().then(

@@ -44,6 +44,13 @@ describe('live status', () => {
     expect(text).not.toMatch(/\x1b/);
   });
 
+  it('names the sinks that hold a table, in the status and the plain line', () => {
+    const held = snapshot({ tables: [{ table: 'public.customers', state: 'paused', reason: 'OPERATOR_PAUSE: test', heldBy: ['warehouse', 'search'] }] });
+    expect(renderStatus(held).join('\n')).toMatch(/public\.customers\s+paused\s+held by warehouse, search; OPERATOR_PAUSE: test/);
+    expect(renderStatusLine(held)).toContain('tables 1 paused (held: public.customers by warehouse, search)');
+    expect(renderStatus(snapshot()).join('\n')).not.toContain('held by');
+  });
+
   it('says when no heartbeat arrived yet and when the last one is stale', () => {
     expect(renderStatus(snapshot({ sinks: [{ sink: 'w', lagMs: null, lagAt: null, lagP50Ms: null, lagP99Ms: null, eventsPerSecond: 0, deadLetters: 0 }] })).join('\n')).toContain(
       'waiting for heartbeat',
