@@ -31,7 +31,7 @@ import type { ColumnRules } from '../lambda/core/tables/masking.ts';
 import { ruled } from './capture-columns.ts';
 import { checkIdentity, checkSlotResume, recordAcked, type ContinuityContext } from './capture-continuity.ts';
 import { deadLetterChanges, pushOrReport, refreshKeys, undecodable, type PoisonChange, type PoisonContext } from './capture-poison.ts';
-import { buildSlotRecord, type SlotChange, type SlotColumn, type SlotRecord } from '../lambda/core/capture/slot-record.ts';
+import { buildSlotRecord, type SlotChange, type SlotRecord } from '../lambda/core/capture/slot-record.ts';
 import { dmsExpresses, dmsRecordOf, dmsTableDefOf, type DmsPrevious } from '../lambda/core/capture/dms-record.ts';
 import { publishCatalogTypes } from '../lambda/core/shared/catalog-types.ts';
 import type { DecodedTransaction } from '../lambda/core/capture/logical-text.ts';
