@@ -200,9 +200,10 @@ export class AdaptivePacer implements Pacer {
 export const PROBE_QUANTILE = 0.5;
 
 /**
- * Added latency below this many milliseconds is no pressure: a probe is one round trip measured
- * by the worker's process, whose scheduling alone varies by that much, while a local commit takes
- * a fraction of it (10 % of 0.2 ms is 20 µs: below what the measurement can tell).
+ * Added latency below this many milliseconds is no pressure: a probe is one commit that waits for
+ * a WAL flush, timed by the server (docs/snapshot.md, "The budget"), and a flush on a disk shared
+ * with other work varies by about that much, while a commit without a flush takes a fraction of it
+ * (10 % of 0.2 ms is 20 µs: below what the measurement can tell).
  */
 export const PROBE_NOISE_FLOOR_MS = 1;
 
