@@ -13,7 +13,7 @@
  *    SELECT returns), in the capture's canonical session settings.
  *
  * Never a lock stronger than the ACCESS SHARE of a plain SELECT; no transaction spans more than
- * one chunk. The fence's commit is also the pressure probe's write (`PostgresPressureProbe`).
+ * one chunk. The source's pressure is measured apart (`PostgresPressureProbe`).
  */
 import { HORIZON_MICROS_SQL, horizonBound, POLL_XMIN_SQL } from '../core/capture/poll-snapshot.ts';
 import pg from 'pg';
@@ -41,7 +41,7 @@ export interface PostgresSnapshotReaderOptions {
   fenceTimeoutMs?: number;
   /** @default 10 */
   fencePollMs?: number;
-  /** Called with each fence commit's latency (ms): the pressure probe's samples. */
+  /** Called with each fence commit's round trip as the client times it, ms (not a probe sample: docs/snapshot.md, "The budget"). */
   onProbe?: (ms: number) => void;
   applicationName?: string;
   /** How far below the server clock a timestamp poll page's horizon stays (docs/polling.md). @default 1000 */
@@ -192,8 +192,8 @@ export class PostgresSnapshotReader implements SnapshotReader, PollReader {
   /**
    * Step 1 of the fence: L0 then X, in one committed transaction, sent as one multi-statement
    * query (one round trip; the server runs the statements in order, so L0 is read before X is
-   * assigned). Its latency (one round trip carrying a committed write) is a probe sample, the
-   * same shape as `PostgresPressureProbe`'s own probes.
+   * assigned). Its round trip goes to `onProbe`; it is not a pressure sample (it writes no WAL
+   * before its commit, so the commit does not wait for a flush, and the client times it).
    */
   async fence(): Promise<{ lowWatermark: string; xid: string }> {
     const { primary } = await this.clients();
@@ -281,10 +281,53 @@ export class PostgresSnapshotReader implements SnapshotReader, PollReader {
 }
 
 /**
- * Source pressure on PostgreSQL: the latency of recent probe writes (the fence commits, and extra
- * probes when asked) against a baseline taken before the snapshot, compared at `PROBE_QUANTILE`
- * (`addedLatencyPct`, lambda/core/snapshot/snapshot-pacer.ts), plus the number of active sessions. CPU is
- * not visible from SQL: locally `addedCpuPct` is null (on AWS the CloudWatch probe supplies it).
+ * The probe write, timed by the server's own clock (docs/snapshot.md, "The budget"): one simple
+ * query of several statements, which the server parses at once and then runs back to back
+ * without waiting for the client, so the interval between the two `clock_timestamp()` readings
+ * is the transaction and nothing of the client: not the network, not a client process starved
+ * of CPU, not its event loop busy packing a chunk.
+ *
+ * The transaction must flush WAL at commit the way the source's own writes do: one that only
+ * takes a transaction id writes no WAL before its commit record and commits without waiting for
+ * the flush. An ACCESS EXCLUSIVE lock on the probe session's own temporary table (no other
+ * session can see it) writes a lock record for hot standbys (every source runs `wal_level =
+ * logical`), so the commit waits for the flush (and for synchronous standbys, group commit),
+ * while no table of the source is touched and logical decoding sees an empty transaction.
+ */
+export const SERVER_TIMED_PROBE_SQL =
+  'SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint::text AS t0; ' +
+  'BEGIN; LOCK TABLE pg_temp.cdc_pressure_probe IN ACCESS EXCLUSIVE MODE; COMMIT; ' +
+  'SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint::text AS t1';
+
+/** The session's probe table, created once per connection (a temporary table: dropped with the session). */
+const PROBE_TABLE_SQL = 'CREATE TEMPORARY TABLE IF NOT EXISTS cdc_pressure_probe ()';
+const probeReady = new WeakSet<pg.Client>();
+
+/** The server-side duration (ms) of one `SERVER_TIMED_PROBE_SQL` run on `c`. */
+export async function serverTimedProbe(c: pg.Client): Promise<number> {
+  if (!probeReady.has(c)) {
+    await c.query(PROBE_TABLE_SQL);
+    probeReady.add(c);
+  }
+  let results: pg.QueryResult[];
+  try {
+    results = (await c.query(SERVER_TIMED_PROBE_SQL)) as unknown as pg.QueryResult[];
+  } catch (e) {
+    await c.query('ROLLBACK').catch(() => undefined);
+    throw e;
+  }
+  if (!Array.isArray(results) || results.length !== 5) throw new Error(`the pressure probe expected 5 results (one per statement), got ${Array.isArray(results) ? results.length : 1}`);
+  const t0 = BigInt((results[0]!.rows[0] as { t0: string }).t0);
+  const t1 = BigInt((results[4]!.rows[0] as { t1: string }).t1);
+  return Number(t1 - t0) / 1000;
+}
+
+/**
+ * Source pressure on PostgreSQL: the latency of recent probe writes, each timed by the server's
+ * clock (`serverTimedProbe`), against a baseline taken before the snapshot, compared at
+ * `PROBE_QUANTILE` (`addedLatencyPct`, lambda/core/snapshot/snapshot-pacer.ts), plus the number of
+ * active sessions. CPU is not visible from SQL: locally `addedCpuPct` is null (on AWS the
+ * CloudWatch probe supplies it).
  */
 export class PostgresPressureProbe {
   private baseline: number[] = [];
@@ -295,16 +338,9 @@ export class PostgresPressureProbe {
     private readonly window = 50,
   ) {}
 
-  /** One probe write: a committed transaction that assigns a transaction id, in one round trip (the shape of a fence's commit). */
-  private async probeOnce(c: pg.Client): Promise<number> {
-    const t0 = performance.now();
-    try {
-      await multi(c, 'BEGIN; SELECT pg_current_xact_id(); COMMIT');
-    } catch (e) {
-      await c.query('ROLLBACK').catch(() => undefined);
-      throw e;
-    }
-    return performance.now() - t0;
+  /** One probe write: a committed transaction that flushes WAL, timed by the server (`SERVER_TIMED_PROBE_SQL`). */
+  private probeOnce(c: pg.Client): Promise<number> {
+    return serverTimedProbe(c);
   }
 
   /** Takes the baseline: `samples` probe writes before the snapshot starts. Returns its `PROBE_QUANTILE`, ms. */
@@ -316,7 +352,7 @@ export class PostgresPressureProbe {
     return quantile(xs, PROBE_QUANTILE);
   }
 
-  /** Adds a probe sample measured elsewhere (a fence commit). */
+  /** Adds a probe sample measured elsewhere, ms (server-timed, like the probe's own). */
   sample(ms: number): void {
     this.recent.push(ms);
     while (this.recent.length > this.window) this.recent.shift();

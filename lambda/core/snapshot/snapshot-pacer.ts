@@ -200,11 +200,27 @@ export class AdaptivePacer implements Pacer {
 export const PROBE_QUANTILE = 0.5;
 
 /**
- * Added latency below this many milliseconds is no pressure: a probe is one round trip measured
- * by the worker's process, whose scheduling alone varies by that much, while a local commit takes
- * a fraction of it (10 % of 0.2 ms is 20 µs: below what the measurement can tell).
+ * Added latency below this many milliseconds is no pressure: a probe is one commit that waits for
+ * a WAL flush, timed by the server (docs/snapshot.md, "The budget"), and a flush on a disk shared
+ * with other work varies by about that much, while a commit without a flush takes a fraction of it
+ * (10 % of 0.2 ms is 20 µs: below what the measurement can tell).
  */
 export const PROBE_NOISE_FLOOR_MS = 1;
+
+/** The baseline's own spread that still counts as no pressure: its `PROBE_SPREAD_QUANTILE` above its `PROBE_QUANTILE`. */
+export const PROBE_SPREAD_QUANTILE = 0.9;
+
+/**
+ * The smallest added latency that is pressure, ms: `PROBE_NOISE_FLOOR_MS`, or the baseline's own
+ * spread when that is wider (docs/snapshot.md, "The budget"): a probe commit waits for a WAL flush,
+ * and on a disk shared with other work the flush varies by more than the snapshot could be told
+ * apart from (measured 0.8 ms median, 3-5 ms at the 90th percentile on an idle server of a busy
+ * machine). A median that moved less than the baseline's own 90th percentile did is that variation.
+ */
+export function probeNoiseFloorMs(baseline: readonly number[]): number {
+  const spread = quantile(baseline, PROBE_SPREAD_QUANTILE) - quantile(baseline, PROBE_QUANTILE);
+  return Math.max(PROBE_NOISE_FLOOR_MS, Number.isFinite(spread) ? spread : 0);
+}
 
 /** The `q` quantile of `xs` (nearest rank; NaN for none). */
 export function quantile(xs: readonly number[], q: number): number {
@@ -223,5 +239,5 @@ export function addedLatencyPct(baseline: readonly number[], recent: readonly nu
   const base = quantile(baseline, PROBE_QUANTILE);
   if (!(base > 0)) return null;
   const added = quantile(recent, PROBE_QUANTILE) - base;
-  return added < PROBE_NOISE_FLOOR_MS ? 0 : (added / base) * 100;
+  return added < probeNoiseFloorMs(baseline) ? 0 : (added / base) * 100;
 }

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { chunkCopyQuery, chunkQuery, chunkRecords, cursorAfter, encodeChunkRecords, formatEta, parseCopyText, rowToColumns, snapshotPosition, SnapshotTableError, type ChunkRead, type SnapshotTableShape } from '../../../lambda/core/snapshot/snapshot.ts';
-import { AdaptivePacer, addedLatencyPct, budgetRatio, DEFAULT_SOURCE_BUDGET, FixedPacer, quantile } from '../../../lambda/core/snapshot/snapshot-pacer.ts';
+import { AdaptivePacer, addedLatencyPct, budgetRatio, DEFAULT_SOURCE_BUDGET, FixedPacer, probeNoiseFloorMs, quantile } from '../../../lambda/core/snapshot/snapshot-pacer.ts';
 import { bootstrapFromCopy, planSnapshots, requestSnapshot, runPendingSnapshots, runTableSnapshot, type SnapshotReader } from '../../../lambda/core/snapshot/snapshot-worker.ts';
 import { BootstrapGapError, sweepPosition } from '../../../lambda/core/snapshot/snapshot.ts';
 import { makePosition } from '../../../lambda/core/shared/position.ts';
@@ -188,6 +188,15 @@ describe('adaptive pacer', () => {
     p.record({ rows: 500, readMs: 10, busyMs: 100, pressure: calm }); // smoothed 0.75: hold
     p.record({ rows: 500, readMs: 10, busyMs: 100, pressure: calm }); // smoothed < 0.5: halve
     expect(p.next()).toMatchObject({ pauseMs: 100, state: 'slowed' });
+  });
+
+  it('the probe statistic on a noisy disk: a median that moved less than the baseline spread is no pressure; one that moved past it is', () => {
+    // An idle server on a busy machine: flushes at 0.8 ms mostly, 3-5 ms at the 90th percentile (docs/snapshot.md, "The budget").
+    const baseline = Array.from({ length: 20 }, (_, i) => (i % 10 === 9 ? 4 : i % 10 === 8 ? 3.2 : 0.8));
+    expect(probeNoiseFloorMs(baseline)).toBeCloseTo(2.4, 6);
+    expect(probeNoiseFloorMs([0.2, 0.21, 0.22])).toBe(1); // a quiet disk: the fixed floor
+    expect(addedLatencyPct(baseline, baseline.map((x) => x + 2))).toBe(0);
+    expect(addedLatencyPct(baseline, baseline.map((x) => x + 10))).toBeGreaterThan(2 * DEFAULT_SOURCE_BUDGET.writeLatencyPct);
   });
 
   it('the probe statistic: rare slow probes and sub-millisecond jitter are no pressure; a source slowed by milliseconds is (the crawl at 20-50 rows/s)', () => {
