@@ -371,8 +371,8 @@ export function explainThrottle(throttle: string, short = false): string {
   switch (throttle) {
     case 'paused':
       return short
-        ? "paused (the source's probe commits over 2x the budget; machine load counts too)"
-        : "paused: the source's probe commits were slower than twice the budget allows (the pacer reads added write latency; on a busy machine its load reads the same as the source's), so the snapshot rests between small chunks";
+        ? "paused (the source's probe commits over 2x the budget)"
+        : "paused: the source's probe commits were slower than twice the budget allows (the pacer reads the write latency the source's own clock measures, so the client's load does not count; a disk shared with other processes does), so the snapshot rests between small chunks";
     case 'slowed':
       return short ? "slowed (the source's probe commits over the budget)" : "slowed: the source's probe commits were over the budget, so the snapshot rests between chunks";
     case 'fenced':
