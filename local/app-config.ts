@@ -15,7 +15,8 @@ import { parseTableConfig, parseTableRules, type TableConfig, type TableRule } f
 import { DEFAULT_INDEX_PREFIX, validateSearchTables, type SearchTableConfig } from '../lambda/core/search/search-plan.ts';
 import type { MergePolicy } from '../lambda/core/warehouse/warehouse-apply.ts';
 import type { SourceBudget } from '../lambda/core/snapshot/snapshot-pacer.ts';
-import { catalogTypesSetting, mergePolicyFromEnvironment, parseBudget } from '../lambda/runtime/environment.ts';
+import { catalogTypesSetting, parseBudget } from '../lambda/runtime/environment.ts';
+import { mergePolicyFromEnvironment } from '../lambda/runtime/merge-policy.ts';
 import { LocalConfigError } from './errors.ts';
 
 /**

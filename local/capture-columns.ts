@@ -16,7 +16,7 @@ import type { CatalogType } from './catalog.ts';
  */
 export function ruled(columns: SlotColumn[] | null, rules: ColumnRules, types: ReadonlyMap<string, CatalogType> | undefined): SlotColumn[] | null {
   if (columns === null) return null;
-  // A new column object only where the catalog adds a modifier (fewer objects per change: docs/performance.md, section 3).
+  // A new column object only where the catalog adds a modifier (fewer objects per change: docs/performance-log.md, "3. Capture").
   let typed = columns;
   if (types) {
     for (let i = 0; i < columns.length; i++) {

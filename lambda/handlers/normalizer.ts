@@ -32,7 +32,8 @@ import { readPublishedPartitionTree } from '../core/tables/partitions.ts';
 import { isSourceId } from '../core/shared/event.ts';
 import { Normalizer, type ChangeLogWriter } from '../core/capture/normalize.ts';
 import { parseTableConfig, parseTableRules, TableConfigIndex, type TableConfig, type TableRule } from '../core/tables/table-config.ts';
-import { catalogTypesSetting, payloadStoreFromEnvironment, requiredEnv } from '../runtime/environment.ts';
+import { catalogTypesSetting, requiredEnv } from '../runtime/environment.ts';
+import { payloadStoreFromEnvironment } from '../runtime/payload-store.ts';
 import { normalizerMetrics, onlyDimensions } from '../runtime/metrics.ts';
 
 const SERVICE = ServiceName.NORMALIZER;

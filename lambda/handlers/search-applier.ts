@@ -21,7 +21,7 @@ import type { ApplyOptions, BatchOutcome, ChangeRecord } from '../core/warehouse
 import { OpenSearchIndex, searchClient } from '../adapters/search-opensearch.ts';
 import { dynamoDbClient } from '../adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
-import { payloadStoreFromEnvironment } from '../runtime/environment.ts';
+import { payloadStoreFromEnvironment } from '../runtime/payload-store.ts';
 import { isReplayEvent, replayFromEnvironment, type ReplayEvent, type ReplayOutcome } from '../runtime/replay.ts';
 import { changeRecordOf, emitApplyMetrics, partialBatchResponse } from '../runtime/sink-batch.ts';
 

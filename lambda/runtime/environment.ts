@@ -1,42 +1,15 @@
 /**
- * Settings every handler reads from the environment the constructs set (contracts/env.ts): the
- * payload bucket, the warehouse's merge policy, the snapshot budget (the warehouse connection is
- * lambda/runtime/warehouse-pool.ts, so that a handler without a warehouse does not bundle `pg`). A setting that is
- * missing or malformed is a `ConfigurationError` naming the variable.
+ * Settings handlers read from the environment the constructs set (contracts/env.ts): required
+ * variables, the snapshot budget, reconcile tiers, catalog types. Settings of one kind of function
+ * live beside it, so a handler's bundle reads only what its function is given: the payload bucket
+ * in lambda/runtime/payload-store.ts, the merge policy in lambda/runtime/merge-policy.ts, the
+ * warehouse connection in lambda/runtime/warehouse-pool.ts (a handler without a warehouse does not
+ * bundle `pg`). A setting that is missing or malformed is a `ConfigurationError` naming the variable.
  */
-import { S3Client } from '@aws-sdk/client-s3';
 import { EnvName } from '../../contracts/env.ts';
 import { CdcError, ConfigurationError } from '../core/shared/errors.ts';
-import type { PayloadStore } from '../core/shared/payload-store.ts';
 import { DEFAULT_SOURCE_BUDGET, type SourceBudget } from '../core/snapshot/snapshot-pacer.ts';
 import type { ReconcileTier } from '../core/reconcile/reconcile.ts';
-import { validateMergePolicy, type MergePolicy } from '../core/warehouse/warehouse-apply.ts';
-import { S3PayloadStore } from '../adapters/payload-store-s3.ts';
-
-/** The payload bucket the construct grants this function (dead letters' whole records, events stored out of line). */
-export function payloadStoreFromEnvironment(): PayloadStore | undefined {
-  const bucket = process.env[EnvName.PAYLOAD_BUCKET];
-  return bucket ? new S3PayloadStore(new S3Client({}), bucket, '', process.env[EnvName.PAYLOAD_KMS_KEY_ARN] || undefined) : undefined;
-}
-
-/** The merge policy the construct sets (`WarehouseSink` props `mergeMaxRows`, `mergeMaxAge`, `mergeOnSchedule`); unset: the defaults. */
-export function mergePolicyFromEnvironment(): Partial<MergePolicy> {
-  const out: Partial<MergePolicy> = {};
-  const rows = process.env[EnvName.MERGE_MAX_ROWS];
-  const age = process.env[EnvName.MERGE_MAX_AGE_MS];
-  const onSchedule = process.env[EnvName.MERGE_ON_SCHEDULE];
-  if (rows) out.maxRows = Number(rows);
-  if (age) out.maxAgeMs = Number(age);
-  if (onSchedule !== undefined && onSchedule !== '') {
-    if (onSchedule !== 'true' && onSchedule !== 'false') throw new ConfigurationError(`${EnvName.MERGE_ON_SCHEDULE} must be true or false, got ${JSON.stringify(onSchedule)}`);
-    out.inline = onSchedule !== 'true';
-  }
-  try {
-    return validateMergePolicy(out, `${EnvName.MERGE_MAX_ROWS} / ${EnvName.MERGE_MAX_AGE_MS}`);
-  } catch (err) {
-    throw new ConfigurationError((err as Error).message);
-  }
-}
 
 /** Parses `CDC_SNAPSHOT_BUDGET`; unset means the defaults (≤ 10 % added p99 write latency, ≤ 5 % added CPU). */
 export function parseBudget(text: string | undefined): SourceBudget {

@@ -61,7 +61,7 @@ export function emitSingleMetrics(metrics: Metrics, name: string, unit: (typeof 
 /** The Lambda partial-batch response of a sink applier: the records `outcome` reports failed, with their reasons. */
 export function partialBatchResponse(event: KinesisStreamEvent, outcome: BatchOutcome, processor: BatchProcessor, context?: Context): Promise<KinesisStreamBatchResponse> {
   // Nothing failed: the response Powertools builds then, without its per-record pass (a few µs
-  // per record on the critical path; docs/performance.md §20).
+  // per record on the critical path; docs/performance-log.md, "Warehouse apply: less Node work per event on the append path").
   if (outcome.failed.length === 0) return Promise.resolve({ batchItemFailures: [] });
   const failed = new Set(outcome.failed);
   return processPartialResponse(

@@ -16,7 +16,7 @@ import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
 import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
 import { toKinesisStreamEvent } from '../../lambda/adapters/kinesis-event.ts';
 import { copyStageLoader, type PgWarehouseOptions } from '../../lambda/adapters/warehouse-pg.ts';
-import { mergePolicyFromEnvironment } from '../../lambda/runtime/environment.ts';
+import { mergePolicyFromEnvironment } from '../../lambda/runtime/merge-policy.ts';
 import { createWarehouseApplier, type ChangeRecord, type MergePolicy, type WarehouseApplier } from '../../lambda/handlers/warehouse-applier.ts';
 import type { ColumnDef, ControlPlane, DeleteMode, TableState } from '../../lambda/core/shared/control-plane.ts';
 import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/shared/event.ts';

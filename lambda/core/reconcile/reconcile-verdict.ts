@@ -14,7 +14,7 @@ export interface KeyRange {
 }
 
 /**
- * How both sides of a comparison hash a row (docs/reconcile.md, "Row hashes"); each side lists
+ * How both sides of a comparison hash a row (docs/reconcile.md, "Range checksums"); each side lists
  * the schemes it can compute and the core picks the first of the source's that the sink has.
  * - `md5-text`: the first 60 bits of the MD5 of `rowHashText` of the compared columns' text.
  *   Every side can compute it: SQL, and a sink read into memory (a search index's documents).
