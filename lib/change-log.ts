@@ -1,21 +1,21 @@
-import { Duration, RemovalPolicy, Resource, Size, Stack, Validations, type IResource } from 'aws-cdk-lib';
+import { Duration, RemovalPolicy, Resource, type IResource } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
-import * as iam from 'aws-cdk-lib/aws-iam';
+import type * as iam from 'aws-cdk-lib/aws-iam';
 import * as kinesis from 'aws-cdk-lib/aws-kinesis';
-import * as firehose from 'aws-cdk-lib/aws-kinesisfirehose';
-import * as kms from 'aws-cdk-lib/aws-kms';
+import type * as firehose from 'aws-cdk-lib/aws-kinesisfirehose';
+import type * as kms from 'aws-cdk-lib/aws-kms';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
-import * as logs from 'aws-cdk-lib/aws-logs';
-import * as s3 from 'aws-cdk-lib/aws-s3';
+import type * as s3 from 'aws-cdk-lib/aws-s3';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { S3_SERVER_ACCESS_LOGS_USE_BUCKET_POLICY } from 'aws-cdk-lib/cx-api';
 import type { Construct } from 'constructs';
-import { EnvName, ServiceName } from '../contracts/env.ts';
-import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './private/alarms.ts';
-import { CdcFunction } from './private/cdc-function.ts';
-import { createPlatformKey } from './private/platform-key.ts';
-import { consumeStream, defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
-import { checkIntegerRange, checkKinesisRetention, checkRequiredProps, fail, isKnownDuration } from './private/validate.ts';
+import { changeLogAlarms } from './private/change-log-alarms.ts';
+import { archiveBucket } from './private/change-log-archive.ts';
+import { ARCHIVE_COPIER_PREFIX, archiveCopier } from './private/change-log-copier.ts';
+import { archiveDelivery } from './private/change-log-delivery.ts';
+import { changeLogStream } from './private/change-log-stream.ts';
+import { checkChangeLogProps } from './private/change-log-validate.ts';
+import { checkRequiredProps } from './private/validate.ts';
 
 /**
  * The change log: the Kinesis stream every sink reads (the system of record for change,
@@ -189,25 +189,6 @@ export interface ChangeLogAttributes {
   readonly encryptionKey?: kms.IKey;
 }
 
-/**
- * The archive bucket's configuration changes its bucket policy denies to everyone but the
- * break-glass roles and CloudFormation (docs/deploy.md, "The archive").
- */
-const ARCHIVE_CONFIGURATION_ACTIONS = [
-  's3:PutLifecycleConfiguration',
-  's3:PutBucketPolicy',
-  's3:DeleteBucketPolicy',
-  's3:PutBucketObjectLockConfiguration',
-  's3:PutBucketVersioning',
-  's3:PutReplicationConfiguration',
-];
-
-/** Where Firehose writes in the archive bucket: its records, and the records it could not deliver. */
-const FIREHOSE_PREFIXES = ['changes/', 'errors/'] as const;
-
-/** Where the archive copier writes in the archive bucket (docs/rebuild.md, "Archive layout"). */
-const ARCHIVE_COPIER_PREFIX = 'change-log/';
-
 abstract class ChangeLogBase extends Resource implements IChangeLog {
   abstract readonly stream: kinesis.IStream;
   abstract readonly retention: Duration;
@@ -343,320 +324,54 @@ export class ChangeLog extends ChangeLogBase implements IArchivedChangeLog {
     const removalPolicy = props.removalPolicy ?? RemovalPolicy.RETAIN;
     this.retention = props.retention ?? Duration.days(7);
     this.archiveRetention = props.archiveRetention ?? Duration.days(365);
-    checkKinesisRetention(this, 'retention', this.retention);
-    checkIntegerRange(this, 'shardCount', props.shardCount, 1, 100_000);
-    if (isKnownDuration(this.archiveRetention) && isKnownDuration(this.retention)) {
-      if (this.archiveRetention.toDays({ integral: false }) !== Math.floor(this.archiveRetention.toDays({ integral: false }))) {
-        fail(this, `archiveRetention must be a whole number of days (s3 lifecycle rules count days), got ${this.archiveRetention.toHumanString()}`);
-      }
-      if (this.archiveRetention.toSeconds() < this.retention.toSeconds()) {
-        fail(
-          this,
-          `archiveRetention (${this.archiveRetention.toHumanString()}) must not be shorter than retention (${this.retention.toHumanString()}); the archive must hold at least what the stream holds`,
-        );
-      }
-    }
     const bufferingInterval = props.archiveBufferingInterval ?? Duration.minutes(5);
-    if (isKnownDuration(bufferingInterval) && bufferingInterval.toSeconds() > 900) {
-      fail(this, `archiveBufferingInterval must be at most 15 minutes, got ${bufferingInterval.toHumanString()}`);
-    }
-    if (props.archiveReplicaBucket && !props.archiveReplicaEncryptionKey) {
-      fail(this, 'archiveReplicaEncryptionKey is required with archiveReplicaBucket: archive objects are kms-encrypted and s3 replicates them only to a named key in the replica region');
-    }
-    if (props.archiveReplicaEncryptionKey && !props.archiveReplicaBucket) {
-      fail(this, 'archiveReplicaEncryptionKey is set but archiveReplicaBucket is not');
-    }
+    checkChangeLogProps(this, { ...props, retention: this.retention, archiveRetention: this.archiveRetention, bufferingInterval });
 
-    this.key = props.encryptionKey ?? createPlatformKey(this, 'Key', removalPolicy, `Created by ${this.node.path}: the change log, its dead-letter queue and log groups`);
-    this.encryptionKey = this.key;
-    const stream = new kinesis.Stream(this, 'Stream', {
-      retentionPeriod: this.retention,
-      streamMode: props.shardCount === undefined ? kinesis.StreamMode.ON_DEMAND : kinesis.StreamMode.PROVISIONED,
-      shardCount: props.shardCount,
-      encryption: kinesis.StreamEncryption.KMS,
-      encryptionKey: this.key,
-      removalPolicy,
-    });
+    const { key, stream } = changeLogStream(this, { retention: this.retention, shardCount: props.shardCount, encryptionKey: props.encryptionKey, removalPolicy });
+    this.key = key;
+    this.encryptionKey = key;
     this.stream = stream;
-    Validations.of(stream).acknowledge({
-      id: 'AwsSolutions-KDS3',
-      reason: 'the stream is encrypted with the platform\'s own customer-managed key (or the encryptionKey given), as docs/architecture.md says, instead of alias/aws/kinesis',
-    });
 
-    this.archiveEncryptionKey =
-      props.archiveEncryptionKey ??
-      new kms.Key(this, 'ArchiveKey', {
-        description: `Created by ${this.node.path}`,
-        enableKeyRotation: true,
-        removalPolicy,
-      });
-    const accessLogs = props.accessLogsBucket ?? this.createAccessLogsBucket(removalPolicy);
-    const archive = new s3.Bucket(this, 'Archive', {
-      encryption: s3.BucketEncryption.KMS,
-      encryptionKey: this.archiveEncryptionKey,
-      bucketKeyEnabled: true,
-      blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
-      enforceSSL: true,
-      minimumTLSVersion: 1.2,
-      objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-      versioned: true,
-      // Every version is locked for the archive's retention (docs/deploy.md, "The archive"): a
-      // rewrite makes a new version and leaves the one written first in place.
-      objectLockEnabled: true,
-      objectLockDefaultRetention:
-        (props.archiveObjectLockMode ?? s3.ObjectLockMode.GOVERNANCE) === s3.ObjectLockMode.COMPLIANCE
-          ? s3.ObjectLockRetention.compliance(this.archiveRetention)
-          : s3.ObjectLockRetention.governance(this.archiveRetention),
-      serverAccessLogsBucket: accessLogs,
-      serverAccessLogsPrefix: 'archive/',
-      lifecycleRules: [
-        {
-          id: 'expire-at-archive-retention',
-          expiration: this.archiveRetention,
-          // Versioning exists for replication and against accidental overwrites and deletes: a
-          // version made noncurrent (overwritten, or hidden by a delete marker) is kept for
-          // another archiveRetention, so whatever happened can be undone for that long
-          // (docs/deploy.md, "The archive").
-          noncurrentVersionExpiration: this.archiveRetention,
-          abortIncompleteMultipartUploadAfter: Duration.days(7),
-        },
-        { id: 'remove-expired-delete-markers', expiredObjectDeleteMarker: true },
-      ],
-      replicationRules: props.archiveReplicaBucket
-        ? [
-            {
-              id: 'replicate-archive',
-              destination: props.archiveReplicaBucket,
-              kmsKey: props.archiveReplicaEncryptionKey,
-              sseKmsEncryptedObjects: true,
-              priority: 0,
-              deleteMarkerReplication: false,
-            },
-          ]
-        : undefined,
-      removalPolicy,
-    });
-    this.archiveBucket = archive;
-    // The archive is the record of truth beyond the stream: nobody deletes from it but the
-    // lifecycle rule (which bucket policies do not govern) and the break-glass roles.
-    const breakGlass = props.archiveBreakGlassRoles ?? [];
-    const notBreakGlass = breakGlass.length > 0 ? { ArnNotEquals: { 'aws:PrincipalArn': breakGlass.map((r) => r.roleArn) } } : {};
-    archive.addToResourcePolicy(
-      new iam.PolicyStatement({
-        sid: 'DenyArchiveDeletes',
-        effect: iam.Effect.DENY,
-        principals: [new iam.AnyPrincipal()],
-        actions: ['s3:DeleteObject', 's3:DeleteObjectVersion', 's3:BypassGovernanceRetention'],
-        resources: [archive.arnForObjects('*')],
-        ...(breakGlass.length > 0 ? { conditions: notBreakGlass } : {}),
-      }),
-    );
-    // Nobody shortens the retention, drops the lock or the policy, or suspends versioning outside
-    // a CloudFormation deployment of this stack (which must stay able to update and delete the
-    // bucket and its policy) or a break-glass role (docs/deploy.md, "The archive").
-    archive.addToResourcePolicy(
-      new iam.PolicyStatement({
-        sid: 'DenyArchiveConfigurationChanges',
-        effect: iam.Effect.DENY,
-        principals: [new iam.AnyPrincipal()],
-        actions: ARCHIVE_CONFIGURATION_ACTIONS,
-        resources: [archive.bucketArn],
-        conditions: { ...notBreakGlass, 'ForAllValues:StringNotEquals': { 'aws:CalledVia': ['cloudformation.amazonaws.com'] } },
-      }),
-    );
+    const archive = archiveBucket(this, { ...props, archiveRetention: this.archiveRetention, removalPolicy });
+    this.archiveEncryptionKey = archive.archiveKey;
+    this.archiveBucket = archive.bucket;
 
-    // Firehose's own role, with exactly what an S3 destination needs (no delete): the destination
-    // is given an immutable view of it, so the L2's read-write grant adds nothing.
-    const deliveryRole = new iam.Role(this, 'ArchiveDeliveryRole', {
-      assumedBy: new iam.ServicePrincipal('firehose.amazonaws.com'),
-      description: `Firehose writes the archive of ${this.node.path}: put and read objects, never delete`,
-    });
-    this.archiveDeliveryRole = deliveryRole;
+    const delivery = archiveDelivery(this, { stream, archive: archive.bucket, archiveKey: archive.archiveKey, logKey: key, bufferingInterval });
+    this.archiveDeliveryRole = delivery.role;
+    this.archiveDeliveryStream = delivery.delivery;
 
-    const delivery = new firehose.DeliveryStream(this, 'ArchiveDelivery', {
-      source: new firehose.KinesisStreamSource(stream),
-      destination: new firehose.S3Bucket(archive, {
-        role: deliveryRole.withoutPolicyUpdates(),
-        encryptionKey: this.archiveEncryptionKey,
-        compression: firehose.Compression.GZIP,
-        bufferingInterval,
-        bufferingSize: Size.mebibytes(64),
-        dataOutputPrefix: `${FIREHOSE_PREFIXES[0]}!{timestamp:yyyy/MM/dd/HH}/`,
-        errorOutputPrefix: `${FIREHOSE_PREFIXES[1]}!{firehose:error-output-type}/!{timestamp:yyyy/MM/dd}/`,
-        // One change event per line, so the archive reads back as JSON Lines.
-        processors: [new firehose.AppendDelimiterToRecordProcessor()],
-      }),
-    });
-    this.archiveDeliveryStream = delivery;
-    const deliveryLogGroup = delivery.node.tryFindChild('LogGroup') as logs.LogGroup | undefined;
-    if (deliveryLogGroup) (deliveryLogGroup.node.defaultChild as logs.CfnLogGroup).kmsKeyId = this.key.keyArn;
-    const deliveryPolicy = new iam.Policy(this, 'ArchiveDeliveryPolicy', {
-      roles: [deliveryRole],
-      statements: [
-        // The S3 destination permissions Firehose documents, without s3:DeleteObject*, and objects
-        // only under Firehose's own prefixes: the by-table archive a rebuild replays is the
-        // copier's alone (docs/deploy.md, "The archive").
-        new iam.PolicyStatement({
-          actions: ['s3:GetBucketLocation', 's3:ListBucket', 's3:ListBucketMultipartUploads'],
-          resources: [archive.bucketArn],
-        }),
-        new iam.PolicyStatement({
-          actions: ['s3:AbortMultipartUpload', 's3:GetObject', 's3:PutObject'],
-          resources: FIREHOSE_PREFIXES.map((p) => archive.arnForObjects(`${p}*`)),
-        }),
-        new iam.PolicyStatement({ actions: ['kms:Decrypt', 'kms:GenerateDataKey'], resources: [this.archiveEncryptionKey.keyArn] }),
-        ...(deliveryLogGroup ? [new iam.PolicyStatement({ actions: ['logs:CreateLogStream', 'logs:PutLogEvents'], resources: [deliveryLogGroup.logGroupArn] })] : []),
-      ],
-    });
-    // Only the delivery stream itself waits for the policy (its log group is referenced by it).
-    delivery.node.findChild('Resource').node.addDependency(deliveryPolicy);
-    Validations.of(delivery).acknowledge({
-      id: 'AwsSolutions-KDF1',
-      reason: 'a delivery stream whose source is a kinesis stream cannot have its own server-side encryption; records are encrypted in the source stream and, with kms, in the archive bucket',
-    });
-    this.acknowledgeGrantWildcards();
-
-    let copier: CdcFunction | undefined;
+    let copier: { fn: lambda.IFunction; deadLetterQueue: sqs.IQueue } | undefined;
     if (props.archiveCopierEnabled ?? true) {
-      const made = this.createArchiveCopier(props.archiveCopierBatchingWindow ?? Duration.minutes(1));
-      copier = made.copier;
+      const made = archiveCopier(this, {
+        stream,
+        retention: this.retention,
+        archive: archive.bucket,
+        archiveKey: archive.archiveKey,
+        key,
+        batchingWindow: props.archiveCopierBatchingWindow ?? Duration.minutes(1),
+      });
+      copier = { fn: made.copier.fn, deadLetterQueue: made.deadLetterQueue };
       this.archiveCopier = copier.fn;
-      this.archiveCopierDeadLetterQueue = made.deadLetterQueue;
+      this.archiveCopierDeadLetterQueue = copier.deadLetterQueue;
       this.archiveCopierPrefix = ARCHIVE_COPIER_PREFIX;
     }
 
     if (props.alarmsEnabled ?? true) {
-      const threshold = props.alarmArchiveFreshnessThreshold ?? Duration.hours(1);
       this.alarms.push(
-        createAlarm(this, 'ArchiveFreshnessAlarm', {
-          nameSuffix: `${this.node.id}-archive-freshness`,
-          description:
-            `The oldest change-log record not yet archived to S3 is older than ${threshold.toHumanString()} (${this.node.path}). ` +
-            'Check the delivery stream errors (bucket policy, kms key). Records still in the stream are not lost until the stream retention passes.',
-          metric: this.metricDeliveryToS3DataFreshness({ period: Duration.minutes(5) }),
-          threshold: threshold.toSeconds(),
-          evaluationPeriods: 3,
-          datapointsToAlarm: 3,
-          // Freshness is reported while there is something to deliver; no data means nothing waits.
-          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+        ...changeLogAlarms(this, {
           actions: props.alarmActions,
+          deliveryFreshness: this.metricDeliveryToS3DataFreshness({ period: Duration.minutes(5) }),
+          freshnessThreshold: props.alarmArchiveFreshnessThreshold,
+          retention: this.retention,
+          copier,
+          copierIteratorAgeThreshold: props.alarmArchiveCopierIteratorAgeThreshold,
         }),
       );
-      if (copier) {
-        // A token retention: a quarter of the shortest retention Kinesis allows (24 hours), never later than a quarter of the real one.
-        const iteratorThreshold = props.alarmArchiveCopierIteratorAgeThreshold ?? defaultIteratorAgeThreshold(this.retention) ?? Duration.hours(6);
-        this.alarms.push(
-          createAlarm(this, 'ArchiveCopierIteratorAgeAlarm', {
-            nameSuffix: `${this.node.id}-archive-copier-iterator-age`,
-            description:
-              `The archive copier reads change-log records older than ${iteratorThreshold.toHumanString()} (${this.node.path}): it is stuck or behind (its logs name the batch and the error; S3 or KMS permissions, throttling). ` +
-              `Failing batches are retried without limit; records not archived when they expire from the stream (after ${this.retention.toHumanString()}) are a hole that makes rebuilds over it refuse HISTORY_INCOMPLETE.`,
-            metric: iteratorAgeMetric(copier.fn),
-            threshold: iteratorThreshold.toMilliseconds(),
-            evaluationPeriods: 5,
-            datapointsToAlarm: 5,
-            treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
-            actions: props.alarmActions,
-          }),
-          onFailureQueueAlarm(this, 'ArchiveCopierDeadLetterQueueAlarm', {
-            nameSuffix: `${this.node.id}-archive-copier-dead-letter-queue`,
-            description:
-              `The event source mapping of the archive copier gave up change-log records (${this.node.path}); each message names the shard and sequence numbers. ` +
-              'They are missing from the by-table archive: rebuilds over them are refused as a history hole. With the default settings nothing is given up, so the mapping was changed.',
-            queue: this.archiveCopierDeadLetterQueue!,
-            actions: props.alarmActions,
-          }),
-        );
-      }
     }
-  }
-
-  /**
-   * The archive copier (lambda/handlers/archive-copier.ts): the stream's event source mapping
-   * invokes it with one shard's batch at a time (parallelization 1), from the trim horizon; it
-   * stores the whole batch (table objects, then the batch marker) or reports the batch failed from
-   * its first record, so the checkpoint advances only past stored batches. Failing batches are
-   * retried without limit and never given up (no retry or record-age limit, so its on-failure
-   * queue stays empty): a batch given up would be a hole in the archive. Bisect splits a failing batch;
-   * the halves are stored like any batch. Its role may put, get and list only under the copier's
-   * prefix (never delete) and use the archive key.
-   */
-  private createArchiveCopier(batchingWindow: Duration): { copier: CdcFunction; deadLetterQueue: sqs.IQueue } {
-    if (isKnownDuration(batchingWindow) && batchingWindow.toSeconds() > 300) fail(this, `archiveCopierBatchingWindow must be at most 5 minutes, got ${batchingWindow.toHumanString()}`);
-    const archive = this.archiveBucket;
-    const copier = new CdcFunction(this, 'ArchiveCopier', {
-      handlerName: 'archive-copier',
-      description: `Copies the change log into the by-table archive (${ARCHIVE_COPIER_PREFIX}) of ${this.node.path}`,
-      serviceName: ServiceName.ARCHIVE_COPIER,
-      environment: {
-        [EnvName.ARCHIVE_BUCKET]: archive.bucketName,
-        [EnvName.ARCHIVE_PREFIX]: ARCHIVE_COPIER_PREFIX,
-        [EnvName.ARCHIVE_KMS_KEY_ARN]: this.archiveEncryptionKey.keyArn,
-      },
-      memorySize: Size.mebibytes(512),
-      timeout: Duration.minutes(2),
-      logEncryptionKey: this.key,
-    });
-    const fn = copier.fn;
-    fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['s3:ListBucket'], resources: [archive.bucketArn], conditions: { StringLike: { 's3:prefix': [`${ARCHIVE_COPIER_PREFIX}*`] } } }));
-    fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['s3:PutObject', 's3:GetObject'], resources: [archive.arnForObjects(`${ARCHIVE_COPIER_PREFIX}*`)] }));
-    // Puts are encrypted with the archive key (GenerateDataKey), gets decrypt; nothing else.
-    fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['kms:GenerateDataKey', 'kms:Decrypt'], resources: [this.archiveEncryptionKey.keyArn] }));
-    // The platform's CDC-safe mapping (lib/private/stream-consumer.ts): from the trim horizon, one
-    // batch per shard at a time, partial batch responses, bisect, no retry or record-age limit. Its
-    // on-failure queue receives nothing with these settings; a message there would be a batch that
-    // is missing from the archive (the replay names it as a hole).
-    const consumer = consumeStream(copier, fn, {
-      stream: this.stream,
-      streamRetention: this.retention,
-      batchSize: 5000,
-      maxBatchingWindow: batchingWindow,
-      parallelizationFactor: 1,
-      deadLetterQueueEncryptionKey: this.key,
-    });
-    const archiveId = Stack.of(this).getLogicalId(archive.node.defaultChild as s3.CfnBucket);
-    Validations.of(copier).acknowledge({
-      id: `AwsSolutions-IAM5[Resource::<${archiveId}.Arn>/${ARCHIVE_COPIER_PREFIX}*]`,
-      reason: 'the archive copier puts and reads objects under its own prefix of the archive bucket, under keys named by shard and sequence numbers (never deletes)',
-    }, ...['kms:GenerateDataKey*', 'kms:ReEncrypt*'].map((a) => ({
-      id: `AwsSolutions-IAM5[Action::${a}]`,
-      reason: 'CDK grant to send to the on-failure queue, which the platform key encrypts; scoped to that one key',
-    })));
-    return { copier, deadLetterQueue: consumer.deadLetterQueue };
   }
 
   /** Age of the oldest record not yet delivered to the archive, seconds; maximum over 5 minutes by default. */
   metricDeliveryToS3DataFreshness(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
     return this.archiveDeliveryStream.metric('DeliveryToS3.DataFreshness', { statistic: cloudwatch.Stats.MAXIMUM, ...props }).attachTo(this);
-  }
-
-  private createAccessLogsBucket(removalPolicy: RemovalPolicy): s3.Bucket {
-    const bucket = new s3.Bucket(this, 'AccessLogs', {
-      encryption: s3.BucketEncryption.S3_MANAGED,
-      blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
-      enforceSSL: true,
-      minimumTLSVersion: 1.2,
-      objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-      lifecycleRules: [{ id: 'expire-access-logs', expiration: this.archiveRetention }],
-      removalPolicy,
-    });
-    Validations.of(bucket).acknowledge({
-      id: 'AwsSolutions-S1',
-      reason: 'this bucket is the server-access-log destination of the archive; logging it into itself would loop',
-    });
-    return bucket;
-  }
-
-  /** The object-key wildcard of the delivery policy (Firehose writes generated keys). */
-  private acknowledgeGrantWildcards(): void {
-    const stack = Stack.of(this);
-    const policy = this.node.findChild('ArchiveDeliveryPolicy');
-    const archiveId = stack.getLogicalId(this.archiveBucket.node.defaultChild as s3.CfnBucket);
-    Validations.of(policy).acknowledge(
-      ...FIREHOSE_PREFIXES.map((p) => ({
-        id: `AwsSolutions-IAM5[Resource::<${archiveId}.Arn>/${p}*]`,
-        reason: `Firehose writes objects under generated keys below ${p} in the archive bucket (put and read only; deletes are denied by the bucket policy)`,
-      })),
-    );
   }
 }
