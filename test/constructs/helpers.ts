@@ -28,12 +28,26 @@ export function fixture(): Fixture {
   const app = newApp();
   const stack = new Stack(app, 'Test');
   const vpc = new ec2.Vpc(stack, 'Vpc', { maxAzs: 2, natGateways: 1 });
+  addApiEndpoints(vpc);
   const control = new ControlPlane(stack, 'Control');
   const log = new ChangeLog(stack, 'Log');
   const sourceSecret = secretsmanager.Secret.fromSecretNameV2(stack, 'SourceSecret', 'source');
   const heartbeatSecret = secretsmanager.Secret.fromSecretNameV2(stack, 'HeartbeatSecret', 'heartbeat');
   const warehouseSecret = secretsmanager.Secret.fromSecretNameV2(stack, 'WarehouseSecret', 'warehouse');
   return { app, stack, vpc, control, log, sourceSecret, heartbeatSecret, warehouseSecret };
+}
+
+/**
+ * The interface endpoints the constructs' default egress (`AwsApiEgress.vpcEndpoints()`, HTTPS to
+ * the VPC's CIDR block) needs in a VPC created in the app (docs/deploy.md, "Network"), behind one
+ * group that admits HTTPS from the VPC's CIDR (ec2.Vpc's default, 10.0.0.0/16) and sends nothing.
+ */
+export function addApiEndpoints(vpc: ec2.Vpc): void {
+  const securityGroup = new ec2.SecurityGroup(vpc, 'ApiEndpoints', { vpc, description: 'Interface endpoints of the AWS APIs', allowAllOutbound: false });
+  securityGroup.addIngressRule(ec2.Peer.ipv4('10.0.0.0/16'), ec2.Port.tcp(443), 'HTTPS from the VPC');
+  const s = ec2.InterfaceVpcEndpointAwsService;
+  const services = { Kinesis: s.KINESIS_STREAMS, SecretsManager: s.SECRETS_MANAGER, Dms: s.DATABASE_MIGRATION_SERVICE, DynamoDb: s.DYNAMODB, S3: s.S3, CloudWatch: s.CLOUDWATCH_MONITORING };
+  for (const [id, service] of Object.entries(services)) vpc.addInterfaceEndpoint(id, { service, securityGroups: [securityGroup], open: false });
 }
 
 /** A `CdcSource` named `Orders` in the fixture with sensible tables, overridable. */

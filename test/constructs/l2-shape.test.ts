@@ -21,7 +21,7 @@ import {
   type CdcSourceProps,
   type WarehouseSinkProps,
 } from '../../lib/index.ts';
-import { fixture, newApp, ordersSource } from './helpers.ts';
+import { addApiEndpoints, fixture, newApp, ordersSource } from './helpers.ts';
 
 const LOG_ARN = 'arn:aws:kinesis:eu-central-1:222222222222:stream/cdc-change-log';
 const TABLE_ARN = 'arn:aws:dynamodb:eu-central-1:222222222222:table/cdc-control';
@@ -52,6 +52,7 @@ describe('importers', () => {
     expect(source.env).toEqual({ account: '333333333333', region: 'eu-central-1' });
     expect(source.heartbeatSchema).toBe('public');
     const vpc = new ec2.Vpc(stack, 'Vpc', { maxAzs: 2, natGateways: 1 });
+    addApiEndpoints(vpc);
     const sink = new WarehouseSink(stack, 'Warehouse', {
       controlPlane: control,
       changeLog: log,

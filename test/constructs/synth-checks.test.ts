@@ -1,13 +1,14 @@
 /**
  * Synth-time checks of what a deployment would otherwise reveal: a second `DmsServiceRoles` in
- * one account, and props that only a caller without the type checker (JavaScript, jsii
+ * one account, a VPC created in the app without the interface endpoints the default egress needs, and props that only a caller without the type checker (JavaScript, jsii
  * languages, TypeScript through `any`) can get wrong: unknown keys, enum values, list types.
  */
 import { Stack } from 'aws-cdk-lib';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as opensearch from 'aws-cdk-lib/aws-opensearchservice';
 import { describe, expect, test } from 'vitest';
-import { CapturedTable, DmsServiceRoles, SearchSink, WarehouseConnection, WarehouseSink } from '../../lib/index.ts';
-import { fixture, newApp, ordersSource } from './helpers.ts';
+import { AwsApiEgress, CapturedTable, DmsServiceRoles, SearchSink, WarehouseConnection, WarehouseSink } from '../../lib/index.ts';
+import { addApiEndpoints, fixture, newApp, ordersSource } from './helpers.ts';
 
 /** Props as a JavaScript caller may pass them. */
 const js = <T>(value: unknown): T => value as T;
@@ -74,5 +75,74 @@ describe('props checked at runtime for callers without the type checker', () => 
       /^Test\/Search: tables\[0\]: prop `deletes` must be one of "soft", "hard"/,
     );
     expect(() => new SearchSink(f.stack, 'Search2', js({ controlPlane: f.control, changeLog: f.log, sources: [orders], domain, indexprefix: 'x' }))).toThrow(/^Test\/Search2: unknown prop `indexprefix` \(did you mean `indexPrefix`\?\)/);
+  });
+});
+
+describe('AwsApiEgress.vpcEndpoints() (the default) in a VPC created in the app', () => {
+  const ALL = 'Kinesis Data Streams \\(com\\.amazonaws\\.<region>\\.kinesis-streams\\), Secrets Manager .*, DMS .*, DynamoDB .*, S3 .*, CloudWatch \\(com\\.amazonaws\\.<region>\\.monitoring\\)';
+  /** The fixture with a second VPC that has no endpoints (the fixture's own has them all). */
+  const bare = () => {
+    const f = fixture();
+    return { f, vpc: new ec2.Vpc(f.stack, 'Bare', { maxAzs: 2, natGateways: 1 }) };
+  };
+
+  test('synth fails on each construct, with its path, naming every missing endpoint and the fixes', () => {
+    const { f, vpc } = bare();
+    const orders = ordersSource({ ...f, vpc });
+    new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: f.log, sources: [orders], vpc, connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }) });
+    let message = '';
+    try {
+      f.app.synth();
+    } catch (e) {
+      message = (e as Error).message;
+    }
+    // One error per construct, however many security groups it has.
+    expect(message.match(/\[Test\/Orders\] awsApiEgress is AwsApiEgress\.vpcEndpoints\(\)/g)).toHaveLength(1);
+    expect(message.match(/\[Test\/Warehouse\] awsApiEgress is AwsApiEgress\.vpcEndpoints\(\)/g)).toHaveLength(1);
+    expect(message).toMatch(new RegExp(`VPC Test/Bare has no interface endpoint for ${ALL}, so these calls could not leave the VPC\\. Pass awsApiEgress: AwsApiEgress\\.natGateway\\(\\)`));
+    expect(message).toMatch(/or create the interface endpoints with private DNS in this VPC/);
+  });
+
+  test('only the missing ones are named; a gateway endpoint does not count (HTTPS goes to the VPC CIDR only)', () => {
+    const { f, vpc } = bare();
+    vpc.addInterfaceEndpoint('Kinesis', { service: ec2.InterfaceVpcEndpointAwsService.KINESIS_STREAMS });
+    vpc.addInterfaceEndpoint('Secrets', { service: ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER });
+    vpc.addInterfaceEndpoint('Dynamo', { service: ec2.InterfaceVpcEndpointAwsService.DYNAMODB });
+    vpc.addInterfaceEndpoint('Monitoring', { service: ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_MONITORING });
+    vpc.addGatewayEndpoint('S3Gateway', { service: ec2.GatewayVpcEndpointAwsService.S3 });
+    ordersSource({ ...f, vpc });
+    expect(() => f.app.synth()).toThrow(/\[Test\/Orders\] .*VPC Test\/Bare has no interface endpoint for DMS \(com\.amazonaws\.<region>\.dms\), S3 \(com\.amazonaws\.<region>\.s3\), so/);
+  });
+
+  test('an endpoint of another VPC does not count', () => {
+    const { f, vpc } = bare();
+    ordersSource({ ...f, vpc });
+    // The fixture's own VPC has every endpoint; the bare one still has none.
+    expect(() => f.app.synth()).toThrow(new RegExp(`VPC Test/Bare has no interface endpoint for ${ALL}, so`));
+  });
+
+  test('synthesizes with every endpoint, with natGateway() or peers(...), and with an imported VPC', () => {
+    const withEndpoints = fixture();
+    ordersSource(withEndpoints);
+    expect(() => withEndpoints.app.synth()).not.toThrow();
+
+    const added = bare();
+    addApiEndpoints(added.vpc);
+    ordersSource({ ...added.f, vpc: added.vpc });
+    expect(() => added.f.app.synth()).not.toThrow();
+
+    const nat = bare();
+    ordersSource({ ...nat.f, vpc: nat.vpc }, { awsApiEgress: AwsApiEgress.natGateway() });
+    expect(() => nat.f.app.synth()).not.toThrow();
+
+    const peers = bare();
+    ordersSource({ ...peers.f, vpc: peers.vpc }, { awsApiEgress: AwsApiEgress.peers(ec2.Peer.ipv4('10.0.0.0/8')) });
+    expect(() => peers.f.app.synth()).not.toThrow();
+
+    // Synth cannot see an imported VPC's endpoints: no check (docs/deploy.md, section 9).
+    const imported = fixture();
+    const vpc = ec2.Vpc.fromVpcAttributes(imported.stack, 'Imported', { vpcId: 'vpc-0123', vpcCidrBlock: '10.1.0.0/16', availabilityZones: ['eu-west-1a'], privateSubnetIds: ['subnet-0123'] });
+    ordersSource({ ...imported, vpc });
+    expect(() => imported.app.synth()).not.toThrow();
   });
 });

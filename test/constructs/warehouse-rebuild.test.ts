@@ -5,7 +5,7 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { describe, expect, test } from 'vitest';
 import { ChangeLog, ControlPlane, WarehouseConnection, WarehouseRebuild, WarehouseSink, type WarehouseRebuildProps } from '../../lib/index.ts';
-import { fixture, newApp, onlyResource, ordersSource, policyDocuments, resourcesOf, type Fixture } from './helpers.ts';
+import { addApiEndpoints, fixture, newApp, onlyResource, ordersSource, policyDocuments, resourcesOf, type Fixture } from './helpers.ts';
 
 function build(f: Fixture, overrides: Partial<WarehouseRebuildProps> = {}) {
   const orders = ordersSource(f);
@@ -110,6 +110,7 @@ describe('WarehouseRebuild', () => {
     const app = newApp();
     const stack = new Stack(app, 'NoCopier');
     const vpc = new ec2.Vpc(stack, 'Vpc', { maxAzs: 2, natGateways: 1 });
+    addApiEndpoints(vpc);
     const control = new ControlPlane(stack, 'Control');
     const log = new ChangeLog(stack, 'Log', { archiveCopierEnabled: false });
     const g = { ...f, app, stack, vpc, control, log, sourceSecret: secretsmanager.Secret.fromSecretNameV2(stack, 'SourceSecret', 'source'), heartbeatSecret: secretsmanager.Secret.fromSecretNameV2(stack, 'HeartbeatSecret', 'heartbeat'), warehouseSecret: secretsmanager.Secret.fromSecretNameV2(stack, 'WarehouseSecret', 'warehouse') };
