@@ -7,7 +7,7 @@
 /** How sinks apply deletes (invariant 7, docs/architecture.md §2): the values of `DeleteMode` in lib/ and lambda/core/. */
 export const DELETE_MODES = ['soft', 'hard'] as const;
 /** One of `DELETE_MODES`. */
-export type DeleteModeValue = (typeof DELETE_MODES)[number];
+export type DeleteMode = (typeof DELETE_MODES)[number];
 
 /** One entry of `CDC_TABLE_CONFIG`. */
 export interface TableConfig {
@@ -15,7 +15,7 @@ export interface TableConfig {
   table: string;
   /** Primary-key columns in key order, when declared (DMS records do not name the key). */
   key?: string[];
-  deleteMode: DeleteModeValue;
+  deleteMode: DeleteMode;
   /** Columns that enter the log only as a hash. */
   mask: string[];
   /** Columns that never enter the log. */
@@ -25,7 +25,7 @@ export interface TableConfig {
   /** Per-event transforms (docs/transforms.md). @default none */
   transforms?: TableTransforms;
   /** How the table is captured: from the source's log, or by polling `pollColumn` (docs/polling.md). @default 'log' */
-  capture?: TableCaptureMode;
+  capture?: CaptureMode;
   /** The column a polled table is read by: a modified-at timestamp set by the server clock, or an `xid8` transaction-id column (docs/polling.md; an integer version is refused). Required with `capture: 'poll'`. */
   pollColumn?: string;
   /** Acknowledges a mask or exclude added while the table is already captured (`LateRulesAcknowledgement`). */
@@ -33,9 +33,9 @@ export interface TableConfig {
 }
 
 /** How a table is captured: `log` (logical decoding / DMS) or `poll` (docs/polling.md). */
-export const TABLE_CAPTURE_MODES = ['log', 'poll'] as const;
-/** One of `TABLE_CAPTURE_MODES`. */
-export type TableCaptureMode = (typeof TABLE_CAPTURE_MODES)[number];
+export const CAPTURE_MODES = ['log', 'poll'] as const;
+/** One of `CAPTURE_MODES`. */
+export type CaptureMode = (typeof CAPTURE_MODES)[number];
 
 /** A tenant column stamped into every row image (docs/transforms.md). */
 export interface TenantStamp {
@@ -133,7 +133,7 @@ export interface TableRule {
   excludeTables: string[];
   /** Key columns of every matched table, when declared; else each table's primary key (locally, from the catalog). */
   key?: string[];
-  deleteMode: DeleteModeValue;
+  deleteMode: DeleteMode;
   /** Columns masked in every matched table that has them. */
   mask: string[];
   /** Columns excluded from every matched table that has them. */

@@ -27,7 +27,7 @@ export const HANDLER_OF_SERVICE: Readonly<Record<string, string>> = {
   [ServiceName.NORMALIZER]: 'normalizer',
   [ServiceName.HEARTBEAT_WRITER]: 'heartbeat-writer',
   [ServiceName.WAREHOUSE_APPLIER]: 'warehouse-applier',
-  [ServiceName.DMS_TASK_LIFECYCLE]: 'dms-task-starter',
+  [ServiceName.DMS_TASK_LIFECYCLE]: 'task-lifecycle',
   [ServiceName.RECONCILER]: 'reconciler',
   [ServiceName.REBUILD_WORKER]: 'rebuild-worker',
   [ServiceName.ARCHIVE_COPIER]: 'archive-copier',
@@ -159,7 +159,7 @@ export interface LocalAppConfig {
 }
 
 /** Handlers whose work `cdc local` does with its own loop or stand-in (docs/local.md). */
-const RUN_LOCALLY = new Set(['normalizer', 'heartbeat-writer', 'warehouse-applier', 'search-applier', 'archive-copier', 'snapshot-worker', 'poll-worker', 'slot-monitor', 'dms-task-starter']);
+const RUN_LOCALLY = new Set(['normalizer', 'heartbeat-writer', 'warehouse-applier', 'search-applier', 'archive-copier', 'snapshot-worker', 'poll-worker', 'slot-monitor', 'task-lifecycle']);
 
 function where(stack: string, fn: TemplateFunction, name: string): string {
   return `${stack}: function ${fn.logicalId} (${fn.handler}) ${name}`;

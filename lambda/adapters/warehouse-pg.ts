@@ -112,7 +112,7 @@ import {
   type WarehouseTable,
 } from '../core/warehouse/warehouse-sql.ts';
 import { quoteIdent } from '../core/shared/identifiers.ts';
-import type { DeltaStats, MergeResult, MergeTarget, PendingDelta, TableApplyResult, TableBatch, WarehouseWriter, WriteErrorKind } from '../core/warehouse/warehouse-apply.ts';
+import type { DeltaStats, MergeResult, MergeTarget, PendingDelta, TableApplyResult, TableBatch, Warehouse, WriteErrorKind } from '../core/warehouse/warehouse-apply.ts';
 import { persistentTableErrorCode } from './warehouse-pg-errors.ts';
 import type { WarehouseDialect } from '../core/warehouse/dialect.ts';
 import { postgresDialect } from '../core/warehouse/postgres-dialect.ts';
@@ -305,7 +305,7 @@ export interface PgWarehouseOptions {
 }
 
 /** The warehouse sink over `pg`. One instance per process; one apply at a time per table. */
-export class PgWarehouse implements WarehouseWriter {
+export class PgWarehouse implements Warehouse {
   private readonly shapes = new Map<string, SinkShape>();
   private readonly loader: StageLoader;
   private lifecycle: StageLifecycle | undefined;

@@ -8,7 +8,6 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import * as kms from 'aws-cdk-lib/aws-kms';
 import * as s3 from 'aws-cdk-lib/aws-s3';
 import type { Construct } from 'constructs';
-import type { ChangeLogProps } from '../change-log.ts';
 
 /**
  * The archive bucket's configuration changes its bucket policy denies to everyone but the
@@ -23,13 +22,17 @@ const ARCHIVE_CONFIGURATION_ACTIONS = [
   's3:PutReplicationConfiguration',
 ];
 
-export type ArchiveBucketProps = Pick<
-  ChangeLogProps,
-  'archiveEncryptionKey' | 'accessLogsBucket' | 'archiveObjectLockMode' | 'archiveReplicaBucket' | 'archiveReplicaEncryptionKey' | 'archiveBreakGlassRoles'
-> & {
+/** The `ChangeLogProps` the archive is built from, named here: importing them from ../change-log.ts would close an import cycle. */
+export interface ArchiveBucketProps {
+  readonly archiveEncryptionKey?: kms.IKey;
+  readonly accessLogsBucket?: s3.IBucket;
+  readonly archiveObjectLockMode?: s3.ObjectLockMode;
+  readonly archiveReplicaBucket?: s3.IBucket;
+  readonly archiveReplicaEncryptionKey?: kms.IKey;
+  readonly archiveBreakGlassRoles?: iam.IRole[];
   readonly archiveRetention: Duration;
   readonly removalPolicy: RemovalPolicy;
-};
+}
 
 /** `ArchiveKey` (unless given), `AccessLogs` (unless given) and `Archive` with its denies, in that order. */
 export function archiveBucket(scope: Construct, props: ArchiveBucketProps): { archiveKey: kms.IKey; bucket: s3.Bucket } {

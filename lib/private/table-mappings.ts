@@ -10,7 +10,8 @@
  *    masked columns, and the wide-string type keeps non-ASCII text intact before hashing.
  */
 import { HEARTBEAT_KEY_COLUMN, HEARTBEAT_TABLE } from '../../contracts/env.ts';
-import { checkTransforms, findRuleConflict, isTablePattern, type ColumnRulesDocument, type DeleteModeValue, type TableConfig, type TableRule } from '../../contracts/table-config.ts';
+import { checkTransforms, findRuleConflict, isTablePattern, type ColumnRulesDocument, type TableConfig, type TableRule } from '../../contracts/table-config.ts';
+import type * as contract from '../../contracts/table-config.ts';
 import { CaptureMode, DeleteMode, type CapturedTable } from '../captured-table.ts';
 import { PLAIN_IDENT } from './validate.ts';
 
@@ -29,7 +30,7 @@ export interface DmsRule {
 }
 
 /** The `CDC_TABLE_CONFIG` value of each `DeleteMode` (checked by the compiler against contracts/table-config.ts). */
-const DELETE_MODE_VALUE: Record<DeleteMode, DeleteModeValue> = { [DeleteMode.SOFT]: 'soft', [DeleteMode.HARD]: 'hard' };
+const DELETE_MODE_VALUE: Record<DeleteMode, contract.DeleteMode> = { [DeleteMode.SOFT]: 'soft', [DeleteMode.HARD]: 'hard' };
 
 /** Returns the first problem with the captured tables, or undefined. Lower-case, no period. */
 export function findTableProblem(tables: readonly CapturedTable[], heartbeatSchema: string): string | undefined {

@@ -91,7 +91,7 @@ export function addSlotLifecycle(scope: Construct, props: SlotLifecycleProps): S
 /** The lifecycle function; its source secret arrives with the slot resource's properties (`SecretArn`). */
 function lifecycleFunction(scope: Construct, props: SlotLifecycleProps): CdcFunction {
   const lifecycle = sourceConnectedFunction(scope, 'TaskLifecycle', {
-    handlerName: 'dms-task-starter',
+    handlerName: 'task-lifecycle',
     description: `Prepares the replication slot and starts, resumes and stops the DMS task of ${scope.node.path}`,
     serviceName: ServiceName.DMS_TASK_LIFECYCLE,
     // The control plane: a slot that replaces another marks the source's tables needs-resnapshot.

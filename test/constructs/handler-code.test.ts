@@ -93,7 +93,7 @@ describe('handler bundling', () => {
 
   test('every .ts file of lambda/handlers is a handler, and the repository has the four the constructs use', () => {
     expect(handlerNames(root)).toEqual(['broken', 'sample']);
-    expect(handlerNames()).toEqual(expect.arrayContaining(['dms-task-starter', 'heartbeat-writer', 'normalizer', 'warehouse-applier']));
+    expect(handlerNames()).toEqual(expect.arrayContaining(['task-lifecycle', 'heartbeat-writer', 'normalizer', 'warehouse-applier']));
   });
 });
 

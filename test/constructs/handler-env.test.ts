@@ -31,10 +31,10 @@ const NOT_SET_BY_CONSTRUCTS: ReadonlyArray<{ env: Name; handlers?: string[]; rea
   { env: 'WAREHOUSE_URL', reason: 'a postgres:// URL for local runs and tests; on AWS the warehouse secret (WAREHOUSE_SECRET_ARN) is read instead' },
   {
     env: 'SNAPSHOT_REPLICA_SECRET_ARN',
-    handlers: ['dms-task-starter', 'heartbeat-writer', 'reconciler', 'slot-monitor'],
+    handlers: ['task-lifecycle', 'heartbeat-writer', 'reconciler', 'slot-monitor'],
     reason: 'lambda/adapters/source-postgres.ts reads it in the read-replica connection only the snapshot worker opens',
   },
-  { env: 'SOURCE_SECRET_ARN', handlers: ['dms-task-starter'], reason: 'the task lifecycle connects to the source with the secret its custom-resource event names, not the environment' },
+  { env: 'SOURCE_SECRET_ARN', handlers: ['task-lifecycle'], reason: 'the task lifecycle connects to the source with the secret its custom-resource event names, not the environment' },
 ];
 
 let outdir: string;

@@ -21,7 +21,7 @@ import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
 import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
 import { LATE_COLUMN_RULES, LATE_RULES_ACTION } from '../../lambda/core/tables/late-rules.ts';
 import { POSITION_ZERO } from '../../lambda/core/shared/position.ts';
-import { createTaskLifecycleHandler } from '../../lambda/handlers/dms-task-starter.ts';
+import { createTaskLifecycleHandler } from '../../lambda/handlers/task-lifecycle.ts';
 import { parseColumnRules, REVERT_ACKNOWLEDGEMENT, runLifecycle, type DmsPort, type LifecycleDeps, type TaskState } from '../../lambda/core/capture/task-lifecycle.ts';
 import { CapturedTable } from '../../lib/index.ts';
 import { startDynamoDbLocal, type DynamoDbLocal } from '../../local/dynamodb.ts';

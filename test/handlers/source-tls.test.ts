@@ -115,7 +115,7 @@ const FUNCTIONS: Record<string, { env: Record<string, string>; run: () => Promis
     // The secret arrives with the custom resource; the function answers CloudFormation, never throws.
     run: async () => {
       const { port } = responses.address() as net.AddressInfo;
-      await (await import('../../lambda/handlers/dms-task-starter.ts')).handler(
+      await (await import('../../lambda/handlers/task-lifecycle.ts')).handler(
         {
           RequestType: 'Create', ServiceToken: 'x', ResponseURL: `http://127.0.0.1:${port}/`, StackId: 's', RequestId: 'r', LogicalResourceId: 'ReplicationSlot', ResourceType: 'Custom::CdcReplicationSlot',
           ResourceProperties: { ServiceToken: 'x', Action: 'prepare-slot', SecretArn: PRIMARY, DatabaseName: 'd', SlotName: 'cdc_shop', Ssl: 'verify-full', TaskIdentifier: 't', ConfigHash: 'h', RemoveSlotOnDelete: 'false', SourceId: 'shop' },

@@ -39,7 +39,7 @@ const CDK_CLI = path.join(REPO, 'node_modules', 'aws-cdk', 'bin', 'cdk');
 const STACK = 'PipelineStack';
 
 /** The platform handlers the README's stack deploys. */
-const STACK_HANDLERS = ['dms-task-starter', 'heartbeat-writer', 'normalizer', 'warehouse-applier'];
+const STACK_HANDLERS = ['task-lifecycle', 'heartbeat-writer', 'normalizer', 'warehouse-applier'];
 
 let work: string;
 let tarball: string;

@@ -1,5 +1,5 @@
 /**
- * The task lifecycle workflow (the handler lambda/handlers/dms-task-starter.ts wires it to DMS,
+ * The task lifecycle workflow (the handler lambda/handlers/task-lifecycle.ts wires it to DMS,
  * PostgreSQL and CloudFormation through lambda/adapters/task-lifecycle-aws.ts).
  *
  * Lifecycle of a `CdcSource`'s DMS replication task, as two CloudFormation custom resources that

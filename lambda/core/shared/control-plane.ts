@@ -11,9 +11,9 @@ import type { ReconcileVerdict } from '../reconcile/reconcile-verdict.ts';
 
 export type TableState = 'active' | 'paused' | 'needs-resnapshot' | 'degraded';
 /** How a sink applies deletes; defined once for constructs and runtime in contracts/table-config.ts. */
-export type { DeleteModeValue as DeleteMode } from '../../../contracts/table-config.ts';
-import type { DeleteModeValue as DeleteMode } from '../../../contracts/table-config.ts';
-import type { TableCaptureMode, TableTransforms } from '../../../contracts/table-config.ts';
+export type { DeleteMode } from '../../../contracts/table-config.ts';
+import type { DeleteMode } from '../../../contracts/table-config.ts';
+import type { CaptureMode, TableTransforms } from '../../../contracts/table-config.ts';
 /** What the source supplies as the before image of an update: nothing, the key, or the full row. */
 export type PreImage = 'none' | 'key' | 'full';
 
@@ -49,7 +49,7 @@ export interface TableRecord {
   stateReason: string | null;
   updatedAt: string;
   /** How the table is captured (docs/polling.md): `poll` means its deletes are not observable. Absent: `log`. */
-  capture?: TableCaptureMode;
+  capture?: CaptureMode;
   /**
    * Where the table's positions come from (docs/architecture.md §5.2, lambda/core/shared/position-space.ts),
    * recorded when the table is registered. Absent (a record from before spaces were recorded):

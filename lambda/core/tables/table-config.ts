@@ -22,7 +22,7 @@ import type { DeleteMode } from '../shared/control-plane.ts';
 import { NO_COLUMN_RULES, type ColumnRules } from './masking.ts';
 import { describeValue as describe } from '../shared/json-shape.ts';
 import { PLAIN_IDENT } from '../../../contracts/identifiers.ts';
-import { checkTransforms, TABLE_CAPTURE_MODES, type TableCaptureMode, type TableTransforms } from '../../../contracts/table-config.ts';
+import { checkTransforms, CAPTURE_MODES, type CaptureMode, type TableTransforms } from '../../../contracts/table-config.ts';
 import { NO_TRANSFORMS } from './transforms.ts';
 import { tableNameRefusal } from '../warehouse/warehouse-names.ts';
 
@@ -99,8 +99,8 @@ export function validateTableConfig(value: unknown, origin = 'CDC_TABLE_CONFIG',
     }
     if (e.transforms !== undefined) config.transforms = validateTransforms(e.transforms, config, `${at}.transforms`);
     if (e.capture !== undefined) {
-      if (typeof e.capture !== 'string' || !(TABLE_CAPTURE_MODES as readonly string[]).includes(e.capture)) throw new TableConfigError(`${at}.capture`, `expected 'log' or 'poll', got ${describe(e.capture)}`);
-      config.capture = e.capture as TableCaptureMode;
+      if (typeof e.capture !== 'string' || !(CAPTURE_MODES as readonly string[]).includes(e.capture)) throw new TableConfigError(`${at}.capture`, `expected 'log' or 'poll', got ${describe(e.capture)}`);
+      config.capture = e.capture as CaptureMode;
     }
     if (e.pollColumn !== undefined) {
       if (typeof e.pollColumn !== 'string' || !PLAIN_IDENT.test(e.pollColumn)) throw new TableConfigError(`${at}.pollColumn`, `expected a column name, got ${describe(e.pollColumn)}`);
@@ -301,7 +301,7 @@ export class TableConfigIndex {
   }
 
   /** How the table is captured (docs/polling.md): `log` unless configured `poll`. */
-  captureMode(table: string): TableCaptureMode {
+  captureMode(table: string): CaptureMode {
     return this.byTable.get(table)?.capture ?? 'log';
   }
 

@@ -1,6 +1,6 @@
 /**
  * The warehouse apply: change-log records in, a warehouse sink's tables out. Pure orchestration
- * over injected ports (control plane, `WarehouseWriter`, payload store, log); the Lambda handler
+ * over injected ports (control plane, `Warehouse`, payload store, log); the Lambda handler
  * (`lambda/handlers/warehouse-applier.ts`) is a thin shell that wires it and emits the metrics
  * from the outcome (docs/warehouse-apply.md).
  *
@@ -18,7 +18,7 @@
  *   look stale (the position guard would drop them); the resume replay applies the held range
  *   with `applyRecords(records, { replayHeld: true })` while the live path keeps holding;
  * - the table's events are written by the writer in ONE warehouse transaction
- *   (`WarehouseWriter.applyTable`): appended to the table's delta on the critical path when they
+ *   (`Warehouse.applyTable`): appended to the table's delta on the critical path when they
  *   are full images and plain deletes (visible in the view at COMMIT), or applied to the base
  *   after merging the delta (truncates, primary-key changes whose insert lacks columns, partial
  *   updates); only after COMMIT is its high-water mark advanced and its records reported done;
@@ -154,7 +154,7 @@ export type WriteErrorKind =
   | { kind: 'persistent'; code: string };
 
 /** The warehouse as the apply needs it (the port; `PgWarehouse` in lambda/adapters/warehouse-pg.ts implements it). */
-export interface WarehouseWriter {
+export interface Warehouse {
   /** Writes one table's batch in one transaction (append to the delta, or the full apply). */
   applyTable(batch: TableBatch): Promise<TableApplyResult>;
   /**
@@ -222,7 +222,7 @@ export interface ApplyLog {
 
 export interface WarehouseApplyDeps {
   controlPlane: ControlPlane;
-  writer: WarehouseWriter;
+  writer: Warehouse;
   /** Sink id: offsets, holds, dead-letter stage and metric dimension. */
   sinkId: string;
   log: ApplyLog;

@@ -12,7 +12,7 @@ import type { AddressInfo } from 'node:net';
 import type { CloudFormationCustomResourceEvent } from 'aws-lambda';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { createTaskLifecycleHandler } from '../../lambda/handlers/dms-task-starter.ts';
+import { createTaskLifecycleHandler } from '../../lambda/handlers/task-lifecycle.ts';
 import { PgSlots } from '../../lambda/adapters/task-lifecycle-aws.ts';
 import { planStart, runLifecycle, type DmsPort, type LifecycleDeps, type TaskState } from '../../lambda/core/capture/task-lifecycle.ts';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
