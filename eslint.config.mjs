@@ -14,14 +14,23 @@ export default tseslint.config(
     // The house rule: constructs never import runtime code; the bundler turns handlers into assets.
     files: ['lib/**/*.ts'],
     rules: {
-      'no-restricted-imports': ['error', { patterns: [{ group: ['**/lambda/**', '**/local/**'], message: 'lib/ never imports runtime code; share constants through contracts/.' }] }],
+      'no-restricted-imports': [
+        'error',
+        { patterns: [{ group: ['**/lambda/**', '**/local/**'], message: 'lib/ never imports runtime code; share constants through contracts/.' }] },
+      ],
     },
   },
   {
     // Pure logic: no I/O, no adapters.
     files: ['lambda/core/**/*.ts'],
     rules: {
-      'no-restricted-imports': ['error', { paths: ['pg', 'fs', 'node:fs', 'net', 'node:net', 'http', 'node:http', 'child_process', 'node:child_process'], patterns: [{ group: ['@aws-sdk/*', '**/adapters/**', '**/handlers/**', '**/local/**'], message: 'lambda/core is pure logic: no I/O, no adapters.' }] }],
+      'no-restricted-imports': [
+        'error',
+        {
+          paths: ['pg', 'fs', 'node:fs', 'net', 'node:net', 'http', 'node:http', 'child_process', 'node:child_process'],
+          patterns: [{ group: ['@aws-sdk/*', '**/adapters/**', '**/handlers/**', '**/local/**'], message: 'lambda/core is pure logic: no I/O, no adapters.' }],
+        },
+      ],
     },
   },
   {
@@ -29,7 +38,17 @@ export default tseslint.config(
     // import drags the other's dependencies into it): shared plumbing lives in lambda/runtime/.
     files: ['lambda/handlers/**/*.ts'],
     rules: {
-      'no-restricted-imports': ['error', { patterns: [{ group: ['./*', '../handlers/*', '**/lambda/handlers/*'], message: 'a handler never imports another handler: share plumbing through lambda/runtime/, workflows through lambda/core/.' }] }],
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              group: ['./*', '../handlers/*', '**/lambda/handlers/*'],
+              message: 'a handler never imports another handler: share plumbing through lambda/runtime/, workflows through lambda/core/.',
+            },
+          ],
+        },
+      ],
     },
   },
   {

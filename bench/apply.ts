@@ -54,7 +54,13 @@ import { quoteIdent } from '../lambda/core/shared/identifiers.ts';
 import { METRICS_NAMESPACE } from '../contracts/metrics.ts';
 import { toKinesisStreamEvent } from '../lambda/adapters/kinesis-event.ts';
 import { copyStageLoader, copyText, insertStageLoader, type StageLifecycle, type StageLoader } from '../lambda/adapters/warehouse-pg.ts';
-import { CHANGELOG_CDC_COLUMNS, createAppendOrderIndexSql, createChangelogSql, createSchemaSql, warehouseTable } from '../lambda/core/warehouse/warehouse-sql.ts';
+import {
+  CHANGELOG_CDC_COLUMNS,
+  createAppendOrderIndexSql,
+  createChangelogSql,
+  createSchemaSql,
+  warehouseTable,
+} from '../lambda/core/warehouse/warehouse-sql.ts';
 import { postgresColumnType } from '../lambda/core/warehouse/postgres-dialect.ts';
 import { dynamoDbClient } from '../lambda/adapters/aws-clients.ts';
 import { createControlTable, DynamoDbControlPlane } from '../lambda/adapters/control-plane-dynamodb.ts';
@@ -128,7 +134,18 @@ async function physicalReference(url: string, h: History, snapshot: readonly Cha
   const data = ITEM_COLUMNS.filter((c) => c.name !== 'id').map((c) => ({ name: c.name, type: postgresColumnType(c.type) }));
   const applied = new Date().toISOString();
   const line = (e: ChangeEvent): string => {
-    const values = [e.position, e.op, e.commitTs, String(e.schemaVersion), e.txId, e.synthetic ? 't' : 'f', null, applied, String(e.key.id), ...data.map((c) => (e.after && e.after[c.name] !== undefined && e.after[c.name] !== null ? String(e.after[c.name]) : null))];
+    const values = [
+      e.position,
+      e.op,
+      e.commitTs,
+      String(e.schemaVersion),
+      e.txId,
+      e.synthetic ? 't' : 'f',
+      null,
+      applied,
+      String(e.key.id),
+      ...data.map((c) => (e.after && e.after[c.name] !== undefined && e.after[c.name] !== null ? String(e.after[c.name]) : null)),
+    ];
     return `${values.map(copyText).join('\t')}\n`;
   };
   const columns = [...CHANGELOG_CDC_COLUMNS.map((c) => c.name), 'id', ...data.map((c) => c.name)];
@@ -178,10 +195,15 @@ async function logicalReplication(pub: PostgresCluster, subCluster: PostgresClus
   await exec(subUrl, `DROP TABLE IF EXISTS items, mk; ${itemsTableSql('items')}; CREATE TABLE mk (id int PRIMARY KEY)`);
   await exec(subUrl, `CREATE SUBSCRIPTION bench_sub CONNECTION 'host=127.0.0.1 port=${pub.port} user=postgres dbname=src' PUBLICATION bench_pub`);
   await withClient(subUrl, async (c) => {
-    await waitFor('the initial table sync', async () => {
-      const r = await c.query(`SELECT count(*) FILTER (WHERE srsubstate <> 'r')::int AS pending, count(*)::int AS n FROM pg_subscription_rel`);
-      return r.rows[0].n === 2 && r.rows[0].pending === 0;
-    }, 120_000, 50);
+    await waitFor(
+      'the initial table sync',
+      async () => {
+        const r = await c.query(`SELECT count(*) FILTER (WHERE srsubstate <> 'r')::int AS pending, count(*)::int AS n FROM pg_subscription_rel`);
+        return r.rows[0].n === 2 && r.rows[0].pending === 0;
+      },
+      120_000,
+      50,
+    );
   });
   // A marker round trip: the subscription is streaming and caught up.
   await exec(pubUrl, 'INSERT INTO mk VALUES (0)');
@@ -189,7 +211,14 @@ async function logicalReplication(pub: PostgresCluster, subCluster: PostgresClus
   await exec(subUrl, 'VACUUM ANALYZE items');
   if (mode === 'catch-up') {
     await exec(subUrl, 'ALTER SUBSCRIPTION bench_sub DISABLE');
-    await withClient(subUrl, (c) => waitFor('the apply worker to stop', async () => (await c.query(`SELECT 1 FROM pg_stat_subscription WHERE subname = 'bench_sub' AND pid IS NOT NULL`)).rowCount === 0, 30_000, 20));
+    await withClient(subUrl, (c) =>
+      waitFor(
+        'the apply worker to stop',
+        async () => (await c.query(`SELECT 1 FROM pg_stat_subscription WHERE subname = 'bench_sub' AND pid IS NOT NULL`)).rowCount === 0,
+        30_000,
+        20,
+      ),
+    );
   }
   await prepareReplay(pubUrl, h);
   await exec(pubUrl, 'CHECKPOINT');
@@ -323,7 +352,14 @@ function kinesisBatches(events: readonly ChangeEvent[], batch: number, firstSeq:
 
 let runNo = 0;
 
-async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent[], history: ChangeEvent[], o: ApplierRunOptions, expected: { n: number; md5: string }): Promise<ApplierRun> {
+async function applierRun(
+  wh: PostgresCluster,
+  h: History,
+  snapshot: ChangeEvent[],
+  history: ChangeEvent[],
+  o: ApplierRunOptions,
+  expected: { n: number; md5: string },
+): Promise<ApplierRun> {
   const db = `wh_${++runNo}`;
   await wh.createDatabase(db);
   const url = wh.url(db);
@@ -332,7 +368,15 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
   const cpTally = new Tally();
   const inner = o.controlPlane ?? new MemoryControlPlane();
   const reg = registryEntries();
-  await inner.registerTable(reg.table, reg.schema, { at: reg.table.updatedAt, actor: 'bench', action: 'register', source: BENCH_SOURCE, table: BENCH_TABLE, outcome: 'done', detail: {} });
+  await inner.registerTable(reg.table, reg.schema, {
+    at: reg.table.updatedAt,
+    actor: 'bench',
+    action: 'register',
+    source: BENCH_SOURCE,
+    table: BENCH_TABLE,
+    outcome: 'done',
+    detail: {},
+  });
   const newApplier = (p: pg.Pool, cp: ControlPlane = timedControlPlane(inner, cpTally)) =>
     createWarehouseApplier({
       controlPlane: cp,
@@ -478,7 +522,12 @@ async function applierRun(wh: PostgresCluster, h: History, snapshot: ChangeEvent
       await applier.mergeDue({ force: true });
       const finalMergeMs = nowMs() - f0;
       view = await one<{ n: number; md5: string }>(url, fingerprintSql(MIRROR_VIEW));
-      mergeDetail = { ...merges, threshold: applier.warehouse ? (o.mergeRows ?? DEFAULT_MERGE_POLICY.maxRows) : 0, finalMergeMs: Math.round(finalMergeMs), verifiedBeforeFinalMerge: before };
+      mergeDetail = {
+        ...merges,
+        threshold: applier.warehouse ? (o.mergeRows ?? DEFAULT_MERGE_POLICY.maxRows) : 0,
+        finalMergeMs: Math.round(finalMergeMs),
+        verifiedBeforeFinalMerge: before,
+      };
     }
     return {
       label: o.label,
@@ -548,10 +597,21 @@ function unsentCopyLoader(sent: { bytes: number; rows: number }, keep?: Captured
 }
 
 /** The bench sink's applier over `pool`, with a control plane that has the bench's table registered; the handler appends only (the merge worker variant's policy). */
-async function appendOnlyApplier(pool: pg.Pool, warehouse: Parameters<typeof createWarehouseApplier>[0]['warehouse']): Promise<ReturnType<typeof createWarehouseApplier>> {
+async function appendOnlyApplier(
+  pool: pg.Pool,
+  warehouse: Parameters<typeof createWarehouseApplier>[0]['warehouse'],
+): Promise<ReturnType<typeof createWarehouseApplier>> {
   const control = new MemoryControlPlane();
   const reg = registryEntries();
-  await control.registerTable(reg.table, reg.schema, { at: reg.table.updatedAt, actor: 'bench', action: 'register', source: BENCH_SOURCE, table: BENCH_TABLE, outcome: 'done', detail: {} });
+  await control.registerTable(reg.table, reg.schema, {
+    at: reg.table.updatedAt,
+    actor: 'bench',
+    action: 'register',
+    source: BENCH_SOURCE,
+    table: BENCH_TABLE,
+    outcome: 'done',
+    detail: {},
+  });
   return createWarehouseApplier({
     controlPlane: control,
     pool,
@@ -625,7 +685,10 @@ async function nodeFloors(wh: PostgresCluster, snapshot: ChangeEvent[], history:
       out.handlerCpuMs.push(Math.round((cpu.user + cpu.system) / 1000));
       out.copyBytes = sent.bytes;
       out.copyRows = sent.rows;
-      out.sqlStatements = Math.max(out.sqlStatements, timer.tally.entries().reduce((n, e) => n + e.calls, 0));
+      out.sqlStatements = Math.max(
+        out.sqlStatements,
+        timer.tally.entries().reduce((n, e) => n + e.calls, 0),
+      );
     } finally {
       await pool.end();
       await exec(wh.url('postgres'), `DROP DATABASE ${db} WITH (FORCE)`).catch(() => undefined);
@@ -656,7 +719,14 @@ interface SqlCeiling {
  * is the applier runs' (snapshot applied and merged, untimed); the view is checked against the
  * expected rows after the final merge (untimed, as in the applier's runs).
  */
-async function sqlCeiling(wh: PostgresCluster, snapshot: ChangeEvent[], copies: readonly CapturedCopy[], expected: { n: number; md5: string }, run: number, mergeRows = DEFAULT_MERGE_POLICY.maxRows): Promise<SqlCeiling> {
+async function sqlCeiling(
+  wh: PostgresCluster,
+  snapshot: ChangeEvent[],
+  copies: readonly CapturedCopy[],
+  expected: { n: number; md5: string },
+  run: number,
+  mergeRows = DEFAULT_MERGE_POLICY.maxRows,
+): Promise<SqlCeiling> {
   const db = `wh_sql_${run}`;
   await wh.createDatabase(db);
   const url = wh.url(db);
@@ -719,7 +789,9 @@ function liveAfter(h: History, n: number): number {
 }
 
 function describeRun(r: ApplierRun): string {
-  const m = r.merges ? `; ${r.merges.count} merges (${r.merges.rows} rows, ${r.merges.ms} ms), largest delta ${r.merges.maxDeltaRows} rows (threshold ${r.merges.threshold}), final merge ${r.merges.finalMergeMs} ms` : '';
+  const m = r.merges
+    ? `; ${r.merges.count} merges (${r.merges.rows} rows, ${r.merges.ms} ms), largest delta ${r.merges.maxDeltaRows} rows (threshold ${r.merges.threshold}), final merge ${r.merges.finalMergeMs} ms`
+    : '';
   return (
     `${r.label}: ${r.events} events in ${r.seconds.toFixed(2)} s = ${Math.round(r.eventsPerSecond)} events/s; batch p50 ${r.batchMs.p50.toFixed(1)} ms, p99 ${r.batchMs.p99.toFixed(1)} ms; ` +
     `${Number.isNaN(r.nodeMs) ? '' : `outside SQL and control plane ${r.nodeMs} ms `}(process CPU ${r.cpuMs} ms of ${Math.round(r.seconds * 1000)} ms wall; SQL ${Math.round(r.phases.reduce((a, p) => a + p.ms, 0))} ms), control plane ${r.controlPlane.ms} ms${m}; ${r.verified ? 'warehouse matches' : 'WAREHOUSE DOES NOT MATCH'}`
@@ -744,12 +816,28 @@ export async function runApplyBench(): Promise<BenchResult> {
    * (2,000 batches of the full history would take minutes per variant). Rates over a prefix are
    * slightly flattered (smaller tables); the rows say which prefix.
    */
-  const share = (batch: number): number | undefined => (batch >= 10_000 ? undefined : Math.min(opts.events, Math.round(opts.events * (batch >= 1000 ? 0.5 : 0.1))));
+  const share = (batch: number): number | undefined =>
+    batch >= 10_000 ? undefined : Math.min(opts.events, Math.round(opts.events * (batch >= 1000 ? 0.5 : 0.1)));
   const all = [10_000, 1_000, 100];
   /** The apply paths measured: the default, the adapter's PostgreSQL fast path, and experiments (bench/lib/stage-loaders.ts, bench/lib/set-apply.ts). */
-  const variants: Array<{ name: string; loader: StageLoader; stages?: StageLifecycle; batches: number[]; setBased?: boolean; latency?: boolean; merge?: 'worker' | 'inline'; parallel?: number }> = [
+  const variants: Array<{
+    name: string;
+    loader: StageLoader;
+    stages?: StageLifecycle;
+    batches: number[];
+    setBased?: boolean;
+    latency?: boolean;
+    merge?: 'worker' | 'inline';
+    parallel?: number;
+  }> = [
     { name: 'append-first (default): COPY into the changelog, merge worker', loader: insertStageLoader, batches: all, latency: true, merge: 'worker' },
-    { name: 'append-first, merge worker, parallelization factor 2 (two concurrent batches, keys split, one process)', loader: insertStageLoader, batches: [10_000], merge: 'worker', parallel: 2 },
+    {
+      name: 'append-first, merge worker, parallelization factor 2 (two concurrent batches, keys split, one process)',
+      loader: insertStageLoader,
+      batches: [10_000],
+      merge: 'worker',
+      parallel: 2,
+    },
     { name: 'append-first: merges inline in the handler', loader: insertStageLoader, batches: [10_000, 1_000], merge: 'inline' },
     { name: 'default (INSERT stage, session stage tables)', loader: insertStageLoader, batches: all, latency: true },
     { name: 'COPY stage loader', loader: copyStageLoader, batches: all, latency: true },
@@ -757,7 +845,15 @@ export async function runApplyBench(): Promise<BenchResult> {
     { name: 'experiment: TRUNCATE + COPY + ANALYZE stage', loader: truncateCopyAnalyzeStageLoader, batches: [1_000] },
     { name: 'experiment: set-based SQL apply, one COPY + one round trip', loader: copyStageLoader, setBased: true, batches: all, latency: true },
   ];
-  const rec = new Recorder('apply', { history: opts, copyRuns, logrepRuns, eventsPerBatchSize: Object.fromEntries(all.map((b) => [b, share(b) ?? opts.events])), variants: variants.map((v) => ({ name: v.name, loader: v.loader.name, stages: v.stages ?? 'session', batches: v.batches })), durability: 'fsync on, synchronous_commit on (defaults)', handlerNodeFlags: handlerFlags() });
+  const rec = new Recorder('apply', {
+    history: opts,
+    copyRuns,
+    logrepRuns,
+    eventsPerBatchSize: Object.fromEntries(all.map((b) => [b, share(b) ?? opts.events])),
+    variants: variants.map((v) => ({ name: v.name, loader: v.loader.name, stages: v.stages ?? 'session', batches: v.batches })),
+    durability: 'fsync on, synchronous_commit on (defaults)',
+    handlerNodeFlags: handlerFlags(),
+  });
 
   const workDir = mkdtempSync(path.join(os.tmpdir(), 'cdc-bench-apply-'));
   const collector = new MetricsCollector();
@@ -772,7 +868,14 @@ export async function runApplyBench(): Promise<BenchResult> {
     const history = historyEvents(h);
     const bytesPerRow = h.finalRows.reduce((a, r) => a + copyLine(r).length, 0) / h.finalRows.length;
     const eventBytes = history.slice(0, 1000).reduce((a, e) => a + JSON.stringify(e).length, 0) / 1000;
-    rec.details.history = { counts: h.counts, initialRows: h.initialRows.length, finalRows: h.finalRows.length, keysTouched: h.keysTouched, copyBytesPerRow: Math.round(bytesPerRow * 10) / 10, eventJsonBytes: Math.round(eventBytes) };
+    rec.details.history = {
+      counts: h.counts,
+      initialRows: h.initialRows.length,
+      finalRows: h.finalRows.length,
+      keysTouched: h.keysTouched,
+      copyBytesPerRow: Math.round(bytesPerRow * 10) / 10,
+      eventJsonBytes: Math.round(eventBytes),
+    };
     say(`history: ${JSON.stringify(rec.details.history)}`);
 
     say('starting two PostgreSQL clusters (fsync on)');
@@ -794,7 +897,9 @@ export async function runApplyBench(): Promise<BenchResult> {
     const physRates = await physicalReference(wh.url('ref'), h, snapshot, history, copyRuns);
     const physRate = median(physRates);
     rec.details.physical = { eventsPerSecond: physRates.map(Math.round), events: history.length, finalRows: h.finalRows.length };
-    say(`COPY of ${history.length} history events into a keyed changelog + COPY of the final rows: median ${Math.round(physRate)} events/s (${physRates.map(Math.round).join(', ')})`);
+    say(
+      `COPY of ${history.length} history events into a keyed changelog + COPY of the final rows: median ${Math.round(physRate)} events/s (${physRates.map(Math.round).join(', ')})`,
+    );
 
     // 2. Native logical replication, live and catch-up.
     const logrep: LogrepRun[] = [];
@@ -802,7 +907,9 @@ export async function runApplyBench(): Promise<BenchResult> {
       for (const mode of ['live', 'catch-up'] as const) {
         const r = await logicalReplication(src, wh, h, mode, logrep.length);
         logrep.push(r);
-        say(`logical replication ${mode}: ${r.seconds.toFixed(2)} s = ${Math.round(r.changesPerSecond)} changes/s (source alone ${r.sourceSeconds.toFixed(2)} s)${r.verified ? '' : ' SUBSCRIBER DOES NOT MATCH'}`);
+        say(
+          `logical replication ${mode}: ${r.seconds.toFixed(2)} s = ${Math.round(r.changesPerSecond)} changes/s (source alone ${r.sourceSeconds.toFixed(2)} s)${r.verified ? '' : ' SUBSCRIBER DOES NOT MATCH'}`,
+        );
       }
     }
     await exec(wh.url('sub'), 'DROP SUBSCRIPTION IF EXISTS bench_sub');
@@ -821,7 +928,9 @@ export async function runApplyBench(): Promise<BenchResult> {
       rec.details.nodeFloors = floors;
       rec.details.sqlCeilings = sqlCeilings;
       for (const c of sqlCeilings) {
-        say(`ceiling (c), the warehouse's statements alone: ${history.length} events in ${Math.round(c.ms)} ms = ${Math.round(history.length / (c.ms / 1000))} events/s (delta COPYs ${Math.round(c.appendMs)} ms, ${c.merges} merges ${Math.round(c.mergeMs)} ms of ${c.mergedRows} rows, largest delta ${c.largestDelta}; final merge ${Math.round(c.finalMergeMs)} ms untimed); ${c.verified ? 'view matches' : 'VIEW DOES NOT MATCH'}`);
+        say(
+          `ceiling (c), the warehouse's statements alone: ${history.length} events in ${Math.round(c.ms)} ms = ${Math.round(history.length / (c.ms / 1000))} events/s (delta COPYs ${Math.round(c.appendMs)} ms, ${c.merges} merges ${Math.round(c.mergeMs)} ms of ${c.mergedRows} rows, largest delta ${c.largestDelta}; final merge ${Math.round(c.finalMergeMs)} ms untimed); ${c.verified ? 'view matches' : 'VIEW DOES NOT MATCH'}`,
+        );
         if (!c.verified) throw new Error('ceiling (c): the view does not match the expected rows');
       }
       say(
@@ -836,7 +945,13 @@ export async function runApplyBench(): Promise<BenchResult> {
       const r = await applierRun(wh, h, snapshot, history, o, expected);
       runs.push(r);
       say(describeRun(r));
-      if (r.profile) say(`CPU profile (${r.profile.totalMs} ms sampled): ${r.profile.byFunction.slice(0, 25).map((f) => `${f.fn} ${(f.share * 100).toFixed(1)} %`).join('; ')}`);
+      if (r.profile)
+        say(
+          `CPU profile (${r.profile.totalMs} ms sampled): ${r.profile.byFunction
+            .slice(0, 25)
+            .map((f) => `${f.fn} ${(f.share * 100).toFixed(1)} %`)
+            .join('; ')}`,
+        );
       return r;
     };
     const byVariant = new Map<string, ApplierRun[]>();
@@ -844,12 +959,27 @@ export async function runApplyBench(): Promise<BenchResult> {
     for (const v of chosen) {
       const list: ApplierRun[] = [];
       for (const batch of v.batches) {
-        list.push(await run({ label: `${v.name}, batch ${batch}`, batch, loader: v.loader, ...(v.stages ? { stages: v.stages } : {}), ...(v.setBased ? { setBased: true } : {}), ...(v.merge ? { merge: v.merge } : {}), ...(v.parallel ? { parallel: v.parallel } : {}), limit: share(batch), statements: batch === 1000, profile: profileAppend && v.merge !== undefined && batch === 10_000 }));
+        list.push(
+          await run({
+            label: `${v.name}, batch ${batch}`,
+            batch,
+            loader: v.loader,
+            ...(v.stages ? { stages: v.stages } : {}),
+            ...(v.setBased ? { setBased: true } : {}),
+            ...(v.merge ? { merge: v.merge } : {}),
+            ...(v.parallel ? { parallel: v.parallel } : {}),
+            limit: share(batch),
+            statements: batch === 1000,
+            profile: profileAppend && v.merge !== undefined && batch === 10_000,
+          }),
+        );
       }
       byVariant.set(v.name, list);
     }
     // CPU profile of the applier's process on the default path (separate pass: the profiler costs a few per cent).
-    const profiled = !extras ? null : await run({ label: 'profile: default path, batch 1000', batch: 1000, loader: insertStageLoader, limit: Math.min(opts.events, 50_000), profile: true });
+    const profiled = !extras
+      ? null
+      : await run({ label: 'profile: default path, batch 1000', batch: 1000, loader: insertStageLoader, limit: Math.min(opts.events, 50_000), profile: true });
 
     // Control plane on DynamoDB Local: its share of a batch.
     let dynamo: ApplierRun | null = null;
@@ -859,7 +989,13 @@ export async function runApplyBench(): Promise<BenchResult> {
         try {
           const client = dynamoDbClient(ddb.endpoint);
           await createControlTable(client, 'bench-control');
-          dynamo = await run({ label: 'default path, batch 1000, DynamoDB Local control plane', batch: 1000, loader: insertStageLoader, limit: Math.min(opts.events, 50_000), controlPlane: new DynamoDbControlPlane(client, 'bench-control') });
+          dynamo = await run({
+            label: 'default path, batch 1000, DynamoDB Local control plane',
+            batch: 1000,
+            loader: insertStageLoader,
+            limit: Math.min(opts.events, 50_000),
+            controlPlane: new DynamoDbControlPlane(client, 'bench-control'),
+          });
           client.destroy();
         } finally {
           await ddb.stop();
@@ -873,15 +1009,26 @@ export async function runApplyBench(): Promise<BenchResult> {
 
     // Rows.
     const full = (r: ApplierRun): boolean => r.events === h.changes.length;
-    rec.add(rateRow('COPY of the final rows into an empty table', copyRate, 'rows/s', null, null, { note: `${h.finalRows.length} rows, median of ${copyRuns}` }));
-    rec.add(rateRow('physical reference: COPY of the history into a keyed changelog + COPY of the final rows', physRate, 'events/s', null, null, { note: `${history.length} events, ${h.finalRows.length} rows, median of ${copyRuns}` }));
+    rec.add(
+      rateRow('COPY of the final rows into an empty table', copyRate, 'rows/s', null, null, { note: `${h.finalRows.length} rows, median of ${copyRuns}` }),
+    );
+    rec.add(
+      rateRow('physical reference: COPY of the history into a keyed changelog + COPY of the final rows', physRate, 'events/s', null, null, {
+        note: `${history.length} events, ${h.finalRows.length} rows, median of ${copyRuns}`,
+      }),
+    );
     rec.add(rateRow('native logical replication, live (workload start → caught up)', live, 'changes/s', copyRate, 'COPY rows/s'));
     rec.add(rateRow('native logical replication, catch-up of the backlog', catchUp, 'changes/s', copyRate, 'COPY rows/s'));
-    rec.add(rateRow('source alone: the history replayed on the publisher', sourceAlone, 'changes/s', null, null, { note: `${h.options.txSize} changes per transaction` }));
+    rec.add(
+      rateRow('source alone: the history replayed on the publisher', sourceAlone, 'changes/s', null, null, {
+        note: `${h.options.txSize} changes per transaction`,
+      }),
+    );
     for (const v of chosen) {
       for (const r of byVariant.get(v.name)!) {
         const notes = [`${(r.eventsPerSecond / physRate).toFixed(2)}× history+final COPY`, `${(r.eventsPerSecond / copyRate).toFixed(2)}× final-rows COPY`];
-        if (r.merges) notes.push(`largest delta ${r.merges.maxDeltaRows} rows (merge at ${r.merges.threshold}), ${r.merges.count} merges, ${r.merges.ms} ms merging`);
+        if (r.merges)
+          notes.push(`largest delta ${r.merges.maxDeltaRows} rows (merge at ${r.merges.threshold}), ${r.merges.count} merges, ${r.merges.ms} ms merging`);
         if (!full(r)) notes.push(`first ${r.events} events`);
         if (!r.verified) notes.push('warehouse did NOT match the expected rows');
         rec.add(
@@ -895,26 +1042,57 @@ export async function runApplyBench(): Promise<BenchResult> {
     }
     for (const v of chosen.filter((x) => x.latency)) {
       for (const r of byVariant.get(v.name)!) {
-        rec.add(timeRow(`per-batch latency p50, ${r.label}`, r.batchMs.p50, 'ms', null, null, { note: `p90 ${r.batchMs.p90.toFixed(1)} ms, p99 ${r.batchMs.p99.toFixed(1)} ms, max ${r.batchMs.max.toFixed(1)} ms` }));
+        rec.add(
+          timeRow(`per-batch latency p50, ${r.label}`, r.batchMs.p50, 'ms', null, null, {
+            note: `p90 ${r.batchMs.p90.toFixed(1)} ms, p99 ${r.batchMs.p99.toFixed(1)} ms, max ${r.batchMs.max.toFixed(1)} ms`,
+          }),
+        );
       }
     }
     const defaultAt1000 = byVariant.get(variants[0]!.name)?.find((r) => r.batch === 1000);
     if (dynamo && defaultAt1000) {
       const mem = defaultAt1000;
-      rec.add(rateRow('default path, batch 1000, DynamoDB Local control plane', dynamo.eventsPerSecond, 'events/s', mem.eventsPerSecond, 'same, in-memory control plane', { note: `control plane ${((dynamo.controlPlane.ms / (dynamo.seconds * 1000)) * 100).toFixed(1)} % of the time, ${(dynamo.controlPlane.ms / dynamo.batches).toFixed(1)} ms per batch` }));
+      rec.add(
+        rateRow(
+          'default path, batch 1000, DynamoDB Local control plane',
+          dynamo.eventsPerSecond,
+          'events/s',
+          mem.eventsPerSecond,
+          'same, in-memory control plane',
+          {
+            note: `control plane ${((dynamo.controlPlane.ms / (dynamo.seconds * 1000)) * 100).toFixed(1)} % of the time, ${(dynamo.controlPlane.ms / dynamo.batches).toFixed(1)} ms per batch`,
+          },
+        ),
+      );
     }
     if (floors) {
       // The ceilings (docs/performance-log.md, "Ceilings: what this machine and the mandated stand-ins allow"): what one Node process can do at most, before any SQL.
       const decode = median(floors.decode);
       const handler = median(floors.handler);
       const verdicts: string[] = [];
-      for (const [what, v] of [['(a) decode + JSON.parse alone', decode], ['(b) the handler without SQL', handler]] as const) {
-        const short = [v < catchUp ? `${(v / catchUp).toFixed(2)}× logrep catch-up (goal ≥ 1×)` : null, v < 0.5 * copyRate ? `${(v / copyRate).toFixed(2)}× COPY (goal ≥ 0.5×)` : null].filter((x): x is string => x !== null);
-        verdicts.push(short.length > 0 ? `${what} reaches only ${short.join(' and ')}: ${short.length > 1 ? 'those goals are' : 'that goal is'} UNREACHABLE by any SQL-side change in a single Node process` : `${what} leaves room for both goals (${(v / catchUp).toFixed(2)}× logrep, ${(v / copyRate).toFixed(2)}× COPY)`);
+      for (const [what, v] of [
+        ['(a) decode + JSON.parse alone', decode],
+        ['(b) the handler without SQL', handler],
+      ] as const) {
+        const short = [
+          v < catchUp ? `${(v / catchUp).toFixed(2)}× logrep catch-up (goal ≥ 1×)` : null,
+          v < 0.5 * copyRate ? `${(v / copyRate).toFixed(2)}× COPY (goal ≥ 0.5×)` : null,
+        ].filter((x): x is string => x !== null);
+        verdicts.push(
+          short.length > 0
+            ? `${what} reaches only ${short.join(' and ')}: ${short.length > 1 ? 'those goals are' : 'that goal is'} UNREACHABLE by any SQL-side change in a single Node process`
+            : `${what} leaves room for both goals (${(v / catchUp).toFixed(2)}× logrep, ${(v / copyRate).toFixed(2)}× COPY)`,
+        );
       }
       for (const v of verdicts) say(`verdict: ${v}`);
       const note = `median of ${floors.decode.length}; ${floors.events} events in batches of ${floors.batch}, this process only (PostgreSQL idle)`;
-      rec.add(rateRow('ceiling (a): base64 + UTF-8 + JSON.parse of each record, nothing else', decode, 'events/s', catchUp, 'logrep catch-up', { target: '≥ 1× logrep and ≥ 0.5× COPY needed', met: decode >= catchUp && decode >= 0.5 * copyRate, note: `${(decode / copyRate).toFixed(2)}× COPY; ${note}` }));
+      rec.add(
+        rateRow('ceiling (a): base64 + UTF-8 + JSON.parse of each record, nothing else', decode, 'events/s', catchUp, 'logrep catch-up', {
+          target: '≥ 1× logrep and ≥ 0.5× COPY needed',
+          met: decode >= catchUp && decode >= 0.5 * copyRate,
+          note: `${(decode / copyRate).toFixed(2)}× COPY; ${note}`,
+        }),
+      );
       rec.add(
         rateRow('ceiling (b): the real handler, delta COPY text built and not sent (no SQL, no merges)', handler, 'events/s', catchUp, 'logrep catch-up', {
           target: '≥ 1× logrep and ≥ 0.5× COPY needed',
@@ -925,11 +1103,18 @@ export async function runApplyBench(): Promise<BenchResult> {
       const sql = median(sqlCeilings.map((c) => history.length / (c.ms / 1000)));
       const appendsOnly = median(sqlCeilings.map((c) => history.length / (c.appendMs / 1000)));
       rec.add(
-        rateRow("ceiling (c): the warehouse's statements alone, delta COPYs and merges one after the other (no Node work)", sql, 'events/s', catchUp, 'logrep catch-up', {
-          target: '≥ 1× logrep and ≥ 0.5× COPY needed',
-          met: sql >= catchUp && sql >= 0.5 * copyRate,
-          note: `${(sql / copyRate).toFixed(2)}× COPY; the delta COPYs alone ${Math.round(appendsOnly)} events/s (${(appendsOnly / catchUp).toFixed(2)}× logrep); median of ${sqlCeilings.length}, merges at ${DEFAULT_MERGE_POLICY.maxRows} delta rows`,
-        }),
+        rateRow(
+          "ceiling (c): the warehouse's statements alone, delta COPYs and merges one after the other (no Node work)",
+          sql,
+          'events/s',
+          catchUp,
+          'logrep catch-up',
+          {
+            target: '≥ 1× logrep and ≥ 0.5× COPY needed',
+            met: sql >= catchUp && sql >= 0.5 * copyRate,
+            note: `${(sql / copyRate).toFixed(2)}× COPY; the delta COPYs alone ${Math.round(appendsOnly)} events/s (${(appendsOnly / catchUp).toFixed(2)}× logrep); median of ${sqlCeilings.length}, merges at ${DEFAULT_MERGE_POLICY.maxRows} delta rows`,
+          },
+        ),
       );
       rec.details.ceilingVerdicts = verdicts;
     }

@@ -68,7 +68,15 @@ const FLOOR_SLOT = 'bench_floor';
  * its own reference: `pg_logical_slot_get_binary_changes` over a pgoutput slot, counting alone.
  * Both read the bench table's publication; both slots exist before the workload.
  */
-const PGOUTPUT = { floorSlot: 'bench_floor_pgoutput', refSlot: 'bench_ref_pgoutput', publication: 'bench_floor_pub', options: [['proto_version', '1'], ['publication_names', 'bench_floor_pub']] as ReadonlyArray<readonly [string, string]> } as const;
+const PGOUTPUT = {
+  floorSlot: 'bench_floor_pgoutput',
+  refSlot: 'bench_ref_pgoutput',
+  publication: 'bench_floor_pub',
+  options: [
+    ['proto_version', '1'],
+    ['publication_names', 'bench_floor_pub'],
+  ] as ReadonlyArray<readonly [string, string]>,
+} as const;
 type Reader = 'reference' | 'stream' | 'peek' | 'floor' | 'pgoutput' | 'reference-pgoutput';
 
 interface CaptureFigures {
@@ -126,11 +134,16 @@ async function replicationRead(
   await client.connect();
   try {
     await client.query(CANONICAL_OUTPUT_SETTINGS);
-    const at = (await client.query(`SELECT plugin, confirmed_flush_lsn::text AS start, pg_current_wal_flush_lsn()::text AS target FROM pg_replication_slots WHERE slot_name = '${slot}'`)).rows[0] as { plugin: string; start: string; target: string } | undefined;
+    const at = (
+      await client.query(
+        `SELECT plugin, confirmed_flush_lsn::text AS start, pg_current_wal_flush_lsn()::text AS target FROM pg_replication_slots WHERE slot_name = '${slot}'`,
+      )
+    ).rows[0] as { plugin: string; start: string; target: string } | undefined;
     if (!at || at.plugin !== decoder.plugin) throw new Error(`slot ${slot} is missing or not ${decoder.plugin}`);
     const start = lsnToBigInt(at.start);
     const target = lsnToBigInt(at.target);
-    const conn = (client as unknown as { connection: { on(e: 'copyData', l: (m: { chunk: Buffer }) => void): void; sendCopyFromChunk(b: Buffer): void } }).connection;
+    const conn = (client as unknown as { connection: { on(e: 'copyData', l: (m: { chunk: Buffer }) => void): void; sendCopyFromChunk(b: Buffer): void } })
+      .connection;
     const options = decoder.options.map(([k, v]) => `"${k}" '${v}'`).join(', ');
     // Where the read's time goes: this process (the driver's parsing of the messages) and the walsender (decoding and sending).
     const walsender = (client as unknown as { processID: number }).processID;
@@ -220,7 +233,15 @@ async function pgoutputFloorRead(url: string): Promise<Omit<FloorFigures, 'parse
     },
     { plugin: 'pgoutput', options: PGOUTPUT.options },
   );
-  return { seconds: read.seconds, clientCpuMs: read.clientCpuMs, walsenderCpuMs: read.walsenderCpuMs, messages, changes, bytes, changesPerSecond: changes / read.seconds };
+  return {
+    seconds: read.seconds,
+    clientCpuMs: read.clientCpuMs,
+    walsenderCpuMs: read.walsenderCpuMs,
+    messages,
+    changes,
+    bytes,
+    changesPerSecond: changes / read.seconds,
+  };
 }
 
 /** pgoutput decoding alone: `pg_logical_slot_get_binary_changes` over its own slot, messages counted in SQL (the changes are the workload's). */
@@ -260,7 +281,14 @@ function newCapture(url: string, control: MemoryControlPlane, publish: RawPublis
   });
 }
 
-async function captureRead(url: string, control: MemoryControlPlane, publish: RawPublisher, counter: { records: number; bytes: number }, profile: boolean, read: 'stream' | 'peek'): Promise<{ seconds: number; profile?: ProfileSummary }> {
+async function captureRead(
+  url: string,
+  control: MemoryControlPlane,
+  publish: RawPublisher,
+  counter: { records: number; bytes: number },
+  profile: boolean,
+  read: 'stream' | 'peek',
+): Promise<{ seconds: number; profile?: ProfileSummary }> {
   const capture = newCapture(url, control, publish, read);
   const run = async (): Promise<number> => {
     const t0 = performance.now();
@@ -283,9 +311,20 @@ async function captureRead(url: string, control: MemoryControlPlane, publish: Ra
   return { seconds: await run() };
 }
 
-async function oneRun(pgc: PostgresCluster, h: History, order: Reader[], publish: RawPublisher, counter: { records: number; bytes: number }, publisher: string, profile: boolean): Promise<CaptureRun> {
+async function oneRun(
+  pgc: PostgresCluster,
+  h: History,
+  order: Reader[],
+  publish: RawPublisher,
+  counter: { records: number; bytes: number },
+  publisher: string,
+  profile: boolean,
+): Promise<CaptureRun> {
   const url = pgc.url('src');
-  await exec(url, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name IN ('${REF_SLOT}', '${FLOOR_SLOT}', '${PGOUTPUT.floorSlot}', '${PGOUTPUT.refSlot}', '${SLOTS.stream}', '${SLOTS.peek}')`);
+  await exec(
+    url,
+    `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name IN ('${REF_SLOT}', '${FLOOR_SLOT}', '${PGOUTPUT.floorSlot}', '${PGOUTPUT.refSlot}', '${SLOTS.stream}', '${SLOTS.peek}')`,
+  );
   await createItems(url, h);
   // pgoutput reads a publication (as it stood when each change was decoded): made before the workload.
   const withPgoutput = order.includes('pgoutput') || order.includes('reference-pgoutput');
@@ -301,7 +340,11 @@ async function oneRun(pgc: PostgresCluster, h: History, order: Reader[], publish
   }
   await exec(url, `SELECT pg_create_logical_replication_slot('${REF_SLOT}', 'test_decoding')`);
   if (order.includes('floor')) await exec(url, `SELECT pg_create_logical_replication_slot('${FLOOR_SLOT}', 'test_decoding')`);
-  if (withPgoutput) await exec(url, `SELECT pg_create_logical_replication_slot('${PGOUTPUT.floorSlot}', 'pgoutput'); SELECT pg_create_logical_replication_slot('${PGOUTPUT.refSlot}', 'pgoutput')`);
+  if (withPgoutput)
+    await exec(
+      url,
+      `SELECT pg_create_logical_replication_slot('${PGOUTPUT.floorSlot}', 'pgoutput'); SELECT pg_create_logical_replication_slot('${PGOUTPUT.refSlot}', 'pgoutput')`,
+    );
   const seconds = await replay(url, h);
   say(`workload: ${h.changes.length} changes replayed in ${seconds.toFixed(2)} s`);
   await exec(url, 'CHECKPOINT');
@@ -328,11 +371,22 @@ async function oneRun(pgc: PostgresCluster, h: History, order: Reader[], publish
       continue;
     }
     const cap = await captureRead(url, controls[reader], publish, counter, profile, reader);
-    caps[reader] = { seconds: cap.seconds, records: counter.records, bytes: counter.bytes, recordsPerSecond: counter.records / cap.seconds, publisher, ...(cap.profile ? { profile: cap.profile } : {}) };
+    caps[reader] = {
+      seconds: cap.seconds,
+      records: counter.records,
+      bytes: counter.bytes,
+      recordsPerSecond: counter.records / cap.seconds,
+      publisher,
+      ...(cap.profile ? { profile: cap.profile } : {}),
+    };
   }
   await exec(url, `SELECT pg_drop_replication_slot('${REF_SLOT}')`);
   if (order.includes('floor')) await exec(url, `SELECT pg_drop_replication_slot('${FLOOR_SLOT}')`);
-  if (withPgoutput) await exec(url, `SELECT pg_drop_replication_slot('${PGOUTPUT.floorSlot}'); SELECT pg_drop_replication_slot('${PGOUTPUT.refSlot}'); DROP PUBLICATION ${PGOUTPUT.publication}`);
+  if (withPgoutput)
+    await exec(
+      url,
+      `SELECT pg_drop_replication_slot('${PGOUTPUT.floorSlot}'); SELECT pg_drop_replication_slot('${PGOUTPUT.refSlot}'); DROP PUBLICATION ${PGOUTPUT.publication}`,
+    );
   // test_decoding prints BEGIN and COMMIT rows too; count the row changes.
   const changes = h.changes.length;
   return {
@@ -352,7 +406,15 @@ export async function runCaptureBench(): Promise<BenchResult> {
   const kinesisEvents = numberArg('kinesis-events', 50_000);
   const profile = process.argv.includes('--profile');
   const opts = { ...DEFAULT_HISTORY, events, seed: DEFAULT_HISTORY.seed + 1 };
-  const rec = new Recorder('capture', { history: opts, runs, kinesisEvents, plugin: 'test_decoding', batchChanges: 5000, reads: ['stream', 'peek'], durability: 'fsync on' });
+  const rec = new Recorder('capture', {
+    history: opts,
+    runs,
+    kinesisEvents,
+    plugin: 'test_decoding',
+    batchChanges: 5000,
+    reads: ['stream', 'peek'],
+    durability: 'fsync on',
+  });
   const h = generateHistory(opts);
   const pgc = await startPostgres();
   try {
@@ -382,7 +444,8 @@ export async function runCaptureBench(): Promise<BenchResult> {
       );
       for (const c of [r.capture, r.peek!]) if (c.records !== r.changes) throw new Error(`the capture published ${c.records} records for ${r.changes} changes`);
       // The floor must have read the same changes the others did, and its parse must find them all.
-      if (r.floor!.changes !== r.changes || r.floor!.parse.changes !== r.changes) throw new Error(`the protocol floor counted ${r.floor!.changes} changes (parsed ${r.floor!.parse.changes}) for ${r.changes}`);
+      if (r.floor!.changes !== r.changes || r.floor!.parse.changes !== r.changes)
+        throw new Error(`the protocol floor counted ${r.floor!.changes} changes (parsed ${r.floor!.parse.changes}) for ${r.changes}`);
       const pgo = r.pgoutput!;
       say(
         `  pgoutput: protocol floor ${Math.round(pgo.floor.changesPerSecond)} changes/s (${pgo.floor.seconds.toFixed(2)} s, ${pgo.floor.messages} messages, ${(pgo.floor.bytes / 1e6).toFixed(1)} MB; CPU: walsender ${pgo.floor.walsenderCpuMs === null ? '?' : Math.round(pgo.floor.walsenderCpuMs)} ms, this process ${Math.round(pgo.floor.clientCpuMs)} ms); ` +
@@ -394,20 +457,49 @@ export async function runCaptureBench(): Promise<BenchResult> {
       // Profiled apart from the timed runs (the profiler slows the capture's process, not PostgreSQL).
       const r = await oneRun(pgc, h, ['reference', 'stream', 'peek'], counting, counter, 'counting', true);
       rec.details.profiled = { stream: r.capture.profile, peek: r.peek?.profile };
-      say(`profiled run: capture (stream) ${Math.round(r.capture.recordsPerSecond)} records/s, (peek) ${Math.round(r.peek!.recordsPerSecond)} records/s (not in the figures)`);
+      say(
+        `profiled run: capture (stream) ${Math.round(r.capture.recordsPerSecond)} records/s, (peek) ${Math.round(r.peek!.recordsPerSecond)} records/s (not in the figures)`,
+      );
     }
     const ref = median(results.map((r) => r.reference.changesPerSecond));
     const cap = median(results.map((r) => r.capture.recordsPerSecond));
     const peek = median(results.map((r) => r.peek!.recordsPerSecond));
     rec.add(rateRow('pg_logical_slot_get_changes alone (test_decoding, counted in SQL)', ref, 'changes/s', null, null));
-    rec.add(rateRow('slot capture (stream, the default) → counting publisher', cap, 'records/s', ref, 'get_changes alone', { note: `median of ${runs}, order rotated` }));
-    rec.add(rateRow('slot capture (peek) → counting publisher', peek, 'records/s', ref, 'get_changes alone', { note: `median of ${runs}, order rotated; stream ÷ peek ${(cap / peek).toFixed(2)}×` }));
+    rec.add(
+      rateRow('slot capture (stream, the default) → counting publisher', cap, 'records/s', ref, 'get_changes alone', {
+        note: `median of ${runs}, order rotated`,
+      }),
+    );
+    rec.add(
+      rateRow('slot capture (peek) → counting publisher', peek, 'records/s', ref, 'get_changes alone', {
+        note: `median of ${runs}, order rotated; stream ÷ peek ${(cap / peek).toFixed(2)}×`,
+      }),
+    );
     // The ceilings (docs/performance-log.md, "Ceilings: what this machine and the mandated stand-ins allow"): the protocol alone, and the parser alone.
     const floor = median(results.map((r) => r.floor!.changesPerSecond));
     const parse = median(results.map((r) => r.floor!.parse.changesPerSecond));
     const goal = 0.5;
-    rec.add(rateRow('ceiling: the stream protocol alone (same connection, settings and options as the capture; messages counted, nothing else)', floor, 'changes/s', ref, 'get_changes alone', { target: `≥ ${goal}× is needed for the capture goal`, met: floor >= goal * ref, note: `median of ${runs}, order rotated; the capture (stream) reached ${((cap / floor) * 100).toFixed(0)} % of it; CPU during the read (median): walsender ${Math.round(median(results.map((r) => r.floor!.walsenderCpuMs ?? Number.NaN)))} ms, this process ${Math.round(median(results.map((r) => r.floor!.clientCpuMs)))} ms, of ${median(results.map((r) => r.floor!.seconds)).toFixed(2)} s` }));
-    rec.add(rateRow('ceiling: the test_decoding parse alone (UTF-8 text + groupTransactions, no read)', parse, 'changes/s', ref, 'get_changes alone', { target: `≥ ${goal}× is needed for the capture goal`, met: parse >= goal * ref, note: `median of ${runs}` }));
+    rec.add(
+      rateRow(
+        'ceiling: the stream protocol alone (same connection, settings and options as the capture; messages counted, nothing else)',
+        floor,
+        'changes/s',
+        ref,
+        'get_changes alone',
+        {
+          target: `≥ ${goal}× is needed for the capture goal`,
+          met: floor >= goal * ref,
+          note: `median of ${runs}, order rotated; the capture (stream) reached ${((cap / floor) * 100).toFixed(0)} % of it; CPU during the read (median): walsender ${Math.round(median(results.map((r) => r.floor!.walsenderCpuMs ?? Number.NaN)))} ms, this process ${Math.round(median(results.map((r) => r.floor!.clientCpuMs)))} ms, of ${median(results.map((r) => r.floor!.seconds)).toFixed(2)} s`,
+        },
+      ),
+    );
+    rec.add(
+      rateRow('ceiling: the test_decoding parse alone (UTF-8 text + groupTransactions, no read)', parse, 'changes/s', ref, 'get_changes alone', {
+        target: `≥ ${goal}× is needed for the capture goal`,
+        met: parse >= goal * ref,
+        note: `median of ${runs}`,
+      }),
+    );
     const floorRatio = floor / ref;
     const verdictLine =
       floorRatio < goal
@@ -418,13 +510,33 @@ export async function runCaptureBench(): Promise<BenchResult> {
     // goal's) and against pgoutput's own decoding alone.
     const pgFloor = median(results.map((r) => r.pgoutput!.floor.changesPerSecond));
     const pgRef = median(results.map((r) => r.pgoutput!.reference.changesPerSecond));
-    rec.add(rateRow('ceiling: the stream protocol alone with pgoutput (messages counted, nothing else; no decoder of its rows exists in the capture)', pgFloor, 'changes/s', ref, 'get_changes alone (test_decoding)', { target: `≥ ${goal}× is needed for the capture goal`, met: pgFloor >= goal * ref, note: `median of ${runs}; CPU during the read (median): walsender ${Math.round(median(results.map((r) => r.pgoutput!.floor.walsenderCpuMs ?? Number.NaN)))} ms, this process ${Math.round(median(results.map((r) => r.pgoutput!.floor.clientCpuMs)))} ms, of ${median(results.map((r) => r.pgoutput!.floor.seconds)).toFixed(2)} s; pgoutput's own get_binary_changes alone: ${Math.round(pgRef)} changes/s (the floor is ${(pgFloor / pgRef).toFixed(2)}× it)` }));
+    rec.add(
+      rateRow(
+        'ceiling: the stream protocol alone with pgoutput (messages counted, nothing else; no decoder of its rows exists in the capture)',
+        pgFloor,
+        'changes/s',
+        ref,
+        'get_changes alone (test_decoding)',
+        {
+          target: `≥ ${goal}× is needed for the capture goal`,
+          met: pgFloor >= goal * ref,
+          note: `median of ${runs}; CPU during the read (median): walsender ${Math.round(median(results.map((r) => r.pgoutput!.floor.walsenderCpuMs ?? Number.NaN)))} ms, this process ${Math.round(median(results.map((r) => r.pgoutput!.floor.clientCpuMs)))} ms, of ${median(results.map((r) => r.pgoutput!.floor.seconds)).toFixed(2)} s; pgoutput's own get_binary_changes alone: ${Math.round(pgRef)} changes/s (the floor is ${(pgFloor / pgRef).toFixed(2)}× it)`,
+        },
+      ),
+    );
     const pgVerdict =
       pgFloor / ref < goal
         ? `with pgoutput the stream protocol alone reads ${(pgFloor / ref).toFixed(2)}× get_changes (test_decoding): a pgoutput capture could not reach the goal either (short by ${(goal / (pgFloor / ref)).toFixed(2)}×)`
         : `with pgoutput the stream protocol alone reads ${(pgFloor / ref).toFixed(2)}× get_changes (test_decoding): the protocol leaves room for the goal; a pgoutput capture's own work per change would decide`;
     say(`verdict: ${pgVerdict}`);
-    rec.details.ceilings = { protocolFloor: floor, parseAlone: parse, reference: ref, goal, verdict: verdictLine, pgoutput: { protocolFloor: pgFloor, reference: pgRef, verdict: pgVerdict } };
+    rec.details.ceilings = {
+      protocolFloor: floor,
+      parseAlone: parse,
+      reference: ref,
+      goal,
+      verdict: verdictLine,
+      pgoutput: { protocolFloor: pgFloor, reference: pgRef, verdict: pgVerdict },
+    };
 
     // The capture into kinesalite (the raw stream of cdc local), on a smaller history.
     const kin = await startKinesaliteProcess();
@@ -447,7 +559,16 @@ export async function runCaptureBench(): Promise<BenchResult> {
       const r = await oneRun(pgc, small, ['reference', 'stream'], kpublish, kcounter, 'kinesalite in its own process (2 shards)', false);
       say(`capture → kinesalite: ${Math.round(r.capture.recordsPerSecond)} records/s (${r.capture.seconds.toFixed(2)} s)`);
       results.push(r);
-      rec.add(rateRow('slot capture → kinesalite raw stream (cdc local)', r.capture.recordsPerSecond, 'records/s', r.reference.changesPerSecond, 'get_changes alone', { note: `${r.changes} changes` }));
+      rec.add(
+        rateRow(
+          'slot capture → kinesalite raw stream (cdc local)',
+          r.capture.recordsPerSecond,
+          'records/s',
+          r.reference.changesPerSecond,
+          'get_changes alone',
+          { note: `${r.changes} changes` },
+        ),
+      );
       client.destroy();
     } finally {
       await kin.stop();

@@ -65,7 +65,10 @@ export async function runE2eBench(): Promise<BenchResult> {
   const profileLoad = argValue('profile') !== undefined;
   // The search for the highest sustained rate (after the fixed-rate run): steps of this many seconds, at these shares of the source-alone rate.
   const searchSeconds = numberArg('search-seconds', 30);
-  const searchSteps = (argValue('search-steps') ?? '0.1,0.15,0.2,0.25,0.3,0.4,0.5,0.7,1').split(',').map(Number).filter((x) => x > 0);
+  const searchSteps = (argValue('search-steps') ?? '0.1,0.15,0.2,0.25,0.3,0.4,0.5,0.7,1')
+    .split(',')
+    .map(Number)
+    .filter((x) => x > 0);
   const rec = new Recorder('e2e', {
     rate,
     seconds,
@@ -77,12 +80,21 @@ export async function runE2eBench(): Promise<BenchResult> {
     initialRows: INITIAL_ROWS,
     mix: '70 % updates, 20 % inserts, 10 % deletes',
     durability: 'fsync on (the embedded PostgreSQL defaults of cdc local)',
-    pipeline: "cdc local: one embedded PostgreSQL (source and warehouse databases), DynamoDB Local, kinesalite in its own process (the stack's shards: raw stream 1, change log 2), pollers with batch size up to 1,000 (no window; the archive copier's 2,000 with a 2 s window)",
+    pipeline:
+      "cdc local: one embedded PostgreSQL (source and warehouse databases), DynamoDB Local, kinesalite in its own process (the stack's shards: raw stream 1, change log 2), pollers with batch size up to 1,000 (no window; the archive copier's 2,000 with a 2 s window)",
   });
   const ceilingOn = argValue('no-stand-in-ceiling') === undefined;
   const ceilingChanges = numberArg('ceiling-changes', 30_000);
   // What the ceiling needs from the pipeline's run (filled in the run, used after the stack stopped).
-  let ceilingInput: { sourceAlone: number; rate: number; settings: PatternSettings; streams: { raw: string; changeLog: string }; shards: { raw: number; changeLog: number }; raw: SampledRecord[]; changeLog: SampledRecord[] } | null = null;
+  let ceilingInput: {
+    sourceAlone: number;
+    rate: number;
+    settings: PatternSettings;
+    streams: { raw: string; changeLog: string };
+    shards: { raw: number; changeLog: number };
+    raw: SampledRecord[];
+    changeLog: SampledRecord[];
+  } | null = null;
   const stateDir = mkdtempSync(path.join(os.tmpdir(), 'cdc-bench-e2e-'));
   const say0 = (t: string): void => void process.stdout.write(`[e2e] ${t}\n`);
   say0(`starting the local stack in ${stateDir}`);
@@ -99,13 +111,19 @@ export async function runE2eBench(): Promise<BenchResult> {
   try {
     // Reference: the workload alone on the source, unthrottled, on an uncaptured copy of the table.
     await exec(stack.sourceUrl, `${TABLE_SQL('public.orders_ref')}; ${TABLE_SQL(TABLE)}`);
-    await exec(stack.sourceUrl, `INSERT INTO public.orders_ref (id, customer_id, status, amount, note) SELECT g, g % 1000, 'placed', 1, md5(g::text) FROM generate_series(1, ${INITIAL_ROWS}) g`);
+    await exec(
+      stack.sourceUrl,
+      `INSERT INTO public.orders_ref (id, customer_id, status, amount, note) SELECT g, g % 1000, 'placed', 1, md5(g::text) FROM generate_series(1, ${INITIAL_ROWS}) g`,
+    );
     await exec(stack.sourceUrl, 'VACUUM ANALYZE public.orders_ref');
     say(`reference: the workload alone on the source, unthrottled, ${refSeconds} s`);
-    const ref = await runWorkload({ url: stack.sourceUrl, table: 'public.orders_ref', rate: 0, txSize, seed: 7, initialIds: INITIAL_ROWS, seconds: refSeconds }).done;
+    const ref = await runWorkload({ url: stack.sourceUrl, table: 'public.orders_ref', rate: 0, txSize, seed: 7, initialIds: INITIAL_ROWS, seconds: refSeconds })
+      .done;
     const sourceAlone = ref.changesPerSecond;
     await exec(stack.sourceUrl, 'DROP TABLE public.orders_ref');
-    say(`source alone: ${Math.round(sourceAlone)} changes/s (${Math.round(sourceAlone / txSize)} transactions/s), commit p50 ${ref.commitMs.p50.toFixed(2)} ms`);
+    say(
+      `source alone: ${Math.round(sourceAlone)} changes/s (${Math.round(sourceAlone / txSize)} transactions/s), commit p50 ${ref.commitMs.p50.toFixed(2)} ms`,
+    );
 
     // The pipeline.
     const tables: TableConfig[] = [{ table: TABLE, deleteMode: 'soft', mask: [], exclude: [] }];
@@ -123,7 +141,10 @@ export async function runE2eBench(): Promise<BenchResult> {
     });
     await pipeline.start();
     // Initial rows go through the pipeline too, so the warehouse starts equal to the source.
-    await exec(stack.sourceUrl, `INSERT INTO ${TABLE} (id, customer_id, status, amount, note) SELECT g, g % 1000, 'placed', 1, md5(g::text) FROM generate_series(1, ${INITIAL_ROWS}) g`);
+    await exec(
+      stack.sourceUrl,
+      `INSERT INTO ${TABLE} (id, customer_id, status, amount, note) SELECT g, g % 1000, 'placed', 1, md5(g::text) FROM generate_series(1, ${INITIAL_ROWS}) g`,
+    );
     const c0 = performance.now();
     // Caught up: the capture acknowledged the insert, then a heartbeat written after that reached
     // the warehouse (the capture never finds the slot empty while beats come faster than one of
@@ -132,15 +153,27 @@ export async function runE2eBench(): Promise<BenchResult> {
     // before the insert could pass for a later one: hence the capture first.
     const insertLsn = (await one<{ lsn: string }>(stack.sourceUrl, 'SELECT pg_current_wal_lsn()::text AS lsn')).lsn;
     const p0 = pipeline;
-    await until(() => p0.capture.stats.lastCommitLsn !== null && compareLsn(p0.capture.stats.lastCommitLsn, insertLsn) >= 0, 300_000, 'the capture did not acknowledge the initial rows');
+    await until(
+      () => p0.capture.stats.lastCommitLsn !== null && compareLsn(p0.capture.stats.lastCommitLsn, insertLsn) >= 0,
+      300_000,
+      'the capture did not acknowledge the initial rows',
+    );
     await heartbeatCaughtUp(collector, Date.now(), 300_000);
     say(`pipeline started; ${INITIAL_ROWS} initial rows captured and applied in ${((performance.now() - c0) / 1000).toFixed(1)} s`);
     await sleep(2 * heartbeatMs);
 
     const appliedBefore = collector.total(MetricName.EVENTS_APPLIED, { Sink: SINK });
     const capturedBefore = pipeline.capture.stats.records;
-    const done0 = { normalizer: pipeline.pollers.normalizer.stats.recordsDone, sink: pipeline.pollers.sink.stats.recordsDone, archive: pipeline.pollers.archive.stats.recordsDone };
-    const batches0 = { normalizer: pipeline.pollers.normalizer.stats.batches, sink: pipeline.pollers.sink.stats.batches, archive: pipeline.pollers.archive.stats.batches };
+    const done0 = {
+      normalizer: pipeline.pollers.normalizer.stats.recordsDone,
+      sink: pipeline.pollers.sink.stats.recordsDone,
+      archive: pipeline.pollers.archive.stats.recordsDone,
+    };
+    const batches0 = {
+      normalizer: pipeline.pollers.normalizer.stats.batches,
+      sink: pipeline.pollers.sink.stats.batches,
+      archive: pipeline.pollers.archive.stats.batches,
+    };
     const t0 = Date.now();
     tally.sampling = true;
     const kinesaliteCpuLoad0 = stack.kinesalite.pid !== undefined ? processCpuMs(stack.kinesalite.pid) : null;
@@ -149,7 +182,9 @@ export async function runE2eBench(): Promise<BenchResult> {
     const p = pipeline;
     const progress = setInterval(() => {
       const lags = p.lagSamples(Date.now() - 10_000);
-      say(`  t+${Math.round((Date.now() - t0) / 1000)} s: lag (last 10 s) p50 ${Math.round(percentile(lags, 50))} ms, max ${Math.round(Math.max(0, ...lags))} ms; captured ${p.capture.stats.records - capturedBefore}`);
+      say(
+        `  t+${Math.round((Date.now() - t0) / 1000)} s: lag (last 10 s) p50 ${Math.round(percentile(lags, 50))} ms, max ${Math.round(Math.max(0, ...lags))} ms; captured ${p.capture.stats.records - capturedBefore}`,
+      );
     }, 10_000);
     const load = profileLoad ? await cpuProfile(ROOT, () => workload.done).then((r) => ((rec.details.profile = r.profile), r.result)) : await workload.done;
     clearInterval(progress);
@@ -159,7 +194,11 @@ export async function runE2eBench(): Promise<BenchResult> {
     const committedRate = load.changesPerSecond;
 
     // Backlog when the load stops.
-    const slot = await one<{ lag: string | null }>(stack.sourceUrl, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint::text AS lag FROM pg_replication_slots WHERE slot_name = $1`, [pipeline.capture.slot]);
+    const slot = await one<{ lag: string | null }>(
+      stack.sourceUrl,
+      `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint::text AS lag FROM pg_replication_slots WHERE slot_name = $1`,
+      [pipeline.capture.slot],
+    );
     const capturedAtStop = pipeline.capture.stats.records - capturedBefore;
     const appliedAtStop = collector.total(MetricName.EVENTS_APPLIED, { Sink: SINK }) - appliedBefore;
     // Records each stage has handled since the load started; the differences are the backlog per stage.
@@ -176,7 +215,9 @@ export async function runE2eBench(): Promise<BenchResult> {
       sink: pipeline.pollers.sink.stats.batches - batches0.sink,
       archive: pipeline.pollers.archive.stats.batches - batches0.archive,
     };
-    const lagDuring = collector.find(MetricName.END_TO_END_LAG, { Sink: SINK }).flatMap((s) => s.samples.filter(([t]) => t >= t0 && t <= t1 + 1000).map(([, v]) => v));
+    const lagDuring = collector
+      .find(MetricName.END_TO_END_LAG, { Sink: SINK })
+      .flatMap((s) => s.samples.filter(([t]) => t >= t0 && t <= t1 + 1000).map(([, v]) => v));
     // Drained: a heartbeat written after the load stopped reached the warehouse.
     const drainSeconds = (await heartbeatCaughtUp(collector, t1, 600_000)) / 1000;
     const appliedTotal = collector.total(MetricName.EVENTS_APPLIED, { Sink: SINK }) - appliedBefore;
@@ -191,11 +232,17 @@ export async function runE2eBench(): Promise<BenchResult> {
         const target = Math.max(txSize, Math.round((share * sourceAlone) / txSize) * txSize);
         const r = await step(stack.sourceUrl, collector, target, searchSeconds, txSize, 100 + steps.length);
         steps.push({ share, ...r });
-        say(`search: ${target} changes/s (${share}× source alone): committed ${Math.round(r.committed)}/s, lag p50 ${Math.round(r.p50)} ms, p99 ${Math.round(r.p99)} ms, max ${Math.round(r.max)} ms, drained in ${r.drainSeconds.toFixed(1)} s → ${r.pass ? 'sustained' : 'NOT sustained'}`);
+        say(
+          `search: ${target} changes/s (${share}× source alone): committed ${Math.round(r.committed)}/s, lag p50 ${Math.round(r.p50)} ms, p99 ${Math.round(r.p99)} ms, max ${Math.round(r.max)} ms, drained in ${r.drainSeconds.toFixed(1)} s → ${r.pass ? 'sustained' : 'NOT sustained'}`,
+        );
         if (!r.pass) break;
       }
       const best = [...steps].reverse().find((x) => x.pass) ?? null;
-      searchRow = rateRow('highest sustained rate (lag bounded, p99 < 1 s)', best?.committed ?? 0, 'changes/s', sourceAlone, 'source alone', { target: '≥ 0.3× source alone', met: best !== null && best.committed >= 0.3 * sourceAlone, note: `steps of ${searchSeconds} s at ${searchSteps.join(', ')}× source alone; first failing step: ${steps.find((x) => !x.pass) ? `${Math.round(steps.find((x) => !x.pass)!.target)}/s` : 'none'}` });
+      searchRow = rateRow('highest sustained rate (lag bounded, p99 < 1 s)', best?.committed ?? 0, 'changes/s', sourceAlone, 'source alone', {
+        target: '≥ 0.3× source alone',
+        met: best !== null && best.committed >= 0.3 * sourceAlone,
+        note: `steps of ${searchSeconds} s at ${searchSteps.join(', ')}× source alone; first failing step: ${steps.find((x) => !x.pass) ? `${Math.round(steps.find((x) => !x.pass)!.target)}/s` : 'none'}`,
+      });
       rec.details.search = steps;
     }
 
@@ -219,7 +266,8 @@ export async function runE2eBench(): Promise<BenchResult> {
       readsPerChangeLogRecord: tally.readsPerPut(changeLog),
       recordPassesPerChange: putsRaw === 0 ? 0 : (putsRaw + (tally.reads.get(raw) ?? 0) + putsLog + (tally.reads.get(changeLog) ?? 0)) / putsRaw,
       kinesaliteCpuMsDuringLoad: kinesaliteCpuLoad0 !== null && kinesaliteCpuLoad1 !== null ? kinesaliteCpuLoad1 - kinesaliteCpuLoad0 : null,
-      kinesaliteCpuMsWholeRun: kinesaliteCpu0 !== null && stack.kinesalite.pid !== undefined ? (processCpuMs(stack.kinesalite.pid) ?? Number.NaN) - kinesaliteCpu0 : null,
+      kinesaliteCpuMsWholeRun:
+        kinesaliteCpu0 !== null && stack.kinesalite.pid !== undefined ? (processCpuMs(stack.kinesalite.pid) ?? Number.NaN) - kinesaliteCpu0 : null,
     };
     rec.details.kinesisPasses = passes;
     say(
@@ -241,7 +289,9 @@ export async function runE2eBench(): Promise<BenchResult> {
     const p50 = percentile(lagDuring, 50);
     const p99 = percentile(lagDuring, 99);
     const max = Math.max(...lagDuring);
-    say(`lag over ${lagDuring.length} heartbeats: p50 ${Math.round(p50)} ms, p99 ${Math.round(p99)} ms, max ${Math.round(max)} ms; drained in ${drainSeconds.toFixed(1)} s; verdict ${verdict.match ? 'match' : 'MISMATCH'}`);
+    say(
+      `lag over ${lagDuring.length} heartbeats: p50 ${Math.round(p50)} ms, p99 ${Math.round(p99)} ms, max ${Math.round(max)} ms; drained in ${drainSeconds.toFixed(1)} s; verdict ${verdict.match ? 'match' : 'MISMATCH'}`,
+    );
 
     rec.add(rateRow('source commit rate under the pipeline', committedRate, 'changes/s', rate, 'target rate'));
     rec.add(rateRow('source alone: the same workload unthrottled', sourceAlone, 'changes/s', null, null, { note: `${txSize} changes per transaction` }));
@@ -250,7 +300,11 @@ export async function runE2eBench(): Promise<BenchResult> {
     rec.add(timeRow(`end-to-end lag p50 (sink ${SINK})`, p50, 'ms', 1000, '1 s target'));
     rec.add(timeRow(`end-to-end lag p99 (sink ${SINK})`, p99, 'ms', 1000, '1 s target', { target: '< 1 s', met: p99 < 1000 }));
     rec.add(timeRow(`end-to-end lag max (sink ${SINK})`, max, 'ms', 1000, '1 s target'));
-    rec.add(timeRow('backlog at the end: time to drain after the load stopped', drainSeconds * 1000, 'ms', null, null, { note: `at stop: ${stages.committed} committed, ${stages.captured} captured, ${stages.normalized} normalized, ${stages.applied} applied, ${stages.archived} archived; slot ${slot.lag ?? '?'} bytes behind` }));
+    rec.add(
+      timeRow('backlog at the end: time to drain after the load stopped', drainSeconds * 1000, 'ms', null, null, {
+        note: `at stop: ${stages.committed} committed, ${stages.captured} captured, ${stages.normalized} normalized, ${stages.applied} applied, ${stages.archived} archived; slot ${slot.lag ?? '?'} bytes behind`,
+      }),
+    );
     if (searchRow) rec.add(searchRow);
     Object.assign(rec.details, {
       heartbeats: lagDuring.length,
@@ -278,7 +332,9 @@ export async function runE2eBench(): Promise<BenchResult> {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'cdc-bench-ceiling-'));
     let r: CeilingResult;
     try {
-      say(`stand-in ceiling: kinesalite alone (its own process, LevelDB; raw stream ${c.shards.raw} shard(s), change log ${c.shards.changeLog}), ${ceilingChanges} changes of the load's records (${c.raw.length} raw and ${c.changeLog.length} change-log records sampled), everything else stopped`);
+      say(
+        `stand-in ceiling: kinesalite alone (its own process, LevelDB; raw stream ${c.shards.raw} shard(s), change log ${c.shards.changeLog}), ${ceilingChanges} changes of the load's records (${c.raw.length} raw and ${c.changeLog.length} change-log records sampled), everything else stopped`,
+      );
       r = await standInCeiling({
         path: path.join(dir, 'kinesis'),
         streams: c.streams,
@@ -304,14 +360,53 @@ export async function runE2eBench(): Promise<BenchResult> {
       share < goalShare
         ? `kinesalite alone carries ${Math.round(r.changesPerSecond)} changes/s in this pattern = ${share.toFixed(2)}× the source alone: the e2e goal (≥ ${goalShare}×, ${Math.round(goalRate)} changes/s here) is UNREACHABLE on this machine with this stand-in whatever the pipeline does (short by ${(goalShare / share).toFixed(2)}×)`
         : `kinesalite alone carries ${Math.round(r.changesPerSecond)} changes/s in this pattern = ${share.toFixed(2)}× the source alone: the stand-in leaves room for the e2e goal (≥ ${goalShare}×, ${Math.round(goalRate)} changes/s here) when it has a core to itself`;
-    say(`stand-in ceiling: ${r.changes} changes in ${r.seconds.toFixed(2)} s; puts ${JSON.stringify(r.puts)}, reads ${JSON.stringify(r.reads)}; records ${Math.round(r.rawBytes)} B raw, ${Math.round(r.changeLogBytes)} B change log`);
-    say(`stand-in ceiling: kinesalite's CPU ${Math.round(r.kinesaliteCpuMs)} ms (${(kinMsPerChange * 1000).toFixed(0)} µs per change, ${((r.kinesaliteCpuMs / (r.seconds * 1000)) * 100).toFixed(0)} % of a core during the run); this process (clients, pollers) ${Math.round(r.clientCpuMs)} ms (${(clientMsPerChange * 1000).toFixed(0)} µs per change)`);
-    say(`stand-in ceiling: at the goal's rate (${Math.round(goalRate)} changes/s) kinesalite needs ${(coresAtGoal * 100).toFixed(0)} % of a core, the clients ${((clientMsPerChange * goalRate) / 10).toFixed(0)} %; at this run's ${c.rate}/s ${(coresAtRate * 100).toFixed(0)} % of a core`);
-    say(`stand-in ceiling: kinesalite's CPU alone bounds it at ${Math.round(cpuBound)} changes/s = ${(cpuBound / c.sourceAlone).toFixed(2)}× the source alone (one whole core, no waits)`);
+    say(
+      `stand-in ceiling: ${r.changes} changes in ${r.seconds.toFixed(2)} s; puts ${JSON.stringify(r.puts)}, reads ${JSON.stringify(r.reads)}; records ${Math.round(r.rawBytes)} B raw, ${Math.round(r.changeLogBytes)} B change log`,
+    );
+    say(
+      `stand-in ceiling: kinesalite's CPU ${Math.round(r.kinesaliteCpuMs)} ms (${(kinMsPerChange * 1000).toFixed(0)} µs per change, ${((r.kinesaliteCpuMs / (r.seconds * 1000)) * 100).toFixed(0)} % of a core during the run); this process (clients, pollers) ${Math.round(r.clientCpuMs)} ms (${(clientMsPerChange * 1000).toFixed(0)} µs per change)`,
+    );
+    say(
+      `stand-in ceiling: at the goal's rate (${Math.round(goalRate)} changes/s) kinesalite needs ${(coresAtGoal * 100).toFixed(0)} % of a core, the clients ${((clientMsPerChange * goalRate) / 10).toFixed(0)} %; at this run's ${c.rate}/s ${(coresAtRate * 100).toFixed(0)} % of a core`,
+    );
+    say(
+      `stand-in ceiling: kinesalite's CPU alone bounds it at ${Math.round(cpuBound)} changes/s = ${(cpuBound / c.sourceAlone).toFixed(2)}× the source alone (one whole core, no waits)`,
+    );
     say(`verdict: ${verdict}`);
-    rec.add(rateRow('ceiling: kinesalite alone carrying the pipeline\'s pattern (everything else idle)', r.changesPerSecond, 'changes/s', c.sourceAlone, 'source alone', { target: `≥ ${goalShare}× needed for the e2e goal`, met: share >= goalShare, note: `${r.changes} changes, ${(kinMsPerChange * 1000).toFixed(0)} µs of kinesalite CPU per change: ${(coresAtGoal * 100).toFixed(0)} % of a core at ${goalShare}× the source alone` }));
-    rec.add(rateRow("ceiling: kinesalite's CPU per change, one whole core (1 ÷ its CPU time per change)", cpuBound, 'changes/s', c.sourceAlone, 'source alone', { target: `≥ ${goalShare}× needed for the e2e goal`, met: cpuBound >= goalRate, note: 'the hard bound of the single-threaded stand-in; the pattern row above is what it reached with the pipeline\'s batches and concurrency' }));
-    rec.details.standInCeiling = { ...r, cpuBoundChangesPerSecond: cpuBound, sourceAlone: c.sourceAlone, goalRate, kinesaliteMsPerChange: kinMsPerChange, clientMsPerChange, kinesaliteCoresAtGoal: coresAtGoal, kinesaliteCoresAtRate: coresAtRate, shards: c.shards, sampled: { raw: c.raw.length, changeLog: c.changeLog.length }, verdict };
+    rec.add(
+      rateRow(
+        "ceiling: kinesalite alone carrying the pipeline's pattern (everything else idle)",
+        r.changesPerSecond,
+        'changes/s',
+        c.sourceAlone,
+        'source alone',
+        {
+          target: `≥ ${goalShare}× needed for the e2e goal`,
+          met: share >= goalShare,
+          note: `${r.changes} changes, ${(kinMsPerChange * 1000).toFixed(0)} µs of kinesalite CPU per change: ${(coresAtGoal * 100).toFixed(0)} % of a core at ${goalShare}× the source alone`,
+        },
+      ),
+    );
+    rec.add(
+      rateRow("ceiling: kinesalite's CPU per change, one whole core (1 ÷ its CPU time per change)", cpuBound, 'changes/s', c.sourceAlone, 'source alone', {
+        target: `≥ ${goalShare}× needed for the e2e goal`,
+        met: cpuBound >= goalRate,
+        note: "the hard bound of the single-threaded stand-in; the pattern row above is what it reached with the pipeline's batches and concurrency",
+      }),
+    );
+    rec.details.standInCeiling = {
+      ...r,
+      cpuBoundChangesPerSecond: cpuBound,
+      sourceAlone: c.sourceAlone,
+      goalRate,
+      kinesaliteMsPerChange: kinMsPerChange,
+      clientMsPerChange,
+      kinesaliteCoresAtGoal: coresAtGoal,
+      kinesaliteCoresAtRate: coresAtRate,
+      shards: c.shards,
+      sampled: { raw: c.raw.length, changeLog: c.changeLog.length },
+      verdict,
+    };
   }
   return rec.finish();
 }
@@ -337,7 +432,8 @@ function patternSettings(p: LocalPipeline): PatternSettings {
     archiveBatchSize: opts(p.pollers.archive).batchSize,
     archiveWindowMs: opts(p.pollers.archive).batchWindowMs,
   };
-  if (opts(p.pollers.sink).batchSize !== s.batchSize) throw new Error('the normalizer and the applier poll with different batch sizes: the ceiling assumes one');
+  if (opts(p.pollers.sink).batchSize !== s.batchSize)
+    throw new Error('the normalizer and the applier poll with different batch sizes: the ceiling assumes one');
   for (const [k, v] of Object.entries(s)) if (typeof v !== 'number') throw new Error(`the pipeline's ${k} could not be read`);
   return s as PatternSettings;
 }
@@ -381,9 +477,21 @@ async function until(done: () => boolean, timeoutMs: number, message: string): P
 
 /** One step of the search: the load at `rate` for `seconds`, then the drain; lag read on the heartbeats of the load. */
 async function step(url: string, collector: MetricsCollector, rate: number, seconds: number, txSize: number, seed: number): Promise<Omit<StepResult, 'share'>> {
-  const ids = (await one<{ ids: number[] | null; next: string | null }>(url, `SELECT array_agg(id ORDER BY id) AS ids, (coalesce(max(id), 0) + 1)::text AS next FROM ${TABLE}`)) ?? { ids: [], next: '1' };
+  const ids = (await one<{ ids: number[] | null; next: string | null }>(
+    url,
+    `SELECT array_agg(id ORDER BY id) AS ids, (coalesce(max(id), 0) + 1)::text AS next FROM ${TABLE}`,
+  )) ?? { ids: [], next: '1' };
   const t0 = Date.now();
-  const load = await runWorkload({ url, table: TABLE, rate, txSize, seed, initialIds: 0, liveIds: { ids: (ids.ids ?? []).map(Number), next: Number(ids.next ?? 1) }, seconds }).done;
+  const load = await runWorkload({
+    url,
+    table: TABLE,
+    rate,
+    txSize,
+    seed,
+    initialIds: 0,
+    liveIds: { ids: (ids.ids ?? []).map(Number), next: Number(ids.next ?? 1) },
+    seconds,
+  }).done;
   const t1 = Date.now();
   const drainSeconds = (await heartbeatCaughtUp(collector, t1, 600_000)) / 1000;
   const lags = collector.find(MetricName.END_TO_END_LAG, { Sink: SINK }).flatMap((s) => s.samples.filter(([t]) => t >= t0 && t <= t1 + 1000).map(([, v]) => v));

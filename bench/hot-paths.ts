@@ -45,13 +45,32 @@ export async function run(): Promise<BenchResult> {
   const lines = events.map((e) => JSON.stringify(e));
   const objects: Buffer[] = [];
   for (let i = 0; i < lines.length; i += 1000) objects.push(Buffer.from(`${lines.slice(i, i + 1000).join('\n')}\n`));
-  const whole = (): number => objects.reduce((n, b) => n + b.toString('utf8').split('\n').filter((l) => l.length > 0).length, 0);
+  const whole = (): number =>
+    objects.reduce(
+      (n, b) =>
+        n +
+        b
+          .toString('utf8')
+          .split('\n')
+          .filter((l) => l.length > 0).length,
+      0,
+    );
   const pieces = (): number => objects.reduce((n, b) => n + utf8Lines(b).length, 0);
   if (whole() !== pieces()) throw new Error('utf8Lines and the whole decode disagree');
   const wholeRate = best(rounds, lines.length, whole);
   const piecesRate = best(rounds, lines.length, pieces);
-  say(`archive lines (${objects.length} objects of ${Math.round(objects[0]!.length / 1024)} KiB): pieces ${Math.round(piecesRate)} lines/s, whole ${Math.round(wholeRate)} lines/s`);
-  rec.add(rateRow(`archive object lines, decoded in 64 KiB pieces (objects of ${Math.round(objects[0]!.length / 1024)} KiB)`, piecesRate, 'lines/s', wholeRate, 'the whole object decoded at once'));
+  say(
+    `archive lines (${objects.length} objects of ${Math.round(objects[0]!.length / 1024)} KiB): pieces ${Math.round(piecesRate)} lines/s, whole ${Math.round(wholeRate)} lines/s`,
+  );
+  rec.add(
+    rateRow(
+      `archive object lines, decoded in 64 KiB pieces (objects of ${Math.round(objects[0]!.length / 1024)} KiB)`,
+      piecesRate,
+      'lines/s',
+      wholeRate,
+      'the whole object decoded at once',
+    ),
+  );
 
   // 2. A batch of 10,000 snapshot rows in chunks of `chunk` rows at one position each, against the same rows at distinct positions.
   const rows = snapshotEvents(h).slice(0, 10_000);
@@ -60,8 +79,18 @@ export async function run(): Promise<BenchResult> {
   if (distinctEvents(chunked).length !== rows.length || distinctEvents(small).length !== rows.length) throw new Error('distinctEvents dropped distinct events');
   const chunkedRate = best(rounds, rows.length, () => distinctEvents(chunked).length);
   const smallRate = best(rounds, rows.length, () => distinctEvents(small).length);
-  say(`distinctEvents: ${rows.length} snapshot rows in chunks of ${chunk} at one position ${Math.round(chunkedRate)} events/s, in chunks of 10 ${Math.round(smallRate)} events/s`);
-  rec.add(rateRow(`distinctEvents over ${rows.length} snapshot rows, chunks of ${chunk} rows at one position`, chunkedRate, 'events/s', smallRate, 'the same rows in chunks of 10'));
+  say(
+    `distinctEvents: ${rows.length} snapshot rows in chunks of ${chunk} at one position ${Math.round(chunkedRate)} events/s, in chunks of 10 ${Math.round(smallRate)} events/s`,
+  );
+  rec.add(
+    rateRow(
+      `distinctEvents over ${rows.length} snapshot rows, chunks of ${chunk} rows at one position`,
+      chunkedRate,
+      'events/s',
+      smallRate,
+      'the same rows in chunks of 10',
+    ),
+  );
   return rec.finish();
 }
 

@@ -19,7 +19,11 @@ const RECORDS = arg('records', 20_000);
 const ROUNDS = arg('rounds', 5);
 
 const root = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
-const lines = ['postgres-session.jsonl', 'postgres-cdc.jsonl'].flatMap((f) => readFileSync(path.join(root, 'test', 'fixtures', 'dms', f), 'utf8').trim().split('\n'));
+const lines = ['postgres-session.jsonl', 'postgres-cdc.jsonl'].flatMap((f) =>
+  readFileSync(path.join(root, 'test', 'fixtures', 'dms', f), 'utf8')
+    .trim()
+    .split('\n'),
+);
 const records = Array.from({ length: RECORDS }, (_, i) => lines[i % lines.length]!);
 const bytes = records.reduce((a, r) => a + Buffer.byteLength(r), 0);
 

@@ -58,7 +58,14 @@ export async function run(): Promise<BenchResult> {
     const runs: Record<string, unknown>[] = [];
     const times = new Map<string, number>();
     const applyEvents = async (source: string, events: readonly ChangeEvent[]): Promise<TableApplyResult> =>
-      warehouse.applyTable({ source, table: 'public.items', deleteMode: 'soft', schemas: new Map([[1, { ...schema, source }]]), events: events.map((e) => ({ ...e, source })), appliedAt: new Date(Date.UTC(2026, 0, 1)) });
+      warehouse.applyTable({
+        source,
+        table: 'public.items',
+        deleteMode: 'soft',
+        schemas: new Map([[1, { ...schema, source }]]),
+        events: events.map((e) => ({ ...e, source })),
+        appliedAt: new Date(Date.UTC(2026, 0, 1)),
+      });
     const e0 = all[0]!;
     for (const size of [0, baseRows]) {
       const sets = ['now', 'before'].map((how) => ({ how, source: `m${size}${how}` }));
@@ -81,11 +88,22 @@ export async function run(): Promise<BenchResult> {
       await portableMerge(pool, before!);
       const beforeMs = nowMs() - t1;
       const mirror = await count(pool, now!, 'mirror');
-      if ((await fingerprint(pool, now!)) !== (await fingerprint(pool, before!))) throw new Error(`the two merges over a base of ${mirror} mirror rows left different tables`);
+      if ((await fingerprint(pool, now!)) !== (await fingerprint(pool, before!)))
+        throw new Error(`the two merges over a base of ${mirror} mirror rows left different tables`);
       times.set(`${size}now`, nowMsTaken);
       times.set(`${size}before`, beforeMs);
-      say(`base of ${mirror} mirror rows (${size} added), delta of ${merged.rows} rows: merge ${Math.round(nowMsTaken)} ms (nested loops ${merged.nestedLoops ? 'allowed' : 'off'}), the merge before ${Math.round(beforeMs)} ms; both left the same tables`);
-      rec.add(timeRow(`merge of ${merged.rows} delta rows over a base of ${mirror.toLocaleString('en-US')} mirror rows (nested loops ${merged.nestedLoops ? 'allowed' : 'off'})`, nowMsTaken, 'ms', beforeMs, 'the merge before (hash joins, changelog anti-join)'));
+      say(
+        `base of ${mirror} mirror rows (${size} added), delta of ${merged.rows} rows: merge ${Math.round(nowMsTaken)} ms (nested loops ${merged.nestedLoops ? 'allowed' : 'off'}), the merge before ${Math.round(beforeMs)} ms; both left the same tables`,
+      );
+      rec.add(
+        timeRow(
+          `merge of ${merged.rows} delta rows over a base of ${mirror.toLocaleString('en-US')} mirror rows (nested loops ${merged.nestedLoops ? 'allowed' : 'off'})`,
+          nowMsTaken,
+          'ms',
+          beforeMs,
+          'the merge before (hash joins, changelog anti-join)',
+        ),
+      );
       // A full apply over the same base: a pending delta of the next PENDING events, then a batch
       // the append path cannot take (an update without its `note`, an unchanged TOAST value), which
       // merges the delta first. Now: `applyTable` (its merge decides nested loops as `merge` does);
@@ -101,11 +119,31 @@ export async function run(): Promise<BenchResult> {
       await portableMerge(pool, before!);
       await applyEvents(sets[1]!.source, [toast]);
       const fullBeforeMs = nowMs() - t3;
-      if (full.mode !== 'apply' || full.merged?.rows !== PENDING) throw new Error(`the full apply merged ${JSON.stringify(full.merged)} in mode ${full.mode}, expected ${PENDING} rows first`);
-      if ((await fingerprint(pool, now!)) !== (await fingerprint(pool, before!))) throw new Error(`the two full applies over a base of ${mirror} mirror rows left different tables`);
-      say(`full apply with ${PENDING} delta rows pending: ${Math.round(fullMs)} ms (its merge's nested loops ${full.merged.nestedLoops ? 'allowed' : 'off'}), the same before ${Math.round(fullBeforeMs)} ms`);
-      rec.add(timeRow(`full apply of one batch with ${PENDING} delta rows pending, over a base of ${mirror.toLocaleString('en-US')} mirror rows (nested loops ${full.merged.nestedLoops ? 'allowed' : 'off'})`, fullMs, 'ms', fullBeforeMs, 'the same before (its merge with hash joins)'));
-      runs.push({ addedRows: size, mirrorRows: mirror, deltaRows: merged.rows, nestedLoops: merged.nestedLoops, mergeMs: nowMsTaken, beforeMs, fullApply: { pending: PENDING, nestedLoops: full.merged.nestedLoops, ms: fullMs, beforeMs: fullBeforeMs } });
+      if (full.mode !== 'apply' || full.merged?.rows !== PENDING)
+        throw new Error(`the full apply merged ${JSON.stringify(full.merged)} in mode ${full.mode}, expected ${PENDING} rows first`);
+      if ((await fingerprint(pool, now!)) !== (await fingerprint(pool, before!)))
+        throw new Error(`the two full applies over a base of ${mirror} mirror rows left different tables`);
+      say(
+        `full apply with ${PENDING} delta rows pending: ${Math.round(fullMs)} ms (its merge's nested loops ${full.merged.nestedLoops ? 'allowed' : 'off'}), the same before ${Math.round(fullBeforeMs)} ms`,
+      );
+      rec.add(
+        timeRow(
+          `full apply of one batch with ${PENDING} delta rows pending, over a base of ${mirror.toLocaleString('en-US')} mirror rows (nested loops ${full.merged.nestedLoops ? 'allowed' : 'off'})`,
+          fullMs,
+          'ms',
+          fullBeforeMs,
+          'the same before (its merge with hash joins)',
+        ),
+      );
+      runs.push({
+        addedRows: size,
+        mirrorRows: mirror,
+        deltaRows: merged.rows,
+        nestedLoops: merged.nestedLoops,
+        mergeMs: nowMsTaken,
+        beforeMs,
+        fullApply: { pending: PENDING, nestedLoops: full.merged.nestedLoops, ms: fullMs, beforeMs: fullBeforeMs },
+      });
     }
     const growth = (how: string): number => times.get(`${baseRows}${how}`)! / times.get(`0${how}`)!;
     say(`merge time at ${baseRows} added rows over the history's own base: now ${growth('now').toFixed(2)}×, before ${growth('before').toFixed(2)}×`);
@@ -135,8 +173,19 @@ async function fillBase(pool: pg.Pool, t: WarehouseTable, n: number): Promise<vo
 /** The merge as it was before 2026-12-02: the portable statements (`mergeSql` without `engine`) with nested loops off, in one transaction. */
 async function portableMerge(pool: pg.Pool, t: WarehouseTable): Promise<void> {
   const columns = async (name: string): Promise<string[]> =>
-    (await pool.query<{ attname: string }>(`SELECT attname FROM pg_attribute WHERE attrelid = '${qualified(t.schema, name)}'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`)).rows.map((r) => r.attname);
-  const o = { key: ['id'], mirrorColumns: await columns(t.mirror), changelogColumns: (await columns(t.changelog)).filter((n) => n !== '_cdc_seq'), hard: false, deletedKeys: false, truncations: true };
+    (
+      await pool.query<{ attname: string }>(
+        `SELECT attname FROM pg_attribute WHERE attrelid = '${qualified(t.schema, name)}'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
+      )
+    ).rows.map((r) => r.attname);
+  const o = {
+    key: ['id'],
+    mirrorColumns: await columns(t.mirror),
+    changelogColumns: (await columns(t.changelog)).filter((n) => n !== '_cdc_seq'),
+    hard: false,
+    deletedKeys: false,
+    truncations: true,
+  };
   const c = await pool.connect();
   try {
     await c.query(`BEGIN; SET LOCAL enable_nestloop = off; ${lockDeltaSql(t, 'postgres')}`);

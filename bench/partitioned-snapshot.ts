@@ -25,7 +25,12 @@ import { median, numberArg, rateRow, Recorder, runIfMain, type BenchResult } fro
 const say = (text: string): void => void process.stdout.write(`[partitioned-snapshot] ${text}\n`);
 
 /** One snapshot run of `table`; the adaptive pacer with the probe as `cdc local` has them, or a fixed chunk. */
-async function snapshotRate(url: string, table: string, paced: boolean, maxSeconds: number): Promise<{ rowsPerSecond: number; chunks: number; rows: number; cut: boolean }> {
+async function snapshotRate(
+  url: string,
+  table: string,
+  paced: boolean,
+  maxSeconds: number,
+): Promise<{ rowsPerSecond: number; chunks: number; rows: number; cut: boolean }> {
   const probeClient = new pg.Client({ connectionString: url });
   await probeClient.connect();
   const probe = new PostgresPressureProbe(async () => probeClient);
@@ -37,7 +42,18 @@ async function snapshotRate(url: string, table: string, paced: boolean, maxSecon
     if (paced) await probe.calibrate(20);
     const t0 = performance.now();
     const shouldStop = () => performance.now() - t0 > maxSeconds * 1000;
-    const outcome = await runTableSnapshot({ control, reader, publish: async () => undefined, pacer, source: 'bench', table, rules: NO_COLUMN_RULES, owner: 'bench', shouldStop, ...(paced ? { pressure: () => probe.read() } : {}) });
+    const outcome = await runTableSnapshot({
+      control,
+      reader,
+      publish: async () => undefined,
+      pacer,
+      source: 'bench',
+      table,
+      rules: NO_COLUMN_RULES,
+      owner: 'bench',
+      shouldStop,
+      ...(paced ? { pressure: () => probe.read() } : {}),
+    });
     const seconds = (performance.now() - t0) / 1000;
     if (outcome !== 'done' && outcome !== 'stopped') throw new Error(`snapshot of ${table} ended ${outcome}`);
     const s = (await control.getSnapshot('bench', table))!;
@@ -59,14 +75,20 @@ export async function runPartitionedSnapshotBench(): Promise<BenchResult> {
     await pgc.createDatabase('src');
     const url = pgc.url('src');
     rec.settings.postgres = await serverVersion(url);
-    const ddl = [`CREATE TABLE public.pay (id bigint NOT NULL, at timestamptz NOT NULL, amount numeric(8,2), note text, PRIMARY KEY (at, id)) PARTITION BY RANGE (at)`];
+    const ddl = [
+      `CREATE TABLE public.pay (id bigint NOT NULL, at timestamptz NOT NULL, amount numeric(8,2), note text, PRIMARY KEY (at, id)) PARTITION BY RANGE (at)`,
+    ];
     for (let m = 0; m < partitions; m++) {
-      ddl.push(`CREATE TABLE public.pay_${m} PARTITION OF public.pay FOR VALUES FROM ('${new Date(Date.UTC(2020, m, 1)).toISOString()}') TO ('${new Date(Date.UTC(2020, m + 1, 1)).toISOString()}')`);
+      ddl.push(
+        `CREATE TABLE public.pay_${m} PARTITION OF public.pay FOR VALUES FROM ('${new Date(Date.UTC(2020, m, 1)).toISOString()}') TO ('${new Date(Date.UTC(2020, m + 1, 1)).toISOString()}')`,
+      );
     }
     // The rows spread evenly over the months.
     const step = ((partitions * 28 * 24) / rows).toFixed(6);
     ddl.push(`INSERT INTO public.pay SELECT g, timestamptz '2020-01-01' + g * interval '${step} hours', g % 100, 'n' || g FROM generate_series(1, ${rows}) g`);
-    ddl.push(`CREATE TABLE public.flat (id bigint NOT NULL, at timestamptz NOT NULL, amount numeric(8,2), note text, PRIMARY KEY (at, id)); INSERT INTO public.flat SELECT * FROM public.pay; ANALYZE`);
+    ddl.push(
+      `CREATE TABLE public.flat (id bigint NOT NULL, at timestamptz NOT NULL, amount numeric(8,2), note text, PRIMARY KEY (at, id)); INSERT INTO public.flat SELECT * FROM public.pay; ANALYZE`,
+    );
     await exec(url, ddl.join(';\n'));
     const rates: Record<string, number[]> = { 'public.flat paced': [], 'public.pay paced': [], 'public.flat fixed': [], 'public.pay fixed': [] };
     for (let i = 0; i < runs; i++) {
@@ -76,13 +98,33 @@ export async function runPartitionedSnapshotBench(): Promise<BenchResult> {
           const r = await snapshotRate(url, table, paced, maxSeconds);
           if (!r.cut && r.rows !== rows) throw new Error(`the snapshot of ${table} read ${r.rows} rows of ${rows}`);
           rates[`${table} ${paced ? 'paced' : 'fixed'}`]!.push(r.rowsPerSecond);
-          say(`${table} ${paced ? 'adaptive pacer' : 'fixed chunk 5000'}: ${Math.round(r.rowsPerSecond)} rows/s (${r.rows} rows, ${r.chunks} chunks${r.cut ? `, cut at ${maxSeconds} s` : ''})`);
+          say(
+            `${table} ${paced ? 'adaptive pacer' : 'fixed chunk 5000'}: ${Math.round(r.rowsPerSecond)} rows/s (${r.rows} rows, ${r.chunks} chunks${r.cut ? `, cut at ${maxSeconds} s` : ''})`,
+          );
         }
       }
     }
     const m = (k: string): number => median(rates[k]!);
-    rec.add(rateRow(`snapshot of a ${partitions}-partition table, unthrottled (fixed chunk 5000)`, m('public.pay fixed'), 'rows/s', m('public.flat fixed'), 'the same rows unpartitioned', { note: 'what the source gives' }));
-    rec.add(rateRow(`snapshot of a ${partitions}-partition table, adaptive pacer and probe as cdc local runs them`, m('public.pay paced'), 'rows/s', m('public.flat paced'), 'the same rows unpartitioned, same pacer', { target: '≥ 0.5× unpartitioned', met: m('public.pay paced') >= 0.5 * m('public.flat paced') }));
+    rec.add(
+      rateRow(
+        `snapshot of a ${partitions}-partition table, unthrottled (fixed chunk 5000)`,
+        m('public.pay fixed'),
+        'rows/s',
+        m('public.flat fixed'),
+        'the same rows unpartitioned',
+        { note: 'what the source gives' },
+      ),
+    );
+    rec.add(
+      rateRow(
+        `snapshot of a ${partitions}-partition table, adaptive pacer and probe as cdc local runs them`,
+        m('public.pay paced'),
+        'rows/s',
+        m('public.flat paced'),
+        'the same rows unpartitioned, same pacer',
+        { target: '≥ 0.5× unpartitioned', met: m('public.pay paced') >= 0.5 * m('public.flat paced') },
+      ),
+    );
     rec.details.rates = rates;
   } finally {
     await pgc.stop();

@@ -42,7 +42,17 @@ import { startPostgres } from '../local/postgres.ts';
 import { Rebuilder } from '../lambda/adapters/rebuilder.ts';
 import { ReplayReader } from '../lambda/adapters/replay-reader.ts';
 import { MemoryControlPlane } from '../test/helpers/memory-control-plane.ts';
-import { BENCH_SOURCE, BENCH_TABLE, DEFAULT_HISTORY, copyLine, generateHistory, historyEvents, itemsTableSql, registryEntries, snapshotEvents } from './lib/history.ts';
+import {
+  BENCH_SOURCE,
+  BENCH_TABLE,
+  DEFAULT_HISTORY,
+  copyLine,
+  generateHistory,
+  historyEvents,
+  itemsTableSql,
+  registryEntries,
+  snapshotEvents,
+} from './lib/history.ts';
 import { copyLines } from './lib/pg.ts';
 import { argValue, runIfMain, nowMs, numberArg, rateRow, Recorder, type BenchResult } from './lib/report.ts';
 
@@ -58,7 +68,13 @@ function kinesisEvent(records: readonly LogRecord[]): KinesisStreamEvent {
       invokeIdentityArn: 'arn',
       awsRegion: 'local',
       eventSourceARN: 'arn:aws:kinesis:local:000000000000:stream/bench',
-      kinesis: { kinesisSchemaVersion: '1.0', partitionKey: 'k', sequenceNumber: r.sequenceNumber, data: Buffer.from(r.text).toString('base64'), approximateArrivalTimestamp: (r.arrivedAt ?? new Date()).getTime() / 1000 },
+      kinesis: {
+        kinesisSchemaVersion: '1.0',
+        partitionKey: 'k',
+        sequenceNumber: r.sequenceNumber,
+        data: Buffer.from(r.text).toString('base64'),
+        approximateArrivalTimestamp: (r.arrivedAt ?? new Date()).getTime() / 1000,
+      },
     })),
   } as KinesisStreamEvent;
 }
@@ -87,7 +103,12 @@ export async function run(): Promise<BenchResult> {
     const stream = 'bench-rebuild';
     await kinesis.send(new CreateStreamCommand({ StreamName: stream, ShardCount: 2 }));
     for (let i = 0; i < all.length; i += 500) {
-      await kinesis.send(new PutRecordsCommand({ StreamName: stream, Records: all.slice(i, i + 500).map((e) => ({ PartitionKey: `${e.table}|${JSON.stringify(e.key)}`, Data: Buffer.from(JSON.stringify(e)) })) }));
+      await kinesis.send(
+        new PutRecordsCommand({
+          StreamName: stream,
+          Records: all.slice(i, i + 500).map((e) => ({ PartitionKey: `${e.table}|${JSON.stringify(e.key)}`, Data: Buffer.from(JSON.stringify(e)) })),
+        }),
+      );
     }
     const archive = new FolderArchive(path.join(dir, 'archive'));
     const copy = createArchiveCopier({ archive, layout: 'by-table' });
@@ -110,8 +131,21 @@ export async function run(): Promise<BenchResult> {
 
     const cp = new MemoryControlPlane();
     const { table, schema } = registryEntries();
-    await cp.registerTable(table, schema, { at: table.updatedAt, actor: 'bench', action: 'register-table', source: BENCH_SOURCE, table: BENCH_TABLE, outcome: 'done', detail: {} });
-    await cp.advanceSinkProgress('warehouse', BENCH_SOURCE, BENCH_TABLE, mine.reduce((m, e) => (e.position > m ? e.position : m), mine[0]!.position));
+    await cp.registerTable(table, schema, {
+      at: table.updatedAt,
+      actor: 'bench',
+      action: 'register-table',
+      source: BENCH_SOURCE,
+      table: BENCH_TABLE,
+      outcome: 'done',
+      detail: {},
+    });
+    await cp.advanceSinkProgress(
+      'warehouse',
+      BENCH_SOURCE,
+      BENCH_TABLE,
+      mine.reduce((m, e) => (e.position > m ? e.position : m), mine[0]!.position),
+    );
 
     // Reference: COPY of the final rows into an empty table; the median of three (one COPY of a
     // few thousand rows takes tens of milliseconds, so a single one swings with the machine's load).
@@ -129,7 +163,11 @@ export async function run(): Promise<BenchResult> {
     }
     const copyMs = [...copyRuns].sort((a, b) => a - b)[1]!;
     const copyRate = h.finalRows.length / (copyMs / 1000);
-    rec.add(rateRow('COPY of the final rows (reference)', copyRate, 'rows/s', null, null, { note: `${h.finalRows.length} rows in ${Math.round(copyMs)} ms (median of ${copyRuns.map((m) => Math.round(m)).join(', ')} ms)` }));
+    rec.add(
+      rateRow('COPY of the final rows (reference)', copyRate, 'rows/s', null, null, {
+        note: `${h.finalRows.length} rows in ${Math.round(copyMs)} ms (median of ${copyRuns.map((m) => Math.round(m)).join(', ')} ms)`,
+      }),
+    );
 
     const loaders: Array<{ name: string; loader: StageLoader }> = [
       { name: 'INSERT stage loader (portable)', loader: insertStageLoader },
@@ -142,7 +180,15 @@ export async function run(): Promise<BenchResult> {
       // Where the time goes: the rebuild's steps, timed from one to the next.
       const phases: Array<{ step: string; at: number }> = [];
       const step = async (name: string): Promise<void> => void phases.push({ step: name, at: nowMs() });
-      const rebuilder = new Rebuilder({ control: cp, pool: p, reader: new ReplayReader({ archive, kinesis, stream }), warehouse: { loader: l.loader }, duty: 1, batchSize, step });
+      const rebuilder = new Rebuilder({
+        control: cp,
+        pool: p,
+        reader: new ReplayReader({ archive, kinesis, stream }),
+        warehouse: { loader: l.loader },
+        duty: 1,
+        batchSize,
+        step,
+      });
       const checked = await rebuilder.check({ source: BENCH_SOURCE, table: BENCH_TABLE, sink: 'warehouse' });
       if (checked.refusal !== null) throw new Error(`rebuild refused: ${checked.refusal.reason}`);
       const t0 = nowMs();
@@ -162,11 +208,38 @@ export async function run(): Promise<BenchResult> {
       if (l.name === 'warm-up') continue;
       const rate = report.run.events / (wall / 1000);
       const applyRate = report.run.events / (report.applyMs / 1000);
-      rec.add(rateRow(`rebuild from the archive, ${l.name}: events into the shadow (whole rebuild)`, rate, 'events/s', copyRate, 'COPY of the final rows', { target: '≥ 0.5× COPY', met: rate / copyRate >= 0.5, note: `${report.run.events} events in ${Math.round(wall)} ms` }));
-      rec.add(rateRow(`rebuild from the archive, ${l.name}: events into the shadow (apply time only)`, applyRate, 'events/s', copyRate, 'COPY of the final rows', { note: `apply ${Math.round(report.applyMs)} ms of ${Math.round(wall)} ms` }));
-      runs.push({ loader: l.name, wallMs: wall, cpuMs, phaseMs, applyMs: report.applyMs, events: report.run.events, stats: report.stats, diff: report.run.diff });
+      rec.add(
+        rateRow(`rebuild from the archive, ${l.name}: events into the shadow (whole rebuild)`, rate, 'events/s', copyRate, 'COPY of the final rows', {
+          target: '≥ 0.5× COPY',
+          met: rate / copyRate >= 0.5,
+          note: `${report.run.events} events in ${Math.round(wall)} ms`,
+        }),
+      );
+      rec.add(
+        rateRow(`rebuild from the archive, ${l.name}: events into the shadow (apply time only)`, applyRate, 'events/s', copyRate, 'COPY of the final rows', {
+          note: `apply ${Math.round(report.applyMs)} ms of ${Math.round(wall)} ms`,
+        }),
+      );
+      runs.push({
+        loader: l.name,
+        wallMs: wall,
+        cpuMs,
+        phaseMs,
+        applyMs: report.applyMs,
+        events: report.run.events,
+        stats: report.stats,
+        diff: report.run.diff,
+      });
       if (l.loader === insertStageLoader) {
-        rec.add({ measure: 'per-table replay: archive objects read of all objects (two tables)', figure: report.stats.objectsRead, unit: 'objects', reference: totalObjects, referenceLabel: 'objects in the archive', ratio: totalObjects / Math.max(1, report.stats.objectsRead), note: `${report.stats.keysListed} keys listed, ${report.stats.markersRead} batch markers read for their digests; a batch-layout archive would read all ${totalObjects / 2} batch objects whole` });
+        rec.add({
+          measure: 'per-table replay: archive objects read of all objects (two tables)',
+          figure: report.stats.objectsRead,
+          unit: 'objects',
+          reference: totalObjects,
+          referenceLabel: 'objects in the archive',
+          ratio: totalObjects / Math.max(1, report.stats.objectsRead),
+          note: `${report.stats.keysListed} keys listed, ${report.stats.markersRead} batch markers read for their digests; a batch-layout archive would read all ${totalObjects / 2} batch objects whole`,
+        });
       }
     }
     rec.details.runs = runs;
@@ -200,13 +273,21 @@ export async function run(): Promise<BenchResult> {
  * setting) into an empty copy of the mirror, and the rebuild's diff (`diffSql`) of that mirror
  * against the live one, which must find nothing.
  */
-async function postgresShare(pool: pg.Pool, runs: number): Promise<{ events: number; runs: Array<{ copy: number; fold: number; diff: number; total: number }> }> {
+async function postgresShare(
+  pool: pg.Pool,
+  runs: number,
+): Promise<{ events: number; runs: Array<{ copy: number; fold: number; diff: number; total: number }> }> {
   const t = warehouseTable(BENCH_SOURCE, BENCH_TABLE);
   const q = (n: string): string => `${quoteIdent(t.schema)}.${quoteIdent(n)}`;
   const c = await pool.connect();
   try {
     const columns = async (rel: string): Promise<string[]> =>
-      (await c.query<{ attname: string }>('SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum', [q(rel)])).rows.map((r) => r.attname);
+      (
+        await c.query<{ attname: string }>(
+          'SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum',
+          [q(rel)],
+        )
+      ).rows.map((r) => r.attname);
     const mirrorColumns = await columns(t.mirror);
     const changelogColumns = await columns(t.changelog);
     const parts: Buffer[] = [];
@@ -218,13 +299,24 @@ async function postgresShare(pool: pg.Pool, runs: number): Promise<{ events: num
     const shadow = { ...t, changelog: '_bench_share_changelog', mirror: '_bench_share_mirror' };
     for (let i = 0; i < runs; i++) {
       await c.query(`DROP TABLE IF EXISTS ${q(shadow.changelog)}; DROP TABLE IF EXISTS ${q(shadow.mirror)}`);
-      await c.query(`CREATE TABLE ${q(shadow.changelog)} (LIKE ${q(t.changelog)} INCLUDING ALL); CREATE TABLE ${q(shadow.mirror)} (LIKE ${q(t.mirror)} INCLUDING ALL)`);
+      await c.query(
+        `CREATE TABLE ${q(shadow.changelog)} (LIKE ${q(t.changelog)} INCLUDING ALL); CREATE TABLE ${q(shadow.mirror)} (LIKE ${q(t.mirror)} INCLUDING ALL)`,
+      );
       const t0 = nowMs();
       await pipeline(Readable.from(pieces), c.query(copyFrom(`COPY ${q(shadow.changelog)} FROM STDIN`)));
       const t1 = nowMs();
       await c.query('BEGIN');
       await c.query('SET LOCAL enable_nestloop = off');
-      for (const sql of foldIntoEmptySql(shadow, { key: ['id'], mirrorColumns, changelogColumns, hard: false, deletedKeys: false, truncations: false, pending: { from: '0', to: '9223372036854775807' } })) await c.query(sql);
+      for (const sql of foldIntoEmptySql(shadow, {
+        key: ['id'],
+        mirrorColumns,
+        changelogColumns,
+        hard: false,
+        deletedKeys: false,
+        truncations: false,
+        pending: { from: '0', to: '9223372036854775807' },
+      }))
+        await c.query(sql);
       await c.query('COMMIT');
       const t2 = nowMs();
       const data = mirrorColumns.filter((x) => x !== 'id' && !x.startsWith('_cdc_'));

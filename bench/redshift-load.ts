@@ -92,12 +92,20 @@ const byTable = (events: readonly ChangeEvent[]): Map<string, ChangeEvent[]> => 
 };
 
 export async function runRedshiftLoadBench(): Promise<void> {
-  const o = { events: numberArg('events', 10_000), tables: numberArg('tables', 20), shards: numberArg('shards', 8), batch: numberArg('batch', 100), seed: numberArg('seed', 1) };
+  const o = {
+    events: numberArg('events', 10_000),
+    tables: numberArg('tables', 20),
+    shards: numberArg('shards', 8),
+    batch: numberArg('batch', 100),
+    seed: numberArg('seed', 1),
+  };
   const rate = numberArg('rate', 5_000);
   const freshnessS = numberArg('freshness', 60);
   const cadence = redshiftCadence(freshnessS * 1000);
   const perLoad = Math.max(1, Math.round((rate * cadence.loadEveryMs) / 1000));
-  say(`seed ${o.seed}: ${o.events} events, ${o.tables} tables, ${o.shards} shards, batches of ${o.batch}; ${rate} changes/s, freshnessTarget ${freshnessS} s: a load every ${cadence.loadEveryMs} ms (~${perLoad} events), a merge every ${cadence.mergeEveryMs} ms`);
+  say(
+    `seed ${o.seed}: ${o.events} events, ${o.tables} tables, ${o.shards} shards, batches of ${o.batch}; ${rate} changes/s, freshnessTarget ${freshnessS} s: a load every ${cadence.loadEveryMs} ms (~${perLoad} events), a merge every ${cadence.mergeEveryMs} ms`,
+  );
   const batches = history(o);
   const cluster = await startPostgres({ fast: true });
   const folder = await mkdtemp(path.join(os.tmpdir(), 'cdc-rs-bench-'));
@@ -120,8 +128,23 @@ export async function runRedshiftLoadBench(): Promise<void> {
     });
     const wh = new PgWarehouse(pool, { loader: insertStageLoader, deltaLoader: insertStageLoader, stages: 'transaction' });
     // Warm-up: each table's objects made by one event at position 1 (not counted: steady state is measured).
-    const warm = Array.from({ length: o.tables }, (_, i) => ({ ...batches[0]![0]!, table: `public.t${i}`, op: 'insert' as const, key: { id: 1_000_000 }, after: { id: 1_000_000, note: 'w', amount: '1.00' }, position: makePosition(1n, i) }));
-    for (const e of warm) await wh.applyTable({ source: 'bench', table: e.table, deleteMode: 'soft', schemas: new Map([[1, schemaOf(e.table)]]), events: [e], appliedAt: new Date() });
+    const warm = Array.from({ length: o.tables }, (_, i) => ({
+      ...batches[0]![0]!,
+      table: `public.t${i}`,
+      op: 'insert' as const,
+      key: { id: 1_000_000 },
+      after: { id: 1_000_000, note: 'w', amount: '1.00' },
+      position: makePosition(1n, i),
+    }));
+    for (const e of warm)
+      await wh.applyTable({
+        source: 'bench',
+        table: e.table,
+        deleteMode: 'soft',
+        schemas: new Map([[1, schemaOf(e.table)]]),
+        events: [e],
+        appliedAt: new Date(),
+      });
     today.statements = 0;
     today.commits = 0;
     const t0 = Date.now();
@@ -158,7 +181,12 @@ export async function runRedshiftLoadBench(): Promise<void> {
     const tableOf = (id: string): RedshiftTable => {
       let r = tables.get(id);
       if (!r) {
-        r = { t: warehouseTable('bench', id), key: [redshiftColumn('id', 'integer')], data: [redshiftColumn('note', 'text'), redshiftColumn('amount', 'numeric(10,2)')], hard: false };
+        r = {
+          t: warehouseTable('bench', id),
+          key: [redshiftColumn('id', 'integer')],
+          data: [redshiftColumn('note', 'text'), redshiftColumn('amount', 'numeric(10,2)')],
+          hard: false,
+        };
         tables.set(id, r);
       }
       return r;
@@ -202,7 +230,9 @@ export async function runRedshiftLoadBench(): Promise<void> {
       if (JSON.stringify(a) !== JSON.stringify(b)) throw new Error(`${id}: the two paths' views differ`);
     }
     const per = (n: number): string => (n * (10_000 / o.events)).toFixed(1);
-    say(`today's path (PgWarehouse, Redshift defaults): ${per(todayApplyStatements)} statements and ${per(todayApplyCommits)} commits per 10,000 events to append; with one merge per table: ${per(today.statements)} statements, ${per(today.commits)} commits (${todayMs} ms on PostgreSQL)`);
+    say(
+      `today's path (PgWarehouse, Redshift defaults): ${per(todayApplyStatements)} statements and ${per(todayApplyCommits)} commits per 10,000 events to append; with one merge per table: ${per(today.statements)} statements, ${per(today.commits)} commits (${todayMs} ms on PostgreSQL)`,
+    );
     say(
       `Redshift loader (stand-in): ${loads} loads, ${rs.copies} COPY, ${(objects / Math.max(1, rs.copies)).toFixed(1)} objects per COPY; ${per(rsLoadStatements)} statements and ${per(rsLoadCommits)} commits per 10,000 events to load; with one merge round: ${per(rs.statements)} statements, ${per(rs.commits)} commits (${rsMs} ms on the stand-in)`,
     );

@@ -48,7 +48,8 @@ async function main(): Promise<number> {
   const only = argValue('only');
   const quick = argValue('quick') !== undefined;
   const names = only ? only.split(',').map((s) => s.trim()) : [...BENCHMARKS];
-  for (const n of names) if (!(BENCHMARKS as readonly string[]).includes(n)) throw new Error(`--only: unknown benchmark '${n}' (known: ${BENCHMARKS.join(', ')})`);
+  for (const n of names)
+    if (!(BENCHMARKS as readonly string[]).includes(n)) throw new Error(`--only: unknown benchmark '${n}' (known: ${BENCHMARKS.join(', ')})`);
   const passThrough = process.argv.slice(2).filter((a, i, all) => a !== '--only' && all[i - 1] !== '--only' && a !== '--quick');
   const started = Date.now();
   const load = loadAverage();
@@ -76,7 +77,15 @@ async function main(): Promise<number> {
     startedAt: new Date(started).toISOString(),
     finishedAt: new Date().toISOString(),
     seconds: Math.round((Date.now() - started) / 1000),
-    machine: results[0]?.machine ?? { cpus: 0, cpuModel: '', memoryGiB: 0, node: process.version, platform: process.platform, loadBefore: load, loadAfter: loadAverage() },
+    machine: results[0]?.machine ?? {
+      cpus: 0,
+      cpuModel: '',
+      memoryGiB: 0,
+      node: process.version,
+      platform: process.platform,
+      loadBefore: load,
+      loadAfter: loadAverage(),
+    },
     settings: { benchmarks: names, quick },
     rows: results.flatMap((r) => r.rows.map((row) => ({ ...row, measure: `${r.name}: ${row.measure}` }))),
     details: { failed, loadBefore: load, loadAfter: loadAverage() },

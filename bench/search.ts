@@ -60,14 +60,20 @@ export async function runSearchBench(): Promise<BenchResult> {
     const reg = registryEntries();
     // Reference: raw _bulk of the final documents into an index of the same mapping.
     const refNames = searchNames('ref', BENCH_SOURCE, BENCH_TABLE);
-    await index.client.indices.create({ index: refNames.index(1), body: createIndexBody(refNames, desiredProperties([reg.schema]), { baseLsn: 0n, truncatedAt: null }) as never });
+    await index.client.indices.create({
+      index: refNames.index(1),
+      body: createIndexBody(refNames, desiredProperties([reg.schema]), { baseLsn: 0n, truncatedAt: null }) as never,
+    });
     const finalPos = '000000020000000000000000';
     const ops: SearchOp[] = h.finalRows.map((r) => ({
       action: 'index',
       target: 'all',
       id: documentId({ id: r.id }),
       version: encodeVersion(finalPos, 0n),
-      document: { ...r, [META_FIELD]: { position: finalPos, deleted: false, deleted_at: null, key: documentId({ id: r.id }), applied_at: new Date().toISOString() } },
+      document: {
+        ...r,
+        [META_FIELD]: { position: finalPos, deleted: false, deleted_at: null, key: documentId({ id: r.id }), applied_at: new Date().toISOString() },
+      },
       keyText: documentId({ id: r.id }),
       position: finalPos,
     }));
@@ -84,13 +90,29 @@ export async function runSearchBench(): Promise<BenchResult> {
 
     // The applier.
     const cp = new MemoryControlPlane();
-    await cp.registerTable(reg.table, reg.schema, { at: reg.table.updatedAt, actor: 'bench', action: 'register', source: BENCH_SOURCE, table: BENCH_TABLE, outcome: 'done', detail: {} });
-    const applier = createSearchApplier({ controlPlane: cp, search: index, sinkId: 'search', metrics: new Metrics({ namespace: 'bench' }), logger: new Logger({ logLevel: 'ERROR' }) });
+    await cp.registerTable(reg.table, reg.schema, {
+      at: reg.table.updatedAt,
+      actor: 'bench',
+      action: 'register',
+      source: BENCH_SOURCE,
+      table: BENCH_TABLE,
+      outcome: 'done',
+      detail: {},
+    });
+    const applier = createSearchApplier({
+      controlPlane: cp,
+      search: index,
+      sinkId: 'search',
+      metrics: new Metrics({ namespace: 'bench' }),
+      logger: new Logger({ logLevel: 'ERROR' }),
+    });
     const batches: KinesisStreamEvent[] = [];
     for (let i = 0; i < all.length; i += BATCH) {
       batches.push(
         toKinesisStreamEvent(
-          all.slice(i, i + BATCH).map((e, j) => ({ SequenceNumber: String(1_000_000 + i + j), PartitionKey: JSON.stringify(e.key), Data: Buffer.from(JSON.stringify(e), 'utf8') })),
+          all
+            .slice(i, i + BATCH)
+            .map((e, j) => ({ SequenceNumber: String(1_000_000 + i + j), PartitionKey: JSON.stringify(e.key), Data: Buffer.from(JSON.stringify(e), 'utf8') })),
           { streamArn: 'arn:aws:kinesis:us-east-1:000000000000:stream/cdc-change-log', shardId: 'shardId-000000000000' },
         ),
       );
@@ -107,11 +129,22 @@ export async function runSearchBench(): Promise<BenchResult> {
     const verified = count === h.finalRows.length;
     say(`applier: ${all.length} events in ${seconds.toFixed(1)} s (${rate.toFixed(0)}/s); ${count} live documents, ${h.finalRows.length} expected`);
     if (!verified) throw new Error(`the index holds ${count} live documents, expected ${h.finalRows.length}`);
-    rec.add(rateRow('search stand-in: raw _bulk of the final documents (no applier), 1,000 per request', rawRate, 'docs/s', null, null, { note: `${ops.length} documents; the stand-in is not OpenSearch` }));
     rec.add(
-      rateRow('search applier into the stand-in, batch 1,000 (Lambda handler, in-memory control plane)', rate, 'events/s', rawRate, 'stand-in raw _bulk docs/s', {
-        note: `${all.length} events (${h.initialRows.length} snapshot rows + ${h.changes.length} changes), verified ${verified}; the stand-in is not OpenSearch`,
+      rateRow('search stand-in: raw _bulk of the final documents (no applier), 1,000 per request', rawRate, 'docs/s', null, null, {
+        note: `${ops.length} documents; the stand-in is not OpenSearch`,
       }),
+    );
+    rec.add(
+      rateRow(
+        'search applier into the stand-in, batch 1,000 (Lambda handler, in-memory control plane)',
+        rate,
+        'events/s',
+        rawRate,
+        'stand-in raw _bulk docs/s',
+        {
+          note: `${all.length} events (${h.initialRows.length} snapshot rows + ${h.changes.length} changes), verified ${verified}; the stand-in is not OpenSearch`,
+        },
+      ),
     );
     rec.details.verified = verified;
   } finally {

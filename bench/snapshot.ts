@@ -17,7 +17,18 @@ import pg from 'pg';
 import { to as copyTo } from 'pg-copy-streams';
 import { PostgresPressureProbe, PostgresSnapshotReader } from '../lambda/adapters/snapshot-postgres.ts';
 import { createHash } from 'node:crypto';
-import { chunkEndKey, chunkRecords, chunkRowCount, encodeChunkRecords, packChunkRecords, parseCopyText, snapshotPartitionKey, snapshotStreamRecords, type ChunkRead, type KeyCursor } from '../lambda/core/snapshot/snapshot.ts';
+import {
+  chunkEndKey,
+  chunkRecords,
+  chunkRowCount,
+  encodeChunkRecords,
+  packChunkRecords,
+  parseCopyText,
+  snapshotPartitionKey,
+  snapshotStreamRecords,
+  type ChunkRead,
+  type KeyCursor,
+} from '../lambda/core/snapshot/snapshot.ts';
 import { AdaptivePacer, FixedPacer, type Pacer } from '../lambda/core/snapshot/snapshot-pacer.ts';
 import { requestSnapshot, runTableSnapshot } from '../lambda/core/snapshot/snapshot-worker.ts';
 import { MemoryControlPlane } from '../test/helpers/memory-control-plane.ts';
@@ -137,7 +148,16 @@ async function encodeProfile(url: string, chunk: number): Promise<Record<string,
   out.packedRecordsMs = time(() => reads.forEach((r, i) => (packed[i] = packChunkRecords('bench', shape, r, NO_COLUMN_RULES))));
   out.packedKeysMs = time(() => packed.forEach((p) => snapshotStreamRecords(p, sha256)));
   // The same packed records the way they were made before §17: the COPY text parsed into rows, then packed from them.
-  out.packedFromParsedRowsMs = time(() => reads.forEach((r) => packChunkRecords('bench', shape, { lowWatermark: r.lowWatermark, readAt: r.readAt, rows: parseCopyText(r.copyText ?? '', shape.columns.length) }, NO_COLUMN_RULES)));
+  out.packedFromParsedRowsMs = time(() =>
+    reads.forEach((r) =>
+      packChunkRecords(
+        'bench',
+        shape,
+        { lowWatermark: r.lowWatermark, readAt: r.readAt, rows: parseCopyText(r.copyText ?? '', shape.columns.length) },
+        NO_COLUMN_RULES,
+      ),
+    ),
+  );
   out.packedRecords = packed.reduce((n, p) => n + p.length, 0);
   out.packedBytes = packed.reduce((n, p) => n + p.reduce((m, r) => m + r.data.length, 0), 0);
   const perRow = reads.map(() => [] as ReturnType<typeof chunkRecords>);
@@ -174,7 +194,10 @@ async function writeWorkload(url: string, rows: number, rate: number, seconds: n
 }
 
 /** The throttled snapshot, run after run until `stop`: the worker with its reader, adaptive pacer and probe. */
-async function throttledSnapshot(url: string, stop: () => boolean): Promise<{ rows: number; states: Record<string, number>; restRatios: number[]; chunkSizes: number[] }> {
+async function throttledSnapshot(
+  url: string,
+  stop: () => boolean,
+): Promise<{ rows: number; states: Record<string, number>; restRatios: number[]; chunkSizes: number[] }> {
   let probeClient: pg.Client | null = null;
   const probe = new PostgresPressureProbe(async () => {
     if (!probeClient) {
@@ -242,8 +265,11 @@ export async function runSnapshotBench(): Promise<BenchResult> {
     await pgc.createDatabase('src');
     const url = pgc.url('src');
     rec.settings.postgres = await serverVersion(url);
-    await exec(url, `CREATE TABLE ${TABLE} (id bigint PRIMARY KEY, a int NOT NULL, b text, c numeric(12,2), d timestamptz NOT NULL DEFAULT now());
-      INSERT INTO ${TABLE} SELECT g, g % 1000, md5(g::text), g / 7.0, now() - g * interval '1 second' FROM generate_series(1, ${rowsN}) g; ANALYZE ${TABLE};`);
+    await exec(
+      url,
+      `CREATE TABLE ${TABLE} (id bigint PRIMARY KEY, a int NOT NULL, b text, c numeric(12,2), d timestamptz NOT NULL DEFAULT now());
+      INSERT INTO ${TABLE} SELECT g, g % 1000, md5(g::text), g / 7.0, now() - g * interval '1 second' FROM generate_series(1, ${rowsN}) g; ANALYZE ${TABLE};`,
+    );
     // Warm the cache once, then alternate the order.
     await copyReference(url);
     const copyRates: number[] = [];
@@ -269,13 +295,40 @@ export async function runSnapshotBench(): Promise<BenchResult> {
         }
       }
     }
-    rec.add(rateRow(`snapshot reader alone (fence + COPY-streamed keyset chunks of ${chunk}, counted and keyed; no records)`, median(readerRates), 'rows/s', median(copyRates), 'COPY (SELECT … ORDER BY id) TO STDOUT', { note: 'no target: shows where the time goes (the rest is records + JSON)' }));
-    rec.add(rateRow(`snapshot read, unthrottled (the worker: fence + COPY-streamed keyset chunks of ${chunk}, one read ahead, records + JSON)`, median(snapRates), 'rows/s', median(copyRates), 'COPY (SELECT … ORDER BY id) TO STDOUT', { target: '≥ 0.5× COPY', met: median(snapRates) >= 0.5 * median(copyRates) }));
+    rec.add(
+      rateRow(
+        `snapshot reader alone (fence + COPY-streamed keyset chunks of ${chunk}, counted and keyed; no records)`,
+        median(readerRates),
+        'rows/s',
+        median(copyRates),
+        'COPY (SELECT … ORDER BY id) TO STDOUT',
+        { note: 'no target: shows where the time goes (the rest is records + JSON)' },
+      ),
+    );
+    rec.add(
+      rateRow(
+        `snapshot read, unthrottled (the worker: fence + COPY-streamed keyset chunks of ${chunk}, one read ahead, records + JSON)`,
+        median(snapRates),
+        'rows/s',
+        median(copyRates),
+        'COPY (SELECT … ORDER BY id) TO STDOUT',
+        { target: '≥ 0.5× COPY', met: median(snapRates) >= 0.5 * median(copyRates) },
+      ),
+    );
 
     const profile = await encodeProfile(url, chunk);
     say(`records and JSON, ${rowsN} rows (ms): ${JSON.stringify(profile)}`);
     rec.details.encodeProfile = profile;
-    rec.add(timeRow(`packed records + JSON + partition keys for ${rowsN} rows (no reader)`, profile.packedRecordsMs! + profile.packedKeysMs!, 'ms', profile.perRowRecordsMs! + profile.perRowJsonMs! + profile.perRowKeysMs!, 'per-row records + JSON + a partition key per row, same rows', { note: `${profile.packedRecords} packed records, ${profile.packedBytes} bytes of JSON against ${profile.perRowBytes}` }));
+    rec.add(
+      timeRow(
+        `packed records + JSON + partition keys for ${rowsN} rows (no reader)`,
+        profile.packedRecordsMs! + profile.packedKeysMs!,
+        'ms',
+        profile.perRowRecordsMs! + profile.perRowJsonMs! + profile.perRowKeysMs!,
+        'per-row records + JSON + a partition key per row, same rows',
+        { note: `${profile.packedRecords} packed records, ${profile.packedBytes} bytes of JSON against ${profile.perRowBytes}` },
+      ),
+    );
 
     say(`write workload without a snapshot: ${rate}/s for ${seconds} s`);
     const base = await writeWorkload(url, rowsN, rate, seconds);
@@ -287,12 +340,27 @@ export async function runSnapshotBench(): Promise<BenchResult> {
     const s = await snap;
     const p99Base = percentile(base, 99);
     const p99With = percentile(withSnap, 99);
-    say(`p99 write latency: ${p99Base.toFixed(2)} ms without, ${p99With.toFixed(2)} ms with (snapshot read ${s.rows} rows; pacer states ${JSON.stringify(s.states)}; rest ratio max ${Math.max(0, ...s.restRatios)}, median ${median(s.restRatios)}; chunk sizes median ${median(s.chunkSizes)})`);
-    rec.add(timeRow('source p99 write latency with a throttled snapshot running', p99With, 'ms', p99Base, 'same workload, no snapshot', { target: '≤ +10 %', met: p99With <= 1.1 * p99Base, note: `${rate} updates/s for ${seconds} s; snapshot read ${s.rows} rows meanwhile; pacer ${JSON.stringify(s.states)}` }));
+    say(
+      `p99 write latency: ${p99Base.toFixed(2)} ms without, ${p99With.toFixed(2)} ms with (snapshot read ${s.rows} rows; pacer states ${JSON.stringify(s.states)}; rest ratio max ${Math.max(0, ...s.restRatios)}, median ${median(s.restRatios)}; chunk sizes median ${median(s.chunkSizes)})`,
+    );
+    rec.add(
+      timeRow('source p99 write latency with a throttled snapshot running', p99With, 'ms', p99Base, 'same workload, no snapshot', {
+        target: '≤ +10 %',
+        met: p99With <= 1.1 * p99Base,
+        note: `${rate} updates/s for ${seconds} s; snapshot read ${s.rows} rows meanwhile; pacer ${JSON.stringify(s.states)}`,
+      }),
+    );
     rec.details.copyRates = copyRates;
     rec.details.snapshotRates = snapRates;
     rec.details.readerRates = readerRates;
-    rec.details.writeLatency = { base: { p50: percentile(base, 50), p99: p99Base, n: base.length }, withSnapshot: { p50: percentile(withSnap, 50), p99: p99With, n: withSnap.length }, pacer: s.states, restRatios: s.restRatios, chunkSizes: s.chunkSizes, snapshotRows: s.rows };
+    rec.details.writeLatency = {
+      base: { p50: percentile(base, 50), p99: p99Base, n: base.length },
+      withSnapshot: { p50: percentile(withSnap, 50), p99: p99With, n: withSnap.length },
+      pacer: s.states,
+      restRatios: s.restRatios,
+      chunkSizes: s.chunkSizes,
+      snapshotRows: s.rows,
+    };
   } finally {
     await pgc.stop();
   }

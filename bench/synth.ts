@@ -45,7 +45,10 @@ export interface ScaleOptions {
 /** Builds the generated app into `app`. */
 export function buildScaleApp(app: App, o: ScaleOptions): Stack[] {
   const ack = (s: Stack): void =>
-    Validations.of(s).acknowledge({ id: 'CloudFormation-Validate::W7001', reason: 'the unreferenced mapping is the Firehose CIDR-block table the Firehose L2 always adds' });
+    Validations.of(s).acknowledge({
+      id: 'CloudFormation-Validate::W7001',
+      reason: 'the unreferenced mapping is the Firehose CIDR-block table the Firehose L2 always adds',
+    });
   const shared = new Stack(app, o.layout === 'single' ? 'CdcScale' : 'CdcScaleShared');
   ack(shared);
   const vpc = new ec2.Vpc(shared, 'Vpc', { maxAzs: 2, natGateways: 1 });
@@ -144,11 +147,23 @@ function cliSynth(o: ScaleOptions): number {
   const outdir = mkdtempSync(path.join(os.tmpdir(), 'cdc-bench-cdk-'));
   try {
     const t0 = performance.now();
-    execFileSync('npx', ['cdk', 'synth', '-q', '--app', `npx tsx ${path.join('bench', 'synth.ts')} --app-only --sources ${o.sources} --tables ${o.tables} --layout ${o.layout}`, '--output', outdir], {
-      cwd: ROOT,
-      stdio: ['ignore', 'ignore', 'pipe'],
-      env: { ...process.env, CDK_DISABLE_VERSION_CHECK: '1' },
-    });
+    execFileSync(
+      'npx',
+      [
+        'cdk',
+        'synth',
+        '-q',
+        '--app',
+        `npx tsx ${path.join('bench', 'synth.ts')} --app-only --sources ${o.sources} --tables ${o.tables} --layout ${o.layout}`,
+        '--output',
+        outdir,
+      ],
+      {
+        cwd: ROOT,
+        stdio: ['ignore', 'ignore', 'pipe'],
+        env: { ...process.env, CDK_DISABLE_VERSION_CHECK: '1' },
+      },
+    );
     return (performance.now() - t0) / 1000;
   } finally {
     rmSync(outdir, { recursive: true, force: true });
@@ -166,7 +181,9 @@ export async function runSynthBench(): Promise<BenchResult> {
   // first synth of the scale app in this process is what a one-off `cdk synth` pays.
   const warm = timeSynth((app) => buildExampleApp(app));
   const cold = timeSynth((app) => buildScaleApp(app, { ...o, layout: 'single' }));
-  say(`warm-up: example app ${Math.round(warm.buildMs + warm.synthMs)} ms (bundles rebuilt: ${stale.length ? stale.join(', ') : 'none'}), scale app ${Math.round(cold.buildMs + cold.synthMs)} ms`);
+  say(
+    `warm-up: example app ${Math.round(warm.buildMs + warm.synthMs)} ms (bundles rebuilt: ${stale.length ? stale.join(', ') : 'none'}), scale app ${Math.round(cold.buildMs + cold.synthMs)} ms`,
+  );
 
   const example: SynthFigures[] = [];
   const single: SynthFigures[] = [];
@@ -175,21 +192,53 @@ export async function runSynthBench(): Promise<BenchResult> {
     example.push(timeSynth((app) => buildExampleApp(app)));
     single.push(timeSynth((app) => buildScaleApp(app, { ...o, layout: 'single' })));
     split.push(timeSynth((app) => buildScaleApp(app, { ...o, layout: 'split' })));
-    say(`run ${i + 1}: example ${Math.round(example[i]!.buildMs + example[i]!.synthMs)} ms, scale single ${Math.round(single[i]!.buildMs + single[i]!.synthMs)} ms, scale split ${Math.round(split[i]!.buildMs + split[i]!.synthMs)} ms`);
+    say(
+      `run ${i + 1}: example ${Math.round(example[i]!.buildMs + example[i]!.synthMs)} ms, scale single ${Math.round(single[i]!.buildMs + single[i]!.synthMs)} ms, scale split ${Math.round(split[i]!.buildMs + split[i]!.synthMs)} ms`,
+    );
   }
   const total = (f: SynthFigures[]): number => median(f.map((x) => x.buildMs + x.synthMs));
   const ex = total(example);
   const tables = o.sources * o.tables;
-  rec.add(timeRow(`in-process build + synth, ${o.sources} sources × ${o.tables} tables + 2 sinks, one stack`, total(single) / 1000, 's', 30, '30 s target', { target: '< 30 s', met: total(single) < 30_000 }));
-  rec.add(timeRow(`in-process build + synth, same app in ${split[0]!.stacks.length} stacks`, total(split) / 1000, 's', 30, '30 s target', { target: '< 30 s', met: total(split) < 30_000 }));
+  rec.add(
+    timeRow(`in-process build + synth, ${o.sources} sources × ${o.tables} tables + 2 sinks, one stack`, total(single) / 1000, 's', 30, '30 s target', {
+      target: '< 30 s',
+      met: total(single) < 30_000,
+    }),
+  );
+  rec.add(
+    timeRow(`in-process build + synth, same app in ${split[0]!.stacks.length} stacks`, total(split) / 1000, 's', 30, '30 s target', {
+      target: '< 30 s',
+      met: total(split) < 30_000,
+    }),
+  );
   rec.add(timeRow('in-process build + synth, the example app (2 sources, 5 tables)', ex / 1000, 's', null, null));
-  rec.add(timeRow('first build + synth of the scale app in the process (after the example app)', (cold.buildMs + cold.synthMs) / 1000, 's', 30, '30 s target', { target: '< 30 s', met: cold.buildMs + cold.synthMs < 30_000 }));
+  rec.add(
+    timeRow('first build + synth of the scale app in the process (after the example app)', (cold.buildMs + cold.synthMs) / 1000, 's', 30, '30 s target', {
+      target: '< 30 s',
+      met: cold.buildMs + cold.synthMs < 30_000,
+    }),
+  );
   rec.add(rateRow(`synth time per table, scale app vs example app`, total(single) / tables, 'ms/table', ex / 5, 'example app ms/table'));
   const s = single[0]!.stacks[0]!;
-  rec.add(rateRow('resources in the single stack', s.resources, 'resources', MAX_RESOURCES, 'CloudFormation limit', { target: '≤ 500', met: s.resources <= MAX_RESOURCES }));
-  rec.add(rateRow('template size of the single stack', s.templateBytes / 1000, 'kB', MAX_TEMPLATE_BYTES_S3 / 1000, '1 MB limit (via S3)', { target: '≤ 1 MB', met: s.templateBytes <= MAX_TEMPLATE_BYTES_S3 }));
+  rec.add(
+    rateRow('resources in the single stack', s.resources, 'resources', MAX_RESOURCES, 'CloudFormation limit', {
+      target: '≤ 500',
+      met: s.resources <= MAX_RESOURCES,
+    }),
+  );
+  rec.add(
+    rateRow('template size of the single stack', s.templateBytes / 1000, 'kB', MAX_TEMPLATE_BYTES_S3 / 1000, '1 MB limit (via S3)', {
+      target: '≤ 1 MB',
+      met: s.templateBytes <= MAX_TEMPLATE_BYTES_S3,
+    }),
+  );
   const largest = split[0]!.stacks.reduce((a, b) => (b.resources > a.resources ? b : a));
-  rec.add(rateRow(`largest stack of the split layout (${largest.stack})`, largest.resources, 'resources', MAX_RESOURCES, 'CloudFormation limit', { target: '≤ 500', met: largest.resources <= MAX_RESOURCES }));
+  rec.add(
+    rateRow(`largest stack of the split layout (${largest.stack})`, largest.resources, 'resources', MAX_RESOURCES, 'CloudFormation limit', {
+      target: '≤ 500',
+      met: largest.resources <= MAX_RESOURCES,
+    }),
+  );
   const perSource = split[0]!.stacks.find((x) => x.stack === 'CdcScaleSource0');
   if (perSource) rec.add(rateRow('resources per source (20 tables), split layout', perSource.resources, 'resources', MAX_RESOURCES, 'CloudFormation limit'));
   const exStack = example[0]!.stacks[0]!;
@@ -214,4 +263,3 @@ if (argValue('app-only') !== undefined) {
   buildScaleApp(app, { sources: numberArg('sources', 9), tables: numberArg('tables', 20), layout });
   app.synth();
 } else runIfMain(import.meta.url, runSynthBench);
-

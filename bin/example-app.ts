@@ -121,7 +121,10 @@ export class CdcExampleStack extends Stack {
     super(scope, id, props);
     // The Firehose L2 adds a mapping of Firehose CIDR blocks to every stack that has a delivery
     // stream; it is used only for destinations inside a VPC, which the archive is not.
-    Validations.of(this).acknowledge({ id: 'CloudFormation-Validate::W7001', reason: 'the unreferenced mapping is the Firehose CIDR-block table the Firehose L2 always adds' });
+    Validations.of(this).acknowledge({
+      id: 'CloudFormation-Validate::W7001',
+      reason: 'the unreferenced mapping is the Firehose CIDR-block table the Firehose L2 always adds',
+    });
 
     const flowLogs = new logs.LogGroup(this, 'VpcFlowLogs', { retention: logs.RetentionDays.ONE_MONTH });
     const vpc = new ec2.Vpc(this, 'Vpc', {

@@ -65,7 +65,18 @@ export function isCoerceType(type: string): boolean {
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
-const shown = (v: unknown): string => (v === undefined ? 'undefined' : typeof v === 'string' ? JSON.stringify(v) : Array.isArray(v) ? 'an array' : v === null ? 'null' : typeof v === 'object' ? 'an object' : String(v));
+const shown = (v: unknown): string =>
+  v === undefined
+    ? 'undefined'
+    : typeof v === 'string'
+      ? JSON.stringify(v)
+      : Array.isArray(v)
+        ? 'an array'
+        : v === null
+          ? 'null'
+          : typeof v === 'object'
+            ? 'an object'
+            : String(v);
 
 /**
  * Checks one table's `transforms` against its column rules (the one definition for the constructs
@@ -75,7 +86,11 @@ const shown = (v: unknown): string => (v === undefined ? 'undefined' : typeof v 
  * that is not a rename target, and its value a constant or a template with `{source}`, `{schema}`,
  * `{table}`, `{tableId}`. Returns the transforms, or the field and the problem.
  */
-export function checkTransforms(v: unknown, rules: { mask: readonly string[]; exclude: readonly string[] }, field: string): { transforms: TableTransforms } | { field: string; problem: string } {
+export function checkTransforms(
+  v: unknown,
+  rules: { mask: readonly string[]; exclude: readonly string[] },
+  field: string,
+): { transforms: TableTransforms } | { field: string; problem: string } {
   const bad = (f: string, problem: string) => ({ field: f, problem });
   if (!isObject(v)) return bad(field, `expected an object with coerce, rename and tenant, got ${shown(v)}`);
   for (const f of Object.keys(v)) if (!['coerce', 'rename', 'tenant'].includes(f)) return bad(`${field}.${f}`, 'unknown field (known: coerce, rename, tenant)');
@@ -84,9 +99,14 @@ export function checkTransforms(v: unknown, rules: { mask: readonly string[]; ex
     if (!isObject(v.coerce)) return bad(`${field}.coerce`, `expected an object of column → sink type, got ${shown(v.coerce)}`);
     const coerce: Record<string, string> = {};
     for (const [c, type] of Object.entries(v.coerce)) {
-      if (typeof type !== 'string' || !isCoerceType(type)) return bad(`${field}.coerce.${c}`, `expected a sink type (text, bigint, double precision, boolean, date, timestamptz, numeric(p,s) with p ≤ 38), got ${shown(type)}`);
+      if (typeof type !== 'string' || !isCoerceType(type))
+        return bad(
+          `${field}.coerce.${c}`,
+          `expected a sink type (text, bigint, double precision, boolean, date, timestamptz, numeric(p,s) with p ≤ 38), got ${shown(type)}`,
+        );
       if (rules.exclude.includes(c)) return bad(`${field}.coerce.${c}`, 'the column is excluded; it never arrives to be coerced');
-      if (rules.mask.includes(c) && type !== 'text') return bad(`${field}.coerce.${c}`, `the column is masked (a 64-character hash, docs/masking.md) and can only be text, not ${type}`);
+      if (rules.mask.includes(c) && type !== 'text')
+        return bad(`${field}.coerce.${c}`, `the column is masked (a 64-character hash, docs/masking.md) and can only be text, not ${type}`);
       coerce[c] = type;
     }
     if (Object.keys(coerce).length > 0) out.coerce = coerce;
@@ -109,8 +129,10 @@ export function checkTransforms(v: unknown, rules: { mask: readonly string[]; ex
     const t = v.tenant;
     if (!isObject(t)) return bad(`${field}.tenant`, `expected { column, value }, got ${shown(t)}`);
     for (const f of Object.keys(t)) if (f !== 'column' && f !== 'value') return bad(`${field}.tenant.${f}`, 'unknown field (known: column, value)');
-    if (typeof t.column !== 'string' || !PLAIN_COLUMN.test(t.column)) return bad(`${field}.tenant.column`, `expected a plain column name, got ${shown(t.column)}`);
-    if (typeof t.value !== 'string' || t.value === '') return bad(`${field}.tenant.value`, `expected a constant or a template with {source}, {schema}, {table}, {tableId}, got ${shown(t.value)}`);
+    if (typeof t.column !== 'string' || !PLAIN_COLUMN.test(t.column))
+      return bad(`${field}.tenant.column`, `expected a plain column name, got ${shown(t.column)}`);
+    if (typeof t.value !== 'string' || t.value === '')
+      return bad(`${field}.tenant.value`, `expected a constant or a template with {source}, {schema}, {table}, {tableId}, got ${shown(t.value)}`);
     const unknown = /\{(?!source\}|schema\}|table\}|tableId\})[^}]*\}/.exec(t.value);
     if (unknown) return bad(`${field}.tenant.value`, `unknown placeholder ${unknown[0]} (known: {source}, {schema}, {table}, {tableId})`);
     if (out.rename && Object.values(out.rename).includes(t.column)) return bad(`${field}.tenant.column`, `${JSON.stringify(t.column)} is also a rename target`);
@@ -251,15 +273,20 @@ export interface DeclaredTableRules {
  *   none of them names a known column of the table), or when one of the rule's exclusions matches it;
  * - two rules that may match the same table are refused when either has column rules.
  */
-export function findRuleConflict(declared: readonly DeclaredTableRules[], rules: readonly Pick<TableRule, 'match' | 'excludeTables' | 'mask' | 'exclude'>[]): string | undefined {
+export function findRuleConflict(
+  declared: readonly DeclaredTableRules[],
+  rules: readonly Pick<TableRule, 'match' | 'excludeTables' | 'mask' | 'exclude'>[],
+): string | undefined {
   const columnRules = (r: Pick<TableRule, 'mask' | 'exclude'>): string[] => [...r.mask, ...r.exclude];
   for (const r of rules) {
     for (const t of declared) {
       if (!matchesTablePattern(r.match, t.table)) continue;
       const ex = r.excludeTables.find((p) => matchesTablePattern(p, t.table));
-      if (ex !== undefined) return `table ${t.table} is declared alone but rule ${r.match} excludes it (${ex}): on DMS the exclusion may win over the table's own selection; narrow the exclusion`;
+      if (ex !== undefined)
+        return `table ${t.table} is declared alone but rule ${r.match} excludes it (${ex}): on DMS the exclusion may win over the table's own selection; narrow the exclusion`;
       const cols = columnRules(r).filter((c) => t.columns === undefined || t.columns.includes(c));
-      if (cols.length > 0) return `table ${t.table} is declared alone but also matches rule ${r.match}, whose column rules (${cols.join(', ')}) DMS would apply to it too; exclude it from the rule's pattern or move the column rules to the declared tables`;
+      if (cols.length > 0)
+        return `table ${t.table} is declared alone but also matches rule ${r.match}, whose column rules (${cols.join(', ')}) DMS would apply to it too; exclude it from the rule's pattern or move the column rules to the declared tables`;
     }
   }
   for (let i = 0; i < rules.length; i++) {

@@ -184,7 +184,8 @@ export class CapturedTable {
    * @example CapturedTable.of('public.customers', { mask: ['email'], exclude: ['ssn'] })
    */
   static of(tableId: string, options: CapturedTableOptions = {}): CapturedTable {
-    if (typeof tableId !== 'string') throw new Error(`CapturedTable.of needs a table id 'schema.table' (a string), got ${tableId === undefined ? 'undefined' : typeof tableId}`);
+    if (typeof tableId !== 'string')
+      throw new Error(`CapturedTable.of needs a table id 'schema.table' (a string), got ${tableId === undefined ? 'undefined' : typeof tableId}`);
     checkPropKinds(`CapturedTable.of(${JSON.stringify(tableId)})`, options ?? {}, TABLE_OPTION_KINDS);
     return new CapturedTable(tableId, options);
   }
@@ -199,11 +200,19 @@ export class CapturedTable {
    * @example CapturedTable.matching('public.*', { exclude: ['public.audit_*'] })
    */
   static matching(pattern: string, options: CapturedTableRuleOptions = {}): CapturedTable {
-    if (typeof pattern !== 'string') throw new Error(`CapturedTable.matching needs a pattern 'schema.table' (a string), got ${pattern === undefined ? 'undefined' : typeof pattern}`);
+    if (typeof pattern !== 'string')
+      throw new Error(`CapturedTable.matching needs a pattern 'schema.table' (a string), got ${pattern === undefined ? 'undefined' : typeof pattern}`);
     checkPropKinds(`CapturedTable.matching(${JSON.stringify(pattern)})`, options ?? {}, RULE_OPTION_KINDS);
     return new CapturedTable(
       pattern,
-      { mask: options.mask, exclude: options.excludeColumns, deletes: options.deletes, primaryKey: options.primaryKey, snapshot: options.snapshot, acknowledgeLateRules: options.acknowledgeLateRules },
+      {
+        mask: options.mask,
+        exclude: options.excludeColumns,
+        deletes: options.deletes,
+        primaryKey: options.primaryKey,
+        snapshot: options.snapshot,
+        acknowledgeLateRules: options.acknowledgeLateRules,
+      },
       [...(options.exclude ?? [])],
     );
   }

@@ -28,7 +28,17 @@ import { sourceNetwork } from './private/source-network.ts';
 import { defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
 import { findTableProblem, tableConfigEntries, tableRuleEntries } from './private/table-mappings.ts';
 import { addSlotLifecycle, addTaskStarter } from './private/task-lifecycle.ts';
-import { checkIntegerRange, checkKinesisRetention, checkLowerIdent, checkPropKinds, checkRequiredProps, fail, idFromConstructId, SLOT_NAME, type PropKind } from './private/validate.ts';
+import {
+  checkIntegerRange,
+  checkKinesisRetention,
+  checkLowerIdent,
+  checkPropKinds,
+  checkRequiredProps,
+  fail,
+  idFromConstructId,
+  SLOT_NAME,
+  type PropKind,
+} from './private/validate.ts';
 import type { SourceDatabase } from './source-database.ts';
 
 /** Which columns DMS puts in the before image of an update. */
@@ -318,21 +328,42 @@ export class CdcSource extends Resource implements IReconcilableSource, ec2.ICon
     });
     this.connections = new ec2.Connections({ securityGroups: network.all });
     // The platform's own key (docs/deploy.md, "Keys"); retained: the log groups it encrypts are.
-    this.encryptionKey = props.encryptionKey ?? createPlatformKey(this, 'Key', RemovalPolicy.RETAIN, `Created by ${this.node.path}: the raw stream, the dead-letter queue and log groups of the source`);
+    this.encryptionKey =
+      props.encryptionKey ??
+      createPlatformKey(this, 'Key', RemovalPolicy.RETAIN, `Created by ${this.node.path}: the raw stream, the dead-letter queue and log groups of the source`);
     const rawStream = this.createRawStream(checked.rawRetention, props.rawStreamShardCount);
     this.rawStream = rawStream;
 
     // --- DMS, and the lifecycle around its task: slot before the task, start/resume/stop after it ---
     const replication = addDmsReplication(this, {
-      sourceId: this.sourceId, slotName: this.slotName, captureDdls: props.captureDdls ?? true, database: props.database, network, rawStream,
-      instanceClass: props.replicationInstanceClass ?? 'dms.c5.large', engineVersion: checked.engineVersion, storageGiB: checked.storageGiB, multiAz: props.multiAz ?? false, encryptionKey: props.encryptionKey,
+      sourceId: this.sourceId,
+      slotName: this.slotName,
+      captureDdls: props.captureDdls ?? true,
+      database: props.database,
+      network,
+      rawStream,
+      instanceClass: props.replicationInstanceClass ?? 'dms.c5.large',
+      engineVersion: checked.engineVersion,
+      storageGiB: checked.storageGiB,
+      multiAz: props.multiAz ?? false,
+      encryptionKey: props.encryptionKey,
     });
     this.replicationInstanceIdentifier = replication.instanceIdentifier;
-    const config = taskConfiguration(this.tables, this.heartbeatSchema, { beforeImageColumns: props.beforeImage ?? BeforeImage.PRIMARY_KEY, lobMaxSizeKb: checked.lobKb });
+    const config = taskConfiguration(this.tables, this.heartbeatSchema, {
+      beforeImageColumns: props.beforeImage ?? BeforeImage.PRIMARY_KEY,
+      lobMaxSizeKb: checked.lobKb,
+    });
     this.replicationTaskIdentifier = dmsIdentifier(this, `${this.sourceId}-cdc`, 63);
     const lifecycle = addSlotLifecycle(this, {
-      sourceId: this.sourceId, slotName: this.slotName, tables: this.tables, database: props.database, controlPlane: props.controlPlane, network,
-      taskIdentifier: this.replicationTaskIdentifier, config, slotRemovalPolicy: props.slotRemovalPolicy ?? RemovalPolicy.RETAIN,
+      sourceId: this.sourceId,
+      slotName: this.slotName,
+      tables: this.tables,
+      database: props.database,
+      controlPlane: props.controlPlane,
+      network,
+      taskIdentifier: this.replicationTaskIdentifier,
+      config,
+      slotRemovalPolicy: props.slotRemovalPolicy ?? RemovalPolicy.RETAIN,
     });
     const task = addReplicationTask(this, { replication, identifier: this.replicationTaskIdentifier, config, startPosition: lifecycle.startPosition });
     this.replicationTaskArn = task.ref;
@@ -344,25 +375,53 @@ export class CdcSource extends Resource implements IReconcilableSource, ec2.ICon
     const ruleEntries = tableRuleEntries(this.tables);
     const tableRules = ruleEntries.length > 0 ? JSON.stringify(ruleEntries) : undefined;
     const { normalizer, consumer } = addNormalizer(this, {
-      sourceId: this.sourceId, controlPlane: props.controlPlane, changeLog: props.changeLog, rawStream, rawRetention: checked.rawRetention,
-      tableConfig, tableRules, heartbeatSchema: this.heartbeatSchema, encryptionKey: this.encryptionKey,
+      sourceId: this.sourceId,
+      controlPlane: props.controlPlane,
+      changeLog: props.changeLog,
+      rawStream,
+      rawRetention: checked.rawRetention,
+      tableConfig,
+      tableRules,
+      heartbeatSchema: this.heartbeatSchema,
+      encryptionKey: this.encryptionKey,
     });
     this.normalizer = normalizer.fn;
     this.deadLetterQueue = consumer.deadLetterQueue;
     const heartbeat = addHeartbeatWriter(this, { sourceId: this.sourceId, heartbeatSchema: this.heartbeatSchema, database: props.database, network });
     this.heartbeatWriter = heartbeat.fn;
     const slotMonitor = new SlotMonitor(this, 'SlotMonitor', {
-      sourceId: this.sourceId, slotName: this.slotName, vpc: props.vpc, vpcSubnets: network.subnetSelection, securityGroup: network.slotMonitor, database: props.database,
-      walBudget: props.slotWalBudget ?? Size.gibibytes(10), alarmsEnabled, alarmActions: props.alarmActions, controlPlane: props.controlPlane,
+      sourceId: this.sourceId,
+      slotName: this.slotName,
+      vpc: props.vpc,
+      vpcSubnets: network.subnetSelection,
+      securityGroup: network.slotMonitor,
+      database: props.database,
+      walBudget: props.slotWalBudget ?? Size.gibibytes(10),
+      alarmsEnabled,
+      alarmActions: props.alarmActions,
+      controlPlane: props.controlPlane,
     });
     this.slotMonitor = slotMonitor.function.fn;
     this.slotMonitorMetrics = slotMonitor;
     this.alarms.push(...slotMonitor.alarms);
     if (alarmsEnabled) this.alarms.push(sourceDiscontinuityAlarm(this, this.sourceId, props.alarmActions));
-    const workers = { sourceId: this.sourceId, control: props.controlPlane, rawStream, database: props.database, tableConfig, vpc: props.vpc, vpcSubnets: network.subnetSelection, alarmsEnabled, alarmActions: props.alarmActions };
+    const workers = {
+      sourceId: this.sourceId,
+      control: props.controlPlane,
+      rawStream,
+      database: props.database,
+      tableConfig,
+      vpc: props.vpc,
+      vpcSubnets: network.subnetSelection,
+      alarmsEnabled,
+      alarmActions: props.alarmActions,
+    };
     // Snapshot worker: existing rows, in paced chunks (docs/snapshot.md).
     const snapshot = addSnapshotWorker(this, {
-      ...workers, ...(tableRules ? { tableRules } : {}), heartbeatSchema: this.heartbeatSchema, securityGroup: network.snapshot,
+      ...workers,
+      ...(tableRules ? { tableRules } : {}),
+      heartbeatSchema: this.heartbeatSchema,
+      securityGroup: network.snapshot,
       stallThreshold: props.alarmSnapshotStallThreshold ?? Duration.minutes(30),
     });
     this.snapshotWorker = snapshot.fn;
@@ -386,12 +445,22 @@ export class CdcSource extends Resource implements IReconcilableSource, ec2.ICon
     for (const f of functions) encryptLogGroup(f.logGroup, this.encryptionKey);
 
     if (alarmsEnabled) {
-      this.alarms.push(...sourceAlarms(this, {
-        sourceId: this.sourceId, actions: props.alarmActions, latencyThreshold: props.alarmCdcLatencyThreshold ?? Duration.minutes(5),
-        cdcLatencySource: this.metricCdcLatencySource(), cdcLatencyTarget: this.metricCdcLatencyTarget(),
-        iteratorAgeThreshold: props.alarmIteratorAgeThreshold ?? defaultIteratorAgeThreshold(checked.rawRetention, consumer.maxRecordAge), rawRetention: checked.rawRetention,
-        normalizer: normalizer.fn, normalizerQueue: consumer.deadLetterQueue, deadLetters: this.metricDeadLetters(), tablesPaused: this.metricTablesPaused(), heartbeatWriter: heartbeat.fn,
-      }));
+      this.alarms.push(
+        ...sourceAlarms(this, {
+          sourceId: this.sourceId,
+          actions: props.alarmActions,
+          latencyThreshold: props.alarmCdcLatencyThreshold ?? Duration.minutes(5),
+          cdcLatencySource: this.metricCdcLatencySource(),
+          cdcLatencyTarget: this.metricCdcLatencyTarget(),
+          iteratorAgeThreshold: props.alarmIteratorAgeThreshold ?? defaultIteratorAgeThreshold(checked.rawRetention, consumer.maxRecordAge),
+          rawRetention: checked.rawRetention,
+          normalizer: normalizer.fn,
+          normalizerQueue: consumer.deadLetterQueue,
+          deadLetters: this.metricDeadLetters(),
+          tablesPaused: this.metricTablesPaused(),
+          heartbeatWriter: heartbeat.fn,
+        }),
+      );
     }
   }
 
@@ -409,7 +478,8 @@ export class CdcSource extends Resource implements IReconcilableSource, ec2.ICon
     checkIntegerRange(this, 'rawStreamShardCount', props.rawStreamShardCount, 1, 100_000);
     const maxLobSize = props.maxLobSize ?? Size.kibibytes(64);
     const lobKb = maxLobSize.toKibibytes({ rounding: SizeRoundingBehavior.FLOOR });
-    if (!Token.isUnresolved(lobKb) && (lobKb < 1 || lobKb > 1024)) fail(this, `maxLobSize must be between 1 KiB and 1 MiB (kinesis target limit), got ${lobKb} KiB`);
+    if (!Token.isUnresolved(lobKb) && (lobKb < 1 || lobKb > 1024))
+      fail(this, `maxLobSize must be between 1 KiB and 1 MiB (kinesis target limit), got ${lobKb} KiB`);
     const storage = props.replicationStorage ?? Size.gibibytes(50);
     const storageGiB = storage.toGibibytes({ rounding: SizeRoundingBehavior.FLOOR });
     checkIntegerRange(this, 'replicationStorage (GiB)', storageGiB, 5, 6144);
@@ -427,7 +497,10 @@ export class CdcSource extends Resource implements IReconcilableSource, ec2.ICon
       // The raw stream is a buffer, not a record (the change log is): it goes with the source.
       removalPolicy: RemovalPolicy.DESTROY,
     });
-    Validations.of(rawStream).acknowledge({ id: 'AwsSolutions-KDS3', reason: 'encrypted with the platform\'s own customer-managed key (or the encryptionKey given) instead of alias/aws/kinesis' });
+    Validations.of(rawStream).acknowledge({
+      id: 'AwsSolutions-KDS3',
+      reason: "encrypted with the platform's own customer-managed key (or the encryptionKey given) instead of alias/aws/kinesis",
+    });
     return rawStream;
   }
 
@@ -501,7 +574,6 @@ export class CdcSource extends Resource implements IReconcilableSource, ec2.ICon
     return searchByTable(MetricName.SNAPSHOT_ETA, this.sourceId, props);
   }
 
-
   /** Wildcards that CDK grants generate (Kinesis, KMS and secret grants), acknowledged with their scope. */
   private acknowledgeGrantWildcards(functions: CdcFunction[], ...roles: iam.Role[]): void {
     const kmsAcks = [
@@ -515,17 +587,43 @@ export class CdcSource extends Resource implements IReconcilableSource, ec2.ICon
 
 /** The props' kinds, for callers without the type checker (`checkPropKinds`). */
 const CDC_SOURCE_PROP_KINDS = {
-  controlPlane: 'any', changeLog: 'any', vpc: 'any', vpcSubnets: 'any', database: 'any', awsApiEgress: 'any', tables: 'array',
-  sourceId: 'string', slotName: 'string', slotRemovalPolicy: 'any', captureDdls: 'boolean', beforeImage: { enumOf: BeforeImage }, heartbeatSchema: 'string',
-  slotWalBudget: 'any', replicationInstanceClass: 'string', replicationEngineVersion: 'string', replicationStorage: 'any', multiAz: 'boolean', maxLobSize: 'any',
-  encryptionKey: 'any', rawStreamRetention: 'any', rawStreamShardCount: 'number', alarmsEnabled: 'boolean', alarmActions: 'array',
-  alarmCdcLatencyThreshold: 'any', alarmIteratorAgeThreshold: 'any', alarmSnapshotStallThreshold: 'any',
+  controlPlane: 'any',
+  changeLog: 'any',
+  vpc: 'any',
+  vpcSubnets: 'any',
+  database: 'any',
+  awsApiEgress: 'any',
+  tables: 'array',
+  sourceId: 'string',
+  slotName: 'string',
+  slotRemovalPolicy: 'any',
+  captureDdls: 'boolean',
+  beforeImage: { enumOf: BeforeImage },
+  heartbeatSchema: 'string',
+  slotWalBudget: 'any',
+  replicationInstanceClass: 'string',
+  replicationEngineVersion: 'string',
+  replicationStorage: 'any',
+  multiAz: 'boolean',
+  maxLobSize: 'any',
+  encryptionKey: 'any',
+  rawStreamRetention: 'any',
+  rawStreamShardCount: 'number',
+  alarmsEnabled: 'boolean',
+  alarmActions: 'array',
+  alarmCdcLatencyThreshold: 'any',
+  alarmIteratorAgeThreshold: 'any',
+  alarmSnapshotStallThreshold: 'any',
 } as const satisfies Record<keyof CdcSourceProps, PropKind>;
 
 /** Every item of `tables` is a `CapturedTable` (made with `CapturedTable.of` or `.matching`). */
 function checkTableList(scope: Construct, tables: unknown[]): void {
   const bad = tables.findIndex((t) => !(t instanceof CapturedTable));
-  if (bad >= 0) fail(scope, `prop \`tables\` must hold CapturedTable items (CapturedTable.of or CapturedTable.matching); item ${bad} is ${tables[bad] === null ? 'null' : typeof tables[bad]}`);
+  if (bad >= 0)
+    fail(
+      scope,
+      `prop \`tables\` must hold CapturedTable items (CapturedTable.of or CapturedTable.matching); item ${bad} is ${tables[bad] === null ? 'null' : typeof tables[bad]}`,
+    );
 }
 
 /** Compares dotted version strings numerically. */
@@ -538,4 +636,3 @@ function compareVersions(a: string, b: string): number {
   }
   return 0;
 }
-

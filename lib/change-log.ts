@@ -327,7 +327,12 @@ export class ChangeLog extends ChangeLogBase implements IArchivedChangeLog {
     const bufferingInterval = props.archiveBufferingInterval ?? Duration.minutes(5);
     checkChangeLogProps(this, { ...props, retention: this.retention, archiveRetention: this.archiveRetention, bufferingInterval });
 
-    const { key, stream } = changeLogStream(this, { retention: this.retention, shardCount: props.shardCount, encryptionKey: props.encryptionKey, removalPolicy });
+    const { key, stream } = changeLogStream(this, {
+      retention: this.retention,
+      shardCount: props.shardCount,
+      encryptionKey: props.encryptionKey,
+      removalPolicy,
+    });
     this.key = key;
     this.encryptionKey = key;
     this.stream = stream;

@@ -318,9 +318,7 @@ export class ControlPlane extends ControlPlaneBase implements IOperatedControlPl
     // Server access logs are delivered through a bucket policy (not the log-delivery ACL), as in ChangeLog.
     this.node.setContext(S3_SERVER_ACCESS_LOGS_USE_BUCKET_POLICY, true);
     const removalPolicy = props.removalPolicy ?? RemovalPolicy.RETAIN;
-    this.encryptionKey =
-      props.encryptionKey ??
-      createPlatformKey(this, 'Key', removalPolicy, `Created by ${this.node.path}`);
+    this.encryptionKey = props.encryptionKey ?? createPlatformKey(this, 'Key', removalPolicy, `Created by ${this.node.path}`);
     const table = new dynamodb.Table(this, 'Table', {
       partitionKey: { name: 'pk', type: dynamodb.AttributeType.STRING },
       sortKey: { name: 'sk', type: dynamodb.AttributeType.STRING },

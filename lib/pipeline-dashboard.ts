@@ -76,7 +76,8 @@ export class PipelineDashboard extends Construct {
     const sources = props.sources ?? [];
     const warehouseSinks = props.warehouseSinks ?? [];
     const searchSinks = props.searchSinks ?? [];
-    if (sources.length + warehouseSinks.length + searchSinks.length === 0) fail(this, 'a pipeline dashboard needs at least one of sources, warehouseSinks, searchSinks');
+    if (sources.length + warehouseSinks.length + searchSinks.length === 0)
+      fail(this, 'a pipeline dashboard needs at least one of sources, warehouseSinks, searchSinks');
     this.dashboard = new cloudwatch.Dashboard(this, 'Resource', {
       dashboardName: props.dashboardName,
       defaultInterval: props.defaultInterval ?? Duration.hours(3),
@@ -108,13 +109,20 @@ export class PipelineDashboard extends Construct {
         width: 12,
         leftAnnotations: [{ value: target.toMilliseconds(), label: `freshness target ${target.toHumanString()}`, color: TARGET_COLOR }],
       }),
-      graph(`${name}: events applied per second`, sourceIds.map((sourceId, i) => perSecond(`e${i}`, metrics.applied(sourceId), sourceId))),
+      graph(
+        `${name}: events applied per second`,
+        sourceIds.map((sourceId, i) => perSecond(`e${i}`, metrics.applied(sourceId), sourceId)),
+      ),
       graph(`${name}: applier iterator age (ms)`, [sink.metricIteratorAge({ label: 'iterator age (max)' })]),
       graph(
         `${name}: dead letters and apply errors`,
         [
           ...sourceIds.map((sourceId) => metrics.deadLetters(sourceId, { label: `${sourceId} dead letters` })),
-          sink.deadLetterQueue.metricApproximateNumberOfMessagesVisible({ statistic: cloudwatch.Stats.MAXIMUM, period: Duration.minutes(1), label: 'on-failure queue (messages)' }),
+          sink.deadLetterQueue.metricApproximateNumberOfMessagesVisible({
+            statistic: cloudwatch.Stats.MAXIMUM,
+            period: Duration.minutes(1),
+            label: 'on-failure queue (messages)',
+          }),
           sink.metricApplyErrors({ label: 'apply errors (retried batches)' }),
         ],
         { width: 12 },
@@ -151,11 +159,19 @@ export class PipelineDashboard extends Construct {
     const hourly = { period: Duration.hours(1) };
     this.dashboard.addWidgets(heading('## Reconciliation — verdicts per run (hourly maximum) and coverage'));
     this.dashboard.addWidgets(
-      graph('reconciliation verdicts: tables DIVERGED and INCONCLUSIVE', pairs.flatMap(([r, s]) => [
-        r.metricDivergedTables(s, { ...hourly, label: `${s.sinkId} diverged tables` }),
-        r.metricInconclusiveTables(s, { ...hourly, label: `${s.sinkId} inconclusive tables` }),
-      ]), { width: 12 }),
-      graph('reconciliation coverage: tables without a decided verdict in their tier period', pairs.map(([r, s]) => r.metricCoverageGaps(s, { ...hourly, label: `${s.sinkId} coverage gaps` })), { width: 12 }),
+      graph(
+        'reconciliation verdicts: tables DIVERGED and INCONCLUSIVE',
+        pairs.flatMap(([r, s]) => [
+          r.metricDivergedTables(s, { ...hourly, label: `${s.sinkId} diverged tables` }),
+          r.metricInconclusiveTables(s, { ...hourly, label: `${s.sinkId} inconclusive tables` }),
+        ]),
+        { width: 12 },
+      ),
+      graph(
+        'reconciliation coverage: tables without a decided verdict in their tier period',
+        pairs.map(([r, s]) => r.metricCoverageGaps(s, { ...hourly, label: `${s.sinkId} coverage gaps` })),
+        { width: 12 },
+      ),
     );
   }
 }
@@ -194,13 +210,20 @@ class AlarmStatusPanel implements cloudwatch.IWidget {
 
   private render(): cloudwatch.AlarmStatusWidget[] {
     if (this.rendered) return this.rendered;
-    const alarms = this.given ?? Stack.of(this.scope).node.findAll().filter((c): c is cloudwatch.Alarm => c instanceof cloudwatch.Alarm && platformAlarmOf(c) !== undefined);
+    const alarms =
+      this.given ??
+      Stack.of(this.scope)
+        .node.findAll()
+        .filter((c): c is cloudwatch.Alarm => c instanceof cloudwatch.Alarm && platformAlarmOf(c) !== undefined);
     const chunks: cloudwatch.IAlarm[][] = [];
     for (let i = 0; i < alarms.length; i += ALARMS_PER_WIDGET) chunks.push(alarms.slice(i, i + ALARMS_PER_WIDGET));
     this.rendered = chunks.map(
       (chunk, i) =>
         new cloudwatch.AlarmStatusWidget({
-          title: chunks.length === 1 ? `Alarms (${alarms.length})` : `Alarms (${i * ALARMS_PER_WIDGET + 1}–${i * ALARMS_PER_WIDGET + chunk.length} of ${alarms.length})`,
+          title:
+            chunks.length === 1
+              ? `Alarms (${alarms.length})`
+              : `Alarms (${i * ALARMS_PER_WIDGET + 1}–${i * ALARMS_PER_WIDGET + chunk.length} of ${alarms.length})`,
           alarms: chunk,
           width: FULL,
           // Four alarms a row, plus the title.
@@ -216,7 +239,11 @@ function heading(markdown: string): cloudwatch.TextWidget {
   return new cloudwatch.TextWidget({ markdown, width: FULL, height: 1, background: cloudwatch.TextWidgetBackground.TRANSPARENT });
 }
 
-function graph(title: string, left: cloudwatch.IMetric[], options: { width?: number; right?: cloudwatch.IMetric[]; leftAnnotations?: cloudwatch.HorizontalAnnotation[] } = {}): cloudwatch.GraphWidget {
+function graph(
+  title: string,
+  left: cloudwatch.IMetric[],
+  options: { width?: number; right?: cloudwatch.IMetric[]; leftAnnotations?: cloudwatch.HorizontalAnnotation[] } = {},
+): cloudwatch.GraphWidget {
   return new cloudwatch.GraphWidget({
     title,
     left,

@@ -209,9 +209,13 @@ export class Reconciler extends Resource implements IReconciler {
     const groups: ec2.ISecurityGroup[] = [];
 
     for (const sink of props.sinks) {
-      if (!searchOf(sink) && !sink.warehouseConnection) fail(this, `sink ${sink.sinkId} is neither a warehouse sink (warehouseConnection) nor a search sink (searchIndex)`);
+      if (!searchOf(sink) && !sink.warehouseConnection)
+        fail(this, `sink ${sink.sinkId} is neither a warehouse sink (warehouseConnection) nor a search sink (searchIndex)`);
       if (!props.sources.some((source) => servedSources(sink).includes(source.sourceId))) {
-        fail(this, `sink ${sink.sinkId} serves none of the sources (${props.sources.map((x) => x.sourceId).join(', ')}); it serves ${servedSources(sink).join(', ') || 'none'}`);
+        fail(
+          this,
+          `sink ${sink.sinkId} serves none of the sources (${props.sources.map((x) => x.sourceId).join(', ')}); it serves ${servedSources(sink).join(', ') || 'none'}`,
+        );
       }
     }
     const tiersJson = JSON.stringify(this.tiers.map((t) => ({ name: t.name, periodMs: t.every.toMilliseconds(), tables: t.tables })));
@@ -225,35 +229,56 @@ export class Reconciler extends Resource implements IReconciler {
         const budget = source.database.snapshotBudget;
         const warehouse = search ? null : { connection: sink.warehouseConnection! };
         const member = `${source.sourceId}-${sink.sinkId}`;
-        const securityGroup = ownSecurityGroup(this, `SecurityGroup-${member}`, props.vpc, awsApiEgress, `Reconciler of source ${source.sourceId} and sink ${sink.sinkId} (${this.node.path})`);
+        const securityGroup = ownSecurityGroup(
+          this,
+          `SecurityGroup-${member}`,
+          props.vpc,
+          awsApiEgress,
+          `Reconciler of source ${source.sourceId} and sink ${sink.sinkId} (${this.node.path})`,
+        );
         groups.push(securityGroup);
         allowDatabase(this, `Source-${member}`, securityGroup, source.database, `Reconciler ${member}: source ${source.sourceId}`, `source ${source.sourceId}`);
-        if (warehouse) allowDatabase(this, `Warehouse-${member}`, securityGroup, warehouse.connection, `Reconciler ${member}: warehouse ${sink.sinkId}`, `warehouse ${sink.sinkId}`);
-        const fn = sourceConnectedFunction(this, `Function-${source.sourceId}-${sink.sinkId}`, {
-          handlerName: 'reconciler',
-          description: `Reconciles source ${source.sourceId} with ${search ? 'search' : 'warehouse'} sink ${sink.sinkId} (${this.node.path})`,
-          serviceName: ServiceName.RECONCILER,
-          environment: {
-            [EnvName.SOURCE_ID]: source.sourceId,
-            [EnvName.SINK_ID]: sink.sinkId,
-            [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName,
-            [EnvName.TABLE_CONFIG]: JSON.stringify(tableConfigEntries(source.tables, source.heartbeatSchema)),
-            [EnvName.HEARTBEAT_SCHEMA]: source.heartbeatSchema,
-            ...(warehouse
-              ? { [EnvName.WAREHOUSE_SECRET_ARN]: warehouse.connection.secret.secretArn, [EnvName.WAREHOUSE_SSL_MODE]: warehouse.connection.sslMode }
-              : { [EnvName.SEARCH_ENDPOINT]: search!.domain.domainEndpoint, [EnvName.SEARCH_INDEX_PREFIX]: search!.indexPrefix }),
-            [EnvName.RECONCILE_TIERS]: tiersJson,
-            ...(props.rowsPerRun !== undefined ? { [EnvName.RECONCILE_ROWS_PER_RUN]: String(props.rowsPerRun) } : {}),
-            [EnvName.RECONCILE_SETTLE_MS]: String(settle.toMilliseconds()),
-            // The same budget as the snapshot worker (docs/snapshot.md "The budget: the backfill yields").
-            ...(budget ? { [EnvName.SNAPSHOT_BUDGET]: JSON.stringify({ writeLatencyPct: budget.writeLatencyPercent ?? 10, cpuPct: budget.cpuPercent ?? 5 }) } : {}),
+        if (warehouse)
+          allowDatabase(
+            this,
+            `Warehouse-${member}`,
+            securityGroup,
+            warehouse.connection,
+            `Reconciler ${member}: warehouse ${sink.sinkId}`,
+            `warehouse ${sink.sinkId}`,
+          );
+        const fn = sourceConnectedFunction(
+          this,
+          `Function-${source.sourceId}-${sink.sinkId}`,
+          {
+            handlerName: 'reconciler',
+            description: `Reconciles source ${source.sourceId} with ${search ? 'search' : 'warehouse'} sink ${sink.sinkId} (${this.node.path})`,
+            serviceName: ServiceName.RECONCILER,
+            environment: {
+              [EnvName.SOURCE_ID]: source.sourceId,
+              [EnvName.SINK_ID]: sink.sinkId,
+              [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName,
+              [EnvName.TABLE_CONFIG]: JSON.stringify(tableConfigEntries(source.tables, source.heartbeatSchema)),
+              [EnvName.HEARTBEAT_SCHEMA]: source.heartbeatSchema,
+              ...(warehouse
+                ? { [EnvName.WAREHOUSE_SECRET_ARN]: warehouse.connection.secret.secretArn, [EnvName.WAREHOUSE_SSL_MODE]: warehouse.connection.sslMode }
+                : { [EnvName.SEARCH_ENDPOINT]: search!.domain.domainEndpoint, [EnvName.SEARCH_INDEX_PREFIX]: search!.indexPrefix }),
+              [EnvName.RECONCILE_TIERS]: tiersJson,
+              ...(props.rowsPerRun !== undefined ? { [EnvName.RECONCILE_ROWS_PER_RUN]: String(props.rowsPerRun) } : {}),
+              [EnvName.RECONCILE_SETTLE_MS]: String(settle.toMilliseconds()),
+              // The same budget as the snapshot worker (docs/snapshot.md "The budget: the backfill yields").
+              ...(budget
+                ? { [EnvName.SNAPSHOT_BUDGET]: JSON.stringify({ writeLatencyPct: budget.writeLatencyPercent ?? 10, cpuPct: budget.cpuPercent ?? 5 }) }
+                : {}),
+            },
+            memorySize: props.memorySize ?? Size.mebibytes(512),
+            timeout: props.timeout ?? Duration.minutes(15),
+            vpc: props.vpc,
+            vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
+            securityGroups: [securityGroup],
           },
-          memorySize: props.memorySize ?? Size.mebibytes(512),
-          timeout: props.timeout ?? Duration.minutes(15),
-          vpc: props.vpc,
-          vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
-          securityGroups: [securityGroup],
-        }, { database: source.database, secrets: [{ secret: source.database.secret, environmentName: EnvName.SOURCE_SECRET_ARN }] });
+          { database: source.database, secrets: [{ secret: source.database.secret, environmentName: EnvName.SOURCE_SECRET_ARN }] },
+        );
         // Its log group on the source's key, as the source's own functions that read the same rows (docs/deploy.md, "Keys").
         encryptLogGroup(fn.logGroup, source.encryptionKey);
         if (warehouse) warehouse.connection.secret.grantRead(fn.fn);
@@ -263,19 +288,30 @@ export class Reconciler extends Resource implements IReconciler {
           const paths = search.indexPaths.filter((p) => p.startsWith(`${search.indexPrefix}.${source.sourceId}.`));
           const arn = search.domain.domainArn;
           fn.role.addToPrincipalPolicy(
-            new iam.PolicyStatement({ actions: ['es:ESHttpGet', 'es:ESHttpPost'], resources: paths.flatMap((p) => [`${arn}/${p}`, `${arn}/${p}/*`, `${arn}/${p}.*`]) }),
+            new iam.PolicyStatement({
+              actions: ['es:ESHttpGet', 'es:ESHttpPost'],
+              resources: paths.flatMap((p) => [`${arn}/${p}`, `${arn}/${p}/*`, `${arn}/${p}.*`]),
+            }),
           );
           const arnText = nagText(Stack.of(this).resolve(arn));
           for (const p of paths) {
             for (const suffix of ['/*', '.*']) {
-              Validations.of(fn).acknowledge({ id: `AwsSolutions-IAM5[Resource::${arnText}/${p}${suffix}]`, reason: `index paths of one table only: its aliases, index generations and their sub-paths (${p}${suffix}), read-only` });
+              Validations.of(fn).acknowledge({
+                id: `AwsSolutions-IAM5[Resource::${arnText}/${p}${suffix}]`,
+                reason: `index paths of one table only: its aliases, index generations and their sub-paths (${p}${suffix}), read-only`,
+              });
             }
           }
         }
         props.controlPlane.grantItems(fn.fn, {
           // Table states and schema (is the table comparable?), the sink's progress (is it held? how far is a polled table?),
           // its verdicts, and the poll worker's cursors (a polled table's stable point, docs/polling.md).
-          read: [ControlPartition.source(source.sourceId), ControlPartition.sink(sink.sinkId), ControlPartition.verdicts(sink.sinkId), ControlPartition.checkpoint(pollConsumerId(source.sourceId))],
+          read: [
+            ControlPartition.source(source.sourceId),
+            ControlPartition.sink(sink.sinkId),
+            ControlPartition.verdicts(sink.sinkId),
+            ControlPartition.checkpoint(pollConsumerId(source.sourceId)),
+          ],
           put: [ControlPartition.verdicts(sink.sinkId)],
         });
         Validations.of(fn).acknowledge(
@@ -332,7 +368,12 @@ export class Reconciler extends Resource implements IReconciler {
   }
 
   metricDivergedTables(sink: IReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return platformMetric(this, MetricName.RECONCILE_DIVERGED_TABLES, { [MetricDimension.SINK]: sink.sinkId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
+    return platformMetric(
+      this,
+      MetricName.RECONCILE_DIVERGED_TABLES,
+      { [MetricDimension.SINK]: sink.sinkId },
+      { statistic: cloudwatch.Stats.MAXIMUM, ...props },
+    );
   }
 
   metricCoverageGaps(sink: IReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
@@ -340,6 +381,11 @@ export class Reconciler extends Resource implements IReconciler {
   }
 
   metricInconclusiveTables(sink: IReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return platformMetric(this, MetricName.RECONCILE_INCONCLUSIVE_TABLES, { [MetricDimension.SINK]: sink.sinkId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
+    return platformMetric(
+      this,
+      MetricName.RECONCILE_INCONCLUSIVE_TABLES,
+      { [MetricDimension.SINK]: sink.sinkId },
+      { statistic: cloudwatch.Stats.MAXIMUM, ...props },
+    );
   }
 }

@@ -98,7 +98,13 @@ const SEARCH_TABLE_KINDS = { table: 'string', source: 'any', deletes: { enumOf: 
 /** The props' kinds, for callers without the type checker (`checkPropKinds`). */
 const SEARCH_SINK_PROP_KINDS = {
   ...SINK_PROP_KINDS,
-  domain: 'any', tables: 'array', vpc: 'any', indexPrefix: 'string', maxBatchingWindow: 'any', memorySize: 'any', timeout: 'any',
+  domain: 'any',
+  tables: 'array',
+  vpc: 'any',
+  indexPrefix: 'string',
+  maxBatchingWindow: 'any',
+  memorySize: 'any',
+  timeout: 'any',
 } as const satisfies Record<keyof SearchSinkProps, PropKind>;
 
 /** The index path prefix of one table, as the applier names it (lambda/core/search/search-plan.ts `searchNames`). */
@@ -147,7 +153,8 @@ export class SearchSink extends Resource implements ISearchSink, IReconciledSink
     const prefix = props.indexPrefix ?? 'cdc';
     this.domain = props.domain;
     this.indexPrefix = prefix;
-    if (!/^[a-z][a-z0-9_-]{0,31}$/.test(prefix)) fail(this, `indexPrefix must be lower case letters, digits, _ or - (at most 32), starting with a letter, got '${prefix}'`);
+    if (!/^[a-z][a-z0-9_-]{0,31}$/.test(prefix))
+      fail(this, `indexPrefix must be lower case letters, digits, _ or - (at most 32), starting with a letter, got '${prefix}'`);
     const maxBatchingWindow = props.maxBatchingWindow ?? Duration.seconds(2);
     this.sourceIds = checkSinkProps(this, props, 'indexes', this.freshnessTarget, maxBatchingWindow);
     if (props.vpcSubnets && !props.vpc) fail(this, 'vpcSubnets needs vpc');
@@ -168,7 +175,8 @@ export class SearchSink extends Resource implements ISearchSink, IReconciledSink
         const candidates = t.source ? [t.source] : props.sources.filter((s) => s.tables.some((c) => c.tableId === t.table));
         if (t.source && !props.sources.includes(t.source)) fail(this, `table ${t.table}: its source ${t.source.sourceId} is not one of this sink's sources`);
         if (candidates.length === 0) fail(this, `table ${t.table} is not captured by any source of this sink (${this.sourceIds.join(', ')})`);
-        if (candidates.length > 1) fail(this, `table ${t.table} is captured by several sources (${candidates.map((s) => s.sourceId).join(', ')}); name its source`);
+        if (candidates.length > 1)
+          fail(this, `table ${t.table} is captured by several sources (${candidates.map((s) => s.sourceId).join(', ')}); name its source`);
         const captured = candidates[0]!.tables.find((c) => c.tableId === t.table);
         if (!captured) fail(this, `table ${t.table} is not captured by source ${candidates[0]!.sourceId}`);
         add(candidates[0]!, t.table, t.deletes ?? captured.deletes);
@@ -178,7 +186,8 @@ export class SearchSink extends Resource implements ISearchSink, IReconciledSink
       for (const s of props.sources) for (const c of s.tables) if (c.pattern === undefined) add(s, c.tableId, c.deletes);
     }
     for (const t of served) {
-      if (!/^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$/.test(t.table)) fail(this, `table ${t.table} cannot name a search index: OpenSearch index names are lower case (letters, digits, _)`);
+      if (!/^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$/.test(t.table))
+        fail(this, `table ${t.table} cannot name a search index: OpenSearch index names are lower case (letters, digits, _)`);
     }
     this.indexPaths = [
       ...served.map((t) => aliasOf(prefix, t.source, t.table)),
@@ -256,17 +265,36 @@ export class SearchSink extends Resource implements ISearchSink, IReconciledSink
     }
 
     if (props.alarmsEnabled ?? true) {
-      this.alarms.push(...sinkAlarms(this, {
-        label: 'Search', sinkId: this.sinkId, freshnessTarget: this.freshnessTarget, changeLogRetention: props.changeLog.retention,
-        iteratorAgeThreshold: props.alarmIteratorAgeThreshold, actions: props.alarmActions, sources: props.sources, consumer, applier: applier.fn,
-        endToEndLag: (source) => this.metricEndToEndLag(source.sourceId), deadLetters: (source) => this.metricDeadLetters(source.sourceId), applyErrors: this.metricApplyErrors(),
-        deadLettersWhat: ' that OpenSearch refused', applyErrorsCause: 'batches are retried, the domain may be throttling or unreachable.', queueTail: '', iteratorMeaning: '',
-      }));
+      this.alarms.push(
+        ...sinkAlarms(this, {
+          label: 'Search',
+          sinkId: this.sinkId,
+          freshnessTarget: this.freshnessTarget,
+          changeLogRetention: props.changeLog.retention,
+          iteratorAgeThreshold: props.alarmIteratorAgeThreshold,
+          actions: props.alarmActions,
+          sources: props.sources,
+          consumer,
+          applier: applier.fn,
+          endToEndLag: (source) => this.metricEndToEndLag(source.sourceId),
+          deadLetters: (source) => this.metricDeadLetters(source.sourceId),
+          applyErrors: this.metricApplyErrors(),
+          deadLettersWhat: ' that OpenSearch refused',
+          applyErrorsCause: 'batches are retried, the domain may be throttling or unreachable.',
+          queueTail: '',
+          iteratorMeaning: '',
+        }),
+      );
     }
   }
 
   metricEndToEndLag(sourceId: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return platformMetric(this, MetricName.END_TO_END_LAG, { [MetricDimension.SINK]: this.sinkId, [MetricDimension.SOURCE]: sourceId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
+    return platformMetric(
+      this,
+      MetricName.END_TO_END_LAG,
+      { [MetricDimension.SINK]: this.sinkId, [MetricDimension.SOURCE]: sourceId },
+      { statistic: cloudwatch.Stats.MAXIMUM, ...props },
+    );
   }
 
   metricDeadLetters(sourceId: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric {

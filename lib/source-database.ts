@@ -129,9 +129,12 @@ export class SourceDatabase {
     this.engine = engine;
     this.databaseName = options.databaseName;
     this.secret = options.secret;
-    if (!options.heartbeatSecret) throw new Error('SourceDatabase.postgres: heartbeatSecret is required (the heartbeat writer has its own user; see docs/deploy.md, section 2.2)');
+    if (!options.heartbeatSecret)
+      throw new Error('SourceDatabase.postgres: heartbeatSecret is required (the heartbeat writer has its own user; see docs/deploy.md, section 2.2)');
     if (options.heartbeatSecret === options.secret) {
-      throw new Error('SourceDatabase.postgres: heartbeatSecret must not be the capture secret; give the heartbeat writer its own user that may only write the heartbeat table (docs/deploy.md, section 2.2)');
+      throw new Error(
+        'SourceDatabase.postgres: heartbeatSecret must not be the capture secret; give the heartbeat writer its own user that may only write the heartbeat table (docs/deploy.md, section 2.2)',
+      );
     }
     this.heartbeatSecret = options.heartbeatSecret;
     this.sslMode = options.sslMode ?? SslMode.VERIFY_FULL;

@@ -109,12 +109,14 @@ export class WarehouseRebuild extends Resource implements IWarehouseRebuild {
     if (props.archivePrefix === undefined && props.changeLog.archiveCopierPrefix === undefined) {
       Annotations.of(this).addWarningV2(
         'cdc:rebuildWithoutArchiveCopier',
-        'the change log has no archive copier (archiveCopierEnabled: false), so the rebuild worker reads Firehose\'s archive under changes/, whose objects it cannot place in the history: every rebuild is refused HISTORY_INCOMPLETE. Enable the copier, or set archivePrefix to an archive in the by-table layout (docs/rebuild.md).',
+        "the change log has no archive copier (archiveCopierEnabled: false), so the rebuild worker reads Firehose's archive under changes/, whose objects it cannot place in the history: every rebuild is refused HISTORY_INCOMPLETE. Enable the copier, or set archivePrefix to an archive in the by-table layout (docs/rebuild.md).",
       );
     }
-    if (!/^([A-Za-z0-9!_.*'()-]+\/)*$/.test(prefix)) fail(this, `archivePrefix must be empty or end with '/' (folders of safe key characters), got ${JSON.stringify(prefix)}`);
+    if (!/^([A-Za-z0-9!_.*'()-]+\/)*$/.test(prefix))
+      fail(this, `archivePrefix must be empty or end with '/' (folders of safe key characters), got ${JSON.stringify(prefix)}`);
     const sliceTimeout = props.sliceTimeout ?? Duration.minutes(15);
-    if (!sliceTimeout.isUnresolved() && (sliceTimeout.toSeconds() < 300 || sliceTimeout.toSeconds() > 900)) fail(this, `sliceTimeout must be between 5 and 15 minutes (a slice keeps 4 minutes for the swap), got ${sliceTimeout.toHumanString()}`);
+    if (!sliceTimeout.isUnresolved() && (sliceTimeout.toSeconds() < 300 || sliceTimeout.toSeconds() > 900))
+      fail(this, `sliceTimeout must be between 5 and 15 minutes (a slice keeps 4 minutes for the swap), got ${sliceTimeout.toHumanString()}`);
 
     const securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
       vpc: props.vpc,
@@ -125,8 +127,22 @@ export class WarehouseRebuild extends Resource implements IWarehouseRebuild {
     this.connections = new ec2.Connections({ securityGroups: [securityGroup] });
     const wh = sink.connection;
     if (wh.securityGroup) {
-      new ec2.CfnSecurityGroupIngress(this, 'WarehouseIngress', { groupId: wh.securityGroup.securityGroupId, sourceSecurityGroupId: securityGroup.securityGroupId, ipProtocol: 'tcp', fromPort: wh.port, toPort: wh.port, description: `Rebuild worker of warehouse sink ${sink.sinkId}` });
-      new ec2.CfnSecurityGroupEgress(this, 'WarehouseEgress', { groupId: securityGroup.securityGroupId, destinationSecurityGroupId: wh.securityGroup.securityGroupId, ipProtocol: 'tcp', fromPort: wh.port, toPort: wh.port, description: `Rebuild worker of warehouse sink ${sink.sinkId}: to the warehouse` });
+      new ec2.CfnSecurityGroupIngress(this, 'WarehouseIngress', {
+        groupId: wh.securityGroup.securityGroupId,
+        sourceSecurityGroupId: securityGroup.securityGroupId,
+        ipProtocol: 'tcp',
+        fromPort: wh.port,
+        toPort: wh.port,
+        description: `Rebuild worker of warehouse sink ${sink.sinkId}`,
+      });
+      new ec2.CfnSecurityGroupEgress(this, 'WarehouseEgress', {
+        groupId: securityGroup.securityGroupId,
+        destinationSecurityGroupId: wh.securityGroup.securityGroupId,
+        ipProtocol: 'tcp',
+        fromPort: wh.port,
+        toPort: wh.port,
+        description: `Rebuild worker of warehouse sink ${sink.sinkId}: to the warehouse`,
+      });
     }
 
     const worker = new CdcFunction(this, 'Worker', {
@@ -154,7 +170,11 @@ export class WarehouseRebuild extends Resource implements IWarehouseRebuild {
     const sources = sink.sources.map((s) => s.sourceId);
     props.controlPlane.grantItems(worker.fn, {
       // Table states and schema versions, the sink's progress, the rebuild slot and runs.
-      read: [...sources.flatMap((s) => [ControlPartition.source(s), ControlPartition.schemasOf(s)]), ControlPartition.sink(sink.sinkId), ControlPartition.rebuilds(sink.sinkId)],
+      read: [
+        ...sources.flatMap((s) => [ControlPartition.source(s), ControlPartition.schemasOf(s)]),
+        ControlPartition.sink(sink.sinkId),
+        ControlPartition.rebuilds(sink.sinkId),
+      ],
       put: [ControlPartition.rebuilds(sink.sinkId), ControlPartition.AUDIT],
       // The slot's checkpoint; the sink's high-water mark after a swap.
       update: [ControlPartition.rebuilds(sink.sinkId), ControlPartition.sink(sink.sinkId)],
@@ -164,14 +184,24 @@ export class WarehouseRebuild extends Resource implements IWarehouseRebuild {
     // Its log group on the platform's key (docs/deploy.md, "Keys").
     if (props.changeLog.encryptionKey) encryptLogGroup(worker.logGroup, props.changeLog.encryptionKey);
     // The archive: list and read under the prefix, decrypt; never write or delete.
-    worker.fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['s3:ListBucket'], resources: [props.changeLog.archiveBucket.bucketArn], conditions: { StringLike: { 's3:prefix': [`${prefix}*`] } } }));
+    worker.fn.addToRolePolicy(
+      new iam.PolicyStatement({
+        actions: ['s3:ListBucket'],
+        resources: [props.changeLog.archiveBucket.bucketArn],
+        conditions: { StringLike: { 's3:prefix': [`${prefix}*`] } },
+      }),
+    );
     worker.fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['s3:GetObject'], resources: [props.changeLog.archiveBucket.arnForObjects(`${prefix}*`)] }));
     props.changeLog.archiveEncryptionKey.grantDecrypt(worker.fn);
     const archiveResource = props.changeLog.archiveBucket.node.defaultChild;
-    if (!archiveResource) fail(this, `the archive bucket of the change log (${props.changeLog.node.path}) must be created in this app (a ChangeLog), not imported`);
+    if (!archiveResource)
+      fail(this, `the archive bucket of the change log (${props.changeLog.node.path}) must be created in this app (a ChangeLog), not imported`);
     const archiveId = Stack.of(this).getLogicalId(archiveResource as unknown as CfnElement);
     Validations.of(worker).acknowledge(
-      { id: `AwsSolutions-IAM5[Resource::<${archiveId}.Arn>/${prefix}*]`, reason: 'reads the archive objects under its prefix only; their keys are written by the archive delivery' },
+      {
+        id: `AwsSolutions-IAM5[Resource::<${archiveId}.Arn>/${prefix}*]`,
+        reason: 'reads the archive objects under its prefix only; their keys are written by the archive delivery',
+      },
       { id: 'AwsSolutions-IAM5[Action::kms:GenerateDataKey*]', reason: 'CDK key grant; scoped to the one key that encrypts the control plane or secret' },
       { id: 'AwsSolutions-IAM5[Action::kms:ReEncrypt*]', reason: 'CDK key grant; scoped to the one key that encrypts the control plane or secret' },
     );
@@ -185,16 +215,38 @@ export class WarehouseRebuild extends Resource implements IWarehouseRebuild {
       resultPath: '$.result',
       retryOnServiceExceptions: true,
     });
-    slice.addRetry({ errors: [sfn.Errors.ALL], interval: Duration.seconds(30), backoffRate: 2, maxAttempts: 4, maxDelay: Duration.minutes(10), jitterStrategy: sfn.JitterType.FULL });
+    slice.addRetry({
+      errors: [sfn.Errors.ALL],
+      interval: Duration.seconds(30),
+      backoffRate: 2,
+      maxAttempts: 4,
+      maxDelay: Duration.minutes(10),
+      jitterStrategy: sfn.JitterType.FULL,
+    });
     const abandon = new tasks.LambdaInvoke(this, 'Abandon', {
       lambdaFunction: worker.fn,
-      payload: sfn.TaskInput.fromObject({ op: 'abandon', id: sfn.JsonPath.stringAt('$.id'), request: sfn.JsonPath.objectAt('$.request'), error: sfn.JsonPath.objectAt('$.error') }),
+      payload: sfn.TaskInput.fromObject({
+        op: 'abandon',
+        id: sfn.JsonPath.stringAt('$.id'),
+        request: sfn.JsonPath.objectAt('$.request'),
+        error: sfn.JsonPath.objectAt('$.error'),
+      }),
       payloadResponseOnly: true,
       resultPath: '$.result',
       retryOnServiceExceptions: true,
     });
-    slice.addCatch(abandon.next(new sfn.Fail(this, 'Failed', { error: 'RebuildFailed', cause: 'a slice failed after its retries; the run is recorded failed in the control plane (cdc audit)' })), { errors: [sfn.Errors.ALL], resultPath: '$.error' });
-    const definition = slice.next(new sfn.Choice(this, 'Done?').when(sfn.Condition.booleanEquals('$.result.done', true), new sfn.Succeed(this, 'Rebuilt')).otherwise(slice));
+    slice.addCatch(
+      abandon.next(
+        new sfn.Fail(this, 'Failed', {
+          error: 'RebuildFailed',
+          cause: 'a slice failed after its retries; the run is recorded failed in the control plane (cdc audit)',
+        }),
+      ),
+      { errors: [sfn.Errors.ALL], resultPath: '$.error' },
+    );
+    const definition = slice.next(
+      new sfn.Choice(this, 'Done?').when(sfn.Condition.booleanEquals('$.result.done', true), new sfn.Succeed(this, 'Rebuilt')).otherwise(slice),
+    );
     const logGroup = new logs.LogGroup(this, 'Executions', { retention: logs.RetentionDays.THREE_MONTHS });
     // On the same key as the worker's log group (docs/deploy.md, "Keys").
     if (props.changeLog.encryptionKey) encryptLogGroup(logGroup, props.changeLog.encryptionKey);
@@ -207,8 +259,14 @@ export class WarehouseRebuild extends Resource implements IWarehouseRebuild {
       tracingEnabled: true,
     });
     Validations.of(this.stateMachine).acknowledge(
-      { id: `AwsSolutions-IAM5[Resource::<${Stack.of(this).getLogicalId(worker.fn.node.defaultChild as CfnElement)}.Arn>:*]`, reason: 'the Step Functions Lambda task grant covers the worker function and its versions only' },
-      { id: 'AwsSolutions-IAM5[Resource::*]', reason: 'X-Ray tracing and the CloudWatch Logs delivery of Step Functions need actions that take no resource (documented by AWS)' },
+      {
+        id: `AwsSolutions-IAM5[Resource::<${Stack.of(this).getLogicalId(worker.fn.node.defaultChild as CfnElement)}.Arn>:*]`,
+        reason: 'the Step Functions Lambda task grant covers the worker function and its versions only',
+      },
+      {
+        id: 'AwsSolutions-IAM5[Resource::*]',
+        reason: 'X-Ray tracing and the CloudWatch Logs delivery of Step Functions need actions that take no resource (documented by AWS)',
+      },
     );
     props.controlPlane.addRebuildWorker(sink.sinkId, worker.fn, this.stateMachine);
 

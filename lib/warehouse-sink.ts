@@ -16,7 +16,16 @@ import { encryptLogGroup } from './private/platform-key.ts';
 import { consumeStream } from './private/stream-consumer.ts';
 import { acknowledgeKeyGrants, addReplaySchedule, checkSinkProps, SINK_PROP_KINDS, sinkAlarms } from './private/sink-applier.ts';
 import type { ChangeLogSinkProps } from './sink-base.ts';
-import { checkIntegerRange, checkLowerIdent, checkPropKinds, checkRequiredProps, fail, idFromConstructId, isKnownDuration, type PropKind } from './private/validate.ts';
+import {
+  checkIntegerRange,
+  checkLowerIdent,
+  checkPropKinds,
+  checkRequiredProps,
+  fail,
+  idFromConstructId,
+  isKnownDuration,
+  type PropKind,
+} from './private/validate.ts';
 import type { WarehouseConnection } from './warehouse-connection.ts';
 import { platformMetric } from './private/platform-metric.ts';
 import { payloadEnvironment } from './private/payloads.ts';
@@ -78,7 +87,12 @@ abstract class WarehouseSinkBase extends Resource implements IWarehouseSink {
   abstract readonly sinkId: string;
 
   metricEndToEndLag(source: ICdcSource, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return platformMetric(this, MetricName.END_TO_END_LAG, { [MetricDimension.SINK]: this.sinkId, [MetricDimension.SOURCE]: source.sourceId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
+    return platformMetric(
+      this,
+      MetricName.END_TO_END_LAG,
+      { [MetricDimension.SINK]: this.sinkId, [MetricDimension.SOURCE]: source.sourceId },
+      { statistic: cloudwatch.Stats.MAXIMUM, ...props },
+    );
   }
 
   metricDeadLetters(source: ICdcSource, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
@@ -105,7 +119,6 @@ abstract class WarehouseSinkBase extends Resource implements IWarehouseSink {
     return platformMetric(this, MetricName.MERGES_STOPPING_APPENDS, { [MetricDimension.SINK]: this.sinkId }, props);
   }
 }
-
 
 /** Properties of a `WarehouseSink`. */
 export interface WarehouseSinkProps extends ChangeLogSinkProps {
@@ -163,8 +176,15 @@ export interface WarehouseSinkProps extends ChangeLogSinkProps {
 /** The props' kinds, for callers without the type checker (`checkPropKinds`). */
 const WAREHOUSE_SINK_PROP_KINDS = {
   ...SINK_PROP_KINDS,
-  connection: 'any', vpc: 'any', maxBatchingWindow: 'any', memorySize: 'any', timeout: 'any', deadLetterQueueEncryptionKey: 'any',
-  mergeMaxRows: 'number', mergeMaxAge: 'any', mergeOnSchedule: 'boolean',
+  connection: 'any',
+  vpc: 'any',
+  maxBatchingWindow: 'any',
+  memorySize: 'any',
+  timeout: 'any',
+  deadLetterQueueEncryptionKey: 'any',
+  mergeMaxRows: 'number',
+  mergeMaxAge: 'any',
+  mergeOnSchedule: 'boolean',
 } as const satisfies Record<keyof WarehouseSinkProps, PropKind>;
 
 /**
@@ -221,7 +241,11 @@ export class WarehouseSink extends WarehouseSinkBase implements IConnectedWareho
     this.connection = props.connection;
     this.warehouseConnection = props.connection;
     checkIntegerRange(this, 'mergeMaxRows', props.mergeMaxRows, 1, 10_000_000);
-    if (props.mergeMaxAge !== undefined && isKnownDuration(props.mergeMaxAge) && (props.mergeMaxAge.toMilliseconds() < 1000 || props.mergeMaxAge.toMilliseconds() > 3_600_000)) {
+    if (
+      props.mergeMaxAge !== undefined &&
+      isKnownDuration(props.mergeMaxAge) &&
+      (props.mergeMaxAge.toMilliseconds() < 1000 || props.mergeMaxAge.toMilliseconds() > 3_600_000)
+    ) {
       fail(this, `mergeMaxAge must be between 1 second and 1 hour, got ${props.mergeMaxAge.toHumanString()}`);
     }
 
@@ -282,7 +306,11 @@ export class WarehouseSink extends WarehouseSinkBase implements IConnectedWareho
     });
     this.applier = applier.fn;
     props.connection.secret.grantRead(applier.fn);
-    props.controlPlane.grantSinkApplier(applier.fn, this.sinkId, this.sources.map((s) => s.sourceId));
+    props.controlPlane.grantSinkApplier(
+      applier.fn,
+      this.sinkId,
+      this.sources.map((s) => s.sourceId),
+    );
     // Its own dead letters' whole records, and every source's events stored out of line (docs/large-records.md).
     props.controlPlane.grantPayloadWrite(applier.fn, `dead-letters/${this.sinkId}/`);
     props.controlPlane.grantPayloadRead(applier.fn, 'claims/');
@@ -304,29 +332,42 @@ export class WarehouseSink extends WarehouseSinkBase implements IConnectedWareho
     acknowledgeKeyGrants(applier, 'the control plane, change log or secret');
 
     if (props.alarmsEnabled ?? true) {
-      this.alarms.push(...sinkAlarms(this, {
-        label: 'Warehouse', sinkId: this.sinkId, freshnessTarget: this.freshnessTarget, changeLogRetention: props.changeLog.retention,
-        iteratorAgeThreshold: props.alarmIteratorAgeThreshold, actions: props.alarmActions, sources: this.sources, consumer, applier: applier.fn,
-        endToEndLag: (source) => this.metricEndToEndLag(source), deadLetters: (source) => this.metricDeadLetters(source), applyErrors: this.metricApplyErrors(),
-        deadLettersWhat: '', applyErrorsCause: 'batches are retried, the warehouse may be unreachable.',
-        queueTail: ' With the default settings (no retry or age limit) nothing is given up, so a message here means a limit was configured or a record expired unread.',
-        iteratorMeaning: ': the sink is stuck or behind',
-        extra: (scope) => [
-        createAlarm(scope, 'MergeErrorsAlarm', {
-          nameSuffix: `${this.sinkId}-merge-errors`,
-          description:
-            `Deferred merges of warehouse sink ${this.sinkId} have failed in each of the last 15 minutes (${scope.node.path}). ` +
-            'The views still show every change, but a delta that is not merged keeps growing and makes them slower to read; the applier logs name the table and the error (docs/warehouse-apply.md).',
-          metric: this.metricMergeErrors(),
-          threshold: 0,
-          // The schedule tries every due delta once a minute: a merge that keeps failing breaches every minute.
-          evaluationPeriods: 15,
-          datapointsToAlarm: 15,
-          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      this.alarms.push(
+        ...sinkAlarms(this, {
+          label: 'Warehouse',
+          sinkId: this.sinkId,
+          freshnessTarget: this.freshnessTarget,
+          changeLogRetention: props.changeLog.retention,
+          iteratorAgeThreshold: props.alarmIteratorAgeThreshold,
           actions: props.alarmActions,
+          sources: this.sources,
+          consumer,
+          applier: applier.fn,
+          endToEndLag: (source) => this.metricEndToEndLag(source),
+          deadLetters: (source) => this.metricDeadLetters(source),
+          applyErrors: this.metricApplyErrors(),
+          deadLettersWhat: '',
+          applyErrorsCause: 'batches are retried, the warehouse may be unreachable.',
+          queueTail:
+            ' With the default settings (no retry or age limit) nothing is given up, so a message here means a limit was configured or a record expired unread.',
+          iteratorMeaning: ': the sink is stuck or behind',
+          extra: (scope) => [
+            createAlarm(scope, 'MergeErrorsAlarm', {
+              nameSuffix: `${this.sinkId}-merge-errors`,
+              description:
+                `Deferred merges of warehouse sink ${this.sinkId} have failed in each of the last 15 minutes (${scope.node.path}). ` +
+                'The views still show every change, but a delta that is not merged keeps growing and makes them slower to read; the applier logs name the table and the error (docs/warehouse-apply.md).',
+              metric: this.metricMergeErrors(),
+              threshold: 0,
+              // The schedule tries every due delta once a minute: a merge that keeps failing breaches every minute.
+              evaluationPeriods: 15,
+              datapointsToAlarm: 15,
+              treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+              actions: props.alarmActions,
+            }),
+          ],
         }),
-        ],
-      }));
+      );
     }
   }
 

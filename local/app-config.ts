@@ -83,8 +83,11 @@ function readJson(file: string, what: string): unknown {
 /** Every stack of the cloud assembly in `dir`, nested assemblies (stages) included. */
 export function assemblyStacks(dir: string): AssemblyStack[] {
   const manifestFile = path.join(dir, 'manifest.json');
-  if (!existsSync(manifestFile)) throw new LocalConfigError(`--app: ${dir} is not a cloud assembly (no manifest.json): pass the folder \`cdk synth\` writes (cdk.out)`);
-  const manifest = readJson(manifestFile, 'the cloud assembly manifest') as { artifacts?: Record<string, { type?: string; displayName?: string; properties?: Record<string, unknown> }> };
+  if (!existsSync(manifestFile))
+    throw new LocalConfigError(`--app: ${dir} is not a cloud assembly (no manifest.json): pass the folder \`cdk synth\` writes (cdk.out)`);
+  const manifest = readJson(manifestFile, 'the cloud assembly manifest') as {
+    artifacts?: Record<string, { type?: string; displayName?: string; properties?: Record<string, unknown> }>;
+  };
   const out: AssemblyStack[] = [];
   for (const [id, artifact] of Object.entries(manifest.artifacts ?? {})) {
     const props = artifact.properties ?? {};
@@ -159,7 +162,17 @@ export interface LocalAppConfig {
 }
 
 /** Handlers whose work `cdc local` does with its own loop or stand-in (docs/local.md). */
-const RUN_LOCALLY = new Set(['normalizer', 'heartbeat-writer', 'warehouse-applier', 'search-applier', 'archive-copier', 'snapshot-worker', 'poll-worker', 'slot-monitor', 'task-lifecycle']);
+const RUN_LOCALLY = new Set([
+  'normalizer',
+  'heartbeat-writer',
+  'warehouse-applier',
+  'search-applier',
+  'archive-copier',
+  'snapshot-worker',
+  'poll-worker',
+  'slot-monitor',
+  'task-lifecycle',
+]);
 
 function where(stack: string, fn: TemplateFunction, name: string): string {
   return `${stack}: function ${fn.logicalId} (${fn.handler}) ${name}`;
@@ -169,7 +182,9 @@ function where(stack: string, fn: TemplateFunction, name: string): string {
 function literal(stack: string, fn: TemplateFunction, name: string): string | undefined {
   const v = fn.env[name];
   if (v === undefined || typeof v === 'string') return v;
-  throw new LocalConfigError(`--app: ${where(stack, fn, name)} is ${JSON.stringify(v)}, a value CloudFormation resolves at deploy time; cdc local needs it as a literal in the template`);
+  throw new LocalConfigError(
+    `--app: ${where(stack, fn, name)} is ${JSON.stringify(v)}, a value CloudFormation resolves at deploy time; cdc local needs it as a literal in the template`,
+  );
 }
 
 function required(stack: string, fn: TemplateFunction, name: string): string {
@@ -181,7 +196,10 @@ function required(stack: string, fn: TemplateFunction, name: string): string {
 /** The resource an environment variable names (a `Ref`/`GetAtt` to a resource of this template). */
 function resourceOf(stack: string, fn: TemplateFunction, name: string): string {
   const id = referencedResource(fn.env[name]);
-  if (!id) throw new LocalConfigError(`--app: ${where(stack, fn, name)} does not name a resource of the stack (${JSON.stringify(fn.env[name])}); cdc local maps the stack's own resources onto its stand-ins`);
+  if (!id)
+    throw new LocalConfigError(
+      `--app: ${where(stack, fn, name)} does not name a resource of the stack (${JSON.stringify(fn.env[name])}); cdc local maps the stack's own resources onto its stand-ins`,
+    );
   return id;
 }
 
@@ -221,8 +239,11 @@ export function selectStack(dir: string, name: string | null): AssemblyStack {
   }
   const withSource = stacks.filter((s) => templateFunctions(readJson(s.templateFile, 'the template')).some((f) => f.handler === 'normalizer'));
   if (withSource.length === 1) return withSource[0]!;
-  if (withSource.length === 0) throw new LocalConfigError(`--app: no stack in ${dir} has a CdcSource; its stacks: ${stacks.map((s) => s.name).join(', ') || 'none'}`);
-  throw new LocalConfigError(`--app: ${dir} has ${withSource.length} stacks with a CdcSource (${withSource.map((s) => s.name).join(', ')}); choose one with --stack`);
+  if (withSource.length === 0)
+    throw new LocalConfigError(`--app: no stack in ${dir} has a CdcSource; its stacks: ${stacks.map((s) => s.name).join(', ') || 'none'}`);
+  throw new LocalConfigError(
+    `--app: ${dir} has ${withSource.length} stacks with a CdcSource (${withSource.map((s) => s.name).join(', ')}); choose one with --stack`,
+  );
 }
 
 /**
@@ -242,41 +263,65 @@ export function loadLocalApp(dir: string, stackName: string | null, sourceId: st
   const normalizer =
     sourceId === null
       ? oneOf(normalizers, 'source', stack, sourceOf)
-      : normalizers.find((f) => sourceOf(f) === sourceId) ??
+      : (normalizers.find((f) => sourceOf(f) === sourceId) ??
         (() => {
           throw new LocalConfigError(`--source-id ${sourceId}: stack ${stack} has no such source; its sources: ${sources.join(', ')}`);
-        })();
+        })());
   const source = sourceOf(normalizer);
   const ofSource = (h: string): TemplateFunction[] => ofHandler(h).filter((f) => f.env[EnvName.SOURCE_ID] === source);
 
   const heartbeatSchema = literal(stack, normalizer, EnvName.HEARTBEAT_SCHEMA) ?? DEFAULT_HEARTBEAT_SCHEMA;
-  if (heartbeatSchema !== DEFAULT_HEARTBEAT_SCHEMA) throw new LocalConfigError(`--app: ${where(stack, normalizer, EnvName.HEARTBEAT_SCHEMA)} is ${heartbeatSchema}; cdc local writes its heartbeat in ${DEFAULT_HEARTBEAT_SCHEMA}`);
+  if (heartbeatSchema !== DEFAULT_HEARTBEAT_SCHEMA)
+    throw new LocalConfigError(
+      `--app: ${where(stack, normalizer, EnvName.HEARTBEAT_SCHEMA)} is ${heartbeatSchema}; cdc local writes its heartbeat in ${DEFAULT_HEARTBEAT_SCHEMA}`,
+    );
   // The heartbeat table is in every source's configuration; the local pipeline adds its own (local/pipeline.ts).
   const heartbeat = `${heartbeatSchema}.${HEARTBEAT_TABLE}`;
-  const tables = parseTableConfig(literal(stack, normalizer, EnvName.TABLE_CONFIG), where(stack, normalizer, EnvName.TABLE_CONFIG)).filter((t) => t.table !== heartbeat);
+  const tables = parseTableConfig(literal(stack, normalizer, EnvName.TABLE_CONFIG), where(stack, normalizer, EnvName.TABLE_CONFIG)).filter(
+    (t) => t.table !== heartbeat,
+  );
   const rules = parseTableRules(literal(stack, normalizer, EnvName.TABLE_RULES), where(stack, normalizer, EnvName.TABLE_RULES));
 
   // The streams: the normalizer reads the source's raw stream and writes the change log.
   const raw = oneOf(normalizer.mappings, 'event source mapping of the normalizer', stack).stream;
   const changeLog = resourceOf(stack, normalizer, EnvName.CHANGE_LOG_STREAM);
   const snapshot = ofSource('snapshot-worker')[0];
-  if (snapshot && resourceOf(stack, snapshot, EnvName.RAW_STREAM) !== raw) throw new LocalConfigError(`--app: ${where(stack, snapshot, EnvName.RAW_STREAM)} is not the stream the normalizer of ${source} reads (${raw})`);
+  if (snapshot && resourceOf(stack, snapshot, EnvName.RAW_STREAM) !== raw)
+    throw new LocalConfigError(`--app: ${where(stack, snapshot, EnvName.RAW_STREAM)} is not the stream the normalizer of ${source} reads (${raw})`);
   const readsChangeLog = (f: TemplateFunction): boolean => f.mappings.some((m) => m.stream === changeLog);
 
-  const applier = oneOf(ofHandler('warehouse-applier').filter(readsChangeLog), 'warehouse sink reading the change log', stack, (f) => String(f.env[EnvName.SINK_ID]));
+  const applier = oneOf(ofHandler('warehouse-applier').filter(readsChangeLog), 'warehouse sink reading the change log', stack, (f) =>
+    String(f.env[EnvName.SINK_ID]),
+  );
   const sinkId = required(stack, applier, EnvName.SINK_ID);
-  const mergeEnv = Object.fromEntries([EnvName.MERGE_MAX_ROWS, EnvName.MERGE_MAX_AGE_MS, EnvName.MERGE_ON_SCHEDULE].flatMap((n) => (literal(stack, applier, n) === undefined ? [] : [[n, literal(stack, applier, n)!]])));
-  const merge = withEnvironment({ [EnvName.MERGE_MAX_ROWS]: '', [EnvName.MERGE_MAX_AGE_MS]: '', [EnvName.MERGE_ON_SCHEDULE]: '', ...mergeEnv }, mergePolicyFromEnvironment);
+  const mergeEnv = Object.fromEntries(
+    [EnvName.MERGE_MAX_ROWS, EnvName.MERGE_MAX_AGE_MS, EnvName.MERGE_ON_SCHEDULE].flatMap((n) =>
+      literal(stack, applier, n) === undefined ? [] : [[n, literal(stack, applier, n)!]],
+    ),
+  );
+  const merge = withEnvironment(
+    { [EnvName.MERGE_MAX_ROWS]: '', [EnvName.MERGE_MAX_AGE_MS]: '', [EnvName.MERGE_ON_SCHEDULE]: '', ...mergeEnv },
+    mergePolicyFromEnvironment,
+  );
 
   // A search sink serves this source when its tables name it.
   const searches = ofHandler('search-applier')
     .filter(readsChangeLog)
-    .map((f) => ({ f, tables: validateSearchTables(JSON.parse(required(stack, f, EnvName.SEARCH_TABLES)) as unknown, where(stack, f, EnvName.SEARCH_TABLES)).filter((t) => t.source === source) }))
+    .map((f) => ({
+      f,
+      tables: validateSearchTables(JSON.parse(required(stack, f, EnvName.SEARCH_TABLES)) as unknown, where(stack, f, EnvName.SEARCH_TABLES)).filter(
+        (t) => t.source === source,
+      ),
+    }))
     .filter((s) => s.tables.length > 0);
   if (searches.length > 1) throw new LocalConfigError(`--app: stack ${stack} has ${searches.length} search sinks serving ${source}; cdc local runs one`);
   const searchFn = searches[0];
   const search = searchFn
-    ? { sinkId: required(stack, searchFn.f, EnvName.SINK_ID), tables: searchFn.tables, prefix: literal(stack, searchFn.f, EnvName.SEARCH_INDEX_PREFIX) || DEFAULT_INDEX_PREFIX }
+    ? {
+        sinkId: required(stack, searchFn.f, EnvName.SINK_ID),
+        tables: searchFn.tables,
+        prefix: literal(stack, searchFn.f, EnvName.SEARCH_INDEX_PREFIX) || DEFAULT_INDEX_PREFIX,
+      }
     : null;
 
   const monitor = ofSource('slot-monitor')[0];
@@ -295,7 +340,12 @@ export function loadLocalApp(dir: string, stackName: string | null, sourceId: st
     snapshotBudget: parseBudget(snapshot ? literal(stack, snapshot, EnvName.SNAPSHOT_BUDGET) : undefined),
     warehouse: { sinkId, merge },
     search,
-    batchSizes: { normalizer: batchOf(normalizer, raw), sink: batchOf(applier, changeLog), search: batchOf(searchFn?.f, changeLog), archive: batchOf(archive, changeLog) },
+    batchSizes: {
+      normalizer: batchOf(normalizer, raw),
+      sink: batchOf(applier, changeLog),
+      search: batchOf(searchFn?.f, changeLog),
+      archive: batchOf(archive, changeLog),
+    },
     otherSources: others,
     notRun: [...new Set(fns.map((f) => f.handler).filter((h) => !RUN_LOCALLY.has(h)))].sort(),
   };
@@ -303,7 +353,8 @@ export function loadLocalApp(dir: string, stackName: string | null, sourceId: st
 
 /** One line per setting read from the app, for the start of a run. */
 export function describeLocalApp(c: LocalAppConfig): string[] {
-  const t = (x: TableConfig): string => `${x.table}${x.capture === 'poll' ? ' (polled)' : ''}${x.mask.length ? ` mask ${x.mask.join(',')}` : ''}${x.exclude.length ? ` exclude ${x.exclude.join(',')}` : ''}${x.deleteMode === 'hard' ? ' hard deletes' : ''}`;
+  const t = (x: TableConfig): string =>
+    `${x.table}${x.capture === 'poll' ? ' (polled)' : ''}${x.mask.length ? ` mask ${x.mask.join(',')}` : ''}${x.exclude.length ? ` exclude ${x.exclude.join(',')}` : ''}${x.deleteMode === 'hard' ? ' hard deletes' : ''}`;
   return [
     `from ${c.stack}: source ${c.source}${c.otherSources.length ? ` (the stack's other sources, ${c.otherSources.join(', ')}, run with --source-id)` : ''}`,
     ...c.tables.map((x) => `  table ${t(x)}`),

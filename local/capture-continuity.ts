@@ -62,6 +62,13 @@ export async function checkIdentity(client: Pick<pg.ClientBase, 'query'>, ctx: C
 export async function checkSlotResume(ctx: ContinuityContext, slotLsn: string, checkpoint: string): Promise<ContinuityOutcome> {
   const acked = await ctx.control.getCheckpoint(ctx.checkpointName, ackedShard(ctx.slot));
   const d = slotResume(slotLsn, checkpoint, acked, compareLsn);
-  if (d.action === 'stop') return { stop: { problem: d.problem, message: `replication slot ${JSON.stringify(ctx.slot)} of source ${ctx.source}: ${d.message}`, detail: { slotLsn, checkpoint, acked } } };
+  if (d.action === 'stop')
+    return {
+      stop: {
+        problem: d.problem,
+        message: `replication slot ${JSON.stringify(ctx.slot)} of source ${ctx.source}: ${d.message}`,
+        detail: { slotLsn, checkpoint, acked },
+      },
+    };
   return { advanceTo: d.action === 'advance' ? d.to : null };
 }

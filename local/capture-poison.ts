@@ -38,7 +38,7 @@ export class CaptureUndecodableError extends CdcError {
     super(
       'CAPTURE_UNDECODABLE',
       `the capture cannot decode what slot ${JSON.stringify(slot)} returned (${reason}); it stopped without acknowledging it. ` +
-        'Look at the dead letter (stage capture) and the source change at that position. If a setting of the capture\'s session changed what ' +
+        "Look at the dead letter (stage capture) and the source change at that position. If a setting of the capture's session changed what " +
         'test_decoding prints (quote_all_identifiers set on the database or role), reset it and start again: nothing was acknowledged, so nothing is lost; ' +
         'otherwise start over with a re-snapshot (docs/failures.md)',
     );
@@ -115,7 +115,14 @@ export interface PoisonChange {
 }
 
 /** Pushes the record `build` makes; if it throws `InvalidRecordError` and `onInvalid` is given, reports the change there instead. */
-export function pushOrReport<T>(out: T[], onInvalid: ((p: PoisonChange) => void) | undefined, tx: DecodedTransaction, index: number, change: SlotChange, build: () => T): void {
+export function pushOrReport<T>(
+  out: T[],
+  onInvalid: ((p: PoisonChange) => void) | undefined,
+  tx: DecodedTransaction,
+  index: number,
+  change: SlotChange,
+  build: () => T,
+): void {
   try {
     out.push(build());
   } catch (err) {
@@ -128,7 +135,12 @@ export function pushOrReport<T>(out: T[], onInvalid: ((p: PoisonChange) => void)
 export async function deadLetterChanges(ctx: PoisonContext, poison: readonly PoisonChange[]): Promise<void> {
   for (const p of poison) {
     const rules = ctx.tables.columnRules(p.change.table);
-    const change = { ...p.change, columns: ruled(p.change.columns, rules, undefined), oldKey: ruled(p.change.oldKey, rules, undefined), unchanged: p.change.unchanged.filter((u) => !rules.exclude.includes(u)) };
+    const change = {
+      ...p.change,
+      columns: ruled(p.change.columns, rules, undefined),
+      oldKey: ruled(p.change.oldKey, rules, undefined),
+      unchanged: p.change.unchanged.filter((u) => !rules.exclude.includes(u)),
+    };
     const text = JSON.stringify({ xid: p.tx.xid, commitLsn: p.tx.commitLsn, commitTs: p.tx.commitTs, index: p.index, change });
     const truncated = text.length > RECORD_LIMIT;
     await ctx.control.putDeadLetter({
@@ -157,7 +169,9 @@ export async function undecodable(ctx: PoisonContext, err: InvalidRecordError): 
   // Unparsed text cannot be masked: keep it (and the parser's message, which quotes it) only for a captured table without column rules.
   const rules = table && ctx.tables.has(table) ? ctx.tables.columnRules(table) : null;
   const keep = typeof line !== 'string' || (rules !== null && rules.mask.length === 0 && rules.exclude.length === 0);
-  const reason = keep ? err.message : `test_decoding output could not be parsed at offset ${String(offset)} (the line is withheld: its table is unknown or has masked or excluded columns)`;
+  const reason = keep
+    ? err.message
+    : `test_decoding output could not be parsed at offset ${String(offset)} (the line is withheld: its table is unknown or has masked or excluded columns)`;
   const error = new CaptureUndecodableError(ctx.slot, reason);
   try {
     await ctx.control.putDeadLetter({
@@ -168,7 +182,12 @@ export async function undecodable(ctx: PoisonContext, err: InvalidRecordError): 
       code: error.code,
       reason,
       origin: `slot ${ctx.slot}`,
-      record: typeof line !== 'string' ? err.message : keep ? line.slice(0, RECORD_LIMIT) : '(the output line is withheld: its table is unknown or has masked or excluded columns)',
+      record:
+        typeof line !== 'string'
+          ? err.message
+          : keep
+            ? line.slice(0, RECORD_LIMIT)
+            : '(the output line is withheld: its table is unknown or has masked or excluded columns)',
       truncated: typeof line === 'string' && keep && line.length > RECORD_LIMIT,
     });
     await ctx.control.appendAudit(audit(ctx, 'capture-stopped', null, { code: error.code, reason }));

@@ -254,7 +254,15 @@ export function rawPartitionKey(r: SlotRecord): string {
 /** A running slot capture. `start()` prepares (and may throw a named error); `done` settles when it stops. */
 export class SlotCapture {
   readonly slot: string;
-  readonly stats: CaptureStats = { state: 'starting', transactions: 0, records: 0, lastCommitLsn: null, lastCommitTs: null, slotRetainedBytes: null, error: null };
+  readonly stats: CaptureStats = {
+    state: 'starting',
+    transactions: 0,
+    records: 0,
+    lastCommitLsn: null,
+    lastCommitTs: null,
+    slotRetainedBytes: null,
+    error: null,
+  };
   private client: pg.Client | null = null;
   /** The replication connection (`read: 'stream'`), and the walsender pids this capture has had. */
   private stream: SlotStream | null = null;
@@ -306,7 +314,15 @@ export class SlotCapture {
       onError: options.onError,
     };
     this.appName = `cdc-local-capture-${options.source}`;
-    this.partitions = options.partitions ?? new PartitionWatch({ source: options.source, sourceUrl: options.sourceUrl, control: options.control, index: options.tables, ...(options.onError ? { onError: options.onError } : {}) });
+    this.partitions =
+      options.partitions ??
+      new PartitionWatch({
+        source: options.source,
+        sourceUrl: options.sourceUrl,
+        control: options.control,
+        index: options.tables,
+        ...(options.onError ? { onError: options.onError } : {}),
+      });
   }
 
   /** Resolves when the capture stopped (after `stop()`); rejects with the named error of a loud stop. */
@@ -328,7 +344,13 @@ export class SlotCapture {
   }
 
   private continuityContext(): ContinuityContext {
-    return { source: this.o.source, checkpointName: captureCheckpointName(this.o.source), slot: this.slot, control: this.o.control, audit: (a, t, d) => this.audit(a, t, d) };
+    return {
+      source: this.o.source,
+      checkpointName: captureCheckpointName(this.o.source),
+      slot: this.slot,
+      control: this.o.control,
+      audit: (a, t, d) => this.audit(a, t, d),
+    };
   }
 
   private poisonContext(): PoisonContext {
@@ -350,10 +372,14 @@ export class SlotCapture {
       const pk = await primaryKeyOf(client, schema, name);
       const key = declared ?? pk;
       if (key.length === 0) {
-        throw new SourceNotReadyError(`captured table ${table} has no primary key: add one (ALTER TABLE ${table} ADD PRIMARY KEY (...)), or declare its key and set REPLICA IDENTITY FULL`);
+        throw new SourceNotReadyError(
+          `captured table ${table} has no primary key: add one (ALTER TABLE ${table} ADD PRIMARY KEY (...)), or declare its key and set REPLICA IDENTITY FULL`,
+        );
       }
       if (rel.ident === 'n' || (rel.ident === 'd' && pk.length === 0)) {
-        throw new SourceNotReadyError(`deletes on ${table} would not carry its key (replica identity ${rel.ident === 'n' ? 'NOTHING' : 'DEFAULT without a primary key'}): ALTER TABLE ${table} REPLICA IDENTITY FULL`);
+        throw new SourceNotReadyError(
+          `deletes on ${table} would not carry its key (replica identity ${rel.ident === 'n' ? 'NOTHING' : 'DEFAULT without a primary key'}): ALTER TABLE ${table} REPLICA IDENTITY FULL`,
+        );
       }
       this.keys.set(table, key);
     }
@@ -615,7 +641,13 @@ export class SlotCapture {
    * docs/local.md "DMS records"), named by its leaf partition as DMS names it; a truncate stays a
    * `cdc-slot/1` record (DMS delivers none: docs/truncate.md).
    */
-  private rawRecords(records: readonly SlotRecord[], types: ReadonlyMap<string, ReadonlyMap<string, CatalogType>>, leaves: ReadonlyMap<string, string>, shapes: Map<string, string>, last: { dms: DmsPrevious | null }): RawRecord[] {
+  private rawRecords(
+    records: readonly SlotRecord[],
+    types: ReadonlyMap<string, ReadonlyMap<string, CatalogType>>,
+    leaves: ReadonlyMap<string, string>,
+    shapes: Map<string, string>,
+    last: { dms: DmsPrevious | null },
+  ): RawRecord[] {
     const now = new Date();
     const out: RawRecord[] = [];
     let xid: string | null = null;
@@ -650,7 +682,11 @@ export class SlotCapture {
   }
 
   /** Publishes the catalog types of the batch's tables not published by this capture yet, and the partition tree when it changed. */
-  private async publishCatalog(records: readonly SlotRecord[], types: ReadonlyMap<string, ReadonlyMap<string, CatalogType>>, tree: PartitionTree): Promise<void> {
+  private async publishCatalog(
+    records: readonly SlotRecord[],
+    types: ReadonlyMap<string, ReadonlyMap<string, CatalogType>>,
+    tree: PartitionTree,
+  ): Promise<void> {
     const fresh = new Set<string>();
     for (const r of records) if (!this.catalogPublished.has(r.table) && types.has(r.table)) fresh.add(r.table);
     if (fresh.size > 0) {
@@ -728,7 +764,10 @@ export class SlotCapture {
     // (docs/partitioned-tables.md). (The index is asked once, below: discovery may add to it meanwhile.)
     let tree = this.partitions.tree;
     if ([...named].some((t) => !this.keys.has(t) || tree.rootOf.has(t))) {
-      await awaitTransactionsVisible(client, decoded.map((t) => Number(t.xid)));
+      await awaitTransactionsVisible(
+        client,
+        decoded.map((t) => Number(t.xid)),
+      );
       tree = await this.partitions.refresh(client);
     }
     const tables = new Set<string>();
@@ -744,7 +783,11 @@ export class SlotCapture {
       if (!this.keys.has(table)) await this.resolveKeys(client, [table]);
     }
     // The batch's transactions visible first, so the catalog read sees what they committed (an ALTER … TYPE in one).
-    if (captured.size > 0) await awaitTransactionsVisible(client, decoded.map((t) => Number(t.xid)));
+    if (captured.size > 0)
+      await awaitTransactionsVisible(
+        client,
+        decoded.map((t) => Number(t.xid)),
+      );
     // test_decoding prints types without modifiers: read them from the catalog (docs/schema-drift.md).
     const types = await columnTypesOf(client, [...captured]);
     const partial: PartialTruncate[] = [];

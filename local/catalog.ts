@@ -78,7 +78,7 @@ export async function awaitTransactionsVisible(client: Queryable, xids: readonly
     const xmax = low(row.xmax);
     // In progress for this snapshot: listed as such, or at or after its xmax (modulo 2^32).
     const xip = new Set(row.xip.map(low));
-    const running = xids.some((xid) => xip.has(xid) || ((xid - xmax) >>> 0) < 0x8000_0000);
+    const running = xids.some((xid) => xip.has(xid) || (xid - xmax) >>> 0 < 0x8000_0000);
     if (!running || Date.now() >= deadline) return;
     await new Promise((r) => setTimeout(r, 5));
   }

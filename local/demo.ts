@@ -103,7 +103,24 @@ export function seededRandom(seed: number): () => number {
 const FIRST = ['Ada', 'Grace', 'Alan', 'Edsger', 'Barbara', 'Donald', 'Frances', 'Ken', 'Leslie', 'Margaret', 'Niklaus', 'Radia'];
 const LAST = ['Lovelace', 'Hopper', 'Turing', 'Dijkstra', 'Liskov', 'Knuth', 'Allen', 'Thompson', 'Lamport', 'Hamilton', 'Wirth', 'Perlman'];
 const STATUSES = ['placed', 'paid', 'packed', 'shipped', 'delivered', 'returned'];
-const WORDS = ['ledger', 'replica', 'commit', 'offset', 'mirror', 'tombstone', 'snapshot', 'heartbeat', 'position', 'watermark', 'shard', 'archive', 'schema', 'column', 'slot', 'change'];
+const WORDS = [
+  'ledger',
+  'replica',
+  'commit',
+  'offset',
+  'mirror',
+  'tombstone',
+  'snapshot',
+  'heartbeat',
+  'position',
+  'watermark',
+  'shard',
+  'archive',
+  'schema',
+  'column',
+  'slot',
+  'change',
+];
 
 /** Text of about `bytes` characters that does not compress below the TOAST threshold. */
 export function documentBody(rand: () => number, bytes = 2600): string {
@@ -203,7 +220,12 @@ export async function startWorkload(options: WorkloadOptions): Promise<Workload>
         const n = 1 + Math.floor(rand() * 3);
         for (let i = 0; i < n; i++) {
           const id = ids.next.orders++;
-          await client.query('INSERT INTO public.orders (id, customer_id, amount, status) VALUES ($1, $2, $3, $4)', [id, c, (rand() * 500).toFixed(2), 'placed']);
+          await client.query('INSERT INTO public.orders (id, customer_id, amount, status) VALUES ($1, $2, $3, $4)', [
+            id,
+            c,
+            (rand() * 500).toFixed(2),
+            'placed',
+          ]);
           ids.orders.push(id);
           stats.inserts++;
         }
@@ -221,7 +243,7 @@ export async function startWorkload(options: WorkloadOptions): Promise<Workload>
         }
       } else if (r < 0.58) {
         const c = pick(rand, ids.customers)!;
-        await client.query("UPDATE public.customers SET email = $2, tier = $3, updated_at = now() WHERE id = $1", [
+        await client.query('UPDATE public.customers SET email = $2, tier = $3, updated_at = now() WHERE id = $1', [
           c,
           `customer.${c}.${Math.floor(rand() * 1e6)}@example.org`,
           rand() < 0.5 ? 'gold' : 'standard',
@@ -242,7 +264,10 @@ export async function startWorkload(options: WorkloadOptions): Promise<Workload>
         // Most document updates leave the large body untouched: it is not delivered (unchanged TOAST).
         const d = pick(rand, ids.documents);
         if (d !== undefined) {
-          await client.query('UPDATE public.documents SET title = $2, revision = revision + 1 WHERE id = $1', [d, `Document ${d} (rev ${Math.floor(rand() * 1000)})`]);
+          await client.query('UPDATE public.documents SET title = $2, revision = revision + 1 WHERE id = $1', [
+            d,
+            `Document ${d} (rev ${Math.floor(rand() * 1000)})`,
+          ]);
           stats.updates++;
         }
       } else if (r < 0.88) {

@@ -27,7 +27,6 @@ export interface LocalDiscoveryOptions {
   onError?: (err: unknown) => void;
 }
 
-
 export class LocalDiscovery {
   /** The verdict of every table the rules matched, as of the last scan. */
   verdicts: DiscoveryRecord[] = [];
@@ -78,11 +77,16 @@ export class LocalDiscovery {
 
   /** Scans every `everyMs` until stopped (errors go to `onError`; the next scan tries again). */
   start(): void {
-    this.loop = runEvery(this.o.everyMs ?? 2000, () => this.stopping, () => this.scan(), async (e) => {
-      await this.client?.end().catch(() => undefined);
-      this.client = null;
-      this.o.onError?.(e);
-    });
+    this.loop = runEvery(
+      this.o.everyMs ?? 2000,
+      () => this.stopping,
+      () => this.scan(),
+      async (e) => {
+        await this.client?.end().catch(() => undefined);
+        this.client = null;
+        this.o.onError?.(e);
+      },
+    );
   }
 
   async stop(): Promise<void> {

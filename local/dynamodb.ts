@@ -64,7 +64,16 @@ export async function startDynamoDbLocal(options: DynamoDbLocalOptions = {}): Pr
 }
 
 async function startOn(dir: string, port: number, options: DynamoDbLocalOptions): Promise<DynamoDbLocal> {
-  const args = [`-Djava.library.path=${path.join(dir, 'DynamoDBLocal_lib')}`, ...(options.jvmOptions ?? QUICK_START_JVM_OPTIONS), '-Xmx512m', '-jar', path.join(dir, 'DynamoDBLocal.jar'), '-port', String(port), '-sharedDb'];
+  const args = [
+    `-Djava.library.path=${path.join(dir, 'DynamoDBLocal_lib')}`,
+    ...(options.jvmOptions ?? QUICK_START_JVM_OPTIONS),
+    '-Xmx512m',
+    '-jar',
+    path.join(dir, 'DynamoDBLocal.jar'),
+    '-port',
+    String(port),
+    '-sharedDb',
+  ];
   if (options.dbPath) args.push('-dbPath', options.dbPath);
   else args.push('-inMemory');
   // A process group of its own: a terminal's Ctrl-C reaches the parent only, which stops this

@@ -31,7 +31,10 @@ export class TransactionTooLargeError extends CdcError {
 
 /** The capture slot is held by another process (another capture is running against it). */
 export class SlotInUseError extends CdcError {
-  constructor(readonly slot: string, readonly pid: number | null) {
+  constructor(
+    readonly slot: string,
+    readonly pid: number | null,
+  ) {
     super('SLOT_IN_USE', `replication slot ${JSON.stringify(slot)} is in use by another process${pid ? ` (pid ${pid})` : ''}: stop the other capture first`);
   }
 }

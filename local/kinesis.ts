@@ -93,7 +93,8 @@ export async function startKinesaliteProcess(options: KinesaliteOptions = {}): P
       const message = (err as Error).message;
       // The child listens on port 0 unless told a port, and reports the port it bound: the server
       // on it is its own. A port given and taken is refused with the name of its holder.
-      if (options.port !== undefined && portTakenIn(message)) throw new Error(`kinesalite cannot listen on port ${options.port}: it is in use by ${await describeListeners(options.port)}`);
+      if (options.port !== undefined && portTakenIn(message))
+        throw new Error(`kinesalite cannot listen on port ${options.port}: it is in use by ${await describeListeners(options.port)}`);
       if (!options.path || !lockHeld(message) || Date.now() > deadline) throw err;
       await new Promise((r) => setTimeout(r, 200));
     }

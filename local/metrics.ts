@@ -143,7 +143,13 @@ export class MetricsCollector {
 
   /** Distinct values of one dimension among a metric's series (e.g. every Sink that reported lag). */
   dimensionValues(name: string, dimension: string): string[] {
-    return [...new Set(this.find(name).map((s) => s.dimensions[dimension]).filter((v): v is string => v !== undefined))].sort();
+    return [
+      ...new Set(
+        this.find(name)
+          .map((s) => s.dimensions[dimension])
+          .filter((v): v is string => v !== undefined),
+      ),
+    ].sort();
   }
 }
 
@@ -160,7 +166,10 @@ export interface CapturedStdout {
 type Write = (chunk: string | Uint8Array, encodingOrCb?: unknown, cb?: unknown) => boolean;
 
 /** Replaces a stream's write with a line splitter; returns the original write and a flush. */
-function splitLines(stream: NodeJS.WriteStream, line: (text: string, original: (t: string) => void) => void): { original: (t: string) => void; flush: () => void; restore: () => void } {
+function splitLines(
+  stream: NodeJS.WriteStream,
+  line: (text: string, original: (t: string) => void) => void,
+): { original: (t: string) => void; flush: () => void; restore: () => void } {
   const saved = stream.write;
   const bound = saved.bind(stream) as (chunk: string | Uint8Array) => boolean;
   const original = (t: string): void => {

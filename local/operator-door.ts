@@ -103,14 +103,25 @@ async function localLag(stateDir: string): Promise<Array<{ sink: string; lagMs: 
  * The rebuild worker of a state folder (docs/rebuild.md): the folder's archive, its change log
  * and the warehouse at `warehouseUrl`. The warehouse pool is opened on first use.
  */
-export function localRebuilds(o: { control: ControlPlane; kinesis: KinesisClient; stream: string; archiveDir: string; warehouseUrl: string | null }): RebuildScheduler & { close(): Promise<void> } {
+export function localRebuilds(o: {
+  control: ControlPlane;
+  kinesis: KinesisClient;
+  stream: string;
+  archiveDir: string;
+  warehouseUrl: string | null;
+}): RebuildScheduler & { close(): Promise<void> } {
   let pool: pg.Pool | undefined;
   let rebuilder: Rebuilder | undefined;
   const get = (): Rebuilder => {
-    if (!o.warehouseUrl) throw new LocalConfigError('cdc rebuild needs the warehouse: pass --warehouse URL (or run it while cdc local runs with its embedded warehouse)');
+    if (!o.warehouseUrl)
+      throw new LocalConfigError('cdc rebuild needs the warehouse: pass --warehouse URL (or run it while cdc local runs with its embedded warehouse)');
     pool ??= new pg.Pool({ connectionString: o.warehouseUrl, max: 4 });
     const archive = new FolderArchive(o.archiveDir);
-    return (rebuilder ??= new Rebuilder({ control: o.control, pool, reader: new ReplayReader({ archive, kinesis: o.kinesis, stream: o.stream, payloads: archivePayloadStore(archive) }) }));
+    return (rebuilder ??= new Rebuilder({
+      control: o.control,
+      pool,
+      reader: new ReplayReader({ archive, kinesis: o.kinesis, stream: o.stream, payloads: archivePayloadStore(archive) }),
+    }));
   };
   const histories = new Map<string, Awaited<ReturnType<Rebuilder['check']>>>();
   return {
@@ -136,7 +147,15 @@ export function localRebuilds(o: { control: ControlPlane; kinesis: KinesisClient
         message:
           `${r.source}/${r.table} ${what} for sink ${r.sink}: ${report.run.events} events replayed (${report.run.archiveRecords} archive records, ${report.run.streamRecords} stream records read) in ${(report.run.durationMs / 1000).toFixed(1)} s, ` +
           `caught up to ${report.run.caughtUpTo ?? '-'}; diff: ${d.missing} missing, ${d.extra} extra, ${d.changed} changed (kept in ${report.diffTable})`,
-        detail: { run: report.run, diffTable: report.diffTable, diff: report.diff.slice(0, 100), stats: report.stats, skipped: report.skipped, applyMs: report.applyMs, sleptMs: report.sleptMs },
+        detail: {
+          run: report.run,
+          diffTable: report.diffTable,
+          diff: report.diff.slice(0, 100),
+          stats: report.stats,
+          skipped: report.skipped,
+          applyMs: report.applyMs,
+          sleptMs: report.sleptMs,
+        },
       };
     },
     async close() {
@@ -164,17 +183,24 @@ export async function openLocalOperator(stateDirOption: string, options: { wareh
         startDynamoDbLocal({ dbPath: path.join(stateDir, 'dynamodb'), jvmOptions: QUICK_START_JVM_OPTIONS }),
         startKinesalite({ path: path.join(stateDir, 'kinesis') }),
       ]);
-      cleanups.push(() => d.stop(), () => k.stop());
+      cleanups.push(
+        () => d.stop(),
+        () => k.stop(),
+      );
       ddbEndpoint = d.endpoint;
       kinEndpoint = k.endpoint;
     }
     const dynamo = dynamoDbClient(ddbEndpoint);
     const kinesis = kinesisClient(kinEndpoint);
-    cleanups.push(async () => dynamo.destroy(), async () => kinesis.destroy());
+    cleanups.push(
+      async () => dynamo.destroy(),
+      async () => kinesis.destroy(),
+    );
     const summary = await kinesis.send(new DescribeStreamSummaryCommand({ StreamName: state.streams.changeLog }));
     const hours = summary.StreamDescriptionSummary?.RetentionPeriodHours ?? 24;
     const control = new DynamoDbControlPlane(dynamo, controlTableOf(state));
-    const warehouseUrl = options.warehouseUrl ?? (running && state.ports.postgres ? `postgresql://postgres@127.0.0.1:${state.ports.postgres}/${WAREHOUSE_DATABASE}` : null);
+    const warehouseUrl =
+      options.warehouseUrl ?? (running && state.ports.postgres ? `postgresql://postgres@127.0.0.1:${state.ports.postgres}/${WAREHOUSE_DATABASE}` : null);
     const rebuilds = localRebuilds({ control, kinesis, stream: state.streams.changeLog, archiveDir: path.join(stateDir, 'archive'), warehouseUrl });
     cleanups.push(() => rebuilds.close());
     const handler = createOperatorHandler({

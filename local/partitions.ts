@@ -83,7 +83,15 @@ export class PartitionWatch {
       const r = await requestSnapshot(this.o.control, { source: this.o.source, table: root, reason: 'resnapshot', actor: ACTOR, now });
       if (r.outcome !== 'requested') continue;
       this.due.delete(root);
-      const audit: AuditEntry = { at: now.toISOString(), actor: ACTOR, action: 'partition-tree-changed', source: this.o.source, table: root, outcome: 'done', detail: { ...why, run: r.state.run } };
+      const audit: AuditEntry = {
+        at: now.toISOString(),
+        actor: ACTOR,
+        action: 'partition-tree-changed',
+        source: this.o.source,
+        table: root,
+        outcome: 'done',
+        detail: { ...why, run: r.state.run },
+      };
       await this.o.control.appendAudit(audit);
     }
   }
@@ -103,14 +111,19 @@ export class PartitionWatch {
   /** Reads the baseline, then reads and flushes every `everyMs` until stopped. */
   async start(): Promise<void> {
     await this.refresh(await this.connect());
-    this.loop = runEvery(this.o.everyMs ?? 2000, () => this.stopping, async () => {
-      await this.refresh(await this.connect());
-      await this.flush();
-    }, async (e) => {
-      await this.client?.end().catch(() => undefined);
-      this.client = null;
-      this.o.onError?.(e);
-    });
+    this.loop = runEvery(
+      this.o.everyMs ?? 2000,
+      () => this.stopping,
+      async () => {
+        await this.refresh(await this.connect());
+        await this.flush();
+      },
+      async (e) => {
+        await this.client?.end().catch(() => undefined);
+        this.client = null;
+        this.o.onError?.(e);
+      },
+    );
   }
 
   async stop(): Promise<void> {

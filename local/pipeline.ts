@@ -166,12 +166,31 @@ export class LocalPipeline {
     this.tables = o.tables.some((t) => t.table === HEARTBEAT_TABLE_ID) ? [...o.tables] : [...o.tables, heartbeatConfig];
     const rules = o.rules ?? [];
     // Log-captured tables (declared, heartbeat, and those that join by a rule); polled tables are read by the poller.
-    this.captureIndex = new TableConfigIndex(this.tables.filter((t) => t.capture !== 'poll'), rules);
+    this.captureIndex = new TableConfigIndex(
+      this.tables.filter((t) => t.capture !== 'poll'),
+      rules,
+    );
     this.discovery =
       rules.length === 0
         ? null
-        : new LocalDiscovery({ source: o.source, sourceUrl: stack.sourceUrl, control: stack.control, rules, declared: new Set(this.tables.map((t) => t.table)), index: this.captureIndex, ...(o.discoveryMs ? { everyMs: o.discoveryMs } : {}), onError: err('discovery') });
-    this.partitions = new PartitionWatch({ source: o.source, sourceUrl: stack.sourceUrl, control: stack.control, index: this.captureIndex, ...(o.discoveryMs ? { everyMs: o.discoveryMs } : {}), onError: err('partitions') });
+        : new LocalDiscovery({
+            source: o.source,
+            sourceUrl: stack.sourceUrl,
+            control: stack.control,
+            rules,
+            declared: new Set(this.tables.map((t) => t.table)),
+            index: this.captureIndex,
+            ...(o.discoveryMs ? { everyMs: o.discoveryMs } : {}),
+            onError: err('discovery'),
+          });
+    this.partitions = new PartitionWatch({
+      source: o.source,
+      sourceUrl: stack.sourceUrl,
+      control: stack.control,
+      index: this.captureIndex,
+      ...(o.discoveryMs ? { everyMs: o.discoveryMs } : {}),
+      onError: err('partitions'),
+    });
     this.capture = new SlotCapture({
       source: o.source,
       sourceUrl: stack.sourceUrl,
@@ -219,7 +238,13 @@ export class LocalPipeline {
     // One beat per invocation, invoked every heartbeatMs: the local schedule.
     this.heartbeat = createHeartbeatHandler({ writer: new HeartbeatWriter({ source: o.source, connection: { connectionString: stack.sourceUrl } }), beats: 1 });
     // The slot monitor as it runs on AWS (its EMF metrics reach the collector through stdout).
-    this.slotMonitor = createSlotMonitorHandler({ source: o.source, slot: this.capture.slot, walBudgetBytes: o.slotWalBudgetBytes ?? 1024 ** 3, connection: { connectionString: stack.sourceUrl }, store: stack.control });
+    this.slotMonitor = createSlotMonitorHandler({
+      source: o.source,
+      slot: this.capture.slot,
+      walBudgetBytes: o.slotWalBudgetBytes ?? 1024 ** 3,
+      connection: { connectionString: stack.sourceUrl },
+      store: stack.control,
+    });
     // One handler instance per shard: each stands for a Lambda execution environment.
     const normalizer = {
       perShard: () =>
@@ -269,7 +294,14 @@ export class LocalPipeline {
         metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
         logger: new Logger({ serviceName: 'warehouse-replay' }),
       });
-      this.replayers.push(createHeldRangeReplayer({ controlPlane: stack.control, sinkId: o.sinkId, applier: replayApplier, readLog: () => readChangeLog(stack.kinesis, stack.streams.changeLog) }));
+      this.replayers.push(
+        createHeldRangeReplayer({
+          controlPlane: stack.control,
+          sinkId: o.sinkId,
+          applier: replayApplier,
+          readLog: () => readChangeLog(stack.kinesis, stack.streams.changeLog),
+        }),
+      );
       this.mergeDue = () => replayApplier.mergeDue();
     }
     const common = {
@@ -282,7 +314,8 @@ export class LocalPipeline {
       ...(o.poller?.maxRetries !== undefined ? { maxRetries: o.poller.maxRetries } : {}),
       ...(o.poller?.maxBackoffMs !== undefined ? { maxBackoffMs: o.poller.maxBackoffMs } : {}),
     };
-    const batchOf = (consumer: 'normalizer' | 'sink' | 'search'): { batchSize?: number } => (o.batchSizes?.[consumer] ? { batchSize: o.batchSizes[consumer] } : {});
+    const batchOf = (consumer: 'normalizer' | 'sink' | 'search'): { batchSize?: number } =>
+      o.batchSizes?.[consumer] ? { batchSize: o.batchSizes[consumer] } : {};
     // Everything in this process puts through stack.kinesis: a put wakes the stream's idle pollers at once.
     const watch = (stream: string) => (listener: () => void) => stack.puts.watch(stream, listener);
     let searchPoller: Poller | undefined;
@@ -306,7 +339,15 @@ export class LocalPipeline {
           return (e: Parameters<typeof a.handler>[0]) => a.handler(e);
         },
       };
-      searchPoller = new Poller({ ...common, ...batchOf('search'), consumer: search.sinkId, streamName: stack.streams.changeLog, watchPuts: watch(stack.streams.changeLog), handler: searchApplier, onError: err(`${search.sinkId} poller`) });
+      searchPoller = new Poller({
+        ...common,
+        ...batchOf('search'),
+        consumer: search.sinkId,
+        streamName: stack.streams.changeLog,
+        watchPuts: watch(stack.streams.changeLog),
+        handler: searchApplier,
+        onError: err(`${search.sinkId} poller`),
+      });
       // The search sink holds paused tables like the warehouse; a resume replays its held range through the same applier code.
       const searchReplayApplier = createSearchApplier({
         controlPlane: stack.control,
@@ -318,11 +359,34 @@ export class LocalPipeline {
         logger: new Logger({ serviceName: 'search-replay' }),
         payloads: stack.payloads,
       });
-      this.replayers.push(createHeldRangeReplayer({ controlPlane: stack.control, sinkId: search.sinkId, applier: searchReplayApplier, readLog: () => readChangeLog(stack.kinesis, stack.streams.changeLog) }));
+      this.replayers.push(
+        createHeldRangeReplayer({
+          controlPlane: stack.control,
+          sinkId: search.sinkId,
+          applier: searchReplayApplier,
+          readLog: () => readChangeLog(stack.kinesis, stack.streams.changeLog),
+        }),
+      );
     }
     this.pollers = {
-      normalizer: new Poller({ ...common, ...batchOf('normalizer'), consumer: 'normalizer', streamName: stack.streams.raw, watchPuts: watch(stack.streams.raw), handler: normalizer, onError: err('normalizer poller') }),
-      sink: new Poller({ ...common, ...batchOf('sink'), consumer: o.sinkId, streamName: stack.streams.changeLog, watchPuts: watch(stack.streams.changeLog), handler: applier, onError: err(`${o.sinkId} poller`) }),
+      normalizer: new Poller({
+        ...common,
+        ...batchOf('normalizer'),
+        consumer: 'normalizer',
+        streamName: stack.streams.raw,
+        watchPuts: watch(stack.streams.raw),
+        handler: normalizer,
+        onError: err('normalizer poller'),
+      }),
+      sink: new Poller({
+        ...common,
+        ...batchOf('sink'),
+        consumer: o.sinkId,
+        streamName: stack.streams.changeLog,
+        watchPuts: watch(stack.streams.changeLog),
+        handler: applier,
+        onError: err(`${o.sinkId} poller`),
+      }),
       // Firehose buffers: a batching window gives fewer, larger archive objects.
       archive: new Poller({
         ...common,
@@ -451,16 +515,51 @@ export class LocalPipeline {
     if (this.snapshots) await untilAborted(this.snapshots.waitIdle(stallMs), abort);
     const t0 = Date.now();
     // Polled tables: a whole poll pass that started after now (docs/polling.md).
-    if (this.polls) await stage('poller', (t) => this.polls!.passedSince(t), () => this.polls!.lines().reduce((n, l) => n + l.rows, 0), t0);
-    const t1 = await stage('capture', (t) => this.capture.caughtUpSince(t), () => this.capture.stats.records, t0);
+    if (this.polls)
+      await stage(
+        'poller',
+        (t) => this.polls!.passedSince(t),
+        () => this.polls!.lines().reduce((n, l) => n + l.rows, 0),
+        t0,
+      );
+    const t1 = await stage(
+      'capture',
+      (t) => this.capture.caughtUpSince(t),
+      () => this.capture.stats.records,
+      t0,
+    );
     const normalizer = this.pollers.normalizer;
-    const t2 = await stage('normalizer', (t) => normalizer.caughtUpSince(t), () => normalizer.stats.recordsDone, t1);
+    const t2 = await stage(
+      'normalizer',
+      (t) => normalizer.caughtUpSince(t),
+      () => normalizer.stats.recordsDone,
+      t1,
+    );
     const search = this.pollers.search;
     const { sink, archive } = this.pollers;
     await Promise.all([
-      stage(`${this.o.sinkId} applier`, (t) => sink.caughtUpSince(t), () => sink.stats.recordsDone, t2),
-      stage('archive copier', (t) => archive.caughtUpSince(t), () => archive.stats.recordsDone, t2),
-      ...(search ? [stage(`${search.stats.consumer} applier`, (t) => search.caughtUpSince(t), () => search.stats.recordsDone, t2)] : []),
+      stage(
+        `${this.o.sinkId} applier`,
+        (t) => sink.caughtUpSince(t),
+        () => sink.stats.recordsDone,
+        t2,
+      ),
+      stage(
+        'archive copier',
+        (t) => archive.caughtUpSince(t),
+        () => archive.stats.recordsDone,
+        t2,
+      ),
+      ...(search
+        ? [
+            stage(
+              `${search.stats.consumer} applier`,
+              (t) => search.caughtUpSince(t),
+              () => search.stats.recordsDone,
+              t2,
+            ),
+          ]
+        : []),
     ]);
     // A resumed table is caught up once its held range is replayed.
     let pending = Infinity;
@@ -505,7 +604,8 @@ export class LocalPipeline {
       this.tableStates = await this.o.stack.control.listTables(this.o.source);
       this.deadLetterCount = (await this.o.stack.control.listDeadLetters()).length;
       const held = new Map<string, string[]>();
-      for (const p of await this.o.stack.control.listSinkProgress()) if (p.source === this.o.source && p.heldFrom !== null) held.set(p.table, [...(held.get(p.table) ?? []), p.sink]);
+      for (const p of await this.o.stack.control.listSinkProgress())
+        if (p.source === this.o.source && p.heldFrom !== null) held.set(p.table, [...(held.get(p.table) ?? []), p.sink]);
       this.heldBy = held;
     } catch (e) {
       this.o.onError?.('control plane', e);
@@ -546,12 +646,22 @@ export class LocalPipeline {
       stalledMs: p.stats.stalledSince === null ? null : now - p.stats.stalledSince,
       lastError: p.stats.lastError,
     });
-    const consumers = [this.pollers.normalizer, this.pollers.sink, this.pollers.archive, ...(this.pollers.search ? [this.pollers.search] : [])].map(pollerStatus);
+    const consumers = [this.pollers.normalizer, this.pollers.sink, this.pollers.archive, ...(this.pollers.search ? [this.pollers.search] : [])].map(
+      pollerStatus,
+    );
     const searchStatus = (p: Poller, sink: string) => {
       const dims = { Sink: sink };
       const l = c.latest(MetricName.END_TO_END_LAG, dims);
       const ls = c.valuesSince(MetricName.END_TO_END_LAG, dims, now - LAG_WINDOW_MS);
-      return { sink, lagMs: l?.value ?? null, lagAt: l?.at ?? null, lagP50Ms: percentile(ls, 50), lagP99Ms: percentile(ls, 99), eventsPerSecond: c.ratePerSecond(MetricName.EVENTS_APPLIED, dims, RATE_WINDOW_MS, now), deadLetters: p.stats.deadLetters };
+      return {
+        sink,
+        lagMs: l?.value ?? null,
+        lagAt: l?.at ?? null,
+        lagP50Ms: percentile(ls, 50),
+        lagP99Ms: percentile(ls, 99),
+        eventsPerSecond: c.ratePerSecond(MetricName.EVENTS_APPLIED, dims, RATE_WINDOW_MS, now),
+        deadLetters: p.stats.deadLetters,
+      };
     };
     const w = this.workload?.stats;
     return {
@@ -589,10 +699,32 @@ export class LocalPipeline {
         },
         ...(this.pollers.search && this.o.search ? [searchStatus(this.pollers.search, this.o.search.sinkId)] : []),
       ],
-      tables: this.tableStates.map((t) => ({ table: t.table, state: t.state, reason: t.stateReason, ...(t.capture === 'poll' ? { capture: 'poll' as const } : {}), ...(this.heldBy.has(t.table) ? { heldBy: this.heldBy.get(t.table) } : {}) })),
-      slots: this.slotReport?.slots.map((r) => ({ slot: r.slot, ours: r.ours, active: r.active, walStatus: r.walStatus, confirmedLsn: r.confirmedLsn ?? null, retainedBytes: r.retainedBytes, headroomBytes: r.headroomBytes, level: r.level })) ?? [],
+      tables: this.tableStates.map((t) => ({
+        table: t.table,
+        state: t.state,
+        reason: t.stateReason,
+        ...(t.capture === 'poll' ? { capture: 'poll' as const } : {}),
+        ...(this.heldBy.has(t.table) ? { heldBy: this.heldBy.get(t.table) } : {}),
+      })),
+      slots:
+        this.slotReport?.slots.map((r) => ({
+          slot: r.slot,
+          ours: r.ours,
+          active: r.active,
+          walStatus: r.walStatus,
+          confirmedLsn: r.confirmedLsn ?? null,
+          retainedBytes: r.retainedBytes,
+          headroomBytes: r.headroomBytes,
+          level: r.level,
+        })) ?? [],
       ...(this.snapshots ? { snapshots: this.snapshots.lines(now) } : {}),
-      ...(this.discovery ? { notCaptured: this.discovery.verdicts.filter((v) => v.verdict !== 'captured').map((v) => ({ table: v.table, verdict: v.verdict, reason: v.reasons.join('; ') })) } : {}),
+      ...(this.discovery
+        ? {
+            notCaptured: this.discovery.verdicts
+              .filter((v) => v.verdict !== 'captured')
+              .map((v) => ({ table: v.table, verdict: v.verdict, reason: v.reasons.join('; ') })),
+          }
+        : {}),
       deadLetters: this.deadLetterCount,
       problems: c.problemsSince(now - 60_000),
       hint,

@@ -98,7 +98,10 @@ export class LocalPolls {
           reader: this.reader,
           cursors,
           spaceOf: async (t) => recordedSpace(await this.o.control.getTable(this.o.source, t)),
-          publish: (records) => this.o.publish(records.map((r) => ({ partitionKey: snapshotPartitionKey(r, sha256), data: JSON.stringify(r), label: `${r.source}/${r.table}@poll` }))),
+          publish: (records) =>
+            this.o.publish(
+              records.map((r) => ({ partitionKey: snapshotPartitionKey(r, sha256), data: JSON.stringify(r), label: `${r.source}/${r.table}@poll` })),
+            ),
           pacerFor: () => (this.o.fixedPage ? new FixedPacer(this.o.fixedPage) : new AdaptivePacer({ budget: this.o.budget ?? DEFAULT_SOURCE_BUDGET })),
           ...(this.o.fixedPage ? {} : { pressure: () => this.probe.read(1) }),
           shouldStop: () => this.stopping,

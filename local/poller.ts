@@ -151,10 +151,13 @@ class Wakeup {
       return Promise.resolve();
     }
     return new Promise<void>((resolve) => {
-      const timer = setTimeout(() => {
-        this.waiter = null;
-        resolve();
-      }, Math.max(0, ms));
+      const timer = setTimeout(
+        () => {
+          this.waiter = null;
+          resolve();
+        },
+        Math.max(0, ms),
+      );
       this.waiter = () => {
         clearTimeout(timer);
         resolve();
@@ -231,7 +234,8 @@ export class Poller {
 
   constructor(options: PollerOptions) {
     const batchSize = options.batchSize ?? 100;
-    if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > 10_000) throw new RangeError(`batchSize must be an integer in [1, 10000], got ${batchSize}`);
+    if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > 10_000)
+      throw new RangeError(`batchSize must be an integer in [1, 10000], got ${batchSize}`);
     this.o = {
       batchSize,
       batchWindowMs: options.batchWindowMs ?? 0,
@@ -251,7 +255,17 @@ export class Poller {
       onError: options.onError,
       watchPuts: options.watchPuts,
     };
-    this.stats = { consumer: options.consumer, recordsDone: 0, batches: 0, retries: 0, deadLetters: 0, millisBehind: {}, lastAckAt: null, stalledSince: null, lastError: null };
+    this.stats = {
+      consumer: options.consumer,
+      recordsDone: 0,
+      batches: 0,
+      retries: 0,
+      deadLetters: 0,
+      millisBehind: {},
+      lastAckAt: null,
+      stalledSince: null,
+      lastError: null,
+    };
   }
 
   /** Starts polling every shard of the stream. Resolves once polling has begun. */
@@ -260,9 +274,10 @@ export class Poller {
     this.streamArn = summary.StreamDescriptionSummary?.StreamARN ?? `arn:aws:kinesis:local:000000000000:stream/${this.o.streamName}`;
     await this.refreshShards();
     this.refresher = this.refreshLoop();
-    this.unwatch = this.o.watchPuts?.(() => {
-      for (const run of this.shardRuns) run.readerWake.notify();
-    }) ?? null;
+    this.unwatch =
+      this.o.watchPuts?.(() => {
+        for (const run of this.shardRuns) run.readerWake.notify();
+      }) ?? null;
   }
 
   /**
@@ -523,10 +538,20 @@ export class Poller {
     for (const f of failures) {
       const id = f?.itemIdentifier;
       const index = typeof id === 'string' && id !== '' ? records.findIndex((r) => r.SequenceNumber === id) : -1;
-      if (index < 0) return { kind: 'error', reason: `the handler reported a failure with an unknown item identifier ${JSON.stringify(id)}; the whole batch counts as failed`, badInput: false, code: 'INVALID_RESPONSE' };
+      if (index < 0)
+        return {
+          kind: 'error',
+          reason: `the handler reported a failure with an unknown item identifier ${JSON.stringify(id)}; the whole batch counts as failed`,
+          badInput: false,
+          code: 'INVALID_RESPONSE',
+        };
       lowest = Math.min(lowest, index);
     }
-    return { kind: 'partial', index: lowest, reason: `the handler reported ${failures.length} failed record(s), the first at sequence number ${records[lowest]!.SequenceNumber}` };
+    return {
+      kind: 'partial',
+      index: lowest,
+      reason: `the handler reported ${failures.length} failed record(s), the first at sequence number ${records[lowest]!.SequenceNumber}`,
+    };
   }
 
   /**

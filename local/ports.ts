@@ -70,7 +70,12 @@ function lsofListeners(port: number): Promise<number[] | null> {
     execFile('lsof', ['-nP', `-iTCP:${port}`, '-sTCP:LISTEN', '-t'], { timeout: 10_000 }, (err, stdout) => {
       // lsof exits 1 when nothing matches; a missing lsof is an error without stdout.
       if (err && (err as NodeJS.ErrnoException).code === 'ENOENT') return resolve(null);
-      resolve(stdout.split('\n').map(Number).filter((n) => Number.isInteger(n) && n > 0));
+      resolve(
+        stdout
+          .split('\n')
+          .map(Number)
+          .filter((n) => Number.isInteger(n) && n > 0),
+      );
     });
   });
 }
@@ -169,7 +174,10 @@ export class PortTakenError extends Error {
  * `attempts` times. With a fixed `port` (the caller's choice) a taken port is an error naming
  * who holds it.
  */
-export async function startOnFreePort<T>(options: { port?: number | undefined; choose?: (() => Promise<number>) | undefined; attempts?: number; what: string }, start: (port: number) => Promise<T>): Promise<T> {
+export async function startOnFreePort<T>(
+  options: { port?: number | undefined; choose?: (() => Promise<number>) | undefined; attempts?: number; what: string },
+  start: (port: number) => Promise<T>,
+): Promise<T> {
   const attempts = options.port !== undefined ? 1 : (options.attempts ?? 8);
   const tried: number[] = [];
   for (;;) {

@@ -110,7 +110,9 @@ async function binaries(): Promise<{ bin: string; version: string }> {
   }
   if (!existsSync(path.join(dst, 'lib', 'libicuuc.so.60')) && !existsSync(path.join(dst, 'lib', 'libicuuc.so'))) {
     // The package's install script creates library symlinks; without them initdb cannot load ICU.
-    throw new Error(`the embedded PostgreSQL binaries in ${platformPkg} are missing their library links: approve its install script ("allowScripts" in package.json) and run npm ci again`);
+    throw new Error(
+      `the embedded PostgreSQL binaries in ${platformPkg} are missing their library links: approve its install script ("allowScripts" in package.json) and run npm ci again`,
+    );
   }
   return { bin: path.join(dst, 'bin'), version };
 }
@@ -305,9 +307,7 @@ async function startOn(dataDir: string, options: PostgresOptions): Promise<Postg
       stopped = true;
       const pid = child?.pid ?? runningServer(dataDir)?.pid;
       if (pid) {
-        const exited = child
-          ? new Promise<void>((r) => (child!.exitCode !== null ? r() : child!.once('exit', () => r())))
-          : waitForExit(pid);
+        const exited = child ? new Promise<void>((r) => (child!.exitCode !== null ? r() : child!.once('exit', () => r()))) : waitForExit(pid);
         try {
           process.kill(pid, 'SIGINT'); // fast shutdown
         } catch {

@@ -64,18 +64,24 @@ async function connect(url: string, name: string): Promise<pg.Client> {
 
 /** Reconciles the tables of one source with one sink, a warehouse or a search index (see the module comment). */
 export async function reconcileDatabases(o: ReconcileDatabasesOptions): Promise<ReconcileVerdict[]> {
-  if ((o.warehouseUrl === undefined) === (o.search === undefined)) throw new Error('reconcileDatabases: give either warehouseUrl (a warehouse sink) or search (a search sink)');
+  if ((o.warehouseUrl === undefined) === (o.search === undefined))
+    throw new Error('reconcileDatabases: give either warehouseUrl (a warehouse sink) or search (a search sink)');
   const src = await connect(o.sourceUrl, 'cdc-reconcile');
-  const wh = o.warehouseUrl !== undefined ? await connect(o.warehouseUrl, 'cdc-reconcile').catch(async (e: unknown) => {
-    await src.end().catch(() => undefined);
-    throw e;
-  }) : null;
+  const wh =
+    o.warehouseUrl !== undefined
+      ? await connect(o.warehouseUrl, 'cdc-reconcile').catch(async (e: unknown) => {
+          await src.end().catch(() => undefined);
+          throw e;
+        })
+      : null;
   // A second session per database for the whole-table counts, which run alongside the range walk.
-  const counts = await Promise.all([connect(o.sourceUrl, 'cdc-reconcile-count'), ...(wh ? [connect(o.warehouseUrl!, 'cdc-reconcile-count')] : [])]).catch(async (e: unknown) => {
-    await src.end().catch(() => undefined);
-    await wh?.end().catch(() => undefined);
-    throw e;
-  });
+  const counts = await Promise.all([connect(o.sourceUrl, 'cdc-reconcile-count'), ...(wh ? [connect(o.warehouseUrl!, 'cdc-reconcile-count')] : [])]).catch(
+    async (e: unknown) => {
+      await src.end().catch(() => undefined);
+      await wh?.end().catch(() => undefined);
+      throw e;
+    },
+  );
   const [srcCount, whCount] = counts;
   const search = o.search;
   const stable = o.stablePoint === false ? { stablePoint: false } : {};
@@ -105,11 +111,22 @@ export async function reconcileDatabases(o: ReconcileDatabasesOptions): Promise<
       ...(o.settleRounds !== undefined ? { settleRounds: o.settleRounds } : {}),
       sides: async (t) => ({
         // A polled table's changes arrive through its poll cursor, not the log: re-checks wait for that (docs/polling.md).
-        ...(await pollPoint(o.tables.find((c) => c.table === t.table), (c) => pgPollStablePoint({ client: src, control: o.control, source: o.source, sink: o.sink, table: c.table, pollColumn: c.pollColumn! }))),
+        ...(await pollPoint(
+          o.tables.find((c) => c.table === t.table),
+          (c) => pgPollStablePoint({ client: src, control: o.control, source: o.source, sink: o.sink, table: c.table, pollColumn: c.pollColumn! }),
+        )),
         source: pgSourceSide(src, t.table, t.key, t.rules.mask, { countClient: srcCount! }),
         sink: wh
           ? pgWarehouseSide(wh, o.source, t.table, t.key, { label: o.sink, ...stable, countClient: whCount! })
-          : searchSinkSide(search!.index, { prefix: search!.prefix ?? DEFAULT_INDEX_PREFIX, source: o.source, table: t.table, key: t.key, label: o.sink, ...stable, ...(search!.pageSize ? { pageSize: search!.pageSize } : {}) }),
+          : searchSinkSide(search!.index, {
+              prefix: search!.prefix ?? DEFAULT_INDEX_PREFIX,
+              source: o.source,
+              table: t.table,
+              key: t.key,
+              label: o.sink,
+              ...stable,
+              ...(search!.pageSize ? { pageSize: search!.pageSize } : {}),
+            }),
       }),
       ...(o.onVerdict ? { onVerdict: o.onVerdict } : {}),
     });
@@ -150,7 +167,8 @@ export function readSearchSinkRecord(stateDir: string): SearchSinkRecord | null 
     return null;
   }
   const v = JSON.parse(text) as Partial<SearchSinkRecord>;
-  if (typeof v.sinkId !== 'string' || (v.url !== null && typeof v.url !== 'string')) throw new LocalConfigError(`${searchSinkFile(stateDir)} is not a search sink record (remove it; cdc local writes it again)`);
+  if (typeof v.sinkId !== 'string' || (v.url !== null && typeof v.url !== 'string'))
+    throw new LocalConfigError(`${searchSinkFile(stateDir)} is not a search sink record (remove it; cdc local writes it again)`);
   return { sinkId: v.sinkId, url: v.url ?? null };
 }
 
@@ -199,7 +217,8 @@ export async function openLocalControl(stateDirOption: string): Promise<LocalCon
     return {
       control: new DynamoDbControlPlane(dynamo, controlTableOf(state)),
       running,
-      embeddedUrl: running && port !== null && state.postgresDataDir !== null ? (db) => `postgres://postgres@127.0.0.1:${port}/${encodeURIComponent(db)}` : null,
+      embeddedUrl:
+        running && port !== null && state.postgresDataDir !== null ? (db) => `postgres://postgres@127.0.0.1:${port}/${encodeURIComponent(db)}` : null,
       embeddedSource: state.embeddedSource,
       stateDir,
       close,

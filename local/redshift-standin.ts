@@ -83,7 +83,10 @@ function domainSql(name: string): string {
   return `CREATE DOMAIN public.${name} AS ${m[1] === 'varbyte' ? 'bytea' : 'text'} CHECK (octet_length(VALUE) <= ${m[2]})`;
 }
 
-const COPY_RE = new RegExp(`^COPY\\s+(\\S+)\\s+\\(([^)]*)\\)\\s+FROM\\s+'(s3://[^']+)'\\s+IAM_ROLE\\s+'[^']+'\\s+MANIFEST\\s+${COPY_FORMAT.replace(/[()']/g, (c) => `\\${c}`)}(?:\\s+REGION\\s+'[a-z0-9-]+')?$`, 's');
+const COPY_RE = new RegExp(
+  `^COPY\\s+(\\S+)\\s+\\(([^)]*)\\)\\s+FROM\\s+'(s3://[^']+)'\\s+IAM_ROLE\\s+'[^']+'\\s+MANIFEST\\s+${COPY_FORMAT.replace(/[()']/g, (c) => `\\${c}`)}(?:\\s+REGION\\s+'[a-z0-9-]+')?$`,
+  's',
+);
 
 /** COPY loads rows of at most 4 MB: a longer line (outside quotes, a newline ends a row) fails the load, as on Redshift. */
 function checkRows(csv: Buffer, url: string): void {
@@ -93,7 +96,8 @@ function checkRows(csv: Buffer, url: string): void {
     const b = csv[i];
     if (b === 0x22) quoted = !quoted;
     else if (b === 0x0a && !quoted) {
-      if (i - start > REDSHIFT_MAX_ROW_BYTES) throw new CdcError('REDSHIFT_STANDIN_COPY', `${url}: a row of ${i - start} bytes, COPY loads at most ${REDSHIFT_MAX_ROW_BYTES}`);
+      if (i - start > REDSHIFT_MAX_ROW_BYTES)
+        throw new CdcError('REDSHIFT_STANDIN_COPY', `${url}: a row of ${i - start} bytes, COPY loads at most ${REDSHIFT_MAX_ROW_BYTES}`);
       start = i + 1;
     }
   }
@@ -122,7 +126,10 @@ export class RedshiftStandIn implements RedshiftSession {
     const text = toPostgres(sql, used);
     for (const d of used) {
       // Looked up every time: CREATE DOMAIN is transactional, so one made inside a caller's transaction that rolled back is gone again.
-      const exists = await this.o.client.query('SELECT 1 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE n.nspname = $1 AND t.typname = $2', ['public', d]);
+      const exists = await this.o.client.query(
+        'SELECT 1 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE n.nspname = $1 AND t.typname = $2',
+        ['public', d],
+      );
       if (exists.rowCount === 0) await this.o.client.query(domainSql(d));
     }
     const r = await this.o.client.query(text);
@@ -154,9 +161,11 @@ export class RedshiftStandIn implements RedshiftSession {
 
   private async copy(sql: string): Promise<void> {
     const m = COPY_RE.exec(sql.trim());
-    if (!m) throw new StandInUnsupportedError('a COPY other than the loader\'s (… MANIFEST FORMAT AS CSV GZIP …)', sql);
+    if (!m) throw new StandInUnsupportedError("a COPY other than the loader's (… MANIFEST FORMAT AS CSV GZIP …)", sql);
     const table = toPostgres(m[1]!, new Set());
-    const columns = toPostgres(m[2]!, new Set()).split(',').map((c) => c.trim());
+    const columns = toPostgres(m[2]!, new Set())
+      .split(',')
+      .map((c) => c.trim());
     const c = this.o.client;
     const types = await c.query<{ attname: string; type: string }>(
       `SELECT attname, format_type(atttypid, atttypmod) AS type FROM pg_attribute WHERE attrelid = CAST($1 AS regclass) AND attnum > 0 AND NOT attisdropped`,

@@ -98,7 +98,16 @@ export interface SearchStandInOptions {
 
 interface SavedState {
   version: 1;
-  indices: Array<{ name: string; uuid: string; gcDeletesMs: number; settings: Obj; mappings: Index['mappings']; seqNo: number; docs: Array<[string, Obj, string, number]>; tombstones: Array<[string, string, number]> }>;
+  indices: Array<{
+    name: string;
+    uuid: string;
+    gcDeletesMs: number;
+    settings: Obj;
+    mappings: Index['mappings'];
+    seqNo: number;
+    docs: Array<[string, Obj, string, number]>;
+    tombstones: Array<[string, string, number]>;
+  }>;
   aliases: Array<[string, Array<[string, AliasSpec]>]>;
   uuidSeq: number;
 }
@@ -201,7 +210,17 @@ function fieldKind(properties: Obj, path: string): FieldKind {
   }
   const t = mapping && typeof mapping.type === 'string' ? mapping.type : 'keyword';
   const ignoreAbove = mapping && typeof mapping.ignore_above === 'number' ? mapping.ignore_above : null;
-  const type: FieldKind['type'] = INTEGER_TYPES.has(t) ? 'integer' : t === 'double' || t === 'float' || t === 'half_float' || t === 'scaled_float' ? 'number' : t === 'date' ? 'date' : t === 'boolean' ? 'boolean' : t === 'text' ? 'text' : 'keyword';
+  const type: FieldKind['type'] = INTEGER_TYPES.has(t)
+    ? 'integer'
+    : t === 'double' || t === 'float' || t === 'half_float' || t === 'scaled_float'
+      ? 'number'
+      : t === 'date'
+        ? 'date'
+        : t === 'boolean'
+          ? 'boolean'
+          : t === 'text'
+            ? 'text'
+            : 'keyword';
   return { path: sourcePath.join('.'), type, ignoreAbove };
 }
 
@@ -267,9 +286,12 @@ function matches(q: Json | undefined, source: Obj, properties: Obj = {}): boolea
       if (!isObj(body)) throw new HttpError(400, 'parsing_exception', '[range] query malformed, no start_object after query name');
       const [field, spec] = Object.entries(body)[0] ?? [];
       if (field === undefined || !isObj(spec)) throw new HttpError(400, 'parsing_exception', '[range] query malformed, no field to indicate field name');
-      for (const op of Object.keys(spec)) if (!['gt', 'gte', 'lt', 'lte'].includes(op)) throw new HttpError(400, 'parsing_exception', `[range] query does not support [${op}] (the stand-in knows gt, gte, lt, lte)`);
+      for (const op of Object.keys(spec))
+        if (!['gt', 'gte', 'lt', 'lte'].includes(op))
+          throw new HttpError(400, 'parsing_exception', `[range] query does not support [${op}] (the stand-in knows gt, gte, lt, lte)`);
       const fk = fieldKind(properties, field);
-      if (fk.type === 'text') throw new HttpError(400, 'illegal_argument_exception', `the stand-in does not implement [range] on text field [${field}]; use its keyword sub-field`);
+      if (fk.type === 'text')
+        throw new HttpError(400, 'illegal_argument_exception', `the stand-in does not implement [range] on text field [${field}]; use its keyword sub-field`);
       const bound = (op: string): bigint | number | string | null => {
         const b = indexedValue(fk, spec[op]);
         if (b === null) throw new HttpError(400, 'parse_exception', `[range] ${op} value [${String(spec[op])}] is not a value of field [${field}]`);
@@ -323,7 +345,8 @@ function checkValue(field: string, mapping: Obj, value: Json, index: string, dyn
   switch (type) {
     case 'long':
     case 'integer':
-      if (typeof value === 'number' ? !Number.isInteger(value) : typeof value !== 'string' || !/^-?\d+$/.test(value)) bad(`For input string: "${String(value)}"`);
+      if (typeof value === 'number' ? !Number.isInteger(value) : typeof value !== 'string' || !/^-?\d+$/.test(value))
+        bad(`For input string: "${String(value)}"`);
       return;
     case 'double':
     case 'float':
@@ -331,7 +354,8 @@ function checkValue(field: string, mapping: Obj, value: Json, index: string, dyn
       if (typeof value !== 'string' || !Number.isFinite(Number(value)) || value.trim() === '') bad(`For input string: "${String(value)}"`);
       return;
     case 'boolean':
-      if (typeof value !== 'boolean' && value !== 'true' && value !== 'false') bad(`Failed to parse value [${String(value)}] as only [true] or [false] are allowed.`);
+      if (typeof value !== 'boolean' && value !== 'true' && value !== 'false')
+        bad(`Failed to parse value [${String(value)}] as only [true] or [false] are allowed.`);
       return;
     case 'date':
       if (typeof value !== 'string' || Number.isNaN(Date.parse(value)) || (mapping.format === 'strict_date' && !/^\d{4}-\d{2}-\d{2}$/.test(value))) {
@@ -353,7 +377,12 @@ function checkObject(prefix: string, properties: Obj, source: Obj, index: string
     const m = properties[k];
     if (m === undefined) {
       if (dynamic === 'strict') {
-        throw new HttpError(400, 'strict_dynamic_mapping_exception', `mapping set to strict, dynamic introduction of [${prefix}${k}] within [_doc] is not allowed`, index);
+        throw new HttpError(
+          400,
+          'strict_dynamic_mapping_exception',
+          `mapping set to strict, dynamic introduction of [${prefix}${k}] within [_doc] is not allowed`,
+          index,
+        );
       }
       continue;
     }
@@ -492,7 +521,10 @@ export class SearchStandIn {
     } catch (err) {
       if (err instanceof HttpError) {
         status = err.status;
-        out = { error: { root_cause: [{ type: err.type, reason: err.message }], type: err.type, reason: err.message, ...(err.index ? { index: err.index } : {}) }, status: err.status };
+        out = {
+          error: { root_cause: [{ type: err.type, reason: err.message }], type: err.type, reason: err.message, ...(err.index ? { index: err.index } : {}) },
+          status: err.status,
+        };
       } else {
         status = 500;
         out = { error: { type: 'exception', reason: (err as Error).message }, status: 500 };
@@ -515,9 +547,20 @@ export class SearchStandIn {
   }
 
   private route(method: string, url: URL, body: string): [number, Json] {
-    const parts = url.pathname.split('/').filter((p) => p !== '').map(decodeURIComponent);
+    const parts = url.pathname
+      .split('/')
+      .filter((p) => p !== '')
+      .map(decodeURIComponent);
     if (parts.length === 0) {
-      return [200, { name: 'search-standin', cluster_name: 'cdc-local', version: { distribution: 'cdc-local-standin', number: '2.19.0' }, tagline: 'A stand-in, not OpenSearch' }];
+      return [
+        200,
+        {
+          name: 'search-standin',
+          cluster_name: 'cdc-local',
+          version: { distribution: 'cdc-local-standin', number: '2.19.0' },
+          tagline: 'A stand-in, not OpenSearch',
+        },
+      ];
     }
     const [a, b, c] = parts;
     if (a === '_bulk') return this.bulk(null, body);
@@ -583,7 +626,8 @@ export class SearchStandIn {
   }
 
   private createIndex(name: string, body: Obj): [number, Json] {
-    if (!/^[a-z0-9][a-z0-9._-]*$/.test(name) || name.length > 255) throw new HttpError(400, 'invalid_index_name_exception', `Invalid index name [${name}]`, name);
+    if (!/^[a-z0-9][a-z0-9._-]*$/.test(name) || name.length > 255)
+      throw new HttpError(400, 'invalid_index_name_exception', `Invalid index name [${name}]`, name);
     if (this.indices.has(name) || this.aliases.has(name)) throw new HttpError(400, 'resource_already_exists_exception', `index [${name}] already exists`, name);
     const settings = isObj(body.settings) ? body.settings : {};
     const indexSettings = isObj(settings.index) ? settings.index : settings;
@@ -594,13 +638,18 @@ export class SearchStandIn {
       uuid: `standin-${++this.uuidSeq}`,
       gcDeletesMs: gc === undefined ? this.defaultGcDeletesMs : parseTimeValue(gc, 'index.gc_deletes'),
       settings: indexSettings,
-      mappings: { dynamic: typeof mappings.dynamic === 'string' ? mappings.dynamic : String(mappings.dynamic ?? 'true'), _meta: mappings._meta ?? undefined, properties: isObj(mappings.properties) ? mappings.properties : {} },
+      mappings: {
+        dynamic: typeof mappings.dynamic === 'string' ? mappings.dynamic : String(mappings.dynamic ?? 'true'),
+        _meta: mappings._meta ?? undefined,
+        properties: isObj(mappings.properties) ? mappings.properties : {},
+      },
       docs: new Map(),
       tombstones: new Map(),
       seqNo: 0,
     };
     const aliases = isObj(body.aliases) ? body.aliases : {};
-    for (const a of Object.keys(aliases)) if (this.indices.has(a)) throw new HttpError(400, 'invalid_alias_name_exception', `an index exists with the same name as the alias [${a}]`);
+    for (const a of Object.keys(aliases))
+      if (this.indices.has(a)) throw new HttpError(400, 'invalid_alias_name_exception', `an index exists with the same name as the alias [${a}]`);
     this.indices.set(name, index);
     for (const [a, spec] of Object.entries(aliases)) this.addAlias(name, a, isObj(spec) ? spec : {});
     return [200, { acknowledged: true, shards_acknowledged: true, index: name }];
@@ -609,7 +658,10 @@ export class SearchStandIn {
   private addAlias(index: string, alias: string, spec: Obj): void {
     let m = this.aliases.get(alias);
     if (!m) this.aliases.set(alias, (m = new Map()));
-    m.set(index, { ...(isObj(spec.filter) ? { filter: spec.filter } : {}), ...(typeof spec.is_write_index === 'boolean' ? { isWriteIndex: spec.is_write_index } : {}) });
+    m.set(index, {
+      ...(isObj(spec.filter) ? { filter: spec.filter } : {}),
+      ...(typeof spec.is_write_index === 'boolean' ? { isWriteIndex: spec.is_write_index } : {}),
+    });
   }
 
   private deleteIndex(name: string): [number, Json] {
@@ -638,7 +690,12 @@ export class SearchStandIn {
 
   private getIndex(name: string): [number, Json] {
     const out: Obj = {};
-    for (const i of this.resolve(name, true)) out[i.name] = { aliases: this.aliasesOf(i.name), mappings: this.mappingJson(i), settings: { index: { ...i.settings, gc_deletes: `${i.gcDeletesMs}ms`, uuid: i.uuid } } };
+    for (const i of this.resolve(name, true))
+      out[i.name] = {
+        aliases: this.aliasesOf(i.name),
+        mappings: this.mappingJson(i),
+        settings: { index: { ...i.settings, gc_deletes: `${i.gcDeletesMs}ms`, uuid: i.uuid } },
+      };
     return [200, out];
   }
 
@@ -744,12 +801,17 @@ export class SearchStandIn {
       }
       const [kind, meta] = Object.entries(action)[0] ?? [];
       if (!kind || !isObj(meta) || !['index', 'create', 'delete'].includes(kind)) {
-        throw new HttpError(400, 'illegal_argument_exception', `Malformed action/metadata line [${n + 1}], expected one of index, create, delete (update is not implemented by the stand-in)`);
+        throw new HttpError(
+          400,
+          'illegal_argument_exception',
+          `Malformed action/metadata line [${n + 1}], expected one of index, create, delete (update is not implemented by the stand-in)`,
+        );
       }
       let source: Obj | null = null;
       if (kind !== 'delete') {
         const next = lines[++n];
-        if (next === undefined || next.trim() === '') throw new HttpError(400, 'illegal_argument_exception', `action [${kind}] on line [${n}] has no document line`);
+        if (next === undefined || next.trim() === '')
+          throw new HttpError(400, 'illegal_argument_exception', `action [${kind}] on line [${n}] has no document line`);
         try {
           const parsed = JSON.parse(next) as unknown;
           if (!isObj(parsed)) throw new Error('not an object');
@@ -770,10 +832,16 @@ export class SearchStandIn {
     const target = typeof meta._index === 'string' ? meta._index : pathIndex;
     const id = typeof meta._id === 'string' ? meta._id : null;
     const fail = (status: number, type: string, reason: string, index?: string): Obj => ({
-      [kind]: { _index: index ?? target, _id: id, status, error: { type, reason, index: index ?? target, shard: '0', index_uuid: (index ? this.indices.get(index)?.uuid : null) ?? null } },
+      [kind]: {
+        _index: index ?? target,
+        _id: id,
+        status,
+        error: { type, reason, index: index ?? target, shard: '0', index_uuid: (index ? this.indices.get(index)?.uuid : null) ?? null },
+      },
     });
     const injected = this.takeInjection('item', id);
-    if (injected !== null) return fail(injected, injected === 429 ? 'es_rejected_execution_exception' : 'unavailable_shards_exception', `injected failure ${injected}`);
+    if (injected !== null)
+      return fail(injected, injected === 429 ? 'es_rejected_execution_exception' : 'unavailable_shards_exception', `injected failure ${injected}`);
     if (!target) return fail(400, 'action_request_validation_exception', 'Validation Failed: 1: index is missing;');
     if (id === null) {
       if (kind !== 'index') return fail(400, 'action_request_validation_exception', 'Validation Failed: 1: id is missing;');
@@ -793,15 +861,27 @@ export class SearchStandIn {
       return fail(400, 'illegal_argument_exception', `No version type match [${versionType}]`);
     }
     if (versionType !== 'internal') {
-      if (typeof given !== 'bigint') return fail(400, 'action_request_validation_exception', `Validation Failed: 1: an external version is required for version_type [${versionType}];`);
-      if (given < 0n || given > MAX_VERSION) return fail(400, 'action_request_validation_exception', `Validation Failed: 1: illegal version value [${given}] for version type [${versionType}];`);
+      if (typeof given !== 'bigint')
+        return fail(400, 'action_request_validation_exception', `Validation Failed: 1: an external version is required for version_type [${versionType}];`);
+      if (given < 0n || given > MAX_VERSION)
+        return fail(400, 'action_request_validation_exception', `Validation Failed: 1: illegal version value [${given}] for version type [${versionType}];`);
     }
     const docId = id ?? `auto-${index.uuid}-${index.seqNo + 1}`;
     const current = this.currentVersion(index, docId);
     const conflict = (): Obj =>
-      fail(409, 'version_conflict_engine_exception', `[${docId}]: version conflict, current version [${current!.version}] is higher or equal to the one provided [${String(given)}]`, index.name);
+      fail(
+        409,
+        'version_conflict_engine_exception',
+        `[${docId}]: version conflict, current version [${current!.version}] is higher or equal to the one provided [${String(given)}]`,
+        index.name,
+      );
     if (kind === 'create' && current?.live) {
-      return fail(409, 'version_conflict_engine_exception', `[${docId}]: version conflict, document already exists (current version [${current.version}])`, index.name);
+      return fail(
+        409,
+        'version_conflict_engine_exception',
+        `[${docId}]: version conflict, document already exists (current version [${current.version}])`,
+        index.name,
+      );
     }
     let version: bigint;
     if (versionType === 'internal') {
@@ -812,7 +892,16 @@ export class SearchStandIn {
       version = g;
     }
     const ok = (status: number, result: string): Obj => ({
-      [kind]: { _index: index.name, _id: docId, _version: version, result, _shards: { total: 1, successful: 1, failed: 0 }, _seq_no: index.seqNo, _primary_term: 1, status },
+      [kind]: {
+        _index: index.name,
+        _id: docId,
+        _version: version,
+        result,
+        _shards: { total: 1, successful: 1, failed: 0 },
+        _seq_no: index.seqNo,
+        _primary_term: 1,
+        status,
+      },
     });
     if (kind === 'delete') {
       const existed = index.docs.delete(docId);
@@ -828,7 +917,10 @@ export class SearchStandIn {
     }
     if (index.mappings.dynamic !== 'strict' && index.mappings.dynamic !== 'false') {
       for (const [k, v] of Object.entries(source!)) {
-        if (index.mappings.properties[k] === undefined && v !== null) index.mappings.properties[k] = { type: typeof v === 'number' ? (Number.isInteger(v) ? 'long' : 'float') : typeof v === 'boolean' ? 'boolean' : isObj(v) ? 'object' : 'text' };
+        if (index.mappings.properties[k] === undefined && v !== null)
+          index.mappings.properties[k] = {
+            type: typeof v === 'number' ? (Number.isInteger(v) ? 'long' : 'float') : typeof v === 'boolean' ? 'boolean' : isObj(v) ? 'object' : 'text',
+          };
       }
     }
     const created = !current?.live;
@@ -845,14 +937,16 @@ export class SearchStandIn {
 
   private getDoc(name: string, id: string): [number, Json] {
     const targets = this.resolve(name, true);
-    if (targets.length > 1) throw new HttpError(400, 'illegal_argument_exception', `alias [${name}] has more than one index associated with it, can't execute a single index op`);
+    if (targets.length > 1)
+      throw new HttpError(400, 'illegal_argument_exception', `alias [${name}] has more than one index associated with it, can't execute a single index op`);
     const d = targets[0]!.docs.get(id);
     return [d ? 200 : 404, this.docJson(targets[0]!, id, d)];
   }
 
   private mget(name: string, body: Obj): [number, Json] {
     const targets = this.resolve(name, true);
-    if (targets.length > 1) throw new HttpError(400, 'illegal_argument_exception', `alias [${name}] has more than one index associated with it, can't execute a single index op`);
+    if (targets.length > 1)
+      throw new HttpError(400, 'illegal_argument_exception', `alias [${name}] has more than one index associated with it, can't execute a single index op`);
     const i = targets[0]!;
     const ids = Array.isArray(body.ids) ? body.ids : Array.isArray(body.docs) ? body.docs.map((d) => (isObj(d) ? d._id : null)) : null;
     if (!ids) throw new HttpError(400, 'action_request_validation_exception', 'Validation Failed: 1: no documents to get;');
@@ -863,7 +957,8 @@ export class SearchStandIn {
     const out: Array<{ index: Index; id: string; doc: Doc }> = [];
     for (const i of this.resolve(name, true)) {
       const filter = this.filterOf(name, i.name);
-      for (const [id, doc] of i.docs) if (matches(filter, doc.source, i.mappings.properties) && matches(body.query, doc.source, i.mappings.properties)) out.push({ index: i, id, doc });
+      for (const [id, doc] of i.docs)
+        if (matches(filter, doc.source, i.mappings.properties) && matches(body.query, doc.source, i.mappings.properties)) out.push({ index: i, id, doc });
     }
     return out;
   }
@@ -872,7 +967,8 @@ export class SearchStandIn {
     const hits = this.hits(name, body);
     const size = typeof body.size === 'number' ? body.size : 10;
     const from = typeof body.from === 'number' ? body.from : 0;
-    if (size > 10_000 || from + size > 10_000) throw new HttpError(400, 'illegal_argument_exception', 'Result window is too large, from + size must be less than or equal to: [10000]');
+    if (size > 10_000 || from + size > 10_000)
+      throw new HttpError(400, 'illegal_argument_exception', 'Result window is too large, from + size must be less than or equal to: [10000]');
     const specs = body.sort === undefined ? [] : Array.isArray(body.sort) ? body.sort : [body.sort];
     const sorts = specs.map((s) => {
       let field: string;
@@ -882,7 +978,8 @@ export class SearchStandIn {
         const [f, spec] = Object.entries(s)[0]!;
         field = f;
         const order = isObj(spec) ? spec.order : spec;
-        if (order !== undefined && order !== 'asc' && order !== 'desc') throw new HttpError(400, 'parsing_exception', `unknown sort order [${String(order)}] for [${f}]`);
+        if (order !== undefined && order !== 'asc' && order !== 'desc')
+          throw new HttpError(400, 'parsing_exception', `unknown sort order [${String(order)}] for [${f}]`);
         desc = order === 'desc';
       } else throw new HttpError(400, 'parsing_exception', 'sort entries must be field names or objects');
       return { field, desc };
@@ -894,7 +991,12 @@ export class SearchStandIn {
       if (!k) {
         k = sorts.map((s) => (s.field === '_id' ? { path: '_id', type: 'keyword' as const, ignoreAbove: null } : fieldKind(i.mappings.properties, s.field)));
         const text = k.findIndex((x) => x.type === 'text');
-        if (text >= 0) throw new HttpError(400, 'illegal_argument_exception', `Text fields are not optimised for operations that require per-document field data like aggregations and sorting, so these operations are disabled by default. Please use a keyword field instead [${sorts[text]!.field}]`);
+        if (text >= 0)
+          throw new HttpError(
+            400,
+            'illegal_argument_exception',
+            `Text fields are not optimised for operations that require per-document field data like aggregations and sorting, so these operations are disabled by default. Please use a keyword field instead [${sorts[text]!.field}]`,
+          );
         kinds.set(i, k);
       }
       return k;
@@ -928,10 +1030,15 @@ export class SearchStandIn {
       keyed.sort((x, y) => compareKeys(x.key, y.key));
       if (body.search_after !== undefined) {
         if (!Array.isArray(body.search_after) || body.search_after.length !== sorts.length) {
-          throw new HttpError(400, 'illegal_argument_exception', `search_after has ${Array.isArray(body.search_after) ? body.search_after.length : 0} value(s) but sort has ${sorts.length}`);
+          throw new HttpError(
+            400,
+            'illegal_argument_exception',
+            `search_after has ${Array.isArray(body.search_after) ? body.search_after.length : 0} value(s) but sort has ${sorts.length}`,
+          );
         }
         const afterValues = body.search_after;
-        const after = (i: Index): Key => kindsOf(i).map((k, j) => (afterValues[j] === null ? null : k.path === '_id' ? String(afterValues[j]) : indexedValue(k, afterValues[j])));
+        const after = (i: Index): Key =>
+          kindsOf(i).map((k, j) => (afterValues[j] === null ? null : k.path === '_id' ? String(afterValues[j]) : indexedValue(k, afterValues[j])));
         const kept = keyed.filter((x) => compareKeys(x.key, after(x.h.index)) > 0);
         keyed.length = 0;
         keyed.push(...kept);
@@ -947,7 +1054,13 @@ export class SearchStandIn {
         hits: {
           total: { value: total, relation: 'eq' },
           max_score: sorts.length ? null : 1,
-          hits: page.map(({ h, key }) => ({ _index: h.index.name, _id: h.id, _score: sorts.length ? null : 1, _source: h.doc.source, ...(sorts.length ? { sort: key.map(sortJson) } : {}) })),
+          hits: page.map(({ h, key }) => ({
+            _index: h.index.name,
+            _id: h.id,
+            _score: sorts.length ? null : 1,
+            _source: h.doc.source,
+            ...(sorts.length ? { sort: key.map(sortJson) } : {}),
+          })),
         },
       },
     ];

@@ -179,7 +179,8 @@ export class SlotStream {
       await client.query(CANONICAL_OUTPUT_SETTINGS);
       // The plugin the slot was created with decides the text; check it is the one the parser reads.
       // (A replication connection speaks the simple query protocol only: no parameters.)
-      const plugin = (await client.query(`SELECT plugin FROM pg_replication_slots WHERE slot_name = ${quoteLiteral(o.slot)}`)).rows[0]?.plugin as string | undefined;
+      const plugin = (await client.query(`SELECT plugin FROM pg_replication_slots WHERE slot_name = ${quoteLiteral(o.slot)}`)).rows[0]?.plugin as
+        string | undefined;
       if (plugin !== undefined && plugin !== SLOT_PLUGIN) throw new Error(`replication slot ${JSON.stringify(o.slot)} uses ${plugin}, not ${SLOT_PLUGIN}`);
       stream = new SlotStream(client, o);
       const s = stream;

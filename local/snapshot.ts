@@ -133,7 +133,10 @@ export class LocalSnapshots {
       if (pending.length === 0 && !this.busy) return;
       const progress = runs.reduce((n, r) => n + r.rowsDone, 0);
       if (progress !== seen) [seen, deadline] = [progress, Date.now() + stallMs];
-      if (Date.now() > deadline) throw new Error(`the snapshot made no progress for ${Math.round(stallMs / 1000)} s (${pending.map((r) => `${r.table} ${r.rowsDone}/${r.estimatedRows}`).join(', ')})`);
+      if (Date.now() > deadline)
+        throw new Error(
+          `the snapshot made no progress for ${Math.round(stallMs / 1000)} s (${pending.map((r) => `${r.table} ${r.rowsDone}/${r.estimatedRows}`).join(', ')})`,
+        );
       await sleep(100);
     }
   }

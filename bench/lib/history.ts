@@ -18,7 +18,6 @@ import { seededRandom } from '../../local/demo.ts';
 /** The demo's seeded PRNG (mulberry32), so a history can be regenerated bit for bit. */
 export { seededRandom };
 
-
 export const BENCH_SOURCE = 'bench';
 export const BENCH_TABLE = 'public.items';
 
@@ -71,7 +70,15 @@ export interface HistoryOptions {
   seed: number;
 }
 
-export const DEFAULT_HISTORY: HistoryOptions = { events: 200_000, keys: 100_000, initial: 60_000, txSize: 100, updateShare: 0.7, insertShare: 0.2, seed: 20261129 };
+export const DEFAULT_HISTORY: HistoryOptions = {
+  events: 200_000,
+  keys: 100_000,
+  initial: 60_000,
+  txSize: 100,
+  updateShare: 0.7,
+  insertShare: 0.2,
+  seed: 20261129,
+};
 
 export interface History {
   options: HistoryOptions;
@@ -90,7 +97,10 @@ const BASE_TIME = Date.parse('2026-01-01T00:00:00Z');
 
 function hex(rand: () => number, n: number): string {
   let s = '';
-  while (s.length < n) s += Math.floor(rand() * 0x100000000).toString(16).padStart(8, '0');
+  while (s.length < n)
+    s += Math.floor(rand() * 0x100000000)
+      .toString(16)
+      .padStart(8, '0');
   return s.slice(0, n);
 }
 
@@ -175,8 +185,25 @@ export function generateHistory(options: HistoryOptions = DEFAULT_HISTORY): Hist
 /** The table's registry entries (what the normalizer would have registered). */
 export function registryEntries(now = new Date().toISOString()): { table: TableRecord; schema: SchemaVersion } {
   return {
-    table: { source: BENCH_SOURCE, table: BENCH_TABLE, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: now },
-    schema: { source: BENCH_SOURCE, table: BENCH_TABLE, version: 1, columns: ITEM_COLUMNS, key: ['id'], effectivePosition: makePosition(1n, 0), registeredAt: now },
+    table: {
+      source: BENCH_SOURCE,
+      table: BENCH_TABLE,
+      state: 'active',
+      currentVersion: 1,
+      deleteMode: 'soft',
+      preImage: 'key',
+      stateReason: null,
+      updatedAt: now,
+    },
+    schema: {
+      source: BENCH_SOURCE,
+      table: BENCH_TABLE,
+      version: 1,
+      columns: ITEM_COLUMNS,
+      key: ['id'],
+      effectivePosition: makePosition(1n, 0),
+      registeredAt: now,
+    },
   };
 }
 
@@ -234,7 +261,9 @@ export function copyLine(r: Item): string {
 export function historyCopyLine(c: HistoryChange): string {
   const r = c.row;
   const op = c.op === 'insert' ? 'i' : c.op === 'update' ? 'u' : 'd';
-  return r ? `${c.seq}\t${op}\t${c.id}\t${r.customer_id}\t${r.status}\t${r.amount}\t${r.note}\t${r.updated_at}\n` : `${c.seq}\t${op}\t${c.id}\t\\N\t\\N\t\\N\t\\N\t\\N\n`;
+  return r
+    ? `${c.seq}\t${op}\t${c.id}\t${r.customer_id}\t${r.status}\t${r.amount}\t${r.note}\t${r.updated_at}\n`
+    : `${c.seq}\t${op}\t${c.id}\t\\N\t\\N\t\\N\t\\N\t\\N\n`;
 }
 
 /**

@@ -181,7 +181,14 @@ export async function standInCeiling(o: CeilingOptions): Promise<CeilingResult> 
         },
       }),
       new Poller({ ...common, consumer: 'warehouse', streamName: o.streams.changeLog, watchPuts: watch(o.streams.changeLog), handler: async () => undefined }),
-      new Poller({ ...common, consumer: 'archive', streamName: o.streams.changeLog, batchSize: o.archiveBatchSize, batchWindowMs: o.archiveWindowMs, handler: async () => undefined }),
+      new Poller({
+        ...common,
+        consumer: 'archive',
+        streamName: o.streams.changeLog,
+        batchSize: o.archiveBatchSize,
+        batchWindowMs: o.archiveWindowMs,
+        handler: async () => undefined,
+      }),
     );
     for (const p of pollers) await p.start();
     const publish = kinesisRawPublisher(client, o.streams.raw);
@@ -198,7 +205,8 @@ export async function standInCeiling(o: CeilingOptions): Promise<CeilingResult> 
     const want = (stream: string, times: number): boolean => (tally.reads.get(stream) ?? 0) >= times * o.changes;
     const deadline = Date.now() + 600_000;
     while (!(want(o.streams.raw, 1) && (tally.puts.get(o.streams.changeLog) ?? 0) >= o.changes && want(o.streams.changeLog, 2))) {
-      if (Date.now() > deadline) throw new Error(`the ceiling run did not finish: ${JSON.stringify({ puts: Object.fromEntries(tally.puts), reads: Object.fromEntries(tally.reads) })}`);
+      if (Date.now() > deadline)
+        throw new Error(`the ceiling run did not finish: ${JSON.stringify({ puts: Object.fromEntries(tally.puts), reads: Object.fromEntries(tally.reads) })}`);
       await sleep(2);
     }
     const seconds = (performance.now() - t0) / 1000;

@@ -36,7 +36,9 @@ export class Tally {
 
   /** Labels with total ms and calls, largest first. */
   entries(): Array<{ label: string; ms: number; calls: number }> {
-    return [...this.ms.entries()].map(([label, ms]) => ({ label, ms: Math.round(ms * 10) / 10, calls: this.calls.get(label) ?? 0 })).sort((a, b) => b.ms - a.ms);
+    return [...this.ms.entries()]
+      .map(([label, ms]) => ({ label, ms: Math.round(ms * 10) / 10, calls: this.calls.get(label) ?? 0 }))
+      .sort((a, b) => b.ms - a.ms);
   }
 }
 
@@ -153,7 +155,9 @@ export async function resetStatementStats(client: pg.ClientBase): Promise<void> 
 }
 
 /** Reads pg_stat_statements for the current database, grouped into phases (largest first). */
-export async function statementStats(client: pg.ClientBase): Promise<{ phases: Array<{ phase: string; ms: number; calls: number; rows: number }>; statements: StatementStat[] }> {
+export async function statementStats(
+  client: pg.ClientBase,
+): Promise<{ phases: Array<{ phase: string; ms: number; calls: number; rows: number }>; statements: StatementStat[] }> {
   const res = await client.query(
     `SELECT query, calls::int AS calls, rows::bigint::text AS rows, total_exec_time AS ms
        FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
@@ -239,7 +243,9 @@ export function summariseProfile(profile: CpuProfile, root: string, top = 15): P
     [...m.entries()]
       .sort((a, b) => b[1] - a[1])
       .slice(0, top)
-      .map(([k, ms]) => ({ [key]: k, ms: Math.round(ms), share: Math.round((ms / total) * 1000) / 1000 }) as { [P in K]: string } & { ms: number; share: number });
+      .map(
+        ([k, ms]) => ({ [key]: k, ms: Math.round(ms), share: Math.round((ms / total) * 1000) / 1000 }) as { [P in K]: string } & { ms: number; share: number },
+      );
   return { totalMs: Math.round(total), byFile: list(byFile, 'file'), byFunction: list(byFn, 'fn') };
 }
 

@@ -81,12 +81,26 @@ export function nowMs(): number {
 }
 
 /** A rate row: higher is better, ratio = figure ÷ reference. */
-export function rateRow(measure: string, figure: number, unit: string, reference: number | null, referenceLabel: string | null, extra: Partial<ResultRow> = {}): ResultRow {
+export function rateRow(
+  measure: string,
+  figure: number,
+  unit: string,
+  reference: number | null,
+  referenceLabel: string | null,
+  extra: Partial<ResultRow> = {},
+): ResultRow {
   return { measure, figure, unit, reference, referenceLabel, ratio: reference ? figure / reference : null, ...extra };
 }
 
 /** A time row: lower is better, ratio = reference ÷ figure. */
-export function timeRow(measure: string, figure: number, unit: string, reference: number | null, referenceLabel: string | null, extra: Partial<ResultRow> = {}): ResultRow {
+export function timeRow(
+  measure: string,
+  figure: number,
+  unit: string,
+  reference: number | null,
+  referenceLabel: string | null,
+  extra: Partial<ResultRow> = {},
+): ResultRow {
   return { measure, figure, unit, reference, referenceLabel, ratio: reference && figure ? reference / figure : null, ...extra };
 }
 

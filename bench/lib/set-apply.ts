@@ -38,7 +38,8 @@ function applySql(schema: string): string {
   const image = `(SELECT * FROM (SELECT s.*, row_number() OVER (PARTITION BY id ORDER BY pos DESC) AS rn FROM cdc_set_stage s WHERE op <> 'delete') x WHERE rn = 1)`;
   const isDel = `l.op = 'delete'`;
   // A delete keeps the newest image of this batch if there is one above the stored row, else the stored values.
-  const col = (c: string): string => `"${c}" = CASE WHEN NOT ${isDel} THEN l."${c}" WHEN i.id IS NOT NULL AND i.pos > m."_cdc_position" THEN i."${c}" ELSE m."${c}" END`;
+  const col = (c: string): string =>
+    `"${c}" = CASE WHEN NOT ${isDel} THEN l."${c}" WHEN i.id IS NOT NULL AND i.pos > m."_cdc_position" THEN i."${c}" ELSE m."${c}" END`;
   return [
     'BEGIN',
     `INSERT INTO ${cl} ("_cdc_position", "_cdc_op", "_cdc_commit_ts", "_cdc_schema_version", "_cdc_tx_id", "_cdc_synthetic", "_cdc_missing", "_cdc_applied_at", id, ${DATA.map((c) => `"${c}"`).join(', ')}) ` +

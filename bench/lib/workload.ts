@@ -60,7 +60,10 @@ export class ChangeMaker {
   /** One change as SQL text (values are numbers and hex strings made here; nothing from outside). */
   statement(): string {
     const r = this.rand();
-    const note = `'${Math.floor(this.rand() * 0xffffffff).toString(16).padStart(8, '0').repeat(8)}'`;
+    const note = `'${Math.floor(this.rand() * 0xffffffff)
+      .toString(16)
+      .padStart(8, '0')
+      .repeat(8)}'`;
     const amount = (this.rand() * 1000).toFixed(2);
     if (r < 0.2 || this.live.length < 100) {
       const id = this.next++;

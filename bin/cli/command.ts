@@ -84,8 +84,6 @@ export interface ParsedLine {
   notes: string[];
 }
 
-
-
 /** A command line that cannot be run as written; the router prints it with a usage hint, exit code 2. */
 export class UsageError extends Error {
   override name = 'UsageError';

@@ -69,7 +69,14 @@ export function parseDecodeArgs(args: readonly string[]): DecodeOptions {
   const source = text(values, 'source-id') ?? DEFAULT_SOURCE;
   if (!isSourceId(source)) throw new UsageError(`--source-id expects a lower-case identifier, got '${source}'`);
   if (positionals.length > 1) throw new UsageError(`one input file at most (got '${positionals.join("' and '")}')`);
-  return { file: positionals[0] ?? null, source, keys: new Map(texts(values, 'key').map(parseKey)), tableConfig: text(values, 'table-config'), sort: on(values, 'sort'), quiet: on(values, 'quiet') };
+  return {
+    file: positionals[0] ?? null,
+    source,
+    keys: new Map(texts(values, 'key').map(parseKey)),
+    tableConfig: text(values, 'table-config'),
+    sort: on(values, 'sort'),
+    quiet: on(values, 'quiet'),
+  };
 }
 
 /** The printed shape: a change event whose schema version is not known (no registry consulted). */
@@ -161,7 +168,11 @@ async function run(args: string[], io: CliIo): Promise<number> {
       }
       if (result.kind === 'control') {
         if (result.key) learnedKeys.set(result.table, result.key);
-        if (result.columns) learnedColumns.set(result.table, result.columns.map((c) => c.name));
+        if (result.columns)
+          learnedColumns.set(
+            result.table,
+            result.columns.map((c) => c.name),
+          );
         if (result.operation === 'drop-table') {
           learnedKeys.delete(result.table);
           learnedColumns.delete(result.table);

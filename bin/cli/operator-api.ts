@@ -29,7 +29,8 @@ class NodeSha256 {
     return new Uint8Array(this.h.digest());
   }
 }
-const toBuffer = (d: SourceData): Buffer => (typeof d === 'string' ? Buffer.from(d, 'utf8') : ArrayBuffer.isView(d) ? Buffer.from(d.buffer, d.byteOffset, d.byteLength) : Buffer.from(d));
+const toBuffer = (d: SourceData): Buffer =>
+  typeof d === 'string' ? Buffer.from(d, 'utf8') : ArrayBuffer.isView(d) ? Buffer.from(d.buffer, d.byteOffset, d.byteLength) : Buffer.from(d);
 
 /** The region of an execute-api URL (`https://ID.execute-api.REGION.amazonaws.com/STAGE/`), or null. */
 export function regionOfApiUrl(url: URL): string | null {
@@ -80,7 +81,16 @@ export function openOperatorApi(o: OperatorApiOptions): OperatorDoor {
       if (!OPERATOR_ROUTES.some((r) => r.path === route)) throw new OperatorApiError(`${route} is not a route of the operator API`);
       const url = new URL(route.slice(1), base);
       const text = JSON.stringify(body);
-      const signed = await signer.sign({ method: OPERATOR_API_METHOD, protocol: url.protocol, hostname: url.hostname, ...(url.port ? { port: Number(url.port) } : {}), path: url.pathname, query: {}, headers: { host: url.host, 'content-type': 'application/json' }, body: text });
+      const signed = await signer.sign({
+        method: OPERATOR_API_METHOD,
+        protocol: url.protocol,
+        hostname: url.hostname,
+        ...(url.port ? { port: Number(url.port) } : {}),
+        path: url.pathname,
+        query: {},
+        headers: { host: url.host, 'content-type': 'application/json' },
+        body: text,
+      });
       const res = await post(url, signed.headers, text);
       let answer: unknown;
       try {
@@ -90,12 +100,23 @@ export function openOperatorApi(o: OperatorApiOptions): OperatorDoor {
       }
       if (typeof answer === 'object' && answer !== null && 'ok' in answer) return answer as OperatorResponse;
       // API Gateway's own answer: a 403 is IAM refusing the route (or the signature).
-      const message = typeof answer === 'object' && answer !== null ? String((answer as { Message?: unknown; message?: unknown }).Message ?? (answer as { message?: unknown }).message ?? res.text) : res.text;
+      const message =
+        typeof answer === 'object' && answer !== null
+          ? String((answer as { Message?: unknown; message?: unknown }).Message ?? (answer as { message?: unknown }).message ?? res.text)
+          : res.text;
       if (res.status === 403) {
         const request = body.request;
         return {
           ok: true,
-          result: { outcome: 'refused', action: request.action, source: request.source ?? null, table: 'table' in request ? (request.table ?? null) : null, code: 'NOT_AUTHORIZED', reason: `the operator API refused ${route}: ${message}`, hint: 'ask for the grant of this action class (docs/deploy.md "Security: operators, who may do what"), or check your credentials and --region' },
+          result: {
+            outcome: 'refused',
+            action: request.action,
+            source: request.source ?? null,
+            table: 'table' in request ? (request.table ?? null) : null,
+            code: 'NOT_AUTHORIZED',
+            reason: `the operator API refused ${route}: ${message}`,
+            hint: 'ask for the grant of this action class (docs/deploy.md "Security: operators, who may do what"), or check your credentials and --region',
+          },
         };
       }
       throw new OperatorApiError(`the operator API answered ${res.status} on ${route}: ${message}`);

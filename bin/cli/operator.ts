@@ -17,7 +17,19 @@ import { openOperatorApi } from './operator-api.ts';
 import { openLocalOperator, type OperatorDoor } from '../../local/operator-door.ts';
 import { DEFAULT_STATE_DIR } from '../../local/stack.ts';
 import { formatBytes } from '../../local/status.ts';
-import { EXIT_FAILED, EXIT_OK, EXIT_REFUSED, UsageError, write, type CliIo, type Command, type CommandSpec, type OptionUse, type Retired, type Values } from './command.ts';
+import {
+  EXIT_FAILED,
+  EXIT_OK,
+  EXIT_REFUSED,
+  UsageError,
+  write,
+  type CliIo,
+  type Command,
+  type CommandSpec,
+  type OptionUse,
+  type Retired,
+  type Values,
+} from './command.ts';
 import { on, parseCommandLine, RETIRED_FLAGS, text, use, VOCABULARY } from './options.ts';
 
 /** The stack output holding the operator API's URL (lib/private/operator-function.ts). */
@@ -25,7 +37,10 @@ export const OPERATOR_API_OUTPUT = 'OperatorApiUrl';
 
 /** Where an operator command acts: a state folder on this machine, or the operator API on AWS. */
 const DOOR: OptionUse[] = [
-  use(VOCABULARY.stateDir, { detail: 'Works whether or not cdc local is running there (if not, DynamoDB Local is started on the folder\'s data for the duration of the command).', default: DEFAULT_STATE_DIR }),
+  use(VOCABULARY.stateDir, {
+    detail: "Works whether or not cdc local is running there (if not, DynamoDB Local is started on the folder's data for the duration of the command).",
+    default: DEFAULT_STATE_DIR,
+  }),
   use(VOCABULARY.stack),
   use(VOCABULARY.url),
   use(VOCABULARY.region),
@@ -40,10 +55,22 @@ const RETIRED_SOURCE: Retired = {
 };
 
 /** `--actor` on a command that writes nothing. */
-const RETIRED_ACTOR: Retired = { flag: VOCABULARY.actor, instead: 'has no effect here: this command writes nothing to the audit log (the flag is for pause, resume, resnapshot and rebuild)' };
+const RETIRED_ACTOR: Retired = {
+  flag: VOCABULARY.actor,
+  instead: 'has no effect here: this command writes nothing to the audit log (the flag is for pause, resume, resnapshot and rebuild)',
+};
 
 /** The spec of an operator command: its own flags, then the door's, then `--actor` when it writes and `--json`. */
-function operatorSpec(o: { name: string; summary: string; usage: string; description: string; table: 'one' | 'optional'; own: OptionUse[]; writes: boolean; retired?: Retired[] }): CommandSpec {
+function operatorSpec(o: {
+  name: string;
+  summary: string;
+  usage: string;
+  description: string;
+  table: 'one' | 'optional';
+  own: OptionUse[];
+  writes: boolean;
+  retired?: Retired[];
+}): CommandSpec {
   return {
     name: o.name,
     summary: o.summary,
@@ -102,7 +129,8 @@ async function apiUrlOfStack(stack: string, region: string | undefined): Promise
   try {
     const out = await cfn.send(new DescribeStacksCommand({ StackName: stack }));
     const found = (out.Stacks?.[0]?.Outputs ?? []).filter((o) => (o.OutputKey ?? '').includes(OPERATOR_API_OUTPUT));
-    if (found.length > 1) throw new OperatorCliError(`stack ${stack} has several ${OPERATOR_API_OUTPUT} outputs (${found.map((o) => o.OutputKey).join(', ')}): pass --url`);
+    if (found.length > 1)
+      throw new OperatorCliError(`stack ${stack} has several ${OPERATOR_API_OUTPUT} outputs (${found.map((o) => o.OutputKey).join(', ')}): pass --url`);
     const url = found[0]?.OutputValue;
     if (!url) throw new OperatorCliError(`stack ${stack} has no ${OPERATOR_API_OUTPUT} output (does it deploy a ControlPlane of this version?): pass --url`);
     return url;
@@ -124,7 +152,8 @@ export class OperatorCliError extends Error {
 
 /** Opens the door the options name. Exported for tests (which pass a door of their own). */
 export type DoorOpener = (door: DoorOptions) => Promise<OperatorDoor>;
-export const defaultDoor: DoorOpener = (door) => (door.stack || door.url ? awsDoor(door) : openLocalOperator(door.stateDir, { warehouseUrl: door.warehouse ?? null }));
+export const defaultDoor: DoorOpener = (door) =>
+  door.stack || door.url ? awsDoor(door) : openLocalOperator(door.stateDir, { warehouseUrl: door.warehouse ?? null });
 let opener: DoorOpener = defaultDoor;
 /** Replaces how doors are opened (tests: the operator handler in process, as the Lambda would run it). */
 export function setDoorOpener(next: DoorOpener | null): void {
@@ -133,7 +162,16 @@ export function setDoorOpener(next: DoorOpener | null): void {
 
 const pad = (rows: string[][]): string => {
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? '').length)));
-  return rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join('  ').trimEnd()).join('\n') + '\n';
+  return (
+    rows
+      .map((r) =>
+        r
+          .map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!)))
+          .join('  ')
+          .trimEnd(),
+      )
+      .join('\n') + '\n'
+  );
 };
 
 /** A table's snapshot in `cdc status`: its state, rows done of the estimate and throttle (as `cdc local`'s board), the ETA while it runs. */
@@ -163,12 +201,20 @@ export function formatStatus(report: StatusReport): string {
       ]);
     }
   }
-  const lag = report.endToEndLag.length > 0 ? report.endToEndLag.map((l) => `end-to-end lag ${l.sink}: ${formatDuration(l.lagMs)} (${l.lagMs} ms at ${l.at})`).join('\n') + '\n' : 'end-to-end lag: unknown\n';
+  const lag =
+    report.endToEndLag.length > 0
+      ? report.endToEndLag.map((l) => `end-to-end lag ${l.sink}: ${formatDuration(l.lagMs)} (${l.lagMs} ms at ${l.at})`).join('\n') + '\n'
+      : 'end-to-end lag: unknown\n';
   // Tables the capture rules match but do not capture, each with its reason (docs/onboarding.md).
   const notCaptured = (report.notCaptured ?? []).map((n) => `not captured: ${n.source}/${n.table} ${n.verdict}: ${n.reasons.join('; ')}\n`).join('');
   // Rebuilds under way (docs/rebuild.md): the sink's rebuild slot and its checkpoint.
   const rebuilding = report.tables
-    .flatMap((t) => (t.rebuilds ?? []).map((b) => `rebuild ${b.stale ? 'stalled' : 'running'}: ${t.source}/${t.table} sink ${b.sink} (${b.mode}, ${b.id}) since ${b.startedAt}: ${b.events} events into the shadow in ${b.slices} slice(s), last report ${b.heartbeatAt}\n`))
+    .flatMap((t) =>
+      (t.rebuilds ?? []).map(
+        (b) =>
+          `rebuild ${b.stale ? 'stalled' : 'running'}: ${t.source}/${t.table} sink ${b.sink} (${b.mode}, ${b.id}) since ${b.startedAt}: ${b.events} events into the shadow in ${b.slices} slice(s), last report ${b.heartbeatAt}\n`,
+      ),
+    )
     .join('');
   return `${report.tables.length === 0 ? 'no registered tables\n' : pad(rows)}${notCaptured}${rebuilding}${formatSlots(report)}change log retention: ${formatDuration(report.changeLogRetentionMs)}\n${lag}`;
 }
@@ -187,7 +233,18 @@ export function formatSlots(report: StatusReport): string {
     }
     const age = `${formatDuration(Math.max(0, at - Date.parse(r.report.at)))} ago`;
     for (const k of r.report.slots) {
-      rows.push([r.source, k.slot, k.ours ? 'capture' : 'other', k.active ? 'yes' : 'no', k.walStatus ?? '-', k.confirmedLsn ?? '-', formatBytes(k.retainedBytes), formatBytes(k.headroomBytes), k.level, age]);
+      rows.push([
+        r.source,
+        k.slot,
+        k.ours ? 'capture' : 'other',
+        k.active ? 'yes' : 'no',
+        k.walStatus ?? '-',
+        k.confirmedLsn ?? '-',
+        formatBytes(k.retainedBytes),
+        formatBytes(k.headroomBytes),
+        k.level,
+        age,
+      ]);
     }
     if (!r.report.slots.some((k) => k.ours)) rows.push([r.source, r.report.slot, 'capture', '-', 'missing', '-', '-', '-', 'lost', age]);
     if (r.report.stop) notes.push(`STOP ${r.source} slot ${r.report.slot}: ${r.report.stop}\n`);
@@ -247,7 +304,8 @@ async function runRequest(command: string, parsed: Parsed, io: CliIo, request: O
 }
 
 function oneTable(command: string, positional: string[]): string {
-  if (positional.length !== 1) throw new UsageError(`cdc ${command} takes one table (schema.table), got ${positional.length === 0 ? 'none' : positional.join(' ')}`);
+  if (positional.length !== 1)
+    throw new UsageError(`cdc ${command} takes one table (schema.table), got ${positional.length === 0 ? 'none' : positional.join(' ')}`);
   return positional[0]!;
 }
 
@@ -385,7 +443,12 @@ up to the live position, diffs shadow against live (the diff is printed and kept
 old table or the new one, never a partial one. Other tables keep flowing. Refused when the history
 needed is no longer complete (docs/rebuild.md lists the reasons).`,
     table: 'one',
-    own: [use(VOCABULARY.sink, { default: 'the only sink that applies TABLE' }), use(VOCABULARY.from), use(VOCABULARY.rehearse), use(VOCABULARY.warehouse, { default: "cdc local's embedded one, while it runs" })],
+    own: [
+      use(VOCABULARY.sink, { default: 'the only sink that applies TABLE' }),
+      use(VOCABULARY.from),
+      use(VOCABULARY.rehearse),
+      use(VOCABULARY.warehouse, { default: "cdc local's embedded one, while it runs" }),
+    ],
     writes: true,
   }),
   (p) => {

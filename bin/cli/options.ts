@@ -20,8 +20,16 @@ export const VOCABULARY = {
   json: flag('json', 'boolean', 'machine-readable output on stdout (JSON)'),
   // Where: a state folder (on this machine) or the operator API (on AWS).
   stateDir: valued('state-dir', 'DIR', 'a cdc local state folder'),
-  stack: valued('stack', 'NAME', "a stack of your CDK app: on AWS the deployed stack whose ControlPlane serves the operator API (its URL is read from the stack output OperatorApiUrl); with cdc local --app, that stack in the cloud assembly"),
-  app: valued('app', 'CDK_OUT', 'your synthesized CDK app (the folder cdk synth writes): the captured tables, masks, excludes, delete modes, keys, rules, sinks and their settings come from its templates (docs/local.md, "Your synthesized app")'),
+  stack: valued(
+    'stack',
+    'NAME',
+    'a stack of your CDK app: on AWS the deployed stack whose ControlPlane serves the operator API (its URL is read from the stack output OperatorApiUrl); with cdc local --app, that stack in the cloud assembly',
+  ),
+  app: valued(
+    'app',
+    'CDK_OUT',
+    'your synthesized CDK app (the folder cdk synth writes): the captured tables, masks, excludes, delete modes, keys, rules, sinks and their settings come from its templates (docs/local.md, "Your synthesized app")',
+  ),
   url: valued('url', 'URL', "on AWS: the operator API's URL (the stack output OperatorApiUrl); requests are signed with your AWS credentials (SigV4)"),
   region: valued('region', 'REGION', "on AWS: the region [default: the URL's, else the SDK's]"),
   // The source: a database (URL) or a name in the pipeline (id).
@@ -35,32 +43,68 @@ export const VOCABULARY = {
   searchId: valued('search-id', 'ID', "the search sink's id"),
   noSearch: flag('no-search', 'boolean', 'run without the search sink'),
   // Captured tables (docs/onboarding.md).
-  tables: valued('tables', 'LIST', 'tables to capture, comma separated (schema.table); a pattern (public.*) captures every eligible table it matches (docs/onboarding.md)'),
+  tables: valued(
+    'tables',
+    'LIST',
+    'tables to capture, comma separated (schema.table); a pattern (public.*) captures every eligible table it matches (docs/onboarding.md)',
+  ),
   excludeTables: valued('exclude-tables', 'LIST', 'patterns the --tables patterns leave out (public.audit_*)'),
-  tableConfig: valued('table-config', 'FILE', 'captured-table settings, a JSON array like [{"table":"public.users","mask":["email"],"exclude":["ssn"]}, {"match":"public.*","excludeTables":["public.audit_*"]}] (docs/onboarding.md, docs/masking.md)'),
+  tableConfig: valued(
+    'table-config',
+    'FILE',
+    'captured-table settings, a JSON array like [{"table":"public.users","mask":["email"],"exclude":["ssn"]}, {"match":"public.*","excludeTables":["public.audit_*"]}] (docs/onboarding.md, docs/masking.md)',
+  ),
   slot: valued('slot', 'NAME', "the capture's replication slot"),
   // What writes: the audit's note.
-  actor: valued('actor', 'TEXT', 'a note for the audit entry this command writes; who you are is recorded from your IAM identity (on AWS) or your OS user (locally)'),
+  actor: valued(
+    'actor',
+    'TEXT',
+    'a note for the audit entry this command writes; who you are is recorded from your IAM identity (on AWS) or your OS user (locally)',
+  ),
   reason: valued('reason', 'TEXT', 'why (kept in the audit log)'),
   // Operator actions.
   for: valued('for', 'DURATION', 'how long you expect to pause: 90s, 10m, 2h, 7d, 1h30m'),
-  acceptSchema: flag('accept-schema', 'boolean', 'for a table paused by a breaking schema change: continue with the new schema version (docs/operations.md says what each sink keeps of a dropped or renamed column); without it the command refuses'),
+  acceptSchema: flag(
+    'accept-schema',
+    'boolean',
+    'for a table paused by a breaking schema change: continue with the new schema version (docs/operations.md says what each sink keeps of a dropped or renamed column); without it the command refuses',
+  ),
   since: valued('since', 'TIME', 'only entries at or after TIME (ISO 8601, e.g. 2026-12-01T08:00:00Z, or a duration back from now: 30m, 2h, 7d)'),
   from: valued('from', 'POSITION', 'replay from this position (24 hex digits) [default: the beginning]'),
   rehearse: flag('rehearse', 'boolean', "build and diff, do not swap; records the rebuild's duration"),
   // cdc local.
-  demo: flag('demo', 'boolean', 'create a demo schema in the embedded source and run a steady workload (customers with a masked email and an excluded ssn, orders with a foreign key, documents with large unchanged text)'),
-  duration: valued('duration', 'TIME', 'run for TIME (60s, 5m, 1h), then stop the workload, wait until the sinks caught up (progress every 10 s), compare every captured table of source and sinks and print the verdicts; exit 0 only when they all match'),
+  demo: flag(
+    'demo',
+    'boolean',
+    'create a demo schema in the embedded source and run a steady workload (customers with a masked email and an excluded ssn, orders with a foreign key, documents with large unchanged text)',
+  ),
+  duration: valued(
+    'duration',
+    'TIME',
+    'run for TIME (60s, 5m, 1h), then stop the workload, wait until the sinks caught up (progress every 10 s), compare every captured table of source and sinks and print the verdicts; exit 0 only when they all match',
+  ),
   rate: valued('rate', 'N', 'demo transactions per second'),
-  slotRead: valued('slot-read', 'MODE', 'how the capture reads its slot: stream (a replication connection: the WAL is decoded once) or peek (SQL peeks, for a source that allows no replication connection)'),
+  slotRead: valued(
+    'slot-read',
+    'MODE',
+    'how the capture reads its slot: stream (a replication connection: the WAL is decoded once) or peek (SQL peeks, for a source that allows no replication connection)',
+  ),
   maxTxRows: valued('max-tx-rows', 'N', 'stop loudly on a source transaction with more rows'),
   maxTxBytes: valued('max-tx-bytes', 'N', 'stop loudly on a source transaction with more bytes of decoded changes'),
   heartbeatMs: valued('heartbeat-ms', 'N', 'heartbeat interval, milliseconds'),
   fast: flag('fast', 'boolean', 'run the embedded PostgreSQL without fsync (tests, benchmarks)'),
-  noSnapshot: flag('no-snapshot', 'boolean', 'do not copy rows that existed before capture started (a table opts out alone with "snapshot": false in --table-config; docs/snapshot.md)'),
+  noSnapshot: flag(
+    'no-snapshot',
+    'boolean',
+    'do not copy rows that existed before capture started (a table opts out alone with "snapshot": false in --table-config; docs/snapshot.md)',
+  ),
   snapshotChunk: valued('snapshot-chunk', 'N', 'read snapshot chunks of N rows instead of pacing them against the source budget (tests, benchmarks)'),
   snapshotReplica: valued('snapshot-replica', 'URL', 'read snapshot chunks from this read replica of the source'),
-  reset: flag('reset', 'boolean', 'remove the state folder and the embedded PostgreSQL data (stopping what a killed run left running), then exit: the next run starts over'),
+  reset: flag(
+    'reset',
+    'boolean',
+    'remove the state folder and the embedded PostgreSQL data (stopping what a killed run left running), then exit: the next run starts over',
+  ),
   // cdc doctor.
   heartbeatSchema: valued('heartbeat-schema', 'S', 'schema of the heartbeat table'),
   heartbeatUser: valued('heartbeat-user', 'ROLE', 'the role that writes the heartbeat'),
@@ -68,9 +112,18 @@ export const VOCABULARY = {
   // cdc reconcile.
   rowsPerRun: valued('rows-per-run', 'N', 'source rows checked per table per run at most'),
   settle: valued('settle', 'TIME', "wait before re-reading differing keys (longer than the sink's lag)"),
-  sourceBudget: valued('source-budget', 'PCT', "the write latency the reads may add on the source, percent over its baseline; above it the reads slow down and pause (the snapshot worker's pacer)"),
+  sourceBudget: valued(
+    'source-budget',
+    'PCT',
+    "the write latency the reads may add on the source, percent over its baseline; above it the reads slow down and pause (the snapshot worker's pacer)",
+  ),
   // cdc decode.
-  key: valued('key', 'schema.table=c1,c2', 'primary-key columns of a table (repeatable); without it the key is learned from create-table control records and pk-only before images seen earlier in the input', { multiple: true }),
+  key: valued(
+    'key',
+    'schema.table=c1,c2',
+    'primary-key columns of a table (repeatable); without it the key is learned from create-table control records and pk-only before images seen earlier in the input',
+    { multiple: true },
+  ),
   sort: flag('sort', 'boolean', 'print all events at the end, ordered by position (stable)'),
   quiet: flag('quiet', 'boolean', 'do not print notes on stderr'),
 } as const satisfies Record<string, Flag>;
@@ -86,7 +139,12 @@ export const RETIRED_FLAGS = {
 export const use = (f: Flag, more: Omit<OptionUse, 'flag'> = {}): OptionUse => ({ flag: f, ...more });
 
 /** Exit codes, the same for every command (docs/operations.md, "Exit codes"). */
-export const EXIT_CODE_MEANING = { 0: 'done', 1: 'error, or a difference found', 2: 'usage error (the message names the flag)', 3: 'refused (the reason and what to do on stderr); nothing was changed' } as const;
+export const EXIT_CODE_MEANING = {
+  0: 'done',
+  1: 'error, or a difference found',
+  2: 'usage error (the message names the flag)',
+  3: 'refused (the reason and what to do on stderr); nothing was changed',
+} as const;
 
 function flagOf(spec: CommandSpec, name: string): Flag | null {
   for (const o of spec.options) if (o && o.flag.name === name) return o.flag;
@@ -135,7 +193,10 @@ export function parseCommandLine(spec: CommandSpec, args: readonly string[]): Pa
   }
   let parsed: { values: Values; positionals: string[] };
   try {
-    parsed = parseArgs({ args: joined, options, strict: true, allowPositionals: (spec.arguments ?? []).length > 0 }) as { values: Values; positionals: string[] };
+    parsed = parseArgs({ args: joined, options, strict: true, allowPositionals: (spec.arguments ?? []).length > 0 }) as {
+      values: Values;
+      positionals: string[];
+    };
   } catch (e) {
     throw new UsageError(usageMessage(spec, e as Error & { code?: string }));
   }
@@ -227,11 +288,18 @@ export function helpText(spec: CommandSpec): string {
       continue;
     }
     const meaning = o.detail ? `${o.flag.help}${/\.$/.test(o.flag.help) ? '' : '.'} ${o.detail}` : o.flag.help;
-    const words = [meaning, o.default !== undefined ? `[default: ${o.default}]` : undefined, o.multiple ? '(repeatable)' : undefined].filter((w) => w).join(' ');
+    const words = [meaning, o.default !== undefined ? `[default: ${o.default}]` : undefined, o.multiple ? '(repeatable)' : undefined]
+      .filter((w) => w)
+      .join(' ');
     out.push(...wrap(`  ${spelling(o.flag)}`, words));
   }
   out.push('', 'Exit codes:');
-  const exits: Array<[string, string]> = [['0', spec.exits[0]], ...(spec.exits[1] ? [['1', spec.exits[1]] as [string, string]] : []), ['2', EXIT_CODE_MEANING[2]], ...(spec.exits[3] ? [['3', spec.exits[3]] as [string, string]] : [])];
+  const exits: Array<[string, string]> = [
+    ['0', spec.exits[0]],
+    ...(spec.exits[1] ? [['1', spec.exits[1]] as [string, string]] : []),
+    ['2', EXIT_CODE_MEANING[2]],
+    ...(spec.exits[3] ? [['3', spec.exits[3]] as [string, string]] : []),
+  ];
   for (const [code, meaning] of exits) out.push(...wrap(`  ${code}`, meaning, 5));
   for (const r of spec.retired ?? []) {
     if (r === spec.retired![0]) out.push('', 'Deprecated (accepted until the next release):');

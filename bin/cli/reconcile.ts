@@ -43,7 +43,7 @@ docs/reconcile.md.`,
     use(VOCABULARY.source, { default: 'the embedded one of a running cdc local --demo' }),
     use(VOCABULARY.warehouse, { default: 'the embedded one of a running cdc local' }),
     use(VOCABULARY.sourceId, { default: 'the only source the control plane knows' }),
-    use(VOCABULARY.tableConfig, { detail: 'The settings cdc local was given (mask and exclude rules; the demo\'s are used for the demo).' }),
+    use(VOCABULARY.tableConfig, { detail: "The settings cdc local was given (mask and exclude rules; the demo's are used for the demo)." }),
     use(VOCABULARY.rowsPerRun, { default: '100000' }),
     use(VOCABULARY.settle, { default: '5s' }),
     use(VOCABULARY.sourceBudget, { default: String(DEFAULT_SOURCE_BUDGET.writeLatencyPct) }),
@@ -57,7 +57,13 @@ docs/reconcile.md.`,
     {
       flag: RETIRED_FLAGS.table,
       instead: 'is now an argument: cdc reconcile TABLE...',
-      apply: (v, line) => void line.positionals.push(...String(v).split(',').map((t) => t.trim()).filter(Boolean)),
+      apply: (v, line) =>
+        void line.positionals.push(
+          ...String(v)
+            .split(',')
+            .map((t) => t.trim())
+            .filter(Boolean),
+        ),
     },
   ],
 };
@@ -84,10 +90,16 @@ export interface ReconcileCliOptions {
 
 export function parseReconcileArgs(args: readonly string[]): ReconcileCliOptions {
   const { values, positionals, notes } = parseCommandLine(RECONCILE, args);
-  const tables = positionals.flatMap((p) => p.split(',').map((t) => t.trim()).filter(Boolean));
+  const tables = positionals.flatMap((p) =>
+    p
+      .split(',')
+      .map((t) => t.trim())
+      .filter(Boolean),
+  );
   for (const t of tables) if (!/^[^.\s]+\.[^.\s]+$/.test(t)) throw new UsageError(`a table is schema.table, got '${t}'`);
   const searchUrl = text(values, 'search');
-  if (searchUrl !== null && !/^https?:\/\/[^\s/]+/.test(searchUrl)) throw new UsageError(`--search expects an http(s) URL like http://localhost:9200, got '${searchUrl}'`);
+  if (searchUrl !== null && !/^https?:\/\/[^\s/]+/.test(searchUrl))
+    throw new UsageError(`--search expects an http(s) URL like http://localhost:9200, got '${searchUrl}'`);
   const warehouseUrl = text(values, 'warehouse');
   if (searchUrl !== null && warehouseUrl !== null) throw new UsageError('--search and --warehouse exclude each other (one sink per run)');
   const sink = text(values, 'sink');
@@ -150,17 +162,24 @@ export const reconcileCommand: Command = {
       const sources = [...new Set(registered.map((t) => t.source))];
       const source = o.sourceId ?? (sources.length === 1 ? sources[0]! : null);
       if (source === null) {
-        if (sources.length === 0) return fail(io, `the control plane in ${o.stateDir} knows no captured table yet: run cdc local until its tables are registered`);
+        if (sources.length === 0)
+          return fail(io, `the control plane in ${o.stateDir} knows no captured table yet: run cdc local until its tables are registered`);
         throw new UsageError(`the control plane knows several sources (${sources.join(', ')}): pass --source-id`);
       }
       const captured = registered.filter((t) => t.source === source).map((t) => t.table);
       const wanted = o.tables.length > 0 ? o.tables : captured;
       const unknown = wanted.filter((t) => !captured.includes(t));
-      if (unknown.length > 0) throw new UsageError(`not a captured table of source ${source}: ${unknown.join(', ')} (captured: ${captured.join(', ') || 'none'})`);
+      if (unknown.length > 0)
+        throw new UsageError(`not a captured table of source ${source}: ${unknown.join(', ')} (captured: ${captured.join(', ') || 'none'})`);
       const rules = configs ?? (local.embeddedSource ? DEMO_TABLES : []);
       const tables: TableConfig[] = wanted.map((t) => rules.find((c) => c.table === t) ?? { table: t, deleteMode: 'soft', mask: [], exclude: [] });
       const sourceUrl = o.sourceUrl ?? (local.embeddedSource && local.embeddedUrl ? local.embeddedUrl(SOURCE_DATABASE) : null);
-      if (!sourceUrl) throw new UsageError(local.running ? 'cdc local captures an external source here: pass --source URL' : 'cdc local is not running on this state folder, so its embedded databases are down: pass --source URL (and --warehouse URL), or start cdc local');
+      if (!sourceUrl)
+        throw new UsageError(
+          local.running
+            ? 'cdc local captures an external source here: pass --source URL'
+            : 'cdc local is not running on this state folder, so its embedded databases are down: pass --source URL (and --warehouse URL), or start cdc local',
+        );
       // Which sink: the search sink's id (recorded by cdc local) or --search, else a warehouse.
       const record = readSearchSinkRecord(local.stateDir);
       const isSearch = o.searchUrl !== null || (record !== null && record.sinkId === o.sink);
@@ -174,7 +193,8 @@ export const reconcileCommand: Command = {
           url = await standin.start();
           cleanups.push(() => standin.stop());
         }
-        if (url === null) throw new UsageError(`the search sink ${o.sink} indexes into an OpenSearch cdc local does not record the address of: pass --search URL`);
+        if (url === null)
+          throw new UsageError(`the search sink ${o.sink} indexes into an OpenSearch cdc local does not record the address of: pass --search URL`);
         const index = new OpenSearchIndex(searchClient({ node: url }));
         cleanups.push(async () => index.client.close());
         sink = { search: { index } };

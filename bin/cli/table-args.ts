@@ -16,7 +16,9 @@ function list(text: string): string[] {
 /** `--tables`: schema.table names or capture patterns (`public.*`). */
 export function parseTablesOption(text: string): string[] {
   const tables = list(text);
-  for (const t of tables) if (!/^[^.\s]+\.[^.\s]+$/.test(t) || (t.includes('*') && !isTablePattern(t))) throw new UsageError(`--tables expects schema.table names or patterns (public.*), got '${t}'`);
+  for (const t of tables)
+    if (!/^[^.\s]+\.[^.\s]+$/.test(t) || (t.includes('*') && !isTablePattern(t)))
+      throw new UsageError(`--tables expects schema.table names or patterns (public.*), got '${t}'`);
   return tables;
 }
 
@@ -32,7 +34,11 @@ export function parseExcludeTablesOption(text: string): string[] {
  * `--table-config` file, else `--tables`): the file's entries, then a rule per pattern of
  * `--tables` and an entry per name the file does not already configure.
  */
-export async function tableSettingEntries(o: { tables: readonly string[]; excludeTables: readonly string[]; tableConfig: string | null }): Promise<{ entries: unknown[]; origin: string }> {
+export async function tableSettingEntries(o: {
+  tables: readonly string[];
+  excludeTables: readonly string[];
+  tableConfig: string | null;
+}): Promise<{ entries: unknown[]; origin: string }> {
   const entries: unknown[] = [];
   let origin = '--tables';
   if (o.tableConfig) {

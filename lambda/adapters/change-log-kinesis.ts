@@ -161,7 +161,9 @@ export class KinesisChangeLog {
         const idx = results.length === entries.length ? results.findIndex((r) => r.ErrorCode !== undefined && r.ErrorCode !== null) : 0;
         firstFailed = idx < 0 ? 0 : idx;
         const failed = results[firstFailed];
-        why = failed?.ErrorCode ? `${failed.ErrorCode}: ${failed.ErrorMessage ?? ''}`.trim() : `the response listed ${results.length} results for ${entries.length} entries`;
+        why = failed?.ErrorCode
+          ? `${failed.ErrorCode}: ${failed.ErrorMessage ?? ''}`.trim()
+          : `the response listed ${results.length} results for ${entries.length} entries`;
       } catch (e) {
         // A request the service refuses as such (no stream, no permission, bad input) fails the same way again.
         if (isPermanent(e)) throw new ChangeLogPublishError(`PutRecords to ${this.stream} was refused: ${errorText(e)}`, start, records.length, e);

@@ -52,7 +52,12 @@ export async function* readChangeLog(kinesis: KinesisClient, streamName: string,
       const records = page.Records ?? [];
       if (records.length > 0) {
         empty = 0;
-        yield records.map((r) => ({ shardId: shard.ShardId!, sequenceNumber: r.SequenceNumber!, arrivedAt: r.ApproximateArrivalTimestamp ?? null, text: Buffer.from(r.Data ?? new Uint8Array()).toString('utf8') }));
+        yield records.map((r) => ({
+          shardId: shard.ShardId!,
+          sequenceNumber: r.SequenceNumber!,
+          arrivedAt: r.ApproximateArrivalTimestamp ?? null,
+          text: Buffer.from(r.Data ?? new Uint8Array()).toString('utf8'),
+        }));
       } else if ((page.MillisBehindLatest ?? 0) === 0 || ++empty > 100) {
         break; // at the tip of an open shard
       }
@@ -66,9 +71,19 @@ export async function* readChangeLog(kinesis: KinesisClient, streamName: string,
  * stream part, docs/rebuild.md): `at` reads from that sequence number (the record itself first,
  * if the stream still holds it), `null` from the trim horizon.
  */
-export async function* readShard(kinesis: KinesisClient, streamName: string, shardId: string, at: string | null, options: { pageSize?: number } = {}): AsyncGenerator<LogRecord[]> {
+export async function* readShard(
+  kinesis: KinesisClient,
+  streamName: string,
+  shardId: string,
+  at: string | null,
+  options: { pageSize?: number } = {},
+): AsyncGenerator<LogRecord[]> {
   const start = await kinesis.send(
-    new GetShardIteratorCommand(at === null ? { StreamName: streamName, ShardId: shardId, ShardIteratorType: 'TRIM_HORIZON' } : { StreamName: streamName, ShardId: shardId, ShardIteratorType: 'AT_SEQUENCE_NUMBER', StartingSequenceNumber: at }),
+    new GetShardIteratorCommand(
+      at === null
+        ? { StreamName: streamName, ShardId: shardId, ShardIteratorType: 'TRIM_HORIZON' }
+        : { StreamName: streamName, ShardId: shardId, ShardIteratorType: 'AT_SEQUENCE_NUMBER', StartingSequenceNumber: at },
+    ),
   );
   let iterator = start.ShardIterator;
   let empty = 0;
@@ -77,7 +92,12 @@ export async function* readShard(kinesis: KinesisClient, streamName: string, sha
     const records = page.Records ?? [];
     if (records.length > 0) {
       empty = 0;
-      yield records.map((r) => ({ shardId, sequenceNumber: r.SequenceNumber!, arrivedAt: r.ApproximateArrivalTimestamp ?? null, text: Buffer.from(r.Data ?? new Uint8Array()).toString('utf8') }));
+      yield records.map((r) => ({
+        shardId,
+        sequenceNumber: r.SequenceNumber!,
+        arrivedAt: r.ApproximateArrivalTimestamp ?? null,
+        text: Buffer.from(r.Data ?? new Uint8Array()).toString('utf8'),
+      }));
     } else if ((page.MillisBehindLatest ?? 0) === 0 || ++empty > 100) {
       break; // at the tip of an open shard
     }

@@ -102,8 +102,14 @@ const key = {
   deadLetterStage: (stage: string) => ({ pk: ControlPartition.DEAD_LETTER_STAGES, sk: `STAGE#${stage}` }),
   snapshot: (source: string, table: string) => ({ pk: ControlPartition.source(source), sk: `SNAPSHOT#${table}` }),
   verdict: (sink: string, source: string, table: string) => ({ pk: ControlPartition.verdicts(sink), sk: `TABLE#${source}#${table}` }),
-  snapshotChunk: (source: string, table: string, run: string, index: number) => ({ pk: ControlPartition.snapshotChunks(source, table), sk: `RUN#${run}#C#${String(index).padStart(9, '0')}` }),
-  rebuild: (sink: string, source: string, table: string, at: string, id: string) => ({ pk: ControlPartition.rebuilds(sink), sk: `${source}#${table}#${sortableTime(at)}#${id}` }),
+  snapshotChunk: (source: string, table: string, run: string, index: number) => ({
+    pk: ControlPartition.snapshotChunks(source, table),
+    sk: `RUN#${run}#C#${String(index).padStart(9, '0')}`,
+  }),
+  rebuild: (sink: string, source: string, table: string, at: string, id: string) => ({
+    pk: ControlPartition.rebuilds(sink),
+    sk: `${source}#${table}#${sortableTime(at)}#${id}`,
+  }),
   activeRebuild: (sink: string) => ({ pk: ControlPartition.rebuilds(sink), sk: 'ACTIVE' }),
 };
 
@@ -150,7 +156,10 @@ export async function createControlTable(client: DynamoDBClient, name: string): 
     if (!(e instanceof ResourceInUseException)) throw e;
     const described = await client.send(new DescribeTableCommand({ TableName: name }));
     const schema = described.Table?.KeySchema ?? [];
-    const ok = schema.length === 2 && schema.some((k) => k.AttributeName === 'pk' && k.KeyType === 'HASH') && schema.some((k) => k.AttributeName === 'sk' && k.KeyType === 'RANGE');
+    const ok =
+      schema.length === 2 &&
+      schema.some((k) => k.AttributeName === 'pk' && k.KeyType === 'HASH') &&
+      schema.some((k) => k.AttributeName === 'sk' && k.KeyType === 'RANGE');
     if (!ok) throw new CdcError('INVALID_CONTROL_TABLE', `table ${name} exists but its key is not pk (HASH) + sk (RANGE): ${JSON.stringify(schema)}`);
   }
   await waitUntilTableExists({ client, maxWaitTime: 120, minDelay: 1, maxDelay: 5 }, { TableName: name });
@@ -223,14 +232,18 @@ export class DynamoDbControlPlane implements ControlPlane {
     if (outcome.ok) return true;
     if (outcome.reasons[0] === 'ConditionalCheckFailed') return false;
     if (outcome.reasons[1] === 'ConditionalCheckFailed') {
-      throw new CdcError('CONTROL_PLANE_INCONSISTENT', `schema version ${schema.version} of ${table.source}/${table.table} exists but the table record does not`);
+      throw new CdcError(
+        'CONTROL_PLANE_INCONSISTENT',
+        `schema version ${schema.version} of ${table.source}/${table.table} exists but the table record does not`,
+      );
     }
     throw transactionFailed('registerTable', outcome.reasons);
   }
 
   async addSchemaVersion(schema: SchemaVersion, audit: AuditEntry): Promise<boolean> {
     checkSchema(schema);
-    if (schema.version < 2) throw new CdcError('INVALID_ARGUMENT', `addSchemaVersion adds version 2 or later (version 1 comes with registerTable), got ${schema.version}`);
+    if (schema.version < 2)
+      throw new CdcError('INVALID_ARGUMENT', `addSchemaVersion adds version 2 or later (version 1 comes with registerTable), got ${schema.version}`);
     const now = new Date().toISOString();
     const outcome = await this.transact([
       {
@@ -252,7 +265,10 @@ export class DynamoDbControlPlane implements ControlPlane {
       return false;
     }
     if (outcome.reasons[1] === 'ConditionalCheckFailed') {
-      throw new CdcError('CONTROL_PLANE_INCONSISTENT', `schema version ${schema.version} of ${schema.source}/${schema.table} exists although the table's current version is ${schema.version - 1}`);
+      throw new CdcError(
+        'CONTROL_PLANE_INCONSISTENT',
+        `schema version ${schema.version} of ${schema.source}/${schema.table} exists although the table's current version is ${schema.version - 1}`,
+      );
     }
     throw transactionFailed('addSchemaVersion', outcome.reasons);
   }
@@ -310,7 +326,10 @@ export class DynamoDbControlPlane implements ControlPlane {
       const oldHeld = cur?.heldFrom ?? null;
       const held = oldHeld !== null && oldHeld < fromPosition ? oldHeld : fromPosition;
       const merged = shards !== undefined ? mergeHeldShards(cur?.heldFromShards, shards) : (cur?.heldFromShards ?? null);
-      const conditions = [count > 0 ? '#holds = :count' : 'attribute_not_exists(#holds)', oldHeld !== null ? '#held = :oldHeld' : 'attribute_not_exists(#held)'];
+      const conditions = [
+        count > 0 ? '#holds = :count' : 'attribute_not_exists(#holds)',
+        oldHeld !== null ? '#held = :oldHeld' : 'attribute_not_exists(#held)',
+      ];
       try {
         await this.client.send(
           new UpdateItemCommand({
@@ -318,7 +337,13 @@ export class DynamoDbControlPlane implements ControlPlane {
             Key: toItem(k),
             UpdateExpression: `SET #held = :p, #heldAt = if_not_exists(#heldAt, :now), #holds = :next, #sink = :sink, #source = :source, #table = :table, #kind = :kind, #updated = :now${merged !== null ? ', #shards = :shards' : ''}`,
             ConditionExpression: conditions.join(' AND '),
-            ExpressionAttributeNames: { ...SINK_NAMES, '#held': 'heldFrom', '#heldAt': 'heldAt', '#holds': 'holdCount', ...(merged !== null ? { '#shards': 'heldFromShards' } : {}) },
+            ExpressionAttributeNames: {
+              ...SINK_NAMES,
+              '#held': 'heldFrom',
+              '#heldAt': 'heldAt',
+              '#holds': 'holdCount',
+              ...(merged !== null ? { '#shards': 'heldFromShards' } : {}),
+            },
             ExpressionAttributeValues: toItem({
               ':p': held,
               ':next': count + 1,
@@ -393,7 +418,11 @@ export class DynamoDbControlPlane implements ControlPlane {
       values[':table'] = table;
     }
     // The sort key starts with the entry's time: `since` is a key condition (only that part of the log is read).
-    const items = await this.query({ pk: ControlPartition.AUDIT, ...(since !== undefined ? { skFrom: sortableTime(since) } : {}), filter: filters.length ? { expression: filters.join(' AND '), names, values } : undefined });
+    const items = await this.query({
+      pk: ControlPartition.AUDIT,
+      ...(since !== undefined ? { skFrom: sortableTime(since) } : {}),
+      filter: filters.length ? { expression: filters.join(' AND '), names, values } : undefined,
+    });
     return items.map(auditFromItem);
   }
 
@@ -406,7 +435,11 @@ export class DynamoDbControlPlane implements ControlPlane {
     let stored: { recordRef: string; recordBytes: number; recordSha256: string } | null = null;
     if (record.cut && this.payloads) {
       const body = Buffer.from(whole, 'utf8');
-      stored = { recordRef: await this.payloads.put(deadLetterKey(letter.stage, letter.at, randomUUID()), body), recordBytes: body.byteLength, recordSha256: sha256(body) };
+      stored = {
+        recordRef: await this.payloads.put(deadLetterKey(letter.stage, letter.at, randomUUID()), body),
+        recordBytes: body.byteLength,
+        recordSha256: sha256(body),
+      };
     }
     const item = toItem({
       ...key.deadLetter(letter.stage, letter.at),
@@ -463,7 +496,8 @@ export class DynamoDbControlPlane implements ControlPlane {
   }
 
   async listDeadLetters(stage?: string): Promise<DeadLetter[]> {
-    const stages = stage !== undefined ? [stage] : (await this.query({ pk: ControlPartition.DEAD_LETTER_STAGES, skPrefix: 'STAGE#' })).map((i) => String(i.stage));
+    const stages =
+      stage !== undefined ? [stage] : (await this.query({ pk: ControlPartition.DEAD_LETTER_STAGES, skPrefix: 'STAGE#' })).map((i) => String(i.stage));
     const items: Plain[] = [];
     for (const s of stages) items.push(...(await this.query({ pk: ControlPartition.deadLetters(s) })));
     items.sort((a, b) => (String(a.sk) < String(b.sk) ? -1 : String(a.sk) > String(b.sk) ? 1 : 0));
@@ -484,7 +518,8 @@ export class DynamoDbControlPlane implements ControlPlane {
         letter.recordRef = i.recordRef;
         if (this.payloads) {
           const body = await this.payloads.get(i.recordRef);
-          if (body.byteLength !== Number(i.recordBytes) || sha256(body) !== i.recordSha256) throw new PayloadMismatchError(i.recordRef, `is not the record dead letter ${String(i.sk)} stored`);
+          if (body.byteLength !== Number(i.recordBytes) || sha256(body) !== i.recordSha256)
+            throw new PayloadMismatchError(i.recordRef, `is not the record dead letter ${String(i.sk)} stored`);
           letter.record = body.toString('utf8');
         } else {
           letter.truncated = true; // only the preview: this reader has no payload store
@@ -539,18 +574,16 @@ export class DynamoDbControlPlane implements ControlPlane {
           }),
         },
       },
-      ...(action.releaseSinks ?? []).map(
-        (r): TransactWriteItem => ({
-          Update: {
-            TableName: this.tableName,
-            Key: toItem(key.sink(r.sink, action.source, action.table)),
-            UpdateExpression: 'SET #release = :at',
-            ConditionExpression: '#held = :held',
-            ExpressionAttributeNames: { '#release': 'releaseRequested', '#held': 'heldFrom' },
-            ExpressionAttributeValues: toItem({ ':at': action.audit.at, ':held': r.heldFrom }),
-          },
-        }),
-      ),
+      ...(action.releaseSinks ?? []).map((r): TransactWriteItem => ({
+        Update: {
+          TableName: this.tableName,
+          Key: toItem(key.sink(r.sink, action.source, action.table)),
+          UpdateExpression: 'SET #release = :at',
+          ConditionExpression: '#held = :held',
+          ExpressionAttributeNames: { '#release': 'releaseRequested', '#held': 'heldFrom' },
+          ExpressionAttributeValues: toItem({ ':at': action.audit.at, ':held': r.heldFrom }),
+        },
+      })),
       this.auditPut(action.audit),
     ];
     const outcome = await this.transact(items);
@@ -559,7 +592,13 @@ export class DynamoDbControlPlane implements ControlPlane {
     throw transactionFailed('commitTableAction', outcome.reasons);
   }
 
-  async completeSinkRelease(sink: string, source: string, table: string, expected: { heldFrom: Position; holdCount: number }, audit: AuditEntry): Promise<boolean> {
+  async completeSinkRelease(
+    sink: string,
+    source: string,
+    table: string,
+    expected: { heldFrom: Position; holdCount: number },
+    audit: AuditEntry,
+  ): Promise<boolean> {
     const outcome = await this.transact([
       {
         Update: {
@@ -567,8 +606,19 @@ export class DynamoDbControlPlane implements ControlPlane {
           Key: toItem(key.sink(sink, source, table)),
           UpdateExpression: 'SET #released = :now, #updated = :now REMOVE #held, #heldAt, #shards',
           ConditionExpression: expected.holdCount > 0 ? '#held = :held AND #holds = :holds' : '#held = :held AND attribute_not_exists(#holds)',
-          ExpressionAttributeNames: { '#released': 'releasedAt', '#updated': 'updatedAt', '#held': 'heldFrom', '#heldAt': 'heldAt', '#holds': 'holdCount', '#shards': 'heldFromShards' },
-          ExpressionAttributeValues: toItem({ ':now': new Date().toISOString(), ':held': expected.heldFrom, ...(expected.holdCount > 0 ? { ':holds': expected.holdCount } : {}) }),
+          ExpressionAttributeNames: {
+            '#released': 'releasedAt',
+            '#updated': 'updatedAt',
+            '#held': 'heldFrom',
+            '#heldAt': 'heldAt',
+            '#holds': 'holdCount',
+            '#shards': 'heldFromShards',
+          },
+          ExpressionAttributeValues: toItem({
+            ':now': new Date().toISOString(),
+            ':held': expected.heldFrom,
+            ...(expected.holdCount > 0 ? { ':holds': expected.holdCount } : {}),
+          }),
         },
       },
       this.auditPut(audit),
@@ -604,7 +654,8 @@ export class DynamoDbControlPlane implements ControlPlane {
   }
 
   private auditPut(entry: AuditEntry): TransactWriteItem {
-    if (entry.outcome !== 'done' && entry.outcome !== 'refused') throw new CdcError('INVALID_ARGUMENT', `audit outcome must be 'done' or 'refused', got ${JSON.stringify(entry.outcome)}`);
+    if (entry.outcome !== 'done' && entry.outcome !== 'refused')
+      throw new CdcError('INVALID_ARGUMENT', `audit outcome must be 'done' or 'refused', got ${JSON.stringify(entry.outcome)}`);
     nonEmpty(entry.actor, 'audit.actor');
     nonEmpty(entry.action, 'audit.action');
     return {
@@ -648,9 +699,19 @@ export class DynamoDbControlPlane implements ControlPlane {
     return {
       Put: {
         TableName: this.tableName,
-        Item: toItem({ ...key.snapshot(state.source, state.table), kind: 'snapshot', source: state.source, table: state.table, version: state.version, status: state.status, body: JSON.stringify(state) }),
+        Item: toItem({
+          ...key.snapshot(state.source, state.table),
+          kind: 'snapshot',
+          source: state.source,
+          table: state.table,
+          version: state.version,
+          status: state.status,
+          body: JSON.stringify(state),
+        }),
         ConditionExpression: expectedVersion === null ? 'attribute_not_exists(pk)' : '#ver = :expected',
-        ...(expectedVersion === null ? {} : { ExpressionAttributeNames: { '#ver': 'version' }, ExpressionAttributeValues: toItem({ ':expected': expectedVersion }) }),
+        ...(expectedVersion === null
+          ? {}
+          : { ExpressionAttributeNames: { '#ver': 'version' }, ExpressionAttributeValues: toItem({ ':expected': expectedVersion }) }),
       },
     };
   }
@@ -664,11 +725,19 @@ export class DynamoDbControlPlane implements ControlPlane {
 
   async completeSnapshotChunk(chunk: SnapshotChunkRecord, state: SnapshotState, expectedVersion: number): Promise<boolean> {
     if (chunk.source !== state.source || chunk.table !== state.table || chunk.run !== state.run) {
-      throw new CdcError('INVALID_ARGUMENT', `chunk ${chunk.source}/${chunk.table} run ${chunk.run} does not belong to the snapshot state of ${state.source}/${state.table} run ${state.run}`);
+      throw new CdcError(
+        'INVALID_ARGUMENT',
+        `chunk ${chunk.source}/${chunk.table} run ${chunk.run} does not belong to the snapshot state of ${state.source}/${state.table} run ${state.run}`,
+      );
     }
     const outcome = await this.transact([
       this.snapshotPut(state, expectedVersion),
-      { Put: { TableName: this.tableName, Item: toItem({ ...key.snapshotChunk(chunk.source, chunk.table, chunk.run, chunk.index), kind: 'snapshot-chunk', body: JSON.stringify(chunk) }) } },
+      {
+        Put: {
+          TableName: this.tableName,
+          Item: toItem({ ...key.snapshotChunk(chunk.source, chunk.table, chunk.run, chunk.index), kind: 'snapshot-chunk', body: JSON.stringify(chunk) }),
+        },
+      },
     ]);
     if (outcome.ok) return true;
     if (outcome.reasons[0] === 'ConditionalCheckFailed') return false;
@@ -690,7 +759,13 @@ export class DynamoDbControlPlane implements ControlPlane {
     await this.client.send(
       new PutItemCommand({
         TableName: this.tableName,
-        Item: toItem({ ...key.verdict(verdict.sink, verdict.source, verdict.table), kind: 'reconcile-verdict', verdict: verdict.verdict, at: verdict.at, body: JSON.stringify(verdict) }),
+        Item: toItem({
+          ...key.verdict(verdict.sink, verdict.source, verdict.table),
+          kind: 'reconcile-verdict',
+          verdict: verdict.verdict,
+          at: verdict.at,
+          body: JSON.stringify(verdict),
+        }),
       }),
     );
   }
@@ -733,7 +808,19 @@ export class DynamoDbControlPlane implements ControlPlane {
     nonEmpty(run.sink, 'rebuild.sink');
     nonEmpty(run.id, 'rebuild.id');
     const outcome = await this.transact([
-      { Put: { TableName: this.tableName, Item: toItem({ ...key.rebuild(run.sink, run.source, run.table, run.startedAt, run.id), kind: 'rebuild', source: run.source, table: run.table, body: JSON.stringify(run) }), ConditionExpression: 'attribute_not_exists(pk)' } },
+      {
+        Put: {
+          TableName: this.tableName,
+          Item: toItem({
+            ...key.rebuild(run.sink, run.source, run.table, run.startedAt, run.id),
+            kind: 'rebuild',
+            source: run.source,
+            table: run.table,
+            body: JSON.stringify(run),
+          }),
+          ConditionExpression: 'attribute_not_exists(pk)',
+        },
+      },
       this.auditPut(audit),
     ]);
     if (!outcome.ok) throw transactionFailed('recordRebuild', outcome.reasons);
@@ -757,7 +844,14 @@ export class DynamoDbControlPlane implements ControlPlane {
       {
         Put: {
           TableName: this.tableName,
-          Item: toItem({ ...key.activeRebuild(claim.sink), kind: 'rebuild-slot', id: claim.id, state: claim.state, heartbeatAt: sortableTime(claim.heartbeatAt), body: JSON.stringify(claim) }),
+          Item: toItem({
+            ...key.activeRebuild(claim.sink),
+            kind: 'rebuild-slot',
+            id: claim.id,
+            state: claim.state,
+            heartbeatAt: sortableTime(claim.heartbeatAt),
+            body: JSON.stringify(claim),
+          }),
           ConditionExpression: 'attribute_not_exists(pk) OR #state = :finished OR #hb < :stale',
           ExpressionAttributeNames: { '#state': 'state', '#hb': 'heartbeatAt' },
           ExpressionAttributeValues: toItem({ ':finished': 'finished', ':stale': sortableTime(staleBefore) }),
@@ -826,11 +920,17 @@ export class DynamoDbControlPlane implements ControlPlane {
     return out.Item ? unmarshall(out.Item) : null;
   }
 
-  private async query(q: { pk: string; skPrefix?: string; skFrom?: string; filter?: { expression: string; names: Record<string, string>; values: Plain } | undefined }): Promise<Plain[]> {
+  private async query(q: {
+    pk: string;
+    skPrefix?: string;
+    skFrom?: string;
+    filter?: { expression: string; names: Record<string, string>; values: Plain } | undefined;
+  }): Promise<Plain[]> {
     const names: Record<string, string> = { '#pk': 'pk', ...(q.filter?.names ?? {}) };
     const values: Plain = { ':pk': q.pk, ...(q.filter?.values ?? {}) };
     let condition = '#pk = :pk';
-    if (q.skPrefix !== undefined && q.skFrom !== undefined) throw new CdcError('INVALID_ARGUMENT', 'a query takes a sort-key prefix or a lower bound, not both');
+    if (q.skPrefix !== undefined && q.skFrom !== undefined)
+      throw new CdcError('INVALID_ARGUMENT', 'a query takes a sort-key prefix or a lower bound, not both');
     if (q.skPrefix !== undefined) {
       names['#sk'] = 'sk';
       values[':prefix'] = q.skPrefix;
@@ -860,7 +960,13 @@ export class DynamoDbControlPlane implements ControlPlane {
   }
 
   /** An UpdateItem whose failed condition means "nothing to do" (the stored value already wins). */
-  private async conditionalUpdate(k: { pk: string; sk: string }, update: string, condition: string, names: Record<string, string>, values: Plain): Promise<void> {
+  private async conditionalUpdate(
+    k: { pk: string; sk: string },
+    update: string,
+    condition: string,
+    names: Record<string, string>,
+    values: Plain,
+  ): Promise<void> {
     try {
       await this.client.send(
         new UpdateItemCommand({
@@ -901,11 +1007,15 @@ export class DynamoDbControlPlane implements ControlPlane {
 const SINK_NAMES = { '#sink': 'sink', '#source': 'source', '#table': 'table', '#kind': 'kind', '#updated': 'updatedAt' };
 
 function transactionFailed(operation: string, reasons: string[]): CdcError {
-  return new CdcError('CONTROL_PLANE_TRANSACTION_FAILED', `${operation}: DynamoDB cancelled the transaction (reasons per item: ${reasons.join(', ') || 'none given'})`);
+  return new CdcError(
+    'CONTROL_PLANE_TRANSACTION_FAILED',
+    `${operation}: DynamoDB cancelled the transaction (reasons per item: ${reasons.join(', ') || 'none given'})`,
+  );
 }
 
 function checkState(state: TableState): void {
-  if (!TABLE_STATES.includes(state)) throw new CdcError('INVALID_ARGUMENT', `table state must be one of ${TABLE_STATES.join(', ')}, got ${JSON.stringify(state)}`);
+  if (!TABLE_STATES.includes(state))
+    throw new CdcError('INVALID_ARGUMENT', `table state must be one of ${TABLE_STATES.join(', ')}, got ${JSON.stringify(state)}`);
 }
 
 function checkSchema(schema: SchemaVersion): void {

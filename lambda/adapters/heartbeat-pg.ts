@@ -67,10 +67,16 @@ export class HeartbeatWriter {
     try {
       const exists = await client.query<{ t: string | null }>('SELECT to_regclass($1)::text AS t', [this.table]);
       if (exists.rows[0]?.t === null || exists.rows[0]?.t === undefined) {
-        await client.query(`CREATE TABLE IF NOT EXISTS ${this.table} (source_id text PRIMARY KEY, beat_at timestamptz NOT NULL, seq bigint NOT NULL DEFAULT 0, system_identifier text, timeline integer)`);
-      } else if ((await client.query(`SELECT 1 FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'seq' AND NOT attisdropped`, [this.table])).rowCount === 0) {
+        await client.query(
+          `CREATE TABLE IF NOT EXISTS ${this.table} (source_id text PRIMARY KEY, beat_at timestamptz NOT NULL, seq bigint NOT NULL DEFAULT 0, system_identifier text, timeline integer)`,
+        );
+      } else if (
+        (await client.query(`SELECT 1 FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'seq' AND NOT attisdropped`, [this.table])).rowCount === 0
+      ) {
         // A table from before the sequence number: migrate it once (the existing row continues from 0).
-        await client.query(`ALTER TABLE ${this.table} ADD COLUMN IF NOT EXISTS seq bigint NOT NULL DEFAULT 0, ADD COLUMN IF NOT EXISTS system_identifier text, ADD COLUMN IF NOT EXISTS timeline integer`);
+        await client.query(
+          `ALTER TABLE ${this.table} ADD COLUMN IF NOT EXISTS seq bigint NOT NULL DEFAULT 0, ADD COLUMN IF NOT EXISTS system_identifier text, ADD COLUMN IF NOT EXISTS timeline integer`,
+        );
       }
       // Who the source is; null where this user may not read the control data (the check is then skipped).
       this.identity = await readSourceIdentity(client);

@@ -28,7 +28,8 @@ export class S3PayloadStore implements PayloadStore {
     const m = /^s3:\/\/([^/]+)\/(.+)$/.exec(ref);
     if (!m) throw new PayloadRefError(ref, 'is not an s3:// reference');
     if (m[1] !== this.bucket) throw new PayloadRefError(ref, `is not in this store's bucket ${this.bucket}`);
-    if (!m[2]!.startsWith(this.prefix) || m[2]!.split('/').includes('..')) throw new PayloadRefError(ref, `is not under this store's prefix ${JSON.stringify(this.prefix)}`);
+    if (!m[2]!.startsWith(this.prefix) || m[2]!.split('/').includes('..'))
+      throw new PayloadRefError(ref, `is not under this store's prefix ${JSON.stringify(this.prefix)}`);
     const out = await this.s3.send(new GetObjectCommand({ Bucket: this.bucket, Key: m[2]! }));
     return Buffer.from(await out.Body!.transformToByteArray());
   }

@@ -29,18 +29,29 @@ export async function pgPollStablePoint(o: PgPollStablePointOptions): Promise<St
   const rel = `${quoteIdent(schema)}.${quoteIdent(table)}`;
   let column: Promise<{ type: string; kind: PollColumnKind }> | null = null;
   const typed = () =>
-    (column ??= o.client.query<{ type: string }>('SELECT format_type(a.atttypid, NULL) AS type FROM pg_attribute a WHERE a.attrelid = $1::regclass AND a.attname = $2 AND NOT a.attisdropped', [rel, o.pollColumn]).then((t) => {
-      const type = t.rows[0]?.type ?? null;
-      const space = pollSpaceOfType(type);
-      if (type === null || space === null) throw new CdcError('POLL_TABLE_UNSUPPORTED', `${o.table}: poll column ${o.pollColumn} is ${type ?? 'missing'}; a polled table is reconciled by its poll cursor (docs/polling.md)`);
-      return { type, kind: pollKindOf(space) };
-    }));
+    (column ??= o.client
+      .query<{ type: string }>(
+        'SELECT format_type(a.atttypid, NULL) AS type FROM pg_attribute a WHERE a.attrelid = $1::regclass AND a.attname = $2 AND NOT a.attisdropped',
+        [rel, o.pollColumn],
+      )
+      .then((t) => {
+        const type = t.rows[0]?.type ?? null;
+        const space = pollSpaceOfType(type);
+        if (type === null || space === null)
+          throw new CdcError(
+            'POLL_TABLE_UNSUPPORTED',
+            `${o.table}: poll column ${o.pollColumn} is ${type ?? 'missing'}; a polled table is reconciled by its poll cursor (docs/polling.md)`,
+          );
+        return { type, kind: pollKindOf(space) };
+      }));
   const cursors = checkpointCursorStore(o.control, o.source);
   return pollStablePoint({
     table: o.table,
     highest: async () => {
       const { kind } = await typed();
-      return (await o.client.query<{ h: string | null }>(`SELECT max(${positionNumber(kind, quoteIdent(o.pollColumn))})::text AS h FROM ${rel}`)).rows[0]?.h ?? null;
+      return (
+        (await o.client.query<{ h: string | null }>(`SELECT max(${positionNumber(kind, quoteIdent(o.pollColumn))})::text AS h FROM ${rel}`)).rows[0]?.h ?? null
+      );
     },
     cursor: () => cursors.get(o.table),
     positionOf: async (value) => {

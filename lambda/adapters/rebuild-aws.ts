@@ -27,7 +27,8 @@ export function parseRebuildWorkers(text: string | undefined): RebuildWorkers {
   } catch (e) {
     throw new ConfigurationError(`${EnvName.REBUILD_WORKERS}: not valid JSON: ${(e as Error).message}`);
   }
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new ConfigurationError(`${EnvName.REBUILD_WORKERS}: expected an object of sink id → { worker, stateMachine }`);
+  if (typeof v !== 'object' || v === null || Array.isArray(v))
+    throw new ConfigurationError(`${EnvName.REBUILD_WORKERS}: expected an object of sink id → { worker, stateMachine }`);
   const out: RebuildWorkers = {};
   for (const [sink, w] of Object.entries(v as Record<string, unknown>)) {
     const o = w as { worker?: unknown; stateMachine?: unknown };
@@ -62,7 +63,8 @@ export function awsRebuilds(deps: AwsRebuildsDeps): RebuildScheduler {
       const w = deps.workers[r.sink];
       if (!w) return { refusal: notDeployed(r.sink) };
       const answer = (await deps.invoke(w.worker, { op: 'check', request: r })) as { refusal?: unknown };
-      if (!answer || typeof answer !== 'object' || !('refusal' in answer)) throw new CdcError('REBUILD_WORKER_ANSWER', `the rebuild worker ${w.worker} answered the check with ${JSON.stringify(answer)}`);
+      if (!answer || typeof answer !== 'object' || !('refusal' in answer))
+        throw new CdcError('REBUILD_WORKER_ANSWER', `the rebuild worker ${w.worker} answered the check with ${JSON.stringify(answer)}`);
       return { refusal: (answer.refusal as Refusal | null) ?? null };
     },
     async run(r) {
@@ -70,7 +72,14 @@ export function awsRebuilds(deps: AwsRebuildsDeps): RebuildScheduler {
       if (!w) return { refusal: notDeployed(r.sink) };
       const at = now();
       const id = newRebuildId(at);
-      const request = { source: r.source, table: r.table, sink: r.sink, ...(r.from !== undefined ? { from: r.from } : {}), rehearse: r.rehearse, actor: r.actor };
+      const request = {
+        source: r.source,
+        table: r.table,
+        sink: r.sink,
+        ...(r.from !== undefined ? { from: r.from } : {}),
+        rehearse: r.rehearse,
+        actor: r.actor,
+      };
       const claimed = await claimRebuildSlot(deps.control, request, id, at);
       if ('refusal' in claimed) return { refusal: claimed.refusal };
       let execution: string;
@@ -92,7 +101,9 @@ export function awsRebuilds(deps: AwsRebuildsDeps): RebuildScheduler {
 /** `invoke` over a Lambda client: RequestResponse; a function error is thrown with its payload. */
 export function lambdaInvoker(client: LambdaClient): AwsRebuildsDeps['invoke'] {
   return async (functionName, payload) => {
-    const out = await client.send(new InvokeCommand({ FunctionName: functionName, InvocationType: 'RequestResponse', Payload: Buffer.from(JSON.stringify(payload)) }));
+    const out = await client.send(
+      new InvokeCommand({ FunctionName: functionName, InvocationType: 'RequestResponse', Payload: Buffer.from(JSON.stringify(payload)) }),
+    );
     const text = out.Payload ? Buffer.from(out.Payload).toString('utf8') : '';
     if (out.FunctionError) throw new CdcError('REBUILD_WORKER_FAILED', `the rebuild worker ${functionName} failed (${out.FunctionError}): ${text}`);
     return text === '' ? null : (JSON.parse(text) as unknown);

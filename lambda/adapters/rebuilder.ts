@@ -28,7 +28,17 @@ import type { ControlPlane, RebuildCheckpoint, RebuildRun, SchemaVersion } from 
 import { CdcError } from '../core/shared/errors.ts';
 import type { ChangeEvent } from '../core/shared/event.ts';
 import { POSITION_ZERO, type Position } from '../core/shared/position.ts';
-import { checkFromPosition, claimRebuildSlot, decideRebuildSlot, decideRebuildState, newRebuildId, REBUILD_STALE_AFTER_MS, throttleSleepMs, type DiffRow, type RebuildRefusal } from '../core/rebuild/rebuild.ts';
+import {
+  checkFromPosition,
+  claimRebuildSlot,
+  decideRebuildSlot,
+  decideRebuildState,
+  newRebuildId,
+  REBUILD_STALE_AFTER_MS,
+  throttleSleepMs,
+  type DiffRow,
+  type RebuildRefusal,
+} from '../core/rebuild/rebuild.ts';
 import { ReplayHoleError, type ReplayRange } from '../core/rebuild/replay.ts';
 import { warehouseTable, type WarehouseTable } from '../core/warehouse/warehouse-sql.ts';
 import { checkEventColumns } from '../core/warehouse/warehouse-apply.ts';
@@ -138,9 +148,17 @@ export class Rebuilder {
       if (bad) return { refusal: bad };
     }
     const t = await this.deps.control.getTable(r.source, r.table);
-    if (!t) return { refusal: { code: 'HISTORY_INCOMPLETE', reason: `${r.source}/${r.table} is not registered`, hint: 'cdc status lists the registered tables' } };
+    if (!t)
+      return { refusal: { code: 'HISTORY_INCOMPLETE', reason: `${r.source}/${r.table} is not registered`, hint: 'cdc status lists the registered tables' } };
     const progress = await this.deps.control.getSinkProgress(r.sink, r.source, r.table);
-    if (!progress) return { refusal: { code: 'NO_SINK_PROGRESS', reason: `sink ${r.sink} has applied nothing of ${r.source}/${r.table}`, hint: 'name the sink that serves the table with --sink (cdc status lists them)' } };
+    if (!progress)
+      return {
+        refusal: {
+          code: 'NO_SINK_PROGRESS',
+          reason: `sink ${r.sink} has applied nothing of ${r.source}/${r.table}`,
+          hint: 'name the sink that serves the table with --sink (cdc status lists them)',
+        },
+      };
     const state = decideRebuildState(t.state, progress.heldFrom, r.table);
     if (state) return { refusal: state };
     const running = decideRebuildSlot(await this.deps.control.getActiveRebuild(r.sink), this.now(), this.staleAfterMs);
@@ -149,7 +167,14 @@ export class Rebuilder {
     try {
       history = await this.deps.reader.checkHistory(r.source, r.table);
     } catch (err) {
-      if (err instanceof ReplayHoleError) return { refusal: { code: 'HISTORY_INCOMPLETE', reason: err.message, hint: `the history cannot be replayed: cdc resnapshot ${r.table} rebuilds the table from the source instead` } };
+      if (err instanceof ReplayHoleError)
+        return {
+          refusal: {
+            code: 'HISTORY_INCOMPLETE',
+            reason: err.message,
+            hint: `the history cannot be replayed: cdc resnapshot ${r.table} rebuilds the table from the source instead`,
+          },
+        };
       throw err;
     }
     if (history.unplaced.length > 0) {
@@ -162,7 +187,13 @@ export class Rebuilder {
       };
     }
     if ((r.from ?? POSITION_ZERO) === POSITION_ZERO && history.gaps.length > 0) {
-      return { refusal: { code: 'HISTORY_INCOMPLETE', reason: history.gaps.join('; '), hint: `rebuild from a later position with --from (one the archive still holds), or cdc resnapshot ${r.table}` } };
+      return {
+        refusal: {
+          code: 'HISTORY_INCOMPLETE',
+          reason: history.gaps.join('; '),
+          hint: `rebuild from a later position with --from (one the archive still holds), or cdc resnapshot ${r.table}`,
+        },
+      };
     }
     return { refusal: null, history };
   }
@@ -209,10 +240,29 @@ export class Rebuilder {
     const finished = this.now();
     const started = mine ? new Date(mine.startedAt) : finished;
     const c = mine?.checkpoint ?? null;
-    const failed = this.runRecord(id, r, started, finished, r.from ?? POSITION_ZERO, c?.appliedThrough ?? null, c?.events ?? 0, undefined, { rows: [], missing: 0, extra: 0, changed: 0 }, error);
+    const failed = this.runRecord(
+      id,
+      r,
+      started,
+      finished,
+      r.from ?? POSITION_ZERO,
+      c?.appliedThrough ?? null,
+      c?.events ?? 0,
+      undefined,
+      { rows: [], missing: 0, extra: 0, changed: 0 },
+      error,
+    );
     const already = (await cp.listRebuilds(r.sink, r.source, r.table)).some((x) => x.id === id);
     if (!already) {
-      await cp.recordRebuild(failed, { at: finished.toISOString(), actor: r.actor, action: 'rebuild', source: r.source, table: r.table, outcome: 'done', detail: { sink: r.sink, mode: failed.mode, result: 'failed', error, id } });
+      await cp.recordRebuild(failed, {
+        at: finished.toISOString(),
+        actor: r.actor,
+        action: 'rebuild',
+        source: r.source,
+        table: r.table,
+        outcome: 'done',
+        detail: { sink: r.sink, mode: failed.mode, result: 'failed', error, id },
+      });
     }
     await cp.releaseRebuild(r.sink, id, finished.toISOString());
     return failed;
@@ -226,11 +276,19 @@ export class Rebuilder {
    * thrown as is and leaves the checkpoint: a retry of the slice goes on from it (what the shadow
    * holds beyond it is applied again, which changes nothing: invariant 2).
    */
-  async slice(r: RebuildRequest, id: string, opts: { history?: HistoryCheck; timeLeftMs?: () => number; marginMs?: number } = {}): Promise<{ done: true; report: RebuildReport } | { done: false; checkpoint: RebuildCheckpoint }> {
+  async slice(
+    r: RebuildRequest,
+    id: string,
+    opts: { history?: HistoryCheck; timeLeftMs?: () => number; marginMs?: number } = {},
+  ): Promise<{ done: true; report: RebuildReport } | { done: false; checkpoint: RebuildCheckpoint }> {
     const { control: cp } = this.deps;
     const claim = await cp.getActiveRebuild(r.sink);
     if (!claim || claim.id !== id || claim.state !== 'running') {
-      throw new RebuildFailedError(r.source, r.table, `rebuild ${id} no longer holds the rebuild slot of sink ${r.sink} (${claim ? `it is ${claim.state === 'finished' ? 'finished' : `held by ${claim.id}`}` : 'there is none'})`);
+      throw new RebuildFailedError(
+        r.source,
+        r.table,
+        `rebuild ${id} no longer holds the rebuild slot of sink ${r.sink} (${claim ? `it is ${claim.state === 'finished' ? 'finished' : `held by ${claim.id}`}` : 'there is none'})`,
+      );
     }
     const started = new Date(claim.startedAt);
     const live = warehouseTable(r.source, r.table);
@@ -260,7 +318,9 @@ export class Rebuilder {
     const mergeRebuilt = async (t: WarehouseTable): Promise<void> => {
       await warehouse.merge({ source: r.source, table: r.table, deleteMode: rec.deleteMode, key: current.key, target: t }, { freshBase: true });
     };
-    const c: RebuildCheckpoint = { ...(claim.checkpoint ?? { phase: 'replay', appliedThrough: null, events: 0, applyMs: 0, sleptMs: 0, skipped: 0, slices: 0 }) };
+    const c: RebuildCheckpoint = {
+      ...(claim.checkpoint ?? { phase: 'replay', appliedThrough: null, events: 0, applyMs: 0, sleptMs: 0, skipped: 0, slices: 0 }),
+    };
     c.slices++;
     const first = claim.checkpoint === null;
     /**
@@ -282,7 +342,8 @@ export class Rebuilder {
     const batchSize = this.deps.batchSize ?? 1000;
     const duty = this.deps.duty ?? 0.5;
     const save = async (): Promise<void> => {
-      if (!(await cp.checkpointRebuild(r.sink, id, c, this.now().toISOString()))) throw new RebuildFailedError(r.source, r.table, `rebuild ${id} lost the rebuild slot of sink ${r.sink} (another rebuild took it over as stale)`);
+      if (!(await cp.checkpointRebuild(r.sink, id, c, this.now().toISOString())))
+        throw new RebuildFailedError(r.source, r.table, `rebuild ${id} lost the rebuild slot of sink ${r.sink} (another rebuild took it over as stale)`);
     };
 
     /**
@@ -330,7 +391,18 @@ export class Rebuilder {
       const start = (chunk: ChangeEvent[]): { chunk: ChangeEvent[]; done: Promise<void>; t0: number } => {
         const versions = new Map([...new Set(chunk.map((e) => e.schemaVersion))].map((v) => [v, schemas.get(v)!]));
         const t0 = Date.now();
-        const done = warehouse.applyTable({ source: r.source, table: r.table, deleteMode: rec.deleteMode, schemas: versions, events: chunk, appliedAt: this.now(), target: target.shadow, freshShadow }).then(() => undefined);
+        const done = warehouse
+          .applyTable({
+            source: r.source,
+            table: r.table,
+            deleteMode: rec.deleteMode,
+            schemas: versions,
+            events: chunk,
+            appliedAt: this.now(),
+            target: target.shadow,
+            freshShadow,
+          })
+          .then(() => undefined);
         done.catch(() => undefined); // awaited in order by finish(); a failure meanwhile must not go unhandled
         return { chunk, done, t0 };
       };
@@ -397,10 +469,14 @@ export class Rebuilder {
           await mergeDeltas(target.retired);
           await mergeRebuilt(target.live);
           diff = await target.diff(p, undefined, target.retired, target.live);
-        }
-        else keptAlready = true;
+        } else keptAlready = true;
       } else {
-        if (!first && c.events > 0 && !(await target.shadowExists())) throw new RebuildFailedError(r.source, r.table, `the shadow ${live.schema}.${target.shadow.mirror} of rebuild ${id} is gone (dropped by someone else?): start the rebuild again`);
+        if (!first && c.events > 0 && !(await target.shadowExists()))
+          throw new RebuildFailedError(
+            r.source,
+            r.table,
+            `the shadow ${live.schema}.${target.shadow.mirror} of rebuild ${id} is gone (dropped by someone else?): start the rebuild again`,
+          );
         await step('replay');
         const read = await this.deps.reader.read(range, opts.history);
         stats = read.stats;
@@ -434,7 +510,12 @@ export class Rebuilder {
           // A key that differs at both points is diverged; one that differed once was in flight.
           const once = new Set(firstDiff.rows.map((d) => `${d.kind}|${JSON.stringify(d.key)}`));
           const rows = second.rows.filter((d) => once.has(`${d.kind}|${JSON.stringify(d.key)}`));
-          diff = { rows, missing: rows.filter((d) => d.kind === 'missing').length, extra: rows.filter((d) => d.kind === 'extra').length, changed: rows.filter((d) => d.kind === 'changed').length };
+          diff = {
+            rows,
+            missing: rows.filter((d) => d.kind === 'missing').length,
+            extra: rows.filter((d) => d.kind === 'extra').length,
+            changed: rows.filter((d) => d.kind === 'changed').length,
+          };
           caughtUpTo = maxPos(c.appliedThrough, p2);
           diffTable = await target.keepDiff(id, diff);
           await step('drop-shadow');
@@ -464,7 +545,8 @@ export class Rebuilder {
         if (caughtUpTo !== null) await cp.advanceSinkProgress(r.sink, r.source, r.table, caughtUpTo);
       }
     } catch (err) {
-      if (swapped && !(err instanceof RebuildFailedError)) throw new RebuildFailedError(r.source, r.table, err instanceof Error ? err.message : String(err), true);
+      if (swapped && !(err instanceof RebuildFailedError))
+        throw new RebuildFailedError(r.source, r.table, err instanceof Error ? err.message : String(err), true);
       throw err;
     }
     const finished = this.now();
@@ -476,14 +558,48 @@ export class Rebuilder {
       source: r.source,
       table: r.table,
       outcome: 'done',
-      detail: { sink: r.sink, mode: run.mode, id, durationMs: run.durationMs, events: run.events, slices: c.slices, diff: { missing: diff.missing, extra: diff.extra, changed: diff.changed }, diffTable, caughtUpTo },
+      detail: {
+        sink: r.sink,
+        mode: run.mode,
+        id,
+        durationMs: run.durationMs,
+        events: run.events,
+        slices: c.slices,
+        diff: { missing: diff.missing, extra: diff.extra, changed: diff.changed },
+        diffTable,
+        caughtUpTo,
+      },
     });
     await cp.releaseRebuild(r.sink, id, finished.toISOString());
-    const emptyStats: ReplayStats = { objectsRead: 0, bytesRead: 0, keysListed: 0, legacyObjects: 0, verifiedObjects: 0, unverifiedObjects: 0, markersRead: 0, archiveRecords: 0, streamRecords: 0, events: 0, invalid: 0, shards: [] };
+    const emptyStats: ReplayStats = {
+      objectsRead: 0,
+      bytesRead: 0,
+      keysListed: 0,
+      legacyObjects: 0,
+      verifiedObjects: 0,
+      unverifiedObjects: 0,
+      markersRead: 0,
+      archiveRecords: 0,
+      streamRecords: 0,
+      events: 0,
+      invalid: 0,
+      shards: [],
+    };
     return { done: true, report: { run, stats: stats ?? emptyStats, diffTable, diff: diff.rows, skipped: c.skipped, applyMs: c.applyMs, sleptMs: c.sleptMs } };
   }
 
-  private runRecord(id: string, r: RebuildRequest, started: Date, finished: Date, from: Position, caughtUpTo: Position | null, events: number, stats: ReplayStats | undefined, diff: DiffResult, error: string | null): RebuildRun {
+  private runRecord(
+    id: string,
+    r: RebuildRequest,
+    started: Date,
+    finished: Date,
+    from: Position,
+    caughtUpTo: Position | null,
+    events: number,
+    stats: ReplayStats | undefined,
+    diff: DiffResult,
+    error: string | null,
+  ): RebuildRun {
     return {
       id,
       sink: r.sink,
@@ -499,7 +615,12 @@ export class Rebuilder {
       events,
       archiveRecords: stats?.archiveRecords ?? 0,
       streamRecords: stats?.streamRecords ?? 0,
-      diff: { missing: diff.missing, extra: diff.extra, changed: diff.changed, samples: diff.rows.slice(0, SAMPLES).map((d) => `${d.kind} ${JSON.stringify(d.key)}`) },
+      diff: {
+        missing: diff.missing,
+        extra: diff.extra,
+        changed: diff.changed,
+        samples: diff.rows.slice(0, SAMPLES).map((d) => `${d.kind} ${JSON.stringify(d.key)}`),
+      },
       error,
     };
   }

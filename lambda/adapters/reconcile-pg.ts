@@ -31,8 +31,29 @@
 import type pg from 'pg';
 import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { quoteIdent, splitTableId } from '../core/shared/identifiers.ts';
-import { BASE_HASH_SCHEME, keyOrderClass, type HashClass, type HashScheme, type KeyRange, type KeyTuple, type RangeSummary, type ReconcileSide, type RowHashing, type SideRow, type SideShape } from '../core/reconcile/reconcile.ts';
-import { RESERVED_PREFIX, warehouseTable, CdcColumn, createOverlayViewSql, overlayAggregateSql, qualified, type OverlayGuards, type WarehouseTable } from '../core/warehouse/warehouse-sql.ts';
+import {
+  BASE_HASH_SCHEME,
+  keyOrderClass,
+  type HashClass,
+  type HashScheme,
+  type KeyRange,
+  type KeyTuple,
+  type RangeSummary,
+  type ReconcileSide,
+  type RowHashing,
+  type SideRow,
+  type SideShape,
+} from '../core/reconcile/reconcile.ts';
+import {
+  RESERVED_PREFIX,
+  warehouseTable,
+  CdcColumn,
+  createOverlayViewSql,
+  overlayAggregateSql,
+  qualified,
+  type OverlayGuards,
+  type WarehouseTable,
+} from '../core/warehouse/warehouse-sql.ts';
 
 type Queryable = Pick<pg.ClientBase, 'query'>;
 
@@ -263,7 +284,9 @@ export class PgReconcileSide implements ReconcileSide {
       });
       return parts.length ? `(${parts.join(' # ')})` : 'CAST(0 AS bigint)';
     }
-    const parts = this.columns.map((c) => (this.masked.includes(c) ? `quote_nullable(${maskSql(outputText(quoteIdent(c)))})` : `quote_nullable(${outputText(quoteIdent(c))})`));
+    const parts = this.columns.map((c) =>
+      this.masked.includes(c) ? `quote_nullable(${maskSql(outputText(quoteIdent(c)))})` : `quote_nullable(${outputText(quoteIdent(c))})`,
+    );
     const text = parts.length ? parts.join(` || ',' || `) : "''";
     return `CAST(CAST('x' || substr(md5(${text}), 1, 15) AS bit(60)) AS bigint)`;
   }
@@ -284,9 +307,12 @@ export class PgReconcileSide implements ReconcileSide {
     // Text-ordered keys compare byte-wise (`COLLATE "C"`) on both sides. A uuid orders by its bytes,
     // which is its text's "C" order already, and takes no collation (a COLLATE on it is an error).
     this.textKey = keyOrder.map((c, i) => c === 'text' && keyTypes[i]!.toLowerCase() !== 'uuid');
-    this.maxOrderedKey = this.key.length === 1 && (MAX_ORDERED_KEYS.has(keyOrder[0]!) || (this.textKey[0]! && /^(text|character.*|varchar.*|char.*)$/i.test(keyTypes[0]!)));
+    this.maxOrderedKey =
+      this.key.length === 1 && (MAX_ORDERED_KEYS.has(keyOrder[0]!) || (this.textKey[0]! && /^(text|character.*|varchar.*|char.*)$/i.test(keyTypes[0]!)));
     if (this.overlay && cols.length > 0) {
-      const base = await this.client.query('SELECT CAST(c.reltuples AS float8) AS n FROM pg_class c WHERE c.oid = to_regclass($1)', [qualified(this.overlay.schema, this.overlay.mirror)]);
+      const base = await this.client.query('SELECT CAST(c.reltuples AS float8) AS n FROM pg_class c WHERE c.oid = to_regclass($1)', [
+        qualified(this.overlay.schema, this.overlay.mirror),
+      ]);
       this.baseRows = base.rows.length ? Number(base.rows[0].n) : -1;
       // A base big enough for its summaries to use the view's second form: verify it now, beside the run's first reads.
       if (this.baseRows >= this.overlaySummaryMinRows) void this.overlayPlan();
@@ -320,7 +346,9 @@ export class PgReconcileSide implements ReconcileSide {
       }
     }
     try {
-      const res = (await this.countClient.query(`BEGIN; SET LOCAL enable_nestloop = off; SELECT count(*) AS n FROM ${this.from}; COMMIT`)) as unknown as pg.QueryResult[];
+      const res = (await this.countClient.query(
+        `BEGIN; SET LOCAL enable_nestloop = off; SELECT count(*) AS n FROM ${this.from}; COMMIT`,
+      )) as unknown as pg.QueryResult[];
       return Number(res[2]!.rows[0].n);
     } catch (err) {
       // The failed statement left the transaction open and aborted: end it, so the session stays usable.
@@ -472,11 +500,18 @@ export class PgReconcileSide implements ReconcileSide {
     if (form?.sameTypes) {
       const where = this.condition(range, null);
       const hash = this.hashSql();
-      const row = await this.overlayRead(this.client, form, (f) => (f.sameTypes ? overlayAggregateSql(f.table, f.mirrorColumns, this.key, f.guards, { sum: hash, ...(where ? { where } : {}) }) : 'SELECT 0 AS n, 0 AS s WHERE false'));
+      const row = await this.overlayRead(this.client, form, (f) =>
+        f.sameTypes
+          ? overlayAggregateSql(f.table, f.mirrorColumns, this.key, f.guards, { sum: hash, ...(where ? { where } : {}) })
+          : 'SELECT 0 AS n, 0 AS s WHERE false',
+      );
       if (row) return { rows: Number(row.n), checksum: String(row.s) };
     }
     const values: unknown[] = [];
-    const res = await this.client.query(`SELECT count(*) AS n, CAST(COALESCE(sum(${this.hashSql()}), 0) AS text) AS s FROM ${this.from} ${this.where(range, values)}`, values);
+    const res = await this.client.query(
+      `SELECT count(*) AS n, CAST(COALESCE(sum(${this.hashSql()}), 0) AS text) AS s FROM ${this.from} ${this.where(range, values)}`,
+      values,
+    );
     return { rows: Number(res.rows[0].n), checksum: String(res.rows[0].s) };
   }
 
@@ -512,7 +547,10 @@ export class PgReconcileSide implements ReconcileSide {
     const values: unknown[] = [];
     const where = this.where(range, values);
     values.push(offset);
-    const res = await this.client.query(`SELECT ${this.keyText()} FROM ${this.from} ${where} ORDER BY ${this.keyList} OFFSET $${values.length} LIMIT 1`, values);
+    const res = await this.client.query(
+      `SELECT ${this.keyText()} FROM ${this.from} ${where} ORDER BY ${this.keyList} OFFSET $${values.length} LIMIT 1`,
+      values,
+    );
     return res.rows.length ? this.tuple(res.rows[0]) : null;
   }
 
@@ -546,7 +584,9 @@ export class PgReconcileSide implements ReconcileSide {
   private async heartbeatApplied(): Promise<number | null> {
     const h = this.heartbeat!;
     const res = await this.client
-      .query(`SELECT CAST(extract(epoch FROM beat_at) * 1000 AS float8) AS t FROM ${quoteIdent(h.rel.schema)}.${quoteIdent(h.rel.name)} WHERE source_id = $1`, [h.source])
+      .query(`SELECT CAST(extract(epoch FROM beat_at) * 1000 AS float8) AS t FROM ${quoteIdent(h.rel.schema)}.${quoteIdent(h.rel.name)} WHERE source_id = $1`, [
+        h.source,
+      ])
       .catch((e: { code?: string }) => {
         if (e.code === '42P01') return { rows: [] }; // no heartbeat applied yet: no view
         throw e;
@@ -567,7 +607,13 @@ export class PgReconcileSide implements ReconcileSide {
 }
 
 /** The source table `schema.table` as a side; masked columns hash masked. */
-export function pgSourceSide(client: Queryable, tableId: string, key: readonly string[], masked: readonly string[], o: { countClient?: Queryable } = {}): PgReconcileSide {
+export function pgSourceSide(
+  client: Queryable,
+  tableId: string,
+  key: readonly string[],
+  masked: readonly string[],
+  o: { countClient?: Queryable } = {},
+): PgReconcileSide {
   const { schema, table } = splitTableId(tableId);
   return new PgReconcileSide({ schema, name: table }, { client, label: 'source', key, masked, ...(o.countClient ? { countClient: o.countClient } : {}) });
 }
@@ -593,7 +639,19 @@ export function pgWarehouseSide(
   const t = warehouseTable(source, tableId);
   const hb = warehouseTable(source, `${o.heartbeatSchema ?? DEFAULT_HEARTBEAT_SCHEMA}.${HEARTBEAT_TABLE}`);
   const heartbeat = o.stablePoint === false ? {} : { heartbeat: { rel: { schema: hb.schema, name: hb.view }, source } };
-  return new PgReconcileSide({ schema: t.schema, name: t.view }, { client, label: o.label ?? 'warehouse', key, position: true, overlay: t, ...(o.overlaySummaryMinRows !== undefined ? { overlaySummaryMinRows: o.overlaySummaryMinRows } : {}), ...heartbeat, ...(o.countClient ? { countClient: o.countClient } : {}) });
+  return new PgReconcileSide(
+    { schema: t.schema, name: t.view },
+    {
+      client,
+      label: o.label ?? 'warehouse',
+      key,
+      position: true,
+      overlay: t,
+      ...(o.overlaySummaryMinRows !== undefined ? { overlaySummaryMinRows: o.overlaySummaryMinRows } : {}),
+      ...heartbeat,
+      ...(o.countClient ? { countClient: o.countClient } : {}),
+    },
+  );
 }
 
 /** Opens the session settings on a client (see the module comment). */

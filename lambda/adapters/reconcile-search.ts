@@ -34,7 +34,16 @@
  */
 import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_KEY_COLUMN, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import type { JsonValue, Row } from '../core/shared/event.ts';
-import { type HashScheme, type KeyRange, type KeyTuple, type RangeSummary, type ReconcileSide, type RowHashing, type SideRow, type SideShape } from '../core/reconcile/reconcile.ts';
+import {
+  type HashScheme,
+  type KeyRange,
+  type KeyTuple,
+  type RangeSummary,
+  type ReconcileSide,
+  type RowHashing,
+  type SideRow,
+  type SideShape,
+} from '../core/reconcile/reconcile.ts';
 import { documentValueText, rowHash } from '../core/reconcile/reconcile-rows.ts';
 import { documentId, META_FIELD, searchNames, type SearchNames } from '../core/search/search-plan.ts';
 import { SearchRequestRejectedError, type OpenSearchIndex } from './search-opensearch.ts';
@@ -56,7 +65,8 @@ function keyFieldOf(column: string, mapping: unknown): KeyField {
   const type = typeof m.type === 'string' ? m.type : isRecord(m.properties) ? 'object' : 'absent';
   if (['long', 'integer', 'short', 'byte'].includes(type)) return { column, field: column, order: 'number' };
   if (type === 'keyword') return { column, field: column, order: 'text' };
-  if (type === 'text' && isRecord(m.fields) && isRecord(m.fields.keyword) && m.fields.keyword.type === 'keyword') return { column, field: `${column}.keyword`, order: 'text' };
+  if (type === 'text' && isRecord(m.fields) && isRecord(m.fields.keyword) && m.fields.keyword.type === 'keyword')
+    return { column, field: `${column}.keyword`, order: 'text' };
   return { column, field: column, order: type };
 }
 
@@ -154,7 +164,12 @@ export class SearchReconcileSide implements ReconcileSide {
     const f = this.keys[i]!.field;
     if (i === this.keys.length - 1) return { range: { [f]: { [op]: t[i] } } };
     const strict = op === 'gt' ? 'gt' : 'lt';
-    return { bool: { should: [{ range: { [f]: { [strict]: t[i] } } }, { bool: { filter: [{ term: { [f]: t[i] } }, this.compareQuery(t, op, i + 1)] } }], minimum_should_match: 1 } };
+    return {
+      bool: {
+        should: [{ range: { [f]: { [strict]: t[i] } } }, { bool: { filter: [{ term: { [f]: t[i] } }, this.compareQuery(t, op, i + 1)] } }],
+        minimum_should_match: 1,
+      },
+    };
   }
 
   private query(r: KeyRange): Record<string, unknown> {
@@ -190,7 +205,11 @@ export class SearchReconcileSide implements ReconcileSide {
     let after = range.after;
     for (;;) {
       this.requests++;
-      const page = await this.o.index.searchLive(this.o.names, { query: this.query({ after, upTo: range.upTo }), sort: this.keys.map((k) => ({ [k.field]: 'asc' })), size });
+      const page = await this.o.index.searchLive(this.o.names, {
+        query: this.query({ after, upTo: range.upTo }),
+        sort: this.keys.map((k) => ({ [k.field]: 'asc' })),
+        size,
+      });
       rows.push(...page.map((d) => this.toRow(d)));
       if (page.length < size) break;
       after = rows.at(-1)!.key;
@@ -252,8 +271,27 @@ export class SearchReconcileSide implements ReconcileSide {
 /** The search sink's side of a source table (names from the index prefix), its stable point the source's heartbeat document. */
 export function searchSinkSide(
   index: OpenSearchIndex,
-  o: { prefix: string; source: string; table: string; key: readonly string[]; label: string; heartbeatSchema?: string; stablePoint?: boolean; pageSize?: number },
+  o: {
+    prefix: string;
+    source: string;
+    table: string;
+    key: readonly string[];
+    label: string;
+    heartbeatSchema?: string;
+    stablePoint?: boolean;
+    pageSize?: number;
+  },
 ): SearchReconcileSide {
-  const heartbeat = o.stablePoint === false ? {} : { heartbeat: { names: searchNames(o.prefix, o.source, `${o.heartbeatSchema ?? DEFAULT_HEARTBEAT_SCHEMA}.${HEARTBEAT_TABLE}`), source: o.source } };
-  return new SearchReconcileSide({ index, names: searchNames(o.prefix, o.source, o.table), key: o.key, label: o.label, ...heartbeat, ...(o.pageSize ? { pageSize: o.pageSize } : {}) });
+  const heartbeat =
+    o.stablePoint === false
+      ? {}
+      : { heartbeat: { names: searchNames(o.prefix, o.source, `${o.heartbeatSchema ?? DEFAULT_HEARTBEAT_SCHEMA}.${HEARTBEAT_TABLE}`), source: o.source } };
+  return new SearchReconcileSide({
+    index,
+    names: searchNames(o.prefix, o.source, o.table),
+    key: o.key,
+    label: o.label,
+    ...heartbeat,
+    ...(o.pageSize ? { pageSize: o.pageSize } : {}),
+  });
 }

@@ -266,7 +266,11 @@ export class RedshiftLoader {
    * merge every `mergeEveryMs`. A failed load rejects its submits (their callers retry); a failed
    * merge is reported and tried again next time (the view stays correct, the backlog grows).
    */
-  async run(cadence: { loadEveryMs: number; mergeEveryMs: number }, signal: AbortSignal, onError: (what: 'load' | 'merge', err: unknown) => void): Promise<void> {
+  async run(
+    cadence: { loadEveryMs: number; mergeEveryMs: number },
+    signal: AbortSignal,
+    onError: (what: 'load' | 'merge', err: unknown) => void,
+  ): Promise<void> {
     let lastMerge = Date.now();
     while (!signal.aborted) {
       await new Promise((r) => setTimeout(r, cadence.loadEveryMs));

@@ -181,7 +181,14 @@ export class ReplayReader {
     const parsed = markers.map((k) => parseMarker(rel(k))).filter((m) => m !== null);
     const coverage = checkMarkerChain(parsed);
     const byBatch = new Map(parsed.map((m) => [batchId(m), m.key]));
-    return { coverage, gaps: historyGaps(coverage), objects, keysListed: mine.length + other.length + markers.length + years.length, unplaced, markers: byBatch };
+    return {
+      coverage,
+      gaps: historyGaps(coverage),
+      objects,
+      keysListed: mine.length + other.length + markers.length + years.length,
+      unplaced,
+      markers: byBatch,
+    };
   }
 
   /**
@@ -190,7 +197,20 @@ export class ReplayReader {
    */
   async read(range: ReplayRange, history?: HistoryCheck): Promise<{ events: ChangeEvent[]; stats: ReplayStats; resume: Map<string, string | null> }> {
     const h = history ?? (await this.checkHistory(range.source, range.table));
-    const stats: ReplayStats = { objectsRead: 0, bytesRead: 0, keysListed: h.keysListed, legacyObjects: 0, verifiedObjects: 0, unverifiedObjects: 0, markersRead: 0, archiveRecords: 0, streamRecords: 0, events: 0, invalid: 0, shards: [] };
+    const stats: ReplayStats = {
+      objectsRead: 0,
+      bytesRead: 0,
+      keysListed: h.keysListed,
+      legacyObjects: 0,
+      verifiedObjects: 0,
+      unverifiedObjects: 0,
+      markersRead: 0,
+      archiveRecords: 0,
+      streamRecords: 0,
+      events: 0,
+      invalid: 0,
+      shards: [],
+    };
     const fromArchive: ChangeEvent[] = [];
     let held = 0;
     // Highest archived sequence number per shard: markers prove the by-table layout's; batch-layout objects name theirs.
@@ -245,7 +265,12 @@ export class ReplayReader {
    * junction is checked; null: the trim horizon) to the shard's tip. Returns the range's events
    * and where each shard ended (the next call's `start`, for a catch-up).
    */
-  async readStream(range: ReplayRange, start: ReadonlyMap<string, string | null>, stats?: ReplayStats, before: { events: number; bytes: number } = { events: 0, bytes: 0 }): Promise<{ events: ChangeEvent[]; resume: Map<string, string | null> }> {
+  async readStream(
+    range: ReplayRange,
+    start: ReadonlyMap<string, string | null>,
+    stats?: ReplayStats,
+    before: { events: number; bytes: number } = { events: 0, bytes: 0 },
+  ): Promise<{ events: ChangeEvent[]; resume: Map<string, string | null> }> {
     const out: ChangeEvent[] = [];
     let held = before.bytes;
     const resume = new Map<string, string | null>();
@@ -290,7 +315,13 @@ export class ReplayReader {
    * Checks a by-table object against the digest its batch marker recorded (throws
    * `ArchiveObjectTamperedError`); false when there is nothing to check it against.
    */
-  private async verify(obj: ArchivedObject, body: Buffer, markers: ReadonlyMap<string, string>, digestsOf: Map<string, Promise<ReadonlyMap<string, string> | null>>, stats: ReplayStats): Promise<boolean> {
+  private async verify(
+    obj: ArchivedObject,
+    body: Buffer,
+    markers: ReadonlyMap<string, string>,
+    digestsOf: Map<string, Promise<ReadonlyMap<string, string> | null>>,
+    stats: ReplayStats,
+  ): Promise<boolean> {
     if (obj.layout !== 'by-table') return false;
     const marker = markers.get(batchId(obj));
     if (marker === undefined) return false;
@@ -332,7 +363,8 @@ export class ReplayReader {
       // An event stored out of line: read back whole; a store that cannot give it stops the replay (never skipped).
       const claim = validateClaimCheck(parsed);
       const payloads = this.o.payloads;
-      if (!payloads) throw new CdcError('PAYLOAD_STORE_MISSING', `the replay of ${range.source}/${range.table} needs the payload store to read ${claim.claim.ref}`);
+      if (!payloads)
+        throw new CdcError('PAYLOAD_STORE_MISSING', `the replay of ${range.source}/${range.table} needs the payload store to read ${claim.claim.ref}`);
       return resolveClaim(payloads, claim).then((text) => ({ event: validated(JSON.parse(text)), bytes: text.length }));
     }
     return validated(parsed);

@@ -81,7 +81,9 @@ function typeOf(err: unknown): string | null {
 export function mapSearchError(err: unknown, what: string): Error {
   const status = statusOf(err);
   if (status === null || status === 429 || status >= 500) {
-    return new SearchUnavailableError(`${what}: ${status === null ? (err instanceof Error ? `${err.name}: ${err.message}` : String(err)) : `status ${status} ${typeOf(err) ?? ''}`.trim()}`);
+    return new SearchUnavailableError(
+      `${what}: ${status === null ? (err instanceof Error ? `${err.name}: ${err.message}` : String(err)) : `status ${status} ${typeOf(err) ?? ''}`.trim()}`,
+    );
   }
   return new SearchRequestRejectedError(status, typeOf(err), `${what}: status ${status} ${err instanceof Error ? err.message : ''}`.trim());
 }
@@ -155,7 +157,8 @@ export class OpenSearchIndex implements SearchIndex {
     }
     if (!isRecord(body)) throw new SearchUnavailableError(`unreadable mapping response for ${names.all}`);
     const entries = Object.entries(body);
-    if (entries.length !== 1) throw new CdcError('SEARCH_INDEX_FOREIGN', `alias ${names.all} points at ${entries.length} indexes; the search sink writes through exactly one`);
+    if (entries.length !== 1)
+      throw new CdcError('SEARCH_INDEX_FOREIGN', `alias ${names.all} points at ${entries.length} indexes; the search sink writes through exactly one`);
     const [index, v] = entries[0]!;
     const mappings = isRecord(v) && isRecord(v.mappings) ? v.mappings : {};
     return { index, meta: parseIndexMeta(index, mappings._meta), properties: isRecord(mappings.properties) ? mappings.properties : {} };
@@ -217,7 +220,8 @@ export class OpenSearchIndex implements SearchIndex {
   async bulk(names: SearchNames, body: string, expectedItems: number): Promise<unknown[]> {
     const res = await this.call(`bulk into ${names.all}`, () => this.client.bulk({ index: names.all, body: body as never }) as Promise<{ body: unknown }>);
     const items = isRecord(res) && Array.isArray(res.items) ? res.items : null;
-    if (!items || items.length !== expectedItems) throw new SearchUnavailableError(`bulk into ${names.all}: expected ${expectedItems} item results, got ${items ? items.length : 'none'}`);
+    if (!items || items.length !== expectedItems)
+      throw new SearchUnavailableError(`bulk into ${names.all}: expected ${expectedItems} item results, got ${items ? items.length : 'none'}`);
     return items;
   }
 
@@ -227,7 +231,10 @@ export class OpenSearchIndex implements SearchIndex {
     for (;;) {
       const body: Record<string, unknown> = { size: pageSize, sort: [{ [`${META_FIELD}.key`]: 'asc' }], query: { match_all: {} } };
       if (after !== null) body.search_after = [after];
-      const res = await this.call(`list documents of ${names.alias}`, () => this.client.search({ index: names.alias, body: body as never }) as Promise<{ body: unknown }>);
+      const res = await this.call(
+        `list documents of ${names.alias}`,
+        () => this.client.search({ index: names.alias, body: body as never }) as Promise<{ body: unknown }>,
+      );
       const hits = isRecord(res) && isRecord(res.hits) && Array.isArray(res.hits.hits) ? res.hits.hits : null;
       if (!hits) throw new SearchUnavailableError(`unreadable _search response from ${names.alias}`);
       for (const h of hits) {
@@ -255,7 +262,10 @@ export class OpenSearchIndex implements SearchIndex {
    * `query`, in `sort` order: each hit's id and `_source` (without `cdc_meta`, whose position is
    * returned apart).
    */
-  async searchLive(names: SearchNames, body: { query: Record<string, unknown>; sort: Array<Record<string, unknown>>; size: number }): Promise<Array<{ id: string; values: Row; position: string | null }>> {
+  async searchLive(
+    names: SearchNames,
+    body: { query: Record<string, unknown>; sort: Array<Record<string, unknown>>; size: number },
+  ): Promise<Array<{ id: string; values: Row; position: string | null }>> {
     const res = await this.call(`search ${names.alias}`, () => this.client.search({ index: names.alias, body: body as never }) as Promise<{ body: unknown }>);
     const hits = isRecord(res) && isRecord(res.hits) && Array.isArray(res.hits.hits) ? res.hits.hits : null;
     if (!hits) throw new SearchUnavailableError(`unreadable _search response from ${names.alias}`);

@@ -36,10 +36,19 @@ export class CloudWatchPressureProbe {
     const start = new Date(end.getTime() - minutes * 60_000);
     const metric = (id: string, name: string, stat: string) => ({
       Id: id,
-      MetricStat: { Metric: { Namespace: 'AWS/RDS', MetricName: name, Dimensions: [{ Name: 'DBInstanceIdentifier', Value: this.dbInstance }] }, Period: 60, Stat: stat },
+      MetricStat: {
+        Metric: { Namespace: 'AWS/RDS', MetricName: name, Dimensions: [{ Name: 'DBInstanceIdentifier', Value: this.dbInstance }] },
+        Period: 60,
+        Stat: stat,
+      },
       ReturnData: true,
     });
-    const out = await this.getMetricData({ StartTime: start, EndTime: end, MetricDataQueries: [metric('latency', 'WriteLatency', 'Average'), metric('cpu', 'CPUUtilization', 'Average')], ScanBy: 'TimestampDescending' });
+    const out = await this.getMetricData({
+      StartTime: start,
+      EndTime: end,
+      MetricDataQueries: [metric('latency', 'WriteLatency', 'Average'), metric('cpu', 'CPUUtilization', 'Average')],
+      ScanBy: 'TimestampDescending',
+    });
     const values = (id: string): number[] => (out.MetricDataResults ?? []).find((r) => r.Id === id)?.Values ?? [];
     const lat = values('latency');
     const cpu = values('cpu');
@@ -62,5 +71,9 @@ export class CloudWatchPressureProbe {
 /** Two probes as one: the worse latency of the two, CPU from whichever has it, sessions from the first. */
 export function combinePressure(a: PressureReading, b: PressureReading): PressureReading {
   const worse = (x: number | null, y: number | null): number | null => (x === null ? y : y === null ? x : Math.max(x, y));
-  return { addedWriteLatencyPct: worse(a.addedWriteLatencyPct, b.addedWriteLatencyPct), addedCpuPct: worse(a.addedCpuPct, b.addedCpuPct), activeSessions: a.activeSessions ?? b.activeSessions };
+  return {
+    addedWriteLatencyPct: worse(a.addedWriteLatencyPct, b.addedWriteLatencyPct),
+    addedCpuPct: worse(a.addedCpuPct, b.addedCpuPct),
+    activeSessions: a.activeSessions ?? b.activeSessions,
+  };
 }

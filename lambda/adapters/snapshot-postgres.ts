@@ -18,13 +18,32 @@
 import { HORIZON_MICROS_SQL, horizonBound, POLL_XMIN_SQL } from '../core/capture/poll-snapshot.ts';
 import pg from 'pg';
 import { to as copyTo } from 'pg-copy-streams';
-import { chunkCopyQuery, copyChunkRead, SnapshotFenceTimeoutError, SnapshotTableError, type ChunkRead, type KeyCursor, type SnapshotColumn, type SnapshotTableShape } from '../core/snapshot/snapshot.ts';
+import {
+  chunkCopyQuery,
+  copyChunkRead,
+  SnapshotFenceTimeoutError,
+  SnapshotTableError,
+  type ChunkRead,
+  type KeyCursor,
+  type SnapshotColumn,
+  type SnapshotTableShape,
+} from '../core/snapshot/snapshot.ts';
 import { addedLatencyPct, PROBE_QUANTILE, quantile, type PressureReading } from '../core/snapshot/snapshot-pacer.ts';
 import { CdcError } from '../core/shared/errors.ts';
 import { quoteIdent, splitTableId } from '../core/shared/identifiers.ts';
 import { PRIMARY_KEY_COLUMNS_SQL } from './source-facts-pg.ts';
 import type { SnapshotReader } from '../core/snapshot/snapshot-worker.ts';
-import { DEFAULT_POLL_HORIZON_MARGIN_S, POLL_CLOCK_SQL, POLL_HORIZON_SQL, PollHorizonPrivilegeError, pollColumnKind, pollQuery, type PollCursor, type PollPage, type PollReader } from '../core/capture/poll.ts';
+import {
+  DEFAULT_POLL_HORIZON_MARGIN_S,
+  POLL_CLOCK_SQL,
+  POLL_HORIZON_SQL,
+  PollHorizonPrivilegeError,
+  pollColumnKind,
+  pollQuery,
+  type PollCursor,
+  type PollPage,
+  type PollReader,
+} from '../core/capture/poll.ts';
 
 /** Every column as PostgreSQL's output text (the poll page converts values itself, lambda/core/capture/poll.ts). */
 const RAW_TEXT = { getTypeParser: () => (v: string) => v };
@@ -170,7 +189,11 @@ export class PostgresSnapshotReader implements SnapshotReader, PollReader {
     for (;;) {
       const r = await read.query<{ replayed: boolean }>('SELECT (NOT pg_is_in_recovery() OR pg_last_wal_replay_lsn() >= $1::pg_lsn) AS replayed', [lsn]);
       if (r.rows[0]!.replayed) return;
-      if (Date.now() - t0 > timeout) throw new CdcError('POLL_REPLICA_BEHIND', `${table}: the read replica did not replay the primary's WAL up to ${lsn} within ${Math.round(timeout / 1000)} s; a poll page is not read from a replica that is behind its horizon (docs/polling.md)`);
+      if (Date.now() - t0 > timeout)
+        throw new CdcError(
+          'POLL_REPLICA_BEHIND',
+          `${table}: the read replica did not replay the primary's WAL up to ${lsn} within ${Math.round(timeout / 1000)} s; a poll page is not read from a replica that is behind its horizon (docs/polling.md)`,
+        );
       await sleep(this.o.fencePollMs ?? 10);
     }
   }
@@ -199,7 +222,10 @@ export class PostgresSnapshotReader implements SnapshotReader, PollReader {
     const { primary } = await this.clients();
     const t0 = performance.now();
     try {
-      const [l0, x] = await multi<[{ l0: string }, { x: string }]>(primary, 'BEGIN; SELECT pg_current_wal_insert_lsn()::text AS l0; SELECT pg_current_xact_id()::text AS x; COMMIT');
+      const [l0, x] = await multi<[{ l0: string }, { x: string }]>(
+        primary,
+        'BEGIN; SELECT pg_current_wal_insert_lsn()::text AS l0; SELECT pg_current_xact_id()::text AS x; COMMIT',
+      );
       this.o.onProbe?.(performance.now() - t0);
       return { lowWatermark: l0.rows[0]!.l0, xid: x.rows[0]!.x };
     } catch (e) {
@@ -316,7 +342,8 @@ export async function serverTimedProbe(c: pg.Client): Promise<number> {
     await c.query('ROLLBACK').catch(() => undefined);
     throw e;
   }
-  if (!Array.isArray(results) || results.length !== 5) throw new Error(`the pressure probe expected 5 results (one per statement), got ${Array.isArray(results) ? results.length : 1}`);
+  if (!Array.isArray(results) || results.length !== 5)
+    throw new Error(`the pressure probe expected 5 results (one per statement), got ${Array.isArray(results) ? results.length : 1}`);
   const t0 = BigInt((results[0]!.rows[0] as { t0: string }).t0);
   const t1 = BigInt((results[4]!.rows[0] as { t1: string }).t1);
   return Number(t1 - t0) / 1000;
@@ -361,7 +388,9 @@ export class PostgresPressureProbe {
   async read(extraProbes = 2): Promise<PressureReading> {
     const c = await this.client();
     for (let i = 0; i < extraProbes; i++) this.sample(await this.probeOnce(c));
-    const active = await c.query<{ n: string }>(`SELECT count(*)::text AS n FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid() AND backend_type = 'client backend'`);
+    const active = await c.query<{ n: string }>(
+      `SELECT count(*)::text AS n FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid() AND backend_type = 'client backend'`,
+    );
     return { addedWriteLatencyPct: addedLatencyPct(this.baseline, this.recent), addedCpuPct: null, activeSessions: Number(active.rows[0]!.n) - 1 };
   }
 }

@@ -49,7 +49,9 @@ function str(v: unknown): string | null {
  */
 export async function readSourceIdentity(client: Queryable): Promise<SourceIdentity | null> {
   try {
-    const row = (await client.query('SELECT (SELECT system_identifier::text FROM pg_control_system()) AS sysid, (SELECT timeline_id FROM pg_control_checkpoint()) AS tli')).rows[0] as { sysid: string; tli: number };
+    const row = (
+      await client.query('SELECT (SELECT system_identifier::text FROM pg_control_system()) AS sysid, (SELECT timeline_id FROM pg_control_checkpoint()) AS tli')
+    ).rows[0] as { sysid: string; tli: number };
     return { systemIdentifier: row.sysid, timeline: Number(row.tli) };
   } catch {
     return null;
@@ -58,7 +60,8 @@ export async function readSourceIdentity(client: Queryable): Promise<SourceIdent
 
 /** `max_slot_wal_keep_size` in bytes, or null when unlimited (-1) or unknown to the server (before 13). */
 export async function readMaxSlotWalKeepSize(client: Queryable): Promise<number | null> {
-  const row = (await client.query(`SELECT setting, unit FROM pg_settings WHERE name = 'max_slot_wal_keep_size'`)).rows[0] as { setting: string; unit: string | null } | undefined;
+  const row = (await client.query(`SELECT setting, unit FROM pg_settings WHERE name = 'max_slot_wal_keep_size'`)).rows[0] as
+    { setting: string; unit: string | null } | undefined;
   if (!row) return null;
   const n = Number(row.setting);
   if (!Number.isFinite(n) || n < 0) return null;
@@ -107,7 +110,8 @@ async function tableFact(client: Queryable, t: TableToCheck): Promise<TableFact>
       [schema, table],
     )
   ).rows[0] as { oid: number; ident: string; sel: boolean } | undefined;
-  if (!rel) return { table: t.table, exists: false, primaryKey: [], declaredKey, replicaIdentity: null, identityIndexColumns: null, selectGranted: false, columns: [] };
+  if (!rel)
+    return { table: t.table, exists: false, primaryKey: [], declaredKey, replicaIdentity: null, identityIndexColumns: null, selectGranted: false, columns: [] };
   const indexColumns = async (flag: 'indisprimary' | 'indisreplident'): Promise<string[]> =>
     (
       await client.query(
@@ -124,7 +128,12 @@ async function tableFact(client: Queryable, t: TableToCheck): Promise<TableFact>
          FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
       [rel.oid],
     )
-  ).rows.map((r) => ({ name: String(r.name), type: String(r.type), declaredType: String(r.declared), ...(r.generated ? { generated: r.generated as 'stored' | 'virtual' } : {}) }));
+  ).rows.map((r) => ({
+    name: String(r.name),
+    type: String(r.type),
+    declaredType: String(r.declared),
+    ...(r.generated ? { generated: r.generated as 'stored' | 'virtual' } : {}),
+  }));
   const ident = rel.ident as TableFact['replicaIdentity'];
   return {
     table: t.table,
@@ -145,12 +154,22 @@ const POLL_TRIGGER_SQL = `SELECT COALESCE(bool_or(tgenabled = 'A'), false) AS al
    FROM pg_trigger WHERE tgrelid = $1 AND NOT tgisinternal AND (tgtype::int & 23) = 23`;
 
 /** A polled table's write-side facts (docs/polling.md): its trigger, and whether rows with a NULL poll column exist. */
-async function pollFacts(client: Queryable, oid: number, pollColumn: string, columns: Array<{ name: string }>, readable: boolean): Promise<Pick<TableFact, 'pollTrigger' | 'pollNulls'>> {
+async function pollFacts(
+  client: Queryable,
+  oid: number,
+  pollColumn: string,
+  columns: Array<{ name: string }>,
+  readable: boolean,
+): Promise<Pick<TableFact, 'pollTrigger' | 'pollNulls'>> {
   const trig = (await client.query(POLL_TRIGGER_SQL, [oid])).rows[0] as { always: boolean; origin: boolean };
   const pollTrigger = trig.always ? 'always' : trig.origin ? 'origin' : 'none';
   // Unknown without the column or the SELECT grant (the select_grant check reports that).
   if (!readable || !columns.some((c) => c.name === pollColumn)) return { pollTrigger, pollNulls: null };
-  const rel = (await client.query(`SELECT format('%I.%I', n.nspname, c.relname) AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1`, [oid])).rows[0] as { name: string };
+  const rel = (
+    await client.query(`SELECT format('%I.%I', n.nspname, c.relname) AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1`, [
+      oid,
+    ])
+  ).rows[0] as { name: string };
   const nulls = await client.query(`SELECT EXISTS (SELECT 1 FROM ${rel.name} WHERE ${quoteIdent(pollColumn)} IS NULL) AS any`);
   return { pollTrigger, pollNulls: Boolean((nulls.rows[0] as { any: boolean }).any) };
 }
@@ -166,7 +185,18 @@ export async function gatherSourceFacts(client: Queryable, o: GatherOptions): Pr
               COALESCE((SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()), false) AS ssl,
               (inet_server_addr() IS NULL OR inet_server_addr() <<= '127.0.0.0/8'::inet OR inet_server_addr() = '::1'::inet) AS loopback`,
     )
-  ).rows[0] as { version: number; wal_level: string; quote_all: boolean; time_zone: string; max_slots: number; used_slots: number; max_senders: number; used_senders: number; ssl: boolean; loopback: boolean };
+  ).rows[0] as {
+    version: number;
+    wal_level: string;
+    quote_all: boolean;
+    time_zone: string;
+    max_slots: number;
+    used_slots: number;
+    max_senders: number;
+    used_senders: number;
+    ssl: boolean;
+    loopback: boolean;
+  };
   const user = (
     await client.query(
       `SELECT current_user AS name, r.rolsuper AS super, r.rolreplication AS replication,
@@ -205,7 +235,14 @@ export async function gatherSourceFacts(client: Queryable, o: GatherOptions): Pr
     user: { name: user.name, superuser: user.super, replication: user.replication, rdsReplication: user.rds, readAllStats: user.read_all_stats },
     ssl: server.ssl,
     loopback: server.loopback,
-    heartbeat: { table: `${schema}.${HEARTBEAT_TABLE}`, exists: hb.exists, writer, writerExists: hb.writer_exists, writable: hb.writable, canCreate: hb.can_create },
+    heartbeat: {
+      table: `${schema}.${HEARTBEAT_TABLE}`,
+      exists: hb.exists,
+      writer,
+      writerExists: hb.writer_exists,
+      writable: hb.writable,
+      canCreate: hb.can_create,
+    },
     slots: await readSlotFacts(client),
     tables,
   };
@@ -274,7 +311,10 @@ export async function readPartitionTree(client: Queryable): Promise<PartitionTre
       WHERE p.relkind IN ('r', 'p', 'f') AND pn.nspname NOT IN ('pg_catalog', 'information_schema') AND pn.nspname NOT LIKE 'pg\\_%'`,
   );
   const edges = res.rows.filter((r): r is { partition: string; root: string; leaf: boolean } => r.root !== null);
-  return partitionTree(edges, res.rows.filter((r) => r.root === null).map((r) => r.partition));
+  return partitionTree(
+    edges,
+    res.rows.filter((r) => r.root === null).map((r) => r.partition),
+  );
 }
 
 /** Which of `tables` (`schema.table`) hold at least one row (a table that does not exist holds none). */

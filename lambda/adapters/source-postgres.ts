@@ -47,7 +47,8 @@ export function parseSourceSecret(text: string, where: string, tlsOptions: Sourc
   } catch (e) {
     throw new SourceConnectionError(`${where}: the secret is not JSON (${(e as Error).message})`);
   }
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new SourceConnectionError(`${where}: expected a JSON object with host, port, username, password, dbname`);
+  if (typeof v !== 'object' || v === null || Array.isArray(v))
+    throw new SourceConnectionError(`${where}: expected a JSON object with host, port, username, password, dbname`);
   const s = v as Record<string, unknown>;
   const str = (field: string, required = true): string | undefined => {
     const x = s[field];
@@ -59,7 +60,8 @@ export function parseSourceSecret(text: string, where: string, tlsOptions: Sourc
     return x;
   };
   const port = s.port === undefined ? 5432 : Number(s.port);
-  if (!Number.isInteger(port) || port <= 0 || port > 65535) throw new SourceConnectionError(`${where}: field 'port' must be a TCP port, got ${JSON.stringify(s.port)}`);
+  if (!Number.isInteger(port) || port <= 0 || port > 65535)
+    throw new SourceConnectionError(`${where}: field 'port' must be a TCP port, got ${JSON.stringify(s.port)}`);
   let requested: SslMode | undefined;
   try {
     const field = str('sslmode', false);
@@ -81,10 +83,17 @@ export function parseSourceSecret(text: string, where: string, tlsOptions: Sourc
 }
 
 /** Connection settings from a URL, or else from a Secrets Manager secret; `tls.minimumSslMode` holds either to it. */
-export async function sourceConnectionConfig(o: { url?: string | undefined; secretArn?: string | undefined; secrets?: SecretsManagerClient | undefined; applicationName: string; tls?: SourceTlsOptions }): Promise<pg.ClientConfig> {
+export async function sourceConnectionConfig(o: {
+  url?: string | undefined;
+  secretArn?: string | undefined;
+  secrets?: SecretsManagerClient | undefined;
+  applicationName: string;
+  tls?: SourceTlsOptions;
+}): Promise<pg.ClientConfig> {
   const minimum = o.tls?.minimumSslMode;
   if (o.url) {
-    if (minimum) sslModeAtLeast(urlSslMode(o.url, EnvName.SOURCE_URL), minimum, `the sslmode of ${EnvName.SOURCE_URL}`, o.tls?.minimumFrom ?? EnvName.SOURCE_SSL_MODE);
+    if (minimum)
+      sslModeAtLeast(urlSslMode(o.url, EnvName.SOURCE_URL), minimum, `the sslmode of ${EnvName.SOURCE_URL}`, o.tls?.minimumFrom ?? EnvName.SOURCE_SSL_MODE);
     return { connectionString: o.url, application_name: o.applicationName };
   }
   if (!o.secretArn) throw new SourceConnectionError('neither a source URL nor a source secret ARN is configured');
@@ -107,17 +116,27 @@ export function sourceTlsFromEnvironment(env: NodeJS.ProcessEnv = process.env): 
  * held to `verify-full` when the environment names no mode. The one place every function that
  * connects to the source builds its connection (docs/deploy.md, "TLS to the source").
  */
-export async function sourceConnectionFromEnvironment(o: { secrets: SecretsManagerClient; applicationName: string; secretArn?: string | undefined; env?: NodeJS.ProcessEnv }): Promise<pg.ClientConfig> {
+export async function sourceConnectionFromEnvironment(o: {
+  secrets: SecretsManagerClient;
+  applicationName: string;
+  secretArn?: string | undefined;
+  env?: NodeJS.ProcessEnv;
+}): Promise<pg.ClientConfig> {
   const env = o.env ?? process.env;
   const tls = sourceTlsFromEnvironment(env);
   const url = o.secretArn ? undefined : env[EnvName.SOURCE_URL];
   const secretArn = o.secretArn ?? env[EnvName.SOURCE_SECRET_ARN];
-  const held = !url && !tls.minimumSslMode ? { ...tls, minimumSslMode: DEFAULT_SSL_MODE, minimumFrom: `the default, ${EnvName.SOURCE_SSL_MODE} being unset` } : tls;
+  const held =
+    !url && !tls.minimumSslMode ? { ...tls, minimumSslMode: DEFAULT_SSL_MODE, minimumFrom: `the default, ${EnvName.SOURCE_SSL_MODE} being unset` } : tls;
   return sourceConnectionConfig({ url, secretArn, secrets: o.secrets, applicationName: o.applicationName, tls: held });
 }
 
 /** The connection to the read replica `CDC_SNAPSHOT_REPLICA_SECRET_ARN` names (same TLS as the source), or undefined without one. */
-export async function replicaConnectionFromEnvironment(o: { secrets: SecretsManagerClient; applicationName: string; env?: NodeJS.ProcessEnv }): Promise<pg.ClientConfig | undefined> {
+export async function replicaConnectionFromEnvironment(o: {
+  secrets: SecretsManagerClient;
+  applicationName: string;
+  env?: NodeJS.ProcessEnv;
+}): Promise<pg.ClientConfig | undefined> {
   const arn = (o.env ?? process.env)[EnvName.SNAPSHOT_REPLICA_SECRET_ARN];
   return arn ? sourceConnectionFromEnvironment({ ...o, secretArn: arn }) : undefined;
 }

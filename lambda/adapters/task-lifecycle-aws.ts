@@ -90,7 +90,10 @@ export class PgSlots implements SlotPort {
     );
     const row = r.rows[0];
     if (!row) return undefined;
-    if (!row.mine) throw new TaskLifecycleError(`replication slot ${slotName} exists for ${row.database ? `database ${row.database}` : 'physical replication'}, not for the captured database; choose another slotName`);
+    if (!row.mine)
+      throw new TaskLifecycleError(
+        `replication slot ${slotName} exists for ${row.database ? `database ${row.database}` : 'physical replication'}, not for the captured database; choose another slotName`,
+      );
     return { plugin: row.plugin ?? '', active: row.active };
   }
 
@@ -105,12 +108,17 @@ export class PgSlots implements SlotPort {
       const made = await this.client.query<{ lsn: string }>("SELECT lsn::text AS lsn FROM pg_create_logical_replication_slot($1, 'test_decoding')", [slotName]);
       return { position: made.rows[0]!.lsn, created: true };
     } catch (e) {
-      throw new TaskLifecycleError(`cannot create replication slot ${slotName}: ${(e as Error).message}. The capture user needs the replication privilege (rds_replication on RDS) and wal_level=logical`);
+      throw new TaskLifecycleError(
+        `cannot create replication slot ${slotName}: ${(e as Error).message}. The capture user needs the replication privilege (rds_replication on RDS) and wal_level=logical`,
+      );
     }
   }
 
   async dropSlot(slotName: string): Promise<boolean> {
-    const r = await this.client.query('SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()', [slotName]);
+    const r = await this.client.query(
+      'SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()',
+      [slotName],
+    );
     return (r.rowCount ?? 0) > 0;
   }
 

@@ -42,7 +42,19 @@ import { foundRelations, LegacyLayoutError, legacyProbeSql, planLegacyMigration 
 import { guardPoolClients } from './pg-pool.ts';
 import type { ChangeEvent, Row } from '../core/shared/event.ts';
 import { keyText } from '../core/shared/event.ts';
-import { distinctEvents, handoverId, needsHandover, oldKeysNeeded, planTable, setSignature, toParam, type Donor, type StoredRow, type StoredState, type TablePlan } from '../core/sink/apply-plan.ts';
+import {
+  distinctEvents,
+  handoverId,
+  needsHandover,
+  oldKeysNeeded,
+  planTable,
+  setSignature,
+  toParam,
+  type Donor,
+  type StoredRow,
+  type StoredState,
+  type TablePlan,
+} from '../core/sink/apply-plan.ts';
 import { ENVELOPE_VERSION, type CaptureMethod, type ChangeOp, type JsonValue } from '../core/shared/event.ts';
 import {
   CdcColumn,
@@ -112,7 +124,16 @@ import {
   type WarehouseTable,
 } from '../core/warehouse/warehouse-sql.ts';
 import { quoteIdent } from '../core/shared/identifiers.ts';
-import type { DeltaStats, MergeResult, MergeTarget, PendingDelta, TableApplyResult, TableBatch, Warehouse, WriteErrorKind } from '../core/warehouse/warehouse-apply.ts';
+import type {
+  DeltaStats,
+  MergeResult,
+  MergeTarget,
+  PendingDelta,
+  TableApplyResult,
+  TableBatch,
+  Warehouse,
+  WriteErrorKind,
+} from '../core/warehouse/warehouse-apply.ts';
 import { persistentTableErrorCode } from './warehouse-pg-errors.ts';
 import type { WarehouseDialect } from '../core/warehouse/dialect.ts';
 import { postgresDialect } from '../core/warehouse/postgres-dialect.ts';
@@ -418,7 +439,10 @@ export class PgWarehouse implements Warehouse {
    * (`mergeMayUseNestedLoops`; `nestedLoops` in the result), and appends to the changelog with
    * `ON CONFLICT DO NOTHING` (docs/warehouse-apply.md, "What a merge costs").
    */
-  async merge(target: MergeTarget, options: { freshBase?: boolean; stopAppends?: boolean } = {}): Promise<MergeResult & { fast?: boolean; nestedLoops?: boolean }> {
+  async merge(
+    target: MergeTarget,
+    options: { freshBase?: boolean; stopAppends?: boolean } = {},
+  ): Promise<MergeResult & { fast?: boolean; nestedLoops?: boolean }> {
     const t = target.target ?? warehouseTable(target.source, target.table);
     const cacheKey = `${t.schema}.${t.view}`;
     const t0 = Date.now();
@@ -447,7 +471,8 @@ export class PgWarehouse implements Warehouse {
       const n = bounds.n;
       const fast = n > 0 && options.freshBase === true && (await client.query(baseRowsSql(t, shape))).rows.length === 0;
       const nested = n > 0 && !fast && this.engine === 'postgres' && (await nestedLoopsFit(client, t, shape, n));
-      if (n > 0) for (const sql of mergeStatements(t, shape, target.key, target.deleteMode === 'hard', this.engine!, bounds, fast, nested)) await client.query(sql);
+      if (n > 0)
+        for (const sql of mergeStatements(t, shape, target.key, target.deleteMode === 'hard', this.engine!, bounds, fast, nested)) await client.query(sql);
       await client.query('COMMIT');
       inTransaction = false;
       this.shapes.set(cacheKey, shape);
@@ -516,7 +541,16 @@ export class PgWarehouse implements Warehouse {
       if (moved) known = { ...known, view: false };
       // A table of the layout before one write per event (a delta table): moved to this one first
       // (docs/warehouse-apply.md, "The layout before one write per event").
-      if (known.changelog.length > 0 && !known.seq && known.delta.length > 0) known = { ...(await migrateDeltaTable(client, t, known, key.map((k) => k.name))), view: false };
+      if (known.changelog.length > 0 && !known.seq && known.delta.length > 0)
+        known = {
+          ...(await migrateDeltaTable(
+            client,
+            t,
+            known,
+            key.map((k) => k.name),
+          )),
+          view: false,
+        };
       // Another process may have made the handover table since this one cached the shape: an
       // update that lacks columns must see it, or it could be applied onto a key that is held
       // (docs/primary-key-changes.md). So such a batch reads the catalog again until the table exists.
@@ -539,7 +573,19 @@ export class PgWarehouse implements Warehouse {
             ddl = planDdl(t, known, key, data, wants, this.accepts(), this.engine!);
             const bounds = await pendingBounds(client, t, null);
             const first = await mergeFirst(client, t, known, bounds.n, this.engine!);
-            const mergeFirstSql = bounds.n > 0 ? mergeStatements(t, known, key.map((k) => k.name), wants.hard, this.engine!, bounds, false, first.nestedLoops) : [];
+            const mergeFirstSql =
+              bounds.n > 0
+                ? mergeStatements(
+                    t,
+                    known,
+                    key.map((k) => k.name),
+                    wants.hard,
+                    this.engine!,
+                    bounds,
+                    false,
+                    first.nestedLoops,
+                  )
+                : [];
             await client.query(`${[...mergeFirstSql, ...ddl.statements].join('; ')}; COMMIT`);
             if (first.rows > 0) merged = first;
             this.pendingDelta.delete(cacheKey);
@@ -610,7 +656,9 @@ export class PgWarehouse implements Warehouse {
         // lock (appends wait); the shape is checked under that lock, so the merge writes every
         // column the changelog has. Its own events go to the base and the changelog, and the
         // watermark moves past them before COMMIT (they are absorbed).
-        const res = (await client.query(`${begin}${lockDeltaSql(t, this.engine!)}; ${catalogLiteralSql(t)}; ${pendingBoundsSql(t)}`)) as unknown as pg.QueryResult[];
+        const res = (await client.query(
+          `${begin}${lockDeltaSql(t, this.engine!)}; ${catalogLiteralSql(t)}; ${pendingBoundsSql(t)}`,
+        )) as unknown as pg.QueryResult[];
         const rows = res[res.length - 2]!.rows as CatalogColumn[];
         if (!sameShape(shapeOf(t, rows), shape)) {
           this.shapes.delete(cacheKey);
@@ -620,7 +668,9 @@ export class PgWarehouse implements Warehouse {
         const bounds = { from: String(b.from), to: String(b.to) };
         const pending = Number(b.n);
         if (pending > 0) merged = await mergeFirst(client, t, shape, pending, this.engine!);
-        begin = merged ? `${mergeStatements(t, shape, keyNames, batch.deleteMode === 'hard', this.engine!, bounds, false, merged.nestedLoops).join('; ')}; ` : '';
+        begin = merged
+          ? `${mergeStatements(t, shape, keyNames, batch.deleteMode === 'hard', this.engine!, bounds, false, merged.nestedLoops).join('; ')}; `
+          : '';
         end = `${watermarkToEndSql(t)}; ${end}`;
       }
       const plan = await this.applyStaged(client, t, shape, keyNames, events, truncates, stages, begin, end, batch, appliedAt);
@@ -655,7 +705,13 @@ export class PgWarehouse implements Warehouse {
    * replay: invariant 2) fails the load on the changelog's primary key; the batch is then loaded
    * again with `INSERT … ON CONFLICT DO NOTHING` (PostgreSQL), so the first delivery stays.
    */
-  private async appendToChangelog(client: pg.ClientBase, t: WarehouseTable, shape: SinkShape, events: readonly ChangeEvent[], appliedAt: string): Promise<void> {
+  private async appendToChangelog(
+    client: pg.ClientBase,
+    t: WarehouseTable,
+    shape: SinkShape,
+    events: readonly ChangeEvent[],
+    appliedAt: string,
+  ): Promise<void> {
     const loader = this.deltaLoader();
     const table = qualified(t.schema, t.changelog);
     const rows = events.map((e) => changelogRow(e, shape.changelog, appliedAt));
@@ -713,13 +769,17 @@ export class PgWarehouse implements Warehouse {
     if (shape.truncations) at.truncation = statements.push(storedTruncationSql(t)) - 1;
     const results = (await client.query({ text: `${begin}${statements.join('; ')}`, types: RAW_TEXT })) as unknown as pg.QueryResult[];
     const offset = results.length - statements.length;
-    const truncatedAt = at.truncation >= 0 ? ((results[offset + at.truncation]!.rows[0] as { _cdc_position: string | null } | undefined)?._cdc_position ?? null) : null;
+    const truncatedAt =
+      at.truncation >= 0 ? ((results[offset + at.truncation]!.rows[0] as { _cdc_position: string | null } | undefined)?._cdc_position ?? null) : null;
     let stateRows = results[offset + at.state]!.rows as { _cdc_idx: string; _cdc_position: string; _cdc_deleted: unknown }[];
     let locked = shape.handover && (needs || truncates.length > 0);
     if (at.count >= 0 && Number((results[offset + at.count]!.rows[0] as { n: string }).n) > 0) {
       // Lock, then read the keys' stored state again: an apply that held the lock meanwhile may
       // have completed a held key of this batch (written its mirror row).
-      const again = (await client.query({ text: `${lockHandoverSql(t)}; ${storedStateSql(t, key, shape.deletedKeys, stages)}`, types: RAW_TEXT })) as unknown as pg.QueryResult[];
+      const again = (await client.query({
+        text: `${lockHandoverSql(t)}; ${storedStateSql(t, key, shape.deletedKeys, stages)}`,
+        types: RAW_TEXT,
+      })) as unknown as pg.QueryResult[];
       stateRows = again[again.length - 1]!.rows as typeof stateRows;
       locked = true;
     }
@@ -731,7 +791,9 @@ export class PgWarehouse implements Warehouse {
       const prev = stored.get(k);
       if (!prev || r._cdc_position > prev.position) stored.set(k, { position: r._cdc_position, deleted: isTrue(r._cdc_deleted) });
     }
-    const handover = locked ? readHandover((await client.query({ text: readHandoverSql(t), types: RAW_TEXT })).rows as HandoverRow[], batch) : { donors: new Map<string, Row>(), held: [] };
+    const handover = locked
+      ? readHandover((await client.query({ text: readHandoverSql(t), types: RAW_TEXT })).rows as HandoverRow[], batch)
+      : { donors: new Map<string, Row>(), held: [] };
 
     // Full rows of the old keys of primary-key changes with undelivered columns and of the keys
     // of held events (rare); a held key's row also gives its stored state.
@@ -740,7 +802,11 @@ export class PgWarehouse implements Warehouse {
     const oldKeys = [...wanted.values()];
     const storedRows = new Map<string, StoredRow>();
     if (oldKeys.length > 0) {
-      const res = await client.query({ text: mirrorRowsSql(t, key, oldKeys.length), values: oldKeys.flatMap((k) => key.map((c) => toParam(k[c]))), types: RAW_TEXT });
+      const res = await client.query({
+        text: mirrorRowsSql(t, key, oldKeys.length),
+        values: oldKeys.flatMap((k) => key.map((c) => toParam(k[c]))),
+        types: RAW_TEXT,
+      });
       for (const r of res.rows as Record<string, string | null>[]) {
         const old = oldKeys[Number(r._cdc_idx)];
         if (!old) continue;
@@ -752,7 +818,15 @@ export class PgWarehouse implements Warehouse {
       }
     }
 
-    const plan = planTable({ events: [...events, ...truncates], keyColumns: key, stored, storedRows, truncatedAt, donors: handover.donors, held: handover.held });
+    const plan = planTable({
+      events: [...events, ...truncates],
+      keyColumns: key,
+      stored,
+      storedRows,
+      truncatedAt,
+      donors: handover.donors,
+      held: handover.held,
+    });
     if (locked && plan.donors.length > 0) {
       // A donor whose insert half was already planned (the changelog has it: it was applied, or
       // dropped as older than its key's row) and is not held waits for nothing: it is not kept
@@ -774,7 +848,8 @@ export class PgWarehouse implements Warehouse {
       await client.query(recordTruncationSql(t), [e.position, e.commitTs, e.txId, String(e.schemaVersion), appliedAt]);
     }
     if (plan.truncate) {
-      for (const sql of truncateMirrorSql(t, { hard, deletedKeys: shape.deletedKeys })) await client.query(sql, hard ? [plan.truncate.position] : [plan.truncate.position, plan.truncate.commitTs, appliedAt]);
+      for (const sql of truncateMirrorSql(t, { hard, deletedKeys: shape.deletedKeys }))
+        await client.query(sql, hard ? [plan.truncate.position] : [plan.truncate.position, plan.truncate.commitTs, appliedAt]);
     }
 
     // Stage the writes (one per key) and apply them, then COMMIT.
@@ -802,7 +877,15 @@ export class PgWarehouse implements Warehouse {
     let tail = end;
     if (stageRows.length > 0) {
       await this.loader.load(client, quoteIdent(stages.writes), [...shape.mirror, CdcColumn.SET], stageRows);
-      const statements = applyStageSql(t, { stages, key, mirrorColumns: shape.mirror, sets: [...sets.values()], hard, deletedKeys: shape.deletedKeys, truncations: shape.truncations });
+      const statements = applyStageSql(t, {
+        stages,
+        key,
+        mirrorColumns: shape.mirror,
+        sets: [...sets.values()],
+        hard,
+        deletedKeys: shape.deletedKeys,
+        truncations: shape.truncations,
+      });
       tail = `${statements.join('; ')}; ${end}`;
     }
     await client.query(tail);
@@ -837,7 +920,12 @@ async function migrateLegacyLayout(client: pg.ClientBase, t: WarehouseTable): Pr
  * makes this one's statements fail; the shape read then shows the new layout.
  */
 async function migrateDeltaTable(client: pg.ClientBase, t: WarehouseTable, known: SinkShape, key: readonly string[]): Promise<SinkShape> {
-  const sql = migrateDeltaTableSql(t, { key, changelogColumns: known.changelog, mirrorColumns: known.mirror, guards: { deletedKeys: known.deletedKeys, truncations: known.truncations } });
+  const sql = migrateDeltaTableSql(t, {
+    key,
+    changelogColumns: known.changelog,
+    mirrorColumns: known.mirror,
+    guards: { deletedKeys: known.deletedKeys, truncations: known.truncations },
+  });
   try {
     await client.query(`BEGIN; ${sql.join('; ')}; COMMIT`);
   } catch (err) {
@@ -894,12 +982,40 @@ export function appendable(e: ChangeEvent, dataColumns: readonly string[]): bool
 
 /** The plan an append reports: every distinct event is in the delta; the view and the merge apply the position guard (an append carries no handover: its events lack no column). */
 function appendedPlan(events: ChangeEvent[]): TablePlan {
-  return { events, truncates: [], truncate: null, writes: [], fresh: events, held: [], donors: [], completed: [], maxPosition: events.length > 0 ? events[events.length - 1]!.position : null };
+  return {
+    events,
+    truncates: [],
+    truncate: null,
+    writes: [],
+    fresh: events,
+    held: [],
+    donors: [],
+    completed: [],
+    maxPosition: events.length > 0 ? events[events.length - 1]!.position : null,
+  };
 }
 
 /** The merge statements for the sink's current shape (`mergeSql`; `intoEmpty`: `mergeIntoEmptySql`, for a base found empty under the delta's lock). */
-function mergeStatements(t: WarehouseTable, shape: SinkShape, key: readonly string[], hard: boolean, engine: WarehouseEngine, pending: PendingBounds, intoEmpty = false, nestedLoops = false): string[] {
-  const o = { key, mirrorColumns: shape.mirror, changelogColumns: shape.changelog, hard, deletedKeys: shape.deletedKeys, truncations: shape.truncations, engine, pending };
+function mergeStatements(
+  t: WarehouseTable,
+  shape: SinkShape,
+  key: readonly string[],
+  hard: boolean,
+  engine: WarehouseEngine,
+  pending: PendingBounds,
+  intoEmpty = false,
+  nestedLoops = false,
+): string[] {
+  const o = {
+    key,
+    mirrorColumns: shape.mirror,
+    changelogColumns: shape.changelog,
+    hard,
+    deletedKeys: shape.deletedKeys,
+    truncations: shape.truncations,
+    engine,
+    pending,
+  };
   const merge = intoEmpty ? mergeIntoEmptySql(t, o) : mergeSql(t, o);
   // PostgreSQL only: a merge is a large set operation, but a base analysed while small (a new
   // table) makes the planner pick nested loops whose inner scans re-read the rows the statement
@@ -912,15 +1028,29 @@ function mergeStatements(t: WarehouseTable, shape: SinkShape, key: readonly stri
  * The merge an apply runs first (before a schema change or a full apply), of the `rows` the delta
  * holds under its lock: whether it may use nested loops, decided as `merge` decides it (`nestedLoopsFit`).
  */
-async function mergeFirst(client: pg.ClientBase, t: WarehouseTable, shape: SinkShape, rows: number, engine: WarehouseEngine): Promise<{ rows: number; nestedLoops: boolean }> {
+async function mergeFirst(
+  client: pg.ClientBase,
+  t: WarehouseTable,
+  shape: SinkShape,
+  rows: number,
+  engine: WarehouseEngine,
+): Promise<{ rows: number; nestedLoops: boolean }> {
   return { rows, nestedLoops: rows > 0 && engine === 'postgres' && (await nestedLoopsFit(client, t, shape, rows)) };
 }
 
 /** PostgreSQL: whether the merge of `deltaRows` into `t`'s base may use nested loops (`mergeMayUseNestedLoops`, from the planner's estimates of the base tables it writes). */
 async function nestedLoopsFit(client: pg.ClientBase, t: WarehouseTable, shape: SinkShape, deltaRows: number): Promise<boolean> {
   const names = [t.mirror, ...(shape.deletedKeys ? [t.deletedKeys] : [])];
-  const rows = new Map((await client.query<{ _cdc_kind: string; rows: number | string | null }>(baseEstimateSql(), [t.schema, names])).rows.map((r) => [r._cdc_kind, r.rows === null ? null : Number(r.rows)]));
-  return mergeMayUseNestedLoops(deltaRows, names.map((n) => rows.get(n) ?? null));
+  const rows = new Map(
+    (await client.query<{ _cdc_kind: string; rows: number | string | null }>(baseEstimateSql(), [t.schema, names])).rows.map((r) => [
+      r._cdc_kind,
+      r.rows === null ? null : Number(r.rows),
+    ]),
+  );
+  return mergeMayUseNestedLoops(
+    deltaRows,
+    names.map((n) => rows.get(n) ?? null),
+  );
 }
 
 /**
@@ -934,7 +1064,8 @@ async function pendingBounds(client: pg.ClientBase, t: WarehouseTable, upTo: str
   if (BigInt(to) <= BigInt(from)) return { from, to: from, n: 0 };
   if (upTo === null) return { from, to, n: Number(r.n) };
   const seq = quoteIdent(CdcColumn.SEQ);
-  const n = (await client.query<{ n: string }>(`SELECT COUNT(*) AS n FROM ${qualified(t.schema, t.changelog)} WHERE ${seq} > ${from} AND ${seq} <= ${to}`)).rows[0]!.n;
+  const n = (await client.query<{ n: string }>(`SELECT COUNT(*) AS n FROM ${qualified(t.schema, t.changelog)} WHERE ${seq} > ${from} AND ${seq} <= ${to}`))
+    .rows[0]!.n;
   return { from, to, n: Number(n) };
 }
 
@@ -943,7 +1074,16 @@ const UNIQUE_VIOLATION = '23505';
 
 function sameShape(a: SinkShape, b: SinkShape): boolean {
   const eq = (x: readonly string[], y: readonly string[]) => x.length === y.length && x.every((v, i) => v === y[i]);
-  return eq(a.mirror, b.mirror) && eq(a.changelog, b.changelog) && eq(a.delta, b.delta) && a.seq === b.seq && a.watermark === b.watermark && a.deletedKeys === b.deletedKeys && a.truncations === b.truncations && a.handover === b.handover;
+  return (
+    eq(a.mirror, b.mirror) &&
+    eq(a.changelog, b.changelog) &&
+    eq(a.delta, b.delta) &&
+    a.seq === b.seq &&
+    a.watermark === b.watermark &&
+    a.deletedKeys === b.deletedKeys &&
+    a.truncations === b.truncations &&
+    a.handover === b.handover
+  );
 }
 
 /**
@@ -951,7 +1091,14 @@ function sameShape(a: SinkShape, b: SinkShape): boolean {
  * lambda/core/warehouse/postgres-dialect.ts), or without one the portable mapping (`sinkType`, which
  * refuses what Redshift cannot carry). A key column is never `json` (no equality): its text.
  */
-function columnTypeOf(dialect: WarehouseDialect | null, engine: WarehouseEngine, table: string, name: string, sourceType: string | null, isKey: boolean): string {
+function columnTypeOf(
+  dialect: WarehouseDialect | null,
+  engine: WarehouseEngine,
+  table: string,
+  name: string,
+  sourceType: string | null,
+  isKey: boolean,
+): string {
   if (dialect === null) {
     const refusal = sinkTypeRefusal(sourceType);
     if (refusal !== null) throw new UnsupportedSinkTypeError(table, name, sourceType!, refusal);
@@ -988,7 +1135,18 @@ async function readShape(client: pg.ClientBase, t: WarehouseTable): Promise<Sink
 }
 
 function shapeOf(t: WarehouseTable, rows: readonly CatalogColumn[]): SinkShape {
-  const shape: SinkShape = { mirror: [], mirrorTypes: new Map(), changelog: [], delta: [], seq: false, watermark: false, deletedKeys: false, truncations: false, handover: false, view: false };
+  const shape: SinkShape = {
+    mirror: [],
+    mirrorTypes: new Map(),
+    changelog: [],
+    delta: [],
+    seq: false,
+    watermark: false,
+    deletedKeys: false,
+    truncations: false,
+    handover: false,
+    view: false,
+  };
   for (const r of rows) {
     if (r.table_name === t.delta) shape.delta.push(r.column_name);
     else if (r.table_name === t.changelog && r.column_name === CdcColumn.SEQ) shape.seq = true;
@@ -1017,10 +1175,23 @@ function planDdl(
 ): { statements: string[]; shape: SinkShape; addsColumns: boolean } {
   const { hard, truncate } = wants;
   const statements: string[] = [];
-  const shape: SinkShape = { ...known, mirror: [...known.mirror], mirrorTypes: new Map(known.mirrorTypes), changelog: [...known.changelog], delta: [...known.delta] };
-  if (shape.changelog.length > 0 && !shape.seq) throw new CdcError('INVALID_STATE', `the changelog of ${t.tableId} has no append order: its layout was not migrated (migrateDeltaTable)`);
+  const shape: SinkShape = {
+    ...known,
+    mirror: [...known.mirror],
+    mirrorTypes: new Map(known.mirrorTypes),
+    changelog: [...known.changelog],
+    delta: [...known.delta],
+  };
+  if (shape.changelog.length > 0 && !shape.seq)
+    throw new CdcError('INVALID_STATE', `the changelog of ${t.tableId} has no append order: its layout was not migrated (migrateDeltaTable)`);
   let addsColumns = false;
-  const creating = shape.mirror.length === 0 || shape.changelog.length === 0 || !shape.watermark || (hard && !shape.deletedKeys) || (truncate && !shape.truncations) || (wants.handover && !shape.handover);
+  const creating =
+    shape.mirror.length === 0 ||
+    shape.changelog.length === 0 ||
+    !shape.watermark ||
+    (hard && !shape.deletedKeys) ||
+    (truncate && !shape.truncations) ||
+    (wants.handover && !shape.handover);
   if (creating) statements.push(createSchemaSql(t));
   let pendingViewNeeded = shape.delta.length === 0;
   if (shape.changelog.length === 0) {
@@ -1062,7 +1233,8 @@ function planDdl(
     for (const c of narrow) {
       statements.push(`ALTER TABLE ${qualified(t.schema, t.mirror)} ALTER COLUMN ${quoteIdent(c.name)} TYPE text`);
       if (shape.changelog.includes(c.name)) statements.push(`ALTER TABLE ${qualified(t.schema, t.changelog)} ALTER COLUMN ${quoteIdent(c.name)} TYPE text`);
-      if (shape.deletedKeys && key.some((k) => k.name === c.name)) statements.push(`ALTER TABLE ${qualified(t.schema, t.deletedKeys)} ALTER COLUMN ${quoteIdent(c.name)} TYPE text`);
+      if (shape.deletedKeys && key.some((k) => k.name === c.name))
+        statements.push(`ALTER TABLE ${qualified(t.schema, t.deletedKeys)} ALTER COLUMN ${quoteIdent(c.name)} TYPE text`);
       shape.mirrorTypes.set(c.name, 'text');
     }
     pendingViewNeeded = true;
@@ -1103,7 +1275,14 @@ function planDdl(
     shape.handover = true;
   }
   if (viewNeeded) {
-    statements.push(createOverlayViewSql(t, shape.mirror, key.map((k) => k.name), { deletedKeys: shape.deletedKeys, truncations: shape.truncations }));
+    statements.push(
+      createOverlayViewSql(
+        t,
+        shape.mirror,
+        key.map((k) => k.name),
+        { deletedKeys: shape.deletedKeys, truncations: shape.truncations },
+      ),
+    );
     // Set again with every view it (re)creates: a table created before it was polled gets it then too.
     if (wants.polled) statements.push(commentPolledSql(t, 'view'));
     shape.view = true;
@@ -1196,7 +1375,11 @@ function readHandover(rows: readonly HandoverRow[], batch: TableBatch): { donors
   const events: ChangeEvent[] = [];
   for (const h of held.values()) {
     const env = h.envelope;
-    if (!env) throw new CdcError('INVALID_STATE', `the handover table of ${batch.source}/${batch.table} holds values of an event at ${h.position} without its envelope`);
+    if (!env)
+      throw new CdcError(
+        'INVALID_STATE',
+        `the handover table of ${batch.source}/${batch.table} holds values of an event at ${h.position} without its envelope`,
+      );
     const e: ChangeEvent = {
       v: ENVELOPE_VERSION,
       source: batch.source,
@@ -1226,7 +1409,16 @@ function handoverRows(held: readonly ChangeEvent[], donors: readonly Donor[], ke
     const k = keyText(e.key);
     // Only the key of the before image is kept: it names the old key of a primary-key change.
     const before = e.before === null ? null : Object.fromEntries(keyColumns.filter((c) => c in e.before!).map((c) => [c, e.before![c]!]));
-    const envelope: HeldEnvelope = { op: e.op, before, missing: e.missing, commitTs: e.commitTs, txId: e.txId, schemaVersion: e.schemaVersion, capture: e.capture, synthetic: e.synthetic };
+    const envelope: HeldEnvelope = {
+      op: e.op,
+      before,
+      missing: e.missing,
+      commitTs: e.commitTs,
+      txId: e.txId,
+      schemaVersion: e.schemaVersion,
+      capture: e.capture,
+      synthetic: e.synthetic,
+    };
     if (e.handover && e.handover.length > 0) envelope.handover = e.handover;
     rows.push(['event', k, e.position, '', JSON.stringify(envelope), appliedAt]);
     for (const [c, v] of Object.entries(e.after ?? {})) if (!(c in e.key)) rows.push(['event', k, e.position, c, toParam(v), appliedAt]);

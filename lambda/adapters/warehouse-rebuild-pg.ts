@@ -37,7 +37,10 @@ async function existing(client: pg.ClientBase, t: WarehouseTable): Promise<Set<s
 }
 
 async function columnsOf(client: pg.ClientBase, schema: string, table: string): Promise<string[]> {
-  const res = await client.query<{ column_name: string }>('SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position', [schema, table]);
+  const res = await client.query<{ column_name: string }>(
+    'SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position',
+    [schema, table],
+  );
   return res.rows.map((r) => r.column_name);
 }
 
@@ -68,7 +71,10 @@ export class PgRebuildTarget {
   async dropLeftovers(): Promise<string[]> {
     const client = await this.pool.connect();
     try {
-      const statements = [...dropTableSetSql(this.shadow, await existing(client, this.shadow)), ...dropTableSetSql(this.retired, await existing(client, this.retired))];
+      const statements = [
+        ...dropTableSetSql(this.shadow, await existing(client, this.shadow)),
+        ...dropTableSetSql(this.retired, await existing(client, this.retired)),
+      ];
       if (statements.length > 0) await client.query(`BEGIN; ${statements.join('; ')}; COMMIT`);
       return statements;
     } catch (err) {
@@ -131,8 +137,17 @@ export class PgRebuildTarget {
       const data = shadowCols.filter((x) => !cdc.has(x) && !key.includes(x) && liveCols.includes(x));
       if (liveCols.length === 0) {
         // No live table at all: everything the shadow holds is missing from live.
-        const res = await c.query({ text: `SELECT ${key.map(quoteIdent).join(', ')}, ${quoteIdent(CdcColumn.POSITION)} AS p FROM ${qualified(shadow.schema, shadow.mirror)} WHERE ${quoteIdent(CdcColumn.POSITION)} <= $1`, values: [upTo], types: RAW_TEXT });
-        const rows = (res.rows as Record<string, string | null>[]).map((r) => ({ kind: 'missing' as const, key: Object.fromEntries(key.map((k) => [k, r[k] ?? null])), livePosition: null, shadowPosition: r.p ?? null }));
+        const res = await c.query({
+          text: `SELECT ${key.map(quoteIdent).join(', ')}, ${quoteIdent(CdcColumn.POSITION)} AS p FROM ${qualified(shadow.schema, shadow.mirror)} WHERE ${quoteIdent(CdcColumn.POSITION)} <= $1`,
+          values: [upTo],
+          types: RAW_TEXT,
+        });
+        const rows = (res.rows as Record<string, string | null>[]).map((r) => ({
+          kind: 'missing' as const,
+          key: Object.fromEntries(key.map((k) => [k, r[k] ?? null])),
+          livePosition: null,
+          shadowPosition: r.p ?? null,
+        }));
         return { rows, missing: rows.length, extra: 0, changed: 0 };
       }
       const res = await c.query({ text: diffSql(live.schema, live.mirror, shadow.mirror, key, data), values: [upTo], types: RAW_TEXT });
@@ -142,7 +157,12 @@ export class PgRebuildTarget {
         livePosition: r.live_position ?? null,
         shadowPosition: r.shadow_position ?? null,
       }));
-      return { rows, missing: rows.filter((r) => r.kind === 'missing').length, extra: rows.filter((r) => r.kind === 'extra').length, changed: rows.filter((r) => r.kind === 'changed').length };
+      return {
+        rows,
+        missing: rows.filter((r) => r.kind === 'missing').length,
+        extra: rows.filter((r) => r.kind === 'extra').length,
+        changed: rows.filter((r) => r.kind === 'changed').length,
+      };
     } finally {
       if (!client) (c as pg.PoolClient).release();
     }
@@ -191,7 +211,9 @@ export class PgRebuildTarget {
       const liveHas = await existing(client, this.live);
       const liveDelta = liveHas.has(this.live.delta);
       if (liveHas.has(this.live.mirror) && liveHas.has(this.live.changelog)) await client.query(lockLiveSql(this.live, liveDelta));
-      const p = liveHas.has(this.live.changelog) ? ((await client.query<{ p: string | null }>(livePositionSql(this.live, liveDelta))).rows[0]?.p ?? null) : null;
+      const p = liveHas.has(this.live.changelog)
+        ? ((await client.query<{ p: string | null }>(livePositionSql(this.live, liveDelta))).rows[0]?.p ?? null)
+        : null;
       await catchUp(p);
       // The view before the tables, the order in which a reader of the view takes them: a reader
       // that holds the view and waits for the mirror would otherwise deadlock with the renames.
@@ -206,10 +228,14 @@ export class PgRebuildTarget {
       // the new tables have a delta (with the guards of the optional tables they have), else the mirror's.
       const newHas = await existing(client, this.live);
       const viewSql = newHas.has(this.live.delta)
-        ? createOverlayViewSql(this.live, mirrorCols, await this.keyColumns(client, this.live), { deletedKeys: newHas.has(this.live.deletedKeys), truncations: newHas.has(this.live.truncations) })
+        ? createOverlayViewSql(this.live, mirrorCols, await this.keyColumns(client, this.live), {
+            deletedKeys: newHas.has(this.live.deletedKeys),
+            truncations: newHas.has(this.live.truncations),
+          })
         : createViewSql(this.live, mirrorCols);
       const liveViewCols = liveHas.has(this.live.view) ? await columnsOf(client, this.live.schema, this.live.view) : [];
-      if (liveViewCols.length > 0 && liveViewCols.join(',') !== visible.join(',')) await client.query(`DROP VIEW ${qualified(this.live.schema, this.live.view)}`);
+      if (liveViewCols.length > 0 && liveViewCols.join(',') !== visible.join(','))
+        await client.query(`DROP VIEW ${qualified(this.live.schema, this.live.view)}`);
       await client.query(viewSql);
       if (shadowHas.has(this.shadow.view)) await client.query(`DROP VIEW ${qualified(this.shadow.schema, this.shadow.view)}`);
       await client.query('COMMIT');

@@ -59,7 +59,13 @@ export function createArchiveCopierHandler(deps: ArchiveCopierDeps): ArchiveCopi
       const out = await copy(event);
       if (out.records > 0) {
         metrics.addMetric(MetricName.ARCHIVE_RECORDS, MetricUnit.Count, out.records);
-        logger.debug('batch archived', { shard: out.shard, records: out.records, objects: out.objects, first: records[0]?.kinesis.sequenceNumber, last: records.at(-1)?.kinesis.sequenceNumber });
+        logger.debug('batch archived', {
+          shard: out.shard,
+          records: out.records,
+          objects: out.objects,
+          first: records[0]?.kinesis.sequenceNumber,
+          last: records.at(-1)?.kinesis.sequenceNumber,
+        });
       }
       return { batchItemFailures: [] };
     } catch (e) {

@@ -58,7 +58,8 @@ export type HeartbeatHandler = (event?: unknown, context?: Context) => Promise<H
 /** Builds the heartbeat handler from explicit dependencies (the local pipeline and tests use it). */
 export function createHeartbeatHandler(deps: HeartbeatHandlerDeps): HeartbeatHandler {
   const beats = deps.beats ?? DEFAULT_HEARTBEAT_BEATS;
-  if (!Number.isInteger(beats) || beats < 1) throw new ConfigurationError(`${EnvName.HEARTBEAT_BEATS}: expected a positive integer, got ${JSON.stringify(deps.beats)}`);
+  if (!Number.isInteger(beats) || beats < 1)
+    throw new ConfigurationError(`${EnvName.HEARTBEAT_BEATS}: expected a positive integer, got ${JSON.stringify(deps.beats)}`);
   const interval = deps.intervalMs ?? DEFAULT_HEARTBEAT_INTERVAL_MS;
   const sleep = deps.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
   const { writer } = deps;

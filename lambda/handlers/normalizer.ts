@@ -70,7 +70,10 @@ export type NormalizerHandler = (event: KinesisStreamEvent, context?: Context) =
 /** A record was not processed because an earlier record of the same batch failed (it is retried after it). */
 export class PrecedingRecordFailedError extends CdcError {
   constructor(sequenceNumber: string, failedSequenceNumber: string) {
-    super('PRECEDING_RECORD_FAILED', `record ${sequenceNumber} not processed: record ${failedSequenceNumber} earlier in the batch failed, and order per key must hold`);
+    super(
+      'PRECEDING_RECORD_FAILED',
+      `record ${sequenceNumber} not processed: record ${failedSequenceNumber} earlier in the batch failed, and order per key must hold`,
+    );
   }
 }
 
@@ -85,7 +88,9 @@ function originOf(record: KinesisStreamRecord): string {
 export function createNormalizerHandler<E>(deps: NormalizerDeps<E>): NormalizerHandler {
   if (!isSourceId(deps.source)) throw new ConfigurationError(`${EnvName.SOURCE_ID}: expected a lower-case source id, got ${JSON.stringify(deps.source)}`);
   const logger = deps.logger ?? new Logger({ serviceName: SERVICE, persistentKeys: { source: deps.source } });
-  const metrics = onlyDimensions(deps.metrics ?? new Metrics({ namespace: METRICS_NAMESPACE, serviceName: SERVICE }), { [MetricDimension.SOURCE]: deps.source });
+  const metrics = onlyDimensions(deps.metrics ?? new Metrics({ namespace: METRICS_NAMESPACE, serviceName: SERVICE }), {
+    [MetricDimension.SOURCE]: deps.source,
+  });
   const normalizer = new Normalizer<E>({
     source: deps.source,
     tables: new TableConfigIndex(deps.tables, deps.rules ?? []),
@@ -96,7 +101,12 @@ export function createNormalizerHandler<E>(deps: NormalizerDeps<E>): NormalizerH
     ...(deps.now ? { now: deps.now } : {}),
     ...(deps.flushEvents ? { flushEvents: deps.flushEvents } : {}),
     ...(deps.payloads ? { payloads: deps.payloads } : {}),
-    ...(deps.catalogTypes ? { catalogTypes: (table: string) => readCatalogTypes(deps.control, deps.source, table), partitionTree: () => readPublishedPartitionTree(deps.control, deps.source) } : {}),
+    ...(deps.catalogTypes
+      ? {
+          catalogTypes: (table: string) => readCatalogTypes(deps.control, deps.source, table),
+          partitionTree: () => readPublishedPartitionTree(deps.control, deps.source),
+        }
+      : {}),
   });
 
   return async (event, context) => {

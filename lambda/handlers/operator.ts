@@ -25,7 +25,16 @@ import type { ControlPlane } from '../core/shared/control-plane.ts';
 import { CdcError } from '../core/shared/errors.ts';
 import type { OperatorSettings } from '../core/operator/operator-decisions.ts';
 import { callFromApiGatewayEvent, NotAFrontDoorEventError } from '../core/operator/operator-call.ts';
-import { controlPlaneSnapshots, Operator, OPERATOR_ACTIONS, serveOperator, type OperatorActionName, type OperatorCall, type OperatorResponse, type RebuildScheduler } from '../core/operator/operator.ts';
+import {
+  controlPlaneSnapshots,
+  Operator,
+  OPERATOR_ACTIONS,
+  serveOperator,
+  type OperatorActionName,
+  type OperatorCall,
+  type OperatorResponse,
+  type RebuildScheduler,
+} from '../core/operator/operator.ts';
 
 const logger = new Logger({ serviceName: process.env[EnvName.POWERTOOLS_SERVICE_NAME] ?? 'cdc-operator' });
 
@@ -39,7 +48,10 @@ export class OperatorConfigurationError extends CdcError {
 /** Reads the operator settings from an environment (throws naming the variable that is wrong). */
 export function operatorSettingsFrom(env: NodeJS.ProcessEnv): { settings: OperatorSettings; allowed: OperatorActionName[] } {
   const retention = Number(env[EnvName.CHANGE_LOG_RETENTION_MS]);
-  if (!Number.isFinite(retention) || retention <= 0) throw new OperatorConfigurationError(`${EnvName.CHANGE_LOG_RETENTION_MS} must be a positive number of ms, got ${JSON.stringify(env[EnvName.CHANGE_LOG_RETENTION_MS])}`);
+  if (!Number.isFinite(retention) || retention <= 0)
+    throw new OperatorConfigurationError(
+      `${EnvName.CHANGE_LOG_RETENTION_MS} must be a positive number of ms, got ${JSON.stringify(env[EnvName.CHANGE_LOG_RETENTION_MS])}`,
+    );
   let pauseBudgetMs: Record<string, number> | undefined;
   const budgets = env[EnvName.PAUSE_BUDGETS];
   if (budgets) {
@@ -54,21 +66,44 @@ export function operatorSettingsFrom(env: NodeJS.ProcessEnv): { settings: Operat
     }
     pauseBudgetMs = parsed as Record<string, number>;
   }
-  const actions = (env[EnvName.OPERATOR_ACTIONS] ?? OPERATOR_ACTIONS.join(',')).split(',').map((a) => a.trim()).filter(Boolean);
+  const actions = (env[EnvName.OPERATOR_ACTIONS] ?? OPERATOR_ACTIONS.join(','))
+    .split(',')
+    .map((a) => a.trim())
+    .filter(Boolean);
   const unknown = actions.filter((a) => !(OPERATOR_ACTIONS as readonly string[]).includes(a));
-  if (unknown.length > 0 || actions.length === 0) throw new OperatorConfigurationError(`${EnvName.OPERATOR_ACTIONS} must list actions of ${OPERATOR_ACTIONS.join(', ')}, got ${JSON.stringify(env[EnvName.OPERATOR_ACTIONS])}`);
+  if (unknown.length > 0 || actions.length === 0)
+    throw new OperatorConfigurationError(
+      `${EnvName.OPERATOR_ACTIONS} must list actions of ${OPERATOR_ACTIONS.join(', ')}, got ${JSON.stringify(env[EnvName.OPERATOR_ACTIONS])}`,
+    );
   return { settings: { changeLogRetentionMs: retention, ...(pauseBudgetMs ? { pauseBudgetMs } : {}) }, allowed: actions as OperatorActionName[] };
 }
 
 /** The handler over explicit dependencies: one call (route, caller, body) in, the response out (tests and the cdc local door call it in process). */
-export function createOperatorHandler(deps: { control: ControlPlane; env: NodeJS.ProcessEnv; logger?: Pick<Logger, 'info' | 'warn'>; rebuilds?: RebuildScheduler }): (call: OperatorCall) => Promise<OperatorResponse> {
+export function createOperatorHandler(deps: {
+  control: ControlPlane;
+  env: NodeJS.ProcessEnv;
+  logger?: Pick<Logger, 'info' | 'warn'>;
+  rebuilds?: RebuildScheduler;
+}): (call: OperatorCall) => Promise<OperatorResponse> {
   const { settings, allowed } = operatorSettingsFrom(deps.env);
   const log = deps.logger ?? logger;
   // A rebuild needs the warehouse and the archive: the cdc local door wires lambda/adapters/rebuilder.ts, the Lambda entry point the sinks' rebuild workers (docs/rebuild.md); without it a rebuild is refused, audited.
-  const operator = new Operator({ control: deps.control, settings, snapshots: controlPlaneSnapshots(deps.control), ...(deps.rebuilds ? { rebuilds: deps.rebuilds } : {}) });
+  const operator = new Operator({
+    control: deps.control,
+    settings,
+    snapshots: controlPlaneSnapshots(deps.control),
+    ...(deps.rebuilds ? { rebuilds: deps.rebuilds } : {}),
+  });
   return async (call) => {
     const response = await serveOperator(operator, call, allowed);
-    if (response.ok && 'outcome' in response.result) log.info('operator action', { caller: call.caller, route: call.path, outcome: response.result.outcome, action: response.result.action, table: response.result.table });
+    if (response.ok && 'outcome' in response.result)
+      log.info('operator action', {
+        caller: call.caller,
+        route: call.path,
+        outcome: response.result.outcome,
+        action: response.result.action,
+        table: response.result.table,
+      });
     else if (!response.ok) log.warn('operator request refused as malformed', { caller: call.caller, route: call.path, error: response.error });
     return response;
   };
@@ -82,7 +117,11 @@ export function statusCodeOf(response: OperatorResponse): number {
   return 200;
 }
 
-const proxyResult = (statusCode: number, body: OperatorResponse): APIGatewayProxyResult => ({ statusCode, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+const proxyResult = (statusCode: number, body: OperatorResponse): APIGatewayProxyResult => ({
+  statusCode,
+  headers: { 'content-type': 'application/json' },
+  body: JSON.stringify(body),
+});
 
 let built: ((call: OperatorCall) => Promise<OperatorResponse>) | undefined;
 

@@ -106,7 +106,14 @@ export async function handler(_event: unknown, context: Context): Promise<Record
       tables: parseTableConfig(process.env[EnvName.TABLE_CONFIG]),
       control: new DynamoDbControlPlane(dynamoDbClient(endpoint), env(EnvName.CONTROL_TABLE)),
       reader: new PostgresSnapshotReader({ primary, ...(replica ? { replica } : {}), applicationName: SERVICE }),
-      publish: (records) => log.publishEncoded(records.map((r) => ({ partitionKey: snapshotPartitionKey(r, sha), data: Buffer.from(JSON.stringify(r), 'utf8'), label: `${r.source}/${r.table}@poll` }))),
+      publish: (records) =>
+        log.publishEncoded(
+          records.map((r) => ({
+            partitionKey: snapshotPartitionKey(r, sha),
+            data: Buffer.from(JSON.stringify(r), 'utf8'),
+            label: `${r.source}/${r.table}@poll`,
+          })),
+        ),
       budget: parseBudget(process.env[EnvName.SNAPSHOT_BUDGET]),
       pressure: { calibrate: () => probe.calibrate(), read: () => probe.read() },
       logger: new Logger({ serviceName: SERVICE }),

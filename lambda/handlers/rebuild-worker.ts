@@ -81,7 +81,13 @@ function text(v: unknown, what: string): string {
 export function parseRebuildRequest(v: unknown, sink: string): RebuildRequest {
   if (typeof v !== 'object' || v === null) throw new CdcError('INVALID_REQUEST', `request must be an object, got ${JSON.stringify(v)}`);
   const o = v as Record<string, unknown>;
-  const r: RebuildRequest = { source: text(o.source, 'request.source'), table: text(o.table, 'request.table'), sink: text(o.sink, 'request.sink'), rehearse: o.rehearse === true, actor: typeof o.actor === 'string' && o.actor !== '' ? o.actor : 'operator' };
+  const r: RebuildRequest = {
+    source: text(o.source, 'request.source'),
+    table: text(o.table, 'request.table'),
+    sink: text(o.sink, 'request.sink'),
+    rehearse: o.rehearse === true,
+    actor: typeof o.actor === 'string' && o.actor !== '' ? o.actor : 'operator',
+  };
   if (o.from !== undefined && o.from !== null) r.from = text(o.from, 'request.from');
   if (r.sink !== sink) throw new CdcError('INVALID_REQUEST', `request.sink is ${r.sink}, but this rebuild worker serves sink ${sink}`);
   return r;
@@ -89,8 +95,21 @@ export function parseRebuildRequest(v: unknown, sink: string): RebuildRequest {
 
 /** The worker over explicit dependencies (tests run it in process against the local stand-ins). */
 export function createRebuildWorker(deps: RebuildWorkerDeps): (event: RebuildWorkerEvent, timeLeftMs?: () => number) => Promise<RebuildWorkerResult> {
-  const reader = new ReplayReader({ archive: deps.archive, ...(deps.archivePrefix !== undefined ? { prefix: deps.archivePrefix } : {}), kinesis: deps.kinesis, stream: deps.stream, ...(deps.payloads ? { payloads: deps.payloads } : {}) });
-  const rebuilder = new Rebuilder({ control: deps.control, pool: deps.pool, reader, ...(deps.batchSize !== undefined ? { batchSize: deps.batchSize } : {}), ...(deps.duty !== undefined ? { duty: deps.duty } : {}), ...(deps.step ? { step: deps.step } : {}) });
+  const reader = new ReplayReader({
+    archive: deps.archive,
+    ...(deps.archivePrefix !== undefined ? { prefix: deps.archivePrefix } : {}),
+    kinesis: deps.kinesis,
+    stream: deps.stream,
+    ...(deps.payloads ? { payloads: deps.payloads } : {}),
+  });
+  const rebuilder = new Rebuilder({
+    control: deps.control,
+    pool: deps.pool,
+    reader,
+    ...(deps.batchSize !== undefined ? { batchSize: deps.batchSize } : {}),
+    ...(deps.duty !== undefined ? { duty: deps.duty } : {}),
+    ...(deps.step ? { step: deps.step } : {}),
+  });
   const log = deps.logger;
   return async (event, timeLeftMs = () => Number.POSITIVE_INFINITY) => {
     const op = (event as { op?: unknown })?.op;

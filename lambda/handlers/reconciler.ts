@@ -36,7 +36,15 @@ import { PostgresPressureProbe } from '../adapters/snapshot-postgres.ts';
 import { sourceConnectionFromEnvironment } from '../adapters/source-postgres.ts';
 import type { ControlPlane } from '../core/shared/control-plane.ts';
 import { CdcError, ConfigurationError } from '../core/shared/errors.ts';
-import { coverageGaps, reconcileTables, tierOf, type ReconcileSide, type ReconcileTier, type ReconcileVerdict, type TableToReconcile } from '../core/reconcile/reconcile.ts';
+import {
+  coverageGaps,
+  reconcileTables,
+  tierOf,
+  type ReconcileSide,
+  type ReconcileTier,
+  type ReconcileVerdict,
+  type TableToReconcile,
+} from '../core/reconcile/reconcile.ts';
 import { AdaptivePacer, type PressureReading, type SourceBudget } from '../core/snapshot/snapshot-pacer.ts';
 import { parseTableConfig, type TableConfig } from '../core/tables/table-config.ts';
 import { optionalInt, parseBudget, parseTiers } from '../runtime/environment.ts';
@@ -120,23 +128,57 @@ export function createReconciler(d: ReconcilerDeps): (event: { tier?: unknown },
       shouldStop: () => timeLeftMs() < 120_000,
       sides: async (t) => ({
         // A polled table's changes arrive through its poll cursor, not the log: re-checks wait for that (docs/polling.md).
-        ...(await pollPoint(tables.find((c) => c.table === t.table), (c) => pgPollStablePoint({ client: src, control: d.control, source: d.source, sink: d.sink, table: c.table, pollColumn: c.pollColumn! }))),
+        ...(await pollPoint(
+          tables.find((c) => c.table === t.table),
+          (c) => pgPollStablePoint({ client: src, control: d.control, source: d.source, sink: d.sink, table: c.table, pollColumn: c.pollColumn! }),
+        )),
         source: pgSourceSide(src, t.table, t.key, t.rules.mask) as ReconcileSide,
         sink: wh
           ? pgWarehouseSide(wh, d.source, t.table, t.key, { label: d.sink, ...(d.heartbeatSchema ? { heartbeatSchema: d.heartbeatSchema } : {}) })
-          : searchSinkSide(d.search!.index, { prefix: d.search!.prefix ?? DEFAULT_INDEX_PREFIX, source: d.source, table: t.table, key: t.key, label: d.sink, ...(d.heartbeatSchema ? { heartbeatSchema: d.heartbeatSchema } : {}) }),
+          : searchSinkSide(d.search!.index, {
+              prefix: d.search!.prefix ?? DEFAULT_INDEX_PREFIX,
+              source: d.source,
+              table: t.table,
+              key: t.key,
+              label: d.sink,
+              ...(d.heartbeatSchema ? { heartbeatSchema: d.heartbeatSchema } : {}),
+            }),
       }),
       onVerdict: (v) => {
-        const log = v.verdict === 'DIVERGED' ? d.logger.error.bind(d.logger) : v.verdict === 'INCONCLUSIVE' ? d.logger.warn.bind(d.logger) : d.logger.info.bind(d.logger);
-        log('Reconciliation verdict', { table: v.table, verdict: v.verdict, reason: v.reason, sampleKeys: v.sampleKeys, covered: v.covered, coveredRows: v.coveredRows });
-        emit(d.metrics, { [MetricDimension.SINK]: d.sink, [MetricDimension.SOURCE]: d.source, [MetricDimension.TABLE]: v.table }, MetricName.RECONCILE_ROWS_CHECKED, v.coveredRows);
+        const log =
+          v.verdict === 'DIVERGED' ? d.logger.error.bind(d.logger) : v.verdict === 'INCONCLUSIVE' ? d.logger.warn.bind(d.logger) : d.logger.info.bind(d.logger);
+        log('Reconciliation verdict', {
+          table: v.table,
+          verdict: v.verdict,
+          reason: v.reason,
+          sampleKeys: v.sampleKeys,
+          covered: v.covered,
+          coveredRows: v.coveredRows,
+        });
+        emit(
+          d.metrics,
+          { [MetricDimension.SINK]: d.sink, [MetricDimension.SOURCE]: d.source, [MetricDimension.TABLE]: v.table },
+          MetricName.RECONCILE_ROWS_CHECKED,
+          v.coveredRows,
+        );
       },
     });
     const all = await d.control.listReconcileVerdicts(d.sink);
-    const gaps = coverageGaps(captured.map((t) => ({ source: d.source, table: t.table })), [d.sink], all.filter((v) => v.source === d.source), d.tiers, (d.now ?? Date.now)());
+    const gaps = coverageGaps(
+      captured.map((t) => ({ source: d.source, table: t.table })),
+      [d.sink],
+      all.filter((v) => v.source === d.source),
+      d.tiers,
+      (d.now ?? Date.now)(),
+    );
     const sinkDims = { [MetricDimension.SINK]: d.sink };
     emit(d.metrics, sinkDims, MetricName.RECONCILE_DIVERGED_TABLES, verdicts.filter((v) => v.verdict === 'DIVERGED').length);
-    emit(d.metrics, sinkDims, MetricName.RECONCILE_DIVERGED_KEYS, verdicts.reduce((n, v) => n + v.diverged.missing + v.diverged.extra + v.diverged.different, 0));
+    emit(
+      d.metrics,
+      sinkDims,
+      MetricName.RECONCILE_DIVERGED_KEYS,
+      verdicts.reduce((n, v) => n + v.diverged.missing + v.diverged.extra + v.diverged.different, 0),
+    );
     emit(d.metrics, sinkDims, MetricName.RECONCILE_INCONCLUSIVE_TABLES, verdicts.filter((v) => v.verdict === 'INCONCLUSIVE').length);
     emit(d.metrics, sinkDims, MetricName.RECONCILE_COVERAGE_GAPS, gaps.length);
     if (gaps.length > 0) d.logger.warn('Tables without a decided verdict within their tier period', { gaps });
@@ -175,7 +217,12 @@ export async function handler(event: { tier?: unknown }, context: Context): Prom
     if (endpoint) {
       const region = env(EnvName.AWS_REGION);
       const node = endpoint.startsWith('http') ? endpoint : `https://${endpoint}`;
-      sink = { search: { index: new OpenSearchIndex(searchClient({ node, awsRegion: region })), prefix: process.env[EnvName.SEARCH_INDEX_PREFIX] || DEFAULT_INDEX_PREFIX } };
+      sink = {
+        search: {
+          index: new OpenSearchIndex(searchClient({ node, awsRegion: region })),
+          prefix: process.env[EnvName.SEARCH_INDEX_PREFIX] || DEFAULT_INDEX_PREFIX,
+        },
+      };
     } else {
       const pool = await poolFromEnvironment();
       let whClient: pg.PoolClient | null = null;

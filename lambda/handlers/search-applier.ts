@@ -122,10 +122,12 @@ function fromEnvironment(): SearchApplier {
  * `{ cdcReplay: true }` event, lib/search-sink.ts, runs the resume replay of released holds,
  * lambda/runtime/replay.ts, on the change log `CDC_CHANGE_LOG_STREAM`).
  */
-export const handler = async (event: KinesisStreamEvent | ReplayEvent, context: Context): Promise<KinesisStreamBatchResponse | { replayed: ReplayOutcome[] }> => {
+export const handler = async (
+  event: KinesisStreamEvent | ReplayEvent,
+  context: Context,
+): Promise<KinesisStreamBatchResponse | { replayed: ReplayOutcome[] }> => {
   logger.addContext(context);
   applier ??= fromEnvironment();
   if (isReplayEvent(event)) return { replayed: await replayFromEnvironment(applier, (message, detail) => logger.info(message, detail)) };
   return applier.handler(event, context);
 };
-

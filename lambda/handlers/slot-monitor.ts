@@ -57,8 +57,10 @@ export async function readSlotReport(client: Pick<pg.ClientBase, 'query'>, o: { 
 
 /** Publishes a report as the contract metrics (the capture slot's retained bytes and headroom, the foreign inactive bytes). */
 export function addSlotMetrics(metrics: Metrics, report: SlotReport): void {
-  if (report.own?.retainedBytes !== null && report.own?.retainedBytes !== undefined) metrics.addMetric(MetricName.SLOT_RETAINED_BYTES, MetricUnit.Bytes, report.own.retainedBytes);
-  if (report.own?.headroomBytes !== null && report.own?.headroomBytes !== undefined) metrics.addMetric(MetricName.SLOT_HEADROOM_BYTES, MetricUnit.Bytes, report.own.headroomBytes);
+  if (report.own?.retainedBytes !== null && report.own?.retainedBytes !== undefined)
+    metrics.addMetric(MetricName.SLOT_RETAINED_BYTES, MetricUnit.Bytes, report.own.retainedBytes);
+  if (report.own?.headroomBytes !== null && report.own?.headroomBytes !== undefined)
+    metrics.addMetric(MetricName.SLOT_HEADROOM_BYTES, MetricUnit.Bytes, report.own.headroomBytes);
   metrics.addMetric(MetricName.SLOT_FOREIGN_INACTIVE_BYTES, MetricUnit.Bytes, report.foreignInactiveBytes);
 }
 
@@ -81,14 +83,19 @@ export function createSlotMonitorHandler(deps: SlotMonitorDeps): SlotMonitorHand
       const report = await readSlotReport(client, { slot: deps.slot, walBudgetBytes: deps.walBudgetBytes ?? null });
       addSlotMetrics(metrics, report);
       for (const r of report.slots) {
-        if (r.level === 'lost' || r.level === 'alarm') logger.error(r.message, { slot: r.slot, slotLevel: r.level, retainedBytes: r.retainedBytes, headroomBytes: r.headroomBytes, walStatus: r.walStatus });
+        if (r.level === 'lost' || r.level === 'alarm')
+          logger.error(r.message, { slot: r.slot, slotLevel: r.level, retainedBytes: r.retainedBytes, headroomBytes: r.headroomBytes, walStatus: r.walStatus });
         else if (r.level === 'warn') logger.warn(r.message, { slot: r.slot, slotLevel: r.level, retainedBytes: r.retainedBytes });
       }
       if (!report.own) logger.error(`the capture slot ${deps.slot} does not exist on the source`, { slot: deps.slot });
       if (deps.store) {
         const [consumer, shard] = slotReportCheckpoint(deps.source);
         const stored = storedSlotReport(deps.source, deps.slot, report, (deps.now ?? (() => new Date()))());
-        await deps.store.putCheckpoint(consumer, shard, JSON.stringify(stored)).catch((e: unknown) => logger.error('could not keep the slot report in the control plane (cdc status shows the previous one, with its time)', { error: e instanceof Error ? e.message : String(e) }));
+        await deps.store.putCheckpoint(consumer, shard, JSON.stringify(stored)).catch((e: unknown) =>
+          logger.error('could not keep the slot report in the control plane (cdc status shows the previous one, with its time)', {
+            error: e instanceof Error ? e.message : String(e),
+          }),
+        );
       }
       return report;
     } finally {
@@ -102,7 +109,8 @@ function budgetFromEnv(): number | null {
   const raw = process.env[EnvName.SLOT_WAL_BUDGET_BYTES];
   if (raw === undefined || raw.trim() === '') return null;
   const n = Number(raw);
-  if (!Number.isSafeInteger(n) || n <= 0) throw new CdcError('INVALID_CONFIG', `${EnvName.SLOT_WAL_BUDGET_BYTES}: expected a positive integer of bytes, got ${JSON.stringify(raw)}`);
+  if (!Number.isSafeInteger(n) || n <= 0)
+    throw new CdcError('INVALID_CONFIG', `${EnvName.SLOT_WAL_BUDGET_BYTES}: expected a positive integer of bytes, got ${JSON.stringify(raw)}`);
   return n;
 }
 

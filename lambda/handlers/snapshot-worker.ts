@@ -54,7 +54,13 @@ export interface SnapshotWorkerDeps {
    * Capture-by-pattern: the rules and the catalog scan that lets new tables join (docs/onboarding.md).
    * Each invocation scans first: tables that joined get their snapshot requested.
    */
-  discovery?: { rules: readonly TableRule[]; declared: ReadonlySet<string>; listTables(): Promise<string[]>; tableFact(table: string, key: string[] | null): Promise<TableFact>; user(): Promise<string> };
+  discovery?: {
+    rules: readonly TableRule[];
+    declared: ReadonlySet<string>;
+    listTables(): Promise<string[]>;
+    tableFact(table: string, key: string[] | null): Promise<TableFact>;
+    user(): Promise<string>;
+  };
   control: ControlPlane;
   reader: SnapshotReader;
   publish: (records: SnapshotRawRecord[]) => Promise<void>;
@@ -81,17 +87,40 @@ export function createSnapshotWorker(d: SnapshotWorkerDeps): (timeLeftMs: () => 
     if (d.discovery) {
       const disc = d.discovery;
       // On AWS the DMS task selects the tables by the same patterns: capturing needs nothing here.
-      const scan = await scanTables({ control: d.control, source: d.source, rules: disc.rules, declared: disc.declared, listTables: () => disc.listTables(), tableFact: (t, k) => disc.tableFact(t, k), user: await disc.user(), capture: () => undefined, release: () => undefined, actor: 'snapshot-worker:discovery' }, known);
+      const scan = await scanTables(
+        {
+          control: d.control,
+          source: d.source,
+          rules: disc.rules,
+          declared: disc.declared,
+          listTables: () => disc.listTables(),
+          tableFact: (t, k) => disc.tableFact(t, k),
+          user: await disc.user(),
+          capture: () => undefined,
+          release: () => undefined,
+          actor: 'snapshot-worker:discovery',
+        },
+        known,
+      );
       known = scan.known;
-      if (scan.result.changed.length > 0) d.logger.info('Capture rules: tables changed', { changed: scan.result.changed.map((r) => ({ table: r.table, verdict: r.verdict, reasons: r.reasons })) });
+      if (scan.result.changed.length > 0)
+        d.logger.info('Capture rules: tables changed', {
+          changed: scan.result.changed.map((r) => ({ table: r.table, verdict: r.verdict, reasons: r.reasons })),
+        });
     }
     if (d.catalog) {
       // Every table a capture rule matched (the DMS task selects by the same patterns, whatever the verdict), not the dropped ones.
       const captured = [...(known?.values() ?? [])].filter((r) => r.verdict !== 'dropped').map((r) => r.table);
-      const written = await publishCatalogTypes(d.control, d.source, [...d.tables.map((t) => t.table), ...(d.catalog.catalogTables ?? []), ...captured], d.catalog.describe);
+      const written = await publishCatalogTypes(
+        d.control,
+        d.source,
+        [...d.tables.map((t) => t.table), ...(d.catalog.catalogTables ?? []), ...captured],
+        d.catalog.describe,
+      );
       if (written.length > 0) d.logger.info('Published catalog types of tables not registered yet', { tables: written });
       // The partition trees, for the normalizer to name a partition's DMS records by their root (docs/partitioned-tables.md).
-      if (d.catalog.partitionTree && (await publishPartitionTree(d.control, d.source, await d.catalog.partitionTree()))) d.logger.info('Published the partition tree', {});
+      if (d.catalog.partitionTree && (await publishPartitionTree(d.control, d.source, await d.catalog.partitionTree())))
+        d.logger.info('Published the partition tree', {});
     }
     const requested = await planSnapshots(d.control, d.source, d.tables, 'snapshot-planner');
     if (requested.length > 0) d.logger.info('Requested first snapshots', { tables: requested });
@@ -110,7 +139,14 @@ export function createSnapshotWorker(d: SnapshotWorkerDeps): (timeLeftMs: () => 
       ...(d.pressure ? { pressure: () => d.pressure!.read() } : {}),
       metrics: emfSnapshotMetrics(d.metrics),
       shouldStop: () => timeLeftMs() < reserveMs,
-      onState: (s) => d.logger.debug('Snapshot progress', { table: s.table, rowsDone: s.rowsDone, estimatedRows: s.estimatedRows, etaSeconds: s.etaSeconds, throttle: s.throttle }),
+      onState: (s) =>
+        d.logger.debug('Snapshot progress', {
+          table: s.table,
+          rowsDone: s.rowsDone,
+          estimatedRows: s.estimatedRows,
+          etaSeconds: s.etaSeconds,
+          throttle: s.throttle,
+        }),
     });
     const m = d.metrics.singleMetric();
     m.clearDefaultDimensions();
@@ -155,7 +191,10 @@ export async function handler(_event: unknown, context: Context): Promise<Record
     const cw = instance ? new CloudWatchPressureProbe(cloudWatchGetMetricData(new CloudWatchClient({})), instance) : null;
     const pgProbe = probe;
     const pressure = cw
-      ? { calibrate: async () => void (await Promise.all([pgProbe.calibrate(), cw.calibrate()])), read: async () => combinePressure(await pgProbe.read(), await cw.read()) }
+      ? {
+          calibrate: async () => void (await Promise.all([pgProbe.calibrate(), cw.calibrate()])),
+          read: async () => combinePressure(await pgProbe.read(), await cw.read()),
+        }
       : pgProbe;
     const rules = parseTableRules(process.env[EnvName.TABLE_RULES]);
     let catalogClient: pg.Client | null = null;
@@ -187,7 +226,11 @@ export async function handler(_event: unknown, context: Context): Promise<Record
       source,
       // The heartbeat table is the platform's own: nothing to onboard.
       tables: parseTableConfig(process.env[EnvName.TABLE_CONFIG]).filter((t) => t.table !== heartbeatTable),
-      catalog: { describe: async (t) => readCatalogColumnTypes(await catalog(), t), catalogTables: [heartbeatTable], partitionTree: async () => readPartitionTree(await catalog()) },
+      catalog: {
+        describe: async (t) => readCatalogColumnTypes(await catalog(), t),
+        catalogTables: [heartbeatTable],
+        partitionTree: async () => readPartitionTree(await catalog()),
+      },
       control: new DynamoDbControlPlane(dynamoDbClient(endpoint), env(EnvName.CONTROL_TABLE)),
       reader,
       publish: (records) => log.publishEncoded(snapshotStreamRecords(records, sha).map((r) => ({ ...r, data: Buffer.from(r.data, 'utf8') }))),

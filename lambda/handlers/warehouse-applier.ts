@@ -22,7 +22,14 @@ import { METRICS_NAMESPACE, MetricDimension, MetricName } from '../../contracts/
 import type { ControlPlane } from '../core/shared/control-plane.ts';
 import { ConfigurationError } from '../core/shared/errors.ts';
 import type { PayloadStore } from '../core/shared/payload-store.ts';
-import { createWarehouseApply, type ApplyOptions, type BatchOutcome, type ChangeRecord, type MergeDone, type MergePolicy } from '../core/warehouse/warehouse-apply.ts';
+import {
+  createWarehouseApply,
+  type ApplyOptions,
+  type BatchOutcome,
+  type ChangeRecord,
+  type MergeDone,
+  type MergePolicy,
+} from '../core/warehouse/warehouse-apply.ts';
 import type { WarehouseTable } from '../core/warehouse/warehouse-sql.ts';
 import { dynamoDbClient } from '../adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
@@ -129,7 +136,6 @@ const logger = new Logger({ serviceName: process.env[EnvName.POWERTOOLS_SERVICE_
 const metrics = new Metrics({ namespace: process.env[EnvName.POWERTOOLS_METRICS_NAMESPACE] ?? METRICS_NAMESPACE });
 let applier: Promise<WarehouseApplier> | undefined;
 
-
 async function fromEnvironment(): Promise<WarehouseApplier> {
   const table = process.env[EnvName.CONTROL_TABLE];
   const sinkId = process.env[EnvName.SINK_ID];
@@ -139,13 +145,22 @@ async function fromEnvironment(): Promise<WarehouseApplier> {
   pool.on('error', (err) => logger.warn('idle warehouse connection failed', { error: describeError(err) }));
   const payloads = payloadStoreFromEnvironment();
   const merge = mergePolicyFromEnvironment();
-  return createWarehouseApplier({ controlPlane: new DynamoDbControlPlane(dynamoDbClient(), table, payloads), pool, sinkId, metrics, logger, merge, ...(payloads ? { payloads } : {}) });
+  return createWarehouseApplier({
+    controlPlane: new DynamoDbControlPlane(dynamoDbClient(), table, payloads),
+    pool,
+    sinkId,
+    metrics,
+    logger,
+    merge,
+    ...(payloads ? { payloads } : {}),
+  });
 }
 
-
-
 /** Lambda entry point (Kinesis event source mapping with `ReportBatchItemFailures`; the schedule's replay event). */
-export const handler = async (event: KinesisStreamEvent | ReplayEvent, context: Context): Promise<KinesisStreamBatchResponse | { replayed: ReplayOutcome[]; merged: MergeDone[] }> => {
+export const handler = async (
+  event: KinesisStreamEvent | ReplayEvent,
+  context: Context,
+): Promise<KinesisStreamBatchResponse | { replayed: ReplayOutcome[]; merged: MergeDone[] }> => {
   logger.addContext(context);
   applier ??= fromEnvironment();
   let built: WarehouseApplier;
@@ -162,5 +177,3 @@ export const handler = async (event: KinesisStreamEvent | ReplayEvent, context: 
   }
   return built.handler(event, context);
 };
-
-

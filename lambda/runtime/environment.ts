@@ -23,7 +23,8 @@ export function parseBudget(text: string | undefined): SourceBudget {
   const o = v as Record<string, unknown>;
   const num = (k: 'writeLatencyPct' | 'cpuPct'): number => {
     const x = o?.[k] ?? DEFAULT_SOURCE_BUDGET[k];
-    if (typeof x !== 'number' || !(x > 0)) throw new CdcError('INVALID_CONFIG', `${EnvName.SNAPSHOT_BUDGET}.${k}: expected a positive number, got ${JSON.stringify(x)}`);
+    if (typeof x !== 'number' || !(x > 0))
+      throw new CdcError('INVALID_CONFIG', `${EnvName.SNAPSHOT_BUDGET}.${k}: expected a positive number, got ${JSON.stringify(x)}`);
     return x;
   };
   return { writeLatencyPct: num('writeLatencyPct'), cpuPct: num('cpuPct') };
@@ -67,7 +68,8 @@ export function parseTiers(text: string | undefined): ReconcileTier[] {
     const o = t as Record<string, unknown>;
     if (typeof o?.name !== 'string' || o.name === '') throw new ConfigurationError(`${at}.name: expected a tier name`);
     if (typeof o.periodMs !== 'number' || !(o.periodMs > 0)) throw new ConfigurationError(`${at}.periodMs: expected a positive number of milliseconds`);
-    if (!Array.isArray(o.tables) || o.tables.length === 0 || o.tables.some((x) => typeof x !== 'string')) throw new ConfigurationError(`${at}.tables: expected table ids or "*"`);
+    if (!Array.isArray(o.tables) || o.tables.length === 0 || o.tables.some((x) => typeof x !== 'string'))
+      throw new ConfigurationError(`${at}.tables: expected table ids or "*"`);
     return { name: o.name, periodMs: o.periodMs, tables: o.tables as string[] };
   });
 }

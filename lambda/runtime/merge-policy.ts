@@ -12,7 +12,8 @@ export function mergePolicyFromEnvironment(): Partial<MergePolicy> {
   if (rows) out.maxRows = Number(rows);
   if (age) out.maxAgeMs = Number(age);
   if (onSchedule !== undefined && onSchedule !== '') {
-    if (onSchedule !== 'true' && onSchedule !== 'false') throw new ConfigurationError(`${EnvName.MERGE_ON_SCHEDULE} must be true or false, got ${JSON.stringify(onSchedule)}`);
+    if (onSchedule !== 'true' && onSchedule !== 'false')
+      throw new ConfigurationError(`${EnvName.MERGE_ON_SCHEDULE} must be true or false, got ${JSON.stringify(onSchedule)}`);
     out.inline = onSchedule !== 'true';
   }
   try {

@@ -49,7 +49,13 @@ export function changeRecordOf(r: KinesisStreamRecord): ChangeRecord {
 }
 
 /** Emits each value as its own EMF metric with exactly `dimensions` (no default dimensions): both sink appliers. */
-export function emitSingleMetrics(metrics: Metrics, name: string, unit: (typeof MetricUnit)[keyof typeof MetricUnit], values: number[], dimensions: Record<string, string>): void {
+export function emitSingleMetrics(
+  metrics: Metrics,
+  name: string,
+  unit: (typeof MetricUnit)[keyof typeof MetricUnit],
+  values: number[],
+  dimensions: Record<string, string>,
+): void {
   for (const v of values) {
     const m = metrics.singleMetric();
     m.clearDefaultDimensions();
@@ -59,7 +65,12 @@ export function emitSingleMetrics(metrics: Metrics, name: string, unit: (typeof 
 }
 
 /** The Lambda partial-batch response of a sink applier: the records `outcome` reports failed, with their reasons. */
-export function partialBatchResponse(event: KinesisStreamEvent, outcome: BatchOutcome, processor: BatchProcessor, context?: Context): Promise<KinesisStreamBatchResponse> {
+export function partialBatchResponse(
+  event: KinesisStreamEvent,
+  outcome: BatchOutcome,
+  processor: BatchProcessor,
+  context?: Context,
+): Promise<KinesisStreamBatchResponse> {
   // Nothing failed: the response Powertools builds then, without its per-record pass (a few µs
   // per record on the critical path; docs/performance-log.md, "Warehouse apply: less Node work per event on the append path").
   if (outcome.failed.length === 0) return Promise.resolve({ batchItemFailures: [] });
@@ -78,10 +89,20 @@ export function partialBatchResponse(event: KinesisStreamEvent, outcome: BatchOu
 /** A sink batch's metrics, with exactly the contract's dimensions (Sink + Source, Stage + Source, or Sink): both sink appliers. */
 export function emitApplyMetrics(metrics: Metrics, sinkId: string, outcome: { bySource: ReadonlyMap<string, SourceCounts>; applyErrors: number }): void {
   for (const [source, c] of outcome.bySource) {
-    if (c.applied > 0) emitSingleMetrics(metrics, MetricName.EVENTS_APPLIED, MetricUnit.Count, [c.applied], { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
-    if (c.held > 0) emitSingleMetrics(metrics, MetricName.EVENTS_HELD, MetricUnit.Count, [c.held], { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
-    if (c.dead > 0) emitSingleMetrics(metrics, MetricName.DEAD_LETTERS, MetricUnit.Count, [c.dead], { [MetricDimension.STAGE]: sinkId, [MetricDimension.SOURCE]: source });
-    if (c.lag.length > 0) emitSingleMetrics(metrics, MetricName.END_TO_END_LAG, MetricUnit.Milliseconds, c.lag, { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
+    if (c.applied > 0)
+      emitSingleMetrics(metrics, MetricName.EVENTS_APPLIED, MetricUnit.Count, [c.applied], {
+        [MetricDimension.SINK]: sinkId,
+        [MetricDimension.SOURCE]: source,
+      });
+    if (c.held > 0)
+      emitSingleMetrics(metrics, MetricName.EVENTS_HELD, MetricUnit.Count, [c.held], { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
+    if (c.dead > 0)
+      emitSingleMetrics(metrics, MetricName.DEAD_LETTERS, MetricUnit.Count, [c.dead], { [MetricDimension.STAGE]: sinkId, [MetricDimension.SOURCE]: source });
+    if (c.lag.length > 0)
+      emitSingleMetrics(metrics, MetricName.END_TO_END_LAG, MetricUnit.Milliseconds, c.lag, {
+        [MetricDimension.SINK]: sinkId,
+        [MetricDimension.SOURCE]: source,
+      });
   }
   if (outcome.applyErrors > 0) emitSingleMetrics(metrics, MetricName.APPLY_ERRORS, MetricUnit.Count, [outcome.applyErrors], { [MetricDimension.SINK]: sinkId });
 }

@@ -60,7 +60,10 @@ export function createAlarm(scope: Construct, id: string, props: CdcAlarmProps):
 }
 
 /** `Lambda IteratorAge` of a stream-consuming function: maximum per minute, milliseconds. */
-export function iteratorAgeMetric(fn: { metric(name: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric }, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+export function iteratorAgeMetric(
+  fn: { metric(name: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric },
+  props?: cloudwatch.MetricOptions,
+): cloudwatch.Metric {
   return fn.metric('IteratorAge', { statistic: cloudwatch.Stats.MAXIMUM, period: Duration.minutes(1), ...props });
 }
 
@@ -68,7 +71,16 @@ export function iteratorAgeMetric(fn: { metric(name: string, props?: cloudwatch.
  * The alarm on an event source mapping's on-failure queue: any message there is a batch the
  * mapping gave up on, so one visible message is enough.
  */
-export function onFailureQueueAlarm(scope: Construct, id: string, props: { nameSuffix: string; description: string; queue: { metricApproximateNumberOfMessagesVisible(props?: cloudwatch.MetricOptions): cloudwatch.Metric }; actions?: cloudwatch.IAlarmAction[] }): cloudwatch.Alarm {
+export function onFailureQueueAlarm(
+  scope: Construct,
+  id: string,
+  props: {
+    nameSuffix: string;
+    description: string;
+    queue: { metricApproximateNumberOfMessagesVisible(props?: cloudwatch.MetricOptions): cloudwatch.Metric };
+    actions?: cloudwatch.IAlarmAction[];
+  },
+): cloudwatch.Alarm {
   return createAlarm(scope, id, {
     nameSuffix: props.nameSuffix,
     description: props.description,

@@ -126,7 +126,9 @@ function checkEnvironmentSize(scope: Construct, environment: Record<string, stri
   }
   if (bytes > ENVIRONMENT_LIMIT_BYTES) {
     const config = environment[EnvName.TABLE_CONFIG];
-    const hint = config ? ` (${EnvName.TABLE_CONFIG} alone is ${Buffer.byteLength(config, 'utf8')} bytes; capture fewer tables per source or fewer per sink)` : '';
+    const hint = config
+      ? ` (${EnvName.TABLE_CONFIG} alone is ${Buffer.byteLength(config, 'utf8')} bytes; capture fewer tables per source or fewer per sink)`
+      : '';
     fail(scope, `the lambda environment is about ${bytes} bytes, over lambda's ${ENVIRONMENT_LIMIT_BYTES}-byte limit${hint}`);
   }
 }

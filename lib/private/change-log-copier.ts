@@ -38,7 +38,8 @@ export interface ArchiveCopierProps {
  */
 export function archiveCopier(scope: Construct, props: ArchiveCopierProps): { copier: CdcFunction; deadLetterQueue: sqs.IQueue } {
   const { archive, archiveKey, batchingWindow } = props;
-  if (isKnownDuration(batchingWindow) && batchingWindow.toSeconds() > 300) fail(scope, `archiveCopierBatchingWindow must be at most 5 minutes, got ${batchingWindow.toHumanString()}`);
+  if (isKnownDuration(batchingWindow) && batchingWindow.toSeconds() > 300)
+    fail(scope, `archiveCopierBatchingWindow must be at most 5 minutes, got ${batchingWindow.toHumanString()}`);
   const copier = new CdcFunction(scope, 'ArchiveCopier', {
     handlerName: 'archive-copier',
     description: `Copies the change log into the by-table archive (${ARCHIVE_COPIER_PREFIX}) of ${scope.node.path}`,
@@ -53,7 +54,13 @@ export function archiveCopier(scope: Construct, props: ArchiveCopierProps): { co
     logEncryptionKey: props.key,
   });
   const fn = copier.fn;
-  fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['s3:ListBucket'], resources: [archive.bucketArn], conditions: { StringLike: { 's3:prefix': [`${ARCHIVE_COPIER_PREFIX}*`] } } }));
+  fn.addToRolePolicy(
+    new iam.PolicyStatement({
+      actions: ['s3:ListBucket'],
+      resources: [archive.bucketArn],
+      conditions: { StringLike: { 's3:prefix': [`${ARCHIVE_COPIER_PREFIX}*`] } },
+    }),
+  );
   fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['s3:PutObject', 's3:GetObject'], resources: [archive.arnForObjects(`${ARCHIVE_COPIER_PREFIX}*`)] }));
   // Puts are encrypted with the archive key (GenerateDataKey), gets decrypt; nothing else.
   fn.addToRolePolicy(new iam.PolicyStatement({ actions: ['kms:GenerateDataKey', 'kms:Decrypt'], resources: [archiveKey.keyArn] }));
@@ -70,12 +77,16 @@ export function archiveCopier(scope: Construct, props: ArchiveCopierProps): { co
     deadLetterQueueEncryptionKey: props.key,
   });
   const archiveId = Stack.of(scope).getLogicalId(archive.node.defaultChild as s3.CfnBucket);
-  Validations.of(copier).acknowledge({
-    id: `AwsSolutions-IAM5[Resource::<${archiveId}.Arn>/${ARCHIVE_COPIER_PREFIX}*]`,
-    reason: 'the archive copier puts and reads objects under its own prefix of the archive bucket, under keys named by shard and sequence numbers (never deletes)',
-  }, ...['kms:GenerateDataKey*', 'kms:ReEncrypt*'].map((a) => ({
-    id: `AwsSolutions-IAM5[Action::${a}]`,
-    reason: 'CDK grant to send to the on-failure queue, which the platform key encrypts; scoped to that one key',
-  })));
+  Validations.of(copier).acknowledge(
+    {
+      id: `AwsSolutions-IAM5[Resource::<${archiveId}.Arn>/${ARCHIVE_COPIER_PREFIX}*]`,
+      reason:
+        'the archive copier puts and reads objects under its own prefix of the archive bucket, under keys named by shard and sequence numbers (never deletes)',
+    },
+    ...['kms:GenerateDataKey*', 'kms:ReEncrypt*'].map((a) => ({
+      id: `AwsSolutions-IAM5[Action::${a}]`,
+      reason: 'CDK grant to send to the on-failure queue, which the platform key encrypts; scoped to that one key',
+    })),
+  );
   return { copier, deadLetterQueue: consumer.deadLetterQueue };
 }

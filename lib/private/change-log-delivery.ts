@@ -71,7 +71,8 @@ export function archiveDelivery(scope: Construct, props: ArchiveDeliveryProps): 
   delivery.node.findChild('Resource').node.addDependency(policy);
   Validations.of(delivery).acknowledge({
     id: 'AwsSolutions-KDF1',
-    reason: 'a delivery stream whose source is a kinesis stream cannot have its own server-side encryption; records are encrypted in the source stream and, with kms, in the archive bucket',
+    reason:
+      'a delivery stream whose source is a kinesis stream cannot have its own server-side encryption; records are encrypted in the source stream and, with kms, in the archive bucket',
   });
   acknowledgeGrantWildcards(policy, archive);
   return { role, delivery };

@@ -19,7 +19,9 @@ export interface ChangeLogStreamProps {
 
 /** `Key` (unless given) and `Stream`, in that order. */
 export function changeLogStream(scope: Construct, props: ChangeLogStreamProps): { key: kms.IKey; stream: kinesis.Stream } {
-  const key = props.encryptionKey ?? createPlatformKey(scope, 'Key', props.removalPolicy, `Created by ${scope.node.path}: the change log, its dead-letter queue and log groups`);
+  const key =
+    props.encryptionKey ??
+    createPlatformKey(scope, 'Key', props.removalPolicy, `Created by ${scope.node.path}: the change log, its dead-letter queue and log groups`);
   const stream = new kinesis.Stream(scope, 'Stream', {
     retentionPeriod: props.retention,
     streamMode: props.shardCount === undefined ? kinesis.StreamMode.ON_DEMAND : kinesis.StreamMode.PROVISIONED,
@@ -30,7 +32,8 @@ export function changeLogStream(scope: Construct, props: ChangeLogStreamProps): 
   });
   Validations.of(stream).acknowledge({
     id: 'AwsSolutions-KDS3',
-    reason: 'the stream is encrypted with the platform\'s own customer-managed key (or the encryptionKey given), as docs/architecture.md says, instead of alias/aws/kinesis',
+    reason:
+      "the stream is encrypted with the platform's own customer-managed key (or the encryptionKey given), as docs/architecture.md says, instead of alias/aws/kinesis",
   });
   return { key, stream };
 }

@@ -37,7 +37,10 @@ export function checkChangeLogProps(scope: Construct, props: ChangeLogChecks): v
     fail(scope, `archiveBufferingInterval must be at most 15 minutes, got ${bufferingInterval.toHumanString()}`);
   }
   if (props.archiveReplicaBucket && !props.archiveReplicaEncryptionKey) {
-    fail(scope, 'archiveReplicaEncryptionKey is required with archiveReplicaBucket: archive objects are kms-encrypted and s3 replicates them only to a named key in the replica region');
+    fail(
+      scope,
+      'archiveReplicaEncryptionKey is required with archiveReplicaBucket: archive objects are kms-encrypted and s3 replicates them only to a named key in the replica region',
+    );
   }
   if (props.archiveReplicaEncryptionKey && !props.archiveReplicaBucket) {
     fail(scope, 'archiveReplicaEncryptionKey is set but archiveReplicaBucket is not');

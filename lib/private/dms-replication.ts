@@ -91,7 +91,10 @@ function addSourceEndpoint(scope: Construct, props: DmsReplicationProps, secrets
         ? new dms.CfnCertificate(scope, 'CaCertificate', { certificatePem: database.caCertificatePem })
         : rdsCaCertificate(scope);
   if (database.sslMode !== SslMode.VERIFY_FULL) {
-    Annotations.of(scope).addWarningV2('@cdc-platform/CdcSource:tlsNotVerified', `TLS to source ${props.sourceId} is encrypted but the server certificate is not verified (sslMode ${database.sslMode}); use it only for self-signed test servers`);
+    Annotations.of(scope).addWarningV2(
+      '@cdc-platform/CdcSource:tlsNotVerified',
+      `TLS to source ${props.sourceId} is encrypted but the server certificate is not verified (sslMode ${database.sslMode}); use it only for self-signed test servers`,
+    );
   }
   const sourceEndpoint = new dms.CfnEndpoint(scope, 'SourceEndpoint', {
     endpointType: 'source',
@@ -156,7 +159,10 @@ export function taskConfiguration(tables: CapturedTable[], heartbeatSchema: stri
 }
 
 /** The CDC task (`ReplicationTask`), starting at the slot's position, tagged for the lifecycle's stop permission. */
-export function addReplicationTask(scope: Construct, props: { replication: DmsReplication; identifier: string; config: TaskConfiguration; startPosition: string }): dms.CfnReplicationTask {
+export function addReplicationTask(
+  scope: Construct,
+  props: { replication: DmsReplication; identifier: string; config: TaskConfiguration; startPosition: string },
+): dms.CfnReplicationTask {
   return new dms.CfnReplicationTask(scope, 'ReplicationTask', {
     replicationTaskIdentifier: props.identifier,
     migrationType: 'cdc',

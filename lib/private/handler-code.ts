@@ -128,7 +128,9 @@ function loadEsbuild(root: string): EsbuildModule {
   try {
     return req('esbuild') as EsbuildModule;
   } catch (e) {
-    throw new Error(`bundling lambda handlers needs the esbuild package (a devDependency); install it or prebuild with \`npm run build:assets\`: ${(e as Error).message}`);
+    throw new Error(
+      `bundling lambda handlers needs the esbuild package (a devDependency); install it or prebuild with \`npm run build:assets\`: ${(e as Error).message}`,
+    );
   }
 }
 
@@ -201,7 +203,9 @@ export function ensureHandlerAsset(name: string, root = PROJECT_ROOT): string {
 export function prebuiltHandlerAsset(name: string, root = PROJECT_ROOT): string {
   const dir = assetDir(name, root);
   if (!fs.existsSync(path.join(dir, BUNDLE_FILE))) {
-    throw new Error(`the prebuilt lambda handler ${name} is missing (${path.join(dir, BUNDLE_FILE)} does not exist); the cdc-platform package is incomplete: reinstall it`);
+    throw new Error(
+      `the prebuilt lambda handler ${name} is missing (${path.join(dir, BUNDLE_FILE)} does not exist); the cdc-platform package is incomplete: reinstall it`,
+    );
   }
   return dir;
 }

@@ -74,7 +74,14 @@ export class OperatorFunctions extends Construct {
       ...(actions.includes('rebuild')
         ? {
             [EnvName.REBUILD_WORKERS]: Lazy.uncachedString({
-              produce: () => JSON.stringify(Object.fromEntries([...this.rebuildWorkers].sort(([a], [b]) => (a < b ? -1 : 1)).map(([sink, w]) => [sink, { worker: w.worker.functionName, stateMachine: w.stateMachine.stateMachineArn }]))),
+              produce: () =>
+                JSON.stringify(
+                  Object.fromEntries(
+                    [...this.rebuildWorkers]
+                      .sort(([a], [b]) => (a < b ? -1 : 1))
+                      .map(([sink, w]) => [sink, { worker: w.worker.functionName, stateMachine: w.stateMachine.stateMachineArn }]),
+                  ),
+                ),
             }),
           }
         : {}),
@@ -86,7 +93,8 @@ export class OperatorFunctions extends Construct {
     const common = { handlerName: 'operator' as const, memorySize: Size.mebibytes(256), timeout: Duration.seconds(30) };
     this.operator = new CdcFunction(this, 'Operator', {
       ...common,
-      description: 'cdc operator API, operate and destructive classes: pause, resume, accept-schema, resnapshot, rebuild (behind the IAM-authorized operator API only)',
+      description:
+        'cdc operator API, operate and destructive classes: pause, resume, accept-schema, resnapshot, rebuild (behind the IAM-authorized operator API only)',
       serviceName: 'cdc-operator',
       environment: environment('status,pause,resume,resnapshot,audit,rebuild'),
     });
@@ -111,17 +119,29 @@ export class OperatorFunctions extends Construct {
     );
     props.table.encryptionKey?.grantEncrypt(this.operator.role);
     const kmsAcks = [
-      { id: 'AwsSolutions-IAM5[Action::kms:GenerateDataKey*]', reason: 'CDK key grant for writing operator items; scoped to the one key that encrypts the control table' },
-      { id: 'AwsSolutions-IAM5[Action::kms:ReEncrypt*]', reason: 'CDK key grant for writing operator items; scoped to the one key that encrypts the control table' },
+      {
+        id: 'AwsSolutions-IAM5[Action::kms:GenerateDataKey*]',
+        reason: 'CDK key grant for writing operator items; scoped to the one key that encrypts the control table',
+      },
+      {
+        id: 'AwsSolutions-IAM5[Action::kms:ReEncrypt*]',
+        reason: 'CDK key grant for writing operator items; scoped to the one key that encrypts the control table',
+      },
     ];
     Validations.of(this.operator).acknowledge(...kmsAcks);
 
     this.api = this.createApi(props.logKey);
     // Where `cdc … --stack NAME` finds the operator API (bin/cli/operator.ts).
-    new CfnOutput(this, 'OperatorApiUrl', { value: this.api.url, description: 'cdc operator API (IAM-authorized, SigV4): cdc status|pause|resume|resnapshot|audit|rebuild --stack or --url' });
+    new CfnOutput(this, 'OperatorApiUrl', {
+      value: this.api.url,
+      description: 'cdc operator API (IAM-authorized, SigV4): cdc status|pause|resume|resnapshot|audit|rebuild --stack or --url',
+    });
 
     if (props.alarmsEnabled) {
-      for (const [name, f] of [['operator', this.operator], ['status', this.status]] as const) {
+      for (const [name, f] of [
+        ['operator', this.operator],
+        ['status', this.status],
+      ] as const) {
         this.alarms.push(
           createAlarm(this, `${name === 'operator' ? 'Operator' : 'Status'}ErrorsAlarm`, {
             nameSuffix: `cdc-operator-${name}-errors`,
@@ -169,13 +189,25 @@ export class OperatorFunctions extends Construct {
     });
     for (const route of OPERATOR_ROUTES) {
       const fn = route.actionClass === 'read' ? this.status.fn : this.operator.fn;
-      api.root.resourceForPath(route.path).addMethod(OPERATOR_API_METHOD, new apigateway.LambdaIntegration(fn, { allowTestInvoke: false }), { authorizationType: apigateway.AuthorizationType.IAM });
+      api.root.resourceForPath(route.path).addMethod(OPERATOR_API_METHOD, new apigateway.LambdaIntegration(fn, { allowTestInvoke: false }), {
+        authorizationType: apigateway.AuthorizationType.IAM,
+      });
     }
     Validations.of(api).acknowledge(
-      { id: 'AwsSolutions-APIG2', reason: 'the operator function validates every request body and answers 400 naming the field (lambda/core/operator/operator.ts parseOperatorBody)' },
-      { id: 'AwsSolutions-APIG3', reason: 'every method requires AWS_IAM authorization within the account (no resource policy for other accounts); a WAF adds nothing to SigV4-signed operator calls' },
+      {
+        id: 'AwsSolutions-APIG2',
+        reason: 'the operator function validates every request body and answers 400 naming the field (lambda/core/operator/operator.ts parseOperatorBody)',
+      },
+      {
+        id: 'AwsSolutions-APIG3',
+        reason:
+          'every method requires AWS_IAM authorization within the account (no resource policy for other accounts); a WAF adds nothing to SigV4-signed operator calls',
+      },
       { id: 'AwsSolutions-COG4', reason: 'operators are IAM principals: the methods use AWS_IAM authorization, per action class, not a Cognito user pool' },
-      { id: 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs]', reason: 'the region-wide API Gateway logging role that access and error logs need; AWS-managed, CloudWatch Logs writes only' },
+      {
+        id: 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs]',
+        reason: 'the region-wide API Gateway logging role that access and error logs need; AWS-managed, CloudWatch Logs writes only',
+      },
     );
     return api;
   }
@@ -185,7 +217,9 @@ export class OperatorFunctions extends Construct {
     return iam.Grant.addToPrincipal({
       grantee,
       actions: ['execute-api:Invoke'],
-      resourceArns: OPERATOR_ROUTES.filter((r) => classes.includes(r.actionClass)).map((r) => this.api.arnForExecuteApi(OPERATOR_API_METHOD, r.path, OPERATOR_API_STAGE)),
+      resourceArns: OPERATOR_ROUTES.filter((r) => classes.includes(r.actionClass)).map((r) =>
+        this.api.arnForExecuteApi(OPERATOR_API_METHOD, r.path, OPERATOR_API_STAGE),
+      ),
     });
   }
 

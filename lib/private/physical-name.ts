@@ -11,7 +11,10 @@ import type { IConstruct } from 'constructs';
 export function dmsIdentifier(scope: IConstruct, readable: string, maxLength = 31): string {
   const stack = Stack.of(scope);
   const stackPart = Token.isUnresolved(stack.stackName) ? '' : stack.stackName;
-  const hash = createHash('sha256').update(`${stackPart}/${Names.uniqueId(scope)}`).digest('hex').slice(0, 8);
+  const hash = createHash('sha256')
+    .update(`${stackPart}/${Names.uniqueId(scope)}`)
+    .digest('hex')
+    .slice(0, 8);
   const clean = (s: string): string =>
     s
       .toLowerCase()

@@ -29,7 +29,16 @@ export function allowLogGroups(key: kms.IKey): void {
       principals: [new iam.ServicePrincipal(`logs.${stack.region}.amazonaws.com`)],
       actions: ['kms:Encrypt*', 'kms:Decrypt*', 'kms:ReEncrypt*', 'kms:GenerateDataKey*', 'kms:Describe*'],
       resources: ['*'],
-      conditions: { ArnLike: { 'kms:EncryptionContext:aws:logs:arn': stack.formatArn({ service: 'logs', resource: 'log-group', resourceName: '*', arnFormat: ArnFormat.COLON_RESOURCE_NAME }) } },
+      conditions: {
+        ArnLike: {
+          'kms:EncryptionContext:aws:logs:arn': stack.formatArn({
+            service: 'logs',
+            resource: 'log-group',
+            resourceName: '*',
+            arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+          }),
+        },
+      },
     }),
   );
 }

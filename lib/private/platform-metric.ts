@@ -5,7 +5,12 @@ import type { IConstruct } from 'constructs';
 import { METRICS_NAMESPACE, MetricDimension } from '../../contracts/metrics.ts';
 
 /** Sum per minute unless `props` says otherwise; attached to `scope` so its region and account follow the stack. */
-export function platformMetric(scope: IConstruct, metricName: string, dimensionsMap: Record<string, string>, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+export function platformMetric(
+  scope: IConstruct,
+  metricName: string,
+  dimensionsMap: Record<string, string>,
+  props?: cloudwatch.MetricOptions,
+): cloudwatch.Metric {
   return new cloudwatch.Metric({
     namespace: METRICS_NAMESPACE,
     metricName,

@@ -39,30 +39,38 @@ export interface PollWorkerProps {
 
 export function addPollWorker(scope: Construct, props: PollWorkerProps): { fn: lambda.Function; worker: CdcFunction; alarms: cloudwatch.Alarm[] } {
   const budget = props.database.snapshotBudget;
-  const worker = sourceConnectedFunction(scope, 'PollWorker', {
-    handlerName: 'poll-worker',
-    description: `Polls ${props.polledTables.length} table(s) of source ${props.sourceId} without log access by their modified-at or version column (${scope.node.path})`,
-    serviceName: 'cdc-poll-worker',
-    environment: {
-      [EnvName.SOURCE_ID]: props.sourceId,
-      [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName,
-      [EnvName.RAW_STREAM]: props.rawStream.streamName,
-      [EnvName.TABLE_CONFIG]: props.tableConfig,
-      ...(budget ? { [EnvName.SNAPSHOT_BUDGET]: JSON.stringify({ writeLatencyPct: budget.writeLatencyPercent ?? 10, cpuPct: budget.cpuPercent ?? 5 }) } : {}),
+  const worker = sourceConnectedFunction(
+    scope,
+    'PollWorker',
+    {
+      handlerName: 'poll-worker',
+      description: `Polls ${props.polledTables.length} table(s) of source ${props.sourceId} without log access by their modified-at or version column (${scope.node.path})`,
+      serviceName: 'cdc-poll-worker',
+      environment: {
+        [EnvName.SOURCE_ID]: props.sourceId,
+        [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName,
+        [EnvName.RAW_STREAM]: props.rawStream.streamName,
+        [EnvName.TABLE_CONFIG]: props.tableConfig,
+        ...(budget ? { [EnvName.SNAPSHOT_BUDGET]: JSON.stringify({ writeLatencyPct: budget.writeLatencyPercent ?? 10, cpuPct: budget.cpuPercent ?? 5 }) } : {}),
+      },
+      memorySize: Size.mebibytes(512),
+      // The handler stops taking pages 60 s before its time is up.
+      timeout: Duration.minutes(5),
+      vpc: props.vpc,
+      vpcSubnets: props.vpcSubnets,
+      securityGroups: [props.securityGroup],
+      // The schedule is the retry: a failed page is read again by the next invocation.
+      retryAttempts: 0,
     },
-    memorySize: Size.mebibytes(512),
-    // The handler stops taking pages 60 s before its time is up.
-    timeout: Duration.minutes(5),
-    vpc: props.vpc,
-    vpcSubnets: props.vpcSubnets,
-    securityGroups: [props.securityGroup],
-    // The schedule is the retry: a failed page is read again by the next invocation.
-    retryAttempts: 0,
-  }, { database: props.database, secrets: sourceSecrets(props.database) });
+    { database: props.database, secrets: sourceSecrets(props.database) },
+  );
   const fn = worker.fn;
   (fn.node.defaultChild as lambda.CfnFunction).reservedConcurrentExecutions = 1;
   // Only its own cursors (checkpoints of consumer poll-<source>).
-  props.control.grantItems(fn, { read: [ControlPartition.checkpoint(pollConsumerId(props.sourceId))], put: [ControlPartition.checkpoint(pollConsumerId(props.sourceId))] });
+  props.control.grantItems(fn, {
+    read: [ControlPartition.checkpoint(pollConsumerId(props.sourceId))],
+    put: [ControlPartition.checkpoint(pollConsumerId(props.sourceId))],
+  });
   props.rawStream.grantWrite(fn);
   new events.Rule(scope, 'PollSchedule', {
     description: `Starts the poll worker of source ${props.sourceId} every minute`,

@@ -20,8 +20,19 @@ import { checkIntegerRange, fail, isKnownDuration, type PropKind } from './valid
 
 /** The shared props' kinds, for callers without the type checker (`checkPropKinds`). */
 export const SINK_PROP_KINDS = {
-  controlPlane: 'any', changeLog: 'any', sources: 'array', awsApiEgress: 'any', vpcSubnets: 'any', sinkId: 'string', freshnessTarget: 'any',
-  batchSize: 'number', retryAttempts: 'number', maxRecordAge: 'any', parallelizationFactor: 'number', alarmsEnabled: 'boolean', alarmActions: 'array',
+  controlPlane: 'any',
+  changeLog: 'any',
+  sources: 'array',
+  awsApiEgress: 'any',
+  vpcSubnets: 'any',
+  sinkId: 'string',
+  freshnessTarget: 'any',
+  batchSize: 'number',
+  retryAttempts: 'number',
+  maxRecordAge: 'any',
+  parallelizationFactor: 'number',
+  alarmsEnabled: 'boolean',
+  alarmActions: 'array',
   alarmIteratorAgeThreshold: 'any',
 } as const satisfies Record<keyof ChangeLogSinkProps, PropKind>;
 
@@ -30,21 +41,27 @@ export function checkSinkProps(scope: Construct, props: ChangeLogSinkProps, serv
   if (props.sources.length === 0) fail(scope, `sources must not be empty; a sink ${serves} the tables of at least one source`);
   const sourceIds = new Set<string>();
   for (const source of props.sources) {
-    if (sameChangeLog(source.changeLog, props.changeLog) === false) fail(scope, `source ${source.sourceId} (${source.node.path}) publishes to a different change log than this sink reads`);
+    if (sameChangeLog(source.changeLog, props.changeLog) === false)
+      fail(scope, `source ${source.sourceId} (${source.node.path}) publishes to a different change log than this sink reads`);
     if (sourceIds.has(source.sourceId)) fail(scope, `source ${source.sourceId} is listed twice`);
     sourceIds.add(source.sourceId);
   }
   if (isKnownDuration(freshnessTarget)) {
     const freshnessSeconds = freshnessTarget.toSeconds();
-    if (freshnessSeconds < 30) fail(scope, `freshnessTarget must be at least 30 seconds (heartbeats are 10 seconds apart), got ${freshnessTarget.toHumanString()}`);
+    if (freshnessSeconds < 30)
+      fail(scope, `freshnessTarget must be at least 30 seconds (heartbeats are 10 seconds apart), got ${freshnessTarget.toHumanString()}`);
     if (isKnownDuration(props.changeLog.retention) && freshnessSeconds >= props.changeLog.retention.toSeconds()) {
-      fail(scope, `freshnessTarget (${freshnessTarget.toHumanString()}) must be shorter than the change-log retention (${props.changeLog.retention.toHumanString()})`);
+      fail(
+        scope,
+        `freshnessTarget (${freshnessTarget.toHumanString()}) must be shorter than the change-log retention (${props.changeLog.retention.toHumanString()})`,
+      );
     }
   }
   checkIntegerRange(scope, 'batchSize', props.batchSize, 1, 10_000);
   checkIntegerRange(scope, 'retryAttempts', props.retryAttempts, -1, 10_000);
   checkIntegerRange(scope, 'parallelizationFactor', props.parallelizationFactor, 1, 10);
-  if (isKnownDuration(maxBatchingWindow) && maxBatchingWindow.toSeconds() > 300) fail(scope, `maxBatchingWindow must be at most 5 minutes, got ${maxBatchingWindow.toHumanString()}`);
+  if (isKnownDuration(maxBatchingWindow) && maxBatchingWindow.toSeconds() > 300)
+    fail(scope, `maxBatchingWindow must be at most 5 minutes, got ${maxBatchingWindow.toHumanString()}`);
   return [...sourceIds];
 }
 
@@ -126,7 +143,8 @@ export function sinkAlarms(scope: Construct, props: SinkAlarmsProps): cloudwatch
     );
   }
   const iteratorThreshold = props.iteratorAgeThreshold ?? defaultIteratorAgeThreshold(props.changeLogRetention, props.consumer.maxRecordAge);
-  if (iteratorThreshold === undefined) fail(scope, 'alarmIteratorAgeThreshold is required when the change-log retention is a token (a quarter of it is not known at synth time)');
+  if (iteratorThreshold === undefined)
+    fail(scope, 'alarmIteratorAgeThreshold is required when the change-log retention is a token (a quarter of it is not known at synth time)');
   const maxRecordAge = props.consumer.maxRecordAge;
   alarms.push(
     createAlarm(scope, 'ApplyErrorsAlarm', {

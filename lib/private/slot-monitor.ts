@@ -52,23 +52,28 @@ export class SlotMonitor extends Construct {
     this.sourceId = props.sourceId;
     const budgetBytes = props.walBudget.toBytes({ rounding: SizeRoundingBehavior.FLOOR });
     if (!(budgetBytes >= 16 * 1024 * 1024)) fail(this, `slotWalBudget must be at least 16 MiB (one WAL segment), got ${budgetBytes} bytes`);
-    this.function = sourceConnectedFunction(this, 'Function', {
-      handlerName: 'slot-monitor',
-      description: `Measures the replication slots of source ${props.sourceId}: retained WAL and headroom (${this.node.path})`,
-      serviceName: 'cdc-slot-monitor',
-      environment: {
-        [EnvName.SOURCE_ID]: props.sourceId,
-        [EnvName.SLOT_NAME]: props.slotName,
-        [EnvName.SLOT_WAL_BUDGET_BYTES]: String(budgetBytes),
-        ...(props.controlPlane ? { [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName } : {}),
+    this.function = sourceConnectedFunction(
+      this,
+      'Function',
+      {
+        handlerName: 'slot-monitor',
+        description: `Measures the replication slots of source ${props.sourceId}: retained WAL and headroom (${this.node.path})`,
+        serviceName: 'cdc-slot-monitor',
+        environment: {
+          [EnvName.SOURCE_ID]: props.sourceId,
+          [EnvName.SLOT_NAME]: props.slotName,
+          [EnvName.SLOT_WAL_BUDGET_BYTES]: String(budgetBytes),
+          ...(props.controlPlane ? { [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName } : {}),
+        },
+        memorySize: Size.mebibytes(256),
+        timeout: Duration.seconds(30),
+        vpc: props.vpc,
+        vpcSubnets: props.vpcSubnets,
+        securityGroups: [props.securityGroup],
+        retryAttempts: 0,
       },
-      memorySize: Size.mebibytes(256),
-      timeout: Duration.seconds(30),
-      vpc: props.vpc,
-      vpcSubnets: props.vpcSubnets,
-      securityGroups: [props.securityGroup],
-      retryAttempts: 0,
-    }, { database: props.database, secrets: [{ secret: props.database.monitoringSecret, environmentName: EnvName.SOURCE_SECRET_ARN }] });
+      { database: props.database, secrets: [{ secret: props.database.monitoringSecret, environmentName: EnvName.SOURCE_SECRET_ARN }] },
+    );
     // Its latest report, for `cdc status` (lambda/core/capture/slot-monitor.ts slotReportCheckpoint): that one item only.
     props.controlPlane?.grantItems(this.function.fn, { put: [ControlPartition.checkpoint(slotReportConsumerId(props.sourceId))] });
     new events.Rule(this, 'Schedule', {
@@ -124,6 +129,11 @@ export class SlotMonitor extends Construct {
 
   /** Bytes pinned by inactive slots of other tools (`SlotForeignInactiveBytes`); maximum per minute. */
   metricForeignInactiveBytes(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return platformMetric(this, MetricName.SLOT_FOREIGN_INACTIVE_BYTES, { [MetricDimension.SOURCE]: this.sourceId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
+    return platformMetric(
+      this,
+      MetricName.SLOT_FOREIGN_INACTIVE_BYTES,
+      { [MetricDimension.SOURCE]: this.sourceId },
+      { statistic: cloudwatch.Stats.MAXIMUM, ...props },
+    );
   }
 }

@@ -45,46 +45,62 @@ export interface SnapshotWorkerProps {
 
 export function addSnapshotWorker(scope: Construct, props: SnapshotWorkerProps): { fn: lambda.Function; worker: CdcFunction; alarms: cloudwatch.Alarm[] } {
   const budget = props.database.snapshotBudget;
-  const worker = sourceConnectedFunction(scope, 'SnapshotWorker', {
-    handlerName: 'snapshot-worker',
-    description: `Snapshots the existing rows of the tables of source ${props.sourceId} in paced chunks (${scope.node.path})`,
-    serviceName: 'cdc-snapshot-worker',
-    environment: {
-      [EnvName.SOURCE_ID]: props.sourceId,
-      [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName,
-      [EnvName.RAW_STREAM]: props.rawStream.streamName,
-      [EnvName.TABLE_CONFIG]: props.tableConfig,
-      ...(props.tableRules ? { [EnvName.TABLE_RULES]: props.tableRules } : {}),
-      [EnvName.HEARTBEAT_SCHEMA]: props.heartbeatSchema,
-      ...(props.database.instanceIdentifier ? { [EnvName.SNAPSHOT_DB_INSTANCE]: props.database.instanceIdentifier } : {}),
-      ...(budget ? { [EnvName.SNAPSHOT_BUDGET]: JSON.stringify({ writeLatencyPct: budget.writeLatencyPercent ?? 10, cpuPct: budget.cpuPercent ?? 5 }) } : {}),
+  const worker = sourceConnectedFunction(
+    scope,
+    'SnapshotWorker',
+    {
+      handlerName: 'snapshot-worker',
+      description: `Snapshots the existing rows of the tables of source ${props.sourceId} in paced chunks (${scope.node.path})`,
+      serviceName: 'cdc-snapshot-worker',
+      environment: {
+        [EnvName.SOURCE_ID]: props.sourceId,
+        [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName,
+        [EnvName.RAW_STREAM]: props.rawStream.streamName,
+        [EnvName.TABLE_CONFIG]: props.tableConfig,
+        ...(props.tableRules ? { [EnvName.TABLE_RULES]: props.tableRules } : {}),
+        [EnvName.HEARTBEAT_SCHEMA]: props.heartbeatSchema,
+        ...(props.database.instanceIdentifier ? { [EnvName.SNAPSHOT_DB_INSTANCE]: props.database.instanceIdentifier } : {}),
+        ...(budget ? { [EnvName.SNAPSHOT_BUDGET]: JSON.stringify({ writeLatencyPct: budget.writeLatencyPercent ?? 10, cpuPct: budget.cpuPercent ?? 5 }) } : {}),
+      },
+      memorySize: Size.mebibytes(1024),
+      // The handler stops taking chunks 90 s before its time is up.
+      timeout: Duration.minutes(15),
+      vpc: props.vpc,
+      vpcSubnets: props.vpcSubnets,
+      securityGroups: [props.securityGroup],
+      // The schedule is the retry: a failed invocation's chunk is read again by the next one.
+      retryAttempts: 0,
     },
-    memorySize: Size.mebibytes(1024),
-    // The handler stops taking chunks 90 s before its time is up.
-    timeout: Duration.minutes(15),
-    vpc: props.vpc,
-    vpcSubnets: props.vpcSubnets,
-    securityGroups: [props.securityGroup],
-    // The schedule is the retry: a failed invocation's chunk is read again by the next one.
-    retryAttempts: 0,
-  }, { database: props.database, secrets: sourceSecrets(props.database) });
+    { database: props.database, secrets: sourceSecrets(props.database) },
+  );
   const fn = worker.fn;
   // One worker per source at a time.
   (fn.node.defaultChild as lambda.CfnFunction).reservedConcurrentExecutions = 1;
   // Its source's table records and snapshot states (SOURCE#), schema versions, chunk records; audit appends.
   props.control.grantItems(fn, {
     // With capture rules, the catalog scan reads the audit log once per cold start for the verdicts so far.
-    read: [ControlPartition.source(props.sourceId), ControlPartition.schemasOf(props.sourceId), ControlPartition.snapshotChunksOf(props.sourceId), ...(props.tableRules ? [ControlPartition.AUDIT] : [])],
+    read: [
+      ControlPartition.source(props.sourceId),
+      ControlPartition.schemasOf(props.sourceId),
+      ControlPartition.snapshotChunksOf(props.sourceId),
+      ...(props.tableRules ? [ControlPartition.AUDIT] : []),
+    ],
     put: [ControlPartition.source(props.sourceId), ControlPartition.snapshotChunksOf(props.sourceId), ControlPartition.AUDIT],
     update: [ControlPartition.source(props.sourceId)],
   });
   // The catalog types of tables not registered yet, for the normalizer (docs/schema-drift.md, "First sight of a table").
-  props.control.grantItems(fn, { read: [ControlPartition.checkpoint(catalogConsumerId(props.sourceId))], put: [ControlPartition.checkpoint(catalogConsumerId(props.sourceId))] });
+  props.control.grantItems(fn, {
+    read: [ControlPartition.checkpoint(catalogConsumerId(props.sourceId))],
+    put: [ControlPartition.checkpoint(catalogConsumerId(props.sourceId))],
+  });
   props.rawStream.grantWrite(fn);
   if (props.database.instanceIdentifier) {
     // GetMetricData supports no resource-level permissions.
     worker.role.addToPrincipalPolicy(new iam.PolicyStatement({ actions: ['cloudwatch:GetMetricData'], resources: ['*'] }));
-    Validations.of(worker).acknowledge({ id: 'AwsSolutions-IAM5[Resource::*]', reason: 'cloudwatch:GetMetricData has no resource-level permissions; read-only metrics for the snapshot pacer' });
+    Validations.of(worker).acknowledge({
+      id: 'AwsSolutions-IAM5[Resource::*]',
+      reason: 'cloudwatch:GetMetricData has no resource-level permissions; read-only metrics for the snapshot pacer',
+    });
   }
   new events.Rule(scope, 'SnapshotSchedule', {
     description: `Starts the snapshot worker of source ${props.sourceId} every minute (it returns at once when nothing is pending)`,
@@ -110,7 +126,12 @@ export function addSnapshotWorker(scope: Construct, props: SnapshotWorkerProps):
         description:
           `A snapshot of source ${props.sourceId} has completed no chunk for ${props.stallThreshold.toHumanString()} (${scope.node.path}). ` +
           'Look for a long-running transaction holding the fence (throttle "fenced"), a source over budget (throttle "paused"), or worker errors (docs/snapshot.md).',
-        metric: platformMetric(scope, MetricName.SNAPSHOT_STALL_AGE, { [MetricDimension.SOURCE]: props.sourceId }, { statistic: cloudwatch.Stats.MAXIMUM, period: Duration.minutes(1) }),
+        metric: platformMetric(
+          scope,
+          MetricName.SNAPSHOT_STALL_AGE,
+          { [MetricDimension.SOURCE]: props.sourceId },
+          { statistic: cloudwatch.Stats.MAXIMUM, period: Duration.minutes(1) },
+        ),
         threshold: props.stallThreshold.toSeconds(),
         evaluationPeriods: 3,
         datapointsToAlarm: 3,

@@ -49,29 +49,35 @@ export interface SourceAlarmsProps {
 /** DMS latency, normalizer and heartbeat alarms. */
 export function sourceAlarms(scope: Construct, props: SourceAlarmsProps): cloudwatch.Alarm[] {
   const { sourceId, actions } = props;
-  return [...latencyAlarms(scope, props), ...normalizerAlarms(scope, props), ...[
-    createAlarm(scope, 'HeartbeatErrorsAlarm', {
-      nameSuffix: `${sourceId}-heartbeat-errors`,
-      description:
-        `The heartbeat writer of source ${sourceId} has failed for 5 minutes (${scope.node.path}). ` +
-        'Without heartbeats the end-to-end lag alarms fire although changes may still flow: check the source connection first.',
-      metric: props.heartbeatWriter.metricErrors({ statistic: cloudwatch.Stats.SUM, period: Duration.minutes(1) }),
-      threshold: 0,
-      evaluationPeriods: 5,
-      datapointsToAlarm: 5,
-      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
-      actions,
-    }),
-  ]];
+  return [
+    ...latencyAlarms(scope, props),
+    ...normalizerAlarms(scope, props),
+    ...[
+      createAlarm(scope, 'HeartbeatErrorsAlarm', {
+        nameSuffix: `${sourceId}-heartbeat-errors`,
+        description:
+          `The heartbeat writer of source ${sourceId} has failed for 5 minutes (${scope.node.path}). ` +
+          'Without heartbeats the end-to-end lag alarms fire although changes may still flow: check the source connection first.',
+        metric: props.heartbeatWriter.metricErrors({ statistic: cloudwatch.Stats.SUM, period: Duration.minutes(1) }),
+        threshold: 0,
+        evaluationPeriods: 5,
+        datapointsToAlarm: 5,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+        actions,
+      }),
+    ],
+  ];
 }
 
 /** `CdcLatencySourceAlarm`, `CdcLatencyTargetAlarm`. */
 function latencyAlarms(scope: Construct, props: SourceAlarmsProps): cloudwatch.Alarm[] {
   const latency = props.latencyThreshold;
-  return ([
-    ['CdcLatencySourceAlarm', props.cdcLatencySource, 'source'],
-    ['CdcLatencyTargetAlarm', props.cdcLatencyTarget, 'target'],
-  ] as const).map(([alarmId, metric, kind]) =>
+  return (
+    [
+      ['CdcLatencySourceAlarm', props.cdcLatencySource, 'source'],
+      ['CdcLatencyTargetAlarm', props.cdcLatencyTarget, 'target'],
+    ] as const
+  ).map(([alarmId, metric, kind]) =>
     createAlarm(scope, alarmId, {
       nameSuffix: `${props.sourceId}-cdc-latency-${kind}`,
       description:
@@ -95,7 +101,8 @@ function latencyAlarms(scope: Construct, props: SourceAlarmsProps): cloudwatch.A
 function normalizerAlarms(scope: Construct, props: SourceAlarmsProps): cloudwatch.Alarm[] {
   const { sourceId, actions } = props;
   const iteratorThreshold = props.iteratorAgeThreshold;
-  if (iteratorThreshold === undefined) fail(scope, 'alarmIteratorAgeThreshold is required when the raw stream retention is a token (a quarter of it is not known at synth time)');
+  if (iteratorThreshold === undefined)
+    fail(scope, 'alarmIteratorAgeThreshold is required when the raw stream retention is a token (a quarter of it is not known at synth time)');
   return [
     createAlarm(scope, 'NormalizerIteratorAgeAlarm', {
       nameSuffix: `${sourceId}-normalizer-iterator-age`,
@@ -117,15 +124,34 @@ function normalizerAlarms(scope: Construct, props: SourceAlarmsProps): cloudwatc
       queue: props.normalizerQueue,
       actions,
     }),
-    countAlarm(scope, 'NormalizerDeadLettersAlarm', `${sourceId}-normalizer-dead-letters`,
-      `The normalizer of source ${sourceId} dead-lettered records it could not decode; their tables are marked degraded (${scope.node.path}).`, props.deadLetters, actions),
-    countAlarm(scope, 'TablesPausedAlarm', `${sourceId}-tables-paused`,
-      `A table of source ${sourceId} was paused by a schema change that needs an operator (${scope.node.path}).`, props.tablesPaused, actions),
+    countAlarm(
+      scope,
+      'NormalizerDeadLettersAlarm',
+      `${sourceId}-normalizer-dead-letters`,
+      `The normalizer of source ${sourceId} dead-lettered records it could not decode; their tables are marked degraded (${scope.node.path}).`,
+      props.deadLetters,
+      actions,
+    ),
+    countAlarm(
+      scope,
+      'TablesPausedAlarm',
+      `${sourceId}-tables-paused`,
+      `A table of source ${sourceId} was paused by a schema change that needs an operator (${scope.node.path}).`,
+      props.tablesPaused,
+      actions,
+    ),
   ];
 }
 
 /** An alarm on any count above zero in one period. */
-function countAlarm(scope: Construct, id: string, nameSuffix: string, description: string, metric: cloudwatch.IMetric, actions?: cloudwatch.IAlarmAction[]): cloudwatch.Alarm {
+function countAlarm(
+  scope: Construct,
+  id: string,
+  nameSuffix: string,
+  description: string,
+  metric: cloudwatch.IMetric,
+  actions?: cloudwatch.IAlarmAction[],
+): cloudwatch.Alarm {
   return createAlarm(scope, id, {
     nameSuffix,
     description,

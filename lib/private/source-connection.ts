@@ -30,7 +30,12 @@ export function sourceTlsEnvironment(database: SourceDatabase): Record<string, s
  * A `CdcFunction` that connects to the source: its environment gets the secrets' ARNs and the
  * source's TLS settings (within the environment size check), and its role may read the secrets.
  */
-export function sourceConnectedFunction(scope: Construct, id: string, props: CdcFunctionProps, source: { database: SourceDatabase; secrets: SourceSecret[] }): CdcFunction {
+export function sourceConnectedFunction(
+  scope: Construct,
+  id: string,
+  props: CdcFunctionProps,
+  source: { database: SourceDatabase; secrets: SourceSecret[] },
+): CdcFunction {
   const secretEnvironment = Object.fromEntries(source.secrets.filter((s) => s.environmentName).map((s) => [s.environmentName!, s.secret.secretArn]));
   const fn = new CdcFunction(scope, id, { ...props, environment: { ...props.environment, ...secretEnvironment, ...sourceTlsEnvironment(source.database) } });
   for (const s of source.secrets) s.secret.grantRead(fn.fn);

@@ -77,25 +77,33 @@ export function addNormalizer(scope: Construct, props: NormalizerProps): { norma
 }
 
 /** The heartbeat writer (`HeartbeatWriter`), started every minute (`HeartbeatSchedule`). */
-export function addHeartbeatWriter(scope: Construct, props: { sourceId: string; heartbeatSchema: string; database: SourceDatabase; network: SourceNetwork }): CdcFunction {
-  const heartbeat = sourceConnectedFunction(scope, 'HeartbeatWriter', {
-    handlerName: 'heartbeat-writer',
-    description: `Writes the heartbeat row of source ${props.sourceId} every 10 seconds (${scope.node.path})`,
-    serviceName: ServiceName.HEARTBEAT_WRITER,
-    environment: {
-      [EnvName.SOURCE_ID]: props.sourceId,
-      [EnvName.HEARTBEAT_SCHEMA]: props.heartbeatSchema,
-      [EnvName.HEARTBEAT_BEATS]: String(HEARTBEAT_BEATS),
+export function addHeartbeatWriter(
+  scope: Construct,
+  props: { sourceId: string; heartbeatSchema: string; database: SourceDatabase; network: SourceNetwork },
+): CdcFunction {
+  const heartbeat = sourceConnectedFunction(
+    scope,
+    'HeartbeatWriter',
+    {
+      handlerName: 'heartbeat-writer',
+      description: `Writes the heartbeat row of source ${props.sourceId} every 10 seconds (${scope.node.path})`,
+      serviceName: ServiceName.HEARTBEAT_WRITER,
+      environment: {
+        [EnvName.SOURCE_ID]: props.sourceId,
+        [EnvName.HEARTBEAT_SCHEMA]: props.heartbeatSchema,
+        [EnvName.HEARTBEAT_BEATS]: String(HEARTBEAT_BEATS),
+      },
+      memorySize: Size.mebibytes(256),
+      // Six beats 10 s apart take 50 s plus connection time; the next invocation starts a minute later.
+      timeout: Duration.seconds(80),
+      vpc: props.network.vpc,
+      vpcSubnets: props.network.subnetSelection,
+      securityGroups: [props.network.heartbeat],
+      // A missed minute is replaced by the next one; a late retry would only crowd it.
+      retryAttempts: 0,
     },
-    memorySize: Size.mebibytes(256),
-    // Six beats 10 s apart take 50 s plus connection time; the next invocation starts a minute later.
-    timeout: Duration.seconds(80),
-    vpc: props.network.vpc,
-    vpcSubnets: props.network.subnetSelection,
-    securityGroups: [props.network.heartbeat],
-    // A missed minute is replaced by the next one; a late retry would only crowd it.
-    retryAttempts: 0,
-  }, { database: props.database, secrets: [{ secret: props.database.heartbeatSecret, environmentName: EnvName.SOURCE_SECRET_ARN }] });
+    { database: props.database, secrets: [{ secret: props.database.heartbeatSecret, environmentName: EnvName.SOURCE_SECRET_ARN }] },
+  );
   new events.Rule(scope, 'HeartbeatSchedule', {
     description: `Starts the heartbeat writer of source ${props.sourceId} every minute`,
     schedule: events.Schedule.rate(Duration.minutes(1)),

@@ -39,7 +39,13 @@ export interface SourceNetwork {
 export function sourceNetwork(scope: Construct, props: SourceNetworkProps): SourceNetwork {
   const subnetSelection = props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS };
   const subnets = props.vpc.selectSubnets(subnetSelection);
-  const replication = ownSecurityGroup(scope, 'SecurityGroup', props.vpc, props.awsApiEgress, `CDC source ${props.sourceId}: DMS replication instance (${scope.node.path})`);
+  const replication = ownSecurityGroup(
+    scope,
+    'SecurityGroup',
+    props.vpc,
+    props.awsApiEgress,
+    `CDC source ${props.sourceId}: DMS replication instance (${scope.node.path})`,
+  );
   const groupOf = (member: string, what: string): ec2.SecurityGroup =>
     ownSecurityGroup(scope, `${member}SecurityGroup`, props.vpc, props.awsApiEgress, `CDC source ${props.sourceId}: ${what} (${scope.node.path})`);
   const lifecycle = groupOf('TaskLifecycle', 'slot preparation and task lifecycle');
@@ -57,7 +63,8 @@ export function sourceNetwork(scope: Construct, props: SourceNetworkProps): Sour
  */
 export function allowSourceDatabase(scope: Construct, network: SourceNetwork, database: SourceDatabase, sourceId: string): IDependable[] {
   const peer = { securityGroup: database.securityGroup, port: database.port };
-  const to = (member: string, group: ec2.ISecurityGroup, what: string): IDependable[] => allowDatabase(scope, member, group, peer, `CDC source ${sourceId}: ${what}`, 'the database');
+  const to = (member: string, group: ec2.ISecurityGroup, what: string): IDependable[] =>
+    allowDatabase(scope, member, group, peer, `CDC source ${sourceId}: ${what}`, 'the database');
   const slotRules = [...to('Database', network.replication, 'DMS replication instance'), ...to('TaskLifecycleDatabase', network.lifecycle, 'slot preparation')];
   to('HeartbeatWriterDatabase', network.heartbeat, 'heartbeat writer');
   to('SlotMonitorDatabase', network.slotMonitor, 'slot monitor');

@@ -40,7 +40,8 @@ export function findTableProblem(tables: readonly CapturedTable[], heartbeatSche
   for (const t of tables) {
     const parts = t.tableId.split('.');
     if (t.pattern !== undefined) {
-      if (!isTablePattern(t.pattern)) return `table pattern ${JSON.stringify(t.pattern)} must be 'schemaGlob.tableGlob' with plain identifier characters and * (e.g. 'public.*')`;
+      if (!isTablePattern(t.pattern))
+        return `table pattern ${JSON.stringify(t.pattern)} must be 'schemaGlob.tableGlob' with plain identifier characters and * (e.g. 'public.*')`;
       const bad = t.excludeTables.find((x) => !isTablePattern(x));
       if (bad !== undefined) return `table pattern ${t.pattern}: exclude ${JSON.stringify(bad)} must be a 'schema.table' pattern`;
     } else if (parts.length !== 2 || !parts.every((p) => PLAIN_IDENT.test(p))) {
@@ -68,9 +69,12 @@ export function findTableProblem(tables: readonly CapturedTable[], heartbeatSche
       if ('problem' in r) return `table ${t.tableId}: ${r.field}: ${r.problem}`;
     }
     if (t.capture === CaptureMode.POLL) {
-      if (t.pollColumn === undefined) return `table ${t.tableId}: a polled table needs pollColumn, its modified-at (timestamp) or transaction-id (xid8) column (docs/polling.md)`;
-      if (!PLAIN_IDENT.test(t.pollColumn)) return `table ${t.tableId}: pollColumn ${JSON.stringify(t.pollColumn)} must be a plain identifier (${PLAIN_IDENT.source})`;
-      if (t.mask.includes(t.pollColumn) || t.exclude.includes(t.pollColumn)) return `table ${t.tableId}: the poll column ${t.pollColumn} cannot be masked or excluded`;
+      if (t.pollColumn === undefined)
+        return `table ${t.tableId}: a polled table needs pollColumn, its modified-at (timestamp) or transaction-id (xid8) column (docs/polling.md)`;
+      if (!PLAIN_IDENT.test(t.pollColumn))
+        return `table ${t.tableId}: pollColumn ${JSON.stringify(t.pollColumn)} must be a plain identifier (${PLAIN_IDENT.source})`;
+      if (t.mask.includes(t.pollColumn) || t.exclude.includes(t.pollColumn))
+        return `table ${t.tableId}: the poll column ${t.pollColumn} cannot be masked or excluded`;
     } else if (t.pollColumn !== undefined) return `table ${t.tableId}: pollColumn is only for capture: CaptureMode.POLL`;
     const both = t.mask.find((c) => t.exclude.includes(c));
     if (both !== undefined) return `table ${t.tableId}: column ${both} is both masked and excluded; choose one`;
@@ -80,7 +84,10 @@ export function findTableProblem(tables: readonly CapturedTable[], heartbeatSche
     }
   }
   // Rules and declared tables must mean on DMS what they mean in the runtime (contracts/table-config.ts).
-  const declared = [...tables.filter((t) => t.pattern === undefined).map((t) => ({ table: t.tableId })), { table: `${heartbeatSchema}.${HEARTBEAT_TABLE}`, columns: [HEARTBEAT_KEY_COLUMN, 'beat_at'] }];
+  const declared = [
+    ...tables.filter((t) => t.pattern === undefined).map((t) => ({ table: t.tableId })),
+    { table: `${heartbeatSchema}.${HEARTBEAT_TABLE}`, columns: [HEARTBEAT_KEY_COLUMN, 'beat_at'] },
+  ];
   return findRuleConflict(declared, tableRuleEntries(tables));
 }
 
@@ -109,7 +116,12 @@ export function compileTableMappings(tables: readonly CapturedTable[], heartbeat
   const declared = tables.filter((t) => t.pattern === undefined);
   const patterns = tables.filter((t) => t.pattern !== undefined);
   for (const t of declared) {
-    add({ 'rule-type': 'selection', 'rule-name': nameOf('include', t.schemaName, t.tableName), 'object-locator': locator(t.schemaName, t.tableName), 'rule-action': 'include' });
+    add({
+      'rule-type': 'selection',
+      'rule-name': nameOf('include', t.schemaName, t.tableName),
+      'object-locator': locator(t.schemaName, t.tableName),
+      'rule-action': 'include',
+    });
   }
   // Capture by pattern (docs/onboarding.md): an include by wildcard, then each exclusion explicitly.
   const dmsLocator = (p: string, column?: string) => {
@@ -119,16 +131,41 @@ export function compileTableMappings(tables: readonly CapturedTable[], heartbeat
   const ruleName = (...parts: string[]) => nameOf(...parts).replace(/\*/g, 'any');
   for (const t of patterns) {
     add({ 'rule-type': 'selection', 'rule-name': ruleName('include-pattern', t.pattern!), 'object-locator': dmsLocator(t.pattern!), 'rule-action': 'include' });
-    for (const x of t.excludeTables) add({ 'rule-type': 'selection', 'rule-name': ruleName('exclude-pattern', x), 'object-locator': dmsLocator(x), 'rule-action': 'exclude' });
+    for (const x of t.excludeTables)
+      add({ 'rule-type': 'selection', 'rule-name': ruleName('exclude-pattern', x), 'object-locator': dmsLocator(x), 'rule-action': 'exclude' });
   }
-  add({ 'rule-type': 'selection', 'rule-name': nameOf('include', heartbeatSchema, HEARTBEAT_TABLE), 'object-locator': locator(heartbeatSchema, HEARTBEAT_TABLE), 'rule-action': 'include' });
+  add({
+    'rule-type': 'selection',
+    'rule-name': nameOf('include', heartbeatSchema, HEARTBEAT_TABLE),
+    'object-locator': locator(heartbeatSchema, HEARTBEAT_TABLE),
+    'rule-action': 'include',
+  });
   for (const t of patterns) {
     for (const c of t.exclude) {
-      add({ 'rule-type': 'transformation', 'rule-name': ruleName('exclude', t.pattern!, c), 'rule-target': 'column', 'object-locator': dmsLocator(t.pattern!, c), 'rule-action': 'remove-column' });
+      add({
+        'rule-type': 'transformation',
+        'rule-name': ruleName('exclude', t.pattern!, c),
+        'rule-target': 'column',
+        'object-locator': dmsLocator(t.pattern!, c),
+        'rule-action': 'remove-column',
+      });
     }
     for (const c of t.mask) {
-      add({ 'rule-type': 'transformation', 'rule-name': ruleName('widen', t.pattern!, c), 'rule-target': 'column', 'object-locator': dmsLocator(t.pattern!, c), 'rule-action': 'change-data-type', 'data-type': { type: 'wstring', length: MASK_WIDEN_LENGTH } });
-      add({ 'rule-type': 'transformation', 'rule-name': ruleName('mask', t.pattern!, c), 'rule-target': 'column', 'object-locator': dmsLocator(t.pattern!, c), 'rule-action': 'data-masking-hash-mask' });
+      add({
+        'rule-type': 'transformation',
+        'rule-name': ruleName('widen', t.pattern!, c),
+        'rule-target': 'column',
+        'object-locator': dmsLocator(t.pattern!, c),
+        'rule-action': 'change-data-type',
+        'data-type': { type: 'wstring', length: MASK_WIDEN_LENGTH },
+      });
+      add({
+        'rule-type': 'transformation',
+        'rule-name': ruleName('mask', t.pattern!, c),
+        'rule-target': 'column',
+        'object-locator': dmsLocator(t.pattern!, c),
+        'rule-action': 'data-masking-hash-mask',
+      });
     }
   }
   for (const t of declared) {
@@ -167,16 +204,18 @@ export function compileTableMappings(tables: readonly CapturedTable[], heartbeat
  * appended with its key, so the normalizer never has to guess it (DMS records do not name keys).
  */
 export function tableConfigEntries(tables: readonly CapturedTable[], heartbeatSchema?: string): TableConfig[] {
-  const entries: TableConfig[] = tables.filter((t) => t.pattern === undefined).map((t) => ({
-    table: t.tableId,
-    key: [...t.primaryKey],
-    deleteMode: DELETE_MODE_VALUE[t.deletes],
-    mask: [...t.mask],
-    exclude: [...t.exclude],
-    ...(t.snapshot ? {} : { snapshot: false }),
-    ...(t.transforms ? { transforms: JSON.parse(JSON.stringify(t.transforms)) as TableConfig['transforms'] } : {}),
-    ...(t.capture === CaptureMode.POLL ? { capture: 'poll' as const, pollColumn: t.pollColumn! } : {}),
-  }));
+  const entries: TableConfig[] = tables
+    .filter((t) => t.pattern === undefined)
+    .map((t) => ({
+      table: t.tableId,
+      key: [...t.primaryKey],
+      deleteMode: DELETE_MODE_VALUE[t.deletes],
+      mask: [...t.mask],
+      exclude: [...t.exclude],
+      ...(t.snapshot ? {} : { snapshot: false }),
+      ...(t.transforms ? { transforms: JSON.parse(JSON.stringify(t.transforms)) as TableConfig['transforms'] } : {}),
+      ...(t.capture === CaptureMode.POLL ? { capture: 'poll' as const, pollColumn: t.pollColumn! } : {}),
+    }));
   if (heartbeatSchema !== undefined) {
     entries.push({ table: `${heartbeatSchema}.${HEARTBEAT_TABLE}`, key: [HEARTBEAT_KEY_COLUMN], deleteMode: 'soft', mask: [], exclude: [] });
   }
@@ -187,7 +226,15 @@ export function tableConfigEntries(tables: readonly CapturedTable[], heartbeatSc
 export function tableRuleEntries(tables: readonly CapturedTable[]): TableRule[] {
   return tables
     .filter((t) => t.pattern !== undefined)
-    .map((t) => ({ match: t.pattern!, excludeTables: [...t.excludeTables], key: [...t.primaryKey], deleteMode: DELETE_MODE_VALUE[t.deletes], mask: [...t.mask], exclude: [...t.exclude], ...(t.snapshot ? {} : { snapshot: false }) }));
+    .map((t) => ({
+      match: t.pattern!,
+      excludeTables: [...t.excludeTables],
+      key: [...t.primaryKey],
+      deleteMode: DELETE_MODE_VALUE[t.deletes],
+      mask: [...t.mask],
+      exclude: [...t.exclude],
+      ...(t.snapshot ? {} : { snapshot: false }),
+    }));
 }
 
 /**
@@ -199,6 +246,8 @@ export function columnRulesDocument(tables: readonly CapturedTable[]): ColumnRul
   const ack = (t: CapturedTable) => (t.acknowledgeLateRules !== undefined ? { acknowledgeLateRules: t.acknowledgeLateRules } : {});
   return {
     tables: tables.filter((t) => t.pattern === undefined).map((t) => ({ table: t.tableId, mask: [...t.mask], exclude: [...t.exclude], ...ack(t) })),
-    rules: tables.filter((t) => t.pattern !== undefined).map((t) => ({ match: t.pattern!, excludeTables: [...t.excludeTables], mask: [...t.mask], exclude: [...t.exclude], ...ack(t) })),
+    rules: tables
+      .filter((t) => t.pattern !== undefined)
+      .map((t) => ({ match: t.pattern!, excludeTables: [...t.excludeTables], mask: [...t.mask], exclude: [...t.exclude], ...ack(t) })),
   };
 }

@@ -90,19 +90,24 @@ export function addSlotLifecycle(scope: Construct, props: SlotLifecycleProps): S
 
 /** The lifecycle function; its source secret arrives with the slot resource's properties (`SecretArn`). */
 function lifecycleFunction(scope: Construct, props: SlotLifecycleProps): CdcFunction {
-  const lifecycle = sourceConnectedFunction(scope, 'TaskLifecycle', {
-    handlerName: 'task-lifecycle',
-    description: `Prepares the replication slot and starts, resumes and stops the DMS task of ${scope.node.path}`,
-    serviceName: ServiceName.DMS_TASK_LIFECYCLE,
-    // The control plane: a slot that replaces another marks the source's tables needs-resnapshot.
-    environment: { [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName },
-    memorySize: Size.mebibytes(256),
-    timeout: Duration.minutes(15),
-    vpc: props.network.vpc,
-    vpcSubnets: props.network.subnetSelection,
-    securityGroups: [props.network.lifecycle],
-    retryAttempts: 0,
-  }, { database: props.database, secrets: [{ secret: props.database.secret }] });
+  const lifecycle = sourceConnectedFunction(
+    scope,
+    'TaskLifecycle',
+    {
+      handlerName: 'task-lifecycle',
+      description: `Prepares the replication slot and starts, resumes and stops the DMS task of ${scope.node.path}`,
+      serviceName: ServiceName.DMS_TASK_LIFECYCLE,
+      // The control plane: a slot that replaces another marks the source's tables needs-resnapshot.
+      environment: { [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName },
+      memorySize: Size.mebibytes(256),
+      timeout: Duration.minutes(15),
+      vpc: props.network.vpc,
+      vpcSubnets: props.network.subnetSelection,
+      securityGroups: [props.network.lifecycle],
+      retryAttempts: 0,
+    },
+    { database: props.database, secrets: [{ secret: props.database.secret }] },
+  );
   // A slot that replaces another marks this source's tables needs-resnapshot, with an audit entry.
   props.controlPlane.grantItems(lifecycle.fn, {
     read: [ControlPartition.source(props.sourceId)],
@@ -149,7 +154,10 @@ function stopPolicy(scope: Construct, taskIdentifier: string): iam.Policy {
 }
 
 /** Start and stop of the task by its ARN (`TaskControlPolicy`), and the resource that does them (`TaskStarter`). */
-export function addTaskStarter(scope: Construct, props: { sourceId: string; lifecycle: SlotLifecycle; taskArn: string; taskIdentifier: string; config: TaskConfiguration }): CustomResource {
+export function addTaskStarter(
+  scope: Construct,
+  props: { sourceId: string; lifecycle: SlotLifecycle; taskArn: string; taskIdentifier: string; config: TaskConfiguration },
+): CustomResource {
   const taskControlPolicy = new iam.Policy(scope, 'TaskControlPolicy', {
     statements: [new iam.PolicyStatement({ actions: ['dms:StartReplicationTask', 'dms:StopReplicationTask'], resources: [props.taskArn] })],
   });

@@ -87,7 +87,8 @@ export function checkRequiredProps<T extends object>(scope: IConstruct, what: st
 export function requireOptions<T extends object>(factory: string, options: T | undefined, required: ReadonlyArray<keyof T & string>): void {
   if (options === undefined || options === null || typeof options !== 'object') throw new Error(`${factory} needs options (${required.join(', ')})`);
   const missing = required.filter((k) => options[k] === undefined || options[k] === null);
-  if (missing.length > 0) throw new Error(`${factory} needs ${missing.map((k) => `\`${k}\``).join(', ')}; ${missing.length === 1 ? 'it is' : 'they are'} required`);
+  if (missing.length > 0)
+    throw new Error(`${factory} needs ${missing.map((k) => `\`${k}\``).join(', ')}; ${missing.length === 1 ? 'it is' : 'they are'} required`);
 }
 
 /** What a prop must hold, checked at runtime for callers without the type checker. */
@@ -117,7 +118,9 @@ function kindProblem(kind: PropKind, value: unknown): string | undefined {
   if (kind === 'any') return undefined;
   if (typeof kind === 'object') {
     const allowed = Object.values(kind.enumOf);
-    return allowed.includes(value as string) ? undefined : `must be one of ${allowed.map((v) => JSON.stringify(v)).join(', ')} (the enum's members), got ${JSON.stringify(value)}`;
+    return allowed.includes(value as string)
+      ? undefined
+      : `must be one of ${allowed.map((v) => JSON.stringify(v)).join(', ')} (the enum's members), got ${JSON.stringify(value)}`;
   }
   if (kind === 'string[]') {
     if (!Array.isArray(value)) return `must be a list of strings, got ${describeValue(value)}`;

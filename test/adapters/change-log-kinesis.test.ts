@@ -89,7 +89,8 @@ function injected(decide: (call: number, count: number) => { fail?: Set<number>;
       const fail = d.fail ?? new Set<number>();
       if (fail.size === 0) return next(args);
       const kept = entries.filter((_, i) => !fail.has(i));
-      const real = kept.length > 0 ? ((await next({ ...args, input: { ...input, Records: kept } })) as { output: PutRecordsCommandOutput; response: unknown }) : null;
+      const real =
+        kept.length > 0 ? ((await next({ ...args, input: { ...input, Records: kept } })) as { output: PutRecordsCommandOutput; response: unknown }) : null;
       const realResults = real?.output.Records ?? [];
       let k = 0;
       const results: PutRecordsResultEntry[] = entries.map((_, i) =>
@@ -195,7 +196,9 @@ describe('KinesisChangeLog', () => {
     const events = [event(0, 0), event(1, 1, { blob: 'y'.repeat(1024 * 1024) })];
     const err = await new KinesisChangeLog(client, stream, fast).publish(events).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ChangeLogRecordTooLargeError);
-    expect((err as ChangeLogRecordTooLargeError).message).toMatch(/shop\/public.orders@00000000000003e900000000 is \d+ bytes as a stream record, above the 1048576-byte limit/);
+    expect((err as ChangeLogRecordTooLargeError).message).toMatch(
+      /shop\/public.orders@00000000000003e900000000 is \d+ bytes as a stream record, above the 1048576-byte limit/,
+    );
     expect((await readByKey(stream)).size).toBe(0);
   });
 

@@ -5,7 +5,13 @@ import { CreateTableCommand, DeleteItemCommand, PutItemCommand, type DynamoDBCli
 import { startDynamoDbLocal, type DynamoDbLocal } from '../../local/dynamodb.ts';
 import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
 import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
-import { DEAD_LETTER_RECORD_MAX_BYTES, type AuditEntry, type DeadLetter, type SchemaVersion, type TableRecord } from '../../lambda/core/shared/control-plane.ts';
+import {
+  DEAD_LETTER_RECORD_MAX_BYTES,
+  type AuditEntry,
+  type DeadLetter,
+  type SchemaVersion,
+  type TableRecord,
+} from '../../lambda/core/shared/control-plane.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
 
 let ddb: DynamoDbLocal;
@@ -38,7 +44,11 @@ function schema(version: number, table = 'public.orders', source = 'shop', extra
     source,
     table,
     version,
-    columns: [{ name: 'id', type: 'integer', nullable: false }, { name: 'note', type: null, nullable: true }, ...extra.map((n) => ({ name: n, type: 'text', nullable: true }))],
+    columns: [
+      { name: 'id', type: 'integer', nullable: false },
+      { name: 'note', type: null, nullable: true },
+      ...extra.map((n) => ({ name: n, type: 'text', nullable: true })),
+    ],
     key: ['id'],
     effectivePosition: pos(100 * version),
     registeredAt: now(),
@@ -55,11 +65,14 @@ describe('createControlTable', () => {
 
   it('refuses an existing table whose key is not pk + sk', async () => {
     const name = `wrong-${randomUUID()}`;
-    await client.send(new CreateTableCommand({
-      TableName: name, BillingMode: 'PAY_PER_REQUEST',
-      AttributeDefinitions: [{ AttributeName: 'id', AttributeType: 'S' }],
-      KeySchema: [{ AttributeName: 'id', KeyType: 'HASH' }],
-    }));
+    await client.send(
+      new CreateTableCommand({
+        TableName: name,
+        BillingMode: 'PAY_PER_REQUEST',
+        AttributeDefinitions: [{ AttributeName: 'id', AttributeType: 'S' }],
+        KeySchema: [{ AttributeName: 'id', KeyType: 'HASH' }],
+      }),
+    );
     await expect(createControlTable(client, name)).rejects.toThrow(/not pk \(HASH\) \+ sk \(RANGE\)/);
   });
 });
@@ -103,7 +116,11 @@ describe('tables and schema versions', () => {
   });
 
   it("keeps a table's capture method and position space, and reads a record without them as before (docs/architecture.md §5.2)", async () => {
-    await cp.registerTable({ ...tableRecord('public.polled'), capture: 'poll', positionSpace: 'poll-timestamp' }, schema(1, 'public.polled'), audit('r', 'public.polled'));
+    await cp.registerTable(
+      { ...tableRecord('public.polled'), capture: 'poll', positionSpace: 'poll-timestamp' },
+      schema(1, 'public.polled'),
+      audit('r', 'public.polled'),
+    );
     await cp.registerTable({ ...tableRecord('public.logged'), positionSpace: 'wal' }, schema(1, 'public.logged'), audit('r', 'public.logged'));
     await cp.registerTable(tableRecord('public.old'), schema(1, 'public.old'), audit('r', 'public.old'));
     expect(await cp.getTable('shop', 'public.polled')).toMatchObject({ capture: 'poll', positionSpace: 'poll-timestamp' });
@@ -143,7 +160,9 @@ describe('tables and schema versions', () => {
 
   it('of racing schema versions exactly one wins', async () => {
     await cp.registerTable(tableRecord(), schema(1), audit('register-table'));
-    const results = await Promise.all(Array.from({ length: 8 }, (_, i) => cp.addSchemaVersion(schema(2, 'public.orders', 'shop', [`c${i}`]), audit('add-schema-version'))));
+    const results = await Promise.all(
+      Array.from({ length: 8 }, (_, i) => cp.addSchemaVersion(schema(2, 'public.orders', 'shop', [`c${i}`]), audit('add-schema-version'))),
+    );
     expect(results.filter(Boolean)).toHaveLength(1);
     const winner = results.indexOf(true);
     expect((await cp.getSchemaVersion('shop', 'public.orders', 2))?.columns.map((c) => c.name)).toContain(`c${winner}`);
@@ -173,7 +192,9 @@ describe('tables and schema versions', () => {
   });
 
   it('a failing state change leaves neither state nor audit entry', async () => {
-    await expect(cp.setTableState('shop', 'public.ghost', 'paused', 'x', audit('pause-table', 'public.ghost'))).rejects.toMatchObject({ code: 'TABLE_NOT_REGISTERED' });
+    await expect(cp.setTableState('shop', 'public.ghost', 'paused', 'x', audit('pause-table', 'public.ghost'))).rejects.toMatchObject({
+      code: 'TABLE_NOT_REGISTERED',
+    });
     expect(await cp.getTable('shop', 'public.ghost')).toBeNull();
     expect(await cp.listAudit()).toEqual([]);
     await expect(cp.setTableState('shop', 'public.ghost', 'sleepy' as never, null, audit('x'))).rejects.toThrow(/table state must be one of/);
@@ -188,10 +209,12 @@ describe('tables and schema versions', () => {
   });
 
   it('a schema version left without its table record is reported, not papered over', async () => {
-    await client.send(new PutItemCommand({
-      TableName: tableName,
-      Item: { pk: { S: 'SCHEMA#shop#public.orders' }, sk: { S: 'V#000000001' }, source: { S: 'shop' } },
-    }));
+    await client.send(
+      new PutItemCommand({
+        TableName: tableName,
+        Item: { pk: { S: 'SCHEMA#shop#public.orders' }, sk: { S: 'V#000000001' }, source: { S: 'shop' } },
+      }),
+    );
     await expect(cp.registerTable(tableRecord(), schema(1), audit('r'))).rejects.toMatchObject({ code: 'CONTROL_PLANE_INCONSISTENT' });
     expect(await cp.getTable('shop', 'public.orders')).toBeNull();
     expect(await cp.listAudit()).toEqual([]);
@@ -207,7 +230,13 @@ describe('sink progress', () => {
   it('the applied high-water mark only rises', async () => {
     await cp.advanceSinkProgress('wh', 'shop', 'public.orders', pos(50));
     await cp.advanceSinkProgress('wh', 'shop', 'public.orders', pos(30));
-    expect(await cp.getSinkProgress('wh', 'shop', 'public.orders')).toMatchObject({ sink: 'wh', source: 'shop', table: 'public.orders', appliedPosition: pos(50), heldFrom: null });
+    expect(await cp.getSinkProgress('wh', 'shop', 'public.orders')).toMatchObject({
+      sink: 'wh',
+      source: 'shop',
+      table: 'public.orders',
+      appliedPosition: pos(50),
+      heldFrom: null,
+    });
     await cp.advanceSinkProgress('wh', 'shop', 'public.orders', pos(50));
     await cp.advanceSinkProgress('wh', 'shop', 'public.orders', pos(50, 1));
     expect((await cp.getSinkProgress('wh', 'shop', 'public.orders'))?.appliedPosition).toBe(pos(50, 1));
@@ -233,7 +262,13 @@ describe('sink progress', () => {
     await cp.holdSinkTable('wh', 'shop', 'public.orders', pos(15));
     expect((await cp.getSinkProgress('wh', 'shop', 'public.orders'))?.heldFrom).toBe(pos(15));
     await cp.releaseSinkTable('wh', 'shop', 'public.orders', audit('release-sink-table'));
-    expect(await cp.getSinkProgress('wh', 'shop', 'public.orders')).toMatchObject({ sink: 'wh', source: 'shop', table: 'public.orders', appliedPosition: pos(10), heldFrom: null });
+    expect(await cp.getSinkProgress('wh', 'shop', 'public.orders')).toMatchObject({
+      sink: 'wh',
+      source: 'shop',
+      table: 'public.orders',
+      appliedPosition: pos(10),
+      heldFrom: null,
+    });
     expect((await cp.listAudit()).map((a) => a.action)).toEqual(['release-sink-table']);
     await cp.holdSinkTable('wh', 'shop', 'public.orders', pos(40));
     expect((await cp.getSinkProgress('wh', 'shop', 'public.orders'))?.heldFrom).toBe(pos(40));
@@ -243,9 +278,15 @@ describe('sink progress', () => {
     await cp.holdSinkTable('wh', 'shop', 'public.orders', pos(20), { 'shardId-000000000000': '200' });
     await cp.holdSinkTable('wh', 'shop', 'public.orders', pos(30), { 'shardId-000000000000': '1000', 'shardId-000000000001': '99' });
     await cp.holdSinkTable('wh', 'shop', 'public.orders', pos(25), { 'shardId-000000000001': '100' });
-    expect(await cp.getSinkProgress('wh', 'shop', 'public.orders')).toMatchObject({ heldFrom: pos(20), holdCount: 3, heldFromShards: { 'shardId-000000000000': '200', 'shardId-000000000001': '99' } });
+    expect(await cp.getSinkProgress('wh', 'shop', 'public.orders')).toMatchObject({
+      heldFrom: pos(20),
+      holdCount: 3,
+      heldFromShards: { 'shardId-000000000000': '200', 'shardId-000000000001': '99' },
+    });
     // Racing holds of several shards (the optimistic write retries): every shard and every count lands.
-    await Promise.all(Array.from({ length: 8 }, (_, i) => cp.holdSinkTable('wh', 'shop', 'public.orders', pos(40 + i), { [`shardId-00000000001${i}`]: String(5 + i) })));
+    await Promise.all(
+      Array.from({ length: 8 }, (_, i) => cp.holdSinkTable('wh', 'shop', 'public.orders', pos(40 + i), { [`shardId-00000000001${i}`]: String(5 + i) })),
+    );
     const p = await cp.getSinkProgress('wh', 'shop', 'public.orders');
     expect(p?.holdCount).toBe(11);
     expect(Object.keys(p?.heldFromShards ?? {})).toHaveLength(10);
@@ -282,16 +323,40 @@ describe('checkpoints', () => {
 
 describe('audit', () => {
   it('appends entries and lists them in time order, filtered by source and table', async () => {
-    await cp.appendAudit({ at: '2026-01-02T00:00:00Z', actor: 'op', action: 'b', source: 'shop', table: 'public.orders', outcome: 'refused', detail: { why: 'no' } });
+    await cp.appendAudit({
+      at: '2026-01-02T00:00:00Z',
+      actor: 'op',
+      action: 'b',
+      source: 'shop',
+      table: 'public.orders',
+      outcome: 'refused',
+      detail: { why: 'no' },
+    });
     await cp.appendAudit({ at: '2026-01-01T00:00:00.000Z', actor: 'op', action: 'a', source: 'shop', table: null, outcome: 'done', detail: {} });
-    await cp.appendAudit({ at: '2026-01-03T00:00:00.000Z', actor: 'op', action: 'c', source: 'crm', table: 'public.orders', outcome: 'done', detail: { nested: { n: [1, null, 'x'] } } });
+    await cp.appendAudit({
+      at: '2026-01-03T00:00:00.000Z',
+      actor: 'op',
+      action: 'c',
+      source: 'crm',
+      table: 'public.orders',
+      outcome: 'done',
+      detail: { nested: { n: [1, null, 'x'] } },
+    });
     await cp.appendAudit({ at: '2026-01-04T00:00:00.000Z', actor: 'op', action: 'd', source: null, table: null, outcome: 'done', detail: {} });
     expect((await cp.listAudit()).map((a) => a.action)).toEqual(['a', 'b', 'c', 'd']);
     expect((await cp.listAudit('shop')).map((a) => a.action)).toEqual(['a', 'b']);
     expect((await cp.listAudit('shop', 'public.orders')).map((a) => a.action)).toEqual(['b']);
     expect((await cp.listAudit(undefined, 'public.orders')).map((a) => a.action)).toEqual(['b', 'c']);
     const all = await cp.listAudit();
-    expect(all[1]).toEqual({ at: '2026-01-02T00:00:00Z', actor: 'op', action: 'b', source: 'shop', table: 'public.orders', outcome: 'refused', detail: { why: 'no' } });
+    expect(all[1]).toEqual({
+      at: '2026-01-02T00:00:00Z',
+      actor: 'op',
+      action: 'b',
+      source: 'shop',
+      table: 'public.orders',
+      outcome: 'refused',
+      detail: { why: 'no' },
+    });
     expect(all[2]?.detail).toEqual({ nested: { n: [1, null, 'x'] } });
     expect(all[3]).toMatchObject({ source: null, table: null });
   });
@@ -345,7 +410,11 @@ describe('dead letters', () => {
     expect(t?.state).toBe('degraded');
     expect(t?.stateReason).toBe(`INVALID_RECORD: ${l.reason}`);
     const degrade = (await cp.listAudit('shop', 'public.orders')).find((a) => a.action === 'degrade-table');
-    expect(degrade).toMatchObject({ actor: 'normalizer', outcome: 'done', detail: { from: 'active', to: 'degraded', code: 'INVALID_RECORD', origin: l.origin } });
+    expect(degrade).toMatchObject({
+      actor: 'normalizer',
+      outcome: 'done',
+      detail: { from: 'active', to: 'degraded', code: 'INVALID_RECORD', origin: l.origin },
+    });
     // A second letter for a degraded table changes no state and adds no audit entry.
     await cp.putDeadLetter(letter({ reason: 'again' }));
     expect((await cp.listAudit()).filter((a) => a.action === 'degrade-table')).toHaveLength(1);
@@ -371,10 +440,13 @@ describe('dead letters', () => {
     for (let i = 0; i < 5; i++) await cp.putDeadLetter(letter({ record: big, origin: `o${i}`, table: null }));
     let pages = 0;
     const counted = dynamoDbClient(ddb.endpoint);
-    counted.middlewareStack.add((next, context) => async (args) => {
-      if (context.commandName === 'QueryCommand') pages++;
-      return next(args);
-    }, { step: 'initialize', name: 'countPages' });
+    counted.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'QueryCommand') pages++;
+        return next(args);
+      },
+      { step: 'initialize', name: 'countPages' },
+    );
     const letters = await new DynamoDbControlPlane(counted, tableName).listDeadLetters('normalizer');
     counted.destroy();
     expect(pages).toBeGreaterThan(1); // 1.5 MB does not fit one 1 MB Query page
@@ -396,7 +468,8 @@ describe('reads', () => {
     spied.middlewareStack.add(
       (next, context) => async (args) => {
         const input = args.input as { ConsistentRead?: unknown };
-        if (context.commandName === 'GetItemCommand' || context.commandName === 'QueryCommand') reads.push({ command: context.commandName, consistent: input.ConsistentRead });
+        if (context.commandName === 'GetItemCommand' || context.commandName === 'QueryCommand')
+          reads.push({ command: context.commandName, consistent: input.ConsistentRead });
         return next(args);
       },
       { step: 'initialize', name: 'recordReads' },
@@ -412,7 +485,17 @@ describe('reads', () => {
     await spy.getSinkProgress('wh', 'shop', 'public.orders');
     await spy.getCheckpoint('c', 's');
     await spy.listAudit('shop');
-    await spy.putDeadLetter({ at: now(), stage: 'normalizer', source: 'shop', table: 'public.orders', code: 'X', reason: 'r', origin: 'o', record: '', truncated: false });
+    await spy.putDeadLetter({
+      at: now(),
+      stage: 'normalizer',
+      source: 'shop',
+      table: 'public.orders',
+      code: 'X',
+      reason: 'r',
+      origin: 'o',
+      record: '',
+      truncated: false,
+    });
     await spy.listDeadLetters();
     spied.destroy();
     expect(reads.length).toBeGreaterThanOrEqual(12);
@@ -443,8 +526,22 @@ describe('snapshot runs and chunks (docs/snapshot.md)', () => {
     const s1 = { ...newSnapshotState('shop', 'public.orders', 'initial', 'planner', new Date(), null), status: 'running' as const };
     await cp.putSnapshot(s1, null, null);
     const chunk = (index: number) => ({
-      source: 'shop', table: 'public.orders', run: s1.run, index, startAfter: index === 0 ? null : [String(index * 10)], endKey: [String(index * 10 + 10)], rows: 10,
-      lowWatermark: '0/16B3748', fenceXid: '731', position: snapshotPosition('0/16B3748'), readAt: now(), readMs: 3, fenceWaitMs: 0, fromReplica: false, status: 'published' as const, completedAt: now(),
+      source: 'shop',
+      table: 'public.orders',
+      run: s1.run,
+      index,
+      startAfter: index === 0 ? null : [String(index * 10)],
+      endKey: [String(index * 10 + 10)],
+      rows: 10,
+      lowWatermark: '0/16B3748',
+      fenceXid: '731',
+      position: snapshotPosition('0/16B3748'),
+      readAt: now(),
+      readMs: 3,
+      fenceWaitMs: 0,
+      fromReplica: false,
+      status: 'published' as const,
+      completedAt: now(),
     });
     const s2 = { ...s1, cursor: ['10'], chunksDone: 1, rowsDone: 10, version: s1.version + 1 };
     expect(await cp.completeSnapshotChunk(chunk(0), s2, s1.version)).toBe(true);
@@ -453,12 +550,27 @@ describe('snapshot runs and chunks (docs/snapshot.md)', () => {
     expect((await cp.getSnapshot('shop', 'public.orders'))!.cursor).toEqual(['10']);
     expect((await cp.listSnapshotChunks('shop', 'public.orders', s1.run)).map((c) => c.index)).toEqual([0]);
     expect(await cp.completeSnapshotChunk(chunk(1), { ...s2, cursor: ['20'], version: s2.version + 1 }, s2.version)).toBe(true);
-    expect((await cp.listSnapshotChunks('shop', 'public.orders', s1.run)).map((c) => [c.index, c.endKey])).toEqual([[0, ['10']], [1, ['20']]]);
+    expect((await cp.listSnapshotChunks('shop', 'public.orders', s1.run)).map((c) => [c.index, c.endKey])).toEqual([
+      [0, ['10']],
+      [1, ['20']],
+    ]);
   });
 });
 
 describe('the rebuild slot (docs/rebuild.md, "One at a time")', () => {
-  const claim = (id: string, at: string, table = 'public.orders') => ({ id, sink: 'wh', source: 'shop', table, mode: 'swap' as const, from: null, actor: 'test', startedAt: at, state: 'running' as const, heartbeatAt: at, checkpoint: null });
+  const claim = (id: string, at: string, table = 'public.orders') => ({
+    id,
+    sink: 'wh',
+    source: 'shop',
+    table,
+    mode: 'swap' as const,
+    from: null,
+    actor: 'test',
+    startedAt: at,
+    state: 'running' as const,
+    heartbeatAt: at,
+    checkpoint: null,
+  });
   const checkpoint = (events: number) => ({ phase: 'replay' as const, appliedThrough: pos(events), events, applyMs: 1, sleptMs: 0, skipped: 0, slices: 1 });
 
   it('one rebuild per sink, with its audit entry; checkpoints only by the holder; a finished or stale slot is taken over; runs are listed without the slot', async () => {
@@ -473,7 +585,12 @@ describe('the rebuild slot (docs/rebuild.md, "One at a time")', () => {
     // Only the holder checkpoints.
     expect(await cp.checkpointRebuild('wh', 'b', checkpoint(5), iso(2000))).toBe(false);
     expect(await cp.checkpointRebuild('wh', 'a', checkpoint(7), iso(2000))).toBe(true);
-    expect(await cp.getActiveRebuild('wh')).toMatchObject({ id: 'a', state: 'running', heartbeatAt: iso(2000), checkpoint: { events: 7, appliedThrough: pos(7) } });
+    expect(await cp.getActiveRebuild('wh')).toMatchObject({
+      id: 'a',
+      state: 'running',
+      heartbeatAt: iso(2000),
+      checkpoint: { events: 7, appliedThrough: pos(7) },
+    });
     // Stale (no report since before the stale time): taken over; the old holder can no longer checkpoint.
     expect(await cp.claimRebuild(claim('c', iso(100_000)), iso(50_000), audit('rebuild-started'))).toBeNull();
     expect(await cp.checkpointRebuild('wh', 'a', checkpoint(9), iso(100_001))).toBe(false);

@@ -31,7 +31,7 @@ let requests: Request[] = [];
 
 /** The (action, partition key) pairs a DynamoDB command stands for, as IAM authorizes them. */
 function requestsOf(command: string, input: Record<string, unknown>): Request[] {
-  const pk = (key: unknown): string => ((key as Record<string, { S?: string }> | undefined)?.pk?.S ?? '<none>');
+  const pk = (key: unknown): string => (key as Record<string, { S?: string }> | undefined)?.pk?.S ?? '<none>';
   switch (command) {
     case 'GetItemCommand':
       return [{ action: 'dynamodb:GetItem', pk: pk(input.Key) }];
@@ -46,7 +46,9 @@ function requestsOf(command: string, input: Record<string, unknown>): Request[] 
     case 'TransactWriteItemsCommand':
       return (input.TransactItems as Array<Record<string, { Item?: unknown; Key?: unknown }>>).map((item) => {
         const [kind, body] = Object.entries(item)[0]!;
-        const action = { Put: 'dynamodb:PutItem', Update: 'dynamodb:UpdateItem', Delete: 'dynamodb:DeleteItem', ConditionCheck: 'dynamodb:ConditionCheckItem' }[kind]!;
+        const action = { Put: 'dynamodb:PutItem', Update: 'dynamodb:UpdateItem', Delete: 'dynamodb:DeleteItem', ConditionCheck: 'dynamodb:ConditionCheckItem' }[
+          kind
+        ]!;
         return { action, pk: pk(body.Item ?? body.Key) };
       });
     default:
@@ -54,7 +56,13 @@ function requestsOf(command: string, input: Record<string, unknown>): Request[] 
   }
 }
 
-const like = (pattern: string, value: string): boolean => new RegExp(`^${pattern.split('*').map((p) => p.replace(/[.+?^${}()|[\]\\]/g, '\\$&')).join('.*')}$`).test(value);
+const like = (pattern: string, value: string): boolean =>
+  new RegExp(
+    `^${pattern
+      .split('*')
+      .map((p) => p.replace(/[.+?^${}()|[\]\\]/g, '\\$&'))
+      .join('.*')}$`,
+  ).test(value);
 const actionsOf = (s: Statement): string[] => (Array.isArray(s.Action) ? s.Action : [s.Action]);
 
 /** Whether the statements allow the request (an explicit deny wins). */
@@ -76,7 +84,13 @@ function roleStatements(prefix: string): Statement[] {
   if (!template) {
     const f = fixture();
     const source = ordersSource(f);
-    new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: f.log, sources: [source], connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }), vpc: f.vpc });
+    new WarehouseSink(f.stack, 'Warehouse', {
+      controlPlane: f.control,
+      changeLog: f.log,
+      sources: [source],
+      connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }),
+      vpc: f.vpc,
+    });
     template = Template.fromStack(f.stack);
   }
   const out: Statement[] = [];
@@ -108,10 +122,23 @@ afterAll(async () => {
 
 const at = '2026-12-01T10:00:00.000Z';
 const table = (source: string, name: string, state: TableRecord['state'] = 'active'): TableRecord => ({
-  source, table: name, state, currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at,
+  source,
+  table: name,
+  state,
+  currentVersion: 1,
+  deleteMode: 'soft',
+  preImage: 'key',
+  stateReason: null,
+  updatedAt: at,
 });
 const schema = (source: string, name: string, version: number): SchemaVersion => ({
-  source, table: name, version, columns: [{ name: 'id', type: 'integer', nullable: false }], key: ['id'], effectivePosition: makePosition(BigInt(version), 0), registeredAt: at,
+  source,
+  table: name,
+  version,
+  columns: [{ name: 'id', type: 'integer', nullable: false }],
+  key: ['id'],
+  effectivePosition: makePosition(BigInt(version), 0),
+  registeredAt: at,
 });
 const audit = (actor: string, action: string, source: string, t: string) => ({ at, actor, action, source, table: t, outcome: 'done' as const, detail: {} });
 
@@ -122,16 +149,44 @@ describe('control-plane grants cover exactly what the handlers send', () => {
     const cp = new DynamoDbControlPlane(recording, name);
     requests = [];
     // What lambda/core/capture/normalize.ts calls: register, read back, add a version, pause, audit, dead letters (degrading and not).
-    expect(await cp.registerTable(table('orders', 'public.customers'), schema('orders', 'public.customers', 1), audit('normalizer', 'register-table', 'orders', 'public.customers'))).toBe(true);
+    expect(
+      await cp.registerTable(
+        table('orders', 'public.customers'),
+        schema('orders', 'public.customers', 1),
+        audit('normalizer', 'register-table', 'orders', 'public.customers'),
+      ),
+    ).toBe(true);
     await cp.getTable('orders', 'public.customers');
     await cp.getSchemaVersion('orders', 'public.customers', 1);
     await cp.listSchemaVersions('orders', 'public.customers');
-    expect(await cp.addSchemaVersion(schema('orders', 'public.customers', 2), audit('normalizer', 'add-schema-version', 'orders', 'public.customers'))).toBe(true);
+    expect(await cp.addSchemaVersion(schema('orders', 'public.customers', 2), audit('normalizer', 'add-schema-version', 'orders', 'public.customers'))).toBe(
+      true,
+    );
     await cp.setTableState('orders', 'public.customers', 'paused', 'breaking change', audit('normalizer', 'pause-table', 'orders', 'public.customers'));
     await cp.setTableState('orders', 'public.customers', 'active', null, audit('normalizer', 'resume-table', 'orders', 'public.customers'));
     await cp.appendAudit(audit('normalizer', 'note', 'orders', 'public.customers'));
-    await cp.putDeadLetter({ at, stage: 'normalizer', source: 'orders', table: 'public.customers', code: 'INVALID_RECORD', reason: 'x', origin: 'raw/shard/1', record: '{}', truncated: false });
-    await cp.putDeadLetter({ at, stage: 'normalizer', source: 'orders', table: null, code: 'INVALID_RECORD', reason: 'not json', origin: 'raw/shard/2', record: 'x', truncated: false });
+    await cp.putDeadLetter({
+      at,
+      stage: 'normalizer',
+      source: 'orders',
+      table: 'public.customers',
+      code: 'INVALID_RECORD',
+      reason: 'x',
+      origin: 'raw/shard/1',
+      record: '{}',
+      truncated: false,
+    });
+    await cp.putDeadLetter({
+      at,
+      stage: 'normalizer',
+      source: 'orders',
+      table: null,
+      code: 'INVALID_RECORD',
+      reason: 'not json',
+      origin: 'raw/shard/2',
+      record: 'x',
+      truncated: false,
+    });
     expect((await cp.getTable('orders', 'public.customers'))?.state).toBe('degraded');
 
     const statements = roleStatements('OrdersNormalizerServiceRole');
@@ -152,7 +207,11 @@ describe('control-plane grants cover exactly what the handlers send', () => {
     const name = `ctl-${randomUUID().slice(0, 8)}`;
     await createControlTable(plain, name);
     // The normalizer registered the table (not the applier's requests).
-    await new DynamoDbControlPlane(plain, name).registerTable(table('orders', 'public.orders'), schema('orders', 'public.orders', 1), audit('normalizer', 'register-table', 'orders', 'public.orders'));
+    await new DynamoDbControlPlane(plain, name).registerTable(
+      table('orders', 'public.orders'),
+      schema('orders', 'public.orders', 1),
+      audit('normalizer', 'register-table', 'orders', 'public.orders'),
+    );
     const cp = new DynamoDbControlPlane(recording, name);
     requests = [];
     // What lambda/handlers/warehouse-applier.ts calls: read table and schema, progress, hold, release, dead letter (degrading).
@@ -163,7 +222,17 @@ describe('control-plane grants cover exactly what the handlers send', () => {
     await cp.advanceSinkProgress('warehouse', 'orders', 'public.orders', makePosition(4n, 0));
     await cp.holdSinkTable('warehouse', 'orders', 'public.orders', makePosition(6n, 0));
     await cp.releaseSinkTable('warehouse', 'orders', 'public.orders', audit('applier:warehouse', 'release-table', 'orders', 'public.orders'));
-    await cp.putDeadLetter({ at, stage: 'warehouse', source: 'orders', table: 'public.orders', code: 'VALUE_REJECTED', reason: 'x', origin: 'log/shard/1', record: '{}', truncated: false });
+    await cp.putDeadLetter({
+      at,
+      stage: 'warehouse',
+      source: 'orders',
+      table: 'public.orders',
+      code: 'VALUE_REJECTED',
+      reason: 'x',
+      origin: 'log/shard/1',
+      record: '{}',
+      truncated: false,
+    });
     expect((await cp.getTable('orders', 'public.orders'))?.state).toBe('degraded');
 
     const statements = roleStatements('WarehouseApplierServiceRole');

@@ -46,13 +46,36 @@ describe('the delta-table layout moves to the changelog with a watermark', () =>
           { source: 'demo', table: TABLE, version: 1, columns: COLUMNS, key: ['id'], effectivePosition: makePosition(0n, 0), registeredAt: at },
           { at, actor: 'test', action: 'register-table', source: 'demo', table: TABLE, outcome: 'done', detail: {} },
         );
-        const applier = () => createWarehouseApplier({ controlPlane: cp, pool, sinkId: 'wh', metrics: new Metrics({ namespace: 'test' }), logger: new Logger({ logLevel: 'SILENT' }), merge: { inline: false } });
+        const applier = () =>
+          createWarehouseApplier({
+            controlPlane: cp,
+            pool,
+            sinkId: 'wh',
+            metrics: new Metrics({ namespace: 'test' }),
+            logger: new Logger({ logLevel: 'SILENT' }),
+            merge: { inline: false },
+          });
         let p = 0;
         let seq = 0;
         const delivered: ChangeEvent[] = [];
         const ev = (op: 'insert' | 'update' | 'delete', id: number, v: string | null): ChangeEvent => {
           p++;
-          const e: ChangeEvent = { v: ENVELOPE_VERSION, source: 'demo', table: TABLE, op, key: { id }, after: op === 'delete' ? null : ({ id, v } as Row), before: null, missing: [], position: makePosition(BigInt(p) * 0x100n, 0), commitTs: new Date(Date.UTC(2026, 0, 1, 0, 0, p)).toISOString(), txId: String(p), schemaVersion: 1, capture: 'slot', synthetic: false };
+          const e: ChangeEvent = {
+            v: ENVELOPE_VERSION,
+            source: 'demo',
+            table: TABLE,
+            op,
+            key: { id },
+            after: op === 'delete' ? null : ({ id, v } as Row),
+            before: null,
+            missing: [],
+            position: makePosition(BigInt(p) * 0x100n, 0),
+            commitTs: new Date(Date.UTC(2026, 0, 1, 0, 0, p)).toISOString(),
+            txId: String(p),
+            schemaVersion: 1,
+            capture: 'slot',
+            synthetic: false,
+          };
           delivered.push(e);
           return e;
         };
@@ -85,7 +108,12 @@ describe('the delta-table layout moves to the changelog with a watermark', () =>
         // A new process's first batch moves it; the view never changes but for the batch.
         const next = applier();
         await apply(next, [ev('insert', 6, 'f')]);
-        const kinds = (await pool.query(`SELECT c.relname, c.relkind::text AS k FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = ANY($2)`, [t.schema, [t.delta, t.watermark, t.appendOrder]])).rows;
+        const kinds = (
+          await pool.query(
+            `SELECT c.relname, c.relkind::text AS k FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = ANY($2)`,
+            [t.schema, [t.delta, t.watermark, t.appendOrder]],
+          )
+        ).rows;
         expect(Object.fromEntries(kinds.map((r) => [r.relname, r.k]))).toEqual({ [t.delta]: 'v', [t.watermark]: 'r', [t.appendOrder]: 'i' });
         const after = await view();
         expect(after.filter((r) => r.id !== 6)).toEqual(before);

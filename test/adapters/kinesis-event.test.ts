@@ -51,13 +51,20 @@ describe('toKinesisStreamEvent', () => {
   });
 
   it('takes an explicit region and role', () => {
-    const event = toKinesisStreamEvent([{ SequenceNumber: '1', PartitionKey: 'p', Data: Buffer.from('x'), ApproximateArrivalTimestamp: new Date(1_700_000_000_500) }], {
-      streamArn: 'arn:aws:kinesis:eu-west-1:123456789012:stream/s',
-      shardId: 'shardId-000000000001',
+    const event = toKinesisStreamEvent(
+      [{ SequenceNumber: '1', PartitionKey: 'p', Data: Buffer.from('x'), ApproximateArrivalTimestamp: new Date(1_700_000_000_500) }],
+      {
+        streamArn: 'arn:aws:kinesis:eu-west-1:123456789012:stream/s',
+        shardId: 'shardId-000000000001',
+        awsRegion: 'eu-central-1',
+        invokeIdentityArn: 'arn:aws:iam::123456789012:role/r',
+      },
+    );
+    expect(event.Records[0]).toMatchObject({
       awsRegion: 'eu-central-1',
       invokeIdentityArn: 'arn:aws:iam::123456789012:role/r',
+      eventID: 'shardId-000000000001:1',
     });
-    expect(event.Records[0]).toMatchObject({ awsRegion: 'eu-central-1', invokeIdentityArn: 'arn:aws:iam::123456789012:role/r', eventID: 'shardId-000000000001:1' });
     expect(event.Records[0]!.kinesis.approximateArrivalTimestamp).toBe(1_700_000_000.5);
   });
 

@@ -36,11 +36,32 @@ const RAW = { getTypeParser: () => (v: string) => v } as unknown as pg.CustomTyp
 const at = new Date(0).toISOString();
 
 const version = (source: string): SchemaVersion => ({
-  source, table: TABLE, version: 1, key: ['k'], effectivePosition: '0'.repeat(24), registeredAt: at,
-  columns: [{ name: 'k', type: 'integer', nullable: false }, { name: 'v', type: 'text', nullable: true }],
+  source,
+  table: TABLE,
+  version: 1,
+  key: ['k'],
+  effectivePosition: '0'.repeat(24),
+  registeredAt: at,
+  columns: [
+    { name: 'k', type: 'integer', nullable: false },
+    { name: 'v', type: 'text', nullable: true },
+  ],
 });
 const event = (source: string, op: ChangeEvent['op'], k: number, v: string | null, position: string): ChangeEvent => ({
-  v: ENVELOPE_VERSION, source, table: TABLE, op, key: { k }, after: op === 'delete' ? null : { k, v }, before: null, missing: [], position, commitTs: at, txId: null, schemaVersion: 1, capture: 'slot', synthetic: false,
+  v: ENVELOPE_VERSION,
+  source,
+  table: TABLE,
+  op,
+  key: { k },
+  after: op === 'delete' ? null : { k, v },
+  before: null,
+  missing: [],
+  position,
+  commitTs: at,
+  txId: null,
+  schemaVersion: 1,
+  capture: 'slot',
+  synthetic: false,
 });
 
 describe('merges do not stop appends (embedded PostgreSQL)', () => {
@@ -69,7 +90,7 @@ describe('merges do not stop appends (embedded PostgreSQL)', () => {
   const viewOf = (t: WarehouseTable) => rows(t, t.view, '"k", "v", "_cdc_position"');
   /** Whether a session of this database waits for a lock on `relation` (by name). */
   const waitsOn = async (relation: string): Promise<boolean> =>
-    (await pool.query("SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE NOT l.granted AND c.relname = $1", [relation])).rows.length > 0;
+    (await pool.query('SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE NOT l.granted AND c.relname = $1', [relation])).rows.length > 0;
   const until = async (what: string, f: () => Promise<boolean>, ms = 20_000): Promise<void> => {
     const end = Date.now() + ms;
     while (!(await f())) {
@@ -84,7 +105,12 @@ describe('merges do not stop appends (embedded PostgreSQL)', () => {
    * then lets it finish. The merge is the writer's own (`own`) or another process's, and may be asked
    * to stop appends. Returns the merge's rows.
    */
-  async function heldMerge(source: string, first: ChangeEvent[], o: { own?: boolean; stopAppends?: boolean }, during: (writer: PgWarehouse, t: WarehouseTable) => Promise<void>): Promise<number> {
+  async function heldMerge(
+    source: string,
+    first: ChangeEvent[],
+    o: { own?: boolean; stopAppends?: boolean },
+    during: (writer: PgWarehouse, t: WarehouseTable) => Promise<void>,
+  ): Promise<number> {
     const t = warehouseTable(source, TABLE);
     const writer = new PgWarehouse(pool);
     const otherPool = new pg.Pool({ connectionString: cluster.url('wh'), max: 1 });
@@ -130,13 +156,17 @@ describe('merges do not stop appends (embedded PostgreSQL)', () => {
     expect(w.pendingOf(source, TABLE).rows, 'pending after the merge').toBe(3);
     // The appended rows stay in the delta (above the watermark), over the merged base; the changelog holds every event once.
     expect((await rows(t, t.delta, '"_cdc_position", "k"')).length).toBe(3);
-    expect(await rows(t, t.changelog, '"_cdc_position", "k"')).toEqual([...first, ...second].map((e) => JSON.stringify({ _cdc_position: e.position, k: String(e.key.k) })));
+    expect(await rows(t, t.changelog, '"_cdc_position", "k"')).toEqual(
+      [...first, ...second].map((e) => JSON.stringify({ _cdc_position: e.position, k: String(e.key.k) })),
+    );
     const view = await viewOf(t);
     expect(view).toHaveLength(2);
     expect((await w.merge({ source, table: TABLE, deleteMode: 'soft', key: ['k'] })).rows).toBe(3);
     expect(w.pendingOf(source, TABLE).rows, 'pending after the second merge').toBe(0);
     expect(await viewOf(t), 'the view across the second merge').toEqual(view);
-    expect(await rows(t, t.changelog, '"_cdc_position", "k"')).toEqual([...first, ...second].map((e) => JSON.stringify({ _cdc_position: e.position, k: String(e.key.k) })));
+    expect(await rows(t, t.changelog, '"_cdc_position", "k"')).toEqual(
+      [...first, ...second].map((e) => JSON.stringify({ _cdc_position: e.position, k: String(e.key.k) })),
+    );
   }, 120_000);
 
   it('a merge asked to stop appends (a delta that outgrew its merges) holds them until it commits', async () => {
@@ -180,7 +210,11 @@ describe('merges do not stop appends (embedded PostgreSQL)', () => {
       try {
         for (let run = 0; run < RUNS; run++) {
           const where = `${mode}, run ${run}, seed ${SEED}`;
-          await pool.query([t.mirror, t.changelog, t.delta, t.truncations, ...(mode === 'hard' ? [t.deletedKeys] : [])].map((x) => `DELETE FROM ${qualified(t.schema, x)}`).join('; '));
+          await pool.query(
+            [t.mirror, t.changelog, t.delta, t.truncations, ...(mode === 'hard' ? [t.deletedKeys] : [])]
+              .map((x) => `DELETE FROM ${qualified(t.schema, x)}`)
+              .join('; '),
+          );
           const model = new Map<number, { v: string | null; position: string } | null>();
           const delivered = new Map<string, ChangeEvent>();
           const batches: ChangeEvent[][] = [];
@@ -216,7 +250,10 @@ describe('merges do not stop appends (embedded PostgreSQL)', () => {
               expect(r.mode, where).toBe('append');
               stats.appends++;
               for (const e of batch) delivered.set(`${e.position}|${String(e.key.k)}`, e);
-              const expected = [...model.entries()].filter(([, v]) => v !== null).sort((a, b) => a[0] - b[0]).map(([k, v]) => JSON.stringify({ k: String(k), v: v!.v, _cdc_position: v!.position }));
+              const expected = [...model.entries()]
+                .filter(([, v]) => v !== null)
+                .sort((a, b) => a[0] - b[0])
+                .map(([k, v]) => JSON.stringify({ k: String(k), v: v!.v, _cdc_position: v!.position }));
               expect(await viewOf(t), `view after step ${step}, ${where}`).toEqual(expected);
             }
           } finally {
@@ -226,14 +263,19 @@ describe('merges do not stop appends (embedded PostgreSQL)', () => {
           await merger.merge({ source, table: TABLE, deleteMode: mode, key: ['k'] });
           expect(await rows(t, t.delta, '"_cdc_position", "k"'), `delta after the last merge, ${where}`).toEqual([]);
           const live = [...model.entries()].filter(([, v]) => v !== null).sort((a, b) => a[0] - b[0]);
-          expect(await viewOf(t), `view after the last merge, ${where}`).toEqual(live.map(([k, v]) => JSON.stringify({ k: String(k), v: v!.v, _cdc_position: v!.position })));
+          expect(await viewOf(t), `view after the last merge, ${where}`).toEqual(
+            live.map(([k, v]) => JSON.stringify({ k: String(k), v: v!.v, _cdc_position: v!.position })),
+          );
           const mirror = await rows(t, t.mirror, '"k", "_cdc_position", "_cdc_deleted"');
           const gone = [...model.entries()].filter(([, v]) => v === null).map(([k]) => k);
           if (mode === 'soft') {
             expect(mirror.length, `mirror rows (live and tombstones), ${where}`).toBe(model.size);
           } else {
             expect(mirror.length, `mirror rows (live only), ${where}`).toBe(live.length);
-            expect((await rows(t, t.deletedKeys, '"k", "_cdc_position"')).map((r) => Number((JSON.parse(r) as { k: string }).k)).sort((a, b) => a - b), `deleted keys, ${where}`).toEqual(gone.sort((a, b) => a - b));
+            expect(
+              (await rows(t, t.deletedKeys, '"k", "_cdc_position"')).map((r) => Number((JSON.parse(r) as { k: string }).k)).sort((a, b) => a - b),
+              `deleted keys, ${where}`,
+            ).toEqual(gone.sort((a, b) => a - b));
           }
           const changelog = await rows(t, t.changelog, '"_cdc_position", "k"');
           const want = [...delivered.values()].map((e) => JSON.stringify({ _cdc_position: e.position, k: String(e.key.k) })).sort();
@@ -242,7 +284,9 @@ describe('merges do not stop appends (embedded PostgreSQL)', () => {
       } finally {
         await mergerPool.end();
       }
-      console.log(`merge-concurrent-append (${mode}): ${RUNS} runs, ${stats.appends} appends (${stats.overlapped} begun during a merge), ${stats.merges} merges of ${stats.merged} rows, seed ${SEED}`);
+      console.log(
+        `merge-concurrent-append (${mode}): ${RUNS} runs, ${stats.appends} appends (${stats.overlapped} begun during a merge), ${stats.merges} merges of ${stats.merged} rows, seed ${SEED}`,
+      );
       expect(stats.overlapped, 'appends that began while a merge ran').toBeGreaterThan(0);
     }, 600_000);
   }

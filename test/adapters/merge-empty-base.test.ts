@@ -77,13 +77,32 @@ describe('merge into an empty base = the general merge (randomized, embedded Pos
         if (events.has(id)) continue;
         const op = pick(['insert', 'update', 'snapshot', 'delete', 'delete']);
         // A delete's data columns are NULL as the append writes them; sometimes values anyway (the merge must not read them).
-        const data = op === 'delete' && rand() < 0.7 ? [null, null] : [rand() < 0.2 ? null : pick(['x', 'y', 'z', '']), rand() < 0.2 ? null : String(Math.floor(rand() * 100))];
+        const data =
+          op === 'delete' && rand() < 0.7
+            ? [null, null]
+            : [rand() < 0.2 ? null : pick(['x', 'y', 'z', '']), rand() < 0.2 ? null : String(Math.floor(rand() * 100))];
         const appliedAt = ts(Math.floor(rand() * 4) * 1000);
-        events.set(id, [p, op, ts(Math.floor(rand() * 1e6)), '1', rand() < 0.5 ? null : `tx${Math.floor(rand() * 5)}`, rand() < 0.1 ? 'true' : 'false', null, appliedAt, String(k1), k2, ...data]);
+        events.set(id, [
+          p,
+          op,
+          ts(Math.floor(rand() * 1e6)),
+          '1',
+          rand() < 0.5 ? null : `tx${Math.floor(rand() * 5)}`,
+          rand() < 0.1 ? 'true' : 'false',
+          null,
+          appliedAt,
+          String(k1),
+          k2,
+          ...data,
+        ]);
       }
       const rows = [...events.values()];
       // Redeliveries: the same event again, in the same append (same applied-at) or a later one.
-      for (const r of [...rows]) if (rand() < 0.25) rows.push(rand() < 0.5 ? [...r] : [...r.slice(0, 7), ts(Date.parse(r[7]!) - Date.UTC(2026, 0, 1) + 1000 * (1 + Math.floor(rand() * 3))), ...r.slice(8)]);
+      for (const r of [...rows])
+        if (rand() < 0.25)
+          rows.push(
+            rand() < 0.5 ? [...r] : [...r.slice(0, 7), ts(Date.parse(r[7]!) - Date.UTC(2026, 0, 1) + 1000 * (1 + Math.floor(rand() * 3))), ...r.slice(8)],
+          );
       for (let i = rows.length - 1; i > 0; i--) {
         const j = Math.floor(rand() * (i + 1));
         [rows[i], rows[j]] = [rows[j]!, rows[i]!];
@@ -100,11 +119,25 @@ describe('merge into an empty base = the general merge (randomized, embedded Pos
       const seedBase = rand() < 0.2 ? pick(baseTables(fast, shape)) : null;
       if (seedBase !== null) {
         for (const t of [fast, general]) {
-          const name = { [fast.mirror]: t.mirror, [fast.changelog]: t.changelog, [fast.truncations]: t.truncations, [fast.deletedKeys]: t.deletedKeys }[seedBase]!;
+          const name = { [fast.mirror]: t.mirror, [fast.changelog]: t.changelog, [fast.truncations]: t.truncations, [fast.deletedKeys]: t.deletedKeys }[
+            seedBase
+          ]!;
           const tbl = qualified(t.schema, name);
-          if (name === t.mirror) await pool.query(`INSERT INTO ${tbl} (k1, k2, v1, v2, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (1, 'a', 'base', 7, $1, false, $2)`, [makePosition(50n, 0), ts(0)]);
-          else if (name === t.changelog) await pool.query(`INSERT INTO ${tbl} (_cdc_position, _cdc_op, _cdc_commit_ts, _cdc_schema_version, _cdc_synthetic, _cdc_applied_at, k1, k2, v1, v2) VALUES ($1, 'insert', $2, 1, false, $2, 1, 'a', 'base', 7)`, [makePosition(50n, 0), ts(0)]);
-          else if (name === t.truncations) await pool.query(`INSERT INTO ${tbl} (_cdc_position, _cdc_commit_ts, _cdc_schema_version, _cdc_applied_at) VALUES ($1, $2, 1, $2)`, [makePosition(3n, 0), ts(0)]);
+          if (name === t.mirror)
+            await pool.query(`INSERT INTO ${tbl} (k1, k2, v1, v2, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (1, 'a', 'base', 7, $1, false, $2)`, [
+              makePosition(50n, 0),
+              ts(0),
+            ]);
+          else if (name === t.changelog)
+            await pool.query(
+              `INSERT INTO ${tbl} (_cdc_position, _cdc_op, _cdc_commit_ts, _cdc_schema_version, _cdc_synthetic, _cdc_applied_at, k1, k2, v1, v2) VALUES ($1, 'insert', $2, 1, false, $2, 1, 'a', 'base', 7)`,
+              [makePosition(50n, 0), ts(0)],
+            );
+          else if (name === t.truncations)
+            await pool.query(`INSERT INTO ${tbl} (_cdc_position, _cdc_commit_ts, _cdc_schema_version, _cdc_applied_at) VALUES ($1, $2, 1, $2)`, [
+              makePosition(3n, 0),
+              ts(0),
+            ]);
           else await pool.query(`INSERT INTO ${tbl} (k1, k2, _cdc_position, _cdc_applied_at) VALUES (2, 'b', $1, $2)`, [makePosition(50n, 0), ts(0)]);
         }
       }
@@ -118,7 +151,10 @@ describe('merge into an empty base = the general merge (randomized, embedded Pos
       if (rows.length > 0 && rand() < 0.25) {
         const before = await dump(fast, shape);
         crash.crashAfter(1 + Math.floor(rand() * 8));
-        const err = await warehouse.merge(target(fast), { freshBase: true }).then(() => null, (e: unknown) => e);
+        const err = await warehouse.merge(target(fast), { freshBase: true }).then(
+          () => null,
+          (e: unknown) => e,
+        );
         if (crash.fired()) {
           expect(String(err), where).toMatch(/injected crash/);
           expect(await dump(fast, shape), `${where}: a merge that crashed changed the tables`).toEqual(before);
@@ -145,7 +181,9 @@ describe('merge into an empty base = the general merge (randomized, embedded Pos
         const b = await warehouse.merge(target(fast), { freshBase: true });
         await warehouse.merge(target(general));
         // The first merge left rows in the base unless it had nothing to merge onto an empty one.
-        expect(b.fast ?? false, `${where}: second merge (first delta ${rows.length} rows, base ${seedBase ?? 'empty'})`).toBe(more.length > 0 && rows.length === 0 && !seededChange && seedBase === null);
+        expect(b.fast ?? false, `${where}: second merge (first delta ${rows.length} rows, base ${seedBase ?? 'empty'})`).toBe(
+          more.length > 0 && rows.length === 0 && !seededChange && seedBase === null,
+        );
         expect(await dump(fast, shape), `${where}: second merge`).toEqual(await dump(general, shape));
         stats.secondMerges++;
       }

@@ -28,9 +28,30 @@ import { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
 import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/shared/event.ts';
 import type { TableBatch } from '../../lambda/core/warehouse/warehouse-apply.ts';
-import { mergeMayUseNestedLoops, watermarkToEndSql, NESTED_LOOP_BASE_FACTOR, qualified, type WarehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
+import {
+  mergeMayUseNestedLoops,
+  watermarkToEndSql,
+  NESTED_LOOP_BASE_FACTOR,
+  qualified,
+  type WarehouseTable,
+} from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { seededRandom } from '../../local/demo.ts';
-import { appendDelta, baseTables, portableMerge, DELTA_COLUMNS, dumpTables, insertRows, KEY, makeTableSets, resetTables, schemaOf, SHAPES, TABLE, ts, type Shape } from '../helpers/merge-table-sets.ts';
+import {
+  appendDelta,
+  baseTables,
+  portableMerge,
+  DELTA_COLUMNS,
+  dumpTables,
+  insertRows,
+  KEY,
+  makeTableSets,
+  resetTables,
+  schemaOf,
+  SHAPES,
+  TABLE,
+  ts,
+  type Shape,
+} from '../helpers/merge-table-sets.ts';
 
 const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 60);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
@@ -93,7 +114,9 @@ describe('merge over a large base: nested loops and ON CONFLICT leave what the p
         const r = await warehouse.merge({ source: idx.schema, table: TABLE, deleteMode: shape.mode, key: KEY, target: idx });
         expect(r.nestedLoops, `${where}, round ${round}: ${rows.length} delta rows over a base of ${2 * BASE_K1} keys take the nested loops`).toBe(true);
         await referenceMerge(ref, shape);
-        expect(await dump(idx, shape), `${where}, round ${round}: merge with nested loops and ON CONFLICT vs the portable merge`).toEqual(await dump(ref, shape));
+        expect(await dump(idx, shape), `${where}, round ${round}: merge with nested loops and ON CONFLICT vs the portable merge`).toEqual(
+          await dump(ref, shape),
+        );
         stats.merges++;
       }
     }
@@ -103,7 +126,9 @@ describe('merge over a large base: nested loops and ON CONFLICT leave what the p
     await pool.query(`ANALYZE ${qualified(idx.schema, idx.mirror)}`);
     await append(idx, randomDelta(0));
     expect((await warehouse.merge({ source: idx.schema, table: TABLE, deleteMode: 'soft', key: KEY, target: idx })).nestedLoops).toBe(false);
-    console.log(`merge-plans: ${RUNS} runs in ${((Date.now() - started) / 1000).toFixed(1)} s: ${stats.merges} merges compared, ${stats.rows} delta rows, ${stats.redelivered} events the changelog held delivered again; seed ${SEED}`);
+    console.log(
+      `merge-plans: ${RUNS} runs in ${((Date.now() - started) / 1000).toFixed(1)} s: ${stats.merges} merges compared, ${stats.rows} delta rows, ${stats.redelivered} events the changelog held delivered again; seed ${SEED}`,
+    );
   }, 600_000);
 
   it(`decides the same for the merges an apply runs first (a full apply, a schema change), and they leave what the portable merge leaves (${Math.max(6, Math.ceil(RUNS / 10))} runs)`, async () => {
@@ -122,11 +147,34 @@ describe('merge over a large base: nested loops and ON CONFLICT leave what the p
       const source = t.source;
       const version = added.length + 1;
       const schemas = new Map(Array.from({ length: version }, (_, v) => [v + 1, schemaOf(source, v + 1, added.slice(0, v))] as const));
-      const base = { v: ENVELOPE_VERSION, source, table: TABLE, before: null, position: makePosition(5000n + BigInt(run), 0), commitTs: ts(7), txId: null, schemaVersion: version, capture: 'slot', synthetic: false } as const;
+      const base = {
+        v: ENVELOPE_VERSION,
+        source,
+        table: TABLE,
+        before: null,
+        position: makePosition(5000n + BigInt(run), 0),
+        commitTs: ts(7),
+        txId: null,
+        schemaVersion: version,
+        capture: 'slot',
+        synthetic: false,
+      } as const;
       const event: ChangeEvent =
         kind === 'full apply'
-          ? { ...base, op: 'update', key: { k1: 1, k2: 'a' }, after: { k1: 1, k2: 'a', v2: run, ...Object.fromEntries(added.map((c) => [c, 'y'])) }, missing: ['v1'] }
-          : { ...base, op: 'insert', key: { k1: 7000 + run, k2: 'a' }, after: { k1: 7000 + run, k2: 'a', v1: 'n', v2: run, ...Object.fromEntries(added.map((c) => [c, 'z'])) }, missing: [] };
+          ? {
+              ...base,
+              op: 'update',
+              key: { k1: 1, k2: 'a' },
+              after: { k1: 1, k2: 'a', v2: run, ...Object.fromEntries(added.map((c) => [c, 'y'])) },
+              missing: ['v1'],
+            }
+          : {
+              ...base,
+              op: 'insert',
+              key: { k1: 7000 + run, k2: 'a' },
+              after: { k1: 7000 + run, k2: 'a', v1: 'n', v2: run, ...Object.fromEntries(added.map((c) => [c, 'z'])) },
+              missing: [],
+            };
       return { source, table: TABLE, deleteMode: shape.mode, schemas, events: [event], appliedAt: new Date(Date.UTC(2026, 0, 2)), target: t };
     };
     for (let run = 0; run < runs; run++) {
@@ -145,7 +193,10 @@ describe('merge over a large base: nested loops and ON CONFLICT leave what the p
       const r = await warehouse.applyTable(batchFor(idx, shape, added, kind, run));
       expect(r.mode, where).toBe(kind === 'full apply' ? 'apply' : 'append');
       // The delta holds each appended event once (a redelivered one, or one the changelog holds, is skipped at the append).
-      expect(r.merged, `${where}: the delta of ${pendingRows} rows merged first, with nested loops over a base of ${2 * BASE_K1} keys`).toEqual({ rows: pendingRows, nestedLoops: true });
+      expect(r.merged, `${where}: the delta of ${pendingRows} rows merged first, with nested loops over a base of ${2 * BASE_K1} keys`).toEqual({
+        rows: pendingRows,
+        nestedLoops: true,
+      });
       await referenceMerge(ref, shape);
       const rr = await warehouse.applyTable(batchFor(ref, shape, added, kind, run));
       expect(rr.merged, `${where}: the reference's delta was merged already`).toBeUndefined();
@@ -168,7 +219,11 @@ describe('merge over a large base: nested loops and ON CONFLICT leave what the p
 function mergeHarness(pool: pg.Pool, rand: () => number, stats: { rows: number; redelivered: number }) {
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
   const columnsOf = async (t: WarehouseTable, name: string): Promise<string[]> =>
-    (await pool.query<{ attname: string }>(`SELECT attname FROM pg_attribute WHERE attrelid = '${qualified(t.schema, name)}'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`)).rows.map((r) => r.attname);
+    (
+      await pool.query<{ attname: string }>(
+        `SELECT attname FROM pg_attribute WHERE attrelid = '${qualified(t.schema, name)}'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
+      )
+    ).rows.map((r) => r.attname);
   const dump = (t: WarehouseTable, shape: Shape): Promise<Record<string, unknown>> => dumpTables(pool, t, shape);
   const append = (t: WarehouseTable, rows: (string | null)[][]): Promise<void> => appendDelta(pool, t, rows);
   const basePosition = (k1: number): string => makePosition(BigInt(40 + (k1 % 20)), k1 % 3);
@@ -189,7 +244,20 @@ function mergeHarness(pool: pg.Pool, rand: () => number, stats: { rows: number; 
         } else {
           mirrorRows.push([gone ? 'true' : 'false', String(k1), k2, gone ? null : `base${k1}`, gone ? null : String(k1), p, gone ? ts(5) : null, ts(0)]);
         }
-        changelogRows.push([p, gone ? 'delete' : 'insert', ts(5), '1', null, 'false', null, ts(0), String(k1), k2, gone ? null : `base${k1}`, gone ? null : String(k1)]);
+        changelogRows.push([
+          p,
+          gone ? 'delete' : 'insert',
+          ts(5),
+          '1',
+          null,
+          'false',
+          null,
+          ts(0),
+          String(k1),
+          k2,
+          gone ? null : `base${k1}`,
+          gone ? null : String(k1),
+        ]);
       }
     }
     if (shape.mode === 'soft' && shape.madeHard) {
@@ -206,7 +274,11 @@ function mergeHarness(pool: pg.Pool, rand: () => number, stats: { rows: number; 
     // The history is in the base: the watermark covers it (docs/warehouse-apply.md, "Objects per captured table").
     await pool.query(watermarkToEndSql(t));
     if (goneRows.length > 0) await insertRows(pool, t, t.deletedKeys, ['k1', 'k2', '_cdc_position', '_cdc_deleted_at', '_cdc_applied_at'], goneRows);
-    await pool.query(baseTables(t, shape).map((x) => `ANALYZE ${qualified(t.schema, x)}`).join('; '));
+    await pool.query(
+      baseTables(t, shape)
+        .map((x) => `ANALYZE ${qualified(t.schema, x)}`)
+        .join('; '),
+    );
   };
 
   /** A random delta: base keys and new ones, below and above the base's positions; some events the changelog holds, again; some delivered twice. */
@@ -227,11 +299,25 @@ function mergeHarness(pool: pg.Pool, rand: () => number, stats: { rows: number; 
       const id = `${p}|${k1}|${k2}`;
       if (events.has(id)) continue;
       const op = pick(['insert', 'update', 'snapshot', 'delete']);
-      const data = op === 'delete' && rand() < 0.7 ? [null, null] : [rand() < 0.2 ? null : pick(['x', 'y', '']), rand() < 0.2 ? null : String(Math.floor(rand() * 100))];
-      events.set(id, [p, op, ts(Math.floor(rand() * 1e6)), '1', rand() < 0.5 ? null : `tx${Math.floor(rand() * 5)}`, rand() < 0.1 ? 'true' : 'false', null, ts(1000 * (1 + Math.floor(rand() * 4))), String(k1), k2, ...data]);
+      const data =
+        op === 'delete' && rand() < 0.7 ? [null, null] : [rand() < 0.2 ? null : pick(['x', 'y', '']), rand() < 0.2 ? null : String(Math.floor(rand() * 100))];
+      events.set(id, [
+        p,
+        op,
+        ts(Math.floor(rand() * 1e6)),
+        '1',
+        rand() < 0.5 ? null : `tx${Math.floor(rand() * 5)}`,
+        rand() < 0.1 ? 'true' : 'false',
+        null,
+        ts(1000 * (1 + Math.floor(rand() * 4))),
+        String(k1),
+        k2,
+        ...data,
+      ]);
     }
     const rows = [...events.values()];
-    for (const r of [...rows]) if (rand() < 0.2) rows.push(rand() < 0.5 ? [...r] : [...r.slice(0, 7), ts(Date.parse(r[7]!) - Date.UTC(2026, 0, 1) + 1000), ...r.slice(8)]);
+    for (const r of [...rows])
+      if (rand() < 0.2) rows.push(rand() < 0.5 ? [...r] : [...r.slice(0, 7), ts(Date.parse(r[7]!) - Date.UTC(2026, 0, 1) + 1000), ...r.slice(8)]);
     for (let i = rows.length - 1; i > 0; i--) {
       const j = Math.floor(rand() * (i + 1));
       [rows[i], rows[j]] = [rows[j]!, rows[i]!];
@@ -241,7 +327,14 @@ function mergeHarness(pool: pg.Pool, rand: () => number, stats: { rows: number; 
 
   /** The reference: the portable merge (the changelog's anti-join), nested loops off, in one transaction. */
   const referenceMerge = async (t: WarehouseTable, shape: Shape): Promise<void> => {
-    const o = { key: KEY, mirrorColumns: await columnsOf(t, t.mirror), changelogColumns: await columnsOf(t, t.changelog), hard: shape.mode === 'hard', deletedKeys: shape.madeHard, truncations: true };
+    const o = {
+      key: KEY,
+      mirrorColumns: await columnsOf(t, t.mirror),
+      changelogColumns: await columnsOf(t, t.changelog),
+      hard: shape.mode === 'hard',
+      deletedKeys: shape.madeHard,
+      truncations: true,
+    };
     const c = await pool.connect();
     try {
       await portableMerge(c, t, o, 'SET LOCAL enable_nestloop = off; ');

@@ -63,8 +63,17 @@ describe('mirror layout: the tombstone flag first; mirrors of the earlier layout
     const warehouse = new PgWarehouse(pool);
     const at = new Date(0).toISOString();
     const version = (source: string): SchemaVersion => ({
-      source, table: TABLE, version: 1, key: ['k'], effectivePosition: '0'.repeat(24), registeredAt: at,
-      columns: [{ name: 'k', type: 'integer', nullable: false }, { name: 'v', type: 'text', nullable: true }, { name: 'n', type: 'integer', nullable: true }],
+      source,
+      table: TABLE,
+      version: 1,
+      key: ['k'],
+      effectivePosition: '0'.repeat(24),
+      registeredAt: at,
+      columns: [
+        { name: 'k', type: 'integer', nullable: false },
+        { name: 'v', type: 'text', nullable: true },
+        { name: 'n', type: 'integer', nullable: true },
+      ],
     });
     type Set = { source: string; t: WarehouseTable; mode: DeleteMode; earlier: boolean };
     const sets: Set[] = [
@@ -75,19 +84,50 @@ describe('mirror layout: the tombstone flag first; mirrors of the earlier layout
     ].map((s) => ({ ...s, mode: s.mode as DeleteMode, t: warehouseTable(s.source, TABLE) }));
     let lsn = 0x1000n;
     const event = (source: string, op: ChangeEvent['op'], k: number, v: string | null, n: number | null, position: string): ChangeEvent => ({
-      v: ENVELOPE_VERSION, source, table: TABLE, op, key: { k }, after: op === 'delete' ? null : { k, v, n }, before: null, missing: [], position, commitTs: at, txId: null, schemaVersion: 1, capture: 'slot', synthetic: false,
+      v: ENVELOPE_VERSION,
+      source,
+      table: TABLE,
+      op,
+      key: { k },
+      after: op === 'delete' ? null : { k, v, n },
+      before: null,
+      missing: [],
+      position,
+      commitTs: at,
+      txId: null,
+      schemaVersion: 1,
+      capture: 'slot',
+      synthetic: false,
     });
-    const apply = async (s: Set, events: { op: ChangeEvent['op']; k: number; v: string | null; n: number | null; position: string }[], appliedAt: Date): Promise<void> => {
-      await warehouse.applyTable({ source: s.source, table: TABLE, deleteMode: s.mode, schemas: new Map([[1, version(s.source)]]), events: events.map((e) => event(s.source, e.op, e.k, e.v, e.n, e.position)), appliedAt });
+    const apply = async (
+      s: Set,
+      events: { op: ChangeEvent['op']; k: number; v: string | null; n: number | null; position: string }[],
+      appliedAt: Date,
+    ): Promise<void> => {
+      await warehouse.applyTable({
+        source: s.source,
+        table: TABLE,
+        deleteMode: s.mode,
+        schemas: new Map([[1, version(s.source)]]),
+        events: events.map((e) => event(s.source, e.op, e.k, e.v, e.n, e.position)),
+        appliedAt,
+      });
     };
     const columnsOf = async (t: WarehouseTable, name: string): Promise<string[]> =>
-      (await pool.query<{ n: string }>('SELECT a.attname AS n FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum', [qualified(t.schema, name)])).rows.map((r) => r.n);
+      (
+        await pool.query<{ n: string }>(
+          'SELECT a.attname AS n FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum',
+          [qualified(t.schema, name)],
+        )
+      ).rows.map((r) => r.n);
     const viewRows = async (t: WarehouseTable): Promise<{ fields: string[]; rows: string[] }> => {
       const res = await pool.query({ text: `SELECT * FROM ${qualified(t.schema, t.view)} ORDER BY "k"`, types: RAW });
       return { fields: res.fields.map((f) => f.name), rows: res.rows.map((r) => JSON.stringify(r)) };
     };
     const mirrorRows = async (t: WarehouseTable): Promise<string[]> =>
-      (await pool.query({ text: `SELECT ${MIRROR_COLUMNS.map((c) => `"${c}"`).join(', ')} FROM ${qualified(t.schema, t.mirror)} ORDER BY "k"`, types: RAW })).rows.map((r) => JSON.stringify(r));
+      (
+        await pool.query({ text: `SELECT ${MIRROR_COLUMNS.map((c) => `"${c}"`).join(', ')} FROM ${qualified(t.schema, t.mirror)} ORDER BY "k"`, types: RAW })
+      ).rows.map((r) => JSON.stringify(r));
     const formCount = async (t: WarehouseTable, hard: boolean): Promise<number> => {
       const sql = overlayAggregateSql(t, await columnsOf(t, t.mirror), ['k'], { deletedKeys: hard, truncations: true });
       return Number((await pool.query<{ n: string }>(sql)).rows[0]!.n);
@@ -111,7 +151,11 @@ describe('mirror layout: the tombstone flag first; mirrors of the earlier layout
     for (let run = 0; run < RUNS; run++) {
       const where = `run ${run}, seed ${SEED}`;
       for (const s of sets) {
-        await pool.query([s.t.mirror, s.t.changelog, s.t.delta, s.t.truncations, ...(s.mode === 'hard' ? [s.t.deletedKeys] : [])].map((x) => `DELETE FROM ${qualified(s.t.schema, x)}`).join('; '));
+        await pool.query(
+          [s.t.mirror, s.t.changelog, s.t.delta, s.t.truncations, ...(s.mode === 'hard' ? [s.t.deletedKeys] : [])]
+            .map((x) => `DELETE FROM ${qualified(s.t.schema, x)}`)
+            .join('; '),
+        );
       }
       // The model: what the view must show per key after the history so far (positions only grow).
       const model = new Map<number, { v: string | null; n: number | null; position: string; appliedAt: string } | null>();
@@ -122,7 +166,13 @@ describe('mirror layout: the tombstone flag first; mirrors of the earlier layout
         const appliedAt = new Date(Date.UTC(2026, 0, 1) + run * 1000 + step);
         const events = Array.from({ length: 1 + Math.floor(rand() * 12) }, () => {
           const op = pick(['insert', 'update', 'snapshot', 'delete'] as const);
-          return { op, k: pick(KEYS), v: rand() < 0.2 ? null : pick(['a', 'b', '', 'é']), n: rand() < 0.2 ? null : Math.floor(rand() * 100), position: makePosition((lsn += 8n), 0) };
+          return {
+            op,
+            k: pick(KEYS),
+            v: rand() < 0.2 ? null : pick(['a', 'b', '', 'é']),
+            n: rand() < 0.2 ? null : Math.floor(rand() * 100),
+            position: makePosition((lsn += 8n), 0),
+          };
         });
         for (const s of sets) await apply(s, events, appliedAt);
         for (const e of events) {
@@ -137,7 +187,11 @@ describe('mirror layout: the tombstone flag first; mirrors of the earlier layout
         if (rand() < 0.15) {
           // A live base row with no unmerged change, removed behind the platform's back: the view and the count must show it gone, in both layouts.
           const t0 = sets[0]!.t;
-          const live = (await pool.query<{ k: string }>(`SELECT m."k" FROM ${qualified(t0.schema, t0.mirror)} m WHERE NOT m."_cdc_deleted" AND NOT EXISTS (SELECT 1 FROM ${qualified(t0.schema, t0.delta)} d WHERE d."k" = m."k") ORDER BY m."k" LIMIT 1`)).rows[0];
+          const live = (
+            await pool.query<{ k: string }>(
+              `SELECT m."k" FROM ${qualified(t0.schema, t0.mirror)} m WHERE NOT m."_cdc_deleted" AND NOT EXISTS (SELECT 1 FROM ${qualified(t0.schema, t0.delta)} d WHERE d."k" = m."k") ORDER BY m."k" LIMIT 1`,
+            )
+          ).rows[0];
           if (live) {
             for (const s of sets) await pool.query(`DELETE FROM ${qualified(s.t.schema, s.t.mirror)} WHERE "k" = $1`, [Number(live.k)]);
             gone.add(Number(live.k));
@@ -154,12 +208,19 @@ describe('mirror layout: the tombstone flag first; mirrors of the earlier layout
             const want = gone.has(k) ? null : (model.get(k) ?? null);
             const got = shown.get(k) ?? null;
             if (want === null) expect(got, `${where}, ${s.source}, key ${k}`).toBeNull();
-            else expect(got === null ? null : { v: got.v, n: got.n === null ? null : Number(got.n), position: got._cdc_position }, `${where}, ${s.source}, key ${k}`).toEqual({ v: want.v, n: want.n, position: want.position });
+            else
+              expect(
+                got === null ? null : { v: got.v, n: got.n === null ? null : Number(got.n), position: got._cdc_position },
+                `${where}, ${s.source}, key ${k}`,
+              ).toEqual({ v: want.v, n: want.n, position: want.position });
           }
           expect(await formCount(s.t, s.mode === 'hard'), `${where}, ${s.source}: the view's second form counts the view`).toBe(views[i]!.rows.length);
         }
         // Each layout pair: the same view rows and the same mirror rows (by column name).
-        for (const [a, b] of [[0, 1], [2, 3]] as const) {
+        for (const [a, b] of [
+          [0, 1],
+          [2, 3],
+        ] as const) {
           expect(views[b]!.rows, `${where}: ${sets[b]!.source} view = ${sets[a]!.source} view`).toEqual(views[a]!.rows);
           expect(await mirrorRows(sets[b]!.t), `${where}: ${sets[b]!.source} mirror = ${sets[a]!.source} mirror`).toEqual(await mirrorRows(sets[a]!.t));
         }
@@ -167,7 +228,9 @@ describe('mirror layout: the tombstone flag first; mirrors of the earlier layout
     }
     // Nothing rewrote the earlier mirrors.
     for (const s of sets) if (s.earlier) expect(await columnsOf(s.t, s.t.mirror)).toEqual(EARLIER_ORDER);
-    console.log(`mirror-layout: ${stats.steps} steps, ${stats.events} events, ${stats.merges} merges, ${stats.behindBack} rows removed behind the platform's back`);
+    console.log(
+      `mirror-layout: ${stats.steps} steps, ${stats.events} events, ${stats.merges} merges, ${stats.behindBack} rows removed behind the platform's back`,
+    );
     expect(stats.merges).toBeGreaterThan(0);
   }, 600_000);
 });

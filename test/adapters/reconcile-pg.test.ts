@@ -26,7 +26,15 @@ import { maskValue } from '../../lambda/core/tables/masking.ts';
 import { reconcileTable } from '../../lambda/core/reconcile/reconcile.ts';
 import { rowHash } from '../../lambda/core/reconcile/reconcile-rows.ts';
 import { FixedPacer } from '../../lambda/core/snapshot/snapshot-pacer.ts';
-import { createMirrorSql, createOverlayViewSql, createSchemaSql, createViewSql, mirrorLayout, sinkType, warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
+import {
+  createMirrorSql,
+  createOverlayViewSql,
+  createSchemaSql,
+  createViewSql,
+  mirrorLayout,
+  sinkType,
+  warehouseTable,
+} from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
 import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
@@ -53,7 +61,10 @@ const KEY = ['region', 'code'];
 const RULES = { mask: ['email'], exclude: ['ssn'] };
 /** The warehouse columns of the copy: the key, then the data the rules let through (masked ones as text). */
 const KEY_COLS = SOURCE_COLUMNS.filter(([n]) => KEY.includes(n)).map(([name, t]) => ({ name, type: sinkType(t) }));
-const DATA_COLS = SOURCE_COLUMNS.filter(([n]) => !KEY.includes(n) && !RULES.exclude.includes(n)).map(([name, t]) => ({ name, type: RULES.mask.includes(name) ? 'varchar(65535)' : sinkType(t) }));
+const DATA_COLS = SOURCE_COLUMNS.filter(([n]) => !KEY.includes(n) && !RULES.exclude.includes(n)).map(([name, t]) => ({
+  name,
+  type: RULES.mask.includes(name) ? 'varchar(65535)' : sinkType(t),
+}));
 const T = warehouseTable('app', 'public.items');
 
 beforeAll(async () => {
@@ -71,7 +82,12 @@ beforeAll(async () => {
   const data = DATA_COLS;
   await wh.query(createSchemaSql(T));
   await wh.query(createMirrorSql(T, keyCols, data));
-  await wh.query(createViewSql(T, mirrorLayout(keyCols, data).map((c) => c.name)));
+  await wh.query(
+    createViewSql(
+      T,
+      mirrorLayout(keyCols, data).map((c) => c.name),
+    ),
+  );
 }, 120_000);
 
 afterAll(async () => {
@@ -99,18 +115,35 @@ async function fill(n: number, random: () => number): Promise<void> {
       values.push(r.region, r.code, r.amount, r.at, maskValue(r.email), r.note, `p${String(i).padStart(23, '0')}`);
       return `($${base + 1}, $${base + 2}, $${base + 3}, $${base + 4}, $${base + 5}, $${base + 6}, $${base + 7}, false, NULL, now())`;
     });
-    if (tuples.length) await wh.query(`INSERT INTO ${T.schema}.${T.mirror} (region, code, amount, at, email, note, _cdc_position, _cdc_deleted, _cdc_deleted_at, _cdc_applied_at) VALUES ${tuples.join(', ')}`, values);
+    if (tuples.length)
+      await wh.query(
+        `INSERT INTO ${T.schema}.${T.mirror} (region, code, amount, at, email, note, _cdc_position, _cdc_deleted, _cdc_deleted_at, _cdc_applied_at) VALUES ${tuples.join(', ')}`,
+        values,
+      );
   }
   // Tombstones of keys the source deleted: hidden by the view, never divergence.
   const tomb = Math.floor(random() * 5);
   for (let i = 0; i < tomb; i++) {
-    await wh.query(`INSERT INTO ${T.schema}.${T.mirror} (region, code, amount, at, email, note, _cdc_position, _cdc_deleted, _cdc_deleted_at, _cdc_applied_at) VALUES ($1, $2, 1, now(), NULL, NULL, 'p', true, now(), now())`, [99, `gone${i}`]);
+    await wh.query(
+      `INSERT INTO ${T.schema}.${T.mirror} (region, code, amount, at, email, note, _cdc_position, _cdc_deleted, _cdc_deleted_at, _cdc_applied_at) VALUES ($1, $2, 1, now(), NULL, NULL, 'p', true, now(), now())`,
+      [99, `gone${i}`],
+    );
   }
 }
 
 const run = (leafRows: number, chunk: number) =>
   reconcileTable({
-    sink: 'warehouse', source: 'app', table: 'public.items', key: KEY, rules: RULES, cursor: null, leafRows, pacer: new FixedPacer(chunk), settleMs: 0, sleep: async () => undefined, maxSampleKeys: 1000,
+    sink: 'warehouse',
+    source: 'app',
+    table: 'public.items',
+    key: KEY,
+    rules: RULES,
+    cursor: null,
+    leafRows,
+    pacer: new FixedPacer(chunk),
+    settleMs: 0,
+    sleep: async () => undefined,
+    maxSampleKeys: 1000,
     sourceSide: pgSourceSide(src, 'public.items', KEY, RULES.mask),
     sinkSide: pgWarehouseSide(wh, 'app', 'public.items', KEY, { stablePoint: false }), // no pipeline here: no heartbeat
   });
@@ -127,7 +160,7 @@ describe('reconcile-pg', () => {
   });
 
   it('hashes a row in SQL exactly as the in-memory side does (quotes, backslashes, NULL, unicode)', async () => {
-    const values = ["plain", "it's", 'back\\slash', "both ' and \\", 'é 漢字 🎉', '', null];
+    const values = ['plain', "it's", 'back\\slash', "both ' and \\", 'é 漢字 🎉', '', null];
     const sql = values.map((_, i) => `quote_nullable(CAST($${i + 1} AS text))`).join(` || ',' || `);
     const r = await src.query(`SELECT CAST(CAST('x' || substr(md5(${sql}), 1, 15) AS bit(60)) AS bigint) AS h`, values);
     expect(BigInt(r.rows[0].h)).toBe(rowHash(values));
@@ -152,13 +185,23 @@ describe('reconcile-pg', () => {
     expect(await pgSourceSide(src, 'public.items', KEY, RULES.mask).estimateRows()).toBe(2000);
     expect(await pgWarehouseSide(wh, 'app', 'public.items', KEY).estimateRows()).toBeNull();
     const seen: string[] = [];
-    const counting = (c: pg.Client, label: string) => ({ query: (sql: string, values?: unknown[]) => (seen.push(`${label}: ${sql}`), c.query(sql, values)) }) as unknown as pg.Client;
+    const counting = (c: pg.Client, label: string) =>
+      ({ query: (sql: string, values?: unknown[]) => (seen.push(`${label}: ${sql}`), c.query(sql, values)) }) as unknown as pg.Client;
     const [srcCount, whCount] = [new pg.Client({ connectionString: cluster.url('rsrc') }), new pg.Client({ connectionString: cluster.url('rwh') })];
     await Promise.all([srcCount.connect(), whCount.connect()]);
     try {
       const reconcile = (rowsPerRun: number) =>
         reconcileTable({
-          sink: 'warehouse', source: 'app', table: 'public.items', key: KEY, rules: RULES, cursor: null, rowsPerRun, pacer: new FixedPacer(300), settleMs: 0, sleep: async () => undefined,
+          sink: 'warehouse',
+          source: 'app',
+          table: 'public.items',
+          key: KEY,
+          rules: RULES,
+          cursor: null,
+          rowsPerRun,
+          pacer: new FixedPacer(300),
+          settleMs: 0,
+          sleep: async () => undefined,
           sourceSide: pgSourceSide(src, 'public.items', KEY, RULES.mask, { countClient: counting(srcCount, 'source') }),
           sinkSide: pgWarehouseSide(wh, 'app', 'public.items', KEY, { stablePoint: false, countClient: counting(whCount, 'warehouse') }),
         });
@@ -193,8 +236,17 @@ describe('reconcile-pg', () => {
     const textOnly = pgWarehouseSide(wh, 'app', 'public.items', KEY, { stablePoint: false });
     Object.defineProperty(textOnly, 'hashSchemes', { value: ['md5-text'] });
     const v = await reconcileTable({
-      sink: 'warehouse', source: 'app', table: 'public.items', key: KEY, rules: RULES, cursor: null, pacer: new FixedPacer(300), settleMs: 0, sleep: async () => undefined,
-      sourceSide: pgSourceSide(src, 'public.items', KEY, RULES.mask), sinkSide: textOnly,
+      sink: 'warehouse',
+      source: 'app',
+      table: 'public.items',
+      key: KEY,
+      rules: RULES,
+      cursor: null,
+      pacer: new FixedPacer(300),
+      settleMs: 0,
+      sleep: async () => undefined,
+      sourceSide: pgSourceSide(src, 'public.items', KEY, RULES.mask),
+      sinkSide: textOnly,
     });
     expect(v.verdict, v.reason).toBe('MATCH');
     expect(v.cost.hashScheme).toBe('md5-text');
@@ -203,12 +255,19 @@ describe('reconcile-pg', () => {
 
   it('pg-typed: a changed number and a value turned NULL are found', async () => {
     await fill(50, seededRandom(4));
-    await wh.query(`UPDATE ${T.schema}.${T.mirror} SET note = NULL WHERE region = 1 AND note IS NOT NULL AND code = (SELECT min(code) FROM ${T.schema}.${T.mirror} WHERE region = 1 AND note IS NOT NULL)`);
-    await wh.query(`UPDATE ${T.schema}.${T.mirror} SET amount = amount + 0.01 WHERE region = 2 AND code = (SELECT min(code) FROM ${T.schema}.${T.mirror} WHERE region = 2)`);
+    await wh.query(
+      `UPDATE ${T.schema}.${T.mirror} SET note = NULL WHERE region = 1 AND note IS NOT NULL AND code = (SELECT min(code) FROM ${T.schema}.${T.mirror} WHERE region = 1 AND note IS NOT NULL)`,
+    );
+    await wh.query(
+      `UPDATE ${T.schema}.${T.mirror} SET amount = amount + 0.01 WHERE region = 2 AND code = (SELECT min(code) FROM ${T.schema}.${T.mirror} WHERE region = 2)`,
+    );
     const v = await run(4, 20);
     expect(v.cost.hashScheme).toBe('pg-typed');
     expect(v.verdict).toBe('DIVERGED');
-    expect(v.sampleKeys.map((k) => [k.key.region, k.kind, k.column]).sort()).toEqual([['1', 'different', 'note'], ['2', 'different', 'amount']]);
+    expect(v.sampleKeys.map((k) => [k.key.region, k.kind, k.column]).sort()).toEqual([
+      ['1', 'different', 'note'],
+      ['2', 'different', 'amount'],
+    ]);
   });
 
   it('a uuid primary key: ranges and bisection work (no collation on a uuid), and a changed row is found', async () => {
@@ -221,12 +280,29 @@ describe('reconcile-pg', () => {
     await wh.query(`DROP SCHEMA IF EXISTS ${U.schema} CASCADE`);
     await wh.query(createSchemaSql(U));
     await wh.query(createMirrorSql(U, keyCols, data));
-    await wh.query(createViewSql(U, mirrorLayout(keyCols, data).map((c) => c.name)));
+    await wh.query(
+      createViewSql(
+        U,
+        mirrorLayout(keyCols, data).map((c) => c.name),
+      ),
+    );
     const rows = (await src.query<{ id: string; n: number }>('SELECT id::text AS id, n FROM public.tokens')).rows;
-    await wh.query(`INSERT INTO ${U.schema}.${U.mirror} (id, n, _cdc_position, _cdc_deleted, _cdc_deleted_at, _cdc_applied_at) SELECT x.id, x.n, 'p', false, NULL, now() FROM json_to_recordset($1) AS x(id text, n int)`, [JSON.stringify(rows)]);
+    await wh.query(
+      `INSERT INTO ${U.schema}.${U.mirror} (id, n, _cdc_position, _cdc_deleted, _cdc_deleted_at, _cdc_applied_at) SELECT x.id, x.n, 'p', false, NULL, now() FROM json_to_recordset($1) AS x(id text, n int)`,
+      [JSON.stringify(rows)],
+    );
     const runUuid = () =>
       reconcileTable({
-        sink: 'warehouse', source: 'uuidapp', table: 'public.tokens', key: ['id'], rules: { mask: [], exclude: [] }, cursor: null, leafRows: 4, pacer: new FixedPacer(50), settleMs: 0, sleep: async () => undefined,
+        sink: 'warehouse',
+        source: 'uuidapp',
+        table: 'public.tokens',
+        key: ['id'],
+        rules: { mask: [], exclude: [] },
+        cursor: null,
+        leafRows: 4,
+        pacer: new FixedPacer(50),
+        settleMs: 0,
+        sleep: async () => undefined,
         sourceSide: pgSourceSide(src, 'public.tokens', ['id'], []),
         sinkSide: pgWarehouseSide(wh, 'uuidapp', 'public.tokens', ['id'], { stablePoint: false }),
       });
@@ -258,14 +334,23 @@ describe('reconcile-pg', () => {
       const table = `public.sf${i}`;
       const collate = icu && /^(text|character)/.test(kind.type) ? ' COLLATE "und-x-icu"' : '';
       await src.query(`DROP TABLE IF EXISTS ${table}; CREATE TABLE ${table} (k ${kind.type}${collate} PRIMARY KEY, v int, w text)`);
-      await src.query(`INSERT INTO ${table} SELECT ${kind.value('g')}, g, CASE WHEN g % 5 = 0 THEN NULL ELSE 'w' || g END FROM generate_series(1, 300) g ON CONFLICT DO NOTHING`);
+      await src.query(
+        `INSERT INTO ${table} SELECT ${kind.value('g')}, g, CASE WHEN g % 5 = 0 THEN NULL ELSE 'w' || g END FROM generate_series(1, 300) g ON CONFLICT DO NOTHING`,
+      );
       const side = pgSourceSide(src, table, ['k'], []);
       await side.shape();
       side.useColumns(['k', 'v', 'w'], { scheme: 'pg-typed', classes: { k: 'text', v: 'int', w: 'text' } });
-      const keys = (await src.query<{ k: string }>(`SELECT CAST(k AS text) AS k FROM ${table} ORDER BY k${['text', 'character varying(40)'].includes(kind.type) ? ' COLLATE "C"' : ''}`)).rows.map((r) => r.k);
+      const keys = (
+        await src.query<{ k: string }>(
+          `SELECT CAST(k AS text) AS k FROM ${table} ORDER BY k${['text', 'character varying(40)'].includes(kind.type) ? ' COLLATE "C"' : ''}`,
+        )
+      ).rows.map((r) => r.k);
       for (let round = 0; round < 12; round++) {
         const from = Math.floor(rand() * (keys.length + 1)) - 1; // -1: from the start
-        const range = { after: from < 0 ? null : [keys[from]!], upTo: rand() < 0.3 ? [keys[Math.min(keys.length - 1, from + 1 + Math.floor(rand() * 200))]!] : null };
+        const range = {
+          after: from < 0 ? null : [keys[from]!],
+          upTo: rand() < 0.3 ? [keys[Math.min(keys.length - 1, from + 1 + Math.floor(rand() * 200))]!] : null,
+        };
         const limit = 1 + Math.floor(rand() * 120);
         const where = `${kind.type} ${JSON.stringify(range)} limit ${limit}`;
         const got = await side.summarizeFirst(range, limit);
@@ -292,14 +377,21 @@ describe('reconcile-pg', () => {
     await wh.query(`ALTER TABLE ${T.schema}.${T.mirror} ADD COLUMN ssn varchar(65535)`);
     try {
       // The view does not show it; the mirror does, and the sink side reads the view: add it there too.
-      await wh.query(`CREATE OR REPLACE VIEW ${T.schema}.${T.view} AS SELECT region, code, amount, at, email, note, _cdc_position, _cdc_applied_at, ssn FROM ${T.schema}.${T.mirror} WHERE NOT _cdc_deleted`);
+      await wh.query(
+        `CREATE OR REPLACE VIEW ${T.schema}.${T.view} AS SELECT region, code, amount, at, email, note, _cdc_position, _cdc_applied_at, ssn FROM ${T.schema}.${T.mirror} WHERE NOT _cdc_deleted`,
+      );
       const v = await run(64, 500);
       expect(v.verdict).toBe('DIVERGED');
       expect(v.problems).toEqual(['excluded column ssn is present in warehouse']);
     } finally {
       await wh.query(`DROP VIEW ${T.schema}.${T.view}`);
       await wh.query(`ALTER TABLE ${T.schema}.${T.mirror} DROP COLUMN ssn`);
-      await wh.query(createViewSql(T, mirrorLayout(KEY_COLS, DATA_COLS).map((c) => c.name)));
+      await wh.query(
+        createViewSql(
+          T,
+          mirrorLayout(KEY_COLS, DATA_COLS).map((c) => c.name),
+        ),
+      );
     }
   });
 
@@ -319,7 +411,10 @@ describe('reconcile-pg', () => {
         if (kind === 'extra') {
           const code = `zz${r}-${c}`;
           const region = Math.floor(random() * 13);
-          await wh.query(`INSERT INTO ${T.schema}.${T.mirror} (region, code, amount, at, email, note, _cdc_position, _cdc_deleted, _cdc_deleted_at, _cdc_applied_at) VALUES ($1, $2, 1, now(), NULL, NULL, 'p', false, NULL, now())`, [region, code]);
+          await wh.query(
+            `INSERT INTO ${T.schema}.${T.mirror} (region, code, amount, at, email, note, _cdc_position, _cdc_deleted, _cdc_deleted_at, _cdc_applied_at) VALUES ($1, $2, 1, now(), NULL, NULL, 'p', false, NULL, now())`,
+            [region, code],
+          );
           expected.set(JSON.stringify([String(region), code]), 'extra');
           continue;
         }
@@ -343,15 +438,50 @@ describe('reconcile-pg', () => {
     try {
       const sink = new PgWarehouse(pool);
       const at = new Date().toISOString();
-      const version: SchemaVersion = { source: 'app', table, version: 1, columns: [{ name: 'id', type: 'integer', nullable: false }, { name: 'v', type: 'text', nullable: true }], key: ['id'], effectivePosition: '0'.repeat(24), registeredAt: at };
+      const version: SchemaVersion = {
+        source: 'app',
+        table,
+        version: 1,
+        columns: [
+          { name: 'id', type: 'integer', nullable: false },
+          { name: 'v', type: 'text', nullable: true },
+        ],
+        key: ['id'],
+        effectivePosition: '0'.repeat(24),
+        registeredAt: at,
+      };
       let lsn = 0x1000n;
       const event = (op: 'insert' | 'update' | 'delete', id: number, v: string | null): ChangeEvent => ({
-        v: ENVELOPE_VERSION, source: 'app', table, op, key: { id }, after: op === 'delete' ? null : { id, v }, before: null, missing: [], position: makePosition((lsn += 8n), 0), commitTs: at, txId: String(lsn), schemaVersion: 1, capture: 'slot', synthetic: false,
+        v: ENVELOPE_VERSION,
+        source: 'app',
+        table,
+        op,
+        key: { id },
+        after: op === 'delete' ? null : { id, v },
+        before: null,
+        missing: [],
+        position: makePosition((lsn += 8n), 0),
+        commitTs: at,
+        txId: String(lsn),
+        schemaVersion: 1,
+        capture: 'slot',
+        synthetic: false,
       });
-      const apply = (events: ChangeEvent[]) => sink.applyTable({ source: 'app', table, deleteMode: 'soft', schemas: new Map([[1, version]]), events, appliedAt: new Date() });
+      const apply = (events: ChangeEvent[]) =>
+        sink.applyTable({ source: 'app', table, deleteMode: 'soft', schemas: new Map([[1, version]]), events, appliedAt: new Date() });
       const reconcile = () =>
         reconcileTable({
-          sink: 'warehouse', source: 'app', table, key: ['id'], rules: { mask: [], exclude: [] }, cursor: null, leafRows: 16, pacer: new FixedPacer(100), settleMs: 0, sleep: async () => undefined, maxSampleKeys: 100,
+          sink: 'warehouse',
+          source: 'app',
+          table,
+          key: ['id'],
+          rules: { mask: [], exclude: [] },
+          cursor: null,
+          leafRows: 16,
+          pacer: new FixedPacer(100),
+          settleMs: 0,
+          sleep: async () => undefined,
+          maxSampleKeys: 100,
           sourceSide: pgSourceSide(src, table, ['id'], []),
           sinkSide: pgWarehouseSide(wh, 'app', table, ['id'], { stablePoint: false }),
         });
@@ -398,16 +528,43 @@ describe('reconcile-pg', () => {
     try {
       const sink = new PgWarehouse(pool);
       const at = new Date().toISOString();
-      const version: SchemaVersion = { source: 'app', table, version: 1, columns: [{ name: 'id', type: 'integer', nullable: false }, { name: 'v', type: 'text', nullable: true }], key: ['id'], effectivePosition: '0'.repeat(24), registeredAt: at };
+      const version: SchemaVersion = {
+        source: 'app',
+        table,
+        version: 1,
+        columns: [
+          { name: 'id', type: 'integer', nullable: false },
+          { name: 'v', type: 'text', nullable: true },
+        ],
+        key: ['id'],
+        effectivePosition: '0'.repeat(24),
+        registeredAt: at,
+      };
       let lsn = 0x1000n;
       const event = (op: 'insert' | 'update' | 'delete', id: number, v: string | null): ChangeEvent => ({
-        v: ENVELOPE_VERSION, source: 'app', table, op, key: { id }, after: op === 'delete' ? null : { id, v }, before: null, missing: [], position: makePosition((lsn += 8n), 0), commitTs: at, txId: String(lsn), schemaVersion: 1, capture: 'slot', synthetic: false,
+        v: ENVELOPE_VERSION,
+        source: 'app',
+        table,
+        op,
+        key: { id },
+        after: op === 'delete' ? null : { id, v },
+        before: null,
+        missing: [],
+        position: makePosition((lsn += 8n), 0),
+        commitTs: at,
+        txId: String(lsn),
+        schemaVersion: 1,
+        capture: 'slot',
+        synthetic: false,
       });
-      const apply = (events: ChangeEvent[]) => sink.applyTable({ source: 'app', table, deleteMode: 'soft', schemas: new Map([[1, version]]), events, appliedAt: new Date() });
+      const apply = (events: ChangeEvent[]) =>
+        sink.applyTable({ source: 'app', table, deleteMode: 'soft', schemas: new Map([[1, version]]), events, appliedAt: new Date() });
       await apply(Array.from({ length: 500 }, (_, i) => event('insert', i + 1, `v${i + 1}`)));
       await sink.merge({ source: 'app', table, deleteMode: 'soft', key: ['id'] });
       // Unmerged changes over the base: updates, deletes, inserts of new keys, a deleted key back.
-      await src.query("UPDATE public.ov SET v = 'u' || id WHERE id % 7 = 0; DELETE FROM public.ov WHERE id % 11 = 0; INSERT INTO public.ov SELECT g, 'n' || g FROM generate_series(501, 540) g; INSERT INTO public.ov VALUES (11, 'back')");
+      await src.query(
+        "UPDATE public.ov SET v = 'u' || id WHERE id % 7 = 0; DELETE FROM public.ov WHERE id % 11 = 0; INSERT INTO public.ov SELECT g, 'n' || g FROM generate_series(501, 540) g; INSERT INTO public.ov VALUES (11, 'back')",
+      );
       const changes = [
         ...Array.from({ length: 71 }, (_, i) => event('update', (i + 1) * 7, `u${(i + 1) * 7}`)),
         ...Array.from({ length: 45 }, (_, i) => event('delete', (i + 1) * 11, null)),
@@ -425,7 +582,18 @@ describe('reconcile-pg', () => {
       const spy = (c: pg.Client) => ({ query: (sql: string, values?: unknown[]) => (seen.push(sql), c.query(sql, values)) }) as unknown as pg.Client;
       const reconcile = (rowsPerRun: number) =>
         reconcileTable({
-          sink: 'warehouse', source: 'app', table, key: ['id'], rules: { mask: [], exclude: [] }, cursor: null, rowsPerRun, leafRows: 16, pacer: new FixedPacer(60), settleMs: 0, sleep: async () => undefined, maxSampleKeys: 100,
+          sink: 'warehouse',
+          source: 'app',
+          table,
+          key: ['id'],
+          rules: { mask: [], exclude: [] },
+          cursor: null,
+          rowsPerRun,
+          leafRows: 16,
+          pacer: new FixedPacer(60),
+          settleMs: 0,
+          sleep: async () => undefined,
+          maxSampleKeys: 100,
           sourceSide: pgSourceSide(src, table, ['id'], []),
           sinkSide: pgWarehouseSide(spy(wh), 'app', table, ['id'], { stablePoint: false, countClient: spy(whCount), overlaySummaryMinRows: 0 }),
         });
@@ -448,8 +616,18 @@ describe('reconcile-pg', () => {
       await src.query('ANALYZE public.ov');
       seen.length = 0;
       const small = await reconcileTable({
-        sink: 'warehouse', source: 'app', table, key: ['id'], rules: { mask: [], exclude: [] }, cursor: null, leafRows: 16, pacer: new FixedPacer(60), settleMs: 0, sleep: async () => undefined,
-        sourceSide: pgSourceSide(src, table, ['id'], []), sinkSide: pgWarehouseSide(spy(wh), 'app', table, ['id'], { stablePoint: false }),
+        sink: 'warehouse',
+        source: 'app',
+        table,
+        key: ['id'],
+        rules: { mask: [], exclude: [] },
+        cursor: null,
+        leafRows: 16,
+        pacer: new FixedPacer(60),
+        settleMs: 0,
+        sleep: async () => undefined,
+        sourceSide: pgSourceSide(src, table, ['id'], []),
+        sinkSide: pgWarehouseSide(spy(wh), 'app', table, ['id'], { stablePoint: false }),
       });
       expect(small.verdict, small.reason).toBe('MATCH');
       expect(seen.filter(throughForm)).toEqual([]);
@@ -460,12 +638,19 @@ describe('reconcile-pg', () => {
       await wh.query(`UPDATE ${D.schema}.${D.delta} SET v = 'corrupt' WHERE id = 505`);
       let v = await reconcile(10_000);
       expect(v.verdict).toBe('DIVERGED');
-      expect(v.sampleKeys.map((k) => [k.key.id, k.kind, k.column]).sort()).toEqual([['3', 'different', 'v'], ['505', 'different', 'v']]);
+      expect(v.sampleKeys.map((k) => [k.key.id, k.kind, k.column]).sort()).toEqual([
+        ['3', 'different', 'v'],
+        ['505', 'different', 'v'],
+      ]);
       await wh.query(`UPDATE ${D.schema}.${D.mirror} SET v = 'v3' WHERE id = 3`);
       await wh.query(`UPDATE ${D.schema}.${D.delta} SET v = 'n505' WHERE id = 505`);
 
       // A view that is not exactly the applier's (here: the same rows, written differently) is read through the view.
-      const cols = (await wh.query(`SELECT attname FROM pg_attribute WHERE attrelid = '${D.schema}.${D.mirror}'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`)).rows.map((r) => String(r.attname));
+      const cols = (
+        await wh.query(
+          `SELECT attname FROM pg_attribute WHERE attrelid = '${D.schema}.${D.mirror}'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
+        )
+      ).rows.map((r) => String(r.attname));
       const has = async (name: string) => (await wh.query('SELECT to_regclass($1) AS r', [`${D.schema}.${name}`])).rows[0].r !== null;
       const applierView = createOverlayViewSql(D, cols, ['id'], { deletedKeys: await has(D.deletedKeys), truncations: await has(D.truncations) });
       await wh.query(applierView.replace(' UNION ALL ', ' AND true UNION ALL '));
@@ -507,7 +692,9 @@ describe('reconcile-pg', () => {
       expect((await wh.query("SELECT count(*)::int AS n FROM pg_class WHERE relname = '_cdc_reconcile_overlay_probe'")).rows[0].n).toBe(0);
 
       // A warehouse role that may not make temporary views: the probe fails whole, the side reads through the view, the session stays usable.
-      await wh.query('CREATE ROLE reconciler_no_temp LOGIN; REVOKE TEMPORARY ON DATABASE rwh FROM PUBLIC; GRANT USAGE ON SCHEMA app_public TO reconciler_no_temp; GRANT SELECT ON ALL TABLES IN SCHEMA app_public TO reconciler_no_temp');
+      await wh.query(
+        'CREATE ROLE reconciler_no_temp LOGIN; REVOKE TEMPORARY ON DATABASE rwh FROM PUBLIC; GRANT USAGE ON SCHEMA app_public TO reconciler_no_temp; GRANT SELECT ON ALL TABLES IN SCHEMA app_public TO reconciler_no_temp',
+      );
       const noTemp = new pg.Client({ connectionString: cluster.url('rwh').replace('postgres@', 'reconciler_no_temp@') });
       try {
         await noTemp.connect();
@@ -535,18 +722,44 @@ describe('reconcile-pg', () => {
 
   it('reads the second form with a composite key whose text part holds quotes, backslashes and non-ASCII (values inlined as literals)', async () => {
     const table = 'public.ck';
-    const codes = ["plain", "it's", 'back\\slash', "both ' and \\", 'é', 'Z', "''", '\\'];
+    const codes = ['plain', "it's", 'back\\slash', "both ' and \\", 'é', 'Z', "''", '\\'];
     await src.query('CREATE TABLE public.ck (id int, code text, v text, PRIMARY KEY (id, code))');
     const pool = new pg.Pool({ connectionString: cluster.url('rwh'), max: 2 });
     try {
       const sink = new PgWarehouse(pool);
       const at = new Date().toISOString();
-      const version: SchemaVersion = { source: 'app', table, version: 1, columns: [{ name: 'id', type: 'integer', nullable: false }, { name: 'code', type: 'text', nullable: false }, { name: 'v', type: 'text', nullable: true }], key: ['id', 'code'], effectivePosition: '0'.repeat(24), registeredAt: at };
+      const version: SchemaVersion = {
+        source: 'app',
+        table,
+        version: 1,
+        columns: [
+          { name: 'id', type: 'integer', nullable: false },
+          { name: 'code', type: 'text', nullable: false },
+          { name: 'v', type: 'text', nullable: true },
+        ],
+        key: ['id', 'code'],
+        effectivePosition: '0'.repeat(24),
+        registeredAt: at,
+      };
       let lsn = 0x1000n;
       const event = (op: 'insert' | 'update', id: number, code: string, v: string): ChangeEvent => ({
-        v: ENVELOPE_VERSION, source: 'app', table, op, key: { id, code }, after: { id, code, v }, before: null, missing: [], position: makePosition((lsn += 8n), 0), commitTs: at, txId: String(lsn), schemaVersion: 1, capture: 'slot', synthetic: false,
+        v: ENVELOPE_VERSION,
+        source: 'app',
+        table,
+        op,
+        key: { id, code },
+        after: { id, code, v },
+        before: null,
+        missing: [],
+        position: makePosition((lsn += 8n), 0),
+        commitTs: at,
+        txId: String(lsn),
+        schemaVersion: 1,
+        capture: 'slot',
+        synthetic: false,
       });
-      const apply = (events: ChangeEvent[]) => sink.applyTable({ source: 'app', table, deleteMode: 'soft', schemas: new Map([[1, version]]), events, appliedAt: new Date() });
+      const apply = (events: ChangeEvent[]) =>
+        sink.applyTable({ source: 'app', table, deleteMode: 'soft', schemas: new Map([[1, version]]), events, appliedAt: new Date() });
       const all = Array.from({ length: 40 }, (_, i) => codes.map((c) => [i, c] as const)).flat();
       for (const [id, code] of all) await src.query('INSERT INTO public.ck VALUES ($1, $2, $3)', [id, code, `v${id}${code}`]);
       await apply(all.map(([id, code]) => event('insert', id, code, `v${id}${code}`)));
@@ -559,7 +772,18 @@ describe('reconcile-pg', () => {
       const spy = { query: (sql: string, values?: unknown[]) => (seen.push(sql), wh.query(sql, values)) } as unknown as pg.Client;
       const reconcile = () =>
         reconcileTable({
-          sink: 'warehouse', source: 'app', table, key: ['id', 'code'], rules: { mask: [], exclude: [] }, cursor: null, rowsPerRun: 1000, leafRows: 4, pacer: new FixedPacer(7), settleMs: 0, sleep: async () => undefined, maxSampleKeys: 100,
+          sink: 'warehouse',
+          source: 'app',
+          table,
+          key: ['id', 'code'],
+          rules: { mask: [], exclude: [] },
+          cursor: null,
+          rowsPerRun: 1000,
+          leafRows: 4,
+          pacer: new FixedPacer(7),
+          settleMs: 0,
+          sleep: async () => undefined,
+          maxSampleKeys: 100,
           sourceSide: pgSourceSide(src, table, ['id', 'code'], []),
           sinkSide: pgWarehouseSide(spy, 'app', table, ['id', 'code'], { stablePoint: false, overlaySummaryMinRows: 0 }),
         });
@@ -571,7 +795,10 @@ describe('reconcile-pg', () => {
       await wh.query(`UPDATE ${D.schema}.${D.mirror} SET v = 'corrupt' WHERE (id = 7 AND code = $1) OR (id = 8 AND code = $2)`, ["it's", 'back\\slash']);
       v = await reconcile();
       expect(v.verdict).toBe('DIVERGED');
-      expect(v.sampleKeys.map((k) => [k.key.id, k.key.code, k.kind]).sort()).toEqual([['7', "it's", 'different'], ['8', 'back\\slash', 'different']]);
+      expect(v.sampleKeys.map((k) => [k.key.id, k.key.code, k.kind]).sort()).toEqual([
+        ['7', "it's", 'different'],
+        ['8', 'back\\slash', 'different'],
+      ]);
     } finally {
       await pool.end();
     }

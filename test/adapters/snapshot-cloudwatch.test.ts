@@ -20,7 +20,9 @@ function standIn(series: Series, calls: unknown[]): GetMetricData {
       MetricDataResults: input!.MetricDataQueries!.map((q) => {
         const m = q.MetricStat!.Metric!;
         const dim = m.Dimensions!.map((d) => `${d.Name}=${d.Value}`).join(',');
-        const points = (series.get(`${m.Namespace}/${m.MetricName}/${dim}`) ?? []).filter((p) => p.at >= start && p.at < end).sort((a, b) => (input!.ScanBy === 'TimestampDescending' ? b.at - a.at : a.at - b.at));
+        const points = (series.get(`${m.Namespace}/${m.MetricName}/${dim}`) ?? [])
+          .filter((p) => p.at >= start && p.at < end)
+          .sort((a, b) => (input!.ScanBy === 'TimestampDescending' ? b.at - a.at : a.at - b.at));
         return { Id: q.Id, Values: points.map((p) => p.value), Timestamps: points.map((p) => new Date(p.at)) };
       }),
     };
@@ -35,8 +37,14 @@ describe('CloudWatch pressure probe', () => {
     const series: Series = new Map();
     const lat = 'AWS/RDS/WriteLatency/DBInstanceIdentifier=orders-db';
     const cpu = 'AWS/RDS/CPUUtilization/DBInstanceIdentifier=orders-db';
-    series.set(lat, Array.from({ length: 15 }, (_, i) => ({ at: minute(-15 + i), value: i === 3 ? 0.002 : 0.0015 })));
-    series.set(cpu, Array.from({ length: 15 }, (_, i) => ({ at: minute(-15 + i), value: 20 })));
+    series.set(
+      lat,
+      Array.from({ length: 15 }, (_, i) => ({ at: minute(-15 + i), value: i === 3 ? 0.002 : 0.0015 })),
+    );
+    series.set(
+      cpu,
+      Array.from({ length: 15 }, (_, i) => ({ at: minute(-15 + i), value: 20 })),
+    );
     series.set('AWS/RDS/CPUUtilization/DBInstanceIdentifier=other', [{ at: minute(-1), value: 99 }]);
     let now = new Date(T0);
     const calls: unknown[] = [];
@@ -57,6 +65,8 @@ describe('CloudWatch pressure probe', () => {
     await probe.calibrate();
     const r = await probe.read();
     expect(r).toEqual({ addedWriteLatencyPct: null, addedCpuPct: null, activeSessions: null });
-    expect(combinePressure({ addedWriteLatencyPct: 4, addedCpuPct: null, activeSessions: 3 }, { addedWriteLatencyPct: 12, addedCpuPct: 2, activeSessions: null })).toEqual({ addedWriteLatencyPct: 12, addedCpuPct: 2, activeSessions: 3 });
+    expect(
+      combinePressure({ addedWriteLatencyPct: 4, addedCpuPct: null, activeSessions: 3 }, { addedWriteLatencyPct: 12, addedCpuPct: 2, activeSessions: null }),
+    ).toEqual({ addedWriteLatencyPct: 12, addedCpuPct: 2, activeSessions: 3 });
   });
 });

@@ -31,7 +31,23 @@ beforeAll(async () => {
   openssl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=cdc test CA']);
   openssl(['req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=localhost']);
   writeFileSync(path.join(dir, 'san.ext'), 'subjectAltName=DNS:localhost\n');
-  openssl(['x509', '-req', '-in', 'server.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'server.pem', '-days', '2', '-extfile', 'san.ext']);
+  openssl([
+    'x509',
+    '-req',
+    '-in',
+    'server.csr',
+    '-CA',
+    'ca.pem',
+    '-CAkey',
+    'ca.key',
+    '-CAcreateserial',
+    '-out',
+    'server.pem',
+    '-days',
+    '2',
+    '-extfile',
+    'san.ext',
+  ]);
   caPem = readFileSync(path.join(dir, 'ca.pem'), 'utf8');
   // The server (run as the postgres OS user when we are root) must own its key, mode 0600.
   chmodSync(dir, 0o755);
@@ -41,7 +57,10 @@ beforeAll(async () => {
     for (const f of ['server.key', 'server.pem']) chownSync(path.join(dir, f), uid, gid);
   }
   chmodSync(path.join(dir, 'server.key'), 0o600);
-  cluster = await startPostgres({ fast: true, settings: { ssl: 'on', ssl_cert_file: path.join(dir, 'server.pem'), ssl_key_file: path.join(dir, 'server.key') } });
+  cluster = await startPostgres({
+    fast: true,
+    settings: { ssl: 'on', ssl_cert_file: path.join(dir, 'server.pem'), ssl_key_file: path.join(dir, 'server.key') },
+  });
 }, 180_000);
 
 afterAll(async () => {
@@ -94,19 +113,29 @@ async function encrypted(config: pg.ClientConfig): Promise<boolean> {
 describe('the source connection every function builds from its environment', () => {
   const arn = 'arn:aws:secretsmanager:us-east-1:123456789012:secret:source-AbCdEf';
   const secretsWith = (fields: Record<string, unknown>): SecretsManagerClient =>
-    ({ send: async () => ({ SecretString: JSON.stringify({ host: 'localhost', port: cluster.port, username: 'postgres', password: 'unused', dbname: 'postgres', ...fields }) }) }) as unknown as SecretsManagerClient;
+    ({
+      send: async () => ({
+        SecretString: JSON.stringify({ host: 'localhost', port: cluster.port, username: 'postgres', password: 'unused', dbname: 'postgres', ...fields }),
+      }),
+    }) as unknown as SecretsManagerClient;
 
   it('a private CA named in the environment: verified and encrypted', async () => {
     const env = { CDC_SOURCE_SECRET_ARN: arn, CDC_SOURCE_SSL_MODE: 'verify-full', CDC_SOURCE_CA_PEM: caPem };
     expect(await encrypted(await sourceConnectionFromEnvironment({ secrets: secretsWith({}), applicationName: 't', env }))).toBe(true);
     // Without the CA the same server is refused (verify-full against the RDS CAs).
-    const withoutCa = await sourceConnectionFromEnvironment({ secrets: secretsWith({}), applicationName: 't', env: { CDC_SOURCE_SECRET_ARN: arn, CDC_SOURCE_SSL_MODE: 'verify-full' } });
+    const withoutCa = await sourceConnectionFromEnvironment({
+      secrets: secretsWith({}),
+      applicationName: 't',
+      env: { CDC_SOURCE_SECRET_ARN: arn, CDC_SOURCE_SSL_MODE: 'verify-full' },
+    });
     await expect(encrypted(withoutCa)).rejects.toThrow(/self[- ]signed|unable to (get|verify)|certificate/i);
   });
 
   it('a secret weaker than the minimum is refused; one stronger keeps its own mode', async () => {
     const env = { CDC_SOURCE_SECRET_ARN: arn, CDC_SOURCE_SSL_MODE: 'require' };
-    await expect(sourceConnectionFromEnvironment({ secrets: secretsWith({ sslmode: 'disable' }), applicationName: 't', env })).rejects.toBeInstanceOf(SslModeTooWeakError);
+    await expect(sourceConnectionFromEnvironment({ secrets: secretsWith({ sslmode: 'disable' }), applicationName: 't', env })).rejects.toBeInstanceOf(
+      SslModeTooWeakError,
+    );
     const stronger = await sourceConnectionFromEnvironment({ secrets: secretsWith({ sslmode: 'verify-full' }), applicationName: 't', env });
     await expect(encrypted(stronger)).rejects.toThrow(/self[- ]signed|unable to (get|verify)|certificate/i);
     expect(await encrypted(await sourceConnectionFromEnvironment({ secrets: secretsWith({}), applicationName: 't', env }))).toBe(true);
@@ -115,8 +144,18 @@ describe('the source connection every function builds from its environment', () 
   it('a URL is held to the minimum the environment sets, and left alone without one', async () => {
     const plain = `postgres://postgres@127.0.0.1:${cluster.port}/postgres`;
     const secrets = secretsWith({});
-    await expect(sourceConnectionFromEnvironment({ secrets, applicationName: 't', env: { CDC_SOURCE_URL: plain, CDC_SOURCE_SSL_MODE: 'require' } })).rejects.toThrow(/the sslmode of CDC_SOURCE_URL is "disable", weaker than the minimum "require"/);
-    expect(await encrypted(await sourceConnectionFromEnvironment({ secrets, applicationName: 't', env: { CDC_SOURCE_URL: `${plain}?sslmode=no-verify`, CDC_SOURCE_SSL_MODE: 'require' } }))).toBe(true);
+    await expect(
+      sourceConnectionFromEnvironment({ secrets, applicationName: 't', env: { CDC_SOURCE_URL: plain, CDC_SOURCE_SSL_MODE: 'require' } }),
+    ).rejects.toThrow(/the sslmode of CDC_SOURCE_URL is "disable", weaker than the minimum "require"/);
+    expect(
+      await encrypted(
+        await sourceConnectionFromEnvironment({
+          secrets,
+          applicationName: 't',
+          env: { CDC_SOURCE_URL: `${plain}?sslmode=no-verify`, CDC_SOURCE_SSL_MODE: 'require' },
+        }),
+      ),
+    ).toBe(true);
     expect(await encrypted(await sourceConnectionFromEnvironment({ secrets, applicationName: 't', env: { CDC_SOURCE_URL: plain } }))).toBe(false);
   });
 });

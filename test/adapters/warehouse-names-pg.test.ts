@@ -43,7 +43,15 @@ async function stand() {
   let seq = 0;
   let p = 0;
   const applier = (warehouse: PgWarehouseOptions = {}): WarehouseApplier =>
-    createWarehouseApplier({ controlPlane: cp, pool, sinkId: SINK, metrics: new Metrics({ namespace: 'test' }), logger: new Logger({ logLevel: 'SILENT' }), merge: { maxRows: 1_000_000 }, warehouse });
+    createWarehouseApplier({
+      controlPlane: cp,
+      pool,
+      sinkId: SINK,
+      metrics: new Metrics({ namespace: 'test' }),
+      logger: new Logger({ logLevel: 'SILENT' }),
+      merge: { maxRows: 1_000_000 },
+      warehouse,
+    });
   const register = async (source: string, table: string, registeredAt = new Date()) => {
     const at = registeredAt.toISOString();
     await cp.registerTable(
@@ -54,13 +62,34 @@ async function stand() {
   };
   const ev = (source: string, table: string, key: Row, after: Row): ChangeEvent => {
     p++;
-    return { v: ENVELOPE_VERSION, source, table, op: 'insert', key, after, before: null, missing: [], position: makePosition(BigInt(p) * 0x100n, 0), commitTs: new Date(Date.UTC(2026, 0, 1, 0, 0, p)).toISOString(), txId: String(p), schemaVersion: 1, capture: 'slot', synthetic: false };
+    return {
+      v: ENVELOPE_VERSION,
+      source,
+      table,
+      op: 'insert',
+      key,
+      after,
+      before: null,
+      missing: [],
+      position: makePosition(BigInt(p) * 0x100n, 0),
+      commitTs: new Date(Date.UTC(2026, 0, 1, 0, 0, p)).toISOString(),
+      txId: String(p),
+      schemaVersion: 1,
+      capture: 'slot',
+      synthetic: false,
+    };
   };
-  const apply = async (a: WarehouseApplier, events: ChangeEvent[]) => a.applyRecords(events.map((e) => ({ sequenceNumber: String(++seq), origin: `log/shard-0/${seq}`, text: JSON.stringify(e) })));
+  const apply = async (a: WarehouseApplier, events: ChangeEvent[]) =>
+    a.applyRecords(events.map((e) => ({ sequenceNumber: String(++seq), origin: `log/shard-0/${seq}`, text: JSON.stringify(e) })));
   const rows = async (sql: string) => (await pool.query(sql)).rows as Record<string, unknown>[];
-  const view = async (source: string, table: string) => rows(`SELECT id::int AS id, v FROM ${qualified(warehouseTable(source, table).schema, warehouseTable(source, table).view)} ORDER BY id`);
+  const view = async (source: string, table: string) =>
+    rows(`SELECT id::int AS id, v FROM ${qualified(warehouseTable(source, table).schema, warehouseTable(source, table).view)} ORDER BY id`);
   const relations = async (schema: string) =>
-    (await rows(`SELECT c.relname || '(' || c.relkind::text || ')' AS r FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace WHERE s.nspname = '${schema}' AND c.relkind IN ('r', 'v') ORDER BY 1`)).map((r) => String(r.r));
+    (
+      await rows(
+        `SELECT c.relname || '(' || c.relkind::text || ')' AS r FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace WHERE s.nspname = '${schema}' AND c.relkind IN ('r', 'v') ORDER BY 1`,
+      )
+    ).map((r) => String(r.r));
   return { cp, pool, applier, register, ev, apply, rows, view, relations };
 }
 
@@ -78,11 +107,18 @@ describe('warehouse names that cannot collide', () => {
       for (const t of order) await s.register('demo', t);
       const a = s.applier();
       for (const [i, t] of order.entries()) {
-        const out = await s.apply(a, [s.ev('demo', t, { id: i + 1 }, { id: i + 1, v: `from ${t}` }), s.ev('demo', t, { id: 100 }, { id: 100, v: `shared key, ${t}` })]);
+        const out = await s.apply(a, [
+          s.ev('demo', t, { id: i + 1 }, { id: i + 1, v: `from ${t}` }),
+          s.ev('demo', t, { id: 100 }, { id: 100, v: `shared key, ${t}` }),
+        ]);
         expect(out.failed).toEqual([]);
       }
       await noHolds(s, 'demo', order);
-      for (const [i, t] of order.entries()) expect(await s.view('demo', t), t).toEqual([{ id: i + 1, v: `from ${t}` }, { id: 100, v: `shared key, ${t}` }]);
+      for (const [i, t] of order.entries())
+        expect(await s.view('demo', t), t).toEqual([
+          { id: i + 1, v: `from ${t}` },
+          { id: 100, v: `shared key, ${t}` },
+        ]);
       const rels = await s.relations('demo_public');
       for (const t of order) {
         const w = warehouseTable('demo', t);
@@ -127,23 +163,37 @@ async function toLegacy(s: Stand, source: string, table: string, into?: string):
 }
 
 describe('a deployment of the layout before injective names', () => {
-  it('moves a table\'s old objects to their names at its next apply, rows kept, the view made again', async () => {
+  it("moves a table's old objects to their names at its next apply, rows kept, the view made again", async () => {
     const s = await stand();
     await s.register('demo', 'public.t');
     await s.apply(s.applier(), [s.ev('demo', 'public.t', { id: 1 }, { id: 1, v: 'before' }), s.ev('demo', 'public.t', { id: 2 }, { id: 2, v: 'before' })]);
     await toLegacy(s, 'demo', 'public.t');
     expect(await s.relations('demo_public')).toEqual(['t(v)', 't_changelog(r)', 't_delta(r)', 't_mirror(r)', 't_truncations(r)']);
-    const out = await s.apply(s.applier(), [s.ev('demo', 'public.t', { id: 2 }, { id: 2, v: 'after' }), s.ev('demo', 'public.t', { id: 3 }, { id: 3, v: 'after' })]);
+    const out = await s.apply(s.applier(), [
+      s.ev('demo', 'public.t', { id: 2 }, { id: 2, v: 'after' }),
+      s.ev('demo', 'public.t', { id: 3 }, { id: 3, v: 'after' }),
+    ]);
     expect(out.failed).toEqual([]);
     await noHolds(s, 'demo', ['public.t']);
-    expect(await s.view('demo', 'public.t')).toEqual([{ id: 1, v: 'before' }, { id: 2, v: 'after' }, { id: 3, v: 'after' }]);
-    expect(await s.relations('demo_public')).toEqual(['_cdc_changelog_t(r)', '_cdc_delta_t(v)', '_cdc_mirror_t(r)', '_cdc_truncations_t(r)', '_cdc_watermark_t(r)', 't(v)']);
+    expect(await s.view('demo', 'public.t')).toEqual([
+      { id: 1, v: 'before' },
+      { id: 2, v: 'after' },
+      { id: 3, v: 'after' },
+    ]);
+    expect(await s.relations('demo_public')).toEqual([
+      '_cdc_changelog_t(r)',
+      '_cdc_delta_t(v)',
+      '_cdc_mirror_t(r)',
+      '_cdc_truncations_t(r)',
+      '_cdc_watermark_t(r)',
+      't(v)',
+    ]);
     // Every event is kept once (the first two moved with the delta table into the changelog).
     expect((await s.rows('SELECT count(*)::int AS n FROM demo_public._cdc_changelog_t'))[0]!.n).toBe(4);
     await s.pool.end();
   }, 60_000);
 
-  it('frees a table name held by another table\'s old object (t_mirror, the old mirror of t) and keeps t whole', async () => {
+  it("frees a table name held by another table's old object (t_mirror, the old mirror of t) and keeps t whole", async () => {
     const s = await stand();
     await s.register('demo', 'public.t');
     await s.apply(s.applier(), [s.ev('demo', 'public.t', { id: 1 }, { id: 1, v: 't' })]);
@@ -155,7 +205,10 @@ describe('a deployment of the layout before injective names', () => {
     expect(await s.view('demo', 'public.t_mirror')).toEqual([{ id: 7, v: 't_mirror' }]);
     expect(await s.view('demo', 'public.t')).toEqual([{ id: 1, v: 't' }]);
     await s.apply(s.applier(), [s.ev('demo', 'public.t', { id: 2 }, { id: 2, v: 't again' })]);
-    expect(await s.view('demo', 'public.t')).toEqual([{ id: 1, v: 't' }, { id: 2, v: 't again' }]);
+    expect(await s.view('demo', 'public.t')).toEqual([
+      { id: 1, v: 't' },
+      { id: 2, v: 't again' },
+    ]);
     await s.pool.end();
   }, 60_000);
 
@@ -176,11 +229,22 @@ describe('a deployment of the layout before injective names', () => {
     const sql = /move them in one transaction: (BEGIN; .*; COMMIT);/.exec(reason)?.[1];
     expect(sql).toContain('SET SCHEMA "a$b_c"');
     await s.pool.query(sql!);
-    await s.cp.releaseSinkTable(SINK, 'a_b', 'c.orders', { at: new Date().toISOString(), actor: 'test', action: 'resume', source: 'a_b', table: 'c.orders', outcome: 'done', detail: {} });
+    await s.cp.releaseSinkTable(SINK, 'a_b', 'c.orders', {
+      at: new Date().toISOString(),
+      actor: 'test',
+      action: 'resume',
+      source: 'a_b',
+      table: 'c.orders',
+      outcome: 'done',
+      detail: {},
+    });
     const again = await s.apply(s.applier(), [s.ev('a_b', 'c.orders', { id: 2 }, { id: 2, v: 'new' })]);
     expect(again.failed).toEqual([]);
     await noHolds(s, 'a_b', ['c.orders']);
-    expect(await s.view('a_b', 'c.orders')).toEqual([{ id: 1, v: 'old' }, { id: 2, v: 'new' }]);
+    expect(await s.view('a_b', 'c.orders')).toEqual([
+      { id: 1, v: 'old' },
+      { id: 2, v: 'new' },
+    ]);
     expect(await s.relations('a_b_c')).toEqual([]);
     await s.pool.end();
   }, 60_000);
@@ -201,17 +265,25 @@ describe('a warehouse that folds quoted names to lower case (Redshift; PostgreSQ
     expect((await s.cp.getSinkProgress(SINK, 'demo', 'public.orders'))?.heldFrom).not.toBeNull();
     const audit = (await s.cp.listAudit('demo', 'public.orders')).find((e) => e.action === 'hold-table');
     expect(audit?.detail.sqlState).toBe('NAME_FOLDS');
-    expect(String(audit?.detail.reason)).toMatch(/demo\/public\.orders is refused by this sink: .*public\.orders and public\.Orders \(registered first\) would be one table/);
+    expect(String(audit?.detail.reason)).toMatch(
+      /demo\/public\.orders is refused by this sink: .*public\.orders and public\.Orders \(registered first\) would be one table/,
+    );
     expect(await s.view('demo', 'public.Orders')).toEqual([{ id: 2, v: 'upper' }]);
     expect(await s.relations('demo_public')).not.toContain('orders(v)');
     // A fresh process decides the same (registration order, not arrival order).
     await s.apply(s.applier({ foldsNames: true }), [s.ev('demo', 'public.Orders', { id: 3 }, { id: 3, v: 'upper' })]);
-    expect(await s.view('demo', 'public.Orders')).toEqual([{ id: 2, v: 'upper' }, { id: 3, v: 'upper' }]);
+    expect(await s.view('demo', 'public.Orders')).toEqual([
+      { id: 2, v: 'upper' },
+      { id: 3, v: 'upper' },
+    ]);
     // Without folding (PostgreSQL) both are carried.
     const t = await stand();
     await t.register('demo', 'public.orders');
     await t.register('demo', 'public.Orders');
-    await t.apply(t.applier(), [t.ev('demo', 'public.orders', { id: 1 }, { id: 1, v: 'lower' }), t.ev('demo', 'public.Orders', { id: 2 }, { id: 2, v: 'upper' })]);
+    await t.apply(t.applier(), [
+      t.ev('demo', 'public.orders', { id: 1 }, { id: 1, v: 'lower' }),
+      t.ev('demo', 'public.Orders', { id: 2 }, { id: 2, v: 'upper' }),
+    ]);
     await noHolds(t, 'demo', ['public.orders', 'public.Orders']);
     expect(await t.view('demo', 'public.orders')).toEqual([{ id: 1, v: 'lower' }]);
     expect(await t.view('demo', 'public.Orders')).toEqual([{ id: 2, v: 'upper' }]);

@@ -62,12 +62,34 @@ describe('native PostgreSQL types', () => {
         { source: 'demo', table, version: 1, columns: COLUMNS, key: ['id'], effectivePosition: makePosition(0n, 0), registeredAt: at },
         { at, actor: 'test', action: 'register-table', source: 'demo', table, outcome: 'done', detail: {} },
       );
-      const applier = createWarehouseApplier({ controlPlane: cp, pool, sinkId: SINK, metrics: new Metrics({ namespace: 'test' }), logger: new Logger({ logLevel: 'SILENT' }), merge: { maxRows: 1_000_000 } });
+      const applier = createWarehouseApplier({
+        controlPlane: cp,
+        pool,
+        sinkId: SINK,
+        metrics: new Metrics({ namespace: 'test' }),
+        logger: new Logger({ logLevel: 'SILENT' }),
+        merge: { maxRows: 1_000_000 },
+      });
       let p = 0;
       let seq = 0;
       const ev = (op: 'insert' | 'update', key: Row, after: Row, missing: string[] = []): ChangeEvent => {
         p++;
-        return { v: ENVELOPE_VERSION, source: 'demo', table, op, key, after, before: null, missing, position: makePosition(BigInt(p) * 0x100n, 0), commitTs: new Date(Date.UTC(2026, 0, 1, 0, 0, p)).toISOString(), txId: String(p), schemaVersion: 1, capture: 'slot', synthetic: false };
+        return {
+          v: ENVELOPE_VERSION,
+          source: 'demo',
+          table,
+          op,
+          key,
+          after,
+          before: null,
+          missing,
+          position: makePosition(BigInt(p) * 0x100n, 0),
+          commitTs: new Date(Date.UTC(2026, 0, 1, 0, 0, p)).toISOString(),
+          txId: String(p),
+          schemaVersion: 1,
+          capture: 'slot',
+          synthetic: false,
+        };
       };
       const apply = async (events: ChangeEvent[]) => {
         const out = await applier.applyRecords(events.map((e) => ({ sequenceNumber: String(++seq), origin: `log/shard-0/${seq}`, text: JSON.stringify(e) })));
@@ -78,7 +100,16 @@ describe('native PostgreSQL types', () => {
         const text = bigText(id);
         const json = JSON.stringify({ id, doc: bigText(id + 7).slice(0, MB - 40) });
         const bytes = Buffer.from(bigText(id + 3).slice(0, MB), 'latin1');
-        return { id, t: text, j: json, js: ` ${json}`, b: `\\x${bytes.toString('hex')}`, u: '00000000-0000-0000-0000-00000000000' + String(id), n: '123456789012345678901234567890123456789012.5', a: '{1,NULL,3}' };
+        return {
+          id,
+          t: text,
+          j: json,
+          js: ` ${json}`,
+          b: `\\x${bytes.toString('hex')}`,
+          u: '00000000-0000-0000-0000-00000000000' + String(id),
+          n: '123456789012345678901234567890123456789012.5',
+          a: '{1,NULL,3}',
+        };
       };
       const v = values(1);
       const w = values(2);
@@ -97,8 +128,22 @@ describe('native PostgreSQL types', () => {
       };
       await check(1, v, 'before the merge');
       await check(2, w, 'before the merge');
-      const types = (await pool.query(`SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position`, [t.schema, t.mirror])).rows;
-      expect(Object.fromEntries(types.map((r) => [r.column_name, r.data_type]))).toMatchObject({ id: 'bigint', t: 'text', j: 'jsonb', js: 'json', b: 'bytea', u: 'uuid', n: 'numeric', a: 'ARRAY' });
+      const types = (
+        await pool.query(
+          `SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position`,
+          [t.schema, t.mirror],
+        )
+      ).rows;
+      expect(Object.fromEntries(types.map((r) => [r.column_name, r.data_type]))).toMatchObject({
+        id: 'bigint',
+        t: 'text',
+        j: 'jsonb',
+        js: 'json',
+        b: 'bytea',
+        u: 'uuid',
+        n: 'numeric',
+        a: 'ARRAY',
+      });
       await applier.mergeDue({ force: true });
       await check(1, v, 'after the merge');
       await check(2, w, 'after the merge');
@@ -115,24 +160,63 @@ describe('native PostgreSQL types', () => {
       const cp = new MemoryControlPlane();
       const at = new Date().toISOString();
       const table = 'public.old';
-      const columns: ColumnDef[] = [{ name: 'id', type: 'integer', nullable: false }, { name: 't', type: 'text', nullable: true }];
+      const columns: ColumnDef[] = [
+        { name: 'id', type: 'integer', nullable: false },
+        { name: 't', type: 'text', nullable: true },
+      ];
       await cp.registerTable(
         { source: 'demo', table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at },
         { source: 'demo', table, version: 1, columns, key: ['id'], effectivePosition: makePosition(0n, 0), registeredAt: at },
         { at, actor: 'test', action: 'register-table', source: 'demo', table, outcome: 'done', detail: {} },
       );
-      const applier = () => createWarehouseApplier({ controlPlane: cp, pool, sinkId: SINK, metrics: new Metrics({ namespace: 'test' }), logger: new Logger({ logLevel: 'SILENT' }), merge: { maxRows: 1_000_000 } });
+      const applier = () =>
+        createWarehouseApplier({
+          controlPlane: cp,
+          pool,
+          sinkId: SINK,
+          metrics: new Metrics({ namespace: 'test' }),
+          logger: new Logger({ logLevel: 'SILENT' }),
+          merge: { maxRows: 1_000_000 },
+        });
       let p = 0;
       const ev = (id: number, t: string): ChangeEvent => {
         p++;
-        return { v: ENVELOPE_VERSION, source: 'demo', table, op: 'insert', key: { id }, after: { id, t }, before: null, missing: [], position: makePosition(BigInt(p) * 0x100n, 0), commitTs: new Date(Date.UTC(2026, 0, 1, 0, 0, p)).toISOString(), txId: String(p), schemaVersion: 1, capture: 'slot', synthetic: false };
+        return {
+          v: ENVELOPE_VERSION,
+          source: 'demo',
+          table,
+          op: 'insert',
+          key: { id },
+          after: { id, t },
+          before: null,
+          missing: [],
+          position: makePosition(BigInt(p) * 0x100n, 0),
+          commitTs: new Date(Date.UTC(2026, 0, 1, 0, 0, p)).toISOString(),
+          txId: String(p),
+          schemaVersion: 1,
+          capture: 'slot',
+          synthetic: false,
+        };
       };
-      const apply = async (a: ReturnType<typeof applier>, e: ChangeEvent) => a.applyRecords([{ sequenceNumber: String(p), origin: `log/shard-0/${p}`, text: JSON.stringify(e) }]);
+      const apply = async (a: ReturnType<typeof applier>, e: ChangeEvent) =>
+        a.applyRecords([{ sequenceNumber: String(p), origin: `log/shard-0/${p}`, text: JSON.stringify(e) }]);
       expect((await apply(applier(), ev(1, 'small'))).failed).toEqual([]);
       const t = warehouseTable('demo', table);
       const q = (n: string) => qualified(t.schema, n);
-      const mirrorCols = (await pool.query(`SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position`, [t.schema, t.mirror])).rows.map((r) => String(r.column_name));
-      const changelogCols = (await pool.query(`SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position`, [t.schema, t.changelog])).rows.map((r) => String(r.column_name)).filter((c) => c !== '_cdc_seq');
+      const mirrorCols = (
+        await pool.query(`SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position`, [
+          t.schema,
+          t.mirror,
+        ])
+      ).rows.map((r) => String(r.column_name));
+      const changelogCols = (
+        await pool.query(`SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position`, [
+          t.schema,
+          t.changelog,
+        ])
+      ).rows
+        .map((r) => String(r.column_name))
+        .filter((c) => c !== '_cdc_seq');
       // What an earlier version made: the text column as varchar(65535).
       await pool.query(
         `BEGIN; DROP VIEW ${q(t.view)}; DROP VIEW ${q(t.delta)}; ALTER TABLE ${q(t.mirror)} ALTER COLUMN t TYPE varchar(65535); ALTER TABLE ${q(t.changelog)} ALTER COLUMN t TYPE varchar(65535); ` +
@@ -144,7 +228,9 @@ describe('native PostgreSQL types', () => {
       expect(out.deadLettered).toBe(0);
       const r = (await pool.query(`SELECT t = $1 AS same, length(t) AS n FROM ${q(t.view)} WHERE id = 2`, [big])).rows[0];
       expect(r).toEqual({ same: true, n: MB });
-      const types = (await pool.query(`SELECT table_name, data_type FROM information_schema.columns WHERE table_schema = $1 AND column_name = 't' ORDER BY 1`, [t.schema])).rows;
+      const types = (
+        await pool.query(`SELECT table_name, data_type FROM information_schema.columns WHERE table_schema = $1 AND column_name = 't' ORDER BY 1`, [t.schema])
+      ).rows;
       expect(types.filter((x) => x.table_name === t.mirror || x.table_name === t.changelog).map((x) => x.data_type)).toEqual(['text', 'text']);
     } finally {
       await pool.end();

@@ -26,13 +26,22 @@ describe('KinesisTally', () => {
     const client = kinesisClient(kin.endpoint);
     const tally = new KinesisTally(3);
     tally.attach(client);
-    for (const [name, shards] of [['a', 1], ['b', 2]] as const) {
+    for (const [name, shards] of [
+      ['a', 1],
+      ['b', 2],
+    ] as const) {
       await client.send(new CreateStreamCommand({ StreamName: name, ShardCount: shards }));
-      while ((await client.send(new DescribeStreamSummaryCommand({ StreamName: name }))).StreamDescriptionSummary?.StreamStatus !== 'ACTIVE') await new Promise((r) => setTimeout(r, 20));
+      while ((await client.send(new DescribeStreamSummaryCommand({ StreamName: name }))).StreamDescriptionSummary?.StreamStatus !== 'ACTIVE')
+        await new Promise((r) => setTimeout(r, 20));
     }
     expect(await shardCount(client, 'b')).toBe(2);
     const put = (stream: string, n: number, from: number) =>
-      client.send(new PutRecordsCommand({ StreamName: stream, Records: Array.from({ length: n }, (_, i) => ({ PartitionKey: `k${from + i}`, Data: Buffer.from(`record ${from + i}`) })) }));
+      client.send(
+        new PutRecordsCommand({
+          StreamName: stream,
+          Records: Array.from({ length: n }, (_, i) => ({ PartitionKey: `k${from + i}`, Data: Buffer.from(`record ${from + i}`) })),
+        }),
+      );
     await put('a', 5, 0);
     tally.sampling = true;
     await put('a', 5, 5);
@@ -40,7 +49,8 @@ describe('KinesisTally', () => {
     await put('b', 7, 0);
     // Stream a read twice from the start with one iterator: what two consumers get from kinesalite
     // when they ask for the same position within the same millisecond (the iterator encodes both).
-    const it = (await client.send(new GetShardIteratorCommand({ StreamName: 'a', ShardId: 'shardId-000000000000', ShardIteratorType: 'TRIM_HORIZON' }))).ShardIterator;
+    const it = (await client.send(new GetShardIteratorCommand({ StreamName: 'a', ShardId: 'shardId-000000000000', ShardIteratorType: 'TRIM_HORIZON' })))
+      .ShardIterator;
     const readAll = async (): Promise<number> => {
       let n = 0;
       let next = it;

@@ -91,15 +91,55 @@ describe('cdc decode', () => {
   });
 
   it('shows a packed snapshot record as one event per row, next to a per-row one; a malformed row is reported with its index and column, exit 1', async () => {
-    const shared = { format: 'cdc-slot/1', source: 'orders', xid: '0', commitLsn: '0/16B3747', commitTs: '2026-12-01T00:00:00.000000Z', index: 4294967295, table: 'public.p', op: 'snapshot', key: ['id'] };
-    const packed = { ...shared, columns: [{ name: 'id', type: 'integer' }, { name: 'v', type: 'text' }], rows: [[1, 'a'], [2, null], [3, 'c']] };
-    const perRow = { ...shared, columns: [{ name: 'id', type: 'integer', value: 4 }, { name: 'v', type: 'text', value: 'd' }], oldKey: null, unchanged: [] };
-    const broken = { ...packed, rows: [[5, 'e'], [6, { bad: 1 }, 'extra']] };
+    const shared = {
+      format: 'cdc-slot/1',
+      source: 'orders',
+      xid: '0',
+      commitLsn: '0/16B3747',
+      commitTs: '2026-12-01T00:00:00.000000Z',
+      index: 4294967295,
+      table: 'public.p',
+      op: 'snapshot',
+      key: ['id'],
+    };
+    const packed = {
+      ...shared,
+      columns: [
+        { name: 'id', type: 'integer' },
+        { name: 'v', type: 'text' },
+      ],
+      rows: [
+        [1, 'a'],
+        [2, null],
+        [3, 'c'],
+      ],
+    };
+    const perRow = {
+      ...shared,
+      columns: [
+        { name: 'id', type: 'integer', value: 4 },
+        { name: 'v', type: 'text', value: 'd' },
+      ],
+      oldKey: null,
+      unchanged: [],
+    };
+    const broken = {
+      ...packed,
+      rows: [
+        [5, 'e'],
+        [6, { bad: 1 }, 'extra'],
+      ],
+    };
     const r = await cdc(['decode', '--quiet'], [packed, perRow, broken].map((x) => JSON.stringify(x)).join('\n'));
     expect(r.code).toBe(1);
     const out = events(r.stdout);
     expect(out.map((e) => [e.op, e.key, e.after, e.capture, e.position])).toEqual(
-      [[1, 'a'], [2, null], [3, 'c'], [4, 'd']].map(([id, v]) => ['snapshot', { id }, { id, v }, 'snapshot', '00000000016b3747ffffffff']),
+      [
+        [1, 'a'],
+        [2, null],
+        [3, 'c'],
+        [4, 'd'],
+      ].map(([id, v]) => ['snapshot', { id }, { id, v }, 'snapshot', '00000000016b3747ffffffff']),
     );
     expect(r.stderr).toMatch(/^line 3: .*rows\[1\].*3 values for 2 columns/m);
   });
@@ -119,7 +159,9 @@ describe('cdc decode', () => {
   it('--source-id means what it means in cdc local; --source (the source URL there) is refused with the right flag named', async () => {
     const wrong = await cdc(['decode', '--source', 'orders'], '');
     expect(wrong.code).toBe(2);
-    expect(wrong.stderr).toMatch(/^cdc decode: --source is a source database URL \(cdc local, doctor, reconcile\); cdc decode takes the source id as --source-id$/m);
+    expect(wrong.stderr).toMatch(
+      /^cdc decode: --source is a source database URL \(cdc local, doctor, reconcile\); cdc decode takes the source id as --source-id$/m,
+    );
     const bad = await cdc(['decode', '--source-id', 'Orders'], '');
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(/^cdc decode: --source-id expects a lower-case identifier, got 'Orders'$/m);
@@ -128,7 +170,9 @@ describe('cdc decode', () => {
   it('--sort orders by position; --table-config masks and excludes', async () => {
     const config = path.join(tmp, 'tables.json');
     writeFileSync(config, JSON.stringify([{ table: 'public.foo', key: ['id'], mask: ['name'], exclude: ['attributes'] }]));
-    const lines = readFileSync(path.join(root, 'test', 'fixtures', 'dms', 'postgres-session.jsonl'), 'utf8').trim().split('\n');
+    const lines = readFileSync(path.join(root, 'test', 'fixtures', 'dms', 'postgres-session.jsonl'), 'utf8')
+      .trim()
+      .split('\n');
     const shuffled = [lines[6], lines[3], lines[5], lines[2], lines[4]].join('\n');
     const r = await cdc(['decode', '--sort', '--quiet', '--table-config', config], shuffled);
     expect(r.code).toBe(0);

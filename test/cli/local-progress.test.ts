@@ -10,7 +10,16 @@ import { DrainProgress, StatusView, whileWorking, type DrainReadings } from '../
 import { finishReport, runSummary, type LocalReport } from '../../bin/cli/local-report.ts';
 import { MetricName } from '../../contracts/metrics.ts';
 import { MetricsCollector } from '../../local/metrics.ts';
-import { etaMs, explainThrottle, MovingRate, renderDrainLine, renderStatus, renderStatusLine, SnapshotWindow, type StatusSnapshot } from '../../local/status.ts';
+import {
+  etaMs,
+  explainThrottle,
+  MovingRate,
+  renderDrainLine,
+  renderStatus,
+  renderStatusLine,
+  SnapshotWindow,
+  type StatusSnapshot,
+} from '../../local/status.ts';
 
 function status(over: Partial<StatusSnapshot> = {}): StatusSnapshot {
   return {
@@ -73,7 +82,11 @@ describe('the drain line (every 10 s while a bounded run waits for its sinks)', 
     };
     const progress = new DrainProgress(readings, 0);
     const first = progress.line(now);
-    expect(first).toBe('draining for 0 ms (rates over the last 30.0 s): snapshot 1000 rows left to read, rate unknown, ETA unknown (no progress in the window); ' + 'warehouse 1500 events left, rate unknown, ETA unknown (no progress in the window), iterator age 1.5 s; ' + 'search 1500 events left, rate unknown, ETA unknown (no progress in the window), iterator age 40.0 s');
+    expect(first).toBe(
+      'draining for 0 ms (rates over the last 30.0 s): snapshot 1000 rows left to read, rate unknown, ETA unknown (no progress in the window); ' +
+        'warehouse 1500 events left, rate unknown, ETA unknown (no progress in the window), iterator age 1.5 s; ' +
+        'search 1500 events left, rate unknown, ETA unknown (no progress in the window), iterator age 40.0 s',
+    );
     // 10 s later: the snapshot read 500 rows (50/s), the warehouse applied 1000 events (100/s), search 100 (10/s).
     now = 10_000;
     state.snapshotLeft = 500;
@@ -91,12 +104,26 @@ describe('the drain line (every 10 s while a bounded run waits for its sinks)', 
   });
 
   it('says so when nothing is left', () => {
-    expect(renderDrainLine({ elapsedMs: 1000, windowMs: 30_000, snapshotRowsLeft: 0, snapshotPerSecond: null, sinks: [] })).toBe('draining for 1.0 s (rates over the last 30.0 s): nothing left');
+    expect(renderDrainLine({ elapsedMs: 1000, windowMs: 30_000, snapshotRowsLeft: 0, snapshotPerSecond: null, sinks: [] })).toBe(
+      'draining for 1.0 s (rates over the last 30.0 s): nothing left',
+    );
   });
 });
 
 describe('the snapshot line', () => {
-  const line = (over: object) => ({ table: 'public.customers', status: 'running', rowsDone: 2538, estimatedRows: 5000, rowsPerSecond: 1747, etaSeconds: 1.4, throttle: 'paused', chunkSize: 50, sinceUpdateMs: 1000, error: null, ...over });
+  const line = (over: object) => ({
+    table: 'public.customers',
+    status: 'running',
+    rowsDone: 2538,
+    estimatedRows: 5000,
+    rowsPerSecond: 1747,
+    etaSeconds: 1.4,
+    throttle: 'paused',
+    chunkSize: 50,
+    sinceUpdateMs: 1000,
+    error: null,
+    ...over,
+  });
 
   it('rate and ETA over a moving window of rows done, not the per-chunk rate: a resting snapshot shows what it really makes', () => {
     const w = new SnapshotWindow(30_000);
@@ -131,7 +158,9 @@ describe('lag after a resume', () => {
     expect(sink.carriedLagMs).toBe(90_000);
     expect(sink.lagP99Ms).toBe(1090);
     expect(sink.lagP50Ms).toBe(990);
-    expect(renderStatus(s).join('\n')).toContain('warehouse: heartbeats committed before this run started arrived with up to 1m30s lag (it includes the downtime); p50/p99 count this run\'s heartbeats only');
+    expect(renderStatus(s).join('\n')).toContain(
+      "warehouse: heartbeats committed before this run started arrived with up to 1m30s lag (it includes the downtime); p50/p99 count this run's heartbeats only",
+    );
     expect(renderStatusLine(s)).toContain('warehouse lag 800 ms (p99 1.1 s; up to 1m30s before the resume, downtime included)');
     // A run without a restart shows no such line.
     expect(renderStatus(new StatusView(new MetricsCollector(), runStartedAt).apply(status())).join('\n')).not.toContain('downtime');
@@ -140,17 +169,58 @@ describe('lag after a resume', () => {
 
 describe('the summary of a bounded run', () => {
   it('rates over the workload phase (what the live lines showed), the drain apart', () => {
-    const { text, numbers } = runSummary({ startedAt: 0, timeUpAt: 60_000, caughtUpAt: 90_000, atTimeUp: { captured: 1800, applied: 1500 }, captured: 1810, applied: 3310, lags: { live: [900, 1000, 1100], carried: [89_000] } });
-    expect(numbers).toMatchObject({ workloadMs: 60_000, drainMs: 30_000, capturedPerSecond: 30, appliedPerSecond: 25, drainAppliedEvents: 1810, drainAppliedPerSecond: 60.3, lagP99Ms: 1100, carriedLagMs: 89_000 });
-    expect(text).toContain('in 1m00s of workload captured 1800 records (30/s) and applied 1500 events (25/s); the drain took 30.0 s: 10 more records captured, 1810 more events applied (60.3/s)');
+    const { text, numbers } = runSummary({
+      startedAt: 0,
+      timeUpAt: 60_000,
+      caughtUpAt: 90_000,
+      atTimeUp: { captured: 1800, applied: 1500 },
+      captured: 1810,
+      applied: 3310,
+      lags: { live: [900, 1000, 1100], carried: [89_000] },
+    });
+    expect(numbers).toMatchObject({
+      workloadMs: 60_000,
+      drainMs: 30_000,
+      capturedPerSecond: 30,
+      appliedPerSecond: 25,
+      drainAppliedEvents: 1810,
+      drainAppliedPerSecond: 60.3,
+      lagP99Ms: 1100,
+      carriedLagMs: 89_000,
+    });
+    expect(text).toContain(
+      'in 1m00s of workload captured 1800 records (30/s) and applied 1500 events (25/s); the drain took 30.0 s: 10 more records captured, 1810 more events applied (60.3/s)',
+    );
     expect(text).toContain('1 heartbeat(s) committed before this run started arrived with up to 1m29s lag (it includes the downtime; not in p50/p99)');
   });
 
   it('--json: the outcome follows from the verdicts; without verdicts it says why', () => {
     const base: LocalReport = { outcome: 'stopped', exitCode: 0, source: 'demo', measured: null, verdicts: [] };
-    const t = { table: 'public.a', sourceRows: 1, warehouseRows: 1, missing: 0, extra: 0, different: 0, duplicates: 0, problems: [], examples: [], match: true };
+    const t = {
+      table: 'public.a',
+      sourceRows: 1,
+      warehouseRows: 1,
+      missing: 0,
+      extra: 0,
+      different: 0,
+      duplicates: 0,
+      problems: [],
+      examples: [],
+      match: true,
+    };
     expect(finishReport({ ...base, verdicts: [{ sink: 'warehouse', match: true, tables: [t] }] }, 0)).toMatchObject({ outcome: 'match', exitCode: 0 });
-    expect(finishReport({ ...base, verdicts: [{ sink: 'warehouse', match: true, tables: [t] }, { sink: 'search', match: false, tables: [{ ...t, match: false, missing: 1 }] }] }, 1)).toMatchObject({ outcome: 'diverged', exitCode: 1 });
+    expect(
+      finishReport(
+        {
+          ...base,
+          verdicts: [
+            { sink: 'warehouse', match: true, tables: [t] },
+            { sink: 'search', match: false, tables: [{ ...t, match: false, missing: 1 }] },
+          ],
+        },
+        1,
+      ),
+    ).toMatchObject({ outcome: 'diverged', exitCode: 1 });
     expect(finishReport({ ...base, outcome: 'failed', reason: 'boom' }, 1)).toEqual({ ...base, outcome: 'failed', reason: 'boom', exitCode: 1 });
   });
 });
@@ -161,7 +231,13 @@ describe('a long phase is never silent', () => {
     let t = 0;
     let finish: (v: string) => void = () => undefined;
     const work = new Promise<string>((r) => (finish = r));
-    const done = whileWorking((x) => printed.push(x), 'comparing source and warehouse', work, 20, () => (t += 10_000));
+    const done = whileWorking(
+      (x) => printed.push(x),
+      'comparing source and warehouse',
+      work,
+      20,
+      () => (t += 10_000),
+    );
     await new Promise((r) => setTimeout(r, 70));
     finish('verdict');
     expect(await done).toBe('verdict');

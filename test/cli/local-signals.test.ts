@@ -5,7 +5,10 @@ describe('StopSignals (docs/local.md, "Stopping")', () => {
   it('the first signal asks for a clean stop: requested resolves, abort fires, a line says what happens; nothing exits', async () => {
     const said: string[] = [];
     const exits: number[] = [];
-    const s = new StopSignals((t) => said.push(t), (c) => void exits.push(c));
+    const s = new StopSignals(
+      (t) => said.push(t),
+      (c) => void exits.push(c),
+    );
     expect(s.signal).toBeNull();
     expect(s.abort.signal.aborted).toBe(false);
     s.receive('SIGTERM');
@@ -18,7 +21,10 @@ describe('StopSignals (docs/local.md, "Stopping")', () => {
 
   it('a second signal tells the servers to stop and exits with 130, even when telling them fails', () => {
     const order: string[] = [];
-    const s = new StopSignals(() => undefined, (c) => void order.push(`exit ${c}`));
+    const s = new StopSignals(
+      () => undefined,
+      (c) => void order.push(`exit ${c}`),
+    );
     s.onForce(() => {
       order.push('force');
       throw new Error('a server was gone already');
@@ -33,7 +39,10 @@ describe('StopSignals (docs/local.md, "Stopping")', () => {
   it('lines go where sayWith points them; install and uninstall add and remove the process listeners', () => {
     const first: string[] = [];
     const later: string[] = [];
-    const s = new StopSignals((t) => first.push(t), () => undefined);
+    const s = new StopSignals(
+      (t) => first.push(t),
+      () => undefined,
+    );
     const before = [process.listenerCount('SIGINT'), process.listenerCount('SIGTERM')];
     s.install();
     expect([process.listenerCount('SIGINT'), process.listenerCount('SIGTERM')]).toEqual([before[0]! + 1, before[1]! + 1]);

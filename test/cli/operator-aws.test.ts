@@ -21,8 +21,18 @@ import { sigV4Signature, startOperatorFrontDoor, type FrontDoorStandIn, type Sta
 
 const REGION = 'eu-west-1';
 const TABLE = 'cdc-control-aws-door';
-const viewer: StandInPrincipal = { accessKeyId: 'AKIAVIEWER0000000001', secretAccessKey: 'viewer-secret-key-for-tests-only', arn: 'arn:aws:sts::111111111111:assumed-role/cdc-viewer/alice', allow: [] };
-const oncall: StandInPrincipal = { accessKeyId: 'AKIAONCALL0000000002', secretAccessKey: 'oncall-secret-key-for-tests-only', arn: 'arn:aws:sts::111111111111:assumed-role/cdc-oncall/bob', allow: [] };
+const viewer: StandInPrincipal = {
+  accessKeyId: 'AKIAVIEWER0000000001',
+  secretAccessKey: 'viewer-secret-key-for-tests-only',
+  arn: 'arn:aws:sts::111111111111:assumed-role/cdc-viewer/alice',
+  allow: [],
+};
+const oncall: StandInPrincipal = {
+  accessKeyId: 'AKIAONCALL0000000002',
+  secretAccessKey: 'oncall-secret-key-for-tests-only',
+  arn: 'arn:aws:sts::111111111111:assumed-role/cdc-oncall/bob',
+  allow: [],
+};
 
 /** The commands that write an audit entry: the only ones that take --actor. */
 const WRITES = new Set(['pause', 'resume', 'resnapshot', 'rebuild']);
@@ -42,7 +52,11 @@ async function as(who: { accessKeyId: string; secretAccessKey: string }, ...args
   let err = '';
   stdout.on('data', (d: Buffer) => (out += d.toString()));
   stderr.on('data', (d: Buffer) => (err += d.toString()));
-  const code = await main([...args, '--url', door.url, '--region', REGION, ...(WRITES.has(args[0]!) ? ['--actor', 'typed by the caller'] : [])], { stdin: new PassThrough(), stdout, stderr });
+  const code = await main([...args, '--url', door.url, '--region', REGION, ...(WRITES.has(args[0]!) ? ['--actor', 'typed by the caller'] : [])], {
+    stdin: new PassThrough(),
+    stdout,
+    stderr,
+  });
   return { code, out, err };
 }
 
@@ -52,8 +66,29 @@ beforeAll(async () => {
   await createControlTable(client, TABLE);
   cp = new DynamoDbControlPlane(client, TABLE);
   const at = new Date(Date.now() - 60_000).toISOString();
-  const rec: TableRecord = { source: 'shop', table: 'public.orders', state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at };
-  await cp.registerTable(rec, { source: 'shop', table: 'public.orders', version: 1, columns: [{ name: 'id', type: 'integer', nullable: false }], key: ['id'], effectivePosition: makePosition(1n, 0), registeredAt: at }, { at, actor: 'test', action: 'register', source: 'shop', table: 'public.orders', outcome: 'done', detail: {} });
+  const rec: TableRecord = {
+    source: 'shop',
+    table: 'public.orders',
+    state: 'active',
+    currentVersion: 1,
+    deleteMode: 'soft',
+    preImage: 'key',
+    stateReason: null,
+    updatedAt: at,
+  };
+  await cp.registerTable(
+    rec,
+    {
+      source: 'shop',
+      table: 'public.orders',
+      version: 1,
+      columns: [{ name: 'id', type: 'integer', nullable: false }],
+      key: ['id'],
+      effectivePosition: makePosition(1n, 0),
+      registeredAt: at,
+    },
+    { at, actor: 'test', action: 'register', source: 'shop', table: 'public.orders', outcome: 'done', detail: {} },
+  );
   // The operator Lambda's entry point, configured as the construct configures it.
   process.env[EnvName.CONTROL_TABLE] = TABLE;
   process.env[EnvName.CHANGE_LOG_RETENTION_MS] = String(24 * 3_600_000);
@@ -103,7 +138,9 @@ describe('cdc on AWS through the operator API (local stand-in of the front door)
     const before = door.log.length;
     const pause = await as(viewer, 'pause', 'public.orders', '--for', '10m', '--reason', 'not mine to pause');
     expect(pause.code).toBe(3);
-    expect(pause.err).toContain(`cdc pause: refused (NOT_AUTHORIZED): the operator API refused /operate/pause: User: ${viewer.arn} is not authorized to perform: execute-api:Invoke on resource: ${door.routeArn('/operate/pause')}`);
+    expect(pause.err).toContain(
+      `cdc pause: refused (NOT_AUTHORIZED): the operator API refused /operate/pause: User: ${viewer.arn} is not authorized to perform: execute-api:Invoke on resource: ${door.routeArn('/operate/pause')}`,
+    );
     expect(door.log.slice(before)).toEqual([{ route: '/operate/pause', caller: viewer.arn, status: 403 }]);
     expect((await cp.getTable('shop', 'public.orders'))?.state).toBe('active');
     expect((await cp.listAudit('shop', 'public.orders')).filter((e) => e.action === 'pause')).toEqual([]);
@@ -116,7 +153,9 @@ describe('cdc on AWS through the operator API (local stand-in of the front door)
     const audit = await as(oncall, 'audit', '--table', 'public.orders', '--json');
     expect(audit.code, audit.err).toBe(0);
     const entries = (JSON.parse(audit.out) as AuditEntry[]).filter((e) => e.action === 'pause');
-    expect(entries).toEqual([expect.objectContaining({ actor: oncall.arn, outcome: 'done', detail: expect.objectContaining({ note: 'typed by the caller', reason: 'maintenance' }) })]);
+    expect(entries).toEqual([
+      expect.objectContaining({ actor: oncall.arn, outcome: 'done', detail: expect.objectContaining({ note: 'typed by the caller', reason: 'maintenance' }) }),
+    ]);
     const accept = await as(oncall, 'resume', 'public.orders', '--accept-schema');
     expect(accept.code).toBe(3);
     expect(accept.err).toContain('refused (NOT_AUTHORIZED): the operator API refused /destructive/accept-schema');

@@ -50,7 +50,19 @@ async function run(...args: string[]): Promise<{ code: number; out: string; err:
 async function register(table: string): Promise<void> {
   const at = new Date(Date.now() - 60_000).toISOString();
   const rec: TableRecord = { source: 'shop', table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at };
-  await cp.registerTable(rec, { source: 'shop', table, version: 1, columns: [{ name: 'id', type: 'integer', nullable: false }], key: ['id'], effectivePosition: makePosition(1n, 0), registeredAt: at }, { at, actor: 'test', action: 'register', source: 'shop', table, outcome: 'done', detail: {} });
+  await cp.registerTable(
+    rec,
+    {
+      source: 'shop',
+      table,
+      version: 1,
+      columns: [{ name: 'id', type: 'integer', nullable: false }],
+      key: ['id'],
+      effectivePosition: makePosition(1n, 0),
+      registeredAt: at,
+    },
+    { at, actor: 'test', action: 'register', source: 'shop', table, outcome: 'done', detail: {} },
+  );
 }
 
 beforeAll(async () => {
@@ -91,11 +103,16 @@ afterAll(async () => {
 
 describe('the CLI → operator API path (the Lambda handler in process, JSON in and out)', () => {
   const door = (actions?: string) => {
-    const handler = createOperatorHandler({ control: cp, env: { [EnvName.CHANGE_LOG_RETENTION_MS]: String(24 * 3_600_000), ...(actions ? { [EnvName.OPERATOR_ACTIONS]: actions } : {}) }, logger: quiet });
+    const handler = createOperatorHandler({
+      control: cp,
+      env: { [EnvName.CHANGE_LOG_RETENTION_MS]: String(24 * 3_600_000), ...(actions ? { [EnvName.OPERATOR_ACTIONS]: actions } : {}) },
+      logger: quiet,
+    });
     return async () => ({
       running: true,
       // What the front door hands the function: the route, the caller it established, the JSON body.
-      invoke: async (path: string, body: unknown) => JSON.parse(JSON.stringify(await handler({ path, caller: 'tester', body: JSON.parse(JSON.stringify(body)) }))),
+      invoke: async (path: string, body: unknown) =>
+        JSON.parse(JSON.stringify(await handler({ path, caller: 'tester', body: JSON.parse(JSON.stringify(body)) }))),
       close: async () => undefined,
     });
   };
@@ -107,7 +124,9 @@ describe('the CLI → operator API path (the Lambda handler in process, JSON in 
     expect(ok.out).toMatch(/^shop\/public\.orders paused until \S+: its events keep entering the change log/);
     const refused = await run('pause', 'public.items', '--for', '400d', '--reason', 'too long', '--url', API_URL, '--json');
     expect(refused.code).toBe(3);
-    expect(refused.err).toMatch(/^cdc pause: refused \(PAUSE_OUTLIVES_RETENTION\): a pause of 400d would outlive the change log's retention \(1d\).*\n  what to do: pause for less than 1d/);
+    expect(refused.err).toMatch(
+      /^cdc pause: refused \(PAUSE_OUTLIVES_RETENTION\): a pause of 400d would outlive the change log's retention \(1d\).*\n  what to do: pause for less than 1d/,
+    );
     expect(JSON.parse(refused.out)).toMatchObject({ outcome: 'refused', code: 'PAUSE_OUTLIVES_RETENTION' });
     const resnap = await run('resnapshot', 'public.items', '--reason', 'gap', '--url', API_URL);
     expect(resnap.code, resnap.err).toBe(0);
@@ -148,7 +167,11 @@ describe('the CLI → operator API path (the Lambda handler in process, JSON in 
     expect(refused.err).toMatch(/^cdc rebuild: refused \(REBUILD_NOT_AVAILABLE\): this operator door has no rebuild worker wired/);
     expect(JSON.parse(refused.out)).toMatchObject({ outcome: 'refused', action: 'rebuild', code: 'REBUILD_NOT_AVAILABLE' });
     const audit = (JSON.parse((await run('audit', '--json', '--url', API_URL)).out) as AuditEntry[]).filter((e) => e.action === 'rebuild');
-    expect(audit.at(-1)).toMatchObject({ table: 'public.orders', outcome: 'refused', detail: { code: 'REBUILD_NOT_AVAILABLE', sink: 'warehouse', rehearse: false } });
+    expect(audit.at(-1)).toMatchObject({
+      table: 'public.orders',
+      outcome: 'refused',
+      detail: { code: 'REBUILD_NOT_AVAILABLE', sink: 'warehouse', rehearse: false },
+    });
     expect((await run('rebuild', 'public.orders', '--from', 'yesterday', '--url', API_URL)).code).toBe(2);
     const help = await run('rebuild', '--help');
     expect(help.out).toMatch(/^Usage: cdc rebuild TABLE \[--sink ID\] \[--from POSITION\] \[--rehearse\]/);
@@ -157,12 +180,23 @@ describe('the CLI → operator API path (the Lambda handler in process, JSON in 
   it('answers a malformed payload with an error naming the field', async () => {
     const handler = createOperatorHandler({ control: cp, env: { [EnvName.CHANGE_LOG_RETENTION_MS]: '1000' }, logger: quiet });
     const call = (path: string, body: unknown) => handler({ path, caller: 'x', body });
-    expect(await call('/operate/pause', { request: { action: 'pause', table: 'public.orders', durationMs: -5, reason: 'r' } })).toEqual({ ok: false, error: { code: 'INVALID_REQUEST', message: 'request.durationMs must be a positive number of milliseconds, got -5' } });
-    expect(await call('/operate/pause', { request: { action: 'drop' } })).toMatchObject({ ok: false, error: { message: expect.stringContaining('request.action must be one of status, pause, resume, resnapshot, audit') } });
+    expect(await call('/operate/pause', { request: { action: 'pause', table: 'public.orders', durationMs: -5, reason: 'r' } })).toEqual({
+      ok: false,
+      error: { code: 'INVALID_REQUEST', message: 'request.durationMs must be a positive number of milliseconds, got -5' },
+    });
+    expect(await call('/operate/pause', { request: { action: 'drop' } })).toMatchObject({
+      ok: false,
+      error: { message: expect.stringContaining('request.action must be one of status, pause, resume, resnapshot, audit') },
+    });
     // Who asks is never read from the body.
-    expect(await call('/read/status', { request: { action: 'status' }, actor: 'someone-else' })).toMatchObject({ ok: false, error: { message: expect.stringContaining('actor is not read from the body') } });
+    expect(await call('/read/status', { request: { action: 'status' }, actor: 'someone-else' })).toMatchObject({
+      ok: false,
+      error: { message: expect.stringContaining('actor is not read from the body') },
+    });
     expect(() => createOperatorHandler({ control: cp, env: {} })).toThrow(/CDC_CHANGE_LOG_RETENTION_MS must be a positive number/);
-    expect(() => createOperatorHandler({ control: cp, env: { [EnvName.CHANGE_LOG_RETENTION_MS]: '1', [EnvName.PAUSE_BUDGETS]: '{"a":-1}' } })).toThrow(/CDC_PAUSE_BUDGETS must be a JSON object/);
+    expect(() => createOperatorHandler({ control: cp, env: { [EnvName.CHANGE_LOG_RETENTION_MS]: '1', [EnvName.PAUSE_BUDGETS]: '{"a":-1}' } })).toThrow(
+      /CDC_PAUSE_BUDGETS must be a JSON object/,
+    );
   });
 
   it('says what is wrong with a command line (exit 2)', async () => {

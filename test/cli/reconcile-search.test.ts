@@ -50,9 +50,25 @@ beforeAll(async () => {
 
   // The folder as a stopped cdc local leaves it: state.json, the control plane's data, the search sink record and the stand-in's index.
   await mkdir(state(), { recursive: true });
-  await writeFile(path.join(state(), 'state.json'), JSON.stringify({ version: 1, createdAt: new Date().toISOString(), postgresDataDir: null, embeddedSource: false, ports: { postgres: null, dynamodb: 1, kinesis: 1 }, pids: { dynamodb: null }, streams: { raw: 'r', changeLog: 'c' }, source: null }));
+  await writeFile(
+    path.join(state(), 'state.json'),
+    JSON.stringify({
+      version: 1,
+      createdAt: new Date().toISOString(),
+      postgresDataDir: null,
+      embeddedSource: false,
+      ports: { postgres: null, dynamodb: 1, kinesis: 1 },
+      pids: { dynamodb: null },
+      streams: { raw: 'r', changeLog: 'c' },
+      source: null,
+    }),
+  );
   const at = new Date().toISOString();
-  const columns = [{ name: 'id', type: 'integer', nullable: false }, { name: 'email', type: 'text', nullable: true }, { name: 'n', type: 'bigint', nullable: true }];
+  const columns = [
+    { name: 'id', type: 'integer', nullable: false },
+    { name: 'email', type: 'text', nullable: true },
+    { name: 'n', type: 'bigint', nullable: true },
+  ];
   const register = async (cp: MemoryControlPlane | DynamoDbControlPlane) =>
     cp.registerTable(
       { source: SOURCE, table: 'public.people', state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at },
@@ -71,8 +87,29 @@ beforeAll(async () => {
   const index = new OpenSearchIndex(searchClient({ node: await standin.start() }));
   const cp = new MemoryControlPlane();
   await register(cp);
-  const applier = createSearchApplier({ controlPlane: cp, search: index, sinkId: 'search', metrics: new Metrics({ namespace: 'test' }), logger: new Logger({ logLevel: 'CRITICAL' }) });
-  const events: ChangeEvent[] = rows.map((r, i) => ({ v: ENVELOPE_VERSION, source: SOURCE, table: 'public.people', op: 'snapshot', key: { id: r.id }, after: { id: r.id, email: maskValue(r.email), n: r.n }, before: null, missing: [], position: makePosition(0x100000000n + BigInt(i + 1), 0), commitTs: at, txId: String(i), schemaVersion: 1, capture: 'slot', synthetic: false }));
+  const applier = createSearchApplier({
+    controlPlane: cp,
+    search: index,
+    sinkId: 'search',
+    metrics: new Metrics({ namespace: 'test' }),
+    logger: new Logger({ logLevel: 'CRITICAL' }),
+  });
+  const events: ChangeEvent[] = rows.map((r, i) => ({
+    v: ENVELOPE_VERSION,
+    source: SOURCE,
+    table: 'public.people',
+    op: 'snapshot',
+    key: { id: r.id },
+    after: { id: r.id, email: maskValue(r.email), n: r.n },
+    before: null,
+    missing: [],
+    position: makePosition(0x100000000n + BigInt(i + 1), 0),
+    commitTs: at,
+    txId: String(i),
+    schemaVersion: 1,
+    capture: 'slot',
+    synthetic: false,
+  }));
   const out = await applier.applyRecords(events.map((e, i) => ({ sequenceNumber: String(i + 1), origin: `t/${i}`, text: JSON.stringify(e) })));
   expect(out.failed).toEqual([]);
   index.client.close();
@@ -89,10 +126,27 @@ afterAll(async () => {
 
 describe('cdc reconcile --sink search', () => {
   it('reconciles the recorded search sink from the stand-in saved index while cdc local is stopped', async () => {
-    const r = await runCdc(['reconcile', '--sink', 'search', '--source', cluster.url(SOURCE), '--source-id', SOURCE, '--table-config', path.join(dir, 'tables.json'), '--settle', '300ms', '--json', '--state-dir', state()]);
+    const r = await runCdc([
+      'reconcile',
+      '--sink',
+      'search',
+      '--source',
+      cluster.url(SOURCE),
+      '--source-id',
+      SOURCE,
+      '--table-config',
+      path.join(dir, 'tables.json'),
+      '--settle',
+      '300ms',
+      '--json',
+      '--state-dir',
+      state(),
+    ]);
     expect(r.code, `${r.out}\n${r.err}`).toBe(0);
     const parsed = JSON.parse(r.out) as { exitCode: number; verdicts: ReconcileVerdict[] };
-    expect(parsed.verdicts.map((v) => [v.sink, v.table, v.verdict, v.sourceRows, v.sinkRows, v.cost.hashScheme])).toEqual([['search', 'public.people', 'MATCH', 300, 300, 'md5-text']]);
+    expect(parsed.verdicts.map((v) => [v.sink, v.table, v.verdict, v.sourceRows, v.sinkRows, v.cost.hashScheme])).toEqual([
+      ['search', 'public.people', 'MATCH', 300, 300, 'md5-text'],
+    ]);
     // The verdict is in the folder's control plane, under the search sink.
     const local = await openLocalControl(state());
     try {
@@ -108,7 +162,7 @@ describe('cdc reconcile --sink search', () => {
     expect(r.err).toMatch(/--search and --warehouse exclude each other/);
   });
 
-  it('takes --source-budget as the pacer\'s write-latency budget, and refuses one that is not a positive percentage (exit 2)', async () => {
+  it("takes --source-budget as the pacer's write-latency budget, and refuses one that is not a positive percentage (exit 2)", async () => {
     expect(parseReconcileArgs(['--source-budget', '25']).budgetLatencyPct).toBe(25);
     expect(parseReconcileArgs([]).budgetLatencyPct).toBeUndefined();
     for (const bad of ['0', '-5', 'lots']) {

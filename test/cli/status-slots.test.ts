@@ -44,7 +44,19 @@ async function run(...args: string[]): Promise<{ code: number; out: string; err:
 async function register(source: string, table: string): Promise<void> {
   const at = new Date().toISOString();
   const rec: TableRecord = { source, table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at };
-  await cp.registerTable(rec, { source, table, version: 1, columns: [{ name: 'id', type: 'integer', nullable: false }], key: ['id'], effectivePosition: makePosition(1n, 0), registeredAt: at }, { at, actor: 'test', action: 'register', source, table, outcome: 'done', detail: {} });
+  await cp.registerTable(
+    rec,
+    {
+      source,
+      table,
+      version: 1,
+      columns: [{ name: 'id', type: 'integer', nullable: false }],
+      key: ['id'],
+      effectivePosition: makePosition(1n, 0),
+      registeredAt: at,
+    },
+    { at, actor: 'test', action: 'register', source, table, outcome: 'done', detail: {} },
+  );
 }
 
 beforeAll(async () => {
@@ -60,10 +72,15 @@ beforeAll(async () => {
   cp = new DynamoDbControlPlane(client, 'cdc-control');
   await register('shop', 'public.orders');
   await register('other', 'public.things');
-  const handler = createOperatorHandler({ control: cp, env: { [EnvName.CHANGE_LOG_RETENTION_MS]: String(24 * 3_600_000) }, logger: { info: () => undefined, warn: () => undefined } });
+  const handler = createOperatorHandler({
+    control: cp,
+    env: { [EnvName.CHANGE_LOG_RETENTION_MS]: String(24 * 3_600_000) },
+    logger: { info: () => undefined, warn: () => undefined },
+  });
   setDoorOpener(async () => ({
     running: true,
-    invoke: async (path: string, body: unknown) => JSON.parse(JSON.stringify(await handler({ path, caller: 'tester', body: JSON.parse(JSON.stringify(body)) }))),
+    invoke: async (path: string, body: unknown) =>
+      JSON.parse(JSON.stringify(await handler({ path, caller: 'tester', body: JSON.parse(JSON.stringify(body)) }))),
     close: async () => undefined,
   }));
 }, 180_000);
@@ -80,10 +97,19 @@ describe('cdc status: the replication slots of each source', () => {
     // The capture's slot, and another tool's slot left inactive while WAL is written after it.
     await sql.query("SELECT pg_create_logical_replication_slot('cdc_shop', 'test_decoding')");
     await sql.query("SELECT pg_create_logical_replication_slot('old_tool', 'test_decoding')");
-    await sql.query("CREATE TABLE junk AS SELECT g, repeat(md5(g::text), 20) AS pad FROM generate_series(1, 40000) g");
-    const monitor = createSlotMonitorHandler({ source: 'shop', slot: 'cdc_shop', walBudgetBytes: 1024 * MIB, connection: { connectionString: cluster.url('shop') }, store: cp, logger: { error: () => undefined, warn: () => undefined, addContext: () => undefined } as never });
+    await sql.query('CREATE TABLE junk AS SELECT g, repeat(md5(g::text), 20) AS pad FROM generate_series(1, 40000) g');
+    const monitor = createSlotMonitorHandler({
+      source: 'shop',
+      slot: 'cdc_shop',
+      walBudgetBytes: 1024 * MIB,
+      connection: { connectionString: cluster.url('shop') },
+      store: cp,
+      logger: { error: () => undefined, warn: () => undefined, addContext: () => undefined } as never,
+    });
     const measured = await monitor();
-    const facts = (await sql.query<{ slot_name: string; lsn: string }>('SELECT slot_name, confirmed_flush_lsn::text AS lsn FROM pg_replication_slots ORDER BY slot_name')).rows;
+    const facts = (
+      await sql.query<{ slot_name: string; lsn: string }>('SELECT slot_name, confirmed_flush_lsn::text AS lsn FROM pg_replication_slots ORDER BY slot_name')
+    ).rows;
     const lsnOf = (s: string) => facts.find((f) => f.slot_name === s)!.lsn;
 
     const json = await run('status', '--json');
@@ -108,7 +134,11 @@ describe('cdc status: the replication slots of each source', () => {
     expect(human.code, human.err).toBe(0);
     const header = human.out.split('\n').find((l) => l.startsWith('SOURCE  SLOT'))!;
     expect(header.split(/\s{2,}/)).toEqual(['SOURCE', 'SLOT', 'OWNER', 'ACTIVE', 'WAL STATUS', 'CONFIRMED', 'RETAINED', 'HEADROOM', 'LEVEL', 'MEASURED']);
-    const row = (slot: string) => human.out.split('\n').find((l) => l.startsWith('shop') && l.split(/\s+/)[1] === slot)!.split(/\s{2,}/);
+    const row = (slot: string) =>
+      human.out
+        .split('\n')
+        .find((l) => l.startsWith('shop') && l.split(/\s+/)[1] === slot)!
+        .split(/\s{2,}/);
     expect(row('cdc_shop').slice(0, 6)).toEqual(['shop', 'cdc_shop', 'capture', 'no', own.walStatus ?? '-', lsnOf('cdc_shop')]);
     expect(row('cdc_shop')[6]).toMatch(/^\d+\.\d MiB$/);
     expect(row('cdc_shop')[7]).toMatch(/^\d+\.\d MiB$/);
@@ -132,8 +162,26 @@ describe('cdc status: the replication slots of each source', () => {
   }, 120_000);
 
   it('names an invalidated capture slot as a stop, and an unreadable stored report as a problem (never a guess)', async () => {
-    const fact = (o: Partial<SlotFact>): SlotFact => ({ name: 'cdc_shop', slotType: 'logical', plugin: 'test_decoding', database: 'shop', active: false, walStatus: 'reserved', invalidationReason: null, restartLsn: '0/1', confirmedFlushLsn: '0/2', retainedBytes: 10, safeWalBytes: null, ...o });
-    const lost = storedSlotReport('shop', 'cdc_shop', assessSlots([fact({ walStatus: 'lost', invalidationReason: 'wal_removed' })], { ownSlot: 'cdc_shop', maxSlotWalKeepSizeBytes: MIB }), new Date());
+    const fact = (o: Partial<SlotFact>): SlotFact => ({
+      name: 'cdc_shop',
+      slotType: 'logical',
+      plugin: 'test_decoding',
+      database: 'shop',
+      active: false,
+      walStatus: 'reserved',
+      invalidationReason: null,
+      restartLsn: '0/1',
+      confirmedFlushLsn: '0/2',
+      retainedBytes: 10,
+      safeWalBytes: null,
+      ...o,
+    });
+    const lost = storedSlotReport(
+      'shop',
+      'cdc_shop',
+      assessSlots([fact({ walStatus: 'lost', invalidationReason: 'wal_removed' })], { ownSlot: 'cdc_shop', maxSlotWalKeepSizeBytes: MIB }),
+      new Date(),
+    );
     expect(lost.stop).toMatch(/^HISTORY_GAP: capture slot cdc_shop was invalidated \(wal_status lost, reason wal_removed\)/);
     expect(storedSlotReport('shop', 'cdc_shop', assessSlots([fact({})], { ownSlot: 'cdc_shop', maxSlotWalKeepSizeBytes: MIB }), new Date()).stop).toBeNull();
     expect(parseStoredSlotReport(JSON.stringify(lost), 'x')).toEqual(lost);
@@ -142,6 +190,10 @@ describe('cdc status: the replication slots of each source', () => {
     const [consumer, shard] = slotReportCheckpoint('other');
     await cp.putCheckpoint(consumer, shard, JSON.stringify({ ...lost, slots: 'nope' }));
     const r = JSON.parse((await run('status', '--json')).out) as StatusReport;
-    expect(r.slots!.find((s) => s.source === 'other')).toEqual({ source: 'other', report: null, problem: 'control plane item slot-monitor:other/report: the stored slot report has no valid slots' });
+    expect(r.slots!.find((s) => s.source === 'other')).toEqual({
+      source: 'other',
+      report: null,
+      problem: 'control plane item slot-monitor:other/report: the stored slot report has no valid slots',
+    });
   });
 });

@@ -26,13 +26,18 @@ describe('the options that name captured tables (cdc local, cdc doctor)', () => 
     const { entries, origin } = await tableSettingEntries({ tables: ['public.a', 'public.b', 'sales.*'], excludeTables: ['sales.tmp_*'], tableConfig: file });
     expect(origin).toBe(file);
     expect(entries).toEqual([{ table: 'public.a', snapshot: false }, { table: 'public.b' }, { match: 'sales.*', excludeTables: ['sales.tmp_*'] }]);
-    expect(await tableSettingEntries({ tables: ['public.b'], excludeTables: [], tableConfig: null })).toEqual({ entries: [{ table: 'public.b' }], origin: '--tables' });
+    expect(await tableSettingEntries({ tables: ['public.b'], excludeTables: [], tableConfig: null })).toEqual({
+      entries: [{ table: 'public.b' }],
+      origin: '--tables',
+    });
   });
 
   it('name the file and the problem when the table-config file is unreadable or not an array', async () => {
     const notArray = path.join(dir, 'object.json');
     writeFileSync(notArray, '{"table":"public.a"}');
-    await expect(tableSettingEntries({ tables: [], excludeTables: [], tableConfig: notArray })).rejects.toThrow(`--table-config ${notArray}: expected a JSON array of table settings`);
+    await expect(tableSettingEntries({ tables: [], excludeTables: [], tableConfig: notArray })).rejects.toThrow(
+      `--table-config ${notArray}: expected a JSON array of table settings`,
+    );
     const broken = path.join(dir, 'broken.json');
     writeFileSync(broken, '[{');
     await expect(tableSettingEntries({ tables: [], excludeTables: [], tableConfig: broken })).rejects.toThrow(`--table-config ${broken}:`);

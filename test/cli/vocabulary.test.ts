@@ -34,7 +34,8 @@ function recordingDoor(seen: Array<{ path: string; body: OperatorBody }>): () =>
     close: async () => undefined,
     invoke: async (path, body) => {
       seen.push({ path, body });
-      if (body.request.action === 'status') return { ok: true, result: { at: '2026-12-06T00:00:00.000Z', changeLogRetentionMs: 86_400_000, endToEndLag: [], tables: [] } };
+      if (body.request.action === 'status')
+        return { ok: true, result: { at: '2026-12-06T00:00:00.000Z', changeLogRetentionMs: 86_400_000, endToEndLag: [], tables: [] } };
       if (body.request.action === 'audit') return { ok: true, result: [] };
       return { ok: true, result: { outcome: 'accepted', action: body.request.action, message: 'done' } as never };
     },
@@ -74,7 +75,8 @@ describe('one vocabulary', () => {
     const takes = (name: string, f: unknown): boolean => COMMANDS.find((c) => c.spec.name === name)!.spec.options.some((o) => o?.flag === f);
     for (const name of ['pause', 'resume', 'resnapshot', 'rebuild']) expect(takes(name, VOCABULARY.actor), name).toBe(true);
     for (const name of ['status', 'audit', 'decode', 'local', 'doctor', 'reconcile']) expect(takes(name, VOCABULARY.actor), name).toBe(false);
-    for (const name of ['status', 'audit', 'pause', 'resume', 'resnapshot', 'rebuild', 'local', 'doctor', 'reconcile']) expect(takes(name, VOCABULARY.json), name).toBe(true);
+    for (const name of ['status', 'audit', 'pause', 'resume', 'resnapshot', 'rebuild', 'local', 'doctor', 'reconcile'])
+      expect(takes(name, VOCABULARY.json), name).toBe(true);
     // --source is a database URL wherever it is taken; the source id is --source-id.
     for (const c of COMMANDS) if (takes(c.spec.name, VOCABULARY.source)) expect(['local', 'doctor', 'reconcile']).toContain(c.spec.name);
   });
@@ -160,7 +162,9 @@ describe('docs/operations.md', () => {
 
 describe('cdc status shows snapshot progress in rows, as the board does', () => {
   it('rows done of the estimate and the throttle, the ETA only while running; chunks only when no rows are reported', () => {
-    expect(snapshotCell({ state: 'running', chunksDone: 32, chunksTotal: null, rows: 2538, eta: '146 s', detail: '2538/5000 rows, paused' })).toBe('running 2538/5000 rows, paused ETA 146 s');
+    expect(snapshotCell({ state: 'running', chunksDone: 32, chunksTotal: null, rows: 2538, eta: '146 s', detail: '2538/5000 rows, paused' })).toBe(
+      'running 2538/5000 rows, paused ETA 146 s',
+    );
     expect(snapshotCell({ state: 'done', chunksDone: 50, rows: 5000, eta: '0 s', detail: '5000/5000 rows, idle' })).toBe('done 5000/5000 rows, idle');
     expect(snapshotCell({ state: 'running', rows: 10 })).toBe('running 10 rows');
     expect(snapshotCell({ state: 'queued', chunksDone: 0 })).toBe('queued 0/? chunks');

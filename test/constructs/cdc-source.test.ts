@@ -43,9 +43,13 @@ describe('CdcSource', () => {
       ['sales', 'orders', 'include'],
       ['cdc', 'cdc_heartbeat', 'include'],
     ]);
-    const removed = rules.filter((r) => r['rule-action'] === 'remove-column').map((r) => `${r['object-locator']['table-name']}.${r['object-locator']['column-name']}`);
+    const removed = rules
+      .filter((r) => r['rule-action'] === 'remove-column')
+      .map((r) => `${r['object-locator']['table-name']}.${r['object-locator']['column-name']}`);
     expect(removed).toEqual(['customers.ssn', 'orders.notes', 'orders.internal_code']);
-    const masked = rules.filter((r) => r['rule-action'] === 'data-masking-hash-mask').map((r) => `${r['object-locator']['table-name']}.${r['object-locator']['column-name']}`);
+    const masked = rules
+      .filter((r) => r['rule-action'] === 'data-masking-hash-mask')
+      .map((r) => `${r['object-locator']['table-name']}.${r['object-locator']['column-name']}`);
     expect(masked).toEqual(['customers.email', 'customers.phone']);
     // Each mask is preceded (lower rule id) by a widening of the same column to a wide string.
     for (const mask of rules.filter((r) => r['rule-action'] === 'data-masking-hash-mask')) {
@@ -69,7 +73,9 @@ describe('CdcSource', () => {
     const t = Template.fromStack(f.stack);
     const rules = mappingsOf(t);
     expect(rules.map((r) => r['rule-id'])).toEqual(rules.map((_, i) => String(i + 1)));
-    expect(rules.filter((r) => r['rule-type'] === 'selection').map((r) => [r['object-locator']['schema-name'], r['object-locator']['table-name'], r['rule-action']])).toEqual([
+    expect(
+      rules.filter((r) => r['rule-type'] === 'selection').map((r) => [r['object-locator']['schema-name'], r['object-locator']['table-name'], r['rule-action']]),
+    ).toEqual([
       ['public', 'customers', 'include'],
       // DMS wildcards: % for *, and _ (itself a one-character wildcard in DMS) as a literal [_].
       ['public', '%', 'include'],
@@ -102,13 +108,29 @@ describe('CdcSource', () => {
 
   test('capture by pattern: rules that would mean something else on DMS are refused at synth, naming the table and rule', () => {
     const refuse = (tables: CapturedTable[]) => () => ordersSource(fixture(), { tables });
-    expect(refuse([CapturedTable.of('public.customers', { mask: ['email'] }), CapturedTable.matching('public.*', { mask: ['phone'] })])).toThrow(/table public\.customers is declared alone but also matches rule public\.\*, whose column rules \(phone\) DMS would apply to it too/);
-    expect(refuse([CapturedTable.of('public.audit_log'), CapturedTable.matching('public.*', { exclude: ['public.audit_*'] })])).toThrow(/table public\.audit_log is declared alone but rule public\.\* excludes it/);
-    expect(refuse([CapturedTable.matching('public.*', { mask: ['email'] }), CapturedTable.matching('public.a*')])).toThrow(/rules public\.\* and public\.a\* may match the same table/);
-    expect(refuse([CapturedTable.matching('public.*', { exclude: ['public.cdc_*'] })])).toThrow(/table public\.cdc_heartbeat is declared alone but rule public\.\* excludes it/);
+    expect(refuse([CapturedTable.of('public.customers', { mask: ['email'] }), CapturedTable.matching('public.*', { mask: ['phone'] })])).toThrow(
+      /table public\.customers is declared alone but also matches rule public\.\*, whose column rules \(phone\) DMS would apply to it too/,
+    );
+    expect(refuse([CapturedTable.of('public.audit_log'), CapturedTable.matching('public.*', { exclude: ['public.audit_*'] })])).toThrow(
+      /table public\.audit_log is declared alone but rule public\.\* excludes it/,
+    );
+    expect(refuse([CapturedTable.matching('public.*', { mask: ['email'] }), CapturedTable.matching('public.a*')])).toThrow(
+      /rules public\.\* and public\.a\* may match the same table/,
+    );
+    expect(refuse([CapturedTable.matching('public.*', { exclude: ['public.cdc_*'] })])).toThrow(
+      /table public\.cdc_heartbeat is declared alone but rule public\.\* excludes it/,
+    );
     expect(refuse([CapturedTable.matching('public.orders-*')])).toThrow(/table pattern "public\.orders-\*" must be 'schemaGlob\.tableGlob'/);
     // Allowed: a broad rule that excludes the narrower one, which masks; a declared table the rule also matches, without column rules.
-    expect(() => ordersSource(fixture(), { tables: [CapturedTable.matching('public.*', { exclude: ['public.audit_*'] }), CapturedTable.matching('public.audit_*', { mask: ['actor_email'] }), CapturedTable.of('public.orders')] })).not.toThrow();
+    expect(() =>
+      ordersSource(fixture(), {
+        tables: [
+          CapturedTable.matching('public.*', { exclude: ['public.audit_*'] }),
+          CapturedTable.matching('public.audit_*', { mask: ['actor_email'] }),
+          CapturedTable.of('public.orders'),
+        ],
+      }),
+    ).not.toThrow();
   });
 
   test('replication task: cdc from the slot position, settings that stop rather than drop', () => {
@@ -124,7 +146,16 @@ describe('CdcSource', () => {
     expect(settings.BeforeImageSettings).toEqual({ EnableBeforeImage: true, FieldName: 'before-image', ColumnFilter: 'pk-only' });
     expect(settings.TargetMetadata).toMatchObject({ BatchApplyEnabled: false, FullLobMode: false, LimitedSizeLobMode: true, LobMaxSize: 64 });
     const errors = settings.ErrorBehavior!;
-    for (const key of ['DataErrorPolicy', 'DataTruncationErrorPolicy', 'DataMaskingErrorPolicy', 'TableErrorPolicy', 'ApplyErrorDeletePolicy', 'ApplyErrorInsertPolicy', 'ApplyErrorUpdatePolicy', 'EventErrorPolicy']) {
+    for (const key of [
+      'DataErrorPolicy',
+      'DataTruncationErrorPolicy',
+      'DataMaskingErrorPolicy',
+      'TableErrorPolicy',
+      'ApplyErrorDeletePolicy',
+      'ApplyErrorInsertPolicy',
+      'ApplyErrorUpdatePolicy',
+      'EventErrorPolicy',
+    ]) {
       expect(errors[key], key).toBe('STOP_TASK');
     }
     expect(errors.FailOnNoTablesCaptured).toBe(true);
@@ -231,7 +262,10 @@ describe('CdcSource', () => {
     expect(env.POWERTOOLS_METRICS_NAMESPACE).toBe('CdcPlatform');
     expect(fn.Properties).toMatchObject({ Runtime: 'nodejs24.x', Architectures: ['arm64'], Handler: 'index.handler', TracingConfig: { Mode: 'Active' } });
     // The normalizer's dead-letter queue: the source's own key (docs/deploy.md, "Keys").
-    t.hasResourceProperties('AWS::SQS::Queue', { KmsMasterKeyId: { 'Fn::GetAtt': [Match.stringLikeRegexp('^OrdersKey'), 'Arn'] }, MessageRetentionPeriod: 1209600 });
+    t.hasResourceProperties('AWS::SQS::Queue', {
+      KmsMasterKeyId: { 'Fn::GetAtt': [Match.stringLikeRegexp('^OrdersKey'), 'Arn'] },
+      MessageRetentionPeriod: 1209600,
+    });
   });
 
   test('heartbeat writer: every minute, six beats, in the VPC with the source security group', () => {
@@ -240,11 +274,23 @@ describe('CdcSource', () => {
     const t = Template.fromStack(f.stack);
     t.hasResourceProperties('AWS::Events::Rule', {
       ScheduleExpression: 'rate(1 minute)',
-      Targets: [Match.objectLike({ Arn: { 'Fn::GetAtt': [Match.stringLikeRegexp('^OrdersHeartbeatWriter'), 'Arn'] }, RetryPolicy: { MaximumRetryAttempts: 0, MaximumEventAgeInSeconds: 60 } })],
+      Targets: [
+        Match.objectLike({
+          Arn: { 'Fn::GetAtt': [Match.stringLikeRegexp('^OrdersHeartbeatWriter'), 'Arn'] },
+          RetryPolicy: { MaximumRetryAttempts: 0, MaximumEventAgeInSeconds: 60 },
+        }),
+      ],
     });
     const fn = resourcesOf(t, 'AWS::Lambda::Function').find(([id]) => id.startsWith('OrdersHeartbeatWriter'))![1];
-    expect((fn.Properties.Environment as { Variables: Record<string, unknown> }).Variables).toMatchObject({ CDC_HEARTBEAT_BEATS: '6', CDC_SOURCE_ID: 'orders', CDC_SOURCE_SECRET_ARN: f.stack.resolve(f.heartbeatSecret.secretArn), CDC_SOURCE_SSL_MODE: 'verify-full' });
-    expect(fn.Properties.VpcConfig).toMatchObject({ SecurityGroupIds: [{ 'Fn::GetAtt': [expect.stringMatching(/^OrdersHeartbeatWriterSecurityGroup/), 'GroupId'] }] });
+    expect((fn.Properties.Environment as { Variables: Record<string, unknown> }).Variables).toMatchObject({
+      CDC_HEARTBEAT_BEATS: '6',
+      CDC_SOURCE_ID: 'orders',
+      CDC_SOURCE_SECRET_ARN: f.stack.resolve(f.heartbeatSecret.secretArn),
+      CDC_SOURCE_SSL_MODE: 'verify-full',
+    });
+    expect(fn.Properties.VpcConfig).toMatchObject({
+      SecurityGroupIds: [{ 'Fn::GetAtt': [expect.stringMatching(/^OrdersHeartbeatWriterSecurityGroup/), 'GroupId'] }],
+    });
     expect(fn.Properties.Timeout).toBe(80);
   });
 
@@ -253,7 +299,13 @@ describe('CdcSource', () => {
     ordersSource(f, { slotName: 'orders_slot', slotRemovalPolicy: RemovalPolicy.DESTROY });
     const t = Template.fromStack(f.stack);
     const slot = onlyResource(t, 'Custom::CdcReplicationSlot');
-    expect(slot.Properties).toMatchObject({ Action: 'prepare-slot', SlotName: 'orders_slot', DatabaseName: 'orders', RemoveSlotOnDelete: 'true', ServiceTimeout: '960' });
+    expect(slot.Properties).toMatchObject({
+      Action: 'prepare-slot',
+      SlotName: 'orders_slot',
+      DatabaseName: 'orders',
+      RemoveSlotOnDelete: 'true',
+      ServiceTimeout: '960',
+    });
     const starter = onlyResource(t, 'Custom::CdcReplicationTaskStarter');
     expect(starter.Properties).toMatchObject({ Action: 'start-task', TaskArn: { Ref: expect.stringMatching(/^OrdersReplicationTask/) } });
     // Both carry the same hash of mappings and settings, so a change reaches both.
@@ -267,11 +319,18 @@ describe('CdcSource', () => {
       },
     });
     t.hasResourceProperties('AWS::IAM::Policy', {
-      PolicyDocument: { Statement: [Match.objectLike({ Action: ['dms:StartReplicationTask', 'dms:StopReplicationTask'], Resource: { Ref: Match.stringLikeRegexp('^OrdersReplicationTask') } })] },
+      PolicyDocument: {
+        Statement: [
+          Match.objectLike({
+            Action: ['dms:StartReplicationTask', 'dms:StopReplicationTask'],
+            Resource: { Ref: Match.stringLikeRegexp('^OrdersReplicationTask') },
+          }),
+        ],
+      },
     });
   });
 
-  test('late column rules: a Custom::CdcColumnRules resource carries every table\'s and rule\'s masks, exclusions and acknowledgements, ordered before the slot and the config readers, the starter after them', () => {
+  test("late column rules: a Custom::CdcColumnRules resource carries every table's and rule's masks, exclusions and acknowledgements, ordered before the slot and the config readers, the starter after them", () => {
     const f = fixture();
     ordersSource(f, {
       tables: [
@@ -282,7 +341,11 @@ describe('CdcSource', () => {
     });
     const t = Template.fromStack(f.stack);
     const [[id, resource]] = resourcesOf(t, 'Custom::CdcColumnRules') as [[string, { Properties: Record<string, unknown>; DependsOn?: string[] }]];
-    expect(resource.Properties).toMatchObject({ Action: 'check-column-rules', SourceId: 'orders', ServiceToken: { 'Fn::GetAtt': [expect.stringMatching(/^OrdersTaskLifecycle/), 'Arn'] } });
+    expect(resource.Properties).toMatchObject({
+      Action: 'check-column-rules',
+      SourceId: 'orders',
+      ServiceToken: { 'Fn::GetAtt': [expect.stringMatching(/^OrdersTaskLifecycle/), 'Arn'] },
+    });
     // The handler's own parser reads what the construct writes.
     expect(parseColumnRules(resource.Properties.ColumnRules as string, 'ColumnRules')).toEqual({
       tables: [
@@ -297,14 +360,23 @@ describe('CdcSource', () => {
       return (found[0]![1].DependsOn as string[] | undefined) ?? [];
     };
     expect(dependsOn('Custom::CdcReplicationSlot')).toContain(id);
-    const readers = ['OrdersNormalizer', 'OrdersSnapshotWorker', 'OrdersPollWorker'].map((p) => resourcesOf(t, 'AWS::Lambda::Function').find(([i]) => i.startsWith(p))![0]);
+    const readers = ['OrdersNormalizer', 'OrdersSnapshotWorker', 'OrdersPollWorker'].map(
+      (p) => resourcesOf(t, 'AWS::Lambda::Function').find(([i]) => i.startsWith(p))![0],
+    );
     for (const r of readers) expect(dependsOn('AWS::Lambda::Function', r), r).toContain(id);
     const starter = dependsOn('Custom::CdcReplicationTaskStarter');
     for (const r of readers) expect(starter).toContain(r);
     expect(onlyResource(t, 'Custom::CdcReplicationTaskStarter').Properties.SourceId).toBe('orders');
     // Its grants: the schemas (a rule's columns count where they exist), its digest checkpoint, snapshot requests.
-    const lifecycle = policyDocuments(t).filter((d) => d.where.startsWith('OrdersTaskLifecycle')).flatMap((d) => d.doc.Statement);
-    const keys = (action: string) => lifecycle.filter((st) => [st.Action].flat().includes(action)).flatMap((st) => (st.Condition as { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': string[] } })['ForAllValues:StringLike']['dynamodb:LeadingKeys']);
+    const lifecycle = policyDocuments(t)
+      .filter((d) => d.where.startsWith('OrdersTaskLifecycle'))
+      .flatMap((d) => d.doc.Statement);
+    const keys = (action: string) =>
+      lifecycle
+        .filter((st) => [st.Action].flat().includes(action))
+        .flatMap(
+          (st) => (st.Condition as { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': string[] } })['ForAllValues:StringLike']['dynamodb:LeadingKeys'],
+        );
     expect(keys('dynamodb:GetItem')).toEqual(expect.arrayContaining(['SOURCE#orders', 'SCHEMA#orders#*', 'CHECKPOINT#column-rules-orders']));
     expect(keys('dynamodb:PutItem')).toEqual(expect.arrayContaining(['AUDIT', 'SOURCE#orders', 'CHECKPOINT#column-rules-orders']));
     expect(keys('dynamodb:GetItem').some((k) => k.includes('#*') && !k.startsWith('SCHEMA#orders#'))).toBe(false);
@@ -330,7 +402,15 @@ describe('CdcSource', () => {
   test('with the database security group, the source admits itself before preparing the slot', () => {
     const f = fixture();
     const dbSg = new ec2.SecurityGroup(f.stack, 'DbSg', { vpc: f.vpc });
-    ordersSource(f, { database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, securityGroup: dbSg, port: 5433 }) });
+    ordersSource(f, {
+      database: SourceDatabase.postgres({
+        databaseName: 'orders',
+        secret: f.sourceSecret,
+        heartbeatSecret: f.heartbeatSecret,
+        securityGroup: dbSg,
+        port: 5433,
+      }),
+    });
     const t = Template.fromStack(f.stack);
     t.hasResourceProperties('AWS::EC2::SecurityGroupIngress', {
       GroupId: f.stack.resolve(dbSg.securityGroupId),
@@ -340,9 +420,19 @@ describe('CdcSource', () => {
       IpProtocol: 'tcp',
     });
     // The slot step's own group too, whose function prepares the slot.
-    t.hasResourceProperties('AWS::EC2::SecurityGroupIngress', { GroupId: f.stack.resolve(dbSg.securityGroupId), SourceSecurityGroupId: { 'Fn::GetAtt': [Match.stringLikeRegexp('^OrdersTaskLifecycleSecurityGroup'), 'GroupId'] }, FromPort: 5433 });
+    t.hasResourceProperties('AWS::EC2::SecurityGroupIngress', {
+      GroupId: f.stack.resolve(dbSg.securityGroupId),
+      SourceSecurityGroupId: { 'Fn::GetAtt': [Match.stringLikeRegexp('^OrdersTaskLifecycleSecurityGroup'), 'GroupId'] },
+      FromPort: 5433,
+    });
     const slot = resourcesOf(t, 'Custom::CdcReplicationSlot')[0]![1];
-    expect(slot.DependsOn).toEqual(expect.arrayContaining([expect.stringMatching(/^OrdersDatabaseIngress/), expect.stringMatching(/^OrdersTaskLifecycleDatabaseIngress/), expect.stringMatching(/^OrdersTaskLifecycleDatabaseEgress/)]));
+    expect(slot.DependsOn).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(/^OrdersDatabaseIngress/),
+        expect.stringMatching(/^OrdersTaskLifecycleDatabaseIngress/),
+        expect.stringMatching(/^OrdersTaskLifecycleDatabaseEgress/),
+      ]),
+    );
   });
 
   test('changing the captured tables changes the config hash', () => {
@@ -406,20 +496,28 @@ describe('CdcSource', () => {
     });
 
     test('fails on an excluded key column', () => {
-      expect(() => ordersSource(fixture(), { tables: [CapturedTable.of('public.lines', { exclude: ['line_no'], primaryKey: ['order_id', 'line_no'] })] })).toThrow(
-        /^Test\/Orders: table public.lines: key column line_no cannot be excluded/,
-      );
+      expect(() =>
+        ordersSource(fixture(), { tables: [CapturedTable.of('public.lines', { exclude: ['line_no'], primaryKey: ['order_id', 'line_no'] })] }),
+      ).toThrow(/^Test\/Orders: table public.lines: key column line_no cannot be excluded/);
     });
 
     test('fails on a column both masked and excluded, a table twice, a bad table id', () => {
-      expect(() => ordersSource(fixture(), { tables: [CapturedTable.of('public.c', { mask: ['x'], exclude: ['x'] })] })).toThrow(/Test\/Orders: table public.c: column x is both masked and excluded/);
-      expect(() => ordersSource(fixture(), { tables: [CapturedTable.of('public.c'), CapturedTable.of('public.c')] })).toThrow(/Test\/Orders: table public.c is captured twice/);
+      expect(() => ordersSource(fixture(), { tables: [CapturedTable.of('public.c', { mask: ['x'], exclude: ['x'] })] })).toThrow(
+        /Test\/Orders: table public.c: column x is both masked and excluded/,
+      );
+      expect(() => ordersSource(fixture(), { tables: [CapturedTable.of('public.c'), CapturedTable.of('public.c')] })).toThrow(
+        /Test\/Orders: table public.c is captured twice/,
+      );
       expect(() => ordersSource(fixture(), { tables: [CapturedTable.of('customers')] })).toThrow(/Test\/Orders: table id "customers" must be 'schema.table'/);
-      expect(() => ordersSource(fixture(), { tables: [CapturedTable.of('public.c', { mask: ['e-mail'] })] })).toThrow(/Test\/Orders: table public.c: mask column "e-mail" must be a plain identifier/);
+      expect(() => ordersSource(fixture(), { tables: [CapturedTable.of('public.c', { mask: ['e-mail'] })] })).toThrow(
+        /Test\/Orders: table public.c: mask column "e-mail" must be a plain identifier/,
+      );
     });
 
     test('fails when the heartbeat table is declared', () => {
-      expect(() => ordersSource(fixture(), { tables: [CapturedTable.of('public.cdc_heartbeat')] })).toThrow(/Test\/Orders: table public.cdc_heartbeat is the platform's heartbeat table/);
+      expect(() => ordersSource(fixture(), { tables: [CapturedTable.of('public.cdc_heartbeat')] })).toThrow(
+        /Test\/Orders: table public.cdc_heartbeat is the platform's heartbeat table/,
+      );
     });
 
     test('fails on a bad source id or slot name', () => {
@@ -432,13 +530,19 @@ describe('CdcSource', () => {
     });
 
     test('fails on a raw stream retention beyond what Kinesis allows, and on a LOB limit above 1 MiB', () => {
-      expect(() => ordersSource(fixture(), { rawStreamRetention: Duration.days(366) })).toThrow(/Test\/Orders: rawStreamRetention must be between 24 hours and 8760 hours/);
+      expect(() => ordersSource(fixture(), { rawStreamRetention: Duration.days(366) })).toThrow(
+        /Test\/Orders: rawStreamRetention must be between 24 hours and 8760 hours/,
+      );
       expect(() => ordersSource(fixture(), { maxLobSize: Size.mebibytes(2) })).toThrow(/Test\/Orders: maxLobSize must be between 1 KiB and 1 MiB/);
     });
 
     test('fails when the table configuration would exceed the Lambda environment limit', () => {
-      const tables = Array.from({ length: 80 }, (_, i) => CapturedTable.of(`public.table_with_a_long_name_${i}`, { mask: ['email_address'], exclude: ['social_security'] }));
-      expect(() => ordersSource(fixture(), { tables })).toThrow(/Test\/Orders\/Normalizer: the lambda environment is about \d+ bytes, over lambda's 4096-byte limit \(CDC_TABLE_CONFIG alone is/);
+      const tables = Array.from({ length: 80 }, (_, i) =>
+        CapturedTable.of(`public.table_with_a_long_name_${i}`, { mask: ['email_address'], exclude: ['social_security'] }),
+      );
+      expect(() => ordersSource(fixture(), { tables })).toThrow(
+        /Test\/Orders\/Normalizer: the lambda environment is about \d+ bytes, over lambda's 4096-byte limit \(CDC_TABLE_CONFIG alone is/,
+      );
     });
   });
 });

@@ -16,7 +16,7 @@ function changeLog(props: ChangeLogProps = {}): { stack: Stack; log: ChangeLog; 
 }
 
 describe('ChangeLog', () => {
-  test('default stream: on-demand, KMS with the platform\'s own key (rotated, retained), 7 days, retained', () => {
+  test("default stream: on-demand, KMS with the platform's own key (rotated, retained), 7 days, retained", () => {
     const { t, stack, log } = changeLog();
     t.hasResource('AWS::Kinesis::Stream', {
       Properties: {
@@ -31,14 +31,16 @@ describe('ChangeLog', () => {
     t.hasResource('AWS::KMS::Key', { Properties: { EnableKeyRotation: true, Description: Match.stringLikeRegexp('change log') }, DeletionPolicy: 'Retain' });
   });
 
-  test('the platform key encrypts the copier\'s dead-letter queue and log group and the delivery log group; CloudWatch Logs of the region may use it for this account\'s log groups only', () => {
+  test("the platform key encrypts the copier's dead-letter queue and log group and the delivery log group; CloudWatch Logs of the region may use it for this account's log groups only", () => {
     const { t, stack, log } = changeLog();
     const keyArn = stack.resolve(log.encryptionKey!.keyArn);
     const queues = resourcesOf(t, 'AWS::SQS::Queue');
     expect(queues.length).toBeGreaterThan(0);
     for (const [id, q] of queues) expect(q.Properties.KmsMasterKeyId, id).toEqual(keyArn);
     const groups = resourcesOf(t, 'AWS::Logs::LogGroup');
-    expect(groups.map(([id]) => id)).toEqual(expect.arrayContaining([expect.stringMatching(/^LogArchiveCopier/), expect.stringMatching(/^LogArchiveDelivery/)]));
+    expect(groups.map(([id]) => id)).toEqual(
+      expect.arrayContaining([expect.stringMatching(/^LogArchiveCopier/), expect.stringMatching(/^LogArchiveDelivery/)]),
+    );
     for (const [id, g] of groups) expect(g.Properties.KmsKeyId, id).toEqual(keyArn);
     const key = onlyResource(t, 'AWS::KMS::Key', 'LogKey');
     const statements = (key.Properties.KeyPolicy as { Statement: Array<Record<string, unknown>> }).Statement;
@@ -47,7 +49,13 @@ describe('ChangeLog', () => {
         Sid: 'AllowCloudWatchLogsOfThisAccount',
         Effect: 'Allow',
         Principal: { Service: { 'Fn::Join': ['', ['logs.', { Ref: 'AWS::Region' }, '.amazonaws.com']] } },
-        Condition: { ArnLike: { 'kms:EncryptionContext:aws:logs:arn': { 'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':logs:', { Ref: 'AWS::Region' }, ':', { Ref: 'AWS::AccountId' }, ':log-group:*']] } } },
+        Condition: {
+          ArnLike: {
+            'kms:EncryptionContext:aws:logs:arn': {
+              'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':logs:', { Ref: 'AWS::Region' }, ':', { Ref: 'AWS::AccountId' }, ':log-group:*']],
+            },
+          },
+        },
       }),
     );
   });
@@ -60,7 +68,9 @@ describe('ChangeLog', () => {
       VersioningConfiguration: { Status: 'Enabled' },
     });
     const comp = onlyResource(changeLog({ archiveObjectLockMode: s3.ObjectLockMode.COMPLIANCE }).t, 'AWS::S3::Bucket', 'LogArchive');
-    expect(comp.Properties).toMatchObject({ ObjectLockConfiguration: { ObjectLockEnabled: 'Enabled', Rule: { DefaultRetention: { Mode: 'COMPLIANCE', Days: 365 } } } });
+    expect(comp.Properties).toMatchObject({
+      ObjectLockConfiguration: { ObjectLockEnabled: 'Enabled', Rule: { DefaultRetention: { Mode: 'COMPLIANCE', Days: 365 } } },
+    });
   });
 
   test('shardCount selects provisioned mode; a given key encrypts the stream', () => {
@@ -79,7 +89,14 @@ describe('ChangeLog', () => {
     const { t, stack, log } = changeLog({ archiveRetention: Duration.days(395) });
     const archive = onlyResource(t, 'AWS::S3::Bucket', 'LogArchive');
     expect(archive.Properties).toMatchObject({
-      BucketEncryption: { ServerSideEncryptionConfiguration: [{ BucketKeyEnabled: true, ServerSideEncryptionByDefault: { SSEAlgorithm: 'aws:kms', KMSMasterKeyID: stack.resolve(log.archiveEncryptionKey.keyArn) } }] },
+      BucketEncryption: {
+        ServerSideEncryptionConfiguration: [
+          {
+            BucketKeyEnabled: true,
+            ServerSideEncryptionByDefault: { SSEAlgorithm: 'aws:kms', KMSMasterKeyID: stack.resolve(log.archiveEncryptionKey.keyArn) },
+          },
+        ],
+      },
       PublicAccessBlockConfiguration: { BlockPublicAcls: true, BlockPublicPolicy: true, IgnorePublicAcls: true, RestrictPublicBuckets: true },
       VersioningConfiguration: { Status: 'Enabled' },
       LoggingConfiguration: { DestinationBucketName: { Ref: expect.stringMatching(/^LogAccessLogs/) }, LogFilePrefix: 'archive/' },
@@ -146,8 +163,15 @@ describe('ChangeLog', () => {
       resourcesOf(t, 'AWS::IAM::Policy')
         .filter(([id]) => id.startsWith(prefix))
         .flatMap(([, r]) => (r.Properties.PolicyDocument as { Statement: unknown[] }).Statement);
-    expect(statements('Reader')).toContainEqual(expect.objectContaining({ Action: expect.arrayContaining(['kinesis:GetRecords', 'kinesis:GetShardIterator']), Resource: stack.resolve(log.stream.streamArn) }));
-    expect(statements('Writer')).toContainEqual(expect.objectContaining({ Action: expect.arrayContaining(['kinesis:PutRecord', 'kinesis:PutRecords']), Resource: stack.resolve(log.stream.streamArn) }));
+    expect(statements('Reader')).toContainEqual(
+      expect.objectContaining({
+        Action: expect.arrayContaining(['kinesis:GetRecords', 'kinesis:GetShardIterator']),
+        Resource: stack.resolve(log.stream.streamArn),
+      }),
+    );
+    expect(statements('Writer')).toContainEqual(
+      expect.objectContaining({ Action: expect.arrayContaining(['kinesis:PutRecord', 'kinesis:PutRecords']), Resource: stack.resolve(log.stream.streamArn) }),
+    );
   });
 
   test('metric methods carry the stream dimension', () => {
@@ -189,7 +213,9 @@ describe('ChangeLog', () => {
     });
     const statements = resourcesOf(t, 'AWS::IAM::Policy')
       .filter(([, p]) => JSON.stringify(p.Properties.Roles).includes('LogArchiveCopierServiceRole'))
-      .flatMap(([, p]) => (p.Properties.PolicyDocument as { Statement: Array<{ Action: string | string[]; Resource: unknown; Condition?: unknown }> }).Statement);
+      .flatMap(
+        ([, p]) => (p.Properties.PolicyDocument as { Statement: Array<{ Action: string | string[]; Resource: unknown; Condition?: unknown }> }).Statement,
+      );
     const acts = (x: { Action: string | string[] }): string[] => [x.Action].flat();
     const s3Statements = statements.filter((x) => acts(x).some((a) => a.startsWith('s3:')));
     expect(s3Statements.map((x) => [acts(x).sort(), x.Resource, x.Condition ?? null])).toEqual([
@@ -220,7 +246,9 @@ describe('ChangeLog', () => {
       MaximumRecordAgeInSeconds: -1,
       ParallelizationFactor: 1,
     });
-    expect(mapping.DestinationConfig).toEqual({ OnFailure: { Destination: { 'Fn::GetAtt': [expect.stringMatching(/^LogArchiveCopierDeadLetterQueue/), 'Arn'] } } });
+    expect(mapping.DestinationConfig).toEqual({
+      OnFailure: { Destination: { 'Fn::GetAtt': [expect.stringMatching(/^LogArchiveCopierDeadLetterQueue/), 'Arn'] } },
+    });
   });
 
   test('archive copier alarms: iterator age at a quarter of the retention by default (6 hours for a token retention), the on-failure queue, injected actions; the copier can be switched off', () => {
@@ -242,7 +270,11 @@ describe('ChangeLog', () => {
       Dimensions: [{ Name: 'FunctionName', Value: stack.resolve(log.archiveCopier!.functionName) }],
     });
     expect(onlyResource(t, 'AWS::Lambda::EventSourceMapping').Properties.MaximumBatchingWindowInSeconds).toBe(30);
-    expect(onlyResource(t, 'AWS::CloudWatch::Alarm', 'LogArchiveCopierDeadLetterQueueAlarm').Properties).toMatchObject({ MetricName: 'ApproximateNumberOfMessagesVisible', Threshold: 0, AlarmActions: [{ Ref: expect.stringMatching(/^Pager/) }] });
+    expect(onlyResource(t, 'AWS::CloudWatch::Alarm', 'LogArchiveCopierDeadLetterQueueAlarm').Properties).toMatchObject({
+      MetricName: 'ApproximateNumberOfMessagesVisible',
+      Threshold: 0,
+      AlarmActions: [{ Ref: expect.stringMatching(/^Pager/) }],
+    });
     const { t: custom } = changeLog({ alarmArchiveCopierIteratorAgeThreshold: Duration.hours(2) });
     expect(onlyResource(custom, 'AWS::CloudWatch::Alarm', 'LogArchiveCopierIteratorAgeAlarm').Properties.Threshold).toBe(7_200_000);
     const tokenStack = new Stack(newApp(), 'T');
@@ -256,11 +288,15 @@ describe('ChangeLog', () => {
     off.resourceCountIs('AWS::Lambda::EventSourceMapping', 0);
     off.resourceCountIs('AWS::SQS::Queue', 0);
     expect(resourcesOf(off, 'AWS::CloudWatch::Alarm').map(([id]) => id)).toEqual([expect.stringMatching(/^LogArchiveFreshnessAlarm/)]);
-    expect(() => changeLog({ archiveCopierBatchingWindow: Duration.minutes(6) })).toThrow(/S\/Log: archiveCopierBatchingWindow must be at most 5 minutes, got 6 minutes/);
+    expect(() => changeLog({ archiveCopierBatchingWindow: Duration.minutes(6) })).toThrow(
+      /S\/Log: archiveCopierBatchingWindow must be at most 5 minutes, got 6 minutes/,
+    );
   });
 
   test('fails on a retention beyond what Kinesis allows', () => {
-    expect(() => changeLog({ retention: Duration.days(400) })).toThrow(/^S\/Log: retention must be between 24 hours and 8760 hours \(365 days\), the limits of a kinesis stream, got 400 days$/);
+    expect(() => changeLog({ retention: Duration.days(400) })).toThrow(
+      /^S\/Log: retention must be between 24 hours and 8760 hours \(365 days\), the limits of a kinesis stream, got 400 days$/,
+    );
     expect(() => changeLog({ retention: Duration.hours(12) })).toThrow(/S\/Log: retention must be between 24 hours and 8760 hours/);
   });
 
@@ -273,7 +309,9 @@ describe('ChangeLog', () => {
   test('fails on a replica bucket without a replica key, and on partial days', () => {
     const stack = new Stack(newApp(), 'S');
     const replica = s3.Bucket.fromBucketName(stack, 'Replica', 'replica');
-    expect(() => new ChangeLog(stack, 'Log', { archiveReplicaBucket: replica })).toThrow(/S\/Log: archiveReplicaEncryptionKey is required with archiveReplicaBucket/);
+    expect(() => new ChangeLog(stack, 'Log', { archiveReplicaBucket: replica })).toThrow(
+      /S\/Log: archiveReplicaEncryptionKey is required with archiveReplicaBucket/,
+    );
     expect(() => changeLog({ archiveRetention: Duration.hours(36 * 24 + 5) })).toThrow(/archiveRetention must be a whole number of days/);
     expect(() => changeLog({ shardCount: 0 })).toThrow(/S\/Log: shardCount must be an integer from 1 to 100000, got 0/);
   });

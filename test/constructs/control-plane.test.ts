@@ -36,16 +36,27 @@ describe('ControlPlane', () => {
     t.hasResource('AWS::KMS::Key', { Properties: { EnableKeyRotation: true }, DeletionPolicy: 'Retain' });
   });
 
-  test('the operator and status functions and the API access log are on the control plane\'s key, whose policy lets CloudWatch Logs of the region use it', () => {
+  test("the operator and status functions and the API access log are on the control plane's key, whose policy lets CloudWatch Logs of the region use it", () => {
     const stack = new Stack(newApp(), 'S');
     const control = new ControlPlane(stack, 'Control');
     const t = Template.fromStack(stack);
     const keyArn = stack.resolve(control.encryptionKey.keyArn);
     const groups = Object.entries(t.findResources('AWS::Logs::LogGroup'));
-    expect(groups.map(([id]) => id).sort()).toEqual([expect.stringMatching(/^ControlOperatorApiApiAccessLogs/), expect.stringMatching(/^ControlOperatorApiOperatorLogGroup/), expect.stringMatching(/^ControlOperatorApiStatusLogGroup/)]);
+    expect(groups.map(([id]) => id).sort()).toEqual([
+      expect.stringMatching(/^ControlOperatorApiApiAccessLogs/),
+      expect.stringMatching(/^ControlOperatorApiOperatorLogGroup/),
+      expect.stringMatching(/^ControlOperatorApiStatusLogGroup/),
+    ]);
     for (const [id, g] of groups) expect((g as { Properties: { KmsKeyId?: unknown } }).Properties.KmsKeyId, id).toEqual(keyArn);
     t.hasResourceProperties('AWS::KMS::Key', {
-      KeyPolicy: { Statement: Match.arrayWith([Match.objectLike({ Sid: 'AllowCloudWatchLogsOfThisAccount', Principal: { Service: { 'Fn::Join': ['', ['logs.', { Ref: 'AWS::Region' }, '.amazonaws.com']] } } })]) },
+      KeyPolicy: {
+        Statement: Match.arrayWith([
+          Match.objectLike({
+            Sid: 'AllowCloudWatchLogsOfThisAccount',
+            Principal: { Service: { 'Fn::Join': ['', ['logs.', { Ref: 'AWS::Region' }, '.amazonaws.com']] } },
+          }),
+        ]),
+      },
     });
   });
 
@@ -69,7 +80,10 @@ describe('ControlPlane', () => {
     Template.fromStack(stack).hasResourceProperties('AWS::IAM::Policy', {
       PolicyDocument: {
         Statement: Match.arrayWith([
-          Match.objectLike({ Action: Match.arrayWith(['dynamodb:Query', 'dynamodb:PutItem']), Resource: Match.arrayWith([stack.resolve(control.table.tableArn)]) }),
+          Match.objectLike({
+            Action: Match.arrayWith(['dynamodb:Query', 'dynamodb:PutItem']),
+            Resource: Match.arrayWith([stack.resolve(control.table.tableArn)]),
+          }),
           Match.objectLike({ Action: Match.arrayWith(['kms:Decrypt', 'kms:Encrypt']), Resource: stack.resolve(control.encryptionKey.keyArn) }),
         ]),
       },
@@ -83,15 +97,20 @@ describe('ControlPlane', () => {
     const role = new iam.Role(stack, 'Role', { assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com') });
     control.grantReadData(role);
     Template.fromStack(stack).hasResourceProperties('AWS::IAM::Policy', {
-      PolicyDocument: { Statement: Match.arrayWith([Match.objectLike({ Resource: Match.arrayWith(['arn:aws:dynamodb:eu-west-1:111111111111:table/cdc-control']) })]) },
+      PolicyDocument: {
+        Statement: Match.arrayWith([Match.objectLike({ Resource: Match.arrayWith(['arn:aws:dynamodb:eu-west-1:111111111111:table/cdc-control']) })]),
+      },
     });
   });
 });
 
 describe('ControlPlane operator API', () => {
   const policiesOf = (t: Template, rolePrefix: string) =>
-    Object.values(t.findResources('AWS::IAM::Policy')).filter((p) => JSON.stringify((p as { Properties: { Roles: unknown } }).Properties.Roles).includes(rolePrefix)) as Array<{ Properties: { PolicyDocument: { Statement: Array<{ Action: string | string[]; Condition?: unknown; Resource: unknown }> } } }>;
-  const actionsOf = (policies: ReturnType<typeof policiesOf>) => policies.flatMap((p) => p.Properties.PolicyDocument.Statement.flatMap((s) => (Array.isArray(s.Action) ? s.Action : [s.Action])));
+    Object.values(t.findResources('AWS::IAM::Policy')).filter((p) =>
+      JSON.stringify((p as { Properties: { Roles: unknown } }).Properties.Roles).includes(rolePrefix),
+    ) as Array<{ Properties: { PolicyDocument: { Statement: Array<{ Action: string | string[]; Condition?: unknown; Resource: unknown }> } } }>;
+  const actionsOf = (policies: ReturnType<typeof policiesOf>) =>
+    policies.flatMap((p) => p.Properties.PolicyDocument.Statement.flatMap((s) => (Array.isArray(s.Action) ? s.Action : [s.Action])));
 
   test('two functions behind one IAM-authorized REST API: one POST resource per action, read class to the status function', () => {
     const stack = new Stack(newApp(), 'S');
@@ -102,11 +121,19 @@ describe('ControlPlane operator API', () => {
     t.resourceCountIs('AWS::ApiGateway::RestApi', 1);
     t.resourceCountIs('AWS::ApiGatewayV2::Api', 0);
     t.hasResourceProperties('AWS::Lambda::Function', {
-      Environment: { Variables: Match.objectLike({ CDC_OPERATOR_ACTIONS: 'status,pause,resume,resnapshot,audit,rebuild', CDC_CHANGE_LOG_RETENTION_MS: String(7 * 86_400_000), CDC_PAUSE_BUDGETS: JSON.stringify({ orders: 6 * 3_600_000 }) }) },
+      Environment: {
+        Variables: Match.objectLike({
+          CDC_OPERATOR_ACTIONS: 'status,pause,resume,resnapshot,audit,rebuild',
+          CDC_CHANGE_LOG_RETENTION_MS: String(7 * 86_400_000),
+          CDC_PAUSE_BUDGETS: JSON.stringify({ orders: 6 * 3_600_000 }),
+        }),
+      },
     });
     t.hasResourceProperties('AWS::Lambda::Function', { Environment: { Variables: Match.objectLike({ CDC_OPERATOR_ACTIONS: 'status,audit' }) } });
     // Every method: POST, AWS_IAM, Lambda proxy; read routes reach the status function, the others the operator function.
-    const methods = Object.values(t.findResources('AWS::ApiGateway::Method')) as Array<{ Properties: { HttpMethod: string; AuthorizationType: string; ResourceId: unknown; Integration: { Type: string; Uri: unknown } } }>;
+    const methods = Object.values(t.findResources('AWS::ApiGateway::Method')) as Array<{
+      Properties: { HttpMethod: string; AuthorizationType: string; ResourceId: unknown; Integration: { Type: string; Uri: unknown } };
+    }>;
     expect(methods).toHaveLength(OPERATOR_ROUTES.length);
     const resources = t.findResources('AWS::ApiGateway::Resource') as Record<string, { Properties: { PathPart: string; ParentId: unknown } }>;
     const pathOf = (id: unknown): string => {
@@ -126,7 +153,11 @@ describe('ControlPlane operator API', () => {
     const permissions = Object.values(t.findResources('AWS::Lambda::Permission')) as Array<{ Properties: { Principal: string; SourceArn: unknown } }>;
     expect(permissions).toHaveLength(OPERATOR_ROUTES.length);
     for (const p of permissions) expect(p.Properties.Principal).toBe('apigateway.amazonaws.com');
-    t.hasResourceProperties('AWS::ApiGateway::Stage', { StageName: OPERATOR_API_STAGE, AccessLogSetting: Match.objectLike({ Format: Match.stringLikeRegexp('identity.userArn') }), MethodSettings: [Match.objectLike({ LoggingLevel: 'ERROR', DataTraceEnabled: false })] });
+    t.hasResourceProperties('AWS::ApiGateway::Stage', {
+      StageName: OPERATOR_API_STAGE,
+      AccessLogSetting: Match.objectLike({ Format: Match.stringLikeRegexp('identity.userArn') }),
+      MethodSettings: [Match.objectLike({ LoggingLevel: 'ERROR', DataTraceEnabled: false })],
+    });
     const outputs = Object.keys(t.findOutputs('*'));
     expect(outputs.filter((o) => o.includes('OperatorApiUrl'))).toHaveLength(1);
     expect(outputs.filter((o) => o.includes('FunctionName'))).toEqual([]);
@@ -144,7 +175,8 @@ describe('ControlPlane operator API', () => {
     expect(write.Condition).toEqual({ 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['SOURCE#*', 'SINK#*', 'AUDIT', 'REBUILD#*'] } });
     for (const forbidden of ['dynamodb:DeleteItem', 'dynamodb:BatchWriteItem', 'dynamodb:*']) expect(actionsOf(operator)).not.toContain(forbidden);
     const statusActions = actionsOf(status);
-    for (const a of statusActions) expect(a, a).not.toMatch(/^dynamodb:(PutItem|UpdateItem|DeleteItem|BatchWriteItem|ConditionCheckItem)$|^kms:(Encrypt|GenerateDataKey)/);
+    for (const a of statusActions)
+      expect(a, a).not.toMatch(/^dynamodb:(PutItem|UpdateItem|DeleteItem|BatchWriteItem|ConditionCheckItem)$|^kms:(Encrypt|GenerateDataKey)/);
     expect(statusActions).toEqual(expect.arrayContaining(['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:Scan', 'kms:Decrypt']));
   });
 
@@ -175,7 +207,10 @@ describe('ControlPlane operator API', () => {
           });
         })
         .sort();
-    const paths = (...classes: string[]) => OPERATOR_ROUTES.filter((r) => classes.includes(r.actionClass)).map((r) => r.path).sort();
+    const paths = (...classes: string[]) =>
+      OPERATOR_ROUTES.filter((r) => classes.includes(r.actionClass))
+        .map((r) => r.path)
+        .sort();
     expect(invokeRoutes('Viewer')).toEqual(paths('read'));
     expect(invokeRoutes('Oncall')).toEqual(paths('read', 'operate'));
     expect(invokeRoutes('Oncall')).not.toContain('/destructive/accept-schema');
@@ -190,7 +225,11 @@ describe('ControlPlane operator API', () => {
     const control = new ControlPlane(stack, 'Control', { alarmActions: [new cloudwatchActions.SnsAction(topic)] });
     expect(control.alarms).toHaveLength(2);
     const t = Template.fromStack(stack);
-    t.resourcePropertiesCountIs('AWS::CloudWatch::Alarm', { MetricName: 'Errors', Namespace: 'AWS/Lambda', Threshold: 0, AlarmActions: [stack.resolve(topic.topicArn)] }, 2);
+    t.resourcePropertiesCountIs(
+      'AWS::CloudWatch::Alarm',
+      { MetricName: 'Errors', Namespace: 'AWS/Lambda', Threshold: 0, AlarmActions: [stack.resolve(topic.topicArn)] },
+      2,
+    );
     const quiet = new Stack(newApp(), 'Q');
     new ControlPlane(quiet, 'Control', { alarmsEnabled: false });
     Template.fromStack(quiet).resourceCountIs('AWS::CloudWatch::Alarm', 0);

@@ -46,7 +46,10 @@ function normalise(value: unknown): unknown {
 
 /** Every `validation-report.json` under the cloud assembly (the app's and each stage's). */
 function validationReports(dir: string): string[] {
-  return fs.readdirSync(dir, { recursive: true, encoding: 'utf8' }).filter((f) => path.basename(f) === 'validation-report.json').map((f) => path.join(dir, f));
+  return fs
+    .readdirSync(dir, { recursive: true, encoding: 'utf8' })
+    .filter((f) => path.basename(f) === 'validation-report.json')
+    .map((f) => path.join(dir, f));
 }
 
 test('CloudFormation validation reports nothing unacknowledged', () => {
@@ -65,7 +68,10 @@ describe('the DMS service roles', () => {
     expect(roles.sort()).toEqual(['dms-cloudwatch-logs-role', 'dms-vpc-role']);
     for (const name of ['Dev', 'Prod']) {
       const names = resourcesOf(synthesized.get(name)!.template, 'AWS::IAM::Role').map(([, r]) => r.Properties.RoleName);
-      expect(names.filter((n) => typeof n === 'string' && n.startsWith('dms-')), name).toEqual([]);
+      expect(
+        names.filter((n) => typeof n === 'string' && n.startsWith('dms-')),
+        name,
+      ).toEqual([]);
     }
   });
 
@@ -154,7 +160,12 @@ describe.each(['Dev', 'Prod'] as const)('the %s stage', (name) => {
       widgets: Array<{ type: string; properties: { title?: string; alarms?: string[]; annotations?: { horizontal: Array<{ value: number }> } } }>;
     };
     const alarmIds = resourcesOf(template, 'AWS::CloudWatch::Alarm').map(([id]) => `<${id}>`);
-    expect(body.widgets.filter((w) => w.type === 'alarm').flatMap((w) => w.properties.alarms!).sort()).toEqual(alarmIds.sort());
+    expect(
+      body.widgets
+        .filter((w) => w.type === 'alarm')
+        .flatMap((w) => w.properties.alarms!)
+        .sort(),
+    ).toEqual(alarmIds.sort());
     const titles = body.widgets.filter((w) => w.type === 'metric').map((w) => w.properties.title!);
     const expected = [
       ...['warehouse sink warehouse', 'search sink search'].flatMap((sink) => [
@@ -191,7 +202,11 @@ describe.each(['Dev', 'Prod'] as const)('the %s stage', (name) => {
       const [, task] = tasks.find(([id]) => id.startsWith(source.node.id))!;
       const rules = (parseJsonProperty(task.Properties.TableMappings) as { rules: Array<Record<string, unknown>> }).rules;
       const has = (action: string, schema: string, table: string, column: string): boolean =>
-        rules.some((r) => r['rule-action'] === action && JSON.stringify(r['object-locator']) === JSON.stringify({ 'schema-name': schema, 'table-name': table, 'column-name': column }));
+        rules.some(
+          (r) =>
+            r['rule-action'] === action &&
+            JSON.stringify(r['object-locator']) === JSON.stringify({ 'schema-name': schema, 'table-name': table, 'column-name': column }),
+        );
       for (const t of source.tables.filter((x) => x.pattern === undefined)) {
         for (const c of t.mask) {
           expect(has('data-masking-hash-mask', t.schemaName, t.tableName, c), `${source.sourceId} ${t.tableId}.${c} masked`).toBe(true);
@@ -201,15 +216,30 @@ describe.each(['Dev', 'Prod'] as const)('the %s stage', (name) => {
           expect(has('remove-column', t.schemaName, t.tableName, c), `${source.sourceId} ${t.tableId}.${c} removed`).toBe(true);
           excluded++;
         }
-        expect(rules.some((r) => r['rule-type'] === 'selection' && JSON.stringify(r['object-locator']) === JSON.stringify({ 'schema-name': t.schemaName, 'table-name': t.tableName }))).toBe(true);
+        expect(
+          rules.some(
+            (r) =>
+              r['rule-type'] === 'selection' &&
+              JSON.stringify(r['object-locator']) === JSON.stringify({ 'schema-name': t.schemaName, 'table-name': t.tableName }),
+          ),
+        ).toBe(true);
       }
       expect(rules.some((r) => r['rule-type'] === 'selection' && (r['object-locator'] as Record<string, string>)['table-name'] === 'cdc_heartbeat')).toBe(true);
     }
     // In prod the orders source captures the rest of its schema by pattern, with explicit
     // exclusions (docs/onboarding.md); in dev only the named tables.
     const [, orders] = tasks.find(([id]) => id.startsWith('Orders'))!;
-    const selections = (parseJsonProperty(orders.Properties.TableMappings) as { rules: Array<Record<string, unknown>> }).rules.filter((r) => r['rule-type'] === 'selection');
-    const pattern = name === 'Prod' ? [['%', 'include'], ['audit[_]%', 'exclude'], ['schema[_]migrations', 'exclude']] : [];
+    const selections = (parseJsonProperty(orders.Properties.TableMappings) as { rules: Array<Record<string, unknown>> }).rules.filter(
+      (r) => r['rule-type'] === 'selection',
+    );
+    const pattern =
+      name === 'Prod'
+        ? [
+            ['%', 'include'],
+            ['audit[_]%', 'exclude'],
+            ['schema[_]migrations', 'exclude'],
+          ]
+        : [];
     expect(selections.map((r) => [(r['object-locator'] as Record<string, string>)['table-name'], r['rule-action']])).toEqual([
       ['customers', 'include'],
       ['orders', 'include'],
@@ -241,11 +271,14 @@ describe.each(['Dev', 'Prod'] as const)('the %s stage', (name) => {
       expect(key!.Properties.EnableKeyRotation, keyId![0]).toBe(true);
       const statements = (key!.Properties.KeyPolicy as { Statement: Array<{ Sid?: string; Principal?: { Service?: unknown } }> }).Statement;
       const logs = statements.find((x) => x.Sid === 'AllowCloudWatchLogsOfThisAccount');
-      expect(logs?.Principal?.Service, `${keyId![0]} lets CloudWatch Logs use it`).toEqual({ 'Fn::Join': ['', ['logs.', { Ref: 'AWS::Region' }, '.amazonaws.com']] });
+      expect(logs?.Principal?.Service, `${keyId![0]} lets CloudWatch Logs use it`).toEqual({
+        'Fn::Join': ['', ['logs.', { Ref: 'AWS::Region' }, '.amazonaws.com']],
+      });
       keysUsed.add(keyId![0]);
     }
     // The operator API's access log and functions on the control plane's key; the reconciler on each source's; the rebuild on the change log's.
-    const keyOf = (prefix: string) => new Set(groups.filter(([id]) => id.startsWith(prefix)).map(([, g]) => (g.Properties.KmsKeyId as { 'Fn::GetAtt': [string] })['Fn::GetAtt'][0]));
+    const keyOf = (prefix: string) =>
+      new Set(groups.filter(([id]) => id.startsWith(prefix)).map(([, g]) => (g.Properties.KmsKeyId as { 'Fn::GetAtt': [string] })['Fn::GetAtt'][0]));
     expect([...keyOf('ControlOperatorApi')]).toEqual([expect.stringMatching(/^ControlKey/)]);
     expect([...keyOf('Reconciler')].sort()).toEqual([expect.stringMatching(/^BillingKey/), expect.stringMatching(/^OrdersKey/)]);
     expect([...keyOf('WarehouseRebuild')]).toEqual([expect.stringMatching(/^LogKey/)]);
@@ -320,12 +353,25 @@ describe.each(['Dev', 'Prod'] as const)('the %s stage', (name) => {
     const [, mapping] = resourcesOf(template, 'AWS::Lambda::EventSourceMapping').find(([id]) => id.startsWith('SearchApplier'))!;
     expect(mapping.Properties.FunctionName).toEqual({ Ref: fn[0]![0] });
     const searchAlarms = resourcesOf(template, 'AWS::CloudWatch::Alarm').filter(([id]) => id.startsWith('Search'));
-    expect(searchAlarms.map(([, a]) => a.Properties.MetricName).sort()).toEqual(['ApplyErrors', 'ApproximateNumberOfMessagesVisible', 'DeadLetters', 'EndToEndLag', 'IteratorAge']);
+    expect(searchAlarms.map(([, a]) => a.Properties.MetricName).sort()).toEqual([
+      'ApplyErrors',
+      'ApproximateNumberOfMessagesVisible',
+      'DeadLetters',
+      'EndToEndLag',
+      'IteratorAge',
+    ]);
   });
 
   test('alarms of the four required kinds exist: end-to-end lag, dead letters and apply errors, iterator age, DMS CDC latency', () => {
     const kinds = new Set(resourcesOf(template, 'AWS::CloudWatch::Alarm').map(([, a]) => `${a.Properties.Namespace}/${a.Properties.MetricName}`));
-    for (const kind of ['CdcPlatform/EndToEndLag', 'CdcPlatform/DeadLetters', 'CdcPlatform/ApplyErrors', 'AWS/Lambda/IteratorAge', 'AWS/DMS/CDCLatencySource', 'AWS/DMS/CDCLatencyTarget']) {
+    for (const kind of [
+      'CdcPlatform/EndToEndLag',
+      'CdcPlatform/DeadLetters',
+      'CdcPlatform/ApplyErrors',
+      'AWS/Lambda/IteratorAge',
+      'AWS/DMS/CDCLatencySource',
+      'AWS/DMS/CDCLatencyTarget',
+    ]) {
       expect(kinds, kind).toContain(kind);
     }
   });

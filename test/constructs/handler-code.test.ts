@@ -26,7 +26,7 @@ beforeAll(() => {
   root = fs.mkdtempSync(path.join(os.tmpdir(), 'cdc-bundle-'));
   fs.symlinkSync(path.join(projectRoot, 'node_modules'), path.join(root, 'node_modules'), 'dir');
   fs.writeFileSync(path.join(root, 'package.json'), JSON.stringify({ name: 'scratch', type: 'module' }));
-  write('lambda/core/greeting.ts', "export const greeting = (name: string): string => `hello ${name}`;\n");
+  write('lambda/core/greeting.ts', 'export const greeting = (name: string): string => `hello ${name}`;\n');
   write(
     'lambda/handlers/sample.ts',
     [
@@ -66,7 +66,7 @@ describe('handler bundling', () => {
     ensureHandlerAsset('sample', root);
     expect(fs.statSync(bundle).mtimeMs).toBe(before);
 
-    write('lambda/core/greeting.ts', "export const greeting = (name: string): string => `hi ${name}`;\n");
+    write('lambda/core/greeting.ts', 'export const greeting = (name: string): string => `hi ${name}`;\n');
     expect(isFresh('sample', root)).toBe(false);
     ensureHandlerAsset('sample', root);
     expect(isFresh('sample', root)).toBe(true);
@@ -88,7 +88,9 @@ describe('handler bundling', () => {
 
   test('fails naming the file and line of a handler that does not build', () => {
     write('lambda/handlers/broken.ts', "import { missing } from './not-there.ts';\nexport const handler = missing;\n");
-    expect(() => buildHandler('broken', root)).toThrow(/^bundling lambda handler lambda\/handlers\/broken\.ts failed: lambda\/handlers\/broken\.ts:1: Could not resolve/);
+    expect(() => buildHandler('broken', root)).toThrow(
+      /^bundling lambda handler lambda\/handlers\/broken\.ts failed: lambda\/handlers\/broken\.ts:1: Could not resolve/,
+    );
   });
 
   test('every .ts file of lambda/handlers is a handler, and the repository has the four the constructs use', () => {
@@ -135,6 +137,8 @@ describe('published layout (no handler sources beside the library)', () => {
   });
 
   test('fails naming a prebuilt handler that is missing', () => {
-    expect(() => handlerCode('nope', pkg)).toThrow(/^the prebuilt lambda handler nope is missing \(.*assets\/nope\/index\.mjs does not exist\); the cdc-platform package is incomplete: reinstall it$/);
+    expect(() => handlerCode('nope', pkg)).toThrow(
+      /^the prebuilt lambda handler nope is missing \(.*assets\/nope\/index\.mjs does not exist\); the cdc-platform package is incomplete: reinstall it$/,
+    );
   });
 });

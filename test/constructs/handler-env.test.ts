@@ -16,7 +16,18 @@ import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { buildExampleApp } from '../../bin/example-app.ts';
 import { EnvName } from '../../contracts/env.ts';
-import { AwsApiEgress, CapturedTable, CaptureMode, CdcSource, ChangeLog, ControlPlane, Reconciler, SourceDatabase, WarehouseConnection, WarehouseSink } from '../../lib/index.ts';
+import {
+  AwsApiEgress,
+  CapturedTable,
+  CaptureMode,
+  CdcSource,
+  ChangeLog,
+  ControlPlane,
+  Reconciler,
+  SourceDatabase,
+  WarehouseConnection,
+  WarehouseSink,
+} from '../../lib/index.ts';
 import { assemblyStacks, HANDLER_OF_SERVICE, templateFunctions } from '../../local/app-config.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -34,7 +45,11 @@ const NOT_SET_BY_CONSTRUCTS: ReadonlyArray<{ env: Name; handlers?: string[]; rea
     handlers: ['task-lifecycle', 'heartbeat-writer', 'reconciler', 'slot-monitor'],
     reason: 'lambda/adapters/source-postgres.ts reads it in the read-replica connection only the snapshot worker opens',
   },
-  { env: 'SOURCE_SECRET_ARN', handlers: ['task-lifecycle'], reason: 'the task lifecycle connects to the source with the secret its custom-resource event names, not the environment' },
+  {
+    env: 'SOURCE_SECRET_ARN',
+    handlers: ['task-lifecycle'],
+    reason: 'the task lifecycle connects to the source with the secret its custom-resource event names, not the environment',
+  },
 ];
 
 let outdir: string;
@@ -46,7 +61,10 @@ const setBy = new Map<string, Set<string>>();
 function optionalSettingsApp(dir: string): App {
   const app = new App({ outdir: dir });
   const stack = new Stack(app, 'Optional');
-  Validations.of(stack).acknowledge({ id: 'CloudFormation-Validate::W7001', reason: 'the unreferenced mapping is the Firehose CIDR-block table the Firehose L2 always adds' });
+  Validations.of(stack).acknowledge({
+    id: 'CloudFormation-Validate::W7001',
+    reason: 'the unreferenced mapping is the Firehose CIDR-block table the Firehose L2 always adds',
+  });
   const vpc = new ec2.Vpc(stack, 'Vpc', { maxAzs: 2, natGateways: 1 });
   const controlPlane = new ControlPlane(stack, 'Control', { pauseBudgets: { shop: Duration.hours(2) } });
   const changeLog = new ChangeLog(stack, 'Log', { retention: Duration.days(1), archiveRetention: Duration.days(30) });
@@ -79,7 +97,15 @@ function optionalSettingsApp(dir: string): App {
     mergeMaxAge: Duration.minutes(5),
     mergeOnSchedule: true,
   });
-  new Reconciler(stack, 'Reconciler', { controlPlane, vpc, awsApiEgress: AwsApiEgress.natGateway(), sources: [source], sinks: [warehouse], rowsPerRun: 1000, tiers: [{ name: 'all', every: Duration.hours(1) }] });
+  new Reconciler(stack, 'Reconciler', {
+    controlPlane,
+    vpc,
+    awsApiEgress: AwsApiEgress.natGateway(),
+    sources: [source],
+    sinks: [warehouse],
+    rowsPerRun: 1000,
+    tiers: [{ name: 'all', every: Duration.hours(1) }],
+  });
   return app;
 }
 
@@ -138,7 +164,9 @@ test('every handler is run by a function of the templates (or is a module other 
   const run = new Set(Object.values(HANDLER_OF_SERVICE));
   for (const f of handlerFiles) {
     const name = f.replace(/\.ts$/, '');
-    expect(run.has(name) || name in LIBRARY_HANDLERS, `lambda/handlers/${f}: no construct's function runs it (local/app-config.ts HANDLER_OF_SERVICE)`).toBe(true);
+    expect(run.has(name) || name in LIBRARY_HANDLERS, `lambda/handlers/${f}: no construct's function runs it (local/app-config.ts HANDLER_OF_SERVICE)`).toBe(
+      true,
+    );
     if (run.has(name)) expect(setBy.has(name), `no function of the synthesized templates runs ${name}`).toBe(true);
   }
 });

@@ -46,7 +46,14 @@ export function addApiEndpoints(vpc: ec2.Vpc): void {
   const securityGroup = new ec2.SecurityGroup(vpc, 'ApiEndpoints', { vpc, description: 'Interface endpoints of the AWS APIs', allowAllOutbound: false });
   securityGroup.addIngressRule(ec2.Peer.ipv4('10.0.0.0/16'), ec2.Port.tcp(443), 'HTTPS from the VPC');
   const s = ec2.InterfaceVpcEndpointAwsService;
-  const services = { Kinesis: s.KINESIS_STREAMS, SecretsManager: s.SECRETS_MANAGER, Dms: s.DATABASE_MIGRATION_SERVICE, DynamoDb: s.DYNAMODB, S3: s.S3, CloudWatch: s.CLOUDWATCH_MONITORING };
+  const services = {
+    Kinesis: s.KINESIS_STREAMS,
+    SecretsManager: s.SECRETS_MANAGER,
+    Dms: s.DATABASE_MIGRATION_SERVICE,
+    DynamoDb: s.DYNAMODB,
+    S3: s.S3,
+    CloudWatch: s.CLOUDWATCH_MONITORING,
+  };
   for (const [id, service] of Object.entries(services)) vpc.addInterfaceEndpoint(id, { service, securityGroups: [securityGroup], open: false });
 }
 
@@ -57,10 +64,7 @@ export function ordersSource(f: Fixture, overrides: Partial<CdcSourceProps> = {}
     changeLog: f.log,
     vpc: f.vpc,
     database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret }),
-    tables: [
-      CapturedTable.of('public.customers', { mask: ['email'], exclude: ['ssn'] }),
-      CapturedTable.of('public.orders'),
-    ],
+    tables: [CapturedTable.of('public.customers', { mask: ['email'], exclude: ['ssn'] }), CapturedTable.of('public.orders')],
     ...overrides,
   });
 }

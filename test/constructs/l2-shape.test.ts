@@ -64,7 +64,10 @@ describe('importers', () => {
     t.hasResourceProperties('AWS::Lambda::EventSourceMapping', { EventSourceArn: LOG_ARN });
     t.hasResourceProperties('AWS::CloudWatch::Alarm', {
       MetricName: 'EndToEndLag',
-      Dimensions: Match.arrayWith([{ Name: 'Sink', Value: 'warehouse' }, { Name: 'Source', Value: 'orders' }]),
+      Dimensions: Match.arrayWith([
+        { Name: 'Sink', Value: 'warehouse' },
+        { Name: 'Source', Value: 'orders' },
+      ]),
     });
     expect(sink.sources).toEqual([source]);
   });
@@ -76,17 +79,27 @@ describe('importers', () => {
     const source = CdcSource.fromCdcSourceAttributes(f.stack, 'Imported', { sourceId: 'imported', changeLog: b, tables: [CapturedTable.of('public.t')] });
     expect(
       () =>
-        new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: a, sources: [source], vpc: f.vpc, connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }) }),
+        new WarehouseSink(f.stack, 'Warehouse', {
+          controlPlane: f.control,
+          changeLog: a,
+          sources: [source],
+          vpc: f.vpc,
+          connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
+        }),
     ).toThrow(/^Test\/Warehouse: source imported \(Test\/Imported\) publishes to a different change log than this sink reads$/);
   });
 
   test('importers check what they are given', () => {
     const f = fixture();
-    expect(() => CdcSource.fromCdcSourceAttributes(f.stack, 'Bad', { sourceId: 'Not-An-Id', changeLog: f.log, tables: [CapturedTable.of('public.t')] })).toThrow(
-      /^Test\/Bad: sourceId must match .* got "Not-An-Id"$/,
+    expect(() =>
+      CdcSource.fromCdcSourceAttributes(f.stack, 'Bad', { sourceId: 'Not-An-Id', changeLog: f.log, tables: [CapturedTable.of('public.t')] }),
+    ).toThrow(/^Test\/Bad: sourceId must match .* got "Not-An-Id"$/);
+    expect(() => CdcSource.fromCdcSourceAttributes(f.stack, 'NoTables', { sourceId: 'x', changeLog: f.log, tables: [] })).toThrow(
+      /^Test\/NoTables: tables must not be empty/,
     );
-    expect(() => CdcSource.fromCdcSourceAttributes(f.stack, 'NoTables', { sourceId: 'x', changeLog: f.log, tables: [] })).toThrow(/^Test\/NoTables: tables must not be empty/);
-    expect(() => WarehouseSink.fromWarehouseSinkAttributes(f.stack, 'NoId', {} as never)).toThrow(/^Test\/NoId: WarehouseSink\.fromWarehouseSinkAttributes needs `sinkId`; it is required$/);
+    expect(() => WarehouseSink.fromWarehouseSinkAttributes(f.stack, 'NoId', {} as never)).toThrow(
+      /^Test\/NoId: WarehouseSink\.fromWarehouseSinkAttributes needs `sinkId`; it is required$/,
+    );
   });
 });
 
@@ -94,8 +107,17 @@ describe('metrics take an ICdcSource', () => {
   test('metricEndToEndLag of a sink, created or imported, names the sink and the source', () => {
     const f = fixture();
     const orders = ordersSource(f);
-    const sink = new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: f.log, sources: [orders], vpc: f.vpc, connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }) });
-    const imported = WarehouseSink.fromWarehouseSinkAttributes(f.stack, 'Remote', { sinkId: 'remote_dw', applierFunctionArn: 'arn:aws:lambda:eu-west-1:444444444444:function:applier' });
+    const sink = new WarehouseSink(f.stack, 'Warehouse', {
+      controlPlane: f.control,
+      changeLog: f.log,
+      sources: [orders],
+      vpc: f.vpc,
+      connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
+    });
+    const imported = WarehouseSink.fromWarehouseSinkAttributes(f.stack, 'Remote', {
+      sinkId: 'remote_dw',
+      applierFunctionArn: 'arn:aws:lambda:eu-west-1:444444444444:function:applier',
+    });
     expect(f.stack.resolve(sink.metricEndToEndLag(orders).dimensions)).toEqual({ Sink: 'warehouse', Source: 'orders' });
     const remote = imported.metricEndToEndLag(orders);
     expect(remote.dimensions).toEqual({ Sink: 'remote_dw', Source: 'orders' });
@@ -111,7 +133,10 @@ describe('durations that are tokens', () => {
     const f = fixture();
     const hours = new CfnParameter(f.stack, 'RetentionHours', { type: 'Number', default: 168 });
     const freshnessMs = new CfnParameter(f.stack, 'FreshnessMs', { type: 'Number', default: 60_000 });
-    const log = new ChangeLog(f.stack, 'TokenLog', { retention: Duration.hours(hours.valueAsNumber), archiveBufferingInterval: Duration.seconds(Token.asNumber(hours.valueAsNumber)) });
+    const log = new ChangeLog(f.stack, 'TokenLog', {
+      retention: Duration.hours(hours.valueAsNumber),
+      archiveBufferingInterval: Duration.seconds(Token.asNumber(hours.valueAsNumber)),
+    });
     const orders = ordersSource(f, { changeLog: log, rawStreamRetention: Duration.days(2) } as Partial<CdcSourceProps>);
     new WarehouseSink(f.stack, 'Warehouse', {
       controlPlane: f.control,
@@ -132,7 +157,14 @@ describe('durations that are tokens', () => {
     const log = new ChangeLog(f.stack, 'TokenLog', { retention: Duration.hours(hours.valueAsNumber) });
     const orders = ordersSource(f, { changeLog: log, rawStreamRetention: Duration.days(2) } as Partial<CdcSourceProps>);
     expect(
-      () => new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: log, sources: [orders], vpc: f.vpc, connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }) }),
+      () =>
+        new WarehouseSink(f.stack, 'Warehouse', {
+          controlPlane: f.control,
+          changeLog: log,
+          sources: [orders],
+          vpc: f.vpc,
+          connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
+        }),
     ).toThrow(/^Test\/Warehouse: alarmIteratorAgeThreshold is required when the change-log retention is a token/);
   });
 });
@@ -140,12 +172,24 @@ describe('durations that are tokens', () => {
 describe('JavaScript callers that leave out a required prop get a clear error', () => {
   test('constructs name every missing prop', () => {
     const f = fixture();
-    expect(() => new CdcSource(f.stack, 'NoProps', undefined as unknown as CdcSourceProps)).toThrow(/^Test\/NoProps: CdcSource props are required \(controlPlane, changeLog, vpc, database, tables\)$/);
-    expect(() => new CdcSource(f.stack, 'Partial', { controlPlane: f.control, vpc: f.vpc } as unknown as CdcSourceProps)).toThrow(/^Test\/Partial: CdcSource needs `changeLog`, `database`, `tables`; they are required$/);
-    expect(() => new WarehouseSink(f.stack, 'Sink', { controlPlane: f.control, changeLog: f.log, vpc: f.vpc, connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }) } as unknown as WarehouseSinkProps)).toThrow(
-      /^Test\/Sink: WarehouseSink needs `sources`; it is required$/,
+    expect(() => new CdcSource(f.stack, 'NoProps', undefined as unknown as CdcSourceProps)).toThrow(
+      /^Test\/NoProps: CdcSource props are required \(controlPlane, changeLog, vpc, database, tables\)$/,
     );
-    expect(() => ChangeLog.fromChangeLogAttributes(f.stack, 'L', { streamArn: LOG_ARN } as never)).toThrow(/^Test\/L: ChangeLog\.fromChangeLogAttributes needs `retention`; it is required$/);
+    expect(() => new CdcSource(f.stack, 'Partial', { controlPlane: f.control, vpc: f.vpc } as unknown as CdcSourceProps)).toThrow(
+      /^Test\/Partial: CdcSource needs `changeLog`, `database`, `tables`; they are required$/,
+    );
+    expect(
+      () =>
+        new WarehouseSink(f.stack, 'Sink', {
+          controlPlane: f.control,
+          changeLog: f.log,
+          vpc: f.vpc,
+          connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
+        } as unknown as WarehouseSinkProps),
+    ).toThrow(/^Test\/Sink: WarehouseSink needs `sources`; it is required$/);
+    expect(() => ChangeLog.fromChangeLogAttributes(f.stack, 'L', { streamArn: LOG_ARN } as never)).toThrow(
+      /^Test\/L: ChangeLog\.fromChangeLogAttributes needs `retention`; it is required$/,
+    );
   });
 
   test('factories name what is missing', () => {

@@ -13,7 +13,18 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import * as kms from 'aws-cdk-lib/aws-kms';
 import { describe, expect, test } from 'vitest';
 import * as opensearch from 'aws-cdk-lib/aws-opensearchservice';
-import { AwsApiEgress, CapturedTable, CaptureMode, ChangeLog, Reconciler, SearchSink, SourceDatabase, SslMode, WarehouseConnection, WarehouseSink } from '../../lib/index.ts';
+import {
+  AwsApiEgress,
+  CapturedTable,
+  CaptureMode,
+  ChangeLog,
+  Reconciler,
+  SearchSink,
+  SourceDatabase,
+  SslMode,
+  WarehouseConnection,
+  WarehouseSink,
+} from '../../lib/index.ts';
 import { fixture, newApp, onlyResource, ordersSource, resourcesOf, type Fixture } from './helpers.ts';
 
 type Statement = { Effect: string; Action: string | string[]; Resource: unknown; Condition?: Record<string, Record<string, unknown>> };
@@ -31,7 +42,13 @@ function roleStatements(t: Template, rolePrefix: string): Statement[] {
 }
 
 function sink(f: Fixture, source = ordersSource(f)): WarehouseSink {
-  return new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: f.log, sources: [source], connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }), vpc: f.vpc });
+  return new WarehouseSink(f.stack, 'Warehouse', {
+    controlPlane: f.control,
+    changeLog: f.log,
+    sources: [source],
+    connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }),
+    vpc: f.vpc,
+  });
 }
 
 /** The partitions a statement's `dynamodb:LeadingKeys` condition admits. */
@@ -46,19 +63,32 @@ describe('archive: no deletes', () => {
     const t = Template.fromStack(stack);
     const statements = roleStatements(t, 'LogArchiveDeliveryRole');
     const s3Actions = statements.flatMap(actionsOf).filter((a) => a.startsWith('s3:'));
-    expect(s3Actions.sort()).toEqual(['s3:AbortMultipartUpload', 's3:GetBucketLocation', 's3:GetObject', 's3:ListBucket', 's3:ListBucketMultipartUploads', 's3:PutObject']);
+    expect(s3Actions.sort()).toEqual([
+      's3:AbortMultipartUpload',
+      's3:GetBucketLocation',
+      's3:GetObject',
+      's3:ListBucket',
+      's3:ListBucketMultipartUploads',
+      's3:PutObject',
+    ]);
     // Objects only under Firehose's own prefixes: the by-table archive a rebuild replays (change-log/) is the copier's alone.
     const objectResources = statements.filter((s) => actionsOf(s).includes('s3:PutObject')).flatMap((s) => s.Resource as unknown[]);
     expect(objectResources.map((r) => JSON.stringify(r))).toEqual([expect.stringContaining('/changes/*'), expect.stringContaining('/errors/*')]);
     // No policy anywhere in the template gives a delete on the archive to anyone.
     for (const [id, p] of resourcesOf(t, 'AWS::IAM::Policy')) {
       for (const s of (p.Properties.PolicyDocument as { Statement: Statement[] }).Statement) {
-        if (s.Effect === 'Allow') expect(actionsOf(s).filter((a) => /^s3:(Delete|\*)/.test(a)), id).toEqual([]);
+        if (s.Effect === 'Allow')
+          expect(
+            actionsOf(s).filter((a) => /^s3:(Delete|\*)/.test(a)),
+            id,
+          ).toEqual([]);
       }
     }
     const delivery = onlyResource(t, 'AWS::KinesisFirehose::DeliveryStream');
     expect(delivery.DependsOn).toEqual(expect.arrayContaining([expect.stringMatching(/^LogArchiveDeliveryPolicy/)]));
-    expect((delivery.Properties.ExtendedS3DestinationConfiguration as { RoleARN: unknown }).RoleARN).toEqual({ 'Fn::GetAtt': [expect.stringMatching(/^LogArchiveDeliveryRole/), 'Arn'] });
+    expect((delivery.Properties.ExtendedS3DestinationConfiguration as { RoleARN: unknown }).RoleARN).toEqual({
+      'Fn::GetAtt': [expect.stringMatching(/^LogArchiveDeliveryRole/), 'Arn'],
+    });
     // CDK's default destination role is gone.
     expect(resourcesOf(t, 'AWS::IAM::Role').filter(([id]) => id.includes('S3DestinationRole'))).toEqual([]);
   });
@@ -71,12 +101,25 @@ describe('archive: no deletes', () => {
       Bucket: { Ref: Match.stringLikeRegexp('^LogArchive') },
       PolicyDocument: {
         Statement: Match.arrayWith([
-          Match.objectLike({ Sid: 'DenyArchiveDeletes', Effect: 'Deny', Principal: { AWS: '*' }, Action: ['s3:DeleteObject', 's3:DeleteObjectVersion', 's3:BypassGovernanceRetention'], Condition: Match.absent() }),
+          Match.objectLike({
+            Sid: 'DenyArchiveDeletes',
+            Effect: 'Deny',
+            Principal: { AWS: '*' },
+            Action: ['s3:DeleteObject', 's3:DeleteObjectVersion', 's3:BypassGovernanceRetention'],
+            Condition: Match.absent(),
+          }),
           Match.objectLike({
             Sid: 'DenyArchiveConfigurationChanges',
             Effect: 'Deny',
             Principal: { AWS: '*' },
-            Action: ['s3:PutLifecycleConfiguration', 's3:PutBucketPolicy', 's3:DeleteBucketPolicy', 's3:PutBucketObjectLockConfiguration', 's3:PutBucketVersioning', 's3:PutReplicationConfiguration'],
+            Action: [
+              's3:PutLifecycleConfiguration',
+              's3:PutBucketPolicy',
+              's3:DeleteBucketPolicy',
+              's3:PutBucketObjectLockConfiguration',
+              's3:PutBucketVersioning',
+              's3:PutReplicationConfiguration',
+            ],
             Resource: { 'Fn::GetAtt': [Match.stringLikeRegexp('^LogArchive'), 'Arn'] },
             // Only a CloudFormation deployment may change them (the stack must stay updatable and deletable).
             Condition: { 'ForAllValues:StringNotEquals': { 'aws:CalledVia': ['cloudformation.amazonaws.com'] } },
@@ -86,7 +129,9 @@ describe('archive: no deletes', () => {
     });
     const archive = onlyResource(t, 'AWS::S3::Bucket', 'LogArchive');
     const rules = (archive.Properties.LifecycleConfiguration as { Rules: Array<Record<string, unknown>> }).Rules;
-    expect(rules).toContainEqual(expect.objectContaining({ Id: 'expire-at-archive-retention', ExpirationInDays: 400, NoncurrentVersionExpiration: { NoncurrentDays: 400 } }));
+    expect(rules).toContainEqual(
+      expect.objectContaining({ Id: 'expire-at-archive-retention', ExpirationInDays: 400, NoncurrentVersionExpiration: { NoncurrentDays: 400 } }),
+    );
   });
 
   test('break-glass roles are the only exception to the deny', () => {
@@ -96,11 +141,18 @@ describe('archive: no deletes', () => {
     Template.fromStack(stack).hasResourceProperties('AWS::S3::BucketPolicy', {
       PolicyDocument: {
         Statement: Match.arrayWith([
-          Match.objectLike({ Sid: 'DenyArchiveDeletes', Effect: 'Deny', Condition: { ArnNotEquals: { 'aws:PrincipalArn': [stack.resolve(breakGlass.roleArn)] } } }),
+          Match.objectLike({
+            Sid: 'DenyArchiveDeletes',
+            Effect: 'Deny',
+            Condition: { ArnNotEquals: { 'aws:PrincipalArn': [stack.resolve(breakGlass.roleArn)] } },
+          }),
           Match.objectLike({
             Sid: 'DenyArchiveConfigurationChanges',
             Effect: 'Deny',
-            Condition: { ArnNotEquals: { 'aws:PrincipalArn': [stack.resolve(breakGlass.roleArn)] }, 'ForAllValues:StringNotEquals': { 'aws:CalledVia': ['cloudformation.amazonaws.com'] } },
+            Condition: {
+              ArnNotEquals: { 'aws:PrincipalArn': [stack.resolve(breakGlass.roleArn)] },
+              'ForAllValues:StringNotEquals': { 'aws:CalledVia': ['cloudformation.amazonaws.com'] },
+            },
           }),
         ]),
       },
@@ -124,7 +176,12 @@ describe('DMS lifecycle: this source task only', () => {
       }
       expect(actions.filter((a) => a.includes('*') || a === 'dms:ModifyReplicationTask' || a.startsWith('dms:Delete'))).toEqual([]);
     }
-    expect(dms.flatMap(actionsOf).sort()).toEqual(['dms:DescribeReplicationTasks', 'dms:StartReplicationTask', 'dms:StopReplicationTask', 'dms:StopReplicationTask']);
+    expect(dms.flatMap(actionsOf).sort()).toEqual([
+      'dms:DescribeReplicationTasks',
+      'dms:StartReplicationTask',
+      'dms:StopReplicationTask',
+      'dms:StopReplicationTask',
+    ]);
     const task = onlyResource(t, 'AWS::DMS::ReplicationTask');
     expect(task.Properties.Tags).toEqual([{ Key: 'cdc-platform:task', Value: source.replicationTaskIdentifier }]);
   });
@@ -137,11 +194,22 @@ describe('control plane: own partitions, append-only audit', () => {
     const t = Template.fromStack(f.stack);
     const ddb = roleStatements(t, 'OrdersNormalizerServiceRole').filter((s) => actionsOf(s).some((a) => a.startsWith('dynamodb:')));
     const allow = ddb.filter((s) => s.Effect === 'Allow');
-    const by = (action: string) => allow.filter((s) => actionsOf(s).includes(action)).flatMap(leadingKeys).sort();
+    const by = (action: string) =>
+      allow
+        .filter((s) => actionsOf(s).includes(action))
+        .flatMap(leadingKeys)
+        .sort();
     // CHECKPOINT#heartbeat:orders: the last accepted heartbeat, for the continuity check (docs/failures.md).
     // CHECKPOINT#catalog-orders: the catalog types the snapshot worker publishes, read only (docs/schema-drift.md).
     expect(by('dynamodb:GetItem')).toEqual(['CHECKPOINT#catalog-orders', 'CHECKPOINT#heartbeat:orders', 'SCHEMA#orders#*', 'SOURCE#orders']);
-    expect(by('dynamodb:PutItem')).toEqual(['AUDIT', 'CHECKPOINT#heartbeat:orders', 'DEADLETTER#normalizer', 'DEADLETTERS', 'SCHEMA#orders#*', 'SOURCE#orders']);
+    expect(by('dynamodb:PutItem')).toEqual([
+      'AUDIT',
+      'CHECKPOINT#heartbeat:orders',
+      'DEADLETTER#normalizer',
+      'DEADLETTERS',
+      'SCHEMA#orders#*',
+      'SOURCE#orders',
+    ]);
     expect(by('dynamodb:UpdateItem')).toEqual(['SOURCE#orders', 'SOURCES']);
     for (const s of allow) {
       expect(leadingKeys(s).length, JSON.stringify(s)).toBeGreaterThan(0);
@@ -164,7 +232,10 @@ describe('control plane: own partitions, append-only audit', () => {
     ordersSource(f);
     const t = Template.fromStack(f.stack);
     const keysOf = (role: string, action: string) =>
-      roleStatements(t, role).filter((s) => s.Effect === 'Allow' && actionsOf(s).includes(action)).flatMap(leadingKeys).filter((k) => k.startsWith('CHECKPOINT#catalog-'));
+      roleStatements(t, role)
+        .filter((s) => s.Effect === 'Allow' && actionsOf(s).includes(action))
+        .flatMap(leadingKeys)
+        .filter((k) => k.startsWith('CHECKPOINT#catalog-'));
     expect(keysOf('OrdersNormalizerServiceRole', 'dynamodb:GetItem')).toEqual(['CHECKPOINT#catalog-orders']);
     expect(keysOf('OrdersNormalizerServiceRole', 'dynamodb:PutItem')).toEqual([]);
     expect(keysOf('OrdersSnapshotWorkerServiceRole', 'dynamodb:GetItem')).toEqual(['CHECKPOINT#catalog-orders']);
@@ -180,7 +251,11 @@ describe('control plane: own partitions, append-only audit', () => {
     const t = Template.fromStack(f.stack);
     const ddb = roleStatements(t, 'WarehouseApplierServiceRole').filter((s) => actionsOf(s).some((a) => a.startsWith('dynamodb:')));
     const allow = ddb.filter((s) => s.Effect === 'Allow');
-    const by = (action: string) => allow.filter((s) => actionsOf(s).includes(action)).flatMap(leadingKeys).sort();
+    const by = (action: string) =>
+      allow
+        .filter((s) => actionsOf(s).includes(action))
+        .flatMap(leadingKeys)
+        .sort();
     expect(by('dynamodb:Query')).toEqual(['SCHEMA#orders#*', 'SINK#warehouse', 'SOURCE#orders']);
     expect(by('dynamodb:PutItem')).toEqual(['AUDIT', 'DEADLETTER#warehouse', 'DEADLETTERS']);
     expect(by('dynamodb:UpdateItem')).toEqual(['SINK#warehouse', 'SOURCE#orders']);
@@ -192,7 +267,9 @@ describe('control plane: own partitions, append-only audit', () => {
 describe('identities and TLS', () => {
   test('the heartbeat writer has its own secret, never the capture secret', () => {
     const f = fixture();
-    expect(() => SourceDatabase.postgres({ databaseName: 'd', secret: f.sourceSecret, heartbeatSecret: f.sourceSecret })).toThrow(/heartbeatSecret must not be the capture secret/);
+    expect(() => SourceDatabase.postgres({ databaseName: 'd', secret: f.sourceSecret, heartbeatSecret: f.sourceSecret })).toThrow(
+      /heartbeatSecret must not be the capture secret/,
+    );
     expect(() => SourceDatabase.postgres({ databaseName: 'd', secret: f.sourceSecret } as never)).toThrow(/heartbeatSecret is required/);
     ordersSource(f);
     const t = Template.fromStack(f.stack);
@@ -222,20 +299,34 @@ describe('identities and TLS', () => {
   test('a private CA and the explicit opt-out', () => {
     const f = fixture();
     const pem = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n';
-    const a = ordersSource(f, { database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, caCertificatePem: pem }) });
-    const b = ordersSource(f, { database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, sslMode: SslMode.REQUIRE }) }, 'Test');
+    const a = ordersSource(f, {
+      database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, caCertificatePem: pem }),
+    });
+    const b = ordersSource(
+      f,
+      { database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, sslMode: SslMode.REQUIRE }) },
+      'Test',
+    );
     const t = Template.fromStack(f.stack);
     t.hasResourceProperties('AWS::DMS::Certificate', { CertificatePem: pem });
     const endpoints = resourcesOf(t, 'AWS::DMS::Endpoint').filter(([, e]) => e.Properties.EndpointType === 'source');
-    expect(endpoints.find(([id]) => id.startsWith('OrdersSource'))![1].Properties).toMatchObject({ SslMode: 'verify-full', CertificateArn: { Ref: expect.stringMatching(/^OrdersCaCertificate/) } });
+    expect(endpoints.find(([id]) => id.startsWith('OrdersSource'))![1].Properties).toMatchObject({
+      SslMode: 'verify-full',
+      CertificateArn: { Ref: expect.stringMatching(/^OrdersCaCertificate/) },
+    });
     const optOut = endpoints.find(([id]) => id.startsWith('TestSource'))![1].Properties;
     expect(optOut.SslMode).toBe('require');
     expect(optOut.CertificateArn).toBeUndefined();
     const heartbeat = resourcesOf(t, 'AWS::Lambda::Function').find(([id]) => id.startsWith('OrdersHeartbeatWriter'))![1];
-    expect((heartbeat.Properties.Environment as { Variables: Record<string, string> }).Variables).toMatchObject({ CDC_SOURCE_SSL_MODE: 'verify-full', CDC_SOURCE_CA_PEM: pem });
+    expect((heartbeat.Properties.Environment as { Variables: Record<string, string> }).Variables).toMatchObject({
+      CDC_SOURCE_SSL_MODE: 'verify-full',
+      CDC_SOURCE_CA_PEM: pem,
+    });
     Annotations.fromStack(f.stack).hasWarning(`/${b.node.path}`, Match.stringLikeRegexp('server certificate is not verified'));
     expect(a.node.path).toBe('Test/Orders');
-    expect(() => SourceDatabase.postgres({ databaseName: 'd', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, caCertificatePem: 'nope' })).toThrow(/caCertificatePem must be PEM/);
+    expect(() => SourceDatabase.postgres({ databaseName: 'd', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, caCertificatePem: 'nope' })).toThrow(
+      /caCertificatePem must be PEM/,
+    );
   });
 
   test('the applier gets the warehouse TLS mode (verify-full by default)', () => {
@@ -252,7 +343,15 @@ describe('network: no open egress', () => {
     // The test's own database groups send nothing either, so any 0.0.0.0/0 would be the platform's.
     const dbSg = new ec2.SecurityGroup(f.stack, 'DbSg', { vpc: f.vpc, allowAllOutbound: false });
     const whSg = new ec2.SecurityGroup(f.stack, 'WhSg', { vpc: f.vpc, allowAllOutbound: false });
-    const source = ordersSource(f, { database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, securityGroup: dbSg, port: 5432 }) });
+    const source = ordersSource(f, {
+      database: SourceDatabase.postgres({
+        databaseName: 'orders',
+        secret: f.sourceSecret,
+        heartbeatSecret: f.heartbeatSecret,
+        securityGroup: dbSg,
+        port: 5432,
+      }),
+    });
     new WarehouseSink(f.stack, 'Warehouse', {
       controlPlane: f.control,
       changeLog: f.log,
@@ -271,8 +370,18 @@ describe('network: no open egress', () => {
       const egress = sg.Properties.SecurityGroupEgress as Array<Record<string, unknown>>;
       expect(egress).toEqual([expect.objectContaining({ IpProtocol: 'tcp', FromPort: 443, ToPort: 443, CidrIp: vpcCidr })]);
     }
-    t.hasResourceProperties('AWS::EC2::SecurityGroupEgress', { GroupId: { 'Fn::GetAtt': [Match.stringLikeRegexp('^OrdersSecurityGroup'), 'GroupId'] }, DestinationSecurityGroupId: f.stack.resolve(dbSg.securityGroupId), FromPort: 5432, ToPort: 5432 });
-    t.hasResourceProperties('AWS::EC2::SecurityGroupEgress', { GroupId: { 'Fn::GetAtt': [Match.stringLikeRegexp('^WarehouseSecurityGroup'), 'GroupId'] }, DestinationSecurityGroupId: f.stack.resolve(whSg.securityGroupId), FromPort: 5439, ToPort: 5439 });
+    t.hasResourceProperties('AWS::EC2::SecurityGroupEgress', {
+      GroupId: { 'Fn::GetAtt': [Match.stringLikeRegexp('^OrdersSecurityGroup'), 'GroupId'] },
+      DestinationSecurityGroupId: f.stack.resolve(dbSg.securityGroupId),
+      FromPort: 5432,
+      ToPort: 5432,
+    });
+    t.hasResourceProperties('AWS::EC2::SecurityGroupEgress', {
+      GroupId: { 'Fn::GetAtt': [Match.stringLikeRegexp('^WarehouseSecurityGroup'), 'GroupId'] },
+      DestinationSecurityGroupId: f.stack.resolve(whSg.securityGroupId),
+      FromPort: 5439,
+      ToPort: 5439,
+    });
     t.hasResourceProperties('AWS::EC2::SecurityGroupIngress', { GroupId: f.stack.resolve(whSg.securityGroupId), FromPort: 5439 });
   });
 
@@ -281,12 +390,30 @@ describe('network: no open egress', () => {
     const dbSg = new ec2.SecurityGroup(f.stack, 'DbSg', { vpc: f.vpc, allowAllOutbound: false });
     const whSg = new ec2.SecurityGroup(f.stack, 'WhSg', { vpc: f.vpc, allowAllOutbound: false });
     const source = ordersSource(f, {
-      database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, securityGroup: dbSg, port: 5432 }),
-      tables: [CapturedTable.of('public.orders'), CapturedTable.of('public.legacy', { capture: CaptureMode.POLL, pollColumn: 'updated_at', primaryKey: ['id'] })],
+      database: SourceDatabase.postgres({
+        databaseName: 'orders',
+        secret: f.sourceSecret,
+        heartbeatSecret: f.heartbeatSecret,
+        securityGroup: dbSg,
+        port: 5432,
+      }),
+      tables: [
+        CapturedTable.of('public.orders'),
+        CapturedTable.of('public.legacy', { capture: CaptureMode.POLL, pollColumn: 'updated_at', primaryKey: ['id'] }),
+      ],
     });
-    const warehouse = new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: f.log, sources: [source], connection: WarehouseConnection.redshift({ secret: f.warehouseSecret, securityGroup: whSg }), vpc: f.vpc });
+    const warehouse = new WarehouseSink(f.stack, 'Warehouse', {
+      controlPlane: f.control,
+      changeLog: f.log,
+      sources: [source],
+      connection: WarehouseConnection.redshift({ secret: f.warehouseSecret, securityGroup: whSg }),
+      vpc: f.vpc,
+    });
     const search = new SearchSink(f.stack, 'Search', {
-      controlPlane: f.control, changeLog: f.log, sources: [source], vpc: f.vpc,
+      controlPlane: f.control,
+      changeLog: f.log,
+      sources: [source],
+      vpc: f.vpc,
       domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://vpc-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com'),
       tables: [{ table: 'public.orders' }],
     });
@@ -304,15 +431,33 @@ describe('network: no open egress', () => {
     }
     const dmsGroups = resourcesOf(t, 'AWS::DMS::ReplicationInstance').flatMap(([, r]) => (r.Properties.VpcSecurityGroupIds as unknown[]).map(groupIdOf));
     const fnIds = [...groupOfFunction.keys()];
-    for (const prefix of ['OrdersTaskLifecycle', 'OrdersHeartbeatWriter', 'OrdersSlotMonitor', 'OrdersSnapshotWorker', 'OrdersPollWorker', 'WarehouseApplier', 'SearchApplier', 'ReconcilerFunctionordersw', 'ReconcilerFunctionorderss']) {
-      expect(fnIds.filter((id) => id.startsWith(prefix)), prefix).toHaveLength(1);
+    for (const prefix of [
+      'OrdersTaskLifecycle',
+      'OrdersHeartbeatWriter',
+      'OrdersSlotMonitor',
+      'OrdersSnapshotWorker',
+      'OrdersPollWorker',
+      'WarehouseApplier',
+      'SearchApplier',
+      'ReconcilerFunctionordersw',
+      'ReconcilerFunctionorderss',
+    ]) {
+      expect(
+        fnIds.filter((id) => id.startsWith(prefix)),
+        prefix,
+      ).toHaveLength(1);
     }
     expect(new Set([...groupOfFunction.values(), ...dmsGroups]).size).toBe(groupOfFunction.size + dmsGroups.length);
     // The normalizer talks to Kinesis and DynamoDB only: it is not in the VPC.
     expect(fnIds.some((id) => id.startsWith('OrdersNormalizer'))).toBe(false);
 
     // Database rules: [group of, destination, port] for every separate egress rule.
-    const egress = resourcesOf(t, 'AWS::EC2::SecurityGroupEgress').map(([, r]) => [groupIdOf(r.Properties.GroupId), f.stack.resolve(r.Properties.DestinationSecurityGroupId), r.Properties.FromPort, r.Properties.ToPort]);
+    const egress = resourcesOf(t, 'AWS::EC2::SecurityGroupEgress').map(([, r]) => [
+      groupIdOf(r.Properties.GroupId),
+      f.stack.resolve(r.Properties.DestinationSecurityGroupId),
+      r.Properties.FromPort,
+      r.Properties.ToPort,
+    ]);
     const fnGroup = (prefix: string): string => [...groupOfFunction].find(([id]) => id.startsWith(prefix))![1];
     const db = f.stack.resolve(dbSg.securityGroupId);
     const wh = f.stack.resolve(whSg.securityGroupId);
@@ -322,19 +467,42 @@ describe('network: no open egress', () => {
     }
     expect(rulesOf(dmsGroups[0]!)).toEqual([[db, 5432, 5432]]);
     expect(rulesOf(fnGroup('WarehouseApplier'))).toEqual([[wh, 5439, 5439]]);
-    expect(rulesOf(fnGroup('ReconcilerFunctionordersw'))).toEqual([[db, 5432, 5432], [wh, 5439, 5439]]);
+    expect(rulesOf(fnGroup('ReconcilerFunctionordersw'))).toEqual([
+      [db, 5432, 5432],
+      [wh, 5439, 5439],
+    ]);
     // The search applier and the search sink's reconciler reach no warehouse; the latter only its source.
     expect(rulesOf(fnGroup('SearchApplier'))).toEqual([]);
     expect(rulesOf(fnGroup('ReconcilerFunctionorderss'))).toEqual([[db, 5432, 5432]]);
     // Each database admits exactly the groups that send to it.
-    const ingress = resourcesOf(t, 'AWS::EC2::SecurityGroupIngress').map(([, r]) => [f.stack.resolve(r.Properties.GroupId), groupIdOf(r.Properties.SourceSecurityGroupId), r.Properties.FromPort]);
-    const admitted = (target: unknown) => ingress.filter(([g]) => JSON.stringify(g) === JSON.stringify(target)).map(([, from]) => from).sort();
-    expect(admitted(db)).toEqual(egress.filter(([, to]) => JSON.stringify(to) === JSON.stringify(db)).map(([g]) => g).sort());
-    expect(admitted(wh)).toEqual(egress.filter(([, to]) => JSON.stringify(to) === JSON.stringify(wh)).map(([g]) => g).sort());
+    const ingress = resourcesOf(t, 'AWS::EC2::SecurityGroupIngress').map(([, r]) => [
+      f.stack.resolve(r.Properties.GroupId),
+      groupIdOf(r.Properties.SourceSecurityGroupId),
+      r.Properties.FromPort,
+    ]);
+    const admitted = (target: unknown) =>
+      ingress
+        .filter(([g]) => JSON.stringify(g) === JSON.stringify(target))
+        .map(([, from]) => from)
+        .sort();
+    expect(admitted(db)).toEqual(
+      egress
+        .filter(([, to]) => JSON.stringify(to) === JSON.stringify(db))
+        .map(([g]) => g)
+        .sort(),
+    );
+    expect(admitted(wh)).toEqual(
+      egress
+        .filter(([, to]) => JSON.stringify(to) === JSON.stringify(wh))
+        .map(([g]) => g)
+        .sort(),
+    );
     // And every function's own group sends HTTPS to the VPC (endpoints) and nothing else inline.
     for (const [id, group] of [...groupOfFunction, ...dmsGroups.map((g) => ['dms', g] as const)]) {
       const sg = t.toJSON().Resources[group] as { Properties: { SecurityGroupEgress: unknown } };
-      expect(sg.Properties.SecurityGroupEgress, id).toEqual([expect.objectContaining({ IpProtocol: 'tcp', FromPort: 443, ToPort: 443, CidrIp: f.stack.resolve(f.vpc.vpcCidrBlock) })]);
+      expect(sg.Properties.SecurityGroupEgress, id).toEqual([
+        expect.objectContaining({ IpProtocol: 'tcp', FromPort: 443, ToPort: 443, CidrIp: f.stack.resolve(f.vpc.vpcCidrBlock) }),
+      ]);
     }
     // source.connections names every member's group, so allowTo admits each of them.
     expect(source.connections.securityGroups).toHaveLength(6);
@@ -349,7 +517,7 @@ describe('network: no open egress', () => {
 });
 
 describe('customer-managed keys wherever data rests', () => {
-  test('by default the source\'s own key (rotated, retained) encrypts the raw stream, the normalizer\'s dead-letter queue and every log group of the source; the change log\'s key its own', () => {
+  test("by default the source's own key (rotated, retained) encrypts the raw stream, the normalizer's dead-letter queue and every log group of the source; the change log's key its own", () => {
     const f = fixture();
     const source = ordersSource(f);
     const t = Template.fromStack(f.stack);
@@ -372,14 +540,21 @@ describe('customer-managed keys wherever data rests', () => {
     expect(new Set(kmsResources)).toEqual(new Set([keyArn, logKeyArn, controlKeyArn].map((k) => JSON.stringify(k))));
   });
 
-  test('by default a sink\'s dead-letter queue and applier log group are on the change log\'s key; a given dead-letter key wins for the queue', () => {
+  test("by default a sink's dead-letter queue and applier log group are on the change log's key; a given dead-letter key wins for the queue", () => {
     const f = fixture();
     const w = sink(f);
-    new SearchSink(f.stack, 'Search', { controlPlane: f.control, changeLog: f.log, sources: [w.sources[0]!], domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://search-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com') });
+    new SearchSink(f.stack, 'Search', {
+      controlPlane: f.control,
+      changeLog: f.log,
+      sources: [w.sources[0]!],
+      domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://search-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com'),
+    });
     const t = Template.fromStack(f.stack);
     const logKeyArn = f.stack.resolve(f.log.encryptionKey!.keyArn);
-    for (const prefix of ['WarehouseDeadLetterQueue', 'SearchDeadLetterQueue']) expect(onlyResource(t, 'AWS::SQS::Queue', prefix).Properties.KmsMasterKeyId, prefix).toEqual(logKeyArn);
-    for (const prefix of ['WarehouseApplierLogGroup', 'SearchApplierLogGroup']) expect(onlyResource(t, 'AWS::Logs::LogGroup', prefix).Properties.KmsKeyId, prefix).toEqual(logKeyArn);
+    for (const prefix of ['WarehouseDeadLetterQueue', 'SearchDeadLetterQueue'])
+      expect(onlyResource(t, 'AWS::SQS::Queue', prefix).Properties.KmsMasterKeyId, prefix).toEqual(logKeyArn);
+    for (const prefix of ['WarehouseApplierLogGroup', 'SearchApplierLogGroup'])
+      expect(onlyResource(t, 'AWS::Logs::LogGroup', prefix).Properties.KmsKeyId, prefix).toEqual(logKeyArn);
   });
 
   test('raw stream and normalizer dead-letter queue with the source key; applier dead-letter queue with its own; change log and control plane take theirs', () => {
@@ -387,9 +562,19 @@ describe('customer-managed keys wherever data rests', () => {
     const key = new kms.Key(f.stack, 'SourceKey', { enableKeyRotation: true });
     const dlqKey = new kms.Key(f.stack, 'DlqKey', { enableKeyRotation: true });
     const source = ordersSource(f, { encryptionKey: key });
-    new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: f.log, sources: [source], connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }), vpc: f.vpc, deadLetterQueueEncryptionKey: dlqKey });
+    new WarehouseSink(f.stack, 'Warehouse', {
+      controlPlane: f.control,
+      changeLog: f.log,
+      sources: [source],
+      connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }),
+      vpc: f.vpc,
+      deadLetterQueueEncryptionKey: dlqKey,
+    });
     const t = Template.fromStack(f.stack);
-    expect(onlyResource(t, 'AWS::Kinesis::Stream', 'OrdersRawStream').Properties.StreamEncryption).toEqual({ EncryptionType: 'KMS', KeyId: f.stack.resolve(key.keyArn) });
+    expect(onlyResource(t, 'AWS::Kinesis::Stream', 'OrdersRawStream').Properties.StreamEncryption).toEqual({
+      EncryptionType: 'KMS',
+      KeyId: f.stack.resolve(key.keyArn),
+    });
     expect(onlyResource(t, 'AWS::SQS::Queue', 'OrdersNormalizerDeadLetterQueue').Properties.KmsMasterKeyId).toEqual(f.stack.resolve(key.keyArn));
     expect(onlyResource(t, 'AWS::SQS::Queue', 'WarehouseDeadLetterQueue').Properties.KmsMasterKeyId).toEqual(f.stack.resolve(dlqKey.keyArn));
     // The control table is always on a customer-managed key.

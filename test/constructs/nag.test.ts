@@ -42,10 +42,21 @@ describe('cdk-nag AwsSolutions', () => {
   test('every construct at its defaults has no unacknowledged findings', () => {
     const f = fixture();
     const orders = ordersSource(f);
-    const sink = new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: f.log, sources: [orders], connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }), vpc: f.vpc });
+    const sink = new WarehouseSink(f.stack, 'Warehouse', {
+      controlPlane: f.control,
+      changeLog: f.log,
+      sources: [orders],
+      connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
+      vpc: f.vpc,
+    });
     new WarehouseRebuild(f.stack, 'Rebuild', { controlPlane: f.control, changeLog: f.log, sink, vpc: f.vpc });
     new PipelineDashboard(f.stack, 'Dashboard', { sources: [orders], warehouseSinks: [sink] });
-    new SearchSink(f.stack, 'Search', { controlPlane: f.control, changeLog: f.log, sources: [orders], domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://search-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com') });
+    new SearchSink(f.stack, 'Search', {
+      controlPlane: f.control,
+      changeLog: f.log,
+      sources: [orders],
+      domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://search-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com'),
+    });
     // The fixture's VPC is test scaffolding, not part of the library.
     Validations.of(f.vpc).acknowledge({ id: 'AwsSolutions-VPC7', reason: 'test fixture vpc; flow logs are the application’s choice' });
     expect(violationsOf(f.app, f.stack)).toEqual([]);

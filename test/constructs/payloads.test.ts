@@ -14,7 +14,13 @@ import { fixture, ordersSource, resourcesOf } from './helpers.ts';
 function build() {
   const f = fixture();
   const orders = ordersSource(f);
-  new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: f.log, vpc: f.vpc, sources: [orders], connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }) });
+  new WarehouseSink(f.stack, 'Warehouse', {
+    controlPlane: f.control,
+    changeLog: f.log,
+    vpc: f.vpc,
+    sources: [orders],
+    connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }),
+  });
   const t = Template.fromStack(f.stack);
   const bucketId = f.stack.getLogicalId(f.control.payloadBucket!.node.defaultChild as never);
   const keyId = f.stack.getLogicalId(f.control.encryptionKey.node.defaultChild as never);
@@ -40,17 +46,28 @@ describe('payload bucket', () => {
   test('encrypted with the control plane key, private, TLS only, versioned, access-logged, expiring, retained', () => {
     const { t, bucketId, keyId } = build();
     const bucket = resourcesOf(t, 'AWS::S3::Bucket').find(([id]) => id === bucketId)![1];
-    expect(bucket.Properties.BucketEncryption).toEqual({ ServerSideEncryptionConfiguration: [{ BucketKeyEnabled: true, ServerSideEncryptionByDefault: { SSEAlgorithm: 'aws:kms', KMSMasterKeyID: { 'Fn::GetAtt': [keyId, 'Arn'] } } }] });
-    expect(bucket.Properties.PublicAccessBlockConfiguration).toEqual({ BlockPublicAcls: true, BlockPublicPolicy: true, IgnorePublicAcls: true, RestrictPublicBuckets: true });
+    expect(bucket.Properties.BucketEncryption).toEqual({
+      ServerSideEncryptionConfiguration: [
+        { BucketKeyEnabled: true, ServerSideEncryptionByDefault: { SSEAlgorithm: 'aws:kms', KMSMasterKeyID: { 'Fn::GetAtt': [keyId, 'Arn'] } } },
+      ],
+    });
+    expect(bucket.Properties.PublicAccessBlockConfiguration).toEqual({
+      BlockPublicAcls: true,
+      BlockPublicPolicy: true,
+      IgnorePublicAcls: true,
+      RestrictPublicBuckets: true,
+    });
     expect(bucket.Properties.VersioningConfiguration).toEqual({ Status: 'Enabled' });
     expect(bucket.Properties.LoggingConfiguration).toMatchObject({ LogFilePrefix: 'payloads/' });
-    expect(bucket.Properties.LifecycleConfiguration).toMatchObject({ Rules: [{ ExpirationInDays: 400, NoncurrentVersionExpiration: { NoncurrentDays: 30 }, Status: 'Enabled' }] });
+    expect(bucket.Properties.LifecycleConfiguration).toMatchObject({
+      Rules: [{ ExpirationInDays: 400, NoncurrentVersionExpiration: { NoncurrentDays: 30 }, Status: 'Enabled' }],
+    });
     expect(bucket.DeletionPolicy).toBe('Retain');
     const policy = resourcesOf(t, 'AWS::S3::BucketPolicy').find(([, p]) => JSON.stringify(p.Properties.Bucket) === JSON.stringify({ Ref: bucketId }))![1];
     expect(JSON.stringify(policy.Properties.PolicyDocument)).toContain('"aws:SecureTransport":"false"');
   });
 
-  test('the normalizer writes only its own dead letters and its source\'s events; the applier writes its own dead letters and reads events; nobody lists or deletes', () => {
+  test("the normalizer writes only its own dead letters and its source's events; the applier writes its own dead letters and reads events; nobody lists or deletes", () => {
     const { t, bucketId } = build();
     const obj = (prefix: string) => JSON.stringify({ 'Fn::Join': ['', [{ 'Fn::GetAtt': [bucketId, 'Arn'] }, `/${prefix}*`]] });
     const normalizer = s3Statements(t, 'OrdersNormalizer');

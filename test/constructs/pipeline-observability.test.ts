@@ -10,19 +10,35 @@ import * as cloudwatchActions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import * as opensearch from 'aws-cdk-lib/aws-opensearchservice';
 import * as sns from 'aws-cdk-lib/aws-sns';
 import { describe, expect, test } from 'vitest';
-import { ChangeLog, ControlPlane, PipelineAlarmActions, PipelineDashboard, Reconciler, SearchSink, WarehouseConnection, WarehouseRebuild, WarehouseSink } from '../../lib/index.ts';
+import {
+  ChangeLog,
+  ControlPlane,
+  PipelineAlarmActions,
+  PipelineDashboard,
+  Reconciler,
+  SearchSink,
+  WarehouseConnection,
+  WarehouseRebuild,
+  WarehouseSink,
+} from '../../lib/index.ts';
 import { fixture, newApp, ordersSource, resourcesOf, type Fixture } from './helpers.ts';
 
 function pipeline(f: Fixture, warehouseActions?: cloudwatch.IAlarmAction[]) {
   const orders = ordersSource(f);
   const warehouse = new WarehouseSink(f.stack, 'Warehouse', {
-    controlPlane: f.control, changeLog: f.log, sources: [orders], vpc: f.vpc,
+    controlPlane: f.control,
+    changeLog: f.log,
+    sources: [orders],
+    vpc: f.vpc,
     connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
     freshnessTarget: Duration.minutes(2),
     ...(warehouseActions ? { alarmActions: warehouseActions } : {}),
   });
   const search = new SearchSink(f.stack, 'Search', {
-    controlPlane: f.control, changeLog: f.log, sources: [orders], vpc: f.vpc,
+    controlPlane: f.control,
+    changeLog: f.log,
+    sources: [orders],
+    vpc: f.vpc,
     domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://search-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com'),
     freshnessTarget: Duration.minutes(1),
   });
@@ -110,7 +126,9 @@ describe('PipelineAlarmActions', () => {
 });
 
 /** The dashboard body with CloudFormation references replaced by `<logicalId>` (alarm ARNs) or `<Ref>`, parsed. */
-function dashboardBody(template: Template): { widgets: Array<{ type: string; width: number; height: number; x: number; y: number; properties: Record<string, unknown> }> } {
+function dashboardBody(template: Template): {
+  widgets: Array<{ type: string; width: number; height: number; x: number; y: number; properties: Record<string, unknown> }>;
+} {
   const dashboards = resourcesOf(template, 'AWS::CloudWatch::Dashboard');
   expect(dashboards).toHaveLength(1);
   const body = dashboards[0]![1].Properties.DashboardBody as string | { 'Fn::Join': [string, unknown[]] };
@@ -140,7 +158,9 @@ describe('PipelineDashboard', () => {
     const alarmWidgets = widgets.filter((w) => w.type === 'alarm');
     expect(alarmWidgets).toHaveLength(1);
     const shown = (alarmWidgets[0]!.properties.alarms as string[]).map((a) => a.replace(/^<|>$/g, ''));
-    const platformAlarms = resourcesOf(template, 'AWS::CloudWatch::Alarm').map(([id]) => id).filter((id) => !id.startsWith('NotThePlatforms'));
+    const platformAlarms = resourcesOf(template, 'AWS::CloudWatch::Alarm')
+      .map(([id]) => id)
+      .filter((id) => !id.startsWith('NotThePlatforms'));
     expect(shown.sort()).toEqual(platformAlarms.sort());
     expect(shown.some((id) => id.startsWith('Rebuild'))).toBe(true);
     expect(rebuild.alarms).toHaveLength(1);
@@ -157,18 +177,26 @@ describe('PipelineDashboard', () => {
       ['EndToEndLag', 'warehouse', 'orders', 'p50'],
       ['EndToEndLag', 'warehouse', 'orders', 'p99'],
     ]);
-    expect((byTitle.get('warehouse sink warehouse: end-to-end lag (ms)')!.annotations as { horizontal: Array<{ value: number }> }).horizontal.map((a) => a.value)).toEqual([120_000]);
-    expect((byTitle.get('search sink search: end-to-end lag (ms)')!.annotations as { horizontal: Array<{ value: number }> }).horizontal.map((a) => a.value)).toEqual([60_000]);
+    expect(
+      (byTitle.get('warehouse sink warehouse: end-to-end lag (ms)')!.annotations as { horizontal: Array<{ value: number }> }).horizontal.map((a) => a.value),
+    ).toEqual([120_000]);
+    expect(
+      (byTitle.get('search sink search: end-to-end lag (ms)')!.annotations as { horizontal: Array<{ value: number }> }).horizontal.map((a) => a.value),
+    ).toEqual([60_000]);
     // Events per second from the per-minute sum.
     expect(JSON.stringify(metricsOf('warehouse sink warehouse: events applied per second'))).toMatch(/e0 \/ PERIOD\(e0\).*EventsApplied/);
-    expect(JSON.stringify(metricsOf('search sink search: dead letters and apply errors'))).toMatch(/DeadLetters.*ApproximateNumberOfMessagesVisible.*ApplyErrors/);
+    expect(JSON.stringify(metricsOf('search sink search: dead letters and apply errors'))).toMatch(
+      /DeadLetters.*ApproximateNumberOfMessagesVisible.*ApplyErrors/,
+    );
     expect(JSON.stringify(metricsOf('search sink search: applier iterator age (ms)'))).toMatch(/AWS\/Lambda.*IteratorAge/);
     expect(JSON.stringify(metricsOf('warehouse sink warehouse: merges (backlog)'))).toMatch(/DeltaRowsMerged.*MergesStoppingAppends.*MergeErrors/);
     expect(byTitle.has('search sink search: merges (backlog)')).toBe(false);
     // Per source: slot WAL and headroom, DMS latency, snapshot progress and ETA of every table (a SEARCH over the Table dimension).
     expect(JSON.stringify(metricsOf('source orders: slot WAL (bytes)'))).toMatch(/SlotRetainedBytes.*SlotHeadroomBytes/);
     expect(JSON.stringify(metricsOf('source orders: DMS latency (s)'))).toMatch(/AWS\/DMS.*CDCLatencySource.*CDCLatencyTarget/);
-    expect(JSON.stringify(metricsOf('source orders: snapshot rows done per table'))).toContain(`SEARCH('{CdcPlatform,Source,Table} MetricName=\\"SnapshotRowsDone\\" Source=\\"orders\\"', 'Maximum', 60)`);
+    expect(JSON.stringify(metricsOf('source orders: snapshot rows done per table'))).toContain(
+      `SEARCH('{CdcPlatform,Source,Table} MetricName=\\"SnapshotRowsDone\\" Source=\\"orders\\"', 'Maximum', 60)`,
+    );
     expect(JSON.stringify(metricsOf('source orders: snapshot ETA per table (s)'))).toContain('MetricName=\\"SnapshotEta\\"');
     expect(JSON.stringify(metricsOf('source orders: normalizer iterator age (ms)'))).toMatch(/IteratorAge/);
     // Reconciliation: only the sink the reconciler reconciles.
@@ -177,19 +205,25 @@ describe('PipelineDashboard', () => {
     expect(verdicts).not.toContain('"search"');
     expect(JSON.stringify(metricsOf('reconciliation coverage: tables without a decided verdict in their tier period'))).toMatch(/ReconcileCoverageGaps/);
     // Nothing to act on at synth: no warning on the dashboard (a math expression naming an unknown metric would be one).
-    const warnings = Annotations.fromStack(f.stack).findWarning('*', Match.anyValue()).filter((w) => w.id.includes('/Dashboard'));
+    const warnings = Annotations.fromStack(f.stack)
+      .findWarning('*', Match.anyValue())
+      .filter((w) => w.id.includes('/Dashboard'));
     expect(warnings).toEqual([]);
     // Laid out on the 24-column grid without overlap.
     for (const w of widgets) expect(w.x + w.width, JSON.stringify(w.properties.title)).toBeLessThanOrEqual(24);
     const cells = new Set<string>();
-    for (const w of widgets) for (let x = w.x; x < w.x + w.width; x++) for (let y = w.y; y < w.y + w.height; y++) {
-      expect(cells.has(`${x},${y}`), `overlap at ${x},${y}`).toBe(false);
-      cells.add(`${x},${y}`);
-    }
+    for (const w of widgets)
+      for (let x = w.x; x < w.x + w.width; x++)
+        for (let y = w.y; y < w.y + w.height; y++) {
+          expect(cells.has(`${x},${y}`), `overlap at ${x},${y}`).toBe(false);
+          cells.add(`${x},${y}`);
+        }
   });
 
   test('fails without anything to show', () => {
     const f = fixture();
-    expect(() => new PipelineDashboard(f.stack, 'Empty')).toThrow(/^Test\/Empty: a pipeline dashboard needs at least one of sources, warehouseSinks, searchSinks$/);
+    expect(() => new PipelineDashboard(f.stack, 'Empty')).toThrow(
+      /^Test\/Empty: a pipeline dashboard needs at least one of sources, warehouseSinks, searchSinks$/,
+    );
   });
 });

@@ -15,7 +15,9 @@ import { CapturedTable, CaptureMode } from '../../lib/index.ts';
 import { fixture, onlyResource, ordersSource, parseJsonProperty, policyDocuments, resourcesOf } from './helpers.ts';
 
 const TABLES = [
-  CapturedTable.of('public.customers', { transforms: { rename: { email_address: 'email' }, coerce: { score: 'numeric(10,2)' }, tenant: { column: 'tenant', value: '{source}' } } }),
+  CapturedTable.of('public.customers', {
+    transforms: { rename: { email_address: 'email' }, coerce: { score: 'numeric(10,2)' }, tenant: { column: 'tenant', value: '{source}' } },
+  }),
   CapturedTable.of('public.legacy_orders', { capture: CaptureMode.POLL, pollColumn: 'updated_at', primaryKey: ['order_no'] }),
 ];
 
@@ -31,7 +33,12 @@ describe('CdcSource poll worker', () => {
     const t = Template.fromStack(f.stack);
     t.hasResourceProperties('AWS::Events::Rule', {
       ScheduleExpression: 'rate(1 minute)',
-      Targets: [Match.objectLike({ Arn: { 'Fn::GetAtt': [Match.stringLikeRegexp('^OrdersPollWorker'), 'Arn'] }, RetryPolicy: { MaximumRetryAttempts: 0, MaximumEventAgeInSeconds: 60 } })],
+      Targets: [
+        Match.objectLike({
+          Arn: { 'Fn::GetAtt': [Match.stringLikeRegexp('^OrdersPollWorker'), 'Arn'] },
+          RetryPolicy: { MaximumRetryAttempts: 0, MaximumEventAgeInSeconds: 60 },
+        }),
+      ],
     });
     const { props } = pollerOf(t)!;
     expect(source.pollWorker).toBeDefined();
@@ -41,7 +48,11 @@ describe('CdcSource poll worker', () => {
     expect(env).toMatchObject({ CDC_SOURCE_ID: 'orders', CDC_SOURCE_SECRET_ARN: f.stack.resolve(f.sourceSecret.secretArn) });
     const config = parseTableConfig(env.CDC_TABLE_CONFIG);
     expect(config.find((c) => c.table === 'public.legacy_orders')).toMatchObject({ capture: 'poll', pollColumn: 'updated_at', key: ['order_no'] });
-    expect(config.find((c) => c.table === 'public.customers')!.transforms).toEqual({ rename: { email_address: 'email' }, coerce: { score: 'numeric(10,2)' }, tenant: { column: 'tenant', value: '{source}' } });
+    expect(config.find((c) => c.table === 'public.customers')!.transforms).toEqual({
+      rename: { email_address: 'email' },
+      coerce: { score: 'numeric(10,2)' },
+      tenant: { column: 'tenant', value: '{source}' },
+    });
     const task = onlyResource(t, 'AWS::DMS::ReplicationTask');
     const rules = (parseJsonProperty(task.Properties.TableMappings) as { rules: Array<{ 'object-locator': { 'table-name': string } }> }).rules;
     const named = new Set(rules.map((r) => r['object-locator']['table-name']));
@@ -72,7 +83,11 @@ describe('CdcSource poll worker', () => {
     const f = fixture();
     ordersSource(f, { tables: TABLES });
     const t = Template.fromStack(f.stack);
-    t.hasResourceProperties('AWS::CloudWatch::Alarm', { MetricName: 'Errors', EvaluationPeriods: 15, Dimensions: [{ Name: 'FunctionName', Value: { Ref: Match.stringLikeRegexp('^OrdersPollWorker') } }] });
+    t.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      MetricName: 'Errors',
+      EvaluationPeriods: 15,
+      Dimensions: [{ Name: 'FunctionName', Value: { Ref: Match.stringLikeRegexp('^OrdersPollWorker') } }],
+    });
     expect(TABLES.map((x) => [x.tableId, x.deletesObservable])).toEqual([
       ['public.customers', true],
       ['public.legacy_orders', false],
@@ -83,14 +98,23 @@ describe('CdcSource poll worker', () => {
     expect(pollerOf(Template.fromStack(g.stack))).toBeUndefined();
   });
 
-  test('the poll worker\'s resources match the committed snapshot (asset hashes normalised), cdk-nag clean', async () => {
+  test("the poll worker's resources match the committed snapshot (asset hashes normalised), cdk-nag clean", async () => {
     const f = fixture();
     ordersSource(f, { tables: TABLES });
     const template = Template.fromStack(f.stack).toJSON() as { Resources: Record<string, unknown> };
     // Everything the poll worker adds (function, role, policy, log group, schedule, its permission, alarm).
     const pinned = Object.fromEntries(Object.entries(template.Resources).filter(([id]) => id.startsWith('OrdersPoll')));
     const kinds = new Set(Object.values(pinned).map((r) => (r as { Type: string }).Type));
-    for (const kind of ['AWS::Lambda::Function', 'AWS::IAM::Role', 'AWS::IAM::Policy', 'AWS::Logs::LogGroup', 'AWS::Events::Rule', 'AWS::Lambda::Permission', 'AWS::CloudWatch::Alarm']) expect(kinds, kind).toContain(kind);
+    for (const kind of [
+      'AWS::Lambda::Function',
+      'AWS::IAM::Role',
+      'AWS::IAM::Policy',
+      'AWS::Logs::LogGroup',
+      'AWS::Events::Rule',
+      'AWS::Lambda::Permission',
+      'AWS::CloudWatch::Alarm',
+    ])
+      expect(kinds, kind).toContain(kind);
     const normalised = JSON.parse(JSON.stringify(pinned).replace(/[0-9a-f]{64}/g, '[ASSET-HASH]')) as unknown;
     await expect(`${JSON.stringify(normalised, null, 1)}\n`).toMatchFileSnapshot('./__snapshots__/poll-worker.template.json');
     Validations.of(f.vpc).acknowledge({ id: 'AwsSolutions-VPC7', reason: 'test fixture vpc; flow logs are the application’s choice' });
@@ -99,9 +123,17 @@ describe('CdcSource poll worker', () => {
   });
 
   test('synth-time errors name the table and the setting', () => {
-    expect(() => ordersSource(fixture(), { tables: [CapturedTable.of('public.t', { capture: CaptureMode.POLL })] })).toThrow(/public\.t: a polled table needs pollColumn/);
-    expect(() => ordersSource(fixture(), { tables: [CapturedTable.of('public.t', { pollColumn: 'x' })] })).toThrow(/public\.t: pollColumn is only for capture: CaptureMode\.POLL/);
-    expect(() => ordersSource(fixture(), { tables: [CapturedTable.of('public.t', { transforms: { coerce: { a: 'int' } } })] })).toThrow(/public\.t: transforms\.coerce\.a: expected a sink type/);
-    expect(() => ordersSource(fixture(), { tables: [CapturedTable.of('public.t', { mask: ['e'], transforms: { coerce: { e: 'bigint' } } })] })).toThrow(/transforms\.coerce\.e: the column is masked/);
+    expect(() => ordersSource(fixture(), { tables: [CapturedTable.of('public.t', { capture: CaptureMode.POLL })] })).toThrow(
+      /public\.t: a polled table needs pollColumn/,
+    );
+    expect(() => ordersSource(fixture(), { tables: [CapturedTable.of('public.t', { pollColumn: 'x' })] })).toThrow(
+      /public\.t: pollColumn is only for capture: CaptureMode\.POLL/,
+    );
+    expect(() => ordersSource(fixture(), { tables: [CapturedTable.of('public.t', { transforms: { coerce: { a: 'int' } } })] })).toThrow(
+      /public\.t: transforms\.coerce\.a: expected a sink type/,
+    );
+    expect(() => ordersSource(fixture(), { tables: [CapturedTable.of('public.t', { mask: ['e'], transforms: { coerce: { e: 'bigint' } } })] })).toThrow(
+      /transforms\.coerce\.e: the column is masked/,
+    );
   });
 });

@@ -7,13 +7,24 @@ import { Validations } from 'aws-cdk-lib';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { describe, expect, test } from 'vitest';
 import * as opensearch from 'aws-cdk-lib/aws-opensearchservice';
-import { Reconciler, SearchSink, WarehouseConnection, WarehouseSink, type IReconcilableSource, type IReconciledSink, type ReconcilerProps } from '../../lib/index.ts';
+import {
+  Reconciler,
+  SearchSink,
+  WarehouseConnection,
+  WarehouseSink,
+  type IReconcilableSource,
+  type IReconciledSink,
+  type ReconcilerProps,
+} from '../../lib/index.ts';
 import { fixture, ordersSource, parseJsonProperty, policyDocuments, resourcesOf, type Fixture } from './helpers.ts';
 
 function build(f: Fixture, overrides: Partial<ReconcilerProps> = {}, warehouseSg?: ec2.ISecurityGroup) {
   const orders = ordersSource(f);
   const warehouse = new WarehouseSink(f.stack, 'Warehouse', {
-    controlPlane: f.control, changeLog: f.log, sources: [orders], vpc: f.vpc,
+    controlPlane: f.control,
+    changeLog: f.log,
+    sources: [orders],
+    vpc: f.vpc,
     connection: WarehouseConnection.postgres({ secret: f.warehouseSecret, ...(warehouseSg ? { securityGroup: warehouseSg, port: 5439 } : {}) }),
     freshnessTarget: Duration.minutes(2),
   });
@@ -32,7 +43,13 @@ describe('Reconciler', () => {
     const fn = fns[0]![1];
     expect(fn.Properties.VpcConfig).toBeDefined();
     const env = (fn.Properties.Environment as { Variables: Record<string, unknown> }).Variables;
-    expect(env).toMatchObject({ CDC_SOURCE_ID: 'orders', CDC_SINK_ID: 'warehouse', CDC_RECONCILE_ROWS_PER_RUN: '5000', CDC_RECONCILE_SETTLE_MS: '120000', POWERTOOLS_SERVICE_NAME: 'cdc-reconciler' });
+    expect(env).toMatchObject({
+      CDC_SOURCE_ID: 'orders',
+      CDC_SINK_ID: 'warehouse',
+      CDC_RECONCILE_ROWS_PER_RUN: '5000',
+      CDC_RECONCILE_SETTLE_MS: '120000',
+      POWERTOOLS_SERVICE_NAME: 'cdc-reconciler',
+    });
     expect(JSON.parse(env.CDC_RECONCILE_TIERS as string)).toEqual([{ name: 'default', periodMs: 86_400_000, tables: ['*'] }]);
     const tables = JSON.parse(env.CDC_TABLE_CONFIG as string) as Array<{ table: string; mask: string[]; exclude: string[] }>;
     expect(tables.find((x) => x.table === 'public.customers')).toMatchObject({ mask: ['email'], exclude: ['ssn'] });
@@ -40,10 +57,18 @@ describe('Reconciler', () => {
 
   test('a schedule per tier, each invoking the function with its tier', () => {
     const f = fixture();
-    const { t } = build(f, { tiers: [{ name: 'hot', every: Duration.hours(1), tables: ['public.orders'] }, { name: 'rest', every: Duration.days(1) }] });
+    const { t } = build(f, {
+      tiers: [
+        { name: 'hot', every: Duration.hours(1), tables: ['public.orders'] },
+        { name: 'rest', every: Duration.days(1) },
+      ],
+    });
     const rules = resourcesOf(t, 'AWS::Events::Rule').filter(([id]) => id.startsWith('ReconcilerSchedule'));
     expect(rules.map(([, r]) => r.Properties.ScheduleExpression).sort()).toEqual(['rate(1 day)', 'rate(1 hour)']);
-    const inputs = rules.map(([, r]) => JSON.parse((r.Properties.Targets as Array<{ Input: string }>)[0]!.Input)).map((i) => i.tier).sort();
+    const inputs = rules
+      .map(([, r]) => JSON.parse((r.Properties.Targets as Array<{ Input: string }>)[0]!.Input))
+      .map((i) => i.tier)
+      .sort();
     expect(inputs).toEqual(['hot', 'rest']);
   });
 
@@ -54,7 +79,13 @@ describe('Reconciler', () => {
     expect(r.alarms).toHaveLength(2);
     const alarms = resourcesOf(t, 'AWS::CloudWatch::Alarm').filter(([id]) => id.startsWith('Reconciler'));
     const byMetric = Object.fromEntries(alarms.map(([, a]) => [a.Properties.MetricName, a.Properties]));
-    expect(byMetric.ReconcileDivergedTables).toMatchObject({ Threshold: 0, ComparisonOperator: 'GreaterThanThreshold', TreatMissingData: 'notBreaching', Dimensions: [{ Name: 'Sink', Value: 'warehouse' }], Period: 3600 });
+    expect(byMetric.ReconcileDivergedTables).toMatchObject({
+      Threshold: 0,
+      ComparisonOperator: 'GreaterThanThreshold',
+      TreatMissingData: 'notBreaching',
+      Dimensions: [{ Name: 'Sink', Value: 'warehouse' }],
+      Period: 3600,
+    });
     expect(byMetric.ReconcileCoverageGaps).toMatchObject({ Threshold: 0, TreatMissingData: 'breaching', Period: 3600, Namespace: 'CdcPlatform' });
     for (const a of alarms) expect(a[1].Properties.AlarmActions).toEqual([f.stack.resolve(topic.topicArn)]);
     const off = fixture();
@@ -87,7 +118,10 @@ describe('Reconciler', () => {
   function buildWithSearch(f: Fixture, overrides: Partial<ReconcilerProps> = {}) {
     const orders = ordersSource(f);
     const search = new SearchSink(f.stack, 'Search', {
-      controlPlane: f.control, changeLog: f.log, sources: [orders], vpc: f.vpc,
+      controlPlane: f.control,
+      changeLog: f.log,
+      sources: [orders],
+      vpc: f.vpc,
       domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://vpc-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com'),
       tables: [{ table: 'public.customers' }],
     });
@@ -101,21 +135,34 @@ describe('Reconciler', () => {
     const fns = reconcilerFunctions(t);
     expect(fns).toHaveLength(1);
     const env = (fns[0]![1].Properties.Environment as { Variables: Record<string, unknown> }).Variables;
-    expect(env).toMatchObject({ CDC_SOURCE_ID: 'orders', CDC_SINK_ID: 'search', CDC_SEARCH_ENDPOINT: 'vpc-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com', CDC_SEARCH_INDEX_PREFIX: 'cdc', CDC_RECONCILE_SETTLE_MS: '300000' });
+    expect(env).toMatchObject({
+      CDC_SOURCE_ID: 'orders',
+      CDC_SINK_ID: 'search',
+      CDC_SEARCH_ENDPOINT: 'vpc-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com',
+      CDC_SEARCH_INDEX_PREFIX: 'cdc',
+      CDC_RECONCILE_SETTLE_MS: '300000',
+    });
     expect(env.CDC_WAREHOUSE_SECRET_ARN).toBeUndefined();
     expect(Object.keys(r.functions)).toEqual(['orders/search']);
     const alarms = resourcesOf(t, 'AWS::CloudWatch::Alarm').filter(([id]) => id.startsWith('Reconciler'));
-    expect(alarms.map(([, a]) => [a.Properties.MetricName, (a.Properties.Dimensions as Array<{ Value: string }>)[0]!.Value]).sort()).toEqual([['ReconcileCoverageGaps', 'search'], ['ReconcileDivergedTables', 'search']]);
+    expect(alarms.map(([, a]) => [a.Properties.MetricName, (a.Properties.Dimensions as Array<{ Value: string }>)[0]!.Value]).sort()).toEqual([
+      ['ReconcileCoverageGaps', 'search'],
+      ['ReconcileDivergedTables', 'search'],
+    ]);
   });
 
-  test('a search sink: es:ESHttpGet and es:ESHttpPost only, on the source\'s index paths only (its tables and its heartbeat table)', () => {
+  test("a search sink: es:ESHttpGet and es:ESHttpPost only, on the source's index paths only (its tables and its heartbeat table)", () => {
     const f = fixture();
     const { t } = buildWithSearch(f);
-    const statements = policyDocuments(t).filter((d) => d.where.startsWith('ReconcilerFunction')).flatMap((d) => d.doc.Statement).filter((st) => JSON.stringify(st.Action).includes('es:'));
+    const statements = policyDocuments(t)
+      .filter((d) => d.where.startsWith('ReconcilerFunction'))
+      .flatMap((d) => d.doc.Statement)
+      .filter((st) => JSON.stringify(st.Action).includes('es:'));
     expect(statements).toHaveLength(1);
     expect(statements[0]!.Action).toEqual(['es:ESHttpGet', 'es:ESHttpPost']);
     const resources = JSON.stringify(statements[0]!.Resource);
-    for (const p of ['cdc.orders.public.customers', 'cdc.orders.public.cdc_heartbeat']) for (const suffix of ['"', '/*"', '.*"']) expect(resources).toContain(`/${p}${suffix}`);
+    for (const p of ['cdc.orders.public.customers', 'cdc.orders.public.cdc_heartbeat'])
+      for (const suffix of ['"', '/*"', '.*"']) expect(resources).toContain(`/${p}${suffix}`);
     expect(resources).not.toContain('cdc.orders.public.orders');
     const secrets = JSON.stringify(policyDocuments(t).filter((d) => d.where.startsWith('ReconcilerFunction')));
     expect(secrets).not.toContain('WarehouseSecret');
@@ -132,9 +179,16 @@ describe('Reconciler', () => {
   test('refuses a sink that serves none of its sources', () => {
     const f = fixture();
     const orders = ordersSource(f);
-    const search = new SearchSink(f.stack, 'Search', { controlPlane: f.control, changeLog: f.log, sources: [orders], domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://search-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com') });
+    const search = new SearchSink(f.stack, 'Search', {
+      controlPlane: f.control,
+      changeLog: f.log,
+      sources: [orders],
+      domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://search-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com'),
+    });
     const other = ordersSource(f, { sourceId: 'billing' }, 'Billing');
-    expect(() => new Reconciler(f.stack, 'Reconciler', { controlPlane: f.control, sources: [other], sinks: [search], vpc: f.vpc })).toThrow(/sink search serves none of the sources \(billing\); it serves orders/);
+    expect(() => new Reconciler(f.stack, 'Reconciler', { controlPlane: f.control, sources: [other], sinks: [search], vpc: f.vpc })).toThrow(
+      /sink search serves none of the sources \(billing\); it serves orders/,
+    );
   });
 
   test('takes its sources and sinks through interfaces; fails on a sink that is neither a warehouse nor a search sink', () => {
@@ -154,7 +208,14 @@ describe('Reconciler', () => {
 
   test('refuses bad props by name', () => {
     expect(() => build(fixture(), { tiers: [{ name: 'hot', every: Duration.minutes(1) }] })).toThrow(/tier hot: every must be between 5 minutes and 7 days/);
-    expect(() => build(fixture(), { tiers: [{ name: 'a', every: Duration.hours(1) }, { name: 'b', every: Duration.hours(2) }] })).toThrow(/only one tier may take the remaining tables/);
+    expect(() =>
+      build(fixture(), {
+        tiers: [
+          { name: 'a', every: Duration.hours(1) },
+          { name: 'b', every: Duration.hours(2) },
+        ],
+      }),
+    ).toThrow(/only one tier may take the remaining tables/);
     expect(() => build(fixture(), { tiers: [] })).toThrow(/tiers must not be empty/);
   });
 

@@ -67,7 +67,13 @@ describe('SearchSink', () => {
     expect(es).toHaveLength(1);
     expect(es[0]!.Action).toEqual(['es:ESHttpGet', 'es:ESHttpHead', 'es:ESHttpPost', 'es:ESHttpPut']);
     const resources = JSON.stringify(es[0]!.Resource);
-    for (const p of ['/cdc.orders.public.customers"', '/cdc.orders.public.customers/*"', '/cdc.orders.public.customers.*"', '/cdc.orders.public.cdc_heartbeat.*"']) expect(resources).toContain(p);
+    for (const p of [
+      '/cdc.orders.public.customers"',
+      '/cdc.orders.public.customers/*"',
+      '/cdc.orders.public.customers.*"',
+      '/cdc.orders.public.cdc_heartbeat.*"',
+    ])
+      expect(resources).toContain(p);
     expect(resources).not.toContain('public.orders');
     expect(resources).not.toMatch(/domain\/search-abcdefghijklmnop\/\*"|domain\/[^/"]+"/);
   });
@@ -108,7 +114,10 @@ describe('SearchSink', () => {
     t.hasResourceProperties('AWS::CloudWatch::Alarm', {
       MetricName: 'EndToEndLag',
       Namespace: 'CdcPlatform',
-      Dimensions: Match.arrayWith([{ Name: 'Sink', Value: 'search' }, { Name: 'Source', Value: 'orders' }]),
+      Dimensions: Match.arrayWith([
+        { Name: 'Sink', Value: 'search' },
+        { Name: 'Source', Value: 'orders' },
+      ]),
       Threshold: 60_000,
       TreatMissingData: 'breaching',
       AlarmActions: [{ Ref: Match.stringLikeRegexp('^Topic') }],
@@ -124,7 +133,11 @@ describe('SearchSink', () => {
   test('alarms can be switched off', () => {
     const f = fixture();
     expect(sink(f, { alarmsEnabled: false }).alarms).toEqual([]);
-    expect(Template.fromStack(f.stack).findResources('AWS::CloudWatch::Alarm', { Properties: { MetricName: 'EndToEndLag', Dimensions: Match.arrayWith([{ Name: 'Sink', Value: 'search' }]) } })).toEqual({});
+    expect(
+      Template.fromStack(f.stack).findResources('AWS::CloudWatch::Alarm', {
+        Properties: { MetricName: 'EndToEndLag', Dimensions: Match.arrayWith([{ Name: 'Sink', Value: 'search' }]) },
+      }),
+    ).toEqual({});
   });
 
   test('refuses, naming what is wrong: a table no source captures, an upper-case table, an empty source list, a too-small freshness target', () => {
@@ -147,7 +160,9 @@ describe('SearchSink resume replay', () => {
     });
     t.hasResourceProperties('AWS::Events::Rule', {
       ScheduleExpression: 'rate(1 minute)',
-      Targets: [Match.objectLike({ Arn: f.stack.resolve(s.applier.functionArn), Input: JSON.stringify({ cdcReplay: true }), RetryPolicy: { MaximumRetryAttempts: 0 } })],
+      Targets: [
+        Match.objectLike({ Arn: f.stack.resolve(s.applier.functionArn), Input: JSON.stringify({ cdcReplay: true }), RetryPolicy: { MaximumRetryAttempts: 0 } }),
+      ],
     });
     // The replay reads the change log from its trim horizon: the applier's role may read the stream.
     const policies = resourcesOf(t, 'AWS::IAM::Policy').map(([, p]) => JSON.stringify(p));

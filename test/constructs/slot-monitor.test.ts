@@ -15,7 +15,11 @@ describe('CdcSource slot monitor', () => {
   test('a function every minute in the VPC, reading the source with the monitoring secret only', () => {
     const f = fixture();
     const monitoring = secretsmanager.Secret.fromSecretNameV2(f.stack, 'MonitorSecret', 'monitor');
-    const source = ordersSource(f, { database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, monitoringSecret: monitoring }), slotName: 'orders_slot', slotWalBudget: Size.gibibytes(4) });
+    const source = ordersSource(f, {
+      database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, monitoringSecret: monitoring }),
+      slotName: 'orders_slot',
+      slotWalBudget: Size.gibibytes(4),
+    });
     const t = Template.fromStack(f.stack);
     const [id, fn] = resourcesOf(t, 'AWS::Lambda::Function').find(([k]) => k.startsWith('OrdersSlotMonitor'))!;
     expect(f.stack.resolve(source.slotMonitor.functionName)).toEqual({ Ref: id });
@@ -25,7 +29,9 @@ describe('CdcSource slot monitor', () => {
       CDC_SOURCE_SECRET_ARN: f.stack.resolve(monitoring.secretArn),
       CDC_SLOT_WAL_BUDGET_BYTES: String(4 * 1024 * MIB),
     });
-    expect(fn.Properties.VpcConfig).toMatchObject({ SecurityGroupIds: [{ 'Fn::GetAtt': [expect.stringMatching(/^OrdersSlotMonitorSecurityGroup/), 'GroupId'] }] });
+    expect(fn.Properties.VpcConfig).toMatchObject({
+      SecurityGroupIds: [{ 'Fn::GetAtt': [expect.stringMatching(/^OrdersSlotMonitorSecurityGroup/), 'GroupId'] }],
+    });
     t.hasResourceProperties('AWS::Events::Rule', {
       ScheduleExpression: 'rate(1 minute)',
       Targets: [Match.objectLike({ Arn: { 'Fn::GetAtt': [Match.stringLikeRegexp('^OrdersSlotMonitor'), 'Arn'] } })],
@@ -36,9 +42,15 @@ describe('CdcSource slot monitor', () => {
     expect(text).toContain('secret:monitor');
     expect(text).not.toContain('secret:source');
     // Its latest report is kept in the control plane for cdc status: PutItem on that one item's partition only.
-    expect((fn.Properties.Environment as { Variables: Record<string, unknown> }).Variables.CDC_CONTROL_TABLE).toEqual(f.stack.resolve(f.control.controlPlaneTableName));
-    const dynamo = policies.flatMap(([, p]) => (p.Properties.PolicyDocument as { Statement: Array<{ Effect: string; Action: string | string[]; Condition?: unknown }> }).Statement).filter((st) => st.Effect === 'Allow' && [st.Action].flat().some((a) => a.startsWith('dynamodb:')));
-    expect(dynamo.map((st) => [[st.Action].flat(), st.Condition])).toEqual([[['dynamodb:PutItem'], { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['CHECKPOINT#slot-monitor:orders'] } }]]);
+    expect((fn.Properties.Environment as { Variables: Record<string, unknown> }).Variables.CDC_CONTROL_TABLE).toEqual(
+      f.stack.resolve(f.control.controlPlaneTableName),
+    );
+    const dynamo = policies
+      .flatMap(([, p]) => (p.Properties.PolicyDocument as { Statement: Array<{ Effect: string; Action: string | string[]; Condition?: unknown }> }).Statement)
+      .filter((st) => st.Effect === 'Allow' && [st.Action].flat().some((a) => a.startsWith('dynamodb:')));
+    expect(dynamo.map((st) => [[st.Action].flat(), st.Condition])).toEqual([
+      [['dynamodb:PutItem'], { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['CHECKPOINT#slot-monitor:orders'] } }],
+    ]);
   });
 
   test('alarms on by default: headroom below 20% of the budget (missing data breaches), foreign inactive slots; with the injected actions', () => {
@@ -66,10 +78,17 @@ describe('CdcSource slot monitor', () => {
       Threshold: 16 * MIB,
       AlarmActions: [topicRef],
     });
-    t.hasResourceProperties('AWS::CloudWatch::Alarm', { AlarmName: 'Test-orders-source-discontinuity', MetricName: 'SourceDiscontinuities', Threshold: 0, AlarmActions: [topicRef] });
+    t.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      AlarmName: 'Test-orders-source-discontinuity',
+      MetricName: 'SourceDiscontinuities',
+      Threshold: 0,
+      AlarmActions: [topicRef],
+    });
     // The lifecycle function records a slot that replaces another in the control plane.
     const lifecycle = resourcesOf(t, 'AWS::Lambda::Function').find(([k]) => k.startsWith('OrdersTaskLifecycle'))![1];
-    expect((lifecycle.Properties.Environment as { Variables: Record<string, unknown> }).Variables.CDC_CONTROL_TABLE).toEqual(f.stack.resolve(f.control.controlPlaneTableName));
+    expect((lifecycle.Properties.Environment as { Variables: Record<string, unknown> }).Variables.CDC_CONTROL_TABLE).toEqual(
+      f.stack.resolve(f.control.controlPlaneTableName),
+    );
     t.hasResourceProperties('Custom::CdcReplicationSlot', { SourceId: 'orders' });
     expect(f.stack.resolve((source.metricSlotRetainedBytes() as cloudwatch.Metric).metricName)).toBe('SlotRetainedBytes');
     expect(source.metricSlotHeadroomBytes().statistic).toBe('Minimum');
@@ -82,6 +101,8 @@ describe('CdcSource slot monitor', () => {
     expect(names).not.toContain('SlotHeadroomBytes');
     expect(names).not.toContain('SlotForeignInactiveBytes');
     const g = fixture();
-    expect(() => ordersSource(g, { slotWalBudget: Size.mebibytes(8), tables: [CapturedTable.of('public.a')] })).toThrow(/slotWalBudget must be at least 16 MiB/);
+    expect(() => ordersSource(g, { slotWalBudget: Size.mebibytes(8), tables: [CapturedTable.of('public.a')] })).toThrow(
+      /slotWalBudget must be at least 16 MiB/,
+    );
   });
 });

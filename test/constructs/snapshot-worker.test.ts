@@ -26,14 +26,23 @@ describe('CdcSource snapshot worker', () => {
     const t = Template.fromStack(f.stack);
     t.hasResourceProperties('AWS::Events::Rule', {
       ScheduleExpression: 'rate(1 minute)',
-      Targets: [Match.objectLike({ Arn: { 'Fn::GetAtt': [Match.stringLikeRegexp('^OrdersSnapshotWorker'), 'Arn'] }, RetryPolicy: { MaximumRetryAttempts: 0, MaximumEventAgeInSeconds: 60 } })],
+      Targets: [
+        Match.objectLike({
+          Arn: { 'Fn::GetAtt': [Match.stringLikeRegexp('^OrdersSnapshotWorker'), 'Arn'] },
+          RetryPolicy: { MaximumRetryAttempts: 0, MaximumEventAgeInSeconds: 60 },
+        }),
+      ],
     });
     const { props } = workerOf(t);
     expect(props.Timeout).toBe(900);
     expect(props.ReservedConcurrentExecutions).toBe(1);
     expect(props.VpcConfig).toMatchObject({ SecurityGroupIds: [{ 'Fn::GetAtt': [expect.stringMatching(/^OrdersSnapshotWorkerSecurityGroup/), 'GroupId'] }] });
     const env = (props.Environment as { Variables: Record<string, unknown> }).Variables;
-    expect(env).toMatchObject({ CDC_SOURCE_ID: 'orders', CDC_SOURCE_SECRET_ARN: f.stack.resolve(f.sourceSecret.secretArn), CDC_RAW_STREAM: { Ref: expect.stringMatching(/^OrdersRawStream/) } });
+    expect(env).toMatchObject({
+      CDC_SOURCE_ID: 'orders',
+      CDC_SOURCE_SECRET_ARN: f.stack.resolve(f.sourceSecret.secretArn),
+      CDC_RAW_STREAM: { Ref: expect.stringMatching(/^OrdersRawStream/) },
+    });
     expect(env.CDC_SNAPSHOT_BUDGET).toBeUndefined();
     expect(env.CDC_SNAPSHOT_REPLICA_SECRET_ARN).toBeUndefined();
   });
@@ -44,7 +53,9 @@ describe('CdcSource snapshot worker', () => {
     const t = Template.fromStack(f.stack);
     const docs = policyDocuments(t).filter((d) => d.where.startsWith('OrdersSnapshotWorker'));
     const actions = new Set(docs.flatMap((d) => d.doc.Statement.flatMap((s) => [s.Action].flat() as string[])));
-    expect([...actions].filter((a) => a.startsWith('kinesis:')).sort()).toEqual(['kinesis:DescribeStream', 'kinesis:ListShards', 'kinesis:PutRecord', 'kinesis:PutRecords'].filter((a) => actions.has(a)));
+    expect([...actions].filter((a) => a.startsWith('kinesis:')).sort()).toEqual(
+      ['kinesis:DescribeStream', 'kinesis:ListShards', 'kinesis:PutRecord', 'kinesis:PutRecords'].filter((a) => actions.has(a)),
+    );
     expect(actions.has('kinesis:GetRecords')).toBe(false);
     expect([...actions].some((a) => a.startsWith('dynamodb:'))).toBe(true);
     expect(actions.has('secretsmanager:GetSecretValue')).toBe(true);
@@ -55,7 +66,13 @@ describe('CdcSource snapshot worker', () => {
     const f = fixture();
     const replica = secretsmanager.Secret.fromSecretNameV2(f.stack, 'Replica', 'replica');
     ordersSource(f, {
-      database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, snapshotBudget: { writeLatencyPercent: 5 }, readReplicaSecret: replica }),
+      database: SourceDatabase.postgres({
+        databaseName: 'orders',
+        secret: f.sourceSecret,
+        heartbeatSecret: f.heartbeatSecret,
+        snapshotBudget: { writeLatencyPercent: 5 },
+        readReplicaSecret: replica,
+      }),
       tables: [CapturedTable.of('public.customers'), CapturedTable.of('public.orders', { snapshot: false })],
     });
     const t = Template.fromStack(f.stack);
@@ -71,8 +88,18 @@ describe('CdcSource snapshot worker', () => {
     const f = fixture();
     const source = ordersSource(f, { alarmSnapshotStallThreshold: Duration.minutes(20) });
     const t = Template.fromStack(f.stack);
-    t.hasResourceProperties('AWS::CloudWatch::Alarm', { Namespace: 'CdcPlatform', MetricName: 'SnapshotStallAge', Dimensions: [{ Name: 'Source', Value: 'orders' }], Threshold: 1200, Statistic: 'Maximum' });
-    t.hasResourceProperties('AWS::CloudWatch::Alarm', { MetricName: 'Errors', EvaluationPeriods: 15, Dimensions: [{ Name: 'FunctionName', Value: { Ref: Match.stringLikeRegexp('^OrdersSnapshotWorker') } }] });
+    t.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      Namespace: 'CdcPlatform',
+      MetricName: 'SnapshotStallAge',
+      Dimensions: [{ Name: 'Source', Value: 'orders' }],
+      Threshold: 1200,
+      Statistic: 'Maximum',
+    });
+    t.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      MetricName: 'Errors',
+      EvaluationPeriods: 15,
+      Dimensions: [{ Name: 'FunctionName', Value: { Ref: Match.stringLikeRegexp('^OrdersSnapshotWorker') } }],
+    });
     expect(source.snapshotWorker).toBeDefined();
     const g = fixture();
     const quiet = ordersSource(g, { alarmsEnabled: false });
@@ -87,7 +114,14 @@ describe('CdcSource snapshot worker', () => {
 
   test('with the RDS instance named: its CloudWatch metrics pace the snapshot (GetMetricData only), no unacknowledged cdk-nag finding', () => {
     const f = fixture();
-    ordersSource(f, { database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, instanceIdentifier: 'orders-db' }) });
+    ordersSource(f, {
+      database: SourceDatabase.postgres({
+        databaseName: 'orders',
+        secret: f.sourceSecret,
+        heartbeatSecret: f.heartbeatSecret,
+        instanceIdentifier: 'orders-db',
+      }),
+    });
     const t = Template.fromStack(f.stack);
     const env = (workerOf(t).props.Environment as { Variables: Record<string, string> }).Variables;
     expect(env.CDC_SNAPSHOT_DB_INSTANCE).toBe('orders-db');

@@ -20,7 +20,15 @@ type Statement = { Effect: string; Action: string | string[]; Resource?: unknown
 
 /** The source secrets of every `CdcSource` in a stack, as the text that names them in a template (`:secret:<name>`). */
 function sourceSecretMarkers(stack: Stack): string[] {
-  const secrets = stack.node.findAll().filter((c): c is CdcSource => c instanceof CdcSource).flatMap((s) => [s.database.secret, s.database.heartbeatSecret, s.database.monitoringSecret, ...(s.database.readReplicaSecret ? [s.database.readReplicaSecret] : [])]);
+  const secrets = stack.node
+    .findAll()
+    .filter((c): c is CdcSource => c instanceof CdcSource)
+    .flatMap((s) => [
+      s.database.secret,
+      s.database.heartbeatSecret,
+      s.database.monitoringSecret,
+      ...(s.database.readReplicaSecret ? [s.database.readReplicaSecret] : []),
+    ]);
   const names = secrets.map((s) => s.secretName);
   for (const n of names) expect(Token.isUnresolved(n), 'the secrets of these tests are imported by name').toBe(false);
   return [...new Set(names)].map((n) => `:secret:${n}`);
@@ -53,9 +61,19 @@ function everySourceFunction(database: (f: ReturnType<typeof fixture>) => Source
   const f = fixture();
   const orders = ordersSource(f, {
     database: database(f),
-    tables: [CapturedTable.of('public.orders'), CapturedTable.of('public.legacy_orders', { capture: CaptureMode.POLL, pollColumn: 'updated_at', primaryKey: ['order_no'] })],
+    tables: [
+      CapturedTable.of('public.orders'),
+      CapturedTable.of('public.legacy_orders', { capture: CaptureMode.POLL, pollColumn: 'updated_at', primaryKey: ['order_no'] }),
+    ],
   });
-  const warehouse = new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: f.log, sources: [orders], vpc: f.vpc, connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }), freshnessTarget: Duration.minutes(2) });
+  const warehouse = new WarehouseSink(f.stack, 'Warehouse', {
+    controlPlane: f.control,
+    changeLog: f.log,
+    sources: [orders],
+    vpc: f.vpc,
+    connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
+    freshnessTarget: Duration.minutes(2),
+  });
   new Reconciler(f.stack, 'Reconciler', { controlPlane: f.control, sources: [orders], sinks: [warehouse], vpc: f.vpc });
   return { stack: f.stack, t: Template.fromStack(f.stack) };
 }
@@ -70,7 +88,10 @@ describe('TLS to the source on every function given a source secret', () => {
   test('a private CA: every such function gets verify-full and the CA bundle', () => {
     const { stack, t } = everySourceFunction((f) =>
       SourceDatabase.postgres({
-        databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, caCertificatePem: PEM,
+        databaseName: 'orders',
+        secret: f.sourceSecret,
+        heartbeatSecret: f.heartbeatSecret,
+        caCertificatePem: PEM,
         monitoringSecret: secretsmanager.Secret.fromSecretNameV2(f.stack, 'MonitorSecret', 'monitor'),
         readReplicaSecret: secretsmanager.Secret.fromSecretNameV2(f.stack, 'ReplicaSecret', 'replica'),
       }),
@@ -84,7 +105,9 @@ describe('TLS to the source on every function given a source secret', () => {
   });
 
   test('the explicit opt-out: every such function gets require and no CA bundle', () => {
-    const { stack, t } = everySourceFunction((f) => SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, sslMode: SslMode.REQUIRE }));
+    const { stack, t } = everySourceFunction((f) =>
+      SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, sslMode: SslMode.REQUIRE }),
+    );
     const found = functionsGivenSourceSecret(t, sourceSecretMarkers(stack));
     expect(kinds(found.keys())).toEqual(EVERY_KIND);
     for (const [id, env] of found) {

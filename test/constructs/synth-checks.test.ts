@@ -43,11 +43,15 @@ describe('props checked at runtime for callers without the type checker', () => 
     expect(() => CapturedTable.of('public.customers', js({ masks: ['email'] }))).toThrow(
       /^CapturedTable\.of\("public\.customers"\): unknown prop `masks` \(did you mean `mask`\?\); known props: mask, exclude, deletes/,
     );
-    expect(() => CapturedTable.matching('public.*', js({ excludeColumn: ['ssn'] }))).toThrow(/CapturedTable\.matching\("public\.\*"\): unknown prop `excludeColumn` \(did you mean `excludeColumns`\?\)/);
+    expect(() => CapturedTable.matching('public.*', js({ excludeColumn: ['ssn'] }))).toThrow(
+      /CapturedTable\.matching\("public\.\*"\): unknown prop `excludeColumn` \(did you mean `excludeColumns`\?\)/,
+    );
   });
 
   test('a wrong enum value fails with the allowed values', () => {
-    expect(() => CapturedTable.of('public.customers', js({ deletes: 'HARD' }))).toThrow(/prop `deletes` must be one of "soft", "hard" \(the enum's members\), got "HARD"/);
+    expect(() => CapturedTable.of('public.customers', js({ deletes: 'HARD' }))).toThrow(
+      /prop `deletes` must be one of "soft", "hard" \(the enum's members\), got "HARD"/,
+    );
     expect(() => CapturedTable.of('public.customers', js({ capture: 'polling' }))).toThrow(/prop `capture` must be one of "log", "poll"/);
   });
 
@@ -59,27 +63,38 @@ describe('props checked at runtime for callers without the type checker', () => 
   test('CdcSource: an unknown prop, a wrong enum value and table ids instead of CapturedTable items fail with the construct path', () => {
     expect(() => ordersSource(fixture(), js({ slotname: 'x' }))).toThrow(/^Test\/Orders: unknown prop `slotname` \(did you mean `slotName`\?\)/);
     expect(() => ordersSource(fixture(), js({ beforeImage: 'ALL' }))).toThrow(/^Test\/Orders: prop `beforeImage` must be one of "pk-only", "all"/);
-    expect(() => ordersSource(fixture(), js({ tables: ['public.orders'] }))).toThrow(/^Test\/Orders: prop `tables` must hold CapturedTable items \(CapturedTable\.of or CapturedTable\.matching\); item 0 is string/);
+    expect(() => ordersSource(fixture(), js({ tables: ['public.orders'] }))).toThrow(
+      /^Test\/Orders: prop `tables` must hold CapturedTable items \(CapturedTable\.of or CapturedTable\.matching\); item 0 is string/,
+    );
     expect(() => ordersSource(fixture(), js({ multiAz: 'yes' }))).toThrow(/^Test\/Orders: prop `multiAz` must be a boolean, got the string "yes"/);
   });
 
-  test('WarehouseSink and SearchSink: unknown props and a search table\'s delete mode fail with the construct path', () => {
+  test("WarehouseSink and SearchSink: unknown props and a search table's delete mode fail with the construct path", () => {
     const f = fixture();
     const orders = ordersSource(f);
     const connection = WarehouseConnection.postgres({ secret: f.warehouseSecret });
-    expect(() => new WarehouseSink(f.stack, 'Warehouse', js({ controlPlane: f.control, changeLog: f.log, sources: [orders], vpc: f.vpc, connection, batchsize: 10 }))).toThrow(
-      /^Test\/Warehouse: unknown prop `batchsize` \(did you mean `batchSize`\?\)/,
-    );
+    expect(
+      () =>
+        new WarehouseSink(f.stack, 'Warehouse', js({ controlPlane: f.control, changeLog: f.log, sources: [orders], vpc: f.vpc, connection, batchsize: 10 })),
+    ).toThrow(/^Test\/Warehouse: unknown prop `batchsize` \(did you mean `batchSize`\?\)/);
     const domain = opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://search-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com');
-    expect(() => new SearchSink(f.stack, 'Search', js({ controlPlane: f.control, changeLog: f.log, sources: [orders], domain, tables: [{ table: 'public.orders', deletes: 'HARD' }] }))).toThrow(
-      /^Test\/Search: tables\[0\]: prop `deletes` must be one of "soft", "hard"/,
+    expect(
+      () =>
+        new SearchSink(
+          f.stack,
+          'Search',
+          js({ controlPlane: f.control, changeLog: f.log, sources: [orders], domain, tables: [{ table: 'public.orders', deletes: 'HARD' }] }),
+        ),
+    ).toThrow(/^Test\/Search: tables\[0\]: prop `deletes` must be one of "soft", "hard"/);
+    expect(() => new SearchSink(f.stack, 'Search2', js({ controlPlane: f.control, changeLog: f.log, sources: [orders], domain, indexprefix: 'x' }))).toThrow(
+      /^Test\/Search2: unknown prop `indexprefix` \(did you mean `indexPrefix`\?\)/,
     );
-    expect(() => new SearchSink(f.stack, 'Search2', js({ controlPlane: f.control, changeLog: f.log, sources: [orders], domain, indexprefix: 'x' }))).toThrow(/^Test\/Search2: unknown prop `indexprefix` \(did you mean `indexPrefix`\?\)/);
   });
 });
 
 describe('AwsApiEgress.vpcEndpoints() (the default) in a VPC created in the app', () => {
-  const ALL = 'Kinesis Data Streams \\(com\\.amazonaws\\.<region>\\.kinesis-streams\\), Secrets Manager .*, DMS .*, DynamoDB .*, S3 .*, CloudWatch \\(com\\.amazonaws\\.<region>\\.monitoring\\)';
+  const ALL =
+    'Kinesis Data Streams \\(com\\.amazonaws\\.<region>\\.kinesis-streams\\), Secrets Manager .*, DMS .*, DynamoDB .*, S3 .*, CloudWatch \\(com\\.amazonaws\\.<region>\\.monitoring\\)';
   /** The fixture with a second VPC that has no endpoints (the fixture's own has them all). */
   const bare = () => {
     const f = fixture();
@@ -89,7 +104,13 @@ describe('AwsApiEgress.vpcEndpoints() (the default) in a VPC created in the app'
   test('synth fails on each construct, with its path, naming every missing endpoint and the fixes', () => {
     const { f, vpc } = bare();
     const orders = ordersSource({ ...f, vpc });
-    new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: f.log, sources: [orders], vpc, connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }) });
+    new WarehouseSink(f.stack, 'Warehouse', {
+      controlPlane: f.control,
+      changeLog: f.log,
+      sources: [orders],
+      vpc,
+      connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
+    });
     let message = '';
     try {
       f.app.synth();
@@ -99,7 +120,11 @@ describe('AwsApiEgress.vpcEndpoints() (the default) in a VPC created in the app'
     // One error per construct, however many security groups it has.
     expect(message.match(/\[Test\/Orders\] awsApiEgress is AwsApiEgress\.vpcEndpoints\(\)/g)).toHaveLength(1);
     expect(message.match(/\[Test\/Warehouse\] awsApiEgress is AwsApiEgress\.vpcEndpoints\(\)/g)).toHaveLength(1);
-    expect(message).toMatch(new RegExp(`VPC Test/Bare has no interface endpoint for ${ALL}, so these calls could not leave the VPC\\. Pass awsApiEgress: AwsApiEgress\\.natGateway\\(\\)`));
+    expect(message).toMatch(
+      new RegExp(
+        `VPC Test/Bare has no interface endpoint for ${ALL}, so these calls could not leave the VPC\\. Pass awsApiEgress: AwsApiEgress\\.natGateway\\(\\)`,
+      ),
+    );
     expect(message).toMatch(/or create the interface endpoints with private DNS in this VPC/);
   });
 
@@ -111,7 +136,9 @@ describe('AwsApiEgress.vpcEndpoints() (the default) in a VPC created in the app'
     vpc.addInterfaceEndpoint('Monitoring', { service: ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_MONITORING });
     vpc.addGatewayEndpoint('S3Gateway', { service: ec2.GatewayVpcEndpointAwsService.S3 });
     ordersSource({ ...f, vpc });
-    expect(() => f.app.synth()).toThrow(/\[Test\/Orders\] .*VPC Test\/Bare has no interface endpoint for DMS \(com\.amazonaws\.<region>\.dms\), S3 \(com\.amazonaws\.<region>\.s3\), so/);
+    expect(() => f.app.synth()).toThrow(
+      /\[Test\/Orders\] .*VPC Test\/Bare has no interface endpoint for DMS \(com\.amazonaws\.<region>\.dms\), S3 \(com\.amazonaws\.<region>\.s3\), so/,
+    );
   });
 
   test('an endpoint of another VPC does not count', () => {
@@ -141,7 +168,12 @@ describe('AwsApiEgress.vpcEndpoints() (the default) in a VPC created in the app'
 
     // Synth cannot see an imported VPC's endpoints: no check (docs/deploy.md, section 9).
     const imported = fixture();
-    const vpc = ec2.Vpc.fromVpcAttributes(imported.stack, 'Imported', { vpcId: 'vpc-0123', vpcCidrBlock: '10.1.0.0/16', availabilityZones: ['eu-west-1a'], privateSubnetIds: ['subnet-0123'] });
+    const vpc = ec2.Vpc.fromVpcAttributes(imported.stack, 'Imported', {
+      vpcId: 'vpc-0123',
+      vpcCidrBlock: '10.1.0.0/16',
+      availabilityZones: ['eu-west-1a'],
+      privateSubnetIds: ['subnet-0123'],
+    });
     ordersSource({ ...imported, vpc });
     expect(() => imported.app.synth()).not.toThrow();
   });

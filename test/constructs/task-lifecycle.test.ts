@@ -93,7 +93,11 @@ function deps(dms: DmsPort, log: string[] = []): LifecycleDeps {
   };
 }
 
-function event(requestType: 'Create' | 'Update' | 'Delete', props: Record<string, string>, extra: { physicalResourceId?: string; oldProps?: Record<string, string>; responseUrl?: string } = {}): CloudFormationCustomResourceEvent {
+function event(
+  requestType: 'Create' | 'Update' | 'Delete',
+  props: Record<string, string>,
+  extra: { physicalResourceId?: string; oldProps?: Record<string, string>; responseUrl?: string } = {},
+): CloudFormationCustomResourceEvent {
   const base = {
     ServiceToken: 'arn:aws:lambda:eu-west-1:111111111111:function:lifecycle',
     ResponseURL: extra.responseUrl ?? 'http://127.0.0.1:1/unused',
@@ -104,7 +108,13 @@ function event(requestType: 'Create' | 'Update' | 'Delete', props: Record<string
     ResourceProperties: { ServiceToken: 'x', ...props },
   };
   if (requestType === 'Create') return { ...base, RequestType: 'Create' };
-  if (requestType === 'Update') return { ...base, RequestType: 'Update', PhysicalResourceId: extra.physicalResourceId ?? 'none', OldResourceProperties: { ServiceToken: 'x', ...(extra.oldProps ?? props) } };
+  if (requestType === 'Update')
+    return {
+      ...base,
+      RequestType: 'Update',
+      PhysicalResourceId: extra.physicalResourceId ?? 'none',
+      OldResourceProperties: { ServiceToken: 'x', ...(extra.oldProps ?? props) },
+    };
   return { ...base, RequestType: 'Delete', PhysicalResourceId: extra.physicalResourceId ?? 'none' };
 }
 
@@ -121,7 +131,13 @@ const slotProps = (database: string, over: Record<string, string> = {}): Record<
   ...over,
 });
 
-const taskProps = (over: Record<string, string> = {}): Record<string, string> => ({ Action: 'start-task', TaskArn: TASK_ARN, TaskIdentifier: TASK_ID, ConfigHash: 'aaaa', ...over });
+const taskProps = (over: Record<string, string> = {}): Record<string, string> => ({
+  Action: 'start-task',
+  TaskArn: TASK_ARN,
+  TaskIdentifier: TASK_ID,
+  ConfigHash: 'aaaa',
+  ...over,
+});
 
 const task = (status: string, over: Partial<TaskState> = {}): TaskState => ({ arn: TASK_ARN, identifier: TASK_ID, status, ...over });
 
@@ -129,7 +145,11 @@ describe('prepare-slot', () => {
   test('creates a test_decoding slot in the captured database and returns its position', async () => {
     const db = await newDatabase();
     const result = await runLifecycle(event('Create', slotProps(db)), deps(new FakeDms(undefined)));
-    const [slot] = await query<{ plugin: string; lsn: string }>(db, 'SELECT plugin, confirmed_flush_lsn::text AS lsn FROM pg_replication_slots WHERE slot_name = $1', [`cdc_${db}`]);
+    const [slot] = await query<{ plugin: string; lsn: string }>(
+      db,
+      'SELECT plugin, confirmed_flush_lsn::text AS lsn FROM pg_replication_slots WHERE slot_name = $1',
+      [`cdc_${db}`],
+    );
     expect(slot!.plugin).toBe('test_decoding');
     expect(result.data).toEqual({ StartPosition: slot!.lsn });
     expect(result.physicalResourceId).toBe(`${db}/cdc_${db}@${slot!.lsn}`);
@@ -153,14 +173,19 @@ describe('prepare-slot', () => {
   test('refuses an existing slot with another plugin', async () => {
     const db = await newDatabase();
     await query(db, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", [`cdc_${db}`]);
-    await expect(runLifecycle(event('Create', slotProps(db)), deps(new FakeDms(undefined)))).rejects.toThrow(/replication slot cdc_slots\d+ in slots\d+ uses the plugin pgoutput; DMS here needs test_decoding/);
+    await expect(runLifecycle(event('Create', slotProps(db)), deps(new FakeDms(undefined)))).rejects.toThrow(
+      /replication slot cdc_slots\d+ in slots\d+ uses the plugin pgoutput; DMS here needs test_decoding/,
+    );
   });
 
   test('on a configuration change, stops the running task before CloudFormation modifies it, and keeps the start position', async () => {
     const db = await newDatabase();
     const created = await runLifecycle(event('Create', slotProps(db)), deps(new FakeDms(undefined)));
     const dms = new FakeDms(task('running'));
-    const updated = await runLifecycle(event('Update', slotProps(db, { ConfigHash: 'bbbb' }), { physicalResourceId: created.physicalResourceId, oldProps: slotProps(db) }), deps(dms));
+    const updated = await runLifecycle(
+      event('Update', slotProps(db, { ConfigHash: 'bbbb' }), { physicalResourceId: created.physicalResourceId, oldProps: slotProps(db) }),
+      deps(dms),
+    );
     expect(dms.calls).toEqual(['stop']);
     expect(dms.task!.status).toBe('stopped');
     expect(updated).toEqual(created);
@@ -175,9 +200,9 @@ describe('prepare-slot', () => {
     const db = await newDatabase();
     const created = await runLifecycle(event('Create', slotProps(db)), deps(new FakeDms(undefined)));
     await query(db, 'SELECT pg_drop_replication_slot($1)', [`cdc_${db}`]);
-    await expect(runLifecycle(event('Update', slotProps(db), { physicalResourceId: created.physicalResourceId }), deps(new FakeDms(task('running'))))).rejects.toThrow(
-      /replication slot cdc_slots\d+ in slots\d+ no longer exists: changes since it was dropped are not in the change log/,
-    );
+    await expect(
+      runLifecycle(event('Update', slotProps(db), { physicalResourceId: created.physicalResourceId }), deps(new FakeDms(task('running')))),
+    ).rejects.toThrow(/replication slot cdc_slots\d+ in slots\d+ no longer exists: changes since it was dropped are not in the change log/);
   });
 
   test('a new slot under a capture that had one marks its tables needs-resnapshot (never a silent re-anchor); without a control plane it refuses', async () => {
@@ -191,10 +216,16 @@ describe('prepare-slot', () => {
       { at, actor: 'test', action: 'register', source: 'shop', table: 'public.orders', outcome: 'done', detail: {} },
     );
     const moved = slotProps(db, { SourceId: 'shop', SlotName: `cdc_${db}_b` });
-    await expect(runLifecycle(event('Update', moved, { physicalResourceId: created.physicalResourceId, oldProps: slotProps(db, { SourceId: 'shop' }) }), deps(new FakeDms(task('stopped'))))).rejects.toThrow(
-      /skips the changes in between, and there is no control plane to mark its tables for re-snapshot/,
+    await expect(
+      runLifecycle(
+        event('Update', moved, { physicalResourceId: created.physicalResourceId, oldProps: slotProps(db, { SourceId: 'shop' }) }),
+        deps(new FakeDms(task('stopped'))),
+      ),
+    ).rejects.toThrow(/skips the changes in between, and there is no control plane to mark its tables for re-snapshot/);
+    const updated = await runLifecycle(
+      event('Update', moved, { physicalResourceId: created.physicalResourceId, oldProps: slotProps(db, { SourceId: 'shop' }) }),
+      { ...deps(new FakeDms(task('stopped'))), control },
     );
-    const updated = await runLifecycle(event('Update', moved, { physicalResourceId: created.physicalResourceId, oldProps: slotProps(db, { SourceId: 'shop' }) }), { ...deps(new FakeDms(task('stopped'))), control });
     expect(updated.physicalResourceId).toMatch(new RegExp(`^${db}/cdc_${db}_b@`));
     const t = (await control.getTable('shop', 'public.orders'))!;
     expect(t.state).toBe('needs-resnapshot');
@@ -209,10 +240,16 @@ describe('prepare-slot', () => {
     await runLifecycle(event('Delete', slotProps(db), { physicalResourceId: created.physicalResourceId }), deps(new FakeDms(undefined)));
     const slotsOf = (): Promise<unknown[]> => query(db, 'SELECT 1 FROM pg_replication_slots WHERE slot_name = $1', [`cdc_${db}`]);
     expect(await slotsOf()).toHaveLength(1);
-    await runLifecycle(event('Delete', slotProps(db, { RemoveSlotOnDelete: 'true' }), { physicalResourceId: created.physicalResourceId }), deps(new FakeDms(undefined)));
+    await runLifecycle(
+      event('Delete', slotProps(db, { RemoveSlotOnDelete: 'true' }), { physicalResourceId: created.physicalResourceId }),
+      deps(new FakeDms(undefined)),
+    );
     expect(await slotsOf()).toHaveLength(0);
     // A create that failed before touching anything deletes nothing.
-    await runLifecycle(event('Delete', slotProps(db, { RemoveSlotOnDelete: 'true' }), { physicalResourceId: 'cdc-slot-not-created' }), deps(new FakeDms(undefined)));
+    await runLifecycle(
+      event('Delete', slotProps(db, { RemoveSlotOnDelete: 'true' }), { physicalResourceId: 'cdc-slot-not-created' }),
+      deps(new FakeDms(undefined)),
+    );
   });
 });
 
@@ -229,7 +266,9 @@ describe('start-task', () => {
   test('create: a task that fails to start fails the deployment with its reason', async () => {
     const dms = new FakeDms(task('ready'));
     dms.failStartWith = 'Error in slot: cdc_orders does not exist';
-    await expect(runLifecycle(event('Create', taskProps()), deps(dms))).rejects.toThrow(/task test-orders-cdc-12345678 is failed \(Error in slot: cdc_orders does not exist\) instead of running/);
+    await expect(runLifecycle(event('Create', taskProps()), deps(dms))).rejects.toThrow(
+      /task test-orders-cdc-12345678 is failed \(Error in slot: cdc_orders does not exist\) instead of running/,
+    );
   });
 
   test('update: resumes a stopped task, restarts it from its checkpoint after a configuration change, leaves failed and running tasks alone', async () => {
@@ -242,7 +281,10 @@ describe('start-task', () => {
     expect(restarted.calls).toEqual(['start start-replication from checkpoint:V1#1#0/1#0#0#*#0#0']);
 
     const moved = new FakeDms(task('stopped', { recoveryCheckpoint: 'checkpoint:V1#1#0/1#0#0#*#0#0' }));
-    await runLifecycle(event('Update', taskProps({ StartPosition: '0/5000' }), { physicalResourceId: TASK_ARN, oldProps: taskProps({ StartPosition: '0/1000' }) }), deps(moved));
+    await runLifecycle(
+      event('Update', taskProps({ StartPosition: '0/5000' }), { physicalResourceId: TASK_ARN, oldProps: taskProps({ StartPosition: '0/1000' }) }),
+      deps(moved),
+    );
     expect(moved.calls).toEqual(['start start-replication from 0/5000']);
 
     for (const status of ['failed', 'running']) {
@@ -258,7 +300,11 @@ describe('start-task', () => {
     expect(planStart(task('stopped', { recoveryCheckpoint: 'c' }), true)).toEqual({ action: 'start', type: 'start-replication', cdcStartPosition: 'c' });
     expect(planStart(task('failed'), true)).toEqual({ action: 'none' });
     // Another slot: the old checkpoint means nothing there, the task starts at the new slot's position.
-    expect(planStart(task('stopped', { recoveryCheckpoint: 'c' }), false, '0/ABC')).toEqual({ action: 'start', type: 'start-replication', cdcStartPosition: '0/ABC' });
+    expect(planStart(task('stopped', { recoveryCheckpoint: 'c' }), false, '0/ABC')).toEqual({
+      action: 'start',
+      type: 'start-replication',
+      cdcStartPosition: '0/ABC',
+    });
   });
 
   test('delete: stops a running task and waits; a missing task is fine', async () => {
@@ -272,7 +318,9 @@ describe('start-task', () => {
   test('times out with the task status when it never settles', async () => {
     const dms = new FakeDms(task('modifying'));
     let left = 40_000;
-    await expect(runLifecycle(event('Create', taskProps()), { ...deps(dms), remainingMs: () => (left -= 5_000), pollMs: 1_000 })).rejects.toThrow(/timed out waiting until the task is ready to start: task test-orders-cdc-12345678 is modifying/);
+    await expect(runLifecycle(event('Create', taskProps()), { ...deps(dms), remainingMs: () => (left -= 5_000), pollMs: 1_000 })).rejects.toThrow(
+      /timed out waiting until the task is ready to start: task test-orders-cdc-12345678 is modifying/,
+    );
   });
 });
 
@@ -303,7 +351,15 @@ describe('CloudFormation response', () => {
     await run(event('Create', slotProps(db), { responseUrl: url }));
     await run(event('Create', slotProps(db, { SlotName: 'Not-A-Slot' }), { responseUrl: url }));
     expect(received).toHaveLength(2);
-    expect(received[0]).toMatchObject({ method: 'PUT', contentType: '', Status: 'SUCCESS', PhysicalResourceId: expect.stringMatching(/^slots\d+\/cdc_slots\d+@/), Data: { StartPosition: expect.any(String) }, RequestId: 'req-1', LogicalResourceId: 'OrdersReplicationSlot' });
+    expect(received[0]).toMatchObject({
+      method: 'PUT',
+      contentType: '',
+      Status: 'SUCCESS',
+      PhysicalResourceId: expect.stringMatching(/^slots\d+\/cdc_slots\d+@/),
+      Data: { StartPosition: expect.any(String) },
+      RequestId: 'req-1',
+      LogicalResourceId: 'OrdersReplicationSlot',
+    });
     expect(received[1]).toMatchObject({ Status: 'FAILED', PhysicalResourceId: 'cdc-slot-not-created', Reason: expect.stringMatching(/slot name/) });
   });
 });

@@ -9,7 +9,13 @@ import { addApiEndpoints, fixture, newApp, onlyResource, ordersSource, policyDoc
 
 function build(f: Fixture, overrides: Partial<WarehouseRebuildProps> = {}) {
   const orders = ordersSource(f);
-  const sink = new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: f.log, sources: [orders], vpc: f.vpc, connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }) });
+  const sink = new WarehouseSink(f.stack, 'Warehouse', {
+    controlPlane: f.control,
+    changeLog: f.log,
+    sources: [orders],
+    vpc: f.vpc,
+    connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
+  });
   const rebuild = new WarehouseRebuild(f.stack, 'Rebuild', { controlPlane: f.control, changeLog: f.log, sink, vpc: f.vpc, ...overrides });
   return { sink, rebuild, t: Template.fromStack(f.stack) };
 }
@@ -20,7 +26,10 @@ const fnById = (t: Template, prefix: string): Fn => {
   expect(found.map(([id]) => id)).toHaveLength(1);
   return found[0]![1] as unknown as Fn;
 };
-const statementsOf = (t: Template, rolePrefix: string) => policyDocuments(t).filter((d) => JSON.stringify(d.doc).length > 0 && d.where.startsWith(rolePrefix)).flatMap((d) => d.doc.Statement);
+const statementsOf = (t: Template, rolePrefix: string) =>
+  policyDocuments(t)
+    .filter((d) => JSON.stringify(d.doc).length > 0 && d.where.startsWith(rolePrefix))
+    .flatMap((d) => d.doc.Statement);
 const actionsOf = (s: Record<string, unknown>): string[] => [s.Action].flat() as string[];
 
 describe('WarehouseRebuild', () => {
@@ -39,7 +48,12 @@ describe('WarehouseRebuild', () => {
     expect(status.Properties.Environment!.Variables.CDC_REBUILD_WORKERS).toBeUndefined();
     const op = statementsOf(t, 'ControlOperatorApiOperatorServiceRole');
     const write = op.find((s) => actionsOf(s).includes('dynamodb:UpdateItem'))!;
-    expect((write.Condition as Record<string, Record<string, string[]>>)['ForAllValues:StringLike']!['dynamodb:LeadingKeys']).toEqual(['SOURCE#*', 'SINK#*', 'AUDIT', 'REBUILD#*']);
+    expect((write.Condition as Record<string, Record<string, string[]>>)['ForAllValues:StringLike']!['dynamodb:LeadingKeys']).toEqual([
+      'SOURCE#*',
+      'SINK#*',
+      'AUDIT',
+      'REBUILD#*',
+    ]);
     expect(op.some((s) => actionsOf(s).includes('lambda:InvokeFunction') && JSON.stringify(s.Resource).includes('RebuildWorker'))).toBe(true);
     expect(op.some((s) => actionsOf(s).includes('states:StartExecution') && JSON.stringify(s.Resource).includes('RebuildStateMachine'))).toBe(true);
     // The status function may start nothing.
@@ -63,7 +77,11 @@ describe('WarehouseRebuild', () => {
     expect(onlyResource(t, 'AWS::Logs::LogGroup', 'RebuildWorkerLogGroup').Properties.KmsKeyId).toEqual(f.stack.resolve(f.log.encryptionKey!.keyArn));
     // And the state machine's execution log group.
     expect(onlyResource(t, 'AWS::Logs::LogGroup', 'RebuildExecutions').Properties.KmsKeyId).toEqual(f.stack.resolve(f.log.encryptionKey!.keyArn));
-    expect(worker.Properties.Environment!.Variables).toMatchObject({ CDC_SINK_ID: 'warehouse', CDC_ARCHIVE_PREFIX: 'change-log/', POWERTOOLS_SERVICE_NAME: 'cdc-rebuild-worker' });
+    expect(worker.Properties.Environment!.Variables).toMatchObject({
+      CDC_SINK_ID: 'warehouse',
+      CDC_ARCHIVE_PREFIX: 'change-log/',
+      POWERTOOLS_SERVICE_NAME: 'cdc-rebuild-worker',
+    });
     expect(JSON.stringify(worker.Properties.Environment!.Variables.CDC_ARCHIVE_BUCKET)).toContain('LogArchive');
     const s = statementsOf(t, 'RebuildWorkerServiceRole');
     const all = s.flatMap(actionsOf);
@@ -76,13 +94,18 @@ describe('WarehouseRebuild', () => {
     expect(list.Condition).toEqual({ StringLike: { 's3:prefix': ['change-log/*'] } });
     expect(all).toEqual(expect.arrayContaining(['kinesis:GetRecords', 'kinesis:GetShardIterator']));
     const update = s.find((x) => actionsOf(x).includes('dynamodb:UpdateItem'))!;
-    expect((update.Condition as Record<string, Record<string, string[]>>)['ForAllValues:StringLike']!['dynamodb:LeadingKeys']).toEqual(['REBUILD#warehouse', 'SINK#warehouse']);
+    expect((update.Condition as Record<string, Record<string, string[]>>)['ForAllValues:StringLike']!['dynamodb:LeadingKeys']).toEqual([
+      'REBUILD#warehouse',
+      'SINK#warehouse',
+    ]);
   });
 
   test('the state machine loops the slice until done, retries a failed slice, records the rebuild failed when it gives up; logged and traced; an alarm on failed executions', () => {
     const f = fixture();
     const { t } = build(f);
-    const [[, sm]] = resourcesOf(t, 'AWS::StepFunctions::StateMachine') as Array<[string, { Properties: Record<string, unknown> }]> as [[string, { Properties: Record<string, unknown> }]];
+    const [[, sm]] = resourcesOf(t, 'AWS::StepFunctions::StateMachine') as Array<[string, { Properties: Record<string, unknown> }]> as [
+      [string, { Properties: Record<string, unknown> }],
+    ];
     const definition = JSON.stringify(sm.Properties.DefinitionString);
     const text = definition.replace(/\\"/g, '"');
     expect(text).toContain('"StartAt":"Slice"');
@@ -101,7 +124,7 @@ describe('WarehouseRebuild', () => {
     expect(alarms[0]![1].Properties).toMatchObject({ MetricName: 'ExecutionsFailed', Namespace: 'AWS/States', Threshold: 0 });
   });
 
-  test('archivePrefix: the archive copier\'s prefix by default, as given when set; without a copier Firehose\'s changes/ with a warning that every rebuild is refused', () => {
+  test("archivePrefix: the archive copier's prefix by default, as given when set; without a copier Firehose's changes/ with a warning that every rebuild is refused", () => {
     const f = fixture();
     const { t } = build(f, { archivePrefix: 'mine/' });
     expect(fnById(t, 'RebuildWorker').Properties.Environment!.Variables.CDC_ARCHIVE_PREFIX).toBe('mine/');
@@ -113,7 +136,17 @@ describe('WarehouseRebuild', () => {
     addApiEndpoints(vpc);
     const control = new ControlPlane(stack, 'Control');
     const log = new ChangeLog(stack, 'Log', { archiveCopierEnabled: false });
-    const g = { ...f, app, stack, vpc, control, log, sourceSecret: secretsmanager.Secret.fromSecretNameV2(stack, 'SourceSecret', 'source'), heartbeatSecret: secretsmanager.Secret.fromSecretNameV2(stack, 'HeartbeatSecret', 'heartbeat'), warehouseSecret: secretsmanager.Secret.fromSecretNameV2(stack, 'WarehouseSecret', 'warehouse') };
+    const g = {
+      ...f,
+      app,
+      stack,
+      vpc,
+      control,
+      log,
+      sourceSecret: secretsmanager.Secret.fromSecretNameV2(stack, 'SourceSecret', 'source'),
+      heartbeatSecret: secretsmanager.Secret.fromSecretNameV2(stack, 'HeartbeatSecret', 'heartbeat'),
+      warehouseSecret: secretsmanager.Secret.fromSecretNameV2(stack, 'WarehouseSecret', 'warehouse'),
+    };
     const { t: without } = build(g);
     expect(fnById(without, 'RebuildWorker').Properties.Environment!.Variables.CDC_ARCHIVE_PREFIX).toBe('changes/');
     const warnings = Annotations.fromStack(stack).findWarning('/NoCopier/Rebuild', Match.stringLikeRegexp('no archive copier'));
@@ -125,6 +158,8 @@ describe('WarehouseRebuild', () => {
     expect(() => build(fixture(), { sliceTimeout: Duration.minutes(2) })).toThrow(/sliceTimeout must be between 5 and 15 minutes/);
     const f = fixture();
     const { sink } = build(f);
-    expect(() => new WarehouseRebuild(f.stack, 'Again', { controlPlane: f.control, changeLog: f.log, sink, vpc: f.vpc })).toThrow(/sink warehouse already has a rebuild worker/);
+    expect(() => new WarehouseRebuild(f.stack, 'Again', { controlPlane: f.control, changeLog: f.log, sink, vpc: f.vpc })).toThrow(
+      /sink warehouse already has a rebuild worker/,
+    );
   });
 });

@@ -57,7 +57,10 @@ describe('WarehouseSink', () => {
     const plain = fixture();
     const p = sink(plain);
     const env = (s: WarehouseSink, f: Fixture) =>
-      (resourcesOf(Template.fromStack(f.stack), 'AWS::Lambda::Function').find(([id]) => id === f.stack.getLogicalId(s.applier.node.defaultChild as never))![1].Properties as { Environment: { Variables: Record<string, unknown> } }).Environment.Variables;
+      (
+        resourcesOf(Template.fromStack(f.stack), 'AWS::Lambda::Function').find(([id]) => id === f.stack.getLogicalId(s.applier.node.defaultChild as never))![1]
+          .Properties as { Environment: { Variables: Record<string, unknown> } }
+      ).Environment.Variables;
     expect(env(p, plain)).not.toHaveProperty('CDC_MERGE_MAX_ROWS');
     expect(env(p, plain)).not.toHaveProperty('CDC_MERGE_MAX_AGE_MS');
     expect(env(p, plain)).not.toHaveProperty('CDC_MERGE_ON_SCHEDULE');
@@ -70,13 +73,20 @@ describe('WarehouseSink', () => {
 
   test(`the applier's young generation is sized from its memory (NODE_OPTIONS, docs/performance-log.md, "The applier's young generation")`, () => {
     const env = (f: Fixture, s: WarehouseSink) =>
-      (resourcesOf(Template.fromStack(f.stack), 'AWS::Lambda::Function').find(([id]) => id === f.stack.getLogicalId(s.applier.node.defaultChild as never))![1].Properties as { MemorySize: number; Environment: { Variables: Record<string, unknown> } });
+      resourcesOf(Template.fromStack(f.stack), 'AWS::Lambda::Function').find(([id]) => id === f.stack.getLogicalId(s.applier.node.defaultChild as never))![1]
+        .Properties as { MemorySize: number; Environment: { Variables: Record<string, unknown> } };
     const plain = fixture();
     expect(env(plain, sink(plain))).toMatchObject({ MemorySize: 1024, Environment: { Variables: { NODE_OPTIONS: '--max-semi-space-size=64' } } });
     const small = fixture();
-    expect(env(small, sink(small, { memorySize: Size.mebibytes(512) }))).toMatchObject({ MemorySize: 512, Environment: { Variables: { NODE_OPTIONS: '--max-semi-space-size=32' } } });
+    expect(env(small, sink(small, { memorySize: Size.mebibytes(512) }))).toMatchObject({
+      MemorySize: 512,
+      Environment: { Variables: { NODE_OPTIONS: '--max-semi-space-size=32' } },
+    });
     const large = fixture();
-    expect(env(large, sink(large, { memorySize: Size.mebibytes(4096) }))).toMatchObject({ MemorySize: 4096, Environment: { Variables: { NODE_OPTIONS: '--max-semi-space-size=64' } } });
+    expect(env(large, sink(large, { memorySize: Size.mebibytes(4096) }))).toMatchObject({
+      MemorySize: 4096,
+      Environment: { Variables: { NODE_OPTIONS: '--max-semi-space-size=64' } },
+    });
   });
 
   test('mapping settings can be tuned', () => {
@@ -171,11 +181,13 @@ describe('WarehouseSink', () => {
     expect(alarms).toHaveLength(0);
   });
 
-  test('the dead-letter queue is encrypted with the change log\'s key and alarmed', () => {
+  test("the dead-letter queue is encrypted with the change log's key and alarmed", () => {
     const f = fixture();
     const s = sink(f);
     const t = Template.fromStack(f.stack);
-    expect(onlyResource(t, 'AWS::SQS::Queue', 'WarehouseDeadLetterQueue').Properties).toMatchObject({ KmsMasterKeyId: f.stack.resolve(f.log.encryptionKey!.keyArn) });
+    expect(onlyResource(t, 'AWS::SQS::Queue', 'WarehouseDeadLetterQueue').Properties).toMatchObject({
+      KmsMasterKeyId: f.stack.resolve(f.log.encryptionKey!.keyArn),
+    });
     t.hasResourceProperties('AWS::CloudWatch::Alarm', {
       Namespace: 'AWS/SQS',
       MetricName: 'ApproximateNumberOfMessagesVisible',
@@ -192,7 +204,9 @@ describe('WarehouseSink', () => {
     test('fails on a source that publishes to another change log', () => {
       const f = fixture();
       const other = new ChangeLog(f.stack, 'OtherLog');
-      expect(() => sink(f, { changeLog: other })).toThrow(/^Test\/Warehouse: source orders \(Test\/Orders\) publishes to a different change log than this sink reads$/);
+      expect(() => sink(f, { changeLog: other })).toThrow(
+        /^Test\/Warehouse: source orders \(Test\/Orders\) publishes to a different change log than this sink reads$/,
+      );
     });
 
     test('accepts the same table id from two sources (each source has its own warehouse schema)', () => {
@@ -211,11 +225,15 @@ describe('WarehouseSink', () => {
 
     test('fails on a freshness target below the heartbeat resolution or beyond the log', () => {
       expect(() => sink(fixture(), { freshnessTarget: Duration.seconds(10) })).toThrow(/Test\/Warehouse: freshnessTarget must be at least 30 seconds/);
-      expect(() => sink(fixture(), { freshnessTarget: Duration.days(8) })).toThrow(/Test\/Warehouse: freshnessTarget \(8 days\) must be shorter than the change-log retention \(7 days\)/);
+      expect(() => sink(fixture(), { freshnessTarget: Duration.days(8) })).toThrow(
+        /Test\/Warehouse: freshnessTarget \(8 days\) must be shorter than the change-log retention \(7 days\)/,
+      );
     });
 
     test('fails on a record age the stream would not keep, and on out-of-range settings', () => {
-      expect(() => sink(fixture(), { maxRecordAge: Duration.days(7) })).toThrow(/Test\/Warehouse: maxRecordAge \(7 days\) must be shorter than the stream retention \(7 days\)/);
+      expect(() => sink(fixture(), { maxRecordAge: Duration.days(7) })).toThrow(
+        /Test\/Warehouse: maxRecordAge \(7 days\) must be shorter than the stream retention \(7 days\)/,
+      );
       expect(() => sink(fixture(), { retryAttempts: -2 })).toThrow(/Test\/Warehouse: retryAttempts must be an integer from -1 to 10000/);
       expect(() => sink(fixture(), { batchSize: 20_000 })).toThrow(/Test\/Warehouse: batchSize must be an integer from 1 to 10000/);
       expect(() => sink(fixture(), { parallelizationFactor: 11 })).toThrow(/Test\/Warehouse: parallelizationFactor must be an integer from 1 to 10/);
@@ -234,7 +252,9 @@ describe('WarehouseSink resume replay', () => {
     });
     t.hasResourceProperties('AWS::Events::Rule', {
       ScheduleExpression: 'rate(1 minute)',
-      Targets: [Match.objectLike({ Arn: f.stack.resolve(s.applier.functionArn), Input: JSON.stringify({ cdcReplay: true }), RetryPolicy: { MaximumRetryAttempts: 0 } })],
+      Targets: [
+        Match.objectLike({ Arn: f.stack.resolve(s.applier.functionArn), Input: JSON.stringify({ cdcReplay: true }), RetryPolicy: { MaximumRetryAttempts: 0 } }),
+      ],
     });
   });
 });

@@ -41,7 +41,8 @@ export function codeBlocks(file: string, text: string): Block[] {
     let before = i - 1;
     while (before >= 0 && lines[before]!.trim() === '') before--;
     const marker = before >= 0 ? FRAGMENT.exec(lines[before]!) : null;
-    if (before >= 0 && /^<!--\s*fragment\b/.test(lines[before]!) && !marker?.[1]) throw new Error(`${file}:${before + 1}: a fragment marker needs its reason: <!-- fragment: why it cannot compile alone -->`);
+    if (before >= 0 && /^<!--\s*fragment\b/.test(lines[before]!) && !marker?.[1])
+      throw new Error(`${file}:${before + 1}: a fragment marker needs its reason: <!-- fragment: why it cannot compile alone -->`);
     out.push({ where: `${file}:${i + 1}`, code: lines.slice(i + 1, end).join('\n'), firstLine: i + 2, fragment: marker?.[1] ?? null });
     i = end;
   }
@@ -49,7 +50,14 @@ export function codeBlocks(file: string, text: string): Block[] {
 }
 
 function docFiles(): string[] {
-  return ['README.md', ...fs.readdirSync(path.join(ROOT, 'docs')).filter((f) => f.endsWith('.md')).sort().map((f) => `docs/${f}`)];
+  return [
+    'README.md',
+    ...fs
+      .readdirSync(path.join(ROOT, 'docs'))
+      .filter((f) => f.endsWith('.md'))
+      .sort()
+      .map((f) => `docs/${f}`),
+  ];
 }
 
 let dir: string;
@@ -87,19 +95,27 @@ test('the fragment marker and the block reader', () => {
 
 test('every TypeScript block of README.md and docs/ compiles against the package', () => {
   const base = ts.parseJsonConfigFileContent(ts.readConfigFile(path.join(ROOT, 'tsconfig.json'), ts.sys.readFile).config as object, ts.sys, ROOT).options;
-  const options: ts.CompilerOptions = { ...base, noEmit: true, types: ['node'], typeRoots: [path.join(ROOT, 'node_modules', '@types')], paths: { [PACKAGE]: [path.join(ROOT, 'lib', 'index.ts')] } };
+  const options: ts.CompilerOptions = {
+    ...base,
+    noEmit: true,
+    types: ['node'],
+    typeRoots: [path.join(ROOT, 'node_modules', '@types')],
+    paths: { [PACKAGE]: [path.join(ROOT, 'lib', 'index.ts')] },
+  };
   const program = ts.createProgram([...fileOf.keys()], options);
-  const problems = ts
-    .getPreEmitDiagnostics(program)
-    .map((d) => {
-      const message = ts.flattenDiagnosticMessageText(d.messageText, '\n');
-      const block = d.file ? fileOf.get(path.resolve(d.file.fileName)) : undefined;
-      if (!d.file || d.start === undefined) return `(no file): ${message}`;
-      const { line } = d.file.getLineAndCharacterOfPosition(d.start);
-      return block ? `${block.where.split(':')[0]}:${block.firstLine + line}: TS${d.code} ${message}` : `${path.relative(ROOT, d.file.fileName)}:${line + 1}: TS${d.code} ${message}`;
-    });
+  const problems = ts.getPreEmitDiagnostics(program).map((d) => {
+    const message = ts.flattenDiagnosticMessageText(d.messageText, '\n');
+    const block = d.file ? fileOf.get(path.resolve(d.file.fileName)) : undefined;
+    if (!d.file || d.start === undefined) return `(no file): ${message}`;
+    const { line } = d.file.getLineAndCharacterOfPosition(d.start);
+    return block
+      ? `${block.where.split(':')[0]}:${block.firstLine + line}: TS${d.code} ${message}`
+      : `${path.relative(ROOT, d.file.fileName)}:${line + 1}: TS${d.code} ${message}`;
+  });
   const fragments = blocks.filter((b) => b.fragment !== null);
-  console.log(`docs code blocks: ${fileOf.size} compiled, ${fragments.length} fragments${fragments.map((b) => `\n  fragment ${b.where}: ${b.fragment}`).join('')}`);
+  console.log(
+    `docs code blocks: ${fileOf.size} compiled, ${fragments.length} fragments${fragments.map((b) => `\n  fragment ${b.where}: ${b.fragment}`).join('')}`,
+  );
   expect(fileOf.size).toBeGreaterThan(0);
   expect(problems).toEqual([]);
 }, 300_000);
@@ -110,7 +126,10 @@ test('the blocks that define a stack synthesize', async () => {
     if (!/extends Stack\b/.test(block.code)) continue;
     // What the app would import from the package, here the repository's sources.
     const runnable = file.replace(/\.ts$/, '.run.ts');
-    fs.writeFileSync(runnable, fs.readFileSync(file, 'utf8').replaceAll(`from '${PACKAGE}'`, `from '${pathToFileURL(path.join(ROOT, 'lib', 'index.ts')).href}'`));
+    fs.writeFileSync(
+      runnable,
+      fs.readFileSync(file, 'utf8').replaceAll(`from '${PACKAGE}'`, `from '${pathToFileURL(path.join(ROOT, 'lib', 'index.ts')).href}'`),
+    );
     const mod = (await import(pathToFileURL(runnable).href)) as Record<string, unknown>;
     for (const [name, value] of Object.entries(mod)) {
       if (typeof value !== 'function' || !(value.prototype instanceof Stack)) continue;

@@ -61,7 +61,16 @@ function pipeline(source: string, tables: TableConfig[], extra: Partial<Normaliz
   };
   // The capture writes DMS records (docs/local.md, "DMS records"): types and keys come from the catalog types it publishes.
   const catalog = { catalogTypes: (t: string) => readCatalogTypes(control, source, t), partitionTree: () => readPublishedPartitionTree(control, source) };
-  const normalizer = new Normalizer({ source, tables: new TableConfigIndex(tables), control, changeLog, metrics: { count() {}, milliseconds() {} }, logger: quiet, ...('catalogTypes' in extra ? {} : catalog), ...extra });
+  const normalizer = new Normalizer({
+    source,
+    tables: new TableConfigIndex(tables),
+    control,
+    changeLog,
+    metrics: { count() {}, milliseconds() {} },
+    logger: quiet,
+    ...('catalogTypes' in extra ? {} : catalog),
+    ...extra,
+  });
   const warehouse = new PgWarehouse(pool);
   let seq = 0;
   let applied = 0;
@@ -100,7 +109,14 @@ function dmsCreate(table: string, columns: Record<string, unknown>): string {
   const [schema, name] = table.split('.');
   return JSON.stringify({
     control: { 'table-def': { columns, 'primary-key': ['id'] } },
-    metadata: { timestamp: '2026-12-01T00:00:00.000000Z', 'record-type': 'control', operation: 'create-table', 'partition-key-type': 'task-id', 'schema-name': schema, 'table-name': name },
+    metadata: {
+      timestamp: '2026-12-01T00:00:00.000000Z',
+      'record-type': 'control',
+      operation: 'create-table',
+      'partition-key-type': 'task-id',
+      'schema-name': schema,
+      'table-name': name,
+    },
   });
 }
 
@@ -109,7 +125,11 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): exact numbers', ()
     const source = `dms${++n}`;
     const p = pipeline(source, [{ table: 'public.big', key: ['id'], deleteMode: 'soft', mask: [], exclude: [] }]);
     await p.normalize([
-      dmsCreate('public.big', { id: { type: 'INT8', nullable: false }, amount: { type: 'NUMERIC', precision: 30, scale: 2, nullable: true }, f: { type: 'REAL8', nullable: true } }),
+      dmsCreate('public.big', {
+        id: { type: 'INT8', nullable: false },
+        amount: { type: 'NUMERIC', precision: 30, scale: 2, nullable: true },
+        f: { type: 'REAL8', nullable: true },
+      }),
       dmsInsert('public.big', '{"id":9007199254740993,"amount":1234567890123456789012345678.10,"f":0.1}', 0x100),
       dmsInsert('public.big', '{"id":9007199254740992,"amount":12.30,"f":1.5}', 0x200),
       dmsInsert('public.big', '{"id":-9223372036854775808,"amount":-0.01,"f":-2.25}', 0x300),
@@ -122,7 +142,10 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): exact numbers', ()
       { id: '9007199254740992', amount: '12.30', f: 1.5 },
       { id: '9007199254740993', amount: '1234567890123456789012345678.10', f: 0.1 },
     ]);
-    const types = await pool.query(`SELECT column_name, data_type, numeric_precision FROM information_schema.columns WHERE table_schema = $1 AND table_name = '_cdc_mirror_big' AND column_name IN ('id', 'amount') ORDER BY column_name`, [`${source}_public`]);
+    const types = await pool.query(
+      `SELECT column_name, data_type, numeric_precision FROM information_schema.columns WHERE table_schema = $1 AND table_name = '_cdc_mirror_big' AND column_name IN ('id', 'amount') ORDER BY column_name`,
+      [`${source}_public`],
+    );
     expect(types.rows).toEqual([
       { column_name: 'amount', data_type: 'numeric', numeric_precision: 38 },
       { column_name: 'id', data_type: 'bigint', numeric_precision: 64 },
@@ -140,7 +163,9 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): exact numbers', ()
     expect(err).toBeInstanceOf(UnsupportedSinkTypeError);
     expect(err).toBeInstanceOf(SinkTypeConflictError); // so the applier holds the table
     expect((err as UnsupportedSinkTypeError).code).toBe('SINK_TYPE_UNSUPPORTED');
-    expect((err as Error).message).toMatch(/column x of dms\d+\/public\.wide has source type NUMERIC\(50,2\), which the warehouse cannot carry faithfully \(precision 50 is beyond the warehouse's 38 digits\)/);
+    expect((err as Error).message).toMatch(
+      /column x of dms\d+\/public\.wide has source type NUMERIC\(50,2\), which the warehouse cannot carry faithfully \(precision 50 is beyond the warehouse's 38 digits\)/,
+    );
     expect((await pool.query('SELECT to_regclass($1) AS t', [`${source}_public._cdc_mirror_wide`])).rows[0].t).toBeNull();
   });
 });
@@ -150,7 +175,14 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): a table first seen
     const [schema, name] = table.split('.');
     return JSON.stringify({
       control: { 'table-def': { columns, 'primary-key': ['id'] } },
-      metadata: { timestamp: '2026-12-01T00:00:02.000000Z', 'record-type': 'control', operation, 'partition-key-type': 'task-id', 'schema-name': schema, 'table-name': name },
+      metadata: {
+        timestamp: '2026-12-01T00:00:02.000000Z',
+        'record-type': 'control',
+        operation,
+        'partition-key-type': 'task-id',
+        'schema-name': schema,
+        'table-name': name,
+      },
     });
   }
 
@@ -182,7 +214,10 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): a table first seen
       expect(await publishCatalogTypes(p.control, source, ['public.items', 'public.absent'], (t) => readCatalogColumnTypes(src, t))).toEqual(['public.items']);
       await p.normalize([first]);
       expect((await p.control.getSchemaVersion(source, 'public.items', 1))?.columns.map((c) => [c.name, c.type])).toEqual([
-        ['id', 'bigint'], ['price', 'numeric(12,2)'], ['name', 'character varying(20)'], ['placed', 'date'],
+        ['id', 'bigint'],
+        ['price', 'numeric(12,2)'],
+        ['name', 'character varying(20)'],
+        ['placed', 'date'],
       ]);
       // Registered: nothing more to publish for it.
       expect(await publishCatalogTypes(p.control, source, ['public.items'], (t) => readCatalogColumnTypes(src, t))).toEqual([]);
@@ -192,8 +227,11 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): a table first seen
       await src.query('ALTER TABLE public.items ADD COLUMN note varchar(50)');
       await p.normalize([
         dmsControl('add-column', 'public.items', {
-          id: { type: 'INT8', nullable: false }, price: { type: 'NUMERIC', precision: 12, scale: 2, nullable: true }, name: { type: 'WSTRING', length: 20, nullable: true },
-          placed: { type: 'DATE', nullable: true }, note: { type: 'WSTRING', length: 50, nullable: true },
+          id: { type: 'INT8', nullable: false },
+          price: { type: 'NUMERIC', precision: 12, scale: 2, nullable: true },
+          name: { type: 'WSTRING', length: 20, nullable: true },
+          placed: { type: 'DATE', nullable: true },
+          note: { type: 'WSTRING', length: 50, nullable: true },
         }),
         dmsInsert('public.items', '{"id":2,"price":7.05,"name":"b","placed":"2026-12-01","note":"n"}', 0x200),
       ]);
@@ -201,8 +239,16 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): a table first seen
       expect(p.log.map((e) => e.schemaVersion)).toEqual([1, 2]);
       // Version 2 applies onto the tables made from version 1; the columns keep their types.
       await p.apply();
-      const types = await pool.query(`SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = $1 AND table_name = '_cdc_mirror_items' AND column_name IN ('id', 'price', 'placed', 'note') ORDER BY column_name`, [`${source}_public`]);
-      expect(types.rows.map((r: { column_name: string; data_type: string }) => [r.column_name, r.data_type])).toEqual([['id', 'bigint'], ['note', 'text'], ['placed', 'date'], ['price', 'numeric']]);
+      const types = await pool.query(
+        `SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = $1 AND table_name = '_cdc_mirror_items' AND column_name IN ('id', 'price', 'placed', 'note') ORDER BY column_name`,
+        [`${source}_public`],
+      );
+      expect(types.rows.map((r: { column_name: string; data_type: string }) => [r.column_name, r.data_type])).toEqual([
+        ['id', 'bigint'],
+        ['note', 'text'],
+        ['placed', 'date'],
+        ['price', 'numeric'],
+      ]);
       const rows = await pool.query(`SELECT id::text AS id, price::text AS price, placed::text AS placed, note FROM ${source}_public.items ORDER BY id`);
       expect(rows.rows).toEqual([
         { id: '1', price: '12.30', placed: '2026-11-30', note: null },
@@ -224,7 +270,11 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): a table first seen
     expect((await p.control.getSchemaVersion(source, 'public.items', 1))?.columns.map((c) => c.type)).toEqual([null, null]);
     await p.apply(); // the sink tables are made from version 1
     await p.normalize([
-      dmsControl('add-column', 'public.items', { id: { type: 'INT8', nullable: false }, price: { type: 'NUMERIC', precision: 12, scale: 2, nullable: true }, note: { type: 'WSTRING', length: 50, nullable: true } }),
+      dmsControl('add-column', 'public.items', {
+        id: { type: 'INT8', nullable: false },
+        price: { type: 'NUMERIC', precision: 12, scale: 2, nullable: true },
+        note: { type: 'WSTRING', length: 50, nullable: true },
+      }),
       dmsInsert('public.items', '{"id":2,"price":7.05,"note":"n"}', 0x200),
     ]);
     expect((await p.control.listTables(source)).map((t) => t.state)).toEqual(['active']); // "compatible" in the registry
@@ -235,7 +285,12 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): a table first seen
       { id: '1', price: '12.30', note: null },
       { id: '2', price: '7.05', note: 'n' },
     ]);
-    const types = (await pool.query(`SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = $1 AND table_name = '_cdc_mirror_items' AND column_name IN ('id', 'price', 'note') ORDER BY column_name`, [`${source}_public`])).rows;
+    const types = (
+      await pool.query(
+        `SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = $1 AND table_name = '_cdc_mirror_items' AND column_name IN ('id', 'price', 'note') ORDER BY column_name`,
+        [`${source}_public`],
+      )
+    ).rows;
     expect(types.map((r: { column_name: string; data_type: string }) => `${r.column_name}:${r.data_type}`)).toEqual(['id:text', 'note:text', 'price:text']);
   });
 
@@ -247,7 +302,9 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): a table first seen
     await src.connect();
     try {
       await src.query('CREATE TABLE public.t (id integer PRIMARY KEY, a text)');
-      const p = pipeline(source, [{ table: 'public.t', key: ['id'], deleteMode: 'soft', mask: ['a'], exclude: [] }], { catalogTypes: (t) => readCatalogTypes(p.control, source, t) });
+      const p = pipeline(source, [{ table: 'public.t', key: ['id'], deleteMode: 'soft', mask: ['a'], exclude: [] }], {
+        catalogTypes: (t) => readCatalogTypes(p.control, source, t),
+      });
       await publishCatalogTypes(p.control, source, ['public.t'], (t) => readCatalogColumnTypes(src, t));
       // The column was added after the catalog was read.
       await src.query('ALTER TABLE public.t ADD COLUMN b numeric(5,1)');
@@ -259,7 +316,11 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): a table first seen
       expect(await publishCatalogTypes(p.control, source, ['public.t'], (t) => readCatalogColumnTypes(src, t))).toEqual(['public.t']);
       await p.normalize([record]);
       // A masked column is text whatever its catalog type (docs/masking.md).
-      expect((await p.control.getSchemaVersion(source, 'public.t', 1))?.columns.map((c) => [c.name, c.type])).toEqual([['id', 'integer'], ['a', 'text'], ['b', 'numeric(5,1)']]);
+      expect((await p.control.getSchemaVersion(source, 'public.t', 1))?.columns.map((c) => [c.name, c.type])).toEqual([
+        ['id', 'integer'],
+        ['a', 'text'],
+        ['b', 'numeric(5,1)'],
+      ]);
       await p.apply();
       expect((await pool.query(`SELECT id::text AS id, b::text AS b FROM ${source}_public.t`)).rows).toEqual([{ id: '1', b: '1.5' }]);
     } finally {

@@ -102,7 +102,9 @@ describe('control plane down during capture checkpointing and during apply', () 
     const normalizedBefore = pipeline.pollers.normalizer.stats.recordsDone;
     await source.query(`INSERT INTO items SELECT g, 'bulk ' || g, g FROM generate_series(1001, ${1000 + BULK}) g`);
     await until('the bulk change on the change log', () => pipeline!.pollers.normalizer.stats.recordsDone >= normalizedBefore + BULK, 120_000);
-    const waiting = async () => (await warehouse.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")).rows[0]!.n > 0;
+    const waiting = async () =>
+      (await warehouse.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"))
+        .rows[0]!.n > 0;
     await until('the applier waiting in the middle of its write', waiting, 60_000);
     const sinkAtStop = pipeline.pollers.sink.stats.recordsDone;
     const { port } = stack!.dynamodb;
@@ -167,7 +169,21 @@ describe('control plane down during capture checkpointing and during apply', () 
     await until('stalls cleared', () => pipeline!.pollers.sink.stats.stalledSince === null && pipeline!.pollers.normalizer.stats.stalledSince === null, 60_000);
 
     const verdict = await compareSourceAndWarehouse({ sourceUrl: stack!.sourceUrl, warehouseUrl: stack!.warehouseUrl, source: 'demo', tables: TABLES });
-    expect(verdict.match, verdict.match ? '' : [...formatVerdict(verdict), ...(await verdictDiagnostics({ control: stack!.control, warehouseUrl: stack!.warehouseUrl, source: 'demo', tables: TABLES.map((t) => t.table), ports: stackPorts(stack!) }))].join('\n')).toBe(true);
+    expect(
+      verdict.match,
+      verdict.match
+        ? ''
+        : [
+            ...formatVerdict(verdict),
+            ...(await verdictDiagnostics({
+              control: stack!.control,
+              warehouseUrl: stack!.warehouseUrl,
+              source: 'demo',
+              tables: TABLES.map((t) => t.table),
+              ports: stackPorts(stack!),
+            })),
+          ].join('\n'),
+    ).toBe(true);
     const rows = await source.query<{ n: number }>('SELECT count(*)::int AS n FROM items');
     expect(verdict.tables[0]!.warehouseRows).toBe(rows.rows[0]!.n);
     expect(await stack!.control.listDeadLetters()).toEqual([]);
@@ -175,15 +191,23 @@ describe('control plane down during capture checkpointing and during apply', () 
     expect(pipeline.capture.stats.state).toBe('running');
     // The local slot monitor keeps its report in the control plane for cdc status (it kept measuring through the outage).
     const [consumer, shard] = slotReportCheckpoint('demo');
-    await until('a slot report after the outage', async () => {
-      const text = await stack!.control.getCheckpoint(consumer, shard);
-      return text !== null && Date.parse(parseStoredSlotReport(text, 'report').at) > downAt + OUTAGE_MS;
-    }, 60_000);
+    await until(
+      'a slot report after the outage',
+      async () => {
+        const text = await stack!.control.getCheckpoint(consumer, shard);
+        return text !== null && Date.parse(parseStoredSlotReport(text, 'report').at) > downAt + OUTAGE_MS;
+      },
+      60_000,
+    );
     const stored = parseStoredSlotReport((await stack!.control.getCheckpoint(consumer, shard))!, 'report');
     expect(stored.stop).toBeNull();
     expect(stored.slots.find((k) => k.ours)).toMatchObject({ slot, level: 'ok' });
     // And cdc local's own status shows the capture slot's retained WAL and headroom.
-    await until('the live status showing the slot', () => (pipeline!.snapshot().slots ?? []).some((k) => k.ours && k.retainedBytes !== null && k.headroomBytes !== null), 30_000);
+    await until(
+      'the live status showing the slot',
+      () => (pipeline!.snapshot().slots ?? []).some((k) => k.ours && k.retainedBytes !== null && k.headroomBytes !== null),
+      30_000,
+    );
     expect(renderStatusLine(pipeline.snapshot())).toMatch(/slot retains [0-9.]+ (B|KiB|MiB), headroom [0-9.]+ MiB/);
   }, 420_000);
 });

@@ -46,7 +46,10 @@ describe('primary-key change with an unchanged TOAST value across shards', () =>
             await p.apply([ins], 0);
             await p.apply([upd], 0);
             // Held until the old key's value is known: not visible, and certainly not with a NULL.
-            expect(await view()).toEqual([{ id: 1, title: 'one', null_body: false, len: BODY.length }, { id: 5, title: 'five', null_body: false, len: BODY.length }]);
+            expect(await view()).toEqual([
+              { id: 1, title: 'one', null_body: false, len: BODY.length },
+              { id: 5, title: 'five', null_body: false, len: BODY.length },
+            ]);
             await p.apply([del], 1);
           } else if (order === 'delete first') {
             await p.apply([del], 1);
@@ -63,11 +66,17 @@ describe('primary-key change with an unchanged TOAST value across shards', () =>
             expect((await view()).map((r) => r.id)).toEqual([1, 5]);
             await p.apply([del], 1);
           }
-          expect(await view()).toEqual([{ id: 2, title: 'two again', null_body: false, len: BODY.length }, { id: 5, title: 'five', null_body: false, len: BODY.length }]);
+          expect(await view()).toEqual([
+            { id: 2, title: 'two again', null_body: false, len: BODY.length },
+            { id: 5, title: 'five', null_body: false, len: BODY.length },
+          ]);
           expect(await p.rows(`SELECT count(*)::int AS n FROM ${p.id}_public._cdc_handover_docs`)).toEqual([{ n: 0 }]);
           // A replay of everything changes nothing.
           await p.apply([del, ins, upd], 0);
-          expect(await view()).toEqual([{ id: 2, title: 'two again', null_body: false, len: BODY.length }, { id: 5, title: 'five', null_body: false, len: BODY.length }]);
+          expect(await view()).toEqual([
+            { id: 2, title: 'two again', null_body: false, len: BODY.length },
+            { id: 5, title: 'five', null_body: false, len: BODY.length },
+          ]);
         } finally {
           await p.close();
         }

@@ -56,7 +56,12 @@ beforeAll(async () => {
   dir = await mkdtemp(path.join(os.tmpdir(), 'cdc-large-'));
   const S3rver = createRequire(import.meta.url)('s3rver') as S3rverCtor;
   server = new S3rver({ address: '127.0.0.1', port: 0, silent: true, directory: path.join(dir, 's3'), resetOnClose: true });
-  const [{ port }, d, k, c] = await Promise.all([server.run(), startDynamoDbLocal({ jvmOptions: QUICK_START_JVM_OPTIONS }), startKinesalite(), startPostgres({ fast: true })]);
+  const [{ port }, d, k, c] = await Promise.all([
+    server.run(),
+    startDynamoDbLocal({ jvmOptions: QUICK_START_JVM_OPTIONS }),
+    startKinesalite(),
+    startPostgres({ fast: true }),
+  ]);
   [ddb, kin, cluster] = [d, k, c];
   s3 = new S3Client({
     endpoint: `http://127.0.0.1:${port}`,
@@ -81,7 +86,17 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-const letter = (record: string, stage: string): DeadLetter => ({ at: new Date().toISOString(), stage, source: null, table: null, code: 'INVALID_RECORD', reason: 'test', origin: 'raw/shard-0/1', record, truncated: false });
+const letter = (record: string, stage: string): DeadLetter => ({
+  at: new Date().toISOString(),
+  stage,
+  source: null,
+  table: null,
+  code: 'INVALID_RECORD',
+  reason: 'test',
+  origin: 'raw/shard-0/1',
+  record,
+  truncated: false,
+});
 // 1.5 MiB of text with multi-byte characters, so a byte cut would show.
 const BIG = 'é€ab'.repeat(200_000);
 
@@ -122,11 +137,24 @@ describe('an event over the record limit travels as a claim check', () => {
     const changeLog = new KinesisChangeLog(kinesis, 'big-log');
     const tables = new TableConfigIndex([{ table: 'public.wide', deleteMode: 'soft', mask: [], exclude: [] }]);
     const quiet = { debug: () => undefined, info: () => undefined, warn: () => undefined, error: () => undefined };
-    const normalizer = new Normalizer({ source: 'big', tables, control: cp, changeLog, metrics: { count: () => undefined, milliseconds: () => undefined }, logger: quiet, payloads: store });
+    const normalizer = new Normalizer({
+      source: 'big',
+      tables,
+      control: cp,
+      changeLog,
+      metrics: { count: () => undefined, milliseconds: () => undefined },
+      logger: quiet,
+      payloads: store,
+    });
     // 20 columns of 60,000 characters: 1.2 MB as one event, every column within the warehouse's 64 KB.
     const cols = Array.from({ length: 20 }, (_, i) => ({ name: `c${i}`, type: 'text', value: String.fromCharCode(97 + i).repeat(60_000) }));
     const tx = { source: 'big', xid: '9', commitLsn: '0/16B3748', commitTs: '2026-12-01T10:00:00.000Z' };
-    const raw = buildSlotRecord(tx, 0, { table: 'public.wide', op: 'insert', columns: [{ name: 'id', type: 'integer', value: 1 }, ...cols], oldKey: null, unchanged: [] }, ['id']);
+    const raw = buildSlotRecord(
+      tx,
+      0,
+      { table: 'public.wide', op: 'insert', columns: [{ name: 'id', type: 'integer', value: 1 }, ...cols], oldKey: null, unchanged: [] },
+      ['id'],
+    );
     const batch = normalizer.startBatch();
     expect(await batch.add({ text: JSON.stringify(raw), origin: 'raw/shard-0/1' })).toBe('buffered');
     await batch.flush();
@@ -143,11 +171,19 @@ describe('an event over the record limit travels as a claim check', () => {
     const pool = new pg.Pool({ connectionString: cluster.url('bigdw'), max: 2 });
     pool.on('error', () => undefined);
     try {
-      const applier = createWarehouseApplier({ controlPlane: cp, pool, sinkId: 'wh', metrics: new Metrics({ namespace: 'test' }), logger: new Logger({ logLevel: 'ERROR' }), payloads: store });
+      const applier = createWarehouseApplier({
+        controlPlane: cp,
+        pool,
+        sinkId: 'wh',
+        metrics: new Metrics({ namespace: 'test' }),
+        logger: new Logger({ logLevel: 'ERROR' }),
+        payloads: store,
+      });
       const out = await applier.applyRecords([{ sequenceNumber: '1', origin: 'big-log/shard-0/1', text: claimText }]);
       expect(out.failed).toEqual([]);
       expect(await cp.listDeadLetters('wh')).toEqual([]);
-      const row = (await pool.query('SELECT id::int AS id, length(c0) AS l0, length(c19) AS l19, c7 = repeat($1, 60000) AS same FROM big_public.wide', ['h'])).rows;
+      const row = (await pool.query('SELECT id::int AS id, length(c0) AS l0, length(c19) AS l19, c7 = repeat($1, 60000) AS same FROM big_public.wide', ['h']))
+        .rows;
       expect(row).toEqual([{ id: 1, l0: 60_000, l19: 60_000, same: true }]);
 
       // Tampered payload, and a claim check pointing outside the store: dead letters with named errors, nothing applied.

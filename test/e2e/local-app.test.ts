@@ -72,21 +72,48 @@ describe('cdc local --app', () => {
       CREATE TABLE public.order_items (order_id int NOT NULL, line_no int NOT NULL, sku text NOT NULL, qty int NOT NULL, PRIMARY KEY (order_id, line_no));
       CREATE TABLE public.audit_log (id serial PRIMARY KEY, note text);`);
     // Rows from before the capture: the snapshot copies them.
-    for (let i = 1; i <= 10; i++) await db.query('INSERT INTO customers (name, email, phone, ssn, password_hash) VALUES ($1, $2, $3, $4, $5)', [`c${i}`, `c${i}@example.com`, `+1-555-010${i}`, `000-00-000${i}`, `hash${i}`]);
+    for (let i = 1; i <= 10; i++)
+      await db.query('INSERT INTO customers (name, email, phone, ssn, password_hash) VALUES ($1, $2, $3, $4, $5)', [
+        `c${i}`,
+        `c${i}@example.com`,
+        `+1-555-010${i}`,
+        `000-00-000${i}`,
+        `hash${i}`,
+      ]);
     await db.query('INSERT INTO audit_log (note) VALUES ($1)', ['not captured in Dev']);
 
     const run = cdc([
-      '--app', devAssembly, '--stack', 'Dev/CdcExample', '--source-id', 'orders',
-      '--source', cluster.url('orders'), '--warehouse', cluster.url('dw'),
-      '--state-dir', path.join(dir, 'state'), '--duration', '15s',
+      '--app',
+      devAssembly,
+      '--stack',
+      'Dev/CdcExample',
+      '--source-id',
+      'orders',
+      '--source',
+      cluster.url('orders'),
+      '--warehouse',
+      cluster.url('dw'),
+      '--state-dir',
+      path.join(dir, 'state'),
+      '--duration',
+      '15s',
     ]);
     await until('cdc local to start', () => /cdc local: (started|resumed) in/.test(run.output()), 240_000);
-    for (let i = 11; i <= 30; i++) await db.query('INSERT INTO customers (name, email, phone, ssn, password_hash) VALUES ($1, $2, $3, $4, $5)', [`c${i}`, `c${i}@example.com`, null, `000-00-${i}`, `hash${i}`]);
+    for (let i = 11; i <= 30; i++)
+      await db.query('INSERT INTO customers (name, email, phone, ssn, password_hash) VALUES ($1, $2, $3, $4, $5)', [
+        `c${i}`,
+        `c${i}@example.com`,
+        null,
+        `000-00-${i}`,
+        `hash${i}`,
+      ]);
     for (let i = 1; i <= 20; i++) {
       await db.query('INSERT INTO orders (customer_id, status, amount) VALUES ($1, $2, $3)', [i, 'new', i * 10.5]);
       await db.query('INSERT INTO order_items VALUES ($1, 1, $2, 1), ($1, 2, $3, 2)', [i, `sku-${i}a`, `sku-${i}b`]);
     }
-    await db.query("BEGIN; UPDATE orders SET status = 'paid', amount = amount + 1 WHERE id % 3 = 0; DELETE FROM order_items WHERE order_id % 4 = 0; UPDATE customers SET email = 'new-' || email WHERE id % 5 = 0; COMMIT");
+    await db.query(
+      "BEGIN; UPDATE orders SET status = 'paid', amount = amount + 1 WHERE id % 3 = 0; DELETE FROM order_items WHERE order_id % 4 = 0; UPDATE customers SET email = 'new-' || email WHERE id % 5 = 0; COMMIT",
+    );
     await db.query('DELETE FROM orders WHERE id % 7 = 0');
     await db.query('DELETE FROM customers WHERE id IN (29, 30)');
     const code = await run.exited;
@@ -103,7 +130,9 @@ describe('cdc local --app', () => {
       // Masks and excludes of the CDK code.
       const c5 = (await dw.query('SELECT email, phone FROM orders_public.customers WHERE id = 5')).rows[0];
       expect(c5).toEqual({ email: maskValue('new-c5@example.com'), phone: maskValue('+1-555-0105') });
-      const excluded = await dw.query("SELECT column_name FROM information_schema.columns WHERE table_schema = 'orders_public' AND column_name IN ('ssn', 'password_hash')");
+      const excluded = await dw.query(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = 'orders_public' AND column_name IN ('ssn', 'password_hash')",
+      );
       expect(excluded.rows).toEqual([]);
       // Delete modes: order items hard (the sink keeps a deleted-keys table for them), customers and orders soft.
       const regclass = async (name: string): Promise<unknown> => (await dw.query('SELECT to_regclass($1)::text AS t', [name])).rows[0].t;

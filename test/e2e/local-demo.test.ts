@@ -107,7 +107,8 @@ describe('cdc local --demo, end to end', () => {
     expect(Math.max(0, ...decoded), out).toBeGreaterThan(0);
     await expectVerdict(out, 'verdict: MATCH', () => stateDirDiagnostics(stateDir, { source: 'demo' }), { 'first run (killed)': first.output() });
     expect(out, out).toContain('verdict (search index): MATCH');
-    for (const t of ['public.customers', 'public.orders', 'public.documents', 'public.cdc_heartbeat']) expect(out).toMatch(new RegExp(`ok +${t.replace('.', '\\.')}:`));
+    for (const t of ['public.customers', 'public.orders', 'public.documents', 'public.cdc_heartbeat'])
+      expect(out).toMatch(new RegExp(`ok +${t.replace('.', '\\.')}:`));
     expect(code, out).toBe(0);
 
     // Look at the warehouse directly: the base tables and the views have exactly one row per key
@@ -118,7 +119,10 @@ describe('cdc local --demo, end to end', () => {
       const key = view === 'cdc_heartbeat' ? 'source_id' : 'id';
       const mirror = warehouseTable('demo', `public.${view}`).mirror;
       for (const rel of [mirror, view]) {
-        const [row] = await query<{ rows: number; keys: number }>(WAREHOUSE_DATABASE, `SELECT count(*)::int AS rows, count(DISTINCT ${key})::int AS keys FROM demo_public.${rel}`);
+        const [row] = await query<{ rows: number; keys: number }>(
+          WAREHOUSE_DATABASE,
+          `SELECT count(*)::int AS rows, count(DISTINCT ${key})::int AS keys FROM demo_public.${rel}`,
+        );
         expect(row!.rows, rel).toBe(row!.keys);
         if (rel === view) expect(row!.rows, rel).toBeGreaterThan(0);
       }
@@ -139,8 +143,14 @@ describe('cdc local --demo, end to end', () => {
     let raw: string;
     let log: string;
     try {
-      raw = [...(await readShards(kinesis, s.streams.raw)).values()].flat().map((r) => Buffer.from(r.Data!).toString('utf8')).join('\n');
-      log = [...(await readShards(kinesis, s.streams.changeLog)).values()].flat().map((r) => Buffer.from(r.Data!).toString('utf8')).join('\n');
+      raw = [...(await readShards(kinesis, s.streams.raw)).values()]
+        .flat()
+        .map((r) => Buffer.from(r.Data!).toString('utf8'))
+        .join('\n');
+      log = [...(await readShards(kinesis, s.streams.changeLog)).values()]
+        .flat()
+        .map((r) => Buffer.from(r.Data!).toString('utf8'))
+        .join('\n');
     } finally {
       kinesis.destroy();
       await kin.stop();
@@ -149,7 +159,11 @@ describe('cdc local --demo, end to end', () => {
     const keys = await archive.list();
     const archived = (await Promise.all(keys.map((k) => archive.get(k)))).map((b) => b.toString('utf8')).join('');
 
-    for (const [name, text] of [['raw stream', raw], ['change log', log], ['archive', archived]] as const) {
+    for (const [name, text] of [
+      ['raw stream', raw],
+      ['change log', log],
+      ['archive', archived],
+    ] as const) {
       expect(text.length, `${name} is empty`).toBeGreaterThan(1000);
       expect(text.includes('"table":"public.customers"') || text.includes('public.customers'), `${name} has customers`).toBe(true);
       // The demo's emails end in @example.com / @example.org; its SSNs look like 123-45-6789.

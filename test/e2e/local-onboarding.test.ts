@@ -81,7 +81,21 @@ describe('cdc local on capture rules', () => {
       { match: 'sales.*', mask: ['email'], deleteMode: 'hard' },
     ];
     await writeFile(config, JSON.stringify(settings));
-    const common = ['--source', cluster.url('app'), '--table-config', config, '--warehouse', cluster.url('dw'), '--source-id', 'app', '--state-dir', path.join(dir, 'state'), '--no-search', '--snapshot-chunk', '50'];
+    const common = [
+      '--source',
+      cluster.url('app'),
+      '--table-config',
+      config,
+      '--warehouse',
+      cluster.url('dw'),
+      '--source-id',
+      'app',
+      '--state-dir',
+      path.join(dir, 'state'),
+      '--no-search',
+      '--snapshot-chunk',
+      '50',
+    ];
 
     const run = local([...common, '--duration', '35s']);
     await until('cdc local to start', () => /cdc local: (started|resumed) in/.test(run.output()), 240_000);
@@ -110,7 +124,9 @@ describe('cdc local on capture rules', () => {
     for (const t of ['public.customers', 'public.items', 'public.fresh', 'sales.leads']) expect(out, out).toMatch(new RegExp(`ok +${t.replace('.', '\\.')}:`));
     expect(code, out).toBe(0);
     // The pre-flight and the live status named what the rules match but do not capture.
-    expect(out).toMatch(/pre-flight WARN table_rule \(public\.nokey\): matches rule public\.\* but is not captured \(ineligible\): primary_key: public\.nokey has no primary key/);
+    expect(out).toMatch(
+      /pre-flight WARN table_rule \(public\.nokey\): matches rule public\.\* but is not captured \(ineligible\): primary_key: public\.nokey has no primary key/,
+    );
     expect(out).toMatch(/not captured: [^\n]*public\.audit_log excluded/);
     expect(out).toMatch(/not captured: [^\n]*public\.doomed dropped/);
     expect(out).toMatch(/not captured: [^\n]*public\.heap_log ineligible/);
@@ -153,7 +169,9 @@ describe('cdc local on capture rules', () => {
     await writeFile(config, JSON.stringify([{ table: 'public.items', mask: ['name'] }, ...settings]));
     const refused = local([...common, '--duration', '5s']);
     expect(await refused.exited).toBe(3);
-    expect(refused.output()).toMatch(/refused: public\.items: mask name added while the table is captured; existing change-log records, archive files and sink rows of public\.items still hold the clear values of name/);
+    expect(refused.output()).toMatch(
+      /refused: public\.items: mask name added while the table is captured; existing change-log records, archive files and sink rows of public\.items still hold the clear values of name/,
+    );
     expect(refused.output()).not.toContain('cdc local: started');
     // With it: accepted, audited, the table marked for re-snapshot with what was left behind.
     await writeFile(config, JSON.stringify([{ table: 'public.items', mask: ['name'], acknowledgeLateRules: 'privacy review 42 (e2e)' }, ...settings]));
@@ -163,9 +181,17 @@ describe('cdc local on capture rules', () => {
     expect(accepted.output()).toMatch(/public\.items: late rule acknowledged \(privacy review 42 \(e2e\)\); existing change-log records/);
     const late = (JSON.parse((await cdc('audit', '--table', 'public.items', '--json')).out) as AuditEntry[]).filter((e) => e.action === 'late-column-rules');
     expect(late.map((e) => e.outcome)).toEqual(['refused', 'done']);
-    expect(late[1]!.detail).toMatchObject({ addedMask: ['name'], acknowledgement: 'privacy review 42 (e2e)', needsResnapshot: true, needsSinkRebuild: true, leftBehind: expect.stringContaining('still hold the clear values of name') });
+    expect(late[1]!.detail).toMatchObject({
+      addedMask: ['name'],
+      acknowledgement: 'privacy review 42 (e2e)',
+      needsResnapshot: true,
+      needsSinkRebuild: true,
+      leftBehind: expect.stringContaining('still hold the clear values of name'),
+    });
     const after = JSON.parse((await cdc('status', 'public.items', '--json')).out) as StatusReport;
-    expect(after.tables[0]!.stateReason).toMatch(/^LATE_COLUMN_RULES: mask name added \(acknowledged: privacy review 42 \(e2e\)\); existing change-log records, archive files and sink rows/);
+    expect(after.tables[0]!.stateReason).toMatch(
+      /^LATE_COLUMN_RULES: mask name added \(acknowledged: privacy review 42 \(e2e\)\); existing change-log records, archive files and sink rows/,
+    );
     await dw.end();
     await app.query("SELECT pg_drop_replication_slot('cdc_app')");
     await app.end();

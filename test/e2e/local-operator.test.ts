@@ -58,7 +58,26 @@ describe('cdc pause / resume / audit against a running cdc local', () => {
     await app.query(`
       CREATE TABLE public.kept (id int PRIMARY KEY, v text);
       CREATE TABLE public.held (id int PRIMARY KEY, v text, extra text);`);
-    const child = spawn(process.execPath, [CLI, 'local', '--source', cluster.url('app'), '--tables', 'public.kept,public.held', '--warehouse', cluster.url('dw'), '--source-id', 'app', '--state-dir', path.join(dir, 'state'), '--duration', '55s'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(
+      process.execPath,
+      [
+        CLI,
+        'local',
+        '--source',
+        cluster.url('app'),
+        '--tables',
+        'public.kept,public.held',
+        '--warehouse',
+        cluster.url('dw'),
+        '--source-id',
+        'app',
+        '--state-dir',
+        path.join(dir, 'state'),
+        '--duration',
+        '55s',
+      ],
+      { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     let output = '';
     child.stdout.on('data', (d: Buffer) => (output += d.toString()));
     child.stderr.on('data', (d: Buffer) => (output += d.toString()));
@@ -78,26 +97,37 @@ describe('cdc pause / resume / audit against a running cdc local', () => {
       // Pause one table for 10 minutes: accepted once the table's initial snapshot is done (while
       // it runs, a pause is refused SNAPSHOT_RUNNING, exit 3, and nothing changes: asked again).
       let pause = await cdc('pause', 'public.held', '--for', '10m', '--reason', 'e2e: hold while the other flows');
-      await until('the snapshot of public.held to end, so the pause is accepted', async () => {
-        if (pause.code === 3 && pause.err.includes('SNAPSHOT_RUNNING')) pause = await cdc('pause', 'public.held', '--for', '10m', '--reason', 'e2e: hold while the other flows');
-        return !(pause.code === 3 && pause.err.includes('SNAPSHOT_RUNNING'));
-      }, 60_000);
+      await until(
+        'the snapshot of public.held to end, so the pause is accepted',
+        async () => {
+          if (pause.code === 3 && pause.err.includes('SNAPSHOT_RUNNING'))
+            pause = await cdc('pause', 'public.held', '--for', '10m', '--reason', 'e2e: hold while the other flows');
+          return !(pause.code === 3 && pause.err.includes('SNAPSHOT_RUNNING'));
+        },
+        60_000,
+      );
       expect(pause.code, pause.err).toBe(0);
       expect(pause.out).toContain('app/public.held paused until');
       const heldBefore = await warehouseRows('held');
 
       // Writes to both continue; only the paused table's warehouse rows stop changing.
-      await app.query("UPDATE kept SET v = 'k1'; UPDATE held SET v = 'h1'; INSERT INTO kept VALUES (21, 'k1'); INSERT INTO held VALUES (21, 'h1', 'x21'); DELETE FROM held WHERE id = 3");
+      await app.query(
+        "UPDATE kept SET v = 'k1'; UPDATE held SET v = 'h1'; INSERT INTO kept VALUES (21, 'k1'); INSERT INTO held VALUES (21, 'h1', 'x21'); DELETE FROM held WHERE id = 3",
+      );
       await until('the other table to flow', () => level('kept'), 60_000);
       const status = await cdc('status', '--json');
       expect(status.code, status.err).toBe(0);
       const report = JSON.parse(status.out) as StatusReport;
       const heldStatus = report.tables.find((t) => t.table === 'public.held')!;
       expect(heldStatus.state).toBe('paused');
-      await until('the sink to hold the paused table', async () => {
-        const s = JSON.parse((await cdc('status', 'public.held', '--json')).out) as StatusReport;
-        return s.tables[0]!.sinks.some((k) => k.sink === 'warehouse' && k.heldFrom !== null);
-      }, 30_000);
+      await until(
+        'the sink to hold the paused table',
+        async () => {
+          const s = JSON.parse((await cdc('status', 'public.held', '--json')).out) as StatusReport;
+          return s.tables[0]!.sinks.some((k) => k.sink === 'warehouse' && k.heldFrom !== null);
+        },
+        30_000,
+      );
       expect(report.tables.find((t) => t.table === 'public.kept')!.state).toBe('active');
       expect(await warehouseRows('held')).toEqual(heldBefore);
       const readable = await cdc('status');
@@ -119,10 +149,14 @@ describe('cdc pause / resume / audit against a running cdc local', () => {
       // A breaking schema change pauses exactly that table; the other keeps flowing.
       await app.query("ALTER TABLE held DROP COLUMN extra; UPDATE held SET v = 'h3' WHERE id <= 10; INSERT INTO held VALUES (30, 'h3')");
       await app.query("UPDATE kept SET v = 'k3'");
-      await until('the breaking change to pause the table', async () => {
-        const s = JSON.parse((await cdc('status', 'public.held', '--json')).out) as StatusReport;
-        return s.tables[0]!.state === 'paused' && (s.tables[0]!.stateReason ?? '').startsWith('SCHEMA_BREAKING');
-      }, 60_000);
+      await until(
+        'the breaking change to pause the table',
+        async () => {
+          const s = JSON.parse((await cdc('status', 'public.held', '--json')).out) as StatusReport;
+          return s.tables[0]!.state === 'paused' && (s.tables[0]!.stateReason ?? '').startsWith('SCHEMA_BREAKING');
+        },
+        60_000,
+      );
       await until('the other table to flow past the change', () => level('kept'), 60_000);
       expect(await level('held')).toBe(false);
       const noDecision = await cdc('resume', 'public.held');
@@ -137,7 +171,11 @@ describe('cdc pause / resume / audit against a running cdc local', () => {
       // an absent column never overwrites), a row inserted after the drop has NULL.
       // Read through the view: what is not merged into the mirror yet is in the delta (docs/warehouse-apply.md).
       const extra = (await dw.query('SELECT id::int AS id, extra FROM app_public.held WHERE id IN (1, 15, 30) ORDER BY id')).rows;
-      expect(extra).toEqual([{ id: 1, extra: 'x1' }, { id: 15, extra: 'x15' }, { id: 30, extra: null }]);
+      expect(extra).toEqual([
+        { id: 1, extra: 'x1' },
+        { id: 15, extra: 'x15' },
+        { id: 30, extra: null },
+      ]);
 
       // The audit log: the accepted pause, the resumes and the refusals.
       const audit = await cdc('audit', '--json');

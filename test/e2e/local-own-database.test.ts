@@ -55,19 +55,40 @@ describe('cdc local --source / --warehouse', () => {
       CREATE TABLE public.people (id bigint PRIMARY KEY, pin int, born date, doc jsonb, tag uuid, name text);`);
     const config = path.join(dir, 'tables.json');
     // Masked columns of non-text types (issue 15): registered and delivered as text, never dead-lettered.
-    await writeFile(config, JSON.stringify([{ table: 'public.items', mask: ['name'], exclude: ['secret'] }, { table: 'public.people', mask: ['pin', 'born', 'doc', 'tag'] }]));
+    await writeFile(
+      config,
+      JSON.stringify([
+        { table: 'public.items', mask: ['name'], exclude: ['secret'] },
+        { table: 'public.people', mask: ['pin', 'born', 'doc', 'tag'] },
+      ]),
+    );
 
     const run = cdc([
-      '--source', cluster.url('app'), '--table-config', config, '--tables', 'public.tags',
-      '--warehouse', cluster.url('dw'), '--source-id', 'app', '--state-dir', path.join(dir, 'state'), '--duration', '25s',
+      '--source',
+      cluster.url('app'),
+      '--table-config',
+      config,
+      '--tables',
+      'public.tags',
+      '--warehouse',
+      cluster.url('dw'),
+      '--source-id',
+      'app',
+      '--state-dir',
+      path.join(dir, 'state'),
+      '--duration',
+      '25s',
       // The SQL-peek read (for sources that allow no replication connection); the other e2e tests stream.
-      '--slot-read', 'peek',
+      '--slot-read',
+      'peek',
     ]);
     await until('cdc local to start', () => /cdc local: (started|resumed) in/.test(run.output()), 240_000);
     // Peeking holds no WAL sender: nothing streams the slot (a streaming capture would show here).
     expect((await app.query("SELECT count(*)::int AS n FROM pg_stat_replication WHERE application_name LIKE 'cdc-local-capture%'")).rows[0].n).toBe(0);
     for (let i = 1; i <= 60; i++) await app.query('INSERT INTO items (name, secret, price) VALUES ($1, $2, $3)', [`item ${i}`, `s3cr3t-${i}`, i * 1.5]);
-    await app.query("BEGIN; UPDATE items SET price = price * 2 WHERE id % 3 = 0; DELETE FROM items WHERE id % 7 = 0; INSERT INTO tags SELECT id, 'even' FROM items WHERE id % 2 = 0; COMMIT");
+    await app.query(
+      "BEGIN; UPDATE items SET price = price * 2 WHERE id % 3 = 0; DELETE FROM items WHERE id % 7 = 0; INSERT INTO tags SELECT id, 'even' FROM items WHERE id % 2 = 0; COMMIT",
+    );
     await app.query("UPDATE items SET name = 'renamed ' || id, id = id + 1000 WHERE id % 5 = 0");
     await app.query('DELETE FROM tags WHERE item_id % 4 = 0');
     // two keys beyond 2^53 that a double cannot tell apart
@@ -101,9 +122,18 @@ describe('cdc local --source / --warehouse', () => {
     expect(people.rows).toEqual([
       { id: '3', pin: null, born: null, doc: maskValue('[1, 2]'), tag: null, name: 'small' },
       { id: '9007199254740992', pin: maskValue(5678), born: maskValue('1990-01-02'), doc: null, tag: null, name: 'even' },
-      { id: '9007199254740993', pin: maskValue(1235), born: maskValue('1980-05-17'), doc: maskValue('{"a": 1}'), tag: maskValue('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'), name: 'odd' },
+      {
+        id: '9007199254740993',
+        pin: maskValue(1235),
+        born: maskValue('1980-05-17'),
+        doc: maskValue('{"a": 1}'),
+        tag: maskValue('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'),
+        name: 'odd',
+      },
     ]);
-    const masked = await dw.query("SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = 'app_public' AND table_name = '_cdc_mirror_people' AND column_name IN ('pin', 'born', 'doc', 'tag') ORDER BY column_name");
+    const masked = await dw.query(
+      "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = 'app_public' AND table_name = '_cdc_mirror_people' AND column_name IN ('pin', 'born', 'doc', 'tag') ORDER BY column_name",
+    );
     expect(masked.rows.map((r) => r.data_type)).toEqual(['text', 'text', 'text', 'text']);
     const cols = await dw.query("SELECT column_name FROM information_schema.columns WHERE table_schema = 'app_public' AND column_name = 'secret'");
     expect(cols.rowCount).toBe(0);

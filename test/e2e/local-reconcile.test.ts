@@ -60,7 +60,27 @@ describe('cdc reconcile against a running cdc local', () => {
       CREATE TABLE public.busy (id int PRIMARY KEY, v text, n int);
       INSERT INTO public.victim SELECT g, 'v' || g, g % 7 FROM generate_series(1, 400) g;
       INSERT INTO public.busy SELECT g, 'b' || g, 0 FROM generate_series(1, 2000) g;`);
-    const child = spawn(process.execPath, [CLI, 'local', '--source', cluster.url('app'), '--tables', 'public.victim,public.busy', '--warehouse', cluster.url('dw'), '--source-id', 'app', '--state-dir', path.join(dir, 'state'), '--no-search', '--heartbeat-ms', '500'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(
+      process.execPath,
+      [
+        CLI,
+        'local',
+        '--source',
+        cluster.url('app'),
+        '--tables',
+        'public.victim,public.busy',
+        '--warehouse',
+        cluster.url('dw'),
+        '--source-id',
+        'app',
+        '--state-dir',
+        path.join(dir, 'state'),
+        '--no-search',
+        '--heartbeat-ms',
+        '500',
+      ],
+      { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     let output = '';
     child.stdout.on('data', (d: Buffer) => (output += d.toString()));
     child.stderr.on('data', (d: Buffer) => (output += d.toString()));
@@ -69,7 +89,8 @@ describe('cdc reconcile against a running cdc local', () => {
     let workload: Promise<void> = Promise.resolve();
     // Not a test of the pacer: on a loaded machine the source probe's noise alone exceeds the default
     // budget (10 % added write latency), and the pacer then rightly slows the reads to a crawl.
-    const reconcile = (...extra: string[]) => cdc('reconcile', '--source', cluster.url('app'), '--warehouse', cluster.url('dw'), '--settle', '2s', '--source-budget', '100000', '--json', ...extra);
+    const reconcile = (...extra: string[]) =>
+      cdc('reconcile', '--source', cluster.url('app'), '--warehouse', cluster.url('dw'), '--settle', '2s', '--source-budget', '100000', '--json', ...extra);
     // A wait that times out says what cdc local printed (the test's own time limit would not).
     const waitFor = async (what: string, check: () => boolean | Promise<boolean>, ms: number): Promise<void> => {
       try {
@@ -80,7 +101,8 @@ describe('cdc reconcile against a running cdc local', () => {
     };
     try {
       await waitFor('cdc local to start', () => /cdc local: (started|resumed) in/.test(output), 240_000);
-      const count = async (t: string) => Number((await dw.query(`SELECT count(*) AS n FROM (SELECT 1 FROM app_public.${t}) x`).catch(() => ({ rows: [{ n: 0 }] }))).rows[0].n);
+      const count = async (t: string) =>
+        Number((await dw.query(`SELECT count(*) AS n FROM (SELECT 1 FROM app_public.${t}) x`).catch(() => ({ rows: [{ n: 0 }] }))).rows[0].n);
       await waitFor('both snapshots in the warehouse', async () => (await count('victim')) === 400 && (await count('busy')) === 2000, 180_000);
 
       // The steady workload on busy: new keys and updates of old ones, ~25 transactions a second.
@@ -112,13 +134,18 @@ describe('cdc reconcile against a running cdc local', () => {
       }
       expect(verdicts.filter((v) => v.verdict === 'DIVERGED')).toEqual([]);
       expect(verdicts.filter((v) => v.table === 'public.victim').map((v) => v.verdict)).toEqual(['MATCH', 'MATCH', 'MATCH']);
-      expect(verdicts.some((v) => v.table === 'public.busy' && v.verdict === 'MATCH'), JSON.stringify(verdicts.map((v) => [v.table, v.verdict, v.reason]))).toBe(true);
+      expect(
+        verdicts.some((v) => v.table === 'public.busy' && v.verdict === 'MATCH'),
+        JSON.stringify(verdicts.map((v) => [v.table, v.verdict, v.reason])),
+      ).toBe(true);
 
       // 2. Corrupt the victim's mirror behind the platform's back (merged first: rows still in the delta would hide it).
       await mergeWarehouseTable(cluster.url('dw'), 'app', 'public.victim', ['id']);
       await dw.query("UPDATE app_public._cdc_mirror_victim SET v = 'tampered' WHERE id = 7");
       await dw.query('DELETE FROM app_public._cdc_mirror_victim WHERE id = 42');
-      await dw.query("INSERT INTO app_public._cdc_mirror_victim (id, v, n, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (100000, 'never', 1, '000000000000000000000001', false, now())");
+      await dw.query(
+        "INSERT INTO app_public._cdc_mirror_victim (id, v, n, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (100000, 'never', 1, '000000000000000000000001', false, now())",
+      );
       let busyVerdict: ReconcileVerdict | undefined;
       for (let attempt = 0; attempt < 3 && busyVerdict?.verdict !== 'MATCH'; attempt++) {
         const r = await reconcile();
@@ -138,7 +165,19 @@ describe('cdc reconcile against a running cdc local', () => {
       expect(busyVerdict?.verdict, busyVerdict?.reason).toBe('MATCH');
 
       // The readable form names the table and the keys.
-      const text = await cdc('reconcile', '--table', 'public.victim', '--source', cluster.url('app'), '--warehouse', cluster.url('dw'), '--settle', '1s', '--source-budget', '100000');
+      const text = await cdc(
+        'reconcile',
+        '--table',
+        'public.victim',
+        '--source',
+        cluster.url('app'),
+        '--warehouse',
+        cluster.url('dw'),
+        '--settle',
+        '1s',
+        '--source-budget',
+        '100000',
+      );
       expect(text.code).toBe(1);
       expect(text.out).toMatch(/DIVERGED +app\/public\.victim \(warehouse\): 1 missing, 1 extra, 1 different/);
       expect(text.out).toContain('key id=7: v differs');

@@ -36,7 +36,11 @@ interface Run {
 
 /** Starts `cdc local` as the leader of a process group of its own (a shell's foreground job). */
 function cdc(args: string[]): Run {
-  const c = spawn(process.execPath, [CLI, 'local', '--demo', '--state-dir', stateDir, '--fast', '--rate', '30', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  const c = spawn(process.execPath, [CLI, 'local', '--demo', '--state-dir', stateDir, '--fast', '--rate', '30', ...args], {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
   running = c;
   let out = '';
   c.stdout!.on('data', (d: Buffer) => (out += d.toString()));
@@ -66,7 +70,10 @@ function descendants(pid: number): number[] {
   } catch {
     return [];
   }
-  const pairs = text.trim().split('\n').map((l) => l.trim().split(/\s+/).map(Number) as [number, number]);
+  const pairs = text
+    .trim()
+    .split('\n')
+    .map((l) => l.trim().split(/\s+/).map(Number) as [number, number]);
   const found: number[] = [];
   const walk = (p: number): void => {
     for (const [child, parent] of pairs) {
@@ -119,7 +126,8 @@ async function stopCleanly(run: Run, what: string, ready: () => Promise<boolean>
   expect({ code, signal }, out).toEqual({ code: 0, signal: null });
   expect(out, out).toMatch(/cdc local: stopping/);
   expect(out, out).toMatch(/cdc local: stopped/);
-  for (const bad of [/unhandled/i, /uncaught/i, /ECONNREFUSED/, /\(retrying\)/, /57P01/, /Connection terminated/i, /second interrupt/]) expect(out, out).not.toMatch(bad);
+  for (const bad of [/unhandled/i, /uncaught/i, /ECONNREFUSED/, /\(retrying\)/, /57P01/, /Connection terminated/i, /second interrupt/])
+    expect(out, out).not.toMatch(bad);
   expect(existsSync(path.join(stateDir, 'lock')), 'lock removed').toBe(false);
   // No server outlives the run: PostgreSQL (and its backends), DynamoDB Local, kinesalite.
   await until('the servers of the run to be gone', () => servers.every((p) => !alive(p)), 15_000).catch(() => undefined);
@@ -147,7 +155,7 @@ afterAll(async () => {
 
 describe('cdc local stops cleanly on Ctrl-C and SIGTERM', () => {
   it('SIGINT to the process group mid-snapshot and mid-apply, SIGTERM to cdc alone: exit 0, no unhandled error, lock removed, PostgreSQL shut down, nothing left; the next run resumes and matches', async () => {
-    const seeded = 'SELECT count(*)::int AS n FROM demo_public.customers WHERE name LIKE \'Seeded Customer %\'';
+    const seeded = "SELECT count(*)::int AS n FROM demo_public.customers WHERE name LIKE 'Seeded Customer %'";
     // 1. Mid-snapshot, while a bounded run waits for the sinks to catch up (a signal there was
     // once ignored): small unpaced chunks keep the snapshot of the seeded rows going for a while.
     let atSignal: number | null = null;

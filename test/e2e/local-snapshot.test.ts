@@ -77,7 +77,8 @@ function workload(url: string, seed: number): { stop: () => Promise<number> } {
         const id = 1 + Math.floor(rand() * ACCOUNTS * 1.1);
         try {
           if (r < 0.4) await c.query('UPDATE accounts SET abalance = abalance + $2 WHERE aid = $1', [id, Math.floor(rand() * 1000) - 500]);
-          else if (r < 0.6) await c.query("INSERT INTO accounts VALUES ($1, $2, $3, 'new') ON CONFLICT (aid) DO UPDATE SET filler = 'upserted'", [id, id % 10, 0]);
+          else if (r < 0.6)
+            await c.query("INSERT INTO accounts VALUES ($1, $2, $3, 'new') ON CONFLICT (aid) DO UPDATE SET filler = 'upserted'", [id, id % 10, 0]);
           else if (r < 0.75) await c.query('DELETE FROM accounts WHERE aid = $1', [id]);
           else if (r < 0.85) await c.query('UPDATE accounts SET aid = aid + 1000000 WHERE aid = $1 AND aid < 1000000', [id]);
           else if (r < 0.95) await c.query("UPDATE tags SET note = note || '+' WHERE item_id = $1", [id % TAGS]);
@@ -118,7 +119,22 @@ describe('cdc local --source on a database that already holds rows', () => {
     const config = path.join(dir, 'tables.json');
     await writeFile(config, JSON.stringify([{ table: 'public.tags', mask: ['note'] }]));
     const stateDir = path.join(dir, 'state');
-    const args = ['--source', appUrl, '--tables', 'public.accounts', '--table-config', config, '--warehouse', cluster.url('dw'), '--source-id', 'app', '--state-dir', stateDir, '--snapshot-chunk', '150'];
+    const args = [
+      '--source',
+      appUrl,
+      '--tables',
+      'public.accounts',
+      '--table-config',
+      config,
+      '--warehouse',
+      cluster.url('dw'),
+      '--source-id',
+      'app',
+      '--state-dir',
+      stateDir,
+      '--snapshot-chunk',
+      '150',
+    ];
 
     const first = cdc(args);
     child = first.child;
@@ -178,7 +194,12 @@ describe('cdc local --source on a database that already holds rows', () => {
     child = null;
     const out = second.output();
     mark('second run exited');
-    console.log(out.split('\n').filter((l) => /snapshot|measured|verdict|ok |resumed|time is up/.test(l)).join('\n'));
+    console.log(
+      out
+        .split('\n')
+        .filter((l) => /snapshot|measured|verdict|ok |resumed|time is up/.test(l))
+        .join('\n'),
+    );
     expect(out, out).toContain('verdict: MATCH');
     expect(out).toMatch(/ok +public\.accounts:/);
     expect(out).toMatch(/ok +public\.tags:/);

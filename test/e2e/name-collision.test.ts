@@ -57,7 +57,9 @@ describe('names as applications write them (issue 28, names)', () => {
       'case',
     );
     try {
-      await p.src.query(`INSERT INTO "Orders" VALUES (1, 'Ada ''the "first"''', 10.50), (2, 'Bob', 3.00), (3, 'Zoë', 7.25); INSERT INTO orders VALUES (1, 'lower-case twin')`);
+      await p.src.query(
+        `INSERT INTO "Orders" VALUES (1, 'Ada ''the "first"''', 10.50), (2, 'Bob', 3.00), (3, 'Zoë', 7.25); INSERT INTO orders VALUES (1, 'lower-case twin')`,
+      );
       await p.src.query(`UPDATE "Orders" SET "Total with tax" = 11.00, "CustomerName" = 'Ada' WHERE "OrderId" = 1; DELETE FROM "Orders" WHERE "OrderId" = 2`);
       const events = await p.drain();
       for (const t of ['public.Orders', 'public.orders']) {
@@ -66,12 +68,20 @@ describe('names as applications write them (issue 28, names)', () => {
       }
       const upper = warehouseTable(p.id, 'public.Orders');
       const lower = warehouseTable(p.id, 'public.orders');
-      expect(await p.rows(`SELECT "OrderId"::int AS id, "CustomerName" AS name, "Total with tax"::text AS total FROM ${qualified(upper.schema, upper.view)} ORDER BY 1`)).toEqual([
+      expect(
+        await p.rows(
+          `SELECT "OrderId"::int AS id, "CustomerName" AS name, "Total with tax"::text AS total FROM ${qualified(upper.schema, upper.view)} ORDER BY 1`,
+        ),
+      ).toEqual([
         { id: 1, name: 'Ada', total: '11.00' },
         { id: 3, name: 'Zoë', total: '7.25' },
       ]);
       expect(await p.rows(`SELECT id::int AS id, note FROM ${qualified(lower.schema, lower.view)}`)).toEqual([{ id: 1, note: 'lower-case twin' }]);
-      const rels = (await p.rows(`SELECT c.relname::text AS r FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace WHERE s.nspname = '${upper.schema}' AND c.relkind = 'v' ORDER BY 1`)).map((r) => r.r);
+      const rels = (
+        await p.rows(
+          `SELECT c.relname::text AS r FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace WHERE s.nspname = '${upper.schema}' AND c.relkind = 'v' ORDER BY 1`,
+        )
+      ).map((r) => r.r);
       expect(rels).toEqual(['Orders', 'orders']);
     } finally {
       await p.close();

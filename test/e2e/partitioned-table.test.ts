@@ -69,18 +69,42 @@ describe('a partitioned table through cdc local', () => {
     const dw = new pg.Client({ connectionString: cluster.url('dw') });
     dw.on('error', () => undefined);
     await dw.connect();
-    const ddl = ['CREATE TABLE public.ev (id bigint NOT NULL, at timestamptz NOT NULL, amount numeric(10,2), note text, PRIMARY KEY (id, at)) PARTITION BY RANGE (at)'];
-    for (let m = 0; m < MONTHS; m++) ddl.push(`CREATE TABLE public.ev_${month(m)} PARTITION OF public.ev FOR VALUES FROM ('${monthStart(m)}') TO ('${monthStart(m + 1)}')`);
+    const ddl = [
+      'CREATE TABLE public.ev (id bigint NOT NULL, at timestamptz NOT NULL, amount numeric(10,2), note text, PRIMARY KEY (id, at)) PARTITION BY RANGE (at)',
+    ];
+    for (let m = 0; m < MONTHS; m++)
+      ddl.push(`CREATE TABLE public.ev_${month(m)} PARTITION OF public.ev FOR VALUES FROM ('${monthStart(m)}') TO ('${monthStart(m + 1)}')`);
     await app.query(ddl.join(';\n'));
     // 100 rows per month, spread over the month.
-    await app.query(`INSERT INTO public.ev SELECT g, timestamptz '2024-01-01' + ((g - 1) / 100) * interval '1 month' + ((g - 1) % 100) * interval '7 hours', g % 997, 'n' || g FROM generate_series(1, ${MONTHS * 100}) g`);
+    await app.query(
+      `INSERT INTO public.ev SELECT g, timestamptz '2024-01-01' + ((g - 1) / 100) * interval '1 month' + ((g - 1) % 100) * interval '7 hours', g % 997, 'n' || g FROM generate_series(1, ${MONTHS * 100}) g`,
+    );
     await app.query(`CREATE TABLE public.store (id int PRIMARY KEY, name text); INSERT INTO public.store VALUES (1, 'a'), (2, 'b')`);
     const config = path.join(dir, 'tables.json');
     // The detached partition becomes a table of its own: the rule leaves it out (the docs say why).
     await writeFile(config, JSON.stringify([{ match: 'public.*', excludeTables: [`public.${DETACHED}`] }]));
     child = spawn(
       process.execPath,
-      [CLI, 'local', '--source', cluster.url('app'), '--table-config', config, '--warehouse', cluster.url('dw'), '--source-id', 'app', '--state-dir', path.join(dir, 'state'), '--snapshot-chunk', '400', '--heartbeat-ms', '500', '--duration', '55s'],
+      [
+        CLI,
+        'local',
+        '--source',
+        cluster.url('app'),
+        '--table-config',
+        config,
+        '--warehouse',
+        cluster.url('dw'),
+        '--source-id',
+        'app',
+        '--state-dir',
+        path.join(dir, 'state'),
+        '--snapshot-chunk',
+        '400',
+        '--heartbeat-ms',
+        '500',
+        '--duration',
+        '55s',
+      ],
       { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
     );
     let output = '';
@@ -96,13 +120,24 @@ describe('a partitioned table through cdc local', () => {
       }
     };
     const count = async (sql: string): Promise<number> => Number((await dw.query(sql).catch(() => ({ rows: [{ n: -1 }] }))).rows[0].n);
-    await waitFor('the snapshot of public.ev in the warehouse', async () => (await count('SELECT count(*)::int AS n FROM app_public.ev')) === MONTHS * 100, 120_000);
+    await waitFor(
+      'the snapshot of public.ev in the warehouse',
+      async () => (await count('SELECT count(*)::int AS n FROM app_public.ev')) === MONTHS * 100,
+      120_000,
+    );
 
     // The workload, after the snapshot finished.
     const at = (m: number, day: number): string => new Date(Date.UTC(2024, m, day, 12)).toISOString();
     for (let i = 0; i < 10; i++) {
       // Inserts into several partitions, in one transaction.
-      await app.query(`INSERT INTO public.ev VALUES ($1, $2, 1, 'new'), ($3, $4, 2, 'new'), ($5, $6, 3, 'new')`, [10_000 + i, at(i, 3), 20_000 + i, at(i + 10, 4), 30_000 + i, at(i + 20, 5)]);
+      await app.query(`INSERT INTO public.ev VALUES ($1, $2, 1, 'new'), ($3, $4, 2, 'new'), ($5, $6, 3, 'new')`, [
+        10_000 + i,
+        at(i, 3),
+        20_000 + i,
+        at(i + 10, 4),
+        30_000 + i,
+        at(i + 20, 5),
+      ]);
       // A row moved to another month (its partition key, part of the key, changes), and one moved twice in one transaction.
       await app.query(`UPDATE public.ev SET at = at + interval '1 month', note = 'moved' WHERE id = $1`, [i * 97 + 1]);
       await app.query('BEGIN');
@@ -119,8 +154,12 @@ describe('a partitioned table through cdc local', () => {
       await app.query('DELETE FROM public.ev WHERE id = $1', [i * 131 + 17]);
       if (i === 4) {
         // A partition created while running (pg_partman's way), and filled.
-        await app.query(`CREATE TABLE public.ev_${month(MONTHS)} PARTITION OF public.ev FOR VALUES FROM ('${monthStart(MONTHS)}') TO ('${monthStart(MONTHS + 1)}')`);
-        await app.query(`INSERT INTO public.ev SELECT 40000 + g, $1::timestamptz + g * interval '1 hour', g, 'fresh month' FROM generate_series(1, 25) g`, [monthStart(MONTHS)]);
+        await app.query(
+          `CREATE TABLE public.ev_${month(MONTHS)} PARTITION OF public.ev FOR VALUES FROM ('${monthStart(MONTHS)}') TO ('${monthStart(MONTHS + 1)}')`,
+        );
+        await app.query(`INSERT INTO public.ev SELECT 40000 + g, $1::timestamptz + g * interval '1 hour', g, 'fresh month' FROM generate_series(1, 25) g`, [
+          monthStart(MONTHS),
+        ]);
       }
       if (i === 6) {
         // A partition detached while running; its rows leave the root. Written to afterwards, as a table of its own.
@@ -133,10 +172,26 @@ describe('a partitioned table through cdc local', () => {
     // Reconcile reads the root, partitions included, against the warehouse (docs/reconcile.md), while cdc local runs.
     const sourceCount = Number((await app.query('SELECT count(*)::int AS n FROM public.ev')).rows[0].n);
     await waitFor('the workload in the warehouse', async () => (await count('SELECT count(*)::int AS n FROM app_public.ev')) === sourceCount, 60_000);
-    const rec = await runCdc(['reconcile', '--state-dir', path.join(dir, 'state'), '--source', cluster.url('app'), '--warehouse', cluster.url('dw'), '--settle', '2s', '--source-budget', '100000', '--json']);
+    const rec = await runCdc([
+      'reconcile',
+      '--state-dir',
+      path.join(dir, 'state'),
+      '--source',
+      cluster.url('app'),
+      '--warehouse',
+      cluster.url('dw'),
+      '--settle',
+      '2s',
+      '--source-budget',
+      '100000',
+      '--json',
+    ]);
     expect(rec.out, `cdc reconcile exited ${rec.code}: ${rec.err}`).not.toBe('');
     const verdicts = (JSON.parse(rec.out) as { verdicts: ReconcileVerdict[] }).verdicts;
-    expect(verdicts.find((v) => v.table === 'public.ev'), `${rec.out}\n${rec.err}`).toMatchObject({ verdict: 'MATCH' });
+    expect(
+      verdicts.find((v) => v.table === 'public.ev'),
+      `${rec.out}\n${rec.err}`,
+    ).toMatchObject({ verdict: 'MATCH' });
     expect(verdicts.map((v) => v.table).filter((t) => t.startsWith('public.ev'))).toEqual(['public.ev']);
 
     const code = await exited;
@@ -150,9 +205,15 @@ describe('a partitioned table through cdc local', () => {
     expect(out.slice(out.indexOf('verdict: '))).not.toMatch(/public\.ev_\d/);
     expect(out).toMatch(/not captured: [^\n]*public\.ev_2024_03 excluded/);
     expect(code, out).toBe(0);
-    const relations = (await dw.query(`SELECT table_name FROM information_schema.tables WHERE table_schema = 'app_public' AND table_name LIKE 'ev%' AND table_name NOT LIKE 'ev\\_%'`)).rows.map((r) => r.table_name);
+    const relations = (
+      await dw.query(
+        `SELECT table_name FROM information_schema.tables WHERE table_schema = 'app_public' AND table_name LIKE 'ev%' AND table_name NOT LIKE 'ev\\_%'`,
+      )
+    ).rows.map((r) => r.table_name);
     expect(relations).toEqual(['ev']);
-    expect((await dw.query(`SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = 'app_public' AND table_name ~ '^ev_[0-9]'`)).rows[0].n).toBe(0);
+    expect(
+      (await dw.query(`SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = 'app_public' AND table_name ~ '^ev_[0-9]'`)).rows[0].n,
+    ).toBe(0);
     // The moved rows are one row each, at their new month (the verdict compares every row; this names them).
     const moved = `SELECT note, count(*)::int AS n, count(DISTINCT id)::int AS ids FROM public.ev WHERE note LIKE 'moved%' GROUP BY note ORDER BY note`;
     const movedInSource = (await app.query(moved)).rows;

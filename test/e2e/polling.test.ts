@@ -33,7 +33,12 @@ const POLLED: TableConfig[] = validateTableConfig([
   { table: 'public.versioned', capture: 'poll', pollColumn: 'cdc_xid' },
 ]);
 const LOGGED: TableConfig[] = validateTableConfig([{ table: 'public.items' }]);
-const SHAPED: TableConfig[] = validateTableConfig([{ table: 'public.orders', transforms: { rename: { amt: 'amount' }, coerce: { amt: 'numeric(12,2)', code: 'bigint' }, tenant: { column: 'tenant', value: '{source}:{table}' } } }]);
+const SHAPED: TableConfig[] = validateTableConfig([
+  {
+    table: 'public.orders',
+    transforms: { rename: { amt: 'amount' }, coerce: { amt: 'numeric(12,2)', code: 'bigint' }, tenant: { column: 'tenant', value: '{source}:{table}' } },
+  },
+]);
 
 let warehouse: PostgresCluster;
 let dir: string;
@@ -87,7 +92,15 @@ async function diagnostics(errors: readonly string[]): Promise<string[]> {
   out.push(`--- tables marked needs-resnapshot: ${marks.length}`, ...marks);
   out.push(`--- errors: ${errors.length}`, ...errors.slice(0, 10));
   const tables = [...POLLED, ...LOGGED].map((t) => t.table);
-  out.push(...(await verdictDiagnostics({ control: stack!.control, warehouseUrl: warehouse.url('dw'), source: 'demo', tables, ports: stackPorts(stack!, { warehouse: warehouse.port }) })));
+  out.push(
+    ...(await verdictDiagnostics({
+      control: stack!.control,
+      warehouseUrl: warehouse.url('dw'),
+      source: 'demo',
+      tables,
+      ports: stackPorts(stack!, { warehouse: warehouse.port }),
+    })),
+  );
   return out;
 }
 
@@ -120,10 +133,14 @@ describe('polling fallback', () => {
     await pipeline.start();
     // While it runs: inserts and updates on every table (updates move the modified-at / transaction-id column).
     for (let round = 0; round < 5; round++) {
-      await source.query(`INSERT INTO public.accounts (id, name, balance) SELECT g, 'new ' || g, 1 FROM generate_series(${1000 + round * 20}, ${1019 + round * 20}) g`);
+      await source.query(
+        `INSERT INTO public.accounts (id, name, balance) SELECT g, 'new ' || g, 1 FROM generate_series(${1000 + round * 20}, ${1019 + round * 20}) g`,
+      );
       await source.query(`UPDATE public.accounts SET balance = balance + 100, updated_at = clock_timestamp() WHERE id % 7 = ${round}`);
       await source.query(`UPDATE public.versioned SET note = note || '+', v = nextval('public.versions') WHERE id % 5 = ${round}`);
-      await source.query(`INSERT INTO public.versioned SELECT g, 'later', nextval('public.versions') FROM generate_series(${500 + round * 10}, ${509 + round * 10}) g`);
+      await source.query(
+        `INSERT INTO public.versioned SELECT g, 'later', nextval('public.versions') FROM generate_series(${500 + round * 10}, ${509 + round * 10}) g`,
+      );
       await source.query(`INSERT INTO public.items VALUES (${round}, 'item ${round}')`);
       await source.query(`INSERT INTO public.orders VALUES (${round}, '${round}.5', '${100 + round}')`);
       await new Promise((r) => setTimeout(r, 200));
@@ -132,7 +149,12 @@ describe('polling fallback', () => {
       throw new Error(`${e.message}; errors: ${errors.slice(0, 5).join(' | ')}`);
     });
 
-    const verdict = await compareSourceAndWarehouse({ sourceUrl: stack!.sourceUrl, warehouseUrl: warehouse.url('dw'), source: 'demo', tables: [...POLLED, ...LOGGED] });
+    const verdict = await compareSourceAndWarehouse({
+      sourceUrl: stack!.sourceUrl,
+      warehouseUrl: warehouse.url('dw'),
+      source: 'demo',
+      tables: [...POLLED, ...LOGGED],
+    });
     expect(verdict.match, verdict.match ? '' : [...formatVerdict(verdict), ...(await diagnostics(errors))].join('\n')).toBe(true);
     const accounts = verdict.tables.find((t) => t.table === 'public.accounts')!;
     expect(accounts.warehouseRows).toBe(400);
@@ -152,7 +174,7 @@ describe('polling fallback', () => {
     await source.query('DELETE FROM public.accounts WHERE id = 1');
     await source.query("UPDATE public.accounts SET name = 'after delete', updated_at = clock_timestamp() WHERE id = 2");
     await pipeline.waitCaughtUp(120_000);
-    const kept = await dw.query<{ name: string }>("SELECT name FROM demo_public.accounts WHERE id IN (1, 2) ORDER BY id");
+    const kept = await dw.query<{ name: string }>('SELECT name FROM demo_public.accounts WHERE id IN (1, 2) ORDER BY id');
     expect(kept.rows.map((r) => r.name)).toEqual(['acct 1', 'after delete']);
     const record = await stack!.control.getTable('demo', 'public.accounts');
     expect(record!.capture).toBe('poll');
@@ -162,7 +184,9 @@ describe('polling fallback', () => {
     expect(status).toMatch(new RegExp(`public\\.accounts\\s+active\\s+capture poll: ${POLL_DELETES_INVISIBLE.replace(/[()]/g, '\\$&')}`));
     expect(status).not.toMatch(/public\.items\s+\S+\s+capture poll/);
     // And the sink says it on the table: a catalog comment on the polled table's view, none on a logged one.
-    const comments = await dw.query<{ accounts: string | null; items: string | null }>("SELECT obj_description('demo_public.accounts'::regclass, 'pg_class') AS accounts, obj_description('demo_public.items'::regclass, 'pg_class') AS items");
+    const comments = await dw.query<{ accounts: string | null; items: string | null }>(
+      "SELECT obj_description('demo_public.accounts'::regclass, 'pg_class') AS accounts, obj_description('demo_public.items'::regclass, 'pg_class') AS items",
+    );
     expect(comments.rows[0]).toEqual({ accounts: POLLED_TABLE_COMMENT, items: null });
 
     // Transforms: the warehouse has the renamed, coerced and stamped columns.
@@ -170,7 +194,9 @@ describe('polling fallback', () => {
       "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = 'demo_public' AND table_name = 'orders' AND column_name NOT LIKE '\\_cdc%' ORDER BY ordinal_position",
     );
     expect(cols.rows.map((c) => `${c.column_name} ${c.data_type}`)).toEqual(['id bigint', 'amount numeric', 'code bigint', 'tenant text']);
-    const orders = await dw.query<{ id: string; amount: string; code: string; tenant: string }>('SELECT id::text, amount::text, code::text, tenant FROM demo_public.orders ORDER BY id');
+    const orders = await dw.query<{ id: string; amount: string; code: string; tenant: string }>(
+      'SELECT id::text, amount::text, code::text, tenant FROM demo_public.orders ORDER BY id',
+    );
     expect(orders.rows).toEqual([0, 1, 2, 3, 4].map((i) => ({ id: String(i), amount: `${i}.50`, code: String(100 + i), tenant: 'demo:orders' })));
     // The registry keeps the transforms with the version (read back from DynamoDB Local every batch): one version, no spurious change.
     const versions = await stack!.control.listSchemaVersions('demo', 'public.orders');

@@ -71,7 +71,22 @@ describe('a Pagila-like public schema through cdc local', () => {
     await app.query(pagilaLikeSchema());
     const config = path.join(dir, 'tables.json');
     await writeFile(config, JSON.stringify([{ match: 'public.*', exclude: ['length_hours'] }]));
-    const common = ['--source', cluster.url('app'), '--table-config', config, '--warehouse', cluster.url('dw'), '--source-id', 'app', '--state-dir', path.join(dir, 'state'), '--snapshot-chunk', '500', '--heartbeat-ms', '500'];
+    const common = [
+      '--source',
+      cluster.url('app'),
+      '--table-config',
+      config,
+      '--warehouse',
+      cluster.url('dw'),
+      '--source-id',
+      'app',
+      '--state-dir',
+      path.join(dir, 'state'),
+      '--snapshot-chunk',
+      '500',
+      '--heartbeat-ms',
+      '500',
+    ];
     let step = 0;
     const work = async (n: number): Promise<void> => {
       for (const end = step + n; step < end; step++) {
@@ -86,7 +101,11 @@ describe('a Pagila-like public schema through cdc local', () => {
     const count = async (sql: string): Promise<number> => Number((await dw.query(sql).catch(() => ({ rows: [{ n: -1 }] }))).rows[0].n);
     try {
       await until('cdc local to start', () => /cdc local: (started|resumed) in/.test(first.output()) || first.child.exitCode !== null, 240_000);
-      await until('the snapshot of public.payment in the warehouse', async () => first.child.exitCode !== null || (await count('SELECT count(*)::int AS n FROM app_public.payment')) >= PAYMENT_MONTHS * PAYMENTS_PER_MONTH, 120_000);
+      await until(
+        'the snapshot of public.payment in the warehouse',
+        async () => first.child.exitCode !== null || (await count('SELECT count(*)::int AS n FROM app_public.payment')) >= PAYMENT_MONTHS * PAYMENTS_PER_MONTH,
+        120_000,
+      );
     } catch (err) {
       throw new Error(`${(err as Error).message}; cdc local printed:\n${first.output().slice(-4000)}`);
     }
@@ -106,7 +125,9 @@ describe('a Pagila-like public schema through cdc local', () => {
     const code = await second.exited;
     child = null;
     const out = second.output();
-    await expectVerdict(out, 'verdict: MATCH', () => stateDirDiagnostics(path.join(dir, 'state'), { source: 'app', warehouseUrl: cluster.url('dw') }), { 'first run (killed)': first.output() });
+    await expectVerdict(out, 'verdict: MATCH', () => stateDirDiagnostics(path.join(dir, 'state'), { source: 'app', warehouseUrl: cluster.url('dw') }), {
+      'first run (killed)': first.output(),
+    });
     expect(out, out).toContain('verdict (search index): MATCH');
     // Both verdicts name every captured table (one line each per sink).
     for (const t of CAPTURED) expect(out.match(new RegExp(`ok +${t.replace('.', '\\.')}:`, 'g'))?.length, `${t}\n${out}`).toBe(2);
@@ -114,28 +135,51 @@ describe('a Pagila-like public schema through cdc local', () => {
 
     // Refused by name, with the reason: in cdc local's pre-flight and its live status, and in cdc status.
     expect(out).toMatch(/pre-flight WARN table_rule \(public\.rental_log\): [^\n]*primary_key: public\.rental_log has no primary key/);
-    expect(out).toMatch(/pre-flight WARN table_rule \(public\.film_score\): [^\n]*column_types: public\.film_score has virtual generated columns \(score_pct\)/);
+    expect(out).toMatch(
+      /pre-flight WARN table_rule \(public\.film_score\): [^\n]*column_types: public\.film_score has virtual generated columns \(score_pct\)/,
+    );
     expect(out).toMatch(/not captured: [^\n]*public\.film_score ineligible/);
     expect(out).toMatch(/not captured: [^\n]*public\.rental_log ineligible/);
     const status = JSON.parse((await runCdc(['status', '--json', '--state-dir', path.join(dir, 'state'), '--actor', 'e2e'])).out) as StatusReport;
-    expect(status.tables.map((t) => t.table).filter((t) => t !== 'public.cdc_heartbeat').sort()).toEqual(CAPTURED);
+    expect(
+      status.tables
+        .map((t) => t.table)
+        .filter((t) => t !== 'public.cdc_heartbeat')
+        .sort(),
+    ).toEqual(CAPTURED);
     for (const t of status.tables) expect(t, JSON.stringify(t)).toMatchObject({ state: 'active' });
     expect(status.notCaptured).toEqual(
       expect.arrayContaining([
-        expect.objectContaining({ table: 'public.rental_log', verdict: 'ineligible', reasons: expect.arrayContaining([expect.stringMatching(/^primary_key: public\.rental_log has no primary key/)]) }),
-        expect.objectContaining({ table: 'public.film_score', verdict: 'ineligible', reasons: [expect.stringMatching(/^column_types: public\.film_score has virtual generated columns \(score_pct\).*fix: exclude them from capture/)] }),
+        expect.objectContaining({
+          table: 'public.rental_log',
+          verdict: 'ineligible',
+          reasons: expect.arrayContaining([expect.stringMatching(/^primary_key: public\.rental_log has no primary key/)]),
+        }),
+        expect.objectContaining({
+          table: 'public.film_score',
+          verdict: 'ineligible',
+          reasons: [expect.stringMatching(/^column_types: public\.film_score has virtual generated columns \(score_pct\).*fix: exclude them from capture/)],
+        }),
       ]),
     );
     // Nothing of the refused tables reached a sink; the excluded virtual column is not in the warehouse.
-    expect((await dw.query("SELECT to_regclass('app_public.rental_log') AS a, to_regclass('app_public.film_score') AS b")).rows[0]).toEqual({ a: null, b: null });
-    expect((await dw.query("SELECT count(*)::int AS n FROM information_schema.columns WHERE table_schema = 'app_public' AND column_name = 'length_hours'")).rows[0].n).toBe(0);
+    expect((await dw.query("SELECT to_regclass('app_public.rental_log') AS a, to_regclass('app_public.film_score') AS b")).rows[0]).toEqual({
+      a: null,
+      b: null,
+    });
+    expect(
+      (await dw.query("SELECT count(*)::int AS n FROM information_schema.columns WHERE table_schema = 'app_public' AND column_name = 'length_hours'")).rows[0]
+        .n,
+    ).toBe(0);
     // Payments moved between partitions are one row each, in one table named after the root.
     const movedSql = "SELECT payment_id::text AS id, payment_date FROM public.payment WHERE detail::jsonb ? 'moved' ORDER BY 1";
     const moved = (await app.query(movedSql)).rows;
     expect(moved.length).toBeGreaterThan(0);
     // (the warehouse holds jsonb as its text: docs/types.md)
     expect((await dw.query(movedSql.replace('public.payment', 'app_public.payment'))).rows).toEqual(moved);
-    expect((await dw.query("SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = 'app_public' AND table_name LIKE 'payment_p%'")).rows[0].n).toBe(0);
+    expect(
+      (await dw.query("SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = 'app_public' AND table_name LIKE 'payment_p%'")).rows[0].n,
+    ).toBe(0);
     await dw.end();
     await app.query("SELECT pg_drop_replication_slot('cdc_app')").catch(() => undefined);
     await app.end();

@@ -63,7 +63,27 @@ describe('cdc rebuild against a running cdc local', () => {
       CREATE TABLE public.busy (id int PRIMARY KEY, n int);
       CREATE TABLE public.fixme (id int PRIMARY KEY, v text, amount numeric(12,2));`);
     const state = path.join(dir, 'state');
-    const child = spawn(process.execPath, [CLI, 'local', '--source', cluster.url('app'), '--tables', 'public.busy,public.fixme', '--warehouse', cluster.url('dw'), '--source-id', 'app', '--state-dir', state, '--duration', '600s', '--no-snapshot'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(
+      process.execPath,
+      [
+        CLI,
+        'local',
+        '--source',
+        cluster.url('app'),
+        '--tables',
+        'public.busy,public.fixme',
+        '--warehouse',
+        cluster.url('dw'),
+        '--source-id',
+        'app',
+        '--state-dir',
+        state,
+        '--duration',
+        '600s',
+        '--no-snapshot',
+      ],
+      { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     let output = '';
     child.stdout.on('data', (d: Buffer) => (output += d.toString()));
     child.stderr.on('data', (d: Buffer) => (output += d.toString()));
@@ -84,22 +104,34 @@ describe('cdc rebuild against a running cdc local', () => {
       const level = async (t: string) => JSON.stringify(await sourceRows(t)) === JSON.stringify(await warehouseRows(t));
 
       // History in three steps, so the table's events span several archive objects.
-      await app.query(`INSERT INTO fixme SELECT g, 'v' || g, g * 1.25 FROM generate_series(1, ${ROWS}) g; INSERT INTO busy SELECT g, 0 FROM generate_series(1, 50) g`);
+      await app.query(
+        `INSERT INTO fixme SELECT g, 'v' || g, g * 1.25 FROM generate_series(1, ${ROWS}) g; INSERT INTO busy SELECT g, 0 FROM generate_series(1, 50) g`,
+      );
       await app.query(`UPDATE fixme SET v = 'w' || id WHERE id % 3 = 0`);
-      await app.query(`DELETE FROM fixme WHERE id > ${ROWS - 10}; INSERT INTO fixme SELECT g, 'late' || g, 1 FROM generate_series(${ROWS + 1}, ${ROWS + 20}) g`);
+      await app.query(
+        `DELETE FROM fixme WHERE id > ${ROWS - 10}; INSERT INTO fixme SELECT g, 'late' || g, 1 FROM generate_series(${ROWS + 1}, ${ROWS + 20}) g`,
+      );
       await until('both tables in the warehouse', async () => (await level('busy')) && (await level('fixme')), 180_000);
       const expected = ROWS - 10 + 20;
       // The archive copier (2 s batching window) has archived the history once its markers cover it.
-      await until('the archive to hold the table', async () => (await readdir(path.join(state, 'archive', 'change-log', 'tables', 'app', 'public.fixme'), { recursive: true }).catch(() => [])).length > 0, 60_000);
+      await until(
+        'the archive to hold the table',
+        async () => (await readdir(path.join(state, 'archive', 'change-log', 'tables', 'app', 'public.fixme'), { recursive: true }).catch(() => [])).length > 0,
+        60_000,
+      );
       await new Promise((r) => setTimeout(r, 3000));
 
       // Corrupt the mirror behind the platform's back (merged first: rows still in the delta would hide it).
       await mergeWarehouseTable(cluster.url('dw'), 'app', 'public.fixme', ['id']);
       await dw.query(`UPDATE app_public._cdc_mirror_fixme SET v = 'CORRUPT' WHERE id = 5`);
       await dw.query(`DELETE FROM app_public._cdc_mirror_fixme WHERE id = 6`);
-      await dw.query(`INSERT INTO app_public._cdc_mirror_fixme (id, v, amount, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (99999, 'never in the source', 0, '000000000000000100000000', false, now())`);
+      await dw.query(
+        `INSERT INTO app_public._cdc_mirror_fixme (id, v, amount, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (99999, 'never in the source', 0, '000000000000000100000000', false, now())`,
+      );
       expect(await level('fixme')).toBe(false);
-      const corruptDigest = (await dw.query(`SELECT md5(string_agg(id || ':' || coalesce(v, '') || ':' || coalesce(amount::text, ''), ',' ORDER BY id)) AS d FROM app_public.fixme`)).rows[0].d as string;
+      const corruptDigest = (
+        await dw.query(`SELECT md5(string_agg(id || ':' || coalesce(v, '') || ':' || coalesce(amount::text, ''), ',' ORDER BY id)) AS d FROM app_public.fixme`)
+      ).rows[0].d as string;
 
       // A workload on the other table all the while.
       let writes = 0;
@@ -121,26 +153,33 @@ describe('cdc rebuild against a running cdc local', () => {
       expect(r1.detail.diff.map((d) => `${d.kind}:${d.key.id}`).sort(), rehearsal.out.slice(0, 4000)).toEqual(['changed:5', 'extra:99999', 'missing:6']);
       // Read from the archive first: the stream part starts at the archive's last record of every shard.
       expect(r1.detail.run.archiveRecords).toBeGreaterThan(expected);
-      const stats = (JSON.parse(rehearsal.out) as { detail: { stats: { shards: Array<{ archivedThrough: string | null }>; objectsRead: number } } }).detail.stats;
+      const stats = (JSON.parse(rehearsal.out) as { detail: { stats: { shards: Array<{ archivedThrough: string | null }>; objectsRead: number } } }).detail
+        .stats;
       expect(stats.shards.every((s) => s.archivedThrough !== null)).toBe(true);
       expect(await level('fixme')).toBe(false);
       expect((await dw.query(`SELECT to_regclass('app_public._cdc_mirror__cdc_rb_fixme') AS r`)).rows[0].r).toBeNull();
 
       // The swap, with a reader loop on the view: every read sees the corrupted table whole or the rebuilt one whole.
-      const correctDigest = (await app.query(`SELECT md5(string_agg(id || ':' || coalesce(v, '') || ':' || coalesce(amount::text, ''), ',' ORDER BY id)) AS d FROM public.fixme`)).rows[0].d as string;
+      const correctDigest = (
+        await app.query(`SELECT md5(string_agg(id || ':' || coalesce(v, '') || ':' || coalesce(amount::text, ''), ',' ORDER BY id)) AS d FROM public.fixme`)
+      ).rows[0].d as string;
       let reading = true;
       const seen = new Map<string, number>();
       let readError: unknown = null;
       const reads = (async () => {
         while (reading && readError === null) {
-          const r = await reader.query(`SELECT count(*)::int AS n, md5(string_agg(id || ':' || coalesce(v, '') || ':' || coalesce(amount::text, ''), ',' ORDER BY id)) AS d FROM app_public.fixme`);
+          const r = await reader.query(
+            `SELECT count(*)::int AS n, md5(string_agg(id || ':' || coalesce(v, '') || ':' || coalesce(amount::text, ''), ',' ORDER BY id)) AS d FROM app_public.fixme`,
+          );
           const key = `${r.rows[0].n}/${r.rows[0].d === corruptDigest ? 'corrupt' : r.rows[0].d === correctDigest ? 'correct' : r.rows[0].d}`;
           seen.set(key, (seen.get(key) ?? 0) + 1);
         }
       })().catch((e: unknown) => {
         readError = e;
       });
-      const before = JSON.parse((await cdc('status', 'public.fixme', '--json')).out) as { tables: Array<{ sinks: Array<{ sink: string; appliedPosition: string }> }> };
+      const before = JSON.parse((await cdc('status', 'public.fixme', '--json')).out) as {
+        tables: Array<{ sinks: Array<{ sink: string; appliedPosition: string }> }>;
+      };
       const rebuilt = await cdc('rebuild', 'public.fixme', '--sink', 'warehouse', '--json', '--warehouse', cluster.url('dw'));
       reading = false;
       await reads;
@@ -154,10 +193,17 @@ describe('cdc rebuild against a running cdc local', () => {
       expect(await level('fixme')).toBe(true);
       // The diff is kept.
       const kept = (await dw.query(`SELECT _cdc_kind AS kind, id FROM app_public._cdc_diff_fixme ORDER BY id`)).rows;
-      expect(kept).toEqual([{ kind: 'changed', id: '5' }, { kind: 'missing', id: '6' }, { kind: 'extra', id: '99999' }]);
+      expect(kept).toEqual([
+        { kind: 'changed', id: '5' },
+        { kind: 'missing', id: '6' },
+        { kind: 'extra', id: '99999' },
+      ]);
       // The sink's high-water mark is at or above where it was.
       const after = JSON.parse((await cdc('status', 'public.fixme', '--json')).out) as typeof before;
-      expect(after.tables[0]!.sinks.find((s) => s.sink === 'warehouse')!.appliedPosition >= before.tables[0]!.sinks.find((s) => s.sink === 'warehouse')!.appliedPosition).toBe(true);
+      expect(
+        after.tables[0]!.sinks.find((s) => s.sink === 'warehouse')!.appliedPosition >=
+          before.tables[0]!.sinks.find((s) => s.sink === 'warehouse')!.appliedPosition,
+      ).toBe(true);
 
       // Live apply of the rebuilt table goes on; the other table flowed all along.
       await app.query(`UPDATE fixme SET v = 'after' WHERE id <= 10; INSERT INTO fixme VALUES (5000, 'new', 2)`);
@@ -178,7 +224,9 @@ describe('cdc rebuild against a running cdc local', () => {
 
       // A batch marker gone from the middle of the archive: the history is not complete, refused and audited.
       // (The last marker of a shard is no hole: the stream still holds what it covered. One in the middle is.)
-      const markers = (await readdir(path.join(state, 'archive', 'change-log', 'batches'), { recursive: true })).filter((f) => /\d-\d+-(\d+|origin)$/.test(f)).sort();
+      const markers = (await readdir(path.join(state, 'archive', 'change-log', 'batches'), { recursive: true }))
+        .filter((f) => /\d-\d+-(\d+|origin)$/.test(f))
+        .sort();
       const byShard = new Map<string, string[]>();
       for (const m of markers) byShard.set(path.dirname(m), [...(byShard.get(path.dirname(m)) ?? []), m]);
       const middle = [...byShard.values()].find((l) => l.length >= 3)?.[1];

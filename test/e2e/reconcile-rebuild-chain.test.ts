@@ -59,7 +59,8 @@ async function cdc(...args: string[]): Promise<CdcRun> {
   return runCdc([...args, '--state-dir', path.join(dir, 'state')]);
 }
 
-const digestSql = (t: string): string => `SELECT count(*)::int AS n, md5(coalesce(string_agg(id || ':' || coalesce(v, '') || ':' || coalesce(n::text, ''), ',' ORDER BY id), '')) AS d FROM ${t}`;
+const digestSql = (t: string): string =>
+  `SELECT count(*)::int AS n, md5(coalesce(string_agg(id || ':' || coalesce(v, '') || ':' || coalesce(n::text, ''), ',' ORDER BY id), '')) AS d FROM ${t}`;
 
 describe('reconcile finds a corrupted mirror, rebuild from the archive fixes it, reconcile agrees', () => {
   it('reconcile exits 1 naming the table and keys (MATCH for the other), rebuild swaps in a correct table without partial reads, reconcile exits 0 and rows agree', async () => {
@@ -77,7 +78,24 @@ describe('reconcile finds a corrupted mirror, rebuild from the archive fixes it,
     const state = path.join(dir, 'state');
     const child = spawn(
       process.execPath,
-      [CLI, 'local', '--source', cluster.url('app'), '--tables', 'public.victim,public.busy', '--warehouse', cluster.url('dw'), '--source-id', 'app', '--state-dir', state, '--no-snapshot', '--no-search', '--heartbeat-ms', '500'],
+      [
+        CLI,
+        'local',
+        '--source',
+        cluster.url('app'),
+        '--tables',
+        'public.victim,public.busy',
+        '--warehouse',
+        cluster.url('dw'),
+        '--source-id',
+        'app',
+        '--state-dir',
+        state,
+        '--no-snapshot',
+        '--no-search',
+        '--heartbeat-ms',
+        '500',
+      ],
       { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
     );
     let output = '';
@@ -89,7 +107,8 @@ describe('reconcile finds a corrupted mirror, rebuild from the archive fixes it,
     let workload: Promise<void> = Promise.resolve();
     // Not a test of the pacer: on a loaded machine the source probe's noise alone exceeds the default
     // budget (10 % added write latency), and the pacer then rightly slows the reads to a crawl.
-    const reconcile = (...extra: string[]) => cdc('reconcile', '--source', cluster.url('app'), '--warehouse', cluster.url('dw'), '--settle', '2s', '--source-budget', '100000', '--json', ...extra);
+    const reconcile = (...extra: string[]) =>
+      cdc('reconcile', '--source', cluster.url('app'), '--warehouse', cluster.url('dw'), '--settle', '2s', '--source-budget', '100000', '--json', ...extra);
     const t0 = Date.now();
     const mark = (what: string) => console.log(`chain: ${what} at ${((Date.now() - t0) / 1000).toFixed(1)} s`);
     try {
@@ -103,16 +122,25 @@ describe('reconcile finds a corrupted mirror, rebuild from the archive fixes it,
       const level = async (t: string) => (await rows(app, `public.${t}`)) === (await rows(dw, `app_public.${t}`));
 
       // 1. The history, in steps: victim's events span several archive objects (2 s batching window).
-      await app.query(`INSERT INTO victim SELECT g, 'v' || g, g % 7 FROM generate_series(1, ${ROWS}) g; INSERT INTO busy SELECT g, 'b' || g, 0 FROM generate_series(1, 200) g`);
+      await app.query(
+        `INSERT INTO victim SELECT g, 'v' || g, g % 7 FROM generate_series(1, ${ROWS}) g; INSERT INTO busy SELECT g, 'b' || g, 0 FROM generate_series(1, 200) g`,
+      );
       await until('the first step in the warehouse', () => level('victim'), 90_000);
       await app.query(`UPDATE victim SET v = 'w' || id WHERE id % 3 = 0`);
       await until('the second step in the warehouse', () => level('victim'), 60_000);
-      await app.query(`DELETE FROM victim WHERE id > ${ROWS - 10}; INSERT INTO victim SELECT g, 'late' || g, 1 FROM generate_series(${ROWS + 1}, ${ROWS + 20}) g`);
+      await app.query(
+        `DELETE FROM victim WHERE id > ${ROWS - 10}; INSERT INTO victim SELECT g, 'late' || g, 1 FROM generate_series(${ROWS + 1}, ${ROWS + 20}) g`,
+      );
       await until('both tables in the warehouse', async () => (await level('victim')) && (await level('busy')), 90_000);
       mark('history in the warehouse');
       const historyEvents = ROWS + ROWS / 3 + 10 + 20;
       const expected = ROWS - 10 + 20;
-      await until('the archive to hold victim', async () => (await readdir(path.join(state, 'archive', 'change-log', 'tables', 'app', 'public.victim'), { recursive: true }).catch(() => [])).length >= 3, 60_000);
+      await until(
+        'the archive to hold victim',
+        async () =>
+          (await readdir(path.join(state, 'archive', 'change-log', 'tables', 'app', 'public.victim'), { recursive: true }).catch(() => [])).length >= 3,
+        60_000,
+      );
 
       // The workload on busy, from here to the end: new keys and updates of old ones.
       const w = new pg.Client({ connectionString: cluster.url('app') });
@@ -137,7 +165,9 @@ describe('reconcile finds a corrupted mirror, rebuild from the archive fixes it,
       await mergeWarehouseTable(cluster.url('dw'), 'app', 'public.victim', ['id']);
       await dw.query("UPDATE app_public._cdc_mirror_victim SET v = 'tampered' WHERE id = 7");
       await dw.query('DELETE FROM app_public._cdc_mirror_victim WHERE id = 42');
-      await dw.query("INSERT INTO app_public._cdc_mirror_victim (id, v, n, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (100000, 'never', 1, '000000000000000000000001', false, now())");
+      await dw.query(
+        "INSERT INTO app_public._cdc_mirror_victim (id, v, n, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (100000, 'never', 1, '000000000000000000000001', false, now())",
+      );
       expect(await level('victim')).toBe(false);
       const corrupt = (await dw.query(digestSql('app_public.victim'))).rows[0] as { n: number; d: string };
       const correct = (await app.query(digestSql('public.victim'))).rows[0] as { n: number; d: string };
@@ -162,7 +192,19 @@ describe('reconcile finds a corrupted mirror, rebuild from the archive fixes it,
         expect(busyVerdict.verdict, busyVerdict.reason).not.toBe('DIVERGED');
       }
       expect(busyVerdict?.verdict, busyVerdict?.reason).toBe('MATCH');
-      const text = await cdc('reconcile', '--table', 'public.victim', '--source', cluster.url('app'), '--warehouse', cluster.url('dw'), '--settle', '1s', '--source-budget', '100000');
+      const text = await cdc(
+        'reconcile',
+        '--table',
+        'public.victim',
+        '--source',
+        cluster.url('app'),
+        '--warehouse',
+        cluster.url('dw'),
+        '--settle',
+        '1s',
+        '--source-budget',
+        '100000',
+      );
       expect(text.code).toBe(1);
       expect(text.out).toMatch(/DIVERGED +app\/public\.victim \(warehouse\): 1 missing, 1 extra, 1 different/);
 
@@ -185,14 +227,22 @@ describe('reconcile finds a corrupted mirror, rebuild from the archive fixes it,
       await reads;
       expect(readError, 'a reader of the view failed during the swap').toBeNull();
       expect(rebuilt.code, rebuilt.out + rebuilt.err).toBe(0);
-      const report = JSON.parse(rebuilt.out) as { detail: { run: RebuildRun; stats: { archiveRecords: number; streamRecords: number; shards: Array<{ shard: string; archivedThrough: string | null; streamRecords: number }> } } };
+      const report = JSON.parse(rebuilt.out) as {
+        detail: {
+          run: RebuildRun;
+          stats: { archiveRecords: number; streamRecords: number; shards: Array<{ shard: string; archivedThrough: string | null; streamRecords: number }> };
+        };
+      };
       expect(report.detail.run.mode).toBe('swap');
       expect(report.detail.run.diff).toMatchObject({ missing: 1, extra: 1, changed: 1 });
       // Read from the archive first: every shard's stream part starts at the archive's last record, so
       // the early history came from the archive alone (the stream part is shorter than that history).
       const stats = report.detail.stats;
       expect(stats.shards.length).toBeGreaterThan(0);
-      expect(stats.shards.every((s) => s.archivedThrough !== null), JSON.stringify(stats.shards)).toBe(true);
+      expect(
+        stats.shards.every((s) => s.archivedThrough !== null),
+        JSON.stringify(stats.shards),
+      ).toBe(true);
       expect(report.detail.run.archiveRecords).toBeGreaterThanOrEqual(historyEvents);
       expect(stats.streamRecords, JSON.stringify(stats)).toBeLessThan(historyEvents);
       // Readers saw one whole table or the other.

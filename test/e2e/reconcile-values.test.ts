@@ -59,11 +59,19 @@ async function reconcile(control: MemoryControlPlane, source: string, table: str
     await prepareReconcileSession(src);
     await prepareReconcileSession(wh);
     const [v] = await reconcileTables({
-      control, source, sink, pacer: new FixedPacer(100), settleMs: 0, sleep: async () => undefined,
+      control,
+      source,
+      sink,
+      pacer: new FixedPacer(100),
+      settleMs: 0,
+      sleep: async () => undefined,
       tables: [{ table, key: ['id'], rules: { mask: [], exclude: [] } }],
       sides: async (t) => ({
         source: pgSourceSide(src, t.table, t.key, []),
-        sink: sink === 'warehouse' ? pgWarehouseSide(wh, source, t.table, t.key, { stablePoint: false }) : searchSinkSide(index, { prefix: 'cdc', source, table: t.table, key: t.key, label: sink, stablePoint: false }),
+        sink:
+          sink === 'warehouse'
+            ? pgWarehouseSide(wh, source, t.table, t.key, { stablePoint: false })
+            : searchSinkSide(index, { prefix: 'cdc', source, table: t.table, key: t.key, label: sink, stablePoint: false }),
       }),
     });
     return v!;
@@ -74,7 +82,13 @@ async function reconcile(control: MemoryControlPlane, source: string, table: str
 }
 
 function searchApplier(control: MemoryControlPlane) {
-  const applier = createSearchApplier({ controlPlane: control, search: index, sinkId: 'search', metrics: new Metrics({ namespace: 'test' }), logger: new Logger({ logLevel: 'CRITICAL' }) });
+  const applier = createSearchApplier({
+    controlPlane: control,
+    search: index,
+    sinkId: 'search',
+    metrics: new Metrics({ namespace: 'test' }),
+    logger: new Logger({ logLevel: 'CRITICAL' }),
+  });
   let seq = 0;
   return async (events: readonly ChangeEvent[]) => {
     const out = await applier.applyRecords(events.map((e) => ({ sequenceNumber: String(++seq), origin: `log/${seq}`, text: JSON.stringify(e) })));
@@ -87,7 +101,9 @@ describe('reconcile and the local verdict compare values by their column type', 
     const tables: TableConfig[] = [{ table: 'public.t', deleteMode: 'soft', mask: [], exclude: [] }];
     const p = await slotPipeline(cluster, 'CREATE TABLE t (id int PRIMARY KEY, doc jsonb, zip text, raw text)', tables, 'rfm');
     try {
-      await p.src.query(`INSERT INTO t VALUES (1, '{"account": 9007199254740993}', '00501', '[1,2]'), (2, '{"n": 1}', '02134', 'x'), (3, '{"n": 2}', '1.0', '')`);
+      await p.src.query(
+        `INSERT INTO t VALUES (1, '{"account": 9007199254740993}', '00501', '[1,2]'), (2, '{"n": 1}', '02134', 'x'), (3, '{"n": 2}', '1.0', '')`,
+      );
       await p.apply(await p.drain());
       expect((await reconcile(p.control, p.id, 'public.t', 'warehouse')).verdict).toBe('MATCH');
       // Corrupt the sink as a lossy path would: JSON.parse of a big integer, a numeric coercion of a
@@ -102,7 +118,13 @@ describe('reconcile and the local verdict compare values by their column type', 
         { key: { id: '2' }, kind: 'different', column: 'zip' },
         { key: { id: '3' }, kind: 'different', column: 'zip' },
       ]);
-      const local = await compareSourceAndWarehouse({ sourceUrl: cluster.url(p.id), warehouseUrl: cluster.url(`${p.id}_dw`), source: p.id, tables, control: p.control });
+      const local = await compareSourceAndWarehouse({
+        sourceUrl: cluster.url(p.id),
+        warehouseUrl: cluster.url(`${p.id}_dw`),
+        source: p.id,
+        tables,
+        control: p.control,
+      });
       expect(local.match, formatVerdict(local).join('\n')).toBe(false);
       expect(local.tables[0]!.different).toBe(3);
       // Each corruption alone is found: the text column's JSON spacing and NULL for ''.
@@ -120,7 +142,13 @@ describe('reconcile and the local verdict compare values by their column type', 
       const m = await reconcile(p.control, p.id, 'public.t', 'warehouse');
       expect(m.verdict, m.reason).toBe('MATCH');
       expect(m.cost.leafRows).toBeGreaterThan(0); // the hash differed; the comparison decided
-      const ok = await compareSourceAndWarehouse({ sourceUrl: cluster.url(p.id), warehouseUrl: cluster.url(`${p.id}_dw`), source: p.id, tables, control: p.control });
+      const ok = await compareSourceAndWarehouse({
+        sourceUrl: cluster.url(p.id),
+        warehouseUrl: cluster.url(`${p.id}_dw`),
+        source: p.id,
+        tables,
+        control: p.control,
+      });
       expect(ok.match, formatVerdict(ok).join('\n')).toBe(true);
     } finally {
       await p.close();
@@ -132,7 +160,17 @@ describe('reconcile and the local verdict compare values by their column type', 
     const p = await slotPipeline(cluster, 'CREATE TABLE f (id int PRIMARY KEY, v double precision, r real)', tables, 'negz');
     const toSearch = searchApplier(p.control);
     try {
-      const values: Array<[string, string]> = [['-0', '-0'], ['0', '0'], ['0.1', '0.1'], ['1e-05', '1e-05'], ['-1.5e-07', '-1.5e-07'], ['1e+300', '1e+30'], ['5e-324', '1.5'], ['NaN', '-0'], ['-Infinity', 'Infinity']];
+      const values: Array<[string, string]> = [
+        ['-0', '-0'],
+        ['0', '0'],
+        ['0.1', '0.1'],
+        ['1e-05', '1e-05'],
+        ['-1.5e-07', '-1.5e-07'],
+        ['1e+300', '1e+30'],
+        ['5e-324', '1.5'],
+        ['NaN', '-0'],
+        ['-Infinity', 'Infinity'],
+      ];
       await p.src.query(`INSERT INTO f VALUES ${values.map(([v, r], i) => `(${i + 1}, '${v}', '${r}')`).join(', ')}`);
       const events = await p.drain();
       // The event carries the text where JavaScript would spell the number otherwise.

@@ -51,11 +51,24 @@ describe('re-snapshot after a gap, into the warehouse', () => {
         // The gap: these changes are lost (drained and dropped, as a lost slot drops them).
         await p.src.query("DELETE FROM t WHERE id IN (5, 17, 33, 60); UPDATE t SET v = 'gap' WHERE id = 2; INSERT INTO t VALUES (61, 'gap insert')");
         await p.drain();
-        await p.control.setTableState(p.id, 'public.t', 'needs-resnapshot', 'HISTORY_GAP: test', { at: new Date().toISOString(), actor: 'test', action: 'needs-resnapshot', source: p.id, table: 'public.t', outcome: 'done', detail: {} });
+        await p.control.setTableState(p.id, 'public.t', 'needs-resnapshot', 'HISTORY_GAP: test', {
+          at: new Date().toISOString(),
+          actor: 'test',
+          action: 'needs-resnapshot',
+          source: p.id,
+          table: 'public.t',
+          outcome: 'done',
+          detail: {},
+        });
 
         // The re-snapshot, with live changes between its chunks.
         expect((await requestSnapshot(p.control, { source: p.id, table: 'public.t', reason: 'resnapshot', actor: 'operator:test' })).outcome).toBe('requested');
-        const live = ["INSERT INTO t VALUES (5, 'back after the run started')", "DELETE FROM t WHERE id = 3; UPDATE t SET v = 'live' WHERE id = 40", "INSERT INTO t VALUES (100, 'beyond the cursor'); UPDATE t SET v = 'live 2' WHERE id = 59", 'DELETE FROM t WHERE id = 61'];
+        const live = [
+          "INSERT INTO t VALUES (5, 'back after the run started')",
+          "DELETE FROM t WHERE id = 3; UPDATE t SET v = 'live' WHERE id = 40",
+          "INSERT INTO t VALUES (100, 'beyond the cursor'); UPDATE t SET v = 'live 2' WHERE id = 59",
+          'DELETE FROM t WHERE id = 61',
+        ];
         let reads = 0;
         const withWorkload: SnapshotReader = {
           describe: (t) => reader.describe(t),
@@ -106,7 +119,9 @@ describe('re-snapshot after a gap, into the warehouse', () => {
         await p.apply(sweep, 1);
         expect(await sink()).toEqual(await source());
         if (mode === 'soft') {
-          const tomb = await p.rows(`SELECT id::int AS id, _cdc_position AS pos FROM ${p.id}_public._cdc_mirror_t WHERE _cdc_deleted AND id IN (17, 33, 60) ORDER BY id`);
+          const tomb = await p.rows(
+            `SELECT id::int AS id, _cdc_position AS pos FROM ${p.id}_public._cdc_mirror_t WHERE _cdc_deleted AND id IN (17, 33, 60) ORDER BY id`,
+          );
           expect(tomb).toEqual([17, 33, 60].map((id) => ({ id, pos: sweep[0]!.position })));
         }
 
@@ -133,7 +148,15 @@ describe('re-snapshot after a gap, into the warehouse', () => {
       await p.apply(await p.drain());
       await p.src.query('DELETE FROM t WHERE id IN (4, 25)');
       await p.drain();
-      await p.control.setTableState(p.id, 'public.t', 'needs-resnapshot', 'HISTORY_GAP: test', { at: new Date().toISOString(), actor: 'test', action: 'needs-resnapshot', source: p.id, table: 'public.t', outcome: 'done', detail: {} });
+      await p.control.setTableState(p.id, 'public.t', 'needs-resnapshot', 'HISTORY_GAP: test', {
+        at: new Date().toISOString(),
+        actor: 'test',
+        action: 'needs-resnapshot',
+        source: p.id,
+        table: 'public.t',
+        outcome: 'done',
+        detail: {},
+      });
       await requestSnapshot(p.control, { source: p.id, table: 'public.t', reason: 'resnapshot', actor: 'operator:test' });
       let reads = 0;
       const outcome = await runTableSnapshot({

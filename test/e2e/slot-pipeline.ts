@@ -36,13 +36,23 @@ export async function slotPipeline(cluster: PostgresCluster, schema: string, tab
   dw.on('error', () => undefined);
   const control = new MemoryControlPlane();
   const raw: RawRecord[] = [];
-  const capture = new SlotCapture({ source: id, sourceUrl: cluster.url(id), tables: new TableConfigIndex(tables), control, publish: async (r) => void raw.push(...r), idleMs: 20 });
+  const capture = new SlotCapture({
+    source: id,
+    sourceUrl: cluster.url(id),
+    tables: new TableConfigIndex(tables),
+    control,
+    publish: async (r) => void raw.push(...r),
+    idleMs: 20,
+  });
   const log: ChangeEvent[] = [];
   const normalizer = new Normalizer<string>({
     source: id,
     tables: new TableConfigIndex(tables),
     control,
-    changeLog: { encode: (e) => JSON.stringify(e), publishEncoded: async (records) => void log.push(...records.map((t) => validateChangeEvent(JSON.parse(t)))) },
+    changeLog: {
+      encode: (e) => JSON.stringify(e),
+      publishEncoded: async (records) => void log.push(...records.map((t) => validateChangeEvent(JSON.parse(t)))),
+    },
     metrics: { count: () => undefined, milliseconds: () => undefined },
     logger: quiet,
     // The capture writes DMS records (docs/local.md, "DMS records"): types, keys and partitions as the normalizer reads them on AWS.
@@ -55,7 +65,15 @@ export async function slotPipeline(cluster: PostgresCluster, schema: string, tab
     pool.on('error', () => undefined);
     return pool;
   });
-  const appliers: WarehouseApplier[] = pools.map((pool) => createWarehouseApplier({ controlPlane: control, pool, sinkId: 'wh', metrics: new Metrics({ namespace: 'test' }), logger: new Logger({ logLevel: 'ERROR' }) }));
+  const appliers: WarehouseApplier[] = pools.map((pool) =>
+    createWarehouseApplier({
+      controlPlane: control,
+      pool,
+      sinkId: 'wh',
+      metrics: new Metrics({ namespace: 'test' }),
+      logger: new Logger({ logLevel: 'ERROR' }),
+    }),
+  );
   let seq = 0;
   let normalized = 0;
   await capture.start();
@@ -89,4 +107,3 @@ export async function slotPipeline(cluster: PostgresCluster, schema: string, tab
   const publishRaw = async (records: readonly RawRecord[]) => void raw.push(...records);
   return { id, src, drain, apply, rows, close, control, publishRaw };
 }
-

@@ -30,10 +30,10 @@ const pipeline = (schema: string, tables: TableConfig[]) => slotPipeline(cluster
 describe('TRUNCATE on the slot path, into the warehouse', () => {
   for (const mode of ['soft', 'hard'] as const) {
     it(`${mode} delete: a truncate empties the table at its position; a later insert applies; an older late event is dropped`, async () => {
-      const p = await pipeline(
-        'CREATE TABLE logs (id int PRIMARY KEY, msg text); CREATE TABLE other (id int PRIMARY KEY, v text);',
-        [{ table: 'public.logs', deleteMode: mode, mask: [], exclude: [] }, { table: 'public.other', deleteMode: mode, mask: [], exclude: [] }],
-      );
+      const p = await pipeline('CREATE TABLE logs (id int PRIMARY KEY, msg text); CREATE TABLE other (id int PRIMARY KEY, v text);', [
+        { table: 'public.logs', deleteMode: mode, mask: [], exclude: [] },
+        { table: 'public.other', deleteMode: mode, mask: [], exclude: [] },
+      ]);
       try {
         await p.src.query("INSERT INTO logs SELECT g, 'm' || g FROM generate_series(1, 100) g; INSERT INTO other VALUES (1, 'kept')");
         const loaded = await p.drain();
@@ -72,12 +72,19 @@ describe('TRUNCATE on the slot path, into the warehouse', () => {
       ['parents', 'children', 'a', 'b'].map((t) => ({ table: `public.${t}`, deleteMode: 'soft' as const, mask: [], exclude: [] })),
     );
     try {
-      await p.src.query('INSERT INTO parents SELECT generate_series(1, 5); INSERT INTO children SELECT g, g FROM generate_series(1, 5) g; INSERT INTO a SELECT generate_series(1, 3); INSERT INTO b SELECT generate_series(1, 3)');
+      await p.src.query(
+        'INSERT INTO parents SELECT generate_series(1, 5); INSERT INTO children SELECT g, g FROM generate_series(1, 5) g; INSERT INTO a SELECT generate_series(1, 3); INSERT INTO b SELECT generate_series(1, 3)',
+      );
       await p.src.query('TRUNCATE parents CASCADE');
       await p.src.query('INSERT INTO a VALUES (10); TRUNCATE a, b; INSERT INTO b VALUES (20)');
       // Everything in one batch: loads, truncates and the rows after them.
       const events = await p.drain();
-      expect(events.filter((e) => e.op === 'truncate').map((e) => e.table).sort()).toEqual(['public.a', 'public.b', 'public.children', 'public.parents']);
+      expect(
+        events
+          .filter((e) => e.op === 'truncate')
+          .map((e) => e.table)
+          .sort(),
+      ).toEqual(['public.a', 'public.b', 'public.children', 'public.parents']);
       await p.apply(events);
       const count = async (t: string) => (await p.rows(`SELECT count(*)::int AS n FROM ${p.id}_public.${t}`))[0].n as number;
       expect(await count('parents')).toBe(0);

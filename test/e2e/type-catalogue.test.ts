@@ -60,7 +60,12 @@ afterAll(async () => {
 });
 
 /** Reconciles every table through `reconcileTables` against one sink (docs/reconcile.md). */
-async function reconcileAll(control: MemoryControlPlane, source: string, tables: readonly TableConfig[], sink: 'warehouse' | 'search'): Promise<ReconcileVerdict[]> {
+async function reconcileAll(
+  control: MemoryControlPlane,
+  source: string,
+  tables: readonly TableConfig[],
+  sink: 'warehouse' | 'search',
+): Promise<ReconcileVerdict[]> {
   const src = new pg.Client({ connectionString: cluster.url(source) });
   const wh = new pg.Client({ connectionString: cluster.url(`${source}_dw`) });
   await src.connect();
@@ -69,11 +74,19 @@ async function reconcileAll(control: MemoryControlPlane, source: string, tables:
     await prepareReconcileSession(src);
     await prepareReconcileSession(wh);
     return await reconcileTables({
-      control, source, sink, pacer: new FixedPacer(100), settleMs: 0, sleep: async () => undefined,
+      control,
+      source,
+      sink,
+      pacer: new FixedPacer(100),
+      settleMs: 0,
+      sleep: async () => undefined,
       tables: tables.map((t) => ({ table: t.table, key: ['id'], rules: { mask: [], exclude: t.exclude } })),
       sides: async (t) => ({
         source: pgSourceSide(src, t.table, t.key, []),
-        sink: sink === 'warehouse' ? pgWarehouseSide(wh, source, t.table, t.key, { stablePoint: false }) : searchSinkSide(index, { prefix: 'cdc', source, table: t.table, key: t.key, label: sink, stablePoint: false }),
+        sink:
+          sink === 'warehouse'
+            ? pgWarehouseSide(wh, source, t.table, t.key, { stablePoint: false })
+            : searchSinkSide(index, { prefix: 'cdc', source, table: t.table, key: t.key, label: sink, stablePoint: false }),
       }),
     });
   } finally {
@@ -106,12 +119,20 @@ describe('type catalogue', () => {
     const available = new Set((await probe.query<{ name: string }>('SELECT name FROM pg_available_extensions')).rows.map((r) => r.name));
     await probe.end();
     const cases = catalogueCases(Number(version), available);
-    console.log(`type catalogue: PostgreSQL ${version}, ${cases.length} tables, extensions ${['hstore', 'citext', 'ltree', 'isn'].filter((e) => available.has(e)).join(', ') || 'none'}`);
+    console.log(
+      `type catalogue: PostgreSQL ${version}, ${cases.length} tables, extensions ${['hstore', 'citext', 'ltree', 'isn'].filter((e) => available.has(e)).join(', ') || 'none'}`,
+    );
 
     const tables: TableConfig[] = cases.map((c) => ({ table: `public.${c.name}`, deleteMode: 'soft', mask: [], exclude: c.exclude ?? [] }));
     const p = await slotPipeline(cluster, catalogueSchema(cases, Number(version), available), tables, 'types');
     const reader = new PostgresSnapshotReader({ primary: { connectionString: cluster.url(p.id) }, fencePollMs: 5 });
-    const search = createSearchApplier({ controlPlane: p.control, search: index, sinkId: 'search', metrics: new Metrics({ namespace: 'test' }), logger: new Logger({ logLevel: 'CRITICAL' }) });
+    const search = createSearchApplier({
+      controlPlane: p.control,
+      search: index,
+      sinkId: 'search',
+      metrics: new Metrics({ namespace: 'test' }),
+      logger: new Logger({ logLevel: 'CRITICAL' }),
+    });
     let seq = 0;
     const toSearch = async (events: readonly ChangeEvent[]) => {
       const out = await search.applyRecords(events.map((e) => ({ sequenceNumber: String(++seq), origin: `s/${seq}`, text: JSON.stringify(e) })));
@@ -123,7 +144,16 @@ describe('type catalogue', () => {
       // The snapshot of every table (its rows were written before the slot existed).
       for (const t of tables) {
         expect((await requestSnapshot(p.control, { source: p.id, table: t.table, reason: 'initial', actor: 'operator:test' })).outcome).toBe('requested');
-        const outcome = await runTableSnapshot({ control: p.control, reader, publish: async (r) => p.publishRaw(snapshotStreamRecords(r, sha)), pacer: new FixedPacer(50), source: p.id, table: t.table, rules: NO_COLUMN_RULES, owner: 'test' });
+        const outcome = await runTableSnapshot({
+          control: p.control,
+          reader,
+          publish: async (r) => p.publishRaw(snapshotStreamRecords(r, sha)),
+          pacer: new FixedPacer(50),
+          source: p.id,
+          table: t.table,
+          rules: NO_COLUMN_RULES,
+          owner: 'test',
+        });
         expect(outcome, t.table).toBe('done');
       }
       const snap = await p.drain();
@@ -158,7 +188,10 @@ describe('type catalogue', () => {
           if (a.length !== b.length) diffs.push(`${c.name} (${c.type}): ${a.length} source rows, ${b.length} warehouse rows`);
           for (let i = 0; i < Math.min(a.length, b.length); i++) {
             for (let j = 0; j < cols.length; j++) {
-              if (a[i]![j] !== b[i]![j]) diffs.push(`${c.name} (${c.type}) id ${a[i]![0]} ${cols[j]}: source ${JSON.stringify(a[i]![j]?.slice(0, 80))}, warehouse ${JSON.stringify(b[i]![j]?.slice(0, 80))}`);
+              if (a[i]![j] !== b[i]![j])
+                diffs.push(
+                  `${c.name} (${c.type}) id ${a[i]![0]} ${cols[j]}: source ${JSON.stringify(a[i]![j]?.slice(0, 80))}, warehouse ${JSON.stringify(b[i]![j]?.slice(0, 80))}`,
+                );
             }
           }
         }
@@ -174,7 +207,11 @@ describe('type catalogue', () => {
         const verdict = checks.find((r) => r.check === CheckId.COLUMN_TYPES && r.subject === 'public.virt');
         expect(verdict, JSON.stringify(checks)).toMatchObject({ status: 'FAIL' });
         expect(verdict!.message).toContain('(half)');
-        expect(await p.rows(`SELECT column_name FROM information_schema.columns WHERE table_schema = '${p.id}_public' AND table_name = 'virt' AND left(column_name, 5) <> '_cdc_' ORDER BY 1`)).toEqual([{ column_name: 'id' }, { column_name: 'v' }]);
+        expect(
+          await p.rows(
+            `SELECT column_name FROM information_schema.columns WHERE table_schema = '${p.id}_public' AND table_name = 'virt' AND left(column_name, 5) <> '_cdc_' ORDER BY 1`,
+          ),
+        ).toEqual([{ column_name: 'id' }, { column_name: 'v' }]);
       }
 
       // The search index: by the type-aware comparator.

@@ -95,7 +95,21 @@ describe('warehouse outage longer than the old retry budget', () => {
     await until('stall cleared', () => pipeline!.pollers.sink.stats.stalledSince === null, 30_000);
 
     const verdict = await compareSourceAndWarehouse({ sourceUrl: stack!.sourceUrl, warehouseUrl: warehouse.url('dw'), source: 'demo', tables: TABLES });
-    expect(verdict.match, verdict.match ? '' : [...formatVerdict(verdict), ...(await verdictDiagnostics({ control: stack!.control, warehouseUrl: warehouse.url('dw'), source: 'demo', tables: TABLES.map((t) => t.table), ports: stackPorts(stack!, { warehouse: warehouse.port }) }))].join('\n')).toBe(true);
+    expect(
+      verdict.match,
+      verdict.match
+        ? ''
+        : [
+            ...formatVerdict(verdict),
+            ...(await verdictDiagnostics({
+              control: stack!.control,
+              warehouseUrl: warehouse.url('dw'),
+              source: 'demo',
+              tables: TABLES.map((t) => t.table),
+              ports: stackPorts(stack!, { warehouse: warehouse.port }),
+            })),
+          ].join('\n'),
+    ).toBe(true);
     const rows = await source.query<{ n: number }>('SELECT count(*)::int AS n FROM items');
     expect(verdict.tables[0]!.warehouseRows).toBe(rows.rows[0]!.n);
     const letters = await stack!.control.listDeadLetters();

@@ -108,11 +108,31 @@ beforeAll(async () => {
     lsn += BigInt(1 + Math.floor(rand() * 5));
     const table = TABLES[Math.floor(rand() * TABLES.length)]!;
     const id = 1 + Math.floor(rand() * 20);
-    const e: ChangeEvent = { v: ENVELOPE_VERSION, source: SOURCE, table, op: 'update', key: { id }, after: { id, v: `v${i}` }, before: null, missing: [], position: makePosition(lsn, 0), commitTs: '2026-12-01T10:00:00.000Z', txId: String(i), schemaVersion: 1, capture: 'slot', synthetic: false };
+    const e: ChangeEvent = {
+      v: ENVELOPE_VERSION,
+      source: SOURCE,
+      table,
+      op: 'update',
+      key: { id },
+      after: { id, v: `v${i}` },
+      before: null,
+      missing: [],
+      position: makePosition(lsn, 0),
+      commitTs: '2026-12-01T10:00:00.000Z',
+      txId: String(i),
+      schemaVersion: 1,
+      capture: 'slot',
+      synthetic: false,
+    };
     events.push(i % 37 === 5 ? `not json ${i}` : JSON.stringify(e));
   }
   for (let i = 0; i < events.length; i += 100) {
-    await kinesis.send(new PutRecordsCommand({ StreamName: STREAM, Records: events.slice(i, i + 100).map((d, j) => ({ PartitionKey: `k${(i + j) % 17}`, Data: Buffer.from(d) })) }));
+    await kinesis.send(
+      new PutRecordsCommand({
+        StreamName: STREAM,
+        Records: events.slice(i, i + 100).map((d, j) => ({ PartitionKey: `k${(i + j) % 17}`, Data: Buffer.from(d) })),
+      }),
+    );
   }
   shards = await readShards(kinesis, STREAM);
 }, 120_000);
@@ -210,22 +230,34 @@ async function copyRun(rand: () => number, archive: Archive, where: string) {
     if (rand() < 0.1) continue;
     p.at += batch.length;
   }
-  expect(plan.every((p) => p.at >= p.upTo), where).toBe(true);
+  expect(
+    plan.every((p) => p.at >= p.upTo),
+    where,
+  ).toBe(true);
   expect(sums.get(MetricName.ARCHIVE_RECORDS) ?? 0, where).toBe(stored);
   expect(sums.get(MetricName.ARCHIVE_COPY_ERRORS) ?? 0, where).toBe(failures);
 
   // The chain: each marker's predecessor is exactly the highest sequence number archived before it.
   const markers = (await archive.list('change-log/batches/')).map((k) => parseMarker(k.slice('change-log/'.length)));
-  expect(markers.every((m) => m !== null), where).toBe(true);
+  expect(
+    markers.every((m) => m !== null),
+    where,
+  ).toBe(true);
   const parsed = markers as BatchMarker[];
   for (const m of parsed) {
     let expected: string | null = null;
-    for (const o of parsed) if (o.shard === m.shard && compareSequenceNumbers(o.lastSeq, m.firstSeq) < 0 && (expected === null || compareSequenceNumbers(o.lastSeq, expected) > 0)) expected = o.lastSeq;
+    for (const o of parsed)
+      if (o.shard === m.shard && compareSequenceNumbers(o.lastSeq, m.firstSeq) < 0 && (expected === null || compareSequenceNumbers(o.lastSeq, expected) > 0))
+        expected = o.lastSeq;
     expect(m.prevSeq, `${where}: marker ${m.key}`).toBe(expected);
   }
   for (const p of plan) {
     const mine = parsed.filter((m) => m.shard === p.shardId);
-    if (p.upTo > p.from) expect(mine.some((m) => m.lastSeq === p.records[p.upTo - 1]!.SequenceNumber), where).toBe(true);
+    if (p.upTo > p.from)
+      expect(
+        mine.some((m) => m.lastSeq === p.records[p.upTo - 1]!.SequenceNumber),
+        where,
+      ).toBe(true);
     else expect(mine, where).toEqual([]);
   }
   return { plan, markers: parsed };
@@ -233,7 +265,9 @@ async function copyRun(rand: () => number, archive: Archive, where: string) {
 
 describe('archive copier function (kinesalite records; s3rver, and an in-memory archive for many seeds)', () => {
   it(`stores whole batches with an exact marker chain across execution environments, retries and bisects (in memory, ${MEMORY_RUNS} runs)`, async () => {
-    console.log(`archive copier property (memory): seed ${SEED}, ${MEMORY_RUNS} runs (replay with CDC_PROPERTY_SEED=${SEED}, CDC_ARCHIVE_COPIER_MEMORY_RUNS=${MEMORY_RUNS})`);
+    console.log(
+      `archive copier property (memory): seed ${SEED}, ${MEMORY_RUNS} runs (replay with CDC_PROPERTY_SEED=${SEED}, CDC_ARCHIVE_COPIER_MEMORY_RUNS=${MEMORY_RUNS})`,
+    );
     const seeds = seededRandom(SEED ^ 0x2545f491);
     for (let run = 0; run < MEMORY_RUNS; run++) {
       const seed = Math.floor(seeds() * 0x7fffffff);
@@ -278,11 +312,25 @@ describe('archive copier function (kinesalite records; s3rver, and an in-memory 
           .map((t) => JSON.parse(t) as ChangeEvent)
           .filter((e) => e.table === table)
           .sort((x, y) => (x.position < y.position ? -1 : x.position > y.position ? 1 : 0));
-        expect(got.events.map((e) => `${e.position}:${e.after?.v}`), `${where}: ${table}`).toEqual(expected.map((e) => `${e.position}:${e.after?.v}`));
+        expect(
+          got.events.map((e) => `${e.position}:${e.after?.v}`),
+          `${where}: ${table}`,
+        ).toEqual(expected.map((e) => `${e.position}:${e.after?.v}`));
       }
 
       // A marker removed from the middle of the chain (not a shard's first, one that no other marker's range covers, and that a later marker names) is a named hole.
-      const victim = markers.find((v) => v.prevSeq !== null && markers.some((m) => m.prevSeq === v.lastSeq) && !markers.some((o) => o.shard === v.shard && (o.firstSeq !== v.firstSeq || o.lastSeq !== v.lastSeq) && compareSequenceNumbers(o.firstSeq, v.lastSeq) <= 0 && compareSequenceNumbers(v.lastSeq, o.lastSeq) <= 0));
+      const victim = markers.find(
+        (v) =>
+          v.prevSeq !== null &&
+          markers.some((m) => m.prevSeq === v.lastSeq) &&
+          !markers.some(
+            (o) =>
+              o.shard === v.shard &&
+              (o.firstSeq !== v.firstSeq || o.lastSeq !== v.lastSeq) &&
+              compareSequenceNumbers(o.firstSeq, v.lastSeq) <= 0 &&
+              compareSequenceNumbers(v.lastSeq, o.lastSeq) <= 0,
+          ),
+      );
       if (victim) {
         await s3.send(new DeleteObjectCommand({ Bucket: BUCKET, Key: `r${run}/change-log/${victim.key}` }));
         await expect(reader.checkHistory(SOURCE, TABLES[0]!), where).rejects.toThrow(ReplayHoleError);
@@ -298,7 +346,12 @@ describe('archive copier function (kinesalite records; s3rver, and an in-memory 
     const { metrics, sums } = recordingMetrics();
     const handler = createArchiveCopierHandler({ archive, metrics, logger });
     const [[a, ra], [b, rb]] = [...shards] as Array<[string, KinesisRecord[]]> as [[string, KinesisRecord[]], [string, KinesisRecord[]]];
-    const mixed = { Records: [...toKinesisStreamEvent(ra!.slice(0, 2), { streamArn, shardId: a! }).Records, ...toKinesisStreamEvent(rb!.slice(0, 1), { streamArn, shardId: b! }).Records] };
+    const mixed = {
+      Records: [
+        ...toKinesisStreamEvent(ra!.slice(0, 2), { streamArn, shardId: a! }).Records,
+        ...toKinesisStreamEvent(rb!.slice(0, 1), { streamArn, shardId: b! }).Records,
+      ],
+    };
     expect(await handler(mixed)).toEqual({ batchItemFailures: [{ itemIdentifier: ra![0]!.SequenceNumber }] });
     const reversed = toKinesisStreamEvent([ra![1]!, ra![0]!], { streamArn, shardId: a! });
     expect(await handler(reversed)).toEqual({ batchItemFailures: [{ itemIdentifier: ra![1]!.SequenceNumber }] });

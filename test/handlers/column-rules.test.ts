@@ -22,7 +22,14 @@ import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/
 import { LATE_COLUMN_RULES, LATE_RULES_ACTION } from '../../lambda/core/tables/late-rules.ts';
 import { POSITION_ZERO } from '../../lambda/core/shared/position.ts';
 import { createTaskLifecycleHandler } from '../../lambda/handlers/task-lifecycle.ts';
-import { parseColumnRules, REVERT_ACKNOWLEDGEMENT, runLifecycle, type DmsPort, type LifecycleDeps, type TaskState } from '../../lambda/core/capture/task-lifecycle.ts';
+import {
+  parseColumnRules,
+  REVERT_ACKNOWLEDGEMENT,
+  runLifecycle,
+  type DmsPort,
+  type LifecycleDeps,
+  type TaskState,
+} from '../../lambda/core/capture/task-lifecycle.ts';
 import { CapturedTable } from '../../lib/index.ts';
 import { startDynamoDbLocal, type DynamoDbLocal } from '../../local/dynamodb.ts';
 import { fixture, onlyResource, ordersSource } from '../constructs/helpers.ts';
@@ -84,7 +91,12 @@ function synthesizedProps(tables: CapturedTable[]): Record<string, string> {
   return props as Record<string, string>;
 }
 
-function event(requestType: 'Create' | 'Update' | 'Delete', props: Record<string, string>, oldProps?: Record<string, string>, responseUrl = 'http://127.0.0.1:1/unused'): CloudFormationCustomResourceEvent {
+function event(
+  requestType: 'Create' | 'Update' | 'Delete',
+  props: Record<string, string>,
+  oldProps?: Record<string, string>,
+  responseUrl = 'http://127.0.0.1:1/unused',
+): CloudFormationCustomResourceEvent {
   const base = {
     ServiceToken: 'arn:aws:lambda:eu-west-1:111111111111:function:lifecycle',
     ResponseURL: responseUrl,
@@ -95,7 +107,8 @@ function event(requestType: 'Create' | 'Update' | 'Delete', props: Record<string
     ResourceProperties: { ServiceToken: 'x', ...props },
   };
   if (requestType === 'Create') return { ...base, RequestType: 'Create' };
-  if (requestType === 'Update') return { ...base, RequestType: 'Update', PhysicalResourceId: 'orders/column-rules', OldResourceProperties: { ServiceToken: 'x', ...(oldProps ?? props) } };
+  if (requestType === 'Update')
+    return { ...base, RequestType: 'Update', PhysicalResourceId: 'orders/column-rules', OldResourceProperties: { ServiceToken: 'x', ...(oldProps ?? props) } };
   return { ...base, RequestType: 'Delete', PhysicalResourceId: 'orders/column-rules' };
 }
 
@@ -103,14 +116,26 @@ async function register(table: string, columns: string[]): Promise<void> {
   const at = new Date().toISOString();
   await control.registerTable(
     { source: 'orders', table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at },
-    { source: 'orders', table, version: 1, columns: columns.map((name) => ({ name, type: 'character varying', nullable: true })), key: ['id'], effectivePosition: POSITION_ZERO, registeredAt: at },
+    {
+      source: 'orders',
+      table,
+      version: 1,
+      columns: columns.map((name) => ({ name, type: 'character varying', nullable: true })),
+      key: ['id'],
+      effectivePosition: POSITION_ZERO,
+      registeredAt: at,
+    },
     { at, actor: 'test', action: 'register-table', source: 'orders', table, outcome: 'done', detail: {} },
   );
 }
 
 const starterEvent = (): CloudFormationCustomResourceEvent => {
   const props = { Action: 'start-task', TaskArn: TASK_ARN, TaskIdentifier: 'orders-cdc', ConfigHash: 'bbbb', StartPosition: '0/16B3748', SourceId: 'orders' };
-  return { ...event('Update', props, { ...props, ConfigHash: 'aaaa' }), LogicalResourceId: 'OrdersTaskStarter', ResourceType: 'Custom::CdcReplicationTaskStarter' };
+  return {
+    ...event('Update', props, { ...props, ConfigHash: 'aaaa' }),
+    LogicalResourceId: 'OrdersTaskStarter',
+    ResourceType: 'Custom::CdcReplicationTaskStarter',
+  };
 };
 
 const BEFORE = [CapturedTable.of('public.customers', { mask: ['email'] }), CapturedTable.of('public.orders')];
@@ -151,7 +176,12 @@ describe('Custom::CdcColumnRules', () => {
 
     const audit = (await control.listAudit('orders')).filter((a) => a.action === LATE_RULES_ACTION);
     expect(audit).toHaveLength(1);
-    expect(audit[0]).toMatchObject({ table: 'public.customers', outcome: 'refused', actor: 'dms-task-lifecycle', detail: { addedMask: ['phone'], addedExclude: [] } });
+    expect(audit[0]).toMatchObject({
+      table: 'public.customers',
+      outcome: 'refused',
+      actor: 'dms-task-lifecycle',
+      detail: { addedMask: ['phone'], addedExclude: [] },
+    });
     expect((await control.getTable('orders', 'public.customers'))!.state).toBe('active');
 
     // CloudFormation's rollback: an update from the refused properties back to the previous ones.
@@ -164,7 +194,10 @@ describe('Custom::CdcColumnRules', () => {
   test('with acknowledgeLateRules the update passes: audited with what was left behind, the table marked; the starter then requests its re-snapshot once', async () => {
     await register('public.customers', ['id', 'email', 'ssn']);
     const before = synthesizedProps(BEFORE);
-    const after = synthesizedProps([CapturedTable.of('public.customers', { mask: ['email'], exclude: ['ssn'], acknowledgeLateRules: 'privacy review 42' }), CapturedTable.of('public.orders')]);
+    const after = synthesizedProps([
+      CapturedTable.of('public.customers', { mask: ['email'], exclude: ['ssn'], acknowledgeLateRules: 'privacy review 42' }),
+      CapturedTable.of('public.orders'),
+    ]);
     await runLifecycle(event('Create', before), deps());
     const log: string[] = [];
     await runLifecycle(event('Update', after, before), deps(log));
@@ -172,9 +205,23 @@ describe('Custom::CdcColumnRules', () => {
 
     const t = (await control.getTable('orders', 'public.customers'))!;
     expect(t.state).toBe('needs-resnapshot');
-    expect(t.stateReason).toMatch(new RegExp(`^${LATE_COLUMN_RULES}: exclude ssn added \\(acknowledged: privacy review 42\\); existing change-log records, archive files and sink rows of public.customers still hold the clear values of ssn`));
+    expect(t.stateReason).toMatch(
+      new RegExp(
+        `^${LATE_COLUMN_RULES}: exclude ssn added \\(acknowledged: privacy review 42\\); existing change-log records, archive files and sink rows of public.customers still hold the clear values of ssn`,
+      ),
+    );
     const entry = (await control.listAudit('orders')).find((a) => a.action === LATE_RULES_ACTION)!;
-    expect(entry).toMatchObject({ outcome: 'done', detail: { addedExclude: ['ssn'], acknowledgement: 'privacy review 42', needsResnapshot: true, needsSinkRebuild: true, from: 'active', to: 'needs-resnapshot' } });
+    expect(entry).toMatchObject({
+      outcome: 'done',
+      detail: {
+        addedExclude: ['ssn'],
+        acknowledgement: 'privacy review 42',
+        needsResnapshot: true,
+        needsSinkRebuild: true,
+        from: 'active',
+        to: 'needs-resnapshot',
+      },
+    });
     // Not yet requested: the snapshot worker still runs with the old rules until the deployment changes it.
     expect(await control.getSnapshot('orders', 'public.customers')).toBeNull();
 
@@ -194,7 +241,11 @@ describe('Custom::CdcColumnRules', () => {
     const before = synthesizedProps(BEFORE);
     await runLifecycle(event('Create', before), deps());
     // public.orders is declared but was never registered (no event yet): nothing is in the log.
-    const after = synthesizedProps([CapturedTable.of('public.customers', { exclude: ['email'] }), CapturedTable.of('public.orders', { mask: ['note'] }), CapturedTable.of('public.items', { mask: ['name'] })]);
+    const after = synthesizedProps([
+      CapturedTable.of('public.customers', { exclude: ['email'] }),
+      CapturedTable.of('public.orders', { mask: ['note'] }),
+      CapturedTable.of('public.items', { mask: ['name'] }),
+    ]);
     await runLifecycle(event('Update', after, before), deps());
     const back = synthesizedProps([CapturedTable.of('public.customers'), CapturedTable.of('public.orders')]);
     await runLifecycle(event('Update', back, after), deps());
@@ -206,7 +257,8 @@ describe('Custom::CdcColumnRules', () => {
     await register('sales.orders', ['id', 'card_holder']);
     await register('sales.refunds', ['id', 'amount']);
     await register('sales.audit_log', ['id', 'card_holder']);
-    const rule = (o: Parameters<typeof CapturedTable.matching>[1]) => synthesizedProps([CapturedTable.of('public.customers'), CapturedTable.matching('sales.*', { exclude: ['sales.audit_*'], ...o })]);
+    const rule = (o: Parameters<typeof CapturedTable.matching>[1]) =>
+      synthesizedProps([CapturedTable.of('public.customers'), CapturedTable.matching('sales.*', { exclude: ['sales.audit_*'], ...o })]);
     const before = rule({});
     await runLifecycle(event('Create', before), deps());
     const masked = rule({ mask: ['card_holder'] });
@@ -236,7 +288,9 @@ describe('Custom::CdcColumnRules', () => {
       (e: Error) => e.message,
     );
     expect(reason.length).toBeLessThanOrEqual(3000);
-    expect(reason).toMatch(/^source orders: 50 captured tables got a mask or exclude without acknowledgement; .* acknowledgeLateRules .* Tables: sales\.customer_payment_method_archive_00 \(mask card_holder\); sales\.customer_payment_method_archive_01 \(mask card_holder\)/);
+    expect(reason).toMatch(
+      /^source orders: 50 captured tables got a mask or exclude without acknowledgement; .* acknowledgeLateRules .* Tables: sales\.customer_payment_method_archive_00 \(mask card_holder\); sales\.customer_payment_method_archive_01 \(mask card_holder\)/,
+    );
     expect(reason).toMatch(/; and \d+ more \(each in the audit log: cdc audit\)$/);
     const named = reason.match(/sales\.customer_payment_method_archive_\d\d/g)!.length;
     expect(Number(/and (\d+) more/.exec(reason)![1]) + named).toBe(50);
@@ -268,11 +322,22 @@ describe('Custom::CdcColumnRules', () => {
 
   test('bad properties are named; create and delete touch nothing in the source', async () => {
     expect(() => parseColumnRules('{"tables": [', 'ColumnRules')).toThrow(/^ColumnRules: not valid JSON/);
-    expect(() => parseColumnRules('{"tables": [{"table": "public.a", "mask": "email", "exclude": []}], "rules": []}', 'ColumnRules')).toThrow('ColumnRules: tables[0].mask: expected an array of strings');
-    expect(() => parseColumnRules('{"tables": [], "rules": [{"match": "public.*", "excludeTables": [], "mask": [], "exclude": [], "acknowledgeLateRules": " "}]}', 'ColumnRules')).toThrow('ColumnRules: rules[0].acknowledgeLateRules: expected a non-empty text');
-    await expect(runLifecycle(event('Create', { Action: 'check-column-rules', SourceId: 'orders' }), deps())).rejects.toThrow('resource property ColumnRules is missing');
+    expect(() => parseColumnRules('{"tables": [{"table": "public.a", "mask": "email", "exclude": []}], "rules": []}', 'ColumnRules')).toThrow(
+      'ColumnRules: tables[0].mask: expected an array of strings',
+    );
+    expect(() =>
+      parseColumnRules(
+        '{"tables": [], "rules": [{"match": "public.*", "excludeTables": [], "mask": [], "exclude": [], "acknowledgeLateRules": " "}]}',
+        'ColumnRules',
+      ),
+    ).toThrow('ColumnRules: rules[0].acknowledgeLateRules: expected a non-empty text');
+    await expect(runLifecycle(event('Create', { Action: 'check-column-rules', SourceId: 'orders' }), deps())).rejects.toThrow(
+      'resource property ColumnRules is missing',
+    );
     const props = synthesizedProps(BEFORE);
-    await expect(runLifecycle(event('Create', props), { ...deps(), control: undefined })).rejects.toThrow(/no control plane \(CDC_CONTROL_TABLE\) to read the captured tables of source orders/);
+    await expect(runLifecycle(event('Create', props), { ...deps(), control: undefined })).rejects.toThrow(
+      /no control plane \(CDC_CONTROL_TABLE\) to read the captured tables of source orders/,
+    );
     expect(await runLifecycle(event('Delete', props), deps())).toEqual({ physicalResourceId: 'orders/column-rules' });
   });
 });

@@ -87,7 +87,11 @@ describe('heartbeat writer', () => {
     expect(seen).toHaveLength(3);
     expect(seen[1]!.getTime()).toBeGreaterThan(seen[0]!.getTime());
     expect(seen[2]!.getTime()).toBeGreaterThan(seen[1]!.getTime());
-    const cols = (await admin.query("SELECT column_name, data_type, is_nullable FROM information_schema.columns WHERE table_name = 'cdc_heartbeat' ORDER BY ordinal_position")).rows;
+    const cols = (
+      await admin.query(
+        "SELECT column_name, data_type, is_nullable FROM information_schema.columns WHERE table_name = 'cdc_heartbeat' ORDER BY ordinal_position",
+      )
+    ).rows;
     expect(cols).toEqual([
       { column_name: 'source_id', data_type: 'text', is_nullable: 'NO' },
       { column_name: 'beat_at', data_type: 'timestamp with time zone', is_nullable: 'NO' },
@@ -97,10 +101,14 @@ describe('heartbeat writer', () => {
     ]);
     // Each beat carries the next sequence number and the source's identity (lambda/core/capture/continuity.ts).
     const beat = (await admin.query("SELECT seq::int AS seq, system_identifier, timeline FROM public.cdc_heartbeat WHERE source_id = 'shop'")).rows[0];
-    const control = (await admin.query('SELECT system_identifier::text AS s, (SELECT timeline_id FROM pg_control_checkpoint()) AS t FROM pg_control_system()')).rows[0];
+    const control = (await admin.query('SELECT system_identifier::text AS s, (SELECT timeline_id FROM pg_control_checkpoint()) AS t FROM pg_control_system()'))
+      .rows[0];
     expect(beat).toEqual({ seq: 3, system_identifier: control.s, timeline: control.t });
     const emf = lines.filter((l) => typeof l._aws === 'object');
-    const total = emf.reduce((n, l) => n + (Array.isArray(l.HeartbeatsWritten) ? (l.HeartbeatsWritten as number[]).reduce((a, b) => a + b, 0) : Number(l.HeartbeatsWritten ?? 0)), 0);
+    const total = emf.reduce(
+      (n, l) => n + (Array.isArray(l.HeartbeatsWritten) ? (l.HeartbeatsWritten as number[]).reduce((a, b) => a + b, 0) : Number(l.HeartbeatsWritten ?? 0)),
+      0,
+    );
     expect(total).toBe(3);
     expect(emf[0]).toMatchObject({ Source: 'shop', _aws: { CloudWatchMetrics: [{ Namespace: 'CdcPlatform', Dimensions: [['Source']] }] } });
     // The connection is closed at the end of the invocation.
@@ -123,7 +131,11 @@ describe('heartbeat writer', () => {
     expect(Date.now() - r.find((x) => x.source_id === 'shop')!.beat_at.getTime()).toBeLessThan(60_000);
     // The table from before the sequence number was migrated: the existing row keeps 0, beats count on.
     const seqs = (await admin.query('SELECT source_id, seq::int AS seq FROM cdc.cdc_heartbeat ORDER BY source_id')).rows;
-    expect(seqs).toEqual([{ source_id: 'crm', seq: 1 }, { source_id: 'other', seq: 0 }, { source_id: 'shop', seq: 2 }]);
+    expect(seqs).toEqual([
+      { source_id: 'crm', seq: 1 },
+      { source_id: 'other', seq: 0 },
+      { source_id: 'shop', seq: 2 },
+    ]);
   });
 
   it('reconnects after the connection is killed between beats', async () => {
@@ -152,7 +164,10 @@ describe('heartbeat writer', () => {
   });
 
   it('fails loudly, naming how many beats failed, when the source is unreachable', async () => {
-    const writer = new HeartbeatWriter({ source: 'shop', connection: { host: '127.0.0.1', port: 1, user: 'postgres', database: 'x', connectionTimeoutMillis: 2000 } });
+    const writer = new HeartbeatWriter({
+      source: 'shop',
+      connection: { host: '127.0.0.1', port: 1, user: 'postgres', database: 'x', connectionTimeoutMillis: 2000 },
+    });
     const handler = createHeartbeatHandler({ writer, beats: 2, intervalMs: 0, sleep: () => Promise.resolve() });
     const { error, lines } = await captureStdout(() => handler());
     expect(error).toBeInstanceOf(HeartbeatFailedError);
@@ -177,7 +192,10 @@ describe('heartbeat writer', () => {
       },
     } as unknown as SecretsManagerClient;
     const arn = 'arn:aws:secretsmanager:us-east-1:123456789012:secret:src-abc';
-    const writer = new HeartbeatWriter({ source: 'shop', connection: () => sourceConnectionConfig({ secretArn: arn, secrets, applicationName: 'cdc-heartbeat-writer' }) });
+    const writer = new HeartbeatWriter({
+      source: 'shop',
+      connection: () => sourceConnectionConfig({ secretArn: arn, secrets, applicationName: 'cdc-heartbeat-writer' }),
+    });
     await writer.beat();
     await writer.close();
     expect(asked).toEqual([arn]);
@@ -192,8 +210,14 @@ describe('source connection settings', () => {
     expect(verified).toMatchObject({ host: 'db', port: 5433, user: 'u', password: 'p', database: 'd', ssl: { rejectUnauthorized: true } });
     const ca = (verified.ssl as { ca: string[] }).ca;
     expect(ca).toEqual(expect.arrayContaining([...RDS_CA_CERTIFICATES, ...tls.rootCertificates]));
-    expect(parseSourceSecret(JSON.stringify({ host: 'db', port: '5432', username: 'u', password: 'p', dbname: 'd', sslmode: 'require' }), 'S')).toMatchObject({ port: 5432, ssl: { rejectUnauthorized: false } });
-    expect(parseSourceSecret(JSON.stringify({ host: 'db', username: 'u', password: 'p', dbname: 'd', sslmode: 'disable' }), 'S')).toMatchObject({ port: 5432, ssl: false });
+    expect(parseSourceSecret(JSON.stringify({ host: 'db', port: '5432', username: 'u', password: 'p', dbname: 'd', sslmode: 'require' }), 'S')).toMatchObject({
+      port: 5432,
+      ssl: { rejectUnauthorized: false },
+    });
+    expect(parseSourceSecret(JSON.stringify({ host: 'db', username: 'u', password: 'p', dbname: 'd', sslmode: 'disable' }), 'S')).toMatchObject({
+      port: 5432,
+      ssl: false,
+    });
   });
 
   it('the TLS mode of the deployment is a minimum over the secret, and a named CA replaces the RDS CAs', () => {
@@ -201,7 +225,9 @@ describe('source connection settings', () => {
     expect(parseSourceSecret(text, 'S', { minimumSslMode: 'verify-full' }).ssl).toMatchObject({ rejectUnauthorized: true });
     expect(parseSourceSecret(text, 'S', { minimumSslMode: 'require' }).ssl).toEqual({ rejectUnauthorized: false });
     // A secret asking for more than the minimum keeps it.
-    expect(parseSourceSecret(JSON.stringify({ ...JSON.parse(text), sslmode: 'verify-full' }), 'S', { minimumSslMode: 'require' }).ssl).toMatchObject({ rejectUnauthorized: true });
+    expect(parseSourceSecret(JSON.stringify({ ...JSON.parse(text), sslmode: 'verify-full' }), 'S', { minimumSslMode: 'require' }).ssl).toMatchObject({
+      rejectUnauthorized: true,
+    });
     const pem = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n';
     const ca = (parseSourceSecret(text, 'S', { minimumSslMode: 'verify-full', caPem: pem }).ssl as { ca: string[] }).ca;
     expect(ca).toContain(pem);
@@ -222,7 +248,10 @@ describe('source connection settings', () => {
   });
 
   it('prefers a URL and needs one of URL or secret', async () => {
-    expect(await sourceConnectionConfig({ url: 'postgres://a@b/c', secretArn: 'arn', applicationName: 'x' })).toEqual({ connectionString: 'postgres://a@b/c', application_name: 'x' });
+    expect(await sourceConnectionConfig({ url: 'postgres://a@b/c', secretArn: 'arn', applicationName: 'x' })).toEqual({
+      connectionString: 'postgres://a@b/c',
+      application_name: 'x',
+    });
     await expect(sourceConnectionConfig({ applicationName: 'x' })).rejects.toThrow(/neither a source URL nor a source secret ARN/);
   });
 });

@@ -86,7 +86,18 @@ function logLines(): Array<Record<string, unknown>> {
 
 // ---- raw records ----------------------------------------------------------------------------
 type Col = [name: string, type: string, value: unknown];
-function slot(o: { lsn: number; index?: number; table?: string; op?: 'insert' | 'update' | 'delete' | 'truncate'; columns?: Col[] | null; oldKey?: Col[] | null; unchanged?: string[]; unchangedTypes?: Record<string, string>; key?: string[]; source?: string }) {
+function slot(o: {
+  lsn: number;
+  index?: number;
+  table?: string;
+  op?: 'insert' | 'update' | 'delete' | 'truncate';
+  columns?: Col[] | null;
+  oldKey?: Col[] | null;
+  unchanged?: string[];
+  unchangedTypes?: Record<string, string>;
+  key?: string[];
+  source?: string;
+}) {
   const op = o.op ?? 'insert';
   const toCols = (cs: Col[]) => cs.map(([name, type, value]) => ({ name, type, value }));
   return {
@@ -133,7 +144,15 @@ function dmsControl(operation: string, table: string, tableDef?: { columns: Reco
   const [schema, name] = table.split('.');
   return {
     control: tableDef ? { 'table-def': tableDef } : {},
-    metadata: { timestamp: '2026-11-29T10:00:02.000Z', 'record-type': 'control', operation, 'partition-key-type': 'task-id', 'partition-key-value': 'TASK', 'schema-name': schema, 'table-name': name },
+    metadata: {
+      timestamp: '2026-11-29T10:00:02.000Z',
+      'record-type': 'control',
+      operation,
+      'partition-key-type': 'task-id',
+      'partition-key-value': 'TASK',
+      'schema-name': schema,
+      'table-name': name,
+    },
   };
 }
 
@@ -175,10 +194,12 @@ async function pipeline(): Promise<Pipeline> {
 /** Puts raw payloads (objects as JSON, strings as they are) on the raw stream and returns the Lambda event for exactly them. */
 async function rawEvent(p: Pipeline, payloads: unknown[]): Promise<KinesisStreamEvent> {
   const before = (await readShards(kinesis, p.raw)).get('shardId-000000000000')?.length ?? 0;
-  await kinesis.send(new PutRecordsCommand({
-    StreamName: p.raw,
-    Records: payloads.map((x, i) => ({ PartitionKey: `p${i}`, Data: Buffer.from(typeof x === 'string' ? x : JSON.stringify(x)) })),
-  }));
+  await kinesis.send(
+    new PutRecordsCommand({
+      StreamName: p.raw,
+      Records: payloads.map((x, i) => ({ PartitionKey: `p${i}`, Data: Buffer.from(typeof x === 'string' ? x : JSON.stringify(x)) })),
+    }),
+  );
   const records = (await readShards(kinesis, p.raw)).get('shardId-000000000000')!.slice(before);
   expect(records).toHaveLength(payloads.length);
   return toKinesisStreamEvent(records, { streamArn: p.rawArn, shardId: 'shardId-000000000000' });
@@ -212,7 +233,14 @@ describe('normalizer handler: DMS records', () => {
     const table = await p.control.getTable('shop', 'public.orders');
     expect(table).toMatchObject({ state: 'active', currentVersion: 1, deleteMode: 'hard', preImage: 'key' });
     const v1 = await p.control.getSchemaVersion('shop', 'public.orders', 1);
-    expect(v1).toMatchObject({ key: ['id'], effectivePosition: dmsPos(1), columns: [{ name: 'id', type: null, nullable: true }, { name: 'status', type: null, nullable: true }] });
+    expect(v1).toMatchObject({
+      key: ['id'],
+      effectivePosition: dmsPos(1),
+      columns: [
+        { name: 'id', type: null, nullable: true },
+        { name: 'status', type: null, nullable: true },
+      ],
+    });
     expect((await p.control.listAudit('shop', 'public.orders')).map((a) => a.action)).toEqual(['register-table']);
 
     const events = await published(p);
@@ -232,31 +260,40 @@ describe('normalizer handler: DMS records', () => {
   it('a new column is a compatible version 2; a record that leaves columns out is not a drop', async () => {
     const p = await pipeline();
     await p.handler(await rawEvent(p, [dms('insert', 'public.orders', { id: 1, status: 'new' }, 1)]));
-    await p.handler(await rawEvent(p, [
-      dms('insert', 'public.orders', { id: 2, status: 'new', note: 'hi' }, 2),
-      dms('insert', 'public.orders', { id: 3 }, 3),
-    ]));
+    await p.handler(await rawEvent(p, [dms('insert', 'public.orders', { id: 2, status: 'new', note: 'hi' }, 2), dms('insert', 'public.orders', { id: 3 }, 3)]));
     expect((await p.control.getTable('shop', 'public.orders'))?.state).toBe('active');
     const versions = await p.control.listSchemaVersions('shop', 'public.orders');
     expect(versions.map((v) => [v.version, v.columns.map((c) => c.name), v.effectivePosition])).toEqual([
       [1, ['id', 'status'], dmsPos(1)],
       [2, ['id', 'status', 'note'], dmsPos(2)],
     ]);
-    expect((await published(p)).map((e) => [e.key.id, e.schemaVersion])).toEqual([[1, 1], [2, 2], [3, 2]]);
+    expect((await published(p)).map((e) => [e.key.id, e.schemaVersion])).toEqual([
+      [1, 1],
+      [2, 2],
+      [3, 2],
+    ]);
     const add = (await p.control.listAudit('shop', 'public.orders')).find((a) => a.action === 'add-schema-version');
     expect(add?.detail).toMatchObject({ version: 2, classification: 'compatible', reason: 'new nullable column note' });
   });
 
   it('control records: a definition registers types; a drop without a definition pauses the table', async () => {
     const p = await pipeline();
-    await p.handler(await rawEvent(p, [
-      dmsControl('create-table', 'public.orders', { columns: { id: { type: 'INT32', nullable: false }, status: { type: 'STRING', nullable: true } }, 'primary-key': ['id'] }),
-      dms('insert', 'public.orders', { id: 1, status: 'new' }, 1),
-      dmsControl('drop-column', 'public.orders'),
-      dms('insert', 'public.orders', { id: 2 }, 2),
-    ]));
+    await p.handler(
+      await rawEvent(p, [
+        dmsControl('create-table', 'public.orders', {
+          columns: { id: { type: 'INT32', nullable: false }, status: { type: 'STRING', nullable: true } },
+          'primary-key': ['id'],
+        }),
+        dms('insert', 'public.orders', { id: 1, status: 'new' }, 1),
+        dmsControl('drop-column', 'public.orders'),
+        dms('insert', 'public.orders', { id: 2 }, 2),
+      ]),
+    );
     const v1 = await p.control.getSchemaVersion('shop', 'public.orders', 1);
-    expect(v1?.columns).toEqual([{ name: 'id', type: 'INT32', nullable: false }, { name: 'status', type: 'STRING', nullable: true }]);
+    expect(v1?.columns).toEqual([
+      { name: 'id', type: 'INT32', nullable: false },
+      { name: 'status', type: 'STRING', nullable: true },
+    ]);
     const t = await p.control.getTable('shop', 'public.orders');
     expect(t?.state).toBe('paused');
     expect(t?.stateReason).toMatch(/^SCHEMA_BREAKING: the source reported 'drop-column' without the table definition/);
@@ -270,12 +307,12 @@ describe('normalizer handler: slot-capture records', () => {
   it('registers types on first sight, evolves on a new nullable column, and pauses on a dropped column while still publishing', async () => {
     const p = await pipeline();
     const cols = (id: number, extra: Col[] = []): Col[] => [['id', 'integer', id], ['name', 'text', `n${id}`], ...extra];
-    await p.handler(await rawEvent(p, [
-      slot({ lsn: 1, columns: cols(1) }),
-      slot({ lsn: 2, columns: cols(2) }),
-    ]));
+    await p.handler(await rawEvent(p, [slot({ lsn: 1, columns: cols(1) }), slot({ lsn: 2, columns: cols(2) })]));
     expect(await p.control.getSchemaVersion('shop', 'public.items', 1)).toMatchObject({
-      columns: [{ name: 'id', type: 'integer', nullable: true }, { name: 'name', type: 'text', nullable: true }],
+      columns: [
+        { name: 'id', type: 'integer', nullable: true },
+        { name: 'name', type: 'text', nullable: true },
+      ],
       key: ['id'],
       effectivePosition: slotPos(1),
     });
@@ -283,12 +320,25 @@ describe('normalizer handler: slot-capture records', () => {
 
     // A new nullable column: version 2, still active.
     await p.handler(await rawEvent(p, [slot({ lsn: 3, columns: cols(3, [['qty', 'smallint', 5]]) })]));
-    expect((await p.control.getTable('shop', 'public.items'))).toMatchObject({ state: 'active', currentVersion: 2 });
+    expect(await p.control.getTable('shop', 'public.items')).toMatchObject({ state: 'active', currentVersion: 2 });
 
     // `name` is gone from a complete row image: a drop. The table pauses; its events are still published.
     const event = await rawEvent(p, [
-      slot({ lsn: 4, columns: [['id', 'integer', 4], ['qty', 'smallint', 1]] }),
-      slot({ lsn: 5, op: 'update', columns: [['id', 'integer', 4], ['qty', 'smallint', 2]] }),
+      slot({
+        lsn: 4,
+        columns: [
+          ['id', 'integer', 4],
+          ['qty', 'smallint', 1],
+        ],
+      }),
+      slot({
+        lsn: 5,
+        op: 'update',
+        columns: [
+          ['id', 'integer', 4],
+          ['qty', 'smallint', 2],
+        ],
+      }),
     ]);
     expect(await p.handler(event)).toEqual({ batchItemFailures: [] });
     const t = await p.control.getTable('shop', 'public.items');
@@ -296,11 +346,19 @@ describe('normalizer handler: slot-capture records', () => {
     expect(t?.stateReason).toBe('SCHEMA_BREAKING: column name was dropped (schema version 3)');
     const audit = await p.control.listAudit('shop', 'public.items');
     expect(audit.map((a) => a.action)).toEqual(['register-table', 'add-schema-version', 'pause-table', 'add-schema-version']);
-    expect(audit[2]).toMatchObject({ actor: 'normalizer', outcome: 'done', detail: { from: 'active', to: 'paused', version: 3, reason: 'column name was dropped' } });
+    expect(audit[2]).toMatchObject({
+      actor: 'normalizer',
+      outcome: 'done',
+      detail: { from: 'active', to: 'paused', version: 3, reason: 'column name was dropped' },
+    });
     expect(audit[2]!.detail.hint).toMatch(/re-snapshot/);
     const events = await published(p);
     expect(events.map((e) => [e.op, e.key.id, e.schemaVersion])).toEqual([
-      ['insert', 1, 1], ['insert', 2, 1], ['insert', 3, 2], ['insert', 4, 3], ['update', 4, 3],
+      ['insert', 1, 1],
+      ['insert', 2, 1],
+      ['insert', 3, 2],
+      ['insert', 4, 3],
+      ['update', 4, 3],
     ]);
     // The loud log line, with reason and hint.
     const paused = logLines().find((l) => l.message === 'Table paused: breaking schema change');
@@ -311,18 +369,54 @@ describe('normalizer handler: slot-capture records', () => {
 
   it('an unchanged TOAST value is not a drop, and a replayed older record is read with its own version', async () => {
     const p = await pipeline();
-    await p.handler(await rawEvent(p, [
-      slot({ lsn: 1, columns: [['id', 'integer', 1], ['doc', 'text', 'big']] }),
-      slot({ lsn: 2, columns: [['id', 'integer', 2], ['doc', 'text', 'x'], ['tag', 'text', 't']] }),
-      slot({ lsn: 3, op: 'update', columns: [['id', 'integer', 1], ['tag', 'text', 'u']], unchanged: ['doc'] }),
-    ]));
-    expect((await p.control.getTable('shop', 'public.items'))).toMatchObject({ state: 'active', currentVersion: 2 });
+    await p.handler(
+      await rawEvent(p, [
+        slot({
+          lsn: 1,
+          columns: [
+            ['id', 'integer', 1],
+            ['doc', 'text', 'big'],
+          ],
+        }),
+        slot({
+          lsn: 2,
+          columns: [
+            ['id', 'integer', 2],
+            ['doc', 'text', 'x'],
+            ['tag', 'text', 't'],
+          ],
+        }),
+        slot({
+          lsn: 3,
+          op: 'update',
+          columns: [
+            ['id', 'integer', 1],
+            ['tag', 'text', 'u'],
+          ],
+          unchanged: ['doc'],
+        }),
+      ]),
+    );
+    expect(await p.control.getTable('shop', 'public.items')).toMatchObject({ state: 'active', currentVersion: 2 });
     // The first record again (a replay): it lacks `tag`, but at its position version 1 was in effect.
-    await p.handler(await rawEvent(p, [slot({ lsn: 1, columns: [['id', 'integer', 1], ['doc', 'text', 'big']] })]));
-    expect((await p.control.getTable('shop', 'public.items'))).toMatchObject({ state: 'active', currentVersion: 2 });
+    await p.handler(
+      await rawEvent(p, [
+        slot({
+          lsn: 1,
+          columns: [
+            ['id', 'integer', 1],
+            ['doc', 'text', 'big'],
+          ],
+        }),
+      ]),
+    );
+    expect(await p.control.getTable('shop', 'public.items')).toMatchObject({ state: 'active', currentVersion: 2 });
     const events = await published(p);
     expect(events.map((e) => [e.position, e.schemaVersion, e.missing])).toEqual([
-      [slotPos(1), 1, []], [slotPos(1), 1, []], [slotPos(2), 2, []], [slotPos(3), 2, ['doc']],
+      [slotPos(1), 1, []],
+      [slotPos(1), 1, []],
+      [slotPos(2), 2, []],
+      [slotPos(3), 2, ['doc']],
     ]);
   });
 
@@ -330,10 +424,21 @@ describe('normalizer handler: slot-capture records', () => {
     // Unknown types become text columns in the sinks, and the real type arriving later holds the
     // table in every sink (a column type cannot change in place): the first record must say what it knows.
     const p = await pipeline();
-    await p.handler(await rawEvent(p, [
-      slot({ lsn: 1, table: 'public.gone', op: 'delete', columns: null, oldKey: [['id', 'bigint', 7]] }),
-      slot({ lsn: 2, table: 'public.docs', op: 'update', columns: [['id', 'bigint', 1], ['tag', 'text', 'u']], unchanged: ['body'] }),
-    ]));
+    await p.handler(
+      await rawEvent(p, [
+        slot({ lsn: 1, table: 'public.gone', op: 'delete', columns: null, oldKey: [['id', 'bigint', 7]] }),
+        slot({
+          lsn: 2,
+          table: 'public.docs',
+          op: 'update',
+          columns: [
+            ['id', 'bigint', 1],
+            ['tag', 'text', 'u'],
+          ],
+          unchanged: ['body'],
+        }),
+      ]),
+    );
     expect((await p.control.getSchemaVersion('shop', 'public.gone', 1))?.columns).toMatchObject([{ name: 'id', type: 'bigint' }]);
     const docs = (await p.control.getSchemaVersion('shop', 'public.docs', 1))?.columns;
     expect(docs?.find((c) => c.name === 'id')?.type).toBe('bigint');
@@ -341,10 +446,35 @@ describe('normalizer handler: slot-capture records', () => {
     expect(docs?.find((c) => c.name === 'body')?.type).toBeNull();
     // The slot capture says the unchanged column's type too (`unchangedTypes`): then it is known
     // from the first record (the search index could not hold a text body in a field created as keyword).
-    await p.handler(await rawEvent(p, [slot({ lsn: 4, table: 'public.notes', op: 'update', columns: [['id', 'bigint', 1], ['tag', 'text', 'u']], unchanged: ['body'], unchangedTypes: { body: 'text' } })]));
+    await p.handler(
+      await rawEvent(p, [
+        slot({
+          lsn: 4,
+          table: 'public.notes',
+          op: 'update',
+          columns: [
+            ['id', 'bigint', 1],
+            ['tag', 'text', 'u'],
+          ],
+          unchanged: ['body'],
+          unchangedTypes: { body: 'text' },
+        }),
+      ]),
+    );
     expect((await p.control.getSchemaVersion('shop', 'public.notes', 1))?.columns.find((c) => c.name === 'body')?.type).toBe('text');
     // The full image that follows is then no change of the key's type at all.
-    await p.handler(await rawEvent(p, [slot({ lsn: 3, table: 'public.gone', columns: [['id', 'bigint', 8], ['v', 'text', 'x']] })]));
+    await p.handler(
+      await rawEvent(p, [
+        slot({
+          lsn: 3,
+          table: 'public.gone',
+          columns: [
+            ['id', 'bigint', 8],
+            ['v', 'text', 'x'],
+          ],
+        }),
+      ]),
+    );
     const v2 = await p.control.getSchemaVersion('shop', 'public.gone', 2);
     expect(v2?.columns.find((c) => c.name === 'id')?.type).toBe('bigint');
   });
@@ -354,17 +484,37 @@ describe('normalizer handler: slot-capture records', () => {
     const p = await pipeline();
     const handler = p.build({ catalogTypes: true });
     // A slot record first (typed): its buffered events are retried with the record that failed, in order.
-    const event = await rawEvent(p, [slot({ lsn: 1, columns: [['id', 'integer', 7]] }), dms('insert', 'public.orders', { id: 1, total: '12.30' }, 2), dms('insert', 'public.orders', { id: 2, total: '1.00' }, 3)]);
+    const event = await rawEvent(p, [
+      slot({ lsn: 1, columns: [['id', 'integer', 7]] }),
+      dms('insert', 'public.orders', { id: 1, total: '12.30' }, 2),
+      dms('insert', 'public.orders', { id: 2, total: '1.00' }, 3),
+    ]);
     const seqs = event.Records.map((r) => r.kinesis.sequenceNumber);
     expect(await handler(event)).toEqual({ batchItemFailures: seqs.map((s) => ({ itemIdentifier: s })) });
     expect(await published(p)).toEqual([]);
     expect((await p.control.listTables('shop')).map((t) => t.table)).not.toContain('public.orders');
     expect(await p.control.listDeadLetters()).toEqual([]);
     // The snapshot worker's publication (lambda/core/shared/catalog-types.ts), in the control table.
-    expect(await publishCatalogTypes(p.control, 'shop', ['public.orders'], async (t) => ({ table: t, columns: [{ name: 'id', type: 'bigint' }, { name: 'total', type: 'numeric(12,2)' }], key: ['id'] }))).toEqual(['public.orders']);
+    expect(
+      await publishCatalogTypes(p.control, 'shop', ['public.orders'], async (t) => ({
+        table: t,
+        columns: [
+          { name: 'id', type: 'bigint' },
+          { name: 'total', type: 'numeric(12,2)' },
+        ],
+        key: ['id'],
+      })),
+    ).toEqual(['public.orders']);
     expect(await handler(event)).toEqual({ batchItemFailures: [] });
-    expect((await published(p)).map((e) => [e.table, e.key.id, e.schemaVersion])).toEqual([['public.items', 7, 1], ['public.orders', 1, 1], ['public.orders', 2, 1]]);
-    expect((await p.control.getSchemaVersion('shop', 'public.orders', 1))?.columns.map((c) => [c.name, c.type])).toEqual([['id', 'bigint'], ['total', 'numeric(12,2)']]);
+    expect((await published(p)).map((e) => [e.table, e.key.id, e.schemaVersion])).toEqual([
+      ['public.items', 7, 1],
+      ['public.orders', 1, 1],
+      ['public.orders', 2, 1],
+    ]);
+    expect((await p.control.getSchemaVersion('shop', 'public.orders', 1))?.columns.map((c) => [c.name, c.type])).toEqual([
+      ['id', 'bigint'],
+      ['total', 'numeric(12,2)'],
+    ]);
     expect(catalogTypesSetting('published')).toBe(true);
     expect(catalogTypesSetting(undefined)).toBe(false);
     expect(() => catalogTypesSetting('yes')).toThrow(/CDC_CATALOG_TYPES: expected 'published' or nothing, got "yes"/);
@@ -372,17 +522,39 @@ describe('normalizer handler: slot-capture records', () => {
 
   it('heartbeat rows are ordinary events; keys of several columns make the partition key', async () => {
     const p = await pipeline();
-    await p.handler(await rawEvent(p, [
-      slot({ lsn: 1, table: 'public.cdc_heartbeat', key: ['source_id'], columns: [['source_id', 'text', 'shop'], ['beat_at', 'timestamp with time zone', '2026-11-29 10:00:00+00']] }),
-      slot({ lsn: 2, table: 'public.lines', key: ['order_id', 'line'], columns: [['order_id', 'integer', 7], ['line', 'integer', 1], ['sku', 'text', 'a']] }),
-    ]));
+    await p.handler(
+      await rawEvent(p, [
+        slot({
+          lsn: 1,
+          table: 'public.cdc_heartbeat',
+          key: ['source_id'],
+          columns: [
+            ['source_id', 'text', 'shop'],
+            ['beat_at', 'timestamp with time zone', '2026-11-29 10:00:00+00'],
+          ],
+        }),
+        slot({
+          lsn: 2,
+          table: 'public.lines',
+          key: ['order_id', 'line'],
+          columns: [
+            ['order_id', 'integer', 7],
+            ['line', 'integer', 1],
+            ['sku', 'text', 'a'],
+          ],
+        }),
+      ]),
+    );
     const events = await published(p);
     expect(events.map((e) => [e.table, e.key])).toEqual([
       ['public.cdc_heartbeat', { source_id: 'shop' }],
       ['public.lines', { order_id: 7, line: 1 }],
     ]);
     const byTable = await readJson<ChangeEvent>(kinesis, p.log);
-    const keys = [...byTable.values()].flat().map((r) => r.partitionKey).sort();
+    const keys = [...byTable.values()]
+      .flat()
+      .map((r) => r.partitionKey)
+      .sort();
     expect(keys).toEqual(['shop/public.cdc_heartbeat/[["source_id","shop"]]', 'shop/public.lines/[["line","1"],["order_id","7"]]']); // values by their text (keyText)
     expect((await p.control.listTables('shop')).map((t) => t.table)).toEqual(['public.cdc_heartbeat', 'public.lines']);
   });
@@ -451,9 +623,21 @@ describe('normalizer handler: bad input and failures', () => {
     const payloads = [
       slot({ lsn: 1, columns: [['id', 'integer', 1]] }),
       slot({ lsn: 2, columns: [['id', 'integer', 2]] }), // buffer reaches 2 → published
-      slot({ lsn: 3, columns: [['id', 'integer', 1], ['v', 'text', 'a']] }), // buffered, not yet published
+      slot({
+        lsn: 3,
+        columns: [
+          ['id', 'integer', 1],
+          ['v', 'text', 'a'],
+        ],
+      }), // buffered, not yet published
       slot({ lsn: 4, table: 'public.bad', columns: [['id', 'integer', 9]] }), // control plane fails here
-      slot({ lsn: 5, columns: [['id', 'integer', 1], ['v', 'text', 'b']] }),
+      slot({
+        lsn: 5,
+        columns: [
+          ['id', 'integer', 1],
+          ['v', 'text', 'b'],
+        ],
+      }),
     ];
     const event = await rawEvent(p, payloads);
     const seqs = event.Records.map((r) => r.kinesis.sequenceNumber);
@@ -478,14 +662,45 @@ describe('normalizer handler: bad input and failures', () => {
   it('normalizers racing on a new table register it once and stamp the same version', async () => {
     const p = await pipeline();
     const other = p.build();
-    const a = await rawEvent(p, [slot({ lsn: 1, table: 'public.race', columns: [['id', 'integer', 1], ['v', 'text', 'x']] })]);
-    const b = await rawEvent(p, [slot({ lsn: 2, table: 'public.race', columns: [['id', 'integer', 2], ['v', 'text', 'y']] })]);
-    const c = await rawEvent(p, [slot({ lsn: 3, table: 'public.race', columns: [['id', 'integer', 3], ['v', 'text', 'z']] })]);
+    const a = await rawEvent(p, [
+      slot({
+        lsn: 1,
+        table: 'public.race',
+        columns: [
+          ['id', 'integer', 1],
+          ['v', 'text', 'x'],
+        ],
+      }),
+    ]);
+    const b = await rawEvent(p, [
+      slot({
+        lsn: 2,
+        table: 'public.race',
+        columns: [
+          ['id', 'integer', 2],
+          ['v', 'text', 'y'],
+        ],
+      }),
+    ]);
+    const c = await rawEvent(p, [
+      slot({
+        lsn: 3,
+        table: 'public.race',
+        columns: [
+          ['id', 'integer', 3],
+          ['v', 'text', 'z'],
+        ],
+      }),
+    ]);
     // Two batches through the same handler at once (the local poller runs one per shard), and one through another normalizer.
     const results = await Promise.all([p.handler(a), p.handler(b), other(c)]);
     expect(results).toEqual([{ batchItemFailures: [] }, { batchItemFailures: [] }, { batchItemFailures: [] }]);
     expect(await p.control.listSchemaVersions('shop', 'public.race')).toHaveLength(1);
     expect((await p.control.listAudit('shop', 'public.race')).map((x) => x.action)).toEqual(['register-table']);
-    expect((await published(p)).map((e) => [e.key.id, e.schemaVersion])).toEqual([[1, 1], [2, 1], [3, 1]]);
+    expect((await published(p)).map((e) => [e.key.id, e.schemaVersion])).toEqual([
+      [1, 1],
+      [2, 1],
+      [3, 1],
+    ]);
   });
 });

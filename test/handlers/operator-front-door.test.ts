@@ -60,8 +60,29 @@ beforeAll(async () => {
   cp = new DynamoDbControlPlane(client, TABLE);
   const at = new Date(Date.now() - 60_000).toISOString();
   for (const table of ['public.orders', 'public.items']) {
-    const rec: TableRecord = { source: 'shop', table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at };
-    await cp.registerTable(rec, { source: 'shop', table, version: 1, columns: [{ name: 'id', type: 'integer', nullable: false }], key: ['id'], effectivePosition: makePosition(1n, 0), registeredAt: at }, { at, actor: 'test', action: 'register', source: 'shop', table, outcome: 'done', detail: {} });
+    const rec: TableRecord = {
+      source: 'shop',
+      table,
+      state: 'active',
+      currentVersion: 1,
+      deleteMode: 'soft',
+      preImage: 'key',
+      stateReason: null,
+      updatedAt: at,
+    };
+    await cp.registerTable(
+      rec,
+      {
+        source: 'shop',
+        table,
+        version: 1,
+        columns: [{ name: 'id', type: 'integer', nullable: false }],
+        key: ['id'],
+        effectivePosition: makePosition(1n, 0),
+        registeredAt: at,
+      },
+      { at, actor: 'test', action: 'register', source: 'shop', table, outcome: 'done', detail: {} },
+    );
   }
   process.env[EnvName.CONTROL_TABLE] = TABLE;
   process.env[EnvName.CHANGE_LOG_RETENTION_MS] = String(24 * 3_600_000);
@@ -77,29 +98,45 @@ describe('the operator function behind the front door', () => {
   it('refuses a pause by a caller allowed only status before it reaches the control plane', async () => {
     const { control, calls } = counted(cp);
     // The status function (read class), the one /read/status reaches.
-    const status = createOperatorHandler({ control, env: { [EnvName.CHANGE_LOG_RETENTION_MS]: String(24 * 3_600_000), [EnvName.OPERATOR_ACTIONS]: 'status,audit' }, logger: quiet });
+    const status = createOperatorHandler({
+      control,
+      env: { [EnvName.CHANGE_LOG_RETENTION_MS]: String(24 * 3_600_000), [EnvName.OPERATOR_ACTIONS]: 'status,audit' },
+      logger: quiet,
+    });
     const pause = { request: { action: 'pause', table: 'public.orders', durationMs: 60_000, reason: 'sneaky' } };
     // IAM lets the viewer call /read/status only, so that is the only route a pause of theirs can come in on.
     const onStatus = await status({ path: '/read/status', caller: VIEWER, body: pause });
     expect(onStatus).toMatchObject({ ok: true, result: { outcome: 'refused', action: 'pause', table: 'public.orders', code: 'ACTION_NOT_ON_THIS_ROUTE' } });
     expect((onStatus as { result: { reason: string } }).result.reason).toContain('belongs on /operate/pause (operate class)');
     // Even on the pause route, the read-class function does not serve it.
-    expect(await status({ path: '/operate/pause', caller: VIEWER, body: pause })).toMatchObject({ ok: true, result: { outcome: 'refused', code: 'ACTION_NOT_ALLOWED' } });
+    expect(await status({ path: '/operate/pause', caller: VIEWER, body: pause })).toMatchObject({
+      ok: true,
+      result: { outcome: 'refused', code: 'ACTION_NOT_ALLOWED' },
+    });
     expect(calls).toEqual([]);
     // What the caller is allowed does work, and does read.
-    expect(await status({ path: '/read/status', caller: VIEWER, body: { request: { action: 'status', table: 'public.orders' } } })).toMatchObject({ ok: true, result: { tables: [{ table: 'public.orders', state: 'active' }] } });
+    expect(await status({ path: '/read/status', caller: VIEWER, body: { request: { action: 'status', table: 'public.orders' } } })).toMatchObject({
+      ok: true,
+      result: { tables: [{ table: 'public.orders', state: 'active' }] },
+    });
     expect(calls).toContain('listTables');
     expect((await cp.getTable('shop', 'public.orders'))?.state).toBe('active');
     expect((await cp.listAudit('shop', 'public.orders')).filter((e) => e.action === 'pause')).toEqual([]);
   });
 
   it('the Lambda entry point: the audit entry carries the caller ARN, the body text only as a note; a wrong route is a 403 that writes nothing', async () => {
-    const wrong = await handler(event('/read/status', VIEWER, { request: { action: 'pause', table: 'public.items', durationMs: 60_000, reason: 'x' } }), context);
+    const wrong = await handler(
+      event('/read/status', VIEWER, { request: { action: 'pause', table: 'public.items', durationMs: 60_000, reason: 'x' } }),
+      context,
+    );
     expect(wrong.statusCode).toBe(403);
     expect(JSON.parse(wrong.body)).toMatchObject({ ok: true, result: { outcome: 'refused', code: 'ACTION_NOT_ON_THIS_ROUTE' } });
     expect((await cp.getTable('shop', 'public.items'))?.state).toBe('active');
 
-    const ok = await handler(event('/operate/pause', ONCALL, { request: { action: 'pause', table: 'public.items', durationMs: 60_000, reason: 'maintenance' }, note: 'alice@laptop' }), context);
+    const ok = await handler(
+      event('/operate/pause', ONCALL, { request: { action: 'pause', table: 'public.items', durationMs: 60_000, reason: 'maintenance' }, note: 'alice@laptop' }),
+      context,
+    );
     expect(ok.statusCode, ok.body).toBe(200);
     expect(JSON.parse(ok.body)).toMatchObject({ ok: true, result: { outcome: 'done', action: 'pause' } });
     const entries = (await cp.listAudit('shop', 'public.items')).filter((e) => e.action === 'pause');
@@ -107,13 +144,21 @@ describe('the operator function behind the front door', () => {
     expect(entries[0]).toMatchObject({ actor: ONCALL, outcome: 'done', detail: { note: 'alice@laptop', reason: 'maintenance' } });
 
     // A body that names who asks is refused: who asks comes from IAM.
-    const forged = await handler(event('/operate/resume', ONCALL, { request: { action: 'resume', table: 'public.items' }, actor: 'arn:aws:iam::111111111111:user/someone-else' }), context);
+    const forged = await handler(
+      event('/operate/resume', ONCALL, { request: { action: 'resume', table: 'public.items' }, actor: 'arn:aws:iam::111111111111:user/someone-else' }),
+      context,
+    );
     expect(forged.statusCode).toBe(400);
-    expect(JSON.parse(forged.body)).toMatchObject({ ok: false, error: { code: 'INVALID_REQUEST', message: expect.stringContaining('actor is not read from the body') } });
+    expect(JSON.parse(forged.body)).toMatchObject({
+      ok: false,
+      error: { code: 'INVALID_REQUEST', message: expect.stringContaining('actor is not read from the body') },
+    });
     // accept-schema is its own (destructive) route: a plain resume route does not carry it.
     const accept = await handler(event('/operate/resume', ONCALL, { request: { action: 'resume', table: 'public.items', acceptSchema: true } }), context);
     expect(accept.statusCode).toBe(403);
-    expect(JSON.parse(accept.body)).toMatchObject({ result: { code: 'ACTION_NOT_ON_THIS_ROUTE', reason: expect.stringContaining('/destructive/accept-schema') } });
+    expect(JSON.parse(accept.body)).toMatchObject({
+      result: { code: 'ACTION_NOT_ON_THIS_ROUTE', reason: expect.stringContaining('/destructive/accept-schema') },
+    });
     expect((await cp.getTable('shop', 'public.items'))?.state).toBe('paused');
     expect((await cp.listAudit('shop', 'public.items')).filter((e) => e.action === 'resume')).toEqual([]);
   });
@@ -126,7 +171,10 @@ describe('the operator function behind the front door', () => {
     ]) {
       const r = await handler(payload, context);
       expect(r.statusCode).toBe(403);
-      expect(JSON.parse(r.body)).toMatchObject({ ok: false, error: { code: 'NOT_A_FRONT_DOOR_REQUEST', message: expect.stringContaining('requestContext.identity.userArn') } });
+      expect(JSON.parse(r.body)).toMatchObject({
+        ok: false,
+        error: { code: 'NOT_A_FRONT_DOOR_REQUEST', message: expect.stringContaining('requestContext.identity.userArn') },
+      });
     }
     expect((await cp.listAudit()).length).toBe(before);
     expect((await cp.getTable('shop', 'public.orders'))?.state).toBe('active');

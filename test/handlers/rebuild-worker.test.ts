@@ -104,7 +104,13 @@ function kinesisEvent(records: readonly LogRecord[]): KinesisStreamEvent {
       invokeIdentityArn: 'arn',
       awsRegion: 'us-east-1',
       eventSourceARN: 'arn:aws:kinesis:us-east-1:000000000000:stream/s',
-      kinesis: { kinesisSchemaVersion: '1.0', partitionKey: 'k', sequenceNumber: r.sequenceNumber, data: Buffer.from(r.text).toString('base64'), approximateArrivalTimestamp: Date.parse('2026-12-01T10:00:00Z') / 1000 },
+      kinesis: {
+        kinesisSchemaVersion: '1.0',
+        partitionKey: 'k',
+        sequenceNumber: r.sequenceNumber,
+        data: Buffer.from(r.text).toString('base64'),
+        approximateArrivalTimestamp: Date.parse('2026-12-01T10:00:00Z') / 1000,
+      },
     })),
   } as KinesisStreamEvent;
 }
@@ -118,8 +124,23 @@ async function setUp(name: string, rand: () => number) {
   const tableName = `control-${name}`;
   await createControlTable(dynamo, tableName);
   const cp = new DynamoDbControlPlane(dynamo, tableName);
-  const version: SchemaVersion = { source, table: TABLE, version: 1, columns: [{ name: 'id', type: 'integer', nullable: false }, { name: 'v', type: 'text', nullable: true }], key: ['id'], effectivePosition: '0'.repeat(24), registeredAt: at };
-  await cp.registerTable({ source, table: TABLE, state: 'active', currentVersion: 1, deleteMode: mode, preImage: 'key', stateReason: null, updatedAt: at }, version, { at, actor: 'test', action: 'register-table', source, table: TABLE, outcome: 'done', detail: {} });
+  const version: SchemaVersion = {
+    source,
+    table: TABLE,
+    version: 1,
+    columns: [
+      { name: 'id', type: 'integer', nullable: false },
+      { name: 'v', type: 'text', nullable: true },
+    ],
+    key: ['id'],
+    effectivePosition: '0'.repeat(24),
+    registeredAt: at,
+  };
+  await cp.registerTable(
+    { source, table: TABLE, state: 'active', currentVersion: 1, deleteMode: mode, preImage: 'key', stateReason: null, updatedAt: at },
+    version,
+    { at, actor: 'test', action: 'register-table', source, table: TABLE, outcome: 'done', detail: {} },
+  );
   const events: ChangeEvent[] = [];
   const model = new Map<number, string | null>();
   let lsn = 0x100n;
@@ -129,14 +150,34 @@ async function setUp(name: string, rand: () => number) {
     const id = 1 + Math.floor(rand() * 15);
     const del = model.has(id) && rand() < 0.2;
     const v = rand() < 0.1 ? null : `v${i}`;
-    events.push({ v: ENVELOPE_VERSION, source, table: TABLE, op: del ? 'delete' : model.has(id) ? 'update' : 'insert', key: { id }, after: del ? null : { id, v }, before: null, missing: [], position: makePosition(lsn, 0), commitTs: at, txId: String(i), schemaVersion: 1, capture: 'slot', synthetic: false });
+    events.push({
+      v: ENVELOPE_VERSION,
+      source,
+      table: TABLE,
+      op: del ? 'delete' : model.has(id) ? 'update' : 'insert',
+      key: { id },
+      after: del ? null : { id, v },
+      before: null,
+      missing: [],
+      position: makePosition(lsn, 0),
+      commitTs: at,
+      txId: String(i),
+      schemaVersion: 1,
+      capture: 'slot',
+      synthetic: false,
+    });
     if (del) model.delete(id);
     else model.set(id, v);
   }
   const stream = `stream-${name}`;
   await createStream(kinesis, stream, 2);
   for (let i = 0; i < events.length; i += 100) {
-    await kinesis.send(new PutRecordsCommand({ StreamName: stream, Records: events.slice(i, i + 100).map((e) => ({ PartitionKey: `${e.key.id}`, Data: Buffer.from(JSON.stringify(e)) })) }));
+    await kinesis.send(
+      new PutRecordsCommand({
+        StreamName: stream,
+        Records: events.slice(i, i + 100).map((e) => ({ PartitionKey: `${e.key.id}`, Data: Buffer.from(JSON.stringify(e)) })),
+      }),
+    );
   }
   const archiveDir = path.join(dir, name);
   const archive = new FolderArchive(archiveDir);
@@ -147,7 +188,9 @@ async function setUp(name: string, rand: () => number) {
     m.publishStoredMetrics = () => (m.clearMetrics(), m);
     return m;
   };
-  const copiers = [0, 1].map(() => createArchiveCopierHandler({ archive, logger: new Logger({ serviceName: 'cdc-archive-copier', logLevel: 'SILENT' }), metrics: quiet() }));
+  const copiers = [0, 1].map(() =>
+    createArchiveCopierHandler({ archive, logger: new Logger({ serviceName: 'cdc-archive-copier', logLevel: 'SILENT' }), metrics: quiet() }),
+  );
   const byShard = new Map<string, LogRecord[]>();
   for await (const page of readChangeLog(kinesis, stream)) for (const r of page) byShard.set(r.shardId, [...(byShard.get(r.shardId) ?? []), r]);
   for (const records of byShard.values()) {
@@ -158,7 +201,7 @@ async function setUp(name: string, rand: () => number) {
     }
   }
   const live = new PgWarehouse(pool);
-  for (let i = 0; i < events.length; ) {
+  for (let i = 0; i < events.length;) {
     const size = 1 + Math.floor(rand() * 20);
     const batch = events.slice(i, i + size);
     await live.applyTable({ source, table: TABLE, deleteMode: mode, schemas: new Map([[1, version]]), events: batch, appliedAt: new Date() });
@@ -175,18 +218,33 @@ async function setUp(name: string, rand: () => number) {
     await pool.query(`UPDATE "${schema}"._cdc_mirror_t SET v = 'CORRUPT' WHERE id = $1`, [id]);
     corrupted.push(`changed:${id}`);
   }
-  await pool.query(`INSERT INTO "${schema}"._cdc_mirror_t (id, v, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (1000, 'never', '000000000000000100000000', false, now())`);
+  await pool.query(
+    `INSERT INTO "${schema}"._cdc_mirror_t (id, v, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (1000, 'never', '000000000000000100000000', false, now())`,
+  );
   corrupted.push('extra:1000');
   return { source, schema, cp, stream, archive, archiveDir, model, corrupted };
 }
 
 async function digest(schema: string): Promise<string> {
-  const r = await pool.query(`SELECT count(*)::int AS n, coalesce(md5(string_agg(id::text || ':' || coalesce(v, '~'), ',' ORDER BY id)), '') AS d FROM "${schema}"."t"`);
+  const r = await pool.query(
+    `SELECT count(*)::int AS n, coalesce(md5(string_agg(id::text || ':' || coalesce(v, '~'), ',' ORDER BY id)), '') AS d FROM "${schema}"."t"`,
+  );
   return `${r.rows[0].n}/${r.rows[0].d}`;
 }
 
 function wire(s: Awaited<ReturnType<typeof setUp>>, step?: (name: string) => void) {
-  const worker = createRebuildWorker({ sink: SINK, control: s.cp, pool, archive: s.archive, kinesis, stream: s.stream, marginMs: 1, batchSize: 3, duty: 1, ...(step ? { step } : {}) });
+  const worker = createRebuildWorker({
+    sink: SINK,
+    control: s.cp,
+    pool,
+    archive: s.archive,
+    kinesis,
+    stream: s.stream,
+    marginMs: 1,
+    batchSize: 3,
+    duty: 1,
+    ...(step ? { step } : {}),
+  });
   const started: Array<{ arn: string; name: string; input: { id: string; request: Record<string, unknown> } }> = [];
   const rebuilds = awsRebuilds({
     control: s.cp,
@@ -234,7 +292,10 @@ describe('rebuild on AWS: operator, rebuild worker slices (real DynamoDB Local, 
 
       // Visible in status; a second rebuild of the sink is refused, audited.
       const status = (await operator(operatorCall('alice', { action: 'status' }))) as { ok: true; result: StatusReport };
-      expect(status.result.tables[0]!.rebuilds?.map((b) => [b.id, b.mode, b.stale]), where).toEqual([[id, rehearse ? 'rehearsal' : 'swap', false]]);
+      expect(
+        status.result.tables[0]!.rebuilds?.map((b) => [b.id, b.mode, b.stale]),
+        where,
+      ).toEqual([[id, rehearse ? 'rehearsal' : 'swap', false]]);
       const second = (await operator(operatorCall('bob', { action: 'rebuild', table: TABLE, sink: SINK }))) as { ok: true; result: ActionResult };
       expect(second.result.outcome, where).toBe('refused');
       expect((second.result as { code: string }).code, where).toBe('REBUILD_RUNNING');
@@ -273,12 +334,18 @@ describe('rebuild on AWS: operator, rebuild worker slices (real DynamoDB Local, 
       expect(done.run.diff.missing + done.run.diff.extra + done.run.diff.changed, where).toBe(s.corrupted.length);
       expect(done.run.diff.samples.map((x) => x.replace(/^(\w+) \{"id":"?(\d+)"?\}$/, '$1:$2')).sort(), where).toEqual([...s.corrupted].sort());
       const runs = await s.cp.listRebuilds(SINK, s.source, TABLE);
-      expect(runs.map((r) => [r.id, r.outcome, r.mode]), where).toEqual([[id, 'done', rehearse ? 'rehearsal' : 'swap']]);
+      expect(
+        runs.map((r) => [r.id, r.outcome, r.mode]),
+        where,
+      ).toEqual([[id, 'done', rehearse ? 'rehearsal' : 'swap']]);
       expect((await s.cp.getActiveRebuild(SINK))?.state, where).toBe('finished');
       const after = (await operator(operatorCall('alice', { action: 'status' }))) as { ok: true; result: StatusReport };
       expect(after.result.tables[0]!.rebuilds, where).toBeUndefined();
       const audit = (await s.cp.listAudit(s.source, TABLE)).filter((e) => e.action.startsWith('rebuild'));
-      expect(audit.map((e) => [e.action, e.outcome, e.actor, e.detail.code ?? null]), where).toEqual([
+      expect(
+        audit.map((e) => [e.action, e.outcome, e.actor, e.detail.code ?? null]),
+        where,
+      ).toEqual([
         ['rebuild-started', 'done', 'alice', null],
         ['rebuild', 'refused', 'bob', 'REBUILD_RUNNING'],
         ['rebuild', 'done', 'alice', null],
@@ -327,7 +394,12 @@ describe('rebuild on AWS: operator, rebuild worker slices (real DynamoDB Local, 
     const refusals = (await s.cp.listAudit(s.source, TABLE)).filter((e) => e.action === 'rebuild' && e.outcome === 'refused').map((e) => e.detail.code);
     expect(refusals).toEqual([...(middle ? ['HISTORY_INCOMPLETE'] : []), 'HISTORY_INCOMPLETE']);
     // An operator function with no worker for the sink refuses, audited.
-    const none = createOperatorHandler({ control: s.cp, env: ENV, rebuilds: awsRebuilds({ control: s.cp, workers: {}, invoke: async () => null, start: async () => '' }), logger: { info: () => undefined, warn: () => undefined } });
+    const none = createOperatorHandler({
+      control: s.cp,
+      env: ENV,
+      rebuilds: awsRebuilds({ control: s.cp, workers: {}, invoke: async () => null, start: async () => '' }),
+      logger: { info: () => undefined, warn: () => undefined },
+    });
     const r = (await none(operatorCall('dave', { action: 'rebuild', table: TABLE, sink: SINK }))) as { ok: true; result: ActionResult };
     expect(r.result).toMatchObject({ outcome: 'refused', code: 'REBUILD_NOT_AVAILABLE' });
   }, 300_000);
@@ -338,7 +410,13 @@ describe('rebuild on AWS: the synthesised state machine, run by the Step Functio
   /** The definition `WarehouseRebuild` deploys, with the worker's ARN in place of its token. */
   function deployedDefinition(): StateMachineDefinition {
     const f = fixture();
-    const sink = new WarehouseSink(f.stack, 'Warehouse', { controlPlane: f.control, changeLog: f.log, sources: [ordersSource(f)], vpc: f.vpc, connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }) });
+    const sink = new WarehouseSink(f.stack, 'Warehouse', {
+      controlPlane: f.control,
+      changeLog: f.log,
+      sources: [ordersSource(f)],
+      vpc: f.vpc,
+      connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
+    });
     new WarehouseRebuild(f.stack, 'Rebuild', { controlPlane: f.control, changeLog: f.log, sink, vpc: f.vpc });
     const machines = resourcesOf(Template.fromStack(f.stack), 'AWS::StepFunctions::StateMachine');
     expect(machines).toHaveLength(1);
@@ -392,7 +470,12 @@ describe('rebuild on AWS: the synthesised state machine, run by the Step Functio
     const failed = await runExecution(definition, failing.started[0]!.input as never, { invoke: invokeWith(failing.worker) });
     expect(failed).toMatchObject({ status: 'FAILED', error: 'RebuildFailed' });
     expect(failed.history.filter((h) => h.type === 'TaskFailed' && h.state === 'Slice').length).toBe(5);
-    expect(failed.history.filter((h) => h.type === 'StateEntered').map((h) => (h as { state: string }).state).slice(-2)).toEqual(['Abandon', 'Failed']);
+    expect(
+      failed.history
+        .filter((h) => h.type === 'StateEntered')
+        .map((h) => (h as { state: string }).state)
+        .slice(-2),
+    ).toEqual(['Abandon', 'Failed']);
     expect(failed.waitedSeconds).toBeLessThanOrEqual(30 + 60 + 120 + 240);
     expect(await digest(f.schema)).toBe(before);
     const runs = await f.cp.listRebuilds(SINK, f.source, TABLE);

@@ -30,13 +30,24 @@ beforeAll(async () => {
   await wh.connect();
   await prepareReconcileSession(src);
   await prepareReconcileSession(wh);
-  await src.query("CREATE TABLE public.items (id int PRIMARY KEY, v text); INSERT INTO public.items SELECT g, 'v' || g FROM generate_series(1, 500) g; CREATE TABLE public.other (id int PRIMARY KEY)");
+  await src.query(
+    "CREATE TABLE public.items (id int PRIMARY KEY, v text); INSERT INTO public.items SELECT g, 'v' || g FROM generate_series(1, 500) g; CREATE TABLE public.other (id int PRIMARY KEY)",
+  );
   await wh.query(createSchemaSql(T));
   await wh.query(createMirrorSql(T, [{ name: 'id', type: 'bigint' }], [{ name: 'v', type: 'varchar(65535)' }]));
-  await wh.query(createViewSql(T, mirrorLayout([{ name: 'id', type: 'bigint' }], [{ name: 'v', type: 'varchar(65535)' }]).map((c) => c.name)));
+  await wh.query(
+    createViewSql(
+      T,
+      mirrorLayout([{ name: 'id', type: 'bigint' }], [{ name: 'v', type: 'varchar(65535)' }]).map((c) => c.name),
+    ),
+  );
   // The sink's stable point: the source's heartbeat row as the warehouse holds it (here: a beat ahead of every read).
-  await wh.query(`CREATE TABLE ${T.schema}.cdc_heartbeat (source_id varchar(65535) PRIMARY KEY, beat_at timestamptz); INSERT INTO ${T.schema}.cdc_heartbeat VALUES ('shop', now() + interval '1 hour')`);
-  await wh.query(`INSERT INTO ${T.schema}.${T.mirror} (id, v, _cdc_position, _cdc_deleted, _cdc_deleted_at, _cdc_applied_at) SELECT g, 'v' || g, lpad(to_hex(g), 24, '0'), false, NULL, now() FROM generate_series(1, 500) g`);
+  await wh.query(
+    `CREATE TABLE ${T.schema}.cdc_heartbeat (source_id varchar(65535) PRIMARY KEY, beat_at timestamptz); INSERT INTO ${T.schema}.cdc_heartbeat VALUES ('shop', now() + interval '1 hour')`,
+  );
+  await wh.query(
+    `INSERT INTO ${T.schema}.${T.mirror} (id, v, _cdc_position, _cdc_deleted, _cdc_deleted_at, _cdc_applied_at) SELECT g, 'v' || g, lpad(to_hex(g), 24, '0'), false, NULL, now() FROM generate_series(1, 500) g`,
+  );
 }, 120_000);
 
 afterAll(async () => {
@@ -47,10 +58,16 @@ afterAll(async () => {
 
 /** The EMF lines printed, merged per dimension set (Powertools' single metrics print one line per metric). */
 function emfLines(spy: { mock: { calls: unknown[][] } }): Array<Record<string, unknown>> {
-  const lines = spy.mock.calls.map((c) => String(c[0])).flatMap((t: string) => t.split('\n')).filter((l: string) => l.startsWith('{') && l.includes('"_aws"')).map((l: string) => JSON.parse(l) as Record<string, unknown>);
+  const lines = spy.mock.calls
+    .map((c) => String(c[0]))
+    .flatMap((t: string) => t.split('\n'))
+    .filter((l: string) => l.startsWith('{') && l.includes('"_aws"'))
+    .map((l: string) => JSON.parse(l) as Record<string, unknown>);
   const merged = new Map<string, Record<string, unknown>>();
   for (const l of lines) {
-    const dims = JSON.stringify(((l._aws as { CloudWatchMetrics: Array<{ Dimensions: string[][] }> }).CloudWatchMetrics[0]!.Dimensions[0] ?? []).map((d) => [d, l[d]]));
+    const dims = JSON.stringify(
+      ((l._aws as { CloudWatchMetrics: Array<{ Dimensions: string[][] }> }).CloudWatchMetrics[0]!.Dimensions[0] ?? []).map((d) => [d, l[d]]),
+    );
     merged.set(dims, { ...(merged.get(dims) ?? {}), ...l });
   }
   return [...merged.values()];
@@ -88,7 +105,12 @@ describe('reconciler handler', () => {
       let emf = emfLines(spy);
       const runMetrics = emf.find((l) => 'ReconcileCoverageGaps' in l)!;
       expect(runMetrics).toMatchObject({ Sink: 'warehouse', ReconcileDivergedTables: 0, ReconcileCoverageGaps: 1, ReconcileInconclusiveTables: 0 });
-      expect(emf.find((l) => 'ReconcileRowsChecked' in l)).toMatchObject({ Sink: 'warehouse', Source: 'shop', Table: 'public.items', ReconcileRowsChecked: 500 });
+      expect(emf.find((l) => 'ReconcileRowsChecked' in l)).toMatchObject({
+        Sink: 'warehouse',
+        Source: 'shop',
+        Table: 'public.items',
+        ReconcileRowsChecked: 500,
+      });
       expect((await control.getReconcileVerdict('warehouse', 'shop', 'public.items'))?.verdict).toBe('MATCH');
 
       const daily = await run({ tier: 'daily' });

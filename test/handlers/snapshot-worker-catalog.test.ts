@@ -43,7 +43,10 @@ describe('snapshot worker: catalog types of tables not registered yet', () => {
     const worker = createSnapshotWorker({
       source: 'shop',
       // Snapshots of their own are off: this invocation has only the catalog step to do.
-      tables: [{ table: 'public.items', key: ['id', 'line'], deleteMode: 'soft', mask: [], exclude: [], snapshot: false }, { table: 'public.gone', key: ['id'], deleteMode: 'soft', mask: [], exclude: [], snapshot: false }],
+      tables: [
+        { table: 'public.items', key: ['id', 'line'], deleteMode: 'soft', mask: [], exclude: [], snapshot: false },
+        { table: 'public.gone', key: ['id'], deleteMode: 'soft', mask: [], exclude: [], snapshot: false },
+      ],
       control,
       reader,
       publish: async () => undefined,
@@ -57,7 +60,13 @@ describe('snapshot worker: catalog types of tables not registered yet', () => {
       await worker(() => 600_000);
       expect(await readCatalogTypes(control, 'shop', 'public.items')).toEqual({
         table: 'public.items',
-        columns: [{ name: 'id', type: 'bigint' }, { name: 'line', type: 'smallint' }, { name: 'price', type: 'numeric(12,2)' }, { name: 'name', type: 'character varying(20)' }, { name: 'at', type: 'timestamp(3) without time zone' }],
+        columns: [
+          { name: 'id', type: 'bigint' },
+          { name: 'line', type: 'smallint' },
+          { name: 'price', type: 'numeric(12,2)' },
+          { name: 'name', type: 'character varying(20)' },
+          { name: 'at', type: 'timestamp(3) without time zone' },
+        ],
         key: ['id', 'line'],
       });
       expect((await readCatalogTypes(control, 'shop', 'public.cdc_heartbeat'))?.columns.map((c) => c.type)).toEqual(['text', 'timestamp with time zone']);
@@ -96,13 +105,19 @@ describe('snapshot worker: catalog types of tables not registered yet', () => {
       await worker(() => 600_000);
       let tree = (await readPublishedPartitionTree(control, 'shop'))!;
       // Leaves and the intermediate partition map to the root of their tree.
-      expect(Object.fromEntries(tree.rootOf)).toEqual({ 'public.ev_2024_01': 'public.ev', 'public.ev_2024_02': 'public.ev', 'public.ev_2024_02_low': 'public.ev' });
+      expect(Object.fromEntries(tree.rootOf)).toEqual({
+        'public.ev_2024_01': 'public.ev',
+        'public.ev_2024_02': 'public.ev',
+        'public.ev_2024_02_low': 'public.ev',
+      });
       expect(tree.leavesOf.get('public.ev')).toEqual(['public.ev_2024_01', 'public.ev_2024_02_low']);
       expect(tree.standalone.has('public.ev')).toBe(true);
       const written = await control.getCheckpoint(catalogConsumerId('shop'), PARTITION_TREE_KEY);
       await worker(() => 600_000);
       expect(await control.getCheckpoint(catalogConsumerId('shop'), PARTITION_TREE_KEY)).toBe(written);
-      await client.query(`CREATE TABLE public.ev_2024_03 PARTITION OF public.ev FOR VALUES FROM ('2024-03-01') TO ('2024-04-01'); ALTER TABLE public.ev DETACH PARTITION public.ev_2024_01`);
+      await client.query(
+        `CREATE TABLE public.ev_2024_03 PARTITION OF public.ev FOR VALUES FROM ('2024-03-01') TO ('2024-04-01'); ALTER TABLE public.ev DETACH PARTITION public.ev_2024_01`,
+      );
       await worker(() => 600_000);
       tree = (await readPublishedPartitionTree(control, 'shop'))!;
       expect(tree.rootOf.get('public.ev_2024_03')).toBe('public.ev');

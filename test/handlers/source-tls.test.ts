@@ -48,7 +48,9 @@ beforeAll(async () => {
       const id = (JSON.parse(body) as { SecretId: string }).SecretId;
       const text = req.headers['x-amz-target'] === 'secretsmanager.GetSecretValue' ? secrets.get(id) : undefined;
       res.writeHead(text === undefined ? 400 : 200, { 'content-type': 'application/x-amz-json-1.1' });
-      res.end(JSON.stringify(text === undefined ? { __type: 'ResourceNotFoundException', message: `no secret ${id}` } : { ARN: id, Name: id, SecretString: text }));
+      res.end(
+        JSON.stringify(text === undefined ? { __type: 'ResourceNotFoundException', message: `no secret ${id}` } : { ARN: id, Name: id, SecretString: text }),
+      );
     });
   });
   database = net.createServer((socket) => {
@@ -115,10 +117,29 @@ const FUNCTIONS: Record<string, { env: Record<string, string>; run: () => Promis
     // The secret arrives with the custom resource; the function answers CloudFormation, never throws.
     run: async () => {
       const { port } = responses.address() as net.AddressInfo;
-      await (await import('../../lambda/handlers/task-lifecycle.ts')).handler(
+      await (
+        await import('../../lambda/handlers/task-lifecycle.ts')
+      ).handler(
         {
-          RequestType: 'Create', ServiceToken: 'x', ResponseURL: `http://127.0.0.1:${port}/`, StackId: 's', RequestId: 'r', LogicalResourceId: 'ReplicationSlot', ResourceType: 'Custom::CdcReplicationSlot',
-          ResourceProperties: { ServiceToken: 'x', Action: 'prepare-slot', SecretArn: PRIMARY, DatabaseName: 'd', SlotName: 'cdc_shop', Ssl: 'verify-full', TaskIdentifier: 't', ConfigHash: 'h', RemoveSlotOnDelete: 'false', SourceId: 'shop' },
+          RequestType: 'Create',
+          ServiceToken: 'x',
+          ResponseURL: `http://127.0.0.1:${port}/`,
+          StackId: 's',
+          RequestId: 'r',
+          LogicalResourceId: 'ReplicationSlot',
+          ResourceType: 'Custom::CdcReplicationSlot',
+          ResourceProperties: {
+            ServiceToken: 'x',
+            Action: 'prepare-slot',
+            SecretArn: PRIMARY,
+            DatabaseName: 'd',
+            SlotName: 'cdc_shop',
+            Ssl: 'verify-full',
+            TaskIdentifier: 't',
+            ConfigHash: 'h',
+            RemoveSlotOnDelete: 'false',
+            SourceId: 'shop',
+          },
         },
         context,
       );
@@ -153,16 +174,22 @@ describe('every function that connects to the source refuses an sslmode weaker t
       );
       expect(error, name).not.toBeNull();
       expect(fn.named === false ? error!.message : `${error!.name}: ${error!.message}`).toMatch(
-        new RegExp(`${fn.named === false ? '^' : 'SslModeTooWeakError: .*'}${PRIMARY}: field 'sslmode' is "${asked}", weaker than the minimum "${minimum}" the deployment sets \\(CDC_SOURCE_SSL_MODE\\)`),
+        new RegExp(
+          `${fn.named === false ? '^' : 'SslModeTooWeakError: .*'}${PRIMARY}: field 'sslmode' is "${asked}", weaker than the minimum "${minimum}" the deployment sets \\(CDC_SOURCE_SSL_MODE\\)`,
+        ),
       );
       expect(connections, `${name} opened a connection`).toBe(0);
     });
   }
 
-  it.each(['snapshot worker', 'poll worker'])('%s: the read replica\'s secret is held to the same minimum', async (name) => {
+  it.each(['snapshot worker', 'poll worker'])("%s: the read replica's secret is held to the same minimum", async (name) => {
     secrets.set(PRIMARY, secretText());
     secrets.set(REPLICA, secretText('disable'));
-    Object.assign(process.env, FUNCTIONS[name]!.env, { [EnvName.SOURCE_SECRET_ARN]: PRIMARY, [EnvName.SNAPSHOT_REPLICA_SECRET_ARN]: REPLICA, [EnvName.SOURCE_SSL_MODE]: 'require' });
+    Object.assign(process.env, FUNCTIONS[name]!.env, {
+      [EnvName.SOURCE_SECRET_ARN]: PRIMARY,
+      [EnvName.SNAPSHOT_REPLICA_SECRET_ARN]: REPLICA,
+      [EnvName.SOURCE_SSL_MODE]: 'require',
+    });
     await expect(FUNCTIONS[name]!.run()).rejects.toThrow(new RegExp(`${REPLICA}: field 'sslmode' is "disable", weaker than the minimum "require"`));
     expect(connections).toBe(0);
   });
@@ -170,7 +197,9 @@ describe('every function that connects to the source refuses an sslmode weaker t
   it('without a mode in the environment, a secret is held to verify-full', async () => {
     secrets.set(PRIMARY, secretText('disable'));
     Object.assign(process.env, FUNCTIONS['slot monitor']!.env, { [EnvName.SOURCE_SECRET_ARN]: PRIMARY });
-    await expect(FUNCTIONS['slot monitor']!.run()).rejects.toThrow(/weaker than the minimum "verify-full" the deployment sets \(the default, CDC_SOURCE_SSL_MODE being unset\)/);
+    await expect(FUNCTIONS['slot monitor']!.run()).rejects.toThrow(
+      /weaker than the minimum "verify-full" the deployment sets \(the default, CDC_SOURCE_SSL_MODE being unset\)/,
+    );
     expect(connections).toBe(0);
   });
 });

@@ -68,7 +68,14 @@ function kinesisEvent(payloads: readonly (ChangeEvent | string)[]): KinesisStrea
   );
 }
 
-async function register(cp: ControlPlane, source: string, table: string, columns: ColumnDef[], key: string[], o: { mode?: DeleteMode; state?: TableState } = {}): Promise<void> {
+async function register(
+  cp: ControlPlane,
+  source: string,
+  table: string,
+  columns: ColumnDef[],
+  key: string[],
+  o: { mode?: DeleteMode; state?: TableState } = {},
+): Promise<void> {
   const at = new Date().toISOString();
   const ok = await cp.registerTable(
     { source, table, state: o.state ?? 'active', currentVersion: 1, deleteMode: o.mode ?? 'soft', preImage: 'key', stateReason: null, updatedAt: at },
@@ -106,7 +113,8 @@ function captureEmf(): { lines: Emf[]; metric(name: string): { value: number; di
         if (!def.Metrics.some((m) => m.Name === name)) continue;
         const dimNames = def.Dimensions[0] ?? [];
         const values = l[name];
-        for (const v of Array.isArray(values) ? values : [values]) out.push({ value: Number(v), dims: Object.fromEntries(dimNames.map((d) => [d, String(l[d])])), dimNames });
+        for (const v of Array.isArray(values) ? values : [values])
+          out.push({ value: Number(v), dims: Object.fromEntries(dimNames.map((d) => [d, String(l[d])])), dimNames });
       }
       return out;
     },
@@ -158,19 +166,35 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     vi.restoreAllMocks();
   });
 
-  const rows = async (sql: string): Promise<Record<string, string | null>[]> => (await pool.query({ text: sql, types: RAW })).rows as Record<string, string | null>[];
+  const rows = async (sql: string): Promise<Record<string, string | null>[]> =>
+    (await pool.query({ text: sql, types: RAW })).rows as Record<string, string | null>[];
   const names = (source: string, table: string) => {
     const t = warehouseTable(source, table);
-    return { view: qualified(t.schema, t.view), mirror: qualified(t.schema, t.mirror), changelog: qualified(t.schema, t.changelog), deletedKeys: qualified(t.schema, t.deletedKeys), t };
+    return {
+      view: qualified(t.schema, t.view),
+      mirror: qualified(t.schema, t.mirror),
+      changelog: qualified(t.schema, t.changelog),
+      deletedKeys: qualified(t.schema, t.deletedKeys),
+      t,
+    };
   };
 
   /** These tests look at the base tables (mirror, changelog) right after a batch: the merge runs after every append (`maxRows: 0`); the deferred merge has its own tests below. */
   function applier(cp: ControlPlane, warehouse?: PgWarehouseOptions, merge: Partial<MergePolicy> = { maxRows: 0 }): WarehouseApplier {
-    return createWarehouseApplier({ controlPlane: cp, pool, sinkId: SINK, metrics: new Metrics({ namespace: METRICS_NAMESPACE, serviceName: 'test' }), logger: new Logger({ logLevel: 'SILENT' }), warehouse, merge });
+    return createWarehouseApplier({
+      controlPlane: cp,
+      pool,
+      sinkId: SINK,
+      metrics: new Metrics({ namespace: METRICS_NAMESPACE, serviceName: 'test' }),
+      logger: new Logger({ logLevel: 'SILENT' }),
+      warehouse,
+      merge,
+    });
   }
 
   let recordSeq = 0;
-  const records = (events: ChangeEvent[]): ChangeRecord[] => events.map((e) => ({ sequenceNumber: String(++recordSeq), origin: `test/shard-0/${recordSeq}`, text: JSON.stringify(e) }));
+  const records = (events: ChangeEvent[]): ChangeRecord[] =>
+    events.map((e) => ({ sequenceNumber: String(++recordSeq), origin: `test/shard-0/${recordSeq}`, text: JSON.stringify(e) }));
 
   it('append-first: a batch is visible in the view before any merge; the merge runs at the row threshold and leaves the view as it was', async () => {
     const cp = new MemoryControlPlane();
@@ -178,19 +202,33 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     const a = applier(cp, undefined, { maxRows: 5, maxAgeMs: 3_600_000 });
     const n = names('lazy', 'public.orders');
     const full = (k: number, status: string) => ({ id: k, status, amount: '1.00', note: null });
-    const first = await a.applyRecords(records([ev('lazy', 'public.orders', 'insert', 1, { id: 1 }, full(1, 'new')), ev('lazy', 'public.orders', 'insert', 2, { id: 2 }, full(2, 'new')), ev('lazy', 'public.orders', 'delete', 3, { id: 2 }, null)]));
+    const first = await a.applyRecords(
+      records([
+        ev('lazy', 'public.orders', 'insert', 1, { id: 1 }, full(1, 'new')),
+        ev('lazy', 'public.orders', 'insert', 2, { id: 2 }, full(2, 'new')),
+        ev('lazy', 'public.orders', 'delete', 3, { id: 2 }, null),
+      ]),
+    );
     expect(first.failed).toEqual([]);
     expect(await rows(`SELECT id, status FROM ${n.view} ORDER BY id`)).toEqual([{ id: '1', status: 'new' }]);
     expect(await rows(`SELECT id FROM ${n.mirror}`)).toEqual([]);
     expect(await rows(`SELECT count(*) AS n FROM ${qualified(n.t.schema, n.t.delta)}`)).toEqual([{ n: '3' }]);
     // A late older event in the delta never wins over a newer one.
-    await a.applyRecords(records([ev('lazy', 'public.orders', 'update', 4, { id: 1 }, full(1, 'paid')), ev('lazy', 'public.orders', 'insert', 2, { id: 2 }, full(2, 'stale'), { position: pos(2, 1) })]));
+    await a.applyRecords(
+      records([
+        ev('lazy', 'public.orders', 'update', 4, { id: 1 }, full(1, 'paid')),
+        ev('lazy', 'public.orders', 'insert', 2, { id: 2 }, full(2, 'stale'), { position: pos(2, 1) }),
+      ]),
+    );
     const view = await rows(`SELECT id, status, _cdc_position FROM ${n.view} ORDER BY id`);
     expect(view).toEqual([{ id: '1', status: 'paid', _cdc_position: pos(4) }]);
     expect(await rows(`SELECT count(*) AS n FROM ${n.mirror}`)).toEqual([{ n: '2' }]); // 5 rows appended by this process: merged
     expect(await rows(`SELECT count(*) AS n FROM ${qualified(n.t.schema, n.t.delta)}`)).toEqual([{ n: '0' }]);
     expect(await rows(`SELECT id, status, _cdc_position FROM ${n.view} ORDER BY id`)).toEqual(view);
-    expect(await rows(`SELECT id, _cdc_deleted, _cdc_position FROM ${n.mirror} ORDER BY id`)).toEqual([{ id: '1', _cdc_deleted: 'f', _cdc_position: pos(4) }, { id: '2', _cdc_deleted: 't', _cdc_position: pos(3) }]);
+    expect(await rows(`SELECT id, _cdc_deleted, _cdc_position FROM ${n.mirror} ORDER BY id`)).toEqual([
+      { id: '1', _cdc_deleted: 'f', _cdc_position: pos(4) },
+      { id: '2', _cdc_deleted: 't', _cdc_position: pos(3) },
+    ]);
     expect(await rows(`SELECT _cdc_position, _cdc_op FROM ${n.changelog} ORDER BY 1`)).toEqual([
       { _cdc_position: pos(1), _cdc_op: 'insert' },
       { _cdc_position: pos(2), _cdc_op: 'insert' },
@@ -203,7 +241,10 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     expect(await rows(`SELECT count(*) AS n FROM ${qualified(n.t.schema, n.t.delta)}`)).toEqual([{ n: '1' }]);
     expect(await a.mergeDue()).toEqual([]);
     expect(await a.mergeDue({ force: true })).toEqual([expect.objectContaining({ source: 'lazy', table: 'public.orders', rows: 1 })]);
-    expect(await rows(`SELECT id, status FROM ${n.mirror} WHERE NOT _cdc_deleted ORDER BY id`)).toEqual([{ id: '1', status: 'paid' }, { id: '3', status: 'new' }]);
+    expect(await rows(`SELECT id, status FROM ${n.mirror} WHERE NOT _cdc_deleted ORDER BY id`)).toEqual([
+      { id: '1', status: 'paid' },
+      { id: '3', status: 'new' },
+    ]);
   });
 
   it('a delta at twice its row threshold is merged with appends stopped; below that, appends go on (docs/warehouse-apply.md)', async () => {
@@ -219,13 +260,17 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     };
     const full = (k: number) => ({ id: k, status: 'new', amount: '1.00', note: null });
     let p = 10;
-    const append = (n: number) => a.applyRecords(records(Array.from({ length: n }, (_, i) => ev('pressure', 'public.orders', 'insert', ++p, { id: i }, full(i)))));
+    const append = (n: number) =>
+      a.applyRecords(records(Array.from({ length: n }, (_, i) => ev('pressure', 'public.orders', 'insert', ++p, { id: i }, full(i)))));
     await append(3); // due (≥ 2), not twice the threshold
     const emf = captureEmf();
     expect((await a.mergeDue()).map((m) => [m.rows, m.appendsStopped])).toEqual([[3, false]]);
     await append(4); // twice the threshold
     expect((await a.mergeDue()).map((m) => [m.rows, m.appendsStopped])).toEqual([[4, true]]);
-    expect(seen).toEqual([{ rows: 3, options: undefined }, { rows: 4, options: { stopAppends: true } }]);
+    expect(seen).toEqual([
+      { rows: 3, options: undefined },
+      { rows: 4, options: { stopAppends: true } },
+    ]);
     // The merges' metrics: rows merged per call, and the merge that stopped appends.
     expect(emf.metric(MetricName.DELTA_ROWS_MERGED).map((m) => m.value)).toEqual([3, 4]);
     expect(emf.metric(MetricName.MERGES_STOPPING_APPENDS)).toEqual([{ value: 1, dims: { Sink: SINK }, dimNames: ['Sink'] }]);
@@ -245,7 +290,9 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     };
     const emf = captureEmf();
     const full = (k: number) => ({ id: k, status: 'new', amount: '1.00', note: null });
-    const out = await a.applyRecords(records([ev('failing', 'public.orders', 'insert', 1, { id: 1 }, full(1)), ev('failing', 'public.orders', 'insert', 2, { id: 2 }, full(2))]));
+    const out = await a.applyRecords(
+      records([ev('failing', 'public.orders', 'insert', 1, { id: 1 }, full(1)), ev('failing', 'public.orders', 'insert', 2, { id: 2 }, full(2))]),
+    );
     expect(out.failed).toEqual([]); // the batch is applied; only its inline merge failed
     expect(emf.metric(MetricName.MERGE_ERRORS), 'the inline merge failed').toHaveLength(1);
     expect(await rows(`SELECT id FROM ${n.view} ORDER BY id`)).toEqual([{ id: '1' }, { id: '2' }]);
@@ -275,12 +322,16 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     );
     expect(res.batchItemFailures).toEqual([]);
     const n = names('shop', 'public.orders');
-    expect(await rows(`SELECT id, status, amount, note, _cdc_position FROM ${n.view}`)).toEqual([{ id: '1', status: 'paid', amount: '10.50', note: 'fragile', _cdc_position: pos(3) }]);
+    expect(await rows(`SELECT id, status, amount, note, _cdc_position FROM ${n.view}`)).toEqual([
+      { id: '1', status: 'paid', amount: '10.50', note: 'fragile', _cdc_position: pos(3) },
+    ]);
     expect(await rows(`SELECT id, _cdc_deleted, _cdc_deleted_at, _cdc_position FROM ${n.mirror} ORDER BY id`)).toEqual([
       { id: '1', _cdc_deleted: 'f', _cdc_deleted_at: null, _cdc_position: pos(3) },
       { id: '2', _cdc_deleted: 't', _cdc_deleted_at: '2026-01-01 00:00:04+00', _cdc_position: pos(4) },
     ]);
-    expect(await rows(`SELECT _cdc_position, _cdc_op, _cdc_schema_version, _cdc_tx_id, _cdc_missing, id, status, note FROM ${n.changelog} ORDER BY _cdc_position`)).toEqual([
+    expect(
+      await rows(`SELECT _cdc_position, _cdc_op, _cdc_schema_version, _cdc_tx_id, _cdc_missing, id, status, note FROM ${n.changelog} ORDER BY _cdc_position`),
+    ).toEqual([
       { _cdc_position: pos(1), _cdc_op: 'insert', _cdc_schema_version: '1', _cdc_tx_id: '1001', _cdc_missing: null, id: '1', status: 'new', note: 'fragile' },
       { _cdc_position: pos(2), _cdc_op: 'insert', _cdc_schema_version: '1', _cdc_tx_id: '1002', _cdc_missing: null, id: '2', status: 'new', note: null },
       { _cdc_position: pos(3), _cdc_op: 'update', _cdc_schema_version: '1', _cdc_tx_id: '1003', _cdc_missing: '["note"]', id: '1', status: 'paid', note: null },
@@ -295,10 +346,17 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     const cp = new MemoryControlPlane();
     await register(cp, 'legacy', 'public.accounts', ORDERS, ['id']);
     await register(cp, 'legacy', 'public.orders', ORDERS, ['id']);
-    const polled = (n: number, after: Row, extra: Partial<ChangeEvent> = {}) => ev('legacy', 'public.accounts', 'update', n, { id: after.id! }, after, { capture: 'poll', txId: null, ...extra });
-    const res = await applier(cp).handler(kinesisEvent([polled(1, { id: 1, status: 'new', amount: '1.00', note: null }), ev('legacy', 'public.orders', 'insert', 2, { id: 1 }, { id: 1, status: 'new', amount: null, note: null })]));
+    const polled = (n: number, after: Row, extra: Partial<ChangeEvent> = {}) =>
+      ev('legacy', 'public.accounts', 'update', n, { id: after.id! }, after, { capture: 'poll', txId: null, ...extra });
+    const res = await applier(cp).handler(
+      kinesisEvent([
+        polled(1, { id: 1, status: 'new', amount: '1.00', note: null }),
+        ev('legacy', 'public.orders', 'insert', 2, { id: 1 }, { id: 1, status: 'new', amount: null, note: null }),
+      ]),
+    );
     expect(res.batchItemFailures).toEqual([]);
-    const comment = async (name: string): Promise<string | null> => (await pool.query<{ c: string | null }>('SELECT obj_description($1::regclass, \'pg_class\') AS c', [name])).rows[0]!.c;
+    const comment = async (name: string): Promise<string | null> =>
+      (await pool.query<{ c: string | null }>("SELECT obj_description($1::regclass, 'pg_class') AS c", [name])).rows[0]!.c;
     const accounts = names('legacy', 'public.accounts');
     expect(await comment(accounts.view)).toBe(POLLED_TABLE_COMMENT);
     expect(await comment(accounts.mirror)).toBe(POLLED_TABLE_COMMENT);
@@ -308,11 +366,25 @@ describe('warehouse applier on embedded PostgreSQL', () => {
 
     // A new column re-creates the view (CREATE OR REPLACE VIEW): the comment stays, in a fresh applier too.
     await cp.addSchemaVersion(
-      { source: 'legacy', table: 'public.accounts', version: 2, columns: [...ORDERS, { name: 'region', type: 'text', nullable: true }], key: ['id'], effectivePosition: pos(3), registeredAt: new Date().toISOString() },
+      {
+        source: 'legacy',
+        table: 'public.accounts',
+        version: 2,
+        columns: [...ORDERS, { name: 'region', type: 'text', nullable: true }],
+        key: ['id'],
+        effectivePosition: pos(3),
+        registeredAt: new Date().toISOString(),
+      },
       { at: new Date().toISOString(), actor: 'test', action: 'add-schema-version', source: 'legacy', table: 'public.accounts', outcome: 'done', detail: {} },
     );
-    expect((await applier(cp).handler(kinesisEvent([polled(3, { id: 2, status: 'new', amount: '2.00', note: null, region: 'eu' }, { schemaVersion: 2 })]))).batchItemFailures).toEqual([]);
-    expect(await rows(`SELECT id, region FROM ${accounts.view} ORDER BY id`)).toEqual([{ id: '1', region: null }, { id: '2', region: 'eu' }]);
+    expect(
+      (await applier(cp).handler(kinesisEvent([polled(3, { id: 2, status: 'new', amount: '2.00', note: null, region: 'eu' }, { schemaVersion: 2 })])))
+        .batchItemFailures,
+    ).toEqual([]);
+    expect(await rows(`SELECT id, region FROM ${accounts.view} ORDER BY id`)).toEqual([
+      { id: '1', region: null },
+      { id: '2', region: 'eu' },
+    ]);
     expect(await comment(accounts.view)).toBe(POLLED_TABLE_COMMENT);
   });
 
@@ -323,7 +395,13 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     const down = new pg.Pool({ host: '127.0.0.1', port: await freePort(), user: 'postgres', database: 'wh', connectionTimeoutMillis: 2000 });
     down.on('error', () => undefined);
     try {
-      const a = createWarehouseApplier({ controlPlane: cp, pool: down, sinkId: SINK, metrics: new Metrics({ namespace: METRICS_NAMESPACE, serviceName: 'test' }), logger: new Logger({ logLevel: 'SILENT' }) });
+      const a = createWarehouseApplier({
+        controlPlane: cp,
+        pool: down,
+        sinkId: SINK,
+        metrics: new Metrics({ namespace: METRICS_NAMESPACE, serviceName: 'test' }),
+        logger: new Logger({ logLevel: 'SILENT' }),
+      });
       const event = kinesisEvent([
         'not json at all',
         ev('shop', 'public.orders', 'insert', 1, { id: 1 }, { id: 1, status: 'new', amount: '1.00', note: null }),
@@ -385,7 +463,9 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     expect(JSON.parse(letters[0]!.record)).toMatchObject({ table: badTable });
     // The other table applied; the injection-shaped VALUE is just a value (a parameter).
     expect(await rows(`SELECT k FROM ${names('inj', 'public.other').view} ORDER BY k`)).toEqual([{ k: 'a' }, { k: 'b' }]);
-    expect(await rows(`SELECT id, status FROM ${names('inj', 'public.orders').view}`)).toEqual([{ id: '2', status: "'); DROP TABLE inj_public.orders_mirror; --" }]);
+    expect(await rows(`SELECT id, status FROM ${names('inj', 'public.orders').view}`)).toEqual([
+      { id: '2', status: "'); DROP TABLE inj_public.orders_mirror; --" },
+    ]);
     expect((await cp.getTable('inj', 'public.orders'))!.state).toBe('degraded');
     expect(emf.metric(MetricName.DEAD_LETTERS)).toEqual([{ value: 3, dims: { Stage: SINK, Source: 'inj' }, dimNames: ['Stage', 'Source'] }]);
   });
@@ -432,27 +512,58 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     const first = await a.handler(firstEvent);
     expect(first.batchItemFailures).toEqual([]);
     // The hold records the shard's first held sequence number (the resume replay starts there: docs/operations.md).
-    expect(await cp.getSinkProgress(SINK, 'hold', 'public.orders')).toMatchObject({ heldFrom: pos(3), appliedPosition: null, heldFromShards: { 'shardId-000000000000': firstEvent.Records[0]!.kinesis.sequenceNumber } });
+    expect(await cp.getSinkProgress(SINK, 'hold', 'public.orders')).toMatchObject({
+      heldFrom: pos(3),
+      appliedPosition: null,
+      heldFromShards: { 'shardId-000000000000': firstEvent.Records[0]!.kinesis.sequenceNumber },
+    });
     expect(emf.metric(MetricName.EVENTS_HELD)).toEqual([{ value: 3, dims: { Sink: SINK, Source: 'hold' }, dimNames: ['Sink', 'Source'] }]);
     expect(await rows(`SELECT k FROM ${names('hold', 'public.other').view}`)).toEqual([{ k: 'a' }]);
-    expect(await rows(`SELECT count(*) AS n FROM information_schema.tables WHERE table_schema = 'hold_public' AND (table_name = 'orders' OR table_name LIKE '\\_cdc\\_%\\_orders')`)).toEqual([{ n: '0' }]);
+    expect(
+      await rows(
+        `SELECT count(*) AS n FROM information_schema.tables WHERE table_schema = 'hold_public' AND (table_name = 'orders' OR table_name LIKE '\\_cdc\\_%\\_orders')`,
+      ),
+    ).toEqual([{ n: '0' }]);
 
     // Resumed in the control plane, but this sink's hold is not released yet: newer events must
     // not overtake the held ones (the replay from the hold would then be dropped as stale).
-    await cp.setTableState('hold', 'public.orders', 'active', null, { at: new Date().toISOString(), actor: 'test', action: 'resume', source: 'hold', table: 'public.orders', outcome: 'done', detail: {} });
-    await a.handler(kinesisEvent([ev('hold', 'public.orders', 'insert', 9, { id: 3 }, { id: 3 }), ev('hold', 'public.orders', 'insert', 1, { id: 4 }, { id: 4 })]));
+    await cp.setTableState('hold', 'public.orders', 'active', null, {
+      at: new Date().toISOString(),
+      actor: 'test',
+      action: 'resume',
+      source: 'hold',
+      table: 'public.orders',
+      outcome: 'done',
+      detail: {},
+    });
+    await a.handler(
+      kinesisEvent([ev('hold', 'public.orders', 'insert', 9, { id: 3 }, { id: 3 }), ev('hold', 'public.orders', 'insert', 1, { id: 4 }, { id: 4 })]),
+    );
     expect(await cp.getSinkProgress(SINK, 'hold', 'public.orders')).toMatchObject({ heldFrom: pos(1) });
 
     // The resume replay bypasses this sink's hold (not a table pause) and applies the held range.
-    const toRecords = (e: KinesisStreamEvent) => e.Records.map((r) => ({ sequenceNumber: r.kinesis.sequenceNumber, origin: 'replay', text: Buffer.from(r.kinesis.data, 'base64').toString('utf8') }));
+    const toRecords = (e: KinesisStreamEvent) =>
+      e.Records.map((r) => ({ sequenceNumber: r.kinesis.sequenceNumber, origin: 'replay', text: Buffer.from(r.kinesis.data, 'base64').toString('utf8') }));
     const replayed = await a.applyRecords(toRecords(kinesisEvent([ev('hold', 'public.orders', 'insert', 3, { id: 2 }, { id: 2 })])), { replayHeld: true });
     expect(replayed).toMatchObject({ failed: [], applied: 1, held: 0 });
     expect(await rows(`SELECT id FROM ${names('hold', 'public.orders').view} ORDER BY id`)).toEqual([{ id: '2' }]);
 
-    await cp.releaseSinkTable(SINK, 'hold', 'public.orders', { at: new Date().toISOString(), actor: 'test', action: 'release', source: 'hold', table: 'public.orders', outcome: 'done', detail: {} });
-    const replay = await a.handler(kinesisEvent([ev('hold', 'public.orders', 'insert', 1, { id: 4 }, { id: 4 }), ev('hold', 'public.orders', 'insert', 3, { id: 2 }, { id: 2 })]));
+    await cp.releaseSinkTable(SINK, 'hold', 'public.orders', {
+      at: new Date().toISOString(),
+      actor: 'test',
+      action: 'release',
+      source: 'hold',
+      table: 'public.orders',
+      outcome: 'done',
+      detail: {},
+    });
+    const replay = await a.handler(
+      kinesisEvent([ev('hold', 'public.orders', 'insert', 1, { id: 4 }, { id: 4 }), ev('hold', 'public.orders', 'insert', 3, { id: 2 }, { id: 2 })]),
+    );
     expect(replay.batchItemFailures).toEqual([]);
-    const paused = await register(cp, 'hold', 'public.paused', ORDERS, ['id'], { state: 'paused' }).then(() => a.applyRecords(toRecords(kinesisEvent([ev('hold', 'public.paused', 'insert', 2, { id: 1 }, { id: 1 })])), { replayHeld: true }));
+    const paused = await register(cp, 'hold', 'public.paused', ORDERS, ['id'], { state: 'paused' }).then(() =>
+      a.applyRecords(toRecords(kinesisEvent([ev('hold', 'public.paused', 'insert', 2, { id: 1 }, { id: 1 })])), { replayHeld: true }),
+    );
     expect(paused).toMatchObject({ applied: 0, held: 1 });
     expect(await rows(`SELECT id FROM ${names('hold', 'public.orders').view} ORDER BY id`)).toEqual([{ id: '2' }, { id: '4' }]);
   });
@@ -465,7 +576,15 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     await a.handler(kinesisEvent([ev('ddl', 'public.orders', 'insert', 1, { id: 1 }, { id: 1, status: 'a' })]));
     const at = new Date().toISOString();
     await cp.addSchemaVersion(
-      { source: 'ddl', table: 'public.orders', version: 2, columns: [...cols, { name: 'shipped_at', type: 'timestamp with time zone', nullable: true }], key: ['id'], effectivePosition: pos(2), registeredAt: at },
+      {
+        source: 'ddl',
+        table: 'public.orders',
+        version: 2,
+        columns: [...cols, { name: 'shipped_at', type: 'timestamp with time zone', nullable: true }],
+        key: ['id'],
+        effectivePosition: pos(2),
+        registeredAt: at,
+      },
       { at, actor: 'test', action: 'add-schema-version', source: 'ddl', table: 'public.orders', outcome: 'done', detail: {} },
     );
     const res = await a.handler(
@@ -476,9 +595,28 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     );
     expect(res.batchItemFailures).toEqual([]);
     const n = names('ddl', 'public.orders');
-    const columns = async (table: string) => (await rows(`SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = 'ddl_public' AND table_name = '${table}' ORDER BY ordinal_position`)).map((r) => `${r.column_name}:${r.data_type}`);
-    expect(await columns('_cdc_mirror_orders')).toEqual(['_cdc_deleted:boolean', 'id:bigint', 'status:text', '_cdc_position:character varying', '_cdc_deleted_at:timestamp with time zone', '_cdc_applied_at:timestamp with time zone', 'shipped_at:timestamp with time zone']);
-    expect(await columns('orders')).toEqual(['id:bigint', 'status:text', '_cdc_position:character varying', '_cdc_applied_at:timestamp with time zone', 'shipped_at:timestamp with time zone']);
+    const columns = async (table: string) =>
+      (
+        await rows(
+          `SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = 'ddl_public' AND table_name = '${table}' ORDER BY ordinal_position`,
+        )
+      ).map((r) => `${r.column_name}:${r.data_type}`);
+    expect(await columns('_cdc_mirror_orders')).toEqual([
+      '_cdc_deleted:boolean',
+      'id:bigint',
+      'status:text',
+      '_cdc_position:character varying',
+      '_cdc_deleted_at:timestamp with time zone',
+      '_cdc_applied_at:timestamp with time zone',
+      'shipped_at:timestamp with time zone',
+    ]);
+    expect(await columns('orders')).toEqual([
+      'id:bigint',
+      'status:text',
+      '_cdc_position:character varying',
+      '_cdc_applied_at:timestamp with time zone',
+      'shipped_at:timestamp with time zone',
+    ]);
     expect(await columns('_cdc_changelog_orders')).toContain('shipped_at:timestamp with time zone');
     expect(await rows(`SELECT id, status, shipped_at FROM ${n.view} ORDER BY id`)).toEqual([
       { id: '1', status: 'c', shipped_at: null },
@@ -497,10 +635,20 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     expect(await rows(`SELECT id FROM ${delta}`)).toEqual([{ id: '1' }]);
     const at = new Date().toISOString();
     await cp.addSchemaVersion(
-      { source: 'ddl2', table: 'public.orders', version: 2, columns: [...cols, { name: 'shipped_at', type: 'timestamp with time zone', nullable: true }], key: ['id'], effectivePosition: pos(2), registeredAt: at },
+      {
+        source: 'ddl2',
+        table: 'public.orders',
+        version: 2,
+        columns: [...cols, { name: 'shipped_at', type: 'timestamp with time zone', nullable: true }],
+        key: ['id'],
+        effectivePosition: pos(2),
+        registeredAt: at,
+      },
       { at, actor: 'test', action: 'add-schema-version', source: 'ddl2', table: 'public.orders', outcome: 'done', detail: {} },
     );
-    const res = await a.handler(kinesisEvent([ev('ddl2', 'public.orders', 'insert', 2, { id: 2 }, { id: 2, status: 'b', shipped_at: '2026-01-02T03:04:05Z' }, { schemaVersion: 2 })]));
+    const res = await a.handler(
+      kinesisEvent([ev('ddl2', 'public.orders', 'insert', 2, { id: 2 }, { id: 2, status: 'b', shipped_at: '2026-01-02T03:04:05Z' }, { schemaVersion: 2 })]),
+    );
     expect(res.batchItemFailures).toEqual([]);
     // The row appended before the change is in the base now; the new batch is in the delta, with the new column.
     expect(await rows(`SELECT id, status FROM ${n.mirror}`)).toEqual([{ id: '1', status: 'a' }]);
@@ -518,7 +666,10 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     await a.handler(kinesisEvent([ev('conflict', 'public.orders', 'insert', 1, { id: 1 }, { id: 1, amount: '1.25' })]));
     const at = new Date().toISOString();
     const widened = ORDERS.map((c) => (c.name === 'amount' ? { ...c, type: 'numeric(14,4)' } : c));
-    await cp.addSchemaVersion({ source: 'conflict', table: 'public.orders', version: 2, columns: widened, key: ['id'], effectivePosition: pos(2), registeredAt: at }, { at, actor: 'test', action: 'add', source: 'conflict', table: 'public.orders', outcome: 'done', detail: {} });
+    await cp.addSchemaVersion(
+      { source: 'conflict', table: 'public.orders', version: 2, columns: widened, key: ['id'], effectivePosition: pos(2), registeredAt: at },
+      { at, actor: 'test', action: 'add', source: 'conflict', table: 'public.orders', outcome: 'done', detail: {} },
+    );
     const res = await a.handler(kinesisEvent([ev('conflict', 'public.orders', 'update', 2, { id: 1 }, { id: 1, amount: '1.2345' }, { schemaVersion: 2 })]));
     expect(res.batchItemFailures).toEqual([]);
     expect(await cp.getSinkProgress(SINK, 'conflict', 'public.orders')).toMatchObject({ heldFrom: pos(2), appliedPosition: pos(1) });
@@ -532,16 +683,27 @@ describe('warehouse applier on embedded PostgreSQL', () => {
       await register(cp, source, 'public.orders', ORDERS, ['id'], { mode });
       const a = applier(cp);
       const n = names(source, 'public.orders');
-      await a.handler(kinesisEvent([ev(source, 'public.orders', 'insert', 1, { id: 1 }, { id: 1, status: 'new' }), ev(source, 'public.orders', 'delete', 3, { id: 1 }, null)]));
+      await a.handler(
+        kinesisEvent([
+          ev(source, 'public.orders', 'insert', 1, { id: 1 }, { id: 1, status: 'new' }),
+          ev(source, 'public.orders', 'delete', 3, { id: 1 }, null),
+        ]),
+      );
       await a.handler(kinesisEvent([ev(source, 'public.orders', 'update', 2, { id: 1 }, { id: 1, status: 'late', amount: null, note: null })]));
       expect(await rows(`SELECT id FROM ${n.view}`)).toEqual([]);
       if (mode === 'hard') {
         expect(await rows(`SELECT id FROM ${n.mirror}`)).toEqual([]);
         expect(await rows(`SELECT id, _cdc_position FROM ${n.deletedKeys}`)).toEqual([{ id: '1', _cdc_position: pos(3) }]);
       } else {
-        expect(await rows(`SELECT id, status, _cdc_deleted, _cdc_position FROM ${n.mirror}`)).toEqual([{ id: '1', status: 'new', _cdc_deleted: 't', _cdc_position: pos(3) }]);
+        expect(await rows(`SELECT id, status, _cdc_deleted, _cdc_position FROM ${n.mirror}`)).toEqual([
+          { id: '1', status: 'new', _cdc_deleted: 't', _cdc_position: pos(3) },
+        ]);
       }
-      expect(await rows(`SELECT _cdc_op FROM ${n.changelog} ORDER BY _cdc_position`)).toEqual([{ _cdc_op: 'insert' }, { _cdc_op: 'update' }, { _cdc_op: 'delete' }]);
+      expect(await rows(`SELECT _cdc_op FROM ${n.changelog} ORDER BY _cdc_position`)).toEqual([
+        { _cdc_op: 'insert' },
+        { _cdc_op: 'update' },
+        { _cdc_op: 'delete' },
+      ]);
       await a.handler(kinesisEvent([ev(source, 'public.orders', 'insert', 4, { id: 1 }, { id: 1, status: 'back' })]));
       expect(await rows(`SELECT id, status, note FROM ${n.view}`)).toEqual([{ id: '1', status: 'back', note: null }]);
       if (mode === 'hard') expect(await rows(`SELECT id FROM ${n.deletedKeys}`)).toEqual([]);
@@ -551,7 +713,16 @@ describe('warehouse applier on embedded PostgreSQL', () => {
   it('turns heartbeat events into EndToEndLag per sink and source, once per heartbeat', async () => {
     const cp = new MemoryControlPlane();
     const table = `public.${HEARTBEAT_TABLE}`;
-    await register(cp, 'beat', table, [{ name: 'source_id', type: 'text', nullable: false }, { name: 'beat_at', type: 'timestamptz', nullable: false }], ['source_id']);
+    await register(
+      cp,
+      'beat',
+      table,
+      [
+        { name: 'source_id', type: 'text', nullable: false },
+        { name: 'beat_at', type: 'timestamptz', nullable: false },
+      ],
+      ['source_id'],
+    );
     const a = applier(cp);
     const committed = new Date(Date.now() - 4_000).toISOString();
     const beat = ev('beat', table, 'update', 1, { source_id: 'beat' }, { source_id: 'beat', beat_at: committed }, { commitTs: committed });
@@ -567,22 +738,29 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     expect(lag[0]!.value).toBeLessThanOrEqual(after - Date.parse(committed));
     const unit = emf.lines.find((l) => MetricName.END_TO_END_LAG in l)!._aws.CloudWatchMetrics[0]!.Metrics[0]!.Unit;
     expect(unit).toBe('Milliseconds');
-    const stored = await pool.query({ text: `SELECT source_id, beat_at = CAST($1 AS timestamptz) AS same FROM ${names('beat', table).view}`, values: [committed] });
+    const stored = await pool.query({
+      text: `SELECT source_id, beat_at = CAST($1 AS timestamptz) AS same FROM ${names('beat', table).view}`,
+      values: [committed],
+    });
     expect(stored.rows).toEqual([{ source_id: 'beat', same: true }]);
     // A redelivered heartbeat was already committed: it is no new lag sample.
     await a.handler(kinesisEvent([beat]));
     expect(emf.metric(MetricName.END_TO_END_LAG)).toHaveLength(1);
   });
 
-  it("fails a table whose transaction fails (a transient error), from its first failed record on; other tables apply and are not failed; redelivery succeeds", async () => {
+  it('fails a table whose transaction fails (a transient error), from its first failed record on; other tables apply and are not failed; redelivery succeeds', async () => {
     const cp = new MemoryControlPlane();
     await register(cp, 'down', 'public.orders', ORDERS, ['id']);
     await register(cp, 'down', 'public.other', [{ name: 'k', type: 'text', nullable: false }], ['k']);
     const a = applier(cp);
-    await a.handler(kinesisEvent([ev('down', 'public.orders', 'insert', 1, { id: 1 }, { id: 1 }), ev('down', 'public.other', 'insert', 2, { k: 'a' }, { k: 'a' })]));
+    await a.handler(
+      kinesisEvent([ev('down', 'public.orders', 'insert', 1, { id: 1 }, { id: 1 }), ev('down', 'public.other', 'insert', 2, { k: 'a' }, { k: 'a' })]),
+    );
     const n = names('down', 'public.orders');
     // A transient error on this table only (SQLSTATE 57014, as a statement timeout gives).
-    await pool.query(`CREATE FUNCTION down_public.cancel_write() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'canceling statement due to statement timeout' USING ERRCODE = '57014'; END $$`);
+    await pool.query(
+      `CREATE FUNCTION down_public.cancel_write() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'canceling statement due to statement timeout' USING ERRCODE = '57014'; END $$`,
+    );
     await pool.query(`CREATE TRIGGER cancel_write BEFORE INSERT OR UPDATE ON ${n.mirror} FOR EACH ROW EXECUTE FUNCTION down_public.cancel_write()`);
     const emf = captureEmf();
     const event = kinesisEvent([
@@ -631,7 +809,12 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     await register(cp, 'pkc', 'public.orders', ORDERS, ['id']);
     const a = applier(cp);
     const n = names('pkc', 'public.orders');
-    await a.handler(kinesisEvent([ev('pkc', 'public.orders', 'insert', 1, { id: 1 }, { id: 1, status: 'a', note: 'big' }), ev('pkc', 'public.orders', 'insert', 2, { id: 3 }, { id: 3, status: 'c', note: 'big3' })]));
+    await a.handler(
+      kinesisEvent([
+        ev('pkc', 'public.orders', 'insert', 1, { id: 1 }, { id: 1, status: 'a', note: 'big' }),
+        ev('pkc', 'public.orders', 'insert', 2, { id: 3 }, { id: 3, status: 'c', note: 'big3' }),
+      ]),
+    );
     // Same batch: the old key's delete and the new key's insert.
     await a.handler(
       kinesisEvent([
@@ -641,7 +824,9 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     );
     // Separate batches: the old key's tombstone at that position is read.
     await a.handler(kinesisEvent([ev('pkc', 'public.orders', 'delete', 6, { id: 3 }, null)]));
-    await a.handler(kinesisEvent([ev('pkc', 'public.orders', 'insert', 6, { id: 4 }, { id: 4, status: 'moved', amount: null }, { before: { id: 3 }, missing: ['note'] })]));
+    await a.handler(
+      kinesisEvent([ev('pkc', 'public.orders', 'insert', 6, { id: 4 }, { id: 4, status: 'moved', amount: null }, { before: { id: 3 }, missing: ['note'] })]),
+    );
     expect(await rows(`SELECT id, status, note FROM ${n.view} ORDER BY id`)).toEqual([
       { id: '2', status: 'moved', note: 'big' },
       { id: '4', status: 'moved', note: 'big3' },
@@ -654,8 +839,15 @@ describe('warehouse applier on embedded PostgreSQL', () => {
 
   it('gives the same tables with the Redshift stage lifecycle and with the COPY loader', async () => {
     const batches = (source: string): ChangeEvent[][] => [
-      [ev(source, 'public.orders', 'insert', 1, { id: 1 }, { id: 1, status: 'a\tb\\c\nd', amount: '1.00', note: null }), ev(source, 'public.orders', 'insert', 2, { id: 2 }, { id: 2, status: 'é', amount: null, note: 'n' })],
-      [ev(source, 'public.orders', 'update', 3, { id: 1 }, { id: 1, status: 'z' }, { missing: ['note'] }), ev(source, 'public.orders', 'delete', 4, { id: 2 }, null), ev(source, 'public.orders', 'insert', 1, { id: 1 }, { id: 1 })],
+      [
+        ev(source, 'public.orders', 'insert', 1, { id: 1 }, { id: 1, status: 'a\tb\\c\nd', amount: '1.00', note: null }),
+        ev(source, 'public.orders', 'insert', 2, { id: 2 }, { id: 2, status: 'é', amount: null, note: 'n' }),
+      ],
+      [
+        ev(source, 'public.orders', 'update', 3, { id: 1 }, { id: 1, status: 'z' }, { missing: ['note'] }),
+        ev(source, 'public.orders', 'delete', 4, { id: 2 }, null),
+        ev(source, 'public.orders', 'insert', 1, { id: 1 }, { id: 1 }),
+      ],
     ];
     const variants: [string, PgWarehouseOptions][] = [
       ['lcsession', { stages: 'session' }],
@@ -676,7 +868,12 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     }
     expect(results[1]).toEqual(results[0]);
     expect(results[2]).toEqual(results[0]);
-    expect(results[0]).toMatchObject({ mirror: [{ id: '1', status: 'z', note: null }, { id: '2', _cdc_deleted: 't' }] });
+    expect(results[0]).toMatchObject({
+      mirror: [
+        { id: '1', status: 'z', note: null },
+        { id: '2', _cdc_deleted: 't' },
+      ],
+    });
   });
 
   describe('with the DynamoDB control plane on DynamoDB Local', () => {

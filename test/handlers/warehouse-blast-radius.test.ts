@@ -73,20 +73,50 @@ describe('one broken table on embedded PostgreSQL', () => {
         { at, actor: 'test', action: 'register-table', source: SOURCE, table, outcome: 'done', detail: {} },
       );
     }
-    const applier = createWarehouseApplier({ controlPlane: cp, pool, sinkId: 'warehouse', metrics: new Metrics({ namespace: METRICS_NAMESPACE, serviceName: 'test' }), logger: new Logger({ logLevel: 'SILENT' }) });
+    const applier = createWarehouseApplier({
+      controlPlane: cp,
+      pool,
+      sinkId: 'warehouse',
+      metrics: new Metrics({ namespace: METRICS_NAMESPACE, serviceName: 'test' }),
+      logger: new Logger({ logLevel: 'SILENT' }),
+    });
     let n = 0;
     let seq = 49590338271490256608559692538361571095921575989136588898n;
     const log: LogRecord[] = [];
-    const expected = new Map<string, Map<number, string>>([['public.good', new Map()], ['public.bad', new Map()]]);
+    const expected = new Map<string, Map<number, string>>([
+      ['public.good', new Map()],
+      ['public.bad', new Map()],
+    ]);
     const event = (table: string, id: number, status: string): ChangeEvent => {
       n++;
       expected.get(table)!.set(id, status);
-      return { v: ENVELOPE_VERSION, source: SOURCE, table, op: 'update', key: { id }, after: { id, status }, before: null, missing: [], position: makePosition(BigInt(n) * 0x100n, 0), commitTs: new Date(Date.UTC(2026, 0, 1, 0, 0, n)).toISOString(), txId: String(n), schemaVersion: 1, capture: 'slot', synthetic: false };
+      return {
+        v: ENVELOPE_VERSION,
+        source: SOURCE,
+        table,
+        op: 'update',
+        key: { id },
+        after: { id, status },
+        before: null,
+        missing: [],
+        position: makePosition(BigInt(n) * 0x100n, 0),
+        commitTs: new Date(Date.UTC(2026, 0, 1, 0, 0, n)).toISOString(),
+        txId: String(n),
+        schemaVersion: 1,
+        capture: 'slot',
+        synthetic: false,
+      };
     };
     const send = async (events: ChangeEvent[]) => {
-      const records = events.map((e) => ({ SequenceNumber: String((seq += 1000n)), PartitionKey: `${e.table}/${String(e.key.id)}`, Data: Buffer.from(JSON.stringify(e)) }));
+      const records = events.map((e) => ({
+        SequenceNumber: String((seq += 1000n)),
+        PartitionKey: `${e.table}/${String(e.key.id)}`,
+        Data: Buffer.from(JSON.stringify(e)),
+      }));
       for (const r of records) log.push({ shardId: 'shardId-000000000000', sequenceNumber: r.SequenceNumber, arrivedAt: null, text: r.Data.toString('utf8') });
-      return applier.handler(toKinesisStreamEvent(records, { streamArn: 'arn:aws:kinesis:us-east-1:000000000000:stream/changes', shardId: 'shardId-000000000000' }));
+      return applier.handler(
+        toKinesisStreamEvent(records, { streamArn: 'arn:aws:kinesis:us-east-1:000000000000:stream/changes', shardId: 'shardId-000000000000' }),
+      );
     };
     const view = async (table: string) => {
       const t = warehouseTable(SOURCE, table);
@@ -107,8 +137,15 @@ describe('one broken table on embedded PostgreSQL', () => {
     let firstHeld: string | null = null;
     for (let round = 1; round <= 6; round++) {
       const batch: ChangeEvent[] = [];
-      for (let id = 1; id <= 5; id++) batch.push(event(id % 2 === 0 ? 'public.bad' : 'public.good', id, `r${round}`), event(id % 2 === 0 ? 'public.good' : 'public.bad', id + (round % 3), `r${round}b`));
-      firstHeld ??= batch.filter((e) => e.table === 'public.bad').map((e) => e.position).sort()[0]!;
+      for (let id = 1; id <= 5; id++)
+        batch.push(
+          event(id % 2 === 0 ? 'public.bad' : 'public.good', id, `r${round}`),
+          event(id % 2 === 0 ? 'public.good' : 'public.bad', id + (round % 3), `r${round}b`),
+        );
+      firstHeld ??= batch
+        .filter((e) => e.table === 'public.bad')
+        .map((e) => e.position)
+        .sort()[0]!;
       const res = await send(batch);
       expect(res.batchItemFailures, `round ${round}`).toEqual([]);
     }
@@ -117,14 +154,23 @@ describe('one broken table on embedded PostgreSQL', () => {
     const held = await cp.getSinkProgress('warehouse', SOURCE, 'public.bad');
     expect(held?.heldFrom).toBe(firstHeld);
     const holds = (await cp.listAudit(SOURCE, 'public.bad')).filter((a) => a.action === 'hold-table');
-    expect(holds).toEqual([expect.objectContaining({ actor: 'applier:warehouse', detail: expect.objectContaining({ sqlState: '23514', heldFrom: firstHeld }) })]);
+    expect(holds).toEqual([
+      expect.objectContaining({ actor: 'applier:warehouse', detail: expect.objectContaining({ sqlState: '23514', heldFrom: firstHeld }) }),
+    ]);
     expect((await cp.getSinkProgress('warehouse', SOURCE, 'public.good'))?.heldFrom).toBeNull();
 
     // Fix the table, resume it: the sink replays the held range, then applies live again.
     await pool.query(`ALTER TABLE ${qualified(bad.schema, bad.changelog)} DROP CONSTRAINT reject_all`);
     const op = new Operator({ control: cp, settings: { changeLogRetentionMs: 86_400_000 }, snapshots: stateOnlySnapshots });
     expect(await op.resume('oncall', { table: 'public.bad' })).toMatchObject({ outcome: 'done' });
-    const replayer = createHeldRangeReplayer({ controlPlane: cp, sinkId: 'warehouse', applier, readLog: async function* () { yield log.slice(); } });
+    const replayer = createHeldRangeReplayer({
+      controlPlane: cp,
+      sinkId: 'warehouse',
+      applier,
+      readLog: async function* () {
+        yield log.slice();
+      },
+    });
     expect(await replayer.replayPending()).toEqual([expect.objectContaining({ table: 'public.bad', released: true })]);
     expect(await view('public.bad')).toEqual(expected.get('public.bad'));
     const live = [event('public.bad', 1, 'live'), event('public.good', 1, 'live')];

@@ -29,7 +29,17 @@ export function chromiumPath(): string {
 export async function renderedDom(url: string, budgetMs = 5000): Promise<string> {
   const profile = await mkdtemp(path.join(os.tmpdir(), 'cdc-chromium-'));
   try {
-    const args = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run', `--user-data-dir=${profile}`, `--virtual-time-budget=${budgetMs}`, '--dump-dom', url];
+    const args = [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-dev-shm-usage',
+      '--no-first-run',
+      `--user-data-dir=${profile}`,
+      `--virtual-time-budget=${budgetMs}`,
+      '--dump-dom',
+      url,
+    ];
     return await new Promise<string>((resolve, reject) => {
       execFile(chromiumPath(), args, { timeout: 60_000, maxBuffer: 16 * 1024 * 1024 }, (e, stdout, stderr) => {
         if (e) reject(new Error(`chromium --dump-dom ${url} failed: ${e.message}\n${stderr}`));

@@ -11,7 +11,12 @@ import { createOverlayViewSql, qualified, type WarehouseTable } from '../../lamb
 export async function toDeltaTableLayout(pool: pg.Pool, t: WarehouseTable, key: readonly string[], hard: boolean): Promise<void> {
   const q = (n: string): string => qualified(t.schema, n);
   const columnsOf = async (name: string): Promise<string[]> =>
-    (await pool.query(`SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position`, [t.schema, name])).rows.map((r) => String(r.column_name));
+    (
+      await pool.query(`SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position`, [
+        t.schema,
+        name,
+      ])
+    ).rows.map((r) => String(r.column_name));
   const changelog = (await columnsOf(t.changelog)).filter((c) => c !== '_cdc_seq');
   const mirror = await columnsOf(t.mirror);
   const has = async (name: string): Promise<boolean> => (await pool.query(`SELECT to_regclass($1) AS r`, [`"${t.schema}"."${name}"`])).rows[0].r !== null;

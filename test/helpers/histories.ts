@@ -105,7 +105,18 @@ export const actionArb: fc.Arbitrary<Action> = fc.oneof(
   { weight: 3, arbitrary: fc.record({ t: fc.constant('insert' as const), tbl: tblArb, k: slot, vals: valsArb, omitNulls: fc.boolean() }) },
   { weight: 5, arbitrary: fc.record({ t: fc.constant('update' as const), tbl: tblArb, k: slot, vals: valsArb, change: changeArb, keepB: fc.boolean() }) },
   { weight: 2, arbitrary: fc.record({ t: fc.constant('delete' as const), tbl: tblArb, k: slot }) },
-  { weight: 3, arbitrary: fc.record({ t: fc.constant('pk' as const), tbl: tblArb, k: slot, k2: fc.integer({ min: 0, max: 3 }), vals: valsArb, change: changeArb, keepB: fc.boolean() }) },
+  {
+    weight: 3,
+    arbitrary: fc.record({
+      t: fc.constant('pk' as const),
+      tbl: tblArb,
+      k: slot,
+      k2: fc.integer({ min: 0, max: 3 }),
+      vals: valsArb,
+      change: changeArb,
+      keepB: fc.boolean(),
+    }),
+  },
   { weight: 1, arbitrary: fc.record({ t: fc.constant('truncate' as const), tbl: tblArb }) },
 );
 
@@ -158,7 +169,18 @@ export function simulate(h: History, source: string, startLsn = 0x1_0000_0000n, 
     const commitTs = new Date(clock).toISOString();
     const emit = (t: ModelTable, e: Pick<ChangeEvent, 'op' | 'key' | 'after' | 'before' | 'missing' | 'handover'>, idx: number): void => {
       const position = makePosition(lsn, idx);
-      events.push({ v: ENVELOPE_VERSION, source, table: t.table, ...e, position, commitTs, txId: String(xid), schemaVersion: 1, capture: 'slot', synthetic: false });
+      events.push({
+        v: ENVELOPE_VERSION,
+        source,
+        table: t.table,
+        ...e,
+        position,
+        commitTs,
+        txId: String(xid),
+        schemaVersion: 1,
+        capture: 'slot',
+        synthetic: false,
+      });
       lastPosition.get(t.table)!.set(keyText(e.key), position);
     };
     for (const a of tx) {
@@ -168,7 +190,22 @@ export function simulate(h: History, source: string, startLsn = 0x1_0000_0000n, 
         if (options.truncates === false) continue;
         rows.clear();
         const position = makePosition(lsn, index++);
-        events.push({ v: ENVELOPE_VERSION, source, table: t.table, op: 'truncate', key: {}, after: null, before: null, missing: [], position, commitTs, txId: String(xid), schemaVersion: 1, capture: 'slot', synthetic: false });
+        events.push({
+          v: ENVELOPE_VERSION,
+          source,
+          table: t.table,
+          op: 'truncate',
+          key: {},
+          after: null,
+          before: null,
+          missing: [],
+          position,
+          commitTs,
+          txId: String(xid),
+          schemaVersion: 1,
+          capture: 'slot',
+          synthetic: false,
+        });
         truncatedAt.set(t.table, position);
         continue;
       }
@@ -301,7 +338,7 @@ export function deliveries(events: readonly ChangeEvent[], h: Pick<History, 'abs
   if (stream.length > 0 && c.chance(3)) stream.push(...stream.slice(c.below(stream.length)));
   // Batches.
   const out: Delivery[] = [];
-  for (let i = 0; i < stream.length; ) {
+  for (let i = 0; i < stream.length;) {
     const size = 1 + c.below(6);
     out.push({ events: stream.slice(i, i + size), redeliver: c.chance(5) });
     i += size;

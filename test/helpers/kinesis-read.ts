@@ -25,7 +25,8 @@ export async function readShards(client: KinesisClient, stream: string): Promise
   const out = new Map<string, KinesisRecord[]>();
   for (const s of shards) {
     const records: KinesisRecord[] = [];
-    let iterator = (await client.send(new GetShardIteratorCommand({ StreamName: stream, ShardId: s.ShardId!, ShardIteratorType: 'TRIM_HORIZON' }))).ShardIterator;
+    let iterator = (await client.send(new GetShardIteratorCommand({ StreamName: stream, ShardId: s.ShardId!, ShardIteratorType: 'TRIM_HORIZON' })))
+      .ShardIterator;
     while (iterator) {
       const page = await client.send(new GetRecordsCommand({ ShardIterator: iterator, Limit: 10_000 }));
       records.push(...(page.Records ?? []));
@@ -38,11 +39,17 @@ export async function readShards(client: KinesisClient, stream: string): Promise
 }
 
 /** Every record's payload parsed as JSON, per shard. */
-export async function readJson<T = unknown>(client: KinesisClient, stream: string): Promise<Map<string, Array<{ partitionKey: string; sequenceNumber: string; value: T }>>> {
+export async function readJson<T = unknown>(
+  client: KinesisClient,
+  stream: string,
+): Promise<Map<string, Array<{ partitionKey: string; sequenceNumber: string; value: T }>>> {
   const shards = await readShards(client, stream);
   const out = new Map<string, Array<{ partitionKey: string; sequenceNumber: string; value: T }>>();
   for (const [id, records] of shards) {
-    out.set(id, records.map((r) => ({ partitionKey: r.PartitionKey!, sequenceNumber: r.SequenceNumber!, value: JSON.parse(Buffer.from(r.Data!).toString('utf8')) as T })));
+    out.set(
+      id,
+      records.map((r) => ({ partitionKey: r.PartitionKey!, sequenceNumber: r.SequenceNumber!, value: JSON.parse(Buffer.from(r.Data!).toString('utf8')) as T })),
+    );
   }
   return out;
 }

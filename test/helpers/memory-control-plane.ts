@@ -198,13 +198,18 @@ export class MemoryControlPlane implements ControlPlane {
 
   async listAudit(source?: string, table?: string, since?: string): Promise<AuditEntry[]> {
     const from = since === undefined ? null : Date.parse(since);
-    return this.audit.filter((a) => (source === undefined || a.source === source) && (table === undefined || a.table === table) && (from === null || Date.parse(a.at) >= from)).map(copy);
+    return this.audit
+      .filter((a) => (source === undefined || a.source === source) && (table === undefined || a.table === table) && (from === null || Date.parse(a.at) >= from))
+      .map(copy);
   }
 
   // ---- Operator actions: the same conditions as the DynamoDB adapter's transactions ----
 
   async listSinkProgress(sink?: string): Promise<SinkTableProgress[]> {
-    return [...this.progress.values()].filter((p) => sink === undefined || p.sink === sink).sort((a, b) => (a.sink + a.source + a.table < b.sink + b.source + b.table ? -1 : 1)).map(copy);
+    return [...this.progress.values()]
+      .filter((p) => sink === undefined || p.sink === sink)
+      .sort((a, b) => (a.sink + a.source + a.table < b.sink + b.source + b.table ? -1 : 1))
+      .map(copy);
   }
 
   async commitTableAction(action: TableAction): Promise<boolean> {
@@ -220,7 +225,13 @@ export class MemoryControlPlane implements ControlPlane {
     return true;
   }
 
-  async completeSinkRelease(sink: string, source: string, table: string, expected: { heldFrom: Position; holdCount: number }, audit: AuditEntry): Promise<boolean> {
+  async completeSinkRelease(
+    sink: string,
+    source: string,
+    table: string,
+    expected: { heldFrom: Position; holdCount: number },
+    audit: AuditEntry,
+  ): Promise<boolean> {
     const p = this.progress.get(`${sink}\u0000${tableKey(source, table)}`);
     if (!p || p.heldFrom !== expected.heldFrom || (p.holdCount ?? 0) !== expected.holdCount) return false;
     p.heldFrom = null;
@@ -246,7 +257,10 @@ export class MemoryControlPlane implements ControlPlane {
   }
 
   async listSnapshots(source: string): Promise<SnapshotState[]> {
-    return [...this.snapshots.values()].filter((s) => s.source === source).sort((a, b) => (a.table < b.table ? -1 : 1)).map(copy);
+    return [...this.snapshots.values()]
+      .filter((s) => s.source === source)
+      .sort((a, b) => (a.table < b.table ? -1 : 1))
+      .map(copy);
   }
 
   async putSnapshot(state: SnapshotState, expectedVersion: number | null, audit: AuditEntry | null): Promise<boolean> {
@@ -267,7 +281,10 @@ export class MemoryControlPlane implements ControlPlane {
   }
 
   async listSnapshotChunks(source: string, table: string, run: string): Promise<SnapshotChunkRecord[]> {
-    return [...this.snapshotChunks.values()].filter((c) => c.source === source && c.table === table && c.run === run).sort((a, b) => a.index - b.index).map(copy);
+    return [...this.snapshotChunks.values()]
+      .filter((c) => c.source === source && c.table === table && c.run === run)
+      .sort((a, b) => a.index - b.index)
+      .map(copy);
   }
 
   // ---- Reconciliation ----
@@ -289,7 +306,8 @@ export class MemoryControlPlane implements ControlPlane {
   }
 
   async recordRebuild(run: RebuildRun, audit: AuditEntry): Promise<void> {
-    if (this.rebuilds.some((r) => r.sink === run.sink && r.id === run.id)) throw new CdcError('INVALID_ARGUMENT', `rebuild ${run.id} of sink ${run.sink} is already recorded`);
+    if (this.rebuilds.some((r) => r.sink === run.sink && r.id === run.id))
+      throw new CdcError('INVALID_ARGUMENT', `rebuild ${run.id} of sink ${run.sink} is already recorded`);
     this.rebuilds.push(copy(run));
     this.audit.push(copy(audit));
   }

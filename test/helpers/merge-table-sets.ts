@@ -10,12 +10,34 @@ import type { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
 import type { DeleteMode, SchemaVersion } from '../../lambda/core/shared/control-plane.ts';
 import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
-import { insertNewValuesSql, lockDeltaSql, mergeSql, pendingBoundsSql, qualified, warehouseTable, type MergeSqlOptions, type WarehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
+import {
+  insertNewValuesSql,
+  lockDeltaSql,
+  mergeSql,
+  pendingBoundsSql,
+  qualified,
+  warehouseTable,
+  type MergeSqlOptions,
+  type WarehouseTable,
+} from '../../lambda/core/warehouse/warehouse-sql.ts';
 
 export const TABLE = 'public.t';
 export const KEY = ['k1', 'k2'];
 /** The delta's (and the changelog's) columns, in the order the tests write their rows. */
-export const DELTA_COLUMNS = ['_cdc_position', '_cdc_op', '_cdc_commit_ts', '_cdc_schema_version', '_cdc_tx_id', '_cdc_synthetic', '_cdc_missing', '_cdc_applied_at', 'k1', 'k2', 'v1', 'v2'];
+export const DELTA_COLUMNS = [
+  '_cdc_position',
+  '_cdc_op',
+  '_cdc_commit_ts',
+  '_cdc_schema_version',
+  '_cdc_tx_id',
+  '_cdc_synthetic',
+  '_cdc_missing',
+  '_cdc_applied_at',
+  'k1',
+  'k2',
+  'v1',
+  'v2',
+];
 const RAW = { getTypeParser: () => (v: string) => v } as unknown as pg.CustomTypesConfig;
 
 /** A delete-mode shape: the mode merges run in, and whether the table has a deleted-keys table (it was hard once). */
@@ -31,8 +53,30 @@ export async function makeTableSets(warehouse: PgWarehouse, sources: readonly st
   const out: WarehouseTable[] = [];
   for (const source of sources) {
     const schema = schemaOf(source);
-    const e: ChangeEvent = { v: ENVELOPE_VERSION, source, table: TABLE, op: 'insert', key: { k1: 0, k2: 'a' }, after: { k1: 0, k2: 'a', v1: 'x', v2: 1 }, before: null, missing: [], position: makePosition(1n, 0), commitTs: new Date(0).toISOString(), txId: null, schemaVersion: 1, capture: 'slot', synthetic: false };
-    await warehouse.applyTable({ source, table: TABLE, deleteMode: shape.madeHard ? 'hard' : 'soft', schemas: new Map([[1, schema]]), events: [e], appliedAt: new Date(0) });
+    const e: ChangeEvent = {
+      v: ENVELOPE_VERSION,
+      source,
+      table: TABLE,
+      op: 'insert',
+      key: { k1: 0, k2: 'a' },
+      after: { k1: 0, k2: 'a', v1: 'x', v2: 1 },
+      before: null,
+      missing: [],
+      position: makePosition(1n, 0),
+      commitTs: new Date(0).toISOString(),
+      txId: null,
+      schemaVersion: 1,
+      capture: 'slot',
+      synthetic: false,
+    };
+    await warehouse.applyTable({
+      source,
+      table: TABLE,
+      deleteMode: shape.madeHard ? 'hard' : 'soft',
+      schemas: new Map([[1, schema]]),
+      events: [e],
+      appliedAt: new Date(0),
+    });
     out.push(warehouseTable(source, TABLE));
   }
   return out;

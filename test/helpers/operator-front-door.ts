@@ -44,7 +44,18 @@ const hmac = (key: string | Buffer, data: string): Buffer => createHmac('sha256'
 const rfc3986 = (s: string): string => encodeURIComponent(s).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
 
 /** The SigV4 signature of a request (AWS Signature Version 4, signed headers as given). */
-export function sigV4Signature(r: { method: string; path: string; query: string; headers: Record<string, string>; signedHeaders: string[]; payloadHash: string; secretAccessKey: string; amzDate: string; region: string; service: string }): string {
+export function sigV4Signature(r: {
+  method: string;
+  path: string;
+  query: string;
+  headers: Record<string, string>;
+  signedHeaders: string[];
+  payloadHash: string;
+  secretAccessKey: string;
+  amzDate: string;
+  region: string;
+  service: string;
+}): string {
   const canonicalQuery = r.query
     .split('&')
     .filter(Boolean)
@@ -52,7 +63,11 @@ export function sigV4Signature(r: { method: string; path: string; query: string;
     .sort(([a, av], [b, bv]) => (a === b ? ((av ?? '') < (bv ?? '') ? -1 : 1) : a < b ? -1 : 1))
     .map(([k, v]) => `${k}=${v ?? ''}`)
     .join('&');
-  const canonicalUri = r.path.split('/').map((seg) => rfc3986(decodeURIComponent(seg))).join('/') || '/';
+  const canonicalUri =
+    r.path
+      .split('/')
+      .map((seg) => rfc3986(decodeURIComponent(seg)))
+      .join('/') || '/';
   const canonicalHeaders = r.signedHeaders.map((h) => `${h}:${(r.headers[h] ?? '').trim().replace(/\s+/g, ' ')}\n`).join('');
   const canonicalRequest = [r.method, canonicalUri, canonicalQuery, canonicalHeaders, r.signedHeaders.join(';'), r.payloadHash].join('\n');
   const date = r.amzDate.slice(0, 8);
@@ -63,35 +78,64 @@ export function sigV4Signature(r: { method: string; path: string; query: string;
 }
 
 /** IAM's resource wildcards: `*` any run of characters, `?` one character. */
-const matches = (pattern: string, arn: string): boolean => new RegExp(`^${pattern.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.')}$`).test(arn);
+const matches = (pattern: string, arn: string): boolean =>
+  new RegExp(
+    `^${pattern
+      .replace(/[.+^${}()|[\]\\]/g, '\\$&')
+      .replace(/\*/g, '.*')
+      .replace(/\?/g, '.')}$`,
+  ).test(arn);
 
 type Verdict = { principal: StandInPrincipal } | { status: number; body: unknown };
 
 function authenticate(req: http.IncomingMessage, body: Buffer, principals: StandInPrincipal[], region: string): Verdict {
   const auth = req.headers.authorization;
-  const m = auth ? /^AWS4-HMAC-SHA256 Credential=([^/]+)\/(\d{8})\/([^/]+)\/([^/]+)\/aws4_request, ?SignedHeaders=([a-z0-9;-]+), ?Signature=([0-9a-f]{64})$/.exec(auth) : null;
+  const m = auth
+    ? /^AWS4-HMAC-SHA256 Credential=([^/]+)\/(\d{8})\/([^/]+)\/([^/]+)\/aws4_request, ?SignedHeaders=([a-z0-9;-]+), ?Signature=([0-9a-f]{64})$/.exec(auth)
+    : null;
   if (!m) return { status: 403, body: { message: 'Missing Authentication Token' } };
   const [, akid, date, scopeRegion, service, signed, signature] = m as unknown as [string, string, string, string, string, string, string];
   const principal = principals.find((p) => p.accessKeyId === akid);
   if (!principal) return { status: 403, body: { message: 'The security token included in the request is invalid.' } };
   const amzDate = String(req.headers['x-amz-date'] ?? '');
   const at = /^(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z$/.exec(amzDate);
-  if (!at || amzDate.slice(0, 8) !== date || Math.abs(Date.UTC(+at[1]!, +at[2]! - 1, +at[3]!, +at[4]!, +at[5]!, +at[6]!) - Date.now()) > 5 * 60_000) return { status: 403, body: { message: 'Signature expired or X-Amz-Date missing' } };
-  if (service !== 'execute-api' || scopeRegion !== region) return { status: 403, body: { message: `Credential should be scoped to a valid region and service execute-api, not '${scopeRegion}/${service}'` } };
+  if (!at || amzDate.slice(0, 8) !== date || Math.abs(Date.UTC(+at[1]!, +at[2]! - 1, +at[3]!, +at[4]!, +at[5]!, +at[6]!) - Date.now()) > 5 * 60_000)
+    return { status: 403, body: { message: 'Signature expired or X-Amz-Date missing' } };
+  if (service !== 'execute-api' || scopeRegion !== region)
+    return { status: 403, body: { message: `Credential should be scoped to a valid region and service execute-api, not '${scopeRegion}/${service}'` } };
   const signedHeaders = signed.split(';');
   if (!signedHeaders.includes('host') || !signedHeaders.includes('x-amz-date')) return { status: 403, body: { message: 'host and x-amz-date must be signed' } };
   const payloadHash = sha256Hex(body);
   const declared = req.headers['x-amz-content-sha256'];
-  if (declared !== undefined && declared !== payloadHash) return { status: 403, body: { message: 'The provided x-amz-content-sha256 header does not match what was computed.' } };
+  if (declared !== undefined && declared !== payloadHash)
+    return { status: 403, body: { message: 'The provided x-amz-content-sha256 header does not match what was computed.' } };
   const url = new URL(req.url ?? '/', 'http://stand-in');
   const headers = Object.fromEntries(Object.entries(req.headers).map(([k, v]) => [k, Array.isArray(v) ? v.join(',') : String(v ?? '')]));
-  const expected = sigV4Signature({ method: req.method ?? '', path: url.pathname, query: url.search.slice(1), headers, signedHeaders, payloadHash, secretAccessKey: principal.secretAccessKey, amzDate, region, service });
-  if (!timingSafeEqual(Buffer.from(expected, 'hex'), Buffer.from(signature, 'hex'))) return { status: 403, body: { message: 'The request signature we calculated does not match the signature you provided.' } };
+  const expected = sigV4Signature({
+    method: req.method ?? '',
+    path: url.pathname,
+    query: url.search.slice(1),
+    headers,
+    signedHeaders,
+    payloadHash,
+    secretAccessKey: principal.secretAccessKey,
+    amzDate,
+    region,
+    service,
+  });
+  if (!timingSafeEqual(Buffer.from(expected, 'hex'), Buffer.from(signature, 'hex')))
+    return { status: 403, body: { message: 'The request signature we calculated does not match the signature you provided.' } };
   return { principal };
 }
 
 /** Starts the stand-in on a free local port, in front of `handler` (the operator Lambda's entry point or its equivalent). */
-export async function startOperatorFrontDoor(o: { region: string; accountId: string; apiId: string; principals: StandInPrincipal[]; handler: (event: unknown, context: Context) => Promise<APIGatewayProxyResult> }): Promise<FrontDoorStandIn> {
+export async function startOperatorFrontDoor(o: {
+  region: string;
+  accountId: string;
+  apiId: string;
+  principals: StandInPrincipal[];
+  handler: (event: unknown, context: Context) => Promise<APIGatewayProxyResult>;
+}): Promise<FrontDoorStandIn> {
   const log: FrontDoorStandIn['log'] = [];
   const routeArn = (path: string): string => `arn:aws:execute-api:${o.region}:${o.accountId}:${o.apiId}/${OPERATOR_API_STAGE}/${OPERATOR_API_METHOD}${path}`;
   let requests = 0;
@@ -114,7 +158,12 @@ export async function startOperatorFrontDoor(o: { region: string; accountId: str
         const { principal } = verdict;
         const resource = routeArn(route.path);
         if (!principal.allow.some((p) => matches(p, resource))) {
-          return answer(403, { Message: `User: ${principal.arn} is not authorized to perform: execute-api:Invoke on resource: ${resource}` }, principal.arn, route.path);
+          return answer(
+            403,
+            { Message: `User: ${principal.arn} is not authorized to perform: execute-api:Invoke on resource: ${resource}` },
+            principal.arn,
+            route.path,
+          );
         }
         const requestId = `stand-in-${++requests}`;
         const event = {
@@ -125,7 +174,15 @@ export async function startOperatorFrontDoor(o: { region: string; accountId: str
           queryStringParameters: null,
           body: body.toString('utf8'),
           isBase64Encoded: false,
-          requestContext: { accountId: o.accountId, apiId: o.apiId, stage: OPERATOR_API_STAGE, resourcePath: route.path, httpMethod: OPERATOR_API_METHOD, requestId, identity: { userArn: principal.arn, caller: principal.accessKeyId, accountId: o.accountId, sourceIp: req.socket.remoteAddress ?? null } },
+          requestContext: {
+            accountId: o.accountId,
+            apiId: o.apiId,
+            stage: OPERATOR_API_STAGE,
+            resourcePath: route.path,
+            httpMethod: OPERATOR_API_METHOD,
+            requestId,
+            identity: { userArn: principal.arn, caller: principal.accessKeyId, accountId: o.accountId, sourceIp: req.socket.remoteAddress ?? null },
+          },
         };
         const context = { awsRequestId: requestId, functionName: 'cdc-operator', getRemainingTimeInMillis: () => 30_000 } as unknown as Context;
         try {

@@ -96,11 +96,60 @@ export const POSTGRES_ONLY: readonly { name: string; seq: readonly string[] }[] 
 ];
 
 /** Redshift functions the dialect may call. */
-const FUNCTIONS = new Set(['row_number', 'count', 'max', 'min', 'sum', 'coalesce', 'cast', 'nullif', 'lower', 'upper', 'json_parse', 'json_serialize', 'getdate', 'sysdate']);
+const FUNCTIONS = new Set([
+  'row_number',
+  'count',
+  'max',
+  'min',
+  'sum',
+  'coalesce',
+  'cast',
+  'nullif',
+  'lower',
+  'upper',
+  'json_parse',
+  'json_serialize',
+  'getdate',
+  'sysdate',
+]);
 /** Keywords that may appear in expressions and FROM clauses. */
 const EXPR_KEYWORDS = new Set([
-  'select', 'from', 'where', 'and', 'or', 'not', 'exists', 'in', 'is', 'null', 'true', 'false', 'case', 'when', 'then', 'else', 'end', 'as', 'union', 'all',
-  'join', 'left', 'inner', 'on', 'over', 'partition', 'by', 'order', 'asc', 'desc', 'limit', 'distinct', 'group', 'having', 'between', 'like',
+  'select',
+  'from',
+  'where',
+  'and',
+  'or',
+  'not',
+  'exists',
+  'in',
+  'is',
+  'null',
+  'true',
+  'false',
+  'case',
+  'when',
+  'then',
+  'else',
+  'end',
+  'as',
+  'union',
+  'all',
+  'join',
+  'left',
+  'inner',
+  'on',
+  'over',
+  'partition',
+  'by',
+  'order',
+  'asc',
+  'desc',
+  'limit',
+  'distinct',
+  'group',
+  'having',
+  'between',
+  'like',
 ]);
 /** Redshift's column types: name → check of its arguments. */
 const TYPES: Record<string, (args: number[]) => boolean> = {
@@ -201,14 +250,16 @@ class Parser {
         else if (x.v === ')') {
           if (depth === 0) break;
           depth--;
-        } else if (!['=', '<>', '<', '>', '<=', '>=', '+', '-', '*', '/', '.', ',', '||', '%'].includes(x.v)) this.problems.push(`operator ${x.v} in an expression`);
+        } else if (!['=', '<>', '<', '>', '<=', '>=', '+', '-', '*', '/', '.', ',', '||', '%'].includes(x.v))
+          this.problems.push(`operator ${x.v} in an expression`);
       } else if (x.k === 'id' && x.v === 'case') {
         depth++;
       } else if (x.k === 'id' && x.v === 'end' && depth > 0) {
         depth--;
       } else if (x.k === 'id') {
         const call = this.is('(', 1);
-        if (call && !FUNCTIONS.has(x.v) && !['in', 'exists', 'as', 'over', 'from', 'and', 'or', 'not', 'on', 'select', 'by'].includes(x.v) && !TYPES[x.v]) this.problems.push(`function ${x.v} is not one the dialect may call`);
+        if (call && !FUNCTIONS.has(x.v) && !['in', 'exists', 'as', 'over', 'from', 'and', 'or', 'not', 'on', 'select', 'by'].includes(x.v) && !TYPES[x.v])
+          this.problems.push(`function ${x.v} is not one the dialect may call`);
         if (!call && !EXPR_KEYWORDS.has(x.v) && !TYPES[x.v] && x.v !== 'precision' && x.v !== 'double') {
           // A bare word: an unquoted name (alias). Allowed only as a plain lower-case identifier.
           if (!/^[a-z_][a-z0-9_]*$/.test(x.v)) this.problems.push(`word ${x.v}`);

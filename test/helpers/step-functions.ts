@@ -182,12 +182,13 @@ export async function runExecution(definition: StateMachineDefinition, input: Js
     return { status: 'FAILED', error, cause, history, waitedSeconds };
   };
   for (let transitions = 0; name !== undefined; transitions++) {
-    if (transitions >= (options.maxTransitions ?? 10_000)) throw new Error(`more than ${options.maxTransitions ?? 10_000} state transitions: the execution does not end`);
+    if (transitions >= (options.maxTransitions ?? 10_000))
+      throw new Error(`more than ${options.maxTransitions ?? 10_000} state transitions: the execution does not end`);
     const state: State | undefined = definition.States[name];
     if (!state) throw new Error(`state ${name} is not defined`);
     history.push({ type: 'StateEntered', state: name });
     const where = `state ${name}`;
-    const effective = state.InputPath === null ? {} : getPath(doc, state.InputPath ?? '$', where) ?? null;
+    const effective = state.InputPath === null ? {} : (getPath(doc, state.InputPath ?? '$', where) ?? null);
     let next: string | undefined;
     switch (state.Type) {
       case 'Succeed':
@@ -214,7 +215,8 @@ export async function runExecution(definition: StateMachineDefinition, input: Js
         break;
       }
       case 'Task': {
-        if (!state.Resource || !/^arn:aws[a-z-]*:lambda:/.test(state.Resource)) throw new Error(`${where}: only Lambda function resources are supported by this stand-in, got ${state.Resource}`);
+        if (!state.Resource || !/^arn:aws[a-z-]*:lambda:/.test(state.Resource))
+          throw new Error(`${where}: only Lambda function resources are supported by this stand-in, got ${state.Resource}`);
         const attempts = new Map<Retrier, number>();
         let result: Json | undefined;
         let caught: { catcher: Catcher; err: StatesError } | undefined;
@@ -264,7 +266,7 @@ export async function runExecution(definition: StateMachineDefinition, input: Js
       default:
         throw new Error(`${where}: state type ${state.Type} is not supported by this stand-in`);
     }
-    if (state.OutputPath !== undefined && state.Type !== 'Choice') doc = state.OutputPath === null ? {} : getPath(doc, state.OutputPath, where) ?? null;
+    if (state.OutputPath !== undefined && state.Type !== 'Choice') doc = state.OutputPath === null ? {} : (getPath(doc, state.OutputPath, where) ?? null);
     const size = Buffer.byteLength(JSON.stringify(doc));
     if (size > DATA_LIMIT) return fail('States.DataLimitExceeded', `${where}: the state's output is ${size} bytes, over the 262144-byte limit`);
     if (state.End || next === undefined) {

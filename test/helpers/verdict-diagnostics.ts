@@ -17,7 +17,11 @@ import { readState, WAREHOUSE_DATABASE, type LocalStack } from '../../local/stac
 
 export interface DiagnosticsInput {
   /** The stack's control plane (its audit log). */
-  control: { listAudit(source?: string): Promise<AuditEntry[]>; listTables(source: string): Promise<Array<{ table: string }>>; listSinkProgress?(sink?: string): Promise<SinkTableProgress[]> } | null;
+  control: {
+    listAudit(source?: string): Promise<AuditEntry[]>;
+    listTables(source: string): Promise<Array<{ table: string }>>;
+    listSinkProgress?(sink?: string): Promise<SinkTableProgress[]>;
+  } | null;
   warehouseUrl: string | null;
   source: string;
   /** The tables to show the sink of. @default the tables registered in the control plane */
@@ -39,14 +43,20 @@ export function stackPorts(stack: LocalStack, extra: Record<string, number | nul
 async function sinkPositions(client: pg.Client, source: string, table: string): Promise<string[]> {
   const t = warehouseTable(source, table);
   const out: string[] = [];
-  for (const [what, rel] of [['mirror', t.mirror], ['delta', t.delta], ['changelog', t.changelog]] as const) {
+  for (const [what, rel] of [
+    ['mirror', t.mirror],
+    ['delta', t.delta],
+    ['changelog', t.changelog],
+  ] as const) {
     const name = qualified(t.schema, rel);
     const exists = await client.query<{ r: string | null }>('SELECT to_regclass($1)::text AS r', [name]);
     if (!exists.rows[0]!.r) {
       out.push(`  ${table} ${what}: none`);
       continue;
     }
-    const r = await client.query<{ rows: number; min: string | null; max: string | null }>(`SELECT count(*)::int AS rows, min(_cdc_position) AS min, max(_cdc_position) AS max FROM ${name}`);
+    const r = await client.query<{ rows: number; min: string | null; max: string | null }>(
+      `SELECT count(*)::int AS rows, min(_cdc_position) AS min, max(_cdc_position) AS max FROM ${name}`,
+    );
     const row = r.rows[0]!;
     out.push(`  ${table} ${what}: ${row.rows} rows, position ${row.min ?? '-'} .. ${row.max ?? '-'}`);
   }
@@ -73,19 +83,28 @@ export async function verdictDiagnostics(input: DiagnosticsInput): Promise<strin
     const progress = (await input.control?.listSinkProgress?.()) ?? [];
     out.push(`--- sink progress (${progress.length})`);
     for (const p of progress.filter((x) => x.source === input.source)) {
-      out.push(`  ${p.sink} ${p.table}: applied ${p.appliedPosition ?? '-'}${p.heldFrom ? `, HELD from ${p.heldFrom} since ${p.heldAt ?? '?'} (holds ${p.holdCount ?? '?'}, release ${p.releaseRequested ?? 'not requested'})` : ''}`);
+      out.push(
+        `  ${p.sink} ${p.table}: applied ${p.appliedPosition ?? '-'}${p.heldFrom ? `, HELD from ${p.heldFrom} since ${p.heldAt ?? '?'} (holds ${p.holdCount ?? '?'}, release ${p.releaseRequested ?? 'not requested'})` : ''}`,
+      );
     }
   } catch (err) {
     out.push(`--- sink progress: unreadable (${message(err)})`);
   }
   out.push('--- sink positions');
-  const tables = input.tables ?? (await input.control?.listTables(input.source).then((ts) => ts.map((t) => t.table)).catch(() => [] as string[])) ?? [];
+  const tables =
+    input.tables ??
+    (await input.control
+      ?.listTables(input.source)
+      .then((ts) => ts.map((t) => t.table))
+      .catch(() => [] as string[])) ??
+    [];
   if (!input.warehouseUrl) out.push('  no warehouse');
   else {
     const client = new pg.Client({ connectionString: input.warehouseUrl, connectionTimeoutMillis: 5000 });
     try {
       await client.connect();
-      for (const table of tables) out.push(...(await sinkPositions(client, input.source, table).catch((err: unknown) => [`  ${table}: unreadable (${message(err)})`])));
+      for (const table of tables)
+        out.push(...(await sinkPositions(client, input.source, table).catch((err: unknown) => [`  ${table}: unreadable (${message(err)})`])));
     } catch (err) {
       out.push(`  warehouse unreachable (${message(err)})`);
     } finally {
@@ -108,7 +127,11 @@ export async function verdictDiagnostics(input: DiagnosticsInput): Promise<strin
 export async function stateDirDiagnostics(stateDir: string, o: { source: string; tables?: readonly string[]; warehouseUrl?: string }): Promise<string[]> {
   const state = readState(path.join(stateDir, 'state.json'));
   if (!state) return [`--- no state.json in ${stateDir}`];
-  const ports = { 'postgres (state.json)': state.ports.postgres, 'dynamodb (state.json)': state.ports.dynamodb, 'kinesalite (state.json)': state.ports.kinesis };
+  const ports = {
+    'postgres (state.json)': state.ports.postgres,
+    'dynamodb (state.json)': state.ports.dynamodb,
+    'kinesalite (state.json)': state.ports.kinesis,
+  };
   const local = await openLocalControl(stateDir).catch((err: unknown) => err as Error);
   const stops: Array<() => Promise<void>> = [];
   try {
@@ -121,7 +144,13 @@ export async function stateDirDiagnostics(stateDir: string, o: { source: string;
         warehouseUrl = cluster.url(WAREHOUSE_DATABASE);
       }
     }
-    const lines = await verdictDiagnostics({ control: local instanceof Error ? null : local.control, warehouseUrl, source: o.source, ...(o.tables ? { tables: o.tables } : {}), ports });
+    const lines = await verdictDiagnostics({
+      control: local instanceof Error ? null : local.control,
+      warehouseUrl,
+      source: o.source,
+      ...(o.tables ? { tables: o.tables } : {}),
+      ports,
+    });
     return local instanceof Error ? [`--- control plane unreachable (${local.message})`, ...lines] : lines;
   } finally {
     for (const stop of stops) await stop().catch(() => undefined);

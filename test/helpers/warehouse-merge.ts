@@ -9,7 +9,13 @@ import { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
 import type { DeleteMode } from '../../lambda/core/shared/control-plane.ts';
 
 /** Returns the delta rows merged. */
-export async function mergeWarehouseTable(url: string, source: string, table: string, key: readonly string[], deleteMode: DeleteMode = 'soft'): Promise<number> {
+export async function mergeWarehouseTable(
+  url: string,
+  source: string,
+  table: string,
+  key: readonly string[],
+  deleteMode: DeleteMode = 'soft',
+): Promise<number> {
   const pool = new pg.Pool({ connectionString: url, max: 1 });
   try {
     return (await new PgWarehouse(pool).merge({ source, table, deleteMode, key })).rows;

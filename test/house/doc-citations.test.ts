@@ -133,7 +133,8 @@ function outsideReferences(file: string, text: string): string[] {
     [/\bseeds?\s+0\d\d\b/g, 'a numbered seed document'],
   ];
   for (const [re, what] of rules) {
-    for (const m of flat.matchAll(re)) found.push(`${file}: "${flat.slice(m.index, m.index + 60)}" cites ${what}, which is not in the repository: cite a heading of docs/ instead`);
+    for (const m of flat.matchAll(re))
+      found.push(`${file}: "${flat.slice(m.index, m.index + 60)}" cites ${what}, which is not in the repository: cite a heading of docs/ instead`);
   }
   for (const m of flat.matchAll(/\bdocs\/([a-z][a-z0-9-]*\.md)\b/g)) {
     if (!existsSync(path.join(ROOT, 'docs', m[1]!))) found.push(`${file}: cites docs/${m[1]}, which does not exist`);
@@ -173,7 +174,9 @@ describe('doc citations', () => {
 
   it('resolves section numbers and headings by name, with or without their number, across wrapped comment lines', () => {
     expect(problems('lambda/a.ts', '// see docs/p.md §3 and docs/p.md, section 3.1\n')).toEqual([]);
-    expect(problems('lambda/a.ts', '/**\n * the capture (docs/p.md,\n * "Capture"); docs/p.md, "3.1 After issue 14" and "12. Rebuild from the archive"\n */')).toEqual([]);
+    expect(
+      problems('lambda/a.ts', '/**\n * the capture (docs/p.md,\n * "Capture"); docs/p.md, "3.1 After issue 14" and "12. Rebuild from the archive"\n */'),
+    ).toEqual([]);
     expect(citationsIn('lambda/a.ts', '// docs/p.md §3, §7 and §12')).toHaveLength(3);
   });
 
@@ -187,7 +190,12 @@ describe('doc citations', () => {
   });
 
   it('reads a bare § inside docs/ as a citation of the page itself, and a list after a file as that file', () => {
-    expect(citationsIn('docs/p.md', 'as §3 says; docs/q.md §4, §5 and §6').map((c) => `${c.doc}§${c.section}`)).toEqual(['docs/q.md§4', 'docs/q.md§5', 'docs/q.md§6', 'docs/p.md§3']);
+    expect(citationsIn('docs/p.md', 'as §3 says; docs/q.md §4, §5 and §6').map((c) => `${c.doc}§${c.section}`)).toEqual([
+      'docs/q.md§4',
+      'docs/q.md§5',
+      'docs/q.md§6',
+      'docs/p.md§3',
+    ]);
     expect(problems('docs/p.md', 'see §8.')).toEqual(['docs/p.md: "§8.": cites docs/p.md §8, a section it does not have']);
     expect(citationsIn('lambda/a.ts', '// §8 of something')).toEqual([]);
   });

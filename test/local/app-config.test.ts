@@ -22,7 +22,10 @@ function fn(service: string, env: Env): { Type: string; Properties: Record<strin
 }
 
 function mapping(fnId: string, stream: string, batchSize: number): { Type: string; Properties: Record<string, unknown> } {
-  return { Type: 'AWS::Lambda::EventSourceMapping', Properties: { FunctionName: { Ref: fnId }, EventSourceArn: { 'Fn::GetAtt': [stream, 'Arn'] }, BatchSize: batchSize } };
+  return {
+    Type: 'AWS::Lambda::EventSourceMapping',
+    Properties: { FunctionName: { Ref: fnId }, EventSourceArn: { 'Fn::GetAtt': [stream, 'Arn'] }, BatchSize: batchSize },
+  };
 }
 
 const TABLES = JSON.stringify([
@@ -37,16 +40,33 @@ function assembly(change: { normalizer?: Env; applier?: Env; applierStream?: str
   const resources = {
     Raw: { Type: 'AWS::Kinesis::Stream' },
     Log: { Type: 'AWS::Kinesis::Stream' },
-    Normalizer: fn(ServiceName.NORMALIZER, { [EnvName.SOURCE_ID]: 'shop', [EnvName.CONTROL_TABLE]: { Ref: 'Control' }, [EnvName.CHANGE_LOG_STREAM]: { Ref: 'Log' }, [EnvName.TABLE_CONFIG]: TABLES, [EnvName.HEARTBEAT_SCHEMA]: 'public', ...change.normalizer }),
+    Normalizer: fn(ServiceName.NORMALIZER, {
+      [EnvName.SOURCE_ID]: 'shop',
+      [EnvName.CONTROL_TABLE]: { Ref: 'Control' },
+      [EnvName.CHANGE_LOG_STREAM]: { Ref: 'Log' },
+      [EnvName.TABLE_CONFIG]: TABLES,
+      [EnvName.HEARTBEAT_SCHEMA]: 'public',
+      ...change.normalizer,
+    }),
     NormalizerMapping: mapping('Normalizer', 'Raw', 500),
-    Snapshot: fn('cdc-snapshot-worker', { [EnvName.SOURCE_ID]: 'shop', [EnvName.RAW_STREAM]: { Ref: 'Raw' }, [EnvName.SNAPSHOT_BUDGET]: '{"writeLatencyPct":20,"cpuPct":7}', ...change.snapshot }),
+    Snapshot: fn('cdc-snapshot-worker', {
+      [EnvName.SOURCE_ID]: 'shop',
+      [EnvName.RAW_STREAM]: { Ref: 'Raw' },
+      [EnvName.SNAPSHOT_BUDGET]: '{"writeLatencyPct":20,"cpuPct":7}',
+      ...change.snapshot,
+    }),
     Monitor: fn('cdc-slot-monitor', { [EnvName.SOURCE_ID]: 'shop', [EnvName.SLOT_NAME]: 'cdc_shop', [EnvName.SLOT_WAL_BUDGET_BYTES]: '2048' }),
     Applier: fn(ServiceName.WAREHOUSE_APPLIER, { [EnvName.SINK_ID]: 'dw', [EnvName.CHANGE_LOG_STREAM]: { Ref: 'Log' }, ...change.applier }),
     ApplierMapping: mapping('Applier', change.applierStream ?? 'Log', 700),
     Rebuild: fn(ServiceName.REBUILD_WORKER, { [EnvName.SINK_ID]: 'dw' }),
   };
   fs.writeFileSync(path.join(dir, 'Shop.template.json'), JSON.stringify({ Resources: resources }));
-  fs.writeFileSync(path.join(dir, 'manifest.json'), JSON.stringify({ artifacts: { ShopABC: { type: 'aws:cloudformation:stack', displayName: 'Team/Shop', properties: { templateFile: 'Shop.template.json' } } } }));
+  fs.writeFileSync(
+    path.join(dir, 'manifest.json'),
+    JSON.stringify({
+      artifacts: { ShopABC: { type: 'aws:cloudformation:stack', displayName: 'Team/Shop', properties: { templateFile: 'Shop.template.json' } } },
+    }),
+  );
   return dir;
 }
 
@@ -77,13 +97,19 @@ describe('loadLocalApp', () => {
       /Team\/Shop: function Normalizer \(normalizer\) CDC_TABLE_CONFIG is .*Fn::Join.*resolves at deploy time/,
     );
     // A misspelt field in the template's table settings is refused by the handlers' own parser.
-    expect(() => loadLocalApp(assembly({ normalizer: { [EnvName.TABLE_CONFIG]: JSON.stringify([{ table: 'public.items', masks: ['email'] }]) } }), null, null)).toThrow(/CDC_TABLE_CONFIG\[0\]\.masks.*unknown field/);
-    expect(() => loadLocalApp(assembly({ normalizer: { [EnvName.HEARTBEAT_SCHEMA]: 'ops' } }), null, null)).toThrow(/CDC_HEARTBEAT_SCHEMA is ops; cdc local writes its heartbeat in public/);
+    expect(() =>
+      loadLocalApp(assembly({ normalizer: { [EnvName.TABLE_CONFIG]: JSON.stringify([{ table: 'public.items', masks: ['email'] }]) } }), null, null),
+    ).toThrow(/CDC_TABLE_CONFIG\[0\]\.masks.*unknown field/);
+    expect(() => loadLocalApp(assembly({ normalizer: { [EnvName.HEARTBEAT_SCHEMA]: 'ops' } }), null, null)).toThrow(
+      /CDC_HEARTBEAT_SCHEMA is ops; cdc local writes its heartbeat in public/,
+    );
     expect(() => loadLocalApp(assembly({ applier: { [EnvName.MERGE_MAX_ROWS]: 'many' } }), null, null)).toThrow(/CDC_MERGE_MAX_ROWS/);
   });
 
   test('refuses resources that do not fit together, and names what exists', () => {
-    expect(() => loadLocalApp(assembly({ snapshot: { [EnvName.RAW_STREAM]: { Ref: 'Log' } } }), null, null)).toThrow(/function Snapshot \(snapshot-worker\) CDC_RAW_STREAM is not the stream the normalizer of shop reads \(Raw\)/);
+    expect(() => loadLocalApp(assembly({ snapshot: { [EnvName.RAW_STREAM]: { Ref: 'Log' } } }), null, null)).toThrow(
+      /function Snapshot \(snapshot-worker\) CDC_RAW_STREAM is not the stream the normalizer of shop reads \(Raw\)/,
+    );
     expect(() => loadLocalApp(assembly({ applierStream: 'Raw' }), null, null)).toThrow(/stack Team\/Shop has no warehouse sink reading the change log/);
     expect(() => loadLocalApp(assembly(), 'Team/Other', null)).toThrow(/--stack Team\/Other: no such stack in .*; its stacks: Team\/Shop/);
     expect(() => loadLocalApp(assembly(), null, 'billing')).toThrow(/--source-id billing: stack Team\/Shop has no such source; its sources: shop/);
@@ -99,9 +125,11 @@ test('withEnvironment sets the variables for the reader only and restores the pr
   expect(seen).toEqual(['during', 'x']);
   expect(process.env[name]).toBe('before');
   expect('CDC_APP_CONFIG_TEST_UNSET' in process.env).toBe(false);
-  expect(() => withEnvironment({ [name]: 'during' }, () => {
-    throw new Error('reader failed');
-  })).toThrow('reader failed');
+  expect(() =>
+    withEnvironment({ [name]: 'during' }, () => {
+      throw new Error('reader failed');
+    }),
+  ).toThrow('reader failed');
   expect(process.env[name]).toBe('before');
   delete process.env[name];
 });

@@ -52,10 +52,13 @@ describe('S3 archive', () => {
     await archive.put('a/1', 'one\n');
     const copy = createArchiveCopier({ archive });
     await copy(
-      toKinesisStreamEvent([{ SequenceNumber: '7', PartitionKey: 'k', Data: Buffer.from('{"e":1}'), ApproximateArrivalTimestamp: new Date(Date.UTC(2026, 4, 6, 7, 8, 9)) }], {
-        streamArn: 'arn:aws:kinesis:us-east-1:000000000000:stream/cdc-change-log',
-        shardId: 'shardId-000000000001',
-      }),
+      toKinesisStreamEvent(
+        [{ SequenceNumber: '7', PartitionKey: 'k', Data: Buffer.from('{"e":1}'), ApproximateArrivalTimestamp: new Date(Date.UTC(2026, 4, 6, 7, 8, 9)) }],
+        {
+          streamArn: 'arn:aws:kinesis:us-east-1:000000000000:stream/cdc-change-log',
+          shardId: 'shardId-000000000001',
+        },
+      ),
     );
     expect(await archive.list()).toEqual(['a/1', 'change-log/2026/05/06/07/change-log-2026-05-06-07-08-09-shardId-000000000001-7-7']);
     expect(await archive.list('change-log/')).toHaveLength(1);

@@ -93,7 +93,9 @@ describe('poison in the capture', () => {
     await e.sql.query('ALTER TABLE t REPLICA IDENTITY NOTHING');
     await e.sql.query('DELETE FROM t WHERE id = 1');
     await e.sql.query("INSERT INTO t VALUES (3, 'c')");
-    await until('the insert after the poison', () => e.published.some((r) => r.op === 'insert' && r.columns!.some((col) => col.name === 'id' && col.value === 3)));
+    await until('the insert after the poison', () =>
+      e.published.some((r) => r.op === 'insert' && r.columns!.some((col) => col.name === 'id' && col.value === 3)),
+    );
     expect(c.stats.state).toBe('running');
     await c.stop();
     const letters = await e.control.listDeadLetters('capture');
@@ -133,7 +135,7 @@ describe('poison in the capture', () => {
       { table: 'public.secret', deleteMode: 'soft', mask: ['email'], exclude: [] },
     ]);
     const ctx = { source: 'p', slot: 'cdc_p', tables, keys: new Map<string, string[]>(), control };
-    const plain = await undecodable(ctx, new TestDecodingParseError("table public.plain: INSERT: id[integer]:1 x[mystery]:??", 40, 'unquoted value'));
+    const plain = await undecodable(ctx, new TestDecodingParseError('table public.plain: INSERT: id[integer]:1 x[mystery]:??', 40, 'unquoted value'));
     expect(plain).toBeInstanceOf(CaptureUndecodableError);
     expect(plain.code).toBe('CAPTURE_UNDECODABLE');
     await undecodable(ctx, new TestDecodingParseError("table public.secret: INSERT: id[integer]:1 email[text]:'a@b.c' x[mystery]:??", 40, 'unquoted value'));
@@ -196,7 +198,8 @@ describe('continuity of history', () => {
     await c.stop();
     await e.sql.query('INSERT INTO t VALUES (1)');
     // The transaction was published and checkpointed, then the process died before moving the slot.
-    const commit = (await e.sql.query(`SELECT lsn::text AS lsn FROM pg_logical_slot_peek_changes('${c.slot}', NULL, NULL) WHERE data LIKE 'COMMIT%'`)).rows[0].lsn as string;
+    const commit = (await e.sql.query(`SELECT lsn::text AS lsn FROM pg_logical_slot_peek_changes('${c.slot}', NULL, NULL) WHERE data LIKE 'COMMIT%'`)).rows[0]
+      .lsn as string;
     await e.control.putCheckpoint(captureCheckpointName(e.source), c.slot, commit);
     const again = new SlotCapture(e.options);
     await again.start();

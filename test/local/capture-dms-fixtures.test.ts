@@ -74,7 +74,14 @@ describe('the local capture writes DMS records', () => {
     const tables: TableConfig[] = [{ table: 'public.foo', deleteMode: 'soft', mask: [], exclude: [] }];
     const control = new MemoryControlPlane();
     const raw: RawRecord[] = [];
-    const capture = new SlotCapture({ source, sourceUrl: cluster.url(source), tables: new TableConfigIndex(tables), control, publish: async (r) => void raw.push(...r), idleMs: 20 });
+    const capture = new SlotCapture({
+      source,
+      sourceUrl: cluster.url(source),
+      tables: new TableConfigIndex(tables),
+      control,
+      publish: async (r) => void raw.push(...r),
+      idleMs: 20,
+    });
     await capture.start();
     try {
       // The recorded session, step by step (its `load` of row 42 is an insert here).

@@ -72,7 +72,9 @@ async function env(): Promise<Env> {
 
 /** Ends every session of the capture of `source` (its SQL session and its walsender), as a killed process would. */
 async function killSessions(sql: pg.Client, source: string): Promise<void> {
-  await sql.query("SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()", [`cdc-local-capture-${source}`]);
+  await sql.query('SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()', [
+    `cdc-local-capture-${source}`,
+  ]);
 }
 
 const never = new Promise<never>(() => undefined);
@@ -148,7 +150,15 @@ describe('slot capture, streaming', () => {
       const lsn = String((await admin.query('SELECT pg_current_wal_lsn()::text AS lsn')).rows[0].lsn);
       for (let i = 0; i < 5; i++) {
         const t0 = Date.now();
-        const err = await SlotStream.open({ url, slot: 'no_such_slot', startLsn: lsn, applicationName: 'cdc-test-refused', maxTxRows: 1000, maxTxBytes: 1 << 20, highWaterRows: 100 }).then(
+        const err = await SlotStream.open({
+          url,
+          slot: 'no_such_slot',
+          startLsn: lsn,
+          applicationName: 'cdc-test-refused',
+          maxTxRows: 1000,
+          maxTxBytes: 1 << 20,
+          highWaterRows: 100,
+        }).then(
           () => null,
           (e: unknown) => e,
         );
@@ -156,7 +166,11 @@ describe('slot capture, streaming', () => {
         expect(Date.now() - t0).toBeLessThan(1_500); // not the end's 2 s bound: the end itself came
       }
       // Nothing left behind: no session of that application is still connected.
-      await until('the refused sessions gone', async () => (await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'cdc-test-refused'")).rows[0].n === 0, 5_000);
+      await until(
+        'the refused sessions gone',
+        async () => (await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'cdc-test-refused'")).rows[0].n === 0,
+        5_000,
+      );
     } finally {
       await admin.end();
     }
@@ -320,7 +334,9 @@ describe('slot capture, streaming', () => {
         if (kind === 'kill-walsender' && !crashed) {
           // The stream's walsender is killed under a running capture: it reconnects by itself.
           await new Promise((r) => setTimeout(r, int(50)));
-          await e.sql.query('SELECT pg_terminate_backend(active_pid, 5000) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL', [c.slot]);
+          await e.sql.query('SELECT pg_terminate_backend(active_pid, 5000) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL', [
+            c.slot,
+          ]);
           await writeSome(1 + int(4));
           const since = Date.now();
           await until(`${label}: caught up after the walsender was killed`, () => c.caughtUpSince(since));

@@ -116,7 +116,9 @@ describe.each(['stream', 'peek'] as const)('slot capture (read: %s)', (mode) => 
     await e.sql.query("INSERT INTO customers VALUES (1, 'Ada', 'ada@example.com', '111-22-3333'), (2, 'Alan', 'alan@example.com', '444-55-6666')");
     await e.sql.query('INSERT INTO docs VALUES (1, $1, $2)', ['first', body]);
     await e.sql.query("INSERT INTO ignored VALUES (1, 'not captured')");
-    await e.sql.query("BEGIN; UPDATE docs SET title = 'renamed' WHERE id = 1; UPDATE customers SET email = 'ada@example.org' WHERE id = 1; DELETE FROM customers WHERE id = 2; UPDATE customers SET id = 10 WHERE id = 1; COMMIT");
+    await e.sql.query(
+      "BEGIN; UPDATE docs SET title = 'renamed' WHERE id = 1; UPDATE customers SET email = 'ada@example.org' WHERE id = 1; DELETE FROM customers WHERE id = 2; UPDATE customers SET id = 10 WHERE id = 1; COMMIT",
+    );
     await until('records', async () => (await rawRecords(e.stream)).records.length >= 7);
     await c.stop();
 
@@ -129,7 +131,9 @@ describe.each(['stream', 'peek'] as const)('slot capture (read: %s)', (mode) => 
     // Masked at capture: the clear value never enters the stream; the hash does.
     expect(text).not.toContain('ada@example');
     expect(text).not.toContain('alan@example');
-    const firstInsert = records.find((r) => r.table === 'public.customers' && r.op === 'insert' && r.columns!.some((col) => col.name === 'id' && col.value === 1))!;
+    const firstInsert = records.find(
+      (r) => r.table === 'public.customers' && r.op === 'insert' && r.columns!.some((col) => col.name === 'id' && col.value === 1),
+    )!;
     expect(firstInsert.columns!.find((col) => col.name === 'email')!.value).toBe(maskValue('ada@example.com'));
     // Excluded: not there at all, not even as a name.
     expect(text).not.toContain('111-22-3333');
@@ -213,8 +217,25 @@ describe.each(['stream', 'peek'] as const)('slot capture (read: %s)', (mode) => 
   it('stops loudly when the slot is dropped under it, marks tables for re-snapshot, and never re-creates the slot', async () => {
     const e = await env();
     await control.registerTable(
-      { source: e.source, table: 'public.customers', state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: new Date().toISOString() },
-      { source: e.source, table: 'public.customers', version: 1, columns: [{ name: 'id', type: 'integer', nullable: false }], key: ['id'], effectivePosition: '0'.repeat(24), registeredAt: new Date().toISOString() },
+      {
+        source: e.source,
+        table: 'public.customers',
+        state: 'active',
+        currentVersion: 1,
+        deleteMode: 'soft',
+        preImage: 'key',
+        stateReason: null,
+        updatedAt: new Date().toISOString(),
+      },
+      {
+        source: e.source,
+        table: 'public.customers',
+        version: 1,
+        columns: [{ name: 'id', type: 'integer', nullable: false }],
+        key: ['id'],
+        effectivePosition: '0'.repeat(24),
+        registeredAt: new Date().toISOString(),
+      },
       { at: new Date().toISOString(), actor: 'test', action: 'register', source: e.source, table: 'public.customers', outcome: 'done', detail: {} },
     );
     const c = capture(e);
@@ -294,7 +315,9 @@ describe.each(['stream', 'peek'] as const)('slot capture (read: %s)', (mode) => 
   });
 
   it('prints values canonically (UTC timestamps) whatever the server or database time zone', async () => {
-    const e = await env('CREATE TABLE customers (id int PRIMARY KEY, name text, email text, ssn text); CREATE TABLE docs (id int PRIMARY KEY, title text, body text);');
+    const e = await env(
+      'CREATE TABLE customers (id int PRIMARY KEY, name text, email text, ssn text); CREATE TABLE docs (id int PRIMARY KEY, title text, body text);',
+    );
     await e.sql.query(`ALTER DATABASE ${e.source} SET TimeZone = 'America/New_York'`);
     await e.sql.query('ALTER TABLE docs ADD COLUMN at timestamptz');
     const c = capture(e);
@@ -374,7 +397,13 @@ describe.each(['stream', 'peek'] as const)('slot capture (read: %s)', (mode) => 
       await sql.connect();
       await sql.query(SCHEMA);
       await sql.end();
-      const c = new SlotCapture({ source: 'replica', sourceUrl: replica.url('src'), tables: new TableConfigIndex(TABLES), control, publish: async () => undefined });
+      const c = new SlotCapture({
+        source: 'replica',
+        sourceUrl: replica.url('src'),
+        tables: new TableConfigIndex(TABLES),
+        control,
+        publish: async () => undefined,
+      });
       await expect(c.start()).rejects.toThrow(/wal_level = 'replica'.*wal_level = logical.*restart/s);
     } finally {
       await replica.stop();

@@ -32,7 +32,10 @@ export function capturedView(text: string, source = ''): SlotRecord {
   const meta = r.metadata as Record<string, string | number>;
   const data = r.data as Record<string, JsonValue>;
   const before = r['before-image'] as Record<string, JsonValue> | undefined;
-  const cols = (row: Record<string, JsonValue>, dropNulls = false): SlotColumn[] => Object.entries(row).filter(([, v]) => !dropNulls || v !== null).map(([name, value]) => ({ name, type: '', value }));
+  const cols = (row: Record<string, JsonValue>, dropNulls = false): SlotColumn[] =>
+    Object.entries(row)
+      .filter(([, v]) => !dropNulls || v !== null)
+      .map(([name, value]) => ({ name, type: '', value }));
   const op = meta.operation as 'insert' | 'update' | 'delete';
   const lsn = String(meta['stream-position']).split('.')[0]!;
   return {

@@ -78,7 +78,10 @@ describe('onboarding refuses by name what cannot be carried', () => {
   it('captures the same tables once the rule excludes those columns', async () => {
     const control = new MemoryControlPlane();
     const captured = new Set<string>();
-    const { result } = await scanTables(deps(control, { match: 'public.*', excludeTables: [], deleteMode: 'soft', mask: [], exclude: ['length_hours', 'amount', 'rounded'] }, captured), null);
+    const { result } = await scanTables(
+      deps(control, { match: 'public.*', excludeTables: [], deleteMode: 'soft', mask: [], exclude: ['length_hours', 'amount', 'rounded'] }, captured),
+      null,
+    );
     expect(result.verdicts.map((v) => [v.table, v.verdict])).toEqual([
       ['public.film', 'captured'],
       ['public.ledger', 'captured'],
@@ -89,7 +92,14 @@ describe('onboarding refuses by name what cannot be carried', () => {
 
   it("cdc doctor's checks of a declared table honour its exclude list", async () => {
     const checksOf = async (exclude: string[]): Promise<Array<[string, string]>> =>
-      runChecks(await gatherSourceFacts(client, { tables: [{ table: 'public.film', exclude }, { table: 'public.ledger', exclude }] }))
+      runChecks(
+        await gatherSourceFacts(client, {
+          tables: [
+            { table: 'public.film', exclude },
+            { table: 'public.ledger', exclude },
+          ],
+        }),
+      )
         .filter((r) => r.check === CheckId.COLUMN_TYPES)
         .map((r) => [r.subject ?? '', r.status]);
     expect(await checksOf([])).toEqual([

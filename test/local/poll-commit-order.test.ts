@@ -124,7 +124,9 @@ describe('polling transactions that commit out of cursor order', () => {
     const doc = readFileSync(fileURLToPath(new URL('../../docs/polling.md', import.meta.url)), 'utf8');
     const blocks = [...doc.matchAll(/```sql\n([\s\S]*?)```/g)].map((m) => m[1]!);
     expect(blocks.length).toBe(3);
-    await admin.query(`CREATE TABLE public.legacy_orders (order_no int PRIMARY KEY, note text); INSERT INTO public.legacy_orders VALUES (1, 'before'); CREATE ROLE capture`);
+    await admin.query(
+      `CREATE TABLE public.legacy_orders (order_no int PRIMARY KEY, note text); INSERT INTO public.legacy_orders VALUES (1, 'before'); CREATE ROLE capture`,
+    );
     for (const sql of blocks) await admin.query(sql);
     await admin.query(`INSERT INTO public.legacy_orders VALUES (2, 'after'); UPDATE public.legacy_orders SET note = 'changed' WHERE order_no = 1`);
     expect((await admin.query(`SELECT pg_has_role('capture', 'pg_read_all_stats', 'USAGE') AS ok`)).rows[0].ok).toBe(true);
@@ -144,7 +146,10 @@ describe('polling transactions that commit out of cursor order', () => {
   it('refuses an integer version column by name, with the safe alternatives', async () => {
     const r = reader();
     const p = poller('versioned', 'v', r);
-    await expect(p.pass()).rejects.toMatchObject({ code: 'POLL_TABLE_UNSUPPORTED', message: expect.stringMatching(/public\.versioned: poll column v is bigint: .*clock_timestamp\(\).*xid8.*pg_current_xact_id\(\).*from the log/) });
+    await expect(p.pass()).rejects.toMatchObject({
+      code: 'POLL_TABLE_UNSUPPORTED',
+      message: expect.stringMatching(/public\.versioned: poll column v is bigint: .*clock_timestamp\(\).*xid8.*pg_current_xact_id\(\).*from the log/),
+    });
     await r.close();
   });
 
@@ -174,12 +179,22 @@ describe('polling transactions that commit out of cursor order', () => {
     expect(asPoller).toContain('poller@');
     const facts = async () => {
       const c = await client(asPoller);
-      return runChecks(await gatherSourceFacts(c, { tables: [{ table: 'public.stamped', pollColumn: 'updated_at' }, { table: 'public.xided', pollColumn: 'cdc_xid' }] }));
+      return runChecks(
+        await gatherSourceFacts(c, {
+          tables: [
+            { table: 'public.stamped', pollColumn: 'updated_at' },
+            { table: 'public.xided', pollColumn: 'cdc_xid' },
+          ],
+        }),
+      );
     };
     const horizon = (rs: Awaited<ReturnType<typeof facts>>, table: string) => rs.find((x) => x.check === 'poll_horizon' && x.subject === table);
 
     const refused = reader(asPoller);
-    await expect(poller('stamped', 'updated_at', refused).pass()).rejects.toMatchObject({ code: 'POLL_HORIZON_PRIVILEGE', message: expect.stringContaining('GRANT pg_read_all_stats TO "poller"') });
+    await expect(poller('stamped', 'updated_at', refused).pass()).rejects.toMatchObject({
+      code: 'POLL_HORIZON_PRIVILEGE',
+      message: expect.stringContaining('GRANT pg_read_all_stats TO "poller"'),
+    });
     await refused.close();
     const before = await facts();
     expect(horizon(before, 'public.stamped')).toMatchObject({ status: 'FAIL', fix: 'GRANT pg_read_all_stats TO "poller";' });
@@ -188,7 +203,9 @@ describe('polling transactions that commit out of cursor order', () => {
     const trigger = (table: string) => before.filter((x) => x.check === 'poll_trigger' && x.subject === table).map((x) => x.status);
     expect(trigger('public.xided')).toEqual(['PASS']);
     expect(trigger('public.stamped')).toEqual(['WARN']);
-    await admin.query("INSERT INTO xided (id, note) VALUES (99, 'null'); ALTER TABLE xided DISABLE TRIGGER zz_cdc_poll_xid; UPDATE xided SET cdc_xid = NULL WHERE id = 99");
+    await admin.query(
+      "INSERT INTO xided (id, note) VALUES (99, 'null'); ALTER TABLE xided DISABLE TRIGGER zz_cdc_poll_xid; UPDATE xided SET cdc_xid = NULL WHERE id = 99",
+    );
     expect((await facts()).filter((x) => x.check === 'poll_trigger' && x.subject === 'public.xided').map((x) => x.status)).toEqual(['FAIL', 'WARN']);
     await admin.query('DELETE FROM xided WHERE id = 99; ALTER TABLE xided ENABLE ALWAYS TRIGGER zz_cdc_poll_xid');
     const xided = reader(asPoller);

@@ -47,7 +47,12 @@ beforeAll(async () => {
   await fs.writeFile(path.join(replicaDir, 'standby.signal'), '');
   primary = await startPostgres({ fast: true, persistent: true, dataDir: primaryDir });
   const user = new URL(primary.url('src')).username;
-  replica = await startPostgres({ fast: true, persistent: true, dataDir: replicaDir, settings: { primary_conninfo: `host=127.0.0.1 port=${primary.port} user=${user}`, hot_standby: 'on' } });
+  replica = await startPostgres({
+    fast: true,
+    persistent: true,
+    dataDir: replicaDir,
+    settings: { primary_conninfo: `host=127.0.0.1 port=${primary.port} user=${user}`, hot_standby: 'on' },
+  });
   sql = new pg.Client({ connectionString: primary.url('src') });
   standby = new pg.Client({ connectionString: replica.url('src') });
   await Promise.all([sql.connect(), standby.connect()]);
@@ -67,7 +72,12 @@ const walNow = async () => (await sql.query<{ lsn: string }>('SELECT pg_current_
 
 describe('timestamp polling from a read replica (real streaming standby)', () => {
   it('a page waits until the replica replayed every commit below its horizon; the late-committing row arrives', async () => {
-    const reader = new PostgresSnapshotReader({ primary: { connectionString: primary.url('src') }, replica: { connectionString: replica.url('src') }, pollHorizonMarginMs: MARGIN_MS, fencePollMs: 5 });
+    const reader = new PostgresSnapshotReader({
+      primary: { connectionString: primary.url('src') },
+      replica: { connectionString: replica.url('src') },
+      pollHorizonMarginMs: MARGIN_MS,
+      fencePollMs: 5,
+    });
     const published: SlotRecord[] = [];
     const cursors = new Map<string, PollCursor>();
     const pass = () =>
@@ -79,7 +89,8 @@ describe('timestamp polling from a read replica (real streaming standby)', () =>
         publish: async (r) => void published.push(...r),
         pacerFor: () => new FixedPacer(100),
       });
-    const notes = () => new Map(published.map((r) => [Number(r.columns!.find((c) => c.name === 'id')!.value), String(r.columns!.find((c) => c.name === 'note')!.value)]));
+    const notes = () =>
+      new Map(published.map((r) => [Number(r.columns!.find((c) => c.name === 'id')!.value), String(r.columns!.find((c) => c.name === 'note')!.value)]));
     const a = new pg.Client({ connectionString: primary.url('src') });
     await a.connect();
     try {
@@ -91,7 +102,11 @@ describe('timestamp polling from a read replica (real streaming standby)', () =>
       const afterB = await walNow();
       await until('the replica to replay B', () => replayed(afterB), 30_000);
       await standby.query('SELECT pg_wal_replay_pause()');
-      await until('replay to pause', async () => (await standby.query<{ s: string }>('SELECT pg_get_wal_replay_pause_state() AS s')).rows[0]!.s === 'paused', 30_000);
+      await until(
+        'replay to pause',
+        async () => (await standby.query<{ s: string }>('SELECT pg_get_wal_replay_pause_state() AS s')).rows[0]!.s === 'paused',
+        30_000,
+      );
       await a.query('COMMIT');
       await new Promise((r) => setTimeout(r, MARGIN_MS + 50));
 

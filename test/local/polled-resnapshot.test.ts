@@ -49,8 +49,21 @@ function pipeline(source: string, tables: TableConfig[]) {
   const control = new MemoryControlPlane();
   const raw: string[] = [];
   const events: string[] = [];
-  const normalizer = new Normalizer<string>({ source, tables: new TableConfigIndex(tables), control, changeLog: { encode: (e) => JSON.stringify(e), publishEncoded: async (r) => void events.push(...r) }, metrics: { count: () => undefined, milliseconds: () => undefined }, logger: quiet });
-  const applier = createWarehouseApplier({ controlPlane: control, pool: dw, sinkId: 'wh', metrics: new Metrics({ namespace: 't' }), logger: new Logger({ logLevel: 'ERROR' }) });
+  const normalizer = new Normalizer<string>({
+    source,
+    tables: new TableConfigIndex(tables),
+    control,
+    changeLog: { encode: (e) => JSON.stringify(e), publishEncoded: async (r) => void events.push(...r) },
+    metrics: { count: () => undefined, milliseconds: () => undefined },
+    logger: quiet,
+  });
+  const applier = createWarehouseApplier({
+    controlPlane: control,
+    pool: dw,
+    sinkId: 'wh',
+    metrics: new Metrics({ namespace: 't' }),
+    logger: new Logger({ logLevel: 'ERROR' }),
+  });
   // No margin below the clock: these tests' writes are sequential (docs/polling.md, the horizon).
   const reader = new PostgresSnapshotReader({ primary: { connectionString: cluster.url('src') }, fencePollMs: 5, pollHorizonMarginMs: 0 });
   let seq = 0;
@@ -116,7 +129,8 @@ const xidTable = (name: string) => `CREATE TABLE ${name} (id int PRIMARY KEY, no
   CREATE FUNCTION ${name}_xid() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.cdc_xid := pg_current_xact_id(); RETURN NEW; END $$;
   CREATE TRIGGER zz_cdc_poll_xid BEFORE INSERT OR UPDATE ON ${name} FOR EACH ROW EXECUTE FUNCTION ${name}_xid();`;
 
-const sinkRows = async (schema: string, table: string) => (await dw.query(`SELECT id, note FROM ${schema}.${table} ORDER BY id`)).rows.map((r) => `${r.id}=${r.note}`);
+const sinkRows = async (schema: string, table: string) =>
+  (await dw.query(`SELECT id, note FROM ${schema}.${table} ORDER BY id`)).rows.map((r) => `${r.id}=${r.note}`);
 
 describe('re-snapshot of a polled table', () => {
   it('removes deleted rows, and later polled changes win (transaction-id and timestamp polled)', async () => {
@@ -192,14 +206,20 @@ describe('re-snapshot of a polled table', () => {
         const pc = kind === 'xid' ? 'cdc_xid' : 'updated_at';
         // The transaction-id column is set by its trigger; the timestamp one by each statement.
         const touch = kind === 'xid' ? '' : ', updated_at = clock_timestamp()';
-        await src.query(kind === 'xid' ? xidTable(name) : `CREATE TABLE ${name} (id int PRIMARY KEY, note text, updated_at timestamptz NOT NULL DEFAULT clock_timestamp())`);
+        await src.query(
+          kind === 'xid' ? xidTable(name) : `CREATE TABLE ${name} (id int PRIMARY KEY, note text, updated_at timestamptz NOT NULL DEFAULT clock_timestamp())`,
+        );
         const p = pipeline(`s${run}`, [{ table: `public.${name}`, capture: 'poll', pollColumn: pc, deleteMode: 'soft', mask: [], exclude: [] }]);
         let counter = 0;
         const ids = async () => (await src.query<{ id: number }>(`SELECT id FROM ${name}`)).rows.map((r) => r.id);
         const change = async (deletes: boolean) => {
           const present = await ids();
           const r = rnd();
-          if (present.length === 0 || r < 0.35) await src.query(`INSERT INTO ${name} (id, note) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET note = EXCLUDED.note${touch}`, [Math.floor(rnd() * 40), `i${++counter}`]);
+          if (present.length === 0 || r < 0.35)
+            await src.query(`INSERT INTO ${name} (id, note) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET note = EXCLUDED.note${touch}`, [
+              Math.floor(rnd() * 40),
+              `i${++counter}`,
+            ]);
           else if (deletes && r < 0.55) await src.query(`DELETE FROM ${name} WHERE id = $1`, [pick(present)]);
           else await src.query(`UPDATE ${name} SET note = $2${touch} WHERE id = $1`, [pick(present), `u${++counter}`]);
         };
@@ -268,7 +288,9 @@ describe('re-snapshot of a polled table', () => {
     ];
     const p = pipeline('stable', tables);
     try {
-      const points = await Promise.all(tables.map((t) => pgPollStablePoint({ client: src, control: p.control, source: 'stable', sink: 'wh', table: t.table, pollColumn: t.pollColumn! })));
+      const points = await Promise.all(
+        tables.map((t) => pgPollStablePoint({ client: src, control: p.control, source: 'stable', sink: 'wh', table: t.table, pollColumn: t.pollColumn! })),
+      );
       const firsts = await Promise.all(points.map((x) => x.mark()));
       for (const [i, point] of points.entries()) expect(await point.passed(firsts[i]!)).toBe(false); // nothing polled yet
       await p.poll();
@@ -304,7 +326,16 @@ describe('re-snapshot of a polled table', () => {
       const op = new Operator({ control: p.control, settings: { changeLogRetentionMs: 86_400_000 }, snapshots: controlPlaneSnapshots(p.control) });
       expect((await op.resnapshot('operator:test', { source: 'refusal', table: 'public.refused' })).outcome).toBe('done');
       // No poll column given: the run would stitch with the log.
-      const run = runTableSnapshot({ control: p.control, reader: p.reader, publish: async () => undefined, pacer: new FixedPacer(10), source: 'refusal', table: 'public.refused', rules: { mask: [], exclude: [] }, owner: 'test' });
+      const run = runTableSnapshot({
+        control: p.control,
+        reader: p.reader,
+        publish: async () => undefined,
+        pacer: new FixedPacer(10),
+        source: 'refusal',
+        table: 'public.refused',
+        rules: { mask: [], exclude: [] },
+        owner: 'test',
+      });
       await expect(run).rejects.toBeInstanceOf(PositionSpaceMismatchError);
       const state = await p.control.getSnapshot('refusal', 'public.refused');
       expect(state?.status).toBe('failed');

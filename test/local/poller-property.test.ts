@@ -91,7 +91,9 @@ async function oneRun(run: number, seed: number): Promise<void> {
   const waves = 2 + pick(4);
   const putWave = async (): Promise<void> => {
     const batch = Array.from({ length: 1 + pick(120) }, putOne);
-    const out = await kinesis.send(new PutRecordsCommand({ StreamName: name, Records: batch.map((v) => ({ PartitionKey: v.split(':')[0]!, Data: Buffer.from(v) })) }));
+    const out = await kinesis.send(
+      new PutRecordsCommand({ StreamName: name, Records: batch.map((v) => ({ PartitionKey: v.split(':')[0]!, Data: Buffer.from(v) })) }),
+    );
     expect(out.FailedRecordCount ?? 0).toBe(0);
   };
 
@@ -190,7 +192,9 @@ describe('local event-source poller, randomized', () => {
 
   it('reads the next batch while the handler runs the current one', async () => {
     const name = await stream(1);
-    await kinesis.send(new PutRecordsCommand({ StreamName: name, Records: Array.from({ length: 30 }, (_, i) => ({ PartitionKey: 'k', Data: Buffer.from(`r${i}`) })) }));
+    await kinesis.send(
+      new PutRecordsCommand({ StreamName: name, Records: Array.from({ length: 30 }, (_, i) => ({ PartitionKey: 'k', Data: Buffer.from(`r${i}`) })) }),
+    );
     // Records returned by GetRecords on this stream, counted as they arrive.
     let read = 0;
     const client = kinesisClient(kin.endpoint);

@@ -64,11 +64,16 @@ describe('local event-source poller', () => {
     await put(name, input);
     const seen: string[] = [];
     const sizes: number[] = [];
-    const p = poller(name, 'c1', async (event) => {
-      sizes.push(event.Records.length);
-      seen.push(...values(event));
-      return { batchItemFailures: [] };
-    }, { batchSize: 10 });
+    const p = poller(
+      name,
+      'c1',
+      async (event) => {
+        sizes.push(event.Records.length);
+        seen.push(...values(event));
+        return { batchItemFailures: [] };
+      },
+      { batchSize: 10 },
+    );
     await p.start();
     await until('all records', () => seen.length >= 57);
     await p.stop();
@@ -89,9 +94,14 @@ describe('local event-source poller', () => {
 
     // Another consumer of the same stream has its own checkpoint and reads everything.
     const other: string[] = [];
-    const r = poller(name, 'c1-other', async (event) => {
-      other.push(...values(event));
-    }, { batchSize: 100 });
+    const r = poller(
+      name,
+      'c1-other',
+      async (event) => {
+        other.push(...values(event));
+      },
+      { batchSize: 100 },
+    );
     await r.start();
     await until('other consumer', () => other.length >= 59);
     await r.stop();
@@ -126,11 +136,16 @@ describe('local event-source poller', () => {
     const input = Array.from({ length: 16 }, (_, i) => (i === 11 ? JSON.stringify({ source: 'demo', table: 'public.poison', v: 11 }) : `ok${i}`));
     await put(name, input);
     const delivered = new Set<string>();
-    const p = poller(name, 'c3', async (event) => {
-      const vs = values(event);
-      if (vs.some((v) => v.includes('poison'))) throw new InvalidRecordError('after.v', 'cannot apply the poison record');
-      for (const v of vs) delivered.add(v);
-    }, { batchSize: 16, maxRetries: 2 });
+    const p = poller(
+      name,
+      'c3',
+      async (event) => {
+        const vs = values(event);
+        if (vs.some((v) => v.includes('poison'))) throw new InvalidRecordError('after.v', 'cannot apply the poison record');
+        for (const v of vs) delivered.add(v);
+      },
+      { batchSize: 16, maxRetries: 2 },
+    );
     await p.start();
     await until('dead letter', () => p.stats.deadLetters >= 1 && delivered.size >= 15);
     await p.stop();
@@ -162,11 +177,16 @@ describe('local event-source poller', () => {
     let calls = 0;
     let down = true;
     const got: string[] = [];
-    const p = poller(name, 'c4', async (event) => {
-      calls++;
-      if (down) throw new Error('connect ECONNREFUSED 127.0.0.1:5432 (sink down)');
-      got.push(...values(event));
-    }, { bisectOnError: false, maxRetries: 3, retryBackoffMs: 2, maxBackoffMs: 10 });
+    const p = poller(
+      name,
+      'c4',
+      async (event) => {
+        calls++;
+        if (down) throw new Error('connect ECONNREFUSED 127.0.0.1:5432 (sink down)');
+        got.push(...values(event));
+      },
+      { bisectOnError: false, maxRetries: 3, retryBackoffMs: 2, maxBackoffMs: 10 },
+    );
     await p.start();
     await until('many retries', () => calls >= 40);
     expect(p.stats.deadLetters).toBe(0);
@@ -199,9 +219,14 @@ describe('local event-source poller', () => {
       },
     });
     const got: string[] = [];
-    const p = poller(name, 'c4c', async (event) => {
-      got.push(...values(event));
-    }, { control: flaky, retryBackoffMs: 1 });
+    const p = poller(
+      name,
+      'c4c',
+      async (event) => {
+        got.push(...values(event));
+      },
+      { control: flaky, retryBackoffMs: 1 },
+    );
     await p.start();
     await until('checkpoint retries', () => attempts >= 5);
     // The handler succeeded; the shard cannot move on until its checkpoint is recorded: a stall.
@@ -222,12 +247,17 @@ describe('local event-source poller', () => {
     await put(name, ['y1', 'y2']);
     let calls = 0;
     const got: string[] = [];
-    const p = poller(name, 'c4b', async (event) => {
-      calls++;
-      if (calls <= 30) return { batchItemFailures: [{ itemIdentifier: event.Records[0]!.kinesis.sequenceNumber }] };
-      got.push(...values(event));
-      return { batchItemFailures: [] };
-    }, { maxRetries: 1, retryBackoffMs: 1, maxBackoffMs: 5 });
+    const p = poller(
+      name,
+      'c4b',
+      async (event) => {
+        calls++;
+        if (calls <= 30) return { batchItemFailures: [{ itemIdentifier: event.Records[0]!.kinesis.sequenceNumber }] };
+        got.push(...values(event));
+        return { batchItemFailures: [] };
+      },
+      { maxRetries: 1, retryBackoffMs: 1, maxBackoffMs: 5 },
+    );
     await p.start();
     await until('delivery', () => got.length >= 2);
     await p.stop();
@@ -240,7 +270,10 @@ describe('local event-source poller', () => {
     expect(isBadInputError(new Error('ECONNREFUSED'))).toBe(false);
     const full = Object.assign(new Error('All records failed processing'), { name: 'FullBatchFailureError', recordErrors: [new InvalidRecordError('a', 'b')] });
     expect(isBadInputError(full)).toBe(true);
-    const mixed = Object.assign(new Error('All records failed processing'), { name: 'FullBatchFailureError', recordErrors: [new InvalidRecordError('a', 'b'), new Error('timeout')] });
+    const mixed = Object.assign(new Error('All records failed processing'), {
+      name: 'FullBatchFailureError',
+      recordErrors: [new InvalidRecordError('a', 'b'), new Error('timeout')],
+    });
     expect(isBadInputError(mixed)).toBe(false);
   });
 
@@ -248,10 +281,15 @@ describe('local event-source poller', () => {
     const name = await stream();
     await put(name, ['p1', 'p2']);
     let calls = 0;
-    const p = poller(name, 'c5', async () => {
-      calls++;
-      throw new Error('warehouse unreachable');
-    }, { maxRetries: 1000, retryBackoffMs: 5 });
+    const p = poller(
+      name,
+      'c5',
+      async () => {
+        calls++;
+        throw new Error('warehouse unreachable');
+      },
+      { maxRetries: 1000, retryBackoffMs: 5 },
+    );
     await p.start();
     await until('a few retries', () => calls >= 3);
     await p.stop();
@@ -270,10 +308,15 @@ describe('local event-source poller', () => {
     const name = await stream();
     await put(name, ['u1', 'u2']);
     const batches: string[][] = [];
-    const p = poller(name, 'c6', async (event) => {
-      batches.push(values(event));
-      return batches.length === 1 ? { batchItemFailures: [{ itemIdentifier: 'no-such-sequence-number' }] } : { batchItemFailures: [] };
-    }, { bisectOnError: false });
+    const p = poller(
+      name,
+      'c6',
+      async (event) => {
+        batches.push(values(event));
+        return batches.length === 1 ? { batchItemFailures: [{ itemIdentifier: 'no-such-sequence-number' }] } : { batchItemFailures: [] };
+      },
+      { bisectOnError: false },
+    );
     await p.start();
     await until('second attempt', () => batches.length >= 2);
     await p.stop();
@@ -291,13 +334,18 @@ describe('local event-source poller', () => {
     expect(out.FailedRecordCount ?? 0).toBe(0);
     const byKey = new Map<string, number[]>();
     const shards = new Set<string>();
-    const p = poller(name, 'c7', async (event) => {
-      for (const r of event.Records) shards.add(r.eventID.split(':')[0]!);
-      for (const v of values(event)) {
-        const [k, n] = v.split(':') as [string, string];
-        byKey.set(k, [...(byKey.get(k) ?? []), Number(n)]);
-      }
-    }, { batchSize: 7 });
+    const p = poller(
+      name,
+      'c7',
+      async (event) => {
+        for (const r of event.Records) shards.add(r.eventID.split(':')[0]!);
+        for (const v of values(event)) {
+          const [k, n] = v.split(':') as [string, string];
+          byKey.set(k, [...(byKey.get(k) ?? []), Number(n)]);
+        }
+      },
+      { batchSize: 7 },
+    );
     await p.start();
     await until('all shards', () => [...byKey.values()].reduce((a, v) => a + v.length, 0) >= 90);
     await p.stop();

@@ -65,7 +65,13 @@ function kinesisEvent(records: readonly LogRecord[]): KinesisStreamEvent {
       invokeIdentityArn: 'arn',
       awsRegion: 'us-east-1',
       eventSourceARN: 'arn:aws:kinesis:us-east-1:000000000000:stream/s',
-      kinesis: { kinesisSchemaVersion: '1.0', partitionKey: 'k', sequenceNumber: r.sequenceNumber, data: Buffer.from(r.text).toString('base64'), approximateArrivalTimestamp: Date.parse('2026-12-01T10:00:00Z') / 1000 },
+      kinesis: {
+        kinesisSchemaVersion: '1.0',
+        partitionKey: 'k',
+        sequenceNumber: r.sequenceNumber,
+        data: Buffer.from(r.text).toString('base64'),
+        approximateArrivalTimestamp: Date.parse('2026-12-01T10:00:00Z') / 1000,
+      },
     })),
   } as KinesisStreamEvent;
 }
@@ -74,15 +80,47 @@ function kinesisEvent(records: readonly LogRecord[]): KinesisStreamEvent {
 async function archivedTable(source: string, n: number): Promise<{ cp: MemoryControlPlane; reader: ReplayReader; archive: FolderArchive }> {
   const at = new Date().toISOString();
   const cp = new MemoryControlPlane();
-  const version: SchemaVersion = { source, table: TABLE, version: 1, columns: [{ name: 'id', type: 'integer', nullable: false }, { name: 'v', type: 'text', nullable: true }], key: ['id'], effectivePosition: '0'.repeat(24), registeredAt: at };
-  await cp.registerTable({ source, table: TABLE, state: 'active', currentVersion: 1, deleteMode: 'hard', preImage: 'key', stateReason: null, updatedAt: at }, version, { at, actor: 'test', action: 'register-table', source, table: TABLE, outcome: 'done', detail: {} });
+  const version: SchemaVersion = {
+    source,
+    table: TABLE,
+    version: 1,
+    columns: [
+      { name: 'id', type: 'integer', nullable: false },
+      { name: 'v', type: 'text', nullable: true },
+    ],
+    key: ['id'],
+    effectivePosition: '0'.repeat(24),
+    registeredAt: at,
+  };
+  await cp.registerTable(
+    { source, table: TABLE, state: 'active', currentVersion: 1, deleteMode: 'hard', preImage: 'key', stateReason: null, updatedAt: at },
+    version,
+    { at, actor: 'test', action: 'register-table', source, table: TABLE, outcome: 'done', detail: {} },
+  );
   const events: ChangeEvent[] = [];
   for (let id = 1; id <= n; id++) {
-    events.push({ v: ENVELOPE_VERSION, source, table: TABLE, op: 'insert', key: { id }, after: { id, v: `v${id}` }, before: null, missing: [], position: makePosition(0x100n + BigInt(id), 0), commitTs: at, txId: String(id), schemaVersion: 1, capture: 'slot', synthetic: false });
+    events.push({
+      v: ENVELOPE_VERSION,
+      source,
+      table: TABLE,
+      op: 'insert',
+      key: { id },
+      after: { id, v: `v${id}` },
+      before: null,
+      missing: [],
+      position: makePosition(0x100n + BigInt(id), 0),
+      commitTs: at,
+      txId: String(id),
+      schemaVersion: 1,
+      capture: 'slot',
+      synthetic: false,
+    });
   }
   const stream = `tamper-${source}`;
   await createStream(kinesis, stream, 2);
-  await kinesis.send(new PutRecordsCommand({ StreamName: stream, Records: events.map((e) => ({ PartitionKey: `${e.key.id}`, Data: Buffer.from(JSON.stringify(e)) })) }));
+  await kinesis.send(
+    new PutRecordsCommand({ StreamName: stream, Records: events.map((e) => ({ PartitionKey: `${e.key.id}`, Data: Buffer.from(JSON.stringify(e)) })) }),
+  );
   const archive = new FolderArchive(path.join(dir, source));
   const copy = createArchiveCopier({ archive, layout: 'by-table' });
   const byShard = new Map<string, LogRecord[]>();

@@ -78,13 +78,21 @@ function kinesisEvent(records: readonly LogRecord[]): KinesisStreamEvent {
       invokeIdentityArn: 'arn',
       awsRegion: 'us-east-1',
       eventSourceARN: 'arn:aws:kinesis:us-east-1:000000000000:stream/s',
-      kinesis: { kinesisSchemaVersion: '1.0', partitionKey: 'k', sequenceNumber: r.sequenceNumber, data: Buffer.from(r.text).toString('base64'), approximateArrivalTimestamp: Date.parse('2026-12-01T10:00:00Z') / 1000 },
+      kinesis: {
+        kinesisSchemaVersion: '1.0',
+        partitionKey: 'k',
+        sequenceNumber: r.sequenceNumber,
+        data: Buffer.from(r.text).toString('base64'),
+        approximateArrivalTimestamp: Date.parse('2026-12-01T10:00:00Z') / 1000,
+      },
     })),
   } as KinesisStreamEvent;
 }
 
 async function digest(schema: string): Promise<string> {
-  const r = await pool.query(`SELECT count(*)::int AS n, coalesce(md5(string_agg(id::text || ':' || coalesce(v, '~'), ',' ORDER BY id)), '') AS d FROM "${schema}"."t"`);
+  const r = await pool.query(
+    `SELECT count(*)::int AS n, coalesce(md5(string_agg(id::text || ':' || coalesce(v, '~'), ',' ORDER BY id)), '') AS d FROM "${schema}"."t"`,
+  );
   return `${r.rows[0].n}/${r.rows[0].d}`;
 }
 
@@ -95,8 +103,23 @@ async function oneRun(run: number, seed: number): Promise<void> {
   const mode: DeleteMode = rand() < 0.5 ? 'soft' : 'hard';
   const at = new Date().toISOString();
   const cp = new MemoryControlPlane();
-  const version: SchemaVersion = { source, table: TABLE, version: 1, columns: [{ name: 'id', type: 'integer', nullable: false }, { name: 'v', type: 'text', nullable: true }], key: ['id'], effectivePosition: '0'.repeat(24), registeredAt: at };
-  await cp.registerTable({ source, table: TABLE, state: 'active', currentVersion: 1, deleteMode: mode, preImage: 'key', stateReason: null, updatedAt: at }, version, { at, actor: 'test', action: 'register-table', source, table: TABLE, outcome: 'done', detail: {} });
+  const version: SchemaVersion = {
+    source,
+    table: TABLE,
+    version: 1,
+    columns: [
+      { name: 'id', type: 'integer', nullable: false },
+      { name: 'v', type: 'text', nullable: true },
+    ],
+    key: ['id'],
+    effectivePosition: '0'.repeat(24),
+    registeredAt: at,
+  };
+  await cp.registerTable(
+    { source, table: TABLE, state: 'active', currentVersion: 1, deleteMode: mode, preImage: 'key', stateReason: null, updatedAt: at },
+    version,
+    { at, actor: 'test', action: 'register-table', source, table: TABLE, outcome: 'done', detail: {} },
+  );
 
   // A history and its model (each key's last event).
   const events: ChangeEvent[] = [];
@@ -108,14 +131,34 @@ async function oneRun(run: number, seed: number): Promise<void> {
     const id = 1 + Math.floor(rand() * 15);
     const del = model.has(id) && rand() < 0.2;
     const v = rand() < 0.1 ? null : `v${i}`;
-    events.push({ v: ENVELOPE_VERSION, source, table: TABLE, op: del ? 'delete' : model.has(id) ? 'update' : 'insert', key: { id }, after: del ? null : { id, v }, before: null, missing: [], position: makePosition(lsn, 0), commitTs: at, txId: String(i), schemaVersion: 1, capture: 'slot', synthetic: false });
+    events.push({
+      v: ENVELOPE_VERSION,
+      source,
+      table: TABLE,
+      op: del ? 'delete' : model.has(id) ? 'update' : 'insert',
+      key: { id },
+      after: del ? null : { id, v },
+      before: null,
+      missing: [],
+      position: makePosition(lsn, 0),
+      commitTs: at,
+      txId: String(i),
+      schemaVersion: 1,
+      capture: 'slot',
+      synthetic: false,
+    });
     if (del) model.delete(id);
     else model.set(id, v);
   }
   const stream = `rebuild-${run}`;
   await createStream(kinesis, stream, 2);
   for (let i = 0; i < events.length; i += 100) {
-    await kinesis.send(new PutRecordsCommand({ StreamName: stream, Records: events.slice(i, i + 100).map((e) => ({ PartitionKey: `${e.key.id}`, Data: Buffer.from(JSON.stringify(e)) })) }));
+    await kinesis.send(
+      new PutRecordsCommand({
+        StreamName: stream,
+        Records: events.slice(i, i + 100).map((e) => ({ PartitionKey: `${e.key.id}`, Data: Buffer.from(JSON.stringify(e)) })),
+      }),
+    );
   }
   // The archive holds a random prefix of each shard's batches.
   const archive = new FolderArchive(path.join(dir, source));
@@ -136,7 +179,7 @@ async function oneRun(run: number, seed: number): Promise<void> {
   const target = { source, table: TABLE, deleteMode: mode, key: ['id'] };
   const mergedUpTo = 1 + Math.floor(rand() * events.length);
   const applyLive = async (from: number, to: number): Promise<void> => {
-    for (let i = from; i < to; ) {
+    for (let i = from; i < to;) {
       const size = 1 + Math.floor(rand() * 20);
       const batch = events.slice(i, Math.min(to, i + size));
       await live.applyTable({ source, table: TABLE, deleteMode: mode, schemas: new Map([[1, version]]), events: batch, appliedAt: new Date() });
@@ -161,14 +204,17 @@ async function oneRun(run: number, seed: number): Promise<void> {
     corrupted.push(`missing:${id}`);
   }
   if (rand() < 0.7) {
-    await pool.query(`INSERT INTO "${schema}"._cdc_mirror_t (id, v, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (1000, 'never', '000000000000000100000000', false, now())`);
+    await pool.query(
+      `INSERT INTO "${schema}"._cdc_mirror_t (id, v, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (1000, 'never', '000000000000000100000000', false, now())`,
+    );
     corrupted.push('extra:1000');
   }
   await applyLive(mergedUpTo, events.length);
   const unmerged = Number((await pool.query(`SELECT count(*)::int AS n FROM "${schema}"._cdc_delta_t`)).rows[0].n);
   expect(unmerged, `run ${run} seed ${seed}`).toBe(events.length - mergedUpTo);
   let before = await digest(schema);
-  const modelRows = async (): Promise<string[]> => (await pool.query(`SELECT id, v FROM "${schema}".t ORDER BY id`)).rows.map((r: { id: string; v: string | null }) => `${r.id}=${r.v}`);
+  const modelRows = async (): Promise<string[]> =>
+    (await pool.query(`SELECT id, v FROM "${schema}".t ORDER BY id`)).rows.map((r: { id: string; v: string | null }) => `${r.id}=${r.v}`);
   const modelText = (): string[] => [...model].sort((a, b) => a[0] - b[0]).map(([id, v]) => `${id}=${v}`);
 
   const reader = new ReplayReader({ archive, kinesis, stream });
@@ -179,7 +225,16 @@ async function oneRun(run: number, seed: number): Promise<void> {
   const rehearse = rand() < 0.3;
   const completed: string[] = [];
   if (crashAt !== null) {
-    const crashing = new Rebuilder({ control: cp, pool, reader, duty: 1, batchSize: 7, step: (s) => { if (s === crashAt) throw new Crash(`crash at ${s}`); } });
+    const crashing = new Rebuilder({
+      control: cp,
+      pool,
+      reader,
+      duty: 1,
+      batchSize: 7,
+      step: (s) => {
+        if (s === crashAt) throw new Crash(`crash at ${s}`);
+      },
+    });
     const checked = await crashing.check({ source, table: TABLE, sink: SINK });
     expect(checked.refusal, where).toBeNull();
     if (checked.refusal === null) {
@@ -210,12 +265,23 @@ async function oneRun(run: number, seed: number): Promise<void> {
   const report = await rebuilder.run({ source, table: TABLE, sink: SINK, rehearse: false, actor: 'test' }, c2.history);
   expect(report.diff.map((d) => `${d.kind}:${d.key.id}`).sort(), where).toEqual([...corrupted].sort());
   expect(await modelRows(), where).toEqual(modelText());
-  const leftovers = (await pool.query(`SELECT table_name FROM information_schema.tables WHERE table_schema = $1 AND (table_name LIKE '%\\_cdc\\_rb\\_%' OR table_name LIKE '%\\_cdc\\_old\\_%' OR table_name LIKE '\\_cdc\\_diff\\_%') ORDER BY 1`, [schema])).rows.map((r: { table_name: string }) => r.table_name);
+  const leftovers = (
+    await pool.query(
+      `SELECT table_name FROM information_schema.tables WHERE table_schema = $1 AND (table_name LIKE '%\\_cdc\\_rb\\_%' OR table_name LIKE '%\\_cdc\\_old\\_%' OR table_name LIKE '\\_cdc\\_diff\\_%') ORDER BY 1`,
+      [schema],
+    )
+  ).rows.map((r: { table_name: string }) => r.table_name);
   expect(leftovers, where).toEqual(['_cdc_diff_t']);
   const runs = await cp.listRebuilds(SINK, source, TABLE);
-  expect(runs.filter((r) => r.outcome === 'done').map((r) => r.mode), where).toEqual([...completed, 'rehearsal', 'swap']);
+  expect(
+    runs.filter((r) => r.outcome === 'done').map((r) => r.mode),
+    where,
+  ).toEqual([...completed, 'rehearsal', 'swap']);
   expect(runs.filter((r) => r.outcome === 'failed').length, where).toBe(crashAt !== null && completed.length === 0 ? 1 : 0);
-  expect(runs.every((r) => r.durationMs >= 0 && r.finishedAt >= r.startedAt), where).toBe(true);
+  expect(
+    runs.every((r) => r.durationMs >= 0 && r.finishedAt >= r.startedAt),
+    where,
+  ).toBe(true);
   expect((await cp.listAudit(source, TABLE)).filter((a) => a.action === 'rebuild').length, where).toBe(runs.length);
 }
 

@@ -80,7 +80,15 @@ describe('Redshift stand-in and loader (embedded PostgreSQL)', () => {
   });
 
   const loader = (s: RedshiftSession = session, statements?: string[]): RedshiftLoader =>
-    new RedshiftLoader({ session: s, store, bucket: 'staging', prefix: 'cdc/', roleArn: ROLE, ledgerSchema: 'cdc_loader', onStatement: (q) => statements?.push(q) });
+    new RedshiftLoader({
+      session: s,
+      store,
+      bucket: 'staging',
+      prefix: 'cdc/',
+      roleArn: ROLE,
+      ledgerSchema: 'cdc_loader',
+      onStatement: (q) => statements?.push(q),
+    });
 
   it('VARCHAR(n) holds n bytes, not n characters; SUPER and VARBYTE are limited too', async () => {
     await session.query('CREATE TABLE public.bytes_t (v varchar(4), b varbyte(2), s super)');
@@ -95,7 +103,7 @@ describe('Redshift stand-in and loader (embedded PostgreSQL)', () => {
     await expect(session.query('CREATE TABLE public."folded" (x bigint)')).rejects.toThrow(/already exists/);
     await expect(session.query('CREATE TABLE public.cols_t ("A" bigint, "a" bigint)')).rejects.toThrow(/more than once/);
     // A literal is not a name: its case stays.
-    expect((await session.query("SELECT 'MiXeD' AS \"V\"")).rows[0]).toEqual({ v: 'MiXeD' });
+    expect((await session.query('SELECT \'MiXeD\' AS "V"')).rows[0]).toEqual({ v: 'MiXeD' });
   });
 
   it('a MERGE whose target row matches two source rows fails, as in Redshift', async () => {
@@ -103,19 +111,23 @@ describe('Redshift stand-in and loader (embedded PostgreSQL)', () => {
     await session.query('CREATE TABLE public.m_s (k bigint, v bigint)');
     await session.query('INSERT INTO public.m_t VALUES (1, 0)');
     await session.query('INSERT INTO public.m_s VALUES (1, 1), (1, 2)');
-    await expect(session.query('MERGE INTO public.m_t USING public.m_s s ON m_t.k = s.k WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT (k, v) VALUES (s.k, s.v)')).rejects.toThrow(
-      /more than one|second time/,
-    );
+    await expect(
+      session.query(
+        'MERGE INTO public.m_t USING public.m_s s ON m_t.k = s.k WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT (k, v) VALUES (s.k, s.v)',
+      ),
+    ).rejects.toThrow(/more than one|second time/);
   });
 
   it('a COPY of an object with a row over 4 MB fails, naming the object', async () => {
     await store.put('raw/big.csv.gz', gzipSync(`"${'x'.repeat(4 * 1024 * 1024 + 1)}"\n`));
     await store.put('raw/big.manifest', JSON.stringify({ entries: [{ url: 's3://staging/raw/big.csv.gz', mandatory: true }] }));
     await session.query('CREATE TABLE public.row_t (v super)');
-    await expect(session.query(`COPY public.row_t (v) FROM 's3://staging/raw/big.manifest' IAM_ROLE '${ROLE}' MANIFEST ${COPY_FORMAT}`)).rejects.toThrow(/raw\/big\.csv\.gz: a row of/);
+    await expect(session.query(`COPY public.row_t (v) FROM 's3://staging/raw/big.manifest' IAM_ROLE '${ROLE}' MANIFEST ${COPY_FORMAT}`)).rejects.toThrow(
+      /raw\/big\.csv\.gz: a row of/,
+    );
   });
 
-  it('runs only the loader\'s COPY: FROM STDIN, a missing MANIFEST or another format are refused', async () => {
+  it("runs only the loader's COPY: FROM STDIN, a missing MANIFEST or another format are refused", async () => {
     await expect(session.query('COPY public.m_t (k) FROM STDIN')).rejects.toThrow(StandInUnsupportedError);
     await expect(session.query(`COPY public.m_t (k) FROM 's3://staging/x' IAM_ROLE '${ROLE}' FORMAT AS CSV`)).rejects.toThrow(StandInUnsupportedError);
   });
@@ -144,12 +156,15 @@ describe('Redshift stand-in and loader (embedded PostgreSQL)', () => {
     await l.flush();
     const receipt = await pending;
     expect(receipt.loaded).toBe(4);
-    expect(receipt.refused.map((x) => [x.event.key.id, (x.error as RedshiftValueRefusedError).column, (x.error as RedshiftValueRefusedError).reason])).toEqual([[4, 'note', 'too-long']]);
+    expect(receipt.refused.map((x) => [x.event.key.id, (x.error as RedshiftValueRefusedError).column, (x.error as RedshiftValueRefusedError).reason])).toEqual([
+      [4, 'note', 'too-long'],
+    ]);
     expect(statements.filter((s) => s.startsWith('COPY'))).toHaveLength(1);
     // What the loader really sent passes the Redshift grammar check (the stand-in ran it).
     for (const s of statements) expect(redshiftProblems(s), s).toEqual([]);
     const view = async () =>
-      (await client.query(`SELECT id, note, doc, encode(blob, 'hex') AS blob, amount, ${UNHELD_COLUMN} FROM ${rsQualified(r.t.schema, r.t.view)} ORDER BY id`)).rows as Record<string, unknown>[];
+      (await client.query(`SELECT id, note, doc, encode(blob, 'hex') AS blob, amount, ${UNHELD_COLUMN} FROM ${rsQualified(r.t.schema, r.t.view)} ORDER BY id`))
+        .rows as Record<string, unknown>[];
     const expected = [
       { id: '1', note: '', doc: { a: [1, 'x'] }, blob: '00ff', amount: '12345678.90', _cdc_unheld: null },
       { id: '2', note: null, doc: null, blob: null, amount: null, _cdc_unheld: null },
@@ -197,7 +212,13 @@ describe('Redshift stand-in and loader (embedded PostgreSQL)', () => {
           }
           pos += 1n + BigInt(Math.floor(rand() * 3));
           const del = rand() < 0.25;
-          const e = event(r.t.source, del ? 'delete' : rand() < 0.5 ? 'insert' : 'update', id, pos, del ? null : { note: rand() < 0.2 ? null : `n${pos % 97n}`, doc: null, blob: null, amount: null });
+          const e = event(
+            r.t.source,
+            del ? 'delete' : rand() < 0.5 ? 'insert' : 'update',
+            id,
+            pos,
+            del ? null : { note: rand() < 0.2 ? null : `n${pos % 97n}`, doc: null, blob: null, amount: null },
+          );
           batch.push(e);
           history.push(e);
         }
@@ -205,7 +226,10 @@ describe('Redshift stand-in and loader (embedded PostgreSQL)', () => {
         if (crash) failAt = Math.floor(rand() * 6);
         const submitted = l.submit(r, batch);
         const flushed = l.flush().catch(() => null);
-        const ok = await submitted.then(() => true, () => false);
+        const ok = await submitted.then(
+          () => true,
+          () => false,
+        );
         await flushed;
         failAt = -1;
         if (!ok) {
@@ -226,8 +250,13 @@ describe('Redshift stand-in and loader (embedded PostgreSQL)', () => {
           await l.merge().catch(() => undefined);
           failAt = -1;
         }
-        const got = (await client.query(`SELECT id, note FROM ${rsQualified(r.t.schema, r.t.view)} ORDER BY id`)).rows.map((x: { id: string; note: string | null }) => [Number(x.id), x.note]);
-        const want = [...model.entries()].filter(([, v]) => !v.deleted).sort(([a], [b]) => a - b).map(([id, v]) => [id, v.note]);
+        const got = (await client.query(`SELECT id, note FROM ${rsQualified(r.t.schema, r.t.view)} ORDER BY id`)).rows.map(
+          (x: { id: string; note: string | null }) => [Number(x.id), x.note],
+        );
+        const want = [...model.entries()]
+          .filter(([, v]) => !v.deleted)
+          .sort(([a], [b]) => a - b)
+          .map(([id, v]) => [id, v.note]);
         expect(got, `seed ${SEED} run ${run} step ${step} (${hard ? 'hard' : 'soft'})`).toEqual(want);
       }
     }
@@ -265,20 +294,43 @@ describe('Redshift stand-in and loader (embedded PostgreSQL)', () => {
   });
 
   it('a text, a JSON document and a bytea of 1 MB each: held where Redshift holds them (JSON), refused or marked where it does not (text, bytea)', async () => {
-    const r: RedshiftTable = { t: warehouseTable('big', 'public.docs'), key: [redshiftColumn('id', 'integer')], data: [redshiftColumn('body', 'text'), redshiftColumn('doc', 'jsonb'), redshiftColumn('bin', 'bytea')], hard: false };
+    const r: RedshiftTable = {
+      t: warehouseTable('big', 'public.docs'),
+      key: [redshiftColumn('id', 'integer')],
+      data: [redshiftColumn('body', 'text'), redshiftColumn('doc', 'jsonb'), redshiftColumn('bin', 'bytea')],
+      hard: false,
+    };
     const mb = 1024 * 1024;
     const doc = JSON.stringify({ a: 'j'.repeat(mb - 10) });
     const bin = `\\x${'ab'.repeat(mb)}`;
     const ev = (id: number, after: Record<string, JsonValue>): ChangeEvent => ({ ...event('big', 'insert', id, BigInt(id), after), table: 'public.docs' });
     for (const policy of ['refuse-row', 'null-with-marker'] as const) {
-      const l = new RedshiftLoader({ session, store, bucket: 'staging', prefix: `big-${policy}/`, roleArn: ROLE, ledgerSchema: 'cdc_loader', policyOf: () => policy });
+      const l = new RedshiftLoader({
+        session,
+        store,
+        bucket: 'staging',
+        prefix: `big-${policy}/`,
+        roleArn: ROLE,
+        ledgerSchema: 'cdc_loader',
+        policyOf: () => policy,
+      });
       const base = policy === 'refuse-row' ? 0 : 10;
-      const p = l.submit(r, [ev(base + 1, { body: null, doc, bin: null }), ev(base + 2, { body: 't'.repeat(mb), doc: null, bin: null }), ev(base + 3, { body: null, doc: null, bin })]);
+      const p = l.submit(r, [
+        ev(base + 1, { body: null, doc, bin: null }),
+        ev(base + 2, { body: 't'.repeat(mb), doc: null, bin: null }),
+        ev(base + 3, { body: null, doc: null, bin }),
+      ]);
       await l.flush();
       const receipt = await p;
-      const got = (await client.query(`SELECT id, octet_length(doc ->> 'a') AS doc, body IS NULL AS no_body, bin IS NULL AS no_bin, _cdc_unheld FROM ${rsQualified(r.t.schema, r.t.view)} WHERE id > ${base} AND id < ${base + 10} ORDER BY id`)).rows;
+      const got = (
+        await client.query(
+          `SELECT id, octet_length(doc ->> 'a') AS doc, body IS NULL AS no_body, bin IS NULL AS no_bin, _cdc_unheld FROM ${rsQualified(r.t.schema, r.t.view)} WHERE id > ${base} AND id < ${base + 10} ORDER BY id`,
+        )
+      ).rows;
       if (policy === 'refuse-row') {
-        expect(receipt.refused.map((x) => [x.event.key.id, (x.error as RedshiftValueRefusedError).column, (x.error as RedshiftValueRefusedError).reason])).toEqual([
+        expect(
+          receipt.refused.map((x) => [x.event.key.id, (x.error as RedshiftValueRefusedError).column, (x.error as RedshiftValueRefusedError).reason]),
+        ).toEqual([
           [2, 'body', 'too-long'],
           [3, 'bin', 'too-long'],
         ]);

@@ -53,9 +53,21 @@ const TABLES: TableConfig[] = [
   { table: 'public.pairs', deleteMode: 'soft', mask: [], exclude: [] },
 ];
 const COLUMNS: Record<string, ColumnDef[]> = {
-  'public.people': [{ name: 'id', type: 'integer', nullable: false }, { name: 'email', type: 'text', nullable: true }, { name: 'amount', type: 'numeric(10,2)', nullable: true }, { name: 'note', type: 'text', nullable: true }],
-  'public.pairs': [{ name: 'region', type: 'integer', nullable: false }, { name: 'code', type: 'text', nullable: false }, { name: 'v', type: 'bigint', nullable: true }],
-  'public.cdc_heartbeat': [{ name: 'source_id', type: 'text', nullable: false }, { name: 'beat_at', type: 'timestamp with time zone', nullable: false }],
+  'public.people': [
+    { name: 'id', type: 'integer', nullable: false },
+    { name: 'email', type: 'text', nullable: true },
+    { name: 'amount', type: 'numeric(10,2)', nullable: true },
+    { name: 'note', type: 'text', nullable: true },
+  ],
+  'public.pairs': [
+    { name: 'region', type: 'integer', nullable: false },
+    { name: 'code', type: 'text', nullable: false },
+    { name: 'v', type: 'bigint', nullable: true },
+  ],
+  'public.cdc_heartbeat': [
+    { name: 'source_id', type: 'text', nullable: false },
+    { name: 'beat_at', type: 'timestamp with time zone', nullable: false },
+  ],
 };
 const KEYS: Record<string, string[]> = { 'public.people': ['id'], 'public.pairs': ['region', 'code'], 'public.cdc_heartbeat': ['source_id'] };
 
@@ -63,7 +75,22 @@ let applier: ReturnType<typeof createSearchApplier>;
 
 function ev(table: string, op: ChangeEvent['op'], key: Row, after: Row | null): ChangeEvent {
   const n = ++lsn;
-  return { v: ENVELOPE_VERSION, source: SOURCE, table, op, key, after, before: op === 'delete' ? key : null, missing: [], position: makePosition(BASE + BigInt(n), 0), commitTs: new Date().toISOString(), txId: String(n), schemaVersion: 1, capture: 'slot', synthetic: false };
+  return {
+    v: ENVELOPE_VERSION,
+    source: SOURCE,
+    table,
+    op,
+    key,
+    after,
+    before: op === 'delete' ? key : null,
+    missing: [],
+    position: makePosition(BASE + BigInt(n), 0),
+    commitTs: new Date().toISOString(),
+    txId: String(n),
+    schemaVersion: 1,
+    capture: 'slot',
+    synthetic: false,
+  };
 }
 
 async function apply(events: ChangeEvent[]): Promise<void> {
@@ -75,7 +102,9 @@ async function apply(events: ChangeEvent[]): Promise<void> {
 async function rowsAsEvents(table: string): Promise<ChangeEvent[]> {
   const config = TABLES.find((t) => t.table === table)!;
   const cols = COLUMNS[table]!.map((c) => c.name);
-  const res = await src.query(`SELECT ${cols.map((c) => `CAST(${c} AS text) AS ${c}`).join(', ')}, ${KEYS[table]!.map((k, i) => `${k} AS k${i}`).join(', ')} FROM ${table}`);
+  const res = await src.query(
+    `SELECT ${cols.map((c) => `CAST(${c} AS text) AS ${c}`).join(', ')}, ${KEYS[table]!.map((k, i) => `${k} AS k${i}`).join(', ')} FROM ${table}`,
+  );
   return res.rows.map((r) => {
     const after: Row = {};
     for (const c of cols) after[c] = config.mask.includes(c) ? maskValue(r[c]) : r[c];
@@ -115,10 +144,19 @@ beforeAll(async () => {
       { at, actor: 'test', action: 'register-table', source: SOURCE, table, outcome: 'done', detail: {} },
     );
   }
-  applier = createSearchApplier({ controlPlane: control, search: index, sinkId: 'search', metrics: new Metrics({ namespace: 'test' }), logger: new Logger({ logLevel: 'CRITICAL' }) });
+  applier = createSearchApplier({
+    controlPlane: control,
+    search: index,
+    sinkId: 'search',
+    metrics: new Metrics({ namespace: 'test' }),
+    logger: new Logger({ logLevel: 'CRITICAL' }),
+  });
   // The clean run: every row, plus rows that were deleted since (tombstones the readers' alias hides).
   await apply([...(await rowsAsEvents('public.people')), ...(await rowsAsEvents('public.pairs'))]);
-  await apply([ev('public.people', 'insert', { id: 9001 }, { id: 9001, email: maskValue('gone@x'), amount: '1.00', note: 'gone' }), ev('public.people', 'delete', { id: 9001 }, null)]);
+  await apply([
+    ev('public.people', 'insert', { id: 9001 }, { id: 9001, email: maskValue('gone@x'), amount: '1.00', note: 'gone' }),
+    ev('public.people', 'delete', { id: 9001 }, null),
+  ]);
   await beat();
 }, 120_000);
 
@@ -147,13 +185,28 @@ async function whileBeating<T>(f: () => Promise<T>): Promise<T> {
 }
 
 const reconcile = (tables = TABLES, pageSize?: number) =>
-  whileBeating(() => reconcileDatabases({ control, sourceUrl: cluster.url(SOURCE), search: { index, ...(pageSize ? { pageSize } : {}) }, source: SOURCE, sink: 'search', tables, fixedSegment: 200, leafRows: 16, settleMs: 300 }));
+  whileBeating(() =>
+    reconcileDatabases({
+      control,
+      sourceUrl: cluster.url(SOURCE),
+      search: { index, ...(pageSize ? { pageSize } : {}) },
+      source: SOURCE,
+      sink: 'search',
+      tables,
+      fixedSegment: 200,
+      leafRows: 16,
+      settleMs: 300,
+    }),
+  );
 
 /** Writes a document straight into the index (behind the platform's back), above every version the applier wrote. */
 async function tamper(table: string, key: Row, doc: Record<string, unknown> | null): Promise<void> {
   const names = searchNames('cdc', SOURCE, table);
   const version = encodeVersion(makePosition(BASE + 1_000_000n + BigInt(++lsn), 0), BASE & ~0xffffffffn);
-  const action = doc === null ? { delete: { _index: names.all, _id: documentId(key), version: Number(version), version_type: 'external' } } : { index: { _index: names.all, _id: documentId(key), version: Number(version), version_type: 'external' } };
+  const action =
+    doc === null
+      ? { delete: { _index: names.all, _id: documentId(key), version: Number(version), version_type: 'external' } }
+      : { index: { _index: names.all, _id: documentId(key), version: Number(version), version_type: 'external' } };
   const body = [JSON.stringify(action), ...(doc ? [JSON.stringify(doc)] : [])].join('\n') + '\n';
   const res = (await index.client.bulk({ body: body as never })).body as { errors: boolean; items: unknown[] };
   expect(res.errors, JSON.stringify(res.items)).toBe(false);
@@ -171,7 +224,10 @@ describe('reconciling the search sink', () => {
       expect(v.fullCoverage).toBe(true);
     }
     expect(verdicts[0]!.columns).toEqual(['id', 'email', 'amount', 'note']); // ssn excluded, email masked
-    expect(verdicts.map((v) => [v.sourceRows, v.sinkRows])).toEqual([[700, 700], [450, 450]]); // the tombstone of 9001 is hidden
+    expect(verdicts.map((v) => [v.sourceRows, v.sinkRows])).toEqual([
+      [700, 700],
+      [450, 450],
+    ]); // the tombstone of 9001 is hidden
     expect(verdictExitCode(verdicts)).toBe(0);
     expect((await control.getReconcileVerdict('search', SOURCE, 'public.pairs'))?.verdict).toBe('MATCH');
   }, 120_000);
@@ -236,8 +292,17 @@ describe('reconciling the search sink', () => {
     try {
       const v = await whileBeating(() =>
         reconcileTable({
-          sink: 'search', source: SOURCE, table: 'public.pairs', key: KEYS['public.pairs']!, rules: NO_COLUMN_RULES, cursor: null, pacer: new FixedPacer(200), leafRows: 16, settleMs: 300,
-          sourceSide: pgSourceSide(s, 'public.pairs', KEYS['public.pairs']!, []), sinkSide: sink,
+          sink: 'search',
+          source: SOURCE,
+          table: 'public.pairs',
+          key: KEYS['public.pairs']!,
+          rules: NO_COLUMN_RULES,
+          cursor: null,
+          pacer: new FixedPacer(200),
+          leafRows: 16,
+          settleMs: 300,
+          sourceSide: pgSourceSide(s, 'public.pairs', KEYS['public.pairs']!, []),
+          sinkSide: sink,
         }),
       );
       expect(applied).toBe(true);

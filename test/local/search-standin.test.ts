@@ -26,8 +26,10 @@ function bulk(lines: unknown[]): Promise<{ status: number; body: any }> {
   return req('POST', '/_bulk', `${lines.map((l) => (typeof l === 'string' ? l : JSON.stringify(l))).join('\n')}\n`);
 }
 
-const idx = (id: string, version: number | string, type = 'external', index = 'v') => `{"index":{"_index":"${index}","_id":"${id}","version":${version},"version_type":"${type}"}}`;
-const del = (id: string, version: number | string, type = 'external', index = 'v') => `{"delete":{"_index":"${index}","_id":"${id}","version":${version},"version_type":"${type}"}}`;
+const idx = (id: string, version: number | string, type = 'external', index = 'v') =>
+  `{"index":{"_index":"${index}","_id":"${id}","version":${version},"version_type":"${type}"}}`;
+const del = (id: string, version: number | string, type = 'external', index = 'v') =>
+  `{"delete":{"_index":"${index}","_id":"${id}","version":${version},"version_type":"${type}"}}`;
 
 beforeAll(async () => {
   url = await standin.start();
@@ -58,9 +60,23 @@ describe('search stand-in', () => {
 
   it('external_gte accepts an equal version; internal increments; create refuses an existing id', async () => {
     await req('PUT', '/gte', {});
-    const r = await bulk([idx('x', 3, 'external', 'gte'), { n: 1 }, idx('x', 3, 'external_gte', 'gte'), { n: 2 }, idx('x', 2, 'external_gte', 'gte'), { n: 3 }]);
+    const r = await bulk([
+      idx('x', 3, 'external', 'gte'),
+      { n: 1 },
+      idx('x', 3, 'external_gte', 'gte'),
+      { n: 2 },
+      idx('x', 2, 'external_gte', 'gte'),
+      { n: 3 },
+    ]);
     expect(r.body.items.map((i: any) => i.index.status)).toEqual([201, 200, 409]);
-    const i1 = await bulk(['{"index":{"_index":"gte","_id":"i"}}', { n: 1 }, '{"index":{"_index":"gte","_id":"i"}}', { n: 2 }, '{"create":{"_index":"gte","_id":"i"}}', { n: 3 }]);
+    const i1 = await bulk([
+      '{"index":{"_index":"gte","_id":"i"}}',
+      { n: 1 },
+      '{"index":{"_index":"gte","_id":"i"}}',
+      { n: 2 },
+      '{"create":{"_index":"gte","_id":"i"}}',
+      { n: 3 },
+    ]);
     expect(i1.body.items[0].index._version).toBe(1);
     expect(i1.body.items[1].index._version).toBe(2);
     expect(i1.body.items[2].create.status).toBe(409);
@@ -69,7 +85,14 @@ describe('search stand-in', () => {
   it('keeps versions exactly up to 2^63 − 1 and refuses beyond', async () => {
     await req('PUT', '/big', {});
     const max = '9223372036854775807';
-    const r = await bulk([idx('m', '9223372036854775806', 'external', 'big'), { n: 1 }, idx('m', max, 'external', 'big'), { n: 2 }, idx('m', '9223372036854775808', 'external', 'big'), { n: 3 }]);
+    const r = await bulk([
+      idx('m', '9223372036854775806', 'external', 'big'),
+      { n: 1 },
+      idx('m', max, 'external', 'big'),
+      { n: 2 },
+      idx('m', '9223372036854775808', 'external', 'big'),
+      { n: 3 },
+    ]);
     expect(r.body.items.map((i: any) => i.index.status)).toEqual([201, 200, 400]);
     const raw = await (await fetch(`${url}/big/_doc/m`)).text();
     expect(raw).toContain(`"_version":${max}`);
@@ -103,8 +126,23 @@ describe('search stand-in', () => {
   });
 
   it('strict mappings refuse unknown fields and wrong values per item; mapping updates add fields but never change a type', async () => {
-    await req('PUT', '/m', { mappings: { dynamic: 'strict', _meta: { cdc: { baseLsn: '0000000000000000' } }, properties: { n: { type: 'long' }, d: { type: 'date', format: 'strict_date' }, o: { type: 'object', enabled: false } } } });
-    const r = await bulk([idx('1', 1, 'external', 'm'), { n: 1, extra: 2 }, idx('2', 1, 'external', 'm'), { n: 'x' }, idx('3', 1, 'external', 'm'), { n: '12', d: '2026-01-02', o: 'any' }, idx('4', 1, 'external', 'm'), { d: '2026-01-02 10:00' }]);
+    await req('PUT', '/m', {
+      mappings: {
+        dynamic: 'strict',
+        _meta: { cdc: { baseLsn: '0000000000000000' } },
+        properties: { n: { type: 'long' }, d: { type: 'date', format: 'strict_date' }, o: { type: 'object', enabled: false } },
+      },
+    });
+    const r = await bulk([
+      idx('1', 1, 'external', 'm'),
+      { n: 1, extra: 2 },
+      idx('2', 1, 'external', 'm'),
+      { n: 'x' },
+      idx('3', 1, 'external', 'm'),
+      { n: '12', d: '2026-01-02', o: 'any' },
+      idx('4', 1, 'external', 'm'),
+      { d: '2026-01-02 10:00' },
+    ]);
     expect(r.body.items.map((i: any) => i.index.status)).toEqual([400, 400, 201, 400]);
     expect(r.body.items[0].index.error.type).toBe('strict_dynamic_mapping_exception');
     expect(r.body.items[1].index.error.type).toBe('mapper_parsing_exception');
@@ -118,8 +156,24 @@ describe('search stand-in', () => {
   });
 
   it('ignore_malformed keeps a document whose number or date the field cannot index: the value stays in _source, out of range queries', async () => {
-    await req('PUT', '/im', { mappings: { dynamic: 'strict', properties: { x: { type: 'double', ignore_malformed: true }, d: { type: 'date', format: 'strict_date', ignore_malformed: true }, b: { type: 'boolean' } } } });
-    const r = await bulk([idx('1', 1, 'external', 'im'), { x: 'NaN', d: 'infinity' }, idx('2', 1, 'external', 'im'), { x: '1.5', d: '2024-01-01' }, idx('3', 1, 'external', 'im'), { b: 'maybe' }]);
+    await req('PUT', '/im', {
+      mappings: {
+        dynamic: 'strict',
+        properties: {
+          x: { type: 'double', ignore_malformed: true },
+          d: { type: 'date', format: 'strict_date', ignore_malformed: true },
+          b: { type: 'boolean' },
+        },
+      },
+    });
+    const r = await bulk([
+      idx('1', 1, 'external', 'im'),
+      { x: 'NaN', d: 'infinity' },
+      idx('2', 1, 'external', 'im'),
+      { x: '1.5', d: '2024-01-01' },
+      idx('3', 1, 'external', 'im'),
+      { b: 'maybe' },
+    ]);
     expect(r.body.items.map((i: any) => i.index.status)).toEqual([201, 201, 400]);
     expect((await req('GET', '/im/_doc/1')).body._source).toEqual({ x: 'NaN', d: 'infinity' });
     const hits = await req('POST', '/im/_search', { query: { range: { x: { gte: 0 } } } });
@@ -127,7 +181,18 @@ describe('search stand-in', () => {
   });
 
   it('range queries and sorts compare by the mapped type; several sort fields, search_after per field, missing last', async () => {
-    await req('PUT', '/r', { mappings: { dynamic: 'strict', properties: { n: { type: 'long' }, name: { type: 'text', fields: { keyword: { type: 'keyword', ignore_above: 5 } } }, k: { type: 'keyword' }, d: { type: 'date', format: 'strict_date' }, x: { type: 'double' } } } });
+    await req('PUT', '/r', {
+      mappings: {
+        dynamic: 'strict',
+        properties: {
+          n: { type: 'long' },
+          name: { type: 'text', fields: { keyword: { type: 'keyword', ignore_above: 5 } } },
+          k: { type: 'keyword' },
+          d: { type: 'date', format: 'strict_date' },
+          x: { type: 'double' },
+        },
+      },
+    });
     const docs: Array<[string, Record<string, unknown>]> = [
       ['a', { n: 9, name: 'b', k: 'é', d: '2026-01-02', x: 1.5 }],
       ['b', { n: 10, name: 'a', k: 'z', d: '2025-12-31', x: 0.25 }],
@@ -136,7 +201,8 @@ describe('search stand-in', () => {
       ['e', { name: 'toolong', k: '\uFFFF' }],
     ];
     await bulk(docs.flatMap(([id, d]) => [idx(id, 1, 'external', 'r'), d]));
-    const ids = async (query: unknown, sort: unknown = [{ _id: 'asc' }], extra: Record<string, unknown> = {}) => (await req('POST', '/r/_search', { size: 100, query, sort, ...extra })).body.hits.hits.map((h: any) => h._id);
+    const ids = async (query: unknown, sort: unknown = [{ _id: 'asc' }], extra: Record<string, unknown> = {}) =>
+      (await req('POST', '/r/_search', { size: 100, query, sort, ...extra })).body.hits.hits.map((h: any) => h._id);
     // long: numerically and exactly (10 > 9, 2^53 + 1 compares as itself), not as text.
     expect(await ids({ range: { n: { gt: 9 } } })).toEqual(['b', 'c']);
     expect(await ids({ range: { n: { gte: '9007199254740993', lte: '9007199254740993' } } })).toEqual(['c']);
@@ -153,15 +219,34 @@ describe('search stand-in', () => {
     expect(await ids({ match_all: {} }, [{ n: 'asc' }, { 'name.keyword': 'desc' }])).toEqual(['a', 'd', 'b', 'c', 'e']);
     expect(await ids({ match_all: {} }, [{ n: { order: 'desc' } }, { _id: 'asc' }])).toEqual(['c', 'b', 'a', 'd', 'e']);
     const first = (await req('POST', '/r/_search', { size: 2, query: { match_all: {} }, sort: [{ n: 'asc' }, { _id: 'asc' }] })).body;
-    expect(first.hits.hits.map((h: any) => h.sort)).toEqual([[9, 'a'], [9, 'd']]);
-    const next = (await req('POST', '/r/_search', { size: 2, query: { match_all: {} }, sort: [{ n: 'asc' }, { _id: 'asc' }], search_after: first.hits.hits[1].sort })).body;
+    expect(first.hits.hits.map((h: any) => h.sort)).toEqual([
+      [9, 'a'],
+      [9, 'd'],
+    ]);
+    const next = (
+      await req('POST', '/r/_search', { size: 2, query: { match_all: {} }, sort: [{ n: 'asc' }, { _id: 'asc' }], search_after: first.hits.hits[1].sort })
+    ).body;
     expect(next.hits.hits.map((h: any) => h._id)).toEqual(['b', 'c']);
     expect(next.hits.total.value).toBe(5);
     // A composite key range as a bool of ranges and terms: (n, name) > (9, 'a') and <= (10, 'a').
-    const composite = { bool: { filter: [
-      { bool: { should: [{ range: { n: { gt: 9 } } }, { bool: { filter: [{ term: { n: 9 } }, { range: { 'name.keyword': { gt: 'a' } } }] } }], minimum_should_match: 1 } },
-      { bool: { should: [{ range: { n: { lt: 10 } } }, { bool: { filter: [{ term: { n: 10 } }, { range: { 'name.keyword': { lte: 'a' } } }] } }], minimum_should_match: 1 } },
-    ] } };
+    const composite = {
+      bool: {
+        filter: [
+          {
+            bool: {
+              should: [{ range: { n: { gt: 9 } } }, { bool: { filter: [{ term: { n: 9 } }, { range: { 'name.keyword': { gt: 'a' } } }] } }],
+              minimum_should_match: 1,
+            },
+          },
+          {
+            bool: {
+              should: [{ range: { n: { lt: 10 } } }, { bool: { filter: [{ term: { n: 10 } }, { range: { 'name.keyword': { lte: 'a' } } }] } }],
+              minimum_should_match: 1,
+            },
+          },
+        ],
+      },
+    };
     expect(await ids(composite)).toEqual(['a', 'b']);
     // With a filter, should clauses are optional unless minimum_should_match says otherwise.
     expect(await ids({ bool: { filter: [{ term: { n: 9 } }], should: [{ term: { k: 'nope' } }] } })).toEqual(['a', 'd']);
@@ -175,7 +260,14 @@ describe('search stand-in', () => {
 
   it('aliases: filtered searches and counts, unfiltered get/mget, writes through the write alias, atomic swaps', async () => {
     await req('PUT', '/t.v1', { aliases: { t: { filter: { term: { 'meta.deleted': false } } }, 't.all': { is_write_index: true } } });
-    await bulk([idx('a', 1, 'external', 't.all'), { meta: { deleted: false, key: 'a' } }, idx('b', 1, 'external', 't.all'), { meta: { deleted: true, key: 'b' } }, idx('c', 1, 'external', 't.all'), { meta: { deleted: false, key: 'c' } }]);
+    await bulk([
+      idx('a', 1, 'external', 't.all'),
+      { meta: { deleted: false, key: 'a' } },
+      idx('b', 1, 'external', 't.all'),
+      { meta: { deleted: true, key: 'b' } },
+      idx('c', 1, 'external', 't.all'),
+      { meta: { deleted: false, key: 'c' } },
+    ]);
     expect((await req('POST', '/t/_count', { query: { match_all: {} } })).body.count).toBe(2);
     expect((await req('POST', '/t.all/_count', {})).body.count).toBe(3);
     const s = await req('POST', '/t/_search', { size: 1, sort: [{ 'meta.key': 'asc' }], query: { match_all: {} } });
@@ -188,7 +280,12 @@ describe('search stand-in', () => {
     // Rebuild: a new index, then one atomic alias swap.
     await req('PUT', '/t.v2', {});
     const swap = await req('POST', '/_aliases', {
-      actions: [{ remove: { index: 't.v1', alias: 't' } }, { remove: { index: 't.v1', alias: 't.all' } }, { add: { index: 't.v2', alias: 't', filter: { term: { 'meta.deleted': false } } } }, { add: { index: 't.v2', alias: 't.all', is_write_index: true } }],
+      actions: [
+        { remove: { index: 't.v1', alias: 't' } },
+        { remove: { index: 't.v1', alias: 't.all' } },
+        { add: { index: 't.v2', alias: 't', filter: { term: { 'meta.deleted': false } } } },
+        { add: { index: 't.v2', alias: 't.all', is_write_index: true } },
+      ],
     });
     expect(swap.status).toBe(200);
     expect((await req('POST', '/t/_count', {})).body.count).toBe(0);
@@ -215,7 +312,7 @@ describe('search stand-in', () => {
     const client = new Client({ node: url });
     await client.indices.create({ index: 'cl', body: { mappings: { properties: { n: { type: 'long' } } } } });
     expect((await client.indices.exists({ index: 'cl' })).body).toBe(true);
-    const res = await client.bulk({ body: `${idx("q", 3, "external", "cl")}\n{"n":1}\n` as never });
+    const res = await client.bulk({ body: `${idx('q', 3, 'external', 'cl')}\n{"n":1}\n` as never });
     expect(res.body.items[0]!.index!.status).toBe(201);
     const m = await client.mget({ index: 'cl', body: { ids: ['q'] } });
     expect((m.body.docs[0] as any)._source).toEqual({ n: 1 });

@@ -46,7 +46,22 @@ afterAll(async () => {
 const TABLES: TableConfig[] = [{ table: 'public.customers', deleteMode: 'soft', mask: ['email'], exclude: ['ssn'] }];
 
 function ev(op: ChangeEvent['op'], n: number, key: Row, after: Row | null): ChangeEvent {
-  return { v: ENVELOPE_VERSION, source: 'vsrc', table: 'public.customers', op, key, after, before: op === 'delete' ? key : null, missing: [], position: makePosition(0x100000000n + BigInt(n), 0), commitTs: new Date().toISOString(), txId: String(n), schemaVersion: 1, capture: 'slot', synthetic: false };
+  return {
+    v: ENVELOPE_VERSION,
+    source: 'vsrc',
+    table: 'public.customers',
+    op,
+    key,
+    after,
+    before: op === 'delete' ? key : null,
+    missing: [],
+    position: makePosition(0x100000000n + BigInt(n), 0),
+    commitTs: new Date().toISOString(),
+    txId: String(n),
+    schemaVersion: 1,
+    capture: 'slot',
+    synthetic: false,
+  };
 }
 
 describe('search verdict', () => {
@@ -61,10 +76,29 @@ describe('search verdict', () => {
     const at = new Date().toISOString();
     await cp.registerTable(
       { source: 'vsrc', table: 'public.customers', state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at },
-      { source: 'vsrc', table: 'public.customers', version: 1, columns: [{ name: 'id', type: 'integer', nullable: false }, { name: 'email', type: 'text', nullable: true }, { name: 'amount', type: 'numeric(10,2)', nullable: true }, { name: 'bad', type: 'text', nullable: true }], key: ['id'], effectivePosition: makePosition(0x100000000n, 0), registeredAt: at },
+      {
+        source: 'vsrc',
+        table: 'public.customers',
+        version: 1,
+        columns: [
+          { name: 'id', type: 'integer', nullable: false },
+          { name: 'email', type: 'text', nullable: true },
+          { name: 'amount', type: 'numeric(10,2)', nullable: true },
+          { name: 'bad', type: 'text', nullable: true },
+        ],
+        key: ['id'],
+        effectivePosition: makePosition(0x100000000n, 0),
+        registeredAt: at,
+      },
       { at, actor: 'test', action: 'register-table', source: 'vsrc', table: 'public.customers', outcome: 'done', detail: {} },
     );
-    const a = createSearchApplier({ controlPlane: cp, search: index, sinkId: 'search', metrics: new Metrics({ namespace: 'test' }), logger: new Logger({ logLevel: 'CRITICAL' }) });
+    const a = createSearchApplier({
+      controlPlane: cp,
+      search: index,
+      sinkId: 'search',
+      metrics: new Metrics({ namespace: 'test' }),
+      logger: new Logger({ logLevel: 'CRITICAL' }),
+    });
     const apply = async (events: ChangeEvent[]) => {
       const out = await a.applyRecords(events.map((e) => ({ sequenceNumber: String(++seq), origin: `t/${seq}`, text: JSON.stringify(e) })));
       expect(out.failed).toEqual([]);
@@ -95,7 +129,13 @@ describe('search verdict', () => {
 
     // An excluded column that reached the index is named.
     await c.query(`UPDATE customers SET amount = 12.50 WHERE id = 1`);
-    const ex = createSearchApplier({ controlPlane: cp, search: index, sinkId: 'search', metrics: new Metrics({ namespace: 'test' }), logger: new Logger({ logLevel: 'CRITICAL' }) });
+    const ex = createSearchApplier({
+      controlPlane: cp,
+      search: index,
+      sinkId: 'search',
+      metrics: new Metrics({ namespace: 'test' }),
+      logger: new Logger({ logLevel: 'CRITICAL' }),
+    });
     await ex.applyRecords([{ sequenceNumber: String(++seq), origin: 't', text: JSON.stringify(ev('update', 6, { id: 1 }, { id: 1, bad: 'x' })) }]);
     const leaked = await compareSourceAndSearch({ sourceUrl: url, search: index, source: 'vsrc', tables: [{ ...TABLES[0]!, exclude: ['ssn', 'bad'] }] });
     expect(leaked.tables[0]!.problems.join('\n')).toMatch(/excluded column bad is present/);

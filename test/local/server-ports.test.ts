@@ -46,16 +46,28 @@ describe('local servers on ports of their own', () => {
     for (const d of started) stops.push(() => d.stop());
     const [x, y] = started as [DynamoDbLocal, DynamoDbLocal];
     // A port given explicitly and held by another server: refused, naming the holder.
-    await expect(startDynamoDbLocal({ port: x.port, jvmOptions: QUICK_START_JVM_OPTIONS })).rejects.toThrow(new RegExp(`DynamoDB Local cannot listen on port ${x.port}: it is in use by pid ${x.pid}\\b`));
+    await expect(startDynamoDbLocal({ port: x.port, jvmOptions: QUICK_START_JVM_OPTIONS })).rejects.toThrow(
+      new RegExp(`DynamoDB Local cannot listen on port ${x.port}: it is in use by pid ${x.pid}\\b`),
+    );
     // Both were offered the contested port; one of them had to move.
     expect(a.calls() + b.calls()).toBeGreaterThanOrEqual(3);
     expect([x.port, y.port]).toContain(contested);
     expect(x.port).not.toBe(y.port);
     for (const d of started) expect(await listensOn(d.pid!, d.port)).toBe(true);
     // Each endpoint is its own server: a table made through one is not in the other.
-    for (const [d, name] of [[x, 'only-in-x'], [y, 'only-in-y']] as const) {
+    for (const [d, name] of [
+      [x, 'only-in-x'],
+      [y, 'only-in-y'],
+    ] as const) {
       const client = dynamoDbClient(d.endpoint);
-      await client.send(new CreateTableCommand({ TableName: name, AttributeDefinitions: [{ AttributeName: 'k', AttributeType: 'S' }], KeySchema: [{ AttributeName: 'k', KeyType: 'HASH' }], BillingMode: 'PAY_PER_REQUEST' }));
+      await client.send(
+        new CreateTableCommand({
+          TableName: name,
+          AttributeDefinitions: [{ AttributeName: 'k', AttributeType: 'S' }],
+          KeySchema: [{ AttributeName: 'k', KeyType: 'HASH' }],
+          BillingMode: 'PAY_PER_REQUEST',
+        }),
+      );
       client.destroy();
     }
     expect(await tablesOf(x.endpoint)).toEqual(['only-in-x']);
@@ -72,13 +84,18 @@ describe('local servers on ports of their own', () => {
     const [x, y] = started as [PostgresCluster, PostgresCluster];
     const holders = await listenerPids(x.port);
     expect(holders?.length).toBe(1);
-    await expect(startPostgres({ fast: true, port: x.port })).rejects.toThrow(new RegExp(`PostgreSQL cannot listen on port ${x.port}: it is in use by pid ${holders![0]}\\b`));
+    await expect(startPostgres({ fast: true, port: x.port })).rejects.toThrow(
+      new RegExp(`PostgreSQL cannot listen on port ${x.port}: it is in use by pid ${holders![0]}\\b`),
+    );
     expect(a.calls() + b.calls()).toBeGreaterThanOrEqual(3);
     expect([x.port, y.port]).toContain(contested);
     expect(x.port).not.toBe(y.port);
     await x.createDatabase('only_in_x');
     await y.createDatabase('only_in_y');
-    for (const [c, own, other] of [[x, 'only_in_x', 'only_in_y'], [y, 'only_in_y', 'only_in_x']] as const) {
+    for (const [c, own, other] of [
+      [x, 'only_in_x', 'only_in_y'],
+      [y, 'only_in_y', 'only_in_x'],
+    ] as const) {
       const client = new pg.Client({ connectionString: c.url('postgres') });
       await client.connect();
       const r = await client.query<{ dir: string; own: boolean; other: boolean }>(
@@ -94,13 +111,18 @@ describe('local servers on ports of their own', () => {
     const started = await Promise.all([startKinesaliteProcess(), startKinesaliteProcess()]);
     for (const k of started) stops.push(() => k.stop());
     const [x, y] = started as [Kinesalite, Kinesalite];
-    await expect(startKinesaliteProcess({ port: x.port })).rejects.toThrow(new RegExp(`kinesalite cannot listen on port ${x.port}: it is in use by pid ${x.pid}\\b`));
+    await expect(startKinesaliteProcess({ port: x.port })).rejects.toThrow(
+      new RegExp(`kinesalite cannot listen on port ${x.port}: it is in use by pid ${x.pid}\\b`),
+    );
     expect(x.port).not.toBe(y.port);
     for (const k of started) expect(await listensOn(k.pid!, k.port)).toBe(true);
     const client = kinesisClient(x.endpoint);
     await client.send(new CreateStreamCommand({ StreamName: 'only-in-x', ShardCount: 1 }));
     client.destroy();
-    for (const [k, names] of [[x, ['only-in-x']], [y, []]] as const) {
+    for (const [k, names] of [
+      [x, ['only-in-x']],
+      [y, []],
+    ] as const) {
       const c = kinesisClient(k.endpoint);
       expect((await c.send(new ListStreamsCommand({}))).StreamNames).toEqual(names);
       c.destroy();

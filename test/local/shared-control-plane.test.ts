@@ -44,7 +44,9 @@ async function pollStack(database: string, controlTable: string): Promise<Set<nu
   await cluster.createDatabase(database);
   const c = new pg.Client({ connectionString: cluster.url(database) });
   await c.connect();
-  await c.query(`CREATE TABLE public.versioned (id int PRIMARY KEY, note text, v timestamptz NOT NULL); INSERT INTO public.versioned SELECT g, 'note ' || g, '2026-01-01 00:00:00+00'::timestamptz + g * interval '1 second' FROM generate_series(1, ${ROWS}) g`);
+  await c.query(
+    `CREATE TABLE public.versioned (id int PRIMARY KEY, note text, v timestamptz NOT NULL); INSERT INTO public.versioned SELECT g, 'note ' || g, '2026-01-01 00:00:00+00'::timestamptz + g * interval '1 second' FROM generate_series(1, ${ROWS}) g`,
+  );
   await c.end();
   await createControlTable(dynamo, controlTable);
   const control = new DynamoDbControlPlane(dynamo, controlTable);
@@ -57,7 +59,8 @@ async function pollStack(database: string, controlTable: string): Promise<Set<nu
     fixedPage: 50,
     intervalMs: 100,
     publish: async (records) => {
-      for (const r of records) delivered.add(Number((JSON.parse(r.data) as { columns: { name: string; value: string }[] }).columns.find((col) => col.name === 'id')!.value));
+      for (const r of records)
+        delivered.add(Number((JSON.parse(r.data) as { columns: { name: string; value: string }[] }).columns.find((col) => col.name === 'id')!.value));
     },
   });
   polls.start();

@@ -11,7 +11,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { PostgresPressureProbe, SERVER_TIMED_PROBE_SQL, serverTimedProbe } from '../../lambda/adapters/snapshot-postgres.ts';
-import { AdaptivePacer, addedLatencyPct, DEFAULT_SOURCE_BUDGET, PROBE_QUANTILE, quantile, type PressureReading } from '../../lambda/core/snapshot/snapshot-pacer.ts';
+import {
+  AdaptivePacer,
+  addedLatencyPct,
+  DEFAULT_SOURCE_BUDGET,
+  PROBE_QUANTILE,
+  quantile,
+  type PressureReading,
+} from '../../lambda/core/snapshot/snapshot-pacer.ts';
 
 /** fsync off: the client test isolates what the client adds; the disk of a shared machine varies by milliseconds. */
 let fast: PostgresCluster;
@@ -84,7 +91,9 @@ describe('source-pressure probe (real PostgreSQL)', () => {
     try {
       await sleep(200);
       const { pacer, states, readings } = await paceTenChunks(() => probe.read(2));
-      console.log(`client slowed: probe round trips median ${quantile(calmRoundTrips, PROBE_QUANTILE).toFixed(2)} ms calm, ${quantile(roundTrips, PROBE_QUANTILE).toFixed(2)} ms slowed; server-timed readings ${JSON.stringify(readings)}; pacer ${JSON.stringify(states)}`);
+      console.log(
+        `client slowed: probe round trips median ${quantile(calmRoundTrips, PROBE_QUANTILE).toFixed(2)} ms calm, ${quantile(roundTrips, PROBE_QUANTILE).toFixed(2)} ms slowed; server-timed readings ${JSON.stringify(readings)}; pacer ${JSON.stringify(states)}`,
+      );
       // What a client-timed probe would have read: far over the hard threshold (the crawl of issue "paused").
       expect(addedLatencyPct(calmRoundTrips, roundTrips)!).toBeGreaterThan(2 * DEFAULT_SOURCE_BUDGET.writeLatencyPct);
       expect(quantile(roundTrips, PROBE_QUANTILE)).toBeGreaterThanOrEqual(30);
@@ -116,13 +125,16 @@ describe('source-pressure probe (real PostgreSQL)', () => {
       let stop = false;
       const writers = await Promise.all([0, 1, 2].map(() => connect(durable.url('postgres'))));
       const load = writers.map(async (w, i) => {
-        while (!stop) await w.query(`BEGIN; INSERT INTO public.w (v) SELECT md5(g::text) FROM generate_series(1, 100) g; SELECT pg_sleep(0.02 + ${i} * 0.007); COMMIT`);
+        while (!stop)
+          await w.query(`BEGIN; INSERT INTO public.w (v) SELECT md5(g::text) FROM generate_series(1, 100) g; SELECT pg_sleep(0.02 + ${i} * 0.007); COMMIT`);
       });
       await sleep(200);
       const loaded = await paceTenChunks(() => probe.read(2));
       stop = true;
       await Promise.all(load);
-      console.log(`source loaded: baseline ${base.toFixed(3)} ms; readings ${JSON.stringify(loaded.readings.map((x) => Math.round(x ?? -1)))}; pacer ${JSON.stringify(loaded.states)}`);
+      console.log(
+        `source loaded: baseline ${base.toFixed(3)} ms; readings ${JSON.stringify(loaded.readings.map((x) => Math.round(x ?? -1)))}; pacer ${JSON.stringify(loaded.states)}`,
+      );
       expect(loaded.readings.every((x) => x !== null && x > 2 * DEFAULT_SOURCE_BUDGET.writeLatencyPct)).toBe(true);
       expect(loaded.states).toContain('paused');
       expect(loaded.states.every((s) => s !== 'full-speed')).toBe(true);

@@ -45,7 +45,12 @@ beforeAll(async () => {
   await fs.writeFile(path.join(replicaDir, 'standby.signal'), '');
   primary = await startPostgres({ fast: true, persistent: true, dataDir: primaryDir });
   const user = new URL(primary.url('src')).username;
-  replica = await startPostgres({ fast: true, persistent: true, dataDir: replicaDir, settings: { primary_conninfo: `host=127.0.0.1 port=${primary.port} user=${user}`, hot_standby: 'on' } });
+  replica = await startPostgres({
+    fast: true,
+    persistent: true,
+    dataDir: replicaDir,
+    settings: { primary_conninfo: `host=127.0.0.1 port=${primary.port} user=${user}`, hot_standby: 'on' },
+  });
   sql = new pg.Client({ connectionString: primary.url('src') });
   standby = new pg.Client({ connectionString: replica.url('src') });
   await Promise.all([sql.connect(), standby.connect()]);
@@ -62,7 +67,11 @@ afterAll(async () => {
 
 describe('snapshot chunks from a read replica (real streaming standby)', () => {
   it('the fence waits for the replica to replay past the low watermark; chunks and the run say they were read from the replica, with its replay position and lag', async () => {
-    const reader = new PostgresSnapshotReader({ primary: { connectionString: primary.url('src') }, replica: { connectionString: replica.url('src') }, fencePollMs: 5 });
+    const reader = new PostgresSnapshotReader({
+      primary: { connectionString: primary.url('src') },
+      replica: { connectionString: replica.url('src') },
+      fencePollMs: 5,
+    });
     try {
       const shape = await reader.describe('public.r');
       await sql.query("INSERT INTO public.r VALUES (21, 'just committed')");
@@ -74,7 +83,11 @@ describe('snapshot chunks from a read replica (real streaming standby)', () => {
 
       // Replay paused: a chunk waits for the replica; after replay resumes it sees the new row.
       await standby.query('SELECT pg_wal_replay_pause()');
-      await until('replay to pause', async () => (await standby.query<{ s: string }>('SELECT pg_get_wal_replay_pause_state() AS s')).rows[0]!.s === 'paused', 30_000);
+      await until(
+        'replay to pause',
+        async () => (await standby.query<{ s: string }>('SELECT pg_get_wal_replay_pause_state() AS s')).rows[0]!.s === 'paused',
+        30_000,
+      );
       await sql.query("INSERT INTO public.r VALUES (22, 'while replay is paused')");
       let settled = false;
       const reading = reader.readChunk(shape, null, 100).finally(() => (settled = true));
@@ -88,7 +101,18 @@ describe('snapshot chunks from a read replica (real streaming standby)', () => {
       // The worker records where each chunk was read.
       const control = new MemoryControlPlane();
       await requestSnapshot(control, { source: 'src', table: 'public.r', reason: 'initial', actor: 'test' });
-      expect(await runTableSnapshot({ control, reader, publish: async () => undefined, pacer: new FixedPacer(10), source: 'src', table: 'public.r', rules: NO_COLUMN_RULES, owner: 'test' })).toBe('done');
+      expect(
+        await runTableSnapshot({
+          control,
+          reader,
+          publish: async () => undefined,
+          pacer: new FixedPacer(10),
+          source: 'src',
+          table: 'public.r',
+          rules: NO_COLUMN_RULES,
+          owner: 'test',
+        }),
+      ).toBe('done');
       const run = (await control.getSnapshot('src', 'public.r'))!;
       expect(run).toMatchObject({ status: 'done', rowsDone: 22, readFrom: 'replica' });
       const chunks = await control.listSnapshotChunks('src', 'public.r', run.run);

@@ -22,11 +22,24 @@ function status(snapshots: StatusSnapshot['snapshots']): StatusSnapshot {
   };
 }
 
-const line = { table: 'public.accounts', status: 'running', rowsDone: 12_000, estimatedRows: 25_000, rowsPerSecond: 4200, etaSeconds: 3.1, throttle: 'full-speed', chunkSize: 3000, sinceUpdateMs: 500, error: null };
+const line = {
+  table: 'public.accounts',
+  status: 'running',
+  rowsDone: 12_000,
+  estimatedRows: 25_000,
+  rowsPerSecond: 4200,
+  etaSeconds: 3.1,
+  throttle: 'full-speed',
+  chunkSize: 3000,
+  sinceUpdateMs: 500,
+  error: null,
+};
 
 describe('snapshot status', () => {
   it('shows a line per snapshotting table: rows done / estimated, rate, ETA, throttle', () => {
-    const text = renderStatus(status([line, { ...line, table: 'public.tags', status: 'done', rowsDone: 10, estimatedRows: 10, etaSeconds: 0, throttle: 'idle', chunkSize: 0 }])).join('\n');
+    const text = renderStatus(
+      status([line, { ...line, table: 'public.tags', status: 'done', rowsDone: 10, estimatedRows: 10, etaSeconds: 0, throttle: 'idle', chunkSize: 0 }]),
+    ).join('\n');
     expect(text).toContain('snapshots (rows done / estimated, rate, ETA, throttle)');
     expect(text).toMatch(/public\.accounts\s+running\s+12000\/25000 \(48%\)\s+4200 rows\/s\s+ETA 3\.1 s\s+full-speed \(chunk 3000\)/);
     expect(text).toMatch(/public\.tags\s+done\s+10\/10 \(100%\)\s+.*done\s+idle/);
@@ -42,7 +55,10 @@ describe('snapshot status', () => {
     const base = ['--source', 'postgres://x/app', '--tables', 'public.t'];
     expect(parseLocalArgs(base)).toMatchObject({ snapshot: true, snapshotChunk: null, snapshotReplica: null });
     expect(parseLocalArgs([...base, '--no-snapshot'])).toMatchObject({ snapshot: false });
-    expect(parseLocalArgs([...base, '--snapshot-chunk', '500', '--snapshot-replica', 'postgres://r/app'])).toMatchObject({ snapshotChunk: 500, snapshotReplica: 'postgres://r/app' });
+    expect(parseLocalArgs([...base, '--snapshot-chunk', '500', '--snapshot-replica', 'postgres://r/app'])).toMatchObject({
+      snapshotChunk: 500,
+      snapshotReplica: 'postgres://r/app',
+    });
     expect(() => parseLocalArgs([...base, '--snapshot-chunk', '0'])).toThrow(UsageError);
   });
 });

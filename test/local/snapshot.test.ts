@@ -57,7 +57,9 @@ describe('snapshot reader (real PostgreSQL)', () => {
     const cap = new pg.Client({ connectionString: url });
     await cap.connect();
     await cap.query("SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 1");
-    const peek = await cap.query<SlotRow>(`SELECT lsn::text AS lsn, xid::text AS xid, data FROM pg_logical_slot_get_changes('kinds', NULL, NULL, 'include-xids', '1', 'include-timestamp', '1', 'skip-empty-xacts', '1')`);
+    const peek = await cap.query<SlotRow>(
+      `SELECT lsn::text AS lsn, xid::text AS xid, data FROM pg_logical_slot_get_changes('kinds', NULL, NULL, 'include-xids', '1', 'include-timestamp', '1', 'skip-empty-xacts', '1')`,
+    );
     // The catalog's full type names (with modifiers), as the capture reads them for every peek.
     const types = await columnTypesOf(cap, ['public.kinds']);
     await cap.end();
@@ -65,7 +67,10 @@ describe('snapshot reader (real PostgreSQL)', () => {
     expect(captured).toHaveLength(4);
     // A float is carried as its exact text where JavaScript would spell it otherwise (-0 would be written 0).
     const floats = (r: (typeof captured)[number]) => r.columns!.filter((c) => c.name === 'f' || c.name === 'r').map((c) => c.value);
-    expect(captured.slice(2).map(floats)).toEqual([['-0', '-0'], ['1e-05', '1.5e+20']]);
+    expect(captured.slice(2).map(floats)).toEqual([
+      ['-0', '-0'],
+      ['1e-05', '1.5e+20'],
+    ]);
 
     // Snapshot path.
     const reader = new PostgresSnapshotReader({ primary: { connectionString: url } });
@@ -93,7 +98,9 @@ describe('snapshot reader (real PostgreSQL)', () => {
     await sql.query(`CREATE TABLE public.ck (a int, b text COLLATE "en_US", v int, PRIMARY KEY (a, b))`).catch(async () => {
       await sql.query(`CREATE TABLE public.ck (a int, b text, v int, PRIMARY KEY (a, b))`);
     });
-    await sql.query(`INSERT INTO public.ck SELECT g % 7, chr(65 + (g % 26)) || (g % 3)::text || CASE WHEN g % 2 = 0 THEN ' x' ELSE 'é' END, g FROM generate_series(1, 500) g ON CONFLICT DO NOTHING`);
+    await sql.query(
+      `INSERT INTO public.ck SELECT g % 7, chr(65 + (g % 26)) || (g % 3)::text || CASE WHEN g % 2 = 0 THEN ' x' ELSE 'é' END, g FROM generate_series(1, 500) g ON CONFLICT DO NOTHING`,
+    );
     const expected = (await sql.query<{ a: string; b: string }>('SELECT a::text AS a, b FROM public.ck ORDER BY a, b')).rows.map((r) => `${r.a}|${r.b}`);
     const reader = new PostgresSnapshotReader({ primary: { connectionString: url } });
     try {
@@ -116,7 +123,7 @@ describe('snapshot reader (real PostgreSQL)', () => {
 
   it('chunks are streamed with COPY: keys and values with quotes, backslashes, tabs, newlines and \\N read back exactly, one chunk per key', async () => {
     await sql.query('CREATE TABLE public.esc (k text PRIMARY KEY, v text)');
-    const nasty = ["it's", 'back\\slash', 'tab\there', 'new\nline', '\\N', 'E\'x\'', '$1', 'cr\rx', 'ü😀', ''];
+    const nasty = ["it's", 'back\\slash', 'tab\there', 'new\nline', '\\N', "E'x'", '$1', 'cr\rx', 'ü😀', ''];
     for (const [i, k] of nasty.entries()) await sql.query('INSERT INTO public.esc VALUES ($1, $2)', [k, i % 3 === 0 ? null : `${k}|${i}`]);
     const expected = (await sql.query({ text: 'SELECT k, v FROM public.esc ORDER BY k', rowMode: 'array' })).rows;
     const reader = new PostgresSnapshotReader({ primary: { connectionString: url } });

@@ -130,7 +130,9 @@ describe('cdc doctor', () => {
       // The text report says the same, one line per check with the fix under it.
       const text = await cdc(['doctor', '--source', url, '--tables', 'public.idx']);
       expect(text.code).toBe(1);
-      expect(text.stdout).toMatch(/^FAIL {2}replication_grant: "doctor_plain" lacks the replication privilege.*\n {6}fix: ALTER ROLE "doctor_plain" WITH REPLICATION;/m);
+      expect(text.stdout).toMatch(
+        /^FAIL {2}replication_grant: "doctor_plain" lacks the replication privilege.*\n {6}fix: ALTER ROLE "doctor_plain" WITH REPLICATION;/m,
+      );
       expect(text.stdout).toMatch(/^FAIL: \d+ failed, \d+ warnings, \d+ passed$/m);
 
       // The slot monitor sees the same foreign slot and warns on it separately, with the metric.
@@ -152,13 +154,21 @@ describe('cdc doctor', () => {
   });
 
   it('passes a good source (warnings only) and exits 0; usage errors exit 2', async () => {
-    const db = await database('good', 'CREATE TABLE t (id int PRIMARY KEY, v text); CREATE TABLE cdc_heartbeat (source_id text PRIMARY KEY, beat_at timestamptz NOT NULL);');
+    const db = await database(
+      'good',
+      'CREATE TABLE t (id int PRIMARY KEY, v text); CREATE TABLE cdc_heartbeat (source_id text PRIMARY KEY, beat_at timestamptz NOT NULL);',
+    );
     await db.end();
     const r = await cdc(['doctor', '--source', cluster.url('good'), '--tables', 'public.t', '--json']);
     expect(r.code).toBe(0);
     const report = JSON.parse(r.stdout) as { status: string; checks: CheckResult[] };
     expect(report.checks.filter((c) => c.status === 'FAIL')).toEqual([]);
-    expect(report.checks.filter((c) => c.status === 'WARN').map((c) => c.check).sort()).toEqual(['max_slot_wal_keep_size', 'tls']);
+    expect(
+      report.checks
+        .filter((c) => c.status === 'WARN')
+        .map((c) => c.check)
+        .sort(),
+    ).toEqual(['max_slot_wal_keep_size', 'tls']);
     expect((await cdc(['doctor'])).code).toBe(2);
     expect((await cdc(['doctor', '--source', cluster.url('good'), '--bogus'])).code).toBe(2);
     const help = await cdc(['doctor', '--help']);
@@ -173,7 +183,14 @@ describe('slot invalidated by max_slot_wal_keep_size', () => {
     const control = new MemoryControlPlane();
     const tables = new TableConfigIndex([{ table: 'public.t', deleteMode: 'soft', mask: [], exclude: [] }]);
     const published: string[] = [];
-    const options = { source: 'inv', sourceUrl: cluster.url('inv'), tables, control, publish: async (rs: Array<{ data: string }>) => void published.push(...rs.map((r) => r.data)), idleMs: 20 };
+    const options = {
+      source: 'inv',
+      sourceUrl: cluster.url('inv'),
+      tables,
+      control,
+      publish: async (rs: Array<{ data: string }>) => void published.push(...rs.map((r) => r.data)),
+      idleMs: 20,
+    };
     const first = new SlotCapture(options);
     await first.start();
     await first.stop();
@@ -227,8 +244,25 @@ describe("cdc local's status", () => {
       sinks: [],
       tables: [],
       slots: [
-        { slot: 'cdc_demo', ours: true, active: true, walStatus: 'reserved', confirmedLsn: '0/1A2B3C4', retainedBytes: 2 * 1024 * 1024, headroomBytes: 1022 * 1024 * 1024, level: 'ok' },
-        { slot: 'old_tool', ours: false, active: false, walStatus: 'extended', retainedBytes: 40 * 1024 * 1024, headroomBytes: 984 * 1024 * 1024, level: 'warn' },
+        {
+          slot: 'cdc_demo',
+          ours: true,
+          active: true,
+          walStatus: 'reserved',
+          confirmedLsn: '0/1A2B3C4',
+          retainedBytes: 2 * 1024 * 1024,
+          headroomBytes: 1022 * 1024 * 1024,
+          level: 'ok',
+        },
+        {
+          slot: 'old_tool',
+          ours: false,
+          active: false,
+          walStatus: 'extended',
+          retainedBytes: 40 * 1024 * 1024,
+          headroomBytes: 984 * 1024 * 1024,
+          level: 'warn',
+        },
       ],
       deadLetters: 0,
       problems: [],

@@ -33,7 +33,13 @@ afterAll(async () => {
 
 /** A stack on the shared cluster's databases: no embedded PostgreSQL of its own, only DynamoDB Local and kinesalite. */
 async function stack(name: string, db: string, names?: Parameters<typeof startLocalStack>[0]['names']): Promise<LocalStack> {
-  const s = await startLocalStack({ stateDir: path.join(dir, name), source: 'demo', sourceUrl: cluster.url(db), warehouseUrl: cluster.url('dw'), ...(names ? { names } : {}) });
+  const s = await startLocalStack({
+    stateDir: path.join(dir, name),
+    source: 'demo',
+    sourceUrl: cluster.url(db),
+    warehouseUrl: cluster.url('dw'),
+    ...(names ? { names } : {}),
+  });
   running.push(s);
   return s;
 }
@@ -47,13 +53,19 @@ describe('stack names', () => {
   it('derives valid names from a stack id, refuses invalid chosen ones, and keeps recorded ones', () => {
     const id = newStackId();
     expect(id).toMatch(/^[0-9a-f]{8}$/);
-    expect(deriveStackNames(id, 'shop')).toEqual({ stackId: id, controlTable: `cdc-control-${id}`, streams: { raw: `cdc-raw-shop-${id}`, changeLog: `cdc-change-log-${id}` } });
+    expect(deriveStackNames(id, 'shop')).toEqual({
+      stackId: id,
+      controlTable: `cdc-control-${id}`,
+      streams: { raw: `cdc-raw-shop-${id}`, changeLog: `cdc-change-log-${id}` },
+    });
     expect(deriveStackNames(id, 'shop', { changeLogStream: 'mine' }).streams).toEqual({ raw: `cdc-raw-shop-${id}`, changeLog: 'mine' });
     expect(() => deriveStackNames(id, 'shop', { controlTable: 'a b' })).toThrow(/control table name "a b" is not valid: it takes 3 to 255 letters/);
     // Earlier state folders recorded streams only: their control table is the one of then.
     const legacy = { streams: { raw: 'cdc-raw-shop', changeLog: 'cdc-change-log' } };
     expect(stackNamesFor(legacy, 'shop')).toEqual({ stackId: null, controlTable: CONTROL_TABLE, streams: legacy.streams });
-    expect(() => stackNamesFor(legacy, 'shop', { rawStream: 'other' }, 'st')).toThrow(new LocalConfigError('st holds its state under other names than the raw stream "other" (it has "cdc-raw-shop"); use another --state-dir for new names'));
+    expect(() => stackNamesFor(legacy, 'shop', { rawStream: 'other' }, 'st')).toThrow(
+      new LocalConfigError('st holds its state under other names than the raw stream "other" (it has "cdc-raw-shop"); use another --state-dir for new names'),
+    );
     // Fresh names differ stack to stack.
     expect(stackNamesFor(null, 'shop').controlTable).not.toBe(stackNamesFor(null, 'shop').controlTable);
   });
@@ -72,11 +84,19 @@ describe('stack names', () => {
     }
     await a.control.putCheckpoint('normalizer', 'shardId-000000000000', '42');
     const recorded = JSON.parse(await readFile(path.join(a.stateDir, 'state.json'), 'utf8')) as LocalState;
-    expect({ stackId: recorded.stackId, controlTable: recorded.controlTable, streams: recorded.streams }).toEqual({ stackId: a.stackId, controlTable: a.controlTable, streams: a.streams });
+    expect({ stackId: recorded.stackId, controlTable: recorded.controlTable, streams: recorded.streams }).toEqual({
+      stackId: a.stackId,
+      controlTable: a.controlTable,
+      streams: a.streams,
+    });
 
     await stop(a);
     const again = await stack('a', 'src_a');
-    expect({ stackId: again.stackId, controlTable: again.controlTable, streams: again.streams }).toEqual({ stackId: a.stackId, controlTable: a.controlTable, streams: a.streams });
+    expect({ stackId: again.stackId, controlTable: again.controlTable, streams: again.streams }).toEqual({
+      stackId: a.stackId,
+      controlTable: a.controlTable,
+      streams: a.streams,
+    });
     expect(again.resumed).toBe(true);
     expect(await again.control.getCheckpoint('normalizer', 'shardId-000000000000')).toBe('42');
     expect(await b.control.getCheckpoint('normalizer', 'shardId-000000000000')).toBeNull();
@@ -90,7 +110,9 @@ describe('stack names', () => {
     expect(c.streams).toEqual({ raw: `cdc-raw-demo-${c.stackId}`, changeLog: 'my-change-log' });
     expect((await c.dynamo.send(new ListTablesCommand({}))).TableNames).toEqual(['my-control']);
     await stop(c);
-    await expect(stack('c', 'src_a', { controlTable: 'your-control' })).rejects.toThrow(/holds its state under other names than the control table "your-control" \(it has "my-control"\)/);
+    await expect(stack('c', 'src_a', { controlTable: 'your-control' })).rejects.toThrow(
+      /holds its state under other names than the control table "your-control" \(it has "my-control"\)/,
+    );
     const same = await stack('c', 'src_a', { controlTable: 'my-control' });
     expect(same.streams.changeLog).toBe('my-change-log');
     await stop(same);

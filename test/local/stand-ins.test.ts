@@ -37,15 +37,28 @@ describe('local stand-ins', () => {
 
   it('DynamoDB Local supports transactions', async () => {
     const client = dynamoDbClient(ddb.endpoint);
-    await client.send(new CreateTableCommand({
-      TableName: 'ctl', BillingMode: 'PAY_PER_REQUEST',
-      AttributeDefinitions: [{ AttributeName: 'pk', AttributeType: 'S' }, { AttributeName: 'sk', AttributeType: 'S' }],
-      KeySchema: [{ AttributeName: 'pk', KeyType: 'HASH' }, { AttributeName: 'sk', KeyType: 'RANGE' }],
-    }));
-    await client.send(new TransactWriteItemsCommand({ TransactItems: [
-      { Put: { TableName: 'ctl', Item: { pk: { S: 'a' }, sk: { S: '1' } } } },
-      { Put: { TableName: 'ctl', Item: { pk: { S: 'a' }, sk: { S: '2' } } } },
-    ] }));
+    await client.send(
+      new CreateTableCommand({
+        TableName: 'ctl',
+        BillingMode: 'PAY_PER_REQUEST',
+        AttributeDefinitions: [
+          { AttributeName: 'pk', AttributeType: 'S' },
+          { AttributeName: 'sk', AttributeType: 'S' },
+        ],
+        KeySchema: [
+          { AttributeName: 'pk', KeyType: 'HASH' },
+          { AttributeName: 'sk', KeyType: 'RANGE' },
+        ],
+      }),
+    );
+    await client.send(
+      new TransactWriteItemsCommand({
+        TransactItems: [
+          { Put: { TableName: 'ctl', Item: { pk: { S: 'a' }, sk: { S: '1' } } } },
+          { Put: { TableName: 'ctl', Item: { pk: { S: 'a' }, sk: { S: '2' } } } },
+        ],
+      }),
+    );
     const got = await client.send(new GetItemCommand({ TableName: 'ctl', Key: { pk: { S: 'a' }, sk: { S: '2' } }, ConsistentRead: true }));
     expect(got.Item?.sk?.S).toBe('2');
   });

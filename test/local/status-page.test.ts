@@ -61,7 +61,14 @@ beforeAll(async () => {
     // Port 0: tests run side by side; `cdc local` tries STATUS_PAGE_PORT first.
     page = await StatusPage.start({ port: 0 });
     const p = pipeline;
-    feeder = setInterval(() => void p.refreshControl().then(() => page?.show(p.snapshot('Ctrl-C to stop'))).catch(() => undefined), 250);
+    feeder = setInterval(
+      () =>
+        void p
+          .refreshControl()
+          .then(() => page?.show(p.snapshot('Ctrl-C to stop')))
+          .catch(() => undefined),
+      250,
+    );
     for (let i = 1; i <= 20; i++) await source.query('INSERT INTO public.orders VALUES ($1, $2)', [i, `n${i}`]);
     await pipeline.waitCaughtUp(120_000);
     const op = new Operator({ control: stack.control, settings: { changeLogRetentionMs: 86_400_000 }, snapshots: controlPlaneSnapshots(stack.control) });
@@ -70,12 +77,20 @@ beforeAll(async () => {
     let seen = '';
     // A change to the paused table: the warehouse sink holds it.
     await source.query(`UPDATE public.customers SET name = 'held' WHERE id = 1`);
-    await until('the status to show the held table, a lag and the slot', async () => {
-      await p.refreshControl(true);
-      const s = p.snapshot();
-      seen = JSON.stringify({ tables: s.tables, sinks: s.sinks, slots: s.slots });
-      return s.tables.some((t) => t.table === 'public.customers' && t.state === 'paused' && t.heldBy?.includes('warehouse')) && s.sinks[0]!.lagMs !== null && (s.slots?.length ?? 0) > 0;
-    }, 30_000).catch((e: Error) => {
+    await until(
+      'the status to show the held table, a lag and the slot',
+      async () => {
+        await p.refreshControl(true);
+        const s = p.snapshot();
+        seen = JSON.stringify({ tables: s.tables, sinks: s.sinks, slots: s.slots });
+        return (
+          s.tables.some((t) => t.table === 'public.customers' && t.state === 'paused' && t.heldBy?.includes('warehouse')) &&
+          s.sinks[0]!.lagMs !== null &&
+          (s.slots?.length ?? 0) > 0
+        );
+      },
+      30_000,
+    ).catch((e: Error) => {
       throw new Error(`${e.message}; last seen: ${seen}; errors: ${errors.join(' | ')}`);
     });
     // Let the page collect a few readings for its charts.
@@ -121,7 +136,11 @@ describe('the status page in headless Chromium', () => {
     expect(Number(lag![1] ?? lag![2])).toBeGreaterThan(0);
     expect(Number(warehouse![4])).toBeGreaterThanOrEqual(0);
 
-    const tables = new Map(rows(dom, 'tables-table').slice(1).map((r) => [r[0]!, r.slice(1, 3)]));
+    const tables = new Map(
+      rows(dom, 'tables-table')
+        .slice(1)
+        .map((r) => [r[0]!, r.slice(1, 3)]),
+    );
     expect(tables.get('public.customers')).toEqual(['paused', 'warehouse']);
     expect(tables.get('public.orders')).toEqual(['active', '']);
     expect(dom).toMatch(/<div id="table-states">[^<]*1 paused[^<]*; 1 held by a sink</);
@@ -147,10 +166,12 @@ describe('the status page in headless Chromium', () => {
     // Another name for this machine (DNS rebinding) is refused.
     const foreign = await new Promise<number>((resolve, reject) => {
       const u = new URL('/status.json', page!.url);
-      http.get({ host: u.hostname, port: u.port, path: u.pathname, headers: { host: `evil.example:${u.port}` } }, (res) => {
-        res.resume();
-        resolve(res.statusCode ?? 0);
-      }).on('error', reject);
+      http
+        .get({ host: u.hostname, port: u.port, path: u.pathname, headers: { host: `evil.example:${u.port}` } }, (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        })
+        .on('error', reject);
     });
     expect(foreign).toBe(421);
   });

@@ -46,13 +46,23 @@ describe('Step Functions stand-in', () => {
   });
 
   it('after MaxAttempts retries the first matching catcher gets { Error, Cause } at its ResultPath; without one the execution fails with the error', async () => {
-    const def = task({ Retry: [{ ErrorEquals: ['States.ALL'], MaxAttempts: 2 }], Catch: [{ ErrorEquals: ['Other'], Next: 'Nope' }, { ErrorEquals: ['States.ALL'], ResultPath: '$.error', Next: 'Caught' }] });
+    const def = task({
+      Retry: [{ ErrorEquals: ['States.ALL'], MaxAttempts: 2 }],
+      Catch: [
+        { ErrorEquals: ['Other'], Next: 'Nope' },
+        { ErrorEquals: ['States.ALL'], ResultPath: '$.error', Next: 'Caught' },
+      ],
+    });
     const f = flaky(99, () => new Throttled('slow down'), null);
     const r = await runExecution(def, { id: 'a' }, { invoke: f.invoke });
     expect(f.calls).toHaveLength(3);
     expect(r.status).toBe('SUCCEEDED');
     expect(r.output).toEqual({ id: 'a', error: { Error: 'Throttled', Cause: JSON.stringify({ errorType: 'Throttled', errorMessage: 'slow down' }) } });
-    const bare = await runExecution(task({ Retry: [{ ErrorEquals: ['States.ALL'], MaxAttempts: 0 }] }), { id: 'a' }, { invoke: flaky(99, () => new Error('boom'), null).invoke });
+    const bare = await runExecution(
+      task({ Retry: [{ ErrorEquals: ['States.ALL'], MaxAttempts: 0 }] }),
+      { id: 'a' },
+      { invoke: flaky(99, () => new Error('boom'), null).invoke },
+    );
     expect(bare).toMatchObject({ status: 'FAILED', error: 'Error', cause: JSON.stringify({ errorType: 'Error', errorMessage: 'boom' }) });
   });
 
@@ -65,19 +75,32 @@ describe('Step Functions stand-in', () => {
     });
     // Throttled once (first retrier), then plain errors: the second retrier, 3 attempts, waits 100 → 1000 capped at 500, halved by the draw.
     let n = 0;
-    const r = await runExecution(def, { id: 'a' }, {
-      invoke: async () => {
-        n++;
-        if (n === 1) throw new Throttled('x');
-        if (n <= 4) throw new Error('y');
-        return 'done';
+    const r = await runExecution(
+      def,
+      { id: 'a' },
+      {
+        invoke: async () => {
+          n++;
+          if (n === 1) throw new Throttled('x');
+          if (n <= 4) throw new Error('y');
+          return 'done';
+        },
+        random: () => 0.5,
       },
-      random: () => 0.5,
-    });
+    );
     expect(r.status).toBe('SUCCEEDED');
     expect(r.history.filter((h) => h.type === 'RetryScheduled').map((h) => (h as { waitSeconds: number }).waitSeconds)).toEqual([10, 50, 250, 250]);
     let m = 0;
-    const spent = await runExecution(def, { id: 'a' }, { invoke: async () => { m++; throw new Error('always'); } });
+    const spent = await runExecution(
+      def,
+      { id: 'a' },
+      {
+        invoke: async () => {
+          m++;
+          throw new Error('always');
+        },
+      },
+    );
     expect(m).toBe(4); // one attempt and the default three retries
     expect(spent.status).toBe('FAILED');
   });
@@ -95,20 +118,37 @@ describe('Step Functions stand-in', () => {
     const r = await runExecution(def, {}, { invoke: async () => ({ done: ++n === 3 }) });
     expect(r.status).toBe('SUCCEEDED');
     expect(n).toBe(3);
-    const noDefault = { ...def, States: { ...def.States, 'Done?': { Type: 'Choice', Choices: [{ Variable: '$.result.done', BooleanEquals: true, Next: 'Yes' }] } } };
+    const noDefault = {
+      ...def,
+      States: { ...def.States, 'Done?': { Type: 'Choice', Choices: [{ Variable: '$.result.done', BooleanEquals: true, Next: 'Yes' }] } },
+    };
     expect(await runExecution(noDefault, {}, { invoke: async () => ({ done: false }) })).toMatchObject({ status: 'FAILED', error: 'States.NoChoiceMatched' });
   });
 
   it('fails with States.Runtime on a missing parameter path and States.DataLimitExceeded over 256 KiB; refuses what it does not implement', async () => {
     expect(await runExecution(task(), { other: 1 }, { invoke: async () => null })).toMatchObject({ status: 'FAILED', error: 'States.Runtime' });
-    expect(await runExecution(task(), { id: 'a' }, { invoke: async () => 'x'.repeat(300 * 1024) })).toMatchObject({ status: 'FAILED', error: 'States.DataLimitExceeded' });
-    await expect(runExecution({ StartAt: 'M', States: { M: { Type: 'Map', End: true } } }, {}, { invoke: async () => null })).rejects.toThrow(/state type Map is not supported/);
-    await expect(runExecution({ StartAt: 'T', States: { T: { Type: 'Task', Resource: 'arn:aws:states:::sqs:sendMessage', End: true } } }, {}, { invoke: async () => null })).rejects.toThrow(/only Lambda function resources/);
+    expect(await runExecution(task(), { id: 'a' }, { invoke: async () => 'x'.repeat(300 * 1024) })).toMatchObject({
+      status: 'FAILED',
+      error: 'States.DataLimitExceeded',
+    });
+    await expect(runExecution({ StartAt: 'M', States: { M: { Type: 'Map', End: true } } }, {}, { invoke: async () => null })).rejects.toThrow(
+      /state type Map is not supported/,
+    );
+    await expect(
+      runExecution(
+        { StartAt: 'T', States: { T: { Type: 'Task', Resource: 'arn:aws:states:::sqs:sendMessage', End: true } } },
+        {},
+        { invoke: async () => null },
+      ),
+    ).rejects.toThrow(/only Lambda function resources/);
     await expect(runExecution(task({ Parameters: { 'x.$': '$$.Execution.Id' } }), {}, { invoke: async () => null })).rejects.toThrow(/context paths/);
   });
 
   it('reads a synthesised DefinitionString (an Fn::Join with tokens)', () => {
-    const def = definitionFromTemplate({ 'Fn::Join': ['', ['{"StartAt":"T","States":{"T":{"Type":"Task","Resource":"', { 'Fn::GetAtt': ['Worker', 'Arn'] }, '","End":true}}}']] }, () => FN);
+    const def = definitionFromTemplate(
+      { 'Fn::Join': ['', ['{"StartAt":"T","States":{"T":{"Type":"Task","Resource":"', { 'Fn::GetAtt': ['Worker', 'Arn'] }, '","End":true}}}']] },
+      () => FN,
+    );
     expect(def.States.T!.Resource).toBe(FN);
   });
 });

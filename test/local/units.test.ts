@@ -52,9 +52,11 @@ describe('live status', () => {
   });
 
   it('says when no heartbeat arrived yet and when the last one is stale', () => {
-    expect(renderStatus(snapshot({ sinks: [{ sink: 'w', lagMs: null, lagAt: null, lagP50Ms: null, lagP99Ms: null, eventsPerSecond: 0, deadLetters: 0 }] })).join('\n')).toContain(
-      'waiting for heartbeat',
-    );
+    expect(
+      renderStatus(snapshot({ sinks: [{ sink: 'w', lagMs: null, lagAt: null, lagP50Ms: null, lagP99Ms: null, eventsPerSecond: 0, deadLetters: 0 }] })).join(
+        '\n',
+      ),
+    ).toContain('waiting for heartbeat');
     expect(renderStatus(snapshot({ now: 300_000 })).join('\n')).toMatch(/850 ms \(stale 1m41s\)/);
   });
 
@@ -65,8 +67,22 @@ describe('live status', () => {
   });
 
   it('shows a poller stalled on an infrastructure error, in the status and the plain line', () => {
-    const stalled = snapshot({ consumers: [{ consumer: 'warehouse', recordsPerSecond: 0, behindMs: 0, retries: 12, deadLetters: 0, stalledMs: 42_000, lastError: 'Error: connect ECONNREFUSED 127.0.0.1:5432' }] });
-    expect(renderStatus(stalled).join('\n')).toMatch(/warehouse STALLED for 42\.0 s, retrying without limit \(nothing is skipped\): Error: connect ECONNREFUSED/);
+    const stalled = snapshot({
+      consumers: [
+        {
+          consumer: 'warehouse',
+          recordsPerSecond: 0,
+          behindMs: 0,
+          retries: 12,
+          deadLetters: 0,
+          stalledMs: 42_000,
+          lastError: 'Error: connect ECONNREFUSED 127.0.0.1:5432',
+        },
+      ],
+    });
+    expect(renderStatus(stalled).join('\n')).toMatch(
+      /warehouse STALLED for 42\.0 s, retrying without limit \(nothing is skipped\): Error: connect ECONNREFUSED/,
+    );
     expect(renderStatusLine(stalled)).toContain('warehouse STALLED for 42.0 s');
     expect(renderStatus(snapshot()).join('\n')).not.toContain('STALLED');
   });
@@ -79,7 +95,12 @@ describe('live status', () => {
 
   it('cuts lines to the terminal width so that the redraw stays aligned', () => {
     const out: string[] = [];
-    const w = new StatusWriter((t) => out.push(t), true, 10_000, () => 30);
+    const w = new StatusWriter(
+      (t) => out.push(t),
+      true,
+      10_000,
+      () => 30,
+    );
     w.update(snapshot());
     expect(out[0]!.split('\n').every((l) => l.length <= 30)).toBe(true);
   });
@@ -119,7 +140,12 @@ describe('live status', () => {
 
 describe('metrics collector', () => {
   const emf = (metrics: Record<string, number | number[]>, dims: Record<string, string>, at = 1_000) => ({
-    _aws: { Timestamp: at, CloudWatchMetrics: [{ Namespace: 'CdcPlatform', Dimensions: [Object.keys(dims)], Metrics: Object.keys(metrics).map((Name) => ({ Name, Unit: 'Count' })) }] },
+    _aws: {
+      Timestamp: at,
+      CloudWatchMetrics: [
+        { Namespace: 'CdcPlatform', Dimensions: [Object.keys(dims)], Metrics: Object.keys(metrics).map((Name) => ({ Name, Unit: 'Count' })) },
+      ],
+    },
     ...dims,
     ...metrics,
   });
@@ -262,7 +288,11 @@ describe('cdc local flags', () => {
 
   it('runs the search sink by default against the stand-in; --search URL points at a real one; --no-search turns it off', () => {
     expect(parseLocalArgs(['--demo'])).toMatchObject({ search: true, searchUrl: null, searchId: 'search' });
-    expect(parseLocalArgs(['--demo', '--search', 'http://localhost:9200', '--search-id', 'idx'])).toMatchObject({ search: true, searchUrl: 'http://localhost:9200', searchId: 'idx' });
+    expect(parseLocalArgs(['--demo', '--search', 'http://localhost:9200', '--search-id', 'idx'])).toMatchObject({
+      search: true,
+      searchUrl: 'http://localhost:9200',
+      searchId: 'idx',
+    });
     expect(parseLocalArgs(['--demo', '--no-search'])).toMatchObject({ search: false });
     expect(() => parseLocalArgs(['--demo', '--search', 'localhost:9200'])).toThrow(/http\(s\) URL/);
     expect(() => parseLocalArgs(['--demo', '--search', 'http://x:9200', '--no-search'])).toThrow(/exclude each other/);
@@ -270,7 +300,9 @@ describe('cdc local flags', () => {
   });
 
   it('the live status shows the search sink beside the warehouse', () => {
-    const s = snapshot({ sinks: [...snapshot().sinks, { sink: 'search', lagMs: 1200, lagAt: 199_000, lagP50Ms: 900, lagP99Ms: 3000, eventsPerSecond: 5, deadLetters: 0 }] });
+    const s = snapshot({
+      sinks: [...snapshot().sinks, { sink: 'search', lagMs: 1200, lagAt: 199_000, lagP50Ms: 900, lagP99Ms: 3000, eventsPerSecond: 5, deadLetters: 0 }],
+    });
     const text = renderStatus(s).join('\n');
     expect(text).toMatch(/warehouse +850 ms/);
     expect(text).toMatch(/search +1\.2 s +900 ms +3\.0 s/);

@@ -33,14 +33,38 @@ describe('verdict diagnostics', () => {
   it('print the audit log, the sink positions per table and the pids behind the ports, running and stopped', async () => {
     const stateDir = path.join(dir, 'state');
     stack = await startLocalStack({ stateDir, source: 'demo', sourceUrl: cluster.url('src'), warehouseUrl: cluster.url('dw') });
-    await stack.control.appendAudit({ at: new Date().toISOString(), actor: 'tester', action: 'pause', source: 'demo', table: 'public.t', outcome: 'done', detail: { why: 'diagnostics' } });
-    await stack.control.appendAudit({ at: new Date().toISOString(), actor: 'tester', action: 'pause', source: 'other', table: 'public.t', outcome: 'done', detail: { why: 'not this source' } });
+    await stack.control.appendAudit({
+      at: new Date().toISOString(),
+      actor: 'tester',
+      action: 'pause',
+      source: 'demo',
+      table: 'public.t',
+      outcome: 'done',
+      detail: { why: 'diagnostics' },
+    });
+    await stack.control.appendAudit({
+      at: new Date().toISOString(),
+      actor: 'tester',
+      action: 'pause',
+      source: 'other',
+      table: 'public.t',
+      outcome: 'done',
+      detail: { why: 'not this source' },
+    });
     const dw = new pg.Client({ connectionString: cluster.url('dw') });
     await dw.connect();
-    await dw.query("CREATE SCHEMA demo_public; CREATE TABLE demo_public._cdc_mirror_t (id int, _cdc_position varchar(24)); INSERT INTO demo_public._cdc_mirror_t VALUES (1, '000000000000000000000a07'), (2, '0000000000000000000001f3')");
+    await dw.query(
+      "CREATE SCHEMA demo_public; CREATE TABLE demo_public._cdc_mirror_t (id int, _cdc_position varchar(24)); INSERT INTO demo_public._cdc_mirror_t VALUES (1, '000000000000000000000a07'), (2, '0000000000000000000001f3')",
+    );
     await dw.end();
 
-    const lines = await verdictDiagnostics({ control: stack.control, warehouseUrl: cluster.url('dw'), source: 'demo', tables: ['public.t', 'public.none'], ports: stackPorts(stack, { warehouse: cluster.port }) });
+    const lines = await verdictDiagnostics({
+      control: stack.control,
+      warehouseUrl: cluster.url('dw'),
+      source: 'demo',
+      tables: ['public.t', 'public.none'],
+      ports: stackPorts(stack, { warehouse: cluster.port }),
+    });
     const text = lines.join('\n');
     expect(text).toContain('--- audit log of demo: 1 entries');
     expect(text).toMatch(/ tester pause public\.t done \{"why":"diagnostics"\}/);

@@ -60,9 +60,7 @@ describe('verdict', () => {
 
   it('finds missing, extra and different rows, and a clear value where a masked one belongs', async () => {
     const src = await db(SOURCE);
-    const wh = await db(
-      mirror(`INSERT INTO demo_public.customers_mirror (id, email, amount) VALUES (1, 'a@x', 12.5), (3, NULL, 1), (9, NULL, NULL)`),
-    );
+    const wh = await db(mirror(`INSERT INTO demo_public.customers_mirror (id, email, amount) VALUES (1, 'a@x', 12.5), (3, NULL, 1), (9, NULL, NULL)`));
     const v = await compareSourceAndWarehouse({ sourceUrl: src, warehouseUrl: wh, source: 'demo', tables: TABLES });
     expect(v.match).toBe(false);
     expect(v.tables[0]).toMatchObject({ missing: 1, extra: 1, different: 2 });
@@ -83,7 +81,12 @@ describe('verdict', () => {
         '',
       ),
     );
-    const v = await compareSourceAndWarehouse({ sourceUrl: src, warehouseUrl: wh, source: 'demo', tables: [...TABLES, { table: 'public.nothere', deleteMode: 'soft', mask: [], exclude: [] }] });
+    const v = await compareSourceAndWarehouse({
+      sourceUrl: src,
+      warehouseUrl: wh,
+      source: 'demo',
+      tables: [...TABLES, { table: 'public.nothere', deleteMode: 'soft', mask: [], exclude: [] }],
+    });
     expect(v.match).toBe(false);
     expect(v.tables[0]!.problems).toContain('excluded column ssn is present in the warehouse');
     expect(v.tables[0]!.duplicates).toBeGreaterThan(0);
@@ -101,12 +104,22 @@ describe('verdict', () => {
     expect((await compareSourceAndWarehouse(options)).match).toBe(true);
     // The rows are all there, yet the sink holds the table: its changes from the held position on are not applied.
     await control.holdSinkTable('dw', 'demo', 'public.customers', '00000000016b374800000003');
-    await control.appendAudit({ at: new Date().toISOString(), actor: 'applier:dw', action: 'hold-table', source: 'demo', table: 'public.customers', outcome: 'done', detail: { sink: 'dw', sqlState: '42501', reason: 'permission denied for table _cdc_changelog_customers' } });
+    await control.appendAudit({
+      at: new Date().toISOString(),
+      actor: 'applier:dw',
+      action: 'hold-table',
+      source: 'demo',
+      table: 'public.customers',
+      outcome: 'done',
+      detail: { sink: 'dw', sqlState: '42501', reason: 'permission denied for table _cdc_changelog_customers' },
+    });
     const held = await compareSourceAndWarehouse(options);
     expect(held.match).toBe(false);
     const text = formatVerdict(held).join('\n');
     expect(text).toContain('FAIL public.customers');
-    expect(text).toMatch(/held by sink dw since \S+ from position 00000000016b374800000003: permission denied for table _cdc_changelog_customers; .*cdc resume public\.customers/);
+    expect(text).toMatch(
+      /held by sink dw since \S+ from position 00000000016b374800000003: permission denied for table _cdc_changelog_customers; .*cdc resume public\.customers/,
+    );
     // Another sink's hold is not this one's.
     expect((await compareSourceAndWarehouse({ ...options, sink: 'other' })).match).toBe(true);
   });
@@ -129,7 +142,7 @@ describe('demo workload', () => {
     await c.connect();
     const orphans = await c.query('SELECT count(*)::int AS n FROM orders o LEFT JOIN customers c ON c.id = o.customer_id WHERE c.id IS NULL');
     expect(orphans.rows[0].n).toBe(0);
-    const big = await c.query("SELECT min(length(body))::int AS n, min(pg_column_size(body))::int AS stored FROM documents");
+    const big = await c.query('SELECT min(length(body))::int AS n, min(pg_column_size(body))::int AS stored FROM documents');
     expect(big.rows[0].n).toBeGreaterThan(2048);
     await c.end();
     // A second workload on the same tables picks up the ids that exist (no key collisions).

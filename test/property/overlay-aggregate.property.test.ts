@@ -47,8 +47,15 @@ import { seededRandom } from '../../local/demo.ts';
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
 const RUNS = Number(process.env.CDC_OVERLAY_RUNS ?? 400);
 
-const KEY = [{ name: 'k1', type: 'bigint' }, { name: 'k2', type: 'varchar(65535)' }];
-const DATA = [{ name: 'v', type: 'bigint' }, { name: 't', type: 'varchar(65535)' }, { name: 'n', type: 'numeric(38,2)' }];
+const KEY = [
+  { name: 'k1', type: 'bigint' },
+  { name: 'k2', type: 'varchar(65535)' },
+];
+const DATA = [
+  { name: 'v', type: 'bigint' },
+  { name: 't', type: 'varchar(65535)' },
+  { name: 'n', type: 'numeric(38,2)' },
+];
 const KEY_NAMES = KEY.map((k) => k.name);
 const MIRROR_COLUMNS = mirrorLayout(KEY, DATA).map((c) => c.name);
 /** The order the test's mirror rows list their values in (the INSERT names the columns). */
@@ -114,8 +121,12 @@ async function insert(c: pg.Client, table: string, columns: readonly string[], r
 
 /** Draws one random state of the four tables (see the module comment, 1). */
 async function randomState(t: WarehouseTable, g: OverlayGuards, hard: boolean, random: () => number): Promise<string> {
-  const pick = <T,>(xs: readonly T[]): T => xs[Math.floor(random() * xs.length)]!;
-  const values = (): Values => [random() < 0.2 ? null : Math.floor(random() * 5), random() < 0.2 ? null : pick(['x', 'y', "it's", 'é']), random() < 0.2 ? null : pick(['1.50', '2', '-3.25'])];
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(random() * xs.length)]!;
+  const values = (): Values => [
+    random() < 0.2 ? null : Math.floor(random() * 5),
+    random() < 0.2 ? null : pick(['x', 'y', "it's", 'é']),
+    random() < 0.2 ? null : pick(['1.50', '2', '-3.25']),
+  ];
   const stamp = (): string => `2026-01-0${1 + Math.floor(random() * 3)}T00:00:00Z`;
   const maxPos = 2 + Math.floor(random() * 40);
   const keys = K1.flatMap((a) => K2.map((b) => [a, b] as const));
@@ -123,23 +134,32 @@ async function randomState(t: WarehouseTable, g: OverlayGuards, hard: boolean, r
   await db.query(tables.map((n) => `DELETE FROM ${qualified(t.schema, n)}`).join('; '));
   const inBase = random();
   const tombstones = hard ? 0 : random() * 0.5;
-  const base = keys.filter(() => random() < inBase).map(([a, b]) => {
-    const deleted = random() < tombstones;
-    return [a, b, ...values(), pos(1 + Math.floor(random() * maxPos)), deleted, deleted ? stamp() : null, stamp()];
-  });
+  const base = keys
+    .filter(() => random() < inBase)
+    .map(([a, b]) => {
+      const deleted = random() < tombstones;
+      return [a, b, ...values(), pos(1 + Math.floor(random() * maxPos)), deleted, deleted ? stamp() : null, stamp()];
+    });
   await insert(db, qualified(t.schema, t.mirror), ROW_COLUMNS, base);
   let deletedKeys = 0;
   if (g.deletedKeys) {
     const baseKeys = new Set(base.map((r) => `${r[0]}|${r[1]}`));
     // Hard mode remembers keys the base no longer has; a state may hold any key (the form must not care).
-    const dk = keys.filter(([a, b]) => (hard ? !baseKeys.has(`${a}|${b}`) : true) && random() < 0.25).map(([a, b]) => [a, b, pos(1 + Math.floor(random() * maxPos)), stamp(), stamp()]);
+    const dk = keys
+      .filter(([a, b]) => (hard ? !baseKeys.has(`${a}|${b}`) : true) && random() < 0.25)
+      .map(([a, b]) => [a, b, pos(1 + Math.floor(random() * maxPos)), stamp(), stamp()]);
     await insert(db, qualified(t.schema, t.deletedKeys), [...KEY_NAMES, '_cdc_position', '_cdc_deleted_at', '_cdc_applied_at'], dk);
     deletedKeys = dk.length;
   }
   let truncations = 0;
   if (g.truncations) {
     const at = [...new Set(Array.from({ length: Math.floor(random() * 3) }, () => 1 + Math.floor(random() * maxPos)))];
-    await insert(db, qualified(t.schema, t.truncations), ['_cdc_position', '_cdc_commit_ts', '_cdc_tx_id', '_cdc_schema_version', '_cdc_applied_at'], at.map((p) => [pos(p), stamp(), null, 1, stamp()]));
+    await insert(
+      db,
+      qualified(t.schema, t.truncations),
+      ['_cdc_position', '_cdc_commit_ts', '_cdc_tx_id', '_cdc_schema_version', '_cdc_applied_at'],
+      at.map((p) => [pos(p), stamp(), null, 1, stamp()]),
+    );
     truncations = at.length;
   }
   // The delta: an event is its (key, position); delivered again it is the same row (maybe applied at another time).
@@ -198,8 +218,15 @@ describe('overlayAggregateSql: the second form of the base+delta view', () => {
       const view = qualified(t.schema, t.view);
       for (let q = 0; q < 4; q++) {
         const { where, values } = q === 0 ? { where: undefined, values: [] } : randomRange(random);
-        const expected = (await db.query(`SELECT count(*) AS n, CAST(COALESCE(sum(${HASH}), 0) AS text) AS s FROM ${view}${where ? ` WHERE ${where}` : ''}`, values)).rows[0];
-        const got = (await db.query(`SELECT n, CAST(s AS text) AS s FROM (${overlayAggregateSql(t, MIRROR_COLUMNS, KEY_NAMES, g, { sum: HASH, ...(where ? { where } : {}) })}) a`, values)).rows[0];
+        const expected = (
+          await db.query(`SELECT count(*) AS n, CAST(COALESCE(sum(${HASH}), 0) AS text) AS s FROM ${view}${where ? ` WHERE ${where}` : ''}`, values)
+        ).rows[0];
+        const got = (
+          await db.query(
+            `SELECT n, CAST(s AS text) AS s FROM (${overlayAggregateSql(t, MIRROR_COLUMNS, KEY_NAMES, g, { sum: HASH, ...(where ? { where } : {}) })}) a`,
+            values,
+          )
+        ).rows[0];
         const context = `run ${r} (seed ${SEED}, ${hard ? 'hard' : 'soft'}, guards ${JSON.stringify(g)}, ${state}, range ${where ?? 'all'} ${JSON.stringify(values)})`;
         expect({ n: Number(got.n), s: got.s }, context).toEqual({ n: Number(expected.n), s: expected.s });
         if (q === 0) {
@@ -221,7 +248,12 @@ describe('overlayAggregateSql: the second form of the base+delta view', () => {
     const N = 200;
     let p = 1;
     const stamp = '2026-01-01T00:00:00Z';
-    await insert(db, qualified(t.schema, t.mirror), ROW_COLUMNS, Array.from({ length: N }, (_, i) => [i, 'k', i, 'x', '1.00', pos(p++), false, null, stamp]));
+    await insert(
+      db,
+      qualified(t.schema, t.mirror),
+      ROW_COLUMNS,
+      Array.from({ length: N }, (_, i) => [i, 'k', i, 'x', '1.00', pos(p++), false, null, stamp]),
+    );
     const shown = new Set(Array.from({ length: N }, (_, i) => i));
     let next = N;
     const writer = new pg.Client({ connectionString: cluster.url('overlay') });
@@ -240,14 +272,36 @@ describe('overlayAggregateSql: the second form of the base+delta view', () => {
         }
       })();
       readLoop.catch(() => undefined); // awaited below; a failed read is reported from there
-      const deltaRow = (op: string, k: number): unknown[] => [pos(p++), op, stamp, 1, null, false, null, stamp, k, 'k', op === 'delete' ? null : Math.floor(random() * 100), 'y', '2.00'];
+      const deltaRow = (op: string, k: number): unknown[] => [
+        pos(p++),
+        op,
+        stamp,
+        1,
+        null,
+        false,
+        null,
+        stamp,
+        k,
+        'k',
+        op === 'delete' ? null : Math.floor(random() * 100),
+        'y',
+        '2.00',
+      ];
       for (let i = 0; i < 300; i++) {
         if (random() < 0.15) {
           // The applier's merge: lock the delta, fold it into the base, append the changelog, empty the delta: one transaction.
           await writer.query('BEGIN');
           await writer.query(lockDeltaSql(t, 'postgres'));
           const b = (await writer.query<{ from: string; to: string }>(pendingBoundsSql(t))).rows[0]!;
-          for (const sql of mergeSql(t, { key: KEY_NAMES, mirrorColumns: MIRROR_COLUMNS, changelogColumns: CHANGELOG_COLUMNS, hard: false, ...g, pending: { from: String(b.from), to: String(b.to) } })) await writer.query(sql);
+          for (const sql of mergeSql(t, {
+            key: KEY_NAMES,
+            mirrorColumns: MIRROR_COLUMNS,
+            changelogColumns: CHANGELOG_COLUMNS,
+            hard: false,
+            ...g,
+            pending: { from: String(b.from), to: String(b.to) },
+          }))
+            await writer.query(sql);
           await writer.query('COMMIT');
           merges++;
           continue;

@@ -151,7 +151,14 @@ interface Txn {
 }
 
 /** One writer: random short and long transactions on both tables until `until`. */
-async function writer(c: pg.Client, rand: () => number, nextId: () => number, until: number, log: Txn[], seq: () => number): Promise<{ committed: number; failed: number }> {
+async function writer(
+  c: pg.Client,
+  rand: () => number,
+  nextId: () => number,
+  until: number,
+  log: Txn[],
+  seq: () => number,
+): Promise<{ committed: number; failed: number }> {
   let committed = 0;
   let failed = 0;
   const statement = async () => {
@@ -228,7 +235,18 @@ describe('polling without a gap (randomized)', () => {
       const until = Date.now() + WRITE_MS;
       try {
         let writing = true;
-        const writes = Promise.all(clients.map((c, i) => writer(c, seededRandom(seed * 31 + i), () => ++id, until, log, () => ++clock))).finally(() => {
+        const writes = Promise.all(
+          clients.map((c, i) =>
+            writer(
+              c,
+              seededRandom(seed * 31 + i),
+              () => ++id,
+              until,
+              log,
+              () => ++clock,
+            ),
+          ),
+        ).finally(() => {
           writing = false;
         });
         const polls = (async () => {
@@ -268,12 +286,16 @@ describe('polling without a gap (randomized)', () => {
         for (const p of pollers) {
           const src = await sourceRows(p.table);
           const got = p.sink.live();
-          const wrong = [...src].filter(([k, v]) => got.get(k)?.val !== v.val || got.get(k)?.note !== v.note).map(([k, v]) => `${k}: source ${JSON.stringify(v)} sink ${JSON.stringify(got.get(k) ?? null)}`);
+          const wrong = [...src]
+            .filter(([k, v]) => got.get(k)?.val !== v.val || got.get(k)?.note !== v.note)
+            .map(([k, v]) => `${k}: source ${JSON.stringify(v)} sink ${JSON.stringify(got.get(k) ?? null)}`);
           const extra = [...got.keys()].filter((k) => !src.has(k));
           expect({ wrong, extra }, `seed ${seed} ${p.table}: ${wrong.length} rows differ`).toEqual({ wrong: [], extra: [] });
           expect(got.size).toBe(src.size);
         }
-        console.log(`  seed ${seed}: ${committed} transactions committed (${outOfOrder} after a later-started one), ${failed} rolled back by deadlock, ${pollers.map((p, i) => `${p.table} ${p.sink.live().size} rows in ${p.pages()} pages, re-snapshot ${snapRows[i]} rows`).join(', ')}: converged`);
+        console.log(
+          `  seed ${seed}: ${committed} transactions committed (${outOfOrder} after a later-started one), ${failed} rolled back by deadlock, ${pollers.map((p, i) => `${p.table} ${p.sink.live().size} rows in ${p.pages()} pages, re-snapshot ${snapRows[i]} rows`).join(', ')}: converged`,
+        );
       } finally {
         for (const c of clients) await c.end().catch(() => undefined);
         for (const p of pollers) await p.close();

@@ -115,7 +115,12 @@ beforeAll(async () => {
   standin = new SearchStandIn();
   index = new OpenSearchIndex(searchClient({ node: await standin.start() }));
   const tables: TableConfig[] = [{ table: TABLE, deleteMode: 'soft', mask: [], exclude: [] }];
-  pipeline = await slotPipeline(cluster, 'CREATE TABLE v (id int PRIMARY KEY, zip text, code text, f double precision, doc jsonb, raw text, note text, amount numeric(12,2))', tables, 'corrupt');
+  pipeline = await slotPipeline(
+    cluster,
+    'CREATE TABLE v (id int PRIMARY KEY, zip text, code text, f double precision, doc jsonb, raw text, note text, amount numeric(12,2))',
+    tables,
+    'corrupt',
+  );
   const rows = Array.from({ length: ROWS }, (_, i) => ({ id: i + 1, ...sourceRow(i + 1) }));
   const values: unknown[] = [];
   const tuples = rows.map((r) => `(${[r.id, ...COLUMNS.map((c) => r[c])].map((v) => (values.push(v), `$${values.length}`)).join(', ')})`);
@@ -125,7 +130,13 @@ beforeAll(async () => {
   const events = await pipeline.drain();
   for (const e of events) captured.set(e.key.id as number, e);
   await pipeline.apply(events);
-  const applier = createSearchApplier({ controlPlane: pipeline.control, search: index, sinkId: 'search', metrics: new Metrics({ namespace: 'test' }), logger: new Logger({ logLevel: 'CRITICAL' }) });
+  const applier = createSearchApplier({
+    controlPlane: pipeline.control,
+    search: index,
+    sinkId: 'search',
+    metrics: new Metrics({ namespace: 'test' }),
+    logger: new Logger({ logLevel: 'CRITICAL' }),
+  });
   let seq = 0;
   applyToSearch = async (batch) => {
     const out = await applier.applyRecords(batch.map((e) => ({ sequenceNumber: String(++seq), origin: `log/${seq}`, text: JSON.stringify(e) })));
@@ -153,11 +164,19 @@ async function reconcile(sink: 'warehouse' | 'search'): Promise<ReconcileVerdict
     await prepareReconcileSession(src);
     await prepareReconcileSession(dw);
     const [v] = await reconcileTables({
-      control: pipeline.control, source: pipeline.id, sink, pacer: new FixedPacer(64), settleMs: 0, sleep: async () => undefined,
+      control: pipeline.control,
+      source: pipeline.id,
+      sink,
+      pacer: new FixedPacer(64),
+      settleMs: 0,
+      sleep: async () => undefined,
       tables: [{ table: TABLE, key: ['id'], rules: { mask: [], exclude: [] } }],
       sides: async (t) => ({
         source: pgSourceSide(src, t.table, t.key, []),
-        sink: sink === 'warehouse' ? pgWarehouseSide(dw, pipeline.id, t.table, t.key, { stablePoint: false }) : searchSinkSide(index, { prefix: 'cdc', source: pipeline.id, table: t.table, key: t.key, label: sink, stablePoint: false }),
+        sink:
+          sink === 'warehouse'
+            ? pgWarehouseSide(dw, pipeline.id, t.table, t.key, { stablePoint: false })
+            : searchSinkSide(index, { prefix: 'cdc', source: pipeline.id, table: t.table, key: t.key, label: sink, stablePoint: false }),
       }),
     });
     return v!;
@@ -195,10 +214,12 @@ describe('reconcile finds exactly the corrupted values (randomized)', () => {
       const keys = new Set<number>();
       const k = 1 + Math.floor(rand() * 5);
       while (keys.size < k) keys.add(1 + Math.floor(rand() * ROWS));
-      const plan = [...keys].sort((a, b) => a - b).map((id) => {
-        const options = corruptions(id);
-        return { id, ...options[Math.floor(rand() * options.length)]! };
-      });
+      const plan = [...keys]
+        .sort((a, b) => a - b)
+        .map((id) => {
+          const options = corruptions(id);
+          return { id, ...options[Math.floor(rand() * options.length)]! };
+        });
       corrupted += plan.length;
       const expected = plan.map((c) => ({ key: { id: String(c.id) }, kind: 'different', column: c.column }));
 
@@ -226,6 +247,8 @@ describe('reconcile finds exactly the corrupted values (randomized)', () => {
         expect(v.verdict, `${where}, ${sink} after the repair: ${v.reason}`).toBe('MATCH');
       }
     }
-    console.log(`reconcile corruption property: ${RUNS} runs, ${corrupted} corrupted values found in both copies, every repaired copy MATCH, ${Date.now() - started} ms`);
+    console.log(
+      `reconcile corruption property: ${RUNS} runs, ${corrupted} corrupted values found in both copies, every repaired copy MATCH, ${Date.now() - started} ms`,
+    );
   }, 300_000);
 });

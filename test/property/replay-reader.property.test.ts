@@ -58,7 +58,22 @@ afterAll(async () => {
 });
 
 function event(table: string, key: number, position: string, v: number): ChangeEvent {
-  return { v: ENVELOPE_VERSION, source: 'src', table, op: 'update', key: { id: key }, after: { id: key, v }, before: null, missing: [], position, commitTs: '2026-12-01T00:00:00.000Z', txId: '1', schemaVersion: 1, capture: 'slot', synthetic: false };
+  return {
+    v: ENVELOPE_VERSION,
+    source: 'src',
+    table,
+    op: 'update',
+    key: { id: key },
+    after: { id: key, v },
+    before: null,
+    missing: [],
+    position,
+    commitTs: '2026-12-01T00:00:00.000Z',
+    txId: '1',
+    schemaVersion: 1,
+    capture: 'slot',
+    synthetic: false,
+  };
 }
 
 /** The records of a shard as the copier's Kinesis event. */
@@ -72,7 +87,13 @@ function kinesisEvent(records: readonly LogRecord[]): KinesisStreamEvent {
       invokeIdentityArn: 'arn',
       awsRegion: 'us-east-1',
       eventSourceARN: 'arn:aws:kinesis:us-east-1:000000000000:stream/s',
-      kinesis: { kinesisSchemaVersion: '1.0', partitionKey: 'k', sequenceNumber: r.sequenceNumber, data: Buffer.from(r.text).toString('base64'), approximateArrivalTimestamp: Date.parse('2026-12-01T10:00:00Z') / 1000 },
+      kinesis: {
+        kinesisSchemaVersion: '1.0',
+        partitionKey: 'k',
+        sequenceNumber: r.sequenceNumber,
+        data: Buffer.from(r.text).toString('base64'),
+        approximateArrivalTimestamp: Date.parse('2026-12-01T10:00:00Z') / 1000,
+      },
     })),
   } as KinesisStreamEvent;
 }
@@ -104,7 +125,12 @@ async function runOn(stream: string, run: number, seed: number): Promise<void> {
     if (rand() < 0.15) published.push(e);
   }
   for (let i = 0; i < published.length; i += 100) {
-    await kinesis.send(new PutRecordsCommand({ StreamName: stream, Records: published.slice(i, i + 100).map((e) => ({ PartitionKey: `${e.table}|${e.key.id}`, Data: Buffer.from(JSON.stringify(e)) })) }));
+    await kinesis.send(
+      new PutRecordsCommand({
+        StreamName: stream,
+        Records: published.slice(i, i + 100).map((e) => ({ PartitionKey: `${e.table}|${e.key.id}`, Data: Buffer.from(JSON.stringify(e)) })),
+      }),
+    );
   }
   // Not every record is an event (a line the reader skips, counted as invalid).
   if (rand() < 0.3) await kinesis.send(new PutRecordsCommand({ StreamName: stream, Records: [{ PartitionKey: 'junk', Data: Buffer.from('not json') }] }));
@@ -116,7 +142,7 @@ async function runOn(stream: string, run: number, seed: number): Promise<void> {
   const markerFiles = new Map<string, string[]>();
   for (const [shard, records] of byShard) {
     const batches: LogRecord[][] = [];
-    for (let i = 0; i < records.length; ) {
+    for (let i = 0; i < records.length;) {
       const size = 1 + Math.floor(rand() * 12);
       batches.push(records.slice(i, i + size));
       i += size;
@@ -145,7 +171,10 @@ async function runOn(stream: string, run: number, seed: number): Promise<void> {
   const check = await reader.checkHistory('src', table);
   expect(check.gaps, `run ${run} seed ${seed}`).toEqual([]);
   const got = await reader.read(range, check);
-  expect(got.events.map((e) => `${e.position}|${e.key.id}|${e.after!.v}`), `run ${run} seed ${seed}`).toEqual(want.map((e) => `${e.position}|${e.key.id}|${e.after!.v}`));
+  expect(
+    got.events.map((e) => `${e.position}|${e.key.id}|${e.after!.v}`),
+    `run ${run} seed ${seed}`,
+  ).toEqual(want.map((e) => `${e.position}|${e.key.id}|${e.after!.v}`));
   // Only the table's own objects (and records naming no table) were read.
   const own = (await archive.list(`change-log/tables/src/${table}/`)).length + (await archive.list('change-log/tables/_other/')).length;
   expect(got.stats.objectsRead, `run ${run} seed ${seed}`).toBe(own);
@@ -168,8 +197,11 @@ async function runOn(stream: string, run: number, seed: number): Promise<void> {
     const first = [...markerFiles.values()].find((l) => l.length >= 1);
     if (first && rand() < 0.5) {
       await unlink(path.join(dir, `a${run}`, first[0]!));
-      const rest = (await archive.list(`change-log/batches/${parseMarker(first[0]!.slice('change-log/'.length))!.shard}/`)).map((k) => parseMarker(k.slice('change-log/'.length))!);
-      if (rest.length > 0 && rest.every((o) => o.prevSeq !== null)) expect((await reader.checkHistory('src', table)).gaps.length, `run ${run} seed ${seed}`).toBeGreaterThan(0);
+      const rest = (await archive.list(`change-log/batches/${parseMarker(first[0]!.slice('change-log/'.length))!.shard}/`)).map((k) =>
+        parseMarker(k.slice('change-log/'.length))!,
+      );
+      if (rest.length > 0 && rest.every((o) => o.prevSeq !== null))
+        expect((await reader.checkHistory('src', table)).gaps.length, `run ${run} seed ${seed}`).toBeGreaterThan(0);
     }
   }
 }
@@ -181,7 +213,7 @@ describe('replay reader over the archive and the stream (property)', () => {
     for (let run = 0; run < RUNS; run++) await oneRun(run, Math.floor(rand() * 0x7fffffff));
   }, 600_000);
 
-  it('a stream that no longer holds the archive\'s last record is a hole (the change log was re-created: what lay between is lost)', async () => {
+  it("a stream that no longer holds the archive's last record is a hole (the change log was re-created: what lay between is lost)", async () => {
     const archive = new FolderArchive(path.join(dir, 'recreated'));
     await createStream(kinesis, 'recreated', 1);
     const e1 = event('public.a', 1, makePosition(0x10n, 0), 1);
@@ -196,17 +228,28 @@ describe('replay reader over the archive and the stream (property)', () => {
     await new Promise((r) => setTimeout(r, 1100));
     await createStream(kinesis, 'recreated', 1);
     await new Promise((r) => setTimeout(r, 200));
-    await kinesis.send(new PutRecordsCommand({ StreamName: 'recreated', Records: [{ PartitionKey: 'k', Data: Buffer.from(JSON.stringify(event('public.a', 1, makePosition(0x20n, 0), 2))) }] }));
+    await kinesis.send(
+      new PutRecordsCommand({
+        StreamName: 'recreated',
+        Records: [{ PartitionKey: 'k', Data: Buffer.from(JSON.stringify(event('public.a', 1, makePosition(0x20n, 0), 2))) }],
+      }),
+    );
     const reader = new ReplayReader({ archive, kinesis, stream: 'recreated' });
     const err = await reader.read({ source: 'src', table: 'public.a', from: '0'.repeat(24), to: 'f'.repeat(24) }).catch((x: unknown) => x);
     expect(err).toBeInstanceOf(ReplayHoleError);
-    expect((err as ReplayHoleError).message).toMatch(/history hole in shard shardId-000000000000 after sequence number \d+( before \d+)?: the stream no longer holds the archive.s last record/);
+    expect((err as ReplayHoleError).message).toMatch(
+      /history hole in shard shardId-000000000000 after sequence number \d+( before \d+)?: the stream no longer holds the archive.s last record/,
+    );
   });
 
   it('reads archives in the batch layout (written before the by-table layout, or by Firehose), gzip included', async () => {
     const archive = new FolderArchive(path.join(dir, 'legacy'));
     await createStream(kinesis, 'legacy', 1);
-    const evs = [event('public.a', 1, makePosition(0x10n, 0), 1), event('public.b', 2, makePosition(0x11n, 0), 2), event('public.a', 1, makePosition(0x12n, 0), 3)];
+    const evs = [
+      event('public.a', 1, makePosition(0x10n, 0), 1),
+      event('public.b', 2, makePosition(0x11n, 0), 2),
+      event('public.a', 1, makePosition(0x12n, 0), 3),
+    ];
     await kinesis.send(new PutRecordsCommand({ StreamName: 'legacy', Records: evs.map((e) => ({ PartitionKey: 'k', Data: Buffer.from(JSON.stringify(e)) })) }));
     const records: LogRecord[] = [];
     for await (const page of readChangeLog(kinesis, 'legacy')) records.push(...page);
@@ -215,7 +258,12 @@ describe('replay reader over the archive and the stream (property)', () => {
     const { gzipSync } = await import('node:zlib');
     const [key] = await archive.list('change-log/2');
     await archive.put(key!, gzipSync(await archive.get(key!)));
-    const got = await new ReplayReader({ archive, kinesis, stream: 'legacy' }).read({ source: 'src', table: 'public.a', from: '0'.repeat(24), to: 'f'.repeat(24) });
+    const got = await new ReplayReader({ archive, kinesis, stream: 'legacy' }).read({
+      source: 'src',
+      table: 'public.a',
+      from: '0'.repeat(24),
+      to: 'f'.repeat(24),
+    });
     expect(got.events.map((e) => e.after!.v)).toEqual([1, 3]);
     expect(got.stats.legacyObjects).toBe(1);
     expect(got.stats.shards[0]!.archivedThrough).toBe(records[1]!.sequenceNumber);
@@ -234,7 +282,10 @@ describe('replay reader over the archive and the stream (property)', () => {
     const got = await new ReplayReader({ archive, kinesis, stream: 'budget', maxHeldBytes: bytes }).read(range);
     expect(got.events.map((e) => e.after!.v)).toEqual([1, 2, 4, 5]);
     expect(got.stats.archiveRecords + got.stats.streamRecords).toBeGreaterThan(4); // both parts read
-    const err = await new ReplayReader({ archive, kinesis, stream: 'budget', maxHeldBytes: bytes - 1 }).read(range).then(() => null, (e: unknown) => e);
+    const err = await new ReplayReader({ archive, kinesis, stream: 'budget', maxHeldBytes: bytes - 1 }).read(range).then(
+      () => null,
+      (e: unknown) => e,
+    );
     expect((err as { code?: string } | null)?.code).toBe('REPLAY_TOO_LARGE');
     expect(String(err)).toMatch(/replay of src\/public\.a .*holds 4 events.*--from/);
     // The default budget is a share of this process's heap.
@@ -257,9 +308,21 @@ describe('replay reader over the archive and the stream (property)', () => {
     const claimOf = async (e: ChangeEvent): Promise<string> => {
       const body = Buffer.from(JSON.stringify(e));
       const ref = await payloads.put(`claims/${e.position}.json`, body);
-      return JSON.stringify({ v: 1, claim: { ref, bytes: body.byteLength, sha256: sha256(body) }, source: e.source, table: e.table, key: e.key, position: e.position });
+      return JSON.stringify({
+        v: 1,
+        claim: { ref, bytes: body.byteLength, sha256: sha256(body) },
+        source: e.source,
+        table: e.table,
+        key: e.key,
+        position: e.position,
+      });
     };
-    const evs = [event('public.a', 1, makePosition(0x10n, 0), 1), event('public.a', 2, makePosition(0x11n, 0), 2), event('public.a', 1, makePosition(0x12n, 0), 3), event('public.a', 3, makePosition(0x13n, 0), 4)];
+    const evs = [
+      event('public.a', 1, makePosition(0x10n, 0), 1),
+      event('public.a', 2, makePosition(0x11n, 0), 2),
+      event('public.a', 1, makePosition(0x12n, 0), 3),
+      event('public.a', 3, makePosition(0x13n, 0), 4),
+    ];
     // Inline, claim check (archived); inline, claim check (left in the stream).
     const lines = [JSON.stringify(evs[0]), await claimOf(evs[1]!), JSON.stringify(evs[2]), await claimOf(evs[3]!)];
     await kinesis.send(new PutRecordsCommand({ StreamName: 'claims', Records: lines.map((l) => ({ PartitionKey: 'k', Data: Buffer.from(l) })) }));
@@ -271,12 +334,18 @@ describe('replay reader over the archive and the stream (property)', () => {
     expect(got.events.map((e) => `${e.position}|${e.after!.v}`)).toEqual(evs.map((e) => `${e.position}|${e.after!.v}`));
     expect(got.stats.archiveRecords).toBe(2);
     expect(got.stats.streamRecords).toBe(2);
-    const err = await new ReplayReader({ archive, kinesis, stream: 'claims' }).read(range).then(() => null, (e: unknown) => e);
+    const err = await new ReplayReader({ archive, kinesis, stream: 'claims' }).read(range).then(
+      () => null,
+      (e: unknown) => e,
+    );
     expect((err as { code?: string } | null)?.code).toBe('PAYLOAD_STORE_MISSING');
     // What the replay holds counts an event read back at its whole size, not its claim check's.
     const whole = evs.reduce((n, e) => n + JSON.stringify(e).length, 0);
     expect((await new ReplayReader({ archive, kinesis, stream: 'claims', payloads, maxHeldBytes: whole }).read(range)).events).toHaveLength(4);
-    const over = await new ReplayReader({ archive, kinesis, stream: 'claims', payloads, maxHeldBytes: whole - 1 }).read(range).then(() => null, (e: unknown) => e);
+    const over = await new ReplayReader({ archive, kinesis, stream: 'claims', payloads, maxHeldBytes: whole - 1 }).read(range).then(
+      () => null,
+      (e: unknown) => e,
+    );
     expect((over as { code?: string } | null)?.code).toBe('REPLAY_TOO_LARGE');
   });
 });

@@ -71,7 +71,15 @@ async function history(seed: number): Promise<void> {
   for (const table of TABLES) {
     await mem.registerTable(
       { source: SOURCE, table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at },
-      { source: SOURCE, table, version: 1, columns: [{ name: 'id', type: 'integer', nullable: false }], key: ['id'], effectivePosition: makePosition(0n, 0), registeredAt: at },
+      {
+        source: SOURCE,
+        table,
+        version: 1,
+        columns: [{ name: 'id', type: 'integer', nullable: false }],
+        key: ['id'],
+        effectivePosition: makePosition(0n, 0),
+        registeredAt: at,
+      },
       { at, actor: 'test', action: 'register', source: SOURCE, table, outcome: 'done', detail: {} },
     );
   }
@@ -125,7 +133,15 @@ async function history(seed: number): Promise<void> {
         }
       }
       if (!options.replayHeld) step();
-      await cp.advanceSinkProgress(SINK, SOURCE, table, list.map((e) => e.position).sort().at(-1)!);
+      await cp.advanceSinkProgress(
+        SINK,
+        SOURCE,
+        table,
+        list
+          .map((e) => e.position)
+          .sort()
+          .at(-1)!,
+      );
       applied += list.length;
     }
     return { failed: [], reasons: new Map(), applied, held, deadLettered: 0 };
@@ -201,12 +217,7 @@ async function history(seed: number): Promise<void> {
       await new Promise((r) => setImmediate(r));
     }
   };
-  await Promise.all([
-    produce().then(() => (producing = false)),
-    ...Array.from({ length: shards }, (_, s) => consume(s)),
-    operate(),
-    replay(),
-  ]);
+  await Promise.all([produce().then(() => (producing = false)), ...Array.from({ length: shards }, (_, s) => consume(s)), operate(), replay()]);
   // The end of the history: the operator resumes and the replay finishes (crashes stop, so it can).
   crashing = false;
   for (let round = 0; round < 50; round++) {

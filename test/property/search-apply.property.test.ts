@@ -63,100 +63,127 @@ describe('search applier: random histories into the search stand-in', () => {
   });
 
   for (const mode of ['soft', 'hard'] as const satisfies readonly DeleteMode[]) {
-    it(`${mode} delete: the index equals the source's final state`, async () => {
-      const source = `${mode}src`;
-      const cp = new MemoryControlPlane();
-      const at = new Date().toISOString();
-      for (const t of MODEL_TABLES) {
-        await cp.registerTable(
-          { source, table: t.table, state: 'active', currentVersion: 1, deleteMode: mode, preImage: 'key', stateReason: null, updatedAt: at },
-          { source, table: t.table, version: 1, columns: t.columns, key: t.key, effectivePosition: '000000010000000000000000', registeredAt: at },
-          { at, actor: 'test', action: 'register-table', source, table: t.table, outcome: 'done', detail: {} },
-        );
-      }
-      const applier = createSearchApplier({ controlPlane: cp, search: index, sinkId: SINK, metrics: new Metrics({ namespace: 'test' }), logger: new Logger({ logLevel: 'CRITICAL' }), backoffMs: 1, bulkAttempts: 1 });
-      let seq = 0;
-      let runs = 0;
-      const t0 = Date.now();
-      await fc.assert(
-        fc.asyncProperty(historyArb, async (h) => {
-          // Each history starts from no index at all (the applier creates them again).
-          for (const t of MODEL_TABLES) {
-            const n = searchNames('cdc', source, t.table);
-            for (const name of [n.index(1), n.deleted, n.handover]) await fetch(`${standin.url}/${name}`, { method: 'DELETE' });
-          }
-          applier.clearCache();
-          cp.resetSinkProgress();
-          const sim = simulate(h, source);
-          let step = 0;
-          // A key-change insert that waits for its old key's values is reported failed, and its
-          // shard stalls: it and every later event of its partition key come again later, after
-          // the other deliveries (the old key's delete, on another shard, among them).
-          let blocked: ChangeEvent[] = [];
-          const partition = (e: ChangeEvent) => `${e.table}|${JSON.stringify(e.key)}`;
-          const deliver = async (events: ChangeEvent[]): Promise<void> => {
-            const c = h.choices[step++ % h.choices.length] ?? 0;
-            // Sometimes the bulk fails part-way: some items are throttled (the applier does not
-            // retry them here), the rest applied. The records from the first failed one are
-            // delivered again, as the event source mapping does, until none fails.
-            if (c % 4 === 1) standin.inject({ scope: 'item', status: 429, times: 1 + (c % 3) });
-            try {
-              await deliverOnce(events);
-            } finally {
-              standin.clearInjections(); // an injection no bulk consumed (all dropped) does not carry over
+    it(
+      `${mode} delete: the index equals the source's final state`,
+      async () => {
+        const source = `${mode}src`;
+        const cp = new MemoryControlPlane();
+        const at = new Date().toISOString();
+        for (const t of MODEL_TABLES) {
+          await cp.registerTable(
+            { source, table: t.table, state: 'active', currentVersion: 1, deleteMode: mode, preImage: 'key', stateReason: null, updatedAt: at },
+            { source, table: t.table, version: 1, columns: t.columns, key: t.key, effectivePosition: '000000010000000000000000', registeredAt: at },
+            { at, actor: 'test', action: 'register-table', source, table: t.table, outcome: 'done', detail: {} },
+          );
+        }
+        const applier = createSearchApplier({
+          controlPlane: cp,
+          search: index,
+          sinkId: SINK,
+          metrics: new Metrics({ namespace: 'test' }),
+          logger: new Logger({ logLevel: 'CRITICAL' }),
+          backoffMs: 1,
+          bulkAttempts: 1,
+        });
+        let seq = 0;
+        let runs = 0;
+        const t0 = Date.now();
+        await fc.assert(
+          fc.asyncProperty(historyArb, async (h) => {
+            // Each history starts from no index at all (the applier creates them again).
+            for (const t of MODEL_TABLES) {
+              const n = searchNames('cdc', source, t.table);
+              for (const name of [n.index(1), n.deleted, n.handover]) await fetch(`${standin.url}/${name}`, { method: 'DELETE' });
             }
-          };
-          const deliverOnce = async (events: ChangeEvent[]): Promise<void> => {
-            let pending = events;
-            for (let tries = 0; pending.length > 0; tries++) {
-              const base = (seq += 100);
-              const outcome = await apply(applier, pending, base);
-              if (outcome.deadLettered > 0) throw new Error(`dead letters: ${JSON.stringify([...outcome.reasons])}`);
-              if (outcome.failed.length === 0) return;
-              const rest = pending.slice(Number(outcome.failed[0]) - base - 1);
-              if ([...outcome.reasons.values()].some((r) => r.includes('primary-key change in flight'))) {
-                blocked.push(...rest);
-                return;
+            applier.clearCache();
+            cp.resetSinkProgress();
+            const sim = simulate(h, source);
+            let step = 0;
+            // A key-change insert that waits for its old key's values is reported failed, and its
+            // shard stalls: it and every later event of its partition key come again later, after
+            // the other deliveries (the old key's delete, on another shard, among them).
+            let blocked: ChangeEvent[] = [];
+            const partition = (e: ChangeEvent) => `${e.table}|${JSON.stringify(e.key)}`;
+            const deliver = async (events: ChangeEvent[]): Promise<void> => {
+              const c = h.choices[step++ % h.choices.length] ?? 0;
+              // Sometimes the bulk fails part-way: some items are throttled (the applier does not
+              // retry them here), the rest applied. The records from the first failed one are
+              // delivered again, as the event source mapping does, until none fails.
+              if (c % 4 === 1) standin.inject({ scope: 'item', status: 429, times: 1 + (c % 3) });
+              try {
+                await deliverOnce(events);
+              } finally {
+                standin.clearInjections(); // an injection no bulk consumed (all dropped) does not carry over
               }
-              if (tries > 10) throw new Error(`batch not applied after retries: ${JSON.stringify([...outcome.reasons])}`);
-              pending = rest;
+            };
+            const deliverOnce = async (events: ChangeEvent[]): Promise<void> => {
+              let pending = events;
+              for (let tries = 0; pending.length > 0; tries++) {
+                const base = (seq += 100);
+                const outcome = await apply(applier, pending, base);
+                if (outcome.deadLettered > 0) throw new Error(`dead letters: ${JSON.stringify([...outcome.reasons])}`);
+                if (outcome.failed.length === 0) return;
+                const rest = pending.slice(Number(outcome.failed[0]) - base - 1);
+                if ([...outcome.reasons.values()].some((r) => r.includes('primary-key change in flight'))) {
+                  blocked.push(...rest);
+                  return;
+                }
+                if (tries > 10) throw new Error(`batch not applied after retries: ${JSON.stringify([...outcome.reasons])}`);
+                pending = rest;
+              }
+            };
+            const retryBlocked = async (): Promise<void> => {
+              const again = blocked;
+              blocked = [];
+              if (again.length > 0) await deliver(again);
+            };
+            for (const b of deliveries(sim.events, h)) {
+              for (let n = 0; n < (b.redeliver ? 2 : 1); n++) {
+                const stalled = new Set(blocked.map(partition));
+                const now = b.events.filter((e) => !stalled.has(partition(e)));
+                blocked.push(...b.events.filter((e) => stalled.has(partition(e))));
+                if (now.length > 0) await deliver(now);
+                await retryBlocked();
+              }
             }
-          };
-          const retryBlocked = async (): Promise<void> => {
-            const again = blocked;
-            blocked = [];
-            if (again.length > 0) await deliver(again);
-          };
-          for (const b of deliveries(sim.events, h)) {
-            for (let n = 0; n < (b.redeliver ? 2 : 1); n++) {
-              const stalled = new Set(blocked.map(partition));
-              const now = b.events.filter((e) => !stalled.has(partition(e)));
-              blocked.push(...b.events.filter((e) => stalled.has(partition(e))));
-              if (now.length > 0) await deliver(now);
+            for (let round = 0; blocked.length > 0; round++) {
+              if (round > 20)
+                throw new Error(
+                  `events still waiting after the whole history: ${blocked.map((e) => `${e.op} ${JSON.stringify(e.key)} @${e.position}`).join(', ')}`,
+                );
               await retryBlocked();
             }
-          }
-          for (let round = 0; blocked.length > 0; round++) {
-            if (round > 20) throw new Error(`events still waiting after the whole history: ${blocked.map((e) => `${e.op} ${JSON.stringify(e.key)} @${e.position}`).join(', ')}`);
-            await retryBlocked();
-          }
-          standin.clearInjections();
-          for (const t of sim.tables) await check(source, mode, t, sim.final.get(t.table)!, sim.lastPosition.get(t.table)!, sim.truncatedAt.get(t.table) ?? null);
-          histories++;
-          runs++;
-        }),
-        { numRuns: Math.ceil(RUNS / 2), seed: SEED, endOnFailure: process.env.CDC_PROPERTY_NO_SHRINK === "1" },
-      );
-      console.log(`search property (${mode} delete): ${runs} histories in ${((Date.now() - t0) / 1000).toFixed(1)} s, seed ${SEED}`);
-    }, TIMEOUT_MS);
+            standin.clearInjections();
+            for (const t of sim.tables)
+              await check(source, mode, t, sim.final.get(t.table)!, sim.lastPosition.get(t.table)!, sim.truncatedAt.get(t.table) ?? null);
+            histories++;
+            runs++;
+          }),
+          { numRuns: Math.ceil(RUNS / 2), seed: SEED, endOnFailure: process.env.CDC_PROPERTY_NO_SHRINK === '1' },
+        );
+        console.log(`search property (${mode} delete): ${runs} histories in ${((Date.now() - t0) / 1000).toFixed(1)} s, seed ${SEED}`);
+      },
+      TIMEOUT_MS,
+    );
   }
 
   async function apply(applier: SearchApplier, events: readonly ChangeEvent[], base: number) {
-    const records: ChangeRecord[] = events.map((e, i) => ({ sequenceNumber: String(base + i + 1), origin: `test/shard-0/${base + i + 1}`, text: JSON.stringify(e) }));
+    const records: ChangeRecord[] = events.map((e, i) => ({
+      sequenceNumber: String(base + i + 1),
+      origin: `test/shard-0/${base + i + 1}`,
+      text: JSON.stringify(e),
+    }));
     return applier.applyRecords(records);
   }
 
-  async function check(source: string, mode: DeleteMode, t: ModelTable, final: Map<string, Row>, last: Map<string, string>, truncatedAt: string | null): Promise<void> {
+  async function check(
+    source: string,
+    mode: DeleteMode,
+    t: ModelTable,
+    final: Map<string, Row>,
+    last: Map<string, string>,
+    truncatedAt: string | null,
+  ): Promise<void> {
     const names = searchNames('cdc', source, t.table);
     const columns = t.columns.map((c) => c.name);
     const live = new Map<string, Row>();
@@ -165,7 +192,9 @@ describe('search applier: random histories into the search stand-in', () => {
     expect([...live.keys()].sort(), `live documents of ${t.table}`).toEqual([...expected.keys()].sort());
     for (const [id, row] of expected) {
       const doc = live.get(id)!;
-      expect(Object.fromEntries(columns.map((c) => [c, norm(doc[c])])), `document ${id} of ${t.table}`).toEqual(Object.fromEntries(columns.map((c) => [c, norm(row[c])])));
+      expect(Object.fromEntries(columns.map((c) => [c, norm(doc[c])])), `document ${id} of ${t.table}`).toEqual(
+        Object.fromEntries(columns.map((c) => [c, norm(row[c])])),
+      );
     }
     const ids = [...last.keys()].map((k) => documentId(keyOf(k)));
     if (ids.length === 0) return;

@@ -49,7 +49,8 @@ describe('buildSlotRecord against validateSlotRecord', () => {
       const key = rand() < 0.05 ? [] : rand() < 0.05 ? ['id', 'id'] : ['id'];
       const columns = image(op === 'insert' || op === 'update' || op === 'snapshot');
       const oldKey = image(op === 'delete' || (op === 'update' && rand() < 0.5));
-      const unchanged = op === 'update' && rand() < 0.5 ? good.filter((n) => !columns?.some((c) => c.name === n)).slice(0, 1) : rand() < 0.05 ? [pick(names)] : [];
+      const unchanged =
+        op === 'update' && rand() < 0.5 ? good.filter((n) => !columns?.some((c) => c.name === n)).slice(0, 1) : rand() < 0.05 ? [pick(names)] : [];
       const change = { table, op, columns, oldKey, unchanged };
       const tx = { source: 'src', xid: String(700 + i), commitLsn: `0/${(0x1000 + i).toString(16).toUpperCase()}`, commitTs: '2026-11-29T12:00:00.123456Z' };
       const a = outcome(() => buildSlotRecord(tx, i % 5, change, key));

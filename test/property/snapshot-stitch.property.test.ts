@@ -98,7 +98,10 @@ function decodeEvents(rec: SlotRecord): DecodedChange[] {
  * A truncate at P (docs/truncate.md) makes every key stored below P a tombstone at P, and no
  * write at or below the highest truncate applies afterwards.
  */
-function applyAll(events: DecodedChange[], sink = new Map<string, { position: string; row: Row | null }>()): Map<string, { position: string; row: Row | null }> {
+function applyAll(
+  events: DecodedChange[],
+  sink = new Map<string, { position: string; row: Row | null }>(),
+): Map<string, { position: string; row: Row | null }> {
   let horizon = '';
   for (const e of events) {
     if (e.op === 'truncate') {
@@ -206,7 +209,10 @@ describe('snapshot stitching (real PostgreSQL)', () => {
           else if (r < 0.8) await c.query(`DELETE FROM ${table} WHERE a = $1 AND b = $2`, [k.a, k.b]);
           else {
             const to = keyOf();
-            await c.query(`UPDATE ${table} SET a = $3, b = $4, v = $5 WHERE a = $1 AND b = $2 AND NOT EXISTS (SELECT 1 FROM ${table} WHERE a = $3 AND b = $4)`, [k.a, k.b, to.a, to.b, v]);
+            await c.query(
+              `UPDATE ${table} SET a = $3, b = $4, v = $5 WHERE a = $1 AND b = $2 AND NOT EXISTS (SELECT 1 FROM ${table} WHERE a = $3 AND b = $4)`,
+              [k.a, k.b, to.a, to.b, v],
+            );
           }
         };
         const writers = workers.map(async (c) => {
@@ -232,7 +238,11 @@ describe('snapshot stitching (real PostgreSQL)', () => {
           const delay = Math.floor(rand() * 20);
           trap = (async () => {
             await sleep(Math.floor(rand() * 5));
-            const held = await holdInVisibilityGap(trapClient, `INSERT INTO ${table} VALUES ($1, $2, $3) ON CONFLICT (a, b) DO UPDATE SET v = EXCLUDED.v`, [k.a, k.b, -seed]);
+            const held = await holdInVisibilityGap(trapClient, `INSERT INTO ${table} VALUES ($1, $2, $3) ON CONFLICT (a, b) DO UPDATE SET v = EXCLUDED.v`, [
+              k.a,
+              k.b,
+              -seed,
+            ]);
             await sleep(delay);
             await releaseGap(held.pid);
             await held.committed;
@@ -275,7 +285,9 @@ describe('snapshot stitching (real PostgreSQL)', () => {
         expect([...sink.entries()].sort(), context).toEqual([...expected.entries()].sort());
         await check.query(`DROP TABLE ${table}`);
       }
-      console.log(`snapshot stitching property: ${RUNS} runs converged (${chunksRead} chunks, ${traps} with a transaction held in the commit/visibility gap, ${gapRuns} re-snapshots after a gap with the sweep), seed ${SEED}`);
+      console.log(
+        `snapshot stitching property: ${RUNS} runs converged (${chunksRead} chunks, ${traps} with a transaction held in the commit/visibility gap, ${gapRuns} re-snapshots after a gap with the sweep), seed ${SEED}`,
+      );
     } finally {
       await reader.close();
       await Promise.all([...workers, trapClient, check].map((c) => c.end().catch(() => undefined)));
@@ -300,10 +312,18 @@ describe('snapshot stitching (real PostgreSQL)', () => {
       const lsnAfter = (await c.query<{ l: string }>('SELECT pg_current_wal_insert_lsn()::text AS l')).rows[0]!.l;
       const naive = await c.query(`SELECT v FROM ${table} WHERE a = 1`);
       expect(naive.rows[0].v).toBe(0);
-      const peek = await admin.query<SlotRow>(`SELECT lsn::text AS lsn, xid::text AS xid, data FROM pg_logical_slot_peek_changes($1, NULL, NULL, 'include-xids', '1', 'include-timestamp', '1', 'skip-empty-xacts', '1')`, [SLOT]);
+      const peek = await admin.query<SlotRow>(
+        `SELECT lsn::text AS lsn, xid::text AS xid, data FROM pg_logical_slot_peek_changes($1, NULL, NULL, 'include-xids', '1', 'include-timestamp', '1', 'skip-empty-xacts', '1')`,
+        [SLOT],
+      );
       const tTx = groupTransactions(peek.rows).transactions.find((x) => x.changes.some((ch) => ch.table === table));
       expect(tTx, 'the slot decodes T before it is visible').toBeDefined();
-      const tPosition = transactionsToRecords(SOURCE, [tTx!], new TableConfigIndex([{ table, deleteMode: 'soft', mask: [], exclude: [] }]), new Map([[table, ['a', 'b']]])).map((r) => decodeEvents(r)[0]!.position)[0]!;
+      const tPosition = transactionsToRecords(
+        SOURCE,
+        [tTx!],
+        new TableConfigIndex([{ table, deleteMode: 'soft', mask: [], exclude: [] }]),
+        new Map([[table, ['a', 'b']]]),
+      ).map((r) => decodeEvents(r)[0]!.position)[0]!;
       // A chunk stamped at that watermark would sort after T and keep the stale 0: the trap.
       expect(makePosition(lsnAfter, 0xffffffff) > tPosition).toBe(true);
 

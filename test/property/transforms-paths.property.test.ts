@@ -43,12 +43,17 @@ interface ColType {
   /** How test_decoding prints it in a line. */
   literal: (text: string) => string;
 }
-const pick = <T,>(r: () => number, xs: readonly T[]): T => xs[Math.floor(r() * xs.length)]!;
+const pick = <T>(r: () => number, xs: readonly T[]): T => xs[Math.floor(r() * xs.length)]!;
 const quoted = (t: string) => `'${t.replaceAll("'", "''")}'`;
 const TYPES: ColType[] = [
   { type: 'integer', oid: 23, gen: (r) => String(Math.floor(r() * 2_000_000) - 1_000_000), literal: (t) => t },
   { type: 'numeric', oid: 1700, gen: (r) => pick(r, ['0', '12.5', '-3.25', '1234567.891', '99999999999999999999.5', '7']), literal: (t) => t },
-  { type: 'text', oid: 25, gen: (r) => pick(r, ['abc', "it's", '42', '-17', '3.5', 'true', 'no', '2026-02-28', '2026-02-30', '2026-01-31 10:00:00+00', '', 'ü ☃']), literal: quoted },
+  {
+    type: 'text',
+    oid: 25,
+    gen: (r) => pick(r, ['abc', "it's", '42', '-17', '3.5', 'true', 'no', '2026-02-28', '2026-02-30', '2026-01-31 10:00:00+00', '', 'ü ☃']),
+    literal: quoted,
+  },
   { type: 'boolean', oid: 16, gen: (r) => (r() < 0.5 ? 't' : 'f'), literal: (t) => (t === 't' ? 'true' : 'false') },
   { type: 'date', oid: 1082, gen: (r) => pick(r, ['2026-01-31', '1999-12-31', '2000-02-29']), literal: quoted },
   { type: 'timestamp with time zone', oid: 1184, gen: (r) => pick(r, ['2026-01-31 10:00:00+00', '2026-06-01 23:59:59.123456+02']), literal: quoted },
@@ -70,7 +75,10 @@ function genCase(r: () => number): Case {
     columns.push({ name: `c${i}`, type: t.type, typeOid: t.oid });
   }
   const texts = columns.map((c, i) => (i === 0 ? String(1 + Math.floor(r() * 1000)) : r() < 0.1 ? null : TYPES.find((t) => t.oid === c.typeOid)!.gen(r)));
-  const mask = columns.slice(1).filter(() => r() < 0.15).map((c) => c.name);
+  const mask = columns
+    .slice(1)
+    .filter(() => r() < 0.15)
+    .map((c) => c.name);
   const transforms = (): TableTransforms => {
     const t: TableTransforms = {};
     const coerce: Record<string, string> = {};
@@ -84,18 +92,32 @@ function genCase(r: () => number): Case {
     if (r() < 0.5) t.tenant = { column: 'tenant', value: pick(r, ['acme', '{source}', '{schema}:{table}', 't-{tableId}']) };
     return t;
   };
-  return { config: { table: 'public.t', key: ['id'], deleteMode: 'soft', mask, exclude: [], transforms: transforms() }, later: transforms(), shape: { table: 'public.t', columns, key: ['id'] }, texts };
+  return {
+    config: { table: 'public.t', key: ['id'], deleteMode: 'soft', mask, exclude: [], transforms: transforms() },
+    later: transforms(),
+    shape: { table: 'public.t', columns, key: ['id'] },
+    texts,
+  };
 }
 
 /** The stream path: the row as a test_decoding INSERT line, parsed by the capture's parser, as a slot record. */
 function streamRecord(c: Case, commitLsn: string, index: number): string {
-  const parts = c.shape.columns.map((col, i) => ` ${col.name}[${col.type}]:${c.texts[i] === null ? 'null' : TYPES.find((t) => t.oid === col.typeOid)!.literal(c.texts[i]!)}`).join('');
+  const parts = c.shape.columns
+    .map((col, i) => ` ${col.name}[${col.type}]:${c.texts[i] === null ? 'null' : TYPES.find((t) => t.oid === col.typeOid)!.literal(c.texts[i]!)}`)
+    .join('');
   const parsed = parseTestDecodingLine(`table public.t: INSERT:${parts}`);
   if (parsed.kind !== 'change') throw new Error('not a change line');
   // The capture masks before publishing (lambda/core/tables/masking.ts), as the snapshot worker does.
   const row = applyColumnRules(Object.fromEntries(parsed.change.columns!.map((x) => [x.name, x.value])), c.config);
   const cols = applyColumnRulesToColumns(parsed.change.columns!, c.config).map((col) => ({ ...col, value: row[col.name]! }));
-  return JSON.stringify(buildSlotRecord({ source: 'shop', xid: '900', commitLsn, commitTs: '2026-12-01T10:00:00.000000Z' }, index, { table: 'public.t', op: 'insert', columns: cols, oldKey: null, unchanged: [] }, ['id']));
+  return JSON.stringify(
+    buildSlotRecord(
+      { source: 'shop', xid: '900', commitLsn, commitTs: '2026-12-01T10:00:00.000000Z' },
+      index,
+      { table: 'public.t', op: 'insert', columns: cols, oldKey: null, unchanged: [] },
+      ['id'],
+    ),
+  );
 }
 
 function setup(config: TableConfig) {
@@ -154,7 +176,9 @@ describe('transforms give the same output on the stream, snapshot and replay pat
       const a = await outcome(stream, 0, 0);
 
       const snap = setup(c.config);
-      await snap.run(JSON.stringify(chunkRecords('shop', c.shape, { lowWatermark: '0/5001', rows: [c.texts], readAt: '2026-12-01T10:00:01.000000Z' }, c.config)[0]));
+      await snap.run(
+        JSON.stringify(chunkRecords('shop', c.shape, { lowWatermark: '0/5001', rows: [c.texts], readAt: '2026-12-01T10:00:01.000000Z' }, c.config)[0]),
+      );
       const b = await outcome(snap, 0, 0);
       expect(b.kind, ctx).toBe(a.kind);
       if (a.kind === 'event' && b.kind === 'event') {

@@ -63,7 +63,8 @@ const SINK = 'wh';
 const TIMEOUT_MS = 60 * 60_000;
 const RAW = { getTypeParser: () => (v: string) => v } as unknown as pg.CustomTypesConfig;
 
-const text = (v: JsonValue | undefined): string | null => (v === null || v === undefined ? null : typeof v === 'string' ? v : typeof v === 'object' ? JSON.stringify(v) : String(v));
+const text = (v: JsonValue | undefined): string | null =>
+  v === null || v === undefined ? null : typeof v === 'string' ? v : typeof v === 'object' ? JSON.stringify(v) : String(v);
 const dataCols = (t: ModelTable): string[] => t.columns.map((c) => c.name).filter((c) => !t.key.includes(c));
 /** A deterministic PRNG seeded from a text (FNV-1a, then the demo's mulberry32). */
 function rng(seedText: string): () => number {
@@ -72,7 +73,11 @@ function rng(seedText: string): () => number {
   return seededRandom(h);
 }
 
-const sortRows = <T>(rows: T[]): T[] => rows.map((r) => [JSON.stringify(r), r] as const).sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)).map((x) => x[1]);
+const sortRows = <T>(rows: T[]): T[] =>
+  rows
+    .map((r) => [JSON.stringify(r), r] as const)
+    .sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0))
+    .map((x) => x[1]);
 
 describe('warehouse applier: random histories into PostgreSQL', () => {
   let cluster: PostgresCluster;
@@ -99,125 +104,206 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
   for (const mode of ['soft', 'hard'] as const satisfies readonly DeleteMode[]) {
     // The two modes run concurrently (separate sources, so separate warehouse schemas): while one
     // waits for PostgreSQL the other computes, which roughly doubles throughput on two cores.
-    it.concurrent(`${mode} delete: the view equals the source and the changelog holds every delivered event`, async () => {
-      const source = `${mode}src`;
-      const cp = new MemoryControlPlane();
-      const at = new Date().toISOString();
-      for (const t of MODEL_TABLES) {
-        await cp.registerTable(
-          { source, table: t.table, state: 'active', currentVersion: 1, deleteMode: mode, preImage: 'key', stateReason: null, updatedAt: at },
-          { source, table: t.table, version: 1, columns: t.columns, key: t.key, effectivePosition: '0'.repeat(24), registeredAt: at },
-          { at, actor: 'test', action: 'register-table', source, table: t.table, outcome: 'done', detail: {} },
-        );
-      }
-      // Its own connections and crash switch (the two modes run concurrently); a restart gets new ones, as a new process would.
-      const newPool = () => {
-        const p = new pg.Pool({ connectionString: cluster.url('wh'), max: 2 });
-        p.on('error', () => undefined);
-        return crashingPool(p, 'a warehouse transaction');
-      };
-      let faulty = newPool();
-      const newApplier = () => createWarehouseApplier({ controlPlane: cp, pool: faulty.pool, sinkId: SINK, metrics: new Metrics({ namespace: 'test' }), logger: new Logger({ logLevel: 'ERROR' }), merge: { inline: false } });
-      let applier = newApplier();
-
-      // Create the warehouse tables once (the first apply creates them); each history then starts from empty tables.
-      const warm = simulate({ twoTables: true, absentColumns: false, transactions: [[{ t: 'insert', tbl: 0, k: 0, vals: [1, 'x', null], omitNulls: false }, { t: 'insert', tbl: 1, k: 0, vals: [1, 'x', null], omitNulls: false }]], choices: [] }, source);
-      await apply(applier, warm.events, 0);
-      if (mode === 'hard') {
-        const gone = simulate({ twoTables: true, absentColumns: false, transactions: [[{ t: 'insert', tbl: 0, k: 1, vals: [1, 'x', null], omitNulls: false }, { t: 'insert', tbl: 1, k: 1, vals: [1, 'x', null], omitNulls: false }], [{ t: 'delete', tbl: 0, k: 1 }, { t: 'delete', tbl: 1, k: 1 }]], choices: [] }, source, 0x2_0000_0000n);
-        await apply(applier, gone.events, 1000);
-      }
-      // A primary-key change that lacks a column and a truncate make the handover and truncations tables.
-      const pkc = (tbl: number) => ({ t: 'pk' as const, tbl, k: 2, k2: 3, vals: [1, 'x', null], change: [true, false, true], keepB: true });
-      const made = simulate({ twoTables: true, absentColumns: true, transactions: [[{ t: 'insert', tbl: 0, k: 2, vals: [1, 'x', null], omitNulls: false }, { t: 'insert', tbl: 1, k: 2, vals: [1, 'x', null], omitNulls: false }], [pkc(0), pkc(1)], [{ t: 'truncate', tbl: 0 }, { t: 'truncate', tbl: 1 }]], choices: [] }, source, 0x3_0000_0000n);
-      await apply(applier, made.events, 2000);
-      const names = MODEL_TABLES.map((t) => warehouseTable(source, t.table));
-      const reset = names
-        .flatMap((n) => [n.changelog, n.mirror, n.delta, n.truncations, n.handover, ...(mode === 'hard' ? [n.deletedKeys] : [])].map((x) => `DELETE FROM ${qualified(n.schema, x)}`))
-        .join('; ');
-
-      let seq = 0;
-      const t0 = Date.now();
-      let runs = 0;
-      let merges = 0;
-      let crashes = 0;
-      let applyCrashes = 0;
-
-      /** Merges one table's delta (crashing after statement `crashAt` of the merge when > 0) and checks that the view did not change. */
-      async function mergeKeepsView(a: WarehouseApplier, src: string, t: ModelTable, crashAt: number): Promise<void> {
-        const before = await viewRows(src, t);
-        if (crashAt > 0) {
-          faulty.crashAfter(crashAt);
-          const err = await a.mergeTable(src, t.table).then(() => null, (e: unknown) => e);
-          const fired = faulty.fired();
-          if (fired) {
-            expect(String(err), 'a merge that crashed midway reports it').toMatch(/injected crash/);
-            crashes++;
-            expect(await viewRows(src, t), `view of ${t.table} after a merge that crashed`).toEqual(before);
-          }
+    it.concurrent(
+      `${mode} delete: the view equals the source and the changelog holds every delivered event`,
+      async () => {
+        const source = `${mode}src`;
+        const cp = new MemoryControlPlane();
+        const at = new Date().toISOString();
+        for (const t of MODEL_TABLES) {
+          await cp.registerTable(
+            { source, table: t.table, state: 'active', currentVersion: 1, deleteMode: mode, preImage: 'key', stateReason: null, updatedAt: at },
+            { source, table: t.table, version: 1, columns: t.columns, key: t.key, effectivePosition: '0'.repeat(24), registeredAt: at },
+            { at, actor: 'test', action: 'register-table', source, table: t.table, outcome: 'done', detail: {} },
+          );
         }
-        await a.mergeTable(src, t.table);
-        expect(await viewRows(src, t), `view of ${t.table} after a merge`).toEqual(before);
-      }
-      await fc.assert(
-        fc.asyncProperty(historyArb, async (h) => {
-          await pool.query(reset);
-          cp.resetSinkProgress();
-          const sim = simulate(h, source);
-          const batches = deliveries(sim.events, h);
-          const delivered = new Map<string, ChangeEvent>();
-          // Merge points, crashes and restarts, drawn from the history (the seed keeps naming the same history).
-          const rnd = rng(JSON.stringify(h));
-          for (const b of batches) {
-            // A crash between any two statements of the batch's transactions (appends, full applies,
-            // the merges they run first): what is committed is whole, and the batch delivered again
-            // (as the log redelivers a failed batch) ends as if nothing had crashed.
-            if (rnd() < 0.25) {
-              const before = await Promise.all(sim.tables.map((t) => viewRows(source, t)));
-              faulty.crashAfter(1 + Math.floor(rnd() * 12));
-              const outcome = await apply(applier, b.events, (seq += 100));
-              if (faulty.fired()) {
-                applyCrashes++;
-                expect(outcome.failed.length, 'a crashed apply reports its records failed').toBeGreaterThan(0);
-                const crashed = await Promise.all(sim.tables.map((t) => viewRows(source, t)));
-                const retried = await apply(applier, b.events, (seq += 100));
-                if (retried.failed.length > 0 || retried.deadLettered > 0) throw new Error(`batch not applied after a crash: ${JSON.stringify([...retried.reasons])}`);
-                const after = await Promise.all(sim.tables.map((t) => viewRows(source, t)));
-                for (const [i, t] of sim.tables.entries()) {
-                  // Each table's transaction committed whole or not at all.
-                  expect([before[i], after[i]], `view of ${t.table} after a crash mid-apply`).toContainEqual(crashed[i]);
-                }
-              } else if (outcome.failed.length > 0 || outcome.deadLettered > 0) throw new Error(`batch not applied: ${JSON.stringify([...outcome.reasons])}`);
-            }
-            for (let n = 0; n < (b.redeliver ? 2 : 1); n++) {
-              const outcome = await apply(applier, b.events, (seq += 100));
-              if (outcome.failed.length > 0 || outcome.deadLettered > 0) throw new Error(`batch not applied: ${JSON.stringify([...outcome.reasons])}`);
-            }
-            for (const e of b.events) delivered.set(`${e.table}|${e.position}|${keyText(e.key)}`, e);
-            const r = rnd();
-            if (r < 0.3) {
-              const t = sim.tables[Math.floor(rnd() * sim.tables.length)]!;
-              await mergeKeepsView(applier, source, t, rnd() < 0.3 ? 1 + Math.floor(rnd() * 8) : 0);
-              merges++;
-            } else if (r < 0.35) {
-              // A restart between an append and its merge: a new process, nothing cached, new connections.
-              const old = faulty;
-              faulty = newPool();
-              applier = newApplier();
-              await old.pool.end();
+        // Its own connections and crash switch (the two modes run concurrently); a restart gets new ones, as a new process would.
+        const newPool = () => {
+          const p = new pg.Pool({ connectionString: cluster.url('wh'), max: 2 });
+          p.on('error', () => undefined);
+          return crashingPool(p, 'a warehouse transaction');
+        };
+        let faulty = newPool();
+        const newApplier = () =>
+          createWarehouseApplier({
+            controlPlane: cp,
+            pool: faulty.pool,
+            sinkId: SINK,
+            metrics: new Metrics({ namespace: 'test' }),
+            logger: new Logger({ logLevel: 'ERROR' }),
+            merge: { inline: false },
+          });
+        let applier = newApplier();
+
+        // Create the warehouse tables once (the first apply creates them); each history then starts from empty tables.
+        const warm = simulate(
+          {
+            twoTables: true,
+            absentColumns: false,
+            transactions: [
+              [
+                { t: 'insert', tbl: 0, k: 0, vals: [1, 'x', null], omitNulls: false },
+                { t: 'insert', tbl: 1, k: 0, vals: [1, 'x', null], omitNulls: false },
+              ],
+            ],
+            choices: [],
+          },
+          source,
+        );
+        await apply(applier, warm.events, 0);
+        if (mode === 'hard') {
+          const gone = simulate(
+            {
+              twoTables: true,
+              absentColumns: false,
+              transactions: [
+                [
+                  { t: 'insert', tbl: 0, k: 1, vals: [1, 'x', null], omitNulls: false },
+                  { t: 'insert', tbl: 1, k: 1, vals: [1, 'x', null], omitNulls: false },
+                ],
+                [
+                  { t: 'delete', tbl: 0, k: 1 },
+                  { t: 'delete', tbl: 1, k: 1 },
+                ],
+              ],
+              choices: [],
+            },
+            source,
+            0x2_0000_0000n,
+          );
+          await apply(applier, gone.events, 1000);
+        }
+        // A primary-key change that lacks a column and a truncate make the handover and truncations tables.
+        const pkc = (tbl: number) => ({ t: 'pk' as const, tbl, k: 2, k2: 3, vals: [1, 'x', null], change: [true, false, true], keepB: true });
+        const made = simulate(
+          {
+            twoTables: true,
+            absentColumns: true,
+            transactions: [
+              [
+                { t: 'insert', tbl: 0, k: 2, vals: [1, 'x', null], omitNulls: false },
+                { t: 'insert', tbl: 1, k: 2, vals: [1, 'x', null], omitNulls: false },
+              ],
+              [pkc(0), pkc(1)],
+              [
+                { t: 'truncate', tbl: 0 },
+                { t: 'truncate', tbl: 1 },
+              ],
+            ],
+            choices: [],
+          },
+          source,
+          0x3_0000_0000n,
+        );
+        await apply(applier, made.events, 2000);
+        const names = MODEL_TABLES.map((t) => warehouseTable(source, t.table));
+        const reset = names
+          .flatMap((n) =>
+            [n.changelog, n.mirror, n.delta, n.truncations, n.handover, ...(mode === 'hard' ? [n.deletedKeys] : [])].map(
+              (x) => `DELETE FROM ${qualified(n.schema, x)}`,
+            ),
+          )
+          .join('; ');
+
+        let seq = 0;
+        const t0 = Date.now();
+        let runs = 0;
+        let merges = 0;
+        let crashes = 0;
+        let applyCrashes = 0;
+
+        /** Merges one table's delta (crashing after statement `crashAt` of the merge when > 0) and checks that the view did not change. */
+        async function mergeKeepsView(a: WarehouseApplier, src: string, t: ModelTable, crashAt: number): Promise<void> {
+          const before = await viewRows(src, t);
+          if (crashAt > 0) {
+            faulty.crashAfter(crashAt);
+            const err = await a.mergeTable(src, t.table).then(
+              () => null,
+              (e: unknown) => e,
+            );
+            const fired = faulty.fired();
+            if (fired) {
+              expect(String(err), 'a merge that crashed midway reports it').toMatch(/injected crash/);
+              crashes++;
+              expect(await viewRows(src, t), `view of ${t.table} after a merge that crashed`).toEqual(before);
             }
           }
-          for (const t of sim.tables) await checkView(source, t, sim.final.get(t.table)!, sim.lastPosition.get(t.table)!, 'before the final merge');
-          for (const t of sim.tables) await applier.mergeTable(source, t.table);
-          for (const t of sim.tables) await check(source, mode, t, sim.final.get(t.table)!, sim.lastPosition.get(t.table)!, sim.truncatedAt.get(t.table) ?? null, [...delivered.values()].filter((e) => e.table === t.table));
-          histories++;
-          runs++;
-        }),
-        { numRuns: Math.ceil(RUNS / 2), seed: SEED, endOnFailure: process.env.CDC_PROPERTY_NO_SHRINK === '1' },
-      );
-      await faulty.pool.end();
-      console.log(`property (${mode} delete): ${runs} histories in ${((Date.now() - t0) / 1000).toFixed(1)} s (${merges} merges between batches, ${crashes} of them crashed midway; ${applyCrashes} applies crashed midway and delivered again), seed ${SEED}`);
-    }, TIMEOUT_MS);
+          await a.mergeTable(src, t.table);
+          expect(await viewRows(src, t), `view of ${t.table} after a merge`).toEqual(before);
+        }
+        await fc.assert(
+          fc.asyncProperty(historyArb, async (h) => {
+            await pool.query(reset);
+            cp.resetSinkProgress();
+            const sim = simulate(h, source);
+            const batches = deliveries(sim.events, h);
+            const delivered = new Map<string, ChangeEvent>();
+            // Merge points, crashes and restarts, drawn from the history (the seed keeps naming the same history).
+            const rnd = rng(JSON.stringify(h));
+            for (const b of batches) {
+              // A crash between any two statements of the batch's transactions (appends, full applies,
+              // the merges they run first): what is committed is whole, and the batch delivered again
+              // (as the log redelivers a failed batch) ends as if nothing had crashed.
+              if (rnd() < 0.25) {
+                const before = await Promise.all(sim.tables.map((t) => viewRows(source, t)));
+                faulty.crashAfter(1 + Math.floor(rnd() * 12));
+                const outcome = await apply(applier, b.events, (seq += 100));
+                if (faulty.fired()) {
+                  applyCrashes++;
+                  expect(outcome.failed.length, 'a crashed apply reports its records failed').toBeGreaterThan(0);
+                  const crashed = await Promise.all(sim.tables.map((t) => viewRows(source, t)));
+                  const retried = await apply(applier, b.events, (seq += 100));
+                  if (retried.failed.length > 0 || retried.deadLettered > 0)
+                    throw new Error(`batch not applied after a crash: ${JSON.stringify([...retried.reasons])}`);
+                  const after = await Promise.all(sim.tables.map((t) => viewRows(source, t)));
+                  for (const [i, t] of sim.tables.entries()) {
+                    // Each table's transaction committed whole or not at all.
+                    expect([before[i], after[i]], `view of ${t.table} after a crash mid-apply`).toContainEqual(crashed[i]);
+                  }
+                } else if (outcome.failed.length > 0 || outcome.deadLettered > 0) throw new Error(`batch not applied: ${JSON.stringify([...outcome.reasons])}`);
+              }
+              for (let n = 0; n < (b.redeliver ? 2 : 1); n++) {
+                const outcome = await apply(applier, b.events, (seq += 100));
+                if (outcome.failed.length > 0 || outcome.deadLettered > 0) throw new Error(`batch not applied: ${JSON.stringify([...outcome.reasons])}`);
+              }
+              for (const e of b.events) delivered.set(`${e.table}|${e.position}|${keyText(e.key)}`, e);
+              const r = rnd();
+              if (r < 0.3) {
+                const t = sim.tables[Math.floor(rnd() * sim.tables.length)]!;
+                await mergeKeepsView(applier, source, t, rnd() < 0.3 ? 1 + Math.floor(rnd() * 8) : 0);
+                merges++;
+              } else if (r < 0.35) {
+                // A restart between an append and its merge: a new process, nothing cached, new connections.
+                const old = faulty;
+                faulty = newPool();
+                applier = newApplier();
+                await old.pool.end();
+              }
+            }
+            for (const t of sim.tables) await checkView(source, t, sim.final.get(t.table)!, sim.lastPosition.get(t.table)!, 'before the final merge');
+            for (const t of sim.tables) await applier.mergeTable(source, t.table);
+            for (const t of sim.tables)
+              await check(
+                source,
+                mode,
+                t,
+                sim.final.get(t.table)!,
+                sim.lastPosition.get(t.table)!,
+                sim.truncatedAt.get(t.table) ?? null,
+                [...delivered.values()].filter((e) => e.table === t.table),
+              );
+            histories++;
+            runs++;
+          }),
+          { numRuns: Math.ceil(RUNS / 2), seed: SEED, endOnFailure: process.env.CDC_PROPERTY_NO_SHRINK === '1' },
+        );
+        await faulty.pool.end();
+        console.log(
+          `property (${mode} delete): ${runs} histories in ${((Date.now() - t0) / 1000).toFixed(1)} s (${merges} merges between batches, ${crashes} of them crashed midway; ${applyCrashes} applies crashed midway and delivered again), seed ${SEED}`,
+        );
+      },
+      TIMEOUT_MS,
+    );
   }
 
   /** The view's rows, every column, in a stable order. */
@@ -238,11 +324,23 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
   }
 
   async function apply(applier: WarehouseApplier, events: readonly ChangeEvent[], base: number) {
-    const records: ChangeRecord[] = events.map((e, i) => ({ sequenceNumber: String(base + i + 1), origin: `test/shard-0/${base + i + 1}`, text: JSON.stringify(e) }));
+    const records: ChangeRecord[] = events.map((e, i) => ({
+      sequenceNumber: String(base + i + 1),
+      origin: `test/shard-0/${base + i + 1}`,
+      text: JSON.stringify(e),
+    }));
     return applier.applyRecords(records);
   }
 
-  async function check(source: string, mode: DeleteMode, t: ModelTable, final: Map<string, Row>, last: Map<string, string>, truncatedAt: string | null, delivered: ChangeEvent[]): Promise<void> {
+  async function check(
+    source: string,
+    mode: DeleteMode,
+    t: ModelTable,
+    final: Map<string, Row>,
+    last: Map<string, string>,
+    truncatedAt: string | null,
+    delivered: ChangeEvent[],
+  ): Promise<void> {
     const n = warehouseTable(source, t.table);
     const data = dataCols(t);
     const all = [...t.key, ...data];
@@ -257,9 +355,14 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
     ];
     const res = (await pool.query({ text: statements.join('; '), types: RAW })) as unknown as pg.QueryResult<Record<string, string | null>>[];
     const [view, mirror, changelog, truncations, handover, deletedKeys] = res.map((r) => r.rows);
-    expect(sortRows(truncations!), `truncations of ${t.table}`).toEqual(sortRows(delivered.filter((e) => e.op === 'truncate').map((e) => ({ _cdc_position: e.position }))));
+    expect(sortRows(truncations!), `truncations of ${t.table}`).toEqual(
+      sortRows(delivered.filter((e) => e.op === 'truncate').map((e) => ({ _cdc_position: e.position }))),
+    );
     // No held insert is left waiting (that would be a missing or incomplete row).
-    expect(handover!.filter((r) => r._cdc_kind !== 'donor'), `held handover events left for ${t.table}`).toEqual([]);
+    expect(
+      handover!.filter((r) => r._cdc_kind !== 'donor'),
+      `held handover events left for ${t.table}`,
+    ).toEqual([]);
     // Nothing is left behind either: a donor whose insert half lost to a newer row of its key is
     // dropped (docs/primary-key-changes.md, "Donors nobody takes"; CDC_PROPERTY_SEED=302146881
     // CDC_PROPERTY_RUNS=10000 was the leak's reproduction). CDC_HANDOVER_STRICT=0 relaxes this.
@@ -273,14 +376,18 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
     const keyRow = (k: string) => Object.fromEntries((JSON.parse(k) as [string, JsonValue][]).map(([c, v]) => [c, text(v)]));
     const gone = [...last.keys()].filter((k) => !final.has(k) && afterTruncate(k));
     if (mode === 'soft') {
-      const expectedMirror = [...last.entries()].filter(([k]) => afterTruncate(k)).map(([k, p]) => ({ ...keyRow(k), _cdc_position: p, _cdc_deleted: final.has(k) ? 'f' : 't' }));
+      const expectedMirror = [...last.entries()]
+        .filter(([k]) => afterTruncate(k))
+        .map(([k, p]) => ({ ...keyRow(k), _cdc_position: p, _cdc_deleted: final.has(k) ? 'f' : 't' }));
       const exact = new Set(expectedMirror.map((r) => JSON.stringify(Object.fromEntries(t.key.map((c) => [c, (r as Record<string, string | null>)[c]])))));
       const isExact = (r: Record<string, string | null>) => exact.has(JSON.stringify(Object.fromEntries(t.key.map((c) => [c, r[c]]))));
       expect(sortRows(mirror!.filter(isExact)), `mirror of ${t.table}`).toEqual(sortRows(expectedMirror));
       // Keys truncated with no later event: at most a tombstone at or below the truncate.
       for (const r of mirror!.filter((x) => !isExact(x))) {
         expect(r._cdc_deleted, `truncated key ${JSON.stringify(r)} of ${t.table}`).toBe('t');
-        expect(truncatedAt !== null && r._cdc_position! <= truncatedAt, `truncated key ${JSON.stringify(r)} of ${t.table} at or below ${truncatedAt}`).toBe(true);
+        expect(truncatedAt !== null && r._cdc_position! <= truncatedAt, `truncated key ${JSON.stringify(r)} of ${t.table} at or below ${truncatedAt}`).toBe(
+          true,
+        );
       }
     } else {
       const expectedMirror = [...final.keys()].map((k) => ({ ...keyRow(k), _cdc_position: last.get(k)!, _cdc_deleted: 'f' }));
@@ -288,12 +395,14 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
       expect(sortRows(deletedKeys!), `deleted keys of ${t.table}`).toEqual(sortRows(gone.map((k) => ({ ...keyRow(k), _cdc_position: last.get(k)! }))));
     }
 
-    const expectedChangelog = delivered.filter((e) => e.op !== 'truncate').map((e) => ({
-      _cdc_position: e.position,
-      _cdc_op: e.op,
-      ...Object.fromEntries(all.map((c) => [c, c in e.key ? text(e.key[c]) : text(e.after?.[c])])),
-      _cdc_missing: e.missing.length > 0 ? JSON.stringify(e.missing) : null,
-    }));
+    const expectedChangelog = delivered
+      .filter((e) => e.op !== 'truncate')
+      .map((e) => ({
+        _cdc_position: e.position,
+        _cdc_op: e.op,
+        ...Object.fromEntries(all.map((c) => [c, c in e.key ? text(e.key[c]) : text(e.after?.[c])])),
+        _cdc_missing: e.missing.length > 0 ? JSON.stringify(e.missing) : null,
+      }));
     expect(sortRows(changelog!), `changelog of ${t.table}`).toEqual(sortRows(expectedChangelog));
   }
 });

@@ -20,7 +20,7 @@ const SUFFIXES = LEGACY_SUFFIXES.map(([, s]) => s);
 const PARTS = ['changelog', 'mirror', 'deletedKeys', 'truncations', 'handover', 'delta', 'view'] as const;
 
 function generator(random: () => number) {
-  const pick = <T,>(xs: readonly T[]): T => xs[Math.floor(random() * xs.length)]!;
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(random() * xs.length)]!;
   const length = (): number => (random() < 0.4 ? 50 + Math.floor(random() * 14) : 1 + Math.floor(random() * 12));
   const word = (first: string, rest: string, n: number): string => {
     let s = pick([...first]);
@@ -40,7 +40,12 @@ function generator(random: () => number) {
 /** Every object of a table: live, shadow, retired and diff, with who owns it. */
 function objects(t: WarehouseTable): Array<[string, string]> {
   const out: Array<[string, string]> = [];
-  for (const [set, w] of [['live', t], ['shadow', shadowTable(t)], ['retired', retiredTable(t)]] as const) for (const p of PARTS) out.push([`${w.schema}.${w[p]}`, `${t.source}|${t.tableId}|${set}|${p}`]);
+  for (const [set, w] of [
+    ['live', t],
+    ['shadow', shadowTable(t)],
+    ['retired', retiredTable(t)],
+  ] as const)
+    for (const p of PARTS) out.push([`${w.schema}.${w[p]}`, `${t.source}|${t.tableId}|${set}|${p}`]);
   out.push([`${t.schema}.${diffTableName(t)}`, `${t.source}|${t.tableId}|diff`]);
   return out;
 }
@@ -86,7 +91,8 @@ describe('warehouse names', () => {
         const t = warehouseTable(s, tableId);
         for (const [name, who] of objects(t)) {
           const [schema, rel] = [name.slice(0, name.indexOf('.')), name.slice(name.indexOf('.') + 1)];
-          for (const n of [schema, rel]) if (Buffer.byteLength(n) > MAX_IDENTIFIER_BYTES) expect.fail(`${ctx}: ${n} is longer than ${MAX_IDENTIFIER_BYTES} bytes`);
+          for (const n of [schema, rel])
+            if (Buffer.byteLength(n) > MAX_IDENTIFIER_BYTES) expect.fail(`${ctx}: ${n} is longer than ${MAX_IDENTIFIER_BYTES} bytes`);
           if (Buffer.byteLength(rel) === MAX_IDENTIFIER_BYTES) shortened++;
           const before = owner.get(name);
           if (before !== undefined && before !== who) expect.fail(`${ctx}: ${name} is both ${before} and ${who}`);

@@ -76,7 +76,8 @@ export function identityProblem(recorded: SourceIdentity, seen: SourceIdentity):
   return null;
 }
 
-export type SlotResume = { action: 'resume' } | { action: 'advance'; to: string } | { action: 'stop'; problem: 'slot-restored' | 'slot-ahead'; message: string };
+export type SlotResume =
+  { action: 'resume' } | { action: 'advance'; to: string } | { action: 'stop'; problem: 'slot-restored' | 'slot-ahead'; message: string };
 
 /**
  * What to do with the capture slot found at `slotLsn` on start, given the checkpoint and the
@@ -87,7 +88,11 @@ export function slotResume(slotLsn: string, checkpoint: string, acked: string | 
   const c = compare(slotLsn, checkpoint);
   if (c === 0) return { action: 'resume' };
   if (c > 0) {
-    return { action: 'stop', problem: 'slot-ahead', message: `the replication slot was acknowledged up to ${slotLsn}, past the capture's checkpoint ${checkpoint}: another consumer took changes this capture never published` };
+    return {
+      action: 'stop',
+      problem: 'slot-ahead',
+      message: `the replication slot was acknowledged up to ${slotLsn}, past the capture's checkpoint ${checkpoint}: another consumer took changes this capture never published`,
+    };
   }
   if (acked !== null && compare(slotLsn, acked) === 0) return { action: 'advance', to: checkpoint };
   return {
@@ -116,14 +121,23 @@ export interface Beat {
  * newer beat time means the source's history was rewound (restored) or another copy writes.
  */
 export function checkBeatSequence(last: Beat | null, seen: Beat): BeatVerdict {
-  if (!Number.isSafeInteger(seen.seq) || seen.seq < 1) return { ok: false, problem: 'heartbeat-regressed', message: `heartbeat sequence ${JSON.stringify(seen.seq)} is not a positive integer` };
+  if (!Number.isSafeInteger(seen.seq) || seen.seq < 1)
+    return { ok: false, problem: 'heartbeat-regressed', message: `heartbeat sequence ${JSON.stringify(seen.seq)} is not a positive integer` };
   if (last === null) return { ok: true, advance: true };
   if (seen.seq === last.seq + 1) return { ok: true, advance: true };
   if (seen.seq > last.seq + 1) {
-    return { ok: false, problem: 'heartbeat-missed', message: `heartbeats ${last.seq + 1}${seen.seq - 1 > last.seq + 1 ? `…${seen.seq - 1}` : ''} never arrived (last ${last.seq}, now ${seen.seq}): changes between them may be lost` };
+    return {
+      ok: false,
+      problem: 'heartbeat-missed',
+      message: `heartbeats ${last.seq + 1}${seen.seq - 1 > last.seq + 1 ? `…${seen.seq - 1}` : ''} never arrived (last ${last.seq}, now ${seen.seq}): changes between them may be lost`,
+    };
   }
   if (Date.parse(seen.beatAt) > Date.parse(last.beatAt)) {
-    return { ok: false, problem: 'heartbeat-regressed', message: `heartbeat ${seen.seq} was written at ${seen.beatAt}, after heartbeat ${last.seq} (${last.beatAt}): the source's history was rewound (a restore) or another copy is writing` };
+    return {
+      ok: false,
+      problem: 'heartbeat-regressed',
+      message: `heartbeat ${seen.seq} was written at ${seen.beatAt}, after heartbeat ${last.seq} (${last.beatAt}): the source's history was rewound (a restore) or another copy is writing`,
+    };
   }
   return { ok: true, advance: false };
 }
@@ -175,13 +189,21 @@ export async function checkHeartbeatContinuity(d: HeartbeatContinuityDeps, after
   const beatAtRaw = after.beat_at;
   if (seq === null || typeof beatAtRaw !== 'string' || Number.isNaN(Date.parse(beatAtRaw))) return null;
   const sysid = after[HEARTBEAT_SYSTEM_IDENTIFIER_COLUMN];
-  const seen: StoredBeat = { seq, beatAt: beatAtRaw, systemIdentifier: typeof sysid === 'string' && sysid !== '' ? sysid : null, timeline: intOf(after[HEARTBEAT_TIMELINE_COLUMN]) };
+  const seen: StoredBeat = {
+    seq,
+    beatAt: beatAtRaw,
+    systemIdentifier: typeof sysid === 'string' && sysid !== '' ? sysid : null,
+    timeline: intOf(after[HEARTBEAT_TIMELINE_COLUMN]),
+  };
   const [consumer, shard] = lastBeatCheckpoint(d.source);
   const text = await d.control.getCheckpoint(consumer, shard);
   const last = text === null ? null : (JSON.parse(text) as StoredBeat);
   let problem: { problem: DiscontinuityProblem; message: string } | null = null;
   if (last && last.systemIdentifier && seen.systemIdentifier && last.timeline !== null && seen.timeline !== null) {
-    problem = identityProblem({ systemIdentifier: last.systemIdentifier, timeline: last.timeline }, { systemIdentifier: seen.systemIdentifier, timeline: seen.timeline });
+    problem = identityProblem(
+      { systemIdentifier: last.systemIdentifier, timeline: last.timeline },
+      { systemIdentifier: seen.systemIdentifier, timeline: seen.timeline },
+    );
   }
   let advance = true;
   if (!problem) {
@@ -191,8 +213,19 @@ export async function checkHeartbeatContinuity(d: HeartbeatContinuityDeps, after
   }
   if (advance) await d.control.putCheckpoint(consumer, shard, JSON.stringify(seen));
   if (!problem) return null;
-  const error = new DiscontinuityError(problem.problem, `source ${d.source}: ${problem.message}. Every log-captured table of the source needs a re-snapshot; polled tables are not affected (docs/failures.md)`);
-  await markSourceForResnapshot(d.control, { source: d.source, actor: d.actor, at: d.now().toISOString(), code: error.code, problem: problem.problem, message: problem.message, detail: { last, seen } });
+  const error = new DiscontinuityError(
+    problem.problem,
+    `source ${d.source}: ${problem.message}. Every log-captured table of the source needs a re-snapshot; polled tables are not affected (docs/failures.md)`,
+  );
+  await markSourceForResnapshot(d.control, {
+    source: d.source,
+    actor: d.actor,
+    at: d.now().toISOString(),
+    code: error.code,
+    problem: problem.problem,
+    message: problem.message,
+    detail: { last, seen },
+  });
   d.count();
   d.log(error, { problem: problem.problem, last, seen });
   return error;

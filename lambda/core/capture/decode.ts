@@ -22,7 +22,10 @@ export function detectRecordFormat(record: unknown): 'slot' | 'dms' {
   const r = record as Record<string, unknown>;
   if ('format' in r) {
     if (r.format === SLOT_RECORD_FORMAT) return 'slot';
-    throw new InvalidRecordError('format', `unknown record format ${JSON.stringify(r.format)} (this reader knows ${JSON.stringify(SLOT_RECORD_FORMAT)} and DMS records)`);
+    throw new InvalidRecordError(
+      'format',
+      `unknown record format ${JSON.stringify(r.format)} (this reader knows ${JSON.stringify(SLOT_RECORD_FORMAT)} and DMS records)`,
+    );
   }
   if ('metadata' in r) return 'dms';
   throw new InvalidRecordError('record', `neither a slot-capture record (no "format") nor a DMS record (no "metadata")`);

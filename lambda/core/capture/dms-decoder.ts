@@ -89,7 +89,11 @@ export class KeyUnknownError extends CdcError {
  * columns would merge different rows silently, so the record is refused instead.
  */
 export class KeyMismatchError extends CdcError {
-  constructor(readonly table: string, declared: readonly string[], before: readonly string[]) {
+  constructor(
+    readonly table: string,
+    declared: readonly string[],
+    before: readonly string[],
+  ) {
     super(
       'KEY_MISMATCH',
       `declared primary key of ${table} is (${declared.join(', ')}) but the DMS before image carries (${before.join(', ')}): fix the captured table's key setting, then re-snapshot the table`,
@@ -115,8 +119,6 @@ export const DMS_CONTROL_OPERATIONS = [
 /** Prefix of the tables DMS creates for itself (`awsdms_apply_exceptions`, `awsdms_ddl_audit`, …). */
 export const DMS_OWN_TABLE_PREFIX = 'awsdms_';
 
-
-
 function optionalString(meta: Record<string, unknown>, field: string): string {
   const v = meta[field];
   if (v === undefined || v === null) return '';
@@ -126,14 +128,18 @@ function optionalString(meta: Record<string, unknown>, field: string): string {
 
 function timestamp(meta: Record<string, unknown>, field: string): string {
   const v = meta[field];
-  if (typeof v !== 'string' || Number.isNaN(Date.parse(v))) throw new InvalidRecordError(`metadata.${field}`, `expected an ISO-8601 timestamp, got ${describe(v)}`);
+  if (typeof v !== 'string' || Number.isNaN(Date.parse(v)))
+    throw new InvalidRecordError(`metadata.${field}`, `expected an ISO-8601 timestamp, got ${describe(v)}`);
   return v;
 }
 
 function positionOf(meta: Record<string, unknown>): Position {
   const sp = meta['stream-position'];
   if (typeof sp !== 'string' || sp === '') {
-    throw new InvalidRecordError('metadata.stream-position', `expected a PostgreSQL stream position like '00000002/7C007178.3.00000002/7C007178' (the task needs IncludeTransactionDetails), got ${describe(sp)}`);
+    throw new InvalidRecordError(
+      'metadata.stream-position',
+      `expected a PostgreSQL stream position like '00000002/7C007178.3.00000002/7C007178' (the task needs IncludeTransactionDetails), got ${describe(sp)}`,
+    );
   }
   const lsn = sp.split('.')[0]!;
   const rid = meta['transaction-record-id'];
@@ -143,7 +149,8 @@ function positionOf(meta: Record<string, unknown>): Position {
   try {
     return makePosition(lsn, rid);
   } catch (e) {
-    if (e instanceof InvalidRecordError) throw new InvalidRecordError('metadata.stream-position', `cannot read an LSN from ${JSON.stringify(sp)}: ${e.message}`);
+    if (e instanceof InvalidRecordError)
+      throw new InvalidRecordError('metadata.stream-position', `cannot read an LSN from ${JSON.stringify(sp)}: ${e.message}`);
     throw e;
   }
 }
@@ -157,7 +164,10 @@ function keyFrom(row: Row, keyColumns: readonly string[], field: string): Row {
   for (const k of keyColumns) {
     const v = row[k];
     if (!isKeyValue(v)) {
-      throw new InvalidRecordError(`${field}.${k}`, v === undefined ? 'primary-key column is missing' : `primary-key value must be a string, number or boolean, got ${describe(v)}`);
+      throw new InvalidRecordError(
+        `${field}.${k}`,
+        v === undefined ? 'primary-key column is missing' : `primary-key value must be a string, number or boolean, got ${describe(v)}`,
+      );
     }
     key[k] = v;
   }
@@ -187,15 +197,18 @@ function tableDef(control: Record<string, unknown>): { columns: ColumnDef[]; key
   const def = control['table-def'];
   if (def === undefined || def === null) return null;
   if (!isPlainObject(def)) throw new InvalidRecordError('control.table-def', `expected an object, got ${describe(def)}`);
-  if (!isPlainObject(def.columns)) throw new InvalidRecordError('control.table-def.columns', `expected an object of column definitions, got ${describe(def.columns)}`);
+  if (!isPlainObject(def.columns))
+    throw new InvalidRecordError('control.table-def.columns', `expected an object of column definitions, got ${describe(def.columns)}`);
   const columns: ColumnDef[] = Object.entries(def.columns).map(([name, c]) => {
     const at = `control.table-def.columns.${name}`;
     if (!isPlainObject(c)) throw new InvalidRecordError(at, `expected {type, nullable}, got ${describe(c)}`);
     if (c.type !== undefined && typeof c.type !== 'string') throw new InvalidRecordError(`${at}.type`, `expected a type name, got ${describe(c.type)}`);
-    if (c.nullable !== undefined && typeof c.nullable !== 'boolean') throw new InvalidRecordError(`${at}.nullable`, `expected a boolean, got ${describe(c.nullable)}`);
+    if (c.nullable !== undefined && typeof c.nullable !== 'boolean')
+      throw new InvalidRecordError(`${at}.nullable`, `expected a boolean, got ${describe(c.nullable)}`);
     for (const f of ['length', 'precision', 'scale'] as const) {
       const v = c[f];
-      if (v !== undefined && v !== null && (typeof v !== 'number' || !Number.isInteger(v))) throw new InvalidRecordError(`${at}.${f}`, `expected an integer, got ${describe(v)}`);
+      if (v !== undefined && v !== null && (typeof v !== 'number' || !Number.isInteger(v)))
+        throw new InvalidRecordError(`${at}.${f}`, `expected an integer, got ${describe(v)}`);
     }
     return { name, type: typeWithModifier(c), nullable: (c.nullable as boolean | undefined) ?? true };
   });
@@ -222,14 +235,17 @@ export function decodeDmsRecord(record: unknown, ctx: DecodeContext): DecodeResu
   const recordType = meta['record-type'];
   if (typeof recordType !== 'string') throw new InvalidRecordError('metadata.record-type', `expected 'data' or 'control', got ${describe(recordType)}`);
   const operation = meta.operation;
-  if (typeof operation !== 'string' || operation === '') throw new InvalidRecordError('metadata.operation', `expected an operation name, got ${describe(operation)}`);
+  if (typeof operation !== 'string' || operation === '')
+    throw new InvalidRecordError('metadata.operation', `expected an operation name, got ${describe(operation)}`);
   const schemaName = optionalString(meta, 'schema-name');
   const tableName = optionalString(meta, 'table-name');
 
   if (recordType === 'control') {
-    if (!(DMS_CONTROL_OPERATIONS as readonly string[]).includes(operation)) throw new UnknownOperationError(operation, 'metadata.operation of a control record');
+    if (!(DMS_CONTROL_OPERATIONS as readonly string[]).includes(operation))
+      throw new UnknownOperationError(operation, 'metadata.operation of a control record');
     if (tableName === '') return { kind: 'ignored', reason: `task-level control record (${operation}) without a table name` };
-    if (tableName.startsWith(DMS_OWN_TABLE_PREFIX)) return { kind: 'ignored', reason: `${operation} of DMS's own table ${schemaName ? `${schemaName}.` : ''}${tableName}` };
+    if (tableName.startsWith(DMS_OWN_TABLE_PREFIX))
+      return { kind: 'ignored', reason: `${operation} of DMS's own table ${schemaName ? `${schemaName}.` : ''}${tableName}` };
     if (schemaName === '') throw new InvalidRecordError('metadata.schema-name', `expected the schema of table ${JSON.stringify(tableName)}, got nothing`);
     const root = ctx.rootOf?.(`${schemaName}.${tableName}`) ?? null;
     // A partition's definition is its root's (a column added to the root is added to every partition): the root's own record is the one that counts.
@@ -249,10 +265,12 @@ export function decodeDmsRecord(record: unknown, ctx: DecodeContext): DecodeResu
   }
   if (recordType !== 'data') throw new UnknownOperationError(recordType, 'metadata.record-type');
   if (!(DMS_DATA_OPERATIONS as readonly string[]).includes(operation)) throw new UnknownOperationError(operation, 'metadata.operation of a data record');
-  if (tableName.startsWith(DMS_OWN_TABLE_PREFIX)) return { kind: 'ignored', reason: `${operation} on DMS's own table ${schemaName ? `${schemaName}.` : ''}${tableName}` };
+  if (tableName.startsWith(DMS_OWN_TABLE_PREFIX))
+    return { kind: 'ignored', reason: `${operation} on DMS's own table ${schemaName ? `${schemaName}.` : ''}${tableName}` };
   if (tableName === '') throw new InvalidRecordError('metadata.table-name', 'a data record names its table');
   if (schemaName === '') throw new InvalidRecordError('metadata.schema-name', `expected the schema of table ${JSON.stringify(tableName)}, got nothing`);
-  if (tableName.includes('.') || schemaName.includes('.')) throw new InvalidRecordError('metadata.table-name', `a table id is 'schema.table' and neither part may contain a dot: ${schemaName}.${tableName}`);
+  if (tableName.includes('.') || schemaName.includes('.'))
+    throw new InvalidRecordError('metadata.table-name', `a table id is 'schema.table' and neither part may contain a dot: ${schemaName}.${tableName}`);
   // A change of a partition is a change of its root (docs/partitioned-tables.md).
   const table = ctx.rootOf?.(`${schemaName}.${tableName}`) ?? `${schemaName}.${tableName}`;
   const data = rowOf(record.data, 'data');

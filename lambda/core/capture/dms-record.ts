@@ -172,7 +172,13 @@ export interface DmsControlRecord {
  * with `length`, `precision`, `scale`); nullability is not known from a row image and is written
  * `true`.
  */
-export function dmsTableDefOf(table: string, columns: readonly { name: string; type: string }[], key: readonly string[], operation: 'create-table' | 'change-columns', ctx: { now: Date; taskId: string }): DmsControlRecord {
+export function dmsTableDefOf(
+  table: string,
+  columns: readonly { name: string; type: string }[],
+  key: readonly string[],
+  operation: 'create-table' | 'change-columns',
+  ctx: { now: Date; taskId: string },
+): DmsControlRecord {
   const dot = table.indexOf('.');
   const defs: Record<string, { type: string; nullable: boolean }> = {};
   for (const c of columns) defs[c.name] = { type: c.type, nullable: true };

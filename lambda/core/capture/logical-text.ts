@@ -239,8 +239,7 @@ function tuple(c: Cursor, stopAt: string | null): Tuple {
       else if (raw === 'unchanged-toast-datum') {
         unchanged.push(name);
         unchangedTypes[name] = type;
-      }
-      else columns.push({ name, type, value: unquotedValue(c, raw, type) });
+      } else columns.push({ name, type, value: unquotedValue(c, raw, type) });
     }
   }
   return { columns, unchanged, unchangedTypes };
@@ -351,7 +350,16 @@ export function parseTestDecodingLine(line: string): TestDecodingLine {
       }
       if (c.startsWith(' (no-tuple-data)') && c.pos + ' (no-tuple-data)'.length === line.length) c.fail('UPDATE without tuple data');
       const t = tuple(c, null);
-      return { kind: 'change', change: tableChange(schema, name, { op: 'update', columns: t.columns, oldKey, unchanged: t.unchanged, ...(t.unchanged.length > 0 ? { unchangedTypes: t.unchangedTypes } : {}) }) };
+      return {
+        kind: 'change',
+        change: tableChange(schema, name, {
+          op: 'update',
+          columns: t.columns,
+          oldKey,
+          unchanged: t.unchanged,
+          ...(t.unchanged.length > 0 ? { unchangedTypes: t.unchangedTypes } : {}),
+        }),
+      };
     }
   }
 }

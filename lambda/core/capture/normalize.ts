@@ -53,7 +53,16 @@ import { MetricDimension, MetricName, NORMALIZER_STAGE, type MetricNameValue } f
 import { HEARTBEAT_TABLE } from '../../../contracts/env.ts';
 import { checkHeartbeatContinuity, type HeartbeatContinuityDeps } from './continuity.ts';
 import { splitTableId } from '../shared/identifiers.ts';
-import { isIdentity, sameTransforms, transformChange, transformChangeNotice, transformColumns, transformKeyColumns, transformsText, type TableTransforms } from '../tables/transforms.ts';
+import {
+  isIdentity,
+  sameTransforms,
+  transformChange,
+  transformChangeNotice,
+  transformColumns,
+  transformKeyColumns,
+  transformsText,
+  type TableTransforms,
+} from '../tables/transforms.ts';
 import { TableTypesPendingError, withCatalogTypes, type CatalogTypes } from '../shared/catalog-types.ts';
 
 /** Where events go: encode checks one event (throws a `CdcError` for bad input), publish sends them in order. */
@@ -450,10 +459,18 @@ export class NormalizerBatch<E> {
     }
   }
 
-  private async changes(raw: RawRecord, parsed: unknown, decoded: Extract<DecodeResult, { kind: 'changes' }>, deadLetter: (code: string, reason: string) => Promise<void>): Promise<RecordOutcome> {
+  private async changes(
+    raw: RawRecord,
+    parsed: unknown,
+    decoded: Extract<DecodeResult, { kind: 'changes' }>,
+    deadLetter: (code: string, reason: string) => Promise<void>,
+  ): Promise<RecordOutcome> {
     if (decoded.changes.length === 0) return 'ignored';
     if (decoded.changes[0]!.source !== this.o.source) {
-      await deadLetter('SOURCE_MISMATCH', `source: the record names source ${JSON.stringify(decoded.changes[0]!.source)} but this normalizer serves ${JSON.stringify(this.o.source)}`);
+      await deadLetter(
+        'SOURCE_MISMATCH',
+        `source: the record names source ${JSON.stringify(decoded.changes[0]!.source)} but this normalizer serves ${JSON.stringify(this.o.source)}`,
+      );
       return 'dead-lettered';
     }
     // Excluded columns never enter the change log, even if the capture delivered them (DMS's
@@ -501,11 +518,17 @@ export class NormalizerBatch<E> {
     // record is retried when they are not published yet.
     let observed = observe(untransformed);
     // Only for a captured table (declared, or matched by a capture rule): the ones whose types the snapshot worker publishes.
-    if (this.o.catalogTypes && this.o.tables.get(first.table) !== undefined && observed.columns.some((c) => c.type === null) && (await this.registry(first.table)).versions.length === 0) {
+    if (
+      this.o.catalogTypes &&
+      this.o.tables.get(first.table) !== undefined &&
+      observed.columns.some((c) => c.type === null) &&
+      (await this.registry(first.table)).versions.length === 0
+    ) {
       const catalog = await this.o.catalogTypes(first.table);
       if (catalog === null) throw new TableTypesPendingError(this.o.source, first.table, 'no catalog types are published for it yet');
       const typed = withCatalogTypes(observed, catalog);
-      if (typed.missing.length > 0) throw new TableTypesPendingError(this.o.source, first.table, `the published catalog types lack column(s) ${typed.missing.join(', ')}`);
+      if (typed.missing.length > 0)
+        throw new TableTypesPendingError(this.o.source, first.table, `the published catalog types lack column(s) ${typed.missing.join(', ')}`);
       observed = typed.shape;
     }
     const regression = this.parent.checkMonotonic(raw.origin, changes);
@@ -517,7 +540,11 @@ export class NormalizerBatch<E> {
     // Masked columns are registered as text on every path (lambda/core/tables/masking.ts), then shaped by the transforms.
     const ruled: ObservedShape = {
       ...observed,
-      columns: transformColumns(applyColumnRulesToColumns(observed.columns, this.o.tables.columnRules(first.table)), spec, (name) => ({ name, type: TENANT_COLUMN_TYPE, nullable: null })),
+      columns: transformColumns(applyColumnRulesToColumns(observed.columns, this.o.tables.columnRules(first.table)), spec, (name) => ({
+        name,
+        type: TENANT_COLUMN_TYPE,
+        nullable: null,
+      })),
       key: observed.key === null ? null : transformKeyColumns(observed.key, spec),
     };
     const version = await this.resolveVersion(first.table, ruled, first.position, preImageOf(changes, ruled.key), spec);
@@ -551,8 +578,20 @@ export class NormalizerBatch<E> {
       const body = Buffer.from(JSON.stringify(event), 'utf8');
       const digest = sha256(body);
       const ref = await payloads.put(claimKey(event.source, event.table, event.position, digest), body);
-      this.o.logger.info('Event stored out of line (claim check on the change log)', { table: event.table, position: event.position, bytes: body.byteLength, ref });
-      return this.o.changeLog.encodeClaim({ v: 1, claim: { ref, bytes: body.byteLength, sha256: digest }, source: event.source, table: event.table, key: event.key as ClaimCheck['key'], position: event.position });
+      this.o.logger.info('Event stored out of line (claim check on the change log)', {
+        table: event.table,
+        position: event.position,
+        bytes: body.byteLength,
+        ref,
+      });
+      return this.o.changeLog.encodeClaim({
+        v: 1,
+        claim: { ref, bytes: body.byteLength, sha256: digest },
+        source: event.source,
+        table: event.table,
+        key: event.key as ClaimCheck['key'],
+        position: event.position,
+      });
     }
   }
 
@@ -563,7 +602,14 @@ export class NormalizerBatch<E> {
       const latest = reg.versions.at(-1) ?? null;
       const observed: ObservedColumn[] | null = control.columns?.map((c) => ({ name: c.name, type: c.type, nullable: c.nullable })) ?? null;
       const spec = this.o.tables.transforms(table);
-      const columns = observed === null ? null : transformColumns(applyColumnRulesToColumns(observed, this.o.tables.columnRules(table)), spec, (name) => ({ name, type: TENANT_COLUMN_TYPE, nullable: true }));
+      const columns =
+        observed === null
+          ? null
+          : transformColumns(applyColumnRulesToColumns(observed, this.o.tables.columnRules(table)), spec, (name) => ({
+              name,
+              type: TENANT_COLUMN_TYPE,
+              nullable: true,
+            }));
       const key = control.key ?? this.o.tables.keyColumns(table);
       const c = classifyControl(latest, { operation: control.operation, columns, key: key === null ? null : transformKeyColumns(key, spec) });
       this.o.logger.info('Control record', { table, operation: control.operation, classification: c.kind, reason: c.reason });
@@ -581,7 +627,11 @@ export class NormalizerBatch<E> {
    */
   private highestLogPosition(table: string, reg: Registry): Position {
     if (this.o.tables.captureMode(table) === 'poll') {
-      throw new PositionSpaceMismatchError(`control record of ${this.o.source}/${table} without a position`, reg.table?.positionSpace ?? 'poll-timestamp', 'wal');
+      throw new PositionSpaceMismatchError(
+        `control record of ${this.o.source}/${table} without a position`,
+        reg.table?.positionSpace ?? 'poll-timestamp',
+        'wal',
+      );
     }
     return this.parent.highestPosition ?? POSITION_ZERO;
   }
@@ -627,7 +677,16 @@ export class NormalizerBatch<E> {
    * Returns the version the table now has, or null when another writer got there first (the
    * registry cache of the table is dropped; the caller classifies again).
    */
-  private async evolve(table: string, reg: Registry, latest: SchemaVersion | null, c: Classification, effective: Position, preImage: PreImage, trigger: string, transforms: TableTransforms): Promise<number | null> {
+  private async evolve(
+    table: string,
+    reg: Registry,
+    latest: SchemaVersion | null,
+    c: Classification,
+    effective: Position,
+    preImage: PreImage,
+    trigger: string,
+    transforms: TableTransforms,
+  ): Promise<number | null> {
     const { source } = this.o;
     const at = this.now().toISOString();
     const shaped = isIdentity(transforms) ? {} : { transforms };
@@ -649,18 +708,22 @@ export class NormalizerBatch<E> {
         ...(polled ? { capture: 'poll' as const } : {}),
         ...(space ? { positionSpace: space } : {}),
       };
-      const ok = await this.o.control.registerTable(record, schema, this.audit('register-table', table, at, {
-        ...(isIdentity(transforms) ? {} : { transforms }),
-        ...(polled ? { capture: 'poll', deletesObservable: false } : {}),
-        ...(space ? { positionSpace: space } : {}),
-        version: 1,
-        columns: c.columns,
-        key: c.key,
-        effectivePosition: effective,
-        deleteMode: record.deleteMode,
-        preImage,
-        trigger,
-      }));
+      const ok = await this.o.control.registerTable(
+        record,
+        schema,
+        this.audit('register-table', table, at, {
+          ...(isIdentity(transforms) ? {} : { transforms }),
+          ...(polled ? { capture: 'poll', deletesObservable: false } : {}),
+          ...(space ? { positionSpace: space } : {}),
+          version: 1,
+          columns: c.columns,
+          key: c.key,
+          effectivePosition: effective,
+          deleteMode: record.deleteMode,
+          preImage,
+          trigger,
+        }),
+      );
       if (!ok) {
         this.cache.delete(table);
         return null;
@@ -674,23 +737,48 @@ export class NormalizerBatch<E> {
     const transformsChanged = !sameTransforms(latest.transforms, transforms);
     if (transformsChanged) {
       const notice = transformChangeNotice(table, latest.transforms, transforms, effective);
-      this.o.logger.warn('Table transforms changed: rows already in the sinks keep the old shape', { source, table, from: transformsText(latest.transforms), to: transformsText(transforms), effectivePosition: effective, notice });
+      this.o.logger.warn('Table transforms changed: rows already in the sinks keep the old shape', {
+        source,
+        table,
+        from: transformsText(latest.transforms),
+        to: transformsText(transforms),
+        effectivePosition: effective,
+        notice,
+      });
       c = { ...c, reason: `${notice} ${c.reason}` };
     }
     if (c.kind === 'breaking') await this.pause(table, reg, c, latest.version + 1);
     if (!differs(latest, c.columns, c.key) && !transformsChanged) return latest.version; // e.g. a dropped table: paused, nothing new to register
     const registeredAt = this.now().toISOString();
-    const schema: SchemaVersion = { source, table, version: latest.version + 1, columns: c.columns, key: c.key, effectivePosition: effective, registeredAt, ...shaped };
-    const ok = await this.o.control.addSchemaVersion(schema, this.audit('add-schema-version', table, registeredAt, {
-      version: schema.version,
-      previousVersion: latest.version,
-      classification: c.kind,
-      reason: c.reason,
-      changes: c.changes,
+    const schema: SchemaVersion = {
+      source,
+      table,
+      version: latest.version + 1,
+      columns: c.columns,
+      key: c.key,
       effectivePosition: effective,
-      trigger,
-      ...(transformsChanged ? { transforms, previousTransforms: latest.transforms ?? {}, rebuild: 'rows already in the sinks keep the old shape: re-snapshot the table and run `cdc rebuild` for each sink' } : {}),
-    }));
+      registeredAt,
+      ...shaped,
+    };
+    const ok = await this.o.control.addSchemaVersion(
+      schema,
+      this.audit('add-schema-version', table, registeredAt, {
+        version: schema.version,
+        previousVersion: latest.version,
+        classification: c.kind,
+        reason: c.reason,
+        changes: c.changes,
+        effectivePosition: effective,
+        trigger,
+        ...(transformsChanged
+          ? {
+              transforms,
+              previousTransforms: latest.transforms ?? {},
+              rebuild: 'rows already in the sinks keep the old shape: re-snapshot the table and run `cdc rebuild` for each sink',
+            }
+          : {}),
+      }),
+    );
     if (!ok) {
       this.cache.delete(table);
       return null;
@@ -705,20 +793,35 @@ export class NormalizerBatch<E> {
   private async pause(table: string, reg: Registry, c: Classification, version: number): Promise<void> {
     const state = reg.table?.state ?? 'active';
     const reason = `SCHEMA_BREAKING: ${c.reason} (schema version ${version})`;
-    this.o.logger.error('Table paused: breaking schema change', { source: this.o.source, table, version, reason: c.reason, hint: PAUSE_RECOVERY_HINT, previousState: state });
-    if (state === 'needs-resnapshot') {
-      // Already stopped harder than a pause; record the change without moving the state.
-      await this.o.control.appendAudit(this.audit('breaking-schema-change', table, this.now().toISOString(), { version, reason: c.reason, changes: c.changes, state }));
-      return;
-    }
-    await this.o.control.setTableState(this.o.source, table, 'paused', reason, this.audit('pause-table', table, this.now().toISOString(), {
-      from: state,
-      to: 'paused',
+    this.o.logger.error('Table paused: breaking schema change', {
+      source: this.o.source,
+      table,
       version,
       reason: c.reason,
-      changes: c.changes,
       hint: PAUSE_RECOVERY_HINT,
-    }));
+      previousState: state,
+    });
+    if (state === 'needs-resnapshot') {
+      // Already stopped harder than a pause; record the change without moving the state.
+      await this.o.control.appendAudit(
+        this.audit('breaking-schema-change', table, this.now().toISOString(), { version, reason: c.reason, changes: c.changes, state }),
+      );
+      return;
+    }
+    await this.o.control.setTableState(
+      this.o.source,
+      table,
+      'paused',
+      reason,
+      this.audit('pause-table', table, this.now().toISOString(), {
+        from: state,
+        to: 'paused',
+        version,
+        reason: c.reason,
+        changes: c.changes,
+        hint: PAUSE_RECOVERY_HINT,
+      }),
+    );
     if (reg.table) reg.table = { ...reg.table, state: 'paused', stateReason: reason };
     this.o.metrics.count(MetricName.TABLES_PAUSED, 1);
   }
@@ -730,7 +833,13 @@ export class NormalizerBatch<E> {
     if (!reg.table || state === 'needs-resnapshot') return;
     const reason = `${err.code}: ${err.message}`;
     this.o.logger.error('Table needs a re-snapshot', { source: this.o.source, table, code: err.code, reason: err.message, previousState: state });
-    await this.o.control.setTableState(this.o.source, table, 'needs-resnapshot', reason, this.audit('needs-resnapshot', table, this.now().toISOString(), { from: state, to: 'needs-resnapshot', code: err.code, reason: err.message }));
+    await this.o.control.setTableState(
+      this.o.source,
+      table,
+      'needs-resnapshot',
+      reason,
+      this.audit('needs-resnapshot', table, this.now().toISOString(), { from: state, to: 'needs-resnapshot', code: err.code, reason: err.message }),
+    );
     reg.table = { ...reg.table, state: 'needs-resnapshot', stateReason: reason };
   }
 
@@ -750,7 +859,13 @@ export class NormalizerBatch<E> {
       now: this.now,
       actor: NORMALIZER_STAGE,
       count: () => this.o.metrics.count(MetricName.SOURCE_DISCONTINUITIES, 1),
-      log: (error, extra) => this.o.logger.error('Source history is not continuous: tables marked for re-snapshot', { source: this.o.source, code: error.code, error: error.message, ...extra }),
+      log: (error, extra) =>
+        this.o.logger.error('Source history is not continuous: tables marked for re-snapshot', {
+          source: this.o.source,
+          code: error.code,
+          error: error.message,
+          ...extra,
+        }),
     };
   }
 

@@ -50,7 +50,11 @@ export const HORIZON_MICROS_SQL = 'SELECT floor(extract(epoch FROM $1::timestamp
 
 /** H of a timestamp-polled run from the horizon's microseconds: the one below it. A horizon of `-infinity` (a prepared transaction) gives none: the run waits. */
 export function horizonBound(table: string, horizon: string, micros: string | null): string {
-  if (horizon === '-infinity' || micros === null) throw new CdcError('POLL_HORIZON_HELD', `${table}: a prepared transaction holds the poll horizon at -infinity; the re-snapshot of a polled table takes its bound from the horizon and starts once it is resolved (docs/polling.md)`);
+  if (horizon === '-infinity' || micros === null)
+    throw new CdcError(
+      'POLL_HORIZON_HELD',
+      `${table}: a prepared transaction holds the poll horizon at -infinity; the re-snapshot of a polled table takes its bound from the horizon and starts once it is resolved (docs/polling.md)`,
+    );
   return (BigInt(micros) - 1n).toString();
 }
 
@@ -62,7 +66,8 @@ export function positionNumber(kind: PollColumnKind, expr: string): string {
 /** The run's watermark in the poll space from its bound H (`pollBound`): H + 1, so rows sit at (H, ffffffff). */
 export function pollWatermark(bound: string): string {
   const h = BigInt(bound);
-  if (h < 0n) throw new CdcError('POLL_TABLE_UNSUPPORTED', `the poll bound ${bound} is negative; positions of a polled table come from it and cannot be negative`);
+  if (h < 0n)
+    throw new CdcError('POLL_TABLE_UNSUPPORTED', `the poll bound ${bound} is negative; positions of a polled table come from it and cannot be negative`);
   return formatLsn(h + 1n);
 }
 
@@ -73,7 +78,13 @@ export function pollWatermark(bound: string): string {
  * configured polled, a poll column whose kind changed), or when the run already took its
  * watermark in another space.
  */
-export function snapshotRunSpace(table: string, record: { capture?: 'log' | 'poll'; positionSpace?: PositionSpace } | null, shape: SnapshotTableShape, pollColumn: string | undefined, run: { positionSpace?: PositionSpace; firstLowWatermark: string | null }): PositionSpace {
+export function snapshotRunSpace(
+  table: string,
+  record: { capture?: 'log' | 'poll'; positionSpace?: PositionSpace } | null,
+  shape: SnapshotTableShape,
+  pollColumn: string | undefined,
+  run: { positionSpace?: PositionSpace; firstLowWatermark: string | null },
+): PositionSpace {
   const configured: PositionSpace = pollColumn === undefined ? 'wal' : pollSpace(pollColumnKind(shape, pollColumn));
   const recorded = recordedSpace(record, configured);
   if (recorded !== null) assertSpace(`snapshot of ${table} (recorded in the control plane)`, recorded, configured);

@@ -41,6 +41,9 @@ export function pollStablePoint(d: PollStablePointDeps): StablePoint {
 }
 
 /** `{ stablePoint }` for a polled table's configuration (made by `make`), `{}` for any other. */
-export async function pollPoint<C extends { table: string; capture?: 'log' | 'poll'; pollColumn?: string }>(config: C | undefined, make: (c: C) => Promise<StablePoint>): Promise<{ stablePoint?: StablePoint }> {
+export async function pollPoint<C extends { table: string; capture?: 'log' | 'poll'; pollColumn?: string }>(
+  config: C | undefined,
+  make: (c: C) => Promise<StablePoint>,
+): Promise<{ stablePoint?: StablePoint }> {
   return config?.capture === 'poll' && config.pollColumn !== undefined ? { stablePoint: await make(config) } : {};
 }

@@ -69,7 +69,10 @@ export function pollColumnKindOf(table: string, column: string, type: string): P
   if (TIMESTAMP_TYPES.has(type)) return 'timestamp';
   if (XID_TYPES.has(type)) return 'xid';
   if (INTEGER_TYPES.has(type)) throw new PollTableError(table, `poll column ${column} is ${type}: ${POLL_VERSION_REFUSED}`);
-  throw new PollTableError(table, `poll column ${column} is ${type}; a modified-at column must be a timestamp or timestamptz, a transaction-id column xid8 (docs/polling.md)`);
+  throw new PollTableError(
+    table,
+    `poll column ${column} is ${type}; a modified-at column must be a timestamp or timestamptz, a transaction-id column xid8 (docs/polling.md)`,
+  );
 }
 
 /** The poll column's kind, or a `PollTableError` naming why it cannot order the table. */
@@ -134,13 +137,21 @@ export type PollCursor = string[];
  * epoch microseconds of a timestamp, the snapshot's xmin for a transaction id) and commit time
  * (`ts`: the poll column in ISO-8601 UTC for a timestamp, the read time for a transaction id).
  */
-export function pollQuery(shape: SnapshotTableShape, pollColumn: string, cursor: PollCursor | null, limit: number, horizon: string | null = null): { text: string; values: string[] } {
+export function pollQuery(
+  shape: SnapshotTableShape,
+  pollColumn: string,
+  cursor: PollCursor | null,
+  limit: number,
+  horizon: string | null = null,
+): { text: string; values: string[] } {
   if (shape.key.length === 0) throw new PollTableError(shape.table, 'has no primary key; a polled table is read in (poll column, key) order');
   if (!Number.isInteger(limit) || limit < 1) throw new CdcError('INVALID_ARGUMENT', `page limit must be a positive integer, got ${limit}`);
   const kind = pollColumnKind(shape, pollColumn);
-  if (kind === 'timestamp' && horizon === null) throw new CdcError('INVALID_ARGUMENT', `${shape.table}: a timestamp poll page needs its horizon (docs/polling.md)`);
+  if (kind === 'timestamp' && horizon === null)
+    throw new CdcError('INVALID_ARGUMENT', `${shape.table}: a timestamp poll page needs its horizon (docs/polling.md)`);
   const order = [pollColumn, ...shape.key].map(quoteIdent);
-  if (cursor !== null && cursor.length !== order.length) throw new CdcError('INVALID_ARGUMENT', `${shape.table}: poll cursor has ${cursor.length} values, expected ${order.length}`);
+  if (cursor !== null && cursor.length !== order.length)
+    throw new CdcError('INVALID_ARGUMENT', `${shape.table}: poll cursor has ${cursor.length} values, expected ${order.length}`);
   const { schema, table } = splitTableId(shape.table);
   const pc = quoteIdent(pollColumn);
   const isTz = shape.columns.find((c) => c.name === pollColumn)!.type === 'timestamp with time zone';
@@ -187,10 +198,16 @@ export function pollRecords(source: string, shape: SnapshotTableShape, page: Pic
   return page.rows.map((r) => {
     const pos = r[n];
     const ts = r[n + 1];
-    if (pos === null || pos === undefined || ts === null || ts === undefined) throw new CdcError('INTERNAL', `${shape.table}: a polled row without its position or time`);
+    if (pos === null || pos === undefined || ts === null || ts === undefined)
+      throw new CdcError('INTERNAL', `${shape.table}: a polled row without its position or time`);
     const position = pollPosition(pos, shape.table);
     const tx = { source, xid: '0', commitLsn: formatLsn(BigInt(`0x${position.slice(0, 16)}`)), commitTs: ts };
-    const record = buildSlotRecord(tx, 0, { table: shape.table, op: 'update', columns: ruleColumns(rowToColumns(shape, r.slice(0, n)), rules), oldKey: null, unchanged: [] }, shape.key);
+    const record = buildSlotRecord(
+      tx,
+      0,
+      { table: shape.table, op: 'update', columns: ruleColumns(rowToColumns(shape, r.slice(0, n)), rules), oldKey: null, unchanged: [] },
+      shape.key,
+    );
     return validateSlotRecord({ ...record, capture: 'poll' });
   });
 }
@@ -225,14 +242,21 @@ export { pollConsumerId as pollConsumer } from '../../../contracts/control-plane
 import { pollConsumerId } from '../../../contracts/control-plane-keys.ts';
 
 /** A cursor store over the control plane's checkpoints (one item per polled table). */
-export function checkpointCursorStore(control: { getCheckpoint(consumer: string, shardId: string): Promise<string | null>; putCheckpoint(consumer: string, shardId: string, value: string): Promise<void> }, source: string): PollCursorStore {
+export function checkpointCursorStore(
+  control: {
+    getCheckpoint(consumer: string, shardId: string): Promise<string | null>;
+    putCheckpoint(consumer: string, shardId: string, value: string): Promise<void>;
+  },
+  source: string,
+): PollCursorStore {
   const consumer = pollConsumerId(source);
   return {
     async get(table) {
       const text = await control.getCheckpoint(consumer, table);
       if (text === null) return null;
       const v: unknown = JSON.parse(text);
-      if (!Array.isArray(v) || v.some((x) => typeof x !== 'string')) throw new CdcError('INVALID_STATE', `poll cursor of ${source}/${table} is not a list of texts: ${text}`);
+      if (!Array.isArray(v) || v.some((x) => typeof x !== 'string'))
+        throw new CdcError('INVALID_STATE', `poll cursor of ${source}/${table} is not a list of texts: ${text}`);
       return v as string[];
     },
     put: (table, cursor) => control.putCheckpoint(consumer, table, JSON.stringify(cursor)),

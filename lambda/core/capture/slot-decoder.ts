@@ -29,7 +29,15 @@ import { ENVELOPE_VERSION, type Row } from '../shared/event.ts';
 import type { ColumnDef } from '../shared/control-plane.ts';
 import type { DecodeResult, DecodedChange } from './decoded.ts';
 import { makePosition } from '../shared/position.ts';
-import { isPackedSlotRecord, packedRowRecord, validatePackedHeader, validateSlotRecord, type PackedSnapshotRecord, type SlotColumn, type SlotRecord } from './slot-record.ts';
+import {
+  isPackedSlotRecord,
+  packedRowRecord,
+  validatePackedHeader,
+  validateSlotRecord,
+  type PackedSnapshotRecord,
+  type SlotColumn,
+  type SlotRecord,
+} from './slot-record.ts';
 
 function toRow(columns: readonly SlotColumn[]): Row {
   const row: Row = {};
@@ -119,7 +127,13 @@ function decodeValid(r: SlotRecord): DecodeResult {
   const types: Record<string, string> = {};
   for (const c of [...(r.oldKey ?? []), ...(r.columns ?? [])]) if (c.type) types[c.name] = c.type;
   for (const [name, type] of Object.entries(r.unchangedTypes ?? {})) types[name] ??= type;
-  const result = (changes: DecodedChange[]): DecodeResult => ({ kind: 'changes', changes, columns, keyColumns: [...r.key], ...(columns === null ? { types } : {}) });
+  const result = (changes: DecodedChange[]): DecodeResult => ({
+    kind: 'changes',
+    changes,
+    columns,
+    keyColumns: [...r.key],
+    ...(columns === null ? { types } : {}),
+  });
 
   if (r.op === 'delete') {
     const oldKey = r.oldKey!;
@@ -145,10 +159,7 @@ function decodeValid(r: SlotRecord): DecodeResult {
   if (oldHasKey) {
     const oldKey = keyOf(r.oldKey!, r.key, 'oldKey');
     if (!sameKey(oldKey, key)) {
-      return result([
-        change({ op: 'delete', key: oldKey, after: null, before, missing: [] }),
-        change({ op: 'insert', key, after, before, missing }),
-      ]);
+      return result([change({ op: 'delete', key: oldKey, after: null, before, missing: [] }), change({ op: 'insert', key, after, before, missing })]);
     }
   }
   return result([change({ op: 'update', key, after, before, missing })]);

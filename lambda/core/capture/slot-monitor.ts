@@ -99,14 +99,28 @@ export function assessSlots(slots: readonly SlotFact[], o: SlotMonitorOptions): 
         : `${who} was invalidated (wal_status ${s.walStatus ?? '-'}); drop it: SELECT pg_drop_replication_slot('${s.name}')`;
     } else if (s.walStatus === 'unreserved' || (headroom !== null && limit !== null && headroom <= headroomAlarmThreshold(limit, fraction))) {
       level = 'alarm';
-      message += s.walStatus === 'unreserved' ? ': past max_slot_wal_keep_size, invalidated at the next checkpoint unless it catches up' : `: under ${Math.round((1 - fraction) * 100)}% headroom`;
+      message +=
+        s.walStatus === 'unreserved'
+          ? ': past max_slot_wal_keep_size, invalidated at the next checkpoint unless it catches up'
+          : `: under ${Math.round((1 - fraction) * 100)}% headroom`;
       message += ours ? '; let the capture drain or raise the budget' : `; if its tool is gone: SELECT pg_drop_replication_slot('${s.name}')`;
     } else if (!ours && !s.active && (retained ?? 0) >= warnBytes) {
       level = 'warn';
       message += `: an inactive slot of another tool pinning WAL; if its tool is gone: SELECT pg_drop_replication_slot('${s.name}')`;
     }
     if (!ours && !s.active && !lost) foreignInactiveBytes += retained ?? 0;
-    readings.push({ slot: s.name, ours, active: s.active, walStatus: s.walStatus, confirmedLsn: s.confirmedFlushLsn, retainedBytes: retained, limitBytes: limit, headroomBytes: headroom, level, message });
+    readings.push({
+      slot: s.name,
+      ours,
+      active: s.active,
+      walStatus: s.walStatus,
+      confirmedLsn: s.confirmedFlushLsn,
+      retainedBytes: retained,
+      limitBytes: limit,
+      headroomBytes: headroom,
+      level,
+      message,
+    });
   }
   readings.sort((a, b) => Number(b.ours) - Number(a.ours));
   const level = readings.reduce<SlotLevel>((w, r) => (RANK[r.level] > RANK[w] ? r.level : w), 'ok');
@@ -149,7 +163,15 @@ export function slotStop(report: SlotReport, slot: string): string | null {
 
 /** The stored form of a report. */
 export function storedSlotReport(source: string, slot: string, report: SlotReport, at: Date): StoredSlotReport {
-  return { source, slot, at: at.toISOString(), level: report.level, foreignInactiveBytes: report.foreignInactiveBytes, slots: report.slots, stop: slotStop(report, slot) };
+  return {
+    source,
+    slot,
+    at: at.toISOString(),
+    level: report.level,
+    foreignInactiveBytes: report.foreignInactiveBytes,
+    slots: report.slots,
+    stop: slotStop(report, slot),
+  };
 }
 
 const LEVELS: readonly SlotLevel[] = ['ok', 'warn', 'alarm', 'lost'];
@@ -175,7 +197,8 @@ export function parseStoredSlotReport(text: string, where: string): StoredSlotRe
   if (typeof r.at !== 'string' || Number.isNaN(Date.parse(r.at))) fail('at');
   if (!LEVELS.includes(r.level as SlotLevel)) fail('level');
   if (typeof r.foreignInactiveBytes !== 'number') fail('foreignInactiveBytes');
-  if (!Array.isArray(r.slots) || !r.slots.every((x) => x !== null && typeof x === 'object' && typeof x.slot === 'string' && LEVELS.includes(x.level))) fail('slots');
+  if (!Array.isArray(r.slots) || !r.slots.every((x) => x !== null && typeof x === 'object' && typeof x.slot === 'string' && LEVELS.includes(x.level)))
+    fail('slots');
   if (r.stop !== null && typeof r.stop !== 'string') fail('stop');
   return r as StoredSlotReport;
 }

@@ -116,8 +116,6 @@ export interface SlotRecord {
 
 const TABLE_ID = /^[^.]+\.[^.]+$/;
 
-
-
 function isJsonValue(v: unknown): v is JsonValue {
   if (v === null || typeof v === 'string' || typeof v === 'boolean') return true;
   if (typeof v === 'number') return Number.isFinite(v);
@@ -153,13 +151,17 @@ function tuple(v: unknown, field: string): SlotColumn[] | null {
 }
 
 /** The fields every slot record has, per-row or packed: format, source, xid, commitLsn, commitTs, index, table. */
-function checkSharedFields(r: Record<string, unknown>): asserts r is Record<string, unknown> & { source: string; xid: string; commitLsn: string; commitTs: string; index: number; table: string } {
+function checkSharedFields(
+  r: Record<string, unknown>,
+): asserts r is Record<string, unknown> & { source: string; xid: string; commitLsn: string; commitTs: string; index: number; table: string } {
   if (r.format !== SLOT_RECORD_FORMAT) throw new InvalidRecordError('format', `expected ${JSON.stringify(SLOT_RECORD_FORMAT)}, got ${describe(r.format)}`);
   if (!isSourceId(r.source)) throw new InvalidRecordError('source', `expected a lower-case identifier, got ${describe(r.source)}`);
-  if (typeof r.xid !== 'string' || !/^[0-9]+$/.test(r.xid)) throw new InvalidRecordError('xid', `expected a transaction id as decimal text, got ${describe(r.xid)}`);
+  if (typeof r.xid !== 'string' || !/^[0-9]+$/.test(r.xid))
+    throw new InvalidRecordError('xid', `expected a transaction id as decimal text, got ${describe(r.xid)}`);
   if (typeof r.commitLsn !== 'string') throw new InvalidRecordError('commitLsn', `expected an LSN like '0/1752928', got ${describe(r.commitLsn)}`);
   parseLsn(r.commitLsn, 'commitLsn');
-  if (typeof r.commitTs !== 'string' || Number.isNaN(Date.parse(r.commitTs))) throw new InvalidRecordError('commitTs', `expected an ISO-8601 timestamp, got ${describe(r.commitTs)}`);
+  if (typeof r.commitTs !== 'string' || Number.isNaN(Date.parse(r.commitTs)))
+    throw new InvalidRecordError('commitTs', `expected an ISO-8601 timestamp, got ${describe(r.commitTs)}`);
   if (typeof r.index !== 'number' || !Number.isInteger(r.index) || r.index < 0 || r.index > 0xffffffff) {
     throw new InvalidRecordError('index', `expected the record's index within its transaction (an integer from 0), got ${describe(r.index)}`);
   }
@@ -194,7 +196,8 @@ export function validateSlotRecord(value: unknown): SlotRecord {
   const unchangedTypes = r.unchangedTypes === undefined ? undefined : typesOfUnchanged(r.unchangedTypes, unchanged);
   if (r.capture !== undefined) {
     if (r.capture !== 'poll') throw new InvalidRecordError('capture', `expected "poll" or no capture field, got ${describe(r.capture)}`);
-    if (op !== 'update' || oldKey !== null || unchanged.length > 0) throw new InvalidRecordError('capture', 'a polled row is an update with the whole row and no old key');
+    if (op !== 'update' || oldKey !== null || unchanged.length > 0)
+      throw new InvalidRecordError('capture', 'a polled row is an update with the whole row and no old key');
   }
   return {
     ...(r.capture === 'poll' ? { capture: 'poll' as const } : {}),
@@ -260,7 +263,10 @@ function checkShape(r: SlotRecord): void {
   const op = r.op;
   if (!(SLOT_OPS as readonly string[]).includes(op)) throw new InvalidRecordError('op', `expected one of ${SLOT_OPS.join(', ')}, got ${describe(op)}`);
   names(r.key, 'key', op === 'truncate');
-  for (const [field, cols] of [['columns', r.columns], ['oldKey', r.oldKey]] as const) {
+  for (const [field, cols] of [
+    ['columns', r.columns],
+    ['oldKey', r.oldKey],
+  ] as const) {
     if (cols === null) continue;
     const seen = new Set<string>();
     for (let i = 0; i < cols.length; i++) {
@@ -272,7 +278,8 @@ function checkShape(r: SlotRecord): void {
     }
   }
   names(r.unchanged, 'unchanged', true);
-  if ((op === 'insert' || op === 'update' || op === 'snapshot') && r.columns === null) throw new InvalidRecordError('columns', `an ${op} carries the new tuple`);
+  if ((op === 'insert' || op === 'update' || op === 'snapshot') && r.columns === null)
+    throw new InvalidRecordError('columns', `an ${op} carries the new tuple`);
   if ((op === 'delete' || op === 'truncate') && r.columns !== null) throw new InvalidRecordError('columns', `a ${op} carries no new tuple`);
   if (op === 'delete' && r.oldKey === null) throw new InvalidRecordError('oldKey', 'a delete carries the old key (the table has no replica identity?)');
   if ((op === 'insert' || op === 'truncate' || op === 'snapshot') && r.oldKey !== null) throw new InvalidRecordError('oldKey', `an ${op} carries no old key`);
@@ -309,7 +316,6 @@ export function buildSlotRecord(tx: SlotTransaction, index: number, change: Slot
   return record;
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // Packed snapshot records (see the module comment)
 
@@ -342,7 +348,8 @@ export function validatePackedHeader(value: unknown): PackedSnapshotRecord {
   if (!isPlainObject(value)) throw new InvalidRecordError('record', `expected a JSON object, got ${describe(value)}`);
   const r = value;
   checkSharedFields(r);
-  if (r.op !== 'snapshot') throw new InvalidRecordError('op', `a packed record (one with rows) is a snapshot chunk: expected "snapshot", got ${describe(r.op)}`);
+  if (r.op !== 'snapshot')
+    throw new InvalidRecordError('op', `a packed record (one with rows) is a snapshot chunk: expected "snapshot", got ${describe(r.op)}`);
   for (const f of NOT_IN_PACKED) if (f in r) throw new InvalidRecordError(f, `a packed snapshot record carries no ${f}`);
   const key = names(r.key, 'key', false);
   if (!Array.isArray(r.columns)) throw new InvalidRecordError('columns', `expected an array of {name, type}, got ${describe(r.columns)}`);
@@ -360,7 +367,19 @@ export function validatePackedHeader(value: unknown): PackedSnapshotRecord {
   for (const k of key) if (!seen.has(k)) throw new InvalidRecordError('key', `primary-key column ${JSON.stringify(k)} is not in columns`);
   if (!Array.isArray(r.rows)) throw new InvalidRecordError('rows', `expected an array of rows, got ${describe(r.rows)}`);
   if (r.rows.length === 0) throw new InvalidRecordError('rows', 'expected at least one row');
-  return { format: SLOT_RECORD_FORMAT, source: r.source, xid: r.xid, commitLsn: r.commitLsn, commitTs: r.commitTs, index: r.index, table: r.table, op: 'snapshot', key, columns, rows: r.rows as JsonValue[][] };
+  return {
+    format: SLOT_RECORD_FORMAT,
+    source: r.source,
+    xid: r.xid,
+    commitLsn: r.commitLsn,
+    commitTs: r.commitTs,
+    index: r.index,
+    table: r.table,
+    op: 'snapshot',
+    key,
+    columns,
+    rows: r.rows as JsonValue[][],
+  };
 }
 
 /**
@@ -384,9 +403,23 @@ export function packedRowRecord(r: PackedSnapshotRecord, i: number): SlotRecord 
   for (const k of r.key) {
     const j = r.columns.findIndex((c) => c.name === k);
     const v = row[j] as JsonValue;
-    if (v === null || typeof v === 'object') throw new InvalidRecordError(`${at}[${j}]`, `primary-key column ${JSON.stringify(k)}: expected a string, number or boolean, got ${describe(v)}`);
+    if (v === null || typeof v === 'object')
+      throw new InvalidRecordError(`${at}[${j}]`, `primary-key column ${JSON.stringify(k)}: expected a string, number or boolean, got ${describe(v)}`);
   }
-  return { format: r.format, source: r.source, xid: r.xid, commitLsn: r.commitLsn, commitTs: r.commitTs, index: r.index, table: r.table, op: 'snapshot', key: r.key, columns, oldKey: null, unchanged: [] };
+  return {
+    format: r.format,
+    source: r.source,
+    xid: r.xid,
+    commitLsn: r.commitLsn,
+    commitTs: r.commitTs,
+    index: r.index,
+    table: r.table,
+    op: 'snapshot',
+    key: r.key,
+    columns,
+    oldKey: null,
+    unchanged: [],
+  };
 }
 
 /**

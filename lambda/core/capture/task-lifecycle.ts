@@ -180,7 +180,13 @@ async function startAndWait(deps: LifecycleDeps, task: TaskState, plan: ReturnTy
   }
   deps.log?.('starting task', { task: task.identifier, type: plan.type, from: plan.cdcStartPosition ?? 'task start position or last stop' });
   await deps.dms.startTask(task.arn, plan.type, plan.cdcStartPosition);
-  await waitFor(deps, { arn: task.arn }, 'running', (t) => t.status === 'running', (t) => t.status === 'failed' || t.status === 'stopped');
+  await waitFor(
+    deps,
+    { arn: task.arn },
+    'running',
+    (t) => t.status === 'running',
+    (t) => t.status === 'failed' || t.status === 'stopped',
+  );
 }
 
 /** Stops the task if it runs (or is about to) and waits until it has stopped; no task, nothing to do. */
@@ -213,7 +219,10 @@ async function prepareSlot(event: CloudFormationCustomResourceEvent, deps: Lifec
           deps.log?.('replication slot dropped', { database, slot: slotName });
           break;
         }
-        if (deps.remainingMs() - (deps.pollMs ?? 15_000) < RESPONSE_MARGIN_MS) throw new TaskLifecycleError(`replication slot ${slotName} in ${database} is still in use; stop its consumer and drop it with: SELECT pg_drop_replication_slot('${slotName}')`);
+        if (deps.remainingMs() - (deps.pollMs ?? 15_000) < RESPONSE_MARGIN_MS)
+          throw new TaskLifecycleError(
+            `replication slot ${slotName} in ${database} is still in use; stop its consumer and drop it with: SELECT pg_drop_replication_slot('${slotName}')`,
+          );
         await deps.sleep(deps.pollMs ?? 15_000);
       }
     } finally {
@@ -246,7 +255,9 @@ async function prepareSlot(event: CloudFormationCustomResourceEvent, deps: Lifec
     }
     const existing = await slots.describeSlot(slotName);
     if (existing && existing.plugin !== 'test_decoding') {
-      throw new TaskLifecycleError(`replication slot ${slotName} in ${database} uses the plugin ${existing.plugin}; DMS here needs test_decoding. Drop it or choose another slotName`);
+      throw new TaskLifecycleError(
+        `replication slot ${slotName} in ${database} uses the plugin ${existing.plugin}; DMS here needs test_decoding. Drop it or choose another slotName`,
+      );
     }
     const { position, created } = await slots.ensureSlot(slotName);
     deps.log?.(created ? 'replication slot created' : 'replication slot found', { database, slot: slotName, position });
@@ -263,12 +274,30 @@ async function prepareSlot(event: CloudFormationCustomResourceEvent, deps: Lifec
 async function slotReplaced(deps: LifecycleDeps, props: Props, o: { from: string; to: string }): Promise<void> {
   const source = props.SourceId;
   if (!deps.control || !source) {
-    throw new TaskLifecycleError(`the capture moves from slot ${o.from} to ${o.to}, which skips the changes in between, and there is no control plane to mark its tables for re-snapshot`);
+    throw new TaskLifecycleError(
+      `the capture moves from slot ${o.from} to ${o.to}, which skips the changes in between, and there is no control plane to mark its tables for re-snapshot`,
+    );
   }
   const at = new Date().toISOString();
   const message = `the capture moved from replication slot ${o.from} to ${o.to}: changes between the two are not in the change log`;
-  const marked = await markSourceForResnapshot(deps.control, { source, actor: LIFECYCLE_ACTOR, at, code: 'HISTORY_GAP', problem: 'slot-replaced', message, detail: o });
-  await deps.control.appendAudit({ at, actor: LIFECYCLE_ACTOR, action: 'capture-slot-replaced', source, table: null, outcome: 'done', detail: { ...o, tablesMarked: marked } });
+  const marked = await markSourceForResnapshot(deps.control, {
+    source,
+    actor: LIFECYCLE_ACTOR,
+    at,
+    code: 'HISTORY_GAP',
+    problem: 'slot-replaced',
+    message,
+    detail: o,
+  });
+  await deps.control.appendAudit({
+    at,
+    actor: LIFECYCLE_ACTOR,
+    action: 'capture-slot-replaced',
+    source,
+    table: null,
+    outcome: 'done',
+    detail: { ...o, tablesMarked: marked },
+  });
   deps.log?.('capture moved to another slot: tables marked needs-resnapshot', { source, ...o, tablesMarked: marked });
 }
 
@@ -282,7 +311,11 @@ async function startTask(event: CloudFormationCustomResourceEvent, deps: Lifecyc
   const task = await waitFor(deps, { arn }, 'ready to start', (t) => SETTLED.has(t.status));
   if (event.RequestType === 'Create') {
     if (task.status === 'failed') throw new TaskLifecycleError(`${describeTask(task)}; it cannot be started`);
-    await startAndWait(deps, task, task.status === 'running' ? { action: 'none' } : { action: 'start', type: task.status === 'ready' ? 'start-replication' : 'resume-processing' });
+    await startAndWait(
+      deps,
+      task,
+      task.status === 'running' ? { action: 'none' } : { action: 'start', type: task.status === 'ready' ? 'start-replication' : 'resume-processing' },
+    );
     return { physicalResourceId: arn };
   }
   const old = event.OldResourceProperties as unknown as Props;
@@ -298,7 +331,8 @@ async function startTask(event: CloudFormationCustomResourceEvent, deps: Lifecyc
 
 const LIFECYCLE_ACTOR = 'dms-task-lifecycle';
 /** The acknowledgement recorded when a deployment returns to the rules in force before the current ones (a rollback, or the previous template again). */
-export const REVERT_ACKNOWLEDGEMENT = 'return to the column rules in force before the last deployment (a CloudFormation rollback, or the previous template deployed again)';
+export const REVERT_ACKNOWLEDGEMENT =
+  'return to the column rules in force before the last deployment (a CloudFormation rollback, or the previous template deployed again)';
 /** Shard id of the checkpoint that holds the digests of the column rules (`columnRulesConsumerId`). */
 const IN_FORCE = 'in-force';
 
@@ -320,7 +354,8 @@ export function parseColumnRules(text: string, what: string): ColumnRulesDocumen
     return { acknowledgeLateRules: x };
   };
   const o = v as Record<string, unknown>;
-  if (typeof v !== 'object' || v === null || !Array.isArray(o.tables) || !Array.isArray(o.rules)) throw new TaskLifecycleError(`${what}: expected {"tables": [...], "rules": [...]}`);
+  if (typeof v !== 'object' || v === null || !Array.isArray(o.tables) || !Array.isArray(o.rules))
+    throw new TaskLifecycleError(`${what}: expected {"tables": [...], "rules": [...]}`);
   const obj = (e: unknown, at: string): Record<string, unknown> => {
     if (typeof e !== 'object' || e === null) throw new TaskLifecycleError(`${what}: ${at}: expected an object`);
     return e as Record<string, unknown>;
@@ -329,12 +364,23 @@ export function parseColumnRules(text: string, what: string): ColumnRulesDocumen
     tables: o.tables.map((e, i) => {
       const t = obj(e, `tables[${i}]`);
       if (typeof t.table !== 'string') throw new TaskLifecycleError(`${what}: tables[${i}].table: expected 'schema.table'`);
-      return { table: t.table, mask: strings(t.mask, `tables[${i}].mask`), exclude: strings(t.exclude, `tables[${i}].exclude`), ...ack(t.acknowledgeLateRules, `tables[${i}]`) };
+      return {
+        table: t.table,
+        mask: strings(t.mask, `tables[${i}].mask`),
+        exclude: strings(t.exclude, `tables[${i}].exclude`),
+        ...ack(t.acknowledgeLateRules, `tables[${i}]`),
+      };
     }),
     rules: o.rules.map((e, i) => {
       const r = obj(e, `rules[${i}]`);
       if (typeof r.match !== 'string') throw new TaskLifecycleError(`${what}: rules[${i}].match: expected a 'schema.table' pattern`);
-      return { match: r.match, excludeTables: strings(r.excludeTables, `rules[${i}].excludeTables`), mask: strings(r.mask, `rules[${i}].mask`), exclude: strings(r.exclude, `rules[${i}].exclude`), ...ack(r.acknowledgeLateRules, `rules[${i}]`) };
+      return {
+        match: r.match,
+        excludeTables: strings(r.excludeTables, `rules[${i}].excludeTables`),
+        mask: strings(r.mask, `rules[${i}].mask`),
+        exclude: strings(r.exclude, `rules[${i}].exclude`),
+        ...ack(r.acknowledgeLateRules, `rules[${i}]`),
+      };
     }),
   };
 }
@@ -399,8 +445,14 @@ async function checkColumnRules(event: CloudFormationCustomResourceEvent, deps: 
   }
   if (oldText !== undefined) {
     const before = parseColumnRules(oldText, 'previous ColumnRules');
-    const registered = (await control.listTables(source)).filter((t) => resolveColumnRules(before, t.table) !== null && resolveColumnRules(next, t.table) !== null);
-    let changes = lateRuleChangesBetween(before, next, registered.map((t) => t.table));
+    const registered = (await control.listTables(source)).filter(
+      (t) => resolveColumnRules(before, t.table) !== null && resolveColumnRules(next, t.table) !== null,
+    );
+    let changes = lateRuleChangesBetween(
+      before,
+      next,
+      registered.map((t) => t.table),
+    );
     // A rule's columns count only in the tables that have them: narrow with each table's current schema.
     const byRule = changes.filter((c) => resolveColumnRules(next, c.table)?.byRule);
     if (byRule.length > 0) {
@@ -408,9 +460,18 @@ async function checkColumnRules(event: CloudFormationCustomResourceEvent, deps: 
       for (const c of byRule) {
         const t = registered.find((r) => r.table === c.table)!;
         const schema = await control.getSchemaVersion(source, t.table, t.currentVersion);
-        if (schema) columns.set(t.table, schema.columns.map((col) => col.name));
+        if (schema)
+          columns.set(
+            t.table,
+            schema.columns.map((col) => col.name),
+          );
       }
-      changes = lateRuleChangesBetween(before, next, registered.map((t) => t.table), (table) => columns.get(table));
+      changes = lateRuleChangesBetween(
+        before,
+        next,
+        registered.map((t) => t.table),
+        (table) => columns.get(table),
+      );
     }
     const revert = stored !== null && stored.current === oldDigest && stored.previous === nextDigest;
     if (revert) changes = changes.map((c) => (c.acknowledgement === null ? { ...c, acknowledgement: REVERT_ACKNOWLEDGEMENT } : c));
@@ -420,7 +481,14 @@ async function checkColumnRules(event: CloudFormationCustomResourceEvent, deps: 
     } catch (e) {
       throw e instanceof LateRulesRefusedError ? new TaskLifecycleError(refusalReason(source, e)) : e;
     }
-    for (const c of changes) deps.log?.('late column rules acknowledged: table marked needs-resnapshot', { source, table: c.table, addedMask: c.addedMask, addedExclude: c.addedExclude, acknowledgement: c.acknowledgement });
+    for (const c of changes)
+      deps.log?.('late column rules acknowledged: table marked needs-resnapshot', {
+        source,
+        table: c.table,
+        addedMask: c.addedMask,
+        addedExclude: c.addedExclude,
+        acknowledgement: c.acknowledgement,
+      });
   }
   await control.putCheckpoint(consumer, IN_FORCE, JSON.stringify({ current: nextDigest, previous: stored?.current ?? oldDigest }));
   return { physicalResourceId: event.RequestType === 'Create' ? `${source}/column-rules` : event.PhysicalResourceId };

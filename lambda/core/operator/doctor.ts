@@ -208,24 +208,53 @@ function covers(carried: readonly string[], key: readonly string[]): boolean {
 function tableChecks(t: TableFact, user: string): CheckResult[] {
   const out: CheckResult[] = [];
   if (!t.exists) {
-    out.push(problem(CheckId.TABLE_EXISTS, 'FAIL', t.table, `captured table ${t.table} does not exist (or the capture user cannot see it)`, `create the table, fix the name in --tables, or GRANT USAGE ON SCHEMA to ${q(user)}`));
+    out.push(
+      problem(
+        CheckId.TABLE_EXISTS,
+        'FAIL',
+        t.table,
+        `captured table ${t.table} does not exist (or the capture user cannot see it)`,
+        `create the table, fix the name in --tables, or GRANT USAGE ON SCHEMA to ${q(user)}`,
+      ),
+    );
     return out;
   }
   const named = tableNameRefusal(t.table);
-  if (named !== null) out.push(problem(CheckId.TABLE_NAME, 'FAIL', t.table, named, `rename the table, or leave it out of the capture (a rule's excludeTables)`));
+  if (named !== null)
+    out.push(problem(CheckId.TABLE_NAME, 'FAIL', t.table, named, `rename the table, or leave it out of the capture (a rule's excludeTables)`));
   out.push(
     t.selectGranted
       ? pass(CheckId.SELECT_GRANT, t.table, `${q(user)} may SELECT ${t.table}`)
-      : problem(CheckId.SELECT_GRANT, 'FAIL', t.table, `${q(user)} may not SELECT ${t.table} (snapshots and re-snapshots read it)`, `GRANT SELECT ON ${t.table} TO ${q(user)};`),
+      : problem(
+          CheckId.SELECT_GRANT,
+          'FAIL',
+          t.table,
+          `${q(user)} may not SELECT ${t.table} (snapshots and re-snapshots read it)`,
+          `GRANT SELECT ON ${t.table} TO ${q(user)};`,
+        ),
   );
   const key = t.declaredKey && t.declaredKey.length > 0 ? t.declaredKey : t.primaryKey;
   if (key.length === 0) {
-    out.push(problem(CheckId.PRIMARY_KEY, 'FAIL', t.table, `${t.table} has no primary key and no declared key: its rows cannot be told apart in a sink`, `ALTER TABLE ${t.table} ADD PRIMARY KEY (...); or declare the key and set REPLICA IDENTITY FULL`));
+    out.push(
+      problem(
+        CheckId.PRIMARY_KEY,
+        'FAIL',
+        t.table,
+        `${t.table} has no primary key and no declared key: its rows cannot be told apart in a sink`,
+        `ALTER TABLE ${t.table} ADD PRIMARY KEY (...); or declare the key and set REPLICA IDENTITY FULL`,
+      ),
+    );
   } else {
     const missing = key.filter((k) => !t.columns.some((c) => c.name === k));
     out.push(
       missing.length > 0
-        ? problem(CheckId.PRIMARY_KEY, 'FAIL', t.table, `the declared key of ${t.table} names columns it does not have: ${missing.join(', ')}`, 'declare the key with existing columns')
+        ? problem(
+            CheckId.PRIMARY_KEY,
+            'FAIL',
+            t.table,
+            `the declared key of ${t.table} names columns it does not have: ${missing.join(', ')}`,
+            'declare the key with existing columns',
+          )
         : pass(CheckId.PRIMARY_KEY, t.table, `key (${key.join(', ')})${t.declaredKey && t.declaredKey.length > 0 ? ' declared' : ' from the primary key'}`),
     );
   }
@@ -235,9 +264,20 @@ function tableChecks(t: TableFact, user: string): CheckResult[] {
       out.push(problem(CheckId.REPLICA_IDENTITY, 'FAIL', t.table, `${t.table} has REPLICA IDENTITY NOTHING: deletes and key changes carry no key`, fixFull));
       break;
     case 'd':
-      if (t.primaryKey.length === 0) out.push(problem(CheckId.REPLICA_IDENTITY, 'FAIL', t.table, `${t.table} has REPLICA IDENTITY DEFAULT without a primary key: deletes carry no key`, fixFull));
+      if (t.primaryKey.length === 0)
+        out.push(
+          problem(CheckId.REPLICA_IDENTITY, 'FAIL', t.table, `${t.table} has REPLICA IDENTITY DEFAULT without a primary key: deletes carry no key`, fixFull),
+        );
       else if (key.length > 0 && !covers(t.primaryKey, key)) {
-        out.push(problem(CheckId.REPLICA_IDENTITY, 'FAIL', t.table, `deletes on ${t.table} carry the primary key (${t.primaryKey.join(', ')}), which does not cover the declared key (${key.join(', ')})`, fixFull));
+        out.push(
+          problem(
+            CheckId.REPLICA_IDENTITY,
+            'FAIL',
+            t.table,
+            `deletes on ${t.table} carry the primary key (${t.primaryKey.join(', ')}), which does not cover the declared key (${key.join(', ')})`,
+            fixFull,
+          ),
+        );
       } else out.push(pass(CheckId.REPLICA_IDENTITY, t.table, 'DEFAULT (deletes carry the primary key)'));
       break;
     case 'i': {
@@ -287,7 +327,7 @@ function tableChecks(t: TableFact, user: string): CheckResult[] {
         'FAIL',
         t.table,
         `${t.table} has columns no warehouse type holds exactly (${beyondWarehouse.join('; ')}) (docs/exact-numbers.md)`,
-        'exclude them from capture (the table\'s exclude list), or declare them unbounded numeric (carried as exact text) or numeric(p,s) with p ≤ 38 and 0 ≤ s ≤ p',
+        "exclude them from capture (the table's exclude list), or declare them unbounded numeric (carried as exact text) or numeric(p,s) with p ≤ 38 and 0 ≤ s ≤ p",
       ),
     );
   }
@@ -313,15 +353,35 @@ function tableChecks(t: TableFact, user: string): CheckResult[] {
       ),
     );
   } else if (virtual.length === 0 && beyondWarehouse.length === 0) {
-    out.push(pass(CheckId.COLUMN_TYPES, t.table, `${carried.length} columns of carried types${excluded.size > 0 ? ` (${[...excluded].join(', ')} excluded)` : ''}`));
+    out.push(
+      pass(CheckId.COLUMN_TYPES, t.table, `${carried.length} columns of carried types${excluded.size > 0 ? ` (${[...excluded].join(', ')} excluded)` : ''}`),
+    );
   }
   return out;
 }
 
 /** Zone names whose local time is UTC all year (lower case). */
-const UTC_ZONES = new Set(['utc', 'etc/utc', 'uct', 'etc/uct', 'gmt', 'etc/gmt', 'gmt0', 'etc/gmt0', 'etc/gmt+0', 'etc/gmt-0', 'universal', 'etc/universal', 'zulu', 'etc/zulu', 'greenwich', 'etc/greenwich']);
+const UTC_ZONES = new Set([
+  'utc',
+  'etc/utc',
+  'uct',
+  'etc/uct',
+  'gmt',
+  'etc/gmt',
+  'gmt0',
+  'etc/gmt0',
+  'etc/gmt+0',
+  'etc/gmt-0',
+  'universal',
+  'etc/universal',
+  'zulu',
+  'etc/zulu',
+  'greenwich',
+  'etc/greenwich',
+]);
 
-const POLL_RECIPES = 'add a timestamptz column set by a trigger with clock_timestamp(), or an xid8 column set by a trigger to pg_current_xact_id() (docs/polling.md), and poll by it; or capture the table from the log';
+const POLL_RECIPES =
+  'add a timestamptz column set by a trigger with clock_timestamp(), or an xid8 column set by a trigger to pg_current_xact_id() (docs/polling.md), and poll by it; or capture the table from the log';
 
 /**
  * A polled table's checks (docs/polling.md): its poll column orders it without a gap (a timestamp
@@ -332,7 +392,8 @@ const POLL_RECIPES = 'add a timestamptz column set by a trigger with clock_times
 function pollChecks(t: TableFact, user: SourceFacts['user'], timeZone: string | undefined): CheckResult[] {
   if (!t.exists || t.pollColumn === undefined || t.pollColumn === null) return [];
   const column = t.columns.find((c) => c.name === t.pollColumn);
-  if (!column) return [problem(CheckId.POLL_COLUMN, 'FAIL', t.table, `${t.table} has no column ${q(t.pollColumn)} to poll by`, 'name an existing column as pollColumn')];
+  if (!column)
+    return [problem(CheckId.POLL_COLUMN, 'FAIL', t.table, `${t.table} has no column ${q(t.pollColumn)} to poll by`, 'name an existing column as pollColumn')];
   let kind: PollColumnKind;
   try {
     kind = pollColumnKindOf(t.table, column.name, column.type);
@@ -352,7 +413,11 @@ function pollColumnCheck(t: TableFact, column: { name: string; type: string }, k
       `make ${column.name} timestamptz, or write it in UTC (now() AT TIME ZONE 'UTC' / clock_timestamp() AT TIME ZONE 'UTC')`,
     );
   }
-  return pass(CheckId.POLL_COLUMN, t.table, `polled by ${column.name} (${column.type}, ${kind === 'timestamp' ? 'bounded by the open-transaction horizon' : 'bounded by the snapshot xmin'})`);
+  return pass(
+    CheckId.POLL_COLUMN,
+    t.table,
+    `polled by ${column.name} (${column.type}, ${kind === 'timestamp' ? 'bounded by the open-transaction horizon' : 'bounded by the snapshot xmin'})`,
+  );
 }
 
 /** Whether a trigger sets the poll column on every write, and whether rows the poller never reads (NULL) exist. */
@@ -361,21 +426,51 @@ function pollWriteChecks(t: TableFact, column: string, kind: PollColumnKind): Ch
   const recipe = `the ${kind === 'xid' ? 'xid8' : 'timestamp'} recipe of docs/polling.md (a BEFORE INSERT OR UPDATE row trigger, then ALTER TABLE ${t.table} ENABLE ALWAYS TRIGGER …)`;
   if (t.pollTrigger === 'always') out.push(pass(CheckId.POLL_TRIGGER, t.table, `a BEFORE INSERT OR UPDATE row trigger on ${t.table} fires always`));
   else if (t.pollTrigger === 'origin') {
-    out.push(problem(CheckId.POLL_TRIGGER, 'WARN', t.table, `the BEFORE INSERT OR UPDATE row trigger on ${t.table} is not ENABLE ALWAYS: a session with session_replication_role = replica writes rows without setting ${column}, and such a change is not read`, `ALTER TABLE ${t.table} ENABLE ALWAYS TRIGGER <the trigger>;`));
+    out.push(
+      problem(
+        CheckId.POLL_TRIGGER,
+        'WARN',
+        t.table,
+        `the BEFORE INSERT OR UPDATE row trigger on ${t.table} is not ENABLE ALWAYS: a session with session_replication_role = replica writes rows without setting ${column}, and such a change is not read`,
+        `ALTER TABLE ${t.table} ENABLE ALWAYS TRIGGER <the trigger>;`,
+      ),
+    );
   } else if (t.pollTrigger === 'none') {
     out.push(
       kind === 'xid'
-        ? problem(CheckId.POLL_TRIGGER, 'FAIL', t.table, `no enabled BEFORE INSERT OR UPDATE row trigger on ${t.table}: nothing sets ${column} to the writing transaction's id, so new and changed rows are not read`, recipe)
-        : problem(CheckId.POLL_TRIGGER, 'WARN', t.table, `no enabled BEFORE INSERT OR UPDATE row trigger on ${t.table}: every writer must set ${column} from the server clock on every insert and update, or its change is not read`, recipe),
+        ? problem(
+            CheckId.POLL_TRIGGER,
+            'FAIL',
+            t.table,
+            `no enabled BEFORE INSERT OR UPDATE row trigger on ${t.table}: nothing sets ${column} to the writing transaction's id, so new and changed rows are not read`,
+            recipe,
+          )
+        : problem(
+            CheckId.POLL_TRIGGER,
+            'WARN',
+            t.table,
+            `no enabled BEFORE INSERT OR UPDATE row trigger on ${t.table}: every writer must set ${column} from the server clock on every insert and update, or its change is not read`,
+            recipe,
+          ),
     );
   }
-  if (t.pollNulls === true) out.push(problem(CheckId.POLL_TRIGGER, 'WARN', t.table, `${t.table} has rows whose ${column} is NULL: the poller never reads them`, `UPDATE ${t.table} SET ${column} = ${kind === 'xid' ? 'pg_current_xact_id()' : 'clock_timestamp()'} WHERE ${column} IS NULL;`));
+  if (t.pollNulls === true)
+    out.push(
+      problem(
+        CheckId.POLL_TRIGGER,
+        'WARN',
+        t.table,
+        `${t.table} has rows whose ${column} is NULL: the poller never reads them`,
+        `UPDATE ${t.table} SET ${column} = ${kind === 'xid' ? 'pg_current_xact_id()' : 'clock_timestamp()'} WHERE ${column} IS NULL;`,
+      ),
+    );
   return out;
 }
 
 function pollHorizonCheck(t: TableFact, kind: PollColumnKind, user: SourceFacts['user']): CheckResult {
   if (kind === 'xid') return pass(CheckId.POLL_HORIZON, t.table, 'a transaction-id column is bounded by its page snapshot; no view of other sessions needed');
-  if (user.superuser || user.readAllStats === true) return pass(CheckId.POLL_HORIZON, t.table, `${q(user.name)} sees every session's open transaction (${user.superuser ? 'superuser' : 'pg_read_all_stats'})`);
+  if (user.superuser || user.readAllStats === true)
+    return pass(CheckId.POLL_HORIZON, t.table, `${q(user.name)} sees every session's open transaction (${user.superuser ? 'superuser' : 'pg_read_all_stats'})`);
   return problem(
     CheckId.POLL_HORIZON,
     'FAIL',
@@ -397,7 +492,10 @@ export function tableEligibility(t: TableFact, user: string): { eligible: boolea
 }
 
 /** The doctor's report of the tables capture rules match: one result per matched table. */
-export function ruleTableChecks(matched: ReadonlyArray<{ table: string; rule: string; excludedBy: string | null; fact: TableFact | null }>, user: string): CheckResult[] {
+export function ruleTableChecks(
+  matched: ReadonlyArray<{ table: string; rule: string; excludedBy: string | null; fact: TableFact | null }>,
+  user: string,
+): CheckResult[] {
   const out: CheckResult[] = [];
   for (const m of matched) {
     if (m.excludedBy !== null) {
@@ -432,8 +530,20 @@ function slotChecks(f: SourceFacts, o: Required<DoctorOptions>): CheckResult[] {
     if (s.walStatus === 'lost' || s.invalidationReason !== null) {
       out.push(
         ours
-          ? problem(CheckId.SLOT_LOST, 'FAIL', subject, `${who} was invalidated (wal_status ${s.walStatus ?? '-'}, reason ${s.invalidationReason ?? '-'}): the WAL since its checkpoint is gone`, 'a history gap: re-snapshot the captured tables (see docs/failures.md); do not re-create the slot under the same name')
-          : problem(CheckId.SLOT_LOST, 'WARN', subject, `${who} was invalidated (wal_status ${s.walStatus ?? '-'}) and only takes up a slot`, `SELECT pg_drop_replication_slot('${s.name}');`),
+          ? problem(
+              CheckId.SLOT_LOST,
+              'FAIL',
+              subject,
+              `${who} was invalidated (wal_status ${s.walStatus ?? '-'}, reason ${s.invalidationReason ?? '-'}): the WAL since its checkpoint is gone`,
+              'a history gap: re-snapshot the captured tables (see docs/failures.md); do not re-create the slot under the same name',
+            )
+          : problem(
+              CheckId.SLOT_LOST,
+              'WARN',
+              subject,
+              `${who} was invalidated (wal_status ${s.walStatus ?? '-'}) and only takes up a slot`,
+              `SELECT pg_drop_replication_slot('${s.name}');`,
+            ),
       );
       continue;
     }
@@ -446,11 +556,21 @@ function slotChecks(f: SourceFacts, o: Required<DoctorOptions>): CheckResult[] {
           'FAIL',
           subject,
           `${who} is ${s.active ? 'active' : 'inactive'} and retains ${size} of WAL (over ${formatBytes(o.slotFailBytes)})`,
-          ours ? 'let the capture drain (start it, or look why it is behind); set max_slot_wal_keep_size so the slot is invalidated before the disk fills' : `if the tool that owns it is gone: SELECT pg_drop_replication_slot('${s.name}');`,
+          ours
+            ? 'let the capture drain (start it, or look why it is behind); set max_slot_wal_keep_size so the slot is invalidated before the disk fills'
+            : `if the tool that owns it is gone: SELECT pg_drop_replication_slot('${s.name}');`,
         ),
       );
     } else if (!s.active && !ours && retained >= o.inactiveSlotWarnBytes) {
-      out.push(problem(CheckId.SLOT_RETAINED_WAL, 'WARN', subject, `${who} is inactive and pins ${size} of WAL`, `if the tool that owns it is gone: SELECT pg_drop_replication_slot('${s.name}');`));
+      out.push(
+        problem(
+          CheckId.SLOT_RETAINED_WAL,
+          'WARN',
+          subject,
+          `${who} is inactive and pins ${size} of WAL`,
+          `if the tool that owns it is gone: SELECT pg_drop_replication_slot('${s.name}');`,
+        ),
+      );
     } else {
       out.push(pass(CheckId.SLOT_RETAINED_WAL, subject, `${who} is ${s.active ? 'active' : 'inactive'}, retains ${size}`));
     }
@@ -469,7 +589,13 @@ export function runChecks(f: SourceFacts, options: DoctorOptions = {}): CheckRes
   out.push(
     f.walLevel === 'logical'
       ? pass(CheckId.WAL_LEVEL, null, 'wal_level = logical')
-      : problem(CheckId.WAL_LEVEL, 'FAIL', null, `the source has wal_level = '${f.walLevel}', but logical decoding needs wal_level = logical`, 'ALTER SYSTEM SET wal_level = logical; and restart the server (RDS/Aurora: rds.logical_replication = 1 in the parameter group, then reboot)'),
+      : problem(
+          CheckId.WAL_LEVEL,
+          'FAIL',
+          null,
+          `the source has wal_level = '${f.walLevel}', but logical decoding needs wal_level = logical`,
+          'ALTER SYSTEM SET wal_level = logical; and restart the server (RDS/Aurora: rds.logical_replication = 1 in the parameter group, then reboot)',
+        ),
   );
   out.push(
     f.quoteAllIdentifiers === true
@@ -477,7 +603,7 @@ export function runChecks(f: SourceFacts, options: DoctorOptions = {}): CheckRes
           CheckId.DECODING_SETTINGS,
           'FAIL',
           null,
-          "the capture user's sessions have quote_all_identifiers = on: test_decoding then quotes type names (\"text\", \"oid\"), so column types arrive wrong and a change of a table with an oid column cannot be decoded (the capture stops with CAPTURE_UNDECODABLE)",
+          'the capture user\'s sessions have quote_all_identifiers = on: test_decoding then quotes type names ("text", "oid"), so column types arrive wrong and a change of a table with an oid column cannot be decoded (the capture stops with CAPTURE_UNDECODABLE)',
           `ALTER ROLE ${q(f.user.name)} RESET quote_all_identifiers; ALTER DATABASE <database> RESET quote_all_identifiers; (and remove it from postgresql.conf / the parameter group)`,
         )
       : pass(CheckId.DECODING_SETTINGS, null, 'quote_all_identifiers = off'),
@@ -486,39 +612,113 @@ export function runChecks(f: SourceFacts, options: DoctorOptions = {}): CheckRes
   const freeSlots = f.maxReplicationSlots - f.usedReplicationSlots;
   out.push(
     ownExists || freeSlots > 0
-      ? pass(CheckId.REPLICATION_SLOTS, null, `${f.usedReplicationSlots} of max_replication_slots = ${f.maxReplicationSlots} in use${ownExists ? ' (the capture slot exists)' : ''}`)
-      : problem(CheckId.REPLICATION_SLOTS, 'FAIL', null, `all ${f.maxReplicationSlots} replication slots are in use: the capture cannot create its slot`, "drop an abandoned slot (SELECT pg_drop_replication_slot('name')) or raise max_replication_slots and restart"),
+      ? pass(
+          CheckId.REPLICATION_SLOTS,
+          null,
+          `${f.usedReplicationSlots} of max_replication_slots = ${f.maxReplicationSlots} in use${ownExists ? ' (the capture slot exists)' : ''}`,
+        )
+      : problem(
+          CheckId.REPLICATION_SLOTS,
+          'FAIL',
+          null,
+          `all ${f.maxReplicationSlots} replication slots are in use: the capture cannot create its slot`,
+          "drop an abandoned slot (SELECT pg_drop_replication_slot('name')) or raise max_replication_slots and restart",
+        ),
   );
   out.push(
     f.usedWalSenders < f.maxWalSenders
       ? pass(CheckId.WAL_SENDERS, null, `${f.usedWalSenders} of max_wal_senders = ${f.maxWalSenders} in use`)
-      : problem(CheckId.WAL_SENDERS, 'FAIL', null, `all ${f.maxWalSenders} WAL senders are in use: a replication connection (DMS) cannot attach`, 'raise max_wal_senders (RDS: max_wal_senders in the parameter group) and restart, or stop an unused replication client'),
+      : problem(
+          CheckId.WAL_SENDERS,
+          'FAIL',
+          null,
+          `all ${f.maxWalSenders} WAL senders are in use: a replication connection (DMS) cannot attach`,
+          'raise max_wal_senders (RDS: max_wal_senders in the parameter group) and restart, or stop an unused replication client',
+        ),
   );
   if (f.serverVersionNum < 130000) {
-    out.push(problem(CheckId.MAX_SLOT_WAL_KEEP_SIZE, 'WARN', null, `PostgreSQL ${Math.floor(f.serverVersionNum / 10000)} has no max_slot_wal_keep_size: a stalled slot can fill the disk`, 'upgrade to PostgreSQL 13 or later, and watch the slot monitor'));
+    out.push(
+      problem(
+        CheckId.MAX_SLOT_WAL_KEEP_SIZE,
+        'WARN',
+        null,
+        `PostgreSQL ${Math.floor(f.serverVersionNum / 10000)} has no max_slot_wal_keep_size: a stalled slot can fill the disk`,
+        'upgrade to PostgreSQL 13 or later, and watch the slot monitor',
+      ),
+    );
   } else if (f.maxSlotWalKeepSizeBytes === null) {
-    out.push(problem(CheckId.MAX_SLOT_WAL_KEEP_SIZE, 'WARN', null, 'max_slot_wal_keep_size = -1 (unlimited): a stalled or abandoned slot can fill the source disk', "set max_slot_wal_keep_size below the free disk (ALTER SYSTEM SET max_slot_wal_keep_size = '50GB'; SELECT pg_reload_conf(); RDS: the parameter of the same name)"));
+    out.push(
+      problem(
+        CheckId.MAX_SLOT_WAL_KEEP_SIZE,
+        'WARN',
+        null,
+        'max_slot_wal_keep_size = -1 (unlimited): a stalled or abandoned slot can fill the source disk',
+        "set max_slot_wal_keep_size below the free disk (ALTER SYSTEM SET max_slot_wal_keep_size = '50GB'; SELECT pg_reload_conf(); RDS: the parameter of the same name)",
+      ),
+    );
   } else {
     out.push(pass(CheckId.MAX_SLOT_WAL_KEEP_SIZE, null, `max_slot_wal_keep_size = ${formatBytes(f.maxSlotWalKeepSizeBytes)}`));
   }
   const u = f.user;
   out.push(
     u.superuser || u.replication || u.rdsReplication
-      ? pass(CheckId.REPLICATION_GRANT, null, `${q(u.name)} may read logical slots (${u.superuser ? 'superuser' : u.replication ? 'REPLICATION' : 'rds_replication'})`)
-      : problem(CheckId.REPLICATION_GRANT, 'FAIL', null, `${q(u.name)} lacks the replication privilege that reading a logical slot needs`, `ALTER ROLE ${q(u.name)} WITH REPLICATION; (RDS/Aurora: GRANT rds_replication TO ${q(u.name)};)`),
+      ? pass(
+          CheckId.REPLICATION_GRANT,
+          null,
+          `${q(u.name)} may read logical slots (${u.superuser ? 'superuser' : u.replication ? 'REPLICATION' : 'rds_replication'})`,
+        )
+      : problem(
+          CheckId.REPLICATION_GRANT,
+          'FAIL',
+          null,
+          `${q(u.name)} lacks the replication privilege that reading a logical slot needs`,
+          `ALTER ROLE ${q(u.name)} WITH REPLICATION; (RDS/Aurora: GRANT rds_replication TO ${q(u.name)};)`,
+        ),
   );
   out.push(...slotChecks(f, o));
   const h = f.heartbeat;
   if (!h.writerExists) {
-    out.push(problem(CheckId.HEARTBEAT, 'FAIL', h.table, `the heartbeat writer role ${q(h.writer)} does not exist`, `CREATE ROLE ${q(h.writer)} LOGIN; and grant it the heartbeat table`));
+    out.push(
+      problem(
+        CheckId.HEARTBEAT,
+        'FAIL',
+        h.table,
+        `the heartbeat writer role ${q(h.writer)} does not exist`,
+        `CREATE ROLE ${q(h.writer)} LOGIN; and grant it the heartbeat table`,
+      ),
+    );
   } else if (h.exists && h.writable) {
     out.push(pass(CheckId.HEARTBEAT, h.table, `${h.table} exists and ${q(h.writer)} may write it`));
   } else if (h.exists) {
-    out.push(problem(CheckId.HEARTBEAT, 'FAIL', h.table, `${q(h.writer)} may not INSERT and UPDATE ${h.table}: no heartbeat, so lag cannot be measured and an idle source looks stalled`, `GRANT INSERT, UPDATE, SELECT ON ${h.table} TO ${q(h.writer)};`));
+    out.push(
+      problem(
+        CheckId.HEARTBEAT,
+        'FAIL',
+        h.table,
+        `${q(h.writer)} may not INSERT and UPDATE ${h.table}: no heartbeat, so lag cannot be measured and an idle source looks stalled`,
+        `GRANT INSERT, UPDATE, SELECT ON ${h.table} TO ${q(h.writer)};`,
+      ),
+    );
   } else if (h.canCreate) {
-    out.push(problem(CheckId.HEARTBEAT, 'WARN', h.table, `${h.table} does not exist yet; the heartbeat writer ${q(h.writer)} creates it on its first beat`, 'none needed; to create it ahead, run the heartbeat writer once'));
+    out.push(
+      problem(
+        CheckId.HEARTBEAT,
+        'WARN',
+        h.table,
+        `${h.table} does not exist yet; the heartbeat writer ${q(h.writer)} creates it on its first beat`,
+        'none needed; to create it ahead, run the heartbeat writer once',
+      ),
+    );
   } else {
-    out.push(problem(CheckId.HEARTBEAT, 'FAIL', h.table, `${h.table} does not exist and ${q(h.writer)} may not create it`, `create it as an administrator (see docs/deploy.md) and GRANT INSERT, UPDATE, SELECT ON ${h.table} TO ${q(h.writer)};`));
+    out.push(
+      problem(
+        CheckId.HEARTBEAT,
+        'FAIL',
+        h.table,
+        `${h.table} does not exist and ${q(h.writer)} may not create it`,
+        `create it as an administrator (see docs/deploy.md) and GRANT INSERT, UPDATE, SELECT ON ${h.table} TO ${q(h.writer)};`,
+      ),
+    );
   }
   for (const t of f.tables) out.push(...tableChecks(t, u.name), ...pollChecks(t, u, f.timeZone));
   if (f.ssl) out.push(pass(CheckId.TLS, null, 'the connection is encrypted (TLS)'));

@@ -66,9 +66,12 @@ export function callFromApiGatewayEvent(event: unknown): OperatorCall {
   const identity = obj(obj(e?.requestContext)?.identity);
   const caller = identity?.userArn;
   if (!e || typeof caller !== 'string' || !caller.startsWith('arn:')) {
-    throw new NotAFrontDoorEventError('the operator function serves only IAM-authorized requests of its API (requestContext.identity.userArn missing): call the operator API, not the function (docs/operations.md)');
+    throw new NotAFrontDoorEventError(
+      'the operator function serves only IAM-authorized requests of its API (requestContext.identity.userArn missing): call the operator API, not the function (docs/operations.md)',
+    );
   }
-  if (e.httpMethod !== OPERATOR_API_METHOD) throw new NotAFrontDoorEventError(`the operator API takes ${OPERATOR_API_METHOD}, got ${JSON.stringify(e.httpMethod)}`);
+  if (e.httpMethod !== OPERATOR_API_METHOD)
+    throw new NotAFrontDoorEventError(`the operator API takes ${OPERATOR_API_METHOD}, got ${JSON.stringify(e.httpMethod)}`);
   if (typeof e.resource !== 'string') throw new NotAFrontDoorEventError('the event has no resource (the route)');
   let body: unknown;
   try {

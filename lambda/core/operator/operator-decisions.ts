@@ -66,7 +66,11 @@ export function formatDuration(ms: number): string {
   const neg = ms < 0;
   let s = Math.round(Math.abs(ms) / 1000);
   const parts: string[] = [];
-  for (const [unit, size] of [['d', 86_400], ['h', 3_600], ['m', 60]] as const) {
+  for (const [unit, size] of [
+    ['d', 86_400],
+    ['h', 3_600],
+    ['m', 60],
+  ] as const) {
     if (s >= size) {
       parts.push(`${Math.floor(s / size)}${unit}`);
       s %= size;
@@ -114,10 +118,24 @@ export function decidePause(input: {
 }): Decision<StateChange & { until: string }> {
   const { table, durationMs, settings, now } = input;
   const id = `${table.source}/${table.table}`;
-  if (table.state === 'paused') return refuse('ALREADY_PAUSED', `${id} is already paused (${table.stateReason ?? 'no reason recorded'})`, `resume it first (cdc resume ${table.table}), then pause it again`);
-  if (table.state === 'needs-resnapshot') return refuse('NEEDS_RESNAPSHOT', `${id} needs a re-snapshot (${table.stateReason ?? 'no reason recorded'}); pausing it holds nothing`, `re-snapshot it (cdc resnapshot ${table.table})`);
+  if (table.state === 'paused')
+    return refuse(
+      'ALREADY_PAUSED',
+      `${id} is already paused (${table.stateReason ?? 'no reason recorded'})`,
+      `resume it first (cdc resume ${table.table}), then pause it again`,
+    );
+  if (table.state === 'needs-resnapshot')
+    return refuse(
+      'NEEDS_RESNAPSHOT',
+      `${id} needs a re-snapshot (${table.stateReason ?? 'no reason recorded'}); pausing it holds nothing`,
+      `re-snapshot it (cdc resnapshot ${table.table})`,
+    );
   if (input.snapshot && (input.snapshot.state === 'running' || input.snapshot.state === 'queued')) {
-    return refuse('SNAPSHOT_RUNNING', `a snapshot of ${id} is ${input.snapshot.state}; a pause would hold its rows behind it`, 'wait until the snapshot is done (cdc status shows its progress), then pause');
+    return refuse(
+      'SNAPSHOT_RUNNING',
+      `a snapshot of ${id} is ${input.snapshot.state}; a pause would hold its rows behind it`,
+      'wait until the snapshot is done (cdc status shows its progress), then pause',
+    );
   }
   // Already held events count too: the oldest one must still be in the log when the pause ends.
   const headroom = retentionHeadroomMs(input.sinks, now, settings) ?? settings.changeLogRetentionMs;
@@ -130,7 +148,11 @@ export function decidePause(input: {
   }
   const budget = settings.pauseBudgetMs?.[table.source];
   if (budget !== undefined && durationMs > budget) {
-    return refuse('PAUSE_EXCEEDS_SOURCE_BUDGET', `a pause of ${formatDuration(durationMs)} exceeds source ${table.source}'s declared budget of ${formatDuration(budget)}`, `pause for at most ${formatDuration(budget)}, or raise the source's budget first`);
+    return refuse(
+      'PAUSE_EXCEEDS_SOURCE_BUDGET',
+      `a pause of ${formatDuration(durationMs)} exceeds source ${table.source}'s declared budget of ${formatDuration(budget)}`,
+      `pause for at most ${formatDuration(budget)}, or raise the source's budget first`,
+    );
   }
   const until = new Date(now.getTime() + durationMs).toISOString();
   return { accept: true, change: { state: 'paused', stateReason: `${OPERATOR_PAUSE}: ${input.reason} (by ${input.actor}, until ${until})`, until } };
@@ -157,7 +179,11 @@ export function decideResume(input: {
   const id = `${table.source}/${table.table}`;
   const holds = held(input.sinks);
   if (table.state === 'needs-resnapshot' && !markedByLogGap(table)) {
-    return refuse('NEEDS_RESNAPSHOT', `${id} needs a re-snapshot (${table.stateReason ?? 'no reason recorded'}); its history cannot be replayed`, `re-snapshot it (cdc resnapshot ${table.table})`);
+    return refuse(
+      'NEEDS_RESNAPSHOT',
+      `${id} needs a re-snapshot (${table.stateReason ?? 'no reason recorded'}); its history cannot be replayed`,
+      `re-snapshot it (cdc resnapshot ${table.table})`,
+    );
   }
   if (table.state === 'active' && holds.length === 0) {
     return refuse('NOTHING_TO_RESUME', `${id} is active and no sink holds it`, 'nothing to do');
@@ -192,7 +218,11 @@ export function decideResnapshot(input: {
     return refuse('SNAPSHOT_RUNNING', `a snapshot of ${id} is already ${input.snapshot.state}`, 'wait for it (cdc status shows its progress)');
   }
   if (!input.budget.allowed) {
-    return refuse('SNAPSHOT_BUDGET', `source ${table.source}'s snapshot budget does not allow another snapshot now: ${input.budget.reason ?? 'no reason given'}`, 'wait for running snapshots of the source to finish, or raise its budget');
+    return refuse(
+      'SNAPSHOT_BUDGET',
+      `source ${table.source}'s snapshot budget does not allow another snapshot now: ${input.budget.reason ?? 'no reason given'}`,
+      'wait for running snapshots of the source to finish, or raise its budget',
+    );
   }
   return { accept: true, change: { state: 'needs-resnapshot', stateReason: `RESNAPSHOT_REQUESTED: by an operator` } };
 }
@@ -228,7 +258,10 @@ export function heldShardsOf(records: ReadonlyArray<{ origin: string; sequenceNu
 }
 
 /** Merges a hold's shards into the recorded ones, keeping the lowest sequence number per shard. */
-export function mergeHeldShards(recorded: Readonly<Record<string, string>> | null | undefined, incoming: Readonly<Record<string, string>>): Record<string, string> {
+export function mergeHeldShards(
+  recorded: Readonly<Record<string, string>> | null | undefined,
+  incoming: Readonly<Record<string, string>>,
+): Record<string, string> {
   const out: Record<string, string> = { ...(recorded ?? {}) };
   for (const [shard, seq] of Object.entries(incoming)) out[shard] = out[shard] === undefined ? seq : lowerSequence(out[shard], seq);
   return out;
@@ -243,7 +276,12 @@ export function mergeHeldShards(recorded: Readonly<Record<string, string>> | nul
  * older would then lose to the position guard: a skipped event). Without shard information (a
  * hold recorded by an older applier) every record at or after the held position is replayed.
  */
-export function replaysRecord(hold: Pick<SinkTableProgress, 'heldFrom' | 'heldFromShards'>, shardId: string, sequenceNumber: string, position: string): boolean {
+export function replaysRecord(
+  hold: Pick<SinkTableProgress, 'heldFrom' | 'heldFromShards'>,
+  shardId: string,
+  sequenceNumber: string,
+  position: string,
+): boolean {
   if (hold.heldFrom === null) return false;
   const shards = hold.heldFromShards;
   if (shards === undefined || shards === null || Object.keys(shards).length === 0) return position >= hold.heldFrom;

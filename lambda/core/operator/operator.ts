@@ -60,7 +60,16 @@ export interface TableStatus {
    * Rebuilds of the table under way, per sink, from the sink's rebuild slot (docs/rebuild.md):
    * `stale` when its runner has not reported for the stale time. Absent when none runs.
    */
-  rebuilds?: Array<{ sink: string; id: string; mode: 'rehearsal' | 'swap'; startedAt: string; heartbeatAt: string; events: number; slices: number; stale: boolean }>;
+  rebuilds?: Array<{
+    sink: string;
+    id: string;
+    mode: 'rehearsal' | 'swap';
+    startedAt: string;
+    heartbeatAt: string;
+    events: number;
+    slices: number;
+    stale: boolean;
+  }>;
   /** `poll` for a polled table (docs/polling.md); absent for a table captured from the log. */
   capture?: 'poll';
   /** False for a polled table: its deletes are not observable (docs/polling.md). Absent: true. */
@@ -99,7 +108,14 @@ export type ActionResult =
 export interface RebuildScheduler {
   check(r: { source: string; table: string; sink: string; from?: string }): Promise<{ refusal: Refusal | null }>;
   /** Rebuilds (or, on AWS, starts the rebuild and answers at once); a refusal (another rebuild claimed the sink meanwhile) is audited by the operator. */
-  run(r: { source: string; table: string; sink: string; from?: string; rehearse: boolean; actor: string }): Promise<{ message: string; detail: Record<string, unknown> } | { refusal: Refusal }>;
+  run(r: {
+    source: string;
+    table: string;
+    sink: string;
+    from?: string;
+    rehearse: boolean;
+    actor: string;
+  }): Promise<{ message: string; detail: Record<string, unknown> } | { refusal: Refusal }>;
 }
 
 export interface OperatorDeps {
@@ -135,7 +151,14 @@ export function controlPlaneSnapshots(control: ControlPlane): SnapshotScheduler 
       const s = await control.getSnapshot(source, table);
       if (!s) return null;
       const state = s.status === 'requested' ? 'queued' : s.status;
-      return { state, chunksDone: s.chunksDone, chunksTotal: null, rows: s.rowsDone, eta: s.etaSeconds === null ? null : `${Math.ceil(s.etaSeconds)} s`, detail: `${s.rowsDone}/${s.estimatedRows} rows, ${s.throttle}` };
+      return {
+        state,
+        chunksDone: s.chunksDone,
+        chunksTotal: null,
+        rows: s.rowsDone,
+        eta: s.etaSeconds === null ? null : `${Math.ceil(s.etaSeconds)} s`,
+        detail: `${s.rowsDone}/${s.estimatedRows} rows, ${s.throttle}`,
+      };
     },
     budget: async () => ({ allowed: true, reason: null }),
     async request(source, table, r) {
@@ -186,7 +209,18 @@ export class Operator {
         const slot = rebuildSlots.get(p.sink);
         if (!slot || slot.state !== 'running' || slot.source !== t.source || slot.table !== t.table) return [];
         const stale = decideRebuildSlot(slot, now, REBUILD_STALE_AFTER_MS) === null;
-        return [{ sink: p.sink, id: slot.id, mode: slot.mode, startedAt: slot.startedAt, heartbeatAt: slot.heartbeatAt, events: slot.checkpoint?.events ?? 0, slices: slot.checkpoint?.slices ?? 0, stale }];
+        return [
+          {
+            sink: p.sink,
+            id: slot.id,
+            mode: slot.mode,
+            startedAt: slot.startedAt,
+            heartbeatAt: slot.heartbeatAt,
+            events: slot.checkpoint?.events ?? 0,
+            slices: slot.checkpoint?.slices ?? 0,
+            stale,
+          },
+        ];
       });
       out.push({
         source: t.source,
@@ -195,7 +229,13 @@ export class Operator {
         stateReason: t.stateReason,
         schemaVersion: t.currentVersion,
         updatedAt: t.updatedAt,
-        sinks: sinks.map((s) => ({ sink: s.sink, appliedPosition: s.appliedPosition, heldFrom: s.heldFrom, heldAt: s.heldAt ?? null, releasePending: (s.releaseRequested ?? null) !== null && s.heldFrom !== null })),
+        sinks: sinks.map((s) => ({
+          sink: s.sink,
+          appliedPosition: s.appliedPosition,
+          heldFrom: s.heldFrom,
+          heldAt: s.heldAt ?? null,
+          releasePending: (s.releaseRequested ?? null) !== null && s.heldFrom !== null,
+        })),
         deadLetters: letters.filter((d: DeadLetter) => d.source === t.source && d.table === t.table).length,
         retentionHeadroomMs: retentionHeadroomMs(sinks, now, this.deps.settings),
         snapshot: await this.deps.snapshots.status(t.source, t.table),
@@ -205,10 +245,19 @@ export class Operator {
     }
     const audit = await this.cp.listAudit(source);
     const notCaptured = [...new Set(audit.map((e) => e.source).filter((s): s is string => s !== null))].flatMap((src) =>
-      [...latestVerdicts(audit, src).values()].filter((v) => v.verdict !== 'captured' && (table === undefined || v.table === table)).map((v) => ({ source: src, table: v.table, verdict: v.verdict, reasons: v.reasons, at: v.at })),
+      [...latestVerdicts(audit, src).values()]
+        .filter((v) => v.verdict !== 'captured' && (table === undefined || v.table === table))
+        .map((v) => ({ source: src, table: v.table, verdict: v.verdict, reasons: v.reasons, at: v.at })),
     );
     const slots = await this.slotReports([...new Set(tables.map((t) => t.source).concat(source !== undefined ? [source] : []))].sort());
-    return { at: now.toISOString(), changeLogRetentionMs: this.deps.settings.changeLogRetentionMs, endToEndLag: [], tables: out, ...(notCaptured.length > 0 ? { notCaptured } : {}), ...(slots.length > 0 ? { slots } : {}) };
+    return {
+      at: now.toISOString(),
+      changeLogRetentionMs: this.deps.settings.changeLogRetentionMs,
+      endToEndLag: [],
+      tables: out,
+      ...(notCaptured.length > 0 ? { notCaptured } : {}),
+      ...(slots.length > 0 ? { slots } : {}),
+    };
   }
 
   /** The slot monitor's latest report of each source, kept in the control plane (lambda/handlers/slot-monitor.ts). */
@@ -246,7 +295,14 @@ export class Operator {
     if (!d.accept) return this.refuse(actor, 'pause', table.source, table.table, d.refusal, detail);
     const committed = await this.commit(actor, 'pause', table, d.change.state, d.change.stateReason, [], { ...detail, to: 'paused', until: d.change.until });
     if (committed) return committed;
-    return { outcome: 'done', action: 'pause', source: table.source, table: table.table, message: `${table.source}/${table.table} paused until ${d.change.until}: its events keep entering the change log and every sink holds them`, detail: { ...detail, until: d.change.until } };
+    return {
+      outcome: 'done',
+      action: 'pause',
+      source: table.source,
+      table: table.table,
+      message: `${table.source}/${table.table} paused until ${d.change.until}: its events keep entering the change log and every sink holds them`,
+      detail: { ...detail, until: d.change.until },
+    };
   }
 
   async resume(actor: Actor, r: { source?: string; table: string; acceptSchema?: boolean }): Promise<ActionResult> {
@@ -264,12 +320,21 @@ export class Operator {
       ...detail,
       to: 'active',
       release: release.map((s) => ({ sink: s.sink, heldFrom: s.heldFrom })),
-      ...(d.change.acceptedVersion !== null ? { decision: `continue with schema version ${d.change.acceptedVersion}`, acceptedVersion: d.change.acceptedVersion } : {}),
+      ...(d.change.acceptedVersion !== null
+        ? { decision: `continue with schema version ${d.change.acceptedVersion}`, acceptedVersion: d.change.acceptedVersion }
+        : {}),
     };
     const committed = await this.commit(actor, 'resume', table, 'active', null, release, full);
     if (committed) return committed;
     const replay = release.length > 0 ? `; ${release.map((s) => `sink ${s.sink} replays from ${s.heldFrom}`).join(', ')}, then applies live` : '';
-    return { outcome: 'done', action: 'resume', source: table.source, table: table.table, message: `${table.source}/${table.table} is active${replay}`, detail: full };
+    return {
+      outcome: 'done',
+      action: 'resume',
+      source: table.source,
+      table: table.table,
+      message: `${table.source}/${table.table} is active${replay}`,
+      detail: full,
+    };
   }
 
   async resnapshot(actor: Actor, r: { source?: string; table: string; reason?: string }): Promise<ActionResult> {
@@ -286,7 +351,14 @@ export class Operator {
     const committed = await this.commit(actor, 'resnapshot', table, d.change.state, stateReason, [], { ...detail, to: d.change.state });
     if (committed) return committed;
     await this.deps.snapshots.request(table.source, table.table, { reason, requestedBy: actorId(actor), at: this.now().toISOString() });
-    return { outcome: 'done', action: 'resnapshot', source: table.source, table: table.table, message: `${table.source}/${table.table} marked needs-resnapshot; the snapshot is requested`, detail };
+    return {
+      outcome: 'done',
+      action: 'resnapshot',
+      source: table.source,
+      table: table.table,
+      message: `${table.source}/${table.table} marked needs-resnapshot; the snapshot is requested`,
+      detail,
+    };
   }
 
   /**
@@ -305,17 +377,38 @@ export class Operator {
     let sink = r.sink;
     if (sink === undefined) {
       if (sinks.length !== 1) {
-        return this.refuse(actor, 'rebuild', table.source, table.table, {
-          code: sinks.length === 0 ? 'NO_SINK_PROGRESS' : 'AMBIGUOUS_SINK',
-          reason: sinks.length === 0 ? `no sink has applied ${table.source}/${table.table}` : `${table.source}/${table.table} is applied by several sinks (${sinks.join(', ')})`,
-          hint: sinks.length === 0 ? 'a sink must have applied the table before it can be rebuilt' : 'name the sink with --sink',
-        }, detail);
+        return this.refuse(
+          actor,
+          'rebuild',
+          table.source,
+          table.table,
+          {
+            code: sinks.length === 0 ? 'NO_SINK_PROGRESS' : 'AMBIGUOUS_SINK',
+            reason:
+              sinks.length === 0
+                ? `no sink has applied ${table.source}/${table.table}`
+                : `${table.source}/${table.table} is applied by several sinks (${sinks.join(', ')})`,
+            hint: sinks.length === 0 ? 'a sink must have applied the table before it can be rebuilt' : 'name the sink with --sink',
+          },
+          detail,
+        );
       }
       sink = sinks[0]!;
     }
     detail.sink = sink;
     if (!this.deps.rebuilds) {
-      return this.refuse(actor, 'rebuild', table.source, table.table, { code: 'REBUILD_NOT_AVAILABLE', reason: 'this operator door has no rebuild worker wired', hint: 'run cdc rebuild against the cdc local state folder (docs/rebuild.md)' }, detail);
+      return this.refuse(
+        actor,
+        'rebuild',
+        table.source,
+        table.table,
+        {
+          code: 'REBUILD_NOT_AVAILABLE',
+          reason: 'this operator door has no rebuild worker wired',
+          hint: 'run cdc rebuild against the cdc local state folder (docs/rebuild.md)',
+        },
+        detail,
+      );
     }
     const ask = { source: table.source, table: table.table, sink, ...(r.from !== undefined ? { from: r.from } : {}) };
     const checked = await this.deps.rebuilds.check(ask);
@@ -328,7 +421,13 @@ export class Operator {
   // ---------------------------------------------------------------------------------------------
 
   /** Finds the table (by id, within `source` if given): a missing or ambiguous one is a refusal, audited. */
-  private async find(actor: Actor, action: OperatorActionName, source: string | undefined, table: string, detail: Record<string, unknown>): Promise<{ table: TableRecord } | { refused: ActionResult }> {
+  private async find(
+    actor: Actor,
+    action: OperatorActionName,
+    source: string | undefined,
+    table: string,
+    detail: Record<string, unknown>,
+  ): Promise<{ table: TableRecord } | { refused: ActionResult }> {
     const candidates = (await this.cp.listTables(source)).filter((t) => t.table === table);
     if (candidates.length === 1) {
       // The list may be a query page; read the one item strongly consistently to decide on it.
@@ -337,8 +436,16 @@ export class Operator {
     }
     const refusal: Refusal =
       candidates.length === 0
-        ? { code: 'TABLE_NOT_FOUND', reason: `no table ${table}${source ? ` in source ${source}` : ''} is registered in the control plane`, hint: 'cdc status lists the registered tables (a table is registered when its first event is captured)' }
-        : { code: 'AMBIGUOUS_TABLE', reason: `${table} is registered in several sources (${candidates.map((c) => c.source).join(', ')})`, hint: 'name the source with --source' };
+        ? {
+            code: 'TABLE_NOT_FOUND',
+            reason: `no table ${table}${source ? ` in source ${source}` : ''} is registered in the control plane`,
+            hint: 'cdc status lists the registered tables (a table is registered when its first event is captured)',
+          }
+        : {
+            code: 'AMBIGUOUS_TABLE',
+            reason: `${table} is registered in several sources (${candidates.map((c) => c.source).join(', ')})`,
+            hint: 'name the source with --source',
+          };
     return { refused: await this.refuse(actor, action, source ?? null, table, refusal, detail) };
   }
 
@@ -346,13 +453,36 @@ export class Operator {
     return (await this.cp.listSinkProgress()).filter((p) => p.source === table.source && p.table === table.table);
   }
 
-  private async refuse(actor: Actor, action: OperatorActionName, source: string | null, table: string | null, refusal: Refusal, detail: Record<string, unknown>): Promise<ActionResult> {
-    await this.cp.appendAudit({ at: this.now().toISOString(), actor: actorId(actor), action, source, table, outcome: 'refused', detail: { ...detail, ...noteOf(actor), code: refusal.code, reason: refusal.reason, hint: refusal.hint } });
+  private async refuse(
+    actor: Actor,
+    action: OperatorActionName,
+    source: string | null,
+    table: string | null,
+    refusal: Refusal,
+    detail: Record<string, unknown>,
+  ): Promise<ActionResult> {
+    await this.cp.appendAudit({
+      at: this.now().toISOString(),
+      actor: actorId(actor),
+      action,
+      source,
+      table,
+      outcome: 'refused',
+      detail: { ...detail, ...noteOf(actor), code: refusal.code, reason: refusal.reason, hint: refusal.hint },
+    });
     return { outcome: 'refused', action, source, table, ...refusal };
   }
 
   /** Commits the change with its audit entry; returns a refusal (audited) if the table changed since it was read. */
-  private async commit(actor: Actor, action: OperatorActionName, table: TableRecord, state: TableState, stateReason: string | null, release: Array<{ sink: string; heldFrom: string }>, detail: Record<string, unknown>): Promise<ActionResult | null> {
+  private async commit(
+    actor: Actor,
+    action: OperatorActionName,
+    table: TableRecord,
+    state: TableState,
+    stateReason: string | null,
+    release: Array<{ sink: string; heldFrom: string }>,
+    detail: Record<string, unknown>,
+  ): Promise<ActionResult | null> {
     const at = this.now();
     // Strictly later than the read updatedAt, so the next action's condition sees a change.
     const updatedAt = new Date(Math.max(at.getTime(), Date.parse(table.updatedAt) + 1)).toISOString();
@@ -362,21 +492,34 @@ export class Operator {
       expected: { state: table.state, updatedAt: table.updatedAt },
       next: { state, stateReason, updatedAt },
       releaseSinks: release,
-      audit: { at: at.toISOString(), actor: actorId(actor), action, source: table.source, table: table.table, outcome: 'done', detail: { ...detail, ...noteOf(actor) } },
+      audit: {
+        at: at.toISOString(),
+        actor: actorId(actor),
+        action,
+        source: table.source,
+        table: table.table,
+        outcome: 'done',
+        detail: { ...detail, ...noteOf(actor) },
+      },
     });
     if (ok) return null;
-    return this.refuse(actor, action, table.source, table.table, {
-      code: 'CONCURRENT_CHANGE',
-      reason: `${table.source}/${table.table} changed while the ${action} was being decided (another action or the pipeline got there first)`,
-      hint: 'check cdc status and cdc audit, then try again if it still applies',
-    }, detail);
+    return this.refuse(
+      actor,
+      action,
+      table.source,
+      table.table,
+      {
+        code: 'CONCURRENT_CHANGE',
+        reason: `${table.source}/${table.table} changed while the ${action} was being decided (another action or the pipeline got there first)`,
+        hint: 'check cdc status and cdc audit, then try again if it still applies',
+      },
+      detail,
+    );
   }
 }
 
 /** What the operator API answers (the operator Lambda's response; the CLI prints it). */
-export type OperatorResponse =
-  | { ok: true; result: ActionResult | StatusReport | AuditEntry[] }
-  | { ok: false; error: { code: string; message: string } };
+export type OperatorResponse = { ok: true; result: ActionResult | StatusReport | AuditEntry[] } | { ok: false; error: { code: string; message: string } };
 
 /**
  * The body of a request to the operator front door: the request, and optionally the caller's own
@@ -406,11 +549,16 @@ function field(o: Record<string, unknown>, name: string, kind: 'string' | 'numbe
 
 /** Checks a request body (from the front door or the CLI) and returns it typed. */
 export function parseOperatorBody(value: unknown): OperatorBody {
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new InvalidOperatorRequestError(`the body must be an object with request (and optionally note), got ${JSON.stringify(value)}`);
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    throw new InvalidOperatorRequestError(`the body must be an object with request (and optionally note), got ${JSON.stringify(value)}`);
   const p = value as Record<string, unknown>;
-  if ('actor' in p) throw new InvalidOperatorRequestError('actor is not read from the body: the audit records the identity the door established (the IAM caller, or the OS user locally); put your own text in note');
+  if ('actor' in p)
+    throw new InvalidOperatorRequestError(
+      'actor is not read from the body: the audit records the identity the door established (the IAM caller, or the OS user locally); put your own text in note',
+    );
   const note = p.note;
-  if (note !== undefined && (typeof note !== 'string' || note === '' || note.length > 200)) throw new InvalidOperatorRequestError(`note must be a non-empty string of at most 200 characters, got ${JSON.stringify(note)}`);
+  if (note !== undefined && (typeof note !== 'string' || note === '' || note.length > 200))
+    throw new InvalidOperatorRequestError(`note must be a non-empty string of at most 200 characters, got ${JSON.stringify(note)}`);
   const r = p.request;
   if (typeof r !== 'object' || r === null || Array.isArray(r)) throw new InvalidOperatorRequestError('request must be an object with an action');
   const o = r as Record<string, unknown>;
@@ -426,27 +574,52 @@ export function parseOperatorBody(value: unknown): OperatorBody {
       break;
     case 'audit': {
       const since = field(o, 'since', 'string', false) as string | undefined;
-      if (since !== undefined && Number.isNaN(Date.parse(since))) throw new InvalidOperatorRequestError(`request.since must be an ISO-8601 time, got ${JSON.stringify(since)}`);
+      if (since !== undefined && Number.isNaN(Date.parse(since)))
+        throw new InvalidOperatorRequestError(`request.since must be an ISO-8601 time, got ${JSON.stringify(since)}`);
       request = { action: 'audit', source, table: field(o, 'table', 'string', false) as string | undefined, since };
       break;
     }
     case 'pause': {
       const durationMs = field(o, 'durationMs', 'number', true) as number;
-      if (!Number.isFinite(durationMs) || durationMs <= 0) throw new InvalidOperatorRequestError(`request.durationMs must be a positive number of milliseconds, got ${durationMs}`);
-      request = { action: 'pause', source, table: field(o, 'table', 'string', true) as string, durationMs, reason: field(o, 'reason', 'string', true) as string };
+      if (!Number.isFinite(durationMs) || durationMs <= 0)
+        throw new InvalidOperatorRequestError(`request.durationMs must be a positive number of milliseconds, got ${durationMs}`);
+      request = {
+        action: 'pause',
+        source,
+        table: field(o, 'table', 'string', true) as string,
+        durationMs,
+        reason: field(o, 'reason', 'string', true) as string,
+      };
       break;
     }
     case 'resume':
-      request = { action: 'resume', source, table: field(o, 'table', 'string', true) as string, acceptSchema: (field(o, 'acceptSchema', 'boolean', false) as boolean | undefined) ?? false };
+      request = {
+        action: 'resume',
+        source,
+        table: field(o, 'table', 'string', true) as string,
+        acceptSchema: (field(o, 'acceptSchema', 'boolean', false) as boolean | undefined) ?? false,
+      };
       break;
     case 'resnapshot':
-      request = { action: 'resnapshot', source, table: field(o, 'table', 'string', true) as string, reason: field(o, 'reason', 'string', false) as string | undefined };
+      request = {
+        action: 'resnapshot',
+        source,
+        table: field(o, 'table', 'string', true) as string,
+        reason: field(o, 'reason', 'string', false) as string | undefined,
+      };
       break;
     case 'rebuild': {
       const sink = field(o, 'sink', 'string', false) as string | undefined;
       const from = field(o, 'from', 'string', false) as string | undefined;
       const rehearse = (field(o, 'rehearse', 'boolean', false) as boolean | undefined) ?? false;
-      request = { action: 'rebuild', source, table: field(o, 'table', 'string', true) as string, ...(sink !== undefined ? { sink } : {}), ...(from !== undefined ? { from } : {}), rehearse };
+      request = {
+        action: 'rebuild',
+        source,
+        table: field(o, 'table', 'string', true) as string,
+        ...(sink !== undefined ? { sink } : {}),
+        ...(from !== undefined ? { from } : {}),
+        rehearse,
+      };
       break;
     }
   }
@@ -461,7 +634,11 @@ export function parseOperatorBody(value: unknown): OperatorBody {
  * field. A refusal here is not audited: nothing reached the control plane (the function's log
  * records it with the caller).
  */
-export async function serveOperator(operator: Operator, call: OperatorCall, allowed: readonly OperatorActionName[] = OPERATOR_ACTIONS): Promise<OperatorResponse> {
+export async function serveOperator(
+  operator: Operator,
+  call: OperatorCall,
+  allowed: readonly OperatorActionName[] = OPERATOR_ACTIONS,
+): Promise<OperatorResponse> {
   let parsed: OperatorBody;
   try {
     parsed = parseOperatorBody(call.body);
@@ -476,7 +653,13 @@ export async function serveOperator(operator: Operator, call: OperatorCall, allo
   if (!allowed.includes(request.action)) {
     return {
       ok: true,
-      result: { outcome: 'refused', ...target, code: 'ACTION_NOT_ALLOWED', reason: `this operator function serves only ${allowed.join(', ')}`, hint: 'send the request to its own route of the operator API (cdc does)' },
+      result: {
+        outcome: 'refused',
+        ...target,
+        code: 'ACTION_NOT_ALLOWED',
+        reason: `this operator function serves only ${allowed.join(', ')}`,
+        hint: 'send the request to its own route of the operator API (cdc does)',
+      },
     };
   }
   return { ok: true, result: await operator.run(request, { id: call.caller, ...(parsed.note !== undefined ? { note: parsed.note } : {}) }) };

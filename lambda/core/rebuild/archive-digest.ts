@@ -35,7 +35,10 @@ export class ArchiveObjectTamperedError extends CdcError {
 
 /** A batch marker's body that cannot be read as one. */
 export class ArchiveMarkerError extends CdcError {
-  constructor(readonly marker: string, why: string) {
+  constructor(
+    readonly marker: string,
+    why: string,
+  ) {
     super('INVALID_ARCHIVE_MARKER', `batch marker ${marker}: ${why}`);
   }
 }

@@ -28,7 +28,10 @@ export interface Archive {
 /** An archive key that is not a safe relative object key (it could escape a folder archive, or is not one S3 keeps as written). */
 export class ArchiveKeyError extends CdcError {
   constructor(readonly key: string) {
-    super('INVALID_ARCHIVE_KEY', `archive key ${JSON.stringify(key)} is not a safe relative object key (letters, digits and !_.*'()-/ only, no empty, '.' or '..' segment, no leading '/')`);
+    super(
+      'INVALID_ARCHIVE_KEY',
+      `archive key ${JSON.stringify(key)} is not a safe relative object key (letters, digits and !_.*'()-/ only, no empty, '.' or '..' segment, no leading '/')`,
+    );
   }
 }
 
@@ -101,7 +104,8 @@ const SAFE_PART = /^[A-Za-z0-9_.]+$/;
 function folderOf(text: string): string {
   try {
     const v = JSON.parse(text) as { source?: unknown; table?: unknown };
-    if (typeof v.source === 'string' && typeof v.table === 'string' && SAFE_PART.test(v.source) && SAFE_PART.test(v.table)) return tableFolder(v.source, v.table);
+    if (typeof v.source === 'string' && typeof v.table === 'string' && SAFE_PART.test(v.source) && SAFE_PART.test(v.table))
+      return tableFolder(v.source, v.table);
   } catch {
     // not JSON: kept under _other
   }
@@ -172,9 +176,16 @@ export function createArchiveCopier(options: ArchiveCopierOptions): (event: Kine
     const shardId = first.eventID.split(':')[0] ?? 'shard';
     for (const [i, r] of records.entries()) {
       const s = r.eventID?.split(':')[0];
-      if (s !== shardId) throw new CdcError('INVALID_ARCHIVE_BATCH', `Records[${i}].eventID ${JSON.stringify(r.eventID)} is not of shard ${shardId}: an archive batch must hold one shard's records in order`);
+      if (s !== shardId)
+        throw new CdcError(
+          'INVALID_ARCHIVE_BATCH',
+          `Records[${i}].eventID ${JSON.stringify(r.eventID)} is not of shard ${shardId}: an archive batch must hold one shard's records in order`,
+        );
       if (i > 0 && compareSequenceNumbers(records[i - 1]!.kinesis.sequenceNumber, r.kinesis.sequenceNumber) >= 0) {
-        throw new CdcError('INVALID_ARCHIVE_BATCH', `Records[${i}].kinesis.sequenceNumber ${r.kinesis.sequenceNumber} does not follow ${records[i - 1]!.kinesis.sequenceNumber}: an archive batch must be in shard order`);
+        throw new CdcError(
+          'INVALID_ARCHIVE_BATCH',
+          `Records[${i}].kinesis.sequenceNumber ${r.kinesis.sequenceNumber} does not follow ${records[i - 1]!.kinesis.sequenceNumber}: an archive batch must be in shard order`,
+        );
       }
     }
     const at = new Date(first.kinesis.approximateArrivalTimestamp * 1000);

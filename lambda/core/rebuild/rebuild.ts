@@ -51,7 +51,9 @@ export function diffTableName(t: WarehouseTable): string {
 }
 
 /** The physical tables of a table's layout (not the view), as (what, name) pairs. */
-export function physicalTables(t: WarehouseTable): Array<{ part: 'changelog' | 'mirror' | 'deletedKeys' | 'truncations' | 'handover' | 'delta' | 'watermark'; name: string }> {
+export function physicalTables(
+  t: WarehouseTable,
+): Array<{ part: 'changelog' | 'mirror' | 'deletedKeys' | 'truncations' | 'handover' | 'delta' | 'watermark'; name: string }> {
   // The delta (a view of the changelog above the watermark; a table in the layout before one
   // write per event) first: it is dropped before the tables it reads.
   return [
@@ -68,7 +70,10 @@ export function physicalTables(t: WarehouseTable): Array<{ part: 'changelog' | '
 /** Which of the names exist (one round trip; both warehouses). */
 export function existingTablesSql(schema: string, names: readonly string[]): { text: string; values: string[] } {
   const params = names.map((_, i) => `$${i + 2}`).join(', ');
-  return { text: `SELECT table_name, table_type FROM information_schema.tables WHERE table_schema = $1 AND table_name IN (${params})`, values: [schema, ...names] };
+  return {
+    text: `SELECT table_name, table_type FROM information_schema.tables WHERE table_schema = $1 AND table_name IN (${params})`,
+    values: [schema, ...names],
+  };
 }
 
 /** The entry `existing` sets hold for a name that is a view (besides the name itself). */
@@ -78,7 +83,8 @@ export const viewEntry = (name: string): string => `view:${name}`;
 export function dropTableSetSql(t: WarehouseTable, existing: ReadonlySet<string>): string[] {
   const out: string[] = [];
   if (existing.has(t.view)) out.push(`DROP VIEW ${qualified(t.schema, t.view)}`);
-  for (const p of physicalTables(t)) if (existing.has(p.name)) out.push(`DROP ${existing.has(viewEntry(p.name)) ? 'VIEW' : 'TABLE'} ${qualified(t.schema, p.name)}`);
+  for (const p of physicalTables(t))
+    if (existing.has(p.name)) out.push(`DROP ${existing.has(viewEntry(p.name)) ? 'VIEW' : 'TABLE'} ${qualified(t.schema, p.name)}`);
   return out;
 }
 
@@ -171,7 +177,12 @@ export function diffSql(schema: string, live: string, shadow: string, key: reado
   const S = qualified(schema, shadow);
   const pos = quoteIdent(CdcColumn.POSITION);
   const keyJoin = key.map((k) => `l.${quoteIdent(k)} = s.${quoteIdent(k)}`).join(' AND ');
-  const differs = [...data, CdcColumn.DELETED].map((c) => `(l.${quoteIdent(c)} <> s.${quoteIdent(c)} OR (l.${quoteIdent(c)} IS NULL AND s.${quoteIdent(c)} IS NOT NULL) OR (l.${quoteIdent(c)} IS NOT NULL AND s.${quoteIdent(c)} IS NULL))`).join(' OR ');
+  const differs = [...data, CdcColumn.DELETED]
+    .map(
+      (c) =>
+        `(l.${quoteIdent(c)} <> s.${quoteIdent(c)} OR (l.${quoteIdent(c)} IS NULL AND s.${quoteIdent(c)} IS NOT NULL) OR (l.${quoteIdent(c)} IS NOT NULL AND s.${quoteIdent(c)} IS NULL))`,
+    )
+    .join(' OR ');
   const keyCols = (alias: string): string => key.map((k) => `${alias}.${quoteIdent(k)}`).join(', ');
   const parts = [
     `SELECT 'missing' AS kind, ${keyCols('s')}, CAST(NULL AS varchar(24)) AS live_position, s.${pos} AS shadow_position FROM ${S} s WHERE s.${pos} <= $1 AND NOT EXISTS (SELECT 1 FROM ${L} l WHERE ${keyJoin})`,
@@ -208,14 +219,25 @@ export function throttleSleepMs(busyMs: number, duty: number): number {
 /** Checks a `--from` position given by an operator (24 hex digits). */
 export function checkFromPosition(from: string): RebuildRefusal | null {
   if (/^[0-9a-f]{24}$/.test(from)) return null;
-  return { code: 'INVALID_FROM', reason: `--from must be a position (24 lower-case hex digits, as cdc status prints them), got ${JSON.stringify(from)}`, hint: 'omit --from to rebuild from the beginning of the history' };
+  return {
+    code: 'INVALID_FROM',
+    reason: `--from must be a position (24 lower-case hex digits, as cdc status prints them), got ${JSON.stringify(from)}`,
+    hint: 'omit --from to rebuild from the beginning of the history',
+  };
 }
 
 /** A rebuild of a table that the sink holds or that is not active would race the hold's replay or build from a history that stops. */
 export function decideRebuildState(state: string, heldFrom: Position | null, table: string): RebuildRefusal | null {
-  if (state === 'needs-resnapshot') return { code: 'HISTORY_INCOMPLETE', reason: `${table} needs a re-snapshot: its history in the log is not complete`, hint: `cdc resnapshot ${table}` };
-  if (state === 'paused') return { code: 'TABLE_NOT_ACTIVE', reason: `${table} is paused: its sink holds its events`, hint: `cdc resume ${table}, then rebuild` };
-  if (heldFrom !== null) return { code: 'TABLE_HELD', reason: `the sink holds ${table} from ${heldFrom} (a resume replay is pending)`, hint: 'wait until cdc status shows no held position, then rebuild' };
+  if (state === 'needs-resnapshot')
+    return { code: 'HISTORY_INCOMPLETE', reason: `${table} needs a re-snapshot: its history in the log is not complete`, hint: `cdc resnapshot ${table}` };
+  if (state === 'paused')
+    return { code: 'TABLE_NOT_ACTIVE', reason: `${table} is paused: its sink holds its events`, hint: `cdc resume ${table}, then rebuild` };
+  if (heldFrom !== null)
+    return {
+      code: 'TABLE_HELD',
+      reason: `the sink holds ${table} from ${heldFrom} (a resume replay is pending)`,
+      hint: 'wait until cdc status shows no held position, then rebuild',
+    };
   return null;
 }
 
@@ -225,7 +247,11 @@ export function decideRebuildState(state: string, heldFrom: Position | null, tab
  * build the same shadow objects. A slot whose runner has not reported for `staleAfterMs` (it
  * died, and the state machine gave up on it) may be taken over.
  */
-export function decideRebuildSlot(slot: Pick<ActiveRebuild, 'id' | 'source' | 'table' | 'state' | 'heartbeatAt' | 'startedAt' | 'checkpoint'> | null, now: Date, staleAfterMs: number): RebuildRefusal | null {
+export function decideRebuildSlot(
+  slot: Pick<ActiveRebuild, 'id' | 'source' | 'table' | 'state' | 'heartbeatAt' | 'startedAt' | 'checkpoint'> | null,
+  now: Date,
+  staleAfterMs: number,
+): RebuildRefusal | null {
   if (!slot || slot.state !== 'running') return null;
   if (now.getTime() - Date.parse(slot.heartbeatAt) > staleAfterMs) return null;
   const progress = slot.checkpoint ? `, ${slot.checkpoint.events} events into the shadow after ${slot.checkpoint.slices} slice(s)` : '';
@@ -248,9 +274,27 @@ export function newRebuildId(at: Date): string {
  * Claims the sink's rebuild slot for rebuild `id` of `r`, audited (`rebuild-started`): the
  * `cdc local` door and the operator function on AWS both start a rebuild through it.
  */
-export async function claimRebuildSlot(control: ControlPlane, r: { source: string; table: string; sink: string; from?: Position; rehearse: boolean; actor: string }, id: string, now: Date, staleAfterMs = REBUILD_STALE_AFTER_MS): Promise<{ id: string } | { refusal: RebuildRefusal }> {
+export async function claimRebuildSlot(
+  control: ControlPlane,
+  r: { source: string; table: string; sink: string; from?: Position; rehearse: boolean; actor: string },
+  id: string,
+  now: Date,
+  staleAfterMs = REBUILD_STALE_AFTER_MS,
+): Promise<{ id: string } | { refusal: RebuildRefusal }> {
   const at = now.toISOString();
-  const claim: ActiveRebuild = { id, sink: r.sink, source: r.source, table: r.table, mode: r.rehearse ? 'rehearsal' : 'swap', from: r.from ?? null, actor: r.actor, startedAt: at, state: 'running', heartbeatAt: at, checkpoint: null };
+  const claim: ActiveRebuild = {
+    id,
+    sink: r.sink,
+    source: r.source,
+    table: r.table,
+    mode: r.rehearse ? 'rehearsal' : 'swap',
+    from: r.from ?? null,
+    actor: r.actor,
+    startedAt: at,
+    state: 'running',
+    heartbeatAt: at,
+    checkpoint: null,
+  };
   const holder = await control.claimRebuild(claim, new Date(now.getTime() - staleAfterMs).toISOString(), {
     at,
     actor: r.actor,

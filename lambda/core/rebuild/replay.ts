@@ -143,10 +143,20 @@ export function checkMarkerChain(markers: readonly BatchMarker[]): Map<string, S
       }
       if (m.prevSeq === null) {
         // A copier that found no marker of the shard started again from the origin: only valid if nothing was archived before.
-        throw new ReplayHoleError(shard, covered, m.firstSeq, `batch ${m.key} says it is the shard's first, but batches up to ${covered} were archived before it (the archive's markers were lost or written by another stream)`);
+        throw new ReplayHoleError(
+          shard,
+          covered,
+          m.firstSeq,
+          `batch ${m.key} says it is the shard's first, but batches up to ${covered} were archived before it (the archive's markers were lost or written by another stream)`,
+        );
       }
       if (compareSequenceNumbers(m.prevSeq, covered) > 0) {
-        throw new ReplayHoleError(shard, covered, m.firstSeq, `the batch archived before ${m.key} ended at ${m.prevSeq}, but the archive holds nothing between ${covered} and it (an archive object is missing)`);
+        throw new ReplayHoleError(
+          shard,
+          covered,
+          m.firstSeq,
+          `the batch archived before ${m.key} ended at ${m.prevSeq}, but the archive holds nothing between ${covered} and it (an archive object is missing)`,
+        );
       }
       if (compareSequenceNumbers(m.lastSeq, covered) > 0) covered = m.lastSeq;
     }
@@ -165,10 +175,20 @@ export function checkStreamJunction(shard: string, archivedLast: string, firstIn
   if (firstInStream === null) {
     // An open shard that returns nothing at the archived record has trimmed it and everything after (nothing newer arrived);
     // a closed shard that returns nothing has been trimmed entirely.
-    throw new ReplayHoleError(shard, archivedLast, null, `the stream no longer holds the archive's last record of the shard${shardClosed ? ' (the shard is closed and trimmed)' : ''}, so records after it may have been trimmed before they were archived`);
+    throw new ReplayHoleError(
+      shard,
+      archivedLast,
+      null,
+      `the stream no longer holds the archive's last record of the shard${shardClosed ? ' (the shard is closed and trimmed)' : ''}, so records after it may have been trimmed before they were archived`,
+    );
   }
   if (firstInStream !== archivedLast) {
-    throw new ReplayHoleError(shard, archivedLast, firstInStream, 'the stream no longer holds the archive\'s last record of the shard: records between it and the stream\'s oldest were trimmed before they were archived');
+    throw new ReplayHoleError(
+      shard,
+      archivedLast,
+      firstInStream,
+      "the stream no longer holds the archive's last record of the shard: records between it and the stream's oldest were trimmed before they were archived",
+    );
   }
 }
 
@@ -204,7 +224,10 @@ export function mergeReplay(parts: ReadonlyArray<readonly ChangeEvent[]>, range:
 export function historyGaps(coverage: ReadonlyMap<string, ShardCoverage>): string[] {
   const gaps: string[] = [];
   for (const [shard, c] of coverage) {
-    if (!c.fromOrigin) gaps.push(`the archive of shard ${shard} starts at sequence number ${c.firstSeq}, not at the shard's first record: its oldest objects expired (archive retention)`);
+    if (!c.fromOrigin)
+      gaps.push(
+        `the archive of shard ${shard} starts at sequence number ${c.firstSeq}, not at the shard's first record: its oldest objects expired (archive retention)`,
+      );
   }
   return gaps;
 }

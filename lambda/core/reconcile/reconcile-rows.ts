@@ -9,7 +9,17 @@
 import { createHash } from 'node:crypto';
 import { maskValue } from '../tables/masking.ts';
 import type { JsonValue } from '../shared/event.ts';
-import { compareKeys, rowHashText, type KeyRange, type KeyTuple, type RangeSummary, type ReconcileSide, type RowHashing, type SideRow, type SideShape } from './reconcile.ts';
+import {
+  compareKeys,
+  rowHashText,
+  type KeyRange,
+  type KeyTuple,
+  type RangeSummary,
+  type ReconcileSide,
+  type RowHashing,
+  type SideRow,
+  type SideShape,
+} from './reconcile.ts';
 
 export interface MemorySideOptions {
   label: string;
@@ -80,7 +90,8 @@ export class MemoryReconcileSide implements ReconcileSide {
     this.columns = columns;
     const masked = this.o.masked ?? [];
     this.prefix = [0n];
-    for (const r of this.sorted) this.prefix.push(this.prefix.at(-1)! + rowHash(columns.map((c) => (masked.includes(c) ? maskValue(r.values[c] ?? null) : (r.values[c] ?? null)))));
+    for (const r of this.sorted)
+      this.prefix.push(this.prefix.at(-1)! + rowHash(columns.map((c) => (masked.includes(c) ? maskValue(r.values[c] ?? null) : (r.values[c] ?? null)))));
   }
 
   /** First index with key > k (k null: 0). */

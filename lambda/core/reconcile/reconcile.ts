@@ -274,7 +274,12 @@ interface Suspect {
 export const CONFIRMING_RECHECKS = 2;
 
 /** The first column whose values differ by its class (masked source values already masked), or null. */
-function firstDifference(source: SideRow | null, sink: SideRow | null, columns: readonly string[], classes: Readonly<Record<string, CompareClass>>): { kind: DifferenceKind; column?: string } | null {
+function firstDifference(
+  source: SideRow | null,
+  sink: SideRow | null,
+  columns: readonly string[],
+  classes: Readonly<Record<string, CompareClass>>,
+): { kind: DifferenceKind; column?: string } | null {
   if (source === null && sink === null) return null;
   if (source === null) return { kind: 'extra' };
   if (sink === null) return { kind: 'missing' };
@@ -296,7 +301,14 @@ function ruled(rows: SideRow[], rules: ColumnRules): SideRow[] {
  * (`md5-text` when they share no other); under `pg-typed`, a column's class is its type's when
  * both sides' types are of that class, else `text`, and a masked column is `text` (its masked text).
  */
-export function chooseHashing(source: ReconcileSide, sink: ReconcileSide, srcShape: SideShape, snkShape: SideShape, columns: readonly string[], masked: readonly string[]): RowHashing {
+export function chooseHashing(
+  source: ReconcileSide,
+  sink: ReconcileSide,
+  srcShape: SideShape,
+  snkShape: SideShape,
+  columns: readonly string[],
+  masked: readonly string[],
+): RowHashing {
   const sinkSchemes = sink.hashSchemes ?? [BASE_HASH_SCHEME];
   const scheme = (source.hashSchemes ?? [BASE_HASH_SCHEME]).find((s) => sinkSchemes.includes(s)) ?? BASE_HASH_SCHEME;
   const classes: Record<string, HashClass> = {};
@@ -366,7 +378,10 @@ export async function reconcileTable(o: ReconcileTableOptions): Promise<Reconcil
   if (missingKey.length > 0) return done('DIVERGED', `${o.sinkSide.label} lacks key column(s) ${missingKey.join(', ')}`);
   const orderMismatch = o.key.filter((_, i) => srcShape.keyOrder[i] !== snkShape.keyOrder[i]);
   if (orderMismatch.length > 0) {
-    return done('INCONCLUSIVE', `key column(s) ${orderMismatch.join(', ')} order differently in the source (${srcShape.keyOrder.join(', ')}) and ${o.sinkSide.label} (${snkShape.keyOrder.join(', ')}): key ranges cannot be compared`);
+    return done(
+      'INCONCLUSIVE',
+      `key column(s) ${orderMismatch.join(', ')} order differently in the source (${srcShape.keyOrder.join(', ')}) and ${o.sinkSide.label} (${snkShape.keyOrder.join(', ')}): key ranges cannot be compared`,
+    );
   }
   const wanted = srcShape.columns.filter((c) => !o.rules.exclude.includes(c));
   v.columns = wanted.filter((c) => snkShape.columns.includes(c));
@@ -590,15 +605,28 @@ export async function reconcileTable(o: ReconcileTableOptions): Promise<Reconcil
     return done('DIVERGED', parts.join('; '));
   }
   if (lagging) return done('INCONCLUSIVE', lagging);
-  if (v.unsettled > 0) return done('INCONCLUSIVE', `${v.unsettled} key(s) differed and kept changing through ${settleRounds} re-check(s) ${settleMs} ms apart: in flight or hot; the next run checks them again`);
+  if (v.unsettled > 0)
+    return done(
+      'INCONCLUSIVE',
+      `${v.unsettled} key(s) differed and kept changing through ${settleRounds} re-check(s) ${settleMs} ms apart: in flight or hot; the next run checks them again`,
+    );
   if (!v.fullCoverage && sourceRows !== sinkRows) {
-    return done('INCONCLUSIVE', `row counts differ (source ${sourceRows}, ${o.sinkSide.label} ${sinkRows}) and the ${v.coveredRows} row(s) checked this run agree: the difference is in flight or in ranges the next runs check`);
+    return done(
+      'INCONCLUSIVE',
+      `row counts differ (source ${sourceRows}, ${o.sinkSide.label} ${sinkRows}) and the ${v.coveredRows} row(s) checked this run agree: the difference is in flight or in ranges the next runs check`,
+    );
   }
   if (v.fullCoverage && sourceRows !== sinkRows && v.settled === 0) {
     // Every range agreed, yet the counts differ: rows moved between the counts and the walk.
-    return done('INCONCLUSIVE', `row counts differ (source ${sourceRows}, ${o.sinkSide.label} ${sinkRows}) although every range agreed: the table changed while it was read`);
+    return done(
+      'INCONCLUSIVE',
+      `row counts differ (source ${sourceRows}, ${o.sinkSide.label} ${sinkRows}) although every range agreed: the table changed while it was read`,
+    );
   }
-  return done('MATCH', `${v.coveredRows} of ${sourceRows} source row(s) checked${v.fullCoverage ? ' (whole table)' : ''}${v.settled > 0 ? `; ${v.settled} key(s) were in flight and settled` : ''}`);
+  return done(
+    'MATCH',
+    `${v.coveredRows} of ${sourceRows} source row(s) checked${v.fullCoverage ? ' (whole table)' : ''}${v.settled > 0 ? `; ${v.settled} key(s) were in flight and settled` : ''}`,
+  );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -640,7 +668,8 @@ export function coverageGaps(
     for (const t of tables) {
       const tier = tierOf(t.table, tiers);
       const at = decided.get(`${sink}\u0000${t.source}\u0000${t.table}`) ?? null;
-      if (!tier || at === null || now - Date.parse(at) > tier.periodMs) gaps.push({ sink, source: t.source, table: t.table, lastDecidedAt: at, tier: tier?.name ?? null });
+      if (!tier || at === null || now - Date.parse(at) > tier.periodMs)
+        gaps.push({ sink, source: t.source, table: t.table, lastDecidedAt: at, tier: tier?.name ?? null });
     }
   }
   return gaps;
@@ -649,13 +678,20 @@ export function coverageGaps(
 /** The verdict as lines for a terminal. */
 export function formatReconcileVerdict(v: ReconcileVerdict): string[] {
   const lines = [`${v.verdict.padEnd(12)} ${v.source}/${v.table} (${v.sink}): ${v.reason}`];
-  if (v.sourceRows !== null) lines.push(`             rows: source ${v.sourceRows}, sink ${v.sinkRows ?? '-'}; checked ${v.coveredRows}${v.fullCoverage ? ' (whole table)' : ''}`);
+  if (v.sourceRows !== null)
+    lines.push(`             rows: source ${v.sourceRows}, sink ${v.sinkRows ?? '-'}; checked ${v.coveredRows}${v.fullCoverage ? ' (whole table)' : ''}`);
   for (const d of v.differing.slice(0, 10)) {
-    lines.push(`             range (${d.range.after ? d.range.after.join(',') : '-inf'} .. ${d.range.upTo ? d.range.upTo.join(',') : '+inf'}]: ${d.missing} missing, ${d.extra} extra, ${d.different} different`);
+    lines.push(
+      `             range (${d.range.after ? d.range.after.join(',') : '-inf'} .. ${d.range.upTo ? d.range.upTo.join(',') : '+inf'}]: ${d.missing} missing, ${d.extra} extra, ${d.different} different`,
+    );
   }
   for (const s of v.sampleKeys) {
-    const key = Object.entries(s.key).map(([k, x]) => `${k}=${x}`).join(',');
-    lines.push(`             key ${key}: ${s.kind === 'missing' ? 'missing in the sink' : s.kind === 'extra' ? 'in the sink but not in the source' : `${s.column} differs`}`);
+    const key = Object.entries(s.key)
+      .map(([k, x]) => `${k}=${x}`)
+      .join(',');
+    lines.push(
+      `             key ${key}: ${s.kind === 'missing' ? 'missing in the sink' : s.kind === 'extra' ? 'in the sink but not in the source' : `${s.column} differs`}`,
+    );
   }
   for (const c of v.notCompared) lines.push(`             column ${c} not compared (the sink has no such column yet)`);
   return lines;
@@ -663,7 +699,6 @@ export function formatReconcileVerdict(v: ReconcileVerdict): string[] {
 
 // ---------------------------------------------------------------------------------------------
 // A run over tables (the handler's and `cdc reconcile`'s body)
-
 
 export interface TableToReconcile {
   table: string;
@@ -681,7 +716,10 @@ export async function registeredTypes(control: ControlPlane, source: string, tab
   return schema ? Object.fromEntries(schema.columns.map((c) => [c.name, c.type])) : undefined;
 }
 
-export interface ReconcileRunOptions extends Pick<ReconcileTableOptions, 'rowsPerRun' | 'leafRows' | 'settleMs' | 'settleRounds' | 'maxSampleKeys' | 'pacer' | 'pressure' | 'sleep' | 'now'> {
+export interface ReconcileRunOptions extends Pick<
+  ReconcileTableOptions,
+  'rowsPerRun' | 'leafRows' | 'settleMs' | 'settleRounds' | 'maxSampleKeys' | 'pacer' | 'pressure' | 'sleep' | 'now'
+> {
   control: ControlPlane;
   source: string;
   sink: string;
@@ -699,7 +737,8 @@ export interface ReconcileRunOptions extends Pick<ReconcileTableOptions, 'rowsPe
  */
 export async function blockedReason(control: ControlPlane, sink: string, source: string, table: string): Promise<string | null> {
   const record = await control.getTable(source, table);
-  if (record && record.state !== 'active' && record.state !== 'degraded') return `table is ${record.state}${record.stateReason ? ` (${record.stateReason})` : ''}: the sink is behind on purpose`;
+  if (record && record.state !== 'active' && record.state !== 'degraded')
+    return `table is ${record.state}${record.stateReason ? ` (${record.stateReason})` : ''}: the sink is behind on purpose`;
   const progress = await control.getSinkProgress(sink, source, table);
   if (progress?.heldFrom) return `sink ${sink} holds the table's changes from position ${progress.heldFrom} (a resume replays them): not comparable until then`;
   return null;
@@ -731,9 +770,29 @@ export async function reconcileTables(o: ReconcileRunOptions): Promise<Reconcile
     } catch (e) {
       const at = new Date((o.now ?? Date.now)()).toISOString();
       verdict = {
-        sink: o.sink, source: o.source, table: t.table, verdict: 'INCONCLUSIVE', reason: `could not read: ${(e as Error).message}`, at, durationMs: 0, key: [...t.key],
-        sourceRows: null, sinkRows: null, covered: [], coveredRows: 0, fullCoverage: false, differing: [], sampleKeys: [], diverged: { missing: 0, extra: 0, different: 0 },
-        unsettled: 0, settled: 0, problems: [], columns: [], notCompared: [], nextCursor: previous?.nextCursor ?? null, cost: { summaries: 0, leafRows: 0, recheckRows: 0, bisections: 0 },
+        sink: o.sink,
+        source: o.source,
+        table: t.table,
+        verdict: 'INCONCLUSIVE',
+        reason: `could not read: ${(e as Error).message}`,
+        at,
+        durationMs: 0,
+        key: [...t.key],
+        sourceRows: null,
+        sinkRows: null,
+        covered: [],
+        coveredRows: 0,
+        fullCoverage: false,
+        differing: [],
+        sampleKeys: [],
+        diverged: { missing: 0, extra: 0, different: 0 },
+        unsettled: 0,
+        settled: 0,
+        problems: [],
+        columns: [],
+        notCompared: [],
+        nextCursor: previous?.nextCursor ?? null,
+        cost: { summaries: 0, leafRows: 0, recheckRows: 0, bisections: 0 },
       };
     } finally {
       await sides.close?.();

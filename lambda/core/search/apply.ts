@@ -148,15 +148,14 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
     return v;
   }
 
-
-
   /** The table's index, created or extended so that it holds every column of `schemas`. */
   async function prepareIndex(source: string, table: string, names: SearchNames, schemas: SchemaVersion[], hard: boolean): Promise<IndexState> {
     const desired = desiredProperties(schemas);
     let state = indexCache.get(names.all);
     if (!state) {
       const versions = await cp.listSchemaVersions(source, table);
-      const first = versions.reduce<string | null>((m, v) => (m === null || v.effectivePosition < m ? v.effectivePosition : m), null) ?? schemas[0]!.effectivePosition;
+      const first =
+        versions.reduce<string | null>((m, v) => (m === null || v.effectivePosition < m ? v.effectivePosition : m), null) ?? schemas[0]!.effectivePosition;
       const t = await search.tableIndex(names, desired, { baseLsn: searchBaseLsn(first), truncatedAt: null }, hard);
       state = { meta: t.meta, properties: t.properties };
       if (t.created) logger.info('search index created', { source, table, index: t.index, baseLsn: t.meta.baseLsn.toString(16) });
@@ -185,7 +184,17 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
 
     const deadLetter = async (record: ChangeRecord, source: string | null, table: string | null, err: unknown): Promise<void> => {
       try {
-        await cp.putDeadLetter({ at: now().toISOString(), stage: sinkId, source, table, code: codeOf(err), reason: describeError(err), origin: record.origin, record: record.text, truncated: false });
+        await cp.putDeadLetter({
+          at: now().toISOString(),
+          stage: sinkId,
+          source,
+          table,
+          code: codeOf(err),
+          reason: describeError(err),
+          origin: record.origin,
+          record: record.text,
+          truncated: false,
+        });
         countFor(source).dead++;
         logger.warn('record sent to dead letters', { origin: record.origin, source, table, code: codeOf(err), reason: describeError(err) });
       } catch (dlErr) {
@@ -231,7 +240,13 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
       const isHeartbeat = table.split('.')[1] === HEARTBEAT_TABLE;
       const config = served?.get(`${source}\u0000${table}`);
       if (served && !config && !isHeartbeat) return; // not served by this sink: processed, nothing to do
-      const admission = await admitTable(cp, { sinkId, source, table, replayHeld: options.replayHeld === true, target: () => searchNames(prefix, source, table) });
+      const admission = await admitTable(cp, {
+        sinkId,
+        source,
+        table,
+        replayHeld: options.replayHeld === true,
+        target: () => searchNames(prefix, source, table),
+      });
       if (admission.verdict === 'dead-letter') {
         for (const i of items) await deadLetter(i.record, source, table, admission.error);
         return;
@@ -262,7 +277,12 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
         state = await prepareIndex(source, table, names, schemaList, deleteMode === 'hard');
         for (const i of valid) encodeVersion(i.event.position, state.meta.baseLsn);
       } catch (err) {
-        if (err instanceof SearchMappingConflictError || err instanceof PositionNotEncodableError || err instanceof SearchRequestRejectedError || (err instanceof CdcError && err.code === 'SEARCH_INDEX_FOREIGN')) {
+        if (
+          err instanceof SearchMappingConflictError ||
+          err instanceof PositionNotEncodableError ||
+          err instanceof SearchRequestRejectedError ||
+          (err instanceof CdcError && err.code === 'SEARCH_INDEX_FOREIGN')
+        ) {
           logger.error('table held for this search sink', { source, table, code: err.code, error: err.message });
           await hold(source, table, valid, err.message);
           return;
@@ -289,7 +309,16 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
           gone.push({ ...envelope, op: 'delete', key, after: null, before: null, missing: [], position: at });
         }
         if (gone.length === 0) return true;
-        return writeBatch(source, table, names, state, deleteMode, keyColumns, gone.map((event) => ({ record: by.record, event })), true);
+        return writeBatch(
+          source,
+          table,
+          names,
+          state,
+          deleteMode,
+          keyColumns,
+          gone.map((event) => ({ record: by.record, event })),
+          true,
+        );
       };
       if (truncates.length > 0) {
         const at = maxPosition(truncates);
@@ -301,7 +330,9 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
         if (!(await sweep(at, last))) {
           // The rows of this batch were not written either: every one is reported failed (a row
           // before the truncate in the batch would otherwise be acknowledged unwritten).
-          for (const i of rows) if (!failed.has(i.record.sequenceNumber)) failed.set(i.record.sequenceNumber, `not applied: the truncate at ${at} of ${table} was not applied first`);
+          for (const i of rows)
+            if (!failed.has(i.record.sequenceNumber))
+              failed.set(i.record.sequenceNumber, `not applied: the truncate at ${at} of ${table} was not applied first`);
           return;
         }
         countFor(source).applied += truncates.length;
@@ -338,7 +369,16 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
     }
 
     /** Reads, plans and writes one table's events; returns whether every record was acknowledged. */
-    async function writeBatch(source: string, table: string, names: SearchNames, state: IndexState, deleteMode: DeleteMode, keyColumns: readonly string[], items: Item[], synthetic: boolean): Promise<boolean> {
+    async function writeBatch(
+      source: string,
+      table: string,
+      names: SearchNames,
+      state: IndexState,
+      deleteMode: DeleteMode,
+      keyColumns: readonly string[],
+      items: Item[],
+      synthetic: boolean,
+    ): Promise<boolean> {
       const keys = keysToRead(items.map((i) => i.event));
       const idToKey = new Map(keys.map((k) => [documentId(k), keyText(k)]));
       const ids = [...idToKey.keys()];
@@ -357,11 +397,19 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
         state.handoverReady = true;
       };
       // Donors kept for the batch's key-change inserts that lack columns (docs/search.md, "Primary-key changes").
-      const wanted = donorsToRead(items.map((i) => i.event), keyColumns);
+      const wanted = donorsToRead(
+        items.map((i) => i.event),
+        keyColumns,
+      );
       const donors = new Map<string, Row>();
       if (wanted.length > 0) {
         await ensureHandover();
-        const found = await retrying(source, table, () => search.readStored(names.handover, wanted.map((w) => w.docId)));
+        const found = await retrying(source, table, () =>
+          search.readStored(
+            names.handover,
+            wanted.map((w) => w.docId),
+          ),
+        );
         for (const w of wanted) {
           const v = donorValuesOf(found.get(w.docId));
           if (v) donors.set(w.id, v);
@@ -371,7 +419,12 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
       if (plan.ops.some((o) => o.target === 'handover')) await ensureHandover();
       const heldIds = new Set(plan.held.map(eventId));
       if (heldIds.size > 0) {
-        logger.info('primary-key change in flight: events wait until the old key\'s values are known (applied on another shard)', { source, table, events: heldIds.size, first: plan.held[0]!.position });
+        logger.info("primary-key change in flight: events wait until the old key's values are known (applied on another shard)", {
+          source,
+          table,
+          events: heldIds.size,
+          first: plan.held[0]!.position,
+        });
       }
       // Bulk, retrying throttled / unavailable items (only those) with backoff.
       const rejected = new Map<string, string>();
@@ -440,7 +493,8 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
           continue;
         }
         if (rejected.has(kt) && freshIds.has(eventId(i.event))) {
-          if (!done.has(i.record.sequenceNumber)) await deadLetter(i.record, source, table, new SearchDocumentRejectedError(documentId(i.event.key), rejected.get(kt)!));
+          if (!done.has(i.record.sequenceNumber))
+            await deadLetter(i.record, source, table, new SearchDocumentRejectedError(documentId(i.event.key), rejected.get(kt)!));
           done.add(i.record.sequenceNumber);
           continue;
         }
@@ -448,7 +502,8 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
       }
       if (retryable.size > 0) applyErrors++;
       if (table.split('.')[1] === HEARTBEAT_TABLE) {
-        for (const e of plan.table.fresh) if (!retryable.has(keyText(e.key)) && !rejected.has(keyText(e.key))) c.lag.push(Math.max(0, respondedAt - Date.parse(e.commitTs)));
+        for (const e of plan.table.fresh)
+          if (!retryable.has(keyText(e.key)) && !rejected.has(keyText(e.key))) c.lag.push(Math.max(0, respondedAt - Date.parse(e.commitTs)));
       }
       return allOk;
     }

@@ -67,8 +67,13 @@ export function searchNames(prefix: string, source: string, table: string): Sear
   if (!PREFIX.test(prefix)) throw new UnsafeIdentifierError(prefix, `search index prefix must match ${PREFIX.source}`);
   const parts = table.split('.');
   if (parts.length !== 2) throw new UnsafeIdentifierError(table, "table id must be 'schema.table'");
-  for (const [what, p] of [['source id', source], ['schema name', parts[0]!], ['table name', parts[1]!]] as const) {
-    if (!NAME_PART.test(p)) throw new UnsafeIdentifierError(p, `${what} must match ${NAME_PART.source} to name a search index (OpenSearch index names are lower case)`);
+  for (const [what, p] of [
+    ['source id', source],
+    ['schema name', parts[0]!],
+    ['table name', parts[1]!],
+  ] as const) {
+    if (!NAME_PART.test(p))
+      throw new UnsafeIdentifierError(p, `${what} must match ${NAME_PART.source} to name a search index (OpenSearch index names are lower case)`);
   }
   const alias = `${prefix}.${source}.${parts[0]}.${parts[1]}`;
   return {
@@ -113,9 +118,12 @@ export function validateSearchTables(value: unknown, origin = 'CDC_SEARCH_TABLES
   return value.map((v, i) => {
     const at = `${origin}[${i}]`;
     if (!isPlainObject(v)) throw new SearchConfigError(at, `expected an object, got ${describe(v)}`);
-    for (const k of Object.keys(v)) if (!['source', 'table', 'deleteMode'].includes(k)) throw new SearchConfigError(`${at}.${k}`, 'unknown field (known: source, table, deleteMode)');
-    if (typeof v.source !== 'string' || !NAME_PART.test(v.source)) throw new SearchConfigError(`${at}.source`, `expected a source id, got ${describe(v.source)}`);
-    if (typeof v.table !== 'string' || !/^[^.\s]+\.[^.\s]+$/.test(v.table)) throw new SearchConfigError(`${at}.table`, `expected 'schema.table', got ${describe(v.table)}`);
+    for (const k of Object.keys(v))
+      if (!['source', 'table', 'deleteMode'].includes(k)) throw new SearchConfigError(`${at}.${k}`, 'unknown field (known: source, table, deleteMode)');
+    if (typeof v.source !== 'string' || !NAME_PART.test(v.source))
+      throw new SearchConfigError(`${at}.source`, `expected a source id, got ${describe(v.source)}`);
+    if (typeof v.table !== 'string' || !/^[^.\s]+\.[^.\s]+$/.test(v.table))
+      throw new SearchConfigError(`${at}.table`, `expected 'schema.table', got ${describe(v.table)}`);
     const mode = v.deleteMode ?? 'soft';
     if (mode !== 'soft' && mode !== 'hard') throw new SearchConfigError(`${at}.deleteMode`, `expected soft or hard, got ${describe(mode)}`);
     const k = `${v.source}/${v.table}`;
@@ -194,7 +202,10 @@ export interface MappingConflict {
 }
 
 /** What must be added to `current` (an index's `properties`) to hold `desired`, and which existing fields would have to change type. */
-export function mappingDiff(current: Record<string, unknown>, desired: Record<string, FieldMapping>): { add: Record<string, FieldMapping>; conflicts: MappingConflict[] } {
+export function mappingDiff(
+  current: Record<string, unknown>,
+  desired: Record<string, FieldMapping>,
+): { add: Record<string, FieldMapping>; conflicts: MappingConflict[] } {
   const add: Record<string, FieldMapping> = {};
   const conflicts: MappingConflict[] = [];
   for (const [field, want] of Object.entries(desired)) {
@@ -247,14 +258,22 @@ export function parseIndexMeta(index: string, meta: unknown): IndexMeta {
   const cdc = isPlainObject(meta) ? meta.cdc : undefined;
   const base = isPlainObject(cdc) ? cdc.baseLsn : undefined;
   if (typeof base !== 'string' || !/^[0-9a-f]{16}$/.test(base)) {
-    throw new CdcError('SEARCH_INDEX_FOREIGN', `index ${index} has no _meta.cdc.baseLsn: it was not created by the search sink; remove it or choose another prefix`);
+    throw new CdcError(
+      'SEARCH_INDEX_FOREIGN',
+      `index ${index} has no _meta.cdc.baseLsn: it was not created by the search sink; remove it or choose another prefix`,
+    );
   }
   const t = isPlainObject(cdc) ? cdc.truncatedAt : undefined;
   return { baseLsn: BigInt(`0x${base}`), truncatedAt: typeof t === 'string' ? assertPosition(t, `${index} _meta.cdc.truncatedAt`) : null };
 }
 
 /** The body of the create-index request of a table's first (or next) generation. */
-export function createIndexBody(names: SearchNames, properties: Record<string, FieldMapping>, meta: IndexMeta, settings: Record<string, JsonValue> = {}): JsonValue {
+export function createIndexBody(
+  names: SearchNames,
+  properties: Record<string, FieldMapping>,
+  meta: IndexMeta,
+  settings: Record<string, JsonValue> = {},
+): JsonValue {
   return {
     settings: { index: settings },
     mappings: { dynamic: 'strict', _meta: indexMetaJson(meta), properties },
@@ -270,7 +289,14 @@ export const HANDOVER_FIELD = 'cdc_handover';
 
 /** The body of a table's handover donor index (one document per donor, see `handoverDocId`). */
 export function createHandoverIndexBody(meta: IndexMeta, settings: Record<string, JsonValue> = {}): JsonValue {
-  return { settings: { index: settings }, mappings: { dynamic: 'strict', _meta: indexMetaJson(meta), properties: { [META_FIELD]: META_MAPPING, [HANDOVER_FIELD]: { type: 'object', enabled: false } as unknown as FieldMapping } } };
+  return {
+    settings: { index: settings },
+    mappings: {
+      dynamic: 'strict',
+      _meta: indexMetaJson(meta),
+      properties: { [META_FIELD]: META_MAPPING, [HANDOVER_FIELD]: { type: 'object', enabled: false } as unknown as FieldMapping },
+    },
+  };
 }
 
 /** The document id of a handover donor: the old key's document id and the key change's position. */
@@ -438,7 +464,15 @@ export function planSearchWrites(input: SearchPlanInput): SearchPlan {
     const hid = handoverId(d.key, d.position);
     if (donorsIn.has(hid)) continue;
     const meta: DocMeta = { position: d.position, deleted: true, deleted_at: null, key: keyText(d.key), applied_at: appliedAt };
-    ops.push({ action: 'index', target: 'handover', id: handoverDocId(d.key, d.position), version: encodeVersion(d.position, input.meta.baseLsn), document: { [HANDOVER_FIELD]: d.values as unknown as JsonValue, [META_FIELD]: meta as unknown as JsonValue }, keyText: keyText(d.key), position: d.position });
+    ops.push({
+      action: 'index',
+      target: 'handover',
+      id: handoverDocId(d.key, d.position),
+      version: encodeVersion(d.position, input.meta.baseLsn),
+      document: { [HANDOVER_FIELD]: d.values as unknown as JsonValue, [META_FIELD]: meta as unknown as JsonValue },
+      keyText: keyText(d.key),
+      position: d.position,
+    });
   }
   for (const w of table.writes) {
     const version = encodeVersion(w.position, input.meta.baseLsn);
@@ -448,9 +482,25 @@ export function planSearchWrites(input: SearchPlanInput): SearchPlan {
     const meta: DocMeta = { position: w.position, deleted: w.deleted, deleted_at: w.deleted ? w.deletedAt : null, key: w.keyText, applied_at: appliedAt };
     if (w.deleted && input.deleteMode === 'hard') {
       ops.push({ action: 'delete', target: 'all', id, version, document: null, keyText: w.keyText, position: w.position });
-      ops.push({ action: 'index', target: 'deleted', id, version, document: { [META_FIELD]: meta as unknown as JsonValue }, keyText: w.keyText, position: w.position });
+      ops.push({
+        action: 'index',
+        target: 'deleted',
+        id,
+        version,
+        document: { [META_FIELD]: meta as unknown as JsonValue },
+        keyText: w.keyText,
+        position: w.position,
+      });
     } else {
-      ops.push({ action: 'index', target: 'all', id, version, document: { ...values, ...w.key, [META_FIELD]: meta as unknown as JsonValue }, keyText: w.keyText, position: w.position });
+      ops.push({
+        action: 'index',
+        target: 'all',
+        id,
+        version,
+        document: { ...values, ...w.key, [META_FIELD]: meta as unknown as JsonValue },
+        keyText: w.keyText,
+        position: w.position,
+      });
     }
   }
   // Hard mode: a tombstone above a still-live document means an earlier bulk recorded the
@@ -460,7 +510,15 @@ export function planSearchWrites(input: SearchPlanInput): SearchPlan {
     for (const [k, s] of input.stored) {
       if (planned.has(k) || !s.doc || !s.tombstone || s.doc.deleted || s.tombstone.position <= s.doc.position) continue;
       const key = keyOfText(k);
-      ops.push({ action: 'delete', target: 'all', id: documentId(key), version: encodeVersion(s.tombstone.position, input.meta.baseLsn), document: null, keyText: k, position: s.tombstone.position });
+      ops.push({
+        action: 'delete',
+        target: 'all',
+        id: documentId(key),
+        version: encodeVersion(s.tombstone.position, input.meta.baseLsn),
+        document: null,
+        keyText: k,
+        position: s.tombstone.position,
+      });
     }
   }
   return { ops, table, held: table.held };
@@ -479,7 +537,9 @@ export function bulkBody(ops: readonly SearchOp[], names: Pick<SearchNames, 'all
   const lines: string[] = [];
   for (const op of ops) {
     const index = op.target === 'all' ? names.all : op.target === 'deleted' ? names.deleted : names.handover;
-    lines.push(`{"${op.action}":{"_index":${JSON.stringify(index)},"_id":${JSON.stringify(op.id)},"version":${op.version.toString()},"version_type":"external"}}`);
+    lines.push(
+      `{"${op.action}":{"_index":${JSON.stringify(index)},"_id":${JSON.stringify(op.id)},"version":${op.version.toString()},"version_type":"external"}}`,
+    );
     if (op.action === 'index') lines.push(JSON.stringify(op.document));
   }
   return `${lines.join('\n')}\n`;

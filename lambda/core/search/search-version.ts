@@ -80,9 +80,11 @@ export function encodeVersion(position: Position, base: bigint): bigint {
   const lsn = lsnOf(position);
   const index = indexOf(position);
   if (lsn < base) throw new PositionNotEncodableError(position, `its commit LSN is below the index's base LSN ${base.toString(16)}`);
-  if (index > MAX_ENCODABLE_INDEX && index !== SNAPSHOT_INDEX && index !== SWEEP_INDEX) throw new PositionNotEncodableError(position, `its index within the transaction (${index}) exceeds ${MAX_ENCODABLE_INDEX}`);
+  if (index > MAX_ENCODABLE_INDEX && index !== SNAPSHOT_INDEX && index !== SWEEP_INDEX)
+    throw new PositionNotEncodableError(position, `its index within the transaction (${index}) exceeds ${MAX_ENCODABLE_INDEX}`);
   const offset = lsn - base;
-  if (offset >= LSN_WINDOW) throw new PositionNotEncodableError(position, `its commit LSN is 2^43 bytes or more past the index's base LSN ${base.toString(16)}`);
+  if (offset >= LSN_WINDOW)
+    throw new PositionNotEncodableError(position, `its commit LSN is 2^43 bytes or more past the index's base LSN ${base.toString(16)}`);
   const v = ((offset << VERSION_INDEX_BITS) | (index === SNAPSHOT_INDEX ? SNAPSHOT_SLOT : index === SWEEP_INDEX ? SWEEP_SLOT : BigInt(index))) + 1n;
   if (v > MAX_VERSION) throw new PositionNotEncodableError(position, 'it is the last position of the window, whose version would be 2^63');
   return v;

@@ -60,8 +60,17 @@ export async function readCatalogTypes(control: ControlPlane, source: string, ta
     throw new CdcError('INVALID_STATE', `catalog types of ${source}/${table} in the control plane are not JSON: ${(e as Error).message}`);
   }
   const c = v as CatalogTypes;
-  if (!c || c.table !== table || !Array.isArray(c.columns) || !c.columns.every((x) => typeof x?.name === 'string' && typeof x?.type === 'string') || !Array.isArray(c.key)) {
-    throw new CdcError('INVALID_STATE', `catalog types of ${source}/${table} in the control plane are not {table, columns: [{name, type}], key}: ${text.slice(0, 200)}`);
+  if (
+    !c ||
+    c.table !== table ||
+    !Array.isArray(c.columns) ||
+    !c.columns.every((x) => typeof x?.name === 'string' && typeof x?.type === 'string') ||
+    !Array.isArray(c.key)
+  ) {
+    throw new CdcError(
+      'INVALID_STATE',
+      `catalog types of ${source}/${table} in the control plane are not {table, columns: [{name, type}], key}: ${text.slice(0, 200)}`,
+    );
   }
   return c;
 }

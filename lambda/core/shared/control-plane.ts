@@ -107,7 +107,13 @@ export function cutUtf8(text: string, maxBytes: number): { text: string; cut: bo
   const bytes = Buffer.from(text, 'utf8');
   if (bytes.length <= maxBytes) return { text, cut: false };
   // A cut inside a multi-byte character decodes to U+FFFD: drop it.
-  return { text: bytes.subarray(0, maxBytes).toString('utf8').replace(/\uFFFD+$/, ''), cut: true };
+  return {
+    text: bytes
+      .subarray(0, maxBytes)
+      .toString('utf8')
+      .replace(/\uFFFD+$/, ''),
+    cut: true,
+  };
 }
 
 /** A record that could not be decoded or applied, kept with its reason (invariant 12). */

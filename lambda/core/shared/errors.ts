@@ -24,21 +24,30 @@ export class InvalidRecordError extends CdcError {
 
 /** An operation the decoder does not know. Refused by name, never guessed. */
 export class UnknownOperationError extends CdcError {
-  constructor(readonly operation: string, where: string) {
+  constructor(
+    readonly operation: string,
+    where: string,
+  ) {
     super('UNKNOWN_OPERATION', `unknown operation '${operation}' in ${where}`);
   }
 }
 
 /** A table or column name that is not a plain identifier, or not known to the registry. */
 export class UnsafeIdentifierError extends CdcError {
-  constructor(readonly identifier: string, readonly reason: string) {
+  constructor(
+    readonly identifier: string,
+    readonly reason: string,
+  ) {
     super('UNSAFE_IDENTIFIER', `refused identifier ${JSON.stringify(identifier)}: ${reason}`);
   }
 }
 
 /** History cannot be supplied (slot gone, position discontinuity, retention exceeded): the table needs a re-snapshot. */
 export class HistoryGapError extends CdcError {
-  constructor(message: string, readonly hint: string) {
+  constructor(
+    message: string,
+    readonly hint: string,
+  ) {
     super('HISTORY_GAP', `${message}. ${hint}`);
   }
 }
@@ -58,7 +67,10 @@ export class PositionRegressionError extends CdcError {
     readonly previous: string,
     hint: string,
   ) {
-    super('POSITION_REGRESSION', `position ${position} of ${table} key ${key} on ${where} is lower than position ${previous} seen before for the same key. ${hint}`);
+    super(
+      'POSITION_REGRESSION',
+      `position ${position} of ${table} key ${key} on ${where} is lower than position ${previous} seen before for the same key. ${hint}`,
+    );
   }
 }
 

@@ -65,7 +65,6 @@ export function isSourceId(value: unknown): value is string {
   return typeof value === 'string' && LOWER_IDENT.test(value);
 }
 
-
 function assertRow(v: unknown, field: string): Row {
   if (!isPlainObject(v)) throw new InvalidRecordError(field, `expected an object of column values, got ${describe(v)}`);
   for (const c in v) {
@@ -112,17 +111,20 @@ export function validateChangeEvent(value: unknown): ChangeEvent {
     passedSource = e.source;
   }
   if (e.table !== passedTable) {
-    if (typeof e.table !== 'string' || !/^[^.]+\.[^.]+$/.test(e.table)) throw new InvalidRecordError('table', `expected 'schema.table', got ${describe(e.table)}`);
+    if (typeof e.table !== 'string' || !/^[^.]+\.[^.]+$/.test(e.table))
+      throw new InvalidRecordError('table', `expected 'schema.table', got ${describe(e.table)}`);
     passedTable = e.table;
   }
-  if (typeof e.op !== 'string' || !(CHANGE_OPS as readonly string[]).includes(e.op)) throw new InvalidRecordError('op', `expected one of ${CHANGE_OPS.join(', ')}, got ${describe(e.op)}`);
+  if (typeof e.op !== 'string' || !(CHANGE_OPS as readonly string[]).includes(e.op))
+    throw new InvalidRecordError('op', `expected one of ${CHANGE_OPS.join(', ')}, got ${describe(e.op)}`);
   const op = e.op as ChangeOp;
   const key = assertRow(e.key, 'key');
   if (op !== 'truncate' && Object.keys(key).length === 0) throw new InvalidRecordError('key', 'a row change needs at least one primary-key column');
   for (const k in key) {
     if (!Object.hasOwn(key, k)) continue;
     const kv = key[k];
-    if (kv === null || typeof kv === 'object') throw new InvalidRecordError(`key.${k}`, `primary-key values must be strings, numbers or booleans, got ${describe(kv)}`);
+    if (kv === null || typeof kv === 'object')
+      throw new InvalidRecordError(`key.${k}`, `primary-key values must be strings, numbers or booleans, got ${describe(kv)}`);
   }
   const after = e.after === null || e.after === undefined ? null : assertRow(e.after, 'after');
   if ((op === 'insert' || op === 'update' || op === 'snapshot') && after === null) throw new InvalidRecordError('after', `a ${op} needs an after image`);
@@ -137,18 +139,21 @@ export function validateChangeEvent(value: unknown): ChangeEvent {
   }
   const position = assertPosition(e.position, 'position');
   if (e.commitTs !== passedCommitTs) {
-    if (typeof e.commitTs !== 'string' || Number.isNaN(Date.parse(e.commitTs))) throw new InvalidRecordError('commitTs', `expected an ISO-8601 timestamp, got ${describe(e.commitTs)}`);
+    if (typeof e.commitTs !== 'string' || Number.isNaN(Date.parse(e.commitTs)))
+      throw new InvalidRecordError('commitTs', `expected an ISO-8601 timestamp, got ${describe(e.commitTs)}`);
     passedCommitTs = e.commitTs;
   }
   const txId = e.txId === undefined || e.txId === null ? null : e.txId;
   if (txId !== null && typeof txId !== 'string') throw new InvalidRecordError('txId', `expected a string or null, got ${describe(txId)}`);
   assertSchemaVersion(e.schemaVersion);
-  if (typeof e.capture !== 'string' || !(CAPTURE_METHODS as readonly string[]).includes(e.capture)) throw new InvalidRecordError('capture', `expected one of ${CAPTURE_METHODS.join(', ')}, got ${describe(e.capture)}`);
+  if (typeof e.capture !== 'string' || !(CAPTURE_METHODS as readonly string[]).includes(e.capture))
+    throw new InvalidRecordError('capture', `expected one of ${CAPTURE_METHODS.join(', ')}, got ${describe(e.capture)}`);
   const synthetic = e.synthetic === undefined ? false : e.synthetic;
   if (typeof synthetic !== 'boolean') throw new InvalidRecordError('synthetic', `expected a boolean, got ${describe(synthetic)}`);
   const handover = e.handover === undefined || e.handover === null ? [] : e.handover;
   if (!Array.isArray(handover) || handover.some((m) => typeof m !== 'string')) throw new InvalidRecordError('handover', 'expected an array of column names');
-  if (handover.length > 0 && op !== 'delete') throw new InvalidRecordError('handover', `only the delete half of a primary-key change hands columns over, not a ${op}`);
+  if (handover.length > 0 && op !== 'delete')
+    throw new InvalidRecordError('handover', `only the delete half of a primary-key change hands columns over, not a ${op}`);
   const event: ChangeEvent = {
     v: ENVELOPE_VERSION,
     // Checked above (or equal to a text that passed the same check).
@@ -179,7 +184,15 @@ export function linkKeyChanges<T extends Pick<ChangeEvent, 'op' | 'key' | 'befor
   return changes.map((d) => {
     if (d.op !== 'delete') return d;
     const k = keyText(d.key);
-    const ins = changes.find((i) => (i.op === 'insert' || i.op === 'snapshot') && i.position === d.position && i.missing.length > 0 && i.before !== null && keyText(pick(i.before, Object.keys(d.key))) === k && keyText(i.key) !== k);
+    const ins = changes.find(
+      (i) =>
+        (i.op === 'insert' || i.op === 'snapshot') &&
+        i.position === d.position &&
+        i.missing.length > 0 &&
+        i.before !== null &&
+        keyText(pick(i.before, Object.keys(d.key))) === k &&
+        keyText(i.key) !== k,
+    );
     return ins ? { ...d, handover: [...ins.missing] } : d;
   });
 }

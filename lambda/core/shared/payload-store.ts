@@ -59,16 +59,26 @@ export function validateClaimCheck(value: unknown): ClaimCheck {
   if (!isPlainObject(value) || !isPlainObject(value.claim)) throw new InvalidRecordError('claim', `expected a claim check, got ${describe(value)}`);
   const c = value.claim;
   if (typeof c.ref !== 'string' || c.ref === '') throw new InvalidRecordError('claim.ref', `expected a payload reference, got ${describe(c.ref)}`);
-  if (typeof c.bytes !== 'number' || !Number.isInteger(c.bytes) || c.bytes < 0) throw new InvalidRecordError('claim.bytes', `expected a byte count, got ${describe(c.bytes)}`);
-  if (typeof c.sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(c.sha256)) throw new InvalidRecordError('claim.sha256', `expected 64 hex digits, got ${describe(c.sha256)}`);
+  if (typeof c.bytes !== 'number' || !Number.isInteger(c.bytes) || c.bytes < 0)
+    throw new InvalidRecordError('claim.bytes', `expected a byte count, got ${describe(c.bytes)}`);
+  if (typeof c.sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(c.sha256))
+    throw new InvalidRecordError('claim.sha256', `expected 64 hex digits, got ${describe(c.sha256)}`);
   if (typeof value.source !== 'string' || typeof value.table !== 'string') throw new InvalidRecordError('claim', 'a claim check names its source and table');
-  return { v: 1, claim: { ref: c.ref, bytes: c.bytes, sha256: c.sha256 }, source: value.source, table: value.table, key: (value.key ?? {}) as ClaimCheck['key'], position: assertPosition(value.position) };
+  return {
+    v: 1,
+    claim: { ref: c.ref, bytes: c.bytes, sha256: c.sha256 },
+    source: value.source,
+    table: value.table,
+    key: (value.key ?? {}) as ClaimCheck['key'],
+    position: assertPosition(value.position),
+  };
 }
 
 /** Reads a claim check's payload back and checks it is the promised one; returns its text. */
 export async function resolveClaim(store: PayloadStore, claim: ClaimCheck): Promise<string> {
   const body = await store.get(claim.claim.ref);
-  if (body.byteLength !== claim.claim.bytes) throw new PayloadMismatchError(claim.claim.ref, `is ${body.byteLength} bytes, the claim check says ${claim.claim.bytes}`);
+  if (body.byteLength !== claim.claim.bytes)
+    throw new PayloadMismatchError(claim.claim.ref, `is ${body.byteLength} bytes, the claim check says ${claim.claim.bytes}`);
   if (sha256(body) !== claim.claim.sha256) throw new PayloadMismatchError(claim.claim.ref, 'does not have the SHA-256 the claim check names');
   return body.toString('utf8');
 }

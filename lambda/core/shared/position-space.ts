@@ -71,7 +71,10 @@ const TIMESTAMP_TYPE = /^timestamp(\(\d+\))?( with(out)? time zone)?$/;
  * a log-captured one is `wal`; a polled one's space is then told by its poll column (`fallback`),
  * or null when the caller cannot tell.
  */
-export function recordedSpace(record: { capture?: 'log' | 'poll'; positionSpace?: PositionSpace } | null, fallback: PositionSpace | null = null): PositionSpace | null {
+export function recordedSpace(
+  record: { capture?: 'log' | 'poll'; positionSpace?: PositionSpace } | null,
+  fallback: PositionSpace | null = null,
+): PositionSpace | null {
   if (record?.positionSpace) return record.positionSpace;
   if (record && (record.capture ?? 'log') === 'log') return 'wal';
   return fallback;

@@ -410,7 +410,16 @@ export function planTable(input: PlanInput): TablePlan {
       last = e;
       if (e.op === 'delete' && (e.handover?.length ?? 0) > 0) handing.push(e);
     }
-    if (last) writes.push({ key: last.key, keyText: k, position: last.position, deleted: s.deleted, deletedAt: s.deleted ? s.deletedAt : null, full: s.full, values: s.values });
+    if (last)
+      writes.push({
+        key: last.key,
+        keyText: k,
+        position: last.position,
+        deleted: s.deleted,
+        deletedAt: s.deleted ? s.deletedAt : null,
+        full: s.full,
+        values: s.values,
+      });
   }
   // Handovers to keep: the sink's that nothing used, and those of this batch's applied deletes whose insert was not planned here.
   const donors: Donor[] = [];

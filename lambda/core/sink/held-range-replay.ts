@@ -105,15 +105,21 @@ export function createHeldRangeReplayer(deps: ReplayDeps): { replayPending(): Pr
           replayed += outcome.applied;
         }
       }
-      const released = await cp.completeSinkRelease(sinkId, source, table, { heldFrom: from, holdCount: count }, {
-        at: now().toISOString(),
-        actor: `applier:${sinkId}`,
-        action: 'replay-held',
+      const released = await cp.completeSinkRelease(
+        sinkId,
         source,
         table,
-        outcome: 'done',
-        detail: { heldFrom: from, holdCount: count, replayed, pass },
-      });
+        { heldFrom: from, holdCount: count },
+        {
+          at: now().toISOString(),
+          actor: `applier:${sinkId}`,
+          action: 'replay-held',
+          source,
+          table,
+          outcome: 'done',
+          detail: { heldFrom: from, holdCount: count, replayed, pass },
+        },
+      );
       deps.log?.('held range replayed', { source, table, from, replayed, released, pass });
       if (released) return { source, table, replayed, released };
     }

@@ -47,7 +47,8 @@ async function readClaimed(parsed: unknown, payloads: PayloadStore | undefined, 
 }
 
 /** The admission of one table's batch to a sink. */
-export type TableAdmission<T> = { verdict: 'apply'; target: T; table: TableRecord } | { verdict: 'dead-letter'; error: Error } | { verdict: 'hold'; why: string };
+export type TableAdmission<T> =
+  { verdict: 'apply'; target: T; table: TableRecord } | { verdict: 'dead-letter'; error: Error } | { verdict: 'hold'; why: string };
 
 export interface AdmissionRequest<T> {
   sinkId: string;
@@ -87,9 +88,18 @@ interface ColumnCheckCache {
 const columnChecks = new WeakMap<SchemaVersion, ColumnCheckCache>();
 
 /** One name not checked yet for this schema version and table: the sink's rule, then the version's columns; remembered when it passes. */
-function checkColumn(e: ChangeEvent, schema: SchemaVersion, known: Set<string>, passed: Set<string>, assertColumn: (name: string, table: string) => void, name: string, where: string): void {
+function checkColumn(
+  e: ChangeEvent,
+  schema: SchemaVersion,
+  known: Set<string>,
+  passed: Set<string>,
+  assertColumn: (name: string, table: string) => void,
+  name: string,
+  where: string,
+): void {
   assertColumn(name, e.table);
-  if (!known.has(name)) throw new UnsafeIdentifierError(name, `${where} names a column that is not in schema version ${schema.version} of ${e.source}/${e.table}`);
+  if (!known.has(name))
+    throw new UnsafeIdentifierError(name, `${where} names a column that is not in schema version ${schema.version} of ${e.source}/${e.table}`);
   passed.add(name);
 }
 
@@ -122,6 +132,9 @@ export function checkEventColumns(e: ChangeEvent, schema: SchemaVersion, assertC
   for (const k of keyCols) whole &&= cache.key.has(k);
   if (!whole) {
     const want = [...schema.key].sort();
-    throw new InvalidRecordError('key', `expected the primary key (${want.join(', ')}) of ${e.table} schema version ${schema.version}, got (${[...keyCols].sort().join(', ')})`);
+    throw new InvalidRecordError(
+      'key',
+      `expected the primary key (${want.join(', ')}) of ${e.table} schema version ${schema.version}, got (${[...keyCols].sort().join(', ')})`,
+    );
   }
 }

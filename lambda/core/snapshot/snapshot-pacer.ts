@@ -138,8 +138,10 @@ export class AdaptivePacer implements Pacer {
       pressureWeight: options.pressureWeight ?? 0.5,
     };
     if (!(this.o.decrease > 0 && this.o.decrease < 1)) throw new RangeError(`decrease must be in (0, 1), got ${this.o.decrease}`);
-    if (this.o.minChunk < 1 || this.o.maxChunk < this.o.minChunk) throw new RangeError(`need 1 ≤ minChunk ≤ maxChunk, got ${this.o.minChunk}, ${this.o.maxChunk}`);
-    if (!(this.o.minRestRatio > 0 && this.o.maxRestRatio >= this.o.minRestRatio)) throw new RangeError(`need 0 < minRestRatio ≤ maxRestRatio, got ${this.o.minRestRatio}, ${this.o.maxRestRatio}`);
+    if (this.o.minChunk < 1 || this.o.maxChunk < this.o.minChunk)
+      throw new RangeError(`need 1 ≤ minChunk ≤ maxChunk, got ${this.o.minChunk}, ${this.o.maxChunk}`);
+    if (!(this.o.minRestRatio > 0 && this.o.maxRestRatio >= this.o.minRestRatio))
+      throw new RangeError(`need 0 < minRestRatio ≤ maxRestRatio, got ${this.o.minRestRatio}, ${this.o.maxRestRatio}`);
     if (!(this.o.pressureWeight > 0 && this.o.pressureWeight <= 1)) throw new RangeError(`pressureWeight must be in (0, 1], got ${this.o.pressureWeight}`);
     this.size = this.clamp(this.o.initialChunk);
   }

@@ -103,11 +103,17 @@ export async function requestSnapshot(control: ControlPlane, input: RequestSnaps
  * reasons to request them with; tables already known get `added`, tables of a new source
  * `initial`.
  */
-export function tablesToSnapshot(configured: readonly { table: string; snapshot?: boolean; capture?: string }[], runs: readonly SnapshotState[], registered: readonly TableRecord[]): { table: string; reason: SnapshotReason }[] {
+export function tablesToSnapshot(
+  configured: readonly { table: string; snapshot?: boolean; capture?: string }[],
+  runs: readonly SnapshotState[],
+  registered: readonly TableRecord[],
+): { table: string; reason: SnapshotReason }[] {
   const withRun = new Set(runs.map((r) => r.table));
   const anyRun = runs.length > 0 || registered.length > 0;
   // A polled table's first poll pass reads every row (docs/polling.md): no snapshot.
-  return configured.filter((t) => t.snapshot !== false && t.capture !== 'poll' && !withRun.has(t.table)).map((t) => ({ table: t.table, reason: anyRun ? 'added' : 'initial' }));
+  return configured
+    .filter((t) => t.snapshot !== false && t.capture !== 'poll' && !withRun.has(t.table))
+    .map((t) => ({ table: t.table, reason: anyRun ? 'added' : 'initial' }));
 }
 
 export interface RunTableSnapshotOptions {
@@ -288,16 +294,40 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
         completedAt: at.toISOString(),
       };
       const throttle: ThrottleState = read.fenceWaitMs > 1000 ? 'fenced' : decision.state;
-      let next: SnapshotState = { ...afterChunk(state!, chunk, at.getTime() - last, at, leaseMs), throttle, chunkSize: limit, readFrom: read.fromReplica ? 'replica' : 'primary', replicaLagMs: read.fromReplica ? (read.replicaLagMs ?? null) : null };
+      let next: SnapshotState = {
+        ...afterChunk(state!, chunk, at.getTime() - last, at, leaseMs),
+        throttle,
+        chunkSize: limit,
+        readFrom: read.fromReplica ? 'replica' : 'primary',
+        replicaLagMs: read.fromReplica ? (read.replicaLagMs ?? null) : null,
+      };
       last = at.getTime();
-      if (finished) next = { ...next, status: 'done', finishedAt: at.toISOString(), etaSeconds: 0, estimatedRows: next.rowsDone, throttle: 'idle', owner: null, leaseUntil: 0 };
+      if (finished)
+        next = {
+          ...next,
+          status: 'done',
+          finishedAt: at.toISOString(),
+          etaSeconds: 0,
+          estimatedRows: next.rowsDone,
+          throttle: 'idle',
+          owner: null,
+          leaseUntil: 0,
+        };
       if (!(await o.control.completeSnapshotChunk(chunk, next, state!.version))) return 'lost-lease';
       state = next;
       chunks++;
       o.onState?.(state);
       o.metrics?.progress(state);
       if (finished) {
-        await o.control.appendAudit({ at: at.toISOString(), actor: `snapshot:${o.owner}`, action: 'finish-snapshot', source: o.source, table: o.table, outcome: 'done', detail: { run: state.run, rows: state.rowsDone, chunks: state.chunksDone } });
+        await o.control.appendAudit({
+          at: at.toISOString(),
+          actor: `snapshot:${o.owner}`,
+          action: 'finish-snapshot',
+          source: o.source,
+          table: o.table,
+          outcome: 'done',
+          detail: { run: state.run, rows: state.rowsDone, chunks: state.chunksDone },
+        });
         await reactivateAfterResnapshot(o, state, at);
         return 'done';
       }
@@ -315,12 +345,26 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
  * stored with the run before any chunk is read, so every chunk and a worker that takes the run
  * over use the same one. Null when the lease was lost.
  */
-async function takePollWatermark(o: RunTableSnapshotOptions, state: SnapshotState, shape: SnapshotTableShape, space: PollSpace, at: Date, leaseMs: number): Promise<SnapshotState | null> {
+async function takePollWatermark(
+  o: RunTableSnapshotOptions,
+  state: SnapshotState,
+  shape: SnapshotTableShape,
+  space: PollSpace,
+  at: Date,
+  leaseMs: number,
+): Promise<SnapshotState | null> {
   const pollColumn = o.pollColumnOf!(o.table)!;
   if (!o.reader.pollBound) throw new CdcError('INVALID_CONFIG', `${o.table} is polled, but the snapshot reader cannot read its poll bound (pollBound)`);
   const bound = await o.reader.pollBound(shape, pollColumn);
   const watermark = pollWatermark(bound);
-  const next: SnapshotState = { ...state, firstLowWatermark: watermark, positionSpace: space, updatedAt: at.toISOString(), leaseUntil: at.getTime() + leaseMs, version: state.version + 1 };
+  const next: SnapshotState = {
+    ...state,
+    firstLowWatermark: watermark,
+    positionSpace: space,
+    updatedAt: at.toISOString(),
+    leaseUntil: at.getTime() + leaseMs,
+    version: state.version + 1,
+  };
   const audit: AuditEntry = {
     at: at.toISOString(),
     actor: `snapshot:${o.owner}`,
@@ -337,8 +381,25 @@ async function takePollWatermark(o: RunTableSnapshotOptions, state: SnapshotStat
 
 /** Ends a run that cannot go on (its positions would mix spaces): `failed` with the error, audited. */
 async function failRun(o: RunTableSnapshotOptions, state: SnapshotState, e: CdcError, at: Date): Promise<void> {
-  const failed: SnapshotState = { ...state, status: 'failed', error: `${e.code}: ${e.message}`, finishedAt: at.toISOString(), owner: null, leaseUntil: 0, updatedAt: at.toISOString(), version: state.version + 1 };
-  const audit: AuditEntry = { at: at.toISOString(), actor: `snapshot:${o.owner}`, action: 'fail-snapshot', source: o.source, table: o.table, outcome: 'refused', detail: { run: state.run, code: e.code, reason: e.message } };
+  const failed: SnapshotState = {
+    ...state,
+    status: 'failed',
+    error: `${e.code}: ${e.message}`,
+    finishedAt: at.toISOString(),
+    owner: null,
+    leaseUntil: 0,
+    updatedAt: at.toISOString(),
+    version: state.version + 1,
+  };
+  const audit: AuditEntry = {
+    at: at.toISOString(),
+    actor: `snapshot:${o.owner}`,
+    action: 'fail-snapshot',
+    source: o.source,
+    table: o.table,
+    outcome: 'refused',
+    detail: { run: state.run, code: e.code, reason: e.message },
+  };
   if (await o.control.putSnapshot(failed, state.version, audit)) o.onState?.(failed);
 }
 
@@ -358,7 +419,13 @@ async function reactivateAfterResnapshot(o: RunTableSnapshotOptions, state: Snap
   });
 }
 
-async function writeThrottle(o: RunTableSnapshotOptions, state: SnapshotState, throttle: ThrottleState, at: Date, leaseMs: number): Promise<SnapshotState | null> {
+async function writeThrottle(
+  o: RunTableSnapshotOptions,
+  state: SnapshotState,
+  throttle: ThrottleState,
+  at: Date,
+  leaseMs: number,
+): Promise<SnapshotState | null> {
   if (state.throttle === throttle && state.leaseUntil - at.getTime() > leaseMs / 2) return state;
   const next = { ...state, throttle, updatedAt: at.toISOString(), leaseUntil: at.getTime() + leaseMs, version: state.version + 1 };
   if (!(await o.control.putSnapshot(next, state.version, null))) return null;
@@ -371,7 +438,13 @@ async function writeThrottle(o: RunTableSnapshotOptions, state: SnapshotState, t
  * with `snapshot: false`), so a table added to a running source gets one without touching the
  * others. Returns the tables requested.
  */
-export async function planSnapshots(control: ControlPlane, source: string, configured: readonly { table: string; snapshot?: boolean; capture?: string }[], actor: string, now = new Date()): Promise<string[]> {
+export async function planSnapshots(
+  control: ControlPlane,
+  source: string,
+  configured: readonly { table: string; snapshot?: boolean; capture?: string }[],
+  actor: string,
+  now = new Date(),
+): Promise<string[]> {
   const runs = await control.listSnapshots(source);
   const registered = await control.listTables(source);
   const out: string[] = [];
@@ -421,7 +494,13 @@ export async function runPendingSnapshots(o: RunPendingOptions): Promise<Map<str
       const turnEnd = Date.now() + turnMs;
       let outcome: RunOutcome;
       try {
-        outcome = await runTableSnapshot({ ...o, table: run.table, rules: o.rulesOf(run.table), pacer, shouldStop: () => (o.shouldStop?.() ?? false) || (turn.othersWaiting && Date.now() >= turnEnd) });
+        outcome = await runTableSnapshot({
+          ...o,
+          table: run.table,
+          rules: o.rulesOf(run.table),
+          pacer,
+          shouldStop: () => (o.shouldStop?.() ?? false) || (turn.othersWaiting && Date.now() >= turnEnd),
+        });
       } finally {
         await turn.stop();
       }

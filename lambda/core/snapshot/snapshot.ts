@@ -22,7 +22,15 @@ import { partitionKeyOf, type JsonValue, type Row } from '../shared/event.ts';
 import { quoteIdent, splitTableId } from '../shared/identifiers.ts';
 import { applyColumnRules, applyColumnRulesToColumns, maskValue, type ColumnRules } from '../tables/masking.ts';
 import { formatLsn, makePosition, parseLsn, type Position } from '../shared/position.ts';
-import { buildSlotRecord, SLOT_RECORD_FORMAT, type PackedColumn, type PackedSnapshotRecord, type SlotColumn, type SlotOp, type SlotRecord } from '../capture/slot-record.ts';
+import {
+  buildSlotRecord,
+  SLOT_RECORD_FORMAT,
+  type PackedColumn,
+  type PackedSnapshotRecord,
+  type SlotColumn,
+  type SlotOp,
+  type SlotRecord,
+} from '../capture/slot-record.ts';
 import { unquotedLiteralValue } from '../capture/logical-text.ts';
 import type { KeyCursor, SnapshotReason, SnapshotState, SnapshotChunkRecord } from './snapshot-state.ts';
 export type { KeyCursor, SnapshotReason, SnapshotStatus, ThrottleState, SnapshotState, SnapshotChunkRecord } from './snapshot-state.ts';
@@ -292,7 +300,8 @@ const BOOL = 16;
  * construction (`test/local/snapshot.test.ts` compares the two paths on a real PostgreSQL).
  */
 export function rowToColumns(shape: SnapshotTableShape, texts: readonly (string | null)[]): SlotColumn[] {
-  if (texts.length !== shape.columns.length) throw new CdcError('INVALID_ARGUMENT', `${shape.table}: row has ${texts.length} values for ${shape.columns.length} columns`);
+  if (texts.length !== shape.columns.length)
+    throw new CdcError('INVALID_ARGUMENT', `${shape.table}: row has ${texts.length} values for ${shape.columns.length} columns`);
   const out: SlotColumn[] = new Array(shape.columns.length);
   for (let i = 0; i < shape.columns.length; i++) {
     const c = shape.columns[i]!;
@@ -373,9 +382,15 @@ export interface ChunkRead {
  * published (still read) and the reference the packed form is checked against. The normalizer turns them into change
  * events with `op: "snapshot"`, `capture: "snapshot"` and the table's current schema version.
  */
-export function chunkRecords(source: string, shape: SnapshotTableShape, read: Pick<ChunkRead, 'lowWatermark' | 'rows' | 'readAt'>, rules: ColumnRules): SlotRecord[] {
+export function chunkRecords(
+  source: string,
+  shape: SnapshotTableShape,
+  read: Pick<ChunkRead, 'lowWatermark' | 'rows' | 'readAt'>,
+  rules: ColumnRules,
+): SlotRecord[] {
   for (const k of shape.key) {
-    if (rules.mask.includes(k) || rules.exclude.includes(k)) throw new SnapshotTableError(shape.table, `primary-key column ${k} is declared mask or exclude; keys are never masked`);
+    if (rules.mask.includes(k) || rules.exclude.includes(k))
+      throw new SnapshotTableError(shape.table, `primary-key column ${k} is declared mask or exclude; keys are never masked`);
   }
   const position = snapshotPosition(read.lowWatermark);
   const commitLsn = formatLsn(BigInt(`0x${position.slice(0, 16)}`));
@@ -385,7 +400,12 @@ export function chunkRecords(source: string, shape: SnapshotTableShape, read: Pi
   // The first record is built and validated like every capture record (`buildSlotRecord`); the
   // others share its fields and differ only in values, which `rowToColumns` produces as JSON by
   // construction, so they are built directly (validating each one cost more than reading it).
-  const first = buildSlotRecord(tx, index, { table: shape.table, op: 'snapshot', columns: ruleColumns(rowToColumns(shape, read.rows[0]!), rules), oldKey: null, unchanged: [] }, shape.key);
+  const first = buildSlotRecord(
+    tx,
+    index,
+    { table: shape.table, op: 'snapshot', columns: ruleColumns(rowToColumns(shape, read.rows[0]!), rules), oldKey: null, unchanged: [] },
+    shape.key,
+  );
   const out: SlotRecord[] = new Array(read.rows.length);
   out[0] = first;
   for (let i = 1; i < read.rows.length; i++) {
@@ -418,7 +438,17 @@ export function chunkRecords(source: string, shape: SnapshotTableShape, read: Pi
 export function encodeChunkRecords(records: readonly SlotRecord[]): string[] {
   const first = records[0];
   if (!first || first.columns === null) return records.map((r) => JSON.stringify(r));
-  const head = JSON.stringify({ format: first.format, source: first.source, xid: first.xid, commitLsn: first.commitLsn, commitTs: first.commitTs, index: first.index, table: first.table, op: first.op, key: first.key }).slice(0, -1);
+  const head = JSON.stringify({
+    format: first.format,
+    source: first.source,
+    xid: first.xid,
+    commitLsn: first.commitLsn,
+    commitTs: first.commitTs,
+    index: first.index,
+    table: first.table,
+    op: first.op,
+    key: first.key,
+  }).slice(0, -1);
   const columnHeads = first.columns.map((c, i) => `${i === 0 ? '' : ','}${JSON.stringify({ name: c.name, type: c.type }).slice(0, -1)},"value":`);
   const tail = `],"oldKey":null,"unchanged":[]}`;
   const fits = (r: SlotRecord): boolean =>
@@ -503,7 +533,13 @@ export function snapshotRawRecord(r: SlotRecord): SnapshotRawRecord {
  * from `rows` (`packParsedRows`). Both give the same records, byte for byte
  * (`test/core/snapshot/snapshot-copy-pack.test.ts`).
  */
-export function packChunkRecords(source: string, shape: SnapshotTableShape, read: Pick<ChunkRead, 'lowWatermark' | 'rows' | 'readAt' | 'copyText'>, rules: ColumnRules, budget: number = PACKED_RECORD_BUDGET): SnapshotRawRecord[] {
+export function packChunkRecords(
+  source: string,
+  shape: SnapshotTableShape,
+  read: Pick<ChunkRead, 'lowWatermark' | 'rows' | 'readAt' | 'copyText'>,
+  rules: ColumnRules,
+  budget: number = PACKED_RECORD_BUDGET,
+): SnapshotRawRecord[] {
   const steps = packChunkSteps(source, shape, read, rules, budget);
   for (;;) {
     const step = steps.next();
@@ -521,12 +557,21 @@ export const PACK_ROWS_PER_STEP = 1000;
  * and Node's packing overlap instead of taking turns (docs/performance-log.md, "Snapshot read packed straight from the COPY text"). The records are
  * the same as `packChunkRecords` gives.
  */
-export function* packChunkSteps(source: string, shape: SnapshotTableShape, read: Pick<ChunkRead, 'lowWatermark' | 'rows' | 'readAt' | 'copyText'>, rules: ColumnRules, budget: number = PACKED_RECORD_BUDGET, rowsPerStep: number = PACK_ROWS_PER_STEP): Generator<void, SnapshotRawRecord[], void> {
+export function* packChunkSteps(
+  source: string,
+  shape: SnapshotTableShape,
+  read: Pick<ChunkRead, 'lowWatermark' | 'rows' | 'readAt' | 'copyText'>,
+  rules: ColumnRules,
+  budget: number = PACKED_RECORD_BUDGET,
+  rowsPerStep: number = PACK_ROWS_PER_STEP,
+): Generator<void, SnapshotRawRecord[], void> {
   if (!Number.isInteger(rowsPerStep) || rowsPerStep < 1) throw new CdcError('INVALID_ARGUMENT', `rows per step must be a positive integer, got ${rowsPerStep}`);
   for (const k of shape.key) {
-    if (rules.mask.includes(k) || rules.exclude.includes(k)) throw new SnapshotTableError(shape.table, `primary-key column ${k} is declared mask or exclude; keys are never masked`);
+    if (rules.mask.includes(k) || rules.exclude.includes(k))
+      throw new SnapshotTableError(shape.table, `primary-key column ${k} is declared mask or exclude; keys are never masked`);
   }
-  if (read.copyText !== undefined) return read.copyText === '' ? [] : yield* packCopyRows(packPlan(source, shape, read, rules), read.copyText, budget, rowsPerStep);
+  if (read.copyText !== undefined)
+    return read.copyText === '' ? [] : yield* packCopyRows(packPlan(source, shape, read, rules), read.copyText, budget, rowsPerStep);
   if (read.rows.length === 0) return [];
   return packParsedRows(packPlan(source, shape, read, rules), read.rows, budget);
 }
@@ -565,8 +610,24 @@ function packPlan(source: string, shape: SnapshotTableShape, read: Pick<ChunkRea
   );
   const keyAt = shape.key.map((k) => shape.columns.findIndex((c) => c.name === k));
   // The shared fields go through the record-level rules like every capture record (buildSlotRecord).
-  buildSlotRecord({ source, xid: '0', commitLsn, commitTs: read.readAt }, index, { table: shape.table, op: 'snapshot', columns: columns.map((c) => ({ ...c, value: null })), oldKey: null, unchanged: [] }, shape.key);
-  const shared: Omit<PackedSnapshotRecord, 'rows'> = { format: SLOT_RECORD_FORMAT, source, xid: '0', commitLsn, commitTs: read.readAt, index, table: shape.table, op: 'snapshot', key: [...shape.key], columns };
+  buildSlotRecord(
+    { source, xid: '0', commitLsn, commitTs: read.readAt },
+    index,
+    { table: shape.table, op: 'snapshot', columns: columns.map((c) => ({ ...c, value: null })), oldKey: null, unchanged: [] },
+    shape.key,
+  );
+  const shared: Omit<PackedSnapshotRecord, 'rows'> = {
+    format: SLOT_RECORD_FORMAT,
+    source,
+    xid: '0',
+    commitLsn,
+    commitTs: read.readAt,
+    index,
+    table: shape.table,
+    op: 'snapshot',
+    key: [...shape.key],
+    columns,
+  };
   const head = `${JSON.stringify(shared).slice(0, -1)},"rows":[`;
   return { source, shape, head, headBytes: Buffer.byteLength(head, 'utf8') + 2, convert, masked, keyAt };
 }
@@ -654,7 +715,8 @@ function fieldEncoder(plan: PackPlan, j: number): ((field: string) => string) | 
   // A boolean: only the field `t` unescapes to `t`.
   if (column.typeOid === BOOL) return (field) => (field === 't' ? 'true' : 'false');
   if (UNQUOTED.has(column.typeOid)) {
-    if (column.type === 'smallint' || column.type === 'integer' || column.type === 'oid' || column.type === 'bigint') return (field) => (JSON_SAME_INTEGER.test(field) ? field : reference(field));
+    if (column.type === 'smallint' || column.type === 'integer' || column.type === 'oid' || column.type === 'bigint')
+      return (field) => (JSON_SAME_INTEGER.test(field) ? field : reference(field));
     // A numeric is its text (`unquotedLiteralValue`); a plain decimal needs no JSON escape.
     if (column.type === 'numeric') return (field) => (PLAIN_DECIMAL.test(field) ? `"${field}"` : reference(field));
     return reference;
@@ -704,7 +766,9 @@ function* packCopyRows(plan: PackPlan, text: string, budget: number, rowsPerStep
       if (fields !== width) throw new CdcError('INVALID_ARGUMENT', `${what}: row ${row + 1} has ${fields} fields, expected ${width}`);
       json += ']';
       const lineStart = start;
-      records.add(json, ascii ? json.length : Buffer.byteLength(json, 'utf8'), () => rowKey(plan, parseCopyText(text.slice(lineStart, end + 1), width, what)[0]!));
+      records.add(json, ascii ? json.length : Buffer.byteLength(json, 'utf8'), () =>
+        rowKey(plan, parseCopyText(text.slice(lineStart, end + 1), width, what)[0]!),
+      );
       start = end + 1;
       if ((row + 1) % rowsPerStep === 0 && start < text.length) yield;
     }
@@ -718,8 +782,15 @@ function* packCopyRows(plan: PackPlan, text: string, budget: number, rowsPerStep
 }
 
 /** The publishers' form of the worker's records (both `cdc local` and the Lambda send these): partition key (source + table + key), JSON text, a label for errors. */
-export function snapshotStreamRecords(records: readonly SnapshotRawRecord[], hash: (s: string) => string): { partitionKey: string; data: string; label: string }[] {
-  return records.map((r) => ({ partitionKey: partitionKeyOf({ source: r.source, table: r.table, key: r.key }, hash), data: r.data, label: `${r.source}/${r.table}@snapshot` }));
+export function snapshotStreamRecords(
+  records: readonly SnapshotRawRecord[],
+  hash: (s: string) => string,
+): { partitionKey: string; data: string; label: string }[] {
+  return records.map((r) => ({
+    partitionKey: partitionKeyOf({ source: r.source, table: r.table, key: r.key }, hash),
+    data: r.data,
+    label: `${r.source}/${r.table}@snapshot`,
+  }));
 }
 
 // ---------------------------------------------------------------------------------------------

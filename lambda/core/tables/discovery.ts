@@ -58,7 +58,8 @@ export function latestVerdicts(entries: readonly AuditEntry[], source: string): 
 }
 
 /** One table the rules name, before its eligibility is known. */
-export type RuleMatch = { table: string; kind: 'candidate'; rule: TableRule; config: TableConfig } | { table: string; kind: 'excluded'; rule: TableRule; by: string };
+export type RuleMatch =
+  { table: string; kind: 'candidate'; rule: TableRule; config: TableConfig } | { table: string; kind: 'excluded'; rule: TableRule; by: string };
 
 /** The catalog tables the rules match, leaving out declared tables (their settings come first). */
 export function matchRules(catalog: readonly string[], declared: ReadonlySet<string>, rules: readonly TableRule[]): RuleMatch[] {
@@ -107,7 +108,10 @@ export interface DiscoveryResult {
  * One scan. `known` holds the verdicts of earlier scans (filled from the audit log on the first
  * call, then kept up to date); only changed verdicts are audited.
  */
-export async function scanTables(d: DiscoveryDeps, known: Map<string, DiscoveryRecord> | null): Promise<{ result: DiscoveryResult; known: Map<string, DiscoveryRecord> }> {
+export async function scanTables(
+  d: DiscoveryDeps,
+  known: Map<string, DiscoveryRecord> | null,
+): Promise<{ result: DiscoveryResult; known: Map<string, DiscoveryRecord> }> {
   const now = d.now ?? (() => new Date());
   const actor = d.actor ?? 'discovery';
   const previous = known ?? latestVerdicts(await d.control.listAudit(d.source), d.source);
@@ -122,11 +126,25 @@ export async function scanTables(d: DiscoveryDeps, known: Map<string, DiscoveryR
     previous.set(r.table, r);
     if (before && before.verdict === r.verdict && before.reasons.join('\n') === r.reasons.join('\n')) return;
     changed.push(r);
-    await d.control.appendAudit({ at: r.at, actor, action: DISCOVERY_ACTIONS[r.verdict], source: d.source, table: r.table, outcome: 'done', detail: { rule: r.rule, reasons: r.reasons, ...(before ? { previously: before.verdict } : {}), ...detail } });
+    await d.control.appendAudit({
+      at: r.at,
+      actor,
+      action: DISCOVERY_ACTIONS[r.verdict],
+      source: d.source,
+      table: r.table,
+      outcome: 'done',
+      detail: { rule: r.rule, reasons: r.reasons, ...(before ? { previously: before.verdict } : {}), ...detail },
+    });
   };
   for (const m of matchRules(catalog, d.declared, d.rules)) {
     if (m.kind === 'excluded') {
-      const r: DiscoveryRecord = { table: m.table, verdict: 'excluded', rule: m.rule.match, reasons: [`excluded by rule ${m.rule.match} (excludeTables ${m.by})`], at: at() };
+      const r: DiscoveryRecord = {
+        table: m.table,
+        verdict: 'excluded',
+        rule: m.rule.match,
+        reasons: [`excluded by rule ${m.rule.match} (excludeTables ${m.by})`],
+        at: at(),
+      };
       await record(r, { by: m.by });
       verdicts.push(previous.get(m.table)!);
       continue;
@@ -146,11 +164,25 @@ export async function scanTables(d: DiscoveryDeps, known: Map<string, DiscoveryR
     captured.push(config);
     const before = previous.get(m.table);
     await d.capture(config);
-    const r: DiscoveryRecord = { table: m.table, verdict: 'captured', rule: m.rule.match, reasons: [`captured by rule ${m.rule.match}: key (${key.join(', ')}), ${config.deleteMode} deletes`], at: at() };
+    const r: DiscoveryRecord = {
+      table: m.table,
+      verdict: 'captured',
+      rule: m.rule.match,
+      reasons: [`captured by rule ${m.rule.match}: key (${key.join(', ')}), ${config.deleteMode} deletes`],
+      at: at(),
+    };
     await record(r, { key, deleteMode: config.deleteMode, mask: config.mask, exclude: config.exclude, snapshot: config.snapshot !== false });
     if (before?.verdict !== 'captured') {
       // The rules it joins with are the baseline a later mask or exclude is checked against (lambda/core/tables/late-rules.ts).
-      await d.control.appendAudit({ at: r.at, actor, action: COLUMN_RULES_ACTION, source: d.source, table: m.table, outcome: 'done', detail: { mask: [...config.mask], exclude: [...config.exclude], rule: m.rule.match } });
+      await d.control.appendAudit({
+        at: r.at,
+        actor,
+        action: COLUMN_RULES_ACTION,
+        source: d.source,
+        table: m.table,
+        outcome: 'done',
+        detail: { mask: [...config.mask], exclude: [...config.exclude], rule: m.rule.match },
+      });
     }
     // A table that joins (for the first time, or again after a drop or once eligible) is snapshotted.
     if (before?.verdict !== 'captured' && config.snapshot !== false) {
@@ -164,7 +196,13 @@ export async function scanTables(d: DiscoveryDeps, known: Map<string, DiscoveryR
     if (present.has(table) || r.verdict === 'dropped' || d.declared.has(table)) continue;
     await d.release(table);
     const when = at();
-    const dropped: DiscoveryRecord = { table, verdict: 'dropped', rule: r.rule, reasons: [`dropped from the source (was ${r.verdict}); its sink objects are kept`], at: when };
+    const dropped: DiscoveryRecord = {
+      table,
+      verdict: 'dropped',
+      rule: r.rule,
+      reasons: [`dropped from the source (was ${r.verdict}); its sink objects are kept`],
+      at: when,
+    };
     await record(dropped, {});
     if (r.verdict === 'captured') await markDropped(d, table, when, actor);
   }
@@ -175,10 +213,30 @@ export async function scanTables(d: DiscoveryDeps, known: Map<string, DiscoveryR
 async function markDropped(d: DiscoveryDeps, table: string, at: string, actor: string): Promise<void> {
   const run = await d.control.getSnapshot(d.source, table);
   if (run && snapshotPending(run)) {
-    await d.control.putSnapshot({ ...run, status: 'failed', error: `${TABLE_DROPPED}: the table was dropped from the source`, owner: null, leaseUntil: 0, updatedAt: at, version: run.version + 1 }, run.version, null);
+    await d.control.putSnapshot(
+      {
+        ...run,
+        status: 'failed',
+        error: `${TABLE_DROPPED}: the table was dropped from the source`,
+        owner: null,
+        leaseUntil: 0,
+        updatedAt: at,
+        version: run.version + 1,
+      },
+      run.version,
+      null,
+    );
   }
   const t = await d.control.getTable(d.source, table);
   if (!t || t.state === 'paused') return;
   const reason = `${TABLE_DROPPED}: ${table} was dropped from the source; nothing more is captured, its sink objects are kept (docs/onboarding.md)`;
-  await d.control.setTableState(d.source, table, 'paused', reason, { at, actor, action: 'pause', source: d.source, table, outcome: 'done', detail: { from: t.state, to: 'paused', reason } });
+  await d.control.setTableState(d.source, table, 'paused', reason, {
+    at,
+    actor,
+    action: 'pause',
+    source: d.source,
+    table,
+    outcome: 'done',
+    detail: { from: t.state, to: 'paused', reason },
+  });
 }

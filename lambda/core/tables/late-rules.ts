@@ -58,14 +58,18 @@ export function recordedColumnRules(entries: readonly AuditEntry[], source: stri
 export function leftBehindStatement(table: string, columns: readonly string[]): string {
   return (
     `existing change-log records, archive files and sink rows of ${table} still hold the clear values of ${columns.join(', ')}: ` +
-    'the new rule applies only to what is captured from now on. The table is marked for re-snapshot (new rows overwrite the sinks\' values) ' +
+    "the new rule applies only to what is captured from now on. The table is marked for re-snapshot (new rows overwrite the sinks' values) " +
     'and sink rebuild (columns a sink keeps, such as an excluded column in the warehouse mirror, are not overwritten); ' +
     'rewrite the archive for it as docs/masking.md says ("Adding a rule to a live table"); the change log ages out with its retention'
   );
 }
 
 /** Pure: which of the `registered` tables get a mask or exclude they did not have when last recorded. */
-export function lateRuleChanges(recorded: ReadonlyMap<string, { mask: readonly string[]; exclude: readonly string[] }>, registered: ReadonlySet<string>, next: readonly TableColumnRules[]): LateRuleChange[] {
+export function lateRuleChanges(
+  recorded: ReadonlyMap<string, { mask: readonly string[]; exclude: readonly string[] }>,
+  registered: ReadonlySet<string>,
+  next: readonly TableColumnRules[],
+): LateRuleChange[] {
   const out: LateRuleChange[] = [];
   for (const t of next) {
     const before = recorded.get(t.table);
@@ -74,7 +78,13 @@ export function lateRuleChanges(recorded: ReadonlyMap<string, { mask: readonly s
     // A masked column now excluded is not a leak (the log holds only its hash), so only clear ones count.
     const addedExclude = t.exclude.filter((c) => !before.exclude.includes(c) && !before.mask.includes(c));
     if (addedMask.length === 0 && addedExclude.length === 0) continue;
-    out.push({ table: t.table, addedMask, addedExclude, acknowledgement: t.acknowledgeLateRules ?? null, leftBehind: leftBehindStatement(t.table, [...addedMask, ...addedExclude]) });
+    out.push({
+      table: t.table,
+      addedMask,
+      addedExclude,
+      acknowledgement: t.acknowledgeLateRules ?? null,
+      leftBehind: leftBehindStatement(t.table, [...addedMask, ...addedExclude]),
+    });
   }
   return out;
 }
@@ -85,7 +95,10 @@ export class LateRulesRefusedError extends CdcError {
     super(
       'LATE_RULES_NOT_ACKNOWLEDGED',
       changes
-        .map((c) => `${c.table}: ${[...c.addedMask.map((m) => `mask ${m}`), ...c.addedExclude.map((x) => `exclude ${x}`)].join(', ')} added while the table is captured; ${c.leftBehind}. To go on, acknowledge it: "acknowledgeLateRules": "<who and why>" on the table (CapturedTable option acknowledgeLateRules on AWS)`)
+        .map(
+          (c) =>
+            `${c.table}: ${[...c.addedMask.map((m) => `mask ${m}`), ...c.addedExclude.map((x) => `exclude ${x}`)].join(', ')} added while the table is captured; ${c.leftBehind}. To go on, acknowledge it: "acknowledgeLateRules": "<who and why>" on the table (CapturedTable option acknowledgeLateRules on AWS)`,
+        )
         .join('\n'),
     );
   }
@@ -124,10 +137,26 @@ export interface ApplyLateRulesDeps {
 export async function applyLateRuleChanges(d: ApplyLateRulesDeps, changes: readonly LateRuleChange[]): Promise<void> {
   const now = d.now ?? new Date();
   const at = now.toISOString();
-  const audit = (table: string, outcome: 'done' | 'refused', detail: Record<string, unknown>): AuditEntry => ({ at, actor: d.actor, action: LATE_RULES_ACTION, source: d.source, table, outcome, detail });
+  const audit = (table: string, outcome: 'done' | 'refused', detail: Record<string, unknown>): AuditEntry => ({
+    at,
+    actor: d.actor,
+    action: LATE_RULES_ACTION,
+    source: d.source,
+    table,
+    outcome,
+    detail,
+  });
   const refused = changes.filter((c) => c.acknowledgement === null);
   if (refused.length > 0) {
-    for (const c of refused) await d.control.appendAudit(audit(c.table, 'refused', { addedMask: c.addedMask, addedExclude: c.addedExclude, refusal: 'no acknowledgement (acknowledgeLateRules)', leftBehind: c.leftBehind }));
+    for (const c of refused)
+      await d.control.appendAudit(
+        audit(c.table, 'refused', {
+          addedMask: c.addedMask,
+          addedExclude: c.addedExclude,
+          refusal: 'no acknowledgement (acknowledgeLateRules)',
+          leftBehind: c.leftBehind,
+        }),
+      );
     throw new LateRulesRefusedError(refused);
   }
   if (changes.length === 0) return;
@@ -135,10 +164,29 @@ export async function applyLateRuleChanges(d: ApplyLateRulesDeps, changes: reado
   for (const c of changes) {
     const t = registered.find((r) => r.table === c.table);
     if (!t) continue;
-    const reason = `${LATE_COLUMN_RULES}: ${[...c.addedMask.map((m) => `mask ${m}`), ...c.addedExclude.map((x) => `exclude ${x}`)].join(', ')} added (acknowledged: ${c.acknowledgement}); ${c.leftBehind}`.slice(0, 1024);
-    const detail = { addedMask: c.addedMask, addedExclude: c.addedExclude, acknowledgement: c.acknowledgement, leftBehind: c.leftBehind, needsResnapshot: true, needsSinkRebuild: true, archiveRewrite: 'docs/masking.md, "Adding a rule to a live table"' };
+    const reason =
+      `${LATE_COLUMN_RULES}: ${[...c.addedMask.map((m) => `mask ${m}`), ...c.addedExclude.map((x) => `exclude ${x}`)].join(', ')} added (acknowledged: ${c.acknowledgement}); ${c.leftBehind}`.slice(
+        0,
+        1024,
+      );
+    const detail = {
+      addedMask: c.addedMask,
+      addedExclude: c.addedExclude,
+      acknowledgement: c.acknowledgement,
+      leftBehind: c.leftBehind,
+      needsResnapshot: true,
+      needsSinkRebuild: true,
+      archiveRewrite: 'docs/masking.md, "Adding a rule to a live table"',
+    };
     if (t.state === 'needs-resnapshot') await d.control.appendAudit(audit(c.table, 'done', detail));
-    else await d.control.setTableState(d.source, c.table, 'needs-resnapshot', reason, audit(c.table, 'done', { ...detail, from: t.state, to: 'needs-resnapshot' }));
+    else
+      await d.control.setTableState(
+        d.source,
+        c.table,
+        'needs-resnapshot',
+        reason,
+        audit(c.table, 'done', { ...detail, from: t.state, to: 'needs-resnapshot' }),
+      );
     if (d.requestSnapshots === false) continue;
     const run = await d.control.getSnapshot(d.source, c.table);
     if (!snapshotPending(run)) await requestSnapshot(d.control, { source: d.source, table: c.table, reason: 'resnapshot', actor: d.actor, now });
@@ -178,7 +226,16 @@ export async function enforceLateRules(d: LateRulesDeps): Promise<LateRuleChange
   for (const t of d.tables) {
     const before = recorded.get(t.table);
     const same = before && before.mask.join(',') === [...t.mask].join(',') && before.exclude.join(',') === [...t.exclude].join(',');
-    if (!same) await d.control.appendAudit({ at, actor: d.actor, action: COLUMN_RULES_ACTION, source: d.source, table: t.table, outcome: 'done', detail: { mask: [...t.mask], exclude: [...t.exclude], ...(before ? { previous: before } : {}) } });
+    if (!same)
+      await d.control.appendAudit({
+        at,
+        actor: d.actor,
+        action: COLUMN_RULES_ACTION,
+        source: d.source,
+        table: t.table,
+        outcome: 'done',
+        detail: { mask: [...t.mask], exclude: [...t.exclude], ...(before ? { previous: before } : {}) },
+      });
   }
   return changes;
 }
@@ -218,7 +275,12 @@ export function lateRuleChangesBetween(
     recorded.set(table, { mask: b.mask, exclude: b.exclude });
     const cols = a.byRule ? columnsOf(table) : undefined;
     const has = (c: string) => cols === undefined || cols.includes(c) || b.mask.includes(c) || b.exclude.includes(c);
-    next.push({ table, mask: a.mask.filter(has), exclude: a.exclude.filter(has), ...(a.acknowledgeLateRules !== undefined ? { acknowledgeLateRules: a.acknowledgeLateRules } : {}) });
+    next.push({
+      table,
+      mask: a.mask.filter(has),
+      exclude: a.exclude.filter(has),
+      ...(a.acknowledgeLateRules !== undefined ? { acknowledgeLateRules: a.acknowledgeLateRules } : {}),
+    });
   }
   return lateRuleChanges(recorded, tables, next);
 }

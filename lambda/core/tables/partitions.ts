@@ -193,7 +193,11 @@ function storedForm(tree: PartitionTree): StoredTree {
  * where the snapshot worker publishes catalog types (lambda/core/shared/catalog-types.ts); writes only
  * when it changed. Returns whether it wrote.
  */
-export async function publishPartitionTree(control: Pick<ControlPlane, 'getCheckpoint' | 'putCheckpoint'>, source: string, tree: PartitionTree): Promise<boolean> {
+export async function publishPartitionTree(
+  control: Pick<ControlPlane, 'getCheckpoint' | 'putCheckpoint'>,
+  source: string,
+  tree: PartitionTree,
+): Promise<boolean> {
   const text = JSON.stringify(storedForm(tree));
   if ((await control.getCheckpoint(catalogConsumerId(source), PARTITION_TREE_KEY)) === text) return false;
   await control.putCheckpoint(catalogConsumerId(source), PARTITION_TREE_KEY, text);
@@ -213,7 +217,10 @@ export async function readPublishedPartitionTree(control: Pick<ControlPlane, 'ge
   const s = v as StoredTree;
   const edgeOk = (e: PartitionEdge) => typeof e?.partition === 'string' && typeof e.root === 'string' && typeof e.leaf === 'boolean';
   if (!s || !Array.isArray(s.edges) || !s.edges.every(edgeOk) || !Array.isArray(s.standalone) || !s.standalone.every((t) => typeof t === 'string')) {
-    throw new CdcError('INVALID_STATE', `the partition tree of ${source} in the control plane is not {edges: [{partition, root, leaf}], standalone: [...]}: ${text.slice(0, 200)}`);
+    throw new CdcError(
+      'INVALID_STATE',
+      `the partition tree of ${source} in the control plane is not {edges: [{partition, root, leaf}], standalone: [...]}: ${text.slice(0, 200)}`,
+    );
   }
   return partitionTree(s.edges, s.standalone);
 }

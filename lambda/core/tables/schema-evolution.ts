@@ -112,9 +112,22 @@ const INT_DIGITS: Record<number, number> = { 1: 3, 2: 5, 4: 10, 8: 19 };
 
 const INT_BYTES: Record<string, number> = {
   int1: 1, // DMS INT1 (bytes)
-  smallint: 2, int2: 2, int16: 2, smallserial: 2, serial2: 2,
-  integer: 4, int: 4, int4: 4, int32: 4, serial: 4, serial4: 4,
-  bigint: 8, int8: 8, int64: 8, bigserial: 8, serial8: 8,
+  smallint: 2,
+  int2: 2,
+  int16: 2,
+  smallserial: 2,
+  serial2: 2,
+  integer: 4,
+  int: 4,
+  int4: 4,
+  int32: 4,
+  serial: 4,
+  serial4: 4,
+  bigint: 8,
+  int8: 8,
+  int64: 8,
+  bigserial: 8,
+  serial8: 8,
 };
 
 const SYNONYMS: Record<string, string> = {
@@ -128,7 +141,13 @@ const SYNONYMS: Record<string, string> = {
 
 /** Lower-cases and collapses whitespace, so `Character  Varying(20)` reads like `character varying(20)`. */
 function normalizeTypeName(type: string): string {
-  return type.trim().toLowerCase().replace(/\s+/g, ' ').replace(/\s*\(\s*/g, '(').replace(/\s*,\s*/g, ',').replace(/\s*\)/g, ')');
+  return type
+    .trim()
+    .toLowerCase()
+    .replace(/\s+/g, ' ')
+    .replace(/\s*\(\s*/g, '(')
+    .replace(/\s*,\s*/g, ',')
+    .replace(/\s*\)/g, ')');
 }
 
 function typeInfo(type: string): TypeInfo {
@@ -211,7 +230,8 @@ function dmsReportsAs(pg: string, dms: string): boolean {
   if (t.endsWith('[]') || DMS_CLOB_TYPES.has(t)) return base === 'nclob' || base === 'clob';
   const info = typeInfo(t);
   if (info.family === 'char') return isString && (len === null || len === info.length);
-  if (info.family === 'temporal') return info.name === 'timestamp with time zone' ? base === 'datetime' : info.name === 'time with time zone' && base === 'time';
+  if (info.family === 'temporal')
+    return info.name === 'timestamp with time zone' ? base === 'datetime' : info.name === 'time with time zone' && base === 'time';
   if (info.family === 'numeric') {
     if (info.precision === null) return base === 'numeric' && (len === null || (len === 28 && scale === 6)); // DMS's default for an unbounded numeric
     return info.precision >= 39 && isString;

@@ -42,7 +42,6 @@ export class TableConfigError extends CdcError {
 const TABLE_ID = /^[^.\s]+\.[^.\s]+$/;
 const FIELDS = new Set(['table', 'key', 'deleteMode', 'mask', 'exclude', 'snapshot', 'transforms', 'capture', 'pollColumn', 'acknowledgeLateRules']);
 
-
 function columnList(v: unknown, field: string): string[] {
   if (!Array.isArray(v)) throw new TableConfigError(field, `expected an array of column names, got ${describe(v)}`);
   v.forEach((c, i) => {
@@ -99,17 +98,26 @@ export function validateTableConfig(value: unknown, origin = 'CDC_TABLE_CONFIG',
     }
     if (e.transforms !== undefined) config.transforms = validateTransforms(e.transforms, config, `${at}.transforms`);
     if (e.capture !== undefined) {
-      if (typeof e.capture !== 'string' || !(CAPTURE_MODES as readonly string[]).includes(e.capture)) throw new TableConfigError(`${at}.capture`, `expected 'log' or 'poll', got ${describe(e.capture)}`);
+      if (typeof e.capture !== 'string' || !(CAPTURE_MODES as readonly string[]).includes(e.capture))
+        throw new TableConfigError(`${at}.capture`, `expected 'log' or 'poll', got ${describe(e.capture)}`);
       config.capture = e.capture as CaptureMode;
     }
     if (e.pollColumn !== undefined) {
-      if (typeof e.pollColumn !== 'string' || !PLAIN_IDENT.test(e.pollColumn)) throw new TableConfigError(`${at}.pollColumn`, `expected a column name, got ${describe(e.pollColumn)}`);
+      if (typeof e.pollColumn !== 'string' || !PLAIN_IDENT.test(e.pollColumn))
+        throw new TableConfigError(`${at}.pollColumn`, `expected a column name, got ${describe(e.pollColumn)}`);
       if (config.capture !== 'poll') throw new TableConfigError(`${at}.pollColumn`, "only a table with capture 'poll' is read by a poll column");
-      if (mask.includes(e.pollColumn) || exclude.includes(e.pollColumn)) throw new TableConfigError(`${at}.pollColumn`, `the poll column ${JSON.stringify(e.pollColumn)} cannot be masked or excluded (the poller orders by it)`);
+      if (mask.includes(e.pollColumn) || exclude.includes(e.pollColumn))
+        throw new TableConfigError(
+          `${at}.pollColumn`,
+          `the poll column ${JSON.stringify(e.pollColumn)} cannot be masked or excluded (the poller orders by it)`,
+        );
       config.pollColumn = e.pollColumn;
     }
     if (config.capture === 'poll' && config.pollColumn === undefined) {
-      throw new TableConfigError(`${at}.pollColumn`, "a table with capture 'poll' needs its modified-at (timestamp) or transaction-id (xid8) column (docs/polling.md)");
+      throw new TableConfigError(
+        `${at}.pollColumn`,
+        "a table with capture 'poll' needs its modified-at (timestamp) or transaction-id (xid8) column (docs/polling.md)",
+      );
     }
     if (e.acknowledgeLateRules !== undefined) config.acknowledgeLateRules = acknowledgement(e.acknowledgeLateRules, `${at}.acknowledgeLateRules`);
     return [config];
@@ -127,7 +135,8 @@ export function validateTransforms(v: unknown, rules: ColumnRules, field: string
 }
 
 function acknowledgement(v: unknown, field: string): string {
-  if (typeof v !== 'string' || v.trim() === '') throw new TableConfigError(field, `expected a non-empty text saying who acknowledges and why, got ${describe(v)}`);
+  if (typeof v !== 'string' || v.trim() === '')
+    throw new TableConfigError(field, `expected a non-empty text saying who acknowledges and why, got ${describe(v)}`);
   return v;
 }
 
@@ -136,7 +145,8 @@ const RULE_FIELDS = new Set(['match', 'excludeTables', 'key', 'deleteMode', 'mas
 function patternList(v: unknown, field: string): string[] {
   if (!Array.isArray(v)) throw new TableConfigError(field, `expected an array of 'schema.table' patterns, got ${describe(v)}`);
   v.forEach((p, i) => {
-    if (typeof p !== 'string' || !isTablePattern(p)) throw new TableConfigError(`${field}[${i}]`, `expected a 'schema.table' pattern (* for any run of characters), got ${describe(p)}`);
+    if (typeof p !== 'string' || !isTablePattern(p))
+      throw new TableConfigError(`${field}[${i}]`, `expected a 'schema.table' pattern (* for any run of characters), got ${describe(p)}`);
   });
   return [...(v as string[])];
 }
@@ -153,14 +163,22 @@ function validateRule(entry: unknown, at: string): TableRule {
   for (const f of Object.keys(e)) {
     if (!RULE_FIELDS.has(f)) throw new TableConfigError(`${at}.${f}`, `unknown field of a table rule (known: ${[...RULE_FIELDS].join(', ')})`);
   }
-  if (typeof e.match !== 'string' || !isTablePattern(e.match)) throw new TableConfigError(`${at}.match`, `expected a 'schema.table' pattern such as 'public.*', got ${describe(e.match)}`);
+  if (typeof e.match !== 'string' || !isTablePattern(e.match))
+    throw new TableConfigError(`${at}.match`, `expected a 'schema.table' pattern such as 'public.*', got ${describe(e.match)}`);
   const deleteMode = e.deleteMode ?? 'soft';
-  if (typeof deleteMode !== 'string' || !(DELETE_MODES as readonly string[]).includes(deleteMode)) throw new TableConfigError(`${at}.deleteMode`, `expected 'soft' or 'hard', got ${describe(deleteMode)}`);
+  if (typeof deleteMode !== 'string' || !(DELETE_MODES as readonly string[]).includes(deleteMode))
+    throw new TableConfigError(`${at}.deleteMode`, `expected 'soft' or 'hard', got ${describe(deleteMode)}`);
   const mask = e.mask === undefined ? [] : columnList(e.mask, `${at}.mask`);
   const exclude = e.exclude === undefined ? [] : columnList(e.exclude, `${at}.exclude`);
   const both = mask.find((m) => exclude.includes(m));
   if (both !== undefined) throw new TableConfigError(`${at}.exclude`, `column ${JSON.stringify(both)} is both masked and excluded; choose one`);
-  const rule: TableRule = { match: e.match, excludeTables: e.excludeTables === undefined ? [] : patternList(e.excludeTables, `${at}.excludeTables`), deleteMode: deleteMode as DeleteMode, mask, exclude };
+  const rule: TableRule = {
+    match: e.match,
+    excludeTables: e.excludeTables === undefined ? [] : patternList(e.excludeTables, `${at}.excludeTables`),
+    deleteMode: deleteMode as DeleteMode,
+    mask,
+    exclude,
+  };
   if (e.key !== undefined && e.key !== null) {
     const key = columnList(e.key, `${at}.key`);
     checkKeyAgainstRules(e.match, key, rule, `${at}.key`);
@@ -177,7 +195,11 @@ function validateRule(entry: unknown, at: string): TableRule {
  * A `cdc local --table-config` file: entries with `table` are tables, entries with `match` are
  * rules. Refuses what `findRuleConflict` refuses (the same check the constructs make at synth).
  */
-export function validateTableSettings(value: unknown, origin: string, heartbeat?: { table: string; columns: readonly string[] }): { tables: TableConfig[]; rules: TableRule[] } {
+export function validateTableSettings(
+  value: unknown,
+  origin: string,
+  heartbeat?: { table: string; columns: readonly string[] },
+): { tables: TableConfig[]; rules: TableRule[] } {
   if (!Array.isArray(value)) throw new TableConfigError(origin, `expected a JSON array of table settings, got ${describe(value)}`);
   const isRule = (entry: unknown): boolean => typeof entry === 'object' && entry !== null && !Array.isArray(entry) && 'match' in entry;
   const tables = validateTableConfig(value, origin, isRule);
@@ -196,7 +218,14 @@ export type TableResolution =
 
 /** The configuration a rule gives a table it matches. */
 export function ruleConfig(rule: TableRule, table: string): TableConfig {
-  return { table, deleteMode: rule.deleteMode, mask: [...rule.mask], exclude: [...rule.exclude], ...(rule.key ? { key: [...rule.key] } : {}), ...(rule.snapshot === false ? { snapshot: false } : {}) };
+  return {
+    table,
+    deleteMode: rule.deleteMode,
+    mask: [...rule.mask],
+    exclude: [...rule.exclude],
+    ...(rule.key ? { key: [...rule.key] } : {}),
+    ...(rule.snapshot === false ? { snapshot: false } : {}),
+  };
 }
 
 /** Resolves a table against rules alone: the first rule whose pattern matches decides (excluded or captured). */

@@ -61,8 +61,19 @@ export function isIdentity(t: TableTransforms | undefined): boolean {
 /** A canonical text of the transforms (keys sorted), for comparing two declarations and for audit entries. */
 export function transformsText(t: TableTransforms | undefined): string {
   if (isIdentity(t)) return '{}';
-  const sorted = (r: Record<string, string> | undefined) => (r && Object.keys(r).length > 0 ? Object.fromEntries(Object.keys(r).sort().map((k) => [k, r[k]!])) : undefined);
-  return JSON.stringify({ coerce: sorted(t!.coerce), rename: sorted(t!.rename), tenant: t!.tenant ? { column: t!.tenant.column, value: t!.tenant.value } : undefined });
+  const sorted = (r: Record<string, string> | undefined) =>
+    r && Object.keys(r).length > 0
+      ? Object.fromEntries(
+          Object.keys(r)
+            .sort()
+            .map((k) => [k, r[k]!]),
+        )
+      : undefined;
+  return JSON.stringify({
+    coerce: sorted(t!.coerce),
+    rename: sorted(t!.rename),
+    tenant: t!.tenant ? { column: t!.tenant.column, value: t!.tenant.value } : undefined,
+  });
 }
 
 /** True when both declarations transform every change the same way. */
@@ -76,7 +87,9 @@ export function sameTransforms(a: TableTransforms | undefined, b: TableTransform
  */
 export function tenantValue(template: string, ctx: TransformContext): string {
   const [schema, table] = ctx.table.split('.') as [string, string];
-  return template.replace(/\{(source|schema|table|tableId)\}/g, (_, k: string) => (k === 'source' ? ctx.source : k === 'schema' ? schema : k === 'table' ? table : ctx.table));
+  return template.replace(/\{(source|schema|table|tableId)\}/g, (_, k: string) =>
+    k === 'source' ? ctx.source : k === 'schema' ? schema : k === 'table' ? table : ctx.table,
+  );
 }
 
 function shown(v: JsonValue): string {
@@ -106,7 +119,14 @@ export function coerceValue(value: JsonValue, type: string, table: string, colum
   if (typeof value === 'object') return fail('a JSON array or object is not a scalar');
   switch (type) {
     case 'bigint': {
-      const text = typeof value === 'number' ? (Number.isInteger(value) ? String(value) : fail('not an integer')) : typeof value === 'string' ? value.trim() : fail('a boolean is not an integer');
+      const text =
+        typeof value === 'number'
+          ? Number.isInteger(value)
+            ? String(value)
+            : fail('not an integer')
+          : typeof value === 'string'
+            ? value.trim()
+            : fail('a boolean is not an integer');
       if (!/^[-+]?\d+$/.test(text)) fail('not an integer');
       const n = BigInt(text);
       if (n < INT64_MIN || n > INT64_MAX) fail('outside the 64-bit range');
@@ -142,7 +162,8 @@ export function coerceValue(value: JsonValue, type: string, table: string, colum
       const t = value.trim();
       const m = /^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,6})?)?(Z|[+-]\d{2}(?::?\d{2})?)$/.exec(t);
       if (!m) return fail('expected an ISO-8601 timestamp with a time zone (2026-01-31 10:00:00+00)');
-      if (Number(m[2]) < 1 || Number(m[2]) > 12 || Number(m[3]) < 1 || Number(m[3]) > 31 || Number(m[4]) > 23 || Number(m[5]) > 59 || Number(m[6] ?? '0') > 59) fail('a field is out of range');
+      if (Number(m[2]) < 1 || Number(m[2]) > 12 || Number(m[3]) < 1 || Number(m[3]) > 31 || Number(m[4]) > 23 || Number(m[5]) > 59 || Number(m[6] ?? '0') > 59)
+        fail('a field is out of range');
       return t;
     }
     default: {
@@ -175,7 +196,12 @@ function exactNumberText(n: number): string {
   const [i, f = ''] = mant.replace('-', '').split('.') as [string, string?];
   const digits = i + f;
   const point = i.length + exp;
-  const body = point <= 0 ? `0.${'0'.repeat(-point)}${digits}` : point >= digits.length ? digits + '0'.repeat(point - digits.length) : `${digits.slice(0, point)}.${digits.slice(point)}`;
+  const body =
+    point <= 0
+      ? `0.${'0'.repeat(-point)}${digits}`
+      : point >= digits.length
+        ? digits + '0'.repeat(point - digits.length)
+        : `${digits.slice(0, point)}.${digits.slice(point)}`;
   return (neg ? '-' : '') + body;
 }
 
@@ -185,7 +211,8 @@ function transformRow(row: Row, t: TableTransforms, table: string): Row {
     const type = t.coerce?.[name];
     const v = type === undefined ? value : coerceValue(value, type, table, name);
     const to = t.rename?.[name] ?? name;
-    if (to in out) throw new TransformError('TRANSFORM_CONFLICT', table, to, `two columns would be named ${JSON.stringify(to)} after renaming; rename one of them as well`);
+    if (to in out)
+      throw new TransformError('TRANSFORM_CONFLICT', table, to, `two columns would be named ${JSON.stringify(to)} after renaming; rename one of them as well`);
     out[to] = v;
   }
   return out;
@@ -196,12 +223,21 @@ function transformRow(row: Row, t: TableTransforms, table: string): Row {
  * `before`) and `missing`, then stamp the tenant column into `after`. The input is not changed.
  * Throws `TransformError` for a value that does not coerce or a column-name conflict.
  */
-export function transformChange<T extends Pick<DecodedChange, 'source' | 'table' | 'key' | 'after' | 'before' | 'missing'>>(change: T, t: TableTransforms | undefined): T {
+export function transformChange<T extends Pick<DecodedChange, 'source' | 'table' | 'key' | 'after' | 'before' | 'missing'>>(
+  change: T,
+  t: TableTransforms | undefined,
+): T {
   if (t === undefined || isIdentity(t)) return change;
   const table = change.table;
   const after = change.after === null ? null : transformRow(change.after, t, table);
   if (after !== null && t.tenant) {
-    if (t.tenant.column in after) throw new TransformError('TRANSFORM_CONFLICT', table, t.tenant.column, 'the tenant column already exists in the row; declare another tenant column or rename the source column');
+    if (t.tenant.column in after)
+      throw new TransformError(
+        'TRANSFORM_CONFLICT',
+        table,
+        t.tenant.column,
+        'the tenant column already exists in the row; declare another tenant column or rename the source column',
+      );
     after[t.tenant.column] = tenantValue(t.tenant.value, change);
   }
   return {
@@ -219,7 +255,11 @@ export function transformChange<T extends Pick<DecodedChange, 'source' | 'table'
  * on what `applyColumnRulesToColumns` returned, so a masked column is text before it is renamed.
  * Idempotent for the tenant column (not added twice). The input is not changed.
  */
-export function transformColumns<C extends { name: string; type: string | null }>(columns: readonly C[], t: TableTransforms | undefined, tenantColumn: (name: string) => C): C[] {
+export function transformColumns<C extends { name: string; type: string | null }>(
+  columns: readonly C[],
+  t: TableTransforms | undefined,
+  tenantColumn: (name: string) => C,
+): C[] {
   if (t === undefined || isIdentity(t)) return [...columns];
   const out = columns.map((c) => {
     const type = t.coerce?.[c.name];

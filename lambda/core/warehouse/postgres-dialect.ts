@@ -25,7 +25,29 @@ import { beginMergeSql, createOverlayViewSql, isSinkTextType, mergeSql } from '.
 /** PostgreSQL's text type: unbounded. */
 export const PG_TEXT = 'text';
 
-const INTEGER = new Set(['smallint', 'int2', 'integer', 'int', 'int4', 'bigint', 'int8', 'smallserial', 'serial2', 'serial', 'serial4', 'bigserial', 'serial8', 'int1', 'int16', 'int32', 'int64', 'uint1', 'uint2', 'uint4', 'byte']);
+const INTEGER = new Set([
+  'smallint',
+  'int2',
+  'integer',
+  'int',
+  'int4',
+  'bigint',
+  'int8',
+  'smallserial',
+  'serial2',
+  'serial',
+  'serial4',
+  'bigserial',
+  'serial8',
+  'int1',
+  'int16',
+  'int32',
+  'int64',
+  'uint1',
+  'uint2',
+  'uint4',
+  'byte',
+]);
 const FLOAT = new Set(['real', 'float4', 'double precision', 'float8', 'float', 'real4', 'real8', 'double']);
 const SAME = new Map<string, string>([
   ['boolean', 'boolean'],

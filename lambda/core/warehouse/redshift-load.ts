@@ -18,7 +18,10 @@ export const PART_TARGET_BYTES = 32 * 1024 * 1024;
 /** An event the loader cannot take: it goes to the applier's full path (truncate, a partial update, a primary-key handover). */
 export class NotLoadableError extends CdcError {
   constructor(table: string, position: string, why: string) {
-    super('REDSHIFT_NOT_LOADABLE', `${table} at ${position}: ${why}; the Redshift loader appends full images and plain deletes only (docs/warehouse-apply.md, "Redshift: the load")`);
+    super(
+      'REDSHIFT_NOT_LOADABLE',
+      `${table} at ${position}: ${why}; the Redshift loader appends full images and plain deletes only (docs/warehouse-apply.md, "Redshift: the load")`,
+    );
   }
 }
 
@@ -58,7 +61,18 @@ export function stageEvent(
     const unheld = marks.join(',') || null;
     return {
       row: {
-        fields: [e.position, e.op, e.commitTs, String(e.schemaVersion), e.txId, e.synthetic ? 'true' : 'false', unheld, appliedAt.toISOString(), ...k.values, ...d.values],
+        fields: [
+          e.position,
+          e.op,
+          e.commitTs,
+          String(e.schemaVersion),
+          e.txId,
+          e.synthetic ? 'true' : 'false',
+          unheld,
+          appliedAt.toISOString(),
+          ...k.values,
+          ...d.values,
+        ],
       },
     };
   } catch (err) {
@@ -97,7 +111,14 @@ const fieldBytes = (f: string | null): number => (f === null ? 1 : Buffer.byteLe
  * value meets its column's policy with the reason `row-too-long` (refused: the event is a dead
  * letter; null-with-marker: NULL and marked), so no load fails on one row.
  */
-function fitRow(table: string, data: readonly RedshiftColumn[], values: (string | null)[], marks: string[], policyOf: (column: string) => ValuePolicy, key: Record<string, unknown>): void {
+function fitRow(
+  table: string,
+  data: readonly RedshiftColumn[],
+  values: (string | null)[],
+  marks: string[],
+  policyOf: (column: string) => ValuePolicy,
+  key: Record<string, unknown>,
+): void {
   const size = (v: string | null): number => (v === null ? 1 : Buffer.byteLength(v, 'utf8') + 3);
   // The platform columns and the key take well under 1 KB; the data decide.
   let total = 1024 + JSON.stringify(key).length + values.reduce((n, v) => n + size(v), 0);
@@ -154,7 +175,8 @@ export function parseManifest(text: string, where: string): Manifest {
   const entries = (m as { entries?: unknown }).entries;
   if (!Array.isArray(entries) || entries.length === 0) throw new CdcError('INVALID_MANIFEST', `${where}: no entries`);
   for (const [i, e] of entries.entries()) {
-    if (typeof (e as { url?: unknown }).url !== 'string' || !(e as { url: string }).url.startsWith('s3://')) throw new CdcError('INVALID_MANIFEST', `${where}: entries[${i}].url is not an s3:// URL`);
+    if (typeof (e as { url?: unknown }).url !== 'string' || !(e as { url: string }).url.startsWith('s3://'))
+      throw new CdcError('INVALID_MANIFEST', `${where}: entries[${i}].url is not an s3:// URL`);
   }
   return m as Manifest;
 }
@@ -168,7 +190,8 @@ export interface RedshiftCadence {
 }
 
 export function redshiftCadence(freshnessTargetMs: number): RedshiftCadence {
-  if (!Number.isFinite(freshnessTargetMs) || freshnessTargetMs <= 0) throw new RangeError(`freshnessTarget must be a positive duration, got ${freshnessTargetMs} ms`);
+  if (!Number.isFinite(freshnessTargetMs) || freshnessTargetMs <= 0)
+    throw new RangeError(`freshnessTarget must be a positive duration, got ${freshnessTargetMs} ms`);
   const clamp = (v: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, Math.round(v)));
   return { loadEveryMs: clamp(freshnessTargetMs / 3, 1_000, 300_000), mergeEveryMs: clamp(freshnessTargetMs * 2, 60_000, 3_600_000) };
 }

@@ -36,7 +36,10 @@ import { CdcColumn, type WarehouseTable } from './warehouse-sql.ts';
 /** Two columns of one table that Redshift would fold into one name. */
 export class FoldedColumnError extends CdcError {
   constructor(table: string, a: string, b: string) {
-    super('NAME_FOLDS', `${table}: columns ${a} and ${b} are one column in Redshift, which folds names to lower case; rename one at the source (docs/onboarding.md, "Names")`);
+    super(
+      'NAME_FOLDS',
+      `${table}: columns ${a} and ${b} are one column in Redshift, which folds names to lower case; rename one at the source (docs/onboarding.md, "Names")`,
+    );
   }
 }
 
@@ -77,7 +80,8 @@ export interface RedshiftTable {
 }
 
 const list = (names: readonly string[], prefix = ''): string => names.map((n) => prefix + rsIdent(n)).join(', ');
-const keyMatch = (key: readonly RedshiftColumn[], l: string, r: string): string => key.map((k) => `${l}.${rsIdent(k.name)} = ${r}.${rsIdent(k.name)}`).join(' AND ');
+const keyMatch = (key: readonly RedshiftColumn[], l: string, r: string): string =>
+  key.map((k) => `${l}.${rsIdent(k.name)} = ${r}.${rsIdent(k.name)}`).join(' AND ');
 const defs = (cs: readonly RedshiftColumn[], notNull = false): string[] => cs.map((c) => `${rsIdent(c.name)} ${c.type}${notNull ? ' NOT NULL' : ''}`);
 
 /** The changelog's platform columns, in table order (then the key, then the data). */
@@ -100,7 +104,15 @@ export function changelogColumns(r: RedshiftTable): string[] {
 
 /** The mirror's columns in table order. */
 export function mirrorColumns(r: RedshiftTable): string[] {
-  return [CdcColumn.DELETED, ...r.key.map((c) => c.name), ...r.data.map((c) => c.name), CdcColumn.POSITION, CdcColumn.DELETED_AT, UNHELD_COLUMN, CdcColumn.APPLIED_AT];
+  return [
+    CdcColumn.DELETED,
+    ...r.key.map((c) => c.name),
+    ...r.data.map((c) => c.name),
+    CdcColumn.POSITION,
+    CdcColumn.DELETED_AT,
+    UNHELD_COLUMN,
+    CdcColumn.APPLIED_AT,
+  ];
 }
 
 /** The view's columns: key, data, position, marker, applied-at. */
@@ -145,7 +157,10 @@ export function lastLoadSql(schema: string): string {
 /** The tables of one captured table, its watermark row and its view (idempotent, in one transaction). */
 export function createTableSql(r: RedshiftTable): string[] {
   const { t } = r;
-  assertFoldsApart(t.tableId, [...r.key, ...r.data].map((c) => c.name));
+  assertFoldsApart(
+    t.tableId,
+    [...r.key, ...r.data].map((c) => c.name),
+  );
   const keyNames = list(r.key.map((c) => c.name));
   const out = [
     createSchemaSql(t.schema),
@@ -165,7 +180,9 @@ export function createTableSql(r: RedshiftTable): string[] {
       `WHERE NOT EXISTS (SELECT 1 FROM ${rsQualified(t.schema, WATERMARKS_TABLE)} w WHERE w.table_name = ${literal(t.view.toLowerCase())})`,
   ];
   if (r.hard) {
-    out.push(`CREATE TABLE IF NOT EXISTS ${rsQualified(t.schema, t.deletedKeys)} (${[...defs(r.key, true), `${rsIdent(CdcColumn.POSITION)} varchar(24) NOT NULL`, `PRIMARY KEY (${keyNames})`].join(', ')})`);
+    out.push(
+      `CREATE TABLE IF NOT EXISTS ${rsQualified(t.schema, t.deletedKeys)} (${[...defs(r.key, true), `${rsIdent(CdcColumn.POSITION)} varchar(24) NOT NULL`, `PRIMARY KEY (${keyNames})`].join(', ')})`,
+    );
   }
   out.push(createViewSql(r));
   return out;
@@ -182,8 +199,10 @@ function pendingRows(r: RedshiftTable, cut?: string): string {
 function newestPending(r: RedshiftTable, cut?: string): string {
   const pos = rsIdent(CdcColumn.POSITION);
   return (
-    `SELECT p.*, row_number() OVER (PARTITION BY ${list(r.key.map((k) => k.name), 'p.')} ORDER BY p.${pos} DESC, p.${rsIdent(LOAD_COLUMN)}) AS ${rsIdent(RANK)} ` +
-    `FROM (${pendingRows(r, cut)}) p`
+    `SELECT p.*, row_number() OVER (PARTITION BY ${list(
+      r.key.map((k) => k.name),
+      'p.',
+    )} ORDER BY p.${pos} DESC, p.${rsIdent(LOAD_COLUMN)}) AS ${rsIdent(RANK)} ` + `FROM (${pendingRows(r, cut)}) p`
   );
 }
 
@@ -192,7 +211,8 @@ function aboveBase(r: RedshiftTable, alias: string): string {
   const { t } = r;
   const pos = rsIdent(CdcColumn.POSITION);
   let s = `NOT EXISTS (SELECT 1 FROM ${rsQualified(t.schema, t.mirror)} m WHERE ${keyMatch(r.key, 'm', alias)} AND m.${pos} >= ${alias}.${pos})`;
-  if (r.hard) s += ` AND NOT EXISTS (SELECT 1 FROM ${rsQualified(t.schema, t.deletedKeys)} d WHERE ${keyMatch(r.key, 'd', alias)} AND d.${pos} >= ${alias}.${pos})`;
+  if (r.hard)
+    s += ` AND NOT EXISTS (SELECT 1 FROM ${rsQualified(t.schema, t.deletedKeys)} d WHERE ${keyMatch(r.key, 'd', alias)} AND d.${pos} >= ${alias}.${pos})`;
   return s;
 }
 
@@ -234,7 +254,9 @@ export function mergeSql(r: RedshiftTable, cut: number): string[] {
     if (c === CdcColumn.DELETED_AT) return `CASE WHEN ${isDelete} THEN l.${rsIdent(CdcColumn.COMMIT_TS)} END AS ${rsIdent(c)}`;
     return `l.${rsIdent(c)}`;
   });
-  const out = [`CREATE TEMP TABLE ${stage} AS SELECT ${exprs.join(', ')} FROM (${newestPending(r, String(int(cut)))}) l WHERE l.${rsIdent(RANK)} = 1 AND ${aboveBase(r, 'l')}`];
+  const out = [
+    `CREATE TEMP TABLE ${stage} AS SELECT ${exprs.join(', ')} FROM (${newestPending(r, String(int(cut)))}) l WHERE l.${rsIdent(RANK)} = 1 AND ${aboveBase(r, 'l')}`,
+  ];
   const mirror = rsQualified(t.schema, t.mirror);
   const mirrorRef = rsIdent(t.mirror);
   if (r.hard) {
@@ -277,7 +299,8 @@ export const COPY_FORMAT = "FORMAT AS CSV GZIP TIMEFORMAT 'auto' DATEFORMAT 'aut
  * The URI, role and region are checked, not parameters (COPY takes none).
  */
 export function copyManifestSql(r: RedshiftTable, manifestUri: string, roleArn: string, region?: string): string {
-  if (!/^s3:\/\/[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\/[A-Za-z0-9!_.*()/=-]+$/.test(manifestUri)) throw new UnsafeIdentifierError(manifestUri, 'not an S3 URI the loader makes (s3://bucket/key with plain characters)');
+  if (!/^s3:\/\/[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\/[A-Za-z0-9!_.*()/=-]+$/.test(manifestUri))
+    throw new UnsafeIdentifierError(manifestUri, 'not an S3 URI the loader makes (s3://bucket/key with plain characters)');
   if (!/^arn:aws[a-z-]*:iam::\d{12}:role\/[A-Za-z0-9+=,.@_/-]+$/.test(roleArn)) throw new UnsafeIdentifierError(roleArn, 'not an IAM role ARN');
   if (region !== undefined && !/^[a-z]{2}(-[a-z]+)+-\d$/.test(region)) throw new UnsafeIdentifierError(region, 'not an AWS region name');
   return `COPY ${rsQualified(r.t.schema, r.t.changelog)} (${list(changelogColumns(r))}) FROM '${manifestUri}' IAM_ROLE '${roleArn}' MANIFEST ${COPY_FORMAT}${region ? ` REGION '${region}'` : ''}`;
@@ -296,7 +319,10 @@ function int(n: number): number {
 /** A column change Redshift cannot make in place (only a VARCHAR's length can change). */
 export class RedshiftTypeChangeError extends CdcError {
   constructor(table: string, column: string, have: string, want: string) {
-    super('SINK_TYPE_CONFLICT', `${table}.${column}: the Redshift column is ${have} and the new schema version needs ${want}; Redshift changes only a VARCHAR's length, so the table is held (docs/schema-drift.md)`);
+    super(
+      'SINK_TYPE_CONFLICT',
+      `${table}.${column}: the Redshift column is ${have} and the new schema version needs ${want}; Redshift changes only a VARCHAR's length, so the table is held (docs/schema-drift.md)`,
+    );
   }
 }
 
@@ -329,10 +355,20 @@ export function evolveSql(from: RedshiftTable, to: RedshiftTable): RedshiftEvolu
   if (to.key.some((k) => added.includes(k))) throw new RedshiftTypeChangeError(t.tableId, to.key.map((k) => k.name).join(', '), 'the key', 'a new key column');
   const tables = [t.changelog, t.mirror];
   const transactional =
-    added.length === 0 ? [] : [`DROP VIEW ${rsQualified(t.schema, t.view)}`, ...added.flatMap((c) => tables.map((x) => `ALTER TABLE ${rsQualified(t.schema, x)} ADD COLUMN ${rsIdent(c.name)} ${c.type}`)), createViewSql(to)];
+    added.length === 0
+      ? []
+      : [
+          `DROP VIEW ${rsQualified(t.schema, t.view)}`,
+          ...added.flatMap((c) => tables.map((x) => `ALTER TABLE ${rsQualified(t.schema, x)} ADD COLUMN ${rsIdent(c.name)} ${c.type}`)),
+          createViewSql(to),
+        ];
   const widen =
     widened.length === 0
       ? []
-      : [`DROP VIEW ${rsQualified(t.schema, t.view)}`, ...widened.flatMap((c) => tables.map((x) => `ALTER TABLE ${rsQualified(t.schema, x)} ALTER COLUMN ${rsIdent(c.name)} TYPE ${c.type}`)), createViewSql(to)];
+      : [
+          `DROP VIEW ${rsQualified(t.schema, t.view)}`,
+          ...widened.flatMap((c) => tables.map((x) => `ALTER TABLE ${rsQualified(t.schema, x)} ALTER COLUMN ${rsIdent(c.name)} TYPE ${c.type}`)),
+          createViewSql(to),
+        ];
   return { transactional, widen };
 }

@@ -54,7 +54,8 @@ export interface RedshiftColumn {
 /** The marker column: which values of the row were not held, and why (`col:reason,col:reason`). NULL when every value was held. */
 export const UNHELD_COLUMN = '_cdc_unheld';
 
-const INTEGER = /^(smallint|int2|integer|int|int4|bigint|int8|smallserial|serial2|serial|serial4|bigserial|serial8|int1|int16|int32|int64|uint1|uint2|uint4|byte)$/;
+const INTEGER =
+  /^(smallint|int2|integer|int|int4|bigint|int8|smallserial|serial2|serial|serial4|bigserial|serial8|int1|int16|int32|int64|uint1|uint2|uint4|byte)$/;
 const FLOAT = /^(real|float4|double precision|float8|float|real4|real8|double|float\(\d+\))$/;
 
 /**
@@ -122,7 +123,8 @@ function dateRefusal(text: string): { reason: UnheldReason; detail: string } | n
   if (m && t.endsWith(' bc')) {
     const [y, mo, d] = [Number(m[1]), Number(m[2]), Number(m[3])];
     // Redshift starts at 4713-11-24 BC (Julian day 0), as PostgreSQL does.
-    if (y > REDSHIFT_MIN_YEAR_BC || (y === REDSHIFT_MIN_YEAR_BC && (mo < 11 || (mo === 11 && d < 24)))) return { reason: 'date-out-of-range', detail: `${text} is before 4713-11-24 BC` };
+    if (y > REDSHIFT_MIN_YEAR_BC || (y === REDSHIFT_MIN_YEAR_BC && (mo < 11 || (mo === 11 && d < 24))))
+      return { reason: 'date-out-of-range', detail: `${text} is before 4713-11-24 BC` };
   }
   return null;
 }
@@ -136,8 +138,10 @@ function numericRefusal(text: string, scale: number): { reason: UnheldReason; de
   if (!m) return null;
   const intDigits = (m[1] ?? '').replace(/^0+/, '').length;
   const fracDigits = (m[2] ?? '').replace(/0+$/, '').length;
-  if (intDigits > REDSHIFT_MAX_NUMERIC_DIGITS - scale) return { reason: 'numeric-overflow', detail: `${intDigits} integer digits, numeric(38,${scale}) holds ${REDSHIFT_MAX_NUMERIC_DIGITS - scale}` };
-  if (fracDigits > scale) return { reason: 'numeric-overflow', detail: `${fracDigits} digits after the point, numeric(38,${scale}) holds ${scale} (it would round)` };
+  if (intDigits > REDSHIFT_MAX_NUMERIC_DIGITS - scale)
+    return { reason: 'numeric-overflow', detail: `${intDigits} integer digits, numeric(38,${scale}) holds ${REDSHIFT_MAX_NUMERIC_DIGITS - scale}` };
+  if (fracDigits > scale)
+    return { reason: 'numeric-overflow', detail: `${fracDigits} digits after the point, numeric(38,${scale}) holds ${scale} (it would round)` };
   return null;
 }
 
@@ -177,13 +181,17 @@ export function redshiftText(c: RedshiftColumn, table: string, v: JsonValue): { 
       const t = String(v);
       if (!/^\\x([0-9a-fA-F]{2})*$/.test(t)) return { reason: 'not-hex', detail: 'a bytea value is carried as \\x followed by hex digits' };
       const bytes = (t.length - 2) / 2;
-      return bytes > (c.maxBytes ?? REDSHIFT_MAX_VARBYTE_BYTES) ? { reason: 'too-long', detail: `${bytes} bytes, VARBYTE takes ${c.maxBytes}` } : { text: t.slice(2).toLowerCase() };
+      return bytes > (c.maxBytes ?? REDSHIFT_MAX_VARBYTE_BYTES)
+        ? { reason: 'too-long', detail: `${bytes} bytes, VARBYTE takes ${c.maxBytes}` }
+        : { text: t.slice(2).toLowerCase() };
     }
     case 'time':
     case 'varchar': {
       const t = typeof v === 'string' ? v : JSON.stringify(v);
       const n = utf8Bytes(t);
-      return c.maxBytes !== undefined && n > c.maxBytes ? { reason: 'too-long', detail: `${n} bytes in UTF-8, ${c.type} holds ${c.maxBytes} bytes` } : { text: t };
+      return c.maxBytes !== undefined && n > c.maxBytes
+        ? { reason: 'too-long', detail: `${n} bytes in UTF-8, ${c.type} holds ${c.maxBytes} bytes` }
+        : { text: t };
     }
   }
 }
@@ -201,7 +209,12 @@ export interface StagedValues {
  * Redshift cannot hold throws `RedshiftValueRefusedError` when its policy is `refuse-row`, and is
  * NULL plus a marker entry when it is `null-with-marker`. An absent value is NULL.
  */
-export function stageValues(table: string, columns: readonly RedshiftColumn[], row: Readonly<Record<string, JsonValue>>, policyOf: (column: string) => ValuePolicy): StagedValues {
+export function stageValues(
+  table: string,
+  columns: readonly RedshiftColumn[],
+  row: Readonly<Record<string, JsonValue>>,
+  policyOf: (column: string) => ValuePolicy,
+): StagedValues {
   const values: (string | null)[] = [];
   const marks: string[] = [];
   for (const c of columns) {

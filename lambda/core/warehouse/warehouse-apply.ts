@@ -189,8 +189,10 @@ export const DEFAULT_MERGE_POLICY: MergePolicy = { maxRows: 50_000, maxAgeMs: 60
 /** Checks a merge policy (values from configuration): clear errors naming the setting. */
 export function validateMergePolicy(p: Partial<MergePolicy>, where: string): MergePolicy {
   const out = { ...DEFAULT_MERGE_POLICY, ...p };
-  if (!Number.isInteger(out.maxRows) || out.maxRows < 0) throw new InvalidRecordError('maxRows', `${where}: the merge row threshold must be a whole number ≥ 0, got ${p.maxRows}`);
-  if (!Number.isFinite(out.maxAgeMs) || out.maxAgeMs < 0) throw new InvalidRecordError('maxAgeMs', `${where}: the merge age threshold must be a number of milliseconds ≥ 0, got ${p.maxAgeMs}`);
+  if (!Number.isInteger(out.maxRows) || out.maxRows < 0)
+    throw new InvalidRecordError('maxRows', `${where}: the merge row threshold must be a whole number ≥ 0, got ${p.maxRows}`);
+  if (!Number.isFinite(out.maxAgeMs) || out.maxAgeMs < 0)
+    throw new InvalidRecordError('maxAgeMs', `${where}: the merge age threshold must be a number of milliseconds ≥ 0, got ${p.maxAgeMs}`);
   return out;
 }
 
@@ -498,7 +500,12 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
     /** Holds a table this sink cannot write (an error a retry will not fix), audited, so the shard moves on. */
     async function holdOnError(source: string, table: string, items: Item[], err: unknown, code: string): Promise<void> {
       applyErrors++;
-      log.error('warehouse refuses writes to this table; table held for this sink (fix it, then cdc resume)', { source, table, sqlState: code, error: describeError(err) });
+      log.error('warehouse refuses writes to this table; table held for this sink (fix it, then cdc resume)', {
+        source,
+        table,
+        sqlState: code,
+        error: describeError(err),
+      });
       await hold(source, table, items, describeError(err));
       await cp.appendAudit({
         at: now().toISOString(),
@@ -507,11 +514,25 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
         source,
         table,
         outcome: 'done',
-        detail: { sink: sinkId, heldFrom: minPosition(items), sqlState: code, reason: describeError(err), hint: `fix the warehouse table, then cdc resume ${table}` },
+        detail: {
+          sink: sinkId,
+          heldFrom: minPosition(items),
+          sqlState: code,
+          reason: describeError(err),
+          hint: `fix the warehouse table, then cdc resume ${table}`,
+        },
       });
     }
 
-    async function applyItems(source: string, table: string, deleteMode: DeleteMode, schemas: Map<number, SchemaVersion>, items: Item[], target: WarehouseTable, key: readonly string[]): Promise<void> {
+    async function applyItems(
+      source: string,
+      table: string,
+      deleteMode: DeleteMode,
+      schemas: Map<number, SchemaVersion>,
+      items: Item[],
+      target: WarehouseTable,
+      key: readonly string[],
+    ): Promise<void> {
       const result = await writer.applyTable({ source, table, deleteMode, schemas, events: items.map((i) => i.event), appliedAt, target });
       await cp.advanceSinkProgress(sinkId, source, table, maxPosition(items));
       const c = countFor(source);
@@ -543,7 +564,15 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
     }
 
     /** Applies the table's events one at a time, so that the one the warehouse refuses becomes a dead letter. */
-    async function isolate(source: string, table: string, deleteMode: DeleteMode, schemas: Map<number, SchemaVersion>, items: Item[], target: WarehouseTable, key: readonly string[]): Promise<void> {
+    async function isolate(
+      source: string,
+      table: string,
+      deleteMode: DeleteMode,
+      schemas: Map<number, SchemaVersion>,
+      items: Item[],
+      target: WarehouseTable,
+      key: readonly string[],
+    ): Promise<void> {
       const ordered = [...items].sort((a, b) => (a.event.position < b.event.position ? -1 : a.event.position > b.event.position ? 1 : 0));
       for (let n = 0; n < ordered.length; n++) {
         const i = ordered[n]!;

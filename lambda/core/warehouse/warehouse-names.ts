@@ -87,11 +87,16 @@ export function platformName(part: PlatformPart, view: string): string {
 export function tableNameRefusal(tableId: string): string | null {
   const parts = tableId.split('.');
   if (parts.length !== 2) return `${tableId}: schema and table names holding '.' are not carried (a table id is schema.table)`;
-  for (const [what, name] of [['schema', parts[0]!], ['table', parts[1]!]] as const) {
+  for (const [what, name] of [
+    ['schema', parts[0]!],
+    ['table', parts[1]!],
+  ] as const) {
     const refusal = carriedIdentifierRefusal(name, true);
     if (refusal !== null) return `${what} name ${JSON.stringify(name)} of ${tableId} cannot be carried: ${refusal}`;
   }
-  return parts[1]!.toLowerCase().startsWith(PLATFORM_PREFIX) ? `table names starting with ${PLATFORM_PREFIX} are reserved for the platform's own warehouse objects (${tableId})` : null;
+  return parts[1]!.toLowerCase().startsWith(PLATFORM_PREFIX)
+    ? `table names starting with ${PLATFORM_PREFIX} are reserved for the platform's own warehouse objects (${tableId})`
+    : null;
 }
 
 /** Throws unless a source table's name can be a view's (`tableNameRefusal`). */

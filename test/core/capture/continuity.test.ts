@@ -7,7 +7,15 @@
  */
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
-import { checkBeatSequence, identityProblem, markSourceForResnapshot, parseIdentity, slotResume, formatIdentity, type Beat } from '../../../lambda/core/capture/continuity.ts';
+import {
+  checkBeatSequence,
+  identityProblem,
+  markSourceForResnapshot,
+  parseIdentity,
+  slotResume,
+  formatIdentity,
+  type Beat,
+} from '../../../lambda/core/capture/continuity.ts';
 import { pollRecords } from '../../../lambda/core/capture/poll.ts';
 import { Normalizer, type NormalizerLogger } from '../../../lambda/core/capture/normalize.ts';
 import { TableConfigIndex, type TableConfig } from '../../../lambda/core/tables/table-config.ts';
@@ -43,7 +51,11 @@ describe('heartbeat sequence', () => {
     expect(checkBeatSequence(null, { seq: 5, beatAt: at(5) })).toEqual({ ok: true, advance: true });
     expect(checkBeatSequence({ seq: 5, beatAt: at(5) }, { seq: 6, beatAt: at(6) })).toEqual({ ok: true, advance: true });
     expect(checkBeatSequence({ seq: 6, beatAt: at(6) }, { seq: 4, beatAt: at(4) })).toEqual({ ok: true, advance: false });
-    expect(checkBeatSequence({ seq: 6, beatAt: at(6) }, { seq: 9, beatAt: at(9) })).toMatchObject({ ok: false, problem: 'heartbeat-missed', message: expect.stringMatching(/heartbeats 7…8 never arrived/) });
+    expect(checkBeatSequence({ seq: 6, beatAt: at(6) }, { seq: 9, beatAt: at(9) })).toMatchObject({
+      ok: false,
+      problem: 'heartbeat-missed',
+      message: expect.stringMatching(/heartbeats 7…8 never arrived/),
+    });
     expect(checkBeatSequence({ seq: 6, beatAt: at(6) }, { seq: 3, beatAt: at(20) })).toMatchObject({ ok: false, problem: 'heartbeat-regressed' });
     expect(checkBeatSequence({ seq: 6, beatAt: at(6) }, { seq: 0, beatAt: at(20) })).toMatchObject({ ok: false });
   });
@@ -104,16 +116,39 @@ describe("the normalizer's gap check on DMS heartbeats", () => {
     const l = `00000000/${(0x2000 + lsn * 0x10).toString(16).toUpperCase().padStart(8, '0')}`;
     return JSON.stringify({
       data,
-      metadata: { timestamp: '2026-12-01T10:00:01.000Z', 'record-type': 'data', operation: 'update', 'partition-key-type': 'schema-table', 'schema-name': schema, 'table-name': name, 'commit-timestamp': '2026-12-01T10:00:00.000Z', 'stream-position': `${l}.3.${l}`, 'transaction-id': 1000 + lsn, 'transaction-record-id': 1 },
+      metadata: {
+        timestamp: '2026-12-01T10:00:01.000Z',
+        'record-type': 'data',
+        operation: 'update',
+        'partition-key-type': 'schema-table',
+        'schema-name': schema,
+        'table-name': name,
+        'commit-timestamp': '2026-12-01T10:00:00.000Z',
+        'stream-position': `${l}.3.${l}`,
+        'transaction-id': 1000 + lsn,
+        'transaction-record-id': 1,
+      },
     });
   }
-  const beat = (seq: number, s: number, sysid = '7312345678901234567', timeline = 1): string => dms('public.cdc_heartbeat', { source_id: 'shop', beat_at: `2026-12-01 10:${String(Math.floor(s / 60)).padStart(2, '0')}:${String(s % 60).padStart(2, '0')}+00`, seq, system_identifier: sysid, timeline });
+  const beat = (seq: number, s: number, sysid = '7312345678901234567', timeline = 1): string =>
+    dms('public.cdc_heartbeat', {
+      source_id: 'shop',
+      beat_at: `2026-12-01 10:${String(Math.floor(s / 60)).padStart(2, '0')}:${String(s % 60).padStart(2, '0')}+00`,
+      seq,
+      system_identifier: sysid,
+      timeline,
+    });
 
   function normalizer(control: MemoryControlPlane) {
     const published: ChangeEvent[] = [];
     const metrics: string[] = [];
     const errors: Array<Record<string, unknown>> = [];
-    const logger: NormalizerLogger = { debug: () => undefined, info: () => undefined, warn: () => undefined, error: (message, extra) => void errors.push({ message, ...extra }) };
+    const logger: NormalizerLogger = {
+      debug: () => undefined,
+      info: () => undefined,
+      warn: () => undefined,
+      error: (message, extra) => void errors.push({ message, ...extra }),
+    };
     const n = new Normalizer({
       source: 'shop',
       tables: TABLES,
@@ -136,7 +171,9 @@ describe("the normalizer's gap check on DMS heartbeats", () => {
     await n.run([beat(1, 0), dms('public.orders', { id: 1, v: 'a' }), beat(2, 10)]);
     await n.run([beat(2, 10), beat(3, 20)]); // a replay of beat 2
     // A row of another source in the same heartbeat table has its own numbers: not this source's gap.
-    await n.run([dms('public.cdc_heartbeat', { source_id: 'crm', beat_at: '2026-12-01 10:00:25+00', seq: 77, system_identifier: '7312345678901234567', timeline: 1 })]);
+    await n.run([
+      dms('public.cdc_heartbeat', { source_id: 'crm', beat_at: '2026-12-01 10:00:25+00', seq: 77, system_identifier: '7312345678901234567', timeline: 1 }),
+    ]);
     expect((await control.listTables('shop')).map((t) => t.state)).toEqual(['active', 'active']);
     expect(n.metrics).not.toContain('SourceDiscontinuities');
     await n.run([beat(5, 40)]);
@@ -152,12 +189,31 @@ describe("the normalizer's gap check on DMS heartbeats", () => {
     expect(n.errors.find((e) => e.code === 'SOURCE_DISCONTINUITY')).toMatchObject({ problem: 'heartbeat-missed' });
   });
 
-  it('a discontinuity leaves polled tables active: their positions and continuity are the poll cursor\'s (docs/failures.md)', async () => {
-    const tables = new TableConfigIndex([...LOGGED, { table: 'public.legacy', capture: 'poll', pollColumn: 'cdc_xid', deleteMode: 'soft', mask: [], exclude: [] }]);
+  it("a discontinuity leaves polled tables active: their positions and continuity are the poll cursor's (docs/failures.md)", async () => {
+    const tables = new TableConfigIndex([
+      ...LOGGED,
+      { table: 'public.legacy', capture: 'poll', pollColumn: 'cdc_xid', deleteMode: 'soft', mask: [], exclude: [] },
+    ]);
     const control = new MemoryControlPlane();
-    const n = new Normalizer({ source: 'shop', tables, control, changeLog: { encode: (e: ChangeEvent) => e, publishEncoded: async () => undefined }, metrics: { count: () => undefined, milliseconds: () => undefined }, logger: { debug: () => undefined, info: () => undefined, warn: () => undefined, error: () => undefined } });
-    const shape = { table: 'public.legacy', columns: [{ name: 'id', type: 'integer', typeOid: 23 }, { name: 'cdc_xid', type: 'xid8', typeOid: 5069 }], key: ['id'] };
-    const polled = pollRecords('shop', shape, { rows: [['1', '7', '7', '2026-12-01T10:00:00.000000Z']] }, { mask: [], exclude: [] }).map((r) => JSON.stringify(r));
+    const n = new Normalizer({
+      source: 'shop',
+      tables,
+      control,
+      changeLog: { encode: (e: ChangeEvent) => e, publishEncoded: async () => undefined },
+      metrics: { count: () => undefined, milliseconds: () => undefined },
+      logger: { debug: () => undefined, info: () => undefined, warn: () => undefined, error: () => undefined },
+    });
+    const shape = {
+      table: 'public.legacy',
+      columns: [
+        { name: 'id', type: 'integer', typeOid: 23 },
+        { name: 'cdc_xid', type: 'xid8', typeOid: 5069 },
+      ],
+      key: ['id'],
+    };
+    const polled = pollRecords('shop', shape, { rows: [['1', '7', '7', '2026-12-01T10:00:00.000000Z']] }, { mask: [], exclude: [] }).map((r) =>
+      JSON.stringify(r),
+    );
     const run = async (texts: string[]) => {
       const b = n.startBatch();
       for (const [i, text] of texts.entries()) await b.add({ text, origin: `raw/shard/${lsn}-${i}` });
@@ -175,8 +231,40 @@ describe("the normalizer's gap check on DMS heartbeats", () => {
     expect((await control.listAudit('shop')).filter((a) => a.action === 'needs-resnapshot').map((a) => a.table)).not.toContain('public.legacy');
     // A polled table registered before spaces were recorded (capture 'poll', no space) is left alone too.
     const old = new MemoryControlPlane();
-    await old.registerTable({ source: 'shop', table: 'public.legacy', state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'full', stateReason: null, updatedAt: '2026-12-01T10:00:00.000Z', capture: 'poll' }, { source: 'shop', table: 'public.legacy', version: 1, columns: [{ name: 'id', type: 'integer', nullable: false }], key: ['id'], effectivePosition: '000000000000000700000000', registeredAt: '2026-12-01T10:00:00.000Z' }, { at: '2026-12-01T10:00:00.000Z', actor: 'test', action: 'register-table', source: 'shop', table: 'public.legacy', outcome: 'done', detail: {} });
-    expect(await markSourceForResnapshot(old, { source: 'shop', actor: 'test', at: '2026-12-01T10:01:00.000Z', code: 'HISTORY_GAP', problem: 'slot-replaced', message: 'the slot was replaced', detail: {} })).toBe(0);
+    await old.registerTable(
+      {
+        source: 'shop',
+        table: 'public.legacy',
+        state: 'active',
+        currentVersion: 1,
+        deleteMode: 'soft',
+        preImage: 'full',
+        stateReason: null,
+        updatedAt: '2026-12-01T10:00:00.000Z',
+        capture: 'poll',
+      },
+      {
+        source: 'shop',
+        table: 'public.legacy',
+        version: 1,
+        columns: [{ name: 'id', type: 'integer', nullable: false }],
+        key: ['id'],
+        effectivePosition: '000000000000000700000000',
+        registeredAt: '2026-12-01T10:00:00.000Z',
+      },
+      { at: '2026-12-01T10:00:00.000Z', actor: 'test', action: 'register-table', source: 'shop', table: 'public.legacy', outcome: 'done', detail: {} },
+    );
+    expect(
+      await markSourceForResnapshot(old, {
+        source: 'shop',
+        actor: 'test',
+        at: '2026-12-01T10:01:00.000Z',
+        code: 'HISTORY_GAP',
+        problem: 'slot-replaced',
+        message: 'the slot was replaced',
+        detail: {},
+      }),
+    ).toBe(0);
     expect((await old.getTable('shop', 'public.legacy'))?.state).toBe('active');
   });
 

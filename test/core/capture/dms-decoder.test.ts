@@ -69,7 +69,9 @@ describe('DMS decoder on the documented PostgreSQL records', () => {
 
   it('refuses a declared key that the pk-only before image contradicts, instead of keying on the wrong columns', () => {
     expect(() => decodeDmsRecord(updatePk, ctx({ 'public.foo': ['name'] }))).toThrow(KeyMismatchError);
-    expect(() => decodeDmsRecord(updatePk, ctx({ 'public.foo': ['name'] }))).toThrow(/KEY_MISMATCH|declared primary key of public.foo is \(name\) but the DMS before image carries \(id\)/);
+    expect(() => decodeDmsRecord(updatePk, ctx({ 'public.foo': ['name'] }))).toThrow(
+      /KEY_MISMATCH|declared primary key of public.foo is \(name\) but the DMS before image carries \(id\)/,
+    );
   });
 
   it('decodes a delete to its key: the nulls of the other columns are not values', () => {
@@ -189,8 +191,17 @@ describe('DMS control records and DMS own tables', () => {
   });
 
   it.each(['add-column', 'drop-column', 'rename-column', 'column-type-change', 'change-columns', 'rename-table'])('decodes %s', (operation) => {
-    const rec = { control: { 'table-def': { columns: { id: { type: 'INT32', nullable: false } }, 'primary-key': ['id'] } }, metadata: { 'record-type': 'control', operation, 'schema-name': 'public', 'table-name': 't' } };
-    expect(decodeDmsRecord(rec, ctx())).toMatchObject({ kind: 'control', operation, table: 'public.t', columns: [{ name: 'id', type: 'INT32', nullable: false }], key: ['id'] });
+    const rec = {
+      control: { 'table-def': { columns: { id: { type: 'INT32', nullable: false } }, 'primary-key': ['id'] } },
+      metadata: { 'record-type': 'control', operation, 'schema-name': 'public', 'table-name': 't' },
+    };
+    expect(decodeDmsRecord(rec, ctx())).toMatchObject({
+      kind: 'control',
+      operation,
+      table: 'public.t',
+      columns: [{ name: 'id', type: 'INT32', nullable: false }],
+      key: ['id'],
+    });
   });
 });
 
@@ -218,7 +229,12 @@ describe('DMS decoder refusals', () => {
   });
 
   it('refuses an unknown control operation and record type by name', () => {
-    expect(() => decodeDmsRecord({ control: {}, metadata: { 'record-type': 'control', operation: 'truncate-table', 'schema-name': 'public', 'table-name': 'foo' } }, ctx())).toThrow(/unknown operation 'truncate-table'/);
+    expect(() =>
+      decodeDmsRecord(
+        { control: {}, metadata: { 'record-type': 'control', operation: 'truncate-table', 'schema-name': 'public', 'table-name': 'foo' } },
+        ctx(),
+      ),
+    ).toThrow(/unknown operation 'truncate-table'/);
     expect(() => decodeDmsRecord(withMeta({ 'record-type': 'heartbeat' }), ctx(FOO))).toThrow(/unknown operation 'heartbeat' in metadata\.record-type/);
   });
 
@@ -256,12 +272,24 @@ describe('DMS decoder refusals', () => {
     expect(() => decodeDmsRecord({ ...insert, data: [1] }, ctx(FOO))).toThrow(/^data: expected an object/);
     expect(() => decodeDmsRecord({ ...insert, data: { name: 'x' } }, ctx(FOO))).toThrow(/^data\.id: primary-key column is missing/);
     expect(() => decodeDmsRecord({ ...insert, data: { id: null } }, ctx(FOO))).toThrow(/^data\.id: primary-key value/);
-    expect(() => decodeDmsRecord({ control: { 'table-def': { columns: { id: { type: 3 } } } }, metadata: { 'record-type': 'control', operation: 'create-table', 'schema-name': 'public', 'table-name': 't' } }, ctx())).toThrow(
-      /^control\.table-def\.columns\.id\.type: /,
-    );
-    expect(() => decodeDmsRecord({ control: { 'table-def': { columns: { id: {} }, 'primary-key': ['nope'] } }, metadata: { 'record-type': 'control', operation: 'create-table', 'schema-name': 'public', 'table-name': 't' } }, ctx())).toThrow(
-      /^control\.table-def\.primary-key: /,
-    );
+    expect(() =>
+      decodeDmsRecord(
+        {
+          control: { 'table-def': { columns: { id: { type: 3 } } } },
+          metadata: { 'record-type': 'control', operation: 'create-table', 'schema-name': 'public', 'table-name': 't' },
+        },
+        ctx(),
+      ),
+    ).toThrow(/^control\.table-def\.columns\.id\.type: /);
+    expect(() =>
+      decodeDmsRecord(
+        {
+          control: { 'table-def': { columns: { id: {} }, 'primary-key': ['nope'] } },
+          metadata: { 'record-type': 'control', operation: 'create-table', 'schema-name': 'public', 'table-name': 't' },
+        },
+        ctx(),
+      ),
+    ).toThrow(/^control\.table-def\.primary-key: /);
   });
 
   it('a configured key wins over the before image', () => {
@@ -276,12 +304,19 @@ describe('DMS decoder refusals', () => {
 describe('DMS decoder on records of a partitioned table (docs/partitioned-tables.md)', () => {
   const [insert, update, moveOut, moveIn, newPartition] = records('postgres-partitioned.jsonl') as [unknown, unknown, unknown, unknown, unknown];
   const EV = { 'public.ev': ['id', 'at'] };
-  const roots: Record<string, string> = { 'public.ev_2024_01': 'public.ev', 'public.ev_2024_02': 'public.ev', 'public.ev_2024_03': 'public.ev', 'public.ev_2024_04': 'public.ev' };
+  const roots: Record<string, string> = {
+    'public.ev_2024_01': 'public.ev',
+    'public.ev_2024_02': 'public.ev',
+    'public.ev_2024_03': 'public.ev',
+    'public.ev_2024_04': 'public.ev',
+  };
   const withRoots: DecodeContext = { ...ctx(EV), rootOf: (t) => roots[t] ?? null };
 
   it('names every change of a partition by its root, keyed by the root key', () => {
     for (const r of [insert, update, moveOut, moveIn]) for (const c of changes(decodeDmsRecord(r, withRoots))) expect(c.table).toBe('public.ev');
-    expect(changes(decodeDmsRecord(update, withRoots))).toMatchObject([{ op: 'update', key: { id: 8, at: '2024-02-03 12:00:00+00' }, after: { amount: '11.50' } }]);
+    expect(changes(decodeDmsRecord(update, withRoots))).toMatchObject([
+      { op: 'update', key: { id: 8, at: '2024-02-03 12:00:00+00' }, after: { amount: '11.50' } },
+    ]);
   });
 
   it('a row moved between partitions is a delete of its old key, then an insert of its new key, in position order', () => {

@@ -34,7 +34,7 @@ function rng(seed: number): () => number {
 const COLUMNS = ['id', 'k2', 'name', 'amount', 'doc', 'big'];
 
 function randomRecord(r: () => number): { record: SlotRecord; key: string[] } {
-  const pick = <T,>(xs: readonly T[]): T => xs[Math.floor(r() * xs.length)]!;
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(r() * xs.length)]!;
   const key = r() < 0.5 ? ['id'] : ['id', 'k2'];
   const value = (name: string): JsonValue => {
     if (key.includes(name)) return name === 'id' ? Math.floor(r() * 1000) : pick(['a', 'b', 'ü', '9007199254740993']);
@@ -43,12 +43,28 @@ function randomRecord(r: () => number): { record: SlotRecord; key: string[] } {
   const row = (): SlotColumn[] => COLUMNS.map((name) => ({ name, type: 'text', value: value(name) }));
   const op = pick(['insert', 'update', 'delete'] as const);
   const full = r() < 0.3; // REPLICA IDENTITY FULL: the old image is the whole row
-  const base = { format: SLOT_RECORD_FORMAT as typeof SLOT_RECORD_FORMAT, source: 'orders', xid: String(1 + Math.floor(r() * 4e9)), commitLsn: `${Math.floor(r() * 16).toString(16).toUpperCase()}/${Math.floor(r() * 0xffffffff).toString(16).toUpperCase()}`, commitTs: '2026-11-29T13:05:21.188736Z', index: Math.floor(r() * 5000), table: 'public.t', key };
+  const base = {
+    format: SLOT_RECORD_FORMAT as typeof SLOT_RECORD_FORMAT,
+    source: 'orders',
+    xid: String(1 + Math.floor(r() * 4e9)),
+    commitLsn: `${Math.floor(r() * 16)
+      .toString(16)
+      .toUpperCase()}/${Math.floor(r() * 0xffffffff)
+      .toString(16)
+      .toUpperCase()}`,
+    commitTs: '2026-11-29T13:05:21.188736Z',
+    index: Math.floor(r() * 5000),
+    table: 'public.t',
+    key,
+  };
   const keyOf = (cols: SlotColumn[]) => cols.filter((c) => key.includes(c.name));
   if (op === 'insert') return { record: { ...base, op, columns: row(), oldKey: null, unchanged: [] }, key };
   if (op === 'delete') {
     const old = row();
-    return { record: { ...base, op, columns: null, oldKey: full ? old.filter((c) => c.value !== null || key.includes(c.name)) : keyOf(old), unchanged: [] }, key };
+    return {
+      record: { ...base, op, columns: null, oldKey: full ? old.filter((c) => c.value !== null || key.includes(c.name)) : keyOf(old), unchanged: [] },
+      key,
+    };
   }
   const cols = row();
   const unchanged = r() < 0.4 ? ['doc'] : [];
@@ -72,7 +88,10 @@ describe('DMS records of the local capture', () => {
       const fromDms = changes(decodeDmsRecord(dms, ctx));
       const fromSlot = changes(decodeSlotRecord(record));
       const at = `seed ${seed}, record ${i}: ${JSON.stringify(record)}`;
-      expect(fromDms.map((c) => [c.op, c.key, c.position, c.commitTs, c.txId]), at).toEqual(fromSlot.map((c) => [c.op, c.key, c.position, c.commitTs, c.txId]));
+      expect(
+        fromDms.map((c) => [c.op, c.key, c.position, c.commitTs, c.txId]),
+        at,
+      ).toEqual(fromSlot.map((c) => [c.op, c.key, c.position, c.commitTs, c.txId]));
       for (let j = 0; j < fromDms.length; j++) {
         const d = fromDms[j]!;
         const s = fromSlot[j]!;
@@ -89,8 +108,26 @@ describe('DMS records of the local capture', () => {
     expect(dmsLsn('2/7C007178')).toBe('00000002/7C007178');
     expect(dmsLsn('0/1752928')).toBe('00000000/01752928');
     expect(dmsTimestamp(new Date('2026-11-29T13:05:21.188Z'))).toBe('2026-11-29T13:05:21.188000Z');
-    const record: SlotRecord = { format: SLOT_RECORD_FORMAT, source: 'orders', xid: '1141', commitLsn: '2/7C0073F8', commitTs: '2024-07-29T00:59:07.678294Z', index: 1, table: 'public.foo', op: 'update', key: ['id'], columns: [{ name: 'id', type: 'integer', value: 45 }], oldKey: [{ name: 'id', type: 'integer', value: 46 }], unchanged: [] };
-    const out = dmsRecordOf(record, { now: new Date('2024-07-29T00:59:07.686Z'), columns: ['id'], previous: { transactionId: 1140, recordId: 1 }, table: 'public.foo_p1' });
+    const record: SlotRecord = {
+      format: SLOT_RECORD_FORMAT,
+      source: 'orders',
+      xid: '1141',
+      commitLsn: '2/7C0073F8',
+      commitTs: '2024-07-29T00:59:07.678294Z',
+      index: 1,
+      table: 'public.foo',
+      op: 'update',
+      key: ['id'],
+      columns: [{ name: 'id', type: 'integer', value: 45 }],
+      oldKey: [{ name: 'id', type: 'integer', value: 46 }],
+      unchanged: [],
+    };
+    const out = dmsRecordOf(record, {
+      now: new Date('2024-07-29T00:59:07.686Z'),
+      columns: ['id'],
+      previous: { transactionId: 1140, recordId: 1 },
+      table: 'public.foo_p1',
+    });
     expect(out).toEqual({
       data: { id: 45 },
       'before-image': { id: 46 },
@@ -114,8 +151,26 @@ describe('DMS records of the local capture', () => {
   });
 
   it('refuses what DMS writes no change record for: a truncate, a snapshot row', () => {
-    const truncate: SlotRecord = { format: SLOT_RECORD_FORMAT, source: 'orders', xid: '7', commitLsn: '0/10', commitTs: '2026-11-29T13:05:21.188736Z', index: 0, table: 'public.foo', op: 'truncate', key: [], columns: null, oldKey: null, unchanged: [] };
+    const truncate: SlotRecord = {
+      format: SLOT_RECORD_FORMAT,
+      source: 'orders',
+      xid: '7',
+      commitLsn: '0/10',
+      commitTs: '2026-11-29T13:05:21.188736Z',
+      index: 0,
+      table: 'public.foo',
+      op: 'truncate',
+      key: [],
+      columns: null,
+      oldKey: null,
+      unchanged: [],
+    };
     expect(() => dmsRecordOf(truncate, { now: new Date(), columns: null, previous: null })).toThrow(InvalidRecordError);
-    expect(() => dmsRecordOf({ ...truncate, op: 'snapshot', key: ['id'], columns: [{ name: 'id', type: 'integer', value: 1 }] }, { now: new Date(), columns: null, previous: null })).toThrow(/snapshot/);
+    expect(() =>
+      dmsRecordOf(
+        { ...truncate, op: 'snapshot', key: ['id'], columns: [{ name: 'id', type: 'integer', value: 1 }] },
+        { now: new Date(), columns: null, previous: null },
+      ),
+    ).toThrow(/snapshot/);
   });
 });

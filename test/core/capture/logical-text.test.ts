@@ -20,7 +20,11 @@ describe('test_decoding lines (text only)', () => {
   it('parses BEGIN and COMMIT with and without xids and timestamps', () => {
     expect(parseTestDecodingLine('BEGIN 754')).toEqual({ kind: 'begin', xid: '754' });
     expect(parseTestDecodingLine('BEGIN')).toEqual({ kind: 'begin', xid: null });
-    expect(parseTestDecodingLine('COMMIT 754 (at 2026-11-29 12:00:00.123456+00)')).toEqual({ kind: 'commit', xid: '754', commitTs: '2026-11-29T12:00:00.123456Z' });
+    expect(parseTestDecodingLine('COMMIT 754 (at 2026-11-29 12:00:00.123456+00)')).toEqual({
+      kind: 'commit',
+      xid: '754',
+      commitTs: '2026-11-29T12:00:00.123456Z',
+    });
     expect(parseTestDecodingLine('COMMIT 754')).toEqual({ kind: 'commit', xid: '754', commitTs: null });
   });
 
@@ -69,7 +73,19 @@ describe('test_decoding lines (text only)', () => {
     const values = Object.fromEntries(r.change.columns!.map((col) => [col.name, col.value]));
     // 2^53 - 1 is still an exact integer number; 1.5 is a fraction; the others are whole numbers beyond 2^53.
     expect(values).toEqual({ id: 1, f: '1e+20', g: '3.4028235e+38', h: 9007199254740991, i: '-1.5e+300', j: 1.5 });
-    const event = { v: 1, source: 's', table: 'public.t', op: 'insert', key: { id: 1 }, after: values, before: null, position: makePosition('0/10', 0), commitTs: '2026-12-01T00:00:00.000000Z', capture: 'slot', schemaVersion: 1 };
+    const event = {
+      v: 1,
+      source: 's',
+      table: 'public.t',
+      op: 'insert',
+      key: { id: 1 },
+      after: values,
+      before: null,
+      position: makePosition('0/10', 0),
+      commitTs: '2026-12-01T00:00:00.000000Z',
+      capture: 'slot',
+      schemaVersion: 1,
+    };
     expect(() => validateChangeEvent(event)).not.toThrow();
     expect(() => validateChangeEvent({ ...event, after: { ...values, g: 3.4028235e38 } })).toThrow(/after\.g: integer .* is beyond 2\^53/);
   });
@@ -82,13 +98,27 @@ describe('test_decoding lines (text only)', () => {
     expect(values).toEqual({ id: 1, a: '-0', b: 0, c: '0.10000000000000001', d: '1e-05', e: 0.1, f: '-0.0' });
     // What JSON carries: the text, sign included; an event refuses a -0 number (JSON would write 0).
     expect(JSON.parse(JSON.stringify(values)).a).toBe('-0');
-    const event = { v: 1, source: 's', table: 'public.t', op: 'insert', key: { id: 1 }, after: values, before: null, position: makePosition('0/10', 0), commitTs: '2026-12-01T00:00:00.000000Z', capture: 'slot', schemaVersion: 1 };
+    const event = {
+      v: 1,
+      source: 's',
+      table: 'public.t',
+      op: 'insert',
+      key: { id: 1 },
+      after: values,
+      before: null,
+      position: makePosition('0/10', 0),
+      commitTs: '2026-12-01T00:00:00.000000Z',
+      capture: 'slot',
+      schemaVersion: 1,
+    };
     expect(() => validateChangeEvent(event)).not.toThrow();
     expect(() => validateChangeEvent({ ...event, after: { ...values, a: -0 } })).toThrow(/after\.a: -0 as a JSON number/);
   });
 
   it('is not fooled by section keywords inside values or quoted names', () => {
-    const r = parseTestDecodingLine(`table "my ""s"".x"."T: 1": UPDATE: old-key: "new-tuple:"[text]:' new-tuple: k[text]:''x''' new-tuple: "new-tuple:"[text]:'b' "x y"[text]:unchanged-toast-datum`);
+    const r = parseTestDecodingLine(
+      `table "my ""s"".x"."T: 1": UPDATE: old-key: "new-tuple:"[text]:' new-tuple: k[text]:''x''' new-tuple: "new-tuple:"[text]:'b' "x y"[text]:unchanged-toast-datum`,
+    );
     expect(r).toEqual({
       kind: 'change',
       change: {
@@ -115,7 +145,12 @@ describe('test_decoding lines (text only)', () => {
       ],
     });
     expect(parseTestDecodingLine('table public.nopk: DELETE: (no-tuple-data)')).toMatchObject({ kind: 'change', change: { op: 'delete', oldKey: null } });
-    expect(parseTestDecodingLine('message: transactional: 0 prefix: p, sz: 3 content:a b')).toEqual({ kind: 'message', transactional: false, prefix: 'p', content: 'a b' });
+    expect(parseTestDecodingLine('message: transactional: 0 prefix: p, sz: 3 content:a b')).toEqual({
+      kind: 'message',
+      transactional: false,
+      prefix: 'p',
+      content: 'a b',
+    });
   });
 
   it('refuses lines it does not understand, saying where', () => {
@@ -178,7 +213,7 @@ describe('test_decoding output of a real PostgreSQL', () => {
   let transactions: DecodedTransaction[];
   let rows: SlotRow[];
   const BIG = Array.from({ length: 600 }, (_, i) => `chunk-${i}`).join('|'); // > 2 KB, stored out of line
-  const TRICKY = "it's a \"quote\"\nsecond line\twith tab \\ backslash ' new-tuple: id[integer]:9 ünïcødé";
+  const TRICKY = 'it\'s a "quote"\nsecond line\twith tab \\ backslash \' new-tuple: id[integer]:9 ünïcødé';
 
   beforeAll(async () => {
     cluster = await startPostgres({ fast: true });
@@ -224,7 +259,9 @@ describe('test_decoding output of a real PostgreSQL', () => {
 
     const peek = async (timeZone: string): Promise<SlotRow[]> => {
       await client.query(`SET TimeZone = '${timeZone}'`);
-      const r = await client.query<SlotRow>(`SELECT lsn::text AS lsn, xid::text AS xid, data FROM pg_logical_slot_peek_changes('cdc_test', NULL, NULL, 'include-xids', '1', 'include-timestamp', '1')`);
+      const r = await client.query<SlotRow>(
+        `SELECT lsn::text AS lsn, xid::text AS xid, data FROM pg_logical_slot_peek_changes('cdc_test', NULL, NULL, 'include-xids', '1', 'include-timestamp', '1')`,
+      );
       return r.rows;
     };
     rows = await peek('UTC');
@@ -334,7 +371,14 @@ describe('test_decoding output of a real PostgreSQL', () => {
     ]);
     expect(upd.unchanged).toEqual(['big']);
     expect(only(6).oldKey!.map((c) => c.name)).toEqual(['k', 'we"ird', 'big']);
-    expect(only(7)).toMatchObject({ op: 'delete', oldKey: [{ name: 'k', value: 'k2' }, { name: 'we"ird', value: 5 }, { name: 'big', value: BIG }] });
+    expect(only(7)).toMatchObject({
+      op: 'delete',
+      oldKey: [
+        { name: 'k', value: 'k2' },
+        { name: 'we"ird', value: 5 },
+        { name: 'big', value: BIG },
+      ],
+    });
   });
 
   it('a delete on a table without replica identity has no key data', () => {

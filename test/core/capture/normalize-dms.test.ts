@@ -41,7 +41,15 @@ function setup(tables: TableConfig[], extra: { partitionTree?: () => Promise<Par
       for (const r of records) published.push(validateChangeEvent(JSON.parse(r)));
     },
   };
-  const normalizer = new Normalizer({ source: 'shop', tables: new TableConfigIndex(tables, extra.rules ?? []), control, changeLog, metrics: noMetrics, logger: quiet, ...(extra.partitionTree ? { partitionTree: extra.partitionTree } : {}) });
+  const normalizer = new Normalizer({
+    source: 'shop',
+    tables: new TableConfigIndex(tables, extra.rules ?? []),
+    control,
+    changeLog,
+    metrics: noMetrics,
+    logger: quiet,
+    ...(extra.partitionTree ? { partitionTree: extra.partitionTree } : {}),
+  });
   let seq = 0;
   async function run(records: readonly string[], shard = 'shardId-000000000000'): Promise<void> {
     const batch = normalizer.startBatch();
@@ -68,7 +76,14 @@ function controlText(operation: string, table: string, columns: Record<string, R
   const [schema, name] = table.split('.');
   return JSON.stringify({
     control: { 'table-def': { columns, 'primary-key': key } },
-    metadata: { timestamp: '2026-12-01T00:00:00.000000Z', 'record-type': 'control', operation, 'partition-key-type': 'task-id', 'schema-name': schema, 'table-name': name },
+    metadata: {
+      timestamp: '2026-12-01T00:00:00.000000Z',
+      'record-type': 'control',
+      operation,
+      'partition-key-type': 'task-id',
+      'schema-name': schema,
+      'table-name': name,
+    },
   });
 }
 
@@ -141,14 +156,21 @@ describe('normalizer over DMS records: schema drift', () => {
 
   it('a new column in a record that carries every registered column is compatible', async () => {
     const env = setup(TABLES);
-    await env.run([dmsText('insert', 'public.t', '{"id":1,"name":"a"}', { lsn: 0x100 }), dmsText('insert', 'public.t', '{"id":2,"name":"b","note":null}', { lsn: 0x200 })]);
+    await env.run([
+      dmsText('insert', 'public.t', '{"id":1,"name":"a"}', { lsn: 0x100 }),
+      dmsText('insert', 'public.t', '{"id":2,"name":"b","note":null}', { lsn: 0x200 }),
+    ]);
     expect((await env.control.getTable('shop', 'public.t'))!.state).toBe('active');
     expect((await env.control.listSchemaVersions('shop', 'public.t')).at(-1)!.columns.map((c) => c.name)).toEqual(['id', 'name', 'note']);
   });
 
   it('lengths and precision from a DMS table definition are seen: narrowing is breaking, widening compatible', async () => {
     const env = setup(TABLES);
-    const def = (len: number, p: number) => ({ id: { type: 'INT32', nullable: false }, name: { type: 'WSTRING', length: len, nullable: true }, amount: { type: 'NUMERIC', precision: p, scale: 2, nullable: true } });
+    const def = (len: number, p: number) => ({
+      id: { type: 'INT32', nullable: false },
+      name: { type: 'WSTRING', length: len, nullable: true },
+      amount: { type: 'NUMERIC', precision: p, scale: 2, nullable: true },
+    });
     await env.run([controlText('create-table', 'public.t', def(20, 10))]);
     expect((await env.control.listSchemaVersions('shop', 'public.t'))[0]!.columns.map((c) => c.type)).toEqual(['INT32', 'WSTRING(20)', 'NUMERIC(10,2)']);
     await env.run([controlText('column-type-change', 'public.t', def(30, 12))]);
@@ -210,7 +232,14 @@ function recordsOf(txs: readonly Tx[], mode: 'commit' | 'begin', seen: Set<numbe
     tx.changes.forEach((c, i) => {
       const op = seen.has(c.id) ? 'update' : 'insert';
       seen.add(c.id);
-      out.push(dmsText(op, 'public.acct', `{"id":${c.id},"v":"${c.v}"}`, { lsn: mode === 'commit' ? tx.commitLsn! : tx.beginLsn, rid: i + 1, commitMs: tx.commitMs * 1000, xid: tx.xid }));
+      out.push(
+        dmsText(op, 'public.acct', `{"id":${c.id},"v":"${c.v}"}`, {
+          lsn: mode === 'commit' ? tx.commitLsn! : tx.beginLsn,
+          rid: i + 1,
+          commitMs: tx.commitMs * 1000,
+          xid: tx.xid,
+        }),
+      );
     });
   }
   return out;
@@ -289,29 +318,34 @@ describe('normalizer over DMS records: ordering of interleaved transactions', ()
     let silentWrong = 0;
     for (const mode of ['commit', 'begin'] as const) {
       await fc.assert(
-        fc.asyncProperty(fc.array(fc.nat({ max: 10_000 }), { minLength: 8, maxLength: 60 }), fc.integer({ min: 1, max: 2 }), fc.option(fc.nat(), { nil: null }), async (actions, keys, replayFrom) => {
-          const txs = schedule(actions, keys);
-          if (txs.length === 0) return;
-          const env = setup(TABLES);
-          const records = recordsOf(txs, mode, new Set());
-          await env.run(records);
-          // a resumed task re-sends a suffix
-          if (replayFrom !== null) await env.run(records.slice(replayFrom % records.length));
-          const letters = await env.control.listDeadLetters();
-          const plan = planTable({ events: env.published, keyColumns: ['id'], stored: new Map() });
-          const got = new Map(plan.writes.map((w) => [String(w.key.id), w.values.v]));
-          const right = JSON.stringify([...got].sort()) === JSON.stringify([...expected(txs)].sort());
-          if (mode === 'commit') {
-            expect(letters).toEqual([]);
-            expect(right).toBe(true);
-          } else {
-            if (letters.length > 0) {
-              caught++;
-              expect(letters.every((l) => l.code === 'POSITION_REGRESSION')).toBe(true);
-              expect((await env.control.getTable('shop', 'public.acct'))!.state).toBe('needs-resnapshot');
-            } else if (!right) silentWrong++;
-          }
-        }),
+        fc.asyncProperty(
+          fc.array(fc.nat({ max: 10_000 }), { minLength: 8, maxLength: 60 }),
+          fc.integer({ min: 1, max: 2 }),
+          fc.option(fc.nat(), { nil: null }),
+          async (actions, keys, replayFrom) => {
+            const txs = schedule(actions, keys);
+            if (txs.length === 0) return;
+            const env = setup(TABLES);
+            const records = recordsOf(txs, mode, new Set());
+            await env.run(records);
+            // a resumed task re-sends a suffix
+            if (replayFrom !== null) await env.run(records.slice(replayFrom % records.length));
+            const letters = await env.control.listDeadLetters();
+            const plan = planTable({ events: env.published, keyColumns: ['id'], stored: new Map() });
+            const got = new Map(plan.writes.map((w) => [String(w.key.id), w.values.v]));
+            const right = JSON.stringify([...got].sort()) === JSON.stringify([...expected(txs)].sort());
+            if (mode === 'commit') {
+              expect(letters).toEqual([]);
+              expect(right).toBe(true);
+            } else {
+              if (letters.length > 0) {
+                caught++;
+                expect(letters.every((l) => l.code === 'POSITION_REGRESSION')).toBe(true);
+                expect((await env.control.getTable('shop', 'public.acct'))!.state).toBe('needs-resnapshot');
+              } else if (!right) silentWrong++;
+            }
+          },
+        ),
         { numRuns: RUNS, seed: SEED },
       );
     }
@@ -326,8 +360,23 @@ describe('position spaces in the normalizer (docs/architecture.md §5.2)', () =>
     { table: 'public.t', key: ['id'], deleteMode: 'soft', mask: [], exclude: [] },
     { table: 'public.stamped', capture: 'poll', pollColumn: 'updated_at', deleteMode: 'soft', mask: [], exclude: [] },
   ];
-  const stampedShape = { table: 'public.stamped', columns: [{ name: 'id', type: 'integer', typeOid: 23 }, { name: 'updated_at', type: 'timestamp with time zone', typeOid: 1184 }], key: ['id'] };
-  const polled = (id: number, micros: bigint) => JSON.stringify(pollRecords('shop', stampedShape, { rows: [[String(id), new Date(Number(micros / 1000n)).toISOString(), String(micros), new Date(Number(micros / 1000n)).toISOString()]] }, { mask: [], exclude: [] })[0]);
+  const stampedShape = {
+    table: 'public.stamped',
+    columns: [
+      { name: 'id', type: 'integer', typeOid: 23 },
+      { name: 'updated_at', type: 'timestamp with time zone', typeOid: 1184 },
+    ],
+    key: ['id'],
+  };
+  const polled = (id: number, micros: bigint) =>
+    JSON.stringify(
+      pollRecords(
+        'shop',
+        stampedShape,
+        { rows: [[String(id), new Date(Number(micros / 1000n)).toISOString(), String(micros), new Date(Number(micros / 1000n)).toISOString()]] },
+        { mask: [], exclude: [] },
+      )[0],
+    );
 
   it("a DMS control record without a position takes effect at the highest LOG position, never a polled row's; one for a polled table is refused by name", async () => {
     const env = setup(SPACED);
@@ -339,20 +388,34 @@ describe('position spaces in the normalizer (docs/architecture.md §5.2)', () =>
     expect(env.published[1]!.position > logPosition).toBe(true);
     expect((await env.control.getTable('shop', 'public.stamped'))!.positionSpace).toBe('poll-timestamp');
     expect((await env.control.getTable('shop', 'public.t'))!.positionSpace).toBe('wal');
-    await env.run([controlText('add-column', 'public.t', { id: { type: 'INT32', nullable: false }, name: { type: 'STRING', nullable: true }, note: { type: 'STRING', nullable: true } })]);
+    await env.run([
+      controlText('add-column', 'public.t', {
+        id: { type: 'INT32', nullable: false },
+        name: { type: 'STRING', nullable: true },
+        note: { type: 'STRING', nullable: true },
+      }),
+    ]);
     const versions = await env.control.listSchemaVersions('shop', 'public.t');
     expect(versions.map((v) => v.effectivePosition)).toEqual([logPosition, logPosition]);
     // DMS never reads a polled table: a control record for one would mix the spaces.
-    await env.run([controlText('add-column', 'public.stamped', { id: { type: 'INT32', nullable: false }, updated_at: { type: 'DATETIME', nullable: false }, note: { type: 'STRING', nullable: true } })]);
+    await env.run([
+      controlText('add-column', 'public.stamped', {
+        id: { type: 'INT32', nullable: false },
+        updated_at: { type: 'DATETIME', nullable: false },
+        note: { type: 'STRING', nullable: true },
+      }),
+    ]);
     const letters = await env.control.listDeadLetters();
     expect(letters.map((l) => l.code)).toEqual(['POSITION_SPACE_MISMATCH']);
-    expect(letters[0]!.reason).toMatch(/control record of shop\/public\.stamped without a position: positions of space wal cannot be compared with or mixed into space poll-timestamp/);
+    expect(letters[0]!.reason).toMatch(
+      /control record of shop\/public\.stamped without a position: positions of space wal cannot be compared with or mixed into space poll-timestamp/,
+    );
     expect(await env.control.listSchemaVersions('shop', 'public.stamped')).toHaveLength(1);
   });
 });
 
 describe('normalizer over DMS records of a partitioned table (docs/partitioned-tables.md)', () => {
-  it('with the published partition tree, every partition\'s records become one table named after the root; a partition created later joins', async () => {
+  it("with the published partition tree, every partition's records become one table named after the root; a partition created later joins", async () => {
     const rules: TableRule[] = [{ match: 'public.*', excludeTables: [], key: ['id', 'at'], deleteMode: 'soft', mask: [], exclude: [] }];
     const tree = partitionTree(
       [
@@ -382,7 +445,12 @@ describe('normalizer over DMS records of a partitioned table (docs/partitioned-t
       dmsText('insert', 'public.ev_2024_02', '{"id":1,"at":"2024-02-09 00:00:00+00","v":"moved"}', { lsn: 0x300, rid: 2, xid: 77 }),
     ]);
     // A partition created while running: the tree is read again when a record names it.
-    published = partitionTree([...tree.rootOf].map(([partition, root]) => ({ partition, root, leaf: true })).concat([{ partition: 'public.ev_2024_03', root: 'public.ev', leaf: true }]), ['public.ev']);
+    published = partitionTree(
+      [...tree.rootOf]
+        .map(([partition, root]) => ({ partition, root, leaf: true }))
+        .concat([{ partition: 'public.ev_2024_03', root: 'public.ev', leaf: true }]),
+      ['public.ev'],
+    );
     await new Promise((r) => setTimeout(r, 2_100));
     await env.run([dmsText('insert', 'public.ev_2024_03', '{"id":3,"at":"2024-03-02 00:00:00+00","v":"c"}', { lsn: 0x400 })]);
     expect(await env.control.listDeadLetters()).toEqual([]);

@@ -8,7 +8,18 @@ import { describe, expect, it } from 'vitest';
 import { pollSpaceOfType, PositionSpaceMismatchError, type PositionSpace } from '../../../lambda/core/shared/position-space.ts';
 import { horizonBound, pollWatermark } from '../../../lambda/core/capture/poll-snapshot.ts';
 import { snapshotPosition, type SnapshotTableShape } from '../../../lambda/core/snapshot/snapshot.ts';
-import { POLL_VERSION_REFUSED, pollColumnKindOf, pollCursorAfter, pollPass, pollPosition, pollQuery, pollRecords, PollTableError, type PollCursor, type PollPage } from '../../../lambda/core/capture/poll.ts';
+import {
+  POLL_VERSION_REFUSED,
+  pollColumnKindOf,
+  pollCursorAfter,
+  pollPass,
+  pollPosition,
+  pollQuery,
+  pollRecords,
+  PollTableError,
+  type PollCursor,
+  type PollPage,
+} from '../../../lambda/core/capture/poll.ts';
 import { decodeSlotRecord } from '../../../lambda/core/capture/slot-decoder.ts';
 import { validateSlotRecord } from '../../../lambda/core/capture/slot-record.ts';
 import { maskValue } from '../../../lambda/core/tables/masking.ts';
@@ -32,7 +43,9 @@ describe('poll query and records', () => {
       values: [h],
     });
     const q = pollQuery(shape, 'updated_at', ['2026-01-01 00:00:00+00', '7'], 5, h);
-    expect(q.text).toContain('WHERE "updated_at" IS NOT NULL AND "updated_at" < $1::timestamptz AND ("updated_at", "id") > ($2, $3) ORDER BY "updated_at", "id" LIMIT 5');
+    expect(q.text).toContain(
+      'WHERE "updated_at" IS NOT NULL AND "updated_at" < $1::timestamptz AND ("updated_at", "id") > ($2, $3) ORDER BY "updated_at", "id" LIMIT 5',
+    );
     expect(q.values).toEqual([h, '2026-01-01 00:00:00+00', '7']);
     // A timestamp without time zone is compared as UTC wall-clock time.
     const local = { ...shape, columns: shape.columns.map((c) => (c.name === 'updated_at' ? { ...c, type: 'timestamp without time zone', typeOid: 1114 } : c)) };
@@ -45,12 +58,16 @@ describe('poll query and records', () => {
     const q = pollQuery(xs, 'cdc_xid', ['812', '7'], 5);
     expect(q.text).toContain(`pg_snapshot_xmin(pg_current_snapshot())::text AS "?cdc_poll_position"`);
     expect(q.text).toContain(`to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS "?cdc_poll_time"`);
-    expect(q.text).toContain('WHERE "cdc_xid" IS NOT NULL AND "cdc_xid" < pg_snapshot_xmin(pg_current_snapshot()) AND ("cdc_xid", "id") > ($1, $2) ORDER BY "cdc_xid", "id" LIMIT 5');
+    expect(q.text).toContain(
+      'WHERE "cdc_xid" IS NOT NULL AND "cdc_xid" < pg_snapshot_xmin(pg_current_snapshot()) AND ("cdc_xid", "id") > ($1, $2) ORDER BY "cdc_xid", "id" LIMIT 5',
+    );
     expect(q.values).toEqual(['812', '7']);
   });
   it('refuses a poll column that is missing or cannot order without a gap', () => {
     expect(() => pollQuery(shape, 'nope', null, 1)).toThrow(PollTableError);
-    expect(() => pollQuery(shape, 'email', null, 1)).toThrow(/poll column email is text; a modified-at column must be a timestamp or timestamptz, a transaction-id column xid8/);
+    expect(() => pollQuery(shape, 'email', null, 1)).toThrow(
+      /poll column email is text; a modified-at column must be a timestamp or timestamptz, a transaction-id column xid8/,
+    );
     // An integer version is refused, naming the safe alternatives.
     for (const type of ['smallint', 'integer', 'bigint']) {
       expect(() => pollColumnKindOf('public.acct', 'v', type)).toThrow(PollTableError);
@@ -72,7 +89,14 @@ describe('poll query and records', () => {
     const decoded = decodeSlotRecord(JSON.parse(JSON.stringify(r)));
     if (decoded.kind !== 'changes') throw new Error('not changes');
     const c = decoded.changes[0]!;
-    expect(c).toMatchObject({ op: 'update', capture: 'poll', txId: null, before: null, commitTs: '2026-01-01T00:00:00.500000Z', position: pollPosition('1767225600500000', 'x') });
+    expect(c).toMatchObject({
+      op: 'update',
+      capture: 'poll',
+      txId: null,
+      before: null,
+      commitTs: '2026-01-01T00:00:00.500000Z',
+      position: pollPosition('1767225600500000', 'x'),
+    });
     expect(pollCursorAfter(shape, 'updated_at', { rows }, null)).toEqual(['2026-01-01 00:00:00.5+00', '1']);
     expect(() => validateSlotRecord({ ...r, capture: 'dms' })).toThrow(/capture/);
     expect(() => validateSlotRecord({ ...r, op: 'insert' })).toThrow(/a polled row is an update/);
@@ -81,7 +105,13 @@ describe('poll query and records', () => {
 
 describe('one poll pass', () => {
   function table(n: number): (string | null)[][] {
-    return Array.from({ length: n }, (_, i) => [String(i + 1), `e${i}`, `2026-01-01 00:00:${String(i).padStart(2, '0')}+00`, String(1767225600000000 + i * 1000000), '2026-01-01T00:00:00.000000Z']);
+    return Array.from({ length: n }, (_, i) => [
+      String(i + 1),
+      `e${i}`,
+      `2026-01-01 00:00:${String(i).padStart(2, '0')}+00`,
+      String(1767225600000000 + i * 1000000),
+      '2026-01-01T00:00:00.000000Z',
+    ]);
   }
   function reader(rows: (string | null)[][], reads: Array<PollCursor | null>) {
     return {
@@ -132,7 +162,9 @@ describe('one poll pass', () => {
     expect(await pollPass(o(null))).toEqual(new Map([['public.acct', 2]])); // not registered yet
     expect(reads).toHaveLength(2);
     // Registered log-captured (its sinks hold log positions), or by a transaction-id column: refused before any read.
-    await expect(pollPass(o('wal'))).rejects.toThrow(/POSITION_SPACE_MISMATCH|positions of space poll-timestamp cannot be compared with or mixed into space wal/);
+    await expect(pollPass(o('wal'))).rejects.toThrow(
+      /POSITION_SPACE_MISMATCH|positions of space poll-timestamp cannot be compared with or mixed into space wal/,
+    );
     await expect(pollPass(o('poll-xid'))).rejects.toBeInstanceOf(PositionSpaceMismatchError);
     expect(reads).toHaveLength(2);
   });
@@ -140,7 +172,7 @@ describe('one poll pass', () => {
   it("a polled table's re-snapshot bound: the microsecond below the horizon, none while a prepared transaction holds it; rows at (H, ffffffff) (docs/polling.md)", () => {
     expect(horizonBound('public.acct', '2026-01-01 00:00:00+00', '1767225600000000')).toBe('1767225599999999');
     expect(() => horizonBound('public.acct', '-infinity', null)).toThrow(/POLL_HORIZON_HELD|prepared transaction/);
-    expect(snapshotPosition(pollWatermark('1767225599999999'))).toBe(`${(1767225599999999n).toString(16).padStart(16, '0')}ffffffff`);
+    expect(snapshotPosition(pollWatermark('1767225599999999'))).toBe(`${1767225599999999n.toString(16).padStart(16, '0')}ffffffff`);
     expect(() => pollWatermark('-1')).toThrow(/negative/);
     // The spaces of the two accepted kinds; an integer type has none (refused).
     expect([pollSpaceOfType('xid8'), pollSpaceOfType('timestamp with time zone'), pollSpaceOfType('bigint')]).toEqual(['poll-xid', 'poll-timestamp', null]);

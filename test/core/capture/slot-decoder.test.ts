@@ -69,19 +69,29 @@ describe('slot decoder', () => {
     expect(c!.after).not.toHaveProperty('big');
     expect(r.kind === 'changes' && r.columns).toBeNull();
     // The unchanged column's type, when the capture says it, is among the types the record shows.
-    const typed = decodeSlotRecord({ ...record({ op: 'update', columns: [col('id', 1, 'integer'), col('v', 'z')], unchanged: ['big'] }), unchangedTypes: { big: 'text' } });
+    const typed = decodeSlotRecord({
+      ...record({ op: 'update', columns: [col('id', 1, 'integer'), col('v', 'z')], unchanged: ['big'] }),
+      unchangedTypes: { big: 'text' },
+    });
     expect(typed.kind === 'changes' && typed.types).toMatchObject({ id: 'integer', big: 'text' });
   });
 
   it('an unchanged TOAST value is taken from a full old image (REPLICA IDENTITY FULL)', () => {
     const r = decodeSlotRecord(
-      record({ op: 'update', columns: [col('id', 1, 'integer'), col('v', 'z')], unchanged: ['big'], oldKey: [col('id', 1, 'integer'), col('v', 'a'), col('big', 'xxx')] }),
+      record({
+        op: 'update',
+        columns: [col('id', 1, 'integer'), col('v', 'z')],
+        unchanged: ['big'],
+        oldKey: [col('id', 1, 'integer'), col('v', 'a'), col('big', 'xxx')],
+      }),
     );
     expect(changes(r)[0]).toMatchObject({ op: 'update', after: { id: 1, v: 'z', big: 'xxx' }, before: { id: 1, v: 'a', big: 'xxx' }, missing: [] });
   });
 
   it('a key change is a delete of the old key then an insert of the new, at the same position', () => {
-    const r = decodeSlotRecord(record({ op: 'update', index: 2, columns: [col('id', 2, 'integer'), col('v', 'z')], oldKey: [col('id', 1, 'integer')], unchanged: ['big'] }));
+    const r = decodeSlotRecord(
+      record({ op: 'update', index: 2, columns: [col('id', 2, 'integer'), col('v', 'z')], oldKey: [col('id', 1, 'integer')], unchanged: ['big'] }),
+    );
     const [d, i, ...rest] = changes(r);
     expect(rest).toEqual([]);
     expect(d).toMatchObject({ op: 'delete', key: { id: 1 }, after: null, before: { id: 1 }, missing: [] });
@@ -153,7 +163,9 @@ describe('slot decoder', () => {
     const built = buildSlotRecord(tx, 0, { table: 'public.t1', op: 'insert', columns: [col('id', 1, 'integer')], oldKey: null, unchanged: [] }, ['id']);
     expect(validateSlotRecord(JSON.parse(JSON.stringify(built)))).toEqual(built);
     expect(() => buildSlotRecord(tx, 0, { table: 'public.t1', op: 'delete', columns: null, oldKey: null, unchanged: [] }, ['id'])).toThrow(/^oldKey: /);
-    expect(() => buildSlotRecord(tx, 0, { table: 'public.a.b', op: 'insert', columns: [col('id', 1)], oldKey: null, unchanged: [] }, ['id'])).toThrow(/^table: /);
+    expect(() => buildSlotRecord(tx, 0, { table: 'public.a.b', op: 'insert', columns: [col('id', 1)], oldKey: null, unchanged: [] }, ['id'])).toThrow(
+      /^table: /,
+    );
     expect(buildSlotRecord(tx, 1, { table: 'public.t1', op: 'truncate', columns: null, oldKey: null, unchanged: [] }, ['id']).key).toEqual([]);
   });
 });
@@ -165,7 +177,18 @@ describe('decodeRawRecord dispatch', () => {
     expect(detectRecordFormat(record({}))).toBe('slot');
     expect(detectRecordFormat({ metadata: {} })).toBe('dms');
     expect(changes(decodeRawRecord(record({}), ctx))[0]!.capture).toBe('slot');
-    const dms = { data: { id: 1 }, metadata: { 'record-type': 'data', operation: 'insert', 'schema-name': 'public', 'table-name': 't', 'stream-position': '0/10.1.0/10', 'transaction-record-id': 1, 'commit-timestamp': '2026-01-01T00:00:00Z' } };
+    const dms = {
+      data: { id: 1 },
+      metadata: {
+        'record-type': 'data',
+        operation: 'insert',
+        'schema-name': 'public',
+        'table-name': 't',
+        'stream-position': '0/10.1.0/10',
+        'transaction-record-id': 1,
+        'commit-timestamp': '2026-01-01T00:00:00Z',
+      },
+    };
     expect(changes(decodeRawRecord(dms, ctx))[0]!.capture).toBe('dms');
   });
 

@@ -42,11 +42,34 @@ beforeEach(async () => {
 
 async function register(table: string, source = 'shop', over: Partial<TableRecord> = {}): Promise<void> {
   const at = new Date(Date.now() - 60_000).toISOString();
-  const rec: TableRecord = { source, table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at, ...over };
-  await cp.registerTable(rec, { source, table, version: rec.currentVersion, columns: [{ name: 'id', type: 'integer', nullable: false }], key: ['id'], effectivePosition: pos(1), registeredAt: at }, { at, actor: 'test', action: 'register', source, table, outcome: 'done', detail: {} });
+  const rec: TableRecord = {
+    source,
+    table,
+    state: 'active',
+    currentVersion: 1,
+    deleteMode: 'soft',
+    preImage: 'key',
+    stateReason: null,
+    updatedAt: at,
+    ...over,
+  };
+  await cp.registerTable(
+    rec,
+    {
+      source,
+      table,
+      version: rec.currentVersion,
+      columns: [{ name: 'id', type: 'integer', nullable: false }],
+      key: ['id'],
+      effectivePosition: pos(1),
+      registeredAt: at,
+    },
+    { at, actor: 'test', action: 'register', source, table, outcome: 'done', detail: {} },
+  );
 }
 
-const operator = (over: { control?: ControlPlane; snapshots?: SnapshotScheduler; now?: () => Date } = {}) => new Operator({ control: over.control ?? cp, settings, snapshots: over.snapshots ?? stateOnlySnapshots, now: over.now });
+const operator = (over: { control?: ControlPlane; snapshots?: SnapshotScheduler; now?: () => Date } = {}) =>
+  new Operator({ control: over.control ?? cp, settings, snapshots: over.snapshots ?? stateOnlySnapshots, now: over.now });
 const refused = (r: ActionResult) => (r.outcome === 'refused' ? r.code : null);
 
 describe('pause', () => {
@@ -58,7 +81,13 @@ describe('pause', () => {
     expect(t?.state).toBe('paused');
     expect(t?.stateReason).toMatch(/^OPERATOR_PAUSE: vendor migration \(by alice, until /);
     const audit = (await cp.listAudit('shop', 'public.orders')).filter((a) => a.action === 'pause');
-    expect(audit).toEqual([expect.objectContaining({ actor: 'alice', outcome: 'done', detail: expect.objectContaining({ for: '10m', reason: 'vendor migration', from: 'active', to: 'paused' }) })]);
+    expect(audit).toEqual([
+      expect.objectContaining({
+        actor: 'alice',
+        outcome: 'done',
+        detail: expect.objectContaining({ for: '10m', reason: 'vendor migration', from: 'active', to: 'paused' }),
+      }),
+    ]);
   });
 
   it('is refused (and audited) when it would outlive the change log, exceed the source budget, or the table is already paused', async () => {
@@ -73,7 +102,9 @@ describe('pause', () => {
     expect((await op.pause('bob', { table: 'public.orders', durationMs: 60_000, reason: 'ok' })).outcome).toBe('done');
     expect(refused(await op.pause('bob', { table: 'public.orders', durationMs: 60_000, reason: 'again' }))).toBe('ALREADY_PAUSED');
     const snapshotRunning: SnapshotScheduler = { ...stateOnlySnapshots, status: async () => ({ state: 'running', chunksDone: 3, chunksTotal: 10 }) };
-    expect(refused(await operator({ snapshots: snapshotRunning }).pause('bob', { table: 'public.items', durationMs: 60_000, reason: 'x' }))).toBe('SNAPSHOT_RUNNING');
+    expect(refused(await operator({ snapshots: snapshotRunning }).pause('bob', { table: 'public.items', durationMs: 60_000, reason: 'x' }))).toBe(
+      'SNAPSHOT_RUNNING',
+    );
     expect((await cp.getTable('shop', 'public.orders'))?.stateReason).toContain('ok');
     const refusals = (await cp.listAudit()).filter((a) => a.outcome === 'refused');
     expect(refusals.map((a) => [a.actor, a.action, a.table, a.detail.code])).toEqual([
@@ -147,7 +178,10 @@ describe('two concurrent actions on one table', () => {
       expect([a.outcome, b.outcome].filter((o) => o === 'done')).toHaveLength(1);
       done++;
       expect((await cp.getTable('shop', 'public.orders'))!.state).toBe('active');
-      const [c, d] = await Promise.all([op.pause('alice', { table: 'public.orders', durationMs: 1000, reason: 'r' }), op.pause('bob', { table: 'public.orders', durationMs: 1000, reason: 'r' })]);
+      const [c, d] = await Promise.all([
+        op.pause('alice', { table: 'public.orders', durationMs: 1000, reason: 'r' }),
+        op.pause('bob', { table: 'public.orders', durationMs: 1000, reason: 'r' }),
+      ]);
       expect([c.outcome, d.outcome].filter((o) => o === 'done')).toHaveLength(1);
       for (const r of [a, b, c, d]) if (r.outcome === 'refused') expect(['CONCURRENT_CHANGE', 'ALREADY_PAUSED', 'NOTHING_TO_RESUME']).toContain(r.code);
     }
@@ -195,12 +229,17 @@ describe('resume', () => {
 });
 
 describe('resume of a polled table marked by a log discontinuity', () => {
-  it('is accepted (its history is its poll cursor\'s, intact): the held range is released; a polled table needing a re-snapshot for another reason is refused', async () => {
+  it("is accepted (its history is its poll cursor's, intact): the held range is released; a polled table needing a re-snapshot for another reason is refused", async () => {
     const gap = 'SOURCE_DISCONTINUITY: heartbeat-missed: heartbeats 4 never arrived';
     await register('public.legacy', 'shop', { state: 'needs-resnapshot', stateReason: gap, capture: 'poll' });
     await register('public.versioned', 'shop', { state: 'needs-resnapshot', stateReason: gap, capture: 'poll', positionSpace: 'poll-xid' });
     await register('public.orders', 'shop', { state: 'needs-resnapshot', stateReason: gap, positionSpace: 'wal' });
-    await register('public.regressed', 'shop', { state: 'needs-resnapshot', stateReason: 'POSITION_REGRESSION: v went back', capture: 'poll', positionSpace: 'poll-xid' });
+    await register('public.regressed', 'shop', {
+      state: 'needs-resnapshot',
+      stateReason: 'POSITION_REGRESSION: v went back',
+      capture: 'poll',
+      positionSpace: 'poll-xid',
+    });
     await cp.holdSinkTable('warehouse', 'shop', 'public.versioned', pos(5));
     expect(await operator().resume('erin', { table: 'public.legacy' })).toMatchObject({ outcome: 'done' });
     expect(await operator().resume('erin', { table: 'public.versioned' })).toMatchObject({ outcome: 'done' });
@@ -216,18 +255,34 @@ describe('resnapshot and audit', () => {
     await register('public.orders');
     await register('public.items');
     const requests: string[] = [];
-    const scheduler: SnapshotScheduler = { status: async () => null, budget: async () => ({ allowed: true, reason: null }), request: async (s, t, r) => void requests.push(`${s}/${t} by ${r.requestedBy}`) };
+    const scheduler: SnapshotScheduler = {
+      status: async () => null,
+      budget: async () => ({ allowed: true, reason: null }),
+      request: async (s, t, r) => void requests.push(`${s}/${t} by ${r.requestedBy}`),
+    };
     expect(await operator({ snapshots: scheduler }).resnapshot('erin', { table: 'public.orders', reason: 'gap' })).toMatchObject({ outcome: 'done' });
     expect(requests).toEqual(['shop/public.orders by erin']);
     expect((await cp.getTable('shop', 'public.orders'))!.state).toBe('needs-resnapshot');
-    expect(refused(await operator({ snapshots: { ...scheduler, status: async () => ({ state: 'running' }) } }).resnapshot('erin', { table: 'public.items' }))).toBe('SNAPSHOT_RUNNING');
-    expect(refused(await operator({ snapshots: { ...scheduler, budget: async () => ({ allowed: false, reason: 'two snapshots already run on shop' }) } }).resnapshot('erin', { table: 'public.items' }))).toBe('SNAPSHOT_BUDGET');
+    expect(
+      refused(await operator({ snapshots: { ...scheduler, status: async () => ({ state: 'running' }) } }).resnapshot('erin', { table: 'public.items' })),
+    ).toBe('SNAPSHOT_RUNNING');
+    expect(
+      refused(
+        await operator({ snapshots: { ...scheduler, budget: async () => ({ allowed: false, reason: 'two snapshots already run on shop' }) } }).resnapshot(
+          'erin',
+          { table: 'public.items' },
+        ),
+      ),
+    ).toBe('SNAPSHOT_BUDGET');
     expect(requests).toHaveLength(1);
     expect(refused(await operator().resume('erin', { table: 'public.orders' }))).toBe('NEEDS_RESNAPSHOT');
     const all = await operator().audit({});
     const cut = all[all.length - 3]!.at;
     expect((await operator().audit({ since: cut })).length).toBeGreaterThanOrEqual(3);
-    expect((await operator().audit({ table: 'public.items' })).filter((a) => a.action === 'resnapshot').map((a) => a.detail.code)).toEqual(['SNAPSHOT_RUNNING', 'SNAPSHOT_BUDGET']);
+    expect((await operator().audit({ table: 'public.items' })).filter((a) => a.action === 'resnapshot').map((a) => a.detail.code)).toEqual([
+      'SNAPSHOT_RUNNING',
+      'SNAPSHOT_BUDGET',
+    ]);
   });
 });
 
@@ -265,12 +320,17 @@ describe('the resume replay', () => {
     expect(await replayer.pending()).toBe(1);
     const out = await replayer.replayPending();
     expect(out).toEqual([{ source: 'shop', table: 'public.orders', replayed: 4, released: true }]);
-    expect(applied).toEqual([['101', '102', '103'], ['101', '102', '103', '104']]);
+    expect(applied).toEqual([
+      ['101', '102', '103'],
+      ['101', '102', '103', '104'],
+    ]);
     const p = (await cp.getSinkProgress('warehouse', 'shop', 'public.orders'))!;
     expect(p.heldFrom).toBeNull();
     expect(await replayer.pending()).toBe(0);
     const replays = (await cp.listAudit('shop', 'public.orders')).filter((a) => a.action === 'replay-held');
-    expect(replays).toEqual([expect.objectContaining({ actor: 'applier:warehouse', outcome: 'done', detail: expect.objectContaining({ heldFrom: pos(10), replayed: 4, pass: 2 }) })]);
+    expect(replays).toEqual([
+      expect.objectContaining({ actor: 'applier:warehouse', outcome: 'done', detail: expect.objectContaining({ heldFrom: pos(10), replayed: 4, pass: 2 }) }),
+    ]);
     await replayer.replayPending(); // nothing held: drops the request
     expect((await cp.getSinkProgress('warehouse', 'shop', 'public.orders'))!.releaseRequested).toBeNull();
   });
@@ -282,7 +342,15 @@ describe('the resume replay', () => {
     const failing = createHeldRangeReplayer({
       controlPlane: cp,
       sinkId: 'warehouse',
-      applier: { applyRecords: async (r: readonly ChangeRecord[]) => ({ failed: [r[0]!.sequenceNumber], reasons: new Map([[r[0]!.sequenceNumber, 'warehouse down']]), applied: 0, held: 0, deadLettered: 0 }) },
+      applier: {
+        applyRecords: async (r: readonly ChangeRecord[]) => ({
+          failed: [r[0]!.sequenceNumber],
+          reasons: new Map([[r[0]!.sequenceNumber, 'warehouse down']]),
+          applied: 0,
+          held: 0,
+          deadLettered: 0,
+        }),
+      },
       readLog: async function* () {
         yield [{ shardId: 's0', sequenceNumber: '1', arrivedAt: null, text: ev('public.orders', 10) }];
       },
@@ -295,7 +363,7 @@ describe('the resume replay', () => {
   });
 });
 
-describe('resnapshot through the snapshot worker\'s entry point', () => {
+describe("resnapshot through the snapshot worker's entry point", () => {
   it('records a snapshot request the worker picks up, and refuses a second one while it is queued (both audited)', async () => {
     await register('public.gapped', 'resnap');
     const op = operator({ snapshots: controlPlaneSnapshots(cp) });
@@ -307,10 +375,12 @@ describe('resnapshot through the snapshot worker\'s entry point', () => {
     const second = await op.resnapshot('dave', { source: 'resnap', table: 'public.gapped', reason: 'again' });
     expect(refused(second)).toBe('SNAPSHOT_RUNNING');
     const audit = await cp.listAudit('resnap', 'public.gapped');
-    expect(audit.map((a) => [a.actor, a.action, a.outcome])).toEqual(expect.arrayContaining([
-      ['carol', 'resnapshot', 'done'],
-      ['carol', 'request-snapshot', 'done'],
-      ['dave', 'resnapshot', 'refused'],
-    ]));
+    expect(audit.map((a) => [a.actor, a.action, a.outcome])).toEqual(
+      expect.arrayContaining([
+        ['carol', 'resnapshot', 'done'],
+        ['carol', 'request-snapshot', 'done'],
+        ['dave', 'resnapshot', 'refused'],
+      ]),
+    );
   });
 });

@@ -7,7 +7,17 @@
 import { describe, expect, it } from 'vitest';
 import { ENVELOPE_VERSION, type ChangeEvent } from '../../../lambda/core/shared/event.ts';
 import { makePosition } from '../../../lambda/core/shared/position.ts';
-import { checkMarkerChain, checkStreamJunction, historyGaps, markerKey, mergeReplay, parseArchivedObject, parseMarker, ReplayHoleError, type BatchMarker } from '../../../lambda/core/rebuild/replay.ts';
+import {
+  checkMarkerChain,
+  checkStreamJunction,
+  historyGaps,
+  markerKey,
+  mergeReplay,
+  parseArchivedObject,
+  parseMarker,
+  ReplayHoleError,
+  type BatchMarker,
+} from '../../../lambda/core/rebuild/replay.ts';
 import { archiveKey } from '../../../lambda/core/rebuild/archive.ts';
 import { seededRandom } from '../../../local/demo.ts';
 
@@ -25,11 +35,17 @@ describe('archive keys', () => {
     const other = archiveKey('tables/_other/', 'change-log', at, 'shardId-000000000001', '49', '51');
     expect(parseArchivedObject(other)).toMatchObject({ layout: 'by-table' });
     expect(parseArchivedObject('payloads/dead-letters/x')).toBeNull();
-    expect(parseMarker(markerKey('shardId-000000000001', '49', '51', null))).toEqual({ key: markerKey('shardId-000000000001', '49', '51', null), shard: 'shardId-000000000001', firstSeq: '49', lastSeq: '51', prevSeq: null });
+    expect(parseMarker(markerKey('shardId-000000000001', '49', '51', null))).toEqual({
+      key: markerKey('shardId-000000000001', '49', '51', null),
+      shard: 'shardId-000000000001',
+      firstSeq: '49',
+      lastSeq: '51',
+      prevSeq: null,
+    });
     expect(parseMarker(markerKey('s', '52', '60', '51'))!.prevSeq).toBe('51');
   });
 
-  it('a junction where the stream no longer holds the archive\'s last record is a named hole', () => {
+  it("a junction where the stream no longer holds the archive's last record is a named hole", () => {
     expect(() => checkStreamJunction('s', '100', '100', false)).not.toThrow();
     expect(() => checkStreamJunction('s', '100', '120', false)).toThrow(ReplayHoleError);
     expect(() => checkStreamJunction('s', '100', null, true)).toThrow(/shard is closed and trimmed/);
@@ -93,15 +109,38 @@ describe('marker chain and merge (property)', () => {
       let lsn = 0x100n;
       for (let k = 0; k < 30; k++) {
         lsn += BigInt(1 + Math.floor(rand() * 5));
-        events.push({ v: ENVELOPE_VERSION, source: 'src', table: rand() < 0.8 ? 'public.t' : 'public.u', op: 'update', key: { id: Math.floor(rand() * 5) }, after: { id: 0 }, before: null, missing: [], position: makePosition(lsn, 0), commitTs: at.toISOString(), txId: null, schemaVersion: 1, capture: 'slot', synthetic: false });
+        events.push({
+          v: ENVELOPE_VERSION,
+          source: 'src',
+          table: rand() < 0.8 ? 'public.t' : 'public.u',
+          op: 'update',
+          key: { id: Math.floor(rand() * 5) },
+          after: { id: 0 },
+          before: null,
+          missing: [],
+          position: makePosition(lsn, 0),
+          commitTs: at.toISOString(),
+          txId: null,
+          schemaVersion: 1,
+          capture: 'slot',
+          synthetic: false,
+        });
       }
       const cut = Math.floor(rand() * events.length);
       const archivePart = events.slice(0, cut + Math.floor(rand() * 5));
       const streamPart = [...events.slice(cut)].sort(() => rand() - 0.5);
       const from = events[Math.floor(rand() * events.length)]!.position;
-      const merged = mergeReplay([archivePart, streamPart, archivePart.filter(() => rand() < 0.3)], { source: 'src', table: 'public.t', from, to: 'f'.repeat(24) });
+      const merged = mergeReplay([archivePart, streamPart, archivePart.filter(() => rand() < 0.3)], {
+        source: 'src',
+        table: 'public.t',
+        from,
+        to: 'f'.repeat(24),
+      });
       const want = events.filter((e) => e.table === 'public.t' && e.position >= from);
-      expect(merged.map((e) => `${e.position}|${e.key.id}`), where).toEqual(want.map((e) => `${e.position}|${e.key.id}`));
+      expect(
+        merged.map((e) => `${e.position}|${e.key.id}`),
+        where,
+      ).toEqual(want.map((e) => `${e.position}|${e.key.id}`));
     }
   });
 });

@@ -13,7 +13,15 @@
  */
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
-import { coverageGaps, reconcileTable, verdictExitCode, type KeyTuple, type ReconcileSide, type SideRow, type StablePoint } from '../../../lambda/core/reconcile/reconcile.ts';
+import {
+  coverageGaps,
+  reconcileTable,
+  verdictExitCode,
+  type KeyTuple,
+  type ReconcileSide,
+  type SideRow,
+  type StablePoint,
+} from '../../../lambda/core/reconcile/reconcile.ts';
 import { MemoryReconcileSide } from '../../../lambda/core/reconcile/reconcile-rows.ts';
 import { FixedPacer, type Pacer } from '../../../lambda/core/snapshot/snapshot-pacer.ts';
 import { maskValue, NO_COLUMN_RULES } from '../../../lambda/core/tables/masking.ts';
@@ -82,11 +90,30 @@ describe('reconcileTable, randomized bisection', () => {
               expected.set(id, c.kind);
             }
           }
-          const sourceSide = new MemoryReconcileSide({ label: 'source', key, columns, keyOrder, rows: [...src.values()], estimate: p.estimate, firstSummaries: p.firstSummaries });
+          const sourceSide = new MemoryReconcileSide({
+            label: 'source',
+            key,
+            columns,
+            keyOrder,
+            rows: [...src.values()],
+            estimate: p.estimate,
+            firstSummaries: p.firstSummaries,
+          });
           const sinkSide = side('sink', key, columns, keyOrder, [...snk.values()]);
           const v = await reconcileTable({
-            sink: 'wh', source: 's', table: 'public.t', key, rules: NO_COLUMN_RULES, sourceSide, sinkSide, cursor: p.cursorAt !== null && p.n > 0 ? keyOf(p.cursorAt % p.n) : null,
-            leafRows: p.leafRows, pacer: new FixedPacer(p.chunk), settleMs: 0, sleep: noSleep, maxSampleKeys: 1000,
+            sink: 'wh',
+            source: 's',
+            table: 'public.t',
+            key,
+            rules: NO_COLUMN_RULES,
+            sourceSide,
+            sinkSide,
+            cursor: p.cursorAt !== null && p.n > 0 ? keyOf(p.cursorAt % p.n) : null,
+            leafRows: p.leafRows,
+            pacer: new FixedPacer(p.chunk),
+            settleMs: 0,
+            sleep: noSleep,
+            maxSampleKeys: 1000,
           });
           const found = new Map(v.sampleKeys.map((s) => [JSON.stringify(key.map((k) => s.key[k]!)), s.kind]));
           expect(found).toEqual(expected);
@@ -132,8 +159,18 @@ describe('reconcileTable', () => {
     let foundAt = -1;
     for (let run = 0; run < 6; run++) {
       const v = await reconcileTable({
-        sink: 'wh', source: 's', table: 'public.t', key, rules: NO_COLUMN_RULES, cursor, rowsPerRun: 300, pacer: new FixedPacer(100), settleMs: 0, sleep: noSleep,
-        sourceSide: side('source', key, columns, ['number'], src), sinkSide: side('sink', key, columns, ['number'], snk),
+        sink: 'wh',
+        source: 's',
+        table: 'public.t',
+        key,
+        rules: NO_COLUMN_RULES,
+        cursor,
+        rowsPerRun: 300,
+        pacer: new FixedPacer(100),
+        settleMs: 0,
+        sleep: noSleep,
+        sourceSide: side('source', key, columns, ['number'], src),
+        sinkSide: side('sink', key, columns, ['number'], snk),
       });
       seen.push(`${v.covered.map((r) => `${r.after?.[0] ?? '-'}..${r.upTo?.[0] ?? '+'}`).join(' ')} ${v.verdict}`);
       expect(v.coveredRows).toBeLessThanOrEqual(300);
@@ -157,8 +194,18 @@ describe('reconcileTable', () => {
       const sourceSide = new MemoryReconcileSide({ label: 'source', key, columns, keyOrder: ['number'], rows: src, estimate });
       const sinkSide = side('sink', key, columns, ['number'], snk);
       const verdict = reconcileTable({
-        sink: 'wh', source: 's', table: 'public.t', key, rules: NO_COLUMN_RULES, cursor: null, rowsPerRun, pacer: new FixedPacer(100), settleMs: 0, sleep: noSleep,
-        sourceSide, sinkSide,
+        sink: 'wh',
+        source: 's',
+        table: 'public.t',
+        key,
+        rules: NO_COLUMN_RULES,
+        cursor: null,
+        rowsPerRun,
+        pacer: new FixedPacer(100),
+        settleMs: 0,
+        sleep: noSleep,
+        sourceSide,
+        sinkSide,
       });
       return verdict.then((v) => ({ v, counts: [sourceSide.calls.get('countAll') ?? 0, sinkSide.calls.get('countAll') ?? 0] }));
     };
@@ -191,10 +238,28 @@ describe('reconcileTable', () => {
     const sourceSide = side('source', key, columns, ['number'], src);
     const sinkSide = side('sink', key, columns, ['number'], snk);
     const v = await reconcileTable({
-      sink: 'wh', source: 's', table: 'public.t', key, rules: NO_COLUMN_RULES, cursor: ['120'], rowsPerRun: 300, pacer: new FixedPacer(100), settleMs: 0, sleep: noSleep,
-      sourceSide, sinkSide,
+      sink: 'wh',
+      source: 's',
+      table: 'public.t',
+      key,
+      rules: NO_COLUMN_RULES,
+      cursor: ['120'],
+      rowsPerRun: 300,
+      pacer: new FixedPacer(100),
+      settleMs: 0,
+      sleep: noSleep,
+      sourceSide,
+      sinkSide,
     });
-    expect(v).toMatchObject({ verdict: 'DIVERGED', fullCoverage: true, coveredRows: 250, sourceRows: 250, sinkRows: 250, nextCursor: null, covered: [{ after: null, upTo: null }] });
+    expect(v).toMatchObject({
+      verdict: 'DIVERGED',
+      fullCoverage: true,
+      coveredRows: 250,
+      sourceRows: 250,
+      sinkRows: 250,
+      nextCursor: null,
+      covered: [{ after: null, upTo: null }],
+    });
     expect(v.sampleKeys).toEqual([{ key: { id: '10' }, kind: 'different', column: 'v' }]);
     expect(sourceSide.calls.get('countAll')).toBeUndefined();
   });
@@ -204,20 +269,48 @@ describe('reconcileTable', () => {
     const snkMasked = rows(50, (i) => ({ id: String(i), v: `v${i}`, email: maskValue(`u${i}@x`) }));
     const rules = { mask: ['email'], exclude: [] };
     const ok = await reconcileTable({
-      sink: 'wh', source: 's', table: 'public.t', key, rules, cursor: null, pacer: new FixedPacer(20), settleMs: 0, sleep: noSleep,
-      sourceSide: side('source', key, columns, ['number'], src, ['email']), sinkSide: side('sink', key, columns, ['number'], snkMasked),
+      sink: 'wh',
+      source: 's',
+      table: 'public.t',
+      key,
+      rules,
+      cursor: null,
+      pacer: new FixedPacer(20),
+      settleMs: 0,
+      sleep: noSleep,
+      sourceSide: side('source', key, columns, ['number'], src, ['email']),
+      sinkSide: side('sink', key, columns, ['number'], snkMasked),
     });
     expect(ok.verdict).toBe('MATCH');
     expect(ok.cost.leafRows).toBe(0); // the source hashes masked: summaries agree without reading rows
     const plain = await reconcileTable({
-      sink: 'wh', source: 's', table: 'public.t', key, rules, cursor: null, pacer: new FixedPacer(20), settleMs: 0, sleep: noSleep, maxSampleKeys: 100,
-      sourceSide: side('source', key, columns, ['number'], src, ['email']), sinkSide: side('sink', key, columns, ['number'], src),
+      sink: 'wh',
+      source: 's',
+      table: 'public.t',
+      key,
+      rules,
+      cursor: null,
+      pacer: new FixedPacer(20),
+      settleMs: 0,
+      sleep: noSleep,
+      maxSampleKeys: 100,
+      sourceSide: side('source', key, columns, ['number'], src, ['email']),
+      sinkSide: side('sink', key, columns, ['number'], src),
     });
     expect(plain.verdict).toBe('DIVERGED');
     expect(plain.diverged.different).toBe(50);
     const excluded = await reconcileTable({
-      sink: 'wh', source: 's', table: 'public.t', key, rules: { mask: [], exclude: ['email'] }, cursor: null, pacer: new FixedPacer(20), settleMs: 0, sleep: noSleep,
-      sourceSide: side('source', key, columns, ['number'], src), sinkSide: side('sink', key, columns, ['number'], src),
+      sink: 'wh',
+      source: 's',
+      table: 'public.t',
+      key,
+      rules: { mask: [], exclude: ['email'] },
+      cursor: null,
+      pacer: new FixedPacer(20),
+      settleMs: 0,
+      sleep: noSleep,
+      sourceSide: side('source', key, columns, ['number'], src),
+      sinkSide: side('sink', key, columns, ['number'], src),
     });
     expect(excluded.verdict).toBe('DIVERGED');
     expect(excluded.problems).toEqual(['excluded column email is present in sink']);
@@ -251,12 +344,28 @@ describe('reconcileTable', () => {
     const sink = new Swappable(side('sink', key, columns, ['number'], behind));
     let waited = 0;
     const v = await reconcileTable({
-      sink: 'wh', source: 's', table: 'public.t', key, rules: NO_COLUMN_RULES, cursor: null, pacer: new FixedPacer(30), settleMs: 1234,
+      sink: 'wh',
+      source: 's',
+      table: 'public.t',
+      key,
+      rules: NO_COLUMN_RULES,
+      cursor: null,
+      pacer: new FixedPacer(30),
+      settleMs: 1234,
       sleep: async (ms) => {
         waited += ms;
-        sink.swap(side('sink', key, columns, ['number'], src.map((r) => (r.key[0] === '42' ? { ...r, position: 'p2' } : r))));
+        sink.swap(
+          side(
+            'sink',
+            key,
+            columns,
+            ['number'],
+            src.map((r) => (r.key[0] === '42' ? { ...r, position: 'p2' } : r)),
+          ),
+        );
       },
-      sourceSide: side('source', key, columns, ['number'], src), sinkSide: sink,
+      sourceSide: side('source', key, columns, ['number'], src),
+      sinkSide: sink,
     });
     expect(v.verdict).toBe('MATCH');
     expect(v.settled).toBe(1);
@@ -265,24 +374,56 @@ describe('reconcileTable', () => {
 
   it("a polled table's re-check waits for its stable point (the poll cursor), never the heartbeat", async () => {
     const src = rows(50);
-    const behind = () => new Swappable(side('sink', key, columns, ['number'], src.map((r) => (r.key[0] === '7' ? { ...r, values: { ...r.values, v: 'old' }, position: 'p1' } : r))));
+    const behind = () =>
+      new Swappable(
+        side(
+          'sink',
+          key,
+          columns,
+          ['number'],
+          src.map((r) => (r.key[0] === '7' ? { ...r, values: { ...r.values, v: 'old' }, position: 'p1' } : r)),
+        ),
+      );
     // The heartbeat says the sink is caught up; a polled table must not believe it.
     const heartbeat = (s: ReconcileSide) => Object.assign(s, { clock: async () => 1e15, appliedThrough: async () => 2e15 });
     let cursorAt = 0;
-    const point: StablePoint = { what: 'the poll cursor', mark: async () => '000000000000000500000000', passed: async (m) => cursorAt >= Number.parseInt(m.slice(0, 16), 16) };
+    const point: StablePoint = {
+      what: 'the poll cursor',
+      mark: async () => '000000000000000500000000',
+      passed: async (m) => cursorAt >= Number.parseInt(m.slice(0, 16), 16),
+    };
     let t = 0;
     const sink = behind();
     const v = await reconcileTable({
-      sink: 'wh', source: 's', table: 'public.t', key, rules: NO_COLUMN_RULES, cursor: null, pacer: new FixedPacer(30), settleMs: 10, maxLagMs: 60_000, now: () => t,
+      sink: 'wh',
+      source: 's',
+      table: 'public.t',
+      key,
+      rules: NO_COLUMN_RULES,
+      cursor: null,
+      pacer: new FixedPacer(30),
+      settleMs: 10,
+      maxLagMs: 60_000,
+      now: () => t,
       sleep: async (ms) => {
         t += ms;
         if (t >= 1000 && cursorAt === 0) {
           // The poller reads past the mark, and the sink applies it.
           cursorAt = 5;
-          sink.swap(side('sink', key, columns, ['number'], src.map((r) => (r.key[0] === '7' ? { ...r, position: 'p2' } : r))));
+          sink.swap(
+            side(
+              'sink',
+              key,
+              columns,
+              ['number'],
+              src.map((r) => (r.key[0] === '7' ? { ...r, position: 'p2' } : r)),
+            ),
+          );
         }
       },
-      sourceSide: heartbeat(side('source', key, columns, ['number'], src)), sinkSide: heartbeat(sink), stablePoint: point,
+      sourceSide: heartbeat(side('source', key, columns, ['number'], src)),
+      sinkSide: heartbeat(sink),
+      stablePoint: point,
     });
     expect([v.verdict, v.settled]).toEqual(['MATCH', 1]);
     expect(t).toBeGreaterThanOrEqual(1000);
@@ -291,9 +432,20 @@ describe('reconcileTable', () => {
     t = 0;
     cursorAt = -1;
     const stuck = await reconcileTable({
-      sink: 'wh', source: 's', table: 'public.t', key, rules: NO_COLUMN_RULES, cursor: null, pacer: new FixedPacer(30), settleMs: 10, maxLagMs: 5000, now: () => t,
+      sink: 'wh',
+      source: 's',
+      table: 'public.t',
+      key,
+      rules: NO_COLUMN_RULES,
+      cursor: null,
+      pacer: new FixedPacer(30),
+      settleMs: 10,
+      maxLagMs: 5000,
+      now: () => t,
       sleep: async (ms) => void (t += ms),
-      sourceSide: heartbeat(side('source', key, columns, ['number'], src)), sinkSide: heartbeat(behind()), stablePoint: point,
+      sourceSide: heartbeat(side('source', key, columns, ['number'], src)),
+      sinkSide: heartbeat(behind()),
+      stablePoint: point,
     });
     expect(stuck.verdict).toBe('INCONCLUSIVE');
     expect(stuck.reason).toMatch(/did not get past the poll cursor at 000000000000000500000000/);
@@ -302,14 +454,39 @@ describe('reconcileTable', () => {
   it('a key that keeps changing is INCONCLUSIVE, never DIVERGED', async () => {
     const src = rows(20);
     let n = 0;
-    const sink = new Swappable(side('sink', key, columns, ['number'], src.map((r) => (r.key[0] === '3' ? { ...r, values: { ...r.values, v: 'x0' }, position: 'p0' } : r))));
+    const sink = new Swappable(
+      side(
+        'sink',
+        key,
+        columns,
+        ['number'],
+        src.map((r) => (r.key[0] === '3' ? { ...r, values: { ...r.values, v: 'x0' }, position: 'p0' } : r)),
+      ),
+    );
     const v = await reconcileTable({
-      sink: 'wh', source: 's', table: 'public.t', key, rules: NO_COLUMN_RULES, cursor: null, pacer: new FixedPacer(30), settleMs: 1, settleRounds: 4,
+      sink: 'wh',
+      source: 's',
+      table: 'public.t',
+      key,
+      rules: NO_COLUMN_RULES,
+      cursor: null,
+      pacer: new FixedPacer(30),
+      settleMs: 1,
+      settleRounds: 4,
       sleep: async () => {
         n++;
-        sink.swap(side('sink', key, columns, ['number'], src.map((r) => (r.key[0] === '3' ? { ...r, values: { ...r.values, v: `x${n}` }, position: `p${n}` } : r))));
+        sink.swap(
+          side(
+            'sink',
+            key,
+            columns,
+            ['number'],
+            src.map((r) => (r.key[0] === '3' ? { ...r, values: { ...r.values, v: `x${n}` }, position: `p${n}` } : r)),
+          ),
+        );
       },
-      sourceSide: side('source', key, columns, ['number'], src), sinkSide: sink,
+      sourceSide: side('source', key, columns, ['number'], src),
+      sinkSide: sink,
     });
     expect(v.verdict).toBe('INCONCLUSIVE');
     expect(v.unsettled).toBe(1);
@@ -320,13 +497,30 @@ describe('reconcileTable', () => {
   it('is INCONCLUSIVE with why when the table is held, and when keys order differently on the two sides', async () => {
     const src = rows(5);
     const held = await reconcileTable({
-      sink: 'wh', source: 's', table: 'public.t', key, rules: NO_COLUMN_RULES, cursor: null, pacer: new FixedPacer(30), sleep: noSleep, blockedBy: 'table is paused',
-      sourceSide: side('source', key, columns, ['number'], src), sinkSide: side('sink', key, columns, ['number'], src),
+      sink: 'wh',
+      source: 's',
+      table: 'public.t',
+      key,
+      rules: NO_COLUMN_RULES,
+      cursor: null,
+      pacer: new FixedPacer(30),
+      sleep: noSleep,
+      blockedBy: 'table is paused',
+      sourceSide: side('source', key, columns, ['number'], src),
+      sinkSide: side('sink', key, columns, ['number'], src),
     });
     expect([held.verdict, held.reason]).toEqual(['INCONCLUSIVE', 'table is paused']);
     const order = await reconcileTable({
-      sink: 'wh', source: 's', table: 'public.t', key, rules: NO_COLUMN_RULES, cursor: null, pacer: new FixedPacer(30), sleep: noSleep,
-      sourceSide: side('source', key, columns, ['number'], src), sinkSide: side('sink', key, columns, ['text'], src),
+      sink: 'wh',
+      source: 's',
+      table: 'public.t',
+      key,
+      rules: NO_COLUMN_RULES,
+      cursor: null,
+      pacer: new FixedPacer(30),
+      sleep: noSleep,
+      sourceSide: side('source', key, columns, ['number'], src),
+      sinkSide: side('sink', key, columns, ['text'], src),
     });
     expect(order.verdict).toBe('INCONCLUSIVE');
     expect(order.reason).toMatch(/order differently/);
@@ -341,8 +535,16 @@ describe('reconcileTable', () => {
     };
     const src = rows(100);
     await reconcileTable({
-      sink: 'wh', source: 's', table: 'public.t', key, rules: NO_COLUMN_RULES, cursor: null, pacer, sleep: async (ms) => void pauses.push(ms),
-      sourceSide: side('source', key, columns, ['number'], src), sinkSide: side('sink', key, columns, ['number'], src),
+      sink: 'wh',
+      source: 's',
+      table: 'public.t',
+      key,
+      rules: NO_COLUMN_RULES,
+      cursor: null,
+      pacer,
+      sleep: async (ms) => void pauses.push(ms),
+      sourceSide: side('source', key, columns, ['number'], src),
+      sinkSide: side('sink', key, columns, ['number'], src),
     });
     expect(asked).toEqual([40, 40, 20]);
     expect(pauses).toEqual([250]);
@@ -356,12 +558,25 @@ describe('coverageGaps', () => {
       { name: 'hot', periodMs: 3_600_000, tables: ['public.orders'] },
       { name: 'rest', periodMs: 86_400_000, tables: ['*'] },
     ];
-    const tables = [{ source: 's', table: 'public.orders' }, { source: 's', table: 'public.customers' }, { source: 's', table: 'public.items' }];
-    const gaps = coverageGaps(tables, ['wh'], [
-      { sink: 'wh', source: 's', table: 'public.orders', verdict: 'MATCH', at: '2026-12-01T10:30:00Z' }, // 90 min: older than the hot tier's hour
-      { sink: 'wh', source: 's', table: 'public.customers', verdict: 'DIVERGED', at: '2026-12-01T01:00:00Z' },
-      { sink: 'wh', source: 's', table: 'public.items', verdict: 'INCONCLUSIVE', at: '2026-12-01T11:59:00Z' }, // undecided: not covered
-    ], tiers, now);
-    expect(gaps.map((g) => [g.table, g.tier])).toEqual([['public.orders', 'hot'], ['public.items', 'rest']]);
+    const tables = [
+      { source: 's', table: 'public.orders' },
+      { source: 's', table: 'public.customers' },
+      { source: 's', table: 'public.items' },
+    ];
+    const gaps = coverageGaps(
+      tables,
+      ['wh'],
+      [
+        { sink: 'wh', source: 's', table: 'public.orders', verdict: 'MATCH', at: '2026-12-01T10:30:00Z' }, // 90 min: older than the hot tier's hour
+        { sink: 'wh', source: 's', table: 'public.customers', verdict: 'DIVERGED', at: '2026-12-01T01:00:00Z' },
+        { sink: 'wh', source: 's', table: 'public.items', verdict: 'INCONCLUSIVE', at: '2026-12-01T11:59:00Z' }, // undecided: not covered
+      ],
+      tiers,
+      now,
+    );
+    expect(gaps.map((g) => [g.table, g.tier])).toEqual([
+      ['public.orders', 'hot'],
+      ['public.items', 'rest'],
+    ]);
   });
 });

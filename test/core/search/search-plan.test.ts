@@ -20,14 +20,34 @@ import { PositionNotEncodableError } from '../../../lambda/core/search/search-ve
 const pos = (n: number): string => makePosition(0x100000000n + BigInt(n) * 0x100n, 0);
 const META = { baseLsn: 0x100000000n, truncatedAt: null };
 function ev(op: ChangeEvent['op'], n: number, key: Row, after: Row | null, missing: string[] = []): ChangeEvent {
-  return { v: ENVELOPE_VERSION, source: 's', table: 'public.t', op, key, after, before: null, missing, position: pos(n), commitTs: '2026-01-01T00:00:00Z', txId: '1', schemaVersion: 1, capture: 'slot', synthetic: false };
+  return {
+    v: ENVELOPE_VERSION,
+    source: 's',
+    table: 'public.t',
+    op,
+    key,
+    after,
+    before: null,
+    missing,
+    position: pos(n),
+    commitTs: '2026-01-01T00:00:00Z',
+    txId: '1',
+    schemaVersion: 1,
+    capture: 'slot',
+    synthetic: false,
+  };
 }
 const doc = (n: number, values: Row, deleted = false): StoredDoc => ({ position: pos(n), deleted, values });
 
 describe('search plan', () => {
   it('names a table’s index, aliases and tombstone index; refuses names OpenSearch cannot hold', () => {
     const n = searchNames('cdc', 'orders', 'public.customers');
-    expect([n.alias, n.all, n.deleted, n.index(1)]).toEqual(['cdc.orders.public.customers', 'cdc.orders.public.customers.all', 'cdc.orders.public.customers.deleted', 'cdc.orders.public.customers.v000001']);
+    expect([n.alias, n.all, n.deleted, n.index(1)]).toEqual([
+      'cdc.orders.public.customers',
+      'cdc.orders.public.customers.all',
+      'cdc.orders.public.customers.deleted',
+      'cdc.orders.public.customers.v000001',
+    ]);
     expect(() => searchNames('cdc', 'orders', 'public.Customers')).toThrow(/lower case/);
     expect(() => searchNames('CDC', 'orders', 'public.c')).toThrow(/prefix/);
   });
@@ -47,15 +67,34 @@ describe('search plan', () => {
     expect(fieldMappingOf('timestamp with time zone')).toMatchObject({ type: 'keyword' });
     expect(fieldMappingOf('jsonb')).toEqual({ type: 'object', enabled: false });
     expect(fieldMappingOf(null)).toMatchObject({ type: 'keyword' });
-    const v1 = { source: 's', table: 'public.t', version: 1, columns: [{ name: 'id', type: 'integer', nullable: false }, { name: 'a', type: null, nullable: true }], key: ['id'], effectivePosition: pos(0), registeredAt: '' };
-    const v2 = { ...v1, version: 2, columns: [...v1.columns.slice(0, 1), { name: 'a', type: 'integer', nullable: true }, { name: 'b', type: 'text', nullable: true }] };
+    const v1 = {
+      source: 's',
+      table: 'public.t',
+      version: 1,
+      columns: [
+        { name: 'id', type: 'integer', nullable: false },
+        { name: 'a', type: null, nullable: true },
+      ],
+      key: ['id'],
+      effectivePosition: pos(0),
+      registeredAt: '',
+    };
+    const v2 = {
+      ...v1,
+      version: 2,
+      columns: [...v1.columns.slice(0, 1), { name: 'a', type: 'integer', nullable: true }, { name: 'b', type: 'text', nullable: true }],
+    };
     const current = desiredProperties([v1]);
     const diff = mappingDiff(current, desiredProperties([v1, v2]));
     expect(Object.keys(diff.add)).toEqual(['b']);
     // `a` was made a keyword while its type was unknown: the learned integer keeps it (no conflict).
     expect(diff.conflicts).toEqual([]);
     // A field that changes type for real, or a learned json column (an object cannot go into a keyword), conflicts.
-    const v3 = { ...v1, version: 3, columns: [...v1.columns.slice(0, 1), { name: 'a', type: 'jsonb', nullable: true }, { name: 'b', type: 'integer', nullable: true }] };
+    const v3 = {
+      ...v1,
+      version: 3,
+      columns: [...v1.columns.slice(0, 1), { name: 'a', type: 'jsonb', nullable: true }, { name: 'b', type: 'integer', nullable: true }],
+    };
     expect(mappingDiff({ ...current, b: fieldMappingOf('text') }, desiredProperties([v1, v2, v3])).conflicts).toEqual([
       { field: 'a', current: 'keyword', desired: 'object' },
       { field: 'b', current: 'text', desired: 'long' },
@@ -69,13 +108,23 @@ describe('search plan', () => {
     expect(classifyBulkItem({ index: { status: 409, error: { type: 'version_conflict_engine_exception', reason: 'x' } } })).toEqual({ kind: 'stale' });
     expect(classifyBulkItem({ index: { status: 429, error: { type: 'es_rejected_execution_exception' } } }).kind).toBe('retry');
     expect(classifyBulkItem({ index: { status: 503 } }).kind).toBe('retry');
-    expect(classifyBulkItem({ index: { status: 400, error: { type: 'mapper_parsing_exception', reason: 'bad' } } })).toEqual({ kind: 'reject', reason: '400 mapper_parsing_exception: bad' });
+    expect(classifyBulkItem({ index: { status: 400, error: { type: 'mapper_parsing_exception', reason: 'bad' } } })).toEqual({
+      kind: 'reject',
+      reason: '400 mapper_parsing_exception: bad',
+    });
     expect(classifyBulkItem({ index: { status: 409, error: { type: 'other' } } }).kind).toBe('reject');
     expect(classifyBulkItem('nonsense').kind).toBe('retry');
   });
 
   it('writes exact 63-bit versions into the bulk body', () => {
-    const plan = planSearchWrites({ events: [ev('insert', 1, { id: 1 }, { id: 1 })], keyColumns: ['id'], deleteMode: 'soft', stored: new Map(), meta: { baseLsn: 0x100000000n - (1n << 42n), truncatedAt: null }, appliedAt: new Date(0) });
+    const plan = planSearchWrites({
+      events: [ev('insert', 1, { id: 1 }, { id: 1 })],
+      keyColumns: ['id'],
+      deleteMode: 'soft',
+      stored: new Map(),
+      meta: { baseLsn: 0x100000000n - (1n << 42n), truncatedAt: null },
+      appliedAt: new Date(0),
+    });
     const body = bulkBody(plan.ops, searchNames('cdc', 's', 'public.t'));
     expect(body).toContain(`"version":${plan.ops[0]!.version.toString()},"version_type":"external"`);
     expect(plan.ops[0]!.version > BigInt(Number.MAX_SAFE_INTEGER)).toBe(true);
@@ -83,29 +132,69 @@ describe('search plan', () => {
 
   it('merges an event with absent columns onto the stored document, and drops what the stored position covers', () => {
     const stored = new Map([[keyText({ id: 1 }), { doc: doc(2, { id: 1, a: 1, b: 'keep' }) }]]);
-    const plan = planSearchWrites({ events: [ev('update', 1, { id: 1 }, { id: 1, a: 9 }), ev('update', 3, { id: 1 }, { id: 1, a: 3 }, ['b'])], keyColumns: ['id'], deleteMode: 'soft', stored, meta: META, appliedAt: new Date(0) });
+    const plan = planSearchWrites({
+      events: [ev('update', 1, { id: 1 }, { id: 1, a: 9 }), ev('update', 3, { id: 1 }, { id: 1, a: 3 }, ['b'])],
+      keyColumns: ['id'],
+      deleteMode: 'soft',
+      stored,
+      meta: META,
+      appliedAt: new Date(0),
+    });
     expect(plan.ops).toHaveLength(1);
     expect(plan.ops[0]!.document).toMatchObject({ id: 1, a: 3, b: 'keep', cdc_meta: { position: pos(3), deleted: false } });
   });
 
   it('hard delete: the document is deleted and a tombstone written at the same version; a late event below the tombstone is dropped', () => {
-    const del = planSearchWrites({ events: [ev('delete', 5, { id: 1 }, null)], keyColumns: ['id'], deleteMode: 'hard', stored: new Map([[keyText({ id: 1 }), { doc: doc(2, { id: 1 }) }]]), meta: META, appliedAt: new Date(0) });
-    expect(del.ops.map((o) => [o.action, o.target])).toEqual([['delete', 'all'], ['index', 'deleted']]);
+    const del = planSearchWrites({
+      events: [ev('delete', 5, { id: 1 }, null)],
+      keyColumns: ['id'],
+      deleteMode: 'hard',
+      stored: new Map([[keyText({ id: 1 }), { doc: doc(2, { id: 1 }) }]]),
+      meta: META,
+      appliedAt: new Date(0),
+    });
+    expect(del.ops.map((o) => [o.action, o.target])).toEqual([
+      ['delete', 'all'],
+      ['index', 'deleted'],
+    ]);
     expect(del.ops[0]!.version).toBe(del.ops[1]!.version);
-    const late = planSearchWrites({ events: [ev('insert', 3, { id: 1 }, { id: 1 })], keyColumns: ['id'], deleteMode: 'hard', stored: new Map([[keyText({ id: 1 }), { tombstone: doc(5, {}, true) }]]), meta: META, appliedAt: new Date(0) });
+    const late = planSearchWrites({
+      events: [ev('insert', 3, { id: 1 }, { id: 1 })],
+      keyColumns: ['id'],
+      deleteMode: 'hard',
+      stored: new Map([[keyText({ id: 1 }), { tombstone: doc(5, {}, true) }]]),
+      meta: META,
+      appliedAt: new Date(0),
+    });
     expect(late.ops).toEqual([]);
   });
 
   it('hard delete: a tombstone above a still-live document (the delete item failed earlier) finishes the delete', () => {
-    const plan = planSearchWrites({ events: [ev('delete', 5, { id: 1 }, null)], keyColumns: ['id'], deleteMode: 'hard', stored: new Map([[keyText({ id: 1 }), { doc: doc(2, { id: 1 }), tombstone: doc(5, {}, true) }]]), meta: META, appliedAt: new Date(0) });
+    const plan = planSearchWrites({
+      events: [ev('delete', 5, { id: 1 }, null)],
+      keyColumns: ['id'],
+      deleteMode: 'hard',
+      stored: new Map([[keyText({ id: 1 }), { doc: doc(2, { id: 1 }), tombstone: doc(5, {}, true) }]]),
+      meta: META,
+      appliedAt: new Date(0),
+    });
     expect(plan.ops.map((o) => [o.action, o.target, o.position])).toEqual([['delete', 'all', pos(5)]]);
   });
 
   it('drops events below the truncation position, and refuses an unencodable position before planning anything', () => {
-    const plan = planSearchWrites({ events: [ev('insert', 3, { id: 1 }, { id: 1 }), ev('insert', 12, { id: 2 }, { id: 2 })], keyColumns: ['id'], deleteMode: 'soft', stored: new Map(), meta: { ...META, truncatedAt: pos(10) }, appliedAt: new Date(0) });
+    const plan = planSearchWrites({
+      events: [ev('insert', 3, { id: 1 }, { id: 1 }), ev('insert', 12, { id: 2 }, { id: 2 })],
+      keyColumns: ['id'],
+      deleteMode: 'soft',
+      stored: new Map(),
+      meta: { ...META, truncatedAt: pos(10) },
+      appliedAt: new Date(0),
+    });
     expect(plan.ops.map((o) => o.id)).toEqual([documentId({ id: 2 })]);
     const far = { ...ev('insert', 1, { id: 3 }, { id: 3 }), position: makePosition(0x100000000n + (1n << 43n), 0) };
-    expect(() => planSearchWrites({ events: [far], keyColumns: ['id'], deleteMode: 'soft', stored: new Map(), meta: META, appliedAt: new Date(0) })).toThrow(PositionNotEncodableError);
+    expect(() => planSearchWrites({ events: [far], keyColumns: ['id'], deleteMode: 'soft', stored: new Map(), meta: META, appliedAt: new Date(0) })).toThrow(
+      PositionNotEncodableError,
+    );
   });
 
   it('reads index _meta and refuses an index the sink did not create; validates the served-tables setting by field', () => {

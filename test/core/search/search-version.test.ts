@@ -23,13 +23,20 @@ const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 2_000);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
 const MAX_LSN = (1n << 64n) - 1n;
 
-const baseArb = fc.oneof(fc.constant(0n), fc.bigInt({ min: 0n, max: MAX_LSN - LSN_WINDOW }).map((b) => (b >> 32n) << 32n), fc.bigInt({ min: 0n, max: MAX_LSN - LSN_WINDOW }));
+const baseArb = fc.oneof(
+  fc.constant(0n),
+  fc.bigInt({ min: 0n, max: MAX_LSN - LSN_WINDOW }).map((b) => (b >> 32n) << 32n),
+  fc.bigInt({ min: 0n, max: MAX_LSN - LSN_WINDOW }),
+);
 /** A position inside the window of `base`, biased to the window's edges and to shared LSNs. */
 const inWindow = (base: bigint) =>
   fc
     .tuple(
       fc.oneof(fc.bigInt({ min: 0n, max: LSN_WINDOW - 1n }), fc.constantFrom(0n, 1n, LSN_WINDOW - 2n, LSN_WINDOW - 1n), fc.bigInt({ min: 0n, max: 16n })),
-      fc.oneof(fc.integer({ min: 0, max: MAX_ENCODABLE_INDEX }), fc.constantFrom(0, 1, MAX_ENCODABLE_INDEX - 1, MAX_ENCODABLE_INDEX, SWEEP_INDEX, SNAPSHOT_INDEX)),
+      fc.oneof(
+        fc.integer({ min: 0, max: MAX_ENCODABLE_INDEX }),
+        fc.constantFrom(0, 1, MAX_ENCODABLE_INDEX - 1, MAX_ENCODABLE_INDEX, SWEEP_INDEX, SNAPSHOT_INDEX),
+      ),
     )
     .map(([off, idx]) => [base + off, idx] as const)
     .filter(([lsn, idx]) => !(lsn - base === LSN_WINDOW - 1n && idx === SNAPSHOT_INDEX));
@@ -74,7 +81,9 @@ describe('search external version encoding', () => {
           // LSN past the window
           fc.tuple(fc.bigInt({ min: base + LSN_WINDOW, max: MAX_LSN }), fc.integer({ min: 0, max: MAX_ENCODABLE_INDEX })),
           // LSN below the base (when the base is above 0)
-          ...(base > 0n ? [fc.tuple(fc.bigInt({ min: 0n, max: base - 1n }), fc.integer({ min: 0, max: 0xffffffff })).filter(([l, i]) => l !== 0n || i !== 0)] : []),
+          ...(base > 0n
+            ? [fc.tuple(fc.bigInt({ min: 0n, max: base - 1n }), fc.integer({ min: 0, max: 0xffffffff })).filter(([l, i]) => l !== 0n || i !== 0)]
+            : []),
         ),
       ),
     );

@@ -51,14 +51,20 @@ describe('parseJsonExact', () => {
     expect(Object.getPrototypeOf(parseJsonExact('{"__proto__": {"x": 1}}'))).toBe(Object.prototype);
   });
 
-  it.each(['', '{', '{"a":1,}', '[1 2]', '01', '1.', '.5', '+1', '"abc', '"a\nb"', '{"a" 1}', 'tru', 'nul', '[1]x', '{a:1}', '"\\x"', '-'])('refuses %j like JSON.parse does', (bad) => {
-    expect(() => JSON.parse(bad)).toThrow();
-    expect(() => parseJsonExact(bad)).toThrow(/^record: not valid JSON: .* at offset \d+$/);
-  });
+  it.each(['', '{', '{"a":1,}', '[1 2]', '01', '1.', '.5', '+1', '"abc', '"a\nb"', '{"a" 1}', 'tru', 'nul', '[1]x', '{a:1}', '"\\x"', '-'])(
+    'refuses %j like JSON.parse does',
+    (bad) => {
+      expect(() => JSON.parse(bad)).toThrow();
+      expect(() => parseJsonExact(bad)).toThrow(/^record: not valid JSON: .* at offset \d+$/);
+    },
+  );
 
   it(`agrees with JSON.parse on random documents whose numbers are exact (${RUNS} runs)`, () => {
     console.log(`json-exact property: ${RUNS} documents, seed ${SEED} (replay with CDC_PROPERTY_SEED=${SEED} CDC_PROPERTY_RUNS=${RUNS})`);
-    const exactNumbers = fc.oneof(fc.maxSafeInteger(), fc.double({ noNaN: true, noDefaultInfinity: true }).filter((d) => !Object.is(d, -0) && (!Number.isInteger(d) || Number.isSafeInteger(d))));
+    const exactNumbers = fc.oneof(
+      fc.maxSafeInteger(),
+      fc.double({ noNaN: true, noDefaultInfinity: true }).filter((d) => !Object.is(d, -0) && (!Number.isInteger(d) || Number.isSafeInteger(d))),
+    );
     const doc = fc.letrec((tie) => ({
       value: fc.oneof({ depthSize: 'small' }, fc.string({ unit: 'binary' }), exactNumbers, fc.boolean(), fc.constant(null), tie('array'), tie('object')),
       array: fc.array(tie('value'), { maxLength: 5 }),

@@ -69,7 +69,9 @@ describe('position order in PostgreSQL', () => {
     client = new pg.Client({ connectionString: cluster.url('positions') });
     await client.connect();
     await client.query('CREATE TABLE pos (p text NOT NULL, pv varchar(24) NOT NULL, lsn pg_lsn NOT NULL, idx bigint NOT NULL)');
-    const coll = await client.query<{ collname: string }>(`SELECT collname FROM pg_collation WHERE collname IN ('en-US-x-icu', 'und-x-icu', 'de-DE-x-icu', 'sv-SE-x-icu') ORDER BY 1`);
+    const coll = await client.query<{ collname: string }>(
+      `SELECT collname FROM pg_collation WHERE collname IN ('en-US-x-icu', 'und-x-icu', 'de-DE-x-icu', 'sv-SE-x-icu') ORDER BY 1`,
+    );
     linguistic = coll.rows.map((r) => r.collname);
   });
 
@@ -79,7 +81,9 @@ describe('position order in PostgreSQL', () => {
   });
 
   it('the database default collation is a linguistic one', async () => {
-    const r = await client.query<{ provider: string; locale: string }>(`SELECT datlocprovider AS provider, datlocale AS locale FROM pg_database WHERE datname = current_database()`);
+    const r = await client.query<{ provider: string; locale: string }>(
+      `SELECT datlocprovider AS provider, datlocale AS locale FROM pg_database WHERE datname = current_database()`,
+    );
     expect(r.rows[0]).toEqual({ provider: 'i', locale: 'en-US' });
     expect(linguistic).toContain('en-US-x-icu');
   });
@@ -103,7 +107,9 @@ describe('position order in PostgreSQL', () => {
         // and the same as PostgreSQL's own order of (commit LSN, index)
         expect(await order('SELECT p FROM pos ORDER BY lsn, idx')).toEqual(expected);
         // comparisons in SQL agree too (what an applier's "stored position < new position" relies on)
-        const pairs = await client.query<{ lt: number }>(`SELECT count(*)::int AS lt FROM pos a JOIN pos b ON a.p < b.p WHERE (a.lsn, a.idx) >= (b.lsn, b.idx)`);
+        const pairs = await client.query<{ lt: number }>(
+          `SELECT count(*)::int AS lt FROM pos a JOIN pos b ON a.p < b.p WHERE (a.lsn, a.idx) >= (b.lsn, b.idx)`,
+        );
         expect(pairs.rows[0]!.lt).toBe(0);
       }),
       { numRuns: 100 },

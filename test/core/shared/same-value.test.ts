@@ -78,10 +78,28 @@ describe('sameValue: what is equal, per class', () => {
 describe('compareClassOf / compareClasses', () => {
   it('classes PostgreSQL and DMS type names; anything else is text', () => {
     const want: Record<string, CompareClass> = {
-      integer: 'decimal', bigint: 'decimal', smallint: 'decimal', 'numeric(12,2)': 'decimal', numeric: 'decimal', INT8: 'decimal', UINT8: 'decimal', 'NUMERIC(38,4)': 'decimal',
-      'double precision': 'float', real: 'float', REAL8: 'float',
-      jsonb: 'jsonb', json: 'json', boolean: 'boolean',
-      text: 'text', 'character varying(5)': 'text', 'integer[]': 'text', money: 'text', 'timestamp with time zone': 'text', uuid: 'text', STRING: 'text', NCLOB: 'text',
+      integer: 'decimal',
+      bigint: 'decimal',
+      smallint: 'decimal',
+      'numeric(12,2)': 'decimal',
+      numeric: 'decimal',
+      INT8: 'decimal',
+      UINT8: 'decimal',
+      'NUMERIC(38,4)': 'decimal',
+      'double precision': 'float',
+      real: 'float',
+      REAL8: 'float',
+      jsonb: 'jsonb',
+      json: 'json',
+      boolean: 'boolean',
+      text: 'text',
+      'character varying(5)': 'text',
+      'integer[]': 'text',
+      money: 'text',
+      'timestamp with time zone': 'text',
+      uuid: 'text',
+      STRING: 'text',
+      NCLOB: 'text',
     };
     for (const [t, c] of Object.entries(want)) expect(compareClassOf(t), t).toBe(c);
     expect(compareClassOf(null)).toBe('text');

@@ -20,7 +20,9 @@ describe('sslModeAtLeast', () => {
       }
       expect(caught).toBeInstanceOf(SslModeTooWeakError);
       expect(caught).toMatchObject({ name: 'SslModeTooWeakError', code: 'SSL_MODE_TOO_WEAK', requested, minimum });
-      expect((caught as Error).message).toContain(`S: field 'sslmode' is "${requested}", weaker than the minimum "${minimum}" the deployment sets (CDC_SOURCE_SSL_MODE)`);
+      expect((caught as Error).message).toContain(
+        `S: field 'sslmode' is "${requested}", weaker than the minimum "${minimum}" the deployment sets (CDC_SOURCE_SSL_MODE)`,
+      );
       expect(isWeaker(requested, minimum)).toBe(true);
     } else {
       expect(sslModeAtLeast(requested, minimum, 'S', 'M')).toBe(requested);
@@ -49,7 +51,9 @@ describe('urlSslMode', () => {
   });
 
   it('refuses what it cannot read, naming the setting', () => {
-    expect(() => urlSslMode('postgres://u@h/d?sslmode=sometimes', 'CDC_SOURCE_URL')).toThrow(/CDC_SOURCE_URL: sslmode "sometimes" is not a PostgreSQL TLS mode/);
+    expect(() => urlSslMode('postgres://u@h/d?sslmode=sometimes', 'CDC_SOURCE_URL')).toThrow(
+      /CDC_SOURCE_URL: sslmode "sometimes" is not a PostgreSQL TLS mode/,
+    );
     expect(() => urlSslMode('not a url', 'CDC_SOURCE_URL')).toThrow(/CDC_SOURCE_URL is not a URL/);
   });
 });

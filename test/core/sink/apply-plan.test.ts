@@ -86,7 +86,12 @@ describe('distinctEvents', () => {
           events.push({ ...again, after: { ...again.after, again: i } });
         } else {
           // Few positions, so runs at one position are common; keys from a small set.
-          const e = ev(rand() < 0.2 ? 'delete' : 'snapshot', 1 + Math.floor(rand() * (rand() < 0.5 ? 4 : 40)), { id: Math.floor(rand() * 8), k: rand() < 0.5 ? 'a' : 'b' }, { i });
+          const e = ev(
+            rand() < 0.2 ? 'delete' : 'snapshot',
+            1 + Math.floor(rand() * (rand() < 0.5 ? 4 : 40)),
+            { id: Math.floor(rand() * 8), k: rand() < 0.5 ? 'a' : 'b' },
+            { i },
+          );
           events.push(e);
         }
       }
@@ -103,7 +108,11 @@ describe('distinctEvents', () => {
 
 describe('planTable', () => {
   it('drops events at or below the stored position (replays change nothing)', () => {
-    const plan = planTable({ events: [ev('update', 3, K1, { id: 1, v: 'old' }), ev('update', 5, K1, { id: 1, v: 'same' })], keyColumns: ['id'], stored: stored([[K1, { position: pos(5), deleted: false }]]) });
+    const plan = planTable({
+      events: [ev('update', 3, K1, { id: 1, v: 'old' }), ev('update', 5, K1, { id: 1, v: 'same' })],
+      keyColumns: ['id'],
+      stored: stored([[K1, { position: pos(5), deleted: false }]]),
+    });
     expect(plan.writes).toEqual([]);
     expect(plan.fresh).toEqual([]);
     expect(plan.events).toHaveLength(2);
@@ -116,19 +125,29 @@ describe('planTable', () => {
       keyColumns: ['id'],
       stored: stored([[K1, { position: pos(5), deleted: false }]]),
     });
-    expect(plan.writes).toEqual([{ key: K1, keyText: keyText(K1), position: pos(7), deleted: false, deletedAt: null, full: false, values: { id: 1, a: 2, c: null } }]);
+    expect(plan.writes).toEqual([
+      { key: K1, keyText: keyText(K1), position: pos(7), deleted: false, deletedAt: null, full: false, values: { id: 1, a: 2, c: null } },
+    ]);
     expect(setSignature(plan.writes[0]!)).toBe('a,c,id');
   });
 
   it('does not let a stale update overwrite a newer one in the same batch', () => {
-    const plan = planTable({ events: [ev('update', 9, K1, { id: 1, a: 9 }), ev('update', 4, K1, { id: 1, a: 4 }), ev('update', 6, K1, { id: 1, b: 'x' })], keyColumns: ['id'], stored: stored([[K1, { position: pos(5), deleted: false }]]) });
+    const plan = planTable({
+      events: [ev('update', 9, K1, { id: 1, a: 9 }), ev('update', 4, K1, { id: 1, a: 4 }), ev('update', 6, K1, { id: 1, b: 'x' })],
+      keyColumns: ['id'],
+      stored: stored([[K1, { position: pos(5), deleted: false }]]),
+    });
     expect(plan.writes[0]!.values).toEqual({ id: 1, a: 9, b: 'x' });
     expect(plan.writes[0]!.position).toBe(pos(9));
     expect(plan.fresh.map((e) => e.position)).toEqual([pos(6), pos(9)]);
   });
 
   it('treats an insert as a full image: absent columns become NULL, later updates merge into it', () => {
-    const plan = planTable({ events: [ev('insert', 1, K1, { id: 1, a: 1 }), ev('update', 2, K1, { id: 1, b: 'x' }, { missing: ['c'] })], keyColumns: ['id'], stored: new Map() });
+    const plan = planTable({
+      events: [ev('insert', 1, K1, { id: 1, a: 1 }), ev('update', 2, K1, { id: 1, b: 'x' }, { missing: ['c'] })],
+      keyColumns: ['id'],
+      stored: new Map(),
+    });
     expect(plan.writes[0]).toMatchObject({ full: true, deleted: false, values: { id: 1, a: 1, b: 'x' } });
     expect(setSignature(plan.writes[0]!)).toBe('*');
   });
@@ -138,13 +157,29 @@ describe('planTable', () => {
     expect(none.writes[0]).toMatchObject({ full: true, values: { id: 1, a: 2 } });
     const tomb = planTable({ events: [ev('update', 6, K1, { id: 1, a: 6 })], keyColumns: ['id'], stored: stored([[K1, { position: pos(5), deleted: true }]]) });
     expect(tomb.writes[0]).toMatchObject({ full: true, deleted: false, values: { id: 1, a: 6 } });
-    const inBatch = planTable({ events: [ev('delete', 6, K1, null), ev('update', 7, K1, { id: 1, a: 7 })], keyColumns: ['id'], stored: stored([[K1, { position: pos(5), deleted: false }]]) });
+    const inBatch = planTable({
+      events: [ev('delete', 6, K1, null), ev('update', 7, K1, { id: 1, a: 7 })],
+      keyColumns: ['id'],
+      stored: stored([[K1, { position: pos(5), deleted: false }]]),
+    });
     expect(inBatch.writes[0]).toMatchObject({ full: true, deleted: false, values: { id: 1, a: 7 } });
   });
 
   it('makes a delete a tombstone that keeps the values it had', () => {
-    const live = planTable({ events: [ev('update', 6, K1, { id: 1, a: 6 }), ev('delete', 7, K1, null)], keyColumns: ['id'], stored: stored([[K1, { position: pos(5), deleted: false }]]) });
-    expect(live.writes[0]).toEqual({ key: K1, keyText: keyText(K1), position: pos(7), deleted: true, deletedAt: '2026-01-01T00:00:07.000Z', full: false, values: { id: 1, a: 6 } });
+    const live = planTable({
+      events: [ev('update', 6, K1, { id: 1, a: 6 }), ev('delete', 7, K1, null)],
+      keyColumns: ['id'],
+      stored: stored([[K1, { position: pos(5), deleted: false }]]),
+    });
+    expect(live.writes[0]).toEqual({
+      key: K1,
+      keyText: keyText(K1),
+      position: pos(7),
+      deleted: true,
+      deletedAt: '2026-01-01T00:00:07.000Z',
+      full: false,
+      values: { id: 1, a: 6 },
+    });
     const unknown = planTable({ events: [ev('delete', 3, K1, null)], keyColumns: ['id'], stored: new Map() });
     expect(unknown.writes[0]).toMatchObject({ deleted: true, full: false, values: {} });
     const revived = planTable({ events: [ev('delete', 3, K1, null), ev('insert', 4, K1, { id: 1, a: 4 })], keyColumns: ['id'], stored: new Map() });
@@ -166,7 +201,12 @@ describe('planTable', () => {
       expect(plan.writes.find((w) => w.keyText === keyText(K2))!.values).toEqual({ id: 2, a: 5, big: 'stored' });
       expect(plan.held).toEqual([]);
       expect(plan.donors).toEqual([]);
-      const updated = planTable({ events: [ins, del, ev('update', 8, K1, { id: 1, big: 'newer' })], keyColumns: ['id'], stored: stored([[K1, { position: pos(5), deleted: false }]]), storedRows: rows });
+      const updated = planTable({
+        events: [ins, del, ev('update', 8, K1, { id: 1, big: 'newer' })],
+        keyColumns: ['id'],
+        stored: stored([[K1, { position: pos(5), deleted: false }]]),
+        storedRows: rows,
+      });
       expect(updated.writes.find((w) => w.keyText === keyText(K2))!.values.big).toBe('newer');
     });
 
@@ -182,7 +222,12 @@ describe('planTable', () => {
       const plan = planTable({ events: [ins, upd], keyColumns: ['id'], stored: stored([[K1, { position: pos(12), deleted: false }]]), storedRows: later });
       expect(plan.writes).toEqual([]);
       expect(plan.held).toEqual([ins, upd]);
-      const notYet = planTable({ events: [ins], keyColumns: ['id'], stored: stored([[K1, { position: pos(5), deleted: false }]]), storedRows: new Map([[keyText(K1), { position: pos(5), deleted: false, values: { big: 'maybe stale' } }]]) });
+      const notYet = planTable({
+        events: [ins],
+        keyColumns: ['id'],
+        stored: stored([[K1, { position: pos(5), deleted: false }]]),
+        storedRows: new Map([[keyText(K1), { position: pos(5), deleted: false, values: { big: 'maybe stale' } }]]),
+      });
       expect(notYet.held).toEqual([ins]);
       expect(notYet.writes).toEqual([]);
     });
@@ -195,7 +240,12 @@ describe('planTable', () => {
     it('a delete that hands columns over keeps the old values for an insert not planned yet, and that insert takes them later', () => {
       const marked = { ...del, handover: ['big'] };
       const rows = new Map<string, StoredRow>([[keyText(K1), { position: pos(5), deleted: false, values: { a: '1', big: 'stored' } }]]);
-      const first = planTable({ events: [ev('update', 8, K1, { id: 1, big: 'newer' }), marked], keyColumns: ['id'], stored: stored([[K1, { position: pos(5), deleted: false }]]), storedRows: rows });
+      const first = planTable({
+        events: [ev('update', 8, K1, { id: 1, big: 'newer' }), marked],
+        keyColumns: ['id'],
+        stored: stored([[K1, { position: pos(5), deleted: false }]]),
+        storedRows: rows,
+      });
       expect(first.donors).toEqual([{ key: K1, position: pos(10), values: { big: 'newer' } }]);
       const donors = new Map(first.donors.map((d) => [handoverId(d.key, d.position), d.values]));
       const second = planTable({ events: [ins], keyColumns: ['id'], stored: new Map(), donors });
@@ -203,16 +253,22 @@ describe('planTable', () => {
       expect(second.donors).toEqual([]);
     });
 
-    it('a held insert is applied when the old key\'s delete comes (held events planned again with the batch)', () => {
+    it("a held insert is applied when the old key's delete comes (held events planned again with the batch)", () => {
       const marked = { ...del, handover: ['big'] };
       const upd = ev('update', 11, K2, { id: 2, a: 6 });
       const rows = new Map<string, StoredRow>([[keyText(K1), { position: pos(5), deleted: false, values: { a: '1', big: 'stored' } }]]);
-      const plan = planTable({ events: [marked], held: [ins, upd], keyColumns: ['id'], stored: stored([[K1, { position: pos(5), deleted: false }]]), storedRows: rows });
+      const plan = planTable({
+        events: [marked],
+        held: [ins, upd],
+        keyColumns: ['id'],
+        stored: stored([[K1, { position: pos(5), deleted: false }]]),
+        storedRows: rows,
+      });
       expect(plan.held).toEqual([]);
       expect(plan.donors).toEqual([]);
       expect(plan.writes.find((w) => w.keyText === keyText(K2))).toMatchObject({ position: pos(11), full: true, values: { id: 2, a: 6, big: 'stored' } });
     });
-    describe('a held chain its key\'s stored row has overtaken (a later full image took the append path)', () => {
+    describe("a held chain its key's stored row has overtaken (a later full image took the append path)", () => {
       // K2 → K3 at 10 (K3's insert lacks `big`, held), then K3 → K4 at 20 (K3's delete hands `big`
       // over, held behind it), then a full image of K3 at 30 is stored. The seed of the CI run of
       // 2026-12-01 (CDC_PROPERTY_SEED=301703647) left K4's insert held for ever.
@@ -221,17 +277,25 @@ describe('planTable', () => {
       const insK3 = ev('insert', 10, K3, { id: 3, a: 1 }, { before: { id: 2 }, missing: ['big'] });
       const delK3 = ev('delete', 20, K3, null, { before: { id: 3 }, handover: ['big'] });
       const delK2 = ev('delete', 10, K2, null, { before: { id: 2 }, handover: ['big'] });
-      const overtaken = stored([[K3, { position: pos(30), deleted: false }], [K2, { position: pos(5), deleted: false }]]);
+      const overtaken = stored([
+        [K3, { position: pos(30), deleted: false }],
+        [K2, { position: pos(5), deleted: false }],
+      ]);
       const k2Row = new Map<string, StoredRow>([[keyText(K2), { position: pos(5), deleted: false, values: { a: '0', big: 'from K2' } }]]);
 
-      it('writes nothing of the chain but keeps the donor its delete owes, once the chain\'s insert is complete', () => {
+      it("writes nothing of the chain but keeps the donor its delete owes, once the chain's insert is complete", () => {
         const plan = planTable({ events: [delK2], held: [insK3, delK3], keyColumns: ['id'], stored: overtaken, storedRows: k2Row });
         expect(plan.writes.map((w) => w.keyText)).toEqual([keyText(K2)]);
         expect(plan.held).toEqual([]);
         expect(plan.donors.map((d) => [keyText(d.key), d.position, d.values])).toEqual([[keyText(K3), pos(20), { big: 'from K2' }]]);
         // K4's insert then takes it.
         const insK4 = ev('insert', 20, K4, { id: 4, a: 1 }, { before: { id: 3 }, missing: ['big'] });
-        const next = planTable({ events: [insK4], keyColumns: ['id'], stored: overtaken, donors: new Map(plan.donors.map((d) => [handoverId(d.key, d.position), d.values])) });
+        const next = planTable({
+          events: [insK4],
+          keyColumns: ['id'],
+          stored: overtaken,
+          donors: new Map(plan.donors.map((d) => [handoverId(d.key, d.position), d.values])),
+        });
         expect(next.writes).toEqual([expect.objectContaining({ keyText: keyText(K4), values: { id: 4, a: 1, big: 'from K2' } })]);
         expect(next.held).toEqual([]);
         expect(next.donors).toEqual([]);
@@ -272,7 +336,9 @@ describe('planTable', () => {
 describe('sequence numbers and failures', () => {
   it('compares sequence numbers numerically', () => {
     expect(compareSequenceNumbers('9', '10')).toBeLessThan(0);
-    expect(compareSequenceNumbers('49590338271490256608559692538361571095921575989136588898', '49590338271490256608559692540925702759324208523137515618')).toBeLessThan(0);
+    expect(
+      compareSequenceNumbers('49590338271490256608559692538361571095921575989136588898', '49590338271490256608559692540925702759324208523137515618'),
+    ).toBeLessThan(0);
     expect(compareSequenceNumbers('5', '5')).toBe(0);
   });
 
@@ -284,6 +350,14 @@ describe('sequence numbers and failures', () => {
 
 describe('toParam', () => {
   it('turns JSON values into text parameters', () => {
-    expect([toParam(null), toParam(undefined), toParam('a'), toParam(1.5), toParam(false), toParam({ x: [1] }), toParam([1, 2])]).toEqual([null, null, 'a', '1.5', 'false', '{"x":[1]}', '[1,2]']);
+    expect([toParam(null), toParam(undefined), toParam('a'), toParam(1.5), toParam(false), toParam({ x: [1] }), toParam([1, 2])]).toEqual([
+      null,
+      null,
+      'a',
+      '1.5',
+      'false',
+      '{"x":[1]}',
+      '[1,2]',
+    ]);
   });
 });

@@ -19,7 +19,10 @@ const slot = (patch: Record<string, unknown>) => ({
   table: 'public.docs',
   op: 'update',
   key: ['id'],
-  columns: [{ name: 'id', type: 'integer', value: 2 }, { name: 'title', type: 'text', value: 'x' }],
+  columns: [
+    { name: 'id', type: 'integer', value: 2 },
+    { name: 'title', type: 'text', value: 'x' },
+  ],
   oldKey: [{ name: 'id', type: 'integer', value: 1 }],
   unchanged: ['body'],
   ...patch,
@@ -32,7 +35,7 @@ const changes = (r: DecodeResult): ChangeEvent[] => {
 };
 
 describe('primary-key change halves', () => {
-  it('slot path: the old key\'s delete names the columns its insert lacks', () => {
+  it("slot path: the old key's delete names the columns its insert lacks", () => {
     const [del, ins] = changes(decodeRawRecord(slot({}), ctx));
     expect(del).toMatchObject({ op: 'delete', key: { id: 1 }, handover: ['body'] });
     expect(ins).toMatchObject({ op: 'insert', key: { id: 2 }, missing: ['body'], before: { id: 1 } });
@@ -51,7 +54,16 @@ describe('primary-key change halves', () => {
     const rec = {
       data: { id: 2, title: 'x' },
       'before-image': { id: 1 },
-      metadata: { 'record-type': 'data', operation: 'update', 'schema-name': 'public', 'table-name': 'docs', 'stream-position': '00000002/7C007178.3.00000002/7C007178', 'transaction-record-id': 1, 'commit-timestamp': '2026-11-29T12:00:00Z', 'transaction-id': 9 },
+      metadata: {
+        'record-type': 'data',
+        operation: 'update',
+        'schema-name': 'public',
+        'table-name': 'docs',
+        'stream-position': '00000002/7C007178.3.00000002/7C007178',
+        'transaction-record-id': 1,
+        'commit-timestamp': '2026-11-29T12:00:00Z',
+        'transaction-id': 9,
+      },
     };
     const [del, ins] = changes(decodeRawRecord(rec, ctx));
     expect(del).toMatchObject({ op: 'delete', key: { id: 1 }, handover: ['body'] });

@@ -39,7 +39,8 @@ const SHAPE: SnapshotTableShape = {
   ],
   key: ['id'],
 };
-const rowsOf = (n: number): (string | null)[][] => Array.from({ length: n }, (_, i) => [String(i + 1), i % 3 === 0 ? null : `v"${i}\\é`, `${i}.50`, `p${i}@example.com`]);
+const rowsOf = (n: number): (string | null)[][] =>
+  Array.from({ length: n }, (_, i) => [String(i + 1), i % 3 === 0 ? null : `v"${i}\\é`, `${i}.50`, `p${i}@example.com`]);
 
 /** The changes a list of raw record texts decodes to, in order. */
 function decodeAll(texts: readonly string[]) {
@@ -88,7 +89,19 @@ describe('packed snapshot records', () => {
       expect(parsed.flatMap((p) => p.rows.map((row) => row[0]))).toEqual(read.rows.map((r) => Number(r[0])));
       expect(packed.reduce((n, r) => n + r.rows, 0)).toBe(400);
     }
-    const big = packChunkRecords('src', SHAPE, { ...READ, rows: [['1', 'x'.repeat(5_000), null, null], ['2', 'y', null, null]] }, NO_COLUMN_RULES, 1_000);
+    const big = packChunkRecords(
+      'src',
+      SHAPE,
+      {
+        ...READ,
+        rows: [
+          ['1', 'x'.repeat(5_000), null, null],
+          ['2', 'y', null, null],
+        ],
+      },
+      NO_COLUMN_RULES,
+      1_000,
+    );
     expect(big.map((r) => r.rows)).toEqual([1, 1]);
     expect(packChunkRecords('src', SHAPE, { ...READ, rows: [] }, NO_COLUMN_RULES)).toEqual([]);
   });
@@ -138,7 +151,10 @@ describe('packed snapshot records', () => {
     expect(h.published.map((e) => e.key)).toEqual([{ id: 1 }, { id: 2 }, { id: 4 }, { id: 6 }]);
     expect(h.published.every((e) => e.op === 'snapshot' && e.capture === 'snapshot' && e.schemaVersion === 1)).toBe(true);
     const letters = await h.control.listDeadLetters('normalizer');
-    expect(letters.map((l) => l.reason)).toEqual([expect.stringMatching(/^row 2 of 6 of a packed snapshot record: .*rows\[2\]\[0\].*primary-key column "id"/), expect.stringMatching(/^row 4 of 6 of a packed snapshot record: rows\[4\].*2 values for 4 columns/)]);
+    expect(letters.map((l) => l.reason)).toEqual([
+      expect.stringMatching(/^row 2 of 6 of a packed snapshot record: .*rows\[2\]\[0\].*primary-key column "id"/),
+      expect.stringMatching(/^row 4 of 6 of a packed snapshot record: rows\[4\].*2 values for 4 columns/),
+    ]);
     for (const l of letters) {
       expect(l.origin).toBe('raw/shardId-000000000000/1');
       expect(l.table).toBe('public.t');
@@ -170,7 +186,10 @@ describe('packed snapshot records', () => {
       const perRow = chunkRecords('src', c.shape, { ...READ, rows: c.rows }, c.rules).map((r) => JSON.stringify(r));
       const packed = packChunkRecords('src', c.shape, { ...READ, rows: c.rows }, c.rules, c.budget);
       for (const r of packed) expect(Buffer.byteLength(r.data, 'utf8') <= c.budget || r.rows === 1, at).toBe(true);
-      expect(packed.reduce((n, r) => n + r.rows, 0), at).toBe(c.rows.length);
+      expect(
+        packed.reduce((n, r) => n + r.rows, 0),
+        at,
+      ).toBe(c.rows.length);
       expect(decodeAll(packed.map((r) => r.data)), at).toEqual(decodeAll(perRow));
       // Through the normalizer (registration, versions, rules, validation), every 20th run.
       if (run % 20 === 0) {
@@ -182,7 +201,10 @@ describe('packed snapshot records', () => {
         expect(b.published, at).toEqual(a.published);
         const lettersA = await a.control.listDeadLetters();
         const lettersB = await b.control.listDeadLetters();
-        expect(lettersB.map((l) => l.code), at).toEqual(lettersA.map((l) => l.code));
+        expect(
+          lettersB.map((l) => l.code),
+          at,
+        ).toEqual(lettersA.map((l) => l.code));
         expect(a.published.length + lettersA.length, at).toBe(c.rows.length);
       }
     }
@@ -198,7 +220,15 @@ function harness(tables: ConstructorParameters<typeof TableConfigIndex>[0] = [])
       for (const r of records) published.push(validateChangeEvent(JSON.parse(r)));
     },
   };
-  const normalizer = new Normalizer({ source: 'src', tables: new TableConfigIndex(tables), control, changeLog, metrics: { count() {}, milliseconds() {} }, logger: quiet, now: () => new Date('2026-12-01T00:00:01Z') });
+  const normalizer = new Normalizer({
+    source: 'src',
+    tables: new TableConfigIndex(tables),
+    control,
+    changeLog,
+    metrics: { count() {}, milliseconds() {} },
+    logger: quiet,
+    now: () => new Date('2026-12-01T00:00:01Z'),
+  });
   let seq = 0;
   return {
     control,
@@ -215,14 +245,32 @@ function harness(tables: ConstructorParameters<typeof TableConfigIndex>[0] = [])
 const KINDS: { type: string; typeOid: number; fullType?: string; value: (r: () => number, i: number) => string }[] = [
   { type: 'integer', typeOid: 23, value: (r) => String(Math.floor(r() * 4e9) - 2e9) },
   { type: 'smallint', typeOid: 21, value: (r) => String(Math.floor(r() * 65536) - 32768) },
-  { type: 'bigint', typeOid: 20, value: (r) => (r() < 0.3 ? `${r() < 0.5 ? '-' : ''}9223372036854775${Math.floor(r() * 800)}` : String(Math.floor(r() * 1e12))) },
-  { type: 'numeric', typeOid: 1700, fullType: 'numeric(20,4)', value: (r) => (r() < 0.1 ? 'NaN' : `${r() < 0.5 ? '-' : ''}${Math.floor(r() * 1e6)}.${String(Math.floor(r() * 1e4)).padStart(4, '0')}`) },
+  {
+    type: 'bigint',
+    typeOid: 20,
+    value: (r) => (r() < 0.3 ? `${r() < 0.5 ? '-' : ''}9223372036854775${Math.floor(r() * 800)}` : String(Math.floor(r() * 1e12))),
+  },
+  {
+    type: 'numeric',
+    typeOid: 1700,
+    fullType: 'numeric(20,4)',
+    value: (r) => (r() < 0.1 ? 'NaN' : `${r() < 0.5 ? '-' : ''}${Math.floor(r() * 1e6)}.${String(Math.floor(r() * 1e4)).padStart(4, '0')}`),
+  },
   { type: 'double precision', typeOid: 701, value: (r) => ['NaN', 'Infinity', '-Infinity', '0.1', '1e+100', '-3.5', '123456.789'][Math.floor(r() * 7)]! },
   { type: 'real', typeOid: 700, value: (r) => ['1.5', '-0.25', '3.4028235e+38'][Math.floor(r() * 3)]! },
   { type: 'boolean', typeOid: 16, value: (r) => (r() < 0.5 ? 't' : 'f') },
-  { type: 'text', typeOid: 25, value: (r, i) => ['', 'plain', 'q"uote', 'back\\slash', 'tab\tnew\nline', 'ü😀', '\u0001ctl', `row ${i}`, 'x'.repeat(Math.floor(r() * 300))][Math.floor(r() * 9)]! },
+  {
+    type: 'text',
+    typeOid: 25,
+    value: (r, i) =>
+      ['', 'plain', 'q"uote', 'back\\slash', 'tab\tnew\nline', 'ü😀', '\u0001ctl', `row ${i}`, 'x'.repeat(Math.floor(r() * 300))][Math.floor(r() * 9)]!,
+  },
   { type: 'character varying', typeOid: 1043, fullType: 'character varying(40)', value: (r) => `v${Math.floor(r() * 1000)}` },
-  { type: 'timestamp with time zone', typeOid: 1184, value: (r) => `2026-0${1 + Math.floor(r() * 9)}-1${Math.floor(r() * 9)} 12:00:0${Math.floor(r() * 9)}.${Math.floor(r() * 999999)}+00` },
+  {
+    type: 'timestamp with time zone',
+    typeOid: 1184,
+    value: (r) => `2026-0${1 + Math.floor(r() * 9)}-1${Math.floor(r() * 9)} 12:00:0${Math.floor(r() * 9)}.${Math.floor(r() * 999999)}+00`,
+  },
   { type: 'bit varying', typeOid: 1562, fullType: 'bit varying(8)', value: (r) => (r() < 0.5 ? '1011' : '0') },
   { type: 'jsonb', typeOid: 3802, value: (r) => (r() < 0.5 ? '{"a": [1, 2], "b": null}' : 'null') },
   { type: 'uuid', typeOid: 2950, value: (r) => `a0eebc99-9c0b-4ef8-bb6d-6bb9bd38${String(Math.floor(r() * 9999)).padStart(4, '0')}` },
@@ -230,11 +278,16 @@ const KINDS: { type: string; typeOid: number; fullType?: string; value: (r: () =
 const KEY_KINDS = KINDS.filter((k) => ['integer', 'bigint', 'text', 'uuid', 'numeric', 'character varying'].includes(k.type));
 
 function randomCase(rand: () => number): { shape: SnapshotTableShape; rules: ColumnRules; rows: (string | null)[][]; budget: number } {
-  const pick = <T,>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
   const width = 1 + Math.floor(rand() * 7);
   const keyWidth = 1 + Math.floor(rand() * Math.min(2, width));
   const kinds = Array.from({ length: width }, (_, i) => (i < keyWidth ? pick(KEY_KINDS) : pick(KINDS)));
-  const columns: SnapshotColumn[] = kinds.map((k, i) => ({ name: i === 0 ? 'id' : `c${i}`, type: k.type, typeOid: k.typeOid, ...(k.fullType ? { fullType: k.fullType } : {}) }));
+  const columns: SnapshotColumn[] = kinds.map((k, i) => ({
+    name: i === 0 ? 'id' : `c${i}`,
+    type: k.type,
+    typeOid: k.typeOid,
+    ...(k.fullType ? { fullType: k.fullType } : {}),
+  }));
   // Key columns in a random order of the first `keyWidth`.
   const key = columns.slice(0, keyWidth).map((c) => c.name);
   if (rand() < 0.5) key.reverse();
@@ -242,7 +295,9 @@ function randomCase(rand: () => number): { shape: SnapshotTableShape; rules: Col
   const rules: ColumnRules = { mask: others.filter(() => rand() < 0.3), exclude: [] };
   rules.exclude = others.filter((n) => !rules.mask.includes(n) && rand() < 0.2);
   const n = 1 + Math.floor(rand() * 60);
-  const rows = Array.from({ length: n }, (_, i) => kinds.map((k, j) => (j >= keyWidth && rand() < 0.2 ? null : j === 0 && k.typeOid === 25 ? `k${i}-${k.value(rand, i)}` : k.value(rand, i))));
+  const rows = Array.from({ length: n }, (_, i) =>
+    kinds.map((k, j) => (j >= keyWidth && rand() < 0.2 ? null : j === 0 && k.typeOid === 25 ? `k${i}-${k.value(rand, i)}` : k.value(rand, i))),
+  );
   const budget = pick([300, 1_000, 4_000, 64 * 1024]);
   return { shape: { table: pick(['public.t', 'app.orders']), columns, key }, rules, rows, budget };
 }

@@ -15,7 +15,20 @@
  * printed.
  */
 import { describe, expect, it } from 'vitest';
-import { chunkEndKey, chunkRowCount, copyChunkRead, cursorAfter, packChunkRecords, packChunkSteps, parseCopyText, SnapshotTableError, type ChunkRead, type SnapshotColumn, type SnapshotRawRecord, type SnapshotTableShape } from '../../../lambda/core/snapshot/snapshot.ts';
+import {
+  chunkEndKey,
+  chunkRowCount,
+  copyChunkRead,
+  cursorAfter,
+  packChunkRecords,
+  packChunkSteps,
+  parseCopyText,
+  SnapshotTableError,
+  type ChunkRead,
+  type SnapshotColumn,
+  type SnapshotRawRecord,
+  type SnapshotTableShape,
+} from '../../../lambda/core/snapshot/snapshot.ts';
 import { requestSnapshot, runTableSnapshot, type SnapshotReader } from '../../../lambda/core/snapshot/snapshot-worker.ts';
 import { FixedPacer } from '../../../lambda/core/snapshot/snapshot-pacer.ts';
 import { NO_COLUMN_RULES, type ColumnRules } from '../../../lambda/core/tables/masking.ts';
@@ -34,9 +47,18 @@ function copyField(v: string | null): string {
 const copyText = (rows: readonly (readonly (string | null)[])[]): string => rows.map((r) => `${r.map(copyField).join('\t')}\n`).join('');
 
 /** Both packers' records for the same chunk: from the rows (the reference), and from their COPY text. */
-function both(shape: SnapshotTableShape, rows: (string | null)[][], rules: ColumnRules, budget?: number): { reference: SnapshotRawRecord[]; fromText: SnapshotRawRecord[]; text: string } {
+function both(
+  shape: SnapshotTableShape,
+  rows: (string | null)[][],
+  rules: ColumnRules,
+  budget?: number,
+): { reference: SnapshotRawRecord[]; fromText: SnapshotRawRecord[]; text: string } {
   const text = copyText(rows);
-  return { reference: packChunkRecords('src', shape, { ...READ, rows }, rules, budget), fromText: packChunkRecords('src', shape, { ...READ, rows: [], copyText: text }, rules, budget), text };
+  return {
+    reference: packChunkRecords('src', shape, { ...READ, rows }, rules, budget),
+    fromText: packChunkRecords('src', shape, { ...READ, rows: [], copyText: text }, rules, budget),
+    text,
+  };
 }
 
 const SHAPE: SnapshotTableShape = {
@@ -73,11 +95,17 @@ describe('packing from COPY text', () => {
 
   it('the same errors as the reference: a row with another number of fields, a value that is not of its type, a text that is not whole lines', () => {
     const short = 'a\tb\n1\tx\t5\tt\n';
-    expect(() => packChunkRecords('src', SHAPE, { ...READ, rows: [], copyText: `1\tx\t5\tt\n${short}` }, NO_COLUMN_RULES)).toThrow('public.t chunk: row 2 has 2 fields, expected 4');
+    expect(() => packChunkRecords('src', SHAPE, { ...READ, rows: [], copyText: `1\tx\t5\tt\n${short}` }, NO_COLUMN_RULES)).toThrow(
+      'public.t chunk: row 2 has 2 fields, expected 4',
+    );
     expect(() => parseCopyText(`1\tx\t5\tt\n${short}`, 4, 'public.t chunk')).toThrow('public.t chunk: row 2 has 2 fields, expected 4');
-    expect(() => packChunkRecords('src', SHAPE, { ...READ, rows: [], copyText: '1\tx\t5\tt\textra\n' }, NO_COLUMN_RULES)).toThrow('row 1 has 5 fields, expected 4');
+    expect(() => packChunkRecords('src', SHAPE, { ...READ, rows: [], copyText: '1\tx\t5\tt\textra\n' }, NO_COLUMN_RULES)).toThrow(
+      'row 1 has 5 fields, expected 4',
+    );
     // A bad value in row 1 and a short row 3: the reference (which parses first) reports row 3, and so does this.
-    expect(() => packChunkRecords('src', SHAPE, { ...READ, rows: [], copyText: '1\tx\tfive\tt\n2\tx\t5\tt\n3\tx\n' }, NO_COLUMN_RULES)).toThrow('public.t chunk: row 3 has 2 fields, expected 4');
+    expect(() => packChunkRecords('src', SHAPE, { ...READ, rows: [], copyText: '1\tx\tfive\tt\n2\tx\t5\tt\n3\tx\n' }, NO_COLUMN_RULES)).toThrow(
+      'public.t chunk: row 3 has 2 fields, expected 4',
+    );
     const bad = [['1', 'x', '5.5', 't']];
     expect(() => both(SHAPE, bad, NO_COLUMN_RULES)).toThrow(SnapshotTableError);
     let reference: unknown;
@@ -95,7 +123,9 @@ describe('packing from COPY text', () => {
     expect(fromText).toBe(reference);
     expect(reference).toMatch(/column n \(integer\)/);
     expect(() => packChunkRecords('src', SHAPE, { ...READ, rows: [], copyText: '1\tx\t5\tt' }, NO_COLUMN_RULES)).toThrow('does not end with a newline');
-    expect(() => copyChunkRead({ ...READ, fenceXid: '1', fenceWaitMs: 0, readMs: 0, fromReplica: false }, '1\tx', 4, 'public.t chunk')).toThrow('does not end with a newline');
+    expect(() => copyChunkRead({ ...READ, fenceXid: '1', fenceWaitMs: 0, readMs: 0, fromReplica: false }, '1\tx', 4, 'public.t chunk')).toThrow(
+      'does not end with a newline',
+    );
     // A masked or excluded key is refused before anything is read, from text as from rows.
     expect(() => packChunkRecords('src', SHAPE, { ...READ, rows: [], copyText: '' }, { mask: ['id'], exclude: [] })).toThrow('keys are never masked');
   });
@@ -150,7 +180,12 @@ describe('packing from COPY text', () => {
         if (reads === failAt) throw new Error('connection lost');
         const from = after === null ? 0 : rows.findIndex((x) => Number(x[0]) > Number(after[0]));
         const slice = from < 0 ? [] : rows.slice(from, from + limit);
-        return copyChunkRead({ lowWatermark: `0/${(0x1000 + reads).toString(16)}`, fenceXid: String(reads), readAt: READ.readAt, fenceWaitMs: 0, readMs: 1, fromReplica: false }, copyText(slice), 4, 'public.t chunk');
+        return copyChunkRead(
+          { lowWatermark: `0/${(0x1000 + reads).toString(16)}`, fenceXid: String(reads), readAt: READ.readAt, fenceWaitMs: 0, readMs: 1, fromReplica: false },
+          copyText(slice),
+          4,
+          'public.t chunk',
+        );
       },
     });
     const control = new MemoryControlPlane();
@@ -158,7 +193,17 @@ describe('packing from COPY text', () => {
     const published: SnapshotRawRecord[][] = [];
     let pauses = 0;
     const run = (failAt: number | null) =>
-      runTableSnapshot({ control, reader: reader(failAt), publish: async (recs) => void published.push(recs), pacer: new FixedPacer(2_000), source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w1', yieldToIo: async () => void pauses++ });
+      runTableSnapshot({
+        control,
+        reader: reader(failAt),
+        publish: async (recs) => void published.push(recs),
+        pacer: new FixedPacer(2_000),
+        source: 's',
+        table: 'public.t',
+        rules: NO_COLUMN_RULES,
+        owner: 'w1',
+        yieldToIo: async () => void pauses++,
+      });
     // The read ahead of chunk 2 fails: chunk 1 is packed, published and recorded, then the error surfaces.
     await expect(run(2)).rejects.toThrow('connection lost');
     expect((await control.getSnapshot('s', 'public.t'))!.cursor).toEqual(['2000']);
@@ -204,21 +249,58 @@ describe('packing from COPY text', () => {
 
 /** Column kinds: the type, its oid, and output texts as PostgreSQL prints them (plus texts it does not print, where the reference still converts them). */
 const KINDS: { type: string; typeOid: number; fullType?: string; value: (r: () => number, i: number) => string }[] = [
-  { type: 'integer', typeOid: 23, value: (r) => (r() < 0.1 ? pickOf(r, ['0', '-0', '007', '-00', '2147483647', '-2147483648']) : String(Math.floor(r() * 4e9) - 2e9)) },
+  {
+    type: 'integer',
+    typeOid: 23,
+    value: (r) => (r() < 0.1 ? pickOf(r, ['0', '-0', '007', '-00', '2147483647', '-2147483648']) : String(Math.floor(r() * 4e9) - 2e9)),
+  },
   { type: 'smallint', typeOid: 21, value: (r) => String(Math.floor(r() * 65536) - 32768) },
   { type: 'oid', typeOid: 26, value: (r) => String(Math.floor(r() * 4e9)) },
   {
     type: 'bigint',
     typeOid: 20,
-    value: (r) => pickOf(r, [`${r() < 0.5 ? '-' : ''}9223372036854775${Math.floor(r() * 800)}`, String(Math.floor(r() * 1e12)), '999999999999999', '-999999999999999', '1000000000000000', '9007199254740991', '9007199254740992', '-9007199254740993', '0', '0000123']),
+    value: (r) =>
+      pickOf(r, [
+        `${r() < 0.5 ? '-' : ''}9223372036854775${Math.floor(r() * 800)}`,
+        String(Math.floor(r() * 1e12)),
+        '999999999999999',
+        '-999999999999999',
+        '1000000000000000',
+        '9007199254740991',
+        '9007199254740992',
+        '-9007199254740993',
+        '0',
+        '0000123',
+      ]),
   },
-  { type: 'numeric', typeOid: 1700, fullType: 'numeric(20,4)', value: (r) => (r() < 0.1 ? pickOf(r, ['NaN', 'Infinity', '-Infinity', '1e+5']) : `${r() < 0.5 ? '-' : ''}${Math.floor(r() * 1e6)}.${String(Math.floor(r() * 1e4)).padStart(4, '0')}`) },
-  { type: 'double precision', typeOid: 701, value: (r) => pickOf(r, ['NaN', 'Infinity', '-Infinity', '0.1', '1e+100', '-3.5', '123456.789', '-0', '0', '1e+20', '12345678901234567']) },
+  {
+    type: 'numeric',
+    typeOid: 1700,
+    fullType: 'numeric(20,4)',
+    value: (r) =>
+      r() < 0.1
+        ? pickOf(r, ['NaN', 'Infinity', '-Infinity', '1e+5'])
+        : `${r() < 0.5 ? '-' : ''}${Math.floor(r() * 1e6)}.${String(Math.floor(r() * 1e4)).padStart(4, '0')}`,
+  },
+  {
+    type: 'double precision',
+    typeOid: 701,
+    value: (r) => pickOf(r, ['NaN', 'Infinity', '-Infinity', '0.1', '1e+100', '-3.5', '123456.789', '-0', '0', '1e+20', '12345678901234567']),
+  },
   { type: 'real', typeOid: 700, value: (r) => pickOf(r, ['1.5', '-0.25', '3.4028235e+38', '1e-05']) },
   { type: 'boolean', typeOid: 16, value: (r) => (r() < 0.5 ? 't' : 'f') },
   { type: 'text', typeOid: 25, value: (r, i) => randomText(r, i) },
-  { type: 'character varying', typeOid: 1043, fullType: 'character varying(40)', value: (r, i) => (r() < 0.5 ? `v${Math.floor(r() * 1000)}` : randomText(r, i)) },
-  { type: 'timestamp with time zone', typeOid: 1184, value: (r) => `2026-0${1 + Math.floor(r() * 9)}-1${Math.floor(r() * 9)} 12:00:0${Math.floor(r() * 9)}.${Math.floor(r() * 999999)}+00` },
+  {
+    type: 'character varying',
+    typeOid: 1043,
+    fullType: 'character varying(40)',
+    value: (r, i) => (r() < 0.5 ? `v${Math.floor(r() * 1000)}` : randomText(r, i)),
+  },
+  {
+    type: 'timestamp with time zone',
+    typeOid: 1184,
+    value: (r) => `2026-0${1 + Math.floor(r() * 9)}-1${Math.floor(r() * 9)} 12:00:0${Math.floor(r() * 9)}.${Math.floor(r() * 999999)}+00`,
+  },
   { type: 'bit varying', typeOid: 1562, fullType: 'bit varying(8)', value: (r) => (r() < 0.5 ? '1011' : '0') },
   { type: 'jsonb', typeOid: 3802, value: (r) => pickOf(r, ['{"a": [1, 2], "b": null}', 'null', '"q\\"uote"', '{"t": "tab\\t"}']) },
   { type: 'uuid', typeOid: 2950, value: (r) => `a0eebc99-9c0b-4ef8-bb6d-6bb9bd38${String(Math.floor(r() * 9999)).padStart(4, '0')}` },
@@ -232,7 +314,26 @@ function pickOf<T>(r: () => number, xs: readonly T[]): T {
 
 /** Text with everything that needs care: COPY escapes, JSON escapes, control characters, non-ASCII, astral characters, the text `\N`. */
 function randomText(r: () => number, i: number): string {
-  const parts = ['', 'plain', 'q"uote', 'back\\slash', '\\N', 'N', 'tab\tnew\nline\rcr', '\b\f\v', '\u0001ctl\u001f', '\u007f', 'ü', 'é\u0301', '😀', '\u2028\u2029', '中文', 't', `row ${i}`, 'x'.repeat(Math.floor(r() * 300))];
+  const parts = [
+    '',
+    'plain',
+    'q"uote',
+    'back\\slash',
+    '\\N',
+    'N',
+    'tab\tnew\nline\rcr',
+    '\b\f\v',
+    '\u0001ctl\u001f',
+    '\u007f',
+    'ü',
+    'é\u0301',
+    '😀',
+    '\u2028\u2029',
+    '中文',
+    't',
+    `row ${i}`,
+    'x'.repeat(Math.floor(r() * 300)),
+  ];
   let out = '';
   for (let n = Math.floor(r() * 4); n > 0; n--) out += pickOf(r, parts);
   return out;
@@ -242,14 +343,21 @@ function randomCase(rand: () => number): { shape: SnapshotTableShape; rules: Col
   const width = 1 + Math.floor(rand() * 8);
   const keyWidth = 1 + Math.floor(rand() * Math.min(2, width));
   const kinds = Array.from({ length: width }, (_, i) => (i < keyWidth ? pickOf(rand, KEY_KINDS) : pickOf(rand, KINDS)));
-  const columns: SnapshotColumn[] = kinds.map((k, i) => ({ name: i === 0 ? 'id' : `c${i}`, type: k.type, typeOid: k.typeOid, ...(k.fullType ? { fullType: k.fullType } : {}) }));
+  const columns: SnapshotColumn[] = kinds.map((k, i) => ({
+    name: i === 0 ? 'id' : `c${i}`,
+    type: k.type,
+    typeOid: k.typeOid,
+    ...(k.fullType ? { fullType: k.fullType } : {}),
+  }));
   const key = columns.slice(0, keyWidth).map((c) => c.name);
   if (rand() < 0.5) key.reverse();
   const others = columns.slice(keyWidth).map((c) => c.name);
   const rules: ColumnRules = { mask: others.filter(() => rand() < 0.3), exclude: [] };
   rules.exclude = others.filter((n) => !rules.mask.includes(n) && rand() < 0.2);
   const n = 1 + Math.floor(rand() * 80);
-  const rows = Array.from({ length: n }, (_, i) => kinds.map((k, j) => (j >= keyWidth && rand() < 0.2 ? null : j === 0 && k.typeOid === 25 ? `k${i}-${k.value(rand, i)}` : k.value(rand, i))));
+  const rows = Array.from({ length: n }, (_, i) =>
+    kinds.map((k, j) => (j >= keyWidth && rand() < 0.2 ? null : j === 0 && k.typeOid === 25 ? `k${i}-${k.value(rand, i)}` : k.value(rand, i))),
+  );
   const budget = pickOf(rand, [200, 600, 2_000, 8_000, 256 * 1024]);
   return { shape: { table: pickOf(rand, ['public.t', 'app.orders']), columns, key }, rules, rows, budget };
 }

@@ -4,9 +4,37 @@
  * (a collaborator double; the DynamoDB adapter is tested in test/adapters/control-plane-dynamodb.test.ts).
  */
 import { describe, expect, it } from 'vitest';
-import { chunkCopyQuery, chunkQuery, chunkRecords, cursorAfter, encodeChunkRecords, formatEta, parseCopyText, rowToColumns, snapshotPosition, SnapshotTableError, type ChunkRead, type SnapshotTableShape } from '../../../lambda/core/snapshot/snapshot.ts';
-import { AdaptivePacer, addedLatencyPct, budgetRatio, DEFAULT_SOURCE_BUDGET, FixedPacer, probeNoiseFloorMs, quantile } from '../../../lambda/core/snapshot/snapshot-pacer.ts';
-import { bootstrapFromCopy, planSnapshots, requestSnapshot, runPendingSnapshots, runTableSnapshot, type SnapshotReader } from '../../../lambda/core/snapshot/snapshot-worker.ts';
+import {
+  chunkCopyQuery,
+  chunkQuery,
+  chunkRecords,
+  cursorAfter,
+  encodeChunkRecords,
+  formatEta,
+  parseCopyText,
+  rowToColumns,
+  snapshotPosition,
+  SnapshotTableError,
+  type ChunkRead,
+  type SnapshotTableShape,
+} from '../../../lambda/core/snapshot/snapshot.ts';
+import {
+  AdaptivePacer,
+  addedLatencyPct,
+  budgetRatio,
+  DEFAULT_SOURCE_BUDGET,
+  FixedPacer,
+  probeNoiseFloorMs,
+  quantile,
+} from '../../../lambda/core/snapshot/snapshot-pacer.ts';
+import {
+  bootstrapFromCopy,
+  planSnapshots,
+  requestSnapshot,
+  runPendingSnapshots,
+  runTableSnapshot,
+  type SnapshotReader,
+} from '../../../lambda/core/snapshot/snapshot-worker.ts';
 import { BootstrapGapError, sweepPosition } from '../../../lambda/core/snapshot/snapshot.ts';
 import { makePosition } from '../../../lambda/core/shared/position.ts';
 import { maskValue, NO_COLUMN_RULES } from '../../../lambda/core/tables/masking.ts';
@@ -42,8 +70,14 @@ const SHAPE: SnapshotTableShape = {
 
 describe('chunk planning', () => {
   it('pages by a row comparison on the composite key, values as parameters', () => {
-    expect(chunkQuery(SHAPE, null, 100)).toEqual({ text: 'SELECT "a", "b", "ok", "n", "bits", "email" FROM "public"."t" ORDER BY "a", "b" LIMIT 100', values: [] });
-    expect(chunkQuery(SHAPE, ['3', "it's"], 10)).toEqual({ text: 'SELECT "a", "b", "ok", "n", "bits", "email" FROM "public"."t" WHERE ("a", "b") > ($1, $2) ORDER BY "a", "b" LIMIT 10', values: ['3', "it's"] });
+    expect(chunkQuery(SHAPE, null, 100)).toEqual({
+      text: 'SELECT "a", "b", "ok", "n", "bits", "email" FROM "public"."t" ORDER BY "a", "b" LIMIT 100',
+      values: [],
+    });
+    expect(chunkQuery(SHAPE, ['3', "it's"], 10)).toEqual({
+      text: 'SELECT "a", "b", "ok", "n", "bits", "email" FROM "public"."t" WHERE ("a", "b") > ($1, $2) ORDER BY "a", "b" LIMIT 10',
+      values: ['3', "it's"],
+    });
     expect(chunkQuery({ ...SHAPE, key: ['a'] }, ['7'], 5).text).toContain('WHERE "a" > $1 ORDER BY "a" LIMIT 5');
   });
 
@@ -57,7 +91,9 @@ describe('chunk planning', () => {
 
   it('the COPY form inlines the cursor as escaped string literals; COPY text output parses back to the values', () => {
     expect(chunkCopyQuery(SHAPE, null, 100)).toBe('COPY (SELECT "a", "b", "ok", "n", "bits", "email" FROM "public"."t" ORDER BY "a", "b" LIMIT 100) TO STDOUT');
-    expect(chunkCopyQuery(SHAPE, ['3', "it's a \\ $1"], 10)).toBe(`COPY (SELECT "a", "b", "ok", "n", "bits", "email" FROM "public"."t" WHERE ("a", "b") > (E'3', E'it''s a \\\\ $1') ORDER BY "a", "b" LIMIT 10) TO STDOUT`);
+    expect(chunkCopyQuery(SHAPE, ['3', "it's a \\ $1"], 10)).toBe(
+      `COPY (SELECT "a", "b", "ok", "n", "bits", "email" FROM "public"."t" WHERE ("a", "b") > (E'3', E'it''s a \\\\ $1') ORDER BY "a", "b" LIMIT 10) TO STDOUT`,
+    );
     expect(() => chunkCopyQuery(SHAPE, ['1'], 1)).toThrow(/cursor has 1 values, the key has 2/);
     expect(parseCopyText('', 2)).toEqual([]);
     expect(parseCopyText('1\ta\\tb\\nc\\\\d\n2\t\\N\n3\t\n', 2)).toEqual([
@@ -71,7 +107,12 @@ describe('chunk planning', () => {
   });
 
   it('the cursor is the last row key, in key order', () => {
-    expect(cursorAfter(SHAPE, [['1', 'x', 't', '1', '1', null], ['2', 'y', 'f', '2', '0', null]])).toEqual(['2', 'y']);
+    expect(
+      cursorAfter(SHAPE, [
+        ['1', 'x', 't', '1', '1', null],
+        ['2', 'y', 'f', '2', '0', null],
+      ]),
+    ).toEqual(['2', 'y']);
     expect(cursorAfter(SHAPE, [])).toBeNull();
   });
 });
@@ -87,7 +128,11 @@ describe('positions and records', () => {
   it('values come out as the capture prints them; masking and exclusion use the one column-rules function', () => {
     const cols = rowToColumns(SHAPE, ['1', "o'k", 't', '1.10', '101', 'x@example.com']);
     expect(cols.map((c) => c.value)).toEqual([1, "o'k", true, '1.10', '101', 'x@example.com']);
-    const read: Pick<ChunkRead, 'lowWatermark' | 'rows' | 'readAt'> = { lowWatermark: '0/16B3748', rows: [['1', 'x', null, null, null, 'x@example.com']], readAt: '2026-12-01T00:00:00.000000Z' };
+    const read: Pick<ChunkRead, 'lowWatermark' | 'rows' | 'readAt'> = {
+      lowWatermark: '0/16B3748',
+      rows: [['1', 'x', null, null, null, 'x@example.com']],
+      readAt: '2026-12-01T00:00:00.000000Z',
+    };
     const [rec] = chunkRecords('src', SHAPE, read, { mask: ['email'], exclude: ['bits'] });
     expect(rec!.op).toBe('snapshot');
     expect(rec!.columns!.map((c) => c.name)).toEqual(['a', 'b', 'ok', 'n', 'email']);
@@ -102,10 +147,17 @@ describe('positions and records', () => {
     const seed = Number(process.env.CDC_PROPERTY_SEED ?? Math.floor(Math.random() * 2 ** 31));
     const count = Number(process.env.CDC_ENCODER_COUNT ?? 300);
     let x = seed;
-    const rand = () => ((x = (Math.imul(x, 1103515245) + 12345) >>> 0) / 2 ** 32);
+    const rand = () => (x = (Math.imul(x, 1103515245) + 12345) >>> 0) / 2 ** 32;
     const pieces = ['a', "'", '"', '\\', '\n', '\t', '\u0001', 'é', '😀', '\u2028', ' ', '</script>', '0'];
     const str = () => Array.from({ length: Math.floor(rand() * 8) }, () => pieces[Math.floor(rand() * pieces.length)]).join('');
-    const rows = Array.from({ length: count }, (_, i) => [String(i - 150), str(), rand() < 0.3 ? null : rand() < 0.5 ? 't' : 'f', rand() < 0.3 ? null : (rand() * 1e6 - 5e5).toFixed(3), rand() < 0.5 ? '1010' : null, rand() < 0.3 ? null : str()]);
+    const rows = Array.from({ length: count }, (_, i) => [
+      String(i - 150),
+      str(),
+      rand() < 0.3 ? null : rand() < 0.5 ? 't' : 'f',
+      rand() < 0.3 ? null : (rand() * 1e6 - 5e5).toFixed(3),
+      rand() < 0.5 ? '1010' : null,
+      rand() < 0.3 ? null : str(),
+    ]);
     for (const rules of [NO_COLUMN_RULES, { mask: ['email'], exclude: ['bits'] }]) {
       const recs = chunkRecords('src', SHAPE, { lowWatermark: '0/16B3748', rows, readAt: '2026-12-01T00:00:00.000000Z' }, rules);
       const fast = encodeChunkRecords(recs);
@@ -118,7 +170,7 @@ describe('positions and records', () => {
     console.log(`chunk encoder: ${count} rows × 2 rule sets, seed ${seed} (CDC_PROPERTY_SEED, CDC_ENCODER_COUNT)`);
   });
 
-  it('a value that is not its type\'s output text is refused naming the table and column', () => {
+  it("a value that is not its type's output text is refused naming the table and column", () => {
     expect(() => rowToColumns(SHAPE, ['x1', 'b', null, null, null, null])).toThrow(/public\.t: column a \(integer\): expected an integer/);
   });
 
@@ -195,8 +247,18 @@ describe('adaptive pacer', () => {
     const baseline = Array.from({ length: 20 }, (_, i) => (i % 10 === 9 ? 4 : i % 10 === 8 ? 3.2 : 0.8));
     expect(probeNoiseFloorMs(baseline)).toBeCloseTo(2.4, 6);
     expect(probeNoiseFloorMs([0.2, 0.21, 0.22])).toBe(1); // a quiet disk: the fixed floor
-    expect(addedLatencyPct(baseline, baseline.map((x) => x + 2))).toBe(0);
-    expect(addedLatencyPct(baseline, baseline.map((x) => x + 10))).toBeGreaterThan(2 * DEFAULT_SOURCE_BUDGET.writeLatencyPct);
+    expect(
+      addedLatencyPct(
+        baseline,
+        baseline.map((x) => x + 2),
+      ),
+    ).toBe(0);
+    expect(
+      addedLatencyPct(
+        baseline,
+        baseline.map((x) => x + 10),
+      ),
+    ).toBeGreaterThan(2 * DEFAULT_SOURCE_BUDGET.writeLatencyPct);
   });
 
   it('the probe statistic: rare slow probes and sub-millisecond jitter are no pressure; a source slowed by milliseconds is (the crawl at 20-50 rows/s)', () => {
@@ -208,13 +270,28 @@ describe('adaptive pacer', () => {
     const someSlow = [...window.slice(10), ...Array.from({ length: 10 }, () => 25)];
     expect(addedLatencyPct(baseline, someSlow)).toBe(0);
     // Jitter below the floor: twice the baseline, yet 0.2 ms.
-    expect(addedLatencyPct(baseline, window.map((x) => x * 2))).toBe(0);
+    expect(
+      addedLatencyPct(
+        baseline,
+        window.map((x) => x * 2),
+      ),
+    ).toBe(0);
     // A source whose commits take milliseconds longer: over budget at once.
-    expect(addedLatencyPct(baseline, window.map((x) => x + 2))).toBeGreaterThan(2 * DEFAULT_SOURCE_BUDGET.writeLatencyPct);
+    expect(
+      addedLatencyPct(
+        baseline,
+        window.map((x) => x + 2),
+      ),
+    ).toBeGreaterThan(2 * DEFAULT_SOURCE_BUDGET.writeLatencyPct);
     expect(addedLatencyPct([], window)).toBeNull();
     // Fed to the pacer chunk after chunk, the slow probes leave the snapshot at full speed and growing.
     const p = new AdaptivePacer({ initialChunk: 1000 });
-    for (let i = 0; i < 10; i++) p.record({ rows: p.next().chunkSize, readMs: 10, pressure: { addedWriteLatencyPct: addedLatencyPct(baseline, someSlow), addedCpuPct: null, activeSessions: 0 } });
+    for (let i = 0; i < 10; i++)
+      p.record({
+        rows: p.next().chunkSize,
+        readMs: 10,
+        pressure: { addedWriteLatencyPct: addedLatencyPct(baseline, someSlow), addedCpuPct: null, activeSessions: 0 },
+      });
     expect(p.next()).toMatchObject({ state: 'full-speed', pauseMs: 0 });
     expect(p.next().chunkSize).toBeGreaterThan(1000);
   });
@@ -232,7 +309,14 @@ describe('adaptive pacer', () => {
 
 /** A reader over an in-memory table (a collaborator double: the real reader is tested against PostgreSQL). */
 function memoryReader(rows: string[][], failAt: number | null = null): SnapshotReader & { reads: number } {
-  const shape: SnapshotTableShape = { table: 'public.t', columns: [{ name: 'id', type: 'integer', typeOid: 23 }, { name: 'v', type: 'text', typeOid: 25 }], key: ['id'] };
+  const shape: SnapshotTableShape = {
+    table: 'public.t',
+    columns: [
+      { name: 'id', type: 'integer', typeOid: 23 },
+      { name: 'v', type: 'text', typeOid: 25 },
+    ],
+    key: ['id'],
+  };
   const r = {
     reads: 0,
     describe: async () => shape,
@@ -242,7 +326,15 @@ function memoryReader(rows: string[][], failAt: number | null = null): SnapshotR
       if (failAt !== null && r.reads === failAt) throw new Error('connection lost');
       const from = after === null ? 0 : rows.findIndex((x) => Number(x[0]) > Number(after[0]));
       const slice = from < 0 ? [] : rows.slice(from, from + limit);
-      return { lowWatermark: `0/${(0x1000 + r.reads).toString(16)}`, fenceXid: String(700 + r.reads), rows: slice, readAt: new Date().toISOString(), fenceWaitMs: 0, readMs: 1, fromReplica: false };
+      return {
+        lowWatermark: `0/${(0x1000 + r.reads).toString(16)}`,
+        fenceXid: String(700 + r.reads),
+        rows: slice,
+        readAt: new Date().toISOString(),
+        fenceWaitMs: 0,
+        readMs: 1,
+        fromReplica: false,
+      };
     },
   };
   return r;
@@ -254,7 +346,10 @@ describe('requests, runs and resume', () => {
 
   it('two concurrent requests: exactly one wins, the other is refused and audited', async () => {
     const control = new MemoryControlPlane();
-    const [a, b] = await Promise.all([requestSnapshot(control, { source: 's', table: 'public.t', reason: 'resnapshot', actor: 'op:a' }), requestSnapshot(control, { source: 's', table: 'public.t', reason: 'resnapshot', actor: 'op:b' })]);
+    const [a, b] = await Promise.all([
+      requestSnapshot(control, { source: 's', table: 'public.t', reason: 'resnapshot', actor: 'op:a' }),
+      requestSnapshot(control, { source: 's', table: 'public.t', reason: 'resnapshot', actor: 'op:b' }),
+    ]);
     expect([a.outcome, b.outcome].sort()).toEqual(['refused', 'requested']);
     const audit = await control.listAudit('s', 'public.t');
     expect(audit.map((x) => x.outcome).sort()).toEqual(['done', 'refused']);
@@ -272,12 +367,33 @@ describe('requests, runs and resume', () => {
     await requestSnapshot(control, { source: 's', table: 'public.t', reason: 'initial', actor: 'planner' });
     const published: SlotRecord[][] = [];
     const reader = memoryReader(rows, 3);
-    const run = (r: SnapshotReader) => runTableSnapshot({ control, reader: r, publish: async (recs) => void published.push(perRow(recs)), pacer: fixed, source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w1' });
+    const run = (r: SnapshotReader) =>
+      runTableSnapshot({
+        control,
+        reader: r,
+        publish: async (recs) => void published.push(perRow(recs)),
+        pacer: fixed,
+        source: 's',
+        table: 'public.t',
+        rules: NO_COLUMN_RULES,
+        owner: 'w1',
+      });
     await expect(run(reader)).rejects.toThrow('connection lost');
     let s = (await control.getSnapshot('s', 'public.t'))!;
     expect([s.status, s.chunksDone, s.rowsDone, s.cursor]).toEqual(['running', 2, 10, ['10']]);
     // Another worker cannot take a live lease; the same owner (the restarted process) resumes.
-    expect(await runTableSnapshot({ control, reader: memoryReader(rows), publish: async () => undefined, pacer: fixed, source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w2' })).toBe('busy');
+    expect(
+      await runTableSnapshot({
+        control,
+        reader: memoryReader(rows),
+        publish: async () => undefined,
+        pacer: fixed,
+        source: 's',
+        table: 'public.t',
+        rules: NO_COLUMN_RULES,
+        owner: 'w2',
+      }),
+    ).toBe('busy');
     expect(await run(memoryReader(rows))).toBe('done');
     s = (await control.getSnapshot('s', 'public.t'))!;
     expect([s.status, s.rowsDone, s.chunksDone]).toEqual(['done', 23, 5]);
@@ -291,7 +407,12 @@ describe('requests, runs and resume', () => {
     ]);
     const keys = published.flat().map((r) => r.columns![0]!.value);
     expect(new Set(keys).size).toBe(23);
-    expect((await control.listAudit('s', 'public.t')).map((a) => a.action)).toEqual(['request-snapshot', 'start-snapshot', 'resume-snapshot', 'finish-snapshot']);
+    expect((await control.listAudit('s', 'public.t')).map((a) => a.action)).toEqual([
+      'request-snapshot',
+      'start-snapshot',
+      'resume-snapshot',
+      'finish-snapshot',
+    ]);
   });
 
   it('with one chunk read ahead: the next read starts before the chunk is published, chunks are still recorded in order, and a crash resumes the same way', async () => {
@@ -306,7 +427,16 @@ describe('requests, runs and resume', () => {
       },
     });
     const run = (r: SnapshotReader) =>
-      runTableSnapshot({ control, reader: r, publish: async (recs) => void events.push(`publish ${perRow(recs)[0]!.columns![0]!.value}`), pacer: new FixedPacer(5), source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w1' });
+      runTableSnapshot({
+        control,
+        reader: r,
+        publish: async (recs) => void events.push(`publish ${perRow(recs)[0]!.columns![0]!.value}`),
+        pacer: new FixedPacer(5),
+        source: 's',
+        table: 'public.t',
+        rules: NO_COLUMN_RULES,
+        owner: 'w1',
+      });
     await expect(run(traced(memoryReader(rows, 3)))).rejects.toThrow('connection lost');
     expect(events).toEqual(['read after -', 'read after 5', 'publish 1', 'read after 10', 'publish 6']);
     let s = (await control.getSnapshot('s', 'public.t'))!;
@@ -330,7 +460,16 @@ describe('requests, runs and resume', () => {
   it('a finished re-snapshot brings a needs-resnapshot table back to active', async () => {
     const control = new MemoryControlPlane();
     await control.registerTable(
-      { source: 's', table: 'public.t', state: 'needs-resnapshot', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: 'HISTORY_GAP', updatedAt: new Date().toISOString() },
+      {
+        source: 's',
+        table: 'public.t',
+        state: 'needs-resnapshot',
+        currentVersion: 1,
+        deleteMode: 'soft',
+        preImage: 'key',
+        stateReason: 'HISTORY_GAP',
+        updatedAt: new Date().toISOString(),
+      },
       { source: 's', table: 'public.t', version: 1, columns: [], key: ['id'], effectivePosition: makePosition(0n, 0), registeredAt: new Date().toISOString() },
       { at: new Date().toISOString(), actor: 't', action: 'register', source: 's', table: 'public.t', outcome: 'done', detail: {} },
     );
@@ -346,8 +485,21 @@ describe('requests, runs and resume', () => {
         throw new Error('stream unavailable');
       }
     };
-    await expect(runTableSnapshot({ control, reader: memoryReader(rows), publish, pacer: fixed, source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w' })).rejects.toThrow('stream unavailable');
-    expect(await runTableSnapshot({ control, reader: memoryReader(rows), publish, pacer: fixed, source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w' })).toBe('done');
+    await expect(
+      runTableSnapshot({ control, reader: memoryReader(rows), publish, pacer: fixed, source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w' }),
+    ).rejects.toThrow('stream unavailable');
+    expect(
+      await runTableSnapshot({
+        control,
+        reader: memoryReader(rows),
+        publish,
+        pacer: fixed,
+        source: 's',
+        table: 'public.t',
+        rules: NO_COLUMN_RULES,
+        owner: 'w',
+      }),
+    ).toBe('done');
     expect((await control.getTable('s', 'public.t'))!.state).toBe('active');
     const run = (await control.getSnapshot('s', 'public.t'))!;
     const sweeps = published.flat().filter((r) => r.op === 'truncate');
@@ -368,20 +520,36 @@ describe('requests, runs and resume', () => {
     const control = new MemoryControlPlane();
     await requestSnapshot(control, { source: 's', table: 'public.t', reason: 'initial', actor: 'planner' });
     const published: SlotRecord[] = [];
-    expect(await runTableSnapshot({ control, reader: memoryReader(rows), publish: async (recs) => void published.push(...perRow(recs)), pacer: fixed, source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w' })).toBe('done');
+    expect(
+      await runTableSnapshot({
+        control,
+        reader: memoryReader(rows),
+        publish: async (recs) => void published.push(...perRow(recs)),
+        pacer: fixed,
+        source: 's',
+        table: 'public.t',
+        rules: NO_COLUMN_RULES,
+        owner: 'w',
+      }),
+    ).toBe('done');
     expect(published.filter((r) => r.op !== 'snapshot')).toEqual([]);
     expect(published).toHaveLength(23);
   });
 
   it('bootstrap from a trusted copy: accepted when the log reaches back to the copy, refused with a named error otherwise', async () => {
     const control = new MemoryControlPlane();
-    await expect(bootstrapFromCopy(control, { source: 's', table: 'public.t', copyLsn: '0/1000', logStartLsn: '0/2000', actor: 'op' })).rejects.toThrow(BootstrapGapError);
+    await expect(bootstrapFromCopy(control, { source: 's', table: 'public.t', copyLsn: '0/1000', logStartLsn: '0/2000', actor: 'op' })).rejects.toThrow(
+      BootstrapGapError,
+    );
     expect(await control.getSnapshot('s', 'public.t')).toBeNull();
     const ok = await bootstrapFromCopy(control, { source: 's', table: 'public.t', copyLsn: '0/3000', logStartLsn: '0/2000', actor: 'op' });
     expect(ok.copyPosition).toBe(snapshotPosition('0/3000'));
     expect((await control.getSnapshot('s', 'public.t'))!).toMatchObject({ status: 'done', reason: 'bootstrap' });
     expect(await planSnapshots(control, 's', [{ table: 'public.t' }], 'planner')).toEqual([]);
-    expect((await control.listAudit('s', 'public.t')).map((a) => `${a.action}:${a.outcome}`)).toEqual(['bootstrap-from-copy:refused', 'bootstrap-from-copy:done']);
+    expect((await control.listAudit('s', 'public.t')).map((a) => `${a.action}:${a.outcome}`)).toEqual([
+      'bootstrap-from-copy:refused',
+      'bootstrap-from-copy:done',
+    ]);
   });
 });
 
@@ -398,12 +566,31 @@ describe('pending runs take turns', () => {
         reads++;
         const from = after === null ? 1 : Number(after[0]) + 1;
         const rows = Array.from({ length: Math.max(0, Math.min(limit, sizes[shape.table]! - from + 1)) }, (_, i) => [String(from + i)]);
-        return { lowWatermark: `0/${(0x1000 + reads).toString(16)}`, fenceXid: String(700 + reads), rows, readAt: new Date().toISOString(), fenceWaitMs: 0, readMs, fromReplica: false };
+        return {
+          lowWatermark: `0/${(0x1000 + reads).toString(16)}`,
+          fenceXid: String(700 + reads),
+          rows,
+          readAt: new Date().toISOString(),
+          fenceWaitMs: 0,
+          readMs,
+          fromReplica: false,
+        };
       },
     };
   }
   const run = (control: MemoryControlPlane, reader: SnapshotReader, extra: { turnMs?: number } = {}) =>
-    runPendingSnapshots({ control, reader, publish: async () => undefined, source: 's', owner: 'w', rulesOf: () => NO_COLUMN_RULES, pacerFor: () => new FixedPacer(10), turnMs: 100, waitingCheckMs: 10, ...extra });
+    runPendingSnapshots({
+      control,
+      reader,
+      publish: async () => undefined,
+      source: 's',
+      owner: 'w',
+      rulesOf: () => NO_COLUMN_RULES,
+      pacerFor: () => new FixedPacer(10),
+      turnMs: 100,
+      waitingCheckMs: 10,
+      ...extra,
+    });
 
   it('a long snapshot yields its turn to a table waiting behind it, and resumes where it was', async () => {
     const control = new MemoryControlPlane();
@@ -412,7 +599,9 @@ describe('pending runs take turns', () => {
     // 2000 rows in chunks of 10, 5 ms a chunk: about a second alone; the two-row table must not wait for it.
     const outcomes = await run(control, tablesReader({ 'public.big': 2000, 'public.small': 2 }, 5));
     expect(Object.fromEntries(outcomes)).toEqual({ 'public.big': 'done', 'public.small': 'done' });
-    const audit = [...(await control.listAudit('s', 'public.big')), ...(await control.listAudit('s', 'public.small'))].filter((a) => a.action === 'finish-snapshot').sort((a, b) => a.at.localeCompare(b.at));
+    const audit = [...(await control.listAudit('s', 'public.big')), ...(await control.listAudit('s', 'public.small'))]
+      .filter((a) => a.action === 'finish-snapshot')
+      .sort((a, b) => a.at.localeCompare(b.at));
     expect(audit.map((a) => a.table)).toEqual(['public.small', 'public.big']);
     const big = (await control.getSnapshot('s', 'public.big'))!;
     expect([big.rowsDone, big.chunksDone]).toEqual([2000, 201]);

@@ -38,7 +38,12 @@ describe('partition trees', () => {
   });
 
   it('a truncate of every leaf is one truncate of the root; of some leaves, none, reported as partial', () => {
-    const all: TableChange[] = ['public.ev_1', 'public.ev_2', 'public.ev_h1', 'public.other'].map((table) => ({ table, op: 'truncate', columns: null, oldKey: null }));
+    const all: TableChange[] = ['public.ev_1', 'public.ev_2', 'public.ev_h1', 'public.other'].map((table) => ({
+      table,
+      op: 'truncate',
+      columns: null,
+      oldKey: null,
+    }));
     const whole = changesToRoots(tree, all);
     expect(whole.changes.map((c) => [c.index, c.change.table])).toEqual([
       [0, 'public.ev'],

@@ -218,9 +218,23 @@ describe('classifySchema: same', () => {
   });
 
   it('a DMS table definition after a registration from the catalog is the same version (DMS names the types coarser)', () => {
-    const catalog = version([col('id', 'uuid', false), col('at', 'timestamp with time zone'), col('doc', 'jsonb'), col('code', 'character(2)'), col('price', 'numeric(12,2)'), col('ok', 'boolean')]);
+    const catalog = version([
+      col('id', 'uuid', false),
+      col('at', 'timestamp with time zone'),
+      col('doc', 'jsonb'),
+      col('code', 'character(2)'),
+      col('price', 'numeric(12,2)'),
+      col('ok', 'boolean'),
+    ]);
     const tableDef: ObservedShape = {
-      columns: [seen('id', 'STRING', false), seen('at', 'DATETIME', true), seen('doc', 'NCLOB', true), seen('code', 'WSTRING(2)', true), seen('price', 'NUMERIC(12,2)', true), seen('ok', 'BOOLEAN', true)],
+      columns: [
+        seen('id', 'STRING', false),
+        seen('at', 'DATETIME', true),
+        seen('doc', 'NCLOB', true),
+        seen('code', 'WSTRING(2)', true),
+        seen('price', 'NUMERIC(12,2)', true),
+        seen('ok', 'BOOLEAN', true),
+      ],
       key: ['id'],
       complete: true,
     };
@@ -228,7 +242,9 @@ describe('classifySchema: same', () => {
     expect(c.kind, c.reason).toBe('same');
     expect(c.columns).toEqual(catalog.columns); // the catalog's finer names are kept
     // A real change still shows through DMS's names: the code column widened to WSTRING(5) is not char(2).
-    expect(classifySchema(catalog, { ...tableDef, columns: tableDef.columns.map((x) => (x.name === 'code' ? seen('code', 'WSTRING(5)', true) : x)) }).kind).toBe('breaking');
+    expect(
+      classifySchema(catalog, { ...tableDef, columns: tableDef.columns.map((x) => (x.name === 'code' ? seen('code', 'WSTRING(5)', true) : x)) }).kind,
+    ).toBe('breaking');
   });
 
   it('a same result returns copies, not the registered objects', () => {
@@ -293,9 +309,34 @@ describe('classifySchema: compatible', () => {
 
   it('every widening the registry calls compatible keeps the warehouse column type (no SinkTypeConflictError later)', () => {
     const types = [
-      'smallint', 'integer', 'bigint', 'INT8', 'numeric', 'numeric(5)', 'numeric(10,2)', 'numeric(12,2)', 'numeric(11,3)', 'numeric(38,2)', 'numeric(40,2)',
-      'real', 'double precision', 'float(10)', 'text', 'varchar(10)', 'varchar(20)', 'character varying', 'WSTRING(20)', 'char(3)', 'char(5)',
-      'timestamp', 'timestamp(3)', 'timestamptz', 'date', 'boolean', 'uuid', 'jsonb',
+      'smallint',
+      'integer',
+      'bigint',
+      'INT8',
+      'numeric',
+      'numeric(5)',
+      'numeric(10,2)',
+      'numeric(12,2)',
+      'numeric(11,3)',
+      'numeric(38,2)',
+      'numeric(40,2)',
+      'real',
+      'double precision',
+      'float(10)',
+      'text',
+      'varchar(10)',
+      'varchar(20)',
+      'character varying',
+      'WSTRING(20)',
+      'char(3)',
+      'char(5)',
+      'timestamp',
+      'timestamp(3)',
+      'timestamptz',
+      'date',
+      'boolean',
+      'uuid',
+      'jsonb',
     ];
     let widenings = 0;
     for (const from of types) {
@@ -340,7 +381,11 @@ describe('classifySchema: compatible', () => {
   });
 
   it('a nullability change of an existing column is compatible', () => {
-    const c = classifySchema(base, { columns: [seen('id', 'integer', true), seen('name', 'text', false), seen('qty', 'smallint')], key: ['id'], complete: true });
+    const c = classifySchema(base, {
+      columns: [seen('id', 'integer', true), seen('name', 'text', false), seen('qty', 'smallint')],
+      key: ['id'],
+      complete: true,
+    });
     expect(c.kind).toBe('compatible');
     expect(c.changes).toEqual([
       { kind: 'change-nullability', column: 'id', nullable: true },
@@ -418,7 +463,11 @@ describe('classifySchema: breaking', () => {
   });
 
   it('a new NOT NULL column is breaking: existing rows hold a value the stream never carried', () => {
-    const c = classifySchema(base, { columns: [seen('id', 'integer'), seen('name', 'text'), seen('qty', 'smallint'), seen('created', 'timestamptz', false)], key: ['id'], complete: true });
+    const c = classifySchema(base, {
+      columns: [seen('id', 'integer'), seen('name', 'text'), seen('qty', 'smallint'), seen('created', 'timestamptz', false)],
+      key: ['id'],
+      complete: true,
+    });
     expect(c.kind).toBe('breaking');
     expect(c.changes).toEqual([{ kind: 'add-not-null-column', column: 'created', type: 'timestamptz' }]);
     expect(c.reason).toMatch(/new NOT NULL column created/);
@@ -455,7 +504,10 @@ describe('classifyControl', () => {
   });
 
   it('add-column with a definition holding a nullable column is compatible', () => {
-    const c = classifyControl(base, { operation: 'add-column', ...def([seen('id', 'integer'), seen('name', 'text'), seen('qty', 'smallint'), seen('n', 'integer', true)]) });
+    const c = classifyControl(base, {
+      operation: 'add-column',
+      ...def([seen('id', 'integer'), seen('name', 'text'), seen('qty', 'smallint'), seen('n', 'integer', true)]),
+    });
     expect(c.kind).toBe('compatible');
     expect(c.changes).toEqual([{ kind: 'add-column', column: 'n', type: 'integer' }]);
   });
@@ -465,21 +517,30 @@ describe('classifyControl', () => {
     expect(c.kind).toBe('compatible');
   });
 
-  it.each(['drop-column', 'rename-column', 'column-type-change', 'change-columns', 'something-new'])('%s without a definition cannot be classified: breaking', (operation) => {
-    const c = classifyControl(base, { operation, columns: null, key: null });
-    expect(c.kind).toBe('breaking');
-    expect(c.changes).toEqual([{ kind: 'unclassified', operation }]);
-    expect(c.reason).toContain(`'${operation}' without the table definition`);
-    expect(c.columns).toEqual(base.columns);
-  });
+  it.each(['drop-column', 'rename-column', 'column-type-change', 'change-columns', 'something-new'])(
+    '%s without a definition cannot be classified: breaking',
+    (operation) => {
+      const c = classifyControl(base, { operation, columns: null, key: null });
+      expect(c.kind).toBe('breaking');
+      expect(c.changes).toEqual([{ kind: 'unclassified', operation }]);
+      expect(c.reason).toContain(`'${operation}' without the table definition`);
+      expect(c.columns).toEqual(base.columns);
+    },
+  );
 
   it.each(['create-table', 'add-column'])('%s without a definition changes nothing', (operation) => {
     expect(classifyControl(base, { operation, columns: null, key: null }).kind).toBe('same');
   });
 
   it('drop-table and rename-table are breaking for a registered table, even with a definition', () => {
-    expect(classifyControl(base, { operation: 'drop-table', columns: null, key: null })).toMatchObject({ kind: 'breaking', reason: 'table was dropped at the source' });
-    expect(classifyControl(base, { operation: 'rename-table', ...def([seen('id', 'integer')]) })).toMatchObject({ kind: 'breaking', changes: [{ kind: 'rename-table' }] });
+    expect(classifyControl(base, { operation: 'drop-table', columns: null, key: null })).toMatchObject({
+      kind: 'breaking',
+      reason: 'table was dropped at the source',
+    });
+    expect(classifyControl(base, { operation: 'rename-table', ...def([seen('id', 'integer')]) })).toMatchObject({
+      kind: 'breaking',
+      changes: [{ kind: 'rename-table' }],
+    });
   });
 
   it('a control record about a table never seen changes nothing unless it defines the table', () => {

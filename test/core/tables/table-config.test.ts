@@ -62,7 +62,10 @@ describe('table configuration', () => {
   });
 
   it('an empty or null key is not declared', () => {
-    const [a, b] = validateTableConfig([{ table: 'public.a', key: [] }, { table: 'public.b', key: null }]);
+    const [a, b] = validateTableConfig([
+      { table: 'public.a', key: [] },
+      { table: 'public.b', key: null },
+    ]);
     expect(a).not.toHaveProperty('key');
     expect(b).not.toHaveProperty('key');
     expect(new TableConfigIndex([a!]).keyColumns('public.a')).toBeNull();
@@ -74,7 +77,9 @@ describe('table configuration', () => {
   });
 
   it('refuses a table whose name takes the platform prefix _cdc_, by name', () => {
-    expect(() => parseTableConfig('[{"table":"public._cdc_mirror_t"}]', 'tables.json')).toThrow(/^tables\.json\[0\]\.table: .*reserved for the platform.*public\._cdc_mirror_t/);
+    expect(() => parseTableConfig('[{"table":"public._cdc_mirror_t"}]', 'tables.json')).toThrow(
+      /^tables\.json\[0\]\.table: .*reserved for the platform.*public\._cdc_mirror_t/,
+    );
   });
 
   it('names the origin in errors', () => {

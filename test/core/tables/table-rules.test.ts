@@ -17,7 +17,12 @@ const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 500);
 
 /** Reference: a glob as a regular expression over a tiny alphabet. */
 function reference(glob: string): RegExp {
-  return new RegExp(`^${glob.split('*').map((p) => p.replace(/[.$]/g, '\\$&')).join('[^.]*')}$`);
+  return new RegExp(
+    `^${glob
+      .split('*')
+      .map((p) => p.replace(/[.$]/g, '\\$&'))
+      .join('[^.]*')}$`,
+  );
 }
 const part = fc.stringMatching(/^[ab_*]{0,4}$/);
 const word = fc.stringMatching(/^[ab_]{0,5}$/);
@@ -88,17 +93,55 @@ describe('rules', () => {
     expect(() => validateTableSettings([{ match: 'public.*', excludeTables: ['x'] }], 'f.json')).toThrow(/f\.json\[0\]\.excludeTables\[0\]/);
     expect(() => validateTableSettings([{ match: 'public.*', exlude: ['x'] }], 'f.json')).toThrow(/f\.json\[0\]\.exlude: unknown field of a table rule/);
     expect(() => validateTableSettings([{ match: 'public.*', key: ['email'], mask: ['email'] }], 'f.json')).toThrow(TableConfigError);
-    expect(() => validateTableSettings([{ table: 'public.a' }, { match: 'public.*', mask: ['x'] }], 'f.json')).toThrow(/public\.a is declared alone but also matches rule public\.\*/);
+    expect(() => validateTableSettings([{ table: 'public.a' }, { match: 'public.*', mask: ['x'] }], 'f.json')).toThrow(
+      /public\.a is declared alone but also matches rule public\.\*/,
+    );
     expect(() => validateTableSettings([{ table: 'public.a' }, { table: 'public.a' }], 'f.json')).toThrow(/f\.json\[1\]\.table: public\.a is configured twice/);
-    expect(() => validateTableSettings([{ table: 'public.a', acknowledgeLateRules: ' ' }], 'f.json')).toThrow(/acknowledgeLateRules: expected a non-empty text/);
-    expect(findRuleConflict([], [{ match: 'public.*', excludeTables: ['public.audit_*'], mask: [], exclude: [] }, { match: 'public.audit_*', excludeTables: [], mask: ['who'], exclude: [] }])).toBeUndefined();
-    expect(findRuleConflict([], [{ match: 'public.*', excludeTables: [], mask: [], exclude: [] }, { match: 'public.audit_*', excludeTables: [], mask: ['who'], exclude: [] }])).toMatch(/rules public\.\* and public\.audit_\* may match the same table/);
-    expect(findRuleConflict([{ table: 'public.cdc_heartbeat', columns: ['source_id', 'beat_at'] }], [{ match: 'public.*', excludeTables: [], mask: ['email'], exclude: [] }])).toBeUndefined();
+    expect(() => validateTableSettings([{ table: 'public.a', acknowledgeLateRules: ' ' }], 'f.json')).toThrow(
+      /acknowledgeLateRules: expected a non-empty text/,
+    );
+    expect(
+      findRuleConflict(
+        [],
+        [
+          { match: 'public.*', excludeTables: ['public.audit_*'], mask: [], exclude: [] },
+          { match: 'public.audit_*', excludeTables: [], mask: ['who'], exclude: [] },
+        ],
+      ),
+    ).toBeUndefined();
+    expect(
+      findRuleConflict(
+        [],
+        [
+          { match: 'public.*', excludeTables: [], mask: [], exclude: [] },
+          { match: 'public.audit_*', excludeTables: [], mask: ['who'], exclude: [] },
+        ],
+      ),
+    ).toMatch(/rules public\.\* and public\.audit_\* may match the same table/);
+    expect(
+      findRuleConflict(
+        [{ table: 'public.cdc_heartbeat', columns: ['source_id', 'beat_at'] }],
+        [{ match: 'public.*', excludeTables: [], mask: ['email'], exclude: [] }],
+      ),
+    ).toBeUndefined();
   });
 });
 
 function fact(table: string, over: Partial<TableFact> = {}): TableFact {
-  return { table, exists: true, primaryKey: ['id'], declaredKey: null, replicaIdentity: 'd', identityIndexColumns: null, selectGranted: true, columns: [{ name: 'id', type: 'integer' }, { name: 'email', type: 'text' }], ...over };
+  return {
+    table,
+    exists: true,
+    primaryKey: ['id'],
+    declaredKey: null,
+    replicaIdentity: 'd',
+    identityIndexColumns: null,
+    selectGranted: true,
+    columns: [
+      { name: 'id', type: 'integer' },
+      { name: 'email', type: 'text' },
+    ],
+    ...over,
+  };
 }
 
 describe('the catalog scan', () => {
@@ -128,7 +171,9 @@ describe('the catalog scan', () => {
       ['public.nokey', 'ineligible'],
       ['public.orders', 'captured'],
     ]);
-    expect(first.result.verdicts[1]!.reasons.join(' ')).toMatch(/primary_key: public\.nokey has no primary key .*fix: ALTER TABLE public\.nokey ADD PRIMARY KEY/);
+    expect(first.result.verdicts[1]!.reasons.join(' ')).toMatch(
+      /primary_key: public\.nokey has no primary key .*fix: ALTER TABLE public\.nokey ADD PRIMARY KEY/,
+    );
     expect([...captured]).toEqual(['public.orders']);
     expect(first.result.captured).toEqual([{ table: 'public.orders', key: ['id'], deleteMode: 'soft', mask: ['email'], exclude: [] }]);
     expect((await control.getSnapshot('app', 'public.orders'))?.reason).toBe('added');
@@ -141,7 +186,16 @@ describe('the catalog scan', () => {
     expect((await scanTables(deps, null)).result.changed).toEqual([]);
     // Dropped: released, audited, its registered table paused, its pending snapshot ended.
     await control.registerTable(
-      { source: 'app', table: 'public.orders', state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: new Date().toISOString() },
+      {
+        source: 'app',
+        table: 'public.orders',
+        state: 'active',
+        currentVersion: 1,
+        deleteMode: 'soft',
+        preImage: 'key',
+        stateReason: null,
+        updatedAt: new Date().toISOString(),
+      },
       { source: 'app', table: 'public.orders', version: 1, columns: [], key: ['id'], effectivePosition: '0', registeredAt: new Date().toISOString() } as never,
       { at: new Date().toISOString(), actor: 't', action: 'register-table', source: 'app', table: 'public.orders', outcome: 'done', detail: {} },
     );
@@ -152,7 +206,11 @@ describe('the catalog scan', () => {
     expect(await control.getTable('app', 'public.orders')).toMatchObject({ state: 'paused', stateReason: expect.stringMatching(/^TABLE_DROPPED: /) });
     expect((await control.getSnapshot('app', 'public.orders'))?.status).toBe('failed');
     // Every scan re-asserts what is captured (a restarted capture is filled by the first scan).
-    expect(order).toEqual(['capture public.orders (snapshot none)', 'capture public.orders (snapshot requested)', 'capture public.orders (snapshot requested)']);
+    expect(order).toEqual([
+      'capture public.orders (snapshot none)',
+      'capture public.orders (snapshot requested)',
+      'capture public.orders (snapshot requested)',
+    ]);
   });
 });
 
@@ -164,17 +222,31 @@ describe('late rules', () => {
     // Not registered yet: a new mask is no late rule.
     expect(await enforceLateRules({ control, source: 'app', tables: [{ ...t, mask: ['name'] }], actor: 't' })).toEqual([]);
     await control.registerTable(
-      { source: 'app', table: 'public.items', state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: new Date().toISOString() },
+      {
+        source: 'app',
+        table: 'public.items',
+        state: 'active',
+        currentVersion: 1,
+        deleteMode: 'soft',
+        preImage: 'key',
+        stateReason: null,
+        updatedAt: new Date().toISOString(),
+      },
       { source: 'app', table: 'public.items', version: 1, columns: [], key: ['id'], effectivePosition: '0', registeredAt: new Date().toISOString() } as never,
       { at: new Date().toISOString(), actor: 't', action: 'register-table', source: 'app', table: 'public.items', outcome: 'done', detail: {} },
     );
     const late = { ...t, mask: ['name'], exclude: ['secret'] };
     await expect(enforceLateRules({ control, source: 'app', tables: [late], actor: 't' })).rejects.toThrow(LateRulesRefusedError);
-    await expect(enforceLateRules({ control, source: 'app', tables: [late], actor: 't' })).rejects.toThrow(/public\.items: exclude secret added while the table is captured; existing change-log records, archive files and sink rows of public\.items still hold the clear values of secret/);
+    await expect(enforceLateRules({ control, source: 'app', tables: [late], actor: 't' })).rejects.toThrow(
+      /public\.items: exclude secret added while the table is captured; existing change-log records, archive files and sink rows of public\.items still hold the clear values of secret/,
+    );
     expect(await control.getTable('app', 'public.items')).toMatchObject({ state: 'active' });
     const done = await enforceLateRules({ control, source: 'app', tables: [{ ...late, acknowledgeLateRules: 'ticket 7' }], actor: 't' });
     expect(done).toMatchObject([{ table: 'public.items', addedMask: [], addedExclude: ['secret'], acknowledgement: 'ticket 7' }]);
-    expect(await control.getTable('app', 'public.items')).toMatchObject({ state: 'needs-resnapshot', stateReason: expect.stringMatching(/^LATE_COLUMN_RULES: exclude secret added \(acknowledged: ticket 7\)/) });
+    expect(await control.getTable('app', 'public.items')).toMatchObject({
+      state: 'needs-resnapshot',
+      stateReason: expect.stringMatching(/^LATE_COLUMN_RULES: exclude secret added \(acknowledged: ticket 7\)/),
+    });
     expect((await control.getSnapshot('app', 'public.items'))?.reason).toBe('resnapshot');
     const entries = (await control.listAudit('app', 'public.items')).filter((e) => e.action === 'late-column-rules');
     expect(entries.map((e) => e.outcome)).toEqual(['refused', 'refused', 'done']);

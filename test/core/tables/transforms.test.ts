@@ -66,21 +66,55 @@ describe('coerceValue', () => {
 });
 
 describe('transformChange and transformColumns', () => {
-  const t = { coerce: { amount: 'numeric(10,2)', id: 'bigint' }, rename: { id: 'order_id', amount: 'total' }, tenant: { column: 'tenant', value: '{source}/{table}' } };
+  const t = {
+    coerce: { amount: 'numeric(10,2)', id: 'bigint' },
+    rename: { id: 'order_id', amount: 'total' },
+    tenant: { column: 'tenant', value: '{source}/{table}' },
+  };
   it('coerces, renames (key, images, missing) and stamps the tenant into after', () => {
-    const out = transformChange({ source: 'shop', table: 'public.orders', key: { id: '5' }, after: { id: '5', amount: 3 }, before: { id: '5' }, missing: ['amount'] }, t);
-    expect(out).toEqual({ source: 'shop', table: 'public.orders', key: { order_id: 5 }, after: { order_id: 5, total: '3.00', tenant: 'shop/orders' }, before: { order_id: 5 }, missing: ['total'] });
+    const out = transformChange(
+      { source: 'shop', table: 'public.orders', key: { id: '5' }, after: { id: '5', amount: 3 }, before: { id: '5' }, missing: ['amount'] },
+      t,
+    );
+    expect(out).toEqual({
+      source: 'shop',
+      table: 'public.orders',
+      key: { order_id: 5 },
+      after: { order_id: 5, total: '3.00', tenant: 'shop/orders' },
+      before: { order_id: 5 },
+      missing: ['total'],
+    });
     const del = transformChange({ source: 'shop', table: 'public.orders', key: { id: 5 }, after: null, before: { id: 5 }, missing: [] }, t);
     expect(del.after).toBeNull();
     expect(del.key).toEqual({ order_id: 5 });
   });
   it('shapes the registered columns the same way', () => {
-    const cols = transformColumns([{ name: 'id', type: 'integer' }, { name: 'amount', type: 'text' }, { name: 'note', type: 'text' }], t, (name) => ({ name, type: 'text' }));
-    expect(cols).toEqual([{ name: 'order_id', type: 'bigint' }, { name: 'total', type: 'numeric(10,2)' }, { name: 'note', type: 'text' }, { name: 'tenant', type: 'text' }]);
+    const cols = transformColumns(
+      [
+        { name: 'id', type: 'integer' },
+        { name: 'amount', type: 'text' },
+        { name: 'note', type: 'text' },
+      ],
+      t,
+      (name) => ({ name, type: 'text' }),
+    );
+    expect(cols).toEqual([
+      { name: 'order_id', type: 'bigint' },
+      { name: 'total', type: 'numeric(10,2)' },
+      { name: 'note', type: 'text' },
+      { name: 'tenant', type: 'text' },
+    ]);
   });
   it('refuses a rename onto an existing column and a tenant column that exists', () => {
-    expect(() => transformChange({ source: 'shop', table: 'public.t', key: { id: 1 }, after: { id: 1, a: 1, b: 2 }, before: null, missing: [] }, { rename: { a: 'b' } })).toThrow(/^public\.t\.b: two columns/);
-    expect(() => transformChange({ source: 'shop', table: 'public.t', key: { id: 1 }, after: { id: 1, tenant: 'x' }, before: null, missing: [] }, { tenant: { column: 'tenant', value: 'a' } })).toThrow(/^public\.t\.tenant: the tenant column/);
+    expect(() =>
+      transformChange({ source: 'shop', table: 'public.t', key: { id: 1 }, after: { id: 1, a: 1, b: 2 }, before: null, missing: [] }, { rename: { a: 'b' } }),
+    ).toThrow(/^public\.t\.b: two columns/);
+    expect(() =>
+      transformChange(
+        { source: 'shop', table: 'public.t', key: { id: 1 }, after: { id: 1, tenant: 'x' }, before: null, missing: [] },
+        { tenant: { column: 'tenant', value: 'a' } },
+      ),
+    ).toThrow(/^public\.t\.tenant: the tenant column/);
   });
   it('tenant values: constant or derived from source and table', () => {
     expect(tenantValue('acme', { source: 's', table: 'a.b' })).toBe('acme');
@@ -91,8 +125,17 @@ describe('transformChange and transformColumns', () => {
 describe('transforms in the table configuration', () => {
   const base = { table: 'public.t', mask: ['email'], exclude: ['ssn'] };
   it('accepts and keeps a valid declaration', () => {
-    const [c] = validateTableConfig([{ ...base, transforms: { coerce: { amount: 'numeric(10,2)', email: 'text' }, rename: { id: 'order_id' }, tenant: { column: 'tenant', value: '{source}' } } }]);
-    expect(c!.transforms).toEqual({ coerce: { amount: 'numeric(10,2)', email: 'text' }, rename: { id: 'order_id' }, tenant: { column: 'tenant', value: '{source}' } });
+    const [c] = validateTableConfig([
+      {
+        ...base,
+        transforms: { coerce: { amount: 'numeric(10,2)', email: 'text' }, rename: { id: 'order_id' }, tenant: { column: 'tenant', value: '{source}' } },
+      },
+    ]);
+    expect(c!.transforms).toEqual({
+      coerce: { amount: 'numeric(10,2)', email: 'text' },
+      rename: { id: 'order_id' },
+      tenant: { column: 'tenant', value: '{source}' },
+    });
   });
   it.each([
     [{ coerce: { a: 'int' } }, 'CDC_TABLE_CONFIG[0].transforms.coerce.a', /a sink type/],
@@ -142,7 +185,23 @@ describe('the normalizer applies the transforms', () => {
         n = make();
       },
       async send(lsn: string, amount: string) {
-        const text = JSON.stringify(buildSlotRecord({ source: 'shop', xid: '7', commitLsn: lsn, commitTs: '2026-12-01T10:00:00.000000Z' }, 0, { table: 'public.orders', op: 'insert', columns: [{ name: 'id', type: 'integer', value: 1 }, { name: 'amount', type: 'text', value: amount }], oldKey: null, unchanged: [] }, ['id']));
+        const text = JSON.stringify(
+          buildSlotRecord(
+            { source: 'shop', xid: '7', commitLsn: lsn, commitTs: '2026-12-01T10:00:00.000000Z' },
+            0,
+            {
+              table: 'public.orders',
+              op: 'insert',
+              columns: [
+                { name: 'id', type: 'integer', value: 1 },
+                { name: 'amount', type: 'text', value: amount },
+              ],
+              oldKey: null,
+              unchanged: [],
+            },
+            ['id'],
+          ),
+        );
         const b = n.startBatch();
         const outcome = await b.add({ text, origin: `raw/shardId-000000000000/${++seq}` });
         await b.flush();
@@ -150,7 +209,14 @@ describe('the normalizer applies the transforms', () => {
       },
     };
   }
-  const config: TableConfig = { table: 'public.orders', key: ['id'], deleteMode: 'soft', mask: [], exclude: [], transforms: { coerce: { amount: 'numeric(10,2)' }, rename: { amount: 'total' }, tenant: { column: 'tenant', value: 'acme' } } };
+  const config: TableConfig = {
+    table: 'public.orders',
+    key: ['id'],
+    deleteMode: 'soft',
+    mask: [],
+    exclude: [],
+    transforms: { coerce: { amount: 'numeric(10,2)' }, rename: { amount: 'total' }, tenant: { column: 'tenant', value: 'acme' } },
+  };
 
   it('a value that does not coerce is dead-lettered with its reason and its record; nothing of it enters the change log', async () => {
     const env = setup(config);
@@ -170,7 +236,11 @@ describe('the normalizer applies the transforms', () => {
     const env = setup(config);
     await env.send('0/100', '1');
     const [v1] = await env.control.listSchemaVersions('shop', 'public.orders');
-    expect(v1!.columns.map((c) => [c.name, c.type])).toEqual([['id', 'integer'], ['total', 'numeric(10,2)'], ['tenant', 'text']]);
+    expect(v1!.columns.map((c) => [c.name, c.type])).toEqual([
+      ['id', 'integer'],
+      ['total', 'numeric(10,2)'],
+      ['tenant', 'text'],
+    ]);
     expect(v1!.transforms).toEqual(config.transforms);
     env.reconfigure({ ...config, transforms: { ...config.transforms, tenant: { column: 'tenant', value: 'beta' } } });
     await env.send('0/300', '2');

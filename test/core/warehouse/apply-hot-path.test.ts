@@ -71,7 +71,12 @@ describe('distinctEvents', () => {
 /** Whether an event is valid by the definition of each field the shortcut skips (the others are valid here). */
 function validByDefinition(source: unknown, table: unknown, commitTs: unknown): boolean {
   return (
-    typeof source === 'string' && /^[a-z][a-z0-9_]{0,62}$/.test(source) && typeof table === 'string' && /^[^.]+\.[^.]+$/.test(table) && typeof commitTs === 'string' && !Number.isNaN(Date.parse(commitTs))
+    typeof source === 'string' &&
+    /^[a-z][a-z0-9_]{0,62}$/.test(source) &&
+    typeof table === 'string' &&
+    /^[^.]+\.[^.]+$/.test(table) &&
+    typeof commitTs === 'string' &&
+    !Number.isNaN(Date.parse(commitTs))
   );
 }
 
@@ -84,7 +89,7 @@ describe('validateChangeEvent', () => {
     console.log(`validateChangeEvent: ${RUNS} seeds from 1`);
     for (let seed = 1; seed <= RUNS; seed++) {
       const rnd = seededRandom(seed);
-      const one = <T,>(xs: readonly T[]): T => (rnd() < 0.6 ? xs[0]! : xs[Math.floor(rnd() * xs.length)]!);
+      const one = <T>(xs: readonly T[]): T => (rnd() < 0.6 ? xs[0]! : xs[Math.floor(rnd() * xs.length)]!);
       for (let i = 0; i < 30; i++) {
         const source = one(sources);
         const table = one(tables);

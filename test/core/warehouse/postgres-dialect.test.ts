@@ -45,8 +45,24 @@ describe('postgresColumnType', () => {
   });
 
   it('array columns read back from the catalog as the type it made', () => {
-    for (const [udt, type] of [['_int8', 'bigint[]'], ['_numeric', 'numeric[]'], ['_jsonb', 'jsonb[]'], ['_text', 'text[]'], ['_uuid', 'uuid[]']] as const) {
-      expect(catalogType({ table_name: 't', column_name: 'c', data_type: 'ARRAY', character_maximum_length: null, numeric_precision: null, numeric_scale: null, udt_name: udt })).toBe(type);
+    for (const [udt, type] of [
+      ['_int8', 'bigint[]'],
+      ['_numeric', 'numeric[]'],
+      ['_jsonb', 'jsonb[]'],
+      ['_text', 'text[]'],
+      ['_uuid', 'uuid[]'],
+    ] as const) {
+      expect(
+        catalogType({
+          table_name: 't',
+          column_name: 'c',
+          data_type: 'ARRAY',
+          character_maximum_length: null,
+          numeric_precision: null,
+          numeric_scale: null,
+          udt_name: udt,
+        }),
+      ).toBe(type);
     }
   });
 

@@ -9,7 +9,22 @@ describe('Redshift dialect parts', () => {
   const d = redshiftDialectParts((type) => (type === 'date' ? 'null-with-marker' : 'refuse-row'));
 
   it('reads back every type it makes', () => {
-    for (const s of ['integer', 'text', 'varchar(3)', 'jsonb', 'bytea', 'numeric(12,4)', 'real', 'boolean', 'date', 'timestamp', 'timestamptz', 'time', 'timetz', 'integer[]']) {
+    for (const s of [
+      'integer',
+      'text',
+      'varchar(3)',
+      'jsonb',
+      'bytea',
+      'numeric(12,4)',
+      'real',
+      'boolean',
+      'date',
+      'timestamp',
+      'timestamptz',
+      'time',
+      'timetz',
+      'integer[]',
+    ]) {
       const c = redshiftColumn('c', s);
       expect(columnOfType('c', c.type), s).toEqual(c);
     }
@@ -27,7 +42,11 @@ describe('Redshift dialect parts', () => {
   it('a value verdict names the reason and the column policy', () => {
     expect(d.valueVerdict('varchar(4)', 'abcd')).toEqual({ keep: true });
     expect(d.valueVerdict('varchar(4)', 'abcdé')).toMatchObject({ keep: false, policy: 'refuse-row', reason: expect.stringMatching(/^too-long/) });
-    expect(d.valueVerdict('date', '5000-01-01 BC')).toMatchObject({ keep: false, policy: 'null-with-marker', reason: expect.stringMatching(/^date-out-of-range/) });
+    expect(d.valueVerdict('date', '5000-01-01 BC')).toMatchObject({
+      keep: false,
+      policy: 'null-with-marker',
+      reason: expect.stringMatching(/^date-out-of-range/),
+    });
     expect(d.valueVerdict('double precision', 'NaN')).toMatchObject({ keep: false, reason: expect.stringMatching(/^nan/) });
   });
 });

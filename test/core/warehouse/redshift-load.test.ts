@@ -2,14 +2,37 @@
  * What the Redshift loader stages: parts sized for COPY, the manifest, the cadence, what it takes.
  */
 import { describe, expect, it } from 'vitest';
-import { csvParts, loadable, manifest, parseManifest, partCount, PART_MIN_BYTES, PART_TARGET_BYTES, redshiftCadence, stageEvent } from '../../../lambda/core/warehouse/redshift-load.ts';
+import {
+  csvParts,
+  loadable,
+  manifest,
+  parseManifest,
+  partCount,
+  PART_MIN_BYTES,
+  PART_TARGET_BYTES,
+  redshiftCadence,
+  stageEvent,
+} from '../../../lambda/core/warehouse/redshift-load.ts';
 import { redshiftColumn, RedshiftValueRefusedError } from '../../../lambda/core/warehouse/redshift-types.ts';
 import type { ChangeEvent } from '../../../lambda/core/shared/event.ts';
 import { makePosition } from '../../../lambda/core/shared/position.ts';
 
 const e = (over: Partial<ChangeEvent>): ChangeEvent => ({
-  v: 1, source: 's', table: 'public.t', op: 'insert', key: { id: 1 }, after: { id: 1, note: 'a' }, before: null, missing: [], position: makePosition(5n, 0),
-  commitTs: '2026-12-06T00:00:00.000Z', txId: '9', schemaVersion: 1, capture: 'slot', synthetic: false, ...over,
+  v: 1,
+  source: 's',
+  table: 'public.t',
+  op: 'insert',
+  key: { id: 1 },
+  after: { id: 1, note: 'a' },
+  before: null,
+  missing: [],
+  position: makePosition(5n, 0),
+  commitTs: '2026-12-06T00:00:00.000Z',
+  txId: '9',
+  schemaVersion: 1,
+  capture: 'slot',
+  synthetic: false,
+  ...over,
 });
 
 describe('parts sized for COPY', () => {
@@ -71,10 +94,12 @@ describe('what the loader takes', () => {
     });
     const refused = stageEvent(e({ after: { id: 1, note: 'ééé' } }), key, data, () => 'refuse-row', new Date(0));
     expect('refused' in refused && refused.refused).toBeInstanceOf(RedshiftValueRefusedError);
-    expect(stageEvent(e({ op: 'delete', after: null }), key, data, () => 'refuse-row', new Date(0))).toMatchObject({ row: { fields: [expect.any(String), 'delete', expect.any(String), '1', '9', 'false', null, expect.any(String), '1', null] } });
+    expect(stageEvent(e({ op: 'delete', after: null }), key, data, () => 'refuse-row', new Date(0))).toMatchObject({
+      row: { fields: [expect.any(String), 'delete', expect.any(String), '1', '9', 'false', null, expect.any(String), '1', null] },
+    });
   });
 
-  it('a row over COPY\'s 4 MB: its largest value meets its policy (refused, or NULL and marked) until the row fits', () => {
+  it("a row over COPY's 4 MB: its largest value meets its policy (refused, or NULL and marked) until the row fits", () => {
     const wide = [redshiftColumn('a', 'jsonb'), redshiftColumn('b', 'jsonb'), redshiftColumn('c', 'text')];
     const big = (n: number): string => JSON.stringify({ x: 'y'.repeat(n) });
     const ev = e({ after: { id: 1, a: big(3_000_000), b: big(2_000_000), c: 'small' } });
@@ -85,4 +110,3 @@ describe('what the loader takes', () => {
     expect('row' in marked && marked.row.fields[6]).toBe('a:row-too-long');
   });
 });
-

@@ -22,7 +22,33 @@ import { baseEstimateSql, insertNewValuesSql, mergeSql as portableMergeSql, ware
 import { redshiftProblems } from '../../helpers/redshift-grammar.ts';
 import { UnsafeIdentifierError } from '../../../lambda/core/shared/errors.ts';
 
-const SOURCE_TYPES = ['integer', 'smallint', 'bigint', 'text', 'varchar(20)', 'char(3)', 'uuid', 'jsonb', 'json', 'integer[]', 'bytea', 'numeric(12,4)', 'numeric', 'numeric(50,2)', 'real', 'double precision', 'boolean', 'date', 'timestamp', 'timestamptz', 'time', 'timetz', 'interval', 'money', 'mood_enum'];
+const SOURCE_TYPES = [
+  'integer',
+  'smallint',
+  'bigint',
+  'text',
+  'varchar(20)',
+  'char(3)',
+  'uuid',
+  'jsonb',
+  'json',
+  'integer[]',
+  'bytea',
+  'numeric(12,4)',
+  'numeric',
+  'numeric(50,2)',
+  'real',
+  'double precision',
+  'boolean',
+  'date',
+  'timestamp',
+  'timestamptz',
+  'time',
+  'timetz',
+  'interval',
+  'money',
+  'mood_enum',
+];
 const ROLE = 'arn:aws:iam::123456789012:role/cdc-copy';
 
 function randomTable(rand: () => number, i: number): RedshiftTable {
@@ -38,7 +64,12 @@ function statementsOf(r: RedshiftTable): string[] {
   return [
     ...createTableSql(r),
     ...mergeSql(r, 42),
-    ...Object.values(evolveSql(r, { ...r, data: [...r.data.map((c) => (c.kind === 'varchar' ? { ...c, type: 'varchar(65535)', maxBytes: 65_535 } : c)), redshiftColumn('added_col', 'text')] })).flat(),
+    ...Object.values(
+      evolveSql(r, {
+        ...r,
+        data: [...r.data.map((c) => (c.kind === 'varchar' ? { ...c, type: 'varchar(65535)', maxBytes: 65_535 } : c)), redshiftColumn('added_col', 'text')],
+      }),
+    ).flat(),
     copyManifestSql(r, 's3://staging-bucket/cdc/loads/7/t0-orders.manifest', ROLE),
     copyManifestSql(r, 's3://staging-bucket/cdc/loads/7/t0-orders.manifest', ROLE, 'eu-west-1'),
     pendingCountSql(r),
@@ -75,15 +106,21 @@ describe('the Redshift dialect against the Redshift grammar check', () => {
       [insertNewValuesSql('"s"."t"', ['a'], 1), /ON CONFLICT|bind parameter/],
       ['INSERT INTO "s"."t" ("a") VALUES (1) RETURNING "a"', /RETURNING/],
       ['COPY "s"."t" ("a") FROM STDIN', /FROM STDIN/],
-      ["SELECT d.\"a\" FROM \"s\".\"t\" d WHERE CAST(d.\"j\" AS varchar(10)) = '1' AND d.\"j\"::jsonb ->> 'x' = '1'", /:: cast/],
+      ['SELECT d."a" FROM "s"."t" d WHERE CAST(d."j" AS varchar(10)) = \'1\' AND d."j"::jsonb ->> \'x\' = \'1\'', /:: cast/],
       ['SELECT DISTINCT ON ("a") "a" FROM "s"."t"', /DISTINCT ON/],
       ['CREATE TABLE IF NOT EXISTS "s"."t" ("a" text)', /text type/],
       ['CREATE TABLE IF NOT EXISTS "s"."t" ("a" varchar(70000))', /outside Redshift's limits/],
       ['CREATE TABLE IF NOT EXISTS "s"."t" ("a" numeric(39,2))', /outside Redshift's limits/],
       ['CREATE TABLE IF NOT EXISTS "s"."t" ("a" jsonb)', /jsonb/],
       ['CREATE TABLE IF NOT EXISTS "s"."t" ("a" integer[])', /subscript|expected/],
-      ['MERGE INTO "s"."t" USING (SELECT 1 AS "a") s ON "t"."a" = s."a" WHEN MATCHED THEN DELETE WHEN NOT MATCHED THEN INSERT ("a") VALUES (s."a")', /source must be a table/],
-      ['MERGE INTO "s"."t" USING "x" s ON "t"."a" = s."a" WHEN MATCHED AND s."a" > 1 THEN DELETE WHEN NOT MATCHED THEN INSERT ("a") VALUES (s."a")', /WHEN MATCHED AND/],
+      [
+        'MERGE INTO "s"."t" USING (SELECT 1 AS "a") s ON "t"."a" = s."a" WHEN MATCHED THEN DELETE WHEN NOT MATCHED THEN INSERT ("a") VALUES (s."a")',
+        /source must be a table/,
+      ],
+      [
+        'MERGE INTO "s"."t" USING "x" s ON "t"."a" = s."a" WHEN MATCHED AND s."a" > 1 THEN DELETE WHEN NOT MATCHED THEN INSERT ("a") VALUES (s."a")',
+        /WHEN MATCHED AND/,
+      ],
       ['LOCK TABLE "s"."t" IN SHARE UPDATE EXCLUSIVE MODE', /LOCK … IN … MODE|not a statement form/],
       ['TRUNCATE "s"."t"', /TRUNCATE/],
       ['CREATE TABLE IF NOT EXISTS "s"."Mixed" ("a" bigint)', /not lower case/],
@@ -92,12 +129,26 @@ describe('the Redshift dialect against the Redshift grammar check', () => {
     ];
     for (const [sql, why] of bad) expect(redshiftProblems(sql).join('; '), sql).toMatch(why);
     // The PostgreSQL dialect's merge is not Redshift's (string_agg/jsonb functions, ON CONFLICT in the append): the check refuses it.
-    const pgMerge = portableMergeSql(t, { key: ['id'], mirrorColumns: ['_cdc_deleted', 'id', '_cdc_position', '_cdc_deleted_at', '_cdc_applied_at'], changelogColumns: ['_cdc_position', 'id'], hard: false, deletedKeys: false, truncations: false, engine: 'postgres', pending: { from: '0', to: '10' } });
+    const pgMerge = portableMergeSql(t, {
+      key: ['id'],
+      mirrorColumns: ['_cdc_deleted', 'id', '_cdc_position', '_cdc_deleted_at', '_cdc_applied_at'],
+      changelogColumns: ['_cdc_position', 'id'],
+      hard: false,
+      deletedKeys: false,
+      truncations: false,
+      engine: 'postgres',
+      pending: { from: '0', to: '10' },
+    });
     expect(pgMerge.flatMap(redshiftProblems).join('; ')).toMatch(/is not one the dialect|ON CONFLICT/);
   });
 
   it('folds every name it emits to lower case', () => {
-    const r: RedshiftTable = { t: warehouseTable('src', 'public.Orders'), key: [redshiftColumn('OrderId', 'integer')], data: [redshiftColumn('Note', 'text')], hard: true };
+    const r: RedshiftTable = {
+      t: warehouseTable('src', 'public.Orders'),
+      key: [redshiftColumn('OrderId', 'integer')],
+      data: [redshiftColumn('Note', 'text')],
+      hard: true,
+    };
     for (const s of statementsOf(r)) for (const [, name] of s.matchAll(/"((?:[^"]|"")*)"/g)) expect(name, s).toBe(name!.toLowerCase());
   });
 });

@@ -106,7 +106,8 @@ describe('sinkType', () => {
   });
 
   it('reads catalog types back in the same spelling', () => {
-    const col = (data_type: string, extra: Partial<Parameters<typeof catalogType>[0]> = {}) => catalogType({ table_name: 't', column_name: 'c', data_type, character_maximum_length: null, numeric_precision: null, numeric_scale: null, ...extra });
+    const col = (data_type: string, extra: Partial<Parameters<typeof catalogType>[0]> = {}) =>
+      catalogType({ table_name: 't', column_name: 'c', data_type, character_maximum_length: null, numeric_precision: null, numeric_scale: null, ...extra });
     expect(col('bigint')).toBe(sinkType('integer'));
     expect(col('numeric', { numeric_precision: 38, numeric_scale: '2' })).toBe(sinkType('numeric(12,2)'));
     expect(col('character varying', { character_maximum_length: '65535' })).toBe(sinkType('text'));
@@ -136,7 +137,11 @@ describe('warehouse names', () => {
     expect(warehouseTable('a', 'b_c.orders').schema).toBe('a_b_c');
     expect(() => warehouseTable('demo', 'public._cdc_mirror_x')).toThrow(/reserved for the platform/);
     expect(() => warehouseTable('demo', 'public._CDC_x')).toThrow(/reserved for the platform/);
-    expect(warehouseTable('demo', 'public.orders', { schema: 'demo_public_shadow' })).toMatchObject({ schema: 'demo_public_shadow', mirror: '_cdc_mirror_orders', view: 'orders' });
+    expect(warehouseTable('demo', 'public.orders', { schema: 'demo_public_shadow' })).toMatchObject({
+      schema: 'demo_public_shadow',
+      mirror: '_cdc_mirror_orders',
+      view: 'orders',
+    });
     expect(() => warehouseTable('demo', 'public.orders', { schema: 'x.y' })).toThrow(UnsafeIdentifierError);
   });
 
@@ -219,39 +224,77 @@ describe('SQL text', () => {
     clearHandoverSql(t),
     partnerInsertsSql(t, 2),
     // Append-first (docs/warehouse-apply.md): the delta, the base+delta view, the merge (Redshift's lock).
-    createDeltaSql(t, [{ name: '_cdc_position', type: 'varchar(24) NOT NULL' }, { name: 'id', type: 'bigint' }]),
+    createDeltaSql(t, [
+      { name: '_cdc_position', type: 'varchar(24) NOT NULL' },
+      { name: 'id', type: 'bigint' },
+    ]),
     createOverlayViewSql(t, mirrorColumns, ['id'], { deletedKeys: hard, truncations: true }),
     createOverlayViewSql(t, mirrorColumns, ['id'], { deletedKeys: false, truncations: false }),
     overlayAggregateSql(t, mirrorColumns, ['id'], { deletedKeys: hard, truncations: true }),
     overlayAggregateSql(t, mirrorColumns, ['id'], { deletedKeys: false, truncations: false }, { sum: '"id"', where: '"id" > $1' }),
     lockDeltaSql(t, 'redshift'),
     deltaStatsSql(t),
-    ...mergeSql(t, { key: ['id'], mirrorColumns, changelogColumns: ['_cdc_position', '_cdc_op', 'id', 'status', 'amount'], hard, deletedKeys: hard, truncations: true, pending: { from: '0', to: '10' } }),
+    ...mergeSql(t, {
+      key: ['id'],
+      mirrorColumns,
+      changelogColumns: ['_cdc_position', '_cdc_op', 'id', 'status', 'amount'],
+      hard,
+      deletedKeys: hard,
+      truncations: true,
+      pending: { from: '0', to: '10' },
+    }),
     // The merge into an empty base (a rebuild's fresh shadow) and its check.
     baseRowsSql(t, { deletedKeys: hard, truncations: true }),
-    ...mergeIntoEmptySql(t, { key: ['id'], mirrorColumns, changelogColumns: ['_cdc_position', '_cdc_op', 'id', 'status', 'amount'], hard, deletedKeys: hard, truncations: true, pending: { from: '0', to: '10' } }),
+    ...mergeIntoEmptySql(t, {
+      key: ['id'],
+      mirrorColumns,
+      changelogColumns: ['_cdc_position', '_cdc_op', 'id', 'status', 'amount'],
+      hard,
+      deletedKeys: hard,
+      truncations: true,
+      pending: { from: '0', to: '10' },
+    }),
   ];
 
   it('uses only what PostgreSQL and Redshift both accept (except the PostgreSQL-only occasional stage TRUNCATE)', () => {
     expect(clearStagesSql(stages, true)).toMatch(/^TRUNCATE "cdc_events_[0-9a-f]{8}", "cdc_writes_[0-9a-f]{8}"$/);
     expect(clearStagesSql(stages, false)).toMatch(/^DELETE FROM "cdc_events_[0-9a-f]{8}"; DELETE FROM "cdc_writes_[0-9a-f]{8}"$/);
     for (const sql of [...everything(false), ...everything(true)]) {
-      expect(sql).not.toMatch(/ON CONFLICT|\bMERGE\b|DISTINCT ON|RETURNING|ON COMMIT|\bTRUNCATE\b|\bnow\(\)|CURRENT_TIMESTAMP|\bVALUES\s*\(.*\)\s+AS\b|ADD COLUMN IF NOT EXISTS|::/i);
+      expect(sql).not.toMatch(
+        /ON CONFLICT|\bMERGE\b|DISTINCT ON|RETURNING|ON COMMIT|\bTRUNCATE\b|\bnow\(\)|CURRENT_TIMESTAMP|\bVALUES\s*\(.*\)\s+AS\b|ADD COLUMN IF NOT EXISTS|::/i,
+      );
     }
   });
 
   it('the merge reads the changelog between the watermark and its bound, writes nothing to the changelog, and ends by moving the watermark (docs/warehouse-apply.md, "Objects per captured table")', () => {
-    const o = { key: ['id'], mirrorColumns: ['_cdc_deleted', 'id', 'status', '_cdc_position', '_cdc_deleted_at', '_cdc_applied_at'], changelogColumns: ['_cdc_position', '_cdc_op', 'id', 'status'], hard: false, deletedKeys: false, truncations: true, pending: { from: '7', to: '42' } };
+    const o = {
+      key: ['id'],
+      mirrorColumns: ['_cdc_deleted', 'id', 'status', '_cdc_position', '_cdc_deleted_at', '_cdc_applied_at'],
+      changelogColumns: ['_cdc_position', '_cdc_op', 'id', 'status'],
+      hard: false,
+      deletedKeys: false,
+      truncations: true,
+      pending: { from: '7', to: '42' },
+    };
     for (const sqls of [mergeSql(t, o), mergeIntoEmptySql(t, o)]) {
-      expect(sqls.some((x) => x.startsWith(`INSERT INTO ${qualified(t.schema, t.changelog)}`) || x.startsWith(`DELETE FROM ${qualified(t.schema, t.changelog)}`))).toBe(false);
+      expect(
+        sqls.some((x) => x.startsWith(`INSERT INTO ${qualified(t.schema, t.changelog)}`) || x.startsWith(`DELETE FROM ${qualified(t.schema, t.changelog)}`)),
+      ).toBe(false);
       expect(sqls.join('; ')).toContain('"_cdc_seq" > 7 AND c."_cdc_seq" <= 42');
-      expect(sqls.filter((x) => x.includes(qualified(t.schema, t.watermark)))).toEqual([`UPDATE ${qualified(t.schema, t.watermark)} SET "_cdc_seq" = 42 WHERE "_cdc_seq" < 42`]);
+      expect(sqls.filter((x) => x.includes(qualified(t.schema, t.watermark)))).toEqual([
+        `UPDATE ${qualified(t.schema, t.watermark)} SET "_cdc_seq" = 42 WHERE "_cdc_seq" < 42`,
+      ]);
     }
     expect(() => mergeSql(t, { ...o, pending: { from: '0', to: '1; DROP TABLE x' } })).toThrow(RangeError);
   });
 
   it('Redshift load path: CSV that round-trips NULL, empty text, quotes, commas and newlines', () => {
-    expect(csvBody([['a', null, ''], ['say "hi", then\nleave', '1', null]])).toBe('"a",,""\n"say ""hi"", then\nleave","1",\n');
+    expect(
+      csvBody([
+        ['a', null, ''],
+        ['say "hi", then\nleave', '1', null],
+      ]),
+    ).toBe('"a",,""\n"say ""hi"", then\nleave","1",\n');
   });
 
   it('quotes every identifier', () => {
@@ -266,12 +309,17 @@ describe('SQL text', () => {
     const layout = mirrorLayout(key, data).map((c) => c.name);
     expect(layout[0]).toBe('_cdc_deleted');
     expect(layout).toEqual(['_cdc_deleted', 'id', 'status', 'amount', '_cdc_position', '_cdc_deleted_at', '_cdc_applied_at']);
-    const created = /\((.*), PRIMARY KEY/.exec(createMirrorSql(t, key, data))![1]!.split(', ').map((d) => JSON.parse(d.split(' ')[0]!) as string);
+    const created = /\((.*), PRIMARY KEY/
+      .exec(createMirrorSql(t, key, data))![1]!
+      .split(', ')
+      .map((d) => JSON.parse(d.split(' ')[0]!) as string);
     expect(created).toEqual(layout);
     expect(new Set(MIRROR_CDC_COLUMNS.map((c) => c.name))).toEqual(new Set(['_cdc_position', '_cdc_deleted', '_cdc_deleted_at', '_cdc_applied_at']));
     // The view shows the same columns in the same order over a mirror of either layout (earlier mirrors: every platform column after the data).
     expect(createViewSql(t, layout)).toBe(createViewSql(t, mirrorColumns));
-    expect(createOverlayViewSql(t, layout, ['id'], { deletedKeys: true, truncations: true })).toBe(createOverlayViewSql(t, mirrorColumns, ['id'], { deletedKeys: true, truncations: true }));
+    expect(createOverlayViewSql(t, layout, ['id'], { deletedKeys: true, truncations: true })).toBe(
+      createOverlayViewSql(t, mirrorColumns, ['id'], { deletedKeys: true, truncations: true }),
+    );
   });
 
   it('builds a view that hides tombstones and the tombstone columns', () => {
@@ -294,14 +342,18 @@ describe('SQL text', () => {
     expect(soft[1]).toContain('SET "status" = stg."status", "_cdc_position"');
     expect(soft[1]).not.toContain('"amount" =');
     for (const u of soft.slice(0, 2)) expect(u).toContain('"_cdc_mirror_orders"."_cdc_position" < stg."_cdc_position"');
-    expect(soft[2]).toMatch(/^INSERT INTO "demo_public"."_cdc_mirror_orders" .* WHERE NOT EXISTS \(SELECT 1 FROM "demo_public"."_cdc_mirror_orders" m WHERE m."id" = stg."id"\)$/);
+    expect(soft[2]).toMatch(
+      /^INSERT INTO "demo_public"."_cdc_mirror_orders" .* WHERE NOT EXISTS \(SELECT 1 FROM "demo_public"."_cdc_mirror_orders" m WHERE m."id" = stg."id"\)$/,
+    );
   });
 
   it('in hard-delete mode deletes tombstoned rows and remembers their keys', () => {
     const hard = applyStageSql(t, { stages, key: ['id'], mirrorColumns, sets, hard: true, deletedKeys: true }).join(';\n');
     expect(hard).toContain('DELETE FROM "demo_public"."_cdc_mirror_orders" USING');
     expect(hard).toContain('INSERT INTO "demo_public"."_cdc_deleted_keys_orders"');
-    expect(hard).toContain('AND NOT EXISTS (SELECT 1 FROM "demo_public"."_cdc_deleted_keys_orders" d WHERE d."id" = stg."id" AND d."_cdc_position" >= stg."_cdc_position")');
+    expect(hard).toContain(
+      'AND NOT EXISTS (SELECT 1 FROM "demo_public"."_cdc_deleted_keys_orders" d WHERE d."id" = stg."id" AND d."_cdc_position" >= stg."_cdc_position")',
+    );
     expect(storedStateSql(t, ['id'], true, stages)).toContain('UNION ALL');
   });
 });
