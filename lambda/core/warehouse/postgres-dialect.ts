@@ -20,35 +20,13 @@
  * change the registry calls compatible (widening) needs no column change.
  */
 import type { ColumnTypeChoice, ValueVerdict, WarehouseDialect } from './dialect.ts';
-import { beginMergeSql, createOverlayViewSql, isSinkTextType, mergeSql } from './warehouse-sql.ts';
+import { beginMergeSql, createOverlayViewSql, FLOAT_TYPES, INTEGER_TYPES, isSinkTextType, mergeSql } from './warehouse-sql.ts';
 
 /** PostgreSQL's text type: unbounded. */
 export const PG_TEXT = 'text';
 
-const INTEGER = new Set([
-  'smallint',
-  'int2',
-  'integer',
-  'int',
-  'int4',
-  'bigint',
-  'int8',
-  'smallserial',
-  'serial2',
-  'serial',
-  'serial4',
-  'bigserial',
-  'serial8',
-  'int1',
-  'int16',
-  'int32',
-  'int64',
-  'uint1',
-  'uint2',
-  'uint4',
-  'byte',
-]);
-const FLOAT = new Set(['real', 'float4', 'double precision', 'float8', 'float', 'real4', 'real8', 'double']);
+const INTEGER = INTEGER_TYPES;
+const FLOAT = FLOAT_TYPES;
 const SAME = new Map<string, string>([
   ['boolean', 'boolean'],
   ['bool', 'boolean'],

@@ -190,7 +190,8 @@ export function qualified(schema: string, name: string): string {
   return `${quoteIdent(schema)}.${quoteIdent(name)}`;
 }
 
-const INTEGER_TYPES = new Set([
+/** Integer type names, PostgreSQL's and DMS's: one sink column type absorbs them all (both dialects). */
+export const INTEGER_TYPES: ReadonlySet<string> = new Set([
   'smallint',
   'int2',
   'integer',
@@ -214,7 +215,8 @@ const INTEGER_TYPES = new Set([
   'uint4',
   'byte',
 ]);
-const FLOAT_TYPES = new Set(['real', 'float4', 'double precision', 'float8', 'float', 'real4', 'real8', 'double']);
+/** Floating-point type names, PostgreSQL's and DMS's. */
+export const FLOAT_TYPES: ReadonlySet<string> = new Set(['real', 'float4', 'double precision', 'float8', 'float', 'real4', 'real8', 'double']);
 const BOOLEAN_TYPES = new Set(['boolean', 'bool']);
 const TIMESTAMP_TYPES = new Set(['timestamp', 'timestamp without time zone', 'datetime']);
 const TIMESTAMPTZ_TYPES = new Set(['timestamptz', 'timestamp with time zone']);
