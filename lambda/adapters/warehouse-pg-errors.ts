@@ -13,7 +13,12 @@
  * lock, shutdown and internal errors (transient: retried).
  */
 const PERSISTENT_CLASSES = new Set(['23', '42', '0A', '44', 'P0', '2F', '38', '39']);
-const CONCURRENT_DDL_CODES = new Set(['23505', '42P06', '42P07', '42701']);
+/**
+ * SQLSTATEs of a DDL that lost a race with the same DDL in another session: unique violation on a
+ * catalog index, duplicate schema, duplicate table, duplicate column, duplicate object (`type
+ * "<table>" already exists`: the row type of a table another session created first).
+ */
+export const CONCURRENT_DDL_CODES: ReadonlySet<string> = new Set(['23505', '42P06', '42P07', '42701', '42710']);
 
 /** The SQLSTATE of an error that holds its table, or null. */
 export function persistentTableErrorCode(err: unknown): string | null {

@@ -134,7 +134,7 @@ import type {
   Warehouse,
   WriteErrorKind,
 } from '../core/warehouse/warehouse-apply.ts';
-import { persistentTableErrorCode } from './warehouse-pg-errors.ts';
+import { CONCURRENT_DDL_CODES, persistentTableErrorCode } from './warehouse-pg-errors.ts';
 import type { WarehouseDialect } from '../core/warehouse/dialect.ts';
 import { postgresDialect } from '../core/warehouse/postgres-dialect.ts';
 
@@ -142,16 +142,12 @@ export type { MergeResult, MergeTarget, PendingDelta, TableApplyResult, TableBat
 
 const DDL_ATTEMPTS = 3;
 
-/**
- * SQLSTATEs of a DDL that lost a race with the same DDL in another session: unique violation on
- * a catalog index, duplicate schema, duplicate table, duplicate column, serialization failure,
- * deadlock.
- */
-const CONCURRENT_DDL_CODES = new Set(['23505', '42P06', '42P07', '42701', '40001', '40P01']);
+/** What a DDL retries on: a lost race (`CONCURRENT_DDL_CODES`), a serialization failure, a deadlock. */
+const DDL_RETRY_CODES: ReadonlySet<string> = new Set([...CONCURRENT_DDL_CODES, '40001', '40P01']);
 
 function isConcurrentDdlClash(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && CONCURRENT_DDL_CODES.has(code);
+  return typeof code === 'string' && DDL_RETRY_CODES.has(code);
 }
 
 /** A sink column already has a type that the table's schema version cannot be written into without a type change (which Redshift cannot do). */
