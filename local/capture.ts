@@ -336,6 +336,8 @@ export class SlotCapture {
     await client.connect();
     // test_decoding prints values with the decoding session's settings (local/slot-stream.ts).
     await client.query(CANONICAL_OUTPUT_SETTINGS);
+    // A peek holds the slot from this session: ours, like a stream's walsender (`diagnose`, `stop`).
+    this.ownPids.add((await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid);
     return client;
   }
 
@@ -526,6 +528,33 @@ export class SlotCapture {
   async stop(): Promise<void> {
     this.stopping = true;
     await this.loop?.catch(() => undefined);
+    await this.waitSlotReleased();
+  }
+
+  /**
+   * After a stop, waits (up to `timeoutMs`) until the slot is no longer held by a session of this
+   * capture: PostgreSQL ends a walsender or a peek session a moment after its client closes, and a
+   * capture started right after a stop (the next `cdc local`, a test) would otherwise find the
+   * slot active and refuse to start (`SlotInUseError`).
+   */
+  private async waitSlotReleased(timeoutMs = 10_000): Promise<void> {
+    if (this.ownPids.size === 0) return;
+    let client: pg.Client;
+    try {
+      client = await this.connect();
+    } catch {
+      return; // the source is gone: nothing holds the slot for us to wait for
+    }
+    try {
+      const deadline = Date.now() + timeoutMs;
+      for (;;) {
+        const status = await readSlot(client, this.slot);
+        if (!status?.active || status.activePid === null || !this.ownPids.has(status.activePid) || Date.now() > deadline) return;
+        await sleep(25);
+      }
+    } finally {
+      await client.end().catch(() => undefined);
+    }
   }
 
   private async run(): Promise<void> {
