@@ -39,6 +39,7 @@
  */
 import { HEARTBEAT_TABLE } from '../../../contracts/env.ts';
 import { failuresFrom } from '../sink/apply-plan.ts';
+import { deadLetterer, describeError, maxPosition, minPosition } from '../sink/sink-batch.ts';
 import { heldShardsOf } from '../operator/operator-decisions.ts';
 import type { ControlPlane, DeleteMode, SchemaVersion } from '../shared/control-plane.ts';
 import { CdcError, InvalidRecordError } from '../shared/errors.ts';
@@ -117,10 +118,6 @@ interface IndexState {
   handoverReady?: boolean;
 }
 
-const describeError = (err: unknown): string => (err instanceof Error ? `${err.name}: ${err.message}` : String(err));
-const codeOf = (err: unknown): string => (err instanceof CdcError ? err.code : 'APPLY_FAILED');
-const minPosition = (items: readonly Item[]): string => items.reduce((m, i) => (i.event.position < m ? i.event.position : m), items[0]!.event.position);
-const maxPosition = (items: readonly Item[]): string => items.reduce((m, i) => (i.event.position > m ? i.event.position : m), items[0]!.event.position);
 const wait = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const eventId = (e: ChangeEvent): string => `${e.position}|${keyText(e.key)}`;
 
@@ -182,25 +179,14 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
     };
     let applyErrors = 0;
 
-    const deadLetter = async (record: ChangeRecord, source: string | null, table: string | null, err: unknown): Promise<void> => {
-      try {
-        await cp.putDeadLetter({
-          at: now().toISOString(),
-          stage: sinkId,
-          source,
-          table,
-          code: codeOf(err),
-          reason: describeError(err),
-          origin: record.origin,
-          record: record.text,
-          truncated: false,
-        });
-        countFor(source).dead++;
-        logger.warn('record sent to dead letters', { origin: record.origin, source, table, code: codeOf(err), reason: describeError(err) });
-      } catch (dlErr) {
-        failed.set(record.sequenceNumber, `dead letter could not be stored: ${describeError(dlErr)}`);
-      }
-    };
+    const deadLetter = deadLetterer({
+      controlPlane: cp,
+      sinkId,
+      now,
+      log: logger,
+      stored: (source) => countFor(source).dead++,
+      failed: (sequenceNumber, reason) => failed.set(sequenceNumber, reason),
+    });
 
     const groups = new Map<string, Item[]>();
     for (const record of records) {

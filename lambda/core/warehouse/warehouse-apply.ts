@@ -40,6 +40,7 @@
  * objects (another schema).
  */
 import { failuresPerTable } from '../sink/batch-failures.ts';
+import { deadLetterer, describeError, maxPosition, minPosition } from '../sink/sink-batch.ts';
 import { heldShardsOf } from '../operator/operator-decisions.ts';
 import type { ControlPlane, DeleteMode, SchemaVersion } from '../shared/control-plane.ts';
 import { CdcError, InvalidRecordError, UnsafeIdentifierError } from '../shared/errors.ts';
@@ -308,11 +309,6 @@ interface Item {
   event: ChangeEvent;
 }
 
-const describeError = (err: unknown): string => (err instanceof Error ? `${err.name}: ${err.message}` : String(err));
-const codeOf = (err: unknown): string => (err instanceof CdcError ? err.code : 'APPLY_FAILED');
-const minPosition = (items: readonly Item[]): string => items.reduce((m, i) => (i.event.position < m ? i.event.position : m), items[0]!.event.position);
-const maxPosition = (items: readonly Item[]): string => items.reduce((m, i) => (i.event.position > m ? i.event.position : m), items[0]!.event.position);
-
 /** Builds the warehouse apply from its ports. */
 export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
   const { controlPlane: cp, sinkId, log, writer } = deps;
@@ -387,25 +383,14 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
     /** Tables appended to in this batch, for the merge check after the batch. */
     const appended = new Map<string, MergeTarget & { pending: { rows: number; since: number | null } }>();
 
-    const deadLetter = async (record: ChangeRecord, source: string | null, table: string | null, err: unknown): Promise<void> => {
-      try {
-        await cp.putDeadLetter({
-          at: now().toISOString(),
-          stage: sinkId,
-          source,
-          table,
-          code: codeOf(err),
-          reason: describeError(err),
-          origin: record.origin,
-          record: record.text,
-          truncated: false,
-        });
-        countFor(source).dead++;
-        log.warn('record sent to dead letters', { origin: record.origin, source, table, code: codeOf(err), reason: describeError(err) });
-      } catch (dlErr) {
-        failed.set(record.sequenceNumber, `dead letter could not be stored: ${describeError(dlErr)}`);
-      }
-    };
+    const deadLetter = deadLetterer({
+      controlPlane: cp,
+      sinkId,
+      now,
+      log: log,
+      stored: (source) => countFor(source).dead++,
+      failed: (sequenceNumber, reason) => failed.set(sequenceNumber, reason),
+    });
 
     // Decode and validate; group by (source, table) in order of first appearance.
     const groups = new Map<string, Item[]>();
