@@ -43,6 +43,7 @@ import type { KinesisStreamBatchResponse, KinesisStreamEvent } from 'aws-lambda'
 import type { ControlPlane, DeadLetter } from '../lambda/core/shared/control-plane.ts';
 import { CdcError, InvalidRecordError, UnknownOperationError, UnsafeIdentifierError } from '../lambda/core/shared/errors.ts';
 import { toKinesisStreamEvent } from '../lambda/adapters/kinesis-event.ts';
+import { ShardTips } from './shard-tips.ts';
 
 /** Checkpoint value of a shard that was read to its end. */
 export const SHARD_END = 'SHARD_END';
@@ -224,8 +225,8 @@ export class Poller {
   private refresher: Promise<void> | null = null;
   private wake: (() => void) | null = null;
   private failure: unknown = null;
-  /** Per shard: when the last read that found nothing (with nothing buffered or in flight) started. */
-  private readonly emptyReadAt = new Map<string, number>();
+  /** Per shard: how far its reads reached the end, and what is acknowledged (`caughtUpSince`). */
+  private readonly tips = new Map<string, ShardTips>();
   private readonly handlers = new Map<string, StreamHandler>();
   /** The shards running now. */
   private readonly shardRuns = new Set<ShardRun>();
@@ -298,14 +299,14 @@ export class Poller {
 
   /**
    * Whether every record put on the stream before `time` (epoch ms) has been handled and
-   * acknowledged: each open shard had a read that started after `time`, found nothing, and had
-   * nothing buffered or in flight.
+   * acknowledged: each open shard had a read that started after `time` and found nothing new, and
+   * every record read before it is acknowledged (`ShardTips`).
    */
   caughtUpSince(time: number): boolean {
     if (this.running.size === 0) return false;
     for (const shardId of this.running.keys()) {
       if (this.ended.has(shardId)) continue;
-      if ((this.emptyReadAt.get(shardId) ?? 0) < time) return false;
+      if (!this.tips.get(shardId)?.caughtUpSince(time)) return false;
     }
     return true;
   }
@@ -394,6 +395,7 @@ export class Poller {
       this.ended.add(shardId);
       return;
     }
+    if (!this.tips.has(shardId)) this.tips.set(shardId, new ShardTips(checkpoint));
     const s: ShardRun = {
       shardId,
       buffer: [],
@@ -457,8 +459,8 @@ export class Poller {
         s.delivererWake.notify();
         continue;
       }
-      // Nothing new. Caught up only if nothing read earlier is still buffered or in the handler.
-      if (s.buffer.length === 0 && !s.inFlight) this.emptyReadAt.set(s.shardId, readStarted);
+      // Nothing new: the shard's end as of `readStarted` is the last record read (caught up once it is acknowledged).
+      this.tips.get(s.shardId)?.tipRead(readStarted, s.lastRead);
       if (!s.it) break;
       // Until the next poll, or until records are put on the stream (`watchPuts`).
       await s.readerWake.wait(this.o.idleMs);
@@ -633,6 +635,7 @@ export class Poller {
       for (;;) {
         try {
           await this.o.control.putCheckpoint(this.o.consumer, shardId, records[records.length - 1]!.SequenceNumber!);
+          this.tips.get(shardId)?.acknowledged(records[records.length - 1]!.SequenceNumber!);
           break;
         } catch (err) {
           this.o.onError?.(err, `${this.o.consumer}: checkpoint of ${shardId}`);
