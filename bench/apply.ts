@@ -63,7 +63,8 @@ import {
 } from '../lambda/core/warehouse/warehouse-sql.ts';
 import { postgresColumnType } from '../lambda/core/warehouse/postgres-dialect.ts';
 import { dynamoDbClient } from '../lambda/adapters/aws-clients.ts';
-import { createControlTable, DynamoDbControlPlane } from '../lambda/adapters/control-plane-dynamodb.ts';
+import { DynamoDbControlPlane } from '../lambda/adapters/control-plane-dynamodb.ts';
+import { createControlTable } from '../lambda/adapters/control-plane-dynamodb/control-table.ts';
 import type { ControlPlane } from '../lambda/core/shared/control-plane.ts';
 import type { ChangeEvent } from '../lambda/core/shared/event.ts';
 import { DEFAULT_MERGE_POLICY } from '../lambda/core/warehouse/warehouse-apply.ts';

@@ -18,7 +18,8 @@ import { CreateStreamCommand, IncreaseStreamRetentionPeriodCommand } from '@aws-
 import { main } from '../../bin/cli/main.ts';
 import { setDoorOpener } from '../../bin/cli/operator.ts';
 import { dynamoDbClient, kinesisClient } from '../../lambda/adapters/aws-clients.ts';
-import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
+import { DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
+import { createControlTable } from '../../lambda/adapters/control-plane-dynamodb/control-table.ts';
 import type { AuditEntry, TableRecord } from '../../lambda/core/shared/control-plane.ts';
 import type { StatusReport } from '../../lambda/core/operator/operator.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';

@@ -20,7 +20,8 @@ import { standInDataFile, writeSearchSinkRecord, openLocalControl } from '../../
 import { startDynamoDbLocal } from '../../local/dynamodb.ts';
 import { CONTROL_TABLE } from '../../local/stack.ts';
 import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
-import { createControlTable, DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
+import { DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
+import { createControlTable } from '../../lambda/adapters/control-plane-dynamodb/control-table.ts';
 import { OpenSearchIndex, searchClient } from '../../lambda/adapters/search-opensearch.ts';
 import { createSearchApplier } from '../../lambda/handlers/search-applier.ts';
 import { maskValue } from '../../lambda/core/tables/masking.ts';

@@ -1,7 +1,7 @@
 /**
  * The pure parts of the snapshot (docs/snapshot.md): keyset chunk queries, positions, records,
  * progress, the pacer, and the request / run / bootstrap logic over the in-memory control plane
- * (a collaborator double; the DynamoDB adapter is tested in test/adapters/control-plane-dynamodb.test.ts).
+ * (a collaborator double; the DynamoDB adapter is tested in test/adapters/control-plane-dynamodb/snapshots.test.ts).
  */
 import { describe, expect, it } from 'vitest';
 import {
