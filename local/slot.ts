@@ -9,7 +9,8 @@ import type pg from 'pg';
 import { groupTransactions, type DecodedTransaction, type SlotRow } from '../lambda/core/capture/logical-text.ts';
 import { SourceNotReadyError, TransactionTooLargeError } from './errors.ts';
 import { gatherSourceFacts } from '../lambda/adapters/source-facts-pg.ts';
-import { CheckId, runChecks, type CheckResult } from '../lambda/core/operator/doctor.ts';
+import { CheckId, type CheckResult } from '../lambda/core/operator/doctor-results.ts';
+import { runChecks } from '../lambda/core/operator/doctor.ts';
 
 /** The output plugin the local capture reads (what DMS uses on a PostgreSQL source without pglogical). */
 export const SLOT_PLUGIN = 'test_decoding';

@@ -6,7 +6,9 @@
  */
 import pg from 'pg';
 import { gatherSourceFacts, listSourceTables, readTableFact, type TableToCheck } from '../../lambda/adapters/source-facts-pg.ts';
-import { formatReport, overallStatus, ruleTableChecks, runChecks, type CheckResult } from '../../lambda/core/operator/doctor.ts';
+import { formatReport, overallStatus, type CheckResult } from '../../lambda/core/operator/doctor-results.ts';
+import { ruleTableChecks } from '../../lambda/core/operator/doctor-tables.ts';
+import { runChecks } from '../../lambda/core/operator/doctor.ts';
 import { matchRules } from '../../lambda/core/tables/discovery.ts';
 import { validateTableSettings, type TableRule } from '../../lambda/core/tables/table-config.ts';
 import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_TABLE } from '../../contracts/env.ts';

@@ -18,7 +18,7 @@ import { LocalPipeline, HEARTBEAT_TABLE_ID, StopRequestedError } from '../../loc
 import { StopSignals } from './local-signals.ts';
 import { DEFAULT_STATE_DIR, redactUrl, resetLocalState, startLocalStack, type LocalStack } from '../../local/stack.ts';
 import { sourceNotReady } from '../../local/slot.ts';
-import { CheckId, type CheckResult } from '../../lambda/core/operator/doctor.ts';
+import { CheckId, type CheckResult } from '../../lambda/core/operator/doctor-results.ts';
 import { doctorSource } from './doctor.ts';
 import { formatMs, StatusWriter } from '../../local/status.ts';
 import { openStatusPage, showOnPage } from '../../local/status-page.ts';

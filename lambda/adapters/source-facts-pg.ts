@@ -7,7 +7,7 @@
 import type pg from 'pg';
 import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import type { SourceIdentity } from '../core/capture/continuity.ts';
-import type { SlotFact, SourceFacts, TableFact } from '../core/operator/doctor.ts';
+import type { SlotFact, SourceFacts, TableFact } from '../core/operator/doctor-facts.ts';
 import { quoteIdent, splitTableId } from '../core/shared/identifiers.ts';
 import type { CatalogTypes } from '../core/shared/catalog-types.ts';
 import { partitionTree, type PartitionTree } from '../core/tables/partitions.ts';

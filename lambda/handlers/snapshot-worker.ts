@@ -42,7 +42,7 @@ import { emfSnapshotMetrics, stallAgeSeconds } from '../runtime/metrics.ts';
 import { planSnapshots, runPendingSnapshots, type RunOutcome, type SnapshotReader } from '../core/snapshot/snapshot-worker.ts';
 import { parseTableConfig, parseTableRules, TableConfigIndex, type TableConfig, type TableRule } from '../core/tables/table-config.ts';
 import { scanTables, type DiscoveryRecord } from '../core/tables/discovery.ts';
-import type { TableFact } from '../core/operator/doctor.ts';
+import type { TableFact } from '../core/operator/doctor-facts.ts';
 import { listSourceTables, readCatalogColumnTypes, readPartitionTree, readTableFact } from '../adapters/source-facts-pg.ts';
 
 const SERVICE = 'cdc-snapshot-worker';

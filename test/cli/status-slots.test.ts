@@ -18,7 +18,7 @@ import type { TableRecord } from '../../lambda/core/shared/control-plane.ts';
 import type { StatusReport } from '../../lambda/core/operator/operator.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
 import { assessSlots, parseStoredSlotReport, slotReportCheckpoint, storedSlotReport } from '../../lambda/core/capture/slot-monitor.ts';
-import type { SlotFact } from '../../lambda/core/operator/doctor.ts';
+import type { SlotFact } from '../../lambda/core/operator/doctor-facts.ts';
 import { createOperatorHandler } from '../../lambda/handlers/operator.ts';
 import { createSlotMonitorHandler } from '../../lambda/handlers/slot-monitor.ts';
 import { EnvName } from '../../contracts/env.ts';

@@ -26,7 +26,8 @@ import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 import { until, capturedViews } from './helpers.ts';
 import { identityCheckpoint } from '../../local/capture-continuity.ts';
 import { CdcError } from '../../lambda/core/shared/errors.ts';
-import { CheckId, runChecks } from '../../lambda/core/operator/doctor.ts';
+import { CheckId } from '../../lambda/core/operator/doctor-results.ts';
+import { runChecks } from '../../lambda/core/operator/doctor.ts';
 import { gatherSourceFacts } from '../../lambda/adapters/source-facts-pg.ts';
 
 let cluster: PostgresCluster;

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import pg from 'pg';
 import { main } from '../../bin/cli/main.ts';
 import { readSlotFacts } from '../../lambda/adapters/source-facts-pg.ts';
-import type { CheckResult } from '../../lambda/core/operator/doctor.ts';
+import type { CheckResult } from '../../lambda/core/operator/doctor-results.ts';
 import { HistoryGapError } from '../../lambda/core/shared/errors.ts';
 import { TableConfigIndex } from '../../lambda/core/tables/table-config.ts';
 import { createSlotMonitorHandler } from '../../lambda/handlers/slot-monitor.ts';

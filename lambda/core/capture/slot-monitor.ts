@@ -14,7 +14,7 @@
  * - `warn`: an inactive slot of another tool pinning at least `foreignInactiveWarnBytes`;
  * - `ok` otherwise.
  */
-import type { SlotFact } from '../operator/doctor.ts';
+import type { SlotFact } from '../operator/doctor-facts.ts';
 import { slotReportConsumerId } from '../../../contracts/control-plane-keys.ts';
 
 export type SlotLevel = 'ok' | 'warn' | 'alarm' | 'lost';

@@ -13,7 +13,8 @@
  * `cdc local` every few seconds and on AWS in the snapshot worker's schedule.
  */
 import type { AuditEntry, ControlPlane } from '../shared/control-plane.ts';
-import { tableEligibility, type TableFact } from '../operator/doctor.ts';
+import { tableEligibility } from '../operator/doctor-tables.ts';
+import type { TableFact } from '../operator/doctor-facts.ts';
 import { COLUMN_RULES_ACTION } from './late-rules.ts';
 import { requestSnapshot } from '../snapshot/snapshot-worker.ts';
 import { snapshotPending } from '../snapshot/snapshot.ts';

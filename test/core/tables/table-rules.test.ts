@@ -9,7 +9,7 @@ import { findRuleConflict, matchesTablePattern, patternContains, tablePatternsOv
 import { resolveByRules, TableConfigError, TableConfigIndex, validateTableSettings } from '../../../lambda/core/tables/table-config.ts';
 import { scanTables, type DiscoveryDeps } from '../../../lambda/core/tables/discovery.ts';
 import { enforceLateRules, LateRulesRefusedError } from '../../../lambda/core/tables/late-rules.ts';
-import type { TableFact } from '../../../lambda/core/operator/doctor.ts';
+import type { TableFact } from '../../../lambda/core/operator/doctor-facts.ts';
 import { MemoryControlPlane } from '../../helpers/memory-control-plane.ts';
 
 const SEED = Number(process.env.CDC_PROPERTY_SEED ?? Math.floor(Math.random() * 2 ** 31));
