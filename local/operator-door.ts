@@ -25,7 +25,7 @@ import { EnvName } from '../contracts/env.ts';
 import { MetricName } from '../contracts/metrics.ts';
 import { dynamoDbClient, kinesisClient } from '../lambda/adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../lambda/adapters/control-plane-dynamodb.ts';
-import type { OperatorBody, OperatorResponse } from '../lambda/core/operator/operator.ts';
+import type { OperatorBody, OperatorResponse } from '../lambda/core/operator/operator-front-door.ts';
 import os from 'node:os';
 import { createOperatorHandler } from '../lambda/handlers/operator.ts';
 import { startDynamoDbLocal, QUICK_START_JVM_OPTIONS } from './dynamodb.ts';

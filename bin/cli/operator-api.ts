@@ -13,7 +13,7 @@ import { defaultProvider } from '@aws-sdk/credential-provider-node';
 import { SignatureV4 } from '@smithy/signature-v4';
 import type { AwsCredentialIdentity, AwsCredentialIdentityProvider, SourceData } from '@smithy/types';
 import { OPERATOR_API_METHOD, OPERATOR_ROUTES } from '../../contracts/operator-routes.ts';
-import type { OperatorBody, OperatorResponse } from '../../lambda/core/operator/operator.ts';
+import type { OperatorBody, OperatorResponse } from '../../lambda/core/operator/operator-front-door.ts';
 import type { OperatorDoor } from '../../local/operator-door.ts';
 
 /** SHA-256 (and its HMAC) for the signer, from node:crypto. */

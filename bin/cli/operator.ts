@@ -12,7 +12,8 @@ import { CloudFormationClient, DescribeStacksCommand } from '@aws-sdk/client-clo
 import type { AuditEntry } from '../../lambda/core/shared/control-plane.ts';
 import { formatDuration, parseDurationText } from '../../lambda/core/operator/operator-decisions.ts';
 import { routeOfRequest } from '../../contracts/operator-routes.ts';
-import type { ActionResult, OperatorRequest, StatusReport } from '../../lambda/core/operator/operator.ts';
+import type { ActionResult, StatusReport } from '../../lambda/core/operator/operator.ts';
+import type { OperatorRequest } from '../../lambda/core/operator/operator-call.ts';
 import { openOperatorApi } from './operator-api.ts';
 import { openLocalOperator, type OperatorDoor } from '../../local/operator-door.ts';
 import { DEFAULT_STATE_DIR } from '../../local/stack.ts';

@@ -25,16 +25,9 @@ import type { ControlPlane } from '../core/shared/control-plane.ts';
 import { CdcError } from '../core/shared/errors.ts';
 import type { OperatorSettings } from '../core/operator/operator-decisions.ts';
 import { callFromApiGatewayEvent, NotAFrontDoorEventError } from '../core/operator/operator-call.ts';
-import {
-  controlPlaneSnapshots,
-  Operator,
-  OPERATOR_ACTIONS,
-  serveOperator,
-  type OperatorActionName,
-  type OperatorCall,
-  type OperatorResponse,
-  type RebuildScheduler,
-} from '../core/operator/operator.ts';
+import { controlPlaneSnapshots, Operator, OPERATOR_ACTIONS, type OperatorActionName, type RebuildScheduler } from '../core/operator/operator.ts';
+import { serveOperator, type OperatorResponse } from '../core/operator/operator-front-door.ts';
+import type { OperatorCall } from '../core/operator/operator-call.ts';
 
 const logger = new Logger({ serviceName: process.env[EnvName.POWERTOOLS_SERVICE_NAME] ?? 'cdc-operator' });
 

@@ -196,7 +196,8 @@ export class OperatorFunctions extends Construct {
     Validations.of(api).acknowledge(
       {
         id: 'AwsSolutions-APIG2',
-        reason: 'the operator function validates every request body and answers 400 naming the field (lambda/core/operator/operator.ts parseOperatorBody)',
+        reason:
+          'the operator function validates every request body and answers 400 naming the field (lambda/core/operator/operator-front-door.ts parseOperatorBody)',
       },
       {
         id: 'AwsSolutions-APIG3',

@@ -13,7 +13,7 @@ import { EXIT_CODE_MEANING, helpText, parseCommandLine, RETIRED_FLAGS, spelling,
 import { setDoorOpener, snapshotCell } from '../../bin/cli/operator.ts';
 import { parseLocalArgs } from '../../bin/cli/local.ts';
 import { parseReconcileArgs } from '../../bin/cli/reconcile.ts';
-import type { OperatorBody } from '../../lambda/core/operator/operator.ts';
+import type { OperatorBody } from '../../lambda/core/operator/operator-front-door.ts';
 import type { OperatorDoor } from '../../local/operator-door.ts';
 
 async function cdc(...args: string[]): Promise<{ code: number; out: string; err: string }> {
