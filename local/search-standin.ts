@@ -46,40 +46,27 @@
  * For tests, `inject` makes the next requests or bulk items fail with a status (429 throttling,
  * 503 unavailable) without applying them, and the clock is injectable (`now`).
  */
-import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { once } from 'node:events';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-
-type Json = null | boolean | number | string | bigint | Json[] | { [k: string]: Json };
-type Obj = { [k: string]: Json };
-
-interface Doc {
-  source: Obj;
-  version: bigint;
-  seqNo: number;
-}
-
-interface Tombstone {
-  version: bigint;
-  at: number;
-}
-
-interface AliasSpec {
-  filter?: Obj;
-  isWriteIndex?: boolean;
-}
-
-interface Index {
-  name: string;
-  uuid: string;
-  gcDeletesMs: number;
-  settings: Obj;
-  mappings: { dynamic: string; _meta?: Json; properties: Obj };
-  docs: Map<string, Doc>;
-  tombstones: Map<string, Tombstone>;
-  seqNo: number;
-}
+import { checkObject, matches, typeOf } from './search-standin/fields.ts';
+import {
+  errorAnswer,
+  HttpError,
+  isObj,
+  parseActionLine,
+  parseTimeValue,
+  stringifyExact,
+  type AliasSpec,
+  type Doc,
+  type Index,
+  type Json,
+  type Obj,
+} from './search-standin/model.ts';
+import { bulkActions, currentVersion } from './search-standin/bulk.ts';
+import { searchPage } from './search-standin/search.ts';
+import { loadState, saveState } from './search-standin/state-file.ts';
 
 export interface SearchStandInOptions {
   /** Port on 127.0.0.1. @default 0 (any free port) */
@@ -96,23 +83,6 @@ export interface SearchStandInOptions {
   dataFile?: string;
 }
 
-interface SavedState {
-  version: 1;
-  indices: Array<{
-    name: string;
-    uuid: string;
-    gcDeletesMs: number;
-    settings: Obj;
-    mappings: Index['mappings'];
-    seqNo: number;
-    docs: Array<[string, Obj, string, number]>;
-    tombstones: Array<[string, string, number]>;
-  }>;
-  aliases: Array<[string, Array<[string, AliasSpec]>]>;
-  uuidSeq: number;
-}
-
-/** A request-level or item-level failure the stand-in will answer instead of applying. */
 export interface Injection {
   /** `request`: whole requests fail with `status`; `item`: bulk items fail with `status`. */
   scope: 'request' | 'item';
@@ -123,280 +93,8 @@ export interface Injection {
   id?: string;
 }
 
-class HttpError extends Error {
-  constructor(
-    readonly status: number,
-    readonly type: string,
-    reason: string,
-    readonly index?: string,
-  ) {
-    super(reason);
-  }
-}
-
 const MAX_VERSION = (1n << 63n) - 1n;
 
-/** Parses `60s`, `100ms`, `1m`, or `-1`/`0`. */
-export function parseTimeValue(v: Json | undefined, field: string): number {
-  if (typeof v === 'number') return v;
-  if (typeof v !== 'string') throw new HttpError(400, 'illegal_argument_exception', `failed to parse setting [${field}] with value [${String(v)}]`);
-  const m = /^(\d+)(ms|s|m|h|d)?$/.exec(v.trim());
-  if (!m) throw new HttpError(400, 'illegal_argument_exception', `failed to parse setting [${field}] with value [${v}] as a time value`);
-  const n = Number(m[1]);
-  const unit = m[2] ?? 'ms';
-  return unit === 'ms' ? n : unit === 's' ? n * 1000 : unit === 'm' ? n * 60_000 : unit === 'h' ? n * 3_600_000 : n * 86_400_000;
-}
-
-/** JSON text with `bigint`s as exact integer literals. */
-export function stringifyExact(v: Json): string {
-  return JSON.stringify(v, (_k, x: unknown) => (typeof x === 'bigint' ? `\u0000big:${x.toString()}` : x)).replace(/"\\u0000big:(-?\d+)"/g, '$1');
-}
-
-/** JSON.parse that keeps `version` fields exact (as `bigint`). */
-function parseActionLine(line: string): Obj {
-  const text = line.replace(/"version"\s*:\s*(-?\d+)/g, '"version":"\\u0000big:$1"');
-  return JSON.parse(text, (_k, x: unknown) => (typeof x === 'string' && x.startsWith('\u0000big:') ? BigInt(x.slice(5)) : x)) as Obj;
-}
-
-const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v) && typeof v !== 'bigint';
-
-function fieldValue(source: Obj, path: string): Json | undefined {
-  let cur: Json | undefined = source;
-  for (const part of path.split('.')) {
-    if (!isObj(cur)) return undefined;
-    cur = cur[part];
-  }
-  return cur;
-}
-
-function termMatches(actual: Json | undefined, expected: Json): boolean {
-  if (actual === undefined || actual === null) return false;
-  if (Array.isArray(actual)) return actual.some((a) => termMatches(a, expected));
-  if (typeof actual === 'boolean' || typeof expected === 'boolean') return String(actual) === String(expected);
-  return actual === expected || String(actual) === String(expected);
-}
-
-/** How a field's values compare (see the module comment): from the index mapping. */
-interface FieldKind {
-  /** The path in `_source` (a sub-field `x.keyword` reads `x`). */
-  path: string;
-  type: 'integer' | 'number' | 'date' | 'boolean' | 'keyword' | 'text';
-  /** Strings longer than this are not indexed (keyword `ignore_above`). */
-  ignoreAbove: number | null;
-}
-
-const INTEGER_TYPES = new Set(['long', 'integer', 'short', 'byte']);
-
-/** The kind of a field path in an index's mapping; an unmapped field compares as a keyword. */
-function fieldKind(properties: Obj, path: string): FieldKind {
-  const parts = path.split('.');
-  let props: Obj | null = properties;
-  let mapping: Obj | null = null;
-  const sourcePath: string[] = [];
-  for (let i = 0; i < parts.length; i++) {
-    const part = parts[i]!;
-    if (props && isObj(props[part])) {
-      mapping = props[part] as Obj;
-      sourcePath.push(part);
-      props = isObj(mapping.properties) ? mapping.properties : null;
-      continue;
-    }
-    // A multi-field: `name.keyword` of a `text` field `name` reads `name` from the source.
-    if (mapping && isObj(mapping.fields) && isObj(mapping.fields[part]) && i === parts.length - 1) {
-      mapping = mapping.fields[part] as Obj;
-      break;
-    }
-    return { path, type: 'keyword', ignoreAbove: null };
-  }
-  const t = mapping && typeof mapping.type === 'string' ? mapping.type : 'keyword';
-  const ignoreAbove = mapping && typeof mapping.ignore_above === 'number' ? mapping.ignore_above : null;
-  const type: FieldKind['type'] = INTEGER_TYPES.has(t)
-    ? 'integer'
-    : t === 'double' || t === 'float' || t === 'half_float' || t === 'scaled_float'
-      ? 'number'
-      : t === 'date'
-        ? 'date'
-        : t === 'boolean'
-          ? 'boolean'
-          : t === 'text'
-            ? 'text'
-            : 'keyword';
-  return { path: sourcePath.join('.'), type, ignoreAbove };
-}
-
-/** A value as the field indexes it (`null`: not indexed), comparable with `compareIndexed`. */
-function indexedValue(kind: FieldKind, v: Json | undefined): bigint | number | string | null {
-  if (v === undefined || v === null || isObj(v) || Array.isArray(v)) return null;
-  switch (kind.type) {
-    case 'integer':
-      if (typeof v === 'bigint') return v;
-      if (typeof v === 'number') return Number.isInteger(v) ? BigInt(v) : BigInt(Math.trunc(v));
-      return typeof v === 'string' && /^-?\d+$/.test(v.trim()) ? BigInt(v.trim()) : null;
-    case 'number': {
-      const n = typeof v === 'number' ? v : Number(v);
-      return Number.isFinite(n) ? n : null;
-    }
-    case 'date': {
-      const t = typeof v === 'number' ? v : Date.parse(String(v));
-      return Number.isNaN(t) ? null : t;
-    }
-    case 'boolean':
-      return v === true || v === 'true' ? 1 : v === false || v === 'false' ? 0 : null;
-    default: {
-      const text = String(v);
-      return kind.ignoreAbove !== null && text.length > kind.ignoreAbove ? null : text;
-    }
-  }
-}
-
-/** Orders two indexed values of one field: numbers numerically, strings by their UTF-8 bytes. */
-function compareIndexed(a: bigint | number | string, b: bigint | number | string): number {
-  if (typeof a === 'string' || typeof b === 'string') return Buffer.compare(Buffer.from(String(a), 'utf8'), Buffer.from(String(b), 'utf8'));
-  return a < b ? -1 : a > b ? 1 : 0;
-}
-
-/** The indexed values of a field in a document (several for an array). */
-function indexedValues(kind: FieldKind, source: Obj): Array<bigint | number | string> {
-  const raw = fieldValue(source, kind.path);
-  const list = Array.isArray(raw) ? raw : [raw];
-  return list.map((v) => indexedValue(kind, v as Json)).filter((v): v is bigint | number | string => v !== null);
-}
-
-/** Evaluates the query subset on a document source (`properties`: the index mapping, for typed comparisons). */
-function matches(q: Json | undefined, source: Obj, properties: Obj = {}): boolean {
-  if (q === undefined || q === null) return true;
-  if (!isObj(q)) throw new HttpError(400, 'parsing_exception', 'query must be an object');
-  const [kind, body] = Object.entries(q)[0] ?? (['match_all', {}] as [string, Json]);
-  switch (kind) {
-    case 'match_all':
-      return true;
-    case 'term': {
-      if (!isObj(body)) throw new HttpError(400, 'parsing_exception', '[term] query malformed');
-      const [field, spec] = Object.entries(body)[0]!;
-      const value = isObj(spec) ? spec.value! : spec;
-      return termMatches(fieldValue(source, field.replace(/\.keyword$/, '')), value);
-    }
-    case 'terms': {
-      if (!isObj(body)) throw new HttpError(400, 'parsing_exception', '[terms] query malformed');
-      const [field, values] = Object.entries(body)[0]!;
-      if (!Array.isArray(values)) throw new HttpError(400, 'parsing_exception', '[terms] query needs an array');
-      return values.some((v) => termMatches(fieldValue(source, field.replace(/\.keyword$/, '')), v));
-    }
-    case 'range': {
-      if (!isObj(body)) throw new HttpError(400, 'parsing_exception', '[range] query malformed, no start_object after query name');
-      const [field, spec] = Object.entries(body)[0] ?? [];
-      if (field === undefined || !isObj(spec)) throw new HttpError(400, 'parsing_exception', '[range] query malformed, no field to indicate field name');
-      for (const op of Object.keys(spec))
-        if (!['gt', 'gte', 'lt', 'lte'].includes(op))
-          throw new HttpError(400, 'parsing_exception', `[range] query does not support [${op}] (the stand-in knows gt, gte, lt, lte)`);
-      const fk = fieldKind(properties, field);
-      if (fk.type === 'text')
-        throw new HttpError(400, 'illegal_argument_exception', `the stand-in does not implement [range] on text field [${field}]; use its keyword sub-field`);
-      const bound = (op: string): bigint | number | string | null => {
-        const b = indexedValue(fk, spec[op]);
-        if (b === null) throw new HttpError(400, 'parse_exception', `[range] ${op} value [${String(spec[op])}] is not a value of field [${field}]`);
-        return b;
-      };
-      const ops = Object.keys(spec).map((op) => [op, bound(op)] as const);
-      return indexedValues(fk, source).some((v) =>
-        ops.every(([op, b]) => {
-          const c = compareIndexed(v, b!);
-          return op === 'gt' ? c > 0 : op === 'gte' ? c >= 0 : op === 'lt' ? c < 0 : c <= 0;
-        }),
-      );
-    }
-    case 'bool': {
-      if (!isObj(body)) throw new HttpError(400, 'parsing_exception', '[bool] query malformed');
-      const list = (v: Json | undefined): Json[] => (v === undefined ? [] : Array.isArray(v) ? v : [v]);
-      const required = [...list(body.filter), ...list(body.must)];
-      const should = list(body.should);
-      // OpenSearch: with no must/filter clause at least one should clause must match; with one, none need to (unless minimum_should_match says).
-      const msm = body.minimum_should_match;
-      if (msm !== undefined && typeof msm !== 'number' && !(typeof msm === 'string' && /^\d+$/.test(msm))) {
-        throw new HttpError(400, 'parsing_exception', `the stand-in knows minimum_should_match as a whole number only, got [${String(msm)}]`);
-      }
-      const minShould = msm !== undefined ? Number(msm) : required.length === 0 && should.length > 0 ? 1 : 0;
-      return (
-        required.every((c) => matches(c, source, properties)) &&
-        !list(body.must_not).some((c) => matches(c, source, properties)) &&
-        should.filter((c) => matches(c, source, properties)).length >= minShould
-      );
-    }
-    default:
-      throw new HttpError(400, 'parsing_exception', `unknown query [${kind}] (the stand-in knows match_all, term, terms, range, bool)`);
-  }
-}
-
-/** Field types whose mapping may say `ignore_malformed` (OpenSearch's numeric and date fields). */
-const IGNORE_MALFORMED_TYPES = new Set(['long', 'integer', 'double', 'float', 'date']);
-
-function checkValue(field: string, mapping: Obj, value: Json, index: string, dynamic: string): void {
-  if (value === null) return;
-  const type = typeof mapping.type === 'string' ? mapping.type : isObj(mapping.properties) ? 'object' : 'keyword';
-  const bad = (why: string): void => {
-    // `ignore_malformed`: the document is kept, the value stays in `_source` and is not indexed.
-    if (mapping.ignore_malformed === true && IGNORE_MALFORMED_TYPES.has(type)) return;
-    throw new HttpError(400, 'mapper_parsing_exception', `failed to parse field [${field}] of type [${type}]: ${why}`, index);
-  };
-  if (Array.isArray(value)) {
-    for (const v of value) checkValue(field, mapping, v, index, dynamic);
-    return;
-  }
-  switch (type) {
-    case 'long':
-    case 'integer':
-      if (typeof value === 'number' ? !Number.isInteger(value) : typeof value !== 'string' || !/^-?\d+$/.test(value))
-        bad(`For input string: "${String(value)}"`);
-      return;
-    case 'double':
-    case 'float':
-      if (typeof value === 'number') return;
-      if (typeof value !== 'string' || !Number.isFinite(Number(value)) || value.trim() === '') bad(`For input string: "${String(value)}"`);
-      return;
-    case 'boolean':
-      if (typeof value !== 'boolean' && value !== 'true' && value !== 'false')
-        bad(`Failed to parse value [${String(value)}] as only [true] or [false] are allowed.`);
-      return;
-    case 'date':
-      if (typeof value !== 'string' || Number.isNaN(Date.parse(value)) || (mapping.format === 'strict_date' && !/^\d{4}-\d{2}-\d{2}$/.test(value))) {
-        bad(`failed to parse date field [${String(value)}]`);
-      }
-      return;
-    case 'object':
-      if (mapping.enabled === false) return;
-      if (!isObj(value)) bad('tried to parse field as object, but found a concrete value');
-      checkObject(`${field}.`, (mapping.properties as Obj) ?? {}, value as Obj, index, typeof mapping.dynamic === 'string' ? mapping.dynamic : dynamic);
-      return;
-    default:
-      if (isObj(value)) bad('tried to parse field as a concrete value, but found an object');
-  }
-}
-
-function checkObject(prefix: string, properties: Obj, source: Obj, index: string, dynamic: string): void {
-  for (const [k, v] of Object.entries(source)) {
-    const m = properties[k];
-    if (m === undefined) {
-      if (dynamic === 'strict') {
-        throw new HttpError(
-          400,
-          'strict_dynamic_mapping_exception',
-          `mapping set to strict, dynamic introduction of [${prefix}${k}] within [_doc] is not allowed`,
-          index,
-        );
-      }
-      continue;
-    }
-    checkValue(`${prefix}${k}`, m as Obj, v, index, dynamic);
-  }
-}
-
-function typeOf(m: Json | undefined): string | null {
-  if (!isObj(m)) return null;
-  if (typeof m.type === 'string') return m.type;
-  return isObj(m.properties) ? 'object' : null;
-}
-
-/** The stand-in server. */
 export class SearchStandIn {
   private readonly indices = new Map<string, Index>();
   /** alias → index → spec. */
@@ -439,47 +137,11 @@ export class SearchStandIn {
   }
 
   private load(file: string): void {
-    let saved: SavedState;
-    try {
-      saved = JSON.parse(readFileSync(file, 'utf8')) as SavedState;
-    } catch (e) {
-      throw new Error(`search stand-in state ${file} is not readable JSON (${(e as Error).message}); remove it to start with an empty index`);
-    }
-    if (saved.version !== 1) throw new Error(`search stand-in state ${file} has an unknown version; remove it to start with an empty index`);
-    for (const i of saved.indices) {
-      this.indices.set(i.name, {
-        name: i.name,
-        uuid: i.uuid,
-        gcDeletesMs: i.gcDeletesMs,
-        settings: i.settings,
-        mappings: i.mappings,
-        seqNo: i.seqNo,
-        docs: new Map(i.docs.map(([id, source, version, seqNo]) => [id, { source, version: BigInt(version), seqNo }])),
-        tombstones: new Map(i.tombstones.map(([id, version, at]) => [id, { version: BigInt(version), at }])),
-      });
-    }
-    for (const [alias, entries] of saved.aliases) this.aliases.set(alias, new Map(entries));
-    this.uuidSeq = saved.uuidSeq;
+    this.uuidSeq = loadState(file, this.indices, this.aliases);
   }
 
   private save(file: string): void {
-    const state: SavedState = {
-      version: 1,
-      indices: [...this.indices.values()].map((i) => ({
-        name: i.name,
-        uuid: i.uuid,
-        gcDeletesMs: i.gcDeletesMs,
-        settings: i.settings,
-        mappings: i.mappings,
-        seqNo: i.seqNo,
-        docs: [...i.docs].map(([id, d]) => [id, d.source, d.version.toString(), d.seqNo] as [string, Obj, string, number]),
-        tombstones: [...i.tombstones].map(([id, t]) => [id, t.version.toString(), t.at] as [string, string, number]),
-      })),
-      aliases: [...this.aliases].map(([a, m]) => [a, [...m]]),
-      uuidSeq: this.uuidSeq,
-    };
-    writeFileSync(`${file}.tmp`, JSON.stringify(state));
-    renameSync(`${file}.tmp`, file);
+    saveState(file, this.indices, this.aliases, this.uuidSeq);
   }
 
   /** Makes the next requests or bulk items fail (see `Injection`). */
@@ -519,16 +181,7 @@ export class SearchStandIn {
       const changes = method === 'PUT' || method === 'DELETE' || (method === 'POST' && /\/(_bulk|_aliases|_mapping)$/.test(url.pathname));
       if (changes && this.options.dataFile) this.save(this.options.dataFile);
     } catch (err) {
-      if (err instanceof HttpError) {
-        status = err.status;
-        out = {
-          error: { root_cause: [{ type: err.type, reason: err.message }], type: err.type, reason: err.message, ...(err.index ? { index: err.index } : {}) },
-          status: err.status,
-        };
-      } else {
-        status = 500;
-        out = { error: { type: 'exception', reason: (err as Error).message }, status: 500 };
-      }
+      [status, out] = errorAnswer(err);
     }
     const text = req.method === 'HEAD' ? '' : stringifyExact(out);
     res.writeHead(status, { 'content-type': 'application/json; charset=UTF-8', 'content-length': Buffer.byteLength(text) });
@@ -772,56 +425,13 @@ export class SearchStandIn {
     return [200, { acknowledged: true }];
   }
 
-  /** The current version of a document for version checks: live, or a tombstone inside its horizon. */
-  private currentVersion(i: Index, id: string): { version: bigint; live: boolean } | null {
-    const d = i.docs.get(id);
-    if (d) return { version: d.version, live: true };
-    const t = i.tombstones.get(id);
-    if (!t) return null;
-    if (this.now() - t.at > i.gcDeletesMs) {
-      i.tombstones.delete(id);
-      return null;
-    }
-    return { version: t.version, live: false };
-  }
-
   private bulk(pathIndex: string | null, body: string): [number, Json] {
     const t0 = Date.now();
-    const lines = body.split('\n');
     const items: Json[] = [];
     let errors = false;
-    for (let n = 0; n < lines.length; n++) {
-      const line = lines[n]!.trim();
-      if (line === '') continue;
-      let action: Obj;
-      try {
-        action = parseActionLine(line);
-      } catch (e) {
-        throw new HttpError(400, 'illegal_argument_exception', `Malformed action/metadata line [${n + 1}]: ${(e as Error).message}`);
-      }
-      const [kind, meta] = Object.entries(action)[0] ?? [];
-      if (!kind || !isObj(meta) || !['index', 'create', 'delete'].includes(kind)) {
-        throw new HttpError(
-          400,
-          'illegal_argument_exception',
-          `Malformed action/metadata line [${n + 1}], expected one of index, create, delete (update is not implemented by the stand-in)`,
-        );
-      }
-      let source: Obj | null = null;
-      if (kind !== 'delete') {
-        const next = lines[++n];
-        if (next === undefined || next.trim() === '')
-          throw new HttpError(400, 'illegal_argument_exception', `action [${kind}] on line [${n}] has no document line`);
-        try {
-          const parsed = JSON.parse(next) as unknown;
-          if (!isObj(parsed)) throw new Error('not an object');
-          source = parsed;
-        } catch (e) {
-          throw new HttpError(400, 'mapper_parsing_exception', `failed to parse document on line [${n + 1}]: ${(e as Error).message}`);
-        }
-      }
+    for (const { kind, meta, source } of bulkActions(body)) {
       this.stats.bulkItems++;
-      const r = this.bulkItem(kind as 'index' | 'create' | 'delete', meta, source, pathIndex);
+      const r = this.bulkItem(kind, meta, source, pathIndex);
       if ('error' in (r[kind] as Obj)) errors = true;
       items.push(r);
     }
@@ -867,7 +477,7 @@ export class SearchStandIn {
         return fail(400, 'action_request_validation_exception', `Validation Failed: 1: illegal version value [${given}] for version type [${versionType}];`);
     }
     const docId = id ?? `auto-${index.uuid}-${index.seqNo + 1}`;
-    const current = this.currentVersion(index, docId);
+    const current = currentVersion(index, docId, this.now);
     const conflict = (): Obj =>
       fail(
         409,
@@ -964,106 +574,7 @@ export class SearchStandIn {
   }
 
   private search(name: string, body: Obj): [number, Json] {
-    const hits = this.hits(name, body);
-    const size = typeof body.size === 'number' ? body.size : 10;
-    const from = typeof body.from === 'number' ? body.from : 0;
-    if (size > 10_000 || from + size > 10_000)
-      throw new HttpError(400, 'illegal_argument_exception', 'Result window is too large, from + size must be less than or equal to: [10000]');
-    const specs = body.sort === undefined ? [] : Array.isArray(body.sort) ? body.sort : [body.sort];
-    const sorts = specs.map((s) => {
-      let field: string;
-      let desc = false;
-      if (typeof s === 'string') field = s;
-      else if (isObj(s)) {
-        const [f, spec] = Object.entries(s)[0]!;
-        field = f;
-        const order = isObj(spec) ? spec.order : spec;
-        if (order !== undefined && order !== 'asc' && order !== 'desc')
-          throw new HttpError(400, 'parsing_exception', `unknown sort order [${String(order)}] for [${f}]`);
-        desc = order === 'desc';
-      } else throw new HttpError(400, 'parsing_exception', 'sort entries must be field names or objects');
-      return { field, desc };
-    });
-    // Typed per index (one alias may point at several); `_id` sorts by the id's bytes.
-    const kinds = new Map<Index, FieldKind[]>();
-    const kindsOf = (i: Index): FieldKind[] => {
-      let k = kinds.get(i);
-      if (!k) {
-        k = sorts.map((s) => (s.field === '_id' ? { path: '_id', type: 'keyword' as const, ignoreAbove: null } : fieldKind(i.mappings.properties, s.field)));
-        const text = k.findIndex((x) => x.type === 'text');
-        if (text >= 0)
-          throw new HttpError(
-            400,
-            'illegal_argument_exception',
-            `Text fields are not optimised for operations that require per-document field data like aggregations and sorting, so these operations are disabled by default. Please use a keyword field instead [${sorts[text]!.field}]`,
-          );
-        kinds.set(i, k);
-      }
-      return k;
-    };
-    type Key = Array<bigint | number | string | null>;
-    const keyOf = (h: { index: Index; id: string; doc: Doc }): Key =>
-      kindsOf(h.index).map((k, j) => {
-        if (k.path === '_id') return h.id;
-        const vs = indexedValues(k, h.doc.source);
-        if (vs.length === 0) return null;
-        return vs.reduce((m, v) => ((sorts[j]!.desc ? compareIndexed(v, m) > 0 : compareIndexed(v, m) < 0) ? v : m));
-      });
-    const compareKeys = (x: Key, y: Key): number => {
-      for (let j = 0; j < sorts.length; j++) {
-        const a = x[j] ?? null;
-        const b = y[j] ?? null;
-        // Missing values sort last in either order (`missing: _last`).
-        if (a === null || b === null) {
-          if (a !== b) return a === null ? 1 : -1;
-          continue;
-        }
-        const c = compareIndexed(a, b) * (sorts[j]!.desc ? -1 : 1);
-        if (c !== 0) return c;
-      }
-      return 0;
-    };
-    const keyed = hits.map((h) => ({ h, key: sorts.length ? keyOf(h) : [] }));
-    // The total counts every hit of the query (search_after pages through them, it does not filter the total).
-    const total = keyed.length;
-    if (sorts.length) {
-      keyed.sort((x, y) => compareKeys(x.key, y.key));
-      if (body.search_after !== undefined) {
-        if (!Array.isArray(body.search_after) || body.search_after.length !== sorts.length) {
-          throw new HttpError(
-            400,
-            'illegal_argument_exception',
-            `search_after has ${Array.isArray(body.search_after) ? body.search_after.length : 0} value(s) but sort has ${sorts.length}`,
-          );
-        }
-        const afterValues = body.search_after;
-        const after = (i: Index): Key =>
-          kindsOf(i).map((k, j) => (afterValues[j] === null ? null : k.path === '_id' ? String(afterValues[j]) : indexedValue(k, afterValues[j])));
-        const kept = keyed.filter((x) => compareKeys(x.key, after(x.h.index)) > 0);
-        keyed.length = 0;
-        keyed.push(...kept);
-      }
-    }
-    const page = keyed.slice(from, from + size);
-    const sortJson = (v: bigint | number | string | null): Json => v;
-    return [
-      200,
-      {
-        took: 0,
-        timed_out: false,
-        hits: {
-          total: { value: total, relation: 'eq' },
-          max_score: sorts.length ? null : 1,
-          hits: page.map(({ h, key }) => ({
-            _index: h.index.name,
-            _id: h.id,
-            _score: sorts.length ? null : 1,
-            _source: h.doc.source,
-            ...(sorts.length ? { sort: key.map(sortJson) } : {}),
-          })),
-        },
-      },
-    ];
+    return searchPage(this.hits(name, body), body);
   }
 
   private count(name: string, body: Obj): [number, Json] {

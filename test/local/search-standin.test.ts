@@ -1,42 +1,20 @@
 /**
  * The search stand-in on its own: OpenSearch's documented version semantics (external,
  * external_gte, internal, create), delete tombstones and their gc_deletes horizon (after which an
- * older write resurrects, as in OpenSearch), strict mappings and value checks, aliases with
- * filters, get/mget ignoring alias filters, search/count, range queries and sorts by the mapped
- * type (several fields, missing last), paging with search_after, and injected
- * 429/503 failures. Also driven once through the real `@opensearch-project/opensearch` client.
+ * older write resurrects, as in OpenSearch), aliases with filters, get/mget ignoring alias
+ * filters, search/count, and injected 429/503 failures. Also driven once through the real
+ * `@opensearch-project/opensearch` client. Mappings and value checks: search-standin/fields.test.ts;
+ * sorts and paging: search-standin/search.test.ts.
  */
 /* eslint-disable @typescript-eslint/no-explicit-any -- the tests read the stand-in's JSON answers field by field, as untyped wire data */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Client } from '@opensearch-project/opensearch';
 import { SearchStandIn } from '../../local/search-standin.ts';
+import { bulk, del, idx, req, url, useStandIn } from './search-standin/fixture.ts';
 
 let clock = 1_000_000;
 const standin = new SearchStandIn({ now: () => clock, defaultGcDeletesMs: 60_000 });
-let url: string;
-
-async function req(method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
-  const text = body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body);
-  const res = await fetch(`${url}${path}`, { method, body: text, headers: { 'content-type': 'application/json' } });
-  const t = await res.text();
-  return { status: res.status, body: t === '' ? null : JSON.parse(t) };
-}
-
-function bulk(lines: unknown[]): Promise<{ status: number; body: any }> {
-  return req('POST', '/_bulk', `${lines.map((l) => (typeof l === 'string' ? l : JSON.stringify(l))).join('\n')}\n`);
-}
-
-const idx = (id: string, version: number | string, type = 'external', index = 'v') =>
-  `{"index":{"_index":"${index}","_id":"${id}","version":${version},"version_type":"${type}"}}`;
-const del = (id: string, version: number | string, type = 'external', index = 'v') =>
-  `{"delete":{"_index":"${index}","_id":"${id}","version":${version},"version_type":"${type}"}}`;
-
-beforeAll(async () => {
-  url = await standin.start();
-});
-afterAll(async () => {
-  await standin.stop();
-});
+useStandIn(standin);
 
 describe('search stand-in', () => {
   it('says it is a stand-in', async () => {
@@ -123,139 +101,6 @@ describe('search stand-in', () => {
     const late = await bulk([idx('z', 6, 'external', 'nf'), { n: 1 }]);
     expect(late.body.items[0].index.status).toBe(409);
     expect(standin.defaultGcDeletesMs).toBe(60_000);
-  });
-
-  it('strict mappings refuse unknown fields and wrong values per item; mapping updates add fields but never change a type', async () => {
-    await req('PUT', '/m', {
-      mappings: {
-        dynamic: 'strict',
-        _meta: { cdc: { baseLsn: '0000000000000000' } },
-        properties: { n: { type: 'long' }, d: { type: 'date', format: 'strict_date' }, o: { type: 'object', enabled: false } },
-      },
-    });
-    const r = await bulk([
-      idx('1', 1, 'external', 'm'),
-      { n: 1, extra: 2 },
-      idx('2', 1, 'external', 'm'),
-      { n: 'x' },
-      idx('3', 1, 'external', 'm'),
-      { n: '12', d: '2026-01-02', o: 'any' },
-      idx('4', 1, 'external', 'm'),
-      { d: '2026-01-02 10:00' },
-    ]);
-    expect(r.body.items.map((i: any) => i.index.status)).toEqual([400, 400, 201, 400]);
-    expect(r.body.items[0].index.error.type).toBe('strict_dynamic_mapping_exception');
-    expect(r.body.items[1].index.error.type).toBe('mapper_parsing_exception');
-    expect((await req('PUT', '/m/_mapping', { properties: { extra: { type: 'keyword' } } })).status).toBe(200);
-    const change = await req('PUT', '/m/_mapping', { properties: { n: { type: 'text' } } });
-    expect(change.status).toBe(400);
-    expect(change.body.error.type).toBe('illegal_argument_exception');
-    const m = await req('GET', '/m/_mapping');
-    expect(m.body.m.mappings.properties.extra).toEqual({ type: 'keyword' });
-    expect(m.body.m.mappings._meta).toEqual({ cdc: { baseLsn: '0000000000000000' } });
-  });
-
-  it('ignore_malformed keeps a document whose number or date the field cannot index: the value stays in _source, out of range queries', async () => {
-    await req('PUT', '/im', {
-      mappings: {
-        dynamic: 'strict',
-        properties: {
-          x: { type: 'double', ignore_malformed: true },
-          d: { type: 'date', format: 'strict_date', ignore_malformed: true },
-          b: { type: 'boolean' },
-        },
-      },
-    });
-    const r = await bulk([
-      idx('1', 1, 'external', 'im'),
-      { x: 'NaN', d: 'infinity' },
-      idx('2', 1, 'external', 'im'),
-      { x: '1.5', d: '2024-01-01' },
-      idx('3', 1, 'external', 'im'),
-      { b: 'maybe' },
-    ]);
-    expect(r.body.items.map((i: any) => i.index.status)).toEqual([201, 201, 400]);
-    expect((await req('GET', '/im/_doc/1')).body._source).toEqual({ x: 'NaN', d: 'infinity' });
-    const hits = await req('POST', '/im/_search', { query: { range: { x: { gte: 0 } } } });
-    expect(hits.body.hits.hits.map((h: any) => h._id)).toEqual(['2']);
-  });
-
-  it('range queries and sorts compare by the mapped type; several sort fields, search_after per field, missing last', async () => {
-    await req('PUT', '/r', {
-      mappings: {
-        dynamic: 'strict',
-        properties: {
-          n: { type: 'long' },
-          name: { type: 'text', fields: { keyword: { type: 'keyword', ignore_above: 5 } } },
-          k: { type: 'keyword' },
-          d: { type: 'date', format: 'strict_date' },
-          x: { type: 'double' },
-        },
-      },
-    });
-    const docs: Array<[string, Record<string, unknown>]> = [
-      ['a', { n: 9, name: 'b', k: 'é', d: '2026-01-02', x: 1.5 }],
-      ['b', { n: 10, name: 'a', k: 'z', d: '2025-12-31', x: 0.25 }],
-      ['c', { n: '9007199254740993', name: 'a', k: 'Z' }],
-      ['d', { n: 9, name: 'a', k: '\u{1F600}' }],
-      ['e', { name: 'toolong', k: '\uFFFF' }],
-    ];
-    await bulk(docs.flatMap(([id, d]) => [idx(id, 1, 'external', 'r'), d]));
-    const ids = async (query: unknown, sort: unknown = [{ _id: 'asc' }], extra: Record<string, unknown> = {}) =>
-      (await req('POST', '/r/_search', { size: 100, query, sort, ...extra })).body.hits.hits.map((h: any) => h._id);
-    // long: numerically and exactly (10 > 9, 2^53 + 1 compares as itself), not as text.
-    expect(await ids({ range: { n: { gt: 9 } } })).toEqual(['b', 'c']);
-    expect(await ids({ range: { n: { gte: '9007199254740993', lte: '9007199254740993' } } })).toEqual(['c']);
-    expect(await ids({ range: { n: { gt: '9007199254740992', lt: '9007199254740994' } } })).toEqual(['c']);
-    // keyword: by UTF-8 bytes ('Z' < 'z' < 'é' < U+FFFF < U+1F600; JavaScript's code-unit order would put U+1F600 before U+FFFF).
-    expect(await ids({ match_all: {} }, [{ k: 'asc' }])).toEqual(['c', 'b', 'a', 'e', 'd']);
-    expect(await ids({ range: { k: { gt: 'z', lte: '\uFFFF' } } }, [{ k: 'asc' }])).toEqual(['a', 'e']);
-    // date by time, double by value.
-    expect(await ids({ range: { d: { lt: '2026-01-01' } } })).toEqual(['b']);
-    expect(await ids({ range: { x: { gte: 0.5 } } })).toEqual(['a']);
-    // A text field's keyword sub-field reads the text; a value over ignore_above is not indexed (never in a range, sorted as missing).
-    expect(await ids({ range: { 'name.keyword': { gte: 'a' } } })).toEqual(['a', 'b', 'c', 'd']);
-    // Several sort fields; a document without the field sorts last in either order.
-    expect(await ids({ match_all: {} }, [{ n: 'asc' }, { 'name.keyword': 'desc' }])).toEqual(['a', 'd', 'b', 'c', 'e']);
-    expect(await ids({ match_all: {} }, [{ n: { order: 'desc' } }, { _id: 'asc' }])).toEqual(['c', 'b', 'a', 'd', 'e']);
-    const first = (await req('POST', '/r/_search', { size: 2, query: { match_all: {} }, sort: [{ n: 'asc' }, { _id: 'asc' }] })).body;
-    expect(first.hits.hits.map((h: any) => h.sort)).toEqual([
-      [9, 'a'],
-      [9, 'd'],
-    ]);
-    const next = (
-      await req('POST', '/r/_search', { size: 2, query: { match_all: {} }, sort: [{ n: 'asc' }, { _id: 'asc' }], search_after: first.hits.hits[1].sort })
-    ).body;
-    expect(next.hits.hits.map((h: any) => h._id)).toEqual(['b', 'c']);
-    expect(next.hits.total.value).toBe(5);
-    // A composite key range as a bool of ranges and terms: (n, name) > (9, 'a') and <= (10, 'a').
-    const composite = {
-      bool: {
-        filter: [
-          {
-            bool: {
-              should: [{ range: { n: { gt: 9 } } }, { bool: { filter: [{ term: { n: 9 } }, { range: { 'name.keyword': { gt: 'a' } } }] } }],
-              minimum_should_match: 1,
-            },
-          },
-          {
-            bool: {
-              should: [{ range: { n: { lt: 10 } } }, { bool: { filter: [{ term: { n: 10 } }, { range: { 'name.keyword': { lte: 'a' } } }] } }],
-              minimum_should_match: 1,
-            },
-          },
-        ],
-      },
-    };
-    expect(await ids(composite)).toEqual(['a', 'b']);
-    // With a filter, should clauses are optional unless minimum_should_match says otherwise.
-    expect(await ids({ bool: { filter: [{ term: { n: 9 } }], should: [{ term: { k: 'nope' } }] } })).toEqual(['a', 'd']);
-    expect(await ids({ bool: { filter: [{ term: { n: 9 } }], should: [{ term: { k: 'nope' } }], minimum_should_match: 1 } })).toEqual([]);
-    // Refused as OpenSearch refuses: sorting a text field; a malformed range.
-    const textSort = await req('POST', '/r/_search', { query: { match_all: {} }, sort: [{ name: 'asc' }] });
-    expect([textSort.status, textSort.body.error.type]).toEqual([400, 'illegal_argument_exception']);
-    expect((await req('POST', '/r/_search', { query: { range: { n: { from: 1 } } } })).status).toBe(400);
-    expect((await req('POST', '/r/_search', { query: { range: { n: { gt: 'x' } } } })).status).toBe(400);
   });
 
   it('aliases: filtered searches and counts, unfiltered get/mget, writes through the write alias, atomic swaps', async () => {
