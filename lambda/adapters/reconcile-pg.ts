@@ -44,18 +44,9 @@ import {
   type SideRow,
   type SideShape,
 } from '../core/reconcile/reconcile.ts';
-import {
-  RESERVED_PREFIX,
-  warehouseTable,
-  CdcColumn,
-  createOverlayViewSql,
-  overlayAggregateSql,
-  qualified,
-  type OverlayGuards,
-  type WarehouseTable,
-} from '../core/warehouse/warehouse-sql.ts';
-
-type Queryable = Pick<pg.ClientBase, 'query'>;
+import { RESERVED_PREFIX, warehouseTable, CdcColumn, overlayAggregateSql, qualified, type WarehouseTable } from '../core/warehouse/warehouse-sql.ts';
+import { columnTypes, type Queryable, type Relation } from './reconcile-pg/catalog.ts';
+import { OverlayView, type OverlayForm, type OverlayShape } from './reconcile-pg/overlay.ts';
 
 /** The session settings both sides read with (see the module comment). */
 export const RECONCILE_SESSION_SQL = "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 1";
@@ -70,35 +61,12 @@ function sqlLiteral(v: string): string {
   return `E'${v.replace(/\\/g, '\\\\').replace(/'/g, "''")}'`;
 }
 
-/** The temporary view `verifyOverlay` prints the applier's definition with (rolled back at once). */
-const OVERLAY_PROBE = '"_cdc_reconcile_overlay_probe"';
-
-/** md5 of the definition of a table's view as PostgreSQL prints it (names are checked plain identifiers). */
-function viewDefSql(t: WarehouseTable): string {
-  return `md5(pg_get_viewdef(CAST('${qualified(t.schema, t.view)}' AS regclass)))`;
-}
-
-/**
- * Which version of a table's view is in place: the view's OID and the transaction that last wrote
- * its rule (`pg_rewrite.xmin`). `CREATE OR REPLACE VIEW` rewrites the rule (a new xmin), `DROP` and
- * `CREATE` make a new OID, so within a run it changes exactly when the definition may have changed,
- * and reading it is one catalog lookup instead of printing the definition.
- */
-function viewVersionSql(t: WarehouseTable): string {
-  return `(SELECT CAST(r.ev_class AS text) || '/' || CAST(r.xmin AS text) FROM pg_rewrite r WHERE r.ev_class = CAST('${qualified(t.schema, t.view)}' AS regclass) AND r.rulename = '_RETURN')`;
-}
-
 /**
  * Below this many rows in the base (its planner estimate), range summaries read through the view:
  * the second form's fixed cost per statement (the view's lock, its version, a three-term plan:
  * a few ms) is then more than what it saves per row (docs/performance-log.md, "Reconciliation through the base+delta view"). Counts always use it.
  */
 export const OVERLAY_SUMMARY_MIN_ROWS = 50_000;
-
-interface Relation {
-  schema: string;
-  name: string;
-}
 
 export interface PgSideOptions {
   client: Queryable;
@@ -114,25 +82,6 @@ export interface PgSideOptions {
    * `client` instead of before it (docs/reconcile.md "Cost and the source budget"). @default client
    */
   countClient?: Queryable;
-}
-
-/**
- * The warehouse view verified to be the applier's base+delta view (`createOverlayViewSql`) for
- * these mirror columns, key and guards: counts and range summaries then use the view's second
- * form (`overlayAggregateSql`, docs/reconcile.md "Counting the base+delta view").
- */
-interface OverlayForm extends OverlayShape {
-  /** The view's version as verified (`viewVersionSql`): every read checks it is still that one. */
-  version: string;
-}
-
-/** What the second form is built from, read from the catalog before the view is verified (see `OverlayForm`). */
-interface OverlayShape {
-  table: WarehouseTable;
-  mirrorColumns: string[];
-  guards: OverlayGuards;
-  /** Every column the view shows has the same type in the mirror and the delta, so a row hash is the same over either (sums may use the form). */
-  sameTypes: boolean;
 }
 
 /**
@@ -165,17 +114,6 @@ function typedHash(cls: HashClass, expr: string, seed: number): string {
   }
 }
 
-/** A relation's columns with their types (`format_type`), in column order. */
-async function columnTypes(client: Queryable, rel: Relation): Promise<Array<{ name: string; type: string }>> {
-  const res = await client.query(
-    `SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type FROM pg_attribute a
-       JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-      WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> 'v' ORDER BY a.attnum`,
-    [rel.schema, rel.name],
-  );
-  return res.rows.map((r) => ({ name: String(r.name), type: String(r.type) }));
-}
-
 /**
  * Key order classes (`keyOrderClass`) whose `max` aggregate orders exactly as `ORDER BY` does (the
  * type's default btree order). Besides, text and character keys (under `COLLATE "C"` in both);
@@ -198,13 +136,8 @@ export class PgReconcileSide implements ReconcileSide {
   private maxOrderedKey = false;
   private readonly position: boolean;
 
-  /** The warehouse table whose view this side reads, when it may be the base+delta view (see `OverlayForm`). */
-  private readonly overlay: WarehouseTable | null;
-  private overlayForm: Promise<OverlayForm | null> | null = null;
-  /** The catalog read `overlayForm` starts from (the count starts from it too, without waiting for the check). */
-  private overlayShapeRead: Promise<OverlayShape | null> | null = null;
-  /** What `overlayForm` resolved to (undefined while it is being verified): summaries do not wait for it. */
-  private settledForm: OverlayForm | null | undefined = undefined;
+  /** The warehouse table's view this side reads, when it may be the base+delta view (see `OverlayView`). */
+  private readonly overlay: OverlayView | null;
   /** The base's planner estimate (`pg_class.reltuples` of the mirror; -1: never analysed, or no base), read by `shape`. */
   private baseRows = -1;
   private readonly overlaySummaryMinRows: number;
@@ -216,7 +149,6 @@ export class PgReconcileSide implements ReconcileSide {
     private readonly rel: Relation,
     o: PgSideOptions & { position?: boolean; heartbeat?: { rel: Relation; source: string }; overlay?: WarehouseTable; overlaySummaryMinRows?: number },
   ) {
-    this.overlay = o.overlay ?? null;
     this.overlaySummaryMinRows = o.overlaySummaryMinRows ?? OVERLAY_SUMMARY_MIN_ROWS;
     this.heartbeat = o.heartbeat ?? null;
     if (this.heartbeat) this.appliedThrough = () => this.heartbeatApplied();
@@ -227,6 +159,7 @@ export class PgReconcileSide implements ReconcileSide {
     this.columns = o.columns ?? [];
     this.masked = o.masked ?? [];
     this.position = o.position ?? false;
+    this.overlay = o.overlay ? new OverlayView(o.overlay, this.client, this.countClient, this.key) : null;
   }
 
   useColumns(columns: readonly string[], hashing?: RowHashing): void {
@@ -311,7 +244,7 @@ export class PgReconcileSide implements ReconcileSide {
       this.key.length === 1 && (MAX_ORDERED_KEYS.has(keyOrder[0]!) || (this.textKey[0]! && /^(text|character.*|varchar.*|char.*)$/i.test(keyTypes[0]!)));
     if (this.overlay && cols.length > 0) {
       const base = await this.client.query('SELECT CAST(c.reltuples AS float8) AS n FROM pg_class c WHERE c.oid = to_regclass($1)', [
-        qualified(this.overlay.schema, this.overlay.mirror),
+        qualified(this.overlay.table.schema, this.overlay.table.mirror),
       ]);
       this.baseRows = base.rows.length ? Number(base.rows[0].n) : -1;
       // A base big enough for its summaries to use the view's second form: verify it now, beside the run's first reads.
@@ -338,10 +271,10 @@ export class PgReconcileSide implements ReconcileSide {
       // only when the check verified that very version for the same columns and guards (the
       // soundness argument of `overlayRead`, with the comparison made after the statement instead
       // of inside it). Otherwise it is thrown away and the count read again, guarded, or through the view.
-      const [counted, form] = await Promise.all([this.countBesideCheck(shape), this.overlayPlan()]);
+      const [counted, form] = await Promise.all([this.overlay!.countBesideCheck(shape), this.overlayPlan()]);
       if (form && counted && counted.version === form.version && form.mirrorColumns === shape.mirrorColumns && form.guards === shape.guards) return counted.n;
       if (form) {
-        const row = await this.overlayRead(this.countClient, form, (f) => overlayAggregateSql(f.table, f.mirrorColumns, this.key, f.guards));
+        const row = await this.overlay!.read(this.countClient, form, (f) => overlayAggregateSql(f.table, f.mirrorColumns, this.key, f.guards));
         if (row) return Number(row.n);
       }
     }
@@ -357,128 +290,16 @@ export class PgReconcileSide implements ReconcileSide {
     }
   }
 
-  /**
-   * Whether the view this side reads is exactly the view the applier makes over the base and the
-   * delta (`createOverlayViewSql` for the mirror's columns in order, the key, and the guards of the
-   * optional tables that exist): PostgreSQL prints that definition (`pg_get_viewdef` of a temporary
-   * view made from it, rolled back) and the view's, and they must be the same text. Decided once
-   * per side (a run); each read then checks the view still is that one (`overlayRead`). Anything
-   * else (the view over the mirror alone, a view someone changed, no right to make a temporary
-   * view) reads through the view.
-   */
+  /** The view's second form once verified (see `OverlayView.plan`), or null. */
   private overlayPlan(): Promise<OverlayForm | null> {
     if (!this.overlay) return Promise.resolve(null);
-    if (!this.overlayForm) {
-      this.settledForm = undefined;
-      const pending = this.overlayShape()
-        .then((shape) => (shape ? this.verifyOverlay(shape) : null))
-        .catch(() => null);
-      this.overlayForm = pending;
-      void pending.then((f) => {
-        if (this.overlayForm === pending) this.settledForm = f;
-      });
-    }
-    return this.overlayForm;
+    return this.overlay.plan();
   }
 
-  /** The catalog read of the view's second form (on the count session): the tables' kinds, the mirror's columns, the guards. Null: not the applier's layout. */
+  /** The catalog read of the view's second form (see `OverlayView.shape`), or null. */
   private overlayShape(): Promise<OverlayShape | null> {
     if (!this.overlay) return Promise.resolve(null);
-    return (this.overlayShapeRead ??= this.readOverlayShape(this.overlay).catch(() => null));
-  }
-
-  private async readOverlayShape(t: WarehouseTable): Promise<OverlayShape | null> {
-    const rels = await this.countClient.query(
-      'SELECT c.relname AS name, c.relkind AS kind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = ANY($2)',
-      [t.schema, [t.view, t.mirror, t.delta, t.deletedKeys, t.truncations]],
-    );
-    const kind = new Map(rels.rows.map((r) => [String(r.name), String(r.kind)]));
-    // The delta is a view of the changelog (docs/warehouse-apply.md, "Objects per captured table"), or a table in the layout before it.
-    if (kind.get(t.view) !== 'v' || kind.get(t.mirror) !== 'r' || (kind.get(t.delta) !== 'v' && kind.get(t.delta) !== 'r')) return null;
-    const guards: OverlayGuards = { deletedKeys: kind.get(t.deletedKeys) === 'r', truncations: kind.get(t.truncations) === 'r' };
-    const mirror = await columnTypes(this.countClient, { schema: t.schema, name: t.mirror });
-    const delta = new Map((await columnTypes(this.countClient, { schema: t.schema, name: t.delta })).map((c) => [c.name, c.type]));
-    const mirrorColumns = mirror.map((c) => c.name);
-    const sameTypes = mirror.filter((c) => c.name !== CdcColumn.DELETED && c.name !== CdcColumn.DELETED_AT).every((c) => delta.get(c.name) === c.type);
-    return { table: t, mirrorColumns, guards, sameTypes };
-  }
-
-  /**
-   * The check itself, on the walk's session (so that the count, on its own session, need not wait
-   * for it): the view is exactly `createOverlayViewSql` for the shape's columns and guards.
-   */
-  private async verifyOverlay(shape: OverlayShape): Promise<OverlayForm | null> {
-    const t = shape.table;
-    const create = createOverlayViewSql(t, shape.mirrorColumns, this.key, shape.guards);
-    const prefix = `CREATE OR REPLACE VIEW ${qualified(t.schema, t.view)} AS `;
-    if (!create.startsWith(prefix)) return null;
-    // One simple query, so one implicit transaction: made, printed and dropped at once, and on an
-    // error (no right to make a temporary view) rolled back whole, leaving the session as it was.
-    const probe = `pg_temp.${OVERLAY_PROBE}`;
-    try {
-      const res = (await this.client.query(
-        `DROP VIEW IF EXISTS ${probe}; CREATE TEMP VIEW ${OVERLAY_PROBE} AS ${create.slice(prefix.length)}; ` +
-          `SELECT md5(pg_get_viewdef(CAST('${probe}' AS regclass))) AS expected, ${viewDefSql(t)} AS actual, ${viewVersionSql(t)} AS version; DROP VIEW ${probe}`,
-      )) as unknown as pg.QueryResult[];
-      const { expected, actual, version } = res[2]!.rows[0] as { expected: string; actual: string; version: string | null };
-      if (expected !== actual || version === null || !/^\d+\/\d+$/.test(version)) return null;
-      return { ...shape, version };
-    } catch {
-      return null;
-    }
-  }
-
-  /**
-   * The whole-table count through the second form of `shape`, not yet verified, with the view's
-   * version as the statement's snapshot saw it (`countAll` decides whether to take it). Null when
-   * it failed (the session is left usable).
-   */
-  private async countBesideCheck(shape: OverlayShape): Promise<{ n: number; version: string | null } | null> {
-    try {
-      const res = (await this.countClient.query(
-        `BEGIN; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; SELECT a.n, ${viewVersionSql(shape.table)} AS "_cdc_version" FROM (${overlayAggregateSql(shape.table, shape.mirrorColumns, this.key, shape.guards)}) a; COMMIT`,
-      )) as unknown as pg.QueryResult[];
-      const row = res[3]!.rows[0] as { n: unknown; _cdc_version: string | null };
-      return { n: Number(row.n), version: row._cdc_version };
-    } catch {
-      await this.countClient.query('ROLLBACK').catch(() => undefined);
-      return null;
-    }
-  }
-
-  /**
-   * One read of the view's second form: ONE simple query (atomic on its session, whatever else the
-   * run sends on it; values are inlined as literals, so it takes no parameters) whose SELECT reads
-   * nothing unless the view is still the verified one. Its condition reads the view's version
-   * (`viewVersionSql`) in the statement's own snapshot, the snapshot its three terms read the
-   * tables in, and a version never comes back once replaced: so when it matches, the view had the
-   * verified definition at that snapshot, and the read equals the view there (the tables it names
-   * are locked from parse to end, so a rebuild's renames cannot slip in between). When it does not
-   * match (a column added, a guard table made, a rebuild's swap), the side verifies again, once, and
-   * otherwise reads through the view (null).
-   *
-   * Hash and merge joins are off for the statement (`SET LOCAL`): the form's point is that the
-   * delta's keys probe the base by its primary key, and the planner, pricing thousands of probes
-   * above one scan, would otherwise hash-join the delta with the whole base (docs/performance-log.md, "Reconciliation through the base+delta view").
-   */
-  private async overlayRead(client: Queryable, form: OverlayForm, sql: (f: OverlayForm) => string, again = true): Promise<Record<string, unknown> | null> {
-    let row: Record<string, unknown> | undefined;
-    try {
-      const res = (await client.query(
-        `BEGIN; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; SELECT a.* FROM (${sql(form)}) a WHERE ${viewVersionSql(form.table)} = '${form.version}'; COMMIT`,
-      )) as unknown as pg.QueryResult[];
-      row = res[3]!.rows[0] as Record<string, unknown> | undefined;
-    } catch (err) {
-      // The failed statement left the transaction open and aborted: end it, so the session stays usable.
-      await client.query('ROLLBACK').catch(() => undefined);
-      throw err;
-    }
-    if (row) return row;
-    if (!again) return null;
-    this.overlayForm = null;
-    this.overlayShapeRead = null;
-    const fresh = await this.overlayPlan();
-    return fresh ? this.overlayRead(client, fresh, sql, false) : null;
+    return this.overlay.shape();
   }
 
   /** The planner's estimate (`pg_class.reltuples`), null when never analysed; a view has none (a hint, see `ReconcileSide`). */
@@ -496,11 +317,11 @@ export class PgReconcileSide implements ReconcileSide {
   async summarize(range: KeyRange): Promise<RangeSummary> {
     // Through the form once it is verified (verification runs on this session from `shape` on;
     // until it is done, through the view: the two are equal).
-    const form = this.baseRows >= this.overlaySummaryMinRows ? this.settledForm : null;
+    const form = this.baseRows >= this.overlaySummaryMinRows ? this.overlay?.settled : null;
     if (form?.sameTypes) {
       const where = this.condition(range, null);
       const hash = this.hashSql();
-      const row = await this.overlayRead(this.client, form, (f) =>
+      const row = await this.overlay!.read(this.client, form, (f) =>
         f.sameTypes
           ? overlayAggregateSql(f.table, f.mirrorColumns, this.key, f.guards, { sum: hash, ...(where ? { where } : {}) })
           : 'SELECT 0 AS n, 0 AS s WHERE false',
