@@ -2,8 +2,9 @@
  * End to end, through the `cdc` command: `cdc local --demo --warehouse-engine redshift` runs the
  * whole local pipeline with the warehouse sink loaded the Redshift way (docs/local.md, "The
  * Redshift stand-in"): staged gzip CSV objects and manifests in the state folder's S3 stand-in, one
- * loader session running `COPY … MANIFEST` into the changelogs and the watermark merges, through
- * the Redshift stand-in. The bounded run's verdict compares every captured table of the source with
+ * loader session running `COPY … MANIFEST` into the changelogs, through the Redshift stand-in (a
+ * run this short ends before a merge is due: the view overlays the changelog; merges under crashes
+ * are test/adapters/warehouse-redshift.test.ts's). The bounded run's verdict compares every captured table of the source with
  * its Redshift view row by row and must be MATCH. Then the warehouse itself is looked at: the loads
  * ledger names committed loads, the staged objects are where the ledger says, the Redshift layout
  * (changelog with `_cdc_load`, watermarks) is what was written, not the PostgreSQL one.
