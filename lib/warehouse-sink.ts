@@ -2,8 +2,10 @@ import { Duration, Resource, Size, type IResource } from 'aws-cdk-lib';
 import type { IReconciledSink } from './reconciler.ts';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import type * as iam from 'aws-cdk-lib/aws-iam';
 import type * as kms from 'aws-cdk-lib/aws-kms';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import type * as s3 from 'aws-cdk-lib/aws-s3';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
 import { applierNodeOptions, DEFAULT_APPLIER_MEMORY_MIB, EnvName, ServiceName } from '../contracts/env.ts';
@@ -26,7 +28,8 @@ import {
   isKnownDuration,
   type PropKind,
 } from './private/validate.ts';
-import type { WarehouseConnection } from './warehouse-connection.ts';
+import { WarehouseEngine, type WarehouseConnection } from './warehouse-connection.ts';
+import { redshiftCopyRole } from './private/redshift-copy-role.ts';
 import { platformMetric } from './private/platform-metric.ts';
 import { payloadEnvironment } from './private/payloads.ts';
 
@@ -171,6 +174,25 @@ export interface WarehouseSinkProps extends ChangeLogSinkProps {
    * @default false
    */
   readonly mergeOnSchedule?: boolean;
+  /**
+   * Redshift only: where the Redshift loader stages its objects, for the cluster role this sink
+   * creates (`copyRole`: COPY's reads on the staging prefix, nothing more; docs/deploy.md, §11).
+   * Associate that role with the cluster. The deployed applier does not stage there yet
+   * (docs/warehouse-apply.md, "Redshift: the applier").
+   * @default - no staging, no cluster role
+   */
+  readonly redshiftStaging?: RedshiftStaging;
+}
+
+/** Where the Redshift loader stages its objects (`WarehouseSinkProps.redshiftStaging`). */
+export interface RedshiftStaging {
+  /** The staging bucket, in the cluster's region. Its customer managed key, if any, is granted `kms:Decrypt`. */
+  readonly bucket: s3.IBucket;
+  /**
+   * The staging prefix (letters, digits, `!-_.*'()/`, ending with `/`).
+   * @default `cdc/<sink id>/`
+   */
+  readonly prefix?: string;
 }
 
 /** The props' kinds, for callers without the type checker (`checkPropKinds`). */
@@ -185,6 +207,7 @@ const WAREHOUSE_SINK_PROP_KINDS = {
   mergeMaxRows: 'number',
   mergeMaxAge: 'any',
   mergeOnSchedule: 'boolean',
+  redshiftStaging: 'any',
 } as const satisfies Record<keyof WarehouseSinkProps, PropKind>;
 
 /**
@@ -227,6 +250,10 @@ export class WarehouseSink extends WarehouseSinkBase implements IConnectedWareho
   readonly connection: WarehouseConnection;
   /** The same connection, as a `Reconciler` reads it. */
   readonly warehouseConnection?: WarehouseConnection;
+  /** The role to associate with the Redshift cluster, which COPY assumes to read the staging prefix (with `redshiftStaging`). */
+  readonly copyRole?: iam.IRole;
+  /** The staging prefix `copyRole` reads (with `redshiftStaging`). */
+  readonly stagingPrefix?: string;
 
   constructor(scope: Construct, id: string, props: WarehouseSinkProps) {
     super(scope, id);
@@ -247,6 +274,19 @@ export class WarehouseSink extends WarehouseSinkBase implements IConnectedWareho
       (props.mergeMaxAge.toMilliseconds() < 1000 || props.mergeMaxAge.toMilliseconds() > 3_600_000)
     ) {
       fail(this, `mergeMaxAge must be between 1 second and 1 hour, got ${props.mergeMaxAge.toHumanString()}`);
+    }
+
+    if (props.redshiftStaging) {
+      if (props.connection.engine !== WarehouseEngine.REDSHIFT) fail(this, 'redshiftStaging is for a Redshift warehouse (WarehouseConnection.redshift)');
+      const prefix = props.redshiftStaging.prefix ?? `cdc/${this.sinkId}/`;
+      if (!/^[A-Za-z0-9!_.*'()/-]+\/$/.test(prefix) || prefix.startsWith('/'))
+        fail(this, `redshiftStaging.prefix must be plain key characters ending with '/' (not starting with one), got '${prefix}'`);
+      this.stagingPrefix = prefix;
+      this.copyRole = redshiftCopyRole(this, 'CopyRole', {
+        bucket: props.redshiftStaging.bucket,
+        prefix,
+        description: `Warehouse sink ${this.sinkId}: Redshift COPY reads the staging prefix ${prefix} (${this.node.path})`,
+      });
     }
 
     const securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {

@@ -44,6 +44,7 @@ import type { SourceBudget } from '../lambda/core/snapshot/snapshot-pacer.ts';
 import { redactUrl } from './stack.ts';
 import { guardPoolClients } from '../lambda/adapters/pg-pool.ts';
 import type { SearchTableConfig } from '../lambda/core/search/search-plan.ts';
+import type { LocalRedshiftSink } from './redshift-sink.ts';
 
 export interface PipelineOptions {
   stack: LocalStack;
@@ -82,6 +83,8 @@ export interface PipelineOptions {
   rules?: TableRule[];
   /** How often the catalog is scanned for tables the rules match. @default 2000 */
   discoveryMs?: number;
+  /** The warehouse sink written the Redshift way, through the stand-in (local/redshift-sink.ts): every applier shares its writer; stopped after the pollers. @default PostgreSQL */
+  redshift?: LocalRedshiftSink;
 }
 
 /** The heartbeat table's id as the capture and the applier name it. */
@@ -274,6 +277,7 @@ export class LocalPipeline {
           metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
           logger: new Logger({ serviceName: ServiceName.WAREHOUSE_APPLIER }),
           payloads: stack.payloads,
+          ...(o.redshift ? { writer: o.redshift.warehouse } : {}),
           // Merges run on the replay loop's own connection (below), never on a shard's batch:
           // a merge does not stop appends, so the sink's lag does not carry it (docs/warehouse-apply.md, "When").
           merge: { ...o.merge, inline: false },
@@ -291,6 +295,7 @@ export class LocalPipeline {
         pool,
         sinkId: o.sinkId,
         ...(o.merge ? { merge: o.merge } : {}),
+        ...(o.redshift ? { writer: o.redshift.warehouse } : {}),
         metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
         logger: new Logger({ serviceName: 'warehouse-replay' }),
       });
@@ -587,6 +592,7 @@ export class LocalPipeline {
     await this.replayLoop;
     await this.pollers.normalizer.stop();
     await Promise.all([this.pollers.sink.stop(), this.pollers.archive.stop(), this.pollers.search?.stop()]);
+    await this.o.redshift?.stop();
     await Promise.all(this.pools.map((p) => p.end().catch(() => undefined)));
     this.searchIndex?.client.close();
   }

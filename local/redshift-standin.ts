@@ -11,6 +11,7 @@
  *   `super` a JSON value of at most 4 MB; a value over fails the statement, as in Redshift.
  * - Quoted identifiers are folded to lower case, so `"Orders"` and `"orders"` are one name.
  * - `MERGE`: PostgreSQL's, which like Redshift's fails when a target row matches two source rows.
+ * - `TO_HEX(varbyte)` and `JSON_SERIALIZE(super)` are functions of the stand-in's (`FUNCTION_SQL`): hex, and the JSON text.
  */
 import { gunzipSync } from 'node:zlib';
 import { Readable } from 'node:stream';
@@ -61,6 +62,13 @@ function mapOutsideLiterals(sql: string, f: (code: string) => string, ident: (na
   return out + f(code);
 }
 
+/** Redshift functions PostgreSQL has not (or not for these types): `public.rs_<name>`, made on first use (`FUNCTION_SQL`). */
+const FUNCTION = /\b(to_hex|json_serialize)\s*\(/gi;
+const FUNCTION_SQL: Record<string, string> = {
+  rs_to_hex: "CREATE FUNCTION public.rs_to_hex(bytea) RETURNS text LANGUAGE sql IMMUTABLE AS 'SELECT encode($1, ''hex'')'",
+  rs_json_serialize: "CREATE FUNCTION public.rs_json_serialize(jsonb) RETURNS text LANGUAGE sql IMMUTABLE AS 'SELECT CAST($1 AS text)'",
+};
+
 const DOMAIN = /\b(varchar|character varying|varbyte)\s*\(\s*(\d+)\s*\)|\bsuper\b/gi;
 
 /** Redshift folds names; Redshift types become byte-limited domains. */
@@ -68,11 +76,13 @@ export function toPostgres(sql: string, domains: Set<string>): string {
   return mapOutsideLiterals(
     sql,
     (code) =>
-      code.replace(DOMAIN, (m: string, kind: string | undefined, n: string | undefined) => {
-        const name = kind === undefined ? 'rs_super' : `rs_${kind.toLowerCase() === 'varbyte' ? 'varbyte' : 'varchar'}_${n}`;
-        domains.add(name);
-        return `public.${name}`;
-      }),
+      code
+        .replace(DOMAIN, (m: string, kind: string | undefined, n: string | undefined) => {
+          const name = kind === undefined ? 'rs_super' : `rs_${kind.toLowerCase() === 'varbyte' ? 'varbyte' : 'varchar'}_${n}`;
+          domains.add(name);
+          return `public.${name}`;
+        })
+        .replace(FUNCTION, (m: string, name: string) => `public.rs_${name.toLowerCase()}(`),
     (name) => name.toLowerCase(),
   );
 }
@@ -132,8 +142,18 @@ export class RedshiftStandIn implements RedshiftSession {
       );
       if (exists.rowCount === 0) await this.o.client.query(domainSql(d));
     }
+    for (const f of Object.keys(FUNCTION_SQL)) if (text.includes(`public.${f}(`)) await this.makeFunction(f);
     const r = await this.o.client.query(text);
     return { rows: (Array.isArray(r) ? (r.at(-1) as pg.QueryResult) : r).rows as Record<string, unknown>[] };
+  }
+
+  /** A stand-in function (`FUNCTION_SQL`), made when missing. */
+  private async makeFunction(name: string): Promise<void> {
+    const exists = await this.o.client.query('SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 AND p.proname = $2', [
+      'public',
+      name,
+    ]);
+    if (exists.rowCount === 0) await this.o.client.query(FUNCTION_SQL[name]!);
   }
 
   /** The objects a manifest URI lists, read, checked and decompressed. */

@@ -15,6 +15,7 @@ import { enforceLateRules, LateRulesRefusedError } from '../../lambda/core/table
 import { createDemoSchema, DEMO_TABLES } from '../../local/demo.ts';
 import { captureStdout, MetricsCollector } from '../../local/metrics.ts';
 import { LocalPipeline, HEARTBEAT_TABLE_ID, StopRequestedError } from '../../local/pipeline.ts';
+import { startLocalRedshiftSink, WAREHOUSE_ENGINES, type WarehouseEngine } from '../../local/redshift-sink.ts';
 import { StopSignals } from './local-signals.ts';
 import { DEFAULT_STATE_DIR, redactUrl, resetLocalState, startLocalStack, type LocalStack } from '../../local/stack.ts';
 import { sourceNotReady } from '../../local/slot.ts';
@@ -76,6 +77,7 @@ state folder, so running again resumes from the checkpoints. Ctrl-C or SIGTERM s
     use(VOCABULARY.noSearch),
     use(VOCABULARY.searchId, { default: 'search' }),
     use(VOCABULARY.warehouseId, { default: 'warehouse' }),
+    use(VOCABULARY.warehouseEngine, { default: 'postgres' }),
     null,
     // The run.
     use(VOCABULARY.duration),
@@ -112,6 +114,8 @@ export interface LocalOptions {
   excludeTables: string[];
   tableConfig: string | null;
   warehouseUrl: string | null;
+  /** The warehouse sink's engine (local/redshift-sink.ts). */
+  warehouseEngine: WarehouseEngine;
   /** A real OpenSearch/Elasticsearch URL; null: the built-in stand-in. */
   searchUrl: string | null;
   search: boolean;
@@ -160,6 +164,12 @@ function identifier(values: Values, name: string): string | null {
   return v;
 }
 
+function engineOf(v: string | null): WarehouseEngine {
+  if (v === null) return 'postgres';
+  if (!(WAREHOUSE_ENGINES as readonly string[]).includes(v)) throw new UsageError(`--warehouse-engine expects ${WAREHOUSE_ENGINES.join(' or ')}, got '${v}'`);
+  return v as WarehouseEngine;
+}
+
 export function parseLocalArgs(args: readonly string[]): LocalOptions {
   const { values, notes } = parseCommandLine(LOCAL, args);
   const tables = text(values, 'tables');
@@ -179,6 +189,7 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
     excludeTables: exclude === null ? [] : parseExcludeTablesOption(exclude),
     tableConfig: text(values, 'table-config'),
     warehouseUrl: text(values, 'warehouse'),
+    warehouseEngine: engineOf(text(values, 'warehouse-engine')),
     searchUrl,
     search: !on(values, 'no-search'),
     searchId: identifier(values, 'search-id') ?? 'search',
@@ -370,6 +381,15 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
   const page = await openStatusPage(print);
   try {
     if (o.demo) await createDemoSchema(stack.sourceUrl, { seed: o.snapshot });
+    // On a terminal, problems show in the status (a line printed in between would break the redraw).
+    const onError = (where: string, e: unknown): void => {
+      if (tty) collector.noteProblem(`${where}: ${describeError(e)}`);
+      else void err(`cdc local: ${where}: ${describeError(e)} (retrying)\n`).catch(() => undefined);
+    };
+    const redshift =
+      o.warehouseEngine === 'redshift'
+        ? await startLocalRedshiftSink({ warehouseUrl: stack.warehouseUrl, store: stack.archive, sinkId: o.sinkId, onError })
+        : undefined;
     pipeline = new LocalPipeline({
       stack,
       source,
@@ -396,11 +416,8 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
         ...(o.slot ? { slot: o.slot } : {}),
         read: o.slotRead,
       },
-      // On a terminal, problems show in the status (a line printed in between would break the redraw).
-      onError: (where, e) => {
-        if (tty) collector.noteProblem(`${where}: ${describeError(e)}`);
-        else void err(`cdc local: ${where}: ${describeError(e)} (retrying)\n`).catch(() => undefined);
-      },
+      onError,
+      ...(redshift ? { redshift } : {}),
     });
     await pipeline.start();
     print(

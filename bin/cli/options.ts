@@ -40,6 +40,11 @@ export const VOCABULARY = {
   search: valued('search', 'URL', 'the OpenSearch or Elasticsearch the search sink indexes into (http://host:9200)'),
   sink: valued('sink', 'ID', 'the sink id a command acts on (a warehouse sink, or the search sink)'),
   warehouseId: valued('warehouse-id', 'ID', "the warehouse sink's id"),
+  warehouseEngine: valued(
+    'warehouse-engine',
+    'ENGINE',
+    'the warehouse sink\'s engine: postgres, or redshift (loaded the Redshift way, through the Redshift stand-in on the warehouse PostgreSQL; docs/local.md, "The Redshift stand-in")',
+  ),
   searchId: valued('search-id', 'ID', "the search sink's id"),
   noSearch: flag('no-search', 'boolean', 'run without the search sink'),
   // Captured tables (docs/onboarding.md).

@@ -140,6 +140,11 @@ export class RedshiftLoader {
     return { loadId, loaded: rows.length, refused };
   }
 
+  /** Runs a read on the loader's one session, after the loads and merges queued before it (never inside one). */
+  read(text: string): Promise<Record<string, unknown>[]> {
+    return this.serial(() => this.sql(text));
+  }
+
   /** Events queued for the next load. */
   get queuedEvents(): number {
     let n = 0;

@@ -1,10 +1,8 @@
 /**
- * Warehouse applier Lambda: change log (Kinesis) → a PostgreSQL-wire warehouse (PostgreSQL or
- * Redshift). The work is done by the warehouse apply (`lambda/core/warehouse/warehouse-apply.ts`: decode,
- * validate, group per table, hold, append to the delta or apply, merge when due; see
- * docs/warehouse-apply.md) over the `PgWarehouse` writer (lambda/adapters/warehouse-pg.ts); this
- * module wires it to Kinesis, DynamoDB, Secrets Manager and Powertools, and turns each batch's
- * outcome into metrics.
+ * Warehouse applier Lambda: change log (Kinesis) → the warehouse. The work is done by the warehouse
+ * apply (`lambda/core/warehouse/warehouse-apply.ts`; docs/warehouse-apply.md) over the `PgWarehouse`
+ * writer (lambda/adapters/warehouse-pg.ts) or another engine's (`writer`); this module wires it to
+ * Kinesis, DynamoDB, Secrets Manager and Powertools, and turns each batch's outcome into metrics.
  *
  * `createWarehouseApplier` builds the same applier from explicit dependencies for the local
  * pipeline and the tests; `handler` builds it once per container from the environment. On the
@@ -20,6 +18,7 @@ import type pg from 'pg';
 import { EnvName, ServiceName } from '../../contracts/env.ts';
 import { METRICS_NAMESPACE, MetricDimension, MetricName } from '../../contracts/metrics.ts';
 import type { ControlPlane } from '../core/shared/control-plane.ts';
+import { describeError } from '../core/sink/sink-batch.ts';
 import { ConfigurationError } from '../core/shared/errors.ts';
 import type { PayloadStore } from '../core/shared/payload-store.ts';
 import {
@@ -29,6 +28,7 @@ import {
   type ChangeRecord,
   type MergeDone,
   type MergePolicy,
+  type Warehouse,
 } from '../core/warehouse/warehouse-apply.ts';
 import type { WarehouseTable } from '../core/warehouse/warehouse-sql.ts';
 import { dynamoDbClient } from '../adapters/aws-clients.ts';
@@ -51,6 +51,8 @@ export interface WarehouseApplierDeps {
   logger: Logger;
   /** Stage loaders and stage-table lifecycle. @default COPY into the delta on PostgreSQL; portable INSERT stages; lifecycle by server (see PgWarehouse) */
   warehouse?: PgWarehouseOptions;
+  /** Another engine's writer, used instead of `PgWarehouse` (Redshift: the `RedshiftWarehouse` all shards share; docs/warehouse-apply.md, "Redshift: the applier"). */
+  writer?: Warehouse;
   /** When deltas are merged. @default DEFAULT_MERGE_POLICY (50,000 rows or 60 s, inline) */
   merge?: Partial<MergePolicy>;
   /** Clock for `_cdc_applied_at` and dead-letter times. @default () => new Date() */
@@ -73,8 +75,6 @@ export interface WarehouseApplier {
   readonly warehouse: PgWarehouse;
 }
 
-const describeError = (err: unknown): string => (err instanceof Error ? `${err.name}: ${err.message}` : String(err));
-
 /** Builds the warehouse applier from explicit dependencies (local pipeline, tests, and the Lambda handler below). */
 export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApplier {
   const { sinkId, metrics, logger } = deps;
@@ -82,7 +82,7 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
   const processor = new BatchProcessor(EventType.KinesisDataStreams);
   const apply = createWarehouseApply({
     controlPlane: deps.controlPlane,
-    writer: warehouse,
+    writer: deps.writer ?? warehouse,
     sinkId,
     log: {
       info: (message, detail) => logger.info(message, detail ?? {}),

@@ -1,6 +1,8 @@
 import { Duration, Size } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import * as cloudwatchActions from 'aws-cdk-lib/aws-cloudwatch-actions';
+import * as kms from 'aws-cdk-lib/aws-kms';
+import * as s3 from 'aws-cdk-lib/aws-s3';
 import * as sns from 'aws-cdk-lib/aws-sns';
 import { describe, expect, test } from 'vitest';
 import { CapturedTable, ChangeLog, DeleteMode, WarehouseConnection, WarehouseSink, type WarehouseSinkProps } from '../../lib/index.ts';
@@ -256,5 +258,64 @@ describe('WarehouseSink resume replay', () => {
         Match.objectLike({ Arn: f.stack.resolve(s.applier.functionArn), Input: JSON.stringify({ cdcReplay: true }), RetryPolicy: { MaximumRetryAttempts: 0 } }),
       ],
     });
+  });
+});
+
+describe('WarehouseSink redshiftStaging: the cluster role COPY assumes (docs/deploy.md, §11)', () => {
+  const copyRoleOf = (t: Template): { role: Record<string, unknown>; statements: Array<Record<string, unknown>> } => {
+    const roles = resourcesOf(t, 'AWS::IAM::Role').filter(([id]) => id.startsWith('WarehouseCopyRole'));
+    expect(roles).toHaveLength(1);
+    const [roleId, role] = roles[0]!;
+    const policies = resourcesOf(t, 'AWS::IAM::Policy').filter(([, p]) => JSON.stringify(p.Properties.Roles).includes(roleId));
+    expect(policies).toHaveLength(1);
+    return { role: role.Properties, statements: (policies[0]![1].Properties.PolicyDocument as { Statement: Array<Record<string, unknown>> }).Statement };
+  };
+
+  test('exactly GetObject on the prefix, ListBucket limited to the prefix, Decrypt on the bucket key; trusted by Redshift only', () => {
+    const f = fixture();
+    const key = new kms.Key(f.stack, 'StagingKey');
+    const bucket = new s3.Bucket(f.stack, 'Staging', { encryption: s3.BucketEncryption.KMS, encryptionKey: key });
+    const s = sink(f, { redshiftStaging: { bucket, prefix: 'loads/dw/' } });
+    expect(s.stagingPrefix).toBe('loads/dw/');
+    const t = Template.fromStack(f.stack);
+    const { role, statements } = copyRoleOf(t);
+    const principals = (role.AssumeRolePolicyDocument as { Statement: Array<{ Principal: { Service: string | string[] } }> }).Statement.flatMap((x) =>
+      [x.Principal.Service].flat(),
+    );
+    expect(principals.sort()).toEqual(['redshift-serverless.amazonaws.com', 'redshift.amazonaws.com']);
+    expect(role.ManagedPolicyArns).toBeUndefined();
+    const r = (v: unknown): unknown => f.stack.resolve(v);
+    expect(statements).toEqual([
+      { Action: 's3:GetObject', Effect: 'Allow', Resource: { 'Fn::Join': ['', [r(bucket.bucketArn), '/loads/dw/*']] } },
+      { Action: 's3:ListBucket', Effect: 'Allow', Resource: r(bucket.bucketArn), Condition: { StringLike: { 's3:prefix': ['loads/dw/*'] } } },
+      { Action: 'kms:Decrypt', Effect: 'Allow', Resource: r(key.keyArn) },
+    ]);
+    // The role is the cluster's, not the applier's: nothing else is granted the staging prefix through it.
+    expect(s.copyRole).toBeDefined();
+  });
+
+  test('an S3-managed bucket: no KMS statement; the prefix defaults to cdc/<sink id>/', () => {
+    const f = fixture();
+    const bucket = new s3.Bucket(f.stack, 'Staging');
+    const s = sink(f, { redshiftStaging: { bucket } });
+    expect(s.stagingPrefix).toBe('cdc/warehouse/');
+    const { statements } = copyRoleOf(Template.fromStack(f.stack));
+    expect(statements.map((x) => x.Action)).toEqual(['s3:GetObject', 's3:ListBucket']);
+    expect(JSON.stringify(statements)).toContain('cdc/warehouse/*');
+  });
+
+  test('without redshiftStaging there is no cluster role; on PostgreSQL, or with a bad prefix, it is refused by name', () => {
+    const f = fixture();
+    const s = sink(f);
+    expect(s.copyRole).toBeUndefined();
+    expect(resourcesOf(Template.fromStack(f.stack), 'AWS::IAM::Role').filter(([id]) => id.startsWith('WarehouseCopyRole'))).toHaveLength(0);
+    const g = fixture();
+    const bucket = new s3.Bucket(g.stack, 'Staging');
+    expect(() => sink(g, { connection: WarehouseConnection.postgres({ secret: g.warehouseSecret }), redshiftStaging: { bucket } })).toThrow(
+      /redshiftStaging is for a Redshift warehouse/,
+    );
+    const h = fixture();
+    const b2 = new s3.Bucket(h.stack, 'Staging');
+    expect(() => sink(h, { redshiftStaging: { bucket: b2, prefix: 'no-slash' } })).toThrow(/redshiftStaging.prefix must be plain key characters/);
   });
 });

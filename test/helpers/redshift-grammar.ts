@@ -109,6 +109,7 @@ const FUNCTIONS = new Set([
   'upper',
   'json_parse',
   'json_serialize',
+  'to_hex',
   'getdate',
   'sysdate',
 ]);
@@ -258,7 +259,12 @@ class Parser {
         depth--;
       } else if (x.k === 'id') {
         const call = this.is('(', 1);
-        if (call && !FUNCTIONS.has(x.v) && !['in', 'exists', 'as', 'over', 'from', 'and', 'or', 'not', 'on', 'select', 'by'].includes(x.v) && !TYPES[x.v])
+        if (
+          call &&
+          !FUNCTIONS.has(x.v) &&
+          !['in', 'exists', 'as', 'over', 'from', 'where', 'and', 'or', 'not', 'on', 'select', 'by'].includes(x.v) &&
+          !TYPES[x.v]
+        )
           this.problems.push(`function ${x.v} is not one the dialect may call`);
         if (!call && !EXPR_KEYWORDS.has(x.v) && !TYPES[x.v] && x.v !== 'precision' && x.v !== 'double') {
           // A bare word: an unquoted name (alias). Allowed only as a plain lower-case identifier.

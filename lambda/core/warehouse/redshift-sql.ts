@@ -283,6 +283,11 @@ export function mergeSql(r: RedshiftTable, cut: number): string[] {
   return out;
 }
 
+/** Pending rows of `t` and the `_cdc_applied_at` of the oldest of them (`n`, `oldest`): the merge's backlog and its age. */
+export function pendingStatsSql(r: RedshiftTable): string {
+  return `SELECT COUNT(*) AS n, MIN(x.${rsIdent(CdcColumn.APPLIED_AT)}) AS oldest FROM (${pendingRows(r)}) x`;
+}
+
 /** Pending rows of `t` (changelog rows above the watermark): the merge's backlog. */
 export function pendingCountSql(r: RedshiftTable): string {
   return `SELECT COUNT(*) AS n FROM (${pendingRows(r)}) x`;
@@ -371,4 +376,34 @@ export function evolveSql(from: RedshiftTable, to: RedshiftTable): RedshiftEvolu
           createViewSql(to),
         ];
   return { transactional, widen };
+}
+
+/** A column's value as the text `redshiftText` stages (varbyte comes back as hex without its `\x`). */
+function stagedTextOf(c: RedshiftColumn, alias: string): string {
+  const col = `${alias}.${rsIdent(c.name)}`;
+  switch (c.kind) {
+    case 'varchar':
+      return col;
+    case 'super':
+      return `JSON_SERIALIZE(${col})`;
+    case 'varbyte':
+      return `TO_HEX(${col})`;
+    case 'boolean':
+      return `CASE WHEN ${col} IS NULL THEN NULL WHEN ${col} THEN 'true' ELSE 'false' END`;
+    default:
+      return `CAST(${col} AS varchar(256))`;
+  }
+}
+
+/**
+ * The view's current values of `columns` for `keys` (key values as staged text), each as the text
+ * a staged field holds: what an update that does not carry every column is completed with
+ * (docs/warehouse-apply.md, "Redshift: the applier"). The key columns come back first, as text too.
+ */
+export function currentRowsSql(r: RedshiftTable, keys: readonly (readonly string[])[], columns: readonly RedshiftColumn[]): string {
+  if (keys.length === 0) throw new RangeError('currentRowsSql needs at least one key');
+  const { t } = r;
+  const match = keys.map((k) => `(${r.key.map((c, i) => `v.${rsIdent(c.name)} = CAST(${literal(k[i]!)} AS ${c.type})`).join(' AND ')})`).join(' OR ');
+  const cols = [...r.key, ...columns].map((c, i) => `${stagedTextOf(c, 'v')} AS c${i}`);
+  return `SELECT ${cols.join(', ')} FROM ${rsQualified(t.schema, t.view)} v WHERE ${match}`;
 }

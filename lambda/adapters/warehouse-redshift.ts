@@ -1,0 +1,178 @@
+/**
+ * The warehouse port (`Warehouse` of lambda/core/warehouse/warehouse-apply.ts) on Redshift, over
+ * the one loader of the warehouse (`RedshiftLoader`; docs/warehouse-apply.md, "Redshift: the
+ * applier"). Every shard's applier shares one `RedshiftWarehouse`, so the warehouse sees one
+ * session whatever the number of shards. `applyTable` hands the table's events to the loader and
+ * returns once the load that carries them has committed: the apply advances the table's
+ * high-water mark and the shard's checkpoint only after that COMMIT.
+ *
+ * Before they are handed over:
+ * - an update that does not carry every column (an unchanged TOAST value) is completed from the
+ *   key's newest earlier image in the batch, else from the view (read on the loader's session,
+ *   after every load queued before it: the key's earlier events came through the same shard and
+ *   are loaded); with no live row underneath the update is a full image, its absent columns NULL,
+ *   as on PostgreSQL (docs/warehouse-apply.md): a newer image of the key (a snapshot's) wins by position;
+ * - the delete half of a primary-key change is loaded as a plain delete;
+ * - a truncate, and the insert of a primary-key change that lacks columns, are refused
+ *   (`NotLoadableError`): the table is held for this sink, audited, never written wrong;
+ * - every value is checked against its column (`stageEvent`): a value the column's policy refuses
+ *   fails the batch as a refused value, so the apply isolates the event and dead-letters it.
+ */
+import type { ChangeEvent, JsonValue } from '../core/shared/event.ts';
+import type { SchemaVersion } from '../core/shared/control-plane.ts';
+import type { TablePlan } from '../core/sink/apply-plan.ts';
+import type { DeltaStats, MergeResult, MergeTarget, TableApplyResult, TableBatch, Warehouse, WriteErrorKind } from '../core/warehouse/warehouse-apply.ts';
+import { NotLoadableError, stageEvent } from '../core/warehouse/redshift-load.ts';
+import { currentRowsSql, pendingStatsSql, RedshiftTypeChangeError, FoldedColumnError, type RedshiftTable } from '../core/warehouse/redshift-sql.ts';
+import { redshiftColumn, redshiftText, RedshiftValueRefusedError, type RedshiftColumn, type ValuePolicy } from '../core/warehouse/redshift-types.ts';
+import { warehouseTable } from '../core/warehouse/warehouse-sql.ts';
+import type { RedshiftLoader } from './redshift-loader.ts';
+
+export interface RedshiftWarehouseOptions {
+  loader: RedshiftLoader;
+  /** A column's value policy (the loader's `policyOf`). @default 'refuse-row' */
+  policyOf?: (table: string, column: string) => ValuePolicy;
+}
+
+/** The Redshift table of a schema version: key columns, then the data columns, typed by the Redshift dialect. */
+export function redshiftTableOf(target: TableBatch['target'] & object, v: SchemaVersion, hard: boolean): RedshiftTable {
+  const byName = new Map(v.columns.map((c) => [c.name, c]));
+  return {
+    t: target,
+    key: v.key.map((k) => redshiftColumn(k, byName.get(k)?.type ?? null)),
+    data: v.columns.filter((c) => !v.key.includes(c.name)).map((c) => redshiftColumn(c.name, c.type)),
+    hard,
+  };
+}
+
+const keyText = (key: readonly RedshiftColumn[], table: string, row: Readonly<Record<string, JsonValue>>): string[] =>
+  key.map((c) => {
+    const v = row[c.name] ?? null;
+    if (v === null) throw new NotLoadableError(table, '-', `a null in key column ${c.name}`);
+    const t = redshiftText(c, table, v);
+    if (!('text' in t)) throw new RedshiftValueRefusedError(table, c.name, t.reason, t.detail);
+    return t.text;
+  });
+
+export class RedshiftWarehouse implements Warehouse {
+  private readonly tables = new Map<string, RedshiftTable>();
+
+  constructor(private readonly o: RedshiftWarehouseOptions) {}
+
+  private policy(table: string): (column: string) => ValuePolicy {
+    return (c) => this.o.policyOf?.(table, c) ?? 'refuse-row';
+  }
+
+  /** The table as the loader knows it, registered or evolved to the newest schema version of the batch. */
+  private async tableOf(batch: TableBatch): Promise<RedshiftTable> {
+    const target = batch.target ?? warehouseTable(batch.source, batch.table);
+    const newest = Math.max(...batch.events.map((e) => e.schemaVersion));
+    const v = batch.schemas.get(newest);
+    if (v === undefined) throw new Error(`${batch.table}: schema version ${newest} was not read`);
+    const want = redshiftTableOf(target, v, batch.deleteMode === 'hard');
+    const id = `${target.schema}.${target.view}`.toLowerCase();
+    const have = this.tables.get(id);
+    if (have === undefined) await this.o.loader.register(want);
+    else if ([...have.key, ...have.data].map((c) => c.type).join() !== [...want.key, ...want.data].map((c) => c.type).join()) {
+      // The old version's queued events load first: evolve refuses while they wait.
+      await this.o.loader.flush();
+      await this.o.loader.evolve(have, want);
+    } else return have;
+    this.tables.set(id, want);
+    return want;
+  }
+
+  /** The batch's events as the loader takes them: updates completed, primary-key deletes plain. */
+  private async complete(r: RedshiftTable, events: readonly ChangeEvent[]): Promise<ChangeEvent[]> {
+    const sorted = [...events].sort((a, b) => (a.position < b.position ? -1 : a.position > b.position ? 1 : 0));
+    const table = r.t.tableId;
+    const needs = sorted.filter((e) => e.missing.length > 0);
+    for (const e of sorted) {
+      if (e.op === 'truncate') throw new NotLoadableError(table, e.position, 'a truncate');
+      if (e.missing.length > 0 && e.op !== 'update') throw new NotLoadableError(table, e.position, `an ${e.op} without ${e.missing.join(', ')}`);
+    }
+    const stored = new Map<string, Record<string, JsonValue>>();
+    if (needs.length > 0) {
+      const keys = [...new Map(needs.map((e) => [JSON.stringify(keyText(r.key, table, e.key)), keyText(r.key, table, e.key)])).values()];
+      const rows = await this.o.loader.read(currentRowsSql(r, keys, r.data));
+      for (const row of rows) {
+        const k = r.key.map((_, i) => row[`c${i}`] as string);
+        const values: Record<string, JsonValue> = {};
+        r.data.forEach((c, i) => {
+          const v = row[`c${r.key.length + i}`] as string | null;
+          values[c.name] = v !== null && c.kind === 'varbyte' ? `\\x${v}` : v;
+        });
+        stored.set(JSON.stringify(k), values);
+      }
+    }
+    const out: ChangeEvent[] = [];
+    for (const e of sorted) {
+      const k = JSON.stringify(keyText(r.key, table, e.key));
+      let next = e;
+      if (e.missing.length > 0) {
+        // No live row underneath: the update is a full image, its absent columns NULL, as on PostgreSQL (lambda/core/sink/apply-plan.ts).
+        const base = stored.get(k) ?? {};
+        const after = { ...e.after };
+        for (const m of e.missing) after[m] = base[m] ?? null;
+        next = { ...e, after, missing: [] };
+      } else if ((e.handover?.length ?? 0) > 0) next = { ...e, handover: [] };
+      if (next.op === 'delete') stored.delete(k);
+      else if (next.after) stored.set(k, next.after);
+      out.push(next);
+    }
+    return out;
+  }
+
+  async applyTable(batch: TableBatch): Promise<TableApplyResult> {
+    const r = await this.tableOf(batch);
+    const events = await this.complete(r, batch.events);
+    // Checked before anything is queued: one refused value fails the batch, the apply isolates it.
+    for (const e of events) {
+      const s = stageEvent(e, r.key, r.data, this.policy(r.t.tableId), batch.appliedAt);
+      if ('refused' in s) throw s.refused;
+    }
+    await this.o.loader.submit(r, events, batch.appliedAt);
+    const committedAt = Date.now();
+    const plan: TablePlan = {
+      events,
+      truncates: [],
+      truncate: null,
+      writes: [],
+      fresh: events,
+      held: [],
+      donors: [],
+      completed: [],
+      maxPosition: events.reduce<string | null>((m, e) => (m === null || e.position > m ? e.position : m), null),
+    };
+    return { plan, committedAt, ddl: [], mode: 'append', pending: { rows: 0, since: null } };
+  }
+
+  /** Merges every registered table with pending rows (the loader merges them together, in one transaction). */
+  async merge(target: MergeTarget): Promise<MergeResult> {
+    const started = Date.now();
+    const { rows } = await this.deltaStats(target);
+    if (rows > 0) await this.o.loader.merge();
+    return { rows, committedAt: Date.now(), ms: Date.now() - started };
+  }
+
+  /** Pending changelog rows of the table (above its watermark) and when the oldest of them was loaded. */
+  async deltaStats(target: MergeTarget): Promise<DeltaStats> {
+    const t = target.target ?? warehouseTable(target.source, target.table);
+    const r = this.tables.get(`${t.schema}.${t.view}`.toLowerCase());
+    if (r === undefined) return { rows: 0, oldest: null };
+    const row = (await this.o.loader.read(pendingStatsSql(r)))[0];
+    const oldest = row?.oldest === null || row?.oldest === undefined ? null : new Date(row.oldest as string | Date).getTime();
+    return { rows: Number(row?.n ?? 0), oldest };
+  }
+
+  classifyError(err: unknown): WriteErrorKind | null {
+    if (err instanceof RedshiftValueRefusedError) return { kind: 'value-rejected' };
+    if (err instanceof RedshiftTypeChangeError) return { kind: 'type-conflict', message: err.message };
+    if (err instanceof NotLoadableError || err instanceof FoldedColumnError) return { kind: 'persistent', code: err.code };
+    return null;
+  }
+
+  foldsNames(): Promise<boolean> {
+    return Promise.resolve(true);
+  }
+}

@@ -1,0 +1,267 @@
+/**
+ * The applier on Redshift (docs/warehouse-apply.md, "Redshift: the applier"), through the Redshift
+ * stand-in on embedded PostgreSQL and a folder as the S3 stand-in: `createWarehouseApplier` with the
+ * `RedshiftWarehouse` writer over one `RedshiftLoader`. Randomized over seeds (printed): the
+ * loader's session fails at random statements (while staging's ledger read, a COPY, the ledger
+ * row, the COMMIT, a merge), the control plane fails at random when the apply advances the
+ * table's high-water mark (a crash after the load committed and before the offset moved), and
+ * batches are delivered again as Kinesis does (from the first failed record; a whole batch again
+ * at random, as after a crash before the checkpoint). After every step the view equals a model of
+ * the history: nothing lost, nothing resurrected, an update without every column completed from the
+ * key's row.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import pg from 'pg';
+import { Logger } from '@aws-lambda-powertools/logger';
+import { Metrics } from '@aws-lambda-powertools/metrics';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RedshiftLoader, type RedshiftSession } from '../../lambda/adapters/redshift-loader.ts';
+import { RedshiftWarehouse } from '../../lambda/adapters/warehouse-redshift.ts';
+import { createWarehouseApplier, type ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
+import type { ColumnDef, ControlPlane, DeleteMode } from '../../lambda/core/shared/control-plane.ts';
+import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/shared/event.ts';
+import { makePosition } from '../../lambda/core/shared/position.ts';
+import { rsQualified } from '../../lambda/core/warehouse/redshift-sql.ts';
+import { warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
+import { FolderArchive } from '../../local/archive.ts';
+import { seededRandom } from '../../local/demo.ts';
+import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
+import { RedshiftStandIn } from '../../local/redshift-standin.ts';
+import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
+import { redshiftProblems } from '../helpers/redshift-grammar.ts';
+
+const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 6);
+const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
+const SINK = 'warehouse';
+const TABLE = 'public.items';
+const COLUMNS: ColumnDef[] = [
+  { name: 'id', type: 'integer', nullable: false },
+  { name: 'note', type: 'text', nullable: true },
+  { name: 'amount', type: 'numeric(10,2)', nullable: true },
+  { name: 'doc', type: 'jsonb', nullable: true },
+];
+
+interface ModelRow {
+  note: string | null;
+  amount: string | null;
+  doc: string | null;
+}
+
+describe('the applier on Redshift: crashes between staging, COPY, merge and offset advance (stand-in)', () => {
+  let cluster: PostgresCluster;
+  let client: pg.Client;
+  let pool: pg.Pool;
+  let folder: string;
+
+  beforeAll(async () => {
+    cluster = await startPostgres({ fast: true });
+    await cluster.createDatabase('rsa');
+    client = new pg.Client({ connectionString: cluster.url('rsa') });
+    await client.connect();
+    await client.query("SET TIME ZONE 'UTC'");
+    pool = new pg.Pool({ connectionString: cluster.url('rsa'), max: 1 });
+    folder = await mkdtemp(path.join(os.tmpdir(), 'cdc-rsa-s3-'));
+  });
+
+  afterAll(async () => {
+    await pool?.end();
+    await client?.end();
+    await cluster?.stop();
+    if (folder) await rm(folder, { recursive: true, force: true });
+  });
+
+  it(`keeps the view equal to the model; every event is loaded before its offset moves (${RUNS} runs, seed ${SEED})`, async () => {
+    console.log(`warehouse-redshift: ${RUNS} runs, seed ${SEED} (replay with CDC_PROPERTY_SEED=${SEED} CDC_PROPERTY_RUNS=${RUNS})`);
+    const rand = seededRandom(SEED);
+    const store = new FolderArchive(folder);
+    const statements: string[] = [];
+    let crashes = 0;
+    let offsetCrashes = 0;
+    let redeliveries = 0;
+    for (let run = 0; run < RUNS; run++) {
+      const source = `r${run}`;
+      const mode: DeleteMode = rand() < 0.5 ? 'hard' : 'soft';
+      const standIn = new RedshiftStandIn({ client, store, bucket: 'staging' });
+      let failRate = 0;
+      const session: RedshiftSession = {
+        query: async (q) => {
+          statements.push(q);
+          if (q !== 'ROLLBACK' && rand() < failRate) {
+            crashes++;
+            // A failure before the statement ran, or after it ran and before its reply arrived.
+            if (rand() < 0.5) await standIn.query(q);
+            throw new Error('injected: the session failed');
+          }
+          return standIn.query(q);
+        },
+      };
+      const loader = new RedshiftLoader({
+        session,
+        store,
+        bucket: 'staging',
+        prefix: `cdc/${source}/`,
+        roleArn: 'arn:aws:iam::123456789012:role/cdc-copy',
+        ledgerSchema: `${source}_loads`,
+      });
+      const memory = new MemoryControlPlane();
+      let offsetFailRate = 0;
+      const controlPlane = new Proxy(memory, {
+        get(target, prop, receiver) {
+          const v = Reflect.get(target, prop, receiver) as unknown;
+          if (prop !== 'advanceSinkProgress' || typeof v !== 'function') return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+          return async (...args: unknown[]) => {
+            if (rand() < offsetFailRate) {
+              offsetCrashes++;
+              throw new Error('injected: the process died after the load committed, before the offset moved');
+            }
+            return (v as (...a: unknown[]) => unknown).apply(target, args);
+          };
+        },
+      }) as ControlPlane;
+      const at = new Date().toISOString();
+      await memory.registerTable(
+        { source, table: TABLE, state: 'active', currentVersion: 1, deleteMode: mode, preImage: 'key', stateReason: null, updatedAt: at },
+        { source, table: TABLE, version: 1, columns: COLUMNS, key: ['id'], effectivePosition: makePosition(0n, 0), registeredAt: at },
+        { at, actor: 'test', action: 'register-table', source, table: TABLE, outcome: 'done', detail: {} },
+      );
+      const applier = createWarehouseApplier({
+        controlPlane,
+        pool,
+        sinkId: SINK,
+        metrics: new Metrics({ namespace: 'test' }),
+        logger: new Logger({ serviceName: 'test', logLevel: 'SILENT' }),
+        writer: new RedshiftWarehouse({ loader }),
+        merge: { inline: false },
+      });
+
+      // A history over a few keys: inserts, full and partial updates (note not carried), deletes.
+      const model = new Map<number, ModelRow | null>();
+      const events: ChangeEvent[] = [];
+      for (let i = 1; i <= 60; i++) {
+        const id = 1 + Math.floor(rand() * 6);
+        const cur = model.get(id) ?? null;
+        const r = rand();
+        const row: ModelRow = {
+          note: rand() < 0.2 ? null : `n${i}'"\n,é`,
+          amount: (Math.floor(rand() * 100000) / 100).toFixed(2),
+          doc: rand() < 0.5 ? null : JSON.stringify({ a: [1, 'x'], i }),
+        };
+        let e: ChangeEvent;
+        const base = {
+          v: ENVELOPE_VERSION,
+          source,
+          table: TABLE,
+          key: { id } as Row,
+          before: null,
+          missing: [] as string[],
+          position: makePosition(BigInt(i) * 0x100n, 0),
+          commitTs: new Date(Date.UTC(2026, 0, 1, 0, 0, i)).toISOString(),
+          txId: String(i),
+          schemaVersion: 1,
+          capture: 'slot' as const,
+          synthetic: false,
+        };
+        if (cur !== null && r < 0.2) {
+          e = { ...base, op: 'delete', after: null };
+          model.set(id, null);
+        } else if (cur !== null && r < 0.5) {
+          e = { ...base, op: 'update', after: { id, amount: row.amount, doc: row.doc }, missing: ['note'] };
+          model.set(id, { ...row, note: cur.note });
+        } else {
+          e = { ...base, op: cur === null ? 'insert' : 'update', after: { id, ...row } };
+          model.set(id, row);
+        }
+        events.push(e);
+      }
+      const records: ChangeRecord[] = events.map((e, i) => ({ sequenceNumber: String(1000 + i), origin: `s/shard-0/${1000 + i}`, text: JSON.stringify(e) }));
+
+      const view = async (): Promise<Map<number, ModelRow>> => {
+        const t = warehouseTable(source, TABLE);
+        // Before the first load that made the table, there is no view: nothing is visible.
+        const exists = await client.query('SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2', [
+          t.schema,
+          t.view,
+        ]);
+        if (exists.rowCount === 0) return new Map();
+        const rows = (await client.query(`SELECT id, note, amount, CAST(doc AS text) AS doc FROM ${rsQualified(t.schema, t.view)}`)).rows as {
+          id: string;
+          note: string | null;
+          amount: string | null;
+          doc: string | null;
+        }[];
+        return new Map(rows.map((r) => [Number(r.id), { note: r.note, amount: r.amount, doc: r.doc === null ? null : JSON.stringify(JSON.parse(r.doc)) }]));
+      };
+      const expected = (upTo: number): Map<number, ModelRow> => {
+        const m = new Map<number, ModelRow | null>();
+        for (const e of events.slice(0, upTo)) {
+          const prev = m.get(Number(e.key.id)) ?? null;
+          if (e.op === 'delete') m.set(Number(e.key.id), null);
+          else {
+            const a = e.after!;
+            m.set(Number(e.key.id), {
+              note: e.missing.includes('note') ? (prev?.note ?? null) : ((a.note as string | null) ?? null),
+              amount: (a.amount as string | null) ?? null,
+              doc: a.doc === null || a.doc === undefined ? null : JSON.stringify(JSON.parse(a.doc as string)),
+            });
+          }
+        }
+        return new Map([...m].filter((x): x is [number, ModelRow] => x[1] !== null));
+      };
+
+      // Deliver as a Kinesis shard does: a batch from the checkpoint; after a failure, again from the first failed record.
+      let checkpoint = 0;
+      let highest = 0;
+      while (checkpoint < records.length) {
+        const size = 1 + Math.floor(rand() * 12);
+        const batch = records.slice(checkpoint, checkpoint + size);
+        failRate = rand() < 0.4 ? 0.08 : 0;
+        offsetFailRate = rand() < 0.3 ? 0.3 : 0;
+        const pending = applier.applyRecords(batch);
+        let settled = false;
+        void pending.finally(() => (settled = true)).catch(() => undefined);
+        // The loader's cadence, squeezed: loads until the batch's apply returns.
+        while (!settled) {
+          await loader.flush().catch(() => undefined);
+          await new Promise((r) => setTimeout(r, 2));
+        }
+        const outcome = await pending;
+        const firstFailed = outcome.failed.length === 0 ? batch.length : batch.findIndex((r) => outcome.failed.includes(r.sequenceNumber));
+        // Everything before the first failed record is in the view: the offset may move past it.
+        highest = Math.max(highest, checkpoint + firstFailed);
+        failRate = 0;
+        // A load whose COMMIT ran but whose reply was lost is in the view though its records failed: they come again. A load
+        // never takes the view back (a redelivered older event ranks below what is there), so the view is the history up to
+        // the longest prefix loaded so far.
+        const seen = await view();
+        const matches = Array.from({ length: Math.max(0, checkpoint + batch.length - highest) + 1 }, (_, k) => highest + k).filter(
+          (k) => JSON.stringify([...expected(k)].sort()) === JSON.stringify([...seen].sort()),
+        );
+        expect(
+          matches.length,
+          `run ${run} (${mode}), after delivering ${checkpoint}..${checkpoint + batch.length}: ${JSON.stringify([...seen])}`,
+        ).toBeGreaterThan(0);
+        highest = Math.max(highest, matches[0]!);
+        if (firstFailed < batch.length || rand() < 0.15) redeliveries++;
+        // A crash before the checkpoint was written: the whole batch comes again.
+        if (rand() >= 0.15) checkpoint += firstFailed;
+        if (rand() < 0.3) {
+          failRate = rand() < 0.5 ? 0.1 : 0;
+          await loader.merge().catch(() => undefined);
+          failRate = 0;
+          expect([...(await view())].sort(), `run ${run} (${mode}), after a merge`).toEqual([...expected(highest)].sort());
+        }
+      }
+      await loader.merge();
+      expect([...(await view())].sort(), `run ${run} (${mode}), merged`).toEqual([...expected(records.length)].sort());
+      expect(memory.calls.get('putDeadLetter') ?? 0).toBe(0);
+    }
+    console.log(`warehouse-redshift: ${crashes} session failures, ${offsetCrashes} failed offset advances, ${redeliveries} redeliveries`);
+    expect(crashes).toBeGreaterThan(0);
+    expect(offsetCrashes).toBeGreaterThan(0);
+    // What was sent is Redshift's grammar (the stand-in's own catalog reads are not sent through the session).
+    const problems = [...new Set(statements)].flatMap((s) => redshiftProblems(s).map((p) => `${p}: ${s.slice(0, 160)}`));
+    expect(problems).toEqual([]);
+  }, 300_000);
+});
