@@ -171,7 +171,24 @@ describe('cdc local --source on a database that already holds rows', () => {
     // The run resumed where it stopped: one run, chunks numbered once and contiguous (each starts
     // after the previous one's last key), and the resume in the audit with the chunks done before.
     const cp = control(stateDir)!;
-    await until('the accounts snapshot to finish', async () => (await cp.getSnapshot('app', 'public.accounts'))?.status === 'done', 120_000);
+    // Bounded by progress, not by a clock: on a loaded machine the pacer may slow the snapshot (it reads
+    // the source's own latency), so the wait ends only when no row was read for 90 s.
+    {
+      let seen = -1;
+      let stalledSince = Date.now();
+      let last = '';
+      await until(
+        'the accounts snapshot to finish',
+        async () => {
+          const s = await cp.getSnapshot('app', 'public.accounts');
+          last = JSON.stringify({ status: s?.status, rowsDone: s?.rowsDone, estimatedRows: s?.estimatedRows, throttle: s?.throttle, error: s?.error });
+          if ((s?.rowsDone ?? 0) !== seen) [seen, stalledSince] = [s?.rowsDone ?? 0, Date.now()];
+          if (Date.now() - stalledSince > 90_000) throw new Error(`the accounts snapshot read no row for 90 s: ${last}\n${second.output().slice(-3000)}`);
+          return s?.status === 'done';
+        },
+        600_000,
+      );
+    }
     mark('accounts snapshot done');
     const run = (await cp.getSnapshot('app', 'public.accounts'))!;
     const chunks = await cp.listSnapshotChunks('app', 'public.accounts', run.run);
