@@ -42,6 +42,12 @@ export const VOCABULARY = {
   warehouseId: valued('warehouse-id', 'ID', "the warehouse sink's id"),
   searchId: valued('search-id', 'ID', "the search sink's id"),
   noSearch: flag('no-search', 'boolean', 'run without the search sink'),
+  warehouseEngine: valued(
+    'warehouse-engine',
+    'ENGINE',
+    'the engine of the warehouse the tables join, postgres or redshift: the table checks refuse what it cannot hold (docs/onboarding.md, "Names") [default: what every engine holds]',
+  ),
+  withSearch: flag('with-search', 'boolean', 'the tables join a search sink too: the table checks refuse what it cannot hold (docs/search.md, "Index names")'),
   // Captured tables (docs/onboarding.md).
   tables: valued(
     'tables',

@@ -177,7 +177,7 @@ describe('search applier on the search stand-in', () => {
       { name: 'Total with tax', type: 'numeric(12,2)', nullable: true },
       { name: 'Zoë "q"', type: 'text', nullable: true },
     ];
-    const register = async (table: string, at: string, columns: ColumnDef[], key: string): Promise<void> =>
+    const register = async (table: string, at: string, columns: ColumnDef[], key: string): Promise<unknown> =>
       cp.registerTable(
         { source: 'src', table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at },
         { source: 'src', table, version: 1, columns, key: [key], effectivePosition: pos(0), registeredAt: at },
