@@ -18,6 +18,17 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import { Logger } from '@aws-lambda-powertools/logger';
+import { Metrics } from '@aws-lambda-powertools/metrics';
+import { SearchStandIn } from '../../local/search-standin.ts';
+import { pgSourceSide, pgWarehouseSide, prepareReconcileSession } from '../../lambda/adapters/reconcile-pg.ts';
+import { searchSinkSide } from '../../lambda/adapters/reconcile-search.ts';
+import { OpenSearchIndex, searchClient } from '../../lambda/adapters/search-opensearch.ts';
+import { createSearchApplier } from '../../lambda/handlers/search-applier.ts';
+import { reconcileTables, type ReconcileVerdict } from '../../lambda/core/reconcile/reconcile.ts';
+import { FixedPacer } from '../../lambda/core/snapshot/snapshot-pacer.ts';
+import { searchNames } from '../../lambda/core/search/search-plan.ts';
+import type { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 import { resetLocalState } from '../../local/stack.ts';
 import { until } from '../local/helpers.ts';
 import { expectVerdict, stateDirDiagnostics } from '../helpers/verdict-diagnostics.ts';
@@ -26,11 +37,51 @@ const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '.
 const CLI = path.join(ROOT, 'bin', 'cdc.js');
 
 let cluster: PostgresCluster;
+let standin: SearchStandIn;
+let index: OpenSearchIndex;
 beforeAll(async () => {
   process.env.POWERTOOLS_METRICS_DISABLED = 'true';
   cluster = await startPostgres({ fast: true });
+  standin = new SearchStandIn();
+  index = new OpenSearchIndex(searchClient({ node: await standin.start() }));
 }, 120_000);
-afterAll(async () => cluster?.stop());
+afterAll(async () => {
+  index?.client.close();
+  await standin?.stop();
+  await cluster?.stop();
+});
+
+/** Reconciles one table of a slot pipeline through `reconcileTables` (docs/reconcile.md). */
+async function reconcile(source: string, control: MemoryControlPlane, table: string, key: string, sink: 'warehouse' | 'search'): Promise<ReconcileVerdict> {
+  const src = new pg.Client({ connectionString: cluster.url(source) });
+  const wh = new pg.Client({ connectionString: cluster.url(`${source}_dw`) });
+  await src.connect();
+  await wh.connect();
+  try {
+    await prepareReconcileSession(src);
+    await prepareReconcileSession(wh);
+    const [v] = await reconcileTables({
+      control,
+      source,
+      sink,
+      pacer: new FixedPacer(100),
+      settleMs: 0,
+      sleep: async () => undefined,
+      tables: [{ table, key: [key], rules: { mask: [], exclude: [] } }],
+      sides: async (t) => ({
+        source: pgSourceSide(src, t.table, t.key, []),
+        sink:
+          sink === 'warehouse'
+            ? pgWarehouseSide(wh, source, t.table, t.key, { stablePoint: false })
+            : searchSinkSide(index, { prefix: 'cdc', source, table: t.table, key: t.key, label: sink, stablePoint: false }),
+      }),
+    });
+    return v!;
+  } finally {
+    await src.end();
+    await wh.end();
+  }
+}
 
 const TABLES = ['t', 't_mirror', 't_delta', 't_changelog'];
 
@@ -62,7 +113,7 @@ describe('source tables named like warehouse objects', () => {
 });
 
 describe('names as applications write them (issue 28, names)', () => {
-  it('"Orders" ("OrderId", "CustomerName", "Total with tax") and orders arrive in a PostgreSQL warehouse as two tables', async () => {
+  it('"Orders" ("OrderId", "CustomerName", "Total with tax") and orders arrive in a PostgreSQL warehouse as two tables and reconcile; the search sink indexes the first and holds its twin', async () => {
     const tables: TableConfig[] = ['public.Orders', 'public.orders'].map((table) => ({ table, deleteMode: 'soft', mask: [], exclude: [] }));
     const p = await slotPipeline(
       cluster,
@@ -98,6 +149,37 @@ describe('names as applications write them (issue 28, names)', () => {
       ).map((r) => r.r);
       // The views readers query, and each table's delta view (the changelog above its watermark: docs/warehouse-apply.md, "The view").
       expect(rels).toEqual(['Orders', '_cdc_delta_Orders', '_cdc_delta_orders', 'orders']);
+      // Reconciled row by row against the source (the reconciler's SQL quotes every name): both tables MATCH.
+      for (const [t, key] of [
+        ['public.Orders', 'OrderId'],
+        ['public.orders', 'id'],
+      ] as const)
+        expect((await reconcile(p.id, p.control, t, key, 'warehouse')).verdict, t).toBe('MATCH');
+      // The search sink: "Orders" (registered first) is indexed under its lower-case name and reconciles; its twin, one index
+      // name with it, is held by name for that sink alone (docs/search.md, "Index names"), never written into it.
+      const search = createSearchApplier({
+        controlPlane: p.control,
+        search: index,
+        sinkId: 'search',
+        metrics: new Metrics({ namespace: 'test' }),
+        logger: new Logger({ logLevel: 'CRITICAL' }),
+      });
+      const out = await search.applyRecords(events.map((e, i) => ({ sequenceNumber: String(i + 1), origin: `log/${i + 1}`, text: JSON.stringify(e) })));
+      expect(out).toMatchObject({ failed: [], deadLettered: 0 });
+      const names = searchNames('cdc', p.id, 'public.Orders');
+      expect(names.alias).toBe(`cdc.${p.id}.public.orders`);
+      const docs: unknown[] = [];
+      for await (const d of index.listDocuments(names)) docs.push(d.values);
+      expect(docs).toEqual(
+        expect.arrayContaining([
+          { OrderId: 1, CustomerName: 'Ada', 'Total with tax': '11.00' },
+          { OrderId: 3, CustomerName: 'Zoë', 'Total with tax': '7.25' },
+        ]),
+      );
+      expect(docs).toHaveLength(2);
+      expect((await reconcile(p.id, p.control, 'public.Orders', 'OrderId', 'search')).verdict).toBe('MATCH');
+      expect((await p.control.getSinkProgress('search', p.id, 'public.orders'))?.heldFrom).not.toBeNull();
+      expect((await p.control.getSinkProgress('wh', p.id, 'public.orders'))?.heldFrom ?? null).toBeNull();
     } finally {
       await p.close();
     }
