@@ -258,7 +258,12 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
             source,
             table,
             outcome: 'done',
-            detail: { sink: sinkId, heldFrom: minPosition(items), reason: describeError(err), hint: `leave ${table} out of this sink, or rename it at the source` },
+            detail: {
+              sink: sinkId,
+              heldFrom: minPosition(items),
+              reason: describeError(err),
+              hint: `leave ${table} out of this sink, or rename it at the source`,
+            },
           });
           return;
         }
