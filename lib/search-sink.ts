@@ -10,6 +10,7 @@ import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
 import { EnvName, HEARTBEAT_TABLE } from '../contracts/env.ts';
 import { MetricDimension, MetricName } from '../contracts/metrics.ts';
+import { searchNamePart } from '../contracts/search-index-names.ts';
 import { DeleteMode } from './captured-table.ts';
 import type { ICdcSource } from './cdc-source.ts';
 import { iteratorAgeMetric } from './private/alarms.ts';
@@ -109,7 +110,8 @@ const SEARCH_SINK_PROP_KINDS = {
 
 /** The index path prefix of one table, as the applier names it (lambda/core/search/search-plan.ts `searchNames`). */
 function aliasOf(prefix: string, sourceId: string, table: string): string {
-  return `${prefix}.${sourceId}.${table}`;
+  const [schema, name] = table.split('.') as [string, string];
+  return `${prefix}.${sourceId}.${searchNamePart(schema)}.${searchNamePart(name)}`;
 }
 
 /**
@@ -185,9 +187,14 @@ export class SearchSink extends Resource implements ISearchSink, IReconciledSink
       // Tables captured by a pattern (CapturedTable.matching) are not indexed unless named in `tables`.
       for (const s of props.sources) for (const c of s.tables) if (c.pattern === undefined) add(s, c.tableId, c.deletes);
     }
+    const named = new Map<string, string>();
     for (const t of served) {
-      if (!/^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$/.test(t.table))
-        fail(this, `table ${t.table} cannot name a search index: OpenSearch index names are lower case (letters, digits, _)`);
+      if (!/^[^.]+\.[^.]+$/.test(t.table)) fail(this, `table ${t.table} cannot name a search index: a table id is schema.table, without '.' in either name`);
+      const alias = aliasOf(prefix, t.source, t.table);
+      const first = named.get(alias);
+      if (first !== undefined)
+        fail(this, `table ${t.table} cannot be indexed beside ${first}: index names are lower case, so both would be ${alias} (docs/onboarding.md, "Names")`);
+      named.set(alias, t.table);
     }
     this.indexPaths = [
       ...served.map((t) => aliasOf(prefix, t.source, t.table)),

@@ -11,6 +11,7 @@ import { listSourceTables, readTableFact } from '../lambda/adapters/source-facts
 import type { ControlPlane } from '../lambda/core/shared/control-plane.ts';
 import { scanTables, type DiscoveryRecord } from '../lambda/core/tables/discovery.ts';
 import type { TableConfigIndex, TableRule } from '../lambda/core/tables/table-config.ts';
+import type { SinkProfile } from '../lambda/core/tables/sink-profile.ts';
 import { runEvery } from './periodic.ts';
 
 export interface LocalDiscoveryOptions {
@@ -22,6 +23,8 @@ export interface LocalDiscoveryOptions {
   declared: ReadonlySet<string>;
   /** The capture's table index (shared with the snapshot worker). */
   index: TableConfigIndex;
+  /** What the sinks the discovered tables join can hold. @default UNKNOWN_SINKS */
+  sinks?: SinkProfile;
   /** @default 2000 */
   everyMs?: number;
   onError?: (err: unknown) => void;
@@ -65,6 +68,7 @@ export class LocalDiscovery {
         listTables: () => listSourceTables(client),
         tableFact: (t, k) => readTableFact(client, t, k),
         user: this.user,
+        ...(this.o.sinks ? { sinks: this.o.sinks } : {}),
         capture: (config) => this.o.index.add(config),
         release: (table) => this.o.index.remove(table),
       },

@@ -10,6 +10,15 @@ import { formatReport, overallStatus, type CheckResult } from '../../lambda/core
 import { ruleTableChecks } from '../../lambda/core/operator/doctor-tables.ts';
 import { runChecks } from '../../lambda/core/operator/doctor.ts';
 import { matchRules } from '../../lambda/core/tables/discovery.ts';
+import {
+  nameTwinRefusals,
+  registrationOrder,
+  UNKNOWN_SINKS,
+  WAREHOUSE_KINDS,
+  type SinkProfile,
+  type WarehouseKind,
+} from '../../lambda/core/tables/sink-profile.ts';
+import { tableNameRefusal } from '../../lambda/core/warehouse/warehouse-names.ts';
 import { validateTableSettings, type TableRule } from '../../lambda/core/tables/table-config.ts';
 import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { redactUrl } from '../../local/stack.ts';
@@ -36,6 +45,8 @@ PASS, WARN or FAIL, with the fix.`,
     use(VOCABULARY.heartbeatSchema, { default: 'public' }),
     use(VOCABULARY.heartbeatUser, { default: 'the --source user' }),
     use(VOCABULARY.slotFailBytes, { default: '1073741824' }),
+    use(VOCABULARY.warehouseEngine),
+    use(VOCABULARY.withSearch),
     use(VOCABULARY.json, { detail: 'Prints {"status", "checks": [...]}.' }),
   ],
   exits: { 0: 'no check failed (warnings allowed)', 1: 'a check failed, or the source cannot be reached' },
@@ -50,6 +61,7 @@ export interface DoctorArgs {
   heartbeatSchema: string | null;
   heartbeatUser: string | null;
   slotFailBytes: number | null;
+  sinks: SinkProfile;
   json: boolean;
 }
 
@@ -68,8 +80,15 @@ export function parseDoctorArgs(args: readonly string[]): DoctorArgs {
     heartbeatSchema: text(values, 'heartbeat-schema'),
     heartbeatUser: text(values, 'heartbeat-user'),
     slotFailBytes: positiveInt(values, 'slot-fail-bytes'),
+    sinks: { warehouse: warehouseKind(text(values, 'warehouse-engine')), search: on(values, 'with-search') },
     json: on(values, 'json'),
   };
+}
+
+function warehouseKind(v: string | null): WarehouseKind {
+  if (v === null) return UNKNOWN_SINKS.warehouse!;
+  if (!(WAREHOUSE_KINDS as readonly string[]).includes(v) || v === 'any') throw new UsageError(`--warehouse-engine: expected postgres or redshift, got '${v}'`);
+  return v as WarehouseKind;
 }
 
 async function tablesToCheck(o: DoctorArgs): Promise<{ tables: TableToCheck[]; rules: TableRule[] }> {
@@ -88,30 +107,46 @@ export async function doctorSource(o: {
   heartbeatUser?: string | null;
   slotFailBytes?: number | null;
   applicationName?: string;
+  /** What the sinks the tables join can hold. @default UNKNOWN_SINKS */
+  sinks?: SinkProfile;
+  /** The source id the sinks name the tables under (which names fold together does not depend on it). @default 'source' */
+  sourceId?: string;
 }): Promise<CheckResult[]> {
   const client = new pg.Client({ connectionString: o.sourceUrl, application_name: o.applicationName ?? 'cdc-doctor', connectionTimeoutMillis: 10_000 });
   client.on('error', () => undefined);
   await client.connect();
   try {
+    const sinks = o.sinks ?? UNKNOWN_SINKS;
     const facts = await gatherSourceFacts(client, {
       tables: o.tables,
       ...(o.heartbeatSchema ? { heartbeatSchema: o.heartbeatSchema } : {}),
       ...(o.heartbeatUser ? { heartbeatWriter: o.heartbeatUser } : {}),
     });
-    const results = runChecks(facts, { ownSlot: o.slot ?? null, ...(o.slotFailBytes ? { slotFailBytes: o.slotFailBytes } : {}) });
-    if (!o.rules || o.rules.length === 0) return results;
-    // Capture rules resolve against the catalog: every table they match is named with its verdict (docs/onboarding.md).
     const declared = new Set([...o.tables.map((t) => t.table), `${o.heartbeatSchema ?? DEFAULT_HEARTBEAT_SCHEMA}.${HEARTBEAT_TABLE}`]);
+    const matches = o.rules && o.rules.length > 0 ? matchRules(await listSourceTables(client), declared, o.rules) : [];
+    // Names that fold into another table's in a sink: the first carried, every other refused (docs/onboarding.md, "Names").
+    const candidates = matches.filter((m) => m.kind === 'candidate').map((m) => m.table);
+    const twins = nameTwinRefusals(sinks, o.sourceId ?? 'source', registrationOrder([...declared, ...candidates], new Map(), declared));
+    for (const t of facts.tables) t.twin = twins.get(t.table) ?? null;
+    const results = runChecks(facts, { ownSlot: o.slot ?? null, sinks, ...(o.slotFailBytes ? { slotFailBytes: o.slotFailBytes } : {}) });
+    if (matches.length === 0) return results;
+    // Capture rules resolve against the catalog: every table they match is named with its verdict (docs/onboarding.md).
     const matched = [];
-    for (const m of matchRules(await listSourceTables(client), declared, o.rules)) {
+    for (const m of matches) {
+      const readable = m.kind === 'candidate' && tableNameRefusal(m.table) === null;
       matched.push(
         m.kind === 'excluded'
           ? { table: m.table, rule: m.rule.match, excludedBy: m.by, fact: null }
-          : { table: m.table, rule: m.rule.match, excludedBy: null, fact: await readTableFact(client, m.table, m.config.key ?? null, m.config.exclude) },
+          : {
+              table: m.table,
+              rule: m.rule.match,
+              excludedBy: null,
+              fact: readable ? { ...(await readTableFact(client, m.table, m.config.key ?? null, m.config.exclude)), twin: twins.get(m.table) ?? null } : null,
+            },
       );
     }
     const tls = results.findIndex((r) => r.check === 'tls');
-    const rulesChecks = ruleTableChecks(matched, facts.user.name);
+    const rulesChecks = ruleTableChecks(matched, facts.user.name, sinks);
     return tls < 0 ? [...results, ...rulesChecks] : [...results.slice(0, tls), ...rulesChecks, ...results.slice(tls)];
   } finally {
     await client.end().catch(() => undefined);
@@ -133,6 +168,7 @@ export const doctorCommand: Command = {
         heartbeatSchema: o.heartbeatSchema,
         heartbeatUser: o.heartbeatUser,
         slotFailBytes: o.slotFailBytes,
+        sinks: o.sinks,
       });
     } catch (err) {
       await write(io.stderr, `cdc doctor: cannot check the source ${redactUrl(o.sourceUrl)}: ${(err as Error).message}\n`);

@@ -288,6 +288,9 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
         rules,
         slot: o.slot ?? `cdc_${source}`,
         applicationName: 'cdc-local-check',
+        // The local warehouse is PostgreSQL (docs/onboarding.md, "Names").
+        sinks: { warehouse: 'postgres', search: o.search },
+        sourceId: source,
       });
     } catch (e) {
       await err(`cdc local: cannot use the source ${redactUrl(o.sourceUrl)}: ${describeError(e)}\n`);

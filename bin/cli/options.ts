@@ -43,10 +43,11 @@ export const VOCABULARY = {
   warehouseEngine: valued(
     'warehouse-engine',
     'ENGINE',
-    'the warehouse sink\'s engine: postgres, or redshift (loaded the Redshift way, through the Redshift stand-in on the warehouse PostgreSQL; docs/local.md, "The Redshift stand-in")',
+    'the warehouse sink\'s engine, postgres or redshift: the table checks refuse what it cannot hold (docs/onboarding.md, "Names"); `local` loads a redshift warehouse the Redshift way, through the Redshift stand-in on the warehouse PostgreSQL (docs/local.md, "The Redshift stand-in")',
   ),
   searchId: valued('search-id', 'ID', "the search sink's id"),
   noSearch: flag('no-search', 'boolean', 'run without the search sink'),
+  withSearch: flag('with-search', 'boolean', 'the tables join a search sink too: the table checks refuse what it cannot hold (docs/search.md, "Index names")'),
   // Captured tables (docs/onboarding.md).
   tables: valued(
     'tables',

@@ -257,8 +257,10 @@ export async function readTableFact(client: Queryable, table: string, key: strin
  * Every ordinary and partitioned table of the source (`schema.table`), system schemas left out:
  * what capture rules resolve against (docs/onboarding.md). Partitions of a partitioned table are
  * left out too: the root is the captured table, and the capture reports each partition's changes
- * under the root's name (`readPartitionTree`, docs/partitioned-tables.md). Names that are not
- * plain identifiers cannot be captured and are not listed.
+ * under the root's name (`readPartitionTree`, docs/partitioned-tables.md). Every name is listed
+ * as it is, whatever it holds: one the platform cannot carry (a `.` in it makes the id ambiguous)
+ * is refused by name by the checks that register tables (docs/onboarding.md, "Names"), never
+ * left out silently.
  */
 export async function listSourceTables(client: Queryable): Promise<string[]> {
   const res = await client.query(
@@ -268,7 +270,7 @@ export async function listSourceTables(client: Queryable): Promise<string[]> {
         AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\\_%'
       ORDER BY 1`,
   );
-  return res.rows.map((r: { id: string }) => r.id).filter((id) => /^[A-Za-z_][A-Za-z0-9_$]*\.[A-Za-z_][A-Za-z0-9_$]*$/.test(id));
+  return res.rows.map((r: { id: string }) => r.id);
 }
 
 /** A table's primary-key columns in key order ($1 schema, $2 table): one definition for every reader of the source's catalog. */

@@ -169,6 +169,49 @@ describe('search applier on the search stand-in', () => {
     return out;
   };
 
+  it('carries names as applications write them; of "Orders" and orders (one index name) the one registered second is held by name, never written into the other', async () => {
+    // docs/search.md, "Index names"; docs/onboarding.md, "Names".
+    const cp = new MemoryControlPlane();
+    const cols: ColumnDef[] = [
+      { name: 'OrderId', type: 'bigint', nullable: false },
+      { name: 'Total with tax', type: 'numeric(12,2)', nullable: true },
+      { name: 'Zoë "q"', type: 'text', nullable: true },
+    ];
+    const register = async (table: string, at: string, columns: ColumnDef[], key: string): Promise<unknown> =>
+      cp.registerTable(
+        { source: 'src', table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at },
+        { source: 'src', table, version: 1, columns, key: [key], effectivePosition: pos(0), registeredAt: at },
+        { at, actor: 'test', action: 'register-table', source: 'src', table, outcome: 'done', detail: {} },
+      );
+    await register('Sales Dept.Orders', '2026-01-01T00:00:01.000Z', cols, 'OrderId');
+    await register('Sales Dept.orders', '2026-01-01T00:00:02.000Z', COLUMNS, 'id');
+    const a = createSearchApplier({
+      controlPlane: cp,
+      search: index,
+      sinkId: 'search',
+      metrics: new Metrics({ namespace: 'CdcPlatform' }),
+      logger: new Logger({ logLevel: 'CRITICAL' }),
+      backoffMs: 1,
+    });
+    // The twin's events first: whichever arrives first, the one registered first is served.
+    const out = await a.applyRecords(
+      records([
+        ev('Sales Dept.orders', 'insert', 1, { id: 1 }, { id: 1, n: 1, body: 'twin' }),
+        ev('Sales Dept.Orders', 'insert', 2, { OrderId: 1 }, { OrderId: 1, 'Total with tax': '10.50', 'Zoë "q"': 'Zoë' }),
+      ]),
+    );
+    expect(out).toMatchObject({ failed: [], deadLettered: 0 });
+    const names = searchNames('cdc', 'src', 'Sales Dept.Orders');
+    expect(names.alias).toBe('cdc.src.sales-20dept.orders');
+    expect([...(await live(names)).values()]).toEqual([{ OrderId: 1, 'Total with tax': '10.50', 'Zoë "q"': 'Zoë' }]);
+    expect((await cp.getSinkProgress('search', 'src', 'Sales Dept.orders'))?.heldFrom).toBe(pos(1));
+    expect((await cp.getSinkProgress('search', 'src', 'Sales Dept.Orders'))?.heldFrom ?? null).toBeNull();
+    const audit = (await cp.listAudit('src')).filter((e) => e.action === 'hold-table');
+    expect(audit.map((e) => [e.table, String(e.detail.reason)])).toEqual([
+      ['Sales Dept.orders', expect.stringMatching(/search index names are lower case, so Sales Dept\.orders and Sales Dept\.Orders \(registered first\)/)],
+    ]);
+  });
+
   for (const mode of ['soft', 'hard'] as const) {
     it(`${mode} delete: a late older event after the delete-tombstone horizon does not resurrect the document`, async () => {
       const { a, table, names } = await setup({ mode });

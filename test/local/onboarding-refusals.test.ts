@@ -15,9 +15,12 @@ import { runChecks } from '../../lambda/core/operator/doctor.ts';
 import { scanTables, type DiscoveryDeps } from '../../lambda/core/tables/discovery.ts';
 import type { TableRule } from '../../lambda/core/tables/table-config.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
+import type { SinkProfile } from '../../lambda/core/tables/sink-profile.ts';
+import { doctorSource } from '../../bin/cli/doctor.ts';
 
 let cluster: PostgresCluster;
 let client: pg.Client;
+let names: pg.Client;
 
 beforeAll(async () => {
   cluster = await startPostgres({ fast: true });
@@ -28,9 +31,21 @@ beforeAll(async () => {
     CREATE TABLE public.film (id int PRIMARY KEY, length int, length_hours numeric GENERATED ALWAYS AS (length / 60.0) VIRTUAL, rating_stored int GENERATED ALWAYS AS (length * 2) STORED);
     CREATE TABLE public.ledger (id int PRIMARY KEY, amount numeric(50,2), rounded numeric(5,-2), fine numeric(38,4), free numeric);
     CREATE TABLE public.plain (id int PRIMARY KEY, note text);`);
+  await cluster.createDatabase('names');
+  names = new pg.Client({ connectionString: cluster.url('names') });
+  await names.connect();
+  await names.query(`
+    CREATE TABLE "Orders" ("OrderId" int PRIMARY KEY, "CustomerName" text, "Total with tax" numeric(12,2));
+    CREATE TABLE orders (id int PRIMARY KEY, note text);
+    CREATE SCHEMA "Sales Dept";
+    CREATE TABLE "Sales Dept"."Big Ledger" (id int PRIMARY KEY, amount numeric(50,2), rounded numeric(5,-2));
+    CREATE TABLE "a.b" (id int PRIMARY KEY);
+    CREATE TABLE "back\\slash" (id int PRIMARY KEY);
+    CREATE TABLE "Zoë ""quoted""" (id int PRIMARY KEY, "dotted.col" text);`);
 }, 120_000);
 
 afterAll(async () => {
+  await names?.end();
   await client?.end();
   await cluster?.stop();
 });
@@ -111,5 +126,100 @@ describe('onboarding refuses by name what cannot be carried', () => {
       ['public.film', 'PASS'],
       ['public.ledger', 'PASS'],
     ]);
+  });
+});
+
+describe('names as applications write them: carried, or refused by name at onboarding (docs/onboarding.md, "Names")', () => {
+  const RULE: TableRule = { match: '*.*', excludeTables: [], deleteMode: 'soft', mask: [], exclude: [] };
+  const BACKSLASH = 'public.back\\slash';
+  const scan = async (sinks: SinkProfile, control = new MemoryControlPlane()) => {
+    const captured = new Set<string>();
+    const { result } = await scanTables(
+      {
+        ...deps(control, RULE, captured),
+        source: 'names',
+        listTables: () => listSourceTables(names),
+        tableFact: (t, k) => readTableFact(names, t, k),
+        sinks,
+      },
+      null,
+    );
+    return { result, captured, control, verdict: new Map(result.verdicts.map((v) => [v.table, [v.verdict, v.reasons.join(' ')] as const])) };
+  };
+
+  it('lists every table of the catalog, whatever its name', async () => {
+    expect(await listSourceTables(names)).toEqual(
+      expect.arrayContaining(['public.Orders', 'public.orders', 'Sales Dept.Big Ledger', 'public.a.b', BACKSLASH, 'public.Zoë "quoted"']),
+    );
+  });
+
+  it('a PostgreSQL warehouse carries every name but one holding . or \\, and numeric(50,2) and numeric(5,-2) too', async () => {
+    const { verdict, captured, control } = await scan({ warehouse: 'postgres', search: false });
+    expect([...captured].sort()).toEqual(['Sales Dept.Big Ledger', 'public.Orders', 'public.Zoë "quoted"', 'public.orders']);
+    expect(verdict.get('public.a.b')).toEqual([
+      'ineligible',
+      expect.stringMatching(/^table_name: public\.a\.b: schema and table names holding '\.' are not carried .*fix: rename/),
+    ]);
+    expect(verdict.get(BACKSLASH)).toEqual([
+      'ineligible',
+      expect.stringMatching(/^table_name: table name "back\\\\slash" .* cannot be carried: it holds '\\'/),
+    ]);
+    const audit = (await control.listAudit('names')).filter((e) => e.action === 'table-ineligible').map((e) => e.table);
+    expect(audit.sort()).toEqual(['public.a.b', BACKSLASH]);
+  });
+
+  it('on Redshift the second of "Orders" and orders is refused by name, and so is numeric(50,2)', async () => {
+    const { verdict, captured } = await scan({ warehouse: 'redshift', search: false });
+    expect([...captured].sort()).toEqual(['public.Orders', 'public.Zoë "quoted"']);
+    expect(verdict.get('public.orders')).toEqual([
+      'ineligible',
+      expect.stringMatching(
+        /table_name: public\.orders and public\.Orders \(registered first\) would be one table in the warehouse: Redshift folds quoted names to lower case/,
+      ),
+    ]);
+    expect(verdict.get('Sales Dept.Big Ledger')).toEqual(['ineligible', expect.stringMatching(/amount numeric\(50,2\): Redshift: precision 50 is beyond/)]);
+  });
+
+  it('the table registered first is the one carried, whichever sorts first', async () => {
+    const control = new MemoryControlPlane();
+    const at = '2026-01-01T00:00:00.000Z';
+    const table = 'public.orders';
+    await control.registerTable(
+      { source: 'names', table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at },
+      {
+        source: 'names',
+        table,
+        version: 1,
+        columns: [{ name: 'id', type: 'integer', nullable: false }],
+        key: ['id'],
+        effectivePosition: '0/0',
+        registeredAt: at,
+      },
+      { at, actor: 'test', action: 'register-table', source: 'names', table, outcome: 'done', detail: {} },
+    );
+    const { verdict } = await scan({ warehouse: 'redshift', search: false }, control);
+    expect(verdict.get('public.orders')?.[0]).toBe('captured');
+    expect(verdict.get('public.Orders')).toEqual(['ineligible', expect.stringMatching(/public\.Orders and public\.orders \(registered first\)/)]);
+  });
+
+  it('a search sink refuses the second of two names its lower-case index names fold, and a column it cannot hold as a field', async () => {
+    const { verdict, captured } = await scan({ warehouse: 'postgres', search: true });
+    expect([...captured].sort()).toEqual(['Sales Dept.Big Ledger', 'public.Orders']);
+    expect(verdict.get('public.orders')?.[1]).toMatch(/would be one table in the search: search index names are lower case/);
+    expect(verdict.get('public.Zoë "quoted"')?.[1]).toMatch(/cannot hold as document fields \("dotted\.col": it holds '\.'/);
+  });
+
+  it('cdc doctor names the same refusals, per warehouse engine', async () => {
+    const checks = async (sinks: SinkProfile) =>
+      (await doctorSource({ sourceUrl: cluster.url('names'), tables: [], rules: [RULE], sinks }))
+        .filter((r) => r.check === CheckId.TABLE_RULE)
+        .map((r) => [r.subject, r.status, r.message] as const);
+    const pgChecks = await checks({ warehouse: 'postgres', search: false });
+    expect(pgChecks.filter((c) => c[1] !== 'PASS').map((c) => c[0])).toEqual(['public.a.b', BACKSLASH]);
+    const rs = await checks({ warehouse: 'redshift', search: false });
+    expect(rs.filter((c) => c[1] !== 'PASS').map((c) => c[0])).toEqual(['Sales Dept.Big Ledger', 'public.a.b', BACKSLASH, 'public.orders']);
+    expect(rs.find((c) => c[0] === 'public.orders')![2]).toMatch(
+      /not captured \(ineligible\): table_name: public\.orders and public\.Orders \(registered first\)/,
+    );
   });
 });

@@ -3,6 +3,8 @@
  * them from the source's catalog (lambda/adapters/source-facts-pg.ts): its slots, its captured
  * tables, its settings and the capture user's grants.
  */
+import type { NameTwin } from '../tables/sink-profile.ts';
+
 /** One replication slot as `pg_replication_slots` reports it, with the WAL it retains. */
 export interface SlotFact {
   name: string;
@@ -58,6 +60,8 @@ export interface TableFact {
   excluded?: readonly string[];
   /** The poll column when the table is configured `capture: 'poll'` (docs/polling.md). */
   pollColumn?: string | null;
+  /** The table registered before it whose name this table's folds into in a sink (lambda/core/tables/sink-profile.ts). @default none */
+  twin?: NameTwin | null;
   /** A polled table's row-level BEFORE INSERT AND UPDATE trigger: fired always, only at origin (not under `session_replication_role = replica`), or none enabled. */
   pollTrigger?: 'always' | 'origin' | 'none' | null;
   /** Whether some row of a polled table has its poll column NULL (never read). */

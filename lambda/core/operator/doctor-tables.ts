@@ -5,7 +5,7 @@
  * matches may join (docs/onboarding.md).
  */
 import { tableNameRefusal } from '../warehouse/warehouse-names.ts';
-import { sinkTypeRefusal } from '../warehouse/warehouse-sql.ts';
+import { searchColumnRefusal, UNKNOWN_SINKS, warehouseTypeRefusal, type SinkProfile } from '../tables/sink-profile.ts';
 import type { TableFact } from './doctor-facts.ts';
 import { CheckId, pass, problem, q, type CheckResult } from './doctor-results.ts';
 
@@ -19,7 +19,7 @@ function covers(carried: readonly string[], key: readonly string[]): boolean {
   return key.every((k) => carried.includes(k));
 }
 
-export function tableChecks(t: TableFact, user: string): CheckResult[] {
+export function tableChecks(t: TableFact, user: string, sinks: SinkProfile = UNKNOWN_SINKS): CheckResult[] {
   const out: CheckResult[] = [];
   if (!t.exists) {
     out.push(
@@ -36,6 +36,16 @@ export function tableChecks(t: TableFact, user: string): CheckResult[] {
   const named = tableNameRefusal(t.table);
   if (named !== null)
     out.push(problem(CheckId.TABLE_NAME, 'FAIL', t.table, named, `rename the table, or leave it out of the capture (a rule's excludeTables)`));
+  if (t.twin)
+    out.push(
+      problem(
+        CheckId.TABLE_NAME,
+        'FAIL',
+        t.table,
+        t.twin.reason,
+        `leave ${t.table} out of the capture (a rule's excludeTables), or rename one of the two at the source (docs/onboarding.md, "Names")`,
+      ),
+    );
   out.push(
     t.selectGranted
       ? pass(CheckId.SELECT_GRANT, t.table, `${q(user)} may SELECT ${t.table}`)
@@ -131,9 +141,24 @@ export function tableChecks(t: TableFact, user: string): CheckResult[] {
   }
   const notCarried = carried.filter((c) => NOT_CARRIED_TYPES.has(c.type));
   const beyondWarehouse = carried.flatMap((c) => {
-    const why = sinkTypeRefusal(c.declaredType ?? null);
+    const why = warehouseTypeRefusal(sinks, c.declaredType ?? null);
     return why === null ? [] : [`${c.name} ${c.declaredType}: ${why}`];
   });
+  const notFields = carried.flatMap((c) => {
+    const why = searchColumnRefusal(sinks, c.name);
+    return why === null ? [] : [`${q(c.name)}: ${why}`];
+  });
+  if (notFields.length > 0) {
+    out.push(
+      problem(
+        CheckId.COLUMN_TYPES,
+        'FAIL',
+        t.table,
+        `${t.table} has columns the search sink cannot hold as document fields (${notFields.join('; ')}) (docs/search.md, "Index names")`,
+        "exclude them from capture (the table's exclude list), rename them at the source, or leave the table out of the search sink",
+      ),
+    );
+  }
   if (beyondWarehouse.length > 0) {
     out.push(
       problem(
@@ -166,7 +191,7 @@ export function tableChecks(t: TableFact, user: string): CheckResult[] {
         'keep these values small, raise maxLobSize (at most 1 MiB), or exclude the column',
       ),
     );
-  } else if (virtual.length === 0 && beyondWarehouse.length === 0) {
+  } else if (virtual.length === 0 && beyondWarehouse.length === 0 && notFields.length === 0) {
     out.push(
       pass(CheckId.COLUMN_TYPES, t.table, `${carried.length} columns of carried types${excluded.size > 0 ? ` (${[...excluded].join(', ')} excluded)` : ''}`),
     );
@@ -180,15 +205,19 @@ export function tableChecks(t: TableFact, user: string): CheckResult[] {
  * carry, and no column of a type the log cannot carry). The reasons are the failed checks'
  * messages with their fixes.
  */
-export function tableEligibility(t: TableFact, user: string): { eligible: boolean; reasons: string[] } {
-  const failed = tableChecks(t, user).filter((r) => r.status === 'FAIL');
+export function tableEligibility(t: TableFact, user: string, sinks: SinkProfile = UNKNOWN_SINKS): { eligible: boolean; reasons: string[] } {
+  const failed = tableChecks(t, user, sinks).filter((r) => r.status === 'FAIL');
   return { eligible: failed.length === 0, reasons: failed.map((r) => `${r.check}: ${r.message} (fix: ${r.fix})`) };
 }
 
-/** The doctor's report of the tables capture rules match: one result per matched table. */
+/**
+ * The doctor's report of the tables capture rules match: one result per matched table. A table
+ * whose name cannot be carried has no facts (`fact` null: its catalog is not read by that name).
+ */
 export function ruleTableChecks(
   matched: ReadonlyArray<{ table: string; rule: string; excludedBy: string | null; fact: TableFact | null }>,
   user: string,
+  sinks: SinkProfile = UNKNOWN_SINKS,
 ): CheckResult[] {
   const out: CheckResult[] = [];
   for (const m of matched) {
@@ -196,7 +225,20 @@ export function ruleTableChecks(
       out.push(pass(CheckId.TABLE_RULE, m.table, `not captured: excluded by rule ${m.rule} (excludeTables ${m.excludedBy})`));
       continue;
     }
-    const checks = tableChecks(m.fact!, user);
+    const named = m.fact === null ? tableNameRefusal(m.table) : null;
+    if (named !== null) {
+      out.push(
+        problem(
+          CheckId.TABLE_RULE,
+          'WARN',
+          m.table,
+          `matches rule ${m.rule} but is not captured (ineligible): ${CheckId.TABLE_NAME}: ${named}`,
+          `rename the table at the source, or leave it out (a rule's excludeTables)`,
+        ),
+      );
+      continue;
+    }
+    const checks = tableChecks(m.fact!, user, sinks);
     const failed = checks.filter((r) => r.status === 'FAIL');
     if (failed.length === 0) {
       out.push(pass(CheckId.TABLE_RULE, m.table, `captured by rule ${m.rule}`), ...checks);

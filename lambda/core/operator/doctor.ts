@@ -12,6 +12,7 @@ import type { SourceFacts } from './doctor-facts.ts';
 import { pollChecks } from './doctor-poll.ts';
 import { CheckId, pass, problem, q, type CheckResult } from './doctor-results.ts';
 import { tableChecks } from './doctor-tables.ts';
+import { UNKNOWN_SINKS, type SinkProfile } from '../tables/sink-profile.ts';
 
 export interface DoctorOptions {
   /** The capture's own slot name, if known: it is expected to exist once capture ran, and its loss is a gap. */
@@ -20,6 +21,8 @@ export interface DoctorOptions {
   slotFailBytes?: number;
   /** Retained WAL above which an inactive slot of another tool is reported. @default 16 MiB (one WAL segment) */
   inactiveSlotWarnBytes?: number;
+  /** What the sinks the tables join can hold (docs/onboarding.md, "Names"). @default UNKNOWN_SINKS */
+  sinks?: SinkProfile;
 }
 
 export const GIB = 1024 ** 3;
@@ -99,6 +102,7 @@ export function runChecks(f: SourceFacts, options: DoctorOptions = {}): CheckRes
     ownSlot: options.ownSlot ?? null,
     slotFailBytes: options.slotFailBytes ?? DEFAULT_SLOT_FAIL_BYTES,
     inactiveSlotWarnBytes: options.inactiveSlotWarnBytes ?? DEFAULT_INACTIVE_SLOT_WARN_BYTES,
+    sinks: options.sinks ?? UNKNOWN_SINKS,
   };
   const out: CheckResult[] = [];
   out.push(
@@ -235,7 +239,7 @@ export function runChecks(f: SourceFacts, options: DoctorOptions = {}): CheckRes
       ),
     );
   }
-  for (const t of f.tables) out.push(...tableChecks(t, u.name), ...pollChecks(t, u, f.timeZone));
+  for (const t of f.tables) out.push(...tableChecks(t, u.name, o.sinks), ...pollChecks(t, u, f.timeZone));
   if (f.ssl) out.push(pass(CheckId.TLS, null, 'the connection is encrypted (TLS)'));
   else {
     out.push(

@@ -45,6 +45,7 @@ import type { ControlPlane, DeleteMode, SchemaVersion } from '../shared/control-
 import { CdcError, InvalidRecordError } from '../shared/errors.ts';
 import { keyText, type ChangeEvent, type Row } from '../shared/event.ts';
 import { assertPlainIdentifier } from '../shared/identifiers.ts';
+import { FoldedNameError, foldsIntoBy } from '../shared/name-folding.ts';
 import { admitTable, checkEventColumns, decodeChangeRecord } from '../sink/sink-admission.ts';
 import type { PayloadStore } from '../shared/payload-store.ts';
 import {
@@ -133,6 +134,8 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
   const served = deps.tables ? new Map(deps.tables.map((t) => [`${t.source}\u0000${t.table}`, t])) : null;
   const schemaCache = new Map<string, SchemaVersion>();
   const indexCache = new Map<string, IndexState>();
+  /** Tables whose index names fold into no table registered before them (docs/onboarding.md, "Names"). */
+  const unfolded = new Set<string>();
 
   async function schemaOf(source: string, table: string, version: number): Promise<SchemaVersion> {
     const k = `${source}\u0000${table}\u0000${version}`;
@@ -242,6 +245,30 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
         return;
       }
       const { target: names, table: rec } = admission;
+      // Index names are lower case: the second of two tables whose names differ only in case is refused, never served through the first's index.
+      if (!isHeartbeat && !unfolded.has(`${source}\u0000${table}`)) {
+        const first = await foldsIntoBy(cp, source, table, (s, t) => searchNames(prefix, s, t).alias);
+        if (first !== null) {
+          const err = new FoldedNameError(source, table, first, 'search index names are lower case');
+          await hold(source, table, items, describeError(err));
+          await cp.appendAudit({
+            at: now().toISOString(),
+            actor: `applier:${sinkId}`,
+            action: 'hold-table',
+            source,
+            table,
+            outcome: 'done',
+            detail: {
+              sink: sinkId,
+              heldFrom: minPosition(items),
+              reason: describeError(err),
+              hint: `leave ${table} out of this sink, or rename it at the source`,
+            },
+          });
+          return;
+        }
+        unfolded.add(`${source}\u0000${table}`);
+      }
       const deleteMode: DeleteMode = config?.deleteMode ?? rec.deleteMode;
       const valid: Item[] = [];
       const schemas = new Map<number, SchemaVersion>();

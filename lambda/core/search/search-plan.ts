@@ -32,6 +32,8 @@ import { keyText, type ChangeEvent, type JsonValue, type Row } from '../shared/e
 import { assertPosition, type Position } from '../shared/position.ts';
 import { describeValue as describe, isPlainObject } from '../shared/json-shape.ts';
 import { encodeVersion } from './search-version.ts';
+import { splitTableId } from '../shared/identifiers.ts';
+import { searchFieldRefusal, searchNamePart } from '../../../contracts/search-index-names.ts';
 
 /** The field of every document that holds the platform's bookkeeping. A source column of this name is refused. */
 export const META_FIELD = 'cdc_meta';
@@ -62,20 +64,16 @@ export interface SearchNames {
 const NAME_PART = /^[a-z_][a-z0-9_]{0,62}$/;
 const PREFIX = /^[a-z][a-z0-9_-]{0,31}$/;
 
-/** Index and alias names of a table. Refuses names OpenSearch cannot hold as they are (upper case, `$`). */
+/**
+ * Index and alias names of a table: the schema and table names written as index-name parts
+ * (`searchNamePart`, docs/search.md, "Index names"), so any carried name has one. Refuses a prefix
+ * or source id OpenSearch cannot hold as it is, and a table id that is not `schema.table`.
+ */
 export function searchNames(prefix: string, source: string, table: string): SearchNames {
   if (!PREFIX.test(prefix)) throw new UnsafeIdentifierError(prefix, `search index prefix must match ${PREFIX.source}`);
-  const parts = table.split('.');
-  if (parts.length !== 2) throw new UnsafeIdentifierError(table, "table id must be 'schema.table'");
-  for (const [what, p] of [
-    ['source id', source],
-    ['schema name', parts[0]!],
-    ['table name', parts[1]!],
-  ] as const) {
-    if (!NAME_PART.test(p))
-      throw new UnsafeIdentifierError(p, `${what} must match ${NAME_PART.source} to name a search index (OpenSearch index names are lower case)`);
-  }
-  const alias = `${prefix}.${source}.${parts[0]}.${parts[1]}`;
+  if (!NAME_PART.test(source)) throw new UnsafeIdentifierError(source, `source id must match ${NAME_PART.source} to name a search index`);
+  const { schema, table: name } = splitTableId(table);
+  const alias = `${prefix}.${source}.${searchNamePart(schema)}.${searchNamePart(name)}`;
   return {
     alias,
     all: `${alias}.all`,
@@ -122,7 +120,7 @@ export function validateSearchTables(value: unknown, origin = 'CDC_SEARCH_TABLES
       if (!['source', 'table', 'deleteMode'].includes(k)) throw new SearchConfigError(`${at}.${k}`, 'unknown field (known: source, table, deleteMode)');
     if (typeof v.source !== 'string' || !NAME_PART.test(v.source))
       throw new SearchConfigError(`${at}.source`, `expected a source id, got ${describe(v.source)}`);
-    if (typeof v.table !== 'string' || !/^[^.\s]+\.[^.\s]+$/.test(v.table))
+    if (typeof v.table !== 'string' || !/^[^.]+\.[^.]+$/.test(v.table))
       throw new SearchConfigError(`${at}.table`, `expected 'schema.table', got ${describe(v.table)}`);
     const mode = v.deleteMode ?? 'soft';
     if (mode !== 'soft' && mode !== 'hard') throw new SearchConfigError(`${at}.deleteMode`, `expected soft or hard, got ${describe(mode)}`);
@@ -176,10 +174,11 @@ export function fieldMappingOf(type: string | null): FieldMapping {
   return { type: 'keyword', ignore_above: 8191 };
 }
 
-/** Refuses a column whose name collides with the bookkeeping field or is not a plain field name. */
+/** Refuses a column whose name collides with the bookkeeping field or cannot be a document field (`searchFieldRefusal`). */
 export function assertSearchColumn(name: string, table: string): void {
   if (name === META_FIELD) throw new UnsafeIdentifierError(name, `column of ${table} collides with the search sink's ${META_FIELD} field`);
-  if (!/^[A-Za-z_][A-Za-z0-9_$]{0,62}$/.test(name)) throw new UnsafeIdentifierError(name, `column of ${table} is not a plain identifier`);
+  const refusal = searchFieldRefusal(name);
+  if (refusal !== null) throw new UnsafeIdentifierError(name, `column of ${table} cannot be a search field: ${refusal}`);
 }
 
 /** The fields a table's documents need: every column of the given schema versions (the newest version's type wins), plus `cdc_meta`. */

@@ -21,10 +21,12 @@ export class FoldedNameError extends CdcError {
     readonly source: string,
     readonly table: string,
     readonly first: string,
+    /** What folds the names. */
+    folds = 'its warehouse folds quoted names to lower case',
   ) {
     super(
       'NAME_FOLDS',
-      `${source}/${table} is refused by this sink: its warehouse folds quoted names to lower case, so ${table} and ${first} (registered first) would be one table (${first} is applied, ${table} never through it); ` +
+      `${source}/${table} is refused by this sink: ${folds}, so ${table} and ${first} (registered first) would be one table (${first} is applied, ${table} never through it); ` +
         `leave ${table} out of the capture (a rule's excludeTables) or rename one of the two at the source (docs/onboarding.md, "Names")`,
     );
   }
@@ -41,8 +43,21 @@ export async function foldsInto(
   table: string,
   targetOf: (source: string, table: string) => WarehouseTable,
 ): Promise<string | null> {
-  const mine = foldedName(targetOf(source, table));
-  const others = (await cp.listTables(source)).map((r) => r.table).filter((t) => t !== table && sameFolded(targetOf, source, t, mine));
+  return foldsIntoBy(cp, source, table, (s, t) => foldedName(targetOf(s, t)));
+}
+
+/**
+ * `foldsInto` for any sink: `foldedOf` gives the name a table's objects fold into (throws for a
+ * table the sink cannot name; such a table is refused on its own).
+ */
+export async function foldsIntoBy(
+  cp: Pick<ControlPlane, 'listTables' | 'getSchemaVersion'>,
+  source: string,
+  table: string,
+  foldedOf: (source: string, table: string) => string,
+): Promise<string | null> {
+  const mine = foldedOf(source, table);
+  const others = (await cp.listTables(source)).map((r) => r.table).filter((t) => t !== table && sameFolded(foldedOf, source, t, mine));
   if (others.length === 0) return null;
   const registered = async (t: string) => (await cp.getSchemaVersion(source, t, 1))?.registeredAt ?? '';
   const at = await registered(table);
@@ -55,9 +70,9 @@ export async function foldsInto(
   return first?.table ?? null;
 }
 
-function sameFolded(targetOf: (source: string, table: string) => WarehouseTable, source: string, table: string, folded: string): boolean {
+function sameFolded(foldedOf: (source: string, table: string) => string, source: string, table: string, folded: string): boolean {
   try {
-    return foldedName(targetOf(source, table)) === folded;
+    return foldedOf(source, table) === folded;
   } catch {
     return false; // a table the sink cannot name is refused on its own
   }

@@ -19,6 +19,9 @@ import { COLUMN_RULES_ACTION } from './late-rules.ts';
 import { requestSnapshot } from '../snapshot/snapshot-worker.ts';
 import { snapshotPending } from '../snapshot/snapshot.ts';
 import { resolveByRules, type TableConfig, type TableRule } from './table-config.ts';
+import { nameTwinRefusals, registrationOrder, UNKNOWN_SINKS, type NameTwin, type SinkProfile } from './sink-profile.ts';
+import { tableNameRefusal } from '../warehouse/warehouse-names.ts';
+import { CheckId } from '../operator/doctor-results.ts';
 
 /** What the platform decided about a table a rule matched. */
 export type DiscoveryVerdict = 'captured' | 'ineligible' | 'excluded' | 'dropped';
@@ -91,6 +94,8 @@ export interface DiscoveryDeps {
   capture(config: TableConfig): void | Promise<void>;
   /** Stops capturing a dropped table. */
   release(table: string): void | Promise<void>;
+  /** What the sinks the tables join can hold (docs/onboarding.md, "Names"). @default UNKNOWN_SINKS */
+  sinks?: SinkProfile;
   /** Who writes the audit entries. @default 'discovery' */
   actor?: string;
   now?: () => Date;
@@ -137,7 +142,12 @@ export async function scanTables(
       detail: { rule: r.rule, reasons: r.reasons, ...(before ? { previously: before.verdict } : {}), ...detail },
     });
   };
-  for (const m of matchRules(catalog, d.declared, d.rules)) {
+  const matched = matchRules(catalog, d.declared, d.rules);
+  const twins = await nameTwins(
+    d,
+    matched.filter((m) => m.kind === 'candidate').map((m) => m.table),
+  );
+  for (const m of matched) {
     if (m.kind === 'excluded') {
       const r: DiscoveryRecord = {
         table: m.table,
@@ -150,10 +160,19 @@ export async function scanTables(
       verdicts.push(previous.get(m.table)!);
       continue;
     }
+    // A name that cannot be carried is refused by name; its catalog is not read by it (docs/onboarding.md, "Names").
+    const named = tableNameRefusal(m.table);
+    if (named !== null) {
+      await d.release(m.table);
+      const reasons = [`${CheckId.TABLE_NAME}: ${named} (fix: rename the table at the source, or leave it out: a rule's excludeTables)`];
+      await record({ table: m.table, verdict: 'ineligible', rule: m.rule.match, reasons, at: at() }, {});
+      verdicts.push(previous.get(m.table)!);
+      continue;
+    }
     // The rule's excluded columns never reach a sink: one that cannot be carried (a virtual generated
     // column) does not refuse the table once excluded (docs/types.md, "What is refused, and where").
-    const fact: TableFact = { ...(await d.tableFact(m.table, m.config.key ?? null)), excluded: m.config.exclude };
-    const eligibility = tableEligibility(fact, d.user);
+    const fact: TableFact = { ...(await d.tableFact(m.table, m.config.key ?? null)), excluded: m.config.exclude, twin: twins.get(m.table) ?? null };
+    const eligibility = tableEligibility(fact, d.user, d.sinks ?? UNKNOWN_SINKS);
     if (!eligibility.eligible) {
       await d.release(m.table);
       await record({ table: m.table, verdict: 'ineligible', rule: m.rule.match, reasons: eligibility.reasons, at: at() }, {});
@@ -240,4 +259,24 @@ async function markDropped(d: DiscoveryDeps, table: string, at: string, actor: s
     outcome: 'done',
     detail: { from: t.state, to: 'paused', reason },
   });
+}
+
+/**
+ * The candidates refused because their name folds into another table's in a sink
+ * (lambda/core/tables/sink-profile.ts), in registration order: tables registered already (their
+ * first schema version's `registeredAt`, read only for tables that have a twin), declared tables,
+ * then the rest.
+ */
+async function nameTwins(d: DiscoveryDeps, candidates: readonly string[]): Promise<Map<string, NameTwin>> {
+  const sinks = d.sinks ?? UNKNOWN_SINKS;
+  const registered = new Set((await d.control.listTables(d.source)).map((r) => r.table));
+  const all = [...registered, ...d.declared, ...candidates];
+  const rough = nameTwinRefusals(sinks, d.source, registrationOrder(all, new Map(), d.declared));
+  if (rough.size === 0) return rough;
+  const at = new Map<string, string>();
+  for (const t of new Set([...rough.keys(), ...[...rough.values()].map((r) => r.first)])) {
+    const v = registered.has(t) ? await d.control.getSchemaVersion(d.source, t, 1) : null;
+    if (v) at.set(t, v.registeredAt);
+  }
+  return nameTwinRefusals(sinks, d.source, registrationOrder(all, at, d.declared));
 }

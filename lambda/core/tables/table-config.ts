@@ -39,7 +39,8 @@ export class TableConfigError extends CdcError {
   }
 }
 
-const TABLE_ID = /^[^.\s]+\.[^.\s]+$/;
+/** `schema.table`: two non-empty names without `.`; what else a name may hold is `tableNameRefusal`'s (docs/onboarding.md, "Names"). */
+const TABLE_ID = /^[^.]+\.[^.]+$/;
 const FIELDS = new Set(['table', 'key', 'deleteMode', 'mask', 'exclude', 'snapshot', 'transforms', 'capture', 'pollColumn', 'acknowledgeLateRules']);
 
 function columnList(v: unknown, field: string): string[] {

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { ENVELOPE_VERSION, keyText, type ChangeEvent, type Row } from '../../../lambda/core/shared/event.ts';
 import { makePosition } from '../../../lambda/core/shared/position.ts';
 import {
+  assertSearchColumn,
   bulkBody,
   classifyBulkItem,
   desiredProperties,
@@ -15,6 +16,7 @@ import {
   validateSearchTables,
   type StoredDoc,
 } from '../../../lambda/core/search/search-plan.ts';
+import { searchNamePart } from '../../../contracts/search-index-names.ts';
 import { PositionNotEncodableError } from '../../../lambda/core/search/search-version.ts';
 
 const pos = (n: number): string => makePosition(0x100000000n + BigInt(n) * 0x100n, 0);
@@ -48,8 +50,37 @@ describe('search plan', () => {
       'cdc.orders.public.customers.deleted',
       'cdc.orders.public.customers.v000001',
     ]);
-    expect(() => searchNames('cdc', 'orders', 'public.Customers')).toThrow(/lower case/);
     expect(() => searchNames('CDC', 'orders', 'public.c')).toThrow(/prefix/);
+    expect(() => searchNames('cdc', 'Orders', 'public.c')).toThrow(/source id/);
+    expect(() => searchNames('cdc', 'orders', 'public.a.b')).toThrow(/schema\.table/);
+  });
+
+  it('writes any carried schema or table name as a lower-case index-name part (docs/search.md, "Index names")', () => {
+    expect(searchNames('cdc', 's', 'public.Orders').alias).toBe('cdc.s.public.orders');
+    expect(searchNames('cdc', 's', 'Sales Dept.Total with tax').alias).toBe('cdc.s.sales-20dept.total-20with-20tax');
+    expect(searchNames('cdc', 's', 'public.Zoë "q"').alias).toBe('cdc.s.public.zo-c3-ab-20-22q-22');
+    expect(searchNames('cdc', 's', 'my$schema.t-1').alias).toBe('cdc.s.my-24schema.t-2d1');
+    // Injective but for ASCII case: only names that differ in it share a part.
+    expect(searchNamePart('Orders')).toBe(searchNamePart('orders'));
+    expect(searchNamePart('-2d')).not.toBe(searchNamePart('-'));
+    expect(searchNamePart('Ä')).not.toBe(searchNamePart('ä'));
+    // A long part is cut and hashed: at most 63 characters, distinct, and every name stays within OpenSearch's 255 bytes.
+    const long = 'ü'.repeat(31);
+    const part = searchNamePart(long);
+    expect(part).toHaveLength(63);
+    expect(part).toMatch(/-h[0-9a-f]{16}$/);
+    expect(searchNamePart(`${long.slice(1)}x`)).not.toBe(part);
+    const n = searchNames('abcdefghijklmnopqrstuvwxyz012345', 'a'.repeat(63), `${long}.${long}`);
+    expect(Buffer.byteLength(n.handover)).toBeLessThanOrEqual(255);
+    for (const name of [n.alias, n.all, n.deleted, n.handover, n.index(1)]) expect(name).toMatch(/^[a-z0-9][a-z0-9._-]*$/);
+  });
+
+  it('refuses columns OpenSearch cannot hold as a field, by name', () => {
+    for (const ok of ['CustomerName', 'Total with tax', 'Zoë', 'a"b', '_private']) expect(() => assertSearchColumn(ok, 'public.t')).not.toThrow();
+    expect(() => assertSearchColumn('a.b', 'public.t')).toThrow(/'\.'/);
+    expect(() => assertSearchColumn('_id', 'public.t')).toThrow(/metadata/);
+    expect(() => assertSearchColumn('  ', 'public.t')).toThrow(/whitespace/);
+    expect(() => assertSearchColumn('cdc_meta', 'public.t')).toThrow(/cdc_meta/);
   });
 
   it('keys documents by the platform’s key text, hashing keys longer than 512 bytes', () => {

@@ -27,6 +27,16 @@ describe('table configuration', () => {
     expect(index.tables()).toEqual(['public.customers', 'public.orders', 'public.notes']);
   });
 
+  it('takes any table name PostgreSQL accepts and refuses by name the ones that cannot be carried (docs/onboarding.md, "Names")', () => {
+    const names = ['Sales Dept.Total with tax', 'public.Orders', 'public.Zoë "quoted"', ' lead.trail '];
+    expect(validateTableConfig(names.map((table) => ({ table }))).map((c) => c.table)).toEqual(names);
+    expect(() => validateTableConfig([{ table: 'public.a.b' }])).toThrow(/CDC_TABLE_CONFIG\[0\]\.table: expected 'schema\.table'/);
+    expect(() => validateTableConfig([{ table: 'public.back\\slash' }])).toThrow(
+      /CDC_TABLE_CONFIG\[0\]\.table: table name "back\\\\slash" .* cannot be carried: it holds '\\'/,
+    );
+    expect(() => validateTableConfig([{ table: 'public._cdc_x' }])).toThrow(/reserved for the platform/);
+  });
+
   it('an empty array is a valid configuration; an unset variable is not', () => {
     expect(parseTableConfig('[]')).toEqual([]);
     expect(() => parseTableConfig(undefined)).toThrow(/^CDC_TABLE_CONFIG: not set/);
