@@ -28,6 +28,10 @@ import { CapturedTable, CdcSource, ChangeLog, ControlPlane, DmsServiceRoles, Sou
 import { handlerNames, isFresh } from '../lib/private/handler-code.ts';
 import { argValue, runIfMain, median, numberArg, rateRow, Recorder, timeRow, type BenchResult } from './lib/report.ts';
 
+/** Where the synthetic sources and warehouses are (docs/deploy.md, "Network"): address ranges of the VPC. */
+const DATABASE_PEER = ec2.Peer.ipv4('10.0.64.0/24');
+const WAREHOUSE_PEER = ec2.Peer.ipv4('10.0.65.0/24');
+
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const say = (text: string): void => void process.stdout.write(`[synth] ${text}\n`);
 
@@ -76,6 +80,7 @@ export function buildScaleApp(app: App, o: ScaleOptions): Stack[] {
         databaseName: `db${s}`,
         secret: secretsmanager.Secret.fromSecretNameV2(scope, `Source${s}Secret`, `cdc/source${s}/capture`),
         heartbeatSecret: secretsmanager.Secret.fromSecretNameV2(scope, `Source${s}HeartbeatSecret`, `cdc/source${s}/heartbeat`),
+        peer: DATABASE_PEER,
       }),
       tables,
     });
@@ -93,14 +98,20 @@ export function buildScaleApp(app: App, o: ScaleOptions): Stack[] {
     changeLog,
     sources,
     vpc,
-    connection: WarehouseConnection.redshift({ secret: secretsmanager.Secret.fromSecretNameV2(sinkScope, 'RedshiftSecret', 'cdc/warehouse/redshift') }),
+    connection: WarehouseConnection.redshift({
+      secret: secretsmanager.Secret.fromSecretNameV2(sinkScope, 'RedshiftSecret', 'cdc/warehouse/redshift'),
+      peer: WAREHOUSE_PEER,
+    }),
   });
   new WarehouseSink(sinkScope, 'Postgres', {
     controlPlane,
     changeLog,
     sources,
     vpc,
-    connection: WarehouseConnection.postgres({ secret: secretsmanager.Secret.fromSecretNameV2(sinkScope, 'PostgresSecret', 'cdc/warehouse/postgres') }),
+    connection: WarehouseConnection.postgres({
+      secret: secretsmanager.Secret.fromSecretNameV2(sinkScope, 'PostgresSecret', 'cdc/warehouse/postgres'),
+      peer: WAREHOUSE_PEER,
+    }),
   });
   return stacks;
 }

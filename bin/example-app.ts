@@ -8,7 +8,8 @@
  *
  * Synthesizes offline with no AWS credentials (`npx cdk synth`). Before deploying, read
  * docs/deploy.md: the secrets named below must exist, the source databases need logical
- * replication, and their security groups must admit the sources' security groups.
+ * replication, and the databases (at `databaseCidr`, `warehouseCidr`) must admit the functions'
+ * and the replication instances' addresses on their ports.
  *
  * Context (`-c key=value`):
  * - `devAccount`, `devRegion`, `prodAccount`, `prodRegion`: where each stage deploys
@@ -73,6 +74,15 @@ export interface CdcPipelineProps {
   readonly multiAz: boolean;
   /** NAT gateways of the VPC (one per availability zone for a NAT that survives a zone). */
   readonly natGateways: number;
+  /**
+   * Where the source databases and the warehouse are, by address range (a peered VPC or a transit
+   * gateway's route): the sources may send the database port there and the sinks the warehouse
+   * port (docs/deploy.md, "Network"). Databases whose security groups are in the app are named
+   * by `securityGroup` instead, which adds the ingress rule there too.
+   */
+  readonly databaseCidr: string;
+  /** Where the warehouse is, by address range (as `databaseCidr`). */
+  readonly warehouseCidr: string;
 }
 
 /** The example's environments: what a team would typically set apart between dev and prod. */
@@ -87,6 +97,8 @@ export const ENVIRONMENTS: Readonly<Record<'Dev' | 'Prod', CdcPipelineProps>> = 
     replicationInstanceClass: 'dms.t3.medium',
     multiAz: false,
     natGateways: 1,
+    databaseCidr: '10.100.0.0/24',
+    warehouseCidr: '10.100.1.0/24',
   },
   Prod: {
     ordersTables: ordersTables(true),
@@ -97,6 +109,8 @@ export const ENVIRONMENTS: Readonly<Record<'Dev' | 'Prod', CdcPipelineProps>> = 
     replicationInstanceClass: 'dms.c5.large',
     multiAz: true,
     natGateways: 2,
+    databaseCidr: '10.200.0.0/24',
+    warehouseCidr: '10.200.1.0/24',
   },
 };
 
@@ -158,6 +172,8 @@ export class CdcExampleStack extends Stack {
     (flowLogs.node.defaultChild as logs.CfnLogGroup).kmsKeyId = controlPlane.encryptionKey.keyArn;
     const changeLog = new ChangeLog(this, 'Log', { retention, archiveRetention: props.archiveRetention });
     const sizes = { replicationInstanceClass: props.replicationInstanceClass, multiAz: props.multiAz };
+    // The databases are outside this stack's VPC, named by address range: the port is opened to them only.
+    const databases = ec2.Peer.ipv4(props.databaseCidr);
 
     const orders = new CdcSource(this, 'Orders', {
       controlPlane,
@@ -167,6 +183,7 @@ export class CdcExampleStack extends Stack {
         databaseName: 'orders',
         secret: secretsmanager.Secret.fromSecretNameV2(this, 'OrdersSecret', 'cdc/orders/capture'),
         heartbeatSecret: secretsmanager.Secret.fromSecretNameV2(this, 'OrdersHeartbeatSecret', 'cdc/orders/heartbeat'),
+        peer: databases,
       }),
       tables: props.ordersTables,
       // The example's private subnets reach AWS APIs through its NAT gateway: HTTPS only.
@@ -182,6 +199,7 @@ export class CdcExampleStack extends Stack {
         databaseName: 'billing',
         secret: secretsmanager.Secret.fromSecretNameV2(this, 'BillingSecret', 'cdc/billing/capture'),
         heartbeatSecret: secretsmanager.Secret.fromSecretNameV2(this, 'BillingHeartbeatSecret', 'cdc/billing/heartbeat'),
+        peer: databases,
       }),
       tables: [
         CapturedTable.of('billing.invoices', { mask: ['customer_email'], exclude: ['card_number'], primaryKey: ['invoice_id'] }),
@@ -197,6 +215,7 @@ export class CdcExampleStack extends Stack {
       sources: [orders, billing],
       connection: WarehouseConnection.redshift({
         secret: secretsmanager.Secret.fromSecretNameV2(this, 'WarehouseSecret', 'cdc/warehouse/applier'),
+        peer: ec2.Peer.ipv4(props.warehouseCidr),
       }),
       vpc,
       awsApiEgress: AwsApiEgress.natGateway(),

@@ -24,6 +24,7 @@ import { SlotMonitor } from './private/slot-monitor.ts';
 import { addSnapshotWorker } from './private/snapshot-worker.ts';
 import { sourceAlarms, sourceDiscontinuityAlarm } from './private/source-alarms.ts';
 import { addHeartbeatWriter, addNormalizer } from './private/source-functions.ts';
+import { requireDatabasePeer } from './private/function-network.ts';
 import { sourceNetwork } from './private/source-network.ts';
 import { defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
 import { findTableProblem, tableConfigEntries, tableRuleEntries } from './private/table-mappings.ts';
@@ -265,7 +266,8 @@ export class CdcSource extends Resource implements IReconcilableSource, ec2.ICon
   readonly slotName: string;
   /**
    * The security groups of the replication instance and of each database-facing function (one
-   * each): allow them on the database port (`connections.allowTo(db, port)` adds a rule per group).
+   * each). The rules to the database the `SourceDatabase` names exist already; for anything else
+   * (a read replica) `connections.allowTo(peer, port)` adds a rule per group.
    */
   readonly connections: ec2.Connections;
   /** The key that encrypts the raw stream, the normalizer's dead-letter queue and the source's log groups. */
@@ -316,6 +318,8 @@ export class CdcSource extends Resource implements IReconcilableSource, ec2.ICon
     this.heartbeatSchema = props.heartbeatSchema ?? DEFAULT_HEARTBEAT_SCHEMA;
     this.slotName = props.slotName ?? `cdc_${this.sourceId}`;
     this.database = props.database;
+    // The members send the database port only where the database is named (docs/deploy.md, "Network").
+    requireDatabasePeer(this, props.database, 'the source database');
     const checked = this.checkProps(props);
     const alarmsEnabled = props.alarmsEnabled ?? true;
 

@@ -1,6 +1,6 @@
 import type * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
-import { requireOptions } from './private/validate.ts';
+import { databasePeer, requireOptions } from './private/validate.ts';
 
 /** Options of `SourceDatabase.postgres`. */
 export interface PostgresSourceOptions {
@@ -41,13 +41,23 @@ export interface PostgresSourceOptions {
    */
   readonly monitoringSecret?: secretsmanager.ISecret;
   /**
-   * The database's security group. When given, the `CdcSource` admits its own security group on
-   * `port` and prepares the replication slot only after that rule exists.
-   * @default - none: admit `source.connections` on the database port yourself
+   * The database's security group: each member of the `CdcSource` (and each `Reconciler`
+   * function of it) may send to it on `port`, and it admits them there (the ingress rule is added
+   * to it). The replication slot is prepared only after these rules exist. Name the database by
+   * this or by `peer`: synth fails when neither is given (docs/deploy.md, "Network").
+   * @default - none; then `peer` is required
    */
   readonly securityGroup?: ec2.ISecurityGroup;
   /**
-   * The database port (for the ingress rule with `securityGroup`).
+   * The database's address range, when it has no security group this app may add a rule to (a
+   * self-managed server, a peered VPC, on premises, a group another stack owns): a CIDR block
+   * (`ec2.Peer.ipv4('10.20.0.0/24')`), a prefix list, or `ec2.Peer.securityGroupId(id)`. Each
+   * member may send to it on `port` (egress only: the database's side admits them).
+   * @default - none; then `securityGroup` is required
+   */
+  readonly peer?: ec2.IPeer;
+  /**
+   * The database port (for the rules of `securityGroup` or `peer`).
    * @default 5432
    */
   readonly port?: number;
@@ -116,6 +126,8 @@ export class SourceDatabase {
   readonly monitoringSecret: secretsmanager.ISecret;
   /** The database's security group, when the source should admit itself. */
   readonly securityGroup?: ec2.ISecurityGroup;
+  /** The database's address range, when it is named by address instead of a security group. */
+  readonly peer?: ec2.IPeer;
   /** The database port. */
   readonly port: number;
   /** The snapshot budget (undefined: the defaults). */
@@ -144,6 +156,7 @@ export class SourceDatabase {
     this.caCertificatePem = options.caCertificatePem;
     this.monitoringSecret = options.monitoringSecret ?? options.secret;
     this.securityGroup = options.securityGroup;
+    this.peer = databasePeer('SourceDatabase.postgres', options);
     this.port = options.port ?? 5432;
     this.snapshotBudget = options.snapshotBudget;
     this.readReplicaSecret = options.readReplicaSecret;

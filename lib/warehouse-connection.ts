@@ -1,7 +1,7 @@
 import type * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { SslMode } from './source-database.ts';
-import { requireOptions } from './private/validate.ts';
+import { databasePeer, requireOptions } from './private/validate.ts';
 
 /** Options of `WarehouseConnection.redshift` and `WarehouseConnection.postgres`. */
 export interface WarehouseConnectionOptions {
@@ -18,13 +18,21 @@ export interface WarehouseConnectionOptions {
    */
   readonly sslMode?: SslMode;
   /**
-   * The warehouse's security group. When given, the `WarehouseSink` admits its applier on `port`
-   * (ingress there, egress on its own group).
-   * @default - none: admit `sink.connections` on the warehouse port yourself (`sink.connections.allowTo(warehouse, port)`)
+   * The warehouse's security group: the `WarehouseSink`'s applier (and the functions of a
+   * `WarehouseRebuild` or `Reconciler` of it) may send to it on `port`, and it admits them there.
+   * Name the warehouse by this or by `peer`: synth fails when neither is given (docs/deploy.md, "Network").
+   * @default - none; then `peer` is required
    */
   readonly securityGroup?: ec2.ISecurityGroup;
   /**
-   * The warehouse port (for the rules with `securityGroup`).
+   * The warehouse's address range, when it has no security group this app may add a rule to: a
+   * CIDR block (`ec2.Peer.ipv4('10.30.0.0/24')`), a prefix list, or `ec2.Peer.securityGroupId(id)`.
+   * The functions may send to it on `port` (egress only: the warehouse's side admits them).
+   * @default - none; then `securityGroup` is required
+   */
+  readonly peer?: ec2.IPeer;
+  /**
+   * The warehouse port (for the rules of `securityGroup` or `peer`).
    * @default - 5439 for Redshift, 5432 for PostgreSQL
    */
   readonly port?: number;
@@ -60,6 +68,8 @@ export class WarehouseConnection {
   readonly sslMode: SslMode;
   /** The warehouse's security group, when the sink should admit itself. */
   readonly securityGroup?: ec2.ISecurityGroup;
+  /** The warehouse's address range, when it is named by address instead of a security group. */
+  readonly peer?: ec2.IPeer;
   /** The warehouse port. */
   readonly port: number;
 
@@ -68,6 +78,7 @@ export class WarehouseConnection {
     this.secret = options.secret;
     this.sslMode = options.sslMode ?? SslMode.VERIFY_FULL;
     this.securityGroup = options.securityGroup;
+    this.peer = databasePeer(`WarehouseConnection.${engine}`, options);
     this.port = options.port ?? (engine === WarehouseEngine.REDSHIFT ? 5439 : 5432);
   }
 }

@@ -14,6 +14,7 @@ import type { IArchivedChangeLog } from './change-log.ts';
 import type { IOperatedControlPlane } from './control-plane.ts';
 import { createAlarm } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
+import { allowDatabase } from './private/function-network.ts';
 import { encryptLogGroup } from './private/platform-key.ts';
 import { payloadEnvironment } from './private/payloads.ts';
 import { checkRequiredProps, fail } from './private/validate.ts';
@@ -126,24 +127,7 @@ export class WarehouseRebuild extends Resource implements IWarehouseRebuild {
     (props.awsApiEgress ?? AwsApiEgress.vpcEndpoints()).applyTo(securityGroup, props.vpc);
     this.connections = new ec2.Connections({ securityGroups: [securityGroup] });
     const wh = sink.connection;
-    if (wh.securityGroup) {
-      new ec2.CfnSecurityGroupIngress(this, 'WarehouseIngress', {
-        groupId: wh.securityGroup.securityGroupId,
-        sourceSecurityGroupId: securityGroup.securityGroupId,
-        ipProtocol: 'tcp',
-        fromPort: wh.port,
-        toPort: wh.port,
-        description: `Rebuild worker of warehouse sink ${sink.sinkId}`,
-      });
-      new ec2.CfnSecurityGroupEgress(this, 'WarehouseEgress', {
-        groupId: securityGroup.securityGroupId,
-        destinationSecurityGroupId: wh.securityGroup.securityGroupId,
-        ipProtocol: 'tcp',
-        fromPort: wh.port,
-        toPort: wh.port,
-        description: `Rebuild worker of warehouse sink ${sink.sinkId}: to the warehouse`,
-      });
-    }
+    allowDatabase(this, 'Warehouse', securityGroup, wh, `Rebuild worker of warehouse sink ${sink.sinkId}`, 'the warehouse');
 
     const worker = new CdcFunction(this, 'Worker', {
       handlerName: 'rebuild-worker',

@@ -14,6 +14,7 @@ import { AwsApiEgress } from './aws-api-egress.ts';
 import type { ICdcSource } from './cdc-source.ts';
 import { createAlarm, iteratorAgeMetric } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
+import { allowDatabase } from './private/function-network.ts';
 import { encryptLogGroup } from './private/platform-key.ts';
 import { consumeStream } from './private/stream-consumer.ts';
 import { acknowledgeKeyGrants, addReplaySchedule, checkSinkProps, SINK_PROP_KINDS, sinkAlarms } from './private/sink-applier.ts';
@@ -238,7 +239,7 @@ export class WarehouseSink extends WarehouseSinkBase implements IConnectedWareho
   readonly applier: lambda.IFunction;
   /** Records the applier's event source mapping gave up on (shard id and sequence numbers). */
   readonly deadLetterQueue: sqs.IQueue;
-  /** The applier's security group: allow it on the warehouse port. */
+  /** The applier's security group (the rules to the warehouse the `WarehouseConnection` names exist already). */
   readonly connections: ec2.Connections;
   /** The alarms this construct created (empty when `alarmsEnabled` is false). */
   readonly alarms: cloudwatch.IAlarm[] = [];
@@ -297,26 +298,7 @@ export class WarehouseSink extends WarehouseSinkBase implements IConnectedWareho
     });
     (props.awsApiEgress ?? AwsApiEgress.vpcEndpoints()).applyTo(securityGroup, props.vpc);
     this.connections = new ec2.Connections({ securityGroups: [securityGroup] });
-    if (props.connection.securityGroup) {
-      const port = props.connection.port;
-      checkIntegerRange(this, 'warehouse port', port, 1, 65535);
-      new ec2.CfnSecurityGroupIngress(this, 'WarehouseIngress', {
-        groupId: props.connection.securityGroup.securityGroupId,
-        sourceSecurityGroupId: securityGroup.securityGroupId,
-        ipProtocol: 'tcp',
-        fromPort: port,
-        toPort: port,
-        description: `Warehouse sink ${this.sinkId}: the applier`,
-      });
-      new ec2.CfnSecurityGroupEgress(this, 'WarehouseEgress', {
-        groupId: securityGroup.securityGroupId,
-        destinationSecurityGroupId: props.connection.securityGroup.securityGroupId,
-        ipProtocol: 'tcp',
-        fromPort: port,
-        toPort: port,
-        description: `Warehouse sink ${this.sinkId}: to the warehouse`,
-      });
-    }
+    allowDatabase(this, 'Warehouse', securityGroup, props.connection, `Warehouse sink ${this.sinkId}: the applier`, 'the warehouse');
 
     const memorySize = props.memorySize ?? Size.mebibytes(DEFAULT_APPLIER_MEMORY_MIB);
     const applier = new CdcFunction(this, 'Applier', {

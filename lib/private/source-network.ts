@@ -1,7 +1,7 @@
 /**
  * The network of a `CdcSource` (docs/deploy.md, "Network"): one security group per member in the
  * VPC (the DMS replication instance and each database-facing function), each sending only HTTPS
- * to AWS APIs and the database port to the database, nothing else.
+ * to AWS APIs and the database port to the database (its security group or address range), nothing else.
  */
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type { Construct, IDependable } from 'constructs';
@@ -62,9 +62,8 @@ export function sourceNetwork(scope: Construct, props: SourceNetworkProps): Sour
  * the slot step needs first (the replication instance's and the slot preparation's).
  */
 export function allowSourceDatabase(scope: Construct, network: SourceNetwork, database: SourceDatabase, sourceId: string): IDependable[] {
-  const peer = { securityGroup: database.securityGroup, port: database.port };
   const to = (member: string, group: ec2.ISecurityGroup, what: string): IDependable[] =>
-    allowDatabase(scope, member, group, peer, `CDC source ${sourceId}: ${what}`, 'the database');
+    allowDatabase(scope, member, group, database, `CDC source ${sourceId}: ${what}`, 'the database');
   const slotRules = [...to('Database', network.replication, 'DMS replication instance'), ...to('TaskLifecycleDatabase', network.lifecycle, 'slot preparation')];
   to('HeartbeatWriterDatabase', network.heartbeat, 'heartbeat writer');
   to('SlotMonitorDatabase', network.slotMonitor, 'slot monitor');

@@ -3,6 +3,7 @@
  * lower-case after it and does not end in a period (aws-cdk design guidelines).
  */
 import { Duration, Token } from 'aws-cdk-lib';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type { IConstruct } from 'constructs';
 
 import { LOWER_IDENT } from '../../contracts/identifiers.ts';
@@ -89,6 +90,25 @@ export function requireOptions<T extends object>(factory: string, options: T | u
   const missing = required.filter((k) => options[k] === undefined || options[k] === null);
   if (missing.length > 0)
     throw new Error(`${factory} needs ${missing.map((k) => `\`${k}\``).join(', ')}; ${missing.length === 1 ? 'it is' : 'they are'} required`);
+}
+
+/**
+ * The `peer` of a database's options, checked against its `securityGroup`: one of the two names
+ * the database (docs/deploy.md, "Network"); a security group given as `peer` would get no ingress
+ * rule, so it is refused with the two ways to say what was meant.
+ */
+export function databasePeer(factory: string, options: { readonly securityGroup?: unknown; readonly peer?: ec2.IPeer }): ec2.IPeer | undefined {
+  if (options.peer === undefined || options.peer === null) return undefined;
+  if (options.securityGroup !== undefined) throw new Error(`${factory}: give securityGroup or peer, not both (peer is for a database named by address)`);
+  if (typeof (options.peer as { toEgressRuleConfig?: unknown }).toEgressRuleConfig !== 'function')
+    throw new Error(
+      `${factory}: peer must be an ec2.IPeer (ec2.Peer.ipv4('10.0.0.0/24'), ec2.Peer.prefixList(id), ec2.Peer.securityGroupId(id)), got ${describeValue(options.peer)}`,
+    );
+  if (ec2.SecurityGroup.isSecurityGroup(options.peer))
+    throw new Error(
+      `${factory}: peer is a security group; pass it as securityGroup (adds the ingress rule there too), or as ec2.Peer.securityGroupId(group.securityGroupId) for the egress rule only`,
+    );
+  return options.peer;
 }
 
 /** What a prop must hold, checked at runtime for callers without the type checker. */

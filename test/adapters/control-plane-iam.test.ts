@@ -20,7 +20,7 @@ import { createControlTable } from '../../lambda/adapters/control-plane-dynamodb
 import type { SchemaVersion, TableRecord } from '../../lambda/core/shared/control-plane.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
 import { WarehouseConnection, WarehouseSink } from '../../lib/index.ts';
-import { fixture, ordersSource, resourcesOf } from '../constructs/helpers.ts';
+import { fixture, ordersSource, resourcesOf, WAREHOUSE_PEER } from '../constructs/helpers.ts';
 
 type Statement = { Effect: string; Action: string | string[]; Condition?: Record<string, Record<string, string[]>> };
 type Request = { action: string; pk: string };
@@ -89,7 +89,7 @@ function roleStatements(prefix: string): Statement[] {
       controlPlane: f.control,
       changeLog: f.log,
       sources: [source],
-      connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }),
+      connection: WarehouseConnection.redshift({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
       vpc: f.vpc,
     });
     template = Template.fromStack(f.stack);

@@ -29,6 +29,7 @@ import {
   WarehouseSink,
 } from '../../lib/index.ts';
 import { assemblyStacks, HANDLER_OF_SERVICE, templateFunctions } from '../../local/app-config.ts';
+import { DATABASE_PEER, WAREHOUSE_PEER } from './helpers.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const HANDLERS = path.join(ROOT, 'lambda', 'handlers');
@@ -83,6 +84,7 @@ function optionalSettingsApp(dir: string): App {
       readReplicaSecret: secret('replica'),
       instanceIdentifier: 'shop-db',
       snapshotBudget: { writeLatencyPercent: 20, cpuPercent: 10 },
+      peer: DATABASE_PEER,
     }),
     tables: [CapturedTable.of('public.items'), CapturedTable.of('public.prices', { capture: CaptureMode.POLL, pollColumn: 'updated_at' })],
   });
@@ -92,7 +94,7 @@ function optionalSettingsApp(dir: string): App {
     vpc,
     awsApiEgress: AwsApiEgress.natGateway(),
     sources: [source],
-    connection: WarehouseConnection.redshift({ secret: secret('warehouse') }),
+    connection: WarehouseConnection.redshift({ secret: secret('warehouse'), peer: WAREHOUSE_PEER }),
     mergeMaxRows: 1000,
     mergeMaxAge: Duration.minutes(5),
     mergeOnSchedule: true,

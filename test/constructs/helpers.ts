@@ -9,6 +9,14 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { CapturedTable, CdcSource, ChangeLog, ControlPlane, SourceDatabase, type CdcSourceProps } from '../../lib/index.ts';
 
+/**
+ * Where the fixtures' source database and warehouse are, by address range (`SourceDatabase.postgres`'s
+ * and `WarehouseConnection`'s `peer`; docs/deploy.md, "Network"): the constructs fail synth when
+ * nothing names a database they connect to.
+ */
+export const DATABASE_PEER = ec2.Peer.ipv4('10.0.64.0/24');
+export const WAREHOUSE_PEER = ec2.Peer.ipv4('10.0.65.0/24');
+
 export function newApp(): App {
   return new App({ builtinCloudFormationValidation: false });
 }
@@ -63,7 +71,7 @@ export function ordersSource(f: Fixture, overrides: Partial<CdcSourceProps> = {}
     controlPlane: f.control,
     changeLog: f.log,
     vpc: f.vpc,
-    database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret }),
+    database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, peer: DATABASE_PEER }),
     tables: [CapturedTable.of('public.customers', { mask: ['email'], exclude: ['ssn'] }), CapturedTable.of('public.orders')],
     ...overrides,
   });

@@ -21,7 +21,7 @@ import {
   type CdcSourceProps,
   type WarehouseSinkProps,
 } from '../../lib/index.ts';
-import { addApiEndpoints, fixture, newApp, ordersSource } from './helpers.ts';
+import { addApiEndpoints, DATABASE_PEER, fixture, newApp, ordersSource, WAREHOUSE_PEER } from './helpers.ts';
 
 const LOG_ARN = 'arn:aws:kinesis:eu-central-1:222222222222:stream/cdc-change-log';
 const TABLE_ARN = 'arn:aws:dynamodb:eu-central-1:222222222222:table/cdc-control';
@@ -58,7 +58,7 @@ describe('importers', () => {
       changeLog: log,
       sources: [source],
       vpc,
-      connection: WarehouseConnection.postgres({ secret: secretsmanager.Secret.fromSecretNameV2(stack, 'Secret', 'warehouse') }),
+      connection: WarehouseConnection.postgres({ secret: secretsmanager.Secret.fromSecretNameV2(stack, 'Secret', 'warehouse'), peer: WAREHOUSE_PEER }),
     });
     const t = Template.fromStack(stack);
     t.hasResourceProperties('AWS::Lambda::EventSourceMapping', { EventSourceArn: LOG_ARN });
@@ -84,7 +84,7 @@ describe('importers', () => {
           changeLog: a,
           sources: [source],
           vpc: f.vpc,
-          connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
+          connection: WarehouseConnection.postgres({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
         }),
     ).toThrow(/^Test\/Warehouse: source imported \(Test\/Imported\) publishes to a different change log than this sink reads$/);
   });
@@ -112,7 +112,7 @@ describe('metrics take an ICdcSource', () => {
       changeLog: f.log,
       sources: [orders],
       vpc: f.vpc,
-      connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
+      connection: WarehouseConnection.postgres({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
     });
     const imported = WarehouseSink.fromWarehouseSinkAttributes(f.stack, 'Remote', {
       sinkId: 'remote_dw',
@@ -143,7 +143,7 @@ describe('durations that are tokens', () => {
       changeLog: log,
       sources: [orders],
       vpc: f.vpc,
-      connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
+      connection: WarehouseConnection.postgres({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
       freshnessTarget: Duration.millis(freshnessMs.valueAsNumber),
       maxRecordAge: Duration.hours(12),
     });
@@ -163,7 +163,7 @@ describe('durations that are tokens', () => {
           changeLog: log,
           sources: [orders],
           vpc: f.vpc,
-          connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
+          connection: WarehouseConnection.postgres({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
         }),
     ).toThrow(/^Test\/Warehouse: alarmIteratorAgeThreshold is required when the change-log retention is a token/);
   });
@@ -184,7 +184,7 @@ describe('JavaScript callers that leave out a required prop get a clear error', 
           controlPlane: f.control,
           changeLog: f.log,
           vpc: f.vpc,
-          connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
+          connection: WarehouseConnection.postgres({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
         } as unknown as WarehouseSinkProps),
     ).toThrow(/^Test\/Sink: WarehouseSink needs `sources`; it is required$/);
     expect(() => ChangeLog.fromChangeLogAttributes(f.stack, 'L', { streamArn: LOG_ARN } as never)).toThrow(
@@ -193,7 +193,9 @@ describe('JavaScript callers that leave out a required prop get a clear error', 
   });
 
   test('factories name what is missing', () => {
-    expect(() => SourceDatabase.postgres({ databaseName: 'orders' } as never)).toThrow(/^SourceDatabase\.postgres needs `secret`; it is required$/);
+    expect(() => SourceDatabase.postgres({ databaseName: 'orders', peer: DATABASE_PEER } as never)).toThrow(
+      /^SourceDatabase\.postgres needs `secret`; it is required$/,
+    );
     expect(() => WarehouseConnection.redshift(undefined as never)).toThrow(/^WarehouseConnection\.redshift needs options \(secret\)$/);
     expect(() => CapturedTable.of(undefined as never)).toThrow(/^CapturedTable\.of needs a table id 'schema\.table' \(a string\), got undefined$/);
   });

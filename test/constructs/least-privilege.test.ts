@@ -25,7 +25,7 @@ import {
   WarehouseConnection,
   WarehouseSink,
 } from '../../lib/index.ts';
-import { fixture, newApp, onlyResource, ordersSource, resourcesOf, type Fixture } from './helpers.ts';
+import { DATABASE_PEER, fixture, type Fixture, newApp, onlyResource, ordersSource, resourcesOf, WAREHOUSE_PEER } from './helpers.ts';
 
 type Statement = { Effect: string; Action: string | string[]; Resource: unknown; Condition?: Record<string, Record<string, unknown>> };
 
@@ -46,7 +46,7 @@ function sink(f: Fixture, source = ordersSource(f)): WarehouseSink {
     controlPlane: f.control,
     changeLog: f.log,
     sources: [source],
-    connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }),
+    connection: WarehouseConnection.redshift({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
     vpc: f.vpc,
   });
 }
@@ -267,10 +267,10 @@ describe('control plane: own partitions, append-only audit', () => {
 describe('identities and TLS', () => {
   test('the heartbeat writer has its own secret, never the capture secret', () => {
     const f = fixture();
-    expect(() => SourceDatabase.postgres({ databaseName: 'd', secret: f.sourceSecret, heartbeatSecret: f.sourceSecret })).toThrow(
+    expect(() => SourceDatabase.postgres({ databaseName: 'd', secret: f.sourceSecret, heartbeatSecret: f.sourceSecret, peer: DATABASE_PEER })).toThrow(
       /heartbeatSecret must not be the capture secret/,
     );
-    expect(() => SourceDatabase.postgres({ databaseName: 'd', secret: f.sourceSecret } as never)).toThrow(/heartbeatSecret is required/);
+    expect(() => SourceDatabase.postgres({ databaseName: 'd', secret: f.sourceSecret, peer: DATABASE_PEER } as never)).toThrow(/heartbeatSecret is required/);
     ordersSource(f);
     const t = Template.fromStack(f.stack);
     const reads = roleStatements(t, 'OrdersHeartbeatWriterServiceRole').filter((s) => actionsOf(s).includes('secretsmanager:GetSecretValue'));
@@ -300,11 +300,25 @@ describe('identities and TLS', () => {
     const f = fixture();
     const pem = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n';
     const a = ordersSource(f, {
-      database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, caCertificatePem: pem }),
+      database: SourceDatabase.postgres({
+        databaseName: 'orders',
+        secret: f.sourceSecret,
+        heartbeatSecret: f.heartbeatSecret,
+        caCertificatePem: pem,
+        peer: DATABASE_PEER,
+      }),
     });
     const b = ordersSource(
       f,
-      { database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, sslMode: SslMode.REQUIRE }) },
+      {
+        database: SourceDatabase.postgres({
+          databaseName: 'orders',
+          secret: f.sourceSecret,
+          heartbeatSecret: f.heartbeatSecret,
+          sslMode: SslMode.REQUIRE,
+          peer: DATABASE_PEER,
+        }),
+      },
       'Test',
     );
     const t = Template.fromStack(f.stack);
@@ -324,9 +338,9 @@ describe('identities and TLS', () => {
     });
     Annotations.fromStack(f.stack).hasWarning(`/${b.node.path}`, Match.stringLikeRegexp('server certificate is not verified'));
     expect(a.node.path).toBe('Test/Orders');
-    expect(() => SourceDatabase.postgres({ databaseName: 'd', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, caCertificatePem: 'nope' })).toThrow(
-      /caCertificatePem must be PEM/,
-    );
+    expect(() =>
+      SourceDatabase.postgres({ databaseName: 'd', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, caCertificatePem: 'nope', peer: DATABASE_PEER }),
+    ).toThrow(/caCertificatePem must be PEM/);
   });
 
   test('the applier gets the warehouse TLS mode (verify-full by default)', () => {
@@ -566,7 +580,7 @@ describe('customer-managed keys wherever data rests', () => {
       controlPlane: f.control,
       changeLog: f.log,
       sources: [source],
-      connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }),
+      connection: WarehouseConnection.redshift({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
       vpc: f.vpc,
       deadLetterQueueEncryptionKey: dlqKey,
     });

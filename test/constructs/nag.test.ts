@@ -9,7 +9,7 @@ import { describe, expect, test } from 'vitest';
 import { buildExampleApp } from '../../bin/example-app.ts';
 import * as opensearch from 'aws-cdk-lib/aws-opensearchservice';
 import { PipelineDashboard, SearchSink, WarehouseConnection, WarehouseRebuild, WarehouseSink } from '../../lib/index.ts';
-import { fixture, newApp, ordersSource } from './helpers.ts';
+import { fixture, newApp, ordersSource, WAREHOUSE_PEER } from './helpers.ts';
 
 function violationsOf(app: App, scope: IConstruct): string[] {
   const report = new AwsSolutionsChecks(app).validateScope(scope);
@@ -46,7 +46,7 @@ describe('cdk-nag AwsSolutions', () => {
       controlPlane: f.control,
       changeLog: f.log,
       sources: [orders],
-      connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
+      connection: WarehouseConnection.postgres({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
       vpc: f.vpc,
     });
     new WarehouseRebuild(f.stack, 'Rebuild', { controlPlane: f.control, changeLog: f.log, sink, vpc: f.vpc });

@@ -9,7 +9,7 @@ import { Template } from 'aws-cdk-lib/assertions';
 import { describe, expect, test } from 'vitest';
 import { WarehouseConnection, WarehouseSink } from '../../lib/index.ts';
 import { EnvName } from '../../contracts/env.ts';
-import { fixture, ordersSource, resourcesOf } from './helpers.ts';
+import { fixture, ordersSource, resourcesOf, WAREHOUSE_PEER } from './helpers.ts';
 
 function build() {
   const f = fixture();
@@ -19,7 +19,7 @@ function build() {
     changeLog: f.log,
     vpc: f.vpc,
     sources: [orders],
-    connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }),
+    connection: WarehouseConnection.redshift({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
   });
   const t = Template.fromStack(f.stack);
   const bucketId = f.stack.getLogicalId(f.control.payloadBucket!.node.defaultChild as never);

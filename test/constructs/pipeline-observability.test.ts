@@ -21,7 +21,7 @@ import {
   WarehouseRebuild,
   WarehouseSink,
 } from '../../lib/index.ts';
-import { fixture, newApp, ordersSource, resourcesOf, type Fixture } from './helpers.ts';
+import { fixture, type Fixture, newApp, ordersSource, resourcesOf, WAREHOUSE_PEER } from './helpers.ts';
 
 function pipeline(f: Fixture, warehouseActions?: cloudwatch.IAlarmAction[]) {
   const orders = ordersSource(f);
@@ -30,7 +30,7 @@ function pipeline(f: Fixture, warehouseActions?: cloudwatch.IAlarmAction[]) {
     changeLog: f.log,
     sources: [orders],
     vpc: f.vpc,
-    connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
+    connection: WarehouseConnection.postgres({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
     freshnessTarget: Duration.minutes(2),
     ...(warehouseActions ? { alarmActions: warehouseActions } : {}),
   });

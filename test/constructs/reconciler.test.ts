@@ -16,7 +16,7 @@ import {
   type IReconciledSink,
   type ReconcilerProps,
 } from '../../lib/index.ts';
-import { fixture, ordersSource, parseJsonProperty, policyDocuments, resourcesOf, type Fixture } from './helpers.ts';
+import { fixture, ordersSource, parseJsonProperty, policyDocuments, resourcesOf, type Fixture, WAREHOUSE_PEER } from './helpers.ts';
 
 function build(f: Fixture, overrides: Partial<ReconcilerProps> = {}, warehouseSg?: ec2.ISecurityGroup) {
   const orders = ordersSource(f);
@@ -25,7 +25,10 @@ function build(f: Fixture, overrides: Partial<ReconcilerProps> = {}, warehouseSg
     changeLog: f.log,
     sources: [orders],
     vpc: f.vpc,
-    connection: WarehouseConnection.postgres({ secret: f.warehouseSecret, ...(warehouseSg ? { securityGroup: warehouseSg, port: 5439 } : {}) }),
+    connection: WarehouseConnection.postgres({
+      secret: f.warehouseSecret,
+      ...(warehouseSg ? { securityGroup: warehouseSg, port: 5439 } : { peer: WAREHOUSE_PEER }),
+    }),
     freshnessTarget: Duration.minutes(2),
   });
   const r = new Reconciler(f.stack, 'Reconciler', { controlPlane: f.control, sources: [orders], sinks: [warehouse], vpc: f.vpc, ...overrides });

@@ -7,7 +7,7 @@ import * as sns from 'aws-cdk-lib/aws-sns';
 import * as actions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import { describe, expect, test } from 'vitest';
 import { SourceDatabase, CapturedTable } from '../../lib/index.ts';
-import { fixture, ordersSource, resourcesOf } from './helpers.ts';
+import { DATABASE_PEER, fixture, ordersSource, resourcesOf } from './helpers.ts';
 
 const MIB = 1024 * 1024;
 
@@ -16,7 +16,13 @@ describe('CdcSource slot monitor', () => {
     const f = fixture();
     const monitoring = secretsmanager.Secret.fromSecretNameV2(f.stack, 'MonitorSecret', 'monitor');
     const source = ordersSource(f, {
-      database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, monitoringSecret: monitoring }),
+      database: SourceDatabase.postgres({
+        databaseName: 'orders',
+        secret: f.sourceSecret,
+        heartbeatSecret: f.heartbeatSecret,
+        monitoringSecret: monitoring,
+        peer: DATABASE_PEER,
+      }),
       slotName: 'orders_slot',
       slotWalBudget: Size.gibibytes(4),
     });

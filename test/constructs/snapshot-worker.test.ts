@@ -12,7 +12,7 @@ import { describe, expect, test } from 'vitest';
 import { parseTableConfig } from '../../lambda/core/tables/table-config.ts';
 import { parseBudget } from '../../lambda/runtime/environment.ts';
 import { CapturedTable, SourceDatabase } from '../../lib/index.ts';
-import { fixture, ordersSource, policyDocuments, resourcesOf } from './helpers.ts';
+import { DATABASE_PEER, fixture, ordersSource, policyDocuments, resourcesOf } from './helpers.ts';
 
 function workerOf(t: Template): { id: string; props: Record<string, unknown> } {
   const [id, r] = resourcesOf(t, 'AWS::Lambda::Function').find(([i]) => i.startsWith('OrdersSnapshotWorker'))!;
@@ -72,6 +72,7 @@ describe('CdcSource snapshot worker', () => {
         heartbeatSecret: f.heartbeatSecret,
         snapshotBudget: { writeLatencyPercent: 5 },
         readReplicaSecret: replica,
+        peer: DATABASE_PEER,
       }),
       tables: [CapturedTable.of('public.customers'), CapturedTable.of('public.orders', { snapshot: false })],
     });
@@ -120,6 +121,7 @@ describe('CdcSource snapshot worker', () => {
         secret: f.sourceSecret,
         heartbeatSecret: f.heartbeatSecret,
         instanceIdentifier: 'orders-db',
+        peer: DATABASE_PEER,
       }),
     });
     const t = Template.fromStack(f.stack);

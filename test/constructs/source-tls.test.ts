@@ -12,7 +12,7 @@ import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { describe, expect, test } from 'vitest';
 import { buildExampleApp } from '../../bin/example-app.ts';
 import { CapturedTable, CaptureMode, CdcSource, Reconciler, SourceDatabase, SslMode, WarehouseConnection, WarehouseSink } from '../../lib/index.ts';
-import { fixture, newApp, ordersSource, resourcesOf } from './helpers.ts';
+import { DATABASE_PEER, fixture, newApp, ordersSource, resourcesOf, WAREHOUSE_PEER } from './helpers.ts';
 
 const PEM = '-----BEGIN CERTIFICATE-----\nMIIBprivateca\n-----END CERTIFICATE-----\n';
 
@@ -71,7 +71,7 @@ function everySourceFunction(database: (f: ReturnType<typeof fixture>) => Source
     changeLog: f.log,
     sources: [orders],
     vpc: f.vpc,
-    connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
+    connection: WarehouseConnection.postgres({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
     freshnessTarget: Duration.minutes(2),
   });
   new Reconciler(f.stack, 'Reconciler', { controlPlane: f.control, sources: [orders], sinks: [warehouse], vpc: f.vpc });
@@ -94,6 +94,7 @@ describe('TLS to the source on every function given a source secret', () => {
         caCertificatePem: PEM,
         monitoringSecret: secretsmanager.Secret.fromSecretNameV2(f.stack, 'MonitorSecret', 'monitor'),
         readReplicaSecret: secretsmanager.Secret.fromSecretNameV2(f.stack, 'ReplicaSecret', 'replica'),
+        peer: DATABASE_PEER,
       }),
     );
     const markers = sourceSecretMarkers(stack);
@@ -106,7 +107,13 @@ describe('TLS to the source on every function given a source secret', () => {
 
   test('the explicit opt-out: every such function gets require and no CA bundle', () => {
     const { stack, t } = everySourceFunction((f) =>
-      SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, sslMode: SslMode.REQUIRE }),
+      SourceDatabase.postgres({
+        databaseName: 'orders',
+        secret: f.sourceSecret,
+        heartbeatSecret: f.heartbeatSecret,
+        sslMode: SslMode.REQUIRE,
+        peer: DATABASE_PEER,
+      }),
     );
     const found = functionsGivenSourceSecret(t, sourceSecretMarkers(stack));
     expect(kinds(found.keys())).toEqual(EVERY_KIND);

@@ -1,14 +1,27 @@
 /**
  * Synth-time checks of what a deployment would otherwise reveal: a second `DmsServiceRoles` in
- * one account, a VPC created in the app without the interface endpoints the default egress needs, and props that only a caller without the type checker (JavaScript, jsii
+ * one account, a VPC created in the app without the interface endpoints the default egress needs,
+ * a database that nothing names (so no rule would open its port), and props that only a caller without the type checker (JavaScript, jsii
  * languages, TypeScript through `any`) can get wrong: unknown keys, enum values, list types.
  */
 import { Stack } from 'aws-cdk-lib';
+import { Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as opensearch from 'aws-cdk-lib/aws-opensearchservice';
 import { describe, expect, test } from 'vitest';
-import { AwsApiEgress, CapturedTable, DmsServiceRoles, SearchSink, WarehouseConnection, WarehouseSink } from '../../lib/index.ts';
-import { addApiEndpoints, fixture, newApp, ordersSource } from './helpers.ts';
+import {
+  AwsApiEgress,
+  CapturedTable,
+  CaptureMode,
+  DmsServiceRoles,
+  Reconciler,
+  SearchSink,
+  SourceDatabase,
+  WarehouseConnection,
+  WarehouseRebuild,
+  WarehouseSink,
+} from '../../lib/index.ts';
+import { addApiEndpoints, DATABASE_PEER, fixture, newApp, ordersSource, resourcesOf, WAREHOUSE_PEER } from './helpers.ts';
 
 /** Props as a JavaScript caller may pass them. */
 const js = <T>(value: unknown): T => value as T;
@@ -72,7 +85,7 @@ describe('props checked at runtime for callers without the type checker', () => 
   test("WarehouseSink and SearchSink: unknown props and a search table's delete mode fail with the construct path", () => {
     const f = fixture();
     const orders = ordersSource(f);
-    const connection = WarehouseConnection.postgres({ secret: f.warehouseSecret });
+    const connection = WarehouseConnection.postgres({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER });
     expect(
       () =>
         new WarehouseSink(f.stack, 'Warehouse', js({ controlPlane: f.control, changeLog: f.log, sources: [orders], vpc: f.vpc, connection, batchsize: 10 })),
@@ -109,7 +122,7 @@ describe('AwsApiEgress.vpcEndpoints() (the default) in a VPC created in the app'
       changeLog: f.log,
       sources: [orders],
       vpc,
-      connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
+      connection: WarehouseConnection.postgres({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
     });
     let message = '';
     try {
@@ -176,5 +189,102 @@ describe('AwsApiEgress.vpcEndpoints() (the default) in a VPC created in the app'
     });
     ordersSource({ ...imported, vpc });
     expect(() => imported.app.synth()).not.toThrow();
+  });
+});
+
+describe('the database port is opened only to the database the props name', () => {
+  const egressOf = (t: Template) =>
+    resourcesOf(t, 'AWS::EC2::SecurityGroupEgress').map(([id, r]) => ({ id, ...r.Properties }) as Record<string, unknown> & { id: string });
+
+  test('a source or a warehouse named by neither security group nor address fails, with the path, the option and the fix', () => {
+    const f = fixture();
+    const database = SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret });
+    expect(() => ordersSource(f, { database })).toThrow(
+      /^Test\/Orders: nothing names the source database's network, so no rule would open port 5432 to it and the security groups here send nowhere else\. Pass SourceDatabase\.postgres\(\{ …, securityGroup \}\) .*or SourceDatabase\.postgres\(\{ …, peer: ec2\.Peer\.ipv4\('10\.0\.0\.0\/24'\) \}\)/,
+    );
+    const orders = ordersSource(f, {}, 'Shop');
+    for (const [factory, connection] of [
+      ['redshift', WarehouseConnection.redshift({ secret: f.warehouseSecret })],
+      ['postgres', WarehouseConnection.postgres({ secret: f.warehouseSecret, port: 6432 })],
+    ] as const) {
+      expect(
+        () => new WarehouseSink(f.stack, `Warehouse${factory}`, { controlPlane: f.control, changeLog: f.log, sources: [orders], vpc: f.vpc, connection }),
+      ).toThrow(
+        new RegExp(
+          `^Test/Warehouse${factory}: nothing names the warehouse's network, so no rule would open port ${factory === 'redshift' ? 5439 : 6432} to it.*WarehouseConnection\\.${factory}\\(\\{ …, securityGroup \\}\\)`,
+        ),
+      );
+    }
+  });
+
+  test('named by address: every member of the source, the applier, the rebuild worker and the reconciler send the port there, and only there', () => {
+    const f = fixture();
+    const orders = ordersSource(f, {
+      database: SourceDatabase.postgres({
+        databaseName: 'orders',
+        secret: f.sourceSecret,
+        heartbeatSecret: f.heartbeatSecret,
+        peer: ec2.Peer.ipv4('10.9.0.0/24'),
+        port: 5433,
+      }),
+      tables: [CapturedTable.of('public.orders'), CapturedTable.of('public.items', { capture: CaptureMode.POLL, pollColumn: 'updated_at' })],
+    });
+    const sink = new WarehouseSink(f.stack, 'Warehouse', {
+      controlPlane: f.control,
+      changeLog: f.log,
+      sources: [orders],
+      vpc: f.vpc,
+      connection: WarehouseConnection.redshift({ secret: f.warehouseSecret, peer: ec2.Peer.prefixList('pl-0123456789abcdef0') }),
+    });
+    new WarehouseRebuild(f.stack, 'Rebuild', { controlPlane: f.control, changeLog: f.log, sink, vpc: f.vpc });
+    new Reconciler(f.stack, 'Reconciler', { controlPlane: f.control, sources: [orders], sinks: [sink], vpc: f.vpc });
+    const t = Template.fromStack(f.stack);
+    // No ingress rule: a database named by address is admitted on its own side.
+    expect(resourcesOf(t, 'AWS::EC2::SecurityGroupIngress')).toEqual([]);
+    const groupOf = (e: Record<string, unknown>) => (e.GroupId as { 'Fn::GetAtt': [string, string] })['Fn::GetAtt'][0];
+    const toDatabase = egressOf(t).filter((e) => e.CidrIp === '10.9.0.0/24');
+    const toWarehouse = egressOf(t).filter((e) => e.DestinationPrefixListId === 'pl-0123456789abcdef0');
+    expect(toDatabase.length + toWarehouse.length).toBe(egressOf(t).length);
+    for (const e of toDatabase) expect(e).toMatchObject({ IpProtocol: 'tcp', FromPort: 5433, ToPort: 5433 });
+    for (const e of toWarehouse) expect(e).toMatchObject({ IpProtocol: 'tcp', FromPort: 5439, ToPort: 5439 });
+    // Every database-facing group of the source (DMS, slot step, heartbeat, slot monitor, snapshot, poll) and the reconciler's, once each.
+    const kind = (e: Record<string, unknown>) => groupOf(e).replace(/[0-9A-F]{8}$/, '');
+    expect(toDatabase.map(kind).sort()).toEqual(
+      [
+        'OrdersHeartbeatWriterSecurityGroup',
+        'OrdersPollWorkerSecurityGroup',
+        'OrdersSecurityGroup',
+        'OrdersSlotMonitorSecurityGroup',
+        'OrdersSnapshotWorkerSecurityGroup',
+        'OrdersTaskLifecycleSecurityGroup',
+        'ReconcilerSecurityGrouporderswarehouse',
+      ].sort(),
+    );
+    expect(toWarehouse.map(kind).sort()).toEqual(['RebuildSecurityGroup', 'ReconcilerSecurityGrouporderswarehouse', 'WarehouseSecurityGroup']);
+    // The slot is prepared after the replication instance's and the slot step's rules exist.
+    const slot = resourcesOf(t, 'Custom::CdcReplicationSlot')[0]![1];
+    const ruleIds = toDatabase.filter((e) => /^Orders(SecurityGroup|TaskLifecycleSecurityGroup)[0-9A-F]{8}$/.test(groupOf(e))).map((e) => e.id);
+    expect(ruleIds).toHaveLength(2);
+    expect(slot.DependsOn).toEqual(expect.arrayContaining(ruleIds));
+  });
+
+  test('the options refuse both names at once, a security group given as an address, and a value that is no peer', () => {
+    const f = fixture();
+    const group = new ec2.SecurityGroup(f.stack, 'DbSg', { vpc: f.vpc });
+    const base = { databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret };
+    expect(() => SourceDatabase.postgres({ ...base, securityGroup: group, peer: DATABASE_PEER })).toThrow(
+      /^SourceDatabase\.postgres: give securityGroup or peer, not both/,
+    );
+    expect(() => WarehouseConnection.redshift({ secret: f.warehouseSecret, peer: group })).toThrow(
+      /^WarehouseConnection\.redshift: peer is a security group; pass it as securityGroup \(adds the ingress rule there too\), or as ec2\.Peer\.securityGroupId/,
+    );
+    expect(() => SourceDatabase.postgres(js({ ...base, peer: '10.0.0.0/24' }))).toThrow(
+      /^SourceDatabase\.postgres: peer must be an ec2\.IPeer \(ec2\.Peer\.ipv4\('10\.0\.0\.0\/24'\).*got the string "10\.0\.0\.0\/24"/,
+    );
+    // Egress only to a group another stack owns: by id.
+    const orders = ordersSource(f, { database: SourceDatabase.postgres({ ...base, peer: ec2.Peer.securityGroupId('sg-0123456789abcdef0') }) });
+    const t = Template.fromStack(f.stack);
+    expect(resourcesOf(t, 'AWS::EC2::SecurityGroupIngress')).toEqual([]);
+    expect(egressOf(t).filter((e) => e.DestinationSecurityGroupId === 'sg-0123456789abcdef0')).toHaveLength(orders.connections.securityGroups.length);
   });
 });

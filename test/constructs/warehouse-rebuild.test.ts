@@ -5,7 +5,7 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { describe, expect, test } from 'vitest';
 import { ChangeLog, ControlPlane, WarehouseConnection, WarehouseRebuild, WarehouseSink, type WarehouseRebuildProps } from '../../lib/index.ts';
-import { addApiEndpoints, fixture, newApp, onlyResource, ordersSource, policyDocuments, resourcesOf, type Fixture } from './helpers.ts';
+import { addApiEndpoints, fixture, type Fixture, newApp, onlyResource, ordersSource, policyDocuments, resourcesOf, WAREHOUSE_PEER } from './helpers.ts';
 
 function build(f: Fixture, overrides: Partial<WarehouseRebuildProps> = {}) {
   const orders = ordersSource(f);
@@ -14,7 +14,7 @@ function build(f: Fixture, overrides: Partial<WarehouseRebuildProps> = {}) {
     changeLog: f.log,
     sources: [orders],
     vpc: f.vpc,
-    connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
+    connection: WarehouseConnection.postgres({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
   });
   const rebuild = new WarehouseRebuild(f.stack, 'Rebuild', { controlPlane: f.control, changeLog: f.log, sink, vpc: f.vpc, ...overrides });
   return { sink, rebuild, t: Template.fromStack(f.stack) };

@@ -6,7 +6,7 @@ import * as s3 from 'aws-cdk-lib/aws-s3';
 import * as sns from 'aws-cdk-lib/aws-sns';
 import { describe, expect, test } from 'vitest';
 import { CapturedTable, ChangeLog, DeleteMode, WarehouseConnection, WarehouseSink, type WarehouseSinkProps } from '../../lib/index.ts';
-import { fixture, onlyResource, ordersSource, resourcesOf, type Fixture } from './helpers.ts';
+import { fixture, type Fixture, onlyResource, ordersSource, resourcesOf, WAREHOUSE_PEER } from './helpers.ts';
 
 function sink(f: Fixture, overrides: Partial<WarehouseSinkProps> = {}): WarehouseSink {
   const orders = ordersSource(f);
@@ -14,7 +14,7 @@ function sink(f: Fixture, overrides: Partial<WarehouseSinkProps> = {}): Warehous
     controlPlane: f.control,
     changeLog: f.log,
     sources: [orders],
-    connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }),
+    connection: WarehouseConnection.redshift({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
     vpc: f.vpc,
     ...overrides,
   });
@@ -129,7 +129,7 @@ describe('WarehouseSink', () => {
       controlPlane: f.control,
       changeLog: f.log,
       sources: [orders, billing],
-      connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
+      connection: WarehouseConnection.postgres({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
       vpc: f.vpc,
       freshnessTarget: Duration.seconds(90),
       alarmActions: [new cloudwatchActions.SnsAction(topic)],
@@ -219,7 +219,7 @@ describe('WarehouseSink', () => {
         controlPlane: f.control,
         changeLog: f.log,
         sources: [a, b],
-        connection: WarehouseConnection.redshift({ secret: f.warehouseSecret }),
+        connection: WarehouseConnection.redshift({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
         vpc: f.vpc,
       });
       expect(s.alarms.length).toBeGreaterThan(0);

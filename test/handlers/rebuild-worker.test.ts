@@ -52,7 +52,7 @@ import { seededRandom } from '../../local/demo.ts';
 import { RebuildFailedError } from '../../lambda/adapters/rebuilder.ts';
 import { Template } from 'aws-cdk-lib/assertions';
 import { WarehouseConnection, WarehouseRebuild, WarehouseSink } from '../../lib/index.ts';
-import { fixture, ordersSource, resourcesOf } from '../constructs/helpers.ts';
+import { fixture, ordersSource, resourcesOf, WAREHOUSE_PEER } from '../constructs/helpers.ts';
 import { definitionFromTemplate, runExecution, type StateMachineDefinition } from '../helpers/step-functions.ts';
 import { startDynamoDbLocal, type DynamoDbLocal } from '../../local/dynamodb.ts';
 import { startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
@@ -416,7 +416,7 @@ describe('rebuild on AWS: the synthesised state machine, run by the Step Functio
       changeLog: f.log,
       sources: [ordersSource(f)],
       vpc: f.vpc,
-      connection: WarehouseConnection.postgres({ secret: f.warehouseSecret }),
+      connection: WarehouseConnection.postgres({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
     });
     new WarehouseRebuild(f.stack, 'Rebuild', { controlPlane: f.control, changeLog: f.log, sink, vpc: f.vpc });
     const machines = resourcesOf(Template.fromStack(f.stack), 'AWS::StepFunctions::StateMachine');
