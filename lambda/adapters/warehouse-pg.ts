@@ -16,6 +16,8 @@
  *    `UPDATE … FROM` stage where the stored position is lower (one statement per column set, so
  *    absent columns stay untouched), `INSERT … SELECT` the absent keys, and in hard mode delete
  *    tombstoned rows and remember their keys; `COMMIT`.
+ *    `applyTables` runs the data phases of a batch's tables in ONE transaction instead, each
+ *    under a savepoint (docs/warehouse-apply.md, "One transaction per batch").
  * 3. The commit time reported is `Date.now()` right after COMMIT returned: the client's clock,
  *    NTP-synced like the source's commit timestamps, with no extra round trip and no clock
  *    function (they differ between PostgreSQL and Redshift).
@@ -131,6 +133,7 @@ import type {
   PendingDelta,
   TableApplyResult,
   TableBatch,
+  TableOutcome,
   Warehouse,
   WriteErrorKind,
 } from '../core/warehouse/warehouse-apply.ts';
@@ -514,16 +517,131 @@ export class PgWarehouse implements Warehouse {
   private async applyTableOnce(batch: TableBatch): Promise<TableApplyResult> {
     const t = batch.target ?? warehouseTable(batch.source, batch.table);
     const cacheKey = `${t.schema}.${t.view}`;
+    const client = await this.pool.connect();
+    const st: TxState = { inTransaction: false, destroy: false };
+    try {
+      const prepared = await this.prepareTable(client, batch);
+      const committed = await this.writeTable(client, prepared, st, false);
+      st.inTransaction = false;
+      st.destroy = false;
+      return committed();
+    } catch (err) {
+      this.shapes.delete(cacheKey);
+      if (st.inTransaction && !st.destroy) {
+        try {
+          await client.query('ROLLBACK');
+        } catch {
+          st.destroy = true;
+        }
+      }
+      if (!(err instanceof CdcError) && typeof (err as { code?: unknown } | null)?.code !== 'string') st.destroy = true; // not a server error: the connection may be broken
+      throw tableError(err);
+    } finally {
+      client.release(st.destroy);
+    }
+  }
+
+  /**
+   * Applies the tables of one batch in ONE transaction on PostgreSQL
+   * (docs/warehouse-apply.md, "One transaction per batch"): first each table's DDL in its own short transaction (as
+   * `applyTable`), then BEGIN, each table's data under a savepoint, COMMIT. Tables go in the
+   * order of their warehouse names, so appliers of different shards take their locks in one order.
+   * A table whose writes fail with an error about it (a server error, a `CdcError`) is rolled back
+   * to its savepoint and reported in its outcome; the others commit. Any other error (a broken
+   * connection) rolls the whole batch back and is thrown. A table whose shape changed under its
+   * lock is applied again on its own after the COMMIT. On Redshift (no savepoints), and for one
+   * table, each table is applied by `applyTable`.
+   */
+  async applyTables(batches: readonly TableBatch[]): Promise<TableOutcome[]> {
+    const outcomes: TableOutcome[] = new Array<TableOutcome>(batches.length);
+    const one = async (i: number): Promise<void> => {
+      outcomes[i] = await this.applyTable(batches[i]!).then(
+        (result) => ({ result }),
+        (error: unknown) => ({ error }),
+      );
+    };
+    if (batches.length > 1 && this.engine === undefined) {
+      const client = await this.pool.connect();
+      try {
+        await this.detect(client);
+      } finally {
+        client.release();
+      }
+    }
+    if (batches.length <= 1 || this.engine === 'redshift') {
+      for (let i = 0; i < batches.length; i++) await one(i);
+      return outcomes;
+    }
+    const order = batches
+      .map((batch, i) => {
+        const t = batch.target ?? warehouseTable(batch.source, batch.table);
+        return { batch, i, name: `${t.schema}.${t.view}` };
+      })
+      .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    const client = await this.pool.connect();
+    const st: TxState = { inTransaction: false, destroy: false };
+    let rolledBack = false;
+    const done: { i: number; committed: () => TableApplyResult }[] = [];
+    const again: number[] = [];
+    try {
+      const prepared: { i: number; name: string; p: PreparedTable }[] = [];
+      for (const o of order) {
+        try {
+          prepared.push({ i: o.i, name: o.name, p: await this.prepareTable(client, o.batch) });
+        } catch (err) {
+          this.shapes.delete(o.name);
+          if (!aboutTable(err)) throw err;
+          await client.query('ROLLBACK').catch(() => undefined);
+          outcomes[o.i] = { error: tableError(err) };
+        }
+      }
+      st.inTransaction = true;
+      await client.query('BEGIN');
+      for (const { i, name, p } of prepared) {
+        await client.query(`SAVEPOINT ${TABLE_SAVEPOINT}`);
+        try {
+          done.push({ i, committed: await this.writeTable(client, p, st, true) });
+          await client.query(`RELEASE SAVEPOINT ${TABLE_SAVEPOINT}`);
+        } catch (err) {
+          this.shapes.delete(name);
+          if (!aboutTable(err)) throw err;
+          rolledBack = true;
+          await client.query(`ROLLBACK TO SAVEPOINT ${TABLE_SAVEPOINT}`);
+          if (err instanceof ShapeChangedError) again.push(i);
+          else outcomes[i] = { error: tableError(err) };
+        }
+      }
+      await client.query('COMMIT');
+      st.inTransaction = false;
+    } catch (err) {
+      for (const o of order) this.shapes.delete(o.name);
+      // Nothing of the batch is committed. The session's stage tables made in it are gone too: a new connection next time.
+      st.destroy = true;
+      if (st.inTransaction) await client.query('ROLLBACK').catch(() => undefined);
+      throw tableError(err);
+    } finally {
+      // A table rolled back to its savepoint may have left this session's stage bookkeeping wrong: a new connection next time.
+      client.release(st.destroy || rolledBack);
+    }
+    for (const d of done) outcomes[d.i] = { result: d.committed() };
+    for (const i of again) await one(i);
+    return outcomes;
+  }
+
+  /**
+   * Brings the sink of one table's batch into shape (the DDL, each step in its own short
+   * transaction; see the module comment) and returns what its data phase needs.
+   */
+  private async prepareTable(client: pg.ClientBase, batch: TableBatch): Promise<PreparedTable> {
+    const t = batch.target ?? warehouseTable(batch.source, batch.table);
+    const cacheKey = `${t.schema}.${t.view}`;
     const all = distinctEvents(batch.events);
     // Row events are staged (changelog, mirror); truncates are table-level (see applyStaged).
     const events = all.filter((e) => e.op !== 'truncate');
     const truncates = all.filter((e) => e.op === 'truncate');
-    const client = await this.pool.connect();
-    let inTransaction = false;
-    let destroy = false;
     /** The delta this apply merges first (before a schema change or a full apply), if any. */
     let merged: { rows: number; nestedLoops: boolean } | undefined;
-    try {
+    {
       const lifecycle = await this.detect(client);
       const { key, data } = wantedColumns(batch, this.engine!, this.dialect());
       // Bring the sink into shape first, in its own short transaction: the DDL is additive and
@@ -597,7 +715,20 @@ export class PgWarehouse implements Warehouse {
         }
       }
       this.shapes.set(cacheKey, ddl.shape);
-      const shape = ddl.shape;
+      return { batch, t, cacheKey, events, truncates, lifecycle, key, shape: ddl.shape, ddl: ddl.statements, merged };
+    }
+  }
+
+  /**
+   * The data phase of one table's batch: the append, or the full apply. `shared`: inside the
+   * batch's transaction (no BEGIN or COMMIT of its own; `applyTables`). Returns what to report once
+   * the data is committed (it counts the table's pending delta then).
+   */
+  private async writeTable(client: pg.ClientBase, p: PreparedTable, st: TxState, shared: boolean): Promise<() => TableApplyResult> {
+    const { batch, t, cacheKey, events, truncates, lifecycle, key, shape } = p;
+    let merged = p.merged;
+    const ddl = { statements: p.ddl };
+    {
       const stages = stageNames(t, shape.mirror, shape.changelog);
       const keyNames = key.map((k) => k.name);
       const appliedAt = batch.appliedAt.toISOString();
@@ -608,25 +739,27 @@ export class PgWarehouse implements Warehouse {
       const dataNames = shape.mirror.filter((c) => !keyNames.includes(c) && !c.startsWith(RESERVED_PREFIX));
       if (shape.seq && truncates.length === 0 && events.every((e) => appendable(e, dataNames))) {
         if (events.length > 0) {
-          destroy = true; // an error mid-load may leave the connection in COPY state: drop it
-          inTransaction = true;
-          await this.appendToChangelog(client, t, shape, events, appliedAt);
-          inTransaction = false;
-          destroy = false;
+          st.destroy = true; // an error mid-load may leave the connection in COPY state: drop it
+          st.inTransaction = true;
+          await this.appendToChangelog(client, t, shape, events, appliedAt, shared);
+          st.destroy = false;
         }
-        const committedAt = Date.now();
-        const pending = this.pendingDelta.get(cacheKey) ?? { rows: 0, since: null };
-        const next = { rows: pending.rows + events.length, since: pending.since ?? (events.length > 0 ? committedAt : null) };
-        this.pendingDelta.set(cacheKey, next);
-        return { plan: appendedPlan(events), committedAt, ddl: ddl.statements, mode: 'append', pending: { ...next }, ...(merged ? { merged } : {}) };
+        return () => {
+          const committedAt = Date.now();
+          const pending = this.pendingDelta.get(cacheKey) ?? { rows: 0, since: null };
+          const next = { rows: pending.rows + events.length, since: pending.since ?? (events.length > 0 ? committedAt : null) };
+          this.pendingDelta.set(cacheKey, next);
+          return { plan: appendedPlan(events), committedAt, ddl: ddl.statements, mode: 'append', pending: { ...next }, ...(merged ? { merged } : {}) };
+        };
       }
       const eventRows = events.map((e, i) => [...changelogRow(e, shape.changelog, appliedAt), String(i)]);
       const eventCols = [...shape.changelog, CdcColumn.IDX];
 
       let begin: string;
       let end: string;
+      const commit = shared ? '' : '; COMMIT';
       if (lifecycle === 'session') {
-        destroy = true; // from here on, an error may leave the session's stage tables half made or holding rows: drop the connection
+        st.destroy = true; // from here on, an error may leave the session's stage tables half made or holding rows: drop the connection
         const made = this.sessionStages.get(client) ?? new Map<string, number>();
         this.sessionStages.set(client, made);
         if (!made.has(stages.events)) {
@@ -637,16 +770,16 @@ export class PgWarehouse implements Warehouse {
         const truncate = staged >= STAGE_TRUNCATE_ROWS;
         made.set(stages.events, truncate ? 0 : staged);
         await this.loader.load(client, quoteIdent(stages.events), eventCols, eventRows);
-        begin = 'BEGIN; ';
-        end = `${clearStagesSql(stages, truncate)}; COMMIT`;
+        begin = shared ? '' : 'BEGIN; ';
+        end = `${clearStagesSql(stages, truncate)}${commit}`;
       } else {
-        inTransaction = true;
-        await client.query(`BEGIN; ${createStagesSql(t, stages)}`);
+        st.inTransaction = true;
+        await client.query(`${shared ? '' : 'BEGIN; '}${createStagesSql(t, stages)}`);
         await this.loader.load(client, quoteIdent(stages.events), eventCols, eventRows);
         begin = '';
-        end = `${dropStagesSql(stages)}; COMMIT`;
+        end = `${dropStagesSql(stages)}${commit}`;
       }
-      inTransaction = true;
+      st.inTransaction = true;
       if (shape.seq) {
         // The full apply merges the delta first (its fold reads the base), under the changelog's
         // lock (appends wait); the shape is checked under that lock, so the merge writes every
@@ -670,28 +803,12 @@ export class PgWarehouse implements Warehouse {
         end = `${watermarkToEndSql(t)}; ${end}`;
       }
       const plan = await this.applyStaged(client, t, shape, keyNames, events, truncates, stages, begin, end, batch, appliedAt);
-      const committedAt = Date.now();
-      inTransaction = false;
-      destroy = false;
-      this.pendingDelta.delete(cacheKey);
-      return { plan, committedAt, ddl: ddl.statements, mode: 'apply', pending: { rows: 0, since: null }, ...(merged ? { merged } : {}) };
-    } catch (err) {
-      this.shapes.delete(cacheKey);
-      if (inTransaction && !destroy) {
-        try {
-          await client.query('ROLLBACK');
-        } catch {
-          destroy = true;
-        }
-      }
-      if (!(err instanceof CdcError) && typeof (err as { code?: unknown } | null)?.code !== 'string') destroy = true; // not a server error: the connection may be broken
-      if (isValueRejection(err)) {
-        const e = err as { code: string; message: string; column?: string };
-        throw new ValueRejectedError(e.code, e.column ? `${e.message} (column ${e.column})` : e.message);
-      }
-      throw err;
-    } finally {
-      client.release(destroy);
+      st.destroy = false;
+      return () => {
+        this.pendingDelta.delete(cacheKey);
+        const mergedFirst = merged ? { merged } : {};
+        return { plan, committedAt: Date.now(), ddl: ddl.statements, mode: 'apply', pending: { rows: 0, since: null }, ...mergedFirst };
+      };
     }
   }
 
@@ -707,26 +824,28 @@ export class PgWarehouse implements Warehouse {
     shape: SinkShape,
     events: readonly ChangeEvent[],
     appliedAt: string,
+    shared: boolean,
   ): Promise<void> {
     const loader = this.deltaLoader();
     const table = qualified(t.schema, t.changelog);
     const rows = events.map((e) => changelogRow(e, shape.changelog, appliedAt));
-    await client.query('BEGIN');
+    // Inside the batch's transaction (`shared`) the table's savepoint stands for BEGIN and ROLLBACK, and the batch commits.
+    await client.query(shared ? `SAVEPOINT ${APPEND_SAVEPOINT}` : 'BEGIN');
     try {
       await loader.load(client, table, shape.changelog, rows);
-      await client.query('COMMIT');
+      await client.query(shared ? `RELEASE SAVEPOINT ${APPEND_SAVEPOINT}` : 'COMMIT');
       return;
     } catch (err) {
       if ((err as { code?: unknown } | null)?.code !== UNIQUE_VIOLATION || this.engine === 'redshift') throw err;
-      await client.query('ROLLBACK');
+      await client.query(shared ? `ROLLBACK TO SAVEPOINT ${APPEND_SAVEPOINT}` : 'ROLLBACK');
     }
-    await client.query('BEGIN');
+    if (!shared) await client.query('BEGIN');
     const per = rowsPerStatement(shape.changelog.length);
     for (let i = 0; i < rows.length; i += per) {
       const chunk = rows.slice(i, i + per);
       await client.query(insertNewValuesSql(table, shape.changelog, chunk.length), chunk.flat());
     }
-    await client.query('COMMIT');
+    if (!shared) await client.query('COMMIT');
   }
 
   private async applyStaged(
@@ -1063,6 +1182,44 @@ async function pendingBounds(client: pg.ClientBase, t: WarehouseTable, upTo: str
   const n = (await client.query<{ n: string }>(`SELECT COUNT(*) AS n FROM ${qualified(t.schema, t.changelog)} WHERE ${seq} > ${from} AND ${seq} <= ${to}`))
     .rows[0]!.n;
   return { from, to, n: Number(n) };
+}
+
+/** The savepoint each table's data phase runs under in the batch's transaction (`applyTables`), and the one an append's bulk load runs under there. */
+const TABLE_SAVEPOINT = '_cdc_table';
+const APPEND_SAVEPOINT = '_cdc_append';
+
+/** A table's batch with its sink in shape (its DDL done): what its data phase needs. */
+interface PreparedTable {
+  batch: TableBatch;
+  t: WarehouseTable;
+  cacheKey: string;
+  /** The batch's distinct row events, and its truncates. */
+  events: ChangeEvent[];
+  truncates: ChangeEvent[];
+  lifecycle: StageLifecycle;
+  key: SinkColumn[];
+  shape: SinkShape;
+  ddl: string[];
+  /** The delta merged before a schema change, if any. */
+  merged: { rows: number; nestedLoops: boolean } | undefined;
+}
+
+/** Where an apply's connection stands, for its error handling: in a transaction; to be dropped (an error may have left it unusable). */
+interface TxState {
+  inTransaction: boolean;
+  destroy: boolean;
+}
+
+/** Whether an error is about a table (a server error, or one of ours) rather than the connection: the connection is still usable. */
+function aboutTable(err: unknown): boolean {
+  return err instanceof CdcError || typeof (err as { code?: unknown } | null)?.code === 'string';
+}
+
+/** The error an apply reports: a refused value as `ValueRejectedError` (the applier isolates the record), any other as it is. */
+function tableError(err: unknown): unknown {
+  if (!isValueRejection(err) || err instanceof CdcError) return err;
+  const e = err as { code: string; message: string; column?: string };
+  return new ValueRejectedError(e.code, e.column ? `${e.message} (column ${e.column})` : e.message);
 }
 
 /** SQLSTATE of a primary-key (unique) violation. */
