@@ -16,6 +16,8 @@
  *    `UPDATE … FROM` stage where the stored position is lower (one statement per column set, so
  *    absent columns stay untouched), `INSERT … SELECT` the absent keys, and in hard mode delete
  *    tombstoned rows and remember their keys; `COMMIT`.
+ *    `applyTables` runs the data phases of a batch's tables in ONE transaction instead, each
+ *    under a savepoint (docs/warehouse-apply.md, "One transaction per batch").
  * 3. The commit time reported is `Date.now()` right after COMMIT returned: the client's clock,
  *    NTP-synced like the source's commit timestamps, with no extra round trip and no clock
  *    function (they differ between PostgreSQL and Redshift).
@@ -33,10 +35,7 @@
  * What the sink's tables look like is read from `information_schema` once per process and table
  * and kept; it is forgotten when an apply fails.
  */
-import { Readable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
 import type pg from 'pg';
-import { from as copyFrom } from 'pg-copy-streams';
 import { CdcError } from '../core/shared/errors.ts';
 import { foundRelations, LegacyLayoutError, legacyProbeSql, planLegacyMigration } from '../core/warehouse/legacy-layout.ts';
 import { guardPoolClients } from './pg-pool.ts';
@@ -44,44 +43,29 @@ import type { ChangeEvent, Row } from '../core/shared/event.ts';
 import { keyText } from '../core/shared/event.ts';
 import {
   distinctEvents,
-  handoverId,
   needsHandover,
   oldKeysNeeded,
   planTable,
   setSignature,
   toParam,
-  type Donor,
   type StoredRow,
   type StoredState,
   type TablePlan,
 } from '../core/sink/apply-plan.ts';
-import { ENVELOPE_VERSION, type CaptureMethod, type ChangeOp, type JsonValue } from '../core/shared/event.ts';
 import {
   CdcColumn,
-  addColumnSql,
   appendChangelogSql,
   applyStageSql,
-  catalogSql,
   catalogLiteralSql,
-  catalogType,
   RESERVED_PREFIX,
-  createChangelogSql,
-  createDeletedKeysSql,
   clearStagesSql,
-  createMirrorSql,
-  mirrorLayout,
-  createSchemaSql,
   createStagesSql,
-  createHandoverSql,
-  createTruncationsSql,
   clearHandoverSql,
   countHandoverSql,
   partnerInsertsSql,
   lockHandoverSql,
   readHandoverSql,
   HANDOVER_COLUMNS,
-  commentPolledSql,
-  createOverlayViewSql,
   deltaStatsSql,
   migrateDeltaTableSql,
   lockDeltaSql,
@@ -92,9 +76,6 @@ import {
   baseEstimateSql,
   mergeMayUseNestedLoops,
   insertNewValuesSql,
-  createAppendOrderIndexSql,
-  createPendingViewSql,
-  createWatermarkSql,
   mergeUpperBoundSql,
   pendingBoundsSql,
   watermarkToEndSql,
@@ -104,14 +85,10 @@ import {
   storedTruncationSql,
   truncateMirrorSql,
   dropStagesSql,
-  insertValuesSql,
   mirrorRowsSql,
   qualified,
   rowsPerStatement,
-  sinkType,
-  TEXT_TYPE,
   isSinkTextType,
-  sinkTypeRefusal,
   storedStateSql,
   stageNames,
   warehouseTable,
@@ -131,6 +108,7 @@ import type {
   PendingDelta,
   TableApplyResult,
   TableBatch,
+  TableOutcome,
   Warehouse,
   WriteErrorKind,
 } from '../core/warehouse/warehouse-apply.ts';
@@ -138,6 +116,12 @@ import { CONCURRENT_DDL_CODES, persistentTableErrorCode } from './warehouse-pg-e
 import type { WarehouseDialect } from '../core/warehouse/dialect.ts';
 import { postgresDialect } from '../core/warehouse/postgres-dialect.ts';
 
+import { insertStageLoader, copyStageLoader, type StageLoader } from './warehouse-pg-loaders.ts';
+import { planDdl, readShape, sameShape, shapeOf, SinkTypeConflictError, wantedColumns, type SinkShape } from './warehouse-pg-shape.ts';
+import { changelogRow, handoverRows, readHandover, type HandoverRow } from './warehouse-pg-handover.ts';
+
+export { copyStageLoader, copyText, insertStageLoader, type StageLoader } from './warehouse-pg-loaders.ts';
+export { SinkTypeConflictError, UnsupportedSinkTypeError } from './warehouse-pg-shape.ts';
 export type { MergeResult, MergeTarget, PendingDelta, TableApplyResult, TableBatch } from '../core/warehouse/warehouse-apply.ts';
 
 const DDL_ATTEMPTS = 3;
@@ -148,44 +132,6 @@ const DDL_RETRY_CODES: ReadonlySet<string> = new Set([...CONCURRENT_DDL_CODES, '
 function isConcurrentDdlClash(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
   return typeof code === 'string' && DDL_RETRY_CODES.has(code);
-}
-
-/** A sink column already has a type that the table's schema version cannot be written into without a type change (which Redshift cannot do). */
-export class SinkTypeConflictError extends CdcError {
-  constructor(
-    readonly table: string,
-    readonly column: string,
-    readonly sinkColumnType: string,
-    readonly wantedType: string,
-    code = 'SINK_TYPE_CONFLICT',
-    message?: string,
-  ) {
-    super(
-      code,
-      message ??
-        `column ${column} of ${table} is ${sinkColumnType} in the warehouse but schema version needs ${wantedType}; ` +
-          'change the warehouse column (or rebuild the table into a shadow and swap), then release the held table',
-    );
-  }
-}
-
-/**
- * A column whose source type the warehouse cannot carry faithfully (`sinkTypeRefusal`, e.g.
- * `numeric(50,2)` beyond Redshift's 38 digits): refused when the sink table is made, never
- * coerced. A kind of type conflict, so the applier holds the table the same way.
- */
-export class UnsupportedSinkTypeError extends SinkTypeConflictError {
-  constructor(table: string, column: string, sourceType: string, reason: string) {
-    super(
-      table,
-      column,
-      'none',
-      sourceType,
-      'SINK_TYPE_UNSUPPORTED',
-      `column ${column} of ${table} has source type ${sourceType}, which the warehouse cannot carry faithfully (${reason}); ` +
-        'refused rather than coerced: exclude the column, or change its source type to one the warehouse carries, then release the held table',
-    );
-  }
 }
 
 /** The warehouse refused a value (SQLSTATE class 22 data exception, or 54 program limit): retrying will not help. */
@@ -202,79 +148,6 @@ export class ValueRejectedError extends CdcError {
 export function isValueRejection(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
   return typeof code === 'string' && /^(22|54)[0-9A-Z]{3}$/.test(code);
-}
-
-/** Loads text rows into a session temp table inside the current transaction. */
-export interface StageLoader {
-  readonly name: string;
-  /** One statement, so a load outside a transaction is atomic by itself (COPY). @default false */
-  readonly atomic?: boolean;
-  /** `table` is a quoted identifier; `rows[i][j]` is the text value of `columns[j]` or null. */
-  load(client: pg.ClientBase, table: string, columns: readonly string[], rows: readonly (readonly (string | null)[])[]): Promise<void>;
-}
-
-/** Multi-row parameterised INSERT, chunked under the parameter limit: works on PostgreSQL and Redshift. */
-export const insertStageLoader: StageLoader = {
-  name: 'insert',
-  async load(client, table, columns, rows) {
-    const per = rowsPerStatement(columns.length);
-    for (let i = 0; i < rows.length; i += per) {
-      const chunk = rows.slice(i, i + per);
-      await client.query(insertValuesSql(table, columns, chunk.length), chunk.flat());
-    }
-  },
-};
-
-/** The characters COPY's text format escapes. */
-const COPY_SPECIAL = /[\\\t\n\r]/;
-
-/** A value in COPY's text format: `\N` for NULL; backslash, tab, newline and carriage return escaped (one test first: most values have none). */
-export function copyText(v: string | null): string {
-  if (v === null) return '\\N';
-  if (!COPY_SPECIAL.test(v)) return v;
-  return v.replace(/\\/g, '\\\\').replace(/\t/g, '\\t').replace(/\n/g, '\\n').replace(/\r/g, '\\r');
-}
-
-/** COPY FROM STDIN (text format) through pg-copy-streams: PostgreSQL only (Redshift's COPY reads from S3). */
-export const copyStageLoader: StageLoader = {
-  name: 'copy',
-  atomic: true,
-  async load(client, table, columns, rows) {
-    if (rows.length === 0) return;
-    const sql = `COPY ${table} (${columns.map(quoteIdent).join(', ')}) FROM STDIN`;
-    const lines = function* (): Generator<string> {
-      let buf = '';
-      for (const r of rows) {
-        // One string per row, built without an intermediate array (this runs for every event appended).
-        let line = r.length > 0 ? copyText(r[0] ?? null) : '';
-        for (let j = 1; j < r.length; j++) line += `\t${copyText(r[j] ?? null)}`;
-        buf += `${line}\n`;
-        if (buf.length > 1 << 16) {
-          yield buf;
-          buf = '';
-        }
-      }
-      if (buf) yield buf;
-    };
-    await pipeline(Readable.from(lines()), client.query(copyFrom(sql)));
-  },
-};
-
-/** What the sink's tables look like (columns in table order). */
-interface SinkShape {
-  mirror: string[];
-  mirrorTypes: Map<string, string>;
-  changelog: string[];
-  /** Columns of the delta view (empty: none yet; with `seq` false, a delta TABLE of the layout before one write per event). */
-  delta: string[];
-  /** The changelog has its append order (`_cdc_seq`): the layout of one write per event. */
-  seq: boolean;
-  /** The watermark table exists. */
-  watermark: boolean;
-  deletedKeys: boolean;
-  truncations: boolean;
-  handover: boolean;
-  view: boolean;
 }
 
 const RAW_TEXT = { getTypeParser: () => (value: string) => value } as unknown as pg.CustomTypesConfig;
@@ -514,16 +387,131 @@ export class PgWarehouse implements Warehouse {
   private async applyTableOnce(batch: TableBatch): Promise<TableApplyResult> {
     const t = batch.target ?? warehouseTable(batch.source, batch.table);
     const cacheKey = `${t.schema}.${t.view}`;
+    const client = await this.pool.connect();
+    const st: TxState = { inTransaction: false, destroy: false };
+    try {
+      const prepared = await this.prepareTable(client, batch);
+      const committed = await this.writeTable(client, prepared, st, false);
+      st.inTransaction = false;
+      st.destroy = false;
+      return committed();
+    } catch (err) {
+      this.shapes.delete(cacheKey);
+      if (st.inTransaction && !st.destroy) {
+        try {
+          await client.query('ROLLBACK');
+        } catch {
+          st.destroy = true;
+        }
+      }
+      if (!(err instanceof CdcError) && typeof (err as { code?: unknown } | null)?.code !== 'string') st.destroy = true; // not a server error: the connection may be broken
+      throw tableError(err);
+    } finally {
+      client.release(st.destroy);
+    }
+  }
+
+  /**
+   * Applies the tables of one batch in ONE transaction on PostgreSQL
+   * (docs/warehouse-apply.md, "One transaction per batch"): first each table's DDL in its own short transaction (as
+   * `applyTable`), then BEGIN, each table's data under a savepoint, COMMIT. Tables go in the
+   * order of their warehouse names, so appliers of different shards take their locks in one order.
+   * A table whose writes fail with an error about it (a server error, a `CdcError`) is rolled back
+   * to its savepoint and reported in its outcome; the others commit. Any other error (a broken
+   * connection) rolls the whole batch back and is thrown. A table whose shape changed under its
+   * lock is applied again on its own after the COMMIT. On Redshift (no savepoints), and for one
+   * table, each table is applied by `applyTable`.
+   */
+  async applyTables(batches: readonly TableBatch[]): Promise<TableOutcome[]> {
+    const outcomes: TableOutcome[] = new Array<TableOutcome>(batches.length);
+    const one = async (i: number): Promise<void> => {
+      outcomes[i] = await this.applyTable(batches[i]!).then(
+        (result) => ({ result }),
+        (error: unknown) => ({ error }),
+      );
+    };
+    if (batches.length > 1 && this.engine === undefined) {
+      const client = await this.pool.connect();
+      try {
+        await this.detect(client);
+      } finally {
+        client.release();
+      }
+    }
+    if (batches.length <= 1 || this.engine === 'redshift') {
+      for (let i = 0; i < batches.length; i++) await one(i);
+      return outcomes;
+    }
+    const order = batches
+      .map((batch, i) => {
+        const t = batch.target ?? warehouseTable(batch.source, batch.table);
+        return { batch, i, name: `${t.schema}.${t.view}` };
+      })
+      .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    const client = await this.pool.connect();
+    const st: TxState = { inTransaction: false, destroy: false };
+    let rolledBack = false;
+    const done: { i: number; committed: () => TableApplyResult }[] = [];
+    const again: number[] = [];
+    try {
+      const prepared: { i: number; name: string; p: PreparedTable }[] = [];
+      for (const o of order) {
+        try {
+          prepared.push({ i: o.i, name: o.name, p: await this.prepareTable(client, o.batch) });
+        } catch (err) {
+          this.shapes.delete(o.name);
+          if (!aboutTable(err)) throw err;
+          await client.query('ROLLBACK').catch(() => undefined);
+          outcomes[o.i] = { error: tableError(err) };
+        }
+      }
+      st.inTransaction = true;
+      await client.query('BEGIN');
+      for (const { i, name, p } of prepared) {
+        await client.query(`SAVEPOINT ${TABLE_SAVEPOINT}`);
+        try {
+          done.push({ i, committed: await this.writeTable(client, p, st, true) });
+          await client.query(`RELEASE SAVEPOINT ${TABLE_SAVEPOINT}`);
+        } catch (err) {
+          this.shapes.delete(name);
+          if (!aboutTable(err)) throw err;
+          rolledBack = true;
+          await client.query(`ROLLBACK TO SAVEPOINT ${TABLE_SAVEPOINT}`);
+          if (err instanceof ShapeChangedError) again.push(i);
+          else outcomes[i] = { error: tableError(err) };
+        }
+      }
+      await client.query('COMMIT');
+      st.inTransaction = false;
+    } catch (err) {
+      for (const o of order) this.shapes.delete(o.name);
+      // Nothing of the batch is committed. The session's stage tables made in it are gone too: a new connection next time.
+      st.destroy = true;
+      if (st.inTransaction) await client.query('ROLLBACK').catch(() => undefined);
+      throw tableError(err);
+    } finally {
+      // A table rolled back to its savepoint may have left this session's stage bookkeeping wrong: a new connection next time.
+      client.release(st.destroy || rolledBack);
+    }
+    for (const d of done) outcomes[d.i] = { result: d.committed() };
+    for (const i of again) await one(i);
+    return outcomes;
+  }
+
+  /**
+   * Brings the sink of one table's batch into shape (the DDL, each step in its own short
+   * transaction; see the module comment) and returns what its data phase needs.
+   */
+  private async prepareTable(client: pg.ClientBase, batch: TableBatch): Promise<PreparedTable> {
+    const t = batch.target ?? warehouseTable(batch.source, batch.table);
+    const cacheKey = `${t.schema}.${t.view}`;
     const all = distinctEvents(batch.events);
     // Row events are staged (changelog, mirror); truncates are table-level (see applyStaged).
     const events = all.filter((e) => e.op !== 'truncate');
     const truncates = all.filter((e) => e.op === 'truncate');
-    const client = await this.pool.connect();
-    let inTransaction = false;
-    let destroy = false;
     /** The delta this apply merges first (before a schema change or a full apply), if any. */
     let merged: { rows: number; nestedLoops: boolean } | undefined;
-    try {
+    {
       const lifecycle = await this.detect(client);
       const { key, data } = wantedColumns(batch, this.engine!, this.dialect());
       // Bring the sink into shape first, in its own short transaction: the DDL is additive and
@@ -597,7 +585,20 @@ export class PgWarehouse implements Warehouse {
         }
       }
       this.shapes.set(cacheKey, ddl.shape);
-      const shape = ddl.shape;
+      return { batch, t, cacheKey, events, truncates, lifecycle, key, shape: ddl.shape, ddl: ddl.statements, merged };
+    }
+  }
+
+  /**
+   * The data phase of one table's batch: the append, or the full apply. `shared`: inside the
+   * batch's transaction (no BEGIN or COMMIT of its own; `applyTables`). Returns what to report once
+   * the data is committed (it counts the table's pending delta then).
+   */
+  private async writeTable(client: pg.ClientBase, p: PreparedTable, st: TxState, shared: boolean): Promise<() => TableApplyResult> {
+    const { batch, t, cacheKey, events, truncates, lifecycle, key, shape } = p;
+    let merged = p.merged;
+    const ddl = { statements: p.ddl };
+    {
       const stages = stageNames(t, shape.mirror, shape.changelog);
       const keyNames = key.map((k) => k.name);
       const appliedAt = batch.appliedAt.toISOString();
@@ -608,25 +609,27 @@ export class PgWarehouse implements Warehouse {
       const dataNames = shape.mirror.filter((c) => !keyNames.includes(c) && !c.startsWith(RESERVED_PREFIX));
       if (shape.seq && truncates.length === 0 && events.every((e) => appendable(e, dataNames))) {
         if (events.length > 0) {
-          destroy = true; // an error mid-load may leave the connection in COPY state: drop it
-          inTransaction = true;
-          await this.appendToChangelog(client, t, shape, events, appliedAt);
-          inTransaction = false;
-          destroy = false;
+          st.destroy = true; // an error mid-load may leave the connection in COPY state: drop it
+          st.inTransaction = true;
+          await this.appendToChangelog(client, t, shape, events, appliedAt, shared);
+          st.destroy = false;
         }
-        const committedAt = Date.now();
-        const pending = this.pendingDelta.get(cacheKey) ?? { rows: 0, since: null };
-        const next = { rows: pending.rows + events.length, since: pending.since ?? (events.length > 0 ? committedAt : null) };
-        this.pendingDelta.set(cacheKey, next);
-        return { plan: appendedPlan(events), committedAt, ddl: ddl.statements, mode: 'append', pending: { ...next }, ...(merged ? { merged } : {}) };
+        return () => {
+          const committedAt = Date.now();
+          const pending = this.pendingDelta.get(cacheKey) ?? { rows: 0, since: null };
+          const next = { rows: pending.rows + events.length, since: pending.since ?? (events.length > 0 ? committedAt : null) };
+          this.pendingDelta.set(cacheKey, next);
+          return { plan: appendedPlan(events), committedAt, ddl: ddl.statements, mode: 'append', pending: { ...next }, ...(merged ? { merged } : {}) };
+        };
       }
       const eventRows = events.map((e, i) => [...changelogRow(e, shape.changelog, appliedAt), String(i)]);
       const eventCols = [...shape.changelog, CdcColumn.IDX];
 
       let begin: string;
       let end: string;
+      const commit = shared ? '' : '; COMMIT';
       if (lifecycle === 'session') {
-        destroy = true; // from here on, an error may leave the session's stage tables half made or holding rows: drop the connection
+        st.destroy = true; // from here on, an error may leave the session's stage tables half made or holding rows: drop the connection
         const made = this.sessionStages.get(client) ?? new Map<string, number>();
         this.sessionStages.set(client, made);
         if (!made.has(stages.events)) {
@@ -637,16 +640,16 @@ export class PgWarehouse implements Warehouse {
         const truncate = staged >= STAGE_TRUNCATE_ROWS;
         made.set(stages.events, truncate ? 0 : staged);
         await this.loader.load(client, quoteIdent(stages.events), eventCols, eventRows);
-        begin = 'BEGIN; ';
-        end = `${clearStagesSql(stages, truncate)}; COMMIT`;
+        begin = shared ? '' : 'BEGIN; ';
+        end = `${clearStagesSql(stages, truncate)}${commit}`;
       } else {
-        inTransaction = true;
-        await client.query(`BEGIN; ${createStagesSql(t, stages)}`);
+        st.inTransaction = true;
+        await client.query(`${shared ? '' : 'BEGIN; '}${createStagesSql(t, stages)}`);
         await this.loader.load(client, quoteIdent(stages.events), eventCols, eventRows);
         begin = '';
-        end = `${dropStagesSql(stages)}; COMMIT`;
+        end = `${dropStagesSql(stages)}${commit}`;
       }
-      inTransaction = true;
+      st.inTransaction = true;
       if (shape.seq) {
         // The full apply merges the delta first (its fold reads the base), under the changelog's
         // lock (appends wait); the shape is checked under that lock, so the merge writes every
@@ -670,28 +673,12 @@ export class PgWarehouse implements Warehouse {
         end = `${watermarkToEndSql(t)}; ${end}`;
       }
       const plan = await this.applyStaged(client, t, shape, keyNames, events, truncates, stages, begin, end, batch, appliedAt);
-      const committedAt = Date.now();
-      inTransaction = false;
-      destroy = false;
-      this.pendingDelta.delete(cacheKey);
-      return { plan, committedAt, ddl: ddl.statements, mode: 'apply', pending: { rows: 0, since: null }, ...(merged ? { merged } : {}) };
-    } catch (err) {
-      this.shapes.delete(cacheKey);
-      if (inTransaction && !destroy) {
-        try {
-          await client.query('ROLLBACK');
-        } catch {
-          destroy = true;
-        }
-      }
-      if (!(err instanceof CdcError) && typeof (err as { code?: unknown } | null)?.code !== 'string') destroy = true; // not a server error: the connection may be broken
-      if (isValueRejection(err)) {
-        const e = err as { code: string; message: string; column?: string };
-        throw new ValueRejectedError(e.code, e.column ? `${e.message} (column ${e.column})` : e.message);
-      }
-      throw err;
-    } finally {
-      client.release(destroy);
+      st.destroy = false;
+      return () => {
+        this.pendingDelta.delete(cacheKey);
+        const mergedFirst = merged ? { merged } : {};
+        return { plan, committedAt: Date.now(), ddl: ddl.statements, mode: 'apply', pending: { rows: 0, since: null }, ...mergedFirst };
+      };
     }
   }
 
@@ -707,26 +694,28 @@ export class PgWarehouse implements Warehouse {
     shape: SinkShape,
     events: readonly ChangeEvent[],
     appliedAt: string,
+    shared: boolean,
   ): Promise<void> {
     const loader = this.deltaLoader();
     const table = qualified(t.schema, t.changelog);
     const rows = events.map((e) => changelogRow(e, shape.changelog, appliedAt));
-    await client.query('BEGIN');
+    // Inside the batch's transaction (`shared`) the table's savepoint stands for BEGIN and ROLLBACK, and the batch commits.
+    await client.query(shared ? `SAVEPOINT ${APPEND_SAVEPOINT}` : 'BEGIN');
     try {
       await loader.load(client, table, shape.changelog, rows);
-      await client.query('COMMIT');
+      await client.query(shared ? `RELEASE SAVEPOINT ${APPEND_SAVEPOINT}` : 'COMMIT');
       return;
     } catch (err) {
       if ((err as { code?: unknown } | null)?.code !== UNIQUE_VIOLATION || this.engine === 'redshift') throw err;
-      await client.query('ROLLBACK');
+      await client.query(shared ? `ROLLBACK TO SAVEPOINT ${APPEND_SAVEPOINT}` : 'ROLLBACK');
     }
-    await client.query('BEGIN');
+    if (!shared) await client.query('BEGIN');
     const per = rowsPerStatement(shape.changelog.length);
     for (let i = 0; i < rows.length; i += per) {
       const chunk = rows.slice(i, i + per);
       await client.query(insertNewValuesSql(table, shape.changelog, chunk.length), chunk.flat());
     }
-    await client.query('COMMIT');
+    if (!shared) await client.query('COMMIT');
   }
 
   private async applyStaged(
@@ -1065,360 +1054,43 @@ async function pendingBounds(client: pg.ClientBase, t: WarehouseTable, upTo: str
   return { from, to, n: Number(n) };
 }
 
+/** The savepoint each table's data phase runs under in the batch's transaction (`applyTables`), and the one an append's bulk load runs under there. */
+const TABLE_SAVEPOINT = '_cdc_table';
+const APPEND_SAVEPOINT = '_cdc_append';
+
+/** A table's batch with its sink in shape (its DDL done): what its data phase needs. */
+interface PreparedTable {
+  batch: TableBatch;
+  t: WarehouseTable;
+  cacheKey: string;
+  /** The batch's distinct row events, and its truncates. */
+  events: ChangeEvent[];
+  truncates: ChangeEvent[];
+  lifecycle: StageLifecycle;
+  key: SinkColumn[];
+  shape: SinkShape;
+  ddl: string[];
+  /** The delta merged before a schema change, if any. */
+  merged: { rows: number; nestedLoops: boolean } | undefined;
+}
+
+/** Where an apply's connection stands, for its error handling: in a transaction; to be dropped (an error may have left it unusable). */
+interface TxState {
+  inTransaction: boolean;
+  destroy: boolean;
+}
+
+/** Whether an error is about a table (a server error, or one of ours) rather than the connection: the connection is still usable. */
+function aboutTable(err: unknown): boolean {
+  return err instanceof CdcError || typeof (err as { code?: unknown } | null)?.code === 'string';
+}
+
+/** The error an apply reports: a refused value as `ValueRejectedError` (the applier isolates the record), any other as it is. */
+function tableError(err: unknown): unknown {
+  if (!isValueRejection(err) || err instanceof CdcError) return err;
+  const e = err as { code: string; message: string; column?: string };
+  return new ValueRejectedError(e.code, e.column ? `${e.message} (column ${e.column})` : e.message);
+}
+
 /** SQLSTATE of a primary-key (unique) violation. */
 const UNIQUE_VIOLATION = '23505';
-
-function sameShape(a: SinkShape, b: SinkShape): boolean {
-  const eq = (x: readonly string[], y: readonly string[]) => x.length === y.length && x.every((v, i) => v === y[i]);
-  return (
-    eq(a.mirror, b.mirror) &&
-    eq(a.changelog, b.changelog) &&
-    eq(a.delta, b.delta) &&
-    a.seq === b.seq &&
-    a.watermark === b.watermark &&
-    a.deletedKeys === b.deletedKeys &&
-    a.truncations === b.truncations &&
-    a.handover === b.handover
-  );
-}
-
-/**
- * The warehouse column type of a source column: the dialect's (PostgreSQL: native types,
- * lambda/core/warehouse/postgres-dialect.ts), or without one the portable mapping (`sinkType`, which
- * refuses what Redshift cannot carry). A key column is never `json` (no equality): its text.
- */
-function columnTypeOf(
-  dialect: WarehouseDialect | null,
-  engine: WarehouseEngine,
-  table: string,
-  name: string,
-  sourceType: string | null,
-  isKey: boolean,
-): string {
-  if (dialect === null) {
-    const refusal = sinkTypeRefusal(sourceType);
-    if (refusal !== null) throw new UnsupportedSinkTypeError(table, name, sourceType!, refusal);
-    return sinkType(sourceType, engine);
-  }
-  const choice = dialect.columnType(sourceType);
-  if ('refused' in choice) throw new UnsupportedSinkTypeError(table, name, sourceType ?? 'unknown', choice.refused);
-  return isKey && choice.type === 'json' ? (dialect.columnType(null) as { type: string }).type : choice.type;
-}
-
-/** Key and data columns the batch needs: union over its schema versions, type from the newest version that has the column. */
-function wantedColumns(batch: TableBatch, engine: WarehouseEngine, dialect: WarehouseDialect | null): { key: SinkColumn[]; data: SinkColumn[] } {
-  const versions = [...batch.schemas.values()].sort((a, b) => a.version - b.version);
-  const newest = versions[versions.length - 1];
-  if (!newest) throw new CdcError('INVALID_ARGUMENT', `no schema version for ${batch.source}/${batch.table}`);
-  const types = new Map<string, string>();
-  const order: string[] = [];
-  const where = `${batch.source}/${batch.table}`;
-  for (const v of versions) {
-    for (const c of v.columns) {
-      if (!types.has(c.name)) order.push(c.name);
-      types.set(c.name, columnTypeOf(dialect, engine, where, c.name, c.type, newest.key.includes(c.name)));
-    }
-  }
-  const key = newest.key.map((k) => ({ name: k, type: types.get(k) ?? columnTypeOf(dialect, engine, where, k, null, true) }));
-  const data = order.filter((c) => !newest.key.includes(c)).map((c) => ({ name: c, type: types.get(c)! }));
-  return { key, data };
-}
-
-async function readShape(client: pg.ClientBase, t: WarehouseTable): Promise<SinkShape> {
-  const q = catalogSql(t);
-  const res = await client.query<CatalogColumn>(q.text, q.values);
-  return shapeOf(t, res.rows);
-}
-
-function shapeOf(t: WarehouseTable, rows: readonly CatalogColumn[]): SinkShape {
-  const shape: SinkShape = {
-    mirror: [],
-    mirrorTypes: new Map(),
-    changelog: [],
-    delta: [],
-    seq: false,
-    watermark: false,
-    deletedKeys: false,
-    truncations: false,
-    handover: false,
-    view: false,
-  };
-  for (const r of rows) {
-    if (r.table_name === t.delta) shape.delta.push(r.column_name);
-    else if (r.table_name === t.changelog && r.column_name === CdcColumn.SEQ) shape.seq = true;
-    else if (r.table_name === t.watermark) shape.watermark = true;
-    else if (r.table_name === t.mirror) {
-      shape.mirror.push(r.column_name);
-      shape.mirrorTypes.set(r.column_name, catalogType(r));
-    } else if (r.table_name === t.changelog) shape.changelog.push(r.column_name);
-    else if (r.table_name === t.deletedKeys) shape.deletedKeys = true;
-    else if (r.table_name === t.truncations) shape.truncations = true;
-    else if (r.table_name === t.handover) shape.handover = true;
-    else if (r.table_name === t.view) shape.view = true;
-  }
-  return shape;
-}
-
-/** The DDL that brings the sink to the wanted shape, and the shape after it. Throws SinkTypeConflictError. */
-function planDdl(
-  t: WarehouseTable,
-  known: SinkShape,
-  key: SinkColumn[],
-  data: SinkColumn[],
-  wants: { hard: boolean; truncate: boolean; handover: boolean; polled?: boolean },
-  accepts: (have: string, want: string) => boolean = (have, want) => have === want || isSinkTextType(have),
-  engine: WarehouseEngine = 'postgres',
-): { statements: string[]; shape: SinkShape; addsColumns: boolean } {
-  const { hard, truncate } = wants;
-  const statements: string[] = [];
-  const shape: SinkShape = {
-    ...known,
-    mirror: [...known.mirror],
-    mirrorTypes: new Map(known.mirrorTypes),
-    changelog: [...known.changelog],
-    delta: [...known.delta],
-  };
-  if (shape.changelog.length > 0 && !shape.seq)
-    throw new CdcError('INVALID_STATE', `the changelog of ${t.tableId} has no append order: its layout was not migrated (migrateDeltaTable)`);
-  let addsColumns = false;
-  const creating =
-    shape.mirror.length === 0 ||
-    shape.changelog.length === 0 ||
-    !shape.watermark ||
-    (hard && !shape.deletedKeys) ||
-    (truncate && !shape.truncations) ||
-    (wants.handover && !shape.handover);
-  if (creating) statements.push(createSchemaSql(t));
-  let pendingViewNeeded = shape.delta.length === 0;
-  if (shape.changelog.length === 0) {
-    statements.push(createChangelogSql(t, key, data, engine));
-    if (engine === 'postgres') statements.push(createAppendOrderIndexSql(t));
-    shape.changelog = [...CHANGELOG_NAMES, ...key.map((c) => c.name), ...data.map((c) => c.name)];
-    shape.seq = true;
-    pendingViewNeeded = true;
-  }
-  if (!shape.watermark) {
-    statements.push(...createWatermarkSql(t));
-    shape.watermark = true;
-  }
-  let viewNeeded = !shape.view;
-  if (shape.mirror.length === 0) {
-    statements.push(createMirrorSql(t, key, data));
-    // A polled table's deletes are not observable: the sink says so on the table (docs/polling.md).
-    if (wants.polled) statements.push(commentPolledSql(t, 'mirror'));
-    shape.mirror = mirrorLayout(key, data).map((c) => c.name);
-    for (const c of [...key, ...data]) shape.mirrorTypes.set(c.name, c.type);
-    viewNeeded = true;
-  }
-  for (const k of key) {
-    if (!shape.mirror.includes(k.name)) throw new SinkTypeConflictError(t.tableId, k.name, 'missing', `${k.type} (primary-key column)`);
-  }
-  for (const c of [...key, ...data]) {
-    const have = shape.mirrorTypes.get(c.name);
-    // A text column takes every value unchanged: one made while the column's type was unknown
-    // keeps being written as text when the type is learned (a compatible change; the values were
-    // already text). Any other difference would round or refuse values: held (docs/schema-drift.md).
-    if (have !== undefined && !accepts(have, c.type)) throw new SinkTypeConflictError(t.tableId, c.name, have, c.type);
-  }
-  // PostgreSQL: a column an earlier version made as `varchar(65535)` (Redshift's text) refuses a value
-  // over 64 KB that PostgreSQL's `text` takes; it is widened to `text` (no rewrite: the two are
-  // binary-compatible), with the views that read it made again (docs/warehouse-apply.md, "Dialects").
-  const narrow = engine === 'postgres' && shape.seq ? [...key, ...data].filter((c) => shape.mirrorTypes.get(c.name) === TEXT_TYPE) : [];
-  if (narrow.length > 0) {
-    statements.push(`DROP VIEW IF EXISTS ${qualified(t.schema, t.view)}`, `DROP VIEW IF EXISTS ${qualified(t.schema, t.delta)}`);
-    for (const c of narrow) {
-      statements.push(`ALTER TABLE ${qualified(t.schema, t.mirror)} ALTER COLUMN ${quoteIdent(c.name)} TYPE text`);
-      if (shape.changelog.includes(c.name)) statements.push(`ALTER TABLE ${qualified(t.schema, t.changelog)} ALTER COLUMN ${quoteIdent(c.name)} TYPE text`);
-      if (shape.deletedKeys && key.some((k) => k.name === c.name))
-        statements.push(`ALTER TABLE ${qualified(t.schema, t.deletedKeys)} ALTER COLUMN ${quoteIdent(c.name)} TYPE text`);
-      shape.mirrorTypes.set(c.name, 'text');
-    }
-    pendingViewNeeded = true;
-    viewNeeded = true;
-  }
-  for (const c of data) {
-    if (!shape.mirror.includes(c.name)) {
-      statements.push(addColumnSql(t.schema, t.mirror, c));
-      shape.mirror.push(c.name);
-      shape.mirrorTypes.set(c.name, c.type);
-      viewNeeded = true;
-      addsColumns = true;
-    }
-    if (!shape.changelog.includes(c.name)) {
-      statements.push(addColumnSql(t.schema, t.changelog, c));
-      shape.changelog.push(c.name);
-      addsColumns = true;
-      pendingViewNeeded = true;
-    }
-  }
-  if (pendingViewNeeded || shape.delta.length !== shape.changelog.length) {
-    statements.push(createPendingViewSql(t, shape.changelog));
-    shape.delta = [...shape.changelog];
-    viewNeeded = true;
-  }
-  if (hard && !shape.deletedKeys) {
-    statements.push(createDeletedKeysSql(t, key));
-    shape.deletedKeys = true;
-    viewNeeded = true;
-  }
-  if (truncate && !shape.truncations) {
-    statements.push(createTruncationsSql(t));
-    shape.truncations = true;
-    viewNeeded = true;
-  }
-  if (wants.handover && !shape.handover) {
-    statements.push(createHandoverSql(t));
-    shape.handover = true;
-  }
-  if (viewNeeded) {
-    statements.push(
-      createOverlayViewSql(
-        t,
-        shape.mirror,
-        key.map((k) => k.name),
-        { deletedKeys: shape.deletedKeys, truncations: shape.truncations },
-      ),
-    );
-    // Set again with every view it (re)creates: a table created before it was polled gets it then too.
-    if (wants.polled) statements.push(commentPolledSql(t, 'view'));
-    shape.view = true;
-  }
-  return { statements, shape, addsColumns };
-}
-
-const CHANGELOG_NAMES = [
-  CdcColumn.POSITION,
-  CdcColumn.OP,
-  CdcColumn.COMMIT_TS,
-  CdcColumn.SCHEMA_VERSION,
-  CdcColumn.TX_ID,
-  CdcColumn.SYNTHETIC,
-  CdcColumn.MISSING,
-  CdcColumn.APPLIED_AT,
-];
-
-/** The changelog row of an event, as text values in `columns` order. */
-function changelogRow(e: ChangeEvent, columns: readonly string[], appliedAt: string): (string | null)[] {
-  return columns.map((c) => {
-    switch (c) {
-      case CdcColumn.POSITION:
-        return e.position;
-      case CdcColumn.OP:
-        return e.op;
-      case CdcColumn.COMMIT_TS:
-        return e.commitTs;
-      case CdcColumn.SCHEMA_VERSION:
-        return String(e.schemaVersion);
-      case CdcColumn.TX_ID:
-        return e.txId;
-      case CdcColumn.SYNTHETIC:
-        return e.synthetic ? 'true' : 'false';
-      case CdcColumn.MISSING:
-        return e.missing.length > 0 ? JSON.stringify(e.missing) : null;
-      case CdcColumn.APPLIED_AT:
-        return appliedAt;
-      default:
-        if (c in e.key) return toParam(e.key[c]);
-        return e.after && c in e.after ? toParam(e.after[c]) : null;
-    }
-  });
-}
-
-/** A row of the handover table as read (text). */
-interface HandoverRow {
-  _cdc_kind: string;
-  _cdc_key: string;
-  _cdc_position: string;
-  _cdc_column: string;
-  _cdc_value: string | null;
-}
-
-/** The envelope of a held event, kept in its `_cdc_column` '' row. */
-interface HeldEnvelope {
-  op: ChangeOp;
-  before: Row | null;
-  missing: string[];
-  handover?: string[];
-  commitTs: string;
-  txId: string | null;
-  schemaVersion: number;
-  capture: CaptureMethod;
-  synthetic: boolean;
-}
-
-const keyOfText = (text: string): Row => Object.fromEntries(JSON.parse(text) as [string, JsonValue][]);
-
-/** The donors and held events the handover table holds (see `createHandoverSql`). */
-function readHandover(rows: readonly HandoverRow[], batch: TableBatch): { donors: Map<string, Row>; held: ChangeEvent[] } {
-  const donors = new Map<string, Row>();
-  const held = new Map<string, { key: Row; position: string; envelope: HeldEnvelope | null; after: Row }>();
-  for (const r of rows) {
-    if (r._cdc_kind === 'donor') {
-      const id = handoverId(keyOfText(r._cdc_key), r._cdc_position);
-      const d = donors.get(id) ?? {};
-      d[r._cdc_column] = r._cdc_value;
-      donors.set(id, d);
-    } else if (r._cdc_kind === 'event') {
-      const id = `${r._cdc_key}\u0000${r._cdc_position}`;
-      let h = held.get(id);
-      if (!h) held.set(id, (h = { key: keyOfText(r._cdc_key), position: r._cdc_position, envelope: null, after: {} }));
-      if (r._cdc_column === '') h.envelope = JSON.parse(r._cdc_value ?? 'null') as HeldEnvelope;
-      else h.after[r._cdc_column] = r._cdc_value;
-    } else {
-      throw new CdcError('INVALID_STATE', `the handover table of ${batch.source}/${batch.table} holds a row of unknown kind ${JSON.stringify(r._cdc_kind)}`);
-    }
-  }
-  const events: ChangeEvent[] = [];
-  for (const h of held.values()) {
-    const env = h.envelope;
-    if (!env)
-      throw new CdcError(
-        'INVALID_STATE',
-        `the handover table of ${batch.source}/${batch.table} holds values of an event at ${h.position} without its envelope`,
-      );
-    const e: ChangeEvent = {
-      v: ENVELOPE_VERSION,
-      source: batch.source,
-      table: batch.table,
-      op: env.op,
-      key: h.key,
-      after: env.op === 'delete' || env.op === 'truncate' ? null : { ...h.key, ...h.after },
-      before: env.before,
-      missing: env.missing,
-      position: h.position,
-      commitTs: env.commitTs,
-      txId: env.txId,
-      schemaVersion: env.schemaVersion,
-      capture: env.capture,
-      synthetic: env.synthetic,
-    };
-    if (env.handover && env.handover.length > 0) e.handover = env.handover;
-    events.push(e);
-  }
-  return { donors, held: events };
-}
-
-/** The handover table's rows after an apply: the events still held and the donors still waiting. */
-function handoverRows(held: readonly ChangeEvent[], donors: readonly Donor[], keyColumns: readonly string[], appliedAt: string): (string | null)[][] {
-  const rows: (string | null)[][] = [];
-  for (const e of held) {
-    const k = keyText(e.key);
-    // Only the key of the before image is kept: it names the old key of a primary-key change.
-    const before = e.before === null ? null : Object.fromEntries(keyColumns.filter((c) => c in e.before!).map((c) => [c, e.before![c]!]));
-    const envelope: HeldEnvelope = {
-      op: e.op,
-      before,
-      missing: e.missing,
-      commitTs: e.commitTs,
-      txId: e.txId,
-      schemaVersion: e.schemaVersion,
-      capture: e.capture,
-      synthetic: e.synthetic,
-    };
-    if (e.handover && e.handover.length > 0) envelope.handover = e.handover;
-    rows.push(['event', k, e.position, '', JSON.stringify(envelope), appliedAt]);
-    for (const [c, v] of Object.entries(e.after ?? {})) if (!(c in e.key)) rows.push(['event', k, e.position, c, toParam(v), appliedAt]);
-  }
-  for (const d of donors) for (const [c, v] of Object.entries(d.values)) rows.push(['donor', keyText(d.key), d.position, c, toParam(v), appliedAt]);
-  return rows;
-}

@@ -211,6 +211,8 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
         let merges = 0;
         let crashes = 0;
         let applyCrashes = 0;
+        /** Crashes of batches that hold more than one table (one shared transaction). */
+        let crossTableCrashes = 0;
 
         /** Merges one table's delta (crashing after statement `crashAt` of the merge when > 0) and checks that the view did not change. */
         async function mergeKeepsView(a: WarehouseApplier, src: string, t: ModelTable, crashAt: number): Promise<void> {
@@ -257,9 +259,13 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
                     throw new Error(`batch not applied after a crash: ${JSON.stringify([...retried.reasons])}`);
                   const after = await Promise.all(sim.tables.map((t) => viewRows(source, t)));
                   for (const [i, t] of sim.tables.entries()) {
-                    // Each table's transaction committed whole or not at all.
+                    // Each table's writes committed whole or not at all.
                     expect([before[i], after[i]], `view of ${t.table} after a crash mid-apply`).toContainEqual(crashed[i]);
                   }
+                  // And the batch's tables together: one transaction per batch (docs/warehouse-apply.md,
+                  // "One transaction per batch"), so no table of the batch shows its part while another does not.
+                  expect([before, after], "the views of all the batch's tables after a crash mid-apply").toContainEqual(crashed);
+                  if (b.events.some((e) => e.table !== b.events[0]!.table)) crossTableCrashes++;
                 } else if (outcome.failed.length > 0 || outcome.deadLettered > 0) throw new Error(`batch not applied: ${JSON.stringify([...outcome.reasons])}`);
               }
               for (let n = 0; n < (b.redeliver ? 2 : 1); n++) {
@@ -299,8 +305,10 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
         );
         await faulty.pool.end();
         console.log(
-          `property (${mode} delete): ${runs} histories in ${((Date.now() - t0) / 1000).toFixed(1)} s (${merges} merges between batches, ${crashes} of them crashed midway; ${applyCrashes} applies crashed midway and delivered again), seed ${SEED}`,
+          `property (${mode} delete): ${runs} histories in ${((Date.now() - t0) / 1000).toFixed(1)} s (${merges} merges between batches, ${crashes} of them crashed midway; ${applyCrashes} applies crashed midway and delivered again, ${crossTableCrashes} of them of batches holding two tables), seed ${SEED}`,
         );
+        // The shared transaction was crashed into (a history of two tables is drawn often enough for this at 100 histories).
+        if (runs >= 100) expect(crossTableCrashes, 'crashes inside a batch of two tables').toBeGreaterThan(0);
       },
       TIMEOUT_MS,
     );

@@ -17,7 +17,9 @@
  *   hold is released, because applying newer events first would make the replayed older ones
  *   look stale (the position guard would drop them); the resume replay applies the held range
  *   with `applyRecords(records, { replayHeld: true })` while the live path keeps holding;
- * - the table's events are written by the writer in ONE warehouse transaction
+ * - the tables' events are written by the writer in ONE warehouse transaction per batch where the
+ *   engine allows it (`Warehouse.applyTables`, an error about one table leaves it out and the
+ *   others commit: docs/warehouse-apply.md, "One transaction per batch"), else one per table
  *   (`Warehouse.applyTable`): appended to the table's delta on the critical path when they
  *   are full images and plain deletes (visible in the view at COMMIT), or applied to the base
  *   after merging the delta (truncates, primary-key changes whose insert lacks columns, partial
@@ -117,6 +119,9 @@ export interface TableApplyResult {
   merged?: { rows: number; nestedLoops: boolean };
 }
 
+/** What became of one table of `Warehouse.applyTables`: its result once the batch committed, or the error about it (nothing of it committed). */
+export type TableOutcome = { result: TableApplyResult } | { error: unknown };
+
 /** The table a merge is for. */
 export interface MergeTarget {
   source: string;
@@ -158,6 +163,14 @@ export type WriteErrorKind =
 export interface Warehouse {
   /** Writes one table's batch in one transaction (append to the delta, or the full apply). */
   applyTable(batch: TableBatch): Promise<TableApplyResult>;
+  /**
+   * Writes the tables of one batch in ONE warehouse transaction where the engine allows it
+   * (docs/warehouse-apply.md, "One transaction per batch"): an outcome per batch, in order. An
+   * error about one table leaves it out (its outcome holds the error) and the others commit; an
+   * error of the whole (a broken connection) is thrown and nothing is committed. Without it, each
+   * table is written by `applyTable`.
+   */
+  applyTables?(batches: readonly TableBatch[]): Promise<TableOutcome[]>;
   /**
    * Compacts the table's delta into its base in one transaction. Appends go on meanwhile where the
    * engine allows it, unless `stopAppends` (a delta that outgrew its merges: `stopsAppends`).
@@ -309,6 +322,18 @@ interface Item {
   event: ChangeEvent;
 }
 
+/** A table's records admitted and validated in a batch: what its write needs. */
+interface Ready {
+  source: string;
+  table: string;
+  deleteMode: DeleteMode;
+  schemas: Map<number, SchemaVersion>;
+  items: Item[];
+  target: WarehouseTable;
+  /** The primary key of its newest schema version. */
+  key: readonly string[];
+}
+
 /** Builds the warehouse apply from its ports. */
 export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
   const { controlPlane: cp, sinkId, log, writer } = deps;
@@ -413,26 +438,71 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
       else groups.set(k, [{ record, event }]);
     }
 
+    /** The records of a table that is not applied now: retried (reported failed). */
+    function failGroup(source: string, table: string, items: readonly Item[], err: unknown): void {
+      applyErrors++;
+      log.error('table batch not applied; its records will be retried', { source, table, error: describeError(err) });
+      for (const i of items) if (!failed.has(i.record.sequenceNumber)) failed.set(i.record.sequenceNumber, describeError(err));
+    }
+
+    // Admission and validation per table, then the tables' writes: in one warehouse transaction
+    // when the writer can (`applyTables`), else one per table.
+    const ready: Ready[] = [];
     for (const items of groups.values()) {
       const { source, table } = items[0]!.event;
       try {
-        await applyGroup(source, table, items);
+        const r = await admitGroup(source, table, items);
+        if (r) ready.push(r);
       } catch (err) {
-        applyErrors++;
-        log.error('table batch not applied; its records will be retried', { source, table, error: describeError(err) });
-        for (const i of items) if (!failed.has(i.record.sequenceNumber)) failed.set(i.record.sequenceNumber, describeError(err));
+        failGroup(source, table, items, err);
+      }
+    }
+    if (writer.applyTables && ready.length > 1) {
+      let outcomes: TableOutcome[] | null = null;
+      try {
+        outcomes = await writer.applyTables(
+          ready.map((r) => ({
+            source: r.source,
+            table: r.table,
+            deleteMode: r.deleteMode,
+            schemas: r.schemas,
+            events: r.items.map((i) => i.event),
+            appliedAt,
+            target: r.target,
+          })),
+        );
+      } catch (err) {
+        for (const r of ready) failGroup(r.source, r.table, r.items, err);
+      }
+      for (const [n, r] of outcomes ? ready.entries() : []) {
+        const o = outcomes![n]!;
+        try {
+          if ('result' in o) await recordApplied(r, r.items, o.result);
+          else await onWriteError(r, o.error);
+        } catch (err) {
+          failGroup(r.source, r.table, r.items, err);
+        }
+      }
+    } else {
+      for (const r of ready) {
+        try {
+          await writeGroup(r);
+        } catch (err) {
+          failGroup(r.source, r.table, r.items, err);
+        }
       }
     }
 
-    async function applyGroup(source: string, table: string, items: Item[]): Promise<void> {
+    /** Admits a table's records (hold, dead letters, names, schema versions); the ones to write, or null when none is. */
+    async function admitGroup(source: string, table: string, items: Item[]): Promise<Ready | null> {
       const admission = await admitTable(cp, { sinkId, source, table, replayHeld: options.replayHeld === true, target: () => targetOf(source, table) });
       if (admission.verdict === 'dead-letter') {
         for (const i of items) await deadLetter(i.record, source, table, admission.error);
-        return;
+        return null;
       }
       if (admission.verdict === 'hold') {
         await hold(source, table, items, admission.why);
-        return;
+        return null;
       }
       const { target, table: rec } = admission;
       // A warehouse that folds names refuses the second of two tables it would make one (docs/onboarding.md, "Names").
@@ -440,7 +510,7 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
         const first = await foldsInto(cp, source, table, targetOf);
         if (first !== null) {
           await holdOnError(source, table, items, new FoldedNameError(source, table, first), 'NAME_FOLDS');
-          return;
+          return null;
         }
       }
       unfolded.add(`${source}\u0000${table}`);
@@ -457,22 +527,33 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
           await deadLetter(i.record, source, table, err);
         }
       }
-      if (valid.length === 0) return;
+      if (valid.length === 0) return null;
       const newest = [...schemas.values()].reduce((a, b) => (b.version > a.version ? b : a));
+      return { source, table, deleteMode: rec.deleteMode, schemas, items: valid, target, key: newest.key };
+    }
+
+    /** Writes one admitted table in its own transaction. */
+    async function writeGroup(r: Ready): Promise<void> {
       try {
-        await applyItems(source, table, rec.deleteMode, schemas, valid, target, newest.key);
+        await applyItems(r.source, r.table, r.deleteMode, r.schemas, r.items, r.target, r.key);
       } catch (err) {
-        const kind = writer.classifyError(err);
-        if (kind?.kind === 'type-conflict') {
-          log.error('warehouse column type conflict; table held for this sink', { source, table, error: kind.message });
-          await hold(source, table, valid, kind.message);
-        } else if (kind?.kind === 'value-rejected') {
-          await isolate(source, table, rec.deleteMode, schemas, valid, target, newest.key);
-        } else if (kind?.kind === 'persistent') {
-          await holdOnError(source, table, valid, err, kind.code);
-        } else {
-          throw err;
-        }
+        await onWriteError(r, err);
+      }
+    }
+
+    /** What a write error of an admitted table does: hold it, isolate the refused value, or (transient) throw, so its records are retried. */
+    async function onWriteError(r: Ready, err: unknown): Promise<void> {
+      const { source, table, items } = r;
+      const kind = writer.classifyError(err);
+      if (kind?.kind === 'type-conflict') {
+        log.error('warehouse column type conflict; table held for this sink', { source, table, error: kind.message });
+        await hold(source, table, items, kind.message);
+      } else if (kind?.kind === 'value-rejected') {
+        await isolate(source, table, r.deleteMode, r.schemas, items, r.target, r.key);
+      } else if (kind?.kind === 'persistent') {
+        await holdOnError(source, table, items, err, kind.code);
+      } else {
+        throw err;
       }
     }
 
@@ -519,6 +600,16 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
       key: readonly string[],
     ): Promise<void> {
       const result = await writer.applyTable({ source, table, deleteMode, schemas, events: items.map((i) => i.event), appliedAt, target });
+      await recordApplied({ source, table, deleteMode, key, target }, items, result);
+    }
+
+    /** After a table's write committed: its high-water mark, counts, the merge check, heartbeat lag, logs. */
+    async function recordApplied(
+      r: Pick<Ready, 'source' | 'table' | 'deleteMode' | 'key' | 'target'>,
+      items: readonly Item[],
+      result: TableApplyResult,
+    ): Promise<void> {
+      const { source, table, deleteMode, key, target } = r;
       await cp.advanceSinkProgress(sinkId, source, table, maxPosition(items));
       const c = countFor(source);
       c.applied += items.length;

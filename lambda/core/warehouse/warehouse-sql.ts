@@ -486,10 +486,13 @@ export interface PendingBounds {
  */
 export function pendingBoundsSql(t: WarehouseTable): string {
   const seq = quoteIdent(CdcColumn.SEQ);
-  const w = `(SELECT w.${seq} FROM ${qualified(t.schema, t.watermark)} w)`;
+  const changelog = qualified(t.schema, t.changelog);
+  // The count reads the append-order index from the watermark up (what the delta holds), and the
+  // end is one backward index step: a merge or full apply costs its delta, not the table's history
+  // (before, one scan of the whole changelog; docs/performance-log.md, "One transaction per batch; the batch of 1,000").
   return (
-    `SELECT ${w} AS "from", COALESCE(MAX(c.${seq}), 0) AS "to", COUNT(CASE WHEN c.${seq} > ${w} THEN 1 END) AS n ` +
-    `FROM ${qualified(t.schema, t.changelog)} c`
+    `SELECT w.${seq} AS "from", COALESCE((SELECT MAX(e.${seq}) FROM ${changelog} e), 0) AS "to", COUNT(c.${seq}) AS n ` +
+    `FROM ${qualified(t.schema, t.watermark)} w LEFT JOIN ${changelog} c ON c.${seq} > w.${seq} GROUP BY w.${seq}`
   );
 }
 
