@@ -13,12 +13,20 @@
  * consumer is stalled the others accept everything put; the windows never hold more than their
  * bound; every poller is caught up (local/shard-tips.ts) with records put before a last wave. Two more tests show
  * that three consumers keeping up read the stream about once, not three times, and that a
- * consumer starting from an older checkpoint reads on its own until it reaches the others.
+ * consumer starting from an older checkpoint reads on its own until it reaches the others; one
+ * splits the shard under two consumers (the parent read to SHARD_END by both, then the children).
  *
  * Runs and seed: `CDC_FANOUT_RUNS` (default 6) and `CDC_PROPERTY_SEED` (default random, printed).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DeleteStreamCommand, PutRecordsCommand, type KinesisClient } from '@aws-sdk/client-kinesis';
+import {
+  DeleteStreamCommand,
+  DescribeStreamSummaryCommand,
+  ListShardsCommand,
+  PutRecordsCommand,
+  SplitShardCommand,
+  type KinesisClient,
+} from '@aws-sdk/client-kinesis';
 import type { KinesisStreamEvent } from 'aws-lambda';
 import { createStream } from '../helpers/kinesis-read.ts';
 import { PutNotices, startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
@@ -357,5 +365,56 @@ describe('one read of a stream for several consumers, randomized', () => {
     // Caught up, the second joined the window: the new records were read from the stream once.
     expect(fanout.stats.ownReads).toBe(ownBefore);
     expect(reads.records - readsBefore).toBe(200);
+  });
+
+  it('a shard split under the shared read: the parent is read to its end (SHARD_END) by every consumer, then the children, each key in order', async () => {
+    const name = await stream(1);
+    const fanout = new StreamFanout({ kinesis, streamName: name, maxRecords: 30 });
+    const put = async (from: number, count: number): Promise<void> =>
+      void (await kinesis.send(
+        new PutRecordsCommand({
+          StreamName: name,
+          Records: Array.from({ length: count }, (_, j) => ({ PartitionKey: `k${(from + j) % 5}`, Data: Buffer.from(`k${(from + j) % 5}:${from + j}`) })),
+        }),
+      ));
+    const memory = new MemoryControlPlane();
+    const got: Array<Map<string, number[]>> = [new Map(), new Map()];
+    const pollers = got.map(
+      (seen, i) =>
+        new Poller({
+          consumer: `split${i}`,
+          kinesis,
+          streamName: name,
+          control: memory,
+          batchSize: 7 + i * 20,
+          idleMs: 20,
+          shardRefreshMs: 100,
+          fanout,
+          handler: async (event) => {
+            for (const v of values(event)) {
+              const [k, n] = v.split(':') as [string, string];
+              seen.set(k, [...(seen.get(k) ?? []), Number(n)]);
+            }
+          },
+        }),
+    );
+    for (const p of pollers) await p.start();
+    await put(0, 100);
+    const parent = (await kinesis.send(new ListShardsCommand({ StreamName: name }))).Shards![0]!.ShardId!;
+    await kinesis.send(new SplitShardCommand({ StreamName: name, ShardToSplit: parent, NewStartingHashKey: (2n ** 127n).toString() }));
+    await until(
+      'the split is done',
+      async () => (await kinesis.send(new DescribeStreamSummaryCommand({ StreamName: name }))).StreamDescriptionSummary?.StreamStatus === 'ACTIVE',
+      20_000,
+    );
+    await put(100, 100);
+    const count = (m: Map<string, number[]>): number => [...m.values()].reduce((a, v) => a + v.length, 0);
+    await until('both consumers have every record', () => got.every((m) => count(m) >= 200), 30_000);
+    for (const p of pollers) await p.stop();
+    for (const [i, seen] of got.entries()) {
+      for (const [k, ns] of seen) expect(ns, `consumer ${i} key ${k}`).toEqual([...ns].sort((a, b) => a - b));
+      expect(count(seen), `consumer ${i}`).toBe(200);
+      expect(await memory.getCheckpoint(`split${i}`, parent)).toBe('SHARD_END');
+    }
   });
 });
