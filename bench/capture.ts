@@ -29,6 +29,12 @@
  * the stream builds them, `groupTransactions`): what the capture's parser alone costs. Both are
  * ratios of the same run's `pg_logical_slot_get_changes` reference: if the floor is below the
  * goal's 0.5×, no capture over this protocol reaches it.
+ *
+ * The client reference (`recvlogical`, its own slot, in the same rotation): PostgreSQL's own
+ * streaming client, `pg_recvlogical`, reading the same WAL with the same plugin, options and
+ * session settings up to the same end and writing the text to a file (bench/lib/recvlogical.ts).
+ * The capture (stream) is held against it: ≥ 0.7× (issue "Rehearse the deployment, not a
+ * lookalike…", scope 5). Left out, with the reason printed, where pg_recvlogical is not found.
  */
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -47,6 +53,7 @@ import { BENCH_TABLE, DEFAULT_HISTORY, generateHistory, type History } from './l
 import { exec, one, serverVersion } from './lib/pg.ts';
 import { cpuProfile, processCpuMs, type ProfileSummary } from './lib/profile.ts';
 import { createItems, prepareReplay, replay } from './lib/replay.ts';
+import { findRecvlogical, recvlogicalRead, type RecvlogicalRead } from './lib/recvlogical.ts';
 import { runIfMain, median, numberArg, rateRow, Recorder, sleep, type BenchResult } from './lib/report.ts';
 
 /** Row-change records among published ones (a table's definition before its first rows is a DMS control record: docs/local.md, "DMS records"). */
@@ -63,6 +70,9 @@ const REF_SLOT = 'bench_ref';
 const SLOTS = { stream: 'bench_capture', peek: 'bench_capture_peek' } as const;
 /** The protocol floor's slot (created before the workload, with the reference's). */
 const FLOOR_SLOT = 'bench_floor';
+/** pg_recvlogical's slot (test_decoding, created before the workload). */
+const RECV_SLOT = 'bench_recv';
+const RECVLOGICAL = findRecvlogical();
 /**
  * The same floor with the `pgoutput` plugin (binary protocol, the other path issue 14 names), and
  * its own reference: `pg_logical_slot_get_binary_changes` over a pgoutput slot, counting alone.
@@ -77,7 +87,7 @@ const PGOUTPUT = {
     ['publication_names', 'bench_floor_pub'],
   ] as ReadonlyArray<readonly [string, string]>,
 } as const;
-type Reader = 'reference' | 'stream' | 'peek' | 'floor' | 'pgoutput' | 'reference-pgoutput';
+type Reader = 'reference' | 'stream' | 'peek' | 'floor' | 'pgoutput' | 'reference-pgoutput' | 'recvlogical';
 
 interface CaptureFigures {
   seconds: number;
@@ -96,6 +106,7 @@ interface CaptureRun {
   peek?: CaptureFigures;
   floor?: FloorFigures;
   pgoutput?: { floor: Omit<FloorFigures, 'parse'>; reference: { seconds: number; rows: number; changesPerSecond: number } };
+  recvlogical?: RecvlogicalRead & { changesPerSecond: number };
 }
 
 interface FloorFigures {
@@ -323,7 +334,7 @@ async function oneRun(
   const url = pgc.url('src');
   await exec(
     url,
-    `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name IN ('${REF_SLOT}', '${FLOOR_SLOT}', '${PGOUTPUT.floorSlot}', '${PGOUTPUT.refSlot}', '${SLOTS.stream}', '${SLOTS.peek}')`,
+    `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name IN ('${REF_SLOT}', '${FLOOR_SLOT}', '${RECV_SLOT}', '${PGOUTPUT.floorSlot}', '${PGOUTPUT.refSlot}', '${SLOTS.stream}', '${SLOTS.peek}')`,
   );
   await createItems(url, h);
   // pgoutput reads a publication (as it stood when each change was decoded): made before the workload.
@@ -340,6 +351,8 @@ async function oneRun(
   }
   await exec(url, `SELECT pg_create_logical_replication_slot('${REF_SLOT}', 'test_decoding')`);
   if (order.includes('floor')) await exec(url, `SELECT pg_create_logical_replication_slot('${FLOOR_SLOT}', 'test_decoding')`);
+  const withRecv = order.includes('recvlogical') && RECVLOGICAL.bin !== null;
+  if (withRecv) await exec(url, `SELECT pg_create_logical_replication_slot('${RECV_SLOT}', 'test_decoding')`);
   if (withPgoutput)
     await exec(
       url,
@@ -353,7 +366,12 @@ async function oneRun(
   let floor: FloorFigures | undefined;
   let pgFloor: Omit<FloorFigures, 'parse'> | undefined;
   let pgRef: { seconds: number; rows: number } | undefined;
+  let recv: RecvlogicalRead | undefined;
   for (const reader of order) {
+    if (reader === 'recvlogical') {
+      if (withRecv) recv = await recvlogicalRead(RECVLOGICAL.bin!, url, RECV_SLOT);
+      continue;
+    }
     if (reader === 'pgoutput') {
       pgFloor = await pgoutputFloorRead(url);
       continue;
@@ -382,6 +400,7 @@ async function oneRun(
   }
   await exec(url, `SELECT pg_drop_replication_slot('${REF_SLOT}')`);
   if (order.includes('floor')) await exec(url, `SELECT pg_drop_replication_slot('${FLOOR_SLOT}')`);
+  if (withRecv) await exec(url, `SELECT pg_drop_replication_slot('${RECV_SLOT}')`);
   if (withPgoutput)
     await exec(
       url,
@@ -396,6 +415,7 @@ async function oneRun(
     capture: caps.stream!,
     ...(caps.peek ? { peek: caps.peek } : {}),
     ...(floor ? { floor } : {}),
+    ...(recv ? { recvlogical: { ...recv, changesPerSecond: changes / recv.seconds } } : {}),
     ...(pgFloor && pgRef ? { pgoutput: { floor: pgFloor, reference: { ...pgRef, changesPerSecond: changes / pgRef.seconds } } } : {}),
   };
 }
@@ -428,10 +448,10 @@ export async function runCaptureBench(): Promise<BenchResult> {
     const results: CaptureRun[] = [];
     // The order rotates: each reader is first (reading WAL not yet in the page cache) in turn.
     const orders: Reader[][] = [
-      ['reference', 'floor', 'pgoutput', 'stream', 'peek', 'reference-pgoutput'],
-      ['stream', 'reference-pgoutput', 'peek', 'reference', 'floor', 'pgoutput'],
-      ['floor', 'stream', 'reference-pgoutput', 'pgoutput', 'peek', 'reference'],
-      ['pgoutput', 'peek', 'reference', 'reference-pgoutput', 'floor', 'stream'],
+      ['reference', 'recvlogical', 'floor', 'pgoutput', 'stream', 'peek', 'reference-pgoutput'],
+      ['stream', 'reference-pgoutput', 'peek', 'reference', 'floor', 'pgoutput', 'recvlogical'],
+      ['recvlogical', 'floor', 'stream', 'reference-pgoutput', 'pgoutput', 'peek', 'reference'],
+      ['pgoutput', 'peek', 'recvlogical', 'reference', 'reference-pgoutput', 'floor', 'stream'],
     ];
     for (let i = 0; i < runs; i++) {
       const r = await oneRun(pgc, h, orders[i % orders.length]!, counting, counter, 'counting', false);
@@ -452,6 +472,12 @@ export async function runCaptureBench(): Promise<BenchResult> {
           `get_binary_changes alone ${Math.round(pgo.reference.changesPerSecond)} changes/s (${pgo.reference.seconds.toFixed(2)} s, ${pgo.reference.rows} messages)`,
       );
       if (pgo.floor.changes !== r.changes) throw new Error(`the pgoutput floor counted ${pgo.floor.changes} changes for ${r.changes}`);
+      if (r.recvlogical) {
+        say(
+          `  pg_recvlogical: ${Math.round(r.recvlogical.changesPerSecond)} changes/s (${r.recvlogical.seconds.toFixed(2)} s, ${(r.recvlogical.bytes / 1e6).toFixed(1)} MB written); capture (stream) ÷ pg_recvlogical ${(r.capture.recordsPerSecond / r.recvlogical.changesPerSecond).toFixed(2)}×`,
+        );
+        if (r.recvlogical.changes !== r.changes) throw new Error(`pg_recvlogical wrote ${r.recvlogical.changes} changes for ${r.changes}`);
+      }
     }
     if (profile) {
       // Profiled apart from the timed runs (the profiler slows the capture's process, not PostgreSQL).
@@ -500,6 +526,28 @@ export async function runCaptureBench(): Promise<BenchResult> {
         note: `median of ${runs}`,
       }),
     );
+    // PostgreSQL's own streaming client with the same plugin: the capture's client-work reference.
+    const recvRuns = results.filter((r) => r.recvlogical);
+    if (recvRuns.length > 0) {
+      const recv = median(recvRuns.map((r) => r.recvlogical!.changesPerSecond));
+      const perRun = recvRuns.map((r) => (r.capture.recordsPerSecond / r.recvlogical!.changesPerSecond).toFixed(2)).join(', ');
+      rec.settings.recvlogical = recvRuns[0]!.recvlogical!.version;
+      rec.add(
+        rateRow('pg_recvlogical (test_decoding, same options and settings, text to a file)', recv, 'changes/s', ref, 'get_changes alone', {
+          note: `median of ${recvRuns.length}, order rotated; ${recvRuns[0]!.recvlogical!.version}`,
+        }),
+      );
+      rec.add(
+        rateRow('slot capture (stream) against pg_recvlogical, same plugin, same run', cap, 'records/s', recv, 'pg_recvlogical', {
+          target: '≥ 0.7×',
+          met: cap >= 0.7 * recv,
+          note: `medians; per run ${perRun}`,
+        }),
+      );
+    } else {
+      say(`pg_recvlogical not found (looked at ${(RECVLOGICAL as { looked: string }).looked}): no client reference in this run`);
+      rec.details.recvlogical = `not found: ${(RECVLOGICAL as { looked: string }).looked}`;
+    }
     const floorRatio = floor / ref;
     const verdictLine =
       floorRatio < goal

@@ -681,6 +681,9 @@ export class SlotCapture {
     const out: RawRecord[] = [];
     let xid: string | null = null;
     let previous = last.dms;
+    // Per table, once per batch: the row image's columns last checked against the published shape, and the catalog's columns kept.
+    const checked = new Map<string, readonly { name: string; type: string }[]>();
+    const kept = new Map<string, string[] | null>();
     for (let i = 0; i < records.length; i++) {
       const r = records[i]!;
       const label = `${r.source}/${r.table}@${r.commitLsn}#${r.index}`;
@@ -694,15 +697,23 @@ export class SlotCapture {
         xid = r.xid;
       }
       // A row image naming every column whose shape this capture has not published: its table definition first, as DMS sends one.
-      const shape = r.op !== 'delete' && r.unchanged.length === 0 ? JSON.stringify(r.columns!.map((c) => [c.name, c.type])) : null;
-      if (shape !== null && shapes.get(r.table) !== shape) {
-        const control = dmsTableDefOf(r.table, r.columns!, r.key, shapes.has(r.table) ? 'change-columns' : 'create-table', { now, taskId: this.taskId });
-        out.push({ partitionKey: rawPartitionKey(r), data: JSON.stringify(control), label: `${r.source}/${r.table}@${r.commitLsn}#${r.index}:table-def` });
-        shapes.set(r.table, shape);
+      // (Its shape text is made only when the columns differ from the last image of the table checked in this batch.)
+      if (r.op !== 'delete' && r.unchanged.length === 0 && !sameShape(checked.get(r.table), r.columns!)) {
+        const shape = JSON.stringify(r.columns!.map((c) => [c.name, c.type]));
+        checked.set(r.table, r.columns!);
+        if (shapes.get(r.table) !== shape) {
+          const control = dmsTableDefOf(r.table, r.columns!, r.key, shapes.has(r.table) ? 'change-columns' : 'create-table', { now, taskId: this.taskId });
+          out.push({ partitionKey: rawPartitionKey(r), data: JSON.stringify(control), label: `${r.source}/${r.table}@${r.commitLsn}#${r.index}:table-def` });
+          shapes.set(r.table, shape);
+        }
       }
-      const rules = this.o.tables.columnRules(r.table);
-      const catalog = types.get(r.table);
-      const columns = catalog === undefined ? null : [...catalog.keys()].filter((c) => !rules.exclude.includes(c));
+      let columns = kept.get(r.table);
+      if (columns === undefined) {
+        const rules = this.o.tables.columnRules(r.table);
+        const catalog = types.get(r.table);
+        columns = catalog === undefined ? null : [...catalog.keys()].filter((c) => !rules.exclude.includes(c));
+        kept.set(r.table, columns);
+      }
       const dms = dmsRecordOf(r, { now, columns, previous, table: leaves.get(`${r.xid}#${r.index}`) ?? r.table });
       last.dms = { transactionId: dms.metadata['transaction-id'], recordId: dms.metadata['transaction-record-id'] };
       out.push({ partitionKey: rawPartitionKey(r), data: JSON.stringify(dms), label });
@@ -859,4 +870,11 @@ export class SlotCapture {
     pending.catch(() => undefined); // awaited by `settleAck`; keep Node from calling it unhandled meanwhile
     this.pendingAck = pending;
   }
+}
+
+/** Whether two row images name the same columns with the same types, in the same order. */
+function sameShape(a: readonly { name: string; type: string }[] | undefined, b: readonly { name: string; type: string }[]): boolean {
+  if (a === undefined || a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i]!.name !== b[i]!.name || a[i]!.type !== b[i]!.type) return false;
+  return true;
 }

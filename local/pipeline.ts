@@ -9,7 +9,7 @@
  *                                                        └──poller "archive"────► archive copier ──► archive
  *
  * Each poller has its own checkpoints in the control plane, as each event source mapping has on
- * AWS. Handler logs and EMF metrics go to stdout, where `cdc local` collects them.
+ * AWS. The change log's consumers share one read of it (local/fanout.ts). Handler logs and EMF metrics go to stdout, where `cdc local` collects them.
  */
 import pg from 'pg';
 import { Logger } from '@aws-lambda-powertools/logger';
@@ -33,6 +33,7 @@ import { PartitionWatch } from './partitions.ts';
 import type { TableRecord } from '../lambda/core/shared/control-plane.ts';
 import { SlotCapture, kinesisRawPublisher } from './capture.ts';
 import { Poller } from './poller.ts';
+import { StreamFanout } from './fanout.ts';
 import { createArchiveCopier } from '../lambda/core/rebuild/archive.ts';
 import { startWorkload, type Workload } from './demo.ts';
 import { MetricsCollector, percentile } from './metrics.ts';
@@ -124,6 +125,8 @@ function untilAborted<T>(work: Promise<T>, abort: AbortSignal | undefined): Prom
 export class LocalPipeline {
   readonly capture: SlotCapture;
   readonly pollers: { normalizer: Poller; sink: Poller; archive: Poller; search?: Poller };
+  /** The change log's one read for its consumers (the sink, archive and search pollers). */
+  readonly changeLogReads: StreamFanout;
   /** The search sink's index adapter (for the verdict), when there is a search sink. */
   readonly searchIndex: OpenSearchIndex | null = null;
   readonly tables: TableConfig[];
@@ -325,6 +328,9 @@ export class LocalPipeline {
       o.batchSizes?.[consumer] ? { batchSize: o.batchSizes[consumer] } : {};
     // Everything in this process puts through stack.kinesis: a put wakes the stream's idle pollers at once.
     const watch = (stream: string) => (listener: () => void) => stack.puts.watch(stream, listener);
+    // One read of the change log for all its consumers, each with its own checkpoints (docs/local.md, "One read of the change log for every consumer").
+    const changeLogReads = new StreamFanout({ kinesis: stack.kinesis, streamName: stack.streams.changeLog });
+    this.changeLogReads = changeLogReads;
     let searchPoller: Poller | undefined;
     if (o.search) {
       const search = o.search;
@@ -351,6 +357,7 @@ export class LocalPipeline {
         ...batchOf('search'),
         consumer: search.sinkId,
         streamName: stack.streams.changeLog,
+        fanout: changeLogReads,
         watchPuts: watch(stack.streams.changeLog),
         handler: searchApplier,
         onError: err(`${search.sinkId} poller`),
@@ -390,6 +397,7 @@ export class LocalPipeline {
         ...batchOf('sink'),
         consumer: o.sinkId,
         streamName: stack.streams.changeLog,
+        fanout: changeLogReads,
         watchPuts: watch(stack.streams.changeLog),
         handler: applier,
         onError: err(`${o.sinkId} poller`),
@@ -401,6 +409,7 @@ export class LocalPipeline {
         batchWindowMs: 2000,
         consumer: 'archive',
         streamName: stack.streams.changeLog,
+        fanout: changeLogReads,
         handler: createArchiveCopier({ archive: stack.archive, layout: 'by-table' }),
         onError: err('archive poller'),
       }),

@@ -26,24 +26,18 @@
  *   bad-input error (`isBadInput`: the platform's named invalid-record errors) is retried
  *   `maxRetries` times on the record bisect isolated, then dead-lettered with its own code and
  *   the checkpoint moves past it.
+ * - With `fanout`, the records come from one read of the stream shared with the stream's other
+ *   consumers (local/fanout.ts); everything above still holds per consumer.
  * - A closed shard (after a split or merge) is read to its end and checkpointed as `SHARD_END`;
  *   a child shard starts only after its parents ended.
  */
-import {
-  GetRecordsCommand,
-  GetShardIteratorCommand,
-  ListShardsCommand,
-  DescribeStreamSummaryCommand,
-  type KinesisClient,
-  type Shard,
-  type _Record,
-  type GetShardIteratorCommandInput,
-} from '@aws-sdk/client-kinesis';
+import { ListShardsCommand, DescribeStreamSummaryCommand, type KinesisClient, type Shard, type _Record } from '@aws-sdk/client-kinesis';
 import type { KinesisStreamBatchResponse, KinesisStreamEvent } from 'aws-lambda';
 import type { ControlPlane, DeadLetter } from '../lambda/core/shared/control-plane.ts';
 import { CdcError, InvalidRecordError, UnknownOperationError, UnsafeIdentifierError } from '../lambda/core/shared/errors.ts';
 import { toKinesisStreamEvent } from '../lambda/adapters/kinesis-event.ts';
 import { ShardTips } from './shard-tips.ts';
+import { KinesisCursor, type ShardCursor, type StreamFanout } from './fanout.ts';
 
 /** Checkpoint value of a shard that was read to its end. */
 export const SHARD_END = 'SHARD_END';
@@ -91,6 +85,12 @@ export interface PollerOptions {
   watchPuts?: (listener: () => void) => () => void;
   /** Called for errors the poller recovers from (read errors, handler errors before a retry). */
   onError?: (err: unknown, where: string) => void;
+  /**
+   * Reads through this stream's fan-out (one GetRecords for every consumer of the stream,
+   * docs/local.md, "One read of the change log for every consumer") instead of with its own
+   * iterators. Needs `startingPosition` TRIM_HORIZON. @default own iterators
+   */
+  fanout?: StreamFanout;
 }
 
 /** Counters of one poller, for the live status. */
@@ -172,9 +172,8 @@ interface ShardRun {
   readonly shardId: string;
   /** Records read and not yet taken into a batch, in stream order. */
   readonly buffer: _Record[];
-  /** Sequence number of the last record read (the iterator restarts after it when it expires). */
-  lastRead: string | null;
-  it: string | undefined;
+  /** Where the reader is: the next records after the last one read. */
+  readonly cursor: ShardCursor;
   /** The reader reached the end of a closed shard. */
   shardEnd: boolean;
   /** A batch is with the handler (taken from the buffer, not yet acknowledged). */
@@ -215,7 +214,7 @@ function aboutRecord(text: string): { source: string | null; table: string | nul
 
 /** One event source mapping: call `start()`, later `stop()` (lets the batch in flight finish). */
 export class Poller {
-  private readonly o: Required<Omit<PollerOptions, 'onError' | 'watchPuts'>> & Pick<PollerOptions, 'onError' | 'watchPuts'>;
+  private readonly o: Required<Omit<PollerOptions, 'onError' | 'watchPuts' | 'fanout'>> & Pick<PollerOptions, 'onError' | 'watchPuts' | 'fanout'>;
   /** In-flight deliveries currently failing with an infrastructure error (bisect can run two in turn). */
   private stalled = 0;
   private stopping = false;
@@ -237,6 +236,8 @@ export class Poller {
     const batchSize = options.batchSize ?? 100;
     if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > 10_000)
       throw new RangeError(`batchSize must be an integer in [1, 10000], got ${batchSize}`);
+    if (options.fanout && options.startingPosition === 'LATEST')
+      throw new RangeError(`poller ${options.consumer}: a fan-out reads from TRIM_HORIZON; startingPosition LATEST needs the poller's own iterators`);
     this.o = {
       batchSize,
       batchWindowMs: options.batchWindowMs ?? 0,
@@ -255,6 +256,7 @@ export class Poller {
       handler: options.handler,
       onError: options.onError,
       watchPuts: options.watchPuts,
+      fanout: options.fanout,
     };
     this.stats = {
       consumer: options.consumer,
@@ -354,11 +356,10 @@ export class Poller {
     }
   }
 
-  private async iterator(shardId: string, after: string | null): Promise<string | undefined> {
-    const input: GetShardIteratorCommandInput = after
-      ? { StreamName: this.o.streamName, ShardId: shardId, ShardIteratorType: 'AFTER_SEQUENCE_NUMBER', StartingSequenceNumber: after }
-      : { StreamName: this.o.streamName, ShardId: shardId, ShardIteratorType: this.o.startingPosition };
-    return (await this.o.kinesis.send(new GetShardIteratorCommand(input))).ShardIterator;
+  /** The shard's reader, from `after`: through the fan-out, or with the poller's own iterator. */
+  private cursor(shardId: string, after: string | null): ShardCursor {
+    if (this.o.fanout) return this.o.fanout.cursor(shardId, after);
+    return new KinesisCursor(this.o.kinesis, this.o.streamName, shardId, after, this.o.startingPosition);
   }
 
   /**
@@ -396,11 +397,12 @@ export class Poller {
       return;
     }
     if (!this.tips.has(shardId)) this.tips.set(shardId, new ShardTips(checkpoint));
+    const cursor = this.cursor(shardId, checkpoint);
+    await cursor.open();
     const s: ShardRun = {
       shardId,
       buffer: [],
-      lastRead: checkpoint,
-      it: await this.iterator(shardId, checkpoint),
+      cursor,
       shardEnd: false,
       inFlight: false,
       abort: false,
@@ -426,7 +428,7 @@ export class Poller {
   /** The reader half of a shard: keeps up to one batch of records read ahead in the buffer. */
   private async readAhead(s: ShardRun): Promise<void> {
     let readBackoff = this.o.retryBackoffMs;
-    while (s.it && !this.stopping && !s.abort) {
+    while (!s.cursor.ended && !this.stopping && !s.abort) {
       const room = this.o.batchSize - s.buffer.length;
       if (room <= 0) {
         // A batch is waiting for the handler: read on when the deliverer takes it.
@@ -434,38 +436,33 @@ export class Poller {
         continue;
       }
       let out;
-      const readStarted = Date.now();
       try {
-        out = await this.o.kinesis.send(new GetRecordsCommand({ ShardIterator: s.it, Limit: room }));
+        out = await s.cursor.read(room);
         readBackoff = this.o.retryBackoffMs;
       } catch (err) {
         if (s.abort) return;
-        if ((err as { name?: string }).name === 'ExpiredIteratorException') {
-          s.it = await this.iterator(s.shardId, s.lastRead);
-          continue;
-        }
+        // The cursor renewed an expired iterator: read again at once.
+        if ((err as { name?: string }).name === 'ExpiredIteratorException') continue;
         this.o.onError?.(err, `reading ${this.o.streamName}/${s.shardId}`);
         await sleep(readBackoff);
         readBackoff = Math.min(readBackoff * 2, 5_000);
         continue;
       }
       if (s.abort) return;
-      s.it = out.NextShardIterator;
-      this.stats.millisBehind[s.shardId] = out.MillisBehindLatest ?? 0;
-      const records = out.Records ?? [];
+      this.stats.millisBehind[s.shardId] = out.millisBehind;
+      const records = out.records;
       if (records.length > 0) {
         s.buffer.push(...records);
-        s.lastRead = records[records.length - 1]!.SequenceNumber!;
         s.delivererWake.notify();
         continue;
       }
-      // Nothing new: the shard's end as of `readStarted` is the last record read (caught up once it is acknowledged).
-      this.tips.get(s.shardId)?.tipRead(readStarted, s.lastRead);
-      if (!s.it) break;
+      // Nothing new: the shard's end as of the read's start is the last record read (caught up once it is acknowledged).
+      this.tips.get(s.shardId)?.tipRead(out.emptyReadAt ?? 0, s.cursor.lastRead);
+      if (s.cursor.ended) break;
       // Until the next poll, or until records are put on the stream (`watchPuts`).
       await s.readerWake.wait(this.o.idleMs);
     }
-    if (!s.it && !s.abort) s.shardEnd = true;
+    if (s.cursor.ended && !s.abort) s.shardEnd = true;
     s.delivererWake.notify();
   }
 

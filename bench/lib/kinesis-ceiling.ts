@@ -13,7 +13,8 @@
  * (`Poller` with `cdc local`'s batch sizes, window and read-ahead), carrying the sampled records as
  * fast as it can: a capture stand-in puts N raw records in the capture's batches; a normalizer
  * poller on the raw stream puts one change-log record per raw record; an applier poller and an
- * archive poller read the change log. What it excludes: every handler's own work (capture,
+ * archive poller read the change log through one shared read of it (local/fanout.ts), as
+ * `cdc local` does. What it excludes: every handler's own work (capture,
  * normalizer, applier, archive copier), PostgreSQL, DynamoDB (checkpoints are kept in memory).
  * What it keeps: kinesalite's work and the client side of every call (SDK serialisation and
  * signing, HTTP, the pollers' Lambda events).
@@ -24,6 +25,7 @@ import { KinesisChangeLog } from '../../lambda/adapters/change-log-kinesis.ts';
 import { kinesisRawPublisher } from '../../local/capture.ts';
 import { PutNotices, startKinesaliteProcess } from '../../local/kinesis.ts';
 import { Poller } from '../../local/poller.ts';
+import { StreamFanout } from '../../local/fanout.ts';
 import { processCpuMs } from './profile.ts';
 import { sleep } from './report.ts';
 
@@ -168,6 +170,7 @@ export async function standInCeiling(o: CeilingOptions): Promise<CeilingResult> 
     const watch = (stream: string) => (listener: () => void) => puts.watch(stream, listener);
     // As local/pipeline.ts builds them: the archive's poller has a window and no put notices.
     const common = { kinesis: client, control, batchSize: o.batchSize };
+    const changeLogReads = new StreamFanout({ kinesis: client, streamName: o.streams.changeLog });
     pollers.push(
       // The normalizer stand-in: one change-log record per raw record, through the change log's publisher.
       new Poller({
@@ -180,11 +183,19 @@ export async function standInCeiling(o: CeilingOptions): Promise<CeilingResult> 
           await logOut.publishEncoded(out);
         },
       }),
-      new Poller({ ...common, consumer: 'warehouse', streamName: o.streams.changeLog, watchPuts: watch(o.streams.changeLog), handler: async () => undefined }),
+      new Poller({
+        ...common,
+        consumer: 'warehouse',
+        streamName: o.streams.changeLog,
+        fanout: changeLogReads,
+        watchPuts: watch(o.streams.changeLog),
+        handler: async () => undefined,
+      }),
       new Poller({
         ...common,
         consumer: 'archive',
         streamName: o.streams.changeLog,
+        fanout: changeLogReads,
         batchSize: o.archiveBatchSize,
         batchWindowMs: o.archiveWindowMs,
         handler: async () => undefined,
@@ -201,10 +212,11 @@ export async function standInCeiling(o: CeilingOptions): Promise<CeilingResult> 
       for (let j = i; j < Math.min(o.changes, i + o.captureBatch); j++) batch.push({ ...rawText[j % rawText.length]!, label: `raw#${j}` });
       await publish(batch);
     }
-    // Done when the raw stream was read once and the change log twice (applier and archive) in full.
+    // Done when the raw stream was read once in full and both change-log consumers (applier and archive, one shared read) handled every record.
     const want = (stream: string, times: number): boolean => (tally.reads.get(stream) ?? 0) >= times * o.changes;
+    const handled = (): boolean => pollers.slice(1).every((p) => p.stats.recordsDone >= o.changes);
     const deadline = Date.now() + 600_000;
-    while (!(want(o.streams.raw, 1) && (tally.puts.get(o.streams.changeLog) ?? 0) >= o.changes && want(o.streams.changeLog, 2))) {
+    while (!(want(o.streams.raw, 1) && (tally.puts.get(o.streams.changeLog) ?? 0) >= o.changes && handled())) {
       if (Date.now() > deadline)
         throw new Error(`the ceiling run did not finish: ${JSON.stringify({ puts: Object.fromEntries(tally.puts), reads: Object.fromEntries(tally.reads) })}`);
       await sleep(2);

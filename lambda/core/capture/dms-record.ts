@@ -92,8 +92,16 @@ export function dmsLsn(lsn: string): string {
 
 /** `2026-11-29T13:05:21.188Z` → `2026-11-29T13:05:21.188000Z` (DMS writes microseconds). */
 export function dmsTimestamp(d: Date): string {
-  return `${d.toISOString().slice(0, 23)}000Z`;
+  // A batch stamps every record with the same time: its text is made once.
+  const t = d.getTime();
+  if (t !== stamped.at) {
+    stamped.at = t;
+    stamped.text = `${d.toISOString().slice(0, 23)}000Z`;
+  }
+  return stamped.text;
 }
+
+const stamped = { at: Number.NaN, text: '' };
 
 function rowOf(columns: readonly SlotColumn[]): Row {
   const row: Row = {};
@@ -139,10 +147,14 @@ export function dmsRecordOf(r: SlotRecord, ctx: DmsRenderContext): DmsDataRecord
       'transaction-record-id': r.index,
       ...(ctx.previous !== null ? { 'prev-transaction-id': ctx.previous.transactionId, 'prev-transaction-record-id': ctx.previous.recordId } : {}),
       'commit-timestamp': r.commitTs,
-      'stream-position': `${dmsLsn(r.commitLsn)}.${DMS_STREAM_POSITION_MIDDLE}.${dmsLsn(r.commitLsn)}`,
+      'stream-position': streamPosition(dmsLsn(r.commitLsn)),
     },
   };
   return record;
+}
+
+function streamPosition(lsn: string): string {
+  return `${lsn}.${DMS_STREAM_POSITION_MIDDLE}.${lsn}`;
 }
 
 /** Whether DMS writes a change record for this slot record (not for a truncate, a snapshot row or a polled row). */
