@@ -406,3 +406,19 @@ export function pressureProbeOver(primary: pg.ClientConfig): PostgresPressurePro
     return probeClient;
   });
 }
+
+/** A session to the primary for catalog reads, opened on first use and kept until it fails (then opened again). */
+export function lazyCatalogSession(primary: pg.ClientConfig): () => Promise<pg.Client> {
+  let catalogClient: pg.Client | null = null;
+  return async (): Promise<pg.Client> => {
+    if (!catalogClient) {
+      const c = new pg.Client(primary);
+      c.on('error', () => {
+        catalogClient = null;
+      });
+      await c.connect();
+      catalogClient = c;
+    }
+    return catalogClient;
+  };
+}

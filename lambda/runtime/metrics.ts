@@ -51,11 +51,14 @@ export function emfSnapshotMetrics(metrics: Metrics): SnapshotMetrics {
   };
 }
 
-/** Seconds since the oldest running snapshot of the source last completed a chunk (0 when none runs): the stall alarm's metric. */
-export function stallAgeSeconds(runs: readonly SnapshotState[], now: number): number {
-  const running = runs.filter((r) => r.status === 'running' || r.status === 'requested');
-  if (running.length === 0) return 0;
-  return Math.max(...running.map((r) => (now - Date.parse(r.updatedAt)) / 1000));
+/** The snapshot stall alarm's metric: seconds since the oldest running snapshot of the source last completed a chunk. */
+export function emfStallAge(metrics: Metrics, source: string): (seconds: number) => void {
+  return (seconds) => {
+    const m = metrics.singleMetric();
+    m.clearDefaultDimensions();
+    m.addDimensions({ [MetricDimension.SOURCE]: source });
+    m.addMetric(MetricName.SNAPSHOT_STALL_AGE, MetricUnit.Seconds, seconds);
+  };
 }
 
 /** One EMF record per metric (a single metric flushes, and forgets its dimensions, on `addMetric`). */
