@@ -40,12 +40,15 @@ import {
   parseMarker,
   tableFolder,
   type ArchivedObject,
+  type HistoryCheck,
   type ReplayRange,
-  type ShardCoverage,
+  type ReplayStats,
 } from '../core/rebuild/replay.ts';
 import type { Archive } from '../core/rebuild/archive.ts';
 import { markerDigests, verifyArchiveObject } from '../core/rebuild/archive-digest.ts';
 import { utf8Lines } from '../core/shared/utf8.ts';
+
+export type { HistoryCheck, ReplayStats } from '../core/rebuild/replay.ts';
 
 export interface ReplayReaderOptions {
   archive: Archive;
@@ -86,50 +89,6 @@ export class ReplayTooLargeError extends CdcError {
         'rebuild from a later position with --from (one after a snapshot of the table, which the archive still holds), or give the rebuild more memory',
     );
   }
-}
-
-/** What a replay read, for the report and the bench. */
-export interface ReplayStats {
-  /** Archive objects read (GET) and their bytes. */
-  objectsRead: number;
-  bytesRead: number;
-  /** Archive keys listed (names only). */
-  keysListed: number;
-  /** Batch-layout objects read whole because the archive predates the by-table layout. */
-  legacyObjects: number;
-  /** By-table objects checked against the digest their batch marker recorded. */
-  verifiedObjects: number;
-  /** Objects read without a recorded digest to check them against (see the module comment). */
-  unverifiedObjects: number;
-  /** Batch markers read (GET) for their digests: one per batch the table has objects in. */
-  markersRead: number;
-  /** Records read from the archive and from the stream, and the table's events among them. */
-  archiveRecords: number;
-  streamRecords: number;
-  /** Events of the range after deduplication. */
-  events: number;
-  /** Lines that are not valid change events (already dead letters when they were live): skipped. */
-  invalid: number;
-  /** Per shard, where the stream was read from: the archive's last record, or the trim horizon. */
-  shards: Array<{ shard: string; archivedThrough: string | null; streamRecords: number }>;
-}
-
-/** What the archive proves about the table's history (before any object is read). */
-export interface HistoryCheck {
-  coverage: Map<string, ShardCoverage>;
-  /** Why the history from the table's beginning is not complete (empty: it is). */
-  gaps: string[];
-  /** Data objects of the table (by-table and `_other`) and the batch-layout objects. */
-  objects: ArchivedObject[];
-  keysListed: number;
-  /**
-   * Objects in the data folders whose names place them in neither layout (no shard and sequence
-   * numbers: Kinesis Data Firehose's own object names). Their records cannot be placed in the
-   * history, so a rebuild is refused while there are any (docs/rebuild.md, "On AWS").
-   */
-  unplaced: string[];
-  /** Marker keys (relative to the prefix) by batch (`batchId`): where each by-table object's digest is recorded. */
-  markers: ReadonlyMap<string, string>;
 }
 
 /** The batch an object or marker belongs to: shard and its first and last sequence numbers. */

@@ -394,3 +394,31 @@ export class PostgresPressureProbe {
     return { addedWriteLatencyPct: addedLatencyPct(this.baseline, this.recent), addedCpuPct: null, activeSessions: Number(active.rows[0]!.n) - 1 };
   }
 }
+
+/** The pressure probe over a session of its own to the primary, opened on first use and kept (one per execution environment). */
+export function pressureProbeOver(primary: pg.ClientConfig): PostgresPressureProbe {
+  let probeClient: pg.Client | null = null;
+  return new PostgresPressureProbe(async () => {
+    if (!probeClient) {
+      probeClient = new pg.Client(primary);
+      await probeClient.connect();
+    }
+    return probeClient;
+  });
+}
+
+/** A session to the primary for catalog reads, opened on first use and kept until it fails (then opened again). */
+export function lazyCatalogSession(primary: pg.ClientConfig): () => Promise<pg.Client> {
+  let catalogClient: pg.Client | null = null;
+  return async (): Promise<pg.Client> => {
+    if (!catalogClient) {
+      const c = new pg.Client(primary);
+      c.on('error', () => {
+        catalogClient = null;
+      });
+      await c.connect();
+      catalogClient = c;
+    }
+    return catalogClient;
+  };
+}

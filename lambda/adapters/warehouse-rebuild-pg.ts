@@ -23,9 +23,12 @@ import {
   swapRenamesSql,
   viewEntry,
   visibleColumns,
+  type DiffResult,
   type DiffRow,
 } from '../core/rebuild/rebuild.ts';
 import type { Position } from '../core/shared/position.ts';
+
+export type { DiffResult } from '../core/rebuild/rebuild.ts';
 
 const RAW_TEXT = { getTypeParser: () => (value: string) => value } as unknown as pg.CustomTypesConfig;
 
@@ -42,14 +45,6 @@ async function columnsOf(client: pg.ClientBase, schema: string, table: string): 
     [schema, table],
   );
   return res.rows.map((r) => r.column_name);
-}
-
-/** Summary of a diff: counts per kind and the rows (all of them; the caller keeps samples). */
-export interface DiffResult {
-  rows: DiffRow[];
-  missing: number;
-  extra: number;
-  changed: number;
 }
 
 export class PgRebuildTarget {
@@ -123,7 +118,7 @@ export class PgRebuildTarget {
 
   /**
    * Live versus shadow mirror, keys whose positions are at or below `upTo` (see `diffSql`). The
-   * mirrors only: the caller merges both sides' deltas first (lambda/adapters/rebuilder.ts), or a change
+   * mirrors only: the caller merges both sides' deltas first (lambda/core/rebuild/rebuild-slice.ts), or a change
    * still in a delta would count as a difference.
    */
   async diff(upTo: Position, client?: pg.ClientBase, live: WarehouseTable = this.live, shadow: WarehouseTable = this.shadow): Promise<DiffResult> {

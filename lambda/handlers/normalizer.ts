@@ -3,30 +3,24 @@
  * `Normalizer` (lambda/core/capture/normalize.ts); this module wires it to Kinesis, DynamoDB and
  * Powertools.
  *
- * Ordering. Records are processed one after another (`processInParallel: false`). With partial
- * batch responses Lambda checkpoints at the lowest failed sequence number and retries from
- * there, so once a record fails (an infrastructure error: control plane or change log
- * unavailable) every following record of the batch is failed too, and so is every earlier record
- * whose events were still buffered: no later event of a key is ever published before an
- * earlier one that failed. A record that cannot be decoded is NOT a failure: it is dead-lettered
- * and counts as processed.
+ * Ordering: records are processed one after another, and a failed record is retried with every
+ * later one and every earlier one whose events were still buffered (lambda/runtime/kinesis-in-order.ts).
+ * A record that cannot be decoded is NOT a failure: it is dead-lettered and counts as processed.
  *
  * Configuration (environment): `CDC_CONTROL_TABLE`, `CDC_SOURCE_ID`, `CDC_TABLE_CONFIG`,
  * `CDC_CHANGE_LOG_STREAM`, optional `CDC_CATALOG_TYPES`; `CDC_AWS_ENDPOINT` points the clients at local stand-ins.
  */
-import { BatchProcessor, EventType, processPartialResponse } from '@aws-lambda-powertools/batch';
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
-import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent, KinesisStreamRecord } from 'aws-lambda';
+import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent } from 'aws-lambda';
 import { EnvName, ServiceName } from '../../contracts/env.ts';
 import { MetricDimension, METRICS_NAMESPACE } from '../../contracts/metrics.ts';
 import { dynamoDbClient, kinesisClient } from '../adapters/aws-clients.ts';
 import { KinesisChangeLog } from '../adapters/change-log-kinesis.ts';
 import type { PayloadStore } from '../core/shared/payload-store.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
-import { kinesisRecordData } from '../adapters/kinesis-event.ts';
 import type { ControlPlane } from '../core/shared/control-plane.ts';
-import { CdcError, ConfigurationError } from '../core/shared/errors.ts';
+import { ConfigurationError } from '../core/shared/errors.ts';
 import { readCatalogTypes } from '../core/shared/catalog-types.ts';
 import { readPublishedPartitionTree } from '../core/tables/partitions.ts';
 import { isSourceId } from '../core/shared/event.ts';
@@ -34,6 +28,7 @@ import { Normalizer, type ChangeLogWriter } from '../core/capture/normalize.ts';
 import { parseTableConfig, parseTableRules, TableConfigIndex, type TableConfig, type TableRule } from '../core/tables/table-config.ts';
 import { catalogTypesSetting, requiredEnv } from '../runtime/environment.ts';
 import { payloadStoreFromEnvironment } from '../runtime/payload-store.ts';
+import { processInOrder } from '../runtime/kinesis-in-order.ts';
 import { normalizerMetrics, onlyDimensions } from '../runtime/metrics.ts';
 
 const SERVICE = ServiceName.NORMALIZER;
@@ -67,23 +62,6 @@ export interface NormalizerDeps<E> {
 
 export type NormalizerHandler = (event: KinesisStreamEvent, context?: Context) => Promise<KinesisStreamBatchResponse>;
 
-/** A record was not processed because an earlier record of the same batch failed (it is retried after it). */
-export class PrecedingRecordFailedError extends CdcError {
-  constructor(sequenceNumber: string, failedSequenceNumber: string) {
-    super(
-      'PRECEDING_RECORD_FAILED',
-      `record ${sequenceNumber} not processed: record ${failedSequenceNumber} earlier in the batch failed, and order per key must hold`,
-    );
-  }
-}
-
-/** `<stream>/<shard>/<sequence number>` of a Lambda Kinesis record. */
-function originOf(record: KinesisStreamRecord): string {
-  const stream = record.eventSourceARN?.split('/').slice(1).join('/') || record.eventSourceARN || 'stream';
-  const shard = record.eventID?.split(':')[0] || 'shard';
-  return `${stream}/${shard}/${record.kinesis.sequenceNumber}`;
-}
-
 /** Builds the normalizer handler from explicit dependencies. */
 export function createNormalizerHandler<E>(deps: NormalizerDeps<E>): NormalizerHandler {
   if (!isSourceId(deps.source)) throw new ConfigurationError(`${EnvName.SOURCE_ID}: expected a lower-case source id, got ${JSON.stringify(deps.source)}`);
@@ -110,42 +88,9 @@ export function createNormalizerHandler<E>(deps: NormalizerDeps<E>): NormalizerH
   });
 
   return async (event, context) => {
-    // A processor holds the state of one batch. Lambda runs one invocation at a time per
-    // environment, but the local event-source poller runs one batch per shard concurrently
-    // through the same handler, so each invocation gets its own.
-    const processor = new BatchProcessor(EventType.KinesisDataStreams);
     if (context) logger.addContext(context);
-    const records = event.Records ?? [];
-    const index = new Map(records.map((r, i) => [r.kinesis.sequenceNumber, i]));
-    const last = records.length - 1;
-    const batch = normalizer.startBatch();
-    let failedAt: number | null = null;
-    let failedFrom: number | null = null;
-
-    const recordHandler = async (record: KinesisStreamRecord): Promise<void> => {
-      const i = index.get(record.kinesis.sequenceNumber);
-      if (i === undefined) throw new CdcError('INTERNAL', `record ${record.kinesis.sequenceNumber} is not in the batch`);
-      if (failedAt !== null) throw new PrecedingRecordFailedError(record.kinesis.sequenceNumber, records[failedAt]!.kinesis.sequenceNumber);
-      try {
-        await batch.add({ text: kinesisRecordData(record).toString('utf8'), origin: originOf(record) });
-        if (i === last) await batch.flush();
-      } catch (e) {
-        failedAt = i;
-        failedFrom = batch.firstUnpublished ?? i;
-        logger.error('Record failed; it and every later record of the batch will be retried', {
-          sequenceNumber: record.kinesis.sequenceNumber,
-          retryFromSequenceNumber: records[failedFrom]?.kinesis.sequenceNumber,
-          error: e instanceof Error ? { name: e.name, message: e.message } : String(e),
-        });
-        throw e;
-      }
-    };
-
     try {
-      const response = await processPartialResponse(event, recordHandler, processor, { context, processInParallel: false });
-      if (failedFrom === null) return response;
-      // Earlier records whose events were still buffered are retried too; Lambda resumes at the lowest.
-      return { batchItemFailures: records.slice(failedFrom).map((r) => ({ itemIdentifier: r.kinesis.sequenceNumber })) };
+      return await processInOrder(event, context, normalizer.startBatch(), logger);
     } finally {
       if (metrics.hasStoredMetrics()) metrics.publishStoredMetrics();
     }

@@ -29,28 +29,17 @@ import { EnvName, ServiceName } from '../../contracts/env.ts';
 import { dynamoDbClient, kinesisClient } from '../adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { S3PayloadStore } from '../adapters/payload-store-s3.ts';
-import type { ControlPlane, RebuildCheckpoint, RebuildRun } from '../core/shared/control-plane.ts';
-import { CdcError, ConfigurationError } from '../core/shared/errors.ts';
+import type { ControlPlane } from '../core/shared/control-plane.ts';
+import { ConfigurationError } from '../core/shared/errors.ts';
 import type { PayloadStore } from '../core/shared/payload-store.ts';
-import type { RebuildRefusal } from '../core/rebuild/rebuild.ts';
+import { runRebuildInvocation, type RebuildWorkerEvent, type RebuildWorkerResult } from '../core/rebuild/rebuild-invocation.ts';
 import type { Archive } from '../core/rebuild/archive.ts';
 import { S3Archive } from '../adapters/archive-s3.ts';
-import { Rebuilder, type RebuildRequest } from '../adapters/rebuilder.ts';
+import { Rebuilder } from '../adapters/rebuilder.ts';
 import { ReplayReader } from '../adapters/replay-reader.ts';
 import { poolFromEnvironment } from '../runtime/warehouse-pool.ts';
 
-/** Time a slice leaves itself for the catch-up, swap, diff and record after its last batch. */
-export const SLICE_MARGIN_MS = 4 * 60_000;
-
-export type RebuildWorkerEvent =
-  | { op: 'check'; request: { source: string; table: string; sink: string; from?: string } }
-  | { op: 'slice'; id: string; request: RebuildRequest }
-  | { op: 'abandon'; id: string; request: RebuildRequest; error?: unknown };
-
-export type RebuildWorkerResult =
-  | { refusal: RebuildRefusal | null }
-  | { id: string; done: false; checkpoint: RebuildCheckpoint }
-  | { id: string; done: true; outcome: 'done' | 'failed'; run: RebuildRun };
+export type { RebuildWorkerEvent, RebuildWorkerResult } from '../core/rebuild/rebuild-invocation.ts';
 
 export interface RebuildWorkerDeps {
   sink: string;
@@ -62,7 +51,7 @@ export interface RebuildWorkerDeps {
   kinesis: KinesisClient;
   stream: string;
   payloads?: PayloadStore;
-  /** @default SLICE_MARGIN_MS */
+  /** @default SLICE_MARGIN_MS (lambda/core/rebuild/rebuild-invocation.ts) */
   marginMs?: number;
   /** Events per shadow apply (tests: small, to make many batches). */
   batchSize?: number;
@@ -70,27 +59,6 @@ export interface RebuildWorkerDeps {
   /** Crash injection for tests (see `RebuildDeps.step`). */
   step?: (name: string) => void | Promise<void>;
   logger?: Pick<Logger, 'info' | 'warn' | 'error'>;
-}
-
-function text(v: unknown, what: string): string {
-  if (typeof v !== 'string' || v === '') throw new CdcError('INVALID_REQUEST', `${what} must be a non-empty string, got ${JSON.stringify(v)}`);
-  return v;
-}
-
-/** Checks an event's request (the operator function and the state machine send them; bad input names the field). */
-export function parseRebuildRequest(v: unknown, sink: string): RebuildRequest {
-  if (typeof v !== 'object' || v === null) throw new CdcError('INVALID_REQUEST', `request must be an object, got ${JSON.stringify(v)}`);
-  const o = v as Record<string, unknown>;
-  const r: RebuildRequest = {
-    source: text(o.source, 'request.source'),
-    table: text(o.table, 'request.table'),
-    sink: text(o.sink, 'request.sink'),
-    rehearse: o.rehearse === true,
-    actor: typeof o.actor === 'string' && o.actor !== '' ? o.actor : 'operator',
-  };
-  if (o.from !== undefined && o.from !== null) r.from = text(o.from, 'request.from');
-  if (r.sink !== sink) throw new CdcError('INVALID_REQUEST', `request.sink is ${r.sink}, but this rebuild worker serves sink ${sink}`);
-  return r;
 }
 
 /** The worker over explicit dependencies (tests run it in process against the local stand-ins). */
@@ -110,36 +78,7 @@ export function createRebuildWorker(deps: RebuildWorkerDeps): (event: RebuildWor
     ...(deps.duty !== undefined ? { duty: deps.duty } : {}),
     ...(deps.step ? { step: deps.step } : {}),
   });
-  const log = deps.logger;
-  return async (event, timeLeftMs = () => Number.POSITIVE_INFINITY) => {
-    const op = (event as { op?: unknown })?.op;
-    const e = event as { id?: unknown; request?: unknown; error?: unknown };
-    if (op === 'check') {
-      const r = parseRebuildRequest({ ...(e.request as object), rehearse: false, actor: 'check' }, deps.sink);
-      const out = await rebuilder.check(r);
-      return { refusal: out.refusal };
-    }
-    if (op === 'slice') {
-      const id = text(e.id, 'id');
-      const r = parseRebuildRequest(e.request, deps.sink);
-      const out = await rebuilder.slice(r, id, { timeLeftMs, marginMs: deps.marginMs ?? SLICE_MARGIN_MS });
-      if (!out.done) {
-        log?.info('rebuild slice ended, more to do', { id, table: r.table, events: out.checkpoint.events, slices: out.checkpoint.slices });
-        return { id, done: false, checkpoint: out.checkpoint };
-      }
-      log?.info('rebuild done', { id, table: r.table, mode: out.report.run.mode, durationMs: out.report.run.durationMs, diff: out.report.run.diff });
-      return { id, done: true, outcome: 'done', run: out.report.run };
-    }
-    if (op === 'abandon') {
-      const id = text(e.id, 'id');
-      const r = parseRebuildRequest(e.request, deps.sink);
-      const error = typeof e.error === 'string' ? e.error : JSON.stringify(e.error ?? 'the state machine gave up on a slice');
-      const run = await rebuilder.abandon(r, id, error);
-      log?.error('rebuild abandoned', { id, table: r.table, error });
-      return { id, done: true, outcome: 'failed', run };
-    }
-    throw new CdcError('INVALID_REQUEST', `op must be check, slice or abandon, got ${JSON.stringify(op)}`);
-  };
+  return (event, timeLeftMs) => runRebuildInvocation(rebuilder, deps, event, timeLeftMs);
 }
 
 const logger = new Logger({ serviceName: process.env[EnvName.POWERTOOLS_SERVICE_NAME] ?? ServiceName.REBUILD_WORKER });

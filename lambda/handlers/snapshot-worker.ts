@@ -18,142 +18,38 @@
  */
 import { createHash } from 'node:crypto';
 import { Logger } from '@aws-lambda-powertools/logger';
-import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
+import { Metrics } from '@aws-lambda-powertools/metrics';
 import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type { Context } from 'aws-lambda';
-import pg from 'pg';
 import { DEFAULT_HEARTBEAT_SCHEMA, EnvName, HEARTBEAT_TABLE } from '../../contracts/env.ts';
-import { MetricDimension, MetricName, METRICS_NAMESPACE } from '../../contracts/metrics.ts';
+import { METRICS_NAMESPACE } from '../../contracts/metrics.ts';
 import { dynamoDbClient, kinesisClient } from '../adapters/aws-clients.ts';
 import { KinesisChangeLog } from '../adapters/change-log-kinesis.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
-import { PostgresPressureProbe, PostgresSnapshotReader } from '../adapters/snapshot-postgres.ts';
+import { lazyCatalogSession, PostgresSnapshotReader, pressureProbeOver } from '../adapters/snapshot-postgres.ts';
 import { CloudWatchPressureProbe, cloudWatchGetMetricData, combinePressure } from '../adapters/snapshot-cloudwatch.ts';
 import { CloudWatchClient } from '@aws-sdk/client-cloudwatch';
 import { replicaConnectionFromEnvironment, sourceConnectionFromEnvironment } from '../adapters/source-postgres.ts';
-import type { ControlPlane } from '../core/shared/control-plane.ts';
 import { CdcError } from '../core/shared/errors.ts';
-import { snapshotStreamRecords, type SnapshotRawRecord } from '../core/snapshot/snapshot.ts';
-import { publishCatalogTypes, type DescribeTable } from '../core/shared/catalog-types.ts';
-import { publishPartitionTree, type PartitionTree } from '../core/tables/partitions.ts';
-import { AdaptivePacer, type PressureReading, type SourceBudget } from '../core/snapshot/snapshot-pacer.ts';
+import { snapshotStreamRecords } from '../core/snapshot/snapshot.ts';
+import { createSnapshotInvocation, type SnapshotInvocationDeps } from '../core/snapshot/snapshot-invocation.ts';
 import { parseBudget } from '../runtime/environment.ts';
-import { emfSnapshotMetrics, stallAgeSeconds } from '../runtime/metrics.ts';
-import { planSnapshots, runPendingSnapshots, type RunOutcome, type SnapshotReader } from '../core/snapshot/snapshot-worker.ts';
-import { parseTableConfig, parseTableRules, TableConfigIndex, type TableConfig, type TableRule } from '../core/tables/table-config.ts';
-import { scanTables, type DiscoveryRecord } from '../core/tables/discovery.ts';
-import type { TableFact } from '../core/operator/doctor-facts.ts';
+import { emfSnapshotMetrics, emfStallAge } from '../runtime/metrics.ts';
+import type { RunOutcome } from '../core/snapshot/snapshot-worker.ts';
+import { parseTableConfig, parseTableRules } from '../core/tables/table-config.ts';
 import { listSourceTables, readCatalogColumnTypes, readPartitionTree, readTableFact } from '../adapters/source-facts-pg.ts';
 
 const SERVICE = 'cdc-snapshot-worker';
 
-export interface SnapshotWorkerDeps {
-  source: string;
-  tables: TableConfig[];
-  /**
-   * Capture-by-pattern: the rules and the catalog scan that lets new tables join (docs/onboarding.md).
-   * Each invocation scans first: tables that joined get their snapshot requested.
-   */
-  discovery?: {
-    rules: readonly TableRule[];
-    declared: ReadonlySet<string>;
-    listTables(): Promise<string[]>;
-    tableFact(table: string, key: string[] | null): Promise<TableFact>;
-    user(): Promise<string>;
-  };
-  control: ControlPlane;
-  reader: SnapshotReader;
-  publish: (records: SnapshotRawRecord[]) => Promise<void>;
-  budget: SourceBudget;
-  pressure?: { calibrate(): Promise<unknown>; read(): Promise<PressureReading> };
+/** What the worker needs: the invocation's ports, with Powertools metrics and logger (tests build it over the local stand-ins). */
+export interface SnapshotWorkerDeps extends Omit<SnapshotInvocationDeps, 'metrics' | 'stallAge' | 'logger'> {
   metrics: Metrics;
   logger: Logger;
-  owner: string;
-  /**
-   * The source catalog's types of a table (null when it does not exist): published for every
-   * captured table not registered yet, first thing in each invocation, so that the normalizer
-   * registers a table first seen through a type-less DMS record with them
-   * (lambda/core/shared/catalog-types.ts). `catalogTables` are the declared tables to publish beyond
-   * `tables` (the heartbeat table); tables a capture rule matched join them. @default none published
-   */
-  catalog?: { describe: DescribeTable; catalogTables?: readonly string[]; partitionTree?: () => Promise<PartitionTree> };
 }
 
-/** One invocation: plan, then run pending chunks while `timeLeftMs()` stays above `reserveMs`. */
+/** One invocation: plan, then run pending chunks while `timeLeftMs()` stays above `reserveMs` (lambda/core/snapshot/snapshot-invocation.ts). */
 export function createSnapshotWorker(d: SnapshotWorkerDeps): (timeLeftMs: () => number, reserveMs?: number) => Promise<Record<string, RunOutcome>> {
-  const index = new TableConfigIndex(d.tables, d.discovery?.rules ?? []);
-  let known: Map<string, DiscoveryRecord> | null = null;
-  return async (timeLeftMs, reserveMs = 90_000) => {
-    if (d.discovery) {
-      const disc = d.discovery;
-      // On AWS the DMS task selects the tables by the same patterns: capturing needs nothing here.
-      const scan = await scanTables(
-        {
-          control: d.control,
-          source: d.source,
-          rules: disc.rules,
-          declared: disc.declared,
-          listTables: () => disc.listTables(),
-          tableFact: (t, k) => disc.tableFact(t, k),
-          user: await disc.user(),
-          capture: () => undefined,
-          release: () => undefined,
-          actor: 'snapshot-worker:discovery',
-        },
-        known,
-      );
-      known = scan.known;
-      if (scan.result.changed.length > 0)
-        d.logger.info('Capture rules: tables changed', {
-          changed: scan.result.changed.map((r) => ({ table: r.table, verdict: r.verdict, reasons: r.reasons })),
-        });
-    }
-    if (d.catalog) {
-      // Every table a capture rule matched (the DMS task selects by the same patterns, whatever the verdict), not the dropped ones.
-      const captured = [...(known?.values() ?? [])].filter((r) => r.verdict !== 'dropped').map((r) => r.table);
-      const written = await publishCatalogTypes(
-        d.control,
-        d.source,
-        [...d.tables.map((t) => t.table), ...(d.catalog.catalogTables ?? []), ...captured],
-        d.catalog.describe,
-      );
-      if (written.length > 0) d.logger.info('Published catalog types of tables not registered yet', { tables: written });
-      // The partition trees, for the normalizer to name a partition's DMS records by their root (docs/partitioned-tables.md).
-      if (d.catalog.partitionTree && (await publishPartitionTree(d.control, d.source, await d.catalog.partitionTree())))
-        d.logger.info('Published the partition tree', {});
-    }
-    const requested = await planSnapshots(d.control, d.source, d.tables, 'snapshot-planner');
-    if (requested.length > 0) d.logger.info('Requested first snapshots', { tables: requested });
-    const outcomes = await runPendingSnapshots({
-      control: d.control,
-      reader: d.reader,
-      publish: d.publish,
-      source: d.source,
-      owner: d.owner,
-      rulesOf: (t) => index.columnRules(t),
-      pollColumnOf: (t) => index.get(t)?.pollColumn,
-      pacerFor: () => new AdaptivePacer({ budget: d.budget }),
-      beforeRun: async () => {
-        await d.pressure?.calibrate();
-      },
-      ...(d.pressure ? { pressure: () => d.pressure!.read() } : {}),
-      metrics: emfSnapshotMetrics(d.metrics),
-      shouldStop: () => timeLeftMs() < reserveMs,
-      onState: (s) =>
-        d.logger.debug('Snapshot progress', {
-          table: s.table,
-          rowsDone: s.rowsDone,
-          estimatedRows: s.estimatedRows,
-          etaSeconds: s.etaSeconds,
-          throttle: s.throttle,
-        }),
-    });
-    const m = d.metrics.singleMetric();
-    m.clearDefaultDimensions();
-    m.addDimensions({ [MetricDimension.SOURCE]: d.source });
-    m.addMetric(MetricName.SNAPSHOT_STALL_AGE, MetricUnit.Seconds, stallAgeSeconds(await d.control.listSnapshots(d.source), Date.now()));
-    return Object.fromEntries(outcomes);
-  };
+  return createSnapshotInvocation({ ...d, metrics: emfSnapshotMetrics(d.metrics), stallAge: emfStallAge(d.metrics, d.source), logger: d.logger });
 }
 
 // Module scope: created once per execution environment.
@@ -177,14 +73,7 @@ export async function handler(_event: unknown, context: Context): Promise<Record
     // The fence commits are not probe samples: a fence read ahead runs while the worker packs the chunk
     // before it, so its round trip includes the worker's own time (docs/snapshot.md, "The budget").
     const reader = new PostgresSnapshotReader({ primary, ...(replica ? { replica } : {}) });
-    let probeClient: pg.Client | null = null;
-    const probe = new PostgresPressureProbe(async () => {
-      if (!probeClient) {
-        probeClient = new pg.Client(primary);
-        await probeClient.connect();
-      }
-      return probeClient;
-    });
+    const probe = pressureProbeOver(primary);
     const sha = (s: string) => createHash('sha256').update(s).digest('hex');
     // With the RDS instance named, its CloudWatch WriteLatency and CPUUtilization join the probe.
     const instance = process.env[EnvName.SNAPSHOT_DB_INSTANCE];
@@ -197,18 +86,7 @@ export async function handler(_event: unknown, context: Context): Promise<Record
         }
       : pgProbe;
     const rules = parseTableRules(process.env[EnvName.TABLE_RULES]);
-    let catalogClient: pg.Client | null = null;
-    const catalog = async (): Promise<pg.Client> => {
-      if (!catalogClient) {
-        const c = new pg.Client(primary);
-        c.on('error', () => {
-          catalogClient = null;
-        });
-        await c.connect();
-        catalogClient = c;
-      }
-      return catalogClient;
-    };
+    const catalog = lazyCatalogSession(primary);
     const declaredTables = parseTableConfig(process.env[EnvName.TABLE_CONFIG]).map((t) => t.table);
     const heartbeatTable = `${process.env[EnvName.HEARTBEAT_SCHEMA] || DEFAULT_HEARTBEAT_SCHEMA}.${HEARTBEAT_TABLE}`;
     fromEnv = createSnapshotWorker({

@@ -6,6 +6,7 @@ import { MetricDimension, MetricName } from '../../contracts/metrics.ts';
 import type { NormalizerMetrics } from '../core/capture/normalize.ts';
 import type { SnapshotState } from '../core/snapshot/snapshot-state.ts';
 import type { SnapshotMetrics } from '../core/snapshot/snapshot-worker.ts';
+import type { ReconcileRunMetrics } from '../core/reconcile/reconcile-run.ts';
 
 /**
  * Powertools adds a `service` dimension to every metric; the platform's metrics carry exactly the
@@ -50,9 +51,41 @@ export function emfSnapshotMetrics(metrics: Metrics): SnapshotMetrics {
   };
 }
 
-/** Seconds since the oldest running snapshot of the source last completed a chunk (0 when none runs): the stall alarm's metric. */
-export function stallAgeSeconds(runs: readonly SnapshotState[], now: number): number {
-  const running = runs.filter((r) => r.status === 'running' || r.status === 'requested');
-  if (running.length === 0) return 0;
-  return Math.max(...running.map((r) => (now - Date.parse(r.updatedAt)) / 1000));
+/** The snapshot stall alarm's metric: seconds since the oldest running snapshot of the source last completed a chunk. */
+export function emfStallAge(metrics: Metrics, source: string): (seconds: number) => void {
+  return (seconds) => {
+    const m = metrics.singleMetric();
+    m.clearDefaultDimensions();
+    m.addDimensions({ [MetricDimension.SOURCE]: source });
+    m.addMetric(MetricName.SNAPSHOT_STALL_AGE, MetricUnit.Seconds, seconds);
+  };
+}
+
+/** One EMF record per metric (a single metric flushes, and forgets its dimensions, on `addMetric`). */
+function emitCount(metrics: Metrics, dims: Record<string, string>, name: string, value: number): void {
+  const m = metrics.singleMetric();
+  m.clearDefaultDimensions();
+  m.addDimensions(dims);
+  m.addMetric(name, MetricUnit.Count, value);
+}
+
+/** A reconcile run's metrics (names in contracts/metrics.ts): rows checked per table, then the sink's summary. */
+export function emfReconcileMetrics(metrics: Metrics, source: string, sink: string): ReconcileRunMetrics {
+  const sinkDims = { [MetricDimension.SINK]: sink };
+  return {
+    rowsChecked(table, rows) {
+      emitCount(
+        metrics,
+        { [MetricDimension.SINK]: sink, [MetricDimension.SOURCE]: source, [MetricDimension.TABLE]: table },
+        MetricName.RECONCILE_ROWS_CHECKED,
+        rows,
+      );
+    },
+    sinkSummary(s) {
+      emitCount(metrics, sinkDims, MetricName.RECONCILE_DIVERGED_TABLES, s.divergedTables);
+      emitCount(metrics, sinkDims, MetricName.RECONCILE_DIVERGED_KEYS, s.divergedKeys);
+      emitCount(metrics, sinkDims, MetricName.RECONCILE_INCONCLUSIVE_TABLES, s.inconclusiveTables);
+      emitCount(metrics, sinkDims, MetricName.RECONCILE_COVERAGE_GAPS, s.coverageGaps);
+    },
+  };
 }

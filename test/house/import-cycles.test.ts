@@ -22,13 +22,6 @@ const HANDLER_MAX_LINES = 150;
  * its handler is under the limit, so the list only shrinks.
  */
 const NOT_YET_THIN: Record<string, { maxLines: number; why: string }> = {
-  'normalizer.ts': { maxLines: 173, why: 'the batch loop of createNormalizerHandler (shared with cdc local) is still in the handler' },
-  'rebuild-worker.ts': {
-    maxLines: 180,
-    why: 'the rebuild orchestration (Rebuilder.slice) is still in lambda/adapters/rebuilder.ts, and its request parsing here',
-  },
-  'reconciler.ts': { maxLines: 268, why: 'the run of a tier (createReconciler) and the lazy source and sink connections are inline' },
-  'snapshot-worker.ts': { maxLines: 245, why: 'the invocation (createSnapshotWorker) and the pressure probes are wired inline' },
   'warehouse-applier.ts': { maxLines: 179, why: 'the applier assembly shared with cdc local (createWarehouseApplier) is in the handler' },
 };
 

@@ -1,7 +1,7 @@
 /**
  * Rebuild of one table of a warehouse sink into shadow objects (docs/rebuild.md): names, SQL
  * text and decisions, pure. The pg adapter (lambda/adapters/warehouse-rebuild-pg.ts) runs the
- * statements; the rebuild itself (lambda/adapters/rebuilder.ts) replays the table's history through the
+ * statements; the rebuild itself (lambda/core/rebuild/rebuild-workflow.ts, over lambda/adapters/rebuilder.ts) replays the table's history through the
  * live apply code (`PgWarehouse.applyTable` with the shadow as its target), so the shadow is
  * built by exactly the code that builds the live table.
  *
@@ -163,6 +163,14 @@ export interface DiffRow {
   key: Record<string, string | null>;
   livePosition: string | null;
   shadowPosition: string | null;
+}
+
+/** Summary of a diff: counts per kind and the rows (all of them; the caller keeps samples). */
+export interface DiffResult {
+  rows: DiffRow[];
+  missing: number;
+  extra: number;
+  changed: number;
 }
 
 /**

@@ -1,0 +1,398 @@
+/**
+ * One slice of a rebuild (docs/rebuild.md, "On AWS: where it runs"), over the ports of
+ * lambda/core/rebuild/rebuild-ports.ts: goes on from the checkpoint in the control plane, replays
+ * the table's history into the shadow through the live apply code, and catches up, swaps (or
+ * rehearses), diffs and records the run once the history is in. The steps are those of
+ * docs/rebuild.md; `RebuildWorkflow` (rebuild-workflow.ts) runs slices to the end.
+ */
+import { CdcError } from '../shared/errors.ts';
+import type { RebuildCheckpoint, RebuildRun, SchemaVersion } from '../shared/control-plane.ts';
+import type { ChangeEvent } from '../shared/event.ts';
+import { POSITION_ZERO, type Position } from '../shared/position.ts';
+import { checkEventColumns } from '../warehouse/warehouse-apply.ts';
+import { warehouseTable, type WarehouseTable } from '../warehouse/warehouse-sql.ts';
+import { throttleSleepMs, type DiffResult } from './rebuild.ts';
+import type { RebuildPorts, RebuildReport, RebuildRequest } from './rebuild-ports.ts';
+import type { HistoryCheck, ReplayRange, ReplayStats } from './replay.ts';
+
+/** The highest position there is: "everything the log holds now". */
+const POSITION_MAX: Position = 'f'.repeat(24);
+const SAMPLES = 20;
+
+/** A rebuild could not complete; the live table is untouched. */
+export class RebuildFailedError extends CdcError {
+  constructor(
+    source: string,
+    table: string,
+    why: string,
+    readonly swapped = false,
+  ) {
+    super(
+      'REBUILD_FAILED',
+      swapped
+        ? `the rebuild of ${source}/${table} swapped the rebuilt table in, then failed (its diff or the cleanup of the retired table is missing; a rerun cleans up): ${why}`
+        : `the rebuild of ${source}/${table} did not complete (the live table is untouched): ${why}`,
+    );
+  }
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+const maxPos = (a: Position | null, b: Position | null): Position | null => (a === null ? b : b === null ? a : a > b ? a : b);
+
+/**
+ * One slice of the rebuild `id` (docs/rebuild.md, "On AWS: where it runs"): goes on from the checkpoint
+ * in the control plane, applies into the shadow and checkpoints after every batch, and returns
+ * `done: false` when `timeLeftMs` falls below the margin (the caller invokes it again); else
+ * catches up, swaps (or rehearses), diffs, records the run and frees the slot. An error is
+ * thrown as is and leaves the checkpoint: a retry of the slice goes on from it (what the shadow
+ * holds beyond it is applied again, which changes nothing: invariant 2).
+ */
+export async function rebuildSlice(
+  ports: RebuildPorts,
+  r: RebuildRequest,
+  id: string,
+  opts: { history?: HistoryCheck; timeLeftMs?: () => number; marginMs?: number } = {},
+): Promise<{ done: true; report: RebuildReport } | { done: false; checkpoint: RebuildCheckpoint }> {
+  const { control: cp } = ports;
+  const claim = await cp.getActiveRebuild(r.sink);
+  if (!claim || claim.id !== id || claim.state !== 'running') {
+    throw new RebuildFailedError(
+      r.source,
+      r.table,
+      `rebuild ${id} no longer holds the rebuild slot of sink ${r.sink} (${claim ? `it is ${claim.state === 'finished' ? 'finished' : `held by ${claim.id}`}` : 'there is none'})`,
+    );
+  }
+  const started = new Date(claim.startedAt);
+  const live = warehouseTable(r.source, r.table);
+  const target = ports.target(live);
+  const warehouse = ports.warehouse();
+  const from = r.from ?? POSITION_ZERO;
+  const range: ReplayRange = { source: r.source, table: r.table, from, to: POSITION_MAX };
+  const step = async (name: string): Promise<void> => ports.step?.(name);
+  const timeLeft = opts.timeLeftMs ?? (() => Number.POSITIVE_INFINITY);
+  const margin = opts.marginMs ?? 0;
+  const schemas = new Map<number, SchemaVersion>();
+  const rec = await cp.getTable(r.source, r.table);
+  if (!rec) throw new RebuildFailedError(r.source, r.table, 'the table is not registered');
+  const current = await cp.getSchemaVersion(r.source, r.table, rec.currentVersion);
+  if (!current) throw new RebuildFailedError(r.source, r.table, `schema version ${rec.currentVersion} is not registered`);
+  /** Merges the deltas of table sets into their mirrors (the diff compares mirrors). */
+  const mergeDeltas = async (...sets: WarehouseTable[]): Promise<void> => {
+    for (const t of sets) await warehouse.merge({ source: r.source, table: r.table, deleteMode: rec.deleteMode, key: current.key, target: t });
+  };
+  /**
+   * Merges the shadow's delta (the rebuilt table's, after the swap) into its base. The base is
+   * usually still empty (every event so far was appended): the merge checks that under its lock
+   * and then takes the merge into an empty base (`PgWarehouse.merge`'s `freshBase`, which leaves
+   * what the general merge would); when a full apply (a truncate, a primary-key handover) wrote
+   * the base already, it is the general merge.
+   */
+  const mergeRebuilt = async (t: WarehouseTable): Promise<void> => {
+    await warehouse.merge({ source: r.source, table: r.table, deleteMode: rec.deleteMode, key: current.key, target: t }, { freshBase: true });
+  };
+  const c: RebuildCheckpoint = {
+    ...(claim.checkpoint ?? { phase: 'replay', appliedThrough: null, events: 0, applyMs: 0, sleptMs: 0, skipped: 0, slices: 0 }),
+  };
+  c.slices++;
+  const first = claim.checkpoint === null;
+  /**
+   * What this slice handed to the shadow, so an event read again (the catch-up's stream reads may
+   * repeat one) is not applied twice: the events themselves, the highest position among them,
+   * and their ids, made only when an event at or below that position comes (an event above it
+   * cannot be one of them; the bulk, read in position order and deduplicated, makes none).
+   */
+  const applied = { lists: [] as ChangeEvent[][], highest: null as Position | null, ids: null as Set<string> | null };
+  const eventKey = (e: ChangeEvent): string => `${e.position}|${JSON.stringify(e.key)}`;
+  const appliedAlready = (e: ChangeEvent): boolean => {
+    if (applied.highest === null || e.position > applied.highest) return false;
+    if (applied.ids === null) {
+      applied.ids = new Set();
+      for (const l of applied.lists) for (const x of l) applied.ids.add(eventKey(x));
+    }
+    return applied.ids.has(eventKey(e));
+  };
+  const batchSize = ports.batchSize ?? 1000;
+  const duty = ports.duty ?? 0.5;
+  const save = async (): Promise<void> => {
+    if (!(await cp.checkpointRebuild(r.sink, id, c, ports.now().toISOString())))
+      throw new RebuildFailedError(r.source, r.table, `rebuild ${id} lost the rebuild slot of sink ${r.sink} (another rebuild took it over as stale)`);
+  };
+
+  /**
+   * Applies events not applied yet into the shadow through the live apply code; false when the
+   * slice should stop (time). `freshShadow`: the bulk of the history, before the shadow's merge — the
+   * apply's fresh-shadow option (`TableBatch.freshShadow`): while the shadow is unfolded, appends
+   * land in its changelog and the merge computes its base once (docs/rebuild.md, step 4).
+   */
+  const applyToShadow = async (list: readonly ChangeEvent[], throttle: boolean, mayYield: boolean, freshShadow = false): Promise<boolean> => {
+    const fresh: ChangeEvent[] = [];
+    applied.lists.push(fresh);
+    for (const e of list) {
+      // Below the checkpoint: in the shadow already. At it: applied again, harmlessly (invariant 2).
+      if (c.appliedThrough !== null && e.position < c.appliedThrough) continue;
+      if (appliedAlready(e)) continue;
+      let schema = schemas.get(e.schemaVersion);
+      if (!schema) {
+        const v = await cp.getSchemaVersion(r.source, r.table, e.schemaVersion);
+        if (!v) {
+          c.skipped++;
+          continue;
+        }
+        schemas.set(v.version, (schema = v));
+      }
+      try {
+        checkEventColumns(e, schema);
+      } catch (err) {
+        if (!(err instanceof CdcError)) throw err;
+        c.skipped++;
+        continue;
+      }
+      fresh.push(e);
+      applied.ids?.add(eventKey(e));
+      if (applied.highest === null || e.position > applied.highest) applied.highest = e.position;
+    }
+    // Unthrottled (duty 1), the next batch is started while the one before it finishes: its
+    // Node work (the plan, the COPY text) overlaps that batch's COPY in the warehouse. The
+    // applies are the live code's on their own connections, as concurrent appliers of one table
+    // are live (docs/warehouse-apply.md); they finish, and are checkpointed, in order. A batch
+    // that commits before the one ahead of it fails is applied again by the retry (invariant 2).
+    // A throttled rebuild applies one batch at a time: its duty is the share of wall time one apply runs.
+    const overlap = duty >= 1;
+    let ahead: { chunk: ChangeEvent[]; done: Promise<void>; t0: number } | null = null;
+    let lastEnd = 0;
+    const start = (chunk: ChangeEvent[]): { chunk: ChangeEvent[]; done: Promise<void>; t0: number } => {
+      const versions = new Map([...new Set(chunk.map((e) => e.schemaVersion))].map((v) => [v, schemas.get(v)!]));
+      const t0 = Date.now();
+      const done = warehouse
+        .applyTable({
+          source: r.source,
+          table: r.table,
+          deleteMode: rec.deleteMode,
+          schemas: versions,
+          events: chunk,
+          appliedAt: ports.now(),
+          target: target.shadow,
+          freshShadow,
+        })
+        .then(() => undefined);
+      done.catch(() => undefined); // awaited in order by finish(); a failure meanwhile must not go unhandled
+      return { chunk, done, t0 };
+    };
+    /** Waits for a batch (and so for every one before it), counts it and checkpoints; returns its apply time. */
+    const finish = async (b: { chunk: ChangeEvent[]; done: Promise<void>; t0: number }): Promise<number> => {
+      await b.done;
+      const end = Date.now();
+      const busy = end - Math.max(b.t0, lastEnd);
+      lastEnd = end;
+      c.applyMs += busy;
+      c.events += b.chunk.length;
+      for (const e of b.chunk) c.appliedThrough = maxPos(c.appliedThrough, e.position);
+      await save();
+      // Between two batches of the bulk (the shadow unfolded, a batch after it perhaps in flight).
+      if (freshShadow) await step('apply-batch');
+      return busy;
+    };
+    for (let i = 0; i < fresh.length; i += batchSize) {
+      const batch = start(fresh.slice(i, i + batchSize));
+      // The first batch alone: it makes the shadow's tables (DDL).
+      if (overlap && i > 0) {
+        const before = ahead;
+        ahead = batch;
+        if (before) await finish(before);
+      } else {
+        const busy = await finish(batch);
+        if (throttle) {
+          const rest = throttleSleepMs(busy, duty);
+          if (rest > 0) {
+            c.sleptMs += rest;
+            await sleep(rest);
+          }
+        }
+      }
+      if (mayYield && i + batchSize < fresh.length && timeLeft() < margin) {
+        if (ahead) await finish(ahead);
+        return false;
+      }
+    }
+    if (ahead) await finish(ahead);
+    return true;
+  };
+
+  let stats: ReplayStats | undefined;
+  let diff: DiffResult = { rows: [], missing: 0, extra: 0, changed: 0 };
+  let caughtUpTo: Position | null = null;
+  let diffTable = '';
+  let swapped = false;
+  let keptAlready = false;
+  try {
+    if (first) {
+      warehouse.forgetShapes(); // the shadow's objects are dropped and made again
+      await step('drop-leftovers');
+      await target.dropLeftovers();
+    }
+    if (c.phase === 'swapping' && !(await target.shadowExists())) {
+      // The swap committed in an earlier slice that stopped before it finished: finish from the retired table.
+      swapped = true;
+      const p = await target.retiredPosition();
+      caughtUpTo = maxPos(c.appliedThrough, p);
+      await step('diff');
+      // No retired table: the earlier slice kept the diff and dropped it; only the record is missing.
+      if (p !== null) {
+        await mergeDeltas(target.retired);
+        await mergeRebuilt(target.live);
+        diff = await target.diff(p, undefined, target.retired, target.live);
+      } else keptAlready = true;
+    } else {
+      if (!first && c.events > 0 && !(await target.shadowExists()))
+        throw new RebuildFailedError(
+          r.source,
+          r.table,
+          `the shadow ${live.schema}.${target.shadow.mirror} of rebuild ${id} is gone (dropped by someone else?): start the rebuild again`,
+        );
+      await step('replay');
+      const read = await ports.replay.read(range, opts.history);
+      stats = read.stats;
+      let resume = read.resume;
+      await step('apply');
+      // The bulk with the fresh-shadow option: it leaves what the live path (append, then the merge
+      // below) leaves (test/adapters/fresh-shadow.test.ts).
+      if (!(await applyToShadow(read.events, true, true, true))) return { done: false, checkpoint: c };
+      if (timeLeft() < margin) return { done: false, checkpoint: c };
+      // The bulk of the history into the shadow's base now, before the swap: the live table's
+      // appliers never wait for it (after the swap its lock would hold them), and the swap
+      // hands readers a merged table.
+      await step('merge-shadow');
+      await mergeRebuilt(target.shadow);
+      await step('catch-up');
+      const more = await ports.replay.readStream(range, resume);
+      resume = more.resume;
+      await applyToShadow(more.events, true, false);
+      if (r.rehearse) {
+        await step('diff');
+        await mergeDeltas(target.live);
+        await mergeRebuilt(target.shadow);
+        const p1 = await target.livePosition();
+        const firstDiff = await target.diff(p1 ?? POSITION_ZERO);
+        const again = await ports.replay.readStream(range, resume);
+        await applyToShadow(again.events, false, false);
+        await mergeDeltas(target.live);
+        await mergeRebuilt(target.shadow);
+        const p2 = await target.livePosition();
+        const second = await target.diff(p2 ?? POSITION_ZERO);
+        // A key that differs at both points is diverged; one that differed once was in flight.
+        const once = new Set(firstDiff.rows.map((d) => `${d.kind}|${JSON.stringify(d.key)}`));
+        const rows = second.rows.filter((d) => once.has(`${d.kind}|${JSON.stringify(d.key)}`));
+        diff = {
+          rows,
+          missing: rows.filter((d) => d.kind === 'missing').length,
+          extra: rows.filter((d) => d.kind === 'extra').length,
+          changed: rows.filter((d) => d.kind === 'changed').length,
+        };
+        caughtUpTo = maxPos(c.appliedThrough, p2);
+        diffTable = await target.keepDiff(id, diff);
+        await step('drop-shadow');
+        await target.dropLeftovers();
+      } else {
+        c.phase = 'swapping';
+        await save();
+        await step('swap');
+        const p = await target.swap(async () => {
+          const last = await ports.replay.readStream(range, resume);
+          await applyToShadow(last.events, false, false);
+          await step('swap-renames');
+        });
+        swapped = true;
+        caughtUpTo = maxPos(c.appliedThrough, p);
+        warehouse.forgetShapes(); // the live names are the rebuilt objects now
+        await step('diff');
+        // Both sides are frozen now: the retired table as it was at the swap, the new one at the same position.
+        await mergeDeltas(target.retired);
+        await mergeRebuilt(target.live);
+        diff = await target.diff(p ?? POSITION_ZERO, undefined, target.retired, target.live);
+      }
+    }
+    if (!r.rehearse) {
+      if (!keptAlready) diffTable = await target.keepDiff(id, diff);
+      await target.dropRetired();
+      if (caughtUpTo !== null) await cp.advanceSinkProgress(r.sink, r.source, r.table, caughtUpTo);
+    }
+  } catch (err) {
+    if (swapped && !(err instanceof RebuildFailedError))
+      throw new RebuildFailedError(r.source, r.table, err instanceof Error ? err.message : String(err), true);
+    throw err;
+  }
+  const finished = ports.now();
+  const run = runRecord(id, r, started, finished, from, caughtUpTo, c.events, stats, diff, null);
+  await cp.recordRebuild(run, {
+    at: finished.toISOString(),
+    actor: r.actor,
+    action: 'rebuild',
+    source: r.source,
+    table: r.table,
+    outcome: 'done',
+    detail: {
+      sink: r.sink,
+      mode: run.mode,
+      id,
+      durationMs: run.durationMs,
+      events: run.events,
+      slices: c.slices,
+      diff: { missing: diff.missing, extra: diff.extra, changed: diff.changed },
+      diffTable,
+      caughtUpTo,
+    },
+  });
+  await cp.releaseRebuild(r.sink, id, finished.toISOString());
+  const emptyStats: ReplayStats = {
+    objectsRead: 0,
+    bytesRead: 0,
+    keysListed: 0,
+    legacyObjects: 0,
+    verifiedObjects: 0,
+    unverifiedObjects: 0,
+    markersRead: 0,
+    archiveRecords: 0,
+    streamRecords: 0,
+    events: 0,
+    invalid: 0,
+    shards: [],
+  };
+  return { done: true, report: { run, stats: stats ?? emptyStats, diffTable, diff: diff.rows, skipped: c.skipped, applyMs: c.applyMs, sleptMs: c.sleptMs } };
+}
+
+export function runRecord(
+  id: string,
+  r: RebuildRequest,
+  started: Date,
+  finished: Date,
+  from: Position,
+  caughtUpTo: Position | null,
+  events: number,
+  stats: ReplayStats | undefined,
+  diff: DiffResult,
+  error: string | null,
+): RebuildRun {
+  return {
+    id,
+    sink: r.sink,
+    source: r.source,
+    table: r.table,
+    mode: r.rehearse ? 'rehearsal' : 'swap',
+    outcome: error === null ? 'done' : 'failed',
+    startedAt: started.toISOString(),
+    finishedAt: finished.toISOString(),
+    durationMs: finished.getTime() - started.getTime(),
+    from,
+    caughtUpTo,
+    events,
+    archiveRecords: stats?.archiveRecords ?? 0,
+    streamRecords: stats?.streamRecords ?? 0,
+    diff: {
+      missing: diff.missing,
+      extra: diff.extra,
+      changed: diff.changed,
+      samples: diff.rows.slice(0, SAMPLES).map((d) => `${d.kind} ${JSON.stringify(d.key)}`),
+    },
+    error,
+  };
+}
