@@ -563,10 +563,12 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
     await page?.close().catch(() => undefined);
     // Consumers first (each finishes or abandons its batch, checkpoints kept), then the servers they use.
     print('cdc local: stopping the capture, the snapshot and the pollers\n');
-    await pipeline?.stop().then(
-      () => print('  consumers stopped\n'),
-      (e: unknown) => print(`cdc local: while stopping: ${describeError(e)}\n`),
-    );
+    // Each finishing its batch can take a while on a busy machine: say so every 9 s.
+    if (pipeline)
+      await whileWorking(print, 'stopping the capture, the snapshot and the pollers', pipeline.stop()).then(
+        () => print('  consumers stopped\n'),
+        (e: unknown) => print(`cdc local: while stopping: ${describeError(e)}\n`),
+      );
     await captured.restore();
     signals.sayWith((text) => void out(text).catch(() => undefined));
     if (standin) {
