@@ -508,9 +508,16 @@ export class LocalPipeline {
    * found nothing new on the raw stream after that, then the sink and the archive copier found
    * nothing new on the change log after that. Throws when a stage made no progress for
    * `stallMs`, naming the stage that lags: a slow machine still finishes, a stuck stage does not
-   * wait forever.
+   * wait forever. `onSinkCaughtUp` hears each sink (its id) whose applier caught up, so a wait
+   * aborted by a bounded run's drain bound knows which sinks did (docs/local.md, "Bounded runs (`--duration`)").
    */
-  async waitCaughtUp(stallMs = 120_000, abort?: AbortSignal): Promise<void> {
+  async waitCaughtUp(stallMs = 120_000, abort?: AbortSignal, onSinkCaughtUp?: (sinkId: string) => void): Promise<void> {
+    const heard =
+      (sinkId: string) =>
+      (t: number): number => {
+        onSinkCaughtUp?.(sinkId);
+        return t;
+      };
     const aborted = (): void => {
       if (abort?.aborted) throw new StopRequestedError();
     };
@@ -559,7 +566,7 @@ export class LocalPipeline {
         (t) => sink.caughtUpSince(t),
         () => sink.stats.recordsDone,
         t2,
-      ),
+      ).then(heard(this.o.sinkId)),
       stage(
         'archive copier',
         (t) => archive.caughtUpSince(t),
@@ -573,7 +580,7 @@ export class LocalPipeline {
               (t) => search.caughtUpSince(t),
               () => search.stats.recordsDone,
               t2,
-            ),
+            ).then(heard(this.o.search!.sinkId)),
           ]
         : []),
     ]);

@@ -21,11 +21,13 @@ th { font-weight: 600; border-bottom: 1px solid #ccc; }
 .charts { display: flex; flex-wrap: wrap; gap: 2em; }
 svg { background: #fafafa; border: 1px solid #ddd; }
 #updated.stale { color: #b00020; }
+#phase:not(:empty) { margin: .4em 0; padding: .3em .6em; background: #fff6d6; border: 1px solid #e6c65c; }
 </style>
 </head>
 <body>
 <h1 id="title">cdc local</h1>
 <div id="updated" class="muted">waiting for the first status</div>
+<div id="phase"></div>
 <div id="where" class="muted"></div>
 <div id="panels"></div>
 <script>
@@ -140,11 +142,12 @@ function refresh() {
     return r.json();
   }).then(function (body) {
     render(body);
+    document.getElementById("phase").textContent = body.phase || "";
     lastOk = Date.now();
     var u = document.getElementById("updated");
     var age = body.status ? lastOk - body.status.now : 0;
     u.className = age > 5000 ? "stale" : "muted";
-    u.textContent = body.status ? "status of " + new Date(body.status.now).toLocaleTimeString() + (age > 5000 ? ", not updated for " + ms(age) + " (after time is up the drain's progress is on the terminal)" : " (refreshed every 2 s)") : "waiting for the first status";
+    u.textContent = body.status ? "status of " + new Date(body.status.now).toLocaleTimeString() + (age > 5000 ? ", not updated for " + ms(age) : " (refreshed every 2 s)") : "waiting for the first status";
   }).catch(function (e) {
     var u = document.getElementById("updated");
     u.className = "stale";

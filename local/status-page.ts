@@ -29,6 +29,8 @@ export interface StatusPageBody {
   throttle: Record<string, string>;
   /** What a polled table's capture cannot see (docs/polling.md). */
   pollNote: string;
+  /** What a bounded run is doing after time is up (draining: what is left per sink; comparing; the bound reached), or null while it runs. */
+  phase: string | null;
 }
 
 export interface StatusPageOptions {
@@ -41,6 +43,7 @@ export interface StatusPageOptions {
 /** The status page's server: `show` gives it each new status, `url` says where it is. */
 export class StatusPage {
   private latest: StatusSnapshot | null = null;
+  private phase: string | null = null;
   private readonly history: StatusPoint[] = [];
   private readonly historyMs: number;
 
@@ -77,6 +80,11 @@ export class StatusPage {
     return s;
   }
 
+  /** Says what a bounded run is doing after time is up (the page shows it above the panels). */
+  setPhase(text: string | null): void {
+    this.phase = text;
+  }
+
   async close(): Promise<void> {
     this.server.closeAllConnections();
     await new Promise<void>((resolve, reject) => this.server.close((e) => (e ? reject(e) : resolve())));
@@ -95,7 +103,7 @@ export class StatusPage {
       const throttle = Object.fromEntries(
         (this.latest?.snapshots ?? []).map((x) => [x.table, x.status === 'running' ? explainThrottle(x.throttle) : x.throttle]),
       );
-      const body: StatusPageBody = { status: this.latest, history: this.history, throttle, pollNote: POLL_DELETES_INVISIBLE };
+      const body: StatusPageBody = { status: this.latest, history: this.history, throttle, pollNote: POLL_DELETES_INVISIBLE, phase: this.phase };
       return send(res, 200, 'application/json', JSON.stringify(body));
     }
     send(res, 404, 'text/plain; charset=utf-8', `no page at ${route}: the status page is / and its data /status.json\n`);

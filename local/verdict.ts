@@ -45,6 +45,12 @@ export interface TableVerdict {
   /** A few examples of differences, for humans. */
   examples: string[];
   match: boolean;
+  /**
+   * Set when the table differs but its sink had not caught up when a bounded run's drain bound
+   * ran out: the difference may be events not yet applied, so the table is not compared (never
+   * DIVERGED; docs/local.md, "Bounded runs (`--duration`)").
+   */
+  notCompared?: { pendingEvents: number; snapshotRowsLeft: number };
 }
 
 export interface Verdict {
@@ -237,9 +243,18 @@ export async function compareSourceAndWarehouse(options: CompareOptions): Promis
 /** The verdict as lines for a terminal or a CI log. */
 export function formatVerdict(verdict: Verdict): string[] {
   const sink = verdict.sink ?? 'warehouse';
-  const lines = [`verdict${verdict.sink ? ` (${sink})` : ''}: ${verdict.match ? 'MATCH' : 'MISMATCH'}`];
+  const open = verdict.tables.filter((t) => t.notCompared).length;
+  const diverged = verdict.tables.some((t) => !t.match && !t.notCompared);
+  const outcome = verdict.match ? 'MATCH' : diverged ? 'MISMATCH' : `NOT COMPLETE (${open} table${open === 1 ? '' : 's'} not compared)`;
+  const lines = [`verdict${verdict.sink ? ` (${sink})` : ''}: ${outcome}`];
   for (const t of verdict.tables) {
     const counts = `source ${t.sourceRows} rows, ${sink} ${t.warehouseRows} ${verdict.sink ? 'documents' : 'rows'}`;
+    if (t.notCompared) {
+      const snap = t.notCompared.snapshotRowsLeft > 0 ? `; its snapshot had ${t.notCompared.snapshotRowsLeft} rows still to read` : '';
+      lines.push(`  open ${t.table}: not compared: ${t.notCompared.pendingEvents} events not yet applied to ${sink}${snap} (so far ${counts})`);
+      for (const p of t.problems) lines.push(`       ${p}`);
+      continue;
+    }
     lines.push(
       `  ${t.match ? 'ok  ' : 'FAIL'} ${t.table}: ${counts}${t.match ? '' : `; missing ${t.missing}, extra ${t.extra}, different ${t.different}, duplicate keys ${t.duplicates}`}`,
     );

@@ -8,14 +8,18 @@ import { MetricName } from '../../contracts/metrics.ts';
 import type { MetricsCollector } from '../../local/metrics.ts';
 import { percentile } from '../../local/metrics.ts';
 import type { LocalPipeline } from '../../local/pipeline.ts';
+import type { StatusPage } from '../../local/status-page.ts';
 import { formatMs, MovingRate, renderDrainLine, SnapshotWindow, type DrainSink, type StatusSnapshot } from '../../local/status.ts';
 
 /** The window of the live lag percentiles (as the pipeline's status). */
 const LAG_WINDOW_MS = 60_000;
 /** The window of the drain's rates and ETAs. */
 export const DRAIN_WINDOW_MS = 30_000;
-/** How often a draining run prints its progress. */
-export const DRAIN_EVERY_MS = 10_000;
+/**
+ * How often a draining run prints its progress, and a run off a terminal its status line: under
+ * 10 s, so that a timer late by a busy machine's second still prints at least every 10 s.
+ */
+export const DRAIN_EVERY_MS = 9_000;
 
 /**
  * The live status as the screen shows it: snapshot rates over a moving window, and per sink p50
@@ -46,8 +50,8 @@ export function runLags(collector: MetricsCollector, sink: string, runStartedAt:
 
 /** What a drain reads from the running pipeline (a port, so tests feed it numbers and a clock). */
 export interface DrainReadings {
-  /** Snapshot rows still to read (estimate minus done, over running runs), and rows read in total so far. */
-  snapshot(): { left: number; done: number };
+  /** Snapshot rows still to read (estimate minus done, over running runs; per table in `leftByTable`), and rows read in total so far. */
+  snapshot(): { left: number; done: number; leftByTable?: ReadonlyMap<string, number> };
   /** Change records the capture read from the log in this run. */
   captured(): number;
   /** Per sink: events applied in this run, and its poller's iterator age (ms). */
@@ -62,12 +66,16 @@ export function pipelineReadings(p: LocalPipeline, collector: MetricsCollector, 
       const lines = p.snapshots?.lines(Date.now()) ?? [];
       let left = 0;
       let read = 0;
+      const leftByTable = new Map<string, number>();
       for (const l of lines) {
         if (!first.has(l.table)) first.set(l.table, l.rowsDone);
         read += Math.max(0, l.rowsDone - first.get(l.table)!);
-        if (l.status === 'running' || l.status === 'requested') left += Math.max(0, l.estimatedRows - l.rowsDone);
+        if (l.status === 'running' || l.status === 'requested') {
+          left += Math.max(0, l.estimatedRows - l.rowsDone);
+          leftByTable.set(l.table, Math.max(0, l.estimatedRows - l.rowsDone));
+        }
       }
-      return { left, done: read };
+      return { left, done: read, leftByTable };
     },
     captured: () => p.capture.stats.records,
     sinks: () => {
@@ -103,6 +111,17 @@ export class DrainProgress {
   /** The drain starts now: lines say how long it has been draining. */
   startDrain(at: number): void {
     this.drainStartedAt = at;
+  }
+
+  /**
+   * Where each sink stands now, for the drain bound's verdict: events produced in this run and not
+   * applied (as the lines count them), and snapshot rows still to read per table.
+   */
+  standing(): { pendingBySink: Map<string, number>; snapshotRowsLeft: ReadonlyMap<string, number> } {
+    const snap = this.readings.snapshot();
+    const produced = this.readings.captured() + snap.done;
+    const pendingBySink = new Map(this.readings.sinks().map((k) => [k.sink, Math.max(0, produced - k.applied) + snap.left]));
+    return { pendingBySink, snapshotRowsLeft: snap.leftByTable ?? new Map() };
   }
 
   line(now: number): string {
@@ -151,4 +170,14 @@ export async function whileWorking<T>(
   } finally {
     clearInterval(timer);
   }
+}
+
+/**
+ * Gives the status page the pipeline's live status (the terminal's writer is released once time
+ * is up, so after that the page is fed on its own: it stays live through the drain and the comparison).
+ */
+export async function feedPage(p: LocalPipeline, page: StatusPage | null, view: StatusView, hint: string | null): Promise<void> {
+  if (!page) return;
+  await p.refreshControl();
+  page.show(view.apply(p.snapshot(hint)));
 }

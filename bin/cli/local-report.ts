@@ -10,8 +10,11 @@ import type { Verdict } from '../../local/verdict.ts';
 
 /** What `cdc local --json` prints on stdout at the end. */
 export interface LocalReport {
-  /** `match`: every verdict matches; `diverged`: one does not; `stopped`: a signal stopped the run before a verdict; `failed`: an error did. */
-  outcome: 'match' | 'diverged' | 'stopped' | 'failed';
+  /**
+   * `match`: every verdict matches; `diverged`: one does not; `incomplete`: none diverged but the drain bound
+   * (`--max-drain`) left tables not compared; `stopped`: a signal stopped the run before a verdict; `failed`: an error did.
+   */
+  outcome: 'match' | 'diverged' | 'incomplete' | 'stopped' | 'failed';
   exitCode: number;
   source: string;
   /** Why there is no verdict (stopped, failed). */
@@ -87,6 +90,7 @@ export function runSummary(o: {
 
 /** The report as printed: the outcome follows from the verdicts when there are any. */
 export function finishReport(report: LocalReport, exitCode: number): LocalReport {
-  const outcome = report.verdicts.length > 0 ? (report.verdicts.every((v) => v.match) ? 'match' : 'diverged') : report.outcome;
+  const diverged = report.verdicts.some((v) => v.tables.some((t) => !t.match && !t.notCompared) || (!v.match && v.tables.length === 0));
+  const outcome = report.verdicts.length === 0 ? report.outcome : report.verdicts.every((v) => v.match) ? 'match' : diverged ? 'diverged' : 'incomplete';
   return { ...report, outcome, exitCode };
 }

