@@ -46,6 +46,7 @@ import { redactUrl } from './stack.ts';
 import { guardPoolClients } from '../lambda/adapters/pg-pool.ts';
 import type { SearchTableConfig } from '../lambda/core/search/search-plan.ts';
 import type { LocalRedshiftSink } from './redshift-sink.ts';
+import { waitCaughtUp } from './caught-up.ts';
 
 export interface PipelineOptions {
   stack: LocalStack;
@@ -100,26 +101,6 @@ function sleep(ms: number): Promise<void> {
 
 /** How often `cdc local` looks for deltas due for a merge (the thresholds decide; docs/warehouse-apply.md). */
 const MERGE_CHECK_MS = 5_000;
-
-/** A wait given up because a stop was asked for (Ctrl-C, SIGTERM: docs/local.md, "Stopping"). */
-export class StopRequestedError extends Error {
-  constructor() {
-    super('a stop was requested');
-    this.name = 'StopRequestedError';
-  }
-}
-
-/** `work`, or a StopRequestedError as soon as `abort` fires; a rejection of work given up is dropped. */
-function untilAborted<T>(work: Promise<T>, abort: AbortSignal | undefined): Promise<T> {
-  if (!abort) return work;
-  work.catch(() => undefined);
-  if (abort.aborted) return Promise.reject(new StopRequestedError());
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = (): void => reject(new StopRequestedError());
-    abort.addEventListener('abort', onAbort, { once: true });
-    work.then(resolve, reject).finally(() => abort.removeEventListener('abort', onAbort));
-  });
-}
 
 /** A running local pipeline. */
 export class LocalPipeline {
@@ -512,89 +493,24 @@ export class LocalPipeline {
    * aborted by a bounded run's drain bound knows which sinks did (docs/local.md, "Bounded runs (`--duration`)").
    */
   async waitCaughtUp(stallMs = 120_000, abort?: AbortSignal, onSinkCaughtUp?: (sinkId: string) => void): Promise<void> {
-    const heard =
-      (sinkId: string) =>
-      (t: number): number => {
-        onSinkCaughtUp?.(sinkId);
-        return t;
-      };
-    const aborted = (): void => {
-      if (abort?.aborted) throw new StopRequestedError();
-    };
-    const stalled = (name: string) => new Error(`the ${name} did not catch up: no progress for ${Math.round(stallMs / 1000)} s`);
-    const stage = async (name: string, done: (t: number) => boolean, progress: () => number, since: number): Promise<number> => {
-      let seen = progress();
-      let deadline = Date.now() + stallMs;
-      while (!done(since)) {
-        aborted();
-        if (this.capture.stats.state === 'failed') throw this.capture.stats.error ?? new Error('capture failed');
-        const now = progress();
-        if (now !== seen) [seen, deadline] = [now, Date.now() + stallMs];
-        if (Date.now() > deadline) throw stalled(name);
-        await sleep(50);
-      }
-      return Date.now();
-    };
-    if (this.snapshots) await untilAborted(this.snapshots.waitIdle(stallMs), abort);
-    const t0 = Date.now();
-    // Polled tables: a whole poll pass that started after now (docs/polling.md).
-    if (this.polls)
-      await stage(
-        'poller',
-        (t) => this.polls!.passedSince(t),
-        () => this.polls!.lines().reduce((n, l) => n + l.rows, 0),
-        t0,
-      );
-    const t1 = await stage(
-      'capture',
-      (t) => this.capture.caughtUpSince(t),
-      () => this.capture.stats.records,
-      t0,
+    const { normalizer, sink, archive, search } = this.pollers;
+    await waitCaughtUp(
+      {
+        snapshots: this.snapshots,
+        polls: this.polls,
+        capture: this.capture,
+        normalizer,
+        archive,
+        sinks: [
+          { sinkId: this.o.sinkId, name: `${this.o.sinkId} applier`, consumer: sink },
+          ...(search ? [{ sinkId: this.o.search!.sinkId, name: `${search.stats.consumer} applier`, consumer: search }] : []),
+        ],
+        replayers: this.replayers,
+      },
+      stallMs,
+      abort,
+      onSinkCaughtUp,
     );
-    const normalizer = this.pollers.normalizer;
-    const t2 = await stage(
-      'normalizer',
-      (t) => normalizer.caughtUpSince(t),
-      () => normalizer.stats.recordsDone,
-      t1,
-    );
-    const search = this.pollers.search;
-    const { sink, archive } = this.pollers;
-    await Promise.all([
-      stage(
-        `${this.o.sinkId} applier`,
-        (t) => sink.caughtUpSince(t),
-        () => sink.stats.recordsDone,
-        t2,
-      ).then(heard(this.o.sinkId)),
-      stage(
-        'archive copier',
-        (t) => archive.caughtUpSince(t),
-        () => archive.stats.recordsDone,
-        t2,
-      ),
-      ...(search
-        ? [
-            stage(
-              `${search.stats.consumer} applier`,
-              (t) => search.caughtUpSince(t),
-              () => search.stats.recordsDone,
-              t2,
-            ).then(heard(this.o.search!.sinkId)),
-          ]
-        : []),
-    ]);
-    // A resumed table is caught up once its held range is replayed.
-    let pending = Infinity;
-    let deadline = Date.now() + stallMs;
-    for (;;) {
-      aborted();
-      const now = (await Promise.all(this.replayers.map((r) => r.pending()))).reduce((a, b) => a + b, 0);
-      if (now === 0) return;
-      if (now < pending) [pending, deadline] = [now, Date.now() + stallMs];
-      if (Date.now() > deadline) throw stalled('resume replay');
-      await sleep(200);
-    }
   }
 
   /** Stops everything in order: workload, heartbeat, capture, then the pollers (each finishes its batch). */

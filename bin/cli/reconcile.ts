@@ -19,7 +19,7 @@ import { SearchStandIn } from '../../local/search-standin.ts';
 import { OpenSearchIndex, searchClient } from '../../lambda/adapters/search-opensearch.ts';
 import { existsSync } from 'node:fs';
 import { DEFAULT_STATE_DIR, SOURCE_DATABASE, WAREHOUSE_DATABASE } from '../../local/stack.ts';
-import { parseDuration } from './local.ts';
+import { parseDuration } from './local-args.ts';
 import { DEFAULT_SOURCE_BUDGET } from '../../lambda/core/snapshot/snapshot-pacer.ts';
 import { EXIT_FAILED, EXIT_OK, UsageError, write, type CliIo, type Command, type CommandSpec } from './command.ts';
 import { on, parseCommandLine, positiveInt, RETIRED_FLAGS, text, use, VOCABULARY } from './options.ts';

@@ -8,7 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import { boundVerdict, DEFAULT_MAX_DRAIN_MS, notComparedTables, onlyNotCompared, type SinkAtDrainEnd } from '../../bin/cli/local-drain.ts';
 import { finishReport, type LocalReport } from '../../bin/cli/local-report.ts';
-import { parseLocalArgs } from '../../bin/cli/local.ts';
+import { parseLocalArgs } from '../../bin/cli/local-args.ts';
 import { formatVerdict, type TableVerdict, type Verdict } from '../../local/verdict.ts';
 
 function table(name: string, over: Partial<TableVerdict> = {}): TableVerdict {

@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parseDoctorArgs } from '../../bin/cli/doctor.ts';
-import { parseLocalArgs } from '../../bin/cli/local.ts';
+import { parseLocalArgs } from '../../bin/cli/local-args.ts';
 import { parseExcludeTablesOption, parseTablesOption, tableSettingEntries } from '../../bin/cli/table-args.ts';
 
 const dir = mkdtempSync(path.join(os.tmpdir(), 'cdc-table-args-'));

@@ -11,7 +11,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { COMMANDS, main } from '../../bin/cli/main.ts';
 import { EXIT_CODE_MEANING, helpText, parseCommandLine, RETIRED_FLAGS, spelling, VOCABULARY } from '../../bin/cli/options.ts';
 import { setDoorOpener, snapshotCell } from '../../bin/cli/operator.ts';
-import { parseLocalArgs } from '../../bin/cli/local.ts';
+import { parseLocalArgs } from '../../bin/cli/local-args.ts';
 import { parseReconcileArgs } from '../../bin/cli/reconcile.ts';
 import type { OperatorBody } from '../../lambda/core/operator/operator-front-door.ts';
 import type { OperatorDoor } from '../../local/operator-door.ts';

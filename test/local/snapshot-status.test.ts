@@ -1,7 +1,7 @@
 /** The snapshot lines of `cdc local`'s live status and the snapshot flags of `cdc local` (docs/snapshot.md). */
 import { describe, expect, it } from 'vitest';
 import { renderStatus, renderStatusLine, type StatusSnapshot } from '../../local/status.ts';
-import { parseLocalArgs } from '../../bin/cli/local.ts';
+import { parseLocalArgs } from '../../bin/cli/local-args.ts';
 import { UsageError } from '../../bin/cli/command.ts';
 
 function status(snapshots: StatusSnapshot['snapshots']): StatusSnapshot {

@@ -7,7 +7,7 @@ import { renderStatus, renderStatusLine, StatusWriter, formatMs, type StatusSnap
 import { MetricsCollector, percentile, captureStdout } from '../../local/metrics.ts';
 import { archiveKey, createArchiveCopier } from '../../lambda/core/rebuild/archive.ts';
 import { FolderArchive } from '../../local/archive.ts';
-import { parseDuration, parseLocalArgs } from '../../bin/cli/local.ts';
+import { parseDuration, parseLocalArgs } from '../../bin/cli/local-args.ts';
 import { UsageError } from '../../bin/cli/command.ts';
 import { documentBody, seededRandom } from '../../local/demo.ts';
 import { toKinesisStreamEvent } from '../../lambda/adapters/kinesis-event.ts';
