@@ -111,7 +111,7 @@ import type {
   TableOutcome,
   Warehouse,
   WriteErrorKind,
-} from '../core/warehouse/warehouse-apply.ts';
+} from '../core/warehouse/warehouse-port.ts';
 import { CONCURRENT_DDL_CODES, persistentTableErrorCode } from './warehouse-pg-errors.ts';
 import type { WarehouseDialect } from '../core/warehouse/dialect.ts';
 import { postgresDialect } from '../core/warehouse/postgres-dialect.ts';
@@ -122,7 +122,7 @@ import { changelogRow, handoverRows, readHandover, type HandoverRow } from './wa
 
 export { copyStageLoader, copyText, insertStageLoader, type StageLoader } from './warehouse-pg-loaders.ts';
 export { SinkTypeConflictError, UnsupportedSinkTypeError } from './warehouse-pg-shape.ts';
-export type { MergeResult, MergeTarget, PendingDelta, TableApplyResult, TableBatch } from '../core/warehouse/warehouse-apply.ts';
+export type { MergeResult, MergeTarget, PendingDelta, TableApplyResult, TableBatch } from '../core/warehouse/warehouse-port.ts';
 
 const DDL_ATTEMPTS = 3;
 

@@ -27,7 +27,7 @@ import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
 import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/shared/event.ts';
-import type { TableBatch } from '../../lambda/core/warehouse/warehouse-apply.ts';
+import type { TableBatch } from '../../lambda/core/warehouse/warehouse-port.ts';
 import {
   mergeMayUseNestedLoops,
   watermarkToEndSql,

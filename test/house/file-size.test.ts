@@ -28,7 +28,6 @@ const OVER_THE_LIMIT: Record<string, number> = {
   'lambda/core/reconcile/reconcile.ts': 812,
   'local/pipeline.ts': 733,
   'local/poller.ts': 682,
-  'lambda/core/warehouse/warehouse-apply.ts': 650,
   'lib/cdc-source.ts': 638,
   'lambda/adapters/rebuilder.ts': 627,
   'lambda/core/snapshot/snapshot-worker.ts': 611,
