@@ -73,8 +73,6 @@ import {
   mergeSql,
   mergeIntoEmptySql,
   baseRowsSql,
-  baseEstimateSql,
-  mergeMayUseNestedLoops,
   insertNewValuesSql,
   mergeUpperBoundSql,
   pendingBoundsSql,
@@ -114,6 +112,7 @@ import type {
 } from '../core/warehouse/warehouse-port.ts';
 import { CONCURRENT_DDL_CODES, persistentTableErrorCode } from './warehouse-pg-errors.ts';
 import type { WarehouseDialect } from '../core/warehouse/dialect.ts';
+import { baseEstimateSql, mergeMayUseNestedLoops } from '../core/warehouse/merge-nested-loops.ts';
 import { postgresDialect } from '../core/warehouse/postgres-dialect.ts';
 
 import { insertStageLoader, copyStageLoader, type StageLoader } from './warehouse-pg-loaders.ts';
