@@ -28,7 +28,7 @@ const OVER_THE_LIMIT: Record<string, number> = {
   'lambda/core/reconcile/reconcile.ts': 812,
   'local/pipeline.ts': 733,
   'local/poller.ts': 682,
-  'lib/cdc-source.ts': 638,
+  'lib/cdc-source.ts': 622,
   'lambda/adapters/rebuilder.ts': 627,
   'lambda/core/snapshot/snapshot-worker.ts': 611,
 };
