@@ -67,7 +67,7 @@ import { DynamoDbControlPlane } from '../lambda/adapters/control-plane-dynamodb.
 import { createControlTable } from '../lambda/adapters/control-plane-dynamodb/control-table.ts';
 import type { ControlPlane } from '../lambda/core/shared/control-plane.ts';
 import type { ChangeEvent } from '../lambda/core/shared/event.ts';
-import { DEFAULT_MERGE_POLICY } from '../lambda/core/warehouse/warehouse-apply.ts';
+import { DEFAULT_MERGE_POLICY } from '../lambda/core/warehouse/merge-policy.ts';
 import { createWarehouseApplier } from '../lambda/handlers/warehouse-applier.ts';
 import { startDynamoDbLocal } from '../local/dynamodb.ts';
 import { captureStdout, MetricsCollector } from '../local/metrics.ts';

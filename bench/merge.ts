@@ -26,7 +26,7 @@ import pg from 'pg';
 import { PgWarehouse } from '../lambda/adapters/warehouse-pg.ts';
 import type { ChangeEvent } from '../lambda/core/shared/event.ts';
 import { makePosition } from '../lambda/core/shared/position.ts';
-import type { TableApplyResult } from '../lambda/core/warehouse/warehouse-apply.ts';
+import type { TableApplyResult } from '../lambda/core/warehouse/warehouse-port.ts';
 import { lockDeltaSql, mergeSql, pendingBoundsSql, qualified, warehouseTable, type WarehouseTable } from '../lambda/core/warehouse/warehouse-sql.ts';
 import { startPostgres } from '../local/postgres.ts';
 import { DEFAULT_HISTORY, generateHistory, historyEvents, registryEntries, snapshotEvents } from './lib/history.ts';

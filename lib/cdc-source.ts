@@ -26,6 +26,7 @@ import { sourceAlarms, sourceDiscontinuityAlarm } from './private/source-alarms.
 import { addHeartbeatWriter, addNormalizer } from './private/source-functions.ts';
 import { requireDatabasePeer } from './private/function-network.ts';
 import { sourceNetwork } from './private/source-network.ts';
+import { checkTableList, compareVersions } from './private/source-props.ts';
 import { defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
 import { findTableProblem, tableConfigEntries, tableRuleEntries } from './private/table-mappings.ts';
 import { addSlotLifecycle, addTaskStarter } from './private/task-lifecycle.ts';
@@ -619,24 +620,3 @@ const CDC_SOURCE_PROP_KINDS = {
   alarmIteratorAgeThreshold: 'any',
   alarmSnapshotStallThreshold: 'any',
 } as const satisfies Record<keyof CdcSourceProps, PropKind>;
-
-/** Every item of `tables` is a `CapturedTable` (made with `CapturedTable.of` or `.matching`). */
-function checkTableList(scope: Construct, tables: unknown[]): void {
-  const bad = tables.findIndex((t) => !(t instanceof CapturedTable));
-  if (bad >= 0)
-    fail(
-      scope,
-      `prop \`tables\` must hold CapturedTable items (CapturedTable.of or CapturedTable.matching); item ${bad} is ${tables[bad] === null ? 'null' : typeof tables[bad]}`,
-    );
-}
-
-/** Compares dotted version strings numerically. */
-function compareVersions(a: string, b: string): number {
-  const pa = a.split('.').map((x) => Number.parseInt(x, 10) || 0);
-  const pb = b.split('.').map((x) => Number.parseInt(x, 10) || 0);
-  for (let i = 0; i < Math.max(pa.length, pb.length); i++) {
-    const d = (pa[i] ?? 0) - (pb[i] ?? 0);
-    if (d !== 0) return d;
-  }
-  return 0;
-}

@@ -13,7 +13,7 @@ import path from 'node:path';
 import { DEFAULT_HEARTBEAT_SCHEMA, EnvName, HEARTBEAT_TABLE, ServiceName } from '../contracts/env.ts';
 import { parseTableConfig, parseTableRules, type TableConfig, type TableRule } from '../lambda/core/tables/table-config.ts';
 import { DEFAULT_INDEX_PREFIX, validateSearchTables, type SearchTableConfig } from '../lambda/core/search/search-plan.ts';
-import type { MergePolicy } from '../lambda/core/warehouse/warehouse-apply.ts';
+import type { MergePolicy } from '../lambda/core/warehouse/merge-policy.ts';
 import type { SourceBudget } from '../lambda/core/snapshot/snapshot-pacer.ts';
 import { catalogTypesSetting, parseBudget } from '../lambda/runtime/environment.ts';
 import { mergePolicyFromEnvironment } from '../lambda/runtime/merge-policy.ts';

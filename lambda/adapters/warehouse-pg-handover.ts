@@ -6,7 +6,7 @@
 import { CdcError } from '../core/shared/errors.ts';
 import { ENVELOPE_VERSION, keyText, type CaptureMethod, type ChangeEvent, type ChangeOp, type JsonValue, type Row } from '../core/shared/event.ts';
 import { handoverId, toParam, type Donor } from '../core/sink/apply-plan.ts';
-import type { TableBatch } from '../core/warehouse/warehouse-apply.ts';
+import type { TableBatch } from '../core/warehouse/warehouse-port.ts';
 import { CdcColumn } from '../core/warehouse/warehouse-sql.ts';
 
 /** The changelog row of an event, as text values in `columns` order. */

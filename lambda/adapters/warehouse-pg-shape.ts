@@ -6,7 +6,7 @@ import type pg from 'pg';
 import { CdcError } from '../core/shared/errors.ts';
 import { quoteIdent } from '../core/shared/identifiers.ts';
 import type { WarehouseDialect } from '../core/warehouse/dialect.ts';
-import type { TableBatch } from '../core/warehouse/warehouse-apply.ts';
+import type { TableBatch } from '../core/warehouse/warehouse-port.ts';
 import {
   CdcColumn,
   addColumnSql,

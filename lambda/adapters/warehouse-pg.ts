@@ -73,8 +73,6 @@ import {
   mergeSql,
   mergeIntoEmptySql,
   baseRowsSql,
-  baseEstimateSql,
-  mergeMayUseNestedLoops,
   insertNewValuesSql,
   mergeUpperBoundSql,
   pendingBoundsSql,
@@ -111,9 +109,10 @@ import type {
   TableOutcome,
   Warehouse,
   WriteErrorKind,
-} from '../core/warehouse/warehouse-apply.ts';
+} from '../core/warehouse/warehouse-port.ts';
 import { CONCURRENT_DDL_CODES, persistentTableErrorCode } from './warehouse-pg-errors.ts';
 import type { WarehouseDialect } from '../core/warehouse/dialect.ts';
+import { baseEstimateSql, mergeMayUseNestedLoops } from '../core/warehouse/merge-nested-loops.ts';
 import { postgresDialect } from '../core/warehouse/postgres-dialect.ts';
 
 import { insertStageLoader, copyStageLoader, type StageLoader } from './warehouse-pg-loaders.ts';
@@ -122,7 +121,7 @@ import { changelogRow, handoverRows, readHandover, type HandoverRow } from './wa
 
 export { copyStageLoader, copyText, insertStageLoader, type StageLoader } from './warehouse-pg-loaders.ts';
 export { SinkTypeConflictError, UnsupportedSinkTypeError } from './warehouse-pg-shape.ts';
-export type { MergeResult, MergeTarget, PendingDelta, TableApplyResult, TableBatch } from '../core/warehouse/warehouse-apply.ts';
+export type { MergeResult, MergeTarget, PendingDelta, TableApplyResult, TableBatch } from '../core/warehouse/warehouse-port.ts';
 
 const DDL_ATTEMPTS = 3;
 

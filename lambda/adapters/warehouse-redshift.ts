@@ -1,5 +1,5 @@
 /**
- * The warehouse port (`Warehouse` of lambda/core/warehouse/warehouse-apply.ts) on Redshift, over
+ * The warehouse port (`Warehouse` of lambda/core/warehouse/warehouse-port.ts) on Redshift, over
  * the one loader of the warehouse (`RedshiftLoader`; docs/warehouse-apply.md, "Redshift: the
  * applier"). Every shard's applier shares one `RedshiftWarehouse`, so the warehouse sees one
  * session whatever the number of shards. `applyTable` hands the table's events to the loader and
@@ -21,7 +21,7 @@
 import type { ChangeEvent, JsonValue } from '../core/shared/event.ts';
 import type { SchemaVersion } from '../core/shared/control-plane.ts';
 import type { TablePlan } from '../core/sink/apply-plan.ts';
-import type { DeltaStats, MergeResult, MergeTarget, TableApplyResult, TableBatch, Warehouse, WriteErrorKind } from '../core/warehouse/warehouse-apply.ts';
+import type { DeltaStats, MergeResult, MergeTarget, TableApplyResult, TableBatch, Warehouse, WriteErrorKind } from '../core/warehouse/warehouse-port.ts';
 import { NotLoadableError, stageEvent } from '../core/warehouse/redshift-load.ts';
 import { currentRowsSql, pendingStatsSql, RedshiftTypeChangeError, FoldedColumnError, type RedshiftTable } from '../core/warehouse/redshift-sql.ts';
 import { redshiftColumn, redshiftText, RedshiftValueRefusedError, type RedshiftColumn, type ValuePolicy } from '../core/warehouse/redshift-types.ts';

@@ -21,15 +21,9 @@ import type { ControlPlane } from '../core/shared/control-plane.ts';
 import { describeError } from '../core/sink/sink-batch.ts';
 import { ConfigurationError } from '../core/shared/errors.ts';
 import type { PayloadStore } from '../core/shared/payload-store.ts';
-import {
-  createWarehouseApply,
-  type ApplyOptions,
-  type BatchOutcome,
-  type ChangeRecord,
-  type MergeDone,
-  type MergePolicy,
-  type Warehouse,
-} from '../core/warehouse/warehouse-apply.ts';
+import { createWarehouseApply, type ApplyOptions, type BatchOutcome, type ChangeRecord, type MergeDone } from '../core/warehouse/warehouse-apply.ts';
+import type { MergePolicy } from '../core/warehouse/merge-policy.ts';
+import type { Warehouse } from '../core/warehouse/warehouse-port.ts';
 import type { WarehouseTable } from '../core/warehouse/warehouse-sql.ts';
 import { dynamoDbClient } from '../adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
@@ -40,7 +34,8 @@ import { poolFromEnvironment } from '../runtime/warehouse-pool.ts';
 import { isReplayEvent, replayFromEnvironment, type ReplayEvent, type ReplayOutcome } from '../runtime/replay.ts';
 import { changeRecordOf, emitApplyMetrics, emitSingleMetrics, partialBatchResponse } from '../runtime/sink-batch.ts';
 
-export type { ApplyOptions, BatchOutcome, ChangeRecord, MergeDone, MergePolicy } from '../core/warehouse/warehouse-apply.ts';
+export type { ApplyOptions, BatchOutcome, ChangeRecord, MergeDone } from '../core/warehouse/warehouse-apply.ts';
+export type { MergePolicy } from '../core/warehouse/merge-policy.ts';
 
 export interface WarehouseApplierDeps {
   controlPlane: ControlPlane;

@@ -1,7 +1,7 @@
 /** The warehouse sink's merge policy from the environment its construct sets (docs/warehouse-apply.md, "The merge"). */
 import { EnvName } from '../../contracts/env.ts';
 import { ConfigurationError } from '../core/shared/errors.ts';
-import { validateMergePolicy, type MergePolicy } from '../core/warehouse/warehouse-apply.ts';
+import { validateMergePolicy, type MergePolicy } from '../core/warehouse/merge-policy.ts';
 
 /** The merge policy the construct sets (`WarehouseSink` props `mergeMaxRows`, `mergeMaxAge`, `mergeOnSchedule`); unset: the defaults. */
 export function mergePolicyFromEnvironment(): Partial<MergePolicy> {

@@ -21,15 +21,14 @@ const SECTION = 'Files over 600 lines';
 /** Files over the limit, each with the lines it may not exceed (its length when listed; lower it as it shrinks). */
 const OVER_THE_LIMIT: Record<string, number> = {
   'lambda/adapters/warehouse-pg.ts': 1424,
-  'lambda/core/warehouse/warehouse-sql.ts': 1297,
+  'lambda/core/warehouse/warehouse-sql.ts': 1266,
   'lambda/core/capture/normalize.ts': 966,
   'lambda/core/snapshot/snapshot.ts': 869,
-  'local/capture.ts': 862,
+  'local/capture.ts': 749,
   'lambda/core/reconcile/reconcile.ts': 812,
   'local/pipeline.ts': 673,
   'local/poller.ts': 682,
-  'lambda/core/warehouse/warehouse-apply.ts': 650,
-  'lib/cdc-source.ts': 638,
+  'lib/cdc-source.ts': 622,
   'lambda/adapters/rebuilder.ts': 627,
   'lambda/core/snapshot/snapshot-worker.ts': 611,
 };

@@ -27,7 +27,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { seededRandom } from '../../local/demo.ts';
-import { transactionsToRecords } from '../../local/capture.ts';
+import { transactionsToRecords } from '../../local/capture-records.ts';
 import { groupTransactions, type SlotRow } from '../../lambda/core/capture/logical-text.ts';
 import { TableConfigIndex } from '../../lambda/core/tables/table-config.ts';
 import { decodeSlotRecord } from '../../lambda/core/capture/slot-decoder.ts';

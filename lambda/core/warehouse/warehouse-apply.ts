@@ -1,6 +1,6 @@
 /**
  * The warehouse apply: change-log records in, a warehouse sink's tables out. Pure orchestration
- * over injected ports (control plane, `Warehouse`, payload store, log); the Lambda handler
+ * over injected ports (control plane, `Warehouse` of ./warehouse-port.ts, payload store, log); the Lambda handler
  * (`lambda/handlers/warehouse-applier.ts`) is a thin shell that wires it and emits the metrics
  * from the outcome (docs/warehouse-apply.md).
  *
@@ -51,8 +51,9 @@ import { assertPlainIdentifier, splitTableId } from '../shared/identifiers.ts';
 import { FoldedNameError, foldsInto } from '../shared/name-folding.ts';
 import { admitTable, checkEventColumns as checkColumnsOf, decodeChangeRecord } from '../sink/sink-admission.ts';
 import type { PayloadStore } from '../shared/payload-store.ts';
-import type { TablePlan } from '../sink/apply-plan.ts';
 import { assertSourceColumn, warehouseTable, type WarehouseTable } from './warehouse-sql.ts';
+import type { MergeTarget, TableApplyResult, TableOutcome, Warehouse } from './warehouse-port.ts';
+import { mergeDueFor, stopsAppends, validateMergePolicy, type MergePolicy } from './merge-policy.ts';
 import { HEARTBEAT_TABLE } from '../../../contracts/env.ts';
 
 /** One change-log record as the applier sees it. */
@@ -63,170 +64,6 @@ export interface ChangeRecord {
   origin: string;
   /** The record's payload text (a JSON change event). */
   text: string;
-}
-
-/** One table's events of one batch, already validated against the registry. */
-export interface TableBatch {
-  source: string;
-  /** Table id `schema.table`. */
-  table: string;
-  deleteMode: DeleteMode;
-  /** The schema versions the events were read with, by version number. */
-  schemas: ReadonlyMap<number, SchemaVersion>;
-  events: readonly ChangeEvent[];
-  /** Stamped as `_cdc_applied_at`. */
-  appliedAt: Date;
-  /** Where the table's warehouse objects are. @default warehouseTable(source, table) */
-  target?: WarehouseTable;
-  /**
-   * The target is a rebuild's fresh shadow (no readers; docs/rebuild.md): while it is unfolded (its
-   * mirror, delta, deleted keys, truncations and handover table hold no row), a batch that would be
-   * appended to the delta is appended to the changelog instead, and the base is computed from the
-   * changelog once, by the next full apply or merge (docs/warehouse-apply.md, "A rebuild's shadow").
-   * Same admission, plan, column checks and rows as the append; only where the rows land differs.
-   * PostgreSQL only (elsewhere ignored). Never for a table that is read: its view does not show
-   * unfolded rows. @default false
-   */
-  freshShadow?: boolean;
-}
-
-/** Rows this process appended to a table's delta since it last saw it merged, and when the first of them was appended (ms). */
-export interface PendingDelta {
-  rows: number;
-  since: number | null;
-}
-
-export interface TableApplyResult {
-  plan: TablePlan;
-  /** `Date.now()` right after COMMIT returned. */
-  committedAt: number;
-  /** DDL statements this apply ran (empty when the sink was already in shape). */
-  ddl: string[];
-  /**
-   * `append`: the batch was appended to the delta (the critical path; visible in the view at
-   * COMMIT, merged later). `apply`: the batch needed the full apply (a truncate, a primary-key
-   * change whose insert lacks columns, an update that does not carry every column), which merges
-   * the delta first and writes the base directly (docs/warehouse-apply.md).
-   */
-  mode: 'append' | 'apply';
-  /** What this process appended to the table's delta since it last merged it (an estimate: other processes append too). */
-  pending: PendingDelta;
-  /**
-   * The delta this apply merged first, when it did: before a schema change, or before a full
-   * apply. `nestedLoops`: whether the merge let the planner use nested loops (PostgreSQL, a base
-   * large against the delta: docs/warehouse-apply.md, "What a merge costs").
-   */
-  merged?: { rows: number; nestedLoops: boolean };
-}
-
-/** What became of one table of `Warehouse.applyTables`: its result once the batch committed, or the error about it (nothing of it committed). */
-export type TableOutcome = { result: TableApplyResult } | { error: unknown };
-
-/** The table a merge is for. */
-export interface MergeTarget {
-  source: string;
-  table: string;
-  deleteMode: DeleteMode;
-  /** The table's primary-key columns (of its current schema version). */
-  key: readonly string[];
-  /** @default warehouseTable(source, table) */
-  target?: WarehouseTable;
-}
-
-/** What a merge did. */
-export interface MergeResult {
-  /** Delta rows compacted into the base (0: nothing to merge). */
-  rows: number;
-  /** `Date.now()` right after COMMIT returned. */
-  committedAt: number;
-  /** Wall time of the merge transaction, ms. */
-  ms: number;
-}
-
-/** What the delta of a table holds. */
-export interface DeltaStats {
-  rows: number;
-  /** `_cdc_applied_at` of its oldest row, ms (null: empty). */
-  oldest: number | null;
-}
-
-/** How a writer classifies an error of `applyTable`. */
-export type WriteErrorKind =
-  /** A sink column's type cannot take the schema version's (or the type is not carried): hold the table. */
-  | { kind: 'type-conflict'; message: string }
-  /** The warehouse refused a value: isolate the events, dead-letter the refused one. */
-  | { kind: 'value-rejected' }
-  /** An error about the table that a retry will not fix: hold the table, audited. */
-  | { kind: 'persistent'; code: string };
-
-/** The warehouse as the apply needs it (the port; `PgWarehouse` in lambda/adapters/warehouse-pg.ts implements it). */
-export interface Warehouse {
-  /** Writes one table's batch in one transaction (append to the delta, or the full apply). */
-  applyTable(batch: TableBatch): Promise<TableApplyResult>;
-  /**
-   * Writes the tables of one batch in ONE warehouse transaction where the engine allows it
-   * (docs/warehouse-apply.md, "One transaction per batch"): an outcome per batch, in order. An
-   * error about one table leaves it out (its outcome holds the error) and the others commit; an
-   * error of the whole (a broken connection) is thrown and nothing is committed. Without it, each
-   * table is written by `applyTable`.
-   */
-  applyTables?(batches: readonly TableBatch[]): Promise<TableOutcome[]>;
-  /**
-   * Compacts the table's delta into its base in one transaction. Appends go on meanwhile where the
-   * engine allows it, unless `stopAppends` (a delta that outgrew its merges: `stopsAppends`).
-   */
-  merge(target: MergeTarget, options?: { stopAppends?: boolean }): Promise<MergeResult>;
-  /** What the table's delta holds (all processes' appends). */
-  deltaStats(target: MergeTarget): Promise<DeltaStats>;
-  /** How to treat an error `applyTable` threw; null: transient (the records are retried). */
-  classifyError(err: unknown): WriteErrorKind | null;
-  /** Whether the warehouse folds quoted names to lower case (Redshift): then of two tables whose names fold alike, the second is refused (lambda/core/shared/name-folding.ts). */
-  foldsNames(): Promise<boolean>;
-}
-
-/**
- * When the delta of a table is merged into its base (docs/warehouse-apply.md, "The merge"): when it
- * holds `maxRows` rows or its oldest row is `maxAgeMs` old, whichever comes first. The view shows
- * every change at once either way: the thresholds bound how much the view overlays at query time.
- */
-export interface MergePolicy {
-  /** Rows in the delta at which it is merged. @default 50,000 */
-  maxRows: number;
-  /** Age of the delta's oldest row at which it is merged, ms. @default 60,000 (the schedule runs every minute) */
-  maxAgeMs: number;
-  /** The applier merges a due delta right after its append (false: only `mergeDue`, e.g. a separate worker). @default true */
-  inline: boolean;
-}
-
-export const DEFAULT_MERGE_POLICY: MergePolicy = { maxRows: 50_000, maxAgeMs: 60_000, inline: true };
-
-/** Checks a merge policy (values from configuration): clear errors naming the setting. */
-export function validateMergePolicy(p: Partial<MergePolicy>, where: string): MergePolicy {
-  const out = { ...DEFAULT_MERGE_POLICY, ...p };
-  if (!Number.isInteger(out.maxRows) || out.maxRows < 0)
-    throw new InvalidRecordError('maxRows', `${where}: the merge row threshold must be a whole number ≥ 0, got ${p.maxRows}`);
-  if (!Number.isFinite(out.maxAgeMs) || out.maxAgeMs < 0)
-    throw new InvalidRecordError('maxAgeMs', `${where}: the merge age threshold must be a number of milliseconds ≥ 0, got ${p.maxAgeMs}`);
-  return out;
-}
-
-/**
- * A delta this many times `maxRows` is merged with appends stopped (docs/warehouse-apply.md,
- * "Merges do not stop appends"): where appends outpace merges, each merge would start on a larger
- * delta than the last; stopping them for that merge empties it, so the delta stays within about
- * this many times `maxRows` plus what arrives during one merge.
- */
-export const MERGE_BACKPRESSURE_FACTOR = 2;
-
-/** Whether a merge of a delta of `rows` rows stops appends (`MERGE_BACKPRESSURE_FACTOR`). */
-export function stopsAppends(p: MergePolicy, rows: number): boolean {
-  return p.maxRows > 0 && rows >= MERGE_BACKPRESSURE_FACTOR * p.maxRows;
-}
-
-/** Whether a delta is due for a merge. */
-export function mergeDueFor(p: MergePolicy, rows: number, oldest: number | null, now: number): boolean {
-  if (rows <= 0) return false;
-  return rows >= p.maxRows || (oldest !== null && now - oldest >= p.maxAgeMs);
 }
 
 /** Minimal log port (Powertools' Logger fits). */

@@ -18,7 +18,8 @@ import {
   type RedshiftTable,
 } from '../../../lambda/core/warehouse/redshift-sql.ts';
 import { redshiftColumn } from '../../../lambda/core/warehouse/redshift-types.ts';
-import { baseEstimateSql, insertNewValuesSql, mergeSql as portableMergeSql, warehouseTable } from '../../../lambda/core/warehouse/warehouse-sql.ts';
+import { insertNewValuesSql, mergeSql as portableMergeSql, warehouseTable } from '../../../lambda/core/warehouse/warehouse-sql.ts';
+import { baseEstimateSql } from '../../../lambda/core/warehouse/merge-nested-loops.ts';
 import { redshiftProblems } from '../../helpers/redshift-grammar.ts';
 import { UnsafeIdentifierError } from '../../../lambda/core/shared/errors.ts';
 
