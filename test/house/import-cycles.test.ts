@@ -22,7 +22,7 @@ const HANDLER_MAX_LINES = 150;
  * its handler is under the limit, so the list only shrinks.
  */
 const NOT_YET_THIN: Record<string, { maxLines: number; why: string }> = {
-  'warehouse-applier.ts': { maxLines: 179, why: 'the applier assembly shared with cdc local (createWarehouseApplier) is in the handler' },
+  'warehouse-applier.ts': { maxLines: 174, why: 'the applier assembly shared with cdc local (createWarehouseApplier) is in the handler' },
 };
 
 function sourceFiles(dir: string): string[] {

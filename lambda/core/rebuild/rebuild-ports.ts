@@ -7,7 +7,7 @@
 import type { ControlPlane, RebuildRun } from '../shared/control-plane.ts';
 import type { ChangeEvent } from '../shared/event.ts';
 import type { Position } from '../shared/position.ts';
-import type { MergeTarget, TableBatch } from '../warehouse/warehouse-apply.ts';
+import type { MergeTarget, TableBatch } from '../warehouse/warehouse-port.ts';
 import type { WarehouseTable } from '../warehouse/warehouse-sql.ts';
 import type { DiffResult, DiffRow } from './rebuild.ts';
 import type { HistoryCheck, ReplayRange, ReplayStats } from './replay.ts';

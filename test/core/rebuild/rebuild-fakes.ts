@@ -10,7 +10,7 @@ import { makePosition, type Position } from '../../../lambda/core/shared/positio
 import type { RebuildReplay, RebuildTarget, RebuildWarehouse } from '../../../lambda/core/rebuild/rebuild-ports.ts';
 import { retiredTable, shadowTable, type DiffResult, type DiffRow } from '../../../lambda/core/rebuild/rebuild.ts';
 import { inRange, type ReplayRange, type ReplayStats } from '../../../lambda/core/rebuild/replay.ts';
-import type { TableBatch } from '../../../lambda/core/warehouse/warehouse-apply.ts';
+import type { TableBatch } from '../../../lambda/core/warehouse/warehouse-port.ts';
 import type { WarehouseTable } from '../../../lambda/core/warehouse/warehouse-sql.ts';
 import { MemoryControlPlane } from '../../helpers/memory-control-plane.ts';
 
