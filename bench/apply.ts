@@ -602,9 +602,9 @@ async function appendOnlyApplier(
   pool: pg.Pool,
   warehouse: Parameters<typeof createWarehouseApplier>[0]['warehouse'],
 ): Promise<ReturnType<typeof createWarehouseApplier>> {
-  const control = new MemoryControlPlane();
+  const controlPlane = new MemoryControlPlane();
   const reg = registryEntries();
-  await control.registerTable(reg.table, reg.schema, {
+  await controlPlane.registerTable(reg.table, reg.schema, {
     at: reg.table.updatedAt,
     actor: 'bench',
     action: 'register',
@@ -614,7 +614,7 @@ async function appendOnlyApplier(
     detail: {},
   });
   return createWarehouseApplier({
-    controlPlane: control,
+    controlPlane: controlPlane,
     pool,
     sinkId: SINK,
     metrics: new Metrics({ namespace: METRICS_NAMESPACE }),

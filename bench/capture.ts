@@ -43,7 +43,8 @@ import { CreateStreamCommand, DescribeStreamSummaryCommand } from '@aws-sdk/clie
 import { kinesisClient } from '../lambda/adapters/aws-clients.ts';
 import { TableConfigIndex } from '../lambda/core/tables/table-config.ts';
 import { groupTransactions, type SlotRow } from '../lambda/core/capture/logical-text.ts';
-import { kinesisRawPublisher, SlotCapture, type RawPublisher, type RawRecord } from '../local/capture.ts';
+import { SlotCapture } from '../local/capture.ts';
+import { kinesisRawPublisher, type RawPublisher, type RawRecord } from '../local/raw-publisher.ts';
 import { CANONICAL_OUTPUT_SETTINGS, formatLsn, lsnToBigInt, SLOT_READ_OPTIONS, statusUpdate } from '../local/slot-stream.ts';
 import { SLOT_PLUGIN } from '../local/slot.ts';
 import { startKinesaliteProcess } from '../local/kinesis.ts';
@@ -279,14 +280,14 @@ async function referenceRead(url: string): Promise<{ seconds: number; rows: numb
 }
 
 /** Runs the capture until it has read everything committed so far; returns its figures. */
-function newCapture(url: string, control: MemoryControlPlane, publish: RawPublisher, read: 'stream' | 'peek'): SlotCapture {
+function newCapture(url: string, controlPlane: MemoryControlPlane, publish: RawPublisher, read: 'stream' | 'peek'): SlotCapture {
   return new SlotCapture({
     source: SOURCE,
     sourceUrl: url,
     slot: SLOTS[read],
     read,
     tables: new TableConfigIndex([{ table: BENCH_TABLE, deleteMode: 'soft', mask: [], exclude: [] }]),
-    control,
+    controlPlane,
     publish,
     idleMs: 5,
   });
@@ -294,13 +295,13 @@ function newCapture(url: string, control: MemoryControlPlane, publish: RawPublis
 
 async function captureRead(
   url: string,
-  control: MemoryControlPlane,
+  controlPlane: MemoryControlPlane,
   publish: RawPublisher,
   counter: { records: number; bytes: number },
   profile: boolean,
   read: 'stream' | 'peek',
 ): Promise<{ seconds: number; profile?: ProfileSummary }> {
-  const capture = newCapture(url, control, publish, read);
+  const capture = newCapture(url, controlPlane, publish, read);
   const run = async (): Promise<number> => {
     const t0 = performance.now();
     const since = Date.now();

@@ -35,15 +35,15 @@ async function snapshotRate(
   await probeClient.connect();
   const probe = new PostgresPressureProbe(async () => probeClient);
   const reader = new PostgresSnapshotReader({ primary: { connectionString: url } });
-  const control = new MemoryControlPlane();
+  const controlPlane = new MemoryControlPlane();
   try {
-    await requestSnapshot(control, { source: 'bench', table, reason: 'initial', actor: 'bench' });
+    await requestSnapshot(controlPlane, { source: 'bench', table, reason: 'initial', actor: 'bench' });
     const pacer: Pacer = paced ? new AdaptivePacer() : new FixedPacer(5000);
     if (paced) await probe.calibrate(20);
     const t0 = performance.now();
     const shouldStop = () => performance.now() - t0 > maxSeconds * 1000;
     const outcome = await runTableSnapshot({
-      control,
+      controlPlane,
       reader,
       publish: async () => undefined,
       pacer,
@@ -56,7 +56,7 @@ async function snapshotRate(
     });
     const seconds = (performance.now() - t0) / 1000;
     if (outcome !== 'done' && outcome !== 'stopped') throw new Error(`snapshot of ${table} ended ${outcome}`);
-    const s = (await control.getSnapshot('bench', table))!;
+    const s = (await controlPlane.getSnapshot('bench', table))!;
     return { rowsPerSecond: s.rowsDone / seconds, chunks: s.chunksDone, rows: s.rowsDone, cut: outcome === 'stopped' };
   } finally {
     await reader.close();

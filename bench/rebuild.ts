@@ -181,7 +181,7 @@ export async function run(): Promise<BenchResult> {
       const phases: Array<{ step: string; at: number }> = [];
       const step = async (name: string): Promise<void> => void phases.push({ step: name, at: nowMs() });
       const rebuilder = new Rebuilder({
-        control: cp,
+        controlPlane: cp,
         pool: p,
         reader: new ReplayReader({ archive, kinesis, stream }),
         warehouse: { loader: l.loader },

@@ -62,14 +62,14 @@ async function copyReference(url: string): Promise<{ seconds: number; bytes: num
  */
 async function snapshotRead(url: string, chunk: number): Promise<{ seconds: number; rows: number; bytes: number; chunks: number; records: number }> {
   const reader = new PostgresSnapshotReader({ primary: { connectionString: url }, fencePollMs: 1 });
-  const control = new MemoryControlPlane();
+  const controlPlane = new MemoryControlPlane();
   try {
-    await requestSnapshot(control, { source: 'bench', table: TABLE, reason: 'initial', actor: 'bench' });
+    await requestSnapshot(controlPlane, { source: 'bench', table: TABLE, reason: 'initial', actor: 'bench' });
     let bytes = 0;
     let published = 0;
     const t0 = performance.now();
     const outcome = await runTableSnapshot({
-      control,
+      controlPlane,
       reader,
       // What the publishers send: partition key + JSON per record (`snapshotStreamRecords`).
       publish: async (records) => {
@@ -83,7 +83,7 @@ async function snapshotRead(url: string, chunk: number): Promise<{ seconds: numb
       owner: 'bench',
     });
     const seconds = (performance.now() - t0) / 1000;
-    const s = (await control.getSnapshot('bench', TABLE))!;
+    const s = (await controlPlane.getSnapshot('bench', TABLE))!;
     if (outcome !== 'done') throw new Error(`snapshot run ended ${outcome}`);
     return { seconds, rows: s.rowsDone, bytes, chunks: s.chunksDone, records: published };
   } finally {
@@ -207,7 +207,7 @@ async function throttledSnapshot(
     return probeClient;
   });
   const reader = new PostgresSnapshotReader({ primary: { connectionString: url } });
-  const control = new MemoryControlPlane();
+  const controlPlane = new MemoryControlPlane();
   const states: Record<string, number> = {};
   const restRatios: number[] = [];
   const chunkSizes: number[] = [];
@@ -227,10 +227,10 @@ async function throttledSnapshot(
       record: (sample) => adaptive.record(sample),
     };
     while (!stop()) {
-      await requestSnapshot(control, { source: 'bench', table: TABLE, reason: 'resnapshot', actor: 'bench' });
+      await requestSnapshot(controlPlane, { source: 'bench', table: TABLE, reason: 'resnapshot', actor: 'bench' });
       let before = 0;
       await runTableSnapshot({
-        control,
+        controlPlane,
         reader,
         publish: async (records) => void snapshotStreamRecords(records, sha256),
         pacer,

@@ -412,7 +412,7 @@ export class CdcSource extends Resource implements IReconcilableSource, ec2.ICon
     if (alarmsEnabled) this.alarms.push(sourceDiscontinuityAlarm(this, this.sourceId, props.alarmActions));
     const workers = {
       sourceId: this.sourceId,
-      control: props.controlPlane,
+      controlPlane: props.controlPlane,
       rawStream,
       database: props.database,
       tableConfig,

@@ -19,8 +19,8 @@ export function ackedShard(slot: string): string {
 }
 
 /** Records that the slot was moved to `lsn` (after the move). */
-export async function recordAcked(ctx: Pick<ContinuityContext, 'control' | 'checkpointName' | 'slot'>, lsn: string): Promise<void> {
-  await ctx.control.putCheckpoint(ctx.checkpointName, ackedShard(ctx.slot), lsn);
+export async function recordAcked(ctx: Pick<ContinuityContext, 'controlPlane' | 'checkpointName' | 'slot'>, lsn: string): Promise<void> {
+  await ctx.controlPlane.putCheckpoint(ctx.checkpointName, ackedShard(ctx.slot), lsn);
 }
 
 /** Where a source's identity is recorded (consumer, shard). */
@@ -33,7 +33,7 @@ export interface ContinuityContext {
   /** The capture checkpoint's consumer name (`capture:<source>`). */
   checkpointName: string;
   slot: string;
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   audit: (action: string, table: string | null, detail: Record<string, unknown>) => AuditEntry;
 }
 
@@ -47,10 +47,10 @@ export async function checkIdentity(client: Pick<pg.ClientBase, 'query'>, ctx: C
   const seen = await readSourceIdentity(client);
   if (!seen) return null;
   const [consumer, shard] = identityCheckpoint(ctx.source);
-  const text = await ctx.control.getCheckpoint(consumer, shard);
+  const text = await ctx.controlPlane.getCheckpoint(consumer, shard);
   if (text === null) {
-    await ctx.control.putCheckpoint(consumer, shard, formatIdentity(seen));
-    await ctx.control.appendAudit(ctx.audit('source-identity-recorded', null, { systemIdentifier: seen.systemIdentifier, timeline: seen.timeline }));
+    await ctx.controlPlane.putCheckpoint(consumer, shard, formatIdentity(seen));
+    await ctx.controlPlane.appendAudit(ctx.audit('source-identity-recorded', null, { systemIdentifier: seen.systemIdentifier, timeline: seen.timeline }));
     return null;
   }
   const recorded = parseIdentity(text, `${consumer}/${shard}`);
@@ -60,7 +60,7 @@ export async function checkIdentity(client: Pick<pg.ClientBase, 'query'>, ctx: C
 
 /** Decides what to do with the slot found at `slotLsn`: resume, advance exactly from where it was last moved, or stop. */
 export async function checkSlotResume(ctx: ContinuityContext, slotLsn: string, checkpoint: string): Promise<ContinuityOutcome> {
-  const acked = await ctx.control.getCheckpoint(ctx.checkpointName, ackedShard(ctx.slot));
+  const acked = await ctx.controlPlane.getCheckpoint(ctx.checkpointName, ackedShard(ctx.slot));
   const d = slotResume(slotLsn, checkpoint, acked, compareLsn);
   if (d.action === 'stop')
     return {

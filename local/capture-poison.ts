@@ -76,7 +76,7 @@ export interface PoisonContext {
   slot: string;
   tables: TableConfigIndex;
   keys: Map<string, string[]>;
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   onError?: (err: unknown) => void;
 }
 
@@ -101,7 +101,7 @@ export async function refreshKeys(client: Pick<pg.ClientBase, 'query'>, ctx: Poi
     const now = await catalogKey(client, ctx.tables, table);
     if (now && now.join(',') !== before.join(',')) {
       ctx.keys.set(table, now);
-      await ctx.control.appendAudit(audit(ctx, 'capture-key-refreshed', table, { from: before, to: now }));
+      await ctx.controlPlane.appendAudit(audit(ctx, 'capture-key-refreshed', table, { from: before, to: now }));
     }
   }
 }
@@ -143,7 +143,7 @@ export async function deadLetterChanges(ctx: PoisonContext, poison: readonly Poi
     };
     const text = JSON.stringify({ xid: p.tx.xid, commitLsn: p.tx.commitLsn, commitTs: p.tx.commitTs, index: p.index, change });
     const truncated = text.length > RECORD_LIMIT;
-    await ctx.control.putDeadLetter({
+    await ctx.controlPlane.putDeadLetter({
       at: new Date().toISOString(),
       stage: CAPTURE_STAGE,
       source: ctx.source,
@@ -174,7 +174,7 @@ export async function undecodable(ctx: PoisonContext, err: InvalidRecordError): 
     : `test_decoding output could not be parsed at offset ${String(offset)} (the line is withheld: its table is unknown or has masked or excluded columns)`;
   const error = new CaptureUndecodableError(ctx.slot, reason);
   try {
-    await ctx.control.putDeadLetter({
+    await ctx.controlPlane.putDeadLetter({
       at: new Date().toISOString(),
       stage: CAPTURE_STAGE,
       source: ctx.source,
@@ -190,7 +190,7 @@ export async function undecodable(ctx: PoisonContext, err: InvalidRecordError): 
             : '(the output line is withheld: its table is unknown or has masked or excluded columns)',
       truncated: typeof line === 'string' && keep && line.length > RECORD_LIMIT,
     });
-    await ctx.control.appendAudit(audit(ctx, 'capture-stopped', null, { code: error.code, reason }));
+    await ctx.controlPlane.appendAudit(audit(ctx, 'capture-stopped', null, { code: error.code, reason }));
   } catch (e) {
     ctx.onError?.(e);
   }

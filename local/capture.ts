@@ -23,8 +23,6 @@
  * from any DDL) and records it.
  */
 import pg from 'pg';
-import type { KinesisClient } from '@aws-sdk/client-kinesis';
-import { KinesisChangeLog } from '../lambda/adapters/change-log-kinesis.ts';
 import { CdcError, HistoryGapError, InvalidRecordError } from '../lambda/core/shared/errors.ts';
 import { checkIdentity, checkSlotResume, recordAcked, type ContinuityContext } from './capture-continuity.ts';
 import { deadLetterChanges, refreshKeys, undecodable, type PoisonChange, type PoisonContext } from './capture-poison.ts';
@@ -43,25 +41,7 @@ import { awaitTransactionsVisible, columnTypesOf, primaryKeyOf, type CatalogType
 import { publishPartitionTree, type PartialTruncate, type PartitionTree } from '../lambda/core/tables/partitions.ts';
 import { PartitionWatch } from './partitions.ts';
 
-/** One record for the raw stream. */
-export interface RawRecord {
-  partitionKey: string;
-  data: string;
-  /** `source/table@commitLsn#index`, for error messages. */
-  label: string;
-}
-
-/** Publishes records in order and resolves only when every one was accepted (retrying throttled ones). */
-export type RawPublisher = (records: RawRecord[]) => Promise<void>;
-
-/**
- * The raw-stream publisher on Kinesis: the same ordered, retrying PutRecords publisher the
- * normalizer uses for the change log (a record over 1 MiB is refused before anything is sent).
- */
-export function kinesisRawPublisher(kinesis: KinesisClient, stream: string): RawPublisher {
-  const log = new KinesisChangeLog(kinesis, stream);
-  return (records) => log.publishEncoded(records.map((r) => ({ partitionKey: r.partitionKey, data: Buffer.from(r.data, 'utf8'), label: r.label })));
-}
+import type { RawPublisher, RawRecord } from './raw-publisher.ts';
 
 export interface CaptureOptions {
   /** Source id. */
@@ -71,7 +51,7 @@ export interface CaptureOptions {
   slot?: string;
   /** Captured tables (including the heartbeat table) with their column rules and keys. */
   tables: TableConfigIndex;
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   publish: RawPublisher;
   /** Caps on one transaction. @default 1 000 000 rows, 1 GiB */
   maxTxRows?: number;
@@ -173,7 +153,7 @@ export class SlotCapture {
       source: options.source,
       sourceUrl: options.sourceUrl,
       tables: options.tables,
-      control: options.control,
+      controlPlane: options.controlPlane,
       publish: options.publish,
       maxTxRows: options.maxTxRows ?? 1_000_000,
       maxTxBytes: options.maxTxBytes ?? 1024 ** 3,
@@ -188,7 +168,7 @@ export class SlotCapture {
       new PartitionWatch({
         source: options.source,
         sourceUrl: options.sourceUrl,
-        control: options.control,
+        controlPlane: options.controlPlane,
         index: options.tables,
         ...(options.onError ? { onError: options.onError } : {}),
       });
@@ -219,13 +199,13 @@ export class SlotCapture {
       source: this.o.source,
       checkpointName: captureCheckpointName(this.o.source),
       slot: this.slot,
-      control: this.o.control,
+      controlPlane: this.o.controlPlane,
       audit: (a, t, d) => this.audit(a, t, d),
     };
   }
 
   private poisonContext(): PoisonContext {
-    return { source: this.o.source, slot: this.slot, tables: this.o.tables, keys: this.keys, control: this.o.control, onError: this.o.onError };
+    return { source: this.o.source, slot: this.slot, tables: this.o.tables, keys: this.keys, controlPlane: this.o.controlPlane, onError: this.o.onError };
   }
 
   /** Looks up each captured table's key (declared, else the primary key) and checks deletes will carry it. */
@@ -266,17 +246,23 @@ export class SlotCapture {
     const reason = `${error.code}: ${message}`;
     for (const table of this.o.tables.tables()) {
       try {
-        const record = await this.o.control.getTable(this.o.source, table);
+        const record = await this.o.controlPlane.getTable(this.o.source, table);
         if (record && record.state !== 'needs-resnapshot') {
-          await this.o.control.setTableState(this.o.source, table, 'needs-resnapshot', reason, this.audit('needs-resnapshot', table, { ...detail, reason }));
+          await this.o.controlPlane.setTableState(
+            this.o.source,
+            table,
+            'needs-resnapshot',
+            reason,
+            this.audit('needs-resnapshot', table, { ...detail, reason }),
+          );
         } else if (!record) {
-          await this.o.control.appendAudit(this.audit('needs-resnapshot', table, { ...detail, reason, registered: false }));
+          await this.o.controlPlane.appendAudit(this.audit('needs-resnapshot', table, { ...detail, reason, registered: false }));
         }
       } catch (err) {
         this.o.onError?.(err);
       }
     }
-    await this.o.control.appendAudit(this.audit('capture-stopped', null, { ...detail, code: error.code, message })).catch((err) => this.o.onError?.(err));
+    await this.o.controlPlane.appendAudit(this.audit('capture-stopped', null, { ...detail, code: error.code, message })).catch((err) => this.o.onError?.(err));
     return error;
   }
 
@@ -315,7 +301,7 @@ export class SlotCapture {
     this.client = client;
     try {
       const name = captureCheckpointName(this.o.source);
-      let checkpoint = await this.o.control.getCheckpoint(name, this.slot);
+      let checkpoint = await this.o.controlPlane.getCheckpoint(name, this.slot);
       await checkSourceReady(client, { needFreeSlot: checkpoint === null || checkpoint === CREATING, needWalSender: this.o.read === 'stream' });
       await this.resolveKeys(client);
       let status = await readSlot(client, this.slot);
@@ -328,13 +314,13 @@ export class SlotCapture {
       if (checkpoint === CREATING && status !== null) {
         // We crashed after creating the slot and before recording its position: adopt it.
         checkpoint = status.confirmedFlushLsn;
-        await this.o.control.putCheckpoint(name, this.slot, checkpoint!);
-        await this.o.control.appendAudit(this.audit('capture-slot-adopted', null, { lsn: checkpoint }));
+        await this.o.controlPlane.putCheckpoint(name, this.slot, checkpoint!);
+        await this.o.controlPlane.appendAudit(this.audit('capture-slot-adopted', null, { lsn: checkpoint }));
       } else if (checkpoint === null || checkpoint === CREATING) {
-        await this.o.control.putCheckpoint(name, this.slot, CREATING);
+        await this.o.controlPlane.putCheckpoint(name, this.slot, CREATING);
         const lsn = await createSlot(client, this.slot);
-        await this.o.control.putCheckpoint(name, this.slot, lsn);
-        await this.o.control.appendAudit(this.audit('capture-slot-created', null, { lsn }));
+        await this.o.controlPlane.putCheckpoint(name, this.slot, lsn);
+        await this.o.controlPlane.appendAudit(this.audit('capture-slot-created', null, { lsn }));
         checkpoint = lsn;
         status = await readSlot(client, this.slot);
       }
@@ -599,14 +585,14 @@ export class SlotCapture {
     const fresh = new Set<string>();
     for (const r of records) if (!this.catalogPublished.has(r.table) && types.has(r.table)) fresh.add(r.table);
     if (fresh.size > 0) {
-      await publishCatalogTypes(this.o.control, this.o.source, [...fresh], async (table) => {
+      await publishCatalogTypes(this.o.controlPlane, this.o.source, [...fresh], async (table) => {
         const t = types.get(table);
         return t === undefined ? null : { table, columns: [...t].map(([name, c]) => ({ name, type: c.full })), key: this.keys.get(table) ?? [] };
       });
       for (const t of fresh) this.catalogPublished.add(t);
     }
     if (tree !== this.treePublished) {
-      await publishPartitionTree(this.o.control, this.o.source, tree);
+      await publishPartitionTree(this.o.controlPlane, this.o.source, tree);
       this.treePublished = tree;
     }
   }
@@ -723,7 +709,7 @@ export class SlotCapture {
     // The previous batch's move is recorded before this checkpoint is written.
     await this.settleAck();
     // Checkpoint first, then the slot: the slot is never confirmed ahead of the checkpoint.
-    await this.o.control.putCheckpoint(captureCheckpointName(this.o.source), this.slot, last.commitLsn);
+    await this.o.controlPlane.putCheckpoint(captureCheckpointName(this.o.source), this.slot, last.commitLsn);
     this.checkpoint = last.commitLsn;
     const move = async (): Promise<void> => {
       await ack(last.commitLsn);

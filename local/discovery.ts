@@ -17,7 +17,7 @@ import { runEvery } from './periodic.ts';
 export interface LocalDiscoveryOptions {
   source: string;
   sourceUrl: string;
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   rules: readonly TableRule[];
   /** Declared tables and the heartbeat table: their own settings win, they are never discovered. */
   declared: ReadonlySet<string>;
@@ -61,7 +61,7 @@ export class LocalDiscovery {
     const client = await this.connect();
     const { known } = await scanTables(
       {
-        control: this.o.control,
+        controlPlane: this.o.controlPlane,
         source: this.o.source,
         rules: this.o.rules,
         declared: this.o.declared,

@@ -104,7 +104,7 @@ async function localLag(stateDir: string): Promise<Array<{ sink: string; lagMs: 
  * and the warehouse at `warehouseUrl`. The warehouse pool is opened on first use.
  */
 export function localRebuilds(o: {
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   kinesis: KinesisClient;
   stream: string;
   archiveDir: string;
@@ -118,7 +118,7 @@ export function localRebuilds(o: {
     pool ??= new pg.Pool({ connectionString: o.warehouseUrl, max: 4 });
     const archive = new FolderArchive(o.archiveDir);
     return (rebuilder ??= new Rebuilder({
-      control: o.control,
+      controlPlane: o.controlPlane,
       pool,
       reader: new ReplayReader({ archive, kinesis: o.kinesis, stream: o.stream, payloads: archivePayloadStore(archive) }),
     }));
@@ -198,13 +198,13 @@ export async function openLocalOperator(stateDirOption: string, options: { wareh
     );
     const summary = await kinesis.send(new DescribeStreamSummaryCommand({ StreamName: state.streams.changeLog }));
     const hours = summary.StreamDescriptionSummary?.RetentionPeriodHours ?? 24;
-    const control = new DynamoDbControlPlane(dynamo, controlTableOf(state));
+    const controlPlane = new DynamoDbControlPlane(dynamo, controlTableOf(state));
     const warehouseUrl =
       options.warehouseUrl ?? (running && state.ports.postgres ? `postgresql://postgres@127.0.0.1:${state.ports.postgres}/${WAREHOUSE_DATABASE}` : null);
-    const rebuilds = localRebuilds({ control, kinesis, stream: state.streams.changeLog, archiveDir: path.join(stateDir, 'archive'), warehouseUrl });
+    const rebuilds = localRebuilds({ controlPlane, kinesis, stream: state.streams.changeLog, archiveDir: path.join(stateDir, 'archive'), warehouseUrl });
     cleanups.push(() => rebuilds.close());
     const handler = createOperatorHandler({
-      control,
+      controlPlane,
       rebuilds,
       env: { [EnvName.CHANGE_LOG_RETENTION_MS]: String(hours * 3_600_000), [EnvName.PAUSE_BUDGETS]: process.env[EnvName.PAUSE_BUDGETS] },
       // The command prints the outcome itself (stdout stays clean for --json); the audit log keeps it.

@@ -20,7 +20,7 @@ type Queryable = Pick<pg.ClientBase, 'query'>;
 export interface PartitionWatchOptions {
   source: string;
   sourceUrl: string;
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   /** The capture's table index: only captured roots are re-snapshotted. */
   index: TableConfigIndex;
   /** @default 2000 */
@@ -80,7 +80,7 @@ export class PartitionWatch {
   /** Requests the queued re-snapshots; one refused (a run is pending) stays queued. */
   async flush(now = new Date()): Promise<void> {
     for (const [root, why] of [...this.due]) {
-      const r = await requestSnapshot(this.o.control, { source: this.o.source, table: root, reason: 'resnapshot', actor: ACTOR, now });
+      const r = await requestSnapshot(this.o.controlPlane, { source: this.o.source, table: root, reason: 'resnapshot', actor: ACTOR, now });
       if (r.outcome !== 'requested') continue;
       this.due.delete(root);
       const audit: AuditEntry = {
@@ -92,7 +92,7 @@ export class PartitionWatch {
         outcome: 'done',
         detail: { ...why, run: r.state.run },
       };
-      await this.o.control.appendAudit(audit);
+      await this.o.controlPlane.appendAudit(audit);
     }
   }
 

@@ -31,7 +31,8 @@ import { TableConfigIndex, type TableConfig, type TableRule } from '../lambda/co
 import { LocalDiscovery } from './discovery.ts';
 import { PartitionWatch } from './partitions.ts';
 import type { TableRecord } from '../lambda/core/shared/control-plane.ts';
-import { SlotCapture, kinesisRawPublisher } from './capture.ts';
+import { SlotCapture } from './capture.ts';
+import { kinesisRawPublisher } from './raw-publisher.ts';
 import { Poller } from './poller.ts';
 import { StreamFanout } from './fanout.ts';
 import { createArchiveCopier } from '../lambda/core/rebuild/archive.ts';
@@ -47,6 +48,7 @@ import { guardPoolClients } from '../lambda/adapters/pg-pool.ts';
 import type { SearchTableConfig } from '../lambda/core/search/search-plan.ts';
 import type { LocalRedshiftSink } from './redshift-sink.ts';
 import { waitCaughtUp } from './caught-up.ts';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 export interface PipelineOptions {
   stack: LocalStack;
@@ -94,10 +96,6 @@ export const HEARTBEAT_TABLE_ID = `${DEFAULT_HEARTBEAT_SCHEMA}.${HEARTBEAT_TABLE
 
 const LAG_WINDOW_MS = 60_000;
 const RATE_WINDOW_MS = 10_000;
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
 
 /** How often `cdc local` looks for deltas due for a merge (the thresholds decide; docs/warehouse-apply.md). */
 const MERGE_CHECK_MS = 5_000;
@@ -163,7 +161,7 @@ export class LocalPipeline {
         : new LocalDiscovery({
             source: o.source,
             sourceUrl: stack.sourceUrl,
-            control: stack.control,
+            controlPlane: stack.controlPlane,
             rules,
             declared: new Set(this.tables.map((t) => t.table)),
             index: this.captureIndex,
@@ -175,7 +173,7 @@ export class LocalPipeline {
     this.partitions = new PartitionWatch({
       source: o.source,
       sourceUrl: stack.sourceUrl,
-      control: stack.control,
+      controlPlane: stack.controlPlane,
       index: this.captureIndex,
       ...(o.discoveryMs ? { everyMs: o.discoveryMs } : {}),
       onError: err('partitions'),
@@ -187,7 +185,7 @@ export class LocalPipeline {
       slot: o.capture?.slot,
       // A polled table is not read from the log (docs/polling.md): the index holds log-captured tables only.
       tables: this.captureIndex,
-      control: stack.control,
+      controlPlane: stack.controlPlane,
       publish: kinesisRawPublisher(stack.kinesis, stack.streams.raw),
       maxTxRows: o.capture?.maxTxRows,
       maxTxBytes: o.capture?.maxTxBytes,
@@ -203,7 +201,7 @@ export class LocalPipeline {
             ...(o.snapshot?.replicaUrl ? { replicaUrl: o.snapshot.replicaUrl } : {}),
             tables: o.tables.filter((t) => t.table !== HEARTBEAT_TABLE_ID),
             index: this.captureIndex,
-            control: stack.control,
+            controlPlane: stack.controlPlane,
             publish: kinesisRawPublisher(stack.kinesis, stack.streams.raw),
             ...(o.snapshot?.budget ? { budget: o.snapshot.budget } : {}),
             ...(o.snapshot?.fixedChunk ? { fixedChunk: o.snapshot.fixedChunk } : {}),
@@ -217,7 +215,7 @@ export class LocalPipeline {
             source: o.source,
             sourceUrl: stack.sourceUrl,
             tables: polled,
-            control: stack.control,
+            controlPlane: stack.controlPlane,
             publish: kinesisRawPublisher(stack.kinesis, stack.streams.raw),
             ...(o.snapshot && o.snapshot.budget ? { budget: o.snapshot.budget } : {}),
             ...(o.snapshot && o.snapshot.fixedChunk ? { fixedPage: o.snapshot.fixedChunk } : {}),
@@ -232,7 +230,7 @@ export class LocalPipeline {
       slot: this.capture.slot,
       walBudgetBytes: o.slotWalBudgetBytes ?? 1024 ** 3,
       connection: { connectionString: stack.sourceUrl },
-      store: stack.control,
+      store: stack.controlPlane,
     });
     // One handler instance per shard: each stands for a Lambda execution environment.
     const normalizer = {
@@ -241,7 +239,7 @@ export class LocalPipeline {
           source: o.source,
           tables: this.tables,
           rules,
-          control: stack.control,
+          controlPlane: stack.controlPlane,
           changeLog: new KinesisChangeLog(stack.kinesis, stack.streams.changeLog),
           payloads: stack.payloads,
           // As on AWS: the capture writes DMS records, which carry no types (docs/local.md, "DMS records").
@@ -257,7 +255,7 @@ export class LocalPipeline {
         guardPoolClients(pool, err('warehouse pool'));
         this.pools.push(pool);
         const a = createWarehouseApplier({
-          controlPlane: stack.control,
+          controlPlane: stack.controlPlane,
           pool,
           sinkId: o.sinkId,
           metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
@@ -277,7 +275,7 @@ export class LocalPipeline {
       guardPoolClients(pool, err('warehouse pool'));
       this.pools.push(pool);
       const replayApplier = createWarehouseApplier({
-        controlPlane: stack.control,
+        controlPlane: stack.controlPlane,
         pool,
         sinkId: o.sinkId,
         ...(o.merge ? { merge: o.merge } : {}),
@@ -287,7 +285,7 @@ export class LocalPipeline {
       });
       this.replayers.push(
         createHeldRangeReplayer({
-          controlPlane: stack.control,
+          controlPlane: stack.controlPlane,
           sinkId: o.sinkId,
           applier: replayApplier,
           readLog: () => readChangeLog(stack.kinesis, stack.streams.changeLog),
@@ -297,7 +295,7 @@ export class LocalPipeline {
     }
     const common = {
       kinesis: stack.kinesis,
-      control: stack.control,
+      controlPlane: stack.controlPlane,
       // Up to 1,000 records per invocation: with no batching window a poller takes what is there, so a
       // caught-up pipeline still runs small batches, and a backlog pays the per-batch costs
       // (checkpoint, registry reads, the applier's round trips) once per 1,000 (docs/performance-log.md, "2. End to end").
@@ -321,7 +319,7 @@ export class LocalPipeline {
       const searchApplier = {
         perShard: () => {
           const a = createSearchApplier({
-            controlPlane: stack.control,
+            controlPlane: stack.controlPlane,
             search: new OpenSearchIndex(searchClient({ node: search.url })),
             sinkId: search.sinkId,
             ...(served ? { tables: served } : {}),
@@ -345,7 +343,7 @@ export class LocalPipeline {
       });
       // The search sink holds paused tables like the warehouse; a resume replays its held range through the same applier code.
       const searchReplayApplier = createSearchApplier({
-        controlPlane: stack.control,
+        controlPlane: stack.controlPlane,
         search: new OpenSearchIndex(searchClient({ node: search.url })),
         sinkId: search.sinkId,
         tables: served,
@@ -356,7 +354,7 @@ export class LocalPipeline {
       });
       this.replayers.push(
         createHeldRangeReplayer({
-          controlPlane: stack.control,
+          controlPlane: stack.controlPlane,
           sinkId: search.sinkId,
           applier: searchReplayApplier,
           readLog: () => readChangeLog(stack.kinesis, stack.streams.changeLog),
@@ -541,10 +539,10 @@ export class LocalPipeline {
     if (!force && Date.now() - this.lastControlRead < 2_000) return;
     this.lastControlRead = Date.now();
     try {
-      this.tableStates = await this.o.stack.control.listTables(this.o.source);
-      this.deadLetterCount = (await this.o.stack.control.listDeadLetters()).length;
+      this.tableStates = await this.o.stack.controlPlane.listTables(this.o.source);
+      this.deadLetterCount = (await this.o.stack.controlPlane.listDeadLetters()).length;
       const held = new Map<string, string[]>();
-      for (const p of await this.o.stack.control.listSinkProgress())
+      for (const p of await this.o.stack.controlPlane.listSinkProgress())
         if (p.source === this.o.source && p.heldFrom !== null) held.set(p.table, [...(held.get(p.table) ?? []), p.sink]);
       this.heldBy = held;
     } catch (e) {

@@ -13,14 +13,14 @@ import { checkpointCursorStore, pollPass, type PollProgress } from '../lambda/co
 import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, FixedPacer, type SourceBudget } from '../lambda/core/snapshot/snapshot-pacer.ts';
 import { snapshotPartitionKey } from '../lambda/core/snapshot/snapshot.ts';
 import type { TableConfig } from '../lambda/core/tables/table-config.ts';
-import type { RawPublisher } from './capture.ts';
+import type { RawPublisher } from './raw-publisher.ts';
 
 export interface LocalPollsOptions {
   source: string;
   sourceUrl: string;
   /** The polled tables (`capture: 'poll'`, with `pollColumn`). */
   tables: TableConfig[];
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   publish: RawPublisher;
   budget?: SourceBudget;
   /** A fixed page size instead of the adaptive pacer (tests). */
@@ -82,7 +82,7 @@ export class LocalPolls {
   }
 
   private async run(): Promise<void> {
-    const cursors = checkpointCursorStore(this.o.control, this.o.source);
+    const cursors = checkpointCursorStore(this.o.controlPlane, this.o.source);
     let calibrated = false;
     while (!this.stopping) {
       const started = Date.now();
@@ -97,7 +97,7 @@ export class LocalPolls {
           tables: this.o.tables.map((t) => ({ table: t.table, pollColumn: t.pollColumn!, rules: { mask: t.mask, exclude: t.exclude } })),
           reader: this.reader,
           cursors,
-          spaceOf: async (t) => recordedSpace(await this.o.control.getTable(this.o.source, t)),
+          spaceOf: async (t) => recordedSpace(await this.o.controlPlane.getTable(this.o.source, t)),
           publish: (records) =>
             this.o.publish(
               records.map((r) => ({ partitionKey: snapshotPartitionKey(r, sha256), data: JSON.stringify(r), label: `${r.source}/${r.table}@poll` })),

@@ -50,7 +50,7 @@ export interface PollerOptions {
   consumer: string;
   kinesis: KinesisClient;
   streamName: string;
-  control: Pick<ControlPlane, 'getCheckpoint' | 'putCheckpoint' | 'putDeadLetter'>;
+  controlPlane: Pick<ControlPlane, 'getCheckpoint' | 'putCheckpoint' | 'putDeadLetter'>;
   /**
    * The handler, or a function that builds one per shard. On AWS every concurrent invocation has
    * its own execution environment (module state, Powertools' BatchProcessor, metrics buffer);
@@ -252,7 +252,7 @@ export class Poller {
       consumer: options.consumer,
       kinesis: options.kinesis,
       streamName: options.streamName,
-      control: options.control,
+      controlPlane: options.controlPlane,
       handler: options.handler,
       onError: options.onError,
       watchPuts: options.watchPuts,
@@ -350,7 +350,9 @@ export class Poller {
       if (this.running.has(id) || this.stopping) continue;
       // A child starts after its parents ended (or were trimmed away).
       const parents = [shard.ParentShardId, shard.AdjacentParentShardId].filter((p): p is string => !!p && known.has(p));
-      const waiting = await Promise.all(parents.map(async (p) => this.ended.has(p) || (await this.o.control.getCheckpoint(this.o.consumer, p)) === SHARD_END));
+      const waiting = await Promise.all(
+        parents.map(async (p) => this.ended.has(p) || (await this.o.controlPlane.getCheckpoint(this.o.consumer, p)) === SHARD_END),
+      );
       if (waiting.some((done) => !done)) continue;
       this.running.set(id, this.superviseShard(id));
     }
@@ -391,7 +393,7 @@ export class Poller {
    * not acknowledged are read again.
    */
   private async runShard(shardId: string): Promise<void> {
-    const checkpoint = await this.o.control.getCheckpoint(this.o.consumer, shardId);
+    const checkpoint = await this.o.controlPlane.getCheckpoint(this.o.consumer, shardId);
     if (checkpoint === SHARD_END) {
       this.ended.add(shardId);
       return;
@@ -481,7 +483,7 @@ export class Poller {
       }
       if (s.buffer.length === 0) {
         // The shard was read to its end and every record of it was acknowledged.
-        await this.o.control.putCheckpoint(this.o.consumer, s.shardId, SHARD_END);
+        await this.o.controlPlane.putCheckpoint(this.o.consumer, s.shardId, SHARD_END);
         this.ended.add(s.shardId);
         return;
       }
@@ -631,7 +633,7 @@ export class Poller {
     try {
       for (;;) {
         try {
-          await this.o.control.putCheckpoint(this.o.consumer, shardId, records[records.length - 1]!.SequenceNumber!);
+          await this.o.controlPlane.putCheckpoint(this.o.consumer, shardId, records[records.length - 1]!.SequenceNumber!);
           this.tips.get(shardId)?.acknowledged(records[records.length - 1]!.SequenceNumber!);
           break;
         } catch (err) {
@@ -672,7 +674,7 @@ export class Poller {
         record: text,
         truncated: false,
       };
-      await this.o.control.putDeadLetter(letter);
+      await this.o.controlPlane.putDeadLetter(letter);
       this.stats.deadLetters++;
     }
   }

@@ -33,7 +33,7 @@ import { primaryKeyOf } from './catalog.ts';
 import { splitTableId } from '../lambda/core/shared/identifiers.ts';
 
 export interface ReconcileDatabasesOptions {
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   sourceUrl: string;
   /** The warehouse sink's database (a warehouse sink). */
   warehouseUrl?: string;
@@ -99,7 +99,7 @@ export async function reconcileDatabases(o: ReconcileDatabasesOptions): Promise<
     const pacer = o.fixedSegment ? new FixedPacer(o.fixedSegment) : new AdaptivePacer({ budget: o.budget ?? DEFAULT_SOURCE_BUDGET });
     if (!o.fixedSegment) await probe.calibrate(10);
     return await reconcileTables({
-      control: o.control,
+      controlPlane: o.controlPlane,
       source: o.source,
       sink: o.sink,
       tables,
@@ -113,7 +113,7 @@ export async function reconcileDatabases(o: ReconcileDatabasesOptions): Promise<
         // A polled table's changes arrive through its poll cursor, not the log: re-checks wait for that (docs/polling.md).
         ...(await pollPoint(
           o.tables.find((c) => c.table === t.table),
-          (c) => pgPollStablePoint({ client: src, control: o.control, source: o.source, sink: o.sink, table: c.table, pollColumn: c.pollColumn! }),
+          (c) => pgPollStablePoint({ client: src, controlPlane: o.controlPlane, source: o.source, sink: o.sink, table: c.table, pollColumn: c.pollColumn! }),
         )),
         source: pgSourceSide(src, t.table, t.key, t.rules.mask, { countClient: srcCount! }),
         sink: wh
@@ -179,7 +179,7 @@ export function standInDataFile(stateDir: string): string {
 
 /** The control plane of a `cdc local` state folder, and where its embedded databases are (when it runs). */
 export interface LocalControl {
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   running: boolean;
   /** The embedded PostgreSQL's URL for a database, when `cdc local` runs with it; else null. */
   embeddedUrl: ((database: string) => string) | null;
@@ -215,7 +215,7 @@ export async function openLocalControl(stateDirOption: string): Promise<LocalCon
     cleanups.push(async () => dynamo.destroy());
     const port = state.ports.postgres;
     return {
-      control: new DynamoDbControlPlane(dynamo, controlTableOf(state)),
+      controlPlane: new DynamoDbControlPlane(dynamo, controlTableOf(state)),
       running,
       embeddedUrl:
         running && port !== null && state.postgresDataDir !== null ? (db) => `postgres://postgres@127.0.0.1:${port}/${encodeURIComponent(db)}` : null,

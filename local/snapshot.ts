@@ -20,7 +20,7 @@ import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, FixedPacer, type SourceBudget } f
 import { planSnapshots, runPendingSnapshots, snapshotPendingRuns } from '../lambda/core/snapshot/snapshot-worker.ts';
 import { TableConfigIndex, type TableConfig } from '../lambda/core/tables/table-config.ts';
 import { emfSnapshotMetrics } from '../lambda/runtime/metrics.ts';
-import type { RawPublisher } from './capture.ts';
+import type { RawPublisher } from './raw-publisher.ts';
 import type { SnapshotStatusLine } from './status.ts';
 
 export interface LocalSnapshotsOptions {
@@ -31,7 +31,7 @@ export interface LocalSnapshotsOptions {
   tables: TableConfig[];
   /** The capture's table index (declared tables and those that joined by a rule): the column rules of every snapshotted table. @default an index of `tables` */
   index?: TableConfigIndex;
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   publish: RawPublisher;
   budget?: SourceBudget;
   /** A fixed chunk size instead of the adaptive pacer (tests, benchmarks). */
@@ -74,7 +74,7 @@ export class LocalSnapshots {
 
   /** Requests first snapshots and starts the loop. Call after the capture started. */
   async start(): Promise<void> {
-    for (const s of await this.o.control.listSnapshots(this.o.source)) this.states.set(s.table, s);
+    for (const s of await this.o.controlPlane.listSnapshots(this.o.source)) this.states.set(s.table, s);
     this.loop = this.run();
   }
 
@@ -83,8 +83,8 @@ export class LocalSnapshots {
     const metrics = emfSnapshotMetrics(new Metrics({ namespace: METRICS_NAMESPACE, serviceName: 'cdc-snapshot-worker' }));
     while (!this.stopping) {
       try {
-        await planSnapshots(this.o.control, this.o.source, this.o.tables, 'snapshot-planner');
-        const runs = await this.o.control.listSnapshots(this.o.source);
+        await planSnapshots(this.o.controlPlane, this.o.source, this.o.tables, 'snapshot-planner');
+        const runs = await this.o.controlPlane.listSnapshots(this.o.source);
         for (const s of runs) this.states.set(s.table, s);
         if (snapshotPendingRuns(runs).length === 0) {
           this.busy = false;
@@ -93,7 +93,7 @@ export class LocalSnapshots {
         }
         this.busy = true;
         await runPendingSnapshots({
-          control: this.o.control,
+          controlPlane: this.o.controlPlane,
           reader: this.reader,
           publish: (records) => this.o.publish(snapshotStreamRecords(records, sha256)),
           source: this.o.source,
@@ -128,7 +128,7 @@ export class LocalSnapshots {
     let seen = -1;
     let deadline = Date.now() + stallMs;
     for (;;) {
-      const runs = await this.o.control.listSnapshots(this.o.source);
+      const runs = await this.o.controlPlane.listSnapshots(this.o.source);
       const pending = snapshotPendingRuns(runs);
       if (pending.length === 0 && !this.busy) return;
       const progress = runs.reduce((n, r) => n + r.rowsDone, 0);

@@ -100,7 +100,7 @@ export interface LocalStack {
   /** Notice of records put on a stream through `kinesis`, for the pollers' `watchPuts`. */
   readonly puts: PutNotices;
   readonly dynamo: DynamoDBClient;
-  readonly control: DynamoDbControlPlane;
+  readonly controlPlane: DynamoDbControlPlane;
   readonly controlTable: string;
   /** Random id the stack's names derive from (null: a state folder of an earlier version). */
   readonly stackId: string | null;
@@ -409,7 +409,7 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
       kinesis,
       puts,
       dynamo,
-      control: new DynamoDbControlPlane(dynamo, names.controlTable, payloads),
+      controlPlane: new DynamoDbControlPlane(dynamo, names.controlTable, payloads),
       controlTable: names.controlTable,
       stackId: names.stackId,
       archive,

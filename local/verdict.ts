@@ -69,7 +69,7 @@ export interface CompareOptions {
   /** How many example differences to keep per table. @default 5 */
   examples?: number;
   /** The control plane whose schema registry types the columns (else the source catalog does). */
-  control?: ControlPlane;
+  controlPlane?: ControlPlane;
   /** The sink's id: a table it holds is named with why, and does not match (needs `control`). */
   sink?: string;
 }
@@ -79,10 +79,10 @@ export interface CompareOptions {
  * when, from which position, why (the sink's last `hold-table` audit entry, or the table's pause),
  * and the command that replays it. Null when the sink holds nothing of the table.
  */
-export async function sinkHoldProblem(control: ControlPlane, sink: string, source: string, table: string): Promise<string | null> {
-  const progress = await control.getSinkProgress(sink, source, table);
+export async function sinkHoldProblem(controlPlane: ControlPlane, sink: string, source: string, table: string): Promise<string | null> {
+  const progress = await controlPlane.getSinkProgress(sink, source, table);
   if (!progress?.heldFrom) return null;
-  const audit = await control.listAudit(source, table, progress.heldAt ?? undefined);
+  const audit = await controlPlane.listAudit(source, table, progress.heldAt ?? undefined);
   const entry = audit.filter((e) => e.action === 'hold-table' && e.detail.sink === sink).at(-1);
   const why = typeof entry?.detail.reason === 'string' ? `: ${entry.detail.reason}` : ' (the table is paused or needs a re-snapshot)';
   return `held by sink ${sink} since ${progress.heldAt ?? 'unknown'} from position ${progress.heldFrom}${why}; its changes from there are not applied: fix the cause, then cdc resume ${table}`;
@@ -100,12 +100,12 @@ async function session(url: string): Promise<pg.Client> {
 /** How each compared column's values compare (see the module comment); masked columns as their masked text. */
 async function compareAs(
   src: pg.Client,
-  control: ControlPlane | undefined,
+  controlPlane: ControlPlane | undefined,
   source: string,
   config: TableConfig,
   columns: readonly string[],
 ): Promise<Record<string, CompareClass>> {
-  const registered = control ? await registeredTypes(control, source, config.table) : undefined;
+  const registered = controlPlane ? await registeredTypes(controlPlane, source, config.table) : undefined;
   const catalog = (await columnTypesOf(src, [config.table])).get(config.table);
   return compareClasses(columns, registered, catalog ? Object.fromEntries([...catalog].map(([c, t]) => [c, t.full])) : undefined, config.mask);
 }
@@ -188,7 +188,7 @@ export async function compareSourceAndWarehouse(options: CompareOptions): Promis
       const absent = compared.filter((c) => !whColumns.includes(c));
       if (absent.length > 0) v.problems.push(`warehouse view ${whSchema}.${names.view} lacks column(s) ${absent.join(', ')}`);
       const columns = compared.filter((c) => whColumns.includes(c));
-      const classes = await compareAs(src, options.control, options.source, config, columns);
+      const classes = await compareAs(src, options.controlPlane, options.source, config, columns);
       const source = await readRows(src, schema, table, columns, key);
       const warehouse = await readRows(wh, whSchema, names.view, columns, key);
       v.sourceRows = source.rows.size;
@@ -229,7 +229,7 @@ export async function compareSourceAndWarehouse(options: CompareOptions): Promis
           if (v.examples.length < maxExamples) v.examples.push(`key ${k}: in the warehouse but not in the source`);
         }
       }
-      const held = options.control && options.sink ? await sinkHoldProblem(options.control, options.sink, options.source, config.table) : null;
+      const held = options.controlPlane && options.sink ? await sinkHoldProblem(options.controlPlane, options.sink, options.source, config.table) : null;
       if (held) v.problems.push(held);
       v.match = v.problems.length === 0 && v.missing === 0 && v.extra === 0 && v.different === 0 && v.duplicates === 0;
     }
@@ -277,7 +277,7 @@ export interface CompareSearchOptions {
   prefix?: string;
   examples?: number;
   /** The control plane whose schema registry types the columns (else the source catalog does). */
-  control?: ControlPlane;
+  controlPlane?: ControlPlane;
   /** The search sink's id: a table it holds is named with why, and does not match (needs `control`). */
   sink?: string;
 }
@@ -319,7 +319,7 @@ export async function compareSourceAndSearch(options: CompareSearchOptions): Pro
         continue;
       }
       const columns = srcColumns.filter((c) => !config.exclude.includes(c));
-      const classes = await compareAs(src, options.control, options.source, config, columns);
+      const classes = await compareAs(src, options.controlPlane, options.source, config, columns);
       const source = await readRows(src, schema, table, columns, key);
       v.sourceRows = source.rows.size;
       const names = searchNames(options.prefix ?? DEFAULT_INDEX_PREFIX, options.source, config.table);
@@ -359,7 +359,7 @@ export async function compareSourceAndSearch(options: CompareSearchOptions): Pro
           if (v.examples.length < maxExamples) v.examples.push(`key ${k}: in the search index but not in the source`);
         }
       }
-      const held = options.control && options.sink ? await sinkHoldProblem(options.control, options.sink, options.source, config.table) : null;
+      const held = options.controlPlane && options.sink ? await sinkHoldProblem(options.controlPlane, options.sink, options.source, config.table) : null;
       if (held) v.problems.push(held);
       v.match = v.problems.length === 0 && v.missing === 0 && v.extra === 0 && v.different === 0 && v.duplicates === 0;
     }

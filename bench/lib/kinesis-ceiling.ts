@@ -22,7 +22,7 @@
 import { CreateStreamCommand, DescribeStreamSummaryCommand, ListShardsCommand, type KinesisClient } from '@aws-sdk/client-kinesis';
 import { kinesisClient } from '../../lambda/adapters/aws-clients.ts';
 import { KinesisChangeLog } from '../../lambda/adapters/change-log-kinesis.ts';
-import { kinesisRawPublisher } from '../../local/capture.ts';
+import { kinesisRawPublisher } from '../../local/raw-publisher.ts';
 import { PutNotices, startKinesaliteProcess } from '../../local/kinesis.ts';
 import { Poller } from '../../local/poller.ts';
 import { StreamFanout } from '../../local/fanout.ts';
@@ -155,7 +155,7 @@ export async function standInCeiling(o: CeilingOptions): Promise<CeilingResult> 
     await createStream(client, o.streams.raw, o.shards.raw);
     await createStream(client, o.streams.changeLog, o.shards.changeLog);
     const checkpoints = new Map<string, string>();
-    const control = {
+    const controlPlane = {
       getCheckpoint: async (c: string, s: string) => checkpoints.get(`${c}/${s}`) ?? null,
       putCheckpoint: async (c: string, s: string, v: string) => void checkpoints.set(`${c}/${s}`, v),
       putDeadLetter: async () => {
@@ -169,7 +169,7 @@ export async function standInCeiling(o: CeilingOptions): Promise<CeilingResult> 
     let normalized = 0;
     const watch = (stream: string) => (listener: () => void) => puts.watch(stream, listener);
     // As local/pipeline.ts builds them: the archive's poller has a window and no put notices.
-    const common = { kinesis: client, control, batchSize: o.batchSize };
+    const common = { kinesis: client, controlPlane, batchSize: o.batchSize };
     const changeLogReads = new StreamFanout({ kinesis: client, streamName: o.streams.changeLog });
     pollers.push(
       // The normalizer stand-in: one change-log record per raw record, through the change log's publisher.

@@ -138,14 +138,14 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
 
   // A mask or exclude added to a table that is already captured is refused unless acknowledged (docs/masking.md).
   try {
-    const registered = await stack.control.listTables(source);
+    const registered = await stack.controlPlane.listTables(source);
     const ruled = registered
       .filter((r) => !tables.some((t) => t.table === r.table))
       .flatMap((r) => {
         const m = resolveByRules(rules, r.table);
         return m.kind === 'rule' ? [m.config] : [];
       });
-    const late = await enforceLateRules({ control: stack.control, source, tables: [...tables, ...ruled], actor: 'cdc-local' });
+    const late = await enforceLateRules({ controlPlane: stack.controlPlane, source, tables: [...tables, ...ruled], actor: 'cdc-local' });
     for (const c of late)
       await err(
         `cdc local: ${c.table}: late rule acknowledged (${c.acknowledgement}); ${c.leftBehind}. The table is marked needs-resnapshot and its re-snapshot is requested.\n`,
@@ -327,7 +327,7 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
           warehouseUrl: stack.warehouseUrl,
           source,
           tables: pipeline.capturedTables(),
-          control: stack.control,
+          controlPlane: stack.controlPlane,
           sink: o.sinkId,
         }),
       );
@@ -347,7 +347,7 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
             sourceUrl: stack.sourceUrl,
             search: pipeline.searchIndex,
             source,
-            control: stack.control,
+            controlPlane: stack.controlPlane,
             sink: o.searchId,
             // Every table captured now, as for the warehouse: those that joined by a rule included (an app's: those its search sink serves).
             tables: searchServed(app, pipeline.capturedTables()),

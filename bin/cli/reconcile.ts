@@ -158,7 +158,7 @@ export const reconcileCommand: Command = {
     }
     const cleanups: Array<() => Promise<void>> = [];
     try {
-      const registered = (await local.control.listTables()).filter((t) => t.table !== HEARTBEAT_TABLE_ID);
+      const registered = (await local.controlPlane.listTables()).filter((t) => t.table !== HEARTBEAT_TABLE_ID);
       const sources = [...new Set(registered.map((t) => t.source))];
       const source = o.sourceId ?? (sources.length === 1 ? sources[0]! : null);
       if (source === null) {
@@ -206,7 +206,7 @@ export const reconcileCommand: Command = {
       let verdicts: ReconcileVerdict[];
       try {
         verdicts = await reconcileDatabases({
-          control: local.control,
+          controlPlane: local.controlPlane,
           sourceUrl,
           ...sink,
           source,

@@ -16,7 +16,7 @@ import type { StablePoint } from '../core/reconcile/reconcile.ts';
 export interface PgPollStablePointOptions {
   /** A client of the source database. */
   client: Pick<pg.ClientBase, 'query'>;
-  control: Pick<ControlPlane, 'getCheckpoint' | 'putCheckpoint' | 'getSinkProgress'>;
+  controlPlane: Pick<ControlPlane, 'getCheckpoint' | 'putCheckpoint' | 'getSinkProgress'>;
   source: string;
   sink: string;
   table: string;
@@ -44,7 +44,7 @@ export async function pgPollStablePoint(o: PgPollStablePointOptions): Promise<St
           );
         return { type, kind: pollKindOf(space) };
       }));
-  const cursors = checkpointCursorStore(o.control, o.source);
+  const cursors = checkpointCursorStore(o.controlPlane, o.source);
   return pollStablePoint({
     table: o.table,
     highest: async () => {
@@ -58,6 +58,6 @@ export async function pgPollStablePoint(o: PgPollStablePointOptions): Promise<St
       const { kind, type } = await typed();
       return (await o.client.query<{ p: string }>(`SELECT ${positionNumber(kind, `$1::text::${type}`)}::text AS p`, [value])).rows[0]!.p;
     },
-    applied: async () => (await o.control.getSinkProgress(o.sink, o.source, o.table))?.appliedPosition ?? null,
+    applied: async () => (await o.controlPlane.getSinkProgress(o.sink, o.source, o.table))?.appliedPosition ?? null,
   });
 }

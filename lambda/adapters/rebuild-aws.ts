@@ -41,7 +41,7 @@ export function parseRebuildWorkers(text: string | undefined): RebuildWorkers {
 }
 
 export interface AwsRebuildsDeps {
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   workers: RebuildWorkers;
   /** Invokes a worker synchronously and returns its answer (`lambdaInvoker`). */
   invoke: (functionName: string, payload: unknown) => Promise<unknown>;
@@ -80,14 +80,14 @@ export function awsRebuilds(deps: AwsRebuildsDeps): RebuildScheduler {
         rehearse: r.rehearse,
         actor: r.actor,
       };
-      const claimed = await claimRebuildSlot(deps.control, request, id, at);
+      const claimed = await claimRebuildSlot(deps.controlPlane, request, id, at);
       if ('refusal' in claimed) return { refusal: claimed.refusal };
       let execution: string;
       try {
         execution = await deps.start(w.stateMachine, id, { id, request });
       } catch (err) {
         // Nothing runs it: free the slot again (the start is audited; the end says why).
-        await deps.control.releaseRebuild(r.sink, id, now().toISOString()).catch(() => undefined);
+        await deps.controlPlane.releaseRebuild(r.sink, id, now().toISOString()).catch(() => undefined);
         throw err;
       }
       return {

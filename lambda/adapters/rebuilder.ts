@@ -36,7 +36,7 @@ export { RebuildFailedError } from '../core/rebuild/rebuild-slice.ts';
 export { RebuildRefusedError } from '../core/rebuild/rebuild-workflow.ts';
 
 export interface RebuildDeps {
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   /** The sink's warehouse. */
   pool: pg.Pool;
   reader: ReplayReader;
@@ -68,7 +68,7 @@ export class Rebuilder extends RebuildWorkflow {
   constructor(deps: RebuildDeps) {
     guardPoolClients(deps.pool);
     super({
-      control: deps.control,
+      controlPlane: deps.controlPlane,
       replay: deps.reader,
       warehouse: () => warehouseFor(deps.pool, deps.warehouse),
       target: (live) => new PgRebuildTarget(deps.pool, live),

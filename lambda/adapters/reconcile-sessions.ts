@@ -21,7 +21,7 @@ import { PRIMARY_KEY_COLUMNS_SQL } from './source-facts-pg.ts';
 export interface ReconcileSessionsOptions {
   source: string;
   sink: string;
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   heartbeatSchema?: string;
   /** The source session (opened once per execution environment). */
   sourceClient: () => Promise<pg.ClientBase>;
@@ -45,7 +45,7 @@ export async function openReconcileSessions(d: ReconcileSessionsOptions): Promis
     sides: async (t, config) => ({
       // A polled table's changes arrive through its poll cursor, not the log: re-checks wait for that (docs/polling.md).
       ...(await pollPoint(config, (c) =>
-        pgPollStablePoint({ client: src, control: d.control, source: d.source, sink: d.sink, table: c.table, pollColumn: c.pollColumn! }),
+        pgPollStablePoint({ client: src, controlPlane: d.controlPlane, source: d.source, sink: d.sink, table: c.table, pollColumn: c.pollColumn! }),
       )),
       source: pgSourceSide(src, t.table, t.key, t.rules.mask) as ReconcileSide,
       sink: wh

@@ -39,7 +39,7 @@ export interface NormalizerDeps<E> {
   tables: readonly TableConfig[];
   /** Capture-by-pattern rules: a table they match gets its rule's settings (docs/onboarding.md). @default none */
   rules?: readonly TableRule[];
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   changeLog: ChangeLogWriter<E>;
   /** @default a Powertools Logger for the normalizer service */
   logger?: Logger;
@@ -72,7 +72,7 @@ export function createNormalizerHandler<E>(deps: NormalizerDeps<E>): NormalizerH
   const normalizer = new Normalizer<E>({
     source: deps.source,
     tables: new TableConfigIndex(deps.tables, deps.rules ?? []),
-    control: deps.control,
+    controlPlane: deps.controlPlane,
     changeLog: deps.changeLog,
     metrics: normalizerMetrics(metrics, deps.source),
     logger,
@@ -81,8 +81,8 @@ export function createNormalizerHandler<E>(deps: NormalizerDeps<E>): NormalizerH
     ...(deps.payloads ? { payloads: deps.payloads } : {}),
     ...(deps.catalogTypes
       ? {
-          catalogTypes: (table: string) => readCatalogTypes(deps.control, deps.source, table),
-          partitionTree: () => readPublishedPartitionTree(deps.control, deps.source),
+          catalogTypes: (table: string) => readCatalogTypes(deps.controlPlane, deps.source, table),
+          partitionTree: () => readPublishedPartitionTree(deps.controlPlane, deps.source),
         }
       : {}),
   });
@@ -109,7 +109,7 @@ export const handler: NormalizerHandler = async (event, context) => {
     source: requiredEnv(EnvName.SOURCE_ID),
     tables: parseTableConfig(process.env[EnvName.TABLE_CONFIG]),
     rules: parseTableRules(process.env[EnvName.TABLE_RULES]),
-    control: new DynamoDbControlPlane(dynamodb, requiredEnv(EnvName.CONTROL_TABLE), payloads),
+    controlPlane: new DynamoDbControlPlane(dynamodb, requiredEnv(EnvName.CONTROL_TABLE), payloads),
     changeLog: new KinesisChangeLog(kinesis, requiredEnv(EnvName.CHANGE_LOG_STREAM)),
     ...(payloads ? { payloads } : {}),
     catalogTypes: catalogTypesSetting(process.env[EnvName.CATALOG_TYPES]),

@@ -73,7 +73,7 @@ export function operatorSettingsFrom(env: NodeJS.ProcessEnv): { settings: Operat
 
 /** The handler over explicit dependencies: one call (route, caller, body) in, the response out (tests and the cdc local door call it in process). */
 export function createOperatorHandler(deps: {
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   env: NodeJS.ProcessEnv;
   logger?: Pick<Logger, 'info' | 'warn'>;
   rebuilds?: RebuildScheduler;
@@ -82,9 +82,9 @@ export function createOperatorHandler(deps: {
   const log = deps.logger ?? logger;
   // A rebuild needs the warehouse and the archive: the cdc local door wires lambda/adapters/rebuilder.ts, the Lambda entry point the sinks' rebuild workers (docs/rebuild.md); without it a rebuild is refused, audited.
   const operator = new Operator({
-    control: deps.control,
+    controlPlane: deps.controlPlane,
     settings,
-    snapshots: controlPlaneSnapshots(deps.control),
+    snapshots: controlPlaneSnapshots(deps.controlPlane),
     ...(deps.rebuilds ? { rebuilds: deps.rebuilds } : {}),
   });
   return async (call) => {
@@ -132,11 +132,11 @@ export const handler = async (event: unknown, context: Context): Promise<APIGate
   if (!built) {
     const table = process.env[EnvName.CONTROL_TABLE];
     if (!table) throw new OperatorConfigurationError(`${EnvName.CONTROL_TABLE} is not set`);
-    const control = new DynamoDbControlPlane(dynamoDbClient(), table);
+    const controlPlane = new DynamoDbControlPlane(dynamoDbClient(), table);
     // The rebuild of a sink runs in its rebuild state machine, when the stack deploys one (docs/rebuild.md, "On AWS").
     const workers = parseRebuildWorkers(process.env[EnvName.REBUILD_WORKERS]);
-    const rebuilds = awsRebuilds({ control, workers, invoke: lambdaInvoker(new LambdaClient({})), start: stepFunctionsStarter(new SFNClient({})) });
-    built = createOperatorHandler({ control, env: process.env, rebuilds });
+    const rebuilds = awsRebuilds({ controlPlane, workers, invoke: lambdaInvoker(new LambdaClient({})), start: stepFunctionsStarter(new SFNClient({})) });
+    built = createOperatorHandler({ controlPlane, env: process.env, rebuilds });
   }
   const response = await built(call);
   return proxyResult(statusCodeOf(response), response);

@@ -38,7 +38,7 @@ const SERVICE = 'cdc-poll-worker';
 export interface PollWorkerDeps {
   source: string;
   tables: TableConfig[];
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   reader: PollReader;
   publish: (records: SlotRecord[]) => Promise<void>;
   budget: SourceBudget;
@@ -49,7 +49,7 @@ export interface PollWorkerDeps {
 /** One invocation: one pass over the polled tables while `timeLeftMs()` stays above `reserveMs`. Returns rows read per table. */
 export function createPollWorker(d: PollWorkerDeps): (timeLeftMs: () => number, reserveMs?: number) => Promise<Record<string, number>> {
   const polled = d.tables.filter((t) => t.capture === 'poll');
-  const cursors = checkpointCursorStore(d.control, d.source);
+  const cursors = checkpointCursorStore(d.controlPlane, d.source);
   let calibrated = false;
   return async (timeLeftMs, reserveMs = 60_000) => {
     if (polled.length === 0) return {};
@@ -62,7 +62,7 @@ export function createPollWorker(d: PollWorkerDeps): (timeLeftMs: () => number, 
       tables: polled.map((t) => ({ table: t.table, pollColumn: t.pollColumn!, rules: { mask: t.mask, exclude: t.exclude } })),
       reader: d.reader,
       cursors,
-      spaceOf: async (t) => recordedSpace(await d.control.getTable(d.source, t)),
+      spaceOf: async (t) => recordedSpace(await d.controlPlane.getTable(d.source, t)),
       publish: d.publish,
       pacerFor: () => new AdaptivePacer({ budget: d.budget }),
       ...(d.pressure ? { pressure: () => d.pressure!.read() } : {}),
@@ -104,7 +104,7 @@ export async function handler(_event: unknown, context: Context): Promise<Record
     fromEnv = createPollWorker({
       source: env(EnvName.SOURCE_ID),
       tables: parseTableConfig(process.env[EnvName.TABLE_CONFIG]),
-      control: new DynamoDbControlPlane(dynamoDbClient(endpoint), env(EnvName.CONTROL_TABLE)),
+      controlPlane: new DynamoDbControlPlane(dynamoDbClient(endpoint), env(EnvName.CONTROL_TABLE)),
       reader: new PostgresSnapshotReader({ primary, ...(replica ? { replica } : {}), applicationName: SERVICE }),
       publish: (records) =>
         log.publishEncoded(

@@ -43,7 +43,7 @@ export type { RebuildWorkerEvent, RebuildWorkerResult } from '../core/rebuild/re
 
 export interface RebuildWorkerDeps {
   sink: string;
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   pool: pg.Pool;
   archive: Archive;
   /** The replay reader's key prefix in the archive. @default 'change-log/' */
@@ -71,7 +71,7 @@ export function createRebuildWorker(deps: RebuildWorkerDeps): (event: RebuildWor
     ...(deps.payloads ? { payloads: deps.payloads } : {}),
   });
   const rebuilder = new Rebuilder({
-    control: deps.control,
+    controlPlane: deps.controlPlane,
     pool: deps.pool,
     reader,
     ...(deps.batchSize !== undefined ? { batchSize: deps.batchSize } : {}),
@@ -96,7 +96,7 @@ async function fromEnvironment(): Promise<ReturnType<typeof createRebuildWorker>
   const payloads = payloadBucket ? new S3PayloadStore(s3, payloadBucket, '', process.env[EnvName.PAYLOAD_KMS_KEY_ARN] || undefined) : undefined;
   return createRebuildWorker({
     sink: env(EnvName.SINK_ID),
-    control: new DynamoDbControlPlane(dynamoDbClient(), env(EnvName.CONTROL_TABLE), payloads),
+    controlPlane: new DynamoDbControlPlane(dynamoDbClient(), env(EnvName.CONTROL_TABLE), payloads),
     pool: await poolFromEnvironment(),
     archive: new S3Archive(s3, env(EnvName.ARCHIVE_BUCKET)),
     archivePrefix: process.env[EnvName.ARCHIVE_PREFIX] || 'change-log/',

@@ -50,7 +50,7 @@ export interface ReconcilerDeps {
   sink: string;
   tables: readonly TableConfig[];
   tiers: readonly ReconcileTier[];
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   /** The source and warehouse sessions (the handler opens them once per execution environment). */
   sourceClient: () => Promise<pg.ClientBase>;
   /** A warehouse sink's session; absent for a search sink. */
@@ -115,7 +115,7 @@ export async function handler(event: { tier?: unknown }, context: Context): Prom
       sink: env(EnvName.SINK_ID),
       tables: parseTableConfig(process.env[EnvName.TABLE_CONFIG]),
       tiers: parseTiers(process.env[EnvName.RECONCILE_TIERS]),
-      control: new DynamoDbControlPlane(dynamoDbClient(process.env[EnvName.AWS_ENDPOINT]), env(EnvName.CONTROL_TABLE)),
+      controlPlane: new DynamoDbControlPlane(dynamoDbClient(process.env[EnvName.AWS_ENDPOINT]), env(EnvName.CONTROL_TABLE)),
       sourceClient,
       ...sink,
       budget: parseBudget(process.env[EnvName.SNAPSHOT_BUDGET]),

@@ -109,7 +109,7 @@ export async function handler(_event: unknown, context: Context): Promise<Record
         catalogTables: [heartbeatTable],
         partitionTree: async () => readPartitionTree(await catalog()),
       },
-      control: new DynamoDbControlPlane(dynamoDbClient(endpoint), env(EnvName.CONTROL_TABLE)),
+      controlPlane: new DynamoDbControlPlane(dynamoDbClient(endpoint), env(EnvName.CONTROL_TABLE)),
       reader,
       publish: (records) => log.publishEncoded(snapshotStreamRecords(records, sha).map((r) => ({ ...r, data: Buffer.from(r.data, 'utf8') }))),
       budget: parseBudget(process.env[EnvName.SNAPSHOT_BUDGET]),

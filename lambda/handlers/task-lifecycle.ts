@@ -54,7 +54,7 @@ export const handler = async (event: CloudFormationCustomResourceEvent, context:
     sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
     remainingMs: () => context.getRemainingTimeInMillis(),
     log: (message, fields) => console.log(JSON.stringify({ level: 'INFO', message, ...fields })),
-    ...(process.env[EnvName.CONTROL_TABLE] ? { control: new DynamoDbControlPlane(dynamodb, process.env[EnvName.CONTROL_TABLE]!) } : {}),
+    ...(process.env[EnvName.CONTROL_TABLE] ? { controlPlane: new DynamoDbControlPlane(dynamodb, process.env[EnvName.CONTROL_TABLE]!) } : {}),
   });
   await run(event);
 };

@@ -24,7 +24,7 @@ import { sourceConnectedFunction, sourceSecrets } from './source-connection.ts';
 
 export interface PollWorkerProps {
   readonly sourceId: string;
-  readonly control: IControlPlane;
+  readonly controlPlane: IControlPlane;
   readonly rawStream: kinesis.IStream;
   readonly database: SourceDatabase;
   readonly tableConfig: string;
@@ -48,7 +48,7 @@ export function addPollWorker(scope: Construct, props: PollWorkerProps): { fn: l
       serviceName: 'cdc-poll-worker',
       environment: {
         [EnvName.SOURCE_ID]: props.sourceId,
-        [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName,
+        [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName,
         [EnvName.RAW_STREAM]: props.rawStream.streamName,
         [EnvName.TABLE_CONFIG]: props.tableConfig,
         ...(budget ? { [EnvName.SNAPSHOT_BUDGET]: JSON.stringify({ writeLatencyPct: budget.writeLatencyPercent ?? 10, cpuPct: budget.cpuPercent ?? 5 }) } : {}),
@@ -67,7 +67,7 @@ export function addPollWorker(scope: Construct, props: PollWorkerProps): { fn: l
   const fn = worker.fn;
   (fn.node.defaultChild as lambda.CfnFunction).reservedConcurrentExecutions = 1;
   // Only its own cursors (checkpoints of consumer poll-<source>).
-  props.control.grantItems(fn, {
+  props.controlPlane.grantItems(fn, {
     read: [ControlPartition.checkpoint(pollConsumerId(props.sourceId))],
     put: [ControlPartition.checkpoint(pollConsumerId(props.sourceId))],
   });

@@ -28,7 +28,7 @@ import { platformMetric } from './platform-metric.ts';
 
 export interface SnapshotWorkerProps {
   readonly sourceId: string;
-  readonly control: IControlPlane;
+  readonly controlPlane: IControlPlane;
   readonly rawStream: kinesis.IStream;
   readonly database: SourceDatabase;
   readonly tableConfig: string;
@@ -54,7 +54,7 @@ export function addSnapshotWorker(scope: Construct, props: SnapshotWorkerProps):
       serviceName: 'cdc-snapshot-worker',
       environment: {
         [EnvName.SOURCE_ID]: props.sourceId,
-        [EnvName.CONTROL_TABLE]: props.control.controlPlaneTableName,
+        [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName,
         [EnvName.RAW_STREAM]: props.rawStream.streamName,
         [EnvName.TABLE_CONFIG]: props.tableConfig,
         ...(props.tableRules ? { [EnvName.TABLE_RULES]: props.tableRules } : {}),
@@ -77,7 +77,7 @@ export function addSnapshotWorker(scope: Construct, props: SnapshotWorkerProps):
   // One worker per source at a time.
   (fn.node.defaultChild as lambda.CfnFunction).reservedConcurrentExecutions = 1;
   // Its source's table records and snapshot states (SOURCE#), schema versions, chunk records; audit appends.
-  props.control.grantItems(fn, {
+  props.controlPlane.grantItems(fn, {
     // With capture rules, the catalog scan reads the audit log once per cold start for the verdicts so far.
     read: [
       ControlPartition.source(props.sourceId),
@@ -89,7 +89,7 @@ export function addSnapshotWorker(scope: Construct, props: SnapshotWorkerProps):
     update: [ControlPartition.source(props.sourceId)],
   });
   // The catalog types of tables not registered yet, for the normalizer (docs/schema-drift.md, "First sight of a table").
-  props.control.grantItems(fn, {
+  props.controlPlane.grantItems(fn, {
     read: [ControlPartition.checkpoint(catalogConsumerId(props.sourceId))],
     put: [ControlPartition.checkpoint(catalogConsumerId(props.sourceId))],
   });

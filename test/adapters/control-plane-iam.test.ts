@@ -86,7 +86,7 @@ function roleStatements(prefix: string): Statement[] {
     const f = fixture();
     const source = ordersSource(f);
     new WarehouseSink(f.stack, 'Warehouse', {
-      controlPlane: f.control,
+      controlPlane: f.controlPlane,
       changeLog: f.log,
       sources: [source],
       connection: WarehouseConnection.redshift({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),

@@ -105,7 +105,7 @@ afterAll(async () => {
 describe('the CLI → operator API path (the Lambda handler in process, JSON in and out)', () => {
   const door = (actions?: string) => {
     const handler = createOperatorHandler({
-      control: cp,
+      controlPlane: cp,
       env: { [EnvName.CHANGE_LOG_RETENTION_MS]: String(24 * 3_600_000), ...(actions ? { [EnvName.OPERATOR_ACTIONS]: actions } : {}) },
       logger: quiet,
     });
@@ -179,7 +179,7 @@ describe('the CLI → operator API path (the Lambda handler in process, JSON in 
   });
 
   it('answers a malformed payload with an error naming the field', async () => {
-    const handler = createOperatorHandler({ control: cp, env: { [EnvName.CHANGE_LOG_RETENTION_MS]: '1000' }, logger: quiet });
+    const handler = createOperatorHandler({ controlPlane: cp, env: { [EnvName.CHANGE_LOG_RETENTION_MS]: '1000' }, logger: quiet });
     const call = (path: string, body: unknown) => handler({ path, caller: 'x', body });
     expect(await call('/operate/pause', { request: { action: 'pause', table: 'public.orders', durationMs: -5, reason: 'r' } })).toEqual({
       ok: false,
@@ -194,8 +194,8 @@ describe('the CLI → operator API path (the Lambda handler in process, JSON in 
       ok: false,
       error: { message: expect.stringContaining('actor is not read from the body') },
     });
-    expect(() => createOperatorHandler({ control: cp, env: {} })).toThrow(/CDC_CHANGE_LOG_RETENTION_MS must be a positive number/);
-    expect(() => createOperatorHandler({ control: cp, env: { [EnvName.CHANGE_LOG_RETENTION_MS]: '1', [EnvName.PAUSE_BUDGETS]: '{"a":-1}' } })).toThrow(
+    expect(() => createOperatorHandler({ controlPlane: cp, env: {} })).toThrow(/CDC_CHANGE_LOG_RETENTION_MS must be a positive number/);
+    expect(() => createOperatorHandler({ controlPlane: cp, env: { [EnvName.CHANGE_LOG_RETENTION_MS]: '1', [EnvName.PAUSE_BUDGETS]: '{"a":-1}' } })).toThrow(
       /CDC_PAUSE_BUDGETS must be a JSON object/,
     );
   });

@@ -151,7 +151,7 @@ describe('cdc reconcile --sink search', () => {
     // The verdict is in the folder's control plane, under the search sink.
     const local = await openLocalControl(state());
     try {
-      expect((await local.control.getReconcileVerdict('search', SOURCE, 'public.people'))?.verdict).toBe('MATCH');
+      expect((await local.controlPlane.getReconcileVerdict('search', SOURCE, 'public.people'))?.verdict).toBe('MATCH');
     } finally {
       await local.close();
     }

@@ -74,7 +74,7 @@ beforeAll(async () => {
   await register('shop', 'public.orders');
   await register('other', 'public.things');
   const handler = createOperatorHandler({
-    control: cp,
+    controlPlane: cp,
     env: { [EnvName.CHANGE_LOG_RETENTION_MS]: String(24 * 3_600_000) },
     logger: { info: () => undefined, warn: () => undefined },
   });

@@ -38,9 +38,9 @@ describe('ControlPlane', () => {
 
   test("the operator and status functions and the API access log are on the control plane's key, whose policy lets CloudWatch Logs of the region use it", () => {
     const stack = new Stack(newApp(), 'S');
-    const control = new ControlPlane(stack, 'Control');
+    const controlPlane = new ControlPlane(stack, 'Control');
     const t = Template.fromStack(stack);
-    const keyArn = stack.resolve(control.encryptionKey.keyArn);
+    const keyArn = stack.resolve(controlPlane.encryptionKey.keyArn);
     const groups = Object.entries(t.findResources('AWS::Logs::LogGroup'));
     expect(groups.map(([id]) => id).sort()).toEqual([
       expect.stringMatching(/^ControlOperatorApiApiAccessLogs/),
@@ -74,17 +74,17 @@ describe('ControlPlane', () => {
 
   test('grantReadWriteData covers the table and its key', () => {
     const stack = new Stack(newApp(), 'S');
-    const control = new ControlPlane(stack, 'Control');
+    const controlPlane = new ControlPlane(stack, 'Control');
     const role = new iam.Role(stack, 'Role', { assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com') });
-    control.grantReadWriteData(role);
+    controlPlane.grantReadWriteData(role);
     Template.fromStack(stack).hasResourceProperties('AWS::IAM::Policy', {
       PolicyDocument: {
         Statement: Match.arrayWith([
           Match.objectLike({
             Action: Match.arrayWith(['dynamodb:Query', 'dynamodb:PutItem']),
-            Resource: Match.arrayWith([stack.resolve(control.table.tableArn)]),
+            Resource: Match.arrayWith([stack.resolve(controlPlane.table.tableArn)]),
           }),
-          Match.objectLike({ Action: Match.arrayWith(['kms:Decrypt', 'kms:Encrypt']), Resource: stack.resolve(control.encryptionKey.keyArn) }),
+          Match.objectLike({ Action: Match.arrayWith(['kms:Decrypt', 'kms:Encrypt']), Resource: stack.resolve(controlPlane.encryptionKey.keyArn) }),
         ]),
       },
     });
@@ -92,10 +92,10 @@ describe('ControlPlane', () => {
 
   test('an imported control plane grants on the given table', () => {
     const stack = new Stack(newApp(), 'S');
-    const control = ControlPlane.fromControlPlaneAttributes(stack, 'Imported', { tableArn: 'arn:aws:dynamodb:eu-west-1:111111111111:table/cdc-control' });
-    expect(control.controlPlaneTableName).toBe('cdc-control');
+    const controlPlane = ControlPlane.fromControlPlaneAttributes(stack, 'Imported', { tableArn: 'arn:aws:dynamodb:eu-west-1:111111111111:table/cdc-control' });
+    expect(controlPlane.controlPlaneTableName).toBe('cdc-control');
     const role = new iam.Role(stack, 'Role', { assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com') });
-    control.grantReadData(role);
+    controlPlane.grantReadData(role);
     Template.fromStack(stack).hasResourceProperties('AWS::IAM::Policy', {
       PolicyDocument: {
         Statement: Match.arrayWith([Match.objectLike({ Resource: Match.arrayWith(['arn:aws:dynamodb:eu-west-1:111111111111:table/cdc-control']) })]),
@@ -114,7 +114,7 @@ describe('ControlPlane operator API', () => {
 
   test('two functions behind one IAM-authorized REST API: one POST resource per action, read class to the status function', () => {
     const stack = new Stack(newApp(), 'S');
-    const control = new ControlPlane(stack, 'Control', { changeLogRetention: Duration.days(7), pauseBudgets: { orders: Duration.hours(6) } });
+    const controlPlane = new ControlPlane(stack, 'Control', { changeLogRetention: Duration.days(7), pauseBudgets: { orders: Duration.hours(6) } });
     const t = Template.fromStack(stack);
     t.resourceCountIs('AWS::Lambda::Function', 2);
     t.resourceCountIs('AWS::Lambda::Url', 0);
@@ -141,8 +141,8 @@ describe('ControlPlane operator API', () => {
       const r = ref ? resources[ref] : undefined;
       return r ? `${pathOf(r.Properties.ParentId)}/${r.Properties.PathPart}` : '';
     };
-    const statusFn = (stack.resolve(control.statusFunction.functionArn) as { 'Fn::GetAtt': [string, string] })['Fn::GetAtt'][0];
-    const operatorFn = (stack.resolve(control.operatorFunction.functionArn) as { 'Fn::GetAtt': [string, string] })['Fn::GetAtt'][0];
+    const statusFn = (stack.resolve(controlPlane.statusFunction.functionArn) as { 'Fn::GetAtt': [string, string] })['Fn::GetAtt'][0];
+    const operatorFn = (stack.resolve(controlPlane.operatorFunction.functionArn) as { 'Fn::GetAtt': [string, string] })['Fn::GetAtt'][0];
     const seen = methods.map((m) => {
       expect(m.Properties).toMatchObject({ HttpMethod: 'POST', AuthorizationType: 'AWS_IAM', Integration: { Type: 'AWS_PROXY' } });
       const target = JSON.stringify(m.Properties.Integration.Uri);
@@ -182,13 +182,13 @@ describe('ControlPlane operator API', () => {
 
   test('grantReadStatus, grantOperate and grantDestructiveActions grant execute-api:Invoke on the routes of their classes only', () => {
     const stack = new Stack(newApp(), 'S');
-    const control = new ControlPlane(stack, 'Control');
+    const controlPlane = new ControlPlane(stack, 'Control');
     const viewer = new iam.Role(stack, 'Viewer', { assumedBy: new iam.AccountRootPrincipal() });
     const oncall = new iam.Role(stack, 'Oncall', { assumedBy: new iam.AccountRootPrincipal() });
     const admin = new iam.Role(stack, 'Admin', { assumedBy: new iam.AccountRootPrincipal() });
-    control.grantReadStatus(viewer);
-    control.grantOperate(oncall);
-    control.grantDestructiveActions(admin);
+    controlPlane.grantReadStatus(viewer);
+    controlPlane.grantOperate(oncall);
+    controlPlane.grantDestructiveActions(admin);
     const t = Template.fromStack(stack);
     const invokeRoutes = (role: string): string[] =>
       policiesOf(t, role)
@@ -200,7 +200,7 @@ describe('ControlPlane operator API', () => {
           return (Array.isArray(s.Resource) ? s.Resource : [s.Resource]).map((r) => {
             // arn:…:execute-api:REGION:ACCOUNT:API/STAGE/POST/PATH, with the API id a Ref of the RestApi.
             const parts = (r as { 'Fn::Join': [string, unknown[]] })['Fn::Join'][1];
-            expect(JSON.stringify(parts)).toContain(JSON.stringify(stack.resolve(control.operatorApi.restApiId)));
+            expect(JSON.stringify(parts)).toContain(JSON.stringify(stack.resolve(controlPlane.operatorApi.restApiId)));
             const tail = parts.at(-1) as string;
             expect(tail.startsWith(`/${OPERATOR_API_STAGE}/POST/`), tail).toBe(true);
             return tail.slice(`/${OPERATOR_API_STAGE}/POST`.length);
@@ -222,8 +222,8 @@ describe('ControlPlane operator API', () => {
   test('an errors alarm per function with the injected actions, none when alarms are off', () => {
     const stack = new Stack(newApp(), 'S');
     const topic = new sns.Topic(stack, 'Topic');
-    const control = new ControlPlane(stack, 'Control', { alarmActions: [new cloudwatchActions.SnsAction(topic)] });
-    expect(control.alarms).toHaveLength(2);
+    const controlPlane = new ControlPlane(stack, 'Control', { alarmActions: [new cloudwatchActions.SnsAction(topic)] });
+    expect(controlPlane.alarms).toHaveLength(2);
     const t = Template.fromStack(stack);
     t.resourcePropertiesCountIs(
       'AWS::CloudWatch::Alarm',

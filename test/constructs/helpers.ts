@@ -25,7 +25,7 @@ export interface Fixture {
   app: App;
   stack: Stack;
   vpc: ec2.IVpc;
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   log: ChangeLog;
   sourceSecret: secretsmanager.ISecret;
   heartbeatSecret: secretsmanager.ISecret;
@@ -37,12 +37,12 @@ export function fixture(): Fixture {
   const stack = new Stack(app, 'Test');
   const vpc = new ec2.Vpc(stack, 'Vpc', { maxAzs: 2, natGateways: 1 });
   addApiEndpoints(vpc);
-  const control = new ControlPlane(stack, 'Control');
+  const controlPlane = new ControlPlane(stack, 'Control');
   const log = new ChangeLog(stack, 'Log');
   const sourceSecret = secretsmanager.Secret.fromSecretNameV2(stack, 'SourceSecret', 'source');
   const heartbeatSecret = secretsmanager.Secret.fromSecretNameV2(stack, 'HeartbeatSecret', 'heartbeat');
   const warehouseSecret = secretsmanager.Secret.fromSecretNameV2(stack, 'WarehouseSecret', 'warehouse');
-  return { app, stack, vpc, control, log, sourceSecret, heartbeatSecret, warehouseSecret };
+  return { app, stack, vpc, controlPlane, log, sourceSecret, heartbeatSecret, warehouseSecret };
 }
 
 /**
@@ -68,7 +68,7 @@ export function addApiEndpoints(vpc: ec2.Vpc): void {
 /** A `CdcSource` named `Orders` in the fixture with sensible tables, overridable. */
 export function ordersSource(f: Fixture, overrides: Partial<CdcSourceProps> = {}, id = 'Orders'): CdcSource {
   return new CdcSource(f.stack, id, {
-    controlPlane: f.control,
+    controlPlane: f.controlPlane,
     changeLog: f.log,
     vpc: f.vpc,
     database: SourceDatabase.postgres({ databaseName: 'orders', secret: f.sourceSecret, heartbeatSecret: f.heartbeatSecret, peer: DATABASE_PEER }),

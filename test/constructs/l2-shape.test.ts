@@ -30,11 +30,11 @@ describe('importers', () => {
   test('an imported change log and control plane have the account and region of their ARN', () => {
     const stack = new Stack(newApp(), 'Consumer', { env: { account: '111111111111', region: 'us-east-1' } });
     const log = ChangeLog.fromChangeLogAttributes(stack, 'Log', { streamArn: LOG_ARN, retention: Duration.days(7) });
-    const control = ControlPlane.fromControlPlaneAttributes(stack, 'Control', { tableArn: TABLE_ARN });
+    const controlPlane = ControlPlane.fromControlPlaneAttributes(stack, 'Control', { tableArn: TABLE_ARN });
     expect(log.env).toEqual({ account: '222222222222', region: 'eu-central-1' });
-    expect(control.env).toEqual({ account: '222222222222', region: 'eu-central-1' });
+    expect(controlPlane.env).toEqual({ account: '222222222222', region: 'eu-central-1' });
     expect(log.changeLogStreamArn).toBe(LOG_ARN);
-    expect(control.controlPlaneTableArn).toBe(TABLE_ARN);
+    expect(controlPlane.controlPlaneTableArn).toBe(TABLE_ARN);
   });
 
   test('a sink in another stack mirrors an imported source through an imported change log with the same ARN', () => {
@@ -42,7 +42,7 @@ describe('importers', () => {
     const stack = new Stack(app, 'Sinks', { env: { account: '222222222222', region: 'eu-central-1' } });
     const log = ChangeLog.fromChangeLogAttributes(stack, 'Log', { streamArn: LOG_ARN, retention: Duration.days(7) });
     const sameLogAgain = ChangeLog.fromChangeLogAttributes(stack, 'LogAgain', { streamArn: LOG_ARN, retention: Duration.days(7) });
-    const control = ControlPlane.fromControlPlaneAttributes(stack, 'Control', { tableArn: TABLE_ARN });
+    const controlPlane = ControlPlane.fromControlPlaneAttributes(stack, 'Control', { tableArn: TABLE_ARN });
     const source = CdcSource.fromCdcSourceAttributes(stack, 'Orders', {
       sourceId: 'orders',
       changeLog: sameLogAgain,
@@ -54,7 +54,7 @@ describe('importers', () => {
     const vpc = new ec2.Vpc(stack, 'Vpc', { maxAzs: 2, natGateways: 1 });
     addApiEndpoints(vpc);
     const sink = new WarehouseSink(stack, 'Warehouse', {
-      controlPlane: control,
+      controlPlane: controlPlane,
       changeLog: log,
       sources: [source],
       vpc,
@@ -80,7 +80,7 @@ describe('importers', () => {
     expect(
       () =>
         new WarehouseSink(f.stack, 'Warehouse', {
-          controlPlane: f.control,
+          controlPlane: f.controlPlane,
           changeLog: a,
           sources: [source],
           vpc: f.vpc,
@@ -108,7 +108,7 @@ describe('metrics take an ICdcSource', () => {
     const f = fixture();
     const orders = ordersSource(f);
     const sink = new WarehouseSink(f.stack, 'Warehouse', {
-      controlPlane: f.control,
+      controlPlane: f.controlPlane,
       changeLog: f.log,
       sources: [orders],
       vpc: f.vpc,
@@ -139,7 +139,7 @@ describe('durations that are tokens', () => {
     });
     const orders = ordersSource(f, { changeLog: log, rawStreamRetention: Duration.days(2) } as Partial<CdcSourceProps>);
     new WarehouseSink(f.stack, 'Warehouse', {
-      controlPlane: f.control,
+      controlPlane: f.controlPlane,
       changeLog: log,
       sources: [orders],
       vpc: f.vpc,
@@ -159,7 +159,7 @@ describe('durations that are tokens', () => {
     expect(
       () =>
         new WarehouseSink(f.stack, 'Warehouse', {
-          controlPlane: f.control,
+          controlPlane: f.controlPlane,
           changeLog: log,
           sources: [orders],
           vpc: f.vpc,
@@ -175,13 +175,13 @@ describe('JavaScript callers that leave out a required prop get a clear error', 
     expect(() => new CdcSource(f.stack, 'NoProps', undefined as unknown as CdcSourceProps)).toThrow(
       /^Test\/NoProps: CdcSource props are required \(controlPlane, changeLog, vpc, database, tables\)$/,
     );
-    expect(() => new CdcSource(f.stack, 'Partial', { controlPlane: f.control, vpc: f.vpc } as unknown as CdcSourceProps)).toThrow(
+    expect(() => new CdcSource(f.stack, 'Partial', { controlPlane: f.controlPlane, vpc: f.vpc } as unknown as CdcSourceProps)).toThrow(
       /^Test\/Partial: CdcSource needs `changeLog`, `database`, `tables`; they are required$/,
     );
     expect(
       () =>
         new WarehouseSink(f.stack, 'Sink', {
-          controlPlane: f.control,
+          controlPlane: f.controlPlane,
           changeLog: f.log,
           vpc: f.vpc,
           connection: WarehouseConnection.postgres({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),

@@ -43,7 +43,7 @@ function roleStatements(t: Template, rolePrefix: string): Statement[] {
 
 function sink(f: Fixture, source = ordersSource(f)): WarehouseSink {
   return new WarehouseSink(f.stack, 'Warehouse', {
-    controlPlane: f.control,
+    controlPlane: f.controlPlane,
     changeLog: f.log,
     sources: [source],
     connection: WarehouseConnection.redshift({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
@@ -214,7 +214,7 @@ describe('control plane: own partitions, append-only audit', () => {
     for (const s of allow) {
       expect(leadingKeys(s).length, JSON.stringify(s)).toBeGreaterThan(0);
       expect(actionsOf(s).filter((a) => ['dynamodb:DeleteItem', 'dynamodb:Scan', 'dynamodb:BatchWriteItem', 'dynamodb:*'].includes(a))).toEqual([]);
-      expect(s.Resource).toEqual(f.stack.resolve(f.control.controlPlaneTableArn));
+      expect(s.Resource).toEqual(f.stack.resolve(f.controlPlane.controlPlaneTableArn));
     }
     expect(ddb).toContainEqual(
       expect.objectContaining({
@@ -367,7 +367,7 @@ describe('network: no open egress', () => {
       }),
     });
     new WarehouseSink(f.stack, 'Warehouse', {
-      controlPlane: f.control,
+      controlPlane: f.controlPlane,
       changeLog: f.log,
       sources: [source],
       connection: WarehouseConnection.redshift({ secret: f.warehouseSecret, securityGroup: whSg }),
@@ -417,21 +417,21 @@ describe('network: no open egress', () => {
       ],
     });
     const warehouse = new WarehouseSink(f.stack, 'Warehouse', {
-      controlPlane: f.control,
+      controlPlane: f.controlPlane,
       changeLog: f.log,
       sources: [source],
       connection: WarehouseConnection.redshift({ secret: f.warehouseSecret, securityGroup: whSg }),
       vpc: f.vpc,
     });
     const search = new SearchSink(f.stack, 'Search', {
-      controlPlane: f.control,
+      controlPlane: f.controlPlane,
       changeLog: f.log,
       sources: [source],
       vpc: f.vpc,
       domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://vpc-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com'),
       tables: [{ table: 'public.orders' }],
     });
-    new Reconciler(f.stack, 'Reconciler', { controlPlane: f.control, sources: [source], sinks: [warehouse, search], vpc: f.vpc });
+    new Reconciler(f.stack, 'Reconciler', { controlPlane: f.controlPlane, sources: [source], sinks: [warehouse, search], vpc: f.vpc });
     const t = Template.fromStack(f.stack);
     const groupIdOf = (v: unknown): string => (v as { 'Fn::GetAtt': [string, string] })['Fn::GetAtt'][0];
 
@@ -550,7 +550,7 @@ describe('customer-managed keys wherever data rests', () => {
     const kmsResources = roleStatements(t, 'OrdersNormalizerServiceRole')
       .filter((x) => actionsOf(x).some((a) => a.startsWith('kms:')))
       .map((x) => JSON.stringify(x.Resource));
-    const controlKeyArn = f.stack.resolve(f.control.encryptionKey.keyArn);
+    const controlKeyArn = f.stack.resolve(f.controlPlane.encryptionKey.keyArn);
     expect(new Set(kmsResources)).toEqual(new Set([keyArn, logKeyArn, controlKeyArn].map((k) => JSON.stringify(k))));
   });
 
@@ -558,7 +558,7 @@ describe('customer-managed keys wherever data rests', () => {
     const f = fixture();
     const w = sink(f);
     new SearchSink(f.stack, 'Search', {
-      controlPlane: f.control,
+      controlPlane: f.controlPlane,
       changeLog: f.log,
       sources: [w.sources[0]!],
       domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://search-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com'),
@@ -577,7 +577,7 @@ describe('customer-managed keys wherever data rests', () => {
     const dlqKey = new kms.Key(f.stack, 'DlqKey', { enableKeyRotation: true });
     const source = ordersSource(f, { encryptionKey: key });
     new WarehouseSink(f.stack, 'Warehouse', {
-      controlPlane: f.control,
+      controlPlane: f.controlPlane,
       changeLog: f.log,
       sources: [source],
       connection: WarehouseConnection.redshift({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),

@@ -43,16 +43,16 @@ describe('cdk-nag AwsSolutions', () => {
     const f = fixture();
     const orders = ordersSource(f);
     const sink = new WarehouseSink(f.stack, 'Warehouse', {
-      controlPlane: f.control,
+      controlPlane: f.controlPlane,
       changeLog: f.log,
       sources: [orders],
       connection: WarehouseConnection.postgres({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
       vpc: f.vpc,
     });
-    new WarehouseRebuild(f.stack, 'Rebuild', { controlPlane: f.control, changeLog: f.log, sink, vpc: f.vpc });
+    new WarehouseRebuild(f.stack, 'Rebuild', { controlPlane: f.controlPlane, changeLog: f.log, sink, vpc: f.vpc });
     new PipelineDashboard(f.stack, 'Dashboard', { sources: [orders], warehouseSinks: [sink] });
     new SearchSink(f.stack, 'Search', {
-      controlPlane: f.control,
+      controlPlane: f.controlPlane,
       changeLog: f.log,
       sources: [orders],
       domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://search-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com'),

@@ -15,15 +15,15 @@ function build() {
   const f = fixture();
   const orders = ordersSource(f);
   new WarehouseSink(f.stack, 'Warehouse', {
-    controlPlane: f.control,
+    controlPlane: f.controlPlane,
     changeLog: f.log,
     vpc: f.vpc,
     sources: [orders],
     connection: WarehouseConnection.redshift({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
   });
   const t = Template.fromStack(f.stack);
-  const bucketId = f.stack.getLogicalId(f.control.payloadBucket!.node.defaultChild as never);
-  const keyId = f.stack.getLogicalId(f.control.encryptionKey.node.defaultChild as never);
+  const bucketId = f.stack.getLogicalId(f.controlPlane.payloadBucket!.node.defaultChild as never);
+  const keyId = f.stack.getLogicalId(f.controlPlane.encryptionKey.node.defaultChild as never);
   return { f, t, bucketId, keyId };
 }
 

@@ -26,7 +26,7 @@ import { fixture, type Fixture, newApp, ordersSource, resourcesOf, WAREHOUSE_PEE
 function pipeline(f: Fixture, warehouseActions?: cloudwatch.IAlarmAction[]) {
   const orders = ordersSource(f);
   const warehouse = new WarehouseSink(f.stack, 'Warehouse', {
-    controlPlane: f.control,
+    controlPlane: f.controlPlane,
     changeLog: f.log,
     sources: [orders],
     vpc: f.vpc,
@@ -35,14 +35,14 @@ function pipeline(f: Fixture, warehouseActions?: cloudwatch.IAlarmAction[]) {
     ...(warehouseActions ? { alarmActions: warehouseActions } : {}),
   });
   const search = new SearchSink(f.stack, 'Search', {
-    controlPlane: f.control,
+    controlPlane: f.controlPlane,
     changeLog: f.log,
     sources: [orders],
     vpc: f.vpc,
     domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://search-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com'),
     freshnessTarget: Duration.minutes(1),
   });
-  const reconciler = new Reconciler(f.stack, 'Reconciler', { controlPlane: f.control, sources: [orders], sinks: [warehouse], vpc: f.vpc });
+  const reconciler = new Reconciler(f.stack, 'Reconciler', { controlPlane: f.controlPlane, sources: [orders], sinks: [warehouse], vpc: f.vpc });
   return { orders, warehouse, search, reconciler };
 }
 
@@ -61,7 +61,7 @@ describe('PipelineAlarmActions', () => {
     const data = new sns.Topic(f.stack, 'DataTeam');
     PipelineAlarmActions.applyTo(f.stack, { actions: [new cloudwatchActions.SnsAction(pager)] });
     const { warehouse } = pipeline(f, [new cloudwatchActions.SnsAction(data)]);
-    const rebuild = new WarehouseRebuild(f.stack, 'Rebuild', { controlPlane: f.control, changeLog: f.log, sink: warehouse, vpc: f.vpc, alarmActions: [] });
+    const rebuild = new WarehouseRebuild(f.stack, 'Rebuild', { controlPlane: f.controlPlane, changeLog: f.log, sink: warehouse, vpc: f.vpc, alarmActions: [] });
     const own = new cloudwatch.Alarm(f.stack, 'MyOwnAlarm', { metric: warehouse.metricApplyErrors(), threshold: 1, evaluationPeriods: 1 });
 
     const targets = alarmTargets(Template.fromStack(f.stack));
@@ -150,7 +150,7 @@ describe('PipelineDashboard', () => {
     const { orders, warehouse, search, reconciler } = pipeline(f);
     new PipelineDashboard(f.stack, 'Dashboard', { sources: [orders], warehouseSinks: [warehouse], searchSinks: [search], reconcilers: [reconciler] });
     // Created after the dashboard: its alarm is on it all the same.
-    const rebuild = new WarehouseRebuild(f.stack, 'Rebuild', { controlPlane: f.control, changeLog: f.log, sink: warehouse, vpc: f.vpc });
+    const rebuild = new WarehouseRebuild(f.stack, 'Rebuild', { controlPlane: f.controlPlane, changeLog: f.log, sink: warehouse, vpc: f.vpc });
     new cloudwatch.Alarm(f.stack, 'NotThePlatforms', { metric: warehouse.metricApplyErrors(), threshold: 1, evaluationPeriods: 1 });
     const template = Template.fromStack(f.stack);
     const { widgets } = dashboardBody(template);

@@ -21,7 +21,7 @@ import { fixture, ordersSource, parseJsonProperty, policyDocuments, resourcesOf,
 function build(f: Fixture, overrides: Partial<ReconcilerProps> = {}, warehouseSg?: ec2.ISecurityGroup) {
   const orders = ordersSource(f);
   const warehouse = new WarehouseSink(f.stack, 'Warehouse', {
-    controlPlane: f.control,
+    controlPlane: f.controlPlane,
     changeLog: f.log,
     sources: [orders],
     vpc: f.vpc,
@@ -31,7 +31,7 @@ function build(f: Fixture, overrides: Partial<ReconcilerProps> = {}, warehouseSg
     }),
     freshnessTarget: Duration.minutes(2),
   });
-  const r = new Reconciler(f.stack, 'Reconciler', { controlPlane: f.control, sources: [orders], sinks: [warehouse], vpc: f.vpc, ...overrides });
+  const r = new Reconciler(f.stack, 'Reconciler', { controlPlane: f.controlPlane, sources: [orders], sinks: [warehouse], vpc: f.vpc, ...overrides });
   return { orders, warehouse, r, t: Template.fromStack(f.stack) };
 }
 
@@ -121,14 +121,14 @@ describe('Reconciler', () => {
   function buildWithSearch(f: Fixture, overrides: Partial<ReconcilerProps> = {}) {
     const orders = ordersSource(f);
     const search = new SearchSink(f.stack, 'Search', {
-      controlPlane: f.control,
+      controlPlane: f.controlPlane,
       changeLog: f.log,
       sources: [orders],
       vpc: f.vpc,
       domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://vpc-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com'),
       tables: [{ table: 'public.customers' }],
     });
-    const r = new Reconciler(f.stack, 'Reconciler', { controlPlane: f.control, sources: [orders], sinks: [search], vpc: f.vpc, ...overrides });
+    const r = new Reconciler(f.stack, 'Reconciler', { controlPlane: f.controlPlane, sources: [orders], sinks: [search], vpc: f.vpc, ...overrides });
     return { search, r, t: Template.fromStack(f.stack) };
   }
 
@@ -183,13 +183,13 @@ describe('Reconciler', () => {
     const f = fixture();
     const orders = ordersSource(f);
     const search = new SearchSink(f.stack, 'Search', {
-      controlPlane: f.control,
+      controlPlane: f.controlPlane,
       changeLog: f.log,
       sources: [orders],
       domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://search-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com'),
     });
     const other = ordersSource(f, { sourceId: 'billing' }, 'Billing');
-    expect(() => new Reconciler(f.stack, 'Reconciler', { controlPlane: f.control, sources: [other], sinks: [search], vpc: f.vpc })).toThrow(
+    expect(() => new Reconciler(f.stack, 'Reconciler', { controlPlane: f.controlPlane, sources: [other], sinks: [search], vpc: f.vpc })).toThrow(
       /sink search serves none of the sources \(billing\); it serves orders/,
     );
   });
@@ -204,7 +204,7 @@ describe('Reconciler', () => {
       readonly sourceIds = ['orders'];
     }
     const sink: IReconciledSink = new OddSink(f.stack, 'Odd');
-    expect(() => new Reconciler(f.stack, 'Reconciler', { controlPlane: f.control, sources: [source], sinks: [sink], vpc: f.vpc })).toThrow(
+    expect(() => new Reconciler(f.stack, 'Reconciler', { controlPlane: f.controlPlane, sources: [source], sinks: [sink], vpc: f.vpc })).toThrow(
       /Test\/Reconciler: sink odd is neither a warehouse sink \(warehouseConnection\) nor a search sink \(searchIndex\)/,
     );
   });

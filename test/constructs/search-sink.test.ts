@@ -12,7 +12,7 @@ const ENDPOINT = 'https://vpc-search-abcdefghijklmnop.eu-west-1.es.amazonaws.com
 function sink(f: Fixture, overrides: Partial<SearchSinkProps> = {}): SearchSink {
   const orders = ordersSource(f);
   return new SearchSink(f.stack, 'Search', {
-    controlPlane: f.control,
+    controlPlane: f.controlPlane,
     changeLog: f.log,
     sources: [orders],
     domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', ENDPOINT),
@@ -80,12 +80,12 @@ describe('SearchSink', () => {
 
   test('reads events stored out of line and keeps whole dead letters: the payload bucket in its environment, get on claims/ and put on its own dead-letters/ only', () => {
     const f = fixture();
-    expect(f.control.payloadBucket).toBeDefined();
+    expect(f.controlPlane.payloadBucket).toBeDefined();
     const s = sink(f);
     const t = Template.fromStack(f.stack);
     const [, fn] = resourcesOf(t, 'AWS::Lambda::Function').find(([id]) => id.startsWith('SearchApplier'))!;
     const env = (fn.Properties.Environment as { Variables: Record<string, unknown> }).Variables;
-    expect(env.CDC_PAYLOAD_BUCKET).toEqual(f.stack.resolve(f.control.payloadBucket!.bucketName));
+    expect(env.CDC_PAYLOAD_BUCKET).toEqual(f.stack.resolve(f.controlPlane.payloadBucket!.bucketName));
     const statements = Object.values(t.findResources('AWS::IAM::Policy'))
       .filter((p) => JSON.stringify(p.Properties.Roles).includes('SearchApplierServiceRole'))
       .flatMap((p) => p.Properties.PolicyDocument.Statement as Array<{ Action: string | string[]; Resource: unknown }>);

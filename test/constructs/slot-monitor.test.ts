@@ -49,7 +49,7 @@ describe('CdcSource slot monitor', () => {
     expect(text).not.toContain('secret:source');
     // Its latest report is kept in the control plane for cdc status: PutItem on that one item's partition only.
     expect((fn.Properties.Environment as { Variables: Record<string, unknown> }).Variables.CDC_CONTROL_TABLE).toEqual(
-      f.stack.resolve(f.control.controlPlaneTableName),
+      f.stack.resolve(f.controlPlane.controlPlaneTableName),
     );
     const dynamo = policies
       .flatMap(([, p]) => (p.Properties.PolicyDocument as { Statement: Array<{ Effect: string; Action: string | string[]; Condition?: unknown }> }).Statement)
@@ -93,7 +93,7 @@ describe('CdcSource slot monitor', () => {
     // The lifecycle function records a slot that replaces another in the control plane.
     const lifecycle = resourcesOf(t, 'AWS::Lambda::Function').find(([k]) => k.startsWith('OrdersTaskLifecycle'))![1];
     expect((lifecycle.Properties.Environment as { Variables: Record<string, unknown> }).Variables.CDC_CONTROL_TABLE).toEqual(
-      f.stack.resolve(f.control.controlPlaneTableName),
+      f.stack.resolve(f.controlPlane.controlPlaneTableName),
     );
     t.hasResourceProperties('Custom::CdcReplicationSlot', { SourceId: 'orders' });
     expect(f.stack.resolve((source.metricSlotRetainedBytes() as cloudwatch.Metric).metricName)).toBe('SlotRetainedBytes');

@@ -67,14 +67,14 @@ function everySourceFunction(database: (f: ReturnType<typeof fixture>) => Source
     ],
   });
   const warehouse = new WarehouseSink(f.stack, 'Warehouse', {
-    controlPlane: f.control,
+    controlPlane: f.controlPlane,
     changeLog: f.log,
     sources: [orders],
     vpc: f.vpc,
     connection: WarehouseConnection.postgres({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
     freshnessTarget: Duration.minutes(2),
   });
-  new Reconciler(f.stack, 'Reconciler', { controlPlane: f.control, sources: [orders], sinks: [warehouse], vpc: f.vpc });
+  new Reconciler(f.stack, 'Reconciler', { controlPlane: f.controlPlane, sources: [orders], sinks: [warehouse], vpc: f.vpc });
   return { stack: f.stack, t: Template.fromStack(f.stack) };
 }
 

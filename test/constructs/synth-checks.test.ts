@@ -88,7 +88,11 @@ describe('props checked at runtime for callers without the type checker', () => 
     const connection = WarehouseConnection.postgres({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER });
     expect(
       () =>
-        new WarehouseSink(f.stack, 'Warehouse', js({ controlPlane: f.control, changeLog: f.log, sources: [orders], vpc: f.vpc, connection, batchsize: 10 })),
+        new WarehouseSink(
+          f.stack,
+          'Warehouse',
+          js({ controlPlane: f.controlPlane, changeLog: f.log, sources: [orders], vpc: f.vpc, connection, batchsize: 10 }),
+        ),
     ).toThrow(/^Test\/Warehouse: unknown prop `batchsize` \(did you mean `batchSize`\?\)/);
     const domain = opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://search-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com');
     expect(
@@ -96,12 +100,12 @@ describe('props checked at runtime for callers without the type checker', () => 
         new SearchSink(
           f.stack,
           'Search',
-          js({ controlPlane: f.control, changeLog: f.log, sources: [orders], domain, tables: [{ table: 'public.orders', deletes: 'HARD' }] }),
+          js({ controlPlane: f.controlPlane, changeLog: f.log, sources: [orders], domain, tables: [{ table: 'public.orders', deletes: 'HARD' }] }),
         ),
     ).toThrow(/^Test\/Search: tables\[0\]: prop `deletes` must be one of "soft", "hard"/);
-    expect(() => new SearchSink(f.stack, 'Search2', js({ controlPlane: f.control, changeLog: f.log, sources: [orders], domain, indexprefix: 'x' }))).toThrow(
-      /^Test\/Search2: unknown prop `indexprefix` \(did you mean `indexPrefix`\?\)/,
-    );
+    expect(
+      () => new SearchSink(f.stack, 'Search2', js({ controlPlane: f.controlPlane, changeLog: f.log, sources: [orders], domain, indexprefix: 'x' })),
+    ).toThrow(/^Test\/Search2: unknown prop `indexprefix` \(did you mean `indexPrefix`\?\)/);
   });
 });
 
@@ -118,7 +122,7 @@ describe('AwsApiEgress.vpcEndpoints() (the default) in a VPC created in the app'
     const { f, vpc } = bare();
     const orders = ordersSource({ ...f, vpc });
     new WarehouseSink(f.stack, 'Warehouse', {
-      controlPlane: f.control,
+      controlPlane: f.controlPlane,
       changeLog: f.log,
       sources: [orders],
       vpc,
@@ -208,7 +212,7 @@ describe('the database port is opened only to the database the props name', () =
       ['postgres', WarehouseConnection.postgres({ secret: f.warehouseSecret, port: 6432 })],
     ] as const) {
       expect(
-        () => new WarehouseSink(f.stack, `Warehouse${factory}`, { controlPlane: f.control, changeLog: f.log, sources: [orders], vpc: f.vpc, connection }),
+        () => new WarehouseSink(f.stack, `Warehouse${factory}`, { controlPlane: f.controlPlane, changeLog: f.log, sources: [orders], vpc: f.vpc, connection }),
       ).toThrow(
         new RegExp(
           `^Test/Warehouse${factory}: nothing names the warehouse's network, so no rule would open port ${factory === 'redshift' ? 5439 : 6432} to it.*WarehouseConnection\\.${factory}\\(\\{ …, securityGroup \\}\\)`,
@@ -230,14 +234,14 @@ describe('the database port is opened only to the database the props name', () =
       tables: [CapturedTable.of('public.orders'), CapturedTable.of('public.items', { capture: CaptureMode.POLL, pollColumn: 'updated_at' })],
     });
     const sink = new WarehouseSink(f.stack, 'Warehouse', {
-      controlPlane: f.control,
+      controlPlane: f.controlPlane,
       changeLog: f.log,
       sources: [orders],
       vpc: f.vpc,
       connection: WarehouseConnection.redshift({ secret: f.warehouseSecret, peer: ec2.Peer.prefixList('pl-0123456789abcdef0') }),
     });
-    new WarehouseRebuild(f.stack, 'Rebuild', { controlPlane: f.control, changeLog: f.log, sink, vpc: f.vpc });
-    new Reconciler(f.stack, 'Reconciler', { controlPlane: f.control, sources: [orders], sinks: [sink], vpc: f.vpc });
+    new WarehouseRebuild(f.stack, 'Rebuild', { controlPlane: f.controlPlane, changeLog: f.log, sink, vpc: f.vpc });
+    new Reconciler(f.stack, 'Reconciler', { controlPlane: f.controlPlane, sources: [orders], sinks: [sink], vpc: f.vpc });
     const t = Template.fromStack(f.stack);
     // No ingress rule: a database named by address is admitted on its own side.
     expect(resourcesOf(t, 'AWS::EC2::SecurityGroupIngress')).toEqual([]);

@@ -208,9 +208,9 @@ describe('prepare-slot', () => {
   test('a new slot under a capture that had one marks its tables needs-resnapshot (never a silent re-anchor); without a control plane it refuses', async () => {
     const db = await newDatabase();
     const created = await runLifecycle(event('Create', slotProps(db, { SourceId: 'shop' })), deps(new FakeDms(undefined)));
-    const control = new MemoryControlPlane();
+    const controlPlane = new MemoryControlPlane();
     const at = new Date().toISOString();
-    await control.registerTable(
+    await controlPlane.registerTable(
       { source: 'shop', table: 'public.orders', state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at },
       { source: 'shop', table: 'public.orders', version: 1, columns: [], key: ['id'], effectivePosition: POSITION_ZERO, registeredAt: at },
       { at, actor: 'test', action: 'register', source: 'shop', table: 'public.orders', outcome: 'done', detail: {} },
@@ -224,13 +224,13 @@ describe('prepare-slot', () => {
     ).rejects.toThrow(/skips the changes in between, and there is no control plane to mark its tables for re-snapshot/);
     const updated = await runLifecycle(
       event('Update', moved, { physicalResourceId: created.physicalResourceId, oldProps: slotProps(db, { SourceId: 'shop' }) }),
-      { ...deps(new FakeDms(task('stopped'))), control },
+      { ...deps(new FakeDms(task('stopped'))), controlPlane },
     );
     expect(updated.physicalResourceId).toMatch(new RegExp(`^${db}/cdc_${db}_b@`));
-    const t = (await control.getTable('shop', 'public.orders'))!;
+    const t = (await controlPlane.getTable('shop', 'public.orders'))!;
     expect(t.state).toBe('needs-resnapshot');
     expect(t.stateReason).toMatch(/^HISTORY_GAP: slot-replaced: the capture moved from replication slot/);
-    expect((await control.listAudit('shop')).map((a) => a.action)).toEqual(['register', 'needs-resnapshot', 'capture-slot-replaced']);
+    expect((await controlPlane.listAudit('shop')).map((a) => a.action)).toEqual(['register', 'needs-resnapshot', 'capture-slot-replaced']);
     await query(db, 'SELECT pg_drop_replication_slot($1)', [`cdc_${db}_b`]);
   });
 

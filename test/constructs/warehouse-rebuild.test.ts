@@ -10,13 +10,13 @@ import { addApiEndpoints, fixture, type Fixture, newApp, onlyResource, ordersSou
 function build(f: Fixture, overrides: Partial<WarehouseRebuildProps> = {}) {
   const orders = ordersSource(f);
   const sink = new WarehouseSink(f.stack, 'Warehouse', {
-    controlPlane: f.control,
+    controlPlane: f.controlPlane,
     changeLog: f.log,
     sources: [orders],
     vpc: f.vpc,
     connection: WarehouseConnection.postgres({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
   });
-  const rebuild = new WarehouseRebuild(f.stack, 'Rebuild', { controlPlane: f.control, changeLog: f.log, sink, vpc: f.vpc, ...overrides });
+  const rebuild = new WarehouseRebuild(f.stack, 'Rebuild', { controlPlane: f.controlPlane, changeLog: f.log, sink, vpc: f.vpc, ...overrides });
   return { sink, rebuild, t: Template.fromStack(f.stack) };
 }
 
@@ -134,14 +134,14 @@ describe('WarehouseRebuild', () => {
     const stack = new Stack(app, 'NoCopier');
     const vpc = new ec2.Vpc(stack, 'Vpc', { maxAzs: 2, natGateways: 1 });
     addApiEndpoints(vpc);
-    const control = new ControlPlane(stack, 'Control');
+    const controlPlane = new ControlPlane(stack, 'Control');
     const log = new ChangeLog(stack, 'Log', { archiveCopierEnabled: false });
     const g = {
       ...f,
       app,
       stack,
       vpc,
-      control,
+      controlPlane,
       log,
       sourceSecret: secretsmanager.Secret.fromSecretNameV2(stack, 'SourceSecret', 'source'),
       heartbeatSecret: secretsmanager.Secret.fromSecretNameV2(stack, 'HeartbeatSecret', 'heartbeat'),
@@ -158,7 +158,7 @@ describe('WarehouseRebuild', () => {
     expect(() => build(fixture(), { sliceTimeout: Duration.minutes(2) })).toThrow(/sliceTimeout must be between 5 and 15 minutes/);
     const f = fixture();
     const { sink } = build(f);
-    expect(() => new WarehouseRebuild(f.stack, 'Again', { controlPlane: f.control, changeLog: f.log, sink, vpc: f.vpc })).toThrow(
+    expect(() => new WarehouseRebuild(f.stack, 'Again', { controlPlane: f.controlPlane, changeLog: f.log, sink, vpc: f.vpc })).toThrow(
       /sink warehouse already has a rebuild worker/,
     );
   });

@@ -11,7 +11,7 @@ import { fixture, type Fixture, onlyResource, ordersSource, resourcesOf, WAREHOU
 function sink(f: Fixture, overrides: Partial<WarehouseSinkProps> = {}): WarehouseSink {
   const orders = ordersSource(f);
   return new WarehouseSink(f.stack, 'Warehouse', {
-    controlPlane: f.control,
+    controlPlane: f.controlPlane,
     changeLog: f.log,
     sources: [orders],
     connection: WarehouseConnection.redshift({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
@@ -126,7 +126,7 @@ describe('WarehouseSink', () => {
     const billing = ordersSource(f, { tables: [CapturedTable.of('billing.invoices', { deletes: DeleteMode.HARD })] }, 'Billing');
     const topic = new sns.Topic(f.stack, 'Topic');
     const s = new WarehouseSink(f.stack, 'Warehouse', {
-      controlPlane: f.control,
+      controlPlane: f.controlPlane,
       changeLog: f.log,
       sources: [orders, billing],
       connection: WarehouseConnection.postgres({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
@@ -216,7 +216,7 @@ describe('WarehouseSink', () => {
       const a = ordersSource(f);
       const b = ordersSource(f, {}, 'OrdersCopy');
       const s = new WarehouseSink(f.stack, 'Warehouse', {
-        controlPlane: f.control,
+        controlPlane: f.controlPlane,
         changeLog: f.log,
         sources: [a, b],
         connection: WarehouseConnection.redshift({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),

@@ -14,7 +14,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
-import { SlotCapture, type RawRecord } from '../../local/capture.ts';
+import { SlotCapture } from '../../local/capture.ts';
+import type { RawRecord } from '../../local/raw-publisher.ts';
 import { readPublishedPartitionTree } from '../../lambda/core/tables/partitions.ts';
 import { Normalizer, type ChangeLogWriter, type NormalizerLogger, type NormalizerOptions } from '../../lambda/core/capture/normalize.ts';
 import { publishCatalogTypes, readCatalogTypes, TableTypesPendingError } from '../../lambda/core/shared/catalog-types.ts';
@@ -51,7 +52,7 @@ function changesIn(raw: readonly RawRecord[]): number {
 }
 
 function pipeline(source: string, tables: TableConfig[], extra: Partial<NormalizerOptions<string>> = {}) {
-  const control = new MemoryControlPlane();
+  const controlPlane = new MemoryControlPlane();
   const log: ChangeEvent[] = [];
   const changeLog: ChangeLogWriter<string> = {
     encode: (e) => JSON.stringify(e),
@@ -60,11 +61,14 @@ function pipeline(source: string, tables: TableConfig[], extra: Partial<Normaliz
     },
   };
   // The capture writes DMS records (docs/local.md, "DMS records"): types and keys come from the catalog types it publishes.
-  const catalog = { catalogTypes: (t: string) => readCatalogTypes(control, source, t), partitionTree: () => readPublishedPartitionTree(control, source) };
+  const catalog = {
+    catalogTypes: (t: string) => readCatalogTypes(controlPlane, source, t),
+    partitionTree: () => readPublishedPartitionTree(controlPlane, source),
+  };
   const normalizer = new Normalizer({
     source,
     tables: new TableConfigIndex(tables),
-    control,
+    controlPlane,
     changeLog,
     metrics: { count() {}, milliseconds() {} },
     logger: quiet,
@@ -75,7 +79,7 @@ function pipeline(source: string, tables: TableConfig[], extra: Partial<Normaliz
   let seq = 0;
   let applied = 0;
   return {
-    control,
+    controlPlane,
     log,
     async normalize(texts: readonly string[]): Promise<void> {
       const batch = normalizer.startBatch();
@@ -89,7 +93,7 @@ function pipeline(source: string, tables: TableConfig[], extra: Partial<Normaliz
       const byTable = new Map<string, ChangeEvent[]>();
       for (const e of fresh) byTable.set(e.table, [...(byTable.get(e.table) ?? []), e]);
       for (const [table, events] of byTable) {
-        const schemas = new Map<number, SchemaVersion>((await control.listSchemaVersions(source, table)).map((v) => [v.version, v]));
+        const schemas = new Map<number, SchemaVersion>((await controlPlane.listSchemaVersions(source, table)).map((v) => [v.version, v]));
         await warehouse.applyTable({ source, table, deleteMode: 'soft', schemas, events, appliedAt: new Date() });
       }
     },
@@ -134,7 +138,7 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): exact numbers', ()
       dmsInsert('public.big', '{"id":9007199254740992,"amount":12.30,"f":1.5}', 0x200),
       dmsInsert('public.big', '{"id":-9223372036854775808,"amount":-0.01,"f":-2.25}', 0x300),
     ]);
-    expect(await p.control.listDeadLetters()).toEqual([]);
+    expect(await p.controlPlane.listDeadLetters()).toEqual([]);
     await p.apply();
     const rows = await pool.query(`SELECT id::text AS id, amount::text AS amount, f FROM ${source}_public.big ORDER BY id`);
     expect(rows.rows).toEqual([
@@ -159,7 +163,7 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): exact numbers', ()
       dmsCreate('public.wide', { id: { type: 'INT4', nullable: false }, x: { type: 'NUMERIC', precision: 50, scale: 2, nullable: true } }),
       dmsInsert('public.wide', '{"id":1,"x":123456789012345678901234567890123456789012345678.25}', 0x100),
     ]);
-    expect(await p.control.listDeadLetters()).toEqual([]);
+    expect(await p.controlPlane.listDeadLetters()).toEqual([]);
     await p.apply();
     const rows = await pool.query(`SELECT id::text AS id, x::text AS x FROM ${source}_public.wide`);
     expect(rows.rows).toEqual([{ id: '1', x: '123456789012345678901234567890123456789012345678.25' }]);
@@ -194,7 +198,7 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): a table first seen
     try {
       await src.query('CREATE TABLE public.items (id bigint PRIMARY KEY, price numeric(12,2), name varchar(20), placed date)');
       const tables: TableConfig[] = [{ table: 'public.items', key: ['id'], deleteMode: 'soft', mask: [], exclude: [] }];
-      const p = pipeline(source, tables, { catalogTypes: (t) => readCatalogTypes(p.control, source, t) });
+      const p = pipeline(source, tables, { catalogTypes: (t) => readCatalogTypes(p.controlPlane, source, t) });
       const first = dmsInsert('public.items', '{"id":1,"price":12.30,"name":"a","placed":"2026-11-30"}', 0x100);
 
       // Before the catalog types are published the record is not registered, published or dead-lettered: it is retried.
@@ -203,20 +207,22 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): a table first seen
       expect((pending as TableTypesPendingError).code).toBe('TABLE_TYPES_PENDING');
       expect((pending as Error).message).toContain(`${source}/public.items is seen for the first time through a record without column types`);
       expect(p.log).toEqual([]);
-      expect(await p.control.listTables(source)).toEqual([]);
-      expect(await p.control.listDeadLetters()).toEqual([]);
+      expect(await p.controlPlane.listTables(source)).toEqual([]);
+      expect(await p.controlPlane.listDeadLetters()).toEqual([]);
 
       // The snapshot worker's step, against the real catalog; the retried record then registers with those types.
-      expect(await publishCatalogTypes(p.control, source, ['public.items', 'public.absent'], (t) => readCatalogColumnTypes(src, t))).toEqual(['public.items']);
+      expect(await publishCatalogTypes(p.controlPlane, source, ['public.items', 'public.absent'], (t) => readCatalogColumnTypes(src, t))).toEqual([
+        'public.items',
+      ]);
       await p.normalize([first]);
-      expect((await p.control.getSchemaVersion(source, 'public.items', 1))?.columns.map((c) => [c.name, c.type])).toEqual([
+      expect((await p.controlPlane.getSchemaVersion(source, 'public.items', 1))?.columns.map((c) => [c.name, c.type])).toEqual([
         ['id', 'bigint'],
         ['price', 'numeric(12,2)'],
         ['name', 'character varying(20)'],
         ['placed', 'date'],
       ]);
       // Registered: nothing more to publish for it.
-      expect(await publishCatalogTypes(p.control, source, ['public.items'], (t) => readCatalogColumnTypes(src, t))).toEqual([]);
+      expect(await publishCatalogTypes(p.controlPlane, source, ['public.items'], (t) => readCatalogColumnTypes(src, t))).toEqual([]);
       await p.apply(); // the sink tables are made from version 1
 
       // DMS then reports a new column with the table definition (its own type names).
@@ -231,7 +237,7 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): a table first seen
         }),
         dmsInsert('public.items', '{"id":2,"price":7.05,"name":"b","placed":"2026-12-01","note":"n"}', 0x200),
       ]);
-      expect((await p.control.listTables(source)).map((t) => t.state)).toEqual(['active']);
+      expect((await p.controlPlane.listTables(source)).map((t) => t.state)).toEqual(['active']);
       expect(p.log.map((e) => e.schemaVersion)).toEqual([1, 2]);
       // Version 2 applies onto the tables made from version 1; the columns keep their types.
       await p.apply();
@@ -263,7 +269,7 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): a table first seen
     const source = `dmscat${++n}`;
     const p = pipeline(source, [{ table: 'public.items', key: ['id'], deleteMode: 'soft', mask: [], exclude: [] }], { catalogTypes: undefined });
     await p.normalize([dmsInsert('public.items', '{"id":1,"price":12.30}', 0x100)]);
-    expect((await p.control.getSchemaVersion(source, 'public.items', 1))?.columns.map((c) => c.type)).toEqual([null, null]);
+    expect((await p.controlPlane.getSchemaVersion(source, 'public.items', 1))?.columns.map((c) => c.type)).toEqual([null, null]);
     await p.apply(); // the sink tables are made from version 1
     await p.normalize([
       dmsControl('add-column', 'public.items', {
@@ -273,7 +279,7 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): a table first seen
       }),
       dmsInsert('public.items', '{"id":2,"price":7.05,"note":"n"}', 0x200),
     ]);
-    expect((await p.control.listTables(source)).map((t) => t.state)).toEqual(['active']); // "compatible" in the registry
+    expect((await p.controlPlane.listTables(source)).map((t) => t.state)).toEqual(['active']); // "compatible" in the registry
     await p.apply();
     const rows = (await pool.query(`SELECT id, price, note FROM ${source}_public.items ORDER BY id`)).rows;
     // The values as the records carried them (every digit of the JSON numbers), written into text.
@@ -299,20 +305,20 @@ describe('DMS JSON → normalizer → warehouse (PostgreSQL): a table first seen
     try {
       await src.query('CREATE TABLE public.t (id integer PRIMARY KEY, a text)');
       const p = pipeline(source, [{ table: 'public.t', key: ['id'], deleteMode: 'soft', mask: ['a'], exclude: [] }], {
-        catalogTypes: (t) => readCatalogTypes(p.control, source, t),
+        catalogTypes: (t) => readCatalogTypes(p.controlPlane, source, t),
       });
-      await publishCatalogTypes(p.control, source, ['public.t'], (t) => readCatalogColumnTypes(src, t));
+      await publishCatalogTypes(p.controlPlane, source, ['public.t'], (t) => readCatalogColumnTypes(src, t));
       // The column was added after the catalog was read.
       await src.query('ALTER TABLE public.t ADD COLUMN b numeric(5,1)');
       const record = dmsInsert('public.t', '{"id":1,"a":"x","b":1.5}', 0x100);
       const err = await p.normalize([record]).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(TableTypesPendingError);
       expect((err as Error).message).toContain('the published catalog types lack column(s) b');
-      expect(await p.control.listTables(source)).toEqual([]);
-      expect(await publishCatalogTypes(p.control, source, ['public.t'], (t) => readCatalogColumnTypes(src, t))).toEqual(['public.t']);
+      expect(await p.controlPlane.listTables(source)).toEqual([]);
+      expect(await publishCatalogTypes(p.controlPlane, source, ['public.t'], (t) => readCatalogColumnTypes(src, t))).toEqual(['public.t']);
       await p.normalize([record]);
       // A masked column is text whatever its catalog type (docs/masking.md).
-      expect((await p.control.getSchemaVersion(source, 'public.t', 1))?.columns.map((c) => [c.name, c.type])).toEqual([
+      expect((await p.controlPlane.getSchemaVersion(source, 'public.t', 1))?.columns.map((c) => [c.name, c.type])).toEqual([
         ['id', 'integer'],
         ['a', 'text'],
         ['b', 'numeric(5,1)'],
@@ -336,12 +342,12 @@ describe('slot capture → normalizer → warehouse (PostgreSQL): type modifiers
     return { source, sql };
   }
 
-  function capture(source: string, tables: TableConfig[], control: MemoryControlPlane, out: RawRecord[]): SlotCapture {
+  function capture(source: string, tables: TableConfig[], controlPlane: MemoryControlPlane, out: RawRecord[]): SlotCapture {
     return new SlotCapture({
       source,
       sourceUrl: cluster.url(source),
       tables: new TableConfigIndex(tables),
-      control,
+      controlPlane,
       publish: async (records) => void out.push(...records),
       idleMs: 20,
     });
@@ -352,7 +358,7 @@ describe('slot capture → normalizer → warehouse (PostgreSQL): type modifiers
     const tables: TableConfig[] = [{ table: 'public.t', deleteMode: 'soft', mask: [], exclude: [] }];
     const p = pipeline(source, tables);
     const raw: RawRecord[] = [];
-    const c = capture(source, tables, p.control, raw);
+    const c = capture(source, tables, p.controlPlane, raw);
     await c.start();
     try {
       const step = async (statement: string): Promise<void> => {
@@ -363,14 +369,14 @@ describe('slot capture → normalizer → warehouse (PostgreSQL): type modifiers
         await p.apply();
       };
       await step("INSERT INTO t VALUES (1, 'a', 1.50, '2026-01-01 00:00:00.123')");
-      const v1 = (await p.control.listSchemaVersions(source, 'public.t'))[0]!;
+      const v1 = (await p.controlPlane.listSchemaVersions(source, 'public.t'))[0]!;
       expect(v1.columns.map((x) => x.type)).toEqual(['integer', 'character varying(20)', 'numeric(10,2)', 'timestamp(3) without time zone']);
 
       // widening: compatible, the table stays active and the warehouse keeps its types
       await step("ALTER TABLE t ALTER COLUMN name TYPE varchar(40), ALTER COLUMN amount TYPE numeric(12,2); INSERT INTO t VALUES (2, 'b', 2.25, NULL)");
-      const versions = await p.control.listSchemaVersions(source, 'public.t');
+      const versions = await p.controlPlane.listSchemaVersions(source, 'public.t');
       expect(versions.at(-1)!.columns.map((x) => x.type)).toEqual(['integer', 'character varying(40)', 'numeric(12,2)', 'timestamp(3) without time zone']);
-      expect((await p.control.getTable(source, 'public.t'))!.state).toBe('active');
+      expect((await p.controlPlane.getTable(source, 'public.t'))!.state).toBe('active');
       expect((await pool.query(`SELECT id, name, amount::text FROM ${source}_public.t ORDER BY id`)).rows).toEqual([
         { id: '1', name: 'a', amount: '1.50' },
         { id: '2', name: 'b', amount: '2.25' },
@@ -378,7 +384,7 @@ describe('slot capture → normalizer → warehouse (PostgreSQL): type modifiers
 
       // narrowing (test_decoding alone would print `character varying` both times): breaking
       await step("ALTER TABLE t ALTER COLUMN name TYPE varchar(5); INSERT INTO t VALUES (3, 'c', 3, NULL)");
-      const t = await p.control.getTable(source, 'public.t');
+      const t = await p.controlPlane.getTable(source, 'public.t');
       expect(t!.state).toBe('paused');
       expect(t!.stateReason).toMatch(/column name changed type from character varying\(40\) to character varying\(5\), which is not a widening/);
     } finally {
@@ -393,7 +399,7 @@ describe('slot capture → normalizer → warehouse (PostgreSQL): type modifiers
     const tables: TableConfig[] = [{ table: 'public.r', deleteMode: 'soft', mask: [], exclude: [] }];
     const p = pipeline(source, tables);
     const raw: RawRecord[] = [];
-    const c = capture(source, tables, p.control, raw);
+    const c = capture(source, tables, p.controlPlane, raw);
     await c.start();
     try {
       await sql.query('INSERT INTO r VALUES (1, 5), (2, 7)');
@@ -404,7 +410,7 @@ describe('slot capture → normalizer → warehouse (PostgreSQL): type modifiers
       await p.normalize(raw.map((r) => r.data));
       await p.apply();
       expect(changesIn(raw)).toBe(3);
-      expect((await p.control.getTable(source, 'public.r'))!.state).toBe('active'); // nothing the stream could classify
+      expect((await p.controlPlane.getTable(source, 'public.r'))!.state).toBe('active'); // nothing the stream could classify
       const verdict = await compareSourceAndWarehouse({ sourceUrl: cluster.url(source), warehouseUrl: cluster.url('dw'), source, tables });
       expect(verdict.match).toBe(false);
       expect(verdict.tables[0]).toMatchObject({ table: 'public.r', different: 2, missing: 0, extra: 0 });
@@ -420,7 +426,7 @@ describe('slot capture → normalizer → warehouse (PostgreSQL): type modifiers
     const tables: TableConfig[] = [{ table: 'public.q', deleteMode: 'soft', mask: [], exclude: [] }];
     const p = pipeline(source, tables);
     const raw: RawRecord[] = [];
-    const c = capture(source, tables, p.control, raw);
+    const c = capture(source, tables, p.controlPlane, raw);
     await c.start();
     try {
       await sql.query('INSERT INTO q VALUES (1, 5)');
@@ -428,7 +434,7 @@ describe('slot capture → normalizer → warehouse (PostgreSQL): type modifiers
       await sql.query('ALTER TABLE q ALTER COLUMN qty TYPE numeric(12,2); INSERT INTO q VALUES (2, 2.5)');
       await until('capture', () => changesIn(raw) >= 2);
       await p.normalize(raw.map((r) => r.data));
-      const t = await p.control.getTable(source, 'public.q');
+      const t = await p.controlPlane.getTable(source, 'public.q');
       expect(t!.state).toBe('paused');
       expect(t!.stateReason).toMatch(/column qty changed type from integer to numeric\(12,2\)/);
     } finally {

@@ -90,7 +90,7 @@ describe('control plane down during capture checkpointing and during apply', () 
     await pipeline.waitCaughtUp(120_000);
     phase('caught up');
     const slot = pipeline.capture.slot;
-    const checkpoint = () => stack!.control.getCheckpoint(captureCheckpointName('demo'), slot);
+    const checkpoint = () => stack!.controlPlane.getCheckpoint(captureCheckpointName('demo'), slot);
 
     // A bulk change the sink is in the middle of applying when the control plane goes away: a
     // warehouse session locks the sink's delta table, so the applier's write waits on it.
@@ -176,7 +176,7 @@ describe('control plane down during capture checkpointing and during apply', () 
         : [
             ...formatVerdict(verdict),
             ...(await verdictDiagnostics({
-              control: stack!.control,
+              controlPlane: stack!.controlPlane,
               warehouseUrl: stack!.warehouseUrl,
               source: 'demo',
               tables: TABLES.map((t) => t.table),
@@ -186,20 +186,20 @@ describe('control plane down during capture checkpointing and during apply', () 
     ).toBe(true);
     const rows = await source.query<{ n: number }>('SELECT count(*)::int AS n FROM items');
     expect(verdict.tables[0]!.warehouseRows).toBe(rows.rows[0]!.n);
-    expect(await stack!.control.listDeadLetters()).toEqual([]);
-    expect((await stack!.control.getTable('demo', 'public.items'))!.state).toBe('active');
+    expect(await stack!.controlPlane.listDeadLetters()).toEqual([]);
+    expect((await stack!.controlPlane.getTable('demo', 'public.items'))!.state).toBe('active');
     expect(pipeline.capture.stats.state).toBe('running');
     // The local slot monitor keeps its report in the control plane for cdc status (it kept measuring through the outage).
     const [consumer, shard] = slotReportCheckpoint('demo');
     await until(
       'a slot report after the outage',
       async () => {
-        const text = await stack!.control.getCheckpoint(consumer, shard);
+        const text = await stack!.controlPlane.getCheckpoint(consumer, shard);
         return text !== null && Date.parse(parseStoredSlotReport(text, 'report').at) > downAt + OUTAGE_MS;
       },
       60_000,
     );
-    const stored = parseStoredSlotReport((await stack!.control.getCheckpoint(consumer, shard))!, 'report');
+    const stored = parseStoredSlotReport((await stack!.controlPlane.getCheckpoint(consumer, shard))!, 'report');
     expect(stored.stop).toBeNull();
     expect(stored.slots.find((k) => k.ours)).toMatchObject({ slot, level: 'ok' });
     // And cdc local's own status shows the capture slot's retained WAL and headroom.

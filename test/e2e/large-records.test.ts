@@ -141,7 +141,7 @@ describe('an event over the record limit travels as a claim check', () => {
     const normalizer = new Normalizer({
       source: 'big',
       tables,
-      control: cp,
+      controlPlane: cp,
       changeLog,
       metrics: { count: () => undefined, milliseconds: () => undefined },
       logger: quiet,

@@ -52,7 +52,13 @@ afterAll(async () => {
 });
 
 /** Reconciles one table of a slot pipeline through `reconcileTables` (docs/reconcile.md). */
-async function reconcile(source: string, control: MemoryControlPlane, table: string, key: string, sink: 'warehouse' | 'search'): Promise<ReconcileVerdict> {
+async function reconcile(
+  source: string,
+  controlPlane: MemoryControlPlane,
+  table: string,
+  key: string,
+  sink: 'warehouse' | 'search',
+): Promise<ReconcileVerdict> {
   const src = new pg.Client({ connectionString: cluster.url(source) });
   const wh = new pg.Client({ connectionString: cluster.url(`${source}_dw`) });
   await src.connect();
@@ -61,7 +67,7 @@ async function reconcile(source: string, control: MemoryControlPlane, table: str
     await prepareReconcileSession(src);
     await prepareReconcileSession(wh);
     const [v] = await reconcileTables({
-      control,
+      controlPlane,
       source,
       sink,
       pacer: new FixedPacer(100),
@@ -96,7 +102,7 @@ describe('source tables named like warehouse objects', () => {
         for (const t of order) {
           const out = await p.apply(events.filter((e) => e.table === `public.${t}`));
           expect(out.held, `public.${t} held`).toBe(0);
-          expect((await p.control.getSinkProgress('wh', p.id, `public.${t}`))?.heldFrom ?? null, `public.${t} held`).toBeNull();
+          expect((await p.controlPlane.getSinkProgress('wh', p.id, `public.${t}`))?.heldFrom ?? null, `public.${t} held`).toBeNull();
         }
         for (const [i, t] of TABLES.entries()) {
           const w = warehouseTable(p.id, `public.${t}`);
@@ -154,11 +160,11 @@ describe('names as applications write them (issue 28, names)', () => {
         ['public.Orders', 'OrderId'],
         ['public.orders', 'id'],
       ] as const)
-        expect((await reconcile(p.id, p.control, t, key, 'warehouse')).verdict, t).toBe('MATCH');
+        expect((await reconcile(p.id, p.controlPlane, t, key, 'warehouse')).verdict, t).toBe('MATCH');
       // The search sink: "Orders" (registered first) is indexed under its lower-case name and reconciles; its twin, one index
       // name with it, is held by name for that sink alone (docs/search.md, "Index names"), never written into it.
       const search = createSearchApplier({
-        controlPlane: p.control,
+        controlPlane: p.controlPlane,
         search: index,
         sinkId: 'search',
         metrics: new Metrics({ namespace: 'test' }),
@@ -177,9 +183,9 @@ describe('names as applications write them (issue 28, names)', () => {
         ]),
       );
       expect(docs).toHaveLength(2);
-      expect((await reconcile(p.id, p.control, 'public.Orders', 'OrderId', 'search')).verdict).toBe('MATCH');
-      expect((await p.control.getSinkProgress('search', p.id, 'public.orders'))?.heldFrom).not.toBeNull();
-      expect((await p.control.getSinkProgress('wh', p.id, 'public.orders'))?.heldFrom ?? null).toBeNull();
+      expect((await reconcile(p.id, p.controlPlane, 'public.Orders', 'OrderId', 'search')).verdict).toBe('MATCH');
+      expect((await p.controlPlane.getSinkProgress('search', p.id, 'public.orders'))?.heldFrom).not.toBeNull();
+      expect((await p.controlPlane.getSinkProgress('wh', p.id, 'public.orders'))?.heldFrom ?? null).toBeNull();
     } finally {
       await p.close();
     }

@@ -76,7 +76,7 @@ describe('a heartbeat discontinuity and a polled table', () => {
     // Beats are lost: the heartbeat row's sequence number jumps ahead of the last one the normalizer accepted.
     await source.query(`UPDATE ${HEARTBEAT_TABLE_ID} SET seq = seq + 5 WHERE source_id = 'demo'`);
     const deadline = Date.now() + 60_000;
-    const marked = async () => (await stack!.control.listAudit('demo')).filter((a) => a.action === 'needs-resnapshot').map((a) => a.table);
+    const marked = async () => (await stack!.controlPlane.listAudit('demo')).filter((a) => a.action === 'needs-resnapshot').map((a) => a.table);
     while (!(await marked()).includes('public.items') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
     expect(await marked()).toContain('public.items');
 
@@ -86,8 +86,8 @@ describe('a heartbeat discontinuity and a polled table', () => {
     await source.query("INSERT INTO public.items VALUES (2, 'after')");
     await pipeline.waitCaughtUp(120_000);
 
-    expect((await stack!.control.getTable('demo', 'public.items'))!.state).toBe('needs-resnapshot');
-    const polled = (await stack!.control.getTable('demo', 'public.versioned'))!;
+    expect((await stack!.controlPlane.getTable('demo', 'public.items'))!.state).toBe('needs-resnapshot');
+    const polled = (await stack!.controlPlane.getTable('demo', 'public.versioned'))!;
     expect([polled.state, polled.positionSpace]).toEqual(['active', 'poll-xid']);
     expect(await marked()).not.toContain('public.versioned');
     const verdict = await compareSourceAndWarehouse({ sourceUrl: stack!.sourceUrl, warehouseUrl: warehouse.url('dw'), source: 'demo', tables: POLLED });

@@ -85,16 +85,16 @@ afterAll(async () => {
 async function diagnostics(errors: readonly string[]): Promise<string[]> {
   await pipeline!.refreshControl(true);
   const out = ['--- status', ...renderStatus(pipeline!.snapshot()), '--- poll lines', ...pipeline!.polls!.lines().map((l) => JSON.stringify(l))];
-  const dead = await stack!.control.listDeadLetters();
+  const dead = await stack!.controlPlane.listDeadLetters();
   out.push(`--- dead letters: ${dead.length}`, ...dead.slice(0, 10).map((d) => `${d.stage} ${d.table} ${d.code}: ${d.reason}`));
-  for (const t of POLLED) out.push(`--- cursor of ${t.table}: ${await stack!.control.getCheckpoint(pollConsumer('demo'), t.table)}`);
+  for (const t of POLLED) out.push(`--- cursor of ${t.table}: ${await stack!.controlPlane.getCheckpoint(pollConsumer('demo'), t.table)}`);
   const marks = await discontinuities();
   out.push(`--- tables marked needs-resnapshot: ${marks.length}`, ...marks);
   out.push(`--- errors: ${errors.length}`, ...errors.slice(0, 10));
   const tables = [...POLLED, ...LOGGED].map((t) => t.table);
   out.push(
     ...(await verdictDiagnostics({
-      control: stack!.control,
+      controlPlane: stack!.controlPlane,
       warehouseUrl: warehouse.url('dw'),
       source: 'demo',
       tables,
@@ -111,7 +111,7 @@ async function diagnostics(errors: readonly string[]): Promise<string[]> {
  * level hides, so it is read back from the audit log.
  */
 async function discontinuities(): Promise<string[]> {
-  const audit = await stack!.control.listAudit('demo');
+  const audit = await stack!.controlPlane.listAudit('demo');
   return audit.filter((a) => a.action === 'needs-resnapshot').map((a) => `${a.at} ${a.actor} ${a.table}: ${JSON.stringify(a.detail)}`);
 }
 
@@ -176,9 +176,9 @@ describe('polling fallback', () => {
     await pipeline.waitCaughtUp(120_000);
     const kept = await dw.query<{ name: string }>('SELECT name FROM demo_public.accounts WHERE id IN (1, 2) ORDER BY id');
     expect(kept.rows.map((r) => r.name)).toEqual(['acct 1', 'after delete']);
-    const record = await stack!.control.getTable('demo', 'public.accounts');
+    const record = await stack!.controlPlane.getTable('demo', 'public.accounts');
     expect(record!.capture).toBe('poll');
-    expect((await stack!.control.getTable('demo', 'public.items'))!.capture).toBeUndefined();
+    expect((await stack!.controlPlane.getTable('demo', 'public.items'))!.capture).toBeUndefined();
     await pipeline.refreshControl(true);
     const status = renderStatus(pipeline.snapshot()).join('\n');
     expect(status).toMatch(new RegExp(`public\\.accounts\\s+active\\s+capture poll: ${POLL_DELETES_INVISIBLE.replace(/[()]/g, '\\$&')}`));
@@ -199,7 +199,7 @@ describe('polling fallback', () => {
     );
     expect(orders.rows).toEqual([0, 1, 2, 3, 4].map((i) => ({ id: String(i), amount: `${i}.50`, code: String(100 + i), tenant: 'demo:orders' })));
     // The registry keeps the transforms with the version (read back from DynamoDB Local every batch): one version, no spurious change.
-    const versions = await stack!.control.listSchemaVersions('demo', 'public.orders');
+    const versions = await stack!.controlPlane.listSchemaVersions('demo', 'public.orders');
     expect(versions.map((v) => v.transforms)).toEqual([SHAPED[0]!.transforms]);
     // The heartbeat writer and the slot monitor may fail a round on a busy machine (retried): printed, not failed.
     const transient = errors.filter((e) => /heartbeat|slot monitor/.test(e));

@@ -50,7 +50,7 @@ afterAll(async () => {
 type Sink = 'warehouse' | 'search';
 
 /** Reconciles one table through `reconcileTables` (column types from the pipeline's schema registry). */
-async function reconcile(control: MemoryControlPlane, source: string, table: string, sink: Sink): Promise<ReconcileVerdict> {
+async function reconcile(controlPlane: MemoryControlPlane, source: string, table: string, sink: Sink): Promise<ReconcileVerdict> {
   const src = new pg.Client({ connectionString: cluster.url(source) });
   const wh = new pg.Client({ connectionString: cluster.url(`${source}_dw`) });
   await src.connect();
@@ -59,7 +59,7 @@ async function reconcile(control: MemoryControlPlane, source: string, table: str
     await prepareReconcileSession(src);
     await prepareReconcileSession(wh);
     const [v] = await reconcileTables({
-      control,
+      controlPlane,
       source,
       sink,
       pacer: new FixedPacer(100),
@@ -81,9 +81,9 @@ async function reconcile(control: MemoryControlPlane, source: string, table: str
   }
 }
 
-function searchApplier(control: MemoryControlPlane) {
+function searchApplier(controlPlane: MemoryControlPlane) {
   const applier = createSearchApplier({
-    controlPlane: control,
+    controlPlane: controlPlane,
     search: index,
     sinkId: 'search',
     metrics: new Metrics({ namespace: 'test' }),
@@ -105,13 +105,13 @@ describe('reconcile and the local verdict compare values by their column type', 
         `INSERT INTO t VALUES (1, '{"account": 9007199254740993}', '00501', '[1,2]'), (2, '{"n": 1}', '02134', 'x'), (3, '{"n": 2}', '1.0', '')`,
       );
       await p.apply(await p.drain());
-      expect((await reconcile(p.control, p.id, 'public.t', 'warehouse')).verdict).toBe('MATCH');
+      expect((await reconcile(p.controlPlane, p.id, 'public.t', 'warehouse')).verdict).toBe('MATCH');
       // Corrupt the sink as a lossy path would: JSON.parse of a big integer, a numeric coercion of a
       // text code, re-serialised JSON text, a decimal-looking text shortened, '' turned into NULL.
       await p.rows(`UPDATE ${p.id}_public._cdc_changelog_t SET doc = '{"account": 9007199254740992}' WHERE id = 1`);
       await p.rows(`UPDATE ${p.id}_public._cdc_changelog_t SET zip = '2134' WHERE id = 2`);
       await p.rows(`UPDATE ${p.id}_public._cdc_changelog_t SET zip = '1', raw = NULL WHERE id = 3`);
-      const v = await reconcile(p.control, p.id, 'public.t', 'warehouse');
+      const v = await reconcile(p.controlPlane, p.id, 'public.t', 'warehouse');
       expect(v.verdict, v.reason).toBe('DIVERGED');
       expect(v.sampleKeys).toEqual([
         { key: { id: '1' }, kind: 'different', column: 'doc' },
@@ -123,7 +123,7 @@ describe('reconcile and the local verdict compare values by their column type', 
         warehouseUrl: cluster.url(`${p.id}_dw`),
         source: p.id,
         tables,
-        control: p.control,
+        controlPlane: p.controlPlane,
       });
       expect(local.match, formatVerdict(local).join('\n')).toBe(false);
       expect(local.tables[0]!.different).toBe(3);
@@ -131,7 +131,7 @@ describe('reconcile and the local verdict compare values by their column type', 
       await p.rows(`UPDATE ${p.id}_public._cdc_changelog_t SET doc = '{"account": 9007199254740993}', zip = '00501', raw = '[1, 2]' WHERE id = 1`);
       await p.rows(`UPDATE ${p.id}_public._cdc_changelog_t SET zip = '02134' WHERE id = 2`);
       await p.rows(`UPDATE ${p.id}_public._cdc_changelog_t SET zip = '1.0' WHERE id = 3`);
-      const w = await reconcile(p.control, p.id, 'public.t', 'warehouse');
+      const w = await reconcile(p.controlPlane, p.id, 'public.t', 'warehouse');
       expect(w.sampleKeys).toEqual([
         { key: { id: '1' }, kind: 'different', column: 'raw' },
         { key: { id: '3' }, kind: 'different', column: 'raw' },
@@ -139,14 +139,14 @@ describe('reconcile and the local verdict compare values by their column type', 
       // The same jsonb value spelled otherwise (a jsonb column keeps no spelling) is the same value.
       await p.rows(`UPDATE ${p.id}_public._cdc_changelog_t SET doc = '{ "account" : 9007199254740993.0 }', raw = '[1,2]' WHERE id = 1`);
       await p.rows(`UPDATE ${p.id}_public._cdc_changelog_t SET raw = '' WHERE id = 3`);
-      const m = await reconcile(p.control, p.id, 'public.t', 'warehouse');
+      const m = await reconcile(p.controlPlane, p.id, 'public.t', 'warehouse');
       expect(m.verdict, m.reason).toBe('MATCH');
       const ok = await compareSourceAndWarehouse({
         sourceUrl: cluster.url(p.id),
         warehouseUrl: cluster.url(`${p.id}_dw`),
         source: p.id,
         tables,
-        control: p.control,
+        controlPlane: p.controlPlane,
       });
       expect(ok.match, formatVerdict(ok).join('\n')).toBe(true);
     } finally {
@@ -157,7 +157,7 @@ describe('reconcile and the local verdict compare values by their column type', 
   it('a double precision -0 arrives as -0 in the warehouse and in the search document, and both MATCH', async () => {
     const tables: TableConfig[] = [{ table: 'public.f', deleteMode: 'soft', mask: [], exclude: [] }];
     const p = await slotPipeline(cluster, 'CREATE TABLE f (id int PRIMARY KEY, v double precision, r real)', tables, 'negz');
-    const toSearch = searchApplier(p.control);
+    const toSearch = searchApplier(p.controlPlane);
     try {
       const values: Array<[string, string]> = [
         ['-0', '-0'],
@@ -185,18 +185,18 @@ describe('reconcile and the local verdict compare values by their column type', 
       const doc1 = docs.get(documentId({ id: 1 })) as Record<string, unknown>;
       expect([doc1.v, doc1.r]).toEqual(['-0', '-0']);
       expect((docs.get(documentId({ id: 2 })) as Record<string, unknown>).v).toBe(0);
-      const w = await reconcile(p.control, p.id, 'public.f', 'warehouse');
+      const w = await reconcile(p.controlPlane, p.id, 'public.f', 'warehouse');
       expect(w.verdict, w.reason).toBe('MATCH');
       // The search copy holds rows 1..7; reconcile the same rows.
       await p.src.query('DELETE FROM f WHERE id > 7');
-      const s = await reconcile(p.control, p.id, 'public.f', 'search');
+      const s = await reconcile(p.controlPlane, p.id, 'public.f', 'search');
       expect(s.verdict, s.reason).toBe('MATCH');
-      const local = await compareSourceAndSearch({ sourceUrl: cluster.url(p.id), search: index, source: p.id, tables, control: p.control });
+      const local = await compareSourceAndSearch({ sourceUrl: cluster.url(p.id), search: index, source: p.id, tables, controlPlane: p.controlPlane });
       expect(local.match, formatVerdict(local).join('\n')).toBe(true);
       // And a sink holding 0 for the source's -0 is reported.
       await p.apply(await p.drain()); // the deletes, so both sides hold rows 1..7
       await p.rows(`UPDATE ${p.id}_public._cdc_changelog_f SET v = 0 WHERE id = 1; UPDATE ${p.id}_public._cdc_mirror_f SET v = 0 WHERE id = 1`);
-      const d = await reconcile(p.control, p.id, 'public.f', 'warehouse');
+      const d = await reconcile(p.controlPlane, p.id, 'public.f', 'warehouse');
       expect(d.verdict, d.reason).toBe('DIVERGED');
       expect(d.sampleKeys).toEqual([{ key: { id: '1' }, kind: 'different', column: 'v' }]);
     } finally {

@@ -51,7 +51,7 @@ describe('re-snapshot after a gap, into the warehouse', () => {
         // The gap: these changes are lost (drained and dropped, as a lost slot drops them).
         await p.src.query("DELETE FROM t WHERE id IN (5, 17, 33, 60); UPDATE t SET v = 'gap' WHERE id = 2; INSERT INTO t VALUES (61, 'gap insert')");
         await p.drain();
-        await p.control.setTableState(p.id, 'public.t', 'needs-resnapshot', 'HISTORY_GAP: test', {
+        await p.controlPlane.setTableState(p.id, 'public.t', 'needs-resnapshot', 'HISTORY_GAP: test', {
           at: new Date().toISOString(),
           actor: 'test',
           action: 'needs-resnapshot',
@@ -62,7 +62,9 @@ describe('re-snapshot after a gap, into the warehouse', () => {
         });
 
         // The re-snapshot, with live changes between its chunks.
-        expect((await requestSnapshot(p.control, { source: p.id, table: 'public.t', reason: 'resnapshot', actor: 'operator:test' })).outcome).toBe('requested');
+        expect((await requestSnapshot(p.controlPlane, { source: p.id, table: 'public.t', reason: 'resnapshot', actor: 'operator:test' })).outcome).toBe(
+          'requested',
+        );
         const live = [
           "INSERT INTO t VALUES (5, 'back after the run started')",
           "DELETE FROM t WHERE id = 3; UPDATE t SET v = 'live' WHERE id = 40",
@@ -81,7 +83,7 @@ describe('re-snapshot after a gap, into the warehouse', () => {
           },
         };
         const outcome = await runTableSnapshot({
-          control: p.control,
+          controlPlane: p.controlPlane,
           reader: withWorkload,
           publish: async (records) => p.publishRaw(snapshotStreamRecords(records, sha)),
           pacer: new FixedPacer(15),
@@ -91,8 +93,8 @@ describe('re-snapshot after a gap, into the warehouse', () => {
           owner: 'test',
         });
         expect(outcome).toBe('done');
-        const run = (await p.control.getSnapshot(p.id, 'public.t'))!;
-        expect((await p.control.getTable(p.id, 'public.t'))!.state).toBe('active');
+        const run = (await p.controlPlane.getSnapshot(p.id, 'public.t'))!;
+        expect((await p.controlPlane.getTable(p.id, 'public.t'))!.state).toBe('active');
 
         const events = await p.drain();
         const sweep = events.filter((e) => e.op === 'truncate');
@@ -148,7 +150,7 @@ describe('re-snapshot after a gap, into the warehouse', () => {
       await p.apply(await p.drain());
       await p.src.query('DELETE FROM t WHERE id IN (4, 25)');
       await p.drain();
-      await p.control.setTableState(p.id, 'public.t', 'needs-resnapshot', 'HISTORY_GAP: test', {
+      await p.controlPlane.setTableState(p.id, 'public.t', 'needs-resnapshot', 'HISTORY_GAP: test', {
         at: new Date().toISOString(),
         actor: 'test',
         action: 'needs-resnapshot',
@@ -157,10 +159,10 @@ describe('re-snapshot after a gap, into the warehouse', () => {
         outcome: 'done',
         detail: {},
       });
-      await requestSnapshot(p.control, { source: p.id, table: 'public.t', reason: 'resnapshot', actor: 'operator:test' });
+      await requestSnapshot(p.controlPlane, { source: p.id, table: 'public.t', reason: 'resnapshot', actor: 'operator:test' });
       let reads = 0;
       const outcome = await runTableSnapshot({
-        control: p.control,
+        controlPlane: p.controlPlane,
         reader: {
           describe: (t) => reader.describe(t),
           estimateRows: (t) => reader.estimateRows(t),

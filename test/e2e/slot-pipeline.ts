@@ -10,7 +10,8 @@ import pg from 'pg';
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
 import type { PostgresCluster } from '../../local/postgres.ts';
-import { SlotCapture, type RawRecord } from '../../local/capture.ts';
+import { SlotCapture } from '../../local/capture.ts';
+import type { RawRecord } from '../../local/raw-publisher.ts';
 import { TableConfigIndex, type TableConfig } from '../../lambda/core/tables/table-config.ts';
 import { Normalizer } from '../../lambda/core/capture/normalize.ts';
 import { readCatalogTypes } from '../../lambda/core/shared/catalog-types.ts';
@@ -34,13 +35,13 @@ export async function slotPipeline(cluster: PostgresCluster, schema: string, tab
   await src.query(schema);
   const dw = new pg.Pool({ connectionString: cluster.url(`${id}_dw`), max: 2 });
   dw.on('error', () => undefined);
-  const control = new MemoryControlPlane();
+  const controlPlane = new MemoryControlPlane();
   const raw: RawRecord[] = [];
   const capture = new SlotCapture({
     source: id,
     sourceUrl: cluster.url(id),
     tables: new TableConfigIndex(tables),
-    control,
+    controlPlane,
     publish: async (r) => void raw.push(...r),
     idleMs: 20,
   });
@@ -48,7 +49,7 @@ export async function slotPipeline(cluster: PostgresCluster, schema: string, tab
   const normalizer = new Normalizer<string>({
     source: id,
     tables: new TableConfigIndex(tables),
-    control,
+    controlPlane,
     changeLog: {
       encode: (e) => JSON.stringify(e),
       publishEncoded: async (records) => void log.push(...records.map((t) => validateChangeEvent(JSON.parse(t)))),
@@ -56,8 +57,8 @@ export async function slotPipeline(cluster: PostgresCluster, schema: string, tab
     metrics: { count: () => undefined, milliseconds: () => undefined },
     logger: quiet,
     // The capture writes DMS records (docs/local.md, "DMS records"): types, keys and partitions as the normalizer reads them on AWS.
-    catalogTypes: (t) => readCatalogTypes(control, id, t),
-    partitionTree: () => readPublishedPartitionTree(control, id),
+    catalogTypes: (t) => readCatalogTypes(controlPlane, id, t),
+    partitionTree: () => readPublishedPartitionTree(controlPlane, id),
   });
   // One pool per applier, as each Lambda container (one per shard) has its own.
   const pools = [0, 1].map(() => {
@@ -67,7 +68,7 @@ export async function slotPipeline(cluster: PostgresCluster, schema: string, tab
   });
   const appliers: WarehouseApplier[] = pools.map((pool) =>
     createWarehouseApplier({
-      controlPlane: control,
+      controlPlane: controlPlane,
       pool,
       sinkId: 'wh',
       metrics: new Metrics({ namespace: 'test' }),
@@ -93,7 +94,7 @@ export async function slotPipeline(cluster: PostgresCluster, schema: string, tab
     const records: ChangeRecord[] = events.map((e) => ({ sequenceNumber: String(++seq), origin: `log/shard-${shard}/${seq}`, text: JSON.stringify(e) }));
     const out = await appliers[shard]!.applyRecords(records);
     expect(out.failed, JSON.stringify([...out.reasons])).toEqual([]);
-    expect(await control.listDeadLetters(), 'dead letters').toEqual([]);
+    expect(await controlPlane.listDeadLetters(), 'dead letters').toEqual([]);
     return out;
   };
   const rows = async (sql: string) => (await dw.query(sql)).rows;
@@ -105,5 +106,5 @@ export async function slotPipeline(cluster: PostgresCluster, schema: string, tab
   };
   /** Hands records to the raw stream next to the capture's (the snapshot worker's publisher). */
   const publishRaw = async (records: readonly RawRecord[]) => void raw.push(...records);
-  return { id, src, drain, apply, rows, close, control, publishRaw };
+  return { id, src, drain, apply, rows, close, controlPlane, publishRaw };
 }

@@ -62,7 +62,7 @@ afterAll(async () => {
 
 /** Reconciles every table through `reconcileTables` against one sink (docs/reconcile.md). */
 async function reconcileAll(
-  control: MemoryControlPlane,
+  controlPlane: MemoryControlPlane,
   source: string,
   tables: readonly TableConfig[],
   sink: 'warehouse' | 'search',
@@ -75,7 +75,7 @@ async function reconcileAll(
     await prepareReconcileSession(src);
     await prepareReconcileSession(wh);
     return await reconcileTables({
-      control,
+      controlPlane,
       source,
       sink,
       pacer: new FixedPacer(100),
@@ -128,7 +128,7 @@ describe('type catalogue', () => {
     const p = await slotPipeline(cluster, catalogueSchema(cases, Number(version), available), tables, 'types');
     const reader = new PostgresSnapshotReader({ primary: { connectionString: cluster.url(p.id) }, fencePollMs: 5 });
     const search = createSearchApplier({
-      controlPlane: p.control,
+      controlPlane: p.controlPlane,
       search: index,
       sinkId: 'search',
       metrics: new Metrics({ namespace: 'test' }),
@@ -138,15 +138,15 @@ describe('type catalogue', () => {
     const toSearch = async (events: readonly ChangeEvent[]) => {
       const out = await search.applyRecords(events.map((e) => ({ sequenceNumber: String(++seq), origin: `s/${seq}`, text: JSON.stringify(e) })));
       expect(out.failed, JSON.stringify([...out.reasons])).toEqual([]);
-      const dead = (await p.control.listDeadLetters()).map((d) => `${d.stage} ${d.table}: ${d.reason.slice(0, 240)}`);
+      const dead = (await p.controlPlane.listDeadLetters()).map((d) => `${d.stage} ${d.table}: ${d.reason.slice(0, 240)}`);
       expect(dead, dead.join('\n')).toEqual([]);
     };
     try {
       // The snapshot of every table (its rows were written before the slot existed).
       for (const t of tables) {
-        expect((await requestSnapshot(p.control, { source: p.id, table: t.table, reason: 'initial', actor: 'operator:test' })).outcome).toBe('requested');
+        expect((await requestSnapshot(p.controlPlane, { source: p.id, table: t.table, reason: 'initial', actor: 'operator:test' })).outcome).toBe('requested');
         const outcome = await runTableSnapshot({
-          control: p.control,
+          controlPlane: p.controlPlane,
           reader,
           publish: async (r) => p.publishRaw(snapshotStreamRecords(r, sha)),
           pacer: new FixedPacer(50),
@@ -216,14 +216,21 @@ describe('type catalogue', () => {
       }
 
       // The search index: by the type-aware comparator.
-      const verdict = await compareSourceAndSearch({ sourceUrl: cluster.url(p.id), search: index, source: p.id, tables, control: p.control, examples: 3 });
+      const verdict = await compareSourceAndSearch({
+        sourceUrl: cluster.url(p.id),
+        search: index,
+        source: p.id,
+        tables,
+        controlPlane: p.controlPlane,
+        examples: 3,
+      });
       const bad = verdict.tables.filter((t) => !t.match).map((t) => `${t.table}: ${[...t.problems, ...t.examples].join('; ')}`);
       expect(bad, bad.join('\n')).toEqual([]);
       expect(verdict.tables.every((t) => t.sourceRows > 0)).toBe(true);
 
       // Reconciliation (the deployed backstop): source against each sink, column types from the registry.
       for (const sink of ['warehouse', 'search'] as const) {
-        const rs = await reconcileAll(p.control, p.id, tables, sink);
+        const rs = await reconcileAll(p.controlPlane, p.id, tables, sink);
         const off = rs.filter((v) => v.verdict !== 'MATCH').map((v) => `${sink} ${v.table}: ${v.verdict} ${JSON.stringify(v).slice(0, 300)}`);
         expect(off, off.join('\n')).toEqual([]);
         expect(rs).toHaveLength(tables.length);

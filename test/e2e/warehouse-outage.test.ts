@@ -102,7 +102,7 @@ describe('warehouse outage longer than the old retry budget', () => {
         : [
             ...formatVerdict(verdict),
             ...(await verdictDiagnostics({
-              control: stack!.control,
+              controlPlane: stack!.controlPlane,
               warehouseUrl: warehouse.url('dw'),
               source: 'demo',
               tables: TABLES.map((t) => t.table),
@@ -112,7 +112,7 @@ describe('warehouse outage longer than the old retry budget', () => {
     ).toBe(true);
     const rows = await source.query<{ n: number }>('SELECT count(*)::int AS n FROM items');
     expect(verdict.tables[0]!.warehouseRows).toBe(rows.rows[0]!.n);
-    const letters = await stack!.control.listDeadLetters();
+    const letters = await stack!.controlPlane.listDeadLetters();
     expect(letters.filter((l) => l.code === 'RETRIES_EXHAUSTED')).toEqual([]);
     expect(letters).toEqual([]);
     // The outage was seen (and retried), not hidden.

@@ -53,7 +53,7 @@ class RunningTask implements DmsPort {
 
 let ddb: DynamoDbLocal;
 let client: DynamoDBClient;
-let control: DynamoDbControlPlane;
+let controlPlane: DynamoDbControlPlane;
 
 beforeAll(async () => {
   ddb = await startDynamoDbLocal();
@@ -66,7 +66,7 @@ afterAll(async () => {
 beforeEach(async () => {
   const name = `ctl-${randomUUID()}`;
   await createControlTable(client, name);
-  control = new DynamoDbControlPlane(client, name);
+  controlPlane = new DynamoDbControlPlane(client, name);
 });
 
 function deps(log: string[] = []): LifecycleDeps {
@@ -79,7 +79,7 @@ function deps(log: string[] = []): LifecycleDeps {
     remainingMs: () => 600_000,
     pollMs: 1,
     log: (m) => log.push(m),
-    control,
+    controlPlane,
   };
 }
 
@@ -115,7 +115,7 @@ function event(
 
 async function register(table: string, columns: string[]): Promise<void> {
   const at = new Date().toISOString();
-  await control.registerTable(
+  await controlPlane.registerTable(
     { source: 'orders', table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at },
     {
       source: 'orders',
@@ -175,7 +175,7 @@ describe('Custom::CdcColumnRules', () => {
     expect(reason).toContain('CapturedTable option acknowledgeLateRules');
     expect(reason).not.toContain('mask email');
 
-    const audit = (await control.listAudit('orders')).filter((a) => a.action === LATE_RULES_ACTION);
+    const audit = (await controlPlane.listAudit('orders')).filter((a) => a.action === LATE_RULES_ACTION);
     expect(audit).toHaveLength(1);
     expect(audit[0]).toMatchObject({
       table: 'public.customers',
@@ -183,13 +183,13 @@ describe('Custom::CdcColumnRules', () => {
       actor: 'dms-task-lifecycle',
       detail: { addedMask: ['phone'], addedExclude: [] },
     });
-    expect((await control.getTable('orders', 'public.customers'))!.state).toBe('active');
+    expect((await controlPlane.getTable('orders', 'public.customers'))!.state).toBe('active');
 
     // CloudFormation's rollback: an update from the refused properties back to the previous ones.
     await expect(runLifecycle(event('Update', before, after), deps())).resolves.toEqual({ physicalResourceId: 'orders/column-rules' });
     // And the refused change is refused again when deployed again (the rules in force did not move).
     await expect(runLifecycle(event('Update', after, before), deps())).rejects.toThrow(/public\.customers: mask phone added while the table is captured/);
-    expect((await control.listAudit('orders')).filter((a) => a.action === LATE_RULES_ACTION && a.outcome === 'refused')).toHaveLength(2);
+    expect((await controlPlane.listAudit('orders')).filter((a) => a.action === LATE_RULES_ACTION && a.outcome === 'refused')).toHaveLength(2);
   });
 
   test('with acknowledgeLateRules the update passes: audited with what was left behind, the table marked; the starter then requests its re-snapshot once', async () => {
@@ -204,14 +204,14 @@ describe('Custom::CdcColumnRules', () => {
     await runLifecycle(event('Update', after, before), deps(log));
     expect(log).toContain('late column rules acknowledged: table marked needs-resnapshot');
 
-    const t = (await control.getTable('orders', 'public.customers'))!;
+    const t = (await controlPlane.getTable('orders', 'public.customers'))!;
     expect(t.state).toBe('needs-resnapshot');
     expect(t.stateReason).toMatch(
       new RegExp(
         `^${LATE_COLUMN_RULES}: exclude ssn added \\(acknowledged: privacy review 42\\); existing change-log records, archive files and sink rows of public.customers still hold the clear values of ssn`,
       ),
     );
-    const entry = (await control.listAudit('orders')).find((a) => a.action === LATE_RULES_ACTION)!;
+    const entry = (await controlPlane.listAudit('orders')).find((a) => a.action === LATE_RULES_ACTION)!;
     expect(entry).toMatchObject({
       outcome: 'done',
       detail: {
@@ -224,17 +224,17 @@ describe('Custom::CdcColumnRules', () => {
       },
     });
     // Not yet requested: the snapshot worker still runs with the old rules until the deployment changes it.
-    expect(await control.getSnapshot('orders', 'public.customers')).toBeNull();
+    expect(await controlPlane.getSnapshot('orders', 'public.customers')).toBeNull();
 
     // The starter step, ordered after the functions: requests it, and only once.
     const dms = new RunningTask();
     await runLifecycle(starterEvent(), { ...deps(), dms });
     expect(dms.calls).toEqual([]);
-    const run = (await control.getSnapshot('orders', 'public.customers'))!;
+    const run = (await controlPlane.getSnapshot('orders', 'public.customers'))!;
     expect(run).toMatchObject({ status: 'requested', reason: 'resnapshot', requestedBy: 'dms-task-lifecycle' });
     await runLifecycle(starterEvent(), deps());
-    expect((await control.getSnapshot('orders', 'public.customers'))!.run).toBe(run.run);
-    expect((await control.listAudit('orders')).filter((a) => a.action === 'request-snapshot')).toHaveLength(1);
+    expect((await controlPlane.getSnapshot('orders', 'public.customers'))!.run).toBe(run.run);
+    expect((await controlPlane.listAudit('orders')).filter((a) => a.action === 'request-snapshot')).toHaveLength(1);
   });
 
   test('not late: a table never registered, a newly captured table, a removed rule, a masked column now excluded', async () => {
@@ -250,8 +250,8 @@ describe('Custom::CdcColumnRules', () => {
     await runLifecycle(event('Update', after, before), deps());
     const back = synthesizedProps([CapturedTable.of('public.customers'), CapturedTable.of('public.orders')]);
     await runLifecycle(event('Update', back, after), deps());
-    expect((await control.listAudit('orders')).filter((a) => a.action === LATE_RULES_ACTION)).toEqual([]);
-    expect((await control.getTable('orders', 'public.customers'))!.state).toBe('active');
+    expect((await controlPlane.listAudit('orders')).filter((a) => a.action === LATE_RULES_ACTION)).toEqual([]);
+    expect((await controlPlane.getTable('orders', 'public.customers'))!.state).toBe('active');
   });
 
   test('a rule (CapturedTable.matching) that gains a mask: refused for the matched tables that have the column, acknowledged on the rule', async () => {
@@ -274,9 +274,9 @@ describe('Custom::CdcColumnRules', () => {
     const acked = rule({ mask: ['card_holder'], acknowledgeLateRules: 'ticket 9' });
     await runLifecycle(event('Update', before, masked), deps()); // the rollback
     await runLifecycle(event('Update', acked, before), deps());
-    expect((await control.getTable('orders', 'sales.orders'))!.state).toBe('needs-resnapshot');
-    expect((await control.getTable('orders', 'sales.refunds'))!.state).toBe('active');
-    expect((await control.getTable('orders', 'sales.audit_log'))!.state).toBe('active');
+    expect((await controlPlane.getTable('orders', 'sales.orders'))!.state).toBe('needs-resnapshot');
+    expect((await controlPlane.getTable('orders', 'sales.refunds'))!.state).toBe('active');
+    expect((await controlPlane.getTable('orders', 'sales.audit_log'))!.state).toBe('active');
   });
 
   test('a rule that refuses many tables: the reason stays within what CloudFormation shows and names as many as fit; every one is audited', async () => {
@@ -295,7 +295,7 @@ describe('Custom::CdcColumnRules', () => {
     expect(reason).toMatch(/; and \d+ more \(each in the audit log: cdc audit\)$/);
     const named = reason.match(/sales\.customer_payment_method_archive_\d\d/g)!.length;
     expect(Number(/and (\d+) more/.exec(reason)![1]) + named).toBe(50);
-    expect((await control.listAudit('orders')).filter((a) => a.action === LATE_RULES_ACTION && a.outcome === 'refused')).toHaveLength(50);
+    expect((await controlPlane.listAudit('orders')).filter((a) => a.action === LATE_RULES_ACTION && a.outcome === 'refused')).toHaveLength(50);
   });
 
   test('a rollback after an accepted update returns to the previous rules: accepted and audited as such, never stuck in UPDATE_ROLLBACK_FAILED', async () => {
@@ -310,7 +310,7 @@ describe('Custom::CdcColumnRules', () => {
     await runLifecycle(event('Update', b, a), deps());
     // A later resource failed: CloudFormation rolls this one back to A, which masks email again.
     await runLifecycle(event('Update', a, b), deps());
-    const entries = (await control.listAudit('orders')).filter((e) => e.action === LATE_RULES_ACTION);
+    const entries = (await controlPlane.listAudit('orders')).filter((e) => e.action === LATE_RULES_ACTION);
     expect(entries.map((e) => [e.outcome, (e.detail as { acknowledgement?: string }).acknowledgement])).toEqual([
       ['refused', undefined],
       ['done', 'swap, ticket 3'],
@@ -336,7 +336,7 @@ describe('Custom::CdcColumnRules', () => {
       'resource property ColumnRules is missing',
     );
     const props = synthesizedProps(BEFORE);
-    await expect(runLifecycle(event('Create', props), { ...deps(), control: undefined })).rejects.toThrow(
+    await expect(runLifecycle(event('Create', props), { ...deps(), controlPlane: undefined })).rejects.toThrow(
       /no control plane \(CDC_CONTROL_TABLE\) to read the captured tables of source orders/,
     );
     expect(await runLifecycle(event('Delete', props), deps())).toEqual({ physicalResourceId: 'orders/column-rules' });

@@ -159,12 +159,12 @@ function dmsControl(operation: string, table: string, tableDef?: { columns: Reco
 
 // ---- pipeline -------------------------------------------------------------------------------
 interface Pipeline {
-  control: DynamoDbControlPlane;
+  controlPlane: DynamoDbControlPlane;
   raw: string;
   rawArn: string;
   log: string;
   handler: NormalizerHandler;
-  build(o?: { control?: ControlPlane; log?: string; flushEvents?: number; catalogTypes?: boolean }): NormalizerHandler;
+  build(o?: { controlPlane?: ControlPlane; log?: string; flushEvents?: number; catalogTypes?: boolean }): NormalizerHandler;
 }
 
 const TABLES: TableConfig[] = [
@@ -176,20 +176,20 @@ async function pipeline(): Promise<Pipeline> {
   const id = randomUUID().slice(0, 8);
   const tableName = `ctl-${id}`;
   await createControlTable(dynamo, tableName);
-  const control = new DynamoDbControlPlane(dynamo, tableName);
+  const controlPlane = new DynamoDbControlPlane(dynamo, tableName);
   const raw = `raw-${id}`;
   const log = `log-${id}`;
   const [rawArn] = await Promise.all([createStream(kinesis, raw, 1), createStream(kinesis, log, 2)]);
-  const build = (o: { control?: ControlPlane; log?: string; flushEvents?: number; catalogTypes?: boolean } = {}) =>
+  const build = (o: { controlPlane?: ControlPlane; log?: string; flushEvents?: number; catalogTypes?: boolean } = {}) =>
     createNormalizerHandler({
       source: 'shop',
       tables: TABLES,
-      control: o.control ?? control,
+      controlPlane: o.controlPlane ?? controlPlane,
       changeLog: new KinesisChangeLog(kinesis, o.log ?? log, { maxAttempts: 2, baseDelayMs: 1 }),
       ...(o.flushEvents ? { flushEvents: o.flushEvents } : {}),
       ...(o.catalogTypes ? { catalogTypes: true } : {}),
     });
-  return { control, raw, rawArn, log, handler: build(), build };
+  return { controlPlane, raw, rawArn, log, handler: build(), build };
 }
 
 /** Puts raw payloads (objects as JSON, strings as they are) on the raw stream and returns the Lambda event for exactly them. */
@@ -231,9 +231,9 @@ describe('normalizer handler: DMS records', () => {
     ]);
     expect(await p.handler(event)).toEqual({ batchItemFailures: [] });
 
-    const table = await p.control.getTable('shop', 'public.orders');
+    const table = await p.controlPlane.getTable('shop', 'public.orders');
     expect(table).toMatchObject({ state: 'active', currentVersion: 1, deleteMode: 'hard', preImage: 'key' });
-    const v1 = await p.control.getSchemaVersion('shop', 'public.orders', 1);
+    const v1 = await p.controlPlane.getSchemaVersion('shop', 'public.orders', 1);
     expect(v1).toMatchObject({
       key: ['id'],
       effectivePosition: dmsPos(1),
@@ -242,7 +242,7 @@ describe('normalizer handler: DMS records', () => {
         { name: 'status', type: null, nullable: true },
       ],
     });
-    expect((await p.control.listAudit('shop', 'public.orders')).map((a) => a.action)).toEqual(['register-table']);
+    expect((await p.controlPlane.listAudit('shop', 'public.orders')).map((a) => a.action)).toEqual(['register-table']);
 
     const events = await published(p);
     expect(events.map((e) => [e.op, e.key, e.schemaVersion, e.capture])).toEqual([
@@ -262,8 +262,8 @@ describe('normalizer handler: DMS records', () => {
     const p = await pipeline();
     await p.handler(await rawEvent(p, [dms('insert', 'public.orders', { id: 1, status: 'new' }, 1)]));
     await p.handler(await rawEvent(p, [dms('insert', 'public.orders', { id: 2, status: 'new', note: 'hi' }, 2), dms('insert', 'public.orders', { id: 3 }, 3)]));
-    expect((await p.control.getTable('shop', 'public.orders'))?.state).toBe('active');
-    const versions = await p.control.listSchemaVersions('shop', 'public.orders');
+    expect((await p.controlPlane.getTable('shop', 'public.orders'))?.state).toBe('active');
+    const versions = await p.controlPlane.listSchemaVersions('shop', 'public.orders');
     expect(versions.map((v) => [v.version, v.columns.map((c) => c.name), v.effectivePosition])).toEqual([
       [1, ['id', 'status'], dmsPos(1)],
       [2, ['id', 'status', 'note'], dmsPos(2)],
@@ -273,7 +273,7 @@ describe('normalizer handler: DMS records', () => {
       [2, 2],
       [3, 2],
     ]);
-    const add = (await p.control.listAudit('shop', 'public.orders')).find((a) => a.action === 'add-schema-version');
+    const add = (await p.controlPlane.listAudit('shop', 'public.orders')).find((a) => a.action === 'add-schema-version');
     expect(add?.detail).toMatchObject({ version: 2, classification: 'compatible', reason: 'new nullable column note' });
   });
 
@@ -290,12 +290,12 @@ describe('normalizer handler: DMS records', () => {
         dms('insert', 'public.orders', { id: 2 }, 2),
       ]),
     );
-    const v1 = await p.control.getSchemaVersion('shop', 'public.orders', 1);
+    const v1 = await p.controlPlane.getSchemaVersion('shop', 'public.orders', 1);
     expect(v1?.columns).toEqual([
       { name: 'id', type: 'INT32', nullable: false },
       { name: 'status', type: 'STRING', nullable: true },
     ]);
-    const t = await p.control.getTable('shop', 'public.orders');
+    const t = await p.controlPlane.getTable('shop', 'public.orders');
     expect(t?.state).toBe('paused');
     expect(t?.stateReason).toMatch(/^SCHEMA_BREAKING: the source reported 'drop-column' without the table definition/);
     // Events keep flowing into the log, so that sinks can hold them.
@@ -309,7 +309,7 @@ describe('normalizer handler: slot-capture records', () => {
     const p = await pipeline();
     const cols = (id: number, extra: Col[] = []): Col[] => [['id', 'integer', id], ['name', 'text', `n${id}`], ...extra];
     await p.handler(await rawEvent(p, [slot({ lsn: 1, columns: cols(1) }), slot({ lsn: 2, columns: cols(2) })]));
-    expect(await p.control.getSchemaVersion('shop', 'public.items', 1)).toMatchObject({
+    expect(await p.controlPlane.getSchemaVersion('shop', 'public.items', 1)).toMatchObject({
       columns: [
         { name: 'id', type: 'integer', nullable: true },
         { name: 'name', type: 'text', nullable: true },
@@ -317,11 +317,11 @@ describe('normalizer handler: slot-capture records', () => {
       key: ['id'],
       effectivePosition: slotPos(1),
     });
-    expect((await p.control.getTable('shop', 'public.items'))?.deleteMode).toBe('soft');
+    expect((await p.controlPlane.getTable('shop', 'public.items'))?.deleteMode).toBe('soft');
 
     // A new nullable column: version 2, still active.
     await p.handler(await rawEvent(p, [slot({ lsn: 3, columns: cols(3, [['qty', 'smallint', 5]]) })]));
-    expect(await p.control.getTable('shop', 'public.items')).toMatchObject({ state: 'active', currentVersion: 2 });
+    expect(await p.controlPlane.getTable('shop', 'public.items')).toMatchObject({ state: 'active', currentVersion: 2 });
 
     // `name` is gone from a complete row image: a drop. The table pauses; its events are still published.
     const event = await rawEvent(p, [
@@ -342,10 +342,10 @@ describe('normalizer handler: slot-capture records', () => {
       }),
     ]);
     expect(await p.handler(event)).toEqual({ batchItemFailures: [] });
-    const t = await p.control.getTable('shop', 'public.items');
+    const t = await p.controlPlane.getTable('shop', 'public.items');
     expect(t).toMatchObject({ state: 'paused', currentVersion: 3 });
     expect(t?.stateReason).toBe('SCHEMA_BREAKING: column name was dropped (schema version 3)');
-    const audit = await p.control.listAudit('shop', 'public.items');
+    const audit = await p.controlPlane.listAudit('shop', 'public.items');
     expect(audit.map((a) => a.action)).toEqual(['register-table', 'add-schema-version', 'pause-table', 'add-schema-version']);
     expect(audit[2]).toMatchObject({
       actor: 'normalizer',
@@ -398,7 +398,7 @@ describe('normalizer handler: slot-capture records', () => {
         }),
       ]),
     );
-    expect(await p.control.getTable('shop', 'public.items')).toMatchObject({ state: 'active', currentVersion: 2 });
+    expect(await p.controlPlane.getTable('shop', 'public.items')).toMatchObject({ state: 'active', currentVersion: 2 });
     // The first record again (a replay): it lacks `tag`, but at its position version 1 was in effect.
     await p.handler(
       await rawEvent(p, [
@@ -411,7 +411,7 @@ describe('normalizer handler: slot-capture records', () => {
         }),
       ]),
     );
-    expect(await p.control.getTable('shop', 'public.items')).toMatchObject({ state: 'active', currentVersion: 2 });
+    expect(await p.controlPlane.getTable('shop', 'public.items')).toMatchObject({ state: 'active', currentVersion: 2 });
     const events = await published(p);
     expect(events.map((e) => [e.position, e.schemaVersion, e.missing])).toEqual([
       [slotPos(1), 1, []],
@@ -440,8 +440,8 @@ describe('normalizer handler: slot-capture records', () => {
         }),
       ]),
     );
-    expect((await p.control.getSchemaVersion('shop', 'public.gone', 1))?.columns).toMatchObject([{ name: 'id', type: 'bigint' }]);
-    const docs = (await p.control.getSchemaVersion('shop', 'public.docs', 1))?.columns;
+    expect((await p.controlPlane.getSchemaVersion('shop', 'public.gone', 1))?.columns).toMatchObject([{ name: 'id', type: 'bigint' }]);
+    const docs = (await p.controlPlane.getSchemaVersion('shop', 'public.docs', 1))?.columns;
     expect(docs?.find((c) => c.name === 'id')?.type).toBe('bigint');
     expect(docs?.find((c) => c.name === 'tag')?.type).toBe('text');
     expect(docs?.find((c) => c.name === 'body')?.type).toBeNull();
@@ -462,7 +462,7 @@ describe('normalizer handler: slot-capture records', () => {
         }),
       ]),
     );
-    expect((await p.control.getSchemaVersion('shop', 'public.notes', 1))?.columns.find((c) => c.name === 'body')?.type).toBe('text');
+    expect((await p.controlPlane.getSchemaVersion('shop', 'public.notes', 1))?.columns.find((c) => c.name === 'body')?.type).toBe('text');
     // The full image that follows is then no change of the key's type at all.
     await p.handler(
       await rawEvent(p, [
@@ -476,7 +476,7 @@ describe('normalizer handler: slot-capture records', () => {
         }),
       ]),
     );
-    const v2 = await p.control.getSchemaVersion('shop', 'public.gone', 2);
+    const v2 = await p.controlPlane.getSchemaVersion('shop', 'public.gone', 2);
     expect(v2?.columns.find((c) => c.name === 'id')?.type).toBe('bigint');
   });
 
@@ -493,11 +493,11 @@ describe('normalizer handler: slot-capture records', () => {
     const seqs = event.Records.map((r) => r.kinesis.sequenceNumber);
     expect(await handler(event)).toEqual({ batchItemFailures: seqs.map((s) => ({ itemIdentifier: s })) });
     expect(await published(p)).toEqual([]);
-    expect((await p.control.listTables('shop')).map((t) => t.table)).not.toContain('public.orders');
-    expect(await p.control.listDeadLetters()).toEqual([]);
+    expect((await p.controlPlane.listTables('shop')).map((t) => t.table)).not.toContain('public.orders');
+    expect(await p.controlPlane.listDeadLetters()).toEqual([]);
     // The snapshot worker's publication (lambda/core/shared/catalog-types.ts), in the control table.
     expect(
-      await publishCatalogTypes(p.control, 'shop', ['public.orders'], async (t) => ({
+      await publishCatalogTypes(p.controlPlane, 'shop', ['public.orders'], async (t) => ({
         table: t,
         columns: [
           { name: 'id', type: 'bigint' },
@@ -512,7 +512,7 @@ describe('normalizer handler: slot-capture records', () => {
       ['public.orders', 1, 1],
       ['public.orders', 2, 1],
     ]);
-    expect((await p.control.getSchemaVersion('shop', 'public.orders', 1))?.columns.map((c) => [c.name, c.type])).toEqual([
+    expect((await p.controlPlane.getSchemaVersion('shop', 'public.orders', 1))?.columns.map((c) => [c.name, c.type])).toEqual([
       ['id', 'bigint'],
       ['total', 'numeric(12,2)'],
     ]);
@@ -557,7 +557,7 @@ describe('normalizer handler: slot-capture records', () => {
       .map((r) => r.partitionKey)
       .sort();
     expect(keys).toEqual(['shop/public.cdc_heartbeat/[["source_id","shop"]]', 'shop/public.lines/[["line","1"],["order_id","7"]]']); // values by their text (keyText)
-    expect((await p.control.listTables('shop')).map((t) => t.table)).toEqual(['public.cdc_heartbeat', 'public.lines']);
+    expect((await p.controlPlane.listTables('shop')).map((t) => t.table)).toEqual(['public.cdc_heartbeat', 'public.lines']);
   });
 });
 
@@ -575,7 +575,7 @@ describe('normalizer handler: bad input and failures', () => {
     ]);
     expect(await p.handler(event)).toEqual({ batchItemFailures: [] });
     expect((await published(p)).map((e) => e.key.id)).toEqual([1, 3, 6]);
-    const letters = await p.control.listDeadLetters('normalizer');
+    const letters = await p.controlPlane.listDeadLetters('normalizer');
     const seqs = event.Records.map((r) => r.kinesis.sequenceNumber);
     expect(letters.map((l) => [l.code, l.origin, l.table])).toEqual([
       ['INVALID_RECORD', `${p.raw}/shardId-000000000000/${seqs[1]}`, null],
@@ -592,7 +592,7 @@ describe('normalizer handler: bad input and failures', () => {
     const deadLetterRecords = emf().filter((r) => r._aws.CloudWatchMetrics[0]!.Metrics.some((m) => m.Name === 'DeadLetters'));
     for (const r of deadLetterRecords) expect(r._aws.CloudWatchMetrics[0]!.Dimensions.map((d) => [...d].sort())).toEqual([['Source', 'Stage']]);
     // The active table a dead letter names is marked degraded (items was registered by the first record).
-    expect((await p.control.getTable('shop', 'public.items'))?.state).toBe('degraded');
+    expect((await p.controlPlane.getTable('shop', 'public.items'))?.state).toBe('degraded');
   });
 
   it('when the change log is unavailable, every record of the batch is failed so none is lost or overtaken', async () => {
@@ -608,7 +608,7 @@ describe('normalizer handler: bad input and failures', () => {
     const p = await pipeline();
     let down = true;
     // Fault injection around the real control plane: reads of public.bad fail while "down".
-    const flaky = new Proxy(p.control, {
+    const flaky = new Proxy(p.controlPlane, {
       get(target, prop, receiver) {
         const v = Reflect.get(target, prop, receiver) as unknown;
         if (prop === 'getTable' || prop === 'listSchemaVersions') {
@@ -620,7 +620,7 @@ describe('normalizer handler: bad input and failures', () => {
         return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
       },
     });
-    const handler = p.build({ control: flaky, flushEvents: 2 });
+    const handler = p.build({ controlPlane: flaky, flushEvents: 2 });
     const payloads = [
       slot({ lsn: 1, columns: [['id', 'integer', 1]] }),
       slot({ lsn: 2, columns: [['id', 'integer', 2]] }), // buffer reaches 2 → published
@@ -696,8 +696,8 @@ describe('normalizer handler: bad input and failures', () => {
     // Two batches through the same handler at once (the local poller runs one per shard), and one through another normalizer.
     const results = await Promise.all([p.handler(a), p.handler(b), other(c)]);
     expect(results).toEqual([{ batchItemFailures: [] }, { batchItemFailures: [] }, { batchItemFailures: [] }]);
-    expect(await p.control.listSchemaVersions('shop', 'public.race')).toHaveLength(1);
-    expect((await p.control.listAudit('shop', 'public.race')).map((x) => x.action)).toEqual(['register-table']);
+    expect(await p.controlPlane.listSchemaVersions('shop', 'public.race')).toHaveLength(1);
+    expect((await p.controlPlane.listAudit('shop', 'public.race')).map((x) => x.action)).toEqual(['register-table']);
     expect((await published(p)).map((e) => [e.key.id, e.schemaVersion])).toEqual([
       [1, 1],
       [2, 1],

@@ -39,9 +39,9 @@ const event = (resource: string, userArn: string, body: unknown) => ({
 });
 
 /** The control plane with every call counted (what reached it). */
-function counted(inner: ControlPlane): { control: ControlPlane; calls: string[] } {
+function counted(inner: ControlPlane): { controlPlane: ControlPlane; calls: string[] } {
   const calls: string[] = [];
-  const control = new Proxy(inner, {
+  const controlPlane = new Proxy(inner, {
     get(target, prop, receiver) {
       const v = Reflect.get(target, prop, receiver) as unknown;
       if (typeof v !== 'function') return v;
@@ -51,7 +51,7 @@ function counted(inner: ControlPlane): { control: ControlPlane; calls: string[] 
       };
     },
   });
-  return { control, calls };
+  return { controlPlane, calls };
 }
 
 beforeAll(async () => {
@@ -97,10 +97,10 @@ afterAll(async () => {
 
 describe('the operator function behind the front door', () => {
   it('refuses a pause by a caller allowed only status before it reaches the control plane', async () => {
-    const { control, calls } = counted(cp);
+    const { controlPlane, calls } = counted(cp);
     // The status function (read class), the one /read/status reaches.
     const status = createOperatorHandler({
-      control,
+      controlPlane,
       env: { [EnvName.CHANGE_LOG_RETENTION_MS]: String(24 * 3_600_000), [EnvName.OPERATOR_ACTIONS]: 'status,audit' },
       logger: quiet,
     });

@@ -236,7 +236,7 @@ async function digest(schema: string): Promise<string> {
 function wire(s: Awaited<ReturnType<typeof setUp>>, step?: (name: string) => void) {
   const worker = createRebuildWorker({
     sink: SINK,
-    control: s.cp,
+    controlPlane: s.cp,
     pool,
     archive: s.archive,
     kinesis,
@@ -248,7 +248,7 @@ function wire(s: Awaited<ReturnType<typeof setUp>>, step?: (name: string) => voi
   });
   const started: Array<{ arn: string; name: string; input: { id: string; request: Record<string, unknown> } }> = [];
   const rebuilds = awsRebuilds({
-    control: s.cp,
+    controlPlane: s.cp,
     workers: { [SINK]: { worker: 'rebuild-worker', stateMachine: 'arn:aws:states:us-east-1:000000000000:stateMachine:rebuild' } },
     // The operator function's synchronous Invoke of the worker, through the payload's JSON.
     invoke: async (_fn, payload) => JSON.parse(JSON.stringify(await worker(JSON.parse(JSON.stringify(payload))))),
@@ -257,7 +257,7 @@ function wire(s: Awaited<ReturnType<typeof setUp>>, step?: (name: string) => voi
       return `${arn}:${name}`;
     },
   });
-  const operator = createOperatorHandler({ control: s.cp, env: ENV, rebuilds, logger: { info: () => undefined, warn: () => undefined } });
+  const operator = createOperatorHandler({ controlPlane: s.cp, env: ENV, rebuilds, logger: { info: () => undefined, warn: () => undefined } });
   return { worker, operator, started };
 }
 
@@ -396,9 +396,9 @@ describe('rebuild on AWS: operator, rebuild worker slices (real DynamoDB Local, 
     expect(refusals).toEqual([...(middle ? ['HISTORY_INCOMPLETE'] : []), 'HISTORY_INCOMPLETE']);
     // An operator function with no worker for the sink refuses, audited.
     const none = createOperatorHandler({
-      control: s.cp,
+      controlPlane: s.cp,
       env: ENV,
-      rebuilds: awsRebuilds({ control: s.cp, workers: {}, invoke: async () => null, start: async () => '' }),
+      rebuilds: awsRebuilds({ controlPlane: s.cp, workers: {}, invoke: async () => null, start: async () => '' }),
       logger: { info: () => undefined, warn: () => undefined },
     });
     const r = (await none(operatorCall('dave', { action: 'rebuild', table: TABLE, sink: SINK }))) as { ok: true; result: ActionResult };
@@ -412,13 +412,13 @@ describe('rebuild on AWS: the synthesised state machine, run by the Step Functio
   function deployedDefinition(): StateMachineDefinition {
     const f = fixture();
     const sink = new WarehouseSink(f.stack, 'Warehouse', {
-      controlPlane: f.control,
+      controlPlane: f.controlPlane,
       changeLog: f.log,
       sources: [ordersSource(f)],
       vpc: f.vpc,
       connection: WarehouseConnection.postgres({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
     });
-    new WarehouseRebuild(f.stack, 'Rebuild', { controlPlane: f.control, changeLog: f.log, sink, vpc: f.vpc });
+    new WarehouseRebuild(f.stack, 'Rebuild', { controlPlane: f.controlPlane, changeLog: f.log, sink, vpc: f.vpc });
     const machines = resourcesOf(Template.fromStack(f.stack), 'AWS::StepFunctions::StateMachine');
     expect(machines).toHaveLength(1);
     return definitionFromTemplate((machines[0]![1] as { Properties: { DefinitionString: unknown } }).Properties.DefinitionString, (token) => {

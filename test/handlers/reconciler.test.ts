@@ -75,7 +75,7 @@ function emfLines(spy: { mock: { calls: unknown[][] } }): Array<Record<string, u
 
 describe('reconciler handler', () => {
   it('reconciles its tier, stores verdicts, and publishes divergence and coverage', async () => {
-    const control = new MemoryControlPlane();
+    const controlPlane = new MemoryControlPlane();
     const run = createReconciler({
       source: 'shop',
       sink: 'warehouse',
@@ -88,7 +88,7 @@ describe('reconciler handler', () => {
         { name: 'hot', periodMs: 3_600_000, tables: ['public.items'] },
         { name: 'daily', periodMs: 86_400_000, tables: ['*'] },
       ],
-      control,
+      controlPlane,
       sourceClient: async () => src,
       warehouseClient: async () => wh,
       budget: { writeLatencyPct: 10, cpuPct: 5 },
@@ -111,7 +111,7 @@ describe('reconciler handler', () => {
         Table: 'public.items',
         ReconcileRowsChecked: 500,
       });
-      expect((await control.getReconcileVerdict('warehouse', 'shop', 'public.items'))?.verdict).toBe('MATCH');
+      expect((await controlPlane.getReconcileVerdict('warehouse', 'shop', 'public.items'))?.verdict).toBe('MATCH');
 
       const daily = await run({ tier: 'daily' });
       expect(daily.verdicts.map((v) => [v.table, v.verdict])).toEqual([['public.other', 'MATCH']]);
@@ -123,7 +123,7 @@ describe('reconciler handler', () => {
       expect(diverged.verdicts[0]).toMatchObject({ table: 'public.items', verdict: 'DIVERGED' });
       emf = emfLines(spy);
       expect(emf.find((l) => 'ReconcileDivergedTables' in l)).toMatchObject({ ReconcileDivergedTables: 1, ReconcileDivergedKeys: 1 });
-      const stored = await control.getReconcileVerdict('warehouse', 'shop', 'public.items');
+      const stored = await controlPlane.getReconcileVerdict('warehouse', 'shop', 'public.items');
       expect(stored?.sampleKeys).toEqual([{ key: { id: '250' }, kind: 'different', column: 'v' }]);
       // A DIVERGED verdict is decided: the table stays covered.
       expect(diverged.coverageGaps).toBe(0);

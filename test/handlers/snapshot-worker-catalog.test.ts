@@ -38,7 +38,7 @@ describe('snapshot worker: catalog types of tables not registered yet', () => {
   it('publishes them with modifiers and key before any snapshot work, skips absent and registered tables, rewrites a changed one', async () => {
     await client.query('CREATE TABLE public.cdc_heartbeat (source_id text PRIMARY KEY, beat_at timestamptz)');
     await client.query('CREATE TABLE public.items (id bigint, line smallint, price numeric(12,2), name varchar(20), at timestamp(3), PRIMARY KEY (id, line))');
-    const control = new MemoryControlPlane();
+    const controlPlane = new MemoryControlPlane();
     const reader = new PostgresSnapshotReader({ primary: { connectionString: cluster.url('src') } });
     const worker = createSnapshotWorker({
       source: 'shop',
@@ -47,7 +47,7 @@ describe('snapshot worker: catalog types of tables not registered yet', () => {
         { table: 'public.items', key: ['id', 'line'], deleteMode: 'soft', mask: [], exclude: [], snapshot: false },
         { table: 'public.gone', key: ['id'], deleteMode: 'soft', mask: [], exclude: [], snapshot: false },
       ],
-      control,
+      controlPlane,
       reader,
       publish: async () => undefined,
       budget: DEFAULT_SOURCE_BUDGET,
@@ -58,7 +58,7 @@ describe('snapshot worker: catalog types of tables not registered yet', () => {
     });
     try {
       await worker(() => 600_000);
-      expect(await readCatalogTypes(control, 'shop', 'public.items')).toEqual({
+      expect(await readCatalogTypes(controlPlane, 'shop', 'public.items')).toEqual({
         table: 'public.items',
         columns: [
           { name: 'id', type: 'bigint' },
@@ -69,14 +69,14 @@ describe('snapshot worker: catalog types of tables not registered yet', () => {
         ],
         key: ['id', 'line'],
       });
-      expect((await readCatalogTypes(control, 'shop', 'public.cdc_heartbeat'))?.columns.map((c) => c.type)).toEqual(['text', 'timestamp with time zone']);
-      expect(await readCatalogTypes(control, 'shop', 'public.gone')).toBeNull();
-      expect(await control.listSnapshots('shop')).toEqual([]);
+      expect((await readCatalogTypes(controlPlane, 'shop', 'public.cdc_heartbeat'))?.columns.map((c) => c.type)).toEqual(['text', 'timestamp with time zone']);
+      expect(await readCatalogTypes(controlPlane, 'shop', 'public.gone')).toBeNull();
+      expect(await controlPlane.listSnapshots('shop')).toEqual([]);
 
       // A column added before the table is registered: the next invocation publishes it.
       await client.query('ALTER TABLE public.items ADD COLUMN note text');
       await worker(() => 600_000);
-      expect((await readCatalogTypes(control, 'shop', 'public.items'))?.columns.at(-1)).toEqual({ name: 'note', type: 'text' });
+      expect((await readCatalogTypes(controlPlane, 'shop', 'public.items'))?.columns.at(-1)).toEqual({ name: 'note', type: 'text' });
     } finally {
       await reader.close();
     }
@@ -87,12 +87,12 @@ describe('snapshot worker: catalog types of tables not registered yet', () => {
       CREATE TABLE public.ev_2024_01 PARTITION OF public.ev FOR VALUES FROM ('2024-01-01') TO ('2024-02-01');
       CREATE TABLE public.ev_2024_02 PARTITION OF public.ev FOR VALUES FROM ('2024-02-01') TO ('2024-03-01') PARTITION BY RANGE (id);
       CREATE TABLE public.ev_2024_02_low PARTITION OF public.ev_2024_02 FOR VALUES FROM (0) TO (1000);`);
-    const control = new MemoryControlPlane();
+    const controlPlane = new MemoryControlPlane();
     const reader = new PostgresSnapshotReader({ primary: { connectionString: cluster.url('src') } });
     const worker = createSnapshotWorker({
       source: 'shop',
       tables: [{ table: 'public.ev', key: ['id', 'at'], deleteMode: 'soft', mask: [], exclude: [], snapshot: false }],
-      control,
+      controlPlane,
       reader,
       publish: async () => undefined,
       budget: DEFAULT_SOURCE_BUDGET,
@@ -103,7 +103,7 @@ describe('snapshot worker: catalog types of tables not registered yet', () => {
     });
     try {
       await worker(() => 600_000);
-      let tree = (await readPublishedPartitionTree(control, 'shop'))!;
+      let tree = (await readPublishedPartitionTree(controlPlane, 'shop'))!;
       // Leaves and the intermediate partition map to the root of their tree.
       expect(Object.fromEntries(tree.rootOf)).toEqual({
         'public.ev_2024_01': 'public.ev',
@@ -112,14 +112,14 @@ describe('snapshot worker: catalog types of tables not registered yet', () => {
       });
       expect(tree.leavesOf.get('public.ev')).toEqual(['public.ev_2024_01', 'public.ev_2024_02_low']);
       expect(tree.standalone.has('public.ev')).toBe(true);
-      const written = await control.getCheckpoint(catalogConsumerId('shop'), PARTITION_TREE_KEY);
+      const written = await controlPlane.getCheckpoint(catalogConsumerId('shop'), PARTITION_TREE_KEY);
       await worker(() => 600_000);
-      expect(await control.getCheckpoint(catalogConsumerId('shop'), PARTITION_TREE_KEY)).toBe(written);
+      expect(await controlPlane.getCheckpoint(catalogConsumerId('shop'), PARTITION_TREE_KEY)).toBe(written);
       await client.query(
         `CREATE TABLE public.ev_2024_03 PARTITION OF public.ev FOR VALUES FROM ('2024-03-01') TO ('2024-04-01'); ALTER TABLE public.ev DETACH PARTITION public.ev_2024_01`,
       );
       await worker(() => 600_000);
-      tree = (await readPublishedPartitionTree(control, 'shop'))!;
+      tree = (await readPublishedPartitionTree(controlPlane, 'shop'))!;
       expect(tree.rootOf.get('public.ev_2024_03')).toBe('public.ev');
       expect(tree.rootOf.has('public.ev_2024_01')).toBe(false);
       expect(tree.standalone.has('public.ev_2024_01')).toBe(true);

@@ -161,7 +161,7 @@ describe('one broken table on embedded PostgreSQL', () => {
 
     // Fix the table, resume it: the sink replays the held range, then applies live again.
     await pool.query(`ALTER TABLE ${qualified(bad.schema, bad.changelog)} DROP CONSTRAINT reject_all`);
-    const op = new Operator({ control: cp, settings: { changeLogRetentionMs: 86_400_000 }, snapshots: stateOnlySnapshots });
+    const op = new Operator({ controlPlane: cp, settings: { changeLogRetentionMs: 86_400_000 }, snapshots: stateOnlySnapshots });
     expect(await op.resume('oncall', { table: 'public.bad' })).toMatchObject({ outcome: 'done' });
     const replayer = createHeldRangeReplayer({
       controlPlane: cp,

@@ -17,7 +17,7 @@ import { readState, WAREHOUSE_DATABASE, type LocalStack } from '../../local/stac
 
 export interface DiagnosticsInput {
   /** The stack's control plane (its audit log). */
-  control: {
+  controlPlane: {
     listAudit(source?: string): Promise<AuditEntry[]>;
     listTables(source: string): Promise<Array<{ table: string }>>;
     listSinkProgress?(sink?: string): Promise<SinkTableProgress[]>;
@@ -67,7 +67,7 @@ async function sinkPositions(client: pg.Client, source: string, table: string): 
 export async function verdictDiagnostics(input: DiagnosticsInput): Promise<string[]> {
   const out: string[] = [];
   try {
-    const audit = input.control ? await input.control.listAudit(input.source) : null;
+    const audit = input.controlPlane ? await input.controlPlane.listAudit(input.source) : null;
     if (audit === null) out.push('--- audit log: no control plane');
     else {
       const line = (e: AuditEntry): string => `  ${e.at} ${e.actor} ${e.action} ${e.table ?? '-'} ${e.outcome} ${JSON.stringify(e.detail)}`;
@@ -80,7 +80,7 @@ export async function verdictDiagnostics(input: DiagnosticsInput): Promise<strin
     out.push(`--- audit log: unreadable (${message(err)})`);
   }
   try {
-    const progress = (await input.control?.listSinkProgress?.()) ?? [];
+    const progress = (await input.controlPlane?.listSinkProgress?.()) ?? [];
     out.push(`--- sink progress (${progress.length})`);
     for (const p of progress.filter((x) => x.source === input.source)) {
       out.push(
@@ -93,7 +93,7 @@ export async function verdictDiagnostics(input: DiagnosticsInput): Promise<strin
   out.push('--- sink positions');
   const tables =
     input.tables ??
-    (await input.control
+    (await input.controlPlane
       ?.listTables(input.source)
       .then((ts) => ts.map((t) => t.table))
       .catch(() => [] as string[])) ??
@@ -145,7 +145,7 @@ export async function stateDirDiagnostics(stateDir: string, o: { source: string;
       }
     }
     const lines = await verdictDiagnostics({
-      control: local instanceof Error ? null : local.control,
+      controlPlane: local instanceof Error ? null : local.controlPlane,
       warehouseUrl,
       source: o.source,
       ...(o.tables ? { tables: o.tables } : {}),

@@ -38,7 +38,7 @@ afterAll(async () => {
 interface Env {
   source: string;
   sql: pg.Client;
-  control: MemoryControlPlane;
+  controlPlane: MemoryControlPlane;
   published: SlotRecord[];
   options: CaptureOptions;
 }
@@ -55,22 +55,22 @@ async function env(schema: string, tables: string[], on: PostgresCluster = clust
   await on.createDatabase(source);
   const sql = await connect(on.url(source));
   await sql.query(schema);
-  const control = new MemoryControlPlane();
+  const controlPlane = new MemoryControlPlane();
   const published: SlotRecord[] = [];
   const options: CaptureOptions = {
     source,
     sourceUrl: on.url(source),
     tables: new TableConfigIndex(tables.map((table) => ({ table, deleteMode: 'soft' as const, mask: [], exclude: [] }))),
-    control,
+    controlPlane,
     publish: async (records) => void published.push(...records.flatMap((r) => capturedViews(r.data))),
     idleMs: 20,
   };
-  return { source, sql, control, published, options };
+  return { source, sql, controlPlane, published, options };
 }
 
 async function register(e: Env, table: string): Promise<void> {
   const at = new Date().toISOString();
-  await e.control.registerTable(
+  await e.controlPlane.registerTable(
     { source: e.source, table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at },
     { source: e.source, table, version: 1, columns: [], key: ['id'], effectivePosition: POSITION_ZERO, registeredAt: at },
     { at, actor: 'test', action: 'register', source: e.source, table, outcome: 'done', detail: {} },
@@ -98,16 +98,16 @@ describe('poison in the capture', () => {
     );
     expect(c.stats.state).toBe('running');
     await c.stop();
-    const letters = await e.control.listDeadLetters('capture');
+    const letters = await e.controlPlane.listDeadLetters('capture');
     expect(letters).toHaveLength(1);
     expect(letters[0]).toMatchObject({ stage: 'capture', source: e.source, table: 'public.t', code: 'INVALID_RECORD' });
     expect(letters[0]!.reason).toMatch(/a delete carries the old key/);
     expect(JSON.parse(letters[0]!.record).change).toMatchObject({ op: 'delete', oldKey: null });
-    expect((await e.control.getTable(e.source, 'public.t'))!.state).toBe('degraded');
+    expect((await e.controlPlane.getTable(e.source, 'public.t'))!.state).toBe('degraded');
     expect(e.published.filter((r) => r.op === 'delete')).toEqual([]);
     // Acknowledged past it: a restart does not meet it again.
     const slot = await readSlot(e.sql, c.slot);
-    expect(slot!.confirmedFlushLsn).toBe(await e.control.getCheckpoint(captureCheckpointName(e.source), c.slot));
+    expect(slot!.confirmedFlushLsn).toBe(await e.controlPlane.getCheckpoint(captureCheckpointName(e.source), c.slot));
     await e.sql.end();
   });
 
@@ -123,29 +123,29 @@ describe('poison in the capture', () => {
     await c.stop();
     // DMS records name no key: the rows as they were, and the refresh in the audit.
     expect(e.published.map((r) => r.columns!.map((col) => col.name))).toEqual([['id', 'code'], ['code']]);
-    const audit = await e.control.listAudit(e.source);
+    const audit = await e.controlPlane.listAudit(e.source);
     expect(audit.find((a) => a.action === 'capture-key-refreshed')).toMatchObject({ table: 'public.k', detail: { from: ['id'], to: ['code'] } });
     await e.sql.end();
   });
 
   it('stops loudly on output it cannot parse: a named error, a dead letter, an audit entry (the line kept only for a table without column rules)', async () => {
-    const control = new MemoryControlPlane();
+    const controlPlane = new MemoryControlPlane();
     const tables = new TableConfigIndex([
       { table: 'public.plain', deleteMode: 'soft', mask: [], exclude: [] },
       { table: 'public.secret', deleteMode: 'soft', mask: ['email'], exclude: [] },
     ]);
-    const ctx = { source: 'p', slot: 'cdc_p', tables, keys: new Map<string, string[]>(), control };
+    const ctx = { source: 'p', slot: 'cdc_p', tables, keys: new Map<string, string[]>(), controlPlane };
     const plain = await undecodable(ctx, new TestDecodingParseError('table public.plain: INSERT: id[integer]:1 x[mystery]:??', 40, 'unquoted value'));
     expect(plain).toBeInstanceOf(CaptureUndecodableError);
     expect(plain.code).toBe('CAPTURE_UNDECODABLE');
     await undecodable(ctx, new TestDecodingParseError("table public.secret: INSERT: id[integer]:1 email[text]:'a@b.c' x[mystery]:??", 40, 'unquoted value'));
-    const [first, second] = await control.listDeadLetters('capture');
+    const [first, second] = await controlPlane.listDeadLetters('capture');
     expect(first).toMatchObject({ table: 'public.plain', code: 'CAPTURE_UNDECODABLE', record: 'table public.plain: INSERT: id[integer]:1 x[mystery]:??' });
     expect(second!.table).toBe('public.secret');
     expect(second!.record).not.toContain('a@b.c');
     expect(second!.reason).not.toContain('a@b.c');
-    expect(JSON.stringify(await control.listAudit('p'))).not.toContain('a@b.c');
-    expect((await control.listAudit('p')).filter((a) => a.action === 'capture-stopped')).toHaveLength(2);
+    expect(JSON.stringify(await controlPlane.listAudit('p'))).not.toContain('a@b.c');
+    expect((await controlPlane.listAudit('p')).filter((a) => a.action === 'capture-stopped')).toHaveLength(2);
   });
 });
 
@@ -162,7 +162,7 @@ describe('continuity of history', () => {
     const error = await failure(new SlotCapture(e.options).start());
     expect(error).toBeInstanceOf(HistoryGapError);
     expect((error as Error).message).toMatch(/past the capture's checkpoint/);
-    expect((await e.control.getTable(e.source, 'public.t'))!.state).toBe('needs-resnapshot');
+    expect((await e.controlPlane.getTable(e.source, 'public.t'))!.state).toBe('needs-resnapshot');
     await e.sql.query(`SELECT pg_drop_replication_slot('${c.slot}')`);
     await e.sql.end();
   });
@@ -182,7 +182,7 @@ describe('continuity of history', () => {
       const error = await failure(new SlotCapture({ ...e.options, sourceUrl: other.url(e.source) }).start());
       expect(error).toBeInstanceOf(HistoryGapError);
       expect((error as Error).message).toMatch(/system identifier changed from \d+ to \d+/);
-      const stopped = (await e.control.listAudit(e.source)).find((a) => a.action === 'capture-stopped')!;
+      const stopped = (await e.controlPlane.listAudit(e.source)).find((a) => a.action === 'capture-stopped')!;
       expect(stopped.detail.problem).toBe('identity-changed');
       await o.end();
       await e.sql.end();
@@ -200,7 +200,7 @@ describe('continuity of history', () => {
     // The transaction was published and checkpointed, then the process died before moving the slot.
     const commit = (await e.sql.query(`SELECT lsn::text AS lsn FROM pg_logical_slot_peek_changes('${c.slot}', NULL, NULL) WHERE data LIKE 'COMMIT%'`)).rows[0]
       .lsn as string;
-    await e.control.putCheckpoint(captureCheckpointName(e.source), c.slot, commit);
+    await e.controlPlane.putCheckpoint(captureCheckpointName(e.source), c.slot, commit);
     const again = new SlotCapture(e.options);
     await again.start();
     await e.sql.query('INSERT INTO t VALUES (2)');
@@ -244,8 +244,8 @@ describe('continuity of history', () => {
       const error = await failure(new SlotCapture({ ...e.options, sourceUrl: pgc.url(e.source) }).start());
       expect(error).toBeInstanceOf(HistoryGapError);
       expect((error as Error).message).toMatch(/behind the capture's checkpoint .* restored to an earlier point/);
-      expect((await e.control.getTable(e.source, 'public.t'))!.state).toBe('needs-resnapshot');
-      expect((await e.control.listAudit(e.source)).find((a) => a.action === 'capture-stopped')!.detail.problem).toBe('slot-restored');
+      expect((await e.controlPlane.getTable(e.source, 'public.t'))!.state).toBe('needs-resnapshot');
+      expect((await e.controlPlane.listAudit(e.source)).find((a) => a.action === 'capture-stopped')!.detail.problem).toBe('slot-restored');
     } finally {
       await pgc.stop();
       await rm(dir, { recursive: true, force: true });

@@ -9,7 +9,8 @@ import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
-import { SlotCapture, type RawRecord } from '../../local/capture.ts';
+import { SlotCapture } from '../../local/capture.ts';
+import type { RawRecord } from '../../local/raw-publisher.ts';
 import { TableConfigIndex, type TableConfig } from '../../lambda/core/tables/table-config.ts';
 import { Normalizer } from '../../lambda/core/capture/normalize.ts';
 import { readCatalogTypes } from '../../lambda/core/shared/catalog-types.ts';
@@ -72,13 +73,13 @@ describe('the local capture writes DMS records', () => {
     // The table of the recording (its control record's table-def: id INT32 not null, name, age, attributes).
     await sql.query('CREATE TABLE foo (id int PRIMARY KEY, name text, age int, attributes jsonb)');
     const tables: TableConfig[] = [{ table: 'public.foo', deleteMode: 'soft', mask: [], exclude: [] }];
-    const control = new MemoryControlPlane();
+    const controlPlane = new MemoryControlPlane();
     const raw: RawRecord[] = [];
     const capture = new SlotCapture({
       source,
       sourceUrl: cluster.url(source),
       tables: new TableConfigIndex(tables),
-      control,
+      controlPlane,
       publish: async (r) => void raw.push(...r),
       idleMs: 20,
     });
@@ -119,24 +120,24 @@ describe('the local capture writes DMS records', () => {
     for (let i = 1; i < ours.length; i++) expect(meta(ours[i]!)['prev-transaction-id']).toBe(meta(ours[i - 1]!)['transaction-id']);
 
     // The normalizer reads them with its DMS decoder (the key from the catalog types the capture published).
-    expect((await readCatalogTypes(control, source, 'public.foo'))!.key).toEqual(['id']);
+    expect((await readCatalogTypes(controlPlane, source, 'public.foo'))!.key).toEqual(['id']);
     const counted: number[] = [];
     const log: ChangeEvent[] = [];
     const quiet = { debug: () => undefined, info: () => undefined, warn: () => undefined, error: () => undefined };
     const normalizer = new Normalizer<string>({
       source,
       tables: new TableConfigIndex(tables),
-      control,
+      controlPlane,
       changeLog: { encode: (e) => JSON.stringify(e), publishEncoded: async (texts) => void log.push(...texts.map((t) => validateChangeEvent(JSON.parse(t)))) },
       metrics: { count: (name, v) => void (name === MetricName.DMS_RECORDS_DECODED && counted.push(v)), milliseconds: () => undefined },
       logger: quiet,
-      catalogTypes: (t) => readCatalogTypes(control, source, t),
+      catalogTypes: (t) => readCatalogTypes(controlPlane, source, t),
     });
     const batch = normalizer.startBatch();
     for (const r of raw) await batch.add({ text: r.data, origin: r.label });
     await batch.flush();
     expect(counted.reduce((a, b) => a + b, 0)).toBe(6);
-    expect(await control.listDeadLetters()).toEqual([]);
+    expect(await controlPlane.listDeadLetters()).toEqual([]);
     expect(log.map((e) => [e.op, e.key, e.capture])).toEqual([
       ['insert', { id: 46 }, 'dms'],
       ['insert', { id: 42 }, 'dms'],

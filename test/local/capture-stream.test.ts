@@ -13,7 +13,8 @@ import pg from 'pg';
 import { TableConfigIndex } from '../../lambda/core/tables/table-config.ts';
 import type { SlotRecord } from '../../lambda/core/capture/slot-record.ts';
 import type { ControlPlane } from '../../lambda/core/shared/control-plane.ts';
-import { SlotCapture, captureCheckpointName, type CaptureOptions, type RawPublisher } from '../../local/capture.ts';
+import { SlotCapture, captureCheckpointName, type CaptureOptions } from '../../local/capture.ts';
+import type { RawPublisher } from '../../local/raw-publisher.ts';
 import { seededRandom } from '../../local/demo.ts';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { compareLsn, readSlot } from '../../local/slot.ts';
@@ -45,7 +46,7 @@ interface Env {
   source: string;
   url: string;
   sql: pg.Client;
-  control: MemoryControlPlane;
+  controlPlane: MemoryControlPlane;
   published: SlotRecord[];
   options: CaptureOptions;
 }
@@ -56,18 +57,18 @@ async function env(): Promise<Env> {
   const url = cluster.url(source);
   const sql = await connect(url);
   await sql.query('CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL); CREATE TABLE other (id int PRIMARY KEY)');
-  const control = new MemoryControlPlane();
+  const controlPlane = new MemoryControlPlane();
   const published: SlotRecord[] = [];
   const options: CaptureOptions = {
     source,
     sourceUrl: url,
     tables: new TableConfigIndex([{ table: 'public.t', deleteMode: 'soft', mask: [], exclude: [] }]),
-    control,
+    controlPlane,
     publish: async (records) => void published.push(...records.flatMap((r) => capturedViews(r.data))),
     idleMs: 20,
     read: 'stream',
   };
-  return { source, url, sql, control, published, options };
+  return { source, url, sql, controlPlane, published, options };
 }
 
 /** Ends every session of the capture of `source` (its SQL session and its walsender), as a killed process would. */
@@ -120,7 +121,7 @@ describe('slot capture, streaming', () => {
     const during = await readSlot(e.sql, c1.slot);
     expect(during!.confirmedFlushLsn).toBe(start);
     expect(during!.active).toBe(true);
-    expect(await e.control.getCheckpoint(captureCheckpointName(e.source), c1.slot)).toBe(start);
+    expect(await e.controlPlane.getCheckpoint(captureCheckpointName(e.source), c1.slot)).toBe(start);
     expect(c1.caughtUpSince(Date.now())).toBe(false);
     await killSessions(e.sql, e.source);
     // Restart: the same transaction is read again (at least once), then the next one.
@@ -135,7 +136,7 @@ describe('slot capture, streaming', () => {
     expect(e.published.slice(0, 2).map((r) => `${r.commitLsn}#${r.index}`)).toEqual(publishedOnce.map((r) => `${r.commitLsn}#${r.index}`));
     const slot = await readSlot(e.sql, c2.slot);
     expect(slot!.confirmedFlushLsn).toBe(e.published[2]!.commitLsn);
-    expect(await e.control.getCheckpoint(captureCheckpointName(e.source), c2.slot)).toBe(e.published[2]!.commitLsn);
+    expect(await e.controlPlane.getCheckpoint(captureCheckpointName(e.source), c2.slot)).toBe(e.published[2]!.commitLsn);
     await e.sql.end();
   });
 
@@ -233,7 +234,7 @@ describe('slot capture, streaming', () => {
         source: 'nosender',
         sourceUrl: none.url('src'),
         tables: new TableConfigIndex([{ table: 'public.t', deleteMode: 'soft', mask: [], exclude: [] }]),
-        control: new MemoryControlPlane(),
+        controlPlane: new MemoryControlPlane(),
         publish: async () => undefined,
       };
       await expect(new SlotCapture(options).start()).rejects.toThrow(/WAL senders are in use.*max_wal_senders/s);
@@ -312,7 +313,7 @@ describe('slot capture, streaming', () => {
           await e.options.publish(records);
           if (kind === 'after-publish' && hangHere()) return never;
         };
-        const control = new Proxy(e.control, {
+        const controlPlane = new Proxy(e.controlPlane, {
           get(target, prop, receiver) {
             if (prop === 'putCheckpoint') {
               return async (consumer: string, shard: string, value: string): Promise<void> => {
@@ -327,7 +328,7 @@ describe('slot capture, streaming', () => {
             return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
           },
         }) as ControlPlane;
-        const c = new SlotCapture({ ...e.options, control, publish, peekChanges: 1 + int(8), onError: () => undefined });
+        const c = new SlotCapture({ ...e.options, controlPlane, publish, peekChanges: 1 + int(8), onError: () => undefined });
         // The crash can come while it starts (the first `#acked` write is there).
         await Promise.race([c.start(), until(`${label}: crash while starting`, () => crashed)]);
         await writeSome(2 + int(8));

@@ -53,14 +53,14 @@ describe('a change the capture cannot decode', () => {
     sql.on('error', () => undefined);
     await sql.connect();
     await sql.query('CREATE TABLE public.files (id int PRIMARY KEY, blob oid, name text)');
-    const control = new MemoryControlPlane();
+    const controlPlane = new MemoryControlPlane();
     const published: SlotRecord[] = [];
     const errors: unknown[] = [];
     const options: CaptureOptions = {
       source,
       sourceUrl: cluster.url(source),
       tables: new TableConfigIndex([{ table: 'public.files', deleteMode: 'soft', mask: [], exclude: [] }]),
-      control,
+      controlPlane,
       publish: async (records) => void published.push(...records.flatMap((r) => capturedViews(r.data))),
       idleMs: 20,
       onError: (e) => errors.push(e),
@@ -76,7 +76,7 @@ describe('a change the capture cannot decode', () => {
       }
     };
     expect(await doctor()).toBe('PASS');
-    const checkpointOf = () => control.getCheckpoint(captureCheckpointName(source), `cdc_${source}`);
+    const checkpointOf = () => controlPlane.getCheckpoint(captureCheckpointName(source), `cdc_${source}`);
 
     // Decodable first: one change goes through and is acknowledged.
     const first = new SlotCapture(options);
@@ -107,12 +107,12 @@ describe('a change the capture cannot decode', () => {
       expect(await checkpointOf()).toBe(acked);
       expect((await readSlot(sql, c.slot))!.confirmedFlushLsn).toBe(acked);
       // A dead letter of the line (the table has no column rules, so the line is kept) and an audit entry, each time.
-      const letters = await control.listDeadLetters('capture');
+      const letters = await controlPlane.listDeadLetters('capture');
       expect(letters).toHaveLength(attempt);
       expect(letters[attempt - 1]).toMatchObject({ stage: 'capture', source, table: 'public.files', code: 'CAPTURE_UNDECODABLE' });
       expect(letters[attempt - 1]!.record).toContain('table "public"."files": INSERT:');
       expect(letters[attempt - 1]!.record).toContain('"blob"["oid"]:1002');
-      expect((await control.listAudit(source)).filter((a) => a.action === 'capture-stopped')).toHaveLength(attempt);
+      expect((await controlPlane.listAudit(source)).filter((a) => a.action === 'capture-stopped')).toHaveLength(attempt);
     }
 
     // Recovery (docs/failures.md): the cause is a setting of the capture's session; reset it and
@@ -138,23 +138,23 @@ describe('a change the capture cannot decode', () => {
     sql.on('error', () => undefined);
     await sql.connect();
     await sql.query('CREATE TABLE public.t (id int PRIMARY KEY)');
-    const control = new MemoryControlPlane();
+    const controlPlane = new MemoryControlPlane();
     const published: SlotRecord[] = [];
     const options: CaptureOptions = {
       source,
       sourceUrl: cluster.url(source),
       tables: new TableConfigIndex([{ table: 'public.t', deleteMode: 'soft', mask: [], exclude: [] }]),
-      control,
+      controlPlane,
       publish: async (records) => void published.push(...records.flatMap((r) => capturedViews(r.data))),
       idleMs: 20,
     };
     const first = new SlotCapture(options);
     await first.start();
     await first.stop();
-    const acked = await control.getCheckpoint(captureCheckpointName(source), first.slot);
+    const acked = await controlPlane.getCheckpoint(captureCheckpointName(source), first.slot);
     await sql.query('INSERT INTO t VALUES (1)');
     const [consumer, shard] = identityCheckpoint(source);
-    await control.putCheckpoint(consumer, shard, 'not-an-identity');
+    await controlPlane.putCheckpoint(consumer, shard, 'not-an-identity');
     const error = await failure(new SlotCapture(options).start());
     expect(error).toBeInstanceOf(CdcError);
     expect(error).toMatchObject({ code: 'INVALID_IDENTITY' });

@@ -18,7 +18,8 @@ import type { SlotRecord } from '../../lambda/core/capture/slot-record.ts';
 import { readCatalogTypes } from '../../lambda/core/shared/catalog-types.ts';
 import { maskValue } from '../../lambda/core/tables/masking.ts';
 import { HistoryGapError } from '../../lambda/core/shared/errors.ts';
-import { SlotCapture, captureCheckpointName, kinesisRawPublisher, type RawPublisher, type RawRecord } from '../../local/capture.ts';
+import { SlotCapture, captureCheckpointName } from '../../local/capture.ts';
+import { kinesisRawPublisher, type RawPublisher, type RawRecord } from '../../local/raw-publisher.ts';
 import { compareLsn, readSlot } from '../../local/slot.ts';
 import { SourceNotReadyError, TransactionTooLargeError } from '../../local/errors.ts';
 import { createStream, readShards } from '../helpers/kinesis-read.ts';
@@ -28,7 +29,7 @@ let cluster: PostgresCluster;
 let ddb: DynamoDbLocal;
 let kin: Kinesalite;
 let kinesis: KinesisClient;
-let control: DynamoDbControlPlane;
+let controlPlane: DynamoDbControlPlane;
 let n = 0;
 
 beforeAll(async () => {
@@ -36,7 +37,7 @@ beforeAll(async () => {
   kinesis = kinesisClient(kin.endpoint);
   const dynamo = dynamoDbClient(ddb.endpoint);
   await createControlTable(dynamo, 'control');
-  control = new DynamoDbControlPlane(dynamo, 'control');
+  controlPlane = new DynamoDbControlPlane(dynamo, 'control');
 });
 
 afterAll(async () => {
@@ -86,7 +87,7 @@ function capture(e: Env, extra: Partial<ConstructorParameters<typeof SlotCapture
     source: e.source,
     sourceUrl: e.url,
     tables: new TableConfigIndex(TABLES),
-    control,
+    controlPlane,
     publish: kinesisRawPublisher(kinesis, e.stream),
     idleMs: 20,
     ...extra,
@@ -143,7 +144,7 @@ describe.each(['stream', 'peek'] as const)('slot capture (read: %s)', (mode) => 
     const docUpdate = records.find((r) => r.table === 'public.docs' && r.op === 'update')!;
     expect(docUpdate.columns!.map((col) => col.name)).toEqual(['id', 'title']);
     // Its type is in the catalog types the capture published for the normalizer (docs/schema-drift.md, "First sight of a table").
-    expect((await readCatalogTypes(control, e.source, 'public.docs'))!.columns).toEqual([
+    expect((await readCatalogTypes(controlPlane, e.source, 'public.docs'))!.columns).toEqual([
       { name: 'id', type: 'integer' },
       { name: 'title', type: 'text' },
       { name: 'body', type: 'text' },
@@ -156,7 +157,7 @@ describe.each(['stream', 'peek'] as const)('slot capture (read: %s)', (mode) => 
 
     // Acked: the slot is confirmed exactly at the recorded checkpoint, the last commit.
     const slot = await readSlot(e.sql, c.slot);
-    const checkpoint = await control.getCheckpoint(captureCheckpointName(e.source), c.slot);
+    const checkpoint = await controlPlane.getCheckpoint(captureCheckpointName(e.source), c.slot);
     expect(slot!.confirmedFlushLsn).toBe(checkpoint);
     expect(checkpoint).toBe(records.map((r) => r.commitLsn).reduce((a, b) => (compareLsn(a, b) >= 0 ? a : b)));
     await e.sql.end();
@@ -217,7 +218,7 @@ describe.each(['stream', 'peek'] as const)('slot capture (read: %s)', (mode) => 
 
   it('stops loudly when the slot is dropped under it, marks tables for re-snapshot, and never re-creates the slot', async () => {
     const e = await env();
-    await control.registerTable(
+    await controlPlane.registerTable(
       {
         source: e.source,
         table: 'public.customers',
@@ -264,10 +265,10 @@ describe.each(['stream', 'peek'] as const)('slot capture (read: %s)', (mode) => 
     expect((error as Error).message).toMatch(/is gone/);
     expect((error as Error).message).toMatch(/re-snapshot/);
     expect(await readSlot(e.sql, c.slot)).toBeNull();
-    const table = await control.getTable(e.source, 'public.customers');
+    const table = await controlPlane.getTable(e.source, 'public.customers');
     expect(table!.state).toBe('needs-resnapshot');
     expect(table!.stateReason).toMatch(/HISTORY_GAP/);
-    const audit = await control.listAudit(e.source);
+    const audit = await controlPlane.listAudit(e.source);
     expect(audit.some((a) => a.action === 'needs-resnapshot' && a.table === 'public.docs')).toBe(true);
     expect(audit.some((a) => a.action === 'capture-stopped')).toBe(true);
 
@@ -359,9 +360,9 @@ describe.each(['stream', 'peek'] as const)('slot capture (read: %s)', (mode) => 
     const mine = (await rawRecords(e.stream)).records.filter((r) => r.table === 'public.ignored');
     // Row 1 is the joining table's snapshot's to read; row 2 is a record, and the table's key is published with its catalog types.
     expect(mine.map((r) => r.columns!.find((col) => col.name === 'id')!.value)).toEqual([2]);
-    expect((await readCatalogTypes(control, e.source, 'public.ignored'))!.key).toEqual(['id']);
+    expect((await readCatalogTypes(controlPlane, e.source, 'public.ignored'))!.key).toEqual(['id']);
     // And no change of it was dead-lettered (before, the batch built row 1 with an empty key: a dead letter, and the table degraded).
-    expect((await control.listDeadLetters()).filter((d) => d.source === e.source)).toEqual([]);
+    expect((await controlPlane.listDeadLetters()).filter((d) => d.source === e.source)).toEqual([]);
     await e.sql.end();
   });
 
@@ -402,7 +403,7 @@ describe.each(['stream', 'peek'] as const)('slot capture (read: %s)', (mode) => 
         source: 'replica',
         sourceUrl: replica.url('src'),
         tables: new TableConfigIndex(TABLES),
-        control,
+        controlPlane,
         publish: async () => undefined,
       });
       await expect(c.start()).rejects.toThrow(/wal_level = 'replica'.*wal_level = logical.*restart/s);

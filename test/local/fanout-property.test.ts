@@ -88,7 +88,7 @@ class Consumer {
   readonly lives: Array<Map<string, number[]>> = [];
   readonly ever = new Map<string, Set<number>>();
   poller: Poller | null = null;
-  private control: CrashableControl | null = null;
+  private controlPlane: CrashableControl | null = null;
   private alive = false;
   /** While set, the handler waits (a stalled sink). */
   stall: Promise<void> | null = null;
@@ -125,7 +125,7 @@ class Consumer {
     const rand = this.rand;
     const life = new Map<string, number[]>();
     this.lives.push(life);
-    this.control = new CrashableControl(this.memory);
+    this.controlPlane = new CrashableControl(this.memory);
     this.alive = true;
     const handler: StreamHandler = async (event) => {
       this.onBatch();
@@ -146,7 +146,7 @@ class Consumer {
       consumer: this.name,
       kinesis,
       streamName: this.streamName,
-      control: this.control,
+      controlPlane: this.controlPlane,
       handler,
       batchSize: this.batchSize,
       bisectOnError: rand() < 0.5,
@@ -161,7 +161,7 @@ class Consumer {
 
   /** Crash: no write reaches the control plane from here on, the handler's work is lost. */
   async crash(): Promise<void> {
-    this.control!.crashed = true;
+    this.controlPlane!.crashed = true;
     this.alive = false;
     await this.poller!.stop();
   }
@@ -294,7 +294,7 @@ describe('one read of a stream for several consumers, randomized', () => {
           consumer: `once${i}`,
           kinesis: client,
           streamName: name,
-          control: new MemoryControlPlane(),
+          controlPlane: new MemoryControlPlane(),
           batchSize: 100,
           idleMs: 20,
           fanout,
@@ -338,7 +338,7 @@ describe('one read of a stream for several consumers, randomized', () => {
         consumer: `c${i}`,
         kinesis: client,
         streamName: name,
-        control: new MemoryControlPlane(),
+        controlPlane: new MemoryControlPlane(),
         batchSize: 40,
         idleMs: 20,
         fanout,
@@ -385,7 +385,7 @@ describe('one read of a stream for several consumers, randomized', () => {
           consumer: `split${i}`,
           kinesis,
           streamName: name,
-          control: memory,
+          controlPlane: memory,
           batchSize: 7 + i * 20,
           idleMs: 20,
           shardRefreshMs: 100,

@@ -50,9 +50,9 @@ afterAll(async () => {
   await cluster?.stop();
 });
 
-function deps(control: MemoryControlPlane, rule: TableRule, captured: Set<string>): DiscoveryDeps {
+function deps(controlPlane: MemoryControlPlane, rule: TableRule, captured: Set<string>): DiscoveryDeps {
   return {
-    control,
+    controlPlane,
     source: 'app',
     rules: [rule],
     declared: new Set(),
@@ -66,9 +66,12 @@ function deps(control: MemoryControlPlane, rule: TableRule, captured: Set<string
 
 describe('onboarding refuses by name what cannot be carried', () => {
   it('marks a table with a virtual generated column or a numeric beyond the warehouse ineligible, naming the columns and the fix', async () => {
-    const control = new MemoryControlPlane();
+    const controlPlane = new MemoryControlPlane();
     const captured = new Set<string>();
-    const { result } = await scanTables(deps(control, { match: 'public.*', excludeTables: [], deleteMode: 'soft', mask: [], exclude: [] }, captured), null);
+    const { result } = await scanTables(
+      deps(controlPlane, { match: 'public.*', excludeTables: [], deleteMode: 'soft', mask: [], exclude: [] }, captured),
+      null,
+    );
     expect(result.verdicts.map((v) => [v.table, v.verdict])).toEqual([
       ['public.film', 'ineligible'],
       ['public.ledger', 'ineligible'],
@@ -85,17 +88,17 @@ describe('onboarding refuses by name what cannot be carried', () => {
     expect(ledger).toMatch(/rounded numeric\(5,-2\): scale -2 is outside 0\.\.5/);
     expect(ledger).not.toMatch(/fine|free/);
     // The refusal is in the audit log, by table, with the reasons.
-    const audit = (await control.listAudit('app')).filter((e) => e.action === 'table-ineligible');
+    const audit = (await controlPlane.listAudit('app')).filter((e) => e.action === 'table-ineligible');
     expect(audit.map((e) => e.table).sort()).toEqual(['public.film', 'public.ledger']);
     expect(String((audit.find((e) => e.table === 'public.film')!.detail.reasons as string[])[0])).toMatch(/length_hours/);
-    expect(await control.getSnapshot('app', 'public.film')).toBeNull();
+    expect(await controlPlane.getSnapshot('app', 'public.film')).toBeNull();
   });
 
   it('captures the same tables once the rule excludes those columns', async () => {
-    const control = new MemoryControlPlane();
+    const controlPlane = new MemoryControlPlane();
     const captured = new Set<string>();
     const { result } = await scanTables(
-      deps(control, { match: 'public.*', excludeTables: [], deleteMode: 'soft', mask: [], exclude: ['length_hours', 'amount', 'rounded'] }, captured),
+      deps(controlPlane, { match: 'public.*', excludeTables: [], deleteMode: 'soft', mask: [], exclude: ['length_hours', 'amount', 'rounded'] }, captured),
       null,
     );
     expect(result.verdicts.map((v) => [v.table, v.verdict])).toEqual([
@@ -132,11 +135,11 @@ describe('onboarding refuses by name what cannot be carried', () => {
 describe('names as applications write them: carried, or refused by name at onboarding (docs/onboarding.md, "Names")', () => {
   const RULE: TableRule = { match: '*.*', excludeTables: [], deleteMode: 'soft', mask: [], exclude: [] };
   const BACKSLASH = 'public.back\\slash';
-  const scan = async (sinks: SinkProfile, control = new MemoryControlPlane()) => {
+  const scan = async (sinks: SinkProfile, controlPlane = new MemoryControlPlane()) => {
     const captured = new Set<string>();
     const { result } = await scanTables(
       {
-        ...deps(control, RULE, captured),
+        ...deps(controlPlane, RULE, captured),
         source: 'names',
         listTables: () => listSourceTables(names),
         tableFact: (t, k) => readTableFact(names, t, k),
@@ -144,7 +147,7 @@ describe('names as applications write them: carried, or refused by name at onboa
       },
       null,
     );
-    return { result, captured, control, verdict: new Map(result.verdicts.map((v) => [v.table, [v.verdict, v.reasons.join(' ')] as const])) };
+    return { result, captured, control: controlPlane, verdict: new Map(result.verdicts.map((v) => [v.table, [v.verdict, v.reasons.join(' ')] as const])) };
   };
 
   it('lists every table of the catalog, whatever its name', async () => {
@@ -154,7 +157,7 @@ describe('names as applications write them: carried, or refused by name at onboa
   });
 
   it('a PostgreSQL warehouse carries every name but one holding . or \\, and numeric(50,2) and numeric(5,-2) too', async () => {
-    const { verdict, captured, control } = await scan({ warehouse: 'postgres', search: false });
+    const { verdict, captured, control: controlPlane } = await scan({ warehouse: 'postgres', search: false });
     expect([...captured].sort()).toEqual(['Sales Dept.Big Ledger', 'public.Orders', 'public.Zoë "quoted"', 'public.orders']);
     expect(verdict.get('public.a.b')).toEqual([
       'ineligible',
@@ -164,7 +167,7 @@ describe('names as applications write them: carried, or refused by name at onboa
       'ineligible',
       expect.stringMatching(/^table_name: table name "back\\\\slash" .* cannot be carried: it holds '\\'/),
     ]);
-    const audit = (await control.listAudit('names')).filter((e) => e.action === 'table-ineligible').map((e) => e.table);
+    const audit = (await controlPlane.listAudit('names')).filter((e) => e.action === 'table-ineligible').map((e) => e.table);
     expect(audit.sort()).toEqual(['public.a.b', BACKSLASH]);
   });
 
@@ -181,10 +184,10 @@ describe('names as applications write them: carried, or refused by name at onboa
   });
 
   it('the table registered first is the one carried, whichever sorts first', async () => {
-    const control = new MemoryControlPlane();
+    const controlPlane = new MemoryControlPlane();
     const at = '2026-01-01T00:00:00.000Z';
     const table = 'public.orders';
-    await control.registerTable(
+    await controlPlane.registerTable(
       { source: 'names', table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at },
       {
         source: 'names',
@@ -197,7 +200,7 @@ describe('names as applications write them: carried, or refused by name at onboa
       },
       { at, actor: 'test', action: 'register-table', source: 'names', table, outcome: 'done', detail: {} },
     );
-    const { verdict } = await scan({ warehouse: 'redshift', search: false }, control);
+    const { verdict } = await scan({ warehouse: 'redshift', search: false }, controlPlane);
     expect(verdict.get('public.orders')?.[0]).toBe('captured');
     expect(verdict.get('public.Orders')).toEqual(['ineligible', expect.stringMatching(/public\.Orders and public\.orders \(registered first\)/)]);
   });

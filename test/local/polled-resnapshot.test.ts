@@ -46,19 +46,19 @@ afterAll(async () => {
 
 /** The whole path of one source's polled tables: poller → normalizer → warehouse applier, and the snapshot worker. */
 function pipeline(source: string, tables: TableConfig[]) {
-  const control = new MemoryControlPlane();
+  const controlPlane = new MemoryControlPlane();
   const raw: string[] = [];
   const events: string[] = [];
   const normalizer = new Normalizer<string>({
     source,
     tables: new TableConfigIndex(tables),
-    control,
+    controlPlane,
     changeLog: { encode: (e) => JSON.stringify(e), publishEncoded: async (r) => void events.push(...r) },
     metrics: { count: () => undefined, milliseconds: () => undefined },
     logger: quiet,
   });
   const applier = createWarehouseApplier({
-    controlPlane: control,
+    controlPlane: controlPlane,
     pool: dw,
     sinkId: 'wh',
     metrics: new Metrics({ namespace: 't' }),
@@ -69,7 +69,7 @@ function pipeline(source: string, tables: TableConfig[]) {
   let seq = 0;
   const pollColumnOf = (t: string) => tables.find((x) => x.table === t)?.pollColumn;
   return {
-    control,
+    control: controlPlane,
     reader,
     async flow() {
       const batch = normalizer.startBatch();
@@ -77,23 +77,23 @@ function pipeline(source: string, tables: TableConfig[]) {
       await batch.flush();
       const out = await applier.applyRecords(events.splice(0).map((text) => ({ sequenceNumber: String(++seq), origin: `log/shard-0/${seq}`, text })));
       expect(out.failed).toEqual([]);
-      expect(await control.listDeadLetters()).toEqual([]);
+      expect(await controlPlane.listDeadLetters()).toEqual([]);
     },
     poll: () =>
       pollPass({
         source,
         tables: tables.map((t) => ({ table: t.table, pollColumn: t.pollColumn!, rules: { mask: [], exclude: [] } })),
         reader,
-        cursors: checkpointCursorStore(control, source),
+        cursors: checkpointCursorStore(controlPlane, source),
         publish: async (records) => void raw.push(...records.map((r) => JSON.stringify(r))),
         pacerFor: () => new FixedPacer(7),
       }),
     async resnapshot(table: string, chunk = 100, between?: () => Promise<void>) {
-      const op = new Operator({ control, settings: { changeLogRetentionMs: 86_400_000 }, snapshots: controlPlaneSnapshots(control) });
+      const op = new Operator({ controlPlane, settings: { changeLogRetentionMs: 86_400_000 }, snapshots: controlPlaneSnapshots(controlPlane) });
       const r = await op.resnapshot('operator:test', { source, table });
       expect(r, JSON.stringify(r)).toMatchObject({ outcome: 'done' });
       const outcome = await runTableSnapshot({
-        control,
+        controlPlane,
         reader,
         publish: async (recs) => {
           raw.push(...snapshotStreamRecords(recs, sha).map((x) => x.data));
@@ -107,7 +107,7 @@ function pipeline(source: string, tables: TableConfig[]) {
         owner: 'test',
       });
       expect(outcome).toBe('done');
-      expect((await control.getTable(source, table))?.state).toBe('active');
+      expect((await controlPlane.getTable(source, table))?.state).toBe('active');
     },
     close: () => reader.close(),
   };
@@ -289,7 +289,7 @@ describe('re-snapshot of a polled table', () => {
     const p = pipeline('stable', tables);
     try {
       const points = await Promise.all(
-        tables.map((t) => pgPollStablePoint({ client: src, control: p.control, source: 'stable', sink: 'wh', table: t.table, pollColumn: t.pollColumn! })),
+        tables.map((t) => pgPollStablePoint({ client: src, controlPlane: p.control, source: 'stable', sink: 'wh', table: t.table, pollColumn: t.pollColumn! })),
       );
       const firsts = await Promise.all(points.map((x) => x.mark()));
       for (const [i, point] of points.entries()) expect(await point.passed(firsts[i]!)).toBe(false); // nothing polled yet
@@ -323,11 +323,11 @@ describe('re-snapshot of a polled table', () => {
     try {
       await p.poll();
       await p.flow();
-      const op = new Operator({ control: p.control, settings: { changeLogRetentionMs: 86_400_000 }, snapshots: controlPlaneSnapshots(p.control) });
+      const op = new Operator({ controlPlane: p.control, settings: { changeLogRetentionMs: 86_400_000 }, snapshots: controlPlaneSnapshots(p.control) });
       expect((await op.resnapshot('operator:test', { source: 'refusal', table: 'public.refused' })).outcome).toBe('done');
       // No poll column given: the run would stitch with the log.
       const run = runTableSnapshot({
-        control: p.control,
+        controlPlane: p.control,
         reader: p.reader,
         publish: async () => undefined,
         pacer: new FixedPacer(10),

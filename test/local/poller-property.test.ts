@@ -102,7 +102,7 @@ async function oneRun(run: number, seed: number): Promise<void> {
   const everAccepted = new Map<string, Set<number>>();
   let wavesPut = 0;
   for (let life = 0; ; life++) {
-    const control = new CrashableControl(memory);
+    const controlPlane = new CrashableControl(memory);
     const accepted = new Map<string, number[]>();
     lives.push(accepted);
     let alive = true;
@@ -132,7 +132,7 @@ async function oneRun(run: number, seed: number): Promise<void> {
       consumer: 'prop',
       kinesis,
       streamName: name,
-      control,
+      controlPlane: controlPlane,
       handler,
       batchSize,
       bisectOnError: rand() < 0.5,
@@ -159,7 +159,7 @@ async function oneRun(run: number, seed: number): Promise<void> {
     }
     // Crash at a random moment: no write reaches the control plane from here on, the handler's work is lost.
     await new Promise((r) => setTimeout(r, pick(60)));
-    control.crashed = true;
+    controlPlane.crashed = true;
     alive = false;
     await poller.stop();
   }
@@ -211,7 +211,7 @@ describe('local event-source poller, randomized', () => {
       consumer: 'ahead',
       kinesis: client,
       streamName: name,
-      control: new MemoryControlPlane(),
+      controlPlane: new MemoryControlPlane(),
       batchSize: 10,
       idleMs: 10,
       handler: async (event) => {
@@ -234,7 +234,7 @@ describe('local event-source poller, randomized', () => {
       consumer: 'wake',
       kinesis,
       streamName: name,
-      control: new MemoryControlPlane(),
+      controlPlane: new MemoryControlPlane(),
       idleMs: 600_000,
       handler: async (event) => void seen.push(...values(event)),
       watchPuts: (listener) => puts.watch(name, listener),

@@ -18,7 +18,7 @@ import { until } from './helpers.ts';
 let ddb: DynamoDbLocal;
 let kin: Kinesalite;
 let kinesis: KinesisClient;
-let control: DynamoDbControlPlane;
+let controlPlane: DynamoDbControlPlane;
 let streamNo = 0;
 
 beforeAll(async () => {
@@ -26,7 +26,7 @@ beforeAll(async () => {
   kinesis = kinesisClient(kin.endpoint);
   const dynamo = dynamoDbClient(ddb.endpoint);
   await createControlTable(dynamo, 'control');
-  control = new DynamoDbControlPlane(dynamo, 'control');
+  controlPlane = new DynamoDbControlPlane(dynamo, 'control');
 });
 
 afterAll(async () => {
@@ -55,7 +55,7 @@ function values(event: KinesisStreamEvent): string[] {
 }
 
 function poller(name: string, consumer: string, handler: StreamHandler, extra: Partial<ConstructorParameters<typeof Poller>[0]> = {}): Poller {
-  return new Poller({ consumer, kinesis, streamName: name, control, handler, idleMs: 20, retryBackoffMs: 1, ...extra });
+  return new Poller({ consumer, kinesis, streamName: name, controlPlane, handler, idleMs: 20, retryBackoffMs: 1, ...extra });
 }
 
 describe('local event-source poller', () => {
@@ -151,7 +151,7 @@ describe('local event-source poller', () => {
     await until('dead letter', () => p.stats.deadLetters >= 1 && delivered.size >= 15);
     await p.stop();
     expect([...delivered].sort()).toEqual(input.filter((_, i) => i !== 11).sort());
-    const letters = await control.listDeadLetters('c3');
+    const letters = await controlPlane.listDeadLetters('c3');
     expect(letters).toHaveLength(1);
     expect(letters[0]!.code).toBe('INVALID_RECORD');
     expect(letters[0]!.reason).toContain('cannot apply the poison record');
@@ -199,7 +199,7 @@ describe('local event-source poller', () => {
     await p.stop();
     expect(got).toEqual(['x1', 'x2', 'x3']);
     expect(p.stats.lastError).toBeNull();
-    expect(await control.listDeadLetters('c4')).toEqual([]);
+    expect(await controlPlane.listDeadLetters('c4')).toEqual([]);
   });
 
   it('a checkpoint that cannot be recorded (control plane down) shows as a stall until it is, and nothing is delivered twice meanwhile', async () => {
@@ -207,7 +207,7 @@ describe('local event-source poller', () => {
     await put(name, ['y1', 'y2']);
     let down = true;
     let attempts = 0;
-    const flaky = new Proxy(control, {
+    const flaky = new Proxy(controlPlane, {
       get(target, prop, receiver) {
         if (prop !== 'putCheckpoint') return Reflect.get(target, prop, receiver) as unknown;
         return async (...args: Parameters<DynamoDbControlPlane['putCheckpoint']>) => {
@@ -226,7 +226,7 @@ describe('local event-source poller', () => {
       async (event) => {
         got.push(...values(event));
       },
-      { control: flaky, retryBackoffMs: 1 },
+      { controlPlane: flaky, retryBackoffMs: 1 },
     );
     await p.start();
     await until('checkpoint retries', () => attempts >= 5);

@@ -142,7 +142,7 @@ describe('rebuild verifies every archive object against the digest recorded when
     const source = 'intact';
     const { cp, reader } = await archivedTable(source, 20);
     await pool.query(`UPDATE "${source}_public"._cdc_mirror_t SET v = 'CORRUPT' WHERE id = 3`);
-    const rebuilder = new Rebuilder({ control: cp, pool, reader, duty: 1, batchSize: 7 });
+    const rebuilder = new Rebuilder({ controlPlane: cp, pool, reader, duty: 1, batchSize: 7 });
     const c = await rebuilder.check({ source, table: TABLE, sink: SINK });
     if (c.refusal !== null) throw new Error(`refused: ${c.refusal.reason}`);
     const read = await reader.read({ source, table: TABLE, from: '0'.repeat(24), to: 'f'.repeat(24) }, c.history);
@@ -171,7 +171,7 @@ describe('rebuild verifies every archive object against the digest recorded when
     await writeFile(file, forged);
     const before = await rows(source);
 
-    const rebuilder = new Rebuilder({ control: cp, pool, reader, duty: 1, batchSize: 7 });
+    const rebuilder = new Rebuilder({ controlPlane: cp, pool, reader, duty: 1, batchSize: 7 });
     const c = await rebuilder.check({ source, table: TABLE, sink: SINK });
     if (c.refusal !== null) throw new Error(`refused: ${c.refusal.reason}`);
     const err = await rebuilder.run({ source, table: TABLE, sink: SINK, rehearse: false, actor: 'test' }, c.history).catch((e: unknown) => e);

@@ -226,7 +226,7 @@ async function oneRun(run: number, seed: number): Promise<void> {
   const completed: string[] = [];
   if (crashAt !== null) {
     const crashing = new Rebuilder({
-      control: cp,
+      controlPlane: cp,
       pool,
       reader,
       duty: 1,
@@ -253,7 +253,7 @@ async function oneRun(run: number, seed: number): Promise<void> {
     }
   }
   // A rehearsal reports the corruption and changes nothing.
-  const rebuilder = new Rebuilder({ control: cp, pool, reader, duty: 1, batchSize: 1 + Math.floor(rand() * 30) });
+  const rebuilder = new Rebuilder({ controlPlane: cp, pool, reader, duty: 1, batchSize: 1 + Math.floor(rand() * 30) });
   const c1 = await rebuilder.check({ source, table: TABLE, sink: SINK });
   if (c1.refusal !== null) throw new Error(`${where}: refused: ${c1.refusal.reason}`);
   const rehearsal = await rebuilder.run({ source, table: TABLE, sink: SINK, rehearse: true, actor: 'test' }, c1.history);

@@ -44,7 +44,7 @@ let cluster: PostgresCluster;
 let standin: SearchStandIn;
 let index: OpenSearchIndex;
 let src: pg.Client;
-const control = new MemoryControlPlane();
+const controlPlane = new MemoryControlPlane();
 let lsn = 0;
 let seq = 0;
 
@@ -138,14 +138,14 @@ beforeAll(async () => {
     INSERT INTO public.cdc_heartbeat VALUES ('${SOURCE}', now());`);
   const at = new Date().toISOString();
   for (const table of Object.keys(COLUMNS)) {
-    await control.registerTable(
+    await controlPlane.registerTable(
       { source: SOURCE, table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at },
       { source: SOURCE, table, version: 1, columns: COLUMNS[table]!, key: KEYS[table]!, effectivePosition: makePosition(BASE, 0), registeredAt: at },
       { at, actor: 'test', action: 'register-table', source: SOURCE, table, outcome: 'done', detail: {} },
     );
   }
   applier = createSearchApplier({
-    controlPlane: control,
+    controlPlane: controlPlane,
     search: index,
     sinkId: 'search',
     metrics: new Metrics({ namespace: 'test' }),
@@ -187,7 +187,7 @@ async function whileBeating<T>(f: () => Promise<T>): Promise<T> {
 const reconcile = (tables = TABLES, pageSize?: number) =>
   whileBeating(() =>
     reconcileDatabases({
-      control,
+      controlPlane,
       sourceUrl: cluster.url(SOURCE),
       search: { index, ...(pageSize ? { pageSize } : {}) },
       source: SOURCE,
@@ -229,7 +229,7 @@ describe('reconciling the search sink', () => {
       [450, 450],
     ]); // the tombstone of 9001 is hidden
     expect(verdictExitCode(verdicts)).toBe(0);
-    expect((await control.getReconcileVerdict('search', SOURCE, 'public.pairs'))?.verdict).toBe('MATCH');
+    expect((await controlPlane.getReconcileVerdict('search', SOURCE, 'public.pairs'))?.verdict).toBe('MATCH');
   }, 120_000);
 
   it('names exactly the keys changed, deleted and added behind its back in each table, and MATCH once undone', async () => {
@@ -259,7 +259,7 @@ describe('reconciling the search sink', () => {
     expect(q.verdict, q.reason).toBe('DIVERGED');
     expect(q.sampleKeys).toEqual([{ key: { region: '4', code: 'c0004é' }, kind: 'different', column: 'v' }]);
     expect(verdictExitCode(verdicts)).toBe(1);
-    const stored2 = (await control.getReconcileVerdict('search', SOURCE, 'public.people')) as ReconcileVerdict;
+    const stored2 = (await controlPlane.getReconcileVerdict('search', SOURCE, 'public.people')) as ReconcileVerdict;
     expect(stored2.verdict).toBe('DIVERGED');
 
     // Only the people table tampered with: reconciling pairs alone after the fix is MATCH.

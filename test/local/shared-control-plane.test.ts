@@ -50,13 +50,13 @@ async function pollStack(database: string, controlTable: string): Promise<Set<nu
   );
   await c.end();
   await createControlTable(dynamo, controlTable);
-  const control = new DynamoDbControlPlane(dynamo, controlTable);
+  const controlPlane = new DynamoDbControlPlane(dynamo, controlTable);
   const delivered = new Set<number>();
   const polls = new LocalPolls({
     source: 'demo',
     sourceUrl: cluster.url(database),
     tables: TABLES,
-    control,
+    controlPlane,
     fixedPage: 50,
     intervalMs: 100,
     publish: async (records) => {
@@ -73,7 +73,7 @@ async function pollStack(database: string, controlTable: string): Promise<Set<nu
   } finally {
     await polls.stop();
   }
-  expect(await control.getCheckpoint(pollConsumer('demo'), 'public.versioned')).toBe(JSON.stringify(['2026-01-01 00:02:00+00', String(ROWS)]));
+  expect(await controlPlane.getCheckpoint(pollConsumer('demo'), 'public.versioned')).toBe(JSON.stringify(['2026-01-01 00:02:00+00', String(ROWS)]));
   return delivered;
 }
 

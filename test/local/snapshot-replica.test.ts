@@ -99,11 +99,11 @@ describe('snapshot chunks from a read replica (real streaming standby)', () => {
       expect(after.fenceWaitMs).toBeGreaterThanOrEqual(400);
 
       // The worker records where each chunk was read.
-      const control = new MemoryControlPlane();
-      await requestSnapshot(control, { source: 'src', table: 'public.r', reason: 'initial', actor: 'test' });
+      const controlPlane = new MemoryControlPlane();
+      await requestSnapshot(controlPlane, { source: 'src', table: 'public.r', reason: 'initial', actor: 'test' });
       expect(
         await runTableSnapshot({
-          control,
+          controlPlane,
           reader,
           publish: async () => undefined,
           pacer: new FixedPacer(10),
@@ -113,9 +113,9 @@ describe('snapshot chunks from a read replica (real streaming standby)', () => {
           owner: 'test',
         }),
       ).toBe('done');
-      const run = (await control.getSnapshot('src', 'public.r'))!;
+      const run = (await controlPlane.getSnapshot('src', 'public.r'))!;
       expect(run).toMatchObject({ status: 'done', rowsDone: 22, readFrom: 'replica' });
-      const chunks = await control.listSnapshotChunks('src', 'public.r', run.run);
+      const chunks = await controlPlane.listSnapshotChunks('src', 'public.r', run.run);
       expect(chunks).toHaveLength(3);
       for (const c of chunks) {
         expect(c.fromReplica).toBe(true);

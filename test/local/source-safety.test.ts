@@ -180,14 +180,14 @@ describe('cdc doctor', () => {
 describe('slot invalidated by max_slot_wal_keep_size', () => {
   it('reports wal_status lost in the monitor and doctor, and the capture stops with HistoryGapError marking re-snapshot', async () => {
     const db = await database('inv', 'CREATE TABLE t (id int PRIMARY KEY, v text);');
-    const control = new MemoryControlPlane();
+    const controlPlane = new MemoryControlPlane();
     const tables = new TableConfigIndex([{ table: 'public.t', deleteMode: 'soft', mask: [], exclude: [] }]);
     const published: string[] = [];
     const options = {
       source: 'inv',
       sourceUrl: cluster.url('inv'),
       tables,
-      control,
+      controlPlane,
       publish: async (rs: Array<{ data: string }>) => void published.push(...rs.map((r) => r.data)),
       idleMs: 20,
     };
@@ -219,7 +219,7 @@ describe('slot invalidated by max_slot_wal_keep_size', () => {
       );
       expect(error).toBeInstanceOf(HistoryGapError);
       expect((error as Error).message).toMatch(/was invalidated \(wal_status lost/);
-      const audit = await control.listAudit('inv');
+      const audit = await controlPlane.listAudit('inv');
       expect(audit.some((a) => a.action === 'needs-resnapshot' && a.table === 'public.t')).toBe(true);
       expect(audit.some((a) => a.action === 'capture-stopped' && a.detail.problem === 'slot-invalidated')).toBe(true);
     } finally {

@@ -82,7 +82,7 @@ describe('stack names', () => {
       expect((await s.dynamo.send(new ListTablesCommand({}))).TableNames).toEqual([s.controlTable]);
       expect(((await s.kinesis.send(new ListStreamsCommand({}))).StreamNames ?? []).sort()).toEqual([s.streams.changeLog, s.streams.raw].sort());
     }
-    await a.control.putCheckpoint('normalizer', 'shardId-000000000000', '42');
+    await a.controlPlane.putCheckpoint('normalizer', 'shardId-000000000000', '42');
     const recorded = JSON.parse(await readFile(path.join(a.stateDir, 'state.json'), 'utf8')) as LocalState;
     expect({ stackId: recorded.stackId, controlTable: recorded.controlTable, streams: recorded.streams }).toEqual({
       stackId: a.stackId,
@@ -98,8 +98,8 @@ describe('stack names', () => {
       streams: a.streams,
     });
     expect(again.resumed).toBe(true);
-    expect(await again.control.getCheckpoint('normalizer', 'shardId-000000000000')).toBe('42');
-    expect(await b.control.getCheckpoint('normalizer', 'shardId-000000000000')).toBeNull();
+    expect(await again.controlPlane.getCheckpoint('normalizer', 'shardId-000000000000')).toBe('42');
+    expect(await b.controlPlane.getCheckpoint('normalizer', 'shardId-000000000000')).toBeNull();
     await stop(again);
     await stop(b);
   }, 180_000);

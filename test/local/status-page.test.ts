@@ -71,7 +71,11 @@ beforeAll(async () => {
     );
     for (let i = 1; i <= 20; i++) await source.query('INSERT INTO public.orders VALUES ($1, $2)', [i, `n${i}`]);
     await pipeline.waitCaughtUp(120_000);
-    const op = new Operator({ control: stack.control, settings: { changeLogRetentionMs: 86_400_000 }, snapshots: controlPlaneSnapshots(stack.control) });
+    const op = new Operator({
+      controlPlane: stack.controlPlane,
+      settings: { changeLogRetentionMs: 86_400_000 },
+      snapshots: controlPlaneSnapshots(stack.controlPlane),
+    });
     const paused = await op.pause('operator:test', { source: 'demo', table: 'public.customers', durationMs: 3_600_000, reason: 'page test' });
     expect(paused, JSON.stringify(paused)).toMatchObject({ outcome: 'done' });
     let seen = '';

@@ -33,7 +33,7 @@ describe('verdict diagnostics', () => {
   it('print the audit log, the sink positions per table and the pids behind the ports, running and stopped', async () => {
     const stateDir = path.join(dir, 'state');
     stack = await startLocalStack({ stateDir, source: 'demo', sourceUrl: cluster.url('src'), warehouseUrl: cluster.url('dw') });
-    await stack.control.appendAudit({
+    await stack.controlPlane.appendAudit({
       at: new Date().toISOString(),
       actor: 'tester',
       action: 'pause',
@@ -42,7 +42,7 @@ describe('verdict diagnostics', () => {
       outcome: 'done',
       detail: { why: 'diagnostics' },
     });
-    await stack.control.appendAudit({
+    await stack.controlPlane.appendAudit({
       at: new Date().toISOString(),
       actor: 'tester',
       action: 'pause',
@@ -59,7 +59,7 @@ describe('verdict diagnostics', () => {
     await dw.end();
 
     const lines = await verdictDiagnostics({
-      control: stack.control,
+      controlPlane: stack.controlPlane,
       warehouseUrl: cluster.url('dw'),
       source: 'demo',
       tables: ['public.t', 'public.none'],

@@ -99,12 +99,12 @@ describe('verdict', () => {
       mirror(`INSERT INTO demo_public.customers_mirror (id, email, amount, seen, _cdc_deleted) VALUES
         (1, '${a}', 12.5, '2026-01-01 08:00:00+00', false), (2, '${b}', 3, NULL, false), (3, NULL, NULL, NULL, false)`),
     );
-    const control = new MemoryControlPlane();
-    const options = { sourceUrl: src, warehouseUrl: wh, source: 'demo', tables: TABLES, control, sink: 'dw' };
+    const controlPlane = new MemoryControlPlane();
+    const options = { sourceUrl: src, warehouseUrl: wh, source: 'demo', tables: TABLES, control: controlPlane, sink: 'dw' };
     expect((await compareSourceAndWarehouse(options)).match).toBe(true);
     // The rows are all there, yet the sink holds the table: its changes from the held position on are not applied.
-    await control.holdSinkTable('dw', 'demo', 'public.customers', '00000000016b374800000003');
-    await control.appendAudit({
+    await controlPlane.holdSinkTable('dw', 'demo', 'public.customers', '00000000016b374800000003');
+    await controlPlane.appendAudit({
       at: new Date().toISOString(),
       actor: 'applier:dw',
       action: 'hold-table',

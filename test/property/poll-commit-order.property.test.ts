@@ -123,13 +123,13 @@ function poller(table: string, pollColumn: string) {
     });
   /** A re-snapshot of the table by the snapshot worker, its records into the same sink; returns its row count. */
   const resnapshot = async (chunk: number) => {
-    const control = new MemoryControlPlane();
+    const controlPlane = new MemoryControlPlane();
     const t = `public.${table}`;
     // Its own connection (a poll page and a chunk each hold a transaction), with the poller's margin.
     const own = new PostgresSnapshotReader({ primary: { connectionString: url }, pollHorizonMarginMs: MARGIN_MS, applicationName: `snapshot-${table}` });
-    await control.putSnapshot(newSnapshotState('src', t, 'resnapshot', 'test', new Date(), null), null, null);
+    await controlPlane.putSnapshot(newSnapshotState('src', t, 'resnapshot', 'test', new Date(), null), null, null);
     const outcome = await runTableSnapshot({
-      control,
+      controlPlane,
       reader: own,
       publish: async (records) => sink.apply(records.map((r) => r.data)),
       pacer: new FixedPacer(chunk),
@@ -140,7 +140,7 @@ function poller(table: string, pollColumn: string) {
       owner: 'test',
     }).finally(() => own.close());
     if (outcome !== 'done') throw new Error(`re-snapshot of ${t}: ${outcome}`);
-    return (await control.getSnapshot('src', t))!.rowsDone;
+    return (await controlPlane.getSnapshot('src', t))!.rowsDone;
   };
   return { table, sink, pass, resnapshot, pages: () => pages, close: () => reader.close() };
 }

@@ -131,7 +131,7 @@ beforeAll(async () => {
   for (const e of events) captured.set(e.key.id as number, e);
   await pipeline.apply(events);
   const applier = createSearchApplier({
-    controlPlane: pipeline.control,
+    controlPlane: pipeline.controlPlane,
     search: index,
     sinkId: 'search',
     metrics: new Metrics({ namespace: 'test' }),
@@ -164,7 +164,7 @@ async function reconcile(sink: 'warehouse' | 'search'): Promise<ReconcileVerdict
     await prepareReconcileSession(src);
     await prepareReconcileSession(dw);
     const [v] = await reconcileTables({
-      control: pipeline.control,
+      controlPlane: pipeline.controlPlane,
       source: pipeline.id,
       sink,
       pacer: new FixedPacer(64),

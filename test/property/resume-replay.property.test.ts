@@ -178,7 +178,7 @@ async function history(seed: number): Promise<void> {
       checkpoints[s]! += batch.length;
     }
   };
-  const operator = new Operator({ control: cp, settings: { changeLogRetentionMs: 86_400_000 }, snapshots: stateOnlySnapshots });
+  const operator = new Operator({ controlPlane: cp, settings: { changeLogRetentionMs: 86_400_000 }, snapshots: stateOnlySnapshots });
   const replayer = createHeldRangeReplayer({
     controlPlane: cp,
     sinkId: SINK,

@@ -121,7 +121,7 @@ function streamRecord(c: Case, commitLsn: string, index: number): string {
 }
 
 function setup(config: TableConfig) {
-  const control = new MemoryControlPlane();
+  const controlPlane = new MemoryControlPlane();
   const published: ChangeEvent[] = [];
   const changeLog: ChangeLogWriter<string> = {
     encode: (e) => JSON.stringify(e),
@@ -130,11 +130,11 @@ function setup(config: TableConfig) {
     },
   };
   let tables = new TableConfigIndex([config]);
-  const make = () => new Normalizer({ source: 'shop', tables, control, changeLog, metrics: noMetrics, logger: quiet });
+  const make = () => new Normalizer({ source: 'shop', tables, controlPlane, changeLog, metrics: noMetrics, logger: quiet });
   let normalizer = make();
   let seq = 0;
   return {
-    control,
+    control: controlPlane,
     published,
     reconfigure(next: TableConfig) {
       tables = new TableConfigIndex([next]);

@@ -159,7 +159,7 @@ interface StoredBeat extends Beat {
 
 export interface HeartbeatContinuityDeps {
   source: string;
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   now: () => Date;
   actor: string;
   /** Counts a discontinuity (metric `SourceDiscontinuities`). */
@@ -196,7 +196,7 @@ export async function checkHeartbeatContinuity(d: HeartbeatContinuityDeps, after
     timeline: intOf(after[HEARTBEAT_TIMELINE_COLUMN]),
   };
   const [consumer, shard] = lastBeatCheckpoint(d.source);
-  const text = await d.control.getCheckpoint(consumer, shard);
+  const text = await d.controlPlane.getCheckpoint(consumer, shard);
   const last = text === null ? null : (JSON.parse(text) as StoredBeat);
   let problem: { problem: DiscontinuityProblem; message: string } | null = null;
   if (last && last.systemIdentifier && seen.systemIdentifier && last.timeline !== null && seen.timeline !== null) {
@@ -211,13 +211,13 @@ export async function checkHeartbeatContinuity(d: HeartbeatContinuityDeps, after
     if (!v.ok) problem = v;
     else advance = v.advance;
   }
-  if (advance) await d.control.putCheckpoint(consumer, shard, JSON.stringify(seen));
+  if (advance) await d.controlPlane.putCheckpoint(consumer, shard, JSON.stringify(seen));
   if (!problem) return null;
   const error = new DiscontinuityError(
     problem.problem,
     `source ${d.source}: ${problem.message}. Every log-captured table of the source needs a re-snapshot; polled tables are not affected (docs/failures.md)`,
   );
-  await markSourceForResnapshot(d.control, {
+  await markSourceForResnapshot(d.controlPlane, {
     source: d.source,
     actor: d.actor,
     at: d.now().toISOString(),
@@ -238,14 +238,14 @@ export async function checkHeartbeatContinuity(d: HeartbeatContinuityDeps, after
  * its poll cursor's, not the log's (docs/architecture.md §5.2, docs/failures.md).
  */
 export async function markSourceForResnapshot(
-  control: ControlPlane,
+  controlPlane: ControlPlane,
   o: { source: string; actor: string; at: string; code: string; problem: string; message: string; detail: Record<string, unknown> },
 ): Promise<number> {
   const reason = `${o.code}: ${o.problem}: ${o.message}`.slice(0, 1024);
   let marked = 0;
-  for (const t of await control.listTables(o.source)) {
+  for (const t of await controlPlane.listTables(o.source)) {
     if (t.state === 'needs-resnapshot' || isPolledRecord(t)) continue;
-    await control.setTableState(o.source, t.table, 'needs-resnapshot', reason, {
+    await controlPlane.setTableState(o.source, t.table, 'needs-resnapshot', reason, {
       at: o.at,
       actor: o.actor,
       action: 'needs-resnapshot',

@@ -39,6 +39,7 @@ import type { ChangeEvent } from '../shared/event.ts';
 import { assertSchemaVersion, keyText, validateChangeEvent } from '../shared/event.ts';
 import type { AuditEntry, ColumnDef, ControlPlane, PreImage, SchemaVersion, TableRecord } from '../shared/control-plane.ts';
 import type { DecodeResult, DecodedChange, DecodedControl } from './decoded.ts';
+import { observe } from './observed-shape.ts';
 import { decodeRawRecord, detectRecordFormat, type DecodeContext } from './decode.ts';
 import { EMPTY_PARTITION_TREE, type PartitionTree } from '../tables/partitions.ts';
 import { parseJsonExact } from '../shared/json-exact.ts';
@@ -103,7 +104,7 @@ export interface NormalizerOptions<E> {
   /** Source id this normalizer serves. */
   source: string;
   tables: TableConfigIndex;
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   changeLog: ChangeLogWriter<E>;
   metrics: NormalizerMetrics;
   logger: NormalizerLogger;
@@ -708,7 +709,7 @@ export class NormalizerBatch<E> {
         ...(polled ? { capture: 'poll' as const } : {}),
         ...(space ? { positionSpace: space } : {}),
       };
-      const ok = await this.o.control.registerTable(
+      const ok = await this.o.controlPlane.registerTable(
         record,
         schema,
         this.audit('register-table', table, at, {
@@ -760,7 +761,7 @@ export class NormalizerBatch<E> {
       registeredAt,
       ...shaped,
     };
-    const ok = await this.o.control.addSchemaVersion(
+    const ok = await this.o.controlPlane.addSchemaVersion(
       schema,
       this.audit('add-schema-version', table, registeredAt, {
         version: schema.version,
@@ -803,12 +804,12 @@ export class NormalizerBatch<E> {
     });
     if (state === 'needs-resnapshot') {
       // Already stopped harder than a pause; record the change without moving the state.
-      await this.o.control.appendAudit(
+      await this.o.controlPlane.appendAudit(
         this.audit('breaking-schema-change', table, this.now().toISOString(), { version, reason: c.reason, changes: c.changes, state }),
       );
       return;
     }
-    await this.o.control.setTableState(
+    await this.o.controlPlane.setTableState(
       this.o.source,
       table,
       'paused',
@@ -833,7 +834,7 @@ export class NormalizerBatch<E> {
     if (!reg.table || state === 'needs-resnapshot') return;
     const reason = `${err.code}: ${err.message}`;
     this.o.logger.error('Table needs a re-snapshot', { source: this.o.source, table, code: err.code, reason: err.message, previousState: state });
-    await this.o.control.setTableState(
+    await this.o.controlPlane.setTableState(
       this.o.source,
       table,
       'needs-resnapshot',
@@ -846,7 +847,10 @@ export class NormalizerBatch<E> {
   private async registry(table: string): Promise<Registry> {
     const cached = this.cache.get(table);
     if (cached) return cached;
-    const [record, versions] = await Promise.all([this.o.control.getTable(this.o.source, table), this.o.control.listSchemaVersions(this.o.source, table)]);
+    const [record, versions] = await Promise.all([
+      this.o.controlPlane.getTable(this.o.source, table),
+      this.o.controlPlane.listSchemaVersions(this.o.source, table),
+    ]);
     const reg: Registry = { table: record, versions: [...versions].sort((a, b) => a.version - b.version) };
     this.cache.set(table, reg);
     return reg;
@@ -855,7 +859,7 @@ export class NormalizerBatch<E> {
   private continuityDeps(): HeartbeatContinuityDeps {
     return {
       source: this.o.source,
-      control: this.o.control,
+      controlPlane: this.o.controlPlane,
       now: this.now,
       actor: NORMALIZER_STAGE,
       count: () => this.o.metrics.count(MetricName.SOURCE_DISCONTINUITIES, 1),
@@ -875,7 +879,7 @@ export class NormalizerBatch<E> {
 
   private async deadLetter(raw: RawRecord, parsed: unknown, code: string, reason: string): Promise<void> {
     const table = tableNamed(parsed);
-    await this.o.control.putDeadLetter({
+    await this.o.controlPlane.putDeadLetter({
       at: this.now().toISOString(),
       stage: NORMALIZER_STAGE,
       source: this.o.source,
@@ -919,30 +923,6 @@ export function transformsAt(reg: { versions: readonly SchemaVersion[] }, positi
 
 function differs(v: SchemaVersion, columns: ColumnDef[], key: string[]): boolean {
   return JSON.stringify([v.columns, v.key]) !== JSON.stringify([columns, key]);
-}
-
-/**
- * What a decoded record says about its table's shape. A slot-capture row image names every
- * column (delivered, or listed as not delivered), so it is the whole table; a DMS record leaves
- * undelivered columns out, and a delete or truncate shows only the key.
- */
-export function observe(result: Extract<DecodeResult, { kind: 'changes' }>): ObservedShape {
-  const key = result.keyColumns && result.keyColumns.length > 0 ? [...result.keyColumns] : null;
-  const image = [...result.changes].reverse().find((c) => c.after !== null);
-  if (result.columns) {
-    const slot = result.changes[0]?.capture === 'slot' || result.changes[0]?.capture === 'poll'; // both name every column (a polled row is the whole row)
-    // test_decoding does not carry nullability: the slot decoder reports `true`, which means "unknown".
-    return { columns: result.columns.map((c) => ({ name: c.name, type: c.type, nullable: slot ? null : c.nullable })), key, complete: slot };
-  }
-  if (image) {
-    // A slot image names its undelivered columns; a DMS decoder fills `missing` from the registry
-    // itself, which tells nothing about the record (and would hide a rename seen in the data).
-    const slot = image.capture === 'slot' || image.capture === 'poll';
-    const names = [...Object.keys(image.after!), ...(slot ? image.missing.filter((m) => !(m in image.after!)) : [])];
-    return { columns: names.map((name) => ({ name, type: result.types?.[name] ?? null, nullable: null })), key, complete: slot };
-  }
-  const keyNames = key ?? [];
-  return { columns: keyNames.map((name) => ({ name, type: result.types?.[name] ?? null, nullable: null })), key, complete: false };
 }
 
 /** What the source supplies as a before image, as far as one record shows: the full row or (at least) the key. */

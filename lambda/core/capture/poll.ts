@@ -243,7 +243,7 @@ import { pollConsumerId } from '../../../contracts/control-plane-keys.ts';
 
 /** A cursor store over the control plane's checkpoints (one item per polled table). */
 export function checkpointCursorStore(
-  control: {
+  controlPlane: {
     getCheckpoint(consumer: string, shardId: string): Promise<string | null>;
     putCheckpoint(consumer: string, shardId: string, value: string): Promise<void>;
   },
@@ -252,14 +252,14 @@ export function checkpointCursorStore(
   const consumer = pollConsumerId(source);
   return {
     async get(table) {
-      const text = await control.getCheckpoint(consumer, table);
+      const text = await controlPlane.getCheckpoint(consumer, table);
       if (text === null) return null;
       const v: unknown = JSON.parse(text);
       if (!Array.isArray(v) || v.some((x) => typeof x !== 'string'))
         throw new CdcError('INVALID_STATE', `poll cursor of ${source}/${table} is not a list of texts: ${text}`);
       return v as string[];
     },
-    put: (table, cursor) => control.putCheckpoint(consumer, table, JSON.stringify(cursor)),
+    put: (table, cursor) => controlPlane.putCheckpoint(consumer, table, JSON.stringify(cursor)),
   };
 }
 

@@ -90,7 +90,7 @@ export interface LifecycleDeps {
   pollMs?: number;
   log?(message: string, fields?: Record<string, unknown>): void;
   /** The control plane: a slot that replaces another marks the source's tables needs-resnapshot there. */
-  control?: ControlPlane;
+  controlPlane?: ControlPlane;
 }
 
 export interface LifecycleResult {
@@ -273,14 +273,14 @@ async function prepareSlot(event: CloudFormationCustomResourceEvent, deps: Lifec
 /** Marks the source's tables needs-resnapshot when its capture moves to another slot; refuses when it cannot record that. */
 async function slotReplaced(deps: LifecycleDeps, props: Props, o: { from: string; to: string }): Promise<void> {
   const source = props.SourceId;
-  if (!deps.control || !source) {
+  if (!deps.controlPlane || !source) {
     throw new TaskLifecycleError(
       `the capture moves from slot ${o.from} to ${o.to}, which skips the changes in between, and there is no control plane to mark its tables for re-snapshot`,
     );
   }
   const at = new Date().toISOString();
   const message = `the capture moved from replication slot ${o.from} to ${o.to}: changes between the two are not in the change log`;
-  const marked = await markSourceForResnapshot(deps.control, {
+  const marked = await markSourceForResnapshot(deps.controlPlane, {
     source,
     actor: LIFECYCLE_ACTOR,
     at,
@@ -289,7 +289,7 @@ async function slotReplaced(deps: LifecycleDeps, props: Props, o: { from: string
     message,
     detail: o,
   });
-  await deps.control.appendAudit({
+  await deps.controlPlane.appendAudit({
     at,
     actor: LIFECYCLE_ACTOR,
     action: 'capture-slot-replaced',
@@ -322,8 +322,8 @@ async function startTask(event: CloudFormationCustomResourceEvent, deps: Lifecyc
   const slotMoved = props.StartPosition !== undefined && old.StartPosition !== props.StartPosition;
   await startAndWait(deps, task, planStart(task, old.ConfigHash !== props.ConfigHash, slotMoved ? props.StartPosition : undefined));
   // Tables an acknowledged late rule marked (the column-rules step): their re-snapshot now reads with the new rules.
-  if (deps.control && props.SourceId) {
-    const requested = await requestLateRuleResnapshots(deps.control, { source: props.SourceId, actor: LIFECYCLE_ACTOR });
+  if (deps.controlPlane && props.SourceId) {
+    const requested = await requestLateRuleResnapshots(deps.controlPlane, { source: props.SourceId, actor: LIFECYCLE_ACTOR });
     if (requested.length > 0) deps.log?.('re-snapshot requested for tables with late column rules', { source: props.SourceId, tables: requested });
   }
   return { physicalResourceId: arn };
@@ -429,12 +429,12 @@ async function checkColumnRules(event: CloudFormationCustomResourceEvent, deps: 
   const props = event.ResourceProperties as unknown as Props;
   const source = prop(props, 'SourceId');
   if (event.RequestType === 'Delete') return { physicalResourceId: event.PhysicalResourceId };
-  const control = deps.control;
-  if (!control) throw new TaskLifecycleError(`no control plane (${EnvName.CONTROL_TABLE}) to read the captured tables of source ${source} from`);
+  const controlPlane = deps.controlPlane;
+  if (!controlPlane) throw new TaskLifecycleError(`no control plane (${EnvName.CONTROL_TABLE}) to read the captured tables of source ${source} from`);
   const text = prop(props, 'ColumnRules');
   const next = parseColumnRules(text, 'ColumnRules');
   const consumer = columnRulesConsumerId(source);
-  const stored = parseInForce(await control.getCheckpoint(consumer, IN_FORCE));
+  const stored = parseInForce(await controlPlane.getCheckpoint(consumer, IN_FORCE));
   const nextDigest = digestOf(text);
   const oldText = event.RequestType === 'Update' ? (event.OldResourceProperties as unknown as Props).ColumnRules : undefined;
   const oldDigest = oldText === undefined ? null : digestOf(oldText);
@@ -445,7 +445,7 @@ async function checkColumnRules(event: CloudFormationCustomResourceEvent, deps: 
   }
   if (oldText !== undefined) {
     const before = parseColumnRules(oldText, 'previous ColumnRules');
-    const registered = (await control.listTables(source)).filter(
+    const registered = (await controlPlane.listTables(source)).filter(
       (t) => resolveColumnRules(before, t.table) !== null && resolveColumnRules(next, t.table) !== null,
     );
     let changes = lateRuleChangesBetween(
@@ -459,7 +459,7 @@ async function checkColumnRules(event: CloudFormationCustomResourceEvent, deps: 
       const columns = new Map<string, string[]>();
       for (const c of byRule) {
         const t = registered.find((r) => r.table === c.table)!;
-        const schema = await control.getSchemaVersion(source, t.table, t.currentVersion);
+        const schema = await controlPlane.getSchemaVersion(source, t.table, t.currentVersion);
         if (schema)
           columns.set(
             t.table,
@@ -477,7 +477,7 @@ async function checkColumnRules(event: CloudFormationCustomResourceEvent, deps: 
     if (revert) changes = changes.map((c) => (c.acknowledgement === null ? { ...c, acknowledgement: REVERT_ACKNOWLEDGEMENT } : c));
     // Refused (audited, LateRulesRefusedError) before anything is stored; acknowledged ones are marked, their re-snapshot requested by the starter.
     try {
-      await applyLateRuleChanges({ control, source, actor: LIFECYCLE_ACTOR, requestSnapshots: false }, changes);
+      await applyLateRuleChanges({ controlPlane, source, actor: LIFECYCLE_ACTOR, requestSnapshots: false }, changes);
     } catch (e) {
       throw e instanceof LateRulesRefusedError ? new TaskLifecycleError(refusalReason(source, e)) : e;
     }
@@ -490,7 +490,7 @@ async function checkColumnRules(event: CloudFormationCustomResourceEvent, deps: 
         acknowledgement: c.acknowledgement,
       });
   }
-  await control.putCheckpoint(consumer, IN_FORCE, JSON.stringify({ current: nextDigest, previous: stored?.current ?? oldDigest }));
+  await controlPlane.putCheckpoint(consumer, IN_FORCE, JSON.stringify({ current: nextDigest, previous: stored?.current ?? oldDigest }));
   return { physicalResourceId: event.RequestType === 'Create' ? `${source}/column-rules` : event.PhysicalResourceId };
 }
 

@@ -118,7 +118,7 @@ export interface RebuildScheduler {
 }
 
 export interface OperatorDeps {
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   settings: OperatorSettings;
   snapshots: SnapshotScheduler;
   /** The rebuild's entry point; without it a rebuild is refused (`REBUILD_NOT_AVAILABLE`), audited. */
@@ -144,10 +144,10 @@ export const stateOnlySnapshots: SnapshotScheduler = {
  * docs/snapshot.md). The budget is the worker's: it paces every chunk against the source's
  * declared budget, so a request is always accepted and then yields to the source.
  */
-export function controlPlaneSnapshots(control: ControlPlane): SnapshotScheduler {
+export function controlPlaneSnapshots(controlPlane: ControlPlane): SnapshotScheduler {
   return {
     async status(source, table) {
-      const s = await control.getSnapshot(source, table);
+      const s = await controlPlane.getSnapshot(source, table);
       if (!s) return null;
       const state = s.status === 'requested' ? 'queued' : s.status;
       return {
@@ -161,7 +161,7 @@ export function controlPlaneSnapshots(control: ControlPlane): SnapshotScheduler 
     },
     budget: async () => ({ allowed: true, reason: null }),
     async request(source, table, r) {
-      const out = await requestSnapshot(control, { source, table, reason: 'resnapshot', actor: r.requestedBy, now: new Date(r.at) });
+      const out = await requestSnapshot(controlPlane, { source, table, reason: 'resnapshot', actor: r.requestedBy, now: new Date(r.at) });
       if (out.outcome === 'refused') throw new CdcError('SNAPSHOT_REQUEST_REFUSED', `the snapshot of ${source}/${table} was not requested: ${out.reason}`);
     },
   };
@@ -172,7 +172,7 @@ export class Operator {
   private readonly now: () => Date;
 
   constructor(private readonly deps: OperatorDeps) {
-    this.cp = deps.control;
+    this.cp = deps.controlPlane;
     this.now = deps.now ?? (() => new Date());
   }
 

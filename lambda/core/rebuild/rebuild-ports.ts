@@ -73,7 +73,7 @@ export interface RebuildWarehouse {
 }
 
 export interface RebuildPorts {
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   replay: RebuildReplay;
   /** The sink's warehouse (one per pool: it remembers its connections' stage tables). */
   warehouse(): RebuildWarehouse;

@@ -53,7 +53,7 @@ export async function rebuildSlice(
   id: string,
   opts: { history?: HistoryCheck; timeLeftMs?: () => number; marginMs?: number } = {},
 ): Promise<{ done: true; report: RebuildReport } | { done: false; checkpoint: RebuildCheckpoint }> {
-  const { control: cp } = ports;
+  const { controlPlane: cp } = ports;
   const claim = await cp.getActiveRebuild(r.sink);
   if (!claim || claim.id !== id || claim.state !== 'running') {
     throw new RebuildFailedError(

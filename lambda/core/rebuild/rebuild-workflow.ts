@@ -44,10 +44,10 @@ export class RebuildWorkflow {
       const bad = checkFromPosition(r.from);
       if (bad) return { refusal: bad };
     }
-    const t = await this.ports.control.getTable(r.source, r.table);
+    const t = await this.ports.controlPlane.getTable(r.source, r.table);
     if (!t)
       return { refusal: { code: 'HISTORY_INCOMPLETE', reason: `${r.source}/${r.table} is not registered`, hint: 'cdc status lists the registered tables' } };
-    const progress = await this.ports.control.getSinkProgress(r.sink, r.source, r.table);
+    const progress = await this.ports.controlPlane.getSinkProgress(r.sink, r.source, r.table);
     if (!progress)
       return {
         refusal: {
@@ -58,7 +58,7 @@ export class RebuildWorkflow {
       };
     const state = decideRebuildState(t.state, progress.heldFrom, r.table);
     if (state) return { refusal: state };
-    const running = decideRebuildSlot(await this.ports.control.getActiveRebuild(r.sink), this.now(), this.staleAfterMs);
+    const running = decideRebuildSlot(await this.ports.controlPlane.getActiveRebuild(r.sink), this.now(), this.staleAfterMs);
     if (running) return { refusal: running };
     let history: HistoryCheck;
     try {
@@ -104,7 +104,7 @@ export class RebuildWorkflow {
    * id, or the refusal when another rebuild of the sink is under way (`REBUILD_RUNNING`).
    */
   async begin(r: RebuildRequest, id = newRebuildId(this.now())): Promise<{ id: string } | { refusal: RebuildRefusal }> {
-    return claimRebuildSlot(this.ports.control, r, id, this.now(), this.staleAfterMs);
+    return claimRebuildSlot(this.ports.controlPlane, r, id, this.now(), this.staleAfterMs);
   }
 
   /** Runs a rebuild that `check` allowed, to the end, in this process (`cdc rebuild`). Throws `RebuildFailedError` (recorded; live untouched unless it says so) or a refusal's `RebuildRefusedError`. */
@@ -131,7 +131,7 @@ export class RebuildWorkflow {
    * error in `run`, or on AWS when the state machine gives up on a slice (docs/rebuild.md).
    */
   async abandon(r: RebuildRequest, id: string, error: string): Promise<RebuildRun> {
-    const { control: cp } = this.ports;
+    const { controlPlane: cp } = this.ports;
     const claim = await cp.getActiveRebuild(r.sink);
     const mine = claim && claim.id === id ? claim : null;
     const finished = this.now();

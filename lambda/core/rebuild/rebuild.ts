@@ -283,7 +283,7 @@ export function newRebuildId(at: Date): string {
  * `cdc local` door and the operator function on AWS both start a rebuild through it.
  */
 export async function claimRebuildSlot(
-  control: ControlPlane,
+  controlPlane: ControlPlane,
   r: { source: string; table: string; sink: string; from?: Position; rehearse: boolean; actor: string },
   id: string,
   now: Date,
@@ -303,7 +303,7 @@ export async function claimRebuildSlot(
     heartbeatAt: at,
     checkpoint: null,
   };
-  const holder = await control.claimRebuild(claim, new Date(now.getTime() - staleAfterMs).toISOString(), {
+  const holder = await controlPlane.claimRebuild(claim, new Date(now.getTime() - staleAfterMs).toISOString(), {
     at,
     actor: r.actor,
     action: 'rebuild-started',

@@ -45,7 +45,7 @@ export interface ReconcileTierDeps {
   sink: string;
   tables: readonly TableConfig[];
   tiers: readonly ReconcileTier[];
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   sessions(): Promise<ReconcileSessions>;
   budget: SourceBudget;
   pressure?: { calibrate(): Promise<unknown>; read(): Promise<PressureReading> };
@@ -81,7 +81,7 @@ export async function reconcileTier(
   for (const t of toReconcile) if (t.key.length === 0) t.key = await sessions.primaryKey(t.table);
   await d.pressure?.calibrate();
   const verdicts = await reconcileTables({
-    control: d.control,
+    controlPlane: d.controlPlane,
     source: d.source,
     sink: d.sink,
     tables: toReconcile,
@@ -111,7 +111,7 @@ export async function reconcileTier(
       d.metrics.rowsChecked(v.table, v.coveredRows);
     },
   });
-  const all = await d.control.listReconcileVerdicts(d.sink);
+  const all = await d.controlPlane.listReconcileVerdicts(d.sink);
   const gaps = coverageGaps(
     captured.map((t) => ({ source: d.source, table: t.table })),
     [d.sink],

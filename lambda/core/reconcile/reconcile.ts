@@ -709,10 +709,10 @@ export interface TableToReconcile {
 }
 
 /** The column types of a table's current registered schema version, or undefined when none is registered. */
-export async function registeredTypes(control: ControlPlane, source: string, table: string): Promise<Record<string, string | null> | undefined> {
-  const record = await control.getTable(source, table);
+export async function registeredTypes(controlPlane: ControlPlane, source: string, table: string): Promise<Record<string, string | null> | undefined> {
+  const record = await controlPlane.getTable(source, table);
   if (!record) return undefined;
-  const schema = await control.getSchemaVersion(source, table, record.currentVersion);
+  const schema = await controlPlane.getSchemaVersion(source, table, record.currentVersion);
   return schema ? Object.fromEntries(schema.columns.map((c) => [c.name, c.type])) : undefined;
 }
 
@@ -720,7 +720,7 @@ export interface ReconcileRunOptions extends Pick<
   ReconcileTableOptions,
   'rowsPerRun' | 'leafRows' | 'settleMs' | 'settleRounds' | 'maxSampleKeys' | 'pacer' | 'pressure' | 'sleep' | 'now'
 > {
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   source: string;
   sink: string;
   tables: readonly TableToReconcile[];
@@ -735,11 +735,11 @@ export interface ReconcileRunOptions extends Pick<
  * Why a table cannot be compared now, from the control plane: not `active` (paused, needing a
  * re-snapshot), or the sink holds its changes back; null when it can be.
  */
-export async function blockedReason(control: ControlPlane, sink: string, source: string, table: string): Promise<string | null> {
-  const record = await control.getTable(source, table);
+export async function blockedReason(controlPlane: ControlPlane, sink: string, source: string, table: string): Promise<string | null> {
+  const record = await controlPlane.getTable(source, table);
   if (record && record.state !== 'active' && record.state !== 'degraded')
     return `table is ${record.state}${record.stateReason ? ` (${record.stateReason})` : ''}: the sink is behind on purpose`;
-  const progress = await control.getSinkProgress(sink, source, table);
+  const progress = await controlPlane.getSinkProgress(sink, source, table);
   if (progress?.heldFrom) return `sink ${sink} holds the table's changes from position ${progress.heldFrom} (a resume replays them): not comparable until then`;
   return null;
 }
@@ -749,9 +749,9 @@ export async function reconcileTables(o: ReconcileRunOptions): Promise<Reconcile
   const out: ReconcileVerdict[] = [];
   for (const t of o.tables) {
     if (o.shouldStop?.()) break;
-    const previous = await o.control.getReconcileVerdict(o.sink, o.source, t.table);
-    const blockedBy = await blockedReason(o.control, o.sink, o.source, t.table);
-    const types = t.types ?? (await registeredTypes(o.control, o.source, t.table));
+    const previous = await o.controlPlane.getReconcileVerdict(o.sink, o.source, t.table);
+    const blockedBy = await blockedReason(o.controlPlane, o.sink, o.source, t.table);
+    const types = t.types ?? (await registeredTypes(o.controlPlane, o.source, t.table));
     let verdict: ReconcileVerdict;
     const sides = await o.sides(t);
     try {
@@ -797,7 +797,7 @@ export async function reconcileTables(o: ReconcileRunOptions): Promise<Reconcile
     } finally {
       await sides.close?.();
     }
-    await o.control.putReconcileVerdict(verdict);
+    await o.controlPlane.putReconcileVerdict(verdict);
     o.onVerdict?.(verdict);
     out.push(verdict);
   }

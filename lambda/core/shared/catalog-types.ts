@@ -50,8 +50,8 @@ export class TableTypesPendingError extends CdcError {
 }
 
 /** Reads the published catalog types of a table (null when none are published). */
-export async function readCatalogTypes(control: ControlPlane, source: string, table: string): Promise<CatalogTypes | null> {
-  const text = await control.getCheckpoint(catalogConsumerId(source), table);
+export async function readCatalogTypes(controlPlane: ControlPlane, source: string, table: string): Promise<CatalogTypes | null> {
+  const text = await controlPlane.getCheckpoint(catalogConsumerId(source), table);
   if (text === null) return null;
   let v: unknown;
   try {
@@ -80,16 +80,16 @@ export async function readCatalogTypes(control: ControlPlane, source: string, ta
  * published types differ from the catalog's). Returns the tables written. A table the catalog
  * does not have is skipped.
  */
-export async function publishCatalogTypes(control: ControlPlane, source: string, tables: readonly string[], describe: DescribeTable): Promise<string[]> {
-  const registered = new Set((await control.listTables(source)).map((t) => t.table));
+export async function publishCatalogTypes(controlPlane: ControlPlane, source: string, tables: readonly string[], describe: DescribeTable): Promise<string[]> {
+  const registered = new Set((await controlPlane.listTables(source)).map((t) => t.table));
   const written: string[] = [];
   for (const table of new Set(tables)) {
     if (registered.has(table)) continue;
     const types = await describe(table);
     if (types === null) continue;
     const text = JSON.stringify({ table, columns: types.columns.map((c) => ({ name: c.name, type: c.type })), key: [...types.key] } satisfies CatalogTypes);
-    if ((await control.getCheckpoint(catalogConsumerId(source), table)) === text) continue;
-    await control.putCheckpoint(catalogConsumerId(source), table, text);
+    if ((await controlPlane.getCheckpoint(catalogConsumerId(source), table)) === text) continue;
+    await controlPlane.putCheckpoint(catalogConsumerId(source), table, text);
     written.push(table);
   }
   return written;

@@ -42,7 +42,7 @@ export interface SnapshotInvocationDeps {
     tableFact(table: string, key: string[] | null): Promise<TableFact>;
     user(): Promise<string>;
   };
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   reader: SnapshotReader;
   publish: (records: SnapshotRawRecord[]) => Promise<void>;
   budget: SourceBudget;
@@ -72,7 +72,7 @@ export function createSnapshotInvocation(d: SnapshotInvocationDeps): (timeLeftMs
       // On AWS the DMS task selects the tables by the same patterns: capturing needs nothing here.
       const scan = await scanTables(
         {
-          control: d.control,
+          controlPlane: d.controlPlane,
           source: d.source,
           rules: disc.rules,
           declared: disc.declared,
@@ -95,20 +95,20 @@ export function createSnapshotInvocation(d: SnapshotInvocationDeps): (timeLeftMs
       // Every table a capture rule matched (the DMS task selects by the same patterns, whatever the verdict), not the dropped ones.
       const captured = [...(known?.values() ?? [])].filter((r) => r.verdict !== 'dropped').map((r) => r.table);
       const written = await publishCatalogTypes(
-        d.control,
+        d.controlPlane,
         d.source,
         [...d.tables.map((t) => t.table), ...(d.catalog.catalogTables ?? []), ...captured],
         d.catalog.describe,
       );
       if (written.length > 0) d.logger.info('Published catalog types of tables not registered yet', { tables: written });
       // The partition trees, for the normalizer to name a partition's DMS records by their root (docs/partitioned-tables.md).
-      if (d.catalog.partitionTree && (await publishPartitionTree(d.control, d.source, await d.catalog.partitionTree())))
+      if (d.catalog.partitionTree && (await publishPartitionTree(d.controlPlane, d.source, await d.catalog.partitionTree())))
         d.logger.info('Published the partition tree', {});
     }
-    const requested = await planSnapshots(d.control, d.source, d.tables, 'snapshot-planner');
+    const requested = await planSnapshots(d.controlPlane, d.source, d.tables, 'snapshot-planner');
     if (requested.length > 0) d.logger.info('Requested first snapshots', { tables: requested });
     const outcomes = await runPendingSnapshots({
-      control: d.control,
+      controlPlane: d.controlPlane,
       reader: d.reader,
       publish: d.publish,
       source: d.source,
@@ -131,7 +131,7 @@ export function createSnapshotInvocation(d: SnapshotInvocationDeps): (timeLeftMs
           throttle: s.throttle,
         }),
     });
-    d.stallAge(stallAgeSeconds(await d.control.listSnapshots(d.source), Date.now()));
+    d.stallAge(stallAgeSeconds(await d.controlPlane.listSnapshots(d.source), Date.now()));
     return Object.fromEntries(outcomes);
   };
 }

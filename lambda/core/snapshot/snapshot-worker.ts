@@ -70,9 +70,9 @@ export type RequestSnapshotOutcome = { outcome: 'requested'; state: SnapshotStat
  * run being unchanged since it was read, so of two concurrent requests exactly one wins; refuses
  * (audited) while a run is requested or running. A worker picks the run up (`runTableSnapshot`).
  */
-export async function requestSnapshot(control: ControlPlane, input: RequestSnapshotInput): Promise<RequestSnapshotOutcome> {
+export async function requestSnapshot(controlPlane: ControlPlane, input: RequestSnapshotInput): Promise<RequestSnapshotOutcome> {
   const now = input.now ?? new Date();
-  const previous = await control.getSnapshot(input.source, input.table);
+  const previous = await controlPlane.getSnapshot(input.source, input.table);
   const audit = (outcome: 'done' | 'refused', detail: Record<string, unknown>): AuditEntry => ({
     at: now.toISOString(),
     actor: input.actor,
@@ -84,15 +84,15 @@ export async function requestSnapshot(control: ControlPlane, input: RequestSnaps
   });
   if (snapshotPending(previous)) {
     const reason = `a snapshot (run ${previous!.run}, ${previous!.status}) is already ${previous!.status === 'requested' ? 'requested' : 'running'}`;
-    await control.appendAudit(audit('refused', { refusal: reason }));
+    await controlPlane.appendAudit(audit('refused', { refusal: reason }));
     return { outcome: 'refused', reason, state: previous };
   }
   const state = newSnapshotState(input.source, input.table, input.reason, input.actor, now, previous);
-  const ok = await control.putSnapshot(state, previous?.version ?? null, audit('done', { run: state.run }));
+  const ok = await controlPlane.putSnapshot(state, previous?.version ?? null, audit('done', { run: state.run }));
   if (!ok) {
     const reason = 'another request for this table was written at the same time';
-    await control.appendAudit(audit('refused', { refusal: reason }));
-    return { outcome: 'refused', reason, state: await control.getSnapshot(input.source, input.table) };
+    await controlPlane.appendAudit(audit('refused', { refusal: reason }));
+    return { outcome: 'refused', reason, state: await controlPlane.getSnapshot(input.source, input.table) };
   }
   return { outcome: 'requested', state };
 }
@@ -117,7 +117,7 @@ export function tablesToSnapshot(
 }
 
 export interface RunTableSnapshotOptions {
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   reader: SnapshotReader;
   /** Publishes records in order and resolves when every one was accepted. */
   publish: (records: SnapshotRawRecord[]) => Promise<void>;
@@ -166,7 +166,7 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
   const sleep = o.sleep ?? defaultSleep;
   const leaseMs = o.leaseMs ?? 60_000;
   const yieldToIo = o.yieldToIo ?? defaultYieldToIo;
-  let state = await o.control.getSnapshot(o.source, o.table);
+  let state = await o.controlPlane.getSnapshot(o.source, o.table);
   if (!snapshotPending(state)) return 'nothing-to-do';
   const t = now();
   if (state!.status === 'running' && state!.owner !== o.owner && state!.leaseUntil > t.getTime()) return 'busy';
@@ -194,7 +194,7 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
       outcome: 'done',
       detail: { run: state!.run, cursor: state!.cursor, chunksDone: state!.chunksDone, rowsDone: state!.rowsDone, previousOwner: state!.owner },
     };
-    if (!(await o.control.putSnapshot(claimed, state!.version, audit))) return 'busy';
+    if (!(await o.controlPlane.putSnapshot(claimed, state!.version, audit))) return 'busy';
     state = claimed;
     o.onState?.(state);
   }
@@ -202,7 +202,7 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
   // from its poll column once, before its first chunk (lambda/core/capture/poll-snapshot.ts).
   let space: PositionSpace;
   try {
-    space = snapshotRunSpace(o.table, await o.control.getTable(o.source, o.table), shape, o.pollColumnOf?.(o.table), state!);
+    space = snapshotRunSpace(o.table, await o.controlPlane.getTable(o.source, o.table), shape, o.pollColumnOf?.(o.table), state!);
     if (isPollSpace(space) && state!.firstLowWatermark === null) state = await takePollWatermark(o, state!, shape, space, now(), leaseMs);
   } catch (e) {
     if (e instanceof PositionSpaceMismatchError) await failRun(o, state!, e, now());
@@ -313,13 +313,13 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
           owner: null,
           leaseUntil: 0,
         };
-      if (!(await o.control.completeSnapshotChunk(chunk, next, state!.version))) return 'lost-lease';
+      if (!(await o.controlPlane.completeSnapshotChunk(chunk, next, state!.version))) return 'lost-lease';
       state = next;
       chunks++;
       o.onState?.(state);
       o.metrics?.progress(state);
       if (finished) {
-        await o.control.appendAudit({
+        await o.controlPlane.appendAudit({
           at: at.toISOString(),
           actor: `snapshot:${o.owner}`,
           action: 'finish-snapshot',
@@ -374,7 +374,7 @@ async function takePollWatermark(
     outcome: 'done',
     detail: { run: state.run, positionSpace: space, pollColumn, bound, watermark, rowPosition: snapshotPosition(watermark) },
   };
-  if (!(await o.control.putSnapshot(next, state.version, audit))) return null;
+  if (!(await o.controlPlane.putSnapshot(next, state.version, audit))) return null;
   o.onState?.(next);
   return next;
 }
@@ -400,15 +400,15 @@ async function failRun(o: RunTableSnapshotOptions, state: SnapshotState, e: CdcE
     outcome: 'refused',
     detail: { run: state.run, code: e.code, reason: e.message },
   };
-  if (await o.control.putSnapshot(failed, state.version, audit)) o.onState?.(failed);
+  if (await o.controlPlane.putSnapshot(failed, state.version, audit)) o.onState?.(failed);
 }
 
 /** A re-snapshot that finished brings a `needs-resnapshot` table back to `active` (with its audit entry). */
 async function reactivateAfterResnapshot(o: RunTableSnapshotOptions, state: SnapshotState, at: Date): Promise<void> {
   if (state.reason !== 'resnapshot') return;
-  const table = await o.control.getTable(o.source, o.table);
+  const table = await o.controlPlane.getTable(o.source, o.table);
   if (table?.state !== 'needs-resnapshot') return;
-  await o.control.setTableState(o.source, o.table, 'active', null, {
+  await o.controlPlane.setTableState(o.source, o.table, 'active', null, {
     at: at.toISOString(),
     actor: `snapshot:${o.owner}`,
     action: 'resnapshot-complete',
@@ -428,7 +428,7 @@ async function writeThrottle(
 ): Promise<SnapshotState | null> {
   if (state.throttle === throttle && state.leaseUntil - at.getTime() > leaseMs / 2) return state;
   const next = { ...state, throttle, updatedAt: at.toISOString(), leaseUntil: at.getTime() + leaseMs, version: state.version + 1 };
-  if (!(await o.control.putSnapshot(next, state.version, null))) return null;
+  if (!(await o.controlPlane.putSnapshot(next, state.version, null))) return null;
   o.onState?.(next);
   return next;
 }
@@ -439,17 +439,17 @@ async function writeThrottle(
  * others. Returns the tables requested.
  */
 export async function planSnapshots(
-  control: ControlPlane,
+  controlPlane: ControlPlane,
   source: string,
   configured: readonly { table: string; snapshot?: boolean; capture?: string }[],
   actor: string,
   now = new Date(),
 ): Promise<string[]> {
-  const runs = await control.listSnapshots(source);
-  const registered = await control.listTables(source);
+  const runs = await controlPlane.listSnapshots(source);
+  const registered = await controlPlane.listTables(source);
   const out: string[] = [];
   for (const t of tablesToSnapshot(configured, runs, registered)) {
-    const r = await requestSnapshot(control, { source, table: t.table, reason: t.reason, actor, now });
+    const r = await requestSnapshot(controlPlane, { source, table: t.table, reason: t.reason, actor, now });
     if (r.outcome === 'requested') out.push(t.table);
   }
   return out;
@@ -479,7 +479,7 @@ export async function runPendingSnapshots(o: RunPendingOptions): Promise<Map<str
   const outcomes = new Map<string, RunOutcome>();
   const pacers = new Map<string, Pacer>();
   const turnMs = o.turnMs ?? 10_000;
-  const pendingNow = async (): Promise<SnapshotState[]> => (await o.control.listSnapshots(o.source)).filter(snapshotPending);
+  const pendingNow = async (): Promise<SnapshotState[]> => (await o.controlPlane.listSnapshots(o.source)).filter(snapshotPending);
   let pending = await pendingNow();
   while (pending.length > 0) {
     for (const run of pending) {
@@ -571,7 +571,7 @@ export interface BootstrapInput {
  * the copy wins over it and every change before it loses. A run that is requested or running
  * is refused (`SnapshotRefusedError`).
  */
-export async function bootstrapFromCopy(control: ControlPlane, input: BootstrapInput): Promise<{ state: SnapshotState; copyPosition: Position }> {
+export async function bootstrapFromCopy(controlPlane: ControlPlane, input: BootstrapInput): Promise<{ state: SnapshotState; copyPosition: Position }> {
   const now = input.now ?? new Date();
   const copy = parseLsn(input.copyLsn, 'copyLsn');
   const start = parseLsn(input.logStartLsn, 'logStartLsn');
@@ -586,13 +586,13 @@ export async function bootstrapFromCopy(control: ControlPlane, input: BootstrapI
   });
   if (start > copy) {
     const err = new BootstrapGapError(input.table, input.copyLsn, input.logStartLsn);
-    await control.appendAudit(audit('refused', { refusal: err.message }));
+    await controlPlane.appendAudit(audit('refused', { refusal: err.message }));
     throw err;
   }
-  const previous = await control.getSnapshot(input.source, input.table);
+  const previous = await controlPlane.getSnapshot(input.source, input.table);
   if (snapshotPending(previous)) {
     const reason = `a snapshot (run ${previous!.run}) is ${previous!.status}; wait for it or let it finish`;
-    await control.appendAudit(audit('refused', { refusal: reason }));
+    await controlPlane.appendAudit(audit('refused', { refusal: reason }));
     throw new SnapshotRefusedError(input.table, reason);
   }
   const at = now.toISOString();
@@ -604,7 +604,7 @@ export async function bootstrapFromCopy(control: ControlPlane, input: BootstrapI
     firstLowWatermark: input.copyLsn,
     etaSeconds: 0,
   };
-  if (!(await control.putSnapshot(state, previous?.version ?? null, audit('done', { run: state.run })))) {
+  if (!(await controlPlane.putSnapshot(state, previous?.version ?? null, audit('done', { run: state.run })))) {
     throw new SnapshotRefusedError(input.table, 'another request for this table was written at the same time');
   }
   return { state, copyPosition: snapshotPosition(input.copyLsn) };

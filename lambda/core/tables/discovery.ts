@@ -79,7 +79,7 @@ export function matchRules(catalog: readonly string[], declared: ReadonlySet<str
 
 /** What a scan needs. */
 export interface DiscoveryDeps {
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   source: string;
   rules: readonly TableRule[];
   /** Declared tables (and the heartbeat table): never discovered, whatever the rules say. */
@@ -120,7 +120,7 @@ export async function scanTables(
 ): Promise<{ result: DiscoveryResult; known: Map<string, DiscoveryRecord> }> {
   const now = d.now ?? (() => new Date());
   const actor = d.actor ?? 'discovery';
-  const previous = known ?? latestVerdicts(await d.control.listAudit(d.source), d.source);
+  const previous = known ?? latestVerdicts(await d.controlPlane.listAudit(d.source), d.source);
   const catalog = await d.listTables();
   const present = new Set(catalog);
   const verdicts: DiscoveryRecord[] = [];
@@ -132,7 +132,7 @@ export async function scanTables(
     previous.set(r.table, r);
     if (before && before.verdict === r.verdict && before.reasons.join('\n') === r.reasons.join('\n')) return;
     changed.push(r);
-    await d.control.appendAudit({
+    await d.controlPlane.appendAudit({
       at: r.at,
       actor,
       action: DISCOVERY_ACTIONS[r.verdict],
@@ -194,7 +194,7 @@ export async function scanTables(
     await record(r, { key, deleteMode: config.deleteMode, mask: config.mask, exclude: config.exclude, snapshot: config.snapshot !== false });
     if (before?.verdict !== 'captured') {
       // The rules it joins with are the baseline a later mask or exclude is checked against (lambda/core/tables/late-rules.ts).
-      await d.control.appendAudit({
+      await d.controlPlane.appendAudit({
         at: r.at,
         actor,
         action: COLUMN_RULES_ACTION,
@@ -206,8 +206,8 @@ export async function scanTables(
     }
     // A table that joins (for the first time, or again after a drop or once eligible) is snapshotted.
     if (before?.verdict !== 'captured' && config.snapshot !== false) {
-      const run = await d.control.getSnapshot(d.source, m.table);
-      if (!snapshotPending(run)) await requestSnapshot(d.control, { source: d.source, table: m.table, reason: 'added', actor, now: now() });
+      const run = await d.controlPlane.getSnapshot(d.source, m.table);
+      if (!snapshotPending(run)) await requestSnapshot(d.controlPlane, { source: d.source, table: m.table, reason: 'added', actor, now: now() });
     }
     verdicts.push(previous.get(m.table)!);
   }
@@ -231,9 +231,9 @@ export async function scanTables(
 
 /** Pauses a dropped table that was registered, and ends its snapshot run if one was pending. */
 async function markDropped(d: DiscoveryDeps, table: string, at: string, actor: string): Promise<void> {
-  const run = await d.control.getSnapshot(d.source, table);
+  const run = await d.controlPlane.getSnapshot(d.source, table);
   if (run && snapshotPending(run)) {
-    await d.control.putSnapshot(
+    await d.controlPlane.putSnapshot(
       {
         ...run,
         status: 'failed',
@@ -247,10 +247,10 @@ async function markDropped(d: DiscoveryDeps, table: string, at: string, actor: s
       null,
     );
   }
-  const t = await d.control.getTable(d.source, table);
+  const t = await d.controlPlane.getTable(d.source, table);
   if (!t || t.state === 'paused') return;
   const reason = `${TABLE_DROPPED}: ${table} was dropped from the source; nothing more is captured, its sink objects are kept (docs/onboarding.md)`;
-  await d.control.setTableState(d.source, table, 'paused', reason, {
+  await d.controlPlane.setTableState(d.source, table, 'paused', reason, {
     at,
     actor,
     action: 'pause',
@@ -269,13 +269,13 @@ async function markDropped(d: DiscoveryDeps, table: string, at: string, actor: s
  */
 async function nameTwins(d: DiscoveryDeps, candidates: readonly string[]): Promise<Map<string, NameTwin>> {
   const sinks = d.sinks ?? UNKNOWN_SINKS;
-  const registered = new Set((await d.control.listTables(d.source)).map((r) => r.table));
+  const registered = new Set((await d.controlPlane.listTables(d.source)).map((r) => r.table));
   const all = [...registered, ...d.declared, ...candidates];
   const rough = nameTwinRefusals(sinks, d.source, registrationOrder(all, new Map(), d.declared));
   if (rough.size === 0) return rough;
   const at = new Map<string, string>();
   for (const t of new Set([...rough.keys(), ...[...rough.values()].map((r) => r.first)])) {
-    const v = registered.has(t) ? await d.control.getSchemaVersion(d.source, t, 1) : null;
+    const v = registered.has(t) ? await d.controlPlane.getSchemaVersion(d.source, t, 1) : null;
     if (v) at.set(t, v.registeredAt);
   }
   return nameTwinRefusals(sinks, d.source, registrationOrder(all, at, d.declared));

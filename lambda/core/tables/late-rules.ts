@@ -105,7 +105,7 @@ export class LateRulesRefusedError extends CdcError {
 }
 
 export interface LateRulesDeps {
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   source: string;
   /** Every captured table's column rules now. */
   tables: readonly TableColumnRules[];
@@ -115,7 +115,7 @@ export interface LateRulesDeps {
 
 /** What `applyLateRuleChanges` needs besides the changes. */
 export interface ApplyLateRulesDeps {
-  control: ControlPlane;
+  controlPlane: ControlPlane;
   source: string;
   actor: string;
   now?: Date;
@@ -149,7 +149,7 @@ export async function applyLateRuleChanges(d: ApplyLateRulesDeps, changes: reado
   const refused = changes.filter((c) => c.acknowledgement === null);
   if (refused.length > 0) {
     for (const c of refused)
-      await d.control.appendAudit(
+      await d.controlPlane.appendAudit(
         audit(c.table, 'refused', {
           addedMask: c.addedMask,
           addedExclude: c.addedExclude,
@@ -160,7 +160,7 @@ export async function applyLateRuleChanges(d: ApplyLateRulesDeps, changes: reado
     throw new LateRulesRefusedError(refused);
   }
   if (changes.length === 0) return;
-  const registered = await d.control.listTables(d.source);
+  const registered = await d.controlPlane.listTables(d.source);
   for (const c of changes) {
     const t = registered.find((r) => r.table === c.table);
     if (!t) continue;
@@ -178,9 +178,9 @@ export async function applyLateRuleChanges(d: ApplyLateRulesDeps, changes: reado
       needsSinkRebuild: true,
       archiveRewrite: 'docs/masking.md, "Adding a rule to a live table"',
     };
-    if (t.state === 'needs-resnapshot') await d.control.appendAudit(audit(c.table, 'done', detail));
+    if (t.state === 'needs-resnapshot') await d.controlPlane.appendAudit(audit(c.table, 'done', detail));
     else
-      await d.control.setTableState(
+      await d.controlPlane.setTableState(
         d.source,
         c.table,
         'needs-resnapshot',
@@ -188,8 +188,8 @@ export async function applyLateRuleChanges(d: ApplyLateRulesDeps, changes: reado
         audit(c.table, 'done', { ...detail, from: t.state, to: 'needs-resnapshot' }),
       );
     if (d.requestSnapshots === false) continue;
-    const run = await d.control.getSnapshot(d.source, c.table);
-    if (!snapshotPending(run)) await requestSnapshot(d.control, { source: d.source, table: c.table, reason: 'resnapshot', actor: d.actor, now });
+    const run = await d.controlPlane.getSnapshot(d.source, c.table);
+    if (!snapshotPending(run)) await requestSnapshot(d.controlPlane, { source: d.source, table: c.table, reason: 'resnapshot', actor: d.actor, now });
   }
 }
 
@@ -199,12 +199,12 @@ export async function applyLateRuleChanges(d: ApplyLateRulesDeps, changes: reado
  * tables requested. A deployment calls it after the functions and the DMS task run with the new
  * rules, so the re-snapshot's rows carry the new (masked) values.
  */
-export async function requestLateRuleResnapshots(control: ControlPlane, o: { source: string; actor: string; now?: Date }): Promise<string[]> {
+export async function requestLateRuleResnapshots(controlPlane: ControlPlane, o: { source: string; actor: string; now?: Date }): Promise<string[]> {
   const out: string[] = [];
-  for (const t of await control.listTables(o.source)) {
+  for (const t of await controlPlane.listTables(o.source)) {
     if (t.state !== 'needs-resnapshot' || !(t.stateReason ?? '').startsWith(`${LATE_COLUMN_RULES}:`)) continue;
-    if (snapshotPending(await control.getSnapshot(o.source, t.table))) continue;
-    const r = await requestSnapshot(control, { source: o.source, table: t.table, reason: 'resnapshot', actor: o.actor, now: o.now ?? new Date() });
+    if (snapshotPending(await controlPlane.getSnapshot(o.source, t.table))) continue;
+    const r = await requestSnapshot(controlPlane, { source: o.source, table: t.table, reason: 'resnapshot', actor: o.actor, now: o.now ?? new Date() });
     if (r.outcome === 'requested') out.push(t.table);
   }
   return out;
@@ -218,16 +218,16 @@ export async function requestLateRuleResnapshots(control: ControlPlane, o: { sou
  */
 export async function enforceLateRules(d: LateRulesDeps): Promise<LateRuleChange[]> {
   const at = (d.now ?? new Date()).toISOString();
-  const entries = await d.control.listAudit(d.source);
+  const entries = await d.controlPlane.listAudit(d.source);
   const recorded = recordedColumnRules(entries, d.source);
-  const registered = await d.control.listTables(d.source);
+  const registered = await d.controlPlane.listTables(d.source);
   const changes = lateRuleChanges(recorded, new Set(registered.map((t) => t.table)), d.tables);
-  await applyLateRuleChanges({ control: d.control, source: d.source, actor: d.actor, ...(d.now ? { now: d.now } : {}) }, changes);
+  await applyLateRuleChanges({ controlPlane: d.controlPlane, source: d.source, actor: d.actor, ...(d.now ? { now: d.now } : {}) }, changes);
   for (const t of d.tables) {
     const before = recorded.get(t.table);
     const same = before && before.mask.join(',') === [...t.mask].join(',') && before.exclude.join(',') === [...t.exclude].join(',');
     if (!same)
-      await d.control.appendAudit({
+      await d.controlPlane.appendAudit({
         at,
         actor: d.actor,
         action: COLUMN_RULES_ACTION,

@@ -194,19 +194,19 @@ function storedForm(tree: PartitionTree): StoredTree {
  * when it changed. Returns whether it wrote.
  */
 export async function publishPartitionTree(
-  control: Pick<ControlPlane, 'getCheckpoint' | 'putCheckpoint'>,
+  controlPlane: Pick<ControlPlane, 'getCheckpoint' | 'putCheckpoint'>,
   source: string,
   tree: PartitionTree,
 ): Promise<boolean> {
   const text = JSON.stringify(storedForm(tree));
-  if ((await control.getCheckpoint(catalogConsumerId(source), PARTITION_TREE_KEY)) === text) return false;
-  await control.putCheckpoint(catalogConsumerId(source), PARTITION_TREE_KEY, text);
+  if ((await controlPlane.getCheckpoint(catalogConsumerId(source), PARTITION_TREE_KEY)) === text) return false;
+  await controlPlane.putCheckpoint(catalogConsumerId(source), PARTITION_TREE_KEY, text);
   return true;
 }
 
 /** Reads the published tree (null when none is published); throws `CdcError` naming what is wrong with a malformed one. */
-export async function readPublishedPartitionTree(control: Pick<ControlPlane, 'getCheckpoint'>, source: string): Promise<PartitionTree | null> {
-  const text = await control.getCheckpoint(catalogConsumerId(source), PARTITION_TREE_KEY);
+export async function readPublishedPartitionTree(controlPlane: Pick<ControlPlane, 'getCheckpoint'>, source: string): Promise<PartitionTree | null> {
+  const text = await controlPlane.getCheckpoint(catalogConsumerId(source), PARTITION_TREE_KEY);
   if (text === null) return null;
   let v: unknown;
   try {

@@ -139,7 +139,7 @@ describe("the normalizer's gap check on DMS heartbeats", () => {
       timeline,
     });
 
-  function normalizer(control: MemoryControlPlane) {
+  function normalizer(controlPlane: MemoryControlPlane) {
     const published: ChangeEvent[] = [];
     const metrics: string[] = [];
     const errors: Array<Record<string, unknown>> = [];
@@ -152,7 +152,7 @@ describe("the normalizer's gap check on DMS heartbeats", () => {
     const n = new Normalizer({
       source: 'shop',
       tables: TABLES,
-      control,
+      controlPlane,
       changeLog: { encode: (e: ChangeEvent) => e, publishEncoded: async (es: readonly ChangeEvent[]) => void published.push(...es) },
       metrics: { count: (name) => void metrics.push(name), milliseconds: () => undefined },
       logger,
@@ -166,24 +166,24 @@ describe("the normalizer's gap check on DMS heartbeats", () => {
   }
 
   it('passes beats in sequence (a replayed one too), then a missed beat marks the tables needs-resnapshot, audited and counted', async () => {
-    const control = new MemoryControlPlane();
-    const n = normalizer(control);
+    const controlPlane = new MemoryControlPlane();
+    const n = normalizer(controlPlane);
     await n.run([beat(1, 0), dms('public.orders', { id: 1, v: 'a' }), beat(2, 10)]);
     await n.run([beat(2, 10), beat(3, 20)]); // a replay of beat 2
     // A row of another source in the same heartbeat table has its own numbers: not this source's gap.
     await n.run([
       dms('public.cdc_heartbeat', { source_id: 'crm', beat_at: '2026-12-01 10:00:25+00', seq: 77, system_identifier: '7312345678901234567', timeline: 1 }),
     ]);
-    expect((await control.listTables('shop')).map((t) => t.state)).toEqual(['active', 'active']);
+    expect((await controlPlane.listTables('shop')).map((t) => t.state)).toEqual(['active', 'active']);
     expect(n.metrics).not.toContain('SourceDiscontinuities');
     await n.run([beat(5, 40)]);
-    const tables = await control.listTables('shop');
+    const tables = await controlPlane.listTables('shop');
     expect(tables.map((t) => [t.table, t.state])).toEqual([
       ['public.cdc_heartbeat', 'needs-resnapshot'],
       ['public.orders', 'needs-resnapshot'],
     ]);
     expect(tables[1]!.stateReason).toMatch(/^SOURCE_DISCONTINUITY: heartbeat-missed: heartbeats 4 never arrived/);
-    const audit = (await control.listAudit('shop')).filter((a) => a.action === 'needs-resnapshot');
+    const audit = (await controlPlane.listAudit('shop')).filter((a) => a.action === 'needs-resnapshot');
     expect(audit.map((a) => a.table).sort()).toEqual(['public.cdc_heartbeat', 'public.orders']);
     expect(n.metrics.filter((m) => m === 'SourceDiscontinuities')).toHaveLength(1);
     expect(n.errors.find((e) => e.code === 'SOURCE_DISCONTINUITY')).toMatchObject({ problem: 'heartbeat-missed' });
@@ -194,11 +194,11 @@ describe("the normalizer's gap check on DMS heartbeats", () => {
       ...LOGGED,
       { table: 'public.legacy', capture: 'poll', pollColumn: 'cdc_xid', deleteMode: 'soft', mask: [], exclude: [] },
     ]);
-    const control = new MemoryControlPlane();
+    const controlPlane = new MemoryControlPlane();
     const n = new Normalizer({
       source: 'shop',
       tables,
-      control,
+      controlPlane,
       changeLog: { encode: (e: ChangeEvent) => e, publishEncoded: async () => undefined },
       metrics: { count: () => undefined, milliseconds: () => undefined },
       logger: { debug: () => undefined, info: () => undefined, warn: () => undefined, error: () => undefined },
@@ -220,15 +220,15 @@ describe("the normalizer's gap check on DMS heartbeats", () => {
       await b.flush();
     };
     await run([beat(1, 0), dms('public.orders', { id: 1, v: 'a' }), ...polled, beat(2, 10)]);
-    expect((await control.getTable('shop', 'public.legacy'))?.positionSpace).toBe('poll-xid');
-    expect((await control.getTable('shop', 'public.orders'))?.positionSpace).toBe('wal');
+    expect((await controlPlane.getTable('shop', 'public.legacy'))?.positionSpace).toBe('poll-xid');
+    expect((await controlPlane.getTable('shop', 'public.orders'))?.positionSpace).toBe('wal');
     await run([beat(4, 30)]); // beat 3 never arrived
-    expect((await control.listTables('shop')).map((t) => [t.table, t.state])).toEqual([
+    expect((await controlPlane.listTables('shop')).map((t) => [t.table, t.state])).toEqual([
       ['public.cdc_heartbeat', 'needs-resnapshot'],
       ['public.legacy', 'active'],
       ['public.orders', 'needs-resnapshot'],
     ]);
-    expect((await control.listAudit('shop')).filter((a) => a.action === 'needs-resnapshot').map((a) => a.table)).not.toContain('public.legacy');
+    expect((await controlPlane.listAudit('shop')).filter((a) => a.action === 'needs-resnapshot').map((a) => a.table)).not.toContain('public.legacy');
     // A polled table registered before spaces were recorded (capture 'poll', no space) is left alone too.
     const old = new MemoryControlPlane();
     await old.registerTable(

@@ -32,7 +32,7 @@ const quiet: NormalizerLogger = { debug() {}, info() {}, warn() {}, error() {} }
 const noMetrics: NormalizerMetrics = { count() {}, milliseconds() {} };
 
 function setup(tables: TableConfig[], extra: { partitionTree?: () => Promise<PartitionTree | null>; rules?: TableRule[] } = {}) {
-  const control = new MemoryControlPlane();
+  const controlPlane = new MemoryControlPlane();
   const published: ChangeEvent[] = [];
   const changeLog: ChangeLogWriter<string> = {
     encode: (e) => JSON.stringify(e),
@@ -44,7 +44,7 @@ function setup(tables: TableConfig[], extra: { partitionTree?: () => Promise<Par
   const normalizer = new Normalizer({
     source: 'shop',
     tables: new TableConfigIndex(tables, extra.rules ?? []),
-    control,
+    controlPlane,
     changeLog,
     metrics: noMetrics,
     logger: quiet,
@@ -56,7 +56,7 @@ function setup(tables: TableConfig[], extra: { partitionTree?: () => Promise<Par
     for (const text of records) await batch.add({ text, origin: `raw/${shard}/${++seq}` });
     await batch.flush();
   }
-  return { control, published, run };
+  return { controlPlane, published, run };
 }
 
 const lsnText = (n: number): string => `00000002/${n.toString(16).toUpperCase().padStart(8, '0')}`;
@@ -94,7 +94,7 @@ describe('normalizer over DMS records: exact numbers', () => {
       dmsText('insert', 'public.big', '{"id":9007199254740993,"amount":12.30,"n":7}', { lsn: 0x100 }),
       dmsText('insert', 'public.big', '{"id":9007199254740992,"amount":123456789012345678901234567890.5,"n":8}', { lsn: 0x200 }),
     ]);
-    expect(await env.control.listDeadLetters()).toEqual([]);
+    expect(await env.controlPlane.listDeadLetters()).toEqual([]);
     expect(env.published.map((e) => e.key)).toEqual([{ id: '9007199254740993' }, { id: '9007199254740992' }]);
     expect(env.published.map((e) => e.after)).toEqual([
       { id: '9007199254740993', amount: '12.30', n: 7 },
@@ -116,13 +116,13 @@ describe('normalizer over DMS records: masked columns', () => {
       dmsText('insert', 'public.people', `{"id":1,"pin":"${maskValue('1234')}","born":"${maskValue('1980-05-17')}"}`, { lsn: 0x100 }),
       controlText('create-table', 'public.staff', { id: { type: 'INT32', nullable: false }, pin: { type: 'INT32', nullable: true } }),
     ]);
-    const people = await env.control.listSchemaVersions('shop', 'public.people');
+    const people = await env.controlPlane.listSchemaVersions('shop', 'public.people');
     expect(people[0]!.columns.map((c) => [c.name, c.type])).toEqual([
       ['id', null],
       ['pin', 'text'],
       ['born', 'text'],
     ]);
-    const staff = await env.control.listSchemaVersions('shop', 'public.staff');
+    const staff = await env.controlPlane.listSchemaVersions('shop', 'public.staff');
     expect(staff[0]!.columns.map((c) => [c.name, c.type])).toEqual([
       ['id', 'INT32'],
       ['pin', 'text'],
@@ -136,7 +136,7 @@ describe('normalizer over DMS records: excluded columns', () => {
     await env.run([dmsText('insert', 'public.people', `{"id":1,"pin":"${maskValue('1234')}","ssn":"123-45-6789"}`, { lsn: 0x100 })]);
     expect(env.published[0]!.after).toEqual({ id: 1, pin: maskValue('1234') }); // masked once, not twice
     expect(JSON.stringify(env.published)).not.toContain('123-45-6789');
-    expect((await env.control.listSchemaVersions('shop', 'public.people'))[0]!.columns.map((c) => c.name)).toEqual(['id', 'pin']);
+    expect((await env.controlPlane.listSchemaVersions('shop', 'public.people'))[0]!.columns.map((c) => c.name)).toEqual(['id', 'pin']);
   });
 });
 
@@ -147,7 +147,7 @@ describe('normalizer over DMS records: schema drift', () => {
     const env = setup(TABLES);
     await env.run([dmsText('insert', 'public.t', '{"id":1,"name":"a","qty":1}', { lsn: 0x100 })]);
     await env.run([dmsText('update', 'public.t', '{"id":1,"full_name":"a","qty":2}', { lsn: 0x200 })]);
-    const table = await env.control.getTable('shop', 'public.t');
+    const table = await env.controlPlane.getTable('shop', 'public.t');
     expect(table!.state).toBe('paused');
     expect(table!.stateReason).toMatch(/column name was dropped or renamed \(to full_name\?\)/);
     // its events still enter the log (the sinks hold them)
@@ -160,8 +160,8 @@ describe('normalizer over DMS records: schema drift', () => {
       dmsText('insert', 'public.t', '{"id":1,"name":"a"}', { lsn: 0x100 }),
       dmsText('insert', 'public.t', '{"id":2,"name":"b","note":null}', { lsn: 0x200 }),
     ]);
-    expect((await env.control.getTable('shop', 'public.t'))!.state).toBe('active');
-    expect((await env.control.listSchemaVersions('shop', 'public.t')).at(-1)!.columns.map((c) => c.name)).toEqual(['id', 'name', 'note']);
+    expect((await env.controlPlane.getTable('shop', 'public.t'))!.state).toBe('active');
+    expect((await env.controlPlane.listSchemaVersions('shop', 'public.t')).at(-1)!.columns.map((c) => c.name)).toEqual(['id', 'name', 'note']);
   });
 
   it('lengths and precision from a DMS table definition are seen: narrowing is breaking, widening compatible', async () => {
@@ -172,11 +172,11 @@ describe('normalizer over DMS records: schema drift', () => {
       amount: { type: 'NUMERIC', precision: p, scale: 2, nullable: true },
     });
     await env.run([controlText('create-table', 'public.t', def(20, 10))]);
-    expect((await env.control.listSchemaVersions('shop', 'public.t'))[0]!.columns.map((c) => c.type)).toEqual(['INT32', 'WSTRING(20)', 'NUMERIC(10,2)']);
+    expect((await env.controlPlane.listSchemaVersions('shop', 'public.t'))[0]!.columns.map((c) => c.type)).toEqual(['INT32', 'WSTRING(20)', 'NUMERIC(10,2)']);
     await env.run([controlText('column-type-change', 'public.t', def(30, 12))]);
-    expect((await env.control.getTable('shop', 'public.t'))!.state).toBe('active');
+    expect((await env.controlPlane.getTable('shop', 'public.t'))!.state).toBe('active');
     await env.run([controlText('column-type-change', 'public.t', def(10, 12))]);
-    const t = await env.control.getTable('shop', 'public.t');
+    const t = await env.controlPlane.getTable('shop', 'public.t');
     expect(t!.state).toBe('paused');
     expect(t!.stateReason).toMatch(/column name changed type from WSTRING\(30\) to WSTRING\(10\)/);
   });
@@ -267,7 +267,7 @@ describe('normalizer over DMS records: ordering of interleaved transactions', ()
     ]);
     const plan = planTable({ events: [...env.published].reverse(), keyColumns: ['id'], stored: new Map() });
     expect(Object.fromEntries(plan.writes.map((w) => [w.key.id, w.values.v]))).toEqual({ 1: 'T1', 2: 'T1' });
-    expect(await env.control.listDeadLetters()).toEqual([]);
+    expect(await env.controlPlane.listDeadLetters()).toEqual([]);
   });
 
   it('a position that goes backwards for a key although it committed later is POSITION_REGRESSION: dead-lettered, table marked for re-snapshot', async () => {
@@ -278,15 +278,15 @@ describe('normalizer over DMS records: ordering of interleaved transactions', ()
       dmsText('update', 'public.acct', '{"id":1,"v":"T2"}', { lsn: 0x150, rid: 1, commitMs: 2000, xid: 2 }),
       dmsText('update', 'public.acct', '{"id":1,"v":"T1"}', { lsn: 0x100, rid: 2, commitMs: 3000, xid: 1 }),
     ]);
-    const letters = await env.control.listDeadLetters();
+    const letters = await env.controlPlane.listDeadLetters();
     expect(letters).toHaveLength(1);
     expect(letters[0]!.code).toBe('POSITION_REGRESSION');
     expect(letters[0]!.reason).toMatch(/^position 000000027?0*100\d* of public\.acct key .* on raw\/shardId-000000000000 is lower than position /);
     expect(letters[0]!.record).toContain('"v":"T1"');
-    const t = await env.control.getTable('shop', 'public.acct');
+    const t = await env.controlPlane.getTable('shop', 'public.acct');
     expect(t!.state).toBe('needs-resnapshot');
     expect(t!.stateReason).toMatch(/^POSITION_REGRESSION: /);
-    expect((await env.control.listAudit('shop', 'public.acct')).map((a) => a.action)).toContain('needs-resnapshot');
+    expect((await env.controlPlane.listAudit('shop', 'public.acct')).map((a) => a.action)).toContain('needs-resnapshot');
   });
 
   it('a replay (a resumed DMS task sends older records again) and duplicates are not regressions', async () => {
@@ -298,18 +298,18 @@ describe('normalizer over DMS records: ordering of interleaved transactions', ()
     ];
     await env.run(recs);
     await env.run([recs[1]!, recs[1]!, recs[2]!]);
-    expect(await env.control.listDeadLetters()).toEqual([]);
-    expect((await env.control.getTable('shop', 'public.acct'))!.state).toBe('active');
+    expect(await env.controlPlane.listDeadLetters()).toEqual([]);
+    expect((await env.controlPlane.getTable('shop', 'public.acct'))!.state).toBe('active');
     // the source's clock stepped back between two commits: a replay of the older one is still a replay
     await env.run([
       dmsText('update', 'public.acct', '{"id":2,"v":"p"}', { lsn: 0x400, commitMs: 9000 }),
       dmsText('update', 'public.acct', '{"id":2,"v":"q"}', { lsn: 0x500, commitMs: 7000 }),
     ]);
     await env.run([dmsText('update', 'public.acct', '{"id":2,"v":"p"}', { lsn: 0x400, commitMs: 9000 })]);
-    expect(await env.control.listDeadLetters()).toEqual([]);
+    expect(await env.controlPlane.listDeadLetters()).toEqual([]);
     // positions are per shard: the same key on another shard is tracked apart
     await env.run([recs[0]!], 'shardId-000000000001');
-    expect(await env.control.listDeadLetters()).toEqual([]);
+    expect(await env.controlPlane.listDeadLetters()).toEqual([]);
   });
 
   it(`random interleavings: the last committed value wins with commit positions, and a begin position is caught, never silent (${RUNS} runs per mode)`, async () => {
@@ -330,7 +330,7 @@ describe('normalizer over DMS records: ordering of interleaved transactions', ()
             await env.run(records);
             // a resumed task re-sends a suffix
             if (replayFrom !== null) await env.run(records.slice(replayFrom % records.length));
-            const letters = await env.control.listDeadLetters();
+            const letters = await env.controlPlane.listDeadLetters();
             const plan = planTable({ events: env.published, keyColumns: ['id'], stored: new Map() });
             const got = new Map(plan.writes.map((w) => [String(w.key.id), w.values.v]));
             const right = JSON.stringify([...got].sort()) === JSON.stringify([...expected(txs)].sort());
@@ -341,7 +341,7 @@ describe('normalizer over DMS records: ordering of interleaved transactions', ()
               if (letters.length > 0) {
                 caught++;
                 expect(letters.every((l) => l.code === 'POSITION_REGRESSION')).toBe(true);
-                expect((await env.control.getTable('shop', 'public.acct'))!.state).toBe('needs-resnapshot');
+                expect((await env.controlPlane.getTable('shop', 'public.acct'))!.state).toBe('needs-resnapshot');
               } else if (!right) silentWrong++;
             }
           },
@@ -384,10 +384,10 @@ describe('position spaces in the normalizer (docs/architecture.md §5.2)', () =>
     const logPosition = env.published[0]!.position;
     // A timestamp-polled row: its position (epoch microseconds) is far above every log position of the source.
     await env.run([polled(1, 1_764_547_201_000_000n)]);
-    expect(await env.control.listDeadLetters()).toEqual([]);
+    expect(await env.controlPlane.listDeadLetters()).toEqual([]);
     expect(env.published[1]!.position > logPosition).toBe(true);
-    expect((await env.control.getTable('shop', 'public.stamped'))!.positionSpace).toBe('poll-timestamp');
-    expect((await env.control.getTable('shop', 'public.t'))!.positionSpace).toBe('wal');
+    expect((await env.controlPlane.getTable('shop', 'public.stamped'))!.positionSpace).toBe('poll-timestamp');
+    expect((await env.controlPlane.getTable('shop', 'public.t'))!.positionSpace).toBe('wal');
     await env.run([
       controlText('add-column', 'public.t', {
         id: { type: 'INT32', nullable: false },
@@ -395,7 +395,7 @@ describe('position spaces in the normalizer (docs/architecture.md §5.2)', () =>
         note: { type: 'STRING', nullable: true },
       }),
     ]);
-    const versions = await env.control.listSchemaVersions('shop', 'public.t');
+    const versions = await env.controlPlane.listSchemaVersions('shop', 'public.t');
     expect(versions.map((v) => v.effectivePosition)).toEqual([logPosition, logPosition]);
     // DMS never reads a polled table: a control record for one would mix the spaces.
     await env.run([
@@ -405,12 +405,12 @@ describe('position spaces in the normalizer (docs/architecture.md §5.2)', () =>
         note: { type: 'STRING', nullable: true },
       }),
     ]);
-    const letters = await env.control.listDeadLetters();
+    const letters = await env.controlPlane.listDeadLetters();
     expect(letters.map((l) => l.code)).toEqual(['POSITION_SPACE_MISMATCH']);
     expect(letters[0]!.reason).toMatch(
       /control record of shop\/public\.stamped without a position: positions of space wal cannot be compared with or mixed into space poll-timestamp/,
     );
-    expect(await env.control.listSchemaVersions('shop', 'public.stamped')).toHaveLength(1);
+    expect(await env.controlPlane.listSchemaVersions('shop', 'public.stamped')).toHaveLength(1);
   });
 });
 
@@ -434,9 +434,9 @@ describe('normalizer over DMS records of a partitioned table (docs/partitioned-t
       },
     });
     // Stored and read back the way the snapshot worker and the normalizer pass it on AWS.
-    expect(await publishPartitionTree(env.control, 'shop', tree)).toBe(true);
-    expect(await publishPartitionTree(env.control, 'shop', tree)).toBe(false);
-    expect((await readPublishedPartitionTree(env.control, 'shop'))!.rootOf).toEqual(tree.rootOf);
+    expect(await publishPartitionTree(env.controlPlane, 'shop', tree)).toBe(true);
+    expect(await publishPartitionTree(env.controlPlane, 'shop', tree)).toBe(false);
+    expect((await readPublishedPartitionTree(env.controlPlane, 'shop'))!.rootOf).toEqual(tree.rootOf);
     await env.run([
       dmsText('insert', 'public.ev_2024_01', '{"id":1,"at":"2024-01-02 00:00:00+00","v":"a"}', { lsn: 0x100 }),
       dmsText('insert', 'public.ev_2024_02', '{"id":2,"at":"2024-02-02 00:00:00+00","v":"b"}', { lsn: 0x200 }),
@@ -453,9 +453,9 @@ describe('normalizer over DMS records of a partitioned table (docs/partitioned-t
     );
     await new Promise((r) => setTimeout(r, 2_100));
     await env.run([dmsText('insert', 'public.ev_2024_03', '{"id":3,"at":"2024-03-02 00:00:00+00","v":"c"}', { lsn: 0x400 })]);
-    expect(await env.control.listDeadLetters()).toEqual([]);
+    expect(await env.controlPlane.listDeadLetters()).toEqual([]);
     expect(new Set(env.published.map((e) => e.table))).toEqual(new Set(['public.ev']));
-    expect((await env.control.listTables('shop')).map((t) => t.table)).toEqual(['public.ev']);
+    expect((await env.controlPlane.listTables('shop')).map((t) => t.table)).toEqual(['public.ev']);
     expect(env.published.map((e) => [e.op, e.key])).toEqual([
       ['insert', { id: 1, at: '2024-01-02 00:00:00+00' }],
       ['insert', { id: 2, at: '2024-02-02 00:00:00+00' }],

@@ -69,8 +69,8 @@ async function register(table: string, source = 'shop', over: Partial<TableRecor
   );
 }
 
-const operator = (over: { control?: ControlPlane; snapshots?: SnapshotScheduler; now?: () => Date } = {}) =>
-  new Operator({ control: over.control ?? cp, settings, snapshots: over.snapshots ?? stateOnlySnapshots, now: over.now });
+const operator = (over: { controlPlane?: ControlPlane; snapshots?: SnapshotScheduler; now?: () => Date } = {}) =>
+  new Operator({ controlPlane: over.controlPlane ?? cp, settings, snapshots: over.snapshots ?? stateOnlySnapshots, now: over.now });
 const refused = (r: ActionResult) => (r.outcome === 'refused' ? r.code : null);
 
 describe('pause', () => {
@@ -154,7 +154,7 @@ describe('two concurrent actions on one table', () => {
 
   it('exactly one of two pauses decided on the same read wins; the other is refused; both are audited', async () => {
     await register('public.orders');
-    const op = operator({ control: barrier(2) });
+    const op = operator({ controlPlane: barrier(2) });
     const results = await Promise.all([
       op.pause('alice', { table: 'public.orders', durationMs: 60_000, reason: 'a' }),
       op.pause('bob', { table: 'public.orders', durationMs: 120_000, reason: 'b' }),

@@ -19,10 +19,10 @@ const request: RebuildRequest = { source: SOURCE, table: TABLE, sink: SINK, rehe
 
 async function setup(archive: ChangeEvent[], stream: ChangeEvent[], batchSize: number, step?: (name: string) => void) {
   const mirrors: Mirrors = new Map([[live.mirror, new Map()]]);
-  const control = await controlWithTable(archive.at(-1)!.position);
+  const controlPlane = await controlWithTable(archive.at(-1)!.position);
   const kept: DiffResult[] = [];
   const ports: RebuildPorts = {
-    control,
+    controlPlane,
     replay: memoryReplay(archive, stream),
     warehouse: () => memoryWarehouse(mirrors),
     target: (t) => memoryTarget(mirrors, t, kept),
@@ -31,8 +31,8 @@ async function setup(archive: ChangeEvent[], stream: ChangeEvent[], batchSize: n
     now: () => new Date(),
     ...(step ? { step } : {}),
   };
-  const begun = (await claimRebuildSlot(control, request, 'rb-1', new Date())) as { id: string };
-  return { mirrors, control, ports, id: begun.id };
+  const begun = (await claimRebuildSlot(controlPlane, request, 'rb-1', new Date())) as { id: string };
+  return { mirrors, controlPlane, ports, id: begun.id };
 }
 
 describe('rebuildSlice', () => {
@@ -45,7 +45,7 @@ describe('rebuildSlice', () => {
       const n = 10 + rand(80);
       const archive = Array.from({ length: n }, (_, i) => event(100 + i, rand(10), rand(6) === 0 ? null : `v${rand(50)}`));
       const batchSize = 1 + rand(8);
-      const { mirrors, control, ports, id } = await setup(archive, [], batchSize);
+      const { mirrors, controlPlane, ports, id } = await setup(archive, [], batchSize);
       // A slice's time is up after `budget` batches.
       let slices = 0;
       let out;
@@ -56,7 +56,7 @@ describe('rebuildSlice', () => {
         out = await rebuildSlice(ports, request, id, { timeLeftMs: () => (batches >= budget ? 0 : 1e9), marginMs: 1 });
         slices++;
         expect(slices).toBeLessThan(n + 2);
-        if (!out.done) expect((await control.getActiveRebuild(SINK))!.checkpoint).toEqual(out.checkpoint);
+        if (!out.done) expect((await controlPlane.getActiveRebuild(SINK))!.checkpoint).toEqual(out.checkpoint);
       } while (!out.done);
       const expected = new Map();
       applyTo(expected, archive);
@@ -65,7 +65,7 @@ describe('rebuildSlice', () => {
       expect(out.report.run.events).toBeGreaterThanOrEqual(n);
       expect(out.report.run.events).toBeLessThanOrEqual(n + slices - 1);
       expect(out.report.run.outcome).toBe('done');
-      expect((await control.listRebuilds(SINK))[0]!.events).toBe(out.report.run.events);
+      expect((await controlPlane.listRebuilds(SINK))[0]!.events).toBe(out.report.run.events);
     }
   });
 

@@ -33,10 +33,10 @@ async function setup(history: ChangeEvent[], batchSize: number, duty: number) {
   if (firstKey) damaged.set(firstKey, { ...firstRow!, value: 'wrong' });
   damaged.set(JSON.stringify({ id: 999 }), { position: history[0]!.position, value: 'stray' });
   mirrors.set(live.mirror, damaged);
-  const control = await controlWithTable(history.at(-1)!.position);
+  const controlPlane = await controlWithTable(history.at(-1)!.position);
   const kept: DiffResult[] = [];
   const workflow = new RebuildWorkflow({
-    control,
+    controlPlane,
     replay: memoryReplay(history, []),
     warehouse: () => memoryWarehouse(mirrors),
     target: (t) => memoryTarget(mirrors, t, kept),
@@ -44,7 +44,7 @@ async function setup(history: ChangeEvent[], batchSize: number, duty: number) {
     duty,
     now: () => new Date(),
   });
-  return { mirrors, expected, control, kept, workflow, changedKey: firstKey };
+  return { mirrors, expected, controlPlane, kept, workflow, changedKey: firstKey };
 }
 
 /** The history a check allowed (a refusal fails the test, naming it). */
@@ -61,7 +61,7 @@ describe('RebuildWorkflow', () => {
     const rand = lcg(seed);
     for (let run = 0; run < runs; run++) {
       const history = randomHistory(rand, 5 + rand(60));
-      const { mirrors, expected, control, kept, workflow, changedKey } = await setup(history, 1 + rand(10), rand(2) === 0 ? 1 : 0.5);
+      const { mirrors, expected, controlPlane, kept, workflow, changedKey } = await setup(history, 1 + rand(10), rand(2) === 0 ? 1 : 0.5);
       const check = await workflow.check(request(false));
       expect(check.refusal).toBeNull();
       const report = await workflow.run(request(false), historyOf(check));
@@ -71,8 +71,8 @@ describe('RebuildWorkflow', () => {
       const diff = kept.at(-1)!;
       expect(diff.extra).toBe(1);
       expect(diff.changed).toBe(changedKey ? 1 : 0);
-      expect(await control.getActiveRebuild(SINK)).toMatchObject({ state: 'finished' });
-      expect((await control.listRebuilds(SINK)).map((r) => r.outcome)).toEqual(['done']);
+      expect(await controlPlane.getActiveRebuild(SINK)).toMatchObject({ state: 'finished' });
+      expect((await controlPlane.listRebuilds(SINK)).map((r) => r.outcome)).toEqual(['done']);
     }
   });
 
@@ -98,12 +98,12 @@ describe('RebuildWorkflow', () => {
   });
 
   it('abandon records the rebuild failed, once, and frees the slot', async () => {
-    const { workflow, control } = await setup(randomHistory(lcg(5), 10), 4, 1);
+    const { workflow, controlPlane } = await setup(randomHistory(lcg(5), 10), 4, 1);
     const begun = (await workflow.begin(request(false))) as { id: string };
     const run = await workflow.abandon(request(false), begun.id, 'gave up');
     expect(run).toMatchObject({ outcome: 'failed', error: 'gave up', events: 0 });
     await workflow.abandon(request(false), begun.id, 'gave up again');
-    expect((await control.listRebuilds(SINK)).map((r) => r.error)).toEqual(['gave up']);
-    expect(await control.getActiveRebuild(SINK)).toMatchObject({ state: 'finished' });
+    expect((await controlPlane.listRebuilds(SINK)).map((r) => r.error)).toEqual(['gave up']);
+    expect(await controlPlane.getActiveRebuild(SINK)).toMatchObject({ state: 'finished' });
   });
 });

@@ -47,7 +47,7 @@ function setup() {
       { name: 'hot', periodMs: 60_000, tables: ['public.a', 'public.b'] },
       { name: 'cold', periodMs: 3_600_000, tables: ['*'] },
     ],
-    control: new MemoryControlPlane(),
+    controlPlane: new MemoryControlPlane(),
     sessions: async () => sessions,
     budget: { writeLatencyPct: 10, cpuPct: 5 },
     settleMs: 1,
@@ -77,7 +77,7 @@ describe('reconcileTier', () => {
     expect(out.coverageGaps).toBe(summary[0]!.coverageGaps);
     expect(out.coverageGaps).toBe(1);
     expect(logs).toContain('error Reconciliation verdict public.b');
-    expect(await deps.control.listReconcileVerdicts('wh')).toHaveLength(2);
+    expect(await deps.controlPlane.listReconcileVerdicts('wh')).toHaveLength(2);
   });
 
   it('runs the first tier when the event names none, and never the heartbeat table', async () => {

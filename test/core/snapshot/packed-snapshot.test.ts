@@ -150,7 +150,7 @@ describe('packed snapshot records', () => {
     await h.run([JSON.stringify(good)]);
     expect(h.published.map((e) => e.key)).toEqual([{ id: 1 }, { id: 2 }, { id: 4 }, { id: 6 }]);
     expect(h.published.every((e) => e.op === 'snapshot' && e.capture === 'snapshot' && e.schemaVersion === 1)).toBe(true);
-    const letters = await h.control.listDeadLetters('normalizer');
+    const letters = await h.controlPlane.listDeadLetters('normalizer');
     expect(letters.map((l) => l.reason)).toEqual([
       expect.stringMatching(/^row 2 of 6 of a packed snapshot record: .*rows\[2\]\[0\].*primary-key column "id"/),
       expect.stringMatching(/^row 4 of 6 of a packed snapshot record: rows\[4\].*2 values for 4 columns/),
@@ -171,7 +171,7 @@ describe('packed snapshot records', () => {
     const text = packChunkRecords('src', SHAPE, { ...READ, rows: rowsOf(3) }, NO_COLUMN_RULES)[0]!.data.replace('"op":"snapshot"', '"op":"insert"');
     await h.run([text]);
     expect(h.published).toEqual([]);
-    const letters = await h.control.listDeadLetters('normalizer');
+    const letters = await h.controlPlane.listDeadLetters('normalizer');
     expect(letters).toHaveLength(1);
     expect(letters[0]!.record).toBe(text);
     expect(letters[0]!.reason).toMatch(/op/);
@@ -199,8 +199,8 @@ describe('packed snapshot records', () => {
         await a.run(perRow);
         await b.run(packed.map((r) => r.data));
         expect(b.published, at).toEqual(a.published);
-        const lettersA = await a.control.listDeadLetters();
-        const lettersB = await b.control.listDeadLetters();
+        const lettersA = await a.controlPlane.listDeadLetters();
+        const lettersB = await b.controlPlane.listDeadLetters();
         expect(
           lettersB.map((l) => l.code),
           at,
@@ -212,7 +212,7 @@ describe('packed snapshot records', () => {
 });
 
 function harness(tables: ConstructorParameters<typeof TableConfigIndex>[0] = []) {
-  const control = new MemoryControlPlane();
+  const controlPlane = new MemoryControlPlane();
   const published: ChangeEvent[] = [];
   const changeLog: ChangeLogWriter<string> = {
     encode: (e) => JSON.stringify(e),
@@ -223,7 +223,7 @@ function harness(tables: ConstructorParameters<typeof TableConfigIndex>[0] = [])
   const normalizer = new Normalizer({
     source: 'src',
     tables: new TableConfigIndex(tables),
-    control,
+    controlPlane,
     changeLog,
     metrics: { count() {}, milliseconds() {} },
     logger: quiet,
@@ -231,7 +231,7 @@ function harness(tables: ConstructorParameters<typeof TableConfigIndex>[0] = [])
   });
   let seq = 0;
   return {
-    control,
+    controlPlane,
     published,
     async run(texts: readonly string[]) {
       const batch = normalizer.startBatch();

@@ -188,13 +188,13 @@ describe('packing from COPY text', () => {
         );
       },
     });
-    const control = new MemoryControlPlane();
-    await requestSnapshot(control, { source: 's', table: 'public.t', reason: 'initial', actor: 'planner' });
+    const controlPlane = new MemoryControlPlane();
+    await requestSnapshot(controlPlane, { source: 's', table: 'public.t', reason: 'initial', actor: 'planner' });
     const published: SnapshotRawRecord[][] = [];
     let pauses = 0;
     const run = (failAt: number | null) =>
       runTableSnapshot({
-        control,
+        controlPlane,
         reader: reader(failAt),
         publish: async (recs) => void published.push(recs),
         pacer: new FixedPacer(2_000),
@@ -206,11 +206,11 @@ describe('packing from COPY text', () => {
       });
     // The read ahead of chunk 2 fails: chunk 1 is packed, published and recorded, then the error surfaces.
     await expect(run(2)).rejects.toThrow('connection lost');
-    expect((await control.getSnapshot('s', 'public.t'))!.cursor).toEqual(['2000']);
+    expect((await controlPlane.getSnapshot('s', 'public.t'))!.cursor).toEqual(['2000']);
     expect(await run(null)).toBe('done');
-    const s = (await control.getSnapshot('s', 'public.t'))!;
+    const s = (await controlPlane.getSnapshot('s', 'public.t'))!;
     expect([s.status, s.rowsDone, s.chunksDone, s.cursor]).toEqual(['done', 4_500, 3, ['4500']]);
-    const chunks = await control.listSnapshotChunks('s', 'public.t', s.run);
+    const chunks = await controlPlane.listSnapshotChunks('s', 'public.t', s.run);
     expect(chunks.map((c) => [c.startAfter, c.endKey, c.rows])).toEqual([
       [null, ['2000'], 2_000],
       [['2000'], ['4000'], 2_000],

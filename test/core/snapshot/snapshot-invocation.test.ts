@@ -21,14 +21,14 @@ const unreachable = new Proxy({} as SnapshotReader, {
 
 describe('createSnapshotInvocation', () => {
   it('publishes catalog types, requests first snapshots, reads nothing without time, and reports the stall age', async () => {
-    const control = new MemoryControlPlane();
+    const controlPlane = new MemoryControlPlane();
     const stall: number[] = [];
     const logs: string[] = [];
     const described: string[] = [];
     const invocation = createSnapshotInvocation({
       source: 'shop',
       tables: [{ table: 'public.items', key: ['id'], deleteMode: 'soft', mask: [], exclude: [] }],
-      control,
+      controlPlane,
       reader: unreachable,
       publish: async () => {
         throw new Error('nothing to publish');
@@ -45,9 +45,9 @@ describe('createSnapshotInvocation', () => {
     });
     expect(await invocation(() => 0)).toEqual({});
     expect(described.sort()).toEqual(['public.cdc_heartbeat', 'public.gone', 'public.items']);
-    expect(await readCatalogTypes(control, 'shop', 'public.items')).toMatchObject({ key: ['id'] });
-    expect(await readCatalogTypes(control, 'shop', 'public.gone')).toBeNull();
-    expect((await control.listSnapshots('shop')).map((s) => [s.table, s.status])).toEqual([['public.items', 'requested']]);
+    expect(await readCatalogTypes(controlPlane, 'shop', 'public.items')).toMatchObject({ key: ['id'] });
+    expect(await readCatalogTypes(controlPlane, 'shop', 'public.gone')).toBeNull();
+    expect((await controlPlane.listSnapshots('shop')).map((s) => [s.table, s.status])).toEqual([['public.items', 'requested']]);
     expect(logs).toEqual(['Published catalog types of tables not registered yet', 'Requested first snapshots']);
     expect(stall).toHaveLength(1);
     expect(stall[0]).toBeGreaterThanOrEqual(0);

@@ -345,31 +345,31 @@ describe('requests, runs and resume', () => {
   const fixed = { next: () => ({ chunkSize: 5, pauseMs: 0, state: 'full-speed' as const }), record: () => undefined };
 
   it('two concurrent requests: exactly one wins, the other is refused and audited', async () => {
-    const control = new MemoryControlPlane();
+    const controlPlane = new MemoryControlPlane();
     const [a, b] = await Promise.all([
-      requestSnapshot(control, { source: 's', table: 'public.t', reason: 'resnapshot', actor: 'op:a' }),
-      requestSnapshot(control, { source: 's', table: 'public.t', reason: 'resnapshot', actor: 'op:b' }),
+      requestSnapshot(controlPlane, { source: 's', table: 'public.t', reason: 'resnapshot', actor: 'op:a' }),
+      requestSnapshot(controlPlane, { source: 's', table: 'public.t', reason: 'resnapshot', actor: 'op:b' }),
     ]);
     expect([a.outcome, b.outcome].sort()).toEqual(['refused', 'requested']);
-    const audit = await control.listAudit('s', 'public.t');
+    const audit = await controlPlane.listAudit('s', 'public.t');
     expect(audit.map((x) => x.outcome).sort()).toEqual(['done', 'refused']);
   });
 
   it('plans first snapshots for configured tables only once, honouring the opt-out', async () => {
-    const control = new MemoryControlPlane();
-    expect(await planSnapshots(control, 's', [{ table: 'public.a' }, { table: 'public.b', snapshot: false }], 'planner')).toEqual(['public.a']);
-    expect(await planSnapshots(control, 's', [{ table: 'public.a' }, { table: 'public.c' }], 'planner')).toEqual(['public.c']);
-    expect((await control.getSnapshot('s', 'public.c'))!.reason).toBe('added');
+    const controlPlane = new MemoryControlPlane();
+    expect(await planSnapshots(controlPlane, 's', [{ table: 'public.a' }, { table: 'public.b', snapshot: false }], 'planner')).toEqual(['public.a']);
+    expect(await planSnapshots(controlPlane, 's', [{ table: 'public.a' }, { table: 'public.c' }], 'planner')).toEqual(['public.c']);
+    expect((await controlPlane.getSnapshot('s', 'public.c'))!.reason).toBe('added');
   });
 
   it('publishes before recording; a crash mid-run resumes at the first incomplete chunk and never restarts the table', async () => {
-    const control = new MemoryControlPlane();
-    await requestSnapshot(control, { source: 's', table: 'public.t', reason: 'initial', actor: 'planner' });
+    const controlPlane = new MemoryControlPlane();
+    await requestSnapshot(controlPlane, { source: 's', table: 'public.t', reason: 'initial', actor: 'planner' });
     const published: SlotRecord[][] = [];
     const reader = memoryReader(rows, 3);
     const run = (r: SnapshotReader) =>
       runTableSnapshot({
-        control,
+        controlPlane,
         reader: r,
         publish: async (recs) => void published.push(perRow(recs)),
         pacer: fixed,
@@ -379,12 +379,12 @@ describe('requests, runs and resume', () => {
         owner: 'w1',
       });
     await expect(run(reader)).rejects.toThrow('connection lost');
-    let s = (await control.getSnapshot('s', 'public.t'))!;
+    let s = (await controlPlane.getSnapshot('s', 'public.t'))!;
     expect([s.status, s.chunksDone, s.rowsDone, s.cursor]).toEqual(['running', 2, 10, ['10']]);
     // Another worker cannot take a live lease; the same owner (the restarted process) resumes.
     expect(
       await runTableSnapshot({
-        control,
+        controlPlane,
         reader: memoryReader(rows),
         publish: async () => undefined,
         pacer: fixed,
@@ -395,9 +395,9 @@ describe('requests, runs and resume', () => {
       }),
     ).toBe('busy');
     expect(await run(memoryReader(rows))).toBe('done');
-    s = (await control.getSnapshot('s', 'public.t'))!;
+    s = (await controlPlane.getSnapshot('s', 'public.t'))!;
     expect([s.status, s.rowsDone, s.chunksDone]).toEqual(['done', 23, 5]);
-    const chunks = await control.listSnapshotChunks('s', 'public.t', s.run);
+    const chunks = await controlPlane.listSnapshotChunks('s', 'public.t', s.run);
     expect(chunks.map((c) => [c.index, c.startAfter, c.endKey, c.rows])).toEqual([
       [0, null, ['5'], 5],
       [1, ['5'], ['10'], 5],
@@ -407,7 +407,7 @@ describe('requests, runs and resume', () => {
     ]);
     const keys = published.flat().map((r) => r.columns![0]!.value);
     expect(new Set(keys).size).toBe(23);
-    expect((await control.listAudit('s', 'public.t')).map((a) => a.action)).toEqual([
+    expect((await controlPlane.listAudit('s', 'public.t')).map((a) => a.action)).toEqual([
       'request-snapshot',
       'start-snapshot',
       'resume-snapshot',
@@ -416,8 +416,8 @@ describe('requests, runs and resume', () => {
   });
 
   it('with one chunk read ahead: the next read starts before the chunk is published, chunks are still recorded in order, and a crash resumes the same way', async () => {
-    const control = new MemoryControlPlane();
-    await requestSnapshot(control, { source: 's', table: 'public.t', reason: 'initial', actor: 'planner' });
+    const controlPlane = new MemoryControlPlane();
+    await requestSnapshot(controlPlane, { source: 's', table: 'public.t', reason: 'initial', actor: 'planner' });
     const events: string[] = [];
     const traced = (r: SnapshotReader & { reads: number }): SnapshotReader => ({
       ...r,
@@ -428,7 +428,7 @@ describe('requests, runs and resume', () => {
     });
     const run = (r: SnapshotReader) =>
       runTableSnapshot({
-        control,
+        controlPlane,
         reader: r,
         publish: async (recs) => void events.push(`publish ${perRow(recs)[0]!.columns![0]!.value}`),
         pacer: new FixedPacer(5),
@@ -439,13 +439,13 @@ describe('requests, runs and resume', () => {
       });
     await expect(run(traced(memoryReader(rows, 3)))).rejects.toThrow('connection lost');
     expect(events).toEqual(['read after -', 'read after 5', 'publish 1', 'read after 10', 'publish 6']);
-    let s = (await control.getSnapshot('s', 'public.t'))!;
+    let s = (await controlPlane.getSnapshot('s', 'public.t'))!;
     expect([s.status, s.chunksDone, s.rowsDone, s.cursor]).toEqual(['running', 2, 10, ['10']]);
     events.length = 0;
     expect(await run(traced(memoryReader(rows)))).toBe('done');
-    s = (await control.getSnapshot('s', 'public.t'))!;
+    s = (await controlPlane.getSnapshot('s', 'public.t'))!;
     expect([s.status, s.rowsDone, s.chunksDone]).toEqual(['done', 23, 5]);
-    const chunks = await control.listSnapshotChunks('s', 'public.t', s.run);
+    const chunks = await controlPlane.listSnapshotChunks('s', 'public.t', s.run);
     expect(chunks.map((c) => [c.index, c.startAfter, c.endKey, c.rows])).toEqual([
       [0, null, ['5'], 5],
       [1, ['5'], ['10'], 5],
@@ -458,8 +458,8 @@ describe('requests, runs and resume', () => {
   });
 
   it('a finished re-snapshot brings a needs-resnapshot table back to active', async () => {
-    const control = new MemoryControlPlane();
-    await control.registerTable(
+    const controlPlane = new MemoryControlPlane();
+    await controlPlane.registerTable(
       {
         source: 's',
         table: 'public.t',
@@ -473,7 +473,7 @@ describe('requests, runs and resume', () => {
       { source: 's', table: 'public.t', version: 1, columns: [], key: ['id'], effectivePosition: makePosition(0n, 0), registeredAt: new Date().toISOString() },
       { at: new Date().toISOString(), actor: 't', action: 'register', source: 's', table: 'public.t', outcome: 'done', detail: {} },
     );
-    await requestSnapshot(control, { source: 's', table: 'public.t', reason: 'resnapshot', actor: 'op' });
+    await requestSnapshot(controlPlane, { source: 's', table: 'public.t', reason: 'resnapshot', actor: 'op' });
     // The last chunk fails once after its records were published: the retry publishes the sweep again, at the same position.
     const published: SlotRecord[][] = [];
     let failOnce = true;
@@ -486,11 +486,11 @@ describe('requests, runs and resume', () => {
       }
     };
     await expect(
-      runTableSnapshot({ control, reader: memoryReader(rows), publish, pacer: fixed, source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w' }),
+      runTableSnapshot({ controlPlane, reader: memoryReader(rows), publish, pacer: fixed, source: 's', table: 'public.t', rules: NO_COLUMN_RULES, owner: 'w' }),
     ).rejects.toThrow('stream unavailable');
     expect(
       await runTableSnapshot({
-        control,
+        controlPlane,
         reader: memoryReader(rows),
         publish,
         pacer: fixed,
@@ -500,8 +500,8 @@ describe('requests, runs and resume', () => {
         owner: 'w',
       }),
     ).toBe('done');
-    expect((await control.getTable('s', 'public.t'))!.state).toBe('active');
-    const run = (await control.getSnapshot('s', 'public.t'))!;
+    expect((await controlPlane.getTable('s', 'public.t'))!.state).toBe('active');
+    const run = (await controlPlane.getSnapshot('s', 'public.t'))!;
     const sweeps = published.flat().filter((r) => r.op === 'truncate');
     expect(sweeps).toHaveLength(2);
     for (const sw of sweeps) {
@@ -517,12 +517,12 @@ describe('requests, runs and resume', () => {
   });
 
   it('a first snapshot publishes no sweep (only a re-snapshot has stale keys to remove)', async () => {
-    const control = new MemoryControlPlane();
-    await requestSnapshot(control, { source: 's', table: 'public.t', reason: 'initial', actor: 'planner' });
+    const controlPlane = new MemoryControlPlane();
+    await requestSnapshot(controlPlane, { source: 's', table: 'public.t', reason: 'initial', actor: 'planner' });
     const published: SlotRecord[] = [];
     expect(
       await runTableSnapshot({
-        control,
+        controlPlane,
         reader: memoryReader(rows),
         publish: async (recs) => void published.push(...perRow(recs)),
         pacer: fixed,
@@ -537,16 +537,16 @@ describe('requests, runs and resume', () => {
   });
 
   it('bootstrap from a trusted copy: accepted when the log reaches back to the copy, refused with a named error otherwise', async () => {
-    const control = new MemoryControlPlane();
-    await expect(bootstrapFromCopy(control, { source: 's', table: 'public.t', copyLsn: '0/1000', logStartLsn: '0/2000', actor: 'op' })).rejects.toThrow(
+    const controlPlane = new MemoryControlPlane();
+    await expect(bootstrapFromCopy(controlPlane, { source: 's', table: 'public.t', copyLsn: '0/1000', logStartLsn: '0/2000', actor: 'op' })).rejects.toThrow(
       BootstrapGapError,
     );
-    expect(await control.getSnapshot('s', 'public.t')).toBeNull();
-    const ok = await bootstrapFromCopy(control, { source: 's', table: 'public.t', copyLsn: '0/3000', logStartLsn: '0/2000', actor: 'op' });
+    expect(await controlPlane.getSnapshot('s', 'public.t')).toBeNull();
+    const ok = await bootstrapFromCopy(controlPlane, { source: 's', table: 'public.t', copyLsn: '0/3000', logStartLsn: '0/2000', actor: 'op' });
     expect(ok.copyPosition).toBe(snapshotPosition('0/3000'));
-    expect((await control.getSnapshot('s', 'public.t'))!).toMatchObject({ status: 'done', reason: 'bootstrap' });
-    expect(await planSnapshots(control, 's', [{ table: 'public.t' }], 'planner')).toEqual([]);
-    expect((await control.listAudit('s', 'public.t')).map((a) => `${a.action}:${a.outcome}`)).toEqual([
+    expect((await controlPlane.getSnapshot('s', 'public.t'))!).toMatchObject({ status: 'done', reason: 'bootstrap' });
+    expect(await planSnapshots(controlPlane, 's', [{ table: 'public.t' }], 'planner')).toEqual([]);
+    expect((await controlPlane.listAudit('s', 'public.t')).map((a) => `${a.action}:${a.outcome}`)).toEqual([
       'bootstrap-from-copy:refused',
       'bootstrap-from-copy:done',
     ]);
@@ -578,9 +578,9 @@ describe('pending runs take turns', () => {
       },
     };
   }
-  const run = (control: MemoryControlPlane, reader: SnapshotReader, extra: { turnMs?: number } = {}) =>
+  const run = (controlPlane: MemoryControlPlane, reader: SnapshotReader, extra: { turnMs?: number } = {}) =>
     runPendingSnapshots({
-      control,
+      controlPlane,
       reader,
       publish: async () => undefined,
       source: 's',
@@ -593,28 +593,28 @@ describe('pending runs take turns', () => {
     });
 
   it('a long snapshot yields its turn to a table waiting behind it, and resumes where it was', async () => {
-    const control = new MemoryControlPlane();
-    await requestSnapshot(control, { source: 's', table: 'public.big', reason: 'initial', actor: 'planner' });
-    await requestSnapshot(control, { source: 's', table: 'public.small', reason: 'initial', actor: 'planner' });
+    const controlPlane = new MemoryControlPlane();
+    await requestSnapshot(controlPlane, { source: 's', table: 'public.big', reason: 'initial', actor: 'planner' });
+    await requestSnapshot(controlPlane, { source: 's', table: 'public.small', reason: 'initial', actor: 'planner' });
     // 2000 rows in chunks of 10, 5 ms a chunk: about a second alone; the two-row table must not wait for it.
-    const outcomes = await run(control, tablesReader({ 'public.big': 2000, 'public.small': 2 }, 5));
+    const outcomes = await run(controlPlane, tablesReader({ 'public.big': 2000, 'public.small': 2 }, 5));
     expect(Object.fromEntries(outcomes)).toEqual({ 'public.big': 'done', 'public.small': 'done' });
-    const audit = [...(await control.listAudit('s', 'public.big')), ...(await control.listAudit('s', 'public.small'))]
+    const audit = [...(await controlPlane.listAudit('s', 'public.big')), ...(await controlPlane.listAudit('s', 'public.small'))]
       .filter((a) => a.action === 'finish-snapshot')
       .sort((a, b) => a.at.localeCompare(b.at));
     expect(audit.map((a) => a.table)).toEqual(['public.small', 'public.big']);
-    const big = (await control.getSnapshot('s', 'public.big'))!;
+    const big = (await controlPlane.getSnapshot('s', 'public.big'))!;
     expect([big.rowsDone, big.chunksDone]).toEqual([2000, 201]);
-    const chunks = await control.listSnapshotChunks('s', 'public.big', big.run);
+    const chunks = await controlPlane.listSnapshotChunks('s', 'public.big', big.run);
     // Resumed at its cursor: every chunk starts where the one before ended.
     for (let i = 1; i < chunks.length; i++) expect(chunks[i]!.startAfter).toEqual(chunks[i - 1]!.endKey);
-    expect((await control.listAudit('s', 'public.big')).map((a) => a.action)).toContain('resume-snapshot');
+    expect((await controlPlane.listAudit('s', 'public.big')).map((a) => a.action)).toContain('resume-snapshot');
   });
 
   it('a snapshot alone never yields (no resume, one claim)', async () => {
-    const control = new MemoryControlPlane();
-    await requestSnapshot(control, { source: 's', table: 'public.big', reason: 'initial', actor: 'planner' });
-    expect(Object.fromEntries(await run(control, tablesReader({ 'public.big': 300 }, 2), { turnMs: 1 }))).toEqual({ 'public.big': 'done' });
-    expect((await control.listAudit('s', 'public.big')).map((a) => a.action)).toEqual(['request-snapshot', 'start-snapshot', 'finish-snapshot']);
+    const controlPlane = new MemoryControlPlane();
+    await requestSnapshot(controlPlane, { source: 's', table: 'public.big', reason: 'initial', actor: 'planner' });
+    expect(Object.fromEntries(await run(controlPlane, tablesReader({ 'public.big': 300 }, 2), { turnMs: 1 }))).toEqual({ 'public.big': 'done' });
+    expect((await controlPlane.listAudit('s', 'public.big')).map((a) => a.action)).toEqual(['request-snapshot', 'start-snapshot', 'finish-snapshot']);
   });
 });

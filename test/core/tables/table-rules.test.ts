@@ -146,12 +146,12 @@ function fact(table: string, over: Partial<TableFact> = {}): TableFact {
 
 describe('the catalog scan', () => {
   it('captures eligible tables (before requesting their snapshot), names the others, marks a dropped one; audits only changes', async () => {
-    const control = new MemoryControlPlane();
+    const controlPlane = new MemoryControlPlane();
     let catalog = ['public.orders', 'public.audit_log', 'public.nokey', 'public.cdc_heartbeat'];
     const captured = new Set<string>();
     const order: string[] = [];
     const deps: DiscoveryDeps = {
-      control,
+      controlPlane,
       source: 'app',
       rules: [{ match: 'public.*', excludeTables: ['public.audit_*'], deleteMode: 'soft', mask: ['email'], exclude: [] }],
       declared: new Set(['public.cdc_heartbeat']),
@@ -161,7 +161,7 @@ describe('the catalog scan', () => {
       capture: async (c) => {
         captured.add(c.table);
         // Stream first: the table is captured before its snapshot is requested.
-        order.push(`capture ${c.table} (snapshot ${(await control.getSnapshot('app', c.table))?.status ?? 'none'})`);
+        order.push(`capture ${c.table} (snapshot ${(await controlPlane.getSnapshot('app', c.table))?.status ?? 'none'})`);
       },
       release: (t) => void captured.delete(t),
     };
@@ -176,16 +176,16 @@ describe('the catalog scan', () => {
     );
     expect([...captured]).toEqual(['public.orders']);
     expect(first.result.captured).toEqual([{ table: 'public.orders', key: ['id'], deleteMode: 'soft', mask: ['email'], exclude: [] }]);
-    expect((await control.getSnapshot('app', 'public.orders'))?.reason).toBe('added');
+    expect((await controlPlane.getSnapshot('app', 'public.orders'))?.reason).toBe('added');
     // Nothing changed: nothing audited again, no second snapshot request.
-    const audited = (await control.listAudit('app')).length;
+    const audited = (await controlPlane.listAudit('app')).length;
     const second = await scanTables(deps, first.known);
     expect(second.result.changed).toEqual([]);
-    expect((await control.listAudit('app')).length).toBe(audited);
+    expect((await controlPlane.listAudit('app')).length).toBe(audited);
     // A fresh scanner (a restart) reads the verdicts back from the audit log.
     expect((await scanTables(deps, null)).result.changed).toEqual([]);
     // Dropped: released, audited, its registered table paused, its pending snapshot ended.
-    await control.registerTable(
+    await controlPlane.registerTable(
       {
         source: 'app',
         table: 'public.orders',
@@ -203,8 +203,8 @@ describe('the catalog scan', () => {
     const third = await scanTables(deps, second.known);
     expect(third.result.changed.map((c) => [c.table, c.verdict])).toEqual([['public.orders', 'dropped']]);
     expect(captured.has('public.orders')).toBe(false);
-    expect(await control.getTable('app', 'public.orders')).toMatchObject({ state: 'paused', stateReason: expect.stringMatching(/^TABLE_DROPPED: /) });
-    expect((await control.getSnapshot('app', 'public.orders'))?.status).toBe('failed');
+    expect(await controlPlane.getTable('app', 'public.orders')).toMatchObject({ state: 'paused', stateReason: expect.stringMatching(/^TABLE_DROPPED: /) });
+    expect((await controlPlane.getSnapshot('app', 'public.orders'))?.status).toBe('failed');
     // Every scan re-asserts what is captured (a restarted capture is filled by the first scan).
     expect(order).toEqual([
       'capture public.orders (snapshot none)',
@@ -216,12 +216,12 @@ describe('the catalog scan', () => {
 
 describe('late rules', () => {
   it('a mask added to a registered table is refused without acknowledgement (audited), and with it marks the table and requests a re-snapshot', async () => {
-    const control = new MemoryControlPlane();
+    const controlPlane = new MemoryControlPlane();
     const t = { table: 'public.items', mask: [] as string[], exclude: [] as string[] };
-    expect(await enforceLateRules({ control, source: 'app', tables: [t], actor: 't' })).toEqual([]);
+    expect(await enforceLateRules({ controlPlane, source: 'app', tables: [t], actor: 't' })).toEqual([]);
     // Not registered yet: a new mask is no late rule.
-    expect(await enforceLateRules({ control, source: 'app', tables: [{ ...t, mask: ['name'] }], actor: 't' })).toEqual([]);
-    await control.registerTable(
+    expect(await enforceLateRules({ controlPlane, source: 'app', tables: [{ ...t, mask: ['name'] }], actor: 't' })).toEqual([]);
+    await controlPlane.registerTable(
       {
         source: 'app',
         table: 'public.items',
@@ -236,21 +236,21 @@ describe('late rules', () => {
       { at: new Date().toISOString(), actor: 't', action: 'register-table', source: 'app', table: 'public.items', outcome: 'done', detail: {} },
     );
     const late = { ...t, mask: ['name'], exclude: ['secret'] };
-    await expect(enforceLateRules({ control, source: 'app', tables: [late], actor: 't' })).rejects.toThrow(LateRulesRefusedError);
-    await expect(enforceLateRules({ control, source: 'app', tables: [late], actor: 't' })).rejects.toThrow(
+    await expect(enforceLateRules({ controlPlane, source: 'app', tables: [late], actor: 't' })).rejects.toThrow(LateRulesRefusedError);
+    await expect(enforceLateRules({ controlPlane, source: 'app', tables: [late], actor: 't' })).rejects.toThrow(
       /public\.items: exclude secret added while the table is captured; existing change-log records, archive files and sink rows of public\.items still hold the clear values of secret/,
     );
-    expect(await control.getTable('app', 'public.items')).toMatchObject({ state: 'active' });
-    const done = await enforceLateRules({ control, source: 'app', tables: [{ ...late, acknowledgeLateRules: 'ticket 7' }], actor: 't' });
+    expect(await controlPlane.getTable('app', 'public.items')).toMatchObject({ state: 'active' });
+    const done = await enforceLateRules({ controlPlane, source: 'app', tables: [{ ...late, acknowledgeLateRules: 'ticket 7' }], actor: 't' });
     expect(done).toMatchObject([{ table: 'public.items', addedMask: [], addedExclude: ['secret'], acknowledgement: 'ticket 7' }]);
-    expect(await control.getTable('app', 'public.items')).toMatchObject({
+    expect(await controlPlane.getTable('app', 'public.items')).toMatchObject({
       state: 'needs-resnapshot',
       stateReason: expect.stringMatching(/^LATE_COLUMN_RULES: exclude secret added \(acknowledged: ticket 7\)/),
     });
-    expect((await control.getSnapshot('app', 'public.items'))?.reason).toBe('resnapshot');
-    const entries = (await control.listAudit('app', 'public.items')).filter((e) => e.action === 'late-column-rules');
+    expect((await controlPlane.getSnapshot('app', 'public.items'))?.reason).toBe('resnapshot');
+    const entries = (await controlPlane.listAudit('app', 'public.items')).filter((e) => e.action === 'late-column-rules');
     expect(entries.map((e) => e.outcome)).toEqual(['refused', 'refused', 'done']);
     // Recorded now: the same rules again are not late.
-    expect(await enforceLateRules({ control, source: 'app', tables: [late], actor: 't' })).toEqual([]);
+    expect(await enforceLateRules({ controlPlane, source: 'app', tables: [late], actor: 't' })).toEqual([]);
   });
 });

@@ -162,7 +162,7 @@ describe('transforms in the table configuration', () => {
 
 describe('the normalizer applies the transforms', () => {
   function setup(config: TableConfig) {
-    const control = new MemoryControlPlane();
+    const controlPlane = new MemoryControlPlane();
     const published: ChangeEvent[] = [];
     const warnings: Record<string, unknown>[] = [];
     const changeLog: ChangeLogWriter<string> = {
@@ -173,11 +173,11 @@ describe('the normalizer applies the transforms', () => {
     };
     let tables = new TableConfigIndex([config]);
     const logger = { debug() {}, info() {}, warn: (_: string, extra: Record<string, unknown>) => void warnings.push(extra), error() {} };
-    const make = () => new Normalizer({ source: 'shop', tables, control, changeLog, metrics: { count() {}, milliseconds() {} }, logger });
+    const make = () => new Normalizer({ source: 'shop', tables, controlPlane, changeLog, metrics: { count() {}, milliseconds() {} }, logger });
     let n = make();
     let seq = 0;
     return {
-      control,
+      controlPlane,
       published,
       warnings,
       reconfigure(next: TableConfig) {
@@ -225,17 +225,17 @@ describe('the normalizer applies the transforms', () => {
     expect(bad.outcome).toBe('dead-lettered');
     expect(env.published).toHaveLength(1);
     expect(env.published[0]!.after).toEqual({ id: 1, total: '12.50', tenant: 'acme' });
-    const [letter] = await env.control.listDeadLetters();
+    const [letter] = await env.controlPlane.listDeadLetters();
     expect(letter).toMatchObject({ stage: 'normalizer', source: 'shop', table: 'public.orders', code: 'TRANSFORM_COERCION_FAILED', record: bad.text });
     expect(letter!.reason).toBe('public.orders.amount: value "twelve" does not coerce to numeric(10,2): not a decimal number');
     // The table is degraded by the dead letter (invariant 12), not silently healthy.
-    expect((await env.control.getTable('shop', 'public.orders'))!.state).toBe('degraded');
+    expect((await env.controlPlane.getTable('shop', 'public.orders'))!.state).toBe('degraded');
   });
 
   it('registers the transformed shape with its transforms; a change is a new version from its position, audited with the rebuild', async () => {
     const env = setup(config);
     await env.send('0/100', '1');
-    const [v1] = await env.control.listSchemaVersions('shop', 'public.orders');
+    const [v1] = await env.controlPlane.listSchemaVersions('shop', 'public.orders');
     expect(v1!.columns.map((c) => [c.name, c.type])).toEqual([
       ['id', 'integer'],
       ['total', 'numeric(10,2)'],
@@ -244,12 +244,12 @@ describe('the normalizer applies the transforms', () => {
     expect(v1!.transforms).toEqual(config.transforms);
     env.reconfigure({ ...config, transforms: { ...config.transforms, tenant: { column: 'tenant', value: 'beta' } } });
     await env.send('0/300', '2');
-    const versions = await env.control.listSchemaVersions('shop', 'public.orders');
+    const versions = await env.controlPlane.listSchemaVersions('shop', 'public.orders');
     expect(versions).toHaveLength(2);
     expect(versions[1]!.transforms!.tenant).toEqual({ column: 'tenant', value: 'beta' });
     expect(versions[1]!.effectivePosition).toBe(env.published[1]!.position);
     expect(env.published[1]!.after).toEqual({ id: 1, total: '2.00', tenant: 'beta' });
-    const audit = (await env.control.listAudit()).find((a) => a.action === 'add-schema-version')!;
+    const audit = (await env.controlPlane.listAudit()).find((a) => a.action === 'add-schema-version')!;
     expect(audit.detail.rebuild).toMatch(/cdc rebuild/);
     expect(String(audit.detail.reason)).toMatch(/rows already in the sinks .* keep the old one/);
     expect(env.warnings.some((w) => /cdc rebuild/.test(String(w.notice)))).toBe(true);
