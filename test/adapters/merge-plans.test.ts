@@ -193,10 +193,10 @@ describe('merge over a large base: nested loops and ON CONFLICT leave what the p
       const r = await warehouse.applyTable(batchFor(idx, shape, added, kind, run));
       expect(r.mode, where).toBe(kind === 'full apply' ? 'apply' : 'append');
       // The delta holds each appended event once (a redelivered one, or one the changelog holds, is skipped at the append).
-      expect(r.merged, `${where}: the delta of ${pendingRows} rows merged first, with nested loops over a base of ${2 * BASE_K1} keys`).toEqual({
-        rows: pendingRows,
-        nestedLoops: true,
-      });
+      // A delta of events the changelog held already appended nothing: no merge comes first.
+      expect(r.merged, `${where}: the delta of ${pendingRows} rows merged first, with nested loops over a base of ${2 * BASE_K1} keys`).toEqual(
+        pendingRows > 0 ? { rows: pendingRows, nestedLoops: true } : undefined,
+      );
       await referenceMerge(ref, shape);
       const rr = await warehouse.applyTable(batchFor(ref, shape, added, kind, run));
       expect(rr.merged, `${where}: the reference's delta was merged already`).toBeUndefined();
