@@ -42,6 +42,7 @@ import { guardPoolClients } from './pg-pool.ts';
 import type { ChangeEvent, Row } from '../core/shared/event.ts';
 import { keyText } from '../core/shared/event.ts';
 import {
+  appendedPlan,
   distinctEvents,
   needsHandover,
   oldKeysNeeded,
@@ -962,21 +963,6 @@ export function appendable(e: ChangeEvent, dataColumns: readonly string[]): bool
     default:
       return false;
   }
-}
-
-/** The plan an append reports: every distinct event is in the delta; the view and the merge apply the position guard (an append carries no handover: its events lack no column). */
-function appendedPlan(events: ChangeEvent[]): TablePlan {
-  return {
-    events,
-    truncates: [],
-    truncate: null,
-    writes: [],
-    fresh: events,
-    held: [],
-    donors: [],
-    completed: [],
-    maxPosition: events.length > 0 ? events[events.length - 1]!.position : null,
-  };
 }
 
 /** The merge statements for the sink's current shape (`mergeSql`; `intoEmpty`: `mergeIntoEmptySql`, for a base found empty under the delta's lock). */

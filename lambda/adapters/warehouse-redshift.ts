@@ -20,7 +20,7 @@
  */
 import type { ChangeEvent, JsonValue } from '../core/shared/event.ts';
 import type { SchemaVersion } from '../core/shared/control-plane.ts';
-import type { TablePlan } from '../core/sink/apply-plan.ts';
+import { appendedPlan } from '../core/sink/apply-plan.ts';
 import type { DeltaStats, MergeResult, MergeTarget, TableApplyResult, TableBatch, Warehouse, WriteErrorKind } from '../core/warehouse/warehouse-port.ts';
 import { NotLoadableError, stageEvent } from '../core/warehouse/redshift-load.ts';
 import { currentRowsSql, pendingStatsSql, RedshiftTypeChangeError, FoldedColumnError, type RedshiftTable } from '../core/warehouse/redshift-sql.ts';
@@ -133,18 +133,7 @@ export class RedshiftWarehouse implements Warehouse {
     }
     await this.o.loader.submit(r, events, batch.appliedAt);
     const committedAt = Date.now();
-    const plan: TablePlan = {
-      events,
-      truncates: [],
-      truncate: null,
-      writes: [],
-      fresh: events,
-      held: [],
-      donors: [],
-      completed: [],
-      maxPosition: events.reduce<string | null>((m, e) => (m === null || e.position > m ? e.position : m), null),
-    };
-    return { plan, committedAt, ddl: [], mode: 'append', pending: { rows: 0, since: null } };
+    return { plan: appendedPlan(events), committedAt, ddl: [], mode: 'append', pending: { rows: 0, since: null } };
   }
 
   /** Merges every registered table with pending rows (the loader merges them together, in one transaction). */

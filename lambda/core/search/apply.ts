@@ -39,7 +39,7 @@
  */
 import { HEARTBEAT_TABLE } from '../../../contracts/env.ts';
 import { failuresFrom } from '../sink/apply-plan.ts';
-import { deadLetterer, describeError, maxPosition, minPosition } from '../sink/sink-batch.ts';
+import { deadLetterer, describeError, holdTableEntry, maxPosition, minPosition } from '../sink/sink-batch.ts';
 import { heldShardsOf } from '../operator/operator-decisions.ts';
 import type { ControlPlane, DeleteMode, SchemaVersion } from '../shared/control-plane.ts';
 import { CdcError, InvalidRecordError } from '../shared/errors.ts';
@@ -251,20 +251,17 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
         if (first !== null) {
           const err = new FoldedNameError(source, table, first, 'search index names are lower case');
           await hold(source, table, items, describeError(err));
-          await cp.appendAudit({
-            at: now().toISOString(),
-            actor: `applier:${sinkId}`,
-            action: 'hold-table',
-            source,
-            table,
-            outcome: 'done',
-            detail: {
-              sink: sinkId,
+          await cp.appendAudit(
+            holdTableEntry({
+              at: now(),
+              sinkId,
+              source,
+              table,
               heldFrom: minPosition(items),
               reason: describeError(err),
               hint: `leave ${table} out of this sink, or rename it at the source`,
-            },
-          });
+            }),
+          );
           return;
         }
         unfolded.add(`${source}\u0000${table}`);

@@ -474,3 +474,22 @@ export function toParam(v: Row[string] | undefined): string | null {
   if (typeof v === 'number' || typeof v === 'boolean') return String(v);
   return JSON.stringify(v);
 }
+
+/**
+ * The plan an append reports (a warehouse that appends the batch to its changelog and lets the
+ * view and the merge apply the position guard): every distinct event is in the delta, and an
+ * append carries no handover (its events lack no column).
+ */
+export function appendedPlan(events: ChangeEvent[]): TablePlan {
+  return {
+    events,
+    truncates: [],
+    truncate: null,
+    writes: [],
+    fresh: events,
+    held: [],
+    donors: [],
+    completed: [],
+    maxPosition: events.reduce<string | null>((m, e) => (m === null || e.position > m ? e.position : m), null),
+  };
+}

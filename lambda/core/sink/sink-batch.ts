@@ -3,7 +3,7 @@
  * do the same way with a batch's records: describe an error, name its code, find a group's
  * lowest and highest position, and put a record aside as a dead letter (docs/failures.md).
  */
-import type { ControlPlane } from '../shared/control-plane.ts';
+import type { AuditEntry, ControlPlane } from '../shared/control-plane.ts';
 import { CdcError } from '../shared/errors.ts';
 
 /** An error as one line: its class and message. */
@@ -19,6 +19,32 @@ export const minPosition = (items: ReadonlyArray<{ event: { position: string } }
 /** Highest position of a non-empty group of items. */
 export const maxPosition = (items: ReadonlyArray<{ event: { position: string } }>): string =>
   items.reduce((m, i) => (i.event.position > m ? i.event.position : m), items[0]!.event.position);
+
+/**
+ * The audit entry of a table a sink holds (docs/operations.md, "Blast radius of one table"): who
+ * held it, from which position, why, and what to do; `detail` adds what the sink knows more (the
+ * warehouse's SQLSTATE).
+ */
+export function holdTableEntry(o: {
+  at: Date;
+  sinkId: string;
+  source: string;
+  table: string;
+  heldFrom: string;
+  reason: string;
+  hint: string;
+  detail?: Record<string, unknown>;
+}): AuditEntry {
+  return {
+    at: o.at.toISOString(),
+    actor: `applier:${o.sinkId}`,
+    action: 'hold-table',
+    source: o.source,
+    table: o.table,
+    outcome: 'done',
+    detail: { sink: o.sinkId, heldFrom: o.heldFrom, ...o.detail, reason: o.reason, hint: o.hint },
+  };
+}
 
 /** A record as a sink reads it (its batch-failure id, where it was read, its text). */
 interface DeadLetterRecord {

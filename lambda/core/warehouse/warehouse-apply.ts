@@ -42,7 +42,7 @@
  * objects (another schema).
  */
 import { failuresPerTable } from '../sink/batch-failures.ts';
-import { deadLetterer, describeError, maxPosition, minPosition } from '../sink/sink-batch.ts';
+import { deadLetterer, describeError, holdTableEntry, maxPosition, minPosition } from '../sink/sink-batch.ts';
 import { heldShardsOf } from '../operator/operator-decisions.ts';
 import type { ControlPlane, DeleteMode, SchemaVersion } from '../shared/control-plane.ts';
 import { CdcError, InvalidRecordError, UnsafeIdentifierError } from '../shared/errors.ts';
@@ -410,21 +410,18 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
         error: describeError(err),
       });
       await hold(source, table, items, describeError(err));
-      await cp.appendAudit({
-        at: now().toISOString(),
-        actor: `applier:${sinkId}`,
-        action: 'hold-table',
-        source,
-        table,
-        outcome: 'done',
-        detail: {
-          sink: sinkId,
+      await cp.appendAudit(
+        holdTableEntry({
+          at: now(),
+          sinkId,
+          source,
+          table,
           heldFrom: minPosition(items),
-          sqlState: code,
           reason: describeError(err),
           hint: `fix the warehouse table, then cdc resume ${table}`,
-        },
-      });
+          detail: { sqlState: code },
+        }),
+      );
     }
 
     async function applyItems(
