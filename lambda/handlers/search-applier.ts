@@ -23,7 +23,7 @@ import { dynamoDbClient } from '../adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { payloadStoreFromEnvironment } from '../runtime/payload-store.ts';
 import { isReplayEvent, replayFromEnvironment, type ReplayEvent, type ReplayOutcome } from '../runtime/replay.ts';
-import { changeRecordOf, emitApplyMetrics, partialBatchResponse } from '../runtime/sink-batch.ts';
+import { applyLog, changeRecordOf, emitApplyMetrics, partialBatchResponse } from '../runtime/sink-batch.ts';
 
 export interface SearchApplierDeps {
   controlPlane: ControlPlane;
@@ -58,11 +58,7 @@ export function createSearchApplier(deps: SearchApplierDeps): SearchApplier {
   const processor = new BatchProcessor(EventType.KinesisDataStreams);
   const apply = createSearchApply({
     ...deps,
-    log: {
-      info: (message, detail) => logger.info(message, detail ?? {}),
-      warn: (message, detail) => logger.warn(message, detail ?? {}),
-      error: (message, detail) => logger.error(message, detail ?? {}),
-    },
+    log: applyLog(logger),
   });
   async function applyRecords(records: readonly ChangeRecord[], options: ApplyOptions = {}): Promise<BatchOutcome> {
     const { bySource, applyErrors, ...outcome } = await apply.applyRecords(records, options);

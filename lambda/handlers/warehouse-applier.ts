@@ -1,22 +1,18 @@
 /**
- * Warehouse applier Lambda: change log (Kinesis) → the warehouse. The work is done by the warehouse
- * apply (`lambda/core/warehouse/warehouse-apply.ts`; docs/warehouse-apply.md) over the `PgWarehouse`
- * writer (lambda/adapters/warehouse-pg.ts) or another engine's (`writer`); this module wires it to
- * Kinesis, DynamoDB, Secrets Manager and Powertools, and turns each batch's outcome into metrics.
- *
- * `createWarehouseApplier` builds the same applier from explicit dependencies for the local
- * pipeline and the tests; `handler` builds it once per container from the environment. On the
- * schedule's `{ cdcReplay: true }` event the handler runs the resume replay of released holds
- * (lambda/runtime/replay.ts) on the change log `CDC_CHANGE_LOG_STREAM`, then merges
- * every delta that is due (`CDC_MERGE_MAX_ROWS`, `CDC_MERGE_MAX_AGE_MS`).
+ * Warehouse applier Lambda: change log (Kinesis) → the warehouse, through the warehouse apply
+ * (lambda/core/warehouse/warehouse-apply.ts; docs/warehouse-apply.md) over `PgWarehouse` or another
+ * engine's writer. `createWarehouseApplier` builds it from explicit dependencies (local pipeline,
+ * tests); `handler` builds it once per container from the environment, and on the schedule's
+ * `{ cdcReplay: true }` event runs the resume replay of released holds (lambda/runtime/replay.ts),
+ * then merges every delta that is due (`CDC_MERGE_MAX_ROWS`, `CDC_MERGE_MAX_AGE_MS`).
  */
 import { BatchProcessor, EventType } from '@aws-lambda-powertools/batch';
 import { Logger } from '@aws-lambda-powertools/logger';
-import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
+import { Metrics } from '@aws-lambda-powertools/metrics';
 import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent } from 'aws-lambda';
 import type pg from 'pg';
 import { EnvName, ServiceName } from '../../contracts/env.ts';
-import { METRICS_NAMESPACE, MetricDimension, MetricName } from '../../contracts/metrics.ts';
+import { METRICS_NAMESPACE } from '../../contracts/metrics.ts';
 import type { ControlPlane } from '../core/shared/control-plane.ts';
 import { describeError } from '../core/sink/sink-batch.ts';
 import { ConfigurationError } from '../core/shared/errors.ts';
@@ -32,7 +28,7 @@ import { mergePolicyFromEnvironment } from '../runtime/merge-policy.ts';
 import { payloadStoreFromEnvironment } from '../runtime/payload-store.ts';
 import { poolFromEnvironment } from '../runtime/warehouse-pool.ts';
 import { isReplayEvent, replayFromEnvironment, type ReplayEvent, type ReplayOutcome } from '../runtime/replay.ts';
-import { changeRecordOf, emitApplyMetrics, emitSingleMetrics, partialBatchResponse } from '../runtime/sink-batch.ts';
+import { applyLog, changeRecordOf, emitApplyMetrics, emitMergeMetrics, partialBatchResponse } from '../runtime/sink-batch.ts';
 
 export type { ApplyOptions, BatchOutcome, ChangeRecord, MergeDone } from '../core/warehouse/warehouse-apply.ts';
 export type { MergePolicy } from '../core/warehouse/merge-policy.ts';
@@ -79,41 +75,23 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
     controlPlane: deps.controlPlane,
     writer: deps.writer ?? warehouse,
     sinkId,
-    log: {
-      info: (message, detail) => logger.info(message, detail ?? {}),
-      warn: (message, detail) => logger.warn(message, detail ?? {}),
-      error: (message, detail) => logger.error(message, detail ?? {}),
-    },
+    log: applyLog(logger),
     ...(deps.merge ? { merge: deps.merge } : {}),
     ...(deps.now ? { now: deps.now } : {}),
     ...(deps.payloads ? { payloads: deps.payloads } : {}),
     ...(deps.targetOf ? { targetOf: deps.targetOf } : {}),
   });
 
-  const emit = (name: string, unit: (typeof MetricUnit)[keyof typeof MetricUnit], values: number[], dimensions: Record<string, string>): void =>
-    emitSingleMetrics(metrics, name, unit, values, dimensions);
-
   async function applyRecords(records: readonly ChangeRecord[], options: ApplyOptions = {}): Promise<BatchOutcome> {
     const outcome = await apply.applyRecords(records, options);
     emitApplyMetrics(metrics, sinkId, outcome);
-    emitMerges(outcome.merges);
+    emitMergeMetrics(metrics, sinkId, outcome.merges);
     return outcome;
-  }
-
-  /** The deferred merges' metrics (inline after a batch, or the schedule's `mergeDue`). */
-  function emitMerges(merges: readonly MergeDone[]): void {
-    const sink = { [MetricDimension.SINK]: sinkId };
-    const rows = merges.reduce((n, m) => n + m.rows, 0);
-    const errors = merges.filter((m) => m.error !== undefined).length;
-    const stopping = merges.filter((m) => m.appendsStopped && m.error === undefined).length;
-    if (rows > 0) emit(MetricName.DELTA_ROWS_MERGED, MetricUnit.Count, [rows], sink);
-    if (errors > 0) emit(MetricName.MERGE_ERRORS, MetricUnit.Count, [errors], sink);
-    if (stopping > 0) emit(MetricName.MERGES_STOPPING_APPENDS, MetricUnit.Count, [stopping], sink);
   }
 
   async function mergeDue(options?: { force?: boolean; source?: string }): Promise<MergeDone[]> {
     const done = await apply.mergeDue(options);
-    emitMerges(done);
+    emitMergeMetrics(metrics, sinkId, done);
     return done;
   }
 
@@ -157,14 +135,11 @@ export const handler = async (
   context: Context,
 ): Promise<KinesisStreamBatchResponse | { replayed: ReplayOutcome[]; merged: MergeDone[] }> => {
   logger.addContext(context);
-  applier ??= fromEnvironment();
-  let built: WarehouseApplier;
-  try {
-    built = await applier;
-  } catch (err) {
+  // Built once per container; a failed build is retried by the next invocation.
+  const built = await (applier ??= fromEnvironment().catch((err: unknown) => {
     applier = undefined;
     throw err;
-  }
+  }));
   if (isReplayEvent(event)) {
     const replayed = await replayFromEnvironment(built, (message, detail) => logger.info(message, detail));
     // The schedule also bounds the deltas' age: a table that stopped receiving changes is merged here.

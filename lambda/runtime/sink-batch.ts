@@ -21,7 +21,8 @@ import { MetricUnit, type Metrics } from '@aws-lambda-powertools/metrics';
 import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent, KinesisStreamRecord } from 'aws-lambda';
 import { CdcError } from '../core/shared/errors.ts';
 import { MetricDimension, MetricName } from '../../contracts/metrics.ts';
-import type { BatchOutcome, ChangeRecord, SourceCounts } from '../core/warehouse/warehouse-apply.ts';
+import type { ApplyLog, BatchOutcome, ChangeRecord, SourceCounts } from '../core/warehouse/warehouse-apply.ts';
+import type { Logger } from '@aws-lambda-powertools/logger';
 
 /** A record reported as failed in the batch response. */
 export class RecordNotAppliedError extends CdcError {
@@ -105,4 +106,24 @@ export function emitApplyMetrics(metrics: Metrics, sinkId: string, outcome: { by
       });
   }
   if (outcome.applyErrors > 0) emitSingleMetrics(metrics, MetricName.APPLY_ERRORS, MetricUnit.Count, [outcome.applyErrors], { [MetricDimension.SINK]: sinkId });
+}
+
+/** A sink apply's log (the core's `log` port) over a Powertools logger: both sink appliers. */
+export function applyLog(logger: Pick<Logger, 'info' | 'warn' | 'error'>): ApplyLog {
+  return {
+    info: (message, detail) => logger.info(message, detail ?? {}),
+    warn: (message, detail) => logger.warn(message, detail ?? {}),
+    error: (message, detail) => logger.error(message, detail ?? {}),
+  };
+}
+
+/** The deferred merges' metrics (inline after a batch, or the schedule's `mergeDue`): rows merged, merge errors, merges that stopped appends. */
+export function emitMergeMetrics(metrics: Metrics, sinkId: string, merges: ReadonlyArray<{ rows: number; error?: unknown; appendsStopped?: boolean }>): void {
+  const sink = { [MetricDimension.SINK]: sinkId };
+  const rows = merges.reduce((n, m) => n + m.rows, 0);
+  const errors = merges.filter((m) => m.error !== undefined).length;
+  const stopping = merges.filter((m) => m.appendsStopped && m.error === undefined).length;
+  if (rows > 0) emitSingleMetrics(metrics, MetricName.DELTA_ROWS_MERGED, MetricUnit.Count, [rows], sink);
+  if (errors > 0) emitSingleMetrics(metrics, MetricName.MERGE_ERRORS, MetricUnit.Count, [errors], sink);
+  if (stopping > 0) emitSingleMetrics(metrics, MetricName.MERGES_STOPPING_APPENDS, MetricUnit.Count, [stopping], sink);
 }
