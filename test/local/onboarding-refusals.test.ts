@@ -147,7 +147,7 @@ describe('names as applications write them: carried, or refused by name at onboa
       },
       null,
     );
-    return { result, captured, control: controlPlane, verdict: new Map(result.verdicts.map((v) => [v.table, [v.verdict, v.reasons.join(' ')] as const])) };
+    return { result, captured, controlPlane, verdict: new Map(result.verdicts.map((v) => [v.table, [v.verdict, v.reasons.join(' ')] as const])) };
   };
 
   it('lists every table of the catalog, whatever its name', async () => {
@@ -157,7 +157,7 @@ describe('names as applications write them: carried, or refused by name at onboa
   });
 
   it('a PostgreSQL warehouse carries every name but one holding . or \\, and numeric(50,2) and numeric(5,-2) too', async () => {
-    const { verdict, captured, control: controlPlane } = await scan({ warehouse: 'postgres', search: false });
+    const { verdict, captured, controlPlane } = await scan({ warehouse: 'postgres', search: false });
     expect([...captured].sort()).toEqual(['Sales Dept.Big Ledger', 'public.Orders', 'public.Zoë "quoted"', 'public.orders']);
     expect(verdict.get('public.a.b')).toEqual([
       'ineligible',

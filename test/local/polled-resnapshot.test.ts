@@ -69,7 +69,7 @@ function pipeline(source: string, tables: TableConfig[]) {
   let seq = 0;
   const pollColumnOf = (t: string) => tables.find((x) => x.table === t)?.pollColumn;
   return {
-    control: controlPlane,
+    controlPlane,
     reader,
     async flow() {
       const batch = normalizer.startBatch();
@@ -148,8 +148,8 @@ describe('re-snapshot of a polled table', () => {
     try {
       await p.poll();
       await p.flow();
-      expect((await p.control.getTable('demo', 'public.versioned'))?.positionSpace).toBe('poll-xid');
-      expect((await p.control.getTable('demo', 'public.stamped'))?.positionSpace).toBe('poll-timestamp');
+      expect((await p.controlPlane.getTable('demo', 'public.versioned'))?.positionSpace).toBe('poll-xid');
+      expect((await p.controlPlane.getTable('demo', 'public.stamped'))?.positionSpace).toBe('poll-timestamp');
 
       // Between polls: a delete (never observable by polling) and a change committed out of order (the poller waits for it, docs/polling.md).
       await src.query('DELETE FROM stamped WHERE id = 3');
@@ -180,7 +180,7 @@ describe('re-snapshot of a polled table', () => {
       expect(await sinkRows('demo_public', 'stamped')).toEqual(['1=late', '2=changed after resnapshot']);
 
       // The snapshot's audit says which space and bound it took.
-      const marks = (await p.control.listAudit('demo')).filter((a) => a.action === 'poll-snapshot-watermark');
+      const marks = (await p.controlPlane.listAudit('demo')).filter((a) => a.action === 'poll-snapshot-watermark');
       expect(marks.map((a) => a.detail.positionSpace).sort()).toEqual(['poll-timestamp', 'poll-xid']);
     } finally {
       await p.close();
@@ -289,7 +289,9 @@ describe('re-snapshot of a polled table', () => {
     const p = pipeline('stable', tables);
     try {
       const points = await Promise.all(
-        tables.map((t) => pgPollStablePoint({ client: src, controlPlane: p.control, source: 'stable', sink: 'wh', table: t.table, pollColumn: t.pollColumn! })),
+        tables.map((t) =>
+          pgPollStablePoint({ client: src, controlPlane: p.controlPlane, source: 'stable', sink: 'wh', table: t.table, pollColumn: t.pollColumn! }),
+        ),
       );
       const firsts = await Promise.all(points.map((x) => x.mark()));
       for (const [i, point] of points.entries()) expect(await point.passed(firsts[i]!)).toBe(false); // nothing polled yet
@@ -323,11 +325,15 @@ describe('re-snapshot of a polled table', () => {
     try {
       await p.poll();
       await p.flow();
-      const op = new Operator({ controlPlane: p.control, settings: { changeLogRetentionMs: 86_400_000 }, snapshots: controlPlaneSnapshots(p.control) });
+      const op = new Operator({
+        controlPlane: p.controlPlane,
+        settings: { changeLogRetentionMs: 86_400_000 },
+        snapshots: controlPlaneSnapshots(p.controlPlane),
+      });
       expect((await op.resnapshot('operator:test', { source: 'refusal', table: 'public.refused' })).outcome).toBe('done');
       // No poll column given: the run would stitch with the log.
       const run = runTableSnapshot({
-        controlPlane: p.control,
+        controlPlane: p.controlPlane,
         reader: p.reader,
         publish: async () => undefined,
         pacer: new FixedPacer(10),
@@ -337,7 +343,7 @@ describe('re-snapshot of a polled table', () => {
         owner: 'test',
       });
       await expect(run).rejects.toBeInstanceOf(PositionSpaceMismatchError);
-      const state = await p.control.getSnapshot('refusal', 'public.refused');
+      const state = await p.controlPlane.getSnapshot('refusal', 'public.refused');
       expect(state?.status).toBe('failed');
       expect(state?.error).toMatch(/^POSITION_SPACE_MISMATCH: .*space wal .* space poll-xid/);
     } finally {

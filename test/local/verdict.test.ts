@@ -100,7 +100,7 @@ describe('verdict', () => {
         (1, '${a}', 12.5, '2026-01-01 08:00:00+00', false), (2, '${b}', 3, NULL, false), (3, NULL, NULL, NULL, false)`),
     );
     const controlPlane = new MemoryControlPlane();
-    const options = { sourceUrl: src, warehouseUrl: wh, source: 'demo', tables: TABLES, control: controlPlane, sink: 'dw' };
+    const options = { sourceUrl: src, warehouseUrl: wh, source: 'demo', tables: TABLES, controlPlane, sink: 'dw' };
     expect((await compareSourceAndWarehouse(options)).match).toBe(true);
     // The rows are all there, yet the sink holds the table: its changes from the held position on are not applied.
     await controlPlane.holdSinkTable('dw', 'demo', 'public.customers', '00000000016b374800000003');

@@ -134,7 +134,7 @@ function setup(config: TableConfig) {
   let normalizer = make();
   let seq = 0;
   return {
-    control: controlPlane,
+    controlPlane,
     published,
     reconfigure(next: TableConfig) {
       tables = new TableConfigIndex([next]);
@@ -151,7 +151,7 @@ function setup(config: TableConfig) {
 type Outcome = { kind: 'event'; key: unknown; after: unknown; schemaVersion: number } | { kind: 'dead-letter'; code: string; reason: string };
 
 async function outcome(env: ReturnType<typeof setup>, before: number, deadBefore: number): Promise<Outcome> {
-  const dead = await env.control.listDeadLetters();
+  const dead = await env.controlPlane.listDeadLetters();
   if (dead.length > deadBefore) {
     expect(env.published.length).toBe(before); // a dead-lettered row never reaches the change log
     return { kind: 'dead-letter', code: dead.at(-1)!.code, reason: dead.at(-1)!.reason };
@@ -198,7 +198,7 @@ describe('transforms give the same output on the stream, snapshot and replay pat
       stream.reconfigure({ ...c.config, transforms: c.later });
       await stream.run(streamRecord(c, '0/6000', 0));
       const published = stream.published.length;
-      const dead = (await stream.control.listDeadLetters()).length;
+      const dead = (await stream.controlPlane.listDeadLetters()).length;
       await stream.run(stream1);
       const replay = await outcome(stream, published, dead);
       expect(replay, ctx).toEqual(a);
