@@ -165,8 +165,8 @@ export class LocalPipeline {
             rules,
             declared: new Set(this.tables.map((t) => t.table)),
             index: this.captureIndex,
-            // The local warehouse is PostgreSQL; a search sink serves every discovered table unless it names its tables (docs/onboarding.md, "Names").
-            sinks: { warehouse: 'postgres', search: o.search !== undefined && o.search.tables === undefined },
+            // The local warehouse's engine (Redshift through its stand-in); a search sink serves every discovered table unless it names its tables (docs/onboarding.md, "Names").
+            sinks: { warehouse: o.redshift ? 'redshift' : 'postgres', search: o.search !== undefined && o.search.tables === undefined },
             ...(o.discoveryMs ? { everyMs: o.discoveryMs } : {}),
             onError: err('discovery'),
           });

@@ -94,8 +94,8 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
         rules,
         slot: o.slot ?? `cdc_${source}`,
         applicationName: 'cdc-local-check',
-        // The local warehouse is PostgreSQL (docs/onboarding.md, "Names").
-        sinks: { warehouse: 'postgres', search: o.search },
+        // The local warehouse's engine: PostgreSQL, or Redshift through its stand-in (docs/onboarding.md, "Names").
+        sinks: { warehouse: o.warehouseEngine, search: o.search },
         sourceId: source,
       });
     } catch (e) {
