@@ -285,4 +285,48 @@ describe('cdc local carries names as applications write them (issue 28, names)',
       await rm(dir, { recursive: true, force: true });
     }
   }, 400_000);
+
+  it('with --warehouse-engine redshift, the second of "Orders" and orders is refused by name in the pre-flight, before anything starts', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'cdc-e2e-names-rs-'));
+    await cluster.createDatabase('names_rs');
+    const app = new pg.Client({ connectionString: cluster.url('names_rs') });
+    await app.connect();
+    try {
+      await app.query(`CREATE TABLE "Orders" ("OrderId" int PRIMARY KEY, "CustomerName" text); CREATE TABLE orders (id int PRIMARY KEY, note text);`);
+      const child = spawn(
+        process.execPath,
+        [
+          CLI,
+          'local',
+          '--source',
+          cluster.url('names_rs'),
+          '--tables',
+          'public.Orders,public.orders',
+          '--warehouse-engine',
+          'redshift',
+          '--no-search',
+          '--state-dir',
+          path.join(dir, 'state'),
+          '--duration',
+          '5s',
+        ],
+        { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
+      );
+      let out = '';
+      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+      const code = await new Promise<number | null>((resolve) => child.on('exit', (c) => resolve(c)));
+      // Redshift folds names to lower case: orders would land in "Orders"' tables. Named, with the first and the fix, before anything starts
+      // (a pre-flight check that fails is exit 1, as in cdc doctor: docs/operations.md, "Exit codes").
+      expect(code, out).toBe(1);
+      expect(out).toMatch(
+        /public\.orders and public\.Orders \(registered first\) would be one table in the warehouse: Redshift folds quoted names to lower case/,
+      );
+      expect(out).toMatch(/Fix: leave public\.orders out of the capture/);
+      expect(out).not.toMatch(/cdc local: (started|resumed) in/);
+    } finally {
+      await app.end();
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 240_000);
 });
