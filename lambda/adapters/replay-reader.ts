@@ -34,6 +34,7 @@ import {
   OTHER_FOLDER,
   checkMarkerChain,
   checkStreamJunction,
+  emptyReplayStats,
   historyGaps,
   mergeReplay,
   parseArchivedObject,
@@ -156,20 +157,7 @@ export class ReplayReader {
    */
   async read(range: ReplayRange, history?: HistoryCheck): Promise<{ events: ChangeEvent[]; stats: ReplayStats; resume: Map<string, string | null> }> {
     const h = history ?? (await this.checkHistory(range.source, range.table));
-    const stats: ReplayStats = {
-      objectsRead: 0,
-      bytesRead: 0,
-      keysListed: h.keysListed,
-      legacyObjects: 0,
-      verifiedObjects: 0,
-      unverifiedObjects: 0,
-      markersRead: 0,
-      archiveRecords: 0,
-      streamRecords: 0,
-      events: 0,
-      invalid: 0,
-      shards: [],
-    };
+    const stats: ReplayStats = emptyReplayStats(h.keysListed);
     const fromArchive: ChangeEvent[] = [];
     let held = 0;
     // Highest archived sequence number per shard: markers prove the by-table layout's; batch-layout objects name theirs.

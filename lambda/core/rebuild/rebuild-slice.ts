@@ -13,7 +13,7 @@ import { checkEventColumns } from '../warehouse/warehouse-apply.ts';
 import { warehouseTable, type WarehouseTable } from '../warehouse/warehouse-sql.ts';
 import { throttleSleepMs, type DiffResult } from './rebuild.ts';
 import type { RebuildPorts, RebuildReport, RebuildRequest } from './rebuild-ports.ts';
-import type { HistoryCheck, ReplayRange, ReplayStats } from './replay.ts';
+import { emptyReplayStats, type HistoryCheck, type ReplayRange, type ReplayStats } from './replay.ts';
 
 /** The highest position there is: "everything the log holds now". */
 const POSITION_MAX: Position = 'f'.repeat(24);
@@ -343,21 +343,10 @@ export async function rebuildSlice(
     },
   });
   await cp.releaseRebuild(r.sink, id, finished.toISOString());
-  const emptyStats: ReplayStats = {
-    objectsRead: 0,
-    bytesRead: 0,
-    keysListed: 0,
-    legacyObjects: 0,
-    verifiedObjects: 0,
-    unverifiedObjects: 0,
-    markersRead: 0,
-    archiveRecords: 0,
-    streamRecords: 0,
-    events: 0,
-    invalid: 0,
-    shards: [],
+  return {
+    done: true,
+    report: { run, stats: stats ?? emptyReplayStats(), diffTable, diff: diff.rows, skipped: c.skipped, applyMs: c.applyMs, sleptMs: c.sleptMs },
   };
-  return { done: true, report: { run, stats: stats ?? emptyStats, diffTable, diff: diff.rows, skipped: c.skipped, applyMs: c.applyMs, sleptMs: c.sleptMs } };
 }
 
 export function runRecord(

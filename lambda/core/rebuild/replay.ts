@@ -258,6 +258,24 @@ export interface ReplayStats {
   shards: Array<{ shard: string; archivedThrough: string | null; streamRecords: number }>;
 }
 
+/** A replay that has read nothing yet (`keysListed`: the names its history check listed). */
+export function emptyReplayStats(keysListed = 0): ReplayStats {
+  return {
+    objectsRead: 0,
+    bytesRead: 0,
+    keysListed,
+    legacyObjects: 0,
+    verifiedObjects: 0,
+    unverifiedObjects: 0,
+    markersRead: 0,
+    archiveRecords: 0,
+    streamRecords: 0,
+    events: 0,
+    invalid: 0,
+    shards: [],
+  };
+}
+
 /** What the archive proves about the table's history (before any object is read). */
 export interface HistoryCheck {
   coverage: Map<string, ShardCoverage>;
