@@ -351,6 +351,17 @@ describe('one read of a stream for several consumers, randomized', () => {
     const behind = poller(1);
     await behind.start();
     await until('the second consumer read the backlog', () => got[1]!.length >= 400, 30_000);
+    // Having read the backlog, the second joins the window at its next read: until then an idle read of
+    // its own still counts (every 20 ms). Joined once its own reads stop for 300 ms.
+    await until(
+      'the second consumer to join the window',
+      async () => {
+        const n = fanout.stats.ownReads;
+        await new Promise((r) => setTimeout(r, 300));
+        return fanout.stats.ownReads === n;
+      },
+      30_000,
+    );
     const ownBefore = fanout.stats.ownReads;
     expect(ownBefore).toBeGreaterThan(0);
     const readsBefore = reads.records;
