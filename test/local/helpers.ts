@@ -2,6 +2,8 @@
 import { SLOT_RECORD_FORMAT, validateSlotRecord, type SlotColumn, type SlotRecord } from '../../lambda/core/capture/slot-record.ts';
 import type { JsonValue } from '../../lambda/core/shared/event.ts';
 import { formatLsn, parseLsn } from '../../lambda/core/shared/position.ts';
+import type { KinesisStreamEvent } from 'aws-lambda';
+import type { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 
 /** Polls `check` until it is true; throws naming `what` after `timeoutMs` (a deadline, not a timing assertion). */
 export async function until(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 60_000): Promise<void> {
@@ -52,4 +54,25 @@ export function capturedView(text: string, source = ''): SlotRecord {
     oldKey: op === 'delete' ? cols(data, true) : before !== undefined && Object.keys(before).length > 0 ? cols(before) : null,
     unchanged: [],
   };
+}
+
+/** The data of a Kinesis event's records, as text (the poller tests' handlers). */
+export function values(event: KinesisStreamEvent): string[] {
+  return event.Records.map((r) => Buffer.from(r.kinesis.data, 'base64').toString('utf8'));
+}
+
+/** A control plane that can crash: from then on every write fails (reads still work, as after a restart). */
+export class CrashableControl {
+  crashed = false;
+  constructor(private readonly inner: MemoryControlPlane) {}
+  getCheckpoint(consumer: string, shardId: string): Promise<string | null> {
+    return this.inner.getCheckpoint(consumer, shardId);
+  }
+  async putCheckpoint(consumer: string, shardId: string, sequenceNumber: string): Promise<void> {
+    if (this.crashed) throw new Error('crashed');
+    await this.inner.putCheckpoint(consumer, shardId, sequenceNumber);
+  }
+  async putDeadLetter(): Promise<void> {
+    throw new Error('no record here is bad input');
+  }
 }

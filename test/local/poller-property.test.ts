@@ -18,13 +18,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DeleteStreamCommand, PutRecordsCommand, type KinesisClient } from '@aws-sdk/client-kinesis';
 import { createStream } from '../helpers/kinesis-read.ts';
-import type { KinesisStreamEvent } from 'aws-lambda';
 import { PutNotices, startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
 import { kinesisClient } from '../../lambda/adapters/aws-clients.ts';
 import { Poller, type StreamHandler } from '../../local/poller.ts';
 import { seededRandom } from '../../local/demo.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
-import { until } from './helpers.ts';
+import { CrashableControl, until, values } from './helpers.ts';
 
 const RUNS = Number(process.env.CDC_POLLER_RUNS ?? 12);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
@@ -50,26 +49,6 @@ async function stream(shards: number): Promise<string> {
   const name = `pp${++streamNo}`;
   await createStream(kinesis, name, shards);
   return name;
-}
-
-function values(event: KinesisStreamEvent): string[] {
-  return event.Records.map((r) => Buffer.from(r.kinesis.data, 'base64').toString('utf8'));
-}
-
-/** A control plane that can crash: from then on every write fails (reads still work, as after a restart). */
-class CrashableControl {
-  crashed = false;
-  constructor(private readonly inner: MemoryControlPlane) {}
-  getCheckpoint(consumer: string, shardId: string): Promise<string | null> {
-    return this.inner.getCheckpoint(consumer, shardId);
-  }
-  async putCheckpoint(consumer: string, shardId: string, sequenceNumber: string): Promise<void> {
-    if (this.crashed) throw new Error('crashed');
-    await this.inner.putCheckpoint(consumer, shardId, sequenceNumber);
-  }
-  async putDeadLetter(): Promise<void> {
-    throw new Error('no record here is bad input');
-  }
 }
 
 async function oneRun(run: number, seed: number): Promise<void> {
