@@ -1,0 +1,19 @@
+/**
+ * Vitest setup file: each test file gets its own temporary folder under the run's root
+ * (test/helpers/temp-root.ts), removed once the file's own `afterAll` hooks have stopped what it
+ * started (vitest runs `afterAll` hooks in reverse order of registration, and this one is registered
+ * first). The construct tests' cloud assemblies are the bulk: without this a run holds every one of
+ * them on disk until it ends.
+ */
+import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll } from 'vitest';
+
+const folder = mkdtempSync(path.join(os.tmpdir(), 'file-'));
+chmodSync(folder, 0o1777);
+process.env.TMPDIR = folder;
+
+afterAll(() => {
+  rmSync(folder, { recursive: true, force: true });
+});
