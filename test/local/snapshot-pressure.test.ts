@@ -113,9 +113,10 @@ describe('source-pressure probe (real PostgreSQL)', () => {
   it('a source whose commits slow under concurrent writes is pressure: the pacer slows and pauses, and reads calm again once the load stops', async () => {
     const admin = await connect(durable.url('postgres'));
     // Group commit: a commit with other write transactions open waits 10 ms for them before flushing.
-    await admin.query('ALTER SYSTEM SET commit_delay = 10000');
-    await admin.query('ALTER SYSTEM SET commit_siblings = 1');
-    await admin.query('SELECT pg_reload_conf()');
+    // Set in the probe's own session (the committing backend decides whether to wait), so it holds
+    // from the next statement on; a reloaded server setting reaches a backend at a moment of its own.
+    await admin.query('SET commit_delay = 10000');
+    await admin.query('SET commit_siblings = 1');
     await admin.query('CREATE TABLE public.w (id bigserial PRIMARY KEY, v text)');
     try {
       const probe = new PostgresPressureProbe(async () => admin);
@@ -124,11 +125,20 @@ describe('source-pressure probe (real PostgreSQL)', () => {
       // The source's own workload: three sessions that keep a write transaction open.
       let stop = false;
       const writers = await Promise.all([0, 1, 2].map(() => connect(durable.url('postgres'))));
+      const rounds = [0, 0, 0];
       const load = writers.map(async (w, i) => {
-        while (!stop)
+        while (!stop) {
           await w.query(`BEGIN; INSERT INTO public.w (v) SELECT md5(g::text) FROM generate_series(1, 100) g; SELECT pg_sleep(0.02 + ${i} * 0.007); COMMIT`);
+          rounds[i]++;
+        }
       });
-      await sleep(200);
+      // The load is on once every writer has gone round twice: on a busy machine a fixed wait could end
+      // before the sessions hold a transaction open, and the first probe would read an idle source.
+      while (rounds.some((r) => r < 2)) await sleep(20);
+      // The reading is the median of the window's probes: a few probes under load first, so that it
+      // speaks of the loaded source rather than of the calm one before (a noisy baseline on a busy
+      // machine raises the noise floor, and two samples can still straddle it).
+      for (let i = 0; i < 3; i++) await probe.read(2);
       const loaded = await paceTenChunks(() => probe.read(2));
       stop = true;
       await Promise.all(load);
@@ -146,9 +156,8 @@ describe('source-pressure probe (real PostgreSQL)', () => {
       console.log(`load stopped: readings ${JSON.stringify(calm.readings.map((x) => Math.round(x ?? -1)))}`);
       expect(calm.readings.slice(-3).every((x) => x !== null && x < 2 * DEFAULT_SOURCE_BUDGET.writeLatencyPct)).toBe(true);
     } finally {
-      await admin.query('ALTER SYSTEM RESET commit_delay');
-      await admin.query('ALTER SYSTEM RESET commit_siblings');
-      await admin.query('SELECT pg_reload_conf()');
+      await admin.query('RESET commit_delay');
+      await admin.query('RESET commit_siblings');
     }
   }, 60_000);
 });
