@@ -5,9 +5,10 @@
  * table; one's batch may carry only version 1, the other's version 2 with a column added (`body`).
  *
  * The interleaving: B reads the catalog (nothing there), then A makes the objects from version 1
- * and commits, then B runs the DDL it planned from its read. `CREATE TABLE IF NOT EXISTS` of B's
- * changelog (with `body`) then does nothing, and B's `CREATE OR REPLACE VIEW` of the pending
- * changes names `c.body`, which A's changelog lacks: 42703 "column c.body does not exist", an
+ * and commits, then B runs its DDL. When B planned it from that read (before the DDL was planned
+ * under the changelog's lock), `CREATE TABLE IF NOT EXISTS` of B's changelog (with `body`) did
+ * nothing, and B's `CREATE OR REPLACE VIEW` of the pending changes named `c.body`, which A's
+ * changelog lacks: 42703 "column c.body does not exist", an
  * error about the table that held it for the sink (seen once in CI in `cdc local`, on the demo's
  * `public.documents`). The other order (A from version 2, B from version 1) made B's view with
  * fewer columns than A's: 42P16 "cannot drop columns from view", held too.
