@@ -181,16 +181,38 @@ export function shapeOf(t: WarehouseTable, rows: readonly CatalogColumn[]): Sink
   return shape;
 }
 
-/** The DDL that brings the sink to the wanted shape, and the shape after it. Throws SinkTypeConflictError. */
+/** What a batch needs of its table's objects besides its columns: the guards of its delete mode and events, the polled mark. */
+export interface DdlWants {
+  hard: boolean;
+  truncate: boolean;
+  handover: boolean;
+  polled?: boolean;
+}
+
+/** DDL statements and the shape after them (`planDdl`). */
+export interface DdlPlan {
+  statements: string[];
+  shape: SinkShape;
+  /** It adds a column to an existing mirror or changelog (a schema change: the delta is merged first). */
+  addsColumns: boolean;
+}
+
+/**
+ * The DDL that brings the sink from `known` to the wanted shape, and the shape after it. Throws
+ * SinkTypeConflictError. Run only from a `known` read in the DDL's own transaction under the
+ * changelog's lock (docs/warehouse-apply.md, "Objects made from the catalog they run against"): its
+ * `CREATE … IF NOT EXISTS` does nothing for an object another applier made since, and its views
+ * name the columns `known` lists.
+ */
 export function planDdl(
   t: WarehouseTable,
   known: SinkShape,
   key: SinkColumn[],
   data: SinkColumn[],
-  wants: { hard: boolean; truncate: boolean; handover: boolean; polled?: boolean },
+  wants: DdlWants,
   accepts: (have: string, want: string) => boolean = (have, want) => have === want || isSinkTextType(have),
   engine: WarehouseEngine = 'postgres',
-): { statements: string[]; shape: SinkShape; addsColumns: boolean } {
+): DdlPlan {
   const { hard, truncate } = wants;
   const statements: string[] = [];
   const shape: SinkShape = {

@@ -6,8 +6,11 @@
  * 1. DDL, when the sink is not in shape yet, in its own short transaction first: create what is
  *    missing (schema, changelog, mirror, view; the deleted-keys table in hard-delete mode), and
  *    `ALTER TABLE … ADD COLUMN` (changelog and mirror) for columns of the batch's schema versions
- *    that the sink lacks, then the view again. The DDL is additive and idempotent, the stage
- *    tables are made from its result, and the data transaction then holds no catalog locks. A
+ *    that the sink lacks, then the view again; planned from the catalog read in that transaction
+ *    under the changelog's lock
+ *    (docs/warehouse-apply.md, "Objects made from the catalog they run against"). The DDL is
+ *    additive and idempotent, the stage tables are made from its result, and the data
+ *    transaction then holds no catalog locks. A
  *    column whose warehouse type cannot take the new version's type is refused
  *    (`SinkTypeConflictError`) instead of being silently rounded.
  * 2. ONE data transaction: stage the distinct events, append those the changelog lacks, read
@@ -56,6 +59,9 @@ import {
 import {
   CdcColumn,
   appendChangelogSql,
+  createAppendOrderIndexSql,
+  createChangelogSql,
+  createSchemaSql,
   applyStageSql,
   catalogLiteralSql,
   RESERVED_PREFIX,
@@ -117,7 +123,17 @@ import { baseEstimateSql, mergeMayUseNestedLoops } from '../core/warehouse/merge
 import { postgresDialect } from '../core/warehouse/postgres-dialect.ts';
 
 import { insertStageLoader, copyStageLoader, type StageLoader } from './warehouse-pg-loaders.ts';
-import { planDdl, readShape, sameShape, shapeOf, SinkTypeConflictError, wantedColumns, type SinkShape } from './warehouse-pg-shape.ts';
+import {
+  planDdl,
+  readShape,
+  sameShape,
+  shapeOf,
+  SinkTypeConflictError,
+  wantedColumns,
+  type DdlPlan,
+  type DdlWants,
+  type SinkShape,
+} from './warehouse-pg-shape.ts';
 import { changelogRow, handoverRows, readHandover, type HandoverRow } from './warehouse-pg-handover.ts';
 
 export { copyStageLoader, copyText, insertStageLoader, type StageLoader } from './warehouse-pg-loaders.ts';
@@ -525,7 +541,8 @@ export class PgWarehouse implements Warehouse {
       if (moved) known = { ...known, view: false };
       // A table of the layout before one write per event (a delta table): moved to this one first
       // (docs/warehouse-apply.md, "The layout before one write per event").
-      if (known.changelog.length > 0 && !known.seq && known.delta.length > 0)
+      const migrated = known.changelog.length > 0 && !known.seq && known.delta.length > 0;
+      if (migrated)
         known = {
           ...(await migrateDeltaTable(
             client,
@@ -544,38 +561,17 @@ export class PgWarehouse implements Warehouse {
       // (docs/truncate.md). An older table without it gets it with its next batch.
       const wants = { hard: batch.deleteMode === 'hard', truncate: true, handover: needsHandover(events), polled: events.some((e) => e.capture === 'poll') };
       let ddl = planDdl(t, known, key, data, wants, this.accepts(), this.engine!);
-      // Appliers of other shards may create the same schema, table or column at the same moment
-      // (`IF NOT EXISTS` is not race-free in PostgreSQL): on such a clash, read the shape again and
-      // re-plan, so what the other applier created is simply used.
+      // `ddl` so far only says whether the sink needs DDL: it is planned again in the DDL's own
+      // transaction, under the changelog's lock, from the catalog read there (`ddlUnderLock`).
+      // Appliers of other shards may create the same schema or table at the same moment (`IF NOT
+      // EXISTS` is not race-free in PostgreSQL): on such a clash, read the shape again and re-plan,
+      // so what the other applier created is simply used.
       for (let attempt = 1; ddl.statements.length > 0; attempt++) {
         try {
-          if (ddl.addsColumns && known.seq) {
-            // A schema change: merge the delta first, in the same transaction, under the changelog's
-            // lock and with the shape read under it (docs/warehouse-apply.md, "Added columns").
-            await client.query(`BEGIN; ${lockDeltaSql(t, this.engine!)}`);
-            known = await readShape(client, t);
-            ddl = planDdl(t, known, key, data, wants, this.accepts(), this.engine!);
-            const bounds = await pendingBounds(client, t, null);
-            const first = await mergeFirst(client, t, known, bounds.n, this.engine!);
-            const mergeFirstSql =
-              bounds.n > 0
-                ? mergeStatements(
-                    t,
-                    known,
-                    key.map((k) => k.name),
-                    wants.hard,
-                    this.engine!,
-                    bounds,
-                    false,
-                    first.nestedLoops,
-                  )
-                : [];
-            await client.query(`${[...mergeFirstSql, ...ddl.statements].join('; ')}; COMMIT`);
-            if (first.rows > 0) merged = first;
-            this.pendingDelta.delete(cacheKey);
-          } else {
-            await client.query(`BEGIN; ${ddl.statements.join('; ')}; COMMIT`);
-          }
+          const done = await this.ddlUnderLock(client, t, known, key, data, wants, moved || migrated);
+          ddl = done.ddl;
+          if (done.merged.rows > 0) merged = done.merged;
+          if (done.mergedFirst) this.pendingDelta.delete(cacheKey);
           break;
         } catch (err) {
           await client.query('ROLLBACK').catch(() => undefined);
@@ -587,6 +583,44 @@ export class PgWarehouse implements Warehouse {
       this.shapes.set(cacheKey, ddl.shape);
       return { batch, t, cacheKey, events, truncates, lifecycle, key, shape: ddl.shape, ddl: ddl.statements, merged };
     }
+  }
+
+  /**
+   * Brings `t` into shape in ONE transaction whose DDL is planned from the shape read in it, under
+   * the changelog's lock (`lockDeltaSql`;
+   * docs/warehouse-apply.md, "Objects made from the catalog they run against").
+   * Every DDL of the table takes that lock first, so they run one at a time and
+   * none is planned from a catalog another applier changed since: a plan from an earlier read could
+   * name a column in a view that the changelog lacks (42703), or make a view with fewer columns than
+   * the one there (42P16). A table without a changelog (`known`) gets one first (`IF NOT EXISTS`:
+   * another applier's, made since, is kept and read), so there is something to lock. A plan that
+   * adds columns merges the delta first (docs/warehouse-apply.md, "The view": added columns).
+   * `remakeView`: the view is made again even where the catalog has it (over objects just moved).
+   * Returns the statements run, the shape after them, and the merge.
+   */
+  private async ddlUnderLock(
+    client: pg.ClientBase,
+    t: WarehouseTable,
+    known: SinkShape,
+    key: SinkColumn[],
+    data: SinkColumn[],
+    wants: DdlWants,
+    remakeView: boolean,
+  ): Promise<{ ddl: DdlPlan; merged: { rows: number; nestedLoops: boolean }; mergedFirst: boolean }> {
+    const engine = this.engine!;
+    const make = known.changelog.length === 0 ? [createSchemaSql(t), createChangelogSql(t, key, data, engine)] : [];
+    await client.query(`BEGIN; ${[...make, lockDeltaSql(t, engine)].join('; ')}`);
+    const read = await readShape(client, t);
+    const shape = remakeView ? { ...read, view: false } : read;
+    const plan = planDdl(t, shape, key, data, wants, this.accepts(), engine);
+    const index = make.length > 0 && engine === 'postgres' ? [createAppendOrderIndexSql(t)] : [];
+    const mergedFirst = plan.addsColumns && shape.seq && shape.watermark;
+    const bounds = mergedFirst ? await pendingBounds(client, t, null) : null;
+    const merged = bounds ? await mergeFirst(client, t, shape, bounds.n, engine) : { rows: 0, nestedLoops: false };
+    const keyNames = key.map((k) => k.name);
+    const mergeFirstSql = bounds && bounds.n > 0 ? mergeStatements(t, shape, keyNames, wants.hard, engine, bounds, false, merged.nestedLoops) : [];
+    await client.query([...mergeFirstSql, ...index, ...plan.statements, 'COMMIT'].join('; '));
+    return { ddl: { ...plan, statements: [...make, ...index, ...plan.statements] }, merged, mergedFirst };
   }
 
   /**
