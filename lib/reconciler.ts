@@ -160,6 +160,11 @@ function kindOf(sink: IReconciledSink): string {
   return searchOf(sink) ? 'search' : 'warehouse';
 }
 
+/** A reconcile metric of `sink` (its `Sink` dimension), the maximum per minute unless `props` say otherwise. */
+function sinkMaximum(scope: Construct, metricName: string, sink: IReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+  return platformMetric(scope, metricName, { [MetricDimension.SINK]: sink.sinkId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
+}
+
 const DEFAULT_TIER: ReconcileTierProps = { name: 'default', every: Duration.days(1), tables: ['*'] };
 
 /**
@@ -368,24 +373,14 @@ export class Reconciler extends Resource implements IReconciler {
   }
 
   metricDivergedTables(sink: IReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return platformMetric(
-      this,
-      MetricName.RECONCILE_DIVERGED_TABLES,
-      { [MetricDimension.SINK]: sink.sinkId },
-      { statistic: cloudwatch.Stats.MAXIMUM, ...props },
-    );
+    return sinkMaximum(this, MetricName.RECONCILE_DIVERGED_TABLES, sink, props);
   }
 
   metricCoverageGaps(sink: IReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return platformMetric(this, MetricName.RECONCILE_COVERAGE_GAPS, { [MetricDimension.SINK]: sink.sinkId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
+    return sinkMaximum(this, MetricName.RECONCILE_COVERAGE_GAPS, sink, props);
   }
 
   metricInconclusiveTables(sink: IReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return platformMetric(
-      this,
-      MetricName.RECONCILE_INCONCLUSIVE_TABLES,
-      { [MetricDimension.SINK]: sink.sinkId },
-      { statistic: cloudwatch.Stats.MAXIMUM, ...props },
-    );
+    return sinkMaximum(this, MetricName.RECONCILE_INCONCLUSIVE_TABLES, sink, props);
   }
 }
