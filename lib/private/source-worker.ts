@@ -16,7 +16,7 @@ import type { IControlPlane } from '../control-plane.ts';
 import type { SourceDatabase } from '../source-database.ts';
 import { createAlarm } from './alarms.ts';
 import type { CdcFunction, CdcFunctionProps } from './cdc-function.ts';
-import { sourceConnectedFunction, sourceSecrets } from './source-connection.ts';
+import { snapshotBudgetEnvironment, sourceConnectedFunction, sourceSecrets } from './source-connection.ts';
 
 /** What a paced worker of a source is given (`SnapshotWorkerProps`, `PollWorkerProps`). */
 export interface SourceWorkerProps {
@@ -42,7 +42,6 @@ export type SourceWorkerFunction = Pick<CdcFunctionProps, 'handlerName' | 'descr
  * concurrency 1), and no retry of its own.
  */
 export function sourceWorkerFunction(scope: Construct, id: string, props: SourceWorkerProps, worker: SourceWorkerFunction): CdcFunction {
-  const budget = props.database.snapshotBudget;
   const fn = sourceConnectedFunction(
     scope,
     id,
@@ -54,7 +53,7 @@ export function sourceWorkerFunction(scope: Construct, id: string, props: Source
         [EnvName.RAW_STREAM]: props.rawStream.streamName,
         [EnvName.TABLE_CONFIG]: props.tableConfig,
         ...worker.environment,
-        ...(budget ? { [EnvName.SNAPSHOT_BUDGET]: JSON.stringify({ writeLatencyPct: budget.writeLatencyPercent ?? 10, cpuPct: budget.cpuPercent ?? 5 }) } : {}),
+        ...snapshotBudgetEnvironment(props.database),
       },
       vpc: props.vpc,
       vpcSubnets: props.vpcSubnets,
