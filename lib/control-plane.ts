@@ -11,6 +11,7 @@ import type * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import { Construct } from 'constructs';
 import { OperatorFunctions } from './private/operator-function.ts';
 import { createPlatformKey } from './private/platform-key.ts';
+import { accessLogsBucket, dataBucketProps } from './private/platform-bucket.ts';
 import { ControlPartition } from '../contracts/control-plane-keys.ts';
 import { NORMALIZER_STAGE } from '../contracts/metrics.ts';
 import { checkRequiredProps } from './private/validate.ts';
@@ -331,29 +332,14 @@ export class ControlPlane extends ControlPlaneBase implements IOperatedControlPl
     this.table = table;
     // Payloads too large for their carrier (docs/large-records.md): encrypted with the same key,
     // private, TLS only, versioned, access-logged, kept for `payloadRetention`.
-    const accessLogs = new s3.Bucket(this, 'PayloadAccessLogs', {
-      encryption: s3.BucketEncryption.S3_MANAGED,
-      blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
-      enforceSSL: true,
-      minimumTLSVersion: 1.2,
-      objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-      lifecycleRules: [{ id: 'expire-access-logs', expiration: props.payloadRetention ?? Duration.days(400) }],
+    const accessLogs = accessLogsBucket(this, 'PayloadAccessLogs', {
+      logged: 'the payload bucket',
+      expiration: props.payloadRetention ?? Duration.days(400),
       removalPolicy,
-    });
-    Validations.of(accessLogs).acknowledge({
-      id: 'AwsSolutions-S1',
-      reason: 'this bucket is the server-access-log destination of the payload bucket; logging it into itself would loop',
     });
     this.payloadEncryptionKey = this.encryptionKey;
     this.payloadBucket = new s3.Bucket(this, 'Payloads', {
-      encryption: s3.BucketEncryption.KMS,
-      encryptionKey: this.encryptionKey,
-      bucketKeyEnabled: true,
-      blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
-      enforceSSL: true,
-      minimumTLSVersion: 1.2,
-      objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-      versioned: true,
+      ...dataBucketProps(this.encryptionKey),
       serverAccessLogsBucket: accessLogs,
       serverAccessLogsPrefix: 'payloads/',
       lifecycleRules: [

@@ -15,7 +15,7 @@ import type { IReconcilableSource } from './cdc-source.ts';
 import type { IControlPlane } from './control-plane.ts';
 import { createAlarm } from './private/alarms.ts';
 import { allowDatabase, ownSecurityGroup } from './private/function-network.ts';
-import { sourceConnectedFunction } from './private/source-connection.ts';
+import { snapshotBudgetEnvironment, sourceConnectedFunction } from './private/source-connection.ts';
 import { platformMetric } from './private/platform-metric.ts';
 import { encryptLogGroup } from './private/platform-key.ts';
 import { tableConfigEntries } from './private/table-mappings.ts';
@@ -160,6 +160,11 @@ function kindOf(sink: IReconciledSink): string {
   return searchOf(sink) ? 'search' : 'warehouse';
 }
 
+/** A reconcile metric of `sink` (its `Sink` dimension), the maximum per minute unless `props` say otherwise. */
+function sinkMaximum(scope: Construct, metricName: string, sink: IReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+  return platformMetric(scope, metricName, { [MetricDimension.SINK]: sink.sinkId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
+}
+
 const DEFAULT_TIER: ReconcileTierProps = { name: 'default', every: Duration.days(1), tables: ['*'] };
 
 /**
@@ -226,7 +231,6 @@ export class Reconciler extends Resource implements IReconciler {
         // A sink is compared with the sources it serves (a search sink may index only some).
         if (!servedSources(sink).includes(source.sourceId)) continue;
         const settle = props.settleTime ?? sink.freshnessTarget;
-        const budget = source.database.snapshotBudget;
         const warehouse = search ? null : { connection: sink.warehouseConnection! };
         const member = `${source.sourceId}-${sink.sinkId}`;
         const securityGroup = ownSecurityGroup(
@@ -267,9 +271,7 @@ export class Reconciler extends Resource implements IReconciler {
               ...(props.rowsPerRun !== undefined ? { [EnvName.RECONCILE_ROWS_PER_RUN]: String(props.rowsPerRun) } : {}),
               [EnvName.RECONCILE_SETTLE_MS]: String(settle.toMilliseconds()),
               // The same budget as the snapshot worker (docs/snapshot.md "The budget: the backfill yields").
-              ...(budget
-                ? { [EnvName.SNAPSHOT_BUDGET]: JSON.stringify({ writeLatencyPct: budget.writeLatencyPercent ?? 10, cpuPct: budget.cpuPercent ?? 5 }) }
-                : {}),
+              ...snapshotBudgetEnvironment(source.database),
             },
             memorySize: props.memorySize ?? Size.mebibytes(512),
             timeout: props.timeout ?? Duration.minutes(15),
@@ -368,24 +370,14 @@ export class Reconciler extends Resource implements IReconciler {
   }
 
   metricDivergedTables(sink: IReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return platformMetric(
-      this,
-      MetricName.RECONCILE_DIVERGED_TABLES,
-      { [MetricDimension.SINK]: sink.sinkId },
-      { statistic: cloudwatch.Stats.MAXIMUM, ...props },
-    );
+    return sinkMaximum(this, MetricName.RECONCILE_DIVERGED_TABLES, sink, props);
   }
 
   metricCoverageGaps(sink: IReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return platformMetric(this, MetricName.RECONCILE_COVERAGE_GAPS, { [MetricDimension.SINK]: sink.sinkId }, { statistic: cloudwatch.Stats.MAXIMUM, ...props });
+    return sinkMaximum(this, MetricName.RECONCILE_COVERAGE_GAPS, sink, props);
   }
 
   metricInconclusiveTables(sink: IReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
-    return platformMetric(
-      this,
-      MetricName.RECONCILE_INCONCLUSIVE_TABLES,
-      { [MetricDimension.SINK]: sink.sinkId },
-      { statistic: cloudwatch.Stats.MAXIMUM, ...props },
-    );
+    return sinkMaximum(this, MetricName.RECONCILE_INCONCLUSIVE_TABLES, sink, props);
   }
 }

@@ -15,12 +15,10 @@ import { DeleteMode } from './captured-table.ts';
 import type { ICdcSource } from './cdc-source.ts';
 import { iteratorAgeMetric } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
-import { encryptLogGroup } from './private/platform-key.ts';
 import { platformMetric } from './private/platform-metric.ts';
 import { AwsApiEgress } from './aws-api-egress.ts';
 import { nagText } from './private/nag-text.ts';
-import { consumeStream } from './private/stream-consumer.ts';
-import { acknowledgeKeyGrants, addReplaySchedule, checkSinkProps, SINK_PROP_KINDS, sinkAlarms } from './private/sink-applier.ts';
+import { checkSinkProps, consumeChangeLog, grantApplierItems, SINK_PROP_KINDS, sinkAlarms } from './private/sink-applier.ts';
 import type { ChangeLogSinkProps } from './sink-base.ts';
 import { checkLowerIdent, checkPropKinds, checkRequiredProps, fail, idFromConstructId, type PropKind } from './private/validate.ts';
 
@@ -233,10 +231,7 @@ export class SearchSink extends Resource implements ISearchSink, IReconciledSink
       ...(props.vpc ? { vpc: props.vpc, vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS }, securityGroups } : {}),
     });
     this.applier = applier.fn;
-    props.controlPlane.grantSinkApplier(applier.fn, this.sinkId, this.sourceIds);
-    // Events stored out of line are read back; dead letters keep their whole record (docs/large-records.md).
-    props.controlPlane.grantPayloadWrite(applier.fn, `dead-letters/${this.sinkId}/`);
-    props.controlPlane.grantPayloadRead(applier.fn, 'claims/');
+    grantApplierItems(props, applier.fn, this.sinkId, this.sourceIds);
     // Least privilege on the domain: HTTP verbs the applier uses, on its tables' index paths only
     // (each table's aliases, generations `.v…`, tombstone index `.deleted`, and their sub-paths).
     applier.role.addToPrincipalPolicy(
@@ -245,22 +240,15 @@ export class SearchSink extends Resource implements ISearchSink, IReconciledSink
         resources: this.indexPaths.flatMap((p) => [`${props.domain.domainArn}/${p}`, `${props.domain.domainArn}/${p}/*`, `${props.domain.domainArn}/${p}.*`]),
       }),
     );
-    const consumer = consumeStream(this, applier.fn, {
-      stream: props.changeLog.stream,
-      streamRetention: props.changeLog.retention,
-      batchSize: props.batchSize ?? 1000,
+    const consumer = consumeChangeLog(this, applier, props, {
+      kind: 'search',
+      sinkId: this.sinkId,
       maxBatchingWindow,
-      ...(props.retryAttempts !== undefined ? { retryAttempts: props.retryAttempts } : {}),
-      maxRecordAge: props.maxRecordAge,
-      parallelizationFactor: props.parallelizationFactor ?? 1,
       // The platform's key (docs/deploy.md, "Keys"): the change log's, for its dead letters and the applier's logs.
       deadLetterQueueEncryptionKey: props.changeLog.encryptionKey,
+      keys: 'the control plane or change log',
     });
     this.deadLetterQueue = consumer.deadLetterQueue;
-    if (props.changeLog.encryptionKey) encryptLogGroup(applier.logGroup, props.changeLog.encryptionKey);
-    // The resume replay, as the warehouse sink's (docs/operations.md).
-    addReplaySchedule(this, 'search', this.sinkId, applier.fn);
-    acknowledgeKeyGrants(applier, 'the control plane or change log');
     const domainArnText = nagText(Stack.of(this).resolve(props.domain.domainArn));
     for (const p of this.indexPaths) {
       for (const suffix of ['/*', '.*']) {
@@ -271,28 +259,22 @@ export class SearchSink extends Resource implements ISearchSink, IReconciledSink
       }
     }
 
-    if (props.alarmsEnabled ?? true) {
-      this.alarms.push(
-        ...sinkAlarms(this, {
-          label: 'Search',
-          sinkId: this.sinkId,
-          freshnessTarget: this.freshnessTarget,
-          changeLogRetention: props.changeLog.retention,
-          iteratorAgeThreshold: props.alarmIteratorAgeThreshold,
-          actions: props.alarmActions,
-          sources: props.sources,
-          consumer,
-          applier: applier.fn,
-          endToEndLag: (source) => this.metricEndToEndLag(source.sourceId),
-          deadLetters: (source) => this.metricDeadLetters(source.sourceId),
-          applyErrors: this.metricApplyErrors(),
-          deadLettersWhat: ' that OpenSearch refused',
-          applyErrorsCause: 'batches are retried, the domain may be throttling or unreachable.',
-          queueTail: '',
-          iteratorMeaning: '',
-        }),
-      );
-    }
+    this.alarms.push(
+      ...sinkAlarms(this, props, {
+        label: 'Search',
+        sinkId: this.sinkId,
+        freshnessTarget: this.freshnessTarget,
+        consumer,
+        applier: applier.fn,
+        endToEndLag: (source) => this.metricEndToEndLag(source.sourceId),
+        deadLetters: (source) => this.metricDeadLetters(source.sourceId),
+        applyErrors: this.metricApplyErrors(),
+        deadLettersWhat: ' that OpenSearch refused',
+        applyErrorsCause: 'batches are retried, the domain may be throttling or unreachable.',
+        queueTail: '',
+        iteratorMeaning: '',
+      }),
+    );
   }
 
   metricEndToEndLag(sourceId: string, props?: cloudwatch.MetricOptions): cloudwatch.Metric {

@@ -15,9 +15,7 @@ import type { ICdcSource } from './cdc-source.ts';
 import { createAlarm, iteratorAgeMetric } from './private/alarms.ts';
 import { CdcFunction } from './private/cdc-function.ts';
 import { allowDatabase } from './private/function-network.ts';
-import { encryptLogGroup } from './private/platform-key.ts';
-import { consumeStream } from './private/stream-consumer.ts';
-import { acknowledgeKeyGrants, addReplaySchedule, checkSinkProps, SINK_PROP_KINDS, sinkAlarms } from './private/sink-applier.ts';
+import { checkSinkProps, consumeChangeLog, grantApplierItems, SINK_PROP_KINDS, sinkAlarms } from './private/sink-applier.ts';
 import type { ChangeLogSinkProps } from './sink-base.ts';
 import {
   checkIntegerRange,
@@ -328,69 +326,48 @@ export class WarehouseSink extends WarehouseSinkBase implements IConnectedWareho
     });
     this.applier = applier.fn;
     props.connection.secret.grantRead(applier.fn);
-    props.controlPlane.grantSinkApplier(
-      applier.fn,
-      this.sinkId,
-      this.sources.map((s) => s.sourceId),
-    );
-    // Its own dead letters' whole records, and every source's events stored out of line (docs/large-records.md).
-    props.controlPlane.grantPayloadWrite(applier.fn, `dead-letters/${this.sinkId}/`);
-    props.controlPlane.grantPayloadRead(applier.fn, 'claims/');
-    const consumer = consumeStream(this, applier.fn, {
-      stream: props.changeLog.stream,
-      streamRetention: props.changeLog.retention,
-      batchSize: props.batchSize ?? 1000,
+    grantApplierItems(props, applier.fn, this.sinkId, this.sourceIds);
+    const consumer = consumeChangeLog(this, applier, props, {
+      kind: 'warehouse',
+      sinkId: this.sinkId,
       maxBatchingWindow,
-      retryAttempts: props.retryAttempts,
-      maxRecordAge: props.maxRecordAge,
-      parallelizationFactor: props.parallelizationFactor ?? 1,
       deadLetterQueueEncryptionKey: props.deadLetterQueueEncryptionKey ?? props.changeLog.encryptionKey,
+      keys: 'the control plane, change log or secret',
     });
     this.deadLetterQueue = consumer.deadLetterQueue;
-    // The applier logs rows' keys and errors: on the platform's key (docs/deploy.md, "Keys").
-    if (props.changeLog.encryptionKey) encryptLogGroup(applier.logGroup, props.changeLog.encryptionKey);
-    // The resume replay (docs/operations.md).
-    addReplaySchedule(this, 'warehouse', this.sinkId, applier.fn);
-    acknowledgeKeyGrants(applier, 'the control plane, change log or secret');
 
-    if (props.alarmsEnabled ?? true) {
-      this.alarms.push(
-        ...sinkAlarms(this, {
-          label: 'Warehouse',
-          sinkId: this.sinkId,
-          freshnessTarget: this.freshnessTarget,
-          changeLogRetention: props.changeLog.retention,
-          iteratorAgeThreshold: props.alarmIteratorAgeThreshold,
-          actions: props.alarmActions,
-          sources: this.sources,
-          consumer,
-          applier: applier.fn,
-          endToEndLag: (source) => this.metricEndToEndLag(source),
-          deadLetters: (source) => this.metricDeadLetters(source),
-          applyErrors: this.metricApplyErrors(),
-          deadLettersWhat: '',
-          applyErrorsCause: 'batches are retried, the warehouse may be unreachable.',
-          queueTail:
-            ' With the default settings (no retry or age limit) nothing is given up, so a message here means a limit was configured or a record expired unread.',
-          iteratorMeaning: ': the sink is stuck or behind',
-          extra: (scope) => [
-            createAlarm(scope, 'MergeErrorsAlarm', {
-              nameSuffix: `${this.sinkId}-merge-errors`,
-              description:
-                `Deferred merges of warehouse sink ${this.sinkId} have failed in each of the last 15 minutes (${scope.node.path}). ` +
-                'The views still show every change, but a delta that is not merged keeps growing and makes them slower to read; the applier logs name the table and the error (docs/warehouse-apply.md).',
-              metric: this.metricMergeErrors(),
-              threshold: 0,
-              // The schedule tries every due delta once a minute: a merge that keeps failing breaches every minute.
-              evaluationPeriods: 15,
-              datapointsToAlarm: 15,
-              treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
-              actions: props.alarmActions,
-            }),
-          ],
-        }),
-      );
-    }
+    this.alarms.push(
+      ...sinkAlarms(this, props, {
+        label: 'Warehouse',
+        sinkId: this.sinkId,
+        freshnessTarget: this.freshnessTarget,
+        consumer,
+        applier: applier.fn,
+        endToEndLag: (source) => this.metricEndToEndLag(source),
+        deadLetters: (source) => this.metricDeadLetters(source),
+        applyErrors: this.metricApplyErrors(),
+        deadLettersWhat: '',
+        applyErrorsCause: 'batches are retried, the warehouse may be unreachable.',
+        queueTail:
+          ' With the default settings (no retry or age limit) nothing is given up, so a message here means a limit was configured or a record expired unread.',
+        iteratorMeaning: ': the sink is stuck or behind',
+        extra: (scope) => [
+          createAlarm(scope, 'MergeErrorsAlarm', {
+            nameSuffix: `${this.sinkId}-merge-errors`,
+            description:
+              `Deferred merges of warehouse sink ${this.sinkId} have failed in each of the last 15 minutes (${scope.node.path}). ` +
+              'The views still show every change, but a delta that is not merged keeps growing and makes them slower to read; the applier logs name the table and the error (docs/warehouse-apply.md).',
+            metric: this.metricMergeErrors(),
+            threshold: 0,
+            // The schedule tries every due delta once a minute: a merge that keeps failing breaches every minute.
+            evaluationPeriods: 15,
+            datapointsToAlarm: 15,
+            treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+            actions: props.alarmActions,
+          }),
+        ],
+      }),
+    );
   }
 
   /** Age of the oldest change-log record the applier reads (`AWS/Lambda IteratorAge`), milliseconds; maximum per minute by default. */

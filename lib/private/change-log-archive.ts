@@ -3,11 +3,12 @@
  * retention, and the bucket policy that denies deletes and configuration changes to all but the
  * break-glass roles and CloudFormation (docs/deploy.md, "The archive").
  */
-import { Duration, Validations, type RemovalPolicy } from 'aws-cdk-lib';
+import { Duration, type RemovalPolicy } from 'aws-cdk-lib';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as kms from 'aws-cdk-lib/aws-kms';
 import * as s3 from 'aws-cdk-lib/aws-s3';
 import type { Construct } from 'constructs';
+import { accessLogsBucket, dataBucketProps } from './platform-bucket.ts';
 
 /**
  * The archive bucket's configuration changes its bucket policy denies to everyone but the
@@ -44,16 +45,9 @@ export function archiveBucket(scope: Construct, props: ArchiveBucketProps): { ar
       enableKeyRotation: true,
       removalPolicy,
     });
-  const accessLogs = props.accessLogsBucket ?? accessLogsBucket(scope, archiveRetention, removalPolicy);
+  const accessLogs = props.accessLogsBucket ?? accessLogsBucket(scope, 'AccessLogs', { logged: 'the archive', expiration: archiveRetention, removalPolicy });
   const bucket = new s3.Bucket(scope, 'Archive', {
-    encryption: s3.BucketEncryption.KMS,
-    encryptionKey: archiveKey,
-    bucketKeyEnabled: true,
-    blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
-    enforceSSL: true,
-    minimumTLSVersion: 1.2,
-    objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-    versioned: true,
+    ...dataBucketProps(archiveKey),
     // Every version is locked for the archive's retention (docs/deploy.md, "The archive"): a
     // rewrite makes a new version and leaves the one written first in place.
     objectLockEnabled: true,
@@ -123,22 +117,4 @@ function denyDeletesAndConfigurationChanges(archive: s3.Bucket, breakGlass: iam.
       conditions: { ...notBreakGlass, 'ForAllValues:StringNotEquals': { 'aws:CalledVia': ['cloudformation.amazonaws.com'] } },
     }),
   );
-}
-
-/** `AccessLogs`: the archive's server-access-log bucket, expiring logs after the archive's retention. */
-function accessLogsBucket(scope: Construct, archiveRetention: Duration, removalPolicy: RemovalPolicy): s3.Bucket {
-  const bucket = new s3.Bucket(scope, 'AccessLogs', {
-    encryption: s3.BucketEncryption.S3_MANAGED,
-    blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
-    enforceSSL: true,
-    minimumTLSVersion: 1.2,
-    objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-    lifecycleRules: [{ id: 'expire-access-logs', expiration: archiveRetention }],
-    removalPolicy,
-  });
-  Validations.of(bucket).acknowledge({
-    id: 'AwsSolutions-S1',
-    reason: 'this bucket is the server-access-log destination of the archive; logging it into itself would loop',
-  });
-  return bucket;
 }

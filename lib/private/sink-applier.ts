@@ -1,21 +1,23 @@
 /**
  * What the two change-log sinks (`WarehouseSink`, `SearchSink`) build alike: the checks of their
- * shared props, the applier's replay schedule, the acknowledgement of CDK's key-grant wildcards,
- * and the alarms that say whether the sink is fresh (docs/deploy.md, "Alarms").
+ * shared props, the applier's control-plane grants, its consumer of the change log with the replay
+ * schedule and the acknowledgement of CDK's key-grant wildcards, and the alarms that say whether
+ * the sink is fresh (docs/deploy.md, "7. Alarms").
  */
 import { Duration, Validations } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as targets from 'aws-cdk-lib/aws-events-targets';
+import type * as kms from 'aws-cdk-lib/aws-kms';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type { Construct } from 'constructs';
 import type { ICdcSource } from '../cdc-source.ts';
 import type { ChangeLogSinkProps } from '../sink-base.ts';
 import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './alarms.ts';
 import type { CdcFunction } from './cdc-function.ts';
+import { encryptLogGroup } from './platform-key.ts';
 import { sameChangeLog } from './same-change-log.ts';
-import type { StreamConsumer } from './stream-consumer.ts';
-import { defaultIteratorAgeThreshold } from './stream-consumer.ts';
+import { consumeStream, defaultIteratorAgeThreshold, type StreamConsumer } from './stream-consumer.ts';
 import { checkIntegerRange, fail, isKnownDuration, type PropKind } from './validate.ts';
 
 /** The shared props' kinds, for callers without the type checker (`checkPropKinds`). */
@@ -66,7 +68,7 @@ export function checkSinkProps(scope: Construct, props: ChangeLogSinkProps, serv
 }
 
 /** Every minute the applier replays the holds an operator resume released (docs/operations.md); with nothing released it is one query of the sink's progress items. */
-export function addReplaySchedule(scope: Construct, kind: string, sinkId: string, applier: lambda.IFunction): void {
+function addReplaySchedule(scope: Construct, kind: string, sinkId: string, applier: lambda.IFunction): void {
   new events.Rule(scope, 'ReplaySchedule', {
     description: `Runs the resume replay of ${kind} sink ${sinkId} (${scope.node.path})`,
     schedule: events.Schedule.rate(Duration.minutes(1)),
@@ -75,11 +77,55 @@ export function addReplaySchedule(scope: Construct, kind: string, sinkId: string
 }
 
 /** CDK's key grants name `kms:GenerateDataKey*` and `kms:ReEncrypt*`; `keys` says which keys they are scoped to. */
-export function acknowledgeKeyGrants(applier: CdcFunction, keys: string): void {
+function acknowledgeKeyGrants(applier: CdcFunction, keys: string): void {
   Validations.of(applier).acknowledge(
     { id: 'AwsSolutions-IAM5[Action::kms:GenerateDataKey*]', reason: `CDK key grant; scoped to the one key that encrypts ${keys}` },
     { id: 'AwsSolutions-IAM5[Action::kms:ReEncrypt*]', reason: `CDK key grant; scoped to the one key that encrypts ${keys}` },
   );
+}
+
+/**
+ * The applier's own items in the control plane (its progress, holds and the table states of its
+ * sources), its dead letters' whole records under `dead-letters/<sink>/`, and the events stored
+ * out of line under `claims/` that it reads back (docs/large-records.md).
+ */
+export function grantApplierItems(props: ChangeLogSinkProps, applier: lambda.IFunction, sinkId: string, sourceIds: string[]): void {
+  props.controlPlane.grantSinkApplier(applier, sinkId, sourceIds);
+  props.controlPlane.grantPayloadWrite(applier, `dead-letters/${sinkId}/`);
+  props.controlPlane.grantPayloadRead(applier, 'claims/');
+}
+
+/** What sets one sink's consumer apart: its kind and id, its batching window, the key of its on-failure queue, and what its key grants cover. */
+export interface ChangeLogConsumerOptions {
+  /** `warehouse`, `search`. */
+  readonly kind: string;
+  readonly sinkId: string;
+  readonly maxBatchingWindow: Duration;
+  readonly deadLetterQueueEncryptionKey?: kms.IKey;
+  /** The keys CDK's key grants of the applier are scoped to, for the acknowledgement. */
+  readonly keys: string;
+}
+
+/**
+ * The applier's event source mapping on the change log with the sink's stream settings (batch of
+ * 1000, parallelization 1 by default) and its on-failure queue; its log group on the platform's key
+ * (docs/deploy.md, "Keys"), the resume replay's schedule, and the acknowledgement of CDK's key grants.
+ */
+export function consumeChangeLog(scope: Construct, applier: CdcFunction, props: ChangeLogSinkProps, opts: ChangeLogConsumerOptions): StreamConsumer {
+  const consumer = consumeStream(scope, applier.fn, {
+    stream: props.changeLog.stream,
+    streamRetention: props.changeLog.retention,
+    batchSize: props.batchSize ?? 1000,
+    maxBatchingWindow: opts.maxBatchingWindow,
+    retryAttempts: props.retryAttempts,
+    maxRecordAge: props.maxRecordAge,
+    parallelizationFactor: props.parallelizationFactor ?? 1,
+    deadLetterQueueEncryptionKey: opts.deadLetterQueueEncryptionKey,
+  });
+  if (props.changeLog.encryptionKey) encryptLogGroup(applier.logGroup, props.changeLog.encryptionKey);
+  addReplaySchedule(scope, opts.kind, opts.sinkId, applier.fn);
+  acknowledgeKeyGrants(applier, opts.keys);
+  return consumer;
 }
 
 /** What differs between the sinks' alarms: names and the tails of their descriptions. */
@@ -88,10 +134,6 @@ export interface SinkAlarmsProps {
   readonly label: string;
   readonly sinkId: string;
   readonly freshnessTarget: Duration;
-  readonly changeLogRetention: Duration;
-  readonly iteratorAgeThreshold?: Duration;
-  readonly actions?: cloudwatch.IAlarmAction[];
-  readonly sources: ICdcSource[];
   readonly consumer: StreamConsumer;
   readonly applier: lambda.IFunction;
   readonly endToEndLag: (source: ICdcSource) => cloudwatch.IMetric;
@@ -109,11 +151,13 @@ export interface SinkAlarmsProps {
   readonly extra?: (scope: Construct) => cloudwatch.Alarm[];
 }
 
-/** Per source: end-to-end lag and dead letters; then apply errors, the sink's own, the on-failure queue and iterator age. */
-export function sinkAlarms(scope: Construct, props: SinkAlarmsProps): cloudwatch.Alarm[] {
-  const { label, sinkId, actions } = props;
+/** None when the sink's `alarmsEnabled` is false; else per source: end-to-end lag and dead letters; then apply errors, the sink's own, the on-failure queue and iterator age. */
+export function sinkAlarms(scope: Construct, sink: ChangeLogSinkProps, props: SinkAlarmsProps): cloudwatch.Alarm[] {
+  if (!(sink.alarmsEnabled ?? true)) return [];
+  const { label, sinkId } = props;
+  const actions = sink.alarmActions;
   const alarms: cloudwatch.Alarm[] = [];
-  for (const source of props.sources) {
+  for (const source of sink.sources) {
     const sourceId = source.sourceId;
     alarms.push(
       createAlarm(scope, `EndToEndLagAlarm-${sourceId}`, {
@@ -142,7 +186,7 @@ export function sinkAlarms(scope: Construct, props: SinkAlarmsProps): cloudwatch
       }),
     );
   }
-  const iteratorThreshold = props.iteratorAgeThreshold ?? defaultIteratorAgeThreshold(props.changeLogRetention, props.consumer.maxRecordAge);
+  const iteratorThreshold = sink.alarmIteratorAgeThreshold ?? defaultIteratorAgeThreshold(sink.changeLog.retention, props.consumer.maxRecordAge);
   if (iteratorThreshold === undefined)
     fail(scope, 'alarmIteratorAgeThreshold is required when the change-log retention is a token (a quarter of it is not known at synth time)');
   const maxRecordAge = props.consumer.maxRecordAge;
@@ -172,7 +216,7 @@ export function sinkAlarms(scope: Construct, props: SinkAlarmsProps): cloudwatch
         `The applier of ${label.toLowerCase()} sink ${sinkId} reads records older than ${iteratorThreshold.toHumanString()} (${scope.node.path})${props.iteratorMeaning}. ` +
         (maxRecordAge
           ? `Records older than ${maxRecordAge.toHumanString()} go to the dead-letter queue.`
-          : `Failing batches are retried without limit; records expire unread from the change log after ${props.changeLogRetention.toHumanString()}.`),
+          : `Failing batches are retried without limit; records expire unread from the change log after ${sink.changeLog.retention.toHumanString()}.`),
       metric: iteratorAgeMetric(props.applier),
       threshold: iteratorThreshold.toMilliseconds(),
       evaluationPeriods: 5,

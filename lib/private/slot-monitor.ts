@@ -7,8 +7,6 @@
 import { Duration, Size, SizeRoundingBehavior } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import type * as ec2 from 'aws-cdk-lib/aws-ec2';
-import * as events from 'aws-cdk-lib/aws-events';
-import * as targets from 'aws-cdk-lib/aws-events-targets';
 import { Construct } from 'constructs';
 import { EnvName } from '../../contracts/env.ts';
 import { ControlPartition, slotReportConsumerId } from '../../contracts/control-plane-keys.ts';
@@ -16,6 +14,7 @@ import type { IControlPlane } from '../control-plane.ts';
 import { MetricDimension, MetricName } from '../../contracts/metrics.ts';
 import { createAlarm } from './alarms.ts';
 import type { CdcFunction } from './cdc-function.ts';
+import { startEveryMinute } from './minute-schedule.ts';
 import { sourceConnectedFunction } from './source-connection.ts';
 import type { SourceDatabase } from '../source-database.ts';
 import { platformMetric } from './platform-metric.ts';
@@ -76,11 +75,7 @@ export class SlotMonitor extends Construct {
     );
     // Its latest report, for `cdc status` (lambda/core/capture/slot-monitor.ts slotReportCheckpoint): that one item only.
     props.controlPlane?.grantItems(this.function.fn, { put: [ControlPartition.checkpoint(slotReportConsumerId(props.sourceId))] });
-    new events.Rule(this, 'Schedule', {
-      description: `Starts the slot monitor of source ${props.sourceId} every minute`,
-      schedule: events.Schedule.rate(Duration.minutes(1)),
-      targets: [new targets.LambdaFunction(this.function.fn, { retryAttempts: 0, maxEventAge: Duration.minutes(1) })],
-    });
+    startEveryMinute(this, 'Schedule', this.function.fn, `Starts the slot monitor of source ${props.sourceId} every minute`);
     if (props.alarmsEnabled) {
       const threshold = budgetBytes - Math.ceil(budgetBytes * SLOT_ALARM_FRACTION);
       this.alarms.push(

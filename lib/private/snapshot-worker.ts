@@ -6,76 +6,42 @@
  * Least privilege: read/write the control table, write the raw stream, read the source secrets.
  * Alarms: errors for 15 minutes, and no snapshot progress for `stallThreshold`.
  */
-import { Duration, Size } from 'aws-cdk-lib';
+import { Duration, Size, Validations } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
-import type * as ec2 from 'aws-cdk-lib/aws-ec2';
-import * as events from 'aws-cdk-lib/aws-events';
 import * as iam from 'aws-cdk-lib/aws-iam';
-import { Validations } from 'aws-cdk-lib';
-import * as targets from 'aws-cdk-lib/aws-events-targets';
-import type * as kinesis from 'aws-cdk-lib/aws-kinesis';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type { Construct } from 'constructs';
 import { catalogConsumerId, ControlPartition } from '../../contracts/control-plane-keys.ts';
 import { EnvName } from '../../contracts/env.ts';
 import { MetricDimension, MetricName } from '../../contracts/metrics.ts';
-import type { IControlPlane } from '../control-plane.ts';
-import type { SourceDatabase } from '../source-database.ts';
 import { createAlarm } from './alarms.ts';
 import type { CdcFunction } from './cdc-function.ts';
-import { sourceConnectedFunction, sourceSecrets } from './source-connection.ts';
+import { startEveryMinute } from './minute-schedule.ts';
 import { platformMetric } from './platform-metric.ts';
+import { sourceWorkerFunction, workerErrorsAlarm, type SourceWorkerProps } from './source-worker.ts';
 
-export interface SnapshotWorkerProps {
-  readonly sourceId: string;
-  readonly controlPlane: IControlPlane;
-  readonly rawStream: kinesis.IStream;
-  readonly database: SourceDatabase;
-  readonly tableConfig: string;
+export interface SnapshotWorkerProps extends SourceWorkerProps {
   /** `CDC_TABLE_RULES` when the source captures by pattern: the worker then scans the catalog (docs/onboarding.md). */
   readonly tableRules?: string;
   readonly heartbeatSchema: string;
-  readonly vpc: ec2.IVpc;
-  readonly vpcSubnets: ec2.SubnetSelection;
-  readonly securityGroup: ec2.ISecurityGroup;
-  readonly alarmsEnabled: boolean;
-  readonly alarmActions?: cloudwatch.IAlarmAction[];
   readonly stallThreshold: Duration;
 }
 
 export function addSnapshotWorker(scope: Construct, props: SnapshotWorkerProps): { fn: lambda.Function; worker: CdcFunction; alarms: cloudwatch.Alarm[] } {
-  const budget = props.database.snapshotBudget;
-  const worker = sourceConnectedFunction(
-    scope,
-    'SnapshotWorker',
-    {
-      handlerName: 'snapshot-worker',
-      description: `Snapshots the existing rows of the tables of source ${props.sourceId} in paced chunks (${scope.node.path})`,
-      serviceName: 'cdc-snapshot-worker',
-      environment: {
-        [EnvName.SOURCE_ID]: props.sourceId,
-        [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName,
-        [EnvName.RAW_STREAM]: props.rawStream.streamName,
-        [EnvName.TABLE_CONFIG]: props.tableConfig,
-        ...(props.tableRules ? { [EnvName.TABLE_RULES]: props.tableRules } : {}),
-        [EnvName.HEARTBEAT_SCHEMA]: props.heartbeatSchema,
-        ...(props.database.instanceIdentifier ? { [EnvName.SNAPSHOT_DB_INSTANCE]: props.database.instanceIdentifier } : {}),
-        ...(budget ? { [EnvName.SNAPSHOT_BUDGET]: JSON.stringify({ writeLatencyPct: budget.writeLatencyPercent ?? 10, cpuPct: budget.cpuPercent ?? 5 }) } : {}),
-      },
-      memorySize: Size.mebibytes(1024),
-      // The handler stops taking chunks 90 s before its time is up.
-      timeout: Duration.minutes(15),
-      vpc: props.vpc,
-      vpcSubnets: props.vpcSubnets,
-      securityGroups: [props.securityGroup],
-      // The schedule is the retry: a failed invocation's chunk is read again by the next one.
-      retryAttempts: 0,
+  const worker = sourceWorkerFunction(scope, 'SnapshotWorker', props, {
+    handlerName: 'snapshot-worker',
+    description: `Snapshots the existing rows of the tables of source ${props.sourceId} in paced chunks (${scope.node.path})`,
+    serviceName: 'cdc-snapshot-worker',
+    environment: {
+      ...(props.tableRules ? { [EnvName.TABLE_RULES]: props.tableRules } : {}),
+      [EnvName.HEARTBEAT_SCHEMA]: props.heartbeatSchema,
+      ...(props.database.instanceIdentifier ? { [EnvName.SNAPSHOT_DB_INSTANCE]: props.database.instanceIdentifier } : {}),
     },
-    { database: props.database, secrets: sourceSecrets(props.database) },
-  );
+    memorySize: Size.mebibytes(1024),
+    // The handler stops taking chunks 90 s before its time is up.
+    timeout: Duration.minutes(15),
+  });
   const fn = worker.fn;
-  // One worker per source at a time.
-  (fn.node.defaultChild as lambda.CfnFunction).reservedConcurrentExecutions = 1;
   // Its source's table records and snapshot states (SOURCE#), schema versions, chunk records; audit appends.
   props.controlPlane.grantItems(fn, {
     // With capture rules, the catalog scan reads the audit log once per cold start for the verdicts so far.
@@ -102,24 +68,21 @@ export function addSnapshotWorker(scope: Construct, props: SnapshotWorkerProps):
       reason: 'cloudwatch:GetMetricData has no resource-level permissions; read-only metrics for the snapshot pacer',
     });
   }
-  new events.Rule(scope, 'SnapshotSchedule', {
-    description: `Starts the snapshot worker of source ${props.sourceId} every minute (it returns at once when nothing is pending)`,
-    schedule: events.Schedule.rate(Duration.minutes(1)),
-    targets: [new targets.LambdaFunction(fn, { retryAttempts: 0, maxEventAge: Duration.minutes(1) })],
-  });
+  startEveryMinute(
+    scope,
+    'SnapshotSchedule',
+    fn,
+    `Starts the snapshot worker of source ${props.sourceId} every minute (it returns at once when nothing is pending)`,
+  );
 
   const alarms: cloudwatch.Alarm[] = [];
   if (props.alarmsEnabled) {
     alarms.push(
-      createAlarm(scope, 'SnapshotErrorsAlarm', {
-        nameSuffix: `${props.sourceId}-snapshot-errors`,
-        description: `The snapshot worker of source ${props.sourceId} has failed for 15 minutes (${scope.node.path}). Its cursor does not move meanwhile; see its log for the named error (docs/snapshot.md).`,
-        metric: fn.metricErrors({ statistic: cloudwatch.Stats.SUM, period: Duration.minutes(1) }),
-        threshold: 0,
-        evaluationPeriods: 15,
-        datapointsToAlarm: 15,
-        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
-        actions: props.alarmActions,
+      workerErrorsAlarm(scope, 'SnapshotErrorsAlarm', props, {
+        fn,
+        name: 'snapshot',
+        meanwhile: 'Its cursor does not move meanwhile',
+        doc: 'docs/snapshot.md',
       }),
       createAlarm(scope, 'SnapshotStalledAlarm', {
         nameSuffix: `${props.sourceId}-snapshot-stalled`,

@@ -27,6 +27,16 @@ export function sourceTlsEnvironment(database: SourceDatabase): Record<string, s
 }
 
 /**
+ * The source's budget as `CDC_SNAPSHOT_BUDGET` for the functions that read its tables in paced
+ * pages (docs/snapshot.md, "The budget: the backfill yields"), with the defaults `SnapshotBudget`
+ * documents; none when the source sets no budget.
+ */
+export function snapshotBudgetEnvironment(database: SourceDatabase): Record<string, string> {
+  const budget = database.snapshotBudget;
+  return budget ? { [EnvName.SNAPSHOT_BUDGET]: JSON.stringify({ writeLatencyPct: budget.writeLatencyPercent ?? 10, cpuPct: budget.cpuPercent ?? 5 }) } : {};
+}
+
+/**
  * A `CdcFunction` that connects to the source: its environment gets the secrets' ARNs and the
  * source's TLS settings (within the environment size check), and its role may read the secrets.
  */

@@ -4,8 +4,6 @@
  * have files of their own.
  */
 import { Duration, Size } from 'aws-cdk-lib';
-import * as events from 'aws-cdk-lib/aws-events';
-import * as targets from 'aws-cdk-lib/aws-events-targets';
 import type * as kinesis from 'aws-cdk-lib/aws-kinesis';
 import type * as kms from 'aws-cdk-lib/aws-kms';
 import type { Construct } from 'constructs';
@@ -15,6 +13,7 @@ import type { IChangeLog } from '../change-log.ts';
 import type { IControlPlane } from '../control-plane.ts';
 import type { SourceDatabase } from '../source-database.ts';
 import { CdcFunction } from './cdc-function.ts';
+import { startEveryMinute } from './minute-schedule.ts';
 import { payloadEnvironment } from './payloads.ts';
 import { sourceConnectedFunction } from './source-connection.ts';
 import type { SourceNetwork } from './source-network.ts';
@@ -104,10 +103,6 @@ export function addHeartbeatWriter(
     },
     { database: props.database, secrets: [{ secret: props.database.heartbeatSecret, environmentName: EnvName.SOURCE_SECRET_ARN }] },
   );
-  new events.Rule(scope, 'HeartbeatSchedule', {
-    description: `Starts the heartbeat writer of source ${props.sourceId} every minute`,
-    schedule: events.Schedule.rate(Duration.minutes(1)),
-    targets: [new targets.LambdaFunction(heartbeat.fn, { retryAttempts: 0, maxEventAge: Duration.minutes(1) })],
-  });
+  startEveryMinute(scope, 'HeartbeatSchedule', heartbeat.fn, `Starts the heartbeat writer of source ${props.sourceId} every minute`);
   return heartbeat;
 }

@@ -103,6 +103,25 @@ function locator(schema: string, table: string, column?: string): DmsRule['objec
   return column === undefined ? { 'schema-name': schema, 'table-name': table } : { 'schema-name': schema, 'table-name': table, 'column-name': column };
 }
 
+/**
+ * The column rules of one declared table or capture rule, named and located as `name` and `at` say:
+ * each excluded column removed, each masked column widened to a string and then hash-masked.
+ */
+function addColumnRules(
+  add: (rule: Omit<DmsRule, 'rule-id'>) => void,
+  t: CapturedTable,
+  name: (action: 'exclude' | 'widen' | 'mask', column: string) => string,
+  at: (column: string) => DmsRule['object-locator'],
+): void {
+  const rule = (action: 'exclude' | 'widen' | 'mask', c: string) =>
+    ({ 'rule-type': 'transformation', 'rule-name': name(action, c), 'rule-target': 'column', 'object-locator': at(c) }) as const;
+  for (const c of t.exclude) add({ ...rule('exclude', c), 'rule-action': 'remove-column' });
+  for (const c of t.mask) {
+    add({ ...rule('widen', c), 'rule-action': 'change-data-type', 'data-type': { type: 'wstring', length: MASK_WIDEN_LENGTH } });
+    add({ ...rule('mask', c), 'rule-action': 'data-masking-hash-mask' });
+  }
+}
+
 /** The DMS table mappings (`{ rules: [...] }`) for the tables plus the heartbeat table. */
 export function compileTableMappings(tables: readonly CapturedTable[], heartbeatSchema: string): { rules: DmsRule[] } {
   const rules: DmsRule[] = [];
@@ -141,60 +160,20 @@ export function compileTableMappings(tables: readonly CapturedTable[], heartbeat
     'rule-action': 'include',
   });
   for (const t of patterns) {
-    for (const c of t.exclude) {
-      add({
-        'rule-type': 'transformation',
-        'rule-name': ruleName('exclude', t.pattern!, c),
-        'rule-target': 'column',
-        'object-locator': dmsLocator(t.pattern!, c),
-        'rule-action': 'remove-column',
-      });
-    }
-    for (const c of t.mask) {
-      add({
-        'rule-type': 'transformation',
-        'rule-name': ruleName('widen', t.pattern!, c),
-        'rule-target': 'column',
-        'object-locator': dmsLocator(t.pattern!, c),
-        'rule-action': 'change-data-type',
-        'data-type': { type: 'wstring', length: MASK_WIDEN_LENGTH },
-      });
-      add({
-        'rule-type': 'transformation',
-        'rule-name': ruleName('mask', t.pattern!, c),
-        'rule-target': 'column',
-        'object-locator': dmsLocator(t.pattern!, c),
-        'rule-action': 'data-masking-hash-mask',
-      });
-    }
+    addColumnRules(
+      add,
+      t,
+      (action, c) => ruleName(action, t.pattern!, c),
+      (c) => dmsLocator(t.pattern!, c),
+    );
   }
   for (const t of declared) {
-    for (const c of t.exclude) {
-      add({
-        'rule-type': 'transformation',
-        'rule-name': nameOf('exclude', t.schemaName, t.tableName, c),
-        'rule-target': 'column',
-        'object-locator': locator(t.schemaName, t.tableName, c),
-        'rule-action': 'remove-column',
-      });
-    }
-    for (const c of t.mask) {
-      add({
-        'rule-type': 'transformation',
-        'rule-name': nameOf('widen', t.schemaName, t.tableName, c),
-        'rule-target': 'column',
-        'object-locator': locator(t.schemaName, t.tableName, c),
-        'rule-action': 'change-data-type',
-        'data-type': { type: 'wstring', length: MASK_WIDEN_LENGTH },
-      });
-      add({
-        'rule-type': 'transformation',
-        'rule-name': nameOf('mask', t.schemaName, t.tableName, c),
-        'rule-target': 'column',
-        'object-locator': locator(t.schemaName, t.tableName, c),
-        'rule-action': 'data-masking-hash-mask',
-      });
-    }
+    addColumnRules(
+      add,
+      t,
+      (action, c) => nameOf(action, t.schemaName, t.tableName, c),
+      (c) => locator(t.schemaName, t.tableName, c),
+    );
   }
   return { rules };
 }
