@@ -129,7 +129,7 @@ describe('source-pressure probe (real PostgreSQL)', () => {
       const load = writers.map(async (w, i) => {
         while (!stop) {
           await w.query(`BEGIN; INSERT INTO public.w (v) SELECT md5(g::text) FROM generate_series(1, 100) g; SELECT pg_sleep(0.02 + ${i} * 0.007); COMMIT`);
-          rounds[i]++;
+          rounds[i] = (rounds[i] ?? 0) + 1;
         }
       });
       // The load is on once every writer has gone round twice: on a busy machine a fixed wait could end
