@@ -37,7 +37,7 @@ import { splitTableId } from '../lambda/core/shared/identifiers.ts';
 import { advanceSlot, checkSourceReady, compareLsn, createSlot, peekTransactions, readSlot, slotInvalidated, type SlotStatus } from './slot.ts';
 import { SlotInUseError, SourceNotReadyError, TransactionTooLargeError } from './errors.ts';
 import { CANONICAL_OUTPUT_SETTINGS, SlotStream } from './slot-stream.ts';
-import { awaitTransactionsVisible, columnTypesOf, primaryKeyOf, type CatalogType } from './catalog.ts';
+import { awaitTransactionsVisible, columnTypesOnceVisible, primaryKeyOf, type CatalogType } from './catalog.ts';
 import { publishPartitionTree, type PartialTruncate, type PartitionTree } from '../lambda/core/tables/partitions.ts';
 import { PartitionWatch } from './partitions.ts';
 
@@ -641,13 +641,12 @@ export class SlotCapture {
       if (!this.keys.has(table)) await this.resolveKeys(client, [table]);
     }
     // The batch's transactions visible first, so the catalog read sees what they committed (an ALTER … TYPE in one).
-    if (captured.size > 0)
-      await awaitTransactionsVisible(
-        client,
-        decoded.map((t) => Number(t.xid)),
-      );
     // test_decoding prints types without modifiers: read them from the catalog (docs/schema-drift.md).
-    const types = await columnTypesOf(client, [...captured]);
+    const types = await columnTypesOnceVisible(
+      client,
+      [...captured],
+      decoded.map((t) => Number(t.xid)),
+    );
     const partial: PartialTruncate[] = [];
     const peek = { transactions: toRoots(decoded, tree, types, (p) => partial.push(p)) };
     await refreshKeys(client, this.poisonContext(), peek.transactions);
