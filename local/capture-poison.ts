@@ -114,23 +114,6 @@ export interface PoisonChange {
   error: InvalidRecordError;
 }
 
-/** Pushes the record `build` makes; if it throws `InvalidRecordError` and `onInvalid` is given, reports the change there instead. */
-export function pushOrReport<T>(
-  out: T[],
-  onInvalid: ((p: PoisonChange) => void) | undefined,
-  tx: DecodedTransaction,
-  index: number,
-  change: SlotChange,
-  build: () => T,
-): void {
-  try {
-    out.push(build());
-  } catch (err) {
-    if (!onInvalid || !(err instanceof InvalidRecordError)) throw err;
-    onInvalid({ tx, index, change, error: err });
-  }
-}
-
 /** Writes the dead letters of changes that could not be built (before the slot is acknowledged); the port marks their tables degraded. */
 export async function deadLetterChanges(ctx: PoisonContext, poison: readonly PoisonChange[]): Promise<void> {
   for (const p of poison) {

@@ -26,9 +26,9 @@ import pg from 'pg';
 import { CdcError, HistoryGapError, InvalidRecordError } from '../lambda/core/shared/errors.ts';
 import { checkIdentity, checkSlotResume, recordAcked, type ContinuityContext } from './capture-continuity.ts';
 import { deadLetterChanges, refreshKeys, undecodable, type PoisonChange, type PoisonContext } from './capture-poison.ts';
-import { leavesOf, rawPartitionKey, toRoots, transactionsToRecords } from './capture-records.ts';
+import { leavesOf, rawRecordsOf, toRoots, transactionsToRecords } from './capture-records.ts';
 import type { SlotRecord } from '../lambda/core/capture/slot-record.ts';
-import { dmsExpresses, dmsRecordOf, dmsTableDefOf, type DmsPrevious } from '../lambda/core/capture/dms-record.ts';
+import type { DmsPrevious } from '../lambda/core/capture/dms-record.ts';
 import { publishCatalogTypes } from '../lambda/core/shared/catalog-types.ts';
 import type { DecodedTransaction } from '../lambda/core/capture/logical-text.ts';
 import type { TableConfigIndex } from '../lambda/core/tables/table-config.ts';
@@ -37,11 +37,11 @@ import { splitTableId } from '../lambda/core/shared/identifiers.ts';
 import { advanceSlot, checkSourceReady, compareLsn, createSlot, peekTransactions, readSlot, slotInvalidated, type SlotStatus } from './slot.ts';
 import { SlotInUseError, SourceNotReadyError, TransactionTooLargeError } from './errors.ts';
 import { CANONICAL_OUTPUT_SETTINGS, SlotStream } from './slot-stream.ts';
-import { awaitTransactionsVisible, columnTypesOf, primaryKeyOf, type CatalogType } from './catalog.ts';
+import { awaitTransactionsVisible, columnTypesOnceVisible, primaryKeyOf, type CatalogType } from './catalog.ts';
 import { publishPartitionTree, type PartialTruncate, type PartitionTree } from '../lambda/core/tables/partitions.ts';
 import { PartitionWatch } from './partitions.ts';
 
-import type { RawPublisher, RawRecord } from './raw-publisher.ts';
+import type { RawPublisher } from './raw-publisher.ts';
 
 export interface CaptureOptions {
   /** Source id. */
@@ -119,6 +119,8 @@ export class SlotCapture {
   /** A caught-up check in flight: started at `at` (epoch ms); `received` once the stream has sent the WAL flushed then. */
   private probe: { at: number; received: number | null } | null = null;
   private lastProbeAt = 0;
+  /** The failure of a caught-up check's query, thrown by the next round. */
+  private probeFailure: Error | null = null;
   /** The stream's acknowledgement of the last checkpoint, still in flight (settled before the next checkpoint). */
   private pendingAck: Promise<void> | null = null;
   private stopping = false;
@@ -414,7 +416,8 @@ export class SlotCapture {
 
   private async run(): Promise<void> {
     let backoff = 200;
-    let lastSlotCheck = 0;
+    // `start` has just checked the slot and the source's identity.
+    let lastSlotCheck = Date.now();
     try {
       while (!this.stopping) {
         try {
@@ -471,6 +474,7 @@ export class SlotCapture {
     const stream = this.stream;
     this.stream = null;
     this.probe = null;
+    this.probeFailure = null;
     await stream?.close();
     // Fails at once now that the stream is closed; the next stream starts from the checkpoint and moves the slot there.
     await this.pendingAck?.catch(() => undefined);
@@ -520,62 +524,6 @@ export class SlotCapture {
     }
   }
 
-  /**
-   * The raw records of a batch: a DMS record for each row change (lambda/core/capture/dms-record.ts,
-   * docs/local.md "DMS records"), named by its leaf partition as DMS names it; a truncate stays a
-   * `cdc-slot/1` record (DMS delivers none: docs/truncate.md).
-   */
-  private rawRecords(
-    records: readonly SlotRecord[],
-    types: ReadonlyMap<string, ReadonlyMap<string, CatalogType>>,
-    leaves: ReadonlyMap<string, string>,
-    shapes: Map<string, string>,
-    last: { dms: DmsPrevious | null },
-  ): RawRecord[] {
-    const now = new Date();
-    const out: RawRecord[] = [];
-    let xid: string | null = null;
-    let previous = last.dms;
-    // Per table, once per batch: the row image's columns last checked against the published shape, and the catalog's columns kept.
-    const checked = new Map<string, readonly { name: string; type: string }[]>();
-    const kept = new Map<string, string[] | null>();
-    for (let i = 0; i < records.length; i++) {
-      const r = records[i]!;
-      const label = `${r.source}/${r.table}@${r.commitLsn}#${r.index}`;
-      if (!dmsExpresses(r)) {
-        out.push({ partitionKey: rawPartitionKey(r), data: JSON.stringify(r), label });
-        continue;
-      }
-      // Every record of a transaction names the previous transaction's last record.
-      if (r.xid !== xid) {
-        if (xid !== null) previous = last.dms;
-        xid = r.xid;
-      }
-      // A row image naming every column whose shape this capture has not published: its table definition first, as DMS sends one.
-      // (Its shape text is made only when the columns differ from the last image of the table checked in this batch.)
-      if (r.op !== 'delete' && r.unchanged.length === 0 && !sameShape(checked.get(r.table), r.columns!)) {
-        const shape = JSON.stringify(r.columns!.map((c) => [c.name, c.type]));
-        checked.set(r.table, r.columns!);
-        if (shapes.get(r.table) !== shape) {
-          const control = dmsTableDefOf(r.table, r.columns!, r.key, shapes.has(r.table) ? 'change-columns' : 'create-table', { now, taskId: this.taskId });
-          out.push({ partitionKey: rawPartitionKey(r), data: JSON.stringify(control), label: `${r.source}/${r.table}@${r.commitLsn}#${r.index}:table-def` });
-          shapes.set(r.table, shape);
-        }
-      }
-      let columns = kept.get(r.table);
-      if (columns === undefined) {
-        const rules = this.o.tables.columnRules(r.table);
-        const catalog = types.get(r.table);
-        columns = catalog === undefined ? null : [...catalog.keys()].filter((c) => !rules.exclude.includes(c));
-        kept.set(r.table, columns);
-      }
-      const dms = dmsRecordOf(r, { now, columns, previous, table: leaves.get(`${r.xid}#${r.index}`) ?? r.table });
-      last.dms = { transactionId: dms.metadata['transaction-id'], recordId: dms.metadata['transaction-record-id'] };
-      out.push({ partitionKey: rawPartitionKey(r), data: JSON.stringify(dms), label });
-    }
-    return out;
-  }
-
   /** Publishes the catalog types of the batch's tables not published by this capture yet, and the partition tree when it changed. */
   private async publishCatalog(
     records: readonly SlotRecord[],
@@ -606,15 +554,30 @@ export class SlotCapture {
       this.emptyPeekAt = Math.max(this.emptyPeekAt, this.probe.at);
       this.probe = null;
     }
+    if (this.probeFailure !== null) {
+      const err = this.probeFailure;
+      this.probeFailure = null;
+      throw err;
+    }
     if (!this.probe && Date.now() - this.lastProbeAt >= this.o.idleMs) {
       const probe: { at: number; received: number | null } = { at: Date.now(), received: null };
       this.probe = probe;
       this.lastProbeAt = probe.at;
-      const flushed = String((await client.query('SELECT pg_current_wal_flush_lsn()::text AS lsn')).rows[0].lsn);
-      void stream.reached(flushed).then((received) => {
-        probe.received = received;
-      });
-      stream.poke();
+      // Not awaited: the batch's work goes on meanwhile (a failure is thrown by the next round).
+      client.query('SELECT pg_current_wal_flush_lsn()::text AS lsn').then(
+        (res) => {
+          if (this.probe !== probe) return;
+          void stream.reached(String(res.rows[0].lsn)).then((received) => {
+            probe.received = received;
+          });
+          stream.poke();
+        },
+        (err: unknown) => {
+          if (this.probe !== probe) return;
+          this.probe = null;
+          this.probeFailure = err as Error;
+        },
+      );
     }
     const transactions = await stream.take(this.o.peekChanges, this.o.idleMs);
     if (transactions.length === 0) {
@@ -678,13 +641,12 @@ export class SlotCapture {
       if (!this.keys.has(table)) await this.resolveKeys(client, [table]);
     }
     // The batch's transactions visible first, so the catalog read sees what they committed (an ALTER … TYPE in one).
-    if (captured.size > 0)
-      await awaitTransactionsVisible(
-        client,
-        decoded.map((t) => Number(t.xid)),
-      );
     // test_decoding prints types without modifiers: read them from the catalog (docs/schema-drift.md).
-    const types = await columnTypesOf(client, [...captured]);
+    const types = await columnTypesOnceVisible(
+      client,
+      [...captured],
+      decoded.map((t) => Number(t.xid)),
+    );
     const partial: PartialTruncate[] = [];
     const peek = { transactions: toRoots(decoded, tree, types, (p) => partial.push(p)) };
     await refreshKeys(client, this.poisonContext(), peek.transactions);
@@ -699,7 +661,9 @@ export class SlotCapture {
       await this.publishCatalog(records, types, tree);
       const shapes = new Map(this.shapes);
       const chain = { dms: this.lastDms };
-      await this.o.publish(this.rawRecords(records, types, leavesOf(decoded, peek.transactions), shapes, chain));
+      await this.o.publish(
+        rawRecordsOf(records, { types, leaves: leavesOf(decoded, peek.transactions), shapes, last: chain, tables: this.o.tables, taskId: this.taskId }),
+      );
       // Published: the next batch builds on them (a failed publish is read again, and writes its table definitions again).
       this.shapes = shapes;
       this.lastDms = chain.dms;
@@ -725,11 +689,4 @@ export class SlotCapture {
     pending.catch(() => undefined); // awaited by `settleAck`; keep Node from calling it unhandled meanwhile
     this.pendingAck = pending;
   }
-}
-
-/** Whether two row images name the same columns with the same types, in the same order. */
-function sameShape(a: readonly { name: string; type: string }[] | undefined, b: readonly { name: string; type: string }[]): boolean {
-  if (a === undefined || a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i]!.name !== b[i]!.name || a[i]!.type !== b[i]!.type) return false;
-  return true;
 }

@@ -60,6 +60,57 @@ export async function columnTypesOf(client: Queryable, tables: readonly string[]
 }
 
 /**
+ * `columnTypesOf` read after the transactions `xids` became visible (`awaitTransactionsVisible`),
+ * in one round trip when they already are: one statement reads the snapshot and, with that same
+ * snapshot, the catalog, so when the snapshot shows every transaction ended the types are read
+ * after them. Otherwise it reads both again 5 ms later, for at most `timeoutMs` (past it, the last
+ * read's types, as the two-step read went on). The capture's batch read: one round trip instead of
+ * two (docs/performance-log.md, "35. The slot capture's work per change").
+ */
+export async function columnTypesOnceVisible(
+  client: Queryable,
+  tables: readonly string[],
+  xids: readonly number[],
+  timeoutMs = 2_000,
+): Promise<Map<string, Map<string, CatalogType>>> {
+  const out = new Map<string, Map<string, CatalogType>>();
+  if (tables.length === 0) return out;
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const res = await client.query(
+      `SELECT txid_snapshot_xmax(s)::text AS xmax, ARRAY(SELECT x::text FROM txid_snapshot_xip(s) x) AS xip,
+              ARRAY(SELECT json_build_array(n.nspname || '.' || c.relname, a.attname, format_type(a.atttypid, NULL), format_type(a.atttypid, a.atttypmod))::text
+                      FROM pg_attribute a
+                      JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+                     WHERE n.nspname || '.' || c.relname = ANY($1::text[]) AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> 'v'
+                     ORDER BY a.attnum) AS cols
+         FROM txid_current_snapshot() s`,
+      [tables],
+    );
+    const row = res.rows[0] as { xmax: string; xip: string[]; cols: string[] };
+    if (!anyRunning(xids, row.xmax, row.xip) || Date.now() >= deadline) {
+      for (const text of row.cols) {
+        const [tbl, name, base, full] = JSON.parse(text) as [string, string, string, string];
+        let m = out.get(tbl);
+        if (!m) out.set(tbl, (m = new Map()));
+        m.set(name, { base, full });
+      }
+      return out;
+    }
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+/** Whether any of `xids` (32 bits) is in progress for a snapshot with this xmax and in-progress list (full txids, as text). */
+function anyRunning(xids: readonly number[], xmaxText: string, xipText: readonly string[]): boolean {
+  const low = (txid: string): number => Number(BigInt(txid) & 0xffff_ffffn);
+  const xmax = low(xmaxText);
+  // In progress for this snapshot: listed as such, or at or after its xmax (modulo 2^32).
+  const xip = new Set(xipText.map(low));
+  return xids.some((xid) => xip.has(xid) || (xid - xmax) >>> 0 < 0x8000_0000);
+}
+
+/**
  * Waits until the transactions `xids` (32 bits, as test_decoding prints them) are visible to a new
  * snapshot of `client`'s session, for at most `timeoutMs`. A walsender can decode and send a
  * transaction as soon as its commit record is flushed, before the committing backend has ended it
@@ -69,17 +120,12 @@ export async function columnTypesOf(client: Queryable, tables: readonly string[]
  */
 export async function awaitTransactionsVisible(client: Queryable, xids: readonly number[], timeoutMs = 2_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  const low = (txid: string): number => Number(BigInt(txid) & 0xffff_ffffn);
   for (;;) {
     const res = await client.query(
       `SELECT txid_snapshot_xmax(s)::text AS xmax, ARRAY(SELECT x::text FROM txid_snapshot_xip(s) x) AS xip FROM txid_current_snapshot() s`,
     );
     const row = res.rows[0] as { xmax: string; xip: string[] };
-    const xmax = low(row.xmax);
-    // In progress for this snapshot: listed as such, or at or after its xmax (modulo 2^32).
-    const xip = new Set(row.xip.map(low));
-    const running = xids.some((xid) => xip.has(xid) || (xid - xmax) >>> 0 < 0x8000_0000);
-    if (!running || Date.now() >= deadline) return;
+    if (!anyRunning(xids, row.xmax, row.xip) || Date.now() >= deadline) return;
     await new Promise((r) => setTimeout(r, 5));
   }
 }

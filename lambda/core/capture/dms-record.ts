@@ -157,6 +157,87 @@ function streamPosition(lsn: string): string {
   return `${lsn}.${DMS_STREAM_POSITION_MIDDLE}.${lsn}`;
 }
 
+/**
+ * The JSON text of `dmsRecordOf(r, ctx)`: exactly `JSON.stringify(dmsRecordOf(r, ctx))` (a
+ * randomized test holds them equal), made with less work per record. The row images are the same
+ * objects, written by `JSON.stringify`; the metadata is written from three texts made once per
+ * batch (the time), once per transaction and table (names, ids, commit time, stream position) and
+ * reused while consecutive records share them, with only the operation and the record id written
+ * per record (docs/performance-log.md, "35. The slot capture's work per change").
+ */
+export function dmsRecordText(r: SlotRecord, ctx: DmsRenderContext): string {
+  if (r.op !== 'insert' && r.op !== 'update' && r.op !== 'delete') {
+    throw new InvalidRecordError('op', `DMS writes no change record for a ${r.op} (docs/local.md, "DMS records")`);
+  }
+  if (r.capture === 'poll') throw new InvalidRecordError('capture', 'a polled row is no DMS record (docs/polling.md)');
+  const m = metadataTexts(r, ctx);
+  const old = r.oldKey === null ? null : rowOf(r.oldKey);
+  let data: Row;
+  if (r.op === 'delete') {
+    data = { ...old! };
+    for (const c of ctx.columns ?? []) if (!(c in data)) data[c] = null;
+  } else {
+    data = rowOf(r.columns!);
+    for (const u of r.unchanged) if (old !== null && u in old) data[u] = old[u] as JsonValue;
+  }
+  const before = r.op === 'update' ? `,"${DMS_BEFORE_IMAGE_FIELD}":${JSON.stringify(old ?? {})}` : '';
+  return `{"data":${JSON.stringify(data)}${before},"metadata":${m.head}${r.op}${m.middle}${r.index}${m.tail}}`;
+}
+
+/** The metadata texts of the last record written (`dmsRecordText`), with what they were made of. */
+const written = {
+  timestamp: '',
+  table: '',
+  xid: '',
+  commitTs: '',
+  commitLsn: '',
+  prev: false,
+  prevTx: Number.NaN,
+  prevRecord: Number.NaN,
+  head: '',
+  middle: '',
+  tail: '',
+};
+
+/** The metadata's text around the operation and the record id, as `JSON.stringify` writes `dmsRecordOf`'s metadata. */
+function metadataTexts(r: SlotRecord, ctx: DmsRenderContext): { head: string; middle: string; tail: string } {
+  const timestamp = dmsTimestamp(ctx.now);
+  const table = ctx.table ?? r.table;
+  const prevTx = ctx.previous?.transactionId ?? Number.NaN;
+  const prevRecord = ctx.previous?.recordId ?? Number.NaN;
+  const w = written;
+  if (timestamp !== w.timestamp) {
+    w.timestamp = timestamp;
+    w.head = `{"timestamp":${JSON.stringify(timestamp)},"record-type":"data","operation":"`;
+  }
+  if (table !== w.table || r.xid !== w.xid) {
+    const txId = Number(r.xid);
+    if (!Number.isSafeInteger(txId)) throw new InvalidRecordError('xid', `expected a transaction id DMS writes as a number, got ${JSON.stringify(r.xid)}`);
+    const dot = table.indexOf('.');
+    w.middle =
+      `","partition-key-type":"schema-table","schema-name":${JSON.stringify(table.slice(0, dot))},"table-name":${JSON.stringify(table.slice(dot + 1))},` +
+      `"transaction-id":${JSON.stringify(txId)},"transaction-record-id":`;
+    w.table = table;
+    w.xid = r.xid;
+  }
+  const prev = ctx.previous !== null;
+  if (r.commitTs !== w.commitTs || r.commitLsn !== w.commitLsn || prev !== w.prev || !sameNumber(prevTx, w.prevTx) || !sameNumber(prevRecord, w.prevRecord)) {
+    const prevText = prev ? `,"prev-transaction-id":${JSON.stringify(prevTx)},"prev-transaction-record-id":${JSON.stringify(prevRecord)}` : '';
+    w.tail = `${prevText},"commit-timestamp":${JSON.stringify(r.commitTs)},"stream-position":${JSON.stringify(streamPosition(dmsLsn(r.commitLsn)))}}`;
+    w.commitTs = r.commitTs;
+    w.commitLsn = r.commitLsn;
+    w.prev = prev;
+    w.prevTx = prevTx;
+    w.prevRecord = prevRecord;
+  }
+  return w;
+}
+
+/** Equal numbers, NaN equal to NaN (no previous record). */
+function sameNumber(a: number, b: number): boolean {
+  return a === b || (Number.isNaN(a) && Number.isNaN(b));
+}
+
 /** Whether DMS writes a change record for this slot record (not for a truncate, a snapshot row or a polled row). */
 export function dmsExpresses(r: SlotRecord): boolean {
   return (r.op === 'insert' || r.op === 'update' || r.op === 'delete') && r.capture !== 'poll';

@@ -64,16 +64,32 @@ export class TestDecodingParseError extends InvalidRecordError {
   }
 }
 
-const PLAIN_IDENTIFIER = /[^\s".:[\],]+/y;
+/**
+ * Whether a UTF-16 code unit ends a plain (unquoted) identifier: white space (what `\s` matches),
+ * `"`, `.`, `:`, `[`, `]` or `,`. Scanned code unit by code unit, without a regular expression's
+ * match object per name (docs/performance-log.md, "35. The slot capture's work per change").
+ */
+function endsPlainIdentifier(ch: number): boolean {
+  if (ch > 0x20 && ch < 0x7f) return ch === 0x22 || ch === 0x2e || ch === 0x3a || ch === 0x5b || ch === 0x5d || ch === 0x2c;
+  if (ch < 0x80) return ch === 0x20 || (ch >= 0x09 && ch <= 0x0d);
+  return (
+    ch === 0xa0 ||
+    ch === 0x1680 ||
+    (ch >= 0x2000 && ch <= 0x200a) ||
+    ch === 0x2028 ||
+    ch === 0x2029 ||
+    ch === 0x202f ||
+    ch === 0x205f ||
+    ch === 0x3000 ||
+    ch === 0xfeff
+  );
+}
 
 class Cursor {
   pos = 0;
   constructor(readonly text: string) {}
   fail(reason: string): never {
     throw new TestDecodingParseError(this.text, this.pos, reason);
-  }
-  done(): boolean {
-    return this.pos >= this.text.length;
   }
   startsWith(s: string): boolean {
     return this.text.startsWith(s, this.pos);
@@ -82,8 +98,12 @@ class Cursor {
     if (!this.startsWith(s)) this.fail(`expected ${JSON.stringify(s)}`);
     this.pos += s.length;
   }
-  /** Reads an identifier as `quote_identifier` prints it: plain, or double-quoted with `""` escapes. */
-  identifier(what: string): string {
+  /**
+   * Reads an identifier as `quote_identifier` prints it: plain, or double-quoted with `""` escapes.
+   * `slot` names its place in the line (schema, table, n-th column): a plain name equal to the last
+   * one read there is that same string, not a new one (`recent`).
+   */
+  identifier(what: string, slot: number): string {
     if (this.text[this.pos] === '"') {
       let out = '';
       this.pos++;
@@ -98,37 +118,81 @@ class Cursor {
         } else return out;
       }
     }
-    // Sticky: matches at `pos` without copying the rest of the line (docs/performance-log.md, "3. Capture").
-    PLAIN_IDENTIFIER.lastIndex = this.pos;
-    const m = PLAIN_IDENTIFIER.exec(this.text);
-    if (!m) this.fail(`expected a ${what}`);
-    this.pos += m[0].length;
-    return m[0];
+    const text = this.text;
+    const known = recentIdentifiers[slot];
+    const knownEnd = recentEnd(text, this.pos, known);
+    if (knownEnd >= 0 && (knownEnd === text.length || endsPlainIdentifier(text.charCodeAt(knownEnd)))) {
+      this.pos = knownEnd;
+      return known!;
+    }
+    let end = this.pos;
+    while (end < text.length && !endsPlainIdentifier(text.charCodeAt(end))) end++;
+    if (end === this.pos) this.fail(`expected a ${what}`);
+    const name = text.slice(this.pos, end);
+    this.pos = end;
+    if (slot < RECENT_SLOTS) recentIdentifiers[slot] = name;
+    return name;
   }
+}
+
+/**
+ * The names and types read last at each place of a line (schema, table, n-th column), so that the
+ * same name on the next line is the same string instead of a new one: most lines repeat the last
+ * one's names and types, and fewer new strings per change is less for the garbage collector to
+ * copy (docs/performance-log.md, "35. The slot capture's work per change"). Only names and types
+ * are reused, never values; a name is reused only where a fresh read would give exactly it.
+ */
+const RECENT_SLOTS = 256;
+const recentIdentifiers: string[] = [];
+const recentTypes: string[] = [];
+/** Column slots start after the schema's and the table's. */
+const FIRST_COLUMN_SLOT = 2;
+
+/** Where `known` ends when `text` has it at `pos`; -1 when it has not, or there is none. */
+function recentEnd(text: string, pos: number, known: string | undefined): number {
+  return known !== undefined && text.startsWith(known, pos) ? pos + known.length : -1;
 }
 
 /** Reads `schema.table` (each part possibly quoted). */
 function qualifiedName(c: Cursor): { schema: string; name: string } {
-  const schema = c.identifier('schema name');
+  const schema = c.identifier('schema name', 0);
   c.expect('.');
-  const name = c.identifier('table name');
+  const name = c.identifier('table name', 1);
   return { schema, name };
 }
 
-/** Reads a type name up to the `]` that closes it (type names may contain `[]` and quoted parts). */
-function typeName(c: Cursor): string {
+/**
+ * Reads a type name up to the `]` that closes it (type names may contain `[]` and quoted parts).
+ * The type read last at `slot`, when the text has it there followed by `]`, is that same string: a
+ * scan of it ends exactly there, as it did when it was read.
+ */
+function typeName(c: Cursor, slot: number): string {
+  const text = c.text;
+  const known = recentTypes[slot];
+  const knownEnd = recentEnd(text, c.pos, known);
+  if (knownEnd >= 0 && text.charCodeAt(knownEnd) === 0x5d /* ] */) {
+    c.pos = knownEnd;
+    return known!;
+  }
+  const type = scanTypeName(c);
+  if (slot < RECENT_SLOTS) recentTypes[slot] = type;
+  return type;
+}
+
+function scanTypeName(c: Cursor): string {
+  const text = c.text;
   const start = c.pos;
   let depth = 0;
   let quoted = false;
-  for (; c.pos < c.text.length; c.pos++) {
-    const ch = c.text[c.pos];
+  for (; c.pos < text.length; c.pos++) {
+    const ch = text.charCodeAt(c.pos);
     if (quoted) {
-      if (ch === '"') quoted = false;
-    } else if (ch === '"') quoted = true;
-    else if (ch === '[') depth++;
-    else if (ch === ']') {
+      if (ch === 0x22 /* " */) quoted = false;
+    } else if (ch === 0x22) quoted = true;
+    else if (ch === 0x5b /* [ */) depth++;
+    else if (ch === 0x5d /* ] */) {
       if (depth === 0) {
-        const type = c.text.slice(start, c.pos);
+        const type = text.slice(start, c.pos);
         if (type === '') c.fail('expected a type name');
         return type;
       }
@@ -142,7 +206,8 @@ const SAFE_INTEGER = /^-?[0-9]+$/;
 
 /** Maps an unquoted literal (numbers, booleans) of a given type to JSON. */
 function unquotedValue(c: Cursor, raw: string, type: string): JsonValue {
-  return unquotedLiteralValue(raw, type, (reason) => c.fail(reason));
+  const v = literalValue(raw, type);
+  return v === NOT_A_LITERAL ? c.fail(literalProblem) : v;
 }
 
 /**
@@ -153,31 +218,45 @@ function unquotedValue(c: Cursor, raw: string, type: string): JsonValue {
  * is the same on both paths (docs/snapshot.md).
  */
 export function unquotedLiteralValue(raw: string, type: string, fail: (reason: string) => never): JsonValue {
-  const c = { fail };
+  const v = literalValue(raw, type);
+  return v === NOT_A_LITERAL ? fail(literalProblem) : v;
+}
+
+/** What `literalValue` returns for a text that is no literal of the type; the reason is in `literalProblem`. */
+const NOT_A_LITERAL: unique symbol = Symbol('not a literal');
+let literalProblem = '';
+
+function notALiteral(reason: string): typeof NOT_A_LITERAL {
+  literalProblem = reason;
+  return NOT_A_LITERAL;
+}
+
+/** `unquotedLiteralValue`'s conversion, without a function or object made per value (docs/performance-log.md, "35. The slot capture's work per change"). */
+function literalValue(raw: string, type: string): JsonValue | typeof NOT_A_LITERAL {
   if (raw === 'true' || raw === 'false') {
-    if (type !== 'boolean') c.fail(`boolean literal for a column of type ${type}`);
+    if (type !== 'boolean') return notALiteral(`boolean literal for a column of type ${type}`);
     return raw === 'true';
   }
   switch (type) {
     case 'smallint':
     case 'integer':
     case 'oid': {
-      if (!SAFE_INTEGER.test(raw)) c.fail(`expected an integer, got ${JSON.stringify(raw)}`);
+      if (!SAFE_INTEGER.test(raw)) return notALiteral(`expected an integer, got ${JSON.stringify(raw)}`);
       return Number(raw);
     }
     case 'bigint': {
-      if (!SAFE_INTEGER.test(raw)) c.fail(`expected an integer, got ${JSON.stringify(raw)}`);
+      if (!SAFE_INTEGER.test(raw)) return notALiteral(`expected an integer, got ${JSON.stringify(raw)}`);
       const n = Number(raw);
       return Number.isSafeInteger(n) ? n : raw;
     }
     case 'numeric':
-      if (!/^(-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?|NaN|-?Infinity)$/.test(raw)) c.fail(`expected a numeric, got ${JSON.stringify(raw)}`);
+      if (!/^(-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?|NaN|-?Infinity)$/.test(raw)) return notALiteral(`expected a numeric, got ${JSON.stringify(raw)}`);
       return raw;
     case 'real':
     case 'double precision': {
       if (raw === 'NaN' || raw === 'Infinity' || raw === '-Infinity') return raw;
       const n = Number(raw);
-      if (!Number.isFinite(n) || !/^-?[0-9.]+([eE][-+]?[0-9]+)?$/.test(raw)) c.fail(`expected a floating-point number, got ${JSON.stringify(raw)}`);
+      if (!Number.isFinite(n) || !/^-?[0-9.]+([eE][-+]?[0-9]+)?$/.test(raw)) return notALiteral(`expected a floating-point number, got ${JSON.stringify(raw)}`);
       // A number only when JavaScript writes it back as the same text: `-0` (written `0`), a
       // 17-digit text (`0.10000000000000001`), an exponent spelled otherwise (`1e-05`) keep their
       // exact text. A whole number of 2^53 or more (`3.4028235e+38`, `1e+20`) as a JSON number
@@ -186,7 +265,7 @@ export function unquotedLiteralValue(raw: string, type: string, fail: (reason: s
       return String(n) === raw && !(Number.isInteger(n) && !Number.isSafeInteger(n)) ? n : raw;
     }
     default:
-      return c.fail(`unquoted value ${JSON.stringify(raw)} for a column of type ${type}`);
+      return notALiteral(`unquoted value ${JSON.stringify(raw)} for a column of type ${type}`);
   }
 }
 
@@ -199,7 +278,7 @@ function quoted(c: Cursor): string {
     if (q < 0) c.fail('unterminated quoted value');
     out += c.text.slice(c.pos, q);
     c.pos = q + 1;
-    if (c.text[c.pos] === "'") {
+    if (c.text.charCodeAt(c.pos) === 0x27 /* ' */) {
       out += "'";
       c.pos++;
     } else return out;
@@ -218,16 +297,19 @@ function tuple(c: Cursor, stopAt: string | null): Tuple {
   const columns: SlotColumn[] = [];
   const unchanged: string[] = [];
   const unchangedTypes: Record<string, string> = {};
-  while (!c.done()) {
-    if (stopAt !== null && c.startsWith(stopAt)) break;
+  const text = c.text;
+  while (c.pos < text.length) {
+    if (stopAt !== null && text.startsWith(stopAt, c.pos)) break;
     c.expect(' ');
-    const name = c.identifier('column name');
+    const slot = FIRST_COLUMN_SLOT + columns.length + unchanged.length;
+    const name = c.identifier('column name', slot);
     c.expect('[');
-    const type = typeName(c);
+    const type = typeName(c, slot);
     c.expect(']:');
-    if (c.startsWith("'")) {
+    const first = text.charCodeAt(c.pos);
+    if (first === 0x27 /* ' */) {
       columns.push({ name, type, value: quoted(c) });
-    } else if (c.startsWith("B'")) {
+    } else if (first === 0x42 /* B */ && text.charCodeAt(c.pos + 1) === 0x27) {
       c.pos++;
       columns.push({ name, type, value: quoted(c) });
     } else {
@@ -266,8 +348,26 @@ export function pgTimestampToIso(text: string): string {
   return `${iso.slice(0, 19)}.${micros}Z`;
 }
 
+/** The last table a change named, and its `schema.table` (the same string for the next change of it). */
+const lastTable = { schema: '', name: '', table: '.' };
+
 function tableChange(schema: string, name: string, fields: Omit<TestDecodingChange, 'schema' | 'name' | 'table'>): TestDecodingChange {
-  return { schema, name, table: `${schema}.${name}`, ...fields };
+  if (schema !== lastTable.schema || name !== lastTable.name) {
+    lastTable.schema = schema;
+    lastTable.name = name;
+    lastTable.table = `${schema}.${name}`;
+  }
+  const change: TestDecodingChange = {
+    schema,
+    name,
+    table: lastTable.table,
+    op: fields.op,
+    columns: fields.columns,
+    oldKey: fields.oldKey,
+    unchanged: fields.unchanged,
+  };
+  if ('unchangedTypes' in fields) change.unchangedTypes = fields.unchangedTypes;
+  return change;
 }
 
 /**
@@ -290,7 +390,9 @@ export function tableOfLine(line: string): string | null {
  * `InvalidRecordError`) with the offset where the line stopped making sense.
  */
 export function parseTestDecodingLine(line: string): TestDecodingLine {
-  const tx = TX_RE.exec(line);
+  // A row change (`table …`) is neither a BEGIN, a COMMIT nor a message: no regular expression tried on it.
+  const first = line.charCodeAt(0);
+  const tx = first === 0x42 /* B */ || first === 0x43 /* C */ ? TX_RE.exec(line) : null;
   if (tx) {
     const xid = tx[2] ?? null;
     if (tx[1] === 'BEGIN') {
@@ -299,7 +401,7 @@ export function parseTestDecodingLine(line: string): TestDecodingLine {
     }
     return { kind: 'commit', xid, commitTs: tx[3] === undefined ? null : pgTimestampToIso(tx[3]) };
   }
-  const msg = /^message: transactional: ([01]) prefix: (.*?), sz: ([0-9]+) content:/s.exec(line);
+  const msg = first === 0x6d /* m */ ? /^message: transactional: ([01]) prefix: (.*?), sz: ([0-9]+) content:/s.exec(line) : null;
   if (msg) {
     const content = line.slice(msg[0].length);
     return { kind: 'message', transactional: msg[1] === '1', prefix: msg[2]!, content };
@@ -393,37 +495,41 @@ export function groupTransactions(rows: readonly SlotRow[]): { transactions: Dec
   const transactions: DecodedTransaction[] = [];
   let consumed = 0;
   let open: { xid: string; changes: TestDecodingChange[] } | null = null;
-  rows.forEach((row, i) => {
+  for (let i = 0; i < rows.length; i++) {
+    const row = rows[i]!;
     const line = parseTestDecodingLine(row.data);
-    const where = (): string => `row ${i} (lsn ${row.lsn})`;
     switch (line.kind) {
       case 'begin':
-        if (open) throw new InvalidRecordError(where(), `BEGIN inside transaction ${open.xid}`);
-        if (line.xid === null) throw new InvalidRecordError(where(), "BEGIN without a transaction id: peek with 'include-xids', '1'");
+        if (open) throw new InvalidRecordError(rowAt(row, i), `BEGIN inside transaction ${open.xid}`);
+        if (line.xid === null) throw new InvalidRecordError(rowAt(row, i), "BEGIN without a transaction id: peek with 'include-xids', '1'");
         open = { xid: line.xid, changes: [] };
         break;
       case 'commit': {
-        if (!open) throw new InvalidRecordError(where(), 'COMMIT without BEGIN');
+        if (!open) throw new InvalidRecordError(rowAt(row, i), 'COMMIT without BEGIN');
         const tx: { xid: string; changes: TestDecodingChange[] } = open;
-        if (line.xid !== tx.xid) throw new InvalidRecordError(where(), `COMMIT ${line.xid} closes transaction ${tx.xid}`);
-        if (line.commitTs === null) throw new InvalidRecordError(where(), "COMMIT without a timestamp: peek with 'include-timestamp', '1'");
+        if (line.xid !== tx.xid) throw new InvalidRecordError(rowAt(row, i), `COMMIT ${line.xid} closes transaction ${tx.xid}`);
+        if (line.commitTs === null) throw new InvalidRecordError(rowAt(row, i), "COMMIT without a timestamp: peek with 'include-timestamp', '1'");
         transactions.push({ xid: tx.xid, commitLsn: row.lsn, commitTs: line.commitTs, changes: tx.changes });
         open = null;
         consumed = i + 1;
         break;
       }
       case 'change':
-        if (!open) throw new InvalidRecordError(where(), 'row change outside a transaction');
+        if (!open) throw new InvalidRecordError(rowAt(row, i), 'row change outside a transaction');
         open.changes.push(line.change);
         break;
       case 'truncate':
-        if (!open) throw new InvalidRecordError(where(), 'TRUNCATE outside a transaction');
+        if (!open) throw new InvalidRecordError(rowAt(row, i), 'TRUNCATE outside a transaction');
         open.changes.push(...line.changes);
         break;
       case 'message':
         if (!open) consumed = i + 1; // a non-transactional message between transactions
         break;
     }
-  });
+  }
   return { transactions, consumed };
+}
+
+function rowAt(row: SlotRow, i: number): string {
+  return `row ${i} (lsn ${row.lsn})`;
 }

@@ -126,11 +126,12 @@ function isJsonValue(v: unknown): v is JsonValue {
 
 function names(v: unknown, field: string, allowEmpty: boolean): string[] {
   if (!Array.isArray(v)) throw new InvalidRecordError(field, `expected an array of column names, got ${describe(v)}`);
-  v.forEach((n, i) => {
+  for (let i = 0; i < v.length; i++) {
+    const n: unknown = v[i];
     if (typeof n !== 'string' || n === '') throw new InvalidRecordError(`${field}[${i}]`, `expected a column name, got ${describe(n)}`);
-  });
+  }
   if (!allowEmpty && v.length === 0) throw new InvalidRecordError(field, 'expected at least one column name');
-  if (new Set(v).size !== v.length) throw new InvalidRecordError(field, 'a column is named twice');
+  if (v.length > 1 && new Set(v).size !== v.length) throw new InvalidRecordError(field, 'a column is named twice');
   return v as string[];
 }
 
@@ -263,20 +264,8 @@ function checkShape(r: SlotRecord): void {
   const op = r.op;
   if (!(SLOT_OPS as readonly string[]).includes(op)) throw new InvalidRecordError('op', `expected one of ${SLOT_OPS.join(', ')}, got ${describe(op)}`);
   names(r.key, 'key', op === 'truncate');
-  for (const [field, cols] of [
-    ['columns', r.columns],
-    ['oldKey', r.oldKey],
-  ] as const) {
-    if (cols === null) continue;
-    const seen = new Set<string>();
-    for (let i = 0; i < cols.length; i++) {
-      const c = cols[i]!;
-      if (c.name === '') throw new InvalidRecordError(`${field}[${i}].name`, `expected a column name, got ${describe(c.name)}`);
-      if (seen.has(c.name)) throw new InvalidRecordError(`${field}[${i}].name`, `column ${JSON.stringify(c.name)} appears twice`);
-      seen.add(c.name);
-      if (c.type === '') throw new InvalidRecordError(`${field}[${i}].type`, `expected a type name, got ${describe(c.type)}`);
-    }
-  }
+  if (r.columns !== null) checkTuple(r.columns, 'columns');
+  if (r.oldKey !== null) checkTuple(r.oldKey, 'oldKey');
   names(r.unchanged, 'unchanged', true);
   if ((op === 'insert' || op === 'update' || op === 'snapshot') && r.columns === null)
     throw new InvalidRecordError('columns', `an ${op} carries the new tuple`);
@@ -288,6 +277,30 @@ function checkShape(r: SlotRecord): void {
     if (r.columns?.some((c) => c.name === u)) throw new InvalidRecordError('unchanged', `column ${JSON.stringify(u)} is both delivered and unchanged`);
   }
   if (r.unchangedTypes !== undefined) typesOfUnchanged(r.unchangedTypes, r.unchanged);
+}
+
+/**
+ * A typed tuple's names and types: non-empty, no name twice (the first repeat named). Compares
+ * names pairwise for the few columns of a usual row, without a set per tuple
+ * (docs/performance-log.md, "35. The slot capture's work per change").
+ */
+function checkTuple(cols: readonly SlotColumn[], field: string): void {
+  const seen = cols.length > 16 ? new Set<string>() : null;
+  for (let i = 0; i < cols.length; i++) {
+    const c = cols[i]!;
+    if (c.name === '') throw new InvalidRecordError(`${field}[${i}].name`, `expected a column name, got ${describe(c.name)}`);
+    if (seen !== null ? seen.has(c.name) : namedBefore(cols, i))
+      throw new InvalidRecordError(`${field}[${i}].name`, `column ${JSON.stringify(c.name)} appears twice`);
+    seen?.add(c.name);
+    if (c.type === '') throw new InvalidRecordError(`${field}[${i}].type`, `expected a type name, got ${describe(c.type)}`);
+  }
+}
+
+/** Whether a column before `i` has the name of column `i`. */
+function namedBefore(cols: readonly { name: string }[], i: number): boolean {
+  const name = cols[i]!.name;
+  for (let j = 0; j < i; j++) if (cols[j]!.name === name) return true;
+  return false;
 }
 
 /**

@@ -8,7 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import { decodeDmsRecord, type DecodeContext } from '../../../lambda/core/capture/dms-decoder.ts';
 import { decodeSlotRecord } from '../../../lambda/core/capture/slot-decoder.ts';
-import { dmsLsn, dmsRecordOf, dmsTimestamp } from '../../../lambda/core/capture/dms-record.ts';
+import { dmsLsn, dmsRecordOf, dmsRecordText, dmsTimestamp, type DmsRenderContext } from '../../../lambda/core/capture/dms-record.ts';
 import type { DecodeResult, DecodedChange } from '../../../lambda/core/capture/decoded.ts';
 import { SLOT_RECORD_FORMAT, type SlotColumn, type SlotRecord } from '../../../lambda/core/capture/slot-record.ts';
 import { InvalidRecordError } from '../../../lambda/core/shared/errors.ts';
@@ -101,6 +101,48 @@ describe('DMS records of the local capture', () => {
         // A delete's before image is the key on the DMS path (its other columns arrive as nulls).
         if (d.op === 'delete' && record.op === 'delete') expect(d.before, at).toEqual(s.key);
       }
+    }
+  });
+
+  it('writes each record as JSON.stringify writes dmsRecordOf, however consecutive records share a batch, a transaction or a table (randomized)', () => {
+    const seed = Number(process.env.SEED ?? Date.now() % 1e9);
+    const runs = 5000;
+    console.log(`dms-record text: seed ${seed}, ${runs} records`);
+    const r = rng(seed);
+    const pick = <T>(xs: readonly T[]): T => xs[Math.floor(r() * xs.length)]!;
+    const outcome = (f: () => string): { text: string } | { error: string } => {
+      try {
+        return { text: f() };
+      } catch (err) {
+        return { error: `${(err as Error).constructor.name}: ${(err as Error).message}` };
+      }
+    };
+    // Consecutive records keep or change each part the metadata texts are made of, as a batch's records do.
+    let now = new Date('2026-11-29T13:05:21.188Z');
+    let previous: DmsRenderContext['previous'] = null;
+    let last: SlotRecord | null = null;
+    for (let i = 0; i < runs; i++) {
+      const { record: fresh } = randomRecord(r);
+      let record: SlotRecord = last !== null && r() < 0.6 ? { ...fresh, xid: last.xid, commitLsn: last.commitLsn, commitTs: last.commitTs } : fresh;
+      if (r() < 0.3) record = { ...record, table: pick(['public.t', 'public.u', 'sales."odd.name"', 'ü.ß']) };
+      if (r() < 0.05) record = { ...record, xid: pick(['99999999999999999999', 'x1', '0']) };
+      if (r() < 0.03) record = { ...record, op: pick(['truncate', 'snapshot'] as const) };
+      if (r() < 0.02) record = { ...record, capture: 'poll' };
+      if (r() < 0.2) record = { ...record, commitTs: pick(['2026-11-29T13:05:21.188736Z', '2026-11-30T00:00:00.000001Z']) };
+      if (r() < 0.1) now = new Date(now.getTime() + Math.floor(r() * 3));
+      if (r() < 0.2) previous = r() < 0.2 ? null : { transactionId: Math.floor(r() * 4e9), recordId: Math.floor(r() * 100) };
+      const ctx: DmsRenderContext = {
+        now,
+        columns: r() < 0.2 ? null : COLUMNS,
+        previous,
+        ...(r() < 0.2 ? { table: pick(['public.t_p1', 'public.t_p2']) } : {}),
+      };
+      const want = outcome(() => JSON.stringify(dmsRecordOf(record, ctx)));
+      expect(
+        outcome(() => dmsRecordText(record, ctx)),
+        `seed ${seed}, record ${i}: ${JSON.stringify(record)}`,
+      ).toEqual(want);
+      last = record;
     }
   });
 
