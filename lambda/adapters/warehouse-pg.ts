@@ -73,7 +73,6 @@ import {
   lockHandoverSql,
   readHandoverSql,
   HANDOVER_COLUMNS,
-  deltaStatsSql,
   migrateDeltaTableSql,
   lockDeltaSql,
   beginMergeSql,
@@ -81,9 +80,6 @@ import {
   mergeIntoEmptySql,
   baseRowsSql,
   insertNewValuesSql,
-  mergeUpperBoundSql,
-  pendingBoundsSql,
-  watermarkToEndSql,
   type PendingBounds,
   lockMirrorSql,
   recordTruncationSql,
@@ -105,6 +101,7 @@ import {
   type WarehouseEngine,
   type WarehouseTable,
 } from '../core/warehouse/warehouse-sql.ts';
+import { deltaStatsSql, mergeUpperBoundSql, pendingBoundsSql, watermarkToEndSql } from '../core/warehouse/watermark-sql.ts';
 import { quoteIdent } from '../core/shared/identifiers.ts';
 import type {
   DeltaStats,
@@ -221,6 +218,8 @@ export class PgWarehouse implements Warehouse {
   private readonly deltaLoaderOption: StageLoader | undefined;
   private readonly foldsNamesOption: boolean | undefined;
   private readonly dialectOption: WarehouseDialect | undefined;
+  /** Tables (`schema.view`) whose delta `deltaStats` has found: it reads their stats without the catalog. */
+  private readonly withDelta = new Set<string>();
   /** Per table (`schema.view`): what this process appended since it last merged. */
   private readonly pendingDelta = new Map<string, PendingDelta>();
 
@@ -281,15 +280,31 @@ export class PgWarehouse implements Warehouse {
     return code === null ? null : { kind: 'persistent', code };
   }
 
-  /** What the table's delta holds (0 rows when it has none yet). */
+  /**
+   * What the table's delta holds (0 rows when it has none yet). The catalog is read until the
+   * table has a delta; after that the stats are one statement, which on PostgreSQL costs the same
+   * whatever the delta holds (`deltaStatsSql`; docs/warehouse-apply.md, "When a merge is due").
+   */
   async deltaStats(target: MergeTarget): Promise<DeltaStats> {
     const t = target.target ?? warehouseTable(target.source, target.table);
+    const cacheKey = `${t.schema}.${t.view}`;
     const client = await this.pool.connect();
     try {
-      const shape = this.shapes.get(`${t.schema}.${t.view}`) ?? (await readShape(client, t));
-      if (shape.delta.length === 0) return { rows: 0, oldest: null };
-      const r = (await client.query<{ n: string; oldest: Date | null }>(deltaStatsSql(t))).rows[0];
-      return { rows: Number(r?.n ?? 0), oldest: r?.oldest ? new Date(r.oldest).getTime() : null };
+      await this.detect(client);
+      let byAppendOrder = this.engine === 'postgres';
+      if (!this.withDelta.has(cacheKey)) {
+        const shape = this.shapes.get(cacheKey) ?? (await readShape(client, t));
+        if (shape.delta.length === 0) return { rows: 0, oldest: null };
+        // A delta table of the layout before one write per event has no append order: counted (it moves at the table's next apply).
+        if (shape.seq) this.withDelta.add(cacheKey);
+        else byAppendOrder = false;
+      }
+      const r = await client.query<{ n: string; oldest: Date | null }>(deltaStatsSql(t, { byAppendOrder })).catch((err: unknown) => {
+        this.withDelta.delete(cacheKey);
+        throw err;
+      });
+      const row = r.rows[0];
+      return { rows: Number(row?.n ?? 0), oldest: row?.oldest ? new Date(row.oldest).getTime() : null };
     } finally {
       client.release();
     }
@@ -386,6 +401,7 @@ export class PgWarehouse implements Warehouse {
   /** Forgets what this process knows about the sink tables (after someone else changed them). */
   forgetShapes(): void {
     this.shapes.clear();
+    this.withDelta.clear();
   }
 
   /** Applies one table's batch (see the module comment). */
@@ -1062,15 +1078,11 @@ async function nestedLoopsFit(client: pg.ClientBase, t: WarehouseTable, shape: S
  * before, with every row at or below it committed) or, when appends are kept out, the changelog's end.
  */
 async function pendingBounds(client: pg.ClientBase, t: WarehouseTable, upTo: string | null): Promise<PendingBounds & { n: number }> {
-  const r = (await client.query<{ from: string | number; to: string | number; n: string | number }>(pendingBoundsSql(t))).rows[0]!;
+  const r = (await client.query<{ from: string | number; to: string | number; n: string | number }>(pendingBoundsSql(t, upTo ?? undefined))).rows[0]!;
   const from = String(r.from);
-  const to = upTo ?? String(r.to);
+  const to = String(r.to);
   if (BigInt(to) <= BigInt(from)) return { from, to: from, n: 0 };
-  if (upTo === null) return { from, to, n: Number(r.n) };
-  const seq = quoteIdent(CdcColumn.SEQ);
-  const n = (await client.query<{ n: string }>(`SELECT COUNT(*) AS n FROM ${qualified(t.schema, t.changelog)} WHERE ${seq} > ${from} AND ${seq} <= ${to}`))
-    .rows[0]!.n;
-  return { from, to, n: Number(n) };
+  return { from, to, n: Number(r.n) };
 }
 
 /** The savepoint each table's data phase runs under in the batch's transaction (`applyTables`), and the one an append's bulk load runs under there. */

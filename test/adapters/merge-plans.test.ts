@@ -28,7 +28,8 @@ import { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
 import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/shared/event.ts';
 import type { TableBatch } from '../../lambda/core/warehouse/warehouse-port.ts';
-import { watermarkToEndSql, qualified, type WarehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
+import { qualified, type WarehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
+import { watermarkToEndSql } from '../../lambda/core/warehouse/watermark-sql.ts';
 import { mergeMayUseNestedLoops, NESTED_LOOP_BASE_FACTOR } from '../../lambda/core/warehouse/merge-nested-loops.ts';
 import { seededRandom } from '../../local/demo.ts';
 import {

@@ -14,12 +14,12 @@ import {
   insertNewValuesSql,
   lockDeltaSql,
   mergeSql,
-  pendingBoundsSql,
   qualified,
   warehouseTable,
   type MergeSqlOptions,
   type WarehouseTable,
 } from '../../lambda/core/warehouse/warehouse-sql.ts';
+import { pendingBoundsSql } from '../../lambda/core/warehouse/watermark-sql.ts';
 
 export const TABLE = 'public.t';
 export const KEY = ['k1', 'k2'];

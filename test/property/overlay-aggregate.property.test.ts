@@ -28,7 +28,6 @@ import {
   createDeletedKeysSql,
   createPendingViewSql,
   createWatermarkSql,
-  pendingBoundsSql,
   createMirrorSql,
   createOverlayViewSql,
   createSchemaSql,
@@ -42,6 +41,7 @@ import {
   type OverlayGuards,
   type WarehouseTable,
 } from '../../lambda/core/warehouse/warehouse-sql.ts';
+import { pendingBoundsSql } from '../../lambda/core/warehouse/watermark-sql.ts';
 import { seededRandom } from '../../local/demo.ts';
 
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);

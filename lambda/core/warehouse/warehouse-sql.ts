@@ -481,35 +481,6 @@ export interface PendingBounds {
 }
 
 /**
- * Under a lock that keeps appends out: the watermark (`from`), the highest append order (`to`)
- * and how many changelog rows lie between (`n`).
- */
-export function pendingBoundsSql(t: WarehouseTable): string {
-  const seq = quoteIdent(CdcColumn.SEQ);
-  const changelog = qualified(t.schema, t.changelog);
-  // The count reads the append-order index from the watermark up (what the delta holds), and the
-  // end is one backward index step: a merge or full apply costs its delta, not the table's history
-  // (before, one scan of the whole changelog; docs/performance-log.md, "One transaction per batch; the batch of 1,000").
-  return (
-    `SELECT w.${seq} AS "from", COALESCE((SELECT MAX(e.${seq}) FROM ${changelog} e), 0) AS "to", COUNT(c.${seq}) AS n ` +
-    `FROM ${qualified(t.schema, t.watermark)} w LEFT JOIN ${changelog} c ON c.${seq} > w.${seq} GROUP BY w.${seq}`
-  );
-}
-
-/**
- * The merge's upper bound, read in its own short transaction before the merge: waits for the
- * appends in flight (`SHARE ROW EXCLUSIVE` conflicts with their `ROW EXCLUSIVE`) and keeps new ones
- * out for the moment it reads the highest append order, so every row at or below it is committed
- * (an append's rows get their order after its lock). PostgreSQL.
- */
-export function mergeUpperBoundSql(t: WarehouseTable): string[] {
-  return [
-    `LOCK TABLE ${qualified(t.schema, t.changelog)} IN SHARE ROW EXCLUSIVE MODE`,
-    `SELECT COALESCE(MAX(${quoteIdent(CdcColumn.SEQ)}), 0) AS "to" FROM ${qualified(t.schema, t.changelog)}`,
-  ];
-}
-
-/**
  * The move of a table from the layout before one write per event (a delta TABLE the appends went
  * to, a changelog without append order; docs/warehouse-apply.md, "The layout before one write
  * per event") to this one, in one transaction, PostgreSQL: with appends and merges kept out, the
@@ -548,13 +519,6 @@ export function moveWatermarkSql(t: WarehouseTable, to: string): string {
   if (!/^\d{1,19}$/.test(to)) throw new RangeError(`not an append order: ${to}`);
   const seq = quoteIdent(CdcColumn.SEQ);
   return `UPDATE ${qualified(t.schema, t.watermark)} SET ${seq} = ${to} WHERE ${seq} < ${to}`;
-}
-
-/** Moves the watermark past every changelog row (a full apply, which holds appends out and wrote its own events to the base). */
-export function watermarkToEndSql(t: WarehouseTable): string {
-  const seq = quoteIdent(CdcColumn.SEQ);
-  const w = qualified(t.schema, t.watermark);
-  return `UPDATE ${w} SET ${seq} = m.s FROM (SELECT MAX(${seq}) AS s FROM ${qualified(t.schema, t.changelog)}) m WHERE m.s > ${w}.${seq}`;
 }
 
 /** The mirror, in the order of `mirrorLayout`. */
@@ -829,6 +793,12 @@ export interface ApplyStageOptions {
   deletedKeys: boolean;
   /** The truncations table exists: every write is guarded by it (a write at or below a truncate changes nothing). */
   truncations?: boolean;
+  /**
+   * One `UPDATE` for every column set (each data column takes the stage's value for the sets that
+   * have it and keeps its own for the others) instead of one per set: one join of the stage with
+   * the base instead of one per set. The merge's two sets (every column; none) use it.
+   */
+  oneUpdate?: boolean;
 }
 
 /**
@@ -855,7 +825,22 @@ export function applyStageSql(t: WarehouseTable, o: ApplyStageOptions): string[]
   // The table-level guard: nothing at or below a truncate's position is written.
   const trGuard = o.truncations ? ` AND NOT EXISTS (SELECT 1 FROM ${qualified(t.schema, t.truncations)} x WHERE x.${pos} >= stg.${pos})` : '';
   const out: string[] = [];
-  for (const set of o.sets) {
+  if (o.oneUpdate && o.sets.length > 1) {
+    const columns = [...new Set(o.sets.flatMap((s) => s.columns))];
+    const assign = [
+      ...columns.map((c) => {
+        const ids = o.sets.filter((s) => s.columns.includes(c)).map((s) => s.id);
+        return ids.length === o.sets.length
+          ? `${q(c)} = stg.${q(c)}`
+          : `${q(c)} = CASE WHEN stg.${q(CdcColumn.SET)} IN (${ids.join(', ')}) THEN stg.${q(c)} ELSE ${mirrorRef}.${q(c)} END`;
+      }),
+      ...always.map((c) => `${q(c)} = stg.${q(c)}`),
+    ].join(', ');
+    out.push(
+      `UPDATE ${mirror} SET ${assign} FROM ${stage} WHERE ${keyMatch(o.key, mirrorRef, 'stg')} AND ${mirrorRef}.${pos} < stg.${pos}${liveOnly}${trGuard}`,
+    );
+  }
+  for (const set of o.oneUpdate && o.sets.length > 1 ? [] : o.sets) {
     const assign = [...set.columns, ...always].map((c) => `${q(c)} = stg.${q(c)}`).join(', ');
     out.push(
       `UPDATE ${mirror} SET ${assign} FROM ${stage} WHERE ${keyMatch(o.key, mirrorRef, 'stg')} AND ${mirrorRef}.${pos} < stg.${pos} AND stg.${q(CdcColumn.SET)} = ${set.id}${liveOnly}${trGuard}`,
@@ -1083,11 +1068,6 @@ export function lockDeltaForAppendSql(t: WarehouseTable): string {
   return `LOCK TABLE ${qualified(t.schema, t.changelog)} IN ROW EXCLUSIVE MODE`;
 }
 
-/** How many rows the delta holds and since when (`n`, `oldest` = the lowest `_cdc_applied_at`). */
-export function deltaStatsSql(t: WarehouseTable): string {
-  return `SELECT COUNT(*) AS n, MIN(${quoteIdent(CdcColumn.APPLIED_AT)}) AS oldest FROM ${qualified(t.schema, t.delta)}`;
-}
-
 export interface MergeSqlOptions extends OverlayGuards {
   key: readonly string[];
   /** Mirror columns in table order (key, data and platform columns). */
@@ -1137,10 +1117,12 @@ function mergeWritesSelect(t: WarehouseTable, o: MergeSqlOptions, aboveBase: boo
   });
   // Only the keys whose newest row is live (a hard-mode mirror keeps no tombstone): no values to borrow.
   if (!deletes) return `SELECT ${exprs.join(', ')} FROM (${rankedDelta(t, o.key, 'd.*', '', from)}) l WHERE l.${q(RANK)} = 1 AND NOT ${isDelete}`;
-  // Into an empty base every row is above it; only keys with a delete in the delta borrow values, so only their live rows are ranked.
-  const baseGuard = aboveBase
-    ? ` AND NOT EXISTS (SELECT 1 FROM ${mirror} m WHERE ${keyMatch(o.key, 'm', 'd')} AND m.${pos} >= d.${pos})`
-    : ` AND EXISTS (SELECT 1 FROM ${from} x WHERE ${keyMatch(o.key, 'x', 'd')} AND x.${op} = 'delete')`;
+  // Only a live row below a delete of its key can lend its values (to the key's newest row, when that is a
+  // delete), so only those are ranked and looked up in the base: in the benchmark's history 2,410 rows of
+  // 54,166 (docs/performance-log.md, "36. Where a batch's time goes; a merge that ranks what it lends").
+  // Into an empty base every row is above it.
+  const lendsTo = ` AND EXISTS (SELECT 1 FROM ${from} x WHERE ${keyMatch(o.key, 'x', 'd')} AND x.${op} = 'delete' AND x.${pos} > d.${pos})`;
+  const baseGuard = aboveBase ? `${lendsTo} AND NOT EXISTS (SELECT 1 FROM ${mirror} m WHERE ${keyMatch(o.key, 'm', 'd')} AND m.${pos} >= d.${pos})` : lendsTo;
   const live =
     `SELECT d.*, row_number() OVER (PARTITION BY ${cols(o.key, 'd.')} ORDER BY d.${pos} DESC, d.${q(CdcColumn.APPLIED_AT)}) AS ${q(RANK)} FROM ${from} d ` +
     `WHERE d.${op} <> 'delete'${baseGuard}`;
@@ -1182,6 +1164,7 @@ export function mergeSql(t: WarehouseTable, o: MergeSqlOptions): string[] {
       hard: o.hard,
       deletedKeys: o.deletedKeys,
       truncations: o.truncations,
+      oneUpdate: true,
     }),
   ];
   out.push(moveWatermarkSql(t, o.pending.to));

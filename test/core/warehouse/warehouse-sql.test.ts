@@ -39,7 +39,6 @@ import {
   createOverlayViewSql,
   overlayAggregateSql,
   lockDeltaSql,
-  deltaStatsSql,
   mergeSql,
   qualified,
   catalogLiteralSql,
@@ -49,6 +48,7 @@ import {
   mirrorLayout,
   MIRROR_CDC_COLUMNS,
 } from '../../../lambda/core/warehouse/warehouse-sql.ts';
+import { deltaStatsSql, pendingBoundsSql } from '../../../lambda/core/warehouse/watermark-sql.ts';
 
 describe('sinkType', () => {
   it.each([
@@ -345,6 +345,37 @@ describe('SQL text', () => {
     expect(soft[2]).toMatch(
       /^INSERT INTO "demo_public"."_cdc_mirror_orders" .* WHERE NOT EXISTS \(SELECT 1 FROM "demo_public"."_cdc_mirror_orders" m WHERE m."id" = stg."id"\)$/,
     );
+  });
+
+  it('oneUpdate: one UPDATE for every column set, a column keeping its own value for the sets without it (the merge, docs/warehouse-apply.md, "The merge")', () => {
+    const one = applyStageSql(t, { stages, key: ['id'], mirrorColumns, sets, hard: false, deletedKeys: false, oneUpdate: true });
+    expect(one).toHaveLength(2); // one UPDATE and the INSERT
+    expect(one[0]).toContain(
+      'SET "status" = stg."status", "amount" = CASE WHEN stg."_cdc_set" IN (0) THEN stg."amount" ELSE "_cdc_mirror_orders"."amount" END',
+    );
+    expect(one[0]).toContain('"_cdc_mirror_orders"."_cdc_position" < stg."_cdc_position"');
+    expect(one[0]).not.toContain('stg."_cdc_set" =');
+    const merge = mergeSql(t, {
+      key: ['id'],
+      mirrorColumns,
+      changelogColumns: ['_cdc_position', '_cdc_op', 'id', 'status', 'amount'],
+      hard: false,
+      deletedKeys: false,
+      truncations: true,
+      pending: { from: '0', to: '10' },
+    });
+    expect(merge.filter((x) => x.startsWith('UPDATE "demo_public"."_cdc_mirror_orders"'))).toHaveLength(1);
+  });
+
+  it('the delta stats: a count of the delta view, or on PostgreSQL two steps of the append-order index (docs/warehouse-apply.md, "When a merge is due")', () => {
+    expect(deltaStatsSql(t)).toBe('SELECT COUNT(*) AS n, MIN("_cdc_applied_at") AS oldest FROM "demo_public"."_cdc_delta_orders"');
+    const fast = deltaStatsSql(t, { byAppendOrder: true });
+    expect(fast).not.toContain('COUNT(');
+    expect(fast).not.toContain(qualified(t.schema, t.delta));
+    expect(fast).toContain('ORDER BY f."_cdc_seq" LIMIT 1');
+    expect(pendingBoundsSql(t, '42')).toContain('42 AS "to"');
+    expect(pendingBoundsSql(t, '42')).toContain('c."_cdc_seq" > w."_cdc_seq" AND c."_cdc_seq" <= 42');
+    expect(() => pendingBoundsSql(t, '1; DROP TABLE x')).toThrow(RangeError);
   });
 
   it('in hard-delete mode deletes tombstoned rows and remembers their keys', () => {
