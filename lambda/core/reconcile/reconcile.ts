@@ -320,23 +320,23 @@ export function chooseHashing(
   return { scheme, classes };
 }
 
-/** Reconciles one table of one sink (see the module comment). */
-export async function reconcileTable(o: ReconcileTableOptions): Promise<ReconcileVerdict> {
-  const now = o.now ?? Date.now;
-  const sleep = o.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
-  const rowsPerRun = o.rowsPerRun ?? 100_000;
-  const leafRows = o.leafRows ?? 256;
-  const settleMs = o.settleMs ?? 5000;
-  const settleRounds = Math.max(o.settleRounds ?? 4, CONFIRMING_RECHECKS);
-  const maxSamples = o.maxSampleKeys ?? 20;
-  const started = now();
-  const v: ReconcileVerdict = {
+/** A verdict that compared nothing yet: INCONCLUSIVE for `reason`, every count zero, resuming at `nextCursor`. */
+function inconclusiveVerdict(o: {
+  sink: string;
+  source: string;
+  table: string;
+  key: readonly string[];
+  at: string;
+  reason: string;
+  nextCursor: ReconcileVerdict['nextCursor'];
+}): ReconcileVerdict {
+  return {
     sink: o.sink,
     source: o.source,
     table: o.table,
     verdict: 'INCONCLUSIVE',
-    reason: '',
-    at: new Date(started).toISOString(),
+    reason: o.reason,
+    at: o.at,
     durationMs: 0,
     key: [...o.key],
     sourceRows: null,
@@ -352,9 +352,30 @@ export async function reconcileTable(o: ReconcileTableOptions): Promise<Reconcil
     problems: [],
     columns: [],
     notCompared: [],
-    nextCursor: o.cursor,
+    nextCursor: o.nextCursor,
     cost: { summaries: 0, leafRows: 0, recheckRows: 0, bisections: 0 },
   };
+}
+
+/** Reconciles one table of one sink (see the module comment). */
+export async function reconcileTable(o: ReconcileTableOptions): Promise<ReconcileVerdict> {
+  const now = o.now ?? Date.now;
+  const sleep = o.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
+  const rowsPerRun = o.rowsPerRun ?? 100_000;
+  const leafRows = o.leafRows ?? 256;
+  const settleMs = o.settleMs ?? 5000;
+  const settleRounds = Math.max(o.settleRounds ?? 4, CONFIRMING_RECHECKS);
+  const maxSamples = o.maxSampleKeys ?? 20;
+  const started = now();
+  const v = inconclusiveVerdict({
+    sink: o.sink,
+    source: o.source,
+    table: o.table,
+    key: o.key,
+    at: new Date(started).toISOString(),
+    reason: '',
+    nextCursor: o.cursor,
+  });
   const done = (verdict: VerdictKind, reason: string): ReconcileVerdict => {
     v.verdict = verdict;
     v.reason = reason;
@@ -769,31 +790,15 @@ export async function reconcileTables(o: ReconcileRunOptions): Promise<Reconcile
       });
     } catch (e) {
       const at = new Date((o.now ?? Date.now)()).toISOString();
-      verdict = {
+      verdict = inconclusiveVerdict({
         sink: o.sink,
         source: o.source,
         table: t.table,
-        verdict: 'INCONCLUSIVE',
-        reason: `could not read: ${(e as Error).message}`,
+        key: t.key,
         at,
-        durationMs: 0,
-        key: [...t.key],
-        sourceRows: null,
-        sinkRows: null,
-        covered: [],
-        coveredRows: 0,
-        fullCoverage: false,
-        differing: [],
-        sampleKeys: [],
-        diverged: { missing: 0, extra: 0, different: 0 },
-        unsettled: 0,
-        settled: 0,
-        problems: [],
-        columns: [],
-        notCompared: [],
+        reason: `could not read: ${(e as Error).message}`,
         nextCursor: previous?.nextCursor ?? null,
-        cost: { summaries: 0, leafRows: 0, recheckRows: 0, bisections: 0 },
-      };
+      });
     } finally {
       await sides.close?.();
     }
