@@ -53,6 +53,7 @@ import type { Pacer, PressureReading } from '../snapshot/snapshot-pacer.ts';
 import type { ControlPlane } from '../shared/control-plane.ts';
 import type { Position } from '../shared/position.ts';
 import type { KeyTuple, KeyRange, HashScheme, VerdictKind, DifferenceKind, DifferingRange, ReconcileVerdict } from './reconcile-verdict.ts';
+import { inconclusiveVerdict } from './reconcile-verdict.ts';
 export type { KeyTuple, KeyRange, HashScheme, VerdictKind, DifferenceKind, SampleKey, DifferingRange, ReconcileVerdict } from './reconcile-verdict.ts';
 
 /** A range's row count and the exact sum (decimal text) of its rows' hashes (`HashScheme`). */
@@ -318,43 +319,6 @@ export function chooseHashing(
     classes[c] = masked.includes(c) || a !== b ? 'text' : a;
   }
   return { scheme, classes };
-}
-
-/** A verdict that compared nothing yet: INCONCLUSIVE for `reason`, every count zero, resuming at `nextCursor`. */
-function inconclusiveVerdict(o: {
-  sink: string;
-  source: string;
-  table: string;
-  key: readonly string[];
-  at: string;
-  reason: string;
-  nextCursor: ReconcileVerdict['nextCursor'];
-}): ReconcileVerdict {
-  return {
-    sink: o.sink,
-    source: o.source,
-    table: o.table,
-    verdict: 'INCONCLUSIVE',
-    reason: o.reason,
-    at: o.at,
-    durationMs: 0,
-    key: [...o.key],
-    sourceRows: null,
-    sinkRows: null,
-    covered: [],
-    coveredRows: 0,
-    fullCoverage: false,
-    differing: [],
-    sampleKeys: [],
-    diverged: { missing: 0, extra: 0, different: 0 },
-    unsettled: 0,
-    settled: 0,
-    problems: [],
-    columns: [],
-    notCompared: [],
-    nextCursor: o.nextCursor,
-    cost: { summaries: 0, leafRows: 0, recheckRows: 0, bisections: 0 },
-  };
 }
 
 /** Reconciles one table of one sink (see the module comment). */
