@@ -39,14 +39,14 @@
  */
 import { HEARTBEAT_TABLE } from '../../../contracts/env.ts';
 import { failuresFrom } from '../sink/apply-plan.ts';
-import { deadLetterer, describeError, holdTableEntry, maxPosition, minPosition } from '../sink/sink-batch.ts';
+import { aboutRecord, deadLetterer, describeError, holdTableEntry, maxPosition, minPosition, schemaReader, validItems } from '../sink/sink-batch.ts';
 import { heldShardsOf } from '../operator/operator-decisions.ts';
 import type { ControlPlane, DeleteMode, SchemaVersion } from '../shared/control-plane.ts';
-import { CdcError, InvalidRecordError } from '../shared/errors.ts';
+import { CdcError } from '../shared/errors.ts';
 import { keyText, type ChangeEvent, type Row } from '../shared/event.ts';
 import { assertPlainIdentifier } from '../shared/identifiers.ts';
 import { FoldedNameError, foldsIntoBy } from '../shared/name-folding.ts';
-import { admitTable, checkEventColumns, decodeChangeRecord } from '../sink/sink-admission.ts';
+import { admitTable, decodeChangeRecord } from '../sink/sink-admission.ts';
 import type { PayloadStore } from '../shared/payload-store.ts';
 import {
   assertSearchColumn,
@@ -132,21 +132,10 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
   const backoffMs = deps.backoffMs ?? 200;
   const sleep = deps.sleep ?? wait;
   const served = deps.tables ? new Map(deps.tables.map((t) => [`${t.source}\u0000${t.table}`, t])) : null;
-  const schemaCache = new Map<string, SchemaVersion>();
+  const schemaOf = schemaReader(cp, assertSearchColumn);
   const indexCache = new Map<string, IndexState>();
   /** Tables whose index names fold into no table registered before them (docs/onboarding.md, "Names"). */
   const unfolded = new Set<string>();
-
-  async function schemaOf(source: string, table: string, version: number): Promise<SchemaVersion> {
-    const k = `${source}\u0000${table}\u0000${version}`;
-    const hit = schemaCache.get(k);
-    if (hit) return hit;
-    const v = await cp.getSchemaVersion(source, table, version);
-    if (!v) throw new InvalidRecordError('schemaVersion', `version ${version} of ${source}/${table} is not registered`);
-    for (const c of v.columns) assertSearchColumn(c.name, table);
-    schemaCache.set(k, v);
-    return v;
-  }
 
   /** The table's index, created or extended so that it holds every column of `schemas`. */
   async function prepareIndex(source: string, table: string, names: SearchNames, schemas: SchemaVersion[], hard: boolean): Promise<IndexState> {
@@ -267,19 +256,7 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
         unfolded.add(`${source}\u0000${table}`);
       }
       const deleteMode: DeleteMode = config?.deleteMode ?? rec.deleteMode;
-      const valid: Item[] = [];
-      const schemas = new Map<number, SchemaVersion>();
-      for (const i of items) {
-        try {
-          const schema = await schemaOf(source, table, i.event.schemaVersion);
-          checkEventColumns(i.event, schema, assertSearchColumn);
-          schemas.set(schema.version, schema);
-          valid.push(i);
-        } catch (err) {
-          if (!(err instanceof CdcError)) throw err;
-          await deadLetter(i.record, source, table, err);
-        }
-      }
+      const { valid, schemas } = await validItems(source, table, items, { schemaOf, assertColumn: assertSearchColumn, deadLetter });
       if (valid.length === 0) return;
       const schemaList = [...schemas.values()];
       let state: IndexState;
@@ -529,13 +506,4 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
   }
 
   return { applyRecords, clearCache: () => indexCache.clear() };
-}
-
-function aboutRecord(text: string): { source: string | null; table: string | null } {
-  try {
-    const v = JSON.parse(text) as Record<string, unknown>;
-    return { source: typeof v.source === 'string' ? v.source : null, table: typeof v.table === 'string' ? v.table : null };
-  } catch {
-    return { source: null, table: null };
-  }
 }

@@ -1,10 +1,13 @@
 /**
  * What both sink applies (lambda/core/warehouse/warehouse-apply.ts, lambda/core/search/apply.ts)
  * do the same way with a batch's records: describe an error, name its code, find a group's
- * lowest and highest position, and put a record aside as a dead letter (docs/failures.md).
+ * lowest and highest position, put a record aside as a dead letter (docs/failures.md), read the
+ * schema versions a table's events name and keep the events that fit theirs.
  */
-import type { AuditEntry, ControlPlane } from '../shared/control-plane.ts';
-import { CdcError } from '../shared/errors.ts';
+import type { AuditEntry, ControlPlane, SchemaVersion } from '../shared/control-plane.ts';
+import { CdcError, InvalidRecordError } from '../shared/errors.ts';
+import type { ChangeEvent } from '../shared/event.ts';
+import { checkEventColumns } from './sink-admission.ts';
 
 /** An error as one line: its class and message. */
 export const describeError = (err: unknown): string => (err instanceof Error ? `${err.name}: ${err.message}` : String(err));
@@ -84,4 +87,65 @@ export function deadLetterer(o: {
       o.failed(record.sequenceNumber, `dead letter could not be stored: ${describeError(dlErr)}`);
     }
   };
+}
+
+/** Best effort: the source and table a record that failed validation is about. */
+export function aboutRecord(text: string): { source: string | null; table: string | null } {
+  try {
+    const v = JSON.parse(text) as Record<string, unknown>;
+    return { source: typeof v.source === 'string' ? v.source : null, table: typeof v.table === 'string' ? v.table : null };
+  } catch {
+    return { source: null, table: null };
+  }
+}
+
+/** A sink's column rule: throws when `name` is not a column the sink can hold. */
+export type ColumnRule = (name: string, table: string) => void;
+
+/** Reads a registered schema version: cached, every column through the sink's column rule. */
+export type SchemaReader = (source: string, table: string, version: number) => Promise<SchemaVersion>;
+
+/**
+ * A sink's reader of registered schema versions, cached for the life of the apply: a version that
+ * is not registered throws `InvalidRecordError` (its record is dead-lettered), and each column of a
+ * version passes the sink's column rule before the version is used.
+ */
+export function schemaReader(cp: Pick<ControlPlane, 'getSchemaVersion'>, assertColumn: ColumnRule): SchemaReader {
+  const cache = new Map<string, SchemaVersion>();
+  return async (source, table, version) => {
+    const k = `${source}\u0000${table}\u0000${version}`;
+    const hit = cache.get(k);
+    if (hit) return hit;
+    const v = await cp.getSchemaVersion(source, table, version);
+    if (!v) throw new InvalidRecordError('schemaVersion', `version ${version} of ${source}/${table} is not registered`);
+    for (const c of v.columns) assertColumn(c.name, table);
+    cache.set(k, v);
+    return v;
+  };
+}
+
+/**
+ * The items of one table whose events fit their schema version (`checkEventColumns` with the
+ * sink's column rule), and those versions; an item that does not is put aside (`deadLetter`).
+ */
+export async function validItems<I extends { record: DeadLetterRecord; event: ChangeEvent }>(
+  source: string,
+  table: string,
+  items: readonly I[],
+  o: { schemaOf: SchemaReader; assertColumn: ColumnRule; deadLetter: (record: DeadLetterRecord, source: string, table: string, err: unknown) => Promise<void> },
+): Promise<{ valid: I[]; schemas: Map<number, SchemaVersion> }> {
+  const valid: I[] = [];
+  const schemas = new Map<number, SchemaVersion>();
+  for (const i of items) {
+    try {
+      const schema = schemas.get(i.event.schemaVersion) ?? (await o.schemaOf(source, table, i.event.schemaVersion));
+      checkEventColumns(i.event, schema, o.assertColumn);
+      schemas.set(schema.version, schema);
+      valid.push(i);
+    } catch (err) {
+      if (!(err instanceof CdcError)) throw err;
+      await o.deadLetter(i.record, source, table, err);
+    }
+  }
+  return { valid, schemas };
 }

@@ -42,10 +42,10 @@
  * objects (another schema).
  */
 import { failuresPerTable } from '../sink/batch-failures.ts';
-import { deadLetterer, describeError, holdTableEntry, maxPosition, minPosition } from '../sink/sink-batch.ts';
+import { aboutRecord, deadLetterer, describeError, holdTableEntry, maxPosition, minPosition, schemaReader, validItems } from '../sink/sink-batch.ts';
 import { heldShardsOf } from '../operator/operator-decisions.ts';
 import type { ControlPlane, DeleteMode, SchemaVersion } from '../shared/control-plane.ts';
-import { CdcError, InvalidRecordError, UnsafeIdentifierError } from '../shared/errors.ts';
+import { CdcError, UnsafeIdentifierError } from '../shared/errors.ts';
 import type { ChangeEvent } from '../shared/event.ts';
 import { assertPlainIdentifier, splitTableId } from '../shared/identifiers.ts';
 import { FoldedNameError, foldsInto } from '../shared/name-folding.ts';
@@ -178,7 +178,7 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
   const now = deps.now ?? (() => new Date());
   const policy = validateMergePolicy(deps.merge ?? {}, `merge policy of sink ${sinkId}`);
   const targetOf = deps.targetOf ?? ((source: string, table: string) => warehouseTable(source, table));
-  const schemaCache = new Map<string, SchemaVersion>();
+  const schemaOf = schemaReader(cp, assertSourceColumn);
   /**
    * The highest heartbeat position whose lag this process reported, per table: an append does not
    * read what the sink holds, so a redelivered heartbeat is recognised here (once per heartbeat).
@@ -186,17 +186,6 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
   const heartbeatSeen = new Map<string, string>();
   /** Tables this process found clear of a folding clash (the first of two never becomes the second). */
   const unfolded = new Set<string>();
-
-  async function schemaOf(source: string, table: string, version: number): Promise<SchemaVersion> {
-    const k = `${source}\u0000${table}\u0000${version}`;
-    const hit = schemaCache.get(k);
-    if (hit) return hit;
-    const v = await cp.getSchemaVersion(source, table, version);
-    if (!v) throw new InvalidRecordError('schemaVersion', `version ${version} of ${source}/${table} is not registered`);
-    for (const c of v.columns) assertSourceColumn(c.name, table);
-    schemaCache.set(k, v);
-    return v;
-  }
 
   /** The merge target of a registered table (its key from its current schema version). */
   async function mergeTargetOf(source: string, table: string): Promise<MergeTarget | null> {
@@ -351,19 +340,7 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
         }
       }
       unfolded.add(`${source}\u0000${table}`);
-      const valid: Item[] = [];
-      const schemas = new Map<number, SchemaVersion>();
-      for (const i of items) {
-        try {
-          const schema = schemas.get(i.event.schemaVersion) ?? (await schemaOf(source, table, i.event.schemaVersion));
-          checkEventColumns(i.event, schema);
-          schemas.set(schema.version, schema);
-          valid.push(i);
-        } catch (err) {
-          if (!(err instanceof CdcError)) throw err;
-          await deadLetter(i.record, source, table, err);
-        }
-      }
+      const { valid, schemas } = await validItems(source, table, items, { schemaOf, assertColumn: assertSourceColumn, deadLetter });
       if (valid.length === 0) return null;
       const newest = [...schemas.values()].reduce((a, b) => (b.version > a.version ? b : a));
       return { source, table, deleteMode: rec.deleteMode, schemas, items: valid, target, key: newest.key };
@@ -562,14 +539,4 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
  */
 export function checkEventColumns(e: ChangeEvent, schema: SchemaVersion): void {
   checkColumnsOf(e, schema, assertSourceColumn);
-}
-
-/** Best effort: the source and table a record that failed validation is about. */
-function aboutRecord(text: string): { source: string | null; table: string | null } {
-  try {
-    const v = JSON.parse(text) as Record<string, unknown>;
-    return { source: typeof v.source === 'string' ? v.source : null, table: typeof v.table === 'string' ? v.table : null };
-  } catch {
-    return { source: null, table: null };
-  }
 }
