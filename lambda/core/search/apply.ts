@@ -39,14 +39,14 @@
  */
 import { HEARTBEAT_TABLE } from '../../../contracts/env.ts';
 import { failuresFrom } from '../sink/apply-plan.ts';
-import { aboutRecord, deadLetterer, describeError, holdTableEntry, maxPosition, minPosition, schemaReader, validItems } from '../sink/sink-batch.ts';
+import { deadLetterer, describeError, holdTableEntry, maxPosition, minPosition, groupByTable, schemaReader, validItems } from '../sink/sink-batch.ts';
 import { heldShardsOf } from '../operator/operator-decisions.ts';
 import type { ControlPlane, DeleteMode, SchemaVersion } from '../shared/control-plane.ts';
 import { CdcError } from '../shared/errors.ts';
 import { keyText, type ChangeEvent, type Row } from '../shared/event.ts';
 import { assertPlainIdentifier } from '../shared/identifiers.ts';
 import { FoldedNameError, foldsIntoBy } from '../shared/name-folding.ts';
-import { admitTable, decodeChangeRecord } from '../sink/sink-admission.ts';
+import { admitTable } from '../sink/sink-admission.ts';
 import type { PayloadStore } from '../shared/payload-store.ts';
 import {
   assertSearchColumn,
@@ -180,22 +180,7 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
       failed: (sequenceNumber, reason) => failed.set(sequenceNumber, reason),
     });
 
-    const groups = new Map<string, Item[]>();
-    for (const record of records) {
-      let event: ChangeEvent;
-      try {
-        event = await decodeChangeRecord(record.text, deps.payloads, sinkId);
-      } catch (err) {
-        if (!(err instanceof CdcError)) throw err; // a payload store outage: retried, not dead-lettered
-        const about = aboutRecord(record.text);
-        await deadLetter(record, about.source, about.table, err);
-        continue;
-      }
-      const k = `${event.source}\u0000${event.table}`;
-      const list = groups.get(k);
-      if (list) list.push({ record, event });
-      else groups.set(k, [{ record, event }]);
-    }
+    const groups = await groupByTable(records, { payloads: deps.payloads, sinkId, deadLetter });
 
     for (const items of groups.values()) {
       const { source, table } = items[0]!.event;

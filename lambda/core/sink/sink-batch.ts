@@ -7,7 +7,8 @@
 import type { AuditEntry, ControlPlane, SchemaVersion } from '../shared/control-plane.ts';
 import { CdcError, InvalidRecordError } from '../shared/errors.ts';
 import type { ChangeEvent } from '../shared/event.ts';
-import { checkEventColumns } from './sink-admission.ts';
+import type { PayloadStore } from '../shared/payload-store.ts';
+import { checkEventColumns, decodeChangeRecord } from './sink-admission.ts';
 
 /** An error as one line: its class and message. */
 export const describeError = (err: unknown): string => (err instanceof Error ? `${err.name}: ${err.message}` : String(err));
@@ -67,7 +68,7 @@ export function deadLetterer(o: {
   log: { warn(message: string, data: Record<string, unknown>): void };
   stored: (source: string | null) => void;
   failed: (sequenceNumber: string, reason: string) => void;
-}): (record: DeadLetterRecord, source: string | null, table: string | null, err: unknown) => Promise<void> {
+}): DeadLetter {
   return async (record, source, table, err) => {
     try {
       await o.controlPlane.putDeadLetter({
@@ -148,4 +149,36 @@ export async function validItems<I extends { record: DeadLetterRecord; event: Ch
     }
   }
   return { valid, schemas };
+}
+
+/** The dead-letter function of `deadLetterer`. */
+export type DeadLetter = (record: DeadLetterRecord, source: string | null, table: string | null, err: unknown) => Promise<void>;
+
+/**
+ * A batch's records decoded (`decodeChangeRecord`) and grouped by table (`source\u0000table`),
+ * in order of first appearance; a record that does not decode is put aside (`deadLetter`), and a
+ * payload store that cannot be read throws (the batch is retried, nothing dead-lettered).
+ */
+export async function groupByTable<R extends DeadLetterRecord>(
+  records: readonly R[],
+  o: { payloads: PayloadStore | undefined; sinkId: string; deadLetter: DeadLetter },
+): Promise<Map<string, Array<{ record: R; event: ChangeEvent }>>> {
+  const groups = new Map<string, Array<{ record: R; event: ChangeEvent }>>();
+  for (const record of records) {
+    let event: ChangeEvent;
+    try {
+      const decoded = decodeChangeRecord(record.text, o.payloads, o.sinkId);
+      event = decoded instanceof Promise ? await decoded : decoded;
+    } catch (err) {
+      if (!(err instanceof CdcError)) throw err;
+      const about = aboutRecord(record.text);
+      await o.deadLetter(record, about.source, about.table, err);
+      continue;
+    }
+    const k = `${event.source}\u0000${event.table}`;
+    const list = groups.get(k);
+    if (list) list.push({ record, event });
+    else groups.set(k, [{ record, event }]);
+  }
+  return groups;
 }

@@ -42,14 +42,14 @@
  * objects (another schema).
  */
 import { failuresPerTable } from '../sink/batch-failures.ts';
-import { aboutRecord, deadLetterer, describeError, holdTableEntry, maxPosition, minPosition, schemaReader, validItems } from '../sink/sink-batch.ts';
+import { deadLetterer, describeError, holdTableEntry, maxPosition, minPosition, groupByTable, schemaReader, validItems } from '../sink/sink-batch.ts';
 import { heldShardsOf } from '../operator/operator-decisions.ts';
 import type { ControlPlane, DeleteMode, SchemaVersion } from '../shared/control-plane.ts';
-import { CdcError, UnsafeIdentifierError } from '../shared/errors.ts';
+import { UnsafeIdentifierError } from '../shared/errors.ts';
 import type { ChangeEvent } from '../shared/event.ts';
 import { assertPlainIdentifier, splitTableId } from '../shared/identifiers.ts';
 import { FoldedNameError, foldsInto } from '../shared/name-folding.ts';
-import { admitTable, checkEventColumns as checkColumnsOf, decodeChangeRecord } from '../sink/sink-admission.ts';
+import { admitTable, checkEventColumns as checkColumnsOf } from '../sink/sink-admission.ts';
 import type { PayloadStore } from '../shared/payload-store.ts';
 import { assertSourceColumn, warehouseTable, type WarehouseTable } from './warehouse-sql.ts';
 import type { MergeTarget, TableApplyResult, TableOutcome, Warehouse } from './warehouse-port.ts';
@@ -244,25 +244,9 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
     });
 
     // Decode and validate; group by (source, table) in order of first appearance.
-    const groups = new Map<string, Item[]>();
+    const groups = await groupByTable(records, { payloads: deps.payloads, sinkId, deadLetter });
     const tableOf = new Map<string, string>();
-    for (const record of records) {
-      let event: ChangeEvent;
-      try {
-        const decoded = decodeChangeRecord(record.text, deps.payloads, sinkId);
-        event = decoded instanceof Promise ? await decoded : decoded;
-      } catch (err) {
-        if (!(err instanceof CdcError)) throw err;
-        const about = aboutRecord(record.text);
-        await deadLetter(record, about.source, about.table, err);
-        continue;
-      }
-      const k = `${event.source}\u0000${event.table}`;
-      tableOf.set(record.sequenceNumber, k);
-      const list = groups.get(k);
-      if (list) list.push({ record, event });
-      else groups.set(k, [{ record, event }]);
-    }
+    for (const [k, items] of groups) for (const i of items) tableOf.set(i.record.sequenceNumber, k);
 
     /** The records of a table that is not applied now: retried (reported failed). */
     function failGroup(source: string, table: string, items: readonly Item[], err: unknown): void {
