@@ -333,7 +333,7 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
     /** Writes one admitted table in its own transaction. */
     async function writeGroup(r: Ready): Promise<void> {
       try {
-        await applyItems(r.source, r.table, r.deleteMode, r.schemas, r.items, r.target, r.key);
+        await applyItems(r);
       } catch (err) {
         await onWriteError(r, err);
       }
@@ -347,7 +347,7 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
         log.error('warehouse column type conflict; table held for this sink', { source, table, error: kind.message });
         await hold(source, table, items, kind.message);
       } else if (kind?.kind === 'value-rejected') {
-        await isolate(source, table, r.deleteMode, r.schemas, items, r.target, r.key);
+        await isolate(r);
       } else if (kind?.kind === 'persistent') {
         await holdOnError(source, table, items, err, kind.code);
       } else {
@@ -385,17 +385,10 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
       );
     }
 
-    async function applyItems(
-      source: string,
-      table: string,
-      deleteMode: DeleteMode,
-      schemas: Map<number, SchemaVersion>,
-      items: Item[],
-      target: WarehouseTable,
-      key: readonly string[],
-    ): Promise<void> {
+    async function applyItems(r: Ready): Promise<void> {
+      const { source, table, deleteMode, schemas, items, target } = r;
       const result = await writer.applyTable({ source, table, deleteMode, schemas, events: items.map((i) => i.event), appliedAt, target });
-      await recordApplied({ source, table, deleteMode, key, target }, items, result);
+      await recordApplied(r, items, result);
     }
 
     /** After a table's write committed: its high-water mark, counts, the merge check, heartbeat lag, logs. */
@@ -435,20 +428,13 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
     }
 
     /** Applies the table's events one at a time, so that the one the warehouse refuses becomes a dead letter. */
-    async function isolate(
-      source: string,
-      table: string,
-      deleteMode: DeleteMode,
-      schemas: Map<number, SchemaVersion>,
-      items: Item[],
-      target: WarehouseTable,
-      key: readonly string[],
-    ): Promise<void> {
+    async function isolate(r: Ready): Promise<void> {
+      const { source, table, items } = r;
       const ordered = [...items].sort((a, b) => (a.event.position < b.event.position ? -1 : a.event.position > b.event.position ? 1 : 0));
       for (let n = 0; n < ordered.length; n++) {
         const i = ordered[n]!;
         try {
-          await applyItems(source, table, deleteMode, schemas, [i], target, key);
+          await applyItems({ ...r, items: [i] });
         } catch (err) {
           const kind = writer.classifyError(err);
           if (kind?.kind === 'value-rejected') {
