@@ -39,7 +39,7 @@
  */
 import { HEARTBEAT_TABLE } from '../../../contracts/env.ts';
 import { failuresFrom } from '../sink/apply-plan.ts';
-import { deadLetterer, describeError, holdTableEntry, maxPosition, minPosition, groupByTable, schemaReader, validItems } from '../sink/sink-batch.ts';
+import { batchBook, describeError, holdTableEntry, maxPosition, minPosition, groupByTable, schemaReader, validItems } from '../sink/sink-batch.ts';
 import { heldShardsOf } from '../operator/operator-decisions.ts';
 import type { ControlPlane, DeleteMode, SchemaVersion } from '../shared/control-plane.ts';
 import { CdcError } from '../shared/errors.ts';
@@ -161,24 +161,8 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
   }
 
   async function applyRecords(records: readonly ChangeRecord[], options: ApplyOptions = {}): Promise<SearchApplyOutcome> {
-    const failed = new Map<string, string>();
-    const counts = new Map<string, { applied: number; held: number; dead: number; lag: number[] }>();
-    const countFor = (source: string | null) => {
-      const k = source ?? 'unknown';
-      let c = counts.get(k);
-      if (!c) counts.set(k, (c = { applied: 0, held: 0, dead: 0, lag: [] }));
-      return c;
-    };
+    const { failed, counts, countFor, deadLetter } = batchBook({ controlPlane: cp, sinkId, now, log: logger });
     let applyErrors = 0;
-
-    const deadLetter = deadLetterer({
-      controlPlane: cp,
-      sinkId,
-      now,
-      log: logger,
-      stored: (source) => countFor(source).dead++,
-      failed: (sequenceNumber, reason) => failed.set(sequenceNumber, reason),
-    });
 
     const groups = await groupByTable(records, { payloads: deps.payloads, sinkId, deadLetter });
 

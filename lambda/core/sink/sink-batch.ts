@@ -182,3 +182,44 @@ export async function groupByTable<R extends DeadLetterRecord>(
   }
   return groups;
 }
+
+/** Per source: what a batch did (the handler turns it into metrics). */
+export interface SourceCounts {
+  applied: number;
+  held: number;
+  dead: number;
+  /** End-to-end lag of heartbeat events, ms. */
+  lag: number[];
+}
+
+/**
+ * The book a sink keeps of one batch: the records that failed (retried) with why, the counts per
+ * source (`countFor`; an unknown source counts as `unknown`), and the dead-letter function that
+ * counts what it stores and fails what it cannot store.
+ */
+export function batchBook(o: {
+  controlPlane: ControlPlane;
+  sinkId: string;
+  now: () => Date;
+  log: { warn(message: string, data: Record<string, unknown>): void };
+}): {
+  failed: Map<string, string>;
+  counts: Map<string, SourceCounts>;
+  countFor: (source: string | null) => SourceCounts;
+  deadLetter: DeadLetter;
+} {
+  const failed = new Map<string, string>();
+  const counts = new Map<string, SourceCounts>();
+  const countFor = (source: string | null): SourceCounts => {
+    const k = source ?? 'unknown';
+    let c = counts.get(k);
+    if (!c) counts.set(k, (c = { applied: 0, held: 0, dead: 0, lag: [] }));
+    return c;
+  };
+  const deadLetter = deadLetterer({
+    ...o,
+    stored: (source) => countFor(source).dead++,
+    failed: (sequenceNumber, reason) => failed.set(sequenceNumber, reason),
+  });
+  return { failed, counts, countFor, deadLetter };
+}

@@ -42,7 +42,17 @@
  * objects (another schema).
  */
 import { failuresPerTable } from '../sink/batch-failures.ts';
-import { deadLetterer, describeError, holdTableEntry, maxPosition, minPosition, groupByTable, schemaReader, validItems } from '../sink/sink-batch.ts';
+import {
+  batchBook,
+  describeError,
+  holdTableEntry,
+  maxPosition,
+  minPosition,
+  groupByTable,
+  schemaReader,
+  validItems,
+  type SourceCounts,
+} from '../sink/sink-batch.ts';
 import { heldShardsOf } from '../operator/operator-decisions.ts';
 import type { ControlPlane, DeleteMode, SchemaVersion } from '../shared/control-plane.ts';
 import { UnsafeIdentifierError } from '../shared/errors.ts';
@@ -89,14 +99,7 @@ export interface WarehouseApplyDeps {
   targetOf?: (source: string, table: string) => WarehouseTable;
 }
 
-/** Per source: what a batch did (the handler turns it into metrics). */
-export interface SourceCounts {
-  applied: number;
-  held: number;
-  dead: number;
-  /** End-to-end lag of heartbeat events, ms. */
-  lag: number[];
-}
+export type { SourceCounts } from '../sink/sink-batch.ts';
 
 /** One deferred merge of a table's delta: what it merged, or why it failed. */
 export interface MergeDone {
@@ -221,27 +224,11 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
 
   async function applyRecords(records: readonly ChangeRecord[], options: ApplyOptions = {}): Promise<ApplyOutcome> {
     const appliedAt = now();
-    const failed = new Map<string, string>();
-    const counts = new Map<string, SourceCounts>();
+    const { failed, counts, countFor, deadLetter } = batchBook({ controlPlane: cp, sinkId, now, log });
     const merges: MergeDone[] = [];
-    const countFor = (source: string | null): SourceCounts => {
-      const k = source ?? 'unknown';
-      let c = counts.get(k);
-      if (!c) counts.set(k, (c = { applied: 0, held: 0, dead: 0, lag: [] }));
-      return c;
-    };
     let applyErrors = 0;
     /** Tables appended to in this batch, for the merge check after the batch. */
     const appended = new Map<string, MergeTarget & { pending: { rows: number; since: number | null } }>();
-
-    const deadLetter = deadLetterer({
-      controlPlane: cp,
-      sinkId,
-      now,
-      log: log,
-      stored: (source) => countFor(source).dead++,
-      failed: (sequenceNumber, reason) => failed.set(sequenceNumber, reason),
-    });
 
     // Decode and validate; group by (source, table) in order of first appearance.
     const groups = await groupByTable(records, { payloads: deps.payloads, sinkId, deadLetter });
