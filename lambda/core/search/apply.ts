@@ -39,8 +39,7 @@
  */
 import { HEARTBEAT_TABLE } from '../../../contracts/env.ts';
 import { failuresFrom } from '../sink/apply-plan.ts';
-import { batchBook, describeError, holdTableEntry, maxPosition, minPosition, groupByTable, schemaReader, validItems } from '../sink/sink-batch.ts';
-import { heldShardsOf } from '../operator/operator-decisions.ts';
+import { batchBook, describeError, maxPosition, groupByTable, schemaReader, validItems } from '../sink/sink-batch.ts';
 import type { ControlPlane, DeleteMode, SchemaVersion } from '../shared/control-plane.ts';
 import { CdcError } from '../shared/errors.ts';
 import { keyText, type ChangeEvent, type Row } from '../shared/event.ts';
@@ -161,7 +160,7 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
   }
 
   async function applyRecords(records: readonly ChangeRecord[], options: ApplyOptions = {}): Promise<SearchApplyOutcome> {
-    const { failed, counts, countFor, deadLetter } = batchBook({ controlPlane: cp, sinkId, now, log: logger });
+    const { failed, counts, countFor, deadLetter, hold, holdAudited } = batchBook({ controlPlane: cp, sinkId, now, log: logger });
     let applyErrors = 0;
 
     const groups = await groupByTable(records, { payloads: deps.payloads, sinkId, deadLetter });
@@ -175,12 +174,6 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
         logger.error('table batch not applied; its records will be retried', { source, table, error: describeError(err) });
         for (const i of items) if (!failed.has(i.record.sequenceNumber)) failed.set(i.record.sequenceNumber, describeError(err));
       }
-    }
-
-    async function hold(source: string, table: string, items: Item[], why: string): Promise<void> {
-      await cp.holdSinkTable(sinkId, source, table, minPosition(items), heldShardsOf(items.map((i) => i.record)));
-      countFor(source).held += items.length;
-      logger.info('events held', { source, table, count: items.length, from: minPosition(items), why });
     }
 
     async function applyGroup(source: string, table: string, items: Item[]): Promise<void> {
@@ -208,18 +201,7 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
         const first = await foldsIntoBy(cp, source, table, (s, t) => searchNames(prefix, s, t).alias);
         if (first !== null) {
           const err = new FoldedNameError(source, table, first, 'search index names are lower case');
-          await hold(source, table, items, describeError(err));
-          await cp.appendAudit(
-            holdTableEntry({
-              at: now(),
-              sinkId,
-              source,
-              table,
-              heldFrom: minPosition(items),
-              reason: describeError(err),
-              hint: `leave ${table} out of this sink, or rename it at the source`,
-            }),
-          );
+          await holdAudited(source, table, items, { reason: describeError(err), hint: `leave ${table} out of this sink, or rename it at the source` });
           return;
         }
         unfolded.add(`${source}\u0000${table}`);

@@ -9,6 +9,7 @@ import { CdcError, InvalidRecordError } from '../shared/errors.ts';
 import type { ChangeEvent } from '../shared/event.ts';
 import type { PayloadStore } from '../shared/payload-store.ts';
 import { checkEventColumns, decodeChangeRecord } from './sink-admission.ts';
+import { heldShardsOf } from '../operator/operator-decisions.ts';
 
 /** An error as one line: its class and message. */
 export const describeError = (err: unknown): string => (err instanceof Error ? `${err.name}: ${err.message}` : String(err));
@@ -201,12 +202,19 @@ export function batchBook(o: {
   controlPlane: ControlPlane;
   sinkId: string;
   now: () => Date;
-  log: { warn(message: string, data: Record<string, unknown>): void };
+  log: { warn(message: string, data: Record<string, unknown>): void; info(message: string, data: Record<string, unknown>): void };
 }): {
   failed: Map<string, string>;
   counts: Map<string, SourceCounts>;
   countFor: (source: string | null) => SourceCounts;
   deadLetter: DeadLetter;
+  hold: (source: string, table: string, items: readonly HeldItem[], why: string) => Promise<void>;
+  holdAudited: (
+    source: string,
+    table: string,
+    items: readonly HeldItem[],
+    hold: { reason: string; hint: string; detail?: Record<string, unknown> },
+  ) => Promise<void>;
 } {
   const failed = new Map<string, string>();
   const counts = new Map<string, SourceCounts>();
@@ -221,5 +229,24 @@ export function batchBook(o: {
     stored: (source) => countFor(source).dead++,
     failed: (sequenceNumber, reason) => failed.set(sequenceNumber, reason),
   });
-  return { failed, counts, countFor, deadLetter };
+  /** Holds the table for this sink from the items' lowest position (docs/operations.md, "Blast radius of one table"), counted and logged. */
+  const hold = async (source: string, table: string, items: readonly HeldItem[], why: string): Promise<void> => {
+    await o.controlPlane.holdSinkTable(o.sinkId, source, table, minPosition(items), heldShardsOf(items.map((i) => i.record)));
+    countFor(source).held += items.length;
+    o.log.info('events held', { source, table, count: items.length, from: minPosition(items), why });
+  };
+  /** Holds the table as `hold` does, with its audit entry (`holdTableEntry`). */
+  const holdAudited = async (
+    source: string,
+    table: string,
+    items: readonly HeldItem[],
+    h: { reason: string; hint: string; detail?: Record<string, unknown> },
+  ) => {
+    await hold(source, table, items, h.reason);
+    await o.controlPlane.appendAudit(holdTableEntry({ at: o.now(), sinkId: o.sinkId, source, table, heldFrom: minPosition(items), ...h }));
+  };
+  return { failed, counts, countFor, deadLetter, hold, holdAudited };
 }
+
+/** An item a sink holds: its record (where it was read) and its event's position. */
+type HeldItem = { record: DeadLetterRecord; event: { position: string } };

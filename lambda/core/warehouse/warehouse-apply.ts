@@ -42,18 +42,7 @@
  * objects (another schema).
  */
 import { failuresPerTable } from '../sink/batch-failures.ts';
-import {
-  batchBook,
-  describeError,
-  holdTableEntry,
-  maxPosition,
-  minPosition,
-  groupByTable,
-  schemaReader,
-  validItems,
-  type SourceCounts,
-} from '../sink/sink-batch.ts';
-import { heldShardsOf } from '../operator/operator-decisions.ts';
+import { batchBook, describeError, maxPosition, groupByTable, schemaReader, validItems, type SourceCounts } from '../sink/sink-batch.ts';
 import type { ControlPlane, DeleteMode, SchemaVersion } from '../shared/control-plane.ts';
 import { UnsafeIdentifierError } from '../shared/errors.ts';
 import type { ChangeEvent } from '../shared/event.ts';
@@ -224,7 +213,7 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
 
   async function applyRecords(records: readonly ChangeRecord[], options: ApplyOptions = {}): Promise<ApplyOutcome> {
     const appliedAt = now();
-    const { failed, counts, countFor, deadLetter } = batchBook({ controlPlane: cp, sinkId, now, log });
+    const { failed, counts, countFor, deadLetter, hold, holdAudited } = batchBook({ controlPlane: cp, sinkId, now, log });
     const merges: MergeDone[] = [];
     let applyErrors = 0;
     /** Tables appended to in this batch, for the merge check after the batch. */
@@ -342,12 +331,6 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
       }
     }
 
-    async function hold(source: string, table: string, items: Item[], why: string): Promise<void> {
-      await cp.holdSinkTable(sinkId, source, table, minPosition(items), heldShardsOf(items.map((i) => i.record)));
-      countFor(source).held += items.length;
-      log.info('events held', { source, table, count: items.length, from: minPosition(items), why });
-    }
-
     /** Holds a table this sink cannot write (an error a retry will not fix), audited, so the shard moves on. */
     async function holdOnError(source: string, table: string, items: Item[], err: unknown, code: string): Promise<void> {
       applyErrors++;
@@ -357,19 +340,11 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
         sqlState: code,
         error: describeError(err),
       });
-      await hold(source, table, items, describeError(err));
-      await cp.appendAudit(
-        holdTableEntry({
-          at: now(),
-          sinkId,
-          source,
-          table,
-          heldFrom: minPosition(items),
-          reason: describeError(err),
-          hint: `fix the warehouse table, then cdc resume ${table}`,
-          detail: { sqlState: code },
-        }),
-      );
+      await holdAudited(source, table, items, {
+        reason: describeError(err),
+        hint: `fix the warehouse table, then cdc resume ${table}`,
+        detail: { sqlState: code },
+      });
     }
 
     async function applyItems(r: Ready): Promise<void> {
