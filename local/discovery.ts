@@ -6,13 +6,12 @@
  * table is taken out of the index. The first scan runs before the capture starts, so a table
  * that joined in an earlier run is captured from the first peek after a restart.
  */
-import pg from 'pg';
 import { listSourceTables, readTableFact } from '../lambda/adapters/source-facts-pg.ts';
 import type { ControlPlane } from '../lambda/core/shared/control-plane.ts';
 import { scanTables, type DiscoveryRecord } from '../lambda/core/tables/discovery.ts';
 import type { TableConfigIndex, TableRule } from '../lambda/core/tables/table-config.ts';
 import type { SinkProfile } from '../lambda/core/tables/sink-profile.ts';
-import { runEvery } from './periodic.ts';
+import { SourceWatch } from './periodic.ts';
 
 export interface LocalDiscoveryOptions {
   source: string;
@@ -36,29 +35,23 @@ export class LocalDiscovery {
   /** When the last scan finished (epoch ms), 0 before the first. */
   lastScanAt = 0;
   private known: Map<string, DiscoveryRecord> | null = null;
-  private client: pg.Client | null = null;
   private user = '';
-  private stopping = false;
-  private loop: Promise<void> | null = null;
+  private readonly watch: SourceWatch;
 
-  constructor(private readonly o: LocalDiscoveryOptions) {}
-
-  private async connect(): Promise<pg.Client> {
-    if (this.client) return this.client;
-    const c = new pg.Client({ connectionString: this.o.sourceUrl, application_name: `cdc-local-discovery-${this.o.source}` });
-    c.on('error', (e) => {
-      this.client = null;
-      this.o.onError?.(e);
+  constructor(private readonly o: LocalDiscoveryOptions) {
+    this.watch = new SourceWatch({
+      url: o.sourceUrl,
+      applicationName: `cdc-local-discovery-${o.source}`,
+      onError: o.onError,
+      opened: async (c) => {
+        this.user = String((await c.query('SELECT current_user AS u')).rows[0].u);
+      },
     });
-    await c.connect();
-    this.user = String((await c.query('SELECT current_user AS u')).rows[0].u);
-    this.client = c;
-    return c;
   }
 
   /** One scan; throws what the source or the control plane throw. */
   async scan(): Promise<void> {
-    const client = await this.connect();
+    const client = await this.watch.client();
     const { known } = await scanTables(
       {
         controlPlane: this.o.controlPlane,
@@ -81,22 +74,10 @@ export class LocalDiscovery {
 
   /** Scans every `everyMs` until stopped (errors go to `onError`; the next scan tries again). */
   start(): void {
-    this.loop = runEvery(
-      this.o.everyMs ?? 2000,
-      () => this.stopping,
-      () => this.scan(),
-      async (e) => {
-        await this.client?.end().catch(() => undefined);
-        this.client = null;
-        this.o.onError?.(e);
-      },
-    );
+    this.watch.start(this.o.everyMs ?? 2000, () => this.scan());
   }
 
   async stop(): Promise<void> {
-    this.stopping = true;
-    await this.loop;
-    await this.client?.end().catch(() => undefined);
-    this.client = null;
+    await this.watch.stop();
   }
 }

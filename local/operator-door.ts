@@ -32,7 +32,7 @@ import { startDynamoDbLocal, QUICK_START_JVM_OPTIONS } from './dynamodb.ts';
 import { LocalConfigError } from './errors.ts';
 import { startKinesalite } from './kinesis.ts';
 import { MetricsCollector } from './metrics.ts';
-import { controlTableOf, WAREHOUSE_DATABASE, readState, takeLock } from './stack.ts';
+import { alive, controlTableOf, WAREHOUSE_DATABASE, readState, takeLock, type LocalState } from './stack.ts';
 import pg from 'pg';
 import type { KinesisClient } from '@aws-sdk/client-kinesis';
 import type { ControlPlane } from '../lambda/core/shared/control-plane.ts';
@@ -52,15 +52,6 @@ export interface OperatorDoor {
 /** Who asks at the local door: the OS user running the command. */
 export function localCaller(): string {
   return `os-user:${os.userInfo().username}`;
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /** The pid of a live `cdc local` using the folder, or null. */
@@ -164,8 +155,20 @@ export function localRebuilds(o: {
   };
 }
 
-/** Opens the operator on a state folder (see the module comment). `warehouseUrl`: the sink's warehouse, for a rebuild. */
-export async function openLocalOperator(stateDirOption: string, options: { warehouseUrl?: string | null } = {}): Promise<OperatorDoor> {
+/**
+ * A state folder as a command opens it: its state, whether a `cdc local` runs on it (else the
+ * command holds the folder's lock), and what the command started, undone in reverse by `close`.
+ */
+export interface OpenStateFolder {
+  stateDir: string;
+  state: LocalState;
+  running: boolean;
+  cleanups: Array<() => Promise<void>>;
+  close(): Promise<void>;
+}
+
+/** Opens a state folder for a command (the operator door, local/reconcile.ts): refuses one with no state; takes its lock when no `cdc local` runs on it. */
+export async function openStateFolder(stateDirOption: string): Promise<OpenStateFolder> {
   const stateDir = path.resolve(stateDirOption);
   const state = readState(path.join(stateDir, 'state.json'));
   if (!state) throw new LocalConfigError(`${stateDir} holds no cdc local state (no state.json): run cdc local there first, or pass --state-dir`);
@@ -173,12 +176,18 @@ export async function openLocalOperator(stateDirOption: string, options: { wareh
   const close = async (): Promise<void> => {
     for (const c of cleanups.splice(0).reverse()) await c().catch(() => undefined);
   };
+  const running = runningPid(stateDir) !== null;
+  if (!running) cleanups.push(await takeLock(stateDir));
+  return { stateDir, state, running, cleanups, close };
+}
+
+/** Opens the operator on a state folder (see the module comment). `warehouseUrl`: the sink's warehouse, for a rebuild. */
+export async function openLocalOperator(stateDirOption: string, options: { warehouseUrl?: string | null } = {}): Promise<OperatorDoor> {
+  const { stateDir, state, running, cleanups, close } = await openStateFolder(stateDirOption);
   try {
-    const running = runningPid(stateDir) !== null;
     let ddbEndpoint = `http://127.0.0.1:${state.ports.dynamodb}`;
     let kinEndpoint = `http://127.0.0.1:${state.ports.kinesis}`;
     if (!running) {
-      cleanups.push(await takeLock(stateDir));
       const [d, k] = await Promise.all([
         startDynamoDbLocal({ dbPath: path.join(stateDir, 'dynamodb'), jvmOptions: QUICK_START_JVM_OPTIONS }),
         startKinesalite({ path: path.join(stateDir, 'kinesis') }),

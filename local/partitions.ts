@@ -13,7 +13,7 @@ import type { AuditEntry, ControlPlane } from '../lambda/core/shared/control-pla
 import { attachedLeaves, EMPTY_PARTITION_TREE, treeChanges, type PartitionTree } from '../lambda/core/tables/partitions.ts';
 import { requestSnapshot } from '../lambda/core/snapshot/snapshot-worker.ts';
 import type { TableConfigIndex } from '../lambda/core/tables/table-config.ts';
-import { runEvery } from './periodic.ts';
+import { SourceWatch } from './periodic.ts';
 
 type Queryable = Pick<pg.ClientBase, 'query'>;
 
@@ -36,11 +36,11 @@ export class PartitionWatch {
   private reading: Promise<unknown> = Promise.resolve();
   /** Roots whose re-snapshot is still to be requested, with why. */
   private readonly due = new Map<string, Record<string, unknown>>();
-  private client: pg.Client | null = null;
-  private stopping = false;
-  private loop: Promise<void> | null = null;
+  private readonly watch: SourceWatch;
 
-  constructor(private readonly o: PartitionWatchOptions) {}
+  constructor(private readonly o: PartitionWatchOptions) {
+    this.watch = new SourceWatch({ url: o.sourceUrl, applicationName: `cdc-local-partitions-${o.source}`, onError: o.onError });
+  }
 
   /** The latest tree read. */
   get tree(): PartitionTree {
@@ -96,40 +96,16 @@ export class PartitionWatch {
     }
   }
 
-  private async connect(): Promise<pg.Client> {
-    if (this.client) return this.client;
-    const c = new pg.Client({ connectionString: this.o.sourceUrl, application_name: `cdc-local-partitions-${this.o.source}` });
-    c.on('error', (e) => {
-      this.client = null;
-      this.o.onError?.(e);
-    });
-    await c.connect();
-    this.client = c;
-    return c;
-  }
-
   /** Reads the baseline, then reads and flushes every `everyMs` until stopped. */
   async start(): Promise<void> {
-    await this.refresh(await this.connect());
-    this.loop = runEvery(
-      this.o.everyMs ?? 2000,
-      () => this.stopping,
-      async () => {
-        await this.refresh(await this.connect());
-        await this.flush();
-      },
-      async (e) => {
-        await this.client?.end().catch(() => undefined);
-        this.client = null;
-        this.o.onError?.(e);
-      },
-    );
+    await this.refresh(await this.watch.client());
+    this.watch.start(this.o.everyMs ?? 2000, async () => {
+      await this.refresh(await this.watch.client());
+      await this.flush();
+    });
   }
 
   async stop(): Promise<void> {
-    this.stopping = true;
-    await this.loop;
-    await this.client?.end().catch(() => undefined);
-    this.client = null;
+    await this.watch.stop();
   }
 }

@@ -18,8 +18,8 @@ import { dynamoDbClient } from '../lambda/adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../lambda/adapters/control-plane-dynamodb.ts';
 import { QUICK_START_JVM_OPTIONS, startDynamoDbLocal } from './dynamodb.ts';
 import { LocalConfigError } from './errors.ts';
-import { runningPid } from './operator-door.ts';
-import { controlTableOf, readState, takeLock } from './stack.ts';
+import { openStateFolder } from './operator-door.ts';
+import { controlTableOf } from './stack.ts';
 import type { ControlPlane } from '../lambda/core/shared/control-plane.ts';
 import { pgSourceSide, pgWarehouseSide, prepareReconcileSession } from '../lambda/adapters/reconcile-pg.ts';
 import { searchSinkSide } from '../lambda/adapters/reconcile-search.ts';
@@ -195,18 +195,10 @@ export interface LocalControl {
  * (as the operator commands do, local/operator-door.ts).
  */
 export async function openLocalControl(stateDirOption: string): Promise<LocalControl> {
-  const stateDir = path.resolve(stateDirOption);
-  const state = readState(path.join(stateDir, 'state.json'));
-  if (!state) throw new LocalConfigError(`${stateDir} holds no cdc local state (no state.json): run cdc local there first, or pass --state-dir`);
-  const cleanups: Array<() => Promise<void>> = [];
-  const close = async (): Promise<void> => {
-    for (const c of cleanups.splice(0).reverse()) await c().catch(() => undefined);
-  };
+  const { stateDir, state, running, cleanups, close } = await openStateFolder(stateDirOption);
   try {
-    const running = runningPid(stateDir) !== null;
     let endpoint = `http://127.0.0.1:${state.ports.dynamodb}`;
     if (!running) {
-      cleanups.push(await takeLock(stateDir));
       const d = await startDynamoDbLocal({ dbPath: path.join(stateDir, 'dynamodb'), jvmOptions: QUICK_START_JVM_OPTIONS });
       cleanups.push(() => d.stop());
       endpoint = d.endpoint;

@@ -141,7 +141,8 @@ export function postgresDataDirFor(stateDir: string): string {
   return path.join(os.tmpdir(), `cdc-local-pg-${hash}`);
 }
 
-function alive(pid: number): boolean {
+/** Whether a process `pid` is alive (a signal 0 reaches it). */
+export function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;

@@ -139,6 +139,27 @@ function short(v: string | null): string {
   return JSON.stringify(v.length > 40 ? `${v.slice(0, 40)}…` : v);
 }
 
+/** A table's verdict before anything is compared. */
+function emptyTableVerdict(table: string): TableVerdict {
+  return { table, sourceRows: 0, warehouseRows: 0, missing: 0, extra: 0, different: 0, duplicates: 0, problems: [], examples: [], match: false };
+}
+
+/** The source table's columns and key (declared, else its primary key); null, with the problem named in `v`, when it has none. */
+async function sourceColumnsAndKey(src: pg.Client, config: TableConfig, v: TableVerdict): Promise<{ columns: string[]; key: string[] } | null> {
+  const { schema, table } = splitTableId(config.table);
+  const columns = await columnsOf(src, schema, table);
+  if (columns.length === 0) {
+    v.problems.push(`source table ${config.table} does not exist`);
+    return null;
+  }
+  const key = config.key ?? (await primaryKeyOf(src, schema, table));
+  if (key.length === 0) {
+    v.problems.push(`source table ${config.table} has no primary key (declare one with the table's key setting)`);
+    return null;
+  }
+  return { columns, key };
+}
+
 /** Compares every captured table (see the module comment). */
 export async function compareSourceAndWarehouse(options: CompareOptions): Promise<Verdict> {
   const maxExamples = options.examples ?? 5;
@@ -150,29 +171,11 @@ export async function compareSourceAndWarehouse(options: CompareOptions): Promis
       const { schema, table } = splitTableId(config.table);
       const names = warehouseTable(options.source, config.table);
       const whSchema = names.schema;
-      const v: TableVerdict = {
-        table: config.table,
-        sourceRows: 0,
-        warehouseRows: 0,
-        missing: 0,
-        extra: 0,
-        different: 0,
-        duplicates: 0,
-        problems: [],
-        examples: [],
-        match: false,
-      };
+      const v = emptyTableVerdict(config.table);
       tables.push(v);
-      const srcColumns = await columnsOf(src, schema, table);
-      if (srcColumns.length === 0) {
-        v.problems.push(`source table ${config.table} does not exist`);
-        continue;
-      }
-      const key = config.key ?? (await primaryKeyOf(src, schema, table));
-      if (key.length === 0) {
-        v.problems.push(`source table ${config.table} has no primary key (declare one with the table's key setting)`);
-        continue;
-      }
+      const found = await sourceColumnsAndKey(src, config, v);
+      if (!found) continue;
+      const { columns: srcColumns, key } = found;
       const whColumns = await columnsOf(wh, whSchema, names.view);
       if (whColumns.length === 0) {
         v.problems.push(`warehouse view ${whSchema}.${names.view} does not exist`);
@@ -295,29 +298,11 @@ export async function compareSourceAndSearch(options: CompareSearchOptions): Pro
     const tables: TableVerdict[] = [];
     for (const config of options.tables) {
       const { schema, table } = splitTableId(config.table);
-      const v: TableVerdict = {
-        table: config.table,
-        sourceRows: 0,
-        warehouseRows: 0,
-        missing: 0,
-        extra: 0,
-        different: 0,
-        duplicates: 0,
-        problems: [],
-        examples: [],
-        match: false,
-      };
+      const v = emptyTableVerdict(config.table);
       tables.push(v);
-      const srcColumns = await columnsOf(src, schema, table);
-      if (srcColumns.length === 0) {
-        v.problems.push(`source table ${config.table} does not exist`);
-        continue;
-      }
-      const key = config.key ?? (await primaryKeyOf(src, schema, table));
-      if (key.length === 0) {
-        v.problems.push(`source table ${config.table} has no primary key (declare one with the table's key setting)`);
-        continue;
-      }
+      const found = await sourceColumnsAndKey(src, config, v);
+      if (!found) continue;
+      const { columns: srcColumns, key } = found;
       const columns = srcColumns.filter((c) => !config.exclude.includes(c));
       const classes = await compareAs(src, options.controlPlane, options.source, config, columns);
       const source = await readRows(src, schema, table, columns, key);

@@ -43,27 +43,7 @@ export async function shardsInOrder(kinesis: KinesisClient, streamName: string):
 
 /** Every record of the stream now, in pages of at most `pageSize`, shard by shard (parents first). */
 export async function* readChangeLog(kinesis: KinesisClient, streamName: string, options: { pageSize?: number } = {}): AsyncGenerator<LogRecord[]> {
-  for (const shard of await shardsInOrder(kinesis, streamName)) {
-    const start = await kinesis.send(new GetShardIteratorCommand({ StreamName: streamName, ShardId: shard.ShardId!, ShardIteratorType: 'TRIM_HORIZON' }));
-    let iterator = start.ShardIterator;
-    let empty = 0;
-    while (iterator) {
-      const page = await kinesis.send(new GetRecordsCommand({ ShardIterator: iterator, Limit: options.pageSize ?? 1000 }));
-      const records = page.Records ?? [];
-      if (records.length > 0) {
-        empty = 0;
-        yield records.map((r) => ({
-          shardId: shard.ShardId!,
-          sequenceNumber: r.SequenceNumber!,
-          arrivedAt: r.ApproximateArrivalTimestamp ?? null,
-          text: Buffer.from(r.Data ?? new Uint8Array()).toString('utf8'),
-        }));
-      } else if ((page.MillisBehindLatest ?? 0) === 0 || ++empty > 100) {
-        break; // at the tip of an open shard
-      }
-      iterator = page.NextShardIterator;
-    }
-  }
+  for (const shard of await shardsInOrder(kinesis, streamName)) yield* readShard(kinesis, streamName, shard.ShardId!, null, options);
 }
 
 /**

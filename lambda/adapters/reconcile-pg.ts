@@ -31,19 +31,8 @@
 import type pg from 'pg';
 import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { quoteIdent, splitTableId } from '../core/shared/identifiers.ts';
-import {
-  BASE_HASH_SCHEME,
-  keyOrderClass,
-  type HashClass,
-  type HashScheme,
-  type KeyRange,
-  type KeyTuple,
-  type RangeSummary,
-  type ReconcileSide,
-  type RowHashing,
-  type SideRow,
-  type SideShape,
-} from '../core/reconcile/reconcile.ts';
+import { BASE_HASH_SCHEME, keyOrderClass } from '../core/reconcile/reconcile.ts';
+import type { HashClass, HashScheme, KeyRange, KeyTuple, RangeSummary, ReconcileSide, RowHashing, SideRow, SideShape } from '../core/reconcile/reconcile.ts';
 import { RESERVED_PREFIX, warehouseTable, CdcColumn, overlayAggregateSql, qualified, type WarehouseTable } from '../core/warehouse/warehouse-sql.ts';
 import { columnTypes, type Queryable, type Relation } from './reconcile-pg/catalog.ts';
 import { OverlayView, type OverlayForm, type OverlayShape } from './reconcile-pg/overlay.ts';

@@ -34,16 +34,7 @@
  */
 import { DEFAULT_HEARTBEAT_SCHEMA, HEARTBEAT_KEY_COLUMN, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import type { JsonValue, Row } from '../core/shared/event.ts';
-import {
-  type HashScheme,
-  type KeyRange,
-  type KeyTuple,
-  type RangeSummary,
-  type ReconcileSide,
-  type RowHashing,
-  type SideRow,
-  type SideShape,
-} from '../core/reconcile/reconcile.ts';
+import type { HashScheme, KeyRange, KeyTuple, RangeSummary, ReconcileSide, RowHashing, SideRow, SideShape } from '../core/reconcile/reconcile.ts';
 import { documentValueText, rowHash } from '../core/reconcile/reconcile-rows.ts';
 import { documentId, META_FIELD, searchNames, type SearchNames } from '../core/search/search-plan.ts';
 import { SearchRequestRejectedError, type OpenSearchIndex } from './search-opensearch.ts';

@@ -18,6 +18,13 @@ interface SavedState {
   uuidSeq: number;
 }
 
+type IndexHead = Pick<Index, 'name' | 'uuid' | 'gcDeletesMs' | 'settings' | 'mappings' | 'seqNo'>;
+
+/** What an index is saved with as it is, in the saved order: all but its documents and tombstones. */
+function headOf(i: IndexHead): IndexHead {
+  return { name: i.name, uuid: i.uuid, gcDeletesMs: i.gcDeletesMs, settings: i.settings, mappings: i.mappings, seqNo: i.seqNo };
+}
+
 /** Loads `file` into the maps; returns the saved uuid sequence. */
 export function loadState(file: string, indices: Map<string, Index>, aliases: Map<string, Map<string, AliasSpec>>): number {
   let saved: SavedState;
@@ -29,12 +36,7 @@ export function loadState(file: string, indices: Map<string, Index>, aliases: Ma
   if (saved.version !== 1) throw new Error(`search stand-in state ${file} has an unknown version; remove it to start with an empty index`);
   for (const i of saved.indices) {
     indices.set(i.name, {
-      name: i.name,
-      uuid: i.uuid,
-      gcDeletesMs: i.gcDeletesMs,
-      settings: i.settings,
-      mappings: i.mappings,
-      seqNo: i.seqNo,
+      ...headOf(i),
       docs: new Map(i.docs.map(([id, source, version, seqNo]) => [id, { source, version: BigInt(version), seqNo }])),
       tombstones: new Map(i.tombstones.map(([id, version, at]) => [id, { version: BigInt(version), at }])),
     });
@@ -53,12 +55,7 @@ export function saveState(
   const state: SavedState = {
     version: 1,
     indices: [...indices.values()].map((i) => ({
-      name: i.name,
-      uuid: i.uuid,
-      gcDeletesMs: i.gcDeletesMs,
-      settings: i.settings,
-      mappings: i.mappings,
-      seqNo: i.seqNo,
+      ...headOf(i),
       docs: [...i.docs].map(([id, d]) => [id, d.source, d.version.toString(), d.seqNo] as [string, Obj, string, number]),
       tombstones: [...i.tombstones].map(([id, t]) => [id, t.version.toString(), t.at] as [string, string, number]),
     })),

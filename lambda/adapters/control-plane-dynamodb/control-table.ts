@@ -10,6 +10,7 @@ import {
   GetItemCommand,
   QueryCommand,
   ResourceInUseException,
+  ScanCommand,
   TransactionCanceledException,
   TransactWriteItemsCommand,
   waitUntilTableExists,
@@ -146,6 +147,30 @@ export class ControlTable {
     let start: Item | undefined;
     do {
       const page = await this.client.send(new QueryCommand({ ...input, ...(start ? { ExclusiveStartKey: start } : {}) }));
+      for (const i of page.Items ?? []) out.push(unmarshall(i));
+      start = page.LastEvaluatedKey;
+    } while (start);
+    return out;
+  }
+
+  /**
+   * Every item of one `kind`, across partitions (a scan followed to its last page): for listings
+   * over all sinks, whose ids are not listed anywhere.
+   */
+  async scanKind(kind: string): Promise<Plain[]> {
+    const out: Plain[] = [];
+    let start: Item | undefined;
+    do {
+      const page = await this.client.send(
+        new ScanCommand({
+          TableName: this.tableName,
+          ConsistentRead: true,
+          FilterExpression: '#kind = :kind',
+          ExpressionAttributeNames: { '#kind': 'kind' },
+          ExpressionAttributeValues: toItem({ ':kind': kind }),
+          ...(start ? { ExclusiveStartKey: start } : {}),
+        }),
+      );
       for (const i of page.Items ?? []) out.push(unmarshall(i));
       start = page.LastEvaluatedKey;
     } while (start);

@@ -11,7 +11,7 @@ import { deadLetterKey, PayloadMismatchError, sha256 } from '../../core/shared/p
 import { cutUtf8, DEAD_LETTER_RECORD_MAX_BYTES, type DeadLetter } from '../../core/shared/control-plane.ts';
 import { auditPut } from './audit.ts';
 import { key, nonEmpty, toItem, transactionFailed, TRANSACTION_ATTEMPTS, type ControlTable, type Plain } from './control-table.ts';
-import { getTable } from './tables.ts';
+import { getTable, tableStateUpdate } from './tables.ts';
 
 const DEAD_LETTER_REASON_BYTES = 16 * 1024;
 
@@ -58,16 +58,9 @@ export async function putDeadLetter(t: ControlTable, letter: DeadLetter): Promis
     const stateReason = `${letter.code}: ${cutUtf8(letter.reason ?? '', 1024).text}`;
     const outcome = await t.transact([
       ...writes,
-      {
-        Update: {
-          TableName: t.tableName,
-          Key: toItem(key.table(current.source, current.table)),
-          UpdateExpression: 'SET #state = :degraded, #reason = :reason, #updated = :now',
-          ConditionExpression: '#state = :active',
-          ExpressionAttributeNames: { '#state': 'state', '#reason': 'stateReason', '#updated': 'updatedAt' },
-          ExpressionAttributeValues: toItem({ ':degraded': 'degraded', ':active': 'active', ':reason': stateReason, ':now': new Date().toISOString() }),
-        },
-      },
+      tableStateUpdate(t, current.source, current.table, { state: 'degraded', reason: stateReason, at: new Date().toISOString() }, '#state = :active', {
+        ':active': 'active',
+      }),
       auditPut(t, {
         at: letter.at,
         actor: letter.stage === 'normalizer' ? 'normalizer' : `applier:${letter.stage}`,

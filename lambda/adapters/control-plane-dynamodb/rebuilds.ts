@@ -7,7 +7,7 @@ import { ConditionalCheckFailedException, UpdateItemCommand } from '@aws-sdk/cli
 import { ControlPartition } from '../../../contracts/control-plane-keys.ts';
 import type { ActiveRebuild, AuditEntry, RebuildCheckpoint, RebuildRun } from '../../core/shared/control-plane.ts';
 import { auditPut } from './audit.ts';
-import { key, nonEmpty, sortableTime, toItem, transactionFailed, type ControlTable } from './control-table.ts';
+import { key, nonEmpty, sortableTime, toItem, transactionFailed, type ControlTable, type Plain } from './control-table.ts';
 
 export async function recordRebuild(t: ControlTable, run: RebuildRun, audit: AuditEntry): Promise<void> {
   nonEmpty(run.sink, 'rebuild.sink');
@@ -81,16 +81,7 @@ export async function checkpointRebuild(t: ControlTable, sink: string, id: strin
     if (!item || item.id !== id || item.state !== 'running') return false;
     const claim = { ...(JSON.parse(String(item.body)) as ActiveRebuild), checkpoint, heartbeatAt: at };
     try {
-      await t.client.send(
-        new UpdateItemCommand({
-          TableName: t.tableName,
-          Key: toItem(key.activeRebuild(sink)),
-          UpdateExpression: 'SET #body = :body, #hb = :hb',
-          ConditionExpression: '#id = :id AND #state = :running AND #body = :old',
-          ExpressionAttributeNames: { '#body': 'body', '#hb': 'heartbeatAt', '#id': 'id', '#state': 'state' },
-          ExpressionAttributeValues: toItem({ ':body': JSON.stringify(claim), ':hb': sortableTime(at), ':id': id, ':running': 'running', ':old': item.body }),
-        }),
-      );
+      await writeSlot(t, sink, claim, at, '', '#id = :id AND #state = :running AND #body = :old', { ':id': id, ':running': 'running', ':old': item.body });
       return true;
     } catch (e) {
       if (!(e instanceof ConditionalCheckFailedException) || attempt >= 5) throw e;
@@ -103,17 +94,25 @@ export async function releaseRebuild(t: ControlTable, sink: string, id: string, 
   if (!item || item.id !== id) return;
   const claim = { ...(JSON.parse(String(item.body)) as ActiveRebuild), state: 'finished' as const, heartbeatAt: at };
   try {
-    await t.client.send(
-      new UpdateItemCommand({
-        TableName: t.tableName,
-        Key: toItem(key.activeRebuild(sink)),
-        UpdateExpression: 'SET #body = :body, #hb = :hb, #state = :finished',
-        ConditionExpression: '#id = :id',
-        ExpressionAttributeNames: { '#body': 'body', '#hb': 'heartbeatAt', '#id': 'id', '#state': 'state' },
-        ExpressionAttributeValues: toItem({ ':body': JSON.stringify(claim), ':hb': sortableTime(at), ':id': id, ':finished': 'finished' }),
-      }),
-    );
+    await writeSlot(t, sink, claim, at, ', #state = :finished', '#id = :id', { ':id': id, ':finished': 'finished' });
   } catch (e) {
     if (!(e instanceof ConditionalCheckFailedException)) throw e;
   }
+}
+
+/**
+ * Writes the rebuild slot of `sink`: the claim as its `body` and `at` as its heartbeat, `set` more
+ * (`state`), if `condition` holds (else DynamoDB's ConditionalCheckFailedException).
+ */
+async function writeSlot(t: ControlTable, sink: string, claim: ActiveRebuild, at: string, set: string, condition: string, values: Plain): Promise<void> {
+  await t.client.send(
+    new UpdateItemCommand({
+      TableName: t.tableName,
+      Key: toItem(key.activeRebuild(sink)),
+      UpdateExpression: `SET #body = :body, #hb = :hb${set}`,
+      ConditionExpression: condition,
+      ExpressionAttributeNames: { '#body': 'body', '#hb': 'heartbeatAt', '#id': 'id', '#state': 'state' },
+      ExpressionAttributeValues: toItem({ ':body': JSON.stringify(claim), ':hb': sortableTime(at), ...values }),
+    }),
+  );
 }

@@ -3,13 +3,12 @@
  * that only rises and the hold that keeps the lowest held position (condition expressions on the
  * item, not read-then-write), and the release of a hold (docs/operations.md).
  */
-import { ConditionalCheckFailedException, ScanCommand, UpdateItemCommand } from '@aws-sdk/client-dynamodb';
-import { unmarshall } from '@aws-sdk/util-dynamodb';
+import { ConditionalCheckFailedException, UpdateItemCommand } from '@aws-sdk/client-dynamodb';
 import { assertPosition, type Position } from '../../core/shared/position.ts';
 import { mergeHeldShards } from '../../core/operator/operator-decisions.ts';
 import type { AuditEntry, SinkTableProgress } from '../../core/shared/control-plane.ts';
 import { auditPut } from './audit.ts';
-import { key, toItem, transactionFailed, type ControlTable, type Item, type Plain } from './control-table.ts';
+import { key, toItem, transactionFailed, type ControlTable, type Plain } from './control-table.ts';
 
 const SINK_NAMES = { '#sink': 'sink', '#source': 'source', '#table': 'table', '#kind': 'kind', '#updated': 'updatedAt' };
 
@@ -102,22 +101,7 @@ export async function releaseSinkTable(t: ControlTable, sink: string, source: st
 export async function listSinkProgress(t: ControlTable, sink?: string): Promise<SinkTableProgress[]> {
   if (sink !== undefined) return (await t.query({ pk: `SINK#${sink}`, skPrefix: 'TABLE#' })).map(sinkProgressFromItem);
   // All sinks (the operator status, on demand): sink ids are not listed anywhere, so a scan for the kind.
-  const out: SinkTableProgress[] = [];
-  let start: Item | undefined;
-  do {
-    const page = await t.client.send(
-      new ScanCommand({
-        TableName: t.tableName,
-        ConsistentRead: true,
-        FilterExpression: '#kind = :kind',
-        ExpressionAttributeNames: { '#kind': 'kind' },
-        ExpressionAttributeValues: toItem({ ':kind': 'sink-progress' }),
-        ...(start ? { ExclusiveStartKey: start } : {}),
-      }),
-    );
-    for (const i of page.Items ?? []) out.push(sinkProgressFromItem(unmarshall(i)));
-    start = page.LastEvaluatedKey;
-  } while (start);
+  const out = (await t.scanKind('sink-progress')).map(sinkProgressFromItem);
   return out.sort((a, b) => (a.sink + a.source + a.table < b.sink + b.source + b.table ? -1 : 1));
 }
 

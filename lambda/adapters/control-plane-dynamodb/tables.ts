@@ -112,6 +112,30 @@ export async function addSchemaVersion(t: ControlTable, schema: SchemaVersion, a
   throw transactionFailed('addSchemaVersion', outcome.reasons);
 }
 
+/**
+ * The transaction item that sets a table's state, its reason and its update time, if `condition`
+ * holds (`values`: the condition's own values, besides `:state`, `:reason` and `:now`).
+ */
+export function tableStateUpdate(
+  t: ControlTable,
+  source: string,
+  table: string,
+  next: { state: TableState; reason: string | null; at: string },
+  condition: string,
+  values: Plain = {},
+): TransactWriteItem {
+  return {
+    Update: {
+      TableName: t.tableName,
+      Key: toItem(key.table(source, table)),
+      UpdateExpression: 'SET #state = :state, #reason = :reason, #updated = :now',
+      ConditionExpression: condition,
+      ExpressionAttributeNames: { '#state': 'state', '#reason': 'stateReason', '#updated': 'updatedAt' },
+      ExpressionAttributeValues: toItem({ ':state': next.state, ':reason': next.reason, ':now': next.at, ...values }),
+    },
+  };
+}
+
 export async function setTableState(
   t: ControlTable,
   source: string,
@@ -122,16 +146,7 @@ export async function setTableState(
 ): Promise<void> {
   checkState(state);
   const outcome = await t.transact([
-    {
-      Update: {
-        TableName: t.tableName,
-        Key: toItem(key.table(source, table)),
-        UpdateExpression: 'SET #state = :state, #reason = :reason, #updated = :now',
-        ConditionExpression: 'attribute_exists(pk)',
-        ExpressionAttributeNames: { '#state': 'state', '#reason': 'stateReason', '#updated': 'updatedAt' },
-        ExpressionAttributeValues: toItem({ ':state': state, ':reason': reason, ':now': new Date().toISOString() }),
-      },
-    },
+    tableStateUpdate(t, source, table, { state, reason, at: new Date().toISOString() }, 'attribute_exists(pk)'),
     auditPut(t, audit),
   ]);
   if (outcome.ok) return;
@@ -143,22 +158,14 @@ export async function setTableState(
 export async function commitTableAction(t: ControlTable, action: TableAction): Promise<boolean> {
   checkState(action.next.state);
   const items: TransactWriteItem[] = [
-    {
-      Update: {
-        TableName: t.tableName,
-        Key: toItem(key.table(action.source, action.table)),
-        UpdateExpression: 'SET #state = :state, #reason = :reason, #updated = :now',
-        ConditionExpression: '#state = :expectedState AND #updated = :expectedUpdated',
-        ExpressionAttributeNames: { '#state': 'state', '#reason': 'stateReason', '#updated': 'updatedAt' },
-        ExpressionAttributeValues: toItem({
-          ':state': action.next.state,
-          ':reason': action.next.stateReason,
-          ':now': action.next.updatedAt,
-          ':expectedState': action.expected.state,
-          ':expectedUpdated': action.expected.updatedAt,
-        }),
-      },
-    },
+    tableStateUpdate(
+      t,
+      action.source,
+      action.table,
+      { state: action.next.state, reason: action.next.stateReason, at: action.next.updatedAt },
+      '#state = :expectedState AND #updated = :expectedUpdated',
+      { ':expectedState': action.expected.state, ':expectedUpdated': action.expected.updatedAt },
+    ),
     ...(action.releaseSinks ?? []).map((r): TransactWriteItem => ({
       Update: {
         TableName: t.tableName,

@@ -6,7 +6,7 @@
  * docs/rebuild.md; `RebuildWorkflow` (rebuild-workflow.ts) runs slices to the end.
  */
 import { CdcError } from '../shared/errors.ts';
-import type { RebuildCheckpoint, RebuildRun, SchemaVersion } from '../shared/control-plane.ts';
+import type { ControlPlane, RebuildCheckpoint, RebuildRun, SchemaVersion } from '../shared/control-plane.ts';
 import type { ChangeEvent } from '../shared/event.ts';
 import { POSITION_ZERO, type Position } from '../shared/position.ts';
 import { checkEventColumns } from '../warehouse/warehouse-apply.ts';
@@ -323,30 +323,33 @@ export async function rebuildSlice(
   }
   const finished = ports.now();
   const run = runRecord(id, r, started, finished, from, caughtUpTo, c.events, stats, diff, null);
-  await cp.recordRebuild(run, {
-    at: finished.toISOString(),
-    actor: r.actor,
-    action: 'rebuild',
-    source: r.source,
-    table: r.table,
-    outcome: 'done',
-    detail: {
-      sink: r.sink,
-      mode: run.mode,
-      id,
-      durationMs: run.durationMs,
-      events: run.events,
-      slices: c.slices,
-      diff: { missing: diff.missing, extra: diff.extra, changed: diff.changed },
-      diffTable,
-      caughtUpTo,
-    },
+  await recordRun(cp, r, run, {
+    id,
+    durationMs: run.durationMs,
+    events: run.events,
+    slices: c.slices,
+    diff: { missing: diff.missing, extra: diff.extra, changed: diff.changed },
+    diffTable,
+    caughtUpTo,
   });
   await cp.releaseRebuild(r.sink, id, finished.toISOString());
   return {
     done: true,
     report: { run, stats: stats ?? emptyReplayStats(), diffTable, diff: diff.rows, skipped: c.skipped, applyMs: c.applyMs, sleptMs: c.sleptMs },
   };
+}
+
+/** Stores a finished run with its audit entry (docs/rebuild.md, "What it does"): `detail` follows the sink and the mode. */
+export function recordRun(cp: Pick<ControlPlane, 'recordRebuild'>, r: RebuildRequest, run: RebuildRun, detail: Record<string, unknown>): Promise<void> {
+  return cp.recordRebuild(run, {
+    at: run.finishedAt,
+    actor: r.actor,
+    action: 'rebuild',
+    source: r.source,
+    table: r.table,
+    outcome: 'done',
+    detail: { sink: r.sink, mode: run.mode, ...detail },
+  });
 }
 
 export function runRecord(

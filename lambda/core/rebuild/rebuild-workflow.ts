@@ -17,7 +17,7 @@ import {
   type RebuildRefusal,
 } from './rebuild.ts';
 import type { RebuildPorts, RebuildReport, RebuildRequest } from './rebuild-ports.ts';
-import { RebuildFailedError, rebuildSlice, runRecord } from './rebuild-slice.ts';
+import { RebuildFailedError, rebuildSlice, recordRun, runRecord } from './rebuild-slice.ts';
 import { ReplayHoleError, type HistoryCheck } from './replay.ts';
 
 /** A rebuild was refused after its check (another rebuild claimed the sink's slot in between). */
@@ -151,15 +151,7 @@ export class RebuildWorkflow {
     );
     const already = (await cp.listRebuilds(r.sink, r.source, r.table)).some((x) => x.id === id);
     if (!already) {
-      await cp.recordRebuild(failed, {
-        at: finished.toISOString(),
-        actor: r.actor,
-        action: 'rebuild',
-        source: r.source,
-        table: r.table,
-        outcome: 'done',
-        detail: { sink: r.sink, mode: failed.mode, result: 'failed', error, id },
-      });
+      await recordRun(cp, r, failed, { result: 'failed', error, id });
     }
     await cp.releaseRebuild(r.sink, id, finished.toISOString());
     return failed;

@@ -9,17 +9,8 @@
 import { createHash } from 'node:crypto';
 import { maskValue } from '../tables/masking.ts';
 import type { JsonValue } from '../shared/event.ts';
-import {
-  compareKeys,
-  rowHashText,
-  type KeyRange,
-  type KeyTuple,
-  type RangeSummary,
-  type ReconcileSide,
-  type RowHashing,
-  type SideRow,
-  type SideShape,
-} from './reconcile.ts';
+import { compareKeys, rowHashText } from './reconcile.ts';
+import type { KeyRange, KeyTuple, RangeSummary, ReconcileSide, RowHashing, SideRow, SideShape } from './reconcile.ts';
 
 export interface MemorySideOptions {
   label: string;

@@ -1,7 +1,7 @@
 /**
  * The reconciler's verdict as the control plane stores it (docs/reconcile.md), and the key ranges
- * and row-hash schemes it is stated in. Types only, so the control-plane port
- * (lambda/core/shared/control-plane.ts) can name them without importing the reconcile workflow.
+ * and row-hash schemes it is stated in, and the verdict that compared nothing yet. No imports, so the
+ * control-plane port (lambda/core/shared/control-plane.ts) can name them without importing the reconcile workflow.
  */
 
 /** Primary-key values as text, in key order. */
@@ -79,4 +79,41 @@ export interface ReconcileVerdict {
   nextCursor: KeyTuple | null;
   /** What it cost: summaries per side, rows read at leaves and re-checks; and the row hash both sides used. */
   cost: { summaries: number; leafRows: number; recheckRows: number; bisections: number; hashScheme?: HashScheme };
+}
+
+/** A verdict that compared nothing yet: INCONCLUSIVE for `reason`, every count zero, resuming at `nextCursor`. */
+export function inconclusiveVerdict(o: {
+  sink: string;
+  source: string;
+  table: string;
+  key: readonly string[];
+  at: string;
+  reason: string;
+  nextCursor: ReconcileVerdict['nextCursor'];
+}): ReconcileVerdict {
+  return {
+    sink: o.sink,
+    source: o.source,
+    table: o.table,
+    verdict: 'INCONCLUSIVE',
+    reason: o.reason,
+    at: o.at,
+    durationMs: 0,
+    key: [...o.key],
+    sourceRows: null,
+    sinkRows: null,
+    covered: [],
+    coveredRows: 0,
+    fullCoverage: false,
+    differing: [],
+    sampleKeys: [],
+    diverged: { missing: 0, extra: 0, different: 0 },
+    unsettled: 0,
+    settled: 0,
+    problems: [],
+    columns: [],
+    notCompared: [],
+    nextCursor: o.nextCursor,
+    cost: { summaries: 0, leafRows: 0, recheckRows: 0, bisections: 0 },
+  };
 }

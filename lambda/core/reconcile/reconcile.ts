@@ -53,6 +53,7 @@ import type { Pacer, PressureReading } from '../snapshot/snapshot-pacer.ts';
 import type { ControlPlane } from '../shared/control-plane.ts';
 import type { Position } from '../shared/position.ts';
 import type { KeyTuple, KeyRange, HashScheme, VerdictKind, DifferenceKind, DifferingRange, ReconcileVerdict } from './reconcile-verdict.ts';
+import { inconclusiveVerdict } from './reconcile-verdict.ts';
 export type { KeyTuple, KeyRange, HashScheme, VerdictKind, DifferenceKind, SampleKey, DifferingRange, ReconcileVerdict } from './reconcile-verdict.ts';
 
 /** A range's row count and the exact sum (decimal text) of its rows' hashes (`HashScheme`). */
@@ -330,31 +331,15 @@ export async function reconcileTable(o: ReconcileTableOptions): Promise<Reconcil
   const settleRounds = Math.max(o.settleRounds ?? 4, CONFIRMING_RECHECKS);
   const maxSamples = o.maxSampleKeys ?? 20;
   const started = now();
-  const v: ReconcileVerdict = {
+  const v = inconclusiveVerdict({
     sink: o.sink,
     source: o.source,
     table: o.table,
-    verdict: 'INCONCLUSIVE',
-    reason: '',
+    key: o.key,
     at: new Date(started).toISOString(),
-    durationMs: 0,
-    key: [...o.key],
-    sourceRows: null,
-    sinkRows: null,
-    covered: [],
-    coveredRows: 0,
-    fullCoverage: false,
-    differing: [],
-    sampleKeys: [],
-    diverged: { missing: 0, extra: 0, different: 0 },
-    unsettled: 0,
-    settled: 0,
-    problems: [],
-    columns: [],
-    notCompared: [],
+    reason: '',
     nextCursor: o.cursor,
-    cost: { summaries: 0, leafRows: 0, recheckRows: 0, bisections: 0 },
-  };
+  });
   const done = (verdict: VerdictKind, reason: string): ReconcileVerdict => {
     v.verdict = verdict;
     v.reason = reason;
@@ -769,31 +754,15 @@ export async function reconcileTables(o: ReconcileRunOptions): Promise<Reconcile
       });
     } catch (e) {
       const at = new Date((o.now ?? Date.now)()).toISOString();
-      verdict = {
+      verdict = inconclusiveVerdict({
         sink: o.sink,
         source: o.source,
         table: t.table,
-        verdict: 'INCONCLUSIVE',
-        reason: `could not read: ${(e as Error).message}`,
+        key: t.key,
         at,
-        durationMs: 0,
-        key: [...t.key],
-        sourceRows: null,
-        sinkRows: null,
-        covered: [],
-        coveredRows: 0,
-        fullCoverage: false,
-        differing: [],
-        sampleKeys: [],
-        diverged: { missing: 0, extra: 0, different: 0 },
-        unsettled: 0,
-        settled: 0,
-        problems: [],
-        columns: [],
-        notCompared: [],
+        reason: `could not read: ${(e as Error).message}`,
         nextCursor: previous?.nextCursor ?? null,
-        cost: { summaries: 0, leafRows: 0, recheckRows: 0, bisections: 0 },
-      };
+      });
     } finally {
       await sides.close?.();
     }

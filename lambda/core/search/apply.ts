@@ -39,14 +39,13 @@
  */
 import { HEARTBEAT_TABLE } from '../../../contracts/env.ts';
 import { failuresFrom } from '../sink/apply-plan.ts';
-import { deadLetterer, describeError, holdTableEntry, maxPosition, minPosition } from '../sink/sink-batch.ts';
-import { heldShardsOf } from '../operator/operator-decisions.ts';
+import { batchBook, describeError, maxPosition, groupByTable, schemaReader, validItems } from '../sink/sink-batch.ts';
 import type { ControlPlane, DeleteMode, SchemaVersion } from '../shared/control-plane.ts';
-import { CdcError, InvalidRecordError } from '../shared/errors.ts';
+import { CdcError } from '../shared/errors.ts';
 import { keyText, type ChangeEvent, type Row } from '../shared/event.ts';
 import { assertPlainIdentifier } from '../shared/identifiers.ts';
 import { FoldedNameError, foldsIntoBy } from '../shared/name-folding.ts';
-import { admitTable, checkEventColumns, decodeChangeRecord } from '../sink/sink-admission.ts';
+import { admitTable } from '../sink/sink-admission.ts';
 import type { PayloadStore } from '../shared/payload-store.ts';
 import {
   assertSearchColumn,
@@ -132,21 +131,10 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
   const backoffMs = deps.backoffMs ?? 200;
   const sleep = deps.sleep ?? wait;
   const served = deps.tables ? new Map(deps.tables.map((t) => [`${t.source}\u0000${t.table}`, t])) : null;
-  const schemaCache = new Map<string, SchemaVersion>();
+  const schemaOf = schemaReader(cp, assertSearchColumn);
   const indexCache = new Map<string, IndexState>();
   /** Tables whose index names fold into no table registered before them (docs/onboarding.md, "Names"). */
   const unfolded = new Set<string>();
-
-  async function schemaOf(source: string, table: string, version: number): Promise<SchemaVersion> {
-    const k = `${source}\u0000${table}\u0000${version}`;
-    const hit = schemaCache.get(k);
-    if (hit) return hit;
-    const v = await cp.getSchemaVersion(source, table, version);
-    if (!v) throw new InvalidRecordError('schemaVersion', `version ${version} of ${source}/${table} is not registered`);
-    for (const c of v.columns) assertSearchColumn(c.name, table);
-    schemaCache.set(k, v);
-    return v;
-  }
 
   /** The table's index, created or extended so that it holds every column of `schemas`. */
   async function prepareIndex(source: string, table: string, names: SearchNames, schemas: SchemaVersion[], hard: boolean): Promise<IndexState> {
@@ -172,41 +160,10 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
   }
 
   async function applyRecords(records: readonly ChangeRecord[], options: ApplyOptions = {}): Promise<SearchApplyOutcome> {
-    const failed = new Map<string, string>();
-    const counts = new Map<string, { applied: number; held: number; dead: number; lag: number[] }>();
-    const countFor = (source: string | null) => {
-      const k = source ?? 'unknown';
-      let c = counts.get(k);
-      if (!c) counts.set(k, (c = { applied: 0, held: 0, dead: 0, lag: [] }));
-      return c;
-    };
+    const { failed, counts, countFor, deadLetter, hold, holdAudited } = batchBook({ controlPlane: cp, sinkId, now, log: logger });
     let applyErrors = 0;
 
-    const deadLetter = deadLetterer({
-      controlPlane: cp,
-      sinkId,
-      now,
-      log: logger,
-      stored: (source) => countFor(source).dead++,
-      failed: (sequenceNumber, reason) => failed.set(sequenceNumber, reason),
-    });
-
-    const groups = new Map<string, Item[]>();
-    for (const record of records) {
-      let event: ChangeEvent;
-      try {
-        event = await decodeChangeRecord(record.text, deps.payloads, sinkId);
-      } catch (err) {
-        if (!(err instanceof CdcError)) throw err; // a payload store outage: retried, not dead-lettered
-        const about = aboutRecord(record.text);
-        await deadLetter(record, about.source, about.table, err);
-        continue;
-      }
-      const k = `${event.source}\u0000${event.table}`;
-      const list = groups.get(k);
-      if (list) list.push({ record, event });
-      else groups.set(k, [{ record, event }]);
-    }
+    const groups = await groupByTable(records, { payloads: deps.payloads, sinkId, deadLetter });
 
     for (const items of groups.values()) {
       const { source, table } = items[0]!.event;
@@ -217,12 +174,6 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
         logger.error('table batch not applied; its records will be retried', { source, table, error: describeError(err) });
         for (const i of items) if (!failed.has(i.record.sequenceNumber)) failed.set(i.record.sequenceNumber, describeError(err));
       }
-    }
-
-    async function hold(source: string, table: string, items: Item[], why: string): Promise<void> {
-      await cp.holdSinkTable(sinkId, source, table, minPosition(items), heldShardsOf(items.map((i) => i.record)));
-      countFor(source).held += items.length;
-      logger.info('events held', { source, table, count: items.length, from: minPosition(items), why });
     }
 
     async function applyGroup(source: string, table: string, items: Item[]): Promise<void> {
@@ -250,36 +201,13 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
         const first = await foldsIntoBy(cp, source, table, (s, t) => searchNames(prefix, s, t).alias);
         if (first !== null) {
           const err = new FoldedNameError(source, table, first, 'search index names are lower case');
-          await hold(source, table, items, describeError(err));
-          await cp.appendAudit(
-            holdTableEntry({
-              at: now(),
-              sinkId,
-              source,
-              table,
-              heldFrom: minPosition(items),
-              reason: describeError(err),
-              hint: `leave ${table} out of this sink, or rename it at the source`,
-            }),
-          );
+          await holdAudited(source, table, items, { reason: describeError(err), hint: `leave ${table} out of this sink, or rename it at the source` });
           return;
         }
         unfolded.add(`${source}\u0000${table}`);
       }
       const deleteMode: DeleteMode = config?.deleteMode ?? rec.deleteMode;
-      const valid: Item[] = [];
-      const schemas = new Map<number, SchemaVersion>();
-      for (const i of items) {
-        try {
-          const schema = await schemaOf(source, table, i.event.schemaVersion);
-          checkEventColumns(i.event, schema, assertSearchColumn);
-          schemas.set(schema.version, schema);
-          valid.push(i);
-        } catch (err) {
-          if (!(err instanceof CdcError)) throw err;
-          await deadLetter(i.record, source, table, err);
-        }
-      }
+      const { valid, schemas } = await validItems(source, table, items, { schemaOf, assertColumn: assertSearchColumn, deadLetter });
       if (valid.length === 0) return;
       const schemaList = [...schemas.values()];
       let state: IndexState;
@@ -529,13 +457,4 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
   }
 
   return { applyRecords, clearCache: () => indexCache.clear() };
-}
-
-function aboutRecord(text: string): { source: string | null; table: string | null } {
-  try {
-    const v = JSON.parse(text) as Record<string, unknown>;
-    return { source: typeof v.source === 'string' ? v.source : null, table: typeof v.table === 'string' ? v.table : null };
-  } catch {
-    return { source: null, table: null };
-  }
 }

@@ -185,15 +185,13 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
       version: state!.version + 1,
     };
     // Every claim is audited: a start, or a resume (after a crash, a stop, or a lease taken over).
-    const audit: AuditEntry = {
-      at: t.toISOString(),
-      actor: `snapshot:${o.owner}`,
-      action: state!.status === 'requested' ? 'start-snapshot' : 'resume-snapshot',
-      source: o.source,
-      table: o.table,
-      outcome: 'done',
-      detail: { run: state!.run, cursor: state!.cursor, chunksDone: state!.chunksDone, rowsDone: state!.rowsDone, previousOwner: state!.owner },
-    };
+    const audit = workerAudit(o, t, state!.status === 'requested' ? 'start-snapshot' : 'resume-snapshot', {
+      run: state!.run,
+      cursor: state!.cursor,
+      chunksDone: state!.chunksDone,
+      rowsDone: state!.rowsDone,
+      previousOwner: state!.owner,
+    });
     if (!(await o.controlPlane.putSnapshot(claimed, state!.version, audit))) return 'busy';
     state = claimed;
     o.onState?.(state);
@@ -319,15 +317,7 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
       o.onState?.(state);
       o.metrics?.progress(state);
       if (finished) {
-        await o.controlPlane.appendAudit({
-          at: at.toISOString(),
-          actor: `snapshot:${o.owner}`,
-          action: 'finish-snapshot',
-          source: o.source,
-          table: o.table,
-          outcome: 'done',
-          detail: { run: state.run, rows: state.rowsDone, chunks: state.chunksDone },
-        });
+        await o.controlPlane.appendAudit(workerAudit(o, at, 'finish-snapshot', { run: state.run, rows: state.rowsDone, chunks: state.chunksDone }));
         await reactivateAfterResnapshot(o, state, at);
         return 'done';
       }
@@ -365,15 +355,14 @@ async function takePollWatermark(
     leaseUntil: at.getTime() + leaseMs,
     version: state.version + 1,
   };
-  const audit: AuditEntry = {
-    at: at.toISOString(),
-    actor: `snapshot:${o.owner}`,
-    action: 'poll-snapshot-watermark',
-    source: o.source,
-    table: o.table,
-    outcome: 'done',
-    detail: { run: state.run, positionSpace: space, pollColumn, bound, watermark, rowPosition: snapshotPosition(watermark) },
-  };
+  const audit = workerAudit(o, at, 'poll-snapshot-watermark', {
+    run: state.run,
+    positionSpace: space,
+    pollColumn,
+    bound,
+    watermark,
+    rowPosition: snapshotPosition(watermark),
+  });
   if (!(await o.controlPlane.putSnapshot(next, state.version, audit))) return null;
   o.onState?.(next);
   return next;
@@ -391,16 +380,19 @@ async function failRun(o: RunTableSnapshotOptions, state: SnapshotState, e: CdcE
     updatedAt: at.toISOString(),
     version: state.version + 1,
   };
-  const audit: AuditEntry = {
-    at: at.toISOString(),
-    actor: `snapshot:${o.owner}`,
-    action: 'fail-snapshot',
-    source: o.source,
-    table: o.table,
-    outcome: 'refused',
-    detail: { run: state.run, code: e.code, reason: e.message },
-  };
+  const audit = workerAudit(o, at, 'fail-snapshot', { run: state.run, code: e.code, reason: e.message }, 'refused');
   if (await o.controlPlane.putSnapshot(failed, state.version, audit)) o.onState?.(failed);
+}
+
+/** The audit entry of what this worker did to its table (docs/operations.md, "`cdc audit [TABLE] [--since TIME]`"): who (`snapshot:` and its owner id), when, what. */
+function workerAudit(
+  o: RunTableSnapshotOptions,
+  at: Date,
+  action: string,
+  detail: Record<string, unknown>,
+  outcome: AuditEntry['outcome'] = 'done',
+): AuditEntry {
+  return { at: at.toISOString(), actor: `snapshot:${o.owner}`, action, source: o.source, table: o.table, outcome, detail };
 }
 
 /** A re-snapshot that finished brings a `needs-resnapshot` table back to `active` (with its audit entry). */
@@ -408,15 +400,13 @@ async function reactivateAfterResnapshot(o: RunTableSnapshotOptions, state: Snap
   if (state.reason !== 'resnapshot') return;
   const table = await o.controlPlane.getTable(o.source, o.table);
   if (table?.state !== 'needs-resnapshot') return;
-  await o.controlPlane.setTableState(o.source, o.table, 'active', null, {
-    at: at.toISOString(),
-    actor: `snapshot:${o.owner}`,
-    action: 'resnapshot-complete',
-    source: o.source,
-    table: o.table,
-    outcome: 'done',
-    detail: { from: 'needs-resnapshot', to: 'active', run: state.run },
-  });
+  await o.controlPlane.setTableState(
+    o.source,
+    o.table,
+    'active',
+    null,
+    workerAudit(o, at, 'resnapshot-complete', { from: 'needs-resnapshot', to: 'active', run: state.run }),
+  );
 }
 
 async function writeThrottle(

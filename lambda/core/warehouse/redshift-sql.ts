@@ -31,7 +31,7 @@
 import { CdcError, UnsafeIdentifierError } from '../shared/errors.ts';
 import { quoteIdent } from '../shared/identifiers.ts';
 import { UNHELD_COLUMN, type RedshiftColumn } from './redshift-types.ts';
-import { CdcColumn, type WarehouseTable } from './warehouse-sql.ts';
+import { CdcColumn, CHANGELOG_CDC_COLUMNS, type WarehouseTable } from './warehouse-sql.ts';
 
 /** Two columns of one table that Redshift would fold into one name. */
 export class FoldedColumnError extends CdcError {
@@ -87,12 +87,8 @@ const defs = (cs: readonly RedshiftColumn[], notNull = false): string[] => cs.ma
 /** The changelog's platform columns, in table order (then the key, then the data). */
 export const RS_CHANGELOG_CDC: readonly { name: string; type: string }[] = [
   { name: LOAD_COLUMN, type: 'bigint NOT NULL' },
-  { name: CdcColumn.POSITION, type: 'varchar(24) NOT NULL' },
-  { name: CdcColumn.OP, type: 'varchar(8) NOT NULL' },
-  { name: CdcColumn.COMMIT_TS, type: 'timestamptz NOT NULL' },
-  { name: CdcColumn.SCHEMA_VERSION, type: 'integer NOT NULL' },
-  { name: CdcColumn.TX_ID, type: 'varchar(256)' },
-  { name: CdcColumn.SYNTHETIC, type: 'boolean NOT NULL' },
+  // The event's own columns as every dialect's changelog has them; Redshift keeps the unheld columns instead of the missing ones.
+  ...CHANGELOG_CDC_COLUMNS.filter((c) => c.name !== CdcColumn.MISSING && c.name !== CdcColumn.APPLIED_AT),
   { name: UNHELD_COLUMN, type: 'varchar(65535)' },
   { name: CdcColumn.APPLIED_AT, type: 'timestamptz NOT NULL' },
 ];

@@ -42,14 +42,13 @@
  * objects (another schema).
  */
 import { failuresPerTable } from '../sink/batch-failures.ts';
-import { deadLetterer, describeError, holdTableEntry, maxPosition, minPosition } from '../sink/sink-batch.ts';
-import { heldShardsOf } from '../operator/operator-decisions.ts';
+import { batchBook, describeError, maxPosition, groupByTable, schemaReader, validItems, type SourceCounts } from '../sink/sink-batch.ts';
 import type { ControlPlane, DeleteMode, SchemaVersion } from '../shared/control-plane.ts';
-import { CdcError, InvalidRecordError, UnsafeIdentifierError } from '../shared/errors.ts';
+import { UnsafeIdentifierError } from '../shared/errors.ts';
 import type { ChangeEvent } from '../shared/event.ts';
 import { assertPlainIdentifier, splitTableId } from '../shared/identifiers.ts';
 import { FoldedNameError, foldsInto } from '../shared/name-folding.ts';
-import { admitTable, checkEventColumns as checkColumnsOf, decodeChangeRecord } from '../sink/sink-admission.ts';
+import { admitTable, checkEventColumns as checkColumnsOf } from '../sink/sink-admission.ts';
 import type { PayloadStore } from '../shared/payload-store.ts';
 import { assertSourceColumn, warehouseTable, type WarehouseTable } from './warehouse-sql.ts';
 import type { MergeTarget, TableApplyResult, TableOutcome, Warehouse } from './warehouse-port.ts';
@@ -89,14 +88,7 @@ export interface WarehouseApplyDeps {
   targetOf?: (source: string, table: string) => WarehouseTable;
 }
 
-/** Per source: what a batch did (the handler turns it into metrics). */
-export interface SourceCounts {
-  applied: number;
-  held: number;
-  dead: number;
-  /** End-to-end lag of heartbeat events, ms. */
-  lag: number[];
-}
+export type { SourceCounts } from '../sink/sink-batch.ts';
 
 /** One deferred merge of a table's delta: what it merged, or why it failed. */
 export interface MergeDone {
@@ -178,7 +170,7 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
   const now = deps.now ?? (() => new Date());
   const policy = validateMergePolicy(deps.merge ?? {}, `merge policy of sink ${sinkId}`);
   const targetOf = deps.targetOf ?? ((source: string, table: string) => warehouseTable(source, table));
-  const schemaCache = new Map<string, SchemaVersion>();
+  const schemaOf = schemaReader(cp, assertSourceColumn);
   /**
    * The highest heartbeat position whose lag this process reported, per table: an append does not
    * read what the sink holds, so a redelivered heartbeat is recognised here (once per heartbeat).
@@ -186,17 +178,6 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
   const heartbeatSeen = new Map<string, string>();
   /** Tables this process found clear of a folding clash (the first of two never becomes the second). */
   const unfolded = new Set<string>();
-
-  async function schemaOf(source: string, table: string, version: number): Promise<SchemaVersion> {
-    const k = `${source}\u0000${table}\u0000${version}`;
-    const hit = schemaCache.get(k);
-    if (hit) return hit;
-    const v = await cp.getSchemaVersion(source, table, version);
-    if (!v) throw new InvalidRecordError('schemaVersion', `version ${version} of ${source}/${table} is not registered`);
-    for (const c of v.columns) assertSourceColumn(c.name, table);
-    schemaCache.set(k, v);
-    return v;
-  }
 
   /** The merge target of a registered table (its key from its current schema version). */
   async function mergeTargetOf(source: string, table: string): Promise<MergeTarget | null> {
@@ -232,48 +213,16 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
 
   async function applyRecords(records: readonly ChangeRecord[], options: ApplyOptions = {}): Promise<ApplyOutcome> {
     const appliedAt = now();
-    const failed = new Map<string, string>();
-    const counts = new Map<string, SourceCounts>();
+    const { failed, counts, countFor, deadLetter, hold, holdAudited } = batchBook({ controlPlane: cp, sinkId, now, log });
     const merges: MergeDone[] = [];
-    const countFor = (source: string | null): SourceCounts => {
-      const k = source ?? 'unknown';
-      let c = counts.get(k);
-      if (!c) counts.set(k, (c = { applied: 0, held: 0, dead: 0, lag: [] }));
-      return c;
-    };
     let applyErrors = 0;
     /** Tables appended to in this batch, for the merge check after the batch. */
     const appended = new Map<string, MergeTarget & { pending: { rows: number; since: number | null } }>();
 
-    const deadLetter = deadLetterer({
-      controlPlane: cp,
-      sinkId,
-      now,
-      log: log,
-      stored: (source) => countFor(source).dead++,
-      failed: (sequenceNumber, reason) => failed.set(sequenceNumber, reason),
-    });
-
     // Decode and validate; group by (source, table) in order of first appearance.
-    const groups = new Map<string, Item[]>();
+    const groups = await groupByTable(records, { payloads: deps.payloads, sinkId, deadLetter });
     const tableOf = new Map<string, string>();
-    for (const record of records) {
-      let event: ChangeEvent;
-      try {
-        const decoded = decodeChangeRecord(record.text, deps.payloads, sinkId);
-        event = decoded instanceof Promise ? await decoded : decoded;
-      } catch (err) {
-        if (!(err instanceof CdcError)) throw err;
-        const about = aboutRecord(record.text);
-        await deadLetter(record, about.source, about.table, err);
-        continue;
-      }
-      const k = `${event.source}\u0000${event.table}`;
-      tableOf.set(record.sequenceNumber, k);
-      const list = groups.get(k);
-      if (list) list.push({ record, event });
-      else groups.set(k, [{ record, event }]);
-    }
+    for (const [k, items] of groups) for (const i of items) tableOf.set(i.record.sequenceNumber, k);
 
     /** The records of a table that is not applied now: retried (reported failed). */
     function failGroup(source: string, table: string, items: readonly Item[], err: unknown): void {
@@ -351,19 +300,7 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
         }
       }
       unfolded.add(`${source}\u0000${table}`);
-      const valid: Item[] = [];
-      const schemas = new Map<number, SchemaVersion>();
-      for (const i of items) {
-        try {
-          const schema = schemas.get(i.event.schemaVersion) ?? (await schemaOf(source, table, i.event.schemaVersion));
-          checkEventColumns(i.event, schema);
-          schemas.set(schema.version, schema);
-          valid.push(i);
-        } catch (err) {
-          if (!(err instanceof CdcError)) throw err;
-          await deadLetter(i.record, source, table, err);
-        }
-      }
+      const { valid, schemas } = await validItems(source, table, items, { schemaOf, assertColumn: assertSourceColumn, deadLetter });
       if (valid.length === 0) return null;
       const newest = [...schemas.values()].reduce((a, b) => (b.version > a.version ? b : a));
       return { source, table, deleteMode: rec.deleteMode, schemas, items: valid, target, key: newest.key };
@@ -372,7 +309,7 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
     /** Writes one admitted table in its own transaction. */
     async function writeGroup(r: Ready): Promise<void> {
       try {
-        await applyItems(r.source, r.table, r.deleteMode, r.schemas, r.items, r.target, r.key);
+        await applyItems(r);
       } catch (err) {
         await onWriteError(r, err);
       }
@@ -386,18 +323,12 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
         log.error('warehouse column type conflict; table held for this sink', { source, table, error: kind.message });
         await hold(source, table, items, kind.message);
       } else if (kind?.kind === 'value-rejected') {
-        await isolate(source, table, r.deleteMode, r.schemas, items, r.target, r.key);
+        await isolate(r);
       } else if (kind?.kind === 'persistent') {
         await holdOnError(source, table, items, err, kind.code);
       } else {
         throw err;
       }
-    }
-
-    async function hold(source: string, table: string, items: Item[], why: string): Promise<void> {
-      await cp.holdSinkTable(sinkId, source, table, minPosition(items), heldShardsOf(items.map((i) => i.record)));
-      countFor(source).held += items.length;
-      log.info('events held', { source, table, count: items.length, from: minPosition(items), why });
     }
 
     /** Holds a table this sink cannot write (an error a retry will not fix), audited, so the shard moves on. */
@@ -409,32 +340,17 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
         sqlState: code,
         error: describeError(err),
       });
-      await hold(source, table, items, describeError(err));
-      await cp.appendAudit(
-        holdTableEntry({
-          at: now(),
-          sinkId,
-          source,
-          table,
-          heldFrom: minPosition(items),
-          reason: describeError(err),
-          hint: `fix the warehouse table, then cdc resume ${table}`,
-          detail: { sqlState: code },
-        }),
-      );
+      await holdAudited(source, table, items, {
+        reason: describeError(err),
+        hint: `fix the warehouse table, then cdc resume ${table}`,
+        detail: { sqlState: code },
+      });
     }
 
-    async function applyItems(
-      source: string,
-      table: string,
-      deleteMode: DeleteMode,
-      schemas: Map<number, SchemaVersion>,
-      items: Item[],
-      target: WarehouseTable,
-      key: readonly string[],
-    ): Promise<void> {
+    async function applyItems(r: Ready): Promise<void> {
+      const { source, table, deleteMode, schemas, items, target } = r;
       const result = await writer.applyTable({ source, table, deleteMode, schemas, events: items.map((i) => i.event), appliedAt, target });
-      await recordApplied({ source, table, deleteMode, key, target }, items, result);
+      await recordApplied(r, items, result);
     }
 
     /** After a table's write committed: its high-water mark, counts, the merge check, heartbeat lag, logs. */
@@ -474,20 +390,13 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
     }
 
     /** Applies the table's events one at a time, so that the one the warehouse refuses becomes a dead letter. */
-    async function isolate(
-      source: string,
-      table: string,
-      deleteMode: DeleteMode,
-      schemas: Map<number, SchemaVersion>,
-      items: Item[],
-      target: WarehouseTable,
-      key: readonly string[],
-    ): Promise<void> {
+    async function isolate(r: Ready): Promise<void> {
+      const { source, table, items } = r;
       const ordered = [...items].sort((a, b) => (a.event.position < b.event.position ? -1 : a.event.position > b.event.position ? 1 : 0));
       for (let n = 0; n < ordered.length; n++) {
         const i = ordered[n]!;
         try {
-          await applyItems(source, table, deleteMode, schemas, [i], target, key);
+          await applyItems({ ...r, items: [i] });
         } catch (err) {
           const kind = writer.classifyError(err);
           if (kind?.kind === 'value-rejected') {
@@ -562,14 +471,4 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
  */
 export function checkEventColumns(e: ChangeEvent, schema: SchemaVersion): void {
   checkColumnsOf(e, schema, assertSourceColumn);
-}
-
-/** Best effort: the source and table a record that failed validation is about. */
-function aboutRecord(text: string): { source: string | null; table: string | null } {
-  try {
-    const v = JSON.parse(text) as Record<string, unknown>;
-    return { source: typeof v.source === 'string' ? v.source : null, table: typeof v.table === 'string' ? v.table : null };
-  } catch {
-    return { source: null, table: null };
-  }
 }

@@ -4,8 +4,8 @@ import { randomUUID } from 'node:crypto';
 import { CreateTableCommand } from '@aws-sdk/client-dynamodb';
 import { dynamoDbClient } from '../../../lambda/adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../../../lambda/adapters/control-plane-dynamodb.ts';
-import { createControlTable } from '../../../lambda/adapters/control-plane-dynamodb/control-table.ts';
-import { ddb, client, tableName, now, tableRecord, schema, audit, useControlTable } from './fixture.ts';
+import { ControlTable, createControlTable } from '../../../lambda/adapters/control-plane-dynamodb/control-table.ts';
+import { ddb, client, cp, tableName, now, pos, tableRecord, schema, audit, useControlTable } from './fixture.ts';
 
 useControlTable();
 
@@ -67,5 +67,39 @@ describe('reads', () => {
     spied.destroy();
     expect(reads.length).toBeGreaterThanOrEqual(12);
     expect(reads.filter((r) => r.consistent !== true)).toEqual([]);
+  });
+});
+
+describe('scanKind', () => {
+  it('follows the scan to its last page and returns only items of the kind asked for', async () => {
+    await cp.registerTable(tableRecord(), schema(1), audit('r'));
+    const tables = ['public.a', 'public.b', 'public.c'];
+    for (const sink of ['wh', 'ix']) for (const table of tables) await cp.advanceSinkProgress(sink, 'shop', table, pos(10));
+    let pages = 0;
+    const paged = dynamoDbClient(ddb.endpoint);
+    paged.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'ScanCommand') {
+          pages++;
+          (args.input as { Limit?: number }).Limit = 2;
+        }
+        return next(args);
+      },
+      { step: 'initialize', name: 'smallPages' },
+    );
+    const items = await new ControlTable(paged, tableName).scanKind('sink-progress');
+    const listed = await new DynamoDbControlPlane(paged, tableName).listSinkProgress();
+    paged.destroy();
+    expect(pages).toBeGreaterThan(2);
+    expect(items.map((i) => `${String(i.sink)}/${String(i.table)}`).sort()).toEqual([
+      'ix/public.a',
+      'ix/public.b',
+      'ix/public.c',
+      'wh/public.a',
+      'wh/public.b',
+      'wh/public.c',
+    ]);
+    expect(listed.map((p) => `${p.sink}/${p.table}`)).toEqual(['ix/public.a', 'ix/public.b', 'ix/public.c', 'wh/public.a', 'wh/public.b', 'wh/public.c']);
+    expect(await new ControlTable(client, tableName).scanKind('no-such-kind')).toEqual([]);
   });
 });

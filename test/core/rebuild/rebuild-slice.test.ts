@@ -82,6 +82,13 @@ describe('rebuildSlice', () => {
     const rows = mirrors.get(live.mirror)!;
     expect(rows.get(JSON.stringify({ id: 1 }))!.value).toBe('late');
     expect(rows.get(JSON.stringify({ id: 7 }))!.value).toBe('during-swap');
+    if (!out.done) throw new Error('the rebuild did not finish in one slice');
+    const { run } = out.report;
+    const audited = (await ports.controlPlane.listAudit()).filter((a) => a.action === 'rebuild');
+    expect(audited).toHaveLength(1);
+    expect(audited[0]).toMatchObject({ at: run.finishedAt, actor: 'test', source: SOURCE, table: TABLE, outcome: 'done' });
+    expect(Object.keys(audited[0]!.detail)).toEqual(['sink', 'mode', 'id', 'durationMs', 'events', 'slices', 'diff', 'diffTable', 'caughtUpTo']);
+    expect(audited[0]!.detail).toMatchObject({ sink: SINK, mode: 'swap', id, durationMs: run.durationMs, events: run.events, caughtUpTo: run.caughtUpTo });
   });
 
   it('a slice of a rebuild that lost the slot fails and changes nothing', async () => {

@@ -105,5 +105,18 @@ describe('RebuildWorkflow', () => {
     await workflow.abandon(request(false), begun.id, 'gave up again');
     expect((await controlPlane.listRebuilds(SINK)).map((r) => r.error)).toEqual(['gave up']);
     expect(await controlPlane.getActiveRebuild(SINK)).toMatchObject({ state: 'finished' });
+    const audited = (await controlPlane.listAudit()).filter((a) => a.action === 'rebuild');
+    expect(audited).toEqual([
+      {
+        at: run.finishedAt,
+        actor: request(false).actor,
+        action: 'rebuild',
+        source: run.source,
+        table: run.table,
+        outcome: 'done',
+        detail: { sink: SINK, mode: 'swap', result: 'failed', error: 'gave up', id: begun.id },
+      },
+    ]);
+    expect(Object.keys(audited[0]!.detail)).toEqual(['sink', 'mode', 'result', 'error', 'id']);
   });
 });

@@ -80,6 +80,46 @@ describe('reconcileTier', () => {
     expect(await deps.controlPlane.listReconcileVerdicts('wh')).toHaveLength(2);
   });
 
+  it('stores an INCONCLUSIVE verdict naming the error for a table whose sink side cannot be read, every count zero', async () => {
+    const { deps } = setup();
+    const sessions = await deps.sessions();
+    const sidesOf = sessions.sides.bind(sessions);
+    sessions.sides = async (t, config) => {
+      const s = await sidesOf(t, config);
+      if (t.table !== 'public.b') return s;
+      const broken = new Proxy(s.sink, {
+        get: (target, p) =>
+          typeof Reflect.get(target, p) === 'function'
+            ? () => {
+                throw new Error('connection reset');
+              }
+            : Reflect.get(target, p),
+      });
+      return { ...s, sink: broken };
+    };
+    const out = await reconcileTier(deps, { tier: 'hot' });
+    expect(out.verdicts.map((v) => [v.table, v.verdict])).toEqual([
+      ['public.a', 'MATCH'],
+      ['public.b', 'INCONCLUSIVE'],
+    ]);
+    expect(await deps.controlPlane.getReconcileVerdict('wh', 'shop', 'public.b')).toMatchObject({
+      sink: 'wh',
+      source: 'shop',
+      verdict: 'INCONCLUSIVE',
+      reason: 'could not read: connection reset',
+      durationMs: 0,
+      key: ['id'],
+      sourceRows: null,
+      sinkRows: null,
+      covered: [],
+      coveredRows: 0,
+      fullCoverage: false,
+      diverged: { missing: 0, extra: 0, different: 0 },
+      nextCursor: null,
+      cost: { summaries: 0, leafRows: 0, recheckRows: 0, bisections: 0 },
+    });
+  });
+
   it('runs the first tier when the event names none, and never the heartbeat table', async () => {
     const { deps, sided } = setup();
     deps.tiers = [{ name: 'all', periodMs: 60_000, tables: ['*'] }];

@@ -15,6 +15,7 @@ import {
   nextLoadIdSql,
   pendingCountSql,
   recordLoadSql,
+  RS_CHANGELOG_CDC,
   type RedshiftTable,
 } from '../../../lambda/core/warehouse/redshift-sql.ts';
 import { redshiftColumn } from '../../../lambda/core/warehouse/redshift-types.ts';
@@ -151,6 +152,22 @@ describe('the Redshift dialect against the Redshift grammar check', () => {
       hard: true,
     };
     for (const s of statementsOf(r)) for (const [, name] of s.matchAll(/"((?:[^"]|"")*)"/g)) expect(name, s).toBe(name!.toLowerCase());
+  });
+});
+
+describe('RS_CHANGELOG_CDC', () => {
+  it("is the load id, the event's columns of the PostgreSQL changelog, the unheld columns and the applied time, in that order", () => {
+    expect(RS_CHANGELOG_CDC).toEqual([
+      { name: '_cdc_load', type: 'bigint NOT NULL' },
+      { name: '_cdc_position', type: 'varchar(24) NOT NULL' },
+      { name: '_cdc_op', type: 'varchar(8) NOT NULL' },
+      { name: '_cdc_commit_ts', type: 'timestamptz NOT NULL' },
+      { name: '_cdc_schema_version', type: 'integer NOT NULL' },
+      { name: '_cdc_tx_id', type: 'varchar(256)' },
+      { name: '_cdc_synthetic', type: 'boolean NOT NULL' },
+      { name: '_cdc_unheld', type: 'varchar(65535)' },
+      { name: '_cdc_applied_at', type: 'timestamptz NOT NULL' },
+    ]);
   });
 });
 
