@@ -155,14 +155,14 @@ export function printEvery(print: (text: string) => void, everyMs: number, rende
       return null;
     }
   };
-  if (fd === null) {
+  const ticker = fd === null ? null : startTicker(fd, everyMs);
+  if (ticker === null) {
     const timer = setInterval(() => {
       const text = line();
       if (text !== null) print(`${text}\n`);
     }, everyMs);
     return { stop: async () => clearInterval(timer) };
   }
-  const ticker = new ProgressTicker({ fd, everyMs });
   const refresh = (): void => {
     const text = line();
     if (text !== null) ticker.set(text);
@@ -175,6 +175,15 @@ export function printEvery(print: (text: string) => void, everyMs: number, rende
       await ticker.stop();
     },
   };
+}
+
+/** A ticker on `fd`, or null when its thread cannot start (then this thread's timer prints). */
+function startTicker(fd: number, everyMs: number): ProgressTicker | null {
+  try {
+    return new ProgressTicker({ fd, everyMs });
+  } catch {
+    return null;
+  }
 }
 
 /** How often the main thread hands the ticker a fresh line. */

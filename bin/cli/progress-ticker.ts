@@ -43,8 +43,9 @@ export class ProgressTicker {
 
   constructor(o: ProgressTickerOptions) {
     this.worker = new Worker(TICKER_SOURCE, { eval: true, workerData: { fd: o.fd, everyMs: o.everyMs, staleMs: o.staleMs ?? STALE_LINE_MS } });
-    // Never what keeps the process alive.
+    // Never what keeps the process alive, and never what fails the run: a ticker that died prints nothing more.
     this.worker.unref();
+    this.worker.on('error', () => undefined);
   }
 
   /** The newest line (without its newline), as of `at`. */
