@@ -22,27 +22,33 @@ export interface ProgressTickerOptions {
 
 /**
  * The ticker thread, as plain JavaScript (it runs from the sources and from the bundled CLI alike):
- * keeps the newest line and its time, prints it every `everyMs` with `writeSync` to the descriptor.
+ * keeps the newest line and its time, prints it every `everyMs` (counted from `startedAt`) with
+ * `writeSync` to the descriptor.
  */
 const TICKER_SOURCE = `
 const { parentPort, workerData } = require('node:worker_threads');
 const { writeSync } = require('node:fs');
-const { fd, everyMs, staleMs } = workerData;
+const { fd, everyMs, staleMs, startedAt } = workerData;
 let latest = null;
+let next = startedAt + everyMs;
 parentPort.on('message', (m) => { latest = m; });
 setInterval(() => {
-  if (latest === null) return;
-  const age = Date.now() - latest.at;
+  const now = Date.now();
+  if (latest === null || now < next) return;
+  next = Math.max(next + everyMs, now + everyMs / 2);
+  const age = now - latest.at;
   const note = age > staleMs ? ' (as of ' + Math.round(age / 1000) + ' s ago: the process is busy)' : '';
   try { writeSync(fd, latest.text + note + '\\n'); } catch { /* a closed or full output skips one line */ }
-}, everyMs);
+}, Math.min(250, everyMs));
 `;
 
 export class ProgressTicker {
   private readonly worker: Worker;
 
   constructor(o: ProgressTickerOptions) {
-    this.worker = new Worker(TICKER_SOURCE, { eval: true, workerData: { fd: o.fd, everyMs: o.everyMs, staleMs: o.staleMs ?? STALE_LINE_MS } });
+    // Ticks counted from now, not from when the thread is up (slow to start on a busy machine).
+    const workerData = { fd: o.fd, everyMs: o.everyMs, staleMs: o.staleMs ?? STALE_LINE_MS, startedAt: Date.now() };
+    this.worker = new Worker(TICKER_SOURCE, { eval: true, workerData });
     // Never what keeps the process alive, and never what fails the run: a ticker that died prints nothing more.
     this.worker.unref();
     this.worker.on('error', () => undefined);
