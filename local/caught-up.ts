@@ -72,11 +72,12 @@ export async function waitCaughtUp(s: CaughtUpStages, stallMs: number, abort?: A
     }
     return Date.now();
   };
-  const consumer = (name: string, c: Consumer, since: number): Promise<number> =>
+  // Progress of a consumer: the records it acknowledged, and those its consumers downstream did.
+  const consumer = (name: string, c: Consumer, since: number, downstream: readonly Consumer[] = []): Promise<number> =>
     stage(
       name,
       (t) => c.caughtUpSince(t),
-      () => c.stats.recordsDone,
+      () => [c, ...downstream].reduce((n, d) => n + d.stats.recordsDone, 0),
       since,
     );
   if (s.snapshots) await untilAborted(s.snapshots.waitIdle(stallMs), abort);
@@ -96,7 +97,10 @@ export async function waitCaughtUp(s: CaughtUpStages, stallMs: number, abort?: A
     () => s.capture.stats.records,
     t0,
   );
-  const t2 = await consumer('normalizer', s.normalizer, t1);
+  // The normalizer acknowledges a batch when all of it is published, and a batch of packed snapshot
+  // records can be 40,000 events that take minutes on a busy machine; it publishes them as it goes
+  // (every 1,000 events), so the sinks and the archive copier reading them is its progress too.
+  const t2 = await consumer('normalizer', s.normalizer, t1, [...s.sinks.map((k) => k.consumer), s.archive]);
   await Promise.all([
     ...s.sinks.map((k) => consumer(k.name, k.consumer, t2).then(() => onSinkCaughtUp?.(k.sinkId))),
     consumer('archive copier', s.archive, t2),

@@ -17,7 +17,7 @@ import { PostgresPressureProbe, PostgresSnapshotReader } from '../lambda/adapter
 import type { ControlPlane } from '../lambda/core/shared/control-plane.ts';
 import { snapshotStreamRecords, type SnapshotState } from '../lambda/core/snapshot/snapshot.ts';
 import { AdaptivePacer, DEFAULT_SOURCE_BUDGET, FixedPacer, type SourceBudget } from '../lambda/core/snapshot/snapshot-pacer.ts';
-import { planSnapshots, runPendingSnapshots, snapshotPendingRuns } from '../lambda/core/snapshot/snapshot-worker.ts';
+import { planSnapshots, runPendingSnapshots, sleepUnlessAborted, snapshotPendingRuns } from '../lambda/core/snapshot/snapshot-worker.ts';
 import { TableConfigIndex, type TableConfig } from '../lambda/core/tables/table-config.ts';
 import { emfSnapshotMetrics } from '../lambda/runtime/metrics.ts';
 import type { RawPublisher } from './raw-publisher.ts';
@@ -49,6 +49,8 @@ export class LocalSnapshots {
   /** Latest state per table (for the live status). */
   readonly states = new Map<string, SnapshotState>();
   private stopping = false;
+  /** Aborted by `stop()`: wakes the loop and a run resting between chunks at once. */
+  private readonly stopSignal = new AbortController();
   private loop: Promise<void> | null = null;
   private reader: PostgresSnapshotReader;
   private probe: PostgresPressureProbe;
@@ -88,7 +90,7 @@ export class LocalSnapshots {
         for (const s of runs) this.states.set(s.table, s);
         if (snapshotPendingRuns(runs).length === 0) {
           this.busy = false;
-          await sleep(this.o.pollMs ?? 1000);
+          await sleepUnlessAborted(this.o.pollMs ?? 1000, this.stopSignal.signal);
           continue;
         }
         this.busy = true;
@@ -107,12 +109,13 @@ export class LocalSnapshots {
           ...(this.o.fixedChunk ? {} : { pressure: () => this.probe.read() }),
           metrics,
           shouldStop: () => this.stopping,
+          signal: this.stopSignal.signal,
           onState: (s) => this.states.set(s.table, s),
         });
       } catch (e) {
         this.o.onError?.(e);
         await this.reader.close();
-        if (!this.stopping) await sleep(1000);
+        if (!this.stopping) await sleepUnlessAborted(1000, this.stopSignal.signal);
       }
     }
   }
@@ -156,8 +159,10 @@ export class LocalSnapshots {
     }));
   }
 
+  /** Stops the loop: a run stops at its next chunk boundary, a pause between chunks ends at once (docs/local.md, "Stopping"). */
   async stop(): Promise<void> {
     this.stopping = true;
+    this.stopSignal.abort();
     await this.loop;
     await this.reader.close();
     await this.probeClient?.end().catch(() => undefined);

@@ -4,12 +4,14 @@
  * from the lag of heartbeats committed before a restart (which includes the downtime), and while
  * a bounded run drains, a progress line every 10 s per sink: events left, rate, ETA.
  */
+import { isMainThread } from 'node:worker_threads';
 import { MetricName } from '../../contracts/metrics.ts';
 import type { MetricsCollector } from '../../local/metrics.ts';
 import { percentile } from '../../local/metrics.ts';
 import type { LocalPipeline } from '../../local/pipeline.ts';
 import type { StatusPage } from '../../local/status-page.ts';
 import { formatMs, MovingRate, renderDrainLine, SnapshotWindow, type DrainSink, type StatusSnapshot } from '../../local/status.ts';
+import { ProgressTicker } from './progress-ticker.ts';
 
 /** The window of the live lag percentiles (as the pipeline's status). */
 const LAG_WINDOW_MS = 60_000;
@@ -137,24 +139,90 @@ export class DrainProgress {
   }
 }
 
-/** Prints a drain line now and every DRAIN_EVERY_MS until stopped. */
-export function printDrainProgress(progress: DrainProgress, print: (text: string) => void, everyMs = DRAIN_EVERY_MS): { stop(): void } {
-  progress.startDrain(Date.now());
-  const tick = (): void => {
+/**
+ * Prints `render()`'s line every `everyMs` until stopped (docs/local.md, "Bounded runs
+ * (`--duration`)"). With a file descriptor, on a thread of its own (`ProgressTicker`): this thread
+ * only hands it a fresh line every second, so a busy or CPU-starved main thread delays the numbers,
+ * never the line (a line older than `STALE_LINE_MS` says how old). Without one (tests, and a
+ * `cdc` run inside a worker thread, whose descriptors are not its own), a timer of this thread.
+ */
+export function printEvery(print: (text: string) => void, everyMs: number, render: () => string, fd: number | null): { stop(): Promise<void> } {
+  const line = (): string | null => {
     try {
-      print(`cdc local: ${progress.line(Date.now())}\n`);
+      return render();
     } catch {
-      // a reading that failed (a stopping poller) skips one line, never the drain
+      // a reading that failed (a stopping poller) skips one line, never the phase
+      return null;
     }
   };
-  tick();
-  const timer = setInterval(tick, everyMs);
-  return { stop: () => clearInterval(timer) };
+  const ticker = fd === null ? null : startTicker(fd, everyMs);
+  if (ticker === null) {
+    const timer = setInterval(() => {
+      const text = line();
+      if (text !== null) print(`${text}\n`);
+    }, everyMs);
+    return { stop: async () => clearInterval(timer) };
+  }
+  const refresh = (): void => {
+    const text = line();
+    if (text !== null) ticker.set(text);
+  };
+  refresh();
+  const timer = setInterval(refresh, Math.min(REFRESH_MS, everyMs));
+  return {
+    stop: async () => {
+      clearInterval(timer);
+      await ticker.stop();
+    },
+  };
+}
+
+/** A ticker on `fd`, or null when its thread cannot start (then this thread's timer prints). */
+function startTicker(fd: number, everyMs: number): ProgressTicker | null {
+  try {
+    return new ProgressTicker({ fd, everyMs });
+  } catch {
+    return null;
+  }
+}
+
+/** How often the main thread hands the ticker a fresh line. */
+const REFRESH_MS = 1_000;
+
+/**
+ * The descriptor `cdc local`'s own lines go to (`print` writes to this process's stdout, or stderr
+ * with `--json`), for `printEvery`; null inside a worker thread (an in-process test run), whose
+ * stdout is not the descriptor.
+ */
+export function progressFd(json: boolean): number | null {
+  return isMainThread ? (json ? 2 : 1) : null;
+}
+
+/** Prints a drain line now and every DRAIN_EVERY_MS until stopped (`printEvery`); `onLine` gets each fresh line (the status page). */
+export function printDrainProgress(
+  progress: DrainProgress,
+  print: (text: string) => void,
+  fd: number | null,
+  onLine: (text: string) => void = () => undefined,
+  everyMs = DRAIN_EVERY_MS,
+): { stop(): Promise<void> } {
+  progress.startDrain(Date.now());
+  const render = (): string => {
+    const text = `cdc local: ${progress.line(Date.now())}`;
+    onLine(text);
+    return text;
+  };
+  try {
+    print(`${render()}\n`);
+  } catch {
+    // a reading that failed (a stopping poller) skips one line, never the drain
+  }
+  return printEvery(print, everyMs, render, fd);
 }
 
 /**
- * Runs `work`, printing `still <what> (N s)` every `everyMs` until it settles: a long phase
- * (comparing a big table row by row) is never silent for more than `everyMs`.
+ * Runs `work`, printing `still <what> (N s)` every `everyMs` until it settles (`printEvery`): a
+ * long phase (comparing a big table row by row) is never silent for more than `everyMs`.
  */
 export async function whileWorking<T>(
   print: (text: string) => void,
@@ -162,13 +230,14 @@ export async function whileWorking<T>(
   work: Promise<T>,
   everyMs = DRAIN_EVERY_MS,
   now: () => number = Date.now,
+  fd: number | null = null,
 ): Promise<T> {
   const started = now();
-  const timer = setInterval(() => print(`cdc local: still ${what} (${formatMs(now() - started)})\n`), everyMs);
+  const lines = printEvery(print, everyMs, () => `cdc local: still ${what} (${formatMs(now() - started)})`, fd);
   try {
     return await work;
   } finally {
-    clearInterval(timer);
+    await lines.stop();
   }
 }
 

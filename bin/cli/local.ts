@@ -22,7 +22,17 @@ import { CheckId, type CheckResult } from '../../lambda/core/operator/doctor-res
 import { doctorSource } from './doctor.ts';
 import { formatMs, StatusWriter } from '../../local/status.ts';
 import { openStatusPage, showOnPage } from '../../local/status-page.ts';
-import { DRAIN_EVERY_MS, DrainProgress, feedPage, pipelineReadings, printDrainProgress, runLags, StatusView, whileWorking } from './local-progress.ts';
+import {
+  DRAIN_EVERY_MS,
+  DrainProgress,
+  feedPage,
+  pipelineReadings,
+  printDrainProgress,
+  progressFd,
+  runLags,
+  StatusView,
+  whileWorking,
+} from './local-progress.ts';
 import { finishReport, lagText, runSummary, type LocalReport } from './local-report.ts';
 import { compareSourceAndSearch, compareSourceAndWarehouse, formatVerdict } from '../../local/verdict.ts';
 import { SearchStandIn } from '../../local/search-standin.ts';
@@ -179,6 +189,8 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
   const collector = new MetricsCollector();
   const captured = captureStdout(collector, { emfFile: stack.files.emf, logFile: stack.files.handlerLog });
   const print = (text: string): void => (o.json ? captured.writeErr(text) : captured.write(text));
+  // Where the progress ticker prints the same lines (bin/cli/progress-ticker.ts).
+  const fd = progressFd(o.json);
   const tty = !o.json && io.stdout === process.stdout && process.stdout.isTTY === true;
   const writer = new StatusWriter(print, tty, DRAIN_EVERY_MS, () => process.stdout.columns);
   let pipeline: LocalPipeline | null = null;
@@ -274,10 +286,8 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
       pageTimer = setInterval(() => void feedPage(p, page, view, 'time is up: draining and comparing').catch(() => undefined), 1000);
       await p.stopWorkload();
       await p.stopHeartbeat();
-      const drainLines = printDrainProgress(progress, (text) => {
-        print(text);
-        page?.setPhase(text.replace(/^cdc local: /, '').trim());
-      });
+      // Printed by a timer on a thread of its own: a busy main thread delays the numbers, not the lines.
+      const drainLines = printDrainProgress(progress, print, fd, (text) => page?.setPhase(text.replace(/^cdc local: /, '').trim()));
       const caughtUp = new Set<string>();
       const bound = new AbortController();
       const boundTimer = setTimeout(() => bound.abort(), o.maxDrainMs);
@@ -290,7 +300,7 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
         boundReached = true;
       } finally {
         clearTimeout(boundTimer);
-        drainLines.stop();
+        await drainLines.stop();
       }
       const standing = progress.standing();
       const atDrainEnd = (sink: string): SinkAtDrainEnd => ({
@@ -330,6 +340,9 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
           controlPlane: stack.controlPlane,
           sink: o.sinkId,
         }),
+        DRAIN_EVERY_MS,
+        Date.now,
+        fd,
       );
       const warehouseVerdict = boundVerdict(verdict, atDrainEnd(o.sinkId));
       print(`${formatVerdict(warehouseVerdict).join('\n')}\n`);
@@ -353,6 +366,9 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
             tables: searchServed(app, pipeline.capturedTables()),
             ...(app?.search ? { prefix: app.search.prefix } : {}),
           }),
+          DRAIN_EVERY_MS,
+          Date.now,
+          fd,
         );
         const bounded = boundVerdict(searchVerdict, atDrainEnd(o.searchId));
         print(`${formatVerdict(bounded).join('\n')}\n`);
@@ -384,7 +400,7 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
     print('cdc local: stopping the capture, the snapshot and the pollers\n');
     // Each finishing its batch can take a while on a busy machine: say so every 9 s.
     if (pipeline)
-      await whileWorking(print, 'stopping the capture, the snapshot and the pollers', pipeline.stop()).then(
+      await whileWorking(print, 'stopping the capture, the snapshot and the pollers', pipeline.stop(), DRAIN_EVERY_MS, Date.now, fd).then(
         () => print('  consumers stopped\n'),
         (e: unknown) => print(`cdc local: while stopping: ${describeError(e)}\n`),
       );

@@ -280,9 +280,12 @@ export class PostgresSnapshotReader implements SnapshotReader, PollReader {
                 pg_last_wal_replay_lsn()::text AS replay,
                 CASE WHEN pg_is_in_recovery() THEN round(extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1000)::text END AS lag`,
       );
+      const opened = performance.now();
       const parts: Buffer[] = [];
       for await (const part of read.query(copyTo(sql))) parts.push(part as Buffer);
+      const copied = performance.now();
       await read.query('COMMIT');
+      const done = performance.now();
       // The rows stay COPY text: the worker packs them from it in one pass (lambda/core/snapshot/snapshot.ts, `packChunkRecords`).
       return copyChunkRead(
         {
@@ -290,7 +293,8 @@ export class PostgresSnapshotReader implements SnapshotReader, PollReader {
           fenceXid: f.xid,
           readAt: at.rows[0]!.at,
           fenceWaitMs,
-          readMs: performance.now() - t0,
+          readMs: done - t0,
+          roundTripMs: chunkRoundTripMs(opened - t0, copied - opened, done - copied),
           fromReplica: Boolean(at.rows[0]!.replica),
           replayLsn: at.rows[0]!.replica ? at.rows[0]!.replay : null,
           replicaLagMs: at.rows[0]!.replica && at.rows[0]!.lag !== null ? Math.max(0, Number(at.rows[0]!.lag)) : null,
@@ -304,6 +308,16 @@ export class PostgresSnapshotReader implements SnapshotReader, PollReader {
       throw e;
     }
   }
+}
+
+/**
+ * The part of a chunk read that does not grow with its rows, ms: its three round trips (BEGIN with
+ * the first SELECT, the COPY, COMMIT). The first and the last carry almost nothing, so their
+ * client-timed durations are round trips; the COPY's is counted as the shorter of the two (at
+ * most the COPY's whole time).
+ */
+export function chunkRoundTripMs(openMs: number, copyMs: number, commitMs: number): number {
+  return openMs + commitMs + Math.min(openMs, commitMs, copyMs);
 }
 
 /**

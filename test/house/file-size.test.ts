@@ -29,7 +29,6 @@ const OVER_THE_LIMIT: Record<string, number> = {
   'local/pipeline.ts': 671,
   'local/poller.ts': 682,
   'lib/cdc-source.ts': 622,
-  'lambda/core/snapshot/snapshot-worker.ts': 611,
 };
 
 /** Lines as `wc -l` counts them (the house test of handlers counts the same way). */

@@ -77,6 +77,9 @@ describe('snapshot reader (real PostgreSQL)', () => {
     try {
       const shape = await reader.describe('public.kinds');
       const read = await reader.readChunk(shape, null, 10);
+      // The read's round trips (BEGIN, COPY, COMMIT), what the pacer leaves out of a chunk's time (docs/snapshot.md, "The budget").
+      expect(read.roundTripMs).toBeGreaterThan(0);
+      expect(read.roundTripMs).toBeLessThanOrEqual(read.readMs);
       const snap = chunkRecords('src', shape, read, rules);
       expect(snap.map((r) => JSON.stringify(r.columns))).toEqual(captured.map((r) => JSON.stringify(r.columns)));
       expect(JSON.stringify(snap[0]!.columns)).not.toContain('person@example.com');

@@ -8,7 +8,9 @@
  * - **chunk size follows the target chunk time** (no pressure involved): a full chunk faster
  *   than the target grows by `increaseRows`, up to what its rate says fits the target and at
  *   most `maxChunk`; a chunk slower than 1.5 × the target shrinks to fit it. Bigger chunks mean
- *   fewer fences and control-plane writes per row.
+ *   fewer fences and control-plane writes per row. The time compared is the part of the read
+ *   that grows with its rows (`rowsMs`): the read's round trips take as long for 50 rows as for
+ *   50,000, so a chunk is never shrunk for them (a busy client, docs/snapshot.md "The budget").
  * - **the delay between chunks follows the source's pressure**, a duty cycle driven by the
  *   measured added latency (smoothed over chunks, `pressureWeight`): over budget, the rest
  *   ratio (delay ÷ the last chunk's busy time) doubles (at least `minRestRatio`, at most
@@ -44,6 +46,11 @@ export interface PacerSample {
   rows: number;
   /** Time the chunk's read took (fence wait not included), ms. */
   readMs: number;
+  /**
+   * The part of `readMs` that does not grow with the chunk's rows: its round trips to the source
+   * (`ChunkRead.roundTripMs`), ms. @default 0
+   */
+  fixedMs?: number;
   /** Time the chunk kept the worker busy (read + publish + record), ms. @default readMs */
   busyMs?: number;
   pressure: PressureReading | null;
@@ -177,17 +184,35 @@ export class AdaptivePacer implements Pacer {
     else if (this.ratio < this.o.relaxBelow) this.rest = this.rest / 2 < this.o.minRestRatio / 4 ? 0 : this.rest / 2;
     this.state = this.rest > 0 ? 'slowed' : 'full-speed';
 
+    this.resize(sample);
+  }
+
+  /** The chunk-time loop: what the rows of the chunk took (its round trips left out) against the target. */
+  private resize(sample: PacerSample): void {
     const target = this.o.targetChunkMs;
-    if (sample.rows > 0 && sample.readMs > 1.5 * target) {
-      this.size = this.clamp(Math.min(this.size, (sample.rows * target) / sample.readMs));
+    const rowsMs = rowsTimeMs(sample);
+    if (sample.rows > 0 && rowsMs > 1.5 * target) {
+      this.size = this.clamp(Math.min(this.size, (sample.rows * target) / rowsMs));
       return;
     }
     // Only grow when the chunk was full: a short last chunk says nothing about the rate.
     if (sample.rows >= this.size) {
-      const fits = sample.readMs > 0 ? (sample.rows * target) / sample.readMs : Number.POSITIVE_INFINITY;
+      const fits = rowsMs > 0 ? (sample.rows * target) / rowsMs : Number.POSITIVE_INFINITY;
       this.size = this.clamp(Math.min(this.size + this.o.increaseRows, Math.max(this.size, fits)));
     }
   }
+}
+
+/**
+ * The time a chunk's rows took to read, ms: the read's time less its round trips (`fixedMs`),
+ * which cost the same at every chunk size. On a busy client a round trip waits for the process to
+ * get the CPU back, and a 600-row read of 5 ms on the source took over a second end to end: taken
+ * as the rows' time, it shrank the chunk to its smallest while the source was idle, and per-chunk
+ * costs (fence, publish, control-plane write) then held the snapshot at 5-150 rows/s
+ * (docs/snapshot.md, "The budget").
+ */
+export function rowsTimeMs(sample: Pick<PacerSample, 'readMs' | 'fixedMs'>): number {
+  return Math.max(0, sample.readMs - Math.max(0, sample.fixedMs ?? 0));
 }
 
 /**

@@ -18,7 +18,6 @@ import type { Pacer, PressureReading } from './snapshot-pacer.ts';
 import { CdcError } from '../shared/errors.ts';
 import { pollWatermark, snapshotRunSpace, type PollSnapshotReader } from '../capture/poll-snapshot.ts';
 import { isPollSpace, PositionSpaceMismatchError, type PollSpace, type PositionSpace } from '../shared/position-space.ts';
-import { parseLsn, type Position } from '../shared/position.ts';
 import {
   afterChunk,
   packChunkSteps,
@@ -28,9 +27,7 @@ import {
   newSnapshotState,
   snapshotPending,
   snapshotPosition,
-  SnapshotRefusedError,
   sweepRecord,
-  BootstrapGapError,
   type ChunkRead,
   type KeyCursor,
   type SnapshotChunkRecord,
@@ -143,6 +140,11 @@ export interface RunTableSnapshotOptions {
   maxChunks?: number;
   /** Stop when this returns true (checked between chunks). */
   shouldStop?: () => boolean;
+  /**
+   * A stop: the run stops at the next chunk boundary, and a pause between chunks (the pacer's
+   * rest, up to 32 × a chunk's busy time) ends at once instead of running out.
+   */
+  signal?: AbortSignal;
   now?: () => Date;
   sleep?: (ms: number) => Promise<void>;
   /** Called after every state write (live status). */
@@ -154,6 +156,22 @@ export interface RunTableSnapshotOptions {
 export type RunOutcome = 'done' | 'more' | 'nothing-to-do' | 'busy' | 'lost-lease' | 'stopped';
 
 const defaultSleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Sleeps `ms`, or until `signal` aborts, whichever comes first (never throws). */
+export function sleepUnlessAborted(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  if (!signal) return defaultSleep(ms);
+  if (signal.aborted) return Promise.resolve();
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener('abort', done, { once: true });
+  });
+}
+
 const defaultYieldToIo = () => new Promise<void>((r) => setImmediate(r));
 
 /**
@@ -163,7 +181,8 @@ const defaultYieldToIo = () => new Promise<void>((r) => setImmediate(r));
  */
 export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunOutcome> {
   const now = o.now ?? (() => new Date());
-  const sleep = o.sleep ?? defaultSleep;
+  const sleep = o.sleep ?? ((ms: number) => sleepUnlessAborted(ms, o.signal));
+  const stopRequested = () => (o.signal?.aborted ?? false) || (o.shouldStop?.() ?? false);
   const leaseMs = o.leaseMs ?? 60_000;
   const yieldToIo = o.yieldToIo ?? defaultYieldToIo;
   let state = await o.controlPlane.getSnapshot(o.source, o.table);
@@ -223,14 +242,14 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
   };
   try {
     for (;;) {
-      if (o.shouldStop?.()) return 'stopped';
+      if (stopRequested()) return 'stopped';
       if (o.maxChunks !== undefined && chunks >= o.maxChunks) return 'more';
       const decision = o.pacer.next();
       if (decision.pauseMs > 0) {
         state = await writeThrottle(o, state!, decision.state === 'full-speed' ? 'slowed' : decision.state, now(), leaseMs);
         if (!state) return 'lost-lease';
         await sleep(decision.pauseMs);
-        if (o.shouldStop?.()) return 'stopped';
+        if (stopRequested()) return 'stopped';
       }
       const started = performance.now();
       let limit = decision.chunkSize;
@@ -322,7 +341,7 @@ export async function runTableSnapshot(o: RunTableSnapshotOptions): Promise<RunO
         return 'done';
       }
       const pressure = o.pressure ? await o.pressure() : null;
-      o.pacer.record({ rows: rowCount, readMs: read.readMs, busyMs: performance.now() - started, pressure });
+      o.pacer.record({ rows: rowCount, readMs: read.readMs, fixedMs: read.roundTripMs ?? 0, busyMs: performance.now() - started, pressure });
     }
   } finally {
     await settle();
@@ -470,10 +489,11 @@ export async function runPendingSnapshots(o: RunPendingOptions): Promise<Map<str
   const pacers = new Map<string, Pacer>();
   const turnMs = o.turnMs ?? 10_000;
   const pendingNow = async (): Promise<SnapshotState[]> => (await o.controlPlane.listSnapshots(o.source)).filter(snapshotPending);
+  const stopping = () => (o.signal?.aborted ?? false) || (o.shouldStop?.() ?? false);
   let pending = await pendingNow();
   while (pending.length > 0) {
     for (const run of pending) {
-      if (o.shouldStop?.()) return outcomes;
+      if (stopping()) return outcomes;
       let pacer = pacers.get(run.table);
       if (!pacer) {
         await o.beforeRun?.(run.table);
@@ -489,14 +509,14 @@ export async function runPendingSnapshots(o: RunPendingOptions): Promise<Map<str
           table: run.table,
           rules: o.rulesOf(run.table),
           pacer,
-          shouldStop: () => (o.shouldStop?.() ?? false) || (turn.othersWaiting && Date.now() >= turnEnd),
+          shouldStop: () => stopping() || (turn.othersWaiting && Date.now() >= turnEnd),
         });
       } finally {
         await turn.stop();
       }
       outcomes.set(run.table, outcome);
       // The invocation's share is used up, or the worker is stopping.
-      if (outcome === 'more' || (outcome === 'stopped' && (o.shouldStop?.() ?? false))) return outcomes;
+      if (outcome === 'more' || (outcome === 'stopped' && stopping())) return outcomes;
     }
     // The next round: runs still pending (a run another worker holds, or whose lease was lost, is left to it).
     pending = (await pendingNow()).filter((r) => outcomes.get(r.table) !== 'busy' && outcomes.get(r.table) !== 'lost-lease');
@@ -538,64 +558,4 @@ function watchOthers(pendingNow: () => Promise<SnapshotState[]>, table: string, 
 /** The runs still to do. */
 export function snapshotPendingRuns(runs: readonly SnapshotState[]): SnapshotState[] {
   return runs.filter(snapshotPending);
-}
-
-export interface BootstrapInput {
-  source: string;
-  table: string;
-  /** The source position the copy represents (`X/Y`): every change committed before it is in the copy, none after. */
-  copyLsn: string;
-  /** The earliest commit LSN the change log holds for the source (`X/Y`): where capture started. */
-  logStartLsn: string;
-  actor: string;
-  now?: Date;
-}
-
-/**
- * Starts a table from a trusted copy already loaded into the sink (docs/architecture.md, "Capture methods") instead of a
- * snapshot, if the change log holds everything after the copy's position (overlap proven:
- * `logStart ≤ copy`); otherwise throws `BootstrapGapError` and changes nothing (the refusal is
- * audited). On success the table's run is recorded `done` with reason `bootstrap` (so no first
- * snapshot is requested for it) and the position to stamp the copy's rows with is returned
- * (`_cdc_position` in the warehouse mirror): the same rule as a chunk row, so every change after
- * the copy wins over it and every change before it loses. A run that is requested or running
- * is refused (`SnapshotRefusedError`).
- */
-export async function bootstrapFromCopy(controlPlane: ControlPlane, input: BootstrapInput): Promise<{ state: SnapshotState; copyPosition: Position }> {
-  const now = input.now ?? new Date();
-  const copy = parseLsn(input.copyLsn, 'copyLsn');
-  const start = parseLsn(input.logStartLsn, 'logStartLsn');
-  const audit = (outcome: 'done' | 'refused', detail: Record<string, unknown>): AuditEntry => ({
-    at: now.toISOString(),
-    actor: input.actor,
-    action: 'bootstrap-from-copy',
-    source: input.source,
-    table: input.table,
-    outcome,
-    detail: { copyLsn: input.copyLsn, logStartLsn: input.logStartLsn, ...detail },
-  });
-  if (start > copy) {
-    const err = new BootstrapGapError(input.table, input.copyLsn, input.logStartLsn);
-    await controlPlane.appendAudit(audit('refused', { refusal: err.message }));
-    throw err;
-  }
-  const previous = await controlPlane.getSnapshot(input.source, input.table);
-  if (snapshotPending(previous)) {
-    const reason = `a snapshot (run ${previous!.run}) is ${previous!.status}; wait for it or let it finish`;
-    await controlPlane.appendAudit(audit('refused', { refusal: reason }));
-    throw new SnapshotRefusedError(input.table, reason);
-  }
-  const at = now.toISOString();
-  const state: SnapshotState = {
-    ...newSnapshotState(input.source, input.table, 'bootstrap', input.actor, now, previous),
-    status: 'done',
-    startedAt: at,
-    finishedAt: at,
-    firstLowWatermark: input.copyLsn,
-    etaSeconds: 0,
-  };
-  if (!(await controlPlane.putSnapshot(state, previous?.version ?? null, audit('done', { run: state.run })))) {
-    throw new SnapshotRefusedError(input.table, 'another request for this table was written at the same time');
-  }
-  return { state, copyPosition: snapshotPosition(input.copyLsn) };
 }

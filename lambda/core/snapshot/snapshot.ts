@@ -352,17 +352,17 @@ export interface ChunkRead {
   /** Rows in key order; each value the type's output text, or null. */
   rows: (string | null)[][];
   /**
-   * The same rows as `COPY … TO STDOUT` text-format output, when the reader streamed them that
-   * way (the Postgres reader does, `copyChunkRead`): the worker then counts, keys and packs the
-   * rows from this text directly (`chunkRowCount`, `chunkEndKey`, `packChunkRecords`), and
-   * `rows` is only parsed from it if something reads it.
+   * The same rows as `COPY … TO STDOUT` text-format output, when the reader streamed them that way (the Postgres
+   * reader does, `copyChunkRead`): the worker then counts, keys and packs the rows from this text directly
+   * (`chunkRowCount`, `chunkEndKey`, `packChunkRecords`), and `rows` is only parsed from it if something reads it.
    */
   copyText?: string;
   /** When the chunk's snapshot was taken (ISO-8601, from the source). */
   readAt: string;
-  /** Time spent waiting for older transactions, and reading, ms. */
+  /** Time spent waiting for older transactions, and reading, ms; and of the read, in round trips (the same at any chunk size; the pacer leaves it out, `rowsTimeMs`; @default 0). */
   fenceWaitMs: number;
   readMs: number;
+  roundTripMs?: number;
   /** True when the rows were read from a read replica. */
   fromReplica: boolean;
   /**

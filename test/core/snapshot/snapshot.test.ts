@@ -27,14 +27,8 @@ import {
   probeNoiseFloorMs,
   quantile,
 } from '../../../lambda/core/snapshot/snapshot-pacer.ts';
-import {
-  bootstrapFromCopy,
-  planSnapshots,
-  requestSnapshot,
-  runPendingSnapshots,
-  runTableSnapshot,
-  type SnapshotReader,
-} from '../../../lambda/core/snapshot/snapshot-worker.ts';
+import { bootstrapFromCopy } from '../../../lambda/core/snapshot/snapshot-bootstrap.ts';
+import { planSnapshots, requestSnapshot, runPendingSnapshots, runTableSnapshot, type SnapshotReader } from '../../../lambda/core/snapshot/snapshot-worker.ts';
 import { BootstrapGapError, sweepPosition } from '../../../lambda/core/snapshot/snapshot.ts';
 import { makePosition } from '../../../lambda/core/shared/position.ts';
 import { maskValue, NO_COLUMN_RULES } from '../../../lambda/core/tables/masking.ts';
