@@ -234,7 +234,18 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
     // Admission and validation per table, then the tables' writes: in one warehouse transaction
     // when the writer can (`applyTables`), else one per table.
     const ready: Ready[] = [];
-    for (const items of groups.values()) {
+    // Whether the warehouse folds names is the warehouse's, not a table's: an error asking it (the
+    // warehouse unreachable) fails every table of the batch, as an error of the batch's transaction
+    // does, and no table of the batch is written without the others (docs/warehouse-apply.md, "One
+    // transaction per batch").
+    const folds = await writer.foldsNames().then(
+      (f) => f,
+      (err: unknown) => {
+        for (const items of groups.values()) failGroup(items[0]!.event.source, items[0]!.event.table, items, err);
+        return null;
+      },
+    );
+    for (const items of folds === null ? [] : groups.values()) {
       const { source, table } = items[0]!.event;
       try {
         const r = await admitGroup(source, table, items);
@@ -292,7 +303,7 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
       }
       const { target, table: rec } = admission;
       // A warehouse that folds names refuses the second of two tables it would make one (docs/onboarding.md, "Names").
-      if (!unfolded.has(`${source}\u0000${table}`) && (await writer.foldsNames())) {
+      if (!unfolded.has(`${source}\u0000${table}`) && folds) {
         const first = await foldsInto(cp, source, table, targetOf);
         if (first !== null) {
           await holdOnError(source, table, items, new FoldedNameError(source, table, first), 'NAME_FOLDS');
