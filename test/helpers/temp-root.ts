@@ -6,16 +6,21 @@
  * several gigabytes, and enough runs filled the disk (every test then failed at once).
  *
  * The root is world-writable with the sticky bit, like /tmp itself: embedded PostgreSQL runs as
- * the `postgres` user when the tests run as root, and must reach its data folder.
+ * the `postgres` user when the tests run as root, and must reach its data folder. Its binaries are
+ * copied once, before, into the machine's temp folder (where `cdc local` keeps them too), and each
+ * test file's folder links to them (test/helpers/temp-per-file.ts) instead of copying them again.
  */
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { postgresBinaries } from '../../local/postgres.ts';
 
-export default function setup(): () => void {
+export default async function setup(): Promise<() => void> {
+  const { bin } = await postgresBinaries();
   const root = mkdtempSync(path.join(os.tmpdir(), 'cdc-test-run-'));
   chmodSync(root, 0o1777);
-  // The worker processes start after this and inherit it; os.tmpdir() reads it on every call.
+  // The worker processes start after this and inherit both; os.tmpdir() reads TMPDIR on every call.
   process.env.TMPDIR = root;
+  process.env.CDC_TEST_POSTGRES_BINARIES = path.dirname(bin);
   return () => rmSync(root, { recursive: true, force: true });
 }
