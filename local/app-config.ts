@@ -248,10 +248,10 @@ export function selectStack(dir: string, name: string | null): AssemblyStack {
 
 /**
  * The local run of one source of a synthesized stack: `dir` is the cloud assembly (`cdk.out`),
- * `stackName` its stack (optional when one stack has a source), `sourceId` the source (optional
+ * `stackName` its stack (optional when one stack has a source), `requested` the source id asked for (optional
  * when the stack has one).
  */
-export function loadLocalApp(dir: string, stackName: string | null, sourceId: string | null): LocalAppConfig {
+export function loadLocalApp(dir: string, stackName: string | null, requested: string | null): LocalAppConfig {
   const chosen = selectStack(dir, stackName);
   const stack = chosen.name;
   const fns = templateFunctions(readJson(chosen.templateFile, 'the template'));
@@ -261,11 +261,11 @@ export function loadLocalApp(dir: string, stackName: string | null, sourceId: st
   const sources = normalizers.map(sourceOf);
   if (normalizers.length === 0) throw new LocalConfigError(`--app: stack ${stack} has no CdcSource (no normalizer function)`);
   const normalizer =
-    sourceId === null
+    requested === null
       ? oneOf(normalizers, 'source', stack, sourceOf)
-      : (normalizers.find((f) => sourceOf(f) === sourceId) ??
+      : (normalizers.find((f) => sourceOf(f) === requested) ??
         (() => {
-          throw new LocalConfigError(`--source-id ${sourceId}: stack ${stack} has no such source; its sources: ${sources.join(', ')}`);
+          throw new LocalConfigError(`--source-id ${requested}: stack ${stack} has no such source; its sources: ${sources.join(', ')}`);
         })());
   const source = sourceOf(normalizer);
   const ofSource = (h: string): TemplateFunction[] => ofHandler(h).filter((f) => f.env[EnvName.SOURCE_ID] === source);
