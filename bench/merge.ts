@@ -58,13 +58,13 @@ export async function run(): Promise<BenchResult> {
     if (BASE_EVENTS + delta > all.length) throw new Error(`--delta: at most ${all.length - BASE_EVENTS} events (the history has ${all.length})`);
     const runs: Record<string, unknown>[] = [];
     const times = new Map<string, number>();
-    const applyEvents = async (source: string, events: readonly ChangeEvent[]): Promise<TableApplyResult> =>
+    const applyEvents = async (sourceId: string, events: readonly ChangeEvent[]): Promise<TableApplyResult> =>
       warehouse.applyTable({
-        source,
+        source: sourceId,
         table: 'public.items',
         deleteMode: 'soft',
-        schemas: new Map([[1, { ...schema, source }]]),
-        events: events.map((e) => ({ ...e, source })),
+        schemas: new Map([[1, { ...schema, source: sourceId }]]),
+        events: events.map((e) => ({ ...e, source: sourceId })),
         appliedAt: new Date(Date.UTC(2026, 0, 1)),
       });
     const e0 = all[0]!;

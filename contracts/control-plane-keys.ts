@@ -9,19 +9,19 @@ export const ControlPartition = {
   /** One item per source that has tables (sort key `SOURCE#<source>`). */
   SOURCES: 'SOURCES',
   /** The table records of one source. */
-  source: (source: string): string => `SOURCE#${source}`,
+  source: (sourceId: string): string => `SOURCE#${sourceId}`,
   /** The schema versions of one table. */
-  schema: (source: string, table: string): string => `SCHEMA#${source}#${table}`,
+  schema: (sourceId: string, table: string): string => `SCHEMA#${sourceId}#${table}`,
   /** Every schema-version partition of one source, as an IAM `StringLike` pattern. */
-  schemasOf: (source: string): string => `SCHEMA#${source}#*`,
+  schemasOf: (sourceId: string): string => `SCHEMA#${sourceId}#*`,
   /** One sink's progress per table. */
   sink: (sink: string): string => `SINK#${sink}`,
   /** The local poller's checkpoints of one consumer. */
   checkpoint: (consumer: string): string => `CHECKPOINT#${consumer}`,
   /** The completed chunks of one table's snapshot runs (the run's state is an item of `source(…)`). */
-  snapshotChunks: (source: string, table: string): string => `SNAPSHOT#${source}#${table}`,
+  snapshotChunks: (sourceId: string, table: string): string => `SNAPSHOT#${sourceId}#${table}`,
   /** Every snapshot-chunk partition of one source, as an IAM `StringLike` pattern. */
-  snapshotChunksOf: (source: string): string => `SNAPSHOT#${source}#*`,
+  snapshotChunksOf: (sourceId: string): string => `SNAPSHOT#${sourceId}#*`,
   /** The append-only audit log. */
   AUDIT: 'AUDIT',
   /** The dead letters of one stage (`normalizer` or a sink id). */
@@ -35,21 +35,21 @@ export const ControlPartition = {
 } as const;
 
 /** The checkpoint consumer id under which a source's poll worker keeps its cursors, one per polled table (docs/polling.md). */
-export const pollConsumerId = (source: string): string => `poll-${source}`;
+export const pollConsumerId = (sourceId: string): string => `poll-${sourceId}`;
 
 /**
  * The checkpoint consumer id under which a source's `Custom::CdcColumnRules` step keeps the digest
  * of the column rules in force (and of the ones before), so a rollback is told from a change
  * (docs/masking.md, "Adding a rule to a live table").
  */
-export const columnRulesConsumerId = (source: string): string => `column-rules-${source}`;
+export const columnRulesConsumerId = (sourceId: string): string => `column-rules-${sourceId}`;
 
 /** The checkpoint consumer id under which a source's slot monitor keeps its latest report for `cdc status` (docs/doctor.md). */
-export const slotReportConsumerId = (source: string): string => `slot-monitor:${source}`;
+export const slotReportConsumerId = (sourceId: string): string => `slot-monitor:${sourceId}`;
 
 /**
  * The checkpoint consumer id under which a source's snapshot worker publishes the catalog types of
  * captured tables not registered yet, one item per table; the normalizer registers a table first
  * seen through a type-less DMS record with them (docs/schema-drift.md, "First sight of a table").
  */
-export const catalogConsumerId = (source: string): string => `catalog-${source}`;
+export const catalogConsumerId = (sourceId: string): string => `catalog-${sourceId}`;

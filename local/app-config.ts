@@ -267,8 +267,8 @@ export function loadLocalApp(dir: string, stackName: string | null, requested: s
         (() => {
           throw new LocalConfigError(`--source-id ${requested}: stack ${stack} has no such source; its sources: ${sources.join(', ')}`);
         })());
-  const source = sourceOf(normalizer);
-  const ofSource = (h: string): TemplateFunction[] => ofHandler(h).filter((f) => f.env[EnvName.SOURCE_ID] === source);
+  const sourceId = sourceOf(normalizer);
+  const ofSource = (h: string): TemplateFunction[] => ofHandler(h).filter((f) => f.env[EnvName.SOURCE_ID] === sourceId);
 
   const heartbeatSchema = literal(stack, normalizer, EnvName.HEARTBEAT_SCHEMA) ?? DEFAULT_HEARTBEAT_SCHEMA;
   if (heartbeatSchema !== DEFAULT_HEARTBEAT_SCHEMA)
@@ -287,7 +287,7 @@ export function loadLocalApp(dir: string, stackName: string | null, requested: s
   const changeLog = resourceOf(stack, normalizer, EnvName.CHANGE_LOG_STREAM);
   const snapshot = ofSource('snapshot-worker')[0];
   if (snapshot && resourceOf(stack, snapshot, EnvName.RAW_STREAM) !== raw)
-    throw new LocalConfigError(`--app: ${where(stack, snapshot, EnvName.RAW_STREAM)} is not the stream the normalizer of ${source} reads (${raw})`);
+    throw new LocalConfigError(`--app: ${where(stack, snapshot, EnvName.RAW_STREAM)} is not the stream the normalizer of ${sourceId} reads (${raw})`);
   const readsChangeLog = (f: TemplateFunction): boolean => f.mappings.some((m) => m.stream === changeLog);
 
   const applier = oneOf(ofHandler('warehouse-applier').filter(readsChangeLog), 'warehouse sink reading the change log', stack, (f) =>
@@ -310,11 +310,11 @@ export function loadLocalApp(dir: string, stackName: string | null, requested: s
     .map((f) => ({
       f,
       tables: validateSearchTables(JSON.parse(required(stack, f, EnvName.SEARCH_TABLES)) as unknown, where(stack, f, EnvName.SEARCH_TABLES)).filter(
-        (t) => t.source === source,
+        (t) => t.source === sourceId,
       ),
     }))
     .filter((s) => s.tables.length > 0);
-  if (searches.length > 1) throw new LocalConfigError(`--app: stack ${stack} has ${searches.length} search sinks serving ${source}; cdc local runs one`);
+  if (searches.length > 1) throw new LocalConfigError(`--app: stack ${stack} has ${searches.length} search sinks serving ${sourceId}; cdc local runs one`);
   const searchFn = searches[0];
   const search = searchFn
     ? {
@@ -328,10 +328,10 @@ export function loadLocalApp(dir: string, stackName: string | null, requested: s
   const budgetBytes = monitor ? literal(stack, monitor, EnvName.SLOT_WAL_BUDGET_BYTES) : undefined;
   const archive = ofHandler('archive-copier').find(readsChangeLog);
   const batchOf = (f: TemplateFunction | undefined, stream: string): number | null => f?.mappings.find((m) => m.stream === stream)?.batchSize ?? null;
-  const others = sources.filter((s) => s !== source);
+  const others = sources.filter((s) => s !== sourceId);
   return {
     stack,
-    source,
+    source: sourceId,
     tables,
     rules,
     catalogTypes: catalogTypesSetting(literal(stack, normalizer, EnvName.CATALOG_TYPES)),

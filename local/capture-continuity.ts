@@ -24,8 +24,8 @@ export async function recordAcked(ctx: Pick<ContinuityContext, 'controlPlane' | 
 }
 
 /** Where a source's identity is recorded (consumer, shard). */
-export function identityCheckpoint(source: string): [string, string] {
-  return [`source-identity:${source}`, 'identity'];
+export function identityCheckpoint(sourceId: string): [string, string] {
+  return [`source-identity:${sourceId}`, 'identity'];
 }
 
 export interface ContinuityContext {

@@ -72,7 +72,7 @@ function splitTableIdLoose(table: string): { schema: string; name: string } {
  * which tables are captured.
  */
 export function transactionsToRecords(
-  source: string,
+  sourceId: string,
   transactions: readonly RootedTransaction[],
   tables: TableConfigIndex,
   keys: ReadonlyMap<string, string[]>,
@@ -84,7 +84,7 @@ export function transactionsToRecords(
   // What each table's records are built with, looked up once per call (plain loops, no closure per change: docs/performance-log.md, "35. The slot capture's work per change").
   const per = new Map<string, { rules: ColumnRules; key: readonly string[]; types: ReadonlyMap<string, CatalogType> | undefined } | null>();
   for (const tx of transactions) {
-    const at = { source, xid: tx.xid, commitLsn: tx.commitLsn, commitTs: tx.commitTs };
+    const at = { source: sourceId, xid: tx.xid, commitLsn: tx.commitLsn, commitTs: tx.commitTs };
     for (let i = 0; i < tx.changes.length; i++) {
       const change = tx.changes[i]!;
       const index = tx.indexes?.[i] ?? i;

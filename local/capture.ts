@@ -88,8 +88,8 @@ export interface CaptureStats {
 }
 
 /** Checkpoint owner name in the control plane. */
-export function captureCheckpointName(source: string): string {
-  return `capture:${source}`;
+export function captureCheckpointName(sourceId: string): string {
+  return `capture:${sourceId}`;
 }
 
 /** Checkpoint value while the slot is being created (a crash then leaves a slot we may adopt). */

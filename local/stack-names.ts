@@ -32,11 +32,11 @@ export function newStackId(): string {
 }
 
 /** The names derived from a stack id, with the user's choices in their place. */
-export function deriveStackNames(stackId: string, source: string, chosen: ChosenNames = {}): StackNames {
+export function deriveStackNames(stackId: string, sourceId: string, chosen: ChosenNames = {}): StackNames {
   const names: StackNames = {
     stackId,
     controlTable: chosen.controlTable ?? `cdc-control-${stackId}`,
-    streams: { raw: chosen.rawStream ?? `cdc-raw-${source}-${stackId}`, changeLog: chosen.changeLogStream ?? `cdc-change-log-${stackId}` },
+    streams: { raw: chosen.rawStream ?? `cdc-raw-${sourceId}-${stackId}`, changeLog: chosen.changeLogStream ?? `cdc-change-log-${stackId}` },
   };
   checkName(names.controlTable, 'control table', /^[A-Za-z0-9_.-]{3,255}$/, '3 to 255 letters, digits, _ . -');
   checkName(names.streams.raw, 'raw stream', /^[A-Za-z0-9_.-]{1,128}$/, '1 to 128 letters, digits, _ . -');
@@ -64,8 +64,8 @@ export function recordedNames(state: RecordedNames): StackNames {
  * The names of a stack starting in a state folder: those it recorded (a restart), else new ones.
  * A name chosen now that differs from the recorded one is refused: the state is under the old one.
  */
-export function stackNamesFor(previous: RecordedNames | null, source: string, chosen: ChosenNames = {}, stateDir = 'the state folder'): StackNames {
-  if (!previous) return deriveStackNames(newStackId(), source, chosen);
+export function stackNamesFor(previous: RecordedNames | null, sourceId: string, chosen: ChosenNames = {}, stateDir = 'the state folder'): StackNames {
+  if (!previous) return deriveStackNames(newStackId(), sourceId, chosen);
   const names = recordedNames(previous);
   const clashes = [
     ['control table', chosen.controlTable, names.controlTable],

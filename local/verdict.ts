@@ -79,10 +79,10 @@ export interface CompareOptions {
  * when, from which position, why (the sink's last `hold-table` audit entry, or the table's pause),
  * and the command that replays it. Null when the sink holds nothing of the table.
  */
-export async function sinkHoldProblem(controlPlane: ControlPlane, sink: string, source: string, table: string): Promise<string | null> {
-  const progress = await controlPlane.getSinkProgress(sink, source, table);
+export async function sinkHoldProblem(controlPlane: ControlPlane, sink: string, sourceId: string, table: string): Promise<string | null> {
+  const progress = await controlPlane.getSinkProgress(sink, sourceId, table);
   if (!progress?.heldFrom) return null;
-  const audit = await controlPlane.listAudit(source, table, progress.heldAt ?? undefined);
+  const audit = await controlPlane.listAudit(sourceId, table, progress.heldAt ?? undefined);
   const entry = audit.filter((e) => e.action === 'hold-table' && e.detail.sink === sink).at(-1);
   const why = typeof entry?.detail.reason === 'string' ? `: ${entry.detail.reason}` : ' (the table is paused or needs a re-snapshot)';
   return `held by sink ${sink} since ${progress.heldAt ?? 'unknown'} from position ${progress.heldFrom}${why}; its changes from there are not applied: fix the cause, then cdc resume ${table}`;
@@ -101,11 +101,11 @@ async function session(url: string): Promise<pg.Client> {
 async function compareAs(
   src: pg.Client,
   controlPlane: ControlPlane | undefined,
-  source: string,
+  sourceId: string,
   config: TableConfig,
   columns: readonly string[],
 ): Promise<Record<string, CompareClass>> {
-  const registered = controlPlane ? await registeredTypes(controlPlane, source, config.table) : undefined;
+  const registered = controlPlane ? await registeredTypes(controlPlane, sourceId, config.table) : undefined;
   const catalog = (await columnTypesOf(src, [config.table])).get(config.table);
   return compareClasses(columns, registered, catalog ? Object.fromEntries([...catalog].map(([c, t]) => [c, t.full])) : undefined, config.mask);
 }

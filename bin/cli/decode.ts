@@ -66,12 +66,12 @@ function parseKey(spec: string): [string, string[]] {
 
 export function parseDecodeArgs(args: readonly string[]): DecodeOptions {
   const { values, positionals } = parseCommandLine(DECODE, args);
-  const source = text(values, 'source-id') ?? DEFAULT_SOURCE;
-  if (!isSourceId(source)) throw new UsageError(`--source-id expects a lower-case identifier, got '${source}'`);
+  const sourceId = text(values, 'source-id') ?? DEFAULT_SOURCE;
+  if (!isSourceId(sourceId)) throw new UsageError(`--source-id expects a lower-case identifier, got '${sourceId}'`);
   if (positionals.length > 1) throw new UsageError(`one input file at most (got '${positionals.join("' and '")}')`);
   return {
     file: positionals[0] ?? null,
-    source,
+    source: sourceId,
     keys: new Map(texts(values, 'key').map(parseKey)),
     tableConfig: text(values, 'table-config'),
     sort: on(values, 'sort'),

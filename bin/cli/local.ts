@@ -78,7 +78,7 @@ async function run(o: LocalOptions, io: CliIo, app: LocalAppConfig | null): Prom
 
 async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: LocalAppConfig | null): Promise<number> {
   const started = Date.now();
-  const source = o.sourceId ?? (o.demo ? 'demo' : 'local');
+  const sourceId = o.sourceId ?? (o.demo ? 'demo' : 'local');
   const { tables, rules } = app ?? (await capturedTables(o));
   // With --json, stdout carries only the verdict document: everything else goes to stderr.
   const out = (text: string): Promise<void> => write(o.json ? io.stderr : io.stdout, text);
@@ -102,11 +102,11 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
         sourceUrl: o.sourceUrl,
         tables: tables.map((t) => ({ table: t.table, key: t.key ?? null, pollColumn: t.pollColumn ?? null, exclude: t.exclude })),
         rules,
-        slot: o.slot ?? `cdc_${source}`,
+        slot: o.slot ?? `cdc_${sourceId}`,
         applicationName: 'cdc-local-check',
         // The local warehouse's engine: PostgreSQL, or Redshift through its stand-in (docs/onboarding.md, "Names").
         sinks: { warehouse: o.warehouseEngine, search: o.search },
-        sourceId: source,
+        sourceId: sourceId,
       });
     } catch (e) {
       await err(`cdc local: cannot use the source ${redactUrl(o.sourceUrl)}: ${describeError(e)}\n`);
@@ -125,7 +125,7 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
   try {
     stack = await startLocalStack({
       stateDir: o.stateDir,
-      source,
+      source: sourceId,
       ...(o.sourceUrl ? { sourceUrl: o.sourceUrl } : {}),
       ...(o.warehouseUrl ? { warehouseUrl: o.warehouseUrl } : {}),
       fast: o.fast,
@@ -148,14 +148,14 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
 
   // A mask or exclude added to a table that is already captured is refused unless acknowledged (docs/masking.md).
   try {
-    const registered = await stack.controlPlane.listTables(source);
+    const registered = await stack.controlPlane.listTables(sourceId);
     const ruled = registered
       .filter((r) => !tables.some((t) => t.table === r.table))
       .flatMap((r) => {
         const m = resolveByRules(rules, r.table);
         return m.kind === 'rule' ? [m.config] : [];
       });
-    const late = await enforceLateRules({ controlPlane: stack.controlPlane, source, tables: [...tables, ...ruled], actor: 'cdc-local' });
+    const late = await enforceLateRules({ controlPlane: stack.controlPlane, source: sourceId, tables: [...tables, ...ruled], actor: 'cdc-local' });
     for (const c of late)
       await err(
         `cdc local: ${c.table}: late rule acknowledged (${c.acknowledgement}); ${c.leftBehind}. The table is marked needs-resnapshot and its re-snapshot is requested.\n`,
@@ -195,7 +195,7 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
   const writer = new StatusWriter(print, tty, DRAIN_EVERY_MS, () => process.stdout.columns);
   let pipeline: LocalPipeline | null = null;
   let code = EXIT_OK;
-  const report: LocalReport = { outcome: 'stopped', exitCode: EXIT_OK, source, measured: null, verdicts: [] };
+  const report: LocalReport = { outcome: 'stopped', exitCode: EXIT_OK, source: sourceId, measured: null, verdicts: [] };
   signals.sayWith(print);
   const stopped = signals.requested.then(() => 'signal' as const);
   let statusTimer: NodeJS.Timeout | null = null;
@@ -214,7 +214,7 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
         : undefined;
     pipeline = new LocalPipeline({
       stack,
-      source,
+      source: sourceId,
       tables,
       rules,
       sinkId: o.sinkId,
@@ -335,7 +335,7 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
         compareSourceAndWarehouse({
           sourceUrl: stack.sourceUrl,
           warehouseUrl: stack.warehouseUrl,
-          source,
+          source: sourceId,
           tables: pipeline.capturedTables(),
           controlPlane: stack.controlPlane,
           sink: o.sinkId,
@@ -359,7 +359,7 @@ async function runStack(o: LocalOptions, io: CliIo, signals: StopSignals, app: L
           compareSourceAndSearch({
             sourceUrl: stack.sourceUrl,
             search: pipeline.searchIndex,
-            source,
+            source: sourceId,
             controlPlane: stack.controlPlane,
             sink: o.searchId,
             // Every table captured now, as for the warehouse: those that joined by a rule included (an app's: those its search sink serves).

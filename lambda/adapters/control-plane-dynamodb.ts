@@ -88,17 +88,17 @@ export class DynamoDbControlPlane implements ControlPlane {
 
   // Tables and schema versions
 
-  getTable(source: string, table: string): Promise<TableRecord | null> {
-    return tables.getTable(this.t, source, table);
+  getTable(sourceId: string, table: string): Promise<TableRecord | null> {
+    return tables.getTable(this.t, sourceId, table);
   }
-  listTables(source?: string): Promise<TableRecord[]> {
-    return tables.listTables(this.t, source);
+  listTables(sourceId?: string): Promise<TableRecord[]> {
+    return tables.listTables(this.t, sourceId);
   }
-  getSchemaVersion(source: string, table: string, version: number): Promise<SchemaVersion | null> {
-    return tables.getSchemaVersion(this.t, source, table, version);
+  getSchemaVersion(sourceId: string, table: string, version: number): Promise<SchemaVersion | null> {
+    return tables.getSchemaVersion(this.t, sourceId, table, version);
   }
-  listSchemaVersions(source: string, table: string): Promise<SchemaVersion[]> {
-    return tables.listSchemaVersions(this.t, source, table);
+  listSchemaVersions(sourceId: string, table: string): Promise<SchemaVersion[]> {
+    return tables.listSchemaVersions(this.t, sourceId, table);
   }
   registerTable(table: TableRecord, schema: SchemaVersion, audit: AuditEntry): Promise<boolean> {
     return tables.registerTable(this.t, table, schema, audit);
@@ -106,8 +106,8 @@ export class DynamoDbControlPlane implements ControlPlane {
   addSchemaVersion(schema: SchemaVersion, audit: AuditEntry): Promise<boolean> {
     return tables.addSchemaVersion(this.t, schema, audit);
   }
-  setTableState(source: string, table: string, state: TableState, reason: string | null, audit: AuditEntry): Promise<void> {
-    return tables.setTableState(this.t, source, table, state, reason, audit);
+  setTableState(sourceId: string, table: string, state: TableState, reason: string | null, audit: AuditEntry): Promise<void> {
+    return tables.setTableState(this.t, sourceId, table, state, reason, audit);
   }
   commitTableAction(action: TableAction): Promise<boolean> {
     return tables.commitTableAction(this.t, action);
@@ -115,26 +115,26 @@ export class DynamoDbControlPlane implements ControlPlane {
 
   // Sink progress
 
-  getSinkProgress(sink: string, source: string, table: string): Promise<SinkTableProgress | null> {
-    return sinkProgress.getSinkProgress(this.t, sink, source, table);
+  getSinkProgress(sink: string, sourceId: string, table: string): Promise<SinkTableProgress | null> {
+    return sinkProgress.getSinkProgress(this.t, sink, sourceId, table);
   }
-  advanceSinkProgress(sink: string, source: string, table: string, appliedPosition: Position): Promise<void> {
-    return sinkProgress.advanceSinkProgress(this.t, sink, source, table, appliedPosition);
+  advanceSinkProgress(sink: string, sourceId: string, table: string, appliedPosition: Position): Promise<void> {
+    return sinkProgress.advanceSinkProgress(this.t, sink, sourceId, table, appliedPosition);
   }
-  holdSinkTable(sink: string, source: string, table: string, fromPosition: Position, shards?: Readonly<Record<string, string>>): Promise<void> {
-    return sinkProgress.holdSinkTable(this.t, sink, source, table, fromPosition, shards);
+  holdSinkTable(sink: string, sourceId: string, table: string, fromPosition: Position, shards?: Readonly<Record<string, string>>): Promise<void> {
+    return sinkProgress.holdSinkTable(this.t, sink, sourceId, table, fromPosition, shards);
   }
-  releaseSinkTable(sink: string, source: string, table: string, audit: AuditEntry): Promise<void> {
-    return sinkProgress.releaseSinkTable(this.t, sink, source, table, audit);
+  releaseSinkTable(sink: string, sourceId: string, table: string, audit: AuditEntry): Promise<void> {
+    return sinkProgress.releaseSinkTable(this.t, sink, sourceId, table, audit);
   }
   listSinkProgress(sink?: string): Promise<SinkTableProgress[]> {
     return sinkProgress.listSinkProgress(this.t, sink);
   }
-  completeSinkRelease(sink: string, source: string, table: string, expected: { heldFrom: Position; holdCount: number }, audit: AuditEntry): Promise<boolean> {
-    return sinkProgress.completeSinkRelease(this.t, sink, source, table, expected, audit);
+  completeSinkRelease(sink: string, sourceId: string, table: string, expected: { heldFrom: Position; holdCount: number }, audit: AuditEntry): Promise<boolean> {
+    return sinkProgress.completeSinkRelease(this.t, sink, sourceId, table, expected, audit);
   }
-  clearReleaseRequest(sink: string, source: string, table: string): Promise<boolean> {
-    return sinkProgress.clearReleaseRequest(this.t, sink, source, table);
+  clearReleaseRequest(sink: string, sourceId: string, table: string): Promise<boolean> {
+    return sinkProgress.clearReleaseRequest(this.t, sink, sourceId, table);
   }
 
   // Checkpoints of the local poller
@@ -151,8 +151,8 @@ export class DynamoDbControlPlane implements ControlPlane {
   appendAudit(entry: AuditEntry): Promise<void> {
     return audits.appendAudit(this.t, entry);
   }
-  listAudit(source?: string, table?: string, since?: string): Promise<AuditEntry[]> {
-    return audits.listAudit(this.t, source, table, since);
+  listAudit(sourceId?: string, table?: string, since?: string): Promise<AuditEntry[]> {
+    return audits.listAudit(this.t, sourceId, table, since);
   }
   putDeadLetter(letter: DeadLetter): Promise<void> {
     return deadLetters.putDeadLetter(this.t, letter);
@@ -163,11 +163,11 @@ export class DynamoDbControlPlane implements ControlPlane {
 
   // Snapshots (docs/snapshot.md)
 
-  getSnapshot(source: string, table: string): Promise<SnapshotState | null> {
-    return snapshots.getSnapshot(this.t, source, table);
+  getSnapshot(sourceId: string, table: string): Promise<SnapshotState | null> {
+    return snapshots.getSnapshot(this.t, sourceId, table);
   }
-  listSnapshots(source: string): Promise<SnapshotState[]> {
-    return snapshots.listSnapshots(this.t, source);
+  listSnapshots(sourceId: string): Promise<SnapshotState[]> {
+    return snapshots.listSnapshots(this.t, sourceId);
   }
   putSnapshot(state: SnapshotState, expectedVersion: number | null, audit: AuditEntry | null): Promise<boolean> {
     return snapshots.putSnapshot(this.t, state, expectedVersion, audit);
@@ -175,8 +175,8 @@ export class DynamoDbControlPlane implements ControlPlane {
   completeSnapshotChunk(chunk: SnapshotChunkRecord, state: SnapshotState, expectedVersion: number): Promise<boolean> {
     return snapshots.completeSnapshotChunk(this.t, chunk, state, expectedVersion);
   }
-  listSnapshotChunks(source: string, table: string, run: string): Promise<SnapshotChunkRecord[]> {
-    return snapshots.listSnapshotChunks(this.t, source, table, run);
+  listSnapshotChunks(sourceId: string, table: string, run: string): Promise<SnapshotChunkRecord[]> {
+    return snapshots.listSnapshotChunks(this.t, sourceId, table, run);
   }
 
   // Reconciliation verdicts (docs/reconcile.md)
@@ -184,8 +184,8 @@ export class DynamoDbControlPlane implements ControlPlane {
   putReconcileVerdict(verdict: ReconcileVerdict): Promise<void> {
     return verdicts.putReconcileVerdict(this.t, verdict);
   }
-  getReconcileVerdict(sink: string, source: string, table: string): Promise<ReconcileVerdict | null> {
-    return verdicts.getReconcileVerdict(this.t, sink, source, table);
+  getReconcileVerdict(sink: string, sourceId: string, table: string): Promise<ReconcileVerdict | null> {
+    return verdicts.getReconcileVerdict(this.t, sink, sourceId, table);
   }
   listReconcileVerdicts(sink?: string): Promise<ReconcileVerdict[]> {
     return verdicts.listReconcileVerdicts(this.t, sink);
@@ -196,8 +196,8 @@ export class DynamoDbControlPlane implements ControlPlane {
   recordRebuild(run: RebuildRun, audit: AuditEntry): Promise<void> {
     return rebuilds.recordRebuild(this.t, run, audit);
   }
-  listRebuilds(sink: string, source?: string, table?: string): Promise<RebuildRun[]> {
-    return rebuilds.listRebuilds(this.t, sink, source, table);
+  listRebuilds(sink: string, sourceId?: string, table?: string): Promise<RebuildRun[]> {
+    return rebuilds.listRebuilds(this.t, sink, sourceId, table);
   }
   claimRebuild(claim: ActiveRebuild, staleBefore: string, audit: AuditEntry): Promise<ActiveRebuild | null> {
     return rebuilds.claimRebuild(this.t, claim, staleBefore, audit);

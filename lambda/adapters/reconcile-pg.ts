@@ -434,7 +434,7 @@ export function pgSourceSide(
  */
 export function pgWarehouseSide(
   client: Queryable,
-  source: string,
+  sourceId: string,
   tableId: string,
   key: readonly string[],
   o: {
@@ -446,9 +446,9 @@ export function pgWarehouseSide(
     overlaySummaryMinRows?: number;
   } = {},
 ): PgReconcileSide {
-  const t = warehouseTable(source, tableId);
-  const hb = warehouseTable(source, `${o.heartbeatSchema ?? DEFAULT_HEARTBEAT_SCHEMA}.${HEARTBEAT_TABLE}`);
-  const heartbeat = o.stablePoint === false ? {} : { heartbeat: { rel: { schema: hb.schema, name: hb.view }, source } };
+  const t = warehouseTable(sourceId, tableId);
+  const hb = warehouseTable(sourceId, `${o.heartbeatSchema ?? DEFAULT_HEARTBEAT_SCHEMA}.${HEARTBEAT_TABLE}`);
+  const heartbeat = o.stablePoint === false ? {} : { heartbeat: { rel: { schema: hb.schema, name: hb.view }, source: sourceId } };
   return new PgReconcileSide(
     { schema: t.schema, name: t.view },
     {

@@ -100,8 +100,8 @@ function batchId(b: { shard: string; firstSeq: string; lastSeq: string }): strin
 /** The table folder of a by-table object key (relative to the prefix). */
 function folderOfKey(key: string): string {
   if (key.startsWith(OTHER_FOLDER)) return OTHER_FOLDER;
-  const [tables, source, table] = key.split('/');
-  return `${tables}/${source}/${table}/`;
+  const [tables, sourceId, table] = key.split('/');
+  return `${tables}/${sourceId}/${table}/`;
 }
 
 /** Archive objects fetched ahead of the one being parsed. */
@@ -122,10 +122,10 @@ export class ReplayReader {
   }
 
   /** Lists what the archive holds for the table and checks its chain (throws `ReplayHoleError`). */
-  async checkHistory(source: string, table: string): Promise<HistoryCheck> {
+  async checkHistory(sourceId: string, table: string): Promise<HistoryCheck> {
     const rel = (k: string): string => k.slice(this.prefix.length);
     const [mine, other, markers, years] = await Promise.all([
-      this.o.archive.list(this.prefix + tableFolder(source, table)),
+      this.o.archive.list(this.prefix + tableFolder(sourceId, table)),
       this.o.archive.list(this.prefix + OTHER_FOLDER),
       this.o.archive.list(this.prefix + MARKER_FOLDER),
       // Batch-layout objects live under year folders (2xxx/…).

@@ -311,8 +311,8 @@ export class PgWarehouse implements Warehouse {
   }
 
   /** What this process appended to the table's delta and has not seen merged. */
-  pendingOf(source: string, table: string, target?: WarehouseTable): PendingDelta {
-    const t = target ?? warehouseTable(source, table);
+  pendingOf(sourceId: string, table: string, target?: WarehouseTable): PendingDelta {
+    const t = target ?? warehouseTable(sourceId, table);
     return this.pendingDelta.get(`${t.schema}.${t.view}`) ?? { rows: 0, since: null };
   }
 

@@ -113,10 +113,10 @@ let fromEnv: HeartbeatHandler | undefined;
 /** The Lambda entry point, configured from the environment (built on the first invocation). */
 export const handler: HeartbeatHandler = async (event, context) => {
   if (!fromEnv) {
-    const source = process.env[EnvName.SOURCE_ID];
-    if (!source) throw new ConfigurationError(`environment variable ${EnvName.SOURCE_ID} is not set`);
+    const sourceId = process.env[EnvName.SOURCE_ID];
+    if (!sourceId) throw new ConfigurationError(`environment variable ${EnvName.SOURCE_ID} is not set`);
     const writer = new HeartbeatWriter({
-      source,
+      source: sourceId,
       schema: process.env[EnvName.HEARTBEAT_SCHEMA] || DEFAULT_HEARTBEAT_SCHEMA,
       connection: () => sourceConnectionFromEnvironment({ secrets, applicationName: SERVICE }),
     });

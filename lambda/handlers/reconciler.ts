@@ -90,7 +90,7 @@ function env(name: string): string {
 /** The Lambda entry point (scheduled, one rule per tier). */
 export async function handler(event: { tier?: unknown }, context: Context): Promise<ReconcilerResult> {
   if (!fromEnv) {
-    const source = env(EnvName.SOURCE_ID);
+    const sourceId = env(EnvName.SOURCE_ID);
     const primary = await sourceConnectionFromEnvironment({ secrets, applicationName: SERVICE });
     const sourceClient = lazySourceSession(primary);
     // A search sink (its endpoint set by the construct), or a warehouse sink.
@@ -111,7 +111,7 @@ export async function handler(event: { tier?: unknown }, context: Context): Prom
     const rowsPerRun = optionalInt(EnvName.RECONCILE_ROWS_PER_RUN);
     const settleMs = optionalInt(EnvName.RECONCILE_SETTLE_MS);
     fromEnv = createReconciler({
-      source,
+      source: sourceId,
       sink: env(EnvName.SINK_ID),
       tables: parseTableConfig(process.env[EnvName.TABLE_CONFIG]),
       tiers: parseTiers(process.env[EnvName.RECONCILE_TIERS]),

@@ -121,12 +121,12 @@ let fromEnv: SlotMonitorHandler | undefined;
 /** The Lambda entry point, configured from the environment (built on the first invocation). */
 export const handler: SlotMonitorHandler = async (event, context) => {
   if (!fromEnv) {
-    const source = process.env[EnvName.SOURCE_ID];
+    const sourceId = process.env[EnvName.SOURCE_ID];
     const slot = process.env[EnvName.SLOT_NAME];
-    if (!source) throw new CdcError('INVALID_CONFIG', `environment variable ${EnvName.SOURCE_ID} is not set`);
+    if (!sourceId) throw new CdcError('INVALID_CONFIG', `environment variable ${EnvName.SOURCE_ID} is not set`);
     if (!slot) throw new CdcError('INVALID_CONFIG', `environment variable ${EnvName.SLOT_NAME} is not set`);
     fromEnv = createSlotMonitorHandler({
-      source,
+      source: sourceId,
       slot,
       walBudgetBytes: budgetFromEnv(),
       // The control table, when the stack gives one: the latest report for `cdc status`.

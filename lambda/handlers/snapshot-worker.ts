@@ -65,7 +65,7 @@ function env(name: string): string {
 /** The Lambda entry point (scheduled). */
 export async function handler(_event: unknown, context: Context): Promise<Record<string, RunOutcome>> {
   if (!fromEnv) {
-    const source = env(EnvName.SOURCE_ID);
+    const sourceId = env(EnvName.SOURCE_ID);
     const endpoint = process.env[EnvName.AWS_ENDPOINT];
     const log = new KinesisChangeLog(kinesisClient(endpoint), env(EnvName.RAW_STREAM));
     const primary = await sourceConnectionFromEnvironment({ secrets, applicationName: SERVICE });
@@ -101,7 +101,7 @@ export async function handler(_event: unknown, context: Context): Promise<Record
             },
           }
         : {}),
-      source,
+      source: sourceId,
       // The heartbeat table is the platform's own: nothing to onboard.
       tables: parseTableConfig(process.env[EnvName.TABLE_CONFIG]).filter((t) => t.table !== heartbeatTable),
       catalog: {

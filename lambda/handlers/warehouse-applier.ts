@@ -51,7 +51,7 @@ export interface WarehouseApplierDeps {
   /** Where events stored out of line are read back from (claim checks on the change log; docs/large-records.md). */
   payloads?: PayloadStore;
   /** The warehouse objects of a table (e.g. shadow objects of a rebuild). @default warehouseTable(source, table) */
-  targetOf?: (source: string, table: string) => WarehouseTable;
+  targetOf?: (sourceId: string, table: string) => WarehouseTable;
 }
 
 export interface WarehouseApplier {
@@ -62,7 +62,7 @@ export interface WarehouseApplier {
   /** Merges every registered table's delta that is due (`force`: every non-empty one); a failed merge is returned with its `error` (and counted in `MergeErrors`). */
   mergeDue(options?: { force?: boolean; source?: string }): Promise<MergeDone[]>;
   /** Merges one table's delta now. */
-  mergeTable(source: string, table: string): Promise<MergeDone>;
+  mergeTable(sourceId: string, table: string): Promise<MergeDone>;
   readonly warehouse: PgWarehouse;
 }
 

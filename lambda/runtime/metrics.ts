@@ -19,11 +19,11 @@ export function onlyDimensions(metrics: Metrics, dimensions: Record<string, stri
 }
 
 /** The normalizer's metrics port over Powertools: the source's dimension, plus the ones a count names. */
-export function normalizerMetrics(metrics: Metrics, source: string): NormalizerMetrics {
+export function normalizerMetrics(metrics: Metrics, sourceId: string): NormalizerMetrics {
   return {
     count(name, value, dimensions) {
       if (dimensions && Object.keys(dimensions).length > 0) {
-        const single = onlyDimensions(metrics.singleMetric(), { [MetricDimension.SOURCE]: source });
+        const single = onlyDimensions(metrics.singleMetric(), { [MetricDimension.SOURCE]: sourceId });
         for (const [k, v] of Object.entries(dimensions)) single.addDimension(k, v);
         single.addMetric(name, MetricUnit.Count, value);
         return;
@@ -52,11 +52,11 @@ export function emfSnapshotMetrics(metrics: Metrics): SnapshotMetrics {
 }
 
 /** The snapshot stall alarm's metric: seconds since the oldest running snapshot of the source last completed a chunk. */
-export function emfStallAge(metrics: Metrics, source: string): (seconds: number) => void {
+export function emfStallAge(metrics: Metrics, sourceId: string): (seconds: number) => void {
   return (seconds) => {
     const m = metrics.singleMetric();
     m.clearDefaultDimensions();
-    m.addDimensions({ [MetricDimension.SOURCE]: source });
+    m.addDimensions({ [MetricDimension.SOURCE]: sourceId });
     m.addMetric(MetricName.SNAPSHOT_STALL_AGE, MetricUnit.Seconds, seconds);
   };
 }
@@ -70,13 +70,13 @@ function emitCount(metrics: Metrics, dims: Record<string, string>, name: string,
 }
 
 /** A reconcile run's metrics (names in contracts/metrics.ts): rows checked per table, then the sink's summary. */
-export function emfReconcileMetrics(metrics: Metrics, source: string, sink: string): ReconcileRunMetrics {
+export function emfReconcileMetrics(metrics: Metrics, sourceId: string, sink: string): ReconcileRunMetrics {
   const sinkDims = { [MetricDimension.SINK]: sink };
   return {
     rowsChecked(table, rows) {
       emitCount(
         metrics,
-        { [MetricDimension.SINK]: sink, [MetricDimension.SOURCE]: source, [MetricDimension.TABLE]: table },
+        { [MetricDimension.SINK]: sink, [MetricDimension.SOURCE]: sourceId, [MetricDimension.TABLE]: table },
         MetricName.RECONCILE_ROWS_CHECKED,
         rows,
       );

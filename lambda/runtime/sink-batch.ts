@@ -89,20 +89,20 @@ export function partialBatchResponse(
 
 /** A sink batch's metrics, with exactly the contract's dimensions (Sink + Source, Stage + Source, or Sink): both sink appliers. */
 export function emitApplyMetrics(metrics: Metrics, sinkId: string, outcome: { bySource: ReadonlyMap<string, SourceCounts>; applyErrors: number }): void {
-  for (const [source, c] of outcome.bySource) {
+  for (const [sourceId, c] of outcome.bySource) {
     if (c.applied > 0)
       emitSingleMetrics(metrics, MetricName.EVENTS_APPLIED, MetricUnit.Count, [c.applied], {
         [MetricDimension.SINK]: sinkId,
-        [MetricDimension.SOURCE]: source,
+        [MetricDimension.SOURCE]: sourceId,
       });
     if (c.held > 0)
-      emitSingleMetrics(metrics, MetricName.EVENTS_HELD, MetricUnit.Count, [c.held], { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: source });
+      emitSingleMetrics(metrics, MetricName.EVENTS_HELD, MetricUnit.Count, [c.held], { [MetricDimension.SINK]: sinkId, [MetricDimension.SOURCE]: sourceId });
     if (c.dead > 0)
-      emitSingleMetrics(metrics, MetricName.DEAD_LETTERS, MetricUnit.Count, [c.dead], { [MetricDimension.STAGE]: sinkId, [MetricDimension.SOURCE]: source });
+      emitSingleMetrics(metrics, MetricName.DEAD_LETTERS, MetricUnit.Count, [c.dead], { [MetricDimension.STAGE]: sinkId, [MetricDimension.SOURCE]: sourceId });
     if (c.lag.length > 0)
       emitSingleMetrics(metrics, MetricName.END_TO_END_LAG, MetricUnit.Milliseconds, c.lag, {
         [MetricDimension.SINK]: sinkId,
-        [MetricDimension.SOURCE]: source,
+        [MetricDimension.SOURCE]: sourceId,
       });
   }
   if (outcome.applyErrors > 0) emitSingleMetrics(metrics, MetricName.APPLY_ERRORS, MetricUnit.Count, [outcome.applyErrors], { [MetricDimension.SINK]: sinkId });

@@ -65,10 +65,10 @@ export class OperatorFunctions extends Construct {
     super(scope, id);
     const retentionMs = props.changeLogRetention.toMilliseconds();
     const budgets: Record<string, number> = {};
-    for (const [source, d] of Object.entries(props.pauseBudgets ?? {})) {
+    for (const [sourceId, d] of Object.entries(props.pauseBudgets ?? {})) {
       const ms = d.toMilliseconds();
-      if (!(ms > 0)) fail(this, `pauseBudgets.${source} must be a positive duration`);
-      budgets[source] = ms;
+      if (!(ms > 0)) fail(this, `pauseBudgets.${sourceId} must be a positive duration`);
+      budgets[sourceId] = ms;
     }
     const environment = (actions: string): Record<string, string> => ({
       ...(actions.includes('rebuild')

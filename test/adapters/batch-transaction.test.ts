@@ -65,7 +65,7 @@ describe('one transaction per batch (PostgreSQL)', () => {
     const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
     const seen: Record<Kind, number> = { persistent: 0, value: 0, transient: 0 };
     for (let run = 0; run < RUNS; run++) {
-      const source = `bt${run}`;
+      const sourceId = `bt${run}`;
       const n = 2 + Math.floor(rnd() * 3);
       const tables = Array.from({ length: n }, (_, i) => `public.t${i}`);
       const failing = Math.floor(rnd() * n);
@@ -77,9 +77,9 @@ describe('one transaction per batch (PostgreSQL)', () => {
       const at = new Date().toISOString();
       for (const table of tables) {
         await cp.registerTable(
-          { source, table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at },
+          { source: sourceId, table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at },
           {
-            source,
+            source: sourceId,
             table,
             version: 1,
             columns: [
@@ -90,7 +90,7 @@ describe('one transaction per batch (PostgreSQL)', () => {
             effectivePosition: '0'.repeat(24),
             registeredAt: at,
           },
-          { at, actor: 'test', action: 'register-table', source, table, outcome: 'done', detail: {} },
+          { at, actor: 'test', action: 'register-table', source: sourceId, table, outcome: 'done', detail: {} },
         );
       }
       const applier = createWarehouseApplier({
@@ -109,10 +109,10 @@ describe('one transaction per batch (PostgreSQL)', () => {
           lsn += 0x100n;
           let index = 0;
           const q: ChangeEvent[] = [];
-          if (ti === truncateIn) q.push(event(source, table, 'truncate', null, null, makePosition(lsn, index++)));
+          if (ti === truncateIn) q.push(event(sourceId, table, 'truncate', null, null, makePosition(lsn, index++)));
           for (let r = 0; r < rows; r++) {
             const id = run * 1000 + ti * 100 + Math.floor(rnd() * 100);
-            q.push(event(source, table, 'insert', id, ti === failing && r === bad ? 'bad' : `v${id}`, makePosition(lsn, index++)));
+            q.push(event(sourceId, table, 'insert', id, ti === failing && r === bad ? 'bad' : `v${id}`, makePosition(lsn, index++)));
           }
           queues.push(q);
         }
@@ -134,7 +134,7 @@ describe('one transaction per batch (PostgreSQL)', () => {
       // The sink's tables are made by a first batch (no failure yet).
       const warm = await apply(events(2, null, null));
       expect(warm.failed, where).toEqual([]);
-      const t = tables.map((table) => warehouseTable(source, table));
+      const t = tables.map((table) => warehouseTable(sourceId, table));
       const f = t[failing]!;
       const condition = kind === 'value' ? `NEW.v = 'bad'` : 'true';
       await pool.query(
@@ -165,8 +165,8 @@ describe('one transaction per batch (PostgreSQL)', () => {
         for (const w of mine) xids.add(w.xid);
       }
       expect(xids.size, `${where}: the tables that committed did so in one transaction`).toBe(1);
-      const progress = await cp.getSinkProgress(SINK, source, tables[failing]!);
-      const audits = (await cp.listAudit(source, tables[failing])).filter((a) => a.action === 'hold-table');
+      const progress = await cp.getSinkProgress(SINK, sourceId, tables[failing]!);
+      const audits = (await cp.listAudit(sourceId, tables[failing])).filter((a) => a.action === 'hold-table');
       const failedTables = new Set(out.failed.map((s) => tableOfSeq.get(s)));
       if (kind === 'persistent') {
         expect(after[failing], `${where}: nothing of the held table written`).toBe(before[failing]);
@@ -203,11 +203,11 @@ describe('one transaction per batch (PostgreSQL)', () => {
   }
 });
 
-function event(source: string, table: string, op: 'insert' | 'truncate', id: number | null, v: string | null, position: string): ChangeEvent {
+function event(sourceId: string, table: string, op: 'insert' | 'truncate', id: number | null, v: string | null, position: string): ChangeEvent {
   const key: Row = id === null ? {} : { id };
   return {
     v: ENVELOPE_VERSION,
-    source,
+    source: sourceId,
     table,
     op,
     key,

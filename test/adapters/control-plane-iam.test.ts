@@ -122,8 +122,8 @@ afterAll(async () => {
 });
 
 const at = '2026-12-01T10:00:00.000Z';
-const table = (source: string, name: string, state: TableRecord['state'] = 'active'): TableRecord => ({
-  source,
+const table = (sourceId: string, name: string, state: TableRecord['state'] = 'active'): TableRecord => ({
+  source: sourceId,
   table: name,
   state,
   currentVersion: 1,
@@ -132,8 +132,8 @@ const table = (source: string, name: string, state: TableRecord['state'] = 'acti
   stateReason: null,
   updatedAt: at,
 });
-const schema = (source: string, name: string, version: number): SchemaVersion => ({
-  source,
+const schema = (sourceId: string, name: string, version: number): SchemaVersion => ({
+  source: sourceId,
   table: name,
   version,
   columns: [{ name: 'id', type: 'integer', nullable: false }],
@@ -141,7 +141,15 @@ const schema = (source: string, name: string, version: number): SchemaVersion =>
   effectivePosition: makePosition(BigInt(version), 0),
   registeredAt: at,
 });
-const audit = (actor: string, action: string, source: string, t: string) => ({ at, actor, action, source, table: t, outcome: 'done' as const, detail: {} });
+const audit = (actor: string, action: string, sourceId: string, t: string) => ({
+  at,
+  actor,
+  action,
+  source: sourceId,
+  table: t,
+  outcome: 'done' as const,
+  detail: {},
+});
 
 describe('control-plane grants cover exactly what the handlers send', () => {
   it("the normalizer's calls are all allowed by its role, and another source's partitions are not", async () => {

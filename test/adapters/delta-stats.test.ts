@@ -29,8 +29,8 @@ const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CD
 const TABLE = 'public.t';
 const at = new Date(0).toISOString();
 
-const version = (source: string): SchemaVersion => ({
-  source,
+const version = (sourceId: string): SchemaVersion => ({
+  source: sourceId,
   table: TABLE,
   version: 1,
   key: ['k'],
@@ -68,16 +68,16 @@ describe('deltaStats on PostgreSQL: the append-order distance against the count 
       for (let run = 0; run < RUNS; run++) {
         const random = seededRandom(SEED + run * 7919 + (mode === 'hard' ? 1 : 0));
         const int = (n: number): number => Math.floor(random() * n);
-        const source = `ds_${mode}_${run}`;
-        const t = warehouseTable(source, TABLE);
-        const target = { source, table: TABLE, deleteMode: mode, key: ['k'] };
+        const sourceId = `ds_${mode}_${run}`;
+        const t = warehouseTable(sourceId, TABLE);
+        const target = { source: sourceId, table: TABLE, deleteMode: mode, key: ['k'] };
         const writer = new PgWarehouse(pool);
         const other = new PgWarehouse(otherPool);
         const apply = (events: ChangeEvent[]) =>
-          writer.applyTable({ source, table: TABLE, deleteMode: mode, schemas: new Map([[1, version(source)]]), events, appliedAt: new Date() });
+          writer.applyTable({ source: sourceId, table: TABLE, deleteMode: mode, schemas: new Map([[1, version(sourceId)]]), events, appliedAt: new Date() });
         const event = (op: ChangeEvent['op'], k: number, missing: string[] = []): ChangeEvent => ({
           v: ENVELOPE_VERSION,
-          source,
+          source: sourceId,
           table: TABLE,
           op,
           key: { k },

@@ -24,8 +24,8 @@ import { qualified, warehouseTable } from '../../lambda/core/warehouse/warehouse
 const ROUNDS = Number(process.env.CDC_RACE_ROUNDS ?? 40);
 const at = new Date(0).toISOString();
 
-const version = (source: string, table: string): SchemaVersion => ({
-  source,
+const version = (sourceId: string, table: string): SchemaVersion => ({
+  source: sourceId,
   table,
   version: 1,
   key: ['k'],
@@ -37,9 +37,9 @@ const version = (source: string, table: string): SchemaVersion => ({
   ],
 });
 
-const insert = (source: string, table: string, k: number, position: string): ChangeEvent => ({
+const insert = (sourceId: string, table: string, k: number, position: string): ChangeEvent => ({
   v: ENVELOPE_VERSION,
-  source,
+  source: sourceId,
   table,
   op: 'insert',
   key: { k },
@@ -82,25 +82,25 @@ describe('two appliers making a new table at once (embedded PostgreSQL)', () => 
   it('both appliers succeed and the view holds both keys, round after round', async () => {
     console.log(`first-apply-race: ${ROUNDS} rounds (CDC_RACE_ROUNDS)`);
     for (let round = 0; round < ROUNDS; round++) {
-      const source = `race${round}`;
+      const sourceId = `race${round}`;
       const table = `public.t${round}`;
-      const schemas = new Map([[1, version(source, table)]]);
+      const schemas = new Map([[1, version(sourceId, table)]]);
       const writers = pools.map((p) => new PgWarehouse(p));
       const results = await Promise.allSettled(
         writers.map((w, i) =>
           w.applyTable({
-            source,
+            source: sourceId,
             table,
             deleteMode: 'soft',
             schemas,
-            events: [insert(source, table, i + 1, makePosition(0x1000n + BigInt(round * 16 + i), 0))],
+            events: [insert(sourceId, table, i + 1, makePosition(0x1000n + BigInt(round * 16 + i), 0))],
             appliedAt: new Date(),
           }),
         ),
       );
       const failed = results.flatMap((r) => (r.status === 'rejected' ? [String((r.reason as { code?: string }).code ?? '') + ' ' + String(r.reason)] : []));
       expect(failed, `round ${round}`).toEqual([]);
-      const t = warehouseTable(source, table);
+      const t = warehouseTable(sourceId, table);
       const rows = await pools[0]!.query(`SELECT k FROM ${qualified(t.schema, t.view)} ORDER BY k`);
       expect(
         rows.rows.map((r: { k: number }) => Number(r.k)),

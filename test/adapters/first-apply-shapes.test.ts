@@ -37,8 +37,8 @@ const COLUMNS_V1 = [
 ];
 const COLUMNS_V2 = [...COLUMNS_V1, { name: 'body', type: 'text', nullable: true }];
 
-const version = (source: string, table: string, v: 1 | 2): SchemaVersion => ({
-  source,
+const version = (sourceId: string, table: string, v: 1 | 2): SchemaVersion => ({
+  source: sourceId,
   table,
   version: v,
   key: ['id'],
@@ -48,19 +48,19 @@ const version = (source: string, table: string, v: 1 | 2): SchemaVersion => ({
 });
 
 /** The schema versions a batch of version `v` events carries (version 2's batch may hold version 1 events too). */
-const schemasUpTo = (source: string, table: string, v: 1 | 2): Map<number, SchemaVersion> =>
+const schemasUpTo = (sourceId: string, table: string, v: 1 | 2): Map<number, SchemaVersion> =>
   new Map(
     v === 1
-      ? [[1, version(source, table, 1)]]
+      ? [[1, version(sourceId, table, 1)]]
       : [
-          [1, version(source, table, 1)],
-          [2, version(source, table, 2)],
+          [1, version(sourceId, table, 1)],
+          [2, version(sourceId, table, 2)],
         ],
   );
 
-const insert = (source: string, table: string, id: number, v: 1 | 2, lsn: bigint): ChangeEvent => ({
+const insert = (sourceId: string, table: string, id: number, v: 1 | 2, lsn: bigint): ChangeEvent => ({
   v: ENVELOPE_VERSION,
-  source,
+  source: sourceId,
   table,
   op: 'insert',
   key: { id },
@@ -111,8 +111,8 @@ describe('appliers making a new table from different schema versions (embedded P
     await cluster?.stop();
   });
 
-  const viewRows = async (source: string, table: string): Promise<{ id: number; title: string | null; body: string | null }[]> => {
-    const t = warehouseTable(source, table);
+  const viewRows = async (sourceId: string, table: string): Promise<{ id: number; title: string | null; body: string | null }[]> => {
+    const t = warehouseTable(sourceId, table);
     reader ??= pool(new pg.Pool({ connectionString: cluster.url('wh'), max: 1 }));
     const res = await reader.query(`SELECT * FROM ${qualified(t.schema, t.view)} ORDER BY id`);
     return res.rows.map((r: Record<string, unknown>) => ({
@@ -123,18 +123,18 @@ describe('appliers making a new table from different schema versions (embedded P
   };
 
   /** B reads the catalog (no objects), A applies its batch from `a` and commits, then B goes on with its batch from `b`. */
-  async function interleave(source: string, table: string, a: 1 | 2, b: 1 | 2): Promise<void> {
+  async function interleave(sourceId: string, table: string, a: 1 | 2, b: 1 | 2): Promise<void> {
     const writerA = new PgWarehouse(pool(new pg.Pool({ connectionString: cluster.url('wh'), max: 2 })));
     let aDone = false;
     const writerB = new PgWarehouse(
       pool(
         pausedAfterShapeRead(cluster.url('wh'), async () => {
           await writerA.applyTable({
-            source,
+            source: sourceId,
             table,
             deleteMode: 'soft',
-            schemas: schemasUpTo(source, table, a),
-            events: [insert(source, table, 1, a, 0x100n)],
+            schemas: schemasUpTo(sourceId, table, a),
+            events: [insert(sourceId, table, 1, a, 0x100n)],
             appliedAt: new Date(),
           });
           aDone = true;
@@ -142,29 +142,29 @@ describe('appliers making a new table from different schema versions (embedded P
       ),
     );
     await writerB.applyTable({
-      source,
+      source: sourceId,
       table,
       deleteMode: 'soft',
-      schemas: schemasUpTo(source, table, b),
-      events: [insert(source, table, 2, b, 0x200n)],
+      schemas: schemasUpTo(sourceId, table, b),
+      events: [insert(sourceId, table, 2, b, 0x200n)],
       appliedAt: new Date(),
     });
     expect(aDone, 'A applied between B’s catalog read and its DDL').toBe(true);
     // Each writer's next batch (its cached shape) still applies: version 2 events through both.
     await writerA.applyTable({
-      source,
+      source: sourceId,
       table,
       deleteMode: 'soft',
-      schemas: schemasUpTo(source, table, 2),
-      events: [insert(source, table, 3, 2, 0x300n)],
+      schemas: schemasUpTo(sourceId, table, 2),
+      events: [insert(sourceId, table, 3, 2, 0x300n)],
       appliedAt: new Date(),
     });
     await writerB.applyTable({
-      source,
+      source: sourceId,
       table,
       deleteMode: 'soft',
-      schemas: schemasUpTo(source, table, 2),
-      events: [insert(source, table, 4, 2, 0x400n)],
+      schemas: schemasUpTo(sourceId, table, 2),
+      events: [insert(sourceId, table, 4, 2, 0x400n)],
       appliedAt: new Date(),
     });
   }
@@ -195,24 +195,24 @@ describe('appliers making a new table from different schema versions (embedded P
     const rand = seededRandom(seed);
     const racers = [0, 1, 2, 3].map(() => pool(new pg.Pool({ connectionString: cluster.url('wh'), max: 2 })));
     for (let round = 0; round < ROUNDS; round++) {
-      const source = `race${round}`;
+      const sourceId = `race${round}`;
       const table = 'public.documents';
       const versions = racers.map(() => (rand() < 0.5 ? 1 : 2) as 1 | 2);
       const results = await Promise.allSettled(
         racers.map((p, i) =>
           new PgWarehouse(p).applyTable({
-            source,
+            source: sourceId,
             table,
             deleteMode: 'soft',
-            schemas: schemasUpTo(source, table, versions[i]!),
-            events: [insert(source, table, i + 1, versions[i]!, 0x1000n + BigInt(i))],
+            schemas: schemasUpTo(sourceId, table, versions[i]!),
+            events: [insert(sourceId, table, i + 1, versions[i]!, 0x1000n + BigInt(i))],
             appliedAt: new Date(),
           }),
         ),
       );
       const failed = results.flatMap((r) => (r.status === 'rejected' ? [`${(r.reason as { code?: string }).code ?? ''} ${String(r.reason)}`] : []));
       expect(failed, `seed ${seed} round ${round} versions ${versions.join(',')}`).toEqual([]);
-      const rows = await viewRows(source, table);
+      const rows = await viewRows(sourceId, table);
       expect(
         rows.map((r) => [r.id, r.body]),
         `seed ${seed} round ${round}`,

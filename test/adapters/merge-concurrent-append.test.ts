@@ -35,8 +35,8 @@ const TABLE = 'public.t';
 const RAW = { getTypeParser: () => (v: string) => v } as unknown as pg.CustomTypesConfig;
 const at = new Date(0).toISOString();
 
-const version = (source: string): SchemaVersion => ({
-  source,
+const version = (sourceId: string): SchemaVersion => ({
+  source: sourceId,
   table: TABLE,
   version: 1,
   key: ['k'],
@@ -47,9 +47,9 @@ const version = (source: string): SchemaVersion => ({
     { name: 'v', type: 'text', nullable: true },
   ],
 });
-const event = (source: string, op: ChangeEvent['op'], k: number, v: string | null, position: string): ChangeEvent => ({
+const event = (sourceId: string, op: ChangeEvent['op'], k: number, v: string | null, position: string): ChangeEvent => ({
   v: ENVELOPE_VERSION,
-  source,
+  source: sourceId,
   table: TABLE,
   op,
   key: { k },
@@ -83,8 +83,8 @@ describe('merges do not stop appends (embedded PostgreSQL)', () => {
     await cluster?.stop();
   });
 
-  const apply = (w: PgWarehouse, source: string, mode: DeleteMode, events: ChangeEvent[]) =>
-    w.applyTable({ source, table: TABLE, deleteMode: mode, schemas: new Map([[1, version(source)]]), events, appliedAt: new Date() });
+  const apply = (w: PgWarehouse, sourceId: string, mode: DeleteMode, events: ChangeEvent[]) =>
+    w.applyTable({ source: sourceId, table: TABLE, deleteMode: mode, schemas: new Map([[1, version(sourceId)]]), events, appliedAt: new Date() });
   const rows = async (t: WarehouseTable, name: string, cols: string): Promise<string[]> =>
     (await pool.query({ text: `SELECT ${cols} FROM ${qualified(t.schema, name)} ORDER BY 1, 2`, types: RAW })).rows.map((r) => JSON.stringify(r));
   const viewOf = (t: WarehouseTable) => rows(t, t.view, '"k", "v", "_cdc_position"');
@@ -106,20 +106,20 @@ describe('merges do not stop appends (embedded PostgreSQL)', () => {
    * to stop appends. Returns the merge's rows.
    */
   async function heldMerge(
-    source: string,
+    sourceId: string,
     first: ChangeEvent[],
     o: { own?: boolean; stopAppends?: boolean },
     during: (writer: PgWarehouse, t: WarehouseTable) => Promise<void>,
   ): Promise<number> {
-    const t = warehouseTable(source, TABLE);
+    const t = warehouseTable(sourceId, TABLE);
     const writer = new PgWarehouse(pool);
     const otherPool = new pg.Pool({ connectionString: cluster.url('wh'), max: 1 });
     const merger = o.own ? writer : new PgWarehouse(otherPool);
-    expect((await apply(writer, source, 'soft', first)).mode).toBe('append');
+    expect((await apply(writer, sourceId, 'soft', first)).mode).toBe('append');
     const blocker = await pool.connect();
     try {
       await blocker.query(`BEGIN; LOCK TABLE ${qualified(t.schema, t.mirror)} IN SHARE MODE`);
-      const merging = merger.merge({ source, table: TABLE, deleteMode: 'soft', key: ['k'] }, o.stopAppends ? { stopAppends: true } : {});
+      const merging = merger.merge({ source: sourceId, table: TABLE, deleteMode: 'soft', key: ['k'] }, o.stopAppends ? { stopAppends: true } : {});
       merging.catch(() => undefined); // awaited below
       await until('the merge waiting on the mirror', () => waitsOn(t.mirror));
       // `during` returns once it has checked what it checks while the merge is held (what it starts
@@ -200,12 +200,12 @@ describe('merges do not stop appends (embedded PostgreSQL)', () => {
   for (const mode of ['soft', 'hard'] as const) {
     it(`${mode} delete: appends while another process merges in a loop; the view is right after every append (${RUNS} runs)`, async () => {
       const rand = seededRandom(SEED + (mode === 'hard' ? 1 : 0));
-      const source = `loop${mode}`;
-      const t = warehouseTable(source, TABLE);
+      const sourceId = `loop${mode}`;
+      const t = warehouseTable(sourceId, TABLE);
       const writer = new PgWarehouse(pool);
       const mergerPool = new pg.Pool({ connectionString: cluster.url('wh'), max: 1 });
       const merger = new PgWarehouse(mergerPool);
-      await apply(writer, source, mode, [event(source, 'insert', 0, 'seed', next())]);
+      await apply(writer, sourceId, mode, [event(sourceId, 'insert', 0, 'seed', next())]);
       const stats = { appends: 0, merges: 0, merged: 0, overlapped: 0 };
       try {
         for (let run = 0; run < RUNS; run++) {
@@ -223,7 +223,7 @@ describe('merges do not stop appends (embedded PostgreSQL)', () => {
           const loop = (async () => {
             while (!stop) {
               merging = true;
-              const r = await merger.merge({ source, table: TABLE, deleteMode: mode, key: ['k'] });
+              const r = await merger.merge({ source: sourceId, table: TABLE, deleteMode: mode, key: ['k'] });
               merging = false;
               stats.merges++;
               stats.merged += r.rows;
@@ -240,13 +240,13 @@ describe('merges do not stop appends (embedded PostgreSQL)', () => {
                 batch = Array.from({ length: 1 + Math.floor(rand() * 40) }, () => {
                   const k = 1 + Math.floor(rand() * 8);
                   const op = rand() < 0.25 ? 'delete' : rand() < 0.4 ? 'insert' : 'update';
-                  return event(source, op, k, op === 'delete' ? null : String(Math.floor(rand() * 1000)), next());
+                  return event(sourceId, op, k, op === 'delete' ? null : String(Math.floor(rand() * 1000)), next());
                 });
                 batches.push(batch);
                 for (const e of batch) model.set(e.key.k as number, e.op === 'delete' ? null : { v: e.after!.v as string, position: e.position });
               }
               if (merging) stats.overlapped++;
-              const r = await apply(writer, source, mode, batch);
+              const r = await apply(writer, sourceId, mode, batch);
               expect(r.mode, where).toBe('append');
               stats.appends++;
               for (const e of batch) delivered.set(`${e.position}|${String(e.key.k)}`, e);
@@ -260,7 +260,7 @@ describe('merges do not stop appends (embedded PostgreSQL)', () => {
             stop = true;
             await loop;
           }
-          await merger.merge({ source, table: TABLE, deleteMode: mode, key: ['k'] });
+          await merger.merge({ source: sourceId, table: TABLE, deleteMode: mode, key: ['k'] });
           expect(await rows(t, t.delta, '"_cdc_position", "k"'), `delta after the last merge, ${where}`).toEqual([]);
           const live = [...model.entries()].filter(([, v]) => v !== null).sort((a, b) => a[0] - b[0]);
           expect(await viewOf(t), `view after the last merge, ${where}`).toEqual(

@@ -145,12 +145,12 @@ describe('merge over a large base: nested loops and ON CONFLICT leave what the p
     }
     /** The batch: an update that lacks `v1` (a full apply), or an insert of the next schema version, which adds a column (a schema change). */
     const batchFor = (t: WarehouseTable, shape: Shape, added: readonly string[], kind: 'full apply' | 'schema change', run: number): TableBatch => {
-      const source = t.source;
+      const sourceId = t.source;
       const version = added.length + 1;
-      const schemas = new Map(Array.from({ length: version }, (_, v) => [v + 1, schemaOf(source, v + 1, added.slice(0, v))] as const));
+      const schemas = new Map(Array.from({ length: version }, (_, v) => [v + 1, schemaOf(sourceId, v + 1, added.slice(0, v))] as const));
       const base = {
         v: ENVELOPE_VERSION,
-        source,
+        source: sourceId,
         table: TABLE,
         before: null,
         position: makePosition(5000n + BigInt(run), 0),
@@ -176,7 +176,7 @@ describe('merge over a large base: nested loops and ON CONFLICT leave what the p
               after: { k1: 7000 + run, k2: 'a', v1: 'n', v2: run, ...Object.fromEntries(added.map((c) => [c, 'z'])) },
               missing: [],
             };
-      return { source, table: TABLE, deleteMode: shape.mode, schemas, events: [event], appliedAt: new Date(Date.UTC(2026, 0, 2)), target: t };
+      return { source: sourceId, table: TABLE, deleteMode: shape.mode, schemas, events: [event], appliedAt: new Date(Date.UTC(2026, 0, 2)), target: t };
     };
     for (let run = 0; run < runs; run++) {
       const set = sets.get(SHAPES[run % SHAPES.length]!.name)!;

@@ -62,8 +62,8 @@ describe('mirror layout: the tombstone flag first; mirrors of the earlier layout
     const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
     const warehouse = new PgWarehouse(pool);
     const at = new Date(0).toISOString();
-    const version = (source: string): SchemaVersion => ({
-      source,
+    const version = (sourceId: string): SchemaVersion => ({
+      source: sourceId,
       table: TABLE,
       version: 1,
       key: ['k'],
@@ -83,9 +83,9 @@ describe('mirror layout: the tombstone flag first; mirrors of the earlier layout
       { source: 'oldhard', mode: 'hard', earlier: true },
     ].map((s) => ({ ...s, mode: s.mode as DeleteMode, t: warehouseTable(s.source, TABLE) }));
     let lsn = 0x1000n;
-    const event = (source: string, op: ChangeEvent['op'], k: number, v: string | null, n: number | null, position: string): ChangeEvent => ({
+    const event = (sourceId: string, op: ChangeEvent['op'], k: number, v: string | null, n: number | null, position: string): ChangeEvent => ({
       v: ENVELOPE_VERSION,
-      source,
+      source: sourceId,
       table: TABLE,
       op,
       key: { k },

@@ -52,19 +52,19 @@ async function stand() {
       merge: { maxRows: 1_000_000 },
       warehouse,
     });
-  const register = async (source: string, table: string, registeredAt = new Date()) => {
+  const register = async (sourceId: string, table: string, registeredAt = new Date()) => {
     const at = registeredAt.toISOString();
     await cp.registerTable(
-      { source, table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at },
-      { source, table, version: 1, columns: COLUMNS, key: ['id'], effectivePosition: makePosition(0n, 0), registeredAt: at },
-      { at, actor: 'test', action: 'register-table', source, table, outcome: 'done', detail: {} },
+      { source: sourceId, table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at },
+      { source: sourceId, table, version: 1, columns: COLUMNS, key: ['id'], effectivePosition: makePosition(0n, 0), registeredAt: at },
+      { at, actor: 'test', action: 'register-table', source: sourceId, table, outcome: 'done', detail: {} },
     );
   };
-  const ev = (source: string, table: string, key: Row, after: Row): ChangeEvent => {
+  const ev = (sourceId: string, table: string, key: Row, after: Row): ChangeEvent => {
     p++;
     return {
       v: ENVELOPE_VERSION,
-      source,
+      source: sourceId,
       table,
       op: 'insert',
       key,
@@ -82,8 +82,8 @@ async function stand() {
   const apply = async (a: WarehouseApplier, events: ChangeEvent[]) =>
     a.applyRecords(events.map((e) => ({ sequenceNumber: String(++seq), origin: `log/shard-0/${seq}`, text: JSON.stringify(e) })));
   const rows = async (sql: string) => (await pool.query(sql)).rows as Record<string, unknown>[];
-  const view = async (source: string, table: string) =>
-    rows(`SELECT id::int AS id, v FROM ${qualified(warehouseTable(source, table).schema, warehouseTable(source, table).view)} ORDER BY id`);
+  const view = async (sourceId: string, table: string) =>
+    rows(`SELECT id::int AS id, v FROM ${qualified(warehouseTable(sourceId, table).schema, warehouseTable(sourceId, table).view)} ORDER BY id`);
   const relations = async (schema: string) =>
     (
       await rows(
@@ -95,8 +95,8 @@ async function stand() {
 
 type Stand = Awaited<ReturnType<typeof stand>>;
 
-async function noHolds(s: Stand, source: string, tables: readonly string[]): Promise<void> {
-  for (const t of tables) expect((await (s.cp as ControlPlane).getSinkProgress(SINK, source, t))?.heldFrom ?? null, `${t} held`).toBeNull();
+async function noHolds(s: Stand, sourceId: string, tables: readonly string[]): Promise<void> {
+  for (const t of tables) expect((await (s.cp as ControlPlane).getSinkProgress(SINK, sourceId, t))?.heldFrom ?? null, `${t} held`).toBeNull();
 }
 
 describe('warehouse names that cannot collide', () => {
@@ -148,8 +148,8 @@ describe('warehouse names that cannot collide', () => {
 });
 
 /** Turns `table`'s objects into the old layout's: `_cdc_<kind>_<t>` renamed back to `<t>_<kind>` (the view follows them by reference), in `into` if given. */
-async function toLegacy(s: Stand, source: string, table: string, into?: string): Promise<void> {
-  const w = warehouseTable(source, table);
+async function toLegacy(s: Stand, sourceId: string, table: string, into?: string): Promise<void> {
+  const w = warehouseTable(sourceId, table);
   // That layout had a delta table and no watermark (docs/warehouse-apply.md, "The layout before one write per event").
   await toDeltaTableLayout(s.pool, w, ['id'], false);
   const old = legacyPartNames(w.view);

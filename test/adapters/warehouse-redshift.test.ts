@@ -81,7 +81,7 @@ describe('the applier on Redshift: crashes between staging, COPY, merge and offs
     let offsetCrashes = 0;
     let redeliveries = 0;
     for (let run = 0; run < RUNS; run++) {
-      const source = `r${run}`;
+      const sourceId = `r${run}`;
       const mode: DeleteMode = rand() < 0.5 ? 'hard' : 'soft';
       const standIn = new RedshiftStandIn({ client, store, bucket: 'staging' });
       let failRate = 0;
@@ -101,9 +101,9 @@ describe('the applier on Redshift: crashes between staging, COPY, merge and offs
         session,
         store,
         bucket: 'staging',
-        prefix: `cdc/${source}/`,
+        prefix: `cdc/${sourceId}/`,
         roleArn: 'arn:aws:iam::123456789012:role/cdc-copy',
-        ledgerSchema: `${source}_loads`,
+        ledgerSchema: `${sourceId}_loads`,
       });
       const memory = new MemoryControlPlane();
       let offsetFailRate = 0;
@@ -122,9 +122,9 @@ describe('the applier on Redshift: crashes between staging, COPY, merge and offs
       }) as ControlPlane;
       const at = new Date().toISOString();
       await memory.registerTable(
-        { source, table: TABLE, state: 'active', currentVersion: 1, deleteMode: mode, preImage: 'key', stateReason: null, updatedAt: at },
-        { source, table: TABLE, version: 1, columns: COLUMNS, key: ['id'], effectivePosition: makePosition(0n, 0), registeredAt: at },
-        { at, actor: 'test', action: 'register-table', source, table: TABLE, outcome: 'done', detail: {} },
+        { source: sourceId, table: TABLE, state: 'active', currentVersion: 1, deleteMode: mode, preImage: 'key', stateReason: null, updatedAt: at },
+        { source: sourceId, table: TABLE, version: 1, columns: COLUMNS, key: ['id'], effectivePosition: makePosition(0n, 0), registeredAt: at },
+        { at, actor: 'test', action: 'register-table', source: sourceId, table: TABLE, outcome: 'done', detail: {} },
       );
       const applier = createWarehouseApplier({
         controlPlane,
@@ -151,7 +151,7 @@ describe('the applier on Redshift: crashes between staging, COPY, merge and offs
         let e: ChangeEvent;
         const base = {
           v: ENVELOPE_VERSION,
-          source,
+          source: sourceId,
           table: TABLE,
           key: { id } as Row,
           before: null,
@@ -178,7 +178,7 @@ describe('the applier on Redshift: crashes between staging, COPY, merge and offs
       const records: ChangeRecord[] = events.map((e, i) => ({ sequenceNumber: String(1000 + i), origin: `s/shard-0/${1000 + i}`, text: JSON.stringify(e) }));
 
       const view = async (): Promise<Map<number, ModelRow>> => {
-        const t = warehouseTable(source, TABLE);
+        const t = warehouseTable(sourceId, TABLE);
         // Before the first load that made the table, there is no view: nothing is visible.
         const exists = await client.query('SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2', [
           t.schema,

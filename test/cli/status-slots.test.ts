@@ -42,13 +42,22 @@ async function run(...args: string[]): Promise<{ code: number; out: string; err:
   return { code, out, err };
 }
 
-async function register(source: string, table: string): Promise<void> {
+async function register(sourceId: string, table: string): Promise<void> {
   const at = new Date().toISOString();
-  const rec: TableRecord = { source, table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at };
+  const rec: TableRecord = {
+    source: sourceId,
+    table,
+    state: 'active',
+    currentVersion: 1,
+    deleteMode: 'soft',
+    preImage: 'key',
+    stateReason: null,
+    updatedAt: at,
+  };
   await cp.registerTable(
     rec,
     {
-      source,
+      source: sourceId,
       table,
       version: 1,
       columns: [{ name: 'id', type: 'integer', nullable: false }],
@@ -56,7 +65,7 @@ async function register(source: string, table: string): Promise<void> {
       effectivePosition: makePosition(1n, 0),
       registeredAt: at,
     },
-    { at, actor: 'test', action: 'register', source, table, outcome: 'done', detail: {} },
+    { at, actor: 'test', action: 'register', source: sourceId, table, outcome: 'done', detail: {} },
   );
 }
 

@@ -175,12 +175,12 @@ describe.each(['Dev', 'Prod'] as const)('the %s stage', (name) => {
         `${sink}: dead letters and apply errors`,
       ]),
       'warehouse sink warehouse: merges (backlog)',
-      ...['orders', 'billing'].flatMap((source) => [
-        `source ${source}: slot WAL (bytes)`,
-        `source ${source}: DMS latency (s)`,
-        `source ${source}: normalizer iterator age (ms)`,
-        `source ${source}: snapshot rows done per table`,
-        `source ${source}: snapshot ETA per table (s)`,
+      ...['orders', 'billing'].flatMap((sourceId) => [
+        `source ${sourceId}: slot WAL (bytes)`,
+        `source ${sourceId}: DMS latency (s)`,
+        `source ${sourceId}: normalizer iterator age (ms)`,
+        `source ${sourceId}: snapshot rows done per table`,
+        `source ${sourceId}: snapshot ETA per table (s)`,
       ]),
       'reconciliation verdicts: tables DIVERGED and INCONCLUSIVE',
       'reconciliation coverage: tables without a decided verdict in their tier period',

@@ -135,13 +135,13 @@ describe('WarehouseSink', () => {
       alarmActions: [new cloudwatchActions.SnsAction(topic)],
     });
     const t = Template.fromStack(f.stack);
-    for (const source of ['orders', 'billing']) {
+    for (const sourceId of ['orders', 'billing']) {
       t.hasResourceProperties('AWS::CloudWatch::Alarm', {
         Namespace: 'CdcPlatform',
         MetricName: 'EndToEndLag',
         Dimensions: Match.arrayWith([
           { Name: 'Sink', Value: 'warehouse' },
-          { Name: 'Source', Value: source },
+          { Name: 'Source', Value: sourceId },
         ]),
         Statistic: 'Maximum',
         Period: 60,
@@ -152,7 +152,7 @@ describe('WarehouseSink', () => {
         TreatMissingData: 'breaching',
         AlarmActions: [{ Ref: Match.stringLikeRegexp('^Topic') }],
         OKActions: [{ Ref: Match.stringLikeRegexp('^Topic') }],
-        AlarmName: `Test-warehouse-end-to-end-lag-${source}`,
+        AlarmName: `Test-warehouse-end-to-end-lag-${sourceId}`,
       });
     }
     // A merge that keeps failing: the sink's MergeErrors in each of 15 minutes (the schedule tries every minute).

@@ -53,14 +53,14 @@ afterAll(async () => {
 
 /** Reconciles one table of a slot pipeline through `reconcileTables` (docs/reconcile.md). */
 async function reconcile(
-  source: string,
+  sourceId: string,
   controlPlane: MemoryControlPlane,
   table: string,
   key: string,
   sink: 'warehouse' | 'search',
 ): Promise<ReconcileVerdict> {
-  const src = new pg.Client({ connectionString: cluster.url(source) });
-  const wh = new pg.Client({ connectionString: cluster.url(`${source}_dw`) });
+  const src = new pg.Client({ connectionString: cluster.url(sourceId) });
+  const wh = new pg.Client({ connectionString: cluster.url(`${sourceId}_dw`) });
   await src.connect();
   await wh.connect();
   try {
@@ -68,7 +68,7 @@ async function reconcile(
     await prepareReconcileSession(wh);
     const [v] = await reconcileTables({
       controlPlane,
-      source,
+      source: sourceId,
       sink,
       pacer: new FixedPacer(100),
       settleMs: 0,
@@ -78,8 +78,8 @@ async function reconcile(
         source: pgSourceSide(src, t.table, t.key, []),
         sink:
           sink === 'warehouse'
-            ? pgWarehouseSide(wh, source, t.table, t.key, { stablePoint: false })
-            : searchSinkSide(index, { prefix: 'cdc', source, table: t.table, key: t.key, label: sink, stablePoint: false }),
+            ? pgWarehouseSide(wh, sourceId, t.table, t.key, { stablePoint: false })
+            : searchSinkSide(index, { prefix: 'cdc', source: sourceId, table: t.table, key: t.key, label: sink, stablePoint: false }),
       }),
     });
     return v!;

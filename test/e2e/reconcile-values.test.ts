@@ -50,9 +50,9 @@ afterAll(async () => {
 type Sink = 'warehouse' | 'search';
 
 /** Reconciles one table through `reconcileTables` (column types from the pipeline's schema registry). */
-async function reconcile(controlPlane: MemoryControlPlane, source: string, table: string, sink: Sink): Promise<ReconcileVerdict> {
-  const src = new pg.Client({ connectionString: cluster.url(source) });
-  const wh = new pg.Client({ connectionString: cluster.url(`${source}_dw`) });
+async function reconcile(controlPlane: MemoryControlPlane, sourceId: string, table: string, sink: Sink): Promise<ReconcileVerdict> {
+  const src = new pg.Client({ connectionString: cluster.url(sourceId) });
+  const wh = new pg.Client({ connectionString: cluster.url(`${sourceId}_dw`) });
   await src.connect();
   await wh.connect();
   try {
@@ -60,7 +60,7 @@ async function reconcile(controlPlane: MemoryControlPlane, source: string, table
     await prepareReconcileSession(wh);
     const [v] = await reconcileTables({
       controlPlane,
-      source,
+      source: sourceId,
       sink,
       pacer: new FixedPacer(100),
       settleMs: 0,
@@ -70,8 +70,8 @@ async function reconcile(controlPlane: MemoryControlPlane, source: string, table
         source: pgSourceSide(src, t.table, t.key, []),
         sink:
           sink === 'warehouse'
-            ? pgWarehouseSide(wh, source, t.table, t.key, { stablePoint: false })
-            : searchSinkSide(index, { prefix: 'cdc', source, table: t.table, key: t.key, label: sink, stablePoint: false }),
+            ? pgWarehouseSide(wh, sourceId, t.table, t.key, { stablePoint: false })
+            : searchSinkSide(index, { prefix: 'cdc', source: sourceId, table: t.table, key: t.key, label: sink, stablePoint: false }),
       }),
     });
     return v!;

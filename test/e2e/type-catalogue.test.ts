@@ -63,12 +63,12 @@ afterAll(async () => {
 /** Reconciles every table through `reconcileTables` against one sink (docs/reconcile.md). */
 async function reconcileAll(
   controlPlane: MemoryControlPlane,
-  source: string,
+  sourceId: string,
   tables: readonly TableConfig[],
   sink: 'warehouse' | 'search',
 ): Promise<ReconcileVerdict[]> {
-  const src = new pg.Client({ connectionString: cluster.url(source) });
-  const wh = new pg.Client({ connectionString: cluster.url(`${source}_dw`) });
+  const src = new pg.Client({ connectionString: cluster.url(sourceId) });
+  const wh = new pg.Client({ connectionString: cluster.url(`${sourceId}_dw`) });
   await src.connect();
   await wh.connect();
   try {
@@ -76,7 +76,7 @@ async function reconcileAll(
     await prepareReconcileSession(wh);
     return await reconcileTables({
       controlPlane,
-      source,
+      source: sourceId,
       sink,
       pacer: new FixedPacer(100),
       settleMs: 0,
@@ -86,8 +86,8 @@ async function reconcileAll(
         source: pgSourceSide(src, t.table, t.key, []),
         sink:
           sink === 'warehouse'
-            ? pgWarehouseSide(wh, source, t.table, t.key, { stablePoint: false })
-            : searchSinkSide(index, { prefix: 'cdc', source, table: t.table, key: t.key, label: sink, stablePoint: false }),
+            ? pgWarehouseSide(wh, sourceId, t.table, t.key, { stablePoint: false })
+            : searchSinkSide(index, { prefix: 'cdc', source: sourceId, table: t.table, key: t.key, label: sink, stablePoint: false }),
       }),
     });
   } finally {

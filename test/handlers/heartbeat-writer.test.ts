@@ -120,8 +120,8 @@ describe('heartbeat writer', () => {
     await admin.query('CREATE SCHEMA cdc');
     await admin.query('CREATE TABLE cdc.cdc_heartbeat (source_id text PRIMARY KEY, beat_at timestamptz NOT NULL)');
     await admin.query("INSERT INTO cdc.cdc_heartbeat VALUES ('other', '2000-01-01')");
-    for (const source of ['shop', 'crm', 'shop']) {
-      const writer = new HeartbeatWriter({ source, schema: 'cdc', connection: { connectionString: url } });
+    for (const sourceId of ['shop', 'crm', 'shop']) {
+      const writer = new HeartbeatWriter({ source: sourceId, schema: 'cdc', connection: { connectionString: url } });
       await writer.beat();
       await writer.close();
     }

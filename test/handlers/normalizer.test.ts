@@ -612,9 +612,9 @@ describe('normalizer handler: bad input and failures', () => {
       get(target, prop, receiver) {
         const v = Reflect.get(target, prop, receiver) as unknown;
         if (prop === 'getTable' || prop === 'listSchemaVersions') {
-          return async (source: string, table: string) => {
+          return async (sourceId: string, table: string) => {
             if (down && table === 'public.bad') throw Object.assign(new Error('injected: DynamoDB unavailable'), { name: 'ServiceUnavailable' });
-            return (v as (s: string, t: string) => Promise<unknown>).call(target, source, table);
+            return (v as (s: string, t: string) => Promise<unknown>).call(target, sourceId, table);
           };
         }
         return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;

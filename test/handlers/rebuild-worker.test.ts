@@ -118,15 +118,15 @@ function kinesisEvent(records: readonly LogRecord[]): KinesisStreamEvent {
 
 /** A source with a random history of `public.t`, part of it archived, the live table built and corrupted. */
 async function setUp(name: string, rand: () => number) {
-  const source = name;
-  const schema = `${source}_public`;
+  const sourceId = name;
+  const schema = `${sourceId}_public`;
   const mode: DeleteMode = rand() < 0.5 ? 'soft' : 'hard';
   const at = new Date().toISOString();
   const tableName = `control-${name}`;
   await createControlTable(dynamo, tableName);
   const cp = new DynamoDbControlPlane(dynamo, tableName);
   const version: SchemaVersion = {
-    source,
+    source: sourceId,
     table: TABLE,
     version: 1,
     columns: [
@@ -138,9 +138,9 @@ async function setUp(name: string, rand: () => number) {
     registeredAt: at,
   };
   await cp.registerTable(
-    { source, table: TABLE, state: 'active', currentVersion: 1, deleteMode: mode, preImage: 'key', stateReason: null, updatedAt: at },
+    { source: sourceId, table: TABLE, state: 'active', currentVersion: 1, deleteMode: mode, preImage: 'key', stateReason: null, updatedAt: at },
     version,
-    { at, actor: 'test', action: 'register-table', source, table: TABLE, outcome: 'done', detail: {} },
+    { at, actor: 'test', action: 'register-table', source: sourceId, table: TABLE, outcome: 'done', detail: {} },
   );
   const events: ChangeEvent[] = [];
   const model = new Map<number, string | null>();
@@ -153,7 +153,7 @@ async function setUp(name: string, rand: () => number) {
     const v = rand() < 0.1 ? null : `v${i}`;
     events.push({
       v: ENVELOPE_VERSION,
-      source,
+      source: sourceId,
       table: TABLE,
       op: del ? 'delete' : model.has(id) ? 'update' : 'insert',
       key: { id },
@@ -205,13 +205,13 @@ async function setUp(name: string, rand: () => number) {
   for (let i = 0; i < events.length;) {
     const size = 1 + Math.floor(rand() * 20);
     const batch = events.slice(i, i + size);
-    await live.applyTable({ source, table: TABLE, deleteMode: mode, schemas: new Map([[1, version]]), events: batch, appliedAt: new Date() });
-    await cp.advanceSinkProgress(SINK, source, TABLE, batch[batch.length - 1]!.position);
+    await live.applyTable({ source: sourceId, table: TABLE, deleteMode: mode, schemas: new Map([[1, version]]), events: batch, appliedAt: new Date() });
+    await cp.advanceSinkProgress(SINK, sourceId, TABLE, batch[batch.length - 1]!.position);
     i += size;
   }
   // Everything applied sits in the delta (append-first, docs/warehouse-apply.md): merge it, so the
   // corruption below is what the view shows (a newer delta row would hide it).
-  await live.merge({ source, table: TABLE, deleteMode: mode, key: ['id'] });
+  await live.merge({ source: sourceId, table: TABLE, deleteMode: mode, key: ['id'] });
   const corrupted: string[] = [];
   const present = [...model.keys()];
   if (present.length > 0) {
@@ -223,7 +223,7 @@ async function setUp(name: string, rand: () => number) {
     `INSERT INTO "${schema}"._cdc_mirror_t (id, v, _cdc_position, _cdc_deleted, _cdc_applied_at) VALUES (1000, 'never', '000000000000000100000000', false, now())`,
   );
   corrupted.push('extra:1000');
-  return { source, schema, cp, stream, archive, archiveDir, model, corrupted };
+  return { source: sourceId, schema, cp, stream, archive, archiveDir, model, corrupted };
 }
 
 async function digest(schema: string): Promise<string> {

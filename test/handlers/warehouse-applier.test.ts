@@ -40,10 +40,10 @@ const ORDERS: ColumnDef[] = [
   { name: 'note', type: 'text', nullable: true },
 ];
 
-function ev(source: string, table: string, op: ChangeEvent['op'], n: number, key: Row, after: Row | null, extra: Partial<ChangeEvent> = {}): ChangeEvent {
+function ev(sourceId: string, table: string, op: ChangeEvent['op'], n: number, key: Row, after: Row | null, extra: Partial<ChangeEvent> = {}): ChangeEvent {
   return {
     v: ENVELOPE_VERSION,
-    source,
+    source: sourceId,
     table,
     op,
     key,
@@ -71,7 +71,7 @@ function kinesisEvent(payloads: readonly (ChangeEvent | string)[]): KinesisStrea
 
 async function register(
   cp: ControlPlane,
-  source: string,
+  sourceId: string,
   table: string,
   columns: ColumnDef[],
   key: string[],
@@ -79,11 +79,11 @@ async function register(
 ): Promise<void> {
   const at = new Date().toISOString();
   const ok = await cp.registerTable(
-    { source, table, state: o.state ?? 'active', currentVersion: 1, deleteMode: o.mode ?? 'soft', preImage: 'key', stateReason: null, updatedAt: at },
-    { source, table, version: 1, columns, key, effectivePosition: pos(0), registeredAt: at },
-    { at, actor: 'test', action: 'register-table', source, table, outcome: 'done', detail: {} },
+    { source: sourceId, table, state: o.state ?? 'active', currentVersion: 1, deleteMode: o.mode ?? 'soft', preImage: 'key', stateReason: null, updatedAt: at },
+    { source: sourceId, table, version: 1, columns, key, effectivePosition: pos(0), registeredAt: at },
+    { at, actor: 'test', action: 'register-table', source: sourceId, table, outcome: 'done', detail: {} },
   );
-  if (!ok) throw new Error(`${source}/${table} already registered`);
+  if (!ok) throw new Error(`${sourceId}/${table} already registered`);
 }
 
 interface Emf {
@@ -169,8 +169,8 @@ describe('warehouse applier on embedded PostgreSQL', () => {
 
   const rows = async (sql: string): Promise<Record<string, string | null>[]> =>
     (await pool.query({ text: sql, types: RAW })).rows as Record<string, string | null>[];
-  const names = (source: string, table: string) => {
-    const t = warehouseTable(source, table);
+  const names = (sourceId: string, table: string) => {
+    const t = warehouseTable(sourceId, table);
     return {
       view: qualified(t.schema, t.view),
       mirror: qualified(t.schema, t.mirror),
@@ -421,18 +421,18 @@ describe('warehouse applier on embedded PostgreSQL', () => {
 
   it('appliers of two shards creating the same warehouse schema at once both apply (the DDL race is retried)', async () => {
     for (let round = 0; round < 4; round++) {
-      const source = `race${round}`;
+      const sourceId = `race${round}`;
       const cp = new MemoryControlPlane();
-      await register(cp, source, 'public.a', ORDERS, ['id']);
-      await register(cp, source, 'public.b', ORDERS, ['id']);
+      await register(cp, sourceId, 'public.a', ORDERS, ['id']);
+      await register(cp, sourceId, 'public.b', ORDERS, ['id']);
       // Two appliers = two Lambda environments (one per shard), each with its own shape cache.
       const [ra, rb] = await Promise.all([
-        applier(cp).handler(kinesisEvent([ev(source, 'public.a', 'insert', 1, { id: 1 }, { id: 1, status: 'a', amount: null, note: null })])),
-        applier(cp).handler(kinesisEvent([ev(source, 'public.b', 'insert', 2, { id: 1 }, { id: 1, status: 'b', amount: null, note: null })])),
+        applier(cp).handler(kinesisEvent([ev(sourceId, 'public.a', 'insert', 1, { id: 1 }, { id: 1, status: 'a', amount: null, note: null })])),
+        applier(cp).handler(kinesisEvent([ev(sourceId, 'public.b', 'insert', 2, { id: 1 }, { id: 1, status: 'b', amount: null, note: null })])),
       ]);
       expect([ra.batchItemFailures, rb.batchItemFailures]).toEqual([[], []]);
-      expect(await rows(`SELECT status FROM ${names(source, 'public.a').view}`)).toEqual([{ status: 'a' }]);
-      expect(await rows(`SELECT status FROM ${names(source, 'public.b').view}`)).toEqual([{ status: 'b' }]);
+      expect(await rows(`SELECT status FROM ${names(sourceId, 'public.a').view}`)).toEqual([{ status: 'a' }]);
+      expect(await rows(`SELECT status FROM ${names(sourceId, 'public.b').view}`)).toEqual([{ status: 'b' }]);
     }
   });
 
@@ -680,17 +680,17 @@ describe('warehouse applier on embedded PostgreSQL', () => {
   for (const mode of ['soft', 'hard'] as const) {
     it(`${mode} delete: a late older event does not resurrect the row, a newer insert does`, async () => {
       const cp = new MemoryControlPlane();
-      const source = `res${mode}`;
-      await register(cp, source, 'public.orders', ORDERS, ['id'], { mode });
+      const sourceId = `res${mode}`;
+      await register(cp, sourceId, 'public.orders', ORDERS, ['id'], { mode });
       const a = applier(cp);
-      const n = names(source, 'public.orders');
+      const n = names(sourceId, 'public.orders');
       await a.handler(
         kinesisEvent([
-          ev(source, 'public.orders', 'insert', 1, { id: 1 }, { id: 1, status: 'new' }),
-          ev(source, 'public.orders', 'delete', 3, { id: 1 }, null),
+          ev(sourceId, 'public.orders', 'insert', 1, { id: 1 }, { id: 1, status: 'new' }),
+          ev(sourceId, 'public.orders', 'delete', 3, { id: 1 }, null),
         ]),
       );
-      await a.handler(kinesisEvent([ev(source, 'public.orders', 'update', 2, { id: 1 }, { id: 1, status: 'late', amount: null, note: null })]));
+      await a.handler(kinesisEvent([ev(sourceId, 'public.orders', 'update', 2, { id: 1 }, { id: 1, status: 'late', amount: null, note: null })]));
       expect(await rows(`SELECT id FROM ${n.view}`)).toEqual([]);
       if (mode === 'hard') {
         expect(await rows(`SELECT id FROM ${n.mirror}`)).toEqual([]);
@@ -705,7 +705,7 @@ describe('warehouse applier on embedded PostgreSQL', () => {
         { _cdc_op: 'update' },
         { _cdc_op: 'delete' },
       ]);
-      await a.handler(kinesisEvent([ev(source, 'public.orders', 'insert', 4, { id: 1 }, { id: 1, status: 'back' })]));
+      await a.handler(kinesisEvent([ev(sourceId, 'public.orders', 'insert', 4, { id: 1 }, { id: 1, status: 'back' })]));
       expect(await rows(`SELECT id, status, note FROM ${n.view}`)).toEqual([{ id: '1', status: 'back', note: null }]);
       if (mode === 'hard') expect(await rows(`SELECT id FROM ${n.deletedKeys}`)).toEqual([]);
     });
@@ -839,15 +839,15 @@ describe('warehouse applier on embedded PostgreSQL', () => {
   });
 
   it('gives the same tables with the Redshift stage lifecycle and with the COPY loader', async () => {
-    const batches = (source: string): ChangeEvent[][] => [
+    const batches = (sourceId: string): ChangeEvent[][] => [
       [
-        ev(source, 'public.orders', 'insert', 1, { id: 1 }, { id: 1, status: 'a\tb\\c\nd', amount: '1.00', note: null }),
-        ev(source, 'public.orders', 'insert', 2, { id: 2 }, { id: 2, status: 'é', amount: null, note: 'n' }),
+        ev(sourceId, 'public.orders', 'insert', 1, { id: 1 }, { id: 1, status: 'a\tb\\c\nd', amount: '1.00', note: null }),
+        ev(sourceId, 'public.orders', 'insert', 2, { id: 2 }, { id: 2, status: 'é', amount: null, note: 'n' }),
       ],
       [
-        ev(source, 'public.orders', 'update', 3, { id: 1 }, { id: 1, status: 'z' }, { missing: ['note'] }),
-        ev(source, 'public.orders', 'delete', 4, { id: 2 }, null),
-        ev(source, 'public.orders', 'insert', 1, { id: 1 }, { id: 1 }),
+        ev(sourceId, 'public.orders', 'update', 3, { id: 1 }, { id: 1, status: 'z' }, { missing: ['note'] }),
+        ev(sourceId, 'public.orders', 'delete', 4, { id: 2 }, null),
+        ev(sourceId, 'public.orders', 'insert', 1, { id: 1 }, { id: 1 }),
       ],
     ];
     const variants: [string, PgWarehouseOptions][] = [
@@ -856,12 +856,12 @@ describe('warehouse applier on embedded PostgreSQL', () => {
       ['lccopy', { loader: copyStageLoader }],
     ];
     const results: unknown[] = [];
-    for (const [source, options] of variants) {
+    for (const [sourceId, options] of variants) {
       const cp = new MemoryControlPlane();
-      await register(cp, source, 'public.orders', ORDERS, ['id']);
+      await register(cp, sourceId, 'public.orders', ORDERS, ['id']);
       const a = applier(cp, options);
-      for (const b of batches(source)) expect((await a.handler(kinesisEvent(b))).batchItemFailures).toEqual([]);
-      const n = names(source, 'public.orders');
+      for (const b of batches(sourceId)) expect((await a.handler(kinesisEvent(b))).batchItemFailures).toEqual([]);
+      const n = names(sourceId, 'public.orders');
       results.push({
         mirror: await rows(`SELECT id, status, amount, note, _cdc_position, _cdc_deleted FROM ${n.mirror} ORDER BY id`),
         changelog: await rows(`SELECT _cdc_position, _cdc_op, id, status, amount, note, _cdc_missing FROM ${n.changelog} ORDER BY 1, 3`),

@@ -152,7 +152,7 @@ export interface SimulateOptions {
   truncates?: boolean;
 }
 
-export function simulate(h: History, source: string, startLsn = 0x1_0000_0000n, options: SimulateOptions = {}): Simulated {
+export function simulate(h: History, sourceId: string, startLsn = 0x1_0000_0000n, options: SimulateOptions = {}): Simulated {
   const tables = h.twoTables ? [...MODEL_TABLES] : [MODEL_TABLES[0]!];
   const state = new Map<string, Map<string, Row>>(tables.map((t) => [t.table, new Map()]));
   const lastPosition = new Map<string, Map<string, string>>(tables.map((t) => [t.table, new Map()]));
@@ -171,7 +171,7 @@ export function simulate(h: History, source: string, startLsn = 0x1_0000_0000n, 
       const position = makePosition(lsn, idx);
       events.push({
         v: ENVELOPE_VERSION,
-        source,
+        source: sourceId,
         table: t.table,
         ...e,
         position,
@@ -192,7 +192,7 @@ export function simulate(h: History, source: string, startLsn = 0x1_0000_0000n, 
         const position = makePosition(lsn, index++);
         events.push({
           v: ENVELOPE_VERSION,
-          source,
+          source: sourceId,
           table: t.table,
           op: 'truncate',
           key: {},

@@ -30,7 +30,7 @@ import { assertPosition, type Position } from '../../lambda/core/shared/position
 import { mergeHeldShards } from '../../lambda/core/operator/operator-decisions.ts';
 
 const copy = <T>(v: T): T => structuredClone(v);
-const tableKey = (source: string, table: string): string => `${source}\u0000${table}`;
+const tableKey = (sourceId: string, table: string): string => `${sourceId}\u0000${table}`;
 
 export class MemoryControlPlane implements ControlPlane {
   private readonly tables = new Map<string, TableRecord>();
@@ -51,27 +51,27 @@ export class MemoryControlPlane implements ControlPlane {
     this.calls.set(name, (this.calls.get(name) ?? 0) + 1);
   }
 
-  async getTable(source: string, table: string): Promise<TableRecord | null> {
+  async getTable(sourceId: string, table: string): Promise<TableRecord | null> {
     this.count('getTable');
-    const t = this.tables.get(tableKey(source, table));
+    const t = this.tables.get(tableKey(sourceId, table));
     return t ? copy(t) : null;
   }
 
-  async listTables(source?: string): Promise<TableRecord[]> {
+  async listTables(sourceId?: string): Promise<TableRecord[]> {
     return [...this.tables.values()]
-      .filter((t) => source === undefined || t.source === source)
+      .filter((t) => sourceId === undefined || t.source === sourceId)
       .sort((a, b) => (a.source + a.table < b.source + b.table ? -1 : 1))
       .map(copy);
   }
 
-  async getSchemaVersion(source: string, table: string, version: number): Promise<SchemaVersion | null> {
+  async getSchemaVersion(sourceId: string, table: string, version: number): Promise<SchemaVersion | null> {
     this.count('getSchemaVersion');
-    const v = this.schemas.get(tableKey(source, table))?.get(version);
+    const v = this.schemas.get(tableKey(sourceId, table))?.get(version);
     return v ? copy(v) : null;
   }
 
-  async listSchemaVersions(source: string, table: string): Promise<SchemaVersion[]> {
-    return [...(this.schemas.get(tableKey(source, table))?.values() ?? [])].sort((a, b) => a.version - b.version).map(copy);
+  async listSchemaVersions(sourceId: string, table: string): Promise<SchemaVersion[]> {
+    return [...(this.schemas.get(tableKey(sourceId, table))?.values() ?? [])].sort((a, b) => a.version - b.version).map(copy);
   }
 
   async registerTable(table: TableRecord, schema: SchemaVersion, audit: AuditEntry): Promise<boolean> {
@@ -98,9 +98,9 @@ export class MemoryControlPlane implements ControlPlane {
     return true;
   }
 
-  async setTableState(source: string, table: string, state: TableState, reason: string | null, audit: AuditEntry): Promise<void> {
-    const t = this.tables.get(tableKey(source, table));
-    if (!t) throw new CdcError('TABLE_NOT_REGISTERED', `table ${table} of source ${source} is not registered in the control plane`);
+  async setTableState(sourceId: string, table: string, state: TableState, reason: string | null, audit: AuditEntry): Promise<void> {
+    const t = this.tables.get(tableKey(sourceId, table));
+    if (!t) throw new CdcError('TABLE_NOT_REGISTERED', `table ${table} of source ${sourceId} is not registered in the control plane`);
     t.state = state;
     t.stateReason = reason;
     t.updatedAt = new Date().toISOString();
@@ -108,47 +108,47 @@ export class MemoryControlPlane implements ControlPlane {
   }
 
   /** Test convenience: changes a table's delete mode (what an operator would do through the constructs). */
-  setDeleteMode(source: string, table: string, mode: TableRecord['deleteMode']): void {
-    const t = this.tables.get(tableKey(source, table));
-    if (!t) throw new CdcError('TABLE_NOT_REGISTERED', `table ${table} of source ${source} is not registered`);
+  setDeleteMode(sourceId: string, table: string, mode: TableRecord['deleteMode']): void {
+    const t = this.tables.get(tableKey(sourceId, table));
+    if (!t) throw new CdcError('TABLE_NOT_REGISTERED', `table ${table} of source ${sourceId} is not registered`);
     t.deleteMode = mode;
   }
 
-  async getSinkProgress(sink: string, source: string, table: string): Promise<SinkTableProgress | null> {
+  async getSinkProgress(sink: string, sourceId: string, table: string): Promise<SinkTableProgress | null> {
     this.count('getSinkProgress');
-    const p = this.progress.get(`${sink}\u0000${tableKey(source, table)}`);
+    const p = this.progress.get(`${sink}\u0000${tableKey(sourceId, table)}`);
     return p ? copy(p) : null;
   }
 
-  private sinkEntry(sink: string, source: string, table: string): SinkTableProgress {
-    const k = `${sink}\u0000${tableKey(source, table)}`;
+  private sinkEntry(sink: string, sourceId: string, table: string): SinkTableProgress {
+    const k = `${sink}\u0000${tableKey(sourceId, table)}`;
     let p = this.progress.get(k);
     if (!p) {
-      p = { sink, source, table, appliedPosition: null, heldFrom: null };
+      p = { sink, source: sourceId, table, appliedPosition: null, heldFrom: null };
       this.progress.set(k, p);
     }
     return p;
   }
 
-  async advanceSinkProgress(sink: string, source: string, table: string, appliedPosition: Position): Promise<void> {
+  async advanceSinkProgress(sink: string, sourceId: string, table: string, appliedPosition: Position): Promise<void> {
     this.count('advanceSinkProgress');
     assertPosition(appliedPosition, 'appliedPosition');
-    const p = this.sinkEntry(sink, source, table);
+    const p = this.sinkEntry(sink, sourceId, table);
     if (p.appliedPosition === null || p.appliedPosition < appliedPosition) p.appliedPosition = appliedPosition;
   }
 
-  async holdSinkTable(sink: string, source: string, table: string, fromPosition: Position, shards?: Readonly<Record<string, string>>): Promise<void> {
+  async holdSinkTable(sink: string, sourceId: string, table: string, fromPosition: Position, shards?: Readonly<Record<string, string>>): Promise<void> {
     this.count('holdSinkTable');
     assertPosition(fromPosition, 'fromPosition');
-    const p = this.sinkEntry(sink, source, table);
+    const p = this.sinkEntry(sink, sourceId, table);
     if (p.heldFrom === null || p.heldFrom > fromPosition) p.heldFrom = fromPosition;
     if (shards !== undefined) p.heldFromShards = mergeHeldShards(p.heldFromShards, shards);
     p.heldAt ??= new Date().toISOString();
     p.holdCount = (p.holdCount ?? 0) + 1;
   }
 
-  async releaseSinkTable(sink: string, source: string, table: string, audit: AuditEntry): Promise<void> {
-    const p = this.sinkEntry(sink, source, table);
+  async releaseSinkTable(sink: string, sourceId: string, table: string, audit: AuditEntry): Promise<void> {
+    const p = this.sinkEntry(sink, sourceId, table);
     p.heldFrom = null;
     p.heldAt = null;
     p.heldFromShards = null;
@@ -196,10 +196,12 @@ export class MemoryControlPlane implements ControlPlane {
     return this.deadLetters.filter((d) => stage === undefined || d.stage === stage).map(copy);
   }
 
-  async listAudit(source?: string, table?: string, since?: string): Promise<AuditEntry[]> {
+  async listAudit(sourceId?: string, table?: string, since?: string): Promise<AuditEntry[]> {
     const from = since === undefined ? null : Date.parse(since);
     return this.audit
-      .filter((a) => (source === undefined || a.source === source) && (table === undefined || a.table === table) && (from === null || Date.parse(a.at) >= from))
+      .filter(
+        (a) => (sourceId === undefined || a.source === sourceId) && (table === undefined || a.table === table) && (from === null || Date.parse(a.at) >= from),
+      )
       .map(copy);
   }
 
@@ -227,12 +229,12 @@ export class MemoryControlPlane implements ControlPlane {
 
   async completeSinkRelease(
     sink: string,
-    source: string,
+    sourceId: string,
     table: string,
     expected: { heldFrom: Position; holdCount: number },
     audit: AuditEntry,
   ): Promise<boolean> {
-    const p = this.progress.get(`${sink}\u0000${tableKey(source, table)}`);
+    const p = this.progress.get(`${sink}\u0000${tableKey(sourceId, table)}`);
     if (!p || p.heldFrom !== expected.heldFrom || (p.holdCount ?? 0) !== expected.holdCount) return false;
     p.heldFrom = null;
     p.heldAt = null;
@@ -242,8 +244,8 @@ export class MemoryControlPlane implements ControlPlane {
     return true;
   }
 
-  async clearReleaseRequest(sink: string, source: string, table: string): Promise<boolean> {
-    const p = this.progress.get(`${sink}\u0000${tableKey(source, table)}`);
+  async clearReleaseRequest(sink: string, sourceId: string, table: string): Promise<boolean> {
+    const p = this.progress.get(`${sink}\u0000${tableKey(sourceId, table)}`);
     if (!p || p.heldFrom !== null) return false;
     p.releaseRequested = null;
     return true;
@@ -251,14 +253,14 @@ export class MemoryControlPlane implements ControlPlane {
 
   // ---- Snapshots ----
 
-  async getSnapshot(source: string, table: string): Promise<SnapshotState | null> {
-    const s = this.snapshots.get(tableKey(source, table));
+  async getSnapshot(sourceId: string, table: string): Promise<SnapshotState | null> {
+    const s = this.snapshots.get(tableKey(sourceId, table));
     return s ? copy(s) : null;
   }
 
-  async listSnapshots(source: string): Promise<SnapshotState[]> {
+  async listSnapshots(sourceId: string): Promise<SnapshotState[]> {
     return [...this.snapshots.values()]
-      .filter((s) => s.source === source)
+      .filter((s) => s.source === sourceId)
       .sort((a, b) => (a.table < b.table ? -1 : 1))
       .map(copy);
   }
@@ -280,9 +282,9 @@ export class MemoryControlPlane implements ControlPlane {
     return true;
   }
 
-  async listSnapshotChunks(source: string, table: string, run: string): Promise<SnapshotChunkRecord[]> {
+  async listSnapshotChunks(sourceId: string, table: string, run: string): Promise<SnapshotChunkRecord[]> {
     return [...this.snapshotChunks.values()]
-      .filter((c) => c.source === source && c.table === table && c.run === run)
+      .filter((c) => c.source === sourceId && c.table === table && c.run === run)
       .sort((a, b) => a.index - b.index)
       .map(copy);
   }
@@ -293,8 +295,8 @@ export class MemoryControlPlane implements ControlPlane {
     this.verdicts.set(`${verdict.sink}\u0000${tableKey(verdict.source, verdict.table)}`, copy(verdict));
   }
 
-  async getReconcileVerdict(sink: string, source: string, table: string): Promise<ReconcileVerdict | null> {
-    const v = this.verdicts.get(`${sink}\u0000${tableKey(source, table)}`);
+  async getReconcileVerdict(sink: string, sourceId: string, table: string): Promise<ReconcileVerdict | null> {
+    const v = this.verdicts.get(`${sink}\u0000${tableKey(sourceId, table)}`);
     return v ? copy(v) : null;
   }
 
@@ -312,9 +314,9 @@ export class MemoryControlPlane implements ControlPlane {
     this.audit.push(copy(audit));
   }
 
-  async listRebuilds(sink: string, source?: string, table?: string): Promise<RebuildRun[]> {
+  async listRebuilds(sink: string, sourceId?: string, table?: string): Promise<RebuildRun[]> {
     return this.rebuilds
-      .filter((r) => r.sink === sink && (source === undefined || r.source === source) && (table === undefined || r.table === table))
+      .filter((r) => r.sink === sink && (sourceId === undefined || r.source === sourceId) && (table === undefined || r.table === table))
       .sort((a, b) => (a.startedAt < b.startedAt ? -1 : a.startedAt > b.startedAt ? 1 : 0))
       .map(copy);
   }

@@ -51,11 +51,11 @@ export const SHAPES: Shape[] = [
 /** Makes the table's warehouse objects in each source (one event applied by `warehouse`) and returns them. */
 export async function makeTableSets(warehouse: PgWarehouse, sources: readonly string[], shape: Shape): Promise<WarehouseTable[]> {
   const out: WarehouseTable[] = [];
-  for (const source of sources) {
-    const schema = schemaOf(source);
+  for (const sourceId of sources) {
+    const schema = schemaOf(sourceId);
     const e: ChangeEvent = {
       v: ENVELOPE_VERSION,
-      source,
+      source: sourceId,
       table: TABLE,
       op: 'insert',
       key: { k1: 0, k2: 'a' },
@@ -70,22 +70,22 @@ export async function makeTableSets(warehouse: PgWarehouse, sources: readonly st
       synthetic: false,
     };
     await warehouse.applyTable({
-      source,
+      source: sourceId,
       table: TABLE,
       deleteMode: shape.madeHard ? 'hard' : 'soft',
       schemas: new Map([[1, schema]]),
       events: [e],
       appliedAt: new Date(0),
     });
-    out.push(warehouseTable(source, TABLE));
+    out.push(warehouseTable(sourceId, TABLE));
   }
   return out;
 }
 
 /** The table's schema version `version` in `source`: `k1`, `k2`, `v1`, `v2`, then the `added` text columns. */
-export function schemaOf(source: string, version = 1, added: readonly string[] = []): SchemaVersion {
+export function schemaOf(sourceId: string, version = 1, added: readonly string[] = []): SchemaVersion {
   return {
-    source,
+    source: sourceId,
     table: TABLE,
     version,
     columns: [

@@ -18,8 +18,8 @@ import { readState, WAREHOUSE_DATABASE, type LocalStack } from '../../local/stac
 export interface DiagnosticsInput {
   /** The stack's control plane (its audit log). */
   controlPlane: {
-    listAudit(source?: string): Promise<AuditEntry[]>;
-    listTables(source: string): Promise<Array<{ table: string }>>;
+    listAudit(sourceId?: string): Promise<AuditEntry[]>;
+    listTables(sourceId: string): Promise<Array<{ table: string }>>;
     listSinkProgress?(sink?: string): Promise<SinkTableProgress[]>;
   } | null;
   warehouseUrl: string | null;
@@ -40,8 +40,8 @@ export function stackPorts(stack: LocalStack, extra: Record<string, number | nul
 }
 
 /** Rows, live rows and min/max `_cdc_position` of each of a table's sink relations that exist. */
-async function sinkPositions(client: pg.Client, source: string, table: string): Promise<string[]> {
-  const t = warehouseTable(source, table);
+async function sinkPositions(client: pg.Client, sourceId: string, table: string): Promise<string[]> {
+  const t = warehouseTable(sourceId, table);
   const out: string[] = [];
   for (const [what, rel] of [
     ['mirror', t.mirror],

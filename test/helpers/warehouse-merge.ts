@@ -11,14 +11,14 @@ import type { DeleteMode } from '../../lambda/core/shared/control-plane.ts';
 /** Returns the delta rows merged. */
 export async function mergeWarehouseTable(
   url: string,
-  source: string,
+  sourceId: string,
   table: string,
   key: readonly string[],
   deleteMode: DeleteMode = 'soft',
 ): Promise<number> {
   const pool = new pg.Pool({ connectionString: url, max: 1 });
   try {
-    return (await new PgWarehouse(pool).merge({ source, table, deleteMode, key })).rows;
+    return (await new PgWarehouse(pool).merge({ source: sourceId, table, deleteMode, key })).rows;
   } finally {
     await pool.end();
   }

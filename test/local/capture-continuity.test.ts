@@ -51,21 +51,21 @@ async function connect(url: string): Promise<pg.Client> {
 }
 
 async function env(schema: string, tables: string[], on: PostgresCluster = cluster): Promise<Env> {
-  const source = `cc${++n}`;
-  await on.createDatabase(source);
-  const sql = await connect(on.url(source));
+  const sourceId = `cc${++n}`;
+  await on.createDatabase(sourceId);
+  const sql = await connect(on.url(sourceId));
   await sql.query(schema);
   const controlPlane = new MemoryControlPlane();
   const published: SlotRecord[] = [];
   const options: CaptureOptions = {
-    source,
-    sourceUrl: on.url(source),
+    source: sourceId,
+    sourceUrl: on.url(sourceId),
     tables: new TableConfigIndex(tables.map((table) => ({ table, deleteMode: 'soft' as const, mask: [], exclude: [] }))),
     controlPlane,
     publish: async (records) => void published.push(...records.flatMap((r) => capturedViews(r.data))),
     idleMs: 20,
   };
-  return { source, sql, controlPlane, published, options };
+  return { source: sourceId, sql, controlPlane, published, options };
 }
 
 async function register(e: Env, table: string): Promise<void> {

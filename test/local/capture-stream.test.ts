@@ -52,15 +52,15 @@ interface Env {
 }
 
 async function env(): Promise<Env> {
-  const source = `cs${++n}`;
-  await cluster.createDatabase(source);
-  const url = cluster.url(source);
+  const sourceId = `cs${++n}`;
+  await cluster.createDatabase(sourceId);
+  const url = cluster.url(sourceId);
   const sql = await connect(url);
   await sql.query('CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL); CREATE TABLE other (id int PRIMARY KEY)');
   const controlPlane = new MemoryControlPlane();
   const published: SlotRecord[] = [];
   const options: CaptureOptions = {
-    source,
+    source: sourceId,
     sourceUrl: url,
     tables: new TableConfigIndex([{ table: 'public.t', deleteMode: 'soft', mask: [], exclude: [] }]),
     controlPlane,
@@ -68,13 +68,13 @@ async function env(): Promise<Env> {
     idleMs: 20,
     read: 'stream',
   };
-  return { source, url, sql, controlPlane, published, options };
+  return { source: sourceId, url, sql, controlPlane, published, options };
 }
 
 /** Ends every session of the capture of `source` (its SQL session and its walsender), as a killed process would. */
-async function killSessions(sql: pg.Client, source: string): Promise<void> {
+async function killSessions(sql: pg.Client, sourceId: string): Promise<void> {
   await sql.query('SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()', [
-    `cdc-local-capture-${source}`,
+    `cdc-local-capture-${sourceId}`,
   ]);
 }
 
@@ -143,9 +143,9 @@ describe('slot capture, streaming', () => {
   it('a stream the server refuses (its slot is gone) fails at once and lets its connection go: it never waits on a paused socket', async () => {
     // START_REPLICATION on a missing slot fails the stream, which pauses its socket; ending the
     // connection must still finish (the capture retries, finds the slot gone and stops loudly).
-    const source = `cs${++n}`;
-    await cluster.createDatabase(source);
-    const url = cluster.url(source);
+    const sourceId = `cs${++n}`;
+    await cluster.createDatabase(sourceId);
+    const url = cluster.url(sourceId);
     const admin = await connect(url);
     try {
       const lsn = String((await admin.query('SELECT pg_current_wal_lsn()::text AS lsn')).rows[0].lsn);

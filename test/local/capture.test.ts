@@ -65,17 +65,17 @@ interface Env {
 
 /** A fresh database, stream and source id per test. */
 async function env(schema = SCHEMA): Promise<Env> {
-  const source = `src${++n}`;
-  await cluster.createDatabase(source);
-  const url = cluster.url(source);
+  const sourceId = `src${++n}`;
+  await cluster.createDatabase(sourceId);
+  const url = cluster.url(sourceId);
   const sql = new pg.Client({ connectionString: url });
   // A test that fails before closing its client must not turn the server's shutdown into an uncaught error.
   sql.on('error', () => undefined);
   await sql.connect();
   await sql.query(schema);
-  const stream = `raw-${source}`;
+  const stream = `raw-${sourceId}`;
   await createStream(kinesis, stream, 2);
-  return { source, url, stream, sql };
+  return { source: sourceId, url, stream, sql };
 }
 
 /** How the capture under test reads its slot (every test runs on both paths). */

@@ -23,12 +23,12 @@ export async function until(what: string, check: () => boolean | Promise<boolean
  * the columns it does not know.
  */
 /** `capturedView` of a raw record, or nothing for a DMS control record (a table definition, no row change). */
-export function capturedViews(text: string, source = ''): SlotRecord[] {
+export function capturedViews(text: string, sourceId = ''): SlotRecord[] {
   const r = JSON.parse(text) as { metadata?: Record<string, unknown> };
-  return r.metadata?.['record-type'] === 'control' ? [] : [capturedView(text, source)];
+  return r.metadata?.['record-type'] === 'control' ? [] : [capturedView(text, sourceId)];
 }
 
-export function capturedView(text: string, source = ''): SlotRecord {
+export function capturedView(text: string, sourceId = ''): SlotRecord {
   const r = JSON.parse(text) as Record<string, unknown>;
   if (r.format === SLOT_RECORD_FORMAT) return validateSlotRecord(r);
   const meta = r.metadata as Record<string, string | number>;
@@ -42,7 +42,7 @@ export function capturedView(text: string, source = ''): SlotRecord {
   const lsn = String(meta['stream-position']).split('.')[0]!;
   return {
     format: SLOT_RECORD_FORMAT,
-    source,
+    source: sourceId,
     xid: String(meta['transaction-id']),
     commitLsn: formatLsn(parseLsn(lsn)),
     commitTs: String(meta['commit-timestamp']),

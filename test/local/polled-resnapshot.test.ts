@@ -45,12 +45,12 @@ afterAll(async () => {
 });
 
 /** The whole path of one source's polled tables: poller → normalizer → warehouse applier, and the snapshot worker. */
-function pipeline(source: string, tables: TableConfig[]) {
+function pipeline(sourceId: string, tables: TableConfig[]) {
   const controlPlane = new MemoryControlPlane();
   const raw: string[] = [];
   const events: string[] = [];
   const normalizer = new Normalizer<string>({
-    source,
+    source: sourceId,
     tables: new TableConfigIndex(tables),
     controlPlane,
     changeLog: { encode: (e) => JSON.stringify(e), publishEncoded: async (r) => void events.push(...r) },
@@ -81,16 +81,16 @@ function pipeline(source: string, tables: TableConfig[]) {
     },
     poll: () =>
       pollPass({
-        source,
+        source: sourceId,
         tables: tables.map((t) => ({ table: t.table, pollColumn: t.pollColumn!, rules: { mask: [], exclude: [] } })),
         reader,
-        cursors: checkpointCursorStore(controlPlane, source),
+        cursors: checkpointCursorStore(controlPlane, sourceId),
         publish: async (records) => void raw.push(...records.map((r) => JSON.stringify(r))),
         pacerFor: () => new FixedPacer(7),
       }),
     async resnapshot(table: string, chunk = 100, between?: () => Promise<void>) {
       const op = new Operator({ controlPlane, settings: { changeLogRetentionMs: 86_400_000 }, snapshots: controlPlaneSnapshots(controlPlane) });
-      const r = await op.resnapshot('operator:test', { source, table });
+      const r = await op.resnapshot('operator:test', { source: sourceId, table });
       expect(r, JSON.stringify(r)).toMatchObject({ outcome: 'done' });
       const outcome = await runTableSnapshot({
         controlPlane,
@@ -100,14 +100,14 @@ function pipeline(source: string, tables: TableConfig[]) {
           await between?.();
         },
         pacer: new FixedPacer(chunk),
-        source,
+        source: sourceId,
         table,
         rules: { mask: [], exclude: [] },
         pollColumnOf,
         owner: 'test',
       });
       expect(outcome).toBe('done');
-      expect((await controlPlane.getTable(source, table))?.state).toBe('active');
+      expect((await controlPlane.getTable(sourceId, table))?.state).toBe('active');
     },
     close: () => reader.close(),
   };

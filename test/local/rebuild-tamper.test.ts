@@ -77,11 +77,11 @@ function kinesisEvent(records: readonly LogRecord[]): KinesisStreamEvent {
 }
 
 /** A source whose table's whole history (inserts of ids 1..n with value `v<id>`) is in the stream and in the archive; live holds it merged. */
-async function archivedTable(source: string, n: number): Promise<{ cp: MemoryControlPlane; reader: ReplayReader; archive: FolderArchive }> {
+async function archivedTable(sourceId: string, n: number): Promise<{ cp: MemoryControlPlane; reader: ReplayReader; archive: FolderArchive }> {
   const at = new Date().toISOString();
   const cp = new MemoryControlPlane();
   const version: SchemaVersion = {
-    source,
+    source: sourceId,
     table: TABLE,
     version: 1,
     columns: [
@@ -93,15 +93,15 @@ async function archivedTable(source: string, n: number): Promise<{ cp: MemoryCon
     registeredAt: at,
   };
   await cp.registerTable(
-    { source, table: TABLE, state: 'active', currentVersion: 1, deleteMode: 'hard', preImage: 'key', stateReason: null, updatedAt: at },
+    { source: sourceId, table: TABLE, state: 'active', currentVersion: 1, deleteMode: 'hard', preImage: 'key', stateReason: null, updatedAt: at },
     version,
-    { at, actor: 'test', action: 'register-table', source, table: TABLE, outcome: 'done', detail: {} },
+    { at, actor: 'test', action: 'register-table', source: sourceId, table: TABLE, outcome: 'done', detail: {} },
   );
   const events: ChangeEvent[] = [];
   for (let id = 1; id <= n; id++) {
     events.push({
       v: ENVELOPE_VERSION,
-      source,
+      source: sourceId,
       table: TABLE,
       op: 'insert',
       key: { id },
@@ -116,25 +116,25 @@ async function archivedTable(source: string, n: number): Promise<{ cp: MemoryCon
       synthetic: false,
     });
   }
-  const stream = `tamper-${source}`;
+  const stream = `tamper-${sourceId}`;
   await createStream(kinesis, stream, 2);
   await kinesis.send(
     new PutRecordsCommand({ StreamName: stream, Records: events.map((e) => ({ PartitionKey: `${e.key.id}`, Data: Buffer.from(JSON.stringify(e)) })) }),
   );
-  const archive = new FolderArchive(path.join(dir, source));
+  const archive = new FolderArchive(path.join(dir, sourceId));
   const copy = createArchiveCopier({ archive, layout: 'by-table' });
   const byShard = new Map<string, LogRecord[]>();
   for await (const page of readChangeLog(kinesis, stream)) for (const r of page) byShard.set(r.shardId, [...(byShard.get(r.shardId) ?? []), r]);
   for (const records of byShard.values()) for (let i = 0; i < records.length; i += 4) await copy(kinesisEvent(records.slice(i, i + 4)));
   const live = new PgWarehouse(pool);
-  await live.applyTable({ source, table: TABLE, deleteMode: 'hard', schemas: new Map([[1, version]]), events, appliedAt: new Date() });
-  await cp.advanceSinkProgress(SINK, source, TABLE, events[events.length - 1]!.position);
-  await live.merge({ source, table: TABLE, deleteMode: 'hard', key: ['id'] });
+  await live.applyTable({ source: sourceId, table: TABLE, deleteMode: 'hard', schemas: new Map([[1, version]]), events, appliedAt: new Date() });
+  await cp.advanceSinkProgress(SINK, sourceId, TABLE, events[events.length - 1]!.position);
+  await live.merge({ source: sourceId, table: TABLE, deleteMode: 'hard', key: ['id'] });
   return { cp, reader: new ReplayReader({ archive, kinesis, stream }), archive };
 }
 
-async function rows(source: string): Promise<string[]> {
-  return (await pool.query(`SELECT id, v FROM "${source}_public".t ORDER BY id`)).rows.map((r: { id: string; v: string | null }) => `${r.id}=${r.v}`);
+async function rows(sourceId: string): Promise<string[]> {
+  return (await pool.query(`SELECT id, v FROM "${sourceId}_public".t ORDER BY id`)).rows.map((r: { id: string; v: string | null }) => `${r.id}=${r.v}`);
 }
 
 describe('rebuild verifies every archive object against the digest recorded when it was written', () => {

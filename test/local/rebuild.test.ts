@@ -98,13 +98,13 @@ async function digest(schema: string): Promise<string> {
 
 async function oneRun(run: number, seed: number): Promise<void> {
   const rand = seededRandom(seed);
-  const source = `r${run}`;
-  const schema = `${source}_public`;
+  const sourceId = `r${run}`;
+  const schema = `${sourceId}_public`;
   const mode: DeleteMode = rand() < 0.5 ? 'soft' : 'hard';
   const at = new Date().toISOString();
   const cp = new MemoryControlPlane();
   const version: SchemaVersion = {
-    source,
+    source: sourceId,
     table: TABLE,
     version: 1,
     columns: [
@@ -116,9 +116,9 @@ async function oneRun(run: number, seed: number): Promise<void> {
     registeredAt: at,
   };
   await cp.registerTable(
-    { source, table: TABLE, state: 'active', currentVersion: 1, deleteMode: mode, preImage: 'key', stateReason: null, updatedAt: at },
+    { source: sourceId, table: TABLE, state: 'active', currentVersion: 1, deleteMode: mode, preImage: 'key', stateReason: null, updatedAt: at },
     version,
-    { at, actor: 'test', action: 'register-table', source, table: TABLE, outcome: 'done', detail: {} },
+    { at, actor: 'test', action: 'register-table', source: sourceId, table: TABLE, outcome: 'done', detail: {} },
   );
 
   // A history and its model (each key's last event).
@@ -133,7 +133,7 @@ async function oneRun(run: number, seed: number): Promise<void> {
     const v = rand() < 0.1 ? null : `v${i}`;
     events.push({
       v: ENVELOPE_VERSION,
-      source,
+      source: sourceId,
       table: TABLE,
       op: del ? 'delete' : model.has(id) ? 'update' : 'insert',
       key: { id },
@@ -161,7 +161,7 @@ async function oneRun(run: number, seed: number): Promise<void> {
     );
   }
   // The archive holds a random prefix of each shard's batches.
-  const archive = new FolderArchive(path.join(dir, source));
+  const archive = new FolderArchive(path.join(dir, sourceId));
   const copy = createArchiveCopier({ archive, layout: 'by-table' });
   const byShard = new Map<string, LogRecord[]>();
   for await (const page of readChangeLog(kinesis, stream)) for (const r of page) byShard.set(r.shardId, [...(byShard.get(r.shardId) ?? []), r]);
@@ -176,14 +176,14 @@ async function oneRun(run: number, seed: number): Promise<void> {
   // applied and left unmerged in the delta: the rebuild must merge it before its diffs, or the
   // tail would count as differences.
   const live = new PgWarehouse(pool);
-  const target = { source, table: TABLE, deleteMode: mode, key: ['id'] };
+  const target = { source: sourceId, table: TABLE, deleteMode: mode, key: ['id'] };
   const mergedUpTo = 1 + Math.floor(rand() * events.length);
   const applyLive = async (from: number, to: number): Promise<void> => {
     for (let i = from; i < to;) {
       const size = 1 + Math.floor(rand() * 20);
       const batch = events.slice(i, Math.min(to, i + size));
-      await live.applyTable({ source, table: TABLE, deleteMode: mode, schemas: new Map([[1, version]]), events: batch, appliedAt: new Date() });
-      await cp.advanceSinkProgress(SINK, source, TABLE, batch[batch.length - 1]!.position);
+      await live.applyTable({ source: sourceId, table: TABLE, deleteMode: mode, schemas: new Map([[1, version]]), events: batch, appliedAt: new Date() });
+      await cp.advanceSinkProgress(SINK, sourceId, TABLE, batch[batch.length - 1]!.position);
       i += batch.length;
     }
   };
@@ -235,10 +235,10 @@ async function oneRun(run: number, seed: number): Promise<void> {
         if (s === crashAt) throw new Crash(`crash at ${s}`);
       },
     });
-    const checked = await crashing.check({ source, table: TABLE, sink: SINK });
+    const checked = await crashing.check({ source: sourceId, table: TABLE, sink: SINK });
     expect(checked.refusal, where).toBeNull();
     if (checked.refusal === null) {
-      const err = await crashing.run({ source, table: TABLE, sink: SINK, rehearse, actor: 'test' }, checked.history).catch((e: unknown) => e);
+      const err = await crashing.run({ source: sourceId, table: TABLE, sink: SINK, rehearse, actor: 'test' }, checked.history).catch((e: unknown) => e);
       const reached = rehearse ? !['swap', 'swap-renames'].includes(crashAt) : true;
       if (reached) expect(err, where).toBeInstanceOf(Error);
       else completed.push('rehearsal');
@@ -254,15 +254,15 @@ async function oneRun(run: number, seed: number): Promise<void> {
   }
   // A rehearsal reports the corruption and changes nothing.
   const rebuilder = new Rebuilder({ controlPlane: cp, pool, reader, duty: 1, batchSize: 1 + Math.floor(rand() * 30) });
-  const c1 = await rebuilder.check({ source, table: TABLE, sink: SINK });
+  const c1 = await rebuilder.check({ source: sourceId, table: TABLE, sink: SINK });
   if (c1.refusal !== null) throw new Error(`${where}: refused: ${c1.refusal.reason}`);
-  const rehearsal = await rebuilder.run({ source, table: TABLE, sink: SINK, rehearse: true, actor: 'test' }, c1.history);
+  const rehearsal = await rebuilder.run({ source: sourceId, table: TABLE, sink: SINK, rehearse: true, actor: 'test' }, c1.history);
   expect(rehearsal.diff.map((d) => `${d.kind}:${d.key.id}`).sort(), where).toEqual([...corrupted].sort());
   expect(await digest(schema), where).toBe(before);
   // The rerun swaps in the correct table.
-  const c2 = await rebuilder.check({ source, table: TABLE, sink: SINK });
+  const c2 = await rebuilder.check({ source: sourceId, table: TABLE, sink: SINK });
   if (c2.refusal !== null) throw new Error(`${where}: refused: ${c2.refusal.reason}`);
-  const report = await rebuilder.run({ source, table: TABLE, sink: SINK, rehearse: false, actor: 'test' }, c2.history);
+  const report = await rebuilder.run({ source: sourceId, table: TABLE, sink: SINK, rehearse: false, actor: 'test' }, c2.history);
   expect(report.diff.map((d) => `${d.kind}:${d.key.id}`).sort(), where).toEqual([...corrupted].sort());
   expect(await modelRows(), where).toEqual(modelText());
   const leftovers = (
@@ -272,7 +272,7 @@ async function oneRun(run: number, seed: number): Promise<void> {
     )
   ).rows.map((r: { table_name: string }) => r.table_name);
   expect(leftovers, where).toEqual(['_cdc_diff_t']);
-  const runs = await cp.listRebuilds(SINK, source, TABLE);
+  const runs = await cp.listRebuilds(SINK, sourceId, TABLE);
   expect(
     runs.filter((r) => r.outcome === 'done').map((r) => r.mode),
     where,
@@ -282,7 +282,7 @@ async function oneRun(run: number, seed: number): Promise<void> {
     runs.every((r) => r.durationMs >= 0 && r.finishedAt >= r.startedAt),
     where,
   ).toBe(true);
-  expect((await cp.listAudit(source, TABLE)).filter((a) => a.action === 'rebuild').length, where).toBe(runs.length);
+  expect((await cp.listAudit(sourceId, TABLE)).filter((a) => a.action === 'rebuild').length, where).toBe(runs.length);
 }
 
 describe('rebuild into a shadow and swap (randomized, real PostgreSQL, kinesalite, folder archive)', () => {

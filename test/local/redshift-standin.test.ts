@@ -27,9 +27,9 @@ const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 12);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
 const ROLE = 'arn:aws:iam::123456789012:role/cdc-copy';
 
-function table(source: string, hard: boolean): RedshiftTable {
+function table(sourceId: string, hard: boolean): RedshiftTable {
   return {
-    t: warehouseTable(source, 'public.orders'),
+    t: warehouseTable(sourceId, 'public.orders'),
     key: [redshiftColumn('id', 'integer')],
     data: [redshiftColumn('note', 'varchar(4)'), redshiftColumn('doc', 'jsonb'), redshiftColumn('blob', 'bytea'), redshiftColumn('amount', 'numeric(10,2)')],
     hard,
@@ -37,10 +37,10 @@ function table(source: string, hard: boolean): RedshiftTable {
 }
 
 let seq = 0;
-function event(source: string, op: ChangeEvent['op'], id: number, pos: bigint, after: Record<string, JsonValue> | null): ChangeEvent {
+function event(sourceId: string, op: ChangeEvent['op'], id: number, pos: bigint, after: Record<string, JsonValue> | null): ChangeEvent {
   return {
     v: 1,
-    source,
+    source: sourceId,
     table: 'public.orders',
     op,
     key: { id },

@@ -66,14 +66,14 @@ describe('search applier: random histories into the search stand-in', () => {
     it(
       `${mode} delete: the index equals the source's final state`,
       async () => {
-        const source = `${mode}src`;
+        const sourceId = `${mode}src`;
         const cp = new MemoryControlPlane();
         const at = new Date().toISOString();
         for (const t of MODEL_TABLES) {
           await cp.registerTable(
-            { source, table: t.table, state: 'active', currentVersion: 1, deleteMode: mode, preImage: 'key', stateReason: null, updatedAt: at },
-            { source, table: t.table, version: 1, columns: t.columns, key: t.key, effectivePosition: '000000010000000000000000', registeredAt: at },
-            { at, actor: 'test', action: 'register-table', source, table: t.table, outcome: 'done', detail: {} },
+            { source: sourceId, table: t.table, state: 'active', currentVersion: 1, deleteMode: mode, preImage: 'key', stateReason: null, updatedAt: at },
+            { source: sourceId, table: t.table, version: 1, columns: t.columns, key: t.key, effectivePosition: '000000010000000000000000', registeredAt: at },
+            { at, actor: 'test', action: 'register-table', source: sourceId, table: t.table, outcome: 'done', detail: {} },
           );
         }
         const applier = createSearchApplier({
@@ -92,12 +92,12 @@ describe('search applier: random histories into the search stand-in', () => {
           fc.asyncProperty(historyArb, async (h) => {
             // Each history starts from no index at all (the applier creates them again).
             for (const t of MODEL_TABLES) {
-              const n = searchNames('cdc', source, t.table);
+              const n = searchNames('cdc', sourceId, t.table);
               for (const name of [n.index(1), n.deleted, n.handover]) await fetch(`${standin.url}/${name}`, { method: 'DELETE' });
             }
             applier.clearCache();
             cp.resetSinkProgress();
-            const sim = simulate(h, source);
+            const sim = simulate(h, sourceId);
             let step = 0;
             // A key-change insert that waits for its old key's values is reported failed, and its
             // shard stalls: it and every later event of its partition key come again later, after
@@ -155,7 +155,7 @@ describe('search applier: random histories into the search stand-in', () => {
             }
             standin.clearInjections();
             for (const t of sim.tables)
-              await check(source, mode, t, sim.final.get(t.table)!, sim.lastPosition.get(t.table)!, sim.truncatedAt.get(t.table) ?? null);
+              await check(sourceId, mode, t, sim.final.get(t.table)!, sim.lastPosition.get(t.table)!, sim.truncatedAt.get(t.table) ?? null);
             histories++;
             runs++;
           }),
@@ -177,14 +177,14 @@ describe('search applier: random histories into the search stand-in', () => {
   }
 
   async function check(
-    source: string,
+    sourceId: string,
     mode: DeleteMode,
     t: ModelTable,
     final: Map<string, Row>,
     last: Map<string, string>,
     truncatedAt: string | null,
   ): Promise<void> {
-    const names = searchNames('cdc', source, t.table);
+    const names = searchNames('cdc', sourceId, t.table);
     const columns = t.columns.map((c) => c.name);
     const live = new Map<string, Row>();
     if (last.size > 0) for await (const d of index.listDocuments(names, 3)) live.set(d.id, d.values);

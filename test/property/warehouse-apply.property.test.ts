@@ -107,14 +107,14 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
     it.concurrent(
       `${mode} delete: the view equals the source and the changelog holds every delivered event`,
       async () => {
-        const source = `${mode}src`;
+        const sourceId = `${mode}src`;
         const cp = new MemoryControlPlane();
         const at = new Date().toISOString();
         for (const t of MODEL_TABLES) {
           await cp.registerTable(
-            { source, table: t.table, state: 'active', currentVersion: 1, deleteMode: mode, preImage: 'key', stateReason: null, updatedAt: at },
-            { source, table: t.table, version: 1, columns: t.columns, key: t.key, effectivePosition: '0'.repeat(24), registeredAt: at },
-            { at, actor: 'test', action: 'register-table', source, table: t.table, outcome: 'done', detail: {} },
+            { source: sourceId, table: t.table, state: 'active', currentVersion: 1, deleteMode: mode, preImage: 'key', stateReason: null, updatedAt: at },
+            { source: sourceId, table: t.table, version: 1, columns: t.columns, key: t.key, effectivePosition: '0'.repeat(24), registeredAt: at },
+            { at, actor: 'test', action: 'register-table', source: sourceId, table: t.table, outcome: 'done', detail: {} },
           );
         }
         // Its own connections and crash switch (the two modes run concurrently); a restart gets new ones, as a new process would.
@@ -148,7 +148,7 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
             ],
             choices: [],
           },
-          source,
+          sourceId,
         );
         await apply(applier, warm.events, 0);
         if (mode === 'hard') {
@@ -168,7 +168,7 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
               ],
               choices: [],
             },
-            source,
+            sourceId,
             0x2_0000_0000n,
           );
           await apply(applier, gone.events, 1000);
@@ -192,11 +192,11 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
             ],
             choices: [],
           },
-          source,
+          sourceId,
           0x3_0000_0000n,
         );
         await apply(applier, made.events, 2000);
-        const names = MODEL_TABLES.map((t) => warehouseTable(source, t.table));
+        const names = MODEL_TABLES.map((t) => warehouseTable(sourceId, t.table));
         const reset = names
           .flatMap((n) =>
             [n.changelog, n.mirror, n.delta, n.truncations, n.handover, ...(mode === 'hard' ? [n.deletedKeys] : [])].map(
@@ -237,7 +237,7 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
           fc.asyncProperty(historyArb, async (h) => {
             await pool.query(reset);
             cp.resetSinkProgress();
-            const sim = simulate(h, source);
+            const sim = simulate(h, sourceId);
             const batches = deliveries(sim.events, h);
             const delivered = new Map<string, ChangeEvent>();
             // Merge points, crashes and restarts, drawn from the history (the seed keeps naming the same history).
@@ -247,17 +247,17 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
               // the merges they run first): what is committed is whole, and the batch delivered again
               // (as the log redelivers a failed batch) ends as if nothing had crashed.
               if (rnd() < 0.25) {
-                const before = await Promise.all(sim.tables.map((t) => viewRows(source, t)));
+                const before = await Promise.all(sim.tables.map((t) => viewRows(sourceId, t)));
                 faulty.crashAfter(1 + Math.floor(rnd() * 12));
                 const outcome = await apply(applier, b.events, (seq += 100));
                 if (faulty.fired()) {
                   applyCrashes++;
                   expect(outcome.failed.length, 'a crashed apply reports its records failed').toBeGreaterThan(0);
-                  const crashed = await Promise.all(sim.tables.map((t) => viewRows(source, t)));
+                  const crashed = await Promise.all(sim.tables.map((t) => viewRows(sourceId, t)));
                   const retried = await apply(applier, b.events, (seq += 100));
                   if (retried.failed.length > 0 || retried.deadLettered > 0)
                     throw new Error(`batch not applied after a crash: ${JSON.stringify([...retried.reasons])}`);
-                  const after = await Promise.all(sim.tables.map((t) => viewRows(source, t)));
+                  const after = await Promise.all(sim.tables.map((t) => viewRows(sourceId, t)));
                   for (const [i, t] of sim.tables.entries()) {
                     // Each table's writes committed whole or not at all.
                     expect([before[i], after[i]], `view of ${t.table} after a crash mid-apply`).toContainEqual(crashed[i]);
@@ -276,7 +276,7 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
               const r = rnd();
               if (r < 0.3) {
                 const t = sim.tables[Math.floor(rnd() * sim.tables.length)]!;
-                await mergeKeepsView(applier, source, t, rnd() < 0.3 ? 1 + Math.floor(rnd() * 8) : 0);
+                await mergeKeepsView(applier, sourceId, t, rnd() < 0.3 ? 1 + Math.floor(rnd() * 8) : 0);
                 merges++;
               } else if (r < 0.35) {
                 // A restart between an append and its merge: a new process, nothing cached, new connections.
@@ -286,11 +286,11 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
                 await old.pool.end();
               }
             }
-            for (const t of sim.tables) await checkView(source, t, sim.final.get(t.table)!, sim.lastPosition.get(t.table)!, 'before the final merge');
-            for (const t of sim.tables) await applier.mergeTable(source, t.table);
+            for (const t of sim.tables) await checkView(sourceId, t, sim.final.get(t.table)!, sim.lastPosition.get(t.table)!, 'before the final merge');
+            for (const t of sim.tables) await applier.mergeTable(sourceId, t.table);
             for (const t of sim.tables)
               await check(
-                source,
+                sourceId,
                 mode,
                 t,
                 sim.final.get(t.table)!,
@@ -315,16 +315,16 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
   }
 
   /** The view's rows, every column, in a stable order. */
-  async function viewRows(source: string, t: ModelTable): Promise<Record<string, string | null>[]> {
-    const n = warehouseTable(source, t.table);
+  async function viewRows(sourceId: string, t: ModelTable): Promise<Record<string, string | null>[]> {
+    const n = warehouseTable(sourceId, t.table);
     const all = [...t.key, ...dataCols(t), '_cdc_position', '_cdc_applied_at'];
     const res = await pool.query({ text: `SELECT ${all.map(quoteIdent).join(', ')} FROM ${qualified(n.schema, n.view)}`, types: RAW });
     return sortRows(res.rows as Record<string, string | null>[]);
   }
 
   /** The view equals the source's final rows (every column, and `_cdc_position` = the key's last position). */
-  async function checkView(source: string, t: ModelTable, final: Map<string, Row>, last: Map<string, string>, when: string): Promise<void> {
-    const n = warehouseTable(source, t.table);
+  async function checkView(sourceId: string, t: ModelTable, final: Map<string, Row>, last: Map<string, string>, when: string): Promise<void> {
+    const n = warehouseTable(sourceId, t.table);
     const all = [...t.key, ...dataCols(t)];
     const res = await pool.query({ text: `SELECT ${[...all, '_cdc_position'].map(quoteIdent).join(', ')} FROM ${qualified(n.schema, n.view)}`, types: RAW });
     const expected = [...final.entries()].map(([k, row]) => ({ ...Object.fromEntries(all.map((c) => [c, text(row[c])])), _cdc_position: last.get(k)! }));
@@ -341,7 +341,7 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
   }
 
   async function check(
-    source: string,
+    sourceId: string,
     mode: DeleteMode,
     t: ModelTable,
     final: Map<string, Row>,
@@ -349,7 +349,7 @@ describe('warehouse applier: random histories into PostgreSQL', () => {
     truncatedAt: string | null,
     delivered: ChangeEvent[],
   ): Promise<void> {
-    const n = warehouseTable(source, t.table);
+    const n = warehouseTable(sourceId, t.table);
     const data = dataCols(t);
     const all = [...t.key, ...data];
     const sel = (cols: string[], from: string) => `SELECT ${cols.map(quoteIdent).join(', ')} FROM ${qualified(n.schema, from)}`;

@@ -37,14 +37,14 @@ export async function appendAudit(t: ControlTable, entry: AuditEntry): Promise<v
   await t.client.send(new PutItemCommand({ TableName: put.TableName, Item: put.Item, ConditionExpression: put.ConditionExpression }));
 }
 
-export async function listAudit(t: ControlTable, source?: string, table?: string, since?: string): Promise<AuditEntry[]> {
+export async function listAudit(t: ControlTable, sourceId?: string, table?: string, since?: string): Promise<AuditEntry[]> {
   const filters: string[] = [];
   const names: Record<string, string> = {};
   const values: Plain = {};
-  if (source !== undefined) {
+  if (sourceId !== undefined) {
     filters.push('#source = :source');
     names['#source'] = 'source';
-    values[':source'] = source;
+    values[':source'] = sourceId;
   }
   if (table !== undefined) {
     filters.push('#table = :table');

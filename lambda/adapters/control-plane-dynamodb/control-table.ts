@@ -31,23 +31,23 @@ export const TRANSACTION_ATTEMPTS = 6;
 
 export const key = {
   sources: () => ({ pk: ControlPartition.SOURCES }),
-  source: (source: string) => ({ pk: ControlPartition.SOURCES, sk: `SOURCE#${source}` }),
-  table: (source: string, table: string) => ({ pk: ControlPartition.source(source), sk: `TABLE#${table}` }),
-  schema: (source: string, table: string, version: number) => ({ pk: ControlPartition.schema(source, table), sk: `V#${String(version).padStart(9, '0')}` }),
-  sink: (sink: string, source: string, table: string) => ({ pk: ControlPartition.sink(sink), sk: `TABLE#${source}#${table}` }),
+  source: (sourceId: string) => ({ pk: ControlPartition.SOURCES, sk: `SOURCE#${sourceId}` }),
+  table: (sourceId: string, table: string) => ({ pk: ControlPartition.source(sourceId), sk: `TABLE#${table}` }),
+  schema: (sourceId: string, table: string, version: number) => ({ pk: ControlPartition.schema(sourceId, table), sk: `V#${String(version).padStart(9, '0')}` }),
+  sink: (sink: string, sourceId: string, table: string) => ({ pk: ControlPartition.sink(sink), sk: `TABLE#${sourceId}#${table}` }),
   checkpoint: (consumer: string, shardId: string) => ({ pk: ControlPartition.checkpoint(consumer), sk: `SHARD#${shardId}` }),
   audit: (at: string) => ({ pk: ControlPartition.AUDIT, sk: `${sortableTime(at)}#${randomUUID()}` }),
   deadLetter: (stage: string, at: string) => ({ pk: ControlPartition.deadLetters(stage), sk: `${sortableTime(at)}#${randomUUID()}` }),
   deadLetterStage: (stage: string) => ({ pk: ControlPartition.DEAD_LETTER_STAGES, sk: `STAGE#${stage}` }),
-  snapshot: (source: string, table: string) => ({ pk: ControlPartition.source(source), sk: `SNAPSHOT#${table}` }),
-  verdict: (sink: string, source: string, table: string) => ({ pk: ControlPartition.verdicts(sink), sk: `TABLE#${source}#${table}` }),
-  snapshotChunk: (source: string, table: string, run: string, index: number) => ({
-    pk: ControlPartition.snapshotChunks(source, table),
+  snapshot: (sourceId: string, table: string) => ({ pk: ControlPartition.source(sourceId), sk: `SNAPSHOT#${table}` }),
+  verdict: (sink: string, sourceId: string, table: string) => ({ pk: ControlPartition.verdicts(sink), sk: `TABLE#${sourceId}#${table}` }),
+  snapshotChunk: (sourceId: string, table: string, run: string, index: number) => ({
+    pk: ControlPartition.snapshotChunks(sourceId, table),
     sk: `RUN#${run}#C#${String(index).padStart(9, '0')}`,
   }),
-  rebuild: (sink: string, source: string, table: string, at: string, id: string) => ({
+  rebuild: (sink: string, sourceId: string, table: string, at: string, id: string) => ({
     pk: ControlPartition.rebuilds(sink),
-    sk: `${source}#${table}#${sortableTime(at)}#${id}`,
+    sk: `${sourceId}#${table}#${sortableTime(at)}#${id}`,
   }),
   activeRebuild: (sink: string) => ({ pk: ControlPartition.rebuilds(sink), sk: 'ACTIVE' }),
 };

@@ -31,8 +31,8 @@ export async function recordRebuild(t: ControlTable, run: RebuildRun, audit: Aud
   if (!outcome.ok) throw transactionFailed('recordRebuild', outcome.reasons);
 }
 
-export async function listRebuilds(t: ControlTable, sink: string, source?: string, table?: string): Promise<RebuildRun[]> {
-  const prefix = source === undefined ? undefined : table === undefined ? `${source}#` : `${source}#${table}#`;
+export async function listRebuilds(t: ControlTable, sink: string, sourceId?: string, table?: string): Promise<RebuildRun[]> {
+  const prefix = sourceId === undefined ? undefined : table === undefined ? `${sourceId}#` : `${sourceId}#${table}#`;
   const items = await t.query({ pk: ControlPartition.rebuilds(sink), ...(prefix ? { skPrefix: prefix } : {}) });
   return items
     .filter((i) => i.kind === 'rebuild')

@@ -23,8 +23,8 @@ export async function putReconcileVerdict(t: ControlTable, verdict: ReconcileVer
   );
 }
 
-export async function getReconcileVerdict(t: ControlTable, sink: string, source: string, table: string): Promise<ReconcileVerdict | null> {
-  const item = await t.get(key.verdict(sink, source, table));
+export async function getReconcileVerdict(t: ControlTable, sink: string, sourceId: string, table: string): Promise<ReconcileVerdict | null> {
+  const item = await t.get(key.verdict(sink, sourceId, table));
   return item ? (JSON.parse(String(item.body)) as ReconcileVerdict) : null;
 }
 

@@ -12,33 +12,33 @@ import { key, toItem, transactionFailed, type ControlTable, type Plain } from '.
 
 const SINK_NAMES = { '#sink': 'sink', '#source': 'source', '#table': 'table', '#kind': 'kind', '#updated': 'updatedAt' };
 
-export async function getSinkProgress(t: ControlTable, sink: string, source: string, table: string): Promise<SinkTableProgress | null> {
-  const item = await t.get(key.sink(sink, source, table));
+export async function getSinkProgress(t: ControlTable, sink: string, sourceId: string, table: string): Promise<SinkTableProgress | null> {
+  const item = await t.get(key.sink(sink, sourceId, table));
   return item ? sinkProgressFromItem(item) : null;
 }
 
-export async function advanceSinkProgress(t: ControlTable, sink: string, source: string, table: string, appliedPosition: Position): Promise<void> {
+export async function advanceSinkProgress(t: ControlTable, sink: string, sourceId: string, table: string, appliedPosition: Position): Promise<void> {
   assertPosition(appliedPosition, 'appliedPosition');
   await conditionalUpdate(
     t,
-    key.sink(sink, source, table),
+    key.sink(sink, sourceId, table),
     'SET #applied = :p, #sink = :sink, #source = :source, #table = :table, #kind = :kind, #updated = :now',
     'attribute_not_exists(#applied) OR #applied < :p',
     { '#applied': 'appliedPosition' },
-    { ':p': appliedPosition, ...sinkValues(sink, source, table) },
+    { ':p': appliedPosition, ...sinkValues(sink, sourceId, table) },
   );
 }
 
 export async function holdSinkTable(
   t: ControlTable,
   sink: string,
-  source: string,
+  sourceId: string,
   table: string,
   fromPosition: Position,
   shards?: Readonly<Record<string, string>>,
 ): Promise<void> {
   assertPosition(fromPosition, 'fromPosition');
-  const k = key.sink(sink, source, table);
+  const k = key.sink(sink, sourceId, table);
   // One conditional write of the held position, the per-shard first held sequence numbers and
   // the hold count, conditional on what was read (optimistic, retried on a concurrent hold or
   // release): the resume replay reads them at once and releases only if the count did not move,
@@ -68,7 +68,7 @@ export async function holdSinkTable(
           ExpressionAttributeValues: toItem({
             ':p': held,
             ':next': count + 1,
-            ...sinkValues(sink, source, table),
+            ...sinkValues(sink, sourceId, table),
             ...(count > 0 ? { ':count': count } : {}),
             ...(oldHeld !== null ? { ':oldHeld': oldHeld } : {}),
             ...(merged !== null ? { ':shards': merged } : {}),
@@ -82,15 +82,15 @@ export async function holdSinkTable(
   }
 }
 
-export async function releaseSinkTable(t: ControlTable, sink: string, source: string, table: string, audit: AuditEntry): Promise<void> {
+export async function releaseSinkTable(t: ControlTable, sink: string, sourceId: string, table: string, audit: AuditEntry): Promise<void> {
   const outcome = await t.transact([
     {
       Update: {
         TableName: t.tableName,
-        Key: toItem(key.sink(sink, source, table)),
+        Key: toItem(key.sink(sink, sourceId, table)),
         UpdateExpression: 'SET #sink = :sink, #source = :source, #table = :table, #kind = :kind, #updated = :now REMOVE #held, #heldAt, #shards',
         ExpressionAttributeNames: { ...SINK_NAMES, '#held': 'heldFrom', '#heldAt': 'heldAt', '#shards': 'heldFromShards' },
-        ExpressionAttributeValues: toItem(sinkValues(sink, source, table)),
+        ExpressionAttributeValues: toItem(sinkValues(sink, sourceId, table)),
       },
     },
     auditPut(t, audit),
@@ -108,7 +108,7 @@ export async function listSinkProgress(t: ControlTable, sink?: string): Promise<
 export async function completeSinkRelease(
   t: ControlTable,
   sink: string,
-  source: string,
+  sourceId: string,
   table: string,
   expected: { heldFrom: Position; holdCount: number },
   audit: AuditEntry,
@@ -117,7 +117,7 @@ export async function completeSinkRelease(
     {
       Update: {
         TableName: t.tableName,
-        Key: toItem(key.sink(sink, source, table)),
+        Key: toItem(key.sink(sink, sourceId, table)),
         UpdateExpression: 'SET #released = :now, #updated = :now REMOVE #held, #heldAt, #shards',
         ConditionExpression: expected.holdCount > 0 ? '#held = :held AND #holds = :holds' : '#held = :held AND attribute_not_exists(#holds)',
         ExpressionAttributeNames: {
@@ -142,12 +142,12 @@ export async function completeSinkRelease(
   throw transactionFailed('completeSinkRelease', outcome.reasons);
 }
 
-export async function clearReleaseRequest(t: ControlTable, sink: string, source: string, table: string): Promise<boolean> {
+export async function clearReleaseRequest(t: ControlTable, sink: string, sourceId: string, table: string): Promise<boolean> {
   try {
     await t.client.send(
       new UpdateItemCommand({
         TableName: t.tableName,
-        Key: toItem(key.sink(sink, source, table)),
+        Key: toItem(key.sink(sink, sourceId, table)),
         UpdateExpression: 'REMOVE #release',
         ConditionExpression: 'attribute_exists(pk) AND attribute_not_exists(#held)',
         ExpressionAttributeNames: { '#release': 'releaseRequested', '#held': 'heldFrom' },
@@ -160,8 +160,8 @@ export async function clearReleaseRequest(t: ControlTable, sink: string, source:
   }
 }
 
-function sinkValues(sink: string, source: string, table: string): Plain {
-  return { ':sink': sink, ':source': source, ':table': table, ':kind': 'sink-progress', ':now': new Date().toISOString() };
+function sinkValues(sink: string, sourceId: string, table: string): Plain {
+  return { ':sink': sink, ':source': sourceId, ':table': table, ':kind': 'sink-progress', ':now': new Date().toISOString() };
 }
 
 /** An UpdateItem whose failed condition means "nothing to do" (the stored value already wins). */

@@ -6,13 +6,13 @@ import type { SnapshotChunkRecord, SnapshotState } from '../../core/snapshot/sna
 import { auditPut } from './audit.ts';
 import { key, nonEmpty, toItem, transactionFailed, type ControlTable } from './control-table.ts';
 
-export async function getSnapshot(t: ControlTable, source: string, table: string): Promise<SnapshotState | null> {
-  const item = await t.get(key.snapshot(source, table));
+export async function getSnapshot(t: ControlTable, sourceId: string, table: string): Promise<SnapshotState | null> {
+  const item = await t.get(key.snapshot(sourceId, table));
   return item ? (JSON.parse(String(item.body)) as SnapshotState) : null;
 }
 
-export async function listSnapshots(t: ControlTable, source: string): Promise<SnapshotState[]> {
-  const items = await t.query({ pk: `SOURCE#${source}`, skPrefix: 'SNAPSHOT#' });
+export async function listSnapshots(t: ControlTable, sourceId: string): Promise<SnapshotState[]> {
+  const items = await t.query({ pk: `SOURCE#${sourceId}`, skPrefix: 'SNAPSHOT#' });
   return items.map((i) => JSON.parse(String(i.body)) as SnapshotState).sort((a, b) => (a.table < b.table ? -1 : a.table > b.table ? 1 : 0));
 }
 
@@ -70,7 +70,7 @@ export async function completeSnapshotChunk(t: ControlTable, chunk: SnapshotChun
   throw transactionFailed('completeSnapshotChunk', outcome.reasons);
 }
 
-export async function listSnapshotChunks(t: ControlTable, source: string, table: string, run: string): Promise<SnapshotChunkRecord[]> {
-  const items = await t.query({ pk: `SNAPSHOT#${source}#${table}`, skPrefix: `RUN#${run}#C#` });
+export async function listSnapshotChunks(t: ControlTable, sourceId: string, table: string, run: string): Promise<SnapshotChunkRecord[]> {
+  const items = await t.query({ pk: `SNAPSHOT#${sourceId}#${table}`, skPrefix: `RUN#${run}#C#` });
   return items.map((i) => JSON.parse(String(i.body)) as SnapshotChunkRecord);
 }

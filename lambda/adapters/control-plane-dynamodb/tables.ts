@@ -15,18 +15,18 @@ import { key, nonEmpty, toItem, transactionFailed, type ControlTable, type Item,
 const TABLE_STATES: readonly TableState[] = ['active', 'paused', 'needs-resnapshot', 'degraded'];
 const MAX_VERSION = 999_999_999;
 
-export function notRegistered(source: string, table: string): CdcError {
-  return new CdcError('TABLE_NOT_REGISTERED', `table ${table} of source ${source} is not registered in the control plane`);
+export function notRegistered(sourceId: string, table: string): CdcError {
+  return new CdcError('TABLE_NOT_REGISTERED', `table ${table} of source ${sourceId} is not registered in the control plane`);
 }
 
-export async function getTable(t: ControlTable, source: string, table: string): Promise<TableRecord | null> {
-  const item = await t.get(key.table(source, table));
+export async function getTable(t: ControlTable, sourceId: string, table: string): Promise<TableRecord | null> {
+  const item = await t.get(key.table(sourceId, table));
   return item ? tableFromItem(item) : null;
 }
 
-export async function listTables(t: ControlTable, source?: string): Promise<TableRecord[]> {
-  if (source !== undefined) {
-    const items = await t.query({ pk: ControlPartition.source(source), skPrefix: 'TABLE#' });
+export async function listTables(t: ControlTable, sourceId?: string): Promise<TableRecord[]> {
+  if (sourceId !== undefined) {
+    const items = await t.query({ pk: ControlPartition.source(sourceId), skPrefix: 'TABLE#' });
     return items.map(tableFromItem).sort((a, b) => (a.table < b.table ? -1 : a.table > b.table ? 1 : 0));
   }
   const sources = (await t.query({ pk: key.sources().pk, skPrefix: 'SOURCE#' })).map((i) => String(i.source)).sort();
@@ -35,14 +35,14 @@ export async function listTables(t: ControlTable, source?: string): Promise<Tabl
   return out;
 }
 
-export async function getSchemaVersion(t: ControlTable, source: string, table: string, version: number): Promise<SchemaVersion | null> {
+export async function getSchemaVersion(t: ControlTable, sourceId: string, table: string, version: number): Promise<SchemaVersion | null> {
   if (!Number.isInteger(version) || version < 1 || version > MAX_VERSION) return null;
-  const item = await t.get(key.schema(source, table, version));
+  const item = await t.get(key.schema(sourceId, table, version));
   return item ? schemaFromItem(item) : null;
 }
 
-export async function listSchemaVersions(t: ControlTable, source: string, table: string): Promise<SchemaVersion[]> {
-  const items = await t.query({ pk: ControlPartition.schema(source, table), skPrefix: 'V#' });
+export async function listSchemaVersions(t: ControlTable, sourceId: string, table: string): Promise<SchemaVersion[]> {
+  const items = await t.query({ pk: ControlPartition.schema(sourceId, table), skPrefix: 'V#' });
   return items.map(schemaFromItem);
 }
 
@@ -118,7 +118,7 @@ export async function addSchemaVersion(t: ControlTable, schema: SchemaVersion, a
  */
 export function tableStateUpdate(
   t: ControlTable,
-  source: string,
+  sourceId: string,
   table: string,
   next: { state: TableState; reason: string | null; at: string },
   condition: string,
@@ -127,7 +127,7 @@ export function tableStateUpdate(
   return {
     Update: {
       TableName: t.tableName,
-      Key: toItem(key.table(source, table)),
+      Key: toItem(key.table(sourceId, table)),
       UpdateExpression: 'SET #state = :state, #reason = :reason, #updated = :now',
       ConditionExpression: condition,
       ExpressionAttributeNames: { '#state': 'state', '#reason': 'stateReason', '#updated': 'updatedAt' },
@@ -138,7 +138,7 @@ export function tableStateUpdate(
 
 export async function setTableState(
   t: ControlTable,
-  source: string,
+  sourceId: string,
   table: string,
   state: TableState,
   reason: string | null,
@@ -146,11 +146,11 @@ export async function setTableState(
 ): Promise<void> {
   checkState(state);
   const outcome = await t.transact([
-    tableStateUpdate(t, source, table, { state, reason, at: new Date().toISOString() }, 'attribute_exists(pk)'),
+    tableStateUpdate(t, sourceId, table, { state, reason, at: new Date().toISOString() }, 'attribute_exists(pk)'),
     auditPut(t, audit),
   ]);
   if (outcome.ok) return;
-  if (outcome.reasons[0] === 'ConditionalCheckFailed') throw notRegistered(source, table);
+  if (outcome.reasons[0] === 'ConditionalCheckFailed') throw notRegistered(sourceId, table);
   throw transactionFailed('setTableState', outcome.reasons);
 }
 

@@ -148,8 +148,8 @@ export const HEARTBEAT_SYSTEM_IDENTIFIER_COLUMN = 'system_identifier';
 export const HEARTBEAT_TIMELINE_COLUMN = 'timeline';
 
 /** Where the normalizer keeps the last accepted heartbeat of a source (consumer, shard). */
-export function lastBeatCheckpoint(source: string): [string, string] {
-  return [`heartbeat:${source}`, 'last'];
+export function lastBeatCheckpoint(sourceId: string): [string, string] {
+  return [`heartbeat:${sourceId}`, 'last'];
 }
 
 interface StoredBeat extends Beat {

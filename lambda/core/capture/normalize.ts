@@ -141,8 +141,8 @@ export const PAUSE_RECOVERY_HINT =
 
 /** The normalizer could not settle a table's schema version against concurrent writers. */
 export class SchemaRegistrationContendedError extends CdcError {
-  constructor(source: string, table: string, attempts: number) {
-    super('SCHEMA_REGISTRATION_CONTENDED', `could not register the schema of ${source}/${table}: lost ${attempts} races in a row to other writers`);
+  constructor(sourceId: string, table: string, attempts: number) {
+    super('SCHEMA_REGISTRATION_CONTENDED', `could not register the schema of ${sourceId}/${table}: lost ${attempts} races in a row to other writers`);
   }
 }
 
@@ -688,17 +688,26 @@ export class NormalizerBatch<E> {
     trigger: string,
     transforms: TableTransforms,
   ): Promise<number | null> {
-    const { source } = this.o;
+    const { source: sourceId } = this.o;
     const at = this.now().toISOString();
     const shaped = isIdentity(transforms) ? {} : { transforms };
     if (latest === null) {
       // Only a new table is classified against nothing (a drop of a table never seen is `same`).
       if (c.kind !== 'compatible') throw new CdcError('INTERNAL', `unexpected ${c.kind} classification of unregistered table ${table}: ${c.reason}`);
-      const schema: SchemaVersion = { source, table, version: 1, columns: c.columns, key: c.key, effectivePosition: effective, registeredAt: at, ...shaped };
+      const schema: SchemaVersion = {
+        source: sourceId,
+        table,
+        version: 1,
+        columns: c.columns,
+        key: c.key,
+        effectivePosition: effective,
+        registeredAt: at,
+        ...shaped,
+      };
       const polled = this.o.tables.captureMode(table) === 'poll';
       const space = this.positionSpaceOf(table, c.columns, transforms);
       const record: TableRecord = {
-        source,
+        source: sourceId,
         table,
         state: 'active',
         currentVersion: 1,
@@ -739,7 +748,7 @@ export class NormalizerBatch<E> {
     if (transformsChanged) {
       const notice = transformChangeNotice(table, latest.transforms, transforms, effective);
       this.o.logger.warn('Table transforms changed: rows already in the sinks keep the old shape', {
-        source,
+        source: sourceId,
         table,
         from: transformsText(latest.transforms),
         to: transformsText(transforms),
@@ -752,7 +761,7 @@ export class NormalizerBatch<E> {
     if (!differs(latest, c.columns, c.key) && !transformsChanged) return latest.version; // e.g. a dropped table: paused, nothing new to register
     const registeredAt = this.now().toISOString();
     const schema: SchemaVersion = {
-      source,
+      source: sourceId,
       table,
       version: latest.version + 1,
       columns: c.columns,

@@ -193,7 +193,7 @@ export function pollPosition(pos: string, table: string): Position {
  * excluded with the table's column rules by the snapshot path's own functions, so a value is the
  * same bytes as on the log and snapshot paths.
  */
-export function pollRecords(source: string, shape: SnapshotTableShape, page: Pick<PollPage, 'rows'>, rules: ColumnRules): SlotRecord[] {
+export function pollRecords(sourceId: string, shape: SnapshotTableShape, page: Pick<PollPage, 'rows'>, rules: ColumnRules): SlotRecord[] {
   const n = shape.columns.length;
   return page.rows.map((r) => {
     const pos = r[n];
@@ -201,7 +201,7 @@ export function pollRecords(source: string, shape: SnapshotTableShape, page: Pic
     if (pos === null || pos === undefined || ts === null || ts === undefined)
       throw new CdcError('INTERNAL', `${shape.table}: a polled row without its position or time`);
     const position = pollPosition(pos, shape.table);
-    const tx = { source, xid: '0', commitLsn: formatLsn(BigInt(`0x${position.slice(0, 16)}`)), commitTs: ts };
+    const tx = { source: sourceId, xid: '0', commitLsn: formatLsn(BigInt(`0x${position.slice(0, 16)}`)), commitTs: ts };
     const record = buildSlotRecord(
       tx,
       0,
@@ -247,16 +247,16 @@ export function checkpointCursorStore(
     getCheckpoint(consumer: string, shardId: string): Promise<string | null>;
     putCheckpoint(consumer: string, shardId: string, value: string): Promise<void>;
   },
-  source: string,
+  sourceId: string,
 ): PollCursorStore {
-  const consumer = pollConsumerId(source);
+  const consumer = pollConsumerId(sourceId);
   return {
     async get(table) {
       const text = await controlPlane.getCheckpoint(consumer, table);
       if (text === null) return null;
       const v: unknown = JSON.parse(text);
       if (!Array.isArray(v) || v.some((x) => typeof x !== 'string'))
-        throw new CdcError('INVALID_STATE', `poll cursor of ${source}/${table} is not a list of texts: ${text}`);
+        throw new CdcError('INVALID_STATE', `poll cursor of ${sourceId}/${table} is not a list of texts: ${text}`);
       return v as string[];
     },
     put: (table, cursor) => controlPlane.putCheckpoint(consumer, table, JSON.stringify(cursor)),

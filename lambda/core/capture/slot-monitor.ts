@@ -148,8 +148,8 @@ export interface StoredSlotReport {
 }
 
 /** Where the latest report of a source is kept in the control plane (a checkpoint item: consumer, shard). */
-export function slotReportCheckpoint(source: string): [string, string] {
-  return [slotReportConsumerId(source), 'report'];
+export function slotReportCheckpoint(sourceId: string): [string, string] {
+  return [slotReportConsumerId(sourceId), 'report'];
 }
 
 /** The named stop of a report: the capture's slot missing or invalidated, else null. */
@@ -162,9 +162,9 @@ export function slotStop(report: SlotReport, slot: string): string | null {
 }
 
 /** The stored form of a report. */
-export function storedSlotReport(source: string, slot: string, report: SlotReport, at: Date): StoredSlotReport {
+export function storedSlotReport(sourceId: string, slot: string, report: SlotReport, at: Date): StoredSlotReport {
   return {
-    source,
+    source: sourceId,
     slot,
     at: at.toISOString(),
     level: report.level,

@@ -272,8 +272,8 @@ async function prepareSlot(event: CloudFormationCustomResourceEvent, deps: Lifec
 
 /** Marks the source's tables needs-resnapshot when its capture moves to another slot; refuses when it cannot record that. */
 async function slotReplaced(deps: LifecycleDeps, props: Props, o: { from: string; to: string }): Promise<void> {
-  const source = props.SourceId;
-  if (!deps.controlPlane || !source) {
+  const sourceId = props.SourceId;
+  if (!deps.controlPlane || !sourceId) {
     throw new TaskLifecycleError(
       `the capture moves from slot ${o.from} to ${o.to}, which skips the changes in between, and there is no control plane to mark its tables for re-snapshot`,
     );
@@ -281,7 +281,7 @@ async function slotReplaced(deps: LifecycleDeps, props: Props, o: { from: string
   const at = new Date().toISOString();
   const message = `the capture moved from replication slot ${o.from} to ${o.to}: changes between the two are not in the change log`;
   const marked = await markSourceForResnapshot(deps.controlPlane, {
-    source,
+    source: sourceId,
     actor: LIFECYCLE_ACTOR,
     at,
     code: 'HISTORY_GAP',
@@ -293,12 +293,12 @@ async function slotReplaced(deps: LifecycleDeps, props: Props, o: { from: string
     at,
     actor: LIFECYCLE_ACTOR,
     action: 'capture-slot-replaced',
-    source,
+    source: sourceId,
     table: null,
     outcome: 'done',
     detail: { ...o, tablesMarked: marked },
   });
-  deps.log?.('capture moved to another slot: tables marked needs-resnapshot', { source, ...o, tablesMarked: marked });
+  deps.log?.('capture moved to another slot: tables marked needs-resnapshot', { source: sourceId, ...o, tablesMarked: marked });
 }
 
 async function startTask(event: CloudFormationCustomResourceEvent, deps: LifecycleDeps): Promise<LifecycleResult> {
@@ -393,10 +393,10 @@ const REASON_BUDGET = 3000;
  * fits, else one line naming every table and column it can (a rule may match hundreds of tables;
  * each has its refused audit entry).
  */
-export function refusalReason(source: string, e: LateRulesRefusedError): string {
+export function refusalReason(sourceId: string, e: LateRulesRefusedError): string {
   if (e.message.length <= REASON_BUDGET) return e.message;
   const head =
-    `source ${source}: ${e.changes.length} captured tables got a mask or exclude without acknowledgement; their change-log records, archive files and sink rows still hold the clear values. ` +
+    `source ${sourceId}: ${e.changes.length} captured tables got a mask or exclude without acknowledgement; their change-log records, archive files and sink rows still hold the clear values. ` +
     'To go on, acknowledge it with acknowledgeLateRules on each CapturedTable (or its CapturedTable.matching rule); see docs/masking.md, "Adding a rule to a live table". Tables: ';
   const parts = e.changes.map((c) => `${c.table} (${[...c.addedMask.map((m) => `mask ${m}`), ...c.addedExclude.map((x) => `exclude ${x}`)].join(', ')})`);
   let out = head;
@@ -427,25 +427,25 @@ function parseInForce(text: string | null): { current: string; previous: string 
  */
 async function checkColumnRules(event: CloudFormationCustomResourceEvent, deps: LifecycleDeps): Promise<LifecycleResult> {
   const props = event.ResourceProperties as unknown as Props;
-  const source = prop(props, 'SourceId');
+  const sourceId = prop(props, 'SourceId');
   if (event.RequestType === 'Delete') return { physicalResourceId: event.PhysicalResourceId };
   const controlPlane = deps.controlPlane;
-  if (!controlPlane) throw new TaskLifecycleError(`no control plane (${EnvName.CONTROL_TABLE}) to read the captured tables of source ${source} from`);
+  if (!controlPlane) throw new TaskLifecycleError(`no control plane (${EnvName.CONTROL_TABLE}) to read the captured tables of source ${sourceId} from`);
   const text = prop(props, 'ColumnRules');
   const next = parseColumnRules(text, 'ColumnRules');
-  const consumer = columnRulesConsumerId(source);
+  const consumer = columnRulesConsumerId(sourceId);
   const stored = parseInForce(await controlPlane.getCheckpoint(consumer, IN_FORCE));
   const nextDigest = digestOf(text);
   const oldText = event.RequestType === 'Update' ? (event.OldResourceProperties as unknown as Props).ColumnRules : undefined;
   const oldDigest = oldText === undefined ? null : digestOf(oldText);
   if (stored?.current === nextDigest) {
     // These rules are in force already: the rollback of a refused update, which changed nothing.
-    deps.log?.('column rules unchanged in force', { source });
-    return { physicalResourceId: event.RequestType === 'Create' ? `${source}/column-rules` : event.PhysicalResourceId };
+    deps.log?.('column rules unchanged in force', { source: sourceId });
+    return { physicalResourceId: event.RequestType === 'Create' ? `${sourceId}/column-rules` : event.PhysicalResourceId };
   }
   if (oldText !== undefined) {
     const before = parseColumnRules(oldText, 'previous ColumnRules');
-    const registered = (await controlPlane.listTables(source)).filter(
+    const registered = (await controlPlane.listTables(sourceId)).filter(
       (t) => resolveColumnRules(before, t.table) !== null && resolveColumnRules(next, t.table) !== null,
     );
     let changes = lateRuleChangesBetween(
@@ -459,7 +459,7 @@ async function checkColumnRules(event: CloudFormationCustomResourceEvent, deps: 
       const columns = new Map<string, string[]>();
       for (const c of byRule) {
         const t = registered.find((r) => r.table === c.table)!;
-        const schema = await controlPlane.getSchemaVersion(source, t.table, t.currentVersion);
+        const schema = await controlPlane.getSchemaVersion(sourceId, t.table, t.currentVersion);
         if (schema)
           columns.set(
             t.table,
@@ -477,13 +477,13 @@ async function checkColumnRules(event: CloudFormationCustomResourceEvent, deps: 
     if (revert) changes = changes.map((c) => (c.acknowledgement === null ? { ...c, acknowledgement: REVERT_ACKNOWLEDGEMENT } : c));
     // Refused (audited, LateRulesRefusedError) before anything is stored; acknowledged ones are marked, their re-snapshot requested by the starter.
     try {
-      await applyLateRuleChanges({ controlPlane, source, actor: LIFECYCLE_ACTOR, requestSnapshots: false }, changes);
+      await applyLateRuleChanges({ controlPlane, source: sourceId, actor: LIFECYCLE_ACTOR, requestSnapshots: false }, changes);
     } catch (e) {
-      throw e instanceof LateRulesRefusedError ? new TaskLifecycleError(refusalReason(source, e)) : e;
+      throw e instanceof LateRulesRefusedError ? new TaskLifecycleError(refusalReason(sourceId, e)) : e;
     }
     for (const c of changes)
       deps.log?.('late column rules acknowledged: table marked needs-resnapshot', {
-        source,
+        source: sourceId,
         table: c.table,
         addedMask: c.addedMask,
         addedExclude: c.addedExclude,
@@ -491,7 +491,7 @@ async function checkColumnRules(event: CloudFormationCustomResourceEvent, deps: 
       });
   }
   await controlPlane.putCheckpoint(consumer, IN_FORCE, JSON.stringify({ current: nextDigest, previous: stored?.current ?? oldDigest }));
-  return { physicalResourceId: event.RequestType === 'Create' ? `${source}/column-rules` : event.PhysicalResourceId };
+  return { physicalResourceId: event.RequestType === 'Create' ? `${sourceId}/column-rules` : event.PhysicalResourceId };
 }
 
 /** Runs one custom-resource request (no response sending). */

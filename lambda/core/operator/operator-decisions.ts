@@ -32,11 +32,11 @@ export interface SnapshotStatus {
  */
 export interface SnapshotScheduler {
   /** The latest snapshot of the table, or null if none was ever requested. */
-  status(source: string, table: string): Promise<SnapshotStatus | null>;
+  status(sourceId: string, table: string): Promise<SnapshotStatus | null>;
   /** Whether the source's snapshot budget allows another snapshot now. */
-  budget(source: string): Promise<{ allowed: boolean; reason: string | null }>;
+  budget(sourceId: string): Promise<{ allowed: boolean; reason: string | null }>;
   /** Starts or queues a snapshot of the table. */
-  request(source: string, table: string, request: { reason: string; requestedBy: string; at: string }): Promise<void>;
+  request(sourceId: string, table: string, request: { reason: string; requestedBy: string; at: string }): Promise<void>;
 }
 
 /** A refusal: a named code, the reason, and what the operator can do. */

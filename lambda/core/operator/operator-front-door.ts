@@ -55,17 +55,17 @@ export function parseOperatorBody(value: unknown): OperatorBody {
   if (typeof action !== 'string' || !(OPERATOR_ACTIONS as readonly string[]).includes(action)) {
     throw new InvalidOperatorRequestError(`request.action must be one of ${OPERATOR_ACTIONS.join(', ')}, got ${JSON.stringify(action)}`);
   }
-  const source = field(o, 'source', 'string', false) as string | undefined;
+  const sourceId = field(o, 'source', 'string', false) as string | undefined;
   let request: OperatorRequest;
   switch (action as OperatorActionName) {
     case 'status':
-      request = { action: 'status', source, table: field(o, 'table', 'string', false) as string | undefined };
+      request = { action: 'status', source: sourceId, table: field(o, 'table', 'string', false) as string | undefined };
       break;
     case 'audit': {
       const since = field(o, 'since', 'string', false) as string | undefined;
       if (since !== undefined && Number.isNaN(Date.parse(since)))
         throw new InvalidOperatorRequestError(`request.since must be an ISO-8601 time, got ${JSON.stringify(since)}`);
-      request = { action: 'audit', source, table: field(o, 'table', 'string', false) as string | undefined, since };
+      request = { action: 'audit', source: sourceId, table: field(o, 'table', 'string', false) as string | undefined, since };
       break;
     }
     case 'pause': {
@@ -74,7 +74,7 @@ export function parseOperatorBody(value: unknown): OperatorBody {
         throw new InvalidOperatorRequestError(`request.durationMs must be a positive number of milliseconds, got ${durationMs}`);
       request = {
         action: 'pause',
-        source,
+        source: sourceId,
         table: field(o, 'table', 'string', true) as string,
         durationMs,
         reason: field(o, 'reason', 'string', true) as string,
@@ -84,7 +84,7 @@ export function parseOperatorBody(value: unknown): OperatorBody {
     case 'resume':
       request = {
         action: 'resume',
-        source,
+        source: sourceId,
         table: field(o, 'table', 'string', true) as string,
         acceptSchema: (field(o, 'acceptSchema', 'boolean', false) as boolean | undefined) ?? false,
       };
@@ -92,7 +92,7 @@ export function parseOperatorBody(value: unknown): OperatorBody {
     case 'resnapshot':
       request = {
         action: 'resnapshot',
-        source,
+        source: sourceId,
         table: field(o, 'table', 'string', true) as string,
         reason: field(o, 'reason', 'string', false) as string | undefined,
       };
@@ -103,7 +103,7 @@ export function parseOperatorBody(value: unknown): OperatorBody {
       const rehearse = (field(o, 'rehearse', 'boolean', false) as boolean | undefined) ?? false;
       request = {
         action: 'rebuild',
-        source,
+        source: sourceId,
         table: field(o, 'table', 'string', true) as string,
         ...(sink !== undefined ? { sink } : {}),
         ...(from !== undefined ? { from } : {}),

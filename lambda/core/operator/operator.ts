@@ -146,8 +146,8 @@ export const stateOnlySnapshots: SnapshotScheduler = {
  */
 export function controlPlaneSnapshots(controlPlane: ControlPlane): SnapshotScheduler {
   return {
-    async status(source, table) {
-      const s = await controlPlane.getSnapshot(source, table);
+    async status(sourceId, table) {
+      const s = await controlPlane.getSnapshot(sourceId, table);
       if (!s) return null;
       const state = s.status === 'requested' ? 'queued' : s.status;
       return {
@@ -160,9 +160,9 @@ export function controlPlaneSnapshots(controlPlane: ControlPlane): SnapshotSched
       };
     },
     budget: async () => ({ allowed: true, reason: null }),
-    async request(source, table, r) {
-      const out = await requestSnapshot(controlPlane, { source, table, reason: 'resnapshot', actor: r.requestedBy, now: new Date(r.at) });
-      if (out.outcome === 'refused') throw new CdcError('SNAPSHOT_REQUEST_REFUSED', `the snapshot of ${source}/${table} was not requested: ${out.reason}`);
+    async request(sourceId, table, r) {
+      const out = await requestSnapshot(controlPlane, { source: sourceId, table, reason: 'resnapshot', actor: r.requestedBy, now: new Date(r.at) });
+      if (out.outcome === 'refused') throw new CdcError('SNAPSHOT_REQUEST_REFUSED', `the snapshot of ${sourceId}/${table} was not requested: ${out.reason}`);
     },
   };
 }
@@ -194,9 +194,9 @@ export class Operator {
     }
   }
 
-  async status(source?: string, table?: string): Promise<StatusReport> {
+  async status(sourceId?: string, table?: string): Promise<StatusReport> {
     const now = this.now();
-    const tables = (await this.cp.listTables(source)).filter((t) => table === undefined || t.table === table);
+    const tables = (await this.cp.listTables(sourceId)).filter((t) => table === undefined || t.table === table);
     const progress = await this.cp.listSinkProgress();
     const letters = await this.cp.listDeadLetters();
     const out: TableStatus[] = [];
@@ -242,13 +242,13 @@ export class Operator {
         ...(t.capture === 'poll' ? { capture: 'poll' as const, deletesObservable: false as const } : {}),
       });
     }
-    const audit = await this.cp.listAudit(source);
+    const audit = await this.cp.listAudit(sourceId);
     const notCaptured = [...new Set(audit.map((e) => e.source).filter((s): s is string => s !== null))].flatMap((src) =>
       [...latestVerdicts(audit, src).values()]
         .filter((v) => v.verdict !== 'captured' && (table === undefined || v.table === table))
         .map((v) => ({ source: src, table: v.table, verdict: v.verdict, reasons: v.reasons, at: v.at })),
     );
-    const slots = await this.slotReports([...new Set(tables.map((t) => t.source).concat(source !== undefined ? [source] : []))].sort());
+    const slots = await this.slotReports([...new Set(tables.map((t) => t.source).concat(sourceId !== undefined ? [sourceId] : []))].sort());
     return {
       at: now.toISOString(),
       changeLogRetentionMs: this.deps.settings.changeLogRetentionMs,
@@ -423,11 +423,11 @@ export class Operator {
   private async find(
     actor: Actor,
     action: OperatorActionName,
-    source: string | undefined,
+    sourceId: string | undefined,
     table: string,
     detail: Record<string, unknown>,
   ): Promise<{ table: TableRecord } | { refused: ActionResult }> {
-    const candidates = (await this.cp.listTables(source)).filter((t) => t.table === table);
+    const candidates = (await this.cp.listTables(sourceId)).filter((t) => t.table === table);
     if (candidates.length === 1) {
       // The list may be a query page; read the one item strongly consistently to decide on it.
       const fresh = await this.cp.getTable(candidates[0]!.source, table);
@@ -437,7 +437,7 @@ export class Operator {
       candidates.length === 0
         ? {
             code: 'TABLE_NOT_FOUND',
-            reason: `no table ${table}${source ? ` in source ${source}` : ''} is registered in the control plane`,
+            reason: `no table ${table}${sourceId ? ` in source ${sourceId}` : ''} is registered in the control plane`,
             hint: 'cdc status lists the registered tables (a table is registered when its first event is captured)',
           }
         : {
@@ -445,7 +445,7 @@ export class Operator {
             reason: `${table} is registered in several sources (${candidates.map((c) => c.source).join(', ')})`,
             hint: 'name the source with --source',
           };
-    return { refused: await this.refuse(actor, action, source ?? null, table, refusal, detail) };
+    return { refused: await this.refuse(actor, action, sourceId ?? null, table, refusal, detail) };
   }
 
   private async sinksOf(table: TableRecord): Promise<SinkTableProgress[]> {

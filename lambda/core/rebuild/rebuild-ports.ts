@@ -40,7 +40,7 @@ export interface RebuildReport {
 
 /** The table's history: the archive first, then the change log's stream (lambda/adapters/replay-reader.ts). */
 export interface RebuildReplay {
-  checkHistory(source: string, table: string): Promise<HistoryCheck>;
+  checkHistory(sourceId: string, table: string): Promise<HistoryCheck>;
   read(range: ReplayRange, history?: HistoryCheck): Promise<{ events: ChangeEvent[]; stats: ReplayStats; resume: Map<string, string | null> }>;
   readStream(range: ReplayRange, start: ReadonlyMap<string, string | null>): Promise<{ events: ChangeEvent[]; resume: Map<string, string | null> }>;
 }

@@ -22,7 +22,7 @@ const SAMPLES = 20;
 /** A rebuild could not complete; the live table is untouched. */
 export class RebuildFailedError extends CdcError {
   constructor(
-    source: string,
+    sourceId: string,
     table: string,
     why: string,
     readonly swapped = false,
@@ -30,8 +30,8 @@ export class RebuildFailedError extends CdcError {
     super(
       'REBUILD_FAILED',
       swapped
-        ? `the rebuild of ${source}/${table} swapped the rebuilt table in, then failed (its diff or the cleanup of the retired table is missing; a rerun cleans up): ${why}`
-        : `the rebuild of ${source}/${table} did not complete (the live table is untouched): ${why}`,
+        ? `the rebuild of ${sourceId}/${table} swapped the rebuilt table in, then failed (its diff or the cleanup of the retired table is missing; a rerun cleans up): ${why}`
+        : `the rebuild of ${sourceId}/${table} did not complete (the live table is untouched): ${why}`,
     );
   }
 }

@@ -81,8 +81,8 @@ const unpad = (s: string): string => s.replace(/^0+(?=\d)/, '');
 export const padSeq = (s: string): string => s.padStart(SEQ_WIDTH, '0');
 
 /** The folder of one table's objects in the by-table layout (relative to the archive prefix). */
-export function tableFolder(source: string, table: string): string {
-  return `tables/${source}/${table}/`;
+export function tableFolder(sourceId: string, table: string): string {
+  return `tables/${sourceId}/${table}/`;
 }
 /** The folder of records that name no table (not JSON, or no source and table). */
 export const OTHER_FOLDER = 'tables/_other/';

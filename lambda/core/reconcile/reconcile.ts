@@ -694,10 +694,10 @@ export interface TableToReconcile {
 }
 
 /** The column types of a table's current registered schema version, or undefined when none is registered. */
-export async function registeredTypes(controlPlane: ControlPlane, source: string, table: string): Promise<Record<string, string | null> | undefined> {
-  const record = await controlPlane.getTable(source, table);
+export async function registeredTypes(controlPlane: ControlPlane, sourceId: string, table: string): Promise<Record<string, string | null> | undefined> {
+  const record = await controlPlane.getTable(sourceId, table);
   if (!record) return undefined;
-  const schema = await controlPlane.getSchemaVersion(source, table, record.currentVersion);
+  const schema = await controlPlane.getSchemaVersion(sourceId, table, record.currentVersion);
   return schema ? Object.fromEntries(schema.columns.map((c) => [c.name, c.type])) : undefined;
 }
 
@@ -720,11 +720,11 @@ export interface ReconcileRunOptions extends Pick<
  * Why a table cannot be compared now, from the control plane: not `active` (paused, needing a
  * re-snapshot), or the sink holds its changes back; null when it can be.
  */
-export async function blockedReason(controlPlane: ControlPlane, sink: string, source: string, table: string): Promise<string | null> {
-  const record = await controlPlane.getTable(source, table);
+export async function blockedReason(controlPlane: ControlPlane, sink: string, sourceId: string, table: string): Promise<string | null> {
+  const record = await controlPlane.getTable(sourceId, table);
   if (record && record.state !== 'active' && record.state !== 'degraded')
     return `table is ${record.state}${record.stateReason ? ` (${record.stateReason})` : ''}: the sink is behind on purpose`;
-  const progress = await controlPlane.getSinkProgress(sink, source, table);
+  const progress = await controlPlane.getSinkProgress(sink, sourceId, table);
   if (progress?.heldFrom) return `sink ${sink} holds the table's changes from position ${progress.heldFrom} (a resume replays them): not comparable until then`;
   return null;
 }

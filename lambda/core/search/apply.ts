@@ -137,16 +137,16 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
   const unfolded = new Set<string>();
 
   /** The table's index, created or extended so that it holds every column of `schemas`. */
-  async function prepareIndex(source: string, table: string, names: SearchNames, schemas: SchemaVersion[], hard: boolean): Promise<IndexState> {
+  async function prepareIndex(sourceId: string, table: string, names: SearchNames, schemas: SchemaVersion[], hard: boolean): Promise<IndexState> {
     const desired = desiredProperties(schemas);
     let state = indexCache.get(names.all);
     if (!state) {
-      const versions = await cp.listSchemaVersions(source, table);
+      const versions = await cp.listSchemaVersions(sourceId, table);
       const first =
         versions.reduce<string | null>((m, v) => (m === null || v.effectivePosition < m ? v.effectivePosition : m), null) ?? schemas[0]!.effectivePosition;
       const t = await search.tableIndex(names, desired, { baseLsn: searchBaseLsn(first), truncatedAt: null }, hard);
       state = { meta: t.meta, properties: t.properties };
-      if (t.created) logger.info('search index created', { source, table, index: t.index, baseLsn: t.meta.baseLsn.toString(16) });
+      if (t.created) logger.info('search index created', { source: sourceId, table, index: t.index, baseLsn: t.meta.baseLsn.toString(16) });
       indexCache.set(names.all, state);
     }
     const diff = mappingDiff(state.properties, desired);
@@ -154,7 +154,7 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
     if (Object.keys(diff.add).length > 0) {
       await search.addFields(names, diff.add);
       state.properties = { ...state.properties, ...diff.add };
-      logger.info('search mapping extended', { source, table, fields: Object.keys(diff.add) });
+      logger.info('search mapping extended', { source: sourceId, table, fields: Object.keys(diff.add) });
     }
     return state;
   }
@@ -166,53 +166,53 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
     const groups = await groupByTable(records, { payloads: deps.payloads, sinkId, deadLetter });
 
     for (const items of groups.values()) {
-      const { source, table } = items[0]!.event;
+      const { source: sourceId, table } = items[0]!.event;
       try {
-        await applyGroup(source, table, items);
+        await applyGroup(sourceId, table, items);
       } catch (err) {
         applyErrors++;
-        logger.error('table batch not applied; its records will be retried', { source, table, error: describeError(err) });
+        logger.error('table batch not applied; its records will be retried', { source: sourceId, table, error: describeError(err) });
         for (const i of items) if (!failed.has(i.record.sequenceNumber)) failed.set(i.record.sequenceNumber, describeError(err));
       }
     }
 
-    async function applyGroup(source: string, table: string, items: Item[]): Promise<void> {
+    async function applyGroup(sourceId: string, table: string, items: Item[]): Promise<void> {
       const isHeartbeat = table.split('.')[1] === HEARTBEAT_TABLE;
-      const config = served?.get(`${source}\u0000${table}`);
+      const config = served?.get(`${sourceId}\u0000${table}`);
       if (served && !config && !isHeartbeat) return; // not served by this sink: processed, nothing to do
       const admission = await admitTable(cp, {
         sinkId,
-        source,
+        source: sourceId,
         table,
         replayHeld: options.replayHeld === true,
-        target: () => searchNames(prefix, source, table),
+        target: () => searchNames(prefix, sourceId, table),
       });
       if (admission.verdict === 'dead-letter') {
-        for (const i of items) await deadLetter(i.record, source, table, admission.error);
+        for (const i of items) await deadLetter(i.record, sourceId, table, admission.error);
         return;
       }
       if (admission.verdict === 'hold') {
-        await hold(source, table, items, admission.why);
+        await hold(sourceId, table, items, admission.why);
         return;
       }
       const { target: names, table: rec } = admission;
       // Index names are lower case: the second of two tables whose names differ only in case is refused, never served through the first's index.
-      if (!isHeartbeat && !unfolded.has(`${source}\u0000${table}`)) {
-        const first = await foldsIntoBy(cp, source, table, (s, t) => searchNames(prefix, s, t).alias);
+      if (!isHeartbeat && !unfolded.has(`${sourceId}\u0000${table}`)) {
+        const first = await foldsIntoBy(cp, sourceId, table, (s, t) => searchNames(prefix, s, t).alias);
         if (first !== null) {
-          const err = new FoldedNameError(source, table, first, 'search index names are lower case');
-          await holdAudited(source, table, items, { reason: describeError(err), hint: `leave ${table} out of this sink, or rename it at the source` });
+          const err = new FoldedNameError(sourceId, table, first, 'search index names are lower case');
+          await holdAudited(sourceId, table, items, { reason: describeError(err), hint: `leave ${table} out of this sink, or rename it at the source` });
           return;
         }
-        unfolded.add(`${source}\u0000${table}`);
+        unfolded.add(`${sourceId}\u0000${table}`);
       }
       const deleteMode: DeleteMode = config?.deleteMode ?? rec.deleteMode;
-      const { valid, schemas } = await validItems(source, table, items, { schemaOf, assertColumn: assertSearchColumn, deadLetter });
+      const { valid, schemas } = await validItems(sourceId, table, items, { schemaOf, assertColumn: assertSearchColumn, deadLetter });
       if (valid.length === 0) return;
       const schemaList = [...schemas.values()];
       let state: IndexState;
       try {
-        state = await prepareIndex(source, table, names, schemaList, deleteMode === 'hard');
+        state = await prepareIndex(sourceId, table, names, schemaList, deleteMode === 'hard');
         for (const i of valid) encodeVersion(i.event.position, state.meta.baseLsn);
       } catch (err) {
         if (
@@ -221,8 +221,8 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
           err instanceof SearchRequestRejectedError ||
           (err instanceof CdcError && err.code === 'SEARCH_INDEX_FOREIGN')
         ) {
-          logger.error('table held for this search sink', { source, table, code: err.code, error: err.message });
-          await hold(source, table, valid, err.message);
+          logger.error('table held for this search sink', { source: sourceId, table, code: err.code, error: err.message });
+          await hold(sourceId, table, valid, err.message);
           return;
         }
         throw err;
@@ -238,7 +238,7 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
        * every write acknowledged before it visible to the listing (OpenSearch search is near-real-time).
        */
       const sweep = async (at: string, by: Item): Promise<boolean> => {
-        await retrying(source, table, () => search.refresh(names));
+        await retrying(sourceId, table, () => search.refresh(names));
         const gone: ChangeEvent[] = [];
         for await (const d of search.listDocuments(names)) {
           const key: Row = {};
@@ -248,7 +248,7 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
         }
         if (gone.length === 0) return true;
         return writeBatch(
-          source,
+          sourceId,
           table,
           names,
           state,
@@ -273,9 +273,9 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
               failed.set(i.record.sequenceNumber, `not applied: the truncate at ${at} of ${table} was not applied first`);
           return;
         }
-        countFor(source).applied += truncates.length;
+        countFor(sourceId).applied += truncates.length;
       }
-      let ok = rows.length === 0 ? true : await writeBatch(source, table, names, state, deleteMode, keyColumns, rows, false);
+      let ok = rows.length === 0 ? true : await writeBatch(sourceId, table, names, state, deleteMode, keyColumns, rows, false);
       if (ok && rows.length > 0) {
         // A truncate applied meanwhile through another applier (another shard: a truncate has its
         // own partition key) may have swept before these writes were visible, with a horizon this
@@ -283,24 +283,24 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
         // is above any of them, sweep again at it (docs/search.md, "Truncate"). Either the truncate's
         // horizon was recorded before this read (then this sweep removes what the batch wrote
         // below it), or after it, and then the truncate's own sweep, which refreshes first, sees them.
-        const current = await retrying(source, table, () => search.readMeta(names));
+        const current = await retrying(sourceId, table, () => search.readMeta(names));
         const horizon = current?.truncatedAt ?? null;
         if (horizon !== null && (state.meta.truncatedAt === null || state.meta.truncatedAt < horizon)) {
           state.meta = { ...state.meta, truncatedAt: horizon };
           if (rows.some((i) => i.event.position < horizon)) ok = await sweep(horizon, rows[0]!);
         }
       }
-      if (ok) await cp.advanceSinkProgress(sinkId, source, table, maxPosition(valid));
+      if (ok) await cp.advanceSinkProgress(sinkId, sourceId, table, maxPosition(valid));
     }
 
     /** Runs a request, retrying it with backoff while OpenSearch is throttling or unavailable. */
-    async function retrying<T>(source: string, table: string, f: () => Promise<T>): Promise<T> {
+    async function retrying<T>(sourceId: string, table: string, f: () => Promise<T>): Promise<T> {
       for (let attempt = 1; ; attempt++) {
         try {
           return await f();
         } catch (err) {
           if (!(err instanceof SearchUnavailableError) || attempt >= attempts) throw err;
-          logger.warn('search unavailable; retrying', { source, table, attempt, error: err.message });
+          logger.warn('search unavailable; retrying', { source: sourceId, table, attempt, error: err.message });
           await sleep(backoffMs * 2 ** (attempt - 1));
         }
       }
@@ -308,7 +308,7 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
 
     /** Reads, plans and writes one table's events; returns whether every record was acknowledged. */
     async function writeBatch(
-      source: string,
+      sourceId: string,
       table: string,
       names: SearchNames,
       state: IndexState,
@@ -320,8 +320,8 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
       const keys = keysToRead(items.map((i) => i.event));
       const idToKey = new Map(keys.map((k) => [documentId(k), keyText(k)]));
       const ids = [...idToKey.keys()];
-      const docs = await retrying(source, table, () => search.readStored(names.all, ids));
-      const tombs = deleteMode === 'hard' ? await retrying(source, table, () => search.readStored(names.deleted, ids)) : new Map<string, unknown>();
+      const docs = await retrying(sourceId, table, () => search.readStored(names.all, ids));
+      const tombs = deleteMode === 'hard' ? await retrying(sourceId, table, () => search.readStored(names.deleted, ids)) : new Map<string, unknown>();
       const stored = new Map<string, { doc?: StoredDoc; tombstone?: StoredDoc }>();
       for (const [id, kt] of idToKey) {
         const d = docs.get(id);
@@ -331,7 +331,7 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
       }
       const ensureHandover = async (): Promise<void> => {
         if (state.handoverReady) return;
-        await retrying(source, table, () => search.ensureHandoverIndex(names, state.meta));
+        await retrying(sourceId, table, () => search.ensureHandoverIndex(names, state.meta));
         state.handoverReady = true;
       };
       // Donors kept for the batch's key-change inserts that lack columns (docs/search.md, "Primary-key changes").
@@ -342,7 +342,7 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
       const donors = new Map<string, Row>();
       if (wanted.length > 0) {
         await ensureHandover();
-        const found = await retrying(source, table, () =>
+        const found = await retrying(sourceId, table, () =>
           search.readStored(
             names.handover,
             wanted.map((w) => w.docId),
@@ -358,7 +358,7 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
       const heldIds = new Set(plan.held.map(eventId));
       if (heldIds.size > 0) {
         logger.info("primary-key change in flight: events wait until the old key's values are known (applied on another shard)", {
-          source,
+          source: sourceId,
           table,
           events: heldIds.size,
           first: plan.held[0]!.position,
@@ -376,7 +376,7 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
             results = await search.bulk(names, bulkBody(pending, names), pending.length);
           } catch (err) {
             if (!(err instanceof SearchUnavailableError) || attempt >= attempts) throw err;
-            logger.warn('search bulk unavailable; retrying', { source, table, attempt, error: err.message });
+            logger.warn('search bulk unavailable; retrying', { source: sourceId, table, attempt, error: err.message });
             await sleep(backoffMs * 2 ** (attempt - 1));
             continue;
           }
@@ -393,7 +393,7 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
             }
           });
           if (again.length === 0 || attempt >= attempts) break;
-          logger.warn('search bulk items throttled or unavailable; retrying them', { source, table, attempt, items: again.length });
+          logger.warn('search bulk items throttled or unavailable; retrying them', { source: sourceId, table, attempt, items: again.length });
           await sleep(backoffMs * 2 ** (attempt - 1));
           pending = again;
         }
@@ -416,7 +416,7 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
       const freshIds = new Set(plan.table.fresh.map(eventId));
       const done = new Set<string>();
       let allOk = true;
-      const c = countFor(source);
+      const c = countFor(sourceId);
       for (const i of items) {
         const kt = keyText(i.event.key);
         if (heldIds.has(eventId(i.event))) {
@@ -432,7 +432,7 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
         }
         if (rejected.has(kt) && freshIds.has(eventId(i.event))) {
           if (!done.has(i.record.sequenceNumber))
-            await deadLetter(i.record, source, table, new SearchDocumentRejectedError(documentId(i.event.key), rejected.get(kt)!));
+            await deadLetter(i.record, sourceId, table, new SearchDocumentRejectedError(documentId(i.event.key), rejected.get(kt)!));
           done.add(i.record.sequenceNumber);
           continue;
         }

@@ -69,11 +69,11 @@ const PREFIX = /^[a-z][a-z0-9_-]{0,31}$/;
  * (`searchNamePart`, docs/search.md, "Index names"), so any carried name has one. Refuses a prefix
  * or source id OpenSearch cannot hold as it is, and a table id that is not `schema.table`.
  */
-export function searchNames(prefix: string, source: string, table: string): SearchNames {
+export function searchNames(prefix: string, sourceId: string, table: string): SearchNames {
   if (!PREFIX.test(prefix)) throw new UnsafeIdentifierError(prefix, `search index prefix must match ${PREFIX.source}`);
-  if (!NAME_PART.test(source)) throw new UnsafeIdentifierError(source, `source id must match ${NAME_PART.source} to name a search index`);
+  if (!NAME_PART.test(sourceId)) throw new UnsafeIdentifierError(sourceId, `source id must match ${NAME_PART.source} to name a search index`);
   const { schema, table: name } = splitTableId(table);
-  const alias = `${prefix}.${source}.${searchNamePart(schema)}.${searchNamePart(name)}`;
+  const alias = `${prefix}.${sourceId}.${searchNamePart(schema)}.${searchNamePart(name)}`;
   return {
     alias,
     all: `${alias}.all`,

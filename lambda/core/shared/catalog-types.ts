@@ -37,27 +37,27 @@ export type DescribeTable = (table: string) => Promise<CatalogTypes | null>;
 /** A table first seen through a record without types, whose catalog types are not published (yet, or not for every column the record names). */
 export class TableTypesPendingError extends CdcError {
   constructor(
-    readonly source: string,
+    readonly sourceId: string,
     readonly table: string,
     detail: string,
   ) {
     super(
       'TABLE_TYPES_PENDING',
-      `${source}/${table} is seen for the first time through a record without column types, and ${detail}; ` +
+      `${sourceId}/${table} is seen for the first time through a record without column types, and ${detail}; ` +
         'the record is retried until the snapshot worker has published the table\'s catalog types (docs/schema-drift.md, "First sight of a table")',
     );
   }
 }
 
 /** Reads the published catalog types of a table (null when none are published). */
-export async function readCatalogTypes(controlPlane: ControlPlane, source: string, table: string): Promise<CatalogTypes | null> {
-  const text = await controlPlane.getCheckpoint(catalogConsumerId(source), table);
+export async function readCatalogTypes(controlPlane: ControlPlane, sourceId: string, table: string): Promise<CatalogTypes | null> {
+  const text = await controlPlane.getCheckpoint(catalogConsumerId(sourceId), table);
   if (text === null) return null;
   let v: unknown;
   try {
     v = JSON.parse(text);
   } catch (e) {
-    throw new CdcError('INVALID_STATE', `catalog types of ${source}/${table} in the control plane are not JSON: ${(e as Error).message}`);
+    throw new CdcError('INVALID_STATE', `catalog types of ${sourceId}/${table} in the control plane are not JSON: ${(e as Error).message}`);
   }
   const c = v as CatalogTypes;
   if (
@@ -69,7 +69,7 @@ export async function readCatalogTypes(controlPlane: ControlPlane, source: strin
   ) {
     throw new CdcError(
       'INVALID_STATE',
-      `catalog types of ${source}/${table} in the control plane are not {table, columns: [{name, type}], key}: ${text.slice(0, 200)}`,
+      `catalog types of ${sourceId}/${table} in the control plane are not {table, columns: [{name, type}], key}: ${text.slice(0, 200)}`,
     );
   }
   return c;
@@ -80,16 +80,16 @@ export async function readCatalogTypes(controlPlane: ControlPlane, source: strin
  * published types differ from the catalog's). Returns the tables written. A table the catalog
  * does not have is skipped.
  */
-export async function publishCatalogTypes(controlPlane: ControlPlane, source: string, tables: readonly string[], describe: DescribeTable): Promise<string[]> {
-  const registered = new Set((await controlPlane.listTables(source)).map((t) => t.table));
+export async function publishCatalogTypes(controlPlane: ControlPlane, sourceId: string, tables: readonly string[], describe: DescribeTable): Promise<string[]> {
+  const registered = new Set((await controlPlane.listTables(sourceId)).map((t) => t.table));
   const written: string[] = [];
   for (const table of new Set(tables)) {
     if (registered.has(table)) continue;
     const types = await describe(table);
     if (types === null) continue;
     const text = JSON.stringify({ table, columns: types.columns.map((c) => ({ name: c.name, type: c.type })), key: [...types.key] } satisfies CatalogTypes);
-    if ((await controlPlane.getCheckpoint(catalogConsumerId(source), table)) === text) continue;
-    await controlPlane.putCheckpoint(catalogConsumerId(source), table, text);
+    if ((await controlPlane.getCheckpoint(catalogConsumerId(sourceId), table)) === text) continue;
+    await controlPlane.putCheckpoint(catalogConsumerId(sourceId), table, text);
     written.push(table);
   }
   return written;

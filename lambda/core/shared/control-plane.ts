@@ -139,10 +139,10 @@ export interface DeadLetter {
 }
 
 export interface ControlPlane {
-  getTable(source: string, table: string): Promise<TableRecord | null>;
-  listTables(source?: string): Promise<TableRecord[]>;
-  getSchemaVersion(source: string, table: string, version: number): Promise<SchemaVersion | null>;
-  listSchemaVersions(source: string, table: string): Promise<SchemaVersion[]>;
+  getTable(sourceId: string, table: string): Promise<TableRecord | null>;
+  listTables(sourceId?: string): Promise<TableRecord[]>;
+  getSchemaVersion(sourceId: string, table: string, version: number): Promise<SchemaVersion | null>;
+  listSchemaVersions(sourceId: string, table: string): Promise<SchemaVersion[]>;
   /**
    * Registers a table on first sight together with its first schema version, atomically and
    * with an audit entry. Returns false (and changes nothing) if the table already exists.
@@ -154,18 +154,18 @@ export interface ControlPlane {
    */
   addSchemaVersion(schema: SchemaVersion, audit: AuditEntry): Promise<boolean>;
   /** Changes a table's state with its audit entry in one transaction. */
-  setTableState(source: string, table: string, state: TableState, reason: string | null, audit: AuditEntry): Promise<void>;
-  getSinkProgress(sink: string, source: string, table: string): Promise<SinkTableProgress | null>;
+  setTableState(sourceId: string, table: string, state: TableState, reason: string | null, audit: AuditEntry): Promise<void>;
+  getSinkProgress(sink: string, sourceId: string, table: string): Promise<SinkTableProgress | null>;
   /** Raises the applied high-water mark (never lowers it). */
-  advanceSinkProgress(sink: string, source: string, table: string, appliedPosition: Position): Promise<void>;
+  advanceSinkProgress(sink: string, sourceId: string, table: string, appliedPosition: Position): Promise<void>;
   /**
    * Records the first held position, keeping the lowest one ever recorded until cleared, and —
    * when `shards` is given (change-log shard id → first held sequence number) — the lowest held
    * sequence number per shard, all in one atomic change with the hold count's increment.
    */
-  holdSinkTable(sink: string, source: string, table: string, fromPosition: Position, shards?: Readonly<Record<string, string>>): Promise<void>;
+  holdSinkTable(sink: string, sourceId: string, table: string, fromPosition: Position, shards?: Readonly<Record<string, string>>): Promise<void>;
   /** Clears the held position (on resume), with its audit entry. */
-  releaseSinkTable(sink: string, source: string, table: string, audit: AuditEntry): Promise<void>;
+  releaseSinkTable(sink: string, sourceId: string, table: string, audit: AuditEntry): Promise<void>;
   /** Consumer checkpoints of the local event-source poller (one per consumer and shard). */
   getCheckpoint(consumer: string, shardId: string): Promise<string | null>;
   putCheckpoint(consumer: string, shardId: string, sequenceNumber: string): Promise<void>;
@@ -177,7 +177,7 @@ export interface ControlPlane {
    * The audit log in time order, optionally one source's or table's, and only the entries at or
    * after `since` (ISO 8601): the log is ordered by time, so a store reads only that part of it.
    */
-  listAudit(source?: string, table?: string, since?: string): Promise<AuditEntry[]>;
+  listAudit(sourceId?: string, table?: string, since?: string): Promise<AuditEntry[]>;
   // ---- Operator actions (docs/operations.md) ----
   /** Every sink's progress for every table (operator status), or one sink's (its resume replay). */
   listSinkProgress(sink?: string): Promise<SinkTableProgress[]>;
@@ -193,13 +193,13 @@ export interface ControlPlane {
    * the hold count being the ones the replay read, with its audit entry. Returns false if the
    * sink held again meanwhile (the replay then goes again).
    */
-  completeSinkRelease(sink: string, source: string, table: string, expected: { heldFrom: Position; holdCount: number }, audit: AuditEntry): Promise<boolean>;
+  completeSinkRelease(sink: string, sourceId: string, table: string, expected: { heldFrom: Position; holdCount: number }, audit: AuditEntry): Promise<boolean>;
   /** Clears a release request that has nothing left to replay (conditional on no hold being recorded). */
-  clearReleaseRequest(sink: string, source: string, table: string): Promise<boolean>;
+  clearReleaseRequest(sink: string, sourceId: string, table: string): Promise<boolean>;
   // ---- Snapshots (docs/snapshot.md) ----
   /** A table's current snapshot run (docs/snapshot.md), or null. */
-  getSnapshot(source: string, table: string): Promise<SnapshotState | null>;
-  listSnapshots(source: string): Promise<SnapshotState[]>;
+  getSnapshot(sourceId: string, table: string): Promise<SnapshotState | null>;
+  listSnapshots(sourceId: string): Promise<SnapshotState[]>;
   /**
    * Writes a snapshot state if the stored one has version `expectedVersion` (null: none stored),
    * with `audit` in the same transaction when given. Returns false (and changes nothing) if
@@ -209,21 +209,21 @@ export interface ControlPlane {
   /** Records a completed chunk and the state after it in one transaction, conditional like `putSnapshot`. */
   completeSnapshotChunk(chunk: SnapshotChunkRecord, state: SnapshotState, expectedVersion: number): Promise<boolean>;
   /** The completed chunks of one run, in chunk order. */
-  listSnapshotChunks(source: string, table: string, run: string): Promise<SnapshotChunkRecord[]>;
+  listSnapshotChunks(sourceId: string, table: string, run: string): Promise<SnapshotChunkRecord[]>;
   // ---- Reconciliation (docs/reconcile.md) ----
   /**
    * Stores a table's latest verdict for one sink, replacing the previous one; it carries the
    * ranges it covered and the cursor the next run starts at.
    */
   putReconcileVerdict(verdict: ReconcileVerdict): Promise<void>;
-  getReconcileVerdict(sink: string, source: string, table: string): Promise<ReconcileVerdict | null>;
+  getReconcileVerdict(sink: string, sourceId: string, table: string): Promise<ReconcileVerdict | null>;
   /** The latest verdict of every table, of one sink or of all, ordered by sink, source, table. */
   listReconcileVerdicts(sink?: string): Promise<ReconcileVerdict[]>;
   // ---- Rebuilds (docs/rebuild.md) ----
   /** Records a rebuild run (rehearsal or swap: its duration, counts and diff summary) with its audit entry, in one transaction. */
   recordRebuild(run: RebuildRun, audit: AuditEntry): Promise<void>;
   /** One sink's rebuild runs, oldest first (of one table when given). */
-  listRebuilds(sink: string, source?: string, table?: string): Promise<RebuildRun[]>;
+  listRebuilds(sink: string, sourceId?: string, table?: string): Promise<RebuildRun[]>;
   /**
    * Claims the sink's one rebuild slot for `claim` (docs/rebuild.md, "One at a time"), with its
    * audit entry, in one transaction: succeeds when no rebuild of the sink is under way, the last

@@ -18,7 +18,7 @@ export function foldedName(t: Pick<WarehouseTable, 'schema' | 'view'>): string {
 /** A table whose warehouse names fold into those of a table registered before it. */
 export class FoldedNameError extends CdcError {
   constructor(
-    readonly source: string,
+    readonly sourceId: string,
     readonly table: string,
     readonly first: string,
     /** What folds the names. */
@@ -26,7 +26,7 @@ export class FoldedNameError extends CdcError {
   ) {
     super(
       'NAME_FOLDS',
-      `${source}/${table} is refused by this sink: ${folds}, so ${table} and ${first} (registered first) would be one table (${first} is applied, ${table} never through it); ` +
+      `${sourceId}/${table} is refused by this sink: ${folds}, so ${table} and ${first} (registered first) would be one table (${first} is applied, ${table} never through it); ` +
         `leave ${table} out of the capture (a rule's excludeTables) or rename one of the two at the source (docs/onboarding.md, "Names")`,
     );
   }
@@ -39,11 +39,11 @@ export class FoldedNameError extends CdcError {
  */
 export async function foldsInto(
   cp: Pick<ControlPlane, 'listTables' | 'getSchemaVersion'>,
-  source: string,
+  sourceId: string,
   table: string,
-  targetOf: (source: string, table: string) => WarehouseTable,
+  targetOf: (sourceId: string, table: string) => WarehouseTable,
 ): Promise<string | null> {
-  return foldsIntoBy(cp, source, table, (s, t) => foldedName(targetOf(s, t)));
+  return foldsIntoBy(cp, sourceId, table, (s, t) => foldedName(targetOf(s, t)));
 }
 
 /**
@@ -52,14 +52,14 @@ export async function foldsInto(
  */
 export async function foldsIntoBy(
   cp: Pick<ControlPlane, 'listTables' | 'getSchemaVersion'>,
-  source: string,
+  sourceId: string,
   table: string,
-  foldedOf: (source: string, table: string) => string,
+  foldedOf: (sourceId: string, table: string) => string,
 ): Promise<string | null> {
-  const mine = foldedOf(source, table);
-  const others = (await cp.listTables(source)).map((r) => r.table).filter((t) => t !== table && sameFolded(foldedOf, source, t, mine));
+  const mine = foldedOf(sourceId, table);
+  const others = (await cp.listTables(sourceId)).map((r) => r.table).filter((t) => t !== table && sameFolded(foldedOf, sourceId, t, mine));
   if (others.length === 0) return null;
-  const registered = async (t: string) => (await cp.getSchemaVersion(source, t, 1))?.registeredAt ?? '';
+  const registered = async (t: string) => (await cp.getSchemaVersion(sourceId, t, 1))?.registeredAt ?? '';
   const at = await registered(table);
   let first: { table: string; at: string } | null = null;
   for (const t of others) {
@@ -70,9 +70,9 @@ export async function foldsIntoBy(
   return first?.table ?? null;
 }
 
-function sameFolded(foldedOf: (source: string, table: string) => string, source: string, table: string, folded: string): boolean {
+function sameFolded(foldedOf: (sourceId: string, table: string) => string, sourceId: string, table: string, folded: string): boolean {
   try {
-    return foldedOf(source, table) === folded;
+    return foldedOf(sourceId, table) === folded;
   } catch {
     return false; // a table the sink cannot name is refused on its own
   }

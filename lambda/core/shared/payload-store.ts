@@ -84,8 +84,8 @@ export async function resolveClaim(store: PayloadStore, claim: ClaimCheck): Prom
 }
 
 /** Object key of an event stored out of line: by source, table and position (stable, so a retry overwrites). */
-export function claimKey(source: string, table: string, position: Position, digest: string): string {
-  return `claims/${source}/${table.replace(/[^A-Za-z0-9_.-]/g, '_')}/${position}-${digest.slice(0, 16)}.json`;
+export function claimKey(sourceId: string, table: string, position: Position, digest: string): string {
+  return `claims/${sourceId}/${table.replace(/[^A-Za-z0-9_.-]/g, '_')}/${position}-${digest.slice(0, 16)}.json`;
 }
 
 /** Object key of a dead letter's whole record. */

@@ -55,8 +55,8 @@ export interface ReplayOutcome {
 
 /** A replay pass could not apply the held range (it is tried again on the next pass). */
 export class ReplayIncompleteError extends CdcError {
-  constructor(source: string, table: string, why: string) {
-    super('REPLAY_INCOMPLETE', `the resume replay of ${source}/${table} did not complete: ${why}`);
+  constructor(sourceId: string, table: string, why: string) {
+    super('REPLAY_INCOMPLETE', `the resume replay of ${sourceId}/${table} did not complete: ${why}`);
   }
 }
 
@@ -72,14 +72,14 @@ export function createHeldRangeReplayer(deps: ReplayDeps): { replayPending(): Pr
     return (await cp.listSinkProgress(sinkId)).filter((p) => p.sink === sinkId && (p.releaseRequested ?? null) !== null);
   }
 
-  async function replayOne(source: string, table: string): Promise<ReplayOutcome | null> {
+  async function replayOne(sourceId: string, table: string): Promise<ReplayOutcome | null> {
     for (let pass = 1; pass <= PASSES; pass++) {
-      const t = await cp.getTable(source, table);
+      const t = await cp.getTable(sourceId, table);
       if (!t || t.state !== 'active') return null; // paused again (or gone): the live path keeps holding
-      const hold = await cp.getSinkProgress(sinkId, source, table);
+      const hold = await cp.getSinkProgress(sinkId, sourceId, table);
       if (!hold || hold.heldFrom === null) {
         const releasedAt = hold?.releasedAt ? Date.parse(hold.releasedAt) : 0;
-        if (now().getTime() - releasedAt >= settleMs) await cp.clearReleaseRequest(sinkId, source, table);
+        if (now().getTime() - releasedAt >= settleMs) await cp.clearReleaseRequest(sinkId, sourceId, table);
         return null;
       }
       const from = hold.heldFrom;
@@ -94,36 +94,36 @@ export function createHeldRangeReplayer(deps: ReplayDeps): { replayPending(): Pr
           } catch {
             continue; // the live path dead-lettered it already
           }
-          if (e.source === source && e.table === table && typeof e.position === 'string' && replaysRecord(hold, r.shardId, r.sequenceNumber, e.position)) {
+          if (e.source === sourceId && e.table === table && typeof e.position === 'string' && replaysRecord(hold, r.shardId, r.sequenceNumber, e.position)) {
             mine.push({ sequenceNumber: r.sequenceNumber, origin: `replay/${r.shardId}/${r.sequenceNumber}`, text: r.text });
           }
         }
         for (let i = 0; i < mine.length; i += CHUNK) {
           const outcome = await deps.applier.applyRecords(mine.slice(i, i + CHUNK), { replayHeld: true });
-          if (outcome.failed.length > 0) throw new ReplayIncompleteError(source, table, outcome.reasons.get(outcome.failed[0]!) ?? 'records failed');
-          if (outcome.held > 0) throw new ReplayIncompleteError(source, table, `the sink held ${outcome.held} events again (cdc status says why)`);
+          if (outcome.failed.length > 0) throw new ReplayIncompleteError(sourceId, table, outcome.reasons.get(outcome.failed[0]!) ?? 'records failed');
+          if (outcome.held > 0) throw new ReplayIncompleteError(sourceId, table, `the sink held ${outcome.held} events again (cdc status says why)`);
           replayed += outcome.applied;
         }
       }
       const released = await cp.completeSinkRelease(
         sinkId,
-        source,
+        sourceId,
         table,
         { heldFrom: from, holdCount: count },
         {
           at: now().toISOString(),
           actor: `applier:${sinkId}`,
           action: 'replay-held',
-          source,
+          source: sourceId,
           table,
           outcome: 'done',
           detail: { heldFrom: from, holdCount: count, replayed, pass },
         },
       );
-      deps.log?.('held range replayed', { source, table, from, replayed, released, pass });
-      if (released) return { source, table, replayed, released };
+      deps.log?.('held range replayed', { source: sourceId, table, from, replayed, released, pass });
+      if (released) return { source: sourceId, table, replayed, released };
     }
-    return { source, table, replayed: 0, released: false };
+    return { source: sourceId, table, replayed: 0, released: false };
   }
 
   return {

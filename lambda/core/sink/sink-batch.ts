@@ -105,7 +105,7 @@ export function aboutRecord(text: string): { source: string | null; table: strin
 export type ColumnRule = (name: string, table: string) => void;
 
 /** Reads a registered schema version: cached, every column through the sink's column rule. */
-export type SchemaReader = (source: string, table: string, version: number) => Promise<SchemaVersion>;
+export type SchemaReader = (sourceId: string, table: string, version: number) => Promise<SchemaVersion>;
 
 /**
  * A sink's reader of registered schema versions, cached for the life of the apply: a version that
@@ -114,12 +114,12 @@ export type SchemaReader = (source: string, table: string, version: number) => P
  */
 export function schemaReader(cp: Pick<ControlPlane, 'getSchemaVersion'>, assertColumn: ColumnRule): SchemaReader {
   const cache = new Map<string, SchemaVersion>();
-  return async (source, table, version) => {
-    const k = `${source}\u0000${table}\u0000${version}`;
+  return async (sourceId, table, version) => {
+    const k = `${sourceId}\u0000${table}\u0000${version}`;
     const hit = cache.get(k);
     if (hit) return hit;
-    const v = await cp.getSchemaVersion(source, table, version);
-    if (!v) throw new InvalidRecordError('schemaVersion', `version ${version} of ${source}/${table} is not registered`);
+    const v = await cp.getSchemaVersion(sourceId, table, version);
+    if (!v) throw new InvalidRecordError('schemaVersion', `version ${version} of ${sourceId}/${table} is not registered`);
     for (const c of v.columns) assertColumn(c.name, table);
     cache.set(k, v);
     return v;
@@ -131,22 +131,26 @@ export function schemaReader(cp: Pick<ControlPlane, 'getSchemaVersion'>, assertC
  * sink's column rule), and those versions; an item that does not is put aside (`deadLetter`).
  */
 export async function validItems<I extends { record: DeadLetterRecord; event: ChangeEvent }>(
-  source: string,
+  sourceId: string,
   table: string,
   items: readonly I[],
-  o: { schemaOf: SchemaReader; assertColumn: ColumnRule; deadLetter: (record: DeadLetterRecord, source: string, table: string, err: unknown) => Promise<void> },
+  o: {
+    schemaOf: SchemaReader;
+    assertColumn: ColumnRule;
+    deadLetter: (record: DeadLetterRecord, sourceId: string, table: string, err: unknown) => Promise<void>;
+  },
 ): Promise<{ valid: I[]; schemas: Map<number, SchemaVersion> }> {
   const valid: I[] = [];
   const schemas = new Map<number, SchemaVersion>();
   for (const i of items) {
     try {
-      const schema = schemas.get(i.event.schemaVersion) ?? (await o.schemaOf(source, table, i.event.schemaVersion));
+      const schema = schemas.get(i.event.schemaVersion) ?? (await o.schemaOf(sourceId, table, i.event.schemaVersion));
       checkEventColumns(i.event, schema, o.assertColumn);
       schemas.set(schema.version, schema);
       valid.push(i);
     } catch (err) {
       if (!(err instanceof CdcError)) throw err;
-      await o.deadLetter(i.record, source, table, err);
+      await o.deadLetter(i.record, sourceId, table, err);
     }
   }
   return { valid, schemas };
@@ -208,9 +212,9 @@ export function batchBook(o: {
   counts: Map<string, SourceCounts>;
   countFor: (source: string | null) => SourceCounts;
   deadLetter: DeadLetter;
-  hold: (source: string, table: string, items: readonly HeldItem[], why: string) => Promise<void>;
+  hold: (sourceId: string, table: string, items: readonly HeldItem[], why: string) => Promise<void>;
   holdAudited: (
-    source: string,
+    sourceId: string,
     table: string,
     items: readonly HeldItem[],
     hold: { reason: string; hint: string; detail?: Record<string, unknown> },
@@ -230,20 +234,20 @@ export function batchBook(o: {
     failed: (sequenceNumber, reason) => failed.set(sequenceNumber, reason),
   });
   /** Holds the table for this sink from the items' lowest position (docs/operations.md, "Blast radius of one table"), counted and logged. */
-  const hold = async (source: string, table: string, items: readonly HeldItem[], why: string): Promise<void> => {
-    await o.controlPlane.holdSinkTable(o.sinkId, source, table, minPosition(items), heldShardsOf(items.map((i) => i.record)));
-    countFor(source).held += items.length;
-    o.log.info('events held', { source, table, count: items.length, from: minPosition(items), why });
+  const hold = async (sourceId: string, table: string, items: readonly HeldItem[], why: string): Promise<void> => {
+    await o.controlPlane.holdSinkTable(o.sinkId, sourceId, table, minPosition(items), heldShardsOf(items.map((i) => i.record)));
+    countFor(sourceId).held += items.length;
+    o.log.info('events held', { source: sourceId, table, count: items.length, from: minPosition(items), why });
   };
   /** Holds the table as `hold` does, with its audit entry (`holdTableEntry`). */
   const holdAudited = async (
-    source: string,
+    sourceId: string,
     table: string,
     items: readonly HeldItem[],
     h: { reason: string; hint: string; detail?: Record<string, unknown> },
   ) => {
-    await hold(source, table, items, h.reason);
-    await o.controlPlane.appendAudit(holdTableEntry({ at: o.now(), sinkId: o.sinkId, source, table, heldFrom: minPosition(items), ...h }));
+    await hold(sourceId, table, items, h.reason);
+    await o.controlPlane.appendAudit(holdTableEntry({ at: o.now(), sinkId: o.sinkId, source: sourceId, table, heldFrom: minPosition(items), ...h }));
   };
   return { failed, counts, countFor, deadLetter, hold, holdAudited };
 }

@@ -449,16 +449,16 @@ async function writeThrottle(
  */
 export async function planSnapshots(
   controlPlane: ControlPlane,
-  source: string,
+  sourceId: string,
   configured: readonly { table: string; snapshot?: boolean; capture?: string }[],
   actor: string,
   now = new Date(),
 ): Promise<string[]> {
-  const runs = await controlPlane.listSnapshots(source);
-  const registered = await controlPlane.listTables(source);
+  const runs = await controlPlane.listSnapshots(sourceId);
+  const registered = await controlPlane.listTables(sourceId);
   const out: string[] = [];
   for (const t of tablesToSnapshot(configured, runs, registered)) {
-    const r = await requestSnapshot(controlPlane, { source, table: t.table, reason: t.reason, actor, now });
+    const r = await requestSnapshot(controlPlane, { source: sourceId, table: t.table, reason: t.reason, actor, now });
     if (r.outcome === 'requested') out.push(t.table);
   }
   return out;

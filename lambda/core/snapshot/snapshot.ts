@@ -278,11 +278,16 @@ export function sweepPosition(firstLowWatermark: string): Position {
  * above the sweep and stays. What goes is exactly what the sink still holds from before the
  * run and the source no longer has: keys deleted while history was lost.
  */
-export function sweepRecord(source: string, table: string, firstLowWatermark: string, at: string): SlotRecord {
+export function sweepRecord(sourceId: string, table: string, firstLowWatermark: string, at: string): SlotRecord {
   const position = sweepPosition(firstLowWatermark);
   const commitLsn = formatLsn(BigInt(`0x${position.slice(0, 16)}`));
   const index = Number.parseInt(position.slice(16), 16);
-  return buildSlotRecord({ source, xid: '0', commitLsn, commitTs: at }, index, { table, op: 'truncate', columns: null, oldKey: null, unchanged: [] }, []);
+  return buildSlotRecord(
+    { source: sourceId, xid: '0', commitLsn, commitTs: at },
+    index,
+    { table, op: 'truncate', columns: null, oldKey: null, unchanged: [] },
+    [],
+  );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -383,7 +388,7 @@ export interface ChunkRead {
  * events with `op: "snapshot"`, `capture: "snapshot"` and the table's current schema version.
  */
 export function chunkRecords(
-  source: string,
+  sourceId: string,
   shape: SnapshotTableShape,
   read: Pick<ChunkRead, 'lowWatermark' | 'rows' | 'readAt'>,
   rules: ColumnRules,
@@ -395,7 +400,7 @@ export function chunkRecords(
   const position = snapshotPosition(read.lowWatermark);
   const commitLsn = formatLsn(BigInt(`0x${position.slice(0, 16)}`));
   const index = Number.parseInt(position.slice(16), 16);
-  const tx = { source, xid: '0', commitLsn, commitTs: read.readAt };
+  const tx = { source: sourceId, xid: '0', commitLsn, commitTs: read.readAt };
   if (read.rows.length === 0) return [];
   // The first record is built and validated like every capture record (`buildSlotRecord`); the
   // others share its fields and differ only in values, which `rowToColumns` produces as JSON by
@@ -534,13 +539,13 @@ export function snapshotRawRecord(r: SlotRecord): SnapshotRawRecord {
  * (`test/core/snapshot/snapshot-copy-pack.test.ts`).
  */
 export function packChunkRecords(
-  source: string,
+  sourceId: string,
   shape: SnapshotTableShape,
   read: Pick<ChunkRead, 'lowWatermark' | 'rows' | 'readAt' | 'copyText'>,
   rules: ColumnRules,
   budget: number = PACKED_RECORD_BUDGET,
 ): SnapshotRawRecord[] {
-  const steps = packChunkSteps(source, shape, read, rules, budget);
+  const steps = packChunkSteps(sourceId, shape, read, rules, budget);
   for (;;) {
     const step = steps.next();
     if (step.done) return step.value;
@@ -558,7 +563,7 @@ export const PACK_ROWS_PER_STEP = 1000;
  * the same as `packChunkRecords` gives.
  */
 export function* packChunkSteps(
-  source: string,
+  sourceId: string,
   shape: SnapshotTableShape,
   read: Pick<ChunkRead, 'lowWatermark' | 'rows' | 'readAt' | 'copyText'>,
   rules: ColumnRules,
@@ -571,9 +576,9 @@ export function* packChunkSteps(
       throw new SnapshotTableError(shape.table, `primary-key column ${k} is declared mask or exclude; keys are never masked`);
   }
   if (read.copyText !== undefined)
-    return read.copyText === '' ? [] : yield* packCopyRows(packPlan(source, shape, read, rules), read.copyText, budget, rowsPerStep);
+    return read.copyText === '' ? [] : yield* packCopyRows(packPlan(sourceId, shape, read, rules), read.copyText, budget, rowsPerStep);
   if (read.rows.length === 0) return [];
-  return packParsedRows(packPlan(source, shape, read, rules), read.rows, budget);
+  return packParsedRows(packPlan(sourceId, shape, read, rules), read.rows, budget);
 }
 
 /** What packing a chunk needs besides its rows: the records' head, and per column whether and how it is published. */
@@ -593,7 +598,7 @@ interface PackPlan {
 }
 
 /** The shared part of both packers. */
-function packPlan(source: string, shape: SnapshotTableShape, read: Pick<ChunkRead, 'lowWatermark' | 'readAt'>, rules: ColumnRules): PackPlan {
+function packPlan(sourceId: string, shape: SnapshotTableShape, read: Pick<ChunkRead, 'lowWatermark' | 'readAt'>, rules: ColumnRules): PackPlan {
   const position = snapshotPosition(read.lowWatermark);
   const commitLsn = formatLsn(BigInt(`0x${position.slice(0, 16)}`));
   const index = Number.parseInt(position.slice(16), 16);
@@ -611,14 +616,14 @@ function packPlan(source: string, shape: SnapshotTableShape, read: Pick<ChunkRea
   const keyAt = shape.key.map((k) => shape.columns.findIndex((c) => c.name === k));
   // The shared fields go through the record-level rules like every capture record (buildSlotRecord).
   buildSlotRecord(
-    { source, xid: '0', commitLsn, commitTs: read.readAt },
+    { source: sourceId, xid: '0', commitLsn, commitTs: read.readAt },
     index,
     { table: shape.table, op: 'snapshot', columns: columns.map((c) => ({ ...c, value: null })), oldKey: null, unchanged: [] },
     shape.key,
   );
   const shared: Omit<PackedSnapshotRecord, 'rows'> = {
     format: SLOT_RECORD_FORMAT,
-    source,
+    source: sourceId,
     xid: '0',
     commitLsn,
     commitTs: read.readAt,
@@ -629,7 +634,7 @@ function packPlan(source: string, shape: SnapshotTableShape, read: Pick<ChunkRea
     columns,
   };
   const head = `${JSON.stringify(shared).slice(0, -1)},"rows":[`;
-  return { source, shape, head, headBytes: Buffer.byteLength(head, 'utf8') + 2, convert, masked, keyAt };
+  return { source: sourceId, shape, head, headBytes: Buffer.byteLength(head, 'utf8') + 2, convert, masked, keyAt };
 }
 
 /**
@@ -797,10 +802,17 @@ export function snapshotStreamRecords(
 // Control-plane records
 
 /** A new requested run. */
-export function newSnapshotState(source: string, table: string, reason: SnapshotReason, by: string, now: Date, previous: SnapshotState | null): SnapshotState {
+export function newSnapshotState(
+  sourceId: string,
+  table: string,
+  reason: SnapshotReason,
+  by: string,
+  now: Date,
+  previous: SnapshotState | null,
+): SnapshotState {
   const at = now.toISOString();
   return {
-    source,
+    source: sourceId,
     table,
     run: at.replace(/[-:.]/g, ''),
     reason,

@@ -50,11 +50,11 @@ export interface DiscoveryRecord {
 const VERDICT_OF_ACTION = new Map(Object.entries(DISCOVERY_ACTIONS).map(([v, a]) => [a, v as DiscoveryVerdict]));
 
 /** The latest discovery verdict per table of one source, from its audit entries (in time order). */
-export function latestVerdicts(entries: readonly AuditEntry[], source: string): Map<string, DiscoveryRecord> {
+export function latestVerdicts(entries: readonly AuditEntry[], sourceId: string): Map<string, DiscoveryRecord> {
   const out = new Map<string, DiscoveryRecord>();
   for (const e of entries) {
     const verdict = VERDICT_OF_ACTION.get(e.action);
-    if (!verdict || e.source !== source || e.table === null) continue;
+    if (!verdict || e.source !== sourceId || e.table === null) continue;
     const reasons = Array.isArray(e.detail.reasons) ? (e.detail.reasons as unknown[]).map(String) : [];
     out.set(e.table, { table: e.table, verdict, rule: String(e.detail.rule ?? ''), reasons, at: e.at });
   }

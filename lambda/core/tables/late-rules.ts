@@ -45,10 +45,10 @@ export interface LateRuleChange {
 }
 
 /** The column rules last recorded per table of a source (from its audit entries, in time order). */
-export function recordedColumnRules(entries: readonly AuditEntry[], source: string): Map<string, { mask: string[]; exclude: string[] }> {
+export function recordedColumnRules(entries: readonly AuditEntry[], sourceId: string): Map<string, { mask: string[]; exclude: string[] }> {
   const out = new Map<string, { mask: string[]; exclude: string[] }>();
   for (const e of entries) {
-    if (e.action !== COLUMN_RULES_ACTION || e.outcome !== 'done' || e.source !== source || e.table === null) continue;
+    if (e.action !== COLUMN_RULES_ACTION || e.outcome !== 'done' || e.source !== sourceId || e.table === null) continue;
     out.set(e.table, { mask: (e.detail.mask as string[]) ?? [], exclude: (e.detail.exclude as string[]) ?? [] });
   }
   return out;

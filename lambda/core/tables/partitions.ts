@@ -195,31 +195,31 @@ function storedForm(tree: PartitionTree): StoredTree {
  */
 export async function publishPartitionTree(
   controlPlane: Pick<ControlPlane, 'getCheckpoint' | 'putCheckpoint'>,
-  source: string,
+  sourceId: string,
   tree: PartitionTree,
 ): Promise<boolean> {
   const text = JSON.stringify(storedForm(tree));
-  if ((await controlPlane.getCheckpoint(catalogConsumerId(source), PARTITION_TREE_KEY)) === text) return false;
-  await controlPlane.putCheckpoint(catalogConsumerId(source), PARTITION_TREE_KEY, text);
+  if ((await controlPlane.getCheckpoint(catalogConsumerId(sourceId), PARTITION_TREE_KEY)) === text) return false;
+  await controlPlane.putCheckpoint(catalogConsumerId(sourceId), PARTITION_TREE_KEY, text);
   return true;
 }
 
 /** Reads the published tree (null when none is published); throws `CdcError` naming what is wrong with a malformed one. */
-export async function readPublishedPartitionTree(controlPlane: Pick<ControlPlane, 'getCheckpoint'>, source: string): Promise<PartitionTree | null> {
-  const text = await controlPlane.getCheckpoint(catalogConsumerId(source), PARTITION_TREE_KEY);
+export async function readPublishedPartitionTree(controlPlane: Pick<ControlPlane, 'getCheckpoint'>, sourceId: string): Promise<PartitionTree | null> {
+  const text = await controlPlane.getCheckpoint(catalogConsumerId(sourceId), PARTITION_TREE_KEY);
   if (text === null) return null;
   let v: unknown;
   try {
     v = JSON.parse(text);
   } catch (e) {
-    throw new CdcError('INVALID_STATE', `the partition tree of ${source} in the control plane is not JSON: ${(e as Error).message}`);
+    throw new CdcError('INVALID_STATE', `the partition tree of ${sourceId} in the control plane is not JSON: ${(e as Error).message}`);
   }
   const s = v as StoredTree;
   const edgeOk = (e: PartitionEdge) => typeof e?.partition === 'string' && typeof e.root === 'string' && typeof e.leaf === 'boolean';
   if (!s || !Array.isArray(s.edges) || !s.edges.every(edgeOk) || !Array.isArray(s.standalone) || !s.standalone.every((t) => typeof t === 'string')) {
     throw new CdcError(
       'INVALID_STATE',
-      `the partition tree of ${source} in the control plane is not {edges: [{partition, root, leaf}], standalone: [...]}: ${text.slice(0, 200)}`,
+      `the partition tree of ${sourceId} in the control plane is not {edges: [{partition, root, leaf}], standalone: [...]}: ${text.slice(0, 200)}`,
     );
   }
   return partitionTree(s.edges, s.standalone);

@@ -64,9 +64,9 @@ export interface NameTwin {
 }
 
 /** The names a table's objects fold into in each sink of the profile that folds names. */
-function foldedKeys(profile: SinkProfile, source: string, table: string): Array<{ sink: 'warehouse' | 'search'; key: string }> {
+function foldedKeys(profile: SinkProfile, sourceId: string, table: string): Array<{ sink: 'warehouse' | 'search'; key: string }> {
   const out: Array<{ sink: 'warehouse' | 'search'; key: string }> = [];
-  if (profile.warehouse === 'redshift' || profile.warehouse === 'any') out.push({ sink: 'warehouse', key: foldedName(warehouseTable(source, table)) });
+  if (profile.warehouse === 'redshift' || profile.warehouse === 'any') out.push({ sink: 'warehouse', key: foldedName(warehouseTable(sourceId, table)) });
   if (profile.search) {
     const [schema, name] = table.split('.') as [string, string];
     out.push({ sink: 'search', key: `${searchNamePart(schema)}.${searchNamePart(name)}` });
@@ -79,12 +79,12 @@ function foldedKeys(profile: SinkProfile, source: string, table: string): Array<
  * their name folds into that of a table before them in a sink of the profile. Tables whose name
  * cannot be carried at all are left to `tableNameRefusal`.
  */
-export function nameTwinRefusals(profile: SinkProfile, source: string, ordered: readonly string[]): Map<string, NameTwin> {
+export function nameTwinRefusals(profile: SinkProfile, sourceId: string, ordered: readonly string[]): Map<string, NameTwin> {
   const firstOf = new Map<string, string>();
   const out = new Map<string, NameTwin>();
   for (const table of ordered) {
     if (tableNameRefusal(table) !== null || out.has(table)) continue;
-    for (const { sink, key } of foldedKeys(profile, source, table)) {
+    for (const { sink, key } of foldedKeys(profile, sourceId, table)) {
       const first = firstOf.get(`${sink}\u0000${key}`);
       if (first === undefined) {
         firstOf.set(`${sink}\u0000${key}`, table);

@@ -85,7 +85,7 @@ export interface WarehouseApplyDeps {
   /** Where events stored out of line are read back from (claim checks on the change log; docs/large-records.md). */
   payloads?: PayloadStore;
   /** The warehouse objects of a table. @default warehouseTable(source, table) */
-  targetOf?: (source: string, table: string) => WarehouseTable;
+  targetOf?: (sourceId: string, table: string) => WarehouseTable;
 }
 
 export type { SourceCounts } from '../sink/sink-batch.ts';
@@ -142,7 +142,7 @@ export interface WarehouseApply {
    */
   mergeDue(options?: { force?: boolean; source?: string }): Promise<MergeDone[]>;
   /** Merges one table's delta now. */
-  mergeTable(source: string, table: string): Promise<MergeDone>;
+  mergeTable(sourceId: string, table: string): Promise<MergeDone>;
   readonly mergePolicy: MergePolicy;
 }
 
@@ -169,7 +169,7 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
   assertPlainIdentifier(sinkId, 'sink id');
   const now = deps.now ?? (() => new Date());
   const policy = validateMergePolicy(deps.merge ?? {}, `merge policy of sink ${sinkId}`);
-  const targetOf = deps.targetOf ?? ((source: string, table: string) => warehouseTable(source, table));
+  const targetOf = deps.targetOf ?? ((sourceId: string, table: string) => warehouseTable(sourceId, table));
   const schemaOf = schemaReader(cp, assertSourceColumn);
   /**
    * The highest heartbeat position whose lag this process reported, per table: an append does not
@@ -180,11 +180,11 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
   const unfolded = new Set<string>();
 
   /** The merge target of a registered table (its key from its current schema version). */
-  async function mergeTargetOf(source: string, table: string): Promise<MergeTarget | null> {
-    const rec = await cp.getTable(source, table);
+  async function mergeTargetOf(sourceId: string, table: string): Promise<MergeTarget | null> {
+    const rec = await cp.getTable(sourceId, table);
     if (!rec) return null;
-    const schema = await schemaOf(source, table, rec.currentVersion);
-    return { source, table, deleteMode: rec.deleteMode, key: schema.key, target: targetOf(source, table) };
+    const schema = await schemaOf(sourceId, table, rec.currentVersion);
+    return { source: sourceId, table, deleteMode: rec.deleteMode, key: schema.key, target: targetOf(sourceId, table) };
   }
 
   /** Merges a table's delta; `rows`: what it holds as far as the caller knows (a large delta stops appends for its merge). */
@@ -206,9 +206,9 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
   }
 
   /** A deferred merge that failed (nothing changed): logged, and returned with its error. */
-  function failedMerge(source: string, table: string, t0: number, appendsStopped: boolean, err: unknown): MergeDone {
-    log.error('delta merge failed; the view still shows every change, the merge is tried again', { source, table, error: describeError(err) });
-    return { source, table, rows: 0, ms: Date.now() - t0, appendsStopped, error: describeError(err) };
+  function failedMerge(sourceId: string, table: string, t0: number, appendsStopped: boolean, err: unknown): MergeDone {
+    log.error('delta merge failed; the view still shows every change, the merge is tried again', { source: sourceId, table, error: describeError(err) });
+    return { source: sourceId, table, rows: 0, ms: Date.now() - t0, appendsStopped, error: describeError(err) };
   }
 
   async function applyRecords(records: readonly ChangeRecord[], options: ApplyOptions = {}): Promise<ApplyOutcome> {
@@ -225,9 +225,9 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
     for (const [k, items] of groups) for (const i of items) tableOf.set(i.record.sequenceNumber, k);
 
     /** The records of a table that is not applied now: retried (reported failed). */
-    function failGroup(source: string, table: string, items: readonly Item[], err: unknown): void {
+    function failGroup(sourceId: string, table: string, items: readonly Item[], err: unknown): void {
       applyErrors++;
-      log.error('table batch not applied; its records will be retried', { source, table, error: describeError(err) });
+      log.error('table batch not applied; its records will be retried', { source: sourceId, table, error: describeError(err) });
       for (const i of items) if (!failed.has(i.record.sequenceNumber)) failed.set(i.record.sequenceNumber, describeError(err));
     }
 
@@ -246,12 +246,12 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
       },
     );
     for (const items of folds === null ? [] : groups.values()) {
-      const { source, table } = items[0]!.event;
+      const { source: sourceId, table } = items[0]!.event;
       try {
-        const r = await admitGroup(source, table, items);
+        const r = await admitGroup(sourceId, table, items);
         if (r) ready.push(r);
       } catch (err) {
-        failGroup(source, table, items, err);
+        failGroup(sourceId, table, items, err);
       }
     }
     if (writer.applyTables && ready.length > 1) {
@@ -291,30 +291,36 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
     }
 
     /** Admits a table's records (hold, dead letters, names, schema versions); the ones to write, or null when none is. */
-    async function admitGroup(source: string, table: string, items: Item[]): Promise<Ready | null> {
-      const admission = await admitTable(cp, { sinkId, source, table, replayHeld: options.replayHeld === true, target: () => targetOf(source, table) });
+    async function admitGroup(sourceId: string, table: string, items: Item[]): Promise<Ready | null> {
+      const admission = await admitTable(cp, {
+        sinkId,
+        source: sourceId,
+        table,
+        replayHeld: options.replayHeld === true,
+        target: () => targetOf(sourceId, table),
+      });
       if (admission.verdict === 'dead-letter') {
-        for (const i of items) await deadLetter(i.record, source, table, admission.error);
+        for (const i of items) await deadLetter(i.record, sourceId, table, admission.error);
         return null;
       }
       if (admission.verdict === 'hold') {
-        await hold(source, table, items, admission.why);
+        await hold(sourceId, table, items, admission.why);
         return null;
       }
       const { target, table: rec } = admission;
       // A warehouse that folds names refuses the second of two tables it would make one (docs/onboarding.md, "Names").
-      if (!unfolded.has(`${source}\u0000${table}`) && folds) {
-        const first = await foldsInto(cp, source, table, targetOf);
+      if (!unfolded.has(`${sourceId}\u0000${table}`) && folds) {
+        const first = await foldsInto(cp, sourceId, table, targetOf);
         if (first !== null) {
-          await holdOnError(source, table, items, new FoldedNameError(source, table, first), 'NAME_FOLDS');
+          await holdOnError(sourceId, table, items, new FoldedNameError(sourceId, table, first), 'NAME_FOLDS');
           return null;
         }
       }
-      unfolded.add(`${source}\u0000${table}`);
-      const { valid, schemas } = await validItems(source, table, items, { schemaOf, assertColumn: assertSourceColumn, deadLetter });
+      unfolded.add(`${sourceId}\u0000${table}`);
+      const { valid, schemas } = await validItems(sourceId, table, items, { schemaOf, assertColumn: assertSourceColumn, deadLetter });
       if (valid.length === 0) return null;
       const newest = [...schemas.values()].reduce((a, b) => (b.version > a.version ? b : a));
-      return { source, table, deleteMode: rec.deleteMode, schemas, items: valid, target, key: newest.key };
+      return { source: sourceId, table, deleteMode: rec.deleteMode, schemas, items: valid, target, key: newest.key };
     }
 
     /** Writes one admitted table in its own transaction. */
@@ -328,30 +334,30 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
 
     /** What a write error of an admitted table does: hold it, isolate the refused value, or (transient) throw, so its records are retried. */
     async function onWriteError(r: Ready, err: unknown): Promise<void> {
-      const { source, table, items } = r;
+      const { source: sourceId, table, items } = r;
       const kind = writer.classifyError(err);
       if (kind?.kind === 'type-conflict') {
-        log.error('warehouse column type conflict; table held for this sink', { source, table, error: kind.message });
-        await hold(source, table, items, kind.message);
+        log.error('warehouse column type conflict; table held for this sink', { source: sourceId, table, error: kind.message });
+        await hold(sourceId, table, items, kind.message);
       } else if (kind?.kind === 'value-rejected') {
         await isolate(r);
       } else if (kind?.kind === 'persistent') {
-        await holdOnError(source, table, items, err, kind.code);
+        await holdOnError(sourceId, table, items, err, kind.code);
       } else {
         throw err;
       }
     }
 
     /** Holds a table this sink cannot write (an error a retry will not fix), audited, so the shard moves on. */
-    async function holdOnError(source: string, table: string, items: Item[], err: unknown, code: string): Promise<void> {
+    async function holdOnError(sourceId: string, table: string, items: Item[], err: unknown, code: string): Promise<void> {
       applyErrors++;
       log.error('warehouse refuses writes to this table; table held for this sink (fix it, then cdc resume)', {
-        source,
+        source: sourceId,
         table,
         sqlState: code,
         error: describeError(err),
       });
-      await holdAudited(source, table, items, {
+      await holdAudited(sourceId, table, items, {
         reason: describeError(err),
         hint: `fix the warehouse table, then cdc resume ${table}`,
         detail: { sqlState: code },
@@ -359,8 +365,8 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
     }
 
     async function applyItems(r: Ready): Promise<void> {
-      const { source, table, deleteMode, schemas, items, target } = r;
-      const result = await writer.applyTable({ source, table, deleteMode, schemas, events: items.map((i) => i.event), appliedAt, target });
+      const { source: sourceId, table, deleteMode, schemas, items, target } = r;
+      const result = await writer.applyTable({ source: sourceId, table, deleteMode, schemas, events: items.map((i) => i.event), appliedAt, target });
       await recordApplied(r, items, result);
     }
 
@@ -370,14 +376,14 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
       items: readonly Item[],
       result: TableApplyResult,
     ): Promise<void> {
-      const { source, table, deleteMode, key, target } = r;
-      await cp.advanceSinkProgress(sinkId, source, table, maxPosition(items));
-      const c = countFor(source);
+      const { source: sourceId, table, deleteMode, key, target } = r;
+      await cp.advanceSinkProgress(sinkId, sourceId, table, maxPosition(items));
+      const c = countFor(sourceId);
       c.applied += items.length;
-      if (result.mode === 'append') appended.set(`${source}\u0000${table}`, { source, table, deleteMode, key, target, pending: result.pending });
-      else appended.delete(`${source}\u0000${table}`);
+      if (result.mode === 'append') appended.set(`${sourceId}\u0000${table}`, { source: sourceId, table, deleteMode, key, target, pending: result.pending });
+      else appended.delete(`${sourceId}\u0000${table}`);
       if (splitTableId(table).table === HEARTBEAT_TABLE) {
-        const k = `${source}\u0000${table}`;
+        const k = `${sourceId}\u0000${table}`;
         let seen = heartbeatSeen.get(k) ?? '';
         for (const e of result.plan.fresh) {
           if (e.position <= seen) continue;
@@ -390,19 +396,19 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
         // A primary-key change whose insert lacks columns (an unchanged TOAST value) waits for the
         // old key's row, applied on another shard; nothing is written as NULL meanwhile.
         log.info("primary-key change in flight: events held until the old key's values are known", {
-          source,
+          source: sourceId,
           table,
           heldEvents: result.plan.held.length,
           heldKeys: new Set(result.plan.held.map((e) => JSON.stringify(e.key))).size,
           handedOver: result.plan.donors.length,
         });
       }
-      if (result.ddl.length > 0) log.info('warehouse DDL applied', { source, table, statements: result.ddl });
+      if (result.ddl.length > 0) log.info('warehouse DDL applied', { source: sourceId, table, statements: result.ddl });
     }
 
     /** Applies the table's events one at a time, so that the one the warehouse refuses becomes a dead letter. */
     async function isolate(r: Ready): Promise<void> {
-      const { source, table, items } = r;
+      const { source: sourceId, table, items } = r;
       const ordered = [...items].sort((a, b) => (a.event.position < b.event.position ? -1 : a.event.position > b.event.position ? 1 : 0));
       for (let n = 0; n < ordered.length; n++) {
         const i = ordered[n]!;
@@ -411,16 +417,16 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
         } catch (err) {
           const kind = writer.classifyError(err);
           if (kind?.kind === 'value-rejected') {
-            await deadLetter(i.record, source, table, err);
+            await deadLetter(i.record, sourceId, table, err);
             continue;
           }
           if (kind?.kind === 'persistent') {
-            await holdOnError(source, table, ordered.slice(n), err, kind.code);
+            await holdOnError(sourceId, table, ordered.slice(n), err, kind.code);
             return;
           }
           applyErrors++;
           for (const rest of ordered.slice(n)) failed.set(rest.record.sequenceNumber, describeError(err));
-          log.error('table batch not applied; its records will be retried', { source, table, error: describeError(err) });
+          log.error('table batch not applied; its records will be retried', { source: sourceId, table, error: describeError(err) });
           return;
         }
       }
@@ -447,9 +453,9 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
     return { failed: reported, reasons, applied: total.applied, held: total.held, deadLettered: total.dead, bySource: counts, applyErrors, merges };
   }
 
-  async function mergeTable(source: string, table: string): Promise<MergeDone> {
-    const target = await mergeTargetOf(source, table);
-    if (!target) throw new UnsafeIdentifierError(table, `not a registered table of source ${source}`);
+  async function mergeTable(sourceId: string, table: string): Promise<MergeDone> {
+    const target = await mergeTargetOf(sourceId, table);
+    if (!target) throw new UnsafeIdentifierError(table, `not a registered table of source ${sourceId}`);
     return runMerge(target);
   }
 

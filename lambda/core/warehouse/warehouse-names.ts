@@ -70,8 +70,8 @@ export function fitIdentifier(name: string): string {
 }
 
 /** The warehouse schema of a source's schema: `enc(source)_schema`, shortened when long. */
-export function warehouseSchemaName(source: string, schema: string): string {
-  return assertCarriedIdentifier(fitIdentifier(`${source.replaceAll('_', '$')}_${schema}`), 'warehouse schema', true);
+export function warehouseSchemaName(sourceId: string, schema: string): string {
+  return assertCarriedIdentifier(fitIdentifier(`${sourceId.replaceAll('_', '$')}_${schema}`), 'warehouse schema', true);
 }
 
 /** The platform object of `kind` for the view `view`: `_cdc_<kind>_<view>`, shortened when long. */
@@ -129,8 +129,8 @@ function legacyFit(base: string, suffix: string): string {
  * The schema of the layout before names were injective (docs/warehouse-apply.md, "Layout before
  * injective names"): `<source>_<schema>`. Read only to find and migrate a deployment's old objects.
  */
-export function legacySchemaName(source: string, schema: string): string {
-  return legacyFit(`${source}_${schema}`, '');
+export function legacySchemaName(sourceId: string, schema: string): string {
+  return legacyFit(`${sourceId}_${schema}`, '');
 }
 
 /** The old layout's platform tables of `table`: `<table>_<kind>`. */

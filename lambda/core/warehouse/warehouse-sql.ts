@@ -164,13 +164,13 @@ export interface WarehouseTableOptions {
  * The warehouse objects for source `source` and table id `schema.table`. Throws
  * `UnsafeIdentifierError` when a part is not a plain identifier.
  */
-export function warehouseTable(source: string, tableId: string, options: WarehouseTableOptions = {}): WarehouseTable {
-  assertPlainIdentifier(source, 'source id');
+export function warehouseTable(sourceId: string, tableId: string, options: WarehouseTableOptions = {}): WarehouseTable {
+  assertPlainIdentifier(sourceId, 'source id');
   const { schema, table } = splitTableId(tableId);
   return {
-    source,
+    source: sourceId,
     tableId,
-    schema: options.schema !== undefined ? assertCarriedIdentifier(options.schema, 'warehouse schema', true) : warehouseSchemaName(source, schema),
+    schema: options.schema !== undefined ? assertCarriedIdentifier(options.schema, 'warehouse schema', true) : warehouseSchemaName(sourceId, schema),
     ...platformTables(assertCarriedTableName(table, tableId)),
     view: table,
   };

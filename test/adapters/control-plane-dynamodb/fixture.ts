@@ -37,12 +37,12 @@ export function useControlTable(): void {
 export const pos = (lsn: number, index = 0) => makePosition(BigInt(lsn), index);
 export const now = () => new Date().toISOString();
 
-export function tableRecord(table = 'public.orders', source = 'shop'): TableRecord {
-  return { source, table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: now() };
+export function tableRecord(table = 'public.orders', sourceId = 'shop'): TableRecord {
+  return { source: sourceId, table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: now() };
 }
-export function schema(version: number, table = 'public.orders', source = 'shop', extra: string[] = []): SchemaVersion {
+export function schema(version: number, table = 'public.orders', sourceId = 'shop', extra: string[] = []): SchemaVersion {
   return {
-    source,
+    source: sourceId,
     table,
     version,
     columns: [

@@ -41,10 +41,10 @@ beforeEach(async () => {
   cp = new DynamoDbControlPlane(client, name);
 });
 
-async function register(table: string, source = 'shop', over: Partial<TableRecord> = {}): Promise<void> {
+async function register(table: string, sourceId = 'shop', over: Partial<TableRecord> = {}): Promise<void> {
   const at = new Date(Date.now() - 60_000).toISOString();
   const rec: TableRecord = {
-    source,
+    source: sourceId,
     table,
     state: 'active',
     currentVersion: 1,
@@ -57,7 +57,7 @@ async function register(table: string, source = 'shop', over: Partial<TableRecor
   await cp.registerTable(
     rec,
     {
-      source,
+      source: sourceId,
       table,
       version: rec.currentVersion,
       columns: [{ name: 'id', type: 'integer', nullable: false }],
@@ -65,7 +65,7 @@ async function register(table: string, source = 'shop', over: Partial<TableRecor
       effectivePosition: pos(1),
       registeredAt: at,
     },
-    { at, actor: 'test', action: 'register', source, table, outcome: 'done', detail: {} },
+    { at, actor: 'test', action: 'register', source: sourceId, table, outcome: 'done', detail: {} },
   );
 }
 

@@ -84,8 +84,8 @@ describe('sinkType', () => {
     ['WSTRING', TEXT_TYPE],
     ['NCLOB', TEXT_TYPE],
     ['UINT8', TEXT_TYPE],
-  ])('%s → %s', (source, sink) => {
-    expect(sinkType(source)).toBe(sink);
+  ])('%s → %s', (sourceId, sink) => {
+    expect(sinkType(sourceId)).toBe(sink);
   });
 
   it('maps an unknown type to text', () => {
