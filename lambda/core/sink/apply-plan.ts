@@ -363,7 +363,8 @@ export function planTable(input: PlanInput): TablePlan {
   for (const [k, list] of perKey) {
     const stored = storedFor(k);
     if (!stored || heldIds.size === 0) continue;
-    const chain = list.filter((e) => e.position <= stored.position && heldIds.has(eventId(e)));
+    // A truncate ends what was held below it: the rows are gone, nothing is owed (the donors below it are dropped above too).
+    const chain = list.filter((e) => e.position <= stored.position && heldIds.has(eventId(e)) && (floor === null || e.position > floor));
     let end = -1;
     chain.forEach((e, i) => {
       if (isHanding(e)) end = i;
