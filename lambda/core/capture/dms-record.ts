@@ -123,16 +123,7 @@ export function dmsRecordOf(r: SlotRecord, ctx: DmsRenderContext): DmsDataRecord
   const dot = table.indexOf('.');
   const txId = Number(r.xid);
   if (!Number.isSafeInteger(txId)) throw new InvalidRecordError('xid', `expected a transaction id DMS writes as a number, got ${JSON.stringify(r.xid)}`);
-  const old = r.oldKey === null ? null : rowOf(r.oldKey);
-  let data: Row;
-  if (r.op === 'delete') {
-    data = { ...old! };
-    for (const c of ctx.columns ?? []) if (!(c in data)) data[c] = null;
-  } else {
-    data = rowOf(r.columns!);
-    // An unchanged TOAST value is the old one: under REPLICA IDENTITY FULL the old image holds it.
-    for (const u of r.unchanged) if (old !== null && u in old) data[u] = old[u] as JsonValue;
-  }
+  const { old, data } = rowImages(r, ctx);
   const record: DmsDataRecord = {
     data,
     ...(r.op === 'update' ? { [DMS_BEFORE_IMAGE_FIELD]: old ?? {} } : {}),
@@ -153,6 +144,20 @@ export function dmsRecordOf(r: SlotRecord, ctx: DmsRenderContext): DmsDataRecord
   return record;
 }
 
+/** A change's DMS row images: the old key's row, and the data (a delete's is its old key with the table's other columns null). */
+function rowImages(r: SlotRecord, ctx: DmsRenderContext): { old: Row | null; data: Row } {
+  const old = r.oldKey === null ? null : rowOf(r.oldKey);
+  if (r.op === 'delete') {
+    const data: Row = { ...old! };
+    for (const c of ctx.columns ?? []) if (!(c in data)) data[c] = null;
+    return { old, data };
+  }
+  const data = rowOf(r.columns!);
+  // An unchanged TOAST value is the old one: under REPLICA IDENTITY FULL the old image holds it.
+  for (const u of r.unchanged) if (old !== null && u in old) data[u] = old[u] as JsonValue;
+  return { old, data };
+}
+
 function streamPosition(lsn: string): string {
   return `${lsn}.${DMS_STREAM_POSITION_MIDDLE}.${lsn}`;
 }
@@ -171,15 +176,7 @@ export function dmsRecordText(r: SlotRecord, ctx: DmsRenderContext): string {
   }
   if (r.capture === 'poll') throw new InvalidRecordError('capture', 'a polled row is no DMS record (docs/polling.md)');
   const m = metadataTexts(r, ctx);
-  const old = r.oldKey === null ? null : rowOf(r.oldKey);
-  let data: Row;
-  if (r.op === 'delete') {
-    data = { ...old! };
-    for (const c of ctx.columns ?? []) if (!(c in data)) data[c] = null;
-  } else {
-    data = rowOf(r.columns!);
-    for (const u of r.unchanged) if (old !== null && u in old) data[u] = old[u] as JsonValue;
-  }
+  const { old, data } = rowImages(r, ctx);
   const before = r.op === 'update' ? `,"${DMS_BEFORE_IMAGE_FIELD}":${JSON.stringify(old ?? {})}` : '';
   return `{"data":${JSON.stringify(data)}${before},"metadata":${m.head}${r.op}${m.middle}${r.index}${m.tail}}`;
 }
