@@ -1,7 +1,6 @@
-import { Duration, Fn, RemovalPolicy, Resource, Size, SizeRoundingBehavior, Token, Validations, type IResource } from 'aws-cdk-lib';
+import { Duration, Fn, RemovalPolicy, Resource, Size, SizeRoundingBehavior, Token, type IResource } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
-import type * as iam from 'aws-cdk-lib/aws-iam';
 import * as kinesis from 'aws-cdk-lib/aws-kinesis';
 import type * as kms from 'aws-cdk-lib/aws-kms';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
@@ -14,7 +13,6 @@ import { CapturedTable, CaptureMode } from './captured-table.ts';
 import type { IChangeLog } from './change-log.ts';
 import type { IControlPlane } from './control-plane.ts';
 import { iteratorAgeMetric } from './private/alarms.ts';
-import type { CdcFunction } from './private/cdc-function.ts';
 import { addDmsReplication, addReplicationTask, taskConfiguration } from './private/dms-replication.ts';
 import { createPlatformKey, encryptLogGroup } from './private/platform-key.ts';
 import { dmsIdentifier } from './private/physical-name.ts';
@@ -26,6 +24,7 @@ import { sourceAlarms, sourceDiscontinuityAlarm } from './private/source-alarms.
 import { addHeartbeatWriter, addNormalizer } from './private/source-functions.ts';
 import { requireDatabasePeer } from './private/function-network.ts';
 import { sourceNetwork } from './private/source-network.ts';
+import { acknowledgeGrantWildcards, createRawStream } from './private/raw-stream.ts';
 import { checkTableList, compareVersions } from './private/source-props.ts';
 import { defaultIteratorAgeThreshold } from './private/stream-consumer.ts';
 import { findTableProblem, tableConfigEntries, tableRuleEntries } from './private/table-mappings.ts';
@@ -72,6 +71,29 @@ export interface IReconcilableSource extends ICdcSource {
   readonly database: SourceDatabase;
   /** The key that encrypts the source's log groups (the reconciler's too). */
   readonly encryptionKey: kms.IKey;
+}
+
+/**
+ * A source of this app whose panels a `PipelineDashboard` shows: its replication slot and the
+ * metrics of its slot, DMS task, normalizer and snapshot (an imported source has none of these here).
+ */
+export interface IMonitoredSource extends ICdcSource {
+  /** The replication slot's name. */
+  readonly slotName: string;
+  /** WAL the slot retains, bytes (`SlotRetainedBytes`). */
+  metricSlotRetainedBytes(props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+  /** WAL the slot may still retain before the source's budget, bytes (`SlotHeadroomBytes`). */
+  metricSlotHeadroomBytes(props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+  /** DMS's latency reading the WAL (`CDCLatencySource`), seconds. */
+  metricCdcLatencySource(props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+  /** DMS's latency writing the raw stream (`CDCLatencyTarget`), seconds. */
+  metricCdcLatencyTarget(props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+  /** The normalizer's iterator age on the raw stream, milliseconds. */
+  metricNormalizerIteratorAge(props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+  /** Snapshot rows done, per table. */
+  metricSnapshotRowsDone(props?: cloudwatch.MathExpressionOptions): cloudwatch.IMetric;
+  /** Snapshot ETA per table, seconds. */
+  metricSnapshotEta(props?: cloudwatch.MathExpressionOptions): cloudwatch.IMetric;
 }
 
 /** Attributes of a source deployed elsewhere, for `CdcSource.fromCdcSourceAttributes`. */
@@ -237,7 +259,7 @@ export interface CdcSourceProps {
  * change events, the heartbeat writer (every 10 s), a lifecycle resource that prepares the slot
  * and starts, resumes and stops the task around deployments, and alarms.
  */
-export class CdcSource extends Resource implements IReconcilableSource, ec2.IConnectable {
+export class CdcSource extends Resource implements IReconcilableSource, IMonitoredSource, ec2.IConnectable {
   /** Refers to a source deployed elsewhere (another stack, account or region), for sinks there. */
   static fromCdcSourceAttributes(scope: Construct, id: string, attrs: CdcSourceAttributes): ICdcSource {
     class Import extends Resource implements ICdcSource {
@@ -336,7 +358,7 @@ export class CdcSource extends Resource implements IReconcilableSource, ec2.ICon
     this.encryptionKey =
       props.encryptionKey ??
       createPlatformKey(this, 'Key', RemovalPolicy.RETAIN, `Created by ${this.node.path}: the raw stream, the dead-letter queue and log groups of the source`);
-    const rawStream = this.createRawStream(checked.rawRetention, props.rawStreamShardCount);
+    const rawStream = createRawStream(this, this.encryptionKey, checked.rawRetention, props.rawStreamShardCount);
     this.rawStream = rawStream;
 
     // --- DMS, and the lifecycle around its task: slot before the task, start/resume/stop after it ---
@@ -446,7 +468,7 @@ export class CdcSource extends Resource implements IReconcilableSource, ec2.ICon
       starter.node.addDependency(fn);
     }
     const functions = [normalizer, heartbeat, lifecycle.function, slotMonitor.function, snapshot.worker, ...(poll ? [poll.worker] : [])];
-    this.acknowledgeGrantWildcards(functions, replication.targetRole, replication.secretsRole);
+    acknowledgeGrantWildcards(functions, replication.targetRole, replication.secretsRole);
     for (const f of functions) encryptLogGroup(f.logGroup, this.encryptionKey);
 
     if (alarmsEnabled) {
@@ -489,24 +511,6 @@ export class CdcSource extends Resource implements IReconcilableSource, ec2.ICon
     const storageGiB = storage.toGibibytes({ rounding: SizeRoundingBehavior.FLOOR });
     checkIntegerRange(this, 'replicationStorage (GiB)', storageGiB, 5, 6144);
     return { engineVersion, rawRetention, lobKb, storageGiB };
-  }
-
-  /** The stream DMS writes and only the normalizer reads (`RawStream`). */
-  private createRawStream(retention: Duration, shardCount: number | undefined): kinesis.Stream {
-    const rawStream = new kinesis.Stream(this, 'RawStream', {
-      retentionPeriod: retention,
-      streamMode: shardCount === undefined ? kinesis.StreamMode.ON_DEMAND : kinesis.StreamMode.PROVISIONED,
-      shardCount,
-      encryption: kinesis.StreamEncryption.KMS,
-      encryptionKey: this.encryptionKey,
-      // The raw stream is a buffer, not a record (the change log is): it goes with the source.
-      removalPolicy: RemovalPolicy.DESTROY,
-    });
-    Validations.of(rawStream).acknowledge({
-      id: 'AwsSolutions-KDS3',
-      reason: "encrypted with the platform's own customer-managed key (or the encryptionKey given) instead of alias/aws/kinesis",
-    });
-    return rawStream;
   }
 
   /** A DMS task metric (namespace `AWS/DMS`, dimensions instance and task). */
@@ -577,16 +581,6 @@ export class CdcSource extends Resource implements IReconcilableSource, ec2.ICon
   /** Estimated time left of each running snapshot (`SnapshotEta`, seconds), one series per table; maximum per minute by default. */
   metricSnapshotEta(props?: cloudwatch.MathExpressionOptions): cloudwatch.IMetric {
     return searchByTable(MetricName.SNAPSHOT_ETA, this.sourceId, props);
-  }
-
-  /** Wildcards that CDK grants generate (Kinesis, KMS and secret grants), acknowledged with their scope. */
-  private acknowledgeGrantWildcards(functions: CdcFunction[], ...roles: iam.Role[]): void {
-    const kmsAcks = [
-      { id: 'AwsSolutions-IAM5[Action::kms:GenerateDataKey*]', reason: 'CDK key grant; scoped to the one key that encrypts the stream or secret' },
-      { id: 'AwsSolutions-IAM5[Action::kms:ReEncrypt*]', reason: 'CDK key grant; scoped to the one key that encrypts the stream or secret' },
-    ];
-    for (const f of functions) Validations.of(f).acknowledge(...kmsAcks);
-    for (const r of roles) Validations.of(r).acknowledge(...kmsAcks);
   }
 }
 

@@ -1,12 +1,12 @@
 import { Duration, Stack } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import { Construct } from 'constructs';
-import type { CdcSource } from './cdc-source.ts';
+import type { IMonitoredSource } from './cdc-source.ts';
 import { platformAlarmOf } from './private/alarms.ts';
 import { fail } from './private/validate.ts';
-import type { Reconciler } from './reconciler.ts';
-import type { SearchSink } from './search-sink.ts';
-import type { WarehouseSink } from './warehouse-sink.ts';
+import type { IReconciler } from './reconciler.ts';
+import type { IMonitoredSearchSink } from './search-sink.ts';
+import type { IMonitoredWarehouseSink } from './warehouse-sink.ts';
 
 /** Properties of a `PipelineDashboard`. */
 export interface PipelineDashboardProps {
@@ -20,24 +20,24 @@ export interface PipelineDashboardProps {
    * ETA, normalizer iterator age.
    * @default - no source panels
    */
-  readonly sources?: CdcSource[];
+  readonly sources?: IMonitoredSource[];
   /**
    * The warehouse sinks to show: end-to-end lag against the freshness target, events per
    * second, dead letters, iterator age, merges.
    * @default - no warehouse sink panels
    */
-  readonly warehouseSinks?: WarehouseSink[];
+  readonly warehouseSinks?: IMonitoredWarehouseSink[];
   /**
    * The search sinks to show: end-to-end lag against the freshness target, events per second,
    * dead letters, iterator age.
    * @default - no search sink panels
    */
-  readonly searchSinks?: SearchSink[];
+  readonly searchSinks?: IMonitoredSearchSink[];
   /**
    * The reconcilers whose verdicts and coverage to show, for the sinks above they reconcile.
    * @default - no reconciliation panels
    */
-  readonly reconcilers?: Reconciler[];
+  readonly reconcilers?: IReconciler[];
   /**
    * The alarms of the alarm-status panel.
    * @default - every alarm the platform's constructs created in the dashboard's stack, at synthesis (so constructs added after the dashboard are included)
@@ -96,7 +96,7 @@ export class PipelineDashboard extends Construct {
     this.addReconciliation(props.reconcilers ?? [], [...warehouseSinks, ...searchSinks]);
   }
 
-  private addSink(sink: WarehouseSink | SearchSink, kind: 'Warehouse' | 'Search', metrics: SinkMetrics): void {
+  private addSink(sink: IMonitoredWarehouseSink | IMonitoredSearchSink, kind: 'Warehouse' | 'Search', metrics: SinkMetrics): void {
     const name = `${kind.toLowerCase()} sink ${sink.sinkId}`;
     const target = sink.freshnessTarget;
     const sourceIds = metrics.sourceIds;
@@ -132,7 +132,7 @@ export class PipelineDashboard extends Construct {
     this.dashboard.addWidgets(...widgets);
   }
 
-  private addSource(source: CdcSource): void {
+  private addSource(source: IMonitoredSource): void {
     this.dashboard.addWidgets(heading(`## Source \`${source.sourceId}\` — slot \`${source.slotName}\``));
     this.dashboard.addWidgets(
       graph(`source ${source.sourceId}: slot WAL (bytes)`, [
@@ -149,7 +149,7 @@ export class PipelineDashboard extends Construct {
     );
   }
 
-  private addReconciliation(reconcilers: Reconciler[], sinks: Array<WarehouseSink | SearchSink>): void {
+  private addReconciliation(reconcilers: IReconciler[], sinks: Array<IMonitoredWarehouseSink | IMonitoredSearchSink>): void {
     // Each reconciled sink once (the metrics are the sink's, whichever reconciler reports them).
     const pairs = sinks.flatMap((s) => {
       const r = reconcilers.find((x) => x.sinkIds.includes(s.sinkId));
@@ -269,7 +269,7 @@ interface SinkMetrics {
   merges?(name: string): cloudwatch.IWidget;
 }
 
-function warehouseMetrics(sink: WarehouseSink): SinkMetrics {
+function warehouseMetrics(sink: IMonitoredWarehouseSink): SinkMetrics {
   const source = (sourceId: string) => sink.sources.find((s) => s.sourceId === sourceId)!;
   return {
     sourceIds: sink.sources.map((s) => s.sourceId),
@@ -284,7 +284,7 @@ function warehouseMetrics(sink: WarehouseSink): SinkMetrics {
   };
 }
 
-function searchMetrics(sink: SearchSink): SinkMetrics {
+function searchMetrics(sink: IMonitoredSearchSink): SinkMetrics {
   return {
     sourceIds: sink.sourceIds,
     lag: (sourceId, props) => sink.metricEndToEndLag(sourceId, props),

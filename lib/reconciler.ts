@@ -74,6 +74,8 @@ export type ReconciledSink = IReconciledSink;
 
 /** A reconciler: a `Reconciler`. */
 export interface IReconciler extends IResource {
+  /** The ids of the sinks it reconciles. */
+  readonly sinkIds: string[];
   /** Tables of a sink whose verdict was DIVERGED (`ReconcileDivergedTables`); maximum per period by default. */
   metricDivergedTables(sink: IReconciledSink, props?: cloudwatch.MetricOptions): cloudwatch.Metric;
   /** Captured tables with no decided verdict within their tier's period (`ReconcileCoverageGaps`); maximum per period by default. */

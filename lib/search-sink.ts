@@ -120,7 +120,18 @@ function aliasOf(prefix: string, sourceId: string, table: string): string {
  * fresh: end-to-end lag per source against `freshnessTarget`, dead letters, persistent apply
  * errors, the on-failure queue and iterator age.
  */
-export class SearchSink extends Resource implements ISearchSink, IReconciledSink, ec2.IConnectable {
+/**
+ * A search sink of this app whose panels a `PipelineDashboard` shows: reconciled, with its
+ * applier's on-failure queue and iterator age.
+ */
+export interface IMonitoredSearchSink extends ISearchSink, IReconciledSink {
+  /** The applier's on-failure queue. */
+  readonly deadLetterQueue: sqs.IQueue;
+  /** The applier's iterator age on the change log, milliseconds. */
+  metricIteratorAge(props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+}
+
+export class SearchSink extends Resource implements IMonitoredSearchSink, ec2.IConnectable {
   /** The sink id. */
   readonly sinkId: string;
   /** The end-to-end lag objective. */

@@ -215,7 +215,18 @@ const WAREHOUSE_SINK_PROP_KINDS = {
  * the warehouse is fresh: end-to-end lag per source against `freshnessTarget`, dead letters,
  * persistent apply errors, iterator age.
  */
-export class WarehouseSink extends WarehouseSinkBase implements IConnectedWarehouseSink, IReconciledSink, ec2.IConnectable {
+/**
+ * A warehouse sink of this app whose panels a `PipelineDashboard` shows: reconciled, with its
+ * applier's on-failure queue and iterator age.
+ */
+export interface IMonitoredWarehouseSink extends IConnectedWarehouseSink, IReconciledSink {
+  /** The applier's on-failure queue. */
+  readonly deadLetterQueue: sqs.IQueue;
+  /** The applier's iterator age on the change log, milliseconds. */
+  metricIteratorAge(props?: cloudwatch.MetricOptions): cloudwatch.Metric;
+}
+
+export class WarehouseSink extends WarehouseSinkBase implements IMonitoredWarehouseSink, ec2.IConnectable {
   /** Refers to a sink deployed elsewhere (another stack, account or region), for its metrics and dashboards. */
   static fromWarehouseSinkAttributes(scope: Construct, id: string, attrs: WarehouseSinkAttributes): IWarehouseSink {
     class Import extends WarehouseSinkBase {

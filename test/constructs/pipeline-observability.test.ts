@@ -13,6 +13,10 @@ import { describe, expect, test } from 'vitest';
 import {
   ChangeLog,
   ControlPlane,
+  type IMonitoredSearchSink,
+  type IMonitoredSource,
+  type IMonitoredWarehouseSink,
+  type IReconciler,
   PipelineAlarmActions,
   PipelineDashboard,
   Reconciler,
@@ -218,6 +222,23 @@ describe('PipelineDashboard', () => {
           expect(cells.has(`${x},${y}`), `overlap at ${x},${y}`).toBe(false);
           cells.add(`${x},${y}`);
         }
+  });
+
+  test('takes its sources, sinks and reconcilers through their interfaces, and draws the same panels as from the classes', () => {
+    const f = fixture();
+    const { orders, warehouse, search, reconciler } = pipeline(f);
+    const sources: IMonitoredSource[] = [orders];
+    const warehouseSinks: IMonitoredWarehouseSink[] = [warehouse];
+    const searchSinks: IMonitoredSearchSink[] = [search];
+    const reconcilers: IReconciler[] = [reconciler];
+    new PipelineDashboard(f.stack, 'ByInterface', { sources, warehouseSinks, searchSinks, reconcilers, alarms: [] });
+    new PipelineDashboard(f.stack, 'ByClass', { sources: [orders], warehouseSinks: [warehouse], searchSinks: [search], reconcilers: [reconciler], alarms: [] });
+    const bodies = Object.values(Template.fromStack(f.stack).findResources('AWS::CloudWatch::Dashboard')).map((r) =>
+      JSON.stringify(r.Properties.DashboardBody),
+    );
+    expect(bodies).toHaveLength(2);
+    expect(bodies[0]).toContain('normalizer iterator age');
+    expect(bodies[0]).toBe(bodies[1]);
   });
 
   test('fails without anything to show', () => {

@@ -28,7 +28,7 @@ const OVER_THE_LIMIT: Record<string, number> = {
   'lambda/core/reconcile/reconcile.ts': 812,
   'local/pipeline.ts': 671,
   'local/poller.ts': 682,
-  'lib/cdc-source.ts': 622,
+  'lib/cdc-source.ts': 616,
 };
 
 /** Lines as `wc -l` counts them (the house test of handlers counts the same way). */

@@ -410,6 +410,11 @@ test('jsii compiled the construct library: the assembly has the public API with 
   for (const n of ['IControlPlane', 'IChangeLog', 'ICdcSource', 'IWarehouseSink']) expect(type(n)?.interfaces).toContain('aws-cdk-lib.IResource');
   expect(type('CdcSource')?.base).toBe('aws-cdk-lib.Resource');
   expect(type('DeleteMode')?.kind).toBe('enum');
+  // What the dashboard takes, as interfaces the classes implement by name (other languages type by name, not shape).
+  expect(type('CdcSource')?.interfaces).toContain(`${pkg.name}.IMonitoredSource`);
+  expect(type('WarehouseSink')?.interfaces).toContain(`${pkg.name}.IMonitoredWarehouseSink`);
+  expect(type('SearchSink')?.interfaces).toContain(`${pkg.name}.IMonitoredSearchSink`);
+  expect(type('Reconciler')?.interfaces).toContain(`${pkg.name}.IReconciler`);
 });
 
 describe.each(['cdk-init', 'classic', 'esm'])('the %s app', (name) => {
