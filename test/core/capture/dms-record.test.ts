@@ -13,22 +13,11 @@ import type { DecodeResult, DecodedChange } from '../../../lambda/core/capture/d
 import { SLOT_RECORD_FORMAT, type SlotColumn, type SlotRecord } from '../../../lambda/core/capture/slot-record.ts';
 import { InvalidRecordError } from '../../../lambda/core/shared/errors.ts';
 import type { JsonValue } from '../../../lambda/core/shared/event.ts';
+import { rng } from '../../helpers/rng.ts';
 
 function changes(r: DecodeResult): DecodedChange[] {
   if (r.kind !== 'changes') throw new Error(`expected changes, got ${r.kind}`);
   return r.changes;
-}
-
-/** A small deterministic generator (mulberry32). */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 const COLUMNS = ['id', 'k2', 'name', 'amount', 'doc', 'big'];

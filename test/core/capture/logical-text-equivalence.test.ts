@@ -8,18 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import { groupTransactions, parseTestDecodingLine, type SlotRow } from '../../../lambda/core/capture/logical-text.ts';
 import { referenceGroupTransactions, referenceParseTestDecodingLine } from '../../helpers/logical-text-reference.ts';
-
-/** A small deterministic generator (mulberry32). */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { rng } from '../../helpers/rng.ts';
 
 const PLAIN_NAMES = ['public', 'items', 'items2', 't1', 'ids', 'Ünï', 'a$b', '_x', 'id', 'user_id', 'ä9'];
 const ODD_NAMES = ['Odd Name', 'a"b', 'x.y', 'a:b', '[x]', 'c,d', 'x\u00a0y', 'x\u2028y', 'tab\there', '', 'new-tuple:', ' old-key:'];
