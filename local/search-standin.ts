@@ -65,7 +65,7 @@ import {
   type Obj,
 } from './search-standin/model.ts';
 import { bulkActions, currentVersion } from './search-standin/bulk.ts';
-import { searchPage } from './search-standin/search.ts';
+import { searchPage, sortedKey, sortHits, type SortedHits } from './search-standin/search.ts';
 import { loadState, saveState } from './search-standin/state-file.ts';
 
 export interface SearchStandInOptions {
@@ -105,7 +105,11 @@ export class SearchStandIn {
   readonly defaultGcDeletesMs: number;
   now: () => number;
   /** Requests served, by "METHOD /path-kind", for tests and the benchmark. */
-  readonly stats = { requests: 0, bulkItems: 0 };
+  /** `sorts`: the searches that sorted their hits (a page of a query already sorted, with nothing written since, does not). */
+  readonly stats = { requests: 0, bulkItems: 0, sorts: 0 };
+  /** Bumped by every request that may write; the sorted hits of the last query are kept while it stays. */
+  private generation = 0;
+  private lastSorted: { key: string; sorted: SortedHits } | null = null;
 
   constructor(private readonly options: SearchStandInOptions = {}) {
     this.defaultGcDeletesMs = options.defaultGcDeletesMs ?? 60_000;
@@ -175,6 +179,10 @@ export class SearchStandIn {
       const injected = this.takeInjection('request');
       if (injected !== null) {
         throw new HttpError(injected, injected === 429 ? 'es_rejected_execution_exception' : 'unavailable_shards_exception', `injected failure ${injected}`);
+      }
+      if (!isRead(req.method ?? 'GET', url.pathname)) {
+        this.generation++;
+        this.lastSorted = null;
       }
       [status, out] = this.route(req.method ?? 'GET', url, body);
       const method = req.method ?? 'GET';
@@ -574,12 +582,22 @@ export class SearchStandIn {
   }
 
   private search(name: string, body: Obj): [number, Json] {
-    return searchPage(this.hits(name, body), body);
+    const key = `${this.generation}\u0000${sortedKey(name, body)}`;
+    if (this.lastSorted?.key !== key) {
+      this.stats.sorts++;
+      this.lastSorted = { key, sorted: sortHits(this.hits(name, body), body) };
+    }
+    return searchPage(this.lastSorted.sorted, body);
   }
 
   private count(name: string, body: Obj): [number, Json] {
     return [200, { count: this.hits(name, body).length, _shards: { total: 1, successful: 1, failed: 0 } }];
   }
+}
+
+/** A request that cannot change what a search finds: it keeps the last query's sorted hits. */
+function isRead(method: string, pathname: string): boolean {
+  return method === 'GET' || method === 'HEAD' || /\/(_search|_count|_mget|_refresh)$/.test(pathname);
 }
 
 /**
