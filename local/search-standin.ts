@@ -65,7 +65,7 @@ import {
   type Obj,
 } from './search-standin/model.ts';
 import { bulkActions, currentVersion } from './search-standin/bulk.ts';
-import { searchPage, sortedKey, sortHits, type SortedHits } from './search-standin/search.ts';
+import { mayWrite, SortedPages } from './search-standin/search.ts';
 import { loadState, saveState } from './search-standin/state-file.ts';
 
 export interface SearchStandInOptions {
@@ -105,11 +105,9 @@ export class SearchStandIn {
   readonly defaultGcDeletesMs: number;
   now: () => number;
   /** Requests served, by "METHOD /path-kind", for tests and the benchmark. */
-  /** `sorts`: the searches that sorted their hits (a page of a query already sorted, with nothing written since, does not). */
-  readonly stats = { requests: 0, bulkItems: 0, sorts: 0 };
-  /** Bumped by every request that may write; the sorted hits of the last query are kept while it stays. */
-  private generation = 0;
-  private lastSorted: { key: string; sorted: SortedHits } | null = null;
+  readonly stats = { requests: 0, bulkItems: 0 };
+  /** The last query's sorted hits, kept for its next page until a request may write. */
+  readonly pages = new SortedPages();
 
   constructor(private readonly options: SearchStandInOptions = {}) {
     this.defaultGcDeletesMs = options.defaultGcDeletesMs ?? 60_000;
@@ -180,10 +178,7 @@ export class SearchStandIn {
       if (injected !== null) {
         throw new HttpError(injected, injected === 429 ? 'es_rejected_execution_exception' : 'unavailable_shards_exception', `injected failure ${injected}`);
       }
-      if (!isRead(req.method ?? 'GET', url.pathname)) {
-        this.generation++;
-        this.lastSorted = null;
-      }
+      if (mayWrite(req.method ?? 'GET', url.pathname)) this.pages.written();
       [status, out] = this.route(req.method ?? 'GET', url, body);
       const method = req.method ?? 'GET';
       const changes = method === 'PUT' || method === 'DELETE' || (method === 'POST' && /\/(_bulk|_aliases|_mapping)$/.test(url.pathname));
@@ -248,8 +243,10 @@ export class SearchStandIn {
         break;
       case '_mget':
         return this.mget(a!, this.parseBody(body));
-      case '_search':
-        return this.search(a!, this.parseBody(body));
+      case '_search': {
+        const query = this.parseBody(body);
+        return this.pages.page(a!, query, () => this.hits(a!, query));
+      }
       case '_count':
         return this.count(a!, this.parseBody(body));
       case '_refresh':
@@ -581,23 +578,9 @@ export class SearchStandIn {
     return out;
   }
 
-  private search(name: string, body: Obj): [number, Json] {
-    const key = `${this.generation}\u0000${sortedKey(name, body)}`;
-    if (this.lastSorted?.key !== key) {
-      this.stats.sorts++;
-      this.lastSorted = { key, sorted: sortHits(this.hits(name, body), body) };
-    }
-    return searchPage(this.lastSorted.sorted, body);
-  }
-
   private count(name: string, body: Obj): [number, Json] {
     return [200, { count: this.hits(name, body).length, _shards: { total: 1, successful: 1, failed: 0 } }];
   }
-}
-
-/** A request that cannot change what a search finds: it keeps the last query's sorted hits. */
-function isRead(method: string, pathname: string): boolean {
-  return method === 'GET' || method === 'HEAD' || /\/(_search|_count|_mget|_refresh)$/.test(pathname);
 }
 
 /**

@@ -30,9 +30,29 @@ export interface SortedHits {
   compareKeys: (x: Key, y: Key) => number;
 }
 
-/** What makes two searches read the same sorted hits (with the stand-in's write generation). */
-export function sortedKey(name: string, body: Obj): string {
-  return `${name}\u0000${stringifyExact(body.query ?? null)}\u0000${stringifyExact(body.sort ?? null)}`;
+/** A request that may change what a search finds (any but a read): the kept sorted hits are dropped. */
+export function mayWrite(method: string, pathname: string): boolean {
+  return !(method === 'GET' || method === 'HEAD' || /\/(_search|_count|_mget|_refresh)$/.test(pathname));
+}
+
+/** The sorted hits of the last query, kept for its next page until `written`; `sorts` counts the searches that sorted. */
+export class SortedPages {
+  sorts = 0;
+  private last: { key: string; sorted: SortedHits } | null = null;
+
+  written(): void {
+    this.last = null;
+  }
+
+  /** A page of the query `body` on `name`; `hits` (every hit of the query, unsorted) is read only when the query must be sorted. */
+  page(name: string, body: Obj, hits: () => Hit[]): [number, Json] {
+    const key = `${name}\u0000${stringifyExact(body.query ?? null)}\u0000${stringifyExact(body.sort ?? null)}`;
+    if (this.last?.key !== key) {
+      this.sorts++;
+      this.last = { key, sorted: sortHits(hits(), body) };
+    }
+    return searchPage(this.last.sorted, body);
+  }
 }
 
 function sortsOf(body: Obj): Sort[] {

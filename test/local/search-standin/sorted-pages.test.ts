@@ -42,9 +42,9 @@ describe(`search stand-in: sorted pages kept between pages (seed ${seed})`, () =
     for (let i = 0; i < 3000; i++) docs.set(`d${String(i).padStart(5, '0')}`, Math.floor(next() * 500));
     expect((await bulk([...docs].flatMap(([id, n]) => [{ index: { _index: 'p', _id: id } }, { n }]))).status).toBe(200);
 
-    const before = standin.stats.sorts;
+    const before = standin.pages.sorts;
     expect(await pageAll('/p', 97)).toEqual(expected(docs));
-    expect(standin.stats.sorts - before, 'one sort for 31 pages of one query').toBe(1);
+    expect(standin.pages.sorts - before, 'one sort for 31 pages of one query').toBe(1);
 
     // A write between pages: a document that sorts into a later page, and one already passed, are each placed as OpenSearch would.
     const late = 'd99999';
@@ -57,7 +57,7 @@ describe(`search stand-in: sorted pages kept between pages (seed ${seed})`, () =
     expect(seen).not.toContain(passed);
     expect(seen[seen.length - 1]).toBe(late);
     // The second paging's first pages reuse the first paging's sort (same query, nothing written); the write makes the next page sort again.
-    expect(standin.stats.sorts - before, 'one more sort, after the write').toBe(2);
+    expect(standin.pages.sorts - before, 'one more sort, after the write').toBe(2);
     await req('DELETE', '/p');
   }, 60_000);
 
