@@ -80,7 +80,17 @@ import {
 } from './lib/history.ts';
 import { copyLines, exec, one, serverVersion, waitFor, withClient } from './lib/pg.ts';
 import { createItems, prepareReplay, replay } from './lib/replay.ts';
-import { cpuProfile, resetStatementStats, SqlTimer, statementStats, Tally, timedControlPlane, type ProfileSummary } from './lib/profile.ts';
+import {
+  clusterCpuMs,
+  cpuProfile,
+  postmasterOf,
+  resetStatementStats,
+  SqlTimer,
+  statementStats,
+  Tally,
+  timedControlPlane,
+  type ProfileSummary,
+} from './lib/profile.ts';
 import { argValue, isMain, median, nowMs, numberArg, percentile, rateRow, Recorder, timeRow, type BenchResult } from './lib/report.ts';
 import { physicalReference } from './lib/physical.ts';
 import { SetApplier } from './lib/set-apply.ts';
@@ -256,6 +266,8 @@ interface ApplierRun {
   nodeMs: number;
   /** CPU time of this process (user + system) during the timed part: the handler's code, the pg driver, GC (and the merge worker's polling, small). */
   cpuMs: number;
+  /** CPU time of the whole PostgreSQL cluster during the timed part (every server process: the appends, the merges, WAL, autovacuum). */
+  serverCpuMs: number;
   server?: Awaited<ReturnType<typeof statementStats>>;
   profile?: ProfileSummary;
   verified: boolean | null;
@@ -351,6 +363,7 @@ async function applierRun(
     await pool.end();
     pool = new pg.Pool({ connectionString: url, max: 2 });
     const timer = new SqlTimer(pool);
+    const postmaster = await postmasterOf(pool);
     applier = newApplier(pool);
     const parallel = o.parallel ?? 1;
     // With concurrent batches: one stream per partition-key share, each its own applier and pool (timed apart from the first's SQL).
@@ -408,6 +421,7 @@ async function applierRun(
       appending = true;
       const merging = o.merge === 'worker' ? worker() : Promise.resolve();
       const cpu0 = process.cpuUsage();
+      const server0 = clusterCpuMs(postmaster);
       const t0 = nowMs();
       if (parallel > 1) {
         await Promise.all(
@@ -436,6 +450,7 @@ async function applierRun(
       const ms = nowMs() - t0;
       const cpu = process.cpuUsage(cpu0);
       cpuMs = (cpu.user + cpu.system) / 1000;
+      serverCpuMs = clusterCpuMs(postmaster) - server0;
       appending = false;
       await merging;
       await workerPool?.end();
@@ -443,6 +458,7 @@ async function applierRun(
       return ms;
     };
     let cpuMs = 0;
+    let serverCpuMs = 0;
     let wallMs: number;
     let profile: ProfileSummary | undefined;
     if (o.profile) {
@@ -489,6 +505,7 @@ async function applierRun(
       // With concurrent batches only the first stream's SQL is timed, and the streams overlap: no such figure.
       nodeMs: (o.parallel ?? 1) > 1 ? Number.NaN : Math.round(wallMs - sqlMs - cpMs),
       cpuMs: Math.round(cpuMs),
+      serverCpuMs: Math.round(serverCpuMs),
       ...(server ? { server } : {}),
       ...(profile ? { profile } : {}),
       verified: (o.limit ? view.n === expectedRows : view.n === expected.n && view.md5 === expected.md5) && (mergeDetail?.verifiedBeforeFinalMerge ?? true),
@@ -740,7 +757,7 @@ function describeRun(r: ApplierRun): string {
     : '';
   return (
     `${r.label}: ${r.events} events in ${r.seconds.toFixed(2)} s = ${Math.round(r.eventsPerSecond)} events/s; batch p50 ${r.batchMs.p50.toFixed(1)} ms, p99 ${r.batchMs.p99.toFixed(1)} ms; ` +
-    `${Number.isNaN(r.nodeMs) ? '' : `outside SQL and control plane ${r.nodeMs} ms `}(process CPU ${r.cpuMs} ms of ${Math.round(r.seconds * 1000)} ms wall; SQL ${Math.round(r.phases.reduce((a, p) => a + p.ms, 0))} ms), control plane ${r.controlPlane.ms} ms${m}; ${r.verified ? 'warehouse matches' : 'WAREHOUSE DOES NOT MATCH'}`
+    `${Number.isNaN(r.nodeMs) ? '' : `outside SQL and control plane ${r.nodeMs} ms `}(process CPU ${r.cpuMs} ms, PostgreSQL CPU ${r.serverCpuMs} ms, of ${Math.round(r.seconds * 1000)} ms wall; SQL ${Math.round(r.phases.reduce((a, p) => a + p.ms, 0))} ms), control plane ${r.controlPlane.ms} ms${m}; ${r.verified ? 'warehouse matches' : 'WAREHOUSE DOES NOT MATCH'}`
   );
 }
 

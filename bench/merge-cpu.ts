@@ -15,7 +15,6 @@
  *
  *     npm run bench:merge-cpu [-- --runs 3]
  */
-import { readdirSync, readFileSync } from 'node:fs';
 import pg from 'pg';
 import { PgWarehouse } from '../lambda/adapters/warehouse-pg.ts';
 import type { ChangeEvent } from '../lambda/core/shared/event.ts';
@@ -23,35 +22,13 @@ import { MIRROR_FILLFACTOR, qualified, warehouseTable } from '../lambda/core/war
 import { startPostgres } from '../local/postgres.ts';
 import { DEFAULT_HISTORY, generateHistory, historyEvents, registryEntries, snapshotEvents } from './lib/history.ts';
 import { serverVersion } from './lib/pg.ts';
+import { clusterCpuMs, postmasterOf } from './lib/profile.ts';
 import { median, numberArg, Recorder, runIfMain, timeRow, type BenchResult } from './lib/report.ts';
 
 const say = (text: string): void => void process.stdout.write(`[merge-cpu] ${text}\n`);
 const BATCH = 10_000;
 /** Events between merges: the default merge threshold (docs/warehouse-apply.md, "When a merge is due"). */
 const PER_MERGE = 50_000;
-
-/** Fields of /proc/<pid>/stat after the command name. */
-function statFields(pid: number | string): string[] {
-  const st = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  return st.slice(st.lastIndexOf(')') + 2).split(' ');
-}
-
-/** CPU ms of a PostgreSQL cluster: the postmaster, its exited children (reaped into its own counters) and its live ones. */
-function clusterCpuMs(postmaster: number): number {
-  const ticks = 100; // USER_HZ on Linux
-  const f = statFields(postmaster);
-  let t = Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
-  for (const d of readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      const g = statFields(d);
-      if (Number(g[1]) === postmaster) t += Number(g[11]) + Number(g[12]);
-    } catch {
-      // the process ended meanwhile
-    }
-  }
-  return (t * 1000) / ticks;
-}
 
 export async function run(): Promise<BenchResult> {
   const runs = numberArg('runs', 2);
@@ -61,8 +38,7 @@ export async function run(): Promise<BenchResult> {
     await cluster.createDatabase('dw');
     rec.settings.postgres = await serverVersion(cluster.url('dw'));
     const pool = new pg.Pool({ connectionString: cluster.url('dw'), max: 2 });
-    const backend = (await pool.query<{ p: number }>('SELECT pg_backend_pid() AS p')).rows[0]!.p;
-    const postmaster = Number(statFields(backend)[1]);
+    const postmaster = await postmasterOf(pool);
     const ways = { now: new PgWarehouse(pool), before: new PgWarehouse(pool, { mergeStatement: false }) };
     const h = generateHistory(DEFAULT_HISTORY);
     const { schema } = registryEntries();
