@@ -53,15 +53,7 @@ import { ServiceName } from '../contracts/env.ts';
 import { quoteIdent } from '../lambda/core/shared/identifiers.ts';
 import { METRICS_NAMESPACE } from '../contracts/metrics.ts';
 import { toKinesisStreamEvent } from '../lambda/adapters/kinesis-event.ts';
-import { copyStageLoader, copyText, insertStageLoader, type StageLifecycle, type StageLoader } from '../lambda/adapters/warehouse-pg.ts';
-import {
-  CHANGELOG_CDC_COLUMNS,
-  createAppendOrderIndexSql,
-  createChangelogSql,
-  createSchemaSql,
-  warehouseTable,
-} from '../lambda/core/warehouse/warehouse-sql.ts';
-import { postgresColumnType } from '../lambda/core/warehouse/postgres-dialect.ts';
+import { copyStageLoader, insertStageLoader, type StageLifecycle, type StageLoader } from '../lambda/adapters/warehouse-pg.ts';
 import { dynamoDbClient } from '../lambda/adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../lambda/adapters/control-plane-dynamodb.ts';
 import { createControlTable } from '../lambda/adapters/control-plane-dynamodb/control-table.ts';
@@ -82,15 +74,25 @@ import {
   generateHistory,
   historyEvents,
   itemsTableSql,
-  ITEM_COLUMNS,
   registryEntries,
   snapshotEvents,
   type History,
 } from './lib/history.ts';
 import { copyLines, exec, one, serverVersion, waitFor, withClient } from './lib/pg.ts';
 import { createItems, prepareReplay, replay } from './lib/replay.ts';
-import { cpuProfile, resetStatementStats, SqlTimer, statementStats, Tally, timedControlPlane, type ProfileSummary } from './lib/profile.ts';
+import {
+  clusterCpuMs,
+  cpuProfile,
+  postmasterOf,
+  resetStatementStats,
+  SqlTimer,
+  statementStats,
+  Tally,
+  timedControlPlane,
+  type ProfileSummary,
+} from './lib/profile.ts';
 import { argValue, isMain, median, nowMs, numberArg, percentile, rateRow, Recorder, timeRow, type BenchResult } from './lib/report.ts';
+import { physicalReference } from './lib/physical.ts';
 import { SetApplier } from './lib/set-apply.ts';
 import { handlerFlags, relaunchWithApplierFlags } from './lib/handler-runtime.ts';
 import { truncateCopyAnalyzeStageLoader } from './lib/stage-loaders.ts';
@@ -118,53 +120,6 @@ async function copyReference(url: string, h: History, runs: number): Promise<num
       rates.push(h.finalRows.length / ((nowMs() - t0) / 1000));
     }
     await c.query('ANALYZE expected');
-  });
-  return rates;
-}
-
-/**
- * The physical reference (docs/performance-log.md, "31. One write per event in the warehouse, against a physical reference"): what writing the history where it must
- * land costs PostgreSQL with no Node work: COPY of every history event into a keyed changelog (the
- * warehouse's own: primary key position + key, append order and its index; the snapshot's events
- * already in it, untimed), then COPY of the final rows into an empty table with its primary key.
- * History events/s per run (events ÷ the two COPYs' time).
- */
-async function physicalReference(url: string, h: History, snapshot: readonly ChangeEvent[], history: readonly ChangeEvent[], runs: number): Promise<number[]> {
-  const t = warehouseTable('ref', 'public.hist');
-  const key = [{ name: 'id', type: postgresColumnType('bigint') }];
-  const data = ITEM_COLUMNS.filter((c) => c.name !== 'id').map((c) => ({ name: c.name, type: postgresColumnType(c.type) }));
-  const applied = new Date().toISOString();
-  const line = (e: ChangeEvent): string => {
-    const values = [
-      e.position,
-      e.op,
-      e.commitTs,
-      String(e.schemaVersion),
-      e.txId,
-      e.synthetic ? 't' : 'f',
-      null,
-      applied,
-      String(e.key.id),
-      ...data.map((c) => (e.after && e.after[c.name] !== undefined && e.after[c.name] !== null ? String(e.after[c.name]) : null)),
-    ];
-    return `${values.map(copyText).join('\t')}\n`;
-  };
-  const columns = [...CHANGELOG_CDC_COLUMNS.map((c) => c.name), 'id', ...data.map((c) => c.name)];
-  const snapshotLines = snapshot.map(line);
-  const historyLines = history.map(line);
-  const rates: number[] = [];
-  await withClient(url, async (c) => {
-    for (let i = 0; i < runs; i++) {
-      await c.query(`DROP SCHEMA IF EXISTS ${quoteIdent(t.schema)} CASCADE; DROP TABLE IF EXISTS physical_final`);
-      await c.query(`${createSchemaSql(t)}; ${createChangelogSql(t, key, data)}; ${createAppendOrderIndexSql(t)}; ${itemsTableSql('physical_final')}`);
-      await copyLines(c, `${quoteIdent(t.schema)}.${quoteIdent(t.changelog)} (${columns.map(quoteIdent).join(', ')})`, snapshotLines);
-      await c.query('CHECKPOINT');
-      const t0 = nowMs();
-      await copyLines(c, `${quoteIdent(t.schema)}.${quoteIdent(t.changelog)} (${columns.map(quoteIdent).join(', ')})`, historyLines);
-      await copyLines(c, 'physical_final', h.finalRows.map(copyLine));
-      rates.push(history.length / ((nowMs() - t0) / 1000));
-    }
-    await c.query(`DROP SCHEMA IF EXISTS ${quoteIdent(t.schema)} CASCADE; DROP TABLE IF EXISTS physical_final`);
   });
   return rates;
 }
@@ -311,6 +266,8 @@ interface ApplierRun {
   nodeMs: number;
   /** CPU time of this process (user + system) during the timed part: the handler's code, the pg driver, GC (and the merge worker's polling, small). */
   cpuMs: number;
+  /** CPU time of the whole PostgreSQL cluster during the timed part (every server process: the appends, the merges, WAL, autovacuum). */
+  serverCpuMs: number;
   server?: Awaited<ReturnType<typeof statementStats>>;
   profile?: ProfileSummary;
   verified: boolean | null;
@@ -406,6 +363,7 @@ async function applierRun(
     await pool.end();
     pool = new pg.Pool({ connectionString: url, max: 2 });
     const timer = new SqlTimer(pool);
+    const postmaster = await postmasterOf(pool);
     applier = newApplier(pool);
     const parallel = o.parallel ?? 1;
     // With concurrent batches: one stream per partition-key share, each its own applier and pool (timed apart from the first's SQL).
@@ -463,6 +421,7 @@ async function applierRun(
       appending = true;
       const merging = o.merge === 'worker' ? worker() : Promise.resolve();
       const cpu0 = process.cpuUsage();
+      const server0 = clusterCpuMs(postmaster);
       const t0 = nowMs();
       if (parallel > 1) {
         await Promise.all(
@@ -491,6 +450,7 @@ async function applierRun(
       const ms = nowMs() - t0;
       const cpu = process.cpuUsage(cpu0);
       cpuMs = (cpu.user + cpu.system) / 1000;
+      serverCpuMs = clusterCpuMs(postmaster) - server0;
       appending = false;
       await merging;
       await workerPool?.end();
@@ -498,6 +458,7 @@ async function applierRun(
       return ms;
     };
     let cpuMs = 0;
+    let serverCpuMs = 0;
     let wallMs: number;
     let profile: ProfileSummary | undefined;
     if (o.profile) {
@@ -544,6 +505,7 @@ async function applierRun(
       // With concurrent batches only the first stream's SQL is timed, and the streams overlap: no such figure.
       nodeMs: (o.parallel ?? 1) > 1 ? Number.NaN : Math.round(wallMs - sqlMs - cpMs),
       cpuMs: Math.round(cpuMs),
+      serverCpuMs: Math.round(serverCpuMs),
       ...(server ? { server } : {}),
       ...(profile ? { profile } : {}),
       verified: (o.limit ? view.n === expectedRows : view.n === expected.n && view.md5 === expected.md5) && (mergeDetail?.verifiedBeforeFinalMerge ?? true),
@@ -795,7 +757,7 @@ function describeRun(r: ApplierRun): string {
     : '';
   return (
     `${r.label}: ${r.events} events in ${r.seconds.toFixed(2)} s = ${Math.round(r.eventsPerSecond)} events/s; batch p50 ${r.batchMs.p50.toFixed(1)} ms, p99 ${r.batchMs.p99.toFixed(1)} ms; ` +
-    `${Number.isNaN(r.nodeMs) ? '' : `outside SQL and control plane ${r.nodeMs} ms `}(process CPU ${r.cpuMs} ms of ${Math.round(r.seconds * 1000)} ms wall; SQL ${Math.round(r.phases.reduce((a, p) => a + p.ms, 0))} ms), control plane ${r.controlPlane.ms} ms${m}; ${r.verified ? 'warehouse matches' : 'WAREHOUSE DOES NOT MATCH'}`
+    `${Number.isNaN(r.nodeMs) ? '' : `outside SQL and control plane ${r.nodeMs} ms `}(process CPU ${r.cpuMs} ms, PostgreSQL CPU ${r.serverCpuMs} ms, of ${Math.round(r.seconds * 1000)} ms wall; SQL ${Math.round(r.phases.reduce((a, p) => a + p.ms, 0))} ms), control plane ${r.controlPlane.ms} ms${m}; ${r.verified ? 'warehouse matches' : 'WAREHOUSE DOES NOT MATCH'}`
   );
 }
 

@@ -7,7 +7,7 @@
  * - `cpuProfile`: a V8 CPU profile of a section of this process, summed by function and file.
  */
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import path from 'node:path';
 import type pg from 'pg';
@@ -275,6 +275,38 @@ export function processCpuMs(pid: number): number | null {
   } catch {
     return null;
   }
+}
+
+/** Fields of /proc/<pid>/stat after the command name (Linux). */
+function statFields(pid: number | string): string[] {
+  const st = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return st.slice(st.lastIndexOf(')') + 2).split(' ');
+}
+
+/** The postmaster of the server a pool talks to (the parent of one of its backends), from /proc: Linux, the server on this machine. */
+export async function postmasterOf(pool: pg.Pool): Promise<number> {
+  const backend = (await pool.query<{ p: number }>('SELECT pg_backend_pid() AS p')).rows[0]!.p;
+  return Number(statFields(backend)[1]);
+}
+
+/**
+ * CPU ms of a PostgreSQL cluster so far: the postmaster, its children that ended (reaped into its
+ * own counters: autovacuum workers, ended backends) and its live children. The difference over a
+ * stretch is the server's CPU in it, whichever process spent it.
+ */
+export function clusterCpuMs(postmaster: number): number {
+  const f = statFields(postmaster);
+  let t = Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const g = statFields(d);
+      if (Number(g[1]) === postmaster) t += Number(g[11]) + Number(g[12]);
+    } catch {
+      // the process ended meanwhile
+    }
+  }
+  return (t * 1000) / clockTicks();
 }
 
 let ticks: number | null = null;

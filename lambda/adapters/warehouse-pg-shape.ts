@@ -247,7 +247,7 @@ export function planDdl(
   }
   let viewNeeded = !shape.view;
   if (shape.mirror.length === 0) {
-    statements.push(createMirrorSql(t, key, data));
+    statements.push(createMirrorSql(t, key, data, engine));
     // A polled table's deletes are not observable: the sink says so on the table (docs/polling.md).
     if (wants.polled) statements.push(commentPolledSql(t, 'mirror'));
     shape.mirror = mirrorLayout(key, data).map((c) => c.name);

@@ -119,6 +119,7 @@ import type { WarehouseDialect } from '../core/warehouse/dialect.ts';
 import { baseEstimateSql, mergeMayUseNestedLoops } from '../core/warehouse/merge-nested-loops.ts';
 import { postgresDialect } from '../core/warehouse/postgres-dialect.ts';
 
+import { oneStatementMergeFits, oneStatementMergeSql } from '../core/warehouse/merge-statement.ts';
 import { insertStageLoader, copyStageLoader, type StageLoader } from './warehouse-pg-loaders.ts';
 import {
   planDdl,
@@ -205,6 +206,12 @@ export interface PgWarehouseOptions {
    * @default the PostgreSQL dialect on PostgreSQL (native types); on Redshift the portable mapping
    */
   dialect?: WarehouseDialect;
+  /**
+   * On PostgreSQL 15 or later, merge a soft-mode table without deleted keys with one `MERGE`
+   * (`oneStatementMergeSql`; docs/warehouse-apply.md, "The merge"). `false`: the stage statements
+   * everywhere (benchmarks compare the two, `bench:merge-cpu`). @default true
+   */
+  mergeStatement?: boolean;
 }
 
 /** The warehouse sink over `pg`. One instance per process; one apply at a time per table. */
@@ -215,6 +222,9 @@ export class PgWarehouse implements Warehouse {
   /** Session stage tables that exist, per connection: name → rows staged since the last TRUNCATE. */
   private readonly sessionStages = new WeakMap<pg.ClientBase, Map<string, number>>();
   private engine: WarehouseEngine | undefined;
+  /** PostgreSQL 15 or later, unless the options say no: the merge may be one `MERGE` statement. */
+  private mergeStatement = false;
+  private readonly mergeStatementOption: boolean;
   private readonly deltaLoaderOption: StageLoader | undefined;
   private readonly foldsNamesOption: boolean | undefined;
   private readonly dialectOption: WarehouseDialect | undefined;
@@ -233,6 +243,7 @@ export class PgWarehouse implements Warehouse {
     this.deltaLoaderOption = options.deltaLoader;
     this.foldsNamesOption = options.foldsNames;
     this.dialectOption = options.dialect;
+    this.mergeStatementOption = options.mergeStatement ?? true;
   }
 
   /** The dialect of the detected engine (null: the portable mapping of `sinkType`). */
@@ -252,7 +263,11 @@ export class PgWarehouse implements Warehouse {
 
   /** The engine and stage lifecycle, from the server's version string (once per process). */
   private async detect(client: pg.ClientBase): Promise<StageLifecycle> {
-    if (this.engine === undefined) this.engine = await detectEngine(client);
+    if (this.engine === undefined) {
+      const engine = await detectEngine(client);
+      this.mergeStatement = this.mergeStatementOption && engine === 'postgres' && (await serverVersionNum(client)) >= MERGE_STATEMENT_VERSION;
+      this.engine = engine;
+    }
     return (this.lifecycle ??= this.engine === 'redshift' ? 'transaction' : 'session');
   }
 
@@ -372,7 +387,8 @@ export class PgWarehouse implements Warehouse {
       const fast = n > 0 && options.freshBase === true && (await client.query(baseRowsSql(t, shape))).rows.length === 0;
       const nested = n > 0 && !fast && this.engine === 'postgres' && (await nestedLoopsFit(client, t, shape, n));
       if (n > 0)
-        for (const sql of mergeStatements(t, shape, target.key, target.deleteMode === 'hard', this.engine!, bounds, fast, nested)) await client.query(sql);
+        for (const sql of mergeStatements(t, shape, target.key, target.deleteMode === 'hard', this.engine!, bounds, fast, nested, this.mergeStatement))
+          await client.query(sql);
       await client.query('COMMIT');
       inTransaction = false;
       this.shapes.set(cacheKey, shape);
@@ -634,7 +650,8 @@ export class PgWarehouse implements Warehouse {
     const bounds = mergedFirst ? await pendingBounds(client, t, null) : null;
     const merged = bounds ? await mergeFirst(client, t, shape, bounds.n, engine) : { rows: 0, nestedLoops: false };
     const keyNames = key.map((k) => k.name);
-    const mergeFirstSql = bounds && bounds.n > 0 ? mergeStatements(t, shape, keyNames, wants.hard, engine, bounds, false, merged.nestedLoops) : [];
+    const mergeFirstSql =
+      bounds && bounds.n > 0 ? mergeStatements(t, shape, keyNames, wants.hard, engine, bounds, false, merged.nestedLoops, this.mergeStatement) : [];
     await client.query([...mergeFirstSql, ...index, ...plan.statements, 'COMMIT'].join('; '));
     return { ddl: { ...plan, statements: [...make, ...index, ...plan.statements] }, merged, mergedFirst };
   }
@@ -718,7 +735,7 @@ export class PgWarehouse implements Warehouse {
         const pending = Number(b.n);
         if (pending > 0) merged = await mergeFirst(client, t, shape, pending, this.engine!);
         begin = merged
-          ? `${mergeStatements(t, shape, keyNames, batch.deleteMode === 'hard', this.engine!, bounds, false, merged.nestedLoops).join('; ')}; `
+          ? `${mergeStatements(t, shape, keyNames, batch.deleteMode === 'hard', this.engine!, bounds, false, merged.nestedLoops, this.mergeStatement).join('; ')}; `
           : '';
         end = `${watermarkToEndSql(t)}; ${end}`;
       }
@@ -987,6 +1004,15 @@ async function detectEngine(client: pg.ClientBase): Promise<WarehouseEngine> {
   return /redshift/i.test(res.rows[0]?.version ?? '') ? 'redshift' : 'postgres';
 }
 
+/** The first PostgreSQL with `MERGE` (`server_version_num`). */
+const MERGE_STATEMENT_VERSION = 150000;
+
+/** PostgreSQL's `server_version_num` (not asked of Redshift, which predates it). */
+async function serverVersionNum(client: pg.ClientBase): Promise<number> {
+  const res = await client.query<{ num: string }>("SELECT current_setting('server_version_num') AS num");
+  return Number(res.rows[0]?.num ?? 0);
+}
+
 /** The sink's shape changed under this apply (another process added a column): the apply starts again. */
 class ShapeChangedError extends CdcError {
   constructor(table: string) {
@@ -1025,6 +1051,7 @@ function mergeStatements(
   pending: PendingBounds,
   intoEmpty = false,
   nestedLoops = false,
+  mergeStatement = false,
 ): string[] {
   const o = {
     key,
@@ -1036,7 +1063,8 @@ function mergeStatements(
     engine,
     pending,
   };
-  const merge = intoEmpty ? mergeIntoEmptySql(t, o) : mergeSql(t, o);
+  // PostgreSQL 15+, soft mode without deleted keys: one `MERGE` (docs/warehouse-apply.md, "The merge").
+  const merge = intoEmpty ? mergeIntoEmptySql(t, o) : mergeStatement && oneStatementMergeFits(o) ? oneStatementMergeSql(t, o) : mergeSql(t, o);
   // PostgreSQL only: a merge is a large set operation, but a base analysed while small (a new
   // table) makes the planner pick nested loops whose inner scans re-read the rows the statement
   // itself inserts (quadratic: measured minutes for 100,000 rows). Hash joins for the merge,

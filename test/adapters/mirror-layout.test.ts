@@ -23,7 +23,14 @@ import { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
 import type { DeleteMode, SchemaVersion } from '../../lambda/core/shared/control-plane.ts';
 import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
-import { CdcColumn, overlayAggregateSql, qualified, warehouseTable, type WarehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
+import {
+  CdcColumn,
+  MIRROR_FILLFACTOR,
+  overlayAggregateSql,
+  qualified,
+  warehouseTable,
+  type WarehouseTable,
+} from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { seededRandom } from '../../local/demo.ts';
 
 const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 40);
@@ -145,6 +152,11 @@ describe('mirror layout: the tombstone flag first; mirrors of the earlier layout
         expect(cols, s.source).toEqual(['_cdc_deleted', 'k', 'v', 'n', '_cdc_position', '_cdc_deleted_at', '_cdc_applied_at']);
       }
       expect((await viewRows(s.t)).fields, s.source).toEqual(VIEW_COLUMNS);
+      // New mirrors leave room for HOT updates; earlier ones are left as they are (docs/warehouse-apply.md, "What a merge costs").
+      const options = (
+        await pool.query<{ o: string[] | null }>('SELECT reloptions AS o FROM pg_class WHERE oid = to_regclass($1)', [qualified(s.t.schema, s.t.mirror)])
+      ).rows[0]!.o;
+      expect(options, s.source).toEqual(s.earlier ? null : [`fillfactor=${MIRROR_FILLFACTOR}`]);
     }
 
     const stats = { steps: 0, merges: 0, behindBack: 0, events: 0 };
