@@ -26,10 +26,27 @@ import { NotLoadableError, stageEvent } from '../core/warehouse/redshift-load.ts
 import { currentRowsSql, pendingStatsSql, RedshiftTypeChangeError, FoldedColumnError, type RedshiftTable } from '../core/warehouse/redshift-sql.ts';
 import { redshiftColumn, redshiftText, RedshiftValueRefusedError, type RedshiftColumn, type ValuePolicy } from '../core/warehouse/redshift-types.ts';
 import { warehouseTable } from '../core/warehouse/warehouse-sql.ts';
-import type { RedshiftLoader } from './redshift-loader.ts';
+import type { LoadReceipt } from './redshift-loader.ts';
+
+/**
+ * What the writer needs of a loader: the in-process `RedshiftLoader` (`cdc local`), or the applier's
+ * side of the loader function (`RedshiftStagingSubmitter`, on AWS). `submit` resolves only after the
+ * load carrying the events has committed.
+ */
+export interface RedshiftLoadPort {
+  register(r: RedshiftTable): Promise<void>;
+  evolve(from: RedshiftTable, to: RedshiftTable): Promise<void>;
+  /** Loads what is queued in this process (nothing to do where nothing is queued). */
+  flush(): Promise<unknown>;
+  /** A read on the warehouse after the loads this process queued before it. */
+  read(text: string): Promise<Record<string, unknown>[]>;
+  submit(r: RedshiftTable, events: readonly ChangeEvent[], appliedAt?: Date): Promise<LoadReceipt>;
+  /** Merges the tables with pending rows; `tables` is how many it merged (0 where another process merges). */
+  merge(): Promise<{ tables: number }>;
+}
 
 export interface RedshiftWarehouseOptions {
-  loader: RedshiftLoader;
+  loader: RedshiftLoadPort;
   /** A column's value policy (the loader's `policyOf`). @default 'refuse-row' */
   policyOf?: (table: string, column: string) => ValuePolicy;
 }
@@ -140,8 +157,9 @@ export class RedshiftWarehouse implements Warehouse {
   async merge(target: MergeTarget): Promise<MergeResult> {
     const started = Date.now();
     const { rows } = await this.deltaStats(target);
-    if (rows > 0) await this.o.loader.merge();
-    return { rows, committedAt: Date.now(), ms: Date.now() - started };
+    // Where the loader function merges on its own cadence (on AWS), nothing was merged here.
+    const merged = rows > 0 ? (await this.o.loader.merge()).tables : 0;
+    return { rows: merged > 0 ? rows : 0, committedAt: Date.now(), ms: Date.now() - started };
   }
 
   /** Pending changelog rows of the table (above its watermark) and when the oldest of them was loaded. */
