@@ -14,7 +14,16 @@
  */
 import { randomUUID } from 'node:crypto';
 import { describeError } from '../core/sink/sink-batch.ts';
-import { claimable, copyGroups, mergeDue, newestTables, recoveredState, staleClaim, type LoadRequest } from '../core/warehouse/redshift-requests.ts';
+import {
+  claimable,
+  copyGroups,
+  mergeDue,
+  newestTables,
+  recoveredState,
+  sqlStateOf,
+  staleClaim,
+  type LoadRequest,
+} from '../core/warehouse/redshift-requests.ts';
 import type { RedshiftCadence } from '../core/warehouse/redshift-load.ts';
 import {
   createLedgerSql,
@@ -170,7 +179,7 @@ export class StagedRedshiftLoader {
   private async fail(r: LoadRequest, err: unknown): Promise<number> {
     const reason = err instanceof Error ? err.message : String(err);
     this.o.log?.('load request failed', { requestId: r.requestId, error: describeError(err) });
-    await this.o.requests.move(r.requestId, ['claimed'], 'failed', { reason });
+    await this.o.requests.move(r.requestId, ['claimed'], 'failed', { reason, sqlState: sqlStateOf(err) });
     return 1;
   }
 

@@ -128,7 +128,7 @@ export class RedshiftStagingSubmitter implements RedshiftLoadPort {
       // A request still pending is abandoned so the loader does not load rows whose batch comes again.
       if (v.kind === 'failed') await this.o.requests.move(requestId, ['pending'], 'abandoned');
       await this.o.requests.delete(requestId);
-      if (v.kind === 'failed') throw new LoadRequestFailedError(requestId, v.reason);
+      if (v.kind === 'failed') throw new LoadRequestFailedError(requestId, v.reason, v.sqlState);
       return v.loadId;
     }
   }

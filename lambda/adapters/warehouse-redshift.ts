@@ -27,6 +27,8 @@ import { currentRowsSql, pendingStatsSql, RedshiftTypeChangeError, FoldedColumnE
 import { redshiftColumn, redshiftText, RedshiftValueRefusedError, type RedshiftColumn, type ValuePolicy } from '../core/warehouse/redshift-types.ts';
 import { warehouseTable } from '../core/warehouse/warehouse-sql.ts';
 import type { LoadReceipt } from './redshift-loader.ts';
+import { persistentTableErrorCode } from './warehouse-pg-errors.ts';
+import { LoadRequestFailedError } from '../core/warehouse/redshift-requests.ts';
 
 /**
  * What the writer needs of a loader: the in-process `RedshiftLoader` (`cdc local`), or the applier's
@@ -70,6 +72,18 @@ const keyText = (key: readonly RedshiftColumn[], table: string, row: Readonly<Re
     if (!('text' in t)) throw new RedshiftValueRefusedError(table, c.name, t.reason, t.detail);
     return t.text;
   });
+
+/**
+ * What a load request that failed alone with a SQLSTATE means for the apply (docs/warehouse-apply.md,
+ * "Redshift: the applier"): a refused value (class 22, 54) isolates the events and dead-letters the
+ * refused one; an error about the table a retry will not fix holds it (lambda/adapters/warehouse-pg-errors.ts);
+ * anything else is retried.
+ */
+function loadFailureKind(sqlState: string): WriteErrorKind | null {
+  if (sqlState.startsWith('22') || sqlState.startsWith('54')) return { kind: 'value-rejected' };
+  const code = persistentTableErrorCode({ code: sqlState });
+  return code ? { kind: 'persistent', code } : null;
+}
 
 export class RedshiftWarehouse implements Warehouse {
   private readonly tables = new Map<string, RedshiftTable>();
@@ -176,6 +190,7 @@ export class RedshiftWarehouse implements Warehouse {
     if (err instanceof RedshiftValueRefusedError) return { kind: 'value-rejected' };
     if (err instanceof RedshiftTypeChangeError) return { kind: 'type-conflict', message: err.message };
     if (err instanceof NotLoadableError || err instanceof FoldedColumnError) return { kind: 'persistent', code: err.code };
+    if (err instanceof LoadRequestFailedError && err.sqlState) return loadFailureKind(err.sqlState);
     return null;
   }
 

@@ -25,13 +25,15 @@ import { DynamoDbLoadRequests } from '../../lambda/adapters/control-plane-dynamo
 import { StagedRedshiftLoader } from '../../lambda/adapters/redshift-staged-loader.ts';
 import { RedshiftStagingSubmitter } from '../../lambda/adapters/redshift-staging-submitter.ts';
 import type { RedshiftSession } from '../../lambda/adapters/redshift-loader.ts';
-import { RedshiftWarehouse } from '../../lambda/adapters/warehouse-redshift.ts';
+import { RedshiftWarehouse, redshiftTableOf } from '../../lambda/adapters/warehouse-redshift.ts';
 import { createWarehouseApplier, type ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
 import type { Archive } from '../../lambda/core/rebuild/archive.ts';
 import type { ColumnDef, DeleteMode } from '../../lambda/core/shared/control-plane.ts';
 import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
+import { LoadRequestFailedError } from '../../lambda/core/warehouse/redshift-requests.ts';
 import { rsQualified } from '../../lambda/core/warehouse/redshift-sql.ts';
+import { copyStageName } from '../../lambda/core/warehouse/redshift-staged-sql.ts';
 import { warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { FolderArchive } from '../../local/archive.ts';
 import { startDynamoDbLocal, type DynamoDbLocal } from '../../local/dynamodb.ts';
@@ -345,4 +347,85 @@ describe('the Redshift loader function: concurrent appliers, crashes anywhere (D
     const problems = [...new Set(statements)].flatMap((s) => redshiftProblems(s).map((p) => `${p}: ${s.slice(0, 160)}`));
     expect(problems).toEqual([]);
   }, 300_000);
+
+  it('a request the warehouse refuses fails alone, with its SQLSTATE, for the apply to isolate or hold; the others in its load commit', async () => {
+    const sinkId = 'refuse';
+    const requests = new DynamoDbLoadRequests(dynamoDbClient(ddb.endpoint), 'control', sinkId);
+    const store = new FolderArchive(folder);
+    const version = { source: 'rf', table: '', version: 1, columns: COLUMNS, key: ['id'], effectivePosition: makePosition(0n, 0), registeredAt: '' };
+    const good = redshiftTableOf(warehouseTable('rf', 'public.good'), version, false);
+    const bad = redshiftTableOf(warehouseTable('rf', 'public.bad'), version, false);
+    const submitter = (i: number): RedshiftStagingSubmitter =>
+      new RedshiftStagingSubmitter({
+        session: new RedshiftStandIn({ client: clients[i]!, store, bucket: BUCKET }),
+        requests,
+        place: { store, bucket: BUCKET },
+        prefix: 'cdc/refuse/',
+        invokeLoader: async () => undefined,
+        waitMs: 10_000,
+        pollMs: 20,
+      });
+    const [a, b] = [submitter(1), submitter(2)];
+    await a.register(good);
+    await b.register(bad);
+    const event = (table: string): ChangeEvent => ({
+      v: ENVELOPE_VERSION,
+      source: 'rf',
+      table,
+      key: { id: 1 },
+      before: null,
+      missing: [],
+      op: 'insert',
+      after: { id: 1, note: 'x', amount: '1.00' },
+      position: makePosition(0x100n, 0),
+      commitTs: new Date(Date.UTC(2026, 0, 1)).toISOString(),
+      txId: '1',
+      schemaVersion: 1,
+      capture: 'slot',
+      synthetic: false,
+    });
+    const loaded = a.submit(good, [event('public.good')]);
+    const refused = b.submit(bad, [event('public.bad')]).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    while ((await requests.list()).length < 2) await new Promise((r) => setTimeout(r, 20));
+    const standIn = new RedshiftStandIn({ client: clients[0]!, store, bucket: BUCKET });
+    let badCopies = 0;
+    const loader = new StagedRedshiftLoader({
+      session: {
+        query: async (q) => {
+          if (q.startsWith('COPY') && q.includes(copyStageName(bad))) {
+            badCopies++;
+            throw Object.assign(new Error('value too long for type character varying(8)'), { code: '22001' });
+          }
+          return standIn.query(q);
+        },
+      },
+      requests,
+      place: { store, bucket: BUCKET },
+      prefix: 'cdc/refuse/',
+      roleArn: ROLE,
+      ledgerSchema: 'refuse_loads',
+      cadence: { loadEveryMs: 20, mergeEveryMs: 3_600_000 },
+      loaderTimeoutMs: 60_000,
+    });
+    const run = await loader.invoke(5_000);
+    expect(run).toMatchObject({ loads: 1, requests: 2, failed: 1 });
+    // Tried together first (the refused COPY failed the whole load), then each alone.
+    expect(badCopies).toBe(2);
+    expect((await loaded).loaded).toBe(1);
+    const err = await refused;
+    expect(err).toBeInstanceOf(LoadRequestFailedError);
+    expect((err as LoadRequestFailedError).sqlState).toBe('22001');
+    const writer = new RedshiftWarehouse({ loader: b });
+    expect(writer.classifyError(err)).toEqual({ kind: 'value-rejected' });
+    expect(writer.classifyError(new LoadRequestFailedError('r', 'relation does not exist', '42P01'))).toEqual({ kind: 'persistent', code: '42P01' });
+    expect(writer.classifyError(new LoadRequestFailedError('r', 'no load committed the request before its deadline'))).toBeNull();
+    const rows = async (r: typeof good): Promise<number> =>
+      Number((await clients[5]!.query(`SELECT COUNT(*) AS n FROM ${rsQualified(r.t.schema, r.t.view)}`)).rows[0].n);
+    expect([await rows(good), await rows(bad)]).toEqual([1, 0]);
+    // Both answered, both deleted by their appliers.
+    expect(await requests.list()).toEqual([]);
+  }, 60_000);
 });

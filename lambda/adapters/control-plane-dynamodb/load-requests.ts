@@ -65,7 +65,7 @@ export class DynamoDbLoadRequests {
     requestId: string,
     from: readonly LoadRequestState[],
     to: LoadRequestState,
-    set: Partial<Pick<LoadRequest, 'claimedAt' | 'claimedBy' | 'loadId' | 'reason'>> = {},
+    set: Partial<Pick<LoadRequest, 'claimedAt' | 'claimedBy' | 'loadId' | 'reason' | 'sqlState'>> = {},
   ): Promise<boolean> {
     const names: Record<string, string> = { '#state': 'state' };
     const values: Plain = { ':to': to };
@@ -143,6 +143,7 @@ export class DynamoDbLoadRequests {
       ...opt('claimedBy'),
       ...opt('loadId'),
       ...opt('reason'),
+      ...opt('sqlState'),
     };
   }
 }

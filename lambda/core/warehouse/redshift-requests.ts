@@ -42,28 +42,41 @@ export interface LoadRequest {
   loadId?: number;
   /** Why the load failed (for the apply's hold and dead-letter logic). */
   reason?: string;
+  /** The SQLSTATE the warehouse failed the request's load with, alone (absent: no SQL error, e.g. the connection). */
+  sqlState?: string;
 }
 
 /** What a waiting applier concludes from the request's item (null: it is gone). */
-export type RequestVerdict = { kind: 'wait' } | { kind: 'loaded'; loadId: number } | { kind: 'failed'; reason: string };
+export type RequestVerdict = { kind: 'wait' } | { kind: 'loaded'; loadId: number } | { kind: 'failed'; reason: string; sqlState?: string };
 
 export function requestVerdict(r: LoadRequest | null, now: number): RequestVerdict {
   if (r === null) return { kind: 'failed', reason: 'the load request is gone from the control plane' };
   if (r.state === 'loaded') return { kind: 'loaded', loadId: r.loadId ?? 0 };
-  if (r.state === 'failed') return { kind: 'failed', reason: r.reason ?? 'the load failed' };
+  if (r.state === 'failed') return { kind: 'failed', reason: r.reason ?? 'the load failed', ...(r.sqlState ? { sqlState: r.sqlState } : {}) };
   if (r.state === 'abandoned') return { kind: 'failed', reason: 'the load request was abandoned' };
   if (now >= r.deadline) return { kind: 'failed', reason: `no load committed the request before its deadline (${new Date(r.deadline).toISOString()})` };
   return { kind: 'wait' };
 }
 
-/** A load of a sink's requests that failed or was not made in time: the batch is delivered again (and staged again). */
+/**
+ * A load of a request that failed or was not made in time. Without a SQLSTATE the batch is
+ * delivered again (and staged again); with one, the writer classifies it as the apply's hold and
+ * dead-letter logic needs (`RedshiftWarehouse.classifyError`).
+ */
 export class LoadRequestFailedError extends CdcError {
   constructor(
     readonly requestId: string,
     readonly reason: string,
+    readonly sqlState?: string,
   ) {
-    super('REDSHIFT_LOAD_FAILED', `load request ${requestId}: ${reason}`);
+    super('REDSHIFT_LOAD_FAILED', `load request ${requestId}: ${reason}${sqlState ? ` (SQLSTATE ${sqlState})` : ''}`);
   }
+}
+
+/** The SQLSTATE of an error the warehouse raised (five digits or capitals), else undefined. */
+export function sqlStateOf(err: unknown): string | undefined {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
 }
 
 /**

@@ -8,6 +8,7 @@ import {
   recoveredState,
   requestDeadline,
   requestVerdict,
+  sqlStateOf,
   staleClaim,
   type LoadRequest,
 } from '../../../lambda/core/warehouse/redshift-requests.ts';
@@ -38,6 +39,14 @@ describe('load requests', () => {
     expect(requestVerdict(request('a', { state: 'claimed' }), 5000).kind).toBe('failed');
     expect(requestVerdict(request('a', { state: 'loaded', loadId: 7 }), 9999)).toEqual({ kind: 'loaded', loadId: 7 });
     expect(requestVerdict(request('a', { state: 'failed', reason: 'COPY: value too long' }), 0)).toEqual({ kind: 'failed', reason: 'COPY: value too long' });
+    expect(requestVerdict(request('a', { state: 'failed', reason: 'too long', sqlState: '22001' }), 0)).toEqual({
+      kind: 'failed',
+      reason: 'too long',
+      sqlState: '22001',
+    });
+    expect(sqlStateOf(Object.assign(new Error('x'), { code: '22001' }))).toBe('22001');
+    expect(sqlStateOf(Object.assign(new Error('x'), { code: 'ECONNRESET' }))).toBeUndefined();
+    expect(sqlStateOf(new Error('x'))).toBeUndefined();
     expect(requestVerdict(request('a', { state: 'abandoned' }), 0).kind).toBe('failed');
     expect(requestVerdict(null, 0).kind).toBe('failed');
   });
