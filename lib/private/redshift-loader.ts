@@ -107,7 +107,7 @@ export function grantStagingApplier(applier: CdcFunction, p: RedshiftLoaderProps
 
 function grantRequests(controlPlane: IControlPlane, fn: lambda.IFunction, sinkId: string): void {
   const own = [ControlPartition.loadRequests(sinkId)];
-  controlPlane.grantItems(fn, { read: own, put: own, update: own, delete: own });
+  controlPlane.grantItems(fn, { read: own, put: own, update: own, remove: own });
 }
 
 /** `s3:PutObject` under `prefix` only; the bucket's customer managed key for encryption. */
