@@ -6,7 +6,7 @@
  * runs in ONE transaction every table's `COPY … MANIFEST` into its changelog plus the ledger row
  * of the load. A `submit` resolves only after that COMMIT, so its caller advances its checkpoint
  * only for events that are loaded. Merges run on their own cadence, all due tables in one
- * transaction. Statements go over the wire protocol (`pg`), see docs/deploy.md, "Redshift".
+ * transaction. Statements go over the wire protocol (`pg`), see docs/deploy.md, §11.
  */
 import type { Archive } from '../core/rebuild/archive.ts';
 import type { ChangeEvent } from '../core/shared/event.ts';
