@@ -32,6 +32,8 @@ export const ControlPartition = {
   DEAD_LETTER_STAGES: 'DEADLETTERS',
   /** One sink's rebuild runs (docs/rebuild.md; sort key `<source>#<table>#<started at>#<id>`). */
   rebuilds: (sink: string): string => `REBUILD#${sink}`,
+  /** One Redshift sink's load requests, the tables its loader merges and its last merge (docs/warehouse-apply.md, "Redshift: the applier"). */
+  loadRequests: (sink: string): string => `LOADREQ#${sink}`,
 } as const;
 
 /** The checkpoint consumer id under which a source's poll worker keeps its cursors, one per polled table (docs/polling.md). */

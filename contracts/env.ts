@@ -87,6 +87,20 @@ export const EnvName = {
   ARCHIVE_KMS_KEY_ARN: 'CDC_ARCHIVE_KMS_KEY_ARN',
   /** Operator function: JSON object of sink id → `{ "worker": function name, "stateMachine": ARN }` of each sink's rebuild (docs/rebuild.md). */
   REBUILD_WORKERS: 'CDC_REBUILD_WORKERS',
+  /** Redshift sink with staging: the staging bucket (the appliers stage under `<prefix>requests/`, the loader writes manifests under `<prefix>loads/`). */
+  REDSHIFT_STAGING_BUCKET: 'CDC_REDSHIFT_STAGING_BUCKET',
+  /** Redshift sink with staging: the staging prefix (ends with `/`). */
+  REDSHIFT_STAGING_PREFIX: 'CDC_REDSHIFT_STAGING_PREFIX',
+  /** Warehouse applier: the name of the sink's Redshift loader function, invoked asynchronously per load request. */
+  REDSHIFT_LOADER_FUNCTION: 'CDC_REDSHIFT_LOADER_FUNCTION',
+  /** Warehouse applier: how long a load request waits for its load, ms (below the applier's timeout). */
+  REDSHIFT_LOAD_WAIT_MS: 'CDC_REDSHIFT_LOAD_WAIT_MS',
+  /** Redshift loader: the cluster role COPY assumes (`IAM_ROLE`). */
+  REDSHIFT_COPY_ROLE_ARN: 'CDC_REDSHIFT_COPY_ROLE_ARN',
+  /** Redshift loader: its own timeout, ms (a claim older than it is stale). */
+  REDSHIFT_LOADER_TIMEOUT_MS: 'CDC_REDSHIFT_LOADER_TIMEOUT_MS',
+  /** Redshift loader: the sink's `freshnessTarget`, ms (its load and merge cadence, `redshiftCadence`). */
+  FRESHNESS_TARGET_MS: 'CDC_FRESHNESS_TARGET_MS',
   POWERTOOLS_SERVICE_NAME: 'POWERTOOLS_SERVICE_NAME',
   POWERTOOLS_METRICS_NAMESPACE: 'POWERTOOLS_METRICS_NAMESPACE',
   /** Node.js's own flags (the warehouse applier's young generation: `applierNodeOptions`). */
@@ -132,4 +146,5 @@ export const ServiceName = {
   RECONCILER: 'cdc-reconciler',
   REBUILD_WORKER: 'cdc-rebuild-worker',
   ARCHIVE_COPIER: 'cdc-archive-copier',
+  REDSHIFT_LOADER: 'cdc-redshift-loader',
 } as const;

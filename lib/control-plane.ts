@@ -37,6 +37,12 @@ export interface ControlPlaneItemAccess {
    * @default - none
    */
   readonly update?: string[];
+  /**
+   * Partitions whose items the grantee may delete (`DeleteItem`): a Redshift sink's answered load
+   * requests (docs/warehouse-apply.md, "Redshift: the applier"). Never the audit partition (denied).
+   * @default - none
+   */
+  readonly remove?: string[];
 }
 
 /** Writes to the audit partition that IAM denies to every function of the platform: the audit log is append-only. */
@@ -66,7 +72,7 @@ export interface IControlPlane extends IResource {
   grantReadData(grantee: iam.IGrantable): iam.Grant;
   /**
    * Only the given partitions (`dynamodb:LeadingKeys`), only `GetItem`/`Query`/`PutItem`/
-   * `UpdateItem`, never `DeleteItem`, `Scan` or `BatchWriteItem`; and an explicit deny of
+   * `UpdateItem` (`DeleteItem` only in the partitions `remove` names), never `Scan` or `BatchWriteItem`; and an explicit deny of
    * updates and deletes in the audit partition, so that the grantee can only append to it.
    */
   grantItems(grantee: iam.IGrantable, access: ControlPlaneItemAccess): iam.Grant;
@@ -185,6 +191,7 @@ abstract class ControlPlaneBase extends Resource implements IControlPlane {
       [['dynamodb:GetItem', 'dynamodb:Query'], access.read ?? []],
       [['dynamodb:PutItem'], access.put ?? []],
       [['dynamodb:UpdateItem'], access.update ?? []],
+      [['dynamodb:DeleteItem'], access.remove ?? []],
     ];
     let grant: iam.Grant | undefined;
     for (const [actions, partitions] of statements) {
@@ -207,7 +214,7 @@ abstract class ControlPlaneBase extends Resource implements IControlPlane {
         conditions: { 'ForAnyValue:StringEquals': { 'dynamodb:LeadingKeys': [ControlPartition.AUDIT] } },
       }),
     );
-    const writes = (access.put?.length ?? 0) + (access.update?.length ?? 0) > 0;
+    const writes = (access.put?.length ?? 0) + (access.update?.length ?? 0) + (access.remove?.length ?? 0) > 0;
     const key = this.table.encryptionKey;
     if (key) {
       const k = writes ? key.grantEncryptDecrypt(grantee) : key.grantDecrypt(grantee);

@@ -29,6 +29,7 @@ import {
 } from './private/validate.ts';
 import { WarehouseEngine, type WarehouseConnection } from './warehouse-connection.ts';
 import { redshiftCopyRole } from './private/redshift-copy-role.ts';
+import { grantStagingApplier, redshiftLoaderFunction, stagingEnvironment, type RedshiftLoaderProps } from './private/redshift-loader.ts';
 import { platformMetric } from './private/platform-metric.ts';
 import { payloadEnvironment } from './private/payloads.ts';
 
@@ -176,8 +177,9 @@ export interface WarehouseSinkProps extends ChangeLogSinkProps {
   /**
    * Redshift only: where the Redshift loader stages its objects, for the cluster role this sink
    * creates (`copyRole`: COPY's reads on the staging prefix, nothing more; docs/deploy.md, §11).
-   * Associate that role with the cluster. The deployed applier does not stage there yet
-   * (docs/warehouse-apply.md, "Redshift: the applier").
+   * Associate that role with the cluster. The applier stages its batches there and the sink's
+   * Redshift loader function loads them with COPY (docs/warehouse-apply.md, "Redshift: the applier");
+   * the applier's `timeout` must then be at least 2 minutes.
    * @default - no staging, no cluster role
    */
   readonly redshiftStaging?: RedshiftStaging;
@@ -264,6 +266,8 @@ export class WarehouseSink extends WarehouseSinkBase implements IMonitoredWareho
   readonly copyRole?: iam.IRole;
   /** The staging prefix `copyRole` reads (with `redshiftStaging`). */
   readonly stagingPrefix?: string;
+  /** The Redshift loader function (with `redshiftStaging`): loads what the applier stages, reserved concurrency 1 (docs/warehouse-apply.md, "Redshift: the applier"). */
+  readonly redshiftLoader?: lambda.IFunction;
 
   constructor(scope: Construct, id: string, props: WarehouseSinkProps) {
     super(scope, id);
@@ -286,6 +290,7 @@ export class WarehouseSink extends WarehouseSinkBase implements IMonitoredWareho
       fail(this, `mergeMaxAge must be between 1 second and 1 hour, got ${props.mergeMaxAge.toHumanString()}`);
     }
 
+    let staging: Omit<RedshiftLoaderProps, 'securityGroup'> | undefined;
     if (props.redshiftStaging) {
       if (props.connection.engine !== WarehouseEngine.REDSHIFT) fail(this, 'redshiftStaging is for a Redshift warehouse (WarehouseConnection.redshift)');
       const prefix = props.redshiftStaging.prefix ?? `cdc/${this.sinkId}/`;
@@ -297,6 +302,7 @@ export class WarehouseSink extends WarehouseSinkBase implements IMonitoredWareho
         prefix,
         description: `Warehouse sink ${this.sinkId}: Redshift COPY reads the staging prefix ${prefix} (${this.node.path})`,
       });
+      staging = this.stagingProps(props, props.redshiftStaging.bucket, prefix, this.copyRole);
     }
 
     const securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
@@ -308,6 +314,10 @@ export class WarehouseSink extends WarehouseSinkBase implements IMonitoredWareho
     (props.awsApiEgress ?? AwsApiEgress.vpcEndpoints()).applyTo(securityGroup, props.vpc);
     this.connections = new ec2.Connections({ securityGroups: [securityGroup] });
     allowDatabase(this, 'Warehouse', securityGroup, props.connection, `Warehouse sink ${this.sinkId}: the applier`, 'the warehouse');
+    // Redshift with staging: the sink's loader function (docs/warehouse-apply.md, "Redshift: the applier").
+    const loaderProps = staging ? { ...staging, securityGroup } : undefined;
+    const loader = loaderProps ? redshiftLoaderFunction(this, loaderProps) : undefined;
+    const timeout = props.timeout ?? Duration.minutes(5);
 
     const memorySize = props.memorySize ?? Size.mebibytes(DEFAULT_APPLIER_MEMORY_MIB);
     const applier = new CdcFunction(this, 'Applier', {
@@ -328,9 +338,10 @@ export class WarehouseSink extends WarehouseSinkBase implements IMonitoredWareho
         ...(props.mergeOnSchedule === true ? { [EnvName.MERGE_ON_SCHEDULE]: 'true' } : {}),
         // A young generation sized for a batch (docs/performance-log.md, "The applier's young generation").
         [EnvName.NODE_OPTIONS]: applierNodeOptions(memorySize.toMebibytes()),
+        ...(loaderProps && loader ? stagingEnvironment(this, loaderProps, loader.fn, timeout) : {}),
       },
       memorySize,
-      timeout: props.timeout ?? Duration.minutes(5),
+      timeout,
       vpc: props.vpc,
       vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
       securityGroups: [securityGroup],
@@ -338,6 +349,8 @@ export class WarehouseSink extends WarehouseSinkBase implements IMonitoredWareho
     this.applier = applier.fn;
     props.connection.secret.grantRead(applier.fn);
     grantApplierItems(props, applier.fn, this.sinkId, this.sourceIds);
+    if (loaderProps && loader) grantStagingApplier(applier, loaderProps, loader.fn);
+    this.redshiftLoader = loader?.fn;
     const consumer = consumeChangeLog(this, applier, props, {
       kind: 'warehouse',
       sinkId: this.sinkId,
@@ -379,6 +392,21 @@ export class WarehouseSink extends WarehouseSinkBase implements IMonitoredWareho
         ],
       }),
     );
+  }
+
+  private stagingProps(props: WarehouseSinkProps, bucket: s3.IBucket, prefix: string, copyRole: iam.IRole): Omit<RedshiftLoaderProps, 'securityGroup'> {
+    return {
+      sinkId: this.sinkId,
+      bucket,
+      prefix,
+      copyRole,
+      controlPlane: props.controlPlane,
+      connection: props.connection,
+      freshnessTarget: this.freshnessTarget,
+      vpc: props.vpc,
+      vpcSubnets: props.vpcSubnets ?? { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
+      logKey: props.changeLog.encryptionKey,
+    };
   }
 
   /** Age of the oldest change-log record the applier reads (`AWS/Lambda IteratorAge`), milliseconds; maximum per minute by default. */

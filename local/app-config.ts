@@ -31,6 +31,7 @@ export const HANDLER_OF_SERVICE: Readonly<Record<string, string>> = {
   [ServiceName.RECONCILER]: 'reconciler',
   [ServiceName.REBUILD_WORKER]: 'rebuild-worker',
   [ServiceName.ARCHIVE_COPIER]: 'archive-copier',
+  [ServiceName.REDSHIFT_LOADER]: 'redshift-loader',
   'cdc-search-applier': 'search-applier',
   'cdc-snapshot-worker': 'snapshot-worker',
   'cdc-poll-worker': 'poll-worker',

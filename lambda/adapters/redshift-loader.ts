@@ -6,12 +6,11 @@
  * runs in ONE transaction every table's `COPY … MANIFEST` into its changelog plus the ledger row
  * of the load. A `submit` resolves only after that COMMIT, so its caller advances its checkpoint
  * only for events that are loaded. Merges run on their own cadence, all due tables in one
- * transaction. Statements go over the wire protocol (`pg`), see docs/deploy.md, "Redshift".
+ * transaction. Statements go over the wire protocol (`pg`), see docs/deploy.md, §11.
  */
-import { gzipSync } from 'node:zlib';
 import type { Archive } from '../core/rebuild/archive.ts';
 import type { ChangeEvent } from '../core/shared/event.ts';
-import { csvParts, manifest, stageEvent, type StagedRow } from '../core/warehouse/redshift-load.ts';
+import { stageEvent, type StagedRow } from '../core/warehouse/redshift-load.ts';
 import {
   copyManifestSql,
   createLedgerSql,
@@ -27,6 +26,7 @@ import {
   type RedshiftTable,
 } from '../core/warehouse/redshift-sql.ts';
 import type { ValuePolicy } from '../core/warehouse/redshift-types.ts';
+import { putManifest, putParts, tableFolder } from './redshift-staging.ts';
 
 /** A Redshift session (a `pg.Client` over the wire protocol, or the local stand-in). */
 export interface RedshiftSession {
@@ -200,21 +200,15 @@ export class RedshiftLoader {
     const loadId = Number((await this.sql(nextLoadIdSql(this.o.ledgerSchema)))[0]!.load_id);
     const loadKey = `${this.o.prefix}loads/${loadId}`;
     // Objects first (durable before the COPY names them), one manifest per table.
+    const place = { store: this.o.store, bucket: this.o.bucket };
     const manifests: { r: RedshiftTable; uri: string }[] = [];
     let objects = 0;
     let events = 0;
     for (const [i, { r, rows }] of batch.entries()) {
-      const parts = csvParts(loadId, rows, { slices: this.o.slices }).map((text) => gzipSync(text));
-      const entries: { url: string; bytes: number }[] = [];
-      for (const [j, body] of parts.entries()) {
-        const key = `${loadKey}/t${i}-${r.t.view.toLowerCase()}/part-${String(j).padStart(4, '0')}.csv.gz`;
-        await this.o.store.put(key, body);
-        entries.push({ url: `s3://${this.o.bucket}/${key}`, bytes: body.length });
-      }
-      const mkey = `${loadKey}/t${i}-${r.t.view.toLowerCase()}.manifest`;
-      await this.o.store.put(mkey, JSON.stringify(manifest(entries)));
-      manifests.push({ r, uri: `s3://${this.o.bucket}/${mkey}` });
-      objects += entries.length;
+      const folder = `${loadKey}/${tableFolder(i, r.t.view)}`;
+      const parts = await putParts(place, folder, loadId, rows, { slices: this.o.slices });
+      manifests.push({ r, uri: await putManifest(place, `${folder}.manifest`, parts) });
+      objects += parts.length;
       events += rows.length;
     }
     await this.transaction(async () => {

@@ -26,10 +26,29 @@ import { NotLoadableError, stageEvent } from '../core/warehouse/redshift-load.ts
 import { currentRowsSql, pendingStatsSql, RedshiftTypeChangeError, FoldedColumnError, type RedshiftTable } from '../core/warehouse/redshift-sql.ts';
 import { redshiftColumn, redshiftText, RedshiftValueRefusedError, type RedshiftColumn, type ValuePolicy } from '../core/warehouse/redshift-types.ts';
 import { warehouseTable } from '../core/warehouse/warehouse-sql.ts';
-import type { RedshiftLoader } from './redshift-loader.ts';
+import type { LoadReceipt } from './redshift-loader.ts';
+import { persistentTableErrorCode } from './warehouse-pg-errors.ts';
+import { LoadRequestFailedError } from '../core/warehouse/redshift-requests.ts';
+
+/**
+ * What the writer needs of a loader: the in-process `RedshiftLoader` (`cdc local`), or the applier's
+ * side of the loader function (`RedshiftStagingSubmitter`, on AWS). `submit` resolves only after the
+ * load carrying the events has committed.
+ */
+export interface RedshiftLoadPort {
+  register(r: RedshiftTable): Promise<void>;
+  evolve(from: RedshiftTable, to: RedshiftTable): Promise<void>;
+  /** Loads what is queued in this process (nothing to do where nothing is queued). */
+  flush(): Promise<unknown>;
+  /** A read on the warehouse after the loads this process queued before it. */
+  read(text: string): Promise<Record<string, unknown>[]>;
+  submit(r: RedshiftTable, events: readonly ChangeEvent[], appliedAt?: Date): Promise<LoadReceipt>;
+  /** Merges the tables with pending rows; `tables` is how many it merged (0 where another process merges). */
+  merge(): Promise<{ tables: number }>;
+}
 
 export interface RedshiftWarehouseOptions {
-  loader: RedshiftLoader;
+  loader: RedshiftLoadPort;
   /** A column's value policy (the loader's `policyOf`). @default 'refuse-row' */
   policyOf?: (table: string, column: string) => ValuePolicy;
 }
@@ -53,6 +72,18 @@ const keyText = (key: readonly RedshiftColumn[], table: string, row: Readonly<Re
     if (!('text' in t)) throw new RedshiftValueRefusedError(table, c.name, t.reason, t.detail);
     return t.text;
   });
+
+/**
+ * What a load request that failed alone with a SQLSTATE means for the apply (docs/warehouse-apply.md,
+ * "Redshift: the applier"): a refused value (class 22, 54) isolates the events and dead-letters the
+ * refused one; an error about the table a retry will not fix holds it (lambda/adapters/warehouse-pg-errors.ts);
+ * anything else is retried.
+ */
+function loadFailureKind(sqlState: string): WriteErrorKind | null {
+  if (sqlState.startsWith('22') || sqlState.startsWith('54')) return { kind: 'value-rejected' };
+  const code = persistentTableErrorCode({ code: sqlState });
+  return code ? { kind: 'persistent', code } : null;
+}
 
 export class RedshiftWarehouse implements Warehouse {
   private readonly tables = new Map<string, RedshiftTable>();
@@ -140,8 +171,9 @@ export class RedshiftWarehouse implements Warehouse {
   async merge(target: MergeTarget): Promise<MergeResult> {
     const started = Date.now();
     const { rows } = await this.deltaStats(target);
-    if (rows > 0) await this.o.loader.merge();
-    return { rows, committedAt: Date.now(), ms: Date.now() - started };
+    // Where the loader function merges on its own cadence (on AWS), nothing was merged here.
+    const merged = rows > 0 ? (await this.o.loader.merge()).tables : 0;
+    return { rows: merged > 0 ? rows : 0, committedAt: Date.now(), ms: Date.now() - started };
   }
 
   /** Pending changelog rows of the table (above its watermark) and when the oldest of them was loaded. */
@@ -158,6 +190,7 @@ export class RedshiftWarehouse implements Warehouse {
     if (err instanceof RedshiftValueRefusedError) return { kind: 'value-rejected' };
     if (err instanceof RedshiftTypeChangeError) return { kind: 'type-conflict', message: err.message };
     if (err instanceof NotLoadableError || err instanceof FoldedColumnError) return { kind: 'persistent', code: err.code };
+    if (err instanceof LoadRequestFailedError && err.sqlState) return loadFailureKind(err.sqlState);
     return null;
   }
 

@@ -15,7 +15,6 @@ import { EnvName, ServiceName } from '../../contracts/env.ts';
 import { METRICS_NAMESPACE } from '../../contracts/metrics.ts';
 import type { ControlPlane } from '../core/shared/control-plane.ts';
 import { describeError } from '../core/sink/sink-batch.ts';
-import { ConfigurationError } from '../core/shared/errors.ts';
 import type { PayloadStore } from '../core/shared/payload-store.ts';
 import { createWarehouseApply, type ApplyOptions, type BatchOutcome, type ChangeRecord, type MergeDone } from '../core/warehouse/warehouse-apply.ts';
 import type { MergePolicy } from '../core/warehouse/merge-policy.ts';
@@ -24,8 +23,10 @@ import type { WarehouseTable } from '../core/warehouse/warehouse-sql.ts';
 import { dynamoDbClient } from '../adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { PgWarehouse, type PgWarehouseOptions } from '../adapters/warehouse-pg.ts';
+import { requiredEnv } from '../runtime/environment.ts';
 import { mergePolicyFromEnvironment } from '../runtime/merge-policy.ts';
 import { payloadStoreFromEnvironment } from '../runtime/payload-store.ts';
+import { redshiftWriterFromEnvironment } from '../runtime/redshift-submitter.ts';
 import { poolFromEnvironment } from '../runtime/warehouse-pool.ts';
 import { isReplayEvent, replayFromEnvironment, type ReplayEvent, type ReplayOutcome } from '../runtime/replay.ts';
 import { applyLog, changeRecordOf, emitApplyMetrics, emitMergeMetrics, partialBatchResponse } from '../runtime/sink-batch.ts';
@@ -102,29 +103,29 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
   return { applyRecords, handler, mergeDue, mergeTable: apply.mergeTable, warehouse };
 }
 
-// ---------------------------------------------------------------------------------------------
-// The Lambda handler: module-scope clients, built once per container from the environment.
+// --- The Lambda handler: module-scope clients, built once per container from the environment. ---
 
 const logger = new Logger({ serviceName: process.env[EnvName.POWERTOOLS_SERVICE_NAME] ?? ServiceName.WAREHOUSE_APPLIER });
 const metrics = new Metrics({ namespace: process.env[EnvName.POWERTOOLS_METRICS_NAMESPACE] ?? METRICS_NAMESPACE });
 let applier: Promise<WarehouseApplier> | undefined;
 
 async function fromEnvironment(): Promise<WarehouseApplier> {
-  const table = process.env[EnvName.CONTROL_TABLE];
-  const sinkId = process.env[EnvName.SINK_ID];
-  if (!table) throw new ConfigurationError(`${EnvName.CONTROL_TABLE} is not set`);
-  if (!sinkId) throw new ConfigurationError(`${EnvName.SINK_ID} is not set`);
+  const table = requiredEnv(EnvName.CONTROL_TABLE);
+  const sinkId = requiredEnv(EnvName.SINK_ID);
   const pool = await poolFromEnvironment();
   pool.on('error', (err) => logger.warn('idle warehouse connection failed', { error: describeError(err) }));
   const payloads = payloadStoreFromEnvironment();
-  const merge = mergePolicyFromEnvironment();
+  // Redshift with staging: the batch is staged for the sink's loader function (docs/warehouse-apply.md, "Redshift: the applier").
+  const writer = redshiftWriterFromEnvironment(pool, table, sinkId);
+  const controlPlane = new DynamoDbControlPlane(dynamoDbClient(), table, payloads);
   return createWarehouseApplier({
-    controlPlane: new DynamoDbControlPlane(dynamoDbClient(), table, payloads),
+    controlPlane,
     pool,
     sinkId,
     metrics,
     logger,
-    merge,
+    merge: mergePolicyFromEnvironment(),
+    ...(writer ? { writer } : {}),
     ...(payloads ? { payloads } : {}),
   });
 }

@@ -5,6 +5,7 @@
  * keys under the prefix (a condition on `s3:prefix`); `kms:Decrypt` on the bucket's key when it has
  * a customer managed one.
  */
+import { Stack, Validations, type CfnElement } from 'aws-cdk-lib';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import type * as s3 from 'aws-cdk-lib/aws-s3';
 import { Construct } from 'constructs';
@@ -27,5 +28,12 @@ export function redshiftCopyRole(scope: Construct, id: string, p: RedshiftCopyRo
     new iam.PolicyStatement({ actions: ['s3:ListBucket'], resources: [p.bucket.bucketArn], conditions: { StringLike: { 's3:prefix': [`${p.prefix}*`] } } }),
   );
   if (p.bucket.encryptionKey) role.addToPolicy(new iam.PolicyStatement({ actions: ['kms:Decrypt'], resources: [p.bucket.encryptionKey.keyArn] }));
+  const bucket = p.bucket.node.defaultChild;
+  if (bucket) {
+    Validations.of(role).acknowledge({
+      id: `AwsSolutions-IAM5[Resource::<${Stack.of(scope).getLogicalId(bucket as CfnElement)}.Arn>/${p.prefix}*]`,
+      reason: `COPY reads the objects and manifests the loads name, all under the staging prefix ${p.prefix}`,
+    });
+  }
   return role;
 }

@@ -12,6 +12,7 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { App, Duration, Size, Stack, Validations } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as s3 from 'aws-cdk-lib/aws-s3';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { buildExampleApp } from '../../bin/example-app.ts';
@@ -58,7 +59,7 @@ let optionalOut: string;
 /** Variables set on any function of each handler, over every synthesized template. */
 const setBy = new Map<string, Set<string>>();
 
-/** A stack whose props add every optional variable: pause budgets, TLS CA, read replica, instance, budget, polled table, merge thresholds, rows per run. */
+/** A stack whose props add every optional variable: pause budgets, TLS CA, read replica, instance, budget, polled table, merge thresholds, Redshift staging (and its loader function), rows per run. */
 function optionalSettingsApp(dir: string): App {
   const app = new App({ outdir: dir });
   const stack = new Stack(app, 'Optional');
@@ -98,6 +99,8 @@ function optionalSettingsApp(dir: string): App {
     mergeMaxRows: 1000,
     mergeMaxAge: Duration.minutes(5),
     mergeOnSchedule: true,
+    // The Redshift loader function and the applier's staging variables (docs/warehouse-apply.md, "Redshift: the applier").
+    redshiftStaging: { bucket: s3.Bucket.fromBucketName(stack, 'Staging', 'cdc-staging') },
   });
   new Reconciler(stack, 'Reconciler', {
     controlPlane,

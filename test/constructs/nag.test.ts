@@ -7,7 +7,9 @@ import { AwsSolutionsChecks } from 'cdk-nag';
 import type { IConstruct } from 'constructs';
 import { describe, expect, test } from 'vitest';
 import { buildExampleApp } from '../../bin/example-app.ts';
+import * as kms from 'aws-cdk-lib/aws-kms';
 import * as opensearch from 'aws-cdk-lib/aws-opensearchservice';
+import * as s3 from 'aws-cdk-lib/aws-s3';
 import { PipelineDashboard, SearchSink, WarehouseConnection, WarehouseRebuild, WarehouseSink } from '../../lib/index.ts';
 import { fixture, newApp, ordersSource, WAREHOUSE_PEER } from './helpers.ts';
 
@@ -58,6 +60,23 @@ describe('cdk-nag AwsSolutions', () => {
       domain: opensearch.Domain.fromDomainEndpoint(f.stack, 'Domain', 'https://search-s-abcdefghijklmnop.eu-west-1.es.amazonaws.com'),
     });
     // The fixture's VPC is test scaffolding, not part of the library.
+    Validations.of(f.vpc).acknowledge({ id: 'AwsSolutions-VPC7', reason: 'test fixture vpc; flow logs are the application’s choice' });
+    expect(violationsOf(f.app, f.stack)).toEqual([]);
+  });
+
+  test('a Redshift sink with staging (its loader function and grants) has no unacknowledged findings', () => {
+    const f = fixture();
+    const key = new kms.Key(f.stack, 'StagingKey', { enableKeyRotation: true });
+    const bucket = new s3.Bucket(f.stack, 'Staging', { encryption: s3.BucketEncryption.KMS, encryptionKey: key, enforceSSL: true });
+    Validations.of(bucket).acknowledge({ id: 'AwsSolutions-S1', reason: 'test fixture bucket; access logging is the application’s choice' });
+    new WarehouseSink(f.stack, 'Warehouse', {
+      controlPlane: f.controlPlane,
+      changeLog: f.log,
+      sources: [ordersSource(f)],
+      connection: WarehouseConnection.redshift({ secret: f.warehouseSecret, peer: WAREHOUSE_PEER }),
+      vpc: f.vpc,
+      redshiftStaging: { bucket },
+    });
     Validations.of(f.vpc).acknowledge({ id: 'AwsSolutions-VPC7', reason: 'test fixture vpc; flow logs are the application’s choice' });
     expect(violationsOf(f.app, f.stack)).toEqual([]);
   });

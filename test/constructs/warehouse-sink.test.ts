@@ -319,3 +319,81 @@ describe('WarehouseSink redshiftStaging: the cluster role COPY assumes (docs/dep
     expect(() => sink(h, { redshiftStaging: { bucket: b2, prefix: 'no-slash' } })).toThrow(/redshiftStaging.prefix must be plain key characters/);
   });
 });
+
+describe('WarehouseSink redshiftStaging: the loader function (docs/warehouse-apply.md, "Redshift: the applier")', () => {
+  /** Every statement of the policies attached to the role of the function whose logical id starts with `prefix`. */
+  const statementsOf = (t: Template, prefix: string): Array<{ Action: string | string[]; Resource: unknown; Effect: string }> => {
+    const fn = onlyResource(t, 'AWS::Lambda::Function', prefix);
+    const roleId = (fn.Properties.Role as { 'Fn::GetAtt': [string, string] })['Fn::GetAtt'][0];
+    return resourcesOf(t, 'AWS::IAM::Policy')
+      .filter(([, p]) => JSON.stringify(p.Properties.Roles).includes(roleId))
+      .flatMap(([, p]) => (p.Properties.PolicyDocument as { Statement: Array<{ Action: string | string[]; Resource: unknown; Effect: string }> }).Statement);
+  };
+  const withAction = (ss: ReturnType<typeof statementsOf>, action: string): unknown[] =>
+    ss.filter((x) => x.Effect === 'Allow' && [x.Action].flat().includes(action)).map((x) => x.Resource);
+
+  test('reserved concurrency 1, a schedule every minute; PutObject on its own prefix only; invoke of the loader only; synth works', () => {
+    const f = fixture();
+    const key = new kms.Key(f.stack, 'StagingKey');
+    const bucket = new s3.Bucket(f.stack, 'Staging', { encryption: s3.BucketEncryption.KMS, encryptionKey: key });
+    const s = sink(f, { redshiftStaging: { bucket, prefix: 'dw/' }, freshnessTarget: Duration.minutes(3) });
+    f.app.synth();
+    const t = Template.fromStack(f.stack);
+    const r = (v: unknown): unknown => f.stack.resolve(v);
+    const loader = onlyResource(t, 'AWS::Lambda::Function', 'WarehouseRedshiftLoader');
+    expect(loader.Properties.ReservedConcurrentExecutions).toBe(1);
+    expect(r(s.redshiftLoader!.functionArn)).toEqual({ 'Fn::GetAtt': [expect.stringMatching(/^WarehouseRedshiftLoader/), 'Arn'] });
+    t.hasResourceProperties('AWS::Events::Rule', {
+      ScheduleExpression: 'rate(1 minute)',
+      Targets: [Match.objectLike({ Arn: r(s.redshiftLoader!.functionArn) })],
+    });
+
+    const objects = (p: string): unknown => ({ 'Fn::Join': ['', [r(bucket.bucketArn), `/${p}*`]] });
+    // Of the staging bucket (the applier also writes dead letters to the payload bucket).
+    const staged = (rs: unknown[]): unknown[] => rs.filter((x) => JSON.stringify(x).includes(JSON.stringify(r(bucket.bucketArn))));
+    const applier = statementsOf(t, 'WarehouseApplier');
+    expect(staged(withAction(applier, 's3:PutObject'))).toEqual([objects('dw/requests/')]);
+    expect(withAction(applier, 'lambda:InvokeFunction')).toEqual([r(s.redshiftLoader!.functionArn)]);
+    const own = statementsOf(t, 'WarehouseRedshiftLoader');
+    expect(withAction(own, 's3:PutObject')).toEqual([objects('dw/loads/')]);
+    expect(JSON.stringify(own)).not.toContain('dw/requests/');
+    expect(JSON.stringify(applier)).not.toContain('dw/loads/');
+    expect(withAction(own, 'lambda:InvokeFunction')).toEqual([]);
+    expect(withAction(own, 's3:GetObject')).toEqual([]);
+    // Both may delete in their sink's load-request partition, and only there.
+    for (const ss of [applier, own]) {
+      const deletes = ss.filter((x) => x.Effect === 'Allow' && [x.Action].flat().includes('dynamodb:DeleteItem'));
+      expect(JSON.stringify(deletes)).toContain('"LOADREQ#warehouse"');
+      expect(deletes).toHaveLength(1);
+    }
+    // The bucket's key for encryption (GenerateDataKey), for both.
+    for (const ss of [applier, own]) expect(withAction(ss, 'kms:GenerateDataKey*')).toContainEqual(r(key.keyArn));
+
+    const env = (prefix: string): Record<string, unknown> =>
+      (onlyResource(t, 'AWS::Lambda::Function', prefix).Properties.Environment as { Variables: Record<string, unknown> }).Variables;
+    expect(env('WarehouseApplier')).toMatchObject({
+      CDC_REDSHIFT_STAGING_BUCKET: r(bucket.bucketName),
+      CDC_REDSHIFT_STAGING_PREFIX: 'dw/',
+      CDC_REDSHIFT_LOADER_FUNCTION: r(s.redshiftLoader!.functionName),
+      CDC_REDSHIFT_LOAD_WAIT_MS: String(4 * 60_000),
+    });
+    expect(env('WarehouseRedshiftLoader')).toMatchObject({
+      CDC_SINK_ID: 'warehouse',
+      CDC_REDSHIFT_COPY_ROLE_ARN: r(s.copyRole!.roleArn),
+      CDC_FRESHNESS_TARGET_MS: String(3 * 60_000),
+      CDC_REDSHIFT_LOADER_TIMEOUT_MS: String(2 * 60_000),
+    });
+  });
+
+  test('without redshiftStaging: no loader, nothing staged; an applier timeout under 2 minutes is refused with staging', () => {
+    const f = fixture();
+    const s = sink(f);
+    const t = Template.fromStack(f.stack);
+    expect(s.redshiftLoader).toBeUndefined();
+    expect(resourcesOf(t, 'AWS::Lambda::Function').filter(([id]) => id.startsWith('WarehouseRedshiftLoader'))).toHaveLength(0);
+    expect(JSON.stringify(t.toJSON())).not.toContain('CDC_REDSHIFT');
+    const g = fixture();
+    const bucket = new s3.Bucket(g.stack, 'Staging');
+    expect(() => sink(g, { redshiftStaging: { bucket }, timeout: Duration.seconds(90) })).toThrow(/timeout must be at least 2 minutes with redshiftStaging/);
+  });
+});

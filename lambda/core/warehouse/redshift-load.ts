@@ -134,10 +134,16 @@ function fitRow(
   }
 }
 
-/** The CSV parts of `rows` for load `loadId` (its id first in every row): `partCount` parts of about equal bytes. */
-export function csvParts(loadId: number, rows: readonly StagedRow[], o: PartOptions = {}): string[] {
-  const id = String(loadId);
-  const sized = rows.map((r) => ({ fields: [id, ...r.fields], bytes: r.fields.reduce((n, f) => n + fieldBytes(f), id.length + 3) }));
+/**
+ * The CSV parts of `rows`: `partCount` parts of about equal bytes. With a `loadId` (the in-process
+ * loader, which knows its load before it stages) that id is the first field of every row; with
+ * `null` (an applier staging for the loader function, before any load exists) the rows start at
+ * the position and the loader's COPY sets the load id (docs/warehouse-apply.md, "Redshift: the applier").
+ */
+export function csvParts(loadId: number | null, rows: readonly StagedRow[], o: PartOptions = {}): string[] {
+  const id = loadId === null ? [] : [String(loadId)];
+  const idBytes = loadId === null ? 0 : String(loadId).length + 3;
+  const sized = rows.map((r) => ({ fields: [...id, ...r.fields], bytes: r.fields.reduce((n, f) => n + fieldBytes(f), idBytes) }));
   const total = sized.reduce((n, r) => n + r.bytes, 0);
   const n = partCount(total, o);
   const parts: string[] = [];

@@ -135,13 +135,13 @@ export function nextLoadIdSql(schema: string): string {
 
 /** Whether a load is committed already (`load_key` is the load's manifest key). */
 export function loadDoneSql(schema: string, loadKey: string): string {
-  return `SELECT load_id FROM ${rsQualified(schema, LEDGER_TABLE)} WHERE load_key = ${literal(loadKey)}`;
+  return `SELECT load_id FROM ${rsQualified(schema, LEDGER_TABLE)} WHERE load_key = ${rsLiteral(loadKey)}`;
 }
 
 export function recordLoadSql(schema: string, o: { loadId: number; loadKey: string; objects: number; events: number; at: Date }): string {
   return (
     `INSERT INTO ${rsQualified(schema, LEDGER_TABLE)} (load_id, load_key, objects, events, loaded_at) VALUES ` +
-    `(${int(o.loadId)}, ${literal(o.loadKey)}, ${int(o.objects)}, ${int(o.events)}, CAST(${literal(o.at.toISOString())} AS timestamptz))`
+    `(${rsInt(o.loadId)}, ${rsLiteral(o.loadKey)}, ${rsInt(o.objects)}, ${rsInt(o.events)}, CAST(${rsLiteral(o.at.toISOString())} AS timestamptz))`
   );
 }
 
@@ -172,8 +172,8 @@ export function createTableSql(r: RedshiftTable): string[] {
       `PRIMARY KEY (${keyNames})`,
     ].join(', ')})`,
     `CREATE TABLE IF NOT EXISTS ${rsQualified(t.schema, WATERMARKS_TABLE)} (table_name varchar(128) NOT NULL, merged_load bigint NOT NULL, PRIMARY KEY (table_name))`,
-    `INSERT INTO ${rsQualified(t.schema, WATERMARKS_TABLE)} (table_name, merged_load) SELECT ${literal(t.view.toLowerCase())}, 0 ` +
-      `WHERE NOT EXISTS (SELECT 1 FROM ${rsQualified(t.schema, WATERMARKS_TABLE)} w WHERE w.table_name = ${literal(t.view.toLowerCase())})`,
+    `INSERT INTO ${rsQualified(t.schema, WATERMARKS_TABLE)} (table_name, merged_load) SELECT ${rsLiteral(t.view.toLowerCase())}, 0 ` +
+      `WHERE NOT EXISTS (SELECT 1 FROM ${rsQualified(t.schema, WATERMARKS_TABLE)} w WHERE w.table_name = ${rsLiteral(t.view.toLowerCase())})`,
   ];
   if (r.hard) {
     out.push(
@@ -187,7 +187,7 @@ export function createTableSql(r: RedshiftTable): string[] {
 /** The changelog rows of `t` the base has not absorbed: loads above the table's watermark (up to `cut`, when given). */
 function pendingRows(r: RedshiftTable, cut?: string): string {
   const { t } = r;
-  const wm = `(SELECT w.merged_load FROM ${rsQualified(t.schema, WATERMARKS_TABLE)} w WHERE w.table_name = ${literal(t.view.toLowerCase())})`;
+  const wm = `(SELECT w.merged_load FROM ${rsQualified(t.schema, WATERMARKS_TABLE)} w WHERE w.table_name = ${rsLiteral(t.view.toLowerCase())})`;
   return `SELECT c.* FROM ${rsQualified(t.schema, t.changelog)} c WHERE c.${rsIdent(LOAD_COLUMN)} > ${wm}${cut ? ` AND c.${rsIdent(LOAD_COLUMN)} <= ${cut}` : ''}`;
 }
 
@@ -251,7 +251,7 @@ export function mergeSql(r: RedshiftTable, cut: number): string[] {
     return `l.${rsIdent(c)}`;
   });
   const out = [
-    `CREATE TEMP TABLE ${stage} AS SELECT ${exprs.join(', ')} FROM (${newestPending(r, String(int(cut)))}) l WHERE l.${rsIdent(RANK)} = 1 AND ${aboveBase(r, 'l')}`,
+    `CREATE TEMP TABLE ${stage} AS SELECT ${exprs.join(', ')} FROM (${newestPending(r, String(rsInt(cut)))}) l WHERE l.${rsIdent(RANK)} = 1 AND ${aboveBase(r, 'l')}`,
   ];
   const mirror = rsQualified(t.schema, t.mirror);
   const mirrorRef = rsIdent(t.mirror);
@@ -274,7 +274,7 @@ export function mergeSql(r: RedshiftTable, cut: number): string[] {
       `WHEN MATCHED THEN UPDATE SET ${assign.join(', ')} ` +
       `WHEN NOT MATCHED THEN INSERT (${list(mcols)}) VALUES (${list(mcols, 's.')})`,
   );
-  out.push(`UPDATE ${rsQualified(t.schema, WATERMARKS_TABLE)} SET merged_load = ${int(cut)} WHERE table_name = ${literal(t.view.toLowerCase())}`);
+  out.push(`UPDATE ${rsQualified(t.schema, WATERMARKS_TABLE)} SET merged_load = ${rsInt(cut)} WHERE table_name = ${rsLiteral(t.view.toLowerCase())}`);
   out.push(`DROP TABLE ${stage}`);
   return out;
 }
@@ -300,19 +300,24 @@ export const COPY_FORMAT = "FORMAT AS CSV GZIP TIMEFORMAT 'auto' DATEFORMAT 'aut
  * The URI, role and region are checked, not parameters (COPY takes none).
  */
 export function copyManifestSql(r: RedshiftTable, manifestUri: string, roleArn: string, region?: string): string {
+  return copyIntoSql(rsQualified(r.t.schema, r.t.changelog), changelogColumns(r), manifestUri, roleArn, region);
+}
+
+/** `COPY <target> (columns) FROM '<manifest>' IAM_ROLE … MANIFEST …` into a table already quoted (`copyManifestSql`, or a load's stage table). */
+export function copyIntoSql(target: string, columns: readonly string[], manifestUri: string, roleArn: string, region?: string): string {
   if (!/^s3:\/\/[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\/[A-Za-z0-9!_.*()/=-]+$/.test(manifestUri))
     throw new UnsafeIdentifierError(manifestUri, 'not an S3 URI the loader makes (s3://bucket/key with plain characters)');
   if (!/^arn:aws[a-z-]*:iam::\d{12}:role\/[A-Za-z0-9+=,.@_/-]+$/.test(roleArn)) throw new UnsafeIdentifierError(roleArn, 'not an IAM role ARN');
   if (region !== undefined && !/^[a-z]{2}(-[a-z]+)+-\d$/.test(region)) throw new UnsafeIdentifierError(region, 'not an AWS region name');
-  return `COPY ${rsQualified(r.t.schema, r.t.changelog)} (${list(changelogColumns(r))}) FROM '${manifestUri}' IAM_ROLE '${roleArn}' MANIFEST ${COPY_FORMAT}${region ? ` REGION '${region}'` : ''}`;
+  return `COPY ${target} (${list(columns)}) FROM '${manifestUri}' IAM_ROLE '${roleArn}' MANIFEST ${COPY_FORMAT}${region ? ` REGION '${region}'` : ''}`;
 }
 
-function literal(s: string): string {
+export function rsLiteral(s: string): string {
   if (/[\\\0]/.test(s)) throw new UnsafeIdentifierError(s, 'a literal the loader writes may not hold a backslash or NUL');
   return `'${s.replaceAll("'", "''")}'`;
 }
 
-function int(n: number): number {
+export function rsInt(n: number): number {
   if (!Number.isSafeInteger(n) || n < 0) throw new RangeError(`expected a non-negative integer, got ${n}`);
   return n;
 }
@@ -399,7 +404,7 @@ function stagedTextOf(c: RedshiftColumn, alias: string): string {
 export function currentRowsSql(r: RedshiftTable, keys: readonly (readonly string[])[], columns: readonly RedshiftColumn[]): string {
   if (keys.length === 0) throw new RangeError('currentRowsSql needs at least one key');
   const { t } = r;
-  const match = keys.map((k) => `(${r.key.map((c, i) => `v.${rsIdent(c.name)} = CAST(${literal(k[i]!)} AS ${c.type})`).join(' AND ')})`).join(' OR ');
+  const match = keys.map((k) => `(${r.key.map((c, i) => `v.${rsIdent(c.name)} = CAST(${rsLiteral(k[i]!)} AS ${c.type})`).join(' AND ')})`).join(' OR ');
   const cols = [...r.key, ...columns].map((c, i) => `${stagedTextOf(c, 'v')} AS c${i}`);
   return `SELECT ${cols.join(', ')} FROM ${rsQualified(t.schema, t.view)} v WHERE ${match}`;
 }

@@ -1,0 +1,234 @@
+/**
+ * The loader function's work (docs/warehouse-apply.md, "Redshift: the applier"): one invocation at a
+ * time per warehouse (reserved concurrency 1), on ONE session. Per invocation:
+ * 1. claims whose invocation cannot be running any more are resolved from the ledger: a request a
+ *    committed load names is `loaded`, any other goes back to `pending`;
+ * 2. every pending request whose applier still waits is claimed (a conditional write each);
+ * 3. one manifest per table and column list over all claimed objects, and in ONE transaction each
+ *    one's COPY (through a stage table that adds the load id), the ledger row and the requests it carried;
+ * 4. after the COMMIT the requests are marked `loaded`; a load that fails is tried once per request,
+ *    and a request that fails alone is marked `failed` with the reason;
+ * 5. while requests keep arriving and the time budget lasts, again after `loadEveryMs`;
+ * 6. the merge, when due (`redshiftCadence(freshnessTarget).mergeEveryMs`): every recorded table with
+ *    pending rows, in one transaction, cut at the last committed load.
+ */
+import { randomUUID } from 'node:crypto';
+import { describeError } from '../core/sink/sink-batch.ts';
+import {
+  claimable,
+  copyGroups,
+  mergeDue,
+  newestTables,
+  recoveredState,
+  sqlStateOf,
+  staleClaim,
+  type LoadRequest,
+} from '../core/warehouse/redshift-requests.ts';
+import type { RedshiftCadence } from '../core/warehouse/redshift-load.ts';
+import {
+  createLedgerSql,
+  createSchemaSql,
+  lastLoadSql,
+  mergeSql,
+  nextLoadIdSql,
+  pendingCountSql,
+  recordLoadSql,
+  type RedshiftTable,
+} from '../core/warehouse/redshift-sql.ts';
+import { committedRequestsSql, createLoadRequestsSql, recordRequestsSql, stagedCopySql } from '../core/warehouse/redshift-staged-sql.ts';
+import type { DynamoDbLoadRequests } from './control-plane-dynamodb/load-requests.ts';
+import type { RedshiftSession } from './redshift-loader.ts';
+import { putManifest, tableFolder, type StagingPlace } from './redshift-staging.ts';
+
+export interface StagedLoaderOptions {
+  session: RedshiftSession;
+  requests: DynamoDbLoadRequests;
+  place: StagingPlace;
+  /** The staging prefix (`<prefix>loads/<load>/…` for manifests; the appliers stage under `<prefix>requests/`). */
+  prefix: string;
+  roleArn: string;
+  region?: string;
+  ledgerSchema: string;
+  cadence: RedshiftCadence;
+  /** The loader function's timeout: a claim older than it is stale. */
+  loaderTimeoutMs: number;
+  now?: () => number;
+  sleep?: (ms: number) => Promise<void>;
+  log?: (message: string, detail: Record<string, unknown>) => void;
+}
+
+/** What one invocation did. */
+export interface LoaderRun {
+  loads: number;
+  requests: number;
+  failed: number;
+  recovered: number;
+  merged: number;
+}
+
+export class StagedRedshiftLoader {
+  private ledgerReady = false;
+  private readonly now: () => number;
+
+  constructor(private readonly o: StagedLoaderOptions) {
+    this.now = o.now ?? Date.now;
+  }
+
+  private async sql(text: string): Promise<Record<string, unknown>[]> {
+    return (await this.o.session.query(text)).rows;
+  }
+
+  private async transaction(statements: () => Promise<void>): Promise<void> {
+    await this.sql('BEGIN');
+    try {
+      await statements();
+      await this.sql('COMMIT');
+    } catch (err) {
+      await this.sql('ROLLBACK').catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /** One invocation: recover, load while requests arrive within `budgetMs`, merge when due. */
+  async invoke(budgetMs: number): Promise<LoaderRun> {
+    const started = this.now();
+    const run: LoaderRun = { loads: 0, requests: 0, failed: 0, recovered: 0, merged: 0 };
+    await this.prepare();
+    run.recovered = await this.recover();
+    for (;;) {
+      const claimed = await this.claim();
+      if (claimed.length > 0) {
+        run.loads++;
+        run.requests += claimed.length;
+        run.failed += await this.loadOrFail(claimed);
+      }
+      if (claimed.length === 0 || this.now() - started + this.o.cadence.loadEveryMs >= budgetMs) break;
+      await (this.o.sleep ?? ((ms) => new Promise((r) => setTimeout(r, ms))))(this.o.cadence.loadEveryMs);
+    }
+    run.merged = await this.mergeIfDue();
+    return run;
+  }
+
+  private async prepare(): Promise<void> {
+    if (this.ledgerReady) return;
+    await this.transaction(async () => {
+      await this.sql(createSchemaSql(this.o.ledgerSchema));
+      await this.sql(createLedgerSql(this.o.ledgerSchema));
+      await this.sql(createLoadRequestsSql(this.o.ledgerSchema));
+    });
+    this.ledgerReady = true;
+  }
+
+  /** Stale claims back to where the ledger says; answered requests no applier waits for are deleted. */
+  private async recover(): Promise<number> {
+    const now = this.now();
+    const all = await this.o.requests.list();
+    for (const r of all) {
+      const answered = r.state === 'loaded' || r.state === 'failed' || r.state === 'abandoned';
+      if (answered && r.deadline + this.o.loaderTimeoutMs <= now) await this.o.requests.delete(r.requestId);
+    }
+    const stale = all.filter((r) => staleClaim(r, now, this.o.loaderTimeoutMs));
+    if (stale.length === 0) return 0;
+    const rows = await this.sql(
+      committedRequestsSql(
+        this.o.ledgerSchema,
+        stale.map((r) => r.requestId),
+      ),
+    );
+    const loadOf = new Map(rows.map((x) => [String(x.request_id), Number(x.load_id)]));
+    for (const r of stale) {
+      const to = recoveredState(r.requestId, new Set(loadOf.keys()));
+      await this.o.requests.move(r.requestId, ['claimed'], to, to === 'loaded' ? { loadId: loadOf.get(r.requestId)! } : {});
+    }
+    return stale.length;
+  }
+
+  /** Claims every request whose applier still waits; the tables they carry are recorded for the merges first. */
+  private async claim(): Promise<LoadRequest[]> {
+    const now = this.now();
+    const claimedBy = randomUUID();
+    const out: LoadRequest[] = [];
+    for (const r of await this.o.requests.list()) {
+      if (!claimable(r, now)) continue;
+      if (await this.o.requests.move(r.requestId, ['pending'], 'claimed', { claimedAt: now, claimedBy })) out.push({ ...r, state: 'claimed', claimedAt: now });
+    }
+    for (const t of newestTables(out)) await this.o.requests.putTable(t.table, t.schemaVersion);
+    return out;
+  }
+
+  /** Loads the claimed requests together; when that fails, each alone, so one bad request fails only itself. Returns how many failed. */
+  private async loadOrFail(claimed: readonly LoadRequest[]): Promise<number> {
+    try {
+      await this.loadAndMark(claimed);
+      return 0;
+    } catch (err) {
+      if (claimed.length === 1) return this.fail(claimed[0]!, err);
+      this.o.log?.('a load of several requests failed; loading them one by one', { requests: claimed.length, error: describeError(err) });
+    }
+    let failed = 0;
+    for (const r of claimed) {
+      try {
+        await this.loadAndMark([r]);
+      } catch (err) {
+        failed += await this.fail(r, err);
+      }
+    }
+    return failed;
+  }
+
+  private async fail(r: LoadRequest, err: unknown): Promise<number> {
+    const reason = err instanceof Error ? err.message : String(err);
+    this.o.log?.('load request failed', { requestId: r.requestId, error: describeError(err) });
+    await this.o.requests.move(r.requestId, ['claimed'], 'failed', { reason, sqlState: sqlStateOf(err) });
+    return 1;
+  }
+
+  private async loadAndMark(claimed: readonly LoadRequest[]): Promise<void> {
+    const loadId = await this.load(claimed);
+    // After the COMMIT only: a request says `loaded` only when its rows are in the changelog.
+    for (const r of claimed) await this.o.requests.move(r.requestId, ['claimed'], 'loaded', { loadId });
+  }
+
+  /** One load of `claimed`: a manifest per copy group, then one transaction. Returns the load id. */
+  private async load(claimed: readonly LoadRequest[]): Promise<number> {
+    const loadKey = `${this.o.prefix}loads/${randomUUID()}`;
+    const groups = copyGroups(claimed);
+    const manifests: string[] = [];
+    for (const [i, g] of groups.entries()) {
+      const parts = g.objects.map((x) => ({ url: `s3://${this.o.place.bucket}/${x.key}`, bytes: x.bytes }));
+      manifests.push(await putManifest(this.o.place, `${loadKey}/${tableFolder(i, g.table.t.view)}.manifest`, parts));
+    }
+    let loadId = 0;
+    await this.transaction(async () => {
+      loadId = Number((await this.sql(nextLoadIdSql(this.o.ledgerSchema)))[0]!.load_id);
+      for (const [i, g] of groups.entries()) for (const s of stagedCopySql(g.table, manifests[i]!, this.o.roleArn, loadId, this.o.region)) await this.sql(s);
+      const objects = groups.reduce((n, g) => n + g.objects.length, 0);
+      const events = groups.reduce((n, g) => n + g.rows, 0);
+      await this.sql(recordLoadSql(this.o.ledgerSchema, { loadId, loadKey, objects, events, at: new Date(this.now()) }));
+      await this.sql(
+        recordRequestsSql(
+          this.o.ledgerSchema,
+          loadId,
+          claimed.map((r) => r.requestId),
+        ),
+      );
+    });
+    return loadId;
+  }
+
+  /** The merge of every recorded table with pending rows, when due; returns how many tables it merged. */
+  private async mergeIfDue(): Promise<number> {
+    const now = this.now();
+    if (!mergeDue(await this.o.requests.lastMergeAt(), now, this.o.cadence.mergeEveryMs)) return 0;
+    const due: RedshiftTable[] = [];
+    for (const r of await this.o.requests.tables()) if (Number((await this.sql(pendingCountSql(r)))[0]!.n) > 0) due.push(r);
+    if (due.length > 0) {
+      await this.transaction(async () => {
+        const cut = Number((await this.sql(lastLoadSql(this.o.ledgerSchema)))[0]!.load_id);
+        for (const r of due) for (const s of mergeSql(r, cut)) await this.sql(s);
+      });
+    }
+    await this.o.requests.setMergeAt(now);
+    return due.length;
+  }
+}
