@@ -21,7 +21,16 @@
 import type { ChangeEvent, JsonValue } from '../core/shared/event.ts';
 import type { SchemaVersion } from '../core/shared/control-plane.ts';
 import { appendedPlan } from '../core/sink/apply-plan.ts';
-import type { DeltaStats, MergeResult, MergeTarget, TableApplyResult, TableBatch, Warehouse, WriteErrorKind } from '../core/warehouse/warehouse-port.ts';
+import type {
+  DeltaStats,
+  MergeResult,
+  MergeTarget,
+  TableApplyResult,
+  TableBatch,
+  TableOutcome,
+  Warehouse,
+  WriteErrorKind,
+} from '../core/warehouse/warehouse-port.ts';
 import { NotLoadableError, stageEvent } from '../core/warehouse/redshift-load.ts';
 import { currentRowsSql, pendingStatsSql, RedshiftTypeChangeError, FoldedColumnError, type RedshiftTable } from '../core/warehouse/redshift-sql.ts';
 import { redshiftColumn, redshiftText, RedshiftValueRefusedError, type RedshiftColumn, type ValuePolicy } from '../core/warehouse/redshift-types.ts';
@@ -45,6 +54,17 @@ export interface RedshiftLoadPort {
   submit(r: RedshiftTable, events: readonly ChangeEvent[], appliedAt?: Date): Promise<LoadReceipt>;
   /** Merges the tables with pending rows; `tables` is how many it merged (0 where another process merges). */
   merge(): Promise<{ tables: number }>;
+}
+
+/** A table's batch ready for the loader. */
+interface Prepared {
+  r: RedshiftTable;
+  events: ChangeEvent[];
+}
+
+/** The result of a table's events once the load carrying them has committed. */
+function loaded(events: ChangeEvent[]): TableApplyResult {
+  return { plan: appendedPlan(events), committedAt: Date.now(), ddl: [], mode: 'append', pending: { rows: 0, since: null } };
 }
 
 export interface RedshiftWarehouseOptions {
@@ -155,16 +175,40 @@ export class RedshiftWarehouse implements Warehouse {
   }
 
   async applyTable(batch: TableBatch): Promise<TableApplyResult> {
+    const { r, events } = await this.prepare(batch);
+    await this.o.loader.submit(r, events, batch.appliedAt);
+    return loaded(events);
+  }
+
+  /**
+   * The tables of one batch: prepared one after another (the view is read on one session), then
+   * handed to the loader together, so the batch waits for one load rather than one per table
+   * (docs/warehouse-apply.md, "Redshift: the applier"). A table whose preparation or load fails
+   * has that error as its outcome; the others are loaded.
+   */
+  async applyTables(batches: readonly TableBatch[]): Promise<TableOutcome[]> {
+    const prepared: Array<Prepared | { error: unknown }> = [];
+    for (const b of batches) prepared.push(await this.prepare(b).catch((error: unknown) => ({ error })));
+    return Promise.all(
+      prepared.map(async (p, n): Promise<TableOutcome> => {
+        if ('error' in p) return p;
+        return this.o.loader.submit(p.r, p.events, batches[n]!.appliedAt).then(
+          () => ({ result: loaded(p.events) }),
+          (error: unknown) => ({ error }),
+        );
+      }),
+    );
+  }
+
+  /** The table's events as the loader takes them, every value checked: one refused value fails the batch, the apply isolates it. */
+  private async prepare(batch: TableBatch): Promise<Prepared> {
     const r = await this.tableOf(batch);
     const events = await this.complete(r, batch.events);
-    // Checked before anything is queued: one refused value fails the batch, the apply isolates it.
     for (const e of events) {
       const s = stageEvent(e, r.key, r.data, this.policy(r.t.tableId), batch.appliedAt);
       if ('refused' in s) throw s.refused;
     }
-    await this.o.loader.submit(r, events, batch.appliedAt);
-    const committedAt = Date.now();
-    return { plan: appendedPlan(events), committedAt, ddl: [], mode: 'append', pending: { rows: 0, since: null } };
+    return { r, events };
   }
 
   /** Merges every registered table with pending rows (the loader merges them together, in one transaction). */
