@@ -8,7 +8,7 @@
  *    one's COPY (through a stage table that adds the load id), the ledger row and the requests it carried;
  * 4. after the COMMIT the requests are marked `loaded`; a load that fails is tried once per request,
  *    and a request that fails alone is marked `failed` with the reason;
- * 5. while requests keep arriving and the time budget lasts, again after `loadEveryMs`;
+ * 5. while requests keep arriving and the time budget lasts, again after `loadGapMs` (at most a second);
  * 6. the merge, when due (`redshiftCadence(freshnessTarget).mergeEveryMs`): every recorded table with
  *    pending rows, in one transaction, cut at the last committed load.
  */
@@ -17,6 +17,7 @@ import { describeError } from '../core/sink/sink-batch.ts';
 import {
   claimable,
   copyGroups,
+  loadGapMs,
   mergeDue,
   newestTables,
   recoveredState,
@@ -102,8 +103,9 @@ export class StagedRedshiftLoader {
         run.requests += claimed.length;
         run.failed += await this.loadOrFail(claimed);
       }
-      if (claimed.length === 0 || this.now() - started + this.o.cadence.loadEveryMs >= budgetMs) break;
-      await (this.o.sleep ?? ((ms) => new Promise((r) => setTimeout(r, ms))))(this.o.cadence.loadEveryMs);
+      const gap = loadGapMs(this.o.cadence);
+      if (claimed.length === 0 || this.now() - started + gap >= budgetMs) break;
+      await (this.o.sleep ?? ((ms) => new Promise((r) => setTimeout(r, ms))))(gap);
     }
     run.merged = await this.mergeIfDue();
     return run;

@@ -430,4 +430,69 @@ describe('the Redshift loader function: concurrent appliers, crashes anywhere (D
     // Both answered, both deleted by their appliers.
     expect(await requests.list()).toEqual([]);
   }, 60_000);
+  it('a request recorded while the loader runs waits a gap of at most a second for the next load, not loadEveryMs', async () => {
+    const sinkId = 'gap';
+    const requests = new DynamoDbLoadRequests(dynamoDbClient(ddb.endpoint), 'control', sinkId);
+    const store = new FolderArchive(folder);
+    const version = { source: 'gp', table: '', version: 1, columns: COLUMNS, key: ['id'], effectivePosition: makePosition(0n, 0), registeredAt: '' };
+    const first = redshiftTableOf(warehouseTable('gp', 'public.first'), version, false);
+    const second = redshiftTableOf(warehouseTable('gp', 'public.second'), version, false);
+    const submitter = (i: number): RedshiftStagingSubmitter =>
+      new RedshiftStagingSubmitter({
+        session: new RedshiftStandIn({ client: clients[i]!, store, bucket: BUCKET }),
+        requests,
+        place: { store, bucket: BUCKET },
+        prefix: 'cdc/gap/',
+        invokeLoader: async () => undefined,
+        waitMs: 10_000,
+        pollMs: 20,
+      });
+    const [a, b] = [submitter(1), submitter(2)];
+    await a.register(first);
+    await b.register(second);
+    const event = (table: string): ChangeEvent => ({
+      v: ENVELOPE_VERSION,
+      source: 'gp',
+      table,
+      key: { id: 1 },
+      before: null,
+      missing: [],
+      op: 'insert',
+      after: { id: 1, note: 'x', amount: '1.00' },
+      position: makePosition(0x100n, 0),
+      commitTs: new Date(Date.UTC(2026, 0, 1)).toISOString(),
+      txId: '1',
+      schemaVersion: 1,
+      capture: 'slot',
+      synthetic: false,
+    });
+    const one = a.submit(first, [event('public.first')]);
+    while ((await requests.list()).length < 1) await new Promise((r) => setTimeout(r, 20));
+    let two: Promise<unknown> | null = null;
+    const slept: number[] = [];
+    const loader = new StagedRedshiftLoader({
+      session: new RedshiftStandIn({ client: clients[0]!, store, bucket: BUCKET }),
+      requests,
+      place: { store, bucket: BUCKET },
+      prefix: 'cdc/gap/',
+      roleArn: ROLE,
+      ledgerSchema: 'gap_loads',
+      // A freshness target of 5 minutes: a load at least every 100 s.
+      cadence: { loadEveryMs: 100_000, mergeEveryMs: 3_600_000 },
+      loaderTimeoutMs: 600_000,
+      // The second request is recorded while the loader waits after its first load.
+      sleep: async (ms) => {
+        slept.push(ms);
+        if (two === null) {
+          two = b.submit(second, [event('public.second')]);
+          while ((await requests.list()).filter((r) => r.state === 'pending').length < 1) await new Promise((r) => setTimeout(r, 20));
+        }
+      },
+    });
+    const run = await loader.invoke(300_000);
+    expect(run).toMatchObject({ loads: 2, requests: 2, failed: 0 });
+    expect(slept.length).toBeGreaterThan(0);
+    for (const ms of slept) expect(ms, 'the wait between two loads').toBeLessThanOrEqual(1_000);
+    await Promise.all([one, two]);
+  }, 60_000);
 });

@@ -12,6 +12,7 @@
  */
 import { CdcError } from '../shared/errors.ts';
 import type { RedshiftTable } from './redshift-sql.ts';
+import type { RedshiftCadence } from './redshift-load.ts';
 
 export type LoadRequestState = 'pending' | 'claimed' | 'loaded' | 'failed' | 'abandoned';
 
@@ -144,4 +145,18 @@ export function requestDeadline(now: number, waitMs: number, functionTimeoutMs: 
   if (waitMs <= 0 || waitMs + marginMs > functionTimeoutMs)
     throw new RangeError(`the wait for a load (${waitMs} ms) must be positive and leave ${marginMs} ms of the applier's timeout (${functionTimeoutMs} ms)`);
   return now + waitMs;
+}
+
+/** The longest a load request recorded while the loader runs waits for the loader's next load (ms). */
+export const LOAD_GAP_MS = 1_000;
+
+/**
+ * How long the loader function waits after a load before it claims again: requests recorded
+ * meanwhile ride one load (a group commit). At most `LOAD_GAP_MS`, however long the cadence:
+ * `loadEveryMs` bounds the time between loads (freshness), and every applier waiting on a request
+ * holds its shard, so a shard carries up to a batch per gap and load, not per `loadEveryMs`
+ * (docs/warehouse-apply.md, "Redshift: the applier").
+ */
+export function loadGapMs(cadence: RedshiftCadence): number {
+  return Math.min(cadence.loadEveryMs, LOAD_GAP_MS);
 }
