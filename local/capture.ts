@@ -581,7 +581,7 @@ export class SlotCapture {
       );
     }
     // The batch's catalog read starts before its parse (local/catalog-ahead.ts).
-    const transactions = await stream.take(this.o.peekChanges, this.o.idleMs, (xids) => this.catalogAhead.start(client, xids));
+    const transactions = await stream.take(this.o.peekChanges, this.o.idleMs, (xids, next) => this.catalogAhead.start(client, xids, next));
     if (transactions.length === 0) {
       await this.settleAck();
       return false;

@@ -23,7 +23,7 @@ import pg from 'pg';
 import { groupTransactions, type DecodedTransaction, type SlotRow } from '../lambda/core/capture/logical-text.ts';
 import { TransactionTooLargeError } from './errors.ts';
 import { SLOT_PLUGIN } from './slot.ts';
-import { atOrPast, StreamRow } from './stream-rows.ts';
+import { atOrPast, batchEnd, StreamRow } from './stream-rows.ts';
 
 export { formatLsn } from './stream-rows.ts';
 
@@ -79,6 +79,13 @@ interface RawConnection {
   on(event: 'copyData', listener: (msg: { chunk: Buffer }) => void): void;
   sendCopyFromChunk(chunk: Buffer): void;
   stream: { pause(): void; resume(): void; destroy(): void };
+}
+
+/** The ids of transactions as their BEGIN lines give them (a row list without one has none). */
+function xidsOf(transactions: readonly StreamRow[][]): number[] {
+  const out: number[] = [];
+  for (const tx of transactions) if (tx[0]!.data.startsWith('BEGIN')) out.push(Number(tx[0]!.xid));
+  return out;
 }
 
 /** How long `endReplicationClient` waits for the server to see the connection off before it drops the socket. */
@@ -322,9 +329,10 @@ export class SlotStream {
    * Whole transactions in commit order, about `maxChanges` rows at most (at least one
    * transaction); waits up to `waitMs` when none is complete yet. Throws the stream's failure once
    * everything received before it was handed out. `beforeParse` is told the transactions' ids
-   * (their BEGIN lines') before their text is parsed.
+   * (their BEGIN lines') before their text is parsed, and those of the next `take`'s transactions
+   * where they are known already (`batchEnd`), else null.
    */
-  async take(maxChanges: number, waitMs: number, beforeParse?: (xids: number[]) => void): Promise<DecodedTransaction[]> {
+  async take(maxChanges: number, waitMs: number, beforeParse?: (xids: number[], next: number[] | null) => void): Promise<DecodedTransaction[]> {
     if (this.complete.length === 0 && !this.failure && waitMs > 0) {
       await new Promise<void>((resolve) => {
         const t = setTimeout(() => {
@@ -342,21 +350,19 @@ export class SlotStream {
       return [];
     }
     const rows: SlotRow[] = [];
-    const xids: number[] = [];
-    let n = 0;
-    while (this.complete.length > 0 && (n === 0 || rows.length + this.complete[0]!.length <= maxChanges)) {
-      const tx = this.complete.shift()!;
-      if (tx[0]!.data.startsWith('BEGIN')) xids.push(Number(tx[0]!.xid));
-      for (const row of tx) rows.push(row);
-      n++;
-    }
+    const batch = this.complete.splice(0, batchEnd(this.complete, 0, maxChanges).end);
+    const n = batch.length;
+    for (const tx of batch) for (const row of tx) rows.push(row);
     this.completeRows -= rows.length;
     this.taken += n;
     if (this.paused && !this.failure && this.completeRows < this.o.highWaterRows / 2) {
       this.paused = false;
       this.connection().stream.resume();
     }
-    beforeParse?.(xids);
+    if (beforeParse) {
+      const next = batchEnd(this.complete, 0, maxChanges);
+      beforeParse(xidsOf(batch), next.fixed ? xidsOf(this.complete.slice(0, next.end)) : null);
+    }
     return groupTransactions(rows).transactions;
   }
 

@@ -31,3 +31,16 @@ export function atOrPast(hi: number, lo: number, lsn: bigint): boolean {
   const lsnHi = Number(lsn >> 32n);
   return hi > lsnHi || (hi === lsnHi && lo >= Number(lsn & 0xffffffffn));
 }
+
+/**
+ * Where one `take` of about `maxChanges` rows ends among the waiting transactions (`waiting`, in
+ * commit order), starting at `from`: at least one transaction, then each next one while it fits.
+ * `fixed` when a transaction beyond the end is waiting already, so transactions that arrive later
+ * cannot join: the batch a `take` would hand out from `from` is then known before it is taken.
+ */
+export function batchEnd(waiting: readonly { length: number }[], from: number, maxChanges: number): { end: number; fixed: boolean } {
+  let rows = 0;
+  let end = from;
+  while (end < waiting.length && (end === from || rows + waiting[end]!.length <= maxChanges)) rows += waiting[end++]!.length;
+  return { end, fixed: end < waiting.length };
+}

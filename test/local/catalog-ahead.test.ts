@@ -2,7 +2,8 @@
  * `CatalogAhead` (local/catalog-ahead.ts), on real PostgreSQL: the catalog read a streamed batch
  * starts before its parse is the batch's read only when it asked exactly what the batch asks (the
  * same tables, the same transactions), and like any `columnTypesOnceVisible` read it sees an
- * `ALTER … TYPE` of a transaction that ends while it waits. Otherwise the batch reads again.
+ * `ALTER … TYPE` of a transaction that ends while it waits. The next batch's read, started with
+ * it, is kept for the next batch. Otherwise the batch reads again.
  */
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -77,6 +78,28 @@ describe('CatalogAhead', () => {
       before = queries;
       await ahead.read(counted, ['public.t1', 'public.t2'], [open]);
       expect(queries).toBe(before);
+
+      // The next batch's read, started with this one's, is kept through this batch's read and is the next batch's.
+      ahead.start(counted, [open], [done]);
+      await sleep(50);
+      before = queries;
+      await ahead.read(counted, ['public.t1', 'public.t2'], [open]);
+      ahead.start(counted, [done], null);
+      const next = await ahead.read(counted, ['public.t2', 'public.t1'], [done]);
+      expect(queries).toBe(before);
+      expect(next).toEqual(await columnTypesOf(b, ['public.t1', 'public.t2']));
+      // A batch of other tables than the one before: the next read, made for those, is dropped and read again.
+      before = queries;
+      ahead.start(counted, [open], [done]);
+      await sleep(50);
+      expect(queries).toBe(before + 2);
+      await ahead.read(counted, ['public.t1'], [open]);
+      expect(queries).toBe(before + 3);
+      ahead.start(counted, [done], null);
+      await sleep(50);
+      expect(queries).toBe(before + 4);
+      await ahead.read(counted, ['public.t1'], [done]);
+      expect(queries).toBe(before + 4);
     } finally {
       await a.end();
       await b.end();
