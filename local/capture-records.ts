@@ -163,8 +163,9 @@ export function rawPartitionKey(r: SlotRecord): string {
     if (tuple !== null) {
       for (let i = 0; i < tuple.length && c === undefined; i++) if (tuple[i]!.name === k) c = tuple[i];
     }
-    const text = c === undefined ? '[]' : JSON.stringify([[k, c.value === null || typeof c.value === 'object' ? c.value : keyValueText(c.value)]]);
-    const pk = `${r.source}/${r.table}/${text}`;
+    const value = c === undefined ? undefined : c.value === null || typeof c.value === 'object' ? c.value : keyValueText(c.value);
+    // `JSON.stringify([[k, value]])` written around the value's JSON, the text before it made once per table (docs/performance-log.md §37).
+    const pk = value === undefined ? `${r.source}/${r.table}/[]` : `${keyPrefix(r.source, r.table, k)}${JSON.stringify(value)}]]`;
     return pk.length <= 256 ? pk : `${r.source}/${sha256(pk)}`;
   }
   const key: Row = {};
@@ -173,6 +174,20 @@ export function rawPartitionKey(r: SlotRecord): string {
     if (c) key[k] = c.value;
   }
   return partitionKeyOf({ source: r.source, table: r.table, key }, sha256);
+}
+
+/** The partition key's text before a one-column key's value (`source/table/[["k",`), kept for the next record of the same table. */
+const lastKey = { source: '', table: '', column: '', prefix: '' };
+
+function keyPrefix(source: string, table: string, column: string): string {
+  const l = lastKey;
+  if (l.source !== source || l.table !== table || l.column !== column) {
+    l.source = source;
+    l.table = table;
+    l.column = column;
+    l.prefix = `${source}/${table}/[[${JSON.stringify(column)},`;
+  }
+  return l.prefix;
 }
 
 /** What `rawRecordsOf` builds a batch's raw records with. */
@@ -206,9 +221,16 @@ export function rawRecordsOf(records: readonly SlotRecord[], ctx: RawBatchContex
   // Per table, once per batch: the row image's columns last checked against the published shape, and the catalog's columns kept.
   const checked = new Map<string, readonly { name: string; type: string }[]>();
   const kept = new Map<string, string[] | null>();
+  // A record's label is `source/table@commitLsn#index`: the text before the index made once per transaction and table.
+  let labelOf: SlotRecord | null = null;
+  let labelPrefix = '';
   for (let i = 0; i < records.length; i++) {
     const r = records[i]!;
-    const label = `${r.source}/${r.table}@${r.commitLsn}#${r.index}`;
+    if (labelOf === null || r.table !== labelOf.table || r.commitLsn !== labelOf.commitLsn || r.source !== labelOf.source) {
+      labelOf = r;
+      labelPrefix = `${r.source}/${r.table}@${r.commitLsn}#`;
+    }
+    const label = labelPrefix + r.index;
     if (!dmsExpresses(r)) {
       out.push({ partitionKey: rawPartitionKey(r), data: JSON.stringify(r), label });
       continue;

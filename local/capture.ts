@@ -37,10 +37,10 @@ import { splitTableId } from '../lambda/core/shared/identifiers.ts';
 import { advanceSlot, checkSourceReady, compareLsn, createSlot, peekTransactions, readSlot, slotInvalidated, type SlotStatus } from './slot.ts';
 import { SlotInUseError, SourceNotReadyError, TransactionTooLargeError } from './errors.ts';
 import { CANONICAL_OUTPUT_SETTINGS, SlotStream } from './slot-stream.ts';
-import { awaitTransactionsVisible, columnTypesOnceVisible, primaryKeyOf, type CatalogType } from './catalog.ts';
+import { awaitTransactionsVisible, primaryKeyOf, type CatalogType } from './catalog.ts';
+import { CatalogAhead } from './catalog-ahead.ts';
 import { publishPartitionTree, type PartialTruncate, type PartitionTree } from '../lambda/core/tables/partitions.ts';
 import { PartitionWatch } from './partitions.ts';
-
 import type { RawPublisher } from './raw-publisher.ts';
 
 export interface CaptureOptions {
@@ -133,6 +133,7 @@ export class SlotCapture {
   }
   /** The last DMS record published (its transaction names it as the previous one). */
   private lastDms: DmsPrevious | null = null;
+  private readonly catalogAhead = new CatalogAhead();
   /** Tables whose catalog types this capture published (lambda/core/shared/catalog-types.ts). */
   private readonly catalogPublished = new Set<string>();
   /** The partition tree this capture last published. */
@@ -579,7 +580,8 @@ export class SlotCapture {
         },
       );
     }
-    const transactions = await stream.take(this.o.peekChanges, this.o.idleMs);
+    // The batch's catalog read starts before its parse (local/catalog-ahead.ts).
+    const transactions = await stream.take(this.o.peekChanges, this.o.idleMs, (xids, next) => this.catalogAhead.start(client, xids, next));
     if (transactions.length === 0) {
       await this.settleAck();
       return false;
@@ -613,6 +615,7 @@ export class SlotCapture {
    * (local/capture-continuity.ts), as with a move made at once.
    */
   private async publishAndAck(client: pg.Client, decoded: DecodedTransaction[], ack: (lsn: string) => Promise<void>, deferred = false): Promise<void> {
+    const xids = decoded.map((t) => Number(t.xid));
     // The tables of the batch, found in one pass (not one array per change).
     const named = new Set<string>();
     for (const t of decoded) for (const c of t.changes) named.add(c.table);
@@ -622,10 +625,7 @@ export class SlotCapture {
     // (docs/partitioned-tables.md). (The index is asked once, below: discovery may add to it meanwhile.)
     let tree = this.partitions.tree;
     if ([...named].some((t) => !this.keys.has(t) || tree.rootOf.has(t))) {
-      await awaitTransactionsVisible(
-        client,
-        decoded.map((t) => Number(t.xid)),
-      );
+      await awaitTransactionsVisible(client, xids);
       tree = await this.partitions.refresh(client);
     }
     const tables = new Set<string>();
@@ -642,11 +642,7 @@ export class SlotCapture {
     }
     // The batch's transactions visible first, so the catalog read sees what they committed (an ALTER … TYPE in one).
     // test_decoding prints types without modifiers: read them from the catalog (docs/schema-drift.md).
-    const types = await columnTypesOnceVisible(
-      client,
-      [...captured],
-      decoded.map((t) => Number(t.xid)),
-    );
+    const types = await this.catalogAhead.read(client, [...captured], xids);
     const partial: PartialTruncate[] = [];
     const peek = { transactions: toRoots(decoded, tree, types, (p) => partial.push(p)) };
     await refreshKeys(client, this.poisonContext(), peek.transactions);

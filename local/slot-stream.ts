@@ -23,6 +23,9 @@ import pg from 'pg';
 import { groupTransactions, type DecodedTransaction, type SlotRow } from '../lambda/core/capture/logical-text.ts';
 import { TransactionTooLargeError } from './errors.ts';
 import { SLOT_PLUGIN } from './slot.ts';
+import { atOrPast, batchEnd, StreamRow } from './stream-rows.ts';
+
+export { formatLsn } from './stream-rows.ts';
 
 /** The options the capture reads its slot with, on both paths (xids, commit times, no empty transactions). */
 export const SLOT_READ_OPTIONS: ReadonlyArray<readonly [string, string]> = [
@@ -51,11 +54,6 @@ export function lsnToBigInt(lsn: string): bigint {
   return (BigInt(`0x${m[1]}`) << 32n) | BigInt(`0x${m[2]}`);
 }
 
-/** An LSN in PostgreSQL's text form (`X/Y`, upper-case hexadecimal), from its two 32-bit halves. */
-export function formatLsn(hi: number, lo: number): string {
-  return `${hi.toString(16).toUpperCase()}/${lo.toString(16).toUpperCase()}`;
-}
-
 function quoteIdent(name: string): string {
   return `"${name.replace(/"/g, '""')}"`;
 }
@@ -81,6 +79,13 @@ interface RawConnection {
   on(event: 'copyData', listener: (msg: { chunk: Buffer }) => void): void;
   sendCopyFromChunk(chunk: Buffer): void;
   stream: { pause(): void; resume(): void; destroy(): void };
+}
+
+/** The ids of transactions as their BEGIN lines give them (a row list without one has none). */
+function xidsOf(transactions: readonly StreamRow[][]): number[] {
+  const out: number[] = [];
+  for (const tx of transactions) if (tx[0]!.data.startsWith('BEGIN')) out.push(Number(tx[0]!.xid));
+  return out;
 }
 
 /** How long `endReplicationClient` waits for the server to see the connection off before it drops the socket. */
@@ -139,16 +144,17 @@ export class SlotStream {
   /** The walsender's process id (what `pg_replication_slots.active_pid` shows while streaming). */
   readonly pid: number;
   /** Complete transactions received (monotonic): their rows, and the count handed out by `take`. */
-  private complete: SlotRow[][] = [];
+  private complete: StreamRow[][] = [];
   private completeRows = 0;
   private received = 0;
   private taken = 0;
   /** Rows of the transaction in progress and its size. */
-  private open: SlotRow[] | null = null;
+  private open: StreamRow[] | null = null;
   private openBytes = 0;
   private openXid = '';
-  /** Highest WAL position the server has said it sent everything up to (keepalive or row). */
-  private sentThrough = 0n;
+  /** Highest WAL position the server has said it sent everything up to (keepalive or row), as its two 32-bit halves. */
+  private sentHi = 0;
+  private sentLo = 0;
   /** The flushed position last reported (the last acknowledged commit). */
   private flushed: bigint;
   private failure: Error | null = null;
@@ -217,10 +223,9 @@ export class SlotStream {
     if (kind === 0x77 /* w: XLogData */) {
       const hi = chunk.readUInt32BE(1);
       const lo = chunk.readUInt32BE(5);
-      const data = chunk.toString('utf8', 25);
-      this.onRow({ lsn: formatLsn(hi, lo), xid: null, data }, (BigInt(hi) << 32n) | BigInt(lo), chunk.length - 25);
+      this.onRow(new StreamRow(hi, lo, chunk.toString('utf8', 25)), chunk.length - 25);
     } else if (kind === 0x6b /* k: keepalive */) {
-      this.advanceSent(chunk.readBigUInt64BE(1));
+      this.advanceSent(chunk.readUInt32BE(1), chunk.readUInt32BE(5));
       const waiters = this.keepaliveWaiters;
       this.keepaliveWaiters = [];
       for (const w of waiters) w();
@@ -228,7 +233,7 @@ export class SlotStream {
     }
   }
 
-  private onRow(row: SlotRow, lsn: bigint, bytes: number): void {
+  private onRow(row: StreamRow, bytes: number): void {
     const d = row.data;
     if (d.startsWith('BEGIN')) {
       this.open = [row];
@@ -267,16 +272,17 @@ export class SlotStream {
       this.received++;
       this.notify();
     }
-    this.advanceSent(lsn);
+    this.advanceSent(row.hi, row.lo);
   }
 
-  private advanceSent(lsn: bigint): void {
-    if (lsn <= this.sentThrough) return;
-    this.sentThrough = lsn;
+  private advanceSent(hi: number, lo: number): void {
+    if (hi < this.sentHi || (hi === this.sentHi && lo <= this.sentLo)) return;
+    this.sentHi = hi;
+    this.sentLo = lo;
     if (this.reachedWaiters.length === 0) return;
     const still: typeof this.reachedWaiters = [];
     for (const w of this.reachedWaiters) {
-      if (lsn >= w.lsn) w.resolve(this.received);
+      if (atOrPast(hi, lo, w.lsn)) w.resolve(this.received);
       else still.push(w);
     }
     this.reachedWaiters = still;
@@ -311,7 +317,8 @@ export class SlotStream {
   private sendStatus(replyRequested: boolean): void {
     if (this.closed || this.failure) return;
     try {
-      const write = this.sentThrough > this.flushed ? this.sentThrough : this.flushed;
+      const sent = (BigInt(this.sentHi) << 32n) | BigInt(this.sentLo);
+      const write = sent > this.flushed ? sent : this.flushed;
       this.connection().sendCopyFromChunk(statusUpdate(write, this.flushed, replyRequested));
     } catch (err) {
       this.fail(err as Error);
@@ -321,9 +328,11 @@ export class SlotStream {
   /**
    * Whole transactions in commit order, about `maxChanges` rows at most (at least one
    * transaction); waits up to `waitMs` when none is complete yet. Throws the stream's failure once
-   * everything received before it was handed out.
+   * everything received before it was handed out. `beforeParse` is told the transactions' ids
+   * (their BEGIN lines') before their text is parsed, and those of the next `take`'s transactions
+   * where they are known already (`batchEnd`), else null.
    */
-  async take(maxChanges: number, waitMs: number): Promise<DecodedTransaction[]> {
+  async take(maxChanges: number, waitMs: number, beforeParse?: (xids: number[], next: number[] | null) => void): Promise<DecodedTransaction[]> {
     if (this.complete.length === 0 && !this.failure && waitMs > 0) {
       await new Promise<void>((resolve) => {
         const t = setTimeout(() => {
@@ -341,16 +350,18 @@ export class SlotStream {
       return [];
     }
     const rows: SlotRow[] = [];
-    let n = 0;
-    while (this.complete.length > 0 && (n === 0 || rows.length + this.complete[0]!.length <= maxChanges)) {
-      for (const row of this.complete.shift()!) rows.push(row);
-      n++;
-    }
+    const batch = this.complete.splice(0, batchEnd(this.complete, 0, maxChanges).end);
+    const n = batch.length;
+    for (const tx of batch) for (const row of tx) rows.push(row);
     this.completeRows -= rows.length;
     this.taken += n;
     if (this.paused && !this.failure && this.completeRows < this.o.highWaterRows / 2) {
       this.paused = false;
       this.connection().stream.resume();
+    }
+    if (beforeParse) {
+      const next = batchEnd(this.complete, 0, maxChanges);
+      beforeParse(xidsOf(batch), next.fixed ? xidsOf(this.complete.slice(0, next.end)) : null);
     }
     return groupTransactions(rows).transactions;
   }
@@ -396,7 +407,7 @@ export class SlotStream {
    */
   reached(lsn: string): Promise<number> {
     const v = lsnToBigInt(lsn);
-    if (this.sentThrough >= v) return Promise.resolve(this.received);
+    if (atOrPast(this.sentHi, this.sentLo, v)) return Promise.resolve(this.received);
     return new Promise((resolve) => this.reachedWaiters.push({ lsn: v, resolve }));
   }
 

@@ -1,0 +1,54 @@
+/**
+ * The stream's rows (local/stream-rows.ts): an LSN kept as two 32-bit numbers reads as the text
+ * and compares as the 64-bit number it was before (random LSNs around the 32-bit boundary and
+ * far above it), and a batch ends where `take` ended it before, and is known ahead only when
+ * later transactions cannot join it (seed and count printed).
+ */
+import { describe, expect, it } from 'vitest';
+import { lsnToBigInt } from '../../local/slot-stream.ts';
+import { atOrPast, batchEnd, formatLsn, StreamRow } from '../../local/stream-rows.ts';
+import { rng } from '../helpers/rng.ts';
+
+describe('stream rows', () => {
+  it('read and compare their LSN as the 64-bit number it is (randomized)', () => {
+    const seed = Number(process.env.SEED ?? Date.now() % 1e9);
+    const runs = Number(process.env.RUNS ?? 20_000);
+    console.log(`stream rows: seed ${seed}, ${runs} LSN pairs`);
+    const r = rng(seed);
+    const half = (): number => (r() < 0.3 ? Math.floor(r() * 4) : r() < 0.2 ? 0xffffffff - Math.floor(r() * 3) : Math.floor(r() * 0x100000000));
+    for (let i = 0; i < runs; i++) {
+      const [hi, lo, hi2, lo2] = [half(), half(), half(), half()];
+      const at = `seed ${seed}, pair ${i}: ${hi}/${lo} and ${hi2}/${lo2}`;
+      const row = new StreamRow(hi, lo, 'BEGIN 1');
+      const v = (BigInt(hi) << 32n) | BigInt(lo);
+      expect(lsnToBigInt(row.lsn), at).toBe(v);
+      expect(row.lsn, at).toBe(`${hi.toString(16).toUpperCase()}/${lo.toString(16).toUpperCase()}`);
+      const w = r() < 0.2 ? v : (BigInt(hi2) << 32n) | BigInt(lo2);
+      expect(atOrPast(hi, lo, w), at).toBe(v >= w);
+      expect(formatLsn(hi2, lo2), at).toBe(`${hi2.toString(16).toUpperCase()}/${lo2.toString(16).toUpperCase()}`);
+    }
+  });
+
+  it('end a batch where take ended it, and call it fixed only when later transactions cannot change it (randomized)', () => {
+    const seed = Number(process.env.SEED ?? Date.now() % 1e9);
+    const runs = Number(process.env.RUNS ?? 5_000);
+    console.log(`batch ends: seed ${seed}, ${runs} queues`);
+    const r = rng(seed);
+    const queue = (n: number): { length: number }[] => Array.from({ length: n }, () => ({ length: 2 + Math.floor(r() * (r() < 0.1 ? 40 : 8)) }));
+    for (let i = 0; i < runs; i++) {
+      const waiting = queue(Math.floor(r() * 12));
+      const from = Math.floor(r() * (waiting.length + 1));
+      const max = Math.floor(r() * 30);
+      const at = `seed ${seed}, queue ${i}: ${JSON.stringify(waiting.map((t) => t.length))} from ${from}, max ${max}`;
+      // The loop take ran before: at least one transaction, then each next one while it fits.
+      let rows = 0;
+      let end = from;
+      while (end < waiting.length && (end === from || rows + waiting[end]!.length <= max)) rows += waiting[end++]!.length;
+      const cut = batchEnd(waiting, from, max);
+      expect(cut.end, at).toBe(end);
+      const later = batchEnd([...waiting, ...queue(1 + Math.floor(r() * 4))], from, max);
+      if (cut.fixed) expect(later.end, at).toBe(cut.end);
+      else expect(cut.end, at).toBe(waiting.length);
+    }
+  });
+});
