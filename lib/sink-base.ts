@@ -42,7 +42,8 @@ export interface ChangeLogSinkProps {
   readonly freshnessTarget?: Duration;
   /**
    * Records per applier invocation (1 to 10,000).
-   * @default 1000
+   * @default 1000; 10,000 for a `WarehouseSink` with `redshiftStaging` (a batch waits for a load, so a
+   * shard carries one batch per load)
    */
   readonly batchSize?: number;
   /**

@@ -29,7 +29,13 @@ import {
 } from './private/validate.ts';
 import { WarehouseEngine, type WarehouseConnection } from './warehouse-connection.ts';
 import { redshiftCopyRole } from './private/redshift-copy-role.ts';
-import { grantStagingApplier, redshiftLoaderFunction, stagingEnvironment, type RedshiftLoaderProps } from './private/redshift-loader.ts';
+import {
+  grantStagingApplier,
+  REDSHIFT_STAGING_BATCH,
+  redshiftLoaderFunction,
+  stagingEnvironment,
+  type RedshiftLoaderProps,
+} from './private/redshift-loader.ts';
 import { platformMetric } from './private/platform-metric.ts';
 import { payloadEnvironment } from './private/payloads.ts';
 
@@ -351,13 +357,20 @@ export class WarehouseSink extends WarehouseSinkBase implements IMonitoredWareho
     grantApplierItems(props, applier.fn, this.sinkId, this.sourceIds);
     if (loaderProps && loader) grantStagingApplier(applier, loaderProps, loader.fn);
     this.redshiftLoader = loader?.fn;
-    const consumer = consumeChangeLog(this, applier, props, {
-      kind: 'warehouse',
-      sinkId: this.sinkId,
-      maxBatchingWindow,
-      deadLetterQueueEncryptionKey: props.deadLetterQueueEncryptionKey ?? props.changeLog.encryptionKey,
-      keys: 'the control plane, change log or secret',
-    });
+    // With staging a batch waits for a load: batches of 10,000 by default (docs/warehouse-apply.md, "Redshift: the applier").
+    const batchSize = props.batchSize ?? (staging ? REDSHIFT_STAGING_BATCH : undefined);
+    const consumer = consumeChangeLog(
+      this,
+      applier,
+      { ...props, batchSize },
+      {
+        kind: 'warehouse',
+        sinkId: this.sinkId,
+        maxBatchingWindow,
+        deadLetterQueueEncryptionKey: props.deadLetterQueueEncryptionKey ?? props.changeLog.encryptionKey,
+        keys: 'the control plane, change log or secret',
+      },
+    );
     this.deadLetterQueue = consumer.deadLetterQueue;
 
     this.alarms.push(

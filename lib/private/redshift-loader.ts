@@ -26,6 +26,11 @@ import { fail, isKnownDuration } from './validate.ts';
 
 /** The loader's timeout: a claim older than it is stale (its invocation cannot be running). */
 export const LOADER_TIMEOUT = Duration.minutes(2);
+/**
+ * The applier's batch size with staging unless `batchSize` says otherwise: a batch waits for a load, so
+ * a shard carries one batch per load (docs/performance.md, "Sizing").
+ */
+export const REDSHIFT_STAGING_BATCH = 10_000;
 /** What an applier keeps of its timeout for its own work after a load request stops waiting. */
 const APPLIER_MARGIN = Duration.minutes(1);
 

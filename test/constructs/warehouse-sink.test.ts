@@ -377,6 +377,8 @@ describe('WarehouseSink redshiftStaging: the loader function (docs/warehouse-app
       CDC_REDSHIFT_LOADER_FUNCTION: r(s.redshiftLoader!.functionName),
       CDC_REDSHIFT_LOAD_WAIT_MS: String(4 * 60_000),
     });
+    // A batch waits for a load: 10,000 records a batch unless batchSize says otherwise.
+    t.hasResourceProperties('AWS::Lambda::EventSourceMapping', { FunctionName: Match.anyValue(), BatchSize: 10_000 });
     expect(env('WarehouseRedshiftLoader')).toMatchObject({
       CDC_SINK_ID: 'warehouse',
       CDC_REDSHIFT_COPY_ROLE_ARN: r(s.copyRole!.roleArn),
@@ -392,6 +394,10 @@ describe('WarehouseSink redshiftStaging: the loader function (docs/warehouse-app
     expect(s.redshiftLoader).toBeUndefined();
     expect(resourcesOf(t, 'AWS::Lambda::Function').filter(([id]) => id.startsWith('WarehouseRedshiftLoader'))).toHaveLength(0);
     expect(JSON.stringify(t.toJSON())).not.toContain('CDC_REDSHIFT');
+    t.hasResourceProperties('AWS::Lambda::EventSourceMapping', { BatchSize: 1000 });
+    const k = fixture();
+    sink(k, { redshiftStaging: { bucket: new s3.Bucket(k.stack, 'Staging') }, batchSize: 2500 });
+    Template.fromStack(k.stack).hasResourceProperties('AWS::Lambda::EventSourceMapping', { BatchSize: 2500 });
     const g = fixture();
     const bucket = new s3.Bucket(g.stack, 'Staging');
     expect(() => sink(g, { redshiftStaging: { bucket }, timeout: Duration.seconds(90) })).toThrow(/timeout must be at least 2 minutes with redshiftStaging/);
