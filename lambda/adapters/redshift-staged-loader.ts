@@ -21,6 +21,7 @@ import {
   mergeDue,
   newestTables,
   recoveredState,
+  requestTableId,
   sqlStateOf,
   staleClaim,
   type LoadRequest,
@@ -179,10 +180,32 @@ export class StagedRedshiftLoader {
   }
 
   private async fail(r: LoadRequest, err: unknown): Promise<number> {
-    const reason = err instanceof Error ? err.message : String(err);
-    this.o.log?.('load request failed', { requestId: r.requestId, error: describeError(err) });
-    await this.o.requests.move(r.requestId, ['claimed'], 'failed', { reason, sqlState: sqlStateOf(err) });
+    // A request of several tables (a batch's): the table whose COPY fails on its own names the failure, so the
+    // applier holds or isolates that table and delivers the others again (nothing of the request is loaded).
+    const culprit = r.tables.length > 1 ? await this.culprit(r) : null;
+    const why = culprit?.err ?? err;
+    const reason = why instanceof Error ? why.message : String(why);
+    this.o.log?.('load request failed', { requestId: r.requestId, error: describeError(why), ...(culprit ? { table: culprit.table } : {}) });
+    await this.o.requests.move(r.requestId, ['claimed'], 'failed', { reason, sqlState: sqlStateOf(why), ...(culprit ? { failedTable: culprit.table } : {}) });
     return 1;
+  }
+
+  /** The first table of `r` whose COPY fails alone (each tried in a transaction rolled back), or null. */
+  private async culprit(r: LoadRequest): Promise<{ table: string; err: unknown } | null> {
+    const loadKey = `${this.o.prefix}loads/${randomUUID()}`;
+    for (const [i, g] of copyGroups([r]).entries()) {
+      const parts = g.objects.map((x) => ({ url: `s3://${this.o.place.bucket}/${x.key}`, bytes: x.bytes }));
+      const manifest = await putManifest(this.o.place, `${loadKey}/${tableFolder(i, g.table.t.view)}.manifest`, parts);
+      try {
+        await this.sql('BEGIN');
+        for (const s of stagedCopySql(g.table, manifest, this.o.roleArn, 0, this.o.region)) await this.sql(s);
+      } catch (err) {
+        return { table: requestTableId(g.table), err };
+      } finally {
+        await this.sql('ROLLBACK').catch(() => undefined);
+      }
+    }
+    return null;
   }
 
   private async loadAndMark(claimed: readonly LoadRequest[]): Promise<void> {

@@ -10,7 +10,7 @@
 import { randomUUID } from 'node:crypto';
 import type { ChangeEvent } from '../core/shared/event.ts';
 import { stageEvent, type PartOptions, type StagedRow } from '../core/warehouse/redshift-load.ts';
-import { LoadRequestFailedError, requestVerdict, type LoadRequest } from '../core/warehouse/redshift-requests.ts';
+import { LoadRequestFailedError, requestVerdict, type RequestTable } from '../core/warehouse/redshift-requests.ts';
 import { createTableSql, evolveSql, type RedshiftTable } from '../core/warehouse/redshift-sql.ts';
 import type { ValuePolicy } from '../core/warehouse/redshift-types.ts';
 import type { DynamoDbLoadRequests } from './control-plane-dynamodb/load-requests.ts';
@@ -84,36 +84,42 @@ export class RedshiftStagingSubmitter implements RedshiftLoadPort {
   }
 
   async submit(r: RedshiftTable, events: readonly ChangeEvent[], appliedAt: Date = new Date(this.now())): Promise<LoadReceipt> {
-    const refused: LoadReceipt['refused'] = [];
-    const rows: StagedRow[] = [];
-    for (const e of events) {
-      const s = stageEvent(e, r.key, r.data, (c) => this.o.policyOf?.(r.t.tableId, c) ?? 'refuse-row', appliedAt);
-      if ('row' in s) rows.push(s.row);
-      else refused.push({ event: e, error: s.refused });
-    }
-    if (rows.length === 0) return { loadId: 0, loaded: 0, refused };
+    return (await this.submitMany([{ r, events }], appliedAt))[0]!;
+  }
+
+  /**
+   * The tables of one batch as ONE load request: loaded in one load, one transaction, or not at all
+   * (docs/warehouse-apply.md, "Redshift: the applier"). A request that fails throws
+   * `LoadRequestFailedError`, naming the table whose COPY failed alone where one did.
+   */
+  async submitMany(items: readonly { r: RedshiftTable; events: readonly ChangeEvent[] }[], appliedAt: Date = new Date(this.now())): Promise<LoadReceipt[]> {
     const requestId = `${this.now().toString(36)}-${randomUUID()}`;
-    const parts = await putParts(this.o.place, `${this.o.prefix}requests/${requestId}/${tableFolder(0, r.t.view)}`, null, rows, this.o.parts);
+    const receipts: LoadReceipt[] = [];
+    const tables: RequestTable[] = [];
+    for (const [i, { r, events }] of items.entries()) {
+      const refused: LoadReceipt['refused'] = [];
+      const rows: StagedRow[] = [];
+      for (const e of events) {
+        const s = stageEvent(e, r.key, r.data, (c) => this.o.policyOf?.(r.t.tableId, c) ?? 'refuse-row', appliedAt);
+        if ('row' in s) rows.push(s.row);
+        else refused.push({ event: e, error: s.refused });
+      }
+      receipts.push({ loadId: 0, loaded: rows.length, refused });
+      if (rows.length === 0) continue;
+      const parts = await putParts(this.o.place, `${this.o.prefix}requests/${requestId}/${tableFolder(i, r.t.view)}`, null, rows, this.o.parts);
+      tables.push({
+        table: r,
+        schemaVersion: Math.max(...events.map((e) => e.schemaVersion)),
+        objects: parts.map((p) => ({ key: p.key, bytes: p.bytes })),
+        rows: rows.length,
+      });
+    }
+    if (tables.length === 0) return receipts;
     const createdAt = this.now();
-    const request: LoadRequest = {
-      sinkId: this.o.requests.sinkId,
-      requestId,
-      state: 'pending',
-      tables: [
-        {
-          table: r,
-          schemaVersion: Math.max(...events.map((e) => e.schemaVersion)),
-          objects: parts.map((p) => ({ key: p.key, bytes: p.bytes })),
-          rows: rows.length,
-        },
-      ],
-      createdAt,
-      deadline: createdAt + this.o.waitMs,
-    };
-    await this.o.requests.put(request);
+    await this.o.requests.put({ sinkId: this.o.requests.sinkId, requestId, state: 'pending', tables, createdAt, deadline: createdAt + this.o.waitMs });
     await this.o.invokeLoader();
     const loadId = await this.waitFor(requestId);
-    return { loadId, loaded: rows.length, refused };
+    return receipts.map((x) => (x.loaded > 0 ? { ...x, loadId } : x));
   }
 
   /** Polls the request until it is answered; its item is deleted either way (an unanswered one is abandoned first). */
@@ -128,7 +134,7 @@ export class RedshiftStagingSubmitter implements RedshiftLoadPort {
       // A request still pending is abandoned so the loader does not load rows whose batch comes again.
       if (v.kind === 'failed') await this.o.requests.move(requestId, ['pending'], 'abandoned');
       await this.o.requests.delete(requestId);
-      if (v.kind === 'failed') throw new LoadRequestFailedError(requestId, v.reason, v.sqlState);
+      if (v.kind === 'failed') throw new LoadRequestFailedError(requestId, v.reason, v.sqlState, v.failedTable);
       return v.loadId;
     }
   }

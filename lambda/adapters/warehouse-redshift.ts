@@ -37,7 +37,7 @@ import { redshiftColumn, redshiftText, RedshiftValueRefusedError, type RedshiftC
 import { warehouseTable } from '../core/warehouse/warehouse-sql.ts';
 import type { LoadReceipt } from './redshift-loader.ts';
 import { persistentTableErrorCode } from './warehouse-pg-errors.ts';
-import { LoadRequestFailedError } from '../core/warehouse/redshift-requests.ts';
+import { BatchPartnerFailedError, LoadRequestFailedError, requestTableId } from '../core/warehouse/redshift-requests.ts';
 
 /**
  * What the writer needs of a loader: the in-process `RedshiftLoader` (`cdc local`), or the applier's
@@ -52,6 +52,11 @@ export interface RedshiftLoadPort {
   /** A read on the warehouse after the loads this process queued before it. */
   read(text: string): Promise<Record<string, unknown>[]>;
   submit(r: RedshiftTable, events: readonly ChangeEvent[], appliedAt?: Date): Promise<LoadReceipt>;
+  /**
+   * The tables of one batch loaded together or not at all, where the loader can (the loader function's
+   * one request per batch); it throws `LoadRequestFailedError` naming the failing table where one is known.
+   */
+  submitMany?(items: readonly { r: RedshiftTable; events: readonly ChangeEvent[] }[], appliedAt?: Date): Promise<LoadReceipt[]>;
   /** Merges the tables with pending rows; `tables` is how many it merged (0 where another process merges). */
   merge(): Promise<{ tables: number }>;
 }
@@ -189,6 +194,8 @@ export class RedshiftWarehouse implements Warehouse {
   async applyTables(batches: readonly TableBatch[]): Promise<TableOutcome[]> {
     const prepared: Array<Prepared | { error: unknown }> = [];
     for (const b of batches) prepared.push(await this.prepare(b).catch((error: unknown) => ({ error })));
+    const ready = prepared.filter((p): p is Prepared => !('error' in p));
+    if (this.o.loader.submitMany && ready.length > 1) return this.submitTogether(prepared, ready, batches[0]!.appliedAt);
     return Promise.all(
       prepared.map(async (p, n): Promise<TableOutcome> => {
         if ('error' in p) return p;
@@ -198,6 +205,22 @@ export class RedshiftWarehouse implements Warehouse {
         );
       }),
     );
+  }
+
+  /**
+   * One load request for the batch's prepared tables: all load in one transaction or none does. A
+   * failure that names a table is that table's outcome (held or isolated by its error), and the
+   * others are delivered again; any other failure is the whole batch's (thrown).
+   */
+  private async submitTogether(prepared: ReadonlyArray<Prepared | { error: unknown }>, ready: Prepared[], appliedAt: Date): Promise<TableOutcome[]> {
+    try {
+      await this.o.loader.submitMany!(ready, appliedAt);
+    } catch (err) {
+      if (!(err instanceof LoadRequestFailedError) || err.failedTable === undefined) throw err;
+      const culprit = err.failedTable;
+      return prepared.map((p) => ('error' in p ? p : { error: requestTableId(p.r) === culprit ? err : new BatchPartnerFailedError(err.requestId, culprit) }));
+    }
+    return prepared.map((p) => ('error' in p ? p : { result: loaded(p.events) }));
   }
 
   /** The table's events as the loader takes them, every value checked: one refused value fails the batch, the apply isolates it. */

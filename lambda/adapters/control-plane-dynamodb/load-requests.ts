@@ -65,7 +65,7 @@ export class DynamoDbLoadRequests {
     requestId: string,
     from: readonly LoadRequestState[],
     to: LoadRequestState,
-    set: Partial<Pick<LoadRequest, 'claimedAt' | 'claimedBy' | 'loadId' | 'reason' | 'sqlState'>> = {},
+    set: Partial<Pick<LoadRequest, 'claimedAt' | 'claimedBy' | 'loadId' | 'reason' | 'sqlState' | 'failedTable'>> = {},
   ): Promise<boolean> {
     const names: Record<string, string> = { '#state': 'state' };
     const values: Plain = { ':to': to };
@@ -144,6 +144,7 @@ export class DynamoDbLoadRequests {
       ...opt('loadId'),
       ...opt('reason'),
       ...opt('sqlState'),
+      ...opt('failedTable'),
     };
   }
 }

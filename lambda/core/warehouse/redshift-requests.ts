@@ -45,15 +45,24 @@ export interface LoadRequest {
   reason?: string;
   /** The SQLSTATE the warehouse failed the request's load with, alone (absent: no SQL error, e.g. the connection). */
   sqlState?: string;
+  /** A request of several tables that failed alone: the table (`schema.view`, lower case) whose COPY failed on its own, if one did. */
+  failedTable?: string;
 }
 
 /** What a waiting applier concludes from the request's item (null: it is gone). */
-export type RequestVerdict = { kind: 'wait' } | { kind: 'loaded'; loadId: number } | { kind: 'failed'; reason: string; sqlState?: string };
+export type RequestVerdict =
+  { kind: 'wait' } | { kind: 'loaded'; loadId: number } | { kind: 'failed'; reason: string; sqlState?: string; failedTable?: string };
 
 export function requestVerdict(r: LoadRequest | null, now: number): RequestVerdict {
   if (r === null) return { kind: 'failed', reason: 'the load request is gone from the control plane' };
   if (r.state === 'loaded') return { kind: 'loaded', loadId: r.loadId ?? 0 };
-  if (r.state === 'failed') return { kind: 'failed', reason: r.reason ?? 'the load failed', ...(r.sqlState ? { sqlState: r.sqlState } : {}) };
+  if (r.state === 'failed')
+    return {
+      kind: 'failed',
+      reason: r.reason ?? 'the load failed',
+      ...(r.sqlState ? { sqlState: r.sqlState } : {}),
+      ...(r.failedTable ? { failedTable: r.failedTable } : {}),
+    };
   if (r.state === 'abandoned') return { kind: 'failed', reason: 'the load request was abandoned' };
   if (now >= r.deadline) return { kind: 'failed', reason: `no load committed the request before its deadline (${new Date(r.deadline).toISOString()})` };
   return { kind: 'wait' };
@@ -69,9 +78,27 @@ export class LoadRequestFailedError extends CdcError {
     readonly requestId: string,
     readonly reason: string,
     readonly sqlState?: string,
+    /** A request of several tables: the one whose COPY failed on its own (`schema.view`, lower case), if one did. */
+    readonly failedTable?: string,
   ) {
-    super('REDSHIFT_LOAD_FAILED', `load request ${requestId}: ${reason}${sqlState ? ` (SQLSTATE ${sqlState})` : ''}`);
+    super('REDSHIFT_LOAD_FAILED', `load request ${requestId}: ${reason}${sqlState ? ` (SQLSTATE ${sqlState})` : ''}${failedTable ? ` in ${failedTable}` : ''}`);
   }
+}
+
+/**
+ * A table of a batch whose load request failed because of another of its tables (`failedTable`):
+ * nothing of the batch loaded; this table is delivered again (transient), the other is held or
+ * isolated by its own error (docs/warehouse-apply.md, "Redshift: the applier").
+ */
+export class BatchPartnerFailedError extends CdcError {
+  constructor(requestId: string, failedTable: string) {
+    super('REDSHIFT_LOAD_FAILED', `load request ${requestId}: not loaded because ${failedTable}, loaded with it, failed; delivered again`);
+  }
+}
+
+/** The id a request names a table by (`failedTable`): `schema.view`, lower case. */
+export function requestTableId(r: RedshiftTable): string {
+  return `${r.t.schema}.${r.t.view}`.toLowerCase();
 }
 
 /** The SQLSTATE of an error the warehouse raised (five digits or capitals), else undefined. */
