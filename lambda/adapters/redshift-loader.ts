@@ -17,6 +17,7 @@ import {
   createSchemaSql,
   createTableSql,
   evolveSql,
+  existingColumnsSql,
   lastLoadSql,
   loadDoneSql,
   mergeSql,
@@ -25,6 +26,7 @@ import {
   recordLoadSql,
   type RedshiftTable,
 } from '../core/warehouse/redshift-sql.ts';
+import { existingTable, type CatalogColumn } from '../core/warehouse/redshift-catalog.ts';
 import type { ValuePolicy } from '../core/warehouse/redshift-types.ts';
 import { putManifest, putParts, tableFolder } from './redshift-staging.ts';
 
@@ -109,6 +111,11 @@ export class RedshiftLoader {
       await this.sql('ROLLBACK').catch(() => undefined);
       throw err;
     }
+  }
+
+  /** The table `want` names as the cluster has it, read on the one session after what is queued before it; null: it has none. */
+  async existing(want: RedshiftTable): Promise<RedshiftTable | null> {
+    return existingTable(want, (await this.read(existingColumnsSql(want))) as unknown as CatalogColumn[]);
   }
 
   /** Makes a table known to the merges (a process that restarts merges only the tables registered or submitted since). */
@@ -240,16 +247,18 @@ export class RedshiftLoader {
   }
 
   /**
-   * Moves a registered table to a new schema version (`evolveSql`): added columns in one
+   * Moves a table the cluster has to a new schema version (`evolveSql`): added columns in one
    * transaction, VARCHAR widenings each on its own (Redshift runs `ALTER COLUMN … TYPE` in no
    * transaction), after the loads queued before it. A type Redshift cannot change throws
-   * `RedshiftTypeChangeError` and nothing is changed.
+   * `RedshiftTypeChangeError` and nothing is changed. The table is then known to the loads and merges
+   * (its objects exist: `from` was read from the cluster, or registered before).
    */
   evolve(from: RedshiftTable, to: RedshiftTable): Promise<void> {
     return this.serial(async () => {
       const plan = evolveSql(from, to);
       const id = `${to.t.schema}.${to.t.view}`.toLowerCase();
-      if (this.queued.has(id)) throw new Error(`${to.t.tableId}: events of the old schema version are queued; flush before evolving`);
+      const changes = plan.transactional.length + plan.widen.length > 0;
+      if (changes && this.queued.has(id)) throw new Error(`${to.t.tableId}: events of the old schema version are queued; flush before evolving`);
       if (plan.transactional.length > 0) {
         await this.transaction(async () => {
           for (const s of plan.transactional) await this.sql(s);
@@ -257,6 +266,7 @@ export class RedshiftLoader {
       }
       for (const s of plan.widen) await this.sql(s);
       this.tables.set(id, to);
+      this.ready.add(id);
     });
   }
 
