@@ -153,14 +153,16 @@ describe('a Redshift table made by an older schema version, after a restart (sta
   const records = (events: ChangeEvent[]): ChangeRecord[] =>
     events.map((e, i) => ({ sequenceNumber: String(1000 + i), origin: `s/shard-0/${1000 + i}`, text: JSON.stringify(e) }));
 
+  interface Process {
+    apply(events: ChangeEvent[]): Promise<BatchOutcome>;
+    loader: RedshiftLoader;
+    evolveErrors: unknown[];
+  }
+
   /** A process of `cdc local`: a new in-process loader and writer; each batch applied while the loader's cadence (squeezed) runs. */
-  async function inProcess(
-    sourceId: string,
-    memory: MemoryControlPlane,
-    ...batches: ChangeEvent[][]
-  ): Promise<{ outcomes: BatchOutcome[]; loader: RedshiftLoader; evolveErrors: unknown[] }> {
+  function startProcess(sourceId: string, memory: MemoryControlPlane, client = clients[0]!): Process {
     const loader = new RedshiftLoader({
-      session: session(clients[0]!),
+      session: session(client),
       store: new FolderArchive(folder),
       bucket: BUCKET,
       prefix: `cdc/${sourceId}/`,
@@ -174,19 +176,29 @@ describe('a Redshift table made by an older schema version, after a restart (sta
         evolveErrors.push(err);
         throw err;
       });
-    const apply = applier(memory, new RedshiftWarehouse({ loader }));
-    const outcomes: BatchOutcome[] = [];
-    for (const events of batches) {
-      const pending = apply.applyRecords(records(events));
+    const writer = applier(memory, new RedshiftWarehouse({ loader }));
+    const apply = async (events: ChangeEvent[]): Promise<BatchOutcome> => {
+      const pending = writer.applyRecords(records(events));
       let settled = false;
       void pending.finally(() => (settled = true)).catch(() => undefined);
       while (!settled) {
         await loader.flush();
         await new Promise((r) => setTimeout(r, 5));
       }
-      outcomes.push(await pending);
-    }
-    return { outcomes, loader, evolveErrors };
+      return pending;
+    };
+    return { apply, loader, evolveErrors };
+  }
+
+  async function inProcess(
+    sourceId: string,
+    memory: MemoryControlPlane,
+    ...batches: ChangeEvent[][]
+  ): Promise<{ outcomes: BatchOutcome[]; loader: RedshiftLoader; evolveErrors: unknown[] }> {
+    const p = startProcess(sourceId, memory);
+    const outcomes: BatchOutcome[] = [];
+    for (const events of batches) outcomes.push(await p.apply(events));
+    return { outcomes, loader: p.loader, evolveErrors: p.evolveErrors };
   }
 
   const view = async (sourceId: string): Promise<Record<string, unknown>[]> => {
@@ -313,6 +325,27 @@ describe('a Redshift table made by an older schema version, after a restart (sta
     expect(statements.slice(before).filter((s) => /^(ALTER|DROP|COPY)/.test(s))).toEqual([]);
     expect(await columnTypes('rt')).toEqual({ code: 'character varying(16)', qty: 'bigint' });
     expect(await memory.listDeadLetters()).toEqual([]);
+  }, 120_000);
+
+  it('a process whose table another process evolved meanwhile: its evolve fails once, the next try plans from the cluster', async () => {
+    const memory = await controlPlane('rr', V2);
+    const a = startProcess('rr', memory, clients[0]!);
+    await clean(memory, await a.apply(version1('rr')));
+    // Another process (a restart elsewhere, another shard's container) evolves the table to version 2.
+    await clean(memory, (await inProcess('rr', memory, [event('rr', 2, 'insert', { id: 7, code: LONG, qty: 7, note: 'b' })])).outcomes[0]!);
+    // The first process still knows version 1: its ADD COLUMN fails, the batch is retried (not held), and the retry loads.
+    const batch = [event('rr', 2, 'insert', { id: 8, code: 'a8', qty: 8, note: 'a' })];
+    const failed = await a.apply(batch);
+    expect(failed.failed, 'retried').toHaveLength(1);
+    expect(a.evolveErrors).toHaveLength(1);
+    expect((a.evolveErrors[0] as { code?: string }).code, 'column already exists').toBe('42701');
+    await clean(memory, await a.apply(batch));
+    expect((await view('rr')).map((r) => [r.id, r.note])).toEqual([
+      [1, null],
+      [2, null],
+      [7, 'b'],
+      [8, 'a'],
+    ]);
   }, 120_000);
 
   it('in one process: a table made in soft mode, loaded in hard mode after a restart, gets its remembered deletions', async () => {
