@@ -21,7 +21,7 @@ import { DynamoDbLoadRequests } from '../../lambda/adapters/control-plane-dynamo
 import { RedshiftLoader, type RedshiftSession } from '../../lambda/adapters/redshift-loader.ts';
 import { StagedRedshiftLoader } from '../../lambda/adapters/redshift-staged-loader.ts';
 import { RedshiftStagingSubmitter } from '../../lambda/adapters/redshift-staging-submitter.ts';
-import { RedshiftWarehouse } from '../../lambda/adapters/warehouse-redshift.ts';
+import { RedshiftWarehouse, redshiftTableOf } from '../../lambda/adapters/warehouse-redshift.ts';
 import { createWarehouseApplier, type BatchOutcome, type ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
 import type { ColumnDef } from '../../lambda/core/shared/control-plane.ts';
 import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/shared/event.ts';
@@ -299,15 +299,19 @@ describe('a Redshift table made by an older schema version, after a restart (sta
     // A process that meets version 1 events after version 2 (another shard's, late), then version 2 again: nothing evolves twice.
     const mixed = [event('rp', 1, 'insert', { id: 4, code: 'ok', qty: 4 })];
     const after = statements.length;
-    const third = await inProcess('rp', memory, version2('rp').slice(0, 1), mixed, [event('rp', 2, 'insert', { id: 5, code: 'z', qty: 5, note: 'five' })]);
+    const third = await inProcess('rp', memory, version2('rp').slice(0, 1), [event('rp', 2, 'insert', { id: 5, code: 'z', qty: 5, note: 'five' })], mixed);
     for (const o of third.outcomes) await clean(memory, o);
     expect(statements.slice(after).filter((q) => /^(ALTER|DROP VIEW)/.test(q))).toEqual([]);
-    expect(await view('rp')).toEqual([
+    const all = [
       ...expected.slice(0, 2),
       { id: 3, code: LONG, qty: 3, note: 'new' },
       { id: 4, code: 'ok', qty: 4, note: null },
       { id: 5, code: 'z', qty: 5, note: 'five' },
-    ]);
+    ];
+    expect(await view('rp')).toEqual(all);
+    // The merge after the older version's batch carries every column the table has: version 2's note is merged too.
+    expect((await third.loader.merge()).tables).toBe(1);
+    expect(await view('rp')).toEqual(all);
   }, 120_000);
 
   it('in one process: a type change evolve refuses after a restart holds the table (SINK_TYPE_CONFLICT), nothing is changed', async () => {
@@ -345,6 +349,31 @@ describe('a Redshift table made by an older schema version, after a restart (sta
       [2, null],
       [7, 'b'],
       [8, 'a'],
+    ]);
+  }, 120_000);
+
+  it("in one process: one load carries two schema versions' events of a table (two shards at different versions), each COPY naming its own columns", async () => {
+    const memory = await controlPlane('rm', V2);
+    const p = startProcess('rm', memory);
+    await clean(memory, await p.apply(version1('rm')));
+    await clean(memory, await p.apply([event('rm', 2, 'insert', { id: 3, code: LONG, qty: 3, note: 'new' })]));
+    const target = warehouseTable('rm', TABLE);
+    const [v1, v2] = await Promise.all([1, 2].map(async (n) => redshiftTableOf(target, (await memory.getSchemaVersion('rm', TABLE, n))!, false)));
+    const loads = [
+      p.loader.submit(v2!, [event('rm', 2, 'insert', { id: 5, code: 'z', qty: 5, note: 'five' })]),
+      p.loader.submit(v1!, [event('rm', 1, 'insert', { id: 4, code: 'ok', qty: 4 })]),
+    ];
+    const stats = await p.loader.flush();
+    expect(stats?.tables, 'one load, a COPY per column list').toBe(2);
+    expect((await Promise.all(loads)).map((r) => r.loaded)).toEqual([1, 1]);
+    // The merge after both takes every column: version 2's note is merged too.
+    expect((await p.loader.merge()).tables).toBe(1);
+    expect((await view('rm')).map((r) => [r.id, r.note])).toEqual([
+      [1, null],
+      [2, null],
+      [3, 'new'],
+      [4, null],
+      [5, 'five'],
     ]);
   }, 120_000);
 
