@@ -12,6 +12,9 @@
  * - Quoted identifiers are folded to lower case, so `"Orders"` and `"orders"` are one name.
  * - `MERGE`: PostgreSQL's, which like Redshift's fails when a target row matches two source rows.
  * - `TO_HEX(varbyte)` and `JSON_SERIALIZE(super)` are functions of the stand-in's (`FUNCTION_SQL`): hex, and the JSON text.
+ * - `SVV_COLUMNS` is a view of the stand-in's (`CATALOG_SQL`) over PostgreSQL's `information_schema.columns` that
+ *   answers as Redshift's does: a `varchar(n)` column is `character varying` of n (bytes), a `varbyte(n)` one `varbyte`
+ *   of n, a `super` one `super` (PostgreSQL alone would name the domains' base types).
  */
 import { gunzipSync } from 'node:zlib';
 import { Readable } from 'node:stream';
@@ -69,6 +72,15 @@ const FUNCTION_SQL: Record<string, string> = {
   rs_json_serialize: "CREATE FUNCTION public.rs_json_serialize(jsonb) RETURNS text LANGUAGE sql IMMUTABLE AS 'SELECT CAST($1 AS text)'",
 };
 
+/** Redshift's catalog view of table columns, answered by a view of the stand-in's (`public.rs_svv_columns`), made on first use. */
+const CATALOG = /\bsvv_columns\b/gi;
+const CATALOG_SQL =
+  'CREATE VIEW public.rs_svv_columns AS SELECT c.table_schema, c.table_name, c.column_name, c.ordinal_position, ' +
+  "CASE WHEN c.domain_name ~ '^rs_varchar_[0-9]+$' THEN 'character varying' WHEN c.domain_name ~ '^rs_varbyte_[0-9]+$' THEN 'varbyte' " +
+  "WHEN c.domain_name = 'rs_super' THEN 'super' ELSE c.data_type END AS data_type, " +
+  "CASE WHEN c.domain_name ~ '^rs_var(char|byte)_[0-9]+$' THEN CAST(substring(c.domain_name FROM '[0-9]+$') AS integer) " +
+  'ELSE c.character_maximum_length END AS character_maximum_length, c.numeric_precision, c.numeric_scale FROM information_schema.columns c';
+
 const DOMAIN = /\b(varchar|character varying|varbyte)\s*\(\s*(\d+)\s*\)|\bsuper\b/gi;
 
 /** Redshift folds names; Redshift types become byte-limited domains. */
@@ -82,7 +94,8 @@ export function toPostgres(sql: string, domains: Set<string>): string {
           domains.add(name);
           return `public.${name}`;
         })
-        .replace(FUNCTION, (m: string, name: string) => `public.rs_${name.toLowerCase()}(`),
+        .replace(FUNCTION, (m: string, name: string) => `public.rs_${name.toLowerCase()}(`)
+        .replace(CATALOG, 'public.rs_svv_columns'),
     (name) => name.toLowerCase(),
   );
 }
@@ -143,6 +156,7 @@ export class RedshiftStandIn implements RedshiftSession {
       if (exists.rowCount === 0) await this.o.client.query(domainSql(d));
     }
     for (const f of Object.keys(FUNCTION_SQL)) if (text.includes(`public.${f}(`)) await this.makeFunction(f);
+    if (text.includes('public.rs_svv_columns')) await this.makeCatalog();
     const r = await this.o.client.query(text);
     return { rows: (Array.isArray(r) ? (r.at(-1) as pg.QueryResult) : r).rows as Record<string, unknown>[] };
   }
@@ -154,6 +168,23 @@ export class RedshiftStandIn implements RedshiftSession {
       name,
     ]);
     if (exists.rowCount === 0) await this.o.client.query(FUNCTION_SQL[name]!);
+  }
+
+  /** The stand-in's `SVV_COLUMNS` (`CATALOG_SQL`), made when missing; another session making it at the same moment is no error. */
+  private async makeCatalog(): Promise<void> {
+    const exists = async (): Promise<boolean> =>
+      (
+        await this.o.client.query('SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2', [
+          'public',
+          'rs_svv_columns',
+        ])
+      ).rowCount !== 0;
+    if (await exists()) return;
+    try {
+      await this.o.client.query(CATALOG_SQL);
+    } catch (err) {
+      if (!(await exists())) throw err;
+    }
   }
 
   /** The objects a manifest URI lists, read, checked and decompressed. */

@@ -12,11 +12,13 @@ import type { Archive } from '../core/rebuild/archive.ts';
 import type { ChangeEvent } from '../core/shared/event.ts';
 import { stageEvent, type StagedRow } from '../core/warehouse/redshift-load.ts';
 import {
+  changelogColumns,
   copyManifestSql,
   createLedgerSql,
   createSchemaSql,
   createTableSql,
   evolveSql,
+  existingColumnsSql,
   lastLoadSql,
   loadDoneSql,
   mergeSql,
@@ -25,6 +27,7 @@ import {
   recordLoadSql,
   type RedshiftTable,
 } from '../core/warehouse/redshift-sql.ts';
+import { evolvedTable, existingTable, type CatalogColumn } from '../core/warehouse/redshift-catalog.ts';
 import type { ValuePolicy } from '../core/warehouse/redshift-types.ts';
 import { putManifest, putParts, tableFolder } from './redshift-staging.ts';
 
@@ -79,6 +82,7 @@ export interface LoadStats {
 export class RedshiftLoader {
   private readonly tables = new Map<string, RedshiftTable>();
   private readonly ready = new Set<string>();
+  /** Per table and column list (`submit`). */
   private queued = new Map<string, { r: RedshiftTable; rows: StagedRow[] }>();
   private waiting: Waiting[] = [];
   private ledgerReady = false;
@@ -111,6 +115,11 @@ export class RedshiftLoader {
     }
   }
 
+  /** The table `want` names as the cluster has it, read on the one session after what is queued before it; null: it has none. */
+  async existing(want: RedshiftTable): Promise<RedshiftTable | null> {
+    return existingTable(want, (await this.read(existingColumnsSql(want))) as unknown as CatalogColumn[]);
+  }
+
   /** Makes a table known to the merges (a process that restarts merges only the tables registered or submitted since). */
   register(r: RedshiftTable): Promise<void> {
     this.tables.set(`${r.t.schema}.${r.t.view}`.toLowerCase(), r);
@@ -123,7 +132,9 @@ export class RedshiftLoader {
    */
   async submit(r: RedshiftTable, events: readonly ChangeEvent[], appliedAt: Date = (this.o.now ?? (() => new Date()))()): Promise<LoadReceipt> {
     const id = `${r.t.schema}.${r.t.view}`.toLowerCase();
-    this.tables.set(id, r);
+    // The merges take every column the table has: a batch of an older schema version does not narrow them.
+    const known = this.tables.get(id);
+    this.tables.set(id, known === undefined ? r : evolvedTable(known, r));
     const refused: LoadReceipt['refused'] = [];
     const rows: StagedRow[] = [];
     const policyOf = (c: string): ValuePolicy => this.o.policyOf?.(r.t.tableId, c) ?? 'refuse-row';
@@ -133,9 +144,11 @@ export class RedshiftLoader {
       else refused.push({ event: e, error: s.refused });
     }
     if (rows.length === 0) return { loadId: 0, loaded: 0, refused };
-    const q = this.queued.get(id) ?? { r, rows: [] };
+    // Queued per table and column list: events of two schema versions in one load are two COPYs, each naming its own columns.
+    const qid = `${id}\u0000${changelogColumns(r).join()}`;
+    const q = this.queued.get(qid) ?? { r, rows: [] };
     for (const row of rows) q.rows.push(row);
-    this.queued.set(id, q);
+    this.queued.set(qid, q);
     const loadId = await new Promise<number>((resolve, reject) => this.waiting.push({ resolve, reject }));
     return { loadId, loaded: rows.length, refused };
   }
@@ -240,23 +253,27 @@ export class RedshiftLoader {
   }
 
   /**
-   * Moves a registered table to a new schema version (`evolveSql`): added columns in one
+   * Moves a table the cluster has to a new schema version (`evolveSql`): added columns in one
    * transaction, VARCHAR widenings each on its own (Redshift runs `ALTER COLUMN … TYPE` in no
    * transaction), after the loads queued before it. A type Redshift cannot change throws
-   * `RedshiftTypeChangeError` and nothing is changed.
+   * `RedshiftTypeChangeError` and nothing is changed. The table is then known to the loads and merges
+   * (its objects exist: `from` was read from the cluster, or registered before).
    */
   evolve(from: RedshiftTable, to: RedshiftTable): Promise<void> {
     return this.serial(async () => {
       const plan = evolveSql(from, to);
       const id = `${to.t.schema}.${to.t.view}`.toLowerCase();
-      if (this.queued.has(id)) throw new Error(`${to.t.tableId}: events of the old schema version are queued; flush before evolving`);
+      const changes = plan.transactional.length + plan.widen.length > 0;
+      if (changes && [...this.queued.keys()].some((k) => k.startsWith(`${id}\u0000`)))
+        throw new Error(`${to.t.tableId}: events of the old schema version are queued; flush before evolving`);
       if (plan.transactional.length > 0) {
         await this.transaction(async () => {
           for (const s of plan.transactional) await this.sql(s);
         });
       }
       for (const s of plan.widen) await this.sql(s);
-      this.tables.set(id, to);
+      this.tables.set(id, evolvedTable(from, to));
+      this.ready.add(id);
     });
   }
 

@@ -11,7 +11,8 @@ import { randomUUID } from 'node:crypto';
 import type { ChangeEvent } from '../core/shared/event.ts';
 import { stageEvent, type PartOptions, type StagedRow } from '../core/warehouse/redshift-load.ts';
 import { LoadRequestFailedError, requestVerdict, type RequestTable } from '../core/warehouse/redshift-requests.ts';
-import { createTableSql, evolveSql, type RedshiftTable } from '../core/warehouse/redshift-sql.ts';
+import { existingTable, type CatalogColumn } from '../core/warehouse/redshift-catalog.ts';
+import { createTableSql, evolveSql, existingColumnsSql, type RedshiftTable } from '../core/warehouse/redshift-sql.ts';
 import type { ValuePolicy } from '../core/warehouse/redshift-types.ts';
 import type { DynamoDbLoadRequests } from './control-plane-dynamodb/load-requests.ts';
 import type { LoadReceipt, RedshiftSession } from './redshift-loader.ts';
@@ -56,6 +57,11 @@ export class RedshiftStagingSubmitter implements RedshiftLoadPort {
     }
   }
 
+  /** The table `want` names as the cluster has it, read on the applier's session; null: it has none. */
+  async existing(want: RedshiftTable): Promise<RedshiftTable | null> {
+    return existingTable(want, (await this.o.session.query(existingColumnsSql(want))).rows as unknown as CatalogColumn[]);
+  }
+
   async register(r: RedshiftTable): Promise<void> {
     const id = `${r.t.schema}.${r.t.view}`.toLowerCase();
     if (this.known.has(id)) return;
@@ -67,6 +73,7 @@ export class RedshiftStagingSubmitter implements RedshiftLoadPort {
     const plan = evolveSql(from, to);
     if (plan.transactional.length > 0) await this.transaction(plan.transactional);
     for (const s of plan.widen) await this.o.session.query(s);
+    this.known.add(`${to.t.schema}.${to.t.view}`.toLowerCase());
   }
 
   /** Nothing is queued in this process: every submit is its own request. */

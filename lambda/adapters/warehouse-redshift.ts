@@ -32,6 +32,7 @@ import type {
   WriteErrorKind,
 } from '../core/warehouse/warehouse-port.ts';
 import { NotLoadableError, stageEvent } from '../core/warehouse/redshift-load.ts';
+import { evolvedTable, needsEvolving } from '../core/warehouse/redshift-catalog.ts';
 import { currentRowsSql, pendingStatsSql, RedshiftTypeChangeError, FoldedColumnError, type RedshiftTable } from '../core/warehouse/redshift-sql.ts';
 import { redshiftColumn, redshiftText, RedshiftValueRefusedError, type RedshiftColumn, type ValuePolicy } from '../core/warehouse/redshift-types.ts';
 import { warehouseTable } from '../core/warehouse/warehouse-sql.ts';
@@ -45,7 +46,10 @@ import { BatchPartnerFailedError, LoadRequestFailedError, requestTableId } from 
  * load carrying the events has committed.
  */
 export interface RedshiftLoadPort {
+  /** The table `want` names as the cluster has it (`existingTable`), or null when it has none. */
+  existing(want: RedshiftTable): Promise<RedshiftTable | null>;
   register(r: RedshiftTable): Promise<void>;
+  /** Moves the table from the columns it has to `to`'s (`evolveSql`); the table is known to the loader afterwards. */
   evolve(from: RedshiftTable, to: RedshiftTable): Promise<void>;
   /** Loads what is queued in this process (nothing to do where nothing is queued). */
   flush(): Promise<unknown>;
@@ -119,7 +123,12 @@ export class RedshiftWarehouse implements Warehouse {
     return (c) => this.o.policyOf?.(table, c) ?? 'refuse-row';
   }
 
-  /** The table as the loader knows it, registered or evolved to the newest schema version of the batch. */
+  /**
+   * The table as the loader takes the batch: the newest schema version of the batch, the cluster's table
+   * registered or evolved to it first. What this process knows of the cluster's table is kept (`tables`); at a
+   * process's first sight of a table it is read from the cluster (a table made by an older schema version
+   * before a restart; docs/warehouse-apply.md, "Redshift: schema changes").
+   */
   private async tableOf(batch: TableBatch): Promise<RedshiftTable> {
     const target = batch.target ?? warehouseTable(batch.source, batch.table);
     const newest = Math.max(...batch.events.map((e) => e.schemaVersion));
@@ -127,15 +136,29 @@ export class RedshiftWarehouse implements Warehouse {
     if (v === undefined) throw new Error(`${batch.table}: schema version ${newest} was not read`);
     const want = redshiftTableOf(target, v, batch.deleteMode === 'hard');
     const id = `${target.schema}.${target.view}`.toLowerCase();
-    const have = this.tables.get(id);
-    if (have === undefined) await this.o.loader.register(want);
-    else if ([...have.key, ...have.data].map((c) => c.type).join() !== [...want.key, ...want.data].map((c) => c.type).join()) {
-      // The old version's queued events load first: evolve refuses while they wait.
-      await this.o.loader.flush();
-      await this.o.loader.evolve(have, want);
-    } else return have;
-    this.tables.set(id, want);
+    const known = this.tables.get(id);
+    if (known !== undefined && !needsEvolving(known, want)) return want;
+    const have = known ?? (await this.o.loader.existing(want));
+    if (have === null) await this.o.loader.register(want);
+    else await this.evolve(id, have, want);
+    this.tables.set(id, have === null ? want : evolvedTable(have, want));
     return want;
+  }
+
+  /**
+   * Evolves the table from `have` (at first sight too, where nothing may change: the loader learns the table).
+   * A failure forgets what this process knew of it, so the batch's next try plans from the cluster again
+   * (another process may have evolved it meanwhile: its `ADD COLUMN` fails here).
+   */
+  private async evolve(id: string, have: RedshiftTable, want: RedshiftTable): Promise<void> {
+    try {
+      // The old version's queued events load first: evolve refuses while they wait.
+      if (needsEvolving(have, want)) await this.o.loader.flush();
+      await this.o.loader.evolve(have, want);
+    } catch (err) {
+      this.tables.delete(id);
+      throw err;
+    }
   }
 
   /** The batch's events as the loader takes them: updates completed, primary-key deletes plain. */

@@ -150,6 +150,20 @@ export function lastLoadSql(schema: string): string {
   return `SELECT COALESCE(MAX(load_id), 0) AS load_id FROM ${rsQualified(schema, LEDGER_TABLE)}`;
 }
 
+/**
+ * The columns the cluster has for `r`'s changelog, base and (hard mode) remembered deletions, from `SVV_COLUMNS` (Redshift's catalog view of
+ * table columns; `character_maximum_length` of a VARCHAR is its declared size, in bytes): what a process that
+ * first sees a table evolves from (docs/warehouse-apply.md, "Redshift: schema changes"). No rows: no table.
+ */
+export function existingColumnsSql(r: RedshiftTable): string {
+  const { t } = r;
+  return (
+    `SELECT table_name, column_name, data_type, character_maximum_length, numeric_precision, numeric_scale FROM svv_columns ` +
+    `WHERE table_schema = ${rsLiteral(t.schema.toLowerCase())} AND table_name IN (${[t.changelog, t.mirror, t.deletedKeys].map((n) => rsLiteral(n.toLowerCase())).join(', ')}) ` +
+    `ORDER BY table_name, ordinal_position`
+  );
+}
+
 /** The tables of one captured table, its watermark row and its view (idempotent, in one transaction). */
 export function createTableSql(r: RedshiftTable): string[] {
   const { t } = r;
@@ -175,13 +189,16 @@ export function createTableSql(r: RedshiftTable): string[] {
     `INSERT INTO ${rsQualified(t.schema, WATERMARKS_TABLE)} (table_name, merged_load) SELECT ${rsLiteral(t.view.toLowerCase())}, 0 ` +
       `WHERE NOT EXISTS (SELECT 1 FROM ${rsQualified(t.schema, WATERMARKS_TABLE)} w WHERE w.table_name = ${rsLiteral(t.view.toLowerCase())})`,
   ];
-  if (r.hard) {
-    out.push(
-      `CREATE TABLE IF NOT EXISTS ${rsQualified(t.schema, t.deletedKeys)} (${[...defs(r.key, true), `${rsIdent(CdcColumn.POSITION)} varchar(24) NOT NULL`, `PRIMARY KEY (${keyNames})`].join(', ')})`,
-    );
-  }
+  if (r.hard) out.push(createDeletedKeysSql(r));
   out.push(createViewSql(r));
   return out;
+}
+
+/** Hard mode's remembered deletions of `r` (idempotent). */
+function createDeletedKeysSql(r: RedshiftTable): string {
+  const { t } = r;
+  const cols = [...defs(r.key, true), `${rsIdent(CdcColumn.POSITION)} varchar(24) NOT NULL`, `PRIMARY KEY (${list(r.key.map((c) => c.name))})`];
+  return `CREATE TABLE IF NOT EXISTS ${rsQualified(t.schema, t.deletedKeys)} (${cols.join(', ')})`;
 }
 
 /** The changelog rows of `t` the base has not absorbed: loads above the table's watermark (up to `cut`, when given). */
@@ -334,7 +351,7 @@ export class RedshiftTypeChangeError extends CdcError {
 
 /** The schema change from `from` to `to` (the same table, a new schema version), in two parts. */
 export interface RedshiftEvolution {
-  /** One transaction: added columns on the changelog and the base, the view made again. */
+  /** One transaction: added columns on the changelog and the base (and hard mode's remembered deletions, when the table had none), the view made again. */
   transactional: string[];
   /** VARCHAR widenings, each its own statement outside a transaction (Redshift runs `ALTER COLUMN … TYPE` in none), between a DROP and a CREATE of the view. */
   widen: string[];
@@ -360,11 +377,14 @@ export function evolveSql(from: RedshiftTable, to: RedshiftTable): RedshiftEvolu
   }
   if (to.key.some((k) => added.includes(k))) throw new RedshiftTypeChangeError(t.tableId, to.key.map((k) => k.name).join(', '), 'the key', 'a new key column');
   const tables = [t.changelog, t.mirror];
+  // A table made in soft mode that the new version loads in hard mode gets its remembered deletions, and its view reads them.
+  const hardens = to.hard && !from.hard;
   const transactional =
-    added.length === 0
+    added.length === 0 && !hardens
       ? []
       : [
           `DROP VIEW ${rsQualified(t.schema, t.view)}`,
+          ...(hardens ? [createDeletedKeysSql(to)] : []),
           ...added.flatMap((c) => tables.map((x) => `ALTER TABLE ${rsQualified(t.schema, x)} ADD COLUMN ${rsIdent(c.name)} ${c.type}`)),
           createViewSql(to),
         ];
