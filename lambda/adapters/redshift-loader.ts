@@ -36,6 +36,18 @@ export interface RedshiftSession {
   query(sql: string): Promise<{ rows: Record<string, unknown>[] }>;
 }
 
+/** Runs `statements` between `BEGIN` and `COMMIT` through `sql`; on an error, `ROLLBACK` (its own failure ignored) and the error again. */
+export async function inTransaction(sql: (text: string) => Promise<unknown>, statements: () => Promise<void>): Promise<void> {
+  await sql('BEGIN');
+  try {
+    await statements();
+    await sql('COMMIT');
+  } catch (err) {
+    await sql('ROLLBACK').catch(() => undefined);
+    throw err;
+  }
+}
+
 export interface RedshiftLoaderOptions {
   session: RedshiftSession;
   /** The staging prefix's store: keys are object keys in `bucket`. */
@@ -104,15 +116,8 @@ export class RedshiftLoader {
     return next;
   }
 
-  private async transaction(statements: () => Promise<void>): Promise<void> {
-    await this.sql('BEGIN');
-    try {
-      await statements();
-      await this.sql('COMMIT');
-    } catch (err) {
-      await this.sql('ROLLBACK').catch(() => undefined);
-      throw err;
-    }
+  private transaction(statements: () => Promise<void>): Promise<void> {
+    return inTransaction((text) => this.sql(text), statements);
   }
 
   /** The table `want` names as the cluster has it, read on the one session after what is queued before it; null: it has none. */

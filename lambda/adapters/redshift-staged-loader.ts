@@ -39,7 +39,7 @@ import {
 } from '../core/warehouse/redshift-sql.ts';
 import { committedRequestsSql, createLoadRequestsSql, recordRequestsSql, stagedCopySql } from '../core/warehouse/redshift-staged-sql.ts';
 import type { DynamoDbLoadRequests } from './control-plane-dynamodb/load-requests.ts';
-import type { RedshiftSession } from './redshift-loader.ts';
+import { inTransaction, type RedshiftSession } from './redshift-loader.ts';
 import { putManifest, tableFolder, type StagingPlace } from './redshift-staging.ts';
 
 export interface StagedLoaderOptions {
@@ -80,15 +80,8 @@ export class StagedRedshiftLoader {
     return (await this.o.session.query(text)).rows;
   }
 
-  private async transaction(statements: () => Promise<void>): Promise<void> {
-    await this.sql('BEGIN');
-    try {
-      await statements();
-      await this.sql('COMMIT');
-    } catch (err) {
-      await this.sql('ROLLBACK').catch(() => undefined);
-      throw err;
-    }
+  private transaction(statements: () => Promise<void>): Promise<void> {
+    return inTransaction((text) => this.sql(text), statements);
   }
 
   /** One invocation: recover, load while requests arrive within `budgetMs`, merge when due. */

@@ -15,7 +15,7 @@ import { existingTable, type CatalogColumn } from '../core/warehouse/redshift-ca
 import { createTableSql, evolveSql, existingColumnsSql, type RedshiftTable } from '../core/warehouse/redshift-sql.ts';
 import type { ValuePolicy } from '../core/warehouse/redshift-types.ts';
 import type { DynamoDbLoadRequests } from './control-plane-dynamodb/load-requests.ts';
-import type { LoadReceipt, RedshiftSession } from './redshift-loader.ts';
+import { inTransaction, type LoadReceipt, type RedshiftSession } from './redshift-loader.ts';
 import { putParts, tableFolder, type StagingPlace } from './redshift-staging.ts';
 import type { RedshiftLoadPort } from './warehouse-redshift.ts';
 
@@ -46,15 +46,13 @@ export class RedshiftStagingSubmitter implements RedshiftLoadPort {
     this.now = o.now ?? Date.now;
   }
 
-  private async transaction(statements: readonly string[]): Promise<void> {
-    await this.o.session.query('BEGIN');
-    try {
-      for (const s of statements) await this.o.session.query(s);
-      await this.o.session.query('COMMIT');
-    } catch (err) {
-      await this.o.session.query('ROLLBACK').catch(() => undefined);
-      throw err;
-    }
+  private transaction(statements: readonly string[]): Promise<void> {
+    return inTransaction(
+      (text) => this.o.session.query(text),
+      async () => {
+        for (const s of statements) await this.o.session.query(s);
+      },
+    );
   }
 
   /** The table `want` names as the cluster has it, read on the applier's session; null: it has none. */

@@ -10,8 +10,6 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
-import { Logger } from '@aws-lambda-powertools/logger';
-import { Metrics } from '@aws-lambda-powertools/metrics';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
 import { createControlTable } from '../../lambda/adapters/control-plane-dynamodb/control-table.ts';
@@ -19,7 +17,7 @@ import { DynamoDbLoadRequests } from '../../lambda/adapters/control-plane-dynamo
 import { StagedRedshiftLoader } from '../../lambda/adapters/redshift-staged-loader.ts';
 import { RedshiftStagingSubmitter } from '../../lambda/adapters/redshift-staging-submitter.ts';
 import { RedshiftWarehouse } from '../../lambda/adapters/warehouse-redshift.ts';
-import { createWarehouseApplier, type ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
+import type { ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
 import type { ColumnDef } from '../../lambda/core/shared/control-plane.ts';
 import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
@@ -30,6 +28,7 @@ import { startDynamoDbLocal, type DynamoDbLocal } from '../../local/dynamodb.ts'
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { RedshiftStandIn } from '../../local/redshift-standin.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
+import { quietApplier, registerTables } from '../helpers/registered-applier.ts';
 
 const BUCKET = 'staging';
 const ROLE = 'arn:aws:iam::123456789012:role/cdc-copy';
@@ -107,22 +106,8 @@ describe('a batch of several tables through the Redshift loader function', () =>
       pollMs: 20,
     });
     const memory = new MemoryControlPlane();
-    const at = new Date().toISOString();
-    for (const table of TABLES)
-      await memory.registerTable(
-        { source: sinkId, table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at },
-        { source: sinkId, table, version: 1, columns: COLUMNS, key: ['id'], effectivePosition: makePosition(0n, 0), registeredAt: at },
-        { at, actor: 'test', action: 'register-table', source: sinkId, table, outcome: 'done', detail: {} },
-      );
-    const applier = createWarehouseApplier({
-      controlPlane: memory,
-      pool,
-      sinkId: 'warehouse',
-      metrics: new Metrics({ namespace: 'test' }),
-      logger: new Logger({ serviceName: 'test', logLevel: 'SILENT' }),
-      writer: new RedshiftWarehouse({ loader: submitter }),
-      merge: { inline: false },
-    });
+    await registerTables(memory, sinkId, TABLES, COLUMNS);
+    const applier = quietApplier(memory, pool, new RedshiftWarehouse({ loader: submitter }));
     const records = (events: ChangeEvent[]): ChangeRecord[] =>
       events.map((e, i) => ({ sequenceNumber: String(1000 + i), origin: `s/shard-0/${1000 + i}`, text: JSON.stringify(e) }));
     const loads = async (): Promise<number> =>

@@ -10,12 +10,10 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
-import { Logger } from '@aws-lambda-powertools/logger';
-import { Metrics } from '@aws-lambda-powertools/metrics';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RedshiftLoader } from '../../lambda/adapters/redshift-loader.ts';
 import { RedshiftWarehouse } from '../../lambda/adapters/warehouse-redshift.ts';
-import { createWarehouseApplier, type ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
+import type { ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
 import type { ColumnDef } from '../../lambda/core/shared/control-plane.ts';
 import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
@@ -25,6 +23,7 @@ import { FolderArchive } from '../../local/archive.ts';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { RedshiftStandIn } from '../../local/redshift-standin.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
+import { quietApplier, registerTables } from '../helpers/registered-applier.ts';
 
 const TABLES = ['public.a', 'public.b', 'public.c'];
 const COLUMNS: ColumnDef[] = [
@@ -68,22 +67,8 @@ describe('a batch of several tables on Redshift', () => {
       ledgerSchema,
     });
     const memory = new MemoryControlPlane();
-    const at = new Date().toISOString();
-    for (const table of TABLES)
-      await memory.registerTable(
-        { source: sourceId, table, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at },
-        { source: sourceId, table, version: 1, columns: COLUMNS, key: ['id'], effectivePosition: makePosition(0n, 0), registeredAt: at },
-        { at, actor: 'test', action: 'register-table', source: sourceId, table, outcome: 'done', detail: {} },
-      );
-    const applier = createWarehouseApplier({
-      controlPlane: memory,
-      pool,
-      sinkId: 'warehouse',
-      metrics: new Metrics({ namespace: 'test' }),
-      logger: new Logger({ serviceName: 'test', logLevel: 'SILENT' }),
-      writer: new RedshiftWarehouse({ loader }),
-      merge: { inline: false },
-    });
+    await registerTables(memory, sourceId, TABLES, COLUMNS);
+    const applier = quietApplier(memory, pool, new RedshiftWarehouse({ loader }));
     const records: ChangeRecord[] = events.map((e, i) => ({ sequenceNumber: String(1000 + i), origin: `s/shard-0/${1000 + i}`, text: JSON.stringify(e) }));
     const pending = applier.applyRecords(records);
     let settled = false;
