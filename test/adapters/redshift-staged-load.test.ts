@@ -350,29 +350,29 @@ describe('the Redshift loader function: concurrent appliers, crashes anywhere (D
     expect(problems).toEqual([]);
   }, 300_000);
 
-  it('a request the warehouse refuses fails alone, with its SQLSTATE, for the apply to isolate or hold; the others in its load commit', async () => {
-    const sinkId = 'refuse';
+  /** Two appliers' sides of sink `sinkId` (sessions 1 and 2) with a table each, registered; `event` an insert of key 1. */
+  async function twoAppliers(sinkId: string, source: string, firstTable: string, secondTable: string) {
     const requests = new DynamoDbLoadRequests(dynamoDbClient(ddb.endpoint), 'control', sinkId);
     const store = new FolderArchive(folder);
-    const version = { source: 'rf', table: '', version: 1, columns: COLUMNS, key: ['id'], effectivePosition: makePosition(0n, 0), registeredAt: '' };
-    const good = redshiftTableOf(warehouseTable('rf', 'public.good'), version, false);
-    const bad = redshiftTableOf(warehouseTable('rf', 'public.bad'), version, false);
+    const version = { source, table: '', version: 1, columns: COLUMNS, key: ['id'], effectivePosition: makePosition(0n, 0), registeredAt: '' };
+    const first = redshiftTableOf(warehouseTable(source, firstTable), version, false);
+    const second = redshiftTableOf(warehouseTable(source, secondTable), version, false);
     const submitter = (i: number): RedshiftStagingSubmitter =>
       new RedshiftStagingSubmitter({
         session: new RedshiftStandIn({ client: clients[i]!, store, bucket: BUCKET }),
         requests,
         place: { store, bucket: BUCKET },
-        prefix: 'cdc/refuse/',
+        prefix: `cdc/${sinkId}/`,
         invokeLoader: async () => undefined,
         waitMs: 10_000,
         pollMs: 20,
       });
     const [a, b] = [submitter(1), submitter(2)];
-    await a.register(good);
-    await b.register(bad);
+    await a.register(first);
+    await b.register(second);
     const event = (table: string): ChangeEvent => ({
       v: ENVELOPE_VERSION,
-      source: 'rf',
+      source,
       table,
       key: { id: 1 },
       before: null,
@@ -386,6 +386,11 @@ describe('the Redshift loader function: concurrent appliers, crashes anywhere (D
       capture: 'slot',
       synthetic: false,
     });
+    return { requests, store, a, b, first, second, event };
+  }
+
+  it('a request the warehouse refuses fails alone, with its SQLSTATE, for the apply to isolate or hold; the others in its load commit', async () => {
+    const { requests, store, a, b, first: good, second: bad, event } = await twoAppliers('refuse', 'rf', 'public.good', 'public.bad');
     const loaded = a.submit(good, [event('public.good')]);
     const refused = b.submit(bad, [event('public.bad')]).then(
       () => null,
@@ -431,41 +436,7 @@ describe('the Redshift loader function: concurrent appliers, crashes anywhere (D
     expect(await requests.list()).toEqual([]);
   }, 60_000);
   it('a request recorded while the loader runs waits a gap of at most a second for the next load, not loadEveryMs', async () => {
-    const sinkId = 'gap';
-    const requests = new DynamoDbLoadRequests(dynamoDbClient(ddb.endpoint), 'control', sinkId);
-    const store = new FolderArchive(folder);
-    const version = { source: 'gp', table: '', version: 1, columns: COLUMNS, key: ['id'], effectivePosition: makePosition(0n, 0), registeredAt: '' };
-    const first = redshiftTableOf(warehouseTable('gp', 'public.first'), version, false);
-    const second = redshiftTableOf(warehouseTable('gp', 'public.second'), version, false);
-    const submitter = (i: number): RedshiftStagingSubmitter =>
-      new RedshiftStagingSubmitter({
-        session: new RedshiftStandIn({ client: clients[i]!, store, bucket: BUCKET }),
-        requests,
-        place: { store, bucket: BUCKET },
-        prefix: 'cdc/gap/',
-        invokeLoader: async () => undefined,
-        waitMs: 10_000,
-        pollMs: 20,
-      });
-    const [a, b] = [submitter(1), submitter(2)];
-    await a.register(first);
-    await b.register(second);
-    const event = (table: string): ChangeEvent => ({
-      v: ENVELOPE_VERSION,
-      source: 'gp',
-      table,
-      key: { id: 1 },
-      before: null,
-      missing: [],
-      op: 'insert',
-      after: { id: 1, note: 'x', amount: '1.00' },
-      position: makePosition(0x100n, 0),
-      commitTs: new Date(Date.UTC(2026, 0, 1)).toISOString(),
-      txId: '1',
-      schemaVersion: 1,
-      capture: 'slot',
-      synthetic: false,
-    });
+    const { requests, store, a, b, first, second, event } = await twoAppliers('gap', 'gp', 'public.first', 'public.second');
     const one = a.submit(first, [event('public.first')]);
     while ((await requests.list()).length < 1) await new Promise((r) => setTimeout(r, 20));
     let two: Promise<unknown> | null = null;
