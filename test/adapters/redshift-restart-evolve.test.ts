@@ -8,15 +8,11 @@
  * requests on DynamoDB Local). A type change evolve refuses still holds the table. Through the Redshift
  * stand-in on embedded PostgreSQL, a folder as S3; every statement sent passes the Redshift grammar check.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
 import pg from 'pg';
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
-import { createControlTable } from '../../lambda/adapters/control-plane-dynamodb/control-table.ts';
 import { DynamoDbLoadRequests } from '../../lambda/adapters/control-plane-dynamodb/load-requests.ts';
 import { RedshiftLoader, type RedshiftSession } from '../../lambda/adapters/redshift-loader.ts';
 import { StagedRedshiftLoader } from '../../lambda/adapters/redshift-staged-loader.ts';
@@ -31,10 +27,10 @@ import { createTableSql, existingColumnsSql, RedshiftTypeChangeError, rsQualifie
 import { redshiftColumn } from '../../lambda/core/warehouse/redshift-types.ts';
 import { warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { FolderArchive } from '../../local/archive.ts';
-import { startDynamoDbLocal, type DynamoDbLocal } from '../../local/dynamodb.ts';
-import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
+import { type DynamoDbLocal } from '../../local/dynamodb.ts';
 import { RedshiftStandIn } from '../../local/redshift-standin.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
+import { useRedshiftFixture } from '../helpers/redshift-fixture.ts';
 import { redshiftProblems } from '../helpers/redshift-grammar.ts';
 
 const TABLE = 'public.items';
@@ -104,31 +100,15 @@ async function controlPlane(sourceId: string, v2: ColumnDef[]): Promise<MemoryCo
 }
 
 describe('a Redshift table made by an older schema version, after a restart (stand-in, embedded PostgreSQL)', () => {
-  let cluster: PostgresCluster;
+  const f = useRedshiftFixture({ database: 'rse', clients: 3, dynamo: true });
+  const clients = f.clients;
   let ddb: DynamoDbLocal;
-  const clients: pg.Client[] = [];
   let pool: pg.Pool;
   let folder: string;
   const statements: string[] = [];
-
-  beforeAll(async () => {
-    [cluster, ddb] = await Promise.all([startPostgres({ fast: true }), startDynamoDbLocal()]);
-    await cluster.createDatabase('rse');
-    for (let i = 0; i < 3; i++) {
-      const c = new pg.Client({ connectionString: cluster.url('rse') });
-      await c.connect();
-      clients.push(c);
-    }
-    pool = new pg.Pool({ connectionString: cluster.url('rse'), max: 1 });
-    folder = await mkdtemp(path.join(os.tmpdir(), 'cdc-rse-s3-'));
-    await createControlTable(dynamoDbClient(ddb.endpoint), 'control');
-  }, 120_000);
+  beforeAll(() => void ([ddb, pool, folder] = [f.ddb, f.pool, f.folder]));
 
   afterAll(async () => {
-    await pool?.end();
-    for (const c of clients) await c.end();
-    await Promise.all([cluster?.stop(), ddb?.stop()]);
-    if (folder) await rm(folder, { recursive: true, force: true });
     const problems = [...new Set(statements)].flatMap((s) => redshiftProblems(s).map((p) => `${p}: ${s.slice(0, 160)}`));
     expect(problems).toEqual([]);
   });

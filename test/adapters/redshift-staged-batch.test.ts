@@ -6,13 +6,9 @@
  * others again, and they load. DynamoDB Local, a folder as S3, the Redshift stand-in on PostgreSQL;
  * the loader invoked in-process, one invocation at a time.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
-import { createControlTable } from '../../lambda/adapters/control-plane-dynamodb/control-table.ts';
 import { DynamoDbLoadRequests } from '../../lambda/adapters/control-plane-dynamodb/load-requests.ts';
 import { StagedRedshiftLoader } from '../../lambda/adapters/redshift-staged-loader.ts';
 import { RedshiftStagingSubmitter } from '../../lambda/adapters/redshift-staging-submitter.ts';
@@ -24,10 +20,10 @@ import { makePosition } from '../../lambda/core/shared/position.ts';
 import { LEDGER_TABLE, rsQualified } from '../../lambda/core/warehouse/redshift-sql.ts';
 import { warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { FolderArchive } from '../../local/archive.ts';
-import { startDynamoDbLocal, type DynamoDbLocal } from '../../local/dynamodb.ts';
-import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
+import { type DynamoDbLocal } from '../../local/dynamodb.ts';
 import { RedshiftStandIn } from '../../local/redshift-standin.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
+import { useRedshiftFixture } from '../helpers/redshift-fixture.ts';
 import { quietApplier, registerTables } from '../helpers/registered-applier.ts';
 
 const BUCKET = 'staging';
@@ -39,30 +35,13 @@ const COLUMNS: ColumnDef[] = [
 ];
 
 describe('a batch of several tables through the Redshift loader function', () => {
-  let cluster: PostgresCluster;
+  const f = useRedshiftFixture({ database: 'rsb', clients: 2, dynamo: true });
   let ddb: DynamoDbLocal;
   let appl: pg.Client;
   let load: pg.Client;
   let pool: pg.Pool;
   let folder: string;
-
-  beforeAll(async () => {
-    [cluster, ddb] = await Promise.all([startPostgres({ fast: true }), startDynamoDbLocal()]);
-    await cluster.createDatabase('rsb');
-    [appl, load] = [new pg.Client({ connectionString: cluster.url('rsb') }), new pg.Client({ connectionString: cluster.url('rsb') })];
-    await Promise.all([appl.connect(), load.connect()]);
-    pool = new pg.Pool({ connectionString: cluster.url('rsb'), max: 1 });
-    folder = await mkdtemp(path.join(os.tmpdir(), 'cdc-rsb-s3-'));
-    await createControlTable(dynamoDbClient(ddb.endpoint), 'control');
-  }, 120_000);
-
-  afterAll(async () => {
-    await pool?.end();
-    await appl?.end();
-    await load?.end();
-    await Promise.all([cluster?.stop(), ddb?.stop()]);
-    if (folder) await rm(folder, { recursive: true, force: true });
-  });
+  beforeAll(() => void ([ddb, appl, load, pool, folder] = [f.ddb, f.clients[0]!, f.clients[1]!, f.pool, f.folder]));
 
   /** One sink: an applier over the staging submitter, the loader started by its requests; `copyFails` fails the COPY of a table's stage. */
   async function sink(sinkId: string, copyFails: (sql: string) => boolean = () => false) {

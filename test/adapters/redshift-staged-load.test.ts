@@ -12,15 +12,11 @@
  * its history up to at least every record the batch acknowledged (nothing acknowledged before its
  * load committed); at the end, merged, the whole view equals the model.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
 import pg from 'pg';
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
-import { createControlTable } from '../../lambda/adapters/control-plane-dynamodb/control-table.ts';
 import { DynamoDbLoadRequests } from '../../lambda/adapters/control-plane-dynamodb/load-requests.ts';
 import { StagedRedshiftLoader } from '../../lambda/adapters/redshift-staged-loader.ts';
 import { RedshiftStagingSubmitter } from '../../lambda/adapters/redshift-staging-submitter.ts';
@@ -36,10 +32,10 @@ import { rsQualified } from '../../lambda/core/warehouse/redshift-sql.ts';
 import { copyStageName } from '../../lambda/core/warehouse/redshift-staged-sql.ts';
 import { warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { FolderArchive } from '../../local/archive.ts';
-import { startDynamoDbLocal, type DynamoDbLocal } from '../../local/dynamodb.ts';
-import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
+import { type DynamoDbLocal } from '../../local/dynamodb.ts';
 import { RedshiftStandIn } from '../../local/redshift-standin.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
+import { useRedshiftFixture } from '../helpers/redshift-fixture.ts';
 import { redshiftProblems } from '../helpers/redshift-grammar.ts';
 import { rng } from '../helpers/rng.ts';
 
@@ -73,32 +69,12 @@ const CRASHES = [
 ];
 
 describe('the Redshift loader function: concurrent appliers, crashes anywhere (DynamoDB Local, stand-in)', () => {
-  let cluster: PostgresCluster;
+  const f = useRedshiftFixture({ database: 'rsl', clients: 6, dynamo: true, utc: true });
+  const clients = f.clients;
   let ddb: DynamoDbLocal;
-  const clients: pg.Client[] = [];
   let pool: pg.Pool;
   let folder: string;
-
-  beforeAll(async () => {
-    [cluster, ddb] = await Promise.all([startPostgres({ fast: true }), startDynamoDbLocal()]);
-    await cluster.createDatabase('rsl');
-    for (let i = 0; i < 6; i++) {
-      const c = new pg.Client({ connectionString: cluster.url('rsl') });
-      await c.connect();
-      await c.query("SET TIME ZONE 'UTC'");
-      clients.push(c);
-    }
-    pool = new pg.Pool({ connectionString: cluster.url('rsl'), max: 1 });
-    folder = await mkdtemp(path.join(os.tmpdir(), 'cdc-rsl-s3-'));
-    await createControlTable(dynamoDbClient(ddb.endpoint), 'control');
-  }, 120_000);
-
-  afterAll(async () => {
-    await pool?.end();
-    for (const c of clients) await c.end();
-    await Promise.all([cluster?.stop(), ddb?.stop()]);
-    if (folder) await rm(folder, { recursive: true, force: true });
-  });
+  beforeAll(() => void ([ddb, pool, folder] = [f.ddb, f.pool, f.folder]));
 
   it(`every batch ends loaded as the model says, none acknowledged before its load commits (${RUNS} runs, seed ${SEED})`, async () => {
     console.log(`redshift-staged-load: ${RUNS} runs, seed ${SEED} (replay with CDC_PROPERTY_SEED=${SEED} CDC_PROPERTY_RUNS=${RUNS})`);

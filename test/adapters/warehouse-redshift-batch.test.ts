@@ -6,11 +6,8 @@
  * dead-letters the event) while the other tables load. Through the Redshift stand-in on embedded
  * PostgreSQL, a folder as S3, the in-process loader.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { RedshiftLoader } from '../../lambda/adapters/redshift-loader.ts';
 import { RedshiftWarehouse } from '../../lambda/adapters/warehouse-redshift.ts';
 import type { ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
@@ -20,9 +17,9 @@ import { makePosition } from '../../lambda/core/shared/position.ts';
 import { LEDGER_TABLE, rsQualified } from '../../lambda/core/warehouse/redshift-sql.ts';
 import { warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { FolderArchive } from '../../local/archive.ts';
-import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { RedshiftStandIn } from '../../local/redshift-standin.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
+import { useRedshiftFixture } from '../helpers/redshift-fixture.ts';
 import { quietApplier, registerTables } from '../helpers/registered-applier.ts';
 
 const TABLES = ['public.a', 'public.b', 'public.c'];
@@ -32,26 +29,11 @@ const COLUMNS: ColumnDef[] = [
 ];
 
 describe('a batch of several tables on Redshift', () => {
-  let cluster: PostgresCluster;
+  const f = useRedshiftFixture({ database: 'rsb', clients: 1 });
   let client: pg.Client;
   let pool: pg.Pool;
   let folder: string;
-
-  beforeAll(async () => {
-    cluster = await startPostgres({ fast: true });
-    await cluster.createDatabase('rsb');
-    client = new pg.Client({ connectionString: cluster.url('rsb') });
-    await client.connect();
-    pool = new pg.Pool({ connectionString: cluster.url('rsb'), max: 1 });
-    folder = await mkdtemp(path.join(os.tmpdir(), 'cdc-rsb-s3-'));
-  });
-
-  afterAll(async () => {
-    await pool?.end();
-    await client?.end();
-    await cluster?.stop();
-    if (folder) await rm(folder, { recursive: true, force: true });
-  });
+  beforeAll(() => void ([client, pool, folder] = [f.clients[0]!, f.pool, f.folder]));
 
   /** Applies one batch of `events` through the applier over a fresh loader; the loads it took and the dead letters it wrote. */
   async function applyOneBatch(sourceId: string, events: ChangeEvent[]): Promise<{ loads: number; deadLetters: number; failed: string[] }> {

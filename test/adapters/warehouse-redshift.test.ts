@@ -10,13 +10,10 @@
  * the history: nothing lost, nothing resurrected, an update without every column completed from the
  * key's row.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
 import pg from 'pg';
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { RedshiftLoader, type RedshiftSession } from '../../lambda/adapters/redshift-loader.ts';
 import { RedshiftWarehouse } from '../../lambda/adapters/warehouse-redshift.ts';
 import { createWarehouseApplier, type ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
@@ -27,9 +24,9 @@ import { rsQualified } from '../../lambda/core/warehouse/redshift-sql.ts';
 import { warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { FolderArchive } from '../../local/archive.ts';
 import { seededRandom } from '../../local/demo.ts';
-import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { RedshiftStandIn } from '../../local/redshift-standin.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
+import { useRedshiftFixture } from '../helpers/redshift-fixture.ts';
 import { redshiftProblems } from '../helpers/redshift-grammar.ts';
 
 const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 6);
@@ -50,27 +47,11 @@ interface ModelRow {
 }
 
 describe('the applier on Redshift: crashes between staging, COPY, merge and offset advance (stand-in)', () => {
-  let cluster: PostgresCluster;
+  const f = useRedshiftFixture({ database: 'rsa', clients: 1, utc: true });
   let client: pg.Client;
   let pool: pg.Pool;
   let folder: string;
-
-  beforeAll(async () => {
-    cluster = await startPostgres({ fast: true });
-    await cluster.createDatabase('rsa');
-    client = new pg.Client({ connectionString: cluster.url('rsa') });
-    await client.connect();
-    await client.query("SET TIME ZONE 'UTC'");
-    pool = new pg.Pool({ connectionString: cluster.url('rsa'), max: 1 });
-    folder = await mkdtemp(path.join(os.tmpdir(), 'cdc-rsa-s3-'));
-  });
-
-  afterAll(async () => {
-    await pool?.end();
-    await client?.end();
-    await cluster?.stop();
-    if (folder) await rm(folder, { recursive: true, force: true });
-  });
+  beforeAll(() => void ([client, pool, folder] = [f.clients[0]!, f.pool, f.folder]));
 
   it(`keeps the view equal to the model; every event is loaded before its offset moves (${RUNS} runs, seed ${SEED})`, async () => {
     console.log(`warehouse-redshift: ${RUNS} runs, seed ${SEED} (replay with CDC_PROPERTY_SEED=${SEED} CDC_PROPERTY_RUNS=${RUNS})`);
