@@ -9,8 +9,6 @@
  * stand-in on embedded PostgreSQL, a folder as S3; every statement sent passes the Redshift grammar check.
  */
 import pg from 'pg';
-import { Logger } from '@aws-lambda-powertools/logger';
-import { Metrics } from '@aws-lambda-powertools/metrics';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
 import { DynamoDbLoadRequests } from '../../lambda/adapters/control-plane-dynamodb/load-requests.ts';
@@ -18,7 +16,7 @@ import { RedshiftLoader, type RedshiftSession } from '../../lambda/adapters/reds
 import { StagedRedshiftLoader } from '../../lambda/adapters/redshift-staged-loader.ts';
 import { RedshiftStagingSubmitter } from '../../lambda/adapters/redshift-staging-submitter.ts';
 import { RedshiftWarehouse, redshiftTableOf } from '../../lambda/adapters/warehouse-redshift.ts';
-import { createWarehouseApplier, type BatchOutcome, type ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
+import type { BatchOutcome, ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
 import type { ColumnDef } from '../../lambda/core/shared/control-plane.ts';
 import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
@@ -31,6 +29,7 @@ import { type DynamoDbLocal } from '../../local/dynamodb.ts';
 import { RedshiftStandIn } from '../../local/redshift-standin.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 import { useRedshiftFixture } from '../helpers/redshift-fixture.ts';
+import { quietApplier } from '../helpers/registered-applier.ts';
 import { redshiftProblems } from '../helpers/redshift-grammar.ts';
 
 const TABLE = 'public.items';
@@ -119,16 +118,7 @@ describe('a Redshift table made by an older schema version, after a restart (sta
     return { query: (q) => (statements.push(q), standIn.query(q)) };
   };
 
-  const applier = (memory: MemoryControlPlane, writer: RedshiftWarehouse) =>
-    createWarehouseApplier({
-      controlPlane: memory,
-      pool,
-      sinkId: 'warehouse',
-      metrics: new Metrics({ namespace: 'test' }),
-      logger: new Logger({ serviceName: 'test', logLevel: 'SILENT' }),
-      writer,
-      merge: { inline: false },
-    });
+  const applier = (memory: MemoryControlPlane, writer: RedshiftWarehouse) => quietApplier(memory, pool, writer);
 
   const records = (events: ChangeEvent[]): ChangeRecord[] =>
     events.map((e, i) => ({ sequenceNumber: String(1000 + i), origin: `s/shard-0/${1000 + i}`, text: JSON.stringify(e) }));
