@@ -38,7 +38,7 @@ import { rsQualified, type RedshiftTable } from '../lambda/core/warehouse/redshi
 import { redshiftColumn } from '../lambda/core/warehouse/redshift-types.ts';
 import { qualified, warehouseTable } from '../lambda/core/warehouse/warehouse-sql.ts';
 import { FolderArchive } from '../local/archive.ts';
-import { seededRandom } from '../local/demo.ts';
+import { seededRandom } from '../local/seeded-random.ts';
 import { startPostgres } from '../local/postgres.ts';
 import { RedshiftStandIn } from '../local/redshift-standin.ts';
 import { numberArg, runIfMain } from './lib/report.ts';

@@ -16,6 +16,7 @@
  */
 import pg from 'pg';
 import type { TableConfig } from '../lambda/core/tables/table-config.ts';
+import { seededRandom } from './seeded-random.ts';
 
 /** Captured-table settings of the demo. */
 export const DEMO_TABLES: TableConfig[] = [
@@ -86,18 +87,6 @@ export async function createDemoSchema(sourceUrl: string, options: { seed?: bool
   } finally {
     await client.end();
   }
-}
-
-/** A small seeded PRNG (mulberry32), so a workload can be replayed. */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 const FIRST = ['Ada', 'Grace', 'Alan', 'Edsger', 'Barbara', 'Donald', 'Frances', 'Ken', 'Leslie', 'Margaret', 'Niklaus', 'Radia'];

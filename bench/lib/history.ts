@@ -13,7 +13,7 @@
 import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
 import type { ColumnDef, SchemaVersion, TableRecord } from '../../lambda/core/shared/control-plane.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 
 /** The demo's seeded PRNG (mulberry32), so a history can be regenerated bit for bit. */
 export { seededRandom };

@@ -25,7 +25,7 @@ import { createWarehouseApplier, type ChangeRecord } from '../../lambda/handlers
 import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
 import { qualified, warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 
 const RUNS = Number(process.env.CDC_BATCH_TXN_RUNS ?? 12);

@@ -22,7 +22,7 @@ import type { DeleteMode, SchemaVersion } from '../../lambda/core/shared/control
 import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
 import { qualified, warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 
 const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 12);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);

@@ -22,7 +22,7 @@ import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { PgWarehouse } from '../../lambda/adapters/warehouse-pg.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
 import { qualified, type WarehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 import { crashingPool } from '../helpers/crashing-pool.ts';
 import { appendDelta, baseTables, dumpTables, KEY, makeTableSets, resetTables, SHAPES, TABLE, ts, type Shape } from '../helpers/merge-table-sets.ts';
 

@@ -31,7 +31,7 @@ import type { TableBatch } from '../../lambda/core/warehouse/warehouse-port.ts';
 import { qualified, type WarehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { watermarkToEndSql } from '../../lambda/core/warehouse/watermark-sql.ts';
 import { mergeMayUseNestedLoops, NESTED_LOOP_BASE_FACTOR } from '../../lambda/core/warehouse/merge-nested-loops.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 import {
   appendDelta,
   baseTables,

@@ -31,7 +31,7 @@ import {
   warehouseTable,
   type WarehouseTable,
 } from '../../lambda/core/warehouse/warehouse-sql.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 
 const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 40);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);

@@ -21,7 +21,7 @@ import { reconcileTable } from '../../lambda/core/reconcile/reconcile.ts';
 import { rowHash } from '../../lambda/core/reconcile/reconcile-rows.ts';
 import { FixedPacer } from '../../lambda/core/snapshot/snapshot-pacer.ts';
 import { createMirrorSql, createSchemaSql, createViewSql, mirrorLayout, sinkType, warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 import { cluster, src, wh, KEY, RULES, KEY_COLS, DATA_COLS, T, fill, run, useReconcileDatabases } from './reconcile-pg/fixture.ts';
 
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);

@@ -10,6 +10,7 @@ import { boundVerdict, DEFAULT_MAX_DRAIN_MS, notComparedTables, onlyNotCompared,
 import { finishReport, type LocalReport } from '../../bin/cli/local-report.ts';
 import { parseLocalArgs } from '../../bin/cli/local-args.ts';
 import { formatVerdict, type TableVerdict, type Verdict } from '../../local/verdict.ts';
+import { rng as random } from '../helpers/rng.ts';
 
 function table(name: string, over: Partial<TableVerdict> = {}): TableVerdict {
   return {
@@ -24,18 +25,6 @@ function table(name: string, over: Partial<TableVerdict> = {}): TableVerdict {
     examples: [],
     match: true,
     ...over,
-  };
-}
-
-/** A small deterministic generator (mulberry32). */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
 

@@ -19,7 +19,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { controlTableOf, resetLocalState, type LocalState } from '../../local/stack.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../../lambda/adapters/control-plane-dynamodb.ts';
 import { maskValue } from '../../lambda/core/tables/masking.ts';

@@ -42,7 +42,7 @@ import { makePosition } from '../../lambda/core/shared/position.ts';
 import { parseMarker, ReplayHoleError, type BatchMarker } from '../../lambda/core/rebuild/replay.ts';
 import { createArchiveCopierHandler } from '../../lambda/handlers/archive-copier.ts';
 import { MetricName } from '../../contracts/metrics.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 import { startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
 import { createStream, readShards } from '../helpers/kinesis-read.ts';
 

@@ -48,7 +48,7 @@ import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
 import { createArchiveCopierHandler } from '../../lambda/handlers/archive-copier.ts';
 import { FolderArchive } from '../../local/archive.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 import { RebuildFailedError } from '../../lambda/adapters/rebuilder.ts';
 import { Template } from 'aws-cdk-lib/assertions';
 import { WarehouseConnection, WarehouseRebuild, WarehouseSink } from '../../lib/index.ts';

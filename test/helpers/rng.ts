@@ -1,11 +1,2 @@
-/** A small deterministic generator (mulberry32) for the randomized tests: the same seed, the same numbers in [0, 1). */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** The randomized tests' generator: mulberry32, the same seed, the same numbers in [0, 1) (local/seeded-random.ts). */
+export { seededRandom as rng } from '../../local/seeded-random.ts';

@@ -15,7 +15,7 @@ import type { SlotRecord } from '../../lambda/core/capture/slot-record.ts';
 import type { ControlPlane } from '../../lambda/core/shared/control-plane.ts';
 import { SlotCapture, captureCheckpointName, type CaptureOptions } from '../../local/capture.ts';
 import type { RawPublisher } from '../../local/raw-publisher.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { compareLsn, readSlot } from '../../local/slot.ts';
 import { formatLsn, lsnToBigInt, SlotStream, statusUpdate } from '../../local/slot-stream.ts';

@@ -32,7 +32,7 @@ import { PutNotices, startKinesalite, type Kinesalite } from '../../local/kinesi
 import { kinesisClient } from '../../lambda/adapters/aws-clients.ts';
 import { Poller, type StreamHandler } from '../../local/poller.ts';
 import { StreamFanout } from '../../local/fanout.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 import { CrashableControl, until, values } from './helpers.ts';
 

@@ -26,6 +26,7 @@ import { PositionSpaceMismatchError } from '../../lambda/core/shared/position-sp
 import { pgPollStablePoint } from '../../lambda/adapters/poll-stable-point-pg.ts';
 import { createWarehouseApplier } from '../../lambda/handlers/warehouse-applier.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
+import { rng as mulberry32 } from '../helpers/rng.ts';
 
 let cluster: PostgresCluster;
 let dw: pg.Pool;
@@ -110,17 +111,6 @@ function pipeline(sourceId: string, tables: TableConfig[]) {
       expect((await controlPlane.getTable(sourceId, table))?.state).toBe('active');
     },
     close: () => reader.close(),
-  };
-}
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
 

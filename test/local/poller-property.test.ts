@@ -21,7 +21,7 @@ import { createStream } from '../helpers/kinesis-read.ts';
 import { PutNotices, startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
 import { kinesisClient } from '../../lambda/adapters/aws-clients.ts';
 import { Poller, type StreamHandler } from '../../local/poller.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 import { CrashableControl, until, values } from './helpers.ts';
 

@@ -30,7 +30,7 @@ import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/shared/eve
 import { makePosition } from '../../lambda/core/shared/position.ts';
 import { createArchiveCopier } from '../../lambda/core/rebuild/archive.ts';
 import { FolderArchive } from '../../local/archive.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 import { startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { Rebuilder } from '../../lambda/adapters/rebuilder.ts';

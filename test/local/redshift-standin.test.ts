@@ -18,7 +18,7 @@ import { COPY_FORMAT, createTableSql, mergeSql, RedshiftTypeChangeError, rsQuali
 import { redshiftColumn, RedshiftValueRefusedError, UNHELD_COLUMN } from '../../lambda/core/warehouse/redshift-types.ts';
 import { warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { FolderArchive } from '../../local/archive.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { RedshiftStandIn, StandInUnsupportedError } from '../../local/redshift-standin.ts';
 import { redshiftProblems } from '../helpers/redshift-grammar.ts';

@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { ShardTips } from '../../local/shard-tips.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 
 const seq = (n: number): string => (10n ** 30n + BigInt(n)).toString();
 

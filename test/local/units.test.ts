@@ -9,7 +9,8 @@ import { archiveKey, createArchiveCopier } from '../../lambda/core/rebuild/archi
 import { FolderArchive } from '../../local/archive.ts';
 import { parseDuration, parseLocalArgs } from '../../bin/cli/local-args.ts';
 import { UsageError } from '../../bin/cli/command.ts';
-import { documentBody, seededRandom } from '../../local/demo.ts';
+import { documentBody } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 import { toKinesisStreamEvent } from '../../lambda/adapters/kinesis-event.ts';
 
 function snapshot(over: Partial<StatusSnapshot> = {}): StatusSnapshot {

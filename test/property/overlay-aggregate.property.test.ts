@@ -42,7 +42,7 @@ import {
   type WarehouseTable,
 } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { pendingBoundsSql } from '../../lambda/core/warehouse/watermark-sql.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
 const RUNS = Number(process.env.CDC_OVERLAY_RUNS ?? 400);

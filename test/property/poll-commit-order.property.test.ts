@@ -28,7 +28,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 import { PostgresSnapshotReader } from '../../lambda/adapters/snapshot-postgres.ts';
 import { pollPass, type PollCursor } from '../../lambda/core/capture/poll.ts';
 import { FixedPacer } from '../../lambda/core/snapshot/snapshot-pacer.ts';

@@ -32,7 +32,7 @@ import { makePosition } from '../../lambda/core/shared/position.ts';
 import { ReplayHoleError, parseMarker } from '../../lambda/core/rebuild/replay.ts';
 import { createArchiveCopier } from '../../lambda/core/rebuild/archive.ts';
 import { FolderArchive } from '../../local/archive.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 import { startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
 import { ReplayReader, defaultReplayBudget } from '../../lambda/adapters/replay-reader.ts';
 import { sha256, type PayloadStore } from '../../lambda/core/shared/payload-store.ts';

@@ -30,7 +30,7 @@ import { heldShardsOf } from '../../lambda/core/operator/operator-decisions.ts';
 import { createHeldRangeReplayer, ReplayIncompleteError } from '../../lambda/core/sink/held-range-replay.ts';
 import type { ApplyOptions, BatchOutcome, ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
 import type { LogRecord } from '../../lambda/adapters/change-log-reader.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 
 const RUNS = Number(process.env.CDC_REPLAY_PROPERTY_RUNS ?? 400);

@@ -11,7 +11,7 @@
 import { describe, expect, it } from 'vitest';
 import { InvalidRecordError } from '../../lambda/core/shared/errors.ts';
 import { buildSlotRecord, SLOT_OPS, validateSlotRecord, type SlotColumn, type SlotOp } from '../../lambda/core/capture/slot-record.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 
 const RUNS = Number(process.env.CDC_SLOT_RECORD_PROPERTY_RUNS ?? 5000);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);

@@ -26,7 +26,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 import { transactionsToRecords } from '../../local/capture-records.ts';
 import { groupTransactions, type SlotRow } from '../../lambda/core/capture/logical-text.ts';
 import { TableConfigIndex } from '../../lambda/core/tables/table-config.ts';

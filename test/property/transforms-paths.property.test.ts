@@ -25,7 +25,7 @@ import { buildSlotRecord } from '../../lambda/core/capture/slot-record.ts';
 import { parseTestDecodingLine } from '../../lambda/core/capture/logical-text.ts';
 import type { TableTransforms } from '../../lambda/core/tables/transforms.ts';
 import { applyColumnRules, applyColumnRulesToColumns } from '../../lambda/core/tables/masking.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 
 const RUNS = Number(process.env.CDC_TRANSFORM_PROPERTY_RUNS ?? 400);

@@ -53,7 +53,7 @@ import { warehouseTable, qualified } from '../../lambda/core/warehouse/warehouse
 import { quoteIdent } from '../../lambda/core/shared/identifiers.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 import { deliveries, historyArb, MODEL_TABLES, simulate, type ModelTable } from '../helpers/histories.ts';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 import { crashingPool } from '../helpers/crashing-pool.ts';
 
 const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 500);

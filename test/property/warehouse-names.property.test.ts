@@ -8,7 +8,7 @@
  * `CDC_NAMES_RUNS` (default 400) runs, seed `CDC_PROPERTY_SEED`; both printed.
  */
 import { describe, expect, it } from 'vitest';
-import { seededRandom } from '../../local/demo.ts';
+import { seededRandom } from '../../local/seeded-random.ts';
 import { warehouseTable, type WarehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { diffTableName, retiredTable, shadowTable } from '../../lambda/core/rebuild/rebuild.ts';
 import { LEGACY_SUFFIXES, MAX_IDENTIFIER_BYTES, PLATFORM_KINDS, tableNameRefusal } from '../../lambda/core/warehouse/warehouse-names.ts';

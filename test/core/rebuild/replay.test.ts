@@ -19,7 +19,7 @@ import {
   type BatchMarker,
 } from '../../../lambda/core/rebuild/replay.ts';
 import { archiveKey } from '../../../lambda/core/rebuild/archive.ts';
-import { seededRandom } from '../../../local/demo.ts';
+import { seededRandom } from '../../../local/seeded-random.ts';
 
 const RUNS = Number(process.env.CDC_REPLAY_CORE_RUNS ?? 500);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);

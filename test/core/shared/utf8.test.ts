@@ -8,7 +8,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { DECODE_PIECE_BYTES, newlinePieces, utf8Lines, utf8Pieces, utf8Text } from '../../../lambda/core/shared/utf8.ts';
-import { seededRandom } from '../../../local/demo.ts';
+import { seededRandom } from '../../../local/seeded-random.ts';
 
 const RUNS = Number(process.env.CDC_UTF8_PROPERTY_RUNS ?? 2000);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);

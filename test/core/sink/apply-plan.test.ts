@@ -13,7 +13,7 @@ import {
 } from '../../../lambda/core/sink/apply-plan.ts';
 import { ENVELOPE_VERSION, keyText, type ChangeEvent, type Row } from '../../../lambda/core/shared/event.ts';
 import { makePosition } from '../../../lambda/core/shared/position.ts';
-import { seededRandom } from '../../../local/demo.ts';
+import { seededRandom } from '../../../local/seeded-random.ts';
 
 const pos = (n: number, i = 0): string => makePosition(BigInt(n) * 0x100n, i);
 const DISTINCT_RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 2000);

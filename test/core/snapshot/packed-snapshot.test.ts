@@ -20,7 +20,7 @@ import { NO_COLUMN_RULES, type ColumnRules } from '../../../lambda/core/tables/m
 import { Normalizer, type ChangeLogWriter, type NormalizerLogger } from '../../../lambda/core/capture/normalize.ts';
 import { validateChangeEvent } from '../../../lambda/core/shared/event.ts';
 import { TableConfigIndex } from '../../../lambda/core/tables/table-config.ts';
-import { seededRandom } from '../../../local/demo.ts';
+import { seededRandom } from '../../../local/seeded-random.ts';
 import { MemoryControlPlane } from '../../helpers/memory-control-plane.ts';
 
 const RUNS = Number(process.env.CDC_PACKED_PROPERTY_RUNS ?? 400);

@@ -32,7 +32,7 @@ import {
 import { requestSnapshot, runTableSnapshot, type SnapshotReader } from '../../../lambda/core/snapshot/snapshot-worker.ts';
 import { FixedPacer } from '../../../lambda/core/snapshot/snapshot-pacer.ts';
 import { NO_COLUMN_RULES, type ColumnRules } from '../../../lambda/core/tables/masking.ts';
-import { seededRandom } from '../../../local/demo.ts';
+import { seededRandom } from '../../../local/seeded-random.ts';
 import { MemoryControlPlane } from '../../helpers/memory-control-plane.ts';
 
 const RUNS = Number(process.env.CDC_COPY_PACK_PROPERTY_RUNS ?? 500);

@@ -10,7 +10,7 @@ import { distinctEvents } from '../../../lambda/core/sink/apply-plan.ts';
 import { ENVELOPE_VERSION, keyText, validateChangeEvent, type ChangeEvent, type Row } from '../../../lambda/core/shared/event.ts';
 import { InvalidRecordError } from '../../../lambda/core/shared/errors.ts';
 import { makePosition } from '../../../lambda/core/shared/position.ts';
-import { seededRandom } from '../../../local/demo.ts';
+import { seededRandom } from '../../../local/seeded-random.ts';
 
 const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 500);
 

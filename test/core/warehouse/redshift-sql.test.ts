@@ -3,7 +3,7 @@
  * (test/helpers/redshift-grammar.ts), and the check refuses what Redshift does not take.
  */
 import { describe, expect, it } from 'vitest';
-import { seededRandom } from '../../../local/demo.ts';
+import { seededRandom } from '../../../local/seeded-random.ts';
 import {
   copyManifestSql,
   createLedgerSql,
