@@ -73,6 +73,8 @@ export interface LoaderRun {
 
 export class StagedRedshiftLoader {
   private ledgerReady = false;
+  /** Tables whose truncations this container made sure of (`mergeIfDue`). */
+  private readonly guarded = new Set<string>();
   private readonly now: () => number;
 
   constructor(private readonly o: StagedLoaderOptions) {
@@ -252,8 +254,11 @@ export class StagedRedshiftLoader {
     if (!mergeDue(await this.o.requests.lastMergeAt(), now, this.o.cadence.mergeEveryMs)) return 0;
     const due: { r: RedshiftTable; truncated: boolean }[] = [];
     for (const r of await this.o.requests.tables()) {
-      // A table recorded before truncates were loaded may lack its guard until its applier evolves it: made here (idempotent).
-      await this.sql(createTruncationsSql(r));
+      // A table recorded before truncates were loaded may lack its guard until its applier evolves it: made here (idempotent), once per container.
+      if (!this.guarded.has(requestTableId(r))) {
+        await this.sql(createTruncationsSql(r));
+        this.guarded.add(requestTableId(r));
+      }
       const row = (await this.sql(pendingCountSql(r)))[0]!;
       if (Number(row.n) + Number(row.truncates) > 0) due.push({ r, truncated: Number(row.truncates) > 0 });
     }

@@ -19,17 +19,19 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
 import { DynamoDbLoadRequests } from '../../lambda/adapters/control-plane-dynamodb/load-requests.ts';
 import { StagedRedshiftLoader } from '../../lambda/adapters/redshift-staged-loader.ts';
+import { RedshiftLoader } from '../../lambda/adapters/redshift-loader.ts';
 import { RedshiftStagingSubmitter } from '../../lambda/adapters/redshift-staging-submitter.ts';
-import { RedshiftWarehouse } from '../../lambda/adapters/warehouse-redshift.ts';
+import { RedshiftWarehouse, redshiftTableOf } from '../../lambda/adapters/warehouse-redshift.ts';
 import { createWarehouseApplier, type ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
 import type { ColumnDef, DeleteMode } from '../../lambda/core/shared/control-plane.ts';
 import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
-import { rsQualified } from '../../lambda/core/warehouse/redshift-sql.ts';
+import { createTableSql, rsQualified } from '../../lambda/core/warehouse/redshift-sql.ts';
 import { warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { FolderArchive } from '../../local/archive.ts';
 import { RedshiftStandIn } from '../../local/redshift-standin.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
+import { quietApplier, registerTables } from '../helpers/registered-applier.ts';
 import { useRedshiftFixture } from '../helpers/redshift-fixture.ts';
 import { redshiftProblems } from '../helpers/redshift-grammar.ts';
 
@@ -229,6 +231,43 @@ describe('the Redshift sink on AWS: truncates and primary-key hand-overs (Dynamo
       expect(problems).toEqual([]);
     }, 120_000);
   }
+
+  it('in one process, a table made before truncates were loaded gets its guard at first sight, and a truncate then loads', async () => {
+    const src = 'old';
+    const store = new FolderArchive(f.folder);
+    const session = new RedshiftStandIn({ client: f.clients[0]!, store, bucket: BUCKET });
+    const version = { source: src, table: TABLE, version: 1, columns: COLUMNS, key: ['id'], effectivePosition: makePosition(0n, 0), registeredAt: '' };
+    const r = redshiftTableOf(warehouseTable(src, TABLE), version, false);
+    const { t } = r;
+    // The table as an earlier version made it: no truncations, a view that does not read them.
+    for (const q of createTableSql(r)) await session.query(q);
+    await session.query(`DROP VIEW ${rsQualified(t.schema, t.view)}`);
+    await session.query(`DROP TABLE ${rsQualified(t.schema, t.truncations)}`);
+    await session.query(`CREATE VIEW ${rsQualified(t.schema, t.view)} AS SELECT id, note, amount FROM ${rsQualified(t.schema, t.mirror)}`);
+    const loader = new RedshiftLoader({ session, store, bucket: BUCKET, prefix: 'cdc/old/', roleArn: ROLE, ledgerSchema: 'old_loads' });
+    const memory = new MemoryControlPlane();
+    await registerTables(memory, src, [TABLE], COLUMNS);
+    const applier = quietApplier(memory, pool, new RedshiftWarehouse({ loader }));
+    const records = [
+      ev(src, 1, 'insert', { id: 1 }, { id: 1, note: 'a', amount: '1.00' }),
+      ev(src, 2, 'truncate', {}, null),
+      ev(src, 3, 'insert', { id: 2 }, { id: 2, note: 'b', amount: '2.00' }),
+    ].map((e, i): ChangeRecord => ({ sequenceNumber: String(i + 1), origin: `s/shard-0/${i + 1}`, text: JSON.stringify(e) }));
+    const applied = applier.applyRecords(records);
+    let done = false;
+    void applied.finally(() => (done = true));
+    while (!done) {
+      await loader.flush();
+      await new Promise((res) => setTimeout(res, 5));
+    }
+    expect((await applied).failed).toEqual([]);
+    const view = async (): Promise<number[]> =>
+      ((await reader.query(`SELECT id FROM ${rsQualified(t.schema, t.view)} ORDER BY id`)).rows as { id: string }[]).map((x) => Number(x.id));
+    expect(await view()).toEqual([2]);
+    await loader.merge();
+    expect(await view()).toEqual([2]);
+    expect(memory.calls.get('holdSinkTable') ?? 0).toBe(0);
+  }, 60_000);
 
   it('a primary-key change lacking an unchanged TOAST value, its halves on two shards: the insert waits for the delete, then arrives complete', async () => {
     const src = 'pk';
