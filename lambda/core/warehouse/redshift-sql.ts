@@ -9,9 +9,11 @@
  * - `_cdc_mirror_<t>`: the base, one row per key (soft mode keeps tombstones).
  * - `_cdc_deleted_keys_<t>` (hard mode): the position of each key's merged delete, so a late
  *   older event never resurrects it.
+ * - `_cdc_truncations_<t>`: one row per loaded truncate (`insertTruncationsSql`, in the load's
+ *   transaction); nothing at or below the newest shows or is merged (docs/truncate.md, "On Redshift").
  * - `_cdc_watermarks` (per schema): per table, the last load the base has absorbed.
  * - view `<t>`: the base overlaid with the newest changelog row per key above the watermark,
- *   deletes hidden (`createViewSql`).
+ *   deletes hidden, rows at or below the newest truncate hidden (`createViewSql`).
  * And one loads ledger per warehouse (`createLedgerSql`): one row per committed load, written in
  * the load's own transaction, so a load retried after a crash between its COMMIT and the
  * checkpoint is recognised and not loaded twice.
