@@ -84,23 +84,45 @@ describe('the Redshift sink on AWS: truncates and primary-key hand-overs (Dynamo
     );
     const statements: string[] = [];
     const loaderStandIn = new RedshiftStandIn({ client: f.clients[0]!, store, bucket: BUCKET });
-    const crash = { beforeCommit: 0 };
+    /** Armed: the next load that inserts a truncate dies at its COMMIT (after the COPY and the INSERT, before the COMMIT). */
+    const crash = { armed: false, hit: 0 };
     let queue: Promise<unknown> = Promise.resolve();
     /** One invocation of the loader function; `mergeEveryMs` 0 makes its merge due. */
     const invoke = (mergeEveryMs = 3_600_000): Promise<unknown> =>
       (queue = queue.then(async () => {
+        // A dead invocation does nothing more: its claim stays until a later invocation finds it stale.
+        let dead = false;
+        let truncateInTransaction = false;
+        const alive = (): void => {
+          if (dead) throw new Error('the invocation is dead');
+        };
+        const loaderRequests = new Proxy(requests, {
+          get(target, prop) {
+            const v = Reflect.get(target, prop, target) as unknown;
+            if (typeof v !== 'function') return v;
+            return (...args: unknown[]) => {
+              alive();
+              return (v as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+            };
+          },
+        });
         const loader = new StagedRedshiftLoader({
           session: {
             query: async (q) => {
+              alive();
               statements.push(q);
-              if (q === 'COMMIT' && crash.beforeCommit > 0) {
-                crash.beforeCommit--;
+              if (q.startsWith('INSERT INTO') && q.includes('_cdc_truncations_')) truncateInTransaction = true;
+              if (q === 'COMMIT' && crash.armed && truncateInTransaction) {
+                crash.armed = false;
+                crash.hit++;
+                dead = true;
                 throw new Error('injected: the loader died after the COPY, before the COMMIT');
               }
+              if (q === 'COMMIT' || q === 'ROLLBACK') truncateInTransaction = false;
               return loaderStandIn.query(q);
             },
           },
-          requests,
+          requests: loaderRequests,
           place: { store, bucket: BUCKET },
           prefix: `cdc/${sinkId}/`,
           roleArn: ROLE,
@@ -121,7 +143,7 @@ describe('the Redshift sink on AWS: truncates and primary-key hand-overs (Dynamo
         place: { store, bucket: BUCKET },
         prefix: `cdc/${sinkId}/`,
         invokeLoader: async () => void invoke(),
-        waitMs: 5_000,
+        waitMs: 20_000,
         pollMs: 20,
       });
       return createWarehouseApplier({
@@ -185,9 +207,9 @@ describe('the Redshift sink on AWS: truncates and primary-key hand-overs (Dynamo
 
       // The truncate: its first load dies between the COPY and the COMMIT; the claim is recovered and loaded.
       const truncate = ev(src, 9, 'truncate', {}, null);
-      crash.beforeCommit = 1;
+      crash.armed = true;
       expect(await deliver(0, [truncate])).toEqual([]);
-      expect(crash.beforeCommit, 'the crash was injected').toBe(0);
+      expect(crash.hit, 'the crash was injected').toBe(1);
       expect(await view()).toEqual({});
       // Its batch delivered again (the checkpoint was lost): a second row of the truncations, nothing changes.
       expect(await deliver(0, [truncate])).toEqual([]);

@@ -402,7 +402,10 @@ export function pendingStatsSql(r: RedshiftTable): string {
 
 /** Pending rows of `t` (changelog rows above the watermark, `n`) and pending truncates (`truncates`): the merge's backlog. */
 export function pendingCountSql(r: RedshiftTable): string {
-  return `SELECT (SELECT COUNT(*) FROM (${pendingRows(r)}) x) AS n, (SELECT COUNT(*) FROM (${pendingTruncates(r)}) y) AS truncates`;
+  return (
+    `SELECT SUM(x.n) AS n, SUM(x.t) AS truncates FROM (SELECT COUNT(*) AS n, 0 AS t FROM (${pendingRows(r)}) c ` +
+    `UNION ALL SELECT 0 AS n, COUNT(*) AS t FROM (${pendingTruncates(r)}) d) x`
+  );
 }
 
 /** What the loader's COPY says about the staged objects (docs/warehouse-apply.md, "Redshift: the load"). */
