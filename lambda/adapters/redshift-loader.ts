@@ -19,6 +19,7 @@ import {
   createTableSql,
   evolveSql,
   existingColumnsSql,
+  insertTruncationsSql,
   lastLoadSql,
   loadDoneSql,
   mergeSql,
@@ -26,6 +27,7 @@ import {
   pendingCountSql,
   recordLoadSql,
   type RedshiftTable,
+  type TruncationRow,
 } from '../core/warehouse/redshift-sql.ts';
 import { evolvedTable, existingTable, type CatalogColumn } from '../core/warehouse/redshift-catalog.ts';
 import type { ValuePolicy } from '../core/warehouse/redshift-types.ts';
@@ -82,6 +84,13 @@ interface Waiting {
   reject: (err: unknown) => void;
 }
 
+/** A table's part of the next load: its changelog rows of one column list and its truncates. */
+interface Queued {
+  r: RedshiftTable;
+  rows: StagedRow[];
+  truncations: TruncationRow[];
+}
+
 /** What one load did. */
 export interface LoadStats {
   loadId: number;
@@ -95,7 +104,7 @@ export class RedshiftLoader {
   private readonly tables = new Map<string, RedshiftTable>();
   private readonly ready = new Set<string>();
   /** Per table and column list (`submit`). */
-  private queued = new Map<string, { r: RedshiftTable; rows: StagedRow[] }>();
+  private queued = new Map<string, Queued>();
   private waiting: Waiting[] = [];
   private ledgerReady = false;
   private chain: Promise<unknown> = Promise.resolve();
@@ -142,20 +151,23 @@ export class RedshiftLoader {
     this.tables.set(id, known === undefined ? r : evolvedTable(known, r));
     const refused: LoadReceipt['refused'] = [];
     const rows: StagedRow[] = [];
+    const truncations: TruncationRow[] = [];
     const policyOf = (c: string): ValuePolicy => this.o.policyOf?.(r.t.tableId, c) ?? 'refuse-row';
     for (const e of events) {
       const s = stageEvent(e, r.key, r.data, policyOf, appliedAt);
       if ('row' in s) rows.push(s.row);
+      else if ('truncation' in s) truncations.push(s.truncation);
       else refused.push({ event: e, error: s.refused });
     }
-    if (rows.length === 0) return { loadId: 0, loaded: 0, refused };
+    if (rows.length + truncations.length === 0) return { loadId: 0, loaded: 0, refused };
     // Queued per table and column list: events of two schema versions in one load are two COPYs, each naming its own columns.
     const qid = `${id}\u0000${changelogColumns(r).join()}`;
-    const q = this.queued.get(qid) ?? { r, rows: [] };
+    const q = this.queued.get(qid) ?? { r, rows: [], truncations: [] };
     for (const row of rows) q.rows.push(row);
+    for (const x of truncations) q.truncations.push(x);
     this.queued.set(qid, q);
     const loadId = await new Promise<number>((resolve, reject) => this.waiting.push({ resolve, reject }));
-    return { loadId, loaded: rows.length, refused };
+    return { loadId, loaded: rows.length + truncations.length, refused };
   }
 
   /** Runs a read on the loader's one session, after the loads and merges queued before it (never inside one). */
@@ -166,7 +178,7 @@ export class RedshiftLoader {
   /** Events queued for the next load. */
   get queuedEvents(): number {
     let n = 0;
-    for (const q of this.queued.values()) n += q.rows.length;
+    for (const q of this.queued.values()) n += q.rows.length + q.truncations.length;
     return n;
   }
 
@@ -212,7 +224,7 @@ export class RedshiftLoader {
     }
   }
 
-  private async load(batch: readonly { r: RedshiftTable; rows: StagedRow[] }[]): Promise<LoadStats> {
+  private async load(batch: readonly Queued[]): Promise<LoadStats> {
     const statementsBefore = this.statements;
     await this.prepare(batch.map((b) => b.r));
     const loadId = Number((await this.sql(nextLoadIdSql(this.o.ledgerSchema)))[0]!.load_id);
@@ -222,7 +234,9 @@ export class RedshiftLoader {
     const manifests: { r: RedshiftTable; uri: string }[] = [];
     let objects = 0;
     let events = 0;
-    for (const [i, { r, rows }] of batch.entries()) {
+    for (const [i, { r, rows, truncations }] of batch.entries()) {
+      events += truncations.length;
+      if (rows.length === 0) continue;
       const folder = `${loadKey}/${tableFolder(i, r.t.view)}`;
       const parts = await putParts(place, folder, loadId, rows, { slices: this.o.slices });
       manifests.push({ r, uri: await putManifest(place, `${folder}.manifest`, parts) });
@@ -233,6 +247,8 @@ export class RedshiftLoader {
       // A load retried after its COMMIT (the reply was lost) is in the ledger: nothing is loaded twice.
       if ((await this.sql(loadDoneSql(this.o.ledgerSchema, loadKey))).length > 0) return;
       for (const m of manifests) await this.sql(copyManifestSql(m.r, m.uri, this.o.roleArn, this.o.region));
+      // Truncates ride the load as rows of the table's truncations, so they commit with the rows around them (docs/truncate.md).
+      for (const q of batch) if (q.truncations.length > 0) await this.sql(insertTruncationsSql(q.r, loadId, q.truncations));
       await this.sql(recordLoadSql(this.o.ledgerSchema, { loadId, loadKey, objects, events, at: (this.o.now ?? (() => new Date()))() }));
     });
     return { loadId, tables: batch.length, objects, events, statements: this.statements - statementsBefore };
@@ -242,16 +258,16 @@ export class RedshiftLoader {
   merge(): Promise<{ tables: number; statements: number }> {
     return this.serial(async () => {
       const before = this.statements;
-      const due: RedshiftTable[] = [];
+      const due: { r: RedshiftTable; truncated: boolean }[] = [];
       for (const [id, r] of this.tables) {
         if (!this.ready.has(id)) continue;
-        const n = Number((await this.sql(pendingCountSql(r)))[0]!.n);
-        if (n > 0) due.push(r);
+        const row = (await this.sql(pendingCountSql(r)))[0]!;
+        if (Number(row.n) + Number(row.truncates) > 0) due.push({ r, truncated: Number(row.truncates) > 0 });
       }
       if (due.length === 0) return { tables: 0, statements: this.statements - before };
       await this.transaction(async () => {
         const cut = Number((await this.sql(lastLoadSql(this.o.ledgerSchema)))[0]!.load_id);
-        for (const r of due) for (const s of mergeSql(r, cut)) await this.sql(s);
+        for (const d of due) for (const s of mergeSql(d.r, cut, d.truncated)) await this.sql(s);
       });
       return { tables: due.length, statements: this.statements - before };
     });

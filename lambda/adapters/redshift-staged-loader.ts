@@ -24,12 +24,15 @@ import {
   requestTableId,
   sqlStateOf,
   staleClaim,
+  type CopyGroup,
   type LoadRequest,
 } from '../core/warehouse/redshift-requests.ts';
 import type { RedshiftCadence } from '../core/warehouse/redshift-load.ts';
 import {
   createLedgerSql,
   createSchemaSql,
+  createTruncationsSql,
+  insertTruncationsSql,
   lastLoadSql,
   mergeSql,
   nextLoadIdSql,
@@ -70,6 +73,8 @@ export interface LoaderRun {
 
 export class StagedRedshiftLoader {
   private ledgerReady = false;
+  /** Tables whose truncations this container made sure of (`mergeIfDue`). */
+  private readonly guarded = new Set<string>();
   private readonly now: () => number;
 
   constructor(private readonly o: StagedLoaderOptions) {
@@ -187,11 +192,10 @@ export class StagedRedshiftLoader {
   private async culprit(r: LoadRequest): Promise<{ table: string; err: unknown } | null> {
     const loadKey = `${this.o.prefix}loads/${randomUUID()}`;
     for (const [i, g] of copyGroups([r]).entries()) {
-      const parts = g.objects.map((x) => ({ url: `s3://${this.o.place.bucket}/${x.key}`, bytes: x.bytes }));
-      const manifest = await putManifest(this.o.place, `${loadKey}/${tableFolder(i, g.table.t.view)}.manifest`, parts);
+      const manifest = await this.manifestOf(loadKey, i, g);
       try {
         await this.sql('BEGIN');
-        for (const s of stagedCopySql(g.table, manifest, this.o.roleArn, 0, this.o.region)) await this.sql(s);
+        for (const s of this.groupSql(g, manifest, 0)) await this.sql(s);
       } catch (err) {
         return { table: requestTableId(g.table), err };
       } finally {
@@ -211,17 +215,14 @@ export class StagedRedshiftLoader {
   private async load(claimed: readonly LoadRequest[]): Promise<number> {
     const loadKey = `${this.o.prefix}loads/${randomUUID()}`;
     const groups = copyGroups(claimed);
-    const manifests: string[] = [];
-    for (const [i, g] of groups.entries()) {
-      const parts = g.objects.map((x) => ({ url: `s3://${this.o.place.bucket}/${x.key}`, bytes: x.bytes }));
-      manifests.push(await putManifest(this.o.place, `${loadKey}/${tableFolder(i, g.table.t.view)}.manifest`, parts));
-    }
+    const manifests: (string | null)[] = [];
+    for (const [i, g] of groups.entries()) manifests.push(await this.manifestOf(loadKey, i, g));
     let loadId = 0;
     await this.transaction(async () => {
       loadId = Number((await this.sql(nextLoadIdSql(this.o.ledgerSchema)))[0]!.load_id);
-      for (const [i, g] of groups.entries()) for (const s of stagedCopySql(g.table, manifests[i]!, this.o.roleArn, loadId, this.o.region)) await this.sql(s);
+      for (const [i, g] of groups.entries()) for (const s of this.groupSql(g, manifests[i]!, loadId)) await this.sql(s);
       const objects = groups.reduce((n, g) => n + g.objects.length, 0);
-      const events = groups.reduce((n, g) => n + g.rows, 0);
+      const events = groups.reduce((n, g) => n + g.rows + g.truncations.length, 0);
       await this.sql(recordLoadSql(this.o.ledgerSchema, { loadId, loadKey, objects, events, at: new Date(this.now()) }));
       await this.sql(
         recordRequestsSql(
@@ -234,16 +235,37 @@ export class StagedRedshiftLoader {
     return loadId;
   }
 
+  /** The manifest over a copy group's objects, or null when it has none (a group of truncates only). */
+  private async manifestOf(loadKey: string, i: number, g: CopyGroup): Promise<string | null> {
+    if (g.objects.length === 0) return null;
+    const parts = g.objects.map((x) => ({ url: `s3://${this.o.place.bucket}/${x.key}`, bytes: x.bytes }));
+    return putManifest(this.o.place, `${loadKey}/${tableFolder(i, g.table.t.view)}.manifest`, parts);
+  }
+
+  /** A copy group's statements in a load: the COPY of its objects through the stage, then its truncates (docs/truncate.md). */
+  private groupSql(g: CopyGroup, manifest: string | null, loadId: number): string[] {
+    const copy = manifest === null ? [] : stagedCopySql(g.table, manifest, this.o.roleArn, loadId, this.o.region);
+    return g.truncations.length === 0 ? copy : [...copy, insertTruncationsSql(g.table, loadId, g.truncations)];
+  }
+
   /** The merge of every recorded table with pending rows, when due; returns how many tables it merged. */
   private async mergeIfDue(): Promise<number> {
     const now = this.now();
     if (!mergeDue(await this.o.requests.lastMergeAt(), now, this.o.cadence.mergeEveryMs)) return 0;
-    const due: RedshiftTable[] = [];
-    for (const r of await this.o.requests.tables()) if (Number((await this.sql(pendingCountSql(r)))[0]!.n) > 0) due.push(r);
+    const due: { r: RedshiftTable; truncated: boolean }[] = [];
+    for (const r of await this.o.requests.tables()) {
+      // A table recorded before truncates were loaded may lack its guard until its applier evolves it: made here (idempotent), once per container.
+      if (!this.guarded.has(requestTableId(r))) {
+        await this.sql(createTruncationsSql(r));
+        this.guarded.add(requestTableId(r));
+      }
+      const row = (await this.sql(pendingCountSql(r)))[0]!;
+      if (Number(row.n) + Number(row.truncates) > 0) due.push({ r, truncated: Number(row.truncates) > 0 });
+    }
     if (due.length > 0) {
       await this.transaction(async () => {
         const cut = Number((await this.sql(lastLoadSql(this.o.ledgerSchema)))[0]!.load_id);
-        for (const r of due) for (const s of mergeSql(r, cut)) await this.sql(s);
+        for (const d of due) for (const s of mergeSql(d.r, cut, d.truncated)) await this.sql(s);
       });
     }
     await this.o.requests.setMergeAt(now);

@@ -12,7 +12,7 @@ import type { ChangeEvent } from '../core/shared/event.ts';
 import { stageEvent, type PartOptions, type StagedRow } from '../core/warehouse/redshift-load.ts';
 import { LoadRequestFailedError, requestVerdict, type RequestTable } from '../core/warehouse/redshift-requests.ts';
 import { existingTable, type CatalogColumn } from '../core/warehouse/redshift-catalog.ts';
-import { createTableSql, evolveSql, existingColumnsSql, type RedshiftTable } from '../core/warehouse/redshift-sql.ts';
+import { createTableSql, evolveSql, existingColumnsSql, type RedshiftTable, type TruncationRow } from '../core/warehouse/redshift-sql.ts';
 import type { ValuePolicy } from '../core/warehouse/redshift-types.ts';
 import type { DynamoDbLoadRequests } from './control-plane-dynamodb/load-requests.ts';
 import { inTransaction, type LoadReceipt, type RedshiftSession } from './redshift-loader.ts';
@@ -104,19 +104,24 @@ export class RedshiftStagingSubmitter implements RedshiftLoadPort {
     for (const [i, { r, events }] of items.entries()) {
       const refused: LoadReceipt['refused'] = [];
       const rows: StagedRow[] = [];
+      const truncations: TruncationRow[] = [];
       for (const e of events) {
         const s = stageEvent(e, r.key, r.data, (c) => this.o.policyOf?.(r.t.tableId, c) ?? 'refuse-row', appliedAt);
         if ('row' in s) rows.push(s.row);
+        else if ('truncation' in s) truncations.push(s.truncation);
         else refused.push({ event: e, error: s.refused });
       }
-      receipts.push({ loadId: 0, loaded: rows.length, refused });
-      if (rows.length === 0) continue;
-      const parts = await putParts(this.o.place, `${this.o.prefix}requests/${requestId}/${tableFolder(i, r.t.view)}`, null, rows, this.o.parts);
+      receipts.push({ loadId: 0, loaded: rows.length + truncations.length, refused });
+      if (rows.length + truncations.length === 0) continue;
+      // Truncates travel in the request itself (a few small rows); the loader inserts them in the load's transaction.
+      const parts =
+        rows.length === 0 ? [] : await putParts(this.o.place, `${this.o.prefix}requests/${requestId}/${tableFolder(i, r.t.view)}`, null, rows, this.o.parts);
       tables.push({
         table: r,
         schemaVersion: Math.max(...events.map((e) => e.schemaVersion)),
         objects: parts.map((p) => ({ key: p.key, bytes: p.bytes })),
         rows: rows.length,
+        ...(truncations.length > 0 ? { truncations } : {}),
       });
     }
     if (tables.length === 0) return receipts;

@@ -12,9 +12,10 @@
  *   after every load queued before it: the key's earlier events came through the same shard and
  *   are loaded); with no live row underneath the update is a full image, its absent columns NULL,
  *   as on PostgreSQL (docs/warehouse-apply.md): a newer image of the key (a snapshot's) wins by position;
- * - the delete half of a primary-key change is loaded as a plain delete;
- * - a truncate, and the insert of a primary-key change that lacks columns, are refused
- *   (`NotLoadableError`): the table is held for this sink, audited, never written wrong;
+ * - the insert half of a primary-key change that lacks columns is completed from its old key's image
+ *   just before the change (the batch's, else the changelog's once the delete half is loaded), and
+ *   the delete half is loaded as a plain delete (docs/primary-key-changes.md);
+ * - a truncate is loaded as it is (a row of the table's truncations, docs/truncate.md);
  * - every value is checked against its column (`stageEvent`): a value the column's policy refuses
  *   fails the batch as a refused value, so the apply isolates the event and dead-letters it.
  */
@@ -31,9 +32,17 @@ import type {
   Warehouse,
   WriteErrorKind,
 } from '../core/warehouse/warehouse-port.ts';
-import { NotLoadableError, stageEvent } from '../core/warehouse/redshift-load.ts';
+import { KeyChangeIncompleteError, KeyChangePendingError, NotLoadableError, stageEvent } from '../core/warehouse/redshift-load.ts';
 import { evolvedTable, needsEvolving } from '../core/warehouse/redshift-catalog.ts';
-import { currentRowsSql, pendingStatsSql, RedshiftTypeChangeError, FoldedColumnError, type RedshiftTable } from '../core/warehouse/redshift-sql.ts';
+import {
+  currentRowsSql,
+  keyChangeDeleteSql,
+  keyChangeDonorSql,
+  pendingStatsSql,
+  RedshiftTypeChangeError,
+  FoldedColumnError,
+  type RedshiftTable,
+} from '../core/warehouse/redshift-sql.ts';
 import { redshiftColumn, redshiftText, RedshiftValueRefusedError, type RedshiftColumn, type ValuePolicy } from '../core/warehouse/redshift-types.ts';
 import { warehouseTable } from '../core/warehouse/warehouse-sql.ts';
 import type { LoadReceipt } from './redshift-loader.ts';
@@ -63,6 +72,41 @@ export interface RedshiftLoadPort {
   submitMany?(items: readonly { r: RedshiftTable; events: readonly ChangeEvent[] }[], appliedAt?: Date): Promise<LoadReceipt[]>;
   /** Merges the tables with pending rows; `tables` is how many it merged (0 where another process merges). */
   merge(): Promise<{ tables: number }>;
+}
+
+/** What completing a batch's primary-key changes knows so far (`RedshiftWarehouse.complete`). */
+interface KeyChangeContext {
+  /**
+   * Each key's newest image in the batch so far (null: deleted), by key as staged text; not `whole` when it is only
+   * what partial updates delivered (completed from the view, which a redelivered batch may have seen later).
+   */
+  images: Map<string, { row: Readonly<Record<string, JsonValue>>; whole: boolean } | null>;
+  /** The batch's delete halves that hand columns over: `<old key>@<position>`. */
+  deletes: Set<string>;
+}
+
+/**
+ * A key's image in the batch after `e` (`KeyChangeContext.images`): a delete's is null; a full image, or a partial
+ * update over a whole one, is whole; a partial update over none (completed from the view) keeps only what was delivered.
+ */
+function imageOf(
+  prev: { row: Readonly<Record<string, JsonValue>>; whole: boolean } | null | undefined,
+  e: ChangeEvent,
+  completed: Readonly<Record<string, JsonValue>> | null,
+): { row: Readonly<Record<string, JsonValue>>; whole: boolean } | null {
+  if (completed === null) return null;
+  if (e.op !== 'update' || e.missing.length === 0 || prev?.whole) return { row: completed, whole: true };
+  return { row: { ...(prev?.row ?? {}), ...e.after }, whole: false };
+}
+
+/** Staged-text values of `columns` from a read's row (`c<offset + i>`), back to the values a staged event holds. */
+function stagedValues(columns: readonly RedshiftColumn[], row: Record<string, unknown>, offset: number): Record<string, JsonValue> {
+  const values: Record<string, JsonValue> = {};
+  columns.forEach((c, i) => {
+    const v = row[`c${offset + i}`] as string | null;
+    values[c.name] = v !== null && c.kind === 'varbyte' ? `\\x${v}` : v;
+  });
+  return values;
 }
 
 /** A table's batch ready for the loader. */
@@ -161,45 +205,93 @@ export class RedshiftWarehouse implements Warehouse {
     }
   }
 
-  /** The batch's events as the loader takes them: updates completed, primary-key deletes plain. */
+  /**
+   * The batch's events as the loader takes them: partial updates and primary-key changes' inserts completed,
+   * primary-key deletes plain, truncates as they are (each ends the images of the batch before it).
+   */
   private async complete(r: RedshiftTable, events: readonly ChangeEvent[]): Promise<ChangeEvent[]> {
-    const sorted = [...events].sort((a, b) => (a.position < b.position ? -1 : a.position > b.position ? 1 : 0));
+    // By position; at one position a key change's insert half before its delete half, so the old key's image is still the batch's.
+    const rank = (e: ChangeEvent): number => (e.op === 'delete' ? 1 : 0);
+    const sorted = [...events].sort((a, b) => (a.position < b.position ? -1 : a.position > b.position ? 1 : rank(a) - rank(b)));
     const table = r.t.tableId;
-    const needs = sorted.filter((e) => e.missing.length > 0);
-    for (const e of sorted) {
-      if (e.op === 'truncate') throw new NotLoadableError(table, e.position, 'a truncate');
-      if (e.missing.length > 0 && e.op !== 'update') throw new NotLoadableError(table, e.position, `an ${e.op} without ${e.missing.join(', ')}`);
-    }
-    const stored = new Map<string, Record<string, JsonValue>>();
-    if (needs.length > 0) {
-      const keys = [...new Map(needs.map((e) => [JSON.stringify(keyText(r.key, table, e.key)), keyText(r.key, table, e.key)])).values()];
-      const rows = await this.o.loader.read(currentRowsSql(r, keys, r.data));
-      for (const row of rows) {
-        const k = r.key.map((_, i) => row[`c${i}`] as string);
-        const values: Record<string, JsonValue> = {};
-        r.data.forEach((c, i) => {
-          const v = row[`c${r.key.length + i}`] as string | null;
-          values[c.name] = v !== null && c.kind === 'varbyte' ? `\\x${v}` : v;
-        });
-        stored.set(JSON.stringify(k), values);
-      }
-    }
+    for (const e of sorted)
+      if (e.missing.length > 0 && e.op === 'delete') throw new NotLoadableError(table, e.position, `a delete without ${e.missing.join(', ')}`);
+    const stored = await this.viewRows(
+      r,
+      sorted.filter((e) => e.op === 'update' && e.missing.length > 0),
+    );
+    const ctx: KeyChangeContext = { images: new Map(), deletes: new Set() };
+    for (const e of sorted) if ((e.handover?.length ?? 0) > 0) ctx.deletes.add(`${JSON.stringify(keyText(r.key, table, e.key))}@${e.position}`);
     const out: ChangeEvent[] = [];
     for (const e of sorted) {
+      if (e.op === 'truncate') {
+        // The rows before it are gone: nothing after it is completed from them.
+        stored.clear();
+        ctx.images.clear();
+        out.push(e);
+        continue;
+      }
       const k = JSON.stringify(keyText(r.key, table, e.key));
       let next = e;
-      if (e.missing.length > 0) {
+      if (e.missing.length > 0 && e.op === 'update') {
         // No live row underneath: the update is a full image, its absent columns NULL, as on PostgreSQL (lambda/core/sink/apply-plan.ts).
         const base = stored.get(k) ?? {};
         const after = { ...e.after };
         for (const m of e.missing) after[m] = base[m] ?? null;
         next = { ...e, after, missing: [] };
-      } else if ((e.handover?.length ?? 0) > 0) next = { ...e, handover: [] };
-      if (next.op === 'delete') stored.delete(k);
-      else if (next.after) stored.set(k, next.after);
+      } else if (e.missing.length > 0) next = { ...e, after: { ...e.after, ...(await this.donor(r, e, ctx)) }, missing: [] };
+      else if ((e.handover?.length ?? 0) > 0) next = { ...e, handover: [] };
+      const image = next.op === 'delete' ? null : (next.after ?? null);
+      if (image === null) stored.delete(k);
+      else stored.set(k, image);
+      ctx.images.set(k, imageOf(ctx.images.get(k), e, image));
       out.push(next);
     }
     return out;
+  }
+
+  /** The view's rows of the keys of `updates` (partial updates), as staged text, by key: what they are completed with. */
+  private async viewRows(r: RedshiftTable, updates: readonly ChangeEvent[]): Promise<Map<string, Record<string, JsonValue>>> {
+    const stored = new Map<string, Record<string, JsonValue>>();
+    if (updates.length === 0) return stored;
+    const table = r.t.tableId;
+    const keys = [...new Map(updates.map((e) => [JSON.stringify(keyText(r.key, table, e.key)), keyText(r.key, table, e.key)])).values()];
+    for (const row of await this.o.loader.read(currentRowsSql(r, keys, r.data))) {
+      const k = r.key.map((_, i) => row[`c${i}`] as string);
+      stored.set(JSON.stringify(k), stagedValues(r.data, row, r.key.length));
+    }
+    return stored;
+  }
+
+  /**
+   * The values the insert half `e` of a primary-key change lacks, from its old key's image just before the change
+   * (docs/primary-key-changes.md): the batch's own when the old key has events in it, else the changelog's (every
+   * loaded event is there), once the old key's delete half is loaded or in this batch. Not loaded yet: delivered
+   * again (`KeyChangePendingError`); no image (the old key had no row): `KeyChangeIncompleteError`.
+   */
+  private async donor(r: RedshiftTable, e: ChangeEvent, ctx: KeyChangeContext): Promise<Record<string, JsonValue>> {
+    const table = r.t.tableId;
+    const before = e.before ?? {};
+    const missingKey = r.key.find((c) => before[c.name] === undefined || before[c.name] === null);
+    if (missingKey !== undefined)
+      throw new KeyChangeIncompleteError(table, e.position, `an ${e.op} without ${e.missing.join(', ')} that names no old key (${missingKey.name})`);
+    const oldKey = keyText(r.key, table, before);
+    const id = JSON.stringify(oldKey);
+    const columns = e.missing.map((m) => r.data.find((c) => c.name === m) ?? { name: m, type: 'varchar(65535)', kind: 'varchar' as const });
+    const pick = (image: Readonly<Record<string, JsonValue>>): Record<string, JsonValue> =>
+      Object.fromEntries(columns.map((c) => [c.name, image[c.name] ?? null]));
+    const inBatch = ctx.images.get(id);
+    if (inBatch === null) throw new KeyChangeIncompleteError(table, e.position, `its old key ${id} was deleted before it`);
+    if (inBatch?.whole) return pick(inBatch.row);
+    if (!ctx.deletes.has(`${id}@${e.position}`)) {
+      const loaded = await this.o.loader.read(keyChangeDeleteSql(r, oldKey, e.position));
+      if (Number(loaded[0]?.n ?? 0) === 0) throw new KeyChangePendingError(table, e.position, id);
+    }
+    const row = (await this.o.loader.read(keyChangeDonorSql(r, oldKey, e.position, columns)))[0];
+    if (row === undefined || row.op === 'delete') throw new KeyChangeIncompleteError(table, e.position, `its old key ${id} had no row before it`);
+    // What the batch's partial updates of the old key delivered is newer than the changelog's row.
+    const delivered = inBatch ? Object.fromEntries(columns.filter((c) => c.name in inBatch.row).map((c) => [c.name, inBatch.row[c.name]!])) : {};
+    return { ...stagedValues(columns, row, 0), ...delivered };
   }
 
   async applyTable(batch: TableBatch): Promise<TableApplyResult> {
@@ -277,7 +369,8 @@ export class RedshiftWarehouse implements Warehouse {
   }
 
   classifyError(err: unknown): WriteErrorKind | null {
-    if (err instanceof RedshiftValueRefusedError) return { kind: 'value-rejected' };
+    // An insert half that cannot be completed is a dead letter, as a refused value is: the table goes on.
+    if (err instanceof RedshiftValueRefusedError || err instanceof KeyChangeIncompleteError) return { kind: 'value-rejected' };
     if (err instanceof RedshiftTypeChangeError) return { kind: 'type-conflict', message: err.message };
     if (err instanceof NotLoadableError || err instanceof FoldedColumnError) return { kind: 'persistent', code: err.code };
     if (err instanceof LoadRequestFailedError && err.sqlState) return loadFailureKind(err.sqlState);

@@ -61,6 +61,8 @@ describe('the applier on Redshift: crashes between staging, COPY, merge and offs
     let crashes = 0;
     let offsetCrashes = 0;
     let redeliveries = 0;
+    let truncates = 0;
+    let keyChanges = 0;
     for (let run = 0; run < RUNS; run++) {
       const sourceId = `r${run}`;
       const mode: DeleteMode = rand() < 0.5 ? 'hard' : 'soft';
@@ -117,13 +119,34 @@ describe('the applier on Redshift: crashes between staging, COPY, merge and offs
         merge: { inline: false },
       });
 
-      // A history over a few keys: inserts, full and partial updates (note not carried), deletes.
+      // A history over a few keys: inserts, full and partial updates (note not carried), deletes, truncates, and
+      // primary-key changes whose insert half lacks the note (its two halves in either order, one position).
       const model = new Map<number, ModelRow | null>();
       const events: ChangeEvent[] = [];
+      /** The note each key change's insert half takes from its old key, by the insert's index in `events`. */
+      const donated = new Map<number, string | null>();
       for (let i = 1; i <= 60; i++) {
         const id = 1 + Math.floor(rand() * 6);
         const cur = model.get(id) ?? null;
         const r = rand();
+        const free = [1, 2, 3, 4, 5, 6, 7, 8].filter((k) => (model.get(k) ?? null) === null);
+        if (r > 0.95) {
+          events.push(truncate(sourceId, i));
+          model.clear();
+          truncates++;
+          continue;
+        }
+        if (cur !== null && r > 0.87 && free.length > 0) {
+          const to = free[Math.floor(rand() * free.length)]!;
+          const [del, ins] = keyChange(sourceId, i, id, to, { amount: (Math.floor(rand() * 100000) / 100).toFixed(2), doc: null });
+          const pair = rand() < 0.5 ? [del, ins] : [ins, del];
+          events.push(...pair);
+          donated.set(events.indexOf(ins), cur.note);
+          model.set(id, null);
+          model.set(to, { note: cur.note, amount: ins.after!.amount as string, doc: null });
+          keyChanges++;
+          continue;
+        }
         const row: ModelRow = {
           note: rand() < 0.2 ? null : `n${i}'"\n,é`,
           amount: (Math.floor(rand() * 100000) / 100).toFixed(2),
@@ -176,13 +199,14 @@ describe('the applier on Redshift: crashes between staging, COPY, merge and offs
       };
       const expected = (upTo: number): Map<number, ModelRow> => {
         const m = new Map<number, ModelRow | null>();
-        for (const e of events.slice(0, upTo)) {
+        for (const [n, e] of events.slice(0, upTo).entries()) {
           const prev = m.get(Number(e.key.id)) ?? null;
-          if (e.op === 'delete') m.set(Number(e.key.id), null);
+          if (e.op === 'truncate') m.clear();
+          else if (e.op === 'delete') m.set(Number(e.key.id), null);
           else {
             const a = e.after!;
             m.set(Number(e.key.id), {
-              note: e.missing.includes('note') ? (prev?.note ?? null) : ((a.note as string | null) ?? null),
+              note: donated.has(n) ? donated.get(n)! : e.missing.includes('note') ? (prev?.note ?? null) : ((a.note as string | null) ?? null),
               amount: (a.amount as string | null) ?? null,
               doc: a.doc === null || a.doc === undefined ? null : JSON.stringify(JSON.parse(a.doc as string)),
             });
@@ -194,6 +218,7 @@ describe('the applier on Redshift: crashes between staging, COPY, merge and offs
       // Deliver as a Kinesis shard does: a batch from the checkpoint; after a failure, again from the first failed record.
       let checkpoint = 0;
       let highest = 0;
+      let delivered = 0;
       while (checkpoint < records.length) {
         const size = 1 + Math.floor(rand() * 12);
         const batch = records.slice(checkpoint, checkpoint + size);
@@ -216,7 +241,10 @@ describe('the applier on Redshift: crashes between staging, COPY, merge and offs
         // never takes the view back (a redelivered older event ranks below what is there), so the view is the history up to
         // the longest prefix loaded so far.
         const seen = await view();
-        const matches = Array.from({ length: Math.max(0, checkpoint + batch.length - highest) + 1 }, (_, k) => highest + k).filter(
+        // Up to the furthest record delivered so far: a batch whose load committed before it failed is in the view (a truncate
+        // in it hides what is redelivered below it).
+        delivered = Math.max(delivered, checkpoint + batch.length);
+        const matches = Array.from({ length: Math.max(0, delivered - highest) + 1 }, (_, k) => highest + k).filter(
           (k) => JSON.stringify([...expected(k)].sort()) === JSON.stringify([...seen].sort()),
         );
         expect(
@@ -238,11 +266,44 @@ describe('the applier on Redshift: crashes between staging, COPY, merge and offs
       expect([...(await view())].sort(), `run ${run} (${mode}), merged`).toEqual([...expected(records.length)].sort());
       expect(memory.calls.get('putDeadLetter') ?? 0).toBe(0);
     }
-    console.log(`warehouse-redshift: ${crashes} session failures, ${offsetCrashes} failed offset advances, ${redeliveries} redeliveries`);
+    console.log(
+      `warehouse-redshift: ${crashes} session failures, ${offsetCrashes} failed offset advances, ${redeliveries} redeliveries, ${truncates} truncates, ${keyChanges} key changes lacking the note`,
+    );
     expect(crashes).toBeGreaterThan(0);
+    expect(truncates).toBeGreaterThan(0);
+    expect(keyChanges).toBeGreaterThan(0);
     expect(offsetCrashes).toBeGreaterThan(0);
     // What was sent is Redshift's grammar (the stand-in's own catalog reads are not sent through the session).
     const problems = [...new Set(statements)].flatMap((s) => redshiftProblems(s).map((p) => `${p}: ${s.slice(0, 160)}`));
     expect(problems).toEqual([]);
   }, 300_000);
 });
+
+/** The envelope of event `i` of table TABLE (position `i` × 0x100, commit second `i`). */
+function envelope(source: string, i: number) {
+  return {
+    v: ENVELOPE_VERSION,
+    source,
+    table: TABLE,
+    position: makePosition(BigInt(i) * 0x100n, 0),
+    commitTs: new Date(Date.UTC(2026, 0, 1, 0, 0, i)).toISOString(),
+    txId: String(i),
+    schemaVersion: 1,
+    capture: 'slot' as const,
+    synthetic: false,
+  };
+}
+
+/** A truncate of TABLE at event `i`. */
+function truncate(source: string, i: number): ChangeEvent {
+  return { ...envelope(source, i), op: 'truncate', key: {}, after: null, before: null, missing: [] };
+}
+
+/** A primary-key change `from` → `to` at event `i` that leaves the note (a TOAST value) undelivered: its delete and insert halves. */
+function keyChange(source: string, i: number, from: number, to: number, after: Row): [ChangeEvent, ChangeEvent] {
+  const e = envelope(source, i);
+  return [
+    { ...e, op: 'delete', key: { id: from }, after: null, before: { id: from }, missing: [], handover: ['note'] },
+    { ...e, op: 'insert', key: { id: to }, after: { id: to, ...after }, before: { id: from }, missing: ['note'] },
+  ];
+}

@@ -84,7 +84,10 @@ export function existingTable(want: RedshiftTable, rows: readonly CatalogColumn[
   const keyNames = new Set(want.key.map((k) => k.name));
   // Hard mode: the table has its remembered deletions (made with it, or when a version first loaded it in hard mode).
   const hard = of(t.deletedKeys).length > 0;
-  return { t, key: columns.filter((c) => keyNames.has(c.name)), data: columns.filter((c) => !keyNames.has(c.name)), hard };
+  const table: RedshiftTable = { t, key: columns.filter((c) => keyNames.has(c.name)), data: columns.filter((c) => !keyNames.has(c.name)), hard };
+  // Made before truncates were loaded: evolving adds the guard (docs/truncate.md).
+  if (of(t.truncations).length === 0) table.lacksTruncations = true;
+  return table;
 }
 
 /** Whether `evolveSql(have, want)` would change the table, or refuses to (a type it cannot change). */

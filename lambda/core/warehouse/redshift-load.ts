@@ -10,24 +10,46 @@
 import { CdcError } from '../shared/errors.ts';
 import type { ChangeEvent } from '../shared/event.ts';
 import { csvBody } from './warehouse-sql.ts';
+import type { TruncationRow } from './redshift-sql.ts';
 import { REDSHIFT_MAX_ROW_BYTES, RedshiftValueRefusedError, stageValues, type RedshiftColumn, type ValuePolicy } from './redshift-types.ts';
 
 /** Redshift asks for objects of 1 MB to 1 GB compressed; a part is cut at this many bytes of CSV (about 2-8 MB compressed). */
 export const PART_TARGET_BYTES = 32 * 1024 * 1024;
 
-/** An event the loader cannot take: it goes to the applier's full path (truncate, a partial update, a primary-key handover). */
+/** An event the loader cannot take as it is: a partial update or a primary-key change's insert the writer did not complete. */
 export class NotLoadableError extends CdcError {
   constructor(table: string, position: string, why: string) {
     super(
       'REDSHIFT_NOT_LOADABLE',
-      `${table} at ${position}: ${why}; the Redshift loader appends full images and plain deletes only (docs/warehouse-apply.md, "Redshift: the load")`,
+      `${table} at ${position}: ${why}; the Redshift loader appends full images, plain deletes and truncates only (docs/warehouse-apply.md, "Redshift: the load")`,
     );
   }
 }
 
-/** Whether the loader takes `e` as it is: a full image (insert, snapshot, update without missing columns) or a plain delete. */
+/**
+ * The insert half of a primary-key change that lacks columns, whose old key's delete half is not loaded yet
+ * (it is another shard's): the old key's image before the change is not known yet. Transient: the batch is
+ * delivered again (docs/primary-key-changes.md; docs/warehouse-apply.md, "Redshift: the applier").
+ */
+export class KeyChangePendingError extends CdcError {
+  constructor(table: string, position: string, oldKey: string) {
+    super(
+      'REDSHIFT_KEY_CHANGE_PENDING',
+      `${table} at ${position}: the insert half of a primary-key change lacks columns and its old key ${oldKey}'s delete half is not loaded yet; delivered again`,
+    );
+  }
+}
+
+/** The insert half of a primary-key change that cannot be completed: the old key had no row before it (a dead letter; reconciliation finds the row). */
+export class KeyChangeIncompleteError extends CdcError {
+  constructor(table: string, position: string, why: string) {
+    super('REDSHIFT_KEY_CHANGE_INCOMPLETE', `${table} at ${position}: the insert half of a primary-key change lacks columns and cannot be completed: ${why}`);
+  }
+}
+
+/** Whether the loader takes `e` as it is: a full image (insert, snapshot, update without missing columns), a plain delete or a truncate. */
 export function loadable(e: ChangeEvent): boolean {
-  if (e.op === 'truncate') return false;
+  if (e.op === 'truncate') return true;
   if (e.missing.length > 0 || (e.handover?.length ?? 0) > 0) return false;
   return e.op === 'delete' || e.after !== null;
 }
@@ -37,8 +59,8 @@ export interface StagedRow {
   fields: (string | null)[];
 }
 
-/** What became of one event. */
-export type StagedEvent = { row: StagedRow } | { refused: Error };
+/** What became of one event: a changelog row, a row of the table's truncations (docs/truncate.md), or why it is refused. */
+export type StagedEvent = { row: StagedRow } | { truncation: TruncationRow } | { refused: Error };
 
 /**
  * The changelog row of `e` (its fields after `_cdc_load`): platform columns, key, data. A value
@@ -53,6 +75,8 @@ export function stageEvent(
   appliedAt: Date,
 ): StagedEvent {
   if (!loadable(e)) return { refused: new NotLoadableError(e.table, e.position, `a ${e.op}${e.missing.length > 0 ? ` without ${e.missing.join(', ')}` : ''}`) };
+  if (e.op === 'truncate')
+    return { truncation: { position: e.position, commitTs: e.commitTs, txId: e.txId, schemaVersion: e.schemaVersion, appliedAt: appliedAt.toISOString() } };
   try {
     const k = stageValues(e.table, key, e.key, policyOf);
     const d = e.op === 'delete' ? { values: data.map(() => null), unheld: null } : stageValues(e.table, data, e.after ?? {}, policyOf);

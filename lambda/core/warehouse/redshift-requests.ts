@@ -11,7 +11,7 @@
  * acknowledged until the request says `loaded`.
  */
 import { CdcError } from '../shared/errors.ts';
-import type { RedshiftTable } from './redshift-sql.ts';
+import type { RedshiftTable, TruncationRow } from './redshift-sql.ts';
 import type { RedshiftCadence } from './redshift-load.ts';
 
 export type LoadRequestState = 'pending' | 'claimed' | 'loaded' | 'failed' | 'abandoned';
@@ -24,6 +24,8 @@ export interface RequestTable {
   /** Object keys in the staging bucket, each with its compressed length (the manifest's `content_length`). */
   objects: { key: string; bytes: number }[];
   rows: number;
+  /** The table's truncates in the batch (a few small rows: carried in the request, inserted by the load; docs/truncate.md). */
+  truncations?: TruncationRow[];
 }
 
 export interface LoadRequest {
@@ -125,11 +127,12 @@ export function claimable(r: LoadRequest, now: number): boolean {
   return r.state === 'pending' && r.deadline > now;
 }
 
-/** One COPY of a load: a table's objects of one column list, over all the claimed requests. */
+/** One COPY of a load: a table's objects of one column list, over all the claimed requests, and their truncates (no COPY when it has no objects). */
 export interface CopyGroup {
   table: RedshiftTable;
   objects: { key: string; bytes: number }[];
   rows: number;
+  truncations: TruncationRow[];
 }
 
 const columnsOf = (r: RedshiftTable): string => JSON.stringify([r.t.schema, r.t.view, r.hard, r.key, r.data]);
@@ -140,9 +143,10 @@ export function copyGroups(requests: readonly LoadRequest[]): CopyGroup[] {
   for (const q of requests) {
     for (const t of q.tables) {
       const id = columnsOf(t.table);
-      const g = groups.get(id) ?? { table: t.table, objects: [], rows: 0 };
+      const g = groups.get(id) ?? { table: t.table, objects: [], rows: 0, truncations: [] };
       g.objects.push(...t.objects);
       g.rows += t.rows;
+      g.truncations.push(...(t.truncations ?? []));
       groups.set(id, g);
     }
   }

@@ -9,9 +9,11 @@
  * - `_cdc_mirror_<t>`: the base, one row per key (soft mode keeps tombstones).
  * - `_cdc_deleted_keys_<t>` (hard mode): the position of each key's merged delete, so a late
  *   older event never resurrects it.
+ * - `_cdc_truncations_<t>`: one row per loaded truncate (`insertTruncationsSql`, in the load's
+ *   transaction); nothing at or below the newest shows or is merged (docs/truncate.md, "On Redshift").
  * - `_cdc_watermarks` (per schema): per table, the last load the base has absorbed.
  * - view `<t>`: the base overlaid with the newest changelog row per key above the watermark,
- *   deletes hidden (`createViewSql`).
+ *   deletes hidden, rows at or below the newest truncate hidden (`createViewSql`).
  * And one loads ledger per warehouse (`createLedgerSql`): one row per committed load, written in
  * the load's own transaction, so a load retried after a crash between its COMMIT and the
  * checkpoint is recognised and not loaded twice.
@@ -77,6 +79,17 @@ export interface RedshiftTable {
   key: readonly RedshiftColumn[];
   data: readonly RedshiftColumn[];
   hard: boolean;
+  /** Read from the cluster only (`existingTable`): a table made before truncates were loaded, without `_cdc_truncations_<t>`; evolving makes it. */
+  lacksTruncations?: boolean;
+}
+
+/** One truncate of a table as the loader writes it into `_cdc_truncations_<t>` (docs/truncate.md, "In the warehouse"). */
+export interface TruncationRow {
+  position: string;
+  commitTs: string;
+  txId: string | null;
+  schemaVersion: number;
+  appliedAt: string;
 }
 
 const list = (names: readonly string[], prefix = ''): string => names.map((n) => prefix + rsIdent(n)).join(', ');
@@ -159,7 +172,7 @@ export function existingColumnsSql(r: RedshiftTable): string {
   const { t } = r;
   return (
     `SELECT table_name, column_name, data_type, character_maximum_length, numeric_precision, numeric_scale FROM svv_columns ` +
-    `WHERE table_schema = ${rsLiteral(t.schema.toLowerCase())} AND table_name IN (${[t.changelog, t.mirror, t.deletedKeys].map((n) => rsLiteral(n.toLowerCase())).join(', ')}) ` +
+    `WHERE table_schema = ${rsLiteral(t.schema.toLowerCase())} AND table_name IN (${[t.changelog, t.mirror, t.deletedKeys, t.truncations].map((n) => rsLiteral(n.toLowerCase())).join(', ')}) ` +
     `ORDER BY table_name, ordinal_position`
   );
 }
@@ -190,8 +203,49 @@ export function createTableSql(r: RedshiftTable): string[] {
       `WHERE NOT EXISTS (SELECT 1 FROM ${rsQualified(t.schema, WATERMARKS_TABLE)} w WHERE w.table_name = ${rsLiteral(t.view.toLowerCase())})`,
   ];
   if (r.hard) out.push(createDeletedKeysSql(r));
+  out.push(createTruncationsSql(r));
   out.push(createViewSql(r));
   return out;
+}
+
+/** The truncations' columns, in table order: the load that brought the truncate, then the event's own. */
+const TRUNCATION_COLUMNS: readonly { name: string; type: string }[] = [
+  { name: LOAD_COLUMN, type: 'bigint NOT NULL' },
+  { name: CdcColumn.POSITION, type: 'varchar(24) NOT NULL' },
+  { name: CdcColumn.COMMIT_TS, type: 'timestamptz NOT NULL' },
+  { name: CdcColumn.TX_ID, type: 'varchar(256)' },
+  { name: CdcColumn.SCHEMA_VERSION, type: 'integer NOT NULL' },
+  { name: CdcColumn.APPLIED_AT, type: 'timestamptz NOT NULL' },
+];
+
+/**
+ * The table-level guard `_cdc_truncations_<t>` (idempotent): one row per loaded truncate, a redelivery a row
+ * again. The view hides every row at or below the newest; the merge empties the base at it (docs/truncate.md).
+ */
+export function createTruncationsSql(r: RedshiftTable): string {
+  const { t } = r;
+  return `CREATE TABLE IF NOT EXISTS ${rsQualified(t.schema, t.truncations)} (${TRUNCATION_COLUMNS.map((c) => `${rsIdent(c.name)} ${c.type}`).join(', ')})`;
+}
+
+/** The truncates of one load, written in its transaction by a plain INSERT (a few rows: no object to stage). */
+export function insertTruncationsSql(r: RedshiftTable, loadId: number, rows: readonly TruncationRow[]): string {
+  if (rows.length === 0) throw new RangeError('insertTruncationsSql needs at least one truncate');
+  const ts = (iso: string): string => `CAST(${rsLiteral(iso)} AS timestamptz)`;
+  const values = rows.map(
+    (x) =>
+      `(${rsInt(loadId)}, ${rsLiteral(x.position)}, ${ts(x.commitTs)}, ${x.txId === null ? 'NULL' : rsLiteral(x.txId)}, ${rsInt(x.schemaVersion)}, ${ts(x.appliedAt)})`,
+  );
+  return `INSERT INTO ${rsQualified(r.t.schema, r.t.truncations)} (${list(TRUNCATION_COLUMNS.map((c) => c.name))}) VALUES ${values.join(', ')}`;
+}
+
+/** The newest truncate's position, '' when there is none (every position is above it). */
+function newestTruncate(r: RedshiftTable): string {
+  return `(SELECT COALESCE(MAX(x.${rsIdent(CdcColumn.POSITION)}), '') FROM ${rsQualified(r.t.schema, r.t.truncations)} x)`;
+}
+
+/** Above every truncate: a row at or below one was emptied by it (docs/truncate.md, "In the warehouse"). */
+function afterTruncates(r: RedshiftTable, alias: string): string {
+  return `${alias}.${rsIdent(CdcColumn.POSITION)} > ${newestTruncate(r)}`;
 }
 
 /** Hard mode's remembered deletions of `r` (idempotent). */
@@ -201,11 +255,21 @@ function createDeletedKeysSql(r: RedshiftTable): string {
   return `CREATE TABLE IF NOT EXISTS ${rsQualified(t.schema, t.deletedKeys)} (${cols.join(', ')})`;
 }
 
+/** The table's watermark: the last load its base has absorbed. */
+function watermark(r: RedshiftTable): string {
+  const { t } = r;
+  return `(SELECT w.merged_load FROM ${rsQualified(t.schema, WATERMARKS_TABLE)} w WHERE w.table_name = ${rsLiteral(t.view.toLowerCase())})`;
+}
+
 /** The changelog rows of `t` the base has not absorbed: loads above the table's watermark (up to `cut`, when given). */
 function pendingRows(r: RedshiftTable, cut?: string): string {
   const { t } = r;
-  const wm = `(SELECT w.merged_load FROM ${rsQualified(t.schema, WATERMARKS_TABLE)} w WHERE w.table_name = ${rsLiteral(t.view.toLowerCase())})`;
-  return `SELECT c.* FROM ${rsQualified(t.schema, t.changelog)} c WHERE c.${rsIdent(LOAD_COLUMN)} > ${wm}${cut ? ` AND c.${rsIdent(LOAD_COLUMN)} <= ${cut}` : ''}`;
+  return `SELECT c.* FROM ${rsQualified(t.schema, t.changelog)} c WHERE c.${rsIdent(LOAD_COLUMN)} > ${watermark(r)}${cut ? ` AND c.${rsIdent(LOAD_COLUMN)} <= ${cut}` : ''}`;
+}
+
+/** The truncates of `t` the base has not absorbed (loaded above its watermark). */
+function pendingTruncates(r: RedshiftTable): string {
+  return `SELECT x.* FROM ${rsQualified(r.t.schema, r.t.truncations)} x WHERE x.${rsIdent(LOAD_COLUMN)} > ${watermark(r)}`;
 }
 
 /** The newest pending row per key (rank 1; a redelivery ties on position and the first load wins). */
@@ -236,8 +300,10 @@ export function createViewSql(r: RedshiftTable): string {
   const cols = viewColumns(r);
   const base =
     `SELECT ${list(cols, 'm.')} FROM ${rsQualified(t.schema, t.mirror)} m WHERE NOT m.${rsIdent(CdcColumn.DELETED)} ` +
-    `AND NOT EXISTS (SELECT 1 FROM (${pendingRows(r)}) p WHERE ${keyMatch(r.key, 'p', 'm')} AND p.${pos} > m.${pos})`;
-  const pending = `SELECT ${list(cols, 'l.')} FROM (${newestPending(r)}) l WHERE l.${rsIdent(RANK)} = 1 AND l.${rsIdent(CdcColumn.OP)} <> 'delete' AND ${aboveBase(r, 'l')}`;
+    `AND ${afterTruncates(r, 'm')} AND NOT EXISTS (SELECT 1 FROM (${pendingRows(r)}) p WHERE ${keyMatch(r.key, 'p', 'm')} AND p.${pos} > m.${pos})`;
+  const pending =
+    `SELECT ${list(cols, 'l.')} FROM (${newestPending(r)}) l WHERE l.${rsIdent(RANK)} = 1 AND l.${rsIdent(CdcColumn.OP)} <> 'delete' ` +
+    `AND ${afterTruncates(r, 'l')} AND ${aboveBase(r, 'l')}`;
   return `CREATE OR REPLACE VIEW ${rsQualified(t.schema, t.view)} AS ${base} UNION ALL ${pending}`;
 }
 
@@ -256,7 +322,7 @@ export function mergeStageName(r: RedshiftTable): string {
  *    tombstones that keep the base's values; not matched: insert);
  * 4. the watermark moves to `cut`; the stage is dropped.
  */
-export function mergeSql(r: RedshiftTable, cut: number): string[] {
+export function mergeSql(r: RedshiftTable, cut: number, truncated = false): string[] {
   const { t } = r;
   const stage = rsIdent(mergeStageName(r));
   const del = rsIdent(CdcColumn.DELETED);
@@ -267,11 +333,13 @@ export function mergeSql(r: RedshiftTable, cut: number): string[] {
     if (c === CdcColumn.DELETED_AT) return `CASE WHEN ${isDelete} THEN l.${rsIdent(CdcColumn.COMMIT_TS)} END AS ${rsIdent(c)}`;
     return `l.${rsIdent(c)}`;
   });
-  const out = [
-    `CREATE TEMP TABLE ${stage} AS SELECT ${exprs.join(', ')} FROM (${newestPending(r, String(rsInt(cut)))}) l WHERE l.${rsIdent(RANK)} = 1 AND ${aboveBase(r, 'l')}`,
-  ];
   const mirror = rsQualified(t.schema, t.mirror);
   const mirrorRef = rsIdent(t.mirror);
+  const out = truncated ? emptyBaseSql(r) : [];
+  out.push(
+    `CREATE TEMP TABLE ${stage} AS SELECT ${exprs.join(', ')} FROM (${newestPending(r, String(rsInt(cut)))}) l ` +
+      `WHERE l.${rsIdent(RANK)} = 1 AND ${afterTruncates(r, 'l')} AND ${aboveBase(r, 'l')}`,
+  );
   if (r.hard) {
     const dk = rsQualified(t.schema, t.deletedKeys);
     const keys = r.key.map((k) => k.name);
@@ -296,14 +364,48 @@ export function mergeSql(r: RedshiftTable, cut: number): string[] {
   return out;
 }
 
-/** Pending rows of `t` and the `_cdc_applied_at` of the oldest of them (`n`, `oldest`): the merge's backlog and its age. */
-export function pendingStatsSql(r: RedshiftTable): string {
-  return `SELECT COUNT(*) AS n, MIN(x.${rsIdent(CdcColumn.APPLIED_AT)}) AS oldest FROM (${pendingRows(r)}) x`;
+/**
+ * The base emptied at the newest truncate (docs/truncate.md, "In the warehouse"): soft mode makes every live
+ * row at or below it a tombstone at the truncate (its position, commit time as `_cdc_deleted_at`); hard mode
+ * removes those rows and the remembered deletions at or below it. Rows above it stay. Only the newest matters:
+ * rows below an older one were emptied by its merge, and the guard kept every later row at or below it out.
+ */
+function emptyBaseSql(r: RedshiftTable): string[] {
+  const { t } = r;
+  const pos = rsIdent(CdcColumn.POSITION);
+  const mirror = rsQualified(t.schema, t.mirror);
+  const mirrorRef = rsIdent(t.mirror);
+  if (r.hard)
+    return [
+      `DELETE FROM ${mirror} WHERE ${mirrorRef}.${pos} <= ${newestTruncate(r)}`,
+      `DELETE FROM ${rsQualified(t.schema, t.deletedKeys)} WHERE ${rsIdent(t.deletedKeys)}.${pos} <= ${newestTruncate(r)}`,
+    ];
+  const trunc = rsQualified(t.schema, t.truncations);
+  // A redelivered truncate is a second row at its position: grouped, one row.
+  const newest =
+    `SELECT y.${pos} AS p, MIN(y.${rsIdent(CdcColumn.COMMIT_TS)}) AS ts, MIN(y.${rsIdent(CdcColumn.APPLIED_AT)}) AS at FROM ${trunc} y ` +
+    `WHERE y.${pos} = ${newestTruncate(r)} GROUP BY y.${pos}`;
+  return [
+    `UPDATE ${mirror} SET ${rsIdent(CdcColumn.DELETED)} = true, ${pos} = z.p, ${rsIdent(CdcColumn.DELETED_AT)} = z.ts, ${rsIdent(CdcColumn.APPLIED_AT)} = z.at ` +
+      `FROM (${newest}) z WHERE NOT ${mirrorRef}.${rsIdent(CdcColumn.DELETED)} AND ${mirrorRef}.${pos} <= z.p`,
+  ];
 }
 
-/** Pending rows of `t` (changelog rows above the watermark): the merge's backlog. */
+/** Pending rows of `t` (changelog rows and truncates above the watermark) and the `_cdc_applied_at` of the oldest (`n`, `oldest`): the merge's backlog and its age. */
+export function pendingStatsSql(r: RedshiftTable): string {
+  const at = rsIdent(CdcColumn.APPLIED_AT);
+  return (
+    `SELECT SUM(x.n) AS n, MIN(x.oldest) AS oldest FROM (SELECT COUNT(*) AS n, MIN(c.${at}) AS oldest FROM (${pendingRows(r)}) c ` +
+    `UNION ALL SELECT COUNT(*) AS n, MIN(d.${at}) AS oldest FROM (${pendingTruncates(r)}) d) x`
+  );
+}
+
+/** Pending rows of `t` (changelog rows above the watermark, `n`) and pending truncates (`truncates`): the merge's backlog. */
 export function pendingCountSql(r: RedshiftTable): string {
-  return `SELECT COUNT(*) AS n FROM (${pendingRows(r)}) x`;
+  return (
+    `SELECT SUM(x.n) AS n, SUM(x.t) AS truncates FROM (SELECT COUNT(*) AS n, 0 AS t FROM (${pendingRows(r)}) c ` +
+    `UNION ALL SELECT 0 AS n, COUNT(*) AS t FROM (${pendingTruncates(r)}) d) x`
+  );
 }
 
 /** What the loader's COPY says about the staged objects (docs/warehouse-apply.md, "Redshift: the load"). */
@@ -379,12 +481,15 @@ export function evolveSql(from: RedshiftTable, to: RedshiftTable): RedshiftEvolu
   const tables = [t.changelog, t.mirror];
   // A table made in soft mode that the new version loads in hard mode gets its remembered deletions, and its view reads them.
   const hardens = to.hard && !from.hard;
+  // A table made before truncates were loaded gets its guard, and its view reads it.
+  const guards = from.lacksTruncations === true;
   const transactional =
-    added.length === 0 && !hardens
+    added.length === 0 && !hardens && !guards
       ? []
       : [
           `DROP VIEW ${rsQualified(t.schema, t.view)}`,
           ...(hardens ? [createDeletedKeysSql(to)] : []),
+          ...(guards ? [createTruncationsSql(to)] : []),
           ...added.flatMap((c) => tables.map((x) => `ALTER TABLE ${rsQualified(t.schema, x)} ADD COLUMN ${rsIdent(c.name)} ${c.type}`)),
           createViewSql(to),
         ];
@@ -427,4 +532,40 @@ export function currentRowsSql(r: RedshiftTable, keys: readonly (readonly string
   const match = keys.map((k) => `(${r.key.map((c, i) => `v.${rsIdent(c.name)} = CAST(${rsLiteral(k[i]!)} AS ${c.type})`).join(' AND ')})`).join(' OR ');
   const cols = [...r.key, ...columns].map((c, i) => `${stagedTextOf(c, 'v')} AS c${i}`);
   return `SELECT ${cols.join(', ')} FROM ${rsQualified(t.schema, t.view)} v WHERE ${match}`;
+}
+
+/** `oldKey` (values as staged text) matched on the changelog's alias `c`. */
+function keyLiterals(r: RedshiftTable, alias: string, key: readonly string[]): string {
+  return r.key.map((c, i) => `${alias}.${rsIdent(c.name)} = CAST(${rsLiteral(key[i]!)} AS ${c.type})`).join(' AND ');
+}
+
+/**
+ * Whether the delete half of a primary-key change (old key `oldKey`, at `position`) is in the changelog (`n`):
+ * then every earlier event of the old key is too (its shard loads them in order), so its image just before
+ * the change is known (docs/primary-key-changes.md; docs/warehouse-apply.md, "Redshift: the applier").
+ */
+export function keyChangeDeleteSql(r: RedshiftTable, oldKey: readonly string[], position: string): string {
+  const pos = rsIdent(CdcColumn.POSITION);
+  return (
+    `SELECT COUNT(*) AS n FROM ${rsQualified(r.t.schema, r.t.changelog)} c WHERE ${keyLiterals(r, 'c', oldKey)} ` +
+    `AND c.${pos} = ${rsLiteral(position)} AND c.${rsIdent(CdcColumn.OP)} = 'delete'`
+  );
+}
+
+/**
+ * The old key's image just before a primary-key change at `position`: its newest changelog row below it (the
+ * changelog keeps every loaded event; the old key's row after a truncate was loaded before its delete half);
+ * `op` says whether it is a delete (no image). The
+ * values of `columns` come back as staged text (`c0`, `c1`, …), what the change's insert half is completed with.
+ */
+export function keyChangeDonorSql(r: RedshiftTable, oldKey: readonly string[], position: string, columns: readonly RedshiftColumn[]): string {
+  const pos = rsIdent(CdcColumn.POSITION);
+  const ranked =
+    `SELECT c.*, row_number() OVER (PARTITION BY ${list(
+      r.key.map((k) => k.name),
+      'c.',
+    )} ORDER BY c.${pos} DESC, c.${rsIdent(LOAD_COLUMN)}) AS ${rsIdent(RANK)} ` +
+    `FROM ${rsQualified(r.t.schema, r.t.changelog)} c WHERE ${keyLiterals(r, 'c', oldKey)} AND c.${pos} < ${rsLiteral(position)}`;
+  const cols = columns.map((c, i) => `${stagedTextOf(c, 'h')} AS c${i}`);
+  return `SELECT ${[`h.${rsIdent(CdcColumn.OP)} AS op`, ...cols].join(', ')} FROM (${ranked}) h WHERE h.${rsIdent(RANK)} = 1`;
 }

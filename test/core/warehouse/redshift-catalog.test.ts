@@ -73,7 +73,8 @@ describe('existingTable', () => {
       row(table, 'doc', 'super'),
       row(table, 'raw', 'varbyte', 1_024_000),
     ];
-    expect(evolveSql(existingTable(want, [...rows(t.changelog), ...rows(t.mirror)])!, want)).toEqual({ transactional: [], widen: [] });
+    const guard = row(t.truncations, '_cdc_position', 'character varying', 24);
+    expect(evolveSql(existingTable(want, [...rows(t.changelog), ...rows(t.mirror), guard])!, want)).toEqual({ transactional: [], widen: [] });
   });
 
   it('a column the schema version needs, of a type the dialect does not make, holds the table; one it does not need is left alone', () => {
@@ -134,8 +135,9 @@ describe('evolvedTable, needsEvolving', () => {
 describe('a table made in soft mode, loaded in hard mode', () => {
   it('the catalog says whether the table has its remembered deletions; evolve makes them and the view again', () => {
     const hardWant = { ...want, hard: true };
-    const soft = existingTable(hardWant, [...v1(t.changelog), ...v1(t.mirror)])!;
+    const soft = existingTable(hardWant, [...v1(t.changelog), ...v1(t.mirror), row(t.truncations, '_cdc_position', 'character varying', 24)])!;
     expect(soft.hard).toBe(false);
+    expect(soft.lacksTruncations).toBeUndefined();
     expect(existingTable(hardWant, [...v1(t.changelog), ...v1(t.mirror), row(t.deletedKeys, 'id', 'bigint')])!.hard).toBe(true);
     const same = { ...soft, data: soft.data.filter((c) => c.name !== 'old_col') };
     const plan = evolveSql(same, { ...same, hard: true });
@@ -144,5 +146,21 @@ describe('a table made in soft mode, loaded in hard mode', () => {
     expect(plan.transactional.at(-1)).toMatch(/^CREATE OR REPLACE VIEW .*_cdc_deleted_keys_/);
     expect(needsEvolving(same, { ...same, hard: true })).toBe(true);
     expect(needsEvolving({ ...same, hard: true }, same)).toBe(false);
+  });
+});
+
+describe('a table made before truncates were loaded', () => {
+  it('the catalog says it lacks its truncations; evolve makes them and the view again, and nothing else', () => {
+    const old = existingTable(want, [...v1(t.changelog), ...v1(t.mirror)])!;
+    expect(old.lacksTruncations).toBe(true);
+    const same = { ...old, data: old.data.filter((c) => c.name !== 'old_col') };
+    const { lacksTruncations: _, ...guarded } = same;
+    expect(needsEvolving(same, guarded)).toBe(true);
+    const plan = evolveSql(same, guarded);
+    expect(plan.transactional).toHaveLength(3);
+    expect(plan.transactional[0]).toMatch(/^DROP VIEW /);
+    expect(plan.transactional[1]).toMatch(new RegExp(`^CREATE TABLE IF NOT EXISTS "[^"]+"\\."${t.truncations.toLowerCase()}"`));
+    expect(plan.transactional[2]).toMatch(/^CREATE OR REPLACE VIEW .*_cdc_truncations_/);
+    expect(needsEvolving(evolvedTable(same, guarded), guarded)).toBe(false);
   });
 });

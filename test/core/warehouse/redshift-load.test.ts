@@ -78,14 +78,22 @@ describe('cadence from freshnessTarget', () => {
 describe('what the loader takes', () => {
   const key = [redshiftColumn('id', 'integer')];
   const data = [redshiftColumn('note', 'varchar(1)')];
-  it('full images and plain deletes; not a truncate, a partial update or a handover', () => {
+  it('full images, plain deletes and truncates; not a partial update, an insert without columns or a handover', () => {
     expect(loadable(e({}))).toBe(true);
     expect(loadable(e({ op: 'delete', after: null }))).toBe(true);
-    expect(loadable(e({ op: 'truncate', key: {}, after: null }))).toBe(false);
+    expect(loadable(e({ op: 'truncate', key: {}, after: null }))).toBe(true);
     expect(loadable(e({ op: 'update', missing: ['note'] }))).toBe(false);
+    expect(loadable(e({ op: 'insert', missing: ['note'] }))).toBe(false);
     expect(loadable(e({ op: 'delete', after: null, handover: ['note'] }))).toBe(false);
-    const s = stageEvent(e({ op: 'truncate', key: {}, after: null }), key, data, () => 'refuse-row', new Date(0));
-    expect('refused' in s && s.refused.message).toMatch(/REDSHIFT|full images/);
+    const s = stageEvent(e({ op: 'update', missing: ['note'] }), key, data, () => 'refuse-row', new Date(0));
+    expect('refused' in s && s.refused.message).toMatch(/REDSHIFT_NOT_LOADABLE|full images/);
+  });
+
+  it('a truncate is a row of the truncations: position, commit time, transaction, version, applied-at', () => {
+    const ev = e({ op: 'truncate', key: {}, after: null });
+    expect(stageEvent(ev, key, data, () => 'refuse-row', new Date(0))).toEqual({
+      truncation: { position: ev.position, commitTs: ev.commitTs, txId: ev.txId, schemaVersion: ev.schemaVersion, appliedAt: new Date(0).toISOString() },
+    });
   });
 
   it('a changelog row: platform columns, key, data; a refused value is returned, not thrown', () => {

@@ -15,6 +15,10 @@ import {
   mergeSql,
   nextLoadIdSql,
   pendingCountSql,
+  pendingStatsSql,
+  insertTruncationsSql,
+  keyChangeDeleteSql,
+  keyChangeDonorSql,
   recordLoadSql,
   RS_CHANGELOG_CDC,
   type RedshiftTable,
@@ -67,6 +71,24 @@ function statementsOf(r: RedshiftTable): string[] {
   return [
     ...createTableSql(r),
     ...mergeSql(r, 42),
+    ...mergeSql(r, 42, true),
+    ...evolveSql({ ...r, lacksTruncations: true }, r).transactional,
+    insertTruncationsSql(r, 7, [
+      { position: '0000000000000100/000001', commitTs: '2026-12-06T00:00:00Z', txId: '12', schemaVersion: 1, appliedAt: '2026-12-06T00:00:01Z' },
+      { position: '0000000000000200/000000', commitTs: '2026-12-06T00:00:02Z', txId: null, schemaVersion: 2, appliedAt: '2026-12-06T00:00:03Z' },
+    ]),
+    pendingStatsSql(r),
+    keyChangeDeleteSql(
+      r,
+      r.key.map(() => "o'1"),
+      '0000000000000100/000001',
+    ),
+    keyChangeDonorSql(
+      r,
+      r.key.map(() => '1'),
+      '0000000000000100/000001',
+      r.data.length > 0 ? r.data : r.key,
+    ),
     ...Object.values(
       evolveSql(r, {
         ...r,
