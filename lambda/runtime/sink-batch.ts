@@ -35,6 +35,22 @@ export class RecordNotAppliedError extends CdcError {
 let lastArn: string | undefined;
 let lastStream = 'stream';
 
+/**
+ * The one buffer every record's data is decoded into (grown for a larger record, never shrunk: a
+ * Kinesis record is at most 1 MiB): no buffer allocated per record on the critical path
+ * (docs/performance-log.md, "The applier's Node work per event").
+ */
+let scratch = Buffer.allocUnsafe(1 << 16);
+
+/** The UTF-8 text of a record's base64 data: what `Buffer.from(data, 'base64').toString('utf8')` gives. */
+export function recordText(data: string): string {
+  // Four base64 characters hold three bytes; a tail without padding holds fewer.
+  const most = Math.ceil(data.length / 4) * 3;
+  if (most > scratch.length) scratch = Buffer.allocUnsafe(most);
+  const n = scratch.write(data, 'base64');
+  return scratch.toString('utf8', 0, n);
+}
+
 /** The record a Lambda Kinesis event carries, as the applier sees it. */
 export function changeRecordOf(r: KinesisStreamRecord): ChangeRecord {
   const arn = r.eventSourceARN;
@@ -46,7 +62,7 @@ export function changeRecordOf(r: KinesisStreamRecord): ChangeRecord {
   const colon = id === undefined ? -1 : id.indexOf(':');
   const shard = id === undefined ? 'shard' : colon < 0 ? id : id.slice(0, colon);
   const seq = r.kinesis.sequenceNumber;
-  return { sequenceNumber: seq, origin: `${lastStream}/${shard}/${seq}`, text: Buffer.from(r.kinesis.data, 'base64').toString('utf8') };
+  return { sequenceNumber: seq, origin: `${lastStream}/${shard}/${seq}`, text: recordText(r.kinesis.data) };
 }
 
 /** Emits each value as its own EMF metric with exactly `dimensions` (no default dimensions): both sink appliers. */
