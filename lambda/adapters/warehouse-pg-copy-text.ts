@@ -50,7 +50,7 @@ function cellOf(column: string, appliedAt: string): Cell {
   }
 }
 
-/** The COPY text line (with its newline) of an event's changelog row in `columns` order: the same text as `changelogRow`'s values through `copyText`. */
+/** The COPY text line (with its newline) of an event's changelog row in `columns` order: the same text as `changelogRow`'s values through `copyText` (the equivalence test's reference for one line). */
 export function changelogLineWriter(columns: readonly string[], appliedAt: string): (e: ChangeEvent) => string {
   const cells = columns.map((c) => cellOf(c, appliedAt));
   const last = cells.length - 1;
@@ -62,19 +62,40 @@ export function changelogLineWriter(columns: readonly string[], appliedAt: strin
   };
 }
 
-/** Chunks of a COPY text of at least this many characters are handed to the stream (fewer writes). */
-const CHUNK_CHARS = 1 << 16;
+/** A chunk of COPY text is handed to the stream once it holds at least this many bytes (fewer writes). */
+const CHUNK_BYTES = 1 << 16;
 
-/** The changelog rows of `events` as COPY text, in chunks of about 64 K characters (`changelogLineWriter`). */
-export function* changelogCopyText(events: readonly ChangeEvent[], columns: readonly string[], appliedAt: string): Generator<string> {
-  const lineOf = changelogLineWriter(columns, appliedAt);
-  let buf = '';
+/**
+ * The changelog rows of `events` as COPY text (the lines of `changelogLineWriter`), in chunks of
+ * whole lines of about 64 KiB: each cell's text written as UTF-8 into the chunk's buffer, with no
+ * line or chunk string in between (they were most of what the append allocated per event).
+ */
+export function* changelogCopyText(events: readonly ChangeEvent[], columns: readonly string[], appliedAt: string): Generator<Buffer> {
+  const cells = columns.map((c) => cellOf(c, appliedAt));
+  const last = cells.length - 1;
+  let buf = Buffer.allocUnsafe(2 * CHUNK_BYTES);
+  let len = 0;
   for (const e of events) {
-    buf += lineOf(e);
-    if (buf.length > CHUNK_CHARS) {
-      yield buf;
-      buf = '';
+    for (let j = 0; j <= last; j++) {
+      const text = cells[j]!(e);
+      // At most three UTF-8 bytes per UTF-16 unit (a surrogate pair's two make four), and the separator.
+      if (len + 3 * text.length + 1 > buf.length) buf = grown(buf, len, 3 * text.length + 1);
+      len += buf.write(text, len);
+      buf[len++] = j === last ? 0x0a : 0x09;
+    }
+    if (last < 0) buf[len++] = 0x0a;
+    if (len >= CHUNK_BYTES) {
+      yield buf.subarray(0, len);
+      buf = Buffer.allocUnsafe(2 * CHUNK_BYTES);
+      len = 0;
     }
   }
-  if (buf) yield buf;
+  if (len > 0) yield buf.subarray(0, len);
+}
+
+/** A buffer holding the first `len` bytes of `buf` with room for `more` bytes after them. */
+function grown(buf: Buffer, len: number, more: number): Buffer<ArrayBuffer> {
+  const next = Buffer.allocUnsafe(Math.max(2 * buf.length, len + more));
+  buf.copy(next, 0, 0, len);
+  return next;
 }

@@ -17,11 +17,11 @@ export interface StageLoader {
   /** `table` is a quoted identifier; `rows[i][j]` is the text value of `columns[j]` or null. */
   load(client: pg.ClientBase, table: string, columns: readonly string[], rows: readonly (readonly (string | null)[])[]): Promise<void>;
   /**
-   * Loads rows already written in COPY's text format (`chunks`: whole lines, each ending in a
-   * newline; none when there are no rows), where the loader is a COPY: the append writes its
+   * Loads rows already written in COPY's text format (`chunks`: text or its UTF-8 bytes, whole lines, each
+   * ending in a newline; none when there are no rows), where the loader is a COPY: the append writes its
    * text straight from the events (lambda/adapters/warehouse-pg-copy-text.ts).
    */
-  loadCopyText?(client: pg.ClientBase, table: string, columns: readonly string[], chunks: Iterable<string>): Promise<void>;
+  loadCopyText?(client: pg.ClientBase, table: string, columns: readonly string[], chunks: Iterable<string | Buffer>): Promise<void>;
 }
 
 /** Multi-row parameterised INSERT, chunked under the parameter limit: works on PostgreSQL and Redshift. */
@@ -47,7 +47,7 @@ export function copyText(v: string | null): string {
 }
 
 /** COPY FROM STDIN of rows already in COPY's text format. */
-async function copyFromText(client: pg.ClientBase, table: string, columns: readonly string[], chunks: Iterable<string>): Promise<void> {
+async function copyFromText(client: pg.ClientBase, table: string, columns: readonly string[], chunks: Iterable<string | Buffer>): Promise<void> {
   const sql = `COPY ${table} (${columns.map(quoteIdent).join(', ')}) FROM STDIN`;
   await pipeline(Readable.from(chunks), client.query(copyFrom(sql)));
 }

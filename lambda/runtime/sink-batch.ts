@@ -51,6 +51,34 @@ export function recordText(data: string): string {
   return scratch.toString('utf8', 0, n);
 }
 
+/**
+ * A record of a Lambda Kinesis event as the apply sees it. Its text is decoded from the event's
+ * base64 data each time it is read (the apply reads it once to decode the event, and again only
+ * for a dead letter), and its origin is written only when read: neither is kept for the whole
+ * batch, where every scavenge of the young generation would copy it (docs/warehouse-apply.md,
+ * "The applier's young generation").
+ */
+class KinesisChangeRecord implements ChangeRecord {
+  readonly sequenceNumber: string;
+  constructor(
+    private readonly r: KinesisStreamRecord,
+    private readonly stream: string,
+  ) {
+    this.sequenceNumber = r.kinesis.sequenceNumber;
+  }
+
+  get origin(): string {
+    const id = this.r.eventID;
+    const colon = id === undefined ? -1 : id.indexOf(':');
+    const shard = id === undefined ? 'shard' : colon < 0 ? id : id.slice(0, colon);
+    return `${this.stream}/${shard}/${this.sequenceNumber}`;
+  }
+
+  get text(): string {
+    return recordText(this.r.kinesis.data);
+  }
+}
+
 /** The record a Lambda Kinesis event carries, as the applier sees it. */
 export function changeRecordOf(r: KinesisStreamRecord): ChangeRecord {
   const arn = r.eventSourceARN;
@@ -58,11 +86,7 @@ export function changeRecordOf(r: KinesisStreamRecord): ChangeRecord {
     lastStream = arn?.split(':stream/')[1] ?? 'stream';
     lastArn = arn;
   }
-  const id = r.eventID;
-  const colon = id === undefined ? -1 : id.indexOf(':');
-  const shard = id === undefined ? 'shard' : colon < 0 ? id : id.slice(0, colon);
-  const seq = r.kinesis.sequenceNumber;
-  return { sequenceNumber: seq, origin: `${lastStream}/${shard}/${seq}`, text: recordText(r.kinesis.data) };
+  return new KinesisChangeRecord(r, lastStream);
 }
 
 /** Emits each value as its own EMF metric with exactly `dimensions` (no default dimensions): both sink appliers. */
