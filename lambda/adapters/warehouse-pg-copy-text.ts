@@ -2,7 +2,7 @@
  * The append's COPY text written straight from the batch's events (docs/warehouse-apply.md, "The
  * critical path: append"): one line per event in COPY's text format, each cell the COPY text of
  * the value `changelogRow` gives for its column, without the row array of text values in between
- * (it ran for every event appended; docs/performance-log.md, "The applier's Node work per event").
+ * (it ran for every event appended; docs/performance-log.md, "Less Node work per appended event").
  * What each column takes from an event is decided once per load, not once per cell.
  */
 import { toParam } from '../core/sink/apply-plan.ts';

@@ -38,7 +38,7 @@ let lastStream = 'stream';
 /**
  * The one buffer every record's data is decoded into (grown for a larger record, never shrunk: a
  * Kinesis record is at most 1 MiB): no buffer allocated per record on the critical path
- * (docs/performance-log.md, "The applier's Node work per event").
+ * (docs/performance-log.md, "Less Node work per appended event").
  */
 let scratch = Buffer.allocUnsafe(1 << 16);
 
