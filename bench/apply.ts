@@ -537,25 +537,30 @@ interface NodeFloors {
 
 /**
  * A delta loader that builds the COPY text exactly as `copyStageLoader` does (it is called, with
- * a connection that takes the text and sends nothing) and counts what it would have sent.
+ * a connection that takes the text and sends nothing; the append hands it its text straight from
+ * the events, `loadCopyText`, as it does the real loader) and counts what it would have sent.
  */
 function unsentCopyLoader(sent: { bytes: number; rows: number }, keep?: CapturedCopy[]): StageLoader {
+  const unsent = async (table: string, columns: readonly string[], send: (client: pg.ClientBase) => Promise<void>): Promise<void> => {
+    const chunks: Buffer[] = [];
+    let rows = 0;
+    const sink = new Writable({
+      write(chunk: Buffer, _enc, done) {
+        sent.bytes += chunk.length;
+        for (let i = chunk.indexOf(10); i >= 0; i = chunk.indexOf(10, i + 1)) rows++;
+        if (keep) chunks.push(chunk);
+        done();
+      },
+    });
+    await send({ query: () => sink } as unknown as pg.ClientBase);
+    sent.rows += rows;
+    keep?.push({ table, columns: [...columns], chunks, rows });
+  };
   return {
     name: 'copy text built, not sent',
     atomic: true,
-    async load(_client, table, columns, rows) {
-      const chunks: Buffer[] = [];
-      const sink = new Writable({
-        write(chunk: Buffer, _enc, done) {
-          sent.bytes += chunk.length;
-          if (keep) chunks.push(chunk);
-          done();
-        },
-      });
-      await copyStageLoader.load({ query: () => sink } as unknown as pg.ClientBase, table, columns, rows);
-      sent.rows += rows.length;
-      keep?.push({ table, columns: [...columns], chunks, rows: rows.length });
-    },
+    load: (_client, table, columns, rows) => unsent(table, columns, (c) => copyStageLoader.load(c, table, columns, rows)),
+    loadCopyText: (_client, table, columns, text) => unsent(table, columns, (c) => copyStageLoader.loadCopyText!(c, table, columns, text)),
   };
 }
 

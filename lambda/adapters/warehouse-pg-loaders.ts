@@ -16,6 +16,12 @@ export interface StageLoader {
   readonly atomic?: boolean;
   /** `table` is a quoted identifier; `rows[i][j]` is the text value of `columns[j]` or null. */
   load(client: pg.ClientBase, table: string, columns: readonly string[], rows: readonly (readonly (string | null)[])[]): Promise<void>;
+  /**
+   * Loads rows already written in COPY's text format (`chunks`: text or its UTF-8 bytes, whole lines, each
+   * ending in a newline; none when there are no rows), where the loader is a COPY: the append writes its
+   * text straight from the events (lambda/adapters/warehouse-pg-copy-text.ts).
+   */
+  loadCopyText?(client: pg.ClientBase, table: string, columns: readonly string[], chunks: Iterable<string | Buffer>): Promise<void>;
 }
 
 /** Multi-row parameterised INSERT, chunked under the parameter limit: works on PostgreSQL and Redshift. */
@@ -40,13 +46,18 @@ export function copyText(v: string | null): string {
   return v.replace(/\\/g, '\\\\').replace(/\t/g, '\\t').replace(/\n/g, '\\n').replace(/\r/g, '\\r');
 }
 
+/** COPY FROM STDIN of rows already in COPY's text format. */
+async function copyFromText(client: pg.ClientBase, table: string, columns: readonly string[], chunks: Iterable<string | Buffer>): Promise<void> {
+  const sql = `COPY ${table} (${columns.map(quoteIdent).join(', ')}) FROM STDIN`;
+  await pipeline(Readable.from(chunks), client.query(copyFrom(sql)));
+}
+
 /** COPY FROM STDIN (text format) through pg-copy-streams: PostgreSQL only (Redshift's COPY reads from S3). */
 export const copyStageLoader: StageLoader = {
   name: 'copy',
   atomic: true,
   async load(client, table, columns, rows) {
     if (rows.length === 0) return;
-    const sql = `COPY ${table} (${columns.map(quoteIdent).join(', ')}) FROM STDIN`;
     const lines = function* (): Generator<string> {
       let buf = '';
       for (const r of rows) {
@@ -61,6 +72,7 @@ export const copyStageLoader: StageLoader = {
       }
       if (buf) yield buf;
     };
-    await pipeline(Readable.from(lines()), client.query(copyFrom(sql)));
+    await copyFromText(client, table, columns, lines());
   },
+  loadCopyText: copyFromText,
 };

@@ -121,6 +121,7 @@ import { postgresDialect } from '../core/warehouse/postgres-dialect.ts';
 
 import { oneStatementMergeFits, oneStatementMergeSql } from '../core/warehouse/merge-statement.ts';
 import { insertStageLoader, copyStageLoader, type StageLoader } from './warehouse-pg-loaders.ts';
+import { changelogCopyText } from './warehouse-pg-copy-text.ts';
 import {
   planDdl,
   readShape,
@@ -765,11 +766,18 @@ export class PgWarehouse implements Warehouse {
   ): Promise<void> {
     const loader = this.deltaLoader();
     const table = qualified(t.schema, t.changelog);
-    const rows = events.map((e) => changelogRow(e, shape.changelog, appliedAt));
     // Inside the batch's transaction (`shared`) the table's savepoint stands for BEGIN and ROLLBACK, and the batch commits.
     await client.query(shared ? `SAVEPOINT ${APPEND_SAVEPOINT}` : 'BEGIN');
     try {
-      await loader.load(client, table, shape.changelog, rows);
+      // A COPY takes its text straight from the events (no row arrays in between); another loader the rows.
+      if (loader.loadCopyText) await loader.loadCopyText(client, table, shape.changelog, changelogCopyText(events, shape.changelog, appliedAt));
+      else
+        await loader.load(
+          client,
+          table,
+          shape.changelog,
+          events.map((e) => changelogRow(e, shape.changelog, appliedAt)),
+        );
       await client.query(shared ? `RELEASE SAVEPOINT ${APPEND_SAVEPOINT}` : 'COMMIT');
       return;
     } catch (err) {
@@ -777,6 +785,7 @@ export class PgWarehouse implements Warehouse {
       await client.query(shared ? `ROLLBACK TO SAVEPOINT ${APPEND_SAVEPOINT}` : 'ROLLBACK');
     }
     if (!shared) await client.query('BEGIN');
+    const rows = events.map((e) => changelogRow(e, shape.changelog, appliedAt));
     const per = rowsPerStatement(shape.changelog.length);
     for (let i = 0; i < rows.length; i += per) {
       const chunk = rows.slice(i, i + per);

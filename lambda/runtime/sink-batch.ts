@@ -35,6 +35,50 @@ export class RecordNotAppliedError extends CdcError {
 let lastArn: string | undefined;
 let lastStream = 'stream';
 
+/**
+ * The one buffer every record's data is decoded into (grown for a larger record, never shrunk: a
+ * Kinesis record is at most 1 MiB): no buffer allocated per record on the critical path
+ * (docs/performance-log.md, "Less Node work per appended event").
+ */
+let scratch = Buffer.allocUnsafe(1 << 16);
+
+/** The UTF-8 text of a record's base64 data: what `Buffer.from(data, 'base64').toString('utf8')` gives. */
+export function recordText(data: string): string {
+  // Four base64 characters hold three bytes; a tail without padding holds fewer.
+  const most = Math.ceil(data.length / 4) * 3;
+  if (most > scratch.length) scratch = Buffer.allocUnsafe(most);
+  const n = scratch.write(data, 'base64');
+  return scratch.toString('utf8', 0, n);
+}
+
+/**
+ * A record of a Lambda Kinesis event as the apply sees it. Its text is decoded from the event's
+ * base64 data each time it is read (the apply reads it once to decode the event, and again only
+ * for a dead letter), and its origin is written only when read: neither is kept for the whole
+ * batch, where every scavenge of the young generation would copy it (docs/warehouse-apply.md,
+ * "The applier's young generation").
+ */
+class KinesisChangeRecord implements ChangeRecord {
+  readonly sequenceNumber: string;
+  constructor(
+    private readonly r: KinesisStreamRecord,
+    private readonly stream: string,
+  ) {
+    this.sequenceNumber = r.kinesis.sequenceNumber;
+  }
+
+  get origin(): string {
+    const id = this.r.eventID;
+    const colon = id === undefined ? -1 : id.indexOf(':');
+    const shard = id === undefined ? 'shard' : colon < 0 ? id : id.slice(0, colon);
+    return `${this.stream}/${shard}/${this.sequenceNumber}`;
+  }
+
+  get text(): string {
+    return recordText(this.r.kinesis.data);
+  }
+}
+
 /** The record a Lambda Kinesis event carries, as the applier sees it. */
 export function changeRecordOf(r: KinesisStreamRecord): ChangeRecord {
   const arn = r.eventSourceARN;
@@ -42,11 +86,7 @@ export function changeRecordOf(r: KinesisStreamRecord): ChangeRecord {
     lastStream = arn?.split(':stream/')[1] ?? 'stream';
     lastArn = arn;
   }
-  const id = r.eventID;
-  const colon = id === undefined ? -1 : id.indexOf(':');
-  const shard = id === undefined ? 'shard' : colon < 0 ? id : id.slice(0, colon);
-  const seq = r.kinesis.sequenceNumber;
-  return { sequenceNumber: seq, origin: `${lastStream}/${shard}/${seq}`, text: Buffer.from(r.kinesis.data, 'base64').toString('utf8') };
+  return new KinesisChangeRecord(r, lastStream);
 }
 
 /** Emits each value as its own EMF metric with exactly `dimensions` (no default dimensions): both sink appliers. */

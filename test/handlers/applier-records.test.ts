@@ -9,7 +9,8 @@ import type { KinesisStreamEvent, KinesisStreamRecord } from 'aws-lambda';
 import { describe, expect, it } from 'vitest';
 import { toKinesisStreamEvent } from '../../lambda/adapters/kinesis-event.ts';
 import type { BatchOutcome } from '../../lambda/core/warehouse/warehouse-apply.ts';
-import { changeRecordOf, partialBatchResponse } from '../../lambda/runtime/sink-batch.ts';
+import { changeRecordOf, partialBatchResponse, recordText } from '../../lambda/runtime/sink-batch.ts';
+import { rng } from '../helpers/rng.ts';
 
 const kinesisEvent = (stream: string, shard: string, seqs: string[]): KinesisStreamEvent =>
   toKinesisStreamEvent(
@@ -29,7 +30,7 @@ describe('changeRecordOf', () => {
   it('gives each record its text and its own stream, shard and sequence number, when records of different streams follow each other', () => {
     const a = kinesisEvent('log-a', 'shardId-000000000001', ['11', '12']).Records;
     const b = kinesisEvent('log-b', 'shardId-000000000002', ['21']).Records;
-    const got = [a[0]!, b[0]!, a[1]!].map(changeRecordOf);
+    const got = [a[0]!, b[0]!, a[1]!].map(changeRecordOf).map(({ sequenceNumber, origin, text }) => ({ sequenceNumber, origin, text }));
     expect(got).toEqual([
       { sequenceNumber: '11', origin: 'log-a/shardId-000000000001/11', text: '{"seq":"11","é":"ü"}' },
       { sequenceNumber: '21', origin: 'log-b/shardId-000000000002/21', text: '{"seq":"21","é":"ü"}' },
@@ -70,5 +71,24 @@ describe('partialBatchResponse', () => {
     expect(got).toEqual({ batchItemFailures: [{ itemIdentifier: '2' }, { itemIdentifier: '3' }] });
     expect(got).toEqual(await viaPowertools(event, ['2', '3']));
     await expect(partialBatchResponse(event, outcome(['1', '2', '3']), new BatchProcessor(EventType.KinesisDataStreams))).rejects.toThrow();
+  });
+});
+
+describe('recordText', () => {
+  it("is Buffer.from(data, 'base64').toString('utf8') over random data, padded or not, malformed, long and short (seed printed)", () => {
+    const seed = Number(process.env.SEED ?? Date.now() % 1e9);
+    const r = rng(seed);
+    const runs = 5000;
+    const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_ \n.';
+    for (let i = 0; i < runs; i++) {
+      // Mostly real records (bytes of UTF-8 text, some invalid sequences, sizes up to 300 KB), some arbitrary text.
+      const size = r() < 0.05 ? Math.floor(r() * 300_000) : Math.floor(r() * 600);
+      const bytes = Buffer.from(Array.from({ length: size }, () => (r() < 0.9 ? 32 + Math.floor(r() * 95) : Math.floor(r() * 256))));
+      let data = bytes.toString('base64');
+      if (r() < 0.3) data = data.replace(/=+$/, '');
+      if (r() < 0.2) data = Array.from({ length: Math.floor(r() * 50) }, () => alphabet[Math.floor(r() * alphabet.length)]).join('');
+      expect(recordText(data), `seed ${seed}, run ${i}: ${data.slice(0, 60)}`).toBe(Buffer.from(data, 'base64').toString('utf8'));
+    }
+    console.log(`recordText: seed ${seed}, ${runs} records`);
   });
 });

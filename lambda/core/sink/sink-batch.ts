@@ -169,6 +169,9 @@ export async function groupByTable<R extends DeadLetterRecord>(
   o: { payloads: PayloadStore | undefined; sinkId: string; deadLetter: DeadLetter },
 ): Promise<Map<string, Array<{ record: R; event: ChangeEvent }>>> {
   const groups = new Map<string, Array<{ record: R; event: ChangeEvent }>>();
+  // The group of the record before: a batch's records mostly follow each other by table, so most
+  // need no group key (a string made and hashed per record on the critical path).
+  let last: { source: string; table: string; list: Array<{ record: R; event: ChangeEvent }> } | null = null;
   for (const record of records) {
     let event: ChangeEvent;
     try {
@@ -180,10 +183,15 @@ export async function groupByTable<R extends DeadLetterRecord>(
       await o.deadLetter(record, about.source, about.table, err);
       continue;
     }
+    if (last !== null && last.source === event.source && last.table === event.table) {
+      last.list.push({ record, event });
+      continue;
+    }
     const k = `${event.source}\u0000${event.table}`;
-    const list = groups.get(k);
+    let list = groups.get(k);
     if (list) list.push({ record, event });
-    else groups.set(k, [{ record, event }]);
+    else groups.set(k, (list = [{ record, event }]));
+    last = { source: event.source, table: event.table, list };
   }
   return groups;
 }

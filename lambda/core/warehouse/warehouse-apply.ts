@@ -221,8 +221,6 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
 
     // Decode and validate; group by (source, table) in order of first appearance.
     const groups = await groupByTable(records, { payloads: deps.payloads, sinkId, deadLetter });
-    const tableOf = new Map<string, string>();
-    for (const [k, items] of groups) for (const i of items) tableOf.set(i.record.sequenceNumber, k);
 
     /** The records of a table that is not applied now: retried (reported failed). */
     function failGroup(sourceId: string, table: string, items: readonly Item[], err: unknown): void {
@@ -442,10 +440,7 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
       }
     }
 
-    const reported = failuresPerTable(
-      records.map((r) => ({ sequenceNumber: r.sequenceNumber, table: tableOf.get(r.sequenceNumber) ?? null })),
-      new Set(failed.keys()),
-    );
+    const reported = failed.size === 0 ? [] : failuresPerTable(recordTables(records, groups), new Set(failed.keys()));
     const reasons = new Map<string, string>();
     for (const s of reported) reasons.set(s, failed.get(s) ?? 'comes after a failed record of its table');
     let total = { applied: 0, held: 0, dead: 0 };
@@ -479,6 +474,13 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
   }
 
   return { applyRecords, mergeDue, mergeTable, mergePolicy: policy };
+}
+
+/** Each record with its table's group key (null: it decoded to no event), for `failuresPerTable`; only a batch with a failure needs it. */
+function recordTables(records: readonly ChangeRecord[], groups: ReadonlyMap<string, readonly Item[]>): Array<{ sequenceNumber: string; table: string | null }> {
+  const tableOf = new Map<string, string>();
+  for (const [k, items] of groups) for (const i of items) tableOf.set(i.record.sequenceNumber, k);
+  return records.map((r) => ({ sequenceNumber: r.sequenceNumber, table: tableOf.get(r.sequenceNumber) ?? null }));
 }
 
 /**
