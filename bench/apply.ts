@@ -10,8 +10,10 @@
  *   as catch-up of a backlog (subscription disabled during the workload, timed from ENABLE).
  *
  * Also per-batch latency at batch sizes 100, 1,000 and 10,000, the share of each SQL phase
- * (client wall time per statement and the server's own time from pg_stat_statements), a CPU
- * profile of the applier's process, and the control plane's share on DynamoDB Local.
+ * (client wall time per statement and the server's own time from pg_stat_statements), the
+ * appends' COPYs split into the process building their text and the process waiting for the
+ * server (`timedCopyLoader`), a CPU profile of the applier's process, and the control plane's
+ * share on DynamoDB Local.
  *
  * Durability is the default on every cluster (fsync on, synchronous_commit on), as in the
  * performance anchors. The control plane of the timed runs is the in-memory test double
@@ -272,8 +274,51 @@ interface ApplierRun {
   profile?: ProfileSummary;
   verified: boolean | null;
   rowsInView: number;
+  /** The append's COPYs in the timed part, timed apart (`timedCopyLoader`): none when the run appended nothing. */
+  copy?: CopyTiming;
   /** Append-first runs: the merges, the largest delta seen, and the view checked before the final merge. */
   merges?: { count: number; rows: number; ms: number; maxDeltaRows: number; threshold: number; finalMergeMs: number; verifiedBeforeFinalMerge: boolean };
+}
+
+/** The append's COPYs of a run, wall ms summed over its batches (docs/performance-log.md, "Where a batch's wall time goes"). */
+interface CopyTiming {
+  copies: number;
+  /** The whole COPY statement, from its start to the server's answer. */
+  wholeMs: number;
+  /** Building the COPY text from the events: this process's work inside the COPY (the generator's steps). */
+  textMs: number;
+  /** From the last chunk built to the server's answer: the process waiting for PostgreSQL to finish what it was sent. */
+  tailMs: number;
+}
+
+/**
+ * The adapter's COPY delta loader (`copyStageLoader`, the default on PostgreSQL) with each append
+ * timed (`CopyTiming`): the same statement, text and stream; only the steps of its text are timed.
+ */
+function timedCopyLoader(t: CopyTiming): StageLoader {
+  return {
+    ...copyStageLoader,
+    async loadCopyText(client, table, columns, chunks) {
+      let last = 0;
+      const timed = function* (): Generator<string | Buffer> {
+        const it = chunks[Symbol.iterator]();
+        for (;;) {
+          const a = nowMs();
+          const r = it.next();
+          last = nowMs();
+          t.textMs += last - a;
+          if (r.done) return;
+          yield r.value;
+        }
+      };
+      const t0 = nowMs();
+      await copyStageLoader.loadCopyText!(client, table, columns, timed());
+      const end = nowMs();
+      t.copies++;
+      t.wholeMs += end - t0;
+      t.tailMs += end - last;
+    },
+  };
 }
 
 /** The events split into `n` streams by partition key (a key's events stay in one stream, in order), as concurrent batches of a shard are. */
@@ -324,6 +369,7 @@ async function applierRun(
   if (o.statements) await exec(url, 'CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
   let pool = new pg.Pool({ connectionString: url, max: 2 });
   const cpTally = new Tally();
+  const copyTiming: CopyTiming = { copies: 0, wholeMs: 0, textMs: 0, tailMs: 0 };
   const inner = o.controlPlane ?? new MemoryControlPlane();
   const reg = registryEntries();
   await inner.registerTable(reg.table, reg.schema, {
@@ -342,7 +388,7 @@ async function applierRun(
       sinkId: SINK,
       metrics: new Metrics({ namespace: METRICS_NAMESPACE }),
       logger: new Logger({ serviceName: ServiceName.WAREHOUSE_APPLIER, logLevel: 'WARN' }),
-      warehouse: { loader: o.loader, ...(o.stages ? { stages: o.stages } : {}) },
+      warehouse: { loader: o.loader, deltaLoader: timedCopyLoader(copyTiming), ...(o.stages ? { stages: o.stages } : {}) },
       merge: o.merge === undefined ? { maxRows: 0 } : { inline: o.merge === 'inline', ...(o.mergeRows !== undefined ? { maxRows: o.mergeRows } : {}) },
     });
   let applier = newApplier(pool);
@@ -374,6 +420,7 @@ async function applierRun(
     const batches = streamBatches.flat();
     timer.tally.reset();
     cpTally.reset();
+    Object.assign(copyTiming, { copies: 0, wholeMs: 0, textMs: 0, tailMs: 0 });
     if (o.statements) await withClient(url, resetStatementStats);
     const times: number[] = [];
     const setClient = o.setBased ? await pool.connect() : null;
@@ -473,6 +520,7 @@ async function applierRun(
     // Read before the untimed final merge below, which runs on the same pool.
     const sqlMs = timer.tally.total();
     const phases = timer.tally.entries();
+    const copy = copyTiming.copies > 0 ? { ...copyTiming } : undefined;
     const cpMs = cpTally.total();
     let view = await one<{ n: number; md5: string }>(url, fingerprintSql(MIRROR_VIEW));
     const expectedRows = o.limit ? liveAfter(h, o.limit) : expected.n;
@@ -508,6 +556,7 @@ async function applierRun(
       serverCpuMs: Math.round(serverCpuMs),
       ...(server ? { server } : {}),
       ...(profile ? { profile } : {}),
+      ...(copy ? { copy } : {}),
       verified: (o.limit ? view.n === expectedRows : view.n === expected.n && view.md5 === expected.md5) && (mergeDetail?.verifiedBeforeFinalMerge ?? true),
       rowsInView: view.n,
       ...(mergeDetail ? { merges: mergeDetail } : {}),
@@ -760,9 +809,12 @@ function describeRun(r: ApplierRun): string {
   const m = r.merges
     ? `; ${r.merges.count} merges (${r.merges.rows} rows, ${r.merges.ms} ms), largest delta ${r.merges.maxDeltaRows} rows (threshold ${r.merges.threshold}), final merge ${r.merges.finalMergeMs} ms`
     : '';
+  const c = r.copy
+    ? `; the appends' COPYs ${Math.round(r.copy.wholeMs)} ms over ${r.copy.copies} (their text built ${Math.round(r.copy.textMs)} ms, waiting for the server after the last chunk ${Math.round(r.copy.tailMs)} ms)`
+    : '';
   return (
     `${r.label}: ${r.events} events in ${r.seconds.toFixed(2)} s = ${Math.round(r.eventsPerSecond)} events/s; batch p50 ${r.batchMs.p50.toFixed(1)} ms, p99 ${r.batchMs.p99.toFixed(1)} ms; ` +
-    `${Number.isNaN(r.nodeMs) ? '' : `outside SQL and control plane ${r.nodeMs} ms `}(process CPU ${r.cpuMs} ms, PostgreSQL CPU ${r.serverCpuMs} ms, of ${Math.round(r.seconds * 1000)} ms wall; SQL ${Math.round(r.phases.reduce((a, p) => a + p.ms, 0))} ms), control plane ${r.controlPlane.ms} ms${m}; ${r.verified ? 'warehouse matches' : 'WAREHOUSE DOES NOT MATCH'}`
+    `${Number.isNaN(r.nodeMs) ? '' : `outside SQL and control plane ${r.nodeMs} ms `}(process CPU ${r.cpuMs} ms, PostgreSQL CPU ${r.serverCpuMs} ms, of ${Math.round(r.seconds * 1000)} ms wall; SQL ${Math.round(r.phases.reduce((a, p) => a + p.ms, 0))} ms), control plane ${r.controlPlane.ms} ms${c}${m}; ${r.verified ? 'warehouse matches' : 'WAREHOUSE DOES NOT MATCH'}`
   );
 }
 
