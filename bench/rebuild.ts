@@ -24,6 +24,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { PerformanceObserver } from 'node:perf_hooks';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
@@ -212,6 +213,12 @@ export async function run(): Promise<BenchResult> {
       });
       const checked = await rebuilder.check({ source: BENCH_SOURCE, table: BENCH_TABLE, sink: 'warehouse' });
       if (checked.refusal !== null) throw new Error(`rebuild refused: ${checked.refusal.reason}`);
+      // The garbage collector's pauses in the rebuild (this process's main thread).
+      let gcMs = 0;
+      const gc = new PerformanceObserver((list) => {
+        for (const e of list.getEntries()) gcMs += e.duration;
+      });
+      gc.observe({ entryTypes: ['gc'] });
       const t0 = nowMs();
       const cpu0 = process.cpuUsage();
       const server0 = clusterCpuMs(postmaster);
@@ -225,6 +232,7 @@ export async function run(): Promise<BenchResult> {
       }
       const wall = nowMs() - t0;
       const serverMs = Math.round(clusterCpuMs(postmaster) - server0);
+      gc.disconnect();
       phases.push({ step: 'end', at: t0 + wall, cpu: cpuNow(), server: clusterCpuMs(postmaster) });
       // A step that comes several times (`apply-batch`, after each batch of the bulk) is the sum of its stretches: wall / process CPU / PostgreSQL CPU, ms.
       const phaseMs: Record<string, number> = {};
@@ -243,7 +251,7 @@ export async function run(): Promise<BenchResult> {
       const cpuMs = Math.round((cpu.user + cpu.system) / 1000);
       // This process's CPU in the rebuild's wall time: near the wall time, the rebuild is bound by its own Node work (docs/performance-log.md, "A streamed replay for the rebuild: tried, not kept").
       process.stdout.write(
-        `[rebuild] ${l.name}: ${Math.round(wall)} ms (process CPU ${cpuMs} ms, PostgreSQL CPU ${serverMs} ms); by step, wall/process CPU/PostgreSQL CPU ms: ${byStep}\n`,
+        `[rebuild] ${l.name}: ${Math.round(wall)} ms (process CPU ${cpuMs} ms of which GC pauses ${Math.round(gcMs)} ms, PostgreSQL CPU ${serverMs} ms); by step, wall/process CPU/PostgreSQL CPU ms: ${byStep}\n`,
       );
       await p.end();
       if (l.name === 'warm-up') continue;
@@ -279,6 +287,7 @@ export async function run(): Promise<BenchResult> {
         loader: l.name,
         wallMs: wall,
         cpuMs,
+        gcMs,
         serverCpuMs: serverMs,
         phaseMs,
         phaseCpu,
