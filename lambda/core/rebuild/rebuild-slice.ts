@@ -132,7 +132,7 @@ export async function rebuildSlice(
     mayYield: boolean,
     freshShadow = false,
   ): Promise<boolean> => {
-    // Admitted events not yet in a batch (`next` on).
+    // Admitted events not yet in a batch.
     const fresh: ChangeEvent[] = [];
     const admit = async (list: readonly ChangeEvent[]): Promise<void> => {
       for (const e of list) {
@@ -172,7 +172,6 @@ export async function rebuildSlice(
     const overlap = duty >= 1;
     let ahead: { chunk: ChangeEvent[]; done: Promise<void>; t0: number } | null = null;
     let lastEnd = 0;
-    let next = 0;
     let launched = 0;
     const start = (chunk: ChangeEvent[]): { chunk: ChangeEvent[]; done: Promise<void>; t0: number } => {
       const versions = new Map([...new Set(chunk.map((e) => e.schemaVersion))].map((v) => [v, schemas.get(v)!]));
@@ -209,13 +208,8 @@ export async function rebuildSlice(
     /** Starts the next batch; false when the slice should stop (time). `more`: events may follow it. */
     const launch = async (more: boolean): Promise<boolean> => {
       const first = launched++ === 0;
-      const batch = start(fresh.slice(next, next + batchSize));
-      next += batch.chunk.length;
       // What is in a batch is not held here any more (a streamed replay's events are then held by their batch only).
-      if (next >= 4 * batchSize) {
-        fresh.splice(0, next);
-        next = 0;
-      }
+      const batch = start(fresh.splice(0, batchSize));
       // The first batch alone: it makes the shadow's tables (DDL).
       if (overlap && !first) {
         const before = ahead;
@@ -241,9 +235,9 @@ export async function rebuildSlice(
     try {
       for await (const chunk of streaming ? (input as AsyncIterable<readonly ChangeEvent[]>) : [input as readonly ChangeEvent[]]) {
         await admit(chunk);
-        while (fresh.length - next >= batchSize) if (!(await launch(streaming || next + batchSize < fresh.length))) return false;
+        while (fresh.length >= batchSize) if (!(await launch(streaming || batchSize < fresh.length))) return false;
       }
-      while (next < fresh.length) if (!(await launch(next + batchSize < fresh.length))) return false;
+      while (fresh.length > 0) if (!(await launch(batchSize < fresh.length))) return false;
       if (ahead) await finish(ahead);
     } catch (err) {
       // The replay or a batch failed: the batch in flight settles before the error goes on (a fallback drops the shadow next).
