@@ -162,15 +162,16 @@ export async function rebuildSlice(
         if (applied.highest === null || e.position > applied.highest) applied.highest = e.position;
       }
     };
-    // Unthrottled (duty 1), the next batch is started while the one before it finishes: its
-    // Node work (the plan, the COPY text) overlaps that batch's COPY in the warehouse, and so does
-    // the streamed replay's parse of the next archive objects. The applies are the live code's on
+    // Unthrottled (duty 1), up to two batches are in flight: the next is started while the one
+    // before it finishes (its Node work, the plan and the COPY text, overlaps that batch's COPY in
+    // the warehouse), and the streamed replay parses the next archive objects meanwhile, waiting
+    // for the older batch only when a third is ready. The applies are the live code's on
     // their own connections, as concurrent appliers of one table are live (docs/warehouse-apply.md);
     // they finish, and are checkpointed, in order. A batch that commits before the one ahead of it
     // fails is applied again by the retry (invariant 2).
     // A throttled rebuild applies one batch at a time: its duty is the share of wall time one apply runs.
     const overlap = duty >= 1;
-    let ahead: { chunk: ChangeEvent[]; done: Promise<void>; t0: number } | null = null;
+    const flight: Array<{ chunk: ChangeEvent[]; done: Promise<void>; t0: number }> = [];
     let lastEnd = 0;
     let launched = 0;
     const start = (chunk: ChangeEvent[]): { chunk: ChangeEvent[]; done: Promise<void>; t0: number } => {
@@ -208,15 +209,13 @@ export async function rebuildSlice(
     /** Starts the next batch; false when the slice should stop (time). `more`: events may follow it. */
     const launch = async (more: boolean): Promise<boolean> => {
       const first = launched++ === 0;
-      // What is in a batch is not held here any more (a streamed replay's events are then held by their batch only).
-      const batch = start(fresh.splice(0, batchSize));
       // The first batch alone: it makes the shadow's tables (DDL).
       if (overlap && !first) {
-        const before = ahead;
-        ahead = batch;
-        if (before) await finish(before);
+        if (flight.length >= 2) await finish(flight.shift()!);
+        // What is in a batch is not held here any more (a streamed replay's events are then held by their batch only).
+        flight.push(start(fresh.splice(0, batchSize)));
       } else {
-        const busy = await finish(batch);
+        const busy = await finish(start(fresh.splice(0, batchSize)));
         if (throttle) {
           const rest = throttleSleepMs(busy, duty);
           if (rest > 0) {
@@ -226,7 +225,7 @@ export async function rebuildSlice(
         }
       }
       if (mayYield && more && timeLeft() < margin) {
-        if (ahead) await finish(ahead);
+        while (flight.length > 0) await finish(flight.shift()!);
         return false;
       }
       return true;
@@ -238,11 +237,10 @@ export async function rebuildSlice(
         while (fresh.length >= batchSize) if (!(await launch(streaming || batchSize < fresh.length))) return false;
       }
       while (fresh.length > 0) if (!(await launch(batchSize < fresh.length))) return false;
-      if (ahead) await finish(ahead);
+      while (flight.length > 0) await finish(flight.shift()!);
     } catch (err) {
-      // The replay or a batch failed: the batch in flight settles before the error goes on (a fallback drops the shadow next).
-      const inFlight = ahead as { done: Promise<void> } | null;
-      if (inFlight) await inFlight.done.catch(() => undefined);
+      // The replay or a batch failed: the batches in flight settle before the error goes on (a fallback drops the shadow next).
+      for (const b of flight) await b.done.catch(() => undefined);
       throw err;
     }
     return true;
