@@ -19,11 +19,12 @@
  * the portable INSERT stage loader and with the PostgreSQL COPY stage loader; how many archive
  * objects the per-table replay read of all the archive holds.
  *
- *     npm run bench:rebuild [-- --events 100000 --quick --batch 5000]
+ *     npm run bench:rebuild [-- --events 100000 --quick --batch 5000 --profile]
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { PerformanceObserver } from 'node:perf_hooks';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
@@ -58,9 +59,11 @@ import {
 } from './lib/history.ts';
 import { copyLines } from './lib/pg.ts';
 import { physicalReference } from './lib/physical.ts';
+import { clusterCpuMs, cpuProfile, postmasterOf } from './lib/profile.ts';
 import { argValue, runIfMain, nowMs, numberArg, rateRow, Recorder, type BenchResult } from './lib/report.ts';
 
 const OTHER_TABLE = 'public.noise';
+const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 
 function kinesisEvent(records: readonly LogRecord[]): KinesisStreamEvent {
   return {
@@ -85,6 +88,7 @@ function kinesisEvent(records: readonly LogRecord[]): KinesisStreamEvent {
 
 export async function run(): Promise<BenchResult> {
   const quick = argValue('quick') !== undefined;
+  const profile = argValue('profile') !== undefined;
   const events = numberArg('events', quick ? 20_000 : 100_000);
   // Events per shadow apply (the rebuild's `batchSize`).
   const batchSize = numberArg('batch', 5000);
@@ -190,9 +194,14 @@ export async function run(): Promise<BenchResult> {
     // Warm-up (not timed): the first rebuild makes the live table, so the timed ones swap over one and diff against it as in use.
     for (const l of [{ name: 'warm-up', loader: insertStageLoader }, ...loaders]) {
       const p = new pg.Pool({ connectionString: cluster.url('dw'), max: 4 });
-      // Where the time goes: the rebuild's steps, timed from one to the next.
-      const phases: Array<{ step: string; at: number }> = [];
-      const step = async (name: string): Promise<void> => void phases.push({ step: name, at: nowMs() });
+      // Where the time goes: the rebuild's steps, timed from one to the next, with this process's CPU and the warehouse cluster's (from /proc).
+      const postmaster = await postmasterOf(p);
+      const phases: Array<{ step: string; at: number; cpu: number; server: number }> = [];
+      const cpuNow = (): number => {
+        const u = process.cpuUsage();
+        return (u.user + u.system) / 1000;
+      };
+      const step = async (name: string): Promise<void> => void phases.push({ step: name, at: nowMs(), cpu: cpuNow(), server: clusterCpuMs(postmaster) });
       const rebuilder = new Rebuilder({
         controlPlane: cp,
         pool: p,
@@ -204,19 +213,46 @@ export async function run(): Promise<BenchResult> {
       });
       const checked = await rebuilder.check({ source: BENCH_SOURCE, table: BENCH_TABLE, sink: 'warehouse' });
       if (checked.refusal !== null) throw new Error(`rebuild refused: ${checked.refusal.reason}`);
+      // The garbage collector's pauses in the rebuild (this process's main thread).
+      let gcMs = 0;
+      const gc = new PerformanceObserver((list) => {
+        for (const e of list.getEntries()) gcMs += e.duration;
+      });
+      gc.observe({ entryTypes: ['gc'] });
       const t0 = nowMs();
       const cpu0 = process.cpuUsage();
-      const report = await rebuilder.run({ source: BENCH_SOURCE, table: BENCH_TABLE, sink: 'warehouse', rehearse: false, actor: 'bench' }, checked.history);
+      const server0 = clusterCpuMs(postmaster);
+      const go = () => rebuilder.run({ source: BENCH_SOURCE, table: BENCH_TABLE, sink: 'warehouse', rehearse: false, actor: 'bench' }, checked.history);
+      // `--profile`: the COPY loader's rebuild under the CPU profiler (sampled self time by function; the profiler's own work included).
+      const profiled = profile && l.loader === copyStageLoader ? await cpuProfile(ROOT, go) : null;
+      const report = profiled ? profiled.result : await go();
+      if (profiled) {
+        process.stdout.write(`[rebuild] profile of the COPY loader's rebuild, self time: ${profiled.profile.totalMs} ms\n`);
+        for (const f of profiled.profile.byFunction) process.stdout.write(`  ${String(f.ms).padStart(6)} ms  ${f.fn}\n`);
+      }
       const wall = nowMs() - t0;
-      phases.push({ step: 'end', at: t0 + wall });
-      // A step that comes several times (`apply-batch`, after each batch of the bulk) is the sum of its stretches.
+      const serverMs = Math.round(clusterCpuMs(postmaster) - server0);
+      gc.disconnect();
+      phases.push({ step: 'end', at: t0 + wall, cpu: cpuNow(), server: clusterCpuMs(postmaster) });
+      // A step that comes several times (`apply-batch`, after each batch of the bulk) is the sum of its stretches: wall / process CPU / PostgreSQL CPU, ms.
       const phaseMs: Record<string, number> = {};
-      for (const [i, ph] of phases.slice(0, -1).entries()) phaseMs[ph.step] = (phaseMs[ph.step] ?? 0) + phases[i + 1]!.at - ph.at;
+      const phaseCpu: Record<string, [number, number, number]> = {};
+      for (const [i, ph] of phases.slice(0, -1).entries()) {
+        const next = phases[i + 1]!;
+        phaseMs[ph.step] = (phaseMs[ph.step] ?? 0) + next.at - ph.at;
+        const was = phaseCpu[ph.step] ?? [0, 0, 0];
+        phaseCpu[ph.step] = [was[0] + next.at - ph.at, was[1] + next.cpu - ph.cpu, was[2] + next.server - ph.server];
+      }
       for (const k of Object.keys(phaseMs)) phaseMs[k] = Math.round(phaseMs[k]!);
+      const byStep = Object.entries(phaseCpu)
+        .map(([k, v]) => `${k} ${v.map(Math.round).join('/')}`)
+        .join(', ');
       const cpu = process.cpuUsage(cpu0);
       const cpuMs = Math.round((cpu.user + cpu.system) / 1000);
       // This process's CPU in the rebuild's wall time: near the wall time, the rebuild is bound by its own Node work (docs/performance-log.md, "A streamed replay for the rebuild: tried, not kept").
-      process.stdout.write(`[rebuild] ${l.name}: ${Math.round(wall)} ms (process CPU ${cpuMs} ms); by step ${JSON.stringify(phaseMs)}\n`);
+      process.stdout.write(
+        `[rebuild] ${l.name}: ${Math.round(wall)} ms (process CPU ${cpuMs} ms of which GC pauses ${Math.round(gcMs)} ms, PostgreSQL CPU ${serverMs} ms); by step, wall/process CPU/PostgreSQL CPU ms: ${byStep}\n`,
+      );
       await p.end();
       if (l.name === 'warm-up') continue;
       const rate = report.run.events / (wall / 1000);
@@ -251,7 +287,10 @@ export async function run(): Promise<BenchResult> {
         loader: l.name,
         wallMs: wall,
         cpuMs,
+        gcMs,
+        serverCpuMs: serverMs,
         phaseMs,
+        phaseCpu,
         applyMs: report.applyMs,
         events: report.run.events,
         stats: report.stats,

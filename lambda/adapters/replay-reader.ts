@@ -46,6 +46,7 @@ import {
   type ReplayStats,
 } from '../core/rebuild/replay.ts';
 import type { Archive } from '../core/rebuild/archive.ts';
+import { ReplayOrder } from '../core/rebuild/replay-order.ts';
 import { markerDigests, verifyArchiveObject } from '../core/rebuild/archive-digest.ts';
 import { utf8Lines } from '../core/shared/utf8.ts';
 
@@ -106,6 +107,30 @@ function folderOfKey(key: string): string {
 
 /** Archive objects fetched ahead of the one being parsed. */
 const PREFETCH_OBJECTS = 4;
+/** The streamed replay's objects fetched ahead per shard (it reads the shards in turns). */
+const PREFETCH_PER_SHARD = 2;
+
+/** What a replay returns besides its events: its stats, and where each shard of the stream ended (a catch-up's start). */
+export interface ReplayResult {
+  stats: ReplayStats;
+  resume: Map<string, string | null>;
+}
+
+/**
+ * The highest archived sequence number per shard (where the stream part starts): markers prove the
+ * by-table layout's; batch-layout objects name theirs (counted in `stats.legacyObjects`).
+ */
+function archivedThrough(h: HistoryCheck, stats: ReplayStats): Map<string, string> {
+  const archivedLast = new Map<string, string>();
+  for (const [shard, c] of h.coverage) archivedLast.set(shard, c.lastSeq);
+  for (const obj of h.objects) {
+    if (obj.layout !== 'batch') continue;
+    stats.legacyObjects++;
+    const had = archivedLast.get(obj.shard);
+    if (had === undefined || compareSequenceNumbers(obj.lastSeq, had) > 0) archivedLast.set(obj.shard, obj.lastSeq);
+  }
+  return archivedLast;
+}
 
 /** The object's non-empty lines (gzip unzipped), decoded piecewise (`utf8Lines`: a whole object at once decodes many times slower). */
 function parseLines(body: Buffer): string[] {
@@ -160,15 +185,7 @@ export class ReplayReader {
     const stats: ReplayStats = emptyReplayStats(h.keysListed);
     const fromArchive: ChangeEvent[] = [];
     let held = 0;
-    // Highest archived sequence number per shard: markers prove the by-table layout's; batch-layout objects name theirs.
-    const archivedLast = new Map<string, string>();
-    for (const [shard, c] of h.coverage) archivedLast.set(shard, c.lastSeq);
-    for (const obj of h.objects) {
-      if (obj.layout !== 'batch') continue;
-      stats.legacyObjects++;
-      const had = archivedLast.get(obj.shard);
-      if (had === undefined || compareSequenceNumbers(obj.lastSeq, had) > 0) archivedLast.set(obj.shard, obj.lastSeq);
-    }
+    const archivedLast = archivedThrough(h, stats);
     // Marker bodies, read once per batch (their digests), as promises so that prefetched objects share them.
     const digestsOf = new Map<string, Promise<ReadonlyMap<string, string> | null>>();
     // Objects are fetched a few ahead of the one being parsed (reading overlaps parsing; S3 GETs
@@ -205,6 +222,99 @@ export class ReplayReader {
     const events = mergeReplay([fromArchive, tail.events], range);
     stats.events = events.length;
     return { events, stats, resume: tail.resume };
+  }
+
+  /**
+   * The same events as `read`, in the same order, handed over in chunks while the archive is
+   * still being read, so that a rebuild applies the first while the next objects are parsed
+   * (docs/rebuild.md, "What it does", step 3). Each shard's objects are read in sequence order,
+   * the shard whose events reach least far first (`ReplayOrder`); its next objects are fetched
+   * ahead. Throws what `read` throws, and `ReplayOrderError` when a shard's events are not in
+   * position order (its caller then uses `read`). Returns the stats and where the stream ended.
+   */
+  async *stream(range: ReplayRange, history?: HistoryCheck): AsyncGenerator<ChangeEvent[], ReplayResult> {
+    const h = history ?? (await this.checkHistory(range.source, range.table));
+    const stats: ReplayStats = emptyReplayStats(h.keysListed);
+    const archivedLast = archivedThrough(h, stats);
+    const digestsOf = new Map<string, Promise<ReadonlyMap<string, string> | null>>();
+    const held = { events: 0, bytes: 0 };
+    // Objects of `_other` hold no event of any table: checked and counted first, outside the order.
+    const others = h.objects.flatMap((o, i) => (o.key.startsWith(OTHER_FOLDER) ? [i] : []));
+    for (const i of others) await this.readObject(range, h, i, this.fetch(h.objects[i]!), digestsOf, stats, held);
+    const queues = new Map<string, number[]>();
+    for (const [i, o] of h.objects.entries()) {
+      if (o.key.startsWith(OTHER_FOLDER)) continue;
+      const q = queues.get(o.shard);
+      if (q) q.push(i);
+      else queues.set(o.shard, [i]);
+    }
+    const bySeq = (a: number, b: number): number =>
+      compareSequenceNumbers(h.objects[a]!.firstSeq, h.objects[b]!.firstSeq) || compareSequenceNumbers(h.objects[a]!.lastSeq, h.objects[b]!.lastSeq) || a - b;
+    for (const q of queues.values()) q.sort(bySeq);
+    const shards = await shardsInOrder(this.o.kinesis, this.o.stream);
+    const order = new ReplayOrder(
+      range,
+      [...queues].flatMap(([shard, q]) => q.map(() => shard)),
+      shards.map((s) => s.ShardId!),
+    );
+    const ahead = new Map<number, Promise<Buffer>>();
+    let emitted = 0;
+    for (let shard = order.nextShard(); shard !== null; shard = order.nextShard()) {
+      // Every shard's next objects are on their way: which shard comes next depends on what this one holds.
+      for (const q of queues.values()) for (const i of q.slice(0, PREFETCH_PER_SHARD)) if (!ahead.has(i)) ahead.set(i, this.fetch(h.objects[i]!));
+      const i = queues.get(shard)!.shift()!;
+      const body = ahead.get(i)!;
+      ahead.delete(i);
+      order.add(shard, i, await this.readObject(range, h, i, body, digestsOf, stats, held));
+      const ready = order.take();
+      emitted += ready.length;
+      if (ready.length > 0) yield ready;
+    }
+    const start = new Map<string, string | null>();
+    for (const shard of shards) start.set(shard.ShardId!, archivedLast.get(shard.ShardId!) ?? null);
+    const tail = await this.readStream(range, start, stats, held);
+    const rest = order.finish(tail.events);
+    stats.events = emitted + rest.length;
+    if (rest.length > 0) yield rest;
+    return { stats, resume: tail.resume };
+  }
+
+  /** A body's GET, started now (awaited later, in order: a failure meanwhile must not go unhandled). */
+  private fetch(obj: ArchivedObject): Promise<Buffer> {
+    const p = this.o.archive.get(this.prefix + obj.key);
+    p.catch(() => undefined);
+    return p;
+  }
+
+  /** One object's events of the table, in line order, checked against its digest first and counted in `stats` and `held`. */
+  private async readObject(
+    range: ReplayRange,
+    h: HistoryCheck,
+    i: number,
+    pending: Promise<Buffer>,
+    digestsOf: Map<string, Promise<ReadonlyMap<string, string> | null>>,
+    stats: ReplayStats,
+    held: { events: number; bytes: number },
+  ): Promise<ChangeEvent[]> {
+    const body = await pending;
+    stats.objectsRead++;
+    stats.bytesRead += body.length;
+    if (await this.verify(h.objects[i]!, body, h.markers, digestsOf, stats)) stats.verifiedObjects++;
+    else stats.unverifiedObjects++;
+    const out: ChangeEvent[] = [];
+    for (const line of parseLines(body)) {
+      stats.archiveRecords++;
+      let e = this.event(line, range);
+      let bytes = line.length;
+      if (e instanceof Promise) ({ event: e, bytes } = await e);
+      if (e === 'invalid') stats.invalid++;
+      else if (e) {
+        out.push(e);
+        held.events++;
+        held.bytes = this.hold(held.bytes, bytes, held.events, range);
+      }
+    }
+    return out;
   }
 
   /**

@@ -43,6 +43,12 @@ export interface RebuildReplay {
   checkHistory(sourceId: string, table: string): Promise<HistoryCheck>;
   read(range: ReplayRange, history?: HistoryCheck): Promise<{ events: ChangeEvent[]; stats: ReplayStats; resume: Map<string, string | null> }>;
   readStream(range: ReplayRange, start: ReadonlyMap<string, string | null>): Promise<{ events: ChangeEvent[]; resume: Map<string, string | null> }>;
+  /**
+   * `read`'s events in `read`'s order, in chunks handed over while the archive is still being read
+   * (the bulk is applied meanwhile); its return value is `read`'s stats and resume. Throws
+   * `ReplayOrderError` (replay-order.ts) when the order cannot be kept streaming: the rebuild then uses `read`.
+   */
+  stream?(range: ReplayRange, history?: HistoryCheck): AsyncGenerator<ChangeEvent[], { stats: ReplayStats; resume: Map<string, string | null> }>;
 }
 
 /** The warehouse objects of one table's rebuild (lambda/adapters/warehouse-rebuild-pg.ts). */

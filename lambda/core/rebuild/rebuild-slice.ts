@@ -7,13 +7,14 @@
  */
 import { CdcError } from '../shared/errors.ts';
 import type { ControlPlane, RebuildCheckpoint, RebuildRun, SchemaVersion } from '../shared/control-plane.ts';
-import type { ChangeEvent } from '../shared/event.ts';
+import type { ChangeEvent, Row } from '../shared/event.ts';
 import { POSITION_ZERO, type Position } from '../shared/position.ts';
 import { checkEventColumns } from '../warehouse/warehouse-apply.ts';
 import { warehouseTable, type WarehouseTable } from '../warehouse/warehouse-sql.ts';
 import { throttleSleepMs, type DiffResult } from './rebuild.ts';
 import type { RebuildPorts, RebuildReport, RebuildRequest } from './rebuild-ports.ts';
 import { emptyReplayStats, type HistoryCheck, type ReplayRange, type ReplayStats } from './replay.ts';
+import { ReplayOrderError } from './replay-order.ts';
 
 /** The highest position there is: "everything the log holds now". */
 const POSITION_MAX: Position = 'f'.repeat(24);
@@ -97,19 +98,20 @@ export async function rebuildSlice(
   const first = claim.checkpoint === null;
   /**
    * What this slice handed to the shadow, so an event read again (the catch-up's stream reads may
-   * repeat one) is not applied twice: the events themselves, the highest position among them,
-   * and their ids, made only when an event at or below that position comes (an event above it
-   * cannot be one of them; the bulk, read in position order and deduplicated, makes none).
+   * repeat one) is not applied twice: the events' positions and keys (not the events: an applied
+   * event's rows are garbage once its batch is in), the highest position among them, and their
+   * ids, made only when an event at or below that position comes (an event above it cannot be one
+   * of them; the bulk, read in position order and deduplicated, makes none).
    */
-  const applied = { lists: [] as ChangeEvent[][], highest: null as Position | null, ids: null as Set<string> | null };
-  const eventKey = (e: ChangeEvent): string => `${e.position}|${JSON.stringify(e.key)}`;
+  const applied = { positions: [] as Position[], keys: [] as Row[], highest: null as Position | null, ids: null as Set<string> | null };
+  const eventKey = (position: Position, key: Row): string => `${position}|${JSON.stringify(key)}`;
   const appliedAlready = (e: ChangeEvent): boolean => {
     if (applied.highest === null || e.position > applied.highest) return false;
     if (applied.ids === null) {
       applied.ids = new Set();
-      for (const l of applied.lists) for (const x of l) applied.ids.add(eventKey(x));
+      for (const [i, p] of applied.positions.entries()) applied.ids.add(eventKey(p, applied.keys[i]!));
     }
-    return applied.ids.has(eventKey(e));
+    return applied.ids.has(eventKey(e.position, e.key));
   };
   const batchSize = ports.batchSize ?? 1000;
   const duty = ports.duty ?? 0.5;
@@ -124,42 +126,54 @@ export async function rebuildSlice(
    * apply's fresh-shadow option (`TableBatch.freshShadow`): while the shadow is unfolded, appends
    * land in its changelog and the merge computes its base once (docs/rebuild.md, step 4).
    */
-  const applyToShadow = async (list: readonly ChangeEvent[], throttle: boolean, mayYield: boolean, freshShadow = false): Promise<boolean> => {
+  const applyToShadow = async (
+    input: readonly ChangeEvent[] | AsyncIterable<readonly ChangeEvent[]>,
+    throttle: boolean,
+    mayYield: boolean,
+    freshShadow = false,
+  ): Promise<boolean> => {
+    // Admitted events not yet in a batch.
     const fresh: ChangeEvent[] = [];
-    applied.lists.push(fresh);
-    for (const e of list) {
-      // Below the checkpoint: in the shadow already. At it: applied again, harmlessly (invariant 2).
-      if (c.appliedThrough !== null && e.position < c.appliedThrough) continue;
-      if (appliedAlready(e)) continue;
-      let schema = schemas.get(e.schemaVersion);
-      if (!schema) {
-        const v = await cp.getSchemaVersion(r.source, r.table, e.schemaVersion);
-        if (!v) {
+    const admit = async (list: readonly ChangeEvent[]): Promise<void> => {
+      for (const e of list) {
+        // Below the checkpoint: in the shadow already. At it: applied again, harmlessly (invariant 2).
+        if (c.appliedThrough !== null && e.position < c.appliedThrough) continue;
+        if (appliedAlready(e)) continue;
+        let schema = schemas.get(e.schemaVersion);
+        if (!schema) {
+          const v = await cp.getSchemaVersion(r.source, r.table, e.schemaVersion);
+          if (!v) {
+            c.skipped++;
+            continue;
+          }
+          schemas.set(v.version, (schema = v));
+        }
+        try {
+          checkEventColumns(e, schema);
+        } catch (err) {
+          if (!(err instanceof CdcError)) throw err;
           c.skipped++;
           continue;
         }
-        schemas.set(v.version, (schema = v));
+        fresh.push(e);
+        applied.positions.push(e.position);
+        applied.keys.push(e.key);
+        applied.ids?.add(eventKey(e.position, e.key));
+        if (applied.highest === null || e.position > applied.highest) applied.highest = e.position;
       }
-      try {
-        checkEventColumns(e, schema);
-      } catch (err) {
-        if (!(err instanceof CdcError)) throw err;
-        c.skipped++;
-        continue;
-      }
-      fresh.push(e);
-      applied.ids?.add(eventKey(e));
-      if (applied.highest === null || e.position > applied.highest) applied.highest = e.position;
-    }
-    // Unthrottled (duty 1), the next batch is started while the one before it finishes: its
-    // Node work (the plan, the COPY text) overlaps that batch's COPY in the warehouse. The
-    // applies are the live code's on their own connections, as concurrent appliers of one table
-    // are live (docs/warehouse-apply.md); they finish, and are checkpointed, in order. A batch
-    // that commits before the one ahead of it fails is applied again by the retry (invariant 2).
+    };
+    // Unthrottled (duty 1), up to two batches are in flight: the next is started while the one
+    // before it finishes (its Node work, the plan and the COPY text, overlaps that batch's COPY in
+    // the warehouse), and the streamed replay parses the next archive objects meanwhile, waiting
+    // for the older batch only when a third is ready. The applies are the live code's on
+    // their own connections, as concurrent appliers of one table are live (docs/warehouse-apply.md);
+    // they finish, and are checkpointed, in order. A batch that commits before the one ahead of it
+    // fails is applied again by the retry (invariant 2).
     // A throttled rebuild applies one batch at a time: its duty is the share of wall time one apply runs.
     const overlap = duty >= 1;
-    let ahead: { chunk: ChangeEvent[]; done: Promise<void>; t0: number } | null = null;
+    const flight: Array<{ chunk: ChangeEvent[]; done: Promise<void>; t0: number }> = [];
     let lastEnd = 0;
+    let launched = 0;
     const start = (chunk: ChangeEvent[]): { chunk: ChangeEvent[]; done: Promise<void>; t0: number } => {
       const versions = new Map([...new Set(chunk.map((e) => e.schemaVersion))].map((v) => [v, schemas.get(v)!]));
       const t0 = Date.now();
@@ -192,15 +206,16 @@ export async function rebuildSlice(
       if (freshShadow) await step('apply-batch');
       return busy;
     };
-    for (let i = 0; i < fresh.length; i += batchSize) {
-      const batch = start(fresh.slice(i, i + batchSize));
+    /** Starts the next batch; false when the slice should stop (time). `more`: events may follow it. */
+    const launch = async (more: boolean): Promise<boolean> => {
+      const first = launched++ === 0;
       // The first batch alone: it makes the shadow's tables (DDL).
-      if (overlap && i > 0) {
-        const before = ahead;
-        ahead = batch;
-        if (before) await finish(before);
+      if (overlap && !first) {
+        if (flight.length >= 2) await finish(flight.shift()!);
+        // What is in a batch is not held here any more (a streamed replay's events are then held by their batch only).
+        flight.push(start(fresh.splice(0, batchSize)));
       } else {
-        const busy = await finish(batch);
+        const busy = await finish(start(fresh.splice(0, batchSize)));
         if (throttle) {
           const rest = throttleSleepMs(busy, duty);
           if (rest > 0) {
@@ -209,13 +224,62 @@ export async function rebuildSlice(
           }
         }
       }
-      if (mayYield && i + batchSize < fresh.length && timeLeft() < margin) {
-        if (ahead) await finish(ahead);
+      if (mayYield && more && timeLeft() < margin) {
+        while (flight.length > 0) await finish(flight.shift()!);
         return false;
       }
+      return true;
+    };
+    const streaming = !Array.isArray(input);
+    try {
+      for await (const chunk of streaming ? (input as AsyncIterable<readonly ChangeEvent[]>) : [input as readonly ChangeEvent[]]) {
+        await admit(chunk);
+        while (fresh.length >= batchSize) if (!(await launch(streaming || batchSize < fresh.length))) return false;
+      }
+      while (fresh.length > 0) if (!(await launch(batchSize < fresh.length))) return false;
+      while (flight.length > 0) await finish(flight.shift()!);
+    } catch (err) {
+      // The replay or a batch failed: the batches in flight settle before the error goes on (a fallback drops the shadow next).
+      for (const b of flight) await b.done.catch(() => undefined);
+      throw err;
     }
-    if (ahead) await finish(ahead);
     return true;
+  };
+
+  /**
+   * The bulk of the history into the shadow: streamed (the replay's parse overlaps the applies)
+   * when the replay can, else read whole first. A streamed order that cannot hold
+   * (`ReplayOrderError`) starts the shadow again from nothing with the sorted replay: what was
+   * applied and checkpointed so far may lack an earlier event. The checkpoint remembers it, so the
+   * rebuild's later slices replay sorted too. Null when the slice should stop (time).
+   */
+  const applyBulk = async (): Promise<{ stats: ReplayStats; resume: Map<string, string | null> } | null> => {
+    const stream = c.sorted ? undefined : ports.replay.stream?.(range, opts.history);
+    if (stream) {
+      const got: { result: { stats: ReplayStats; resume: Map<string, string | null> } | null } = { result: null };
+      try {
+        if (
+          !(await applyToShadow(
+            streamed(stream, got, () => step('apply')),
+            true,
+            true,
+            true,
+          ))
+        )
+          return null;
+        return got.result!;
+      } catch (err) {
+        if (!(err instanceof ReplayOrderError)) throw err;
+        warehouse.forgetShapes();
+        await target.dropLeftovers();
+        Object.assign(c, { appliedThrough: null, events: 0, skipped: 0, sorted: true });
+        Object.assign(applied, { positions: [], keys: [], highest: null, ids: null });
+        await save();
+      }
+    }
+    const read = await ports.replay.read(range, opts.history);
+    await step('apply');
+    return (await applyToShadow(read.events, true, true, true)) ? read : null;
   };
 
   let stats: ReplayStats | undefined;
@@ -250,13 +314,12 @@ export async function rebuildSlice(
           `the shadow ${live.schema}.${target.shadow.mirror} of rebuild ${id} is gone (dropped by someone else?): start the rebuild again`,
         );
       await step('replay');
-      const read = await ports.replay.read(range, opts.history);
-      stats = read.stats;
-      let resume = read.resume;
-      await step('apply');
       // The bulk with the fresh-shadow option: it leaves what the live path (append, then the merge
       // below) leaves (test/adapters/fresh-shadow.test.ts).
-      if (!(await applyToShadow(read.events, true, true, true))) return { done: false, checkpoint: c };
+      const read = await applyBulk();
+      if (read === null) return { done: false, checkpoint: c };
+      stats = read.stats;
+      let resume = read.resume;
       if (timeLeft() < margin) return { done: false, checkpoint: c };
       // The bulk of the history into the shadow's base now, before the swap: the live table's
       // appliers never wait for it (after the swap its lock would hold them), and the swap
@@ -387,4 +450,27 @@ export function runRecord(
     },
     error,
   };
+}
+
+/**
+ * A streamed replay's chunks, with `first` called before the first is handed on (or at the end
+ * when there is none) and the replay's return value kept in `got`; the replay is closed when its
+ * reader stops early.
+ */
+async function* streamed<R>(gen: AsyncGenerator<ChangeEvent[], R>, got: { result: R | null }, first: () => Promise<void>): AsyncGenerator<ChangeEvent[]> {
+  let started = false;
+  let ended = false;
+  try {
+    let n = await gen.next();
+    for (; !n.done; n = await gen.next()) {
+      if (!started) await first();
+      started = true;
+      yield n.value;
+    }
+    ended = true;
+    got.result = n.value;
+    if (!started) await first();
+  } finally {
+    if (!ended) await gen.return(null as R);
+  }
 }

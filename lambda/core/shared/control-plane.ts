@@ -264,6 +264,8 @@ export interface RebuildCheckpoint {
   phase: 'replay' | 'swapping';
   /** Every event at or below this position is in the shadow (null: none yet). */
   appliedThrough: Position | null;
+  /** The bulk is replayed sorted: a streamed replay found a shard out of position order (lambda/core/rebuild/replay-order.ts). */
+  sorted?: boolean;
   events: number;
   applyMs: number;
   sleptMs: number;

@@ -10,6 +10,7 @@ import { makePosition, type Position } from '../../../lambda/core/shared/positio
 import type { RebuildReplay, RebuildTarget, RebuildWarehouse } from '../../../lambda/core/rebuild/rebuild-ports.ts';
 import { retiredTable, shadowTable, type DiffResult, type DiffRow } from '../../../lambda/core/rebuild/rebuild.ts';
 import { inRange, type ReplayRange, type ReplayStats } from '../../../lambda/core/rebuild/replay.ts';
+import { ReplayOrderError } from '../../../lambda/core/rebuild/replay-order.ts';
 import type { TableBatch } from '../../../lambda/core/warehouse/warehouse-port.ts';
 import type { WarehouseTable } from '../../../lambda/core/warehouse/warehouse-sql.ts';
 import { MemoryControlPlane } from '../../helpers/memory-control-plane.ts';
@@ -143,14 +144,30 @@ const stats = (events: number): ReplayStats => ({
   shards: [],
 });
 
-/** The archive's events, then the stream's: `stream` may grow while the rebuild runs (live writes). */
-export function memoryReplay(archive: ChangeEvent[], stream: ChangeEvent[]): RebuildReplay {
+/**
+ * The archive's events, then the stream's: `stream` may grow while the rebuild runs (live writes).
+ * `streamed`: the replay streams too, in chunks of `chunk` events; with `outOfOrder`, it hands over
+ * the events from that index on first, then stops with `ReplayOrderError` (a shard whose records
+ * turned out not to be in position order).
+ */
+export function memoryReplay(archive: ChangeEvent[], stream: ChangeEvent[], streamed?: { chunk: number; outOfOrder?: number }): RebuildReplay {
+  const sorted = (range: ReplayRange): ChangeEvent[] =>
+    [...archive, ...stream].filter((e) => inRange(e, range)).sort((a, b) => (a.position < b.position ? -1 : 1));
+  const streamOf = async function* (range: ReplayRange) {
+    const events = sorted(range);
+    const cut = streamed!.outOfOrder;
+    const from = cut === undefined ? events : events.slice(cut);
+    for (let i = 0; i < from.length; i += streamed!.chunk) yield from.slice(i, i + streamed!.chunk);
+    if (cut !== undefined) throw new ReplayOrderError('s', events[0]!.position, events.at(-1)!.position);
+    return { stats: stats(events.length), resume: new Map([['s', String(stream.length)]]) };
+  };
   return {
+    ...(streamed ? { stream: streamOf } : {}),
     async checkHistory() {
       return { coverage: new Map(), gaps: [], objects: [], keysListed: 1, unplaced: [], markers: new Map() };
     },
     async read(range: ReplayRange) {
-      const events = [...archive, ...stream].filter((e) => inRange(e, range)).sort((a, b) => (a.position < b.position ? -1 : 1));
+      const events = sorted(range);
       return { events, stats: stats(events.length), resume: new Map([['s', String(stream.length)]]) };
     },
     async readStream(range: ReplayRange, start: ReadonlyMap<string, string | null>) {
