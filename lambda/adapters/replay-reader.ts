@@ -184,7 +184,7 @@ export class ReplayReader {
     const h = history ?? (await this.checkHistory(range.source, range.table));
     const stats: ReplayStats = emptyReplayStats(h.keysListed);
     const fromArchive: ChangeEvent[] = [];
-    let held = 0;
+    const held = { events: 0, bytes: 0 };
     const archivedLast = archivedThrough(h, stats);
     // Marker bodies, read once per batch (their digests), as promises so that prefetched objects share them.
     const digestsOf = new Map<string, Promise<ReadonlyMap<string, string> | null>>();
@@ -193,32 +193,14 @@ export class ReplayReader {
     const ahead = new Map<number, Promise<Buffer>>();
     let next = 0;
     for (let i = 0; i < h.objects.length; i++) {
-      for (; next < Math.min(h.objects.length, i + PREFETCH_OBJECTS); next++) {
-        const p = this.o.archive.get(this.prefix + h.objects[next]!.key);
-        p.catch(() => undefined); // awaited in order below; a failure ahead must not go unhandled meanwhile
-        ahead.set(next, p);
-      }
-      const body = await ahead.get(i)!;
+      for (; next < Math.min(h.objects.length, i + PREFETCH_OBJECTS); next++) ahead.set(next, this.fetch(h.objects[next]!));
+      const body = ahead.get(i)!;
       ahead.delete(i);
-      stats.objectsRead++;
-      stats.bytesRead += body.length;
-      if (await this.verify(h.objects[i]!, body, h.markers, digestsOf, stats)) stats.verifiedObjects++;
-      else stats.unverifiedObjects++;
-      for (const line of parseLines(body)) {
-        stats.archiveRecords++;
-        let e = this.event(line, range);
-        let bytes = line.length;
-        if (e instanceof Promise) ({ event: e, bytes } = await e);
-        if (e === 'invalid') stats.invalid++;
-        else if (e) {
-          fromArchive.push(e);
-          held = this.hold(held, bytes, fromArchive.length, range);
-        }
-      }
+      for (const e of await this.readObject(range, h, i, body, digestsOf, stats, held)) fromArchive.push(e);
     }
     const start = new Map<string, string | null>();
     for (const shard of await shardsInOrder(this.o.kinesis, this.o.stream)) start.set(shard.ShardId!, archivedLast.get(shard.ShardId!) ?? null);
-    const tail = await this.readStream(range, start, stats, { events: fromArchive.length, bytes: held });
+    const tail = await this.readStream(range, start, stats, held);
     const events = mergeReplay([fromArchive, tail.events], range);
     stats.events = events.length;
     return { events, stats, resume: tail.resume };
