@@ -9,6 +9,7 @@ import type { WarehouseDialect } from '../core/warehouse/dialect.ts';
 import type { TableBatch } from '../core/warehouse/warehouse-port.ts';
 import {
   CdcColumn,
+  CHANGELOG_CDC_COLUMNS,
   addColumnSql,
   catalogSql,
   catalogType,
@@ -330,13 +331,4 @@ export function planDdl(
   return { statements, shape, addsColumns };
 }
 
-const CHANGELOG_NAMES = [
-  CdcColumn.POSITION,
-  CdcColumn.OP,
-  CdcColumn.COMMIT_TS,
-  CdcColumn.SCHEMA_VERSION,
-  CdcColumn.TX_ID,
-  CdcColumn.SYNTHETIC,
-  CdcColumn.MISSING,
-  CdcColumn.APPLIED_AT,
-];
+const CHANGELOG_NAMES = CHANGELOG_CDC_COLUMNS.map((c) => c.name);

@@ -12,7 +12,7 @@ import { changelogCopyText, changelogLineWriter } from '../../lambda/adapters/wa
 import { changelogRow } from '../../lambda/adapters/warehouse-pg-handover.ts';
 import { copyStageLoader } from '../../lambda/adapters/warehouse-pg-loaders.ts';
 import { validateChangeEvent, type ChangeEvent, type JsonValue } from '../../lambda/core/shared/event.ts';
-import { CdcColumn } from '../../lambda/core/warehouse/warehouse-sql.ts';
+import { CHANGELOG_CDC_COLUMNS } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { rng } from '../helpers/rng.ts';
 
 /** What a COPY sent: the text a connection that sends nothing was given. */
@@ -30,16 +30,7 @@ async function copied(send: (client: pg.ClientBase) => Promise<void>): Promise<{
 
 const PIECES = ['a', 'Zz', ' ', '\t', '\n', '\r', '\\', '\\N', 'é', '日本', '😀', '"', "'", ',', '{}', '0', '-'];
 const NAMES = ['id', 'k2', 'name', 'note', 'amount', 'flag', 'doc', 'constructor', 'toString', 'hasOwnProperty', 'col with space', 'Ünï'];
-const RESERVED = [
-  CdcColumn.POSITION,
-  CdcColumn.OP,
-  CdcColumn.COMMIT_TS,
-  CdcColumn.SCHEMA_VERSION,
-  CdcColumn.TX_ID,
-  CdcColumn.SYNTHETIC,
-  CdcColumn.MISSING,
-  CdcColumn.APPLIED_AT,
-];
+const RESERVED = CHANGELOG_CDC_COLUMNS.map((c) => c.name);
 
 function randomEvents(r: () => number, n: number): ChangeEvent[] {
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(r() * xs.length)]!;
