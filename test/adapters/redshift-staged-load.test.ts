@@ -13,8 +13,6 @@
  * load committed); at the end, merged, the whole view equals the model.
  */
 import pg from 'pg';
-import { Logger } from '@aws-lambda-powertools/logger';
-import { Metrics } from '@aws-lambda-powertools/metrics';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
 import { DynamoDbLoadRequests } from '../../lambda/adapters/control-plane-dynamodb/load-requests.ts';
@@ -22,7 +20,7 @@ import { StagedRedshiftLoader } from '../../lambda/adapters/redshift-staged-load
 import { RedshiftStagingSubmitter } from '../../lambda/adapters/redshift-staging-submitter.ts';
 import type { RedshiftSession } from '../../lambda/adapters/redshift-loader.ts';
 import { RedshiftWarehouse, redshiftTableOf } from '../../lambda/adapters/warehouse-redshift.ts';
-import { createWarehouseApplier, type ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
+import type { ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
 import type { Archive } from '../../lambda/core/rebuild/archive.ts';
 import type { ColumnDef, DeleteMode } from '../../lambda/core/shared/control-plane.ts';
 import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/shared/event.ts';
@@ -35,6 +33,7 @@ import { FolderArchive } from '../../local/archive.ts';
 import { type DynamoDbLocal } from '../../local/dynamodb.ts';
 import { RedshiftStandIn } from '../../local/redshift-standin.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
+import { quietApplier } from '../helpers/registered-applier.ts';
 import { useRedshiftFixture } from '../helpers/redshift-fixture.ts';
 import { redshiftProblems } from '../helpers/redshift-grammar.ts';
 import { rng } from '../helpers/rng.ts';
@@ -281,15 +280,7 @@ describe('the Redshift loader function: concurrent appliers, crashes anywhere (D
           waitMs: WAIT_MS,
           pollMs: 20,
         });
-        const applier = createWarehouseApplier({
-          controlPlane: memory,
-          pool,
-          sinkId,
-          metrics: new Metrics({ namespace: 'test' }),
-          logger: new Logger({ serviceName: 'test', logLevel: 'SILENT' }),
-          writer: new RedshiftWarehouse({ loader: submitter }),
-          merge: { inline: false },
-        });
+        const applier = quietApplier(memory, pool, new RedshiftWarehouse({ loader: submitter }), sinkId);
         let checkpoint = 0;
         let delivered = 0;
         while (checkpoint < records.length) {

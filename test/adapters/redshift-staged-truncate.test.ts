@@ -13,8 +13,6 @@
  *   first waits (delivered again, no hold, no dead letter), then arrives complete once the delete half is loaded.
  */
 import pg from 'pg';
-import { Logger } from '@aws-lambda-powertools/logger';
-import { Metrics } from '@aws-lambda-powertools/metrics';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
 import { DynamoDbLoadRequests } from '../../lambda/adapters/control-plane-dynamodb/load-requests.ts';
@@ -22,7 +20,7 @@ import { StagedRedshiftLoader } from '../../lambda/adapters/redshift-staged-load
 import { RedshiftLoader } from '../../lambda/adapters/redshift-loader.ts';
 import { RedshiftStagingSubmitter } from '../../lambda/adapters/redshift-staging-submitter.ts';
 import { RedshiftWarehouse, redshiftTableOf } from '../../lambda/adapters/warehouse-redshift.ts';
-import { createWarehouseApplier, type ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
+import type { ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
 import type { ColumnDef, DeleteMode } from '../../lambda/core/shared/control-plane.ts';
 import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
@@ -146,15 +144,7 @@ describe('the Redshift sink on AWS: truncates and primary-key hand-overs (Dynamo
         waitMs: 20_000,
         pollMs: 20,
       });
-      return createWarehouseApplier({
-        controlPlane: memory,
-        pool,
-        sinkId,
-        metrics: new Metrics({ namespace: 'test' }),
-        logger: new Logger({ serviceName: 'test', logLevel: 'SILENT' }),
-        writer: new RedshiftWarehouse({ loader: submitter }),
-        merge: { inline: false },
-      });
+      return quietApplier(memory, pool, new RedshiftWarehouse({ loader: submitter }), sinkId);
     });
     let seq = 0;
     /** Delivers `events` as one batch to shard `s`; the records that failed (delivered again by the caller). */

@@ -28,12 +28,12 @@ export async function registerTables(
     );
 }
 
-/** The sink `warehouse`'s applier over `writer`. */
-export function quietApplier(controlPlane: ControlPlane, pool: pg.Pool, writer: Warehouse): ReturnType<typeof createWarehouseApplier> {
+/** The sink `sinkId`'s applier over `writer`. */
+export function quietApplier(controlPlane: ControlPlane, pool: pg.Pool, writer: Warehouse, sinkId = 'warehouse'): ReturnType<typeof createWarehouseApplier> {
   return createWarehouseApplier({
     controlPlane,
     pool,
-    sinkId: 'warehouse',
+    sinkId,
     metrics: new Metrics({ namespace: 'test' }),
     logger: new Logger({ serviceName: 'test', logLevel: 'SILENT' }),
     writer,
