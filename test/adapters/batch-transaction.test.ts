@@ -64,12 +64,16 @@ describe('one transaction per batch (PostgreSQL)', () => {
     const rnd = seededRandom(SEED);
     const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
     const seen: Record<Kind, number> = { persistent: 0, value: 0, transient: 0 };
+    // Every kind in every three runs (their order drawn per block): 12 runs of free draws missed a
+    // kind about once in 40 seeds, and the check below then failed though nothing was wrong.
+    let block: Kind[] = [];
     for (let run = 0; run < RUNS; run++) {
       const sourceId = `bt${run}`;
       const n = 2 + Math.floor(rnd() * 3);
       const tables = Array.from({ length: n }, (_, i) => `public.t${i}`);
       const failing = Math.floor(rnd() * n);
-      const kind = pick(KINDS);
+      if (block.length === 0) block = [...KINDS].sort(() => rnd() - 0.5);
+      const kind = block.pop()!;
       seen[kind]++;
       const truncating = Math.floor(rnd() * n);
       const where = `run ${run} (seed ${SEED}): ${n} tables, ${tables[failing]} fails (${kind}), ${tables[truncating]} truncates`;
