@@ -30,7 +30,7 @@ import type { KinesisStreamEvent } from 'aws-lambda';
 import { kinesisClient } from '../../lambda/adapters/aws-clients.ts';
 import { readChangeLog, type LogRecord } from '../../lambda/adapters/change-log-reader.ts';
 import { distinctEvents } from '../../lambda/core/sink/apply-plan.ts';
-import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/shared/event.ts';
+import type { ChangeEvent } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
 import { ReplayHoleError, parseMarker } from '../../lambda/core/rebuild/replay.ts';
 import { ReplayOrderError } from '../../lambda/core/rebuild/replay-order.ts';
@@ -40,6 +40,7 @@ import { seededRandom } from '../../local/seeded-random.ts';
 import { startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
 import { ReplayReader, defaultReplayBudget } from '../../lambda/adapters/replay-reader.ts';
 import { sha256, type PayloadStore } from '../../lambda/core/shared/payload-store.ts';
+import { replayEvent as event } from '../helpers/replay-events.ts';
 
 const RUNS = Number(process.env.CDC_REPLAY_READER_RUNS ?? 40);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
@@ -62,25 +63,6 @@ afterAll(async () => {
   await kin?.stop();
   await rm(dir, { recursive: true, force: true });
 });
-
-function event(table: string, key: number, position: string, v: number): ChangeEvent {
-  return {
-    v: ENVELOPE_VERSION,
-    source: 'src',
-    table,
-    op: 'update',
-    key: { id: key },
-    after: { id: key, v },
-    before: null,
-    missing: [],
-    position,
-    commitTs: '2026-12-01T00:00:00.000Z',
-    txId: '1',
-    schemaVersion: 1,
-    capture: 'slot',
-    synthetic: false,
-  };
-}
 
 /** The records of a shard as the copier's Kinesis event. */
 function kinesisEvent(records: readonly LogRecord[]): KinesisStreamEvent {

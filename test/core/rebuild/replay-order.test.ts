@@ -13,33 +13,15 @@
  * `CDC_REPLAY_ORDER_RUNS` (default 1,000) and `CDC_PROPERTY_SEED` (default random, printed).
  */
 import { describe, expect, it } from 'vitest';
-import { ENVELOPE_VERSION, type ChangeEvent } from '../../../lambda/core/shared/event.ts';
+import type { ChangeEvent } from '../../../lambda/core/shared/event.ts';
 import { makePosition } from '../../../lambda/core/shared/position.ts';
 import { mergeReplay, type ReplayRange } from '../../../lambda/core/rebuild/replay.ts';
 import { ReplayOrder, ReplayOrderError } from '../../../lambda/core/rebuild/replay-order.ts';
 import { seededRandom } from '../../../local/seeded-random.ts';
+import { replayEvent as event } from '../../helpers/replay-events.ts';
 
 const RUNS = Number(process.env.CDC_REPLAY_ORDER_RUNS ?? 1000);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
-
-function event(table: string, id: number, position: string, v: number): ChangeEvent {
-  return {
-    v: ENVELOPE_VERSION,
-    source: 'src',
-    table,
-    op: 'update',
-    key: { id },
-    after: { id, v },
-    before: null,
-    missing: [],
-    position,
-    commitTs: '2026-12-01T00:00:00.000Z',
-    txId: '1',
-    schemaVersion: 1,
-    capture: 'slot',
-    synthetic: false,
-  };
-}
 
 interface Obj {
   shard: string;
