@@ -14,6 +14,7 @@ import { ReplayOrderError } from '../../../lambda/core/rebuild/replay-order.ts';
 import type { TableBatch } from '../../../lambda/core/warehouse/warehouse-port.ts';
 import type { WarehouseTable } from '../../../lambda/core/warehouse/warehouse-sql.ts';
 import { MemoryControlPlane } from '../../helpers/memory-control-plane.ts';
+import { rng as seededRandom } from '../../helpers/rng.ts';
 
 export const SOURCE = 'shop';
 export const TABLE = 'public.items';
@@ -202,14 +203,8 @@ export async function controlWithTable(applied: Position): Promise<MemoryControl
   return cp;
 }
 
-/** mulberry32: a small seeded generator of integers below `n`. */
+/** A seeded generator of integers below `n`: the tests' mulberry32 (local/seeded-random.ts), its 32 bits taken modulo `n`. */
 export function lcg(seed: number): (n: number) => number {
-  let a = seed >>> 0;
-  return (n) => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) % n;
-  };
+  const next = seededRandom(seed);
+  return (n) => (next() * 4294967296) % n;
 }
