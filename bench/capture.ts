@@ -95,6 +95,8 @@ interface CaptureFigures {
   records: number;
   bytes: number;
   recordsPerSecond: number;
+  /** This process's CPU during the capture's read, every thread (the capture, V8's garbage collection and compiler). */
+  cpuMs: number;
   publisher: string;
   profile?: ProfileSummary;
 }
@@ -300,9 +302,11 @@ async function captureRead(
   counter: { records: number; bytes: number },
   profile: boolean,
   read: 'stream' | 'peek',
-): Promise<{ seconds: number; profile?: ProfileSummary }> {
+): Promise<{ seconds: number; cpuMs: number; profile?: ProfileSummary }> {
   const capture = newCapture(url, controlPlane, publish, read);
+  let cpuMs = 0;
   const run = async (): Promise<number> => {
+    const cpu0 = process.cpuUsage();
     const t0 = performance.now();
     const since = Date.now();
     await capture.start();
@@ -311,6 +315,8 @@ async function captureRead(
       await sleep(2);
     }
     const seconds = (performance.now() - t0) / 1000;
+    const cpu = process.cpuUsage(cpu0);
+    cpuMs = (cpu.user + cpu.system) / 1000;
     await capture.stop();
     return seconds;
   };
@@ -318,9 +324,10 @@ async function captureRead(
   counter.bytes = 0;
   if (profile) {
     const p = await cpuProfile(ROOT, run);
-    return { seconds: p.result, profile: p.profile };
+    return { seconds: p.result, cpuMs, profile: p.profile };
   }
-  return { seconds: await run() };
+  const seconds = await run();
+  return { seconds, cpuMs };
 }
 
 async function oneRun(
@@ -395,6 +402,7 @@ async function oneRun(
       records: counter.records,
       bytes: counter.bytes,
       recordsPerSecond: counter.records / cap.seconds,
+      cpuMs: cap.cpuMs,
       publisher,
       ...(cap.profile ? { profile: cap.profile } : {}),
     };
@@ -459,7 +467,7 @@ export async function runCaptureBench(): Promise<BenchResult> {
       results.push(r);
       say(
         `${r.order.join(', ')}: get_changes ${Math.round(r.reference.changesPerSecond)} changes/s (${r.reference.seconds.toFixed(2)} s); ` +
-          `capture (stream) ${Math.round(r.capture.recordsPerSecond)} records/s (${r.capture.seconds.toFixed(2)} s, ${r.capture.records} records); ` +
+          `capture (stream) ${Math.round(r.capture.recordsPerSecond)} records/s (${r.capture.seconds.toFixed(2)} s, ${r.capture.records} records, CPU ${Math.round(r.capture.cpuMs)} ms: ${((r.capture.cpuMs * 1000) / r.capture.records).toFixed(1)} µs per record); ` +
           `capture (peek) ${Math.round(r.peek!.recordsPerSecond)} records/s (${r.peek!.seconds.toFixed(2)} s, ${r.peek!.records} records); ` +
           `protocol floor ${Math.round(r.floor!.changesPerSecond)} changes/s (${r.floor!.seconds.toFixed(2)} s, ${r.floor!.messages} messages, ${(r.floor!.bytes / 1e6).toFixed(1)} MB of text; CPU: walsender ${r.floor!.walsenderCpuMs === null ? '?' : Math.round(r.floor!.walsenderCpuMs)} ms, this process ${Math.round(r.floor!.clientCpuMs)} ms), its parse alone ${Math.round(r.floor!.parse.changesPerSecond)} changes/s (${r.floor!.parse.seconds.toFixed(2)} s)`,
       );
@@ -494,7 +502,7 @@ export async function runCaptureBench(): Promise<BenchResult> {
     rec.add(rateRow('pg_logical_slot_get_changes alone (test_decoding, counted in SQL)', ref, 'changes/s', null, null));
     rec.add(
       rateRow('slot capture (stream, the default) → counting publisher', cap, 'records/s', ref, 'get_changes alone', {
-        note: `median of ${runs}, order rotated`,
+        note: `median of ${runs}, order rotated; this process's CPU during the read (median, every thread) ${median(results.map((r) => (r.capture.cpuMs * 1000) / r.capture.records)).toFixed(1)} µs per record`,
       }),
     );
     rec.add(

@@ -49,6 +49,12 @@ export interface DmsPrevious {
   recordId: number;
 }
 
+/**
+ * The fields of a row change a DMS record is written from: a slot record's, or the same fields of a
+ * change the capture writes without making its slot record (local/capture-transcode.ts).
+ */
+export type DmsSource = Pick<SlotRecord, 'xid' | 'commitLsn' | 'commitTs' | 'index' | 'table' | 'op' | 'columns' | 'oldKey' | 'unchanged' | 'capture'>;
+
 /** One DMS data record (the metadata in the order AWS documents it). */
 export interface DmsDataRecord {
   data: Row;
@@ -145,7 +151,7 @@ export function dmsRecordOf(r: SlotRecord, ctx: DmsRenderContext): DmsDataRecord
 }
 
 /** A change's DMS row images: the old key's row, and the data (a delete's is its old key with the table's other columns null). */
-function rowImages(r: SlotRecord, ctx: DmsRenderContext): { old: Row | null; data: Row } {
+function rowImages(r: DmsSource, ctx: DmsRenderContext): { old: Row | null; data: Row } {
   const old = r.oldKey === null ? null : rowOf(r.oldKey);
   if (r.op === 'delete') {
     const data: Row = { ...old! };
@@ -170,7 +176,7 @@ function streamPosition(lsn: string): string {
  * reused while consecutive records share them, with only the operation and the record id written
  * per record (docs/performance-log.md, "35. The slot capture's work per change").
  */
-export function dmsRecordText(r: SlotRecord, ctx: DmsRenderContext): string {
+export function dmsRecordText(r: DmsSource, ctx: DmsRenderContext): string {
   if (r.op !== 'insert' && r.op !== 'update' && r.op !== 'delete') {
     throw new InvalidRecordError('op', `DMS writes no change record for a ${r.op} (docs/local.md, "DMS records")`);
   }
@@ -197,7 +203,7 @@ const written = {
 };
 
 /** The metadata's text around the operation and the record id, as `JSON.stringify` writes `dmsRecordOf`'s metadata. */
-function metadataTexts(r: SlotRecord, ctx: DmsRenderContext): { head: string; middle: string; tail: string } {
+function metadataTexts(r: DmsSource, ctx: DmsRenderContext): { head: string; middle: string; tail: string } {
   const timestamp = dmsTimestamp(ctx.now);
   const table = ctx.table ?? r.table;
   const prevTx = ctx.previous?.transactionId ?? Number.NaN;
@@ -236,7 +242,7 @@ function sameNumber(a: number, b: number): boolean {
 }
 
 /** Whether DMS writes a change record for this slot record (not for a truncate, a snapshot row or a polled row). */
-export function dmsExpresses(r: SlotRecord): boolean {
+export function dmsExpresses(r: Pick<SlotRecord, 'op' | 'capture'>): boolean {
   return (r.op === 'insert' || r.op === 'update' || r.op === 'delete') && r.capture !== 'poll';
 }
 
