@@ -36,6 +36,8 @@
  * The capture (stream) is held against it: ≥ 0.7× (issue "Rehearse the deployment, not a
  * lookalike…", scope 5). Left out, with the reason printed, where pg_recvlogical is not found.
  */
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
@@ -95,6 +97,10 @@ interface CaptureFigures {
   records: number;
   bytes: number;
   recordsPerSecond: number;
+  /** This process's CPU during the capture's read, every thread (the capture, V8's garbage collection and compiler). */
+  cpuMs: number;
+  /** Of it, the main thread's (the capture's own work; the rest is V8's and libuv's threads); null where /proc is not readable. */
+  mainThreadCpuMs: number | null;
   publisher: string;
   profile?: ProfileSummary;
 }
@@ -300,9 +306,13 @@ async function captureRead(
   counter: { records: number; bytes: number },
   profile: boolean,
   read: 'stream' | 'peek',
-): Promise<{ seconds: number; profile?: ProfileSummary }> {
+): Promise<{ seconds: number; cpuMs: number; mainThreadCpuMs: number | null; profile?: ProfileSummary }> {
   const capture = newCapture(url, controlPlane, publish, read);
+  let cpuMs = 0;
+  let mainThreadCpuMs: number | null = null;
   const run = async (): Promise<number> => {
+    const main0 = mainThreadCpu();
+    const cpu0 = process.cpuUsage();
     const t0 = performance.now();
     const since = Date.now();
     await capture.start();
@@ -311,6 +321,10 @@ async function captureRead(
       await sleep(2);
     }
     const seconds = (performance.now() - t0) / 1000;
+    const cpu = process.cpuUsage(cpu0);
+    cpuMs = (cpu.user + cpu.system) / 1000;
+    const main1 = mainThreadCpu();
+    mainThreadCpuMs = main0 === null || main1 === null ? null : main1 - main0;
     await capture.stop();
     return seconds;
   };
@@ -318,10 +332,26 @@ async function captureRead(
   counter.bytes = 0;
   if (profile) {
     const p = await cpuProfile(ROOT, run);
-    return { seconds: p.result, profile: p.profile };
+    return { seconds: p.result, cpuMs, mainThreadCpuMs, profile: p.profile };
   }
-  return { seconds: await run() };
+  const seconds = await run();
+  return { seconds, cpuMs, mainThreadCpuMs };
 }
+
+/** This process's main thread's CPU so far (ms), from /proc; null where it is not readable. */
+function mainThreadCpu(): number | null {
+  try {
+    const stat = readFileSync(`/proc/self/task/${process.pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // utime and stime: fields 14 and 15 of the line, 12 and 13 after the command; in clock ticks.
+    ticksPerSecond ??= Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / ticksPerSecond;
+  } catch {
+    return null;
+  }
+}
+
+let ticksPerSecond: number | undefined;
 
 async function oneRun(
   pgc: PostgresCluster,
@@ -395,6 +425,8 @@ async function oneRun(
       records: counter.records,
       bytes: counter.bytes,
       recordsPerSecond: counter.records / cap.seconds,
+      cpuMs: cap.cpuMs,
+      mainThreadCpuMs: cap.mainThreadCpuMs,
       publisher,
       ...(cap.profile ? { profile: cap.profile } : {}),
     };
@@ -459,7 +491,7 @@ export async function runCaptureBench(): Promise<BenchResult> {
       results.push(r);
       say(
         `${r.order.join(', ')}: get_changes ${Math.round(r.reference.changesPerSecond)} changes/s (${r.reference.seconds.toFixed(2)} s); ` +
-          `capture (stream) ${Math.round(r.capture.recordsPerSecond)} records/s (${r.capture.seconds.toFixed(2)} s, ${r.capture.records} records); ` +
+          `capture (stream) ${Math.round(r.capture.recordsPerSecond)} records/s (${r.capture.seconds.toFixed(2)} s, ${r.capture.records} records, CPU ${Math.round(r.capture.cpuMs)} ms, of it the main thread ${r.capture.mainThreadCpuMs === null ? '?' : Math.round(r.capture.mainThreadCpuMs)} ms: ${((r.capture.cpuMs * 1000) / r.capture.records).toFixed(1)} µs per record); ` +
           `capture (peek) ${Math.round(r.peek!.recordsPerSecond)} records/s (${r.peek!.seconds.toFixed(2)} s, ${r.peek!.records} records); ` +
           `protocol floor ${Math.round(r.floor!.changesPerSecond)} changes/s (${r.floor!.seconds.toFixed(2)} s, ${r.floor!.messages} messages, ${(r.floor!.bytes / 1e6).toFixed(1)} MB of text; CPU: walsender ${r.floor!.walsenderCpuMs === null ? '?' : Math.round(r.floor!.walsenderCpuMs)} ms, this process ${Math.round(r.floor!.clientCpuMs)} ms), its parse alone ${Math.round(r.floor!.parse.changesPerSecond)} changes/s (${r.floor!.parse.seconds.toFixed(2)} s)`,
       );
@@ -494,7 +526,7 @@ export async function runCaptureBench(): Promise<BenchResult> {
     rec.add(rateRow('pg_logical_slot_get_changes alone (test_decoding, counted in SQL)', ref, 'changes/s', null, null));
     rec.add(
       rateRow('slot capture (stream, the default) → counting publisher', cap, 'records/s', ref, 'get_changes alone', {
-        note: `median of ${runs}, order rotated`,
+        note: `median of ${runs}, order rotated; this process's CPU during the read (median, every thread) ${median(results.map((r) => (r.capture.cpuMs * 1000) / r.capture.records)).toFixed(1)} µs per record`,
       }),
     );
     rec.add(

@@ -40,6 +40,6 @@ export function ruled(columns: SlotColumn[] | null, rules: ColumnRules, types: R
  * change (test_decoding prints no modifiers); otherwise the printed one (the column changed type
  * after this change was written, and the catalog no longer describes it).
  */
-function fullType(c: SlotColumn, catalog: CatalogType | undefined): string {
+export function fullType(c: SlotColumn, catalog: CatalogType | undefined): string {
   return catalog !== undefined && catalog.base === c.type ? catalog.full : c.type;
 }

@@ -26,8 +26,8 @@ import pg from 'pg';
 import { CdcError, HistoryGapError, InvalidRecordError } from '../lambda/core/shared/errors.ts';
 import { checkIdentity, checkSlotResume, recordAcked, type ContinuityContext } from './capture-continuity.ts';
 import { deadLetterChanges, refreshKeys, undecodable, type PoisonChange, type PoisonContext } from './capture-poison.ts';
-import { leavesOf, rawRecordsOf, toRoots, transactionsToRecords } from './capture-records.ts';
-import type { SlotRecord } from '../lambda/core/capture/slot-record.ts';
+import { leavesOf, toRoots } from './capture-records.ts';
+import { batchChanges, batchRawRecords } from './capture-transcode.ts';
 import type { DmsPrevious } from '../lambda/core/capture/dms-record.ts';
 import { publishCatalogTypes } from '../lambda/core/shared/catalog-types.ts';
 import type { DecodedTransaction } from '../lambda/core/capture/logical-text.ts';
@@ -527,7 +527,7 @@ export class SlotCapture {
 
   /** Publishes the catalog types of the batch's tables not published by this capture yet, and the partition tree when it changed. */
   private async publishCatalog(
-    records: readonly SlotRecord[],
+    records: readonly { table: string }[],
     types: ReadonlyMap<string, ReadonlyMap<string, CatalogType>>,
     tree: PartitionTree,
   ): Promise<void> {
@@ -651,14 +651,14 @@ export class SlotCapture {
     if (partial.length > 0 || tree !== this.partitionsSeen) await this.partitions.flush();
     this.partitionsSeen = tree;
     const poison: PoisonChange[] = [];
-    const records = transactionsToRecords(this.o.source, peek.transactions, this.o.tables, this.keys, types, (p) => poison.push(p), captured);
-    if (records.length > 0) {
+    const records = batchChanges(this.o.source, peek.transactions, this.o.tables, this.keys, types, (p) => poison.push(p), captured);
+    if (records.items.length > 0) {
       // What the normalizer reads DMS records with, as the snapshot worker publishes it on AWS: a table's catalog types and key, the partition tree.
-      await this.publishCatalog(records, types, tree);
+      await this.publishCatalog(records.items, types, tree);
       const shapes = new Map(this.shapes);
       const chain = { dms: this.lastDms };
       await this.o.publish(
-        rawRecordsOf(records, { types, leaves: leavesOf(decoded, peek.transactions), shapes, last: chain, tables: this.o.tables, taskId: this.taskId }),
+        batchRawRecords(records, { types, leaves: leavesOf(decoded, peek.transactions), shapes, last: chain, tables: this.o.tables, taskId: this.taskId }),
       );
       // Published: the next batch builds on them (a failed publish is read again, and writes its table definitions again).
       this.shapes = shapes;
@@ -675,7 +675,7 @@ export class SlotCapture {
       await ack(last.commitLsn);
       // Acknowledged now: the stats say so even if recording where the slot is fails next (a control-plane outage).
       this.stats.transactions += peek.transactions.length;
-      this.stats.records += records.length;
+      this.stats.records += records.items.length;
       this.stats.lastCommitLsn = last.commitLsn;
       this.stats.lastCommitTs = last.commitTs;
       await recordAcked(this.continuityContext(), last.commitLsn); // where the slot is now (local/capture-continuity.ts)

@@ -49,6 +49,12 @@ export interface DmsPrevious {
   recordId: number;
 }
 
+/**
+ * The fields of a row change a DMS record is written from: a slot record's, or the same fields of a
+ * change the capture writes without making its slot record (local/capture-transcode.ts).
+ */
+export type DmsSource = Pick<SlotRecord, 'xid' | 'commitLsn' | 'commitTs' | 'index' | 'table' | 'op' | 'columns' | 'oldKey' | 'unchanged' | 'capture'>;
+
 /** One DMS data record (the metadata in the order AWS documents it). */
 export interface DmsDataRecord {
   data: Row;
@@ -144,18 +150,23 @@ export function dmsRecordOf(r: SlotRecord, ctx: DmsRenderContext): DmsDataRecord
   return record;
 }
 
-/** A change's DMS row images: the old key's row, and the data (a delete's is its old key with the table's other columns null). */
-function rowImages(r: SlotRecord, ctx: DmsRenderContext): { old: Row | null; data: Row } {
-  const old = r.oldKey === null ? null : rowOf(r.oldKey);
+/** A change's DMS data row: a delete's is its old image with the table's other columns null; an unchanged TOAST value taken from the old image. */
+function dataRow(r: DmsSource, old: Row | null, ctx: DmsRenderContext): Row {
   if (r.op === 'delete') {
     const data: Row = { ...old! };
     for (const c of ctx.columns ?? []) if (!(c in data)) data[c] = null;
-    return { old, data };
+    return data;
   }
   const data = rowOf(r.columns!);
   // An unchanged TOAST value is the old one: under REPLICA IDENTITY FULL the old image holds it.
   for (const u of r.unchanged) if (old !== null && u in old) data[u] = old[u] as JsonValue;
-  return { old, data };
+  return data;
+}
+
+/** A change's DMS row images: the old key's row, and the data (`dataRow`). */
+function rowImages(r: DmsSource, ctx: DmsRenderContext): { old: Row | null; data: Row } {
+  const old = r.oldKey === null ? null : rowOf(r.oldKey);
+  return { old, data: dataRow(r, old, ctx) };
 }
 
 function streamPosition(lsn: string): string {
@@ -170,15 +181,27 @@ function streamPosition(lsn: string): string {
  * reused while consecutive records share them, with only the operation and the record id written
  * per record (docs/performance-log.md, "35. The slot capture's work per change").
  */
-export function dmsRecordText(r: SlotRecord, ctx: DmsRenderContext): string {
+export function dmsRecordText(r: DmsSource, ctx: DmsRenderContext): string {
   if (r.op !== 'insert' && r.op !== 'update' && r.op !== 'delete') {
     throw new InvalidRecordError('op', `DMS writes no change record for a ${r.op} (docs/local.md, "DMS records")`);
   }
   if (r.capture === 'poll') throw new InvalidRecordError('capture', 'a polled row is no DMS record (docs/polling.md)');
   const m = metadataTexts(r, ctx);
-  const { old, data } = rowImages(r, ctx);
-  const before = r.op === 'update' ? `,"${DMS_BEFORE_IMAGE_FIELD}":${JSON.stringify(old ?? {})}` : '';
-  return `{"data":${JSON.stringify(data)}${before},"metadata":${m.head}${r.op}${m.middle}${r.index}${m.tail}}`;
+  const old = r.oldKey === null ? null : rowOf(r.oldKey);
+  const data = JSON.stringify(dataRow(r, old, ctx));
+  // Few pieces joined per record: the text between the data and the record id is made once per operation while the metadata stays (docs/performance-log.md, "47. The slot capture: DMS records written from the parsed change").
+  const before = r.op !== 'update' ? '' : old === null ? NO_BEFORE_IMAGE : `,"${DMS_BEFORE_IMAGE_FIELD}":${JSON.stringify(old)}`;
+  return `{"data":${data}${before}${leadOf(m, r.op)}${r.index}${m.end}`;
+}
+
+/** An update's `before-image` when the source supplied no old image. */
+const NO_BEFORE_IMAGE = `,"${DMS_BEFORE_IMAGE_FIELD}":{}`;
+
+/** The text from after the data (and before image) to the record id: `,"metadata":{…"operation":"<op>",…"transaction-record-id":`. */
+function leadOf(m: typeof written, op: 'insert' | 'update' | 'delete'): string {
+  const lead = m.leads[op];
+  if (lead !== '') return lead;
+  return (m.leads[op] = `,"metadata":${m.head}${op}${m.middle}`);
 }
 
 /** The metadata texts of the last record written (`dmsRecordText`), with what they were made of. */
@@ -194,10 +217,14 @@ const written = {
   head: '',
   middle: '',
   tail: '',
+  /** `tail` and the record's closing brace. */
+  end: '',
+  /** Per operation, the text `leadOf` makes from `head` and `middle` ('' until made). */
+  leads: { insert: '', update: '', delete: '' },
 };
 
 /** The metadata's text around the operation and the record id, as `JSON.stringify` writes `dmsRecordOf`'s metadata. */
-function metadataTexts(r: SlotRecord, ctx: DmsRenderContext): { head: string; middle: string; tail: string } {
+function metadataTexts(r: DmsSource, ctx: DmsRenderContext): typeof written {
   const timestamp = dmsTimestamp(ctx.now);
   const table = ctx.table ?? r.table;
   const prevTx = ctx.previous?.transactionId ?? Number.NaN;
@@ -206,6 +233,7 @@ function metadataTexts(r: SlotRecord, ctx: DmsRenderContext): { head: string; mi
   if (timestamp !== w.timestamp) {
     w.timestamp = timestamp;
     w.head = `{"timestamp":${JSON.stringify(timestamp)},"record-type":"data","operation":"`;
+    clearLeads(w);
   }
   if (table !== w.table || r.xid !== w.xid) {
     const txId = Number(r.xid);
@@ -216,11 +244,13 @@ function metadataTexts(r: SlotRecord, ctx: DmsRenderContext): { head: string; mi
       `"transaction-id":${JSON.stringify(txId)},"transaction-record-id":`;
     w.table = table;
     w.xid = r.xid;
+    clearLeads(w);
   }
   const prev = ctx.previous !== null;
   if (r.commitTs !== w.commitTs || r.commitLsn !== w.commitLsn || prev !== w.prev || !sameNumber(prevTx, w.prevTx) || !sameNumber(prevRecord, w.prevRecord)) {
     const prevText = prev ? `,"prev-transaction-id":${JSON.stringify(prevTx)},"prev-transaction-record-id":${JSON.stringify(prevRecord)}` : '';
     w.tail = `${prevText},"commit-timestamp":${JSON.stringify(r.commitTs)},"stream-position":${JSON.stringify(streamPosition(dmsLsn(r.commitLsn)))}}`;
+    w.end = `${w.tail}}`;
     w.commitTs = r.commitTs;
     w.commitLsn = r.commitLsn;
     w.prev = prev;
@@ -230,13 +260,19 @@ function metadataTexts(r: SlotRecord, ctx: DmsRenderContext): { head: string; mi
   return w;
 }
 
+function clearLeads(w: typeof written): void {
+  w.leads.insert = '';
+  w.leads.update = '';
+  w.leads.delete = '';
+}
+
 /** Equal numbers, NaN equal to NaN (no previous record). */
 function sameNumber(a: number, b: number): boolean {
   return a === b || (Number.isNaN(a) && Number.isNaN(b));
 }
 
 /** Whether DMS writes a change record for this slot record (not for a truncate, a snapshot row or a polled row). */
-export function dmsExpresses(r: SlotRecord): boolean {
+export function dmsExpresses(r: Pick<SlotRecord, 'op' | 'capture'>): boolean {
   return (r.op === 'insert' || r.op === 'update' || r.op === 'delete') && r.capture !== 'poll';
 }
 

@@ -292,42 +292,97 @@ interface Tuple {
   unchangedTypes: Record<string, string>;
 }
 
+/**
+ * The columns of the tuple being read, reused from line to line: a tuple's array is copied from it
+ * at its exact length, and a tuple without unchanged values shares one empty `unchanged` list and
+ * makes no object for their types. Fewer and smaller objects kept per change, for the garbage
+ * collector to copy while a batch is built (docs/performance-log.md, "47. The slot capture: DMS
+ * records written from the parsed change").
+ */
+const scratch: SlotColumn[] = [];
+const NO_UNCHANGED: string[] = Object.freeze([]) as unknown as string[];
+const NO_UNCHANGED_TYPES: Record<string, string> = Object.freeze({}) as Record<string, string>;
+
 /** Reads ` name[type]:value` pairs until the end of the line or a section keyword (` new-tuple:`). */
 function tuple(c: Cursor, stopAt: string | null): Tuple {
-  const columns: SlotColumn[] = [];
-  const unchanged: string[] = [];
-  const unchangedTypes: Record<string, string> = {};
+  let n = 0;
+  let unchanged = NO_UNCHANGED;
+  let unchangedTypes = NO_UNCHANGED_TYPES;
   const text = c.text;
   while (c.pos < text.length) {
     if (stopAt !== null && text.startsWith(stopAt, c.pos)) break;
     c.expect(' ');
-    const slot = FIRST_COLUMN_SLOT + columns.length + unchanged.length;
+    const slot = FIRST_COLUMN_SLOT + n + unchanged.length;
     const name = c.identifier('column name', slot);
     c.expect('[');
     const type = typeName(c, slot);
     c.expect(']:');
     const first = text.charCodeAt(c.pos);
     if (first === 0x27 /* ' */) {
-      columns.push({ name, type, value: quoted(c) });
+      scratch[n++] = { name, type, value: quoted(c) };
     } else if (first === 0x42 /* B */ && text.charCodeAt(c.pos + 1) === 0x27) {
       c.pos++;
-      columns.push({ name, type, value: quoted(c) });
+      scratch[n++] = { name, type, value: quoted(c) };
     } else {
+      const int = INTEGER_TYPES.has(type) ? shortInteger(text, c.pos) : null;
+      if (int !== null) {
+        c.pos = int.end;
+        scratch[n++] = { name, type, value: int.value };
+        continue;
+      }
       const end = c.text.indexOf(' ', c.pos);
       const raw = c.text.slice(c.pos, end < 0 ? c.text.length : end);
       c.pos += raw.length;
       if (raw === '') c.fail(`missing value of column ${JSON.stringify(name)}`);
-      if (raw === 'null') columns.push({ name, type, value: null });
+      if (raw === 'null') scratch[n++] = { name, type, value: null };
       else if (raw === 'unchanged-toast-datum') {
+        if (unchanged === NO_UNCHANGED) {
+          unchanged = [];
+          unchangedTypes = {};
+        }
         unchanged.push(name);
         unchangedTypes[name] = type;
-      } else columns.push({ name, type, value: unquotedValue(c, raw, type) });
+      } else scratch[n++] = { name, type, value: unquotedValue(c, raw, type) };
     }
   }
-  return { columns, unchanged, unchangedTypes };
+  return { columns: scratch.slice(0, n), unchanged, unchangedTypes };
 }
 
-const OPERATION = /(INSERT|UPDATE|DELETE|TRUNCATE):/y;
+/** The types test_decoding prints as unquoted integers (`literalValue`'s integers). */
+const INTEGER_TYPES: ReadonlySet<string> = new Set(['smallint', 'integer', 'oid', 'bigint']);
+/** What `shortInteger` read: the value and where its text ends (reused: no object per value). */
+const readInteger = { value: 0, end: 0 };
+
+/**
+ * An integer of at most 15 digits (always a safe integer) at `pos`, ending at a space or the end of
+ * the line, read without its text; null for anything else, which the general path reads (and
+ * refuses as it did). Its value is `literalValue`'s: `Number` of the text, `-0` for `-0`.
+ */
+function shortInteger(text: string, pos: number): { value: number; end: number } | null {
+  let i = pos;
+  const negative = text.charCodeAt(i) === 0x2d; /* - */
+  if (negative) i++;
+  const start = i;
+  let v = 0;
+  for (; i < text.length; i++) {
+    const d = text.charCodeAt(i) - 0x30;
+    if (d < 0 || d > 9) break;
+    v = v * 10 + d;
+  }
+  const digits = i - start;
+  if (digits === 0 || digits > 15 || (i < text.length && text.charCodeAt(i) !== 0x20)) return null;
+  readInteger.value = negative ? -v : v;
+  readInteger.end = i;
+  return readInteger;
+}
+
+const OPERATIONS = ['INSERT', 'UPDATE', 'DELETE', 'TRUNCATE'] as const;
+
+/** The operation a change line names at `pos` (`INSERT:` …), read without a match object; null for none. */
+function operationAt(line: string, pos: number): (typeof OPERATIONS)[number] | null {
+  for (const op of OPERATIONS) if (line.startsWith(op, pos) && line.charCodeAt(pos + op.length) === 0x3a /* : */) return op;
+  return null;
+}
 const TX_RE = /^(BEGIN|COMMIT)(?: ([0-9]+))?(?: \(at (.+)\))?$/;
 const TS_RE = /^(\d{4,})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?([+-])(\d{2})(?::?(\d{2}))?(?::?(\d{2}))?( BC)?$/;
 
@@ -351,22 +406,22 @@ export function pgTimestampToIso(text: string): string {
 /** The last table a change named, and its `schema.table` (the same string for the next change of it). */
 const lastTable = { schema: '', name: '', table: '.' };
 
-function tableChange(schema: string, name: string, fields: Omit<TestDecodingChange, 'schema' | 'name' | 'table'>): TestDecodingChange {
+function tableChange(
+  schema: string,
+  name: string,
+  op: TestDecodingChange['op'],
+  columns: SlotColumn[] | null,
+  oldKey: SlotColumn[] | null,
+  unchanged: string[],
+  unchangedTypes?: Record<string, string>,
+): TestDecodingChange {
   if (schema !== lastTable.schema || name !== lastTable.name) {
     lastTable.schema = schema;
     lastTable.name = name;
     lastTable.table = `${schema}.${name}`;
   }
-  const change: TestDecodingChange = {
-    schema,
-    name,
-    table: lastTable.table,
-    op: fields.op,
-    columns: fields.columns,
-    oldKey: fields.oldKey,
-    unchanged: fields.unchanged,
-  };
-  if ('unchangedTypes' in fields) change.unchangedTypes = fields.unchangedTypes;
+  const change: TestDecodingChange = { schema, name, table: lastTable.table, op, columns, oldKey, unchanged };
+  if (unchangedTypes !== undefined) change.unchangedTypes = unchangedTypes;
   return change;
 }
 
@@ -414,34 +469,33 @@ export function parseTestDecodingLine(line: string): TestDecodingLine {
     tables.push(qualifiedName(c));
   }
   c.expect(': ');
-  OPERATION.lastIndex = c.pos;
-  const op = OPERATION.exec(line);
-  if (!op) c.fail('expected INSERT:, UPDATE:, DELETE: or TRUNCATE:');
-  c.pos += op[0].length;
-  if (op[1] === 'TRUNCATE') {
+  const op = operationAt(line, c.pos);
+  if (op === null) c.fail('expected INSERT:, UPDATE:, DELETE: or TRUNCATE:');
+  c.pos += op.length + 1;
+  if (op === 'TRUNCATE') {
     const flags = line.slice(c.pos);
     if (flags !== ' (no-flags)' && !/^( restart_seqs)?( cascade)?$/.test(flags)) c.fail('expected TRUNCATE flags');
     return {
       kind: 'truncate',
       restartSeqs: flags.includes(' restart_seqs'),
       cascade: flags.includes(' cascade'),
-      changes: tables.map((t) => tableChange(t.schema, t.name, { op: 'truncate', columns: null, oldKey: null, unchanged: [] })),
+      changes: tables.map((t) => tableChange(t.schema, t.name, 'truncate', null, null, NO_UNCHANGED)),
     };
   }
-  if (tables.length !== 1) c.fail(`${op[1]} names exactly one table`);
+  if (tables.length !== 1) c.fail(`${op} names exactly one table`);
   const { schema, name } = tables[0]!;
   const noData = c.startsWith(' (no-tuple-data)') && c.pos + ' (no-tuple-data)'.length === line.length;
-  switch (op[1]) {
+  switch (op) {
     case 'INSERT': {
       if (noData) c.fail('INSERT without tuple data');
       const t = tuple(c, null);
       if (t.unchanged.length > 0) c.fail('INSERT with an unchanged TOAST value');
-      return { kind: 'change', change: tableChange(schema, name, { op: 'insert', columns: t.columns, oldKey: null, unchanged: [] }) };
+      return { kind: 'change', change: tableChange(schema, name, 'insert', t.columns, null, NO_UNCHANGED) };
     }
     case 'DELETE': {
       // Without a replica identity only the fact of the delete is known; the slot record refuses it (no key).
       const old = noData ? null : tuple(c, null);
-      return { kind: 'change', change: tableChange(schema, name, { op: 'delete', columns: null, oldKey: old ? old.columns : null, unchanged: [] }) };
+      return { kind: 'change', change: tableChange(schema, name, 'delete', null, old ? old.columns : null, NO_UNCHANGED) };
     }
     default: {
       let oldKey: SlotColumn[] | null = null;
@@ -454,13 +508,7 @@ export function parseTestDecodingLine(line: string): TestDecodingLine {
       const t = tuple(c, null);
       return {
         kind: 'change',
-        change: tableChange(schema, name, {
-          op: 'update',
-          columns: t.columns,
-          oldKey,
-          unchanged: t.unchanged,
-          ...(t.unchanged.length > 0 ? { unchangedTypes: t.unchangedTypes } : {}),
-        }),
+        change: tableChange(schema, name, 'update', t.columns, oldKey, t.unchanged, t.unchanged.length > 0 ? t.unchangedTypes : undefined),
       };
     }
   }

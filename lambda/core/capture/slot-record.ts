@@ -114,7 +114,8 @@ export interface SlotRecord {
   capture?: 'poll';
 }
 
-const TABLE_ID = /^[^.]+\.[^.]+$/;
+/** A record's table: `schema.table`, neither part empty nor holding a dot. */
+export const TABLE_ID = /^[^.]+\.[^.]+$/;
 
 function isJsonValue(v: unknown): v is JsonValue {
   if (v === null || typeof v === 'string' || typeof v === 'boolean') return true;
