@@ -77,32 +77,37 @@ describe('KinesisTally', () => {
 });
 
 describe('standInCeiling', () => {
-  it("carries N changes in the pipeline's pattern: raw put and read once, change log put once and read once for both consumers (one shared read)", async () => {
-    const dir = mkdtempSync(path.join(os.tmpdir(), 'cdc-ceiling-test-'));
-    try {
-      const rec = (key: string, size: number) => ({ key, data: Buffer.alloc(size, 'x') });
-      const r = await standInCeiling({
-        path: path.join(dir, 'kinesis'),
-        streams: { raw: 'raw', changeLog: 'log' },
-        shards: { raw: 1, changeLog: 2 },
-        changes: 1200,
-        raw: Array.from({ length: 7 }, (_, i) => rec(`t/${i}`, 500)),
-        changeLog: Array.from({ length: 5 }, (_, i) => rec(`s/t/${i}`, 400)),
-        captureBatch: 500,
-        batchSize: 300,
-        archiveBatchSize: 600,
-        archiveWindowMs: 100,
-      });
-      expect(r.puts).toEqual({ raw: 1200, log: 1200 });
-      expect(r.reads.raw).toBe(1200);
-      expect(r.reads.log).toBe(1200);
-      expect(r.rawBytes).toBe(500);
-      expect(r.changeLogBytes).toBe(400);
-      expect(r.changesPerSecond).toBeCloseTo(1200 / r.seconds, 6);
-      expect(r.clientCpuMs).toBeGreaterThan(0);
-      if (process.platform === 'linux') expect(r.kinesaliteCpuMs).toBeGreaterThan(0);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
+  it.each([false, true])(
+    "carries N changes in the pipeline's pattern: raw put and read once, change log put once and read once for both consumers (one shared read); raw stream in a process of its own: %s",
+    async (perStream) => {
+      const dir = mkdtempSync(path.join(os.tmpdir(), 'cdc-ceiling-test-'));
+      try {
+        const rec = (key: string, size: number) => ({ key, data: Buffer.alloc(size, 'x') });
+        const r = await standInCeiling({
+          path: path.join(dir, 'kinesis'),
+          streams: { raw: 'raw', changeLog: 'log' },
+          shards: { raw: 1, changeLog: 2 },
+          changes: 1200,
+          raw: Array.from({ length: 7 }, (_, i) => rec(`t/${i}`, 500)),
+          changeLog: Array.from({ length: 5 }, (_, i) => rec(`s/t/${i}`, 400)),
+          captureBatch: 500,
+          batchSize: 300,
+          archiveBatchSize: 600,
+          archiveWindowMs: 100,
+          perStream,
+        });
+        expect(r.puts).toEqual({ raw: 1200, log: 1200 });
+        expect(r.reads.raw).toBe(1200);
+        expect(r.reads.log).toBe(1200);
+        expect(r.rawBytes).toBe(500);
+        expect(r.changeLogBytes).toBe(400);
+        expect(r.changesPerSecond).toBeCloseTo(1200 / r.seconds, 6);
+        expect(r.clientCpuMs).toBeGreaterThan(0);
+        expect(r.kinesaliteCpuMsPerProcess).toHaveLength(perStream ? 2 : 1);
+        if (process.platform === 'linux') for (const ms of r.kinesaliteCpuMsPerProcess) expect(ms).toBeGreaterThan(0);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  );
 });
