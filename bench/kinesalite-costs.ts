@@ -5,7 +5,13 @@
  * stream of one shard; requests go one at a time through the stack's client (`kinesisClient`).
  * Measured from /proc: kinesalite's CPU over each series, and this process's (the client side).
  *
- *     npx tsx bench/kinesalite-costs.ts [-- --records 10000 --bytes 600]
+ *     npx tsx bench/kinesalite-costs.ts [-- --records 10000 --bytes 600 --pattern-runs 3 --pattern-changes 10000]
+ *
+ * Then the pipeline's pattern (bench/lib/kinesis-ceiling.ts, `standInCeiling`: capture put, normalizer
+ * read and put, one shared change-log read; `cdc local`'s batch sizes) over records of the
+ * pipeline's sizes (586-byte raw, 427-byte change-log records), alternating both streams in one
+ * kinesalite and one kinesalite per stream, `--pattern-runs` pairs: kinesalite's CPU per change in
+ * each process, and the changes/s.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -23,6 +29,7 @@ import {
 } from '@aws-sdk/client-kinesis';
 import { kinesisClient } from '../lambda/adapters/aws-clients.ts';
 import { startKinesaliteProcess } from '../local/kinesis.ts';
+import { standInCeiling, type SampledRecord } from './lib/kinesis-ceiling.ts';
 import { processCpuMs } from './lib/profile.ts';
 import { numberArg, runIfMain, Recorder, sleep, type BenchResult } from './lib/report.ts';
 
@@ -133,7 +140,52 @@ export async function runKinesaliteCosts(): Promise<BenchResult> {
     );
   }
   rec.details.series = series;
+  rec.details.pattern = await patternPairs(numberArg('pattern-runs', 3), numberArg('pattern-changes', 10_000));
   return rec.finish();
+}
+
+/** Alternating runs of the pipeline's pattern with one kinesalite and with one per stream. */
+async function patternPairs(runs: number, changes: number): Promise<unknown[]> {
+  const records = (n: number, bytes: number, prefix: string): SampledRecord[] =>
+    Array.from({ length: n }, (_, i) => ({
+      key: `${prefix}/${i}`,
+      data: Buffer.from(
+        randomBytes(Math.ceil(bytes / 2))
+          .toString('hex')
+          .slice(0, bytes),
+      ),
+    }));
+  const raw = records(1000, 586, 'public.orders');
+  const changeLog = records(1000, 427, 'bench/public.orders');
+  const out: unknown[] = [];
+  for (let i = 0; i < runs; i++) {
+    for (const perStream of [false, true]) {
+      const dir = mkdtempSync(path.join(os.tmpdir(), 'cdc-bench-kcosts-'));
+      try {
+        const r = await standInCeiling({
+          path: path.join(dir, 'kinesis'),
+          streams: { raw: 'raw', changeLog: 'log' },
+          shards: { raw: 1, changeLog: 2 },
+          changes,
+          raw,
+          changeLog,
+          captureBatch: 5000,
+          batchSize: 1000,
+          archiveBatchSize: 2000,
+          archiveWindowMs: 2000,
+          perStream,
+        });
+        const perChange = r.kinesaliteCpuMsPerProcess.map((ms) => ((ms / changes) * 1000).toFixed(0));
+        process.stdout.write(
+          `[kinesalite-costs] pattern, ${perStream ? 'one kinesalite per stream' : 'one kinesalite       '}: ${Math.round(r.changesPerSecond)} changes/s; kinesalite ${((r.kinesaliteCpuMs / changes) * 1000).toFixed(0)} µs per change (${perChange.join(' + ')} µs: ${perStream ? "change log's + raw stream's" : 'both streams'}); clients ${((r.clientCpuMs / changes) * 1000).toFixed(0)} µs per change\n`,
+        );
+        out.push({ perStream, ...r });
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    }
+  }
+  return out;
 }
 
 runIfMain(import.meta.url, runKinesaliteCosts);
