@@ -111,7 +111,10 @@ export async function runE2eBench(): Promise<BenchResult> {
   const dynamoCalls = new Map<string, { calls: number; records: number; empty: number }>();
   stack.dynamo.middlewareStack.add(
     (next, context) => (args) => {
-      const kind = `DynamoDB ${String(context.commandName).replace(/Command$/, '')}`;
+      // The item's kind: the partition key up to its first '#' (the control table's layout).
+      const input = args.input as { Key?: { pk?: { S?: string } }; Item?: { pk?: { S?: string } }; ExpressionAttributeValues?: Record<string, { S?: string }> };
+      const pk = input.Key?.pk?.S ?? input.Item?.pk?.S ?? Object.values(input.ExpressionAttributeValues ?? {})[0]?.S ?? '';
+      const kind = `DynamoDB ${String(context.commandName).replace(/Command$/, '')} ${pk.split('#')[0]}`;
       const r = dynamoCalls.get(kind) ?? { calls: 0, records: 0, empty: 0 };
       dynamoCalls.set(kind, { calls: r.calls + 1, records: 0, empty: 0 });
       return next(args);

@@ -70,7 +70,7 @@ function labelOf(p: ProcInfo, named: ReadonlyMap<number, string>): string {
     return `PostgreSQL ${words.slice(0, 2).join(' ')}`;
   }
   if (/postgres/.test(p.comm)) return 'PostgreSQL postmaster';
-  if (/workload/.test(cmd)) return 'load generator (its process)';
+  if (cmd.includes('workload.ts')) return 'load generator (its process)';
   if (/kinesalite/i.test(cmd) || /CDC_KINESALITE/.test(cmd)) return 'kinesalite';
   return `other: ${p.comm}`;
 }
