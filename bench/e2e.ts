@@ -26,6 +26,12 @@
  * (everything else idle), kinesalite alone carries N changes of those records in the pipeline's
  * pattern (bench/lib/kinesis-ceiling.ts). Printed: the changes/s it can carry, as a ratio of the
  * source-alone rate of this run, and the share of a core kinesalite needs at the goal's rate.
+ * The ceiling runs kinesalite as the stack ran it: one process per stream, or one for both with
+ * `--one-kinesalite` (docs/local.md, "One kinesalite process per stream").
+ *
+ * For the reference and the fixed-rate load, the CPU of every process per 10,000 changes
+ * (bench/lib/cpu-table.ts) and, for the load, the Kinesis and DynamoDB requests per 10,000 changes
+ * by kind (docs/performance-log.md, "48. Where the end-to-end pipeline's CPU goes, and one kinesalite per stream").
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';

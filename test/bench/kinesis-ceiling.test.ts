@@ -2,7 +2,8 @@
  * The e2e bench's stand-in ceiling (bench/lib/kinesis-ceiling.ts): the tally counts every record
  * put and read per stream, also when two consumers read the same shard from the same position
  * (kinesalite can hand both the same iterator), and the ceiling run carries exactly the pattern it
- * says: N raw records put and read once, N change-log records put and read twice.
+ * says: N raw records put and read once, N change-log records put and read twice (one shared read
+ * of the change log), with both streams in one kinesalite and with one kinesalite per stream.
  */
 import { CreateStreamCommand, DescribeStreamSummaryCommand, GetRecordsCommand, GetShardIteratorCommand, PutRecordsCommand } from '@aws-sdk/client-kinesis';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -69,6 +70,11 @@ describe('KinesisTally', () => {
     expect(tally.reads.get('a')).toBe(20);
     expect(tally.reads.get('b') ?? 0).toBe(0);
     expect(tally.readsPerPut('a')).toBe(2);
+    // Requests per kind and stream: a GetRecords names its stream through the iterator it was given.
+    expect(tally.requests.get('PutRecords a')).toEqual({ calls: 2, records: 10, empty: 0 });
+    expect(tally.requests.get('PutRecords b')).toEqual({ calls: 1, records: 7, empty: 0 });
+    expect(tally.requests.get('GetRecords a')).toEqual({ calls: 8, records: 20, empty: 2 });
+    expect(tally.requests.get('GetShardIterator a')?.calls).toBe(1);
     // Only the records put while sampling, up to the cap.
     expect(tally.samples.get('a')?.map((s) => Buffer.from(s.data).toString())).toEqual(['record 5', 'record 6', 'record 7']);
     expect(tally.samples.get('b')).toBeUndefined();
