@@ -10,7 +10,7 @@
  * the same run: the same workload's commit rate on the source alone (unthrottled, no capture).
  * At the end source and warehouse are compared row by row (the same verdict `cdc local` prints).
  *
- *     npm run bench:e2e [-- --rate 1000 --seconds 60 --tx-size 10 --profile --search-seconds 30 --search-steps 0.1,0.2,0.3 --one-kinesalite]
+ *     npm run bench:e2e [-- --rate 1000 --seconds 60 --tx-size 10 --profile --search-seconds 30 --search-steps 0.1,0.2,0.3 --kinesalite-per-stream]
  *
  * After the fixed-rate run, a search for the highest sustained rate: steps at growing shares of
  * the source-alone rate (`--search-steps`, each `--search-seconds` long) until one fails (lag p99
@@ -26,8 +26,8 @@
  * (everything else idle), kinesalite alone carries N changes of those records in the pipeline's
  * pattern (bench/lib/kinesis-ceiling.ts). Printed: the changes/s it can carry, as a ratio of the
  * source-alone rate of this run, and the share of a core kinesalite needs at the goal's rate.
- * The ceiling runs kinesalite as the stack ran it: one process per stream, or one for both with
- * `--one-kinesalite` (docs/local.md, "One kinesalite process per stream").
+ * The ceiling runs kinesalite as the stack ran it: one process for both streams, or one per stream
+ * with `--kinesalite-per-stream` (docs/local.md, "One kinesalite process per stream").
  *
  * For the reference and the fixed-rate load, the CPU of every process per 10,000 changes
  * (bench/lib/cpu-table.ts) and, for the load, the Kinesis and DynamoDB requests per 10,000 changes
@@ -88,7 +88,7 @@ export async function runE2eBench(): Promise<BenchResult> {
     mix: '70 % updates, 20 % inserts, 10 % deletes',
     durability: 'fsync on (the embedded PostgreSQL defaults of cdc local)',
     pipeline:
-      "cdc local: one embedded PostgreSQL (source and warehouse databases), DynamoDB Local, kinesalite in its own process per stream (the stack's shards: raw stream 1, change log 2), pollers with batch size up to 1,000 (no window; the archive copier's 2,000 with a 2 s window)",
+      "cdc local: one embedded PostgreSQL (source and warehouse databases), DynamoDB Local, kinesalite in its own process (one per stream with --kinesalite-per-stream; the stack's shards: raw stream 1, change log 2), pollers with batch size up to 1,000 (no window; the archive copier's 2,000 with a 2 s window)",
   });
   const ceilingOn = argValue('no-stand-in-ceiling') === undefined;
   const ceilingChanges = numberArg('ceiling-changes', 30_000);
@@ -108,8 +108,8 @@ export async function runE2eBench(): Promise<BenchResult> {
   const stateDir = mkdtempSync(path.join(os.tmpdir(), 'cdc-bench-e2e-'));
   const say0 = (t: string): void => void process.stdout.write(`[e2e] ${t}\n`);
   say0(`starting the local stack in ${stateDir}`);
-  // `--one-kinesalite`: both streams in one kinesalite process, as before docs/local.md, "One kinesalite process per stream" (for A/B runs).
-  const stack = await startLocalStack({ stateDir, source: SOURCE, log: (l) => say0(l), rawStreamApart: argValue('one-kinesalite') === undefined });
+  // `--kinesalite-per-stream`: the raw stream in a kinesalite process of its own (docs/local.md, "One kinesalite process per stream"; for A/B runs).
+  const stack = await startLocalStack({ stateDir, source: SOURCE, log: (l) => say0(l), rawStreamApart: argValue('kinesalite-per-stream') !== undefined });
   // Every record put and read through the pipeline's client, per stream; the load's records kept for the ceiling.
   const tally = new KinesisTally(ceilingOn ? ceilingChanges : 0);
   tally.attach(stack.kinesis);

@@ -9,8 +9,8 @@
  *       state.json     what was created and where: PostgreSQL data folder, ports of the last run, stream names
  *       lock           pid of the run using the folder
  *       dynamodb/      DynamoDB Local's database file (control plane: checkpoints, tables, audit, dead letters)
- *       kinesis/       the change log's kinesalite's LevelDB (records not yet consumed survive a restart)
- *       kinesis-raw/   the raw stream's kinesalite's LevelDB (a process of its own; absent in folders of earlier versions, whose kinesis/ holds both streams)
+ *       kinesis/       kinesalite's LevelDB (records not yet consumed survive a restart); the change log's only with `rawStreamApart`
+ *       kinesis-raw/   with `rawStreamApart`: the raw stream's kinesalite's LevelDB (a process of its own)
  *       archive/       the change-log archive (Firehose layout)
  *       logs/          handler logs, EMF metrics, PostgreSQL log
  *
@@ -52,7 +52,7 @@ export interface LocalState {
   postgresDataDir: string | null;
   /** Whether the embedded PostgreSQL holds the source database (demo) or only the warehouse. */
   embeddedSource: boolean;
-  /** `kinesis`: the change log's kinesalite (both streams' in state folders of earlier versions); `kinesisRaw`: the raw stream's, when it has its own. */
+  /** `kinesis`: kinesalite (both streams', or the change log's only); `kinesisRaw`: the raw stream's, when it has its own. */
   ports: { postgres: number | null; dynamodb: number; kinesis: number; kinesisRaw?: number };
   /** Pids of child processes of the last run (to clean up after a run that was killed). */
   pids: { dynamodb: number | null };
@@ -84,7 +84,7 @@ export interface StackOptions {
    */
   rawShards?: number;
   changeLogShards?: number;
-  /** The raw stream in a kinesalite of its own, on a first run (docs/local.md, "One kinesalite process per stream"); a resumed folder keeps its layout. @default true */
+  /** The raw stream in a kinesalite of its own, on a first run (docs/local.md, "One kinesalite process per stream"); a resumed folder keeps its layout. @default false */
   rawStreamApart?: boolean;
   /** Names for the control table and the streams; by default each stack derives its own from a random stack id (docs/local.md, "Ports and names"). */
   names?: ChosenNames;
@@ -99,9 +99,9 @@ export interface LocalStack {
   readonly sourceUrl: string;
   readonly warehouseUrl: string;
   readonly dynamodb: DynamoDbLocal;
-  /** The change log's kinesalite (and the raw stream's too in a state folder of an earlier version). */
+  /** kinesalite: both streams', or the change log's only when the raw stream has its own. */
   readonly kinesalite: Kinesalite;
-  /** The raw stream's own kinesalite (docs/local.md, "One kinesalite process per stream"); null in a state folder of an earlier version. */
+  /** The raw stream's own kinesalite (`rawStreamApart`: docs/local.md, "One kinesalite process per stream"); null when both streams share one. */
   readonly kinesaliteRaw: Kinesalite | null;
   /** One client for both streams: requests for the raw stream go to its own kinesalite. */
   readonly kinesis: KinesisClient;
@@ -375,9 +375,9 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
       log(`kinesalite ready on port ${k.port} (${took()})`);
       return k;
     };
-    // The raw stream in a kinesalite of its own (its own core), unless the state folder is of a
-    // version that kept both streams in kinesis/ (docs/local.md, "One kinesalite process per stream").
-    const rawApart = previous ? previous.ports.kinesisRaw !== undefined : (options.rawStreamApart ?? true);
+    // The raw stream in a kinesalite of its own when asked on a first run; a resumed folder keeps
+    // the layout it has (docs/local.md, "One kinesalite process per stream").
+    const rawApart = previous ? previous.ports.kinesisRaw !== undefined : (options.rawStreamApart ?? false);
     const startKinRaw = async (): Promise<Kinesalite | null> => {
       if (!rawApart) return null;
       const k = await startKinesaliteProcess({ path: path.join(stateDir, 'kinesis-raw') });

@@ -1,12 +1,12 @@
 /**
  * One kinesalite process per stream (docs/local.md, "One kinesalite process per stream"): the
  * stack's one client sends each stream's requests to its own kinesalite (by stream name, and by
- * the iterators that stream's kinesalite gave out), every consumer reads what was put, a state
- * folder of an earlier version keeps its one process, and no kinesalite outlives its parent: not
- * after `stop()`, not after the parent is killed with SIGKILL.
+ * the iterators that stream's kinesalite gave out), every consumer reads what was put, a resumed
+ * state folder keeps the layout it has (one process or two, whatever is asked), and no kinesalite
+ * outlives its parent: not after `stop()`, not after the parent is killed with SIGKILL.
  */
 import { spawn } from 'node:child_process';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -123,11 +123,13 @@ describe('the local stack: the raw stream in a kinesalite of its own', () => {
     if (dir) await rm(dir, { recursive: true, force: true });
   }, 120_000);
 
-  const options = (name: string): Parameters<typeof startLocalStack>[0] => ({
+  /** A stack on the shared cluster's databases; `rawStreamApart` as given (null: not given, the default). */
+  const options = (name: string, rawStreamApart: boolean | null = true): Parameters<typeof startLocalStack>[0] => ({
     stateDir: path.join(dir, name),
     source: 'demo',
     sourceUrl: cluster.url('src'),
     warehouseUrl: cluster.url('dw'),
+    ...(rawStreamApart === null ? {} : { rawStreamApart }),
   });
 
   it('runs one kinesalite per stream, records it in state.json, keeps the records across a restart and stops both', async () => {
@@ -146,7 +148,8 @@ describe('the local stack: the raw stream in a kinesalite of its own', () => {
     await s.stop();
     for (const pid of pids) expect(alive(pid)).toBe(false);
 
-    const again = await startLocalStack(options('fresh'));
+    // Resumed without asking: the folder keeps its two processes.
+    const again = await startLocalStack(options('fresh', false));
     running.push(again);
     expect(again.kinesaliteRaw).not.toBeNull();
     expect(await readAll(again.kinesis, again.streams.raw)).toEqual(['a', 'b']);
@@ -155,22 +158,19 @@ describe('the local stack: the raw stream in a kinesalite of its own', () => {
     await again.stop();
   }, 120_000);
 
-  it('keeps one kinesalite for both streams in a state folder of an earlier version', async () => {
-    const first = await startLocalStack(options('earlier'));
+  it('runs one kinesalite for both streams by default, and a folder started so keeps it when per stream is asked', async () => {
+    const first = await startLocalStack(options('one', null));
     running.push(first);
+    expect(first.kinesaliteRaw).toBeNull();
+    expect(await streamsOn(first.kinesalite.endpoint)).toEqual([first.streams.changeLog, first.streams.raw].sort());
+    const state = JSON.parse(await readFile(path.join(dir, 'one', 'state.json'), 'utf8')) as LocalState;
+    expect(state.ports.kinesisRaw).toBeUndefined();
+    await put(first.kinesis, first.streams.raw, ['x']);
     running.splice(running.indexOf(first), 1);
     await first.stop();
-    // A state folder of an earlier version: no kinesisRaw port, both streams in kinesis/.
-    const file = path.join(dir, 'earlier', 'state.json');
-    const state = JSON.parse(await readFile(file, 'utf8')) as LocalState;
-    delete state.ports.kinesisRaw;
-    await writeFile(file, JSON.stringify(state));
-    await rm(path.join(dir, 'earlier', 'kinesis-raw'), { recursive: true, force: true });
-    const s = await startLocalStack(options('earlier'));
+    const s = await startLocalStack(options('one', true));
     running.push(s);
     expect(s.kinesaliteRaw).toBeNull();
-    expect(await streamsOn(s.kinesalite.endpoint)).toEqual([s.streams.changeLog, s.streams.raw].sort());
-    await put(s.kinesis, s.streams.raw, ['x']);
     expect(await readAll(s.kinesis, s.streams.raw)).toEqual(['x']);
     running.splice(running.indexOf(s), 1);
     await s.stop();
