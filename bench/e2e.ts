@@ -10,7 +10,7 @@
  * the same run: the same workload's commit rate on the source alone (unthrottled, no capture).
  * At the end source and warehouse are compared row by row (the same verdict `cdc local` prints).
  *
- *     npm run bench:e2e [-- --rate 1000 --seconds 60 --tx-size 10 --profile --search-seconds 30 --search-steps 0.1,0.2,0.3]
+ *     npm run bench:e2e [-- --rate 1000 --seconds 60 --tx-size 10 --profile --search-seconds 30 --search-steps 0.1,0.2,0.3 --kinesalite-per-stream]
  *
  * After the fixed-rate run, a search for the highest sustained rate: steps at growing shares of
  * the source-alone rate (`--search-steps`, each `--search-seconds` long) until one fails (lag p99
@@ -26,6 +26,12 @@
  * (everything else idle), kinesalite alone carries N changes of those records in the pipeline's
  * pattern (bench/lib/kinesis-ceiling.ts). Printed: the changes/s it can carry, as a ratio of the
  * source-alone rate of this run, and the share of a core kinesalite needs at the goal's rate.
+ * The ceiling runs kinesalite as the stack ran it: one process for both streams, or one per stream
+ * with `--kinesalite-per-stream` (docs/local.md, "One kinesalite process per stream").
+ *
+ * For the reference and the fixed-rate load, the CPU of every process per 10,000 changes
+ * (bench/lib/cpu-table.ts) and, for the load, the Kinesis and DynamoDB requests per 10,000 changes
+ * by kind (docs/performance-log.md, "48. Where the end-to-end pipeline's CPU goes, and one kinesalite per stream").
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -41,6 +47,7 @@ import { compareSourceAndWarehouse } from '../local/verdict.ts';
 import { cpuProfile, processCpuMs } from './lib/profile.ts';
 import { runWorkload } from './lib/workload.ts';
 import { exec, one } from './lib/pg.ts';
+import { cpuRows, cpuSnapshot, cpuTableText, type CpuSnapshot } from './lib/cpu-table.ts';
 import { KinesisTally, shardCount, standInCeiling, type CeilingResult, type SampledRecord } from './lib/kinesis-ceiling.ts';
 import { argValue, runIfMain, numberArg, percentile, rateRow, Recorder, sleep, timeRow, type BenchResult } from './lib/report.ts';
 
@@ -81,7 +88,7 @@ export async function runE2eBench(): Promise<BenchResult> {
     mix: '70 % updates, 20 % inserts, 10 % deletes',
     durability: 'fsync on (the embedded PostgreSQL defaults of cdc local)',
     pipeline:
-      "cdc local: one embedded PostgreSQL (source and warehouse databases), DynamoDB Local, kinesalite in its own process (the stack's shards: raw stream 1, change log 2), pollers with batch size up to 1,000 (no window; the archive copier's 2,000 with a 2 s window)",
+      "cdc local: one embedded PostgreSQL (source and warehouse databases), DynamoDB Local, kinesalite in its own process (one per stream with --kinesalite-per-stream; the stack's shards: raw stream 1, change log 2), pollers with batch size up to 1,000 (no window; the archive copier's 2,000 with a 2 s window)",
   });
   const ceilingOn = argValue('no-stand-in-ceiling') === undefined;
   const ceilingChanges = numberArg('ceiling-changes', 30_000);
@@ -96,15 +103,42 @@ export async function runE2eBench(): Promise<BenchResult> {
     shards: { raw: number; changeLog: number };
     raw: SampledRecord[];
     changeLog: SampledRecord[];
+    perStream: boolean;
   } | null = null;
   const stateDir = mkdtempSync(path.join(os.tmpdir(), 'cdc-bench-e2e-'));
   const say0 = (t: string): void => void process.stdout.write(`[e2e] ${t}\n`);
   say0(`starting the local stack in ${stateDir}`);
-  const stack = await startLocalStack({ stateDir, source: SOURCE, log: (l) => say0(l) });
+  // `--kinesalite-per-stream`: the raw stream in a kinesalite process of its own (docs/local.md, "One kinesalite process per stream"; for A/B runs).
+  const stack = await startLocalStack({ stateDir, source: SOURCE, log: (l) => say0(l), rawStreamApart: argValue('kinesalite-per-stream') !== undefined });
   // Every record put and read through the pipeline's client, per stream; the load's records kept for the ceiling.
   const tally = new KinesisTally(ceilingOn ? ceilingChanges : 0);
   tally.attach(stack.kinesis);
-  const kinesaliteCpu0 = stack.kinesalite.pid !== undefined ? processCpuMs(stack.kinesalite.pid) : null;
+  // Control-plane requests per kind (DynamoDB Local's share of the CPU table).
+  const dynamoCalls = new Map<string, { calls: number; records: number; empty: number }>();
+  stack.dynamo.middlewareStack.add(
+    (next, context) => (args) => {
+      // The item's kind: the partition key up to its first '#' (the control table's layout).
+      const input = args.input as { Key?: { pk?: { S?: string } }; Item?: { pk?: { S?: string } }; ExpressionAttributeValues?: Record<string, { S?: string }> };
+      const pk = input.Key?.pk?.S ?? input.Item?.pk?.S ?? Object.values(input.ExpressionAttributeValues ?? {})[0]?.S ?? '';
+      const kind = `DynamoDB ${String(context.commandName).replace(/Command$/, '')} ${pk.split('#')[0]}`;
+      const r = dynamoCalls.get(kind) ?? { calls: 0, records: 0, empty: 0 };
+      dynamoCalls.set(kind, { calls: r.calls + 1, records: 0, empty: 0 });
+      return next(args);
+    },
+    { step: 'initialize', name: 'benchDynamoCalls' },
+  );
+  // Both kinesalite processes (the raw stream's own, when the stack runs one: docs/local.md, "One kinesalite process per stream").
+  const kinesalites = [stack.kinesalite, ...(stack.kinesaliteRaw ? [stack.kinesaliteRaw] : [])];
+  const kinesaliteCpu = (): number | null => {
+    let t = 0;
+    for (const k of kinesalites) {
+      const ms = k.pid !== undefined ? processCpuMs(k.pid) : null;
+      if (ms === null) return null;
+      t += ms;
+    }
+    return t;
+  };
+  const kinesaliteCpu0 = kinesaliteCpu();
   const collector = new MetricsCollector();
   const captured = captureStdout(collector, { emfFile: stack.files.emf, logFile: stack.files.handlerLog });
   print = (t) => captured.write(t);
@@ -119,9 +153,17 @@ export async function runE2eBench(): Promise<BenchResult> {
     );
     await exec(stack.sourceUrl, 'VACUUM ANALYZE public.orders_ref');
     say(`reference: the workload alone on the source, unthrottled, ${refSeconds} s`);
+    const namedPids = new Map<number, string>();
+    if (stack.kinesalite.pid !== undefined)
+      namedPids.set(stack.kinesalite.pid, stack.kinesaliteRaw ? "kinesalite (the change log's)" : 'kinesalite (both streams)');
+    if (stack.kinesaliteRaw?.pid !== undefined) namedPids.set(stack.kinesaliteRaw.pid, "kinesalite (the raw stream's)");
+    const refCpu0 = cpuSnapshot(namedPids);
+    const refT0 = Date.now();
     const ref = await runWorkload({ url: stack.sourceUrl, table: 'public.orders_ref', rate: 0, txSize, seed: 7, initialIds: INITIAL_ROWS, seconds: refSeconds })
       .done;
     const sourceAlone = ref.changesPerSecond;
+    rec.details.cpuReference = cpuRows(refCpu0, cpuSnapshot(namedPids), ref.changes, Date.now() - refT0);
+    say(`CPU during the reference (${ref.changes} changes):\n${cpuTableText(rec.details.cpuReference as never).join('\n')}`);
     await exec(stack.sourceUrl, 'DROP TABLE public.orders_ref');
     say(
       `source alone: ${Math.round(sourceAlone)} changes/s (${Math.round(sourceAlone / txSize)} transactions/s), commit p50 ${ref.commitMs.p50.toFixed(2)} ms`,
@@ -178,7 +220,9 @@ export async function runE2eBench(): Promise<BenchResult> {
     };
     const t0 = Date.now();
     tally.sampling = true;
-    const kinesaliteCpuLoad0 = stack.kinesalite.pid !== undefined ? processCpuMs(stack.kinesalite.pid) : null;
+    const loadCpu0: CpuSnapshot = cpuSnapshot(namedPids);
+    const requests0 = new Map([...tally.requests, ...dynamoCalls]);
+    const kinesaliteCpuLoad0 = kinesaliteCpu();
     say(`load: ${rate} changes/s in transactions of ${txSize} for ${seconds} s`);
     const workload = runWorkload({ url: stack.sourceUrl, table: TABLE, rate, txSize, seed: 11, initialIds: INITIAL_ROWS, seconds });
     const p = pipeline;
@@ -192,7 +236,8 @@ export async function runE2eBench(): Promise<BenchResult> {
     clearInterval(progress);
     const t1 = Date.now();
     tally.sampling = false;
-    const kinesaliteCpuLoad1 = stack.kinesalite.pid !== undefined ? processCpuMs(stack.kinesalite.pid) : null;
+    reportLoadCpu(rec, cpuRows(loadCpu0, cpuSnapshot(namedPids), load.changes, t1 - t0), requests0, new Map([...tally.requests, ...dynamoCalls]), load.changes);
+    const kinesaliteCpuLoad1 = kinesaliteCpu();
     const committedRate = load.changesPerSecond;
 
     // Backlog when the load stops.
@@ -269,8 +314,7 @@ export async function runE2eBench(): Promise<BenchResult> {
       readsPerChangeLogRecord: tally.readsPerPut(changeLog),
       recordPassesPerChange: putsRaw === 0 ? 0 : (putsRaw + (tally.reads.get(raw) ?? 0) + putsLog + (tally.reads.get(changeLog) ?? 0)) / putsRaw,
       kinesaliteCpuMsDuringLoad: kinesaliteCpuLoad0 !== null && kinesaliteCpuLoad1 !== null ? kinesaliteCpuLoad1 - kinesaliteCpuLoad0 : null,
-      kinesaliteCpuMsWholeRun:
-        kinesaliteCpu0 !== null && stack.kinesalite.pid !== undefined ? (processCpuMs(stack.kinesalite.pid) ?? Number.NaN) - kinesaliteCpu0 : null,
+      kinesaliteCpuMsWholeRun: kinesaliteCpu0 !== null ? (kinesaliteCpu() ?? Number.NaN) - kinesaliteCpu0 : null,
     };
     rec.details.kinesisPasses = passes;
     say(
@@ -287,6 +331,7 @@ export async function runE2eBench(): Promise<BenchResult> {
         shards: { raw: await shardCount(stack.kinesis, raw), changeLog: await shardCount(stack.kinesis, changeLog) },
         raw: tally.samples.get(raw) ?? [],
         changeLog: tally.samples.get(changeLog) ?? [],
+        perStream: stack.kinesaliteRaw !== null,
       };
     }
     const p50 = percentile(lagDuring, 50);
@@ -336,7 +381,7 @@ export async function runE2eBench(): Promise<BenchResult> {
     let r: CeilingResult;
     try {
       say(
-        `stand-in ceiling: kinesalite alone (its own process, LevelDB; raw stream ${c.shards.raw} shard(s), change log ${c.shards.changeLog}), ${ceilingChanges} changes of the load's records (${c.raw.length} raw and ${c.changeLog.length} change-log records sampled), everything else stopped`,
+        `stand-in ceiling: kinesalite alone (${c.perStream ? 'a process per stream, as the stack ran it' : 'its own process'}, LevelDB; raw stream ${c.shards.raw} shard(s), change log ${c.shards.changeLog}), ${ceilingChanges} changes of the load's records (${c.raw.length} raw and ${c.changeLog.length} change-log records sampled), everything else stopped`,
       );
       r = await standInCeiling({
         path: path.join(dir, 'kinesis'),
@@ -345,6 +390,7 @@ export async function runE2eBench(): Promise<BenchResult> {
         changes: ceilingChanges,
         raw: c.raw,
         changeLog: c.changeLog,
+        perStream: c.perStream,
         ...c.settings,
       });
     } finally {
@@ -357,8 +403,9 @@ export async function runE2eBench(): Promise<BenchResult> {
     const share = r.changesPerSecond / c.sourceAlone;
     const coresAtGoal = (kinMsPerChange * goalRate) / 1000;
     const coresAtRate = (kinMsPerChange * c.rate) / 1000;
-    // kinesalite is one thread: with a whole core and perfect overlap it could not pass this many.
-    const cpuBound = 1000 / kinMsPerChange;
+    // Each kinesalite is one thread: with a whole core each and perfect overlap they could not pass
+    // this many (the busiest process sets it; with one process per stream, two cores).
+    const cpuBound = 1000 / (Math.max(...r.kinesaliteCpuMsPerProcess) / r.changes);
     const verdict =
       share < goalShare
         ? `kinesalite alone carries ${Math.round(r.changesPerSecond)} changes/s in this pattern = ${share.toFixed(2)}× the source alone: the e2e goal (≥ ${goalShare}×, ${Math.round(goalRate)} changes/s here) is UNREACHABLE on this machine with this stand-in whatever the pipeline does (short by ${(goalShare / share).toFixed(2)}×)`
@@ -373,7 +420,7 @@ export async function runE2eBench(): Promise<BenchResult> {
       `stand-in ceiling: at the goal's rate (${Math.round(goalRate)} changes/s) kinesalite needs ${(coresAtGoal * 100).toFixed(0)} % of a core, the clients ${((clientMsPerChange * goalRate) / 10).toFixed(0)} %; at this run's ${c.rate}/s ${(coresAtRate * 100).toFixed(0)} % of a core`,
     );
     say(
-      `stand-in ceiling: kinesalite's CPU alone bounds it at ${Math.round(cpuBound)} changes/s = ${(cpuBound / c.sourceAlone).toFixed(2)}× the source alone (one whole core, no waits)`,
+      `stand-in ceiling: kinesalite's CPU alone bounds it at ${Math.round(cpuBound)} changes/s = ${(cpuBound / c.sourceAlone).toFixed(2)}× the source alone (${r.kinesaliteCpuMsPerProcess.length > 1 ? `a whole core for each of its ${r.kinesaliteCpuMsPerProcess.length} processes: ${r.kinesaliteCpuMsPerProcess.map((ms) => `${((ms / r.changes) * 1000).toFixed(0)} µs`).join(' and ')} per change` : 'one whole core'}, no waits)`,
     );
     say(`verdict: ${verdict}`);
     rec.add(
@@ -391,11 +438,18 @@ export async function runE2eBench(): Promise<BenchResult> {
       ),
     );
     rec.add(
-      rateRow("ceiling: kinesalite's CPU per change, one whole core (1 ÷ its CPU time per change)", cpuBound, 'changes/s', c.sourceAlone, 'source alone', {
-        target: `≥ ${goalShare}× needed for the e2e goal`,
-        met: cpuBound >= goalRate,
-        note: "the hard bound of the single-threaded stand-in; the pattern row above is what it reached with the pipeline's batches and concurrency",
-      }),
+      rateRow(
+        "ceiling: kinesalite's CPU per change, a whole core per process (1 ÷ the busiest process's CPU time per change)",
+        cpuBound,
+        'changes/s',
+        c.sourceAlone,
+        'source alone',
+        {
+          target: `≥ ${goalShare}× needed for the e2e goal`,
+          met: cpuBound >= goalRate,
+          note: "the hard bound of the single-threaded stand-in; the pattern row above is what it reached with the pipeline's batches and concurrency",
+        },
+      ),
     );
     if (sustainedRate !== null)
       rec.add(
@@ -427,6 +481,34 @@ export async function runE2eBench(): Promise<BenchResult> {
     };
   }
   return rec.finish();
+}
+
+/** The CPU table and the Kinesis requests of the fixed-rate load, per 10,000 changes (docs/performance-log.md, "48. Where the end-to-end pipeline's CPU goes, and one kinesalite per stream"). */
+function reportLoadCpu(
+  rec: Recorder,
+  rows: ReturnType<typeof cpuRows>,
+  before: ReadonlyMap<string, { calls: number; records: number; empty: number }>,
+  after: ReadonlyMap<string, { calls: number; records: number; empty: number }>,
+  changes: number,
+): void {
+  const requests = [...after].map(([kind, a]) => {
+    const b = before.get(kind) ?? { calls: 0, records: 0, empty: 0 };
+    const calls = a.calls - b.calls;
+    const records = a.records - b.records;
+    return { kind, callsPer10k: (calls * 10_000) / Math.max(1, changes), recordsPerCall: calls === 0 ? 0 : records / calls, emptyCalls: a.empty - b.empty };
+  });
+  rec.details.cpuDuringLoad = rows;
+  rec.details.kinesisRequestsDuringLoad = requests;
+  say(`CPU during the load (${changes} changes):\n${cpuTableText(rows).join('\n')}`);
+  say(
+    `Kinesis and DynamoDB requests during the load, per 10,000 changes:\n${requests
+      .filter((r) => r.callsPer10k > 0)
+      .map(
+        (r) =>
+          `${r.kind.padEnd(60)} ${r.callsPer10k.toFixed(1).padStart(8)} calls, ${r.recordsPerCall.toFixed(1).padStart(7)} records per call, ${r.emptyCalls} empty`,
+      )
+      .join('\n')}`,
+  );
 }
 
 interface PatternSettings {

@@ -198,3 +198,46 @@ export class PutNotices {
     for (const listener of this.listeners.get(stream) ?? []) listener();
   }
 }
+
+/** Prefix of the shard iterators a routed stream's kinesalite gave out (`routeStream`). */
+const ROUTED_ITERATOR = 'cdc-local-routed:';
+
+/**
+ * Sends every request for `stream` on `client` to the kinesalite at `endpoint` instead of the
+ * client's own (docs/local.md, "One kinesalite process per stream"): one client for all streams,
+ * one process per stream. A request names its stream by `StreamName` or `StreamARN`; a GetRecords
+ * names none, so the shard iterators that stream's kinesalite gives out carry a prefix that sends
+ * their GetRecords there too (iterators are opaque to every consumer; the prefix is removed before
+ * the request leaves). Requests for any other stream go to the client's own endpoint.
+ */
+export function routeStream(client: KinesisClient, stream: string, endpoint: string): void {
+  const target = new URL(endpoint);
+  const routed = new WeakSet<object>();
+  client.middlewareStack.add(
+    (next, context) => async (args) => {
+      const input = args.input as { StreamName?: string; StreamARN?: string; ShardIterator?: string };
+      const byIterator = typeof input.ShardIterator === 'string' && input.ShardIterator.startsWith(ROUTED_ITERATOR);
+      if (!byIterator && input.StreamName !== stream && !input.StreamARN?.endsWith(`/${stream}`)) return next(args);
+      routed.add(context);
+      const sent = byIterator ? { ...args, input: { ...input, ShardIterator: input.ShardIterator!.slice(ROUTED_ITERATOR.length) } } : args;
+      const out = await next(sent);
+      const output = out.output as { ShardIterator?: string; NextShardIterator?: string };
+      if (output.ShardIterator) output.ShardIterator = ROUTED_ITERATOR + output.ShardIterator;
+      if (output.NextShardIterator) output.NextShardIterator = ROUTED_ITERATOR + output.NextShardIterator;
+      return out;
+    },
+    { step: 'initialize', priority: 'high', name: `cdcLocalRoute:${stream}` },
+  );
+  client.middlewareStack.add(
+    (next, context) => async (args) => {
+      if (routed.has(context)) {
+        const request = args.request as { hostname?: string; port?: number; headers?: Record<string, string> };
+        request.hostname = target.hostname;
+        request.port = Number(target.port);
+        if (request.headers?.host !== undefined) request.headers.host = target.host;
+      }
+      return next(args);
+    },
+    { step: 'finalizeRequest', priority: 'low', name: `cdcLocalRouteHost:${stream}` },
+  );
+}

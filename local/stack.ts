@@ -9,7 +9,8 @@
  *       state.json     what was created and where: PostgreSQL data folder, ports of the last run, stream names
  *       lock           pid of the run using the folder
  *       dynamodb/      DynamoDB Local's database file (control plane: checkpoints, tables, audit, dead letters)
- *       kinesis/       kinesalite's LevelDB (records not yet consumed survive a restart)
+ *       kinesis/       kinesalite's LevelDB (records not yet consumed survive a restart); the change log's only with `rawStreamApart`
+ *       kinesis-raw/   with `rawStreamApart`: the raw stream's kinesalite's LevelDB (a process of its own)
  *       archive/       the change-log archive (Firehose layout)
  *       logs/          handler logs, EMF metrics, PostgreSQL log
  *
@@ -31,7 +32,7 @@ import { DynamoDbControlPlane } from '../lambda/adapters/control-plane-dynamodb.
 import { createControlTable } from '../lambda/adapters/control-plane-dynamodb/control-table.ts';
 import { startPostgres, type PostgresCluster } from './postgres.ts';
 import { QUICK_START_JVM_OPTIONS, startDynamoDbLocal, type DynamoDbLocal } from './dynamodb.ts';
-import { PutNotices, startKinesaliteProcess, type Kinesalite } from './kinesis.ts';
+import { PutNotices, routeStream, startKinesaliteProcess, type Kinesalite } from './kinesis.ts';
 import type { Archive } from '../lambda/core/rebuild/archive.ts';
 import { archivePayloadStore, FolderArchive } from './archive.ts';
 import type { PayloadStore } from '../lambda/core/shared/payload-store.ts';
@@ -51,7 +52,8 @@ export interface LocalState {
   postgresDataDir: string | null;
   /** Whether the embedded PostgreSQL holds the source database (demo) or only the warehouse. */
   embeddedSource: boolean;
-  ports: { postgres: number | null; dynamodb: number; kinesis: number };
+  /** `kinesis`: kinesalite (both streams', or the change log's only); `kinesisRaw`: the raw stream's, when it has its own. */
+  ports: { postgres: number | null; dynamodb: number; kinesis: number; kinesisRaw?: number };
   /** Pids of child processes of the last run (to clean up after a run that was killed). */
   pids: { dynamodb: number | null };
   /** The stack's own names (local/stack-names.ts); the first two are absent in state folders of earlier versions. */
@@ -82,6 +84,8 @@ export interface StackOptions {
    */
   rawShards?: number;
   changeLogShards?: number;
+  /** The raw stream in a kinesalite of its own, on a first run (docs/local.md, "One kinesalite process per stream"); a resumed folder keeps its layout. @default false */
+  rawStreamApart?: boolean;
   /** Names for the control table and the streams; by default each stack derives its own from a random stack id (docs/local.md, "Ports and names"). */
   names?: ChosenNames;
   /** Progress lines while starting. */
@@ -95,7 +99,11 @@ export interface LocalStack {
   readonly sourceUrl: string;
   readonly warehouseUrl: string;
   readonly dynamodb: DynamoDbLocal;
+  /** kinesalite: both streams', or the change log's only when the raw stream has its own. */
   readonly kinesalite: Kinesalite;
+  /** The raw stream's own kinesalite (`rawStreamApart`: docs/local.md, "One kinesalite process per stream"); null when both streams share one. */
+  readonly kinesaliteRaw: Kinesalite | null;
+  /** One client for both streams: requests for the raw stream go to its own kinesalite. */
   readonly kinesis: KinesisClient;
   /** Notice of records put on a stream through `kinesis`, for the pollers' `watchPuts`. */
   readonly puts: PutNotices;
@@ -279,9 +287,10 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
   const stateFile = path.join(stateDir, 'state.json');
   // What started, stopped in this order whatever order they started in: the stream and the
   // control plane first, PostgreSQL last, then the lock (docs/local.md, "Stopping").
-  const started: Partial<Record<'kinesalite' | 'dynamodb' | 'postgres', () => Promise<void>>> = {};
+  const started: Partial<Record<'kinesaliteRaw' | 'kinesalite' | 'dynamodb' | 'postgres', () => Promise<void>>> = {};
   const stopAll = async (say: (line: string) => void = () => undefined): Promise<void> => {
     for (const [name, what] of [
+      ['kinesaliteRaw', "the raw stream's kinesalite"],
       ['kinesalite', 'kinesalite'],
       ['dynamodb', 'DynamoDB Local'],
       ['postgres', 'PostgreSQL (fast shutdown)'],
@@ -366,11 +375,24 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
       log(`kinesalite ready on port ${k.port} (${took()})`);
       return k;
     };
-    const [pgResult, ddbResult, kinResult] = await Promise.allSettled([startPg(), startDdb(), startKin()]);
-    for (const r of [pgResult, ddbResult, kinResult]) if (r.status === 'rejected') throw r.reason;
-    const postgres = (pgResult as PromiseFulfilledResult<PostgresCluster | null>).value;
-    const dynamodb = (ddbResult as PromiseFulfilledResult<DynamoDbLocal>).value;
-    const kinesalite = (kinResult as PromiseFulfilledResult<Kinesalite>).value;
+    // The raw stream in a kinesalite of its own when asked on a first run; a resumed folder keeps
+    // the layout it has (docs/local.md, "One kinesalite process per stream").
+    const rawApart = previous ? previous.ports.kinesisRaw !== undefined : (options.rawStreamApart ?? false);
+    const startKinRaw = async (): Promise<Kinesalite | null> => {
+      if (!rawApart) return null;
+      const k = await startKinesaliteProcess({ path: path.join(stateDir, 'kinesis-raw') });
+      started.kinesaliteRaw = () => k.stop();
+      log(`the raw stream's kinesalite ready on port ${k.port} (${took()})`);
+      return k;
+    };
+    const results = await Promise.allSettled([startPg(), startDdb(), startKin(), startKinRaw()]);
+    for (const r of results) if (r.status === 'rejected') throw r.reason;
+    const [postgres, dynamodb, kinesalite, kinesaliteRaw] = results.map((r) => (r as PromiseFulfilledResult<unknown>).value) as [
+      PostgresCluster | null,
+      DynamoDbLocal,
+      Kinesalite,
+      Kinesalite | null,
+    ];
 
     const streams = names.streams;
     const state: LocalState = {
@@ -378,7 +400,12 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
       createdAt: previous?.createdAt ?? new Date().toISOString(),
       postgresDataDir: dataDir,
       embeddedSource: !options.sourceUrl,
-      ports: { postgres: postgres?.port ?? null, dynamodb: dynamodb.port, kinesis: kinesalite.port },
+      ports: {
+        postgres: postgres?.port ?? null,
+        dynamodb: dynamodb.port,
+        kinesis: kinesalite.port,
+        ...(kinesaliteRaw ? { kinesisRaw: kinesaliteRaw.port } : {}),
+      },
       pids: { dynamodb: dynamodb.pid ?? null },
       ...(names.stackId !== null ? { stackId: names.stackId } : {}),
       controlTable: names.controlTable,
@@ -389,6 +416,7 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
     await fs.rename(`${stateFile}.tmp`, stateFile);
 
     const kinesis = kinesisClient(kinesalite.endpoint);
+    if (kinesaliteRaw) routeStream(kinesis, streams.raw, kinesaliteRaw.endpoint);
     const puts = new PutNotices();
     puts.attach(kinesis);
     const dynamo = dynamoDbClient(dynamodb.endpoint);
@@ -407,6 +435,7 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
       warehouseUrl: options.warehouseUrl ?? postgres!.url(WAREHOUSE_DATABASE),
       dynamodb,
       kinesalite,
+      kinesaliteRaw,
       kinesis,
       puts,
       dynamo,
@@ -434,6 +463,7 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
         signal(postgres?.pid, 'SIGINT'); // fast shutdown
         signal(dynamodb.pid, 'SIGTERM');
         signal(kinesalite.pid, 'SIGTERM');
+        signal(kinesaliteRaw?.pid, 'SIGTERM');
         releaseLockNow(stateDir);
       },
     };

@@ -23,7 +23,7 @@ import { CreateStreamCommand, DescribeStreamSummaryCommand, ListShardsCommand, t
 import { kinesisClient } from '../../lambda/adapters/aws-clients.ts';
 import { KinesisChangeLog } from '../../lambda/adapters/change-log-kinesis.ts';
 import { kinesisRawPublisher } from '../../local/raw-publisher.ts';
-import { PutNotices, startKinesaliteProcess } from '../../local/kinesis.ts';
+import { PutNotices, routeStream, startKinesaliteProcess } from '../../local/kinesis.ts';
 import { Poller } from '../../local/poller.ts';
 import { StreamFanout } from '../../local/fanout.ts';
 import { processCpuMs } from './profile.ts';
@@ -40,6 +40,8 @@ export class KinesisTally {
   readonly puts = new Map<string, number>();
   readonly reads = new Map<string, number>();
   readonly samples = new Map<string, SampledRecord[]>();
+  /** Requests per kind and stream ("GetRecords raw-stream-name"): calls, records carried, calls that carried none. */
+  readonly requests = new Map<string, { calls: number; records: number; empty: number }>();
   /** Keep the records put (up to `cap` per stream) while true. */
   sampling = false;
   private readonly iterators = new Map<string, string>();
@@ -52,6 +54,11 @@ export class KinesisTally {
         const out = await next(args);
         const input = args.input as { StreamName?: string; ShardIterator?: string; Records?: Array<{ PartitionKey?: string; Data?: Uint8Array }> };
         const output = out.output as { FailedRecordCount?: number; ShardIterator?: string; NextShardIterator?: string; Records?: unknown[] };
+        const onStream = input.StreamName ?? (input.ShardIterator ? this.iterators.get(input.ShardIterator) : undefined) ?? '?';
+        const carried = context.commandName === 'PutRecordsCommand' ? (input.Records?.length ?? 0) : (output.Records?.length ?? 0);
+        const kind = `${String(context.commandName).replace(/Command$/, '')} ${onStream}`;
+        const r = this.requests.get(kind) ?? { calls: 0, records: 0, empty: 0 };
+        this.requests.set(kind, { calls: r.calls + 1, records: r.records + carried, empty: r.empty + (carried === 0 ? 1 : 0) });
         switch (context.commandName) {
           case 'PutRecordsCommand': {
             const stream = input.StreamName ?? '?';
@@ -115,6 +122,8 @@ export interface CeilingOptions {
   batchSize: number;
   archiveBatchSize: number;
   archiveWindowMs: number;
+  /** The raw stream in a kinesalite process of its own, as `cdc local` runs it (docs/local.md, "One kinesalite process per stream"). */
+  perStream?: boolean;
 }
 
 export interface CeilingResult {
@@ -124,8 +133,10 @@ export interface CeilingResult {
   /** Records put and read per stream during the run (from the run's own tally). */
   puts: Record<string, number>;
   reads: Record<string, number>;
-  /** CPU of the kinesalite process and of this process (the clients and pollers) during the run, ms. */
+  /** CPU of the kinesalite processes (summed) and of this process (the clients and pollers) during the run, ms. */
   kinesaliteCpuMs: number;
+  /** CPU of each kinesalite process during the run, ms: the change log's (both streams' when not `perStream`), then the raw stream's. */
+  kinesaliteCpuMsPerProcess: number[];
   clientCpuMs: number;
   /** Mean bytes of the records carried. */
   rawBytes: number;
@@ -145,7 +156,16 @@ async function createStream(client: KinesisClient, name: string, shards: number)
 export async function standInCeiling(o: CeilingOptions): Promise<CeilingResult> {
   if (o.raw.length === 0 || o.changeLog.length === 0) throw new Error('no sampled records to carry');
   const kin = await startKinesaliteProcess({ path: o.path });
+  let kinRaw = null;
+  try {
+    if (o.perStream) kinRaw = await startKinesaliteProcess({ path: `${o.path}-raw` });
+  } catch (err) {
+    await kin.stop();
+    throw err;
+  }
+  const kins = kinRaw ? [kin, kinRaw] : [kin];
   const client = kinesisClient(kin.endpoint);
+  if (kinRaw) routeStream(client, o.streams.raw, kinRaw.endpoint);
   const puts = new PutNotices();
   puts.attach(client);
   const tally = new KinesisTally(0);
@@ -204,7 +224,7 @@ export async function standInCeiling(o: CeilingOptions): Promise<CeilingResult> 
     for (const p of pollers) await p.start();
     const publish = kinesisRawPublisher(client, o.streams.raw);
     const cpu0 = process.cpuUsage();
-    const k0 = kin.pid !== undefined ? processCpuMs(kin.pid) : null;
+    const k0 = kins.map((k) => (k.pid !== undefined ? processCpuMs(k.pid) : null));
     const t0 = performance.now();
     // The capture stand-in: its batches, one after the other.
     for (let i = 0; i < o.changes; i += o.captureBatch) {
@@ -223,7 +243,10 @@ export async function standInCeiling(o: CeilingOptions): Promise<CeilingResult> 
     }
     const seconds = (performance.now() - t0) / 1000;
     const cpu = process.cpuUsage(cpu0);
-    const k1 = kin.pid !== undefined ? processCpuMs(kin.pid) : null;
+    const perProcess = kins.map((k, i) => {
+      const k1 = k.pid !== undefined ? processCpuMs(k.pid) : null;
+      return k1 !== null && k0[i] != null ? k1 - k0[i] : Number.NaN;
+    });
     const mean = (rs: readonly SampledRecord[]): number => rs.reduce((a, r) => a + r.data.length, 0) / rs.length;
     return {
       changes: o.changes,
@@ -231,7 +254,8 @@ export async function standInCeiling(o: CeilingOptions): Promise<CeilingResult> 
       changesPerSecond: o.changes / seconds,
       puts: Object.fromEntries(tally.puts),
       reads: Object.fromEntries(tally.reads),
-      kinesaliteCpuMs: k0 !== null && k1 !== null ? k1 - k0 : Number.NaN,
+      kinesaliteCpuMs: perProcess.reduce((a, b) => a + b, 0),
+      kinesaliteCpuMsPerProcess: perProcess,
       clientCpuMs: (cpu.user + cpu.system) / 1000,
       rawBytes: mean(o.raw),
       changeLogBytes: mean(o.changeLog),
@@ -239,6 +263,6 @@ export async function standInCeiling(o: CeilingOptions): Promise<CeilingResult> 
   } finally {
     for (const p of pollers) await p.stop().catch(() => undefined);
     client.destroy();
-    await kin.stop();
+    for (const k of kins) await k.stop();
   }
 }

@@ -2,7 +2,8 @@
  * The e2e bench's stand-in ceiling (bench/lib/kinesis-ceiling.ts): the tally counts every record
  * put and read per stream, also when two consumers read the same shard from the same position
  * (kinesalite can hand both the same iterator), and the ceiling run carries exactly the pattern it
- * says: N raw records put and read once, N change-log records put and read twice.
+ * says: N raw records put and read once, N change-log records put and read twice (one shared read
+ * of the change log), with both streams in one kinesalite and with one kinesalite per stream.
  */
 import { CreateStreamCommand, DescribeStreamSummaryCommand, GetRecordsCommand, GetShardIteratorCommand, PutRecordsCommand } from '@aws-sdk/client-kinesis';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -69,6 +70,11 @@ describe('KinesisTally', () => {
     expect(tally.reads.get('a')).toBe(20);
     expect(tally.reads.get('b') ?? 0).toBe(0);
     expect(tally.readsPerPut('a')).toBe(2);
+    // Requests per kind and stream: a GetRecords names its stream through the iterator it was given.
+    expect(tally.requests.get('PutRecords a')).toEqual({ calls: 2, records: 10, empty: 0 });
+    expect(tally.requests.get('PutRecords b')).toEqual({ calls: 1, records: 7, empty: 0 });
+    expect(tally.requests.get('GetRecords a')).toEqual({ calls: 8, records: 20, empty: 2 });
+    expect(tally.requests.get('GetShardIterator a')?.calls).toBe(1);
     // Only the records put while sampling, up to the cap.
     expect(tally.samples.get('a')?.map((s) => Buffer.from(s.data).toString())).toEqual(['record 5', 'record 6', 'record 7']);
     expect(tally.samples.get('b')).toBeUndefined();
@@ -77,32 +83,37 @@ describe('KinesisTally', () => {
 });
 
 describe('standInCeiling', () => {
-  it("carries N changes in the pipeline's pattern: raw put and read once, change log put once and read once for both consumers (one shared read)", async () => {
-    const dir = mkdtempSync(path.join(os.tmpdir(), 'cdc-ceiling-test-'));
-    try {
-      const rec = (key: string, size: number) => ({ key, data: Buffer.alloc(size, 'x') });
-      const r = await standInCeiling({
-        path: path.join(dir, 'kinesis'),
-        streams: { raw: 'raw', changeLog: 'log' },
-        shards: { raw: 1, changeLog: 2 },
-        changes: 1200,
-        raw: Array.from({ length: 7 }, (_, i) => rec(`t/${i}`, 500)),
-        changeLog: Array.from({ length: 5 }, (_, i) => rec(`s/t/${i}`, 400)),
-        captureBatch: 500,
-        batchSize: 300,
-        archiveBatchSize: 600,
-        archiveWindowMs: 100,
-      });
-      expect(r.puts).toEqual({ raw: 1200, log: 1200 });
-      expect(r.reads.raw).toBe(1200);
-      expect(r.reads.log).toBe(1200);
-      expect(r.rawBytes).toBe(500);
-      expect(r.changeLogBytes).toBe(400);
-      expect(r.changesPerSecond).toBeCloseTo(1200 / r.seconds, 6);
-      expect(r.clientCpuMs).toBeGreaterThan(0);
-      if (process.platform === 'linux') expect(r.kinesaliteCpuMs).toBeGreaterThan(0);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
+  it.each([false, true])(
+    "carries N changes in the pipeline's pattern: raw put and read once, change log put once and read once for both consumers (one shared read); raw stream in a process of its own: %s",
+    async (perStream) => {
+      const dir = mkdtempSync(path.join(os.tmpdir(), 'cdc-ceiling-test-'));
+      try {
+        const rec = (key: string, size: number) => ({ key, data: Buffer.alloc(size, 'x') });
+        const r = await standInCeiling({
+          path: path.join(dir, 'kinesis'),
+          streams: { raw: 'raw', changeLog: 'log' },
+          shards: { raw: 1, changeLog: 2 },
+          changes: 1200,
+          raw: Array.from({ length: 7 }, (_, i) => rec(`t/${i}`, 500)),
+          changeLog: Array.from({ length: 5 }, (_, i) => rec(`s/t/${i}`, 400)),
+          captureBatch: 500,
+          batchSize: 300,
+          archiveBatchSize: 600,
+          archiveWindowMs: 100,
+          perStream,
+        });
+        expect(r.puts).toEqual({ raw: 1200, log: 1200 });
+        expect(r.reads.raw).toBe(1200);
+        expect(r.reads.log).toBe(1200);
+        expect(r.rawBytes).toBe(500);
+        expect(r.changeLogBytes).toBe(400);
+        expect(r.changesPerSecond).toBeCloseTo(1200 / r.seconds, 6);
+        expect(r.clientCpuMs).toBeGreaterThan(0);
+        expect(r.kinesaliteCpuMsPerProcess).toHaveLength(perStream ? 2 : 1);
+        if (process.platform === 'linux') for (const ms of r.kinesaliteCpuMsPerProcess) expect(ms).toBeGreaterThan(0);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  );
 });
