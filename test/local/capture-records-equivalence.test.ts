@@ -18,23 +18,8 @@ import { leavesOf, rawRecordsOf, toRoots, transactionsToRecords } from '../../lo
 import { formatLsn, StreamRow } from '../../local/stream-rows.ts';
 import { referenceRawRecordsOf } from '../helpers/capture-records-reference.ts';
 import { rng } from '../helpers/rng.ts';
+import { col, id, literal, pick, quoteIdent, type Column, type Rand, type Table } from '../helpers/test-decoding-workload.ts';
 
-type Rand = () => number;
-const pick = <T>(r: Rand, xs: readonly T[]): T => xs[Math.floor(r() * xs.length)]!;
-
-interface Column {
-  name: string;
-  type: string;
-  full: string;
-}
-interface Table {
-  schema: string;
-  name: string;
-  columns: Column[];
-  key: string[];
-}
-
-const col = (name: string, type: string, full = type): Column => ({ name, type, full });
 const ITEMS: Table = {
   schema: 'public',
   name: 'items',
@@ -61,31 +46,6 @@ const LEAVES: Table[] = [1, 2].map((i) => ({ ...PARTED, name: `parted_${i}` }));
 const OTHER: Table = { schema: 'public', name: 'other', columns: [col('id', 'integer')], key: ['id'] };
 const CAPTURED = [ITEMS, ODD, MULTI, PROTO, PARTED];
 const WRITTEN = [ITEMS, ODD, MULTI, PROTO, ...LEAVES, OTHER];
-const id = (t: Table): string => `${t.schema}.${t.name}`;
-
-function quoteIdent(name: string): string {
-  return /^[a-z_][a-z0-9_]*$/.test(name) ? name : `"${name.replace(/"/g, '""')}"`;
-}
-
-function literal(r: Rand, c: Column, isKey: boolean): string {
-  if (!isKey && r() < 0.1) return 'null';
-  switch (c.type) {
-    case 'integer':
-      return String(Math.floor(r() * 2000) - 1000);
-    case 'bigint':
-      return pick(r, ['1', '-42', '9007199254740993', '9007199254740991', String(Math.floor(r() * 1e6))]);
-    case 'numeric':
-      return pick(r, ['1.10', '-0.50', 'NaN', '12345.67']);
-    case 'double precision':
-      return pick(r, ['0.1', '-0', '1e-05', 'Infinity', '3.5']);
-    case 'boolean':
-      return pick(r, ['true', 'false']);
-    default: {
-      const body = pick(r, ['a', "it''s", 'multi\nline', 'ü€', '{"j":1}', '', 'x'.repeat(1 + Math.floor(r() * 300)), String(Math.floor(r() * 50))]);
-      return `'${body}'`;
-    }
-  }
-}
 
 function tuple(r: Rand, t: Table, cols: readonly Column[], toast: boolean): string {
   return cols
@@ -154,7 +114,7 @@ describe('the raw records of the slot capture', () => {
     ]);
     const keys = new Map(CAPTURED.map((t) => [id(t), t.key]));
     const types = new Map<string, Map<string, CatalogType>>(
-      CAPTURED.map((t) => [id(t), new Map(t.columns.map((c) => [c.name, { base: c.type, full: c.full }]))]),
+      CAPTURED.map((t) => [id(t), new Map(t.columns.map((c) => [c.name, { base: c.base, full: c.full }]))]),
     );
     const tree = partitionTree(
       LEAVES.map((l) => ({ partition: id(l), root: id(PARTED), leaf: true })),

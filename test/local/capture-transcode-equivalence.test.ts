@@ -25,25 +25,8 @@ import { batchChanges, batchRawRecords } from '../../local/capture-transcode.ts'
 import { formatLsn } from '../../local/stream-rows.ts';
 import { referenceRawRecordsOf } from '../helpers/capture-records-reference.ts';
 import { rng } from '../helpers/rng.ts';
+import { col, id, literal, pick, quoteIdent, type Column, type Rand, type Table } from '../helpers/test-decoding-workload.ts';
 
-type Rand = () => number;
-const pick = <T>(r: Rand, xs: readonly T[]): T => xs[Math.floor(r() * xs.length)]!;
-
-interface Column {
-  name: string;
-  type: string;
-  /** The catalog's type: its base and its full name (with modifier). */
-  base: string;
-  full: string;
-}
-interface Table {
-  schema: string;
-  name: string;
-  columns: Column[];
-  key: string[];
-}
-
-const col = (name: string, type: string, full = type, base = type): Column => ({ name, type, base, full });
 const ITEMS: Table = {
   schema: 'public',
   name: 'items',
@@ -87,31 +70,6 @@ const UNTYPED: Table = { schema: 'public', name: 'untyped', columns: [col('id', 
 const OTHER: Table = { schema: 'public', name: 'other', columns: [col('id', 'integer')], key: ['id'] };
 const CAPTURED = [ITEMS, PLAIN, ODD, QUIRK, MULTI, MULTI_PLAIN, PROTO, PARTED, KEYLESS, UNTYPED];
 const WRITTEN = [ITEMS, PLAIN, PLAIN, PLAIN, ODD, QUIRK, MULTI, MULTI_PLAIN, PROTO, ...LEAVES, KEYLESS, UNTYPED, OTHER];
-const id = (t: Table): string => `${t.schema}.${t.name}`;
-
-function quoteIdent(name: string): string {
-  return /^[a-z_][a-z0-9_]*$/.test(name) ? name : `"${name.replace(/"/g, '""')}"`;
-}
-
-function literal(r: Rand, c: Column, isKey: boolean): string {
-  if (!isKey && r() < 0.1) return 'null';
-  switch (c.type) {
-    case 'integer':
-      return String(Math.floor(r() * 2000) - 1000);
-    case 'bigint':
-      return pick(r, ['1', '-42', '9007199254740993', '9007199254740991', String(Math.floor(r() * 1e6))]);
-    case 'numeric':
-      return pick(r, ['1.10', '-0.50', 'NaN', '12345.67']);
-    case 'double precision':
-      return pick(r, ['0.1', '-0', '1e-05', 'Infinity', '3.5']);
-    case 'boolean':
-      return pick(r, ['true', 'false']);
-    default: {
-      const body = pick(r, ['a', "it''s", 'multi\nline', 'ü€', '{"j":1}', '', '\\"\t', 'x'.repeat(1 + Math.floor(r() * 300)), String(Math.floor(r() * 50))]);
-      return `'${body}'`;
-    }
-  }
-}
 
 function tuple(r: Rand, t: Table, cols: readonly Column[], toast: boolean): string {
   const printed = cols.map((c) => {
