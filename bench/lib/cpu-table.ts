@@ -6,7 +6,7 @@
  * end-to-end pipeline's CPU goes, and one kinesalite per stream").
  */
 import { readdirSync, readFileSync } from 'node:fs';
-import { execFileSync } from 'node:child_process';
+import { clockTicks } from './profile.ts';
 
 /** CPU ms per label at one moment. */
 export type CpuSnapshot = Map<string, number>;
@@ -20,16 +20,8 @@ interface ProcInfo {
   comm: string;
 }
 
-let ticks: number | null = null;
 function msPerTick(): number {
-  if (ticks === null) {
-    try {
-      ticks = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
-    } catch {
-      ticks = 100;
-    }
-  }
-  return 1000 / ticks;
+  return 1000 / clockTicks();
 }
 
 function readProc(dir: string): ProcInfo | null {

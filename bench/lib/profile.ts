@@ -310,7 +310,8 @@ export function clusterCpuMs(postmaster: number): number {
 }
 
 let ticks: number | null = null;
-function clockTicks(): number {
+/** The kernel's clock ticks per second (`getconf CLK_TCK`; 100 when it cannot be read): /proc's CPU times are in these. */
+export function clockTicks(): number {
   if (ticks === null) {
     try {
       ticks = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
