@@ -10,7 +10,7 @@
  */
 import type { Archive } from '../core/rebuild/archive.ts';
 import type { ChangeEvent } from '../core/shared/event.ts';
-import { stageEvent, type StagedRow } from '../core/warehouse/redshift-load.ts';
+import { stageEvent, type InheritedMarks, type StagedRow } from '../core/warehouse/redshift-load.ts';
 import {
   changelogColumns,
   copyManifestSql,
@@ -144,7 +144,12 @@ export class RedshiftLoader {
    * Queues a table's events for the next load. Events Redshift cannot take are in the receipt's
    * `refused` at once (dead letters); the rest resolve with the load id after its COMMIT.
    */
-  async submit(r: RedshiftTable, events: readonly ChangeEvent[], appliedAt: Date = (this.o.now ?? (() => new Date()))()): Promise<LoadReceipt> {
+  async submit(
+    r: RedshiftTable,
+    events: readonly ChangeEvent[],
+    appliedAt: Date = (this.o.now ?? (() => new Date()))(),
+    inherited?: InheritedMarks,
+  ): Promise<LoadReceipt> {
     const id = `${r.t.schema}.${r.t.view}`.toLowerCase();
     // The merges take every column the table has: a batch of an older schema version does not narrow them.
     const known = this.tables.get(id);
@@ -154,7 +159,7 @@ export class RedshiftLoader {
     const truncations: TruncationRow[] = [];
     const policyOf = (c: string): ValuePolicy => this.o.policyOf?.(r.t.tableId, c) ?? 'refuse-row';
     for (const e of events) {
-      const s = stageEvent(e, r.key, r.data, policyOf, appliedAt);
+      const s = stageEvent(e, r.key, r.data, policyOf, appliedAt, inherited?.get(e));
       if ('row' in s) rows.push(s.row);
       else if ('truncation' in s) truncations.push(s.truncation);
       else refused.push({ event: e, error: s.refused });

@@ -9,7 +9,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { ChangeEvent } from '../core/shared/event.ts';
-import { stageEvent, type PartOptions, type StagedRow } from '../core/warehouse/redshift-load.ts';
+import { stageEvent, type InheritedMarks, type LoadItem, type PartOptions, type StagedRow } from '../core/warehouse/redshift-load.ts';
 import { LoadRequestFailedError, requestVerdict, type RequestTable } from '../core/warehouse/redshift-requests.ts';
 import { existingTable, type CatalogColumn } from '../core/warehouse/redshift-catalog.ts';
 import { createTableSql, evolveSql, existingColumnsSql, type RedshiftTable, type TruncationRow } from '../core/warehouse/redshift-sql.ts';
@@ -88,8 +88,8 @@ export class RedshiftStagingSubmitter implements RedshiftLoadPort {
     return Promise.resolve({ tables: 0 });
   }
 
-  async submit(r: RedshiftTable, events: readonly ChangeEvent[], appliedAt: Date = new Date(this.now())): Promise<LoadReceipt> {
-    return (await this.submitMany([{ r, events }], appliedAt))[0]!;
+  async submit(r: RedshiftTable, events: readonly ChangeEvent[], appliedAt: Date = new Date(this.now()), inherited?: InheritedMarks): Promise<LoadReceipt> {
+    return (await this.submitMany([{ r, events, ...(inherited ? { inherited } : {}) }], appliedAt))[0]!;
   }
 
   /**
@@ -97,16 +97,16 @@ export class RedshiftStagingSubmitter implements RedshiftLoadPort {
    * (docs/warehouse-apply.md, "Redshift: the applier"). A request that fails throws
    * `LoadRequestFailedError`, naming the table whose COPY failed alone where one did.
    */
-  async submitMany(items: readonly { r: RedshiftTable; events: readonly ChangeEvent[] }[], appliedAt: Date = new Date(this.now())): Promise<LoadReceipt[]> {
+  async submitMany(items: readonly LoadItem[], appliedAt: Date = new Date(this.now())): Promise<LoadReceipt[]> {
     const requestId = `${this.now().toString(36)}-${randomUUID()}`;
     const receipts: LoadReceipt[] = [];
     const tables: RequestTable[] = [];
-    for (const [i, { r, events }] of items.entries()) {
+    for (const [i, { r, events, inherited }] of items.entries()) {
       const refused: LoadReceipt['refused'] = [];
       const rows: StagedRow[] = [];
       const truncations: TruncationRow[] = [];
       for (const e of events) {
-        const s = stageEvent(e, r.key, r.data, (c) => this.o.policyOf?.(r.t.tableId, c) ?? 'refuse-row', appliedAt);
+        const s = stageEvent(e, r.key, r.data, (c) => this.o.policyOf?.(r.t.tableId, c) ?? 'refuse-row', appliedAt, inherited?.get(e));
         if ('row' in s) rows.push(s.row);
         else if ('truncation' in s) truncations.push(s.truncation);
         else refused.push({ event: e, error: s.refused });

@@ -32,7 +32,14 @@ import type {
   Warehouse,
   WriteErrorKind,
 } from '../core/warehouse/warehouse-port.ts';
-import { KeyChangeIncompleteError, KeyChangePendingError, NotLoadableError, stageEvent } from '../core/warehouse/redshift-load.ts';
+import {
+  KeyChangeIncompleteError,
+  KeyChangePendingError,
+  NotLoadableError,
+  stageEvent,
+  type InheritedMarks,
+  type LoadItem,
+} from '../core/warehouse/redshift-load.ts';
 import { evolvedTable, needsEvolving } from '../core/warehouse/redshift-catalog.ts';
 import {
   currentRowsSql,
@@ -43,7 +50,14 @@ import {
   FoldedColumnError,
   type RedshiftTable,
 } from '../core/warehouse/redshift-sql.ts';
-import { redshiftColumn, redshiftText, RedshiftValueRefusedError, type RedshiftColumn, type ValuePolicy } from '../core/warehouse/redshift-types.ts';
+import {
+  redshiftColumn,
+  redshiftText,
+  RedshiftValueRefusedError,
+  unheldEntries,
+  type RedshiftColumn,
+  type ValuePolicy,
+} from '../core/warehouse/redshift-types.ts';
 import { warehouseTable } from '../core/warehouse/warehouse-sql.ts';
 import type { LoadReceipt } from './redshift-loader.ts';
 import { persistentTableErrorCode } from './warehouse-pg-errors.ts';
@@ -64,12 +78,13 @@ export interface RedshiftLoadPort {
   flush(): Promise<unknown>;
   /** A read on the warehouse after the loads this process queued before it. */
   read(text: string): Promise<Record<string, unknown>[]>;
-  submit(r: RedshiftTable, events: readonly ChangeEvent[], appliedAt?: Date): Promise<LoadReceipt>;
+  /** `inherited`: the markers of values the events took from the warehouse (`InheritedMarks`). */
+  submit(r: RedshiftTable, events: readonly ChangeEvent[], appliedAt?: Date, inherited?: InheritedMarks): Promise<LoadReceipt>;
   /**
    * The tables of one batch loaded together or not at all, where the loader can (the loader function's
    * one request per batch); it throws `LoadRequestFailedError` naming the failing table where one is known.
    */
-  submitMany?(items: readonly { r: RedshiftTable; events: readonly ChangeEvent[] }[], appliedAt?: Date): Promise<LoadReceipt[]>;
+  submitMany?(items: readonly LoadItem[], appliedAt?: Date): Promise<LoadReceipt[]>;
   /** Merges the tables with pending rows; `tables` is how many it merged (0 where another process merges). */
   merge(): Promise<{ tables: number }>;
 }
@@ -83,6 +98,8 @@ interface KeyChangeContext {
   images: Map<string, { row: Readonly<Record<string, JsonValue>>; whole: boolean } | null>;
   /** The batch's delete halves that hand columns over: `<old key>@<position>`. */
   deletes: Set<string>;
+  /** The markers each key's newest image in the batch took from the warehouse (`carried`), by key as staged text. */
+  marks: Map<string, ReadonlyMap<string, string>>;
 }
 
 /**
@@ -110,9 +127,26 @@ function stagedValues(columns: readonly RedshiftColumn[], row: Record<string, un
 }
 
 /** A table's batch ready for the loader. */
-interface Prepared {
-  r: RedshiftTable;
+interface Prepared extends LoadItem {
   events: ChangeEvent[];
+}
+
+/** A stored row's values, by column, with the markers of its NULLs that are values Redshift could not hold (`unheldEntries`). */
+interface StoredImage {
+  row: Readonly<Record<string, JsonValue>>;
+  marks: ReadonlyMap<string, string>;
+}
+
+const NO_MARKS: ReadonlyMap<string, string> = new Map();
+
+/** The markers of `columns` that `completed` took as NULL from a row with `marks`. */
+function carried(columns: readonly string[], completed: Readonly<Record<string, JsonValue>>, marks: ReadonlyMap<string, string>): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const c of columns) {
+    const m = marks.get(c);
+    if (m !== undefined && (completed[c] ?? null) === null) out.set(c, m);
+  }
+  return out;
 }
 
 /** The result of a table's events once the load carrying them has committed. */
@@ -207,9 +241,10 @@ export class RedshiftWarehouse implements Warehouse {
 
   /**
    * The batch's events as the loader takes them: partial updates and primary-key changes' inserts completed,
-   * primary-key deletes plain, truncates as they are (each ends the images of the batch before it).
+   * primary-key deletes plain, truncates as they are (each ends the images of the batch before it). A value taken
+   * from the warehouse where it is NULL with a marker keeps its marker (`inherited`).
    */
-  private async complete(r: RedshiftTable, events: readonly ChangeEvent[]): Promise<ChangeEvent[]> {
+  private async complete(r: RedshiftTable, events: readonly ChangeEvent[]): Promise<{ events: ChangeEvent[]; inherited: InheritedMarks }> {
     // By position; at one position a key change's insert half before its delete half, so the old key's image is still the batch's.
     const rank = (e: ChangeEvent): number => (e.op === 'delete' ? 1 : 0);
     const sorted = [...events].sort((a, b) => (a.position < b.position ? -1 : a.position > b.position ? 1 : rank(a) - rank(b)));
@@ -220,45 +255,58 @@ export class RedshiftWarehouse implements Warehouse {
       r,
       sorted.filter((e) => e.op === 'update' && e.missing.length > 0),
     );
-    const ctx: KeyChangeContext = { images: new Map(), deletes: new Set() };
+    const ctx: KeyChangeContext = { images: new Map(), deletes: new Set(), marks: new Map() };
     for (const e of sorted) if ((e.handover?.length ?? 0) > 0) ctx.deletes.add(`${JSON.stringify(keyText(r.key, table, e.key))}@${e.position}`);
     const out: ChangeEvent[] = [];
+    const inherited = new Map<ChangeEvent, string[]>();
     for (const e of sorted) {
       if (e.op === 'truncate') {
         // The rows before it are gone: nothing after it is completed from them.
         stored.clear();
         ctx.images.clear();
+        ctx.marks.clear();
         out.push(e);
         continue;
       }
       const k = JSON.stringify(keyText(r.key, table, e.key));
       let next = e;
+      let marks: ReadonlyMap<string, string> = NO_MARKS;
       if (e.missing.length > 0 && e.op === 'update') {
         // No live row underneath: the update is a full image, its absent columns NULL, as on PostgreSQL (lambda/core/sink/apply-plan.ts).
-        const base = stored.get(k) ?? {};
+        const base = stored.get(k) ?? { row: {}, marks: NO_MARKS };
         const after = { ...e.after };
-        for (const m of e.missing) after[m] = base[m] ?? null;
+        for (const m of e.missing) after[m] = base.row[m] ?? null;
         next = { ...e, after, missing: [] };
-      } else if (e.missing.length > 0) next = { ...e, after: { ...e.after, ...(await this.donor(r, e, ctx)) }, missing: [] };
-      else if ((e.handover?.length ?? 0) > 0) next = { ...e, handover: [] };
+        marks = carried(e.missing, after, base.marks);
+      } else if (e.missing.length > 0) {
+        const donated = await this.donor(r, e, ctx);
+        next = { ...e, after: { ...e.after, ...donated.row }, missing: [] };
+        marks = carried(e.missing, next.after!, donated.marks);
+      } else if ((e.handover?.length ?? 0) > 0) next = { ...e, handover: [] };
       const image = next.op === 'delete' ? null : (next.after ?? null);
       if (image === null) stored.delete(k);
-      else stored.set(k, image);
+      else stored.set(k, { row: image, marks });
       ctx.images.set(k, imageOf(ctx.images.get(k), e, image));
+      ctx.marks.set(k, marks);
+      if (marks.size > 0) inherited.set(next, [...marks.values()]);
       out.push(next);
     }
-    return out;
+    return { events: out, inherited };
   }
 
-  /** The view's rows of the keys of `updates` (partial updates), as staged text, by key: what they are completed with. */
-  private async viewRows(r: RedshiftTable, updates: readonly ChangeEvent[]): Promise<Map<string, Record<string, JsonValue>>> {
-    const stored = new Map<string, Record<string, JsonValue>>();
+  /** The view's rows of the keys of `updates` (partial updates), as staged text with their markers, by key: what they are completed with. */
+  private async viewRows(r: RedshiftTable, updates: readonly ChangeEvent[]): Promise<Map<string, StoredImage>> {
+    const stored = new Map<string, StoredImage>();
     if (updates.length === 0) return stored;
     const table = r.t.tableId;
     const keys = [...new Map(updates.map((e) => [JSON.stringify(keyText(r.key, table, e.key)), keyText(r.key, table, e.key)])).values()];
     for (const row of await this.o.loader.read(currentRowsSql(r, keys, r.data))) {
       const k = r.key.map((_, i) => row[`c${i}`] as string);
-      stored.set(JSON.stringify(k), stagedValues(r.data, row, r.key.length));
+      const marks = unheldEntries(
+        (row.unheld as string | null) ?? null,
+        r.data.map((c) => c.name),
+      );
+      stored.set(JSON.stringify(k), { row: stagedValues(r.data, row, r.key.length), marks });
     }
     return stored;
   }
@@ -269,7 +317,7 @@ export class RedshiftWarehouse implements Warehouse {
    * loaded event is there), once the old key's delete half is loaded or in this batch. Not loaded yet: delivered
    * again (`KeyChangePendingError`); no image (the old key had no row): `KeyChangeIncompleteError`.
    */
-  private async donor(r: RedshiftTable, e: ChangeEvent, ctx: KeyChangeContext): Promise<Record<string, JsonValue>> {
+  private async donor(r: RedshiftTable, e: ChangeEvent, ctx: KeyChangeContext): Promise<StoredImage> {
     const table = r.t.tableId;
     const before = e.before ?? {};
     const missingKey = r.key.find((c) => before[c.name] === undefined || before[c.name] === null);
@@ -282,7 +330,7 @@ export class RedshiftWarehouse implements Warehouse {
       Object.fromEntries(columns.map((c) => [c.name, image[c.name] ?? null]));
     const inBatch = ctx.images.get(id);
     if (inBatch === null) throw new KeyChangeIncompleteError(table, e.position, `its old key ${id} was deleted before it`);
-    if (inBatch?.whole) return pick(inBatch.row);
+    if (inBatch?.whole) return { row: pick(inBatch.row), marks: ctx.marks.get(id) ?? NO_MARKS };
     if (!ctx.deletes.has(`${id}@${e.position}`)) {
       const loaded = await this.o.loader.read(keyChangeDeleteSql(r, oldKey, e.position));
       if (Number(loaded[0]?.n ?? 0) === 0) throw new KeyChangePendingError(table, e.position, id);
@@ -291,12 +339,16 @@ export class RedshiftWarehouse implements Warehouse {
     if (row === undefined || row.op === 'delete') throw new KeyChangeIncompleteError(table, e.position, `its old key ${id} had no row before it`);
     // What the batch's partial updates of the old key delivered is newer than the changelog's row.
     const delivered = inBatch ? Object.fromEntries(columns.filter((c) => c.name in inBatch.row).map((c) => [c.name, inBatch.row[c.name]!])) : {};
-    return { ...stagedValues(columns, row, 0), ...delivered };
+    const marks = unheldEntries(
+      (row.unheld as string | null) ?? null,
+      columns.filter((c) => !(c.name in delivered)).map((c) => c.name),
+    );
+    return { row: { ...stagedValues(columns, row, 0), ...delivered }, marks };
   }
 
   async applyTable(batch: TableBatch): Promise<TableApplyResult> {
-    const { r, events } = await this.prepare(batch);
-    await this.o.loader.submit(r, events, batch.appliedAt);
+    const { r, events, inherited } = await this.prepare(batch);
+    await this.o.loader.submit(r, events, batch.appliedAt, inherited);
     return loaded(events);
   }
 
@@ -314,7 +366,7 @@ export class RedshiftWarehouse implements Warehouse {
     return Promise.all(
       prepared.map(async (p, n): Promise<TableOutcome> => {
         if ('error' in p) return p;
-        return this.o.loader.submit(p.r, p.events, batches[n]!.appliedAt).then(
+        return this.o.loader.submit(p.r, p.events, batches[n]!.appliedAt, p.inherited).then(
           () => ({ result: loaded(p.events) }),
           (error: unknown) => ({ error }),
         );
@@ -341,12 +393,12 @@ export class RedshiftWarehouse implements Warehouse {
   /** The table's events as the loader takes them, every value checked: one refused value fails the batch, the apply isolates it. */
   private async prepare(batch: TableBatch): Promise<Prepared> {
     const r = await this.tableOf(batch);
-    const events = await this.complete(r, batch.events);
+    const { events, inherited } = await this.complete(r, batch.events);
     for (const e of events) {
-      const s = stageEvent(e, r.key, r.data, this.policy(r.t.tableId), batch.appliedAt);
+      const s = stageEvent(e, r.key, r.data, this.policy(r.t.tableId), batch.appliedAt, inherited.get(e));
       if ('refused' in s) throw s.refused;
     }
-    return { r, events };
+    return { r, events, inherited };
   }
 
   /** Merges every registered table with pending rows (the loader merges them together, in one transaction). */

@@ -4,7 +4,8 @@
  * loads in one load (one transaction) or not at all; when such a request fails, the loader names
  * the table whose COPY fails alone, the applier holds that table (or isolates it) and delivers the
  * others again, and they load. DynamoDB Local, a folder as S3, the Redshift stand-in on PostgreSQL;
- * the loader invoked in-process, one invocation at a time.
+ * the loader invoked in-process, one invocation at a time. And a value held as NULL with a marker
+ * keeps its marker when a later partial update or a key change's insert half takes it.
  */
 import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -18,6 +19,7 @@ import type { ColumnDef } from '../../lambda/core/shared/control-plane.ts';
 import { ENVELOPE_VERSION, type ChangeEvent } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
 import { LEDGER_TABLE, rsQualified } from '../../lambda/core/warehouse/redshift-sql.ts';
+import { UNHELD_COLUMN, type ValuePolicy } from '../../lambda/core/warehouse/redshift-types.ts';
 import { warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { FolderArchive } from '../../local/archive.ts';
 import { type DynamoDbLocal } from '../../local/dynamodb.ts';
@@ -44,7 +46,7 @@ describe('a batch of several tables through the Redshift loader function', () =>
   beforeAll(() => void ([ddb, appl, load, pool, folder] = [f.ddb, f.clients[0]!, f.clients[1]!, f.pool, f.folder]));
 
   /** One sink: an applier over the staging submitter, the loader started by its requests; `copyFails` fails the COPY of a table's stage. */
-  async function sink(sinkId: string, copyFails: (sql: string) => boolean = () => false) {
+  async function sink(sinkId: string, copyFails: (sql: string) => boolean = () => false, policyOf?: (table: string, column: string) => ValuePolicy) {
     const store = new FolderArchive(folder);
     const requests = new DynamoDbLoadRequests(dynamoDbClient(ddb.endpoint), 'control', sinkId);
     let puts = 0;
@@ -83,10 +85,11 @@ describe('a batch of several tables through the Redshift loader function', () =>
       invokeLoader: async () => void (queue = queue.then(() => loader.invoke(30_000)).catch(() => undefined)),
       waitMs: 20_000,
       pollMs: 20,
+      ...(policyOf ? { policyOf } : {}),
     });
     const memory = new MemoryControlPlane();
     await registerTables(memory, sinkId, TABLES, COLUMNS);
-    const applier = quietApplier(memory, pool, new RedshiftWarehouse({ loader: submitter }));
+    const applier = quietApplier(memory, pool, new RedshiftWarehouse({ loader: submitter, ...(policyOf ? { policyOf } : {}) }));
     const records = (events: ChangeEvent[]): ChangeRecord[] =>
       events.map((e, i) => ({ sequenceNumber: String(1000 + i), origin: `s/shard-0/${1000 + i}`, text: JSON.stringify(e) }));
     const loads = async (): Promise<number> =>
@@ -100,7 +103,11 @@ describe('a batch of several tables through the Redshift loader function', () =>
       if (exists.rowCount === 0) return [];
       return (await load.query(`SELECT note FROM ${rsQualified(t.schema, t.view)} ORDER BY id`)).rows.map((r: { note: string }) => r.note);
     };
-    return { applier, memory, records, loads, notes, puts: () => puts };
+    const marked = async (table: string): Promise<{ id: string; note: string | null; unheld: string | null }[]> => {
+      const t = warehouseTable(sinkId, table);
+      return (await load.query(`SELECT id, note, ${UNHELD_COLUMN} AS unheld FROM ${rsQualified(t.schema, t.view)} ORDER BY id`)).rows;
+    };
+    return { applier, memory, records, loads, notes, marked, puts: () => puts };
   }
 
   const event = (source: string, table: string, id: number): ChangeEvent => ({
@@ -146,5 +153,40 @@ describe('a batch of several tables through the Redshift loader function', () =>
     expect(await s.loads()).toBe(1);
     expect(await s.notes('public.a')).toEqual(['public.a#1']);
     expect(await s.notes('public.c')).toEqual(['public.c#21']);
+  }, 120_000);
+
+  it('a value held as NULL with a marker keeps its marker when a partial update or a key change takes it from the warehouse', async () => {
+    const policy = (_t: string, c: string): ValuePolicy => (c === 'note' ? 'null-with-marker' : 'refuse-row');
+    const s = await sink('marks', () => false, policy);
+    const long = 'é'.repeat(32_768); // 65,536 bytes: over Redshift's VARCHAR, though 32,768 characters
+    const at = (e: ChangeEvent, n: number): ChangeEvent => ({ ...e, position: makePosition(BigInt(n) * 0x100n, 0), txId: String(n) });
+    const first = [
+      { ...event('marks', 'public.a', 1), after: { id: 1, note: long } },
+      { ...event('marks', 'public.a', 2), after: { id: 2, note: 'short' } },
+      { ...event('marks', 'public.a', 4), after: { id: 4, note: long } },
+    ];
+    expect((await s.applier.applyRecords(s.records(first))).failed).toEqual([]);
+    const marked = { note: null, unheld: 'note:too-long' };
+    expect(await s.marked('public.a')).toEqual([
+      { id: '1', ...marked },
+      { id: '2', note: 'short', unheld: null },
+      { id: '4', ...marked },
+    ]);
+    // A partial update of 1 (the note unchanged, not delivered), a partial update of 2, and the key change 4 -> 5 lacking the note.
+    const base = event('marks', 'public.a', 1);
+    const second: ChangeEvent[] = [
+      at({ ...base, op: 'update', key: { id: 1 }, after: { id: 1 }, missing: ['note'] }, 10),
+      at({ ...base, op: 'update', key: { id: 2 }, after: { id: 2 }, missing: ['note'] }, 11),
+      at({ ...base, op: 'delete', key: { id: 4 }, after: null, before: { id: 4 }, handover: ['note'] }, 12),
+      at({ ...base, op: 'insert', key: { id: 5 }, after: { id: 5 }, before: { id: 4 }, missing: ['note'] }, 12),
+    ];
+    // The halves one batch after the other (the delete's shard first), so the insert half reads the changelog.
+    expect((await s.applier.applyRecords(s.records(second.slice(0, 3)))).failed).toEqual([]);
+    expect((await s.applier.applyRecords(s.records(second.slice(3)))).failed).toEqual([]);
+    expect(await s.marked('public.a')).toEqual([
+      { id: '1', ...marked },
+      { id: '2', note: 'short', unheld: null },
+      { id: '5', ...marked },
+    ]);
   }, 120_000);
 });

@@ -10,7 +10,7 @@
 import { CdcError } from '../shared/errors.ts';
 import type { ChangeEvent } from '../shared/event.ts';
 import { csvBody } from './warehouse-sql.ts';
-import type { TruncationRow } from './redshift-sql.ts';
+import type { RedshiftTable, TruncationRow } from './redshift-sql.ts';
 import { REDSHIFT_MAX_ROW_BYTES, RedshiftValueRefusedError, stageValues, type RedshiftColumn, type ValuePolicy } from './redshift-types.ts';
 
 /** Redshift asks for objects of 1 MB to 1 GB compressed; a part is cut at this many bytes of CSV (about 2-8 MB compressed). */
@@ -63,9 +63,25 @@ export interface StagedRow {
 export type StagedEvent = { row: StagedRow } | { truncation: TruncationRow } | { refused: Error };
 
 /**
+ * The markers (`column:reason`) of the values a completed event took from the warehouse (a partial update's
+ * absent columns, a key change's insert half's missing ones) where the warehouse holds them as NULL with a
+ * marker: the event carries NULL, and its row carries the marker on (docs/warehouse-apply.md, "Redshift: types
+ * and values it cannot hold"). By event; an event without any is absent.
+ */
+export type InheritedMarks = ReadonlyMap<ChangeEvent, readonly string[]>;
+
+/** One table's events as a loader takes them. */
+export interface LoadItem {
+  r: RedshiftTable;
+  events: readonly ChangeEvent[];
+  inherited?: InheritedMarks;
+}
+
+/**
  * The changelog row of `e` (its fields after `_cdc_load`): platform columns, key, data. A value
  * Redshift cannot hold meets its column's policy (`stageValues`); a refusal is returned, not
- * thrown, so the rest of the table goes on.
+ * thrown, so the rest of the table goes on. `inherited` are the markers of values `e` took from
+ * the warehouse (`InheritedMarks`).
  */
 export function stageEvent(
   e: ChangeEvent,
@@ -73,6 +89,7 @@ export function stageEvent(
   data: readonly RedshiftColumn[],
   policyOf: (column: string) => ValuePolicy,
   appliedAt: Date,
+  inherited: readonly string[] = [],
 ): StagedEvent {
   if (!loadable(e)) return { refused: new NotLoadableError(e.table, e.position, `a ${e.op}${e.missing.length > 0 ? ` without ${e.missing.join(', ')}` : ''}`) };
   if (e.op === 'truncate')
@@ -81,6 +98,7 @@ export function stageEvent(
     const k = stageValues(e.table, key, e.key, policyOf);
     const d = e.op === 'delete' ? { values: data.map(() => null), unheld: null } : stageValues(e.table, data, e.after ?? {}, policyOf);
     const marks = [k.unheld, d.unheld].filter((x) => x !== null);
+    if (e.op !== 'delete') marks.push(...inherited);
     fitRow(e.table, data, d.values, marks, policyOf, e.key);
     const unheld = marks.join(',') || null;
     return {

@@ -524,14 +524,15 @@ function stagedTextOf(c: RedshiftColumn, alias: string): string {
 /**
  * The view's current values of `columns` for `keys` (key values as staged text), each as the text
  * a staged field holds: what an update that does not carry every column is completed with
- * (docs/warehouse-apply.md, "Redshift: the applier"). The key columns come back first, as text too.
+ * (docs/warehouse-apply.md, "Redshift: the applier"). The key columns come back first, as text too; `unheld` is
+ * the row's marker text (which of its NULLs are values Redshift could not hold).
  */
 export function currentRowsSql(r: RedshiftTable, keys: readonly (readonly string[])[], columns: readonly RedshiftColumn[]): string {
   if (keys.length === 0) throw new RangeError('currentRowsSql needs at least one key');
   const { t } = r;
   const match = keys.map((k) => `(${r.key.map((c, i) => `v.${rsIdent(c.name)} = CAST(${rsLiteral(k[i]!)} AS ${c.type})`).join(' AND ')})`).join(' OR ');
   const cols = [...r.key, ...columns].map((c, i) => `${stagedTextOf(c, 'v')} AS c${i}`);
-  return `SELECT ${cols.join(', ')} FROM ${rsQualified(t.schema, t.view)} v WHERE ${match}`;
+  return `SELECT ${cols.join(', ')}, v.${rsIdent(UNHELD_COLUMN)} AS unheld FROM ${rsQualified(t.schema, t.view)} v WHERE ${match}`;
 }
 
 /** `oldKey` (values as staged text) matched on the changelog's alias `c`. */
@@ -555,8 +556,8 @@ export function keyChangeDeleteSql(r: RedshiftTable, oldKey: readonly string[], 
 /**
  * The old key's image just before a primary-key change at `position`: its newest changelog row below it (the
  * changelog keeps every loaded event; the old key's row after a truncate was loaded before its delete half);
- * `op` says whether it is a delete (no image). The
- * values of `columns` come back as staged text (`c0`, `c1`, …), what the change's insert half is completed with.
+ * `op` says whether it is a delete (no image), `unheld` is its marker text. The values of `columns` come back as
+ * staged text (`c0`, `c1`, …), what the change's insert half is completed with.
  */
 export function keyChangeDonorSql(r: RedshiftTable, oldKey: readonly string[], position: string, columns: readonly RedshiftColumn[]): string {
   const pos = rsIdent(CdcColumn.POSITION);
@@ -567,5 +568,5 @@ export function keyChangeDonorSql(r: RedshiftTable, oldKey: readonly string[], p
     )} ORDER BY c.${pos} DESC, c.${rsIdent(LOAD_COLUMN)}) AS ${rsIdent(RANK)} ` +
     `FROM ${rsQualified(r.t.schema, r.t.changelog)} c WHERE ${keyLiterals(r, 'c', oldKey)} AND c.${pos} < ${rsLiteral(position)}`;
   const cols = columns.map((c, i) => `${stagedTextOf(c, 'h')} AS c${i}`);
-  return `SELECT ${[`h.${rsIdent(CdcColumn.OP)} AS op`, ...cols].join(', ')} FROM (${ranked}) h WHERE h.${rsIdent(RANK)} = 1`;
+  return `SELECT ${[`h.${rsIdent(CdcColumn.OP)} AS op`, `h.${rsIdent(UNHELD_COLUMN)} AS unheld`, ...cols].join(', ')} FROM (${ranked}) h WHERE h.${rsIdent(RANK)} = 1`;
 }

@@ -35,6 +35,9 @@ export type ValueKind = 'integer' | 'float' | 'numeric' | 'boolean' | 'date' | '
 /** Why a value cannot be held (the marker's words). */
 export type UnheldReason = 'too-long' | 'row-too-long' | 'nan' | 'infinity' | 'date-out-of-range' | 'numeric-overflow' | 'not-hex';
 
+/** Every reason a marker can name. */
+export const UNHELD_REASONS: readonly UnheldReason[] = ['too-long', 'row-too-long', 'nan', 'infinity', 'date-out-of-range', 'numeric-overflow', 'not-hex'];
+
 /** What happens to a value Redshift cannot hold. */
 export type ValuePolicy = 'refuse-row' | 'null-with-marker';
 export const VALUE_POLICIES: readonly ValuePolicy[] = ['refuse-row', 'null-with-marker'];
@@ -194,6 +197,24 @@ export function redshiftText(c: RedshiftColumn, table: string, v: JsonValue): { 
         : { text: t };
     }
   }
+}
+
+/**
+ * The entries (`col:reason`) of a stored row's marker text (`_cdc_unheld`) that name one of `columns`, by column:
+ * what a value taken from that row (a partial update's absent column, a key change's missing one) carries with
+ * its NULL. An entry is matched whole, so a column whose name holds `,` or `:` is found too.
+ */
+export function unheldEntries(text: string | null, columns: Iterable<string>): Map<string, string> {
+  const found = new Map<string, string>();
+  if (text === null || text === '') return found;
+  const all = `,${text},`;
+  for (const c of columns)
+    for (const reason of UNHELD_REASONS)
+      if (all.includes(`,${c}:${reason},`)) {
+        found.set(c, `${c}:${reason}`);
+        break;
+      }
+  return found;
 }
 
 /** One row's values as staged text, with the marker of what was not held. */
