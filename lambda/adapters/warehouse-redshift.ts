@@ -14,7 +14,9 @@
  *   as on PostgreSQL (docs/warehouse-apply.md): a newer image of the key (a snapshot's) wins by position;
  * - the insert half of a primary-key change that lacks columns is completed from its old key's image
  *   just before the change (the batch's, else the changelog's once the delete half is loaded), and
- *   the delete half is loaded as a plain delete (docs/primary-key-changes.md);
+ *   the delete half is loaded as a plain delete (docs/primary-key-changes.md); one whose old key's
+ *   delete half is not loaded yet is held (`holdBack`), and so is every later event of its key that
+ *   needs it: they go to the table's handover table with the batch, and the loader completes them;
  * - a truncate is loaded as it is (a row of the table's truncations, docs/truncate.md);
  * - every value is checked against its column (`stageEvent`): a value the column's policy refuses
  *   fails the batch as a refused value, so the apply isolates the event and dead-letters it.
@@ -34,6 +36,8 @@ import type {
 } from '../core/warehouse/warehouse-port.ts';
 import { KeyChangeIncompleteError, KeyChangePendingError, NotLoadableError, stageEvent } from '../core/warehouse/redshift-load.ts';
 import { evolvedTable, needsEvolving } from '../core/warehouse/redshift-catalog.ts';
+import { stageHeld, type Held } from '../core/warehouse/redshift-handover.ts';
+import { holdBack } from './redshift-hold.ts';
 import {
   currentRowsSql,
   keyChangeDeleteSql,
@@ -64,12 +68,13 @@ export interface RedshiftLoadPort {
   flush(): Promise<unknown>;
   /** A read on the warehouse after the loads this process queued before it. */
   read(text: string): Promise<Record<string, unknown>[]>;
-  submit(r: RedshiftTable, events: readonly ChangeEvent[], appliedAt?: Date): Promise<LoadReceipt>;
+  /** `held`: events for the table's handover table, in the same load (docs/primary-key-changes.md, "On Redshift"). */
+  submit(r: RedshiftTable, events: readonly ChangeEvent[], appliedAt?: Date, held?: readonly Held[]): Promise<LoadReceipt>;
   /**
    * The tables of one batch loaded together or not at all, where the loader can (the loader function's
    * one request per batch); it throws `LoadRequestFailedError` naming the failing table where one is known.
    */
-  submitMany?(items: readonly { r: RedshiftTable; events: readonly ChangeEvent[] }[], appliedAt?: Date): Promise<LoadReceipt[]>;
+  submitMany?(items: readonly { r: RedshiftTable; events: readonly ChangeEvent[]; held?: readonly Held[] }[], appliedAt?: Date): Promise<LoadReceipt[]>;
   /** Merges the tables with pending rows; `tables` is how many it merged (0 where another process merges). */
   merge(): Promise<{ tables: number }>;
 }
@@ -109,15 +114,18 @@ function stagedValues(columns: readonly RedshiftColumn[], row: Record<string, un
   return values;
 }
 
-/** A table's batch ready for the loader. */
+/** A table's batch ready for the loader: what it loads, and what it holds. */
 interface Prepared {
   r: RedshiftTable;
   events: ChangeEvent[];
+  held: Held[];
 }
 
-/** The result of a table's events once the load carrying them has committed. */
-function loaded(events: ChangeEvent[]): TableApplyResult {
-  return { plan: appendedPlan(events), committedAt: Date.now(), ddl: [], mode: 'append', pending: { rows: 0, since: null } };
+/** The result of a table's events once the load carrying them (and holding `held`) has committed. */
+function loaded(events: ChangeEvent[], held: readonly Held[] = []): TableApplyResult {
+  const all = appendedPlan([...events, ...held.map((h) => h.event)]);
+  const plan = { ...appendedPlan(events), held: held.map((h) => h.event), maxPosition: all.maxPosition };
+  return { plan, committedAt: Date.now(), ddl: [], mode: 'append', pending: { rows: 0, since: null } };
 }
 
 export interface RedshiftWarehouseOptions {
@@ -295,9 +303,9 @@ export class RedshiftWarehouse implements Warehouse {
   }
 
   async applyTable(batch: TableBatch): Promise<TableApplyResult> {
-    const { r, events } = await this.prepare(batch);
-    await this.o.loader.submit(r, events, batch.appliedAt);
-    return loaded(events);
+    const { r, events, held } = await this.prepare(batch);
+    await this.o.loader.submit(r, events, batch.appliedAt, held);
+    return loaded(events, held);
   }
 
   /**
@@ -314,8 +322,8 @@ export class RedshiftWarehouse implements Warehouse {
     return Promise.all(
       prepared.map(async (p, n): Promise<TableOutcome> => {
         if ('error' in p) return p;
-        return this.o.loader.submit(p.r, p.events, batches[n]!.appliedAt).then(
-          () => ({ result: loaded(p.events) }),
+        return this.o.loader.submit(p.r, p.events, batches[n]!.appliedAt, p.held).then(
+          () => ({ result: loaded(p.events, p.held) }),
           (error: unknown) => ({ error }),
         );
       }),
@@ -335,18 +343,28 @@ export class RedshiftWarehouse implements Warehouse {
       const culprit = err.failedTable;
       return prepared.map((p) => ('error' in p ? p : { error: requestTableId(p.r) === culprit ? err : new BatchPartnerFailedError(err.requestId, culprit) }));
     }
-    return prepared.map((p) => ('error' in p ? p : { result: loaded(p.events) }));
+    return prepared.map((p) => ('error' in p ? p : { result: loaded(p.events, p.held) }));
   }
 
   /** The table's events as the loader takes them, every value checked: one refused value fails the batch, the apply isolates it. */
   private async prepare(batch: TableBatch): Promise<Prepared> {
     const r = await this.tableOf(batch);
-    const events = await this.complete(r, batch.events);
+    const { pass, held } = await holdBack(
+      r,
+      batch.events,
+      (text) => this.o.loader.read(text),
+      (row) => keyText(r.key, r.t.tableId, row),
+    );
+    const events = await this.complete(r, pass);
     for (const e of events) {
       const s = stageEvent(e, r.key, r.data, this.policy(r.t.tableId), batch.appliedAt);
       if ('refused' in s) throw s.refused;
     }
-    return { r, events };
+    for (const h of held) {
+      const s = stageHeld(h.event, r.key, r.data, this.policy(r.t.tableId), batch.appliedAt, h.oldKey);
+      if ('refused' in s) throw s.refused;
+    }
+    return { r, events, held };
   }
 
   /** Merges every registered table with pending rows (the loader merges them together, in one transaction). */
