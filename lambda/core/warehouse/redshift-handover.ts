@@ -166,8 +166,10 @@ function markers(own: string | null, donor: string | null, taken: readonly strin
  * statements run (a completion may be the next one's donor). Repeated until nothing changes:
  * - at or below the newest truncate (`truncatedAt`): dropped (the rows were emptied);
  * - an event of a key with an earlier one still held waits for it;
- * - its own key's changelog has it already (a redelivered batch completed it) or a newer row: dropped (the
- *   position guard), unless a held insert half names it as its old key after it (its image is that one's donor);
+ * - its own key's changelog has it already (a redelivered batch completed it): dropped; its key's next row after it
+ *   is a full image: dropped (the position guard), unless a held insert half names it as its old key after it (its
+ *   image is that one's donor). A delete next keeps it: it may be a key change's delete half whose insert half,
+ *   still to come, takes its image;
  * - an insert half completes once its old key's delete half is in the changelog and nothing of the old key before
  *   it is held: from the old key's newest row below it; none, or a delete: dropped as incomplete (reconciliation
  *   finds the row; the caller logs it);
@@ -195,6 +197,13 @@ export function resolveHeld(held: readonly HeldRow[], rows: readonly KeyRow[], t
     for (const r of byKey.get(key) ?? []) if (r.position < at && (best === undefined || r.position > best.position)) best = r;
     return best;
   };
+  // The key's next row after `h` is a full image: every later image of the key, and every key change from it, is that one's.
+  // A delete next may be a key change's delete half whose insert half needs `h`'s image (it arrives later): `h` stays.
+  const overtaken = (h: HeldRow): boolean => {
+    let next: KeyRow | undefined;
+    for (const r of byKey.get(id(h.key)) ?? []) if (r.position > h.position && (next === undefined || r.position < next.position)) next = r;
+    return next !== undefined && next.op !== 'delete';
+  };
   const settle = (step: HeldStep): void => {
     steps.push(step);
     remaining = remaining.filter((x) => x !== step.row);
@@ -210,10 +219,7 @@ export function resolveHeld(held: readonly HeldRow[], rows: readonly KeyRow[], t
       if (h.position <= truncatedAt) settle({ kind: 'drop', row: h, why: 'truncated' });
       else if (remaining.some((o) => id(o.key) === k && o.position < h.position)) continue;
       else if ((byKey.get(k) ?? []).some((r) => r.position === h.position && r.op === h.op)) settle({ kind: 'drop', row: h, why: 'loaded' });
-      else if (
-        (byKey.get(k) ?? []).some((r) => r.position >= h.position) &&
-        !remaining.some((o) => o.oldKey !== null && id(o.oldKey) === k && o.position > h.position)
-      )
+      else if (overtaken(h) && !remaining.some((o) => o.oldKey !== null && id(o.oldKey) === k && o.position > h.position))
         settle({ kind: 'drop', row: h, why: 'overtaken' });
       else if (h.oldKey !== null) {
         const o = id(h.oldKey);

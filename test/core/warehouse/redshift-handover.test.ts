@@ -125,8 +125,11 @@ describe('resolveHeld: what the loader does with held events', () => {
     expect(resolveHeld([second, upd, first], [row(1, 1), row(7, 2, 'delete')], '').steps).toEqual([]);
   });
 
-  it('overtaken by a newer row of its key: dropped, unless a held insert half still needs its image', () => {
+  it('overtaken by a newer full image of its key: dropped, unless a held insert half still needs its image', () => {
     expect(fate(resolveHeld([held(5, 2, { oldKey: ['1'] })], [row(8, 2, 'update')], ''))).toEqual([`2@${at(5)}:overtaken`]);
+    // A delete next may be a key change's delete half whose insert half comes later: kept, then completed (below the delete).
+    expect(resolveHeld([held(5, 2, { oldKey: ['1'] })], [row(7, 2, 'delete'), row(8, 2, 'update')], '').steps).toEqual([]);
+    expect(fate(resolveHeld([held(5, 2, { oldKey: ['1'] })], [row(1, 1), row(5, 1, 'delete'), row(7, 2, 'delete')], ''))).toEqual([`2@${at(5)}<-1@${at(1)}`]);
     // The chain's delete half overtakes the first insert half, which the second still needs: both complete.
     const r = resolveHeld([held(5, 2, { oldKey: ['1'] }), held(7, 3, { oldKey: ['2'] })], [row(1, 1), row(5, 1, 'delete'), row(7, 2, 'delete')], '');
     expect(fate(r)).toEqual([`2@${at(5)}<-1@${at(1)}`, `3@${at(7)}<-2@${at(5)}`]);
