@@ -1,10 +1,8 @@
 /**
  * Primary-key changes held on Redshift (docs/primary-key-changes.md, "On Redshift"), through the Redshift stand-in on
- * embedded PostgreSQL with a folder as S3, on both ports: in one process (one `RedshiftLoader` behind every shard's
- * applier, as `cdc local --warehouse-engine redshift` runs it) and on the AWS path (a `RedshiftStagingSubmitter` per
- * shard, load requests in the control table on DynamoDB Local, the loader function `StagedRedshiftLoader` invoked
- * in-process). Each shard is an applier (`createWarehouseApplier`) fed the records its shard would carry; a key
- * change's insert half lacks the note (an unchanged 30 KB TOAST value).
+ * embedded PostgreSQL with a folder as S3, on both ports (test/helpers/redshift-shards.ts): in one process and on the
+ * AWS path. Each shard is an applier (`createWarehouseApplier`) fed the records its shard would carry; a key change's
+ * insert half lacks the note (an unchanged 30 KB TOAST value).
  *
  * - Two shards each holding the other's delete half behind its own waiting insert half (the order two sources on one
  *   change log, or a partial PutRecords re-send, make): both batches go through at the first delivery, and the view
@@ -15,35 +13,12 @@
  *   after it ran with its reply lost): the batch comes again, and the held event is loaded exactly once.
  */
 import { describe, expect, it } from 'vitest';
-import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
-import { DynamoDbLoadRequests } from '../../lambda/adapters/control-plane-dynamodb/load-requests.ts';
-import { RedshiftLoader, type RedshiftSession } from '../../lambda/adapters/redshift-loader.ts';
-import { StagedRedshiftLoader } from '../../lambda/adapters/redshift-staged-loader.ts';
-import { RedshiftStagingSubmitter } from '../../lambda/adapters/redshift-staging-submitter.ts';
-import { RedshiftWarehouse } from '../../lambda/adapters/warehouse-redshift.ts';
-import type { ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
-import type { ColumnDef, DeleteMode } from '../../lambda/core/shared/control-plane.ts';
 import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
-import { rsQualified } from '../../lambda/core/warehouse/redshift-sql.ts';
-import { warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
-import { FolderArchive } from '../../local/archive.ts';
-import { RedshiftStandIn } from '../../local/redshift-standin.ts';
-import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
-import { quietApplier, registerTables } from '../helpers/registered-applier.ts';
 import { useRedshiftFixture } from '../helpers/redshift-fixture.ts';
 import { redshiftProblems } from '../helpers/redshift-grammar.ts';
+import { shardedSinks, TABLE } from '../helpers/redshift-shards.ts';
 
-const TABLE = 'public.items';
-const BUCKET = 'staging';
-const ROLE = 'arn:aws:iam::123456789012:role/cdc-copy';
-const COLUMNS: ColumnDef[] = [
-  { name: 'id', type: 'integer', nullable: false },
-  { name: 'note', type: 'text', nullable: true },
-  { name: 'amount', type: 'numeric(10,2)', nullable: true },
-];
-/** How often a shard's records are delivered before the test calls it a redelivery loop. */
-const ROUNDS = 6;
 const SHARDS = 3;
 
 /** Event `n` (position n × 0x100, commit second n) of TABLE. */
@@ -76,165 +51,10 @@ function change(source: string, n: number, from: number, to: number): { del: Cha
 const note = (k: number): string => `toast${k}:${'x'.repeat(30_000)}`;
 const insert = (source: string, n: number, id: number): ChangeEvent => ev(source, n, 'insert', { id }, { id, note: note(id), amount: `${n}.00` });
 
-type ViewRows = Record<number, { note: string | null; amount: string | null }>;
-
-interface Sink {
-  /** Delivers `events` as one batch to shard `s`; the sequence numbers that failed (the shard delivers them again). */
-  deliver(s: number, events: readonly ChangeEvent[]): Promise<string[]>;
-  view(): Promise<ViewRows>;
-  /** Rows in the handover table. */
-  handover(): Promise<number>;
-  /** Changelog rows of `id` at `position`. */
-  loaded(id: number, position: string): Promise<number>;
-  statements: string[];
-  memory: MemoryControlPlane;
-  /** In one process: the loader's session fails the `n`th statement from now (after running it when `ran`), once. */
-  crashAt?: (n: number, ran: boolean) => { hit: () => boolean };
-}
-
 describe('primary-key changes held on Redshift (stand-in, DynamoDB Local)', () => {
   const f = useRedshiftFixture({ database: 'rsho', clients: 2 + SHARDS, dynamo: true, utc: true });
   let made = 0;
-
-  async function common(source: string, mode: DeleteMode): Promise<{ memory: MemoryControlPlane; store: FolderArchive; statements: string[] }> {
-    const memory = new MemoryControlPlane();
-    await registerTables(memory, source, [TABLE], COLUMNS, mode);
-    return { memory, store: new FolderArchive(f.folder), statements: [] };
-  }
-
-  function reads(source: string): Pick<Sink, 'view' | 'handover' | 'loaded'> {
-    const t = warehouseTable(source, TABLE);
-    const reader = f.clients[1]!;
-    return {
-      view: async () => {
-        const rows = (await reader.query(`SELECT id, note, amount FROM ${rsQualified(t.schema, t.view)} ORDER BY id`)).rows as {
-          id: string;
-          note: string | null;
-          amount: string | null;
-        }[];
-        return Object.fromEntries(rows.map((r) => [Number(r.id), { note: r.note, amount: r.amount }]));
-      },
-      handover: async () => Number((await reader.query(`SELECT COUNT(*) AS n FROM ${rsQualified(t.schema, t.handover)}`)).rows[0].n),
-      loaded: async (id, position) =>
-        Number(
-          (await reader.query(`SELECT COUNT(*) AS n FROM ${rsQualified(t.schema, t.changelog)} WHERE id = $1 AND _cdc_position = $2`, [id, position])).rows[0]
-            .n,
-        ),
-    };
-  }
-
-  /** In one process: every shard's applier over one writer and one loader (its cadence squeezed: it loads while a batch waits). */
-  async function inProcess(source: string, mode: DeleteMode): Promise<Sink> {
-    const { memory, store, statements } = await common(source, mode);
-    const standIn = new RedshiftStandIn({ client: f.clients[0]!, store, bucket: BUCKET });
-    let crash: { left: number; ran: boolean; hit: boolean } | null = null;
-    const session: RedshiftSession = {
-      query: async (q) => {
-        statements.push(q);
-        if (crash !== null && !crash.hit && --crash.left === 0) {
-          crash.hit = true;
-          if (crash.ran) await standIn.query(q);
-          throw new Error('injected: the loader session failed');
-        }
-        return standIn.query(q);
-      },
-    };
-    const loader = new RedshiftLoader({ session, store, bucket: BUCKET, prefix: `cdc/${source}/`, roleArn: ROLE, ledgerSchema: `${source}_loads` });
-    const writer = new RedshiftWarehouse({ loader });
-    const appliers = Array.from({ length: SHARDS }, () => quietApplier(memory, f.pool, writer));
-    let seq = 0;
-    return {
-      ...reads(source),
-      statements,
-      memory,
-      deliver: async (s, events) => {
-        const records: ChangeRecord[] = events.map((e) => ({ sequenceNumber: String(++seq), origin: `s/shard-${s}/${seq}`, text: JSON.stringify(e) }));
-        const pending = appliers[s]!.applyRecords(records);
-        let settled = false;
-        void pending.finally(() => (settled = true)).catch(() => undefined);
-        while (!settled) {
-          await loader.flush().catch(() => undefined);
-          await new Promise((r) => setTimeout(r, 2));
-        }
-        return (await pending).failed;
-      },
-      crashAt: (n, ran) => {
-        const c = { left: n, ran, hit: false };
-        crash = c;
-        return { hit: () => c.hit };
-      },
-    };
-  }
-
-  /** On AWS: a submitter per shard on its own session, the loader function invoked in-process (one invocation at a time). */
-  async function onAws(source: string, mode: DeleteMode): Promise<Sink> {
-    const { memory, store, statements } = await common(source, mode);
-    const sinkId = `sink_${source}`;
-    const requests = new DynamoDbLoadRequests(dynamoDbClient(f.ddb.endpoint), 'control', sinkId);
-    const loaderStandIn = new RedshiftStandIn({ client: f.clients[0]!, store, bucket: BUCKET });
-    let queue: Promise<unknown> = Promise.resolve();
-    const invoke = (): Promise<unknown> =>
-      (queue = queue.then(() =>
-        new StagedRedshiftLoader({
-          session: { query: (q) => (statements.push(q), loaderStandIn.query(q)) },
-          requests,
-          place: { store, bucket: BUCKET },
-          prefix: `cdc/${sinkId}/`,
-          roleArn: ROLE,
-          ledgerSchema: `${sinkId}_loads`,
-          cadence: { loadEveryMs: 20, mergeEveryMs: 3_600_000 },
-          loaderTimeoutMs: 300,
-        }).invoke(200),
-      ));
-    const appliers = Array.from({ length: SHARDS }, (_, s) => {
-      const session = new RedshiftStandIn({ client: f.clients[2 + s]!, store, bucket: BUCKET });
-      const submitter = new RedshiftStagingSubmitter({
-        session: { query: (q) => (statements.push(q), session.query(q)) },
-        requests,
-        place: { store, bucket: BUCKET },
-        prefix: `cdc/${sinkId}/`,
-        invokeLoader: async () => void invoke(),
-        waitMs: 20_000,
-        pollMs: 20,
-      });
-      return quietApplier(memory, f.pool, new RedshiftWarehouse({ loader: submitter }), sinkId);
-    });
-    let seq = 0;
-    return {
-      ...reads(source),
-      statements,
-      memory,
-      deliver: async (s, events) => {
-        const records: ChangeRecord[] = events.map((e) => ({ sequenceNumber: String(++seq), origin: `s/shard-${s}/${seq}`, text: JSON.stringify(e) }));
-        return (await appliers[s]!.applyRecords(records)).failed;
-      },
-    };
-  }
-
-  /**
-   * Delivers each shard's records as Kinesis does, the shards in turn (or all at once with `together`): a batch from
-   * the shard's checkpoint, again from the first failed record. Returns the deliveries each shard took; throws after
-   * ROUNDS (a redelivery loop).
-   */
-  async function run(sink: Sink, shards: readonly (readonly ChangeEvent[])[], together = false): Promise<number[]> {
-    const left = shards.map((s) => [...s]);
-    const rounds = shards.map(() => 0);
-    const step = async (s: number): Promise<void> => {
-      if (left[s]!.length === 0) return;
-      rounds[s]!++;
-      const failed = await sink.deliver(s, left[s]!);
-      left[s] = failed.length === 0 ? [] : left[s]!.slice(left[s]!.length - failed.length);
-    };
-    for (let r = 0; r < ROUNDS && left.some((l) => l.length > 0); r++) {
-      if (together) await Promise.all(shards.map((_, s) => step(s)));
-      else for (let s = 0; s < shards.length; s++) await step(s);
-    }
-    expect(
-      left.map((l) => l.length),
-      `records still failing after ${ROUNDS} deliveries per shard (a redelivery loop)`,
-    ).toEqual(shards.map(() => 0));
-    return rounds;
-  }
+  const { inProcess, onAws, run } = shardedSinks(f, SHARDS);
 
   const ports = [
     ['in one process', inProcess],

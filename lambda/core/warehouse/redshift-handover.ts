@@ -77,8 +77,8 @@ function oldKeyOf(keyOf: (row: Readonly<Record<string, JsonValue>>) => readonly 
  * half) are held, and which go on to be completed and loaded. `heldInTable`: the positions held per key id;
  * `loaded`: the insert halves' old keys whose delete half is loaded (`loadedQuestions`).
  * - a partial update of a key with an event held before it is held;
- * - an insert half is held when its old key has an event held before it, or when the old key's image is not the
- *   batch's and its delete half is neither in the batch nor loaded;
+ * - an insert half is held when its old key has an event held before it, or when its delete half is neither in the
+ *   batch nor loaded (even with an image of the old key in the batch);
  * - a full image of a key ends what is held before it for this batch (later partial updates complete from it);
  *   a truncate ends everything held below it.
  */
@@ -89,10 +89,10 @@ export function planHolds(
   loaded: ReadonlySet<string>,
 ): { pass: ChangeEvent[]; held: Held[] } {
   const deletes = new Set(events.filter((e) => (e.handover?.length ?? 0) > 0).map((e) => `${idOf(keyOf, e.key)}@${e.position}`));
-  const state = new Map<string, 'whole' | 'partial' | 'deleted' | 'held'>();
+  /** Per key with an event in the batch so far: whether it is held. */
+  const state = new Map<string, boolean>();
   let truncatedAt = '';
-  const heldBefore = (k: string, at: string): boolean =>
-    state.has(k) ? state.get(k) === 'held' : (heldInTable.get(k) ?? []).some((q) => q > truncatedAt && q < at);
+  const heldBefore = (k: string, at: string): boolean => (state.has(k) ? state.get(k)! : (heldInTable.get(k) ?? []).some((q) => q > truncatedAt && q < at));
   const pass: ChangeEvent[] = [];
   const held: Held[] = [];
   for (const e of events) {
@@ -107,26 +107,18 @@ export function planHolds(
       pass.push(e);
       continue;
     }
-    if (e.op === 'update' && e.missing.length > 0) {
-      if (heldBefore(k, e.position)) {
-        state.set(k, 'held');
-        held.push({ event: e, oldKey: null });
-        continue;
-      }
-      state.set(k, state.get(k) === 'whole' ? 'whole' : 'partial');
-    } else if (isInsertHalf(e)) {
-      const old = oldKeyOf(keyOf, e);
-      const o = old === null ? null : JSON.stringify(old);
-      const at = `${o}@${e.position}`;
-      const mine = o === null ? undefined : state.get(o);
-      if (o !== null && (heldBefore(o, e.position) || (mine !== 'whole' && mine !== 'deleted' && !deletes.has(at) && !loaded.has(at)))) {
-        state.set(k, 'held');
-        held.push({ event: e, oldKey: old });
-        continue;
-      }
-      state.set(k, 'whole');
-    } else state.set(k, e.op === 'delete' ? 'deleted' : 'whole');
-    pass.push(e);
+    const old = isInsertHalf(e) ? oldKeyOf(keyOf, e) : null;
+    const o = old === null ? null : JSON.stringify(old);
+    const hold =
+      e.op === 'update' && e.missing.length > 0
+        ? heldBefore(k, e.position)
+        : // The batch's own image of the old key is its image just before the change only with the delete half in the batch or
+          // loaded: a shard carrying two sources (or a re-send) may bring the old key's later events below the change after it.
+          o !== null && (heldBefore(o, e.position) || (!deletes.has(`${o}@${e.position}`) && !loaded.has(`${o}@${e.position}`)));
+    // A full image, a delete, or an event completed now: the key's later events in the batch complete from it.
+    state.set(k, hold);
+    if (hold) held.push({ event: e, oldKey: old });
+    else pass.push(e);
   }
   return { pass, held };
 }
