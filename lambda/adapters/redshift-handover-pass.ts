@@ -7,7 +7,7 @@
  * one COMMIT, or neither.
  */
 import { resolveHeld, type HeldRow, type KeyRow } from '../core/warehouse/redshift-handover.ts';
-import { completeHeldSql, heldRowsSql, keyRowsSql, removeHeldSql } from '../core/warehouse/redshift-handover-sql.ts';
+import { completeHeldSql, heldCountsSql, heldRowsSql, keyRowsSql, removeHeldSql } from '../core/warehouse/redshift-handover-sql.ts';
 import type { RedshiftTable } from '../core/warehouse/redshift-sql.ts';
 
 /** What one pass did to a table's held events. */
@@ -41,6 +41,24 @@ export class HandoverPass {
   /** The table holds rows from this load on. */
   holding(r: RedshiftTable): void {
     this.empty.delete(tableKey(r));
+  }
+
+  /**
+   * Runs the pass for each of a load's `tables`: the tables not known to be empty are counted in one statement first,
+   * so a load whose tables hold nothing sends one read at most (none once they are known empty).
+   */
+  async runAll(sql: (text: string) => Promise<Record<string, unknown>[]>, tables: readonly RedshiftTable[], loadId: number): Promise<HandoverPassResult> {
+    const unknown = tables.filter((r) => !this.empty.has(tableKey(r)));
+    const total = { completed: 0, dropped: 0, kept: 0 };
+    if (unknown.length === 0) return total;
+    for (const row of await sql(heldCountsSql(unknown))) if (Number(row.n) === 0) this.empty.add(tableKey(unknown[Number(row.i)]!));
+    for (const r of unknown) {
+      const one = await this.run(sql, r, loadId);
+      total.completed += one.completed;
+      total.dropped += one.dropped;
+      total.kept += one.kept;
+    }
+    return total;
   }
 
   /** Completes, drops or keeps the table's held events with load `loadId`; statements through `sql`, in the load's transaction. */

@@ -286,7 +286,11 @@ export class RedshiftLoader {
       for (const q of batch) if (q.truncations.length > 0) await this.sql(insertTruncationsSql(q.r, loadId, q.truncations));
       // Held events whose old key is known now are completed in this load, with every column the table has (docs/primary-key-changes.md, "On Redshift").
       const ids = new Set(batch.map((q) => `${q.r.t.schema}.${q.r.t.view}`.toLowerCase()));
-      for (const id of ids) await this.handover.run((text) => this.sql(text), this.tables.get(id)!, loadId);
+      await this.handover.runAll(
+        (text) => this.sql(text),
+        [...ids].map((id) => this.tables.get(id)!),
+        loadId,
+      );
       await this.sql(recordLoadSql(this.o.ledgerSchema, { loadId, loadKey, objects, events, at: (this.o.now ?? (() => new Date()))() }));
     }).catch((err: unknown) => {
       this.handover.forget();

@@ -241,7 +241,7 @@ export class StagedRedshiftLoader {
         const known = tables.get(requestTableId(g.table));
         tables.set(requestTableId(g.table), known === undefined ? g.table : evolvedTable(known, g.table));
       }
-      for (const r of tables.values()) await this.handover.run((text) => this.sql(text), r, loadId);
+      await this.handover.runAll((text) => this.sql(text), [...tables.values()], loadId);
       const objects = groups.reduce((n, g) => n + g.objects.length, 0);
       const events = groups.reduce((n, g) => n + g.rows + g.truncations.length, 0);
       await this.sql(recordLoadSql(this.o.ledgerSchema, { loadId, loadKey, objects, events, at: new Date(this.now()) }));

@@ -41,6 +41,12 @@ export function heldKeysSql(r: RedshiftTable): string {
   return `SELECT ${[...keyTexts(r, 'h'), `h.${pos} AS at_pos`].join(', ')} FROM ${rsQualified(r.t.schema, r.t.handover)} h`;
 }
 
+/** How many rows each of `tables`' handover tables holds (`i`: the table's index in `tables`, `n`), in one statement. */
+export function heldCountsSql(tables: readonly RedshiftTable[]): string {
+  if (tables.length === 0) throw new RangeError('heldCountsSql needs at least one table');
+  return tables.map((r, i) => `SELECT ${rsInt(i)} AS i, COUNT(*) AS n FROM ${rsQualified(r.t.schema, r.t.handover)}`).join(' UNION ALL ');
+}
+
 /** Every held row's identity and what it lacks, and the newest truncate's position (`truncated`, '' for none): the loader's completion pass reads it. */
 export function heldRowsSql(r: RedshiftTable): string {
   const truncated = `(SELECT COALESCE(MAX(x.${pos}), '') FROM ${rsQualified(r.t.schema, r.t.truncations)} x) AS truncated`;

@@ -27,7 +27,7 @@ import { redshiftColumn } from '../../../lambda/core/warehouse/redshift-types.ts
 import { insertNewValuesSql, mergeSql as portableMergeSql, warehouseTable } from '../../../lambda/core/warehouse/warehouse-sql.ts';
 import { baseEstimateSql } from '../../../lambda/core/warehouse/merge-nested-loops.ts';
 import { redshiftProblems } from '../../helpers/redshift-grammar.ts';
-import { completeHeldSql, heldKeysSql, heldRowsSql, keyRowsSql, removeHeldSql } from '../../../lambda/core/warehouse/redshift-handover-sql.ts';
+import { completeHeldSql, heldCountsSql, heldKeysSql, heldRowsSql, keyRowsSql, removeHeldSql } from '../../../lambda/core/warehouse/redshift-handover-sql.ts';
 import { UnsafeIdentifierError } from '../../../lambda/core/shared/errors.ts';
 
 const SOURCE_TYPES = [
@@ -101,6 +101,7 @@ function statementsOf(r: RedshiftTable): string[] {
     // Held primary-key changes (docs/primary-key-changes.md, "On Redshift").
     heldKeysSql(r),
     heldRowsSql(r),
+    heldCountsSql([r, { ...r, t: warehouseTable('other', 'public.Second') }]),
     keyRowsSql(r, [r.key.map(() => "o'1"), r.key.map(() => '2')]),
     completeHeldSql(
       r,
