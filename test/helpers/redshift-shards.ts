@@ -46,7 +46,10 @@ export interface Sink {
   loaded(id: number, position: string): Promise<number>;
   statements: string[];
   memory: MemoryControlPlane;
-  /** In one process: the loader's session fails the `n`th statement from now (after running it when `ran`), once. */
+  /**
+   * The loader's session fails the `n`th statement from now (after running it when `ran`), once: in one process the load
+   * fails; on AWS the loader function's invocation dies there, and a later one (the schedule's) recovers its claim.
+   */
   crashAt?: (n: number, ran: boolean) => { hit: () => boolean };
   /** In one process: the loader's session fails each statement with this probability (after running it, half the time). */
   failRate?: (rate: number, rand: () => number) => void;
@@ -146,20 +149,51 @@ export function shardedSinks(f: RedshiftFixture, shards: number) {
     const sinkId = `sink_${source}`;
     const requests = new DynamoDbLoadRequests(dynamoDbClient(f.ddb.endpoint), 'control', sinkId);
     const loaderStandIn = new RedshiftStandIn({ client: f.clients[0]!, store, bucket: BUCKET });
+    let crash: { left: number; ran: boolean; hit: boolean } | null = null;
     let queue: Promise<unknown> = Promise.resolve();
+    /** One invocation of the loader function. One that crashes dies there: nothing more of it runs, its claim waits for recovery. */
     const invoke = (): Promise<unknown> =>
-      (queue = queue.then(() =>
-        new StagedRedshiftLoader({
-          session: { query: (q) => (statements.push(q), loaderStandIn.query(q)) },
-          requests,
+      (queue = queue.then(async () => {
+        let dead = false;
+        const alive = (): void => {
+          if (dead) throw new Error('the invocation is dead');
+        };
+        const loaderRequests = new Proxy(requests, {
+          get(target, prop) {
+            const v = Reflect.get(target, prop, target) as unknown;
+            if (typeof v !== 'function') return v;
+            return (...args: unknown[]) => {
+              alive();
+              return (v as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+            };
+          },
+        });
+        const session: RedshiftSession = {
+          query: async (q) => {
+            alive();
+            statements.push(q);
+            if (crash !== null && !crash.hit && --crash.left === 0) {
+              crash.hit = dead = true;
+              if (crash.ran) await loaderStandIn.query(q);
+              throw new Error('injected: the loader function died');
+            }
+            return loaderStandIn.query(q);
+          },
+        };
+        await new StagedRedshiftLoader({
+          session,
+          requests: loaderRequests,
           place: { store, bucket: BUCKET },
           prefix: `cdc/${sinkId}/`,
           roleArn: ROLE,
           ledgerSchema: `${sinkId}_loads`,
           cadence: { loadEveryMs: 20, mergeEveryMs: 3_600_000 },
           loaderTimeoutMs: 300,
-        }).invoke(200),
-      ));
+        })
+          .invoke(200)
+          // The invocation died: its connection is gone, and so is its transaction.
+          .catch(() => f.clients[0]!.query('ROLLBACK'));
+      }));
     const appliers = Array.from({ length: shards }, (_, s) => {
       const session = new RedshiftStandIn({ client: f.clients[2 + s]!, store, bucket: BUCKET });
       const submitter = new RedshiftStagingSubmitter({
@@ -180,7 +214,23 @@ export function shardedSinks(f: RedshiftFixture, shards: number) {
       memory,
       deliver: async (s, events) => {
         const records: ChangeRecord[] = events.map((e) => ({ sequenceNumber: String(++seq), origin: `s/shard-${s}/${seq}`, text: JSON.stringify(e) }));
-        return (await appliers[s]!.applyRecords(records)).failed;
+        // The schedule's invocations: a claim whose invocation died is recovered by a later one.
+        let waiting = true;
+        const ticker = (async () => {
+          while (waiting) {
+            await new Promise((r) => setTimeout(r, 100));
+            if (waiting && crash?.hit) await invoke();
+          }
+        })();
+        const outcome = await appliers[s]!.applyRecords(records);
+        waiting = false;
+        await ticker;
+        return outcome.failed;
+      },
+      crashAt: (n, ran) => {
+        const c = { left: n, ran, hit: false };
+        crash = c;
+        return { hit: () => c.hit };
       },
       merge: () => Promise.resolve(),
     };
