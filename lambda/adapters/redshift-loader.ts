@@ -10,9 +10,12 @@
  */
 import type { Archive } from '../core/rebuild/archive.ts';
 import type { ChangeEvent } from '../core/shared/event.ts';
-import { stageEvent, type InheritedMarks, type StagedRow } from '../core/warehouse/redshift-load.ts';
+import { stageEvent, type LoadExtras, type StagedRow } from '../core/warehouse/redshift-load.ts';
+import { stageHeld } from '../core/warehouse/redshift-handover.ts';
+import { handoverColumns } from '../core/warehouse/redshift-handover-sql.ts';
 import {
   changelogColumns,
+  copyIntoSql,
   copyManifestSql,
   createLedgerSql,
   createSchemaSql,
@@ -26,12 +29,14 @@ import {
   nextLoadIdSql,
   pendingCountSql,
   recordLoadSql,
+  rsQualified,
   type RedshiftTable,
   type TruncationRow,
 } from '../core/warehouse/redshift-sql.ts';
 import { evolvedTable, existingTable, type CatalogColumn } from '../core/warehouse/redshift-catalog.ts';
 import type { ValuePolicy } from '../core/warehouse/redshift-types.ts';
 import { putManifest, putParts, tableFolder } from './redshift-staging.ts';
+import { HandoverPass } from './redshift-handover-pass.ts';
 
 /** A Redshift session (a `pg.Client` over the wire protocol, or the local stand-in). */
 export interface RedshiftSession {
@@ -69,6 +74,8 @@ export interface RedshiftLoaderOptions {
   /** Every statement sent, in order (benchmarks and tests count them). */
   onStatement?: (sql: string) => void;
   now?: () => Date;
+  /** Held primary-key changes dropped as incomplete are logged here. */
+  log?: (message: string, detail: Record<string, unknown>) => void;
 }
 
 /** What became of a submitted batch, once its load committed. */
@@ -84,11 +91,12 @@ interface Waiting {
   reject: (err: unknown) => void;
 }
 
-/** A table's part of the next load: its changelog rows of one column list and its truncates. */
+/** A table's part of the next load: its changelog rows of one column list, its truncates and its held events (handover rows). */
 interface Queued {
   r: RedshiftTable;
   rows: StagedRow[];
   truncations: TruncationRow[];
+  held: StagedRow[];
 }
 
 /** What one load did. */
@@ -109,8 +117,11 @@ export class RedshiftLoader {
   private ledgerReady = false;
   private chain: Promise<unknown> = Promise.resolve();
   private statements = 0;
+  private readonly handover: HandoverPass;
 
-  constructor(private readonly o: RedshiftLoaderOptions) {}
+  constructor(private readonly o: RedshiftLoaderOptions) {
+    this.handover = new HandoverPass(o.log);
+  }
 
   private async sql(text: string): Promise<Record<string, unknown>[]> {
     this.statements++;
@@ -141,15 +152,17 @@ export class RedshiftLoader {
   }
 
   /**
-   * Queues a table's events for the next load. Events Redshift cannot take are in the receipt's
-   * `refused` at once (dead letters); the rest resolve with the load id after its COMMIT.
+   * Queues a table's events for the next load (with the markers their values carry on, `extras.inherited`), and its
+   * `extras.held` events for its handover table (docs/primary-key-changes.md, "On Redshift"). Events Redshift cannot take are in the receipt's `refused` at once (dead letters); the rest
+   * resolve with the load id after its COMMIT.
    */
   async submit(
     r: RedshiftTable,
     events: readonly ChangeEvent[],
     appliedAt: Date = (this.o.now ?? (() => new Date()))(),
-    inherited?: InheritedMarks,
+    extras: LoadExtras = {},
   ): Promise<LoadReceipt> {
+    const { inherited, held = [] } = extras;
     const id = `${r.t.schema}.${r.t.view}`.toLowerCase();
     // The merges take every column the table has: a batch of an older schema version does not narrow them.
     const known = this.tables.get(id);
@@ -164,15 +177,22 @@ export class RedshiftLoader {
       else if ('truncation' in s) truncations.push(s.truncation);
       else refused.push({ event: e, error: s.refused });
     }
-    if (rows.length + truncations.length === 0) return { loadId: 0, loaded: 0, refused };
+    const heldRows: StagedRow[] = [];
+    for (const h of held) {
+      const s = stageHeld(h.event, r.key, r.data, policyOf, appliedAt, h.oldKey);
+      if ('row' in s) heldRows.push(s.row);
+      else refused.push({ event: h.event, error: s.refused });
+    }
+    if (rows.length + truncations.length + heldRows.length === 0) return { loadId: 0, loaded: 0, refused };
     // Queued per table and column list: events of two schema versions in one load are two COPYs, each naming its own columns.
     const qid = `${id}\u0000${changelogColumns(r).join()}`;
-    const q = this.queued.get(qid) ?? { r, rows: [], truncations: [] };
+    const q = this.queued.get(qid) ?? { r, rows: [], truncations: [], held: [] };
     for (const row of rows) q.rows.push(row);
     for (const x of truncations) q.truncations.push(x);
+    for (const x of heldRows) q.held.push(x);
     this.queued.set(qid, q);
     const loadId = await new Promise<number>((resolve, reject) => this.waiting.push({ resolve, reject }));
-    return { loadId, loaded: rows.length + truncations.length, refused };
+    return { loadId, loaded: rows.length + truncations.length + heldRows.length, refused };
   }
 
   /** Runs a read on the loader's one session, after the loads and merges queued before it (never inside one). */
@@ -183,7 +203,7 @@ export class RedshiftLoader {
   /** Events queued for the next load. */
   get queuedEvents(): number {
     let n = 0;
-    for (const q of this.queued.values()) n += q.rows.length + q.truncations.length;
+    for (const q of this.queued.values()) n += q.rows.length + q.truncations.length + q.held.length;
     return n;
   }
 
@@ -237,12 +257,19 @@ export class RedshiftLoader {
     // Objects first (durable before the COPY names them), one manifest per table.
     const place = { store: this.o.store, bucket: this.o.bucket };
     const manifests: { r: RedshiftTable; uri: string }[] = [];
+    const heldManifests: { r: RedshiftTable; uri: string }[] = [];
     let objects = 0;
     let events = 0;
-    for (const [i, { r, rows, truncations }] of batch.entries()) {
-      events += truncations.length;
-      if (rows.length === 0) continue;
+    for (const [i, { r, rows, truncations, held }] of batch.entries()) {
+      events += truncations.length + held.length;
       const folder = `${loadKey}/${tableFolder(i, r.t.view)}`;
+      if (held.length > 0) {
+        // Held events go to the table's handover table; they carry no load id (the load that completes them gives theirs).
+        const parts = await putParts(place, `${folder}-held`, null, held);
+        heldManifests.push({ r, uri: await putManifest(place, `${folder}-held.manifest`, parts) });
+        objects += parts.length;
+      }
+      if (rows.length === 0) continue;
       const parts = await putParts(place, folder, loadId, rows, { slices: this.o.slices });
       manifests.push({ r, uri: await putManifest(place, `${folder}.manifest`, parts) });
       objects += parts.length;
@@ -252,9 +279,23 @@ export class RedshiftLoader {
       // A load retried after its COMMIT (the reply was lost) is in the ledger: nothing is loaded twice.
       if ((await this.sql(loadDoneSql(this.o.ledgerSchema, loadKey))).length > 0) return;
       for (const m of manifests) await this.sql(copyManifestSql(m.r, m.uri, this.o.roleArn, this.o.region));
+      for (const m of heldManifests) {
+        this.handover.holding(m.r);
+        await this.sql(copyIntoSql(rsQualified(m.r.t.schema, m.r.t.handover), handoverColumns(m.r), m.uri, this.o.roleArn, this.o.region));
+      }
       // Truncates ride the load as rows of the table's truncations, so they commit with the rows around them (docs/truncate.md).
       for (const q of batch) if (q.truncations.length > 0) await this.sql(insertTruncationsSql(q.r, loadId, q.truncations));
+      // Held events whose old key is known now are completed in this load, with every column the table has (docs/primary-key-changes.md, "On Redshift").
+      const ids = new Set(batch.map((q) => `${q.r.t.schema}.${q.r.t.view}`.toLowerCase()));
+      await this.handover.runAll(
+        (text) => this.sql(text),
+        [...ids].map((id) => this.tables.get(id)!),
+        loadId,
+      );
       await this.sql(recordLoadSql(this.o.ledgerSchema, { loadId, loadKey, objects, events, at: (this.o.now ?? (() => new Date()))() }));
+    }).catch((err: unknown) => {
+      this.handover.forget();
+      throw err;
     });
     return { loadId, tables: batch.length, objects, events, statements: this.statements - statementsBefore };
   }

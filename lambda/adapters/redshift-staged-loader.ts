@@ -5,7 +5,9 @@
  *    committed load names is `loaded`, any other goes back to `pending`;
  * 2. every pending request whose applier still waits is claimed (a conditional write each);
  * 3. one manifest per table and column list over all claimed objects, and in ONE transaction each
- *    one's COPY (through a stage table that adds the load id), the ledger row and the requests it carried;
+ *    one's COPY (through a stage table that adds the load id), the held events' COPY into the handover
+ *    tables, the completion of held events whose old key is known now (`HandoverPass`), the ledger row
+ *    and the requests it carried;
  * 4. after the COMMIT the requests are marked `loaded`; a load that fails is tried once per request,
  *    and a request that fails alone is marked `failed` with the reason;
  * 5. while requests keep arriving and the time budget lasts, again after `loadGapMs` (at most a second);
@@ -38,8 +40,13 @@ import {
   nextLoadIdSql,
   pendingCountSql,
   recordLoadSql,
+  copyIntoSql,
+  rsQualified,
   type RedshiftTable,
 } from '../core/warehouse/redshift-sql.ts';
+import { handoverColumns } from '../core/warehouse/redshift-handover-sql.ts';
+import { evolvedTable } from '../core/warehouse/redshift-catalog.ts';
+import { HandoverPass } from './redshift-handover-pass.ts';
 import { committedRequestsSql, createLoadRequestsSql, recordRequestsSql, stagedCopySql } from '../core/warehouse/redshift-staged-sql.ts';
 import type { DynamoDbLoadRequests } from './control-plane-dynamodb/load-requests.ts';
 import { inTransaction, type RedshiftSession } from './redshift-loader.ts';
@@ -76,9 +83,11 @@ export class StagedRedshiftLoader {
   /** Tables whose truncations this container made sure of (`mergeIfDue`). */
   private readonly guarded = new Set<string>();
   private readonly now: () => number;
+  private readonly handover: HandoverPass;
 
   constructor(private readonly o: StagedLoaderOptions) {
     this.now = o.now ?? Date.now;
+    this.handover = new HandoverPass(o.log);
   }
 
   private async sql(text: string): Promise<Record<string, unknown>[]> {
@@ -93,6 +102,8 @@ export class StagedRedshiftLoader {
   async invoke(budgetMs: number): Promise<LoaderRun> {
     const started = this.now();
     const run: LoaderRun = { loads: 0, requests: 0, failed: 0, recovered: 0, merged: 0 };
+    // Another container may have held rows since this one last looked.
+    this.handover.forget();
     await this.prepare();
     run.recovered = await this.recover();
     for (;;) {
@@ -215,12 +226,22 @@ export class StagedRedshiftLoader {
   private async load(claimed: readonly LoadRequest[]): Promise<number> {
     const loadKey = `${this.o.prefix}loads/${randomUUID()}`;
     const groups = copyGroups(claimed);
-    const manifests: (string | null)[] = [];
+    const manifests: { rows: string | null; held: string | null }[] = [];
     for (const [i, g] of groups.entries()) manifests.push(await this.manifestOf(loadKey, i, g));
     let loadId = 0;
     await this.transaction(async () => {
       loadId = Number((await this.sql(nextLoadIdSql(this.o.ledgerSchema)))[0]!.load_id);
       for (const [i, g] of groups.entries()) for (const s of this.groupSql(g, manifests[i]!, loadId)) await this.sql(s);
+      // Held events whose old key is known now are completed in this load (docs/primary-key-changes.md, "On Redshift"): per table
+      // whose appliers made its handover table, with every column its groups name.
+      const tables = new Map<string, RedshiftTable>();
+      for (const g of groups) {
+        if (!g.handover) continue;
+        if (g.held.length > 0) this.handover.holding(g.table);
+        const known = tables.get(requestTableId(g.table));
+        tables.set(requestTableId(g.table), known === undefined ? g.table : evolvedTable(known, g.table));
+      }
+      await this.handover.runAll((text) => this.sql(text), [...tables.values()], loadId);
       const objects = groups.reduce((n, g) => n + g.objects.length, 0);
       const events = groups.reduce((n, g) => n + g.rows + g.truncations.length, 0);
       await this.sql(recordLoadSql(this.o.ledgerSchema, { loadId, loadKey, objects, events, at: new Date(this.now()) }));
@@ -231,20 +252,35 @@ export class StagedRedshiftLoader {
           claimed.map((r) => r.requestId),
         ),
       );
+    }).catch((err: unknown) => {
+      this.handover.forget();
+      throw err;
     });
     return loadId;
   }
 
-  /** The manifest over a copy group's objects, or null when it has none (a group of truncates only). */
-  private async manifestOf(loadKey: string, i: number, g: CopyGroup): Promise<string | null> {
-    if (g.objects.length === 0) return null;
-    const parts = g.objects.map((x) => ({ url: `s3://${this.o.place.bucket}/${x.key}`, bytes: x.bytes }));
-    return putManifest(this.o.place, `${loadKey}/${tableFolder(i, g.table.t.view)}.manifest`, parts);
+  /** The manifests over a copy group's objects and its held events' objects, each null when there are none (a group of truncates only). */
+  private async manifestOf(loadKey: string, i: number, g: CopyGroup): Promise<{ rows: string | null; held: string | null }> {
+    const put = (objects: readonly { key: string; bytes: number }[], name: string): Promise<string | null> =>
+      objects.length === 0
+        ? Promise.resolve(null)
+        : putManifest(
+            this.o.place,
+            `${loadKey}/${name}.manifest`,
+            objects.map((x) => ({ url: `s3://${this.o.place.bucket}/${x.key}`, bytes: x.bytes })),
+          );
+    const folder = tableFolder(i, g.table.t.view);
+    return { rows: await put(g.objects, folder), held: await put(g.held, `${folder}-held`) };
   }
 
-  /** A copy group's statements in a load: the COPY of its objects through the stage, then its truncates (docs/truncate.md). */
-  private groupSql(g: CopyGroup, manifest: string | null, loadId: number): string[] {
-    const copy = manifest === null ? [] : stagedCopySql(g.table, manifest, this.o.roleArn, loadId, this.o.region);
+  /**
+   * A copy group's statements in a load: the COPY of its objects through the stage, its held events' COPY into the
+   * handover table (no load id: the load that completes one gives its), then its truncates (docs/truncate.md).
+   */
+  private groupSql(g: CopyGroup, manifests: { rows: string | null; held: string | null }, loadId: number): string[] {
+    const copy = manifests.rows === null ? [] : stagedCopySql(g.table, manifests.rows, this.o.roleArn, loadId, this.o.region);
+    if (manifests.held !== null)
+      copy.push(copyIntoSql(rsQualified(g.table.t.schema, g.table.t.handover), handoverColumns(g.table), manifests.held, this.o.roleArn, this.o.region));
     return g.truncations.length === 0 ? copy : [...copy, insertTruncationsSql(g.table, loadId, g.truncations)];
   }
 

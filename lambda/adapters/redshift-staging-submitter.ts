@@ -9,7 +9,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { ChangeEvent } from '../core/shared/event.ts';
-import { stageEvent, type InheritedMarks, type LoadItem, type PartOptions, type StagedRow } from '../core/warehouse/redshift-load.ts';
+import { stageEvent, type LoadExtras, type LoadItem, type PartOptions, type StagedRow } from '../core/warehouse/redshift-load.ts';
+import { stageHeld } from '../core/warehouse/redshift-handover.ts';
 import { LoadRequestFailedError, requestVerdict, type RequestTable } from '../core/warehouse/redshift-requests.ts';
 import { existingTable, type CatalogColumn } from '../core/warehouse/redshift-catalog.ts';
 import { createTableSql, evolveSql, existingColumnsSql, type RedshiftTable, type TruncationRow } from '../core/warehouse/redshift-sql.ts';
@@ -88,20 +89,21 @@ export class RedshiftStagingSubmitter implements RedshiftLoadPort {
     return Promise.resolve({ tables: 0 });
   }
 
-  async submit(r: RedshiftTable, events: readonly ChangeEvent[], appliedAt: Date = new Date(this.now()), inherited?: InheritedMarks): Promise<LoadReceipt> {
-    return (await this.submitMany([{ r, events, ...(inherited ? { inherited } : {}) }], appliedAt))[0]!;
+  async submit(r: RedshiftTable, events: readonly ChangeEvent[], appliedAt: Date = new Date(this.now()), extras: LoadExtras = {}): Promise<LoadReceipt> {
+    return (await this.submitMany([{ r, events, ...extras }], appliedAt))[0]!;
   }
 
   /**
    * The tables of one batch as ONE load request: loaded in one load, one transaction, or not at all
    * (docs/warehouse-apply.md, "Redshift: the applier"). A request that fails throws
-   * `LoadRequestFailedError`, naming the table whose COPY failed alone where one did.
+   * `LoadRequestFailedError`, naming the table whose COPY failed alone where one did. A table's `held` events
+   * are staged as handover rows (docs/primary-key-changes.md, "On Redshift").
    */
   async submitMany(items: readonly LoadItem[], appliedAt: Date = new Date(this.now())): Promise<LoadReceipt[]> {
     const requestId = `${this.now().toString(36)}-${randomUUID()}`;
     const receipts: LoadReceipt[] = [];
     const tables: RequestTable[] = [];
-    for (const [i, { r, events, inherited }] of items.entries()) {
+    for (const [i, { r, events, inherited, held = [] }] of items.entries()) {
       const refused: LoadReceipt['refused'] = [];
       const rows: StagedRow[] = [];
       const truncations: TruncationRow[] = [];
@@ -111,17 +113,26 @@ export class RedshiftStagingSubmitter implements RedshiftLoadPort {
         else if ('truncation' in s) truncations.push(s.truncation);
         else refused.push({ event: e, error: s.refused });
       }
-      receipts.push({ loadId: 0, loaded: rows.length + truncations.length, refused });
-      if (rows.length + truncations.length === 0) continue;
+      const heldRows: StagedRow[] = [];
+      for (const h of held) {
+        const s = stageHeld(h.event, r.key, r.data, (c) => this.o.policyOf?.(r.t.tableId, c) ?? 'refuse-row', appliedAt, h.oldKey);
+        if ('row' in s) heldRows.push(s.row);
+        else refused.push({ event: h.event, error: s.refused });
+      }
+      receipts.push({ loadId: 0, loaded: rows.length + truncations.length + heldRows.length, refused });
+      if (rows.length + truncations.length + heldRows.length === 0) continue;
       // Truncates travel in the request itself (a few small rows); the loader inserts them in the load's transaction.
-      const parts =
-        rows.length === 0 ? [] : await putParts(this.o.place, `${this.o.prefix}requests/${requestId}/${tableFolder(i, r.t.view)}`, null, rows, this.o.parts);
+      const folder = `${this.o.prefix}requests/${requestId}/${tableFolder(i, r.t.view)}`;
+      const parts = rows.length === 0 ? [] : await putParts(this.o.place, folder, null, rows, this.o.parts);
+      const heldParts = heldRows.length === 0 ? [] : await putParts(this.o.place, `${folder}-held`, null, heldRows);
       tables.push({
         table: r,
-        schemaVersion: Math.max(...events.map((e) => e.schemaVersion)),
+        schemaVersion: Math.max(...[...events, ...held.map((h) => h.event)].map((e) => e.schemaVersion)),
         objects: parts.map((p) => ({ key: p.key, bytes: p.bytes })),
         rows: rows.length,
         ...(truncations.length > 0 ? { truncations } : {}),
+        // Present even when empty: this applier made the table's handover table, so the load completes what it holds.
+        held: { objects: heldParts.map((p) => ({ key: p.key, bytes: p.bytes })), rows: heldRows.length },
       });
     }
     if (tables.length === 0) return receipts;

@@ -14,7 +14,9 @@
  *   as on PostgreSQL (docs/warehouse-apply.md): a newer image of the key (a snapshot's) wins by position;
  * - the insert half of a primary-key change that lacks columns is completed from its old key's image
  *   just before the change (the batch's, else the changelog's once the delete half is loaded), and
- *   the delete half is loaded as a plain delete (docs/primary-key-changes.md);
+ *   the delete half is loaded as a plain delete (docs/primary-key-changes.md); one whose old key's
+ *   delete half is not loaded yet is held (`holdBack`), and so is every later event of its key that
+ *   needs it: they go to the table's handover table with the batch, and the loader completes them;
  * - a truncate is loaded as it is (a row of the table's truncations, docs/truncate.md);
  * - every value is checked against its column (`stageEvent`): a value the column's policy refuses
  *   fails the batch as a refused value, so the apply isolates the event and dead-letters it.
@@ -37,10 +39,14 @@ import {
   KeyChangePendingError,
   NotLoadableError,
   stageEvent,
+  type Held,
   type InheritedMarks,
+  type LoadExtras,
   type LoadItem,
 } from '../core/warehouse/redshift-load.ts';
 import { evolvedTable, needsEvolving } from '../core/warehouse/redshift-catalog.ts';
+import { stageHeld } from '../core/warehouse/redshift-handover.ts';
+import { holdBack } from './redshift-hold.ts';
 import {
   currentRowsSql,
   keyChangeDeleteSql,
@@ -78,8 +84,8 @@ export interface RedshiftLoadPort {
   flush(): Promise<unknown>;
   /** A read on the warehouse after the loads this process queued before it. */
   read(text: string): Promise<Record<string, unknown>[]>;
-  /** `inherited`: the markers of values the events took from the warehouse (`InheritedMarks`). */
-  submit(r: RedshiftTable, events: readonly ChangeEvent[], appliedAt?: Date, inherited?: InheritedMarks): Promise<LoadReceipt>;
+  /** `extras`: the markers of values the events took from the warehouse, and events for the table's handover table, in the same load (`LoadExtras`). */
+  submit(r: RedshiftTable, events: readonly ChangeEvent[], appliedAt?: Date, extras?: LoadExtras): Promise<LoadReceipt>;
   /**
    * The tables of one batch loaded together or not at all, where the loader can (the loader function's
    * one request per batch); it throws `LoadRequestFailedError` naming the failing table where one is known.
@@ -126,9 +132,10 @@ function stagedValues(columns: readonly RedshiftColumn[], row: Record<string, un
   return values;
 }
 
-/** A table's batch ready for the loader. */
+/** A table's batch ready for the loader: what it loads, the markers its values carry on, and what it holds. */
 interface Prepared extends LoadItem {
   events: ChangeEvent[];
+  held: Held[];
 }
 
 /** A stored row's values, by column, with the markers of its NULLs that are values Redshift could not hold (`unheldEntries`). */
@@ -149,9 +156,11 @@ function carried(columns: readonly string[], completed: Readonly<Record<string, 
   return out;
 }
 
-/** The result of a table's events once the load carrying them has committed. */
-function loaded(events: ChangeEvent[]): TableApplyResult {
-  return { plan: appendedPlan(events), committedAt: Date.now(), ddl: [], mode: 'append', pending: { rows: 0, since: null } };
+/** The result of a table's events once the load carrying them (and holding `held`) has committed. */
+function loaded(events: ChangeEvent[], held: readonly Held[] = []): TableApplyResult {
+  const all = appendedPlan([...events, ...held.map((h) => h.event)]);
+  const plan = { ...appendedPlan(events), held: held.map((h) => h.event), maxPosition: all.maxPosition };
+  return { plan, committedAt: Date.now(), ddl: [], mode: 'append', pending: { rows: 0, since: null } };
 }
 
 export interface RedshiftWarehouseOptions {
@@ -347,9 +356,9 @@ export class RedshiftWarehouse implements Warehouse {
   }
 
   async applyTable(batch: TableBatch): Promise<TableApplyResult> {
-    const { r, events, inherited } = await this.prepare(batch);
-    await this.o.loader.submit(r, events, batch.appliedAt, inherited);
-    return loaded(events);
+    const { r, events, inherited, held } = await this.prepare(batch);
+    await this.o.loader.submit(r, events, batch.appliedAt, { inherited, held });
+    return loaded(events, held);
   }
 
   /**
@@ -366,8 +375,8 @@ export class RedshiftWarehouse implements Warehouse {
     return Promise.all(
       prepared.map(async (p, n): Promise<TableOutcome> => {
         if ('error' in p) return p;
-        return this.o.loader.submit(p.r, p.events, batches[n]!.appliedAt, p.inherited).then(
-          () => ({ result: loaded(p.events) }),
+        return this.o.loader.submit(p.r, p.events, batches[n]!.appliedAt, { inherited: p.inherited, held: p.held }).then(
+          () => ({ result: loaded(p.events, p.held) }),
           (error: unknown) => ({ error }),
         );
       }),
@@ -387,18 +396,28 @@ export class RedshiftWarehouse implements Warehouse {
       const culprit = err.failedTable;
       return prepared.map((p) => ('error' in p ? p : { error: requestTableId(p.r) === culprit ? err : new BatchPartnerFailedError(err.requestId, culprit) }));
     }
-    return prepared.map((p) => ('error' in p ? p : { result: loaded(p.events) }));
+    return prepared.map((p) => ('error' in p ? p : { result: loaded(p.events, p.held) }));
   }
 
   /** The table's events as the loader takes them, every value checked: one refused value fails the batch, the apply isolates it. */
   private async prepare(batch: TableBatch): Promise<Prepared> {
     const r = await this.tableOf(batch);
-    const { events, inherited } = await this.complete(r, batch.events);
+    const { pass, held } = await holdBack(
+      r,
+      batch.events,
+      (text) => this.o.loader.read(text),
+      (row) => keyText(r.key, r.t.tableId, row),
+    );
+    const { events, inherited } = await this.complete(r, pass);
     for (const e of events) {
       const s = stageEvent(e, r.key, r.data, this.policy(r.t.tableId), batch.appliedAt, inherited.get(e));
       if ('refused' in s) throw s.refused;
     }
-    return { r, events, inherited };
+    for (const h of held) {
+      const s = stageHeld(h.event, r.key, r.data, this.policy(r.t.tableId), batch.appliedAt, h.oldKey);
+      if ('refused' in s) throw s.refused;
+    }
+    return { r, events, inherited, held };
   }
 
   /** Merges every registered table with pending rows (the loader merges them together, in one transaction). */

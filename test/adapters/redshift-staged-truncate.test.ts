@@ -10,7 +10,7 @@
  *   events below it; the view at every step, the base after the merge (soft: tombstones at the truncate; hard: rows
  *   and remembered deletions below it gone).
  * - A primary-key change whose insert half lacks an unchanged TOAST value, its two halves on two shards: the insert
- *   first waits (delivered again, no hold, no dead letter), then arrives complete once the delete half is loaded.
+ *   first is held in the handover table (its batch goes through), and the delete half's load completes it.
  */
 import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -281,25 +281,36 @@ describe('the Redshift sink on AWS: truncates and primary-key hand-overs (Dynamo
     expect(memory.calls.get('holdSinkTable') ?? 0).toBe(0);
   }, 60_000);
 
-  it('a primary-key change lacking an unchanged TOAST value, its halves on two shards: the insert waits for the delete, then arrives complete', async () => {
+  it('a primary-key change lacking an unchanged TOAST value, its halves on two shards: the insert is held, then loaded complete with the delete', async () => {
     const src = 'pk';
-    const { deliver, view, memory, statements } = await sink('pk_change', src, 'soft', 2);
+    const { deliver, view, rows, memory, statements, t } = await sink('pk_change', src, 'soft', 2);
     const toast = `t${'x'.repeat(30_000)}`;
+    const handover = async (): Promise<number> => (await rows(t.handover, '_cdc_position')).length;
     // Shard 0 owns key 1, shard 1 key 2.
     expect(await deliver(0, [ev(src, 1, 'insert', { id: 1 }, { id: 1, note: toast, amount: '1.00' })])).toEqual([]);
     // UPDATE … SET id = 2, amount = 2.00 WHERE id = 1: the note is not logged (unchanged TOAST value).
     const del = ev(src, 2, 'delete', { id: 1 }, null, { before: { id: 1 }, handover: ['note'] });
     const ins = ev(src, 2, 'insert', { id: 2 }, { id: 2, amount: '2.00' }, { before: { id: 1 }, missing: ['note'] });
-    // The insert half first: its old key's delete half is not loaded yet, so it is delivered again (not held, no dead letter).
-    expect(await deliver(1, [ins])).toHaveLength(1);
+    // The insert half first: its old key's delete half is not loaded yet, so it is held (the batch goes through), not shown.
+    expect(await deliver(1, [ins])).toEqual([]);
     expect(await view()).toEqual({ 1: { note: toast, amount: '1.00' } });
+    expect(await handover()).toBe(1);
+    // Delivered again while held (a lost checkpoint): held twice, completed once.
+    expect(await deliver(1, [ins])).toEqual([]);
+    expect(await handover()).toBe(2);
+    // The delete half's load completes it, with the old key's note, and empties the handover table in the same COMMIT.
     expect(await deliver(0, [del])).toEqual([]);
-    expect(await view()).toEqual({});
-    // Delivered again: complete, with the old key's note.
+    expect(await view()).toEqual({ 2: { note: toast, amount: '2.00' } });
+    expect(await handover()).toBe(0);
+    expect((await rows(t.changelog, '_cdc_position')).filter((r) => Number(r.id) === 2)).toHaveLength(1);
+    // Delivered once more (a lost checkpoint): completed from the changelog, the same row.
     expect(await deliver(1, [ins])).toEqual([]);
     expect(await view()).toEqual({ 2: { note: toast, amount: '2.00' } });
-    // Delivered once more (a lost checkpoint): the same row.
-    expect(await deliver(1, [ins])).toEqual([]);
+    // A held insert half whose old key never had a row: dropped when its delete half is loaded (logged), nothing shown.
+    expect(await deliver(1, [ev(src, 3, 'insert', { id: 12 }, { id: 12, amount: '3.00' }, { before: { id: 11 }, missing: ['note'] })])).toEqual([]);
+    expect(await handover()).toBe(1);
+    expect(await deliver(0, [ev(src, 3, 'delete', { id: 11 }, null, { before: { id: 11 }, handover: ['note'] })])).toEqual([]);
+    expect(await handover()).toBe(0);
     expect(await view()).toEqual({ 2: { note: toast, amount: '2.00' } });
     // An insert half whose old key never had a row cannot be completed: a dead letter that says why, the table goes on.
     expect(await deliver(0, [ev(src, 3, 'delete', { id: 9 }, null, { before: { id: 9 }, handover: ['note'] })])).toEqual([]);

@@ -217,9 +217,14 @@ describe('the applier on Redshift: crashes between staging, COPY, merge and offs
         };
         return new Map(rows.map((r) => [Number(r.id), { note: note(r), amount: r.amount, doc: r.doc === null ? null : JSON.stringify(JSON.parse(r.doc)) }]));
       };
-      const expected = (upTo: number): Map<number, ModelRow> => {
+      /**
+       * The view after the first `upTo` events. `held`: the last of them is an insert half whose delete half comes next,
+       * and it is held (its old key's image was not its batch's), so its key shows only once the delete half is loaded.
+       */
+      const expected = (upTo: number, held = false): Map<number, ModelRow> => {
         const m = new Map<number, ModelRow | null>();
         for (const [n, e] of events.slice(0, upTo).entries()) {
+          if (held && n === upTo - 1) continue;
           const prev = m.get(Number(e.key.id)) ?? null;
           if (e.op === 'truncate') m.clear();
           else if (e.op === 'delete') m.set(Number(e.key.id), null);
@@ -239,6 +244,7 @@ describe('the applier on Redshift: crashes between staging, COPY, merge and offs
         return new Map([...m].filter((x): x is [number, ModelRow] => x[1] !== null));
       };
 
+      const heldAt = (k: number): boolean => k > 0 && donated.has(k - 1) && events[k]?.position === events[k - 1]!.position;
       // Deliver as a Kinesis shard does: a batch from the checkpoint; after a failure, again from the first failed record.
       let checkpoint = 0;
       let highest = 0;
@@ -268,8 +274,8 @@ describe('the applier on Redshift: crashes between staging, COPY, merge and offs
         // Up to the furthest record delivered so far: a batch whose load committed before it failed is in the view (a truncate
         // in it hides what is redelivered below it).
         delivered = Math.max(delivered, checkpoint + batch.length);
-        const matches = Array.from({ length: Math.max(0, delivered - highest) + 1 }, (_, k) => highest + k).filter(
-          (k) => JSON.stringify([...expected(k)].sort()) === JSON.stringify([...seen].sort()),
+        const matches = Array.from({ length: Math.max(0, delivered - highest) + 1 }, (_, k) => highest + k).filter((k) =>
+          [false, ...(heldAt(k) ? [true] : [])].some((held) => JSON.stringify([...expected(k, held)].sort()) === JSON.stringify([...seen].sort())),
         );
         expect(
           matches.length,
@@ -283,16 +289,24 @@ describe('the applier on Redshift: crashes between staging, COPY, merge and offs
           failRate = rand() < 0.5 ? 0.1 : 0;
           await loader.merge().catch(() => undefined);
           failRate = 0;
-          expect([...(await view())].sort(), `run ${run} (${mode}), after a merge`).toEqual([...expected(highest)].sort());
+          const merged = await view();
+          const held = heldAt(highest) && JSON.stringify([...merged].sort()) === JSON.stringify([...expected(highest, true)].sort());
+          expect([...merged].sort(), `run ${run} (${mode}), after a merge`).toEqual([...expected(highest, held)].sort());
         }
       }
       await loader.merge();
       expect([...(await view())].sort(), `run ${run} (${mode}), merged`).toEqual([...expected(records.length)].sort());
       expect(memory.calls.get('putDeadLetter') ?? 0).toBe(0);
+      // Every held insert half was completed and removed (docs/primary-key-changes.md, "On Redshift").
+      const t = warehouseTable(sourceId, TABLE);
+      expect(Number((await client.query(`SELECT COUNT(*) AS n FROM ${rsQualified(t.schema, t.handover)}`)).rows[0].n), `run ${run}: handover`).toBe(0);
     }
     console.log(
       `warehouse-redshift: ${crashes} session failures, ${offsetCrashes} failed offset advances, ${redeliveries} redeliveries, ${truncates} truncates, ${keyChanges} key changes lacking the note, ${inheritedLong} long notes taken from the warehouse or the batch`,
     );
+    const holds = statements.filter((q) => q.startsWith('COPY') && q.includes('_cdc_handover_')).length;
+    const completions = statements.filter((q) => q.startsWith('INSERT INTO') && q.includes('_cdc_handover_')).length;
+    console.log(`warehouse-redshift: ${holds} loads held insert halves, ${completions} held events completed (statements sent, crashed ones too)`);
     expect(crashes).toBeGreaterThan(0);
     expect(truncates).toBeGreaterThan(0);
     expect(keyChanges).toBeGreaterThan(0);

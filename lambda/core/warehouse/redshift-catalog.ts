@@ -87,6 +87,8 @@ export function existingTable(want: RedshiftTable, rows: readonly CatalogColumn[
   const table: RedshiftTable = { t, key: columns.filter((c) => keyNames.has(c.name)), data: columns.filter((c) => !keyNames.has(c.name)), hard };
   // Made before truncates were loaded: evolving adds the guard (docs/truncate.md).
   if (of(t.truncations).length === 0) table.lacksTruncations = true;
+  // Made before key changes were held: evolving adds the handover table (docs/primary-key-changes.md, "On Redshift").
+  if (of(t.handover).length === 0) table.lacksHandover = true;
   return table;
 }
 

@@ -70,11 +70,22 @@ export type StagedEvent = { row: StagedRow } | { truncation: TruncationRow } | {
  */
 export type InheritedMarks = ReadonlyMap<ChangeEvent, readonly string[]>;
 
+/** A held event (docs/primary-key-changes.md, "On Redshift") and, for an insert half, its old key's staged texts. */
+export interface Held {
+  event: ChangeEvent;
+  oldKey: readonly string[] | null;
+}
+
+/** What a load carries of a table besides its events: the markers their values carry on, and the events its handover table takes. */
+export interface LoadExtras {
+  inherited?: InheritedMarks;
+  held?: readonly Held[];
+}
+
 /** One table's events as a loader takes them. */
-export interface LoadItem {
+export interface LoadItem extends LoadExtras {
   r: RedshiftTable;
   events: readonly ChangeEvent[];
-  inherited?: InheritedMarks;
 }
 
 /**

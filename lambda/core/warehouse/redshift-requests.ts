@@ -26,6 +26,11 @@ export interface RequestTable {
   rows: number;
   /** The table's truncates in the batch (a few small rows: carried in the request, inserted by the load; docs/truncate.md). */
   truncations?: TruncationRow[];
+  /**
+   * The table's held events (docs/primary-key-changes.md, "On Redshift"): objects of handover rows, COPYed into its
+   * handover table. Present (maybe empty) when the applier made the table's handover table: the load completes held events.
+   */
+  held?: { objects: { key: string; bytes: number }[]; rows: number };
 }
 
 export interface LoadRequest {
@@ -133,6 +138,9 @@ export interface CopyGroup {
   objects: { key: string; bytes: number }[];
   rows: number;
   truncations: TruncationRow[];
+  /** Objects of held events (handover rows), and whether a request of the group says the table has its handover table. */
+  held: { key: string; bytes: number }[];
+  handover: boolean;
 }
 
 const columnsOf = (r: RedshiftTable): string => JSON.stringify([r.t.schema, r.t.view, r.hard, r.key, r.data]);
@@ -143,10 +151,12 @@ export function copyGroups(requests: readonly LoadRequest[]): CopyGroup[] {
   for (const q of requests) {
     for (const t of q.tables) {
       const id = columnsOf(t.table);
-      const g = groups.get(id) ?? { table: t.table, objects: [], rows: 0, truncations: [] };
+      const g = groups.get(id) ?? { table: t.table, objects: [], rows: 0, truncations: [], held: [], handover: false };
       g.objects.push(...t.objects);
       g.rows += t.rows;
       g.truncations.push(...(t.truncations ?? []));
+      g.held.push(...(t.held?.objects ?? []));
+      g.handover ||= t.held !== undefined;
       groups.set(id, g);
     }
   }

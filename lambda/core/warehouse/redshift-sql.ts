@@ -81,6 +81,8 @@ export interface RedshiftTable {
   hard: boolean;
   /** Read from the cluster only (`existingTable`): a table made before truncates were loaded, without `_cdc_truncations_<t>`; evolving makes it. */
   lacksTruncations?: boolean;
+  /** Read from the cluster only: a table made before key changes were held, without `_cdc_handover_<t>`; evolving makes it. */
+  lacksHandover?: boolean;
 }
 
 /** One truncate of a table as the loader writes it into `_cdc_truncations_<t>` (docs/truncate.md, "In the warehouse"). */
@@ -172,7 +174,7 @@ export function existingColumnsSql(r: RedshiftTable): string {
   const { t } = r;
   return (
     `SELECT table_name, column_name, data_type, character_maximum_length, numeric_precision, numeric_scale FROM svv_columns ` +
-    `WHERE table_schema = ${rsLiteral(t.schema.toLowerCase())} AND table_name IN (${[t.changelog, t.mirror, t.deletedKeys, t.truncations].map((n) => rsLiteral(n.toLowerCase())).join(', ')}) ` +
+    `WHERE table_schema = ${rsLiteral(t.schema.toLowerCase())} AND table_name IN (${[t.changelog, t.mirror, t.deletedKeys, t.truncations, t.handover].map((n) => rsLiteral(n.toLowerCase())).join(', ')}) ` +
     `ORDER BY table_name, ordinal_position`
   );
 }
@@ -204,8 +206,23 @@ export function createTableSql(r: RedshiftTable): string[] {
   ];
   if (r.hard) out.push(createDeletedKeysSql(r));
   out.push(createTruncationsSql(r));
+  out.push(createHandoverSql(r));
   out.push(createViewSql(r));
   return out;
+}
+
+/** The held events' own columns in `_cdc_handover_<t>`: the columns they lack, and a key change's old key (a JSON list of its staged texts). */
+export const HANDOVER_MISSING = '_cdc_missing';
+export const HANDOVER_BEFORE = '_cdc_before';
+
+/**
+ * `_cdc_handover_<t>` (idempotent): the events held until the old key of a primary-key change is known, each as its
+ * changelog row without a load id, its absent columns NULL, and what it lacks (docs/primary-key-changes.md, "On Redshift").
+ */
+export function createHandoverSql(r: RedshiftTable): string {
+  const cdc = RS_CHANGELOG_CDC.filter((c) => c.name !== LOAD_COLUMN).map((c) => `${rsIdent(c.name)} ${c.type}`);
+  const own = [HANDOVER_MISSING, HANDOVER_BEFORE].map((n) => `${rsIdent(n)} varchar(65535)`);
+  return `CREATE TABLE IF NOT EXISTS ${rsQualified(r.t.schema, r.t.handover)} (${[...cdc, ...defs(r.key, true), ...defs(r.data), ...own].join(', ')})`;
 }
 
 /** The truncations' columns, in table order: the load that brought the truncate, then the event's own. */
@@ -461,7 +478,7 @@ export interface RedshiftEvolution {
 
 /**
  * Schema evolution per Redshift (docs/warehouse-apply.md, "Redshift: schema changes"): a new column
- * is added to the changelog and the base; a VARCHAR that must hold more bytes is widened; any other
+ * is added to the changelog, the base and the handover table; a VARCHAR that must hold more bytes is widened; any other
  * type change is refused (`RedshiftTypeChangeError`); a column the new version lacks stays (its
  * values become NULL in new rows, as a delivered row without it says nothing about it).
  */
@@ -478,19 +495,24 @@ export function evolveSql(from: RedshiftTable, to: RedshiftTable): RedshiftEvolu
     else if (!(h.kind === 'varchar' && c.kind === 'varchar')) throw new RedshiftTypeChangeError(t.tableId, c.name, h.type, c.type);
   }
   if (to.key.some((k) => added.includes(k))) throw new RedshiftTypeChangeError(t.tableId, to.key.map((k) => k.name).join(', '), 'the key', 'a new key column');
-  const tables = [t.changelog, t.mirror];
+  // A table made before key changes were held gets its handover table with every column (made after the others' new ones).
+  const tables = from.lacksHandover === true ? [t.changelog, t.mirror] : [t.changelog, t.mirror, t.handover];
+  const wider = (c: RedshiftColumn): RedshiftColumn => widened.find((w) => w.name.toLowerCase() === c.name.toLowerCase()) ?? c;
+  const handover =
+    from.lacksHandover === true ? [createHandoverSql({ ...to, data: [...from.data.map(wider), ...added.filter((c) => !to.key.includes(c))] })] : [];
   // A table made in soft mode that the new version loads in hard mode gets its remembered deletions, and its view reads them.
   const hardens = to.hard && !from.hard;
   // A table made before truncates were loaded gets its guard, and its view reads it.
   const guards = from.lacksTruncations === true;
   const transactional =
     added.length === 0 && !hardens && !guards
-      ? []
+      ? handover
       : [
           `DROP VIEW ${rsQualified(t.schema, t.view)}`,
           ...(hardens ? [createDeletedKeysSql(to)] : []),
           ...(guards ? [createTruncationsSql(to)] : []),
           ...added.flatMap((c) => tables.map((x) => `ALTER TABLE ${rsQualified(t.schema, x)} ADD COLUMN ${rsIdent(c.name)} ${c.type}`)),
+          ...handover,
           createViewSql(to),
         ];
   const widen =
@@ -505,7 +527,7 @@ export function evolveSql(from: RedshiftTable, to: RedshiftTable): RedshiftEvolu
 }
 
 /** A column's value as the text `redshiftText` stages (varbyte comes back as hex without its `\x`). */
-function stagedTextOf(c: RedshiftColumn, alias: string): string {
+export function stagedTextOf(c: RedshiftColumn, alias: string): string {
   const col = `${alias}.${rsIdent(c.name)}`;
   switch (c.kind) {
     case 'varchar':
@@ -535,8 +557,8 @@ export function currentRowsSql(r: RedshiftTable, keys: readonly (readonly string
   return `SELECT ${cols.join(', ')}, v.${rsIdent(UNHELD_COLUMN)} AS unheld FROM ${rsQualified(t.schema, t.view)} v WHERE ${match}`;
 }
 
-/** `oldKey` (values as staged text) matched on the changelog's alias `c`. */
-function keyLiterals(r: RedshiftTable, alias: string, key: readonly string[]): string {
+/** `key` (values as staged text) matched on the alias `alias`. */
+export function keyLiterals(r: RedshiftTable, alias: string, key: readonly string[]): string {
   return r.key.map((c, i) => `${alias}.${rsIdent(c.name)} = CAST(${rsLiteral(key[i]!)} AS ${c.type})`).join(' AND ');
 }
 

@@ -74,7 +74,8 @@ describe('existingTable', () => {
       row(table, 'raw', 'varbyte', 1_024_000),
     ];
     const guard = row(t.truncations, '_cdc_position', 'character varying', 24);
-    expect(evolveSql(existingTable(want, [...rows(t.changelog), ...rows(t.mirror), guard])!, want)).toEqual({ transactional: [], widen: [] });
+    const handover = row(t.handover, '_cdc_position', 'character varying', 24);
+    expect(evolveSql(existingTable(want, [...rows(t.changelog), ...rows(t.mirror), guard, handover])!, want)).toEqual({ transactional: [], widen: [] });
   });
 
   it('a column the schema version needs, of a type the dialect does not make, holds the table; one it does not need is left alone', () => {
@@ -135,7 +136,12 @@ describe('evolvedTable, needsEvolving', () => {
 describe('a table made in soft mode, loaded in hard mode', () => {
   it('the catalog says whether the table has its remembered deletions; evolve makes them and the view again', () => {
     const hardWant = { ...want, hard: true };
-    const soft = existingTable(hardWant, [...v1(t.changelog), ...v1(t.mirror), row(t.truncations, '_cdc_position', 'character varying', 24)])!;
+    const soft = existingTable(hardWant, [
+      ...v1(t.changelog),
+      ...v1(t.mirror),
+      row(t.truncations, '_cdc_position', 'character varying', 24),
+      row(t.handover, '_cdc_position', 'character varying', 24),
+    ])!;
     expect(soft.hard).toBe(false);
     expect(soft.lacksTruncations).toBeUndefined();
     expect(existingTable(hardWant, [...v1(t.changelog), ...v1(t.mirror), row(t.deletedKeys, 'id', 'bigint')])!.hard).toBe(true);
@@ -151,7 +157,7 @@ describe('a table made in soft mode, loaded in hard mode', () => {
 
 describe('a table made before truncates were loaded', () => {
   it('the catalog says it lacks its truncations; evolve makes them and the view again, and nothing else', () => {
-    const old = existingTable(want, [...v1(t.changelog), ...v1(t.mirror)])!;
+    const old = existingTable(want, [...v1(t.changelog), ...v1(t.mirror), row(t.handover, '_cdc_position', 'character varying', 24)])!;
     expect(old.lacksTruncations).toBe(true);
     const same = { ...old, data: old.data.filter((c) => c.name !== 'old_col') };
     const { lacksTruncations: _, ...guarded } = same;
@@ -162,5 +168,30 @@ describe('a table made before truncates were loaded', () => {
     expect(plan.transactional[1]).toMatch(new RegExp(`^CREATE TABLE IF NOT EXISTS "[^"]+"\\."${t.truncations.toLowerCase()}"`));
     expect(plan.transactional[2]).toMatch(/^CREATE OR REPLACE VIEW .*_cdc_truncations_/);
     expect(needsEvolving(evolvedTable(same, guarded), guarded)).toBe(false);
+  });
+});
+
+describe('a table made before primary-key changes were held', () => {
+  it('the catalog says it lacks its handover table; evolve makes it with every column the table has, without touching the view', () => {
+    const guards = [row(t.truncations, '_cdc_position', 'character varying', 24)];
+    const old = existingTable(want, [...v1(t.changelog), ...v1(t.mirror), ...guards])!;
+    expect(old.lacksHandover).toBe(true);
+    const { lacksHandover: _, ...made } = old;
+    expect(needsEvolving(old, made)).toBe(true);
+    const plan = evolveSql(old, made);
+    expect(plan.transactional).toHaveLength(1);
+    expect(plan.transactional[0]).toMatch(
+      new RegExp(
+        `^CREATE TABLE IF NOT EXISTS "[^"]+"\\."${t.handover.toLowerCase()}" \\(.*"old_col" numeric\\(38,2\\).*"_cdc_missing" varchar\\(65535\\), "_cdc_before" varchar\\(65535\\)\\)$`,
+      ),
+    );
+    expect(needsEvolving(evolvedTable(old, made), made)).toBe(false);
+    // With a column added at the same time: the changelog and the base get it by ALTER, the new handover table has it from the start.
+    const grown = evolveSql(old, want);
+    expect(grown.transactional.filter((s) => s.includes('ADD COLUMN') && s.includes(t.handover.toLowerCase()))).toEqual([]);
+    expect(grown.transactional.find((s) => s.includes(t.handover.toLowerCase()))).toMatch(/"note" varchar\(65535\)/);
+    // A table that has it gets the added column there too.
+    const has = existingTable(want, [...v1(t.changelog), ...v1(t.mirror), ...guards, row(t.handover, 'id', 'bigint')])!;
+    expect(evolveSql(has, want).transactional.filter((s) => s.includes('ADD COLUMN'))).toHaveLength(3);
   });
 });

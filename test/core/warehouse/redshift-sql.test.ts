@@ -27,6 +27,7 @@ import { redshiftColumn } from '../../../lambda/core/warehouse/redshift-types.ts
 import { insertNewValuesSql, mergeSql as portableMergeSql, warehouseTable } from '../../../lambda/core/warehouse/warehouse-sql.ts';
 import { baseEstimateSql } from '../../../lambda/core/warehouse/merge-nested-loops.ts';
 import { redshiftProblems } from '../../helpers/redshift-grammar.ts';
+import { completeHeldSql, heldCountsSql, heldKeysSql, heldRowsSql, keyRowsSql, removeHeldSql } from '../../../lambda/core/warehouse/redshift-handover-sql.ts';
 import { UnsafeIdentifierError } from '../../../lambda/core/shared/errors.ts';
 
 const SOURCE_TYPES = [
@@ -96,6 +97,24 @@ function statementsOf(r: RedshiftTable): string[] {
       }),
     ).flat(),
     ...evolveSql({ ...r, hard: false }, { ...r, hard: true }).transactional,
+    ...evolveSql({ ...r, lacksHandover: true }, { ...r, data: [...r.data, redshiftColumn('added_col', 'text')] }).transactional,
+    // Held primary-key changes (docs/primary-key-changes.md, "On Redshift").
+    heldKeysSql(r),
+    heldRowsSql(r),
+    heldCountsSql([r, { ...r, t: warehouseTable('other', 'public.Second') }]),
+    keyRowsSql(r, [r.key.map(() => "o'1"), r.key.map(() => '2')]),
+    completeHeldSql(
+      r,
+      9,
+      { key: r.key.map(() => '2'), position: '0000000000000100/000001', op: 'insert', missing: r.data.slice(0, 1).map((c) => c.name) },
+      { key: r.key.map(() => "o'1"), position: '0000000000000100/000000' },
+      'c0:too-long',
+    ),
+    completeHeldSql(r, 9, { key: r.key.map(() => '2'), position: '0000000000000100/000002', op: 'update', missing: r.data.map((c) => c.name) }, null, null),
+    removeHeldSql(r, [
+      { key: r.key.map(() => '2'), position: '0000000000000100/000001', op: 'insert' },
+      { key: r.key.map(() => '2'), position: '0000000000000100/000002', op: 'update' },
+    ]),
     copyManifestSql(r, 's3://staging-bucket/cdc/loads/7/t0-orders.manifest', ROLE),
     copyManifestSql(r, 's3://staging-bucket/cdc/loads/7/t0-orders.manifest', ROLE, 'eu-west-1'),
     pendingCountSql(r),
