@@ -35,14 +35,21 @@ describe('pooledSession', () => {
     await s.query('COMMIT');
     await expect(s.query('SELEKT 1')).rejects.toMatchObject({ code: '42601' });
     expect(await pid()).toBe(first);
-    // The server ends the connection (57P01): the session drops it, and takes a new one for the next statement.
+    // The server ends the connection while it is idle (57P01): the session drops it on the error it reports, or on the
+    // statement that meets it, whichever comes first; the next statement runs on a new connection.
     const other = await pool.connect();
     await other.query('SELECT pg_terminate_backend($1)', [first]);
+    for (let i = 0; i < 500 && (await other.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [first])).rowCount! > 0; i++)
+      await new Promise((r) => setTimeout(r, 10));
     other.release();
-    await expect(s.query('SELECT 1')).rejects.toThrow();
-    const second = await pid();
+    const second = (await pid().catch(() => null)) ?? (await pid());
     expect(second).not.toBe(first);
     expect(await pid()).toBe(second);
+    // The server ends it during a statement: that statement fails, the next runs on a new connection.
+    await expect(s.query('SELECT pg_terminate_backend(pg_backend_pid())')).rejects.toThrow();
+    const third = await pid();
+    expect(third).not.toBe(second);
+    expect(await pid()).toBe(third);
     s.release();
     expect(pool.totalCount - pool.idleCount).toBe(0);
   }, 60_000);
