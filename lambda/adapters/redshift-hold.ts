@@ -11,7 +11,8 @@ import type { ChangeEvent, JsonValue } from '../core/shared/event.ts';
 import { isInsertHalf, loadedQuestions, planHolds } from '../core/warehouse/redshift-handover.ts';
 import type { Held } from '../core/warehouse/redshift-load.ts';
 import { heldKeysSql } from '../core/warehouse/redshift-handover-sql.ts';
-import { keyChangeDeleteSql, type RedshiftTable } from '../core/warehouse/redshift-sql.ts';
+import { type RedshiftTable } from '../core/warehouse/redshift-sql.ts';
+import { keyChangeDeleteSql } from '../core/warehouse/redshift-key-sql.ts';
 
 /** The batch's events sorted as the writer completes them: by position, at one position an insert half before its delete half. */
 function sorted(events: readonly ChangeEvent[]): ChangeEvent[] {

@@ -47,15 +47,8 @@ import {
 import { evolvedTable, needsEvolving } from '../core/warehouse/redshift-catalog.ts';
 import { stageHeld } from '../core/warehouse/redshift-handover.ts';
 import { holdBack } from './redshift-hold.ts';
-import {
-  currentRowsSql,
-  keyChangeDeleteSql,
-  keyChangeDonorSql,
-  pendingStatsSql,
-  RedshiftTypeChangeError,
-  FoldedColumnError,
-  type RedshiftTable,
-} from '../core/warehouse/redshift-sql.ts';
+import { pendingStatsSql, RedshiftTypeChangeError, FoldedColumnError, type RedshiftTable } from '../core/warehouse/redshift-sql.ts';
+import { currentRowsSql, keyChangeDeleteSql, keyChangeDonorSql } from '../core/warehouse/redshift-key-sql.ts';
 import {
   redshiftColumn,
   redshiftText,

@@ -112,6 +112,8 @@ const FUNCTIONS = new Set([
   'to_hex',
   'getdate',
   'sysdate',
+  // A backslash in a text value (rsText): CHR(92), since a backslash inside a Redshift literal is an escape.
+  'chr',
 ]);
 /** Keywords that may appear in expressions and FROM clauses. */
 const EXPR_KEYWORDS = new Set([

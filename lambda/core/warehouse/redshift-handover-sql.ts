@@ -13,19 +13,19 @@ import {
   changelogColumns,
   HANDOVER_BEFORE,
   HANDOVER_MISSING,
-  keyLiterals,
   LOAD_COLUMN,
   RS_CHANGELOG_CDC,
   rsIdent,
   rsInt,
   rsLiteral,
+  rsText,
   rsQualified,
-  stagedTextOf,
   type RedshiftTable,
 } from './redshift-sql.ts';
+import { keyLiterals, stagedTextOf } from './redshift-key-sql.ts';
 import { UNHELD_COLUMN } from './redshift-types.ts';
 
-const RANK = '_cdc_rank';
+import { RANK } from './redshift-sql.ts';
 const pos = rsIdent(CdcColumn.POSITION);
 const op = rsIdent(CdcColumn.OP);
 
@@ -96,7 +96,7 @@ export function completeHeldSql(
 ): string {
   const missing = new Set(h.missing.map((m) => m.toLowerCase()));
   const own = RS_CHANGELOG_CDC.filter((c) => c.name !== LOAD_COLUMN).map((c) =>
-    c.name === UNHELD_COLUMN ? (unheld === null ? 'NULL' : rsLiteral(unheld)) : `h.${rsIdent(c.name)}`,
+    c.name === UNHELD_COLUMN ? (unheld === null ? 'NULL' : rsText(unheld)) : `h.${rsIdent(c.name)}`,
   );
   const data = r.data.map((c) => (missing.has(c.name.toLowerCase()) ? (donor === null ? 'NULL' : `d.${rsIdent(c.name)}`) : `h.${rsIdent(c.name)}`));
   const select = [String(rsInt(loadId)), ...own, ...r.key.map((c) => `h.${rsIdent(c.name)}`), ...data];

@@ -58,12 +58,10 @@ function idOf(keyOf: (row: Readonly<Record<string, JsonValue>>) => readonly stri
   }
 }
 
-/** An insert half's old key, when it names one a statement can carry (no backslash or NUL in a literal; else the completion decides). */
+/** An insert half's old key as staged texts, when it names one (else the completion decides). */
 function oldKeyOf(keyOf: (row: Readonly<Record<string, JsonValue>>) => readonly string[], e: ChangeEvent): readonly string[] | null {
   const id = idOf(keyOf, e.before ?? null);
-  if (id === null) return null;
-  const texts = JSON.parse(id) as string[];
-  return texts.some((t) => /[\\\0]/.test(t)) ? null : texts;
+  return id === null ? null : (JSON.parse(id) as string[]);
 }
 
 /**

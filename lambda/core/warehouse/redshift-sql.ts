@@ -69,7 +69,8 @@ export function assertFoldsApart(table: string, names: readonly string[]): void 
 /** The load that brought a changelog row (the ledger's `load_id`). */
 export const LOAD_COLUMN = '_cdc_load';
 /** Stage and view only: a row's rank among its key's rows. */
-const RANK = '_cdc_rank';
+/** The rank column of the statements' `row_number()` picks. */
+export const RANK = '_cdc_rank';
 export const WATERMARKS_TABLE = '_cdc_watermarks';
 export const LEDGER_TABLE = '_cdc_loads';
 
@@ -250,7 +251,7 @@ export function insertTruncationsSql(r: RedshiftTable, loadId: number, rows: rea
   const ts = (iso: string): string => `CAST(${rsLiteral(iso)} AS timestamptz)`;
   const values = rows.map(
     (x) =>
-      `(${rsInt(loadId)}, ${rsLiteral(x.position)}, ${ts(x.commitTs)}, ${x.txId === null ? 'NULL' : rsLiteral(x.txId)}, ${rsInt(x.schemaVersion)}, ${ts(x.appliedAt)})`,
+      `(${rsInt(loadId)}, ${rsLiteral(x.position)}, ${ts(x.commitTs)}, ${x.txId === null ? 'NULL' : rsText(x.txId)}, ${rsInt(x.schemaVersion)}, ${ts(x.appliedAt)})`,
   );
   return `INSERT INTO ${rsQualified(r.t.schema, r.t.truncations)} (${list(TRUNCATION_COLUMNS.map((c) => c.name))}) VALUES ${values.join(', ')}`;
 }
@@ -453,6 +454,18 @@ export function rsLiteral(s: string): string {
   return `'${s.replaceAll("'", "''")}'`;
 }
 
+/**
+ * A text value (a key's staged text, a transaction id, a marker) as an expression that means the same on Redshift and
+ * on PostgreSQL: a literal, with each backslash as `CHR(92)` between literals (a backslash inside a Redshift literal is an
+ * escape, inside a PostgreSQL one it is not). A NUL is refused: no PostgreSQL text holds one.
+ */
+export function rsText(s: string): string {
+  if (!s.includes('\\')) return rsLiteral(s);
+  // VARCHAR, not CHAR (CHR's type; and a CHAR's trailing blanks do not count), so every blank of the value stays.
+  const pieces = s.split('\\').map((piece) => `CAST(${rsLiteral(piece)} AS VARCHAR(65535))`);
+  return `(${pieces.join(' || CAST(CHR(92) AS VARCHAR(1)) || ')})`;
+}
+
 export function rsInt(n: number): number {
   if (!Number.isSafeInteger(n) || n < 0) throw new RangeError(`expected a non-negative integer, got ${n}`);
   return n;
@@ -524,71 +537,4 @@ export function evolveSql(from: RedshiftTable, to: RedshiftTable): RedshiftEvolu
           createViewSql(to),
         ];
   return { transactional, widen };
-}
-
-/** A column's value as the text `redshiftText` stages (varbyte comes back as hex without its `\x`). */
-export function stagedTextOf(c: RedshiftColumn, alias: string): string {
-  const col = `${alias}.${rsIdent(c.name)}`;
-  switch (c.kind) {
-    case 'varchar':
-      return col;
-    case 'super':
-      return `JSON_SERIALIZE(${col})`;
-    case 'varbyte':
-      return `TO_HEX(${col})`;
-    case 'boolean':
-      return `CASE WHEN ${col} IS NULL THEN NULL WHEN ${col} THEN 'true' ELSE 'false' END`;
-    default:
-      return `CAST(${col} AS varchar(256))`;
-  }
-}
-
-/**
- * The view's current values of `columns` for `keys` (key values as staged text), each as the text
- * a staged field holds: what an update that does not carry every column is completed with
- * (docs/warehouse-apply.md, "Redshift: the applier"). The key columns come back first, as text too; `unheld` is
- * the row's marker text (which of its NULLs are values Redshift could not hold).
- */
-export function currentRowsSql(r: RedshiftTable, keys: readonly (readonly string[])[], columns: readonly RedshiftColumn[]): string {
-  if (keys.length === 0) throw new RangeError('currentRowsSql needs at least one key');
-  const { t } = r;
-  const match = keys.map((k) => `(${r.key.map((c, i) => `v.${rsIdent(c.name)} = CAST(${rsLiteral(k[i]!)} AS ${c.type})`).join(' AND ')})`).join(' OR ');
-  const cols = [...r.key, ...columns].map((c, i) => `${stagedTextOf(c, 'v')} AS c${i}`);
-  return `SELECT ${cols.join(', ')}, v.${rsIdent(UNHELD_COLUMN)} AS unheld FROM ${rsQualified(t.schema, t.view)} v WHERE ${match}`;
-}
-
-/** `key` (values as staged text) matched on the alias `alias`. */
-export function keyLiterals(r: RedshiftTable, alias: string, key: readonly string[]): string {
-  return r.key.map((c, i) => `${alias}.${rsIdent(c.name)} = CAST(${rsLiteral(key[i]!)} AS ${c.type})`).join(' AND ');
-}
-
-/**
- * Whether the delete half of a primary-key change (old key `oldKey`, at `position`) is in the changelog (`n`):
- * then every earlier event of the old key is too (its shard loads them in order), so its image just before
- * the change is known (docs/primary-key-changes.md; docs/warehouse-apply.md, "Redshift: the applier").
- */
-export function keyChangeDeleteSql(r: RedshiftTable, oldKey: readonly string[], position: string): string {
-  const pos = rsIdent(CdcColumn.POSITION);
-  return (
-    `SELECT COUNT(*) AS n FROM ${rsQualified(r.t.schema, r.t.changelog)} c WHERE ${keyLiterals(r, 'c', oldKey)} ` +
-    `AND c.${pos} = ${rsLiteral(position)} AND c.${rsIdent(CdcColumn.OP)} = 'delete'`
-  );
-}
-
-/**
- * The old key's image just before a primary-key change at `position`: its newest changelog row below it (the
- * changelog keeps every loaded event; the old key's row after a truncate was loaded before its delete half);
- * `op` says whether it is a delete (no image), `unheld` is its marker text. The values of `columns` come back as
- * staged text (`c0`, `c1`, …), what the change's insert half is completed with.
- */
-export function keyChangeDonorSql(r: RedshiftTable, oldKey: readonly string[], position: string, columns: readonly RedshiftColumn[]): string {
-  const pos = rsIdent(CdcColumn.POSITION);
-  const ranked =
-    `SELECT c.*, row_number() OVER (PARTITION BY ${list(
-      r.key.map((k) => k.name),
-      'c.',
-    )} ORDER BY c.${pos} DESC, c.${rsIdent(LOAD_COLUMN)}) AS ${rsIdent(RANK)} ` +
-    `FROM ${rsQualified(r.t.schema, r.t.changelog)} c WHERE ${keyLiterals(r, 'c', oldKey)} AND c.${pos} < ${rsLiteral(position)}`;
-  const cols = columns.map((c, i) => `${stagedTextOf(c, 'h')} AS c${i}`);
-  return `SELECT ${[`h.${rsIdent(CdcColumn.OP)} AS op`, `h.${rsIdent(UNHELD_COLUMN)} AS unheld`, ...cols].join(', ')} FROM (${ranked}) h WHERE h.${rsIdent(RANK)} = 1`;
 }

@@ -17,12 +17,11 @@ import {
   pendingCountSql,
   pendingStatsSql,
   insertTruncationsSql,
-  keyChangeDeleteSql,
-  keyChangeDonorSql,
   recordLoadSql,
   RS_CHANGELOG_CDC,
   type RedshiftTable,
 } from '../../../lambda/core/warehouse/redshift-sql.ts';
+import { keyChangeDeleteSql, keyChangeDonorSql } from '../../../lambda/core/warehouse/redshift-key-sql.ts';
 import { redshiftColumn } from '../../../lambda/core/warehouse/redshift-types.ts';
 import { insertNewValuesSql, mergeSql as portableMergeSql, warehouseTable } from '../../../lambda/core/warehouse/warehouse-sql.ts';
 import { baseEstimateSql } from '../../../lambda/core/warehouse/merge-nested-loops.ts';
