@@ -59,7 +59,13 @@ function identifying(change: SlotChange): readonly { name: string }[] | null {
 export function carriesKey(change: SlotChange, key: readonly string[]): boolean {
   if (change.op === 'truncate') return true;
   const tuple = identifying(change);
-  return tuple !== null && key.every((k) => tuple.some((c) => c.name === k));
+  if (tuple === null) return false;
+  for (let k = 0; k < key.length; k++) {
+    let found = false;
+    for (let i = 0; i < tuple.length && !found; i++) found = tuple[i]!.name === key[k];
+    if (!found) return false;
+  }
+  return true;
 }
 
 /** The key of a table as the catalog says now: declared, else the primary key; null when neither. */
@@ -89,14 +95,7 @@ function audit(ctx: PoisonContext, action: string, table: string | null, detail:
  * key held for it (the relation's definition changed while running). Audits each key that changed.
  */
 export async function refreshKeys(client: Pick<pg.ClientBase, 'query'>, ctx: PoisonContext, transactions: readonly DecodedTransaction[]): Promise<void> {
-  const stale = new Set<string>();
-  for (const tx of transactions) {
-    for (const c of tx.changes) {
-      const key = ctx.keys.get(c.table);
-      if (key && ctx.tables.has(c.table) && !carriesKey(c, key)) stale.add(c.table);
-    }
-  }
-  for (const table of stale) {
+  for (const table of staleKeys(ctx, transactions)) {
     const before = ctx.keys.get(table)!;
     const now = await catalogKey(client, ctx.tables, table);
     if (now && now.join(',') !== before.join(',')) {
@@ -104,6 +103,32 @@ export async function refreshKeys(client: Pick<pg.ClientBase, 'query'>, ctx: Poi
       await ctx.controlPlane.appendAudit(audit(ctx, 'capture-key-refreshed', table, { from: before, to: now }));
     }
   }
+}
+
+/**
+ * The captured tables whose changes in `transactions` lack a column of the key held for them. The
+ * loop over every change is this small function's, not `refreshKeys`'s: an async function with a
+ * hot loop is compiled by the optimizing compiler on each start at a cost of tens of milliseconds
+ * (docs/performance-log.md, "50. The slot capture: less optimizing compilation per start").
+ */
+export function staleKeys(ctx: Pick<PoisonContext, 'keys' | 'tables'>, transactions: readonly DecodedTransaction[]): Set<string> {
+  const stale = new Set<string>();
+  let table = '';
+  let key: string[] | undefined;
+  for (const tx of transactions) {
+    const changes = tx.changes;
+    for (let i = 0; i < changes.length; i++) {
+      const c = changes[i]!;
+      // Consecutive changes of one table: its key and whether it is captured looked up once.
+      if (c.table !== table || i === 0) {
+        table = c.table;
+        const k = ctx.keys.get(table);
+        key = k !== undefined && ctx.tables.has(table) ? k : undefined;
+      }
+      if (key !== undefined && !carriesKey(c, key)) stale.add(table);
+    }
+  }
+  return stale;
 }
 
 /** A change the capture could not build into a record. */

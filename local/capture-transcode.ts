@@ -31,6 +31,8 @@ import { RawWriter, type RawBatchContext, type RawSource } from './raw-records.t
 export interface BatchChanges {
   source: string;
   items: Array<SlotRecord | TestDecodingChange>;
+  /** The tables of `items`, each once (what the catalog is published for before them). */
+  tables: Set<string>;
   transactions: RootedTransaction[];
   indexes: number[];
   keys: Array<readonly string[]>;
@@ -54,7 +56,8 @@ export function batchChanges(
   onInvalid: ((p: PoisonChange) => void) | undefined,
   captured: ReadonlySet<string> | undefined,
 ): BatchChanges {
-  const out: BatchChanges = { source: sourceId, items: [], transactions: [], indexes: [], keys: [] };
+  const out: BatchChanges = { source: sourceId, items: [], tables: new Set(), transactions: [], indexes: [], keys: [] };
+  let lastTable: string | null = null;
   const per = new Map<string, Table | null>();
   for (const tx of transactions) {
     let at: { source: string; xid: string; commitLsn: string; commitTs: string } | null = null;
@@ -64,7 +67,8 @@ export function batchChanges(
       let t = per.get(change.table);
       if (t === undefined) {
         const c = capturedTable(change.table, tables, keys, types, captured);
-        t = c === null ? null : { ...c, direct: writesDirectly(change.table, c) };
+        // Written out, not spread: one shape for every batch's tables (a spread's object took a new shape each batch, and the optimized loop was thrown away).
+        t = c === null ? null : { rules: c.rules, key: c.key, types: c.types, direct: writesDirectly(change.table, c) };
         per.set(change.table, t);
       }
       if (t === null) continue;
@@ -81,6 +85,7 @@ export function batchChanges(
         }
       }
       out.items.push(item);
+      if (change.table !== lastTable) out.tables.add((lastTable = change.table));
       out.transactions.push(tx);
       out.indexes.push(index);
       out.keys.push(t.key);

@@ -26,7 +26,7 @@ import pg from 'pg';
 import { CdcError, HistoryGapError, InvalidRecordError } from '../lambda/core/shared/errors.ts';
 import { checkIdentity, checkSlotResume, recordAcked, type ContinuityContext } from './capture-continuity.ts';
 import { deadLetterChanges, refreshKeys, undecodable, type PoisonChange, type PoisonContext } from './capture-poison.ts';
-import { leavesOf, toRoots } from './capture-records.ts';
+import { leavesOf, tablesOf, toRoots } from './capture-records.ts';
 import { batchChanges, batchRawRecords } from './capture-transcode.ts';
 import type { DmsPrevious } from '../lambda/core/capture/dms-record.ts';
 import { publishCatalogTypes } from '../lambda/core/shared/catalog-types.ts';
@@ -526,13 +526,9 @@ export class SlotCapture {
   }
 
   /** Publishes the catalog types of the batch's tables not published by this capture yet, and the partition tree when it changed. */
-  private async publishCatalog(
-    records: readonly { table: string }[],
-    types: ReadonlyMap<string, ReadonlyMap<string, CatalogType>>,
-    tree: PartitionTree,
-  ): Promise<void> {
+  private async publishCatalog(tables: ReadonlySet<string>, types: ReadonlyMap<string, ReadonlyMap<string, CatalogType>>, tree: PartitionTree): Promise<void> {
     const fresh = new Set<string>();
-    for (const r of records) if (!this.catalogPublished.has(r.table) && types.has(r.table)) fresh.add(r.table);
+    for (const t of tables) if (!this.catalogPublished.has(t) && types.has(t)) fresh.add(t);
     if (fresh.size > 0) {
       await publishCatalogTypes(this.o.controlPlane, this.o.source, [...fresh], async (table) => {
         const t = types.get(table);
@@ -616,9 +612,7 @@ export class SlotCapture {
    */
   private async publishAndAck(client: pg.Client, decoded: DecodedTransaction[], ack: (lsn: string) => Promise<void>, deferred = false): Promise<void> {
     const xids = decoded.map((t) => Number(t.xid));
-    // The tables of the batch, found in one pass (not one array per change).
-    const named = new Set<string>();
-    for (const t of decoded) for (const c of t.changes) named.add(c.table);
+    const named = tablesOf(decoded);
     // A change of a table the capture has no key for (not captured, or not yet), or of a known
     // partition: read the partition trees again (after the batch is visible, so a partition created
     // or attached in it is seen), then name each leaf partition's changes by its root
@@ -654,7 +648,7 @@ export class SlotCapture {
     const records = batchChanges(this.o.source, peek.transactions, this.o.tables, this.keys, types, (p) => poison.push(p), captured);
     if (records.items.length > 0) {
       // What the normalizer reads DMS records with, as the snapshot worker publishes it on AWS: a table's catalog types and key, the partition tree.
-      await this.publishCatalog(records.items, types, tree);
+      await this.publishCatalog(records.tables, types, tree);
       const shapes = new Map(this.shapes);
       const chain = { dms: this.lastDms };
       await this.o.publish(

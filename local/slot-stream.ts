@@ -23,7 +23,7 @@ import pg from 'pg';
 import { groupTransactions, type DecodedTransaction, type SlotRow } from '../lambda/core/capture/logical-text.ts';
 import { TransactionTooLargeError } from './errors.ts';
 import { SLOT_PLUGIN } from './slot.ts';
-import { atOrPast, batchEnd, StreamRow } from './stream-rows.ts';
+import { atOrPast, batchEnd, RowBytes, type StreamRow } from './stream-rows.ts';
 
 export { formatLsn } from './stream-rows.ts';
 
@@ -84,7 +84,7 @@ interface RawConnection {
 /** The ids of transactions as their BEGIN lines give them (a row list without one has none). */
 function xidsOf(transactions: readonly StreamRow[][]): number[] {
   const out: number[] = [];
-  for (const tx of transactions) if (tx[0]!.data.startsWith('BEGIN')) out.push(Number(tx[0]!.xid));
+  for (const tx of transactions) if (tx[0]!.begins('BEGIN')) out.push(Number(tx[0]!.xid));
   return out;
 }
 
@@ -145,6 +145,8 @@ export class SlotStream {
   readonly pid: number;
   /** Complete transactions received (monotonic): their rows, and the count handed out by `take`. */
   private complete: StreamRow[][] = [];
+  /** The received rows' bytes (local/stream-rows.ts). */
+  private readonly rowBytes = new RowBytes();
   private completeRows = 0;
   private received = 0;
   private taken = 0;
@@ -223,7 +225,7 @@ export class SlotStream {
     if (kind === 0x77 /* w: XLogData */) {
       const hi = chunk.readUInt32BE(1);
       const lo = chunk.readUInt32BE(5);
-      this.onRow(new StreamRow(hi, lo, chunk.toString('utf8', 25)), chunk.length - 25);
+      this.onRow(this.rowBytes.row(hi, lo, chunk, 25), chunk.length - 25);
     } else if (kind === 0x6b /* k: keepalive */) {
       this.advanceSent(chunk.readUInt32BE(1), chunk.readUInt32BE(5));
       const waiters = this.keepaliveWaiters;
@@ -234,13 +236,12 @@ export class SlotStream {
   }
 
   private onRow(row: StreamRow, bytes: number): void {
-    const d = row.data;
-    if (d.startsWith('BEGIN')) {
+    if (row.begins('BEGIN')) {
       this.open = [row];
       this.openBytes = 0;
-      this.openXid = d.slice(6);
+      this.openXid = row.textFrom(6);
       row.xid = this.openXid;
-    } else if (d.startsWith('COMMIT')) {
+    } else if (row.begins('COMMIT')) {
       if (this.open === null) {
         // Not ours to judge here: the parser names the broken nesting when the capture takes it.
         this.open = [];
@@ -265,7 +266,7 @@ export class SlotStream {
         this.fail(new TransactionTooLargeError(this.openXid, rows, this.openBytes, { maxTxRows: this.o.maxTxRows, maxTxBytes: this.o.maxTxBytes }));
         return;
       }
-    } else if (!d.startsWith('message:')) {
+    } else if (!row.begins('message:')) {
       // A row change outside BEGIN…COMMIT: handed to the parser, which refuses it by name.
       this.complete.push([row]);
       this.completeRows++;

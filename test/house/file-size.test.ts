@@ -24,7 +24,7 @@ const OVER_THE_LIMIT: Record<string, number> = {
   'lambda/core/warehouse/warehouse-sql.ts': 1266,
   'lambda/core/capture/normalize.ts': 955,
   'lambda/core/snapshot/snapshot.ts': 881,
-  'local/capture.ts': 688,
+  'local/capture.ts': 682,
   'lambda/core/reconcile/reconcile.ts': 812,
   'local/pipeline.ts': 671,
   'local/poller.ts': 682,

@@ -131,7 +131,7 @@ describe('the raw records of the slot capture', () => {
       for (const l of printed) {
         if (l.text.startsWith('BEGIN')) xid = l.text.slice(6);
         plain.push({ lsn: formatLsn(hi, l.lo), xid, data: l.text });
-        const row = new StreamRow(hi, l.lo, l.text);
+        const row = StreamRow.of(hi, l.lo, l.text);
         row.xid = xid;
         streamed.push(row);
       }

@@ -4,7 +4,8 @@
  * the reference writer of test/helpers/capture-records-reference.ts): random test_decoding
  * transactions parsed and mapped to their roots, in random batch cuts, give the same raw records
  * byte for byte and in the same order, the same dead letters (change, index, error), the same
- * count of records, the same chain and published shapes after each batch, or the same error.
+ * count of records, the same tables, the same chain and published shapes after each batch, or the
+ * same error.
  *
  * Masked and excluded columns, unchanged TOAST values (with and without the whole old row), deletes
  * with a key, the whole row or no tuple data, truncates of roots and of some leaves, partitioned
@@ -185,6 +186,8 @@ describe('the slot capture writing DMS records without slot records', () => {
         const changes = batchChanges('bench', rooted, tables, keys, types, (p) => myLetters.push(p), captured);
         expect(myLetters.map(letter), at).toEqual(refLetters.map(letter));
         expect(changes.items.length, at).toBe(built.length);
+        // The tables the catalog is published for: those of the batch's records, each once.
+        expect([...changes.tables], at).toEqual([...new Set(built.map((x) => x.table))]);
         direct += changes.items.filter((c) => !('format' in c)).length;
         const ref = outcome(() => referenceRawRecordsOf(built, ctx(state.ref)));
         const mine = outcome(() => batchRawRecords(changes, ctx(state.mine)));

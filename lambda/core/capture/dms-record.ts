@@ -176,10 +176,11 @@ function streamPosition(lsn: string): string {
 /**
  * The JSON text of `dmsRecordOf(r, ctx)`: exactly `JSON.stringify(dmsRecordOf(r, ctx))` (a
  * randomized test holds them equal), made with less work per record. The row images are the same
- * objects, written by `JSON.stringify`; the metadata is written from three texts made once per
- * batch (the time), once per transaction and table (names, ids, commit time, stream position) and
- * reused while consecutive records share them, with only the operation and the record id written
- * per record (docs/performance-log.md, "35. The slot capture's work per change").
+ * objects, written by `JSON.stringify` (a delete's data without its object: `deleteDataText`); the
+ * metadata is written from three texts made once per batch (the time), once per transaction and
+ * table (names, ids, commit time, stream position) and reused while consecutive records share
+ * them, with only the operation and the record id written per record (docs/performance-log.md,
+ * "35. The slot capture's work per change").
  */
 export function dmsRecordText(r: DmsSource, ctx: DmsRenderContext): string {
   if (r.op !== 'insert' && r.op !== 'update' && r.op !== 'delete') {
@@ -187,12 +188,88 @@ export function dmsRecordText(r: DmsSource, ctx: DmsRenderContext): string {
   }
   if (r.capture === 'poll') throw new InvalidRecordError('capture', 'a polled row is no DMS record (docs/polling.md)');
   const m = metadataTexts(r, ctx);
+  // Few pieces joined per record: the text between the data and the record id is made once per operation while the metadata stays (docs/performance-log.md, "47. The slot capture: DMS records written from the parsed change").
+  const lead = leadOf(m, r.op);
+  const deleted = r.op === 'delete' ? deleteDataText(r.oldKey, ctx.columns) : null;
+  if (deleted !== null) return `{"data":${deleted}${lead}${r.index}${m.end}`;
   const old = r.oldKey === null ? null : rowOf(r.oldKey);
   const data = JSON.stringify(dataRow(r, old, ctx));
-  // Few pieces joined per record: the text between the data and the record id is made once per operation while the metadata stays (docs/performance-log.md, "47. The slot capture: DMS records written from the parsed change").
   const before = r.op !== 'update' ? '' : old === null ? NO_BEFORE_IMAGE : `,"${DMS_BEFORE_IMAGE_FIELD}":${JSON.stringify(old)}`;
-  return `{"data":${data}${before}${leadOf(m, r.op)}${r.index}${m.end}`;
+  return `{"data":${data}${before}${lead}${r.index}${m.end}`;
 }
+
+/**
+ * A delete's data as `JSON.stringify` writes `dataRow`'s object (the old image, then every other
+ * column of the table as null), written from the columns without the object: the object, copied
+ * from the old image's and grown a name at a time, cost about 4 µs per delete, the text 0.3 µs
+ * (docs/performance-log.md, "50. The slot capture: less optimizing compilation per start"). Null
+ * where an object would write it otherwise or a value needs one (`tupleText`): then the object is
+ * made.
+ */
+function deleteDataText(old: readonly SlotColumn[] | null, columns: readonly string[] | null): string | null {
+  if (old === null) return null;
+  const text = tupleText(old, columns);
+  return text === null ? null : `${text}}`;
+}
+
+/**
+ * `{"a":1,"b":"x"` (the closing brace left to the caller) for the columns, then `,"c":null` for
+ * each of `nulls` not among them, as `JSON.stringify` writes such an object; null where `nameText`
+ * refuses a name, a name is twice among the columns or a value is no JSON value (`undefined`, a
+ * `bigint`).
+ */
+function tupleText(columns: readonly SlotColumn[], nulls: readonly string[] | null): string | null {
+  const n = columns.length;
+  if (n > 64) return null;
+  let text = '{';
+  for (let i = 0; i < n; i++) {
+    const c = columns[i]!;
+    const name = nameText(c.name);
+    if (name === null) return null;
+    for (let j = 0; j < i; j++) if (columns[j]!.name === c.name) return null;
+    const v = c.value;
+    let value: string;
+    if (v === null) value = 'null';
+    else if (typeof v === 'string' || typeof v === 'object') value = JSON.stringify(v);
+    else if (typeof v === 'number') value = Number.isFinite(v) ? `${v}` : 'null';
+    else if (typeof v === 'boolean') value = v ? 'true' : 'false';
+    else return null;
+    text += i === 0 ? `${name}${value}` : `,${name}${value}`;
+  }
+  if (nulls !== null) {
+    let first = n === 0;
+    for (let k = 0; k < nulls.length; k++) {
+      const c = nulls[k]!;
+      let found = false;
+      for (let i = 0; i < n && !found; i++) found = columns[i]!.name === c;
+      for (let j = 0; j < k && !found; j++) found = nulls[j] === c;
+      if (found) continue;
+      const name = nameText(c);
+      if (name === null) return null;
+      text += first ? `${name}null` : `,${name}null`;
+      first = false;
+    }
+  }
+  return text;
+}
+
+/**
+ * `"name":` for a name an object keeps in insertion order as an own property: not an array index
+ * (an object writes those first; any name starting with a digit is left to the object) and not a
+ * name its prototype has (`__proto__` is no property, `constructor` is already `in` it); null
+ * otherwise. Kept per name (the parser's names repeat).
+ */
+function nameText(name: string): string | null {
+  const known = names.get(name);
+  if (known !== undefined) return known;
+  const first = name.charCodeAt(0);
+  const text = (first >= 0x30 && first <= 0x39) || name in Object.prototype ? null : `${JSON.stringify(name)}:`;
+  if (names.size >= 4096) names.clear();
+  names.set(name, text);
+  return text;
+}
+
+const names = new Map<string, string | null>();
 
 /** An update's `before-image` when the source supplied no old image. */
 const NO_BEFORE_IMAGE = `,"${DMS_BEFORE_IMAGE_FIELD}":{}`;

@@ -135,6 +135,95 @@ describe('DMS records of the local capture', () => {
     }
   });
 
+  it('writes a delete as JSON.stringify writes dmsRecordOf, whatever its old image and the table columns are named and hold (randomized)', () => {
+    const seed = Number(process.env.SEED ?? Date.now() % 1e9);
+    const runs = Number(process.env.RUNS ?? 5000);
+    console.log(`dms-record delete text: seed ${seed}, ${runs} deletes`);
+    const r = rng(seed);
+    const pick = <T>(xs: readonly T[]): T => xs[Math.floor(r() * xs.length)]!;
+    // Names an object writes in its own order, drops, or finds on its prototype, with plain ones.
+    const NAMES = [
+      'id',
+      'k2',
+      'name',
+      'amount',
+      '__proto__',
+      'constructor',
+      'toString',
+      'hasOwnProperty',
+      '10',
+      '2',
+      '01',
+      '4294967295',
+      'a"b',
+      'x\\y',
+      'ü',
+      '',
+      'x y',
+      '\u2028',
+    ];
+    const VALUES: unknown[] = [
+      null,
+      0,
+      -0,
+      7,
+      -1.5,
+      1e21,
+      2 ** 53,
+      Number.NaN,
+      Number.POSITIVE_INFINITY,
+      'text',
+      'say "hi"\n',
+      '',
+      '{"a": 1}',
+      'ü€',
+      true,
+      false,
+      { a: [1, 'x'] },
+      [],
+      undefined,
+      1n,
+    ];
+    const outcome = (f: () => string): { text: string } | { error: string } => {
+      try {
+        return { text: f() };
+      } catch (err) {
+        return { error: `${(err as Error).constructor.name}: ${(err as Error).message}` };
+      }
+    };
+    let direct = 0;
+    for (let i = 0; i < runs; i++) {
+      // Mostly plain names (the text is written without the object), now and then an odd one or a value only an object writes.
+      const odd = r() < 0.3;
+      const name = (): string => (odd && r() < 0.3 ? pick(NAMES) : pick(NAMES.slice(0, 4)));
+      const value = (): unknown => (r() < 0.05 ? pick(VALUES.slice(-3)) : pick(VALUES.slice(0, -3)));
+      const oldKey = Array.from({ length: Math.floor(r() * 5) }, () => ({ name: name(), type: 'text', value: value() })) as SlotColumn[];
+      const columns = r() < 0.15 ? null : Array.from({ length: Math.floor(r() * 7) }, name);
+      const record: SlotRecord = {
+        format: SLOT_RECORD_FORMAT,
+        source: 'orders',
+        xid: String(1 + Math.floor(r() * 1000)),
+        commitLsn: '0/10',
+        commitTs: '2026-11-29T13:05:21.188736Z',
+        index: i,
+        table: 'public.t',
+        op: 'delete',
+        key: ['id'],
+        columns: null,
+        oldKey: r() < 0.03 ? null : oldKey,
+        unchanged: [],
+      };
+      const ctx: DmsRenderContext = { now: new Date('2026-11-29T13:05:21.188Z'), columns, previous: null };
+      const want = outcome(() => JSON.stringify(dmsRecordOf(record, ctx)));
+      expect(
+        outcome(() => dmsRecordText(record, ctx)),
+        `seed ${seed}, delete ${i}: ${JSON.stringify({ oldKey: record.oldKey, columns }, (_, v: unknown) => (typeof v === 'bigint' ? `${v}n` : v))}`,
+      ).toEqual(want);
+      if (!odd) direct++;
+    }
+    expect(direct).toBeGreaterThan(runs / 2);
+  });
+
   it('renders the metadata as DMS does: LSNs in 8+8 hex digits, microseconds, the previous transaction', () => {
     expect(dmsLsn('2/7C007178')).toBe('00000002/7C007178');
     expect(dmsLsn('0/1752928')).toBe('00000000/01752928');
