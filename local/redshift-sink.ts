@@ -50,6 +50,8 @@ export async function startLocalRedshiftSink(o: {
     prefix: `staging/${o.sinkId}/`,
     roleArn: LOCAL_COPY_ROLE,
     ledgerSchema: `${o.sinkId}_loads`,
+    // A held key change dropped as incomplete (docs/primary-key-changes.md, "On Redshift") is said where errors are.
+    log: (message, detail) => o.onError('redshift loader', new Error(`${message}: ${JSON.stringify(detail)}`)),
   });
   const abort = new AbortController();
   const cadence = redshiftCadence(o.freshnessTargetMs ?? LOCAL_FRESHNESS_TARGET_MS);
