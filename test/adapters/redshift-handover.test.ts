@@ -14,34 +14,17 @@
  *   comes again, and the held event is loaded exactly once.
  */
 import { describe, expect, it } from 'vitest';
-import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/shared/event.ts';
-import { makePosition } from '../../lambda/core/shared/position.ts';
+import { numberedEvent } from '../helpers/numbered-event.ts';
+import type { ChangeEvent, Row } from '../../lambda/core/shared/event.ts';
 import { useRedshiftFixture } from '../helpers/redshift-fixture.ts';
 import { redshiftProblems } from '../helpers/redshift-grammar.ts';
 import { shardedSinks, TABLE } from '../helpers/redshift-shards.ts';
 
 const SHARDS = 3;
 
-/** Event `n` (position n × 0x100, commit second n) of TABLE. */
-function ev(source: string, n: number, op: ChangeEvent['op'], key: Row, after: Row | null, o: Partial<ChangeEvent> = {}): ChangeEvent {
-  return {
-    v: ENVELOPE_VERSION,
-    source,
-    table: TABLE,
-    op,
-    key,
-    after,
-    before: null,
-    missing: [],
-    position: makePosition(BigInt(n) * 0x100n, 0),
-    commitTs: new Date(Date.UTC(2026, 0, 1, 0, 0, n)).toISOString(),
-    txId: String(n),
-    schemaVersion: 1,
-    capture: 'slot',
-    synthetic: false,
-    ...o,
-  };
-}
+/** Event `n` of TABLE (`numberedEvent`). */
+const ev = (source: string, n: number, op: ChangeEvent['op'], key: Row, after: Row | null, o: Partial<ChangeEvent> = {}): ChangeEvent =>
+  numberedEvent(TABLE, source, n, op, key, after, o);
 /** `UPDATE … SET id = to, amount = … WHERE id = from` at n, the note unchanged (not logged): [delete half, insert half]. */
 function change(source: string, n: number, from: number, to: number): { del: ChangeEvent; ins: ChangeEvent } {
   return {

@@ -14,6 +14,7 @@
  */
 import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { numberedEvent } from '../helpers/numbered-event.ts';
 import { dynamoDbClient } from '../../lambda/adapters/aws-clients.ts';
 import { DynamoDbLoadRequests } from '../../lambda/adapters/control-plane-dynamodb/load-requests.ts';
 import { StagedRedshiftLoader } from '../../lambda/adapters/redshift-staged-loader.ts';
@@ -22,7 +23,7 @@ import { RedshiftStagingSubmitter } from '../../lambda/adapters/redshift-staging
 import { RedshiftWarehouse, redshiftTableOf } from '../../lambda/adapters/warehouse-redshift.ts';
 import type { ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
 import type { ColumnDef, DeleteMode } from '../../lambda/core/shared/control-plane.ts';
-import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/shared/event.ts';
+import type { ChangeEvent, Row } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
 import { createTableSql, rsQualified } from '../../lambda/core/warehouse/redshift-sql.ts';
 import { warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
@@ -42,26 +43,9 @@ const COLUMNS: ColumnDef[] = [
   { name: 'amount', type: 'numeric(10,2)', nullable: true },
 ];
 
-/** Event `n` (position n × 0x100 + `sub`, commit second n) of TABLE. */
-function ev(source: string, n: number, op: ChangeEvent['op'], key: Row, after: Row | null, o: Partial<ChangeEvent> = {}, sub = 0): ChangeEvent {
-  return {
-    v: ENVELOPE_VERSION,
-    source,
-    table: TABLE,
-    op,
-    key,
-    after,
-    before: null,
-    missing: [],
-    position: makePosition(BigInt(n) * 0x100n + BigInt(sub), 0),
-    commitTs: new Date(Date.UTC(2026, 0, 1, 0, 0, n)).toISOString(),
-    txId: String(n),
-    schemaVersion: 1,
-    capture: 'slot',
-    synthetic: false,
-    ...o,
-  };
-}
+/** Event `n` of TABLE (`numberedEvent`, position n × 0x100 + `sub`). */
+const ev = (source: string, n: number, op: ChangeEvent['op'], key: Row, after: Row | null, o: Partial<ChangeEvent> = {}, sub = 0): ChangeEvent =>
+  numberedEvent(TABLE, source, n, op, key, after, o, sub);
 
 describe('the Redshift sink on AWS: truncates and primary-key hand-overs (DynamoDB Local, stand-in)', () => {
   const f = useRedshiftFixture({ database: 'rst', clients: 4, dynamo: true, utc: true });

@@ -10,11 +10,12 @@
  */
 import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { numberedEvent } from '../helpers/numbered-event.ts';
 import { RedshiftLoader } from '../../lambda/adapters/redshift-loader.ts';
 import { RedshiftWarehouse } from '../../lambda/adapters/warehouse-redshift.ts';
 import type { ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
 import type { ColumnDef } from '../../lambda/core/shared/control-plane.ts';
-import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/shared/event.ts';
+import type { ChangeEvent, Row } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
 import { rsQualified, rsText } from '../../lambda/core/warehouse/redshift-sql.ts';
 import { warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
@@ -86,23 +87,9 @@ describe('text keys holding a backslash on Redshift (stand-in)', () => {
       }
       return (await pending).failed;
     };
-    const ev = (n: number, op: ChangeEvent['op'], key: Row, after: Row | null, o: Partial<ChangeEvent> = {}): ChangeEvent => ({
-      v: ENVELOPE_VERSION,
-      source,
-      table: TABLE,
-      op,
-      key,
-      after,
-      before: null,
-      missing: [],
-      position: makePosition(BigInt(n) * 0x100n, 0),
-      commitTs: new Date(Date.UTC(2026, 0, 1, 0, 0, n)).toISOString(),
-      txId: `tx\\${n}`,
-      schemaVersion: 1,
-      capture: 'slot',
-      synthetic: false,
-      ...o,
-    });
+    // A transaction id with a backslash too (the truncations' and markers' texts are written the same way).
+    const ev = (n: number, op: ChangeEvent['op'], key: Row, after: Row | null, o: Partial<ChangeEvent> = {}): ChangeEvent =>
+      numberedEvent(TABLE, source, n, op, key, after, { txId: `tx\\${n}`, ...o });
     const dir = 'C:\\dir\\';
     const quoted = "x'\\y ";
     const moved = '\\\\srv\\share';

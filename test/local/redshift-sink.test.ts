@@ -6,8 +6,8 @@
  * key shows, and the handover table ends empty. Embedded PostgreSQL as the Redshift stand-in, a folder as S3.
  */
 import { describe, expect, it } from 'vitest';
-import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/shared/event.ts';
-import { makePosition } from '../../lambda/core/shared/position.ts';
+import { numberedEvent } from '../helpers/numbered-event.ts';
+import type { ChangeEvent, Row } from '../../lambda/core/shared/event.ts';
 import { rsQualified } from '../../lambda/core/warehouse/redshift-sql.ts';
 import { warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import type { ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
@@ -20,25 +20,8 @@ import { quietApplier, registerTables } from '../helpers/registered-applier.ts';
 
 const SOURCE = 'ls';
 
-function ev(n: number, op: ChangeEvent['op'], key: Row, after: Row | null, o: Partial<ChangeEvent> = {}): ChangeEvent {
-  return {
-    v: ENVELOPE_VERSION,
-    source: SOURCE,
-    table: TABLE,
-    op,
-    key,
-    after,
-    before: null,
-    missing: [],
-    position: makePosition(BigInt(n) * 0x100n, 0),
-    commitTs: new Date(Date.UTC(2026, 0, 1, 0, 0, n)).toISOString(),
-    txId: String(n),
-    schemaVersion: 1,
-    capture: 'slot',
-    synthetic: false,
-    ...o,
-  };
-}
+const ev = (n: number, op: ChangeEvent['op'], key: Row, after: Row | null, o: Partial<ChangeEvent> = {}): ChangeEvent =>
+  numberedEvent(TABLE, SOURCE, n, op, key, after, o);
 
 describe("cdc local's Redshift sink", () => {
   const f = useRedshiftFixture({ database: 'rsls', clients: 1, utc: true });
