@@ -3,32 +3,17 @@
  * holds (`planHolds`) and what the loader completes, drops or keeps (`resolveHeld`).
  */
 import { describe, expect, it } from 'vitest';
-import { ENVELOPE_VERSION, type ChangeEvent, type JsonValue, type Row } from '../../../lambda/core/shared/event.ts';
+import type { ChangeEvent, JsonValue, Row } from '../../../lambda/core/shared/event.ts';
 import { makePosition } from '../../../lambda/core/shared/position.ts';
 import { planHolds, resolveHeld, stageHeld, type HeldRow, type KeyRow } from '../../../lambda/core/warehouse/redshift-handover.ts';
 import { redshiftColumn } from '../../../lambda/core/warehouse/redshift-types.ts';
+import { numberedEvent } from '../../helpers/numbered-event.ts';
 
 const at = (n: number): string => makePosition(BigInt(n) * 0x100n, 0);
 
-function ev(n: number, op: ChangeEvent['op'], id: number, o: Partial<ChangeEvent> = {}): ChangeEvent {
-  return {
-    v: ENVELOPE_VERSION,
-    source: 's',
-    table: 'public.t',
-    op,
-    key: { id } as Row,
-    after: op === 'delete' || op === 'truncate' ? null : { id, note: `n${n}`, amount: n },
-    before: null,
-    missing: [],
-    position: at(n),
-    commitTs: new Date(Date.UTC(2026, 0, 1, 0, 0, n)).toISOString(),
-    txId: String(n),
-    schemaVersion: 1,
-    capture: 'slot',
-    synthetic: false,
-    ...o,
-  };
-}
+/** Event `n` of key `id` (`numberedEvent`): a full image unless a delete or a truncate. */
+const ev = (n: number, op: ChangeEvent['op'], id: number, o: Partial<ChangeEvent> = {}): ChangeEvent =>
+  numberedEvent('public.t', 's', n, op, { id } as Row, op === 'delete' || op === 'truncate' ? null : { id, note: `n${n}`, amount: n }, o);
 /** The two halves of `UPDATE … SET id = to WHERE id = from` at n, the note unchanged (not logged). */
 const change = (n: number, from: number, to: number): [ChangeEvent, ChangeEvent] => [
   ev(n, 'insert', to, { before: { id: from }, after: { id: to, amount: n }, missing: ['note'] }),
