@@ -97,8 +97,8 @@ interface KeyChangeContext {
   images: Map<string, { row: Readonly<Record<string, JsonValue>>; whole: boolean } | null>;
   /** The batch's delete halves that hand columns over: `<old key>@<position>`. */
   deletes: Set<string>;
-  /** The markers each key's newest image in the batch took from the warehouse (`carried`), by key as staged text. */
-  marks: Map<string, ReadonlyMap<string, string>>;
+  /** Each key's newest image as partial updates complete from it (the view's row, then the batch's), with its markers. */
+  stored: Map<string, StoredImage>;
 }
 
 /**
@@ -257,7 +257,7 @@ export class RedshiftWarehouse implements Warehouse {
       r,
       sorted.filter((e) => e.op === 'update' && e.missing.length > 0),
     );
-    const ctx: KeyChangeContext = { images: new Map(), deletes: new Set(), marks: new Map() };
+    const ctx: KeyChangeContext = { images: new Map(), deletes: new Set(), stored };
     for (const e of sorted) if ((e.handover?.length ?? 0) > 0) ctx.deletes.add(`${JSON.stringify(keyText(r.key, table, e.key))}@${e.position}`);
     const out: ChangeEvent[] = [];
     const inherited = new Map<ChangeEvent, string[]>();
@@ -266,7 +266,6 @@ export class RedshiftWarehouse implements Warehouse {
         // The rows before it are gone: nothing after it is completed from them.
         stored.clear();
         ctx.images.clear();
-        ctx.marks.clear();
         out.push(e);
         continue;
       }
@@ -289,7 +288,6 @@ export class RedshiftWarehouse implements Warehouse {
       if (image === null) stored.delete(k);
       else stored.set(k, { row: image, marks });
       ctx.images.set(k, imageOf(ctx.images.get(k), e, image));
-      ctx.marks.set(k, marks);
       if (marks.size > 0) inherited.set(next, [...marks.values()]);
       out.push(next);
     }
@@ -332,7 +330,8 @@ export class RedshiftWarehouse implements Warehouse {
       Object.fromEntries(columns.map((c) => [c.name, image[c.name] ?? null]));
     const inBatch = ctx.images.get(id);
     if (inBatch === null) throw new KeyChangeIncompleteError(table, e.position, `its old key ${id} was deleted before it`);
-    if (inBatch?.whole) return { row: pick(inBatch.row), marks: ctx.marks.get(id) ?? NO_MARKS };
+    // A whole image is the batch's newest of the key, which `stored` holds with its markers too.
+    if (inBatch?.whole) return { row: pick(inBatch.row), marks: ctx.stored.get(id)?.marks ?? NO_MARKS };
     if (!ctx.deletes.has(`${id}@${e.position}`)) {
       const loaded = await this.o.loader.read(keyChangeDeleteSql(r, oldKey, e.position));
       if (Number(loaded[0]?.n ?? 0) === 0) throw new KeyChangePendingError(table, e.position, id);

@@ -188,5 +188,18 @@ describe('a batch of several tables through the Redshift loader function', () =>
       { id: '2', note: 'short', unheld: null },
       { id: '5', ...marked },
     ]);
+    // A chain in one batch: 5 -> 7 (completed from the changelog, marked), then 7 -> 8, completed from the batch's own image of 7.
+    const third: ChangeEvent[] = [
+      at({ ...base, op: 'delete', key: { id: 5 }, after: null, before: { id: 5 }, handover: ['note'] }, 20),
+      at({ ...base, op: 'insert', key: { id: 7 }, after: { id: 7 }, before: { id: 5 }, missing: ['note'] }, 20),
+      at({ ...base, op: 'delete', key: { id: 7 }, after: null, before: { id: 7 }, handover: ['note'] }, 21),
+      at({ ...base, op: 'insert', key: { id: 8 }, after: { id: 8 }, before: { id: 7 }, missing: ['note'] }, 21),
+    ];
+    expect((await s.applier.applyRecords(s.records(third))).failed).toEqual([]);
+    expect(await s.marked('public.a')).toEqual([
+      { id: '1', ...marked },
+      { id: '2', note: 'short', unheld: null },
+      { id: '8', ...marked },
+    ]);
   }, 120_000);
 });
