@@ -29,7 +29,7 @@ import { type DynamoDbLocal } from '../../local/dynamodb.ts';
 import { RedshiftStandIn } from '../../local/redshift-standin.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 import { useRedshiftFixture } from '../helpers/redshift-fixture.ts';
-import { quietApplier } from '../helpers/registered-applier.ts';
+import { applyWhileLoading, quietApplier } from '../helpers/registered-applier.ts';
 import { redshiftProblems } from '../helpers/redshift-grammar.ts';
 
 const TABLE = 'public.items';
@@ -147,16 +147,7 @@ describe('a Redshift table made by an older schema version, after a restart (sta
         throw err;
       });
     const writer = applier(memory, new RedshiftWarehouse({ loader }));
-    const apply = async (events: ChangeEvent[]): Promise<BatchOutcome> => {
-      const pending = writer.applyRecords(records(events));
-      let settled = false;
-      void pending.finally(() => (settled = true)).catch(() => undefined);
-      while (!settled) {
-        await loader.flush();
-        await new Promise((r) => setTimeout(r, 5));
-      }
-      return pending;
-    };
+    const apply = (events: ChangeEvent[]): Promise<BatchOutcome> => applyWhileLoading(writer, records(events), () => loader.flush());
     return { apply, loader, evolveErrors };
   }
 

@@ -25,7 +25,7 @@ import { seededRandom } from '../../local/seeded-random.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 import { useRedshiftFixture } from '../helpers/redshift-fixture.ts';
 import { redshiftProblems } from '../helpers/redshift-grammar.ts';
-import { quietApplier } from '../helpers/registered-applier.ts';
+import { applyWhileLoading, quietApplier } from '../helpers/registered-applier.ts';
 
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
 const TABLE = 'public.paths';
@@ -78,14 +78,7 @@ describe('text keys holding a backslash on Redshift (stand-in)', () => {
     let seq = 0;
     const deliver = async (events: ChangeEvent[]): Promise<string[]> => {
       const records: ChangeRecord[] = events.map((e) => ({ sequenceNumber: String(++seq), origin: `s/shard-0/${seq}`, text: JSON.stringify(e) }));
-      const pending = applier.applyRecords(records);
-      let settled = false;
-      void pending.finally(() => (settled = true)).catch(() => undefined);
-      while (!settled) {
-        await traced.flush().catch(() => undefined);
-        await new Promise((r) => setTimeout(r, 2));
-      }
-      return (await pending).failed;
+      return (await applyWhileLoading(applier, records, () => traced.flush().catch(() => undefined))).failed;
     };
     // A transaction id with a backslash too (the truncations' and markers' texts are written the same way).
     const ev = (n: number, op: ChangeEvent['op'], key: Row, after: Row | null, o: Partial<ChangeEvent> = {}): ChangeEvent =>

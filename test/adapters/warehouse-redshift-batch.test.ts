@@ -20,7 +20,7 @@ import { FolderArchive } from '../../local/archive.ts';
 import { RedshiftStandIn } from '../../local/redshift-standin.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 import { useRedshiftFixture } from '../helpers/redshift-fixture.ts';
-import { quietApplier, registerTables } from '../helpers/registered-applier.ts';
+import { applyWhileLoading, quietApplier, registerTables } from '../helpers/registered-applier.ts';
 
 const TABLES = ['public.a', 'public.b', 'public.c'];
 const COLUMNS: ColumnDef[] = [
@@ -52,15 +52,8 @@ describe('a batch of several tables on Redshift', () => {
     await registerTables(memory, sourceId, TABLES, COLUMNS);
     const applier = quietApplier(memory, pool, new RedshiftWarehouse({ loader }));
     const records: ChangeRecord[] = events.map((e, i) => ({ sequenceNumber: String(1000 + i), origin: `s/shard-0/${1000 + i}`, text: JSON.stringify(e) }));
-    const pending = applier.applyRecords(records);
-    let settled = false;
-    void pending.finally(() => (settled = true)).catch(() => undefined);
     // The loader's cadence, squeezed: a load whenever anything is queued, until the batch's apply returns.
-    while (!settled) {
-      await loader.flush();
-      await new Promise((r) => setTimeout(r, 5));
-    }
-    const outcome = await pending;
+    const outcome = await applyWhileLoading(applier, records, () => loader.flush());
     const loads = Number((await client.query(`SELECT count(*) AS n FROM ${rsQualified(ledgerSchema, LEDGER_TABLE)}`)).rows[0].n);
     return { loads, deadLetters: (await memory.listDeadLetters()).length, failed: outcome.failed };
   }

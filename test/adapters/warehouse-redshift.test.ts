@@ -31,6 +31,7 @@ import { RedshiftStandIn } from '../../local/redshift-standin.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
 import { useRedshiftFixture } from '../helpers/redshift-fixture.ts';
 import { redshiftProblems } from '../helpers/redshift-grammar.ts';
+import { applyWhileLoading } from '../helpers/registered-applier.ts';
 
 const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 6);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
@@ -254,15 +255,8 @@ describe('the applier on Redshift: crashes between staging, COPY, merge and offs
         const batch = records.slice(checkpoint, checkpoint + size);
         failRate = rand() < 0.4 ? 0.08 : 0;
         offsetFailRate = rand() < 0.3 ? 0.3 : 0;
-        const pending = applier.applyRecords(batch);
-        let settled = false;
-        void pending.finally(() => (settled = true)).catch(() => undefined);
-        // The loader's cadence, squeezed: loads until the batch's apply returns.
-        while (!settled) {
-          await loader.flush().catch(() => undefined);
-          await new Promise((r) => setTimeout(r, 2));
-        }
-        const outcome = await pending;
+        // The loader's cadence, squeezed: loads until the batch's apply returns (a load the injected failures break is retried).
+        const outcome = await applyWhileLoading(applier, batch, () => loader.flush().catch(() => undefined));
         const firstFailed = outcome.failed.length === 0 ? batch.length : batch.findIndex((r) => outcome.failed.includes(r.sequenceNumber));
         // Everything before the first failed record is in the view: the offset may move past it.
         highest = Math.max(highest, checkpoint + firstFailed);

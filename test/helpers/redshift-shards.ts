@@ -20,7 +20,7 @@ import { warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { FolderArchive } from '../../local/archive.ts';
 import { RedshiftStandIn } from '../../local/redshift-standin.ts';
 import { MemoryControlPlane } from './memory-control-plane.ts';
-import { quietApplier, registerTables } from './registered-applier.ts';
+import { applyWhileLoading, quietApplier, registerTables } from './registered-applier.ts';
 import type { RedshiftFixture } from './redshift-fixture.ts';
 
 export const TABLE = 'public.items';
@@ -124,14 +124,7 @@ export function shardedSinks(f: RedshiftFixture, shards: number) {
       memory,
       deliver: async (s, events) => {
         const records: ChangeRecord[] = events.map((e) => ({ sequenceNumber: String(++seq), origin: `s/shard-${s}/${seq}`, text: JSON.stringify(e) }));
-        const pending = appliers[s]!.applyRecords(records);
-        let settled = false;
-        void pending.finally(() => (settled = true)).catch(() => undefined);
-        while (!settled) {
-          await loader.flush().catch(() => undefined);
-          await new Promise((r) => setTimeout(r, 2));
-        }
-        return (await pending).failed;
+        return (await applyWhileLoading(appliers[s]!, records, () => loader.flush().catch(() => undefined))).failed;
       },
       crashAt: (n, ran) => {
         const c = { left: n, ran, hit: false };

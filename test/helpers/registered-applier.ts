@@ -6,7 +6,7 @@
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
 import type pg from 'pg';
-import { createWarehouseApplier } from '../../lambda/handlers/warehouse-applier.ts';
+import { createWarehouseApplier, type BatchOutcome, type ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
 import type { ColumnDef, ControlPlane, DeleteMode } from '../../lambda/core/shared/control-plane.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
 import type { Warehouse } from '../../lambda/core/warehouse/warehouse-port.ts';
@@ -39,4 +39,23 @@ export function quietApplier(controlPlane: ControlPlane, pool: pg.Pool, writer: 
     writer,
     merge: { inline: false },
   });
+}
+
+/**
+ * Applies `records` through `applier` while an in-process loader loads (its cadence squeezed: `flush` runs until the
+ * apply returns, which it does only once the load carrying the batch has committed); the batch's outcome.
+ */
+export async function applyWhileLoading(
+  applier: Pick<ReturnType<typeof createWarehouseApplier>, 'applyRecords'>,
+  records: readonly ChangeRecord[],
+  flush: () => Promise<unknown>,
+): Promise<BatchOutcome> {
+  const pending = applier.applyRecords(records);
+  let settled = false;
+  void pending.finally(() => (settled = true)).catch(() => undefined);
+  while (!settled) {
+    await flush();
+    await new Promise((r) => setTimeout(r, 2));
+  }
+  return pending;
 }
