@@ -10,7 +10,7 @@
  * the same run: the same workload's commit rate on the source alone (unthrottled, no capture).
  * At the end source and warehouse are compared row by row (the same verdict `cdc local` prints).
  *
- *     npm run bench:e2e [-- --rate 1000 --seconds 60 --tx-size 10 --profile --search-seconds 30 --search-steps 0.1,0.2,0.3 --kinesalite-per-stream]
+ *     npm run bench:e2e [-- --rate 1000 --seconds 60 --tx-size 10 --profile --search-seconds 30 --search-steps 0.1,0.2,0.3 --kinesalite-per-stream --request-callers]
  *
  * After the fixed-rate run, a search for the highest sustained rate: steps at growing shares of
  * the source-alone rate (`--search-steps`, each `--search-seconds` long) until one fails (lag p99
@@ -115,12 +115,15 @@ export async function runE2eBench(): Promise<BenchResult> {
   tally.attach(stack.kinesis);
   // Control-plane requests per kind (DynamoDB Local's share of the CPU table).
   const dynamoCalls = new Map<string, { calls: number; records: number; empty: number }>();
+  const requestCallers = argValue('request-callers') !== undefined;
+  if (requestCallers) Error.stackTraceLimit = 40;
   stack.dynamo.middlewareStack.add(
     (next, context) => (args) => {
       // The item's kind: the partition key up to its first '#' (the control table's layout).
       const input = args.input as { Key?: { pk?: { S?: string } }; Item?: { pk?: { S?: string } }; ExpressionAttributeValues?: Record<string, { S?: string }> };
       const pk = input.Key?.pk?.S ?? input.Item?.pk?.S ?? Object.values(input.ExpressionAttributeValues ?? {})[0]?.S ?? '';
-      const kind = `DynamoDB ${String(context.commandName).replace(/Command$/, '')} ${pk.split('#')[0]}`;
+      // The whole partition key names the consumer, sink or table; `--request-callers` adds who sent it (the first frame outside the control plane's adapter).
+      const kind = `DynamoDB ${String(context.commandName).replace(/Command$/, '')} ${pk}${requestCallers ? ` from ${callerOf(new Error().stack ?? '')}` : ''}`;
       const r = dynamoCalls.get(kind) ?? { calls: 0, records: 0, empty: 0 };
       dynamoCalls.set(kind, { calls: r.calls + 1, records: 0, empty: 0 });
       return next(args);
@@ -481,6 +484,16 @@ export async function runE2eBench(): Promise<BenchResult> {
     };
   }
   return rec.finish();
+}
+
+/** The first frame of a stack in the project's own code outside the control plane's DynamoDB adapter: `file:function`. */
+function callerOf(stack: string): string {
+  for (const line of stack.split('\n').slice(1)) {
+    const m = /at (?:async )?(?:(\S+) \()?.*?\/((?:lambda|local)\/[^:)]+\.ts)/.exec(line);
+    if (!m || m[2]!.includes('control-plane-dynamodb')) continue;
+    return `${m[2]}:${m[1] ?? '?'}`;
+  }
+  return '?';
 }
 
 /** The CPU table and the Kinesis requests of the fixed-rate load, per 10,000 changes (docs/performance-log.md, "48. Where the end-to-end pipeline's CPU goes, and one kinesalite per stream"). */

@@ -64,7 +64,7 @@ export interface PipelineOptions {
   workloadSeed?: number;
   capture?: { maxTxRows?: number; maxTxBytes?: number; slot?: string; read?: 'stream' | 'peek' };
   /** Poller settings; `maxRetries` applies to bad input only, infrastructure errors are retried without limit (backoff up to `maxBackoffMs`). */
-  poller?: { batchSize?: number; maxRetries?: number; maxBackoffMs?: number };
+  poller?: { batchSize?: number; maxRetries?: number; maxBackoffMs?: number; checkpointIntervalMs?: number };
   /** The source's WAL budget: slot headroom is measured against it and max_slot_wal_keep_size. @default 1 GiB */
   slotWalBudgetBytes?: number;
   /** How often the slot monitor runs. @default 5000 */
@@ -296,10 +296,10 @@ export class LocalPipeline {
     const common = {
       kinesis: stack.kinesis,
       controlPlane: stack.controlPlane,
-      // Up to 1,000 records per invocation: with no batching window a poller takes what is there, so a
-      // caught-up pipeline still runs small batches, and a backlog pays the per-batch costs
-      // (checkpoint, registry reads, the applier's round trips) once per 1,000 (docs/performance-log.md, "2. End to end").
+      // Up to 1,000 records per invocation: with no batching window a poller takes what is there, so a caught-up pipeline still runs small
+      // batches, and a backlog pays the per-batch costs (registry reads, the applier's round trips) once per 1,000 (docs/performance-log.md, "2. End to end").
       batchSize: o.poller?.batchSize ?? 1000,
+      checkpointIntervalMs: o.poller?.checkpointIntervalMs ?? 1000, // docs/local.md, "Checkpoints written at most once a second"
       ...(o.poller?.maxRetries !== undefined ? { maxRetries: o.poller.maxRetries } : {}),
       ...(o.poller?.maxBackoffMs !== undefined ? { maxBackoffMs: o.poller.maxBackoffMs } : {}),
     };

@@ -12,7 +12,9 @@
  * - A batch holds up to `batchSize` records; with a batching window the poller waits up to that
  *   long for a full batch. The payload stays under Lambda's 6 MB invocation limit.
  * - The handler gets a `KinesisStreamEvent` (built by lambda/adapters/kinesis-event.ts).
- * - Success: checkpoint after the last record. The checkpoint only moves after success.
+ * - Success: checkpoint after the last record. The checkpoint only moves after success. With
+ *   `checkpointIntervalMs` the position is written at most that long after it was acknowledged
+ *   (local/checkpoint-schedule.ts), and always before a stop or a caught-up answer.
  * - Partial batch failure (`batchItemFailures`): checkpoint before the lowest failed sequence
  *   number and retry from it. An unknown or empty item identifier fails the whole batch.
  * - Thrown error: with bisect on, the batch is split in two and each half is retried on its own
@@ -38,6 +40,8 @@ import { CdcError, InvalidRecordError, UnknownOperationError, UnsafeIdentifierEr
 import { toKinesisStreamEvent } from '../lambda/adapters/kinesis-event.ts';
 import { ShardTips } from './shard-tips.ts';
 import { KinesisCursor, type ShardCursor, type StreamFanout } from './fanout.ts';
+import { CheckpointSchedule } from './checkpoint-schedule.ts';
+import { Wakeup } from './wakeup.ts';
 
 /** Checkpoint value of a shard that was read to its end. */
 export const SHARD_END = 'SHARD_END';
@@ -91,6 +95,14 @@ export interface PollerOptions {
    * iterators. Needs `startingPosition` TRIM_HORIZON. @default own iterators
    */
   fanout?: StreamFanout;
+  /**
+   * Writes a shard's acknowledged position at most this long after it was acknowledged, instead of
+   * after every batch (docs/local.md, "Checkpoints written at most once a second"); always on stop
+   * and before `caughtUpSince` answers yes. @default 0 (after every batch, as Lambda's own checkpoint)
+   */
+  checkpointIntervalMs?: number;
+  /** With `checkpointIntervalMs`: writes at the latest after this many batches. @default 100 */
+  checkpointEveryBatches?: number;
 }
 
 /** Counters of one poller, for the live status. */
@@ -128,44 +140,6 @@ export function isBadInputError(err: unknown): boolean {
 const MAX_PAYLOAD_BYTES = 5_500_000;
 
 class StopRequested extends Error {}
-
-/**
- * A wake-up call for one waiter: `wait(ms)` returns after `ms`, or as soon as `notify()` is
- * called; a notify while nobody waits is kept for the next wait, so none is lost between a check
- * and the wait that follows it.
- */
-class Wakeup {
-  private pending = false;
-  private waiter: (() => void) | null = null;
-
-  notify(): void {
-    const w = this.waiter;
-    if (w) {
-      this.waiter = null;
-      w();
-    } else this.pending = true;
-  }
-
-  wait(ms: number): Promise<void> {
-    if (this.pending) {
-      this.pending = false;
-      return Promise.resolve();
-    }
-    return new Promise<void>((resolve) => {
-      const timer = setTimeout(
-        () => {
-          this.waiter = null;
-          resolve();
-        },
-        Math.max(0, ms),
-      );
-      this.waiter = () => {
-        clearTimeout(timer);
-        resolve();
-      };
-    });
-  }
-}
 
 /** One run of a shard (from its checkpoint): what its reader and its deliverer share. */
 interface ShardRun {
@@ -214,7 +188,10 @@ function aboutRecord(text: string): { source: string | null; table: string | nul
 
 /** One event source mapping: call `start()`, later `stop()` (lets the batch in flight finish). */
 export class Poller {
-  private readonly o: Required<Omit<PollerOptions, 'onError' | 'watchPuts' | 'fanout'>> & Pick<PollerOptions, 'onError' | 'watchPuts' | 'fanout'>;
+  private readonly o: Required<Omit<PollerOptions, 'onError' | 'watchPuts' | 'fanout' | 'checkpointIntervalMs' | 'checkpointEveryBatches'>> &
+    Pick<PollerOptions, 'onError' | 'watchPuts' | 'fanout'>;
+  /** What each shard acknowledged and has not written yet, and when to write it. */
+  private readonly checkpoints: CheckpointSchedule;
   /** In-flight deliveries currently failing with an infrastructure error (bisect can run two in turn). */
   private stalled = 0;
   private stopping = false;
@@ -258,6 +235,7 @@ export class Poller {
       watchPuts: options.watchPuts,
       fanout: options.fanout,
     };
+    this.checkpoints = new CheckpointSchedule({ intervalMs: options.checkpointIntervalMs ?? 0, everyBatches: options.checkpointEveryBatches ?? 100 });
     this.stats = {
       consumer: options.consumer,
       recordsDone: 0,
@@ -306,11 +284,14 @@ export class Poller {
    */
   caughtUpSince(time: number): boolean {
     if (this.running.size === 0) return false;
+    let caughtUp = true;
     for (const shardId of this.running.keys()) {
-      if (this.ended.has(shardId)) continue;
-      if (!this.tips.get(shardId)?.caughtUpSince(time)) return false;
+      if (this.ended.has(shardId) || this.tips.get(shardId)?.caughtUpSince(time)) continue;
+      caughtUp = false;
+      // The tips learn of a position once it is written: one acknowledged and not written yet is written now.
+      if (this.checkpoints.ask(shardId)) for (const run of this.shardRuns) if (run.shardId === shardId) run.delivererWake.notify();
     }
-    return true;
+    return caughtUp;
   }
 
   /** The last error that made a shard restart from its checkpoint, if any. */
@@ -376,6 +357,7 @@ export class Poller {
         await this.runShard(shardId);
         return;
       } catch (err) {
+        if (err instanceof StopRequested) return;
         this.failure = err;
         this.o.onError?.(err, `${this.o.consumer} on ${shardId} (restarting from its checkpoint)`);
         await sleep(backoff);
@@ -393,6 +375,8 @@ export class Poller {
    * not acknowledged are read again.
    */
   private async runShard(shardId: string): Promise<void> {
+    // A position the shard's last run acknowledged and could not write yet is written first.
+    await this.flushCheckpoint(shardId, true);
     const checkpoint = await this.o.controlPlane.getCheckpoint(this.o.consumer, shardId);
     if (checkpoint === SHARD_END) {
       this.ended.add(shardId);
@@ -424,6 +408,10 @@ export class Poller {
       s.readerWake.notify();
       await reader;
       this.shardRuns.delete(s);
+      // Stopped (or failed): what was acknowledged is written; stopped while the control plane is unreachable, it is delivered again next run.
+      await this.flushCheckpoint(shardId, true).catch((err: unknown) => {
+        if (!(err instanceof StopRequested)) throw err;
+      });
     }
   }
 
@@ -479,10 +467,14 @@ export class Poller {
         if (s.buffer.length >= this.o.batchSize || (s.buffer.length === 0 && s.shardEnd)) break;
         const now = Date.now();
         if (s.buffer.length > 0 && now >= windowEnds) break;
-        await s.delivererWake.wait(s.buffer.length > 0 ? windowEnds - now : this.o.idleMs);
+        // An acknowledged position that waited long enough (or that a caught-up check asked for) is written while the shard waits.
+        await this.flushCheckpoint(s.shardId, false);
+        const due = this.checkpoints.dueIn(s.shardId) ?? Infinity;
+        await s.delivererWake.wait(Math.min(s.buffer.length > 0 ? windowEnds - Date.now() : this.o.idleMs, due));
       }
       if (s.buffer.length === 0) {
         // The shard was read to its end and every record of it was acknowledged.
+        this.checkpoints.drop(s.shardId);
         await this.o.controlPlane.putCheckpoint(this.o.consumer, s.shardId, SHARD_END);
         this.ended.add(s.shardId);
         return;
@@ -621,20 +613,30 @@ export class Poller {
     }
   }
 
-  /**
-   * Records the checkpoint, retrying while the control plane is unreachable (if stopped meanwhile,
-   * the batch is re-read next run). A shard that cannot record its checkpoint makes no progress,
-   * so the retries show as a stall, as a failing batch's do.
-   */
+  /** The handler acknowledged `records` (in order after everything before them): their position is written now or later (`checkpoints`). */
   private async ack(shardId: string, records: _Record[]): Promise<void> {
     if (records.length === 0) return;
+    if (this.checkpoints.acknowledged(shardId, records[records.length - 1]!.SequenceNumber!)) await this.flushCheckpoint(shardId, true);
+    this.stats.recordsDone += records.length;
+    this.stats.batches++;
+    this.stats.lastAckAt = Date.now();
+  }
+
+  /**
+   * Writes the shard's acknowledged position if it is due (or pending at all, with `force`),
+   * retrying while the control plane is unreachable (if stopped meanwhile, the records are
+   * delivered again next run). A shard that cannot record its checkpoint makes no progress, so the
+   * retries show as a stall, as a failing batch's do.
+   */
+  private async flushCheckpoint(shardId: string, force: boolean): Promise<void> {
+    const seq = this.checkpoints.due(shardId, force);
+    if (seq === null) return;
     let backoff = this.o.retryBackoffMs;
     let stalledHere = false;
     try {
       for (;;) {
         try {
-          await this.o.controlPlane.putCheckpoint(this.o.consumer, shardId, records[records.length - 1]!.SequenceNumber!);
-          this.tips.get(shardId)?.acknowledged(records[records.length - 1]!.SequenceNumber!);
+          await this.o.controlPlane.putCheckpoint(this.o.consumer, shardId, seq);
           break;
         } catch (err) {
           this.o.onError?.(err, `${this.o.consumer}: checkpoint of ${shardId}`);
@@ -653,9 +655,8 @@ export class Poller {
     } finally {
       if (stalledHere) this.unstall();
     }
-    this.stats.recordsDone += records.length;
-    this.stats.batches++;
-    this.stats.lastAckAt = Date.now();
+    this.checkpoints.written(shardId, seq);
+    this.tips.get(shardId)?.acknowledged(seq);
   }
 
   private async deadLetter(shardId: string, records: _Record[], code: string, reason: string): Promise<void> {
