@@ -6,10 +6,11 @@
  * Per raw record:
  * 1. Parse and decode (`decodeRawRecord`). Key columns of DMS tables come from the table
  *    configuration, then from the registry.
- * 2. Consult the schema registry (strongly consistent reads, cached for one batch) and classify
- *    what the record shows (`schema-evolution.ts`): a table seen for the first time is registered
- *    with its first schema version (columns, types where known, key, effective position, delete
- *    mode from the configuration, pre-image); a compatible change registers the next version;
+ * 2. Consult the schema registry (strongly consistent reads, cached for one batch; the versions
+ *    kept across batches, schema-version-cache.ts) and classify what the record shows
+ *    (`schema-evolution.ts`): a table seen for the first time is registered with its first schema
+ *    version (columns, types where known, key, effective position, delete mode from the
+ *    configuration, pre-image); a compatible change registers the next version;
  *    a breaking change pauses that table only (state + audit entry, an error log line with the
  *    reason and the recovery hint, metric `TablesPaused`) and registers the next version too,
  *    so its events still enter the log and every sink holds them.
@@ -35,6 +36,7 @@
  * conditional write; the loser reloads the registry and classifies again.
  */
 import { CdcError, PositionRegressionError } from '../shared/errors.ts';
+import { SchemaVersionCache } from './schema-version-cache.ts';
 import type { ChangeEvent } from '../shared/event.ts';
 import { assertSchemaVersion, keyText, validateChangeEvent } from '../shared/event.ts';
 import type { AuditEntry, ColumnDef, ControlPlane, PreImage, SchemaVersion, TableRecord } from '../shared/control-plane.ts';
@@ -174,6 +176,8 @@ export class Normalizer<E> {
   private lastPosition: Position | null = null;
   /** Per shard (`<stream>/<shard>`): table + key text → what was last accepted for it. */
   private readonly seen = new Map<string, Map<string, KeySeen>>();
+  /** @internal Every table's schema versions, kept across batches (a version never changes once written). */
+  readonly schemaVersions = new SchemaVersionCache();
 
   constructor(private readonly o: NormalizerOptions<E>) {
     this.now = o.now ?? (() => new Date());
@@ -856,11 +860,7 @@ export class NormalizerBatch<E> {
   private async registry(table: string): Promise<Registry> {
     const cached = this.cache.get(table);
     if (cached) return cached;
-    const [record, versions] = await Promise.all([
-      this.o.controlPlane.getTable(this.o.source, table),
-      this.o.controlPlane.listSchemaVersions(this.o.source, table),
-    ]);
-    const reg: Registry = { table: record, versions: [...versions].sort((a, b) => a.version - b.version) };
+    const reg: Registry = await this.parent.schemaVersions.load(this.o.controlPlane, this.o.source, table);
     this.cache.set(table, reg);
     return reg;
   }
