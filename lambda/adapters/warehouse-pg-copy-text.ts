@@ -80,7 +80,7 @@ export function* changelogCopyText(events: readonly ChangeEvent[], columns: read
       const text = cells[j]!(e);
       // At most three UTF-8 bytes per UTF-16 unit (a surrogate pair's two make four), and the separator.
       if (len + 3 * text.length + 1 > buf.length) buf = grown(buf, len, 3 * text.length + 1);
-      len += buf.write(text, len);
+      len = writeCell(buf, len, text);
       buf[len++] = j === last ? 0x0a : 0x09;
     }
     if (last < 0) buf[len++] = 0x0a;
@@ -91,6 +91,27 @@ export function* changelogCopyText(events: readonly ChangeEvent[], columns: read
     }
   }
   if (len > 0) yield buf.subarray(0, len);
+}
+
+/** Cells up to this many UTF-16 units are copied byte by byte while they are ASCII. */
+const SHORT_CELL = 64;
+
+/**
+ * Writes a cell's text at `at` as UTF-8 and returns where it ends (the buffer has room for it). A
+ * short ASCII cell (a position, a timestamp, a number, most keys) is copied byte by byte: one
+ * native `write` per cell cost more than the copy (docs/performance-log.md, "54. Where the
+ * rebuild's core-seconds go; the COPY text's short cells"). Anything else, from its first
+ * non-ASCII unit on the whole cell again, goes through `write`.
+ */
+function writeCell(buf: Buffer, at: number, text: string): number {
+  const n = text.length;
+  if (n > SHORT_CELL) return at + buf.write(text, at);
+  for (let i = 0; i < n; i++) {
+    const c = text.charCodeAt(i);
+    if (c >= 0x80) return at + buf.write(text, at);
+    buf[at + i] = c;
+  }
+  return at + n;
 }
 
 /** A buffer holding the first `len` bytes of `buf` with room for `more` bytes after them. */
