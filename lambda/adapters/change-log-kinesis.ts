@@ -22,7 +22,7 @@
  * map comes from ListShards and is kept; PutRecords reports the shard each entry landed on, and an
  * aggregate that landed elsewhere (the map was stale: a split, a merge, on-demand scaling) counts as
  * a failed entry: the map is listed again and everything from it on is planned and put again, by the
- * rule above. Consumers skip the misplaced aggregate (lambda/core/shared/change-log-record.ts).
+ * rule above. Consumers skip the misplaced aggregate (contracts/change-log-record.ts).
  */
 import { createHash } from 'node:crypto';
 import { ListShardsCommand, PutRecordsCommand, type KinesisClient, type PutRecordsRequestEntry, type Shard } from '@aws-sdk/client-kinesis';

@@ -2,10 +2,10 @@
  * Reads a change-log stream (Kinesis) from the trim horizon to its tip, shard by shard, in each
  * shard's order: the resume replay's source of the held range (docs/operations.md). Parent
  * shards are read before their children, so one key's events (one partition key, one shard at a
- * time) come in stream order. An aggregated record (lambda/core/shared/change-log-record.ts) is read as its
+ * time) come in stream order. An aggregated record (contracts/change-log-record.ts) is read as its
  * events, one record each.
  */
-import { subSequenceId, unpackChangeLogRecord } from '../core/shared/change-log-record.ts';
+import { subSequenceId, unpackChangeLogRecord } from '../../contracts/change-log-record.ts';
 import { GetRecordsCommand, GetShardIteratorCommand, ListShardsCommand, type KinesisClient, type Shard } from '@aws-sdk/client-kinesis';
 
 export interface LogRecord {

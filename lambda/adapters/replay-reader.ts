@@ -26,7 +26,7 @@ import { gunzipSync } from 'node:zlib';
 import type { KinesisClient } from '@aws-sdk/client-kinesis';
 import { readShard, shardsInOrder, type LogRecord } from './change-log-reader.ts';
 import { compareSequenceNumbers } from '../core/sink/apply-plan.ts';
-import { kinesisSequenceOf } from '../core/shared/change-log-record.ts';
+import { kinesisSequenceOf } from '../../contracts/change-log-record.ts';
 import { CdcError } from '../core/shared/errors.ts';
 import { validateChangeEvent, type ChangeEvent } from '../core/shared/event.ts';
 import { isClaimCheck, resolveClaim, validateClaimCheck, type PayloadStore } from '../core/shared/payload-store.ts';

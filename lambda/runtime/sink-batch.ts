@@ -20,7 +20,7 @@ import { processPartialResponse, type BatchProcessor } from '@aws-lambda-powerto
 import { MetricUnit, type Metrics } from '@aws-lambda-powertools/metrics';
 import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent, KinesisStreamRecord } from 'aws-lambda';
 import { CdcError } from '../core/shared/errors.ts';
-import { kinesisSequenceOf, subSequenceId, unpackChangeLogRecord } from '../core/shared/change-log-record.ts';
+import { kinesisSequenceOf, subSequenceId, unpackChangeLogRecord } from '../../contracts/change-log-record.ts';
 import { MetricDimension, MetricName } from '../../contracts/metrics.ts';
 import type { ApplyLog, BatchOutcome, ChangeRecord, SourceCounts } from '../core/warehouse/warehouse-apply.ts';
 import type { Logger } from '@aws-lambda-powertools/logger';
@@ -97,7 +97,7 @@ function looksAggregated(data: string): boolean {
 
 /**
  * The change records of a Lambda Kinesis batch, as the applier sees them: a plain record is one
- * event; a KPL aggregate (lambda/core/shared/change-log-record.ts) is one record per event, each
+ * event; a KPL aggregate (contracts/change-log-record.ts) is one record per event, each
  * with its own id (`<sequence number>.<sub-sequence number>`); an aggregate put for another shard
  * is skipped (logged, counted in `skipped`); a corrupt aggregate is one record of its whole base64
  * data, which the apply dead-letters (nothing lost).

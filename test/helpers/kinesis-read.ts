@@ -8,8 +8,8 @@ import {
   type _Record as KinesisRecord,
   type KinesisClient,
 } from '@aws-sdk/client-kinesis';
-import { aggregateShardOf, subSequenceId, unpackChangeLogRecord } from '../../lambda/core/shared/change-log-record.ts';
-import { decodeAggregate, isAggregate } from '../../lambda/core/shared/kpl-aggregate.ts';
+import { aggregateShardOf, subSequenceId, unpackChangeLogRecord } from '../../contracts/change-log-record.ts';
+import { decodeAggregate, isAggregate } from '../../contracts/kpl-aggregate.ts';
 
 /** Creates a stream and returns its ARN. */
 export async function createStream(client: KinesisClient, name: string, shards = 1): Promise<string> {
@@ -42,7 +42,7 @@ export async function readShards(client: KinesisClient, stream: string): Promise
 
 /**
  * Every record's payload parsed as JSON, per shard. A KPL aggregate (the change log's records,
- * lambda/core/shared/change-log-record.ts) is read as its events, each with its own partition key
+ * contracts/change-log-record.ts) is read as its events, each with its own partition key
  * and `<sequence number>.<sub-sequence number>`; an aggregate put for another shard is skipped, as
  * every consumer skips it.
  */

@@ -13,8 +13,8 @@
  * a group of one) are put in the order they were opened, so a shard's units go in event order.
  */
 import { createHash } from 'node:crypto';
-import { AGGREGATE_KEY_PREFIX } from './change-log-record.ts';
-import { AGGREGATE_OVERHEAD, encodeAggregate, keyTableEntrySize, userRecordSize } from './kpl-aggregate.ts';
+import { AGGREGATE_KEY_PREFIX } from '../../../contracts/change-log-record.ts';
+import { AGGREGATE_OVERHEAD, encodeAggregate, keyTableEntrySize, userRecordSize } from '../../../contracts/kpl-aggregate.ts';
 
 /** An open shard's hash key range. */
 export interface ShardRange {

@@ -450,7 +450,7 @@ export function setSignature(w: MirrorWrite): string {
 /**
  * Compares Kinesis sequence numbers (decimal strings of up to 128 bits): by length, then
  * lexicographically, which is numeric order for numbers without leading zeros. An event of an
- * aggregate is named `<sequence number>.<sub-sequence number>` (lambda/core/shared/change-log-record.ts):
+ * aggregate is named `<sequence number>.<sub-sequence number>` (contracts/change-log-record.ts):
  * ordered by sequence number, then sub-sequence number; the plain sequence number before its sub-records.
  */
 export function compareSequenceNumbers(a: string, b: string): number {

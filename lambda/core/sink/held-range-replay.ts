@@ -31,7 +31,7 @@ interface LogRecord {
   shardId: string;
   sequenceNumber: string;
   text: string;
-  /** An aggregate put for another shard (lambda/core/shared/change-log-record.ts): no event of it is used. */
+  /** An aggregate put for another shard (contracts/change-log-record.ts): no event of it is used. */
   otherShard?: string;
 }
 

@@ -1,7 +1,7 @@
 /**
  * A change-log Kinesis record as its consumers read it (docs/architecture.md, "5.1 The change
  * event"): one JSON change event (or claim check), or a KPL aggregate of several
- * (lambda/core/shared/kpl-aggregate.ts) written for one shard.
+ * (contracts/kpl-aggregate.ts) written for one shard.
  *
  * An aggregate's own partition key names the shard the producer meant it for (`AGGREGATE_KEY_PREFIX`
  * + shard id). An aggregate read from another shard (the producer's shard map was stale when it was

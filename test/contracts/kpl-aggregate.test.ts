@@ -1,5 +1,5 @@
 /**
- * The KPL aggregated record codec (lambda/core/shared/kpl-aggregate.ts) against an independent
+ * The KPL aggregated record codec (contracts/kpl-aggregate.ts) against an independent
  * implementation, awslabs' kinesis-aggregation for Node (`aws-kinesis-agg`, protobufjs inside):
  * randomized round trips both ways (seed printed), refusals of corrupt input, and the order of
  * sub-record ids (`compareSequenceNumbers`).
@@ -7,18 +7,12 @@
 import { createHash } from 'node:crypto';
 import { createRequire } from 'node:module';
 import { describe, expect, it } from 'vitest';
-import {
-  AggregateFormatError,
-  decodeAggregate,
-  deaggregate,
-  encodeAggregate,
-  isAggregate,
-  KPL_MAGIC,
-  type UserRecord,
-} from '../../../lambda/core/shared/kpl-aggregate.ts';
-import { kinesisSequenceOf, subSequenceId, unpackChangeLogRecord, AGGREGATE_KEY_PREFIX } from '../../../lambda/core/shared/change-log-record.ts';
-import { compareSequenceNumbers } from '../../../lambda/core/sink/apply-plan.ts';
-import { rng } from '../../helpers/rng.ts';
+import { AggregateFormatError, decodeAggregate, deaggregate, encodeAggregate, isAggregate, KPL_MAGIC, type UserRecord } from '../../contracts/kpl-aggregate.ts';
+import { kinesisSequenceOf, subSequenceId, unpackChangeLogRecord, AGGREGATE_KEY_PREFIX } from '../../contracts/change-log-record.ts';
+import { compareSequenceNumbers } from '../../lambda/core/sink/apply-plan.ts';
+import { rng } from '../helpers/rng.ts';
+import { ChangeLogRecords } from '../../lib/change-log-records.ts';
+import { changeLogAggregationSetting } from '../../lambda/runtime/environment.ts';
 
 const require = createRequire(import.meta.url);
 interface ProtoType {
@@ -195,5 +189,28 @@ describe(`sub-record ids (seed ${SEED})`, () => {
       expect(Math.sign(compareSequenceNumbers(ida, idb)), `${ida} vs ${idb}`).toBe(want);
       expect(kinesisSequenceOf(ida)).toBe(a);
     }
+  });
+});
+
+describe('ChangeLogRecords.eventsOf (the package export for consumers of your own) and CDC_CHANGE_LOG_AGGREGATION', () => {
+  it('gives the events of an aggregate, a plain record as itself, nothing for an aggregate of another shard, and refuses a corrupt one', () => {
+    const agg = encodeAggregate([
+      { partitionKey: 'a', data: Buffer.from('{"n":1}') },
+      { partitionKey: 'b', data: Buffer.from('{"n":"é"}') },
+    ]);
+    const key = `${AGGREGATE_KEY_PREFIX}shardId-000000000003`;
+    expect(ChangeLogRecords.eventsOf(agg.toString('base64'), 'shardId-000000000003', key)).toEqual(['{"n":1}', '{"n":"é"}']);
+    expect(ChangeLogRecords.eventsOf(agg.toString('base64'), 'shardId-000000000004', key)).toEqual([]);
+    expect(ChangeLogRecords.eventsOf(Buffer.from('{"n":2}').toString('base64'), 'shardId-000000000004', 'k')).toEqual(['{"n":2}']);
+    expect(() => ChangeLogRecords.eventsOf(flippedOnce().toString('base64'), 'shardId-000000000003', key)).toThrowError(
+      'record of shardId-000000000003: not a valid KPL aggregated record: the MD5 checksum does not match the message (corrupt or truncated)',
+    );
+  });
+
+  it('the setting is on unless off; anything else is refused by name', () => {
+    expect(changeLogAggregationSetting(undefined)).toBe(true);
+    expect(changeLogAggregationSetting('on')).toBe(true);
+    expect(changeLogAggregationSetting('off')).toBe(false);
+    expect(() => changeLogAggregationSetting('yes')).toThrowError('CDC_CHANGE_LOG_AGGREGATION: expected on or off, got "yes"');
   });
 });

@@ -1,6 +1,7 @@
 /**
  * The Kinesis Producer Library's aggregated record format (docs/architecture.md, "5.1 The change
  * event"): many user records in one Kinesis record, the format Firehose and the KCL de-aggregate.
+ * In contracts/ because both the handlers and the package's exported reader (lib/change-log-records.ts) use it.
  *
  * Layout: the magic bytes F3 89 9A C2, then the protobuf message
  *   AggregatedRecord { repeated string partition_key_table = 1; repeated string explicit_hash_key_table = 2; repeated Record records = 3; }
@@ -11,7 +12,6 @@
  * fields only; unknown fields are skipped by wire type, as protobuf readers do.
  */
 import { createHash } from 'node:crypto';
-import { CdcError } from './errors.ts';
 
 export const KPL_MAGIC = Buffer.from([0xf3, 0x89, 0x9a, 0xc2]);
 const DIGEST_BYTES = 16;
@@ -30,12 +30,14 @@ export interface DecodedAggregate {
 }
 
 /** Bytes that start with the magic but are not a whole, intact aggregate. Nothing of it is used. */
-export class AggregateFormatError extends CdcError {
+export class AggregateFormatError extends Error {
+  readonly code = 'INVALID_AGGREGATE';
   constructor(
     readonly where: string,
     readonly reason: string,
   ) {
-    super('INVALID_AGGREGATE', `${where}: not a valid KPL aggregated record: ${reason}`);
+    super(`${where}: not a valid KPL aggregated record: ${reason}`);
+    this.name = 'AggregateFormatError';
   }
 }
 
