@@ -66,8 +66,7 @@ export function createSearchApplier(deps: SearchApplierDeps): SearchApplier {
     return outcome;
   }
   async function handler(event: KinesisStreamEvent, context?: Context): Promise<KinesisStreamBatchResponse> {
-    const { records } = changeRecordsOf(event.Records, logger);
-    return partialBatchResponse(event, await applyRecords(records), processor, context);
+    return partialBatchResponse(event, await applyRecords(changeRecordsOf(event.Records, logger).records), processor, context);
   }
   return { applyRecords, handler, clearCache: apply.clearCache };
 }

@@ -97,8 +97,7 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
   }
 
   async function handler(event: KinesisStreamEvent, context?: Context): Promise<KinesisStreamBatchResponse> {
-    const { records } = changeRecordsOf(event.Records, logger);
-    return partialBatchResponse(event, await applyRecords(records), processor, context);
+    return partialBatchResponse(event, await applyRecords(changeRecordsOf(event.Records, logger).records), processor, context);
   }
 
   return { applyRecords, handler, mergeDue, mergeTable: apply.mergeTable, warehouse };
