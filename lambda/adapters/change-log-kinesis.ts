@@ -254,7 +254,7 @@ export class KinesisChangeLog {
           cause,
         );
       }
-      if (!misplaced) await this.sleep(this.backoff(failures));
+      await this.sleep(this.backoff(failures));
     }
   }
 
