@@ -304,4 +304,35 @@ describe(`consumers of an aggregated change log (seed ${SEED}, ${SEEDS} seeds)`,
     expect(await rows(`SELECT k FROM ${qualified(other.schema, other.view)} ORDER BY k`)).toEqual(['a', 'b', 'c', 'd', 'e', 'f'].map((k) => ({ k })));
     expect(await cp.listDeadLetters(SINK)).toEqual([]);
   });
+
+  it('a bad event inside an aggregate is its own dead letter (its text, its sub-record origin); a corrupt aggregate is one dead letter of its whole data', async () => {
+    const cp = new MemoryControlPlane();
+    await register(cp, 'dl', 'public.orders', ORDERS, ['id']);
+    const a = applier(cp);
+    const arn = 'arn:aws:kinesis:us-east-1:000000000000:stream/changes';
+    const shardId = 'shardId-000000000000';
+    const good = ev('dl', 'public.orders', 'insert', 1, { id: 1 }, { id: 1, status: 'a' });
+    const bad = JSON.stringify({ ...ev('dl', 'public.orders', 'insert', 2, { id: 2 }, { id: 2 }), schemaVersion: 9 });
+    const later = ev('dl', 'public.orders', 'update', 3, { id: 1 }, { id: 1, status: 'b' });
+    const data = encodeAggregate([JSON.stringify(good), bad, JSON.stringify(later)].map((t) => ({ partitionKey: 'pk', data: Buffer.from(t) })));
+    const corrupt = Buffer.from(data);
+    corrupt[corrupt.length - 1] = corrupt[corrupt.length - 1]! ^ 0xff;
+    const res = await a.handler(
+      toKinesisStreamEvent(
+        [
+          { SequenceNumber: '700', PartitionKey: `${AGGREGATE_KEY_PREFIX}${shardId}`, Data: data },
+          { SequenceNumber: '800', PartitionKey: `${AGGREGATE_KEY_PREFIX}${shardId}`, Data: corrupt },
+        ],
+        { streamArn: arn, shardId },
+      ),
+    );
+    expect(res.batchItemFailures).toEqual([]);
+    const t = warehouseTable('dl', 'public.orders');
+    expect(await rows(`SELECT id, status FROM ${qualified(t.schema, t.view)} ORDER BY id`)).toEqual([{ id: '1', status: 'b' }]);
+    const letters = (await cp.listDeadLetters(SINK)).map((d) => ({ origin: d.origin, record: d.record, table: d.table }));
+    expect(letters.sort((x, y) => (x.origin < y.origin ? -1 : 1))).toEqual([
+      { origin: `changes/${shardId}/700.1`, record: bad, table: 'public.orders' },
+      { origin: `changes/${shardId}/800`, record: corrupt.toString('base64'), table: null },
+    ]);
+  });
 });
