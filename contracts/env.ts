@@ -13,6 +13,8 @@ export const EnvName = {
   TABLE_RULES: 'CDC_TABLE_RULES',
   /** Change-log stream name (the normalizer publishes to it). */
   CHANGE_LOG_STREAM: 'CDC_CHANGE_LOG_STREAM',
+  /** `on` (the default) or `off`: whether the normalizer packs change events into KPL aggregates (docs/architecture.md, "5.1 The change event"). */
+  CHANGE_LOG_AGGREGATION: 'CDC_CHANGE_LOG_AGGREGATION',
   /** Sink id of a sink applier. */
   SINK_ID: 'CDC_SINK_ID',
   /** Secrets Manager ARN holding a PostgreSQL-wire connection (host, port, username, password, dbname). */

@@ -33,6 +33,12 @@ export interface IChangeLog extends IResource {
    */
   readonly encryptionKey?: kms.IKey;
   /**
+   * Whether the normalizer packs change events bound for the same shard into KPL aggregated
+   * records (docs/architecture.md, "5.1 The change event"). The platform's consumers, Firehose and
+   * the KCL de-aggregate them; a consumer of your own reads them with `deaggregateChangeLogRecord`.
+   */
+  readonly recordAggregation: boolean;
+  /**
    * ARN of the change-log stream.
    * @attribute
    */
@@ -64,6 +70,13 @@ export interface IChangeLog extends IResource {
 
 /** Properties of a `ChangeLog`. */
 export interface ChangeLogProps {
+  /**
+   * Pack change events bound for the same shard into KPL aggregated records (docs/architecture.md,
+   * "5.1 The change event"): far fewer stream records per change. Turn it off when a consumer of
+   * your own reads the stream without de-aggregating (the platform's consumers, Firehose and the KCL do).
+   * @default true
+   */
+  readonly recordAggregation?: boolean;
   /**
    * How long the stream keeps records: the window in which a sink can be replayed or rebuilt from
    * the stream alone (older history comes from the archive). 24 hours to 365 days.
@@ -180,6 +193,11 @@ export interface ChangeLogProps {
 export interface ChangeLogAttributes {
   /** ARN of the change-log stream. */
   readonly streamArn: string;
+  /**
+   * Whether the normalizers publishing to it pack events into KPL aggregated records (`ChangeLogProps.recordAggregation`).
+   * @default true
+   */
+  readonly recordAggregation?: boolean;
   /** The stream's retention. */
   readonly retention: Duration;
   /**
@@ -191,6 +209,7 @@ export interface ChangeLogAttributes {
 
 abstract class ChangeLogBase extends Resource implements IChangeLog {
   abstract readonly stream: kinesis.IStream;
+  abstract readonly recordAggregation: boolean;
   abstract readonly retention: Duration;
   abstract readonly encryptionKey?: kms.IKey;
 
@@ -270,6 +289,7 @@ export class ChangeLog extends ChangeLogBase implements IArchivedChangeLog {
       readonly stream: kinesis.IStream;
       readonly retention = attrs.retention;
       readonly encryptionKey = attrs.encryptionKey;
+      readonly recordAggregation = attrs.recordAggregation ?? true;
       constructor() {
         super(scope, id, { environmentFromArn: attrs.streamArn });
         checkRequiredProps(this, 'ChangeLog.fromChangeLogAttributes', attrs, ['streamArn', 'retention']);
@@ -281,6 +301,7 @@ export class ChangeLog extends ChangeLogBase implements IArchivedChangeLog {
 
   readonly stream: kinesis.IStream;
   readonly retention: Duration;
+  readonly recordAggregation: boolean;
   /**
    * The key that encrypts the stream, the copier's dead-letter queue and this construct's log
    * groups: always set on a `ChangeLog` (the platform's own key unless one was given).
@@ -323,6 +344,7 @@ export class ChangeLog extends ChangeLogBase implements IArchivedChangeLog {
     this.node.setContext(S3_SERVER_ACCESS_LOGS_USE_BUCKET_POLICY, true);
     const removalPolicy = props.removalPolicy ?? RemovalPolicy.RETAIN;
     this.retention = props.retention ?? Duration.days(7);
+    this.recordAggregation = props.recordAggregation ?? true;
     this.archiveRetention = props.archiveRetention ?? Duration.days(365);
     const bufferingInterval = props.archiveBufferingInterval ?? Duration.minutes(5);
     checkChangeLogProps(this, { ...props, retention: this.retention, archiveRetention: this.archiveRetention, bufferingInterval });

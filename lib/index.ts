@@ -1,6 +1,7 @@
 export * from './captured-table.ts';
 export * from './cdc-source.ts';
 export * from './change-log.ts';
+export * from './change-log-records.ts';
 export * from './control-plane.ts';
 export * from './dms-service-roles.ts';
 export * from './source-database.ts';

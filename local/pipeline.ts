@@ -240,7 +240,7 @@ export class LocalPipeline {
           tables: this.tables,
           rules,
           controlPlane: stack.controlPlane,
-          changeLog: new KinesisChangeLog(stack.kinesis, stack.streams.changeLog),
+          changeLog: new KinesisChangeLog(stack.kinesis, stack.streams.changeLog, { aggregate: true }),
           payloads: stack.payloads,
           // As on AWS: the capture writes DMS records, which carry no types (docs/local.md, "DMS records").
           catalogTypes: true,

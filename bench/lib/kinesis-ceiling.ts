@@ -12,7 +12,9 @@
  * the raw stream, `KinesisChangeLog.publishEncoded` for the change log) and the same pollers
  * (`Poller` with `cdc local`'s batch sizes, window and read-ahead), carrying the sampled records as
  * fast as it can: a capture stand-in puts N raw records in the capture's batches; a normalizer
- * poller on the raw stream puts one change-log record per raw record; an applier poller and an
+ * poller on the raw stream publishes one change event per raw record, packed into KPL aggregates
+ * per shard as the pipeline's normalizer packs them (`aggregation`; the samples of the change log
+ * are its events, taken out of the aggregates the pipeline put); an applier poller and an
  * archive poller read the change log through one shared read of it (local/fanout.ts), as
  * `cdc local` does. What it excludes: every handler's own work (capture,
  * normalizer, applier, archive copier), PostgreSQL, DynamoDB (checkpoints are kept in memory).
@@ -22,6 +24,7 @@
 import { CreateStreamCommand, DescribeStreamSummaryCommand, ListShardsCommand, type KinesisClient } from '@aws-sdk/client-kinesis';
 import { kinesisClient } from '../../lambda/adapters/aws-clients.ts';
 import { KinesisChangeLog } from '../../lambda/adapters/change-log-kinesis.ts';
+import { decodeAggregate, isAggregate } from '../../contracts/kpl-aggregate.ts';
 import { kinesisRawPublisher } from '../../local/raw-publisher.ts';
 import { PutNotices, routeStream, startKinesaliteProcess } from '../../local/kinesis.ts';
 import { Poller } from '../../local/poller.ts';
@@ -67,7 +70,14 @@ export class KinesisTally {
             if (this.sampling && (output.FailedRecordCount ?? 0) === 0) {
               const kept = this.samples.get(stream) ?? [];
               this.samples.set(stream, kept);
-              for (const e of entries) if (kept.length < this.cap) kept.push({ key: e.PartitionKey ?? '', data: e.Data ?? new Uint8Array() });
+              for (const e of entries) {
+                const data = e.Data ?? new Uint8Array();
+                // An aggregate (the change log's records, contracts/kpl-aggregate.ts) is kept as its events: the ceiling packs them again as the producer does.
+                const events = isAggregate(data)
+                  ? decodeAggregate(data, 'sampled record').records.map((u) => ({ key: u.partitionKey, data: u.data }))
+                  : [{ key: e.PartitionKey ?? '', data }];
+                for (const ev of events) if (kept.length < this.cap) kept.push(ev);
+              }
             }
             break;
           }
@@ -124,6 +134,8 @@ export interface CeilingOptions {
   archiveWindowMs: number;
   /** The raw stream in a kinesalite process of its own, as `cdc local` runs it (docs/local.md, "One kinesalite process per stream"). */
   perStream?: boolean;
+  /** The normalizer packs change events into KPL aggregates, as `cdc local` does (docs/architecture.md, "5.1 The change event"). @default true */
+  aggregation?: boolean;
 }
 
 export interface CeilingResult {
@@ -185,14 +197,15 @@ export async function standInCeiling(o: CeilingOptions): Promise<CeilingResult> 
     // Records prepared before timing: the capture's raw records as text (its publisher takes text), the change log's as bytes.
     const rawText = o.raw.map((r) => ({ partitionKey: r.key, data: Buffer.from(r.data).toString('utf8') }));
     const changeLog = o.changeLog.map((r, i) => ({ partitionKey: r.key, data: r.data, label: `ceiling#${i}` }));
-    const logOut = new KinesisChangeLog(client, o.streams.changeLog);
+    const logOut = new KinesisChangeLog(client, o.streams.changeLog, { aggregate: o.aggregation ?? true });
     let normalized = 0;
+    let published = 0;
     const watch = (stream: string) => (listener: () => void) => puts.watch(stream, listener);
     // As local/pipeline.ts builds them: the archive's poller has a window and no put notices.
     const common = { kinesis: client, controlPlane, batchSize: o.batchSize };
     const changeLogReads = new StreamFanout({ kinesis: client, streamName: o.streams.changeLog });
     pollers.push(
-      // The normalizer stand-in: one change-log record per raw record, through the change log's publisher.
+      // The normalizer stand-in: one change event per raw record, through the change log's publisher (aggregated as the pipeline's are).
       new Poller({
         ...common,
         consumer: 'normalizer',
@@ -201,6 +214,7 @@ export async function standInCeiling(o: CeilingOptions): Promise<CeilingResult> 
         handler: async (event) => {
           const out = event.Records.map(() => changeLog[normalized++ % changeLog.length]!);
           await logOut.publishEncoded(out);
+          published += out.length;
         },
       }),
       new Poller({
@@ -232,11 +246,12 @@ export async function standInCeiling(o: CeilingOptions): Promise<CeilingResult> 
       for (let j = i; j < Math.min(o.changes, i + o.captureBatch); j++) batch.push({ ...rawText[j % rawText.length]!, label: `raw#${j}` });
       await publish(batch);
     }
-    // Done when the raw stream was read once in full and both change-log consumers (applier and archive, one shared read) handled every record.
+    // Done when the raw stream was read once in full, every change's event was published, and both change-log consumers
+    // (applier and archive, one shared read) handled every change-log record put (fewer than the changes when aggregated).
     const want = (stream: string, times: number): boolean => (tally.reads.get(stream) ?? 0) >= times * o.changes;
-    const handled = (): boolean => pollers.slice(1).every((p) => p.stats.recordsDone >= o.changes);
+    const handled = (): boolean => pollers.slice(1).every((p) => p.stats.recordsDone >= (tally.puts.get(o.streams.changeLog) ?? 0));
     const deadline = Date.now() + 600_000;
-    while (!(want(o.streams.raw, 1) && (tally.puts.get(o.streams.changeLog) ?? 0) >= o.changes && handled())) {
+    while (!(want(o.streams.raw, 1) && published >= o.changes && handled())) {
       if (Date.now() > deadline)
         throw new Error(`the ceiling run did not finish: ${JSON.stringify({ puts: Object.fromEntries(tally.puts), reads: Object.fromEntries(tally.reads) })}`);
       await sleep(2);

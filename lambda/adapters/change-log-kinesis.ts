@@ -15,9 +15,25 @@
  *
  * Limits: at most 500 entries and 5 MiB (data + partition keys) per call; at most 1 MiB per
  * record (`ChangeLogRecordTooLargeError`, checked before anything is sent).
+ *
+ * Aggregation (`aggregate`, the change log only: the raw stream stays one record per change). Events
+ * bound for the same shard are packed into KPL aggregates (lambda/core/shared/change-log-aggregates.ts),
+ * put with an explicit hash key in that shard's range and naming it in their partition key. The shard
+ * map comes from ListShards and is kept; PutRecords reports the shard each entry landed on, and an
+ * aggregate that landed elsewhere (the map was stale: a split, a merge, on-demand scaling) counts as
+ * a failed entry: the map is listed again and everything from it on is planned and put again, by the
+ * rule above. Consumers skip the misplaced aggregate (contracts/change-log-record.ts).
  */
 import { createHash } from 'node:crypto';
-import { PutRecordsCommand, type KinesisClient, type PutRecordsRequestEntry } from '@aws-sdk/client-kinesis';
+import { ListShardsCommand, PutRecordsCommand, type KinesisClient, type PutRecordsRequestEntry, type Shard } from '@aws-sdk/client-kinesis';
+import {
+  DEFAULT_AGGREGATE_LIMITS,
+  openShardRanges,
+  planUnits,
+  type AggregateLimits,
+  type PutUnit,
+  type ShardRange,
+} from '../core/shared/change-log-aggregates.ts';
 import { CdcError } from '../core/shared/errors.ts';
 import { partitionKeyOf, type ChangeEvent } from '../core/shared/event.ts';
 import type { ClaimCheck } from '../core/shared/payload-store.ts';
@@ -97,6 +113,13 @@ export interface KinesisChangeLogOptions {
   maxRecordBytes?: number;
   /** How to wait between attempts (tests pass a fast one). @default setTimeout */
   sleep?: (ms: number) => Promise<void>;
+  /**
+   * Pack events bound for the same shard into KPL aggregates (the change log, docs/architecture.md
+   * "5.1 The change event"); never for the raw stream, whose records are one change each. @default false
+   */
+  aggregate?: boolean;
+  /** Bounds of one aggregate. @default 50 KiB and 1,000 events */
+  aggregateLimits?: Partial<AggregateLimits>;
 }
 
 /** The change log on a Kinesis stream, addressed by name. */
@@ -106,6 +129,9 @@ export class KinesisChangeLog {
   private readonly maxDelayMs: number;
   private readonly maxRecordBytes: number;
   private readonly sleep: (ms: number) => Promise<void>;
+  private readonly aggregation: boolean;
+  private readonly limits: AggregateLimits;
+  private ranges: ShardRange[] | null = null;
 
   constructor(
     private readonly client: KinesisClient,
@@ -118,6 +144,8 @@ export class KinesisChangeLog {
     this.maxDelayMs = options.maxDelayMs ?? 5_000;
     this.maxRecordBytes = options.maxRecordBytes ?? MAX_RECORD_BYTES;
     this.sleep = options.sleep ?? ((ms) => new Promise((r) => setTimeout(r, ms)));
+    this.aggregation = options.aggregate ?? false;
+    this.limits = { ...DEFAULT_AGGREGATE_LIMITS, ...options.aggregateLimits };
   }
 
   /** Encodes an event for this stream (see `encodeChangeEvent`). */
@@ -141,44 +169,87 @@ export class KinesisChangeLog {
       const bytes = recordBytes(r);
       if (bytes > this.maxRecordBytes) throw new ChangeLogRecordTooLargeError(r.label, bytes, this.maxRecordBytes);
     }
-    let start = 0;
+    /** Indexes of the events not known to be on the stream, in order. */
+    let pending = records.map((_, i) => i);
     let failures = 0;
-    while (start < records.length) {
-      const end = this.chunkEnd(records, start);
-      const entries: PutRecordsRequestEntry[] = [];
-      for (let i = start; i < end; i++) entries.push({ PartitionKey: records[i]!.partitionKey, Data: records[i]!.data });
-      let firstFailed: number;
-      let why: string;
+    while (pending.length > 0) {
+      const units = this.aggregation
+        ? planUnits(records, pending, await this.shardMap(), this.limits)
+        : pending.map((i): PutUnit => ({ partitionKey: records[i]!.partitionKey, data: records[i]!.data, members: [i] }));
+      let sent = 0;
+      let why = '';
       let cause: unknown;
-      try {
-        const out = await this.client.send(new PutRecordsCommand({ StreamName: this.stream, Records: entries }));
-        const results = out.Records ?? [];
-        if ((out.FailedRecordCount ?? 0) === 0 && results.length === entries.length) {
-          start = end;
-          failures = 0;
-          continue;
+      let misplaced = false;
+      while (sent < units.length) {
+        const end = chunkEnd(units, sent);
+        const entries: PutRecordsRequestEntry[] = [];
+        for (let i = sent; i < end; i++) {
+          const u = units[i]!;
+          entries.push(
+            u.explicitHashKey === undefined
+              ? { PartitionKey: u.partitionKey, Data: u.data }
+              : { PartitionKey: u.partitionKey, ExplicitHashKey: u.explicitHashKey, Data: u.data },
+          );
         }
-        const idx = results.length === entries.length ? results.findIndex((r) => r.ErrorCode !== undefined && r.ErrorCode !== null) : 0;
-        firstFailed = idx < 0 ? 0 : idx;
-        const failed = results[firstFailed];
-        why = failed?.ErrorCode
-          ? `${failed.ErrorCode}: ${failed.ErrorMessage ?? ''}`.trim()
-          : `the response listed ${results.length} results for ${entries.length} entries`;
-      } catch (e) {
-        // A request the service refuses as such (no stream, no permission, bad input) fails the same way again.
-        if (isPermanent(e)) throw new ChangeLogPublishError(`PutRecords to ${this.stream} was refused: ${errorText(e)}`, start, records.length, e);
-        // Otherwise nothing is known about this call: re-send all of it.
-        firstFailed = 0;
-        why = errorText(e);
-        cause = e;
+        let firstFailed: number;
+        try {
+          const out = await this.client.send(new PutRecordsCommand({ StreamName: this.stream, Records: entries }));
+          const results = out.Records ?? [];
+          firstFailed = results.length === entries.length ? results.findIndex((r) => r.ErrorCode !== undefined && r.ErrorCode !== null) : 0;
+          if (firstFailed < 0) firstFailed = entries.length;
+          // An aggregate that landed on another shard than it was meant for (the shard map is stale) counts as failed.
+          for (let k = 0; k < firstFailed; k++) {
+            const meant = units[sent + k]!.shardId;
+            const landed = results[k]!.ShardId;
+            if (meant !== undefined && landed !== undefined && landed !== meant) {
+              firstFailed = k;
+              misplaced = true;
+              why = `an aggregate meant for ${meant} landed on ${landed}: the shard map was stale`;
+              break;
+            }
+          }
+          if (firstFailed === entries.length) {
+            sent = end;
+            failures = 0;
+            continue;
+          }
+          const failed = results[firstFailed];
+          if (!misplaced)
+            why = failed?.ErrorCode
+              ? `${failed.ErrorCode}: ${failed.ErrorMessage ?? ''}`.trim()
+              : `the response listed ${results.length} results for ${entries.length} entries`;
+        } catch (e) {
+          // A request the service refuses as such (no stream, no permission, bad input) fails the same way again.
+          if (isPermanent(e))
+            throw new ChangeLogPublishError(
+              `PutRecords to ${this.stream} was refused: ${errorText(e)}`,
+              publishedPrefix(units, sent, records.length),
+              records.length,
+              e,
+            );
+          // Otherwise nothing is known about this call: re-send all of it.
+          firstFailed = 0;
+          why = errorText(e);
+          cause = e;
+        }
+        sent += firstFailed;
+        break;
       }
-      if (firstFailed > 0) failures = 0;
-      start += firstFailed;
+      if (sent === units.length) return;
+      // Everything from the first failed unit on is put again, in order (planned again: the map may have changed).
+      const rest = units
+        .slice(sent)
+        .flatMap((u) => u.members)
+        .sort((a, b) => a - b);
+      if (rest.length < pending.length) failures = 0;
+      pending = rest;
+      if (misplaced) this.ranges = null;
       failures++;
       if (failures >= this.maxAttempts) {
+        const published = publishedPrefix(units, sent, records.length);
         throw new ChangeLogPublishError(
-          `PutRecords to ${this.stream} failed ${failures} times in a row; ${start} of ${records.length} events are published, the first unpublished is ${records[start]!.label}. Last error: ${why}`,
-          start,
+          `PutRecords to ${this.stream} failed ${failures} times in a row; ${published} of ${records.length} events are published, the first unpublished is ${records[pending[0]!]!.label}. Last error: ${why}`,
+          published,
           records.length,
           cause,
         );
@@ -187,22 +258,45 @@ export class KinesisChangeLog {
     }
   }
 
-  private chunkEnd(records: readonly EncodedEvent[], start: number): number {
-    let bytes = 0;
-    let end = start;
-    while (end < records.length && end - start < PUT_RECORDS_MAX_ENTRIES) {
-      const b = recordBytes(records[end]!);
-      if (end > start && bytes + b > PUT_RECORDS_MAX_BYTES) break;
-      bytes += b;
-      end++;
-    }
-    return end;
+  /** The open shards' hash key ranges, listed once and again after an aggregate landed elsewhere. */
+  private async shardMap(): Promise<ShardRange[]> {
+    if (this.ranges) return this.ranges;
+    const shards: Shard[] = [];
+    let token: string | undefined;
+    do {
+      const page = await this.client.send(new ListShardsCommand(token ? { NextToken: token } : { StreamName: this.stream }));
+      shards.push(...(page.Shards ?? []));
+      token = page.NextToken;
+    } while (token);
+    this.ranges = openShardRanges(shards);
+    return this.ranges;
   }
 
   private backoff(failures: number): number {
     const exp = Math.min(this.maxDelayMs, this.baseDelayMs * 2 ** (failures - 1));
     return exp / 2 + (Math.random() * exp) / 2;
   }
+}
+
+/** The end of the PutRecords call that starts at unit `start` (at most 500 entries and 5 MiB). */
+function chunkEnd(units: readonly PutUnit[], start: number): number {
+  let bytes = 0;
+  let end = start;
+  while (end < units.length && end - start < PUT_RECORDS_MAX_ENTRIES) {
+    const u = units[end]!;
+    const b = recordBytes(u) + (u.explicitHashKey?.length ?? 0);
+    if (end > start && bytes + b > PUT_RECORDS_MAX_BYTES) break;
+    bytes += b;
+    end++;
+  }
+  return end;
+}
+
+/** How many events from the start of the input are on the stream when units before `sent` are. */
+function publishedPrefix(units: readonly PutUnit[], sent: number, total: number): number {
+  let first = total;
+  for (let i = sent; i < units.length; i++) first = Math.min(first, units[i]!.members[0]!);
+  return first;
 }
 
 const THROTTLING = new Set(['ProvisionedThroughputExceededException', 'LimitExceededException', 'KMSThrottlingException', 'ThrottlingException']);

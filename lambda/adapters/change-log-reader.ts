@@ -2,16 +2,21 @@
  * Reads a change-log stream (Kinesis) from the trim horizon to its tip, shard by shard, in each
  * shard's order: the resume replay's source of the held range (docs/operations.md). Parent
  * shards are read before their children, so one key's events (one partition key, one shard at a
- * time) come in stream order.
+ * time) come in stream order. An aggregated record (contracts/change-log-record.ts) is read as its
+ * events, one record each.
  */
+import { subSequenceId, unpackChangeLogRecord } from '../../contracts/change-log-record.ts';
 import { GetRecordsCommand, GetShardIteratorCommand, ListShardsCommand, type KinesisClient, type Shard } from '@aws-sdk/client-kinesis';
 
 export interface LogRecord {
   shardId: string;
+  /** The Kinesis sequence number; for an event of an aggregate, with its sub-sequence number (`kinesisSequenceOf` gives the record's). */
   sequenceNumber: string;
   /** When Kinesis received the record. */
   arrivedAt: Date | null;
   text: string;
+  /** Set on an aggregate put for another shard (the shard it names): it holds no event to use; readers skip it. */
+  otherShard?: string;
 }
 
 /** The shards of a stream, parents before children. */
@@ -72,12 +77,20 @@ export async function* readShard(
     const records = page.Records ?? [];
     if (records.length > 0) {
       empty = 0;
-      yield records.map((r) => ({
-        shardId,
-        sequenceNumber: r.SequenceNumber!,
-        arrivedAt: r.ApproximateArrivalTimestamp ?? null,
-        text: Buffer.from(r.Data ?? new Uint8Array()).toString('utf8'),
-      }));
+      const out: LogRecord[] = [];
+      for (const r of records) {
+        const seq = r.SequenceNumber!;
+        const arrivedAt = r.ApproximateArrivalTimestamp ?? null;
+        const data = Buffer.from(r.Data ?? new Uint8Array());
+        const u = unpackChangeLogRecord(data, r.PartitionKey, shardId, `${streamName}/${shardId}/${seq}`);
+        if (u.kind === 'events')
+          u.texts.forEach((text, i) => out.push({ shardId, sequenceNumber: u.aggregate ? subSequenceId(seq, i) : seq, arrivedAt, text }));
+        // A corrupt aggregate is one record of its base64 data (not JSON: counted invalid by its readers).
+        else if (u.kind === 'invalid') out.push({ shardId, sequenceNumber: seq, arrivedAt, text: data.toString('base64') });
+        // An aggregate put for another shard: its events were put again on their shard; kept (no events) for the junction check.
+        else out.push({ shardId, sequenceNumber: seq, arrivedAt, text: '', otherShard: u.meantFor });
+      }
+      yield out;
     } else if ((page.MillisBehindLatest ?? 0) === 0 || ++empty > 100) {
       break; // at the tip of an open shard
     }

@@ -26,6 +26,7 @@ import { gunzipSync } from 'node:zlib';
 import type { KinesisClient } from '@aws-sdk/client-kinesis';
 import { readShard, shardsInOrder, type LogRecord } from './change-log-reader.ts';
 import { compareSequenceNumbers } from '../core/sink/apply-plan.ts';
+import { kinesisSequenceOf } from '../../contracts/change-log-record.ts';
 import { CdcError } from '../core/shared/errors.ts';
 import { validateChangeEvent, type ChangeEvent } from '../core/shared/event.ts';
 import { isClaimCheck, resolveClaim, validateClaimCheck, type PayloadStore } from '../core/shared/payload-store.ts';
@@ -324,10 +325,12 @@ export class ReplayReader {
       if (at !== null) pages = junctionSafe(pages, () => checkStreamJunction(id, at, null, closed));
       for await (const page of pages) {
         for (const r of page) {
-          if (first && at !== null) checkStreamJunction(id, at, r.sequenceNumber, closed);
+          // The archive holds whole Kinesis records: an aggregate's events are compared by the aggregate's sequence number.
+          const seq = kinesisSequenceOf(r.sequenceNumber);
+          if (first && at !== null) checkStreamJunction(id, at, seq, closed);
           first = false;
-          lastSeen = r.sequenceNumber;
-          if (at !== null && compareSequenceNumbers(r.sequenceNumber, at) <= 0) continue;
+          lastSeen = seq;
+          if (r.otherShard !== undefined || (at !== null && compareSequenceNumbers(seq, at) <= 0)) continue;
           n++;
           let e = this.event(r.text, range);
           let bytes = r.text.length;

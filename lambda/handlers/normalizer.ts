@@ -26,7 +26,7 @@ import { readPublishedPartitionTree } from '../core/tables/partitions.ts';
 import { isSourceId } from '../core/shared/event.ts';
 import { Normalizer, type ChangeLogWriter } from '../core/capture/normalize.ts';
 import { parseTableConfig, parseTableRules, TableConfigIndex, type TableConfig, type TableRule } from '../core/tables/table-config.ts';
-import { catalogTypesSetting, requiredEnv } from '../runtime/environment.ts';
+import { catalogTypesSetting, changeLogAggregationSetting, requiredEnv } from '../runtime/environment.ts';
 import { payloadStoreFromEnvironment } from '../runtime/payload-store.ts';
 import { processInOrder } from '../runtime/kinesis-in-order.ts';
 import { normalizerMetrics, onlyDimensions } from '../runtime/metrics.ts';
@@ -110,7 +110,9 @@ export const handler: NormalizerHandler = async (event, context) => {
     tables: parseTableConfig(process.env[EnvName.TABLE_CONFIG]),
     rules: parseTableRules(process.env[EnvName.TABLE_RULES]),
     controlPlane: new DynamoDbControlPlane(dynamodb, requiredEnv(EnvName.CONTROL_TABLE), payloads),
-    changeLog: new KinesisChangeLog(kinesis, requiredEnv(EnvName.CHANGE_LOG_STREAM)),
+    changeLog: new KinesisChangeLog(kinesis, requiredEnv(EnvName.CHANGE_LOG_STREAM), {
+      aggregate: changeLogAggregationSetting(process.env[EnvName.CHANGE_LOG_AGGREGATION]),
+    }),
     ...(payloads ? { payloads } : {}),
     catalogTypes: catalogTypesSetting(process.env[EnvName.CATALOG_TYPES]),
   });

@@ -30,6 +30,13 @@ export function parseBudget(text: string | undefined): SourceBudget {
   return { writeLatencyPct: num('writeLatencyPct'), cpuPct: num('cpuPct') };
 }
 
+/** `CDC_CHANGE_LOG_AGGREGATION`: `on` (also when unset) or `off` (docs/architecture.md, "5.1 The change event"). */
+export function changeLogAggregationSetting(text: string | undefined): boolean {
+  if (text === undefined || text.trim() === '' || text === 'on') return true;
+  if (text === 'off') return false;
+  throw new ConfigurationError(`${EnvName.CHANGE_LOG_AGGREGATION}: expected on or off, got ${JSON.stringify(text)}`);
+}
+
 /** A setting the function cannot run without: missing or blank is a `ConfigurationError` naming it. */
 export function requiredEnv(name: string): string {
   const v = process.env[name];

@@ -20,6 +20,7 @@ import { processPartialResponse, type BatchProcessor } from '@aws-lambda-powerto
 import { MetricUnit, type Metrics } from '@aws-lambda-powertools/metrics';
 import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent, KinesisStreamRecord } from 'aws-lambda';
 import { CdcError } from '../core/shared/errors.ts';
+import { kinesisSequenceOf, subSequenceId, unpackChangeLogRecord } from '../../contracts/change-log-record.ts';
 import { MetricDimension, MetricName } from '../../contracts/metrics.ts';
 import type { ApplyLog, BatchOutcome, ChangeRecord, SourceCounts } from '../core/warehouse/warehouse-apply.ts';
 import type { Logger } from '@aws-lambda-powertools/logger';
@@ -79,7 +80,7 @@ class KinesisChangeRecord implements ChangeRecord {
   }
 }
 
-/** The record a Lambda Kinesis event carries, as the applier sees it. */
+/** The record a Lambda Kinesis event carries, as the applier sees it (a plain record: one change event). */
 export function changeRecordOf(r: KinesisStreamRecord): ChangeRecord {
   const arn = r.eventSourceARN;
   if (arn !== lastArn) {
@@ -87,6 +88,53 @@ export function changeRecordOf(r: KinesisStreamRecord): ChangeRecord {
     lastArn = arn;
   }
   return new KinesisChangeRecord(r, lastStream);
+}
+
+/** Whether a record's base64 data starts with the aggregate magic (F3 89 9A C2 is `84ma` in base64). */
+function looksAggregated(data: string): boolean {
+  return data.startsWith('84ma');
+}
+
+/**
+ * The change records of a Lambda Kinesis batch, as the applier sees them: a plain record is one
+ * event; a KPL aggregate (contracts/change-log-record.ts) is one record per event, each
+ * with its own id (`<sequence number>.<sub-sequence number>`); an aggregate put for another shard
+ * is skipped (logged, counted in `skipped`); a corrupt aggregate is one record of its whole base64
+ * data, which the apply dead-letters (nothing lost).
+ */
+export function changeRecordsOf(
+  records: readonly KinesisStreamRecord[],
+  log: { warn(message: string, detail: Record<string, unknown>): void; error(message: string, detail: Record<string, unknown>): void },
+): { records: ChangeRecord[]; skipped: number } {
+  const out: ChangeRecord[] = [];
+  let skipped = 0;
+  for (const r of records) {
+    if (!looksAggregated(r.kinesis.data)) {
+      out.push(changeRecordOf(r));
+      continue;
+    }
+    const plain = changeRecordOf(r);
+    const seq = r.kinesis.sequenceNumber;
+    const shard = plain.origin.split('/').at(-2)!;
+    const u = unpackChangeLogRecord(Buffer.from(r.kinesis.data, 'base64'), r.kinesis.partitionKey, shard, plain.origin);
+    if (u.kind === 'other-shard') {
+      skipped++;
+      log.warn('aggregate read from another shard than it was put for: skipped (its events were put again on their shard)', {
+        origin: plain.origin,
+        meantFor: u.meantFor,
+      });
+    } else if (u.kind === 'invalid') {
+      log.error('corrupt aggregated record: dead-lettered whole, as base64', { origin: plain.origin, reason: u.error.message });
+      out.push({ sequenceNumber: seq, origin: plain.origin, text: r.kinesis.data });
+    } else {
+      const origin = plain.origin;
+      u.texts.forEach((text, i) => {
+        const id = u.aggregate ? subSequenceId(seq, i) : seq;
+        out.push({ sequenceNumber: id, origin: `${origin.slice(0, origin.length - seq.length)}${id}`, text });
+      });
+    }
+  }
+  return { records: out, skipped };
 }
 
 /** Emits each value as its own EMF metric with exactly `dimensions` (no default dimensions): both sink appliers. */
@@ -115,12 +163,18 @@ export function partialBatchResponse(
   // Nothing failed: the response Powertools builds then, without its per-record pass (a few µs
   // per record on the critical path; docs/performance-log.md, "Warehouse apply: less Node work per event on the append path").
   if (outcome.failed.length === 0) return Promise.resolve({ batchItemFailures: [] });
-  const failed = new Set(outcome.failed);
+  // A failed event of an aggregate fails its whole Kinesis record (re-applied whole: the apply is idempotent by position).
+  const failed = new Map<string, string>();
+  for (const id of outcome.failed) {
+    const seq = kinesisSequenceOf(id);
+    if (!failed.has(seq)) failed.set(seq, id === seq ? (outcome.reasons.get(id) ?? 'failed') : `event ${id}: ${outcome.reasons.get(id) ?? 'failed'}`);
+  }
   return processPartialResponse(
     event,
     async (r: KinesisStreamRecord) => {
       const seq = r.kinesis.sequenceNumber;
-      if (failed.has(seq)) throw new RecordNotAppliedError(seq, outcome.reasons.get(seq) ?? 'failed');
+      const reason = failed.get(seq);
+      if (reason !== undefined) throw new RecordNotAppliedError(seq, reason);
     },
     processor,
     { context, processInParallel: false },

@@ -44,6 +44,7 @@ export function addNormalizer(scope: Construct, props: NormalizerProps): { norma
       [EnvName.SOURCE_ID]: props.sourceId,
       [EnvName.CONTROL_TABLE]: props.controlPlane.controlPlaneTableName,
       [EnvName.CHANGE_LOG_STREAM]: props.changeLog.changeLogStreamName,
+      [EnvName.CHANGE_LOG_AGGREGATION]: props.changeLog.recordAggregation ? 'on' : 'off',
       [EnvName.TABLE_CONFIG]: props.tableConfig,
       ...(props.tableRules ? { [EnvName.TABLE_RULES]: props.tableRules } : {}),
       [EnvName.HEARTBEAT_SCHEMA]: props.heartbeatSchema,
@@ -56,7 +57,8 @@ export function addNormalizer(scope: Construct, props: NormalizerProps): { norma
     timeout: Duration.minutes(2),
   });
   props.changeLog.grantWrite(normalizer.fn);
-  props.changeLog.grant(normalizer.fn, 'kinesis:DescribeStreamSummary');
+  // ListShards: the shard map aggregates are packed by (lambda/core/shared/change-log-aggregates.ts).
+  props.changeLog.grant(normalizer.fn, 'kinesis:DescribeStreamSummary', 'kinesis:ListShards');
   props.controlPlane.grantNormalizer(normalizer.fn, props.sourceId);
   props.controlPlane.grantItems(normalizer.fn, { read: [ControlPartition.checkpoint(catalogConsumerId(props.sourceId))] });
   // Its own dead letters' whole records, and its source's events stored out of line (docs/large-records.md).

@@ -4,7 +4,7 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import { describe, expect, test } from 'vitest';
 import { parseTableConfig } from '../../lambda/core/tables/table-config.ts';
 import { parseColumnRules } from '../../lambda/core/capture/task-lifecycle.ts';
-import { BeforeImage, CapturedTable, CaptureMode, DeleteMode, SourceDatabase } from '../../lib/index.ts';
+import { BeforeImage, CapturedTable, CaptureMode, ChangeLog, DeleteMode, SourceDatabase } from '../../lib/index.ts';
 import { fixture, onlyResource, ordersSource, parseJsonProperty, policyDocuments, resourcesOf } from './helpers.ts';
 
 interface Rule {
@@ -259,6 +259,11 @@ describe('CdcSource', () => {
       { table: 'public.cdc_heartbeat', key: ['source_id'], deleteMode: 'soft', mask: [], exclude: [] },
     ]);
     expect(env.CDC_CHANGE_LOG_STREAM).toEqual(f.stack.resolve(f.log.stream.streamName));
+    // Record aggregation is on by default (docs/architecture.md, "5.1 The change event"); the shard map needs ListShards.
+    expect(f.log.recordAggregation).toBe(true);
+    expect(env.CDC_CHANGE_LOG_AGGREGATION).toBe('on');
+    const normalizerPolicy = policyDocuments(t).filter((d) => d.where.startsWith('OrdersNormalizer'));
+    expect(JSON.stringify(normalizerPolicy)).toContain('kinesis:ListShards');
     expect(env.POWERTOOLS_METRICS_NAMESPACE).toBe('CdcPlatform');
     expect(fn.Properties).toMatchObject({ Runtime: 'nodejs24.x', Architectures: ['arm64'], Handler: 'index.handler', TracingConfig: { Mode: 'Active' } });
     // The normalizer's dead-letter queue: the source's own key (docs/deploy.md, "Keys").
@@ -266,6 +271,29 @@ describe('CdcSource', () => {
       KmsMasterKeyId: { 'Fn::GetAtt': [Match.stringLikeRegexp('^OrdersKey'), 'Arn'] },
       MessageRetentionPeriod: 1209600,
     });
+  });
+
+  test('record aggregation off: a ChangeLog with recordAggregation false, or imported with it false, sets the normalizer off', () => {
+    const f = fixture();
+    const plain = new ChangeLog(f.stack, 'PlainLog', { recordAggregation: false });
+    const imported = ChangeLog.fromChangeLogAttributes(f.stack, 'Imported', {
+      streamArn: 'arn:aws:kinesis:us-east-1:123456789012:stream/theirs',
+      retention: Duration.days(7),
+      recordAggregation: false,
+    });
+    expect(
+      ChangeLog.fromChangeLogAttributes(f.stack, 'ImportedDefault', {
+        streamArn: 'arn:aws:kinesis:us-east-1:123456789012:stream/x',
+        retention: Duration.days(7),
+      }).recordAggregation,
+    ).toBe(true);
+    ordersSource(f, { changeLog: plain }, 'Plain');
+    ordersSource(f, { changeLog: imported }, 'Theirs');
+    const t = Template.fromStack(f.stack);
+    for (const id of ['PlainNormalizer', 'TheirsNormalizer']) {
+      const fn = resourcesOf(t, 'AWS::Lambda::Function').find(([name]) => name.startsWith(id))![1];
+      expect((fn.Properties.Environment as { Variables: Record<string, unknown> }).Variables.CDC_CHANGE_LOG_AGGREGATION, id).toBe('off');
+    }
   });
 
   test('heartbeat writer: every minute, six beats, in the VPC with the source security group', () => {

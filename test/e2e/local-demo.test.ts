@@ -20,7 +20,7 @@ import { FolderArchive } from '../../local/archive.ts';
 import { kinesisClient } from '../../lambda/adapters/aws-clients.ts';
 import { maskValue } from '../../lambda/core/tables/masking.ts';
 import { warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
-import { readShards } from '../helpers/kinesis-read.ts';
+import { readShards, readTexts } from '../helpers/kinesis-read.ts';
 import { until } from '../local/helpers.ts';
 import { expectVerdict, stateDirDiagnostics } from '../helpers/verdict-diagnostics.ts';
 
@@ -147,10 +147,7 @@ describe('cdc local --demo, end to end', () => {
         .flat()
         .map((r) => Buffer.from(r.Data!).toString('utf8'))
         .join('\n');
-      log = [...(await readShards(kinesis, s.streams.changeLog)).values()]
-        .flat()
-        .map((r) => Buffer.from(r.Data!).toString('utf8'))
-        .join('\n');
+      log = (await readTexts(kinesis, s.streams.changeLog)).join('\n');
     } finally {
       kinesis.destroy();
       await kin.stop();

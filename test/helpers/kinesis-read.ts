@@ -8,6 +8,8 @@ import {
   type _Record as KinesisRecord,
   type KinesisClient,
 } from '@aws-sdk/client-kinesis';
+import { aggregateShardOf, subSequenceId, unpackChangeLogRecord } from '../../contracts/change-log-record.ts';
+import { decodeAggregate, isAggregate } from '../../contracts/kpl-aggregate.ts';
 
 /** Creates a stream and returns its ARN. */
 export async function createStream(client: KinesisClient, name: string, shards = 1): Promise<string> {
@@ -38,7 +40,12 @@ export async function readShards(client: KinesisClient, stream: string): Promise
   return out;
 }
 
-/** Every record's payload parsed as JSON, per shard. */
+/**
+ * Every record's payload parsed as JSON, per shard. A KPL aggregate (the change log's records,
+ * contracts/change-log-record.ts) is read as its events, each with its own partition key
+ * and `<sequence number>.<sub-sequence number>`; an aggregate put for another shard is skipped, as
+ * every consumer skips it.
+ */
 export async function readJson<T = unknown>(
   client: KinesisClient,
   stream: string,
@@ -46,10 +53,32 @@ export async function readJson<T = unknown>(
   const shards = await readShards(client, stream);
   const out = new Map<string, Array<{ partitionKey: string; sequenceNumber: string; value: T }>>();
   for (const [id, records] of shards) {
-    out.set(
-      id,
-      records.map((r) => ({ partitionKey: r.PartitionKey!, sequenceNumber: r.SequenceNumber!, value: JSON.parse(Buffer.from(r.Data!).toString('utf8')) as T })),
-    );
+    const list: Array<{ partitionKey: string; sequenceNumber: string; value: T }> = [];
+    for (const r of records) {
+      const data = Buffer.from(r.Data!);
+      if (!isAggregate(data)) {
+        list.push({ partitionKey: r.PartitionKey!, sequenceNumber: r.SequenceNumber!, value: JSON.parse(data.toString('utf8')) as T });
+        continue;
+      }
+      if (aggregateShardOf(r.PartitionKey) !== id) continue;
+      decodeAggregate(data, `${stream}/${id}/${r.SequenceNumber}`).records.forEach((u, i) =>
+        list.push({ partitionKey: u.partitionKey, sequenceNumber: subSequenceId(r.SequenceNumber!, i), value: JSON.parse(u.data.toString('utf8')) as T }),
+      );
+    }
+    out.set(id, list);
+  }
+  return out;
+}
+
+/** Every event's text on a stream, in shard order: plain records and the events of aggregates meant for the shard they are on. */
+export async function readTexts(client: KinesisClient, stream: string): Promise<string[]> {
+  const out: string[] = [];
+  for (const [id, records] of await readShards(client, stream)) {
+    for (const r of records) {
+      const u = unpackChangeLogRecord(Buffer.from(r.Data!), r.PartitionKey, id, `${stream}/${id}/${r.SequenceNumber}`);
+      if (u.kind === 'events') out.push(...u.texts);
+      else if (u.kind === 'invalid') throw u.error;
+    }
   }
   return out;
 }

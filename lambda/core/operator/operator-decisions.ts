@@ -5,6 +5,7 @@
  * functions and commits through the control-plane port.
  */
 import { isPolledRecord } from '../shared/position-space.ts';
+import { compareSequenceNumbers } from '../sink/apply-plan.ts';
 import type { SinkTableProgress, TableRecord, TableState } from '../shared/control-plane.ts';
 
 /** What the operator function and the CLI are configured with. */
@@ -239,8 +240,7 @@ export function shardOfOrigin(origin: string): string | null {
 }
 
 function lowerSequence(a: string, b: string): string {
-  if (a.length !== b.length) return a.length < b.length ? a : b;
-  return a < b ? a : b;
+  return compareSequenceNumbers(a, b) <= 0 ? a : b;
 }
 
 /**

@@ -12,6 +12,7 @@ import type { KinesisStreamEvent } from 'aws-lambda';
 import { compareSequenceNumbers } from '../sink/apply-plan.ts';
 import { archiveDigest } from './archive-digest.ts';
 import { CdcError } from '../shared/errors.ts';
+import { unpackChangeLogRecord } from '../../../contracts/change-log-record.ts';
 import { MARKER_FOLDER, OTHER_FOLDER, markerKey, parseMarker, tableFolder, type ArchiveLayout, type BatchMarker } from './replay.ts';
 
 /** Where archived change-log objects are kept. */
@@ -189,7 +190,14 @@ export function createArchiveCopier(options: ArchiveCopierOptions): (event: Kine
       }
     }
     const at = new Date(first.kinesis.approximateArrivalTimestamp * 1000);
-    const texts = records.map((r) => Buffer.from(r.kinesis.data, 'base64').toString('utf8'));
+    // One event per line: an aggregate's events each on their own (contracts/change-log-record.ts); an
+    // aggregate put for another shard is skipped (its events were put again on theirs); a corrupt one is kept whole, as base64.
+    const texts: string[] = [];
+    for (const r of records) {
+      const u = unpackChangeLogRecord(Buffer.from(r.kinesis.data, 'base64'), r.kinesis.partitionKey, shardId, `${shardId}/${r.kinesis.sequenceNumber}`);
+      if (u.kind === 'events') texts.push(...u.texts);
+      else if (u.kind === 'invalid') texts.push(r.kinesis.data);
+    }
     const firstSeq = first.kinesis.sequenceNumber;
     const lastSeq = lastRecord.kinesis.sequenceNumber;
     if (layout === 'batch') {

@@ -449,11 +449,22 @@ export function setSignature(w: MirrorWrite): string {
 
 /**
  * Compares Kinesis sequence numbers (decimal strings of up to 128 bits): by length, then
- * lexicographically, which is numeric order for numbers without leading zeros.
+ * lexicographically, which is numeric order for numbers without leading zeros. An event of an
+ * aggregate is named `<sequence number>.<sub-sequence number>` (contracts/change-log-record.ts):
+ * ordered by sequence number, then sub-sequence number; the plain sequence number before its sub-records.
  */
 export function compareSequenceNumbers(a: string, b: string): number {
-  if (a.length !== b.length) return a.length - b.length;
-  return a < b ? -1 : a > b ? 1 : 0;
+  const da = a.indexOf('.');
+  const db = b.indexOf('.');
+  if (da < 0 && db < 0) {
+    if (a.length !== b.length) return a.length - b.length;
+    return a < b ? -1 : a > b ? 1 : 0;
+  }
+  const sa = da < 0 ? a : a.slice(0, da);
+  const sb = db < 0 ? b : b.slice(0, db);
+  if (sa.length !== sb.length) return sa.length - sb.length;
+  if (sa !== sb) return sa < sb ? -1 : 1;
+  return (da < 0 ? -1 : Number(a.slice(da + 1))) - (db < 0 ? -1 : Number(b.slice(db + 1)));
 }
 
 /**

@@ -31,6 +31,8 @@ interface LogRecord {
   shardId: string;
   sequenceNumber: string;
   text: string;
+  /** An aggregate put for another shard (contracts/change-log-record.ts): no event of it is used. */
+  otherShard?: string;
 }
 
 export interface ReplayDeps {
@@ -88,6 +90,7 @@ export function createHeldRangeReplayer(deps: ReplayDeps): { replayPending(): Pr
       for await (const page of deps.readLog()) {
         const mine: ChangeRecord[] = [];
         for (const r of page) {
+          if (r.otherShard !== undefined) continue;
           let e: { source?: unknown; table?: unknown; position?: unknown };
           try {
             e = JSON.parse(r.text) as typeof e;
