@@ -1,7 +1,8 @@
 /**
- * Publishes change events to the change log, a Kinesis stream (docs/architecture.md §5.1): one JSON event per
- * record, partition key = source + table + primary key (`partitionKeyOf`, hashed with SHA-256
- * when longer than Kinesis allows).
+ * Publishes change events to a Kinesis stream (docs/architecture.md §5.1): each event is a JSON
+ * text with partition key = source + table + primary key (`partitionKeyOf`, hashed with SHA-256
+ * when longer than Kinesis allows), put as a record of its own or, on the change log, packed with
+ * others bound for the same shard (`aggregate`, below).
  *
  * Order. Kinesis keeps the order of records per shard as they arrive, but PutRecords neither
  * guarantees the order inside one call nor all-or-nothing: some entries can fail while later ones
