@@ -83,9 +83,13 @@ describe('KinesisTally', () => {
 });
 
 describe('standInCeiling', () => {
-  it.each([false, true])(
-    "carries N changes in the pipeline's pattern: raw put and read once, change log put once and read once for both consumers (one shared read); raw stream in a process of its own: %s",
-    async (perStream) => {
+  it.each([
+    { perStream: false, aggregation: true },
+    { perStream: true, aggregation: true },
+    { perStream: false, aggregation: false },
+  ])(
+    "carries N changes in the pipeline's pattern: raw put and read once, change log put once and read once for both consumers (one shared read); raw stream in a process of its own: $perStream, change log aggregated: $aggregation",
+    async ({ perStream, aggregation }) => {
       const dir = mkdtempSync(path.join(os.tmpdir(), 'cdc-ceiling-test-'));
       try {
         const rec = (key: string, size: number) => ({ key, data: Buffer.alloc(size, 'x') });
@@ -101,10 +105,16 @@ describe('standInCeiling', () => {
           archiveBatchSize: 600,
           archiveWindowMs: 100,
           perStream,
+          aggregation,
         });
-        expect(r.puts).toEqual({ raw: 1200, log: 1200 });
+        expect(r.puts.raw).toBe(1200);
         expect(r.reads.raw).toBe(1200);
-        expect(r.reads.log).toBe(1200);
+        if (aggregation) {
+          // 1,200 events of 400 bytes for 2 shards in aggregates of at most 50 KiB: at least 10 records, far fewer than the events.
+          expect(r.puts.log).toBeGreaterThanOrEqual(10);
+          expect(r.puts.log).toBeLessThanOrEqual(60);
+        } else expect(r.puts.log).toBe(1200);
+        expect(r.reads.log).toBe(r.puts.log);
         expect(r.rawBytes).toBe(500);
         expect(r.changeLogBytes).toBe(400);
         expect(r.changesPerSecond).toBeCloseTo(1200 / r.seconds, 6);
