@@ -15,7 +15,7 @@ import { parseTableConfig, parseTableRules, type TableConfig, type TableRule } f
 import { DEFAULT_INDEX_PREFIX, validateSearchTables, type SearchTableConfig } from '../lambda/core/search/search-plan.ts';
 import type { MergePolicy } from '../lambda/core/warehouse/merge-policy.ts';
 import type { SourceBudget } from '../lambda/core/snapshot/snapshot-pacer.ts';
-import { catalogTypesSetting, parseBudget } from '../lambda/runtime/environment.ts';
+import { catalogTypesSetting, changeLogAggregationSetting, parseBudget } from '../lambda/runtime/environment.ts';
 import { mergePolicyFromEnvironment } from '../lambda/runtime/merge-policy.ts';
 import { LocalConfigError } from './errors.ts';
 
@@ -146,6 +146,8 @@ export interface LocalAppConfig {
   readonly rules: TableRule[];
   /** The normalizer's `CDC_CATALOG_TYPES`: a table first seen through a type-less record takes the types the snapshot worker published. */
   readonly catalogTypes: boolean;
+  /** The normalizer's `CDC_CHANGE_LOG_AGGREGATION` (`ChangeLog` `recordAggregation`): the change log's records are KPL aggregates. */
+  readonly changeLogAggregation: boolean;
   /** The slot its slot monitor watches. */
   readonly slot: string | null;
   readonly slotWalBudgetBytes: number | null;
@@ -336,6 +338,7 @@ export function loadLocalApp(dir: string, stackName: string | null, requested: s
     tables,
     rules,
     catalogTypes: catalogTypesSetting(literal(stack, normalizer, EnvName.CATALOG_TYPES)),
+    changeLogAggregation: changeLogAggregationSetting(literal(stack, normalizer, EnvName.CHANGE_LOG_AGGREGATION)),
     slot: monitor ? required(stack, monitor, EnvName.SLOT_NAME) : null,
     slotWalBudgetBytes: budgetBytes ? Number(budgetBytes) : null,
     snapshotBudget: parseBudget(snapshot ? literal(stack, snapshot, EnvName.SNAPSHOT_BUDGET) : undefined),

@@ -77,6 +77,7 @@ export interface PipelineOptions {
   merge?: { maxRows?: number; maxAgeMs?: number };
   /** The normalizer's catalog types for type-less records (`CDC_CATALOG_TYPES`, docs/schema-drift.md). @default off */
   catalogTypes?: boolean;
+  changeLogAggregation?: boolean; // the normalizer packs the change log's events into KPL aggregates (`CDC_CHANGE_LOG_AGGREGATION`, docs/architecture.md "5.1 The change event"); default on
   /** Batch sizes per consumer (the event source mappings'), over `poller.batchSize`. */
   batchSizes?: { normalizer?: number; sink?: number; search?: number; archive?: number };
   /** Snapshots of existing rows (docs/snapshot.md): off, or budget / fixed chunk size / read replica. @default on, default budget */
@@ -240,7 +241,7 @@ export class LocalPipeline {
           tables: this.tables,
           rules,
           controlPlane: stack.controlPlane,
-          changeLog: new KinesisChangeLog(stack.kinesis, stack.streams.changeLog, { aggregate: true }),
+          changeLog: new KinesisChangeLog(stack.kinesis, stack.streams.changeLog, { aggregate: o.changeLogAggregation ?? true }),
           payloads: stack.payloads,
           // As on AWS: the capture writes DMS records, which carry no types (docs/local.md, "DMS records").
           catalogTypes: true,
@@ -296,8 +297,7 @@ export class LocalPipeline {
     const common = {
       kinesis: stack.kinesis,
       controlPlane: stack.controlPlane,
-      // Up to 1,000 records per invocation: with no batching window a poller takes what is there, so a caught-up pipeline still runs small
-      // batches, and a backlog pays the per-batch costs (registry reads, the applier's round trips) once per 1,000 (docs/performance-log.md, "2. End to end").
+      // Up to 1,000 records per invocation: a backlog pays the per-batch costs (registry reads, the applier's round trips) once per 1,000 (docs/performance-log.md, "2. End to end").
       batchSize: o.poller?.batchSize ?? 1000,
       checkpointIntervalMs: o.poller?.checkpointIntervalMs ?? 1000, // docs/local.md, "Checkpoints written at most once a second"
       ...(o.poller?.maxRetries !== undefined ? { maxRetries: o.poller.maxRetries } : {}),

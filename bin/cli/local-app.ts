@@ -48,8 +48,10 @@ export function readApp(dir: string, stack: string | null, sourceId: string | nu
   }
 }
 
-/** The pipeline settings the app gives beyond its tables: merge thresholds, batch sizes, the slot's WAL budget, the normalizer's catalog types. */
-export function appPipelineOptions(app: LocalAppConfig): Pick<PipelineOptions, 'merge' | 'batchSizes' | 'slotWalBudgetBytes' | 'catalogTypes'> {
+/** The pipeline settings the app gives beyond its tables: merge thresholds, batch sizes, the slot's WAL budget, the normalizer's catalog types and record aggregation. */
+export function appPipelineOptions(
+  app: LocalAppConfig,
+): Pick<PipelineOptions, 'merge' | 'batchSizes' | 'slotWalBudgetBytes' | 'catalogTypes' | 'changeLogAggregation'> {
   const sizes = Object.fromEntries(Object.entries(app.batchSizes).filter(([, v]) => v !== null)) as PipelineOptions['batchSizes'];
   return {
     merge: {
@@ -58,6 +60,7 @@ export function appPipelineOptions(app: LocalAppConfig): Pick<PipelineOptions, '
     },
     batchSizes: sizes,
     catalogTypes: app.catalogTypes,
+    changeLogAggregation: app.changeLogAggregation,
     ...(app.slotWalBudgetBytes !== null ? { slotWalBudgetBytes: app.slotWalBudgetBytes } : {}),
   };
 }

@@ -9,6 +9,7 @@ import * as path from 'node:path';
 import { afterAll, describe, expect, test } from 'vitest';
 import { EnvName, ServiceName } from '../../contracts/env.ts';
 import { loadLocalApp, withEnvironment } from '../../local/app-config.ts';
+import { appPipelineOptions } from '../../bin/cli/local-app.ts';
 
 const dirs: string[] = [];
 afterAll(() => {
@@ -79,6 +80,7 @@ describe('loadLocalApp', () => {
     expect(c.tables).toEqual([{ table: 'public.items', key: ['id'], deleteMode: 'hard', mask: ['email'], exclude: ['ssn'] }]);
     expect(c.rules).toEqual([]);
     expect(c.catalogTypes).toBe(false);
+    expect(c.changeLogAggregation).toBe(true);
     expect(c.slot).toBe('cdc_shop');
     expect(c.slotWalBudgetBytes).toBe(2048);
     expect(c.snapshotBudget).toEqual({ writeLatencyPct: 20, cpuPct: 7 });
@@ -90,6 +92,10 @@ describe('loadLocalApp', () => {
     // By name or artifact id.
     expect(loadLocalApp(assembly(), 'ShopABC', 'shop').stack).toBe('Team/Shop');
     expect(loadLocalApp(assembly({ normalizer: { [EnvName.CATALOG_TYPES]: 'published' } }), null, null).catalogTypes).toBe(true);
+    // ChangeLog recordAggregation: false reaches the local normalizer.
+    const plain = loadLocalApp(assembly({ normalizer: { [EnvName.CHANGE_LOG_AGGREGATION]: 'off' } }), null, null);
+    expect(plain.changeLogAggregation).toBe(false);
+    expect(appPipelineOptions(plain).changeLogAggregation).toBe(false);
   });
 
   test('refuses, naming stack, function and variable: a deploy-time value, a wrong table setting, another heartbeat schema', () => {
