@@ -104,40 +104,22 @@ export const AGGREGATE_OVERHEAD = KPL_MAGIC.length + DIGEST_BYTES;
  * explicit-hash-key tables in the order first seen (what the KPL does).
  */
 export function encodeAggregate(records: ReadonlyArray<{ partitionKey: string; explicitHashKey?: string; data: Uint8Array }>): Buffer {
-  const pkIndex = new Map<string, number>();
-  const ehkIndex = new Map<string, number>();
-  const pkBytes: Buffer[] = [];
-  const ehkBytes: Buffer[] = [];
+  const pks = new KeyTable(1);
+  const ehks = new KeyTable(2);
   const idx: Array<[number, number | null]> = [];
   let size = 0;
   for (const r of records) {
-    let p = pkIndex.get(r.partitionKey);
-    if (p === undefined) {
-      p = pkBytes.length;
-      pkIndex.set(r.partitionKey, p);
-      const b = Buffer.from(r.partitionKey, 'utf8');
-      pkBytes.push(b);
-      size += fieldSize(1, b.length);
-    }
-    let e: number | null = null;
-    if (r.explicitHashKey !== undefined) {
-      const had = ehkIndex.get(r.explicitHashKey);
-      if (had === undefined) {
-        e = ehkBytes.length;
-        ehkIndex.set(r.explicitHashKey, e);
-        const b = Buffer.from(r.explicitHashKey, 'utf8');
-        ehkBytes.push(b);
-        size += fieldSize(2, b.length);
-      } else e = had;
-    }
+    const p = pks.indexOf(r.partitionKey);
+    const e = r.explicitHashKey === undefined ? null : ehks.indexOf(r.explicitHashKey);
     idx.push([p, e]);
     size += userRecordSize(r.data.length, p, e);
   }
+  size += pks.size + ehks.size;
   const w = new Writer(KPL_MAGIC.length + size + DIGEST_BYTES);
   w.buf.set(KPL_MAGIC, 0);
   w.at = KPL_MAGIC.length;
-  for (const b of pkBytes) w.bytes(1, b);
-  for (const b of ehkBytes) w.bytes(2, b);
+  for (const b of pks.bytes) w.bytes(1, b);
+  for (const b of ehks.bytes) w.bytes(2, b);
   for (let i = 0; i < records.length; i++) {
     const r = records[i]!;
     const [p, e] = idx[i]!;
@@ -156,6 +138,29 @@ export function encodeAggregate(records: ReadonlyArray<{ partitionKey: string; e
   const digest = createHash('md5').update(w.buf.subarray(KPL_MAGIC.length, w.at)).digest();
   w.buf.set(digest, w.at);
   return w.buf;
+}
+
+/** One of an aggregate's key tables (field 1: partition keys, field 2: explicit hash keys): each key once, in the order first seen. */
+class KeyTable {
+  readonly bytes: Buffer[] = [];
+  /** Bytes of the table's fields in the message. */
+  size = 0;
+  private readonly index = new Map<string, number>();
+
+  constructor(private readonly field: number) {}
+
+  /** The key's index in the table, added when first seen. */
+  indexOf(key: string): number {
+    let i = this.index.get(key);
+    if (i === undefined) {
+      i = this.bytes.length;
+      this.index.set(key, i);
+      const b = Buffer.from(key, 'utf8');
+      this.bytes.push(b);
+      this.size += fieldSize(this.field, b.length);
+    }
+    return i;
+  }
 }
 
 class Reader {
