@@ -26,6 +26,8 @@ export interface ShardRead {
   millisBehind: number;
   /** With no records: when the read that found nothing after the consumer's last record started (epoch ms). */
   emptyReadAt: number | null;
+  /** The read reached the shard's end as it was when the read started: nothing put before then follows these records (local/read-pacing.ts). */
+  atEnd: boolean;
 }
 
 /** A consumer's reader of one shard: where it is, and the next records after it. */
@@ -80,7 +82,7 @@ export class KinesisCursor implements ShardCursor {
     if (!this.opened) await this.open();
     if (!this.it) {
       this.ended = true;
-      return { records: [], millisBehind: 0, emptyReadAt: Date.now() };
+      return { records: [], millisBehind: 0, emptyReadAt: Date.now(), atEnd: true };
     }
     const startedAt = Date.now();
     let out;
@@ -97,7 +99,9 @@ export class KinesisCursor implements ShardCursor {
     if (records.length > 0) this.lastRead = records[records.length - 1]!.SequenceNumber!;
     // A closed shard's last read: no iterator follows.
     this.ended = !this.it;
-    return { records, millisBehind: out.MillisBehindLatest ?? 0, emptyReadAt: records.length === 0 ? startedAt : null };
+    // kinesalite returns every record up to the limit: fewer means the read reached the shard's end.
+    const atEnd = records.length < limit && (out.MillisBehindLatest ?? 0) === 0;
+    return { records, millisBehind: out.MillisBehindLatest ?? 0, emptyReadAt: records.length === 0 ? startedAt : null, atEnd };
   }
 }
 
@@ -145,6 +149,8 @@ class ShardWindow {
   reading: Promise<SharedRead> | null = null;
   /** Start of the last shared read that found nothing after the window's end. */
   emptyReadAt: number | null = null;
+  /** The last shared read reached the shard's end (fewer records than it asked for): nothing followed the window's end when it started. */
+  atEnd = false;
   millisBehind = 0;
 
   constructor(
@@ -180,6 +186,7 @@ class ShardWindow {
     this.it = null;
     this.ended = false;
     this.emptyReadAt = null;
+    this.atEnd = false;
   }
 
   /** One shared read (a caller while one runs waits for it). */
@@ -215,6 +222,7 @@ class ShardWindow {
     this.it = out.NextShardIterator;
     this.millisBehind = out.MillisBehindLatest ?? 0;
     const got = out.Records ?? [];
+    this.atEnd = got.length < readLimit && this.millisBehind === 0;
     if (got.length === 0) {
       this.emptyReadAt = startedAt;
       if (this.it === undefined) this.ended = true;
@@ -316,17 +324,18 @@ class FanoutCursor implements ShardCursor {
         const last = records[records.length - 1]!;
         const toEnd = place.pos + records.length === w.records.length;
         const age = last.ApproximateArrivalTimestamp ? Date.now() - last.ApproximateArrivalTimestamp.getTime() : 0;
-        return { records, millisBehind: toEnd ? w.millisBehind : Math.max(w.millisBehind, age), emptyReadAt: null };
+        return { records, millisBehind: toEnd ? w.millisBehind : Math.max(w.millisBehind, age), emptyReadAt: null, atEnd: toEnd && w.atEnd };
       }
       if (place.at === 'end') {
         this.own = null;
         if (w.ended) {
           this.ended = true;
-          return { records: [], millisBehind: 0, emptyReadAt: w.emptyReadAt ?? Date.now() };
+          return { records: [], millisBehind: 0, emptyReadAt: w.emptyReadAt ?? Date.now(), atEnd: true };
         }
         const shared = await w.readMore();
         // Nothing new: that read (started while this consumer's last record was the window's end, or joined) found nothing after it.
-        if (shared.found === 0 && !w.ended && w.place(this.lastRead).at === 'end') return { records: [], millisBehind: 0, emptyReadAt: shared.startedAt };
+        if (shared.found === 0 && !w.ended && w.place(this.lastRead).at === 'end')
+          return { records: [], millisBehind: 0, emptyReadAt: shared.startedAt, atEnd: true };
         continue;
       }
       if (place.at === 'ahead' && !w.reading) {

@@ -161,15 +161,20 @@ function startChild(modulePath: string, options: KinesaliteOptions): Promise<Kin
   });
 }
 
+/** What one put put where: per shard, the highest sequence number it put there. */
+export type PutShards = ReadonlyMap<string, string>;
+
 /**
  * Notice of records put on a stream through one client: `cdc local`'s publishers (the capture,
  * the normalizer's change log) and its pollers share the stack's Kinesis client, so a poller of an
  * idle shard reads as soon as a PutRecords succeeded instead of at its next poll
- * (`PollerOptions.watchPuts`). A notice only wakes a reader; what it reads is still decided by
- * the stream.
+ * (`PollerOptions.watchPuts`). A notice names the shards the put went to and the last sequence
+ * number on each (from the put's response), so only those shards' readers wake, and only while
+ * they have not read that far (docs/local.md, "Reads paced by put notices"). A notice only wakes
+ * a reader; what it reads is still decided by the stream.
  */
 export class PutNotices {
-  private readonly listeners = new Map<string, Set<() => void>>();
+  private readonly listeners = new Map<string, Set<(put: PutShards | null) => void>>();
 
   /** Adds the notices to a client: after every successful PutRecords or PutRecord, the stream's listeners are called. */
   attach(client: KinesisClient): void {
@@ -178,7 +183,7 @@ export class PutNotices {
         const out = await next(args);
         if (context.commandName === 'PutRecordsCommand' || context.commandName === 'PutRecordCommand') {
           const stream = (args.input as { StreamName?: string }).StreamName;
-          if (stream) this.notify(stream);
+          if (stream) this.notify(stream, putShards(out.output as PutOutput));
         }
         return out;
       },
@@ -186,17 +191,38 @@ export class PutNotices {
     );
   }
 
-  /** Calls `listener` after each put on `stream`; returns the unsubscribe function. */
-  watch(stream: string, listener: () => void): () => void {
+  /** Calls `listener` after each put on `stream` with where it put (null: it did not say, so every shard); returns the unsubscribe function. */
+  watch(stream: string, listener: (put: PutShards | null) => void): () => void {
     let set = this.listeners.get(stream);
     if (!set) this.listeners.set(stream, (set = new Set()));
     set.add(listener);
     return () => void set.delete(listener);
   }
 
-  notify(stream: string): void {
-    for (const listener of this.listeners.get(stream) ?? []) listener();
+  /** `watch` for one stream, as `PollerOptions.watchPuts` takes it. */
+  watcher(stream: string): (listener: (put: PutShards | null) => void) => () => void {
+    return (listener) => this.watch(stream, listener);
   }
+
+  notify(stream: string, put: PutShards | null = null): void {
+    for (const listener of this.listeners.get(stream) ?? []) listener(put);
+  }
+}
+
+type PutEntry = { ShardId?: string; SequenceNumber?: string; ErrorCode?: string };
+type PutOutput = (PutEntry & { Records?: PutEntry[] }) | undefined;
+
+/** Where a PutRecords or PutRecord response says its records went; null when a successful entry does not say. */
+export function putShards(output: PutOutput): PutShards | null {
+  const entries = output?.Records ?? (output ? [output] : []);
+  const put = new Map<string, string>();
+  for (const e of entries) {
+    if (e.ErrorCode) continue;
+    if (!e.ShardId || !e.SequenceNumber) return null;
+    const before = put.get(e.ShardId);
+    if (before === undefined || BigInt(before) < BigInt(e.SequenceNumber)) put.set(e.ShardId, e.SequenceNumber);
+  }
+  return put;
 }
 
 /** Prefix of the shard iterators a routed stream's kinesalite gave out (`routeStream`). */

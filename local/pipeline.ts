@@ -305,8 +305,7 @@ export class LocalPipeline {
     };
     const batchOf = (consumer: 'normalizer' | 'sink' | 'search'): { batchSize?: number } =>
       o.batchSizes?.[consumer] ? { batchSize: o.batchSizes[consumer] } : {};
-    // Everything in this process puts through stack.kinesis: a put wakes the stream's idle pollers at once.
-    const watch = (stream: string) => (listener: () => void) => stack.puts.watch(stream, listener);
+    const watch = (stream: string) => stack.puts.watcher(stream); // every put of this process: it wakes the pollers of the shards it put to
     // One read of the change log for all its consumers, each with its own checkpoints (docs/local.md, "One read of the change log for every consumer").
     const changeLogReads = new StreamFanout({ kinesis: stack.kinesis, streamName: stack.streams.changeLog });
     this.changeLogReads = changeLogReads;
@@ -381,7 +380,7 @@ export class LocalPipeline {
         handler: applier,
         onError: err(`${o.sinkId} poller`),
       }),
-      // Firehose buffers: a batching window gives fewer, larger archive objects.
+      // Firehose buffers: a batching window gives fewer, larger archive objects. Put notices pace its reads too (docs/local.md, "Reads paced by put notices").
       archive: new Poller({
         ...common,
         batchSize: o.batchSizes?.archive ?? 2000,
@@ -389,6 +388,7 @@ export class LocalPipeline {
         consumer: 'archive',
         streamName: stack.streams.changeLog,
         fanout: changeLogReads,
+        watchPuts: watch(stack.streams.changeLog),
         handler: createArchiveCopier({ archive: stack.archive, layout: 'by-table' }),
         onError: err('archive poller'),
       }),

@@ -7,8 +7,8 @@
  *   `TRIM_HORIZON`/`LATEST` the first time; one batch per shard is in flight at a time, so a
  *   shard's records reach the handler in order. While the handler runs a batch, the next one is
  *   read (at most one batch ahead), as Lambda's pollers read ahead of the invocations.
- * - An idle shard is polled every `idleMs`, and at once when records are put on the stream
- *   through the client `watchPuts` listens to.
+ * - An idle shard is polled every `idleMs`; with `watchPuts`, read at once when records are put on
+ *   it through the client watched, and polled every `maxIdleMs` otherwise (local/read-pacing.ts).
  * - A batch holds up to `batchSize` records; with a batching window the poller waits up to that
  *   long for a full batch. The payload stays under Lambda's 6 MB invocation limit.
  * - The handler gets a `KinesisStreamEvent` (built by lambda/adapters/kinesis-event.ts).
@@ -36,12 +36,17 @@
 import { ListShardsCommand, DescribeStreamSummaryCommand, type KinesisClient, type Shard, type _Record } from '@aws-sdk/client-kinesis';
 import type { KinesisStreamBatchResponse, KinesisStreamEvent } from 'aws-lambda';
 import type { ControlPlane, DeadLetter } from '../lambda/core/shared/control-plane.ts';
-import { CdcError, InvalidRecordError, UnknownOperationError, UnsafeIdentifierError } from '../lambda/core/shared/errors.ts';
+import { CdcError } from '../lambda/core/shared/errors.ts';
 import { toKinesisStreamEvent } from '../lambda/adapters/kinesis-event.ts';
 import { ShardTips } from './shard-tips.ts';
 import { KinesisCursor, type ShardCursor, type StreamFanout } from './fanout.ts';
+import type { PutShards } from './kinesis.ts';
 import { CheckpointSchedule } from './checkpoint-schedule.ts';
 import { Wakeup } from './wakeup.ts';
+import { ReadPacer } from './read-pacing.ts';
+import { aboutRecord, isBadInputError } from './poller-errors.ts';
+
+export { isBadInputError };
 
 /** Checkpoint value of a shard that was read to its end. */
 export const SHARD_END = 'SHARD_END';
@@ -77,6 +82,8 @@ export interface PollerOptions {
   startingPosition?: 'TRIM_HORIZON' | 'LATEST';
   /** Wait between polls of an idle shard, in ms (Lambda polls about once a second). @default 200 */
   idleMs?: number;
+  /** With `watchPuts`: the wait between reads of a shard with nothing noticed to read, in ms (local/read-pacing.ts). @default 1000 */
+  maxIdleMs?: number;
   /** First retry backoff, doubled per retry up to `maxBackoffMs`. @default 100 */
   retryBackoffMs?: number;
   /** How often the shard list is re-read (to follow splits and merges), in ms. @default 10000 */
@@ -86,7 +93,7 @@ export interface PollerOptions {
    * (`LocalStack.puts`), so an idle shard is read as soon as something was put instead of at its
    * next poll. Returns the unsubscribe function. @default polls only
    */
-  watchPuts?: (listener: () => void) => () => void;
+  watchPuts?: (listener: (put: PutShards | null) => void) => () => void;
   /** Called for errors the poller recovers from (read errors, handler errors before a retry). */
   onError?: (err: unknown, where: string) => void;
   /**
@@ -123,19 +130,6 @@ export interface PollerStats {
   lastError: string | null;
 }
 
-/**
- * Whether an error a handler threw means bad input: one of the platform's named errors for a
- * record that does not have the documented shape, or a Powertools full-batch failure whose
- * record errors all are. Anything else (a database, DynamoDB or Kinesis error, a timeout) is an
- * infrastructure error and is retried without limit.
- */
-export function isBadInputError(err: unknown): boolean {
-  const bad = (e: unknown): boolean => e instanceof InvalidRecordError || e instanceof UnknownOperationError || e instanceof UnsafeIdentifierError;
-  if (bad(err)) return true;
-  const children = (err as { name?: string; recordErrors?: unknown[] } | null)?.recordErrors;
-  return (err as { name?: string } | null)?.name === 'FullBatchFailureError' && Array.isArray(children) && children.length > 0 && children.every(bad);
-}
-
 /** Lambda's invocation payload limit is 6 MB; records are base64 inside JSON. */
 const MAX_PAYLOAD_BYTES = 5_500_000;
 
@@ -156,8 +150,10 @@ interface ShardRun {
   abort: boolean;
   /** The error that stopped the reader, for the deliverer to rethrow. */
   readError: { err: unknown } | null;
-  /** Wakes the reader: room in the buffer, records put on the stream, the run is over. */
+  /** Wakes the reader: room in the buffer, records put on the stream, the run is over, a caught-up check. */
   readonly readerWake: Wakeup;
+  /** When the reader reads next (put notices, idle waits). */
+  readonly pacer: ReadPacer;
   /** Wakes the deliverer: records read, the reader stopped. */
   readonly delivererWake: Wakeup;
 }
@@ -171,19 +167,6 @@ function sleep(ms: number): Promise<void> {
 function describeError(err: unknown): string {
   if (err instanceof Error) return `${err.name}: ${err.message}`;
   return String(err);
-}
-
-/** Best effort: the source and table a raw or change record is about (both formats carry them). */
-function aboutRecord(text: string): { source: string | null; table: string | null } {
-  try {
-    const v = JSON.parse(text) as Record<string, unknown>;
-    return {
-      source: typeof v.source === 'string' ? v.source : null,
-      table: typeof v.table === 'string' ? v.table : null,
-    };
-  } catch {
-    return { source: null, table: null };
-  }
 }
 
 /** One event source mapping: call `start()`, later `stop()` (lets the batch in flight finish). */
@@ -224,6 +207,7 @@ export class Poller {
       bisectOnError: options.bisectOnError ?? true,
       startingPosition: options.startingPosition ?? 'TRIM_HORIZON',
       idleMs: options.idleMs ?? 200,
+      maxIdleMs: options.maxIdleMs ?? 1000,
       retryBackoffMs: options.retryBackoffMs ?? 100,
       shardRefreshMs: options.shardRefreshMs ?? 10_000,
       consumer: options.consumer,
@@ -253,12 +237,17 @@ export class Poller {
   async start(): Promise<void> {
     const summary = await this.o.kinesis.send(new DescribeStreamSummaryCommand({ StreamName: this.o.streamName }));
     this.streamArn = summary.StreamDescriptionSummary?.StreamARN ?? `arn:aws:kinesis:local:000000000000:stream/${this.o.streamName}`;
+    // Before the shards start: a put after a shard's first read began is noticed.
+    this.unwatch =
+      this.o.watchPuts?.((put) => {
+        for (const run of this.shardRuns) {
+          if (put !== null && !put.has(run.shardId)) continue;
+          run.pacer.notice(put?.get(run.shardId) ?? null);
+          run.readerWake.notify();
+        }
+      }) ?? null;
     await this.refreshShards();
     this.refresher = this.refreshLoop();
-    this.unwatch =
-      this.o.watchPuts?.(() => {
-        for (const run of this.shardRuns) run.readerWake.notify();
-      }) ?? null;
   }
 
   /**
@@ -288,6 +277,8 @@ export class Poller {
     for (const shardId of this.running.keys()) {
       if (this.ended.has(shardId) || this.tips.get(shardId)?.caughtUpSince(time)) continue;
       caughtUp = false;
+      // A reader waiting for a put notice reads now: the answer needs a read that started after `time`.
+      for (const run of this.shardRuns) if (run.shardId === shardId) run.readerWake.notify();
       // The tips learn of a position once it is written: one acknowledged and not written yet is written now.
       if (this.checkpoints.ask(shardId)) for (const run of this.shardRuns) if (run.shardId === shardId) run.delivererWake.notify();
     }
@@ -395,6 +386,7 @@ export class Poller {
       readError: null,
       readerWake: new Wakeup(),
       delivererWake: new Wakeup(),
+      pacer: new ReadPacer({ idleMs: this.o.idleMs, maxIdleMs: this.o.maxIdleMs, notices: this.o.watchPuts !== undefined }),
     };
     this.shardRuns.add(s);
     const reader = this.readAhead(s).catch((err: unknown) => {
@@ -425,6 +417,9 @@ export class Poller {
         await s.readerWake.wait(this.o.idleMs);
         continue;
       }
+      // Whatever woke the reader so far, this read looks at; what comes during it wakes the next.
+      s.readerWake.clear();
+      s.pacer.beforeRead();
       let out;
       try {
         out = await s.cursor.read(room);
@@ -444,13 +439,17 @@ export class Poller {
       if (records.length > 0) {
         s.buffer.push(...records);
         s.delivererWake.notify();
+        // At the shard's end: the next read waits for a put notice (or the idle wait).
+        const wait = s.pacer.afterRead(records.length, out.atEnd, s.cursor.lastRead);
+        if (wait > 0) await s.readerWake.wait(wait);
         continue;
       }
       // Nothing new: the shard's end as of the read's start is the last record read (caught up once it is acknowledged).
       this.tips.get(s.shardId)?.tipRead(out.emptyReadAt ?? 0, s.cursor.lastRead);
       if (s.cursor.ended) break;
       // Until the next poll, or until records are put on the stream (`watchPuts`).
-      await s.readerWake.wait(this.o.idleMs);
+      const wait = s.pacer.afterRead(0, out.atEnd, s.cursor.lastRead);
+      if (wait > 0) await s.readerWake.wait(wait);
     }
     if (s.cursor.ended && !s.abort) s.shardEnd = true;
     s.delivererWake.notify();
@@ -481,7 +480,8 @@ export class Poller {
       }
       const batch = this.takeBatch(s.buffer);
       s.inFlight = true;
-      s.readerWake.notify();
+      // A full buffer stopped the reader: there is room now (a reader at the shard's end waits for a put, not for this).
+      if (s.buffer.length + batch.length >= this.o.batchSize) s.readerWake.notify();
       try {
         await this.deliver(s.shardId, batch, 0);
       } catch (err) {

@@ -15,6 +15,11 @@ export class Wakeup {
     } else this.pending = true;
   }
 
+  /** Forgets a notify kept for the next wait (what it was about is already being looked at). */
+  clear(): void {
+    this.pending = false;
+  }
+
   wait(ms: number): Promise<void> {
     if (this.pending) {
       this.pending = false;

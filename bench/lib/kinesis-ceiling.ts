@@ -200,8 +200,8 @@ export async function standInCeiling(o: CeilingOptions): Promise<CeilingResult> 
     const logOut = new KinesisChangeLog(client, o.streams.changeLog, { aggregate: o.aggregation ?? true });
     let normalized = 0;
     let published = 0;
-    const watch = (stream: string) => (listener: () => void) => puts.watch(stream, listener);
-    // As local/pipeline.ts builds them: the archive's poller has a window and no put notices.
+    const watch = (stream: string) => puts.watcher(stream);
+    // As local/pipeline.ts builds them: the archive's poller has a window; every poller has put notices.
     const common = { kinesis: client, controlPlane, batchSize: o.batchSize };
     const changeLogReads = new StreamFanout({ kinesis: client, streamName: o.streams.changeLog });
     pollers.push(
@@ -232,6 +232,7 @@ export async function standInCeiling(o: CeilingOptions): Promise<CeilingResult> 
         fanout: changeLogReads,
         batchSize: o.archiveBatchSize,
         batchWindowMs: o.archiveWindowMs,
+        watchPuts: watch(o.streams.changeLog),
         handler: async () => undefined,
       }),
     );
