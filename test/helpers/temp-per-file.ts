@@ -11,7 +11,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll } from 'vitest';
 
-const folder = mkdtempSync(path.join(os.tmpdir(), 'file-'));
+// Under the run's root, not os.tmpdir(): in a worker that runs several files (no isolation), TMPDIR
+// is still the previous file's folder, removed when that file ended.
+const folder = mkdtempSync(path.join(process.env.CDC_TEST_RUN_ROOT ?? os.tmpdir(), 'file-'));
 chmodSync(folder, 0o1777);
 const binaries = process.env.CDC_TEST_POSTGRES_BINARIES;
 if (binaries) symlinkSync(binaries, path.join(folder, path.basename(binaries)));
