@@ -94,7 +94,9 @@ let passedHead = '';
 let passedSource = '';
 let passedTable = '';
 let passedCommitTs = '';
+/** The last shape of an event with an after image and of one without (a delete): a table's events mostly have one of the two. */
 let lastShape: Shape | null = null;
+let lastDeleteShape: Shape | null = null;
 
 /** A shape with each member's text as the text writes it (`{"name":` for the first, `,"name":` after). */
 interface Shape extends RowShape {
@@ -140,7 +142,7 @@ function event(): AppendableEvent {
   }
   const op = opAt();
   lit(',"key":');
-  const shape = lastShape;
+  const shape = op === 'delete' ? lastDeleteShape : lastShape;
   const keyNames = row(true, shape?.keyMembers ?? null, shape?.keyNames ?? null);
   if (keyNames.length === 0) throw NOT;
   lit(',"after":');
@@ -201,7 +203,7 @@ function event(): AppendableEvent {
     capture,
     synthetic,
     hasBefore,
-    shape: shapeOf(keyNames, afterNames),
+    shape: shapeOf(shape, keyNames, afterNames),
     spans: spansCopy(),
   };
 }
@@ -228,9 +230,10 @@ function captureAt(): CaptureMethod {
   throw NOT;
 }
 
-/** Whether `s` is in the text at `pos` (a loop the compiler inlines: `startsWith` is a call per use). */
+/** Whether `s` is in the text at `pos` (a short one by a loop the compiler inlines: `startsWith` is a call per use). */
 function has(s: string, pos: number): boolean {
   const n = s.length;
+  if (n > 12) return T.startsWith(s, pos);
   if (pos + n > T.length) return false;
   for (let i = 0; i < n; i++) if (T.charCodeAt(pos + i) !== s.charCodeAt(i)) return false;
   return true;
@@ -499,10 +502,10 @@ function numberText(): boolean {
 const isDigit = (c: number): boolean => c >= 0x30 && c <= 0x39;
 const isHex = (c: number): boolean => (c >= 0x30 && c <= 0x39) || (c >= 0x61 && c <= 0x66) || (c >= 0x41 && c <= 0x46);
 
-/** The shape of these names: the previous event's when they are the same (a table's events mostly are), else a new one if the names are usable. */
-function shapeOf(keyNames: string[], afterNames: string[] | null): Shape {
-  if (lastShape !== null && lastShape.keyNames === keyNames && lastShape.afterNames === afterNames) return lastShape;
-  if (lastShape !== null && sameNames(lastShape.keyNames, keyNames) && sameNames(lastShape.afterNames, afterNames)) return lastShape;
+/** The shape of these names: `last` (the previous event's of its kind) when they are the same, else a new one if the names are usable. */
+function shapeOf(last: Shape | null, keyNames: string[], afterNames: string[] | null): Shape {
+  if (last !== null && last.keyNames === keyNames && last.afterNames === afterNames) return last;
+  if (last !== null && sameNames(last.keyNames, keyNames) && sameNames(last.afterNames, afterNames)) return last;
   // A name an object's prototype has reads differently through `in` (as `changelogRow` reads), a
   // duplicate name is one member to `JSON.parse` (the last value), and a name that is an array
   // index comes first among an object's keys whatever the text's order: all take today's path.
@@ -511,8 +514,10 @@ function shapeOf(keyNames: string[], afterNames: string[] | null): Shape {
     for (const n of names) if (n in Object.prototype || isDigit(n.charCodeAt(0))) throw NOT;
   }
   const members = (names: readonly string[]): string[] => names.map((n, i) => `${i === 0 ? '{' : ','}${JSON.stringify(n)}:`);
-  lastShape = { keyNames, afterNames, keyMembers: members(keyNames), afterMembers: afterNames === null ? null : members(afterNames) };
-  return lastShape;
+  const shape = { keyNames, afterNames, keyMembers: members(keyNames), afterMembers: afterNames === null ? null : members(afterNames) };
+  if (afterNames === null) lastDeleteShape = shape;
+  else lastShape = shape;
+  return shape;
 }
 
 function sameNames(a: readonly string[] | null, b: readonly string[] | null): boolean {
