@@ -13,8 +13,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { encodeChangeEvent } from '../../lambda/adapters/change-log-kinesis.ts';
-import { appendableCopyText } from '../../lambda/adapters/warehouse-pg-append-text.ts';
-import { parsedEvent } from '../../lambda/core/sink/lazy-event.ts';
+import { appendableCopyText, parsedEvent } from '../../lambda/adapters/warehouse-pg-append-text.ts';
 import { changelogCopyText } from '../../lambda/adapters/warehouse-pg-copy-text.ts';
 import { decodeAppendable, type AppendableEvent } from '../../lambda/core/sink/appendable-event.ts';
 import { validateChangeEvent, type ChangeEvent, type JsonValue } from '../../lambda/core/shared/event.ts';
