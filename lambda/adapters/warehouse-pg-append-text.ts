@@ -7,15 +7,10 @@
  * prototype has writes through `changelogCopyText` itself over the parsed events.
  */
 import { ValueKind, type AppendableEvent, type RowShape } from '../core/sink/appendable-event.ts';
-import { validateChangeEvent, type ChangeEvent } from '../core/shared/event.ts';
+import { parsedEvent } from '../core/sink/lazy-event.ts';
 import { CdcColumn } from '../core/warehouse/warehouse-sql.ts';
 import { CHUNK_BYTES, changelogCopyText, grown, writeCell } from './warehouse-pg-copy-text.ts';
 import { copyText } from './warehouse-pg-loaders.ts';
-
-/** The event `JSON.parse` + `validateChangeEvent` give for an appendable event's text (today's path). */
-export function parsedEvent(e: AppendableEvent): ChangeEvent {
-  return validateChangeEvent(JSON.parse(e.text));
-}
 
 /** A column's cell, as a code (below zero: one of the event's own fields) or the slot of its value in a shape. */
 const POSITION = -1;

@@ -8,12 +8,14 @@
  * before images) and over texts changed by hand (whitespace, other orders, escapes in names,
  * numbers validation refuses, truncates, `missing`, `handover`, cut texts): every text the decode
  * takes, today's path takes too, with the same fields (by type) and the same COPY bytes for
- * random changelog columns; everything else is a fallback (null). Seed and count printed;
+ * random changelog columns, and the applier's lazy event reads as today's event (fields, its plain
+ * event, `JSON.stringify`); everything else is a fallback (null). Seed and count printed;
  * `SEED=<n>` repeats a run.
  */
 import { describe, expect, it } from 'vitest';
 import { encodeChangeEvent } from '../../lambda/adapters/change-log-kinesis.ts';
-import { appendableCopyText, parsedEvent } from '../../lambda/adapters/warehouse-pg-append-text.ts';
+import { appendableCopyText } from '../../lambda/adapters/warehouse-pg-append-text.ts';
+import { appendableOf, lazyEventOf, parsedEvent, plainEvent } from '../../lambda/core/sink/lazy-event.ts';
 import { changelogCopyText } from '../../lambda/adapters/warehouse-pg-copy-text.ts';
 import { decodeAppendable, type AppendableEvent } from '../../lambda/core/sink/appendable-event.ts';
 import { validateChangeEvent, type ChangeEvent, type JsonValue } from '../../lambda/core/shared/event.ts';
@@ -188,6 +190,15 @@ describe('the append from the event texts in one pass', () => {
         });
         expect(ev.missing, at).toStrictEqual([]);
         expect(parsedEvent(a), at).toStrictEqual(ev);
+        // The applier's lazy event: the same event however it is read (fields, its plain event, serialised).
+        const lazy = lazyEventOf(text)!;
+        expect(appendableOf(lazy)?.text, at).toBe(text);
+        expect(JSON.stringify(lazy), at).toBe(JSON.stringify(ev));
+        const read = { v: lazy.v, source: lazy.source, table: lazy.table, op: lazy.op, key: lazy.key, after: lazy.after, before: lazy.before };
+        const rest = { missing: lazy.missing, position: lazy.position, commitTs: lazy.commitTs, txId: lazy.txId, schemaVersion: lazy.schemaVersion };
+        expect({ ...read, ...rest, capture: lazy.capture, synthetic: lazy.synthetic }, at).toStrictEqual(ev);
+        expect(plainEvent(lazy), at).toStrictEqual(ev);
+        expect(appendableOf({ ...plainEvent(lazy) }), `${at}: a copy is not lazy`).toBeUndefined();
         batch.push({ a, e: ev });
       }
       const columns = [...NAMES, ...RARE_NAMES, ...RESERVED, 'absent'].filter(() => r() < 0.8).sort(() => r() - 0.5);
