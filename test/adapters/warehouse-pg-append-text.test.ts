@@ -224,6 +224,21 @@ describe('the append from the event texts in one pass', () => {
     expect(plainTaken / plain).toBeGreaterThan(0.95);
   });
 
+  it('falls back for a JSON value nested deeper than its scan can recurse, which today’s path reads', () => {
+    const e = randomEvent(rng(11));
+    const depth = 100_000;
+    const deep = `${'['.repeat(depth)}${']'.repeat(depth)}`;
+    const plain = Buffer.from(encodeChangeEvent({ ...e, op: 'insert', after: { ...e.key, doc: 0 }, before: null, missing: [] }, Infinity).data).toString(
+      'utf8',
+    );
+    expect(decodeAppendable(plain), 'the same event, shallow, is taken').not.toBeNull();
+    const text = plain.replace('"doc":0', `"doc":${deep}`);
+    // A throw here would fail the whole batch (groupByTable rethrows what is not a CdcError), every retry again.
+    expect(decodeAppendable(text)).toBeNull();
+    expect(lazyEventOf(text)).toBeNull();
+    expect(today(text)).toMatchObject({ op: 'insert' });
+  });
+
   it('writes through today’s text when a column is a name an object’s prototype has', () => {
     const text = Buffer.from(encodeChangeEvent(randomEvent(rng(7)), Infinity).data).toString('utf8');
     const a = decodeAppendable(text)!;
