@@ -63,7 +63,7 @@ export function changelogLineWriter(columns: readonly string[], appliedAt: strin
 }
 
 /** A chunk of COPY text is handed to the stream once it holds at least this many bytes (fewer writes). */
-const CHUNK_BYTES = 1 << 16;
+export const CHUNK_BYTES = 1 << 16;
 
 /**
  * The changelog rows of `events` as COPY text (the lines of `changelogLineWriter`), in chunks of
@@ -103,7 +103,7 @@ const SHORT_CELL = 64;
  * rebuild's core-seconds go; the COPY text's short cells"). Anything else, from its first
  * non-ASCII unit on the whole cell again, goes through `write`.
  */
-function writeCell(buf: Buffer, at: number, text: string): number {
+export function writeCell(buf: Buffer, at: number, text: string): number {
   const n = text.length;
   if (n > SHORT_CELL) return at + buf.write(text, at);
   for (let i = 0; i < n; i++) {
@@ -115,7 +115,7 @@ function writeCell(buf: Buffer, at: number, text: string): number {
 }
 
 /** A buffer holding the first `len` bytes of `buf` with room for `more` bytes after them. */
-function grown(buf: Buffer, len: number, more: number): Buffer<ArrayBuffer> {
+export function grown(buf: Buffer, len: number, more: number): Buffer<ArrayBuffer> {
   const next = Buffer.allocUnsafe(Math.max(2 * buf.length, len + more));
   buf.copy(next, 0, 0, len);
   return next;

@@ -122,6 +122,9 @@ import { postgresDialect } from '../core/warehouse/postgres-dialect.ts';
 import { oneStatementMergeFits, oneStatementMergeSql } from '../core/warehouse/merge-statement.ts';
 import { insertStageLoader, copyStageLoader, type StageLoader } from './warehouse-pg-loaders.ts';
 import { changelogCopyText } from './warehouse-pg-copy-text.ts';
+import { appendableCopyText } from './warehouse-pg-append-text.ts';
+import { appendableOf } from '../core/sink/lazy-event.ts';
+import type { AppendableEvent } from '../core/sink/appendable-event.ts';
 import {
   planDdl,
   readShape,
@@ -770,7 +773,7 @@ export class PgWarehouse implements Warehouse {
     await client.query(shared ? `SAVEPOINT ${APPEND_SAVEPOINT}` : 'BEGIN');
     try {
       // A COPY takes its text straight from the events (no row arrays in between); another loader the rows.
-      if (loader.loadCopyText) await loader.loadCopyText(client, table, shape.changelog, changelogCopyText(events, shape.changelog, appliedAt));
+      if (loader.loadCopyText) await loader.loadCopyText(client, table, shape.changelog, copyTextOf(events, shape.changelog, appliedAt));
       else
         await loader.load(
           client,
@@ -1041,13 +1044,28 @@ export function appendable(e: ChangeEvent, dataColumns: readonly string[]): bool
     case 'insert':
     case 'snapshot':
       return e.missing.length === 0;
-    case 'update':
+    case 'update': {
+      // A lazy event answers from its after image's names (`in` also finds what an object's prototype has).
+      const names = appendableOf(e)?.shape.afterNames;
+      if (names) return dataColumns.every((c) => names.includes(c) || c in Object.prototype);
       return e.missing.length === 0 && e.after !== null && dataColumns.every((c) => c in e.after!);
+    }
     case 'delete':
       return (e.handover?.length ?? 0) === 0;
     default:
       return false;
   }
+}
+
+/** The append's COPY text: from the events' texts when every event is a lazy one (`appendableCopyText`), else from the events. */
+function copyTextOf(events: readonly ChangeEvent[], columns: readonly string[], appliedAt: string): Iterable<Buffer> {
+  const taken: AppendableEvent[] = [];
+  for (const e of events) {
+    const a = appendableOf(e);
+    if (a === undefined) return changelogCopyText(events, columns, appliedAt);
+    taken.push(a);
+  }
+  return appendableCopyText(taken, columns, appliedAt);
 }
 
 /** The merge statements for the sink's current shape (`mergeSql`; `intoEmpty`: `mergeIntoEmptySql`, for a base found empty under the delta's lock). */

@@ -21,6 +21,7 @@
  * - every value is checked against its column (`stageEvent`): a value the column's policy refuses
  *   fails the batch as a refused value, so the apply isolates the event and dead-letters it.
  */
+import { plainEvent } from '../core/sink/lazy-event.ts';
 import type { ChangeEvent, JsonValue } from '../core/shared/event.ts';
 import type { SchemaVersion } from '../core/shared/control-plane.ts';
 import { appendedPlan } from '../core/sink/apply-plan.ts';
@@ -277,13 +278,13 @@ export class RedshiftWarehouse implements Warehouse {
         const base = stored.get(k) ?? { row: {}, marks: NO_MARKS };
         const after = { ...e.after };
         for (const m of e.missing) after[m] = base.row[m] ?? null;
-        next = { ...e, after, missing: [] };
+        next = { ...plainEvent(e), after, missing: [] };
         marks = carried(e.missing, after, base.marks);
       } else if (e.missing.length > 0) {
         const donated = await this.donor(r, e, ctx);
-        next = { ...e, after: { ...e.after, ...donated.row }, missing: [] };
+        next = { ...plainEvent(e), after: { ...e.after, ...donated.row }, missing: [] };
         marks = carried(e.missing, next.after!, donated.marks);
-      } else if ((e.handover?.length ?? 0) > 0) next = { ...e, handover: [] };
+      } else if ((e.handover?.length ?? 0) > 0) next = { ...plainEvent(e), handover: [] };
       const image = next.op === 'delete' ? null : (next.after ?? null);
       if (image === null) stored.delete(k);
       else stored.set(k, { row: image, marks });

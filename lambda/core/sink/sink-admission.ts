@@ -14,6 +14,7 @@ import type { ControlPlane, SchemaVersion, TableRecord } from '../shared/control
 import { InvalidRecordError, UnsafeIdentifierError } from '../shared/errors.ts';
 import { validateChangeEvent, type ChangeEvent } from '../shared/event.ts';
 import { assertPlainIdentifier, splitTableId } from '../shared/identifiers.ts';
+import { appendableOf } from './lazy-event.ts';
 import { isClaimCheck, PayloadRefError, resolveClaim, validateClaimCheck, type PayloadStore } from '../shared/payload-store.ts';
 
 /**
@@ -118,12 +119,16 @@ export function checkEventColumns(e: ChangeEvent, schema: SchemaVersion, assertC
   if (!byTable) cache.passed.set(assertColumn, (byTable = new Map()));
   let passed = byTable.get(e.table);
   if (!passed) byTable.set(e.table, (passed = new Set()));
-  const keyCols = Object.keys(e.key);
+  // A lazy event's names come from its one-pass decode (the same names in the same order, without parsing its images).
+  const shape = appendableOf(e)?.shape;
+  const keyCols = shape ? shape.keyNames : Object.keys(e.key);
   for (const k of keyCols) if (!passed.has(k)) checkColumn(e, schema, known, passed, assertColumn, k, 'key');
-  if (e.after) for (const c in e.after) if (Object.hasOwn(e.after, c) && !passed.has(c)) checkColumn(e, schema, known, passed, assertColumn, c, 'after');
+  if (shape) {
+    if (shape.afterNames) for (const c of shape.afterNames) if (!passed.has(c)) checkColumn(e, schema, known, passed, assertColumn, c, 'after');
+  } else if (e.after) for (const c in e.after) if (Object.hasOwn(e.after, c) && !passed.has(c)) checkColumn(e, schema, known, passed, assertColumn, c, 'after');
   for (const c of e.missing) if (!passed.has(c)) checkColumn(e, schema, known, passed, assertColumn, c, 'missing');
   if (e.op === 'truncate') {
-    // A truncate is table-level: no key, no images (docs/truncate.md).
+    // A truncate is table-level (never a lazy event): no key, no images (docs/truncate.md).
     if (keyCols.length > 0 || e.before !== null) throw new InvalidRecordError('key', `a truncate of ${e.table} carries no key and no before image`);
     return;
   }

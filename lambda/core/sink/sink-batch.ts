@@ -8,6 +8,7 @@ import type { AuditEntry, ControlPlane, SchemaVersion } from '../shared/control-
 import { CdcError, InvalidRecordError } from '../shared/errors.ts';
 import type { ChangeEvent } from '../shared/event.ts';
 import type { PayloadStore } from '../shared/payload-store.ts';
+import { lazyEventOf } from './lazy-event.ts';
 import { checkEventColumns, decodeChangeRecord } from './sink-admission.ts';
 import { heldShardsOf } from '../operator/operator-decisions.ts';
 
@@ -160,13 +161,13 @@ export async function validItems<I extends { record: DeadLetterRecord; event: Ch
 export type DeadLetter = (record: DeadLetterRecord, source: string | null, table: string | null, err: unknown) => Promise<void>;
 
 /**
- * A batch's records decoded (`decodeChangeRecord`) and grouped by table (`source\u0000table`),
- * in order of first appearance; a record that does not decode is put aside (`deadLetter`), and a
+ * A batch's records decoded (`decodeChangeRecord`; with `onePass`, a text the one-pass decode
+ * takes as a lazy event, `lazyEventOf`) and grouped by table (`source\u0000table`), in order of first appearance; a record that does not decode is put aside (`deadLetter`), and a
  * payload store that cannot be read throws (the batch is retried, nothing dead-lettered).
  */
 export async function groupByTable<R extends DeadLetterRecord>(
   records: readonly R[],
-  o: { payloads: PayloadStore | undefined; sinkId: string; deadLetter: DeadLetter },
+  o: { payloads: PayloadStore | undefined; sinkId: string; deadLetter: DeadLetter; onePass?: boolean },
 ): Promise<Map<string, Array<{ record: R; event: ChangeEvent }>>> {
   const groups = new Map<string, Array<{ record: R; event: ChangeEvent }>>();
   // The group of the record before: a batch's records mostly follow each other by table, so most
@@ -175,7 +176,8 @@ export async function groupByTable<R extends DeadLetterRecord>(
   for (const record of records) {
     let event: ChangeEvent;
     try {
-      const decoded = decodeChangeRecord(record.text, o.payloads, o.sinkId);
+      const lazy = o.onePass === true ? lazyEventOf(record.text) : null;
+      const decoded = lazy ?? decodeChangeRecord(record.text, o.payloads, o.sinkId);
       event = decoded instanceof Promise ? await decoded : decoded;
     } catch (err) {
       if (!(err instanceof CdcError)) throw err;

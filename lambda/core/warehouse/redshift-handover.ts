@@ -8,6 +8,7 @@
  * transaction, the first whose changelog holds what they need (`resolveHeld`): the old key's delete half, and
  * nothing held of the old key before the change. Loads are serial, so no two shards wait on each other.
  */
+import { plainEvent } from '../sink/lazy-event.ts';
 import type { ChangeEvent, JsonValue } from '../shared/event.ts';
 import { stageEvent, type Held, type StagedRow } from './redshift-load.ts';
 import type { RedshiftColumn, ValuePolicy } from './redshift-types.ts';
@@ -28,7 +29,7 @@ export function stageHeld(
 ): { row: StagedRow } | { refused: Error } {
   const after: Record<string, JsonValue> = { ...(e.after ?? {}) };
   for (const m of e.missing) after[m] = null;
-  const s = stageEvent({ ...e, after, missing: [], handover: [] }, key, data, policyOf, appliedAt);
+  const s = stageEvent({ ...plainEvent(e), after, missing: [], handover: [] }, key, data, policyOf, appliedAt);
   if ('refused' in s) return s;
   if (!('row' in s)) throw new Error(`${e.table} at ${e.position}: a ${e.op} is never held`);
   return { row: { fields: [...s.row.fields, e.missing.join(','), oldKey === null ? null : JSON.stringify(oldKey)] } };

@@ -220,7 +220,8 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
     const appended = new Map<string, MergeTarget & { pending: { rows: number; since: number | null } }>();
 
     // Decode and validate; group by (source, table) in order of first appearance.
-    const groups = await groupByTable(records, { payloads: deps.payloads, sinkId, deadLetter });
+    // The one-pass decode (lambda/core/sink/appendable-event.ts): most records become lazy events, appended from their text.
+    const groups = await groupByTable(records, { payloads: deps.payloads, sinkId, deadLetter, onePass: true });
 
     /** The records of a table that is not applied now: retried (reported failed). */
     function failGroup(sourceId: string, table: string, items: readonly Item[], err: unknown): void {
