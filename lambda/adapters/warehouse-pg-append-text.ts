@@ -9,7 +9,7 @@
 import { ValueKind, type AppendableEvent, type RowShape } from '../core/sink/appendable-event.ts';
 import { parsedEvent } from '../core/sink/lazy-event.ts';
 import { CdcColumn } from '../core/warehouse/warehouse-sql.ts';
-import { CHUNK_BYTES, changelogCopyText, grown, writeCell } from './warehouse-pg-copy-text.ts';
+import { CHUNK_BYTES, changelogCopyText, copyChars, grown, writeCell } from './warehouse-pg-copy-text.ts';
 import { copyText } from './warehouse-pg-loaders.ts';
 
 /** A column's cell, as a code (below zero: one of the event's own fields) or the slot of its value in a shape. */
@@ -134,18 +134,4 @@ export function* appendableCopyText(events: readonly AppendableEvent[], columns:
     }
   }
   if (len > 0) yield buf.subarray(0, len);
-}
-
-/** Cells up to this many UTF-16 units are copied unit by unit while they are ASCII (as `writeCell`). */
-const SHORT_CELL = 64;
-
-/** Writes `n` units of `t` from `s` at `at` as UTF-8 and returns where they end (the buffer has room). */
-function copyChars(buf: Buffer, at: number, t: string, s: number, n: number): number {
-  if (n > SHORT_CELL) return at + buf.write(t.slice(s, s + n), at);
-  for (let i = 0; i < n; i++) {
-    const c = t.charCodeAt(s + i);
-    if (c >= 0x80) return at + buf.write(t.slice(s, s + n), at);
-    buf[at + i] = c;
-  }
-  return at + n;
 }

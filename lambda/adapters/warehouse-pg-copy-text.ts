@@ -104,11 +104,15 @@ const SHORT_CELL = 64;
  * non-ASCII unit on the whole cell again, goes through `write`.
  */
 export function writeCell(buf: Buffer, at: number, text: string): number {
-  const n = text.length;
-  if (n > SHORT_CELL) return at + buf.write(text, at);
+  return copyChars(buf, at, text, 0, text.length);
+}
+
+/** `writeCell` for the `n` units of `t` from `s` (a value inside an event's text: lambda/adapters/warehouse-pg-append-text.ts). */
+export function copyChars(buf: Buffer, at: number, t: string, s: number, n: number): number {
+  if (n > SHORT_CELL) return at + buf.write(s === 0 && n === t.length ? t : t.slice(s, s + n), at);
   for (let i = 0; i < n; i++) {
-    const c = text.charCodeAt(i);
-    if (c >= 0x80) return at + buf.write(text, at);
+    const c = t.charCodeAt(s + i);
+    if (c >= 0x80) return at + buf.write(s === 0 && n === t.length ? t : t.slice(s, s + n), at);
     buf[at + i] = c;
   }
   return at + n;
