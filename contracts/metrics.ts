@@ -25,6 +25,8 @@ export const MetricName = {
   MERGE_ERRORS: 'MergeErrors',
   /** Merges of a delta at twice its row threshold, which stopped the table's appends while they ran (merges fall behind appends). Count. Dims: Sink. */
   MERGES_STOPPING_APPENDS: 'MergesStoppingAppends',
+  /** Change-log aggregates a sink applier read from another shard than the one they name, skipped: the normalizer put their events again on their shard (docs/architecture.md, "5.1 The change event"). Count. Dims: Sink. */
+  MISPLACED_AGGREGATES_SKIPPED: 'MisplacedAggregatesSkipped',
   /** Raw records the normalizer read with its DMS decoder (data and control records). Count. Dims: Source. */
   DMS_RECORDS_DECODED: 'DmsRecordsDecoded',
   /** Schema versions registered. Count. Dims: Source. */

@@ -23,7 +23,7 @@ import { dynamoDbClient } from '../adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { payloadStoreFromEnvironment } from '../runtime/payload-store.ts';
 import { isReplayEvent, replayFromEnvironment, type ReplayEvent, type ReplayOutcome } from '../runtime/replay.ts';
-import { applyLog, changeRecordsOf, emitApplyMetrics, partialBatchResponse } from '../runtime/sink-batch.ts';
+import { applyLog, changeRecordsOf, emitApplyMetrics, emitSkippedAggregates, partialBatchResponse } from '../runtime/sink-batch.ts';
 
 export interface SearchApplierDeps {
   controlPlane: ControlPlane;
@@ -66,7 +66,9 @@ export function createSearchApplier(deps: SearchApplierDeps): SearchApplier {
     return outcome;
   }
   async function handler(event: KinesisStreamEvent, context?: Context): Promise<KinesisStreamBatchResponse> {
-    return partialBatchResponse(event, await applyRecords(changeRecordsOf(event.Records, logger).records), processor, context);
+    const { records, skipped } = changeRecordsOf(event.Records, logger);
+    emitSkippedAggregates(metrics, sinkId, skipped);
+    return partialBatchResponse(event, await applyRecords(records), processor, context);
   }
   return { applyRecords, handler, clearCache: apply.clearCache };
 }

@@ -99,7 +99,7 @@ function looksAggregated(data: string): boolean {
  * The change records of a Lambda Kinesis batch, as the applier sees them: a plain record is one
  * event; a KPL aggregate (contracts/change-log-record.ts) is one record per event, each
  * with its own id (`<sequence number>.<sub-sequence number>`); an aggregate put for another shard
- * is skipped (logged, counted in `skipped`); a corrupt aggregate is one record of its whole base64
+ * is skipped (logged, counted in `skipped`, which the appliers emit as `MisplacedAggregatesSkipped`); a corrupt aggregate is one record of its whole base64
  * data, which the apply dead-letters (nothing lost).
  */
 export function changeRecordsOf(
@@ -200,6 +200,11 @@ export function emitApplyMetrics(metrics: Metrics, sinkId: string, outcome: { by
       });
   }
   if (outcome.applyErrors > 0) emitSingleMetrics(metrics, MetricName.APPLY_ERRORS, MetricUnit.Count, [outcome.applyErrors], { [MetricDimension.SINK]: sinkId });
+}
+
+/** The change-log aggregates a sink applier skipped because they were read from another shard than the one they name (`changeRecordsOf`): both sink appliers. */
+export function emitSkippedAggregates(metrics: Metrics, sinkId: string, skipped: number): void {
+  if (skipped > 0) emitSingleMetrics(metrics, MetricName.MISPLACED_AGGREGATES_SKIPPED, MetricUnit.Count, [skipped], { [MetricDimension.SINK]: sinkId });
 }
 
 /** A sink apply's log (the core's `log` port) over a Powertools logger: both sink appliers. */

@@ -8,7 +8,7 @@
  * And the partial-batch response when an event inside an aggregate fails: its whole aggregate (and
  * every later record) is reported by its Kinesis sequence number, and the retry re-applies it whole.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import os from 'node:os';
 import path from 'node:path';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -34,8 +34,9 @@ import type { ColumnDef, ControlPlane } from '../../lambda/core/shared/control-p
 import { ENVELOPE_VERSION, partitionKeyOf, type ChangeEvent, type Row } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
 import { qualified, warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
-import { METRICS_NAMESPACE } from '../../contracts/metrics.ts';
+import { METRICS_NAMESPACE, MetricName } from '../../contracts/metrics.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
+import { captureEmf } from '../helpers/emf.ts';
 import { createStream, readShards } from '../helpers/kinesis-read.ts';
 import { rng } from '../helpers/rng.ts';
 
@@ -184,7 +185,10 @@ describe(`consumers of an aggregated change log (seed ${SEED}, ${SEEDS} seeds)`,
       }
       const { arn, byShard, misplaced, ranges } = await publishAggregated(events, 2 + Math.floor(r() * 2), r);
       expect(misplaced, `seed ${SEED + s}: a misplaced aggregate is on the stream`).toBeGreaterThan(0);
+      // This test reads the handler's metrics: a Metrics built with them enabled (the file disables them).
+      process.env.POWERTOOLS_METRICS_DISABLED = 'false';
       const a = applier(cp);
+      const emf = captureEmf();
       let skipped = 0;
       for (const [shardId, records] of inOrder(byShard)) {
         for (const batch of batchesOf(arn, shardId, records, r)) {
@@ -200,6 +204,15 @@ describe(`consumers of an aggregated change log (seed ${SEED}, ${SEEDS} seeds)`,
         }
       }
       expect(skipped).toBe(misplaced);
+      // The handler counts what it skipped: MisplacedAggregatesSkipped, dimension Sink only.
+      const counted = emf.metric(MetricName.MISPLACED_AGGREGATES_SKIPPED);
+      vi.restoreAllMocks();
+      process.env.POWERTOOLS_METRICS_DISABLED = 'true';
+      expect(
+        counted.reduce((n, m) => n + m.value, 0),
+        `seed ${SEED + s}`,
+      ).toBe(misplaced);
+      for (const m of counted) expect(m.dims).toEqual({ Sink: SINK });
       const t = warehouseTable(sourceId, 'public.orders');
       const got = await rows(`SELECT id, status FROM ${qualified(t.schema, t.view)} ORDER BY id`);
       expect(got, `seed ${SEED + s}`).toEqual([...state].sort((x, y) => x[0] - y[0]).map(([id, status]) => ({ id: String(id), status })));
