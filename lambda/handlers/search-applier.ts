@@ -23,7 +23,7 @@ import { dynamoDbClient } from '../adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { payloadStoreFromEnvironment } from '../runtime/payload-store.ts';
 import { isReplayEvent, replayFromEnvironment, type ReplayEvent, type ReplayOutcome } from '../runtime/replay.ts';
-import { applyLog, changeRecordsOf, emitApplyMetrics, emitSkippedAggregates, partialBatchResponse } from '../runtime/sink-batch.ts';
+import { applyLog, emitApplyMetrics, sinkRecordsOf, partialBatchResponse } from '../runtime/sink-batch.ts';
 
 export interface SearchApplierDeps {
   controlPlane: ControlPlane;
@@ -66,9 +66,7 @@ export function createSearchApplier(deps: SearchApplierDeps): SearchApplier {
     return outcome;
   }
   async function handler(event: KinesisStreamEvent, context?: Context): Promise<KinesisStreamBatchResponse> {
-    const { records, skipped } = changeRecordsOf(event.Records, logger);
-    emitSkippedAggregates(metrics, sinkId, skipped);
-    return partialBatchResponse(event, await applyRecords(records), processor, context);
+    return partialBatchResponse(event, await applyRecords(sinkRecordsOf(event.Records, logger, metrics, sinkId)), processor, context);
   }
   return { applyRecords, handler, clearCache: apply.clearCache };
 }

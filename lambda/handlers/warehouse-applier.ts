@@ -29,7 +29,7 @@ import { payloadStoreFromEnvironment } from '../runtime/payload-store.ts';
 import { redshiftWriterFromEnvironment } from '../runtime/redshift-submitter.ts';
 import { poolFromEnvironment } from '../runtime/warehouse-pool.ts';
 import { isReplayEvent, replayFromEnvironment, type ReplayEvent, type ReplayOutcome } from '../runtime/replay.ts';
-import { applyLog, changeRecordsOf, emitApplyMetrics, emitSkippedAggregates, emitMergeMetrics, partialBatchResponse } from '../runtime/sink-batch.ts';
+import { applyLog, emitApplyMetrics, sinkRecordsOf, emitMergeMetrics, partialBatchResponse } from '../runtime/sink-batch.ts';
 
 export type { ApplyOptions, BatchOutcome, ChangeRecord, MergeDone } from '../core/warehouse/warehouse-apply.ts';
 export type { MergePolicy } from '../core/warehouse/merge-policy.ts';
@@ -97,9 +97,7 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
   }
 
   async function handler(event: KinesisStreamEvent, context?: Context): Promise<KinesisStreamBatchResponse> {
-    const { records, skipped } = changeRecordsOf(event.Records, logger);
-    emitSkippedAggregates(metrics, sinkId, skipped);
-    return partialBatchResponse(event, await applyRecords(records), processor, context);
+    return partialBatchResponse(event, await applyRecords(sinkRecordsOf(event.Records, logger, metrics, sinkId)), processor, context);
   }
 
   return { applyRecords, handler, mergeDue, mergeTable: apply.mergeTable, warehouse };

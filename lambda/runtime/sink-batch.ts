@@ -202,9 +202,20 @@ export function emitApplyMetrics(metrics: Metrics, sinkId: string, outcome: { by
   if (outcome.applyErrors > 0) emitSingleMetrics(metrics, MetricName.APPLY_ERRORS, MetricUnit.Count, [outcome.applyErrors], { [MetricDimension.SINK]: sinkId });
 }
 
-/** The change-log aggregates a sink applier skipped because they were read from another shard than the one they name (`changeRecordsOf`): both sink appliers. */
-export function emitSkippedAggregates(metrics: Metrics, sinkId: string, skipped: number): void {
-  if (skipped > 0) emitSingleMetrics(metrics, MetricName.MISPLACED_AGGREGATES_SKIPPED, MetricUnit.Count, [skipped], { [MetricDimension.SINK]: sinkId });
+/**
+ * The change records of a sink applier's Lambda batch (`changeRecordsOf`), the misplaced
+ * aggregates it skipped counted in `MisplacedAggregatesSkipped` (dimension Sink): both sink appliers.
+ */
+export function sinkRecordsOf(
+  records: readonly KinesisStreamRecord[],
+  log: Parameters<typeof changeRecordsOf>[1],
+  metrics: Metrics,
+  sinkId: string,
+): ChangeRecord[] {
+  const read = changeRecordsOf(records, log);
+  if (read.skipped > 0)
+    emitSingleMetrics(metrics, MetricName.MISPLACED_AGGREGATES_SKIPPED, MetricUnit.Count, [read.skipped], { [MetricDimension.SINK]: sinkId });
+  return read.records;
 }
 
 /** A sink apply's log (the core's `log` port) over a Powertools logger: both sink appliers. */
