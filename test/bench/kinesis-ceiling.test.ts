@@ -126,4 +126,30 @@ describe('standInCeiling', () => {
       }
     },
   );
+
+  it("does not time the archive's batching window: the run ends when the shared read has read everything and the applier handled it", async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'cdc-ceiling-test-'));
+    try {
+      const rec = (key: string, size: number) => ({ key, data: Buffer.alloc(size, 'x') });
+      const windowMs = 20_000;
+      const r = await standInCeiling({
+        path: path.join(dir, 'kinesis'),
+        streams: { raw: 'raw', changeLog: 'log' },
+        shards: { raw: 1, changeLog: 2 },
+        changes: 600,
+        raw: Array.from({ length: 7 }, (_, i) => rec(`t/${i}`, 500)),
+        changeLog: Array.from({ length: 5 }, (_, i) => rec(`s/t/${i}`, 400)),
+        captureBatch: 300,
+        batchSize: 300,
+        // A batch the archive never fills: it is delivered only when its window closes.
+        archiveBatchSize: 10_000,
+        archiveWindowMs: windowMs,
+      });
+      expect(r.reads.log).toBe(r.puts.log);
+      // Timed with the window, the run could not end before it closed (600 changes take well under a second here).
+      expect(r.seconds).toBeLessThan(windowMs / 1000 / 2);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });
