@@ -22,6 +22,7 @@ import { makePosition } from '../../lambda/core/shared/position.ts';
 import { documentId, META_FIELD, searchNames } from '../../lambda/core/search/search-plan.ts';
 import { SearchStandIn } from '../../local/search-standin.ts';
 import { MemoryControlPlane } from '../helpers/memory-control-plane.ts';
+import { captureEmf } from '../helpers/emf.ts';
 import { FolderArchive, archivePayloadStore } from '../../local/archive.ts';
 import { claimKey, sha256, type PayloadStore } from '../../lambda/core/shared/payload-store.ts';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -62,37 +63,6 @@ const records = (events: readonly (ChangeEvent | string)[]): ChangeRecord[] =>
     seq += 10;
     return { sequenceNumber: String(seq), origin: `log/shard-0/${seq}`, text: typeof e === 'string' ? e : JSON.stringify(e) };
   });
-
-interface Emf {
-  _aws: { CloudWatchMetrics: { Dimensions: string[][]; Metrics: { Name: string }[] }[] };
-  [k: string]: unknown;
-}
-function captureEmf(): { metric(name: string): { value: number; dims: Record<string, string> }[] } {
-  const lines: Emf[] = [];
-  const write = process.stdout.write.bind(process.stdout);
-  vi.spyOn(process.stdout, 'write').mockImplementation(((chunk: string | Uint8Array, ...rest: unknown[]) => {
-    const text = typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8');
-    let captured = false;
-    for (const line of text.split('\n')) {
-      if (!line.startsWith('{') || !line.includes('"_aws"')) continue;
-      lines.push(JSON.parse(line) as Emf);
-      captured = true;
-    }
-    return captured ? true : (write as (...a: unknown[]) => boolean)(chunk, ...rest);
-  }) as typeof process.stdout.write);
-  return {
-    metric(name) {
-      const out: { value: number; dims: Record<string, string> }[] = [];
-      for (const l of lines) {
-        const def = l._aws.CloudWatchMetrics[0]!;
-        if (!def.Metrics.some((m) => m.Name === name)) continue;
-        const dimNames = def.Dimensions[0] ?? [];
-        out.push({ value: Number(l[name]), dims: Object.fromEntries(dimNames.map((d) => [d, String(l[d])])) });
-      }
-      return out;
-    },
-  };
-}
 
 describe('search applier on the search stand-in', () => {
   let clock = Date.parse('2026-01-01T00:00:00Z');
@@ -269,7 +239,7 @@ describe('search applier on the search stand-in', () => {
       expect(out.failed).toEqual(rs.map((r) => r.sequenceNumber));
       expect(out.deadLettered).toBe(0);
       expect(await cp.listDeadLetters()).toEqual([]);
-      expect(emf.metric(MetricName.APPLY_ERRORS)).toEqual([{ value: 1, dims: { Sink: 'search' } }]);
+      expect(emf.metric(MetricName.APPLY_ERRORS)).toEqual([{ value: 1, dims: { Sink: 'search' }, dimNames: ['Sink'] }]);
       expect((await cp.getSinkProgress('search', 'src', table))?.appliedPosition ?? null).toBeNull();
     } finally {
       standin.clearInjections();
@@ -289,7 +259,7 @@ describe('search applier on the search stand-in', () => {
     expect(dl!.reason).toMatch(/mapper_parsing_exception/);
     expect((await cp.getTable('src', table))?.state).toBe('degraded');
     expect([...(await live(names)).keys()]).toEqual([documentId({ id: 2 })]);
-    expect(emf.metric(MetricName.DEAD_LETTERS)).toEqual([{ value: 1, dims: { Stage: 'search', Source: 'src' } }]);
+    expect(emf.metric(MetricName.DEAD_LETTERS)).toEqual([{ value: 1, dims: { Stage: 'search', Source: 'src' }, dimNames: ['Stage', 'Source'] }]);
   });
 
   it('adds a compatible new column to the mapping before its first document', async () => {
