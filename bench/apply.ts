@@ -38,7 +38,9 @@
  * commit) and the merges; its statements are counted and must be none in the timed part.
  * And the warehouse's own ceiling (c): the delta COPYs (b) built, sent as they are, with the real
  * merges at the merge worker's threshold between them, one after the other and no Node work
- * (`sqlCeiling`); the view must match the expected rows after it.
+ * (`sqlCeiling`); the view must match the expected rows after it. And (c) on two cores: the same,
+ * with the merges beside the COPYs on a second connection, as the merge worker runs them
+ * (docs/performance-log.md, "62. Where the apply's wall goes; the statements' ceiling with the merges beside the appends").
  */
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
@@ -725,6 +727,10 @@ interface SqlCeiling {
   /** Untimed, as in the applier's runs: the final merge. */
   finalMergeMs: number;
   verified: boolean;
+  /** Whether the merges ran beside the COPYs (on a second connection, as the merge worker runs them) instead of between them. */
+  concurrent: boolean;
+  /** The warehouse cluster's CPU over the timed part, ms (its COPYs and merges, and any merge still running at its end). */
+  serverCpuMs: number;
 }
 
 /**
@@ -735,6 +741,13 @@ interface SqlCeiling {
  * other: appends and merges do not overlap here, where the merge worker lets them). The preload
  * is the applier runs' (snapshot applied and merged, untimed); the view is checked against the
  * expected rows after the final merge (untimed, as in the applier's runs).
+ *
+ * `concurrent`: the merges run beside the COPYs instead, on a second connection, as the merge worker
+ * runs them in the applier's runs (a merge starts when the rows appended since the last one began
+ * reach the threshold and none is running); the timed part ends at the last COPY's commit, when
+ * every event is in the view, as the applier's runs end; a merge still running then is awaited
+ * untimed. So (c) serial is what the statements cost on one core, (c) concurrent what two cores
+ * allow them with no Node work.
  */
 async function sqlCeiling(
   wh: PostgresCluster,
@@ -742,9 +755,10 @@ async function sqlCeiling(
   copies: readonly CapturedCopy[],
   expected: { n: number; md5: string },
   run: number,
+  concurrent: boolean,
   mergeRows = DEFAULT_MERGE_POLICY.maxRows,
 ): Promise<SqlCeiling> {
-  const db = `wh_sql_${run}`;
+  const db = `wh_sql_${concurrent ? 'c' : 's'}${run}`;
   await wh.createDatabase(db);
   const url = wh.url(db);
   const pool = new pg.Pool({ connectionString: url, max: 2 });
@@ -756,10 +770,31 @@ async function sqlCeiling(
     await exec(url, `VACUUM ANALYZE ${BENCH_SOURCE}_public._cdc_changelog_items`);
     await exec(url, 'CHECKPOINT');
     const target = { source: BENCH_SOURCE, table: BENCH_TABLE, deleteMode: 'soft' as const, key: ['id'] };
-    const out: SqlCeiling = { ms: 0, appendMs: 0, mergeMs: 0, merges: 0, mergedRows: 0, largestDelta: 0, finalMergeMs: 0, verified: false };
+    const out: SqlCeiling = {
+      ms: 0,
+      appendMs: 0,
+      mergeMs: 0,
+      merges: 0,
+      mergedRows: 0,
+      largestDelta: 0,
+      finalMergeMs: 0,
+      verified: false,
+      concurrent,
+      serverCpuMs: 0,
+    };
+    const postmaster = await postmasterOf(pool);
     const client = await pool.connect();
+    const merge = async (): Promise<void> => {
+      const m0 = nowMs();
+      const m = await applier.warehouse.merge(target);
+      out.mergeMs += nowMs() - m0;
+      out.merges++;
+      out.mergedRows += m.rows;
+    };
+    let merging: Promise<void> | null = null;
     try {
       let delta = 0;
+      const server0 = clusterCpuMs(postmaster);
       const t0 = nowMs();
       for (const c of copies) {
         const a0 = nowMs();
@@ -769,17 +804,20 @@ async function sqlCeiling(
         out.appendMs += nowMs() - a0;
         delta += c.rows;
         out.largestDelta = Math.max(out.largestDelta, delta);
-        if (delta >= mergeRows) {
-          const m0 = nowMs();
-          const m = await applier.warehouse.merge(target);
-          out.mergeMs += nowMs() - m0;
-          out.merges++;
-          out.mergedRows += m.rows;
+        if (delta >= mergeRows && !merging) {
           delta = 0;
+          if (!concurrent) await merge();
+          else
+            merging = merge().finally(() => {
+              merging = null;
+            });
         }
       }
       out.ms = nowMs() - t0;
+      await merging;
+      out.serverCpuMs = clusterCpuMs(postmaster) - server0;
     } finally {
+      await merging?.catch(() => undefined);
       client.release();
     }
     const f0 = nowMs();
@@ -943,13 +981,14 @@ export async function runApplyBench(): Promise<BenchResult> {
     const floors = floorsOn ? await nodeFloors(wh, snapshot, history, quick ? 2 : 3, copies) : null;
     const sqlCeilings: SqlCeiling[] = [];
     if (floors) {
-      for (let i = 0; i < (quick ? 1 : 2); i++) sqlCeilings.push(await sqlCeiling(wh, snapshot, copies, expected, i));
+      for (let i = 0; i < (quick ? 1 : 2); i++)
+        for (const concurrent of [false, true]) sqlCeilings.push(await sqlCeiling(wh, snapshot, copies, expected, i, concurrent));
       copies.length = 0;
       rec.details.nodeFloors = floors;
       rec.details.sqlCeilings = sqlCeilings;
       for (const c of sqlCeilings) {
         say(
-          `ceiling (c), the warehouse's statements alone: ${history.length} events in ${Math.round(c.ms)} ms = ${Math.round(history.length / (c.ms / 1000))} events/s (delta COPYs ${Math.round(c.appendMs)} ms, ${c.merges} merges ${Math.round(c.mergeMs)} ms of ${c.mergedRows} rows, largest delta ${c.largestDelta}; final merge ${Math.round(c.finalMergeMs)} ms untimed); ${c.verified ? 'view matches' : 'VIEW DOES NOT MATCH'}`,
+          `ceiling (c), the warehouse's statements alone, merges ${c.concurrent ? 'beside' : 'between'} the COPYs: ${history.length} events in ${Math.round(c.ms)} ms = ${Math.round(history.length / (c.ms / 1000))} events/s (delta COPYs ${Math.round(c.appendMs)} ms, ${c.merges} merges ${Math.round(c.mergeMs)} ms of ${c.mergedRows} rows, largest delta ${c.largestDelta}; PostgreSQL CPU ${Math.round(c.serverCpuMs)} ms; final merge ${Math.round(c.finalMergeMs)} ms untimed); ${c.verified ? 'view matches' : 'VIEW DOES NOT MATCH'}`,
         );
         if (!c.verified) throw new Error('ceiling (c): the view does not match the expected rows');
       }
@@ -1120,8 +1159,11 @@ export async function runApplyBench(): Promise<BenchResult> {
           note: `${(handler / copyRate).toFixed(2)}× COPY; ${note}; ${floors.sqlStatements} SQL statements in the timed part`,
         }),
       );
-      const sql = median(sqlCeilings.map((c) => history.length / (c.ms / 1000)));
-      const appendsOnly = median(sqlCeilings.map((c) => history.length / (c.appendMs / 1000)));
+      const serial = sqlCeilings.filter((c) => !c.concurrent);
+      const beside = sqlCeilings.filter((c) => c.concurrent);
+      const sql = median(serial.map((c) => history.length / (c.ms / 1000)));
+      const appendsOnly = median(serial.map((c) => history.length / (c.appendMs / 1000)));
+      const sqlBeside = median(beside.map((c) => history.length / (c.ms / 1000)));
       rec.add(
         rateRow(
           "ceiling (c): the warehouse's statements alone, delta COPYs and merges one after the other (no Node work)",
@@ -1132,7 +1174,21 @@ export async function runApplyBench(): Promise<BenchResult> {
           {
             target: '≥ 1× logrep and ≥ 0.5× COPY needed',
             met: sql >= catchUp && sql >= 0.5 * copyRate,
-            note: `${(sql / copyRate).toFixed(2)}× COPY; the delta COPYs alone ${Math.round(appendsOnly)} events/s (${(appendsOnly / catchUp).toFixed(2)}× logrep); median of ${sqlCeilings.length}, merges at ${DEFAULT_MERGE_POLICY.maxRows} delta rows`,
+            note: `${(sql / copyRate).toFixed(2)}× COPY; the delta COPYs alone ${Math.round(appendsOnly)} events/s (${(appendsOnly / catchUp).toFixed(2)}× logrep); median of ${serial.length}, merges at ${DEFAULT_MERGE_POLICY.maxRows} delta rows`,
+          },
+        ),
+      );
+      rec.add(
+        rateRow(
+          'ceiling (c), two cores: the same statements, the merges beside the COPYs on a second connection (as the merge worker runs them; no Node work)',
+          sqlBeside,
+          'events/s',
+          catchUp,
+          'logrep catch-up',
+          {
+            target: '≥ 1× logrep and ≥ 0.5× COPY needed',
+            met: sqlBeside >= catchUp && sqlBeside >= 0.5 * copyRate,
+            note: `${(sqlBeside / copyRate).toFixed(2)}× COPY; median of ${beside.length}, merges at ${DEFAULT_MERGE_POLICY.maxRows} delta rows; timed to the last COPY's commit`,
           },
         ),
       );
