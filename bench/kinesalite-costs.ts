@@ -5,7 +5,12 @@
  * stream of one shard; requests go one at a time through the stack's client (`kinesisClient`).
  * Measured from /proc: kinesalite's CPU over each series, and this process's (the client side).
  *
- *     npx tsx bench/kinesalite-costs.ts [-- --records 10000 --bytes 600 --pattern-runs 3 --pattern-changes 10000]
+ *     npx tsx bench/kinesalite-costs.ts [-- --records 10000 --bytes 600 --client-pairs 3 --pattern-runs 3 --pattern-changes 10000 --no-series --no-pattern]
+ *
+ * Then the client side alone (`--client-pairs`, default 3): the same PutRecords (350 records per
+ * call, the capture's batches in the e2e bench) and GetRecords (Limit 10,000) through the SDK
+ * client and through `cdc local`'s lean client (local/kinesis-lean.ts), in alternating pairs:
+ * this process's CPU per record for each (docs/performance-log.md, "60. A lean Kinesis client for `cdc local`").
  *
  * Then the pipeline's pattern (bench/lib/kinesis-ceiling.ts, `standInCeiling`: capture put, normalizer
  * read and put, one shared change-log read; `cdc local`'s batch sizes) over records of the
@@ -29,9 +34,10 @@ import {
 } from '@aws-sdk/client-kinesis';
 import { kinesisClient } from '../lambda/adapters/aws-clients.ts';
 import { startKinesaliteProcess } from '../local/kinesis.ts';
+import { LeanKinesisClient } from '../local/kinesis-lean.ts';
 import { standInCeiling, type SampledRecord } from './lib/kinesis-ceiling.ts';
 import { processCpuMs } from './lib/profile.ts';
-import { numberArg, runIfMain, Recorder, sleep, type BenchResult } from './lib/report.ts';
+import { argValue, numberArg, runIfMain, Recorder, sleep, type BenchResult } from './lib/report.ts';
 
 const STREAM = 'costs';
 
@@ -96,37 +102,7 @@ export async function runKinesaliteCosts(): Promise<BenchResult> {
     const shardId = (await kinesis.send(new ListShardsCommand({ StreamName: STREAM }))).Shards![0]!.ShardId!;
     const pid = k.pid!;
     await put(kinesis, 500, 100, bytes); // warm-up
-    for (const perCall of [1, 10, 100, 500])
-      series.push(await measure(pid, `PutRecords of ${perCall}`, () => put(kinesis, perCall === 1 ? total / 5 : total, perCall, bytes)));
-    for (const limit of [10, 100, 1000, 10000])
-      series.push(await measure(pid, `GetRecords, Limit ${limit}`, () => read(kinesis, shardId, limit === 10 ? total / 5 : total, limit)));
-    const latest = (await kinesis.send(new GetShardIteratorCommand({ StreamName: STREAM, ShardId: shardId, ShardIteratorType: 'LATEST' }))).ShardIterator!;
-    series.push(
-      await measure(pid, 'GetRecords at the tip (empty)', () =>
-        repeat(1000, () => kinesis.send(new GetRecordsCommand({ ShardIterator: latest, Limit: 1000 }))),
-      ),
-    );
-    series.push(
-      await measure(pid, 'GetShardIterator (AFTER_SEQUENCE_NUMBER)', async () => {
-        const seq = (
-          await kinesis.send(
-            new GetRecordsCommand({
-              ShardIterator: (await kinesis.send(new GetShardIteratorCommand({ StreamName: STREAM, ShardId: shardId, ShardIteratorType: 'TRIM_HORIZON' })))
-                .ShardIterator!,
-              Limit: 1,
-            }),
-          )
-        ).Records![0]!.SequenceNumber!;
-        return repeat(1000, () =>
-          kinesis.send(
-            new GetShardIteratorCommand({ StreamName: STREAM, ShardId: shardId, ShardIteratorType: 'AFTER_SEQUENCE_NUMBER', StartingSequenceNumber: seq }),
-          ),
-        );
-      }),
-    );
-    series.push(await measure(pid, 'ListShards', () => repeat(1000, () => kinesis.send(new ListShardsCommand({ StreamName: STREAM })))));
-    series.push(await measure(pid, 'DescribeStreamSummary', () => repeat(1000, () => kinesis.send(new DescribeStreamSummaryCommand({ StreamName: STREAM })))));
-    series.push(await measure(pid, 'DescribeStream', () => repeat(1000, () => kinesis.send(new DescribeStreamCommand({ StreamName: STREAM })))));
+    if (argValue('no-series') === undefined) await perKind(kinesis, pid, shardId, total, bytes, series);
   } finally {
     kinesis.destroy();
     await k.stop();
@@ -140,8 +116,86 @@ export async function runKinesaliteCosts(): Promise<BenchResult> {
     );
   }
   rec.details.series = series;
-  rec.details.pattern = await patternPairs(numberArg('pattern-runs', 3), numberArg('pattern-changes', 10_000));
+  rec.details.clientPairs = await clientPairs(numberArg('client-pairs', 3), total, bytes);
+  rec.details.pattern = argValue('no-pattern') === undefined ? await patternPairs(numberArg('pattern-runs', 3), numberArg('pattern-changes', 10_000)) : [];
   return rec.finish();
+}
+
+/** kinesalite's CPU per request kind (`--no-series` skips it). */
+async function perKind(kinesis: KinesisClient, pid: number, shardId: string, total: number, bytes: number, series: Series[]): Promise<void> {
+  for (const perCall of [1, 10, 100, 500])
+    series.push(await measure(pid, `PutRecords of ${perCall}`, () => put(kinesis, perCall === 1 ? total / 5 : total, perCall, bytes)));
+  for (const limit of [10, 100, 1000, 10000])
+    series.push(await measure(pid, `GetRecords, Limit ${limit}`, () => read(kinesis, shardId, limit === 10 ? total / 5 : total, limit)));
+  const latest = (await kinesis.send(new GetShardIteratorCommand({ StreamName: STREAM, ShardId: shardId, ShardIteratorType: 'LATEST' }))).ShardIterator!;
+  series.push(
+    await measure(pid, 'GetRecords at the tip (empty)', () => repeat(1000, () => kinesis.send(new GetRecordsCommand({ ShardIterator: latest, Limit: 1000 })))),
+  );
+  series.push(
+    await measure(pid, 'GetShardIterator (AFTER_SEQUENCE_NUMBER)', async () => {
+      const seq = (
+        await kinesis.send(
+          new GetRecordsCommand({
+            ShardIterator: (await kinesis.send(new GetShardIteratorCommand({ StreamName: STREAM, ShardId: shardId, ShardIteratorType: 'TRIM_HORIZON' })))
+              .ShardIterator!,
+            Limit: 1,
+          }),
+        )
+      ).Records![0]!.SequenceNumber!;
+      return repeat(1000, () =>
+        kinesis.send(
+          new GetShardIteratorCommand({ StreamName: STREAM, ShardId: shardId, ShardIteratorType: 'AFTER_SEQUENCE_NUMBER', StartingSequenceNumber: seq }),
+        ),
+      );
+    }),
+  );
+  series.push(await measure(pid, 'ListShards', () => repeat(1000, () => kinesis.send(new ListShardsCommand({ StreamName: STREAM })))));
+  series.push(await measure(pid, 'DescribeStreamSummary', () => repeat(1000, () => kinesis.send(new DescribeStreamSummaryCommand({ StreamName: STREAM })))));
+  series.push(await measure(pid, 'DescribeStream', () => repeat(1000, () => kinesis.send(new DescribeStreamCommand({ StreamName: STREAM })))));
+}
+
+/** The client's CPU per record put and read, SDK client and lean client in alternating pairs, on one kinesalite. */
+async function clientPairs(pairs: number, total: number, bytes: number): Promise<unknown[]> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'cdc-bench-kcosts-'));
+  const k = await startKinesaliteProcess({ path: path.join(dir, 'kinesis') });
+  const clients: [string, KinesisClient][] = [
+    ['SDK client', kinesisClient(k.endpoint)],
+    ['lean client', new LeanKinesisClient(k.endpoint)],
+  ];
+  const out: { pair: number; client: string; putUsPerRecord: number; getUsPerRecord: number }[] = [];
+  try {
+    const sdk = clients[0]![1];
+    await sdk.send(new CreateStreamCommand({ StreamName: STREAM, ShardCount: 1 }));
+    const shardId = (await sdk.send(new ListShardsCommand({ StreamName: STREAM }))).Shards![0]!.ShardId!;
+    for (const [, c] of clients) await put(c, 700, 350, bytes); // warm-up
+    // The records are made before, the same for both clients: only the sends are measured.
+    const batches = Array.from({ length: Math.ceil(total / 350) }, (_, b) =>
+      Array.from({ length: Math.min(350, total - b * 350) }, () => ({ PartitionKey: randomBytes(12).toString('hex'), Data: randomBytes(bytes) })),
+    );
+    for (let pair = 0; pair < pairs; pair++) {
+      for (const [name, c] of pair % 2 === 0 ? clients : [...clients].reverse()) {
+        const p = await measure(k.pid!, 'put', async () => {
+          for (const Records of batches) await c.send(new PutRecordsCommand({ StreamName: STREAM, Records }));
+          return { calls: batches.length, records: total };
+        });
+        const g = await measure(k.pid!, 'get', () => read(c, shardId, total, 10_000));
+        const row = { pair, client: name, putUsPerRecord: (p.clientMs * 1000) / p.records, getUsPerRecord: (g.clientMs * 1000) / g.records };
+        out.push(row);
+        process.stdout.write(
+          `[kinesalite-costs] client pair ${pair + 1}, ${name.padEnd(11)}: PutRecords of 350: ${row.putUsPerRecord.toFixed(1)} µs per record; GetRecords: ${row.getUsPerRecord.toFixed(1)} µs per record (this process's CPU; load ${loadAverage()})\n`,
+        );
+      }
+    }
+  } finally {
+    for (const [, c] of clients) c.destroy();
+    await k.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+  return out;
+}
+
+function loadAverage(): string {
+  return os.loadavg()[0]!.toFixed(2);
 }
 
 /** Alternating runs of the pipeline's pattern with one kinesalite and with one per stream. */

@@ -14,6 +14,7 @@ import { createRequire } from 'node:module';
 import type { Server } from 'node:http';
 import type { KinesisClient } from '@aws-sdk/client-kinesis';
 import { describeListeners, portTakenIn } from './ports.ts';
+import { LeanKinesisClient } from './kinesis-lean.ts';
 
 export interface KinesaliteOptions {
   /** Port on 127.0.0.1. @default a free port */
@@ -178,6 +179,11 @@ export class PutNotices {
 
   /** Adds the notices to a client: after every successful PutRecords or PutRecord, the stream's listeners are called. */
   attach(client: KinesisClient): void {
+    if (client instanceof LeanKinesisClient)
+      client.afterSend((name, input, output) => {
+        const stream = (input as { StreamName?: string }).StreamName;
+        if (name === 'PutRecordsCommand' && stream) this.notify(stream, putShards(output as PutOutput));
+      });
     client.middlewareStack.add(
       (next, context) => async (args) => {
         const out = await next(args);
@@ -238,6 +244,7 @@ const ROUTED_ITERATOR = 'cdc-local-routed:';
  */
 export function routeStream(client: KinesisClient, stream: string, endpoint: string): void {
   const target = new URL(endpoint);
+  if (client instanceof LeanKinesisClient) client.route(stream, endpoint, ROUTED_ITERATOR);
   const routed = new WeakSet<object>();
   client.middlewareStack.add(
     (next, context) => async (args) => {

@@ -27,12 +27,13 @@ import os from 'node:os';
 import path from 'node:path';
 import { CreateStreamCommand, DescribeStreamSummaryCommand, ResourceInUseException, type KinesisClient } from '@aws-sdk/client-kinesis';
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
-import { dynamoDbClient, kinesisClient } from '../lambda/adapters/aws-clients.ts';
+import { dynamoDbClient } from '../lambda/adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../lambda/adapters/control-plane-dynamodb.ts';
 import { createControlTable } from '../lambda/adapters/control-plane-dynamodb/control-table.ts';
 import { startPostgres, type PostgresCluster } from './postgres.ts';
 import { QUICK_START_JVM_OPTIONS, startDynamoDbLocal, type DynamoDbLocal } from './dynamodb.ts';
 import { PutNotices, routeStream, startKinesaliteProcess, type Kinesalite } from './kinesis.ts';
+import { LeanKinesisClient } from './kinesis-lean.ts';
 import type { Archive } from '../lambda/core/rebuild/archive.ts';
 import { archivePayloadStore, FolderArchive } from './archive.ts';
 import type { PayloadStore } from '../lambda/core/shared/payload-store.ts';
@@ -415,7 +416,7 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
     await fs.writeFile(`${stateFile}.tmp`, `${JSON.stringify(state, null, 2)}\n`);
     await fs.rename(`${stateFile}.tmp`, stateFile);
 
-    const kinesis = kinesisClient(kinesalite.endpoint);
+    const kinesis = new LeanKinesisClient(kinesalite.endpoint);
     if (kinesaliteRaw) routeStream(kinesis, streams.raw, kinesaliteRaw.endpoint);
     const puts = new PutNotices();
     puts.attach(kinesis);

@@ -8,7 +8,7 @@
  *
  * `standInCeiling` then runs kinesalite alone, started as `cdc local` starts it (its own process,
  * a LevelDB folder: `startKinesaliteProcess`), with the same streams and shard counts, the same
- * client setup (`kinesisClient` with put notices), the same publishers (`kinesisRawPublisher` for
+ * client setup (`LeanKinesisClient` with put notices), the same publishers (`kinesisRawPublisher` for
  * the raw stream, `KinesisChangeLog.publishEncoded` for the change log) and the same pollers
  * (`Poller` with `cdc local`'s batch sizes, window and read-ahead), carrying the sampled records as
  * fast as it can: a capture stand-in puts N raw records in the capture's batches; a normalizer
@@ -18,15 +18,15 @@
  * archive poller read the change log through one shared read of it (local/fanout.ts), as
  * `cdc local` does. What it excludes: every handler's own work (capture,
  * normalizer, applier, archive copier), PostgreSQL, DynamoDB (checkpoints are kept in memory).
- * What it keeps: kinesalite's work and the client side of every call (SDK serialisation and
- * signing, HTTP, the pollers' Lambda events).
+ * What it keeps: kinesalite's work and the client side of every call (serialisation, HTTP, the
+ * pollers' Lambda events).
  */
 import { CreateStreamCommand, DescribeStreamSummaryCommand, ListShardsCommand, type KinesisClient } from '@aws-sdk/client-kinesis';
-import { kinesisClient } from '../../lambda/adapters/aws-clients.ts';
 import { KinesisChangeLog } from '../../lambda/adapters/change-log-kinesis.ts';
 import { decodeAggregate, isAggregate } from '../../contracts/kpl-aggregate.ts';
 import { kinesisRawPublisher } from '../../local/raw-publisher.ts';
 import { PutNotices, routeStream, startKinesaliteProcess } from '../../local/kinesis.ts';
+import { LeanKinesisClient } from '../../local/kinesis-lean.ts';
 import { Poller } from '../../local/poller.ts';
 import { StreamFanout } from '../../local/fanout.ts';
 import { processCpuMs } from './profile.ts';
@@ -51,53 +51,59 @@ export class KinesisTally {
 
   constructor(private readonly cap: number) {}
 
+  /** Counts every request sent through `client`: the SDK's by a middleware, and those a `LeanKinesisClient` answers itself by its `afterSend`. */
   attach(client: KinesisClient): void {
     client.middlewareStack.add(
       (next, context) => async (args) => {
         const out = await next(args);
-        const input = args.input as { StreamName?: string; ShardIterator?: string; Records?: Array<{ PartitionKey?: string; Data?: Uint8Array }> };
-        const output = out.output as { FailedRecordCount?: number; ShardIterator?: string; NextShardIterator?: string; Records?: unknown[] };
-        const onStream = input.StreamName ?? (input.ShardIterator ? this.iterators.get(input.ShardIterator) : undefined) ?? '?';
-        const carried = context.commandName === 'PutRecordsCommand' ? (input.Records?.length ?? 0) : (output.Records?.length ?? 0);
-        const kind = `${String(context.commandName).replace(/Command$/, '')} ${onStream}`;
-        const r = this.requests.get(kind) ?? { calls: 0, records: 0, empty: 0 };
-        this.requests.set(kind, { calls: r.calls + 1, records: r.records + carried, empty: r.empty + (carried === 0 ? 1 : 0) });
-        switch (context.commandName) {
-          case 'PutRecordsCommand': {
-            const stream = input.StreamName ?? '?';
-            const entries = input.Records ?? [];
-            add(this.puts, stream, entries.length - (output.FailedRecordCount ?? 0));
-            if (this.sampling && (output.FailedRecordCount ?? 0) === 0) {
-              const kept = this.samples.get(stream) ?? [];
-              this.samples.set(stream, kept);
-              for (const e of entries) {
-                const data = e.Data ?? new Uint8Array();
-                // An aggregate (the change log's records, contracts/kpl-aggregate.ts) is kept as its events: the ceiling packs them again as the producer does.
-                const events = isAggregate(data)
-                  ? decodeAggregate(data, 'sampled record').records.map((u) => ({ key: u.partitionKey, data: u.data }))
-                  : [{ key: e.PartitionKey ?? '', data }];
-                for (const ev of events) if (kept.length < this.cap) kept.push(ev);
-              }
-            }
-            break;
-          }
-          case 'GetShardIteratorCommand':
-            if (output.ShardIterator && input.StreamName) this.iterators.set(output.ShardIterator, input.StreamName);
-            break;
-          case 'GetRecordsCommand': {
-            // Not forgotten after use: two consumers at the same position can be handed the same iterator.
-            const stream = input.ShardIterator ? this.iterators.get(input.ShardIterator) : undefined;
-            if (stream) {
-              add(this.reads, stream, output.Records?.length ?? 0);
-              if (output.NextShardIterator) this.iterators.set(output.NextShardIterator, stream);
-            }
-            break;
-          }
-        }
+        this.count(String(context.commandName), args.input, out.output);
         return out;
       },
       { step: 'initialize', name: 'benchKinesisTally' },
     );
+    if (client instanceof LeanKinesisClient) client.afterSend((name, input, output) => this.count(name, input, output));
+  }
+
+  private count(commandName: string, rawInput: unknown, rawOutput: unknown): void {
+    const input = rawInput as { StreamName?: string; ShardIterator?: string; Records?: Array<{ PartitionKey?: string; Data?: Uint8Array }> };
+    const output = rawOutput as { FailedRecordCount?: number; ShardIterator?: string; NextShardIterator?: string; Records?: unknown[] };
+    const onStream = input.StreamName ?? (input.ShardIterator ? this.iterators.get(input.ShardIterator) : undefined) ?? '?';
+    const carried = commandName === 'PutRecordsCommand' ? (input.Records?.length ?? 0) : (output.Records?.length ?? 0);
+    const kind = `${String(commandName).replace(/Command$/, '')} ${onStream}`;
+    const r = this.requests.get(kind) ?? { calls: 0, records: 0, empty: 0 };
+    this.requests.set(kind, { calls: r.calls + 1, records: r.records + carried, empty: r.empty + (carried === 0 ? 1 : 0) });
+    switch (commandName) {
+      case 'PutRecordsCommand': {
+        const stream = input.StreamName ?? '?';
+        const entries = input.Records ?? [];
+        add(this.puts, stream, entries.length - (output.FailedRecordCount ?? 0));
+        if (this.sampling && (output.FailedRecordCount ?? 0) === 0) {
+          const kept = this.samples.get(stream) ?? [];
+          this.samples.set(stream, kept);
+          for (const e of entries) {
+            const data = e.Data ?? new Uint8Array();
+            // An aggregate (the change log's records, contracts/kpl-aggregate.ts) is kept as its events: the ceiling packs them again as the producer does.
+            const events = isAggregate(data)
+              ? decodeAggregate(data, 'sampled record').records.map((u) => ({ key: u.partitionKey, data: u.data }))
+              : [{ key: e.PartitionKey ?? '', data }];
+            for (const ev of events) if (kept.length < this.cap) kept.push(ev);
+          }
+        }
+        break;
+      }
+      case 'GetShardIteratorCommand':
+        if (output.ShardIterator && input.StreamName) this.iterators.set(output.ShardIterator, input.StreamName);
+        break;
+      case 'GetRecordsCommand': {
+        // Not forgotten after use: two consumers at the same position can be handed the same iterator.
+        const stream = input.ShardIterator ? this.iterators.get(input.ShardIterator) : undefined;
+        if (stream) {
+          add(this.reads, stream, output.Records?.length ?? 0);
+          if (output.NextShardIterator) this.iterators.set(output.NextShardIterator, stream);
+        }
+        break;
+      }
+    }
   }
 
   /** Reads per record put on `stream` (0 when nothing was put). */
@@ -176,7 +182,7 @@ export async function standInCeiling(o: CeilingOptions): Promise<CeilingResult> 
     throw err;
   }
   const kins = kinRaw ? [kin, kinRaw] : [kin];
-  const client = kinesisClient(kin.endpoint);
+  const client = new LeanKinesisClient(kin.endpoint);
   if (kinRaw) routeStream(client, o.streams.raw, kinRaw.endpoint);
   const puts = new PutNotices();
   puts.attach(client);

@@ -8,7 +8,8 @@ import { KinesisClient } from '@aws-sdk/client-kinesis';
 import { NodeHttpHandler } from '@smithy/node-http-handler';
 import { EnvName } from '../../contracts/env.ts';
 
-function localConfig(endpoint: string) {
+/** The configuration of a client of a local stand-in (also the SDK side of local/kinesis-lean.ts). */
+export function localConfig(endpoint: string) {
   return {
     endpoint,
     region: process.env.AWS_REGION ?? 'us-east-1',

@@ -5,26 +5,37 @@
  * says: N raw records put and read once, N change-log records put and read twice (one shared read
  * of the change log), with both streams in one kinesalite and with one kinesalite per stream.
  */
-import { CreateStreamCommand, DescribeStreamSummaryCommand, GetRecordsCommand, GetShardIteratorCommand, PutRecordsCommand } from '@aws-sdk/client-kinesis';
+import {
+  CreateStreamCommand,
+  DescribeStreamSummaryCommand,
+  GetRecordsCommand,
+  GetShardIteratorCommand,
+  PutRecordsCommand,
+  type KinesisClient,
+} from '@aws-sdk/client-kinesis';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { kinesisClient } from '../../lambda/adapters/aws-clients.ts';
 import { startKinesalite, type Kinesalite } from '../../local/kinesis.ts';
+import { LeanKinesisClient } from '../../local/kinesis-lean.ts';
 import { KinesisTally, shardCount, standInCeiling } from '../../bench/lib/kinesis-ceiling.ts';
 
 describe('KinesisTally', () => {
-  let kin: Kinesalite;
-  beforeAll(async () => {
-    kin = await startKinesalite();
-  });
-  afterAll(async () => {
-    await kin.stop();
+  let kin: Kinesalite | undefined;
+  afterEach(async () => {
+    await kin?.stop();
+    kin = undefined;
   });
 
-  it('counts puts and reads per stream, two readers at one position included, and samples only while asked', async () => {
-    const client = kinesisClient(kin.endpoint);
+  // The SDK client is counted by a middleware; the lean client (local/kinesis-lean.ts) answers its hot requests itself and is counted by its afterSend.
+  it.each([
+    { client: 'the SDK client', make: (endpoint: string): KinesisClient => kinesisClient(endpoint) },
+    { client: 'the lean client', make: (endpoint: string): KinesisClient => new LeanKinesisClient(endpoint) },
+  ])('counts puts and reads per stream, two readers at one position included, and samples only while asked: $client', async ({ make }) => {
+    kin = await startKinesalite();
+    const client = make(kin.endpoint);
     const tally = new KinesisTally(3);
     tally.attach(client);
     for (const [name, shards] of [

@@ -37,8 +37,9 @@
  */
 import { CdcError, PositionRegressionError } from '../shared/errors.ts';
 import { SchemaVersionCache } from './schema-version-cache.ts';
+import { KeyPositions } from './key-positions.ts';
 import type { ChangeEvent } from '../shared/event.ts';
-import { assertSchemaVersion, keyText, validateChangeEvent } from '../shared/event.ts';
+import { assertSchemaVersion, validateChangeEvent } from '../shared/event.ts';
 import type { AuditEntry, ColumnDef, ControlPlane, PreImage, SchemaVersion, TableRecord } from '../shared/control-plane.ts';
 import type { DecodeResult, DecodedChange, DecodedControl } from './decoded.ts';
 import { observe } from './observed-shape.ts';
@@ -157,25 +158,14 @@ interface Registry {
 const REGISTRATION_ATTEMPTS = 5;
 const DECODE_PASSES = 2;
 
-/** What the normalizer saw of one key on one shard (per-key monotonicity, docs/positions.md). */
-interface KeySeen {
-  /** Highest position accepted. */
-  position: Position;
-  /** Latest commit time seen. */
-  commitTs: string;
-}
-
-/** How many keys per shard the monotonicity check remembers (the oldest are forgotten first). @default */
-const KEYS_REMEMBERED = 100_000;
-
 /** Decodes, registers and publishes raw records of one source. Create once; call `startBatch()` per invocation. */
 export class Normalizer<E> {
   private readonly now: () => Date;
   private readonly flushEvents: number;
   /** Highest position seen for the source by this instance (effective position of DMS control records). */
   private lastPosition: Position | null = null;
-  /** Per shard (`<stream>/<shard>`): table + key text → what was last accepted for it. */
-  private readonly seen = new Map<string, Map<string, KeySeen>>();
+  /** Per shard: what was last accepted for each key (per-key monotonicity). */
+  private readonly seen = new KeyPositions();
   /** @internal Every table's schema versions, kept across batches (a version never changes once written). */
   readonly schemaVersions = new SchemaVersionCache();
 
@@ -184,48 +174,9 @@ export class Normalizer<E> {
     this.flushEvents = o.flushEvents ?? 1000;
   }
 
-  /**
-   * @internal Checks that `changes` do not go backwards for their keys on the shard of `origin`
-   * and remembers them; returns the first regression, or null. A lower position that committed
-   * no later than the one seen is a replay or duplicate (a DMS task resumed from its checkpoint,
-   * a retried batch): sinks ignore it, so it passes. A lower position that committed LATER is
-   * a regression: positions disagree with commit order (for one key, commit order is the order
-   * of its changes, since each waits for the row lock of the one before).
-   */
+  /** @internal Checks that `changes` do not go backwards for their keys on the shard of `origin` and remembers them (`KeyPositions.check`). */
   checkMonotonic(origin: string, changes: readonly DecodedChange[]): PositionRegressionError | null {
-    const shard = origin.includes('/') ? origin.slice(0, origin.lastIndexOf('/')) : origin;
-    let keys = this.seen.get(shard);
-    if (!keys) this.seen.set(shard, (keys = new Map()));
-    const updates: [string, KeySeen][] = [];
-    for (const c of changes) {
-      if (c.position === POSITION_ZERO || c.op === 'truncate' || c.op === 'snapshot') continue; // load rows order before every change; snapshot rows get their position from the stitching (docs/snapshot.md), below changes their read did not see
-      const id = `${c.table}|${keyText(c.key)}`;
-      const last = keys.get(id);
-      if (last && c.position < last.position) {
-        // Against the latest commit time seen for the key, so a replay after a backward step of
-        // the source's clock is still a replay.
-        if (Date.parse(c.commitTs) > Date.parse(last.commitTs)) {
-          return new PositionRegressionError(
-            c.table,
-            keyText(c.key),
-            shard,
-            c.position,
-            last.position,
-            `It committed at ${c.commitTs}, after the change at ${last.position} (committed ${last.commitTs}): the capture's positions do not follow commit order here, and a sink would keep the older value. ` +
-              `The record is dead-lettered and the table marked for re-snapshot (docs/positions.md)`,
-          );
-        }
-        continue; // a replay: nothing new to remember
-      }
-      const latest = last && Date.parse(last.commitTs) > Date.parse(c.commitTs) ? last.commitTs : c.commitTs;
-      updates.push([id, { position: c.position, commitTs: latest }]);
-    }
-    for (const [id, s] of updates) {
-      keys.delete(id); // re-insert: the Map's order is then the order of last use
-      keys.set(id, s);
-    }
-    while (keys.size > KEYS_REMEMBERED) keys.delete(keys.keys().next().value!);
-    return null;
+    return this.seen.check(origin, changes);
   }
 
   /** Starts a batch: a fresh registry cache, an empty buffer. */
