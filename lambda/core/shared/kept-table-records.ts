@@ -49,7 +49,7 @@ export interface KeptTableRecords {
   readonly controlPlane: ControlPlane;
   /** Forgets the kept record of a table when it names a schema version below `version`. */
   atLeast(sourceId: string, table: string, version: number): void;
-  /** Reads of the control plane's `getTable` made so far (for the tests and the bench). */
+  /** Reads of the control plane's `getTable` made so far (for the tests). */
   readonly reads: number;
 }
 
