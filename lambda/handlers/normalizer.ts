@@ -21,6 +21,7 @@ import type { PayloadStore } from '../core/shared/payload-store.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import type { ControlPlane } from '../core/shared/control-plane.ts';
 import { ConfigurationError } from '../core/shared/errors.ts';
+import { keepTableRecords } from '../core/shared/kept-table-records.ts';
 import { readCatalogTypes } from '../core/shared/catalog-types.ts';
 import { readPublishedPartitionTree } from '../core/tables/partitions.ts';
 import { isSourceId } from '../core/shared/event.ts';
@@ -69,10 +70,12 @@ export function createNormalizerHandler<E>(deps: NormalizerDeps<E>): NormalizerH
   const metrics = onlyDimensions(deps.metrics ?? new Metrics({ namespace: METRICS_NAMESPACE, serviceName: SERVICE }), {
     [MetricDimension.SOURCE]: deps.source,
   });
+  // Table records kept for at most a second across batches (docs/architecture.md, "Table records kept for at most a second").
+  const controlPlane = keepTableRecords(deps.controlPlane).controlPlane;
   const normalizer = new Normalizer<E>({
     source: deps.source,
     tables: new TableConfigIndex(deps.tables, deps.rules ?? []),
-    controlPlane: deps.controlPlane,
+    controlPlane,
     changeLog: deps.changeLog,
     metrics: normalizerMetrics(metrics, deps.source),
     logger,

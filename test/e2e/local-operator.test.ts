@@ -22,6 +22,7 @@ import { resetLocalState } from '../../local/stack.ts';
 import type { AuditEntry } from '../../lambda/core/shared/control-plane.ts';
 import type { StatusReport } from '../../lambda/core/operator/operator.ts';
 import { until } from '../local/helpers.ts';
+import { TABLE_RECORD_MAX_AGE_MS } from '../../lambda/core/shared/kept-table-records.ts';
 import { runCdc, type CdcRun } from '../helpers/cdc-cli.ts';
 import { expectVerdict, stateDirDiagnostics } from '../helpers/verdict-diagnostics.ts';
 
@@ -108,6 +109,8 @@ describe('cdc pause / resume / audit against a running cdc local', () => {
       );
       expect(pause.code, pause.err).toBe(0);
       expect(pause.out).toContain('app/public.held paused until');
+      // A pause takes effect within the table records' bound (docs/architecture.md, "Table records kept for at most a second").
+      await new Promise((r) => setTimeout(r, TABLE_RECORD_MAX_AGE_MS));
       const heldBefore = await warehouseRows('held');
 
       // Writes to both continue; only the paused table's warehouse rows stop changing.

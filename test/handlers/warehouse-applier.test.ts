@@ -22,6 +22,7 @@ import { createWarehouseApplier, type ChangeRecord, type MergePolicy, type Wareh
 import type { ColumnDef, ControlPlane, DeleteMode, TableState } from '../../lambda/core/shared/control-plane.ts';
 import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
+import { TABLE_RECORD_MAX_AGE_MS } from '../../lambda/core/shared/kept-table-records.ts';
 import { POLLED_TABLE_COMMENT, qualified, warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { EnvName, HEARTBEAT_TABLE } from '../../contracts/env.ts';
 import { METRICS_NAMESPACE, MetricName } from '../../contracts/metrics.ts';
@@ -507,7 +508,9 @@ describe('warehouse applier on embedded PostgreSQL', () => {
     );
     expect(await cp.getSinkProgress(SINK, 'hold', 'public.orders')).toMatchObject({ heldFrom: pos(1) });
 
-    // The resume replay bypasses this sink's hold (not a table pause) and applies the held range.
+    // The resume replay bypasses this sink's hold (not a table pause) and applies the held range,
+    // once the resume took effect: within the table records' bound (docs/architecture.md, "Table records kept for at most a second").
+    await new Promise((r) => setTimeout(r, TABLE_RECORD_MAX_AGE_MS));
     const toRecords = (e: KinesisStreamEvent) =>
       e.Records.map((r) => ({ sequenceNumber: r.kinesis.sequenceNumber, origin: 'replay', text: Buffer.from(r.kinesis.data, 'base64').toString('utf8') }));
     const replayed = await a.applyRecords(toRecords(kinesisEvent([ev('hold', 'public.orders', 'insert', 3, { id: 2 }, { id: 2 })])), { replayHeld: true });

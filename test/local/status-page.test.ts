@@ -20,6 +20,7 @@ import { validateTableConfig } from '../../lambda/core/tables/table-config.ts';
 import { controlPlaneSnapshots, Operator } from '../../lambda/core/operator/operator.ts';
 import { chromiumPath, renderedDom } from '../helpers/chromium.ts';
 import { until } from './helpers.ts';
+import { TABLE_RECORD_MAX_AGE_MS } from '../../lambda/core/shared/kept-table-records.ts';
 
 let dir: string;
 let stack: LocalStack | null = null;
@@ -79,7 +80,8 @@ beforeAll(async () => {
     const paused = await op.pause('operator:test', { source: 'demo', table: 'public.customers', durationMs: 3_600_000, reason: 'page test' });
     expect(paused, JSON.stringify(paused)).toMatchObject({ outcome: 'done' });
     let seen = '';
-    // A change to the paused table: the warehouse sink holds it.
+    // A change to the paused table once the pause took effect (docs/architecture.md, "Table records kept for at most a second"): the warehouse sink holds it.
+    await new Promise((r) => setTimeout(r, TABLE_RECORD_MAX_AGE_MS));
     await source.query(`UPDATE public.customers SET name = 'held' WHERE id = 1`);
     await until(
       'the status to show the held table, a lag and the slot',

@@ -11,8 +11,9 @@
  *   read from the control plane; a table or column name that is not a plain identifier or not in
  *   the registry's schema version is refused (`UnsafeIdentifierError`) and its records are dead
  *   letters, while other tables of the batch still apply;
- * - a table that is paused or needs a re-snapshot, or that this sink already holds, is not
- *   applied: the sink records the first held position (`holdSinkTable`) so a resume can replay
+ * - a table that is paused or needs a re-snapshot (its record as read at most a second ago:
+ *   docs/architecture.md, "Table records kept for at most a second"), or that this sink already
+ *   holds, is not applied: the sink records the first held position (`holdSinkTable`) so a resume can replay
  *   from it, counts it as held, and treats the records as processed. Holding goes on until the
  *   hold is released, because applying newer events first would make the replayed older ones
  *   look stale (the position guard would drop them); the resume replay applies the held range
@@ -48,6 +49,7 @@ import { UnsafeIdentifierError } from '../shared/errors.ts';
 import type { ChangeEvent } from '../shared/event.ts';
 import { assertPlainIdentifier, splitTableId } from '../shared/identifiers.ts';
 import { FoldedNameError, foldsInto } from '../shared/name-folding.ts';
+import { keepTableRecords } from '../shared/kept-table-records.ts';
 import { admitTable, checkEventColumns as checkColumnsOf } from '../sink/sink-admission.ts';
 import type { PayloadStore } from '../shared/payload-store.ts';
 import { assertSourceColumn, warehouseTable, type WarehouseTable } from './warehouse-sql.ts';
@@ -171,6 +173,8 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
   const policy = validateMergePolicy(deps.merge ?? {}, `merge policy of sink ${sinkId}`);
   const targetOf = deps.targetOf ?? ((sourceId: string, table: string) => warehouseTable(sourceId, table));
   const schemaOf = schemaReader(cp, assertSourceColumn);
+  /** The admission's table records, kept for at most a second (docs/architecture.md, "Table records kept for at most a second"). */
+  const keptRecords = keepTableRecords(cp);
   /**
    * The highest heartbeat position whose lag this process reported, per table: an append does not
    * read what the sink holds, so a redelivered heartbeat is recognised here (once per heartbeat).
@@ -291,7 +295,13 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
 
     /** Admits a table's records (hold, dead letters, names, schema versions); the ones to write, or null when none is. */
     async function admitGroup(sourceId: string, table: string, items: Item[]): Promise<Ready | null> {
-      const admission = await admitTable(cp, {
+      // An event of a version the kept record does not name proves it stale: read it again.
+      keptRecords.atLeast(
+        sourceId,
+        table,
+        items.reduce((v, i) => Math.max(v, i.event.schemaVersion), 0),
+      );
+      const admission = await admitTable(keptRecords.controlPlane, {
         sinkId,
         source: sourceId,
         table,
