@@ -15,7 +15,13 @@
  * - `atLeast` forgets a table's record when an event names a schema version the record does not
  *   have yet: the record is stale by then (a breaking change pauses the table before its version
  *   is registered), so a sink never applies an event of a version its kept record does not know;
- * - a table with no record is never kept (it may be registered a moment later).
+ * - a table with no record is never kept (it may be registered a moment later);
+ * - only an `active` record is kept: a paused, degraded or re-snapshot-bound record is read again
+ *   for every batch, so a resume takes effect at once. Were a paused record kept, a sink whose
+ *   kept record predates a resume could hold the table again after another shard's applier
+ *   released and replayed the hold: a hold nobody releases (a resume replays per shard:
+ *   docs/operations.md under `cdc resume`). So the bound delays what stops applying (a pause, a re-snapshot request), never
+ *   what lets it go on.
  *
  * No I/O of its own: the control plane is a port.
  */
@@ -81,7 +87,7 @@ export function keepTableRecords(cp: ControlPlane, options: KeptTableRecordsOpti
     const before = generation;
     reads++;
     const record = await cp.getTable(sourceId, table);
-    if (record === null) kept.delete(k);
+    if (record === null || record.state !== 'active') kept.delete(k);
     else if (generation === before) kept.set(k, { record: { ...record }, readAt: now });
     return record;
   }
