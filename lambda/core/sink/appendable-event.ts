@@ -163,7 +163,7 @@ function event(): AppendableEvent {
     hasBefore = true;
   }
   lit(',"missing":[],"position":"');
-  const position = T.slice(at, at + POSITION_LENGTH);
+  const position = positionCopy(at);
   for (let i = 0; i < POSITION_LENGTH; i++) {
     const c = T.charCodeAt(at + i);
     if (!((c >= 0x30 && c <= 0x39) || (c >= 0x61 && c <= 0x66))) throw NOT;
@@ -207,6 +207,19 @@ function event(): AppendableEvent {
     shape: shapeOf(shape, keyNames, afterNames),
     spans: spansCopy(),
   };
+}
+
+/**
+ * The position at `pos`, a string of its own. A slice of 13 characters or more of a string keeps
+ * the whole string alive, and the text is itself a slice of the piece its object was decoded in
+ * (`utf8Lines`): the rebuild's replay keeps the position of every event it hands over until it
+ * ends, so sliced positions kept every decoded archive object's text alive (docs/performance-log.md,
+ * "59. The rebuild's replay through the one-pass decode"). Its two halves are shorter
+ * and so are copies; their concatenation holds only them.
+ */
+function positionCopy(pos: number): string {
+  const half = POSITION_LENGTH / 2;
+  return T.slice(pos, pos + half) + T.slice(pos + half, pos + POSITION_LENGTH);
 }
 
 /** The op at the cursor (its opening quote read), through its closing quote. */
