@@ -59,7 +59,7 @@ import {
 } from './lib/history.ts';
 import { copyLines } from './lib/pg.ts';
 import { physicalReference } from './lib/physical.ts';
-import { clusterCpuMs, cpuProfile, postmasterOf } from './lib/profile.ts';
+import { clusterCpuMs, cpuProfile, postmasterOf, threadCpuMs } from './lib/profile.ts';
 import { argValue, runIfMain, nowMs, numberArg, rateRow, Recorder, type BenchResult } from './lib/report.ts';
 
 const OTHER_TABLE = 'public.noise';
@@ -221,6 +221,7 @@ export async function run(): Promise<BenchResult> {
       gc.observe({ entryTypes: ['gc'] });
       const t0 = nowMs();
       const cpu0 = process.cpuUsage();
+      const threads0 = threadCpuMs();
       const server0 = clusterCpuMs(postmaster);
       const go = () => rebuilder.run({ source: BENCH_SOURCE, table: BENCH_TABLE, sink: 'warehouse', rehearse: false, actor: 'bench' }, checked.history);
       // `--profile`: the COPY loader's rebuild under the CPU profiler (sampled self time by function; the profiler's own work included).
@@ -253,6 +254,11 @@ export async function run(): Promise<BenchResult> {
       process.stdout.write(
         `[rebuild] ${l.name}: ${Math.round(wall)} ms (process CPU ${cpuMs} ms of which GC pauses ${Math.round(gcMs)} ms, PostgreSQL CPU ${serverMs} ms); by step, wall/process CPU/PostgreSQL CPU ms: ${byStep}\n`,
       );
+      const threads1 = threadCpuMs();
+      if (threads0 !== null && threads1 !== null)
+        process.stdout.write(
+          `[rebuild] ${l.name}, process CPU by thread: main ${Math.round(threads1.main - threads0.main)} ms, other threads ${Math.round(threads1.others - threads0.others)} ms\n`,
+        );
       await p.end();
       if (l.name === 'warm-up') continue;
       const rate = report.run.events / (wall / 1000);

@@ -309,6 +309,27 @@ export function clusterCpuMs(postmaster: number): number {
   return (t * 1000) / clockTicks();
 }
 
+/**
+ * This process's CPU so far by thread, ms, from /proc (Linux; null elsewhere): its main thread's
+ * (the JavaScript, GC pauses included) and its other threads' together (V8's helpers, which mark,
+ * sweep and scavenge concurrently and compile, and libuv's pool). `process.cpuUsage` counts both.
+ */
+export function threadCpuMs(): { main: number; others: number } | null {
+  try {
+    let main = 0;
+    let others = 0;
+    for (const tid of readdirSync('/proc/self/task')) {
+      const f = statFields(`self/task/${tid}`);
+      const ms = ((Number(f[11]) + Number(f[12])) * 1000) / clockTicks();
+      if (tid === String(process.pid)) main += ms;
+      else others += ms;
+    }
+    return { main, others };
+  } catch {
+    return null;
+  }
+}
+
 let ticks: number | null = null;
 /** The kernel's clock ticks per second (`getconf CLK_TCK`; 100 when it cannot be read): /proc's CPU times are in these. */
 export function clockTicks(): number {
