@@ -72,7 +72,7 @@ export async function runE2eBench(): Promise<BenchResult> {
   const profileLoad = argValue('profile') !== undefined;
   // The search for the highest sustained rate (after the fixed-rate run): steps of this many seconds, at these shares of the source-alone rate.
   const searchSeconds = numberArg('search-seconds', 30);
-  const searchSteps = (argValue('search-steps') ?? '0.1,0.15,0.2,0.25,0.3,0.4,0.5,0.7,1')
+  const searchSteps = (argValue('search-steps') ?? '0.1,0.15,0.2,0.25,0.3,0.35,0.4,0.45,0.5,0.6,0.7,0.85,1')
     .split(',')
     .map(Number)
     .filter((x) => x > 0);
