@@ -11,7 +11,9 @@
  *   one accepted;
  * - a wave on one shard does not read the other (no GetRecords there at all), and a single put on
  *   a quiet shard costs at most 3 GetRecords for the three consumers (one shared read, one own
- *   read, one spare for a race), where reading again after records cost 4 or more;
+ *   read, one spare for a race), where reading again after records cost 4 or more; plus one for
+ *   each consumer with a batch size of 1, which got as many records as it asked for and so reads
+ *   once more to learn that it reached the end (seed 1353355678, run 2, had one);
  * - a caught-up question is answered within the deadline though the readers wait a minute;
  * - a put on a client without notices is still read, at the idle poll.
  *
@@ -76,6 +78,8 @@ interface Consumer {
   poller: Poller;
   /** Per key, the values accepted in this life, in order. */
   accepted: Map<string, number[]>;
+  /** Its batch size: a read that fills it cannot tell that it reached the shard's end. */
+  batchSize: number;
 }
 
 async function oneRun(run: number, seed: number): Promise<void> {
@@ -107,13 +111,14 @@ async function oneRun(run: number, seed: number): Promise<void> {
         ever.get(consumer)!.get(k)!.add(Number(n));
       }
     };
+    const batchSize = 1 + pick(30);
     const poller = new Poller({
       consumer,
       kinesis,
       streamName: name,
       controlPlane: control,
       handler,
-      batchSize: 1 + pick(30),
+      batchSize,
       idleMs: 1 + pick(50),
       maxIdleMs,
       checkpointIntervalMs: pick(2) === 0 ? 0 : 1 + pick(300),
@@ -121,7 +126,7 @@ async function oneRun(run: number, seed: number): Promise<void> {
       ...(consumer === 'own' ? {} : { fanout }),
     });
     await poller.start();
-    return { name: consumer, poller, accepted };
+    return { name: consumer, poller, accepted, batchSize };
   };
   const consumers = [await start('shared-a'), await start('shared-b'), await start('own')];
 
@@ -160,7 +165,11 @@ async function oneRun(run: number, seed: number): Promise<void> {
       await new Promise((r) => setTimeout(r, 150));
       const on = (reads.get(shardIds[shard]!) ?? 0) - before.get(shardIds[shard]!)!;
       const other = (reads.get(shardIds[1 - shard]!) ?? 0) - before.get(shardIds[1 - shard]!)!;
-      expect(on, `${label} wave ${wave}: GetRecords on the shard put to, for one record and three consumers`).toBeLessThanOrEqual(3);
+      const fillers = consumers.filter((c) => c.batchSize === 1).length;
+      expect(
+        on,
+        `${label} wave ${wave}: GetRecords on the shard put to, for one record and three consumers (${fillers} with a batch size of 1)`,
+      ).toBeLessThanOrEqual(3 + fillers);
       expect(other, `${label} wave ${wave}: GetRecords on the other shard`).toBe(0);
       singleWaves++;
     } else {
