@@ -32,6 +32,7 @@ import { makePosition } from '../../lambda/core/shared/position.ts';
 import { qualified, warehouseTable } from '../../lambda/core/warehouse/warehouse-sql.ts';
 import { EnvName } from '../../contracts/env.ts';
 import { operatorCall } from '../helpers/operator-call.ts';
+import { testAudit } from '../helpers/audit-entry.ts';
 
 const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 3);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
@@ -44,15 +45,7 @@ const COLUMNS: ColumnDef[] = [
 ];
 const pos = (n: number): string => makePosition(BigInt(n) * 0x100n, 0);
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-const audit = (action: string, table: string): AuditEntry => ({
-  at: new Date().toISOString(),
-  actor: 'test',
-  action,
-  source: SOURCE,
-  table,
-  outcome: 'done',
-  detail: {},
-});
+const audit = (action: string, table: string): AuditEntry => testAudit(SOURCE, action, table);
 
 function record(table: string, n: number, schemaVersion = 1): ChangeRecord {
   const event: ChangeEvent = {

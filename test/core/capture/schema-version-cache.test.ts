@@ -14,20 +14,13 @@ import { SchemaVersionCache } from '../../../lambda/core/capture/schema-version-
 import type { AuditEntry, SchemaVersion, TableRecord, TableState } from '../../../lambda/core/shared/control-plane.ts';
 import { seededRandom } from '../../../local/seeded-random.ts';
 import { MemoryControlPlane } from '../../helpers/memory-control-plane.ts';
+import { testAudit } from '../../helpers/audit-entry.ts';
 
 const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 300);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
 
 const SOURCE = 'demo';
-const audit = (action: string, table: string): AuditEntry => ({
-  at: new Date().toISOString(),
-  actor: 'test',
-  action,
-  source: SOURCE,
-  table,
-  outcome: 'done',
-  detail: {},
-});
+const audit = (action: string, table: string): AuditEntry => testAudit(SOURCE, action, table);
 
 function schema(table: string, version: number, columns: number): SchemaVersion {
   return {

@@ -18,6 +18,7 @@ import { keepTableRecords, TABLE_RECORD_MAX_AGE_MS } from '../../../lambda/core/
 import type { AuditEntry, SchemaVersion, TableRecord, TableState } from '../../../lambda/core/shared/control-plane.ts';
 import { seededRandom } from '../../../local/seeded-random.ts';
 import { MemoryControlPlane } from '../../helpers/memory-control-plane.ts';
+import { testAudit } from '../../helpers/audit-entry.ts';
 
 const RUNS = Number(process.env.CDC_PROPERTY_RUNS ?? 300);
 const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CDC_PROPERTY_SEED) : Math.floor(Math.random() * 0x7fffffff);
@@ -25,15 +26,7 @@ const SOURCE = 'demo';
 const TABLES = ['public.a', 'public.b', 'public.c'];
 const STATES: TableState[] = ['active', 'paused', 'degraded', 'needs-resnapshot'];
 
-const audit = (action: string, table: string): AuditEntry => ({
-  at: new Date().toISOString(),
-  actor: 'test',
-  action,
-  source: SOURCE,
-  table,
-  outcome: 'done',
-  detail: {},
-});
+const audit = (action: string, table: string): AuditEntry => testAudit(SOURCE, action, table);
 
 function schema(table: string, version: number): SchemaVersion {
   return {
