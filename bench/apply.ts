@@ -95,6 +95,7 @@ import {
   timedControlPlane,
   type ProfileSummary,
 } from './lib/profile.ts';
+import { exitOnHelp } from './lib/usage.ts';
 import { argValue, isMain, median, nowMs, numberArg, percentile, rateRow, Recorder, timeRow, type BenchResult } from './lib/report.ts';
 import { physicalReference } from './lib/physical.ts';
 import { SetApplier } from './lib/set-apply.ts';
@@ -1214,6 +1215,7 @@ export async function runApplyBench(): Promise<BenchResult> {
 }
 
 if (isMain(import.meta.url)) {
+  exitOnHelp(import.meta.url);
   const done =
     relaunchWithApplierFlags() ??
     runApplyBench().then(

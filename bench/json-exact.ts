@@ -10,13 +10,12 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseJsonExact } from '../lambda/core/shared/json-exact.ts';
+import { numberArg } from './lib/report.ts';
+import { exitOnHelp } from './lib/usage.ts';
 
-const arg = (name: string, fallback: number): number => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? Number(process.argv[i + 1]) : fallback;
-};
-const RECORDS = arg('records', 20_000);
-const ROUNDS = arg('rounds', 5);
+exitOnHelp(import.meta.url);
+const RECORDS = numberArg('records', 20_000);
+const ROUNDS = numberArg('rounds', 5);
 
 const root = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
 const lines = ['postgres-session.jsonl', 'postgres-cdc.jsonl'].flatMap((f) =>

@@ -13,6 +13,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { exitOnHelp } from './lib/usage.ts';
 import { argValue, formatTable, loadAverage, RESULTS_DIR, writeResult, type BenchResult } from './lib/report.ts';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -45,6 +46,7 @@ function runOne(name: string, args: string[]): Promise<number> {
 }
 
 async function main(): Promise<number> {
+  exitOnHelp(import.meta.url);
   const only = argValue('only');
   const quick = argValue('quick') !== undefined;
   const names = only ? only.split(',').map((s) => s.trim()) : [...BENCHMARKS];

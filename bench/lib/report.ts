@@ -10,6 +10,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { exitOnHelp } from './usage.ts';
 
 /** Where results are written (`bench/results/`). */
 export const RESULTS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'results');
@@ -209,9 +210,10 @@ export function isMain(metaUrl: string): boolean {
   }
 }
 
-/** Runs a benchmark when its file is the process's entry point: exit 0 when it finishes, 1 (the error printed) when it fails. */
+/** Runs a benchmark when its file is the process's entry point (`--help` prints its usage instead: bench/lib/usage.ts): exit 0 when it finishes, 1 (the error printed) when it fails. */
 export function runIfMain(metaUrl: string, run: () => Promise<unknown>): void {
   if (!isMain(metaUrl)) return;
+  exitOnHelp(metaUrl);
   run().then(
     () => process.exit(0),
     (err: unknown) => {
