@@ -290,6 +290,40 @@ export async function postmasterOf(pool: pg.Pool): Promise<number> {
 }
 
 /**
+ * The live children of `pid`, from /proc: each of its threads' `children` file (Linux 3.5 and
+ * later; one read per thread instead of one per process of the machine). Falls back to every
+ * process's parent (`childrenByScan`) when the files cannot be read. The rebuild bench reads its
+ * cluster's CPU after every batch of the bulk, on the main thread that bounds the rebuild: the
+ * scan, about 100 `stat` files a reading, took 80–130 ms of it per rebuild
+ * (docs/performance-log.md, "64. What the replay parses; the rebuild bench's per-step readings (issue 27; 2026-12-07)").
+ */
+export function childrenOf(pid: number): number[] {
+  try {
+    const out: number[] = [];
+    for (const tid of readdirSync(`/proc/${pid}/task`)) {
+      for (const c of readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').split(/\s+/)) if (c !== '') out.push(Number(c));
+    }
+    return out;
+  } catch {
+    return childrenByScan(pid);
+  }
+}
+
+/** The live children of `pid`: every process of /proc whose parent it is. */
+export function childrenByScan(pid: number): number[] {
+  const out: number[] = [];
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      if (Number(statFields(d)[1]) === pid) out.push(Number(d));
+    } catch {
+      // the process ended meanwhile
+    }
+  }
+  return out;
+}
+
+/**
  * CPU ms of a PostgreSQL cluster so far: the postmaster, its children that ended (reaped into its
  * own counters: autovacuum workers, ended backends) and its live children. The difference over a
  * stretch is the server's CPU in it, whichever process spent it.
@@ -297,10 +331,9 @@ export async function postmasterOf(pool: pg.Pool): Promise<number> {
 export function clusterCpuMs(postmaster: number): number {
   const f = statFields(postmaster);
   let t = Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
-  for (const d of readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
+  for (const c of childrenOf(postmaster)) {
     try {
-      const g = statFields(d);
+      const g = statFields(c);
       if (Number(g[1]) === postmaster) t += Number(g[11]) + Number(g[12]);
     } catch {
       // the process ended meanwhile
