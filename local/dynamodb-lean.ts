@@ -19,8 +19,10 @@ import http from 'node:http';
 import { DynamoDBClient, GetItemCommand, PutItemCommand, QueryCommand, UpdateItemCommand } from '@aws-sdk/client-dynamodb';
 import { localConfig } from '../lambda/adapters/aws-clients.ts';
 
-/** DynamoDB Local takes the access key and region from the credential scope of this header. */
-const AUTHORIZATION = 'AWS4-HMAC-SHA256 Credential=local/20200101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=0';
+/** DynamoDB Local takes the access key and region from the credential scope of this header: the SDK client's (`localConfig`). */
+function authorization(region: string): string {
+  return `AWS4-HMAC-SHA256 Credential=local/20200101/${region}/dynamodb/aws4_request, SignedHeaders=host, Signature=0`;
+}
 const AMZ_DATE = '20200101T000000Z';
 const TARGET = 'DynamoDB_20120810.';
 /** The SDK client's request timeout (lambda/adapters/aws-clients.ts). */
@@ -74,13 +76,16 @@ export class LeanDynamoDbClient extends DynamoDBClient {
   private readonly agent = new http.Agent({ keepAlive: true, maxSockets: 50 });
   private readonly host: string;
   private readonly port: number;
+  private readonly authorization: string;
   private readonly listeners: LeanDynamoListener[] = [];
   private readonly sdkSend: (command: object) => Promise<unknown>;
   /** Requests answered by the lean path, and those sent again through the SDK. */
   readonly counts = { lean: 0, viaSdk: 0 };
 
   constructor(endpoint: string) {
-    super(localConfig(endpoint));
+    const config = localConfig(endpoint);
+    super(config);
+    this.authorization = authorization(config.region);
     const url = new URL(endpoint);
     if (url.protocol !== 'http:')
       throw new Error(`LeanDynamoDbClient: endpoint ${endpoint} is not http:// (DynamoDB Local in cdc local listens on plain HTTP)`);
@@ -154,7 +159,7 @@ export class LeanDynamoDbClient extends DynamoDBClient {
             'x-amz-target': TARGET + operation,
             'content-length': Buffer.byteLength(body),
             'x-amz-date': AMZ_DATE,
-            authorization: AUTHORIZATION,
+            authorization: this.authorization,
           },
         },
         (res) => {
