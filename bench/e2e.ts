@@ -41,6 +41,7 @@ import { MetricName } from '../contracts/metrics.ts';
 import type { TableConfig } from '../lambda/core/tables/table-config.ts';
 import { captureStdout, MetricsCollector } from '../local/metrics.ts';
 import { LocalPipeline } from '../local/pipeline.ts';
+import { LeanDynamoDbClient } from '../local/dynamodb-lean.ts';
 import { startLocalStack } from '../local/stack.ts';
 import { compareLsn } from '../local/slot.ts';
 import { compareSourceAndWarehouse } from '../local/verdict.ts';
@@ -117,19 +118,24 @@ export async function runE2eBench(): Promise<BenchResult> {
   const dynamoCalls = new Map<string, { calls: number; records: number; empty: number }>();
   const requestCallers = argValue('request-callers') !== undefined;
   if (requestCallers) Error.stackTraceLimit = 40;
+  const countDynamo = (commandName: string, args: object): void => {
+    // The item's kind: the partition key up to its first '#' (the control table's layout).
+    const input = args as { Key?: { pk?: { S?: string } }; Item?: { pk?: { S?: string } }; ExpressionAttributeValues?: Record<string, { S?: string }> };
+    const pk = input.Key?.pk?.S ?? input.Item?.pk?.S ?? Object.values(input.ExpressionAttributeValues ?? {})[0]?.S ?? '';
+    // The whole partition key names the consumer, sink or table; `--request-callers` adds who sent it (the first frame outside the control plane's adapter).
+    const kind = `DynamoDB ${commandName.replace(/Command$/, '')} ${pk}${requestCallers ? ` from ${callerOf(new Error().stack ?? '')}` : ''}`;
+    const r = dynamoCalls.get(kind) ?? { calls: 0, records: 0, empty: 0 };
+    dynamoCalls.set(kind, { calls: r.calls + 1, records: 0, empty: 0 });
+  };
   stack.dynamo.middlewareStack.add(
     (next, context) => (args) => {
-      // The item's kind: the partition key up to its first '#' (the control table's layout).
-      const input = args.input as { Key?: { pk?: { S?: string } }; Item?: { pk?: { S?: string } }; ExpressionAttributeValues?: Record<string, { S?: string }> };
-      const pk = input.Key?.pk?.S ?? input.Item?.pk?.S ?? Object.values(input.ExpressionAttributeValues ?? {})[0]?.S ?? '';
-      // The whole partition key names the consumer, sink or table; `--request-callers` adds who sent it (the first frame outside the control plane's adapter).
-      const kind = `DynamoDB ${String(context.commandName).replace(/Command$/, '')} ${pk}${requestCallers ? ` from ${callerOf(new Error().stack ?? '')}` : ''}`;
-      const r = dynamoCalls.get(kind) ?? { calls: 0, records: 0, empty: 0 };
-      dynamoCalls.set(kind, { calls: r.calls + 1, records: 0, empty: 0 });
+      countDynamo(String(context.commandName), args.input as object);
       return next(args);
     },
     { step: 'initialize', name: 'benchDynamoCalls' },
   );
+  // The requests the lean client answers itself (local/dynamodb-lean.ts), counted as they are sent.
+  if (stack.dynamo instanceof LeanDynamoDbClient) stack.dynamo.afterSend((name, input, output) => output === undefined && countDynamo(name, input));
   // Both kinesalite processes (the raw stream's own, when the stack runs one: docs/local.md, "One kinesalite process per stream").
   const kinesalites = [stack.kinesalite, ...(stack.kinesaliteRaw ? [stack.kinesaliteRaw] : [])];
   const kinesaliteCpu = (): number | null => {
@@ -490,7 +496,7 @@ export async function runE2eBench(): Promise<BenchResult> {
 function callerOf(stack: string): string {
   for (const line of stack.split('\n').slice(1)) {
     const m = /at (?:async )?(?:(\S+) \()?.*?\/((?:lambda|local)\/[^:)]+\.ts)/.exec(line);
-    if (!m || m[2]!.includes('control-plane-dynamodb')) continue;
+    if (!m || m[2]!.includes('control-plane-dynamodb') || m[2]!.includes('dynamodb-lean')) continue;
     return `${m[2]}:${m[1] ?? '?'}`;
   }
   return '?';

@@ -33,12 +33,22 @@ import { publishCatalogTypes } from '../lambda/core/shared/catalog-types.ts';
 import type { DecodedTransaction } from '../lambda/core/capture/logical-text.ts';
 import type { TableConfigIndex } from '../lambda/core/tables/table-config.ts';
 import type { ControlPlane, AuditEntry } from '../lambda/core/shared/control-plane.ts';
-import { splitTableId } from '../lambda/core/shared/identifiers.ts';
-import { advanceSlot, checkSourceReady, compareLsn, createSlot, peekTransactions, readSlot, slotInvalidated, type SlotStatus } from './slot.ts';
+import {
+  advanceSlot,
+  checkSourceReady,
+  compareLsn,
+  createSlot,
+  peekTransactions,
+  readSlot,
+  slotInvalidated,
+  waitSlotReleased,
+  type SlotStatus,
+} from './slot.ts';
 import { SlotInUseError, SourceNotReadyError, TransactionTooLargeError } from './errors.ts';
 import { CANONICAL_OUTPUT_SETTINGS, SlotStream } from './slot-stream.ts';
-import { awaitTransactionsVisible, primaryKeyOf, type CatalogType } from './catalog.ts';
+import { awaitTransactionsVisible, captureKeyOf, type CatalogType } from './catalog.ts';
 import { CatalogAhead } from './catalog-ahead.ts';
+import { CaptureCheckpoints } from './capture-checkpoints.ts';
 import { publishPartitionTree, type PartialTruncate, type PartitionTree } from '../lambda/core/tables/partitions.ts';
 import { PartitionWatch } from './partitions.ts';
 import type { RawPublisher } from './raw-publisher.ts';
@@ -66,6 +76,13 @@ export interface CaptureOptions {
   peekChanges?: number;
   /** Wait when the slot has nothing new, ms. @default 100 */
   idleMs?: number;
+  /**
+   * Streaming: the longest a published batch's position waits before the checkpoint is written and
+   * the slot moved, in ms, and the most batches before it is (local/capture-checkpoints.ts; docs/local.md,
+   * "The capture's checkpoint written at most once a second"). The SQL peek writes after every batch. @default 1000, 100
+   */
+  checkpointIntervalMs?: number;
+  checkpointEveryBatches?: number;
   /** Transient errors (connection lost, …) the capture retries. */
   onError?: (err: unknown) => void;
   /**
@@ -96,6 +113,8 @@ export function captureCheckpointName(sourceId: string): string {
 const CREATING = 'creating';
 const ACTOR = 'capture';
 
+const isFalse = (): boolean => false;
+const isTrue = (): boolean => true;
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
@@ -138,11 +157,14 @@ export class SlotCapture {
   private readonly catalogPublished = new Set<string>();
   /** The partition tree this capture last published. */
   private treePublished: PartitionTree | null = null;
+  /** The checkpoint written last (the slot is there or where it was moved before). */
   private checkpoint: string | null = null;
+  private readonly marks: CaptureCheckpoints;
   private loop: Promise<void> | null = null;
   /** When the last peek that found nothing new started (epoch ms). */
   private emptyPeekAt = 0;
-  private readonly o: Required<Omit<CaptureOptions, 'slot' | 'onError' | 'partitions'>> & Pick<CaptureOptions, 'onError'>;
+  private readonly o: Required<Omit<CaptureOptions, 'slot' | 'onError' | 'partitions' | 'checkpointIntervalMs' | 'checkpointEveryBatches'>> &
+    Pick<CaptureOptions, 'onError'>;
   /** The partition trees (docs/partitioned-tables.md). */
   private readonly partitions: PartitionWatch;
   /** The tree the last batch was mapped with (a new reading may have queued re-snapshots to request). */
@@ -166,6 +188,8 @@ export class SlotCapture {
       onError: options.onError,
     };
     this.appName = `cdc-local-capture-${options.source}`;
+    const streaming = this.o.read === 'stream';
+    this.marks = new CaptureCheckpoints(streaming ? (options.checkpointIntervalMs ?? 1000) : 0, streaming ? (options.checkpointEveryBatches ?? 100) : 1);
     this.partitions =
       options.partitions ??
       new PartitionWatch({
@@ -213,30 +237,7 @@ export class SlotCapture {
 
   /** Looks up each captured table's key (declared, else the primary key) and checks deletes will carry it. */
   private async resolveKeys(client: pg.Client, only?: readonly string[]): Promise<void> {
-    for (const table of only ?? this.o.tables.tables()) {
-      const { schema, table: name } = splitTableId(table);
-      const rel = (
-        await client.query(
-          `SELECT c.relreplident AS ident FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`,
-          [schema, name],
-        )
-      ).rows[0] as { ident: string } | undefined;
-      if (!rel) throw new SourceNotReadyError(`captured table ${table} does not exist in the source database`);
-      const declared = this.o.tables.keyColumns(table);
-      const pk = await primaryKeyOf(client, schema, name);
-      const key = declared ?? pk;
-      if (key.length === 0) {
-        throw new SourceNotReadyError(
-          `captured table ${table} has no primary key: add one (ALTER TABLE ${table} ADD PRIMARY KEY (...)), or declare its key and set REPLICA IDENTITY FULL`,
-        );
-      }
-      if (rel.ident === 'n' || (rel.ident === 'd' && pk.length === 0)) {
-        throw new SourceNotReadyError(
-          `deletes on ${table} would not carry its key (replica identity ${rel.ident === 'n' ? 'NOTHING' : 'DEFAULT without a primary key'}): ALTER TABLE ${table} REPLICA IDENTITY FULL`,
-        );
-      }
-      this.keys.set(table, key);
-    }
+    for (const table of only ?? this.o.tables.tables()) this.keys.set(table, await captureKeyOf(client, table, this.o.tables.keyColumns(table)));
   }
 
   /** Marks every registered captured table for re-snapshot (with audit entries) and returns the error to stop with. */
@@ -379,40 +380,18 @@ export class SlotCapture {
    * sent the WAL flushed at a moment after `time` and every transaction received by then is acknowledged.
    */
   caughtUpSince(time: number): boolean {
-    return this.stats.state === 'running' && this.emptyPeekAt >= time;
+    if (this.stats.state !== 'running') return false;
+    if (this.emptyPeekAt >= time) return true;
+    this.marks.ask(time); // published, not written: written by the next round
+    return false;
   }
 
   /** Stops after the batch in flight (published batches are acknowledged; an unpublished one is re-read next run). */
   async stop(): Promise<void> {
     this.stopping = true;
     await this.loop?.catch(() => undefined);
-    await this.waitSlotReleased();
-  }
-
-  /**
-   * After a stop, waits (up to `timeoutMs`) until the slot is no longer held by a session of this
-   * capture: PostgreSQL ends a walsender or a peek session a moment after its client closes, and a
-   * capture started right after a stop (the next `cdc local`, a test) would otherwise find the
-   * slot active and refuse to start (`SlotInUseError`).
-   */
-  private async waitSlotReleased(timeoutMs = 10_000): Promise<void> {
-    if (this.ownPids.size === 0) return;
-    let client: pg.Client;
-    try {
-      client = await this.connect();
-    } catch {
-      return; // the source is gone: nothing holds the slot for us to wait for
-    }
-    try {
-      const deadline = Date.now() + timeoutMs;
-      for (;;) {
-        const status = await readSlot(client, this.slot);
-        if (!status?.active || status.activePid === null || !this.ownPids.has(status.activePid) || Date.now() > deadline) return;
-        await sleep(25);
-      }
-    } finally {
-      await client.end().catch(() => undefined);
-    }
+    // A capture started right after (the next `cdc local`, a test) would otherwise find the slot active.
+    await waitSlotReleased(() => this.connect(), this.slot, this.ownPids);
   }
 
   private async run(): Promise<void> {
@@ -462,6 +441,10 @@ export class SlotCapture {
           backoff = Math.min(backoff * 2, 5_000);
         }
       }
+      // A clean stop writes the last published position (a failure leaves it to be re-read). Without
+      // a stream (lost just before), the checkpoint alone: the next start moves the slot (local/capture-continuity.ts).
+      const ack = this.stream && this.client ? this.streamAck(this.client, this.stream) : null;
+      await this.writeCheckpoint(ack, false).catch((err: unknown) => this.o.onError?.(err));
     } finally {
       // A clean stop acknowledges the last published batch (a failure here leaves it to be re-read).
       await this.settleAck().catch((err: unknown) => this.o.onError?.(err));
@@ -478,7 +461,8 @@ export class SlotCapture {
     this.probeFailure = null;
     await stream?.close();
     // Fails at once now that the stream is closed; the next stream starts from the checkpoint and moves the slot there.
-    await this.pendingAck?.catch(() => undefined);
+    // Failed, where the slot is may not be recorded: no checkpoint is written ahead of it, the published batches are read again.
+    if (await this.pendingAck?.then(isFalse, isTrue)) this.marks.drop();
     this.pendingAck = null;
   }
 
@@ -495,7 +479,10 @@ export class SlotCapture {
 
   /** Opens the replication stream at the checkpoint, with the slot confirmed exactly there first. */
   private async openStream(client: pg.Client): Promise<SlotStream> {
-    const checkpoint = this.checkpoint!;
+    // Batches the lost stream published and did not checkpoint: written first, so that they are not read again.
+    const batches = this.marks.take();
+    if (batches) await this.o.controlPlane.putCheckpoint(captureCheckpointName(this.o.source), this.slot, batches.lsn);
+    const checkpoint = (this.checkpoint = batches?.lsn ?? this.checkpoint!);
     const stream = await SlotStream.open({
       url: this.o.sourceUrl,
       slot: this.slot,
@@ -510,6 +497,7 @@ export class SlotCapture {
     // An acknowledgement the last stream sent may not have reached the slot: move it to the
     // checkpoint and record that, so a crash later finds the slot where local/capture-continuity.ts expects it.
     await this.acknowledge(client, stream, checkpoint);
+    if (batches) this.marks.count(this.stats, batches);
     await recordAcked(this.continuityContext(), checkpoint);
     return stream;
   }
@@ -548,9 +536,11 @@ export class SlotCapture {
     // Caught up? Every transaction the stream had received when it reached the probe's WAL position is acknowledged.
     if (this.probe && this.probe.received !== null && stream.counts.taken >= this.probe.received) {
       await this.settleAck();
-      this.emptyPeekAt = Math.max(this.emptyPeekAt, this.probe.at);
+      // Published; caught up once written too (a caught-up question asks for it to be written).
+      if (this.marks.reached(this.probe.at)) this.emptyPeekAt = Math.max(this.emptyPeekAt, this.probe.at);
       this.probe = null;
     }
+    if (this.marks.due()) await this.writeCheckpoint(this.streamAck(client, stream), true);
     if (this.probeFailure !== null) {
       const err = this.probeFailure;
       this.probeFailure = null;
@@ -583,7 +573,7 @@ export class SlotCapture {
       return false;
     }
     // The slot's confirmation overlaps the next batch's work (it is settled before the next checkpoint).
-    await this.publishAndAck(client, transactions, (lsn) => this.acknowledge(client, stream, lsn), true);
+    await this.publishAndAck(client, transactions, this.streamAck(client, stream), true);
     // Not idle: go on at once (the wait in `take` is the idle wait).
     return true;
   }
@@ -660,23 +650,33 @@ export class SlotCapture {
     }
     await deadLetterChanges(this.poisonContext(), poison);
     const last = peek.transactions[peek.transactions.length - 1]!;
-    // The previous batch's move is recorded before this checkpoint is written.
+    if (this.marks.published(last.commitLsn, peek.transactions.length, records.items.length, last.commitTs)) await this.writeCheckpoint(ack, deferred);
+  }
+
+  /** Writes the checkpoint at the last published position and moves the slot there (with `deferred` the move settles before the next checkpoint). */
+  private async writeCheckpoint(ack: ((lsn: string) => Promise<void>) | null, deferred: boolean): Promise<void> {
+    const batches = this.marks.take();
+    if (batches === null) return;
+    // The previous move is recorded before this checkpoint is written.
     await this.settleAck();
     // Checkpoint first, then the slot: the slot is never confirmed ahead of the checkpoint.
-    await this.o.controlPlane.putCheckpoint(captureCheckpointName(this.o.source), this.slot, last.commitLsn);
-    this.checkpoint = last.commitLsn;
+    await this.o.controlPlane.putCheckpoint(captureCheckpointName(this.o.source), this.slot, batches.lsn);
+    this.checkpoint = batches.lsn;
+    if (ack === null) return;
     const move = async (): Promise<void> => {
-      await ack(last.commitLsn);
+      await ack(batches.lsn);
       // Acknowledged now: the stats say so even if recording where the slot is fails next (a control-plane outage).
-      this.stats.transactions += peek.transactions.length;
-      this.stats.records += records.items.length;
-      this.stats.lastCommitLsn = last.commitLsn;
-      this.stats.lastCommitTs = last.commitTs;
-      await recordAcked(this.continuityContext(), last.commitLsn); // where the slot is now (local/capture-continuity.ts)
+      this.marks.count(this.stats, batches);
+      await recordAcked(this.continuityContext(), batches.lsn); // where the slot is now (local/capture-continuity.ts)
+      this.emptyPeekAt = Math.max(this.emptyPeekAt, batches.caughtAt);
     };
     if (!deferred) return move();
     const pending = move();
     pending.catch(() => undefined); // awaited by `settleAck`; keep Node from calling it unhandled meanwhile
     this.pendingAck = pending;
+  }
+
+  private streamAck(client: pg.Client, stream: SlotStream): (lsn: string) => Promise<void> {
+    return (lsn) => this.acknowledge(client, stream, lsn);
   }
 }

@@ -1,5 +1,7 @@
 /** Catalog lookups shared by the capture and the verdict. */
 import type pg from 'pg';
+import { splitTableId } from '../lambda/core/shared/identifiers.ts';
+import { SourceNotReadyError } from './errors.ts';
 
 type Queryable = Pick<pg.ClientBase, 'query'>;
 
@@ -30,6 +32,31 @@ export async function primaryKeyOf(client: Pick<pg.ClientBase, 'query'>, schema:
 }
 
 /** A column's type as the catalog has it now: without modifier (as test_decoding prints it) and with it. */
+/** A captured table's key (`declared`, else its primary key), checked to be one its deletes will carry. */
+export async function captureKeyOf(client: Queryable, table: string, declared: string[] | null | undefined): Promise<string[]> {
+  const { schema, table: name } = splitTableId(table);
+  const rel = (
+    await client.query(
+      `SELECT c.relreplident AS ident FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`,
+      [schema, name],
+    )
+  ).rows[0] as { ident: string } | undefined;
+  if (!rel) throw new SourceNotReadyError(`captured table ${table} does not exist in the source database`);
+  const pk = await primaryKeyOf(client, schema, name);
+  const key = declared ?? pk;
+  if (key.length === 0) {
+    throw new SourceNotReadyError(
+      `captured table ${table} has no primary key: add one (ALTER TABLE ${table} ADD PRIMARY KEY (...)), or declare its key and set REPLICA IDENTITY FULL`,
+    );
+  }
+  if (rel.ident === 'n' || (rel.ident === 'd' && pk.length === 0)) {
+    throw new SourceNotReadyError(
+      `deletes on ${table} would not carry its key (replica identity ${rel.ident === 'n' ? 'NOTHING' : 'DEFAULT without a primary key'}): ALTER TABLE ${table} REPLICA IDENTITY FULL`,
+    );
+  }
+  return key;
+}
+
 export interface CatalogType {
   base: string;
   full: string;

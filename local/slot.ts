@@ -92,6 +92,31 @@ export async function readSlot(client: Queryable, name: string): Promise<SlotSta
 }
 
 /**
+ * After a stop, waits (up to `timeoutMs`) until the slot is no longer held by a session of `pids`
+ * (a capture's): PostgreSQL ends a walsender or a peek session a moment after its client closes,
+ * and a capture started right after would find the slot active and refuse (`SlotInUseError`).
+ */
+export async function waitSlotReleased(connect: () => Promise<pg.Client>, slot: string, pids: ReadonlySet<number>, timeoutMs = 10_000): Promise<void> {
+  if (pids.size === 0) return;
+  let client: pg.Client;
+  try {
+    client = await connect();
+  } catch {
+    return; // the source is gone: nothing holds the slot for us to wait for
+  }
+  try {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const status = await readSlot(client, slot);
+      if (!status?.active || status.activePid === null || !pids.has(status.activePid) || Date.now() > deadline) return;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
+/**
  * Creates a logical slot with `test_decoding` and returns its consistent point (`X/Y`). Must run
  * outside any transaction that has written (PostgreSQL refuses otherwise): call it on its own.
  */

@@ -27,7 +27,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { CreateStreamCommand, DescribeStreamSummaryCommand, ResourceInUseException, type KinesisClient } from '@aws-sdk/client-kinesis';
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
-import { dynamoDbClient } from '../lambda/adapters/aws-clients.ts';
+import { LeanDynamoDbClient } from './dynamodb-lean.ts';
 import { DynamoDbControlPlane } from '../lambda/adapters/control-plane-dynamodb.ts';
 import { createControlTable } from '../lambda/adapters/control-plane-dynamodb/control-table.ts';
 import { startPostgres, type PostgresCluster } from './postgres.ts';
@@ -420,7 +420,8 @@ export async function startLocalStack(options: StackOptions): Promise<LocalStack
     if (kinesaliteRaw) routeStream(kinesis, streams.raw, kinesaliteRaw.endpoint);
     const puts = new PutNotices();
     puts.attach(kinesis);
-    const dynamo = dynamoDbClient(dynamodb.endpoint);
+    // Its hot requests sent lean (docs/local.md, "The lean DynamoDB client"); the rest through the SDK.
+    const dynamo = new LeanDynamoDbClient(dynamodb.endpoint);
     await createControlTable(dynamo, names.controlTable);
     await ensureStream(kinesis, streams.raw, options.rawShards ?? 1);
     await ensureStream(kinesis, streams.changeLog, options.changeLogShards ?? 2);

@@ -5,8 +5,8 @@
  * ends the stream), "caught up" waits for what was committed before the time asked, the
  * replication messages are encoded as the protocol says, and a randomized crash test: crashes at
  * random steps of the stream (hung before or after publishing, after the checkpoint, after the
- * slot moved, or the walsender killed under it), restart, and the published set equals the
- * committed changes.
+ * slot moved, or the walsender killed under it), with the checkpoint written after every batch or
+ * published batches waiting for it, restart, and the published set equals the committed changes.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
@@ -328,7 +328,18 @@ describe('slot capture, streaming', () => {
             return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
           },
         }) as ControlPlane;
-        const c = new SlotCapture({ ...e.options, controlPlane, publish, peekChanges: 1 + int(8), onError: () => undefined });
+        // The checkpoint after every batch, or published batches waiting for it (a crash re-reads them).
+        const checkpointIntervalMs = [0, 30, 1000, 60_000][int(4)]!;
+        const checkpointEveryBatches = [1, 3, 100][int(3)]!;
+        const c = new SlotCapture({
+          ...e.options,
+          controlPlane,
+          publish,
+          peekChanges: 1 + int(8),
+          checkpointIntervalMs,
+          checkpointEveryBatches,
+          onError: () => undefined,
+        });
         // The crash can come while it starts (the first `#acked` write is there).
         await Promise.race([c.start(), until(`${label}: crash while starting`, () => crashed)]);
         await writeSome(2 + int(8));
