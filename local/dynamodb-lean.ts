@@ -18,27 +18,18 @@
 import http from 'node:http';
 import { DynamoDBClient, GetItemCommand, PutItemCommand, QueryCommand, UpdateItemCommand } from '@aws-sdk/client-dynamodb';
 import { localConfig } from '../lambda/adapters/aws-clients.ts';
+import { fromBase64, NotAnswered, postAwsJson, type AwsJsonMetadata, type Json } from './aws-json-post.ts';
 
 /** DynamoDB Local takes the access key and region from the credential scope of this header: the SDK client's (`localConfig`). */
 function authorization(region: string): string {
   return `AWS4-HMAC-SHA256 Credential=local/20200101/${region}/dynamodb/aws4_request, SignedHeaders=host, Signature=0`;
 }
-const AMZ_DATE = '20200101T000000Z';
 const TARGET = 'DynamoDB_20120810.';
-/** The SDK client's request timeout (lambda/adapters/aws-clients.ts). */
-const REQUEST_TIMEOUT_MS = 30_000;
 
-type Json = Record<string, unknown>;
 type LeanCommand = GetItemCommand | PutItemCommand | UpdateItemCommand | QueryCommand;
 export type LeanDynamoCommandName = 'GetItemCommand' | 'PutItemCommand' | 'UpdateItemCommand' | 'QueryCommand';
 /** Hears each request the lean path answers: before it is sent (`output` undefined) and after, with its output. */
 export type LeanDynamoListener = (commandName: LeanDynamoCommandName, input: object, output: unknown) => void;
-/** A lean request that did not give a 200 response: the caller sends the command through the SDK instead. */
-class NotAnswered extends Error {}
-
-function header(v: string | string[] | undefined): string | undefined {
-  return Array.isArray(v) ? v[0] : v;
-}
 
 /** Whether a value holds bytes anywhere (an attribute value `B` or `BS`): such input goes through the SDK, which encodes them. */
 function hasBytes(v: unknown): boolean {
@@ -48,12 +39,6 @@ function hasBytes(v: unknown): boolean {
     for (const k in v) if (hasBytes((v as Json)[k])) return true;
   }
   return false;
-}
-
-/** Uint8Array view of a base64 string, as the SDK's deserializer gives it. */
-function fromBase64(s: string): Uint8Array {
-  const b = Buffer.from(s, 'base64');
-  return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
 }
 
 /** An attribute value as the SDK gives it: bytes decoded, maps and lists walked; the rest as sent. */
@@ -144,53 +129,9 @@ export class LeanDynamoDbClient extends DynamoDBClient {
     return out;
   }
 
-  /** One POST; resolves with the parsed body of a 200 response, rejects with NotAnswered for anything else. */
-  private post(operation: string, body: string): Promise<{ json: Json; $metadata: Json }> {
-    return new Promise((resolve, reject) => {
-      const req = http.request(
-        {
-          agent: this.agent,
-          host: this.host,
-          port: this.port,
-          method: 'POST',
-          path: '/',
-          headers: {
-            'content-type': 'application/x-amz-json-1.0',
-            'x-amz-target': TARGET + operation,
-            'content-length': Buffer.byteLength(body),
-            'x-amz-date': AMZ_DATE,
-            authorization: this.authorization,
-          },
-        },
-        (res) => {
-          const chunks: Buffer[] = [];
-          res.on('data', (c: Buffer) => chunks.push(c));
-          res.on('error', () => reject(new NotAnswered()));
-          res.on('end', () => {
-            if (res.statusCode !== 200) return reject(new NotAnswered());
-            const text = Buffer.concat(chunks).toString('utf8');
-            let json: Json;
-            try {
-              json = text === '' ? {} : (JSON.parse(text) as Json);
-            } catch {
-              // A 200 response was answered (a write happened): never send it again, say what came back.
-              return reject(new Error(`DynamoDB Local ${this.host}:${this.port} ${operation}: the 200 response is not JSON: ${text.slice(0, 200)}`));
-            }
-            const $metadata = {
-              httpStatusCode: 200,
-              requestId: header(res.headers['x-amzn-requestid']),
-              extendedRequestId: header(res.headers['x-amz-id-2']),
-              cfId: header(res.headers['x-amz-cf-id']),
-              attempts: 1,
-              totalRetryDelay: 0,
-            };
-            resolve({ json, $metadata });
-          });
-        },
-      );
-      req.setTimeout(REQUEST_TIMEOUT_MS, () => req.destroy(new NotAnswered()));
-      req.on('error', () => reject(new NotAnswered()));
-      req.end(body);
-    });
+  /** One POST to DynamoDB Local (local/aws-json-post.ts). */
+  private post(operation: string, body: string): Promise<{ json: Json; $metadata: AwsJsonMetadata }> {
+    const to = { agent: this.agent, host: this.host, port: this.port, authorization: this.authorization };
+    return postAwsJson({ ...to, contentType: 'application/x-amz-json-1.0', target: TARGET, what: 'DynamoDB Local' }, operation, body);
   }
 }

@@ -17,13 +17,11 @@
 import http from 'node:http';
 import { GetRecordsCommand, GetShardIteratorCommand, KinesisClient, PutRecordsCommand, type PutRecordsOutput } from '@aws-sdk/client-kinesis';
 import { localConfig } from '../lambda/adapters/aws-clients.ts';
+import { fromBase64, NotAnswered, postAwsJson, type AwsJsonMetadata, type Json } from './aws-json-post.ts';
 
 /** kinesalite requires an Authorization header with Credential, Signature and SignedHeaders, and an X-Amz-Date. */
 const AUTHORIZATION = 'AWS4-HMAC-SHA256 Credential=local/20200101/us-east-1/kinesis/aws4_request, SignedHeaders=host, Signature=0';
-const AMZ_DATE = '20200101T000000Z';
 const TARGET = 'Kinesis_20131202.';
-/** The SDK client's request timeout (lambda/adapters/aws-clients.ts). */
-const REQUEST_TIMEOUT_MS = 30_000;
 
 /** Where a stream's requests go when it has a kinesalite of its own, and the prefix of the iterators it gave out (local/kinesis.ts, `routeStream`). */
 interface Route {
@@ -33,29 +31,8 @@ interface Route {
   iteratorPrefix: string;
 }
 
-type Metadata = {
-  httpStatusCode: number;
-  requestId: string | undefined;
-  extendedRequestId: string | undefined;
-  cfId: string | undefined;
-  attempts: number;
-  totalRetryDelay: number;
-};
-type Json = Record<string, unknown>;
 export type LeanCommandName = 'PutRecordsCommand' | 'GetRecordsCommand' | 'GetShardIteratorCommand';
 export type LeanListener = (commandName: LeanCommandName, input: object, output: unknown) => void;
-/** A lean request that did not give a 200 response: the caller sends the command through the SDK instead. */
-class NotAnswered extends Error {}
-
-function header(v: string | string[] | undefined): string | undefined {
-  return Array.isArray(v) ? v[0] : v;
-}
-
-/** Uint8Array view of a base64 string, as the SDK's deserializer gives it. */
-function fromBase64(s: string): Uint8Array {
-  const b = Buffer.from(s, 'base64');
-  return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
-}
 
 function toBase64(data: Uint8Array): string {
   return (Buffer.isBuffer(data) ? data : Buffer.from(data.buffer, data.byteOffset, data.byteLength)).toString('base64');
@@ -168,55 +145,9 @@ export class LeanKinesisClient extends KinesisClient {
     return { ...json, $metadata };
   }
 
-  /** One POST; resolves with the parsed body of a 200 response, rejects with NotAnswered for anything else. */
-  private post(operation: string, body: string, route: Route | undefined): Promise<{ json: Json; $metadata: Metadata }> {
-    const host = route?.host ?? this.host;
-    const port = route?.port ?? this.port;
-    return new Promise((resolve, reject) => {
-      const req = http.request(
-        {
-          agent: this.agent,
-          host,
-          port,
-          method: 'POST',
-          path: '/',
-          headers: {
-            'content-type': 'application/x-amz-json-1.1',
-            'x-amz-target': TARGET + operation,
-            'content-length': Buffer.byteLength(body),
-            'x-amz-date': AMZ_DATE,
-            authorization: AUTHORIZATION,
-          },
-        },
-        (res) => {
-          const chunks: Buffer[] = [];
-          res.on('data', (c: Buffer) => chunks.push(c));
-          res.on('error', () => reject(new NotAnswered()));
-          res.on('end', () => {
-            if (res.statusCode !== 200) return reject(new NotAnswered());
-            const text = Buffer.concat(chunks).toString('utf8');
-            let json: Json;
-            try {
-              json = text === '' ? {} : (JSON.parse(text) as Json);
-            } catch {
-              // A 200 response was answered (a put happened): never send it again, say what came back.
-              return reject(new Error(`kinesalite ${host}:${port} ${operation}: the 200 response is not JSON: ${text.slice(0, 200)}`));
-            }
-            const $metadata: Metadata = {
-              httpStatusCode: 200,
-              requestId: header(res.headers['x-amzn-requestid']),
-              extendedRequestId: header(res.headers['x-amz-id-2']),
-              cfId: header(res.headers['x-amz-cf-id']),
-              attempts: 1,
-              totalRetryDelay: 0,
-            };
-            resolve({ json, $metadata });
-          });
-        },
-      );
-      req.setTimeout(REQUEST_TIMEOUT_MS, () => req.destroy(new NotAnswered()));
-      req.on('error', () => reject(new NotAnswered()));
-      req.end(body);
-    });
+  /** One POST to the stream's kinesalite (local/aws-json-post.ts). */
+  private post(operation: string, body: string, route: Route | undefined): Promise<{ json: Json; $metadata: AwsJsonMetadata }> {
+    const to = { agent: this.agent, host: route?.host ?? this.host, port: route?.port ?? this.port };
+    return postAwsJson({ ...to, contentType: 'application/x-amz-json-1.1', target: TARGET, authorization: AUTHORIZATION, what: 'kinesalite' }, operation, body);
   }
 }
