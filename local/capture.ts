@@ -113,8 +113,6 @@ export function captureCheckpointName(sourceId: string): string {
 const CREATING = 'creating';
 const ACTOR = 'capture';
 
-const isFalse = (): boolean => false;
-const isTrue = (): boolean => true;
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
@@ -462,7 +460,8 @@ export class SlotCapture {
     await stream?.close();
     // Fails at once now that the stream is closed; the next stream starts from the checkpoint and moves the slot there.
     // Failed, where the slot is may not be recorded: no checkpoint is written ahead of it, the published batches are read again.
-    if (await this.pendingAck?.then(isFalse, isTrue)) this.marks.drop();
+    const moveFailed = await this.pendingAck?.then(() => false).catch(() => true);
+    if (moveFailed) this.marks.drop();
     this.pendingAck = null;
   }
 

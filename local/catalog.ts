@@ -31,7 +31,6 @@ export async function primaryKeyOf(client: Pick<pg.ClientBase, 'query'>, schema:
   return res.rows.map((r) => String(r.name));
 }
 
-/** A column's type as the catalog has it now: without modifier (as test_decoding prints it) and with it. */
 /** A captured table's key (`declared`, else its primary key), checked to be one its deletes will carry. */
 export async function captureKeyOf(client: Queryable, table: string, declared: string[] | null | undefined): Promise<string[]> {
   const { schema, table: name } = splitTableId(table);
@@ -57,6 +56,7 @@ export async function captureKeyOf(client: Queryable, table: string, declared: s
   return key;
 }
 
+/** A column's type as the catalog has it now: without modifier (as test_decoding prints it) and with it. */
 export interface CatalogType {
   base: string;
   full: string;
