@@ -10,11 +10,13 @@
  * the same run: the same workload's commit rate on the source alone (unthrottled, no capture).
  * At the end source and warehouse are compared row by row (the same verdict `cdc local` prints).
  *
- *     npm run bench:e2e [-- --rate 1000 --seconds 60 --tx-size 10 --profile --search-seconds 30 --search-steps 0.1,0.2,0.3 --kinesalite-per-stream --request-callers]
+ *     npm run bench:e2e [-- --rate 1000 --seconds 60 --tx-size 10 --profile --search-seconds 30 --search-steps 0.1,0.2,0.3 --search-refine 2 --kinesalite-per-stream --request-callers]
  *
  * After the fixed-rate run, a search for the highest sustained rate: steps at growing shares of
  * the source-alone rate (`--search-steps`, each `--search-seconds` long) until one fails (lag p99
- * over 1 s, the backlog not drained within 5 s, or the source not reaching the rate).
+ * over 1 s, the backlog not drained within 5 s, or the source not reaching the rate), then
+ * `--search-refine` (default 2) halvings of the interval between the last step sustained and the
+ * first not (bench/lib/rate-search.ts); the highest step sustained is the result.
  *
  * `--profile` takes a CPU profile of this process (capture, pollers, normalizer, applier, archive
  * copier: everything but PostgreSQL and DynamoDB Local) during the load.
@@ -46,6 +48,7 @@ import { startLocalStack } from '../local/stack.ts';
 import { compareLsn } from '../local/slot.ts';
 import { compareSourceAndWarehouse } from '../local/verdict.ts';
 import { cpuProfile, processCpuMs } from './lib/profile.ts';
+import { highestPassed, searchHighestSustained } from './lib/rate-search.ts';
 import { runWorkload } from './lib/workload.ts';
 import { exec, one } from './lib/pg.ts';
 import { cpuRows, cpuSnapshot, cpuTableText, type CpuSnapshot } from './lib/cpu-table.ts';
@@ -77,6 +80,8 @@ export async function runE2eBench(): Promise<BenchResult> {
     .split(',')
     .map(Number)
     .filter((x) => x > 0);
+  // Halvings of the interval between the last step sustained and the first not (bench/lib/rate-search.ts).
+  const searchRefine = numberArg('search-refine', 2);
   const rec = new Recorder('e2e', {
     rate,
     seconds,
@@ -85,6 +90,7 @@ export async function runE2eBench(): Promise<BenchResult> {
     referenceSeconds: refSeconds,
     searchSeconds,
     searchSteps,
+    searchRefine,
     initialRows: INITIAL_ROWS,
     mix: '70 % updates, 20 % inserts, 10 % deletes',
     durability: 'fsync on (the embedded PostgreSQL defaults of cdc local)',
@@ -281,24 +287,26 @@ export async function runE2eBench(): Promise<BenchResult> {
     // The highest sustained rate: steps at growing shares of the source-alone rate until one fails.
     // A step passes when the source commits the rate (≥ 95 %), lag p99 < 1 s, and the backlog at
     // the end drains within 5 s (lag is bounded, not growing).
-    const steps: StepResult[] = [];
+    let steps: StepResult[] = [];
     let searchRow: ReturnType<typeof rateRow> | null = null;
     if (searchSteps.length > 0 && searchSeconds > 0) {
-      for (const share of searchSteps) {
+      let seed = 100;
+      steps = await searchHighestSustained(searchSteps, searchRefine, async (share) => {
         const target = Math.max(txSize, Math.round((share * sourceAlone) / txSize) * txSize);
-        const r = await step(stack.sourceUrl, collector, target, searchSeconds, txSize, 100 + steps.length);
-        steps.push({ share, ...r });
+        const r = { share, ...(await step(stack.sourceUrl, collector, target, searchSeconds, txSize, seed++)) };
         say(
           `search: ${target} changes/s (${share}× source alone): committed ${Math.round(r.committed)}/s, lag p50 ${Math.round(r.p50)} ms, p99 ${Math.round(r.p99)} ms, max ${Math.round(r.max)} ms, drained in ${r.drainSeconds.toFixed(1)} s → ${r.pass ? 'sustained' : 'NOT sustained'}`,
         );
-        if (!r.pass) break;
-      }
-      const best = [...steps].reverse().find((x) => x.pass) ?? null;
+        return r;
+      });
+      const best = highestPassed(steps);
+      const firstFail = steps.find((x) => !x.pass);
+      const refined = firstFail ? steps.slice(steps.indexOf(firstFail) + 1) : [];
       sustainedRate = best?.committed ?? null;
       searchRow = rateRow('highest sustained rate (lag bounded, p99 < 1 s)', best?.committed ?? 0, 'changes/s', sourceAlone, 'source alone', {
         target: '≥ 0.3× source alone',
         met: best !== null && best.committed >= 0.3 * sourceAlone,
-        note: `steps of ${searchSeconds} s at ${searchSteps.join(', ')}× source alone; first failing step: ${steps.find((x) => !x.pass) ? `${Math.round(steps.find((x) => !x.pass)!.target)}/s` : 'none'}`,
+        note: `steps of ${searchSeconds} s at ${searchSteps.join(', ')}× source alone; first failing step: ${firstFail ? `${Math.round(firstFail.target)}/s` : 'none'}${refined.length > 0 ? `; then ${refined.map((x) => `${x.share}× ${x.pass ? 'sustained' : 'not'}`).join(', ')}` : ''}`,
       });
       rec.details.search = steps;
     }
