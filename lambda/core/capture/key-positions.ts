@@ -29,6 +29,18 @@ const KEYS_REMEMBERED = 100_000;
 /** Per shard (`<stream>/<shard>`): table + key text → what was last accepted for it. */
 export class KeyPositions {
   private readonly shards = new Map<string, Map<string, KeySeen>>();
+  /** The last commit time parsed, and its `Date.parse`: a transaction's changes share one text. */
+  private parsedTs = '';
+  private parsedMs = NaN;
+
+  /** `Date.parse(text)`, parsed once for a run of changes with the same commit time. */
+  private ms(text: string): number {
+    if (text !== this.parsedTs) {
+      this.parsedTs = text;
+      this.parsedMs = Date.parse(text);
+    }
+    return this.parsedMs;
+  }
 
   /**
    * Checks that `changes` do not go backwards for their keys on the shard of `origin`
@@ -50,7 +62,7 @@ export class KeyPositions {
       if (last && c.position < last.position) {
         // Against the latest commit time seen for the key, so a replay after a backward step of
         // the source's clock is still a replay.
-        if (Date.parse(c.commitTs) > seenMs(last)) {
+        if (this.ms(c.commitTs) > seenMs(last)) {
           return new PositionRegressionError(
             c.table,
             keyText(c.key),
@@ -66,7 +78,7 @@ export class KeyPositions {
       // The later of the two commit times: parsed only when the texts differ, the remembered one only once.
       if (!last || last.commitTs === c.commitTs) updates.push([id, { position: c.position, commitTs: c.commitTs, commitMs: last?.commitMs }]);
       else {
-        const ms = Date.parse(c.commitTs);
+        const ms = this.ms(c.commitTs);
         updates.push([
           id,
           seenMs(last) > ms

@@ -44,6 +44,7 @@ import type { AuditEntry, ColumnDef, ControlPlane, PreImage, SchemaVersion, Tabl
 import type { DecodeResult, DecodedChange, DecodedControl } from './decoded.ts';
 import { observe } from './observed-shape.ts';
 import { decodeRawRecord, detectRecordFormat, type DecodeContext } from './decode.ts';
+import { batchDecodeContext, type Registry } from './batch-decode-context.ts';
 import { EMPTY_PARTITION_TREE, type PartitionTree } from '../tables/partitions.ts';
 import { parseJsonExact } from '../shared/json-exact.ts';
 import { applyColumnRulesToChange, applyColumnRulesToColumns } from '../tables/masking.ts';
@@ -149,12 +150,6 @@ export class SchemaRegistrationContendedError extends CdcError {
   }
 }
 
-interface Registry {
-  table: TableRecord | null;
-  /** Sorted by version. */
-  versions: SchemaVersion[];
-}
-
 const REGISTRATION_ATTEMPTS = 5;
 const DECODE_PASSES = 2;
 
@@ -208,6 +203,9 @@ export class NormalizerBatch<E> {
   /** The published partition trees, as last read (`knowPartitionsOf`), and when (epoch ms). */
   private tree: PartitionTree = EMPTY_PARTITION_TREE;
   private treeReadAt = 0;
+  /** The decode context (batch-decode-context.ts), and the tables its last decode found missing from the cache. */
+  private ctx: DecodeContext | undefined;
+  private readonly misses = new Set<string>();
   /** DMS records decoded since the last flush (metric `DmsRecordsDecoded`). */
   private dmsDecoded = 0;
   private buffer: Buffered<E>[] = [];
@@ -358,38 +356,20 @@ export class NormalizerBatch<E> {
   /** Decodes with the registry at hand; tables the cache does not hold yet are loaded and the record decoded again. */
   private async decode(parsed: unknown): Promise<DecodeResult> {
     await this.knowPartitionsOf(parsed);
-    for (let pass = 1; ; pass++) {
-      const misses = new Set<string>();
-      const ctx: DecodeContext = {
+    const ctx = (this.ctx ??= batchDecodeContext(
+      {
         source: this.o.source,
-        rootOf: (table) => this.tree.rootOf.get(table) ?? null,
-        keyColumns: (table) => {
-          const configured = this.o.tables.keyColumns(table);
-          if (configured) return configured;
-          const reg = this.cache.get(table);
-          if (!reg) {
-            misses.add(table);
-            return null;
-          }
-          const key = reg.versions.at(-1)?.key ?? [];
-          if (key.length > 0) return [...key];
-          // A table not registered yet: the key the catalog published with its types (a DMS insert names none).
-          if (!this.catalogKeys.has(table) && this.o.catalogTypes && reg.versions.length === 0 && this.o.tables.get(table) !== undefined) {
-            misses.add(table);
-            return null;
-          }
-          const published = this.catalogKeys.get(table) ?? null;
-          return published !== null && published.length > 0 ? [...published] : null;
-        },
-        columns: (table) => {
-          const reg = this.cache.get(table);
-          if (!reg) {
-            misses.add(table);
-            return null;
-          }
-          return reg.versions.at(-1)?.columns.map((c) => c.name) ?? null;
-        },
-      };
+        tables: this.o.tables,
+        readsCatalog: !!this.o.catalogTypes,
+        tree: () => this.tree,
+        cache: this.cache,
+        catalogKeys: this.catalogKeys,
+      },
+      this.misses,
+    ));
+    const misses = this.misses;
+    for (let pass = 1; ; pass++) {
+      misses.clear();
       let result: DecodeResult | undefined;
       let failure: unknown;
       try {
@@ -398,7 +378,7 @@ export class NormalizerBatch<E> {
         failure = e;
       }
       if (misses.size > 0 && pass < DECODE_PASSES) {
-        for (const t of misses) {
+        for (const t of [...misses]) {
           const reg = await this.registry(t);
           if (this.o.catalogTypes && reg.versions.length === 0 && !this.catalogKeys.has(t) && this.o.tables.get(t) !== undefined) {
             const catalog = await this.o.catalogTypes(t);

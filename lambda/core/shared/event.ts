@@ -210,15 +210,17 @@ function pick(row: Row, columns: readonly string[]): Row {
  * (docs/exact-numbers.md).
  */
 export function keyText(key: Row): string {
-  return JSON.stringify(
-    Object.keys(key)
-      .sort()
-      .map((k) => {
-        const v = key[k];
-        return [k, v === null || typeof v === 'object' || v === undefined ? v : keyValueText(v)];
-      }),
-  );
+  const names = Object.keys(key);
+  // One column (most keys): the same text, without the arrays.
+  if (names.length === 1) return `[[${JSON.stringify(names[0])},${keyCellJson(key[names[0]!])}]]`;
+  return JSON.stringify(names.sort().map((k) => [k, keyCell(key[k])]));
 }
+
+/** A key value as `keyText` writes it: scalars by their text, null and JSON documents as they are. */
+const keyCell = (v: Row[string] | undefined): JsonValue | undefined => (v === null || typeof v === 'object' || v === undefined ? v : keyValueText(v));
+
+/** `keyCell(v)` as JSON inside an array (where `undefined` is written `null`). */
+const keyCellJson = (v: Row[string] | undefined): string => (v === undefined ? 'null' : JSON.stringify(keyCell(v)));
 
 /** Kinesis partition key of an event: source + table + primary key (hashed to stay under 256 chars). */
 export function partitionKeyOf(event: Pick<ChangeEvent, 'source' | 'table' | 'key'>, hash: (s: string) => string): string {
