@@ -284,9 +284,10 @@ export async function runE2eBench(): Promise<BenchResult> {
     const drainSeconds = (await heartbeatCaughtUp(collector, t1, 600_000)) / 1000;
     const appliedTotal = collector.total(MetricName.EVENTS_APPLIED, { Sink: SINK }) - appliedBefore;
 
-    // The highest sustained rate: steps at growing shares of the source-alone rate until one fails.
-    // A step passes when the source commits the rate (≥ 95 %), lag p99 < 1 s, and the backlog at
-    // the end drains within 5 s (lag is bounded, not growing).
+    // The highest sustained rate: steps at growing shares of the source-alone rate until one fails,
+    // then halvings of the interval around that failure (bench/lib/rate-search.ts). A step passes
+    // when the source commits the rate (≥ 95 %), lag p99 < 1 s, and the backlog at the end drains
+    // within 5 s (lag is bounded, not growing).
     let steps: StepResult[] = [];
     let searchRow: ReturnType<typeof rateRow> | null = null;
     if (searchSteps.length > 0 && searchSeconds > 0) {
