@@ -31,7 +31,7 @@ const SEED = process.env.CDC_PROPERTY_SEED !== undefined ? Number(process.env.CD
 const quiet: NormalizerLogger = { debug() {}, info() {}, warn() {}, error() {} };
 const noMetrics: NormalizerMetrics = { count() {}, milliseconds() {} };
 
-function setup(tables: TableConfig[], extra: { partitionTree?: () => Promise<PartitionTree | null>; rules?: TableRule[] } = {}) {
+function setup(tables: TableConfig[], extra: { partitionTree?: () => Promise<PartitionTree | null>; rules?: TableRule[]; now?: () => Date } = {}) {
   const controlPlane = new MemoryControlPlane();
   const published: ChangeEvent[] = [];
   const changeLog: ChangeLogWriter<string> = {
@@ -49,6 +49,7 @@ function setup(tables: TableConfig[], extra: { partitionTree?: () => Promise<Par
     metrics: noMetrics,
     logger: quiet,
     ...(extra.partitionTree ? { partitionTree: extra.partitionTree } : {}),
+    ...(extra.now ? { now: extra.now } : {}),
   });
   let seq = 0;
   async function run(records: readonly string[], shard = 'shardId-000000000000'): Promise<void> {
@@ -56,7 +57,7 @@ function setup(tables: TableConfig[], extra: { partitionTree?: () => Promise<Par
     for (const text of records) await batch.add({ text, origin: `raw/${shard}/${++seq}` });
     await batch.flush();
   }
-  return { controlPlane, published, run };
+  return { controlPlane, published, run, normalizer, origin: (shard = 'shardId-000000000000') => `raw/${shard}/${++seq}` };
 }
 
 const lsnText = (n: number): string => `00000002/${n.toString(16).toUpperCase().padStart(8, '0')}`;
@@ -464,5 +465,34 @@ describe('normalizer over DMS records of a partitioned table (docs/partitioned-t
       ['insert', { id: 3, at: '2024-03-02 00:00:00+00' }],
     ]);
     expect(reads).toBe(2);
+  });
+
+  it('a partition created while one batch runs joins its root from the tree read again within that batch', async () => {
+    const rules: TableRule[] = [{ match: 'public.*', excludeTables: [], key: ['id', 'at'], deleteMode: 'soft', mask: [], exclude: [] }];
+    const edges = [{ partition: 'public.ev_2024_01', root: 'public.ev', leaf: true }];
+    let published = partitionTree(edges, ['public.ev']);
+    let reads = 0;
+    let clock = Date.parse('2026-12-07T12:00:00Z');
+    const env = setup([], {
+      rules,
+      now: () => new Date(clock),
+      partitionTree: async () => {
+        reads++;
+        return published;
+      },
+    });
+    const batch = env.normalizer.startBatch();
+    await batch.add({ text: dmsText('insert', 'public.ev_2024_01', '{"id":1,"at":"2024-01-02 00:00:00+00","v":"a"}', { lsn: 0x100 }), origin: env.origin() });
+    // The capture publishes the new partition before its records; the batch reads the tree again once its last reading is 2 s old.
+    published = partitionTree([...edges, { partition: 'public.ev_2024_03', root: 'public.ev', leaf: true }], ['public.ev']);
+    clock += 2_100;
+    await batch.add({ text: dmsText('insert', 'public.ev_2024_03', '{"id":3,"at":"2024-03-02 00:00:00+00","v":"c"}', { lsn: 0x200 }), origin: env.origin() });
+    await batch.flush();
+    expect(reads).toBe(2);
+    expect(await env.controlPlane.listDeadLetters()).toEqual([]);
+    expect(env.published.map((e) => [e.table, e.key])).toEqual([
+      ['public.ev', { id: 1, at: '2024-01-02 00:00:00+00' }],
+      ['public.ev', { id: 3, at: '2024-03-02 00:00:00+00' }],
+    ]);
   });
 });
