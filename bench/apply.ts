@@ -26,6 +26,10 @@
  * `applierNodeOptions` at the default 1,024 MiB: the process starts itself again with them;
  * bench/lib/handler-runtime.ts); `--node-defaults` runs it with Node's own (docs/performance-log.md, "The applier's young generation").
  *
+ * The cores' bound: the CPU each path spent per event, every process of it (this process and the
+ * warehouse's cluster; for catch-up both clusters), against the machine's cores — the rate no
+ * overlap can pass (bench/lib/cpu-bound.ts; docs/performance-log.md, "69. The cores' bound on the apply line").
+ *
  * The append-first path also runs with two concurrent batches (the event source mapping's
  * parallelization factor 2, keys split by partition key; both in this one process), batch 10,000.
  *
@@ -96,6 +100,7 @@ import {
   type ProfileSummary,
 } from './lib/profile.ts';
 import { exitOnHelp } from './lib/usage.ts';
+import { coreBoundRate, cpuMicrosPerEvent } from './lib/cpu-bound.ts';
 import { argValue, isMain, median, nowMs, numberArg, percentile, rateRow, Recorder, timeRow, type BenchResult } from './lib/report.ts';
 import { physicalReference } from './lib/physical.ts';
 import { SetApplier } from './lib/set-apply.ts';
@@ -138,6 +143,8 @@ interface LogrepRun {
   changesPerSecond: number;
   lagAfterWorkloadSeconds: number | null;
   verified: boolean;
+  /** Catch-up: CPU of each cluster from ENABLE to the marker visible (the publisher's walsender, the subscriber's apply worker, and whatever else each ran), ms. */
+  cpuMs: { publisher: number; subscriber: number } | null;
 }
 
 /**
@@ -194,12 +201,18 @@ async function logicalReplication(pub: PostgresCluster, subCluster: PostgresClus
     const t1 = nowMs();
     await exec(pubUrl, `INSERT INTO mk VALUES (${marker})`);
     let tStart = t0;
+    const postmasters = mode === 'catch-up' ? { publisher: await withClient(pubUrl, postmasterOf), subscriber: await postmasterOf(sub) } : null;
+    const cpu0 = postmasters ? { publisher: clusterCpuMs(postmasters.publisher), subscriber: clusterCpuMs(postmasters.subscriber) } : null;
     if (mode === 'catch-up') {
       tStart = nowMs();
       await sub.query('ALTER SUBSCRIPTION bench_sub ENABLE');
     }
     await waitFor('the subscriber to apply the history', async () => (await sub.query('SELECT 1 FROM mk WHERE id = $1', [marker])).rowCount === 1, 600_000, 5);
     const t2 = nowMs();
+    const cpuMs =
+      postmasters && cpu0
+        ? { publisher: clusterCpuMs(postmasters.publisher) - cpu0.publisher, subscriber: clusterCpuMs(postmasters.subscriber) - cpu0.subscriber }
+        : null;
     const seconds = (t2 - tStart) / 1000;
     const got = (await sub.query(fingerprintSql('items'))).rows[0] as { n: number; md5: string };
     const want = await one<{ n: number; md5: string }>(pubUrl, fingerprintSql('items'));
@@ -210,6 +223,7 @@ async function logicalReplication(pub: PostgresCluster, subCluster: PostgresClus
       changesPerSecond: h.changes.length / seconds,
       lagAfterWorkloadSeconds: mode === 'live' ? (t2 - t1) / 1000 : null,
       verified: got.n === want.n && got.md5 === want.md5,
+      cpuMs,
     };
   } finally {
     await sub.end();
@@ -966,8 +980,11 @@ export async function runApplyBench(): Promise<BenchResult> {
       for (const mode of ['live', 'catch-up'] as const) {
         const r = await logicalReplication(src, wh, h, mode, logrep.length);
         logrep.push(r);
+        const cpu = r.cpuMs
+          ? `; CPU ${Math.round(r.cpuMs.publisher + r.cpuMs.subscriber)} ms = ${cpuMicrosPerEvent(h.changes.length, r.cpuMs.publisher + r.cpuMs.subscriber).toFixed(1)} µs per change (publisher ${Math.round(r.cpuMs.publisher)}, subscriber ${Math.round(r.cpuMs.subscriber)})`
+          : '';
         say(
-          `logical replication ${mode}: ${r.seconds.toFixed(2)} s = ${Math.round(r.changesPerSecond)} changes/s (source alone ${r.sourceSeconds.toFixed(2)} s)${r.verified ? '' : ' SUBSCRIBER DOES NOT MATCH'}`,
+          `logical replication ${mode}: ${r.seconds.toFixed(2)} s = ${Math.round(r.changesPerSecond)} changes/s (source alone ${r.sourceSeconds.toFixed(2)} s${cpu})${r.verified ? '' : ' SUBSCRIBER DOES NOT MATCH'}`,
         );
       }
     }
@@ -1098,6 +1115,39 @@ export async function runApplyBench(): Promise<BenchResult> {
             note: notes.join('; '),
           }),
         );
+      }
+    }
+    // The cores' bound (docs/performance-log.md, "69. The cores' bound on the apply line"): the CPU each path spent per event, every
+    // process of it, against the cores of this machine; no overlap lets a path beat its bound.
+    const catchUpCpu = logrep.filter((r) => r.mode === 'catch-up' && r.cpuMs).map((r) => r.cpuMs!.publisher + r.cpuMs!.subscriber);
+    const cores = os.availableParallelism();
+    if (catchUpCpu.length > 0) {
+      const catchUpMicros = cpuMicrosPerEvent(h.changes.length, median(catchUpCpu));
+      const needMicros = cpuMicrosPerEvent(catchUp, cores * 1000);
+      for (const v of chosen) {
+        for (const r of byVariant.get(v.name)!.filter((x) => full(x) && x.cpuMs > 0 && x.serverCpuMs > 0)) {
+          const cpuMs = r.cpuMs + r.serverCpuMs;
+          const bound = coreBoundRate(r.events, cpuMs, cores);
+          say(
+            `cores' bound, ${r.label}: CPU ${Math.round(cpuMs)} ms (this process ${r.cpuMs}, PostgreSQL ${Math.round(r.serverCpuMs)}) = ` +
+              `${cpuMicrosPerEvent(r.events, cpuMs).toFixed(1)} µs per event; ${cores} cores carry at most ${Math.round(bound)} events/s = ${(bound / catchUp).toFixed(2)}× logrep catch-up ` +
+              `(catch-up ${catchUpMicros.toFixed(1)} µs per change; the line needs at most ${needMicros.toFixed(1)})`,
+          );
+          rec.add(
+            rateRow(
+              `cores' bound: ${cores} cores over the CPU per event of ${r.label} (this process + PostgreSQL)`,
+              bound,
+              'events/s',
+              catchUp,
+              'logrep catch-up',
+              {
+                target: '≥ 1× logrep possible',
+                met: bound >= catchUp,
+                note: `${cpuMicrosPerEvent(r.events, cpuMs).toFixed(1)} µs per event (process ${((r.cpuMs * 1000) / r.events).toFixed(1)}, PostgreSQL ${((r.serverCpuMs * 1000) / r.events).toFixed(1)}); catch-up ${catchUpMicros.toFixed(1)} µs per change (publisher + subscriber); ≥ 1× needs ≤ ${needMicros.toFixed(1)} µs with every core busy`,
+              },
+            ),
+          );
+        }
       }
     }
     for (const v of chosen.filter((x) => x.latency)) {

@@ -283,8 +283,8 @@ function statFields(pid: number | string): string[] {
   return st.slice(st.lastIndexOf(')') + 2).split(' ');
 }
 
-/** The postmaster of the server a pool talks to (the parent of one of its backends), from /proc: Linux, the server on this machine. */
-export async function postmasterOf(pool: pg.Pool): Promise<number> {
+/** The postmaster of the server a pool or client talks to (the parent of one of its backends), from /proc: Linux, the server on this machine. */
+export async function postmasterOf(pool: pg.Pool | pg.ClientBase): Promise<number> {
   const backend = (await pool.query<{ p: number }>('SELECT pg_backend_pid() AS p')).rows[0]!.p;
   return Number(statFields(backend)[1]);
 }
