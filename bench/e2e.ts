@@ -33,7 +33,9 @@
  *
  * For the reference and the fixed-rate load, the CPU of every process per 10,000 changes
  * (bench/lib/cpu-table.ts) and, for the load, the Kinesis and DynamoDB requests per 10,000 changes
- * by kind (docs/performance-log.md, "48. Where the end-to-end pipeline's CPU goes, and one kinesalite per stream").
+ * by kind (docs/performance-log.md, "48. Where the end-to-end pipeline's CPU goes, and one kinesalite per stream");
+ * for each step of the rate search, the CPU of every process per 10,000 changes and the share of
+ * the machine's cores they kept busy (docs/performance-log.md, "69. The cores' bound on the apply line").
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -292,11 +294,13 @@ export async function runE2eBench(): Promise<BenchResult> {
     let searchRow: ReturnType<typeof rateRow> | null = null;
     if (searchSteps.length > 0 && searchSeconds > 0) {
       let seed = 100;
+      const cores = os.availableParallelism();
       steps = await searchHighestSustained(searchSteps, searchRefine, async (share) => {
         const target = Math.max(txSize, Math.round((share * sourceAlone) / txSize) * txSize);
-        const r = { share, ...(await step(stack.sourceUrl, collector, target, searchSeconds, txSize, seed++)) };
+        const r = { share, ...(await step(stack.sourceUrl, collector, target, searchSeconds, txSize, seed++, namedPids)) };
         say(
-          `search: ${target} changes/s (${share}× source alone): committed ${Math.round(r.committed)}/s, lag p50 ${Math.round(r.p50)} ms, p99 ${Math.round(r.p99)} ms, max ${Math.round(r.max)} ms (${r.samples} heartbeats), drained in ${r.drainSeconds.toFixed(1)} s → ${r.pass ? 'sustained' : 'NOT sustained'}`,
+          `search: ${target} changes/s (${share}× source alone): committed ${Math.round(r.committed)}/s, lag p50 ${Math.round(r.p50)} ms, p99 ${Math.round(r.p99)} ms, max ${Math.round(r.max)} ms (${r.samples} heartbeats), drained in ${r.drainSeconds.toFixed(1)} s; ` +
+            `CPU ${((r.cpuMs / 1000) * (10_000 / Math.max(1, r.changes))).toFixed(2)} core-s per 10,000 changes, ${((r.cpuMs / r.wallMs / cores) * 100).toFixed(0)} % of ${cores} cores → ${r.pass ? 'sustained' : 'NOT sustained'}`,
         );
         return r;
       });
@@ -577,6 +581,10 @@ interface StepResult {
   /** Heartbeat lag samples of the step: under 100, its p99 is its largest sample (nearest rank). */
   samples: number;
   pass: boolean;
+  /** CPU of every process of the run (this process's threads; its children: the stand-ins, PostgreSQL, the load generator) during the step's load, ms; the changes committed then; the load's wall, ms. */
+  cpuMs: number;
+  changes: number;
+  wallMs: number;
 }
 
 /**
@@ -606,12 +614,21 @@ async function until(done: () => boolean, timeoutMs: number, message: string): P
 }
 
 /** One step of the search: the load at `rate` for `seconds`, then the drain; lag read on the heartbeats of the load. */
-async function step(url: string, collector: MetricsCollector, rate: number, seconds: number, txSize: number, seed: number): Promise<Omit<StepResult, 'share'>> {
+async function step(
+  url: string,
+  collector: MetricsCollector,
+  rate: number,
+  seconds: number,
+  txSize: number,
+  seed: number,
+  namedPids: ReadonlyMap<number, string>,
+): Promise<Omit<StepResult, 'share'>> {
   const ids = (await one<{ ids: number[] | null; next: string | null }>(
     url,
     `SELECT array_agg(id ORDER BY id) AS ids, (coalesce(max(id), 0) + 1)::text AS next FROM ${TABLE}`,
   )) ?? { ids: [], next: '1' };
   const t0 = Date.now();
+  const cpu0 = cpuSnapshot(namedPids);
   const load = await runWorkload({
     url,
     table: TABLE,
@@ -623,6 +640,7 @@ async function step(url: string, collector: MetricsCollector, rate: number, seco
     seconds,
   }).done;
   const t1 = Date.now();
+  const cpu = cpuRows(cpu0, cpuSnapshot(namedPids), load.changes, t1 - t0).find((r) => r.label === 'total')!;
   const drainSeconds = (await heartbeatCaughtUp(collector, t1, 600_000)) / 1000;
   const lags = collector.find(MetricName.END_TO_END_LAG, { Sink: SINK }).flatMap((s) => s.samples.filter(([t]) => t >= t0 && t <= t1 + 1000).map(([, v]) => v));
   const p99 = percentile(lags, 99);
@@ -634,6 +652,9 @@ async function step(url: string, collector: MetricsCollector, rate: number, seco
     max: Math.max(0, ...lags),
     drainSeconds,
     samples: lags.length,
+    cpuMs: cpu.ms,
+    changes: load.changes,
+    wallMs: t1 - t0,
     pass: lags.length > 0 && load.changesPerSecond >= 0.95 * rate && p99 < 1000 && drainSeconds < 5,
   };
 }
