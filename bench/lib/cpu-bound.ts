@@ -1,9 +1,8 @@
 /**
  * The bound a machine's cores put on a path's rate, from the CPU the path spent: with every core
- * busy and no waits, `cores` core-seconds a second over the CPU each event took. A path that
- * spends more CPU per event than its reference spends per change times the cores over the
- * reference's wall cannot reach the reference's rate on this machine by any overlap
- * (docs/performance-log.md, "69. The cores' bound on the apply line").
+ * busy and no waits, `cores` core-seconds a second over the CPU each event took. A path whose CPU
+ * per event is above cores ÷ a reference's rate cannot reach that rate on this machine, whatever
+ * it overlaps (docs/performance-log.md, "69. The cores' bound on the apply line").
  */
 
 /** Events per second `cores` cores allow a path that spent `cpuMs` of CPU (every process of it) on `events` events. */
