@@ -62,7 +62,9 @@ export interface ChangeLogSinkProps {
    */
   readonly maxRecordAge?: Duration;
   /**
-   * Concurrent batches per shard (1 to 10); order per key is kept either way.
+   * Concurrent batches per shard (1 to 10); order per key is kept either way. Above 1, a table the
+   * sink held and an operator resumed may have an event skipped: the resume replay bounds one
+   * batch per shard (docs/operations.md, "How a resume replays"); synth warns.
    * @default 1
    */
   readonly parallelizationFactor?: number;

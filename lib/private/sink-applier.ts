@@ -4,7 +4,7 @@
  * schedule and the acknowledgement of CDK's key-grant wildcards, and the alarms that say whether
  * the sink is fresh (docs/deploy.md, "7. Alarms").
  */
-import { Duration, Validations } from 'aws-cdk-lib';
+import { Annotations, Duration, Validations } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as targets from 'aws-cdk-lib/aws-events-targets';
@@ -62,6 +62,11 @@ export function checkSinkProps(scope: Construct, props: ChangeLogSinkProps, serv
   checkIntegerRange(scope, 'batchSize', props.batchSize, 1, 10_000);
   checkIntegerRange(scope, 'retryAttempts', props.retryAttempts, -1, 10_000);
   checkIntegerRange(scope, 'parallelizationFactor', props.parallelizationFactor, 1, 10);
+  if (props.parallelizationFactor !== undefined && props.parallelizationFactor > 1)
+    Annotations.of(scope).addWarningV2(
+      '@cdc-platform/Sink:parallelBatchesAndResume',
+      `parallelizationFactor ${props.parallelizationFactor} runs that many batches of one shard at once: a table this sink holds (a pause, a schema stop) and an operator then resumes may have an event skipped, because the resume replay bounds one batch per shard (docs/operations.md, "How a resume replays", its Limit). Keep 1 on a sink whose tables you pause and resume.`,
+    );
   if (isKnownDuration(maxBatchingWindow) && maxBatchingWindow.toSeconds() > 300)
     fail(scope, `maxBatchingWindow must be at most 5 minutes, got ${maxBatchingWindow.toHumanString()}`);
   return [...sourceIds];

@@ -1,5 +1,5 @@
 import { Duration } from 'aws-cdk-lib';
-import { Match, Template } from 'aws-cdk-lib/assertions';
+import { Annotations, Match, Template } from 'aws-cdk-lib/assertions';
 import * as cloudwatchActions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import * as opensearch from 'aws-cdk-lib/aws-opensearchservice';
 import * as sns from 'aws-cdk-lib/aws-sns';
@@ -171,5 +171,15 @@ describe('SearchSink resume replay', () => {
     // The replay reads the change log from its trim horizon: the applier's role may read the stream.
     const policies = resourcesOf(t, 'AWS::IAM::Policy').map(([, p]) => JSON.stringify(p));
     expect(policies.some((p) => p.includes('kinesis:GetShardIterator') && p.includes('kinesis:GetRecords') && p.includes('kinesis:ListShards'))).toBe(true);
+  });
+
+  test('synth warns about a resume with more than one batch of a shard at once, as for the warehouse sink', () => {
+    const f = fixture();
+    const s = sink(f, { parallelizationFactor: 3 });
+    const found = Annotations.fromStack(f.stack).findWarning(
+      `/${s.node.path}`,
+      Match.stringLikeRegexp('parallelizationFactor 3 .*resume replay bounds one batch per shard'),
+    );
+    expect(found).toHaveLength(1);
   });
 });

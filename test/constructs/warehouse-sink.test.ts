@@ -1,5 +1,5 @@
 import { Duration, Size } from 'aws-cdk-lib';
-import { Match, Template } from 'aws-cdk-lib/assertions';
+import { Annotations, Match, Template } from 'aws-cdk-lib/assertions';
 import * as cloudwatchActions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import * as kms from 'aws-cdk-lib/aws-kms';
 import * as s3 from 'aws-cdk-lib/aws-s3';
@@ -258,6 +258,21 @@ describe('WarehouseSink resume replay', () => {
         Match.objectLike({ Arn: f.stack.resolve(s.applier.functionArn), Input: JSON.stringify({ cdcReplay: true }), RetryPolicy: { MaximumRetryAttempts: 0 } }),
       ],
     });
+  });
+
+  test('synth warns that a resume is not bounded when more than one batch of a shard runs at once (docs/operations.md, its Limit)', () => {
+    const warningsOf = (f: Fixture) => Annotations.fromStack(f.stack).findWarning('*', Match.stringLikeRegexp('resume replay bounds one batch per shard'));
+    const parallel = fixture();
+    const s = sink(parallel, { parallelizationFactor: 2 });
+    const found = warningsOf(parallel);
+    expect(found).toHaveLength(1);
+    expect(found[0]!.id).toBe(`/${s.node.path}`);
+    expect(JSON.stringify(found[0]!.entry.data)).toMatch(/parallelizationFactor 2 runs that many batches of one shard at once/);
+    for (const overrides of [{}, { parallelizationFactor: 1 }]) {
+      const f = fixture();
+      sink(f, overrides);
+      expect(warningsOf(f)).toEqual([]);
+    }
   });
 });
 
