@@ -1123,6 +1123,7 @@ export async function runApplyBench(): Promise<BenchResult> {
     const cores = os.availableParallelism();
     if (catchUpCpu.length > 0) {
       const catchUpMicros = cpuMicrosPerEvent(h.changes.length, median(catchUpCpu));
+      // The CPU per event at which the bound equals catch-up: the cores' second over catch-up's changes in it.
       const needMicros = cpuMicrosPerEvent(catchUp, cores * 1000);
       for (const v of chosen) {
         for (const r of byVariant.get(v.name)!.filter((x) => full(x) && x.cpuMs > 0 && x.serverCpuMs > 0)) {
@@ -1143,7 +1144,7 @@ export async function runApplyBench(): Promise<BenchResult> {
               {
                 target: '≥ 1× logrep possible',
                 met: bound >= catchUp,
-                note: `${cpuMicrosPerEvent(r.events, cpuMs).toFixed(1)} µs per event (process ${((r.cpuMs * 1000) / r.events).toFixed(1)}, PostgreSQL ${((r.serverCpuMs * 1000) / r.events).toFixed(1)}); catch-up ${catchUpMicros.toFixed(1)} µs per change (publisher + subscriber); ≥ 1× needs ≤ ${needMicros.toFixed(1)} µs with every core busy`,
+                note: `${cpuMicrosPerEvent(r.events, cpuMs).toFixed(1)} µs per event (process ${cpuMicrosPerEvent(r.events, r.cpuMs).toFixed(1)}, PostgreSQL ${cpuMicrosPerEvent(r.events, r.serverCpuMs).toFixed(1)}); catch-up ${catchUpMicros.toFixed(1)} µs per change (publisher + subscriber); ≥ 1× needs ≤ ${needMicros.toFixed(1)} µs with every core busy`,
               },
             ),
           );

@@ -53,7 +53,7 @@ import { cpuProfile, processCpuMs } from './lib/profile.ts';
 import { highestPassed, searchHighestSustained } from './lib/rate-search.ts';
 import { runWorkload } from './lib/workload.ts';
 import { exec, one } from './lib/pg.ts';
-import { cpuRows, cpuSnapshot, cpuTableText, type CpuSnapshot } from './lib/cpu-table.ts';
+import { cpuRows, cpuSnapshot, cpuTableText, type CpuRow, type CpuSnapshot } from './lib/cpu-table.ts';
 import { KinesisTally, shardCount, standInCeiling, type CeilingResult, type SampledRecord } from './lib/kinesis-ceiling.ts';
 import { argValue, runIfMain, numberArg, percentile, rateRow, Recorder, sleep, timeRow, type BenchResult } from './lib/report.ts';
 
@@ -300,7 +300,7 @@ export async function runE2eBench(): Promise<BenchResult> {
         const r = { share, ...(await step(stack.sourceUrl, collector, target, searchSeconds, txSize, seed++, namedPids)) };
         say(
           `search: ${target} changes/s (${share}× source alone): committed ${Math.round(r.committed)}/s, lag p50 ${Math.round(r.p50)} ms, p99 ${Math.round(r.p99)} ms, max ${Math.round(r.max)} ms (${r.samples} heartbeats), drained in ${r.drainSeconds.toFixed(1)} s; ` +
-            `CPU ${((r.cpuMs / 1000) * (10_000 / Math.max(1, r.changes))).toFixed(2)} core-s per 10,000 changes, ${((r.cpuMs / r.wallMs / cores) * 100).toFixed(0)} % of ${cores} cores → ${r.pass ? 'sustained' : 'NOT sustained'}`,
+            `CPU ${r.cpu.coreSecondsPer10k.toFixed(2)} core-s per 10,000 changes, ${((r.cpu.shareOfCore / cores) * 100).toFixed(0)} % of ${cores} cores → ${r.pass ? 'sustained' : 'NOT sustained'}`,
         );
         return r;
       });
@@ -581,10 +581,8 @@ interface StepResult {
   /** Heartbeat lag samples of the step: under 100, its p99 is its largest sample (nearest rank). */
   samples: number;
   pass: boolean;
-  /** CPU of every process of the run (this process's threads; its children: the stand-ins, PostgreSQL, the load generator) during the step's load, ms; the changes committed then; the load's wall, ms. */
-  cpuMs: number;
-  changes: number;
-  wallMs: number;
+  /** CPU of every process of the run (this process's threads; its children: the stand-ins, PostgreSQL, the load generator) during the step's load: the CPU table's total row. */
+  cpu: CpuRow;
 }
 
 /**
@@ -652,9 +650,7 @@ async function step(
     max: Math.max(0, ...lags),
     drainSeconds,
     samples: lags.length,
-    cpuMs: cpu.ms,
-    changes: load.changes,
-    wallMs: t1 - t0,
+    cpu,
     pass: lags.length > 0 && load.changesPerSecond >= 0.95 * rate && p99 < 1000 && drainSeconds < 5,
   };
 }
