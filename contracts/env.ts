@@ -17,6 +17,8 @@ export const EnvName = {
   CHANGE_LOG_AGGREGATION: 'CDC_CHANGE_LOG_AGGREGATION',
   /** Sink id of a sink applier. */
   SINK_ID: 'CDC_SINK_ID',
+  /** Sink applier: how many batches of one shard its event source mapping runs at once (the sink's `parallelizationFactor`); above 1 its holds say so, and a resume replays held shards from their trim horizon (docs/operations.md, "How a resume replays"). */
+  PARALLELIZATION_FACTOR: 'CDC_PARALLELIZATION_FACTOR',
   /** Secrets Manager ARN holding a PostgreSQL-wire connection (host, port, username, password, dbname). */
   WAREHOUSE_SECRET_ARN: 'CDC_WAREHOUSE_SECRET_ARN',
   /** A postgres:// URL for the warehouse (local runs and tests; takes precedence over the secret). */

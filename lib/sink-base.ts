@@ -62,9 +62,11 @@ export interface ChangeLogSinkProps {
    */
   readonly maxRecordAge?: Duration;
   /**
-   * Concurrent batches per shard (1 to 10); order per key is kept either way. Above 1, a table the
-   * sink held and an operator resumed may have an event skipped: the resume replay bounds one
-   * batch per shard (docs/operations.md, "How a resume replays"); synth warns.
+   * Concurrent batches per shard (1 to 10); order per key is kept either way, and so is the
+   * resume's no-skip guarantee. Above 1, the lanes of one shard may lag one another, so the resume
+   * replay of a table the sink held replays each held shard from its trim horizon rather than from
+   * its first held event, re-applying (as duplicates) the table's events the change log retains on
+   * it (docs/operations.md, "How a resume replays").
    * @default 1
    */
   readonly parallelizationFactor?: number;

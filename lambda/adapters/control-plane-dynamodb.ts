@@ -121,8 +121,15 @@ export class DynamoDbControlPlane implements ControlPlane {
   advanceSinkProgress(sink: string, sourceId: string, table: string, appliedPosition: Position): Promise<void> {
     return sinkProgress.advanceSinkProgress(this.t, sink, sourceId, table, appliedPosition);
   }
-  holdSinkTable(sink: string, sourceId: string, table: string, fromPosition: Position, shards?: Readonly<Record<string, string>>): Promise<void> {
-    return sinkProgress.holdSinkTable(this.t, sink, sourceId, table, fromPosition, shards);
+  holdSinkTable(
+    sink: string,
+    sourceId: string,
+    table: string,
+    fromPosition: Position,
+    shards?: Readonly<Record<string, string>>,
+    parallelBatches?: boolean,
+  ): Promise<void> {
+    return sinkProgress.holdSinkTable(this.t, sink, sourceId, table, fromPosition, shards, parallelBatches);
   }
   releaseSinkTable(sink: string, sourceId: string, table: string, audit: AuditEntry): Promise<void> {
     return sinkProgress.releaseSinkTable(this.t, sink, sourceId, table, audit);

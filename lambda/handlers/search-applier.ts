@@ -22,6 +22,7 @@ import { OpenSearchIndex, searchClient } from '../adapters/search-opensearch.ts'
 import { dynamoDbClient } from '../adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { payloadStoreFromEnvironment } from '../runtime/payload-store.ts';
+import { optionalInt } from '../runtime/environment.ts';
 import { isReplayEvent, replayFromEnvironment, type ReplayEvent, type ReplayOutcome } from '../runtime/replay.ts';
 import { applyLog, emitApplyMetrics, sinkRecordsOf, partialBatchResponse } from '../runtime/sink-batch.ts';
 
@@ -43,6 +44,8 @@ export interface SearchApplierDeps {
   /** Where events stored out of line are read back (claim checks, docs/large-records.md). @default - none: such a record is dead-lettered, named */
   payloads?: PayloadStore;
   now?: () => Date;
+  /** Batches of one shard run at once (`SearchSink`'s `parallelizationFactor`; the handler reads it from the environment). @default 1 */
+  parallelizationFactor?: number;
 }
 
 export interface SearchApplier {
@@ -109,6 +112,7 @@ function fromEnvironment(): SearchApplier {
     prefix: process.env[EnvName.SEARCH_INDEX_PREFIX] || undefined,
     metrics,
     logger,
+    parallelizationFactor: optionalInt(EnvName.PARALLELIZATION_FACTOR) ?? 1,
     ...(payloads ? { payloads } : {}),
   });
 }

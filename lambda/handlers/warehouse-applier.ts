@@ -23,7 +23,7 @@ import type { WarehouseTable } from '../core/warehouse/warehouse-sql.ts';
 import { dynamoDbClient } from '../adapters/aws-clients.ts';
 import { DynamoDbControlPlane } from '../adapters/control-plane-dynamodb.ts';
 import { PgWarehouse, type PgWarehouseOptions } from '../adapters/warehouse-pg.ts';
-import { requiredEnv } from '../runtime/environment.ts';
+import { optionalInt, requiredEnv } from '../runtime/environment.ts';
 import { mergePolicyFromEnvironment } from '../runtime/merge-policy.ts';
 import { payloadStoreFromEnvironment } from '../runtime/payload-store.ts';
 import { redshiftWriterFromEnvironment } from '../runtime/redshift-submitter.ts';
@@ -53,6 +53,8 @@ export interface WarehouseApplierDeps {
   payloads?: PayloadStore;
   /** The warehouse objects of a table (e.g. shadow objects of a rebuild). @default warehouseTable(source, table) */
   targetOf?: (sourceId: string, table: string) => WarehouseTable;
+  /** Batches of one shard run at once (`WarehouseSink`'s `parallelizationFactor`; the handler reads it from the environment). @default 1 */
+  parallelizationFactor?: number;
 }
 
 export interface WarehouseApplier {
@@ -72,16 +74,7 @@ export function createWarehouseApplier(deps: WarehouseApplierDeps): WarehouseApp
   const { sinkId, metrics, logger } = deps;
   const warehouse = new PgWarehouse(deps.pool, deps.warehouse);
   const processor = new BatchProcessor(EventType.KinesisDataStreams);
-  const apply = createWarehouseApply({
-    controlPlane: deps.controlPlane,
-    writer: deps.writer ?? warehouse,
-    sinkId,
-    log: applyLog(logger),
-    ...(deps.merge ? { merge: deps.merge } : {}),
-    ...(deps.now ? { now: deps.now } : {}),
-    ...(deps.payloads ? { payloads: deps.payloads } : {}),
-    ...(deps.targetOf ? { targetOf: deps.targetOf } : {}),
-  });
+  const apply = createWarehouseApply({ ...deps, writer: deps.writer ?? warehouse, log: applyLog(logger) });
 
   async function applyRecords(records: readonly ChangeRecord[], options: ApplyOptions = {}): Promise<BatchOutcome> {
     const outcome = await apply.applyRecords(records, options);
@@ -125,6 +118,7 @@ async function fromEnvironment(): Promise<WarehouseApplier> {
     metrics,
     logger,
     merge: mergePolicyFromEnvironment(),
+    parallelizationFactor: optionalInt(EnvName.PARALLELIZATION_FACTOR) ?? 1,
     ...(writer ? { writer } : {}),
     ...(payloads ? { payloads } : {}),
   });

@@ -4,13 +4,14 @@
  * schedule and the acknowledgement of CDK's key-grant wildcards, and the alarms that say whether
  * the sink is fresh (docs/deploy.md, "7. Alarms").
  */
-import { Annotations, Duration, Validations } from 'aws-cdk-lib';
+import { Duration, Validations } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as targets from 'aws-cdk-lib/aws-events-targets';
 import type * as kms from 'aws-cdk-lib/aws-kms';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type { Construct } from 'constructs';
+import { EnvName } from '../../contracts/env.ts';
 import type { ICdcSource } from '../cdc-source.ts';
 import type { ChangeLogSinkProps } from '../sink-base.ts';
 import { createAlarm, iteratorAgeMetric, onFailureQueueAlarm } from './alarms.ts';
@@ -62,11 +63,6 @@ export function checkSinkProps(scope: Construct, props: ChangeLogSinkProps, serv
   checkIntegerRange(scope, 'batchSize', props.batchSize, 1, 10_000);
   checkIntegerRange(scope, 'retryAttempts', props.retryAttempts, -1, 10_000);
   checkIntegerRange(scope, 'parallelizationFactor', props.parallelizationFactor, 1, 10);
-  if (props.parallelizationFactor !== undefined && props.parallelizationFactor > 1)
-    Annotations.of(scope).addWarningV2(
-      '@cdc-platform/Sink:parallelBatchesAndResume',
-      `parallelizationFactor ${props.parallelizationFactor} runs that many batches of one shard at once: a table this sink holds (a pause, a schema stop) and an operator then resumes may have an event skipped, because the resume replay bounds one batch per shard (docs/operations.md, "How a resume replays", its Limit). Keep 1 on a sink whose tables you pause and resume.`,
-    );
   if (isKnownDuration(maxBatchingWindow) && maxBatchingWindow.toSeconds() > 300)
     fail(scope, `maxBatchingWindow must be at most 5 minutes, got ${maxBatchingWindow.toHumanString()}`);
   return [...sourceIds];
@@ -127,6 +123,8 @@ export function consumeChangeLog(scope: Construct, applier: CdcFunction, props: 
     parallelizationFactor: props.parallelizationFactor ?? 1,
     deadLetterQueueEncryptionKey: opts.deadLetterQueueEncryptionKey,
   });
+  // The applier's holds say whether lanes of one shard may lag one another (docs/operations.md, "How a resume replays").
+  applier.fn.addEnvironment(EnvName.PARALLELIZATION_FACTOR, String(props.parallelizationFactor ?? 1));
   if (props.changeLog.encryptionKey) encryptLogGroup(applier.logGroup, props.changeLog.encryptionKey);
   addReplaySchedule(scope, opts.kind, opts.sinkId, applier.fn);
   acknowledgeKeyGrants(applier, opts.keys);

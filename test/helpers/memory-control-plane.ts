@@ -137,12 +137,20 @@ export class MemoryControlPlane implements ControlPlane {
     if (p.appliedPosition === null || p.appliedPosition < appliedPosition) p.appliedPosition = appliedPosition;
   }
 
-  async holdSinkTable(sink: string, sourceId: string, table: string, fromPosition: Position, shards?: Readonly<Record<string, string>>): Promise<void> {
+  async holdSinkTable(
+    sink: string,
+    sourceId: string,
+    table: string,
+    fromPosition: Position,
+    shards?: Readonly<Record<string, string>>,
+    parallelBatches = false,
+  ): Promise<void> {
     this.count('holdSinkTable');
     assertPosition(fromPosition, 'fromPosition');
     const p = this.sinkEntry(sink, sourceId, table);
     if (p.heldFrom === null || p.heldFrom > fromPosition) p.heldFrom = fromPosition;
     if (shards !== undefined) p.heldFromShards = mergeHeldShards(p.heldFromShards, shards);
+    if (parallelBatches) p.parallelBatches = true;
     p.heldAt ??= new Date().toISOString();
     p.holdCount = (p.holdCount ?? 0) + 1;
   }
@@ -152,6 +160,7 @@ export class MemoryControlPlane implements ControlPlane {
     p.heldFrom = null;
     p.heldAt = null;
     p.heldFromShards = null;
+    p.parallelBatches = false;
     this.audit.push(copy(audit));
   }
 
@@ -239,6 +248,7 @@ export class MemoryControlPlane implements ControlPlane {
     p.heldFrom = null;
     p.heldAt = null;
     p.heldFromShards = null;
+    p.parallelBatches = false;
     p.releasedAt = new Date().toISOString();
     this.audit.push(copy(audit));
     return true;

@@ -36,6 +36,7 @@ export async function holdSinkTable(
   table: string,
   fromPosition: Position,
   shards?: Readonly<Record<string, string>>,
+  parallelBatches = false,
 ): Promise<void> {
   assertPosition(fromPosition, 'fromPosition');
   const k = key.sink(sink, sourceId, table);
@@ -56,7 +57,7 @@ export async function holdSinkTable(
         new UpdateItemCommand({
           TableName: t.tableName,
           Key: toItem(k),
-          UpdateExpression: `SET #held = :p, #heldAt = if_not_exists(#heldAt, :now), #holds = :next, #sink = :sink, #source = :source, #table = :table, #kind = :kind, #updated = :now${merged !== null ? ', #shards = :shards' : ''}`,
+          UpdateExpression: `SET #held = :p, #heldAt = if_not_exists(#heldAt, :now), #holds = :next, #sink = :sink, #source = :source, #table = :table, #kind = :kind, #updated = :now${merged !== null ? ', #shards = :shards' : ''}${parallelBatches ? ', #parallel = :parallel' : ''}`,
           ConditionExpression: conditions.join(' AND '),
           ExpressionAttributeNames: {
             ...SINK_NAMES,
@@ -64,6 +65,7 @@ export async function holdSinkTable(
             '#heldAt': 'heldAt',
             '#holds': 'holdCount',
             ...(merged !== null ? { '#shards': 'heldFromShards' } : {}),
+            ...(parallelBatches ? { '#parallel': 'parallelBatches' } : {}),
           },
           ExpressionAttributeValues: toItem({
             ':p': held,
@@ -72,6 +74,7 @@ export async function holdSinkTable(
             ...(count > 0 ? { ':count': count } : {}),
             ...(oldHeld !== null ? { ':oldHeld': oldHeld } : {}),
             ...(merged !== null ? { ':shards': merged } : {}),
+            ...(parallelBatches ? { ':parallel': true } : {}),
           }),
         }),
       );
@@ -88,8 +91,8 @@ export async function releaseSinkTable(t: ControlTable, sink: string, sourceId: 
       Update: {
         TableName: t.tableName,
         Key: toItem(key.sink(sink, sourceId, table)),
-        UpdateExpression: 'SET #sink = :sink, #source = :source, #table = :table, #kind = :kind, #updated = :now REMOVE #held, #heldAt, #shards',
-        ExpressionAttributeNames: { ...SINK_NAMES, '#held': 'heldFrom', '#heldAt': 'heldAt', '#shards': 'heldFromShards' },
+        UpdateExpression: 'SET #sink = :sink, #source = :source, #table = :table, #kind = :kind, #updated = :now REMOVE #held, #heldAt, #shards, #parallel',
+        ExpressionAttributeNames: { ...SINK_NAMES, '#held': 'heldFrom', '#heldAt': 'heldAt', '#shards': 'heldFromShards', '#parallel': 'parallelBatches' },
         ExpressionAttributeValues: toItem(sinkValues(sink, sourceId, table)),
       },
     },
@@ -118,7 +121,7 @@ export async function completeSinkRelease(
       Update: {
         TableName: t.tableName,
         Key: toItem(key.sink(sink, sourceId, table)),
-        UpdateExpression: 'SET #released = :now, #updated = :now REMOVE #held, #heldAt, #shards',
+        UpdateExpression: 'SET #released = :now, #updated = :now REMOVE #held, #heldAt, #shards, #parallel',
         ConditionExpression: expected.holdCount > 0 ? '#held = :held AND #holds = :holds' : '#held = :held AND attribute_not_exists(#holds)',
         ExpressionAttributeNames: {
           '#released': 'releasedAt',
@@ -127,6 +130,7 @@ export async function completeSinkRelease(
           '#heldAt': 'heldAt',
           '#holds': 'holdCount',
           '#shards': 'heldFromShards',
+          '#parallel': 'parallelBatches',
         },
         ExpressionAttributeValues: toItem({
           ':now': new Date().toISOString(),
@@ -209,5 +213,6 @@ function sinkProgressFromItem(item: Plain): SinkTableProgress {
     releaseRequested: typeof item.releaseRequested === 'string' ? item.releaseRequested : null,
     releasedAt: typeof item.releasedAt === 'string' ? item.releasedAt : null,
     heldFromShards: heldShardsFromItem(item.heldFromShards),
+    parallelBatches: item.parallelBatches === true,
   };
 }

@@ -268,24 +268,32 @@ export function mergeHeldShards(
 }
 
 /**
- * Whether the resume replay applies a change-log record of a held table (docs/operations.md, "How
- * a resume replays"). With per-shard holds, a record is replayed when its shard held an event at
- * or before it: a shard whose live consumer held nothing still has every unapplied event of the
- * table ahead of that consumer, which applies (or holds) them in order, so replaying them ahead of
- * it could apply a key's newer event before an older one the consumer has not reached (and the
- * older would then lose to the position guard: a skipped event). Without shard information (a
- * hold recorded by an older applier) every record at or after the held position is replayed.
+ * Whether the resume replay applies a change-log record of a held table, and how (docs/operations.md,
+ * "How a resume replays"): `'held'` for a record of the held range, `'catch-up'` for an earlier
+ * record the replay applies only so that no lane is left behind, null for one it leaves alone.
+ *
+ * With per-shard holds, a record is in the held range when its shard held an event at or before it:
+ * a shard whose live consumer held nothing still has every unapplied event of the table ahead of
+ * that consumer, which applies (or holds) them in order, so replaying them ahead of it could apply
+ * a key's newer event before an older one the consumer has not reached (and the older would then
+ * lose to the position guard: a skipped event). When the hold was recorded by a consumer running
+ * several batches of one shard at once (`parallelBatches`), another lane of a held shard may still
+ * be behind that shard's first held event, so every earlier record of a held shard is replayed
+ * too (`'catch-up'`): each key's events then apply in order from the shard's trim horizon, the ones
+ * already applied dropped as duplicates (invariant 2). Without shard information (a hold recorded
+ * by an older applier) every record at or after the held position is in the held range.
  */
 export function replaysRecord(
-  hold: Pick<SinkTableProgress, 'heldFrom' | 'heldFromShards'>,
+  hold: Pick<SinkTableProgress, 'heldFrom' | 'heldFromShards' | 'parallelBatches'>,
   shardId: string,
   sequenceNumber: string,
   position: string,
-): boolean {
-  if (hold.heldFrom === null) return false;
+): 'held' | 'catch-up' | null {
+  if (hold.heldFrom === null) return null;
   const shards = hold.heldFromShards;
-  if (shards === undefined || shards === null || Object.keys(shards).length === 0) return position >= hold.heldFrom;
+  if (shards === undefined || shards === null || Object.keys(shards).length === 0) return position >= hold.heldFrom ? 'held' : null;
   const first = shards[shardId];
-  if (first === undefined) return false;
-  return lowerSequence(first, sequenceNumber) === first;
+  if (first === undefined) return null;
+  if (lowerSequence(first, sequenceNumber) === first) return 'held';
+  return hold.parallelBatches === true ? 'catch-up' : null;
 }

@@ -92,6 +92,12 @@ export interface SearchApplyDeps {
   now?: () => Date;
   /** @default a timer */
   sleep?: (ms: number) => Promise<void>;
+  /**
+   * How many batches of one shard the event source mapping runs at once (the sink's
+   * `parallelizationFactor`): above 1, a hold records `parallelBatches`, so its resume replay
+   * leaves no lane behind (docs/operations.md, "How a resume replays"). @default 1
+   */
+  parallelizationFactor?: number;
 }
 
 /** A batch's outcome, with what the metrics need: counts per source and the table batches that failed or were held on an error. */
@@ -160,7 +166,14 @@ export function createSearchApply(deps: SearchApplyDeps): SearchApply {
   }
 
   async function applyRecords(records: readonly ChangeRecord[], options: ApplyOptions = {}): Promise<SearchApplyOutcome> {
-    const { failed, counts, countFor, deadLetter, hold, holdAudited } = batchBook({ controlPlane: cp, sinkId, now, log: logger });
+    const { failed, counts, countFor, deadLetter, hold, holdAudited } = batchBook({
+      controlPlane: cp,
+      sinkId,
+      now,
+      log: logger,
+      parallelBatches: (deps.parallelizationFactor ?? 1) > 1,
+      catchUp: options.catchUp === true,
+    });
     let applyErrors = 0;
 
     const groups = await groupByTable(records, { payloads: deps.payloads, sinkId, deadLetter });

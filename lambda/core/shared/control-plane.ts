@@ -77,11 +77,18 @@ export interface SinkTableProgress {
   /**
    * Per change-log shard, the sequence number of the first event the sink held (the lowest, as a
    * decimal string), since the last release. The resume replay replays each held shard from here
-   * and leaves shards without a hold to their live consumer (docs/operations.md, "How a resume
+   * (from its trim horizon when `parallelBatches`) and leaves shards without a hold to their live consumer (docs/operations.md, "How a resume
    * replays"). Absent for a hold recorded without shard information: the replay then falls back
    * to every shard from `heldFrom`.
    */
   heldFromShards?: Record<string, string> | null;
+  /**
+   * Set when a consumer that runs several batches of one shard at once (a sink's
+   * `parallelizationFactor` above 1) recorded this hold, since the last release: another lane of a
+   * held shard may still be behind its first held event, so the resume replay replays each held
+   * shard from its trim horizon (docs/operations.md, "How a resume replays").
+   */
+  parallelBatches?: boolean;
 }
 
 export interface AuditEntry {
@@ -161,9 +168,18 @@ export interface ControlPlane {
   /**
    * Records the first held position, keeping the lowest one ever recorded until cleared, and —
    * when `shards` is given (change-log shard id → first held sequence number) — the lowest held
-   * sequence number per shard, all in one atomic change with the hold count's increment.
+   * sequence number per shard, all in one atomic change with the hold count's increment;
+   * `parallelBatches` (the holder runs several batches of one shard at once) sets the hold's
+   * `parallelBatches` until the release.
    */
-  holdSinkTable(sink: string, sourceId: string, table: string, fromPosition: Position, shards?: Readonly<Record<string, string>>): Promise<void>;
+  holdSinkTable(
+    sink: string,
+    sourceId: string,
+    table: string,
+    fromPosition: Position,
+    shards?: Readonly<Record<string, string>>,
+    parallelBatches?: boolean,
+  ): Promise<void>;
   /** Clears the held position (on resume), with its audit entry. */
   releaseSinkTable(sink: string, sourceId: string, table: string, audit: AuditEntry): Promise<void>;
   /** Consumer checkpoints of the local event-source poller (one per consumer and shard). */

@@ -11,7 +11,11 @@
  *    that held nothing is left to its live consumer: its unapplied events of the table are all
  *    ahead of that consumer, and replaying them ahead of it could apply a key's newer event before
  *    an older one the consumer has not reached yet, which the position guard would then drop
- *    (`replaysRecord` in lambda/core/operator/operator-decisions.ts);
+ *    (`replaysRecord` in lambda/core/operator/operator-decisions.ts). A hold recorded by a
+ *    consumer running several batches of one shard at once (`parallelBatches`) replays each held
+ *    shard from its trim horizon instead (`{ catchUp: true }` before its first held event): a
+ *    lagging lane's older events then apply before the newer ones of their keys, and those already
+ *    applied are dropped as duplicates;
  * 3. release the hold in one transaction with its audit entry, conditional on H and c unchanged.
  *    The live path keeps holding the table until then. A hold recorded during the pass (a live
  *    batch that read the hold) moves c, so the release fails and the pass runs again: no held
@@ -88,7 +92,7 @@ export function createHeldRangeReplayer(deps: ReplayDeps): { replayPending(): Pr
       const count = hold.holdCount ?? 0;
       let replayed = 0;
       for await (const page of deps.readLog()) {
-        const mine: ChangeRecord[] = [];
+        const mine: Array<{ record: ChangeRecord; kind: 'held' | 'catch-up' }> = [];
         for (const r of page) {
           if (r.otherShard !== undefined) continue;
           let e: { source?: unknown; table?: unknown; position?: unknown };
@@ -97,12 +101,19 @@ export function createHeldRangeReplayer(deps: ReplayDeps): { replayPending(): Pr
           } catch {
             continue; // the live path dead-lettered it already
           }
-          if (e.source === sourceId && e.table === table && typeof e.position === 'string' && replaysRecord(hold, r.shardId, r.sequenceNumber, e.position)) {
-            mine.push({ sequenceNumber: r.sequenceNumber, origin: `replay/${r.shardId}/${r.sequenceNumber}`, text: r.text });
-          }
+          if (e.source !== sourceId || e.table !== table || typeof e.position !== 'string') continue;
+          const kind = replaysRecord(hold, r.shardId, r.sequenceNumber, e.position);
+          if (kind !== null) mine.push({ record: { sequenceNumber: r.sequenceNumber, origin: `replay/${r.shardId}/${r.sequenceNumber}`, text: r.text }, kind });
         }
-        for (let i = 0; i < mine.length; i += CHUNK) {
-          const outcome = await deps.applier.applyRecords(mine.slice(i, i + CHUNK), { replayHeld: true });
+        // In stream order, in chunks of one kind: a catch-up record (before its shard's first held
+        // one, replayed because lanes may lag) is applied without a second dead letter.
+        for (let i = 0; i < mine.length;) {
+          const kind = mine[i]!.kind;
+          let j = i + 1;
+          while (j < mine.length && j - i < CHUNK && mine[j]!.kind === kind) j++;
+          const chunk = mine.slice(i, j).map((m) => m.record);
+          i = j;
+          const outcome = await deps.applier.applyRecords(chunk, kind === 'held' ? { replayHeld: true } : { replayHeld: true, catchUp: true });
           if (outcome.failed.length > 0) throw new ReplayIncompleteError(sourceId, table, outcome.reasons.get(outcome.failed[0]!) ?? 'records failed');
           if (outcome.held > 0) throw new ReplayIncompleteError(sourceId, table, `the sink held ${outcome.held} events again (cdc status says why)`);
           replayed += outcome.applied;

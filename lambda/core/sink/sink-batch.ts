@@ -217,6 +217,13 @@ export function batchBook(o: {
   sinkId: string;
   now: () => Date;
   log: { warn(message: string, data: Record<string, unknown>): void; info(message: string, data: Record<string, unknown>): void };
+  /** The sink runs several batches of one shard at once: its holds say so (`ControlPlane.holdSinkTable`). */
+  parallelBatches?: boolean;
+  /**
+   * A resume replay's catch-up records (`ApplyOptions.catchUp`): one that cannot be applied is not
+   * dead-lettered again (the live consumer that reads it puts it aside), only logged.
+   */
+  catchUp?: boolean;
 }): {
   failed: Map<string, string>;
   counts: Map<string, SourceCounts>;
@@ -238,14 +245,23 @@ export function batchBook(o: {
     if (!c) counts.set(k, (c = { applied: 0, held: 0, dead: 0, lag: [] }));
     return c;
   };
-  const deadLetter = deadLetterer({
-    ...o,
-    stored: (source) => countFor(source).dead++,
-    failed: (sequenceNumber, reason) => failed.set(sequenceNumber, reason),
-  });
+  const deadLetter: DeadLetter =
+    o.catchUp === true
+      ? async (record, source, table, err) =>
+          o.log.info('a catch-up record of a resume replay not applied; its live consumer dead-letters it', {
+            origin: record.origin,
+            source,
+            table,
+            reason: describeError(err),
+          })
+      : deadLetterer({
+          ...o,
+          stored: (source) => countFor(source).dead++,
+          failed: (sequenceNumber, reason) => failed.set(sequenceNumber, reason),
+        });
   /** Holds the table for this sink from the items' lowest position (docs/operations.md, "Blast radius of one table"), counted and logged. */
   const hold = async (sourceId: string, table: string, items: readonly HeldItem[], why: string): Promise<void> => {
-    await o.controlPlane.holdSinkTable(o.sinkId, sourceId, table, minPosition(items), heldShardsOf(items.map((i) => i.record)));
+    await o.controlPlane.holdSinkTable(o.sinkId, sourceId, table, minPosition(items), heldShardsOf(items.map((i) => i.record)), o.parallelBatches === true);
     countFor(sourceId).held += items.length;
     o.log.info('events held', { source: sourceId, table, count: items.length, from: minPosition(items), why });
   };

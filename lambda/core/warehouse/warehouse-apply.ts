@@ -88,6 +88,12 @@ export interface WarehouseApplyDeps {
   payloads?: PayloadStore;
   /** The warehouse objects of a table. @default warehouseTable(source, table) */
   targetOf?: (sourceId: string, table: string) => WarehouseTable;
+  /**
+   * How many batches of one shard the event source mapping runs at once (the sink's
+   * `parallelizationFactor`): above 1, a hold records `parallelBatches`, so its resume replay
+   * leaves no lane behind (docs/operations.md, "How a resume replays"). @default 1
+   */
+  parallelizationFactor?: number;
 }
 
 export type { SourceCounts } from '../sink/sink-batch.ts';
@@ -134,6 +140,13 @@ export interface ApplyOptions {
    * path keeps holding, and releases the hold when it has caught up. @default false
    */
   replayHeld?: boolean;
+  /**
+   * With `replayHeld`: records before their shard's first held one, which the resume replay of a
+   * hold recorded with `parallelBatches` applies so that no lane is left behind (docs/operations.md,
+   * "How a resume replays"). Already-applied ones are dropped as duplicates; one that cannot be
+   * applied is not dead-lettered a second time (its live consumer does that). @default false
+   */
+  catchUp?: boolean;
 }
 
 export interface WarehouseApply {
@@ -217,7 +230,14 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
 
   async function applyRecords(records: readonly ChangeRecord[], options: ApplyOptions = {}): Promise<ApplyOutcome> {
     const appliedAt = now();
-    const { failed, counts, countFor, deadLetter, hold, holdAudited } = batchBook({ controlPlane: cp, sinkId, now, log });
+    const { failed, counts, countFor, deadLetter, hold, holdAudited } = batchBook({
+      controlPlane: cp,
+      sinkId,
+      now,
+      log,
+      parallelBatches: (deps.parallelizationFactor ?? 1) > 1,
+      catchUp: options.catchUp === true,
+    });
     const merges: MergeDone[] = [];
     let applyErrors = 0;
     /** Tables appended to in this batch, for the merge check after the batch. */

@@ -79,6 +79,19 @@ describe('sink progress', () => {
     expect((await cp.getSinkProgress('wh', 'shop', 'public.orders'))?.heldFromShards).toEqual({ 'shardId-000000000000': '5000' });
   });
 
+  it('says a hold was recorded by a consumer with several batches of one shard at once until the hold is released, whatever holds come after', async () => {
+    await cp.holdSinkTable('wh', 'shop', 'public.lanes', pos(20), { 'shardId-000000000000': '200' });
+    expect((await cp.getSinkProgress('wh', 'shop', 'public.lanes'))?.parallelBatches).toBe(false);
+    await cp.holdSinkTable('wh', 'shop', 'public.lanes', pos(30), { 'shardId-000000000000': '300' }, true);
+    await cp.holdSinkTable('wh', 'shop', 'public.lanes', pos(40), { 'shardId-000000000001': '400' }, false);
+    expect(await cp.getSinkProgress('wh', 'shop', 'public.lanes')).toMatchObject({ heldFrom: pos(20), holdCount: 3, parallelBatches: true });
+    expect(await cp.completeSinkRelease('wh', 'shop', 'public.lanes', { heldFrom: pos(20), holdCount: 3 }, audit('replay-held'))).toBe(true);
+    expect((await cp.getSinkProgress('wh', 'shop', 'public.lanes'))?.parallelBatches).toBe(false);
+    await cp.holdSinkTable('wh', 'shop', 'public.lanes', pos(50), { 'shardId-000000000000': '500' }, true);
+    await cp.releaseSinkTable('wh', 'shop', 'public.lanes', audit('release-sink-table'));
+    expect(await cp.getSinkProgress('wh', 'shop', 'public.lanes')).toMatchObject({ heldFrom: null, parallelBatches: false });
+  });
+
   it('progress of one sink does not touch another sink or table', async () => {
     await cp.advanceSinkProgress('wh', 'shop', 'public.orders', pos(10));
     await cp.advanceSinkProgress('search', 'shop', 'public.orders', pos(5));
