@@ -289,7 +289,7 @@ export class LocalPipeline {
           controlPlane: stack.controlPlane,
           sinkId: o.sinkId,
           applier: replayApplier,
-          readLog: () => readChangeLog(stack.kinesis, stack.streams.changeLog),
+          readLog: (starts) => readChangeLog(stack.kinesis, stack.streams.changeLog, { starts }),
         }),
       );
       this.mergeDue = () => replayApplier.mergeDue();
@@ -356,7 +356,7 @@ export class LocalPipeline {
           controlPlane: stack.controlPlane,
           sinkId: search.sinkId,
           applier: searchReplayApplier,
-          readLog: () => readChangeLog(stack.kinesis, stack.streams.changeLog),
+          readLog: (starts) => readChangeLog(stack.kinesis, stack.streams.changeLog, { starts }),
         }),
       );
     }

@@ -1,6 +1,7 @@
 /**
- * Reads a change-log stream (Kinesis) from the trim horizon to its tip, shard by shard, in each
- * shard's order: the resume replay's source of the held range (docs/operations.md). Parent
+ * Reads a change-log stream (Kinesis) to its tip, shard by shard, in each shard's order, from the
+ * trim horizon or where the caller says: the resume replay's source of the held range
+ * (docs/operations.md). Parent
  * shards are read before their children, so one key's events (one partition key, one shard at a
  * time) come in stream order. An aggregated record (contracts/change-log-record.ts) is read as its
  * events, one record each.
@@ -46,9 +47,21 @@ export async function shardsInOrder(kinesis: KinesisClient, streamName: string):
   return out;
 }
 
-/** Every record of the stream now, in pages of at most `pageSize`, shard by shard (parents first). */
-export async function* readChangeLog(kinesis: KinesisClient, streamName: string, options: { pageSize?: number } = {}): AsyncGenerator<LogRecord[]> {
-  for (const shard of await shardsInOrder(kinesis, streamName)) yield* readShard(kinesis, streamName, shard.ShardId!, null, options);
+/**
+ * The stream's records now, in pages of at most `pageSize`, shard by shard (parents first): every
+ * shard from its trim horizon, or with `starts` only the shards it names, each from its sequence
+ * number (that record first) or its trim horizon (null).
+ */
+export async function* readChangeLog(
+  kinesis: KinesisClient,
+  streamName: string,
+  options: { pageSize?: number; starts?: ReadonlyMap<string, string | null> | null } = {},
+): AsyncGenerator<LogRecord[]> {
+  const starts = options.starts ?? null;
+  for (const shard of await shardsInOrder(kinesis, streamName)) {
+    if (starts !== null && !starts.has(shard.ShardId!)) continue;
+    yield* readShard(kinesis, streamName, shard.ShardId!, starts?.get(shard.ShardId!) ?? null, options);
+  }
 }
 
 /**

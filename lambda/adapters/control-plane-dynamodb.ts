@@ -121,6 +121,10 @@ export class DynamoDbControlPlane implements ControlPlane {
   advanceSinkProgress(sink: string, sourceId: string, table: string, appliedPosition: Position): Promise<void> {
     return sinkProgress.advanceSinkProgress(this.t, sink, sourceId, table, appliedPosition);
   }
+  noteReplayProgress(sink: string, sourceId: string, table: string, through: Readonly<Record<string, string>>): Promise<boolean> {
+    return sinkProgress.noteReplayProgress(this.t, sink, sourceId, table, through);
+  }
+
   holdSinkTable(
     sink: string,
     sourceId: string,

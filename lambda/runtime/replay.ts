@@ -35,7 +35,7 @@ export async function replayFromEnvironment(applier: ReplayDeps['applier'], log:
     controlPlane: new DynamoDbControlPlane(dynamoDbClient(), process.env[EnvName.CONTROL_TABLE]!),
     sinkId: process.env[EnvName.SINK_ID]!,
     applier,
-    readLog: () => readChangeLog(kinesis, stream),
+    readLog: (starts) => readChangeLog(kinesis, stream, { starts }),
     log,
   });
   return replayer.replayPending();

@@ -155,12 +155,20 @@ export class MemoryControlPlane implements ControlPlane {
     p.holdCount = (p.holdCount ?? 0) + 1;
   }
 
+  async noteReplayProgress(sink: string, sourceId: string, table: string, through: Readonly<Record<string, string>>): Promise<boolean> {
+    const p = this.progress.get(`${sink}\u0000${tableKey(sourceId, table)}`);
+    if (!p || p.heldFrom === null) return false;
+    p.replayedThrough = { ...through };
+    return true;
+  }
+
   async releaseSinkTable(sink: string, sourceId: string, table: string, audit: AuditEntry): Promise<void> {
     const p = this.sinkEntry(sink, sourceId, table);
     p.heldFrom = null;
     p.heldAt = null;
     p.heldFromShards = null;
     p.parallelBatches = false;
+    p.replayedThrough = null;
     this.audit.push(copy(audit));
   }
 
@@ -249,6 +257,7 @@ export class MemoryControlPlane implements ControlPlane {
     p.heldAt = null;
     p.heldFromShards = null;
     p.parallelBatches = false;
+    p.replayedThrough = null;
     p.releasedAt = new Date().toISOString();
     this.audit.push(copy(audit));
     return true;

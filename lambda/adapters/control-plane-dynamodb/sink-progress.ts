@@ -85,14 +85,48 @@ export async function holdSinkTable(
   }
 }
 
+/** The resume replay's progress on the current hold, conditional on the hold (docs/operations.md, "How a resume replays"). */
+export async function noteReplayProgress(
+  t: ControlTable,
+  sink: string,
+  sourceId: string,
+  table: string,
+  through: Readonly<Record<string, string>>,
+): Promise<boolean> {
+  try {
+    await t.client.send(
+      new UpdateItemCommand({
+        TableName: t.tableName,
+        Key: toItem(key.sink(sink, sourceId, table)),
+        UpdateExpression: 'SET #through = :through, #updated = :now',
+        ConditionExpression: 'attribute_exists(#held)',
+        ExpressionAttributeNames: { '#through': 'replayedThrough', '#updated': 'updatedAt', '#held': 'heldFrom' },
+        ExpressionAttributeValues: toItem({ ':through': { ...through }, ':now': new Date().toISOString() }),
+      }),
+    );
+    return true;
+  } catch (e) {
+    if (e instanceof ConditionalCheckFailedException) return false;
+    throw e;
+  }
+}
+
 export async function releaseSinkTable(t: ControlTable, sink: string, sourceId: string, table: string, audit: AuditEntry): Promise<void> {
   const outcome = await t.transact([
     {
       Update: {
         TableName: t.tableName,
         Key: toItem(key.sink(sink, sourceId, table)),
-        UpdateExpression: 'SET #sink = :sink, #source = :source, #table = :table, #kind = :kind, #updated = :now REMOVE #held, #heldAt, #shards, #parallel',
-        ExpressionAttributeNames: { ...SINK_NAMES, '#held': 'heldFrom', '#heldAt': 'heldAt', '#shards': 'heldFromShards', '#parallel': 'parallelBatches' },
+        UpdateExpression:
+          'SET #sink = :sink, #source = :source, #table = :table, #kind = :kind, #updated = :now REMOVE #held, #heldAt, #shards, #parallel, #through',
+        ExpressionAttributeNames: {
+          ...SINK_NAMES,
+          '#held': 'heldFrom',
+          '#heldAt': 'heldAt',
+          '#shards': 'heldFromShards',
+          '#parallel': 'parallelBatches',
+          '#through': 'replayedThrough',
+        },
         ExpressionAttributeValues: toItem(sinkValues(sink, sourceId, table)),
       },
     },
@@ -121,7 +155,7 @@ export async function completeSinkRelease(
       Update: {
         TableName: t.tableName,
         Key: toItem(key.sink(sink, sourceId, table)),
-        UpdateExpression: 'SET #released = :now, #updated = :now REMOVE #held, #heldAt, #shards, #parallel',
+        UpdateExpression: 'SET #released = :now, #updated = :now REMOVE #held, #heldAt, #shards, #parallel, #through',
         ConditionExpression: expected.holdCount > 0 ? '#held = :held AND #holds = :holds' : '#held = :held AND attribute_not_exists(#holds)',
         ExpressionAttributeNames: {
           '#released': 'releasedAt',
@@ -131,6 +165,7 @@ export async function completeSinkRelease(
           '#holds': 'holdCount',
           '#shards': 'heldFromShards',
           '#parallel': 'parallelBatches',
+          '#through': 'replayedThrough',
         },
         ExpressionAttributeValues: toItem({
           ':now': new Date().toISOString(),
@@ -194,7 +229,7 @@ async function conditionalUpdate(
   }
 }
 
-function heldShardsFromItem(v: unknown): Record<string, string> | null {
+function shardMapFromItem(v: unknown): Record<string, string> | null {
   if (typeof v !== 'object' || v === null || Array.isArray(v)) return null;
   const out: Record<string, string> = {};
   for (const [shard, seq] of Object.entries(v as Plain)) if (typeof seq === 'string') out[shard] = seq;
@@ -212,7 +247,8 @@ function sinkProgressFromItem(item: Plain): SinkTableProgress {
     holdCount: typeof item.holdCount === 'number' ? item.holdCount : 0,
     releaseRequested: typeof item.releaseRequested === 'string' ? item.releaseRequested : null,
     releasedAt: typeof item.releasedAt === 'string' ? item.releasedAt : null,
-    heldFromShards: heldShardsFromItem(item.heldFromShards),
+    heldFromShards: shardMapFromItem(item.heldFromShards),
     parallelBatches: item.parallelBatches === true,
+    replayedThrough: shardMapFromItem(item.replayedThrough),
   };
 }

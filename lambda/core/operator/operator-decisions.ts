@@ -6,6 +6,7 @@
  */
 import { isPolledRecord } from '../shared/position-space.ts';
 import { compareSequenceNumbers } from '../sink/apply-plan.ts';
+import { kinesisSequenceOf } from '../../../contracts/change-log-record.ts';
 import type { SinkTableProgress, TableRecord, TableState } from '../shared/control-plane.ts';
 
 /** What the operator function and the CLI are configured with. */
@@ -281,19 +282,44 @@ export function mergeHeldShards(
  * be behind that shard's first held event, so every earlier record of a held shard is replayed
  * too (`'catch-up'`): each key's events then apply in order from the shard's trim horizon, the ones
  * already applied dropped as duplicates (invariant 2). Without shard information (a hold recorded
- * by an older applier) every record at or after the held position is in the held range.
+ * by an older applier) every record at or after the held position is in the held range. A record
+ * at or below its shard's `replayedThrough` is left alone: an earlier pass applied it and every
+ * event of the table before it on that shard.
  */
 export function replaysRecord(
-  hold: Pick<SinkTableProgress, 'heldFrom' | 'heldFromShards' | 'parallelBatches'>,
+  hold: Pick<SinkTableProgress, 'heldFrom' | 'heldFromShards' | 'parallelBatches' | 'replayedThrough'>,
   shardId: string,
   sequenceNumber: string,
   position: string,
 ): 'held' | 'catch-up' | null {
   if (hold.heldFrom === null) return null;
+  const through = hold.replayedThrough?.[shardId];
+  if (through !== undefined && compareSequenceNumbers(sequenceNumber, through) <= 0) return null;
   const shards = hold.heldFromShards;
   if (shards === undefined || shards === null || Object.keys(shards).length === 0) return position >= hold.heldFrom ? 'held' : null;
   const first = shards[shardId];
   if (first === undefined) return null;
   if (lowerSequence(first, sequenceNumber) === first) return 'held';
   return hold.parallelBatches === true ? 'catch-up' : null;
+}
+
+/**
+ * Where the resume replay reads the change log for a hold (docs/operations.md, "How a resume
+ * replays"): per shard it replays, the Kinesis sequence number to read from (that record first) or
+ * null for the shard's trim horizon — after an earlier pass's `replayedThrough`, else the shard's
+ * first held record, else (`parallelBatches`) the trim horizon. Shards that held nothing are not
+ * read. Null: every shard from its trim horizon (a hold recorded without shard information).
+ */
+export function replayStarts(
+  hold: Pick<SinkTableProgress, 'heldFrom' | 'heldFromShards' | 'parallelBatches' | 'replayedThrough'>,
+): Map<string, string | null> | null {
+  const out = new Map<string, string | null>();
+  if (hold.heldFrom === null) return out;
+  const shards = hold.heldFromShards;
+  if (shards === undefined || shards === null || Object.keys(shards).length === 0) return null;
+  for (const [shard, first] of Object.entries(shards)) {
+    const through = hold.replayedThrough?.[shard];
+    out.set(shard, through !== undefined ? kinesisSequenceOf(through) : hold.parallelBatches === true ? null : kinesisSequenceOf(first));
+  }
+  return out;
 }

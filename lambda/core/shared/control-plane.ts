@@ -89,6 +89,13 @@ export interface SinkTableProgress {
    * shard from its trim horizon (docs/operations.md, "How a resume replays").
    */
   parallelBatches?: boolean;
+  /**
+   * Per change-log shard, the last sequence number up to which a resume replay of this hold has
+   * applied the table's events (`noteReplayProgress`), since the last release: every event of the
+   * table on that shard up to it is applied, so a later pass starts after it (docs/operations.md,
+   * "How a resume replays").
+   */
+  replayedThrough?: Record<string, string> | null;
 }
 
 export interface AuditEntry {
@@ -180,6 +187,12 @@ export interface ControlPlane {
     shards?: Readonly<Record<string, string>>,
     parallelBatches?: boolean,
   ): Promise<void>;
+  /**
+   * Records how far a resume replay of the current hold has applied the table's events, per
+   * change-log shard (`SinkTableProgress.replayedThrough`, replaced whole); false when the table is
+   * not held (the release came first), and nothing is written.
+   */
+  noteReplayProgress(sink: string, sourceId: string, table: string, through: Readonly<Record<string, string>>): Promise<boolean>;
   /** Clears the held position (on resume), with its audit entry. */
   releaseSinkTable(sink: string, sourceId: string, table: string, audit: AuditEntry): Promise<void>;
   /** Consumer checkpoints of the local event-source poller (one per consumer and shard). */

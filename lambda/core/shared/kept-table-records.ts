@@ -40,6 +40,7 @@ const LEAVES_RECORDS: ReadonlySet<string> = new Set([
   'listSinkProgress',
   'advanceSinkProgress',
   'holdSinkTable',
+  'noteReplayProgress',
   'getCheckpoint',
   'putCheckpoint',
   'appendAudit',

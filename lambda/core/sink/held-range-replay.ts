@@ -21,6 +21,9 @@
  *    batch that read the hold) moves c, so the release fails and the pass runs again: no held
  *    event is released without being replayed, and no live event of the table is applied before
  *    the held ones (the live path applies only after the release).
+ * After each chunk the pass records how far it has applied each shard (`replayedThrough`), so a
+ * pass that does not finish (a crash, the function's timeout) is continued by the next one rather
+ * than started again; a shard that held nothing is not read at all.
  * A live batch that read the hold just before the release and holds after it sets the hold again;
  * the release request stays set until the hold has been clear for `settleMs`, so the replay
  * picks that up too.
@@ -28,7 +31,7 @@
 import type { ControlPlane } from '../shared/control-plane.ts';
 import { CdcError } from '../shared/errors.ts';
 import type { ApplyOptions, BatchOutcome, ChangeRecord } from '../warehouse/warehouse-apply.ts';
-import { replaysRecord } from '../operator/operator-decisions.ts';
+import { replayStarts, replaysRecord } from '../operator/operator-decisions.ts';
 
 /** A record of the change log as read back (the shape lambda/adapters/change-log-reader.ts reads). */
 interface LogRecord {
@@ -44,8 +47,13 @@ export interface ReplayDeps {
   sinkId: string;
   /** The sink's own apply (both sinks' appliers have it). */
   applier: { applyRecords(records: readonly ChangeRecord[], options?: ApplyOptions): Promise<BatchOutcome> };
-  /** Reads the whole change log now, page by page in stream order (lambda/adapters/change-log-reader.ts `readChangeLog`). */
-  readLog: () => AsyncIterable<readonly LogRecord[]>;
+  /**
+   * Reads the change log now, page by page in stream order (lambda/adapters/change-log-reader.ts
+   * `readChangeLog`): the shards `starts` names, each from its sequence number (that record first)
+   * or its trim horizon (null); every shard from its trim horizon when `starts` is null. A reader
+   * may give more (records before a start, other shards): the replay leaves them alone.
+   */
+  readLog: (starts: ReadonlyMap<string, string | null> | null) => AsyncIterable<readonly LogRecord[]>;
   /** How long a released hold must stay clear before the release request is dropped. @default 30000 */
   settleMs?: number;
   log?: (message: string, detail: Record<string, unknown>) => void;
@@ -79,6 +87,8 @@ export function createHeldRangeReplayer(deps: ReplayDeps): { replayPending(): Pr
   }
 
   async function replayOne(sourceId: string, table: string): Promise<ReplayOutcome | null> {
+    /** Events applied by this call's passes (a later pass continues after an earlier one's progress). */
+    let replayed = 0;
     for (let pass = 1; pass <= PASSES; pass++) {
       const t = await cp.getTable(sourceId, table);
       if (!t || t.state !== 'active') return null; // paused again (or gone): the live path keeps holding
@@ -90,9 +100,10 @@ export function createHeldRangeReplayer(deps: ReplayDeps): { replayPending(): Pr
       }
       const from = hold.heldFrom;
       const count = hold.holdCount ?? 0;
-      let replayed = 0;
-      for await (const page of deps.readLog()) {
-        const mine: Array<{ record: ChangeRecord; kind: 'held' | 'catch-up' }> = [];
+      // How far this hold's events are applied per shard: an earlier pass's progress, then this one's after each chunk.
+      const through: Record<string, string> = { ...(hold.replayedThrough ?? {}) };
+      for await (const page of deps.readLog(replayStarts(hold))) {
+        const mine: Array<{ record: ChangeRecord; shardId: string; kind: 'held' | 'catch-up' }> = [];
         for (const r of page) {
           if (r.otherShard !== undefined) continue;
           let e: { source?: unknown; table?: unknown; position?: unknown };
@@ -103,7 +114,12 @@ export function createHeldRangeReplayer(deps: ReplayDeps): { replayPending(): Pr
           }
           if (e.source !== sourceId || e.table !== table || typeof e.position !== 'string') continue;
           const kind = replaysRecord(hold, r.shardId, r.sequenceNumber, e.position);
-          if (kind !== null) mine.push({ record: { sequenceNumber: r.sequenceNumber, origin: `replay/${r.shardId}/${r.sequenceNumber}`, text: r.text }, kind });
+          if (kind !== null)
+            mine.push({
+              record: { sequenceNumber: r.sequenceNumber, origin: `replay/${r.shardId}/${r.sequenceNumber}`, text: r.text },
+              shardId: r.shardId,
+              kind,
+            });
         }
         // In stream order, in chunks of one kind: a catch-up record (before its shard's first held
         // one, replayed because lanes may lag) is applied without a second dead letter.
@@ -111,12 +127,18 @@ export function createHeldRangeReplayer(deps: ReplayDeps): { replayPending(): Pr
           const kind = mine[i]!.kind;
           let j = i + 1;
           while (j < mine.length && j - i < CHUNK && mine[j]!.kind === kind) j++;
-          const chunk = mine.slice(i, j).map((m) => m.record);
+          const chunk = mine.slice(i, j);
           i = j;
-          const outcome = await deps.applier.applyRecords(chunk, kind === 'held' ? { replayHeld: true } : { replayHeld: true, catchUp: true });
+          const outcome = await deps.applier.applyRecords(
+            chunk.map((m) => m.record),
+            kind === 'held' ? { replayHeld: true } : { replayHeld: true, catchUp: true },
+          );
           if (outcome.failed.length > 0) throw new ReplayIncompleteError(sourceId, table, outcome.reasons.get(outcome.failed[0]!) ?? 'records failed');
           if (outcome.held > 0) throw new ReplayIncompleteError(sourceId, table, `the sink held ${outcome.held} events again (cdc status says why)`);
           replayed += outcome.applied;
+          // Every event of the table on these shards up to the chunk's last is applied: a later pass starts after it.
+          for (const m of chunk) through[m.shardId] = m.record.sequenceNumber;
+          await cp.noteReplayProgress(sinkId, sourceId, table, through);
         }
       }
       const released = await cp.completeSinkRelease(
@@ -137,7 +159,7 @@ export function createHeldRangeReplayer(deps: ReplayDeps): { replayPending(): Pr
       deps.log?.('held range replayed', { source: sourceId, table, from, replayed, released, pass });
       if (released) return { source: sourceId, table, replayed, released };
     }
-    return { source: sourceId, table, replayed: 0, released: false };
+    return { source: sourceId, table, replayed, released: false };
   }
 
   return {

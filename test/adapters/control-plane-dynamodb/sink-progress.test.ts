@@ -92,6 +92,25 @@ describe('sink progress', () => {
     expect(await cp.getSinkProgress('wh', 'shop', 'public.lanes')).toMatchObject({ heldFrom: null, parallelBatches: false });
   });
 
+  it("keeps a resume replay's progress on the hold until the release, and refuses it when nothing is held", async () => {
+    expect(await cp.noteReplayProgress('wh', 'shop', 'public.progress', { 'shardId-000000000000': '10' })).toBe(false);
+    expect((await cp.getSinkProgress('wh', 'shop', 'public.progress'))?.replayedThrough ?? null).toBeNull();
+    await cp.holdSinkTable('wh', 'shop', 'public.progress', pos(20), { 'shardId-000000000000': '200' }, true);
+    expect(await cp.noteReplayProgress('wh', 'shop', 'public.progress', { 'shardId-000000000000': '150' })).toBe(true);
+    expect(await cp.noteReplayProgress('wh', 'shop', 'public.progress', { 'shardId-000000000000': '250', 'shardId-000000000001': '7.3' })).toBe(true);
+    expect(await cp.getSinkProgress('wh', 'shop', 'public.progress')).toMatchObject({
+      holdCount: 1,
+      replayedThrough: { 'shardId-000000000000': '250', 'shardId-000000000001': '7.3' },
+    });
+    expect(await cp.completeSinkRelease('wh', 'shop', 'public.progress', { heldFrom: pos(20), holdCount: 1 }, audit('replay-held'))).toBe(true);
+    expect((await cp.getSinkProgress('wh', 'shop', 'public.progress'))?.replayedThrough).toBeNull();
+    expect(await cp.noteReplayProgress('wh', 'shop', 'public.progress', { 'shardId-000000000000': '300' })).toBe(false);
+    await cp.holdSinkTable('wh', 'shop', 'public.progress', pos(30), { 'shardId-000000000000': '400' });
+    expect(await cp.noteReplayProgress('wh', 'shop', 'public.progress', { 'shardId-000000000000': '450' })).toBe(true);
+    await cp.releaseSinkTable('wh', 'shop', 'public.progress', audit('release-sink-table'));
+    expect((await cp.getSinkProgress('wh', 'shop', 'public.progress'))?.replayedThrough).toBeNull();
+  });
+
   it('progress of one sink does not touch another sink or table', async () => {
     await cp.advanceSinkProgress('wh', 'shop', 'public.orders', pos(10));
     await cp.advanceSinkProgress('search', 'shop', 'public.orders', pos(5));
