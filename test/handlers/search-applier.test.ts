@@ -4,7 +4,8 @@
  * retried without loss, refused documents dead-lettered with the table degraded while the rest
  * applies, mappings from the registry (added column before its first document; a type the index
  * cannot hold, a paused table and an unencodable position hold the table), absent columns kept,
- * truncate and snapshot events, heartbeat lag, and the Lambda handler's partial batch response.
+ * truncate and snapshot events, heartbeat lag, a resume replay's catch-up records and the holds of a
+ * sink with several batches of one shard at once, and the Lambda handler's partial batch response.
  * Metrics are read from the Embedded Metric Format lines written to stdout.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -260,6 +261,42 @@ describe('search applier on the search stand-in', () => {
     expect((await cp.getTable('src', table))?.state).toBe('degraded');
     expect([...(await live(names)).keys()]).toEqual([documentId({ id: 2 })]);
     expect(emf.metric(MetricName.DEAD_LETTERS)).toEqual([{ value: 1, dims: { Stage: 'search', Source: 'src' }, dimNames: ['Stage', 'Source'] }]);
+  });
+
+  it('with several batches of one shard at once, holds say so; a resume replay re-applies catch-up records as duplicates and dead-letters none twice', async () => {
+    const { a, cp, table, names } = await setup();
+    const batch = records([ev(table, 'insert', 1, { id: 1 }, { id: 1, n: 'not a number' }), ev(table, 'insert', 2, { id: 2 }, { id: 2, n: 2 })]);
+    expect((await a.applyRecords(batch)).deadLettered).toBe(1);
+    // The replay of a hold recorded with parallelBatches applies a held shard from its trim horizon: these again, as catch-up.
+    const again = await a.applyRecords(
+      batch.map((r) => ({ ...r, origin: `replay/shard-0/${r.sequenceNumber}` })),
+      { replayHeld: true, catchUp: true },
+    );
+    expect(again).toMatchObject({ failed: [], deadLettered: 0 });
+    expect(await cp.listDeadLetters('search')).toHaveLength(1);
+    expect([...(await live(names)).keys()]).toEqual([documentId({ id: 2 })]);
+    // A sink told it runs two batches of one shard at once records that in its holds.
+    const lanes = createSearchApplier({
+      controlPlane: cp,
+      search: index,
+      sinkId: 'search',
+      metrics: new Metrics({ namespace: 'CdcPlatform' }),
+      logger: new Logger({ logLevel: 'CRITICAL' }),
+      parallelizationFactor: 2,
+    });
+    const at = new Date().toISOString();
+    await cp.setTableState('src', table, 'paused', 'OPERATOR_PAUSE: test', {
+      at,
+      actor: 'test',
+      action: 'pause',
+      source: 'src',
+      table,
+      outcome: 'done',
+      detail: {},
+    });
+    await new Promise((r) => setTimeout(r, 1_100)); // the applier reads a table's record again after at most a second
+    expect((await lanes.applyRecords(records([ev(table, 'update', 3, { id: 2 }, { id: 2, n: 3 })]))).held).toBe(1);
+    expect(await cp.getSinkProgress('search', 'src', table)).toMatchObject({ heldFrom: pos(3), parallelBatches: true });
   });
 
   it('adds a compatible new column to the mapping before its first document', async () => {
