@@ -13,7 +13,7 @@ import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
 import type { KinesisStreamEvent } from 'aws-lambda';
 import { MetricName } from '../../contracts/metrics.ts';
-import { createSearchApplier, type SearchApplier } from '../../lambda/handlers/search-applier.ts';
+import { createSearchApplier, type SearchApplier, type SearchApplierDeps } from '../../lambda/handlers/search-applier.ts';
 import type { ChangeRecord } from '../../lambda/handlers/warehouse-applier.ts';
 import { OpenSearchIndex, searchClient } from '../../lambda/adapters/search-opensearch.ts';
 import { toKinesisStreamEvent } from '../../lambda/adapters/kinesis-event.ts';
@@ -84,7 +84,7 @@ describe('search applier on the search stand-in', () => {
 
   async function setup(
     o: { mode?: DeleteMode; state?: TableState; columns?: ColumnDef[]; effective?: string; payloads?: PayloadStore } = {},
-  ): Promise<{ cp: MemoryControlPlane; a: SearchApplier; table: string; names: ReturnType<typeof searchNames> }> {
+  ): Promise<{ cp: MemoryControlPlane; a: SearchApplier; table: string; names: ReturnType<typeof searchNames>; deps: SearchApplierDeps }> {
     const cp = new MemoryControlPlane();
     const table = `public.t${++tableNo}`;
     const at = new Date().toISOString();
@@ -93,7 +93,7 @@ describe('search applier on the search stand-in', () => {
       { source: 'src', table, version: 1, columns: o.columns ?? COLUMNS, key: ['id'], effectivePosition: o.effective ?? pos(0), registeredAt: at },
       { at, actor: 'test', action: 'register-table', source: 'src', table, outcome: 'done', detail: {} },
     );
-    const a = createSearchApplier({
+    const deps: SearchApplierDeps = {
       controlPlane: cp,
       search: index,
       sinkId: 'search',
@@ -101,8 +101,8 @@ describe('search applier on the search stand-in', () => {
       logger: new Logger({ logLevel: 'CRITICAL' }),
       backoffMs: 1,
       ...(o.payloads ? { payloads: o.payloads } : {}),
-    });
-    return { cp, a, table, names: searchNames('cdc', 'src', table) };
+    };
+    return { cp, a: createSearchApplier(deps), table, names: searchNames('cdc', 'src', table), deps };
   }
 
   it('reads an event stored out of line (a claim check) back whole; without a payload store it is a named dead letter, never applied in part', async () => {
@@ -264,7 +264,7 @@ describe('search applier on the search stand-in', () => {
   });
 
   it('with several batches of one shard at once, holds say so; a resume replay re-applies catch-up records as duplicates and dead-letters none twice', async () => {
-    const { a, cp, table, names } = await setup();
+    const { a, cp, table, names, deps } = await setup();
     const batch = records([ev(table, 'insert', 1, { id: 1 }, { id: 1, n: 'not a number' }), ev(table, 'insert', 2, { id: 2 }, { id: 2, n: 2 })]);
     expect((await a.applyRecords(batch)).deadLettered).toBe(1);
     // The replay of a hold recorded with parallelBatches applies a held shard from its trim horizon: these again, as catch-up.
@@ -276,14 +276,7 @@ describe('search applier on the search stand-in', () => {
     expect(await cp.listDeadLetters('search')).toHaveLength(1);
     expect([...(await live(names)).keys()]).toEqual([documentId({ id: 2 })]);
     // A sink told it runs two batches of one shard at once records that in its holds.
-    const lanes = createSearchApplier({
-      controlPlane: cp,
-      search: index,
-      sinkId: 'search',
-      metrics: new Metrics({ namespace: 'CdcPlatform' }),
-      logger: new Logger({ logLevel: 'CRITICAL' }),
-      parallelizationFactor: 2,
-    });
+    const lanes = createSearchApplier({ ...deps, parallelizationFactor: 2 });
     const at = new Date().toISOString();
     await cp.setTableState('src', table, 'paused', 'OPERATOR_PAUSE: test', {
       at,
