@@ -3,7 +3,7 @@
  * child processes never colour the next), then prints one table of figure, same-run reference and
  * ratio, and writes `bench/results/<name>.json` per benchmark plus `bench/results/summary.json`.
  *
- *     npm run bench                      # all: synth, capture, apply, e2e, search, snapshot, rebuild, reconcile, merge, hot-paths
+ *     npm run bench                      # all: synth, capture, apply, e2e, search, snapshot, rebuild, reconcile, merge, resume, hot-paths
  *     npm run bench -- --only apply,e2e  # some
  *     npm run bench -- --quick           # smaller sizes, for checking the harness
  *
@@ -17,7 +17,7 @@ import { exitOnHelp } from './lib/usage.ts';
 import { argValue, formatTable, loadAverage, RESULTS_DIR, writeResult, type BenchResult } from './lib/report.ts';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
-const BENCHMARKS = ['synth', 'capture', 'apply', 'e2e', 'search', 'snapshot', 'rebuild', 'reconcile', 'merge', 'hot-paths'] as const;
+const BENCHMARKS = ['synth', 'capture', 'apply', 'e2e', 'search', 'snapshot', 'rebuild', 'reconcile', 'merge', 'resume', 'hot-paths'] as const;
 
 /** Extra options per benchmark for `--quick`. */
 const QUICK: Record<(typeof BENCHMARKS)[number], string[]> = {
@@ -30,6 +30,7 @@ const QUICK: Record<(typeof BENCHMARKS)[number], string[]> = {
   rebuild: ['--quick'],
   reconcile: ['--rows', '200000', '--rows-per-run', '20000', '--runs', '1'],
   merge: ['--base-rows', '300000', '--delta', '20000'],
+  resume: ['--held', '0.1'],
   'hot-paths': ['--rounds', '2'],
 };
 
