@@ -82,7 +82,7 @@ import {
   generateHistory,
   historyEvents,
   itemsTableSql,
-  registryEntries,
+  registerBenchTable,
   snapshotEvents,
   type History,
 } from './lib/history.ts';
@@ -388,16 +388,7 @@ async function applierRun(
   const cpTally = new Tally();
   const copyTiming: CopyTiming = { copies: 0, wholeMs: 0, textMs: 0, tailMs: 0 };
   const inner = o.controlPlane ?? new MemoryControlPlane();
-  const reg = registryEntries();
-  await inner.registerTable(reg.table, reg.schema, {
-    at: reg.table.updatedAt,
-    actor: 'bench',
-    action: 'register',
-    source: BENCH_SOURCE,
-    table: BENCH_TABLE,
-    outcome: 'done',
-    detail: {},
-  });
+  await registerBenchTable(inner);
   const newApplier = (p: pg.Pool, cp: ControlPlane = timedControlPlane(inner, cpTally)) =>
     createWarehouseApplier({
       controlPlane: cp,
@@ -636,16 +627,7 @@ async function appendOnlyApplier(
   warehouse: Parameters<typeof createWarehouseApplier>[0]['warehouse'],
 ): Promise<ReturnType<typeof createWarehouseApplier>> {
   const controlPlane = new MemoryControlPlane();
-  const reg = registryEntries();
-  await controlPlane.registerTable(reg.table, reg.schema, {
-    at: reg.table.updatedAt,
-    actor: 'bench',
-    action: 'register',
-    source: BENCH_SOURCE,
-    table: BENCH_TABLE,
-    outcome: 'done',
-    detail: {},
-  });
+  await registerBenchTable(controlPlane);
   return createWarehouseApplier({
     controlPlane: controlPlane,
     pool,

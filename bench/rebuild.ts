@@ -54,7 +54,7 @@ import {
   generateHistory,
   historyEvents,
   itemsTableSql,
-  registryEntries,
+  registerBenchTable,
   snapshotEvents,
 } from './lib/history.ts';
 import { copyLines } from './lib/pg.ts';
@@ -138,16 +138,7 @@ export async function run(): Promise<BenchResult> {
     const totalObjects = (await archive.list('change-log/tables/')).length;
 
     const cp = new MemoryControlPlane();
-    const { table, schema } = registryEntries();
-    await cp.registerTable(table, schema, {
-      at: table.updatedAt,
-      actor: 'bench',
-      action: 'register-table',
-      source: BENCH_SOURCE,
-      table: BENCH_TABLE,
-      outcome: 'done',
-      detail: {},
-    });
+    await registerBenchTable(cp);
     await cp.advanceSinkProgress(
       'warehouse',
       BENCH_SOURCE,

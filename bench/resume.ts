@@ -28,7 +28,16 @@ import { qualified, warehouseTable } from '../lambda/core/warehouse/warehouse-sq
 import { createWarehouseApplier, type ChangeRecord } from '../lambda/handlers/warehouse-applier.ts';
 import { startPostgres } from '../local/postgres.ts';
 import { MemoryControlPlane } from '../test/helpers/memory-control-plane.ts';
-import { BENCH_SOURCE, BENCH_TABLE, DEFAULT_HISTORY, fingerprintSql, generateHistory, historyEvents, registryEntries, snapshotEvents } from './lib/history.ts';
+import {
+  BENCH_SOURCE,
+  BENCH_TABLE,
+  DEFAULT_HISTORY,
+  fingerprintSql,
+  generateHistory,
+  historyEvents,
+  registerBenchTable,
+  snapshotEvents,
+} from './lib/history.ts';
 import { serverVersion } from './lib/pg.ts';
 import { nowMs, numberArg, rateRow, Recorder, runIfMain, sleep, timeRow, type BenchResult } from './lib/report.ts';
 
@@ -93,16 +102,7 @@ export async function run(): Promise<BenchResult> {
 /** Applies the log live up to `heldFrom`, pauses, holds the rest, resumes, and times the replay until the hold is released. */
 async function resumeOnce(pool: pg.Pool, log: readonly LogRecord[], heldFrom: number, factor: number) {
   const cp = new MemoryControlPlane();
-  const { table, schema } = registryEntries(new Date(Date.now() - 60_000).toISOString());
-  await cp.registerTable(table, schema, {
-    at: table.updatedAt,
-    actor: 'bench',
-    action: 'register-table',
-    source: BENCH_SOURCE,
-    table: BENCH_TABLE,
-    outcome: 'done',
-    detail: {},
-  });
+  await registerBenchTable(cp, new Date(Date.now() - 60_000).toISOString());
   const applier = createWarehouseApplier({
     controlPlane: cp,
     pool,

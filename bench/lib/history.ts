@@ -12,7 +12,7 @@
  */
 import { ENVELOPE_VERSION, type ChangeEvent, type Row } from '../../lambda/core/shared/event.ts';
 import { makePosition } from '../../lambda/core/shared/position.ts';
-import type { ColumnDef, SchemaVersion, TableRecord } from '../../lambda/core/shared/control-plane.ts';
+import type { ColumnDef, ControlPlane, SchemaVersion, TableRecord } from '../../lambda/core/shared/control-plane.ts';
 import { seededRandom } from '../../local/seeded-random.ts';
 
 /** The demo's seeded PRNG (mulberry32), so a history can be regenerated bit for bit. */
@@ -205,6 +205,20 @@ export function registryEntries(now = new Date().toISOString()): { table: TableR
       registeredAt: now,
     },
   };
+}
+
+/** Registers the bench table (`registryEntries`) in a control plane, with its audit entry, as every benchmark that applies it does. */
+export async function registerBenchTable(cp: Pick<ControlPlane, 'registerTable'>, now?: string): Promise<void> {
+  const { table, schema } = registryEntries(now);
+  await cp.registerTable(table, schema, {
+    at: table.updatedAt,
+    actor: 'bench',
+    action: 'register-table',
+    source: BENCH_SOURCE,
+    table: BENCH_TABLE,
+    outcome: 'done',
+    detail: {},
+  });
 }
 
 const rowOf = (r: Item): Row => ({ id: r.id, customer_id: r.customer_id, status: r.status, amount: r.amount, note: r.note, updated_at: r.updated_at });
