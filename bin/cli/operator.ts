@@ -184,7 +184,8 @@ export function snapshotCell(s: NonNullable<StatusReport['tables'][number]['snap
 export function formatStatus(report: StatusReport): string {
   const rows: string[][] = [['SOURCE', 'TABLE', 'STATE', 'VERSION', 'SINK', 'APPLIED', 'HELD FROM', 'HEADROOM', 'DEAD', 'SNAPSHOT', 'REASON']];
   for (const t of report.tables) {
-    const sinks = t.sinks.length > 0 ? t.sinks : [{ sink: '-', appliedPosition: null, heldFrom: null, heldAt: null, releasePending: false }];
+    const sinks =
+      t.sinks.length > 0 ? t.sinks : [{ sink: '-', appliedPosition: null, heldFrom: null, heldAt: null, releasePending: false, fromTrimHorizon: false }];
     for (const s of sinks) {
       rows.push([
         t.source,
@@ -193,7 +194,7 @@ export function formatStatus(report: StatusReport): string {
         String(t.schemaVersion),
         s.sink,
         s.appliedPosition ?? '-',
-        s.heldFrom ? `${s.heldFrom}${s.releasePending ? ' (replaying)' : ''}` : '-',
+        s.heldFrom ? `${s.heldFrom}${s.releasePending ? (s.fromTrimHorizon ? ' (replaying from the trim horizon)' : ' (replaying)') : ''}` : '-',
         t.retentionHeadroomMs === null ? '-' : formatDuration(t.retentionHeadroomMs),
         String(t.deadLetters),
         // Snapshot progress comes from the snapshot worker's entry point when one is wired: in rows, as the board shows it.

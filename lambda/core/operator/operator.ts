@@ -46,7 +46,19 @@ export interface TableStatus {
   stateReason: string | null;
   schemaVersion: number;
   updatedAt: string;
-  sinks: Array<{ sink: string; appliedPosition: string | null; heldFrom: string | null; heldAt: string | null; releasePending: boolean }>;
+  /**
+   * Per sink: `releasePending` while a resume's replay runs; `fromTrimHorizon` when the hold was
+   * recorded with several batches of one shard at once, so the replay applies its held shards from
+   * their trim horizon (docs/operations.md, "How a resume replays": it takes longer).
+   */
+  sinks: Array<{
+    sink: string;
+    appliedPosition: string | null;
+    heldFrom: string | null;
+    heldAt: string | null;
+    releasePending: boolean;
+    fromTrimHorizon: boolean;
+  }>;
   deadLetters: number;
   /** How long the oldest held event stays in the change log (ms); null when nothing is held. */
   retentionHeadroomMs: number | null;
@@ -234,6 +246,7 @@ export class Operator {
           heldFrom: s.heldFrom,
           heldAt: s.heldAt ?? null,
           releasePending: (s.releaseRequested ?? null) !== null && s.heldFrom !== null,
+          fromTrimHorizon: s.heldFrom !== null && s.parallelBatches === true,
         })),
         deadLetters: letters.filter((d: DeadLetter) => d.source === t.source && d.table === t.table).length,
         retentionHeadroomMs: retentionHeadroomMs(sinks, now, this.deps.settings),

@@ -16,6 +16,7 @@ import { makePosition } from '../../../lambda/core/shared/position.ts';
 import { controlPlaneSnapshots, Operator, stateOnlySnapshots, type ActionResult } from '../../../lambda/core/operator/operator.ts';
 import { parseDurationText, type SnapshotScheduler } from '../../../lambda/core/operator/operator-decisions.ts';
 import { createHeldRangeReplayer } from '../../../lambda/core/sink/held-range-replay.ts';
+import { formatStatus } from '../../../bin/cli/operator.ts';
 import type { LogRecord } from '../../../lambda/adapters/change-log-reader.ts';
 import type { ChangeRecord } from '../../../lambda/handlers/warehouse-applier.ts';
 
@@ -332,6 +333,21 @@ describe('the resume replay', () => {
     ]);
     await replayer.replayPending(); // nothing held: drops the request
     expect((await cp.getSinkProgress('warehouse', 'shop', 'public.orders'))!.releaseRequested).toBeNull();
+  });
+
+  it('cdc status says when a released hold is replayed from the trim horizon (several batches of one shard at once)', async () => {
+    await register('public.orders', 'shop', { state: 'paused', stateReason: 'OPERATOR_PAUSE: x' });
+    await cp.holdSinkTable('warehouse', 'shop', 'public.orders', pos(10), { s0: '100' }, true);
+    await cp.holdSinkTable('search', 'shop', 'public.orders', pos(10), { s0: '100' });
+    expect(await operator().resume('alice', { table: 'public.orders' })).toMatchObject({ outcome: 'done' });
+    const status = await operator().status();
+    expect(status.tables[0]!.sinks.map((s) => [s.sink, s.releasePending, s.fromTrimHorizon])).toEqual([
+      ['search', true, false],
+      ['warehouse', true, true],
+    ]);
+    const text = formatStatus(status);
+    expect(text).toMatch(/search .*\(replaying\)/);
+    expect(text).toMatch(/warehouse .*\(replaying from the trim horizon\)/);
   });
 
   it('leaves the hold in place when the table was paused again, or when the replay cannot apply', async () => {
