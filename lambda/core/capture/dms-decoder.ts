@@ -126,12 +126,25 @@ function optionalString(meta: Record<string, unknown>, field: string): string {
   return v;
 }
 
+/** The last timestamp text that passed `timestamp`: the records of one transaction share theirs, so most are checked by one comparison. */
+let passedTimestamp = '';
+
 function timestamp(meta: Record<string, unknown>, field: string): string {
   const v = meta[field];
+  if (v === passedTimestamp && v !== '') return v;
   if (typeof v !== 'string' || Number.isNaN(Date.parse(v)))
     throw new InvalidRecordError(`metadata.${field}`, `expected an ISO-8601 timestamp, got ${describe(v)}`);
+  passedTimestamp = v;
   return v;
 }
+
+/**
+ * The last stream position read and its commit LSN as a position's first 16 hex digits: the
+ * records of one transaction share their stream position, so its LSN is parsed once per
+ * transaction (docs/performance-log.md, "71. The normalizer's work per DMS record, and the cores' bound on the end-to-end line").
+ */
+let lastStreamPosition = '';
+let lastLsnHex = '';
 
 function positionOf(meta: Record<string, unknown>): Position {
   const sp = meta['stream-position'];
@@ -141,13 +154,17 @@ function positionOf(meta: Record<string, unknown>): Position {
       `expected a PostgreSQL stream position like '00000002/7C007178.3.00000002/7C007178' (the task needs IncludeTransactionDetails), got ${describe(sp)}`,
     );
   }
-  const lsn = sp.split('.')[0]!;
   const rid = meta['transaction-record-id'];
   if (typeof rid !== 'number' || !Number.isInteger(rid) || rid < 0 || rid > 0xffffffff) {
     throw new InvalidRecordError('metadata.transaction-record-id', `expected a non-negative integer, got ${describe(rid)}`);
   }
+  // The same text as the record before: the same LSN, and `makePosition`'s checks passed for it (the index is checked above).
+  if (sp === lastStreamPosition) return lastLsnHex + rid.toString(16).padStart(8, '0');
   try {
-    return makePosition(lsn, rid);
+    const position = makePosition(sp.split('.')[0]!, rid);
+    lastStreamPosition = sp;
+    lastLsnHex = position.slice(0, 16);
+    return position;
   } catch (e) {
     if (e instanceof InvalidRecordError)
       throw new InvalidRecordError('metadata.stream-position', `cannot read an LSN from ${JSON.stringify(sp)}: ${e.message}`);
@@ -293,31 +310,15 @@ export function decodeDmsRecord(record: unknown, ctx: DecodeContext): DecodeResu
   }
   const txId = txIdRaw === undefined || txIdRaw === null ? null : String(txIdRaw);
 
-  const change = (fields: Pick<DecodedChange, 'op' | 'key' | 'after' | 'before' | 'missing'>): DecodedChange => ({
-    v: ENVELOPE_VERSION,
-    source: ctx.source,
-    table,
-    op: fields.op,
-    key: fields.key,
-    after: fields.after,
-    before: fields.before,
-    missing: fields.missing,
-    position,
-    commitTs,
-    txId,
-    capture: 'dms',
-    synthetic: false,
-  });
-  const result = (changes: DecodedChange[]): DecodeResult => ({ kind: 'changes', changes, columns: null, keyColumns: [...keyColumns] });
-
+  const at: ChangeAt = { source: ctx.source, table, position, commitTs, txId };
   switch (operation) {
     case 'load':
-      return result([change({ op: 'snapshot', key: keyFrom(data, keyColumns, 'data'), after: { ...data }, before: null, missing: [] })]);
+      return changesOf(keyColumns, [changeAt(at, 'snapshot', keyFrom(data, keyColumns, 'data'), { ...data }, null, [])]);
     case 'insert':
-      return result([change({ op: 'insert', key: keyFrom(data, keyColumns, 'data'), after: { ...data }, before: null, missing: [] })]);
+      return changesOf(keyColumns, [changeAt(at, 'insert', keyFrom(data, keyColumns, 'data'), { ...data }, null, [])]);
     case 'delete': {
       const key = keyFrom(data, keyColumns, 'data');
-      return result([change({ op: 'delete', key, after: null, before: { ...key }, missing: [] })]);
+      return changesOf(keyColumns, [changeAt(at, 'delete', key, null, { ...key }, [])]);
     }
     case 'update': {
       const key = keyFrom(data, keyColumns, 'data');
@@ -327,15 +328,44 @@ export function decodeDmsRecord(record: unknown, ctx: DecodeContext): DecodeResu
       if (before !== null) {
         const oldKey = keyFrom(before, keyColumns, DMS_BEFORE_IMAGE_FIELD);
         if (keyColumns.some((k) => JSON.stringify(oldKey[k]) !== JSON.stringify(key[k]))) {
-          return result([
-            change({ op: 'delete', key: oldKey, after: null, before: { ...before }, missing: [] }),
-            change({ op: 'insert', key, after, before: { ...before }, missing }),
-          ]);
+          return changesOf(keyColumns, [changeAt(at, 'delete', oldKey, null, { ...before }, []), changeAt(at, 'insert', key, after, { ...before }, missing)]);
         }
       }
-      return result([change({ op: 'update', key, after, before: before === null ? null : { ...before }, missing })]);
+      return changesOf(keyColumns, [changeAt(at, 'update', key, after, before === null ? null : { ...before }, missing)]);
     }
     default:
       throw new UnknownOperationError(operation, 'metadata.operation of a data record');
   }
+}
+
+/** What every change of one DMS data record shares. */
+interface ChangeAt {
+  source: string;
+  table: string;
+  position: Position;
+  commitTs: string;
+  txId: string | null;
+}
+
+/** One change of a DMS data record (module functions, not closures made per record: docs/performance-log.md, "71. The normalizer's work per DMS record, and the cores' bound on the end-to-end line"). */
+function changeAt(at: ChangeAt, op: DecodedChange['op'], key: Row, after: Row | null, before: Row | null, missing: string[]): DecodedChange {
+  return {
+    v: ENVELOPE_VERSION,
+    source: at.source,
+    table: at.table,
+    op,
+    key,
+    after,
+    before,
+    missing,
+    position: at.position,
+    commitTs: at.commitTs,
+    txId: at.txId,
+    capture: 'dms',
+    synthetic: false,
+  };
+}
+
+function changesOf(keyColumns: readonly string[], changes: DecodedChange[]): DecodeResult {
+  return { kind: 'changes', changes, columns: null, keyColumns: [...keyColumns] };
 }

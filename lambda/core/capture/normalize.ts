@@ -315,13 +315,12 @@ export class NormalizerBatch<E> {
 
   /** One record (or one row of a packed record, `what` naming it in a dead letter's reason). */
   private async one(raw: RawRecord, parsed: unknown, what?: string): Promise<RecordOutcome> {
-    const deadLetter = (code: string, reason: string) => this.deadLetter(raw, parsed, code, what === undefined ? reason : `${what}: ${reason}`);
     let result: DecodeResult;
     try {
       result = await this.decode(parsed);
     } catch (e) {
       if (!(e instanceof DecodeFailure)) throw e;
-      await deadLetter(e.code, e.message);
+      await this.deadLetter(raw, parsed, e.code, e.message, what);
       return 'dead-lettered';
     }
     if (detectRecordFormat(parsed) === 'dms') this.dmsDecoded++;
@@ -334,12 +333,12 @@ export class NormalizerBatch<E> {
         await this.control(result);
       } catch (e) {
         if (!(e instanceof PositionSpaceMismatchError)) throw e;
-        await deadLetter(e.code, e.message);
+        await this.deadLetter(raw, parsed, e.code, e.message, what);
         return 'dead-lettered';
       }
       return 'control';
     }
-    return this.changes(raw, parsed, result, deadLetter);
+    return this.changes(raw, parsed, result, what);
   }
 
   /** Reads the published partition tree again when `parsed` names a table the last reading did not know (at most every 2 s). */
@@ -399,14 +398,12 @@ export class NormalizerBatch<E> {
     raw: RawRecord,
     parsed: unknown,
     decoded: Extract<DecodeResult, { kind: 'changes' }>,
-    deadLetter: (code: string, reason: string) => Promise<void>,
+    what: string | undefined,
   ): Promise<RecordOutcome> {
     if (decoded.changes.length === 0) return 'ignored';
     if (decoded.changes[0]!.source !== this.o.source) {
-      await deadLetter(
-        'SOURCE_MISMATCH',
-        `source: the record names source ${JSON.stringify(decoded.changes[0]!.source)} but this normalizer serves ${JSON.stringify(this.o.source)}`,
-      );
+      const named = `source: the record names source ${JSON.stringify(decoded.changes[0]!.source)}`;
+      await this.deadLetter(raw, parsed, 'SOURCE_MISMATCH', `${named} but this normalizer serves ${JSON.stringify(this.o.source)}`, what);
       return 'dead-lettered';
     }
     // Excluded columns never enter the change log, even if the capture delivered them (DMS's
@@ -419,7 +416,7 @@ export class NormalizerBatch<E> {
         result = { ...decoded, changes: decoded.changes.map((c) => applyColumnRulesToChange(c, { mask: [], exclude })) };
       } catch (e) {
         if (!(e instanceof CdcError)) throw e;
-        await deadLetter(e.code, e.message);
+        await this.deadLetter(raw, parsed, e.code, e.message, what);
         return 'dead-lettered';
       }
     }
@@ -434,7 +431,7 @@ export class NormalizerBatch<E> {
         result = { ...result, changes: result.changes.map((c) => transformChange(c, spec)) };
       } catch (e) {
         if (!(e instanceof CdcError)) throw e;
-        await deadLetter(e.code, e.message);
+        await this.deadLetter(raw, parsed, e.code, e.message, what);
         return 'dead-lettered';
       }
     }
@@ -446,7 +443,7 @@ export class NormalizerBatch<E> {
     try {
       shaped = changes.map((c) => validateChangeEvent({ ...c, schemaVersion: 1 }));
     } catch (e) {
-      await deadLetter(e instanceof CdcError ? e.code : 'INVALID_RECORD', (e as Error).message);
+      await this.deadLetter(raw, parsed, e instanceof CdcError ? e.code : 'INVALID_RECORD', (e as Error).message, what);
       return 'dead-lettered';
     }
     // A table first seen through a record without types is registered with its catalog's types,
@@ -469,7 +466,7 @@ export class NormalizerBatch<E> {
     }
     const regression = this.parent.checkMonotonic(raw.origin, changes);
     if (regression) {
-      await deadLetter(regression.code, regression.message);
+      await this.deadLetter(raw, parsed, regression.code, regression.message, what);
       await this.resnapshot(first.table, regression);
       return 'dead-lettered';
     }
@@ -493,7 +490,7 @@ export class NormalizerBatch<E> {
       }
     } catch (e) {
       if (!(e instanceof CdcError)) throw e;
-      await deadLetter(e.code, e.message);
+      await this.deadLetter(raw, parsed, e.code, e.message, what);
       return 'dead-lettered';
     }
     // The source's highest position is a log position (docs/architecture.md §5.2): a polled table's never enter it.
@@ -817,7 +814,9 @@ export class NormalizerBatch<E> {
     return { at, actor: NORMALIZER_STAGE, action, source: this.o.source, table, outcome: 'done', detail };
   }
 
-  private async deadLetter(raw: RawRecord, parsed: unknown, code: string, reason: string): Promise<void> {
+  /** Dead-letters a record; `what` names the row of a packed record it stands for, in the reason. */
+  private async deadLetter(raw: RawRecord, parsed: unknown, code: string, why: string, what?: string): Promise<void> {
+    const reason = what === undefined ? why : `${what}: ${why}`;
     const table = tableNamed(parsed);
     await this.o.controlPlane.putDeadLetter({
       at: this.now().toISOString(),

@@ -41,6 +41,9 @@ export function openShardRanges(shards: readonly ListedShard[]): ShardRange[] {
   return out.sort((a, b) => (a.start < b.start ? -1 : a.start > b.start ? 1 : 0));
 }
 
+/** The largest hash key: MD5 is 128 bits. */
+const MAX_HASH_KEY = (1n << 128n) - 1n;
+
 /** The hash key Kinesis maps a partition key to: MD5 of its UTF-8 bytes, as a 128-bit big-endian integer. */
 export function hashKeyOf(partitionKey: string): bigint {
   return BigInt(`0x${createHash('md5').update(partitionKey, 'utf8').digest('hex')}`);
@@ -94,6 +97,11 @@ interface Open {
   order: number;
 }
 
+/** What `e` adds to the aggregate `x`: its record, and its partition key unless the aggregate has it. */
+function addedBytes(x: Open, e: PlannedEvent): number {
+  return (x.keys.has(e.partitionKey) ? 0 : keyTableEntrySize(e.partitionKey)) + userRecordSize(e.data.length, x.keys.size, null);
+}
+
 /**
  * Plans the units that put `indexes` (in order) of `events`. `ranges` is the shard map; an event whose
  * hash no open shard covers goes as a plain record.
@@ -106,16 +114,17 @@ export function planUnits(events: readonly PlannedEvent[], indexes: readonly num
     open.delete(o.shard.shardId);
     done.push({ order: o.order, unit: unitOf(events, o) });
   };
+  // One open shard over the whole hash key space (a stream of one shard) holds every hash: no MD5 per event.
+  const whole = ranges.length === 1 && ranges[0]!.start === 0n && ranges[0]!.end === MAX_HASH_KEY ? ranges[0]! : null;
   for (const i of indexes) {
     const e = events[i]!;
-    const shard = shardOfHash(ranges, hashKeyOf(e.partitionKey));
+    const shard = whole ?? shardOfHash(ranges, hashKeyOf(e.partitionKey));
     if (shard === null) {
       done.push({ order: order++, unit: { partitionKey: e.partitionKey, data: e.data, members: [i] } });
       continue;
     }
     let o = open.get(shard.shardId);
-    const add = (x: Open): number => (x.keys.has(e.partitionKey) ? 0 : keyTableEntrySize(e.partitionKey)) + userRecordSize(e.data.length, x.keys.size, null);
-    if (o && (o.members.length >= limits.maxEvents || o.bytes + add(o) > limits.maxBytes)) {
+    if (o && (o.members.length >= limits.maxEvents || o.bytes + addedBytes(o, e) > limits.maxBytes)) {
       close(o);
       o = undefined;
     }
@@ -123,7 +132,7 @@ export function planUnits(events: readonly PlannedEvent[], indexes: readonly num
       o = { shard, members: [], keys: new Set(), bytes: AGGREGATE_OVERHEAD + keyTableEntrySize(AGGREGATE_KEY_PREFIX), order: order++ };
       open.set(shard.shardId, o);
     }
-    o.bytes += add(o);
+    o.bytes += addedBytes(o, e);
     o.keys.add(e.partitionKey);
     o.members.push(i);
   }

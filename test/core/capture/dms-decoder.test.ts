@@ -244,6 +244,19 @@ describe('DMS decoder refusals', () => {
     expect((e as InvalidRecordError).field).toBe('metadata.stream-position');
   });
 
+  it("reads a transaction's shared stream position and commit time once, and each record's own index and errors still count", () => {
+    // The decoder keeps the last stream position's LSN and the last commit time that passed (docs/performance-log.md, "71. The normalizer's work per DMS record, and the cores' bound on the end-to-end line").
+    const at = (patch: Record<string, unknown>): string => changes(decodeDmsRecord(withMeta(patch), ctx(FOO)))[0]!.position;
+    const other = { 'stream-position': '00000003/00000010.3.00000003/00000010' };
+    expect(at({ 'transaction-record-id': 1 })).toBe(makePosition('2/7C007178', 1));
+    expect(at({ 'transaction-record-id': 2 })).toBe(makePosition('2/7C007178', 2));
+    expect(error(() => decodeDmsRecord(withMeta({ 'transaction-record-id': 2 ** 32 }), ctx(FOO))).message).toMatch(/transaction-record-id/);
+    expect(error(() => decodeDmsRecord(withMeta({ 'stream-position': 'x.3.x' }), ctx(FOO))).message).toMatch(/cannot read an LSN from "x\.3\.x"/);
+    expect(error(() => decodeDmsRecord(withMeta({ 'commit-timestamp': 'later' }), ctx(FOO))).message).toMatch(/commit-timestamp/);
+    expect(at({ ...other, 'transaction-record-id': 0 })).toBe(makePosition('3/10', 0));
+    expect(at({ 'transaction-record-id': 7 })).toBe(makePosition('2/7C007178', 7));
+  });
+
   it("refuses AWS's MySQL example: its stream position is not a PostgreSQL LSN", () => {
     const [mysql] = records('mysql-aws-example.jsonl');
     const e = error(() => decodeDmsRecord(mysql, ctx({ 'sbtest.sbtest_x': ['id'] })));
