@@ -81,6 +81,71 @@ describe('parseJsonExact', () => {
     );
   });
 
+  it(`reads every number literal by the exact-number rule wherever it stands, beside texts that look like numbers (${RUNS} runs)`, () => {
+    // Literals of every form after any whitespace, in any position, beside strings that hold what a
+    // literal looks like. The expected value is built with the text, from exactNumber.
+    type Node = { lit: string } | { str: string } | boolean | null | Node[] | { obj: Array<[string, Node]> };
+    const literal = fc.oneof(
+      fc.integer({ min: -1000, max: 1000 }).map(String),
+      fc.maxSafeInteger().map(String),
+      fc.bigInt({ min: -(2n ** 70n), max: 2n ** 70n }).map(String),
+      fc.constantFrom('-0', '0', '-0.0', '12.30', '1e5', '1E-3', '2.5e+10', '0.1', '3.14159265358979323846', '9007199254740993', '123456789012345.0'),
+      fc.double({ noNaN: true, noDefaultInfinity: true }).map((d) => JSON.stringify(d)),
+    );
+    // Strings that hold what a literal looks like: a timestamp, `:1.50,`, brackets, escapes.
+    const text = fc.oneof(
+      fc.string(),
+      fc.constantFrom('2026-12-07 22:55:06.476075+00', 'a:1.50,', 'x,-0]', '[12.30]', 'k:9007199254740993}', '\\"', ':5', ',1e5 '),
+    );
+    const tree = fc.letrec<{ node: Node; array: Node[]; object: { obj: Array<[string, Node]> } }>((tie) => ({
+      node: fc.oneof(
+        { depthSize: 'small' },
+        literal.map((lit) => ({ lit })),
+        text.map((str) => ({ str })),
+        fc.boolean(),
+        fc.constant(null),
+        tie('array'),
+        tie('object'),
+      ),
+      array: fc.array(tie('node'), { maxLength: 5 }),
+      object: fc.array(fc.tuple(fc.oneof(text, fc.constantFrom('__proto__', 'id')), tie('node')), { maxLength: 5 }).map((obj) => ({ obj })),
+    }));
+    const ws = fc.array(fc.constantFrom('', ' ', '\n', '\t', '\r\n  '), { minLength: 64, maxLength: 64 });
+    const top = fc.oneof(tree.array, tree.object, tree.node);
+    fc.assert(
+      fc.property(top, ws, (root, spaces) => {
+        let w = 0;
+        const sp = (): string => spaces[w++ % spaces.length]!;
+        const render = (n: Node): string => {
+          if (n === null || typeof n === 'boolean') return String(n);
+          if (Array.isArray(n)) return `[${sp()}${n.map((x) => `${render(x)}${sp()}`).join(`,${sp()}`)}]`;
+          if ('lit' in n) return n.lit;
+          if ('str' in n) return JSON.stringify(n.str);
+          return `{${sp()}${n.obj.map(([k, v]) => `${JSON.stringify(k)}${sp()}:${sp()}${render(v)}${sp()}`).join(`,${sp()}`)}}`;
+        };
+        const expected = (n: Node): unknown => {
+          if (n === null || typeof n === 'boolean') return n;
+          if (Array.isArray(n)) return n.map(expected);
+          if ('lit' in n) return exactNumber(n.lit);
+          if ('str' in n) return n.str;
+          const out: Record<string, unknown> = {};
+          for (const [k, v] of n.obj) Object.defineProperty(out, k, { value: expected(v), enumerable: true, writable: true, configurable: true });
+          return out;
+        };
+        const textOf = render(root);
+        // toStrictEqual tells 5 from '5' and -0 from 0: values by their type.
+        expect(parseJsonExact(textOf)).toStrictEqual(expected(root));
+      }),
+      { numRuns: RUNS, seed: SEED },
+    );
+  });
+
+  it('refuses nesting deeper than 512, and names the offset of a trailing comma', () => {
+    expect(() => parseJsonExact(`${'['.repeat(600)}1${']'.repeat(600)}`)).toThrow(/nesting deeper than 512/);
+    expect(() => parseJsonExact(`${'['.repeat(500)}1${']'.repeat(500)}`)).not.toThrow();
+    expect(() => parseJsonExact('{"a":1,"b":2,}')).toThrow(/^record: not valid JSON: .* at offset 13$/);
+  });
+
   it(`keeps the digits of random integers beyond 2^53 and of random decimals (${RUNS} runs)`, () => {
     fc.assert(
       fc.property(fc.bigInt({ min: -(2n ** 80n), max: 2n ** 80n }), fc.nat({ max: 12 }), (n, scale) => {
