@@ -53,6 +53,7 @@ import { cpuProfile, processCpuMs } from './lib/profile.ts';
 import { highestPassed, searchHighestSustained } from './lib/rate-search.ts';
 import { runWorkload } from './lib/workload.ts';
 import { exec, one } from './lib/pg.ts';
+import { coreBoundRate } from './lib/cpu-bound.ts';
 import { cpuRows, cpuSnapshot, cpuTableText, type CpuRow, type CpuSnapshot } from './lib/cpu-table.ts';
 import { KinesisTally, shardCount, standInCeiling, type CeilingResult, type SampledRecord } from './lib/kinesis-ceiling.ts';
 import { argValue, runIfMain, numberArg, percentile, rateRow, Recorder, sleep, timeRow, type BenchResult } from './lib/report.ts';
@@ -104,6 +105,8 @@ export async function runE2eBench(): Promise<BenchResult> {
   // What the ceiling needs from the pipeline's run (filled in the run, used after the stack stopped).
   // The highest sustained rate of the search (null: no search ran, or no step passed), for the row against the stand-in's ceiling.
   let sustainedRate: number | null = null;
+  // The search's step with the least CPU per change (every process), for the cores' bound against the ceiling.
+  let leanestStep: StepResult | null = null;
   let ceilingInput: {
     sourceAlone: number;
     rate: number;
@@ -314,6 +317,7 @@ export async function runE2eBench(): Promise<BenchResult> {
         note: `steps of ${searchSeconds} s at ${searchSteps.join(', ')}× source alone; first failing step: ${firstFail ? `${Math.round(firstFail.target)}/s` : 'none'}${refined.length > 0 ? `; then ${refined.map((x) => `${x.share}× ${x.pass ? 'sustained' : 'not'}`).join(', ')}` : ''}`,
       });
       rec.details.search = steps;
+      leanestStep = steps.reduce<StepResult | null>((a, x) => (a === null || x.cpu.coreSecondsPer10k < a.cpu.coreSecondsPer10k ? x : a), null);
     }
 
     // Everything (the search's load too) through, then the row-by-row verdict.
@@ -488,6 +492,28 @@ export async function runE2eBench(): Promise<BenchResult> {
           },
         ),
       );
+    if (leanestStep !== null) {
+      // The cores' bound: with every core busy and no waits, the machine carries at most cores ÷ the CPU per change of every
+      // process of the run, taken at the search's step with the least CPU per change (the batches grow with the rate). No scheduling
+      // passes it (docs/performance-log.md, "71. The normalizer's work per DMS record, and the cores' bound on the end-to-end line").
+      const cores = os.availableParallelism();
+      const perChange = leanestStep.cpu.coreSecondsPer10k;
+      const bound = coreBoundRate(10_000, perChange * 1000, cores);
+      rec.add(
+        rateRow(
+          `cores' bound: ${cores} cores over the CPU per change of the leanest step (every process)`,
+          bound,
+          'changes/s',
+          r.changesPerSecond,
+          'kinesalite alone',
+          {
+            target: "≥ 0.6× the stand-in's ceiling possible",
+            met: bound >= 0.6 * r.changesPerSecond,
+            note: `the step at ${Math.round(leanestStep.committed)} changes/s spent ${perChange.toFixed(2)} core-s per 10,000 changes (${Math.round(perChange * 100)} µs per change) and kept ${((leanestStep.cpu.shareOfCore / cores) * 100).toFixed(0)} % of the cores busy`,
+          },
+        ),
+      );
+    }
     rec.details.standInCeiling = {
       ...r,
       cpuBoundChangesPerSecond: cpuBound,
