@@ -14,6 +14,7 @@ import { Metrics } from '@aws-lambda-powertools/metrics';
 import { startPostgres, type PostgresCluster } from '../../local/postgres.ts';
 import { toKinesisStreamEvent } from '../../lambda/adapters/kinesis-event.ts';
 import type { LogRecord } from '../../lambda/adapters/change-log-reader.ts';
+import { registerTables } from '../helpers/registered-applier.ts';
 import { createWarehouseApplier } from '../../lambda/handlers/warehouse-applier.ts';
 import { createHeldRangeReplayer, type ReplayDeps } from '../../lambda/core/sink/held-range-replay.ts';
 import { failuresPerTable } from '../../lambda/core/sink/batch-failures.ts';
@@ -214,12 +215,7 @@ describe('one broken table on embedded PostgreSQL', () => {
     const lanesPool = new pg.Pool({ connectionString: cluster.url(database), max: 4 });
     lanesPool.on('error', () => undefined);
     const cp = new MemoryControlPlane();
-    const at = new Date(Date.now() - 60_000).toISOString();
-    await cp.registerTable(
-      { source: LANES_SOURCE, table: LANES_TABLE, state: 'active', currentVersion: 1, deleteMode: 'soft', preImage: 'key', stateReason: null, updatedAt: at },
-      { source: LANES_SOURCE, table: LANES_TABLE, version: 1, columns: LANES_COLUMNS, key: ['id'], effectivePosition: makePosition(0n, 0), registeredAt: at },
-      { at, actor: 'test', action: 'register-table', source: LANES_SOURCE, table: LANES_TABLE, outcome: 'done', detail: {} },
-    );
+    await registerTables(cp, LANES_SOURCE, [LANES_TABLE], LANES_COLUMNS, 'soft', new Date(Date.now() - 60_000).toISOString());
     const applier = createWarehouseApplier({
       controlPlane: cp,
       pool: lanesPool,

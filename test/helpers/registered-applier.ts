@@ -11,15 +11,15 @@ import type { ColumnDef, ControlPlane, DeleteMode } from '../../lambda/core/shar
 import { makePosition } from '../../lambda/core/shared/position.ts';
 import type { Warehouse } from '../../lambda/core/warehouse/warehouse-port.ts';
 
-/** Registers each of `tables` of `source` as active at version 1 with `columns`, keyed by `id`. */
+/** Registers each of `tables` of `source` as active at version 1 with `columns`, keyed by `id`, at `at` (default now). */
 export async function registerTables(
   cp: ControlPlane,
   source: string,
   tables: readonly string[],
   columns: ColumnDef[],
   deleteMode: DeleteMode = 'soft',
+  at = new Date().toISOString(),
 ): Promise<void> {
-  const at = new Date().toISOString();
   for (const table of tables)
     await cp.registerTable(
       { source, table, state: 'active', currentVersion: 1, deleteMode, preImage: 'key', stateReason: null, updatedAt: at },

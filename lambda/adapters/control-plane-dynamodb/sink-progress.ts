@@ -24,7 +24,7 @@ export async function advanceSinkProgress(t: ControlTable, sink: string, sourceI
     key.sink(sink, sourceId, table),
     'SET #applied = :p, #sink = :sink, #source = :source, #table = :table, #kind = :kind, #updated = :now',
     'attribute_not_exists(#applied) OR #applied < :p',
-    { '#applied': 'appliedPosition' },
+    { ...SINK_NAMES, '#applied': 'appliedPosition' },
     { ':p': appliedPosition, ...sinkValues(sink, sourceId, table) },
   );
 }
@@ -93,22 +93,14 @@ export async function noteReplayProgress(
   table: string,
   through: Readonly<Record<string, string>>,
 ): Promise<boolean> {
-  try {
-    await t.client.send(
-      new UpdateItemCommand({
-        TableName: t.tableName,
-        Key: toItem(key.sink(sink, sourceId, table)),
-        UpdateExpression: 'SET #through = :through, #updated = :now',
-        ConditionExpression: 'attribute_exists(#held)',
-        ExpressionAttributeNames: { '#through': 'replayedThrough', '#updated': 'updatedAt', '#held': 'heldFrom' },
-        ExpressionAttributeValues: toItem({ ':through': { ...through }, ':now': new Date().toISOString() }),
-      }),
-    );
-    return true;
-  } catch (e) {
-    if (e instanceof ConditionalCheckFailedException) return false;
-    throw e;
-  }
+  return conditionalUpdate(
+    t,
+    key.sink(sink, sourceId, table),
+    'SET #through = :through, #updated = :now',
+    'attribute_exists(#held)',
+    { '#through': 'replayedThrough', '#updated': 'updatedAt', '#held': 'heldFrom' },
+    { ':through': { ...through }, ':now': new Date().toISOString() },
+  );
 }
 
 export async function releaseSinkTable(t: ControlTable, sink: string, sourceId: string, table: string, audit: AuditEntry): Promise<void> {
@@ -182,36 +174,25 @@ export async function completeSinkRelease(
 }
 
 export async function clearReleaseRequest(t: ControlTable, sink: string, sourceId: string, table: string): Promise<boolean> {
-  try {
-    await t.client.send(
-      new UpdateItemCommand({
-        TableName: t.tableName,
-        Key: toItem(key.sink(sink, sourceId, table)),
-        UpdateExpression: 'REMOVE #release',
-        ConditionExpression: 'attribute_exists(pk) AND attribute_not_exists(#held)',
-        ExpressionAttributeNames: { '#release': 'releaseRequested', '#held': 'heldFrom' },
-      }),
-    );
-    return true;
-  } catch (e) {
-    if (e instanceof ConditionalCheckFailedException) return false;
-    throw e;
-  }
+  return conditionalUpdate(t, key.sink(sink, sourceId, table), 'REMOVE #release', 'attribute_exists(pk) AND attribute_not_exists(#held)', {
+    '#release': 'releaseRequested',
+    '#held': 'heldFrom',
+  });
 }
 
 function sinkValues(sink: string, sourceId: string, table: string): Plain {
   return { ':sink': sink, ':source': sourceId, ':table': table, ':kind': 'sink-progress', ':now': new Date().toISOString() };
 }
 
-/** An UpdateItem whose failed condition means "nothing to do" (the stored value already wins). */
+/** One UpdateItem under `condition`: true when it was written, false when the condition did not hold. */
 async function conditionalUpdate(
   t: ControlTable,
   k: { pk: string; sk: string },
   update: string,
   condition: string,
   names: Record<string, string>,
-  values: Plain,
-): Promise<void> {
+  values?: Plain,
+): Promise<boolean> {
   try {
     await t.client.send(
       new UpdateItemCommand({
@@ -219,12 +200,13 @@ async function conditionalUpdate(
         Key: toItem(k),
         UpdateExpression: update,
         ConditionExpression: condition,
-        ExpressionAttributeNames: { ...SINK_NAMES, ...names },
-        ExpressionAttributeValues: toItem(values),
+        ExpressionAttributeNames: names,
+        ...(values ? { ExpressionAttributeValues: toItem(values) } : {}),
       }),
     );
+    return true;
   } catch (e) {
-    if (e instanceof ConditionalCheckFailedException) return;
+    if (e instanceof ConditionalCheckFailedException) return false;
     throw e;
   }
 }
