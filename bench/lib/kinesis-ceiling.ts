@@ -77,10 +77,12 @@ export class KinesisTally {
         const stream = input.StreamName ?? '?';
         const entries = input.Records ?? [];
         add(this.puts, stream, entries.length - (output.FailedRecordCount ?? 0));
-        if (this.sampling && (output.FailedRecordCount ?? 0) === 0) {
-          const kept = this.samples.get(stream) ?? [];
+        const kept = this.samples.get(stream) ?? [];
+        // Once `cap` records are kept nothing more is decoded: the count's own work stays out of the pipeline's CPU.
+        if (this.sampling && (output.FailedRecordCount ?? 0) === 0 && kept.length < this.cap) {
           this.samples.set(stream, kept);
           for (const e of entries) {
+            if (kept.length >= this.cap) break;
             const data = e.Data ?? new Uint8Array();
             // An aggregate (the change log's records, contracts/kpl-aggregate.ts) is kept as its events: the ceiling packs them again as the producer does.
             const events = isAggregate(data)
