@@ -39,7 +39,7 @@ import { CdcError, PositionRegressionError } from '../shared/errors.ts';
 import { SchemaVersionCache } from './schema-version-cache.ts';
 import { KeyPositions } from './key-positions.ts';
 import type { ChangeEvent } from '../shared/event.ts';
-import { assertSchemaVersion, validateChangeEvent } from '../shared/event.ts';
+import { assertSchemaVersion, validateDecodedChange } from '../shared/event.ts';
 import type { AuditEntry, ColumnDef, ControlPlane, PreImage, SchemaVersion, TableRecord } from '../shared/control-plane.ts';
 import type { DecodeResult, DecodedChange, DecodedControl } from './decoded.ts';
 import { observe } from './observed-shape.ts';
@@ -55,9 +55,7 @@ import { classifyControl, classifySchema, type Classification, type ObservedColu
 import type { TableConfigIndex } from '../tables/table-config.ts';
 import { claimKey, sha256, type ClaimCheck, type PayloadStore } from '../shared/payload-store.ts';
 import { MetricDimension, MetricName, NORMALIZER_STAGE, type MetricNameValue } from '../../../contracts/metrics.ts';
-import { HEARTBEAT_TABLE } from '../../../contracts/env.ts';
-import { checkHeartbeatContinuity, type HeartbeatContinuityDeps } from './continuity.ts';
-import { splitTableId } from '../shared/identifiers.ts';
+import { checkHeartbeatContinuity, isHeartbeatTable, type HeartbeatContinuityDeps } from './continuity.ts';
 import {
   isIdentity,
   sameTransforms,
@@ -437,11 +435,10 @@ export class NormalizerBatch<E> {
     }
     const { changes } = result;
     const first = changes[0]!;
-    // Shape check before touching the registry (the version is stamped below): once per change,
-    // since what validateChangeEvent returns depends on the schema version only in that field.
+    // Shape check before the registry: once per change (the result depends on the version only in that field, stamped below on it).
     let shaped: ChangeEvent[];
     try {
-      shaped = changes.map((c) => validateChangeEvent({ ...c, schemaVersion: 1 }));
+      shaped = changes.map((c) => validateDecodedChange(c, 1));
     } catch (e) {
       await this.deadLetter(raw, parsed, e instanceof CdcError ? e.code : 'INVALID_RECORD', (e as Error).message, what);
       return 'dead-lettered';
@@ -484,9 +481,9 @@ export class NormalizerBatch<E> {
     const stamped: Buffered<E>[] = [];
     try {
       assertSchemaVersion(version);
-      for (const valid of shaped) {
-        const event: ChangeEvent = { ...valid, schemaVersion: version };
-        stamped.push({ event, encoded: await this.encode(event) });
+      for (const event of shaped) {
+        event.schemaVersion = version;
+        stamped.push({ event, encoded: this.encodeInLine(event) ?? (await this.storeOutOfLine(event)) });
       }
     } catch (e) {
       if (!(e instanceof CdcError)) throw e;
@@ -496,36 +493,40 @@ export class NormalizerBatch<E> {
     // The source's highest position is a log position (docs/architecture.md §5.2): a polled table's never enter it.
     if (this.o.tables.captureMode(first.table) !== 'poll') for (const c of changes) this.parent.notePosition(c.position);
     // Gap check on the heartbeat: a missed or regressed beat, another identity or timeline (lambda/core/capture/continuity.ts).
-    if (splitTableId(first.table).table === HEARTBEAT_TABLE) for (const c of changes) await checkHeartbeatContinuity(this.continuityDeps(), c.after);
+    if (isHeartbeatTable(first.table)) for (const c of changes) await checkHeartbeatContinuity(this.continuityDeps(), c.after);
     this.buffer.push(...stamped);
     return 'buffered';
   }
 
-  /** Encodes an event; one over the record limit is stored whole and its claim check encoded instead. */
-  private async encode(event: ChangeEvent): Promise<E> {
+  /** Encodes an event as one change-log record; null when it is over the record limit and a payload store can take it whole. */
+  private encodeInLine(event: ChangeEvent): E | null {
     try {
       return this.o.changeLog.encode(event);
     } catch (e) {
-      const { payloads } = this.o;
-      if (!(e instanceof CdcError) || e.code !== RECORD_TOO_LARGE || !payloads || !this.o.changeLog.encodeClaim) throw e;
-      const body = Buffer.from(JSON.stringify(event), 'utf8');
-      const digest = sha256(body);
-      const ref = await payloads.put(claimKey(event.source, event.table, event.position, digest), body);
-      this.o.logger.info('Event stored out of line (claim check on the change log)', {
-        table: event.table,
-        position: event.position,
-        bytes: body.byteLength,
-        ref,
-      });
-      return this.o.changeLog.encodeClaim({
-        v: 1,
-        claim: { ref, bytes: body.byteLength, sha256: digest },
-        source: event.source,
-        table: event.table,
-        key: event.key as ClaimCheck['key'],
-        position: event.position,
-      });
+      if (!(e instanceof CdcError) || e.code !== RECORD_TOO_LARGE || !this.o.payloads || !this.o.changeLog.encodeClaim) throw e;
+      return null;
     }
+  }
+
+  /** Stores an event over the record limit whole and encodes its claim check instead (`encodeInLine` returned null: a store and a claim encoder exist). */
+  private async storeOutOfLine(event: ChangeEvent): Promise<E> {
+    const body = Buffer.from(JSON.stringify(event), 'utf8');
+    const digest = sha256(body);
+    const ref = await this.o.payloads!.put(claimKey(event.source, event.table, event.position, digest), body);
+    this.o.logger.info('Event stored out of line (claim check on the change log)', {
+      table: event.table,
+      position: event.position,
+      bytes: body.byteLength,
+      ref,
+    });
+    return this.o.changeLog.encodeClaim!({
+      v: 1,
+      claim: { ref, bytes: body.byteLength, sha256: digest },
+      source: event.source,
+      table: event.table,
+      key: event.key as ClaimCheck['key'],
+      position: event.position,
+    });
   }
 
   private async control(control: DecodedControl): Promise<void> {

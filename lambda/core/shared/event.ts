@@ -92,19 +92,32 @@ let passedSource: string | typeof NONE_YET = NONE_YET;
 let passedTable: string | typeof NONE_YET = NONE_YET;
 let passedCommitTs: string | typeof NONE_YET = NONE_YET;
 
-/**
- * Checks that `value` is a well-formed change event and returns it typed. Throws
- * `InvalidRecordError` naming the first field that is wrong. Does not check identifiers against
- * the registry (the applier does that with the registry in hand).
- */
 /** Throws `InvalidRecordError` unless `v` is a schema version: a positive integer. */
 export function assertSchemaVersion(v: unknown): asserts v is number {
   if (typeof v !== 'number' || !Number.isInteger(v) || v < 1) throw new InvalidRecordError('schemaVersion', `expected a positive integer, got ${describe(v)}`);
 }
 
+/**
+ * Checks that `value` is a well-formed change event and returns it typed. Throws
+ * `InvalidRecordError` naming the first field that is wrong. Does not check identifiers against
+ * the registry (the applier does that with the registry in hand).
+ */
 export function validateChangeEvent(value: unknown): ChangeEvent {
   if (!isPlainObject(value)) throw new InvalidRecordError('event', `expected a JSON object, got ${describe(value)}`);
-  const e = value;
+  return checkedEvent(value, value.schemaVersion);
+}
+
+/**
+ * `validateChangeEvent` of a decoded change, with `schemaVersion` as its version: what
+ * `validateChangeEvent({ ...change, schemaVersion })` returns, without the copy. The event is a
+ * new object, the caller's to stamp: the normalizer checks a change's shape before it knows the
+ * version.
+ */
+export function validateDecodedChange(change: Omit<ChangeEvent, 'schemaVersion'>, schemaVersion: number): ChangeEvent {
+  return checkedEvent(change as unknown as Record<string, unknown>, schemaVersion);
+}
+
+function checkedEvent(e: Record<string, unknown>, schemaVersion: unknown): ChangeEvent {
   if (e.v !== ENVELOPE_VERSION) throw new InvalidRecordError('v', `unsupported envelope version ${describe(e.v)} (this reader knows ${ENVELOPE_VERSION})`);
   if (e.source !== passedSource) {
     if (!isSourceId(e.source)) throw new InvalidRecordError('source', `expected a lower-case identifier, got ${describe(e.source)}`);
@@ -145,7 +158,7 @@ export function validateChangeEvent(value: unknown): ChangeEvent {
   }
   const txId = e.txId === undefined || e.txId === null ? null : e.txId;
   if (txId !== null && typeof txId !== 'string') throw new InvalidRecordError('txId', `expected a string or null, got ${describe(txId)}`);
-  assertSchemaVersion(e.schemaVersion);
+  assertSchemaVersion(schemaVersion);
   if (typeof e.capture !== 'string' || !(CAPTURE_METHODS as readonly string[]).includes(e.capture))
     throw new InvalidRecordError('capture', `expected one of ${CAPTURE_METHODS.join(', ')}, got ${describe(e.capture)}`);
   const synthetic = e.synthetic === undefined ? false : e.synthetic;
@@ -167,7 +180,7 @@ export function validateChangeEvent(value: unknown): ChangeEvent {
     position,
     commitTs: e.commitTs as string,
     txId,
-    schemaVersion: e.schemaVersion,
+    schemaVersion,
     capture: e.capture as CaptureMethod,
     synthetic,
   };
