@@ -2,14 +2,18 @@
  * A Kinesis batch processed one record after another, for a workflow that buffers records and
  * publishes them later (the normalizer, lambda/core/capture/normalize.ts).
  *
- * Ordering. Records are processed one after another (`processInParallel: false`). With partial
- * batch responses Lambda checkpoints at the lowest failed sequence number and retries from
- * there, so once a record fails (an infrastructure error: control plane or change log
- * unavailable) every following record of the batch is failed too, and so is every earlier record
- * whose events were still buffered: no later event of a key is ever published before an
- * earlier one that failed.
+ * Ordering. Records are processed one after another. With partial batch responses Lambda
+ * checkpoints at the lowest failed sequence number and retries from there, so once a record
+ * fails (an infrastructure error: control plane or change log unavailable) every following record
+ * of the batch is failed too, and so is every earlier record whose events were still buffered: no
+ * later event of a key is ever published before an earlier one that failed. When the first record
+ * failed (and so every record) the handler throws (Powertools' `FullBatchFailureError`, as its batch processor does), so
+ * Lambda retries the whole batch. The loop is written here rather than run through Powertools'
+ * batch processor, whose per-record bookkeeping (three environment reads per record among it) was
+ * a measurable part of the normalizer's work per record (docs/performance-log.md, "72. Less work
+ * per DMS record in the normalizer, measured by its own benchmark").
  */
-import { BatchProcessor, EventType, processPartialResponse } from '@aws-lambda-powertools/batch';
+import { FullBatchFailureError } from '@aws-lambda-powertools/batch';
 import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent, KinesisStreamRecord } from 'aws-lambda';
 import { kinesisRecordData } from '../adapters/kinesis-event.ts';
 import type { RawRecord } from '../core/capture/normalize.ts';
@@ -33,51 +37,54 @@ export class PrecedingRecordFailedError extends CdcError {
   }
 }
 
+/** The last stream ARN `originOf` read, and the stream's name in it (a batch's records share one ARN). */
+let originArn: string | undefined | null = null;
+let originStream = '';
+
 /** `<stream>/<shard>/<sequence number>` of a Lambda Kinesis record. */
 export function originOf(record: KinesisStreamRecord): string {
-  const stream = record.eventSourceARN?.split('/').slice(1).join('/') || record.eventSourceARN || 'stream';
-  const shard = record.eventID?.split(':')[0] || 'shard';
-  return `${stream}/${shard}/${record.kinesis.sequenceNumber}`;
+  const arn = record.eventSourceARN;
+  if (arn !== originArn) {
+    originStream = arn?.split('/').slice(1).join('/') || arn || 'stream';
+    originArn = arn;
+  }
+  const id = record.eventID;
+  const colon = id === undefined ? -1 : id.indexOf(':');
+  const shard = (colon >= 0 ? id!.slice(0, colon) : id) || 'shard';
+  return `${originStream}/${shard}/${record.kinesis.sequenceNumber}`;
 }
 
 /** Feeds the event's records to `batch` in order and answers Lambda with the records to retry (see the module comment). */
 export async function processInOrder(
   event: KinesisStreamEvent,
-  context: Context | undefined,
+  _context: Context | undefined,
   batch: InOrderBatch,
   logger: { error(message: string, extra: Record<string, unknown>): void },
 ): Promise<KinesisStreamBatchResponse> {
-  // A processor holds the state of one batch. Lambda runs one invocation at a time per
-  // environment, but the local event-source poller runs one batch per shard concurrently
-  // through the same handler, so each invocation gets its own.
-  const processor = new BatchProcessor(EventType.KinesisDataStreams);
-  const records = event.Records ?? [];
-  const index = new Map(records.map((r, i) => [r.kinesis.sequenceNumber, i]));
+  const records = event.Records;
+  if (!Array.isArray(records)) throw new CdcError('INVALID_EVENT', 'the Kinesis event has no Records list');
   const last = records.length - 1;
-  let failedAt: number | null = null;
-  let failedFrom: number | null = null;
-
-  const recordHandler = async (record: KinesisStreamRecord): Promise<void> => {
-    const i = index.get(record.kinesis.sequenceNumber);
-    if (i === undefined) throw new CdcError('INTERNAL', `record ${record.kinesis.sequenceNumber} is not in the batch`);
-    if (failedAt !== null) throw new PrecedingRecordFailedError(record.kinesis.sequenceNumber, records[failedAt]!.kinesis.sequenceNumber);
+  for (let i = 0; i <= last; i++) {
+    const record = records[i]!;
     try {
       await batch.add({ text: kinesisRecordData(record).toString('utf8'), origin: originOf(record) });
       if (i === last) await batch.flush();
     } catch (e) {
-      failedAt = i;
-      failedFrom = batch.firstUnpublished ?? i;
+      const failedFrom = batch.firstUnpublished ?? i;
       logger.error('Record failed; it and every later record of the batch will be retried', {
         sequenceNumber: record.kinesis.sequenceNumber,
         retryFromSequenceNumber: records[failedFrom]?.kinesis.sequenceNumber,
         error: e instanceof Error ? { name: e.name, message: e.message } : String(e),
       });
-      throw e;
+      // The first record failed, so every one did (the later ones are not processed: order per key must hold): the whole batch is retried.
+      if (i === 0)
+        throw new FullBatchFailureError([
+          e as Error,
+          ...records.slice(1).map((r) => new PrecedingRecordFailedError(r.kinesis.sequenceNumber, record.kinesis.sequenceNumber)),
+        ]);
+      // Else every record from `failedFrom` on: the failed one, the later ones, and the earlier ones still buffered.
+      return { batchItemFailures: records.slice(failedFrom).map((r) => ({ itemIdentifier: r.kinesis.sequenceNumber })) };
     }
-  };
-
-  const response = await processPartialResponse(event, recordHandler, processor, { context, processInParallel: false });
-  if (failedFrom === null) return response;
-  // Earlier records whose events were still buffered are retried too; Lambda resumes at the lowest.
-  return { batchItemFailures: records.slice(failedFrom).map((r) => ({ itemIdentifier: r.kinesis.sequenceNumber })) };
+  }
+  return { batchItemFailures: [] };
 }

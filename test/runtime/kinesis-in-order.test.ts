@@ -66,7 +66,7 @@ describe('processInOrder', () => {
       const every = 1 + rand(6);
       const batch = fakeBatch(failAt, every);
       if (failAt === 0) {
-        // Every record failed: Powertools throws, and Lambda retries the whole batch.
+        // The first record failed, so every one did: the handler throws (Powertools' error), and Lambda retries the whole batch.
         await expect(processInOrder(eventOf(n), undefined, batch, silent)).rejects.toThrow(/All records failed/);
         expect(batch.added).toEqual([]);
         continue;
@@ -82,5 +82,24 @@ describe('processInOrder', () => {
 
   it('names the stream, shard and sequence number of a record', () => {
     expect(originOf(eventOf(1).Records[0]!)).toBe('raw/shardId-000/1000');
+  });
+
+  it('names them as the plain definition does in any sequence of records, the stream name kept from the last ARN', () => {
+    const reference = (r: KinesisStreamEvent['Records'][number]): string =>
+      `${r.eventSourceARN?.split('/').slice(1).join('/') || r.eventSourceARN || 'stream'}/${r.eventID?.split(':')[0] || 'shard'}/${r.kinesis.sequenceNumber}`;
+    const arns = [undefined, '', 'arn:aws:kinesis:eu-west-1:1:stream/raw', 'arn:aws:kinesis:eu-west-1:1:stream/a/b', 'no-slash', 'arn:x:stream/'];
+    const ids = [undefined, '', 'shardId-000:5', 'shardId-001:7', 'nocolon', ':9', 'a:b:c'];
+    const seed = Number(process.env.SEED ?? Date.now() % 1_000_000);
+    console.log(`originOf: seed ${seed}, 2000 records`);
+    let s = seed;
+    const rand = (n: number): number => ((s = (s * 1103515245 + 12345) % 2 ** 31), s % n);
+    for (let i = 0; i < 2000; i++) {
+      const r = {
+        eventSourceARN: arns[rand(arns.length)],
+        eventID: ids[rand(ids.length)],
+        kinesis: { sequenceNumber: String(i) },
+      } as unknown as KinesisStreamEvent['Records'][number];
+      expect(originOf(r), `record ${i} (seed ${seed}): ${JSON.stringify(r)}`).toBe(reference(r));
+    }
   });
 });
