@@ -6,14 +6,14 @@
  * checkpoints at the lowest failed sequence number and retries from there, so once a record
  * fails (an infrastructure error: control plane or change log unavailable) every following record
  * of the batch is failed too, and so is every earlier record whose events were still buffered: no
- * later event of a key is ever published before an earlier one that failed. When the first record
- * failed (and so every record) the handler throws (Powertools' `FullBatchFailureError`, as its batch processor does), so
- * Lambda retries the whole batch. The loop is written here rather than run through Powertools'
- * batch processor, whose per-record bookkeeping (three environment reads per record among it) was
- * a measurable part of the normalizer's work per record (docs/performance-log.md, "72. Less work
- * per DMS record in the normalizer, measured by its own benchmark").
+ * later event of a key is ever published before an earlier one that failed. When the first
+ * record failed (and so every record) the handler throws Powertools' `FullBatchFailureError`, as
+ * its batch processor does, so Lambda retries the whole batch. The loop is written here rather
+ * than run through that batch processor, whose per-record bookkeeping (three environment reads per
+ * record among it) was about a quarter of the normalizer's work per record (docs/performance-log.md,
+ * "72. Less work per DMS record in the normalizer, measured by its own benchmark").
  */
-import { FullBatchFailureError } from '@aws-lambda-powertools/batch';
+import { FullBatchFailureError, UnexpectedBatchTypeError } from '@aws-lambda-powertools/batch';
 import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent, KinesisStreamRecord } from 'aws-lambda';
 import { kinesisRecordData } from '../adapters/kinesis-event.ts';
 import type { RawRecord } from '../core/capture/normalize.ts';
@@ -62,7 +62,8 @@ export async function processInOrder(
   logger: { error(message: string, extra: Record<string, unknown>): void },
 ): Promise<KinesisStreamBatchResponse> {
   const records = event.Records;
-  if (!Array.isArray(records)) throw new CdcError('INVALID_EVENT', 'the Kinesis event has no Records list');
+  // An event without a list of records is refused as Powertools refuses it.
+  if (!Array.isArray(records)) throw new UnexpectedBatchTypeError();
   const last = records.length - 1;
   for (let i = 0; i <= last; i++) {
     const record = records[i]!;

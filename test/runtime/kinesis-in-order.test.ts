@@ -80,6 +80,13 @@ describe('processInOrder', () => {
     }
   });
 
+  it('refuses an event without a list of records, as Powertools does, and answers an empty list with no failures and no flush', async () => {
+    await expect(processInOrder({} as KinesisStreamEvent, undefined, fakeBatch(null, 1), silent)).rejects.toThrow(/Unexpected batch type/);
+    const batch = fakeBatch(null, 1);
+    expect(await processInOrder({ Records: [] }, undefined, batch, silent)).toEqual({ batchItemFailures: [] });
+    expect(batch.flushed).toBe(0);
+  });
+
   it('names the stream, shard and sequence number of a record', () => {
     expect(originOf(eventOf(1).Records[0]!)).toBe('raw/shardId-000/1000');
   });
