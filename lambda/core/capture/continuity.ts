@@ -21,8 +21,7 @@
  */
 import { isPolledRecord } from '../shared/position-space.ts';
 import { CdcError } from '../shared/errors.ts';
-import { HEARTBEAT_KEY_COLUMN, HEARTBEAT_TABLE } from '../../../contracts/env.ts';
-import { splitTableId } from '../shared/identifiers.ts';
+import { HEARTBEAT_KEY_COLUMN } from '../../../contracts/env.ts';
 import type { ControlPlane } from '../shared/control-plane.ts';
 
 /** Who a source is: its cluster and its timeline. */
@@ -144,19 +143,6 @@ export function checkBeatSequence(last: Beat | null, seen: Beat): BeatVerdict {
 }
 
 /** The heartbeat table's columns that carry continuity (lambda/handlers/heartbeat-writer.ts writes them). */
-/** The last table id `isHeartbeatTable` was asked about, and its answer (a batch's records mostly name one table). */
-let askedTable: string | null = null;
-let askedIsHeartbeat = false;
-
-/** Whether a table id names the heartbeat table (`splitTableId`, which throws for an id it refuses), once per run of records naming one table. */
-export function isHeartbeatTable(tableId: string): boolean {
-  if (tableId !== askedTable) {
-    askedIsHeartbeat = splitTableId(tableId).table === HEARTBEAT_TABLE;
-    askedTable = tableId;
-  }
-  return askedIsHeartbeat;
-}
-
 export const HEARTBEAT_SEQ_COLUMN = 'seq';
 export const HEARTBEAT_SYSTEM_IDENTIFIER_COLUMN = 'system_identifier';
 export const HEARTBEAT_TIMELINE_COLUMN = 'timeline';

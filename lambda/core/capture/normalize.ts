@@ -55,7 +55,8 @@ import { classifyControl, classifySchema, type Classification, type ObservedColu
 import type { TableConfigIndex } from '../tables/table-config.ts';
 import { claimKey, sha256, type ClaimCheck, type PayloadStore } from '../shared/payload-store.ts';
 import { MetricDimension, MetricName, NORMALIZER_STAGE, type MetricNameValue } from '../../../contracts/metrics.ts';
-import { checkHeartbeatContinuity, isHeartbeatTable, type HeartbeatContinuityDeps } from './continuity.ts';
+import { checkHeartbeatContinuity, type HeartbeatContinuityDeps } from './continuity.ts';
+import { isHeartbeatTable } from '../shared/identifiers.ts';
 import {
   isIdentity,
   sameTransforms,
@@ -404,9 +405,8 @@ export class NormalizerBatch<E> {
       await this.deadLetter(raw, parsed, 'SOURCE_MISMATCH', `${named} but this normalizer serves ${JSON.stringify(this.o.source)}`, what);
       return 'dead-lettered';
     }
-    // Excluded columns never enter the change log, even if the capture delivered them (DMS's
-    // remove-column on a Kinesis target is not documented). Idempotent; masking is never redone:
-    // a masked value hashed twice would differ from every other path (docs/masking.md).
+    // Excluded columns never enter the change log, even if the capture delivered them (DMS's remove-column on a Kinesis target is not documented).
+    // Idempotent; masking is never redone: a masked value hashed twice would differ from every other path (docs/masking.md).
     const exclude = this.o.tables.columnRules(decoded.changes[0]!.table).exclude;
     let result = decoded;
     if (exclude.length > 0) {

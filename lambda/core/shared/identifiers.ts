@@ -9,6 +9,7 @@
  * A name used in SQL is always double-quoted by `quoteIdent` (`"` doubled); values are never
  * spliced into SQL: they are parameters.
  */
+import { HEARTBEAT_TABLE } from '../../../contracts/env.ts';
 import { PLAIN_IDENT } from '../../../contracts/identifiers.ts';
 import { UnsafeIdentifierError } from './errors.ts';
 
@@ -56,4 +57,17 @@ export function splitTableId(tableId: string): { schema: string; table: string }
   assertCarriedIdentifier(schema, 'schema name', true);
   assertCarriedIdentifier(table, 'table name', true);
   return { schema, table };
+}
+
+/** The last table id `isHeartbeatTable` was asked about, and its answer (a batch's records mostly name one table). */
+let askedTable: string | null = null;
+let askedIsHeartbeat = false;
+
+/** Whether a table id names the heartbeat table (`splitTableId`, which throws for an id it refuses), split once per run of calls naming one table. */
+export function isHeartbeatTable(tableId: string): boolean {
+  if (tableId !== askedTable) {
+    askedIsHeartbeat = splitTableId(tableId).table === HEARTBEAT_TABLE;
+    askedTable = tableId;
+  }
+  return askedIsHeartbeat;
 }

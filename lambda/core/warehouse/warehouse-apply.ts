@@ -47,7 +47,7 @@ import { batchBook, describeError, maxPosition, groupByTable, schemaReader, vali
 import type { ControlPlane, DeleteMode, SchemaVersion } from '../shared/control-plane.ts';
 import { UnsafeIdentifierError } from '../shared/errors.ts';
 import type { ChangeEvent } from '../shared/event.ts';
-import { assertPlainIdentifier, splitTableId } from '../shared/identifiers.ts';
+import { assertPlainIdentifier, isHeartbeatTable } from '../shared/identifiers.ts';
 import { FoldedNameError, foldsInto } from '../shared/name-folding.ts';
 import { keepTableRecords } from '../shared/kept-table-records.ts';
 import { admitTable, checkEventColumns as checkColumnsOf } from '../sink/sink-admission.ts';
@@ -55,7 +55,6 @@ import type { PayloadStore } from '../shared/payload-store.ts';
 import { assertSourceColumn, warehouseTable, type WarehouseTable } from './warehouse-sql.ts';
 import type { MergeTarget, TableApplyResult, TableOutcome, Warehouse } from './warehouse-port.ts';
 import { mergeDueFor, stopsAppends, validateMergePolicy, type MergePolicy } from './merge-policy.ts';
-import { HEARTBEAT_TABLE } from '../../../contracts/env.ts';
 
 /** One change-log record as the applier sees it. */
 export interface ChangeRecord {
@@ -411,7 +410,7 @@ export function createWarehouseApply(deps: WarehouseApplyDeps): WarehouseApply {
       c.applied += items.length;
       if (result.mode === 'append') appended.set(`${sourceId}\u0000${table}`, { source: sourceId, table, deleteMode, key, target, pending: result.pending });
       else appended.delete(`${sourceId}\u0000${table}`);
-      if (splitTableId(table).table === HEARTBEAT_TABLE) {
+      if (isHeartbeatTable(table)) {
         const k = `${sourceId}\u0000${table}`;
         let seen = heartbeatSeen.get(k) ?? '';
         for (const e of result.plan.fresh) {

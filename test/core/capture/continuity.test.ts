@@ -14,11 +14,8 @@ import {
   parseIdentity,
   slotResume,
   formatIdentity,
-  isHeartbeatTable,
   type Beat,
 } from '../../../lambda/core/capture/continuity.ts';
-import { HEARTBEAT_TABLE } from '../../../contracts/env.ts';
-import { splitTableId } from '../../../lambda/core/shared/identifiers.ts';
 import { pollRecords } from '../../../lambda/core/capture/poll.ts';
 import { Normalizer, type NormalizerLogger } from '../../../lambda/core/capture/normalize.ts';
 import { TableConfigIndex, type TableConfig } from '../../../lambda/core/tables/table-config.ts';
@@ -45,44 +42,6 @@ describe('identity and slot resume', () => {
     expect(slotResume('0/100', '0/300', '0/200', compareLsn)).toMatchObject({ action: 'stop', problem: 'slot-restored' });
     expect(slotResume('0/200', '0/300', null, compareLsn)).toMatchObject({ action: 'stop', problem: 'slot-restored' });
     expect(slotResume('0/400', '0/300', '0/300', compareLsn)).toMatchObject({ action: 'stop', problem: 'slot-ahead' });
-  });
-});
-
-describe('isHeartbeatTable', () => {
-  it(`answers as splitTableId does, in any sequence of ids: the same answer, the same refusal (seed ${SEED})`, () => {
-    const ids = [
-      'cdc.' + HEARTBEAT_TABLE,
-      'public.orders',
-      'public.' + HEARTBEAT_TABLE,
-      HEARTBEAT_TABLE,
-      'a.b.c',
-      'public."x"',
-      '',
-      'cdc.' + HEARTBEAT_TABLE + '_old',
-    ];
-    const reference = (id: string): boolean | string => {
-      try {
-        return splitTableId(id).table === HEARTBEAT_TABLE;
-      } catch (e) {
-        return (e as Error).message;
-      }
-    };
-    // The empty id first: it is refused before any other was asked about.
-    expect(() => isHeartbeatTable('')).toThrow();
-    fc.assert(
-      fc.property(fc.array(fc.constantFrom(...ids), { minLength: 1, maxLength: 12 }), (sequence) => {
-        for (const id of sequence) {
-          let got: boolean | string;
-          try {
-            got = isHeartbeatTable(id);
-          } catch (e) {
-            got = (e as Error).message;
-          }
-          expect(got, id).toBe(reference(id));
-        }
-      }),
-      { seed: SEED, numRuns: RUNS },
-    );
   });
 });
 
