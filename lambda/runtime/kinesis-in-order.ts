@@ -18,6 +18,7 @@ import type { Context, KinesisStreamBatchResponse, KinesisStreamEvent, KinesisSt
 import { kinesisRecordData } from '../adapters/kinesis-event.ts';
 import type { RawRecord } from '../core/capture/normalize.ts';
 import { CdcError } from '../core/shared/errors.ts';
+import { lastAnswer } from '../core/shared/last-answer.ts';
 
 /** One invocation's buffering batch: records in `add` order, `flush` after the last. */
 export interface InOrderBatch {
@@ -37,21 +38,15 @@ export class PrecedingRecordFailedError extends CdcError {
   }
 }
 
-/** The last stream ARN `originOf` read, and the stream's name in it (a batch's records share one ARN). */
-let originArn: string | undefined | null = null;
-let originStream = '';
+/** The stream's name in a record's ARN, read once per run of records with one ARN (a batch's records share it). */
+const streamOf = lastAnswer((arn: string | undefined) => arn?.split('/').slice(1).join('/') || arn || 'stream');
 
 /** `<stream>/<shard>/<sequence number>` of a Lambda Kinesis record. */
 export function originOf(record: KinesisStreamRecord): string {
-  const arn = record.eventSourceARN;
-  if (arn !== originArn) {
-    originStream = arn?.split('/').slice(1).join('/') || arn || 'stream';
-    originArn = arn;
-  }
   const id = record.eventID;
   const colon = id === undefined ? -1 : id.indexOf(':');
   const shard = (colon >= 0 ? id!.slice(0, colon) : id) || 'shard';
-  return `${originStream}/${shard}/${record.kinesis.sequenceNumber}`;
+  return `${streamOf(record.eventSourceARN)}/${shard}/${record.kinesis.sequenceNumber}`;
 }
 
 /** Feeds the event's records to `batch` in order and answers Lambda with the records to retry (see the module comment). */

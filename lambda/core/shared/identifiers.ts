@@ -12,6 +12,7 @@
 import { HEARTBEAT_TABLE } from '../../../contracts/env.ts';
 import { PLAIN_IDENT } from '../../../contracts/identifiers.ts';
 import { UnsafeIdentifierError } from './errors.ts';
+import { lastAnswer } from './last-answer.ts';
 
 /** Letters, digits, `_` and `$`, not starting with a digit or `$`; at most 63 bytes (contracts/identifiers.ts). */
 const PLAIN = PLAIN_IDENT;
@@ -59,15 +60,5 @@ export function splitTableId(tableId: string): { schema: string; table: string }
   return { schema, table };
 }
 
-/** The last table id `isHeartbeatTable` was asked about, and its answer (a batch's records mostly name one table). */
-let askedTable: string | null = null;
-let askedIsHeartbeat = false;
-
 /** Whether a table id names the heartbeat table (`splitTableId`, which throws for an id it refuses), split once per run of calls naming one table. */
-export function isHeartbeatTable(tableId: string): boolean {
-  if (tableId !== askedTable) {
-    askedIsHeartbeat = splitTableId(tableId).table === HEARTBEAT_TABLE;
-    askedTable = tableId;
-  }
-  return askedIsHeartbeat;
-}
+export const isHeartbeatTable = lastAnswer((tableId: string) => splitTableId(tableId).table === HEARTBEAT_TABLE);
